@@ -1,0 +1,42 @@
+"""Attention implementations behind one calling convention, each with a frozen capability record.
+
+    out = variant(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None)
+    q: (B, H, N_q, d_k)  k: (B, H, N_k, d_k)  v: (B, H, N_k, d_v)  ->  out: (B, H, N_q, d_v)
+
+Third-party variants register with @variants.register in a module named by an `attnbench.variants`
+entry point, or in a file passed as --variant-file. Importing this package does not import torch.
+"""
+
+from .problem import DTYPES, Problem, dtype_name, torch_dtype, validate_tensors
+from .registry import (
+    ENTRY_POINT_GROUP,
+    Capability,
+    UnsupportedError,
+    Variant,
+    VariantError,
+    all_variants,
+    get,
+    load_errors,
+    load_variant_file,
+    register,
+    resolve,
+)
+
+__all__ = [
+    "DTYPES",
+    "ENTRY_POINT_GROUP",
+    "Capability",
+    "Problem",
+    "UnsupportedError",
+    "Variant",
+    "VariantError",
+    "all_variants",
+    "dtype_name",
+    "get",
+    "load_errors",
+    "load_variant_file",
+    "register",
+    "resolve",
+    "torch_dtype",
+    "validate_tensors",
+]

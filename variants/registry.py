@@ -1,0 +1,231 @@
+"""The variant registry: a plain attention function plus a frozen capability record, found by name."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from .problem import DTYPES, Problem, validate_tensors
+
+ENTRY_POINT_GROUP = "attnbench.variants"
+MEMORY_CLASSES = ("quadratic", "linear")
+DEVICES = ("cpu", "cuda")
+
+
+class VariantError(ValueError):
+    """A variant cannot be found, registered or loaded (bad name, bad file, broken plug-in)."""
+
+
+class UnsupportedError(RuntimeError):
+    """Raised by a variant at call time when its backend refuses this problem; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Capability:
+    """What a variant can do. `available` and `supports` return None when fine, else a human-readable reason."""
+
+    name: str
+    description: str = ""
+    devices: tuple[str, ...] = DEVICES
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    min_head_dim: int = 1
+    max_head_dim: int | None = None
+    causal: bool = True
+    padding: bool = True
+    dropout: bool = True
+    backward: bool = True
+    memory: str = "quadratic"  # how peak memory grows with N: "quadratic" (N x N scores) or "linear"
+    default: bool = True  # part of default sweeps (False for demonstration-only variants)
+    available: Callable[[str], str | None] | None = field(default=None, compare=False)
+    supports: Callable[[Problem], str | None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise VariantError(f"variant name {self.name!r} must be non-empty letters, digits, '_' or '-'")
+        if self.memory not in MEMORY_CLASSES:
+            raise VariantError(f"variant {self.name}: memory must be one of {MEMORY_CLASSES}, not {self.memory!r}")
+        bad = [d for d in self.devices if d not in DEVICES]
+        if bad:
+            raise VariantError(f"variant {self.name}: unknown device(s) {bad}; known: {list(DEVICES)}")
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad:
+            raise VariantError(f"variant {self.name}: unknown dtype(s) {bad}; known: {list(DTYPES)}")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A registered attention implementation: fn(q, k, v, *, causal, key_lengths, dropout_p, scale) -> out."""
+
+    fn: Callable[..., Any]
+    cap: Capability
+    source: str = "builtin"
+
+    @property
+    def name(self) -> str:
+        return self.cap.name
+
+    def availability(self, device: str) -> str | None:
+        """None when this variant can run on `device` on this machine, else why not."""
+        if device not in self.cap.devices:
+            custom = self.cap.available(device) if self.cap.available is not None else None
+            return custom or f"{self.name} does not run on {device} (devices: {', '.join(self.cap.devices)})"
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "no CUDA device on this machine (torch.cuda.is_available() is False)"
+        if self.cap.available is not None:
+            return self.cap.available(device)
+        return None
+
+    def check(self, problem: Problem) -> str | None:
+        """None when this variant supports `problem` here, else the reason it does not."""
+        reason = self.availability(problem.device)
+        if reason:
+            return reason
+        cap = self.cap
+        if problem.dtype not in cap.dtypes:
+            return f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(cap.dtypes)})"
+        for dim in (problem.d_k, problem.d_v):
+            if dim < cap.min_head_dim or (cap.max_head_dim is not None and dim > cap.max_head_dim):
+                hi = cap.max_head_dim if cap.max_head_dim is not None else "any"
+                return f"{self.name} supports head dims {cap.min_head_dim}..{hi}, not {dim}"
+        if problem.causal and not cap.causal:
+            return f"{self.name} does not support causal masking"
+        if problem.padding and not cap.padding:
+            return f"{self.name} does not support key padding"
+        if problem.dropout and not cap.dropout:
+            return f"{self.name} does not support dropout"
+        if problem.backward and not cap.backward:
+            return f"{self.name} does not support backward"
+        if cap.supports is not None:
+            return cap.supports(problem)
+        return None
+
+    def __call__(self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, **kwargs):
+        """Validate the inputs (ValueError naming the problem), then run the variant."""
+        problem = validate_tensors(q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p)
+        if problem.dtype not in self.cap.dtypes:
+            raise ValueError(f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(self.cap.dtypes)})")
+        return self.fn(q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale, **kwargs)
+
+
+_REGISTRY: dict[str, Variant] = {}
+_LOAD_ERRORS: list[str] = []
+_LOADED = {"builtins": False, "entry_points": False}
+_current_source = ["builtin"]
+
+
+def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register `fn` under `name` with the given Capability fields. Returns fn unchanged."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        cap = Capability(name=name, **capability)
+        add(Variant(fn=fn, cap=cap, source=_current_source[0]))
+        return fn
+
+    return decorate
+
+
+def add(variant: Variant) -> None:
+    """Register a Variant; a second, different variant under a taken name is an error."""
+    old = _REGISTRY.get(variant.name)
+    if old is not None and old.source != variant.source:
+        raise VariantError(f"variant name {variant.name!r} is already registered (by {old.source})")
+    _REGISTRY[variant.name] = variant
+
+
+def _load_builtins() -> None:
+    if _LOADED["builtins"]:
+        return
+    _LOADED["builtins"] = True
+    for module in ("naive", "stable_softmax", "chunked", "sdpa", "xformers_mea"):  # registration order = list order
+        importlib.import_module(f".{module}", __package__)
+
+
+def _load_entry_points() -> None:
+    if _LOADED["entry_points"]:
+        return
+    _LOADED["entry_points"] = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _current_source[0] = f"entry point {ep.name} ({ep.value})"
+        try:
+            obj = ep.load()
+            if isinstance(obj, Variant):
+                add(obj)
+        except Exception as exc:  # a broken plug-in must not take the tool down: report it instead
+            _LOAD_ERRORS.append(f"entry point {ep.name} ({ep.value}) failed to load: {type(exc).__name__}: {exc}")
+        finally:
+            _current_source[0] = "builtin"
+
+
+def load_variant_file(path: str | Path) -> list[str]:
+    """Import a Python file whose @register decorators add variants; returns the names it added."""
+    p = Path(path)
+    if not p.is_file():
+        raise VariantError(f"variant file {str(path)!r} does not exist")
+    if p.suffix != ".py":
+        raise VariantError(f"variant file {str(path)!r} is not a .py file")
+    _load_builtins()
+    before = set(_REGISTRY)
+    mod_name = f"attnbench_variant_file_{abs(hash(str(p.resolve())))}"
+    if mod_name in sys.modules:  # loaded already (the worker and the parent both load it once)
+        return [n for n, v in _REGISTRY.items() if v.source == f"file {p}"]
+    spec = importlib.util.spec_from_file_location(mod_name, p)
+    if spec is None or spec.loader is None:
+        raise VariantError(f"variant file {str(path)!r} cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    _current_source[0] = f"file {p}"
+    try:
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    except VariantError:
+        sys.modules.pop(mod_name, None)
+        raise
+    except BaseException as exc:
+        sys.modules.pop(mod_name, None)
+        for name in set(_REGISTRY) - before:
+            del _REGISTRY[name]
+        raise VariantError(f"variant file {str(path)!r} failed to import: {type(exc).__name__}: {exc}") from None
+    finally:
+        _current_source[0] = "builtin"
+    added = sorted(set(_REGISTRY) - before)
+    if not added:
+        raise VariantError(f"variant file {str(path)!r} registered no variant (use @variants.register)")
+    return added
+
+
+def all_variants() -> dict[str, Variant]:
+    """Every registered variant (builtins, entry points, loaded files), by name, in registration order."""
+    _load_builtins()
+    _load_entry_points()
+    return dict(_REGISTRY)
+
+
+def load_errors() -> list[str]:
+    """Plug-ins that failed to load, one line each."""
+    all_variants()
+    return list(_LOAD_ERRORS)
+
+
+def get(name: str) -> Variant:
+    """The variant called `name`; VariantError listing the known names otherwise."""
+    reg = all_variants()
+    if name not in reg:
+        raise VariantError(f"unknown variant {name!r}; known: {', '.join(reg)}")
+    return reg[name]
+
+
+def resolve(names: list[str]) -> list[Variant]:
+    """Variants for the given names, naming every unknown one at once."""
+    reg = all_variants()
+    unknown = [n for n in names if n not in reg]
+    if unknown:
+        raise VariantError(f"unknown variant(s) {', '.join(map(repr, unknown))}; known: {', '.join(reg)}")
+    return [reg[n] for n in names]

@@ -1,0 +1,60 @@
+"""Attention with the softmax written out: max-subtracted exp / sum, and its unstable twin.
+
+Subtracting the row max leaves softmax unchanged (exp(x - m) / sum exp(x - m) = exp(x) / sum exp(x))
+but keeps every exponent <= 0, so exp cannot overflow. The twin skips that step: exp overflows to inf
+once a logit passes ~11 in float16 or ~88 in float32/bfloat16, and inf / inf is NaN. It is registered
+with default=False (left out of sweeps) and exists for the numerics probe.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .masks import attention_mask
+from .registry import register
+
+_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def _scores(q, k, causal, key_lengths, scale):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k)
+    mask = attention_mask(q.shape[-2], k.shape[-2], causal=causal, key_lengths=key_lengths, device=q.device)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores
+
+
+@register(
+    "stable_softmax",
+    description="explicit softmax: exp(x - rowmax) / rowsum; materialises the scores",
+    dtypes=_DTYPES,
+    memory="quadratic",
+)
+def stable_softmax(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    scores = _scores(q, k, causal, key_lengths, scale)
+    row_max = scores.amax(dim=-1, keepdim=True)  # (B, H, N_q, 1)
+    row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)  # fully masked row: exp(-inf - 0) = 0
+    e = torch.exp(scores - row_max)
+    total = e.sum(dim=-1, keepdim=True)
+    weights = e / total.masked_fill(total == 0, 1.0)  # fully masked row: 0 / 1 = 0, not 0 / 0
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p, training=True)
+    return weights @ v
+
+
+@register(
+    "unstable_softmax",
+    description="exp(x) / sum(exp(x)) with no max subtraction: overflows on large logits (numerics demo)",
+    dtypes=_DTYPES,
+    memory="quadratic",
+    default=False,
+)
+def unstable_softmax(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    scores = _scores(q, k, causal, key_lengths, scale)
+    e = torch.exp(scores)  # overflows to inf for large logits
+    weights = e / e.sum(dim=-1, keepdim=True)
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p, training=True)
+    return weights @ v
