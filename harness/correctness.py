@@ -1,0 +1,222 @@
+"""The correctness gate: a variant's output (and gradients) against a float64 reference on the same inputs.
+
+Semantics the reference fixes, and every variant is held to:
+- scale defaults to 1/sqrt(d_k); causal is top-left aligned (query i sees keys j <= i, as torch SDPA);
+- key padding: key j of batch b is visible when j < key_lengths[b];
+- a query row that sees no key at all (key_lengths[b] == 0) has output 0, not NaN. Those rows are left
+  out of the error and reported separately as `masked_rows`: what the variant actually returned there
+  ("zeros", "nan" or "other"; "n/a" when the inputs have no such row).
+
+Error metric: rel_err = ||out - ref||_F / ||ref||_F over the compared rows (robust to the scale of the
+output, unlike an elementwise relative error near zero), plus max_abs_err. A variant passes when
+rel_err <= TOLERANCE[dtype] and every compared value is finite. The tolerances are set from what
+each precision can achieve on this computation, with headroom for accumulation order:
+float32 arithmetic lands near 1e-7 (TF32 matmuls near 3e-4 would fail, on purpose); float16 keeps 11
+significant bits (unit roundoff 4.9e-4); bfloat16 keeps 8 (unit roundoff 3.9e-3), and P is rounded
+to it before P @ V in fused kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
+GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
+REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
+
+
+def reference(q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None) -> torch.Tensor:
+    """float64 attention, computed in query-row blocks so its memory stays bounded.
+
+    rows: optional 1-D index tensor of query rows to compute (every row is independent);
+    returns (B, H, len(rows) or N_q, d_v) float64. Written independently of the variants.
+    """
+    q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
+    b, h, n_q, d_k = q64.shape
+    n_k = k64.shape[2]
+    scale = d_k**-0.5 if scale is None else scale
+    row_ids = torch.arange(n_q, device=q.device) if rows is None else rows.to(q.device)
+    keep = torch.ones(b, 1, 1, n_k, dtype=torch.bool, device=q.device)
+    if key_lengths is not None:
+        keep = (torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None])[:, None, None, :]
+    block = max(1, REFERENCE_ROW_BLOCK // max(1, b * h * n_k))
+    outs = []
+    for start in range(0, len(row_ids), block):
+        ids = row_ids[start : start + block]
+        s = torch.einsum("bhqd,bhkd->bhqk", q64[:, :, ids], k64) * scale
+        visible = keep
+        if causal:
+            visible = visible & (torch.arange(n_k, device=q.device)[None, :] <= ids[:, None])[None, None]
+        s = s.masked_fill(~visible, -math.inf)
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        p = torch.exp(s - m)
+        total = p.sum(-1, keepdim=True)
+        p = p / torch.where(total == 0, torch.ones_like(total), total)  # rows with no visible key: 0
+        outs.append(p @ v64)
+    return torch.cat(outs, dim=2)
+
+
+def empty_rows(n_q: int, key_lengths) -> torch.Tensor | None:
+    """(B, 1, N_q, 1) bool: rows that see no key (empty key padding), or None."""
+    if key_lengths is None or int(key_lengths.min()) > 0:
+        return None
+    return (key_lengths == 0)[:, None, None, None].expand(-1, 1, n_q, 1)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """How far a variant's output is from the float64 reference, and whether that passes."""
+
+    max_abs_err: float
+    rel_err: float
+    tolerance: float
+    passed: bool
+    masked_rows: str  # what the variant returned in rows that see no key: zeros / nan / other / n/a
+    rows_checked: int
+    grad_rel_err: float | None = None  # max over dq, dk, dv; None when gradients were not checked
+    grad_passed: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.passed and self.grad_passed is not False
+
+    def describe(self) -> str:
+        text = f"rel_err {self.rel_err:.2e} (tol {self.tolerance:.0e}), max_abs_err {self.max_abs_err:.2e}"
+        if self.grad_rel_err is not None:
+            text += f", grad rel_err {self.grad_rel_err:.2e}"
+        return text
+
+
+def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(max_abs_err, rel_err); both inf when out has a non-finite value."""
+    out64 = out.detach().to(torch.float64)
+    if not bool(torch.isfinite(out64).all()):
+        return math.inf, math.inf
+    diff = out64 - ref
+    max_abs = float(diff.abs().max()) if diff.numel() else 0.0
+    denom = float(torch.linalg.vector_norm(ref))
+    rel = float(torch.linalg.vector_norm(diff)) / denom if denom > 0 else max_abs
+    return max_abs, rel
+
+
+def _masked_behaviour(out: torch.Tensor, empty: torch.Tensor | None, rows) -> str:
+    if empty is None:
+        return "n/a"
+    sel = empty if rows is None else empty[:, :, rows.to(empty.device)]
+    sel = sel.expand(-1, out.shape[1], -1, out.shape[3])
+    if not bool(sel.any()):
+        return "n/a"
+    vals = out.detach()[sel]
+    if bool(torch.isnan(vals).any()):
+        return "nan"
+    return "zeros" if bool((vals == 0).all()) else "other"
+
+
+def sample_rows(n_q: int, max_rows: int | None, *, seed: int = 0) -> torch.Tensor | None:
+    """None (all rows) when n_q <= max_rows, else a fixed random sample that keeps the first and last rows."""
+    if max_rows is None or n_q <= max_rows:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    middle = torch.randperm(n_q - 2, generator=g)[: max_rows - 2] + 1
+    return torch.cat([torch.tensor([0, n_q - 1]), middle.sort().values])
+
+
+def gate(
+    out: torch.Tensor,
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    key_lengths=None,
+    scale=None,
+    rows: torch.Tensor | None = None,
+    ref: torch.Tensor | None = None,
+) -> GateResult:
+    """Compare an output already computed by a variant with the float64 reference (forward only).
+
+    ref: the reference for these inputs and rows, when the caller already has it.
+    """
+    dtype = str(q.dtype).removeprefix("torch.")
+    tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+    if ref is None:
+        ref = reference(q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows)
+    got = out if rows is None else out[:, :, rows.to(out.device)]
+    empty = empty_rows(q.shape[2], key_lengths)
+    masked = _masked_behaviour(out, empty, rows)
+    if empty is not None:
+        keep = ~(empty if rows is None else empty[:, :, rows.to(empty.device)])
+        keep = keep.expand(-1, got.shape[1], -1, got.shape[3])
+        got, ref = got[keep], ref[keep.to(ref.device)]
+    max_abs, rel = _errors(got, ref)
+    return GateResult(
+        max_abs_err=max_abs,
+        rel_err=rel,
+        tolerance=tol,
+        passed=rel <= tol,
+        masked_rows=masked,
+        rows_checked=int(got.shape[2]) if got.dim() == 4 else int(q.shape[2]),
+    )
+
+
+def grad_errors(variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0) -> float:
+    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    out = variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale)
+    d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
+    grads = torch.autograd.grad(out, leaves, d_out.to(out.dtype))
+    ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
+    ref = _reference_autograd(*ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale)
+    ref_grads = torch.autograd.grad(ref, ref_leaves, d_out)
+    return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads))
+
+
+def _reference_autograd(q64, k64, v64, *, causal, key_lengths, scale):
+    """The reference in one differentiable piece (no detach, no blocks) for gradient checks."""
+    b, h, n_q, d_k = q64.shape
+    n_k = k64.shape[2]
+    scale = d_k**-0.5 if scale is None else scale
+    s = (q64 @ k64.transpose(-2, -1)) * scale
+    visible = torch.ones(n_q, n_k, dtype=torch.bool, device=q64.device)
+    if causal:
+        visible = visible.tril()
+    visible = visible[None, None]
+    if key_lengths is not None:
+        visible = visible & (torch.arange(n_k, device=q64.device)[None, :] < key_lengths[:, None])[:, None, None, :]
+    s = s.masked_fill(~visible, -math.inf)
+    m = s.amax(-1, keepdim=True).detach()
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    total = p.sum(-1, keepdim=True)
+    p = p / torch.where(total == 0, torch.ones_like(total), total)
+    return p @ v64
+
+
+def check(
+    variant,
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    key_lengths=None,
+    scale=None,
+    backward=False,
+    max_rows: int | None = None,
+) -> GateResult:
+    """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv."""
+    with torch.no_grad():
+        out = variant(q, k, v, causal=causal, key_lengths=key_lengths, scale=scale)
+    result = gate(
+        out, q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=sample_rows(q.shape[2], max_rows)
+    )
+    if not backward:
+        return result
+    grad_rel = grad_errors(variant, q, k, v, causal=causal, key_lengths=key_lengths, scale=scale)
+    grad_tol = result.tolerance * GRAD_TOLERANCE_FACTOR
+    return GateResult(**{**result.__dict__, "grad_rel_err": grad_rel, "grad_passed": grad_rel <= grad_tol})
