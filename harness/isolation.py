@@ -1,0 +1,116 @@
+"""Parent side of the worker processes: start, ask with a deadline, notice crashes, replace.
+
+Workers are started with the 'spawn' method (a fresh interpreter: no inherited CUDA context or
+locks) and talk over a multiprocessing Pipe. A worker that dies or misses a deadline is killed and
+replaced; the cell it was on gets `crashed` or `timeout`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from pathlib import Path
+from typing import Any
+
+from .worker import worker_main
+
+STARTUP_TIMEOUT_S = 180.0
+
+
+class WorkerDied(RuntimeError):
+    """The worker exited (crash, abort, kill) before answering."""
+
+
+class WorkerTimeout(RuntimeError):
+    """The worker did not answer within the deadline; it has been killed."""
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"worker killed by {name} (signal {-code})"
+    return f"worker exited with status {code}"
+
+
+class Worker:
+    """One worker process and its pipe."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_main, args=(child, config), daemon=True, name="attnbench-worker")
+        self.proc.start()
+        child.close()
+        hello = self._receive(STARTUP_TIMEOUT_S, "starting")
+        self.pid = hello["pid"]
+        self.threads = hello["threads"]
+
+    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send msg and wait up to `timeout` seconds for the reply."""
+        self.log_offset = _size(self.config.get("log_path"))
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self._death_note()) from None
+        return self._receive(timeout, msg.get("op", "?"))
+
+    def _receive(self, timeout: float, what: str) -> dict[str, Any]:
+        if not self.conn.poll(timeout):
+            if not self.proc.is_alive():
+                raise WorkerDied(self._death_note())
+            self.kill()
+            raise WorkerTimeout(f"no answer after {timeout:g} s ({what}); worker killed")
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkerDied(self._death_note()) from None
+
+    def _death_note(self) -> str:
+        self.proc.join(timeout=10)
+        note = describe_exit(self.proc.exitcode)
+        tail = log_tail(self.config.get("log_path"), offset=getattr(self, "log_offset", 0))
+        return f"{note}; {tail}" if tail else note
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+        self.conn.close()
+
+    def stop(self) -> None:
+        """Ask politely, then kill."""
+        if self.proc.is_alive():
+            try:
+                self.conn.send({"op": "stop"})
+                if self.conn.poll(10):
+                    self.conn.recv()
+            except (BrokenPipeError, EOFError, OSError):
+                pass
+            self.proc.join(timeout=10)
+        self.kill()
+
+
+def _size(path: str | None) -> int:
+    return Path(path).stat().st_size if path and Path(path).is_file() else 0
+
+
+def log_tail(log_path: str | None, lines: int = 3, offset: int = 0) -> str:
+    """The last meaningful lines the worker logged since `offset` (e.g. 'Fatal Python error: Aborted')."""
+    if not log_path or not Path(log_path).is_file():
+        return ""
+    with open(log_path, "rb") as fh:
+        fh.seek(offset)
+        text = fh.read().decode(errors="replace").splitlines()
+    keep = [t.strip() for t in text if t.strip() and "USDT:" not in t and not t.startswith("attnbench worker")]
+    fatal = [t for t in keep if t.startswith("Fatal Python error")]
+    picked = fatal[-1:] or keep[-lines:]
+    return " | ".join(picked)[:400]

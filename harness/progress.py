@@ -1,0 +1,99 @@
+"""What a person sees while a sweep runs: a progress bar with ETA and one line per finished cell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STATUS_STYLE = {
+    "ok": "green",
+    "wrong": "bold red",
+    "unsupported": "dim",
+    "oom": "magenta",
+    "error": "red",
+    "crashed": "bold red",
+    "timeout": "yellow",
+    "skipped": "dim yellow",
+}
+SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def cell_line(row: dict[str, Any]) -> str:
+    """One plain-text line summarising a finished cell."""
+    shape = (
+        f"{row['device']} {SHORT_DTYPE.get(row['dtype'], row['dtype'])} b{row['batch']} h{row['heads']} "
+        f"n{row['seq_len']} d{row['d_k']}{'' if row['d_v'] == row['d_k'] else '/' + str(row['d_v'])}"
+        f"{' causal' if row['causal'] else ''}{' pad' + format(row['padding'], 'g') if row['padding'] else ''} "
+        f"{row['pass']}"
+    )
+    head = f"{row['status']:<11} {row['variant']:<16} {shape:<38}"
+    if row.get("time_ms_median") is None:
+        return f"{head} {row.get('message', '')}"
+    spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
+    text = (
+        f"{head} {row['time_ms_median']:9.3f} ms {spread:>5}  {human_bytes(row.get('peak_mem_bytes')):>10}  "
+        f"{row.get('tflops', float('nan')):7.3f} TFLOP/s  rel_err {row.get('rel_err', float('nan')):.1e}"
+    )
+    if row["status"] != "ok" or row.get("message"):
+        text += f"  {row.get('message', '')}"
+    return text
+
+
+class Progress:
+    """rich progress bar + per-cell lines; enabled=False prints nothing (library and test use)."""
+
+    def __init__(self, enabled: bool = True, console=None) -> None:
+        self.enabled = enabled
+        self._console = console
+        self._bar = None
+        self._task = None
+
+    @property
+    def console(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False)
+        return self._console
+
+    def message(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(text, markup=False)
+
+    def start(self, total: int, done_before: int, run_dir: Path) -> None:
+        if not self.enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
+
+        if done_before:
+            self.message(f"resuming {run_dir}: {done_before} cells already done, {total} to go")
+        self._bar = RichProgress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task("cells", total=total)
+
+    def cell_done(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        style = STATUS_STYLE.get(row["status"], "")
+        self.console.print(cell_line(row), style=style, markup=False, soft_wrap=True)
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

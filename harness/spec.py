@@ -1,0 +1,328 @@
+"""Sweeps as data: a frozen SweepSpec (from a preset, a TOML file and flags) expands into hashable CellSpecs.
+
+A CellSpec holds one value per axis and is the identity of a measurement: resume, merge and compare
+match cells by `cell_id`. Every value is validated here, before any cell runs, with ValueErrors that
+name the bad value.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from variants.problem import DTYPES, Problem
+
+PRESET_DIR = Path(__file__).parent / "presets"
+DEVICES = ("cpu", "cuda")
+PASSES = ("fwd", "fwdbwd")
+CAUSAL_CHOICES = {"no": (False,), "yes": (True,), "both": (False, True)}
+PASS_CHOICES = {"fwd": ("fwd",), "fwdbwd": ("fwdbwd",), "both": ("fwd", "fwdbwd")}
+MAX_SEQ_LEN = 1 << 24
+
+
+@dataclass(frozen=True, order=True)
+class CellSpec:
+    """One measurement: a value for every axis."""
+
+    variant: str
+    device: str
+    dtype: str
+    batch: int
+    heads: int
+    seq_len: int
+    d_k: int
+    d_v: int
+    causal: bool
+    padding: float  # fraction of keys masked at the end of the last batch element (0 = no key padding)
+    pass_: str  # "fwd" or "fwdbwd"
+
+    @property
+    def cell_id(self) -> str:
+        c = "causal" if self.causal else "full"
+        return (
+            f"{self.variant}|{self.device}|{self.dtype}|b{self.batch}|h{self.heads}|n{self.seq_len}"
+            f"|dk{self.d_k}|dv{self.d_v}|{c}|pad{self.padding:g}|{self.pass_}"
+        )
+
+    @property
+    def shape_key(self) -> tuple:
+        """Everything but the variant: cells with one shape_key share inputs and reference."""
+        return (self.device, self.dtype, self.batch, self.heads, self.seq_len, self.d_k, self.d_v, self.causal,
+                self.padding)
+
+    @property
+    def group_key(self) -> tuple:
+        """Everything but seq_len: a scaling series (one line on a plot)."""
+        return (self.variant, self.device, self.dtype, self.batch, self.heads, self.d_k, self.d_v, self.causal,
+                self.padding, self.pass_)
+
+    def problem(self) -> Problem:
+        return Problem(
+            device=self.device,
+            dtype=self.dtype,
+            batch=self.batch,
+            heads=self.heads,
+            seq_q=self.seq_len,
+            seq_k=self.seq_len,
+            d_k=self.d_k,
+            d_v=self.d_v,
+            causal=self.causal,
+            padding=self.padding > 0,
+            backward=self.pass_ == "fwdbwd",
+        )
+
+    def key_lengths(self) -> list[int] | None:
+        """Valid keys per batch element: element b keeps N - round(p * N * (b + 1) / B), at least 1."""
+        if self.padding <= 0:
+            return None
+        n, b = self.seq_len, self.batch
+        return [max(1, n - round(self.padding * n * (i + 1) / b)) for i in range(b)]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pass"] = d.pop("pass_")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CellSpec:
+        d = dict(d)
+        d["pass_"] = d.pop("pass")
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How each cell is measured (not part of its identity)."""
+
+    warmup_ms: float = 50.0
+    budget_ms: float = 1000.0
+    min_samples: int = 5
+    max_samples: int = 500
+    target_rel_iqr: float = 0.05
+    min_ms: float = 100.0  # sampled time needed before a stable IQR may stop sampling early
+    cell_timeout: float = 600.0  # seconds for a whole cell: gate, timing and memory
+    threads: int = 0  # CPU threads for torch; 0 = torch's default
+    check_rows: int = 1024  # query rows checked against float64 (all rows when N is at most this)
+    grad_check_elems: int = 1 << 24  # gradients are checked when B*H*N*N is at most this
+    seed: int = 0
+    flush_l2: bool = True
+    memory_guard: float = 0.9  # skip cells whose predicted peak exceeds this fraction of free memory
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_ms", "budget_ms", "min_ms", "cell_timeout", "target_rel_iqr"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be 0 (default) or positive, got {self.threads}")
+        if self.min_samples < 5 or self.max_samples < self.min_samples:
+            raise ValueError(f"need 5 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}")
+        if not 0 < self.memory_guard <= 1:
+            raise ValueError(f"memory_guard must lie in (0, 1], got {self.memory_guard}")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The axes of a sweep; `cells()` is their product. Empty `variants` means every default variant."""
+
+    variants: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ("cpu",)
+    dtypes: tuple[str, ...] = ("float32",)
+    batch: tuple[int, ...] = (1,)
+    heads: tuple[int, ...] = (8,)
+    seq_len: tuple[int, ...] = (256, 512, 1024, 2048)
+    d_k: tuple[int, ...] = (64,)
+    d_v: tuple[int, ...] = ()  # empty: d_v = d_k
+    causal: tuple[bool, ...] = (False,)
+    padding: tuple[float, ...] = (0.0,)
+    passes: tuple[str, ...] = ("fwd",)
+    settings: Settings = field(default_factory=Settings)
+
+    def __post_init__(self) -> None:
+        _positive_ints("seq_len", self.seq_len, hi=MAX_SEQ_LEN)
+        for name in ("batch", "heads", "d_k", "d_v"):
+            _positive_ints(name, getattr(self, name), allow_empty=name == "d_v")
+        _known("device", self.devices, DEVICES)
+        _known("dtype", self.dtypes, DTYPES)
+        _known("pass", self.passes, PASSES)
+        for p in self.padding:
+            if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1):
+                raise ValueError(f"padding must be a fraction in [0, 1), got {p!r}")
+        for c in self.causal:
+            if not isinstance(c, bool):
+                raise ValueError(f"causal values must be booleans, got {c!r}")
+        for name in ("variants", "devices", "dtypes", "passes"):
+            vals = getattr(self, name)
+            if len(set(vals)) != len(vals):
+                raise ValueError(f"{name} lists a value twice: {list(vals)}")
+
+    def cells(self, variant_names: list[str]) -> list[CellSpec]:
+        """All cells, grouped so that each shape runs every variant back to back (interleaved,
+        fair under drifting machine noise) and seq_len ascends within a series (OOM skip-ahead)."""
+        d_vs = self.d_v or (None,)
+        out = []
+        for device, dtype, b, h, dk, dv, causal, pad, pas, n in itertools.product(
+            self.devices, self.dtypes, self.batch, self.heads, self.d_k, d_vs, self.causal, self.padding,
+            self.passes, sorted(self.seq_len),
+        ):
+            for name in variant_names:
+                out.append(CellSpec(name, device, dtype, b, h, n, dk, dk if dv is None else dv, causal,
+                                    float(pad), pas))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["settings"] = asdict(self.settings)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepSpec:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown sweep key(s) {sorted(unknown)}; known: {sorted(known)}")
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "settings"}
+        settings = d.get("settings") or {}
+        unknown = set(settings) - {f.name for f in fields(Settings)}
+        if unknown:
+            raise ValueError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(f.name for f in fields(Settings))}")
+        return cls(**kw, settings=Settings(**settings))
+
+
+def _positive_ints(name: str, values, *, hi: int | None = None, allow_empty: bool = False) -> None:
+    if not values and not allow_empty:
+        raise ValueError(f"{name} needs at least one value")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be positive integers, got {v!r}")
+        if hi is not None and v > hi:
+            raise ValueError(f"{name} {v} is larger than the supported maximum {hi}")
+
+
+def _known(name: str, values, choices) -> None:
+    if not values:
+        raise ValueError(f"{name} needs at least one value")
+    for v in values:
+        if v not in choices:
+            raise ValueError(f"unknown {name} {v!r}; known: {', '.join(choices)}")
+
+
+# ---- parsing flag values and TOML files -------------------------------------------------------------
+
+
+def parse_ints(name: str, text: str) -> tuple[int, ...]:
+    """'512,1024' -> (512, 1024); 'a..b' -> powers-of-two steps from a to b ('256..4096')."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if ".." in part:
+            lo_s, hi_s = part.split("..", 1)
+            lo, hi = _int(name, lo_s), _int(name, hi_s)
+            if lo < 1 or hi < lo:
+                raise ValueError(f"{name} range {part!r} must go from a positive start up to its end")
+            v = lo
+            while v <= hi:
+                out.append(v)
+                v *= 2
+        else:
+            out.append(_int(name, part))
+    if not out:
+        raise ValueError(f"{name} needs at least one value, got {text!r}")
+    return tuple(out)
+
+
+def _int(name: str, s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise ValueError(f"{name} must be positive integers, got {s.strip()!r}") from None
+    if v < 1:
+        raise ValueError(f"{name} must be positive integers, got {v}")
+    return v
+
+
+def parse_floats(name: str, text: str) -> tuple[float, ...]:
+    out = []
+    for part in str(text).split(","):
+        if part.strip():
+            try:
+                out.append(float(part))
+            except ValueError:
+                raise ValueError(f"{name} must be numbers, got {part.strip()!r}") from None
+    if not out:
+        raise ValueError(f"{name} needs at least one value, got {text!r}")
+    return tuple(out)
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in str(text).split(",") if p.strip())
+
+
+def presets() -> dict[str, Path]:
+    """Named presets shipped in harness/presets."""
+    return {p.stem: p for p in sorted(PRESET_DIR.glob("*.toml"))}
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """A sweep file's contents as SweepSpec.from_dict input (validated there)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"config file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+    return toml_to_sweep(data, source=str(path))
+
+
+def toml_to_sweep(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Translate the TOML layout ([sweep] with causal/pass words, [settings]) into from_dict keys."""
+    unknown = set(data) - {"sweep", "settings", "description"}
+    if unknown:
+        raise ValueError(f"{source}: unknown table(s) {sorted(unknown)}; expected [sweep] and [settings]")
+    sweep = dict(data.get("sweep", {}))
+    if "causal" in sweep:
+        sweep["causal"] = _choice("causal", sweep["causal"], CAUSAL_CHOICES)
+    if "pass" in sweep:
+        sweep["passes"] = _choice("pass", sweep.pop("pass"), PASS_CHOICES)
+    for axis in ("seq_len", "batch", "heads", "d_k", "d_v"):
+        if isinstance(sweep.get(axis), str):
+            sweep[axis] = parse_ints(axis, sweep[axis])
+    out = dict(sweep)
+    if "settings" in data:
+        out["settings"] = dict(data["settings"])
+    return out
+
+
+def _choice(name: str, value, choices: dict[str, tuple]) -> tuple:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return choices[value]
+
+
+def build_sweep(preset: str | None = None, config: str | None = None, overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """Preset or config file (not both), then flag overrides; validated SweepSpec."""
+    if preset and config:
+        raise ValueError("give --preset or --config, not both")
+    base: dict[str, Any] = {}
+    if preset:
+        known = presets()
+        if preset not in known:
+            raise ValueError(f"unknown preset {preset!r}; known: {', '.join(known)}")
+        base = load_toml(known[preset])
+    elif config:
+        base = load_toml(config)
+    overrides = dict(overrides or {})
+    settings = {**(base.pop("settings", {}) or {}), **(overrides.pop("settings", {}) or {})}
+    merged = {**base, **{k: v for k, v in overrides.items() if v is not None}}
+    merged["settings"] = settings
+    return SweepSpec.from_dict(merged)

@@ -1,0 +1,113 @@
+"""The worker process: measures cells sent by the parent over a pipe, one at a time.
+
+It imports torch once and is reused while healthy. Its stdout and stderr go to the run's
+worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a traceback there
+on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its parent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+
+def _die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): a killed parent must not leave a worker computing on."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _redirect_output(log_path: str | None) -> None:
+    if not log_path:
+        return
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def free_memory(device: str) -> int:
+    """Bytes this process could still allocate on `device`."""
+    if device == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    import psutil  # pragma: no cover  (non-Linux)
+
+    return int(psutil.virtual_memory().available)
+
+
+def worker_main(conn, config: dict[str, Any]) -> None:
+    """Serve requests until 'stop' or until the parent goes away."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _redirect_output(config.get("log_path"))
+    faulthandler.enable(all_threads=True)
+    print(f"attnbench worker {os.getpid()} starting", flush=True)
+
+    import torch
+
+    import variants
+
+    from .calibrate import calibrate
+    from .cell import InputCache, base_row, finish, measure_cell
+    from .fingerprint import collect
+    from .spec import CellSpec, Settings
+
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+    for path in config.get("variant_files", []):
+        variants.load_variant_file(path)
+    cache = InputCache()
+    conn.send({"op": "ready", "pid": os.getpid(), "threads": torch.get_num_threads()})
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        op = msg.get("op")
+        try:
+            if op == "stop":
+                conn.send({"op": "stopped"})
+                return
+            if op == "cell":
+                spec = CellSpec.from_dict(msg["cell"])
+                print(f"cell {spec.cell_id}", flush=True)
+                try:
+                    row = measure_cell(spec, Settings(**msg["settings"]), cache)
+                except Exception as exc:  # a harness bug must still become this cell's row
+                    traceback.print_exc()
+                    row = finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
+                conn.send({"op": "row", "row": row})
+            elif op == "calibrate":
+                conn.send({"op": "calibration", "value": calibrate(msg["device"], msg["dtypes"])})
+            elif op == "numerics":
+                from .numerics import probe
+
+                conn.send({"op": "numerics", "value": probe(msg["variants"], msg["devices"], msg["dtypes"])})
+            elif op == "example_weights":
+                from .numerics import example_weights
+
+                conn.send({"op": "example_weights", "value": example_weights()})
+            elif op == "fingerprint":
+                conn.send({"op": "fingerprint", "value": collect()})
+            elif op == "free_memory":
+                conn.send({"op": "free_memory", "value": free_memory(msg["device"])})
+            else:
+                conn.send({"op": "error", "message": f"unknown op {op!r}"})
+        except (BrokenPipeError, EOFError):
+            return

@@ -1,0 +1,23 @@
+"""What was measured: run directories (meta.json + rows.jsonl), their schema, and a pandas loader.
+
+`results/reference/` holds runs published with the repository; new runs go to `runs/` (git-ignored).
+"""
+
+from .load import export, load, load_meta, machine_label
+from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
+from .store import RunDirError, RunWriter, is_run_dir, read_meta, read_rows
+
+__all__ = [
+    "COLUMNS",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "RunDirError",
+    "RunWriter",
+    "export",
+    "is_run_dir",
+    "load",
+    "load_meta",
+    "machine_label",
+    "read_meta",
+    "read_rows",
+]

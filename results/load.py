@@ -1,0 +1,63 @@
+"""Load one or many run directories into one typed pandas DataFrame (long form, one row per cell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .schema import COLUMNS, LIST_COLUMNS
+from .store import read_meta, read_rows
+
+
+def machine_label(meta: dict[str, Any]) -> str:
+    """A short name for the machine a run was made on: the GPU if it used one, else the CPU."""
+    fp = meta.get("fingerprint", {})
+    gpu = (fp.get("gpu") or {}).get("name")
+    devices = (meta.get("sweep") or {}).get("devices", [])
+    if gpu and "cuda" in devices:
+        return str(gpu)
+    cpu = fp.get("cpu_model") or "cpu"
+    cores = fp.get("physical_cores")
+    return f"{cpu} ({cores} cores)" if cores else str(cpu)
+
+
+def load(*paths: str | Path):
+    """DataFrame of every row of the given runs, with run_id and machine columns, typed per the schema."""
+    import pandas as pd
+
+    frames = []
+    for path in paths:
+        meta = read_meta(path)
+        rows = read_rows(path)
+        df = pd.DataFrame(rows)
+        df["run_id"] = meta.get("run_id", Path(path).name)
+        df["machine"] = machine_label(meta)
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    for col, dtype in COLUMNS.items():
+        if col not in df.columns:
+            df[col] = pd.NA
+        df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
+    for col in LIST_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
+    return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
+
+
+def load_meta(*paths: str | Path) -> dict[str, dict[str, Any]]:
+    """run_id -> meta for each run."""
+    out = {}
+    for path in paths:
+        meta = read_meta(path)
+        out[meta.get("run_id", Path(path).name)] = meta
+    return out
+
+
+def export(df, fmt: str) -> str:
+    """The tidy table as CSV (without raw samples) or JSON records (with them)."""
+    if fmt == "csv":
+        return df.drop(columns=list(LIST_COLUMNS), errors="ignore").to_csv(index=False)
+    if fmt == "json":
+        return df.to_json(orient="records", indent=1)
+    raise ValueError(f"unknown export format {fmt!r}; known: csv, json")

@@ -1,0 +1,51 @@
+"""The results schema: one tidy row per cell, units in column names, machine metadata once per run."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+READABLE_VERSIONS = (1,)  # file versions this code can load
+
+STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "crashed", "timeout", "skipped")
+RANKED_STATUSES = ("ok",)  # `wrong` cells are measured but never ranked
+
+# column -> pandas dtype; the order is the export order. samples_ms (the raw per-call samples) is kept
+# in rows.jsonl and in the DataFrame, and left out of CSV exports.
+COLUMNS: dict[str, str] = {
+    "run_id": "string",
+    "machine": "string",
+    "cell_id": "string",
+    "variant": "string",
+    "device": "string",
+    "dtype": "string",
+    "batch": "Int64",
+    "heads": "Int64",
+    "seq_len": "Int64",
+    "d_k": "Int64",
+    "d_v": "Int64",
+    "causal": "boolean",
+    "padding": "Float64",
+    "pass": "string",
+    "status": "string",
+    "message": "string",
+    "time_ms_median": "Float64",
+    "time_ms_p25": "Float64",
+    "time_ms_p75": "Float64",
+    "rel_iqr": "Float64",
+    "noisy": "boolean",
+    "n_samples": "Int64",
+    "peak_mem_bytes": "Int64",
+    "flops": "Int64",
+    "tflops": "Float64",
+    "max_abs_err": "Float64",
+    "rel_err": "Float64",
+    "grad_rel_err": "Float64",
+    "masked_rows": "string",
+    "rows_checked": "Int64",
+    "threads": "Int64",
+    "mem_method": "string",
+    "stop_reason": "string",
+    "elapsed_s": "Float64",
+    "finished_at": "string",
+}
+LIST_COLUMNS = ("samples_ms",)
+CELL_AXES = ("variant", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v", "causal", "padding", "pass")

@@ -1,0 +1,129 @@
+"""Run directories: meta.json written once, rows.jsonl appended and flushed after every cell.
+
+A run killed at any moment leaves every finished row readable: each row is one line written with a
+single write() and fsync'd; a torn last line (the kill landed mid-write) is skipped with a warning.
+Nothing is ever overwritten: a directory that already holds a run is refused unless resuming.
+JSON only, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .schema import READABLE_VERSIONS, SCHEMA_VERSION
+
+META = "meta.json"
+ROWS = "rows.jsonl"
+
+
+class RunDirError(ValueError):
+    """A run directory is missing, not a run, from an unreadable schema version, or already taken."""
+
+
+def is_run_dir(path: str | Path) -> bool:
+    return (Path(path) / META).is_file()
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_dir():
+        raise RunDirError(f"run directory {str(path)!r} does not exist")
+    if not (p / META).is_file():
+        raise RunDirError(f"{str(path)!r} is not an attnbench run (no {META})")
+    try:
+        meta = json.loads((p / META).read_text())
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{p / META} is not valid JSON: {exc}") from None
+    version = meta.get("schema_version")
+    if version not in READABLE_VERSIONS:
+        raise RunDirError(
+            f"{p / META} has schema version {version!r}; this attnbench reads {list(READABLE_VERSIONS)}"
+        )
+    return meta
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete row; a torn or corrupt line is skipped with a warning naming it."""
+    p = Path(path) / ROWS
+    if not p.is_file():
+        return []
+    rows = []
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                warnings.warn(f"{p}:{lineno}: skipped an unreadable row (torn write?)", stacklevel=2)
+                continue
+            if isinstance(row, dict) and "cell_id" in row:
+                rows.append(row)
+    return rows
+
+
+class RunWriter:
+    """Creates (or, resuming, reopens) a run directory and appends rows to it."""
+
+    def __init__(self, path: str | Path, *, resume: bool = False) -> None:
+        self.path = Path(path)
+        if resume:
+            read_meta(self.path)  # must exist and be readable
+            self.done = {r["cell_id"]: r for r in read_rows(self.path)}
+        else:
+            if self.path.exists() and any(self.path.iterdir()):
+                raise RunDirError(
+                    f"{str(path)!r} already exists and is not empty; pass --resume to finish that run "
+                    "or choose another --out"
+                )
+            self.done = {}
+        self._fh = None
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        """Write meta.json once (atomically: a temp file renamed into place)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        target = self.path / META
+        if target.exists():
+            raise RunDirError(f"{target} exists already; run metadata is written once")
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n")
+        os.replace(tmp, target)
+
+    def write_json(self, name: str, data: Any) -> None:
+        """Write a side file of the run once (atomically), e.g. the numerics probe."""
+        target = self.path / name
+        if target.exists():
+            raise RunDirError(f"{target} exists already")
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, target)
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Append one row as one line, flushed and fsync'd before returning."""
+        if self._fh is None:
+            self._fh = (self.path / ROWS).open("ab")
+            self._repair_tail()
+        data = (json.dumps(row, separators=(",", ":")) + "\n").encode()
+        self._fh.write(data)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.done[row["cell_id"]] = row
+
+    def _repair_tail(self) -> None:
+        """A torn last line from a killed run would glue onto the next row: end it first."""
+        p = self.path / ROWS
+        if p.stat().st_size == 0:
+            return
+        with p.open("rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                self._fh.write(b"\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

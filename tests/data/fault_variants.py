@@ -1,0 +1,61 @@
+"""Test-only variants that fail in every way a cell can fail (loaded with --variant-file)."""
+
+import ctypes
+import os
+import time
+
+import torch
+
+import variants
+
+
+def _fine(q, k, v):
+    return variants.get("naive").fn(q, k, v)
+
+
+@variants.register("fault_raise", description="raises ValueError")
+def fault_raise(q, k, v, **kw):
+    raise ValueError("deliberate failure for the tests")
+
+
+@variants.register("fault_oom", description="MemoryError from N >= 512 on")
+def fault_oom(q, k, v, **kw):
+    if q.shape[2] >= 512:
+        raise MemoryError("deliberate out-of-memory")
+    return _fine(q, k, v)
+
+
+@variants.register("fault_abort", description="os.abort(): SIGABRT")
+def fault_abort(q, k, v, **kw):
+    os.abort()
+
+
+@variants.register("fault_segv", description="reads address 0: SIGSEGV")
+def fault_segv(q, k, v, **kw):
+    ctypes.string_at(0)
+
+
+@variants.register("fault_hang", description="never returns")
+def fault_hang(q, k, v, **kw):
+    while True:
+        time.sleep(0.05)
+
+
+@variants.register("fault_wrong", description="returns a wrong answer")
+def fault_wrong(q, k, v, **kw):
+    return _fine(q, k, v) + 0.1
+
+
+@variants.register("fault_print", description="prints to stdout and stderr, answers correctly")
+def fault_print(q, k, v, **kw):
+    print("noise on stdout")
+    os.write(2, b"noise on stderr\n")
+    return _fine(q, k, v)
+
+
+@variants.register("fault_unsupported", description="refuses at call time", dtypes=("float32",))
+def fault_unsupported(q, k, v, **kw):
+    raise variants.UnsupportedError("this backend refuses odd sequence lengths")
+
+
+assert torch  # imported for its side effects in the variants above
