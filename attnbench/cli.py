@@ -1,0 +1,332 @@
+"""The attnbench command line: run, export, report, compare, list, check, env, profile.
+
+Bad input (unknown names, bad numbers, missing files) is reported as one line on stderr with exit
+status 2, before any work starts and before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+class BadInput(ValueError):
+    """A user error found before any work started."""
+
+
+def _fail(msg: str) -> int:
+    print(f"attnbench: error: {msg}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+# ---- run ------------------------------------------------------------------------------------------
+
+
+def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sweep (override the preset or config file)")
+    g.add_argument("--preset", help="named sweep shipped with attnbench (see `attnbench list --presets`)")
+    g.add_argument("--config", metavar="FILE", help="sweep TOML file ([sweep] and [settings] tables)")
+    g.add_argument("--variants", metavar="A,B", help="variants to run (default: every default variant)")
+    g.add_argument("--device", metavar="cpu,cuda", help="devices")
+    g.add_argument("--dtype", metavar="float32,...", help="float32, float16, bfloat16, float64")
+    g.add_argument("--batch", metavar="N,...", help="batch sizes")
+    g.add_argument("--heads", metavar="N,...", help="head counts")
+    g.add_argument("--seq-len", metavar="N,...", help="sequence lengths: 512,1024 or a doubling range 256..8192")
+    g.add_argument("--d-k", metavar="N,...", help="query/key head dims")
+    g.add_argument("--d-v", metavar="N,...", help="value head dims (default: = d_k)")
+    g.add_argument("--causal", choices=["no", "yes", "both"], help="causal masking")
+    g.add_argument("--padding", metavar="F,...", help="key padding fractions in [0, 1) (0 = none)")
+    g.add_argument("--pass", dest="pass_", choices=["fwd", "fwdbwd", "both"], help="forward or forward+backward")
+    t = p.add_argument_group("measurement")
+    t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
+    t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
+    t.add_argument("--min-samples", type=int, help="fewest timed calls per cell (>= 5)")
+    t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    t.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="kill a cell after this long")
+    t.add_argument("--seed", type=int, help="input seed")
+
+
+def sweep_from_args(args: argparse.Namespace):
+    """SweepSpec from preset/config + flags; BadInput naming the bad value."""
+    from harness.spec import CAUSAL_CHOICES, PASS_CHOICES, build_sweep, parse_floats, parse_ints, parse_names
+
+    ov: dict = {}
+    try:
+        if args.variants is not None:
+            ov["variants"] = parse_names(args.variants)
+        if args.device is not None:
+            ov["devices"] = parse_names(args.device)
+        if args.dtype is not None:
+            ov["dtypes"] = parse_names(args.dtype)
+        for flag, key in (("batch", "batch"), ("heads", "heads"), ("seq_len", "seq_len"), ("d_k", "d_k"),
+                          ("d_v", "d_v")):
+            val = getattr(args, flag)
+            if val is not None:
+                ov[key] = parse_ints(flag.replace("_", "-"), val)
+        if args.causal is not None:
+            ov["causal"] = CAUSAL_CHOICES[args.causal]
+        if args.padding is not None:
+            ov["padding"] = parse_floats("padding", args.padding)
+        if args.pass_ is not None:
+            ov["passes"] = PASS_CHOICES[args.pass_]
+        settings = {k: getattr(args, k) for k in ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout",
+                                                   "seed") if getattr(args, k) is not None}
+        if settings:
+            ov["settings"] = settings
+        return build_sweep(args.preset, args.config, ov)
+    except (ValueError, TypeError) as exc:
+        raise BadInput(str(exc)) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.progress import Progress
+    from harness.runner import run
+    from results import RunDirError
+    from variants import VariantError
+
+    sweep_flags = [f for f in ("preset", "config", "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k",
+                               "d_v", "causal", "padding", "pass_") if getattr(args, f) is not None]
+    if args.resume and sweep_flags:
+        raise BadInput(f"--resume takes the sweep from the run's meta.json; drop --{sweep_flags[0].rstrip('_')}")
+    if args.resume and args.out is None:
+        raise BadInput("--resume needs --out DIR naming the run to finish")
+    for path in args.variant_file or []:
+        if not Path(path).is_file():
+            raise BadInput(f"variant file {path!r} does not exist")
+    sweep = None if args.resume else sweep_from_args(args)
+    if args.out is not None and not args.resume:
+        out = Path(args.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise BadInput(f"{args.out!r} already exists and is not empty; pass --resume or choose another --out")
+    progress = Progress(enabled=not args.quiet)
+    try:
+        summary = run(sweep, args.out, resume=args.resume, variant_files=args.variant_file or [], progress=progress)
+    except (VariantError, RunDirError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
+    if summary.interrupted:
+        print(f"interrupted: finished rows are kept in {summary.path} ({counts}); "
+              f"finish with: attnbench run --resume --out {summary.path}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"run complete: {summary.path} ({counts})", file=sys.stderr)
+    print(summary.path)
+    return 0
+
+
+# ---- export / list / env / check --------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from results import RunDirError, export, load
+
+    try:
+        df = load(*args.run_dirs)
+    except RunDirError as exc:
+        raise BadInput(str(exc)) from None
+    sys.stdout.write(export(df, args.format))
+    return 0
+
+
+def _load_files(paths: list[str] | None) -> None:
+    import variants
+
+    for path in paths or []:
+        try:
+            variants.load_variant_file(path)
+        except variants.VariantError as exc:
+            raise BadInput(str(exc)) from None
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.presets:
+        from harness.spec import presets, tomllib
+
+        for name, path in presets().items():
+            desc = tomllib.loads(path.read_text()).get("description", "")
+            print(f"{name:<8} {desc}")
+        return 0
+    _load_files(args.variant_file)
+    import variants
+
+    rows = []
+    for name, v in variants.all_variants().items():
+        c = v.cap
+        caps = ",".join(k for k in ("causal", "padding", "dropout", "backward") if getattr(c, k))
+        head = f"{c.min_head_dim}..{c.max_head_dim or 'any'}"
+        where = {d: v.availability(d) for d in ("cpu", "cuda")}
+        rows.append({"name": name, "memory": c.memory, "dtypes": ",".join(c.dtypes), "head_dim": head,
+                     "supports": caps, "default": c.default, "source": v.source, "description": c.description,
+                     "available": {d: r is None for d, r in where.items()},
+                     "reasons": {d: r for d, r in where.items() if r}})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="attnbench variants", show_lines=True)
+    for col in ("variant", "memory", "dtypes", "head dim", "supports", "cpu", "cuda"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        cells = []
+        for d in ("cpu", "cuda"):
+            cells.append("[green]yes[/]" if r["available"][d] else f"[dim]no: {_esc(r['reasons'][d])}[/]")
+        name = r["name"] + ("" if r["default"] else " [dim](not in default sweeps)[/]")
+        table.add_row(f"[bold]{name}[/]\n[dim]{_esc(r['description'])}[/]", r["memory"],
+                      r["dtypes"], r["head_dim"], r["supports"], *cells)
+    console = Console(width=max(140, Console().width))
+    console.print(table)
+    for err in variants.load_errors():
+        console.print(f"[red]plug-in error:[/] {_esc(err)}")
+    return 0
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from harness.fingerprint import collect
+
+    fp = collect()
+    if args.json:
+        print(json.dumps(fp, indent=1))
+        return 0
+    for key, val in fp.items():
+        if isinstance(val, dict):
+            for k2, v2 in val.items():
+                print(f"{key}.{k2:<22} {v2}")
+        else:
+            print(f"{key:<28} {val}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The correctness gate for every variant over causal x padding (and the numerics probe)."""
+    from harness.spec import parse_names
+
+    _load_files(args.variant_file)
+    import torch
+
+    import variants
+    from harness import correctness, numerics
+    from variants import UnsupportedError, torch_dtype
+
+    devices = list(parse_names(args.device))
+    dtypes = list(parse_names(args.dtype))
+    names = list(parse_names(args.variants)) if args.variants else list(variants.all_variants())
+    try:
+        variants.resolve(names)
+        for d in dtypes:
+            torch_dtype(d)
+    except (variants.VariantError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    for d in devices:
+        if d not in ("cpu", "cuda"):
+            raise BadInput(f"unknown device {d!r}; known: cpu, cuda")
+        if d == "cuda" and not torch.cuda.is_available():
+            raise BadInput("device cuda was asked for, but torch sees no CUDA device on this machine")
+    b, h, n, dk = 2, 4, args.seq_len, 64
+    failures = 0
+    print(f"{'variant':<17}{'device':<7}{'dtype':<10}{'causal':<7}{'pad':<5}{'status':<12}{'rel_err':>10}"
+          f"{'grad_rel':>10}  masked rows / reason")
+    for device in devices:
+        g = torch.Generator(device=device).manual_seed(0)
+        for dtype in dtypes:
+            base = [torch.randn(b, h, n, dk, generator=g, device=device).to(torch_dtype(dtype)) for _ in range(3)]
+            for causal in (False, True):
+                for pad in (None, torch.tensor([n // 3, 0], device=device)):
+                    for name in names:
+                        v = variants.get(name)
+                        prob = variants.Problem(device=device, dtype=dtype, batch=b, heads=h, seq_q=n, seq_k=n,
+                                                d_k=dk, d_v=dk, causal=causal, padding=pad is not None,
+                                                backward=True)
+                        reason = v.check(prob)
+                        grad = True
+                        if reason and "backward" in reason:
+                            grad, reason = False, v.check(variants.Problem(**{**prob.__dict__, "backward": False}))
+                        line = f"{name:<17}{device:<7}{dtype:<10}{'yes' if causal else 'no':<7}" \
+                               f"{'yes' if pad is not None else 'no':<5}"
+                        if reason:
+                            print(f"{line}{'unsupported':<12}{'':>10}{'':>10}  {reason}")
+                            continue
+                        try:
+                            r = correctness.check(v, *base, causal=causal, key_lengths=pad, backward=grad)
+                        except UnsupportedError as exc:
+                            print(f"{line}{'unsupported':<12}{'':>10}{'':>10}  {exc}")
+                            continue
+                        status = "pass" if r.ok else "FAIL"
+                        failures += (not r.ok) and v.cap.default
+                        gr = f"{r.grad_rel_err:.1e}" if r.grad_rel_err is not None else "-"
+                        print(f"{line}{status:<12}{r.rel_err:>10.1e}{gr:>10}  {r.masked_rows}")
+    if args.probe:
+        print("\nnumerics probe: rel_err against float64 with q scaled by 1, 10, 100")
+        for rec in numerics.probe(names, devices, dtypes):
+            err = f"{rec['rel_err']:.1e}" if "rel_err" in rec else rec.get("message", "")
+            print(f"{rec['variant']:<17}{rec['device']:<7}{rec['dtype']:<10}x{rec['q_scale']:<6g}{rec['status']:<12}{err}")
+    return 1 if failures else 0
+
+
+# ---- main -----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run a sweep into a run directory")
+    _add_sweep_flags(p)
+    p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
+    p.add_argument("--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("export", help="print the tidy results table of runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--format", choices=["csv", "json"], default="csv")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("list", help="registered variants, their capabilities and availability here")
+    p.add_argument("--variant-file", action="append", metavar="PATH")
+    p.add_argument("--presets", action="store_true", help="list the named sweep presets instead")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("check", help="run the float64 correctness gate for every variant (+ numerics probe)")
+    p.add_argument("--variants", metavar="A,B")
+    p.add_argument("--device", default="cpu", metavar="cpu,cuda")
+    p.add_argument("--dtype", default="float32,bfloat16", metavar="DTYPES")
+    p.add_argument("--seq-len", type=int, default=100)
+    p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
+    p.add_argument("--variant-file", action="append", metavar="PATH")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("env", help="print this machine's fingerprint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_env)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BadInput as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `attnbench export ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
