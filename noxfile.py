@@ -36,9 +36,13 @@ def _install(session: nox.Session, *extras: str) -> None:
     """Expose the host's torch to the session (or install the fallback), then install attnbench."""
     site = _host_torch_site()
     if site:
-        purelib = session.run(
-            "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
-        ).strip().splitlines()[-1]
+        purelib = (
+            session.run(
+                "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+            )
+            .strip()
+            .splitlines()[-1]
+        )
         Path(purelib, "_attnbench_host_torch.pth").write_text(site + "\n")
         session.log(f"using the torch installed in {site}")
     else:

@@ -92,7 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sweep_flags = [f for f in ("preset", "config", "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k",
                                "d_v", "causal", "padding", "pass_") if getattr(args, f) is not None]
     if args.resume and sweep_flags:
-        raise BadInput(f"--resume takes the sweep from the run's meta.json; drop --{sweep_flags[0].rstrip('_')}")
+        flag = sweep_flags[0].rstrip("_").replace("_", "-")
+        raise BadInput(f"--resume takes the sweep from the run's meta.json; drop --{flag}")
     if args.resume and args.out is None:
         raise BadInput("--resume needs --out DIR naming the run to finish")
     for path in args.variant_file or []:

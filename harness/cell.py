@@ -21,7 +21,9 @@ from .flops import attention_flops, tflops
 from .spec import CellSpec, Settings
 
 
-def make_inputs(spec: CellSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def make_inputs(
+    spec: CellSpec, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Seeded standard-normal q (B, H, N, d_k), k (B, H, N, d_k), v (B, H, N, d_v) and key lengths (B,)."""
     device = torch.device(spec.device)
     g = torch.Generator(device=device).manual_seed(seed)
@@ -86,14 +88,23 @@ def _timer(device: str, settings: Settings) -> timing.Timer:
     return timing.CudaTimer(flush_l2=settings.flush_l2) if device == "cuda" else timing.CpuTimer()
 
 
-def measure_cell(spec: CellSpec, settings: Settings, cache: InputCache | None = None,
-                 timer: timing.Timer | None = None) -> dict[str, Any]:
+def measure_cell(
+    spec: CellSpec, settings: Settings, cache: InputCache | None = None, timer: timing.Timer | None = None
+) -> dict[str, Any]:
     """The full measurement of one cell as a result row (see results.schema)."""
     t_start = time.perf_counter()
     row = base_row(spec)
     row["threads"] = torch.get_num_threads()
-    flops = attention_flops(spec.batch, spec.heads, spec.seq_len, spec.seq_len, spec.d_k, spec.d_v,
-                            causal=spec.causal, pass_=spec.pass_)
+    flops = attention_flops(
+        spec.batch,
+        spec.heads,
+        spec.seq_len,
+        spec.seq_len,
+        spec.d_k,
+        spec.d_v,
+        causal=spec.causal,
+        pass_=spec.pass_,
+    )
     row["flops"] = flops
     try:
         variant = variants.get(spec.variant)
@@ -137,8 +148,13 @@ def _measure(spec, settings, variant, cache, timer, row, flops, t_start):
     if backward and spec.batch * spec.heads * spec.seq_len**2 <= settings.grad_check_elems:
         grad_rel = correctness.grad_errors(variant.fn, q, k, v, **opts)
     grad_ok = grad_rel is None or grad_rel <= gate.tolerance * correctness.GRAD_TOLERANCE_FACTOR
-    row.update(max_abs_err=gate.max_abs_err, rel_err=gate.rel_err, grad_rel_err=grad_rel,
-               masked_rows=gate.masked_rows, rows_checked=gate.rows_checked)
+    row.update(
+        max_abs_err=gate.max_abs_err,
+        rel_err=gate.rel_err,
+        grad_rel_err=grad_rel,
+        masked_rows=gate.masked_rows,
+        rows_checked=gate.rows_checked,
+    )
 
     # 2. the timed callable: the variant's own function, inputs already validated
     fn = variant.fn
@@ -157,9 +173,14 @@ def _measure(spec, settings, variant, cache, timer, row, flops, t_start):
             with torch.no_grad():
                 fn(q, k, v, **opts)
 
-    budget = timing.Budget(warmup_ms=settings.warmup_ms, budget_ms=settings.budget_ms,
-                           min_samples=settings.min_samples, max_samples=settings.max_samples,
-                           target_rel_iqr=settings.target_rel_iqr, min_ms=settings.min_ms)
+    budget = timing.Budget(
+        warmup_ms=settings.warmup_ms,
+        budget_ms=settings.budget_ms,
+        min_samples=settings.min_samples,
+        max_samples=settings.max_samples,
+        target_rel_iqr=settings.target_rel_iqr,
+        min_ms=settings.min_ms,
+    )
     m = timing.measure(call, timer or _timer(spec.device, settings), budget)
 
     # 3. peak memory, outside the timed runs
@@ -169,9 +190,17 @@ def _measure(spec, settings, variant, cache, timer, row, flops, t_start):
     peak_bytes, method = memory.peak(call, spec.device)
 
     row.update(
-        time_ms_median=m.median, time_ms_p25=m.p25, time_ms_p75=m.p75, rel_iqr=m.rel_iqr, noisy=m.noisy,
-        n_samples=m.n, samples_ms=[round(s, 6) for s in m.samples_ms], stop_reason=m.stop_reason,
-        peak_mem_bytes=peak_bytes, mem_method=method, tflops=tflops(flops, m.median),
+        time_ms_median=m.median,
+        time_ms_p25=m.p25,
+        time_ms_p75=m.p75,
+        rel_iqr=m.rel_iqr,
+        noisy=m.noisy,
+        n_samples=m.n,
+        samples_ms=[round(s, 6) for s in m.samples_ms],
+        stop_reason=m.stop_reason,
+        peak_mem_bytes=peak_bytes,
+        mem_method=method,
+        tflops=tflops(flops, m.median),
         elapsed_s=round(time.perf_counter() - t_start, 3),
     )
     if not gate.passed or not grad_ok:
@@ -182,4 +211,4 @@ def _measure(spec, settings, variant, cache, timer, row, flops, t_start):
         else:
             what = f"grad rel_err {grad_rel:.2e} > {gate.tolerance * correctness.GRAD_TOLERANCE_FACTOR:.0e}"
         return finish(row, "wrong", f"failed the float64 gate: {what}")
-    return finish(row, "ok", "noisy: IQR/median {:.0%}".format(m.rel_iqr) if m.noisy else "")
+    return finish(row, "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m.noisy else "")

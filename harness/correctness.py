@@ -41,7 +41,9 @@ def reference(q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None)
     row_ids = torch.arange(n_q, device=q.device) if rows is None else rows.to(q.device)
     keep = torch.ones(b, 1, 1, n_k, dtype=torch.bool, device=q.device)
     if key_lengths is not None:
-        keep = (torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None])[:, None, None, :]
+        keep = (torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None])[
+            :, None, None, :
+        ]
     block = max(1, REFERENCE_ROW_BLOCK // max(1, b * h * n_k))
     outs = []
     for start in range(0, len(row_ids), block):
@@ -173,7 +175,7 @@ def grad_errors(variant, q, k, v, *, causal=False, key_lengths=None, scale=None,
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
     ref = _reference_autograd(*ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale)
     ref_grads = torch.autograd.grad(ref, ref_leaves, d_out)
-    return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads))
+    return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
 
 
 def _reference_autograd(q64, k64, v64, *, causal, key_lengths, scale):
@@ -187,7 +189,9 @@ def _reference_autograd(q64, k64, v64, *, causal, key_lengths, scale):
         visible = visible.tril()
     visible = visible[None, None]
     if key_lengths is not None:
-        visible = visible & (torch.arange(n_k, device=q64.device)[None, :] < key_lengths[:, None])[:, None, None, :]
+        visible = (
+            visible & (torch.arange(n_k, device=q64.device)[None, :] < key_lengths[:, None])[:, None, None, :]
+        )
     s = s.masked_fill(~visible, -math.inf)
     m = s.amax(-1, keepdim=True).detach()
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
@@ -213,7 +217,14 @@ def check(
     with torch.no_grad():
         out = variant(q, k, v, causal=causal, key_lengths=key_lengths, scale=scale)
     result = gate(
-        out, q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=sample_rows(q.shape[2], max_rows)
+        out,
+        q,
+        k,
+        v,
+        causal=causal,
+        key_lengths=key_lengths,
+        scale=scale,
+        rows=sample_rows(q.shape[2], max_rows),
     )
     if not backward:
         return result

@@ -45,13 +45,21 @@ def git_commit() -> str | None:
     if not (REPO / ".git").exists():
         return None
     try:
-        res = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
+        res = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if res.returncode != 0:
             return None
         head = res.stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return (head + ("-dirty" if dirty else "")) or None
@@ -82,19 +90,34 @@ def cpu_info() -> dict[str, Any]:
     }
 
 
+SMI_FIELDS = {  # nvidia-smi query name -> fingerprint key
+    "driver_version": "driver",
+    "clocks.sm": "sm_clock",
+    "clocks.max.sm": "sm_clock_max",
+    "clocks.mem": "mem_clock",
+    "power.limit": "power_limit",
+    "temperature.gpu": "temperature",
+    "clocks_throttle_reasons.active": "throttle_reasons",
+}
+
+
 def _nvidia_smi() -> dict[str, Any]:
-    fields = ["driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "power.limit", "temperature.gpu",
-              "clocks_throttle_reasons.active"]
+    """Driver, clocks and throttle reasons of GPU 0 from nvidia-smi, or {} where it is missing."""
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return {}
     if out.returncode != 0 or not out.stdout.strip():
         return {}
     vals = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
-    return dict(zip(["driver", "sm_clock", "sm_clock_max", "mem_clock", "power_limit", "temperature",
-                     "throttle_reasons"], vals))
+    if len(vals) != len(SMI_FIELDS):
+        return {"nvidia_smi": out.stdout.strip()}
+    return dict(zip(SMI_FIELDS.values(), vals, strict=True))
 
 
 def gpu_info() -> dict[str, Any] | None:

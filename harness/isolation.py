@@ -44,7 +44,9 @@ class Worker:
         self.config = config
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child, config), daemon=True, name="attnbench-worker")
+        self.proc = ctx.Process(
+            target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
+        )
         self.proc.start()
         child.close()
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")
@@ -110,7 +112,9 @@ def log_tail(log_path: str | None, lines: int = 3, offset: int = 0) -> str:
     with open(log_path, "rb") as fh:
         fh.seek(offset)
         text = fh.read().decode(errors="replace").splitlines()
-    keep = [t.strip() for t in text if t.strip() and "USDT:" not in t and not t.startswith("attnbench worker")]
+    keep = [
+        t.strip() for t in text if t.strip() and "USDT:" not in t and not t.startswith("attnbench worker")
+    ]
     fatal = [t for t in keep if t.startswith("Fatal Python error")]
     picked = fatal[-1:] or keep[-lines:]
     return " | ".join(picked)[:400]

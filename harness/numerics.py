@@ -47,9 +47,16 @@ def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0
                         out.append({**rec, "status": "error", "message": f"{type(exc).__name__}: {exc}"})
                         continue
                     finite = not math.isinf(result.rel_err)
-                    out.append({**rec, "status": "ok" if result.passed else "wrong", "rel_err": result.rel_err,
-                                "max_abs_err": result.max_abs_err, "finite": finite,
-                                "tolerance": result.tolerance})
+                    out.append(
+                        {
+                            **rec,
+                            "status": "ok" if result.passed else "wrong",
+                            "rel_err": result.rel_err,
+                            "max_abs_err": result.max_abs_err,
+                            "finite": finite,
+                            "tolerance": result.tolerance,
+                        }
+                    )
     return out
 
 

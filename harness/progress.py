@@ -33,7 +33,8 @@ def cell_line(row: dict[str, Any]) -> str:
     shape = (
         f"{row['device']} {SHORT_DTYPE.get(row['dtype'], row['dtype'])} b{row['batch']} h{row['heads']} "
         f"n{row['seq_len']} d{row['d_k']}{'' if row['d_v'] == row['d_k'] else '/' + str(row['d_v'])}"
-        f"{' causal' if row['causal'] else ''}{' pad' + format(row['padding'], 'g') if row['padding'] else ''} "
+        f"{' causal' if row['causal'] else ''}"
+        f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''} "
         f"{row['pass']}"
     )
     head = f"{row['status']:<11} {row['variant']:<16} {shape:<38}"
@@ -68,19 +69,32 @@ class Progress:
 
     def message(self, text: str) -> None:
         if self.enabled:
-            self.console.print(text, markup=False)
+            self.console.print(text, markup=False, soft_wrap=True)
 
     def start(self, total: int, done_before: int, run_dir: Path) -> None:
         if not self.enabled:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
         from rich.progress import Progress as RichProgress
 
         if done_before:
             self.message(f"resuming {run_dir}: {done_before} cells already done, {total} to go")
         self._bar = RichProgress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("elapsed"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
         )
         self._bar.start()
         self._task = self._bar.add_task("cells", total=total)

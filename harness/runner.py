@@ -27,7 +27,9 @@ from .spec import CellSpec, SweepSpec
 
 DEFAULT_RUNS_DIR = Path("runs")
 NUMERICS_FILE = "numerics.json"
-NUMERICS_EXTRA = ("unstable_softmax",)  # left out of sweeps, kept in the probe to show why the max is subtracted
+NUMERICS_EXTRA = (
+    "unstable_softmax",
+)  # left out of sweeps, kept in the probe to show why the max is subtracted
 
 
 @dataclass
@@ -61,7 +63,7 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
 
 
 class _SkipAhead:
-    """Once a series (variant and every axis but seq_len) OOMs or times out at some N, larger N are skipped."""
+    """Once a series (variant, all axes but seq_len) OOMs or times out at some N, larger N are skipped."""
 
     def __init__(self) -> None:
         self.limit: dict[tuple, tuple[int, str]] = {}
@@ -70,7 +72,10 @@ class _SkipAhead:
         if status in ("oom", "timeout"):
             old = self.limit.get(spec.group_key)
             if old is None or spec.seq_len < old[0]:
-                self.limit[spec.group_key] = (spec.seq_len, "ran out of memory" if status == "oom" else "timed out")
+                self.limit[spec.group_key] = (
+                    spec.seq_len,
+                    "ran out of memory" if status == "oom" else "timed out",
+                )
 
     def reason(self, spec: CellSpec) -> str | None:
         hit = self.limit.get(spec.group_key)
@@ -87,7 +92,7 @@ def run(
     variant_files: list[str] | None = None,
     progress: Progress | None = None,
 ) -> RunSummary:
-    """Run (or resume) a sweep into a run directory; returns where it went and how many cells got which status."""
+    """Run (or resume) a sweep into a run directory; returns where it went and the status counts."""
     variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
     if resume:
         if out is None:
@@ -107,7 +112,11 @@ def run(
     progress = progress or Progress(enabled=False)
     summary = RunSummary(path=path, resumed=len(cells) - len(todo))
     settings = sweep.settings
-    config = {"threads": settings.threads, "variant_files": variant_files, "log_path": str(path / "worker.log")}
+    config = {
+        "threads": settings.threads,
+        "variant_files": variant_files,
+        "log_path": str(path / "worker.log"),
+    }
     skip = _SkipAhead()
     for row in writer.done.values():
         skip.note(CellSpec.from_dict(row), row.get("status", ""))
@@ -141,13 +150,18 @@ def run(
     return summary
 
 
-def _meta(sweep: SweepSpec, names: list[str], variant_files: list[str], worker: Worker, progress) -> dict[str, Any]:
+def _meta(
+    sweep: SweepSpec, names: list[str], variant_files: list[str], worker: Worker, progress
+) -> dict[str, Any]:
     fingerprint = worker.request({"op": "fingerprint"}, timeout=120)["value"]
     calibration = {}
     for device in sweep.devices:
-        progress.message(f"calibrating {device}: matmul throughput ({', '.join(sweep.dtypes)}) and copy bandwidth")
-        calibration[device] = worker.request({"op": "calibrate", "device": device, "dtypes": list(sweep.dtypes)},
-                                             timeout=600)["value"]
+        progress.message(
+            f"calibrating {device}: matmul throughput ({', '.join(sweep.dtypes)}) and copy bandwidth"
+        )
+        calibration[device] = worker.request(
+            {"op": "calibrate", "device": device, "dtypes": list(sweep.dtypes)}, timeout=600
+        )["value"]
     return {
         "run_id": new_run_id(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -165,7 +179,12 @@ def _numerics(sweep: SweepSpec, names: list[str], worker: Worker, config: dict):
     """The probe, one variant per request so that a crashing or hanging variant costs only its own records."""
     records = []
     for name in names + [n for n in NUMERICS_EXTRA if n not in names]:
-        msg = {"op": "numerics", "variants": [name], "devices": list(sweep.devices), "dtypes": list(sweep.dtypes)}
+        msg = {
+            "op": "numerics",
+            "variants": [name],
+            "devices": list(sweep.devices),
+            "dtypes": list(sweep.dtypes),
+        }
         try:
             records += worker.request(msg, timeout=min(sweep.settings.cell_timeout, 300))["value"]
         except (WorkerTimeout, WorkerDied) as exc:
@@ -202,13 +221,17 @@ def _one_cell(spec: CellSpec, sweep: SweepSpec, worker: Worker, config: dict, sk
         if reason:
             return finish(row, "skipped", reason, predicted_peak_bytes=predicted), worker
         t0 = time.perf_counter()
-        reply = worker.request({"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__},
-                               timeout=settings.cell_timeout)
+        reply = worker.request(
+            {"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__},
+            timeout=settings.cell_timeout,
+        )
         row = reply["row"]
         row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
         return row, worker
     except WorkerTimeout as exc:
-        return finish(row, "timeout", f"cell exceeded --cell-timeout {settings.cell_timeout:g} s: {exc}"), Worker(config)
+        return finish(
+            row, "timeout", f"cell exceeded --cell-timeout {settings.cell_timeout:g} s: {exc}"
+        ), Worker(config)
     except WorkerDied as exc:
         worker.kill()
         return finish(row, "crashed", str(exc)), Worker(config)

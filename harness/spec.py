@@ -55,14 +55,33 @@ class CellSpec:
     @property
     def shape_key(self) -> tuple:
         """Everything but the variant: cells with one shape_key share inputs and reference."""
-        return (self.device, self.dtype, self.batch, self.heads, self.seq_len, self.d_k, self.d_v, self.causal,
-                self.padding)
+        return (
+            self.device,
+            self.dtype,
+            self.batch,
+            self.heads,
+            self.seq_len,
+            self.d_k,
+            self.d_v,
+            self.causal,
+            self.padding,
+        )
 
     @property
     def group_key(self) -> tuple:
         """Everything but seq_len: a scaling series (one line on a plot)."""
-        return (self.variant, self.device, self.dtype, self.batch, self.heads, self.d_k, self.d_v, self.causal,
-                self.padding, self.pass_)
+        return (
+            self.variant,
+            self.device,
+            self.dtype,
+            self.batch,
+            self.heads,
+            self.d_k,
+            self.d_v,
+            self.causal,
+            self.padding,
+            self.pass_,
+        )
 
     def problem(self) -> Problem:
         return Problem(
@@ -123,7 +142,9 @@ class Settings:
         if self.threads < 0:
             raise ValueError(f"threads must be 0 (default) or positive, got {self.threads}")
         if self.min_samples < 5 or self.max_samples < self.min_samples:
-            raise ValueError(f"need 5 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}")
+            raise ValueError(
+                f"need 5 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}"
+            )
         if not 0 < self.memory_guard <= 1:
             raise ValueError(f"memory_guard must lie in (0, 1], got {self.memory_guard}")
 
@@ -169,12 +190,23 @@ class SweepSpec:
         d_vs = self.d_v or (None,)
         out = []
         for device, dtype, b, h, dk, dv, causal, pad, pas, n in itertools.product(
-            self.devices, self.dtypes, self.batch, self.heads, self.d_k, d_vs, self.causal, self.padding,
-            self.passes, sorted(self.seq_len),
+            self.devices,
+            self.dtypes,
+            self.batch,
+            self.heads,
+            self.d_k,
+            d_vs,
+            self.causal,
+            self.padding,
+            self.passes,
+            sorted(self.seq_len),
         ):
             for name in variant_names:
-                out.append(CellSpec(name, device, dtype, b, h, n, dk, dk if dv is None else dv, causal,
-                                    float(pad), pas))
+                out.append(
+                    CellSpec(
+                        name, device, dtype, b, h, n, dk, dk if dv is None else dv, causal, float(pad), pas
+                    )
+                )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,7 +224,9 @@ class SweepSpec:
         settings = d.get("settings") or {}
         unknown = set(settings) - {f.name for f in fields(Settings)}
         if unknown:
-            raise ValueError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(f.name for f in fields(Settings))}")
+            raise ValueError(
+                f"unknown setting(s) {sorted(unknown)}; known: {sorted(f.name for f in fields(Settings))}"
+            )
         return cls(**kw, settings=Settings(**settings))
 
 
@@ -309,7 +343,9 @@ def _choice(name: str, value, choices: dict[str, tuple]) -> tuple:
     return choices[value]
 
 
-def build_sweep(preset: str | None = None, config: str | None = None, overrides: dict[str, Any] | None = None) -> SweepSpec:
+def build_sweep(
+    preset: str | None = None, config: str | None = None, overrides: dict[str, Any] | None = None
+) -> SweepSpec:
     """Preset or config file (not both), then flag overrides; validated SweepSpec."""
     if preset and config:
         raise ValueError("give --preset or --config, not both")

@@ -46,7 +46,9 @@ class CudaTimer:
         self.flush = None
         if flush_l2:
             l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 64 << 20
-            self.flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device=self.device)  # 2x L2, evicts it all
+            self.flush = torch.empty(
+                2 * l2 // 4, dtype=torch.int32, device=self.device
+            )  # 2x L2, evicts it all
 
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
         torch = self.torch
@@ -59,13 +61,15 @@ class CudaTimer:
             fn()
             ends[i].record()
         torch.cuda.synchronize(self.device)
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
 class FakeTimer:
     """Seeded synthetic durations (log-normal around `median_ms`), for testing the sampling logic."""
 
-    def __init__(self, median_ms: float = 1.0, rel_sigma: float = 0.02, seed: int = 0, call: bool = False) -> None:
+    def __init__(
+        self, median_ms: float = 1.0, rel_sigma: float = 0.02, seed: int = 0, call: bool = False
+    ) -> None:
         import random
 
         self.rng = random.Random(seed)
@@ -138,23 +142,29 @@ class Budget:
     min_samples: int = 5
     max_samples: int = 500
     target_rel_iqr: float = 0.05
-    min_ms: float = 100.0  # an early (stable) stop still needs this much sampled time: cheap calls get more samples
+    min_ms: float = (
+        100.0  # an early (stable) stop still needs this much sampled time: cheap calls get more samples
+    )
 
     def __post_init__(self) -> None:
         if self.warmup_ms < 0 or self.budget_ms <= 0:
-            raise ValueError(f"timing budgets must be positive, got warmup {self.warmup_ms}, budget {self.budget_ms}")
+            raise ValueError(
+                f"timing budgets must be positive, got warmup {self.warmup_ms}, budget {self.budget_ms}"
+            )
         if not 1 <= self.min_samples <= self.max_samples:
-            raise ValueError(f"need 1 <= min_samples ({self.min_samples}) <= max_samples ({self.max_samples})")
+            raise ValueError(
+                f"need 1 <= min_samples ({self.min_samples}) <= max_samples ({self.max_samples})"
+            )
         if self.min_samples < 5:
             raise ValueError(f"min_samples must be at least 5, got {self.min_samples}")
 
 
 def measure(fn: Callable[[], object], timer: Timer, budget: Budget = Budget()) -> Measurement:
-    """Warm up for budget.warmup_ms (at least one call), then sample until the IQR is stable or the budget is spent.
+    """Warm up for budget.warmup_ms (at least one call), then sample until stable or out of budget.
 
-    Stops once n >= min_samples, IQR/median <= target_rel_iqr and min_ms were sampled, or once the samples sum past
-    budget_ms (never with fewer than min_samples), or at max_samples. Time is counted from the
-    samples themselves, so a fake timer drives the loop deterministically.
+    Stops once n >= min_samples, IQR/median <= target_rel_iqr and min_ms were sampled, or once the
+    samples sum past budget_ms (never with fewer than min_samples), or at max_samples. Time is
+    counted from the samples themselves, so a fake timer drives the loop deterministically.
     """
     warm = timer.time_calls(fn, 1)
     while sum(warm) < budget.warmup_ms and len(warm) < budget.max_samples:

@@ -3,7 +3,7 @@
 `results/reference/` holds runs published with the repository; new runs go to `runs/` (git-ignored).
 """
 
-from .load import export, load, load_meta, machine_label
+from .load import export, load, load_meta, load_numerics, machine_label
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir, read_meta, read_rows
 
@@ -17,6 +17,7 @@ __all__ = [
     "is_run_dir",
     "load",
     "load_meta",
+    "load_numerics",
     "machine_label",
     "read_meta",
     "read_rows",

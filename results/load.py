@@ -54,6 +54,15 @@ def load_meta(*paths: str | Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def load_numerics(path: str | Path) -> dict[str, Any]:
+    """The run's numerics.json ({'probe': [...], 'example_weights': {...}}), or {} when it has none."""
+    import json
+
+    read_meta(path)
+    p = Path(path) / "numerics.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
 def export(df, fmt: str) -> str:
     """The tidy table as CSV (without raw samples) or JSON records (with them)."""
     if fmt == "csv":

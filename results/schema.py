@@ -48,4 +48,16 @@ COLUMNS: dict[str, str] = {
     "finished_at": "string",
 }
 LIST_COLUMNS = ("samples_ms",)
-CELL_AXES = ("variant", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v", "causal", "padding", "pass")
+CELL_AXES = (
+    "variant",
+    "device",
+    "dtype",
+    "batch",
+    "heads",
+    "seq_len",
+    "d_k",
+    "d_v",
+    "causal",
+    "padding",
+    "pass",
+)

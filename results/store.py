@@ -90,7 +90,9 @@ class RunWriter:
         if target.exists():
             raise RunDirError(f"{target} exists already; run metadata is written once")
         tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n")
+        tmp.write_text(
+            json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n"
+        )
         os.replace(tmp, target)
 
     def write_json(self, name: str, data: Any) -> None:

@@ -31,9 +31,15 @@ class _Blocks:
 
     def __init__(self, g: int, bq: int, bk: int, d_v: int, dtype, device) -> None:
         self.g = g
-        self.scores = torch.empty(g * bq * bk, dtype=torch.float32 if dtype != torch.float64 else dtype, device=device)
+        self.scores = torch.empty(
+            g * bq * bk, dtype=torch.float32 if dtype != torch.float64 else dtype, device=device
+        )
         # low-precision inputs: matmul in the input dtype, softmax statistics in float32
-        self.low = None if dtype in (torch.float32, torch.float64) else torch.empty(g * bq * bk, dtype=dtype, device=device)
+        self.low = (
+            None
+            if dtype in (torch.float32, torch.float64)
+            else torch.empty(g * bq * bk, dtype=dtype, device=device)
+        )
         self.acc = torch.empty(g * bq * d_v, dtype=self.scores.dtype, device=device)
 
     def view(self, buf: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -69,7 +75,9 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
     vf = v.reshape(g, n_k, d_v)  # (G, N_k, d_v)
     pad_valid, max_len = None, n_k
     if key_lengths is not None:
-        pad_valid = torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None]  # (B, N_k)
+        pad_valid = (
+            torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None]
+        )  # (B, N_k)
         max_len = int(key_lengths.max())
     bq, bk = min(block_q, n_q), min(block_k, n_k)
     buf = _Blocks(g, bq, bk, d_v, q.dtype, q.device)
@@ -93,7 +101,9 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
                 s.copy_(torch.bmm(q_blk, kt[:, :, j0:j1], out=buf.view(buf.low, rq, rk)))
             _mask_block(s, i0, i1, j0, j1, causal, pad_valid, h)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-            m_safe = m_new.masked_fill(m_new == _NEG_INF, 0.0)  # rows with nothing seen yet: exp(-inf - 0) = 0
+            m_safe = m_new.masked_fill(
+                m_new == _NEG_INF, 0.0
+            )  # rows with nothing seen yet: exp(-inf - 0) = 0
             s.sub_(m_safe).exp_()  # s is now P, unnormalised
             alpha = (m - m_safe).exp_()  # rescales what was accumulated under the old max
             l.mul_(alpha).add_(s.sum(dim=-1, keepdim=True))
@@ -120,7 +130,9 @@ def _backward(q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, blo
     kf = k.to(acc_dtype).reshape(g, n_k, d_k)
     vf = v.to(acc_dtype).reshape(g, n_k, d_v)
     do = d_out.to(acc_dtype).reshape(g, n_q, d_v)
-    delta = (do * out.to(acc_dtype).reshape(g, n_q, d_v)).sum(-1, keepdim=True)  # (G, N_q, 1) = rowsum(dO * O)
+    delta = (do * out.to(acc_dtype).reshape(g, n_q, d_v)).sum(
+        -1, keepdim=True
+    )  # (G, N_q, 1) = rowsum(dO * O)
     lse = lse.to(acc_dtype)[..., None]  # (G, N_q, 1)
     pad_valid, max_len = None, n_k
     if key_lengths is not None:
@@ -170,7 +182,9 @@ class _ChunkedAttention(torch.autograd.Function):
     dropout=False,
     memory="linear",
 )
-def chunked(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, block_q=BLOCK_Q, block_k=BLOCK_K):
+def chunked(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, block_q=BLOCK_Q, block_k=BLOCK_K
+):
     """Exact attention in O(N) memory; block_q / block_k set the query and key block sizes."""
     if dropout_p > 0:
         raise ValueError("chunked does not implement dropout")

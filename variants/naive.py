@@ -25,7 +25,9 @@ def naive(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None,
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     empty = fully_masked_rows(n_q, causal=causal, key_lengths=key_lengths)
-    if empty is not None:  # softmax of an all -inf row is NaN (and so is its gradient); the convention is zeros
+    if (
+        empty is not None
+    ):  # softmax of an all -inf row is NaN (and so is its gradient); the convention is zeros
         scores = scores.masked_fill(empty, 0.0)
     weights = torch.softmax(scores, dim=-1)
     if empty is not None:

@@ -51,7 +51,9 @@ def validate_tensors(q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0) 
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
         if t.dim() != 4:
-            raise ValueError(f"{name} must have 4 dims (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have 4 dims (batch, heads, seq, head_dim), got shape {tuple(t.shape)}"
+            )
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -66,7 +68,9 @@ def validate_tensors(q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0) 
     if nk != nv:
         raise ValueError(f"k and v sequence lengths differ: {nk} vs {nv}")
     if min(bq, hq, nq, nk, dq, dv) < 1:
-        raise ValueError(f"empty dimension in shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"empty dimension in shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if key_lengths is not None:
         if not isinstance(key_lengths, torch.Tensor) or key_lengths.dim() != 1 or key_lengths.shape[0] != bq:
             raise ValueError(f"key_lengths must be a 1-D tensor of {bq} valid key counts")

@@ -28,7 +28,7 @@ class UnsupportedError(RuntimeError):
 
 @dataclass(frozen=True)
 class Capability:
-    """What a variant can do. `available` and `supports` return None when fine, else a human-readable reason."""
+    """What a variant can do; `available` and `supports` return None when fine, else a readable reason."""
 
     name: str
     description: str = ""
@@ -49,7 +49,9 @@ class Capability:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise VariantError(f"variant name {self.name!r} must be non-empty letters, digits, '_' or '-'")
         if self.memory not in MEMORY_CLASSES:
-            raise VariantError(f"variant {self.name}: memory must be one of {MEMORY_CLASSES}, not {self.memory!r}")
+            raise VariantError(
+                f"variant {self.name}: memory must be one of {MEMORY_CLASSES}, not {self.memory!r}"
+            )
         bad = [d for d in self.devices if d not in DEVICES]
         if bad:
             raise VariantError(f"variant {self.name}: unknown device(s) {bad}; known: {list(DEVICES)}")
@@ -112,8 +114,12 @@ class Variant:
         """Validate the inputs (ValueError naming the problem), then run the variant."""
         problem = validate_tensors(q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p)
         if problem.dtype not in self.cap.dtypes:
-            raise ValueError(f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(self.cap.dtypes)})")
-        return self.fn(q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale, **kwargs)
+            raise ValueError(
+                f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(self.cap.dtypes)})"
+            )
+        return self.fn(
+            q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale, **kwargs
+        )
 
 
 _REGISTRY: dict[str, Variant] = {}
@@ -145,7 +151,13 @@ def _load_builtins() -> None:
     if _LOADED["builtins"]:
         return
     _LOADED["builtins"] = True
-    for module in ("naive", "stable_softmax", "chunked", "sdpa", "xformers_mea"):  # registration order = list order
+    for module in (
+        "naive",
+        "stable_softmax",
+        "chunked",
+        "sdpa",
+        "xformers_mea",
+    ):  # registration order = list order
         importlib.import_module(f".{module}", __package__)
 
 
@@ -160,7 +172,9 @@ def _load_entry_points() -> None:
             if isinstance(obj, Variant):
                 add(obj)
         except Exception as exc:  # a broken plug-in must not take the tool down: report it instead
-            _LOAD_ERRORS.append(f"entry point {ep.name} ({ep.value}) failed to load: {type(exc).__name__}: {exc}")
+            _LOAD_ERRORS.append(
+                f"entry point {ep.name} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
+            )
         finally:
             _current_source[0] = "builtin"
 
@@ -185,14 +199,15 @@ def load_variant_file(path: str | Path) -> list[str]:
     try:
         sys.modules[mod_name] = module
         spec.loader.exec_module(module)
-    except VariantError:
-        sys.modules.pop(mod_name, None)
-        raise
-    except BaseException as exc:
+    except BaseException as exc:  # a broken file leaves nothing half-registered behind
         sys.modules.pop(mod_name, None)
         for name in set(_REGISTRY) - before:
             del _REGISTRY[name]
-        raise VariantError(f"variant file {str(path)!r} failed to import: {type(exc).__name__}: {exc}") from None
+        if isinstance(exc, VariantError):
+            raise
+        raise VariantError(
+            f"variant file {str(path)!r} failed to import: {type(exc).__name__}: {exc}"
+        ) from None
     finally:
         _current_source[0] = "builtin"
     added = sorted(set(_REGISTRY) - before)

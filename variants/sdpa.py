@@ -23,14 +23,18 @@ _ALL = ("float32", "float16", "bfloat16", "float64")
 def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend):
     mask, is_causal = None, causal
     if key_lengths is not None:
-        # SDPA refuses attn_mask together with is_causal, so causal + padding becomes one (B, 1, N_q, N_k) mask.
+        # SDPA refuses attn_mask with is_causal, so causal + padding becomes one (B, 1, N_q, N_k) mask.
         if causal:
-            mask = attention_mask(q.shape[-2], k.shape[-2], causal=True, key_lengths=key_lengths, device=q.device)
+            mask = attention_mask(
+                q.shape[-2], k.shape[-2], causal=True, key_lengths=key_lengths, device=q.device
+            )
         else:
             mask = key_padding_mask(key_lengths.to(q.device), k.shape[-2])  # (B, 1, 1, N_k)
         is_causal = False
     if backend is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -43,7 +47,9 @@ def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend):
                 raise
             reasons = [str(w.message).split(" (Triggered internally")[0] for w in caught]
             reasons = [r for r in reasons if r and "kernel not used because:" not in r] or [str(exc)]
-            raise UnsupportedError(f"torch refused the {backend.name} backend: " + "; ".join(reasons)) from None
+            raise UnsupportedError(
+                f"torch refused the {backend.name} backend: " + "; ".join(reasons)
+            ) from None
 
 
 def _cuda_capability() -> tuple[int, int]:
@@ -102,7 +108,12 @@ def _cudnn_supports(p: Problem) -> str | None:
     return None
 
 
-@register("sdpa", description="F.scaled_dot_product_attention, torch picks the backend", dtypes=_ALL, memory="linear")
+@register(
+    "sdpa",
+    description="F.scaled_dot_product_attention, torch picks the backend",
+    dtypes=_ALL,
+    memory="linear",
+)
 def sdpa(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
     return _call(q, k, v, causal, key_lengths, dropout_p, scale, None)
 

@@ -1,0 +1,157 @@
+"""The CLI as users meet it: real subprocesses, exit statuses, one-line errors, no writes on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FAULTS, run_cli
+
+
+def test_list_shows_every_variant_with_reasons():
+    p = run_cli("list", "--json", check=True)
+    rows = {r["name"]: r for r in json.loads(p.stdout)}
+    assert {
+        "naive",
+        "stable_softmax",
+        "unstable_softmax",
+        "chunked",
+        "sdpa",
+        "sdpa_math",
+        "sdpa_flash",
+        "sdpa_efficient",
+        "sdpa_cudnn",
+        "xformers",
+    } <= set(rows)
+    for name in ("naive", "chunked", "sdpa", "sdpa_flash"):
+        assert rows[name]["available"]["cpu"]
+    for name in ("sdpa_efficient", "sdpa_cudnn", "xformers"):
+        assert not rows[name]["available"]["cpu"] and rows[name]["reasons"]["cpu"]
+    assert rows["chunked"]["memory"] == "linear" and rows["naive"]["memory"] == "quadratic"
+    table = run_cli("list", check=True).stdout
+    assert "sdpa_cudnn" in table and "CUDA only" in table
+
+
+def test_list_with_a_variant_file():
+    p = run_cli("list", "--json", "--variant-file", str(FAULTS), check=True)
+    assert "fault_segv" in {r["name"] for r in json.loads(p.stdout)}
+
+
+def test_env_prints_the_fingerprint():
+    fp = json.loads(run_cli("env", "--json", check=True).stdout)
+    for key in ("torch", "python", "cpu_model", "physical_cores", "hostname", "transparent_hugepages"):
+        assert key in fp
+
+
+BAD_RUNS = [
+    (["--variants", "naive,nope"], "unknown variant(s) 'nope'"),
+    (["--seq-len", "0"], "seq-len must be positive integers, got 0"),
+    (["--seq-len", "-5"], "seq-len must be positive integers"),
+    (["--seq-len", "abc"], "seq-len must be positive integers, got 'abc'"),
+    (["--batch", "1.5"], "batch must be positive integers"),
+    (["--dtype", "float8"], "unknown dtype 'float8'"),
+    (["--device", "tpu"], "unknown device 'tpu'"),
+    (["--padding", "1.5"], "padding must be a fraction"),
+    (["--preset", "nope"], "unknown preset 'nope'"),
+    (["--config", "/nonexistent.toml"], "does not exist"),
+    (["--variant-file", "/nonexistent/mine.py"], "variant file '/nonexistent/mine.py' does not exist"),
+    (["--budget-ms", "0"], "budget_ms must be a positive number"),
+    (["--resume"], "does not exist"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_RUNS, ids=[" ".join(a) for a, _ in BAD_RUNS])
+def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
+    out = tmp_path / "run"
+    base = [] if {"--preset", "--config", "--resume"} & set(args) else ["--preset", "quick"]
+    p = run_cli("run", *base, *args, "--out", str(out), cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("attnbench: error:"), p.stderr
+    assert message in lines[0]
+    assert not out.exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cuda_without_a_gpu_is_refused(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    p = run_cli("run", "--device", "cuda", "--out", str(tmp_path / "r"))
+    assert p.returncode == 2 and "no CUDA device" in p.stderr and not (tmp_path / "r").exists()
+
+
+def test_variant_file_that_raises_on_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import variants\nraise ImportError('needs a package you lack')\n")
+    p = run_cli("run", "--variant-file", str(bad), "--out", str(tmp_path / "r"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "failed to import: ImportError: needs a package you lack" in p.stderr
+    assert not (tmp_path / "r").exists()
+    p = run_cli("list", "--variant-file", str(bad))
+    assert p.returncode == 2 and "failed to import" in p.stderr
+
+
+def test_existing_output_is_never_overwritten(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    p = run_cli("run", "--seq-len", "64", "--out", str(out))
+    assert p.returncode == 2 and "already exists" in p.stderr
+    assert (out / "precious.txt").read_text() == "keep me" and len(list(out.iterdir())) == 1
+
+
+def test_resume_needs_out_and_refuses_sweep_flags(tmp_path):
+    p = run_cli("run", "--resume")
+    assert p.returncode == 2 and "--resume needs --out" in p.stderr
+    p = run_cli("run", "--resume", "--out", str(tmp_path), "--seq-len", "64")
+    assert p.returncode == 2 and "drop --seq-len" in p.stderr
+
+
+def test_export_of_a_missing_run(tmp_path):
+    p = run_cli("export", str(tmp_path / "nope"))
+    assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_small_run_and_export(tmp_path):
+    out = tmp_path / "r"
+    p = run_cli(
+        "run",
+        "--variants",
+        "naive,chunked,sdpa_efficient",
+        "--seq-len",
+        "64,128",
+        "--heads",
+        "2",
+        "--budget-ms",
+        "20",
+        "--warmup-ms",
+        "5",
+        "--causal",
+        "both",
+        "--pass",
+        "both",
+        "--padding",
+        "0,0.25",
+        "--batch",
+        "2",
+        "--out",
+        str(out),
+        check=True,
+    )
+    assert str(out) in p.stdout
+    csv = run_cli("export", str(out), "--format", "csv", check=True).stdout.splitlines()
+    assert len(csv) == 1 + 3 * 2 * 2 * 2 * 2
+    rows = json.loads(run_cli("export", str(out), "--format", "json", check=True).stdout)
+    status = {(r["variant"], r["pass"]): r["status"] for r in rows}
+    assert status[("naive", "fwdbwd")] == "ok" and status[("chunked", "fwd")] == "ok"
+    assert status[("sdpa_efficient", "fwd")] == "unsupported"
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(r["n_samples"] >= 5 and r["peak_mem_bytes"] > 0 and r["tflops"] > 0 for r in ok)
+    assert all(r["grad_rel_err"] is not None for r in ok if r["pass"] == "fwdbwd")
+    assert (out / "numerics.json").is_file() and (out / "meta.json").is_file()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["calibration"]["cpu"]["matmul_tflops"]["float32"] > 0
+    assert meta["fingerprint"]["torch"]

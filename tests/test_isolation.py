@@ -1,0 +1,157 @@
+"""Faults stay per cell: every failure becomes its row, the sweep completes, a killed run resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import FAULTS, ROOT, cli_env, run_cli
+
+from results import read_rows
+
+
+@pytest.mark.slow
+def test_every_fault_becomes_its_row(tmp_path):
+    out = tmp_path / "r"
+    faults = ["raise", "oom", "abort", "segv", "hang", "wrong", "print", "unsupported"]
+    names = ",".join(["naive"] + [f"fault_{f}" for f in faults])
+    p = run_cli(
+        "run",
+        "--variant-file",
+        str(FAULTS),
+        "--variants",
+        names,
+        "--seq-len",
+        "256,512,1024",
+        "--heads",
+        "2",
+        "--budget-ms",
+        "20",
+        "--warmup-ms",
+        "5",
+        "--cell-timeout",
+        "6",
+        "--out",
+        str(out),
+        timeout=600,
+        check=True,
+    )
+    rows = {(r["variant"], r["seq_len"]): r for r in read_rows(out)}
+    assert len(rows) == 9 * 3  # the sweep completed
+    st = {k: r["status"] for k, r in rows.items()}
+    for n in (256, 512, 1024):
+        assert st[("naive", n)] == "ok"  # good cells after every kind of failure
+        assert st[("fault_raise", n)] == "error"
+        assert st[("fault_abort", n)] == "crashed"
+        assert st[("fault_segv", n)] == "crashed"
+        assert st[("fault_wrong", n)] == "wrong"
+        assert st[("fault_print", n)] == "ok"
+        assert st[("fault_unsupported", n)] == "unsupported"
+    assert "deliberate failure" in rows[("fault_raise", 256)]["message"]
+    assert "SIGABRT" in rows[("fault_abort", 256)]["message"]
+    assert "SIGSEGV" in rows[("fault_segv", 256)]["message"]
+    assert st[("fault_hang", 256)] == "timeout"
+    assert st[("fault_hang", 512)] == st[("fault_hang", 1024)] == "skipped"  # no second hang
+    assert st[("fault_oom", 256)] == "ok" and st[("fault_oom", 512)] == "oom"
+    assert (
+        st[("fault_oom", 1024)] == "skipped"
+        and "out of memory at seq_len 512" in rows[("fault_oom", 1024)]["message"]
+    )
+    wrong = rows[("fault_wrong", 256)]
+    assert wrong["time_ms_median"] > 0 and "failed the float64 gate" in wrong["message"]  # measured, flagged
+    assert "noise on stdout" in (out / "worker.log").read_text()  # variant output kept out of the protocol
+    assert "run complete" in p.stderr
+
+
+def test_memory_guard_skips_what_cannot_fit(tmp_path):
+    out = tmp_path / "r"
+    run_cli("run", "--variants", "naive", "--seq-len", "262144", "--out", str(out), check=True)
+    (row,) = read_rows(out)
+    assert row["status"] == "skipped"
+    assert "memory guard: predicted peak" in row["message"] and "GiB available" in row["message"]
+
+
+def _start(out, *extra):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnbench",
+            "run",
+            "--variants",
+            "naive,chunked,sdpa",
+            "--seq-len",
+            "64..2048",
+            "--heads",
+            "2",
+            "--budget-ms",
+            "300",
+            "--warmup-ms",
+            "20",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_rows(out, n, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (out / "rows.jsonl").is_file() and len((out / "rows.jsonl").read_text().splitlines()) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("no rows appeared")
+
+
+def _worker_pids(out):
+    log = (out / "worker.log").read_text() if (out / "worker.log").is_file() else ""
+    return [int(line.split()[2]) for line in log.splitlines() if line.startswith("attnbench worker")]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_completes_without_duplicates(tmp_path):
+    out = tmp_path / "r"
+    proc = _start(out)
+    _wait_rows(out, 4, proc)
+    proc.kill()  # SIGKILL: no cleanup at all
+    proc.wait()
+    done = read_rows(out)
+    assert len(done) >= 4 and all(r["status"] for r in done)
+    time.sleep(0.5)
+    for pid in _worker_pids(out):  # the worker died with its parent (PR_SET_PDEATHSIG)
+        assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    p = run_cli("run", "--resume", "--out", str(out), check=True, timeout=600)
+    assert "cells already done" in p.stderr
+    rows = read_rows(out)
+    ids = [r["cell_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 3 * 6
+    assert {r["cell_id"]: r for r in done}.items() <= {
+        r["cell_id"]: r for r in rows
+    }.items()  # kept as they were
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["sweep"]["seq_len"] == [64, 128, 256, 512, 1024, 2048]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
+    out = tmp_path / "r"
+    proc = _start(out)
+    _wait_rows(out, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted: finished rows are kept" in err and "--resume" in err
+    assert "Traceback" not in err
+    assert len(read_rows(out)) >= 2

@@ -1,0 +1,56 @@
+"""Peak memory against analytic sizes, and the FLOP convention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import variants
+from harness.flops import attention_flops, tflops
+from harness.guard import predict_peak_bytes
+from harness.memory import peak_cpu
+from harness.spec import CellSpec
+
+
+def test_naive_peak_is_two_score_tensors_plus_output():
+    b, h, n, d = 1, 8, 512, 64
+    q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+    naive = variants.get("naive").fn
+    with torch.no_grad():
+        got = peak_cpu(lambda: naive(q, k, v))
+    scores, out = b * h * n * n * 4, b * h * n * d * 4
+    assert got == 2 * scores + out
+
+
+def test_chunked_peak_is_linear_and_far_below_naive():
+    b, h, d = 1, 8, 64
+    peaks = {}
+    for n in (1024, 2048):
+        q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+        with torch.no_grad():
+            fns = [variants.get(name).fn for name in ("chunked", "naive")]
+            peaks[n] = tuple(peak_cpu(lambda f=f, q=q, k=k, v=v: f(q, k, v)) for f in fns)
+    assert peaks[2048][1] / peaks[1024][1] == pytest.approx(4.0, rel=0.05)  # quadratic
+    assert peaks[2048][0] / peaks[1024][0] < 1.6  # linear plus a fixed block buffer
+    assert peaks[2048][0] * 15 < peaks[2048][1]
+
+
+def test_guard_prediction_is_above_the_measured_naive_peak():
+    cell = CellSpec("naive", "cpu", "float32", 1, 8, 512, 64, 64, False, 0.0, "fwd")
+    measured = 2 * 8 * 512 * 512 * 4 + 8 * 512 * 64 * 4
+    assert predict_peak_bytes(cell, "quadratic") > measured
+    big = CellSpec("chunked", "cpu", "float32", 1, 8, 16384, 64, 64, False, 0.0, "fwd")
+    assert predict_peak_bytes(big, "linear") * 20 < predict_peak_bytes(big, "quadratic")
+
+
+def test_flops_convention():
+    # 4 * B * H * N^2 * d for d_k = d_v = d (FlashAttention's benchmarks)
+    assert attention_flops(2, 8, 1024, 1024, 64, 64, causal=False) == 4 * 2 * 8 * 1024 * 1024 * 64
+    full = attention_flops(1, 1, 100, 100, 32, 32, causal=False)
+    assert attention_flops(1, 1, 100, 100, 32, 32, causal=True) == full // 2
+    assert attention_flops(1, 1, 100, 100, 32, 32, causal=False, pass_="fwdbwd") == int(3.5 * full)
+    assert attention_flops(1, 1, 100, 100, 32, 32, causal=False, pass_="bwd") == int(2.5 * full)
+    assert attention_flops(1, 1, 10, 20, 8, 16, causal=False) == 2 * 10 * 20 * (8 + 16)
+    assert tflops(10**12, 1000.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        attention_flops(1, 1, 1, 1, 1, 1, causal=False, pass_="sideways")

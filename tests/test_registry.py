@@ -1,0 +1,153 @@
+"""Registration, capability records, plug-ins (entry points and files) and input validation."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import variants
+from variants import Capability, Problem, VariantError
+
+
+def test_capability_rejects_bad_values():
+    with pytest.raises(VariantError, match="memory"):
+        Capability(name="x", memory="cubic")
+    with pytest.raises(VariantError, match="device"):
+        Capability(name="x", devices=("tpu",))
+    with pytest.raises(VariantError, match="dtype"):
+        Capability(name="x", dtypes=("float8",))
+    with pytest.raises(VariantError, match="name"):
+        Capability(name="bad name!")
+
+
+def test_capabilities_are_frozen():
+    cap = variants.get("naive").cap
+    with pytest.raises(AttributeError):
+        cap.memory = "linear"
+
+
+def test_unknown_names_are_all_named():
+    with pytest.raises(VariantError, match="'nope'.*'nada'|'nada'.*'nope'"):
+        variants.resolve(["naive", "nope", "nada"])
+
+
+@pytest.mark.parametrize("name", ["sdpa_efficient", "sdpa_cudnn", "xformers"])
+def test_gpu_only_variants_explain_why_not_on_cpu(name):
+    reason = variants.get(name).availability("cpu")
+    assert reason and len(reason) > 20
+    if name == "xformers":
+        assert "not installed" in reason or "no CPU kernel" in reason
+    else:
+        assert "CUDA only" in reason
+
+
+def test_check_names_the_unsupported_feature():
+    chunked = variants.get("chunked")
+    assert chunked.check(Problem(dropout=True)) == "chunked does not support dropout"
+    assert "head dims" in variants.get("sdpa_flash").check(Problem(d_k=512, d_v=512))
+    assert variants.get("naive").check(Problem(causal=True, padding=True, backward=True)) is None
+
+
+def test_variant_file_registers_and_runs(tmp_path):
+    f = tmp_path / "mine.py"
+    f.write_text(
+        textwrap.dedent("""
+        import variants
+
+        @variants.register("mine_scaled", description="naive, but mine", memory="quadratic")
+        def mine(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+            return variants.get("naive").fn(q, k, v, causal=causal, key_lengths=key_lengths, scale=scale)
+    """)
+    )
+    assert variants.load_variant_file(f) == ["mine_scaled"]
+    assert variants.load_variant_file(f) == ["mine_scaled"]  # loading twice is harmless
+    v = variants.get("mine_scaled")
+    assert v.source.startswith("file ")
+    q = torch.randn(1, 1, 4, 8)
+    assert v(q, q, q).shape == (1, 1, 4, 8)
+
+
+def test_bad_variant_files(tmp_path):
+    with pytest.raises(VariantError, match="does not exist"):
+        variants.load_variant_file(tmp_path / "missing.py")
+    boom = tmp_path / "boom.py"
+    boom.write_text("raise RuntimeError('kaboom')\n")
+    with pytest.raises(VariantError, match="failed to import: RuntimeError: kaboom"):
+        variants.load_variant_file(boom)
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(VariantError, match="registered no variant"):
+        variants.load_variant_file(empty)
+    clash = tmp_path / "clash.py"
+    clash.write_text("import variants\n@variants.register('naive')\ndef f(q, k, v, **kw):\n    return q\n")
+    with pytest.raises(VariantError, match="already registered"):
+        variants.load_variant_file(clash)
+    assert variants.get("naive").source == "builtin"
+
+
+def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
+    """A real installed-distribution layout on sys.path: dist-info with entry_points.txt."""
+    pkg = tmp_path / "thirdparty_attn.py"
+    pkg.write_text(
+        textwrap.dedent("""
+        import variants
+
+        @variants.register("thirdparty", description="from an entry point", devices=("cpu",))
+        def thirdparty(q, k, v, **kw):
+            return variants.get("sdpa").fn(q, k, v, **kw)
+    """)
+    )
+    dist = tmp_path / "thirdparty_attn-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-attn\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[attnbench.variants]\nthirdparty = thirdparty_attn\n")
+    broken = tmp_path / "broken_attn-1.0.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-attn\nVersion: 1.0\n")
+    (broken / "entry_points.txt").write_text("[attnbench.variants]\nbroken = no_such_module_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from variants import registry
+
+    monkeypatch.setitem(registry._LOADED, "entry_points", False)
+    monkeypatch.setattr(registry, "_LOAD_ERRORS", [])
+    found = variants.all_variants()
+    assert "thirdparty" in found
+    assert found["thirdparty"].source.startswith("entry point thirdparty")
+    assert any("broken" in e and "ModuleNotFoundError" in e for e in variants.load_errors())
+    registry._REGISTRY.pop("thirdparty", None)
+    sys.modules.pop("thirdparty_attn", None)
+
+
+@pytest.mark.parametrize(
+    "shapes,match",
+    [
+        (((2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)), "q must have 4 dims"),
+        (((1, 2, 4, 8), (1, 3, 4, 8), (1, 3, 4, 8)), "head counts differ"),
+        (((1, 2, 4, 8), (1, 2, 4, 16), (1, 2, 4, 8)), "head dims differ"),
+        (((1, 2, 4, 8), (1, 2, 5, 8), (1, 2, 4, 8)), "sequence lengths differ"),
+        (((2, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)), "batch sizes differ"),
+    ],
+)
+def test_bad_shapes_are_named(shapes, match):
+    q, k, v = (torch.randn(*s) for s in shapes)
+    with pytest.raises(ValueError, match=match):
+        variants.get("naive")(q, k, v)
+
+
+def test_bad_dtypes_and_lengths():
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="dtypes differ"):
+        variants.get("naive")(q, q.half(), q)
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        variants.get("naive")(*(torch.ones(1, 1, 4, 8, dtype=torch.int32),) * 3)
+    with pytest.raises(ValueError, match="does not support float32"):
+        variants.get("sdpa_cudnn")(q, q, q)
+    with pytest.raises(ValueError, match="key_lengths must lie in 0..4"):
+        variants.get("naive")(q, q, q, key_lengths=torch.tensor([5]))
+    with pytest.raises(ValueError, match="key_lengths must be integers"):
+        variants.get("naive")(q, q, q, key_lengths=torch.tensor([2.0]))
+    with pytest.raises(ValueError, match="1-D tensor of 1"):
+        variants.get("naive")(q, q, q, key_lengths=torch.tensor([2, 3]))

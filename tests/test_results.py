@@ -1,0 +1,116 @@
+"""Run directories on real files: append-only rows, torn lines, no overwrite, versions, the loader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from results import RunDirError, RunWriter, export, load, read_meta, read_rows
+from results.schema import COLUMNS, SCHEMA_VERSION
+
+ROW = {
+    "cell_id": "naive|cpu|float32|b1|h1|n8|dk8|dv8|full|pad0|fwd",
+    "variant": "naive",
+    "device": "cpu",
+    "dtype": "float32",
+    "batch": 1,
+    "heads": 1,
+    "seq_len": 8,
+    "d_k": 8,
+    "d_v": 8,
+    "causal": False,
+    "padding": 0.0,
+    "pass": "fwd",
+    "status": "ok",
+    "message": "",
+    "time_ms_median": 1.5,
+    "samples_ms": [1.4, 1.5, 1.6],
+    "peak_mem_bytes": 1024,
+    "rel_err": float("inf"),
+}
+
+
+def _run(tmp_path, n=3):
+    w = RunWriter(tmp_path / "run")
+    w.write_meta(
+        {
+            "run_id": "r1",
+            "sweep": {"devices": ["cpu"]},
+            "fingerprint": {"cpu_model": "X", "physical_cores": 2},
+        }
+    )
+    for i in range(n):
+        w.append({**ROW, "cell_id": f"c{i}", "seq_len": 8 * (i + 1)})
+    w.close()
+    return tmp_path / "run"
+
+
+def test_rows_roundtrip_and_meta_has_version(tmp_path):
+    path = _run(tmp_path)
+    assert read_meta(path)["schema_version"] == SCHEMA_VERSION
+    rows = read_rows(path)
+    assert [r["cell_id"] for r in rows] == ["c0", "c1", "c2"]
+    assert rows[0]["rel_err"] == float("inf")
+
+
+def test_torn_last_line_is_skipped_and_repaired_on_resume(tmp_path):
+    path = _run(tmp_path)
+    with open(path / "rows.jsonl", "ab") as fh:
+        fh.write(b'{"cell_id": "c3", "status": "o')  # the kill landed mid-write
+    with pytest.warns(UserWarning, match="torn"):
+        assert len(read_rows(path)) == 3
+    w = RunWriter(path, resume=True)
+    assert set(w.done) == {"c0", "c1", "c2"}
+    w.append({**ROW, "cell_id": "c3"})
+    w.close()
+    with pytest.warns(UserWarning):
+        assert [r["cell_id"] for r in read_rows(path)] == ["c0", "c1", "c2", "c3"]
+
+
+def test_no_silent_overwrite(tmp_path):
+    path = _run(tmp_path)
+    with pytest.raises(RunDirError, match="already exists"):
+        RunWriter(path)
+    w = RunWriter(path, resume=True)
+    with pytest.raises(RunDirError, match="written once"):
+        w.write_meta({"run_id": "again"})
+
+
+def test_unknown_schema_version_is_refused(tmp_path):
+    path = _run(tmp_path)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["schema_version"] = 99
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(RunDirError, match="schema version 99"):
+        load(path)
+
+
+def test_not_a_run(tmp_path):
+    with pytest.raises(RunDirError, match="does not exist"):
+        load(tmp_path / "nope")
+    with pytest.raises(RunDirError, match="not an attnbench run"):
+        load(tmp_path)
+
+
+def test_loader_types_and_merge(tmp_path):
+    a = _run(tmp_path / "a")
+    b = _run(tmp_path / "b", n=2)
+    df = load(a, b)
+    assert len(df) == 5
+    assert list(df.columns[: len(COLUMNS)]) == list(COLUMNS)
+    assert str(df["seq_len"].dtype) == "Int64" and str(df["causal"].dtype) == "boolean"
+    assert df["machine"].iloc[0] == "X (2 cores)"
+    assert df["samples_ms"].iloc[0] == [1.4, 1.5, 1.6]
+    csv = export(df, "csv")
+    assert csv.splitlines()[0].startswith("run_id,machine,cell_id,variant")
+    assert "samples_ms" not in csv.splitlines()[0]
+    assert json.loads(export(df, "json"))[0]["samples_ms"] == [1.4, 1.5, 1.6]
+
+
+def test_committed_fixture_loads():
+    from conftest import DATA
+
+    df = load(DATA / "runs" / "cpu-small")
+    assert set(df["status"]) >= {"ok", "wrong", "oom", "skipped", "unsupported"}
+    assert df["time_ms_median"][df["status"] == "ok"].notna().all()

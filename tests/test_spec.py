@@ -1,0 +1,98 @@
+"""Sweep specs: parsing, validation before any work, expansion order, presets."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.spec import CellSpec, Settings, SweepSpec, build_sweep, parse_ints, presets
+
+
+def test_parse_ints_lists_and_doubling_ranges():
+    assert parse_ints("seq-len", "512,1024") == (512, 1024)
+    assert parse_ints("seq-len", "256..2048") == (256, 512, 1024, 2048)
+    assert parse_ints("seq-len", "100..500") == (100, 200, 400)
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "8..4"])
+def test_parse_ints_rejects(text):
+    with pytest.raises(ValueError, match="seq-len"):
+        parse_ints("seq-len", text)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(seq_len=(0,)), "seq_len must be positive"),
+        (dict(batch=(-1,)), "batch must be positive"),
+        (dict(dtypes=("float8",)), "unknown dtype 'float8'"),
+        (dict(devices=("tpu",)), "unknown device 'tpu'"),
+        (dict(passes=("bwd",)), "unknown pass 'bwd'"),
+        (dict(padding=(1.0,)), "padding must be a fraction"),
+        (dict(dtypes=("float32", "float32")), "lists a value twice"),
+        (dict(seq_len=(True,)), "seq_len must be positive"),
+    ],
+)
+def test_sweep_validation_names_the_bad_value(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SweepSpec(**kwargs)
+
+
+def test_settings_validation():
+    with pytest.raises(ValueError, match="budget_ms"):
+        Settings(budget_ms=0)
+    with pytest.raises(ValueError, match="min_samples"):
+        Settings(min_samples=3)
+
+
+def test_cells_interleave_variants_and_ascend_in_seq_len():
+    sweep = SweepSpec(seq_len=(1024, 256), causal=(False, True))
+    cells = sweep.cells(["a", "b"])
+    assert len(cells) == 2 * 2 * 2
+    assert [c.variant for c in cells[:4]] == ["a", "b", "a", "b"]
+    assert [c.seq_len for c in cells[:4]] == [256, 256, 1024, 1024]
+    assert len({c.cell_id for c in cells}) == len(cells)
+
+
+def test_cell_roundtrip_and_identity():
+    c = CellSpec("naive", "cpu", "float32", 2, 4, 128, 64, 32, True, 0.25, "fwdbwd")
+    assert CellSpec.from_dict(c.to_dict()) == c
+    assert c.to_dict()["pass"] == "fwdbwd"
+    assert c.cell_id == "naive|cpu|float32|b2|h4|n128|dk64|dv32|causal|pad0.25|fwdbwd"
+    assert hash(c) == hash(CellSpec.from_dict(c.to_dict()))
+    assert c.key_lengths() == [112, 96]
+
+
+def test_presets_load_and_validate():
+    names = presets()
+    assert {"quick", "cpu", "gpu"} <= set(names)
+    quick = build_sweep("quick")
+    assert quick.devices == ("cpu",) and max(quick.seq_len) == 4096
+    assert max(build_sweep("cpu").seq_len) == 16384
+    gpu = build_sweep("gpu")
+    assert gpu.devices == ("cuda",) and gpu.seq_len[0] == 512 and gpu.seq_len[-1] == 65536
+    assert set(gpu.d_k) == {64, 128} and set(gpu.passes) == {"fwd", "fwdbwd"}
+    assert set(gpu.dtypes) == {"float16", "bfloat16"}
+
+
+def test_flags_override_the_preset():
+    s = build_sweep("quick", overrides={"seq_len": (128,), "settings": {"budget_ms": 10.0}})
+    assert s.seq_len == (128,) and s.settings.budget_ms == 10.0 and s.settings.warmup_ms == 20
+
+
+def test_config_file(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('[sweep]\nseq_len = "64..128"\ncausal = "both"\npass = "both"\n[settings]\nbudget_ms = 5\n')
+    s = build_sweep(config=str(f))
+    assert s.seq_len == (64, 128) and s.causal == (False, True) and s.passes == ("fwd", "fwdbwd")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sweep\n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        build_sweep(config=str(bad))
+    typo = tmp_path / "typo.toml"
+    typo.write_text("[sweep]\nseqlen = [1]\n")
+    with pytest.raises(ValueError, match="unknown sweep key"):
+        build_sweep(config=str(typo))
+    with pytest.raises(ValueError, match="unknown preset"):
+        build_sweep("nope")
+    with pytest.raises(ValueError, match="not both"):
+        build_sweep("quick", str(f))

@@ -1,0 +1,72 @@
+"""The sampling loop, driven by a seeded fake timer; statistics against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import timing
+from harness.timing import Budget, FakeTimer, Measurement, measure
+
+
+def test_stable_timer_stops_early_with_enough_time_sampled():
+    m = measure(lambda: None, FakeTimer(median_ms=2.0, rel_sigma=0.005), Budget(budget_ms=1000, min_ms=100))
+    assert m.stop_reason == "stable"
+    assert 50 <= m.n < 500  # 100 ms of 2 ms calls, checked in batches
+    assert m.median == pytest.approx(2.0, rel=0.02)
+
+
+def test_noisy_timer_runs_to_the_budget_and_is_flagged():
+    m = measure(lambda: None, FakeTimer(median_ms=1.0, rel_sigma=0.5, seed=3), Budget(budget_ms=200))
+    assert m.stop_reason == "budget"
+    assert sum(m.samples_ms) >= 200
+    assert m.noisy
+
+
+def test_never_fewer_than_five_samples_even_for_slow_calls():
+    m = measure(lambda: None, FakeTimer(median_ms=5000.0, rel_sigma=0.3), Budget(budget_ms=100, warmup_ms=0))
+    assert m.n == 5
+
+
+def test_max_samples_caps_the_loop():
+    m = measure(
+        lambda: None, FakeTimer(median_ms=0.001, rel_sigma=0.5), Budget(budget_ms=1e9, max_samples=40)
+    )
+    assert m.n == 40 and m.stop_reason == "max_samples"
+
+
+def test_warmup_is_spent_and_discarded():
+    t = FakeTimer(median_ms=10.0, rel_sigma=0.0)
+    m = measure(lambda: None, t, Budget(warmup_ms=100, budget_ms=100, min_ms=0))
+    assert m.warmup_calls >= 10
+    assert t.calls == m.warmup_calls + m.n
+
+
+def test_fake_timer_can_call_the_function():
+    calls = []
+    measure(lambda: calls.append(1), FakeTimer(call=True), Budget(budget_ms=20, warmup_ms=0, min_ms=0))
+    assert len(calls) >= 6
+
+
+def test_statistics_match_numpy():
+    rng = np.random.default_rng(0)
+    samples = tuple(rng.lognormal(0, 0.3, size=37))
+    m = Measurement(samples)
+    assert m.median == pytest.approx(np.median(samples))
+    assert m.p25 == pytest.approx(np.percentile(samples, 25))
+    assert m.p75 == pytest.approx(np.percentile(samples, 75))
+    assert m.samples_ms == samples  # raw samples kept in order
+
+
+def test_budget_validation():
+    with pytest.raises(ValueError, match="at least 5"):
+        Budget(min_samples=2)
+    with pytest.raises(ValueError, match="positive"):
+        Budget(budget_ms=0)
+
+
+def test_cpu_timer_measures_real_calls():
+    import time
+
+    out = timing.CpuTimer().time_calls(lambda: time.sleep(0.002), 3)
+    assert len(out) == 3 and all(s >= 2.0 for s in out)  # sleep never returns early

@@ -1,0 +1,181 @@
+"""Every variant available here against the float64 reference, over the edge cases of the gate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import variants
+from harness import correctness
+from variants import Problem, UnsupportedError
+
+DTYPES = ["float32", "bfloat16"]
+CPU_VARIANTS = [n for n, v in variants.all_variants().items() if v.availability("cpu") is None]
+
+
+def _inputs(b=2, h=3, n_q=37, n_k=50, d_k=16, d_v=24, dtype="float32", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    dt = variants.torch_dtype(dtype)
+    return (
+        torch.randn(b, h, n_q, d_k, generator=g).to(dt),
+        torch.randn(b, h, n_k, d_k, generator=g).to(dt),
+        torch.randn(b, h, n_k, d_v, generator=g).to(dt),
+    )
+
+
+def _check_or_skip(name, q, k, v, **opts):
+    var = variants.get(name)
+    prob = Problem(
+        device="cpu",
+        dtype=variants.dtype_name(q.dtype),
+        batch=q.shape[0],
+        heads=q.shape[1],
+        seq_q=q.shape[2],
+        seq_k=k.shape[2],
+        d_k=q.shape[3],
+        d_v=v.shape[3],
+        causal=opts.get("causal", False),
+        padding=opts.get("key_lengths") is not None,
+        backward=opts.get("backward", False),
+    )
+    reason = var.check(prob)
+    if reason:
+        pytest.skip(reason)
+    try:
+        return correctness.check(var, q, k, v, **opts)
+    except UnsupportedError as exc:
+        pytest.skip(str(exc))
+
+
+def test_cpu_has_the_core_variants():
+    for name in ("naive", "stable_softmax", "unstable_softmax", "chunked", "sdpa", "sdpa_math", "sdpa_flash"):
+        assert name in CPU_VARIANTS
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("padding", [False, True], ids=["nopad", "pad"])
+@pytest.mark.parametrize("name", [n for n in CPU_VARIANTS if variants.get(n).cap.default])
+def test_gate_passes(name, dtype, causal, padding):
+    # square, power-of-two-free shapes with d_k == d_v so that every backend can take them
+    q, k, v = _inputs(n_q=67, n_k=67, d_k=32, d_v=32, dtype=dtype)
+    lengths = torch.tensor([50, 67]) if padding else None
+    r = _check_or_skip(
+        name, q, k, v, causal=causal, key_lengths=lengths, backward=variants.get(name).cap.backward
+    )
+    assert r.ok, r.describe()
+
+
+@pytest.mark.parametrize("name", ["naive", "stable_softmax", "chunked", "sdpa", "sdpa_math"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cross_attention_and_different_value_dim(name, causal):
+    q, k, v = _inputs(b=2, h=3, n_q=37, n_k=50, d_k=16, d_v=24)
+    r = _check_or_skip(name, q, k, v, causal=causal, key_lengths=torch.tensor([50, 13]), backward=True)
+    assert r.ok, r.describe()
+
+
+@pytest.mark.parametrize("name", ["naive", "stable_softmax", "chunked", "sdpa", "sdpa_math", "sdpa_flash"])
+def test_fully_masked_rows_are_reported(name):
+    q, k, v = _inputs(n_q=20, n_k=20, d_k=16, d_v=16)
+    r = _check_or_skip(name, q, k, v, key_lengths=torch.tensor([0, 7]))
+    assert r.masked_rows in ("zeros", "nan", "other")
+    assert r.passed, r.describe()  # the rows that see keys are right whatever happens in the empty ones
+    if name in ("naive", "stable_softmax", "chunked"):
+        assert r.masked_rows == "zeros"  # attnbench's own variants keep the documented convention
+
+
+def test_reference_gives_zeros_for_rows_without_keys():
+    q, k, v = _inputs(n_q=5, n_k=6)
+    ref = correctness.reference(q, k, v, key_lengths=torch.tensor([0, 6]))
+    assert torch.all(ref[0] == 0)
+    assert torch.isfinite(ref).all()
+
+
+@pytest.mark.parametrize("bq,bk", [(1, 1), (3, 5), (16, 7), (64, 64)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_chunked_block_sizes(bq, bk, causal):
+    q, k, v = _inputs(n_q=29, n_k=41)
+    chunked = variants.get("chunked")
+    lengths = torch.tensor([41, 17])
+    with torch.no_grad():
+        out = chunked(q, k, v, causal=causal, key_lengths=lengths, block_q=bq, block_k=bk)
+    r = correctness.gate(out, q, k, v, causal=causal, key_lengths=lengths)
+    assert r.passed, r.describe()
+
+
+def test_chunked_backward_matches_reference_with_small_blocks():
+    q, k, v = _inputs(b=1, h=2, n_q=33, n_k=33, d_k=8, d_v=8)
+    chunked = variants.get("chunked").fn
+
+    def small_blocks(q, k, v, **kw):
+        return chunked(q, k, v, block_q=8, block_k=5, **kw)
+
+    for causal in (False, True):
+        err = correctness.grad_errors(small_blocks, q, k, v, causal=causal, key_lengths=torch.tensor([20]))
+        assert err < 1e-5
+
+
+def test_chunked_causal_skips_blocks_above_the_diagonal(monkeypatch):
+    calls = []
+    real_bmm = torch.bmm
+
+    def counting_bmm(*a, **kw):
+        calls.append(a[0].shape)
+        return real_bmm(*a, **kw)
+
+    q, k, v = _inputs(b=1, h=1, n_q=64, n_k=64, d_k=8, d_v=8)
+    monkeypatch.setattr(torch, "bmm", counting_bmm)
+    with torch.no_grad():
+        variants.get("chunked").fn(q, k, v, causal=False, block_q=16, block_k=16)
+        full = len(calls)
+        calls.clear()
+        variants.get("chunked").fn(q, k, v, causal=True, block_q=16, block_k=16)
+    # 4 query blocks x 4 key blocks, one Q K^T per block; causal keeps the 10 blocks on or below the diagonal
+    assert full == 16
+    assert len(calls) == 10
+
+
+def test_naive_returns_weights_that_respect_the_masks():
+    q, k, v = _inputs(b=1, h=1, n_q=6, n_k=6, d_k=4, d_v=4)
+    out, w = variants.get("naive").fn(
+        q, k, v, causal=True, key_lengths=torch.tensor([4]), return_weights=True
+    )
+    assert w.shape == (1, 1, 6, 6)
+    assert torch.all(w[..., 4:] == 0)  # padded keys
+    assert torch.all(w[0, 0].triu(1) == 0)  # future keys
+    assert torch.allclose(w.sum(-1), torch.ones(1, 1, 6))
+
+
+def test_dropout_changes_output_only_when_asked():
+    q, k, v = _inputs(b=1, h=2, n_q=16, n_k=16, d_k=8, d_v=8)
+    naive = variants.get("naive")
+    torch.manual_seed(0)
+    a = naive(q, k, v, dropout_p=0.0)
+    b = naive(q, k, v, dropout_p=0.5)
+    assert not torch.allclose(a, b)
+    assert torch.allclose(a, naive(q, k, v))
+    with pytest.raises(ValueError, match="dropout"):
+        variants.get("chunked")(q, k, v, dropout_p=0.1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_numerics_probe_shows_why_the_max_is_subtracted(dtype):
+    from harness.numerics import probe
+
+    recs = probe(["stable_softmax", "unstable_softmax", "chunked"], ["cpu"], [dtype])
+    by = {(r["variant"], r["q_scale"]): r for r in recs}
+    for scale in (1.0, 10.0, 100.0):
+        assert math.isfinite(by[("stable_softmax", scale)]["rel_err"])
+        assert math.isfinite(by[("chunked", scale)]["rel_err"])
+    assert by[("unstable_softmax", 1.0)]["status"] == "ok"
+    assert by[("unstable_softmax", 100.0)]["finite"] is False  # exp overflows: NaN out
+    if dtype == "float16":
+        assert by[("unstable_softmax", 10.0)]["finite"] is False  # float16 overflows past exp(11)
+
+
+def test_sdpa_backend_refusal_is_unsupported_with_torch_reason():
+    q, k, v = _inputs(b=1, h=1, n_q=8, n_k=8, d_k=8, d_v=16)  # the CPU flash kernel wants d_k == d_v
+    with pytest.raises(UnsupportedError, match="FLASH_ATTENTION"):
+        variants.get("sdpa_flash")(q, k, v)
