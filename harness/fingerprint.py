@@ -90,34 +90,43 @@ def cpu_info() -> dict[str, Any]:
     }
 
 
-SMI_FIELDS = {  # nvidia-smi query name -> fingerprint key
-    "driver_version": "driver",
-    "clocks.sm": "sm_clock",
-    "clocks.max.sm": "sm_clock_max",
-    "clocks.mem": "mem_clock",
-    "power.limit": "power_limit",
-    "temperature.gpu": "temperature",
-    "clocks_throttle_reasons.active": "throttle_reasons",
+SMI_FIELDS = {  # fingerprint key -> nvidia-smi query names to try (drivers renamed some)
+    "driver": ("driver_version",),
+    "sm_clock": ("clocks.sm",),
+    "sm_clock_max": ("clocks.max.sm",),
+    "mem_clock": ("clocks.mem",),
+    "power_limit": ("power.limit",),
+    "temperature": ("temperature.gpu",),
+    "throttle_reasons": ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
 }
 
 
-def _nvidia_smi() -> dict[str, Any]:
-    """Driver, clocks and throttle reasons of GPU 0 from nvidia-smi, or {} where it is missing."""
+def _smi_query(field: str) -> str | None:
     try:
         out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"],
+            ["nvidia-smi", "-i", "0", f"--query-gpu={field}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=20,
         )
     except (OSError, subprocess.SubprocessError):
-        return {}
-    if out.returncode != 0 or not out.stdout.strip():
-        return {}
-    vals = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
-    if len(vals) != len(SMI_FIELDS):
-        return {"nvidia_smi": out.stdout.strip()}
-    return dict(zip(SMI_FIELDS.values(), vals, strict=True))
+        return None
+    text = out.stdout.strip()
+    return text if out.returncode == 0 and text and "not a valid field" not in text.lower() else None
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    """Driver, clocks and throttle reasons of GPU 0 from nvidia-smi, or {} where it is missing."""
+    info: dict[str, Any] = {}
+    for key, names in SMI_FIELDS.items():
+        for name in names:
+            val = _smi_query(name)
+            if val is not None:
+                info[key] = val
+                break
+        if key == "driver" and "driver" not in info:
+            return {}  # no nvidia-smi: skip the other queries
+    return info
 
 
 def gpu_info() -> dict[str, Any] | None:

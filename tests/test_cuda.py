@@ -1,0 +1,73 @@
+"""CUDA paths: event timing, allocator peaks, every CUDA variant against float64 (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import variants
+from harness import correctness, memory, timing
+from harness.cell import measure_cell
+from harness.spec import CellSpec, Settings
+from variants import Problem, UnsupportedError
+
+pytestmark = pytest.mark.cuda
+
+
+def test_event_timer_scales_with_the_work():
+    t = timing.CudaTimer()
+    one = sorted(t.time_calls(lambda: torch.cuda._sleep(2_000_000), 7))[3]
+    two = sorted(t.time_calls(lambda: torch.cuda._sleep(4_000_000), 7))[3]
+    assert 1.6 < two / one < 2.4  # events time the kernel, not the (asynchronous) launch
+
+
+def test_cuda_peak_is_the_allocation():
+    nbytes = 64 << 20
+
+    def alloc():
+        x = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        del x
+
+    assert memory.peak_cuda(alloc) == nbytes
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("padding", [False, True], ids=["nopad", "pad"])
+@pytest.mark.parametrize("name", [n for n, v in variants.all_variants().items() if v.cap.default])
+def test_every_cuda_variant_passes_the_gate(name, dtype, causal, padding):
+    b, h, n, d = 2, 4, 200, 64
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(b, h, n, d, generator=g, device="cuda").to(getattr(torch, dtype)) for _ in range(3)
+    )
+    lengths = torch.tensor([150, n], device="cuda") if padding else None
+    var = variants.get(name)
+    prob = Problem(
+        device="cuda",
+        dtype=dtype,
+        batch=b,
+        heads=h,
+        seq_q=n,
+        seq_k=n,
+        d_k=d,
+        d_v=d,
+        causal=causal,
+        padding=padding,
+        backward=var.cap.backward,
+    )
+    reason = var.check(prob)
+    if reason:
+        pytest.skip(reason)
+    try:
+        r = correctness.check(var, q, k, v, causal=causal, key_lengths=lengths, backward=var.cap.backward)
+    except UnsupportedError as exc:
+        pytest.skip(str(exc))
+    assert r.ok, r.describe()
+
+
+def test_measure_cell_on_cuda():
+    spec = CellSpec("sdpa", "cuda", "bfloat16", 1, 8, 1024, 64, 64, True, 0.0, "fwdbwd")
+    row = measure_cell(spec, Settings(budget_ms=50, warmup_ms=10, min_ms=5))
+    assert row["status"] == "ok", row["message"]
+    assert row["peak_mem_bytes"] > 0 and row["tflops"] > 0 and row["mem_method"] == memory.CUDA_METHOD
