@@ -62,7 +62,7 @@ def _has_cuda(session: nox.Session) -> bool:
 def tests(session: nox.Session) -> None:
     """Run the test suite (all of it; pass -m 'not slow' to skip the slow tests)."""
     _install(session, "dev")
-    session.run("pytest", *(session.posargs or ["tests"]))
+    session.run("python", "-m", "pytest", *(session.posargs or ["tests"]))
 
 
 @nox.session
