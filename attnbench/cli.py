@@ -36,12 +36,16 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", metavar="float32,...", help="float32, float16, bfloat16, float64")
     g.add_argument("--batch", metavar="N,...", help="batch sizes")
     g.add_argument("--heads", metavar="N,...", help="head counts")
-    g.add_argument("--seq-len", metavar="N,...", help="sequence lengths: 512,1024 or a doubling range 256..8192")
+    g.add_argument(
+        "--seq-len", metavar="N,...", help="sequence lengths: 512,1024 or a doubling range 256..8192"
+    )
     g.add_argument("--d-k", metavar="N,...", help="query/key head dims")
     g.add_argument("--d-v", metavar="N,...", help="value head dims (default: = d_k)")
     g.add_argument("--causal", choices=["no", "yes", "both"], help="causal masking")
     g.add_argument("--padding", metavar="F,...", help="key padding fractions in [0, 1) (0 = none)")
-    g.add_argument("--pass", dest="pass_", choices=["fwd", "fwdbwd", "both"], help="forward or forward+backward")
+    g.add_argument(
+        "--pass", dest="pass_", choices=["fwd", "fwdbwd", "both"], help="forward or forward+backward"
+    )
     t = p.add_argument_group("measurement")
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
     t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
@@ -63,8 +67,13 @@ def sweep_from_args(args: argparse.Namespace):
             ov["devices"] = parse_names(args.device)
         if args.dtype is not None:
             ov["dtypes"] = parse_names(args.dtype)
-        for flag, key in (("batch", "batch"), ("heads", "heads"), ("seq_len", "seq_len"), ("d_k", "d_k"),
-                          ("d_v", "d_v")):
+        for flag, key in (
+            ("batch", "batch"),
+            ("heads", "heads"),
+            ("seq_len", "seq_len"),
+            ("d_k", "d_k"),
+            ("d_v", "d_v"),
+        ):
             val = getattr(args, flag)
             if val is not None:
                 ov[key] = parse_ints(flag.replace("_", "-"), val)
@@ -74,8 +83,11 @@ def sweep_from_args(args: argparse.Namespace):
             ov["padding"] = parse_floats("padding", args.padding)
         if args.pass_ is not None:
             ov["passes"] = PASS_CHOICES[args.pass_]
-        settings = {k: getattr(args, k) for k in ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout",
-                                                   "seed") if getattr(args, k) is not None}
+        settings = {
+            k: getattr(args, k)
+            for k in ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout", "seed")
+            if getattr(args, k) is not None
+        }
         if settings:
             ov["settings"] = settings
         return build_sweep(args.preset, args.config, ov)
@@ -89,8 +101,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from results import RunDirError
     from variants import VariantError
 
-    sweep_flags = [f for f in ("preset", "config", "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k",
-                               "d_v", "causal", "padding", "pass_") if getattr(args, f) is not None]
+    sweep_flags = [
+        f
+        for f in (
+            "preset",
+            "config",
+            "variants",
+            "device",
+            "dtype",
+            "batch",
+            "heads",
+            "seq_len",
+            "d_k",
+            "d_v",
+            "causal",
+            "padding",
+            "pass_",
+        )
+        if getattr(args, f) is not None
+    ]
     if args.resume and sweep_flags:
         flag = sweep_flags[0].rstrip("_").replace("_", "-")
         raise BadInput(f"--resume takes the sweep from the run's meta.json; drop --{flag}")
@@ -103,16 +132,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None and not args.resume:
         out = Path(args.out)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise BadInput(f"{args.out!r} already exists and is not empty; pass --resume or choose another --out")
+            raise BadInput(
+                f"{args.out!r} already exists and is not empty; pass --resume or choose another --out"
+            )
     progress = Progress(enabled=not args.quiet)
     try:
-        summary = run(sweep, args.out, resume=args.resume, variant_files=args.variant_file or [], progress=progress)
+        summary = run(
+            sweep, args.out, resume=args.resume, variant_files=args.variant_file or [], progress=progress
+        )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
     if summary.interrupted:
-        print(f"interrupted: finished rows are kept in {summary.path} ({counts}); "
-              f"finish with: attnbench run --resume --out {summary.path}", file=sys.stderr)
+        print(
+            f"interrupted: finished rows are kept in {summary.path} ({counts}); "
+            f"finish with: attnbench run --resume --out {summary.path}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     print(f"run complete: {summary.path} ({counts})", file=sys.stderr)
     print(summary.path)
@@ -160,28 +196,58 @@ def cmd_list(args: argparse.Namespace) -> int:
         caps = ",".join(k for k in ("causal", "padding", "dropout", "backward") if getattr(c, k))
         head = f"{c.min_head_dim}..{c.max_head_dim or 'any'}"
         where = {d: v.availability(d) for d in ("cpu", "cuda")}
-        rows.append({"name": name, "memory": c.memory, "dtypes": ",".join(c.dtypes), "head_dim": head,
-                     "supports": caps, "default": c.default, "source": v.source, "description": c.description,
-                     "available": {d: r is None for d, r in where.items()},
-                     "reasons": {d: r for d, r in where.items() if r}})
+        rows.append(
+            {
+                "name": name,
+                "memory": c.memory,
+                "dtypes": ",".join(c.dtypes),
+                "head_dim": head,
+                "supports": caps,
+                "default": c.default,
+                "source": v.source,
+                "description": c.description,
+                "available": {d: r is None for d, r in where.items()},
+                "reasons": {d: r for d, r in where.items() if r},
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="attnbench variants", show_lines=True)
-    for col in ("variant", "memory", "dtypes", "head dim", "supports", "cpu", "cuda"):
-        table.add_column(col, overflow="fold")
+    short = {
+        "float32": "f32",
+        "float16": "f16",
+        "bfloat16": "bf16",
+        "float64": "f64",
+        "padding": "pad",
+        "dropout": "drop",
+        "backward": "bwd",
+    }
+    table = Table(title="attnbench variants (memory: how peak memory grows with N)")
+    for col in ("variant", "description", "memory", "dtypes", "head dim", "supports", "cpu", "cuda"):
+        table.add_column(
+            col, overflow="fold", no_wrap=col in ("variant", "memory", "head dim", "cpu", "cuda")
+        )
     for r in rows:
-        cells = []
-        for d in ("cpu", "cuda"):
-            cells.append("[green]yes[/]" if r["available"][d] else f"[dim]no: {_esc(r['reasons'][d])}[/]")
-        name = r["name"] + ("" if r["default"] else " [dim](not in default sweeps)[/]")
-        table.add_row(f"[bold]{name}[/]\n[dim]{_esc(r['description'])}[/]", r["memory"],
-                      r["dtypes"], r["head_dim"], r["supports"], *cells)
-    console = Console(width=max(140, Console().width))
+        marks = ["[green]yes[/]" if r["available"][d] else "[red]no[/]" for d in ("cpu", "cuda")]
+        name = f"[bold]{r['name']}[/]" + ("" if r["default"] else "\n[yellow](demo only)[/]")
+        table.add_row(
+            name,
+            _esc(r["description"]),
+            r["memory"],
+            " ".join(short.get(x, x) for x in r["dtypes"].split(",")),
+            r["head_dim"],
+            " ".join(short.get(x, x) for x in r["supports"].split(",")),
+            *marks,
+        )
+    console = Console(width=max(150, Console().width))
     console.print(table)
+    console.print("[bold]why not, on this machine:[/]")
+    for r in rows:
+        for d, reason in r["reasons"].items():
+            console.print(f"  {r['name']} on {d}: {_esc(reason)}", soft_wrap=True)
     for err in variants.load_errors():
         console.print(f"[red]plug-in error:[/] {_esc(err)}")
     return 0
@@ -236,25 +302,44 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise BadInput("device cuda was asked for, but torch sees no CUDA device on this machine")
     b, h, n, dk = 2, 4, args.seq_len, 64
     failures = 0
-    print(f"{'variant':<17}{'device':<7}{'dtype':<10}{'causal':<7}{'pad':<5}{'status':<12}{'rel_err':>10}"
-          f"{'grad_rel':>10}  masked rows / reason")
+    print(
+        f"{'variant':<17}{'device':<7}{'dtype':<10}{'causal':<7}{'pad':<5}{'status':<12}{'rel_err':>10}"
+        f"{'grad_rel':>10}  masked rows / reason"
+    )
     for device in devices:
         g = torch.Generator(device=device).manual_seed(0)
         for dtype in dtypes:
-            base = [torch.randn(b, h, n, dk, generator=g, device=device).to(torch_dtype(dtype)) for _ in range(3)]
+            base = [
+                torch.randn(b, h, n, dk, generator=g, device=device).to(torch_dtype(dtype)) for _ in range(3)
+            ]
             for causal in (False, True):
                 for pad in (None, torch.tensor([n // 3, 0], device=device)):
                     for name in names:
                         v = variants.get(name)
-                        prob = variants.Problem(device=device, dtype=dtype, batch=b, heads=h, seq_q=n, seq_k=n,
-                                                d_k=dk, d_v=dk, causal=causal, padding=pad is not None,
-                                                backward=True)
+                        prob = variants.Problem(
+                            device=device,
+                            dtype=dtype,
+                            batch=b,
+                            heads=h,
+                            seq_q=n,
+                            seq_k=n,
+                            d_k=dk,
+                            d_v=dk,
+                            causal=causal,
+                            padding=pad is not None,
+                            backward=True,
+                        )
                         reason = v.check(prob)
                         grad = True
                         if reason and "backward" in reason:
-                            grad, reason = False, v.check(variants.Problem(**{**prob.__dict__, "backward": False}))
-                        line = f"{name:<17}{device:<7}{dtype:<10}{'yes' if causal else 'no':<7}" \
-                               f"{'yes' if pad is not None else 'no':<5}"
+                            grad, reason = (
+                                False,
+                                v.check(variants.Problem(**{**prob.__dict__, "backward": False})),
+                            )
+                        line = (
+                            f"{name:<17}{device:<7}{dtype:<10}{'yes' if causal else 'no':<7}"
+                            f"{'yes' if pad is not None else 'no':<5}"
+                        )
                         if reason:
                             print(f"{line}{'unsupported':<12}{'':>10}{'':>10}  {reason}")
                             continue
@@ -271,8 +356,62 @@ def cmd_check(args: argparse.Namespace) -> int:
         print("\nnumerics probe: rel_err against float64 with q scaled by 1, 10, 100")
         for rec in numerics.probe(names, devices, dtypes):
             err = f"{rec['rel_err']:.1e}" if "rel_err" in rec else rec.get("message", "")
-            print(f"{rec['variant']:<17}{rec['device']:<7}{rec['dtype']:<10}x{rec['q_scale']:<6g}{rec['status']:<12}{err}")
+            print(
+                f"{rec['variant']:<17}{rec['device']:<7}{rec['dtype']:<10}x{rec['q_scale']:<6g}{rec['status']:<12}{err}"
+            )
     return 1 if failures else 0
+
+
+# ---- report / compare -------------------------------------------------------------------------------
+
+
+def _out_dir(out: str | None, default: str) -> Path:
+    """--out DIR (default reports/out/NAME, git-ignored); refused if it is a run or a file."""
+    from results import is_run_dir
+
+    path = Path(out) if out else Path("reports") / "out" / default
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"--out {str(path)!r} exists and is not a directory")
+    if is_run_dir(path):
+        raise BadInput(f"--out {str(path)!r} is a run directory; write the report somewhere else")
+    return path
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from reports.page import to_text
+    from reports.render import prepare, render
+    from reports.style import slug
+    from results import RunDirError
+
+    try:
+        inputs = prepare(args.run_dirs, args.baseline)
+    except (RunDirError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    out = _out_dir(args.out, slug(*inputs.metas) if inputs.metas else "report")
+    report = render(inputs, out)
+    if report.summary is not None:
+        sys.stdout.write(to_text(report.summary))
+    print(f"report: {report.readme} and {report.html} ({len(report.figures)} figures)", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from reports.compare import compare_runs, parse_threshold, text_report, write_page
+    from reports.style import slug
+    from results import RunDirError
+
+    try:
+        threshold = parse_threshold(args.fail_above) if args.fail_above else None
+        if not 0 < args.alpha < 1:
+            raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
+        cmp = compare_runs(args.run_a, args.run_b, threshold=threshold, alpha=args.alpha)
+    except (RunDirError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    out = _out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name))
+    sys.stdout.write(text_report(cmp))
+    readme, html_path = write_page(cmp, out)
+    print(f"compare: {readme} and {html_path}", file=sys.stderr)
+    return 1 if len(cmp.regressions) else 0
 
 
 # ---- main -----------------------------------------------------------------------------------------
@@ -286,7 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_flags(p)
     p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
-    p.add_argument("--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)")
+    p.add_argument(
+        "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_run)
 
@@ -313,6 +454,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("env", help="print this machine's fingerprint")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser("report", help="fits, plots, README.md and report.html from runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", metavar="DIR", help="where to write the report (default: reports/out/<run id>)")
+    p.add_argument(
+        "--baseline", metavar="VARIANT", help="variant the speed-up map is relative to (default: naive)"
+    )
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare", help="the same cells on two runs: ratios, significance, regression gate")
+    p.add_argument("run_a", metavar="RUN_A", help="the reference run (before, or machine A)")
+    p.add_argument("run_b", metavar="RUN_B", help="the run compared with it (after, or machine B)")
+    p.add_argument(
+        "--fail-above",
+        metavar="STAT:N%",
+        help="exit 1 if a cell of B is slower than A by more than this (median, mean, min or "
+        "max; N%% relative or a number of ms) and the difference is significant, or a cell "
+        "ok in A is wrong/error/crashed/timeout in B",
+    )
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney U test")
+    p.add_argument(
+        "--out", metavar="DIR", help="where to write the plot and page (default: reports/out/compare-A-vs-B)"
+    )
+    p.set_defaults(func=cmd_compare)
     return parser
 
 

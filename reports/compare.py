@@ -1,0 +1,248 @@
+"""`attnbench compare`: the same cells on two runs, time ratios, Mann-Whitney U on raw samples, a gate."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from results.schema import CELL_AXES
+
+from . import page as pg
+from .tables import axis_value, present, varying
+
+STATS = ("median", "mean", "min", "max")
+BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B is a regression too
+DEFAULT_ALPHA = 0.05
+_SPEC = re.compile(r"^(?P<stat>[a-z]+):(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(?P<pct>%?)$")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """--fail-above STAT:N% (B slower than A by more than N percent) or STAT:X (by more than X ms)."""
+
+    stat: str
+    value: float
+    relative: bool
+    text: str
+
+    def exceeded(self, a: float, b: float) -> bool:
+        return (b - a) / a > self.value if self.relative else (b - a) > self.value
+
+
+def parse_threshold(spec: str) -> Threshold:
+    """'median:5%' -> Threshold, as pytest-benchmark's --benchmark-compare-fail; ValueError if malformed."""
+    m = _SPEC.match(spec.strip())
+    if not m or m["stat"] not in STATS:
+        raise ValueError(f"bad --fail-above {spec!r}: expected STAT:N% or STAT:MS with STAT one of "
+                         f"{', '.join(STATS)} (e.g. median:5%)")
+    value = float(m["num"])
+    relative = bool(m["pct"])
+    return Threshold(m["stat"], value / 100 if relative else value, relative, spec.strip())
+
+
+def stat_value(sample_ms: Any, median: Any, stat: str) -> float:
+    """A statistic of a cell's raw samples (its stored median for 'median' or when samples are gone)."""
+    if stat == "median" and present(median):
+        return float(median)
+    if isinstance(sample_ms, (list, tuple)) and sample_ms:
+        import statistics
+
+        fn = {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max}[stat]
+        return float(fn(sample_ms))
+    return float(median) if present(median) else math.nan
+
+
+def _samples(x: Any) -> list[float]:
+    return [float(v) for v in x] if isinstance(x, (list, tuple)) else []
+
+
+def mann_whitney(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney U p-value of two sample sets (NaN with fewer than 3 samples on a side)."""
+    if len(a) < 3 or len(b) < 3:
+        return math.nan
+    from scipy.stats import mannwhitneyu
+
+    if len(set(a) | set(b)) == 1:  # all equal: no evidence of a difference (scipy would warn)
+        return 1.0
+    return float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
+
+
+def change_text(ratio: float, significant: bool | None) -> str:
+    """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not."""
+    if not math.isfinite(ratio):
+        return "n/a"
+    word = f"{ratio:.2f}x slower" if ratio >= 1 else f"{1 / ratio:.2f}x faster"
+    if significant is None:
+        return f"{word} (no samples to test)"
+    return word if significant else f"{word}, not significant"
+
+
+@dataclass
+class Comparison:
+    """Cells of run B against run A: per-cell ratios and p-values, geometric means, status changes."""
+
+    run_a: str
+    run_b: str
+    label_a: str
+    label_b: str
+    match: str
+    axes: list[str]
+    cells: Any  # DataFrame: one row per matched cell
+    per_variant: Any  # DataFrame
+    threshold: Threshold | None
+    alpha: float
+
+    @property
+    def regressions(self):
+        return self.cells[self.cells["regression"]]
+
+
+def _match_axes(a, b) -> tuple[list[str], str]:
+    """Axes to match cells on: all of them when both runs used the same devices, else all but device."""
+    da, db = sorted(set(a["device"].dropna())), sorted(set(b["device"].dropna()))
+    if da == db:
+        return list(CELL_AXES), "cells matched by cell_id (same devices in both runs)"
+    if len(da) == 1 and len(db) == 1:
+        return [x for x in CELL_AXES if x != "device"], \
+            f"cells matched on every axis except device ({da[0]} in A, {db[0]} in B)"
+    common = sorted(set(da) & set(db))
+    return list(CELL_AXES), \
+        f"cells matched by cell_id on the devices both runs used ({', '.join(common) or 'none'})"
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, *, threshold: Threshold | None = None,
+                 alpha: float = DEFAULT_ALPHA):
+    """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
+    runs share no cell."""
+    import numpy as np
+    import pandas as pd
+
+    import results
+
+    a, b = results.load(run_a), results.load(run_b)
+    meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
+    axes, how = _match_axes(a, b)
+    cols = ["run_id", "device", "status", "message", "time_ms_median", "samples_ms"]
+    keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
+    keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
+    m = keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
+    if m.empty:
+        raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
+    records = []
+    for _, r in m.iterrows():
+        ok = r["status_a"] == "ok" and r["status_b"] == "ok" and present(r["time_ms_median_a"]) \
+            and present(r["time_ms_median_b"])
+        sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
+        ratio = float(r["time_ms_median_b"]) / float(r["time_ms_median_a"]) if ok else math.nan
+        p = mann_whitney(sa, sb) if ok else math.nan
+        significant = (p < alpha) if math.isfinite(p) else None
+        regression, why = False, ""
+        if threshold is not None and ok:
+            va = stat_value(sa, r["time_ms_median_a"], threshold.stat)
+            vb = stat_value(sb, r["time_ms_median_b"], threshold.stat)
+            if threshold.exceeded(va, vb) and significant is not False:
+                regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
+        if threshold is not None and r["status_a"] == "ok" and r["status_b"] in BROKEN:
+            regression, why = True, f"status ok -> {r['status_b']}"
+        records.append({
+            **{x: r[x] for x in axes}, "device_a": r["device_a"] if "device_a" in r else r["device"],
+            "device_b": r["device_b"] if "device_b" in r else r["device"],
+            "status_a": r["status_a"], "status_b": r["status_b"],
+            "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
+            "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
+            "n_a": len(sa), "n_b": len(sb), "ratio": ratio, "p_value": p,
+            "significant": bool(significant) if significant is not None else pd.NA,
+            "change": change_text(ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
+            "regression": regression, "why": why,
+        })
+    cells = pd.DataFrame(records)
+    cells = cells.sort_values([x for x in axes if x not in ("variant", "seq_len")] + ["variant", "seq_len"],
+                              kind="stable").reset_index(drop=True)
+    per = []
+    for variant, sub in cells.groupby("variant", sort=True):
+        ratios = sub["ratio"].dropna().to_numpy(dtype=float)
+        sig = sub["significant"].fillna(False).astype(bool)
+        per.append({"variant": variant, "cells": len(ratios),
+                    "geomean_ratio": float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan,
+                    "slower": int(((sub["ratio"] > 1) & sig).sum()),
+                    "faster": int(((sub["ratio"] < 1) & sig).sum()),
+                    "status_changed": int((sub["status_a"] != sub["status_b"]).sum())})
+    return Comparison(str(run_a), str(run_b), f"{meta_a.get('run_id')} ({results.machine_label(meta_a)})",
+                      f"{meta_b.get('run_id')} ({results.machine_label(meta_b)})", how, axes, cells,
+                      pd.DataFrame(per), threshold, alpha)
+
+
+def _fmt(v: float, spec: str = ".4g") -> str:
+    return format(v, spec) if isinstance(v, float) and math.isfinite(v) else "n/a"
+
+
+def cell_table(cmp: Comparison) -> pg.Table:
+    shown = [x for x in varying(cmp.cells, [a for a in cmp.axes if a not in ("variant", "seq_len")])]
+    headers = ("variant", *shown, "seq_len", "A ms", "B ms", "B/A", "p", "change",
+               *(("regression",) if cmp.threshold else ()))
+    rows = []
+    for _, r in cmp.cells.iterrows():
+        rows.append((str(r["variant"]), *[axis_value(a, r[a]) for a in shown], str(r["seq_len"]),
+                     _fmt(r["time_ms_a"]), _fmt(r["time_ms_b"]), _fmt(r["ratio"], ".3f"),
+                     _fmt(r["p_value"], ".2g"), str(r["change"]),
+                     *((("REGRESSION: " + r["why"]) if r["regression"] else "",) if cmp.threshold else ())))
+    return pg.Table(headers, tuple(rows), "B/A: B's median time over A's (>1: B slower); p: Mann-Whitney U, "
+                                          f"two-sided, on the raw samples; significant below {cmp.alpha:g}")
+
+
+def variant_table(cmp: Comparison) -> pg.Table:
+    rows = []
+    for _, r in cmp.per_variant.iterrows():
+        g = r["geomean_ratio"]
+        overall = change_text(g, None).replace(" (no samples to test)", "") if math.isfinite(g) else "n/a"
+        rows.append((str(r["variant"]), str(r["cells"]), _fmt(g, ".3f"), overall, str(r["slower"]),
+                     str(r["faster"]), str(r["status_changed"])))
+    return pg.Table(("variant", "cells ok in both", "geomean B/A", "overall", "significantly slower",
+                     "significantly faster", "status changed"), tuple(rows))
+
+
+def verdict(cmp: Comparison) -> str:
+    """The last line: how many regressions beyond the threshold (or that no threshold was given)."""
+    if cmp.threshold is None:
+        return "no --fail-above given: nothing can fail"
+    n = int(cmp.cells["regression"].sum())
+    what = f"--fail-above {cmp.threshold.text}"
+    return f"{what}: {n} regression{'s' * (n != 1)}" if n else f"{what}: no regression"
+
+
+def text_report(cmp: Comparison) -> str:
+    """What `attnbench compare` prints."""
+    out = [f"A: {cmp.label_a}  [{cmp.run_a}]", f"B: {cmp.label_b}  [{cmp.run_b}]", cmp.match, ""]
+    out.append(pg.to_text(cell_table(cmp), max_width=60))
+    out.append(pg.to_text(variant_table(cmp)))
+    for _, r in cmp.regressions.iterrows():
+        out.append(f"REGRESSION {r['variant']} seq_len={r['seq_len']}: {r['why']}")
+    out.append(verdict(cmp))
+    return "\n".join(out) + "\n"
+
+
+def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
+    """compare.png/.svg/.csv, per_variant.csv, README.md and compare.html in out_dir."""
+    from .plots import compare_figure
+    from .style import save
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig, data = compare_figure(cmp.cells, "Run B vs run A", cmp.label_a, cmp.label_b,
+                               cmp.threshold.value if cmp.threshold and cmp.threshold.relative else None)
+    files = save(fig, data, out, "compare", "Time ratio B/A per cell",
+                 "Filled markers: significant (Mann-Whitney U); hollow: not.")
+    cmp.per_variant.to_csv(out / "per_variant.csv", index=False)
+    page = pg.Page("attnbench compare")
+    page.add(pg.Bullets((f"A: {cmp.label_a} ({cmp.run_a})", f"B: {cmp.label_b} ({cmp.run_b})", cmp.match,
+                         verdict(cmp))))
+    page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
+    page.add(pg.Figure(files))
+    page.add(pg.Heading("Per cell"), cell_table(cmp))
+    readme, html_path = out / "README.md", out / "compare.html"
+    readme.write_text(pg.to_markdown(page), encoding="utf-8")
+    html_path.write_text(pg.to_html(page, out), encoding="utf-8")
+    return readme, html_path

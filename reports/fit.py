@@ -1,0 +1,199 @@
+"""Power-law fits: time and peak memory against seq_len on log-log axes, with a 95% CI, R² and theory."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tables import COMBO_AXES, device_memory, grouped, ok_rows
+
+MIN_FIT_POINTS = 3  # the fewest seq_lens a fit uses when the run has them (2 points give no CI)
+CI_LEVEL = 0.95
+AGREE_TOLERANCE = 0.2  # an exponent this close to theory (or with theory inside its CI) agrees with it
+MAX_CI_HALF = 0.5  # a wider CI is too uncertain to agree or disagree with anything
+
+FIT_RULE = (
+    "Each exponent is a least-squares fit of log(value) against log(seq_len) over the asymptotic points: "
+    f"the largest half of the distinct seq_lens with status ok (at least {MIN_FIT_POINTS}, or all of them "
+    "when fewer), one fit per variant and combination of the other axes. The 95% CI is slope ± t(0.975, k-2) "
+    "× its standard error over k points (none with 2 points); fewer than 2 ok seq_lens: no fit."
+)
+
+# Time: every registered variant is exact attention, so Θ(N²) work. Memory: its capability record.
+MEMORY_THEORY = {"quadratic": 2.0, "linear": 1.0}
+
+
+@dataclass(frozen=True)
+class PowerFit:
+    """value ≈ exp(intercept) · seq_len^exponent over the points used; exponent None without a fit."""
+
+    exponent: float | None = None
+    intercept: float | None = None  # natural log
+    ci_low: float | None = None
+    ci_high: float | None = None
+    r2: float | None = None
+    seq_lens: tuple[int, ...] = field(default=())  # the points the fit used
+    reason: str = ""  # why there is no fit (or no CI)
+
+    @property
+    def available(self) -> bool:
+        return self.exponent is not None
+
+    def predict(self, seq_len: float) -> float:
+        """The fitted value at seq_len (NaN without a fit)."""
+        if self.exponent is None or self.intercept is None:
+            return math.nan
+        return math.exp(self.intercept + self.exponent * math.log(seq_len))
+
+    def solve(self, value: float) -> float | None:
+        """The seq_len at which the fit reaches value (None without a fit or a positive exponent)."""
+        if self.exponent is None or self.intercept is None or self.exponent <= 0 or value <= 0:
+            return None
+        return math.exp((math.log(value) - self.intercept) / self.exponent)
+
+    def text(self, digits: int = 2) -> str:
+        """'1.98 [1.91, 2.05]', '1.98 (no CI: 2 points)' or 'n/a (reason)'."""
+        if self.exponent is None:
+            return f"n/a ({self.reason})" if self.reason else "n/a"
+        if self.ci_low is None or self.ci_high is None:
+            return f"{self.exponent:.{digits}f} (no CI)"
+        return f"{self.exponent:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
+
+
+def asymptotic_points(seq_lens) -> list[int]:
+    """The seq_lens a fit uses: the largest half of the distinct ones, at least MIN_FIT_POINTS (or all)."""
+    distinct = sorted({int(n) for n in seq_lens})
+    keep = max(math.ceil(len(distinct) / 2), min(MIN_FIT_POINTS, len(distinct)))
+    return distinct[len(distinct) - keep:]
+
+
+def fit_power_law(seq_lens, values, *, asymptotic: bool = True) -> PowerFit:
+    """Least-squares exponent of values ~ seq_len^b over the asymptotic points (or all, asymptotic=False).
+
+    Non-finite or non-positive values are dropped first (they have no logarithm); repeated seq_lens
+    (several runs) all enter the fit.
+    """
+    import numpy as np
+    from scipy import stats
+
+    n = np.asarray(list(seq_lens), dtype=float)
+    y = np.asarray(list(values), dtype=float)
+    good = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0)
+    n, y = n[good], y[good]
+    distinct = sorted(set(n.astype(int).tolist()))
+    if len(distinct) < 2:
+        plural = "s" * (len(distinct) != 1)
+        return PowerFit(seq_lens=tuple(distinct), reason=f"ok at {len(distinct)} seq_len{plural}")
+    used = asymptotic_points(distinct) if asymptotic else distinct
+    keep = np.isin(n.astype(int), used)
+    x, ly = np.log(n[keep]), np.log(y[keep])
+    if np.ptp(ly) == 0:  # a flat line: linregress would divide by zero for r
+        return PowerFit(0.0, float(ly[0]), 0.0, 0.0, 1.0, tuple(used))
+    res = stats.linregress(x, ly)
+    slope, intercept = float(res.slope), float(res.intercept)
+    r2 = float(res.rvalue) ** 2
+    dof = len(x) - 2
+    if dof < 1:
+        return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=f"{len(x)} points, no CI")
+    half = float(stats.t.ppf(0.5 + CI_LEVEL / 2, dof)) * float(res.stderr)
+    return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used))
+
+
+def theory(variant: str) -> tuple[float | None, float | None, str]:
+    """(time exponent, memory exponent, memory class) from the variant registry; None where unknown.
+
+    Only registered variants have a known theory: a variant from a --variant-file that is not loaded
+    here (or a third-party approximate one) could scale any way.
+    """
+    import variants
+
+    registered = variants.all_variants().get(variant)
+    if registered is None:
+        return None, None, "unknown"
+    mem_class = registered.cap.memory
+    return 2.0, MEMORY_THEORY.get(mem_class), mem_class
+
+
+def agreement(fit: PowerFit, expected: float | None) -> str:
+    """'agrees', 'above' or 'below' theory; 'uncertain' when the CI is too wide to say; '' when unknown.
+
+    A CI from 3 noisy points can span ±10 and so contain any theory: containment alone is no agreement.
+    """
+    if expected is None or fit.exponent is None:
+        return ""
+    wide = fit.ci_low is not None and fit.ci_high is not None and (fit.ci_high - fit.ci_low) / 2 > MAX_CI_HALF
+    if wide:
+        return "uncertain"
+    if abs(fit.exponent - expected) <= AGREE_TOLERANCE:
+        return "agrees"
+    if fit.ci_low is not None and fit.ci_high is not None and fit.ci_low <= expected <= fit.ci_high:
+        return "agrees"
+    return "above" if fit.exponent > expected else "below"
+
+
+def largest_pow2(n: float | None) -> int | None:
+    """The largest power of two not above n (None for None or n < 1)."""
+    if n is None or not math.isfinite(n) or n < 1:
+        return None
+    return 1 << int(math.floor(math.log2(n)))
+
+
+def scaling_table(df, metas: dict[str, dict[str, Any]]):
+    """One row per variant and combination of the other axes: time and memory exponents against theory.
+
+    n_max_fit is the largest power-of-two seq_len whose predicted peak memory (memory fit extrapolated)
+    stays within the device's memory; peak_fraction_at_max is achieved / calibrated TFLOP/s at the
+    largest ok seq_len.
+    """
+    import pandas as pd
+
+    from .tables import calibrated_peak
+
+    records = []
+    # every (combination, variant) that appears gets a row, so a variant that never ran ok shows "n/a"
+    for key, sub in grouped(df, list(COMBO_AXES) + ["variant"]):
+        ok = ok_rows(sub)
+        n = ok["seq_len"].to_numpy(dtype=float, na_value=math.nan)
+        t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
+        m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
+        tfit, mfit = fit_power_law(n, t), fit_power_law(n, m)
+        t_theory, m_theory, m_class = theory(str(key["variant"]))
+        meta = metas.get(str(key["run_id"]), {})
+        dev_mem = device_memory(meta, str(key["device"]))
+        n_max_raw = mfit.solve(dev_mem) if dev_mem else None
+        peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]))
+        frac = math.nan
+        if len(ok) and peak:
+            top = ok.sort_values("seq_len").iloc[-1]
+            frac = float(top["tflops"]) / peak if pd.notna(top["tflops"]) else math.nan
+        statuses = sub["status"].value_counts()
+        records.append({
+            **key,
+            "ok_seq_lens": len(set(n[~pd.isna(n)].astype(int).tolist())),
+            "statuses": ", ".join(f"{c} {s}" for s, c in statuses.items()),
+            "time_exp": tfit.exponent, "time_ci_low": tfit.ci_low, "time_ci_high": tfit.ci_high,
+            "time_r2": tfit.r2, "time_fit": tfit.text(), "time_theory": t_theory,
+            "time_agreement": agreement(tfit, t_theory),
+            "mem_exp": mfit.exponent, "mem_ci_low": mfit.ci_low, "mem_ci_high": mfit.ci_high,
+            "mem_r2": mfit.r2, "mem_fit": mfit.text(), "mem_theory": m_theory, "mem_class": m_class,
+            "mem_agreement": agreement(mfit, m_theory),
+            "fit_seq_lens": " ".join(str(x) for x in tfit.seq_lens),
+            "device_mem_bytes": dev_mem, "n_max_pred": n_max_raw, "n_max_fit": largest_pow2(n_max_raw),
+            "peak_fraction_at_max": frac,
+            "_time_fit": tfit, "_mem_fit": mfit,
+        })
+    return pd.DataFrame(records)
+
+
+def combo_key(values: Any, variant: str | None = None) -> str:
+    """A lookup key for one combination of the other axes (+ variant): str() keeps NA and NaN comparable."""
+    parts = [str(values[a]) for a in COMBO_AXES]
+    return "|".join(parts + ([str(variant)] if variant is not None else []))
+
+
+def fit_index(table) -> dict[str, tuple[PowerFit, PowerFit]]:
+    """combo_key(row, variant) -> (time fit, memory fit) from a scaling_table."""
+    if table is None or table.empty:
+        return {}
+    return {combo_key(r, r["variant"]): (r["_time_fit"], r["_mem_fit"]) for _, r in table.iterrows()}

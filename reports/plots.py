@@ -1,0 +1,392 @@
+"""The report's figures, one question each; each function returns (Figure, the DataFrame drawn from)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .fit import PowerFit, combo_key
+from .style import (
+    STATUS_COLORS,
+    bytes_axis,
+    bytes_text,
+    empty_panel,
+    legend_below,
+    log_axis,
+    mpl_style,
+    new_figure,
+    number_text,
+    ratio_axis,
+    seq_axis,
+    seq_text,
+    variant_color,
+    variant_marker,
+    variant_order,
+)
+from .tables import ok_rows, panels, present
+
+Fits = dict[str, tuple[PowerFit, PowerFit]]
+KEYS = ["run_id", "device", "dtype", "pass", "causal", "d_k", "d_v", "batch", "heads", "padding", "variant",
+        "seq_len"]  # the identity columns every figure's CSV starts with
+
+
+def _floats(series) -> list[float]:
+    return [float(x) for x in series.astype("Float64").to_numpy(dtype=float, na_value=math.nan)]
+
+
+def _exponent_label(variant: str, fit: PowerFit | None) -> str:
+    if fit is None or not fit.available:
+        return f"{variant} (fit n/a)"
+    return f"{variant}  N^{fit.exponent:.2f}"
+
+
+def _variant_lines(ax, rows, column: str, fits: Fits, which: int,
+                   band: tuple[str, str] | None = None) -> list[float]:
+    """One line per ok variant of a panel, with an optional p25-p75 band; returns the y values plotted."""
+    ys: list[float] = []
+    ok = ok_rows(rows).dropna(subset=[column])
+    for variant in variant_order(ok["variant"].unique()):
+        v = ok[ok["variant"] == variant].sort_values("seq_len")
+        n, y = _floats(v["seq_len"]), _floats(v[column])
+        fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
+        color = variant_color(variant)
+        ax.plot(n, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color,
+                label=_exponent_label(variant, fit))
+        if band is not None:
+            lo, hi = _floats(v[band[0]]), _floats(v[band[1]])
+            ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
+        ys.extend(y)
+    return [y for y in ys if math.isfinite(y) and y > 0]
+
+
+def _guides(ax, seq_lens: list[int], ys: list[float]) -> None:
+    """Dashed ∝N and ∝N² lines from below the lowest point: the two slopes a reader compares with."""
+    if len(seq_lens) < 2 or not ys:
+        return
+    n0, n1 = min(seq_lens), max(seq_lens)
+    y0 = min(ys) / 1.5
+    for power, text in ((1, "∝N"), (2, "∝N²")):
+        y1 = y0 * (n1 / n0) ** power
+        ax.plot([n0, n1], [y0, y1], ls="--", lw=1, color="#555555", alpha=0.7, zorder=0)
+        ax.annotate(text, (n1, y1), xytext=(3, 0), textcoords="offset points", fontsize=9, color="#555555",
+                    va="center")
+
+
+def time_figure(group, fits: Fits, title: str):
+    """Median time vs seq_len (log-log), p25–p75 band, fitted exponent in the legend, N and N² guides."""
+    pans = panels(group)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=5.0)
+        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
+        for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            ys = _variant_lines(ax, rows, "time_ms_median", fits, 0, band=("time_ms_p25", "time_ms_p75"))
+            if ys:
+                log_axis(ax)
+                _guides(ax, seq_lens, ys)
+            else:
+                empty_panel(ax, "no ok cells")
+            seq_axis(ax, seq_lens)
+            ax.set_ylabel("time per call (ms, median; band p25–p75)")
+            ax.set_title(ptitle)
+            legend_below(ax)
+        fig.suptitle(title)
+    data = ok_rows(group)[KEYS + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy",
+                                  "n_samples"]]
+    return fig, data
+
+
+def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
+    """Peak memory vs seq_len (log-log), fitted exponents, and the device's memory as a horizontal line."""
+    pans = panels(group)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=5.0)
+        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
+        for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            ys = _variant_lines(ax, rows, "peak_mem_bytes", fits, 1)
+            if ys:
+                hi = max(ys + ([device_mem] if device_mem else []))
+                bytes_axis(ax, min(ys), hi)
+                _guides(ax, seq_lens, ys)
+            else:
+                empty_panel(ax, "no ok cells")
+            if device_mem:
+                ax.axhline(device_mem, color="black", lw=1.2)
+                ax.annotate(f"device memory {bytes_text(device_mem)}", (0.01, device_mem),
+                            xycoords=("axes fraction", "data"), xytext=(0, -4), textcoords="offset points",
+                            va="top", fontsize=9)
+            seq_axis(ax, seq_lens)
+            ax.set_ylabel("peak memory (bytes, log₂ axis)")
+            ax.set_title(ptitle)
+            legend_below(ax)
+        fig.suptitle(title)
+    data = ok_rows(group)[KEYS + ["peak_mem_bytes", "mem_method"]].assign(device_mem_bytes=device_mem)
+    return fig, data
+
+
+def throughput_figure(group, title: str, peak: float | None):
+    """Achieved TFLOP/s vs seq_len; the run's calibrated matmul peak as a line, % of it on the right."""
+    pans = panels(group)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=4.6)
+        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
+        for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            ok = ok_rows(rows).dropna(subset=["tflops"])
+            for variant in variant_order(ok["variant"].unique()):
+                v = ok[ok["variant"] == variant].sort_values("seq_len")
+                ax.plot(_floats(v["seq_len"]), _floats(v["tflops"]), marker=variant_marker(variant), ms=4,
+                        color=variant_color(variant), label=variant)
+            if ok.empty:
+                empty_panel(ax, "no ok cells")
+            if peak:
+                ax.axhline(peak, color="black", lw=1.2, ls="--",
+                           label=f"calibrated matmul peak {peak:.3g} TFLOP/s")
+                sec = ax.secondary_yaxis("right", functions=(lambda t, p=peak: t / p * 100,
+                                                             lambda pct, p=peak: pct * p / 100))
+                sec.set_ylabel("% of calibrated peak")
+            ax.set_ylim(bottom=0)
+            seq_axis(ax, seq_lens)
+            ax.set_ylabel("achieved TFLOP/s")
+            ax.set_title(ptitle)
+            legend_below(ax)
+        fig.suptitle(title)
+    data = ok_rows(group)[KEYS + ["flops", "tflops"]].assign(peak_tflops=peak)
+    if peak:
+        data = data.assign(peak_fraction=data["tflops"].astype(float) / peak)
+    return fig, data
+
+
+def _grid_panels(group, n_rows: int) -> tuple[Any, list]:
+    pans = panels(group)
+    n_seq = group["seq_len"].nunique()
+    ncols = 2 if len(pans) > 1 and n_seq <= 8 else 1
+    return new_figure(len(pans), ncols=ncols, panel_h=1.0 + 0.42 * max(n_rows, 2), width=11.0), pans
+
+
+def _cell_font(group) -> float:
+    """Annotation size in heat-map cells: smaller when many seq_lens share a panel's width."""
+    return 8.0 if group["seq_len"].nunique() <= 6 else 7.0
+
+
+def speedup_figure(group, title: str, baseline: str):
+    """Heat map over variant × seq_len of baseline time / variant time (>1: faster than the baseline)."""
+    import numpy as np
+    import pandas as pd
+    from matplotlib.colors import TwoSlopeNorm
+
+    from .tables import speedups
+
+    sp = speedups(group, baseline)
+    names = [v for v in variant_order(group["variant"].unique()) if v != baseline]
+    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
+    finite = np.log2(sp["speedup"].to_numpy(dtype=float)) if len(sp) else np.array([0.0])
+    lim = float(min(max(np.nanmax(np.abs(finite)), 1.0), 6.0))
+    norm = TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim)
+    with mpl_style():
+        (fig, axes), pans = _grid_panels(group, len(names))
+        image = None
+        for ax, (key, ptitle, rows) in zip(axes, pans, strict=True):
+            grid = np.full((len(names), len(seq_lens)), np.nan)
+            cell = sp
+            for axis, value in key.items():
+                cell = cell[cell[axis] == value]
+            for _, r in cell.iterrows():
+                if r["variant"] in names:
+                    i, j = names.index(r["variant"]), seq_lens.index(int(r["seq_len"]))
+                    grid[i, j] = math.log2(r["speedup"])
+            image = ax.imshow(grid, cmap="RdBu", norm=norm, aspect="auto")
+            stat = statuses_of(rows)
+            for i, v in enumerate(names):
+                for j, n in enumerate(seq_lens):
+                    if math.isfinite(grid[i, j]):
+                        s = 2 ** grid[i, j]
+                        unit = "×" if len(seq_lens) <= 6 else ""  # narrow cells: the colour bar has the unit
+                        ax.text(j, i, f"{s:.2g}{unit}", ha="center", va="center", fontsize=_cell_font(group),
+                                color="white" if abs(grid[i, j]) > lim * 0.6 else "black")
+                    else:
+                        ax.text(j, i, stat.get((v, n), "–") if stat.get((v, n)) != "ok" else "no base",
+                                ha="center", va="center", fontsize=_cell_font(group) - 1, color="#777777")
+            ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
+            ax.set_yticks(range(len(names)), names)
+            ax.set_xlabel("sequence length N (tokens, log₂ steps)")
+            ax.set_title(ptitle)
+            ax.grid(False)
+        if image is not None:
+            ticks = [t for t in range(-int(lim), int(lim) + 1)]
+            cb = fig.colorbar(image, ax=axes, shrink=0.8, ticks=ticks)
+            cb.ax.set_yticklabels([f"{2.0 ** t:g}×" for t in ticks])
+            cb.set_label(f"speed-up over {baseline} (log scale)")
+        fig.suptitle(title)
+    data = pd.DataFrame(sp)
+    return fig, data
+
+
+def statuses_of(rows) -> dict[tuple[str, int], str]:
+    """(variant, seq_len) -> status within one panel."""
+    return {(str(r["variant"]), int(r["seq_len"])): str(r["status"]) for _, r in rows.iterrows()
+            if present(r["seq_len"])}
+
+
+def status_figure(group, title: str):
+    """Which cells were ok, wrong, oom, skipped, unsupported, crashed: variant × seq_len per panel."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    names = variant_order(group["variant"].unique())
+    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
+    known = list(STATUS_COLORS)
+    cmap = ListedColormap([STATUS_COLORS[s] for s in known] + ["#ffffff"])
+    seen: set[str] = set()
+    with mpl_style():
+        (fig, axes), pans = _grid_panels(group, len(names))
+        for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            stat = statuses_of(rows)
+            grid = np.full((len(names), len(seq_lens)), len(known))
+            for (v, n), s in stat.items():
+                if v in names and n in seq_lens:
+                    grid[names.index(v), seq_lens.index(n)] = known.index(s) if s in known else len(known)
+                    seen.add(s)
+            ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(known) + 0.5, aspect="auto")
+            for (v, n), s in stat.items():
+                if v in names and n in seq_lens and s != "ok":  # green needs no word; the exceptions do
+                    dark = s in ("wrong", "oom", "crashed")
+                    ax.text(seq_lens.index(n), names.index(v), s[:11], ha="center", va="center",
+                            fontsize=_cell_font(group) - 1,
+                            color="white" if dark else "black")
+            ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
+            ax.set_yticks(range(len(names)), names)
+            ax.set_xlabel("sequence length N (tokens, log₂ steps)")
+            ax.set_title(ptitle)
+            ax.grid(False)
+        handles = [Patch(facecolor=STATUS_COLORS[s], edgecolor="#999999", label=s)
+                   for s in known if s in seen]
+        if handles:
+            fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 8), frameon=False)
+        fig.suptitle(title)
+    data = group[KEYS + ["status", "message"]]
+    return fig, data
+
+
+def numerics_figure(probe: list[dict[str, Any]], title: str):
+    """rel_err against float64 per variant as q (and so every logit) is scaled by 1, 10, 100; one panel per
+    device and dtype. Non-finite outputs sit on a marked band above the finite ones."""
+    import pandas as pd
+
+    df = pd.DataFrame(probe)
+    for col in ("variant", "device", "dtype", "q_scale", "status", "rel_err", "tolerance", "message"):
+        if col not in df.columns:
+            df[col] = None
+    measured = df[df["status"].isin(["ok", "wrong"])].copy()
+    measured["rel_err"] = pd.to_numeric(measured["rel_err"], errors="coerce").astype(float)
+    keys = sorted({(str(d), str(t)) for d, t in zip(df["device"], df["dtype"], strict=True)})
+    with mpl_style():
+        fig, axes = new_figure(len(keys), panel_h=4.8)
+        for ax, (device, dtype) in zip(axes, keys, strict=True):
+            here = (measured["device"].astype(str) == device) & (measured["dtype"].astype(str) == dtype)
+            sub = measured[here]
+            finite = sub["rel_err"][sub["rel_err"].map(math.isfinite) & (sub["rel_err"] > 0)]
+            top = float(finite.max()) if len(finite) else 1.0
+            bad_y = max(top * 30, 10.0)  # where non-finite results are drawn
+            names = variant_order(sub["variant"].astype(str).unique())
+            for i, variant in enumerate(names):
+                v = sub[sub["variant"].astype(str) == variant].sort_values("q_scale")
+                jitter = 2 ** (0.06 * (i - (len(names) - 1) / 2))  # so equal errors do not hide each other
+                x = [float(s) * jitter for s in v["q_scale"]]
+                y = [e if math.isfinite(e) and e > 0 else (bad_y if not math.isfinite(e) else 1e-12)
+                     for e in v["rel_err"]]
+                ax.plot(x, y, marker=variant_marker(variant), ms=5, color=variant_color(variant),
+                        label=variant)
+            if len(sub):
+                log_axis(ax)
+                log_axis(ax, "x")
+                ax.axhspan(bad_y / 3, bad_y * 3, color="#f4cccc", alpha=0.6, zorder=0)
+                ax.annotate("non-finite (inf / NaN)", (0.01, bad_y * 3), xycoords=("axes fraction", "data"),
+                            xytext=(0, -3), textcoords="offset points", va="top", fontsize=8)
+                tol = pd.to_numeric(sub["tolerance"], errors="coerce").dropna()
+                if len(tol):
+                    ax.axhline(float(tol.max()), color="black", ls="--", lw=1,
+                               label=f"tolerance {tol.max():g}")
+                scales = sorted({float(s) for s in sub["q_scale"]})
+                ax.set_xticks(scales, [f"×{number_text(s)}" for s in scales])
+                ax.set_xlim(min(scales) / 2, max(scales) * 2)
+            else:
+                empty_panel(ax, "no variant measured")
+            ax.set_xlabel("q scale (logits grow by the same factor)")
+            ax.set_ylabel("relative error vs float64")
+            ax.set_title(f"{device} · {dtype}")
+            legend_below(ax, ncol=3)
+        fig.suptitle(title)
+    return fig, df
+
+
+def weights_figure(example: dict[str, Any], title: str):
+    """The softmax weights of a small example with its causal and key-padding masks (a sanity view)."""
+    import numpy as np
+    import pandas as pd
+
+    w = np.asarray(example.get("weights") or [[0.0]], dtype=float)
+    n_q, n_k = w.shape
+    valid = example.get("valid_keys")
+    with mpl_style():
+        fig, (ax,) = new_figure(1, panel_h=5.2, width=7.5)
+        masked = np.ma.masked_where(w == 0, w)  # exactly zero: a masked position, drawn in grey
+        cmap = _viridis_with_grey()
+        image = ax.imshow(masked, cmap=cmap, vmin=0, vmax=max(float(w.max()), 1e-9), interpolation="nearest")
+        if isinstance(valid, (int, float)) and 0 < valid < n_k:
+            ax.axvline(valid - 0.5, color="#d62728", lw=1.5, ls="--")
+            ax.text((valid - 0.5 + n_k - 0.5) / 2, n_q / 2, f"keys ≥ {int(valid)}: padding", rotation=90,
+                    ha="center", va="center", color="#d62728", fontsize=10)
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
+        ax.grid(False)
+        cb = fig.colorbar(image, ax=ax, shrink=0.85)
+        cb.set_label("attention weight (grey: masked, exactly 0)")
+        causal = "causal" if example.get("causal") else "non-causal"
+        ax.set_title(f"{n_q}×{n_k}, {causal}, {int(valid) if valid is not None else n_k} valid keys")
+        fig.suptitle(title)
+    data = pd.DataFrame(w, columns=[f"k{j}" for j in range(n_k)]).rename_axis("query").reset_index()
+    return fig, data
+
+
+def _viridis_with_grey():
+    import matplotlib
+
+    return matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+
+
+def compare_figure(table, title: str, label_a: str, label_b: str, threshold: float | None = None):
+    """Time ratio B/A per cell vs seq_len, one line per variant; filled markers: significant."""
+    from .tables import PANEL_AXES, label, varying
+
+    axes_vary = varying(table, ["dtype", "pass", *PANEL_AXES]) if len(table) else []
+    keyed = list(table.groupby(axes_vary, dropna=False, sort=True)) if axes_vary else [((), table)]
+    with mpl_style():
+        fig, axes = new_figure(len(keyed), panel_h=4.6)
+        for ax, (values, rows) in zip(axes, keyed, strict=True):
+            values = values if isinstance(values, tuple) else (values,)
+            ok = rows.dropna(subset=["ratio"])
+            for variant in variant_order(ok["variant"].unique()):
+                v = ok[ok["variant"] == variant].sort_values("seq_len")
+                color = variant_color(variant)
+                n, r = _floats(v["seq_len"]), _floats(v["ratio"])
+                ax.plot(n, r, color=color, lw=1.4, label=variant)
+                for x, y, sig in zip(n, r, v["significant"], strict=True):
+                    ax.plot([x], [y], marker=variant_marker(variant), ms=6, color=color,
+                            mfc=color if bool(sig) else "white")
+            ax.axhline(1.0, color="black", lw=1)
+            if threshold is not None:
+                ax.axhline(1 + threshold, color="#d62728", ls="--", lw=1,
+                           label=f"fail above {1 + threshold:g}×")
+            if ok.empty:
+                empty_panel(ax, "no cells ok in both runs")
+            else:
+                ratios = _floats(ok["ratio"])
+                ratio_axis(ax, min(ratios), max(max(ratios), 1 + (threshold or 0)))
+            seq_axis(ax, rows["seq_len"].dropna().unique())
+            ax.set_ylabel("time ratio B/A (>1: B slower)")
+            title_p = label(dict(zip(axes_vary, values, strict=True))) if axes_vary else "all matched cells"
+            ax.set_title(title_p)
+            legend_below(ax, ncol=3)
+        fig.suptitle(f"{title}\nA = {label_a}\nB = {label_b}\n"
+                     "filled marker: significant difference, hollow: not")
+    return fig, table

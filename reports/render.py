@@ -1,0 +1,305 @@
+"""`attnbench report`: runs -> fits, figures (PNG + SVG + CSV), README.md and a self-contained report.html."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import fit as fitmod
+from . import page as pg
+from .style import bytes_text, slug
+from .tables import (
+    COMBO_AXES,
+    GROUP_AXES,
+    axis_value,
+    best_variant,
+    calibrated_peak,
+    device_memory,
+    fixed_axes,
+    fixed_text,
+    groups,
+    label,
+    ok_rows,
+    panels,
+    present,
+    varying,
+)
+
+DEFAULT_BASELINE = "naive"
+MAX_FAILURE_ROWS = 80
+
+
+@dataclass
+class Report:
+    """What render() wrote, and the fits table it printed."""
+
+    out_dir: Path
+    readme: Path
+    html: Path
+    figures: list[Any] = field(default_factory=list)
+    summary: pg.Table | None = None
+    baseline: str | None = None
+
+
+def ms_text(t: Any) -> str:
+    """0.893 ms, 164 ms, 1.25 s."""
+    if not present(t):
+        return "n/a"
+    t = float(t)
+    return f"{t / 1000:.3g} s" if t >= 1000 else f"{t:.3g} ms"
+
+
+def _num(v: Any, fmt: str = ".2f") -> str:
+    return format(float(v), fmt) if present(v) and math.isfinite(float(v)) else "n/a"
+
+
+def _seq_count(n: Any) -> str:
+    if not present(n):
+        return "n/a"
+    n = int(n)
+    return f"{n:,}" if n <= 2**24 else f"2^{n.bit_length() - 1}"
+
+
+def _theory_text(exp: Any) -> str:
+    return {1.0: "N", 2.0: "N²"}.get(float(exp), f"N^{float(exp):g}") if present(exp) else "unknown"
+
+
+def resolve_baseline(df, requested: str | None) -> str | None:
+    """The speed-up baseline: the one asked for (ValueError if the runs lack it), else naive, else none."""
+    names = sorted({str(v) for v in df["variant"].dropna().unique()})
+    if requested is not None:
+        if requested not in names:
+            raise ValueError(f"unknown baseline variant {requested!r}; "
+                             f"variants in these runs: {', '.join(names)}")
+        return requested
+    return DEFAULT_BASELINE if DEFAULT_BASELINE in names else None
+
+
+def summary_table(scaling) -> pg.Table:
+    """Fitted exponents vs theory per variant and combination (the table `attnbench report` prints)."""
+    if scaling is None or scaling.empty:
+        return pg.Table(("variant",), (), "no cells")
+    shown = varying(scaling, COMBO_AXES)
+    headers = ("variant", *shown, "time exponent [95% CI]", "R²", "theory",
+               "memory exponent [95% CI]", "R²", "theory", "vs theory", "largest N that fits", "% of peak")
+    rows = []
+    for _, r in scaling.iterrows():
+        verdict = []
+        for what, col in (("time", "time_agreement"), ("memory", "mem_agreement")):
+            if r[col]:
+                verdict.append(f"{what} {r[col]}")
+        mem_th = _theory_text(r["mem_theory"])
+        if present(r["mem_theory"]):
+            mem_th += f" ({r['mem_class']})"
+        frac = r["peak_fraction_at_max"]
+        rows.append((str(r["variant"]), *[axis_value(a, r[a]) for a in shown], str(r["time_fit"]),
+                     _num(r["time_r2"], ".3f"),
+                     _theory_text(r["time_theory"]), str(r["mem_fit"]), _num(r["mem_r2"], ".3f"), mem_th,
+                     "; ".join(verdict) or "–", _seq_count(r["n_max_fit"]),
+                     f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a"))
+    return pg.Table(headers, tuple(rows))
+
+
+def _best_table(group) -> pg.Table:
+    """Rows seq_len, columns the panels of a group: the fastest ok variant and its lead over the next."""
+    best = best_variant(group)
+    pans = panels(group)
+    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
+    headers = ("seq_len", *[(t or "best variant") for _, t, _ in pans])
+    rows = []
+    for n in seq_lens:
+        cells = []
+        for key, _title, _rows in pans:
+            sel = best[best["seq_len"] == n]
+            for axis, value in key.items():
+                sel = sel[sel[axis] == value]
+            if sel.empty:
+                cells.append("no ok cell")
+                continue
+            b = sel.iloc[0]
+            text = f"{b['best']} {ms_text(b['time_ms'])}"
+            if b["runner_up"]:
+                text += f" ({_num(b['lead'])}× ahead of {b['runner_up']})"
+            cells.append(text)
+        rows.append((str(n), *cells))
+    return pg.Table(headers, tuple(rows), "fastest ok variant per seq_len (median time)")
+
+
+def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
+    """Every fingerprint key (gpu flattened), one column per run, memory in binary units."""
+    flat: dict[str, dict[str, str]] = {}
+    for run_id, meta in metas.items():
+        fp = dict(meta.get("fingerprint") or {})
+        gpu = fp.pop("gpu", None)
+        items = list(fp.items()) + [(f"gpu.{k}", v) for k, v in (gpu or {}).items()]
+        if not gpu:
+            items.append(("gpu", "none"))
+        items.append(("created", meta.get("created", "")))
+        for dev, cal in (meta.get("calibration") or {}).items():
+            for dt, tf in ((cal or {}).get("matmul_tflops") or {}).items():
+                text = f"{tf:.3g} TFLOP/s" if isinstance(tf, (int, float)) else str(tf)
+                items.append((f"calibrated {dev} matmul {dt}", text))
+            if isinstance((cal or {}).get("copy_gbps"), (int, float)):
+                items.append((f"calibrated {dev} copy", f"{cal['copy_gbps']:.3g} GB/s"))
+        for k, v in items:
+            text = bytes_text(v) if k.endswith("memory_bytes") and isinstance(v, (int, float)) else str(v)
+            flat.setdefault(k, {})[run_id] = text
+    runs = list(metas)
+    return pg.Table(("key", *runs), tuple((k, *[v.get(r, "") for r in runs]) for k, v in flat.items()))
+
+
+def _failures_table(df) -> pg.Table:
+    """Cells that are not ok, grouped by run, variant and status, with the first message."""
+    bad = df[df["status"] != "ok"]
+    rows = []
+    for (run_id, variant, status), sub in bad.groupby(["run_id", "variant", "status"], dropna=False):
+        seqs = sorted({int(n) for n in sub["seq_len"].dropna()})
+        msg = next((str(m) for m in sub["message"] if present(m) and str(m)), "")
+        rows.append((str(run_id), str(variant), str(status), str(len(sub)), " ".join(map(str, seqs)),
+                     msg[:300]))
+    return pg.Table(("run", "variant", "status", "cells", "seq_lens", "message (first)"),
+                    tuple(rows[:MAX_FAILURE_ROWS]),
+                    f"first {MAX_FAILURE_ROWS} of {len(rows)} groups" if len(rows) > MAX_FAILURE_ROWS else "")
+
+
+def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
+    rows = []
+    for rec in probe:
+        err = rec.get("rel_err")
+        err_t = f"{err:.2e}" if isinstance(err, (int, float)) else ("n/a" if err is None else str(err))
+        rows.append((str(rec.get("variant", "")), str(rec.get("device", "")), str(rec.get("dtype", "")),
+                     f"×{rec.get('q_scale', ''):g}" if isinstance(rec.get("q_scale"), (int, float)) else "",
+                     str(rec.get("status", "")), err_t, str(rec.get("message", ""))[:200]))
+    return pg.Table(("variant", "device", "dtype", "q scale", "status", "rel_err", "message"), tuple(rows))
+
+
+@dataclass
+class Inputs:
+    """Everything a report is drawn from, loaded and checked before anything is written."""
+
+    df: Any
+    metas: dict[str, dict[str, Any]]
+    numerics: dict[str, dict[str, Any]]
+    baseline: str | None
+
+
+def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
+    """Load the runs (results.RunDirError for a bad run dir), resolve the baseline (ValueError if unknown)."""
+    import results
+
+    if not run_dirs:
+        raise ValueError("no run directories given")
+    df = results.load(*run_dirs)
+    metas = results.load_meta(*run_dirs)
+    if len(metas) < len(run_dirs):
+        raise ValueError("the same run is given twice (run ids must differ)")
+    numerics = {rid: results.load_numerics(d) for rid, d in zip(metas, run_dirs, strict=True)}
+    return Inputs(df, metas, numerics, resolve_baseline(df, baseline))
+
+
+def render(inputs: Inputs, out_dir: str | Path) -> Report:
+    """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir."""
+    import results
+
+    from . import plots
+    from .style import save
+
+    df, metas, numerics, base = inputs.df, inputs.metas, inputs.numerics, inputs.baseline
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    scaling = fitmod.scaling_table(df, metas)
+    fits = fitmod.fit_index(scaling)
+    if not scaling.empty:
+        scaling.drop(columns=["_time_fit", "_mem_fit"]).to_csv(out / "fits.csv", index=False)
+    best_variant(df).to_csv(out / "best.csv", index=False)
+    summary = summary_table(scaling)
+
+    title = "attnbench report: " + ", ".join(metas)
+    page = pg.Page(title)
+    report = Report(out, out / "README.md", out / "report.html", summary=summary, baseline=base)
+
+    runs_rows = []
+    for rid, meta in metas.items():
+        sub = df[df["run_id"] == rid]
+        counts = ", ".join(f"{c} {s}" for s, c in sub["status"].value_counts().items()) or "no cells"
+        runs_rows.append((rid, results.machine_label(meta), str(meta.get("created", "")), counts))
+    page.add(pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows)))
+
+    page.add(pg.Heading("Scaling: fitted exponents vs theory"))
+    fixed = fixed_axes(df, COMBO_AXES)
+    if fixed and len(df):
+        page.add(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
+    page.add(pg.Para(fitmod.FIT_RULE), pg.Para(
+        "Theory: time grows as N² for every exact variant; peak memory as N² for variants that materialise "
+        "the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones (chunked, flash, "
+        "efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the CI), above, below, or "
+        "uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the memory fit to the device's "
+        "memory (power of two); far beyond the measured seq_lens it is only indicative. '% of peak' is "
+        "achieved TFLOP/s at the largest ok seq_len over the run's calibrated matmul TFLOP/s."), summary)
+
+    for gkey, group in groups(df):
+        meta = metas.get(str(gkey["run_id"]), {})
+        device, dtype = str(gkey["device"]), str(gkey["dtype"])
+        gtitle = label(gkey, [a for a in GROUP_AXES if len(metas) > 1 or a != "run_id"])
+        fixed_g = fixed_text(group)
+        head = f"{gtitle} ({fixed_g})" if fixed_g else gtitle
+        stem = slug(*([gkey["run_id"]] if len(metas) > 1 else []), device, dtype, gkey["pass"])
+        page.add(pg.Heading(head))
+        page.add(_best_table(group))
+        dev_mem = device_memory(meta, device)
+        peak = calibrated_peak(meta, device, dtype)
+        figs = [
+            ("time", "Time vs seq_len", plots.time_figure(group, fits, f"Time per call · {head}"),
+             "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points."),
+            ("memory", "Peak memory vs seq_len",
+             plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
+             "Peak memory of one call; legend: fitted exponent; line: the device's memory."),
+            ("throughput", "Achieved TFLOP/s", plots.throughput_figure(group, f"Throughput · {head}", peak),
+             "FLOPs by the FLOP convention of the harness over median time; dashed: calibrated matmul peak."),
+        ]
+        if base is not None and (ok_rows(group)["variant"] == base).any() and group["variant"].nunique() > 1:
+            figs.append(("speedup", f"Speed-up over {base}", plots.speedup_figure(
+                group, f"Speed-up over {base} · {head}", base),
+                f"{base} median time / variant median time; grey text: why a cell has no ratio."))
+        figs.append(("status", "Cell status", plots.status_figure(group, f"Cell status · {head}"),
+                     "Only ok cells enter fits, rankings and speed-ups."))
+        for kind, ftitle, (fig, data), caption in figs:
+            files = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
+            report.figures.append(files)
+            page.add(pg.Figure(files))
+
+    page.add(pg.Heading("Numerics"))
+    for rid, num in numerics.items():
+        probe = num.get("probe") or []
+        stem_r = slug(rid) if len(metas) > 1 else "run"
+        if probe:
+            fig, data = plots.numerics_figure(probe, f"Error against float64 · {rid}")
+            files = save(fig, data, out, f"numerics-{stem_r}", "Numerics probe",
+                         "Large-logit probe: q scaled by 1, 10, 100; the unstable softmax overflows first.")
+            report.figures.append(files)
+            page.add(pg.Figure(files))
+            bad = [r for r in probe if r.get("status") != "ok"]
+            if bad:
+                page.add(_probe_table(bad))
+        else:
+            page.add(pg.Para(f"{rid}: no numerics probe in this run."))
+        example = num.get("example_weights")
+        if example and example.get("weights"):
+            fig, data = plots.weights_figure(example, f"Attention weights (naive, one head) · {rid}")
+            files = save(fig, data, out, f"weights-{stem_r}", "Attention weights, causal and padding masks",
+                         "Sanity view: zero above the diagonal (causal) and right of the padding line.")
+            report.figures.append(files)
+            page.add(pg.Figure(files))
+
+    page.add(pg.Heading("Cells that are not ok"))
+    failures = _failures_table(df)
+    page.add(failures if failures.rows else pg.Para("Every cell is ok."))
+    page.add(pg.Heading("Machine"), _fingerprint_table(metas))
+
+    report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
+    report.html.write_text(pg.to_html(page, out), encoding="utf-8")
+    return report
+

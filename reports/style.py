@@ -1,0 +1,220 @@
+"""Shared look of every figure: stable variant colours, log₂ seq_len and byte axes, saving PNG + SVG + CSV."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+WIDTH_IN = 10.0  # 1100 px at DPI: GitHub shows about 880 px, so text is scaled by no less than 0.8
+DPI = 110
+
+# One colour (and marker) per variant in every plot of every report, so a reader learns them once.
+VARIANT_COLORS = {
+    "naive": "#d62728", "stable_softmax": "#ff7f0e", "unstable_softmax": "#8c564b", "chunked": "#2ca02c",
+    "sdpa": "#1f77b4", "sdpa_math": "#9467bd", "sdpa_flash": "#17becf", "sdpa_efficient": "#bcbd22",
+    "sdpa_cudnn": "#e377c2", "xformers": "#7f7f7f",
+}
+EXTRA_COLORS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
+                "#756bb1", "#636363")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+STATUS_COLORS = {
+    "ok": "#4daf4a", "wrong": "#e41a1c", "oom": "#984ea3", "error": "#ff7f00", "crashed": "#a65628",
+    "timeout": "#f781bf", "unsupported": "#d9d9d9", "skipped": "#f0f0f0",
+}
+
+
+def _stable_index(name: str, n: int) -> int:
+    # crc32, not hash(): str hashes are salted per process and colours must not change between runs
+    return zlib.crc32(name.encode("utf-8", "replace")) % n
+
+
+def variant_color(name: str) -> str:
+    """The variant's colour: fixed for the built-in variants, derived from the name for any other."""
+    return VARIANT_COLORS.get(name) or EXTRA_COLORS[_stable_index(name, len(EXTRA_COLORS))]
+
+
+def variant_marker(name: str) -> str:
+    known = list(VARIANT_COLORS)
+    i = known.index(name) if name in known else _stable_index(name, len(MARKERS))
+    return MARKERS[i % len(MARKERS)]
+
+
+def variant_order(names: Iterable[str]) -> list[str]:
+    """Built-in variants in registry order, then any others alphabetically (the same order in every plot)."""
+    names = {str(n) for n in names}
+    known = [n for n in VARIANT_COLORS if n in names]
+    return known + sorted(names - set(known))
+
+
+def seq_text(n: int) -> str:
+    """256, 1k, 64k: short tick labels for powers of two."""
+    n = int(n)
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def bytes_text(b: float) -> str:
+    """Binary units: 512 KiB, 1.5 GiB."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= size:
+            return f"{b / size:.3g} {unit}"
+    return f"{b:.3g} B"
+
+
+def number_text(v: float) -> str:
+    """Plain tick labels for log axes (matplotlib's default ones are mathtext, which is switched off)."""
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e5:
+        return f"{v:g}"
+    exp = int(math.floor(math.log10(abs(v))))
+    mant = v / 10**exp
+    return f"1e{exp}" if abs(mant - 1) < 1e-9 else f"{mant:g}e{exp}"
+
+
+def seq_axis(ax, seq_lens: Iterable[int]) -> None:
+    """log₂ x axis with a tick at every seq_len of the sweep."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ticks = sorted({int(n) for n in seq_lens})
+    ax.set_xscale("log", base=2)
+    if ticks:
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.set_xticklabels([seq_text(n) for n in ticks])
+        lo, hi = ticks[0], ticks[-1]
+        ax.set_xlim(lo / 2**0.3, hi * 2**0.3)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("sequence length N (tokens, log₂ axis)")
+
+
+def log_axis(ax, which: str = "y") -> None:
+    """log₁₀ axis with plain-number labels at each decade."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    axis.set_major_locator(LogLocator(base=10))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: number_text(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def bytes_axis(ax, lo: float, hi: float) -> None:
+    """log₂ y axis in binary units, at most about 8 labelled powers of two between lo and hi."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_yscale("log", base=2)
+    e0, e1 = math.floor(math.log2(max(lo, 1))), math.ceil(math.log2(max(hi, 2)))
+    step = max(1, math.ceil((e1 - e0) / 8))
+    ticks = [2.0**e for e in range(e0 - e0 % step, e1 + step, step)]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: bytes_text(v)))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_ylim(2.0 ** (math.log2(max(lo, 1)) - 0.5), 2.0 ** (math.log2(max(hi, 2)) + 0.5))
+
+
+RATIO_TICKS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 2 / 3, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0,
+               8.0, 16.0, 32.0, 64.0)
+
+
+def ratio_axis(ax, lo: float, hi: float) -> None:
+    """log₂ y axis for ratios around 1, labelled '0.8×', '1×', '2×', at most about 9 ticks."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    lo, hi = min(lo, 0.9), max(hi, 1.1)
+    ax.set_yscale("log", base=2)
+    gap = max(math.log2(hi / lo) / 8, 0.12)  # fewest log₂ units between labels, so they never overlap
+    ticks = [1.0]
+    up = [t for t in RATIO_TICKS if 1 < t <= hi * 1.05]
+    down = [t for t in RATIO_TICKS[::-1] if lo / 1.05 <= t < 1]
+    for side in (up, down):
+        last = 1.0
+        for t in side:
+            if abs(math.log2(t / last)) >= gap:
+                ticks.append(t)
+                last = t
+    ticks.sort()
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}×"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_ylim(lo / 1.1, hi * 1.1)
+
+
+@contextlib.contextmanager
+def mpl_style() -> Iterator[None]:
+    """rcParams for every figure. Mathtext is off: variant names, dtypes and run ids are data and a '$'
+    in one must print as '$', not start a formula (and not crash the renderer)."""
+    import matplotlib
+
+    rc = {"text.parse_math": False, "font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9,
+          "axes.grid": True, "grid.alpha": 0.3, "svg.hashsalt": "attnbench", "figure.dpi": DPI}
+    with matplotlib.rc_context(rc):
+        yield
+
+
+def new_figure(n_panels: int, *, ncols: int = 2, panel_h: float = 4.2, width: float = WIDTH_IN):
+    """A constrained-layout Figure (no pyplot: no GUI backend, no global figure list) and its axes."""
+    from matplotlib.figure import Figure
+
+    n = max(1, n_panels)
+    ncols = 1 if n == 1 else min(ncols, n)
+    nrows = math.ceil(n / ncols)
+    fig_w = width if ncols > 1 else min(width, 8.5)
+    fig = Figure(figsize=(fig_w, panel_h * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def legend_below(ax, ncol: int = 2) -> None:
+    """A legend under the panel: inside, it would hide the lines that grow towards a corner."""
+    from matplotlib.transforms import offset_copy
+
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        # anchored a fixed distance below the axes (room for tick labels and the x label), whatever its height
+        below = offset_copy(ax.transAxes, fig=ax.figure, y=-40, units="points")
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
+                  ncol=ncol, frameon=False)
+
+
+def empty_panel(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
+
+
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(*parts: Any) -> str:
+    """A file-name-safe stem from data strings (which may hold anything)."""
+    text = "-".join(_SLUG.sub("-", str(p)).strip("-.") for p in parts if str(p))
+    return text[:120] or "figure"
+
+
+@dataclass(frozen=True)
+class FigureFiles:
+    """A saved figure: PNG and SVG beside the CSV it was drawn from (paths relative to the report)."""
+
+    stem: str
+    title: str
+    caption: str
+    png: str
+    svg: str
+    csv: str
+
+
+def save(fig, data, out_dir: Path, stem: str, title: str, caption: str = "") -> FigureFiles:
+    """Write stem.png, stem.svg and stem.csv into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png, svg, csv = (out_dir / f"{stem}.{ext}" for ext in ("png", "svg", "csv"))
+    with mpl_style():
+        fig.savefig(png, dpi=DPI)
+        fig.savefig(svg, metadata={"Date": None})  # no timestamp: the same data gives the same file
+    data.to_csv(csv, index=False)
+    return FigureFiles(stem, title, caption, png.name, svg.name, csv.name)

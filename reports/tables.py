@@ -1,0 +1,153 @@
+"""Tables derived from the results: figure groups and panels, fraction of peak, best variant, speed-ups."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+GROUP_AXES = ("run_id", "device", "dtype", "pass")  # one figure (and one page section) per group
+PANEL_AXES = ("causal", "d_k", "d_v", "batch", "heads", "padding")  # one panel per combination inside a group
+COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
+PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
+
+
+def ok_rows(df):
+    """Only `ok` rows count for fits, rankings and speed-ups (`wrong` rows were measured but are excluded)."""
+    return df[(df["status"] == "ok").fillna(False)]
+
+
+def present(value: Any) -> bool:
+    """False for None, pd.NA and NaN (the loader's missing values)."""
+    if value is None:
+        return False
+    try:
+        return not bool(value != value)  # NaN != NaN; pd.NA != x is NA, and bool(NA) raises
+    except TypeError:
+        return False
+
+
+def axis_text(axis: str, value: Any) -> str:
+    """One axis value as a reader wants it: 'causal', 'd_k=64', 'forward'."""
+    if not present(value):
+        return f"{axis}=n/a"
+    if axis == "causal":
+        return "causal" if bool(value) else "non-causal"
+    if axis == "pass":
+        return PASS_NAMES.get(str(value), str(value))
+    if axis == "padding":
+        return "no padding" if float(value) == 0 else f"padding {float(value):g}"
+    if axis in ("batch", "heads"):
+        return f"{'B' if axis == 'batch' else 'H'}={value}"
+    if axis in ("run_id", "device", "dtype"):
+        return str(value)
+    return f"{axis}={value}"
+
+
+def axis_value(axis: str, value: Any) -> str:
+    """An axis value under a column that already names the axis: '64' under d_k, 'causal' under causal."""
+    if axis in ("d_k", "d_v", "batch", "heads", "seq_len") and present(value):
+        return str(value)
+    return axis_text(axis, value)
+
+
+def label(key: dict[str, Any], axes: tuple[str, ...] | list[str] | None = None) -> str:
+    """A combination of axis values as one short line ('cpu · float32 · forward')."""
+    axes = list(key) if axes is None else axes
+    return " · ".join(axis_text(a, key[a]) for a in axes if a in key) or "all cells"
+
+
+def _dv_follows_dk(df) -> bool:
+    """d_v = d_k in every row (the usual sweep): then d_v is never named on its own."""
+    return {"d_k", "d_v"} <= set(df.columns) and bool((df["d_v"] == df["d_k"]).fillna(True).all())
+
+
+def varying(df, axes: tuple[str, ...] | list[str]) -> list[str]:
+    """The axes that take more than one value in df (those a title or table has to name)."""
+    out = [a for a in axes if a in df.columns and df[a].nunique(dropna=False) > 1]
+    return [a for a in out if a != "d_v"] if "d_v" in out and _dv_follows_dk(df) else out
+
+
+def grouped(df, axes: list[str]) -> Iterator[tuple[dict[str, Any], Any]]:
+    if df.empty:
+        return
+    for values, sub in df.groupby(axes, dropna=False, sort=True):
+        values = values if isinstance(values, tuple) else (values,)
+        yield dict(zip(axes, values, strict=True)), sub
+
+
+def groups(df) -> list[tuple[dict[str, Any], Any]]:
+    """(key, rows) per figure group: run, device, dtype and pass."""
+    return list(grouped(df, list(GROUP_AXES)))
+
+
+def panels(group_df) -> list[tuple[dict[str, Any], str, Any]]:
+    """(key, title, rows) per panel of one group: each combination of the axes that vary inside it."""
+    axes = varying(group_df, PANEL_AXES)
+    if not axes:
+        return [({}, "", group_df)]
+    return [(key, label(key, axes), sub) for key, sub in grouped(group_df, axes)]
+
+
+def fixed_text(group_df) -> str:
+    """The panel axes that do not vary in a group, e.g. 'B=1 · H=8 · d_k=64 · no padding'."""
+    if group_df.empty:
+        return ""
+    first = group_df.iloc[0]
+    return label({a: first[a] for a in fixed_axes(group_df, PANEL_AXES)})
+
+
+def fixed_axes(df, axes: tuple[str, ...] | list[str]) -> list[str]:
+    """The axes with one value in df (d_v left out when it just follows d_k)."""
+    vary = varying(df, axes)
+    return [a for a in axes if a in df.columns and a not in vary and not (a == "d_v" and _dv_follows_dk(df))]
+
+
+def device_memory(meta: dict[str, Any], device: str) -> int | None:
+    """Bytes of memory the device has: the GPU's for cuda, the machine's RAM for cpu."""
+    fp = meta.get("fingerprint") or {}
+    if str(device).startswith("cuda"):
+        mem = (fp.get("gpu") or {}).get("memory_bytes")
+    else:
+        mem = fp.get("memory_bytes")
+    return int(mem) if isinstance(mem, (int, float)) and mem > 0 else None
+
+
+def calibrated_peak(meta: dict[str, Any], device: str, dtype: str) -> float | None:
+    """The run's measured matmul TFLOP/s for this device and dtype (its practical peak), if calibrated."""
+    cal = ((meta.get("calibration") or {}).get(device) or {}).get("matmul_tflops") or {}
+    peak = cal.get(dtype)
+    return float(peak) if isinstance(peak, (int, float)) and peak > 0 and math.isfinite(peak) else None
+
+
+def best_variant(df):
+    """Per combination and seq_len: the fastest ok variant, its median time, and how far ahead of the next."""
+    import pandas as pd
+
+    ok = ok_rows(df).dropna(subset=["time_ms_median"])
+    records = []
+    for key, sub in grouped(ok, list(COMBO_AXES) + ["seq_len"]):
+        ranked = sub.sort_values("time_ms_median")
+        first = ranked.iloc[0]
+        rec = {**key, "best": first["variant"], "time_ms": float(first["time_ms_median"]), "runner_up": "",
+               "lead": math.nan}
+        if len(ranked) > 1:
+            second = ranked.iloc[1]
+            rec["runner_up"] = second["variant"]
+            rec["lead"] = float(second["time_ms_median"]) / float(first["time_ms_median"])
+        records.append(rec)
+    return pd.DataFrame(records, columns=[*COMBO_AXES, "seq_len", "best", "time_ms", "runner_up", "lead"])
+
+
+def speedups(df, baseline: str):
+    """Long table of baseline time / variant time per combination, seq_len and variant (both ok)."""
+    import pandas as pd
+
+    ok = ok_rows(df).dropna(subset=["time_ms_median"])
+    keys = list(COMBO_AXES) + ["seq_len"]
+    base = ok[ok["variant"] == baseline][keys + ["time_ms_median"]]
+    base = base.rename(columns={"time_ms_median": "base_ms"})
+    merged = ok[keys + ["variant", "time_ms_median"]].merge(base, on=keys, how="inner")
+    merged["speedup"] = merged["base_ms"].astype(float) / merged["time_ms_median"].astype(float)
+    merged["baseline"] = baseline
+    return pd.DataFrame(merged)

@@ -1,0 +1,114 @@
+"""Scaling fits: known exponents come back from synthetic rows; the asymptotic rule, CI and edge cases."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+import results
+from reports import fit, synthetic
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "runs" / "cpu-small"
+SEQ = [256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def test_exact_power_laws_are_recovered():
+    for exp in (1.0, 1.5, 2.0, 3.0):
+        f = fit.fit_power_law(SEQ, [3e-4 * n**exp for n in SEQ])
+        assert f.exponent == pytest.approx(exp, abs=1e-9)
+        assert f.r2 == pytest.approx(1.0)
+        assert f.ci_low == pytest.approx(exp, abs=1e-6) and f.ci_high == pytest.approx(exp, abs=1e-6)
+        assert f.predict(1000) == pytest.approx(3e-4 * 1000**exp, rel=1e-6)
+
+
+def test_noisy_exponent_within_ci():
+    rng = random.Random(1)
+    y = [2e-5 * n**2 * math.exp(rng.gauss(0, 0.05)) for n in SEQ]
+    f = fit.fit_power_law(SEQ, y)
+    assert f.exponent == pytest.approx(2.0, abs=0.15)
+    assert f.ci_low < 2.0 < f.ci_high
+    assert f.seq_lens == (2048, 4096, 8192, 16384)  # the largest half of 7
+
+
+def test_asymptotic_rule_ignores_small_n_overhead():
+    # a fixed 1 ms launch cost dominates small N: a fit over all points understates the N² growth
+    y = [1.0 + 1e-6 * n**2 for n in SEQ]
+    assert fit.fit_power_law(SEQ, y, asymptotic=False).exponent < 1.5
+    assert fit.fit_power_law(SEQ, y).exponent > 1.85
+
+
+@pytest.mark.parametrize("n, kept", [(7, 4), (6, 3), (5, 3), (4, 3), (3, 3), (2, 2), (1, 1)])
+def test_asymptotic_points(n, kept):
+    pts = fit.asymptotic_points(SEQ[:n])
+    assert pts == SEQ[:n][n - kept:]
+
+
+def test_too_few_points():
+    one = fit.fit_power_law([1024, 1024], [5.0, 5.2])
+    assert not one.available and "1 seq_len" in one.reason and one.text().startswith("n/a")
+    two = fit.fit_power_law([1024, 2048], [1.0, 4.0])
+    assert two.exponent == pytest.approx(2.0) and two.ci_low is None and "no CI" in two.text()
+    none = fit.fit_power_law([], [])
+    assert not none.available
+
+
+def test_non_positive_and_non_finite_values_are_dropped():
+    f = fit.fit_power_law([256, 512, 1024, 2048, 4096], [0.0, float("nan"), 1.0, 4.0, 16.0])
+    assert f.exponent == pytest.approx(2.0)
+    assert f.seq_lens == (1024, 2048, 4096)
+
+
+def test_flat_values_fit_zero():
+    f = fit.fit_power_law([256, 512, 1024], [7.0, 7.0, 7.0])
+    assert f.exponent == 0.0 and f.solve(10.0) is None
+
+
+def test_agreement_wording():
+    tight = fit.PowerFit(1.95, 0.0, 1.9, 2.0, 0.99)
+    assert fit.agreement(tight, 2.0) == "agrees"
+    assert fit.agreement(tight, 1.0) == "above"
+    assert fit.agreement(fit.PowerFit(0.5, 0.0, 0.45, 0.55, 0.99), 1.0) == "below"
+    assert fit.agreement(fit.PowerFit(1.9, 0.0, -3.0, 6.8, 0.9), 2.0) == "uncertain"
+    assert fit.agreement(fit.PowerFit(), 2.0) == ""
+    assert fit.agreement(tight, None) == ""
+
+
+def test_largest_pow2():
+    assert fit.largest_pow2(40000.0) == 32768
+    assert fit.largest_pow2(None) is None and fit.largest_pow2(0.5) is None
+
+
+def test_scaling_table_on_synthetic_run(tmp_path):
+    rows = synthetic.power_law_rows({"naive": (2.0, 2.0), "chunked": (2.0, 1.0), "mystery": (1.0, 1.0)},
+                                    SEQ[:6], noise=0.02, seed=3)
+    # a wrong cell at the largest N with an absurd time must not enter the fit
+    rows.append(synthetic.cell("naive", 16384, status="wrong", time_ms=1e-6, peak_mem_bytes=1,
+                               message="failed the float64 gate"))
+    run = synthetic.write_run(tmp_path / "run", rows, memory_bytes=16 * synthetic.GIB)
+    df, metas = results.load(run), results.load_meta(run)
+    table = fit.scaling_table(df, metas).set_index("variant")
+    assert table.loc["naive", "time_exp"] == pytest.approx(2.0, abs=0.1)
+    assert table.loc["naive", "mem_exp"] == pytest.approx(2.0, abs=0.1)
+    assert table.loc["chunked", "mem_exp"] == pytest.approx(1.0, abs=0.1)
+    assert table.loc["naive", "mem_theory"] == 2.0 and table.loc["chunked", "mem_theory"] == 1.0
+    assert table.loc["naive", "time_theory"] == 2.0
+    assert table.loc["mystery", "mem_class"] == "unknown" and math.isnan(table.loc["mystery", "time_theory"])
+    assert table.loc["naive", "fit_seq_lens"] == "2048 4096 8192"  # largest half of the 6 ok seq_lens
+    # 1 MiB · (N/256)² reaches 16 GiB at N = 256 · 128 = 32768 (noise moves it less than a factor 2)
+    assert table.loc["naive", "n_max_fit"] in (16384, 32768)
+    assert table.loc["naive", "peak_fraction_at_max"] > 0
+
+
+def test_fixture_memory_exponents():
+    df, metas = results.load(FIXTURE), results.load_meta(FIXTURE)
+    table = fit.scaling_table(df, metas)
+    non_causal = table[~table["causal"].astype(bool)].set_index("variant")
+    assert non_causal.loc["naive", "mem_exp"] == pytest.approx(2.0, abs=0.1)
+    assert non_causal.loc["sdpa", "mem_exp"] < 1.5
+    assert non_causal.loc["naive", "mem_agreement"] == "agrees"
+    assert not fit.fit_index(table)[fit.combo_key(non_causal.loc["fault_wrong"], "fault_wrong")][0].available
+    assert non_causal.loc["fault_wrong", "time_fit"].startswith("n/a")
+    assert non_causal.loc["naive", "n_max_fit"] == 16384  # 272 MiB at 2048, ∝ N²: 17 GiB at 16k, 68 at 32k

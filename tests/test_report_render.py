@@ -1,0 +1,166 @@
+"""The report renderer: the committed fixture gives non-empty figures and pages; odd runs still render;
+data strings are escaped; the real `attnbench report` command, including its bad-input exits."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+import results
+from reports import synthetic
+from reports.render import prepare, render
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "runs" / "cpu-small"
+HOSTILE_NAME = "<script>alert('x')</script>|$x$"
+HOSTILE_MSG = "<img src=x onerror=alert(1)> & `code` | [link](javascript:alert(1)) $\\frac{a}{b}$"
+
+
+@pytest.fixture(scope="module")
+def fixture_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    return render(prepare([FIXTURE]), out)
+
+
+def test_fixture_renders_every_figure(fixture_report):
+    kinds = {f.stem.split("-")[0] for f in fixture_report.figures}
+    assert kinds == {"time", "memory", "throughput", "speedup", "status", "numerics", "weights"}
+    for f in fixture_report.figures:
+        png, svg, csv = (fixture_report.out_dir / name for name in (f.png, f.svg, f.csv))
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert svg.read_text().lstrip().startswith("<?xml") and svg.stat().st_size > 10_000
+        assert len(csv.read_text().splitlines()) >= 2  # header + data
+
+
+def test_fixture_pages(fixture_report):
+    md = fixture_report.readme.read_text()
+    for f in fixture_report.figures:
+        assert f"]({f.png})" in md
+    assert "time exponent \\[95% CI\\]" in md and "N²" in md
+    assert "hostname" in md and "AMD EPYC" in md
+    assert "fault\\_wrong" in md and "failed the float64 gate" in md
+    html = fixture_report.html.read_text()
+    images = re.findall(r'<img src="([^"]*)"', html)
+    assert len(images) == len(fixture_report.figures)
+    assert all(src.startswith("data:image/png;base64,") for src in images)
+    assert "http://" not in html and "https://" not in html  # self-contained
+    assert (fixture_report.out_dir / "fits.csv").stat().st_size > 0
+
+
+def test_summary_has_a_row_per_variant_and_causal(fixture_report):
+    summary = fixture_report.summary
+    assert summary is not None and "causal" in summary.headers
+    assert len(summary.rows) == 20  # 10 variants × causal/non-causal
+    naive = [r for r in summary.rows if r[0] == "naive"]
+    assert all(r[summary.headers.index("largest N that fits")] == "16,384" for r in naive)
+
+
+def _render(tmp_path, rows, **kw):
+    run = synthetic.write_run(tmp_path / "run", rows, **kw)
+    return render(prepare([run]), tmp_path / "out")
+
+
+def test_single_seq_len_renders_with_fit_not_available(tmp_path):
+    rows = [synthetic.cell(v, 1024, time_ms=t, peak_mem_bytes=2**24)
+            for v, t in (("naive", 3.0), ("sdpa", 1.0))]
+    rep = _render(tmp_path, rows)
+    assert "n/a (ok at 1 seq\\_len)" in rep.readme.read_text()
+    assert rep.html.stat().st_size > 0
+
+
+def test_single_variant_and_failures_render(tmp_path):
+    rows = synthetic.power_law_rows({"chunked": (2.0, 1.0)}, [256, 512, 1024])
+    rows.append(synthetic.cell("chunked", 2048, status="oom", message="CUDA out of memory"))
+    rows.append(synthetic.cell("chunked", 4096, status="crashed", message="worker died (signal 9)"))
+    rep = _render(tmp_path, rows)
+    md = rep.readme.read_text()
+    assert "worker died" in md and "speedup" not in {f.stem.split("-")[0] for f in rep.figures}
+
+
+def test_all_failed_and_empty_runs_render(tmp_path):
+    rows = [synthetic.cell("naive", n, status="error", message="boom") for n in (256, 512)]
+    rep = _render(tmp_path / "a", rows)
+    assert "n/a" in rep.readme.read_text()
+    empty = _render(tmp_path / "b", [])
+    assert empty.readme.read_text().startswith("# attnbench report")
+
+
+def _gpu_rows(passes=("fwd", "fwdbwd")):
+    rows = []
+    for dtype in ("float16", "bfloat16"):
+        for pass_ in passes:
+            for d_k in (64, 128):
+                for causal in (False, True):
+                    rows += synthetic.power_law_rows({"naive": (2, 2), "sdpa_flash": (2, 1)},
+                                                     [512, 1024, 2048], device="cuda", dtype=dtype,
+                                                     pass_=pass_, d_k=d_k, causal=causal)
+    return rows
+
+
+def test_gpu_like_run_groups_by_dtype_and_pass(tmp_path):
+    from reports.tables import groups, panels
+
+    df = results.load(synthetic.write_run(tmp_path / "run", _gpu_rows()))
+    grouped = groups(df)
+    assert len(grouped) == 4  # 2 dtypes × 2 passes: one figure each
+    titles = [t for _, t, _ in panels(grouped[0][1])]
+    assert titles == ["non-causal · d_k=64", "non-causal · d_k=128", "causal · d_k=64", "causal · d_k=128"]
+
+
+def test_gpu_like_run_renders_small_multiples(tmp_path):
+    gpu = {"name": "Synthetic GPU", "memory_bytes": 80 * synthetic.GIB, "sm_count": 1}
+    rep = _render(tmp_path, _gpu_rows(passes=("fwdbwd",)), gpu=gpu)
+    assert len([f for f in rep.figures if f.stem.startswith("time-")]) == 2
+    assert len(rep.summary.rows) == 16
+    assert "Synthetic GPU" in rep.readme.read_text()
+
+
+def test_hostile_strings_are_escaped(tmp_path):
+    rows = synthetic.power_law_rows({HOSTILE_NAME: (2, 2), "naive": (2, 2)}, [256, 512, 1024])
+    rows.append(synthetic.cell(HOSTILE_NAME, 2048, status="error", message=HOSTILE_MSG))
+    numerics = {"probe": [{"variant": HOSTILE_NAME, "device": "cpu", "dtype": "float32", "q_scale": 1.0,
+                           "status": "error", "message": HOSTILE_MSG}],
+                "example_weights": {"seq_len": 2, "valid_keys": 2, "causal": True,
+                                    "weights": [[1, 0], [0.5, 0.5]]}}
+    rep = _render(tmp_path, rows, run_id="run<b>1</b>", hostname="<h1>host</h1>", numerics=numerics)
+    html = rep.html.read_text()
+    for raw in ("<script>", "<img src=x", "<b>1</b>", "<h1>host</h1>", "javascript:alert(1)\">"):
+        assert raw not in html
+    assert "&lt;script&gt;" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    md = rep.readme.read_text()
+    assert "<script>" not in md and "<img" not in md and "&lt;script&gt;" in md
+    assert "\\[link\\](javascript:alert(1))" in md  # brackets escaped: not a link
+    table_lines = [line for line in md.splitlines() if "onerror" in line]
+    # a '|' in a name or message is escaped: rows keep their 6 (failures) or 7 (probe) columns
+    assert sorted(len(re.findall(r"(?<!\\)\|", line)) for line in table_lines) == [7, 8]
+    for f in rep.figures:  # file names never carry data strings
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", f.png)
+
+
+def test_cli_report_end_to_end(tmp_path):
+    run = synthetic.write_run(tmp_path / "run", synthetic.power_law_rows({"naive": (2, 2), "chunked": (2, 1)},
+                                                                          [256, 512, 1024, 2048]))
+    out = tmp_path / "out"
+    proc = run_cli("report", str(run), "--out", str(out), "--baseline", "chunked", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "time exponent [95% CI]" in proc.stdout and "naive" in proc.stdout
+    assert (out / "README.md").stat().st_size > 0 and (out / "report.html").stat().st_size > 0
+    assert any(out.glob("speedup-*.png"))
+
+
+@pytest.mark.parametrize("case", ["missing", "not_a_run", "baseline", "out_is_run"])
+def test_cli_report_bad_input(tmp_path, case):
+    run = synthetic.write_run(tmp_path / "run", [synthetic.cell("naive", 256, time_ms=1.0)])
+    out = tmp_path / "out"
+    (tmp_path / "empty").mkdir()
+    args = {"missing": [str(tmp_path / "nope"), "--out", str(out)],
+            "not_a_run": [str(tmp_path / "empty"), "--out", str(out)],
+            "baseline": [str(run), "--baseline", "no_such_variant", "--out", str(out)],
+            "out_is_run": [str(run), "--out", str(run)]}[case]
+    before = sorted(p.name for p in run.iterdir())
+    proc = run_cli("report", *args, timeout=120)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("attnbench: error:")
+    assert not out.exists() and sorted(p.name for p in run.iterdir()) == before
