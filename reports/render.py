@@ -94,9 +94,13 @@ def summary_table(scaling) -> pg.Table:
         if present(r["mem_theory"]):
             mem_th += f" ({r['mem_class']})"
         frac = r["peak_fraction_at_max"]
-        rows.append((str(r["variant"]), *[axis_value(a, r[a]) for a in shown], str(r["time_fit"]),
+        # a variant that never ran ok says why (e.g. "n/a: 5 unsupported") instead of "ok at 0 seq_lens"
+        time_fit, mem_fit = str(r["time_fit"]), str(r["mem_fit"])
+        if not r["ok_seq_lens"]:
+            time_fit = mem_fit = f"n/a: {r['statuses']}"
+        rows.append((str(r["variant"]), *[axis_value(a, r[a]) for a in shown], time_fit,
                      _num(r["time_r2"], ".3f"),
-                     _theory_text(r["time_theory"]), str(r["mem_fit"]), _num(r["mem_r2"], ".3f"), mem_th,
+                     _theory_text(r["time_theory"]), mem_fit, _num(r["mem_r2"], ".3f"), mem_th,
                      "; ".join(verdict) or "–", _seq_count(r["n_max_fit"]),
                      f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a"))
     return pg.Table(headers, tuple(rows))

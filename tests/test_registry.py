@@ -44,6 +44,30 @@ def test_gpu_only_variants_explain_why_not_on_cpu(name):
         assert "CUDA only" in reason
 
 
+def test_xformers_reason_comes_from_its_operators(tmp_path, monkeypatch):
+    """With xformers importable, the CPU reason is read from its operators' SUPPORTED_DEVICES."""
+    pkg = tmp_path / "xformers"
+    (pkg / "ops").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops" / "__init__.py").write_text("")
+    (pkg / "ops" / "fmha.py").write_text(
+        "class _Op:\n    SUPPORTED_DEVICES = {'cuda'}\n    NAME = 'cutlassF-fake'\nALL_FW_OPS = [_Op]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        reason = variants.get("xformers").availability("cpu")
+        assert "no CPU kernel" in reason and "cutlassF-fake" in reason
+        (pkg / "ops" / "fmha.py").write_text(
+            "class _Op:\n    SUPPORTED_DEVICES = {'cuda', 'cpu'}\n    NAME = 'any'\nALL_FW_OPS = [_Op]\n"
+        )
+        for mod in [m for m in sys.modules if m.startswith("xformers")]:
+            del sys.modules[mod]
+        assert variants.get("xformers").cap.available("cpu") is None
+    finally:
+        for mod in [m for m in sys.modules if m.startswith("xformers")]:
+            del sys.modules[mod]
+
+
 def test_check_names_the_unsupported_feature():
     chunked = variants.get("chunked")
     assert chunked.check(Problem(dropout=True)) == "chunked does not support dropout"

@@ -25,12 +25,16 @@ def _version() -> str | None:
 def _available(device: str) -> str | None:
     if importlib.util.find_spec("xformers") is None:
         return "xformers is not installed (pip install 'attnbench[xformers]')"
-    if device == "cpu":
-        return f"xformers {_version()} has no CPU kernel: memory_efficient_attention runs on CUDA only"
     try:
-        import xformers.ops  # noqa: F401
+        from xformers.ops import fmha
     except Exception as exc:  # a broken binary install: say what went wrong
         return f"xformers {_version()} failed to import: {type(exc).__name__}: {exc}"
+    # Ask xformers itself which devices its forward operators support (0.0.35: cuda only, no CPU kernel).
+    ops = getattr(fmha, "ALL_FW_OPS", ())
+    if ops and not any(device in getattr(op, "SUPPORTED_DEVICES", ()) for op in ops):
+        names = ", ".join(sorted({str(getattr(op, "NAME", op)) for op in ops}))
+        return (f"xformers {_version()} has no {device.upper()} kernel: no memory_efficient_attention "
+                f"operator supports device={device} ({names})")
     return None
 
 
