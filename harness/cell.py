@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -128,6 +129,36 @@ def measure_cell(
         return finish(row, "error", f"{type(exc).__name__}: {_one_line(exc)}")
 
 
+def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
+    """The call a cell times: fn forward under no_grad, or forward + backward with gradients reset
+    inside the call. Used by the harness, `attnbench profile` and the pytest-benchmark plugin alike;
+    call.reset_grads() frees the last call's gradients (before a peak-memory measurement)."""
+    if backward:
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        with torch.no_grad():
+            d_out = torch.randn_like(fn(q, k, v, **opts))
+
+        def reset_grads() -> None:
+            for t in leaves:
+                t.grad = None
+
+        def call() -> None:
+            reset_grads()  # gradients reset between calls, inside the call: cheap and always done
+            fn(*leaves, **opts).backward(d_out)
+
+    else:
+
+        def reset_grads() -> None:
+            pass
+
+        def call() -> None:
+            with torch.no_grad():
+                fn(q, k, v, **opts)
+
+    call.reset_grads = reset_grads  # type: ignore[attr-defined]
+    return call
+
+
 def _one_line(exc: BaseException, limit: int = 400) -> str:
     text = " ".join(str(exc).split())
     return text[:limit] + ("..." if len(text) > limit else "")
@@ -157,22 +188,7 @@ def _measure(spec, settings, variant, cache, timer, row, flops, t_start):
     )
 
     # 2. the timed callable: the variant's own function, inputs already validated
-    fn = variant.fn
-    if backward:
-        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        with torch.no_grad():
-            d_out = torch.randn_like(fn(q, k, v, **opts))
-
-        def call():
-            for t in leaves:
-                t.grad = None  # gradients reset between calls, inside the call: cheap and always done
-            fn(*leaves, **opts).backward(d_out)
-    else:
-
-        def call():
-            with torch.no_grad():
-                fn(q, k, v, **opts)
-
+    call = timed_call(variant.fn, q, k, v, backward=backward, **opts)
     budget = timing.Budget(
         warmup_ms=settings.warmup_ms,
         budget_ms=settings.budget_ms,
@@ -183,10 +199,8 @@ def _measure(spec, settings, variant, cache, timer, row, flops, t_start):
     )
     m = timing.measure(call, timer or _timer(spec.device, settings), budget)
 
-    # 3. peak memory, outside the timed runs
-    if backward:
-        for t in leaves:
-            t.grad = None
+    # 3. peak memory, outside the timed runs (gradients of the last timed call freed first)
+    call.reset_grads()
     peak_bytes, method = memory.peak(call, spec.device)
 
     row.update(
