@@ -414,6 +414,61 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if len(cmp.regressions) else 0
 
 
+# ---- profile ----------------------------------------------------------------------------------------
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
+    from harness.profile import CELL_FLAGS, prepare, profile_cell
+    from reports.profile_page import top_ops_text, write_pages
+
+    if len(args.variant) != 1:
+        raise BadInput(f"--variant takes one value (profile runs one cell), got {' and '.join(args.variant)}")
+    try:
+        plan = prepare(
+            args.variant[0],
+            {dest: getattr(args, dest) for dest in CELL_FLAGS},
+            threads=args.threads,
+            seconds=args.seconds,
+            rate=args.rate,
+            iters=args.iters,
+            native=args.native,
+            use_py_spy=not args.no_py_spy,
+            variant_files=args.variant_file or [],
+        )
+    except ValueError as exc:  # VariantError is one
+        raise BadInput(str(exc)) from None
+    out = _out_dir(args.out, plan.default_dir_name())
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"--out {str(out)!r} already exists and is not empty; choose another --out")
+    result = profile_cell(plan, out)
+    md, html_path = write_pages(out)
+    sys.stdout.write(top_ops_text(out))
+    print(f"profile: {html_path} and {md}", file=sys.stderr)
+    if result.error:
+        print(f"attnbench: {result.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---- import-benchmark -------------------------------------------------------------------------------
+
+
+def cmd_import_benchmark(args: argparse.Namespace) -> int:
+    """A pytest-benchmark JSON file from `pytest benchmarks/` as a run directory (report, export, compare)."""
+    from results import RunDirError
+    from results.pytest_benchmark import import_file
+
+    try:
+        path, counts = import_file(args.json_file, args.out)
+    except (RunDirError, ValueError) as exc:  # BenchmarkFileError is a ValueError
+        raise BadInput(str(exc)) from None
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    print(f"imported {args.json_file} into {path} ({summary})", file=sys.stderr)
+    print(path)
+    return 0
+
+
 # ---- main -----------------------------------------------------------------------------------------
 
 
@@ -478,6 +533,51 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help="where to write the plot and page (default: reports/out/compare-A-vs-B)"
     )
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "profile", help="profile one cell: py-spy flame graph + speedscope, torch.profiler trace"
+    )
+    p.add_argument("--variant", action="append", required=True, metavar="NAME", help="the variant to profile")
+    g = p.add_argument_group("cell (one value each, checked as `attnbench run` checks them)")
+    for flag, meta, text in (
+        ("--device", "cpu|cuda", "device (default cpu)"),
+        ("--dtype", "DTYPE", "float32 (default), float16, bfloat16, float64"),
+        ("--batch", "N", "batch size (default 1)"),
+        ("--heads", "N", "heads (default 8)"),
+        ("--seq-len", "N", "sequence length (default 1024)"),
+        ("--d-k", "N", "query/key head dim (default 64)"),
+        ("--d-v", "N", "value head dim (default: = d_k)"),
+        ("--causal", "yes|no", "causal masking (default no)"),
+        ("--padding", "F", "key padding fraction in [0, 1) (default 0)"),
+        ("--pass", "fwd|fwdbwd", "forward or forward+backward (default fwd)"),
+    ):
+        dest = "pass_" if flag == "--pass" else None
+        g.add_argument(flag, action="append", metavar=meta, help=text, **({"dest": dest} if dest else {}))
+    g.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    g.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    t = p.add_argument_group("profilers")
+    t.add_argument(
+        "--seconds",
+        type=float,
+        default=5.0,
+        help="seconds the cell loops under py-spy, split between the flame graph and speedscope "
+        "recordings (default 5)",
+    )
+    t.add_argument("--rate", type=int, default=100, help="py-spy samples per second (default 100)")
+    t.add_argument("--native", action="store_true", help="py-spy --native: C/C++ frames too")
+    t.add_argument("--no-py-spy", action="store_true", help="torch.profiler only")
+    t.add_argument("--iters", type=int, default=5, help="calls recorded by torch.profiler (default 5)")
+    p.add_argument(
+        "--out", metavar="DIR", help="where to write (default: reports/out/profile-<variant>-<shape>-<time>)"
+    )
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser(
+        "import-benchmark", help="a pytest-benchmark JSON file (pytest benchmarks/) as a run directory"
+    )
+    p.add_argument("json_file", metavar="JSON_FILE", help="from pytest benchmarks/ --benchmark-json FILE")
+    p.add_argument("--out", metavar="RUN_DIR", required=True, help="the run directory to create")
+    p.set_defaults(func=cmd_import_benchmark)
     return parser
 
 

@@ -1,0 +1,332 @@
+"""pytest-benchmark integration: the variant registry times a small shape grid as parametrised benchmarks.
+
+    pytest benchmarks/ --benchmark-only [--benchmark-json out.json] [--attn-seq-len 512,2048 ...]
+
+Loaded by `benchmarks/conftest.py` (`pytest_plugins`), never as a global entry point, so the
+project's own `tests/` runs do not see it. Each grid cell is one test, `test_attention[<cell id>]`:
+
+- `harness.cell.measure_cell` does everything but the timing, exactly as in `attnbench run`:
+  capability check, seeded inputs, the float64 correctness gate (gradients too for fwdbwd), FLOPs
+  and peak memory. Its timer seam is handed a timer that times nothing (`_HandOver`): it keeps the
+  callable measure_cell built, and pytest-benchmark times that callable instead.
+- Timing is `benchmark.pedantic`, one call per round. On CUDA the untimed setup flushes L2 and
+  synchronises, and the timed target synchronises after the call, so a round is the device time of
+  one call (plus launch latency), never the time to enqueue async kernels. On CPU the call is timed
+  as it is. Warm-up as in the harness (Settings.warmup_ms, at least one call), then rounds that fill
+  --benchmark-max-time, at least --benchmark-min-rounds, at most Settings.max_samples.
+- extra_info holds the cell spec (every axis, cell_id), status, flops, tflops (from the median),
+  peak_mem_bytes, the gate's max_abs_err / rel_err / grad_rel_err: what `attnbench import-benchmark`
+  needs to rebuild result rows. Cells that are not timed (unsupported here, memory guard, OOM, error)
+  are skipped or failed with their reason and listed in the JSON file's top-level "attnbench" block,
+  beside this machine's fingerprint.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import NoReturn
+
+import pytest
+
+EXTRA_INFO_FORMAT = 1  # version of the extra_info / "attnbench" JSON block read by results.pytest_benchmark
+# what extra_info keeps of a measure_cell row: timing columns come from pytest-benchmark's own stats
+TIMING_KEYS = (
+    "time_ms_median",
+    "time_ms_p25",
+    "time_ms_p75",
+    "rel_iqr",
+    "noisy",
+    "n_samples",
+    "samples_ms",
+    "stop_reason",
+)
+GRID_OPTIONS = {  # option dest -> (flag, default, help)
+    "attn_variants": ("--attn-variants", None, "variants to time, A,B (default: every default variant)"),
+    "attn_device": ("--attn-device", "cpu", "devices, cpu,cuda (default: cpu)"),
+    "attn_dtype": ("--attn-dtype", "float32", "float32, float16, bfloat16, float64 (default: float32)"),
+    "attn_batch": ("--attn-batch", "1", "batch sizes (default: 1)"),
+    "attn_heads": ("--attn-heads", "4", "head counts (default: 4)"),
+    "attn_seq_len": ("--attn-seq-len", "256,1024", "lengths: 512,2048 or 256..4096 (default: 256,1024)"),
+    "attn_d_k": ("--attn-d-k", "64", "head dims, d_v = d_k (default: 64)"),
+    "attn_causal": ("--attn-causal", "no", "causal masking: no, yes or both (default: no)"),
+    "attn_padding": ("--attn-padding", "0", "key padding fractions in [0, 1) (default: 0)"),
+    "attn_pass": ("--attn-pass", "both", "fwd, fwdbwd or both (default: both)"),
+    "attn_threads": ("--attn-threads", "0", "CPU threads for torch, as attnbench run --threads (0: torch's)"),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attnbench", "attnbench grid (benchmarks/test_attention.py)")
+    for dest, (flag, default, help_text) in GRID_OPTIONS.items():
+        group.addoption(flag, dest=dest, default=default, metavar="VALUES", help=help_text)
+    group.addoption(
+        "--attn-variant-file",
+        dest="attn_variant_file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="python file registering variants (repeatable), as attnbench run --variant-file",
+    )
+
+
+@dataclass
+class _Session:
+    """Per pytest session: the grid, the shared input cache and the cells that were not timed."""
+
+    cells: list
+    settings: object
+    cache: object
+    untimed: list
+
+
+_KEY = pytest.StashKey[_Session]()
+
+
+def build_cells(config: pytest.Config):
+    """The CellSpecs of the grid the --attn-* options describe; ValueError naming a bad value."""
+    import variants
+    from harness.spec import (
+        CAUSAL_CHOICES,
+        PASS_CHOICES,
+        Settings,
+        SweepSpec,
+        parse_floats,
+        parse_ints,
+        parse_names,
+    )
+
+    opt = config.getoption
+
+    def choice(name: str, value: str, choices: dict) -> tuple:
+        if value not in choices:
+            raise ValueError(f"--attn-{name} must be one of {', '.join(choices)}, got {value!r}")
+        return choices[value]
+
+    sweep = SweepSpec(
+        variants=parse_names(opt("attn_variants")) if opt("attn_variants") else (),
+        devices=parse_names(opt("attn_device")),
+        dtypes=parse_names(opt("attn_dtype")),
+        batch=parse_ints("--attn-batch", opt("attn_batch")),
+        heads=parse_ints("--attn-heads", opt("attn_heads")),
+        seq_len=parse_ints("--attn-seq-len", opt("attn_seq_len")),
+        d_k=parse_ints("--attn-d-k", opt("attn_d_k")),
+        causal=choice("causal", opt("attn_causal"), CAUSAL_CHOICES),
+        padding=parse_floats("--attn-padding", opt("attn_padding")),
+        passes=choice("pass", opt("attn_pass"), PASS_CHOICES),
+        settings=Settings(threads=_int_option("--attn-threads", opt("attn_threads"))),
+    )
+    for path in opt("attn_variant_file"):
+        variants.load_variant_file(path)
+    if sweep.variants:
+        names = [v.name for v in variants.resolve(list(sweep.variants))]
+    else:
+        names = [name for name, v in variants.all_variants().items() if v.cap.default]
+    return sweep.cells(names), sweep.settings
+
+
+def _int_option(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{flag} must be an integer, got {text!r}") from None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from harness.cell import InputCache
+
+    try:
+        cells, settings = build_cells(config)
+    except ValueError as exc:  # SweepSpec, Settings, parse_* and VariantError all name the bad value
+        raise pytest.UsageError(f"attnbench: {exc}") from None
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)  # as the harness's worker does; recorded in each row
+    config.stash[_KEY] = _Session(cells=cells, settings=settings, cache=InputCache(), untimed=[])
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    cells = config.stash[_KEY].cells
+    names = list(dict.fromkeys(c.variant for c in cells))
+    lengths = sorted({c.seq_len for c in cells})
+    import torch
+
+    return (
+        f"attnbench grid: {len(cells)} cells; variants {', '.join(names)}; seq_len {lengths}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "attn_cell" in metafunc.fixturenames:
+        cells = metafunc.config.stash[_KEY].cells
+        # cells come grouped by shape (SweepSpec.cells), so consecutive variants share inputs and reference;
+        # the parameter is the cell_id (a string pytest-benchmark can store), turned into its CellSpec below
+        ids = [c.cell_id for c in cells]
+        metafunc.parametrize("attn_cell", ids, ids=[i.replace("|", "-") for i in ids], indirect=True)
+
+
+@pytest.fixture
+def attn_cell(request: pytest.FixtureRequest):
+    """The CellSpec of this test's grid cell."""
+    return {c.cell_id: c for c in request.config.stash[_KEY].cells}[request.param]
+
+
+class _HandOver:
+    """A Timer (harness.timing) for measure_cell that times nothing: it keeps the callable it is given,
+    for pytest-benchmark to time, and reports `ms` per call, so that the sampling loop stops at once."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+        self.fn = None
+
+    def time_calls(self, fn, n: int) -> list[float]:
+        self.fn = fn
+        return [self.ms] * n
+
+
+def measure(benchmark, spec, config: pytest.Config) -> dict:
+    """Measure one cell with pytest-benchmark timing; its row (without timing columns) is the extra_info.
+
+    Skips a cell that cannot run here (with the reason), fails one that errs or is wrong.
+    """
+    import variants
+    from harness import guard
+    from harness.cell import base_row, finish, measure_cell
+    from harness.worker import free_memory
+
+    state = config.stash[_KEY]
+    settings = state.settings
+    t_start = time.perf_counter()
+    variant = variants.get(spec.variant)
+    reason = variant.check(spec.problem())
+    if reason:
+        _untimed(state, finish(base_row(spec), "unsupported", reason))
+    predicted = guard.predict_peak_bytes(spec, variant.cap.memory, settings)
+    reason = guard.fits(predicted, free_memory(spec.device), settings.memory_guard)
+    if reason:
+        _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
+
+    hand_over = _HandOver(settings.budget_ms)
+    row = measure_cell(spec, settings, state.cache, timer=hand_over)
+    if row["status"] not in ("ok", "wrong") or hand_over.fn is None:
+        _untimed(state, row)
+    row = {k: v for k, v in row.items() if k not in TIMING_KEYS}
+
+    benchmark.group = spec.cell_id.split("|", 1)[1].replace("|", " ")  # the shape: variants side by side
+    benchmark.extra_info.update(row, attnbench_format=EXTRA_INFO_FORMAT)
+    setup, target = _device_calls(hand_over.fn, spec.device, settings.flush_l2)
+    if benchmark.enabled:
+        rounds = _rounds(config, setup, target, settings)
+        benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=0, iterations=1)
+    else:  # --benchmark-disable: one plain call, no statistics
+        benchmark.pedantic(target, setup=setup)
+    stats = benchmark.stats.stats if benchmark.stats is not None else None
+    if stats:
+        from harness import timing
+        from harness.flops import tflops
+
+        m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
+        benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)
+        if row["status"] == "ok" and m.noisy:
+            benchmark.extra_info["message"] = f"noisy: IQR/median {m.rel_iqr:.0%}"
+    benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)
+    if row["status"] == "wrong":
+        pytest.fail(f"{spec.variant}: {row['message']}", pytrace=False)
+    return dict(benchmark.extra_info)
+
+
+def _untimed(state: _Session, row: dict) -> NoReturn:
+    """Record a cell that is not timed, then skip it (cannot run here) or fail it (an error; pytest-benchmark
+    then also warns that the fixture was not used)."""
+    state.untimed.append(row)
+    text = f"{row['variant']}: {row['message']}"
+    if row["status"] in ("unsupported", "skipped", "oom"):
+        pytest.skip(f"{row['status']}: {text}" if row["status"] != "unsupported" else text)
+    pytest.fail(f"{row['status']}: {text}", pytrace=False)
+
+
+def _device_calls(call, device: str, flush_l2: bool):
+    """(setup, target) for benchmark.pedantic; setup runs outside the timed window."""
+    if device != "cuda":
+        return None, call
+    import torch
+
+    from harness.timing import CudaTimer
+
+    flush = CudaTimer(flush_l2=flush_l2).flush  # 2x L2 of int32, as the harness's CUDA timer uses
+
+    def setup() -> None:
+        if flush is not None:
+            flush.zero_()  # evict L2 so that every round starts cold, as harness.timing.CudaTimer does
+        torch.cuda.synchronize()  # nothing queued may run inside the timed window
+
+    def target() -> None:
+        call()
+        torch.cuda.synchronize()  # the round ends when the device has finished, not when work is queued
+
+    return setup, target
+
+
+def _rounds(config: pytest.Config, setup, target, settings) -> int:
+    """Warm up as harness.timing.measure does (calls until settings.warmup_ms, at least one), then the
+    rounds that fill --benchmark-max-time: at least --benchmark-min-rounds, at most settings.max_samples
+    (unless min-rounds asks for more)."""
+    from harness.timing import CpuTimer
+
+    def one_round() -> None:
+        if setup is not None:
+            setup()
+        target()  # synchronises on CUDA, so perf_counter sees the device time
+
+    timer = CpuTimer()
+    warm = timer.time_calls(one_round, 1)
+    while sum(warm) < settings.warmup_ms and len(warm) < settings.max_samples:
+        warm += timer.time_calls(one_round, max(1, min(len(warm), 64)))
+    estimate_s = sorted(warm)[len(warm) // 2] * 1e-3
+    max_time = float(config.getoption("benchmark_max_time"))
+    min_rounds = int(config.getoption("benchmark_min_rounds"))
+    wanted = math.ceil(max_time / max(estimate_s, 1e-9))
+    return max(min_rounds, min(wanted, settings.max_samples))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
+    """Add the attnbench block: format version, this machine's fingerprint, the cells not timed."""
+    from harness.fingerprint import collect
+
+    state = config.stash.get(_KEY, None)
+    if state is None:
+        return
+    output_json["attnbench"] = {
+        "format": EXTRA_INFO_FORMAT,
+        "fingerprint": collect(),
+        "untimed": list(state.untimed),
+    }
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """One line per timed cell: what pytest-benchmark's table does not show (TFLOP/s, memory, error)."""
+    state = config.stash.get(_KEY, None)
+    bs = getattr(config, "_benchmarksession", None)
+    if state is None or bs is None:
+        return
+    timed = [b for b in bs.benchmarks if b.extra_info.get("attnbench_format") and b.stats]
+    if not timed:
+        return
+    tr = terminalreporter
+    tr.section("attnbench: throughput, peak memory and error vs float64 (median time)")
+    width = max(len(b.param or b.name) for b in timed)
+    tr.write_line(
+        f"{'cell':<{width}} {'median ms':>10} {'TFLOP/s':>9} {'peak MiB':>9} {'rel_err':>9} {'status':>7}"
+    )
+    for b in timed:
+        e = b.extra_info
+        mem = e.get("peak_mem_bytes")
+        tr.write_line(
+            f"{b.param or b.name:<{width}} {b.stats.median * 1e3:>10.3f} {e.get('tflops', math.nan):>9.4f} "
+            f"{(mem or 0) / 2**20:>9.2f} {e.get('rel_err', math.nan):>9.1e} {e.get('status', ''):>7}"
+        )

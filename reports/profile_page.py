@@ -1,0 +1,394 @@
+"""The page of one `attnbench profile`: index.md, index.html and top_ops.md from the files beside them.
+
+Reads profile.json, top_ops.csv and profile.speedscope.json (whichever exist) and links the flame
+graph, the speedscope file and the Chrome trace. Every string from those files is data and is escaped.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .page import CSS, Table, md_escape, to_text
+from .style import bytes_text
+
+TOP_OPS_SHOWN = 25  # rows of top_ops.md (top_ops.csv holds every operator)
+TOP_OPS_INDEX = 10  # rows on the index page
+TOP_FRAMES = 15
+CELL_FRAME = "make_call.<locals>.call"  # harness.profile's call of the cell: frames above it are the loop
+SPEEDSCOPE_URL = "https://www.speedscope.app"
+PERFETTO_URL = "https://ui.perfetto.dev"
+
+
+@dataclass(frozen=True)
+class Link:
+    text: str
+    href: str  # a file beside the page, or an https URL
+
+
+Item = str | Link  # one piece of a line: plain text or a link
+Block = tuple[
+    str, Any
+]  # ("h2", text) | ("p", [Item]) | ("ul", [[Item]]) | ("table", Table) | ("flame", file)
+
+
+# ---- reading what the profile left -------------------------------------------------------------------
+
+
+def read_top_ops(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _short_path(file: str) -> str:
+    """site-packages/torch/x.py -> torch/x.py; a file under the working directory -> relative to it."""
+    if "site-packages/" in file:
+        return file.rsplit("site-packages/", 1)[1]
+    try:
+        return str(Path(file).relative_to(Path.cwd()))
+    except ValueError:
+        return file
+
+
+@dataclass(frozen=True)
+class Samples:
+    """py-spy's samples of the cell, summarised: shares are percent of all samples."""
+
+    n: int
+    functions: list[dict[str, Any]]  # function, file, inclusive_pct, self_pct; lines of a function merged
+    lines: list[dict[str, Any]]  # function, where (file:line), self_pct: the lines the samples stopped in
+
+
+def speedscope_summary(path: Path, top: int = TOP_FRAMES, below: str = CELL_FRAME) -> Samples:
+    """Per function, the share of samples with it on the stack (inclusive) and on top (self), biggest
+    inclusive first; per source line, the share on top. Only the frames under the last `below` frame of
+    a stack count (the cell, not the loop around it)."""
+    if not path.is_file():
+        return Samples(0, [], [])
+    data = json.loads(path.read_text())
+    frames = data.get("shared", {}).get("frames", [])
+    key = [(f.get("name", "?"), _short_path(f.get("file", ""))) for f in frames]
+    where = [f"{k[1]}:{f.get('line', '?')}" for k, f in zip(key, frames, strict=True)]
+    incl: Counter = Counter()
+    self_: Counter = Counter()
+    lines: Counter = Counter()
+    total = n = 0
+    for prof in data.get("profiles", []):
+        samples = prof.get("samples", [])
+        for stack, w in zip(samples, prof.get("weights") or [1] * len(samples), strict=False):
+            n += 1
+            total += w  # py-spy weighs every sample by its interval (1 / rate seconds)
+            cut = max((i for i, f in enumerate(stack) if key[f][0] == below), default=-1)
+            stack = stack[cut + 1 :] if cut >= 0 else stack  # (root ... leaf) below the driver's call
+            for k in {key[i] for i in stack}:  # a recursive function counts once per sample
+                incl[k] += w
+            if stack:
+                self_[key[stack[-1]]] += w
+                lines[(key[stack[-1]][0], where[stack[-1]])] += w
+    if not total:
+        return Samples(n, [], [])
+    funcs = [
+        {
+            "function": f,
+            "file": file,
+            "inclusive_pct": 100 * c / total,
+            "self_pct": 100 * self_[(f, file)] / total,
+        }
+        for (f, file), c in incl.most_common(top)
+    ]
+    hot = [{"function": f, "where": w, "self_pct": 100 * c / total} for (f, w), c in lines.most_common(top)]
+    return Samples(n, funcs, hot)
+
+
+def _ms(v: Any) -> str:
+    try:
+        return f"{float(v):.3f}"
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _signed_bytes(v: Any) -> str:
+    try:
+        b = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return ("-" if b < 0 else "") + bytes_text(abs(b))
+
+
+def top_ops_table(rows: list[dict[str, str]], limit: int) -> Table:
+    cuda = bool(rows) and "self_cuda_ms" in rows[0]
+    headers = ["operator", "calls", "self CPU ms", "self CPU %", "total CPU ms", "self CPU memory"]
+    if cuda:
+        headers = headers[:2] + ["self CUDA ms", "self CUDA %", "total CUDA ms"] + headers[2:3] + headers[4:]
+    out = []
+    for r in rows[:limit]:
+        cpu = (
+            [_ms(r.get("self_cpu_ms")), f"{float(r.get('self_cpu_pct', 0) or 0):.1f}"]
+            if not cuda
+            else [_ms(r.get("self_cpu_ms"))]
+        )
+        cells = [r.get("name", ""), r.get("calls", "")]
+        if cuda:
+            cells += [
+                _ms(r.get("self_cuda_ms")),
+                f"{float(r.get('self_cuda_pct', 0) or 0):.1f}",
+                _ms(r.get("total_cuda_ms")),
+            ]
+        cells += cpu + [_ms(r.get("total_cpu_ms")), _signed_bytes(r.get("self_cpu_mem_bytes"))]
+        out.append(tuple(str(c) for c in cells))
+    return Table(tuple(headers), tuple(out))
+
+
+def _flat(d: dict[str, Any] | None, prefix: str = "") -> list[tuple[str, str]]:
+    items: list[tuple[str, str]] = []
+    for k, v in (d or {}).items():
+        if isinstance(v, dict):
+            items += _flat(v, f"{prefix}{k}.")
+        elif k.endswith("memory_bytes") and isinstance(v, (int, float)):
+            items.append((prefix + k, bytes_text(v)))
+        else:
+            items.append((prefix + k, "" if v is None else str(v)))
+    return items
+
+
+# ---- the page as blocks ------------------------------------------------------------------------------
+
+
+def _title(meta: dict[str, Any]) -> str:
+    c = meta.get("cell") or {}
+    shape = f"B={c.get('batch')} H={c.get('heads')} N={c.get('seq_len')} d_k={c.get('d_k')}"
+    shape += f" d_v={c.get('d_v')}" if c.get("d_v") != c.get("d_k") else ""
+    mask = " causal" if c.get("causal") else ""
+    mask += f" padding {c.get('padding'):g}" if c.get("padding") else ""
+    return f"Profile: {c.get('variant')} · {c.get('device')} {c.get('dtype')} {shape}{mask} {c.get('pass')}"
+
+
+def blocks(out_dir: Path, meta: dict[str, Any]) -> list[Block]:
+    """The index page, from the files in out_dir and profile.json's contents `meta`."""
+    have = {p.name for p in out_dir.iterdir() if p.is_file()}
+    spy = meta.get("py_spy") or {}
+    recs = {r.get("file"): r for r in spy.get("records", [])}
+    ops = read_top_ops(out_dir / "top_ops.csv")
+    tp = meta.get("torch_profiler") or {}
+    b: list[Block] = [("p", ["Reproduce with: ", meta.get("command", "")])]
+    if meta.get("error"):
+        b.append(("p", [f"torch.profiler part failed: {meta['error']}"]))
+    if spy.get("error") or (not spy.get("used") and spy.get("note")):
+        b.append(("p", [f"py-spy: {spy.get('error') or spy.get('note')}"]))
+
+    files: list[list[Item]] = []
+
+    def rec_text(name: str) -> str:
+        r = recs.get(name) or {}
+        n = f"{r['samples']} samples" if "samples" in r else "samples"
+        return f" (py-spy, {n} over {r.get('seconds', 0):g} s)"
+
+    if "flame.svg" in have:
+        files.append(
+            [
+                Link("flame.svg", "flame.svg"),
+                " flame graph"
+                + rec_text("flame.svg")
+                + ": open it on its own to click frames (zoom) and search",
+            ]
+        )
+    if "profile.speedscope.json" in have:
+        files.append(
+            [
+                Link("profile.speedscope.json", "profile.speedscope.json"),
+                " speedscope profile" + rec_text("profile.speedscope.json") + ": open it at ",
+                Link(SPEEDSCOPE_URL, SPEEDSCOPE_URL),
+                " (the file is read in the browser, not uploaded)",
+            ]
+        )
+    if "trace.json" in have:
+        files.append(
+            [
+                Link("trace.json", "trace.json"),
+                f" Chrome trace of {tp.get('iterations', '?')} call(s) (torch.profiler, shapes and memory):"
+                " open it with chrome://tracing or ",
+                Link(PERFETTO_URL, PERFETTO_URL),
+            ]
+        )
+    if "top_ops.csv" in have:
+        files.append(
+            [
+                Link("top_ops.md", "top_ops.md"),
+                " / ",
+                Link("top_ops.csv", "top_ops.csv"),
+                f" every operator by self time ({len(ops)} operators)",
+            ]
+        )
+    files.append([Link("profile.json", "profile.json"), " the cell, settings, timings and machine as data"])
+    b += [("h2", "Files"), ("ul", files)]
+
+    if "flame.svg" in have:
+        b += [("h2", "Flame graph (py-spy)"), ("flame", "flame.svg")]
+    spied = speedscope_summary(out_dir / "profile.speedscope.json")
+    if spied.functions:
+        note = (
+            f"Percent of {spied.n} samples; only the frames below harness.profile's call of the cell count."
+        )
+        funcs = tuple(
+            (f["function"], f["file"], f"{f['inclusive_pct']:.1f}", f"{f['self_pct']:.1f}")
+            for f in spied.functions
+        )
+        lines = tuple((f["function"], f["where"], f"{f['self_pct']:.1f}") for f in spied.lines)
+        b += [
+            ("h2", "Where the samples fell (py-spy)"),
+            ("p", [note + " Inclusive: the function is on the stack; self: it is on top."]),
+            ("table", Table(("function", "file", "inclusive %", "self %"), funcs)),
+            ("p", ["The source lines the samples stopped in:"]),
+            ("table", Table(("function", "line", "self %"), lines)),
+        ]
+    if ops:
+        b += [
+            ("h2", f"Top operators by self time (torch.profiler, {tp.get('iterations', '?')} calls)"),
+            ("table", top_ops_table(ops, TOP_OPS_INDEX)),
+        ]
+
+    timing = []
+    loop = meta.get("loop") or {}
+    if loop:
+        timing.append(
+            (
+                "looped under py-spy",
+                f"{loop.get('calls')} calls in {loop.get('seconds')} s, "
+                f"{loop.get('ms_per_call')} ms per call (sampling adds some overhead)",
+            )
+        )
+    if tp:
+        timing.append(
+            (
+                "under torch.profiler",
+                f"{tp.get('iterations')} calls in {tp.get('seconds')} s, "
+                f"{tp.get('ms_per_call')} ms per call (profiler overhead included)",
+            )
+        )
+    if timing:
+        b += [("h2", "Calls"), ("table", Table(("where", "calls"), tuple(timing)))]
+    cell = [(k, str(v)) for k, v in (meta.get("cell") or {}).items()]
+    cell += [("cell_id", str(meta.get("cell_id", ""))), ("torch threads", str(meta.get("threads", "")))]
+    b += [("h2", "Cell"), ("table", Table(("field", "value"), tuple(cell)))]
+    if meta.get("fingerprint"):
+        b += [("h2", "Machine"), ("table", Table(("key", "value"), tuple(_flat(meta["fingerprint"]))))]
+    b.append(("p", [f"Written {meta.get('created', '')} by attnbench profile."]))
+    return b
+
+
+# ---- rendering -----------------------------------------------------------------------------------------
+
+
+def _md_text(text: str) -> str:
+    """md_escape, keeping the spaces at either end that separate it from a link."""
+    lead = " " if text[:1].isspace() else ""
+    trail = " " if text[-1:].isspace() and text.strip() else ""
+    return lead + md_escape(text) + trail
+
+
+def _md_items(items: list[Item]) -> str:
+    return "".join(f"[{md_escape(i.text)}]({i.href})" if isinstance(i, Link) else _md_text(i) for i in items)
+
+
+def _md_table(t: Table) -> list[str]:
+    out = [
+        "| " + " | ".join(md_escape(h) for h in t.headers) + " |",
+        "|" + "|".join("---" for _ in t.headers) + "|",
+    ]
+    return out + ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in t.rows] + [""]
+
+
+def to_markdown(title: str, page: list[Block]) -> str:
+    out = [f"# {md_escape(title)}", ""]
+    for kind, data in page:
+        if kind == "h2":
+            out += [f"## {md_escape(data)}", ""]
+        elif kind == "p":
+            out += [_md_items(data), ""]
+        elif kind == "ul":
+            out += [f"- {_md_items(items)}" for items in data] + [""]
+        elif kind == "table":
+            out += _md_table(data)
+        elif kind == "flame":
+            out += [f"![flame graph]({data})", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _html_items(items: list[Item]) -> str:
+    return "".join(
+        f'<a href="{_esc(i.href)}">{_esc(i.text)}</a>' if isinstance(i, Link) else _esc(i) for i in items
+    )
+
+
+def to_html(title: str, page: list[Block]) -> str:
+    """One HTML file, CSS inline; the flame graph is the SVG beside it (an <object>, so its zoom works)."""
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_esc(title)}</title><style>{CSS}\nobject {{ width: 100%; }}</style></head><body>",
+        f"<h1>{_esc(title)}</h1>",
+    ]
+    for kind, data in page:
+        if kind == "h2":
+            out.append(f"<h2>{_esc(data)}</h2>")
+        elif kind == "p":
+            out.append(f"<p>{_html_items(data)}</p>")
+        elif kind == "ul":
+            out.append("<ul>" + "".join(f"<li>{_html_items(items)}</li>" for items in data) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{_esc(h)}</th>" for h in data.headers)
+            body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in data.rows)
+            table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            out.append(f'<div class="scroll">{table}</div>')
+        elif kind == "flame":
+            src = _esc(data)
+            out.append(
+                f'<figure><object data="{src}" type="image/svg+xml"><img src="{src}" alt="flame graph">'
+                f"</object><figcaption>py-spy flame graph: width is the share of samples; "
+                f'<a href="{src}">open it on its own</a> to zoom and search.</figcaption></figure>'
+            )
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def write_pages(out_dir: str | Path) -> tuple[Path, Path]:
+    """Write top_ops.md (when top_ops.csv exists), index.md and index.html into out_dir; their paths."""
+    out_dir = Path(out_dir)
+    meta = json.loads((out_dir / "profile.json").read_text())
+    title = _title(meta)
+    ops = read_top_ops(out_dir / "top_ops.csv")
+    if ops:
+        tp = meta.get("torch_profiler") or {}
+        head = [
+            f"# Top operators by self time: {md_escape(title.removeprefix('Profile: '))}",
+            "",
+            md_escape(
+                f"torch.profiler, {tp.get('iterations', '?')} calls; the first {TOP_OPS_SHOWN} of "
+                f"{len(ops)} operators (all of them in top_ops.csv)."
+            ),
+            "",
+        ]
+        (out_dir / "top_ops.md").write_text("\n".join(head + _md_table(top_ops_table(ops, TOP_OPS_SHOWN))))
+    page = blocks(out_dir, meta)
+    md, htm = out_dir / "index.md", out_dir / "index.html"
+    md.write_text(to_markdown(title, page))
+    htm.write_text(to_html(title, page))
+    return md, htm
+
+
+def top_ops_text(out_dir: str | Path, limit: int = 5) -> str:
+    """The first `limit` operators as aligned text for the terminal ("" when there are none)."""
+    ops = read_top_ops(Path(out_dir) / "top_ops.csv")
+    return to_text(top_ops_table(ops, limit)) if ops else ""

@@ -1,0 +1,258 @@
+"""A pytest-benchmark JSON file (written by benchmarks/test_attention.py) as an attnbench run directory.
+
+What the file holds, and where it goes:
+- each benchmark's `extra_info`, written by harness/pytest_plugin.py: the cell spec (every axis and
+  cell_id), status, message, flops, peak_mem_bytes, max_abs_err / rel_err / grad_rel_err, ... -> the
+  row's columns of the same names;
+- each benchmark's `stats`, in seconds per call: the raw `data` list when present (always with
+  --benchmark-json; in files saved to pytest-benchmark's storage only with --benchmark-save-data)
+  -> samples_ms, and median / p25 / p75 computed from it as harness.timing does (linear
+  interpolation); without `data`, pytest-benchmark's own median / q1 / q3 (q1 and q3 by its
+  quartile method, which may differ slightly). tflops is recomputed from the stored median;
+- the top-level "attnbench" block: this machine's fingerprint and the cells the plugin did not time
+  (unsupported here, memory guard, OOM, error) -> meta.json's fingerprint, and rows of their status;
+- machine_info, commit_info, the pytest-benchmark version and its timing options -> meta.json.
+Everything is read and checked before anything is written; results never imports harness.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .schema import COLUMNS, STATUSES
+from .store import RunDirError, RunWriter, is_run_dir
+
+READABLE_FORMATS = (1,)  # harness.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
+# = harness.timing.NOISY_REL_IQR: results cannot import harness, so a test keeps the two equal
+NOISY_REL_IQR = 0.10
+TIMING_COLUMNS = ("time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops")
+AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
+    "variant": str,
+    "device": str,
+    "dtype": str,
+    "batch": int,
+    "heads": int,
+    "seq_len": int,
+    "d_k": int,
+    "d_v": int,
+    "causal": bool,
+    "padding": (int, float),
+    "pass": str,
+    "cell_id": str,
+    "status": str,
+}
+SWEEP_KEYS = {  # row axis -> SweepSpec field, so that meta["sweep"] reads like a run's
+    "variant": "variants",
+    "device": "devices",
+    "dtype": "dtypes",
+    "batch": "batch",
+    "heads": "heads",
+    "seq_len": "seq_len",
+    "d_k": "d_k",
+    "d_v": "d_v",
+    "causal": "causal",
+    "padding": "padding",
+    "pass": "passes",
+}
+
+
+class BenchmarkFileError(ValueError):
+    """The file is missing, not JSON, not from pytest-benchmark, or lacks what the attnbench plugin adds."""
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """The parsed pytest-benchmark JSON file; BenchmarkFileError naming what is wrong."""
+    p = Path(path)
+    if not p.is_file():
+        what = "is a directory, not" if p.is_dir() else "does not exist; expected"
+        raise BenchmarkFileError(f"{str(path)!r} {what} a pytest-benchmark JSON file")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BenchmarkFileError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("benchmarks"), list)
+        or not isinstance(data.get("machine_info"), dict)
+    ):
+        raise BenchmarkFileError(
+            f"{str(path)!r} is not a pytest-benchmark JSON file (no 'benchmarks' list and 'machine_info')"
+        )
+    return data
+
+
+def _check_cell(info: Any, where: str) -> None:
+    if not isinstance(info, dict):
+        raise BenchmarkFileError(f"{where}: expected an object, got {type(info).__name__}")
+    missing = [k for k in AXIS_TYPES if k not in info]
+    if missing:
+        raise BenchmarkFileError(
+            f"{where} has no attnbench extra_info (missing {', '.join(missing)}); write the file with "
+            "`pytest benchmarks/ --benchmark-only --benchmark-json FILE`"
+        )
+    for key, typ in AXIS_TYPES.items():
+        val = info[key]
+        if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+            raise BenchmarkFileError(
+                f"{where}: extra_info {key} = {val!r} is not a {getattr(typ, '__name__', 'number')}"
+            )
+    if info["status"] not in STATUSES:
+        raise BenchmarkFileError(f"{where}: unknown status {info['status']!r}; known: {', '.join(STATUSES)}")
+
+
+def _quartiles(samples: list[float]) -> tuple[float, float, float]:
+    """(p25, median, p75) with linear interpolation (numpy's default, as harness.timing)."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q1, med, q3
+
+
+def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
+    """One row from one benchmark: its extra_info's columns plus the timing columns from its stats."""
+    info = bench.get("extra_info")
+    _check_cell(info, where)
+    fmt = info.get("attnbench_format")
+    if fmt not in READABLE_FORMATS:
+        raise BenchmarkFileError(
+            f"{where}: attnbench extra_info format {fmt!r}; this code reads {list(READABLE_FORMATS)}"
+        )
+    stats = bench.get("stats")
+    if not isinstance(stats, dict) or not all(
+        isinstance(stats.get(k), (int, float)) for k in ("median", "q1", "q3")
+    ):
+        raise BenchmarkFileError(f"{where}: no pytest-benchmark stats (median, q1, q3)")
+    row = {k: v for k, v in info.items() if (k in COLUMNS and k not in TIMING_COLUMNS) or k == "cell_id"}
+    data = stats.get("data")
+    if isinstance(data, list) and data and all(isinstance(s, (int, float)) for s in data):
+        samples = [s * 1e3 for s in data]  # seconds per call -> ms
+        p25, med, p75 = _quartiles(samples)
+        row["samples_ms"] = [round(s, 6) for s in samples]
+    else:  # a saved file without --benchmark-save-data: only pytest-benchmark's statistics
+        p25, med, p75 = (float(stats[k]) * 1e3 for k in ("q1", "median", "q3"))
+        row["samples_ms"] = []
+    rel_iqr = (p75 - p25) / med if med > 0 else math.inf
+    flops = info.get("flops")
+    row.update(
+        time_ms_median=med,
+        time_ms_p25=p25,
+        time_ms_p75=p75,
+        rel_iqr=rel_iqr,
+        noisy=rel_iqr > NOISY_REL_IQR,
+        n_samples=int(stats.get("rounds") or len(row["samples_ms"])),
+        tflops=flops / (med * 1e-3) / 1e12 if isinstance(flops, (int, float)) and med > 0 else None,
+        stop_reason="pytest-benchmark",
+    )
+    return row
+
+
+def rows_from(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Result rows (timed cells first, then the cells the plugin did not time), every one checked."""
+    rows = []
+    for i, bench in enumerate(data["benchmarks"]):
+        name = bench.get("name", f"#{i}") if isinstance(bench, dict) else f"#{i}"
+        if not isinstance(bench, dict):
+            raise BenchmarkFileError(f"benchmark {name}: expected an object")
+        rows.append(_timed_row(bench, f"benchmark {name!r}"))
+    block = data.get("attnbench")
+    untimed = block.get("untimed") if isinstance(block, dict) else None
+    if block is not None and (not isinstance(untimed, list) or block.get("format") not in READABLE_FORMATS):
+        raise BenchmarkFileError(
+            f"its 'attnbench' block is not one this code reads (format {list(READABLE_FORMATS)} with an "
+            "'untimed' list)"
+        )
+    for i, info in enumerate(untimed or []):
+        _check_cell(info, f"untimed cell #{i}")
+        rows.append({k: v for k, v in info.items() if k in COLUMNS or k == "cell_id"})
+    if not rows:
+        raise BenchmarkFileError("the file holds no benchmarks (did every test fail or get skipped?)")
+    seen: set[str] = set()
+    for row in rows:
+        if row["cell_id"] in seen:
+            raise BenchmarkFileError(f"cell {row['cell_id']!r} appears twice in the file")
+        seen.add(row["cell_id"])
+    return rows
+
+
+def _run_id(data: dict[str, Any]) -> str:
+    """'<UTC time of the pytest-benchmark run>-<host>-pytest', like the harness's run ids."""
+    try:
+        when = datetime.fromisoformat(str(data.get("datetime")))
+    except ValueError:
+        when = datetime.now(timezone.utc)
+    node = str(data["machine_info"].get("node") or "host").split(".")[0]
+    return f"{when:%Y%m%d-%H%M%S}-{node}-pytest"
+
+
+def _fingerprint(machine_info: dict[str, Any]) -> dict[str, Any]:
+    """What a fingerprint can be rebuilt from pytest-benchmark's machine_info (files without the block)."""
+    cpu = machine_info.get("cpu") or {}
+    return {
+        "hostname": machine_info.get("node"),
+        "os": f"{machine_info.get('system', '')} {machine_info.get('release', '')}".strip(),
+        "python": machine_info.get("python_version"),
+        "cpu_model": cpu.get("brand_raw") or machine_info.get("processor") or machine_info.get("machine"),
+        "logical_cpus": cpu.get("count"),
+        "gpu": None,
+    }
+
+
+def meta_from(data: dict[str, Any], rows: list[dict[str, Any]], source: str | Path) -> dict[str, Any]:
+    """meta.json for the imported run: provenance, the grid's axes, fingerprint, machine and commit info."""
+    block = data.get("attnbench") if isinstance(data.get("attnbench"), dict) else {}
+    sweep: dict[str, list] = {}
+    for axis, key in SWEEP_KEYS.items():
+        values = list(dict.fromkeys(r[axis] for r in rows))
+        sweep[key] = sorted(values) if axis == "seq_len" else values
+    options = next((b.get("options") for b in data["benchmarks"] if isinstance(b, dict)), None)
+    return {
+        "run_id": _run_id(data),
+        "created": data.get("datetime") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "imported_from": {
+            "format": "pytest-benchmark",
+            "file": str(Path(source).resolve()),
+            "pytest_benchmark_version": data.get("version"),
+            "timing_options": options or {},
+            "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
+        "sweep": sweep,
+        "variants": sweep["variants"],
+        "fingerprint": block.get("fingerprint") or _fingerprint(data["machine_info"]),
+        "calibration": {},
+        "machine_info": data["machine_info"],
+        "commit_info": data.get("commit_info") or {},
+    }
+
+
+def import_file(path: str | Path, out: str | Path) -> tuple[Path, dict[str, int]]:
+    """Write the run directory `out` from a pytest-benchmark JSON file; (out, status counts).
+
+    Refuses (BenchmarkFileError or RunDirError, nothing written) a bad file or an `out` that is a file,
+    a run or a non-empty directory.
+    """
+    data = read_file(path)
+    rows = rows_from(data)
+    meta = meta_from(data, rows, path)
+    target = Path(out)
+    if target.exists() and not target.is_dir():
+        raise RunDirError(f"{str(out)!r} exists and is not a directory")
+    if is_run_dir(target):
+        raise RunDirError(f"{str(out)!r} already holds an attnbench run; choose another --out")
+    if target.exists() and any(target.iterdir()):
+        raise RunDirError(f"{str(out)!r} already exists and is not empty; choose another --out")
+    writer = RunWriter(target)
+    try:
+        writer.write_meta(meta)
+        for row in rows:
+            writer.append({**row, "run_id": meta["run_id"]})
+    finally:
+        writer.close()
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return target, counts

@@ -1,0 +1,127 @@
+"""`attnbench profile`: real subprocesses writing a flame graph, a Chrome trace, top operators and a page."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from conftest import run_cli
+
+from harness.profile import PY_SPY_ENV, find_py_spy, single_cell
+from reports.profile_page import speedscope_summary, write_pages
+
+HAS_PY_SPY = find_py_spy()[0] is not None
+SMALL = ("--seq-len", "64", "--heads", "2")
+
+
+def _torch_outputs_ok(out) -> list[dict[str, str]]:
+    trace = json.loads((out / "trace.json").read_text())
+    assert trace["traceEvents"], "empty Chrome trace"
+    with open(out / "top_ops.csv", newline="") as f:
+        ops = list(csv.DictReader(f))
+    assert ops and {"name", "calls", "self_cpu_ms", "total_cpu_ms", "self_cpu_mem_bytes"} <= set(ops[0])
+    assert (out / "top_ops.md").read_text().count("|") > 10
+    html = (out / "index.html").read_text()
+    assert "trace.json" in html and "top_ops.csv" in html and "ui.perfetto.dev" in html
+    assert "Machine" in html and "cpu_model" in html  # the fingerprint
+    assert (out / "index.md").is_file()
+    meta = json.loads((out / "profile.json").read_text())
+    assert meta["schema"] == 1 and meta["error"] == "" and meta["torch_profiler"]["iterations"] >= 1
+    return ops
+
+
+def test_profile_writes_flame_graph_trace_and_page(tmp_path):
+    out = tmp_path / "prof"
+    p = run_cli("profile", "--variant", "naive", *SMALL, "--seconds", "1", "--out", str(out), check=True)
+    ops = _torch_outputs_ok(out)
+    assert any(r["name"] == "aten::bmm" for r in ops)
+    assert "aten::bmm" in p.stdout  # the top operators, printed
+    assert "USDT" not in p.stderr  # torch.profiler's chatter is filtered out
+    if not HAS_PY_SPY:
+        pytest.skip("py-spy is not installed: only the torch.profiler part was checked")
+    svg = (out / "flame.svg").read_text()
+    assert svg.startswith("<?xml") and "naive (variants/naive.py" in svg
+    assert json.loads((out / "profile.speedscope.json").read_text())["profiles"]
+    spied = speedscope_summary(out / "profile.speedscope.json")
+    # at N=64 the loop around the call can out-sample it: the variant must appear, not necessarily first
+    assert spied.n > 0 and any(f["function"] == "naive" for f in spied.functions)
+    html = (out / "index.html").read_text()
+    assert 'data="flame.svg"' in html and "speedscope.app" in html
+
+
+def test_no_py_spy_backward_of_chunked(tmp_path):
+    out = tmp_path / "prof"
+    p = run_cli(
+        "profile", "--variant", "chunked", *SMALL, "--pass", "fwdbwd", "--no-py-spy", "--iters", "2",
+        "--out", str(out), check=True,
+    )  # fmt: skip
+    ops = _torch_outputs_ok(out)
+    assert not (out / "flame.svg").exists() and not (out / "profile.speedscope.json").exists()
+    assert any("backward" in r["name"].lower() or "ChunkedAttention" in r["name"] for r in ops)
+    assert "pip install" not in p.stderr  # asked for: no install hint
+
+
+def test_missing_py_spy_says_how_to_install_and_still_profiles(tmp_path, monkeypatch):
+    monkeypatch.setenv(PY_SPY_ENV, str(tmp_path / "no-such-py-spy"))
+    out = tmp_path / "prof"
+    p = run_cli("profile", "--variant", "naive", *SMALL, "--out", str(out), check=True)
+    hint = [line for line in p.stderr.splitlines() if "py-spy not found" in line]
+    assert len(hint) == 1 and "pip install 'attnbench[profile]'" in hint[0]
+    _torch_outputs_ok(out)
+    assert not (out / "flame.svg").exists()
+    assert "py-spy not found" in (out / "index.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--variant", "nope"], "unknown variant 'nope'"),
+        (["--variant", "naive", "--seq-len", "0"], "seq-len must be positive integers, got 0"),
+        (["--variant", "naive", "--seq-len", "64,128"], "--seq-len takes one value"),
+        (["--variant", "naive", "--seq-len", "64", "--seq-len", "128"], "--seq-len takes one value"),
+        (["--variant", "naive", "--causal", "both"], "--causal takes one value"),
+        (["--variant", "naive", "--dtype", "float8"], "unknown dtype 'float8'"),
+        (["--variant", "naive", "--seconds", "0"], "--seconds must be"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
+    out = tmp_path / "prof"
+    p = run_cli("profile", *args, "--out", str(out))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and message in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    assert not out.exists()
+
+
+def test_a_non_empty_out_dir_is_refused(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    p = run_cli("profile", "--variant", "naive", *SMALL, "--out", str(tmp_path))
+    assert p.returncode == 2 and "not empty" in p.stderr
+    assert [f.name for f in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_single_cell_defaults_and_values():
+    cell = single_cell("chunked", {"seq_len": None, "causal": ["yes"], "d_k": "32", "pass_": "fwdbwd"})
+    assert (cell.seq_len, cell.causal, cell.d_k, cell.d_v, cell.pass_, cell.heads) == (
+        1024, True, 32, 32, "fwdbwd", 8
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="--batch takes one value"):
+        single_cell("chunked", {"batch": "1..4"})
+
+
+def test_page_escapes_what_it_shows(tmp_path):
+    evil = "<script>alert(1)</script>"
+    meta = {
+        "cell": {"variant": evil, "device": "cpu", "dtype": "float32", "batch": 1, "heads": 1,
+                 "seq_len": 8, "d_k": 8, "d_v": 8, "causal": False, "padding": 0.0, "pass": "fwd"},
+        "command": evil, "py_spy": {"used": False, "note": evil, "records": []}, "error": "",
+        "fingerprint": {"hostname": evil, "gpu": None},
+    }  # fmt: skip
+    (tmp_path / "profile.json").write_text(json.dumps(meta))
+    header = "name,calls,self_cpu_ms,self_cpu_pct,total_cpu_ms,self_cpu_mem_bytes"
+    (tmp_path / "top_ops.csv").write_text(f'{header}\n"{evil}",1,1.0,100,1.0,-2048\n')
+    md, html = write_pages(tmp_path)
+    assert "<script>" not in html.read_text() and "&lt;script&gt;" in html.read_text()
+    assert "<script>" not in md.read_text() and "<script>" not in (tmp_path / "top_ops.md").read_text()
+    assert "-2 KiB" in (tmp_path / "top_ops.md").read_text()

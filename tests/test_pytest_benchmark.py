@@ -1,0 +1,336 @@
+"""The pytest-benchmark plugin (benchmarks/) in a real pytest subprocess, and `attnbench import-benchmark`."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+from conftest import FAULTS, ROOT, cli_env, run_cli
+
+from attnbench.cli import main
+from harness import correctness, timing
+from harness.flops import attention_flops
+from harness.spec import CellSpec
+from results import load, read_meta, read_rows
+from results import pytest_benchmark as pb
+from results.store import RunWriter
+
+TINY = ["--attn-seq-len", "64", "--attn-heads", "2", "--attn-d-k", "16"]
+VARIANTS = ["naive", "chunked", "sdpa", "sdpa_cudnn"]  # sdpa_cudnn has no CPU kernel: skipped with its reason
+
+
+def run_pytest_benchmarks(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m pytest benchmarks/ ARGS` from the repository root, as a real subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def bench_json(tmp_path_factory):
+    """(completed process, path, parsed JSON) of one tiny benchmark run."""
+    out = tmp_path_factory.mktemp("pytest-benchmark") / "out.json"
+    proc = run_pytest_benchmarks(
+        "--benchmark-only",
+        "--benchmark-json",
+        str(out),
+        "-q",
+        "--attn-variants",
+        ",".join(VARIANTS),
+        *TINY,
+        "--benchmark-min-rounds",
+        "5",
+        "--benchmark-max-time",
+        "0.01",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, out, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_plugin_writes_cells_with_memory_throughput_and_error(bench_json):
+    proc, _, data = bench_json
+    assert "6 passed, 2 skipped" in proc.stdout
+    assert "sdpa_cudnn: torch has no CPU kernel" in proc.stdout  # the skip names its reason
+    assert "attnbench: throughput, peak memory" in proc.stdout  # our summary after pytest-benchmark's table
+    benches = data["benchmarks"]
+    assert sorted((b["extra_info"]["variant"], b["extra_info"]["pass"]) for b in benches) == sorted(
+        (v, p) for v in VARIANTS[:3] for p in ("fwd", "fwdbwd")
+    )
+    for b in benches:
+        info = b["extra_info"]
+        spec = CellSpec.from_dict(info)
+        assert info["cell_id"] == spec.cell_id
+        assert b["param"] == spec.cell_id.replace("|", "-")
+        assert info["status"] == "ok" and info["attnbench_format"] == 1
+        assert info["flops"] == attention_flops(1, 2, 64, 64, 16, 16, causal=False, pass_=spec.pass_)
+        assert info["peak_mem_bytes"] > 0
+        assert info["tflops"] > 0
+        assert info["tflops"] == pytest.approx(info["flops"] / b["stats"]["median"] / 1e12)
+        assert 0 <= info["rel_err"] <= correctness.TOLERANCE["float32"]
+        assert 0 <= info["max_abs_err"] < 1e-4
+        if spec.pass_ == "fwdbwd":
+            grad_tol = correctness.TOLERANCE["float32"] * correctness.GRAD_TOLERANCE_FACTOR
+            assert 0 <= info["grad_rel_err"] <= grad_tol
+        assert b["stats"]["rounds"] >= 5 and len(b["stats"]["data"]) == b["stats"]["rounds"]
+    block = data["attnbench"]
+    assert block["format"] == 1 and block["fingerprint"]["torch"]
+    assert [(r["variant"], r["status"]) for r in block["untimed"]] == [("sdpa_cudnn", "unsupported")] * 2
+    assert "no CPU kernel" in block["untimed"][0]["message"]
+
+
+@pytest.mark.slow
+def test_import_benchmark_gives_a_run_the_loader_export_and_report_read(bench_json, tmp_path, capsys):
+    _, json_path, data = bench_json
+    run = tmp_path / "run"
+    proc = run_cli("import-benchmark", str(json_path), "--out", str(run), check=True)
+    assert proc.stdout.strip() == str(run)
+    assert "6 ok, 2 unsupported" in proc.stderr
+
+    meta = read_meta(run)
+    assert meta["machine_info"] == data["machine_info"]
+    assert meta["commit_info"] == data["commit_info"]
+    assert meta["fingerprint"] == data["attnbench"]["fingerprint"]
+    assert meta["imported_from"]["format"] == "pytest-benchmark"
+    assert meta["sweep"]["seq_len"] == [64] and meta["sweep"]["passes"] == ["fwd", "fwdbwd"]
+
+    df = load(run)
+    assert len(df) == 8
+    assert (df["run_id"] == meta["run_id"]).all()
+    ok = df[df["status"] == "ok"]
+    assert sorted(ok["variant"].unique()) == sorted(VARIANTS[:3]) and len(ok) == 6
+    by_cell = {b["extra_info"]["cell_id"]: b for b in data["benchmarks"]}
+    for _, row in ok.iterrows():
+        stats = by_cell[row["cell_id"]]["stats"]
+        assert row["time_ms_median"] == pytest.approx(stats["median"] * 1e3)
+        assert row["time_ms_p25"] <= row["time_ms_median"] <= row["time_ms_p75"]
+        assert row["n_samples"] == stats["rounds"] == len(row["samples_ms"])
+        m = timing.Measurement(tuple(row["samples_ms"]))  # quantiles as the harness computes them
+        assert (row["time_ms_p25"], row["time_ms_p75"]) == pytest.approx((m.p25, m.p75), rel=1e-6)
+        assert row["peak_mem_bytes"] > 0 and row["tflops"] > 0 and row["flops"] > 0
+        assert row["rel_err"] <= correctness.TOLERANCE["float32"]
+    skipped = df[df["status"] == "unsupported"]
+    assert list(skipped["variant"]) == ["sdpa_cudnn"] * 2
+    assert skipped["time_ms_median"].isna().all()
+
+    exported = run_cli("export", str(run), check=True).stdout
+    assert exported.splitlines()[0].startswith("run_id,machine,cell_id") and len(exported.splitlines()) == 9
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
+    """Wrong answers are timed and fail; errors fail untimed; OOM and refusals skip: every one is a row."""
+    out = tmp_path / "faults.json"
+    proc = run_pytest_benchmarks(
+        "--benchmark-only",
+        "--benchmark-json",
+        str(out),
+        "-q",
+        "--attn-variant-file",
+        str(FAULTS),
+        "--attn-variants",
+        "fault_wrong,fault_raise,fault_oom,fault_unsupported",
+        "--attn-seq-len",
+        "64,512",
+        "--attn-heads",
+        "1",
+        "--attn-d-k",
+        "16",
+        "--attn-pass",
+        "fwd",
+        "--benchmark-max-time",
+        "0.01",
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "4 failed, 1 passed, 3 skipped" in proc.stdout
+    assert "oom: fault_oom: deliberate out-of-memory" in proc.stdout
+    run = tmp_path / "run"
+    assert main(["import-benchmark", str(out), "--out", str(run)]) == 0
+    got = {(r["variant"], r["seq_len"]): r["status"] for r in read_rows(run)}
+    assert got == {
+        ("fault_wrong", 64): "wrong",
+        ("fault_wrong", 512): "wrong",
+        ("fault_oom", 64): "ok",
+        ("fault_raise", 64): "error",
+        ("fault_raise", 512): "error",
+        ("fault_oom", 512): "oom",
+        ("fault_unsupported", 64): "unsupported",
+        ("fault_unsupported", 512): "unsupported",
+    }
+    wrong = [r for r in read_rows(run) if r["status"] == "wrong"]
+    assert all(r["time_ms_median"] > 0 and "float64 gate" in r["message"] for r in wrong)
+
+
+@pytest.mark.slow
+def test_bad_grid_option_is_a_usage_error():
+    proc = run_pytest_benchmarks("--benchmark-only", "--attn-variants", "naive,nope", timeout=120)
+    assert proc.returncode == 4  # pytest's usage error
+    assert "unknown variant(s) 'nope'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_plugin_is_not_loaded_into_the_test_suite(request):
+    assert not request.config.pluginmanager.has_plugin("harness.pytest_plugin")
+    assert not hasattr(request.config.option, "attn_seq_len")
+
+
+def test_noisy_threshold_matches_the_harness():
+    assert pb.NOISY_REL_IQR == timing.NOISY_REL_IQR
+
+
+# ---- the importer on hand-written files -----------------------------------------------------------
+
+
+def _benchmark(variant: str = "naive", pass_: str = "fwd", data=(1.0e-3, 1.1e-3, 1.2e-3, 1.3e-3, 2.0e-3)):
+    """One benchmark as pytest-benchmark writes it, with the attnbench plugin's extra_info."""
+    spec = CellSpec(variant, "cpu", "float32", 1, 2, 64, 16, 16, False, 0.0, pass_)
+    flops = attention_flops(1, 2, 64, 64, 16, 16, causal=False, pass_=pass_)
+    med = statistics.median(data)
+    q1, _, q3 = statistics.quantiles(data, n=4)  # pytest-benchmark's own quartiles differ: not used with data
+    info = {**spec.to_dict(), "cell_id": spec.cell_id, "status": "ok", "message": "", "flops": flops}
+    info.update(peak_mem_bytes=4096, rel_err=1e-7, max_abs_err=1e-6, tflops=flops / med / 1e12)
+    info["attnbench_format"] = 1
+    stats = {"min": min(data), "max": max(data), "median": med, "q1": q1, "q3": q3, "rounds": len(data)}
+    stats.update(data=list(data), iterations=1)
+    name = f"test_attention[{spec.cell_id.replace('|', '-')}]"
+    return {"group": "g", "name": name, "fullname": f"benchmarks/test_attention.py::{name}", "params": {},
+            "param": spec.cell_id.replace("|", "-"), "extra_info": info, "options": {"max_time": 1.0},
+            "stats": stats}  # fmt: skip
+
+
+def _file(tmp_path, benchmarks, name: str = "bench.json", **top) -> str:
+    data = {"machine_info": {"node": "box.example", "cpu": {"brand_raw": "Some CPU", "count": 4}},
+            "commit_info": {"id": "abc", "dirty": False}, "benchmarks": benchmarks,
+            "datetime": "2026-11-23T10:00:00.5+00:00", "version": "5.2.3", **top}  # fmt: skip
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_import_uses_raw_samples_as_the_harness_would(tmp_path):
+    path = _file(tmp_path, [_benchmark("naive"), _benchmark("sdpa", "fwdbwd")])
+    out, counts = pb.import_file(path, tmp_path / "run")
+    assert counts == {"ok": 2}
+    rows = read_rows(out)
+    m = timing.Measurement(tuple(s * 1e3 for s in (1.0e-3, 1.1e-3, 1.2e-3, 1.3e-3, 2.0e-3)))
+    assert rows[0]["samples_ms"] == pytest.approx(list(m.samples_ms))
+    assert (rows[0]["time_ms_p25"], rows[0]["time_ms_median"], rows[0]["time_ms_p75"]) == pytest.approx(
+        (m.p25, m.median, m.p75)
+    )
+    assert rows[0]["rel_iqr"] == pytest.approx(m.rel_iqr) and rows[0]["noisy"] == m.noisy
+    assert rows[0]["stop_reason"] == "pytest-benchmark" and rows[0]["n_samples"] == 5
+    meta = read_meta(out)
+    assert meta["run_id"] == "20261123-100000-box-pytest"
+    assert meta["fingerprint"]["cpu_model"] == "Some CPU"  # rebuilt from machine_info: no attnbench block
+    assert meta["commit_info"] == {"id": "abc", "dirty": False}
+
+
+def test_import_of_a_saved_file_without_raw_data_uses_pytest_benchmarks_quartiles(tmp_path):
+    bench = _benchmark()
+    del bench["stats"]["data"]  # saved to storage without --benchmark-save-data
+    bench["stats"].update(q1=0.001, median=0.0012, q3=0.0014)
+    out, _ = pb.import_file(_file(tmp_path, [bench]), tmp_path / "run")
+    (row,) = load(out).to_dict("records")
+    assert (row["time_ms_p25"], row["time_ms_median"], row["time_ms_p75"]) == pytest.approx((1.0, 1.2, 1.4))
+    assert row["samples_ms"] == [] and row["n_samples"] == 5
+    assert row["tflops"] == pytest.approx(row["flops"] / 1.2e-3 / 1e12)
+
+
+def _no_extra_info(tmp_path):
+    bench = _benchmark()
+    bench["extra_info"] = {}
+    return _file(tmp_path, [bench])
+
+
+def _bad_status(tmp_path):
+    bench = _benchmark()
+    bench["extra_info"]["status"] = "great"
+    return _file(tmp_path, [bench])
+
+
+def _twice(tmp_path):
+    return _file(tmp_path, [_benchmark(), _benchmark()])
+
+
+def _text(tmp_path, text: str, name: str = "bad.json") -> str:
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+BAD_FILES = {
+    "missing": (lambda t: str(t / "nope.json"), "does not exist"),
+    "directory": (lambda t: str(t), "is a directory"),
+    "not JSON": (lambda t: _text(t, "{not json"), "is not valid JSON"),
+    "JSON list": (lambda t: _text(t, "[1, 2]"), "is not a pytest-benchmark JSON file"),
+    "other JSON": (lambda t: _text(t, '{"benchmarks": 3}'), "is not a pytest-benchmark JSON file"),
+    "no benchmarks": (lambda t: _file(t, []), "holds no benchmarks"),
+    "no extra_info": (_no_extra_info, "has no attnbench extra_info"),
+    "bad status": (_bad_status, "unknown status 'great'"),
+    "cell twice": (_twice, "appears twice"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_file_is_one_line_exit_2_nothing_written(case, tmp_path, capsys):
+    make, words = BAD_FILES[case]
+    src = tmp_path / "src"
+    src.mkdir()
+    path = make(src)
+    out = tmp_path / "run"
+    assert main(["import-benchmark", path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnbench: error: ") and words in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def _existing_run(path) -> None:
+    writer = RunWriter(path)
+    writer.write_meta({"run_id": "old"})
+    writer.close()
+
+
+BAD_OUTS = {
+    "a run": (_existing_run, "already holds an attnbench run"),
+    "a non-empty directory": (lambda p: (p.mkdir(), (p / "x.txt").write_text("keep")), "is not empty"),
+    "a file": (lambda p: p.write_text("keep"), "is not a directory"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OUTS))
+def test_out_that_exists_is_refused_and_left_alone(case, tmp_path, capsys):
+    make, words = BAD_OUTS[case]
+    src = tmp_path / "src"
+    src.mkdir()
+    path = _file(src, [_benchmark()])
+    out = tmp_path / "out"
+    make(out)
+    before = sorted((p.name, p.read_bytes()) for p in ([out] if out.is_file() else out.iterdir()))
+    assert main(["import-benchmark", path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnbench: error: ") and words in err and len(err.strip().splitlines()) == 1
+    assert sorted((p.name, p.read_bytes()) for p in ([out] if out.is_file() else out.iterdir())) == before
+
+
+def test_import_into_an_empty_directory_is_fine(tmp_path):
+    (tmp_path / "run").mkdir()
+    out, counts = pb.import_file(_file(tmp_path, [_benchmark()]), tmp_path / "run")
+    assert counts == {"ok": 1} and len(read_rows(out)) == 1
+
+
+def test_bad_input_as_a_real_process(tmp_path):
+    proc = run_cli("import-benchmark", str(tmp_path / "missing.json"), "--out", str(tmp_path / "run"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("attnbench: error: ") and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
