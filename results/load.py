@@ -21,10 +21,14 @@ def machine_label(meta: dict[str, Any]) -> str:
     return f"{cpu} ({cores} cores)" if cores else str(cpu)
 
 
-def load(*paths: str | Path):
-    """DataFrame of every row of the given runs, with run_id and machine columns, typed per the schema."""
+def load(*paths: str | Path | list[str | Path]):
+    """DataFrame of every row of the given runs, with run_id and machine columns, typed per the schema.
+
+    load("runs/a", "runs/b") and load(["runs/a", "runs/b"]) are the same.
+    """
     import pandas as pd
 
+    paths = tuple(p for arg in paths for p in (arg if isinstance(arg, (list, tuple)) else [arg]))
     frames = []
     for path in paths:
         meta = read_meta(path)

@@ -98,6 +98,7 @@ def test_loader_types_and_merge(tmp_path):
     b = _run(tmp_path / "b", n=2)
     df = load(a, b)
     assert len(df) == 5
+    assert load([a, b]).equals(df)  # a list of runs is the same as several arguments
     assert list(df.columns[: len(COLUMNS)]) == list(COLUMNS)
     assert str(df["seq_len"].dtype) == "Int64" and str(df["causal"].dtype) == "boolean"
     assert df["machine"].iloc[0] == "X (2 cores)"
@@ -114,3 +115,15 @@ def test_committed_fixture_loads():
     df = load(DATA / "runs" / "cpu-small")
     assert set(df["status"]) >= {"ok", "wrong", "oom", "skipped", "unsupported"}
     assert df["time_ms_median"][df["status"] == "ok"].notna().all()
+
+
+def test_published_reference_run_loads():
+    """The run committed in results/reference (linked from the README) stays loadable."""
+    from conftest import ROOT
+
+    runs = sorted(p for p in (ROOT / "results" / "reference").iterdir() if p.is_dir())
+    assert runs, "no published reference run"
+    df = load(runs)
+    assert (df["status"] == "ok").sum() >= 10
+    ok = df[df["status"] == "ok"]
+    assert ok["peak_mem_bytes"].notna().all() and (ok["tflops"] > 0).all()
