@@ -1,4 +1,4 @@
-"""The attnbench command line: run, export, report, compare, list, check, env, profile.
+"""The attnbench command line: run, export, report, compare, list, check, env, profile, import-benchmark.
 
 Bad input (unknown names, bad numbers, missing files) is reported as one line on stderr with exit
 status 2, before any work starts and before anything is written.
