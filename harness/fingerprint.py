@@ -87,7 +87,20 @@ def cpu_info() -> dict[str, Any]:
         "memory_bytes": mem_total,
         "transparent_hugepages": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
         "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+        "allocator_env": allocator_env(),
     }
+
+
+# Environment that changes how fast fresh memory comes (measured here: with glibc keeping freed memory,
+# MALLOC_MMAP_THRESHOLD_ and friends, naive attention at N=8192 ran 3-4x faster, no page faults) or
+# how many threads run: a run records them so two runs can be told apart.
+ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "OMP_", "MKL_", "KMP_", "PYTORCH_")
+
+
+def allocator_env() -> str:
+    """The set environment variables that affect allocation or threading, as 'K=V K=V' ('none' if unset)."""
+    found = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(ALLOCATOR_ENV_PREFIXES)]
+    return " ".join(found) or "none"
 
 
 SMI_FIELDS = {  # fingerprint key -> nvidia-smi query names to try (drivers renamed some)
