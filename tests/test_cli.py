@@ -129,6 +129,7 @@ def test_export_of_a_missing_run(tmp_path):
     assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_small_run_and_export(tmp_path):
     out = tmp_path / "r"
     p = run_cli(

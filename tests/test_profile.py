@@ -31,6 +31,7 @@ def _torch_outputs_ok(out) -> list[dict[str, str]]:
     return ops
 
 
+@pytest.mark.slow
 def test_profile_writes_flame_graph_trace_and_page(tmp_path):
     out = tmp_path / "prof"
     p = run_cli("profile", "--variant", "naive", *SMALL, "--seconds", "1", "--out", str(out), check=True)

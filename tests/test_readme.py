@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from conftest import ROOT, run_cli
 
 README = (ROOT / "README.md").read_text()
@@ -19,6 +20,7 @@ def variant_example() -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_variant_example_is_short_and_passes_the_gate(tmp_path):
     code = variant_example()
     assert len(code.strip().splitlines()) <= 16  # the README promises a ~15-line example
