@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 class _Session:
     """Per pytest session: the grid, the shared input cache and the cells that were not timed."""
 
-    cells: list
+    cells: dict  # cell_id -> CellSpec, in sweep order
     settings: object
     cache: object
     untimed: list
@@ -122,7 +122,9 @@ def build_cells(config: pytest.Config):
     if sweep.variants:
         names = [v.name for v in variants.resolve(list(sweep.variants))]
     else:
-        names = [name for name, v in variants.all_variants().items() if v.cap.default]
+        from harness.runner import default_variants
+
+        names = default_variants()
     return sweep.cells(names), sweep.settings
 
 
@@ -144,11 +146,12 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(settings.threads)  # as the harness's worker does; recorded in each row
-    config.stash[_KEY] = _Session(cells=cells, settings=settings, cache=InputCache(), untimed=[])
+    by_id = {c.cell_id: c for c in cells}
+    config.stash[_KEY] = _Session(cells=by_id, settings=settings, cache=InputCache(), untimed=[])
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    cells = config.stash[_KEY].cells
+    cells = list(config.stash[_KEY].cells.values())
     names = list(dict.fromkeys(c.variant for c in cells))
     lengths = sorted({c.seq_len for c in cells})
     import torch
@@ -161,17 +164,16 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "attn_cell" in metafunc.fixturenames:
-        cells = metafunc.config.stash[_KEY].cells
         # cells come grouped by shape (SweepSpec.cells), so consecutive variants share inputs and reference;
         # the parameter is the cell_id (a string pytest-benchmark can store), turned into its CellSpec below
-        ids = [c.cell_id for c in cells]
+        ids = list(metafunc.config.stash[_KEY].cells)
         metafunc.parametrize("attn_cell", ids, ids=[i.replace("|", "-") for i in ids], indirect=True)
 
 
 @pytest.fixture
 def attn_cell(request: pytest.FixtureRequest):
     """The CellSpec of this test's grid cell."""
-    return {c.cell_id: c for c in request.config.stash[_KEY].cells}[request.param]
+    return request.config.stash[_KEY].cells[request.param]
 
 
 class _HandOver:
