@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-NOISY_REL_IQR = 0.10  # a cell whose IQR/median exceeds this is flagged noisy
+from results.schema import NOISY_REL_IQR  # the threshold behind the `noisy` column
 
 
 class Timer(Protocol):

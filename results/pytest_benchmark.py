@@ -24,12 +24,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .schema import COLUMNS, STATUSES
+from .schema import COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
 
 READABLE_FORMATS = (1,)  # harness.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
-# = harness.timing.NOISY_REL_IQR: results cannot import harness, so a test keeps the two equal
-NOISY_REL_IQR = 0.10
 TIMING_COLUMNS = ("time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops")
 AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
     "variant": str,

@@ -7,6 +7,7 @@ READABLE_VERSIONS = (1,)  # file versions this code can load
 
 STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "crashed", "timeout", "skipped")
 RANKED_STATUSES = ("ok",)  # `wrong` cells are measured but never ranked
+NOISY_REL_IQR = 0.10  # a cell whose IQR/median exceeds this is flagged noisy (the `noisy` column)
 
 # column -> pandas dtype; the order is the export order. samples_ms (the raw per-call samples) is kept
 # in rows.jsonl and in the DataFrame, and left out of CSV exports.
