@@ -53,11 +53,26 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     t.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="kill a cell after this long")
     t.add_argument("--seed", type=int, help="input seed")
+    t.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="environment variable for the worker processes (repeatable; adds to the preset's [env], "
+        "e.g. --env THP_MEM_ALLOC_ENABLE=0)",
+    )
 
 
 def sweep_from_args(args: argparse.Namespace):
     """SweepSpec from preset/config + flags; BadInput naming the bad value."""
-    from harness.spec import CAUSAL_CHOICES, PASS_CHOICES, build_sweep, parse_floats, parse_ints, parse_names
+    from harness.spec import (
+        CAUSAL_CHOICES,
+        PASS_CHOICES,
+        build_sweep,
+        parse_env,
+        parse_floats,
+        parse_ints,
+        parse_names,
+    )
 
     ov: dict = {}
     try:
@@ -88,6 +103,8 @@ def sweep_from_args(args: argparse.Namespace):
             for k in ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout", "seed")
             if getattr(args, k) is not None
         }
+        if getattr(args, "env", None):
+            settings["env"] = parse_env(args.env)
         if settings:
             ov["settings"] = settings
         return build_sweep(args.preset, args.config, ov)
@@ -117,12 +134,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             "causal",
             "padding",
             "pass_",
+            "warmup_ms",
+            "budget_ms",
+            "min_samples",
+            "threads",
+            "cell_timeout",
+            "seed",
+            "env",
         )
         if getattr(args, f) is not None
     ]
     if args.resume and sweep_flags:
         flag = sweep_flags[0].rstrip("_").replace("_", "-")
-        raise BadInput(f"--resume takes the sweep from the run's meta.json; drop --{flag}")
+        raise BadInput(f"--resume takes the sweep and its settings from the run's meta.json; drop --{flag}")
     if args.resume and args.out is None:
         raise BadInput("--resume needs --out DIR naming the run to finish")
     for path in args.variant_file or []:

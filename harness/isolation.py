@@ -8,7 +8,9 @@ replaced; the cell it was on gets `crashed` or `timeout`.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,22 @@ class WorkerDied(RuntimeError):
 
 class WorkerTimeout(RuntimeError):
     """The worker did not answer within the deadline; it has been killed."""
+
+
+@contextmanager
+def _environment(env: dict[str, str]):
+    """os.environ with `env` set while a worker is spawned (the child inherits it from exec; allocator
+    knobs such as glibc's MALLOC_* are read before any Python runs), restored afterwards."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def describe_exit(code: int | None) -> str:
@@ -47,7 +65,8 @@ class Worker:
         self.proc = ctx.Process(
             target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
         )
-        self.proc.start()
+        with _environment(config.get("env") or {}):
+            self.proc.start()
         child.close()
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")
         self.pid = hello["pid"]

@@ -114,6 +114,7 @@ def run(
     settings = sweep.settings
     config = {
         "threads": settings.threads,
+        "env": dict(settings.env),
         "variant_files": variant_files,
         "log_path": str(path / "worker.log"),
     }
@@ -154,6 +155,7 @@ def _meta(
     sweep: SweepSpec, names: list[str], variant_files: list[str], worker: Worker, progress
 ) -> dict[str, Any]:
     fingerprint = worker.request({"op": "fingerprint"}, timeout=120)["value"]
+    fingerprint["sweep_env"] = " ".join(f"{k}={v}" for k, v in sweep.settings.env) or "none"
     calibration = {}
     for device in sweep.devices:
         progress.message(

@@ -8,6 +8,7 @@ name the bad value.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -134,8 +135,12 @@ class Settings:
     seed: int = 0
     flush_l2: bool = True
     memory_guard: float = 0.9  # skip cells whose predicted peak exceeds this fraction of free memory
+    # Environment variables set in the worker processes before they start (allocator and threading knobs
+    # that are read once at start-up); sorted (name, value) pairs, recorded in meta.json.
+    env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "env", normalise_env(self.env))
         for name in ("warmup_ms", "budget_ms", "min_ms", "cell_timeout", "target_rel_iqr"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)!r}")
@@ -212,6 +217,7 @@ class SweepSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["settings"] = asdict(self.settings)
+        d["settings"]["env"] = dict(self.settings.env)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
@@ -228,6 +234,36 @@ class SweepSpec:
                 f"unknown setting(s) {sorted(unknown)}; known: {sorted(f.name for f in fields(Settings))}"
             )
         return cls(**kw, settings=Settings(**settings))
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def normalise_env(env) -> tuple[tuple[str, str], ...]:
+    """A mapping or (name, value) pairs -> sorted pairs of strings; ValueError naming a bad entry."""
+    pairs = env.items() if isinstance(env, dict) else env
+    out: dict[str, str] = {}
+    for pair in pairs:
+        if isinstance(pair, str) or len(pair) != 2:
+            raise ValueError(f"env entries must be NAME = value pairs, got {pair!r}")
+        name, value = pair
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise ValueError(f"env name {name!r} is not a valid environment variable name")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError(f"env {name} must be a string or an integer, got {value!r}")
+        out[name] = str(value)
+    return tuple(sorted(out.items()))
+
+
+def parse_env(items) -> dict[str, str]:
+    """['NAME=value', ...] (the --env flag) -> {NAME: value}; ValueError naming a bad item."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        name, eq, value = str(item).partition("=")
+        if not eq or not ENV_NAME.fullmatch(name):
+            raise ValueError(f"--env takes NAME=VALUE, got {item!r}")
+        out[name] = value
+    return out
 
 
 def _positive_ints(name: str, values, *, hi: int | None = None, allow_empty: bool = False) -> None:
@@ -319,10 +355,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def toml_to_sweep(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """Translate the TOML layout ([sweep] with causal/pass words, [settings]) into from_dict keys."""
-    unknown = set(data) - {"sweep", "settings", "description"}
+    """Translate the TOML layout ([sweep] with causal/pass words, [settings], [env]) into from_dict keys."""
+    unknown = set(data) - {"sweep", "settings", "env", "description"}
     if unknown:
-        raise ValueError(f"{source}: unknown table(s) {sorted(unknown)}; expected [sweep] and [settings]")
+        raise ValueError(
+            f"{source}: unknown table(s) {sorted(unknown)}; expected [sweep], [settings] and [env]"
+        )
     sweep = dict(data.get("sweep", {}))
     if "causal" in sweep:
         sweep["causal"] = _choice("causal", sweep["causal"], CAUSAL_CHOICES)
@@ -334,6 +372,10 @@ def toml_to_sweep(data: dict[str, Any], source: str = "config") -> dict[str, Any
     out = dict(sweep)
     if "settings" in data:
         out["settings"] = dict(data["settings"])
+    if "env" in data:
+        if not isinstance(data["env"], dict):
+            raise ValueError(f"{source}: [env] must be a table of NAME = value")
+        out.setdefault("settings", {})["env"] = dict(data["env"])
     return out
 
 
@@ -358,7 +400,11 @@ def build_sweep(
     elif config:
         base = load_toml(config)
     overrides = dict(overrides or {})
-    settings = {**(base.pop("settings", {}) or {}), **(overrides.pop("settings", {}) or {})}
+    base_settings = base.pop("settings", {}) or {}
+    over_settings = overrides.pop("settings", {}) or {}
+    settings = {**base_settings, **over_settings}
+    if "env" in base_settings and "env" in over_settings:  # --env adds to (or overrides) the file's [env]
+        settings["env"] = {**dict(normalise_env(base_settings["env"])), **over_settings["env"]}
     merged = {**base, **{k: v for k, v in overrides.items() if v is not None}}
     merged["settings"] = settings
     return SweepSpec.from_dict(merged)

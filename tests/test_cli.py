@@ -51,8 +51,13 @@ def test_env_records_allocator_settings():
     from conftest import cli_env
 
     env = {**cli_env(), "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "attnbench", "env", "--json"], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "attnbench", "env", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     recorded = json.loads(out)["allocator_env"]
     assert "MALLOC_ARENA_MAX=2" in recorded.split() and "OMP_NUM_THREADS=1" in recorded.split()
 
@@ -71,6 +76,8 @@ BAD_RUNS = [
     (["--variant-file", "/nonexistent/mine.py"], "variant file '/nonexistent/mine.py' does not exist"),
     (["--budget-ms", "0"], "budget_ms must be a positive number"),
     (["--resume"], "does not exist"),
+    (["--env", "NO_EQUALS_SIGN"], "--env takes NAME=VALUE, got 'NO_EQUALS_SIGN'"),
+    (["--env", "1BAD=x"], "--env takes NAME=VALUE, got '1BAD=x'"),
 ]
 
 
@@ -122,6 +129,38 @@ def test_resume_needs_out_and_refuses_sweep_flags(tmp_path):
     assert p.returncode == 2 and "--resume needs --out" in p.stderr
     p = run_cli("run", "--resume", "--out", str(tmp_path), "--seq-len", "64")
     assert p.returncode == 2 and "drop --seq-len" in p.stderr
+    p = run_cli("run", "--resume", "--out", str(tmp_path), "--env", "A=1")
+    assert p.returncode == 2 and "drop --env" in p.stderr
+
+
+def test_env_reaches_the_worker_and_the_record(tmp_path):
+    """--env is set in the worker process (its fingerprint, taken there, sees it) and kept in meta.json."""
+    out = tmp_path / "r"
+    run_cli(
+        "run",
+        "--variants",
+        "naive",
+        "--seq-len",
+        "64",
+        "--heads",
+        "1",
+        "--budget-ms",
+        "5",
+        "--warmup-ms",
+        "1",
+        "--env",
+        "THP_MEM_ALLOC_ENABLE=1",
+        "--env",
+        "MALLOC_ARENA_MAX=2",
+        "--out",
+        str(out),
+        check=True,
+    )
+    meta = json.loads((out / "meta.json").read_text())
+    fp = meta["fingerprint"]
+    assert fp["THP_MEM_ALLOC_ENABLE"] == "1" and "MALLOC_ARENA_MAX=2" in fp["allocator_env"].split()
+    assert fp["sweep_env"] == "MALLOC_ARENA_MAX=2 THP_MEM_ALLOC_ENABLE=1"
+    assert meta["sweep"]["settings"]["env"] == {"MALLOC_ARENA_MAX": "2", "THP_MEM_ALLOC_ENABLE": "1"}
 
 
 def test_export_of_a_missing_run(tmp_path):

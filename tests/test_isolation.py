@@ -155,3 +155,13 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
     assert "interrupted: finished rows are kept" in err and "--resume" in err
     assert "Traceback" not in err
     assert len(read_rows(out)) >= 2
+
+
+def test_worker_environment_is_restored_in_the_parent(monkeypatch):
+    from harness.isolation import _environment
+
+    monkeypatch.setenv("ATTNBENCH_KEPT", "old")
+    monkeypatch.delenv("ATTNBENCH_NEW", raising=False)
+    with _environment({"ATTNBENCH_KEPT": "new", "ATTNBENCH_NEW": "1"}):
+        assert os.environ["ATTNBENCH_KEPT"] == "new" and os.environ["ATTNBENCH_NEW"] == "1"
+    assert os.environ["ATTNBENCH_KEPT"] == "old" and "ATTNBENCH_NEW" not in os.environ

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from harness.spec import CellSpec, Settings, SweepSpec, build_sweep, parse_ints, presets
+from harness.spec import CellSpec, Settings, SweepSpec, build_sweep, parse_env, parse_ints, presets
 
 
 def test_parse_ints_lists_and_doubling_ranges():
@@ -96,3 +98,38 @@ def test_config_file(tmp_path):
         build_sweep("nope")
     with pytest.raises(ValueError, match="not both"):
         build_sweep("quick", str(f))
+
+
+def test_env_table_and_env_flags(tmp_path):
+    """[env] sets worker environment variables; --env adds to it or overrides one; meta.json keeps it."""
+    f = tmp_path / "s.toml"
+    f.write_text('[sweep]\nseq_len = [64]\n[env]\nTHP_MEM_ALLOC_ENABLE = "1"\nOMP_WAIT_POLICY = "PASSIVE"\n')
+    s = build_sweep(config=str(f))
+    assert s.settings.env == (("OMP_WAIT_POLICY", "PASSIVE"), ("THP_MEM_ALLOC_ENABLE", "1"))
+    s = build_sweep(
+        config=str(f), overrides={"settings": {"env": parse_env(["THP_MEM_ALLOC_ENABLE=0", "X=a=b"])}}
+    )
+    assert dict(s.settings.env) == {"THP_MEM_ALLOC_ENABLE": "0", "OMP_WAIT_POLICY": "PASSIVE", "X": "a=b"}
+    assert SweepSpec.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert SweepSpec.from_dict({"seq_len": [64]}).settings.env == ()  # runs written before [env] existed
+    assert dict(build_sweep("cpu").settings.env) == {"THP_MEM_ALLOC_ENABLE": "1"}
+
+
+@pytest.mark.parametrize(
+    "env,match",
+    [
+        ({"1BAD": "x"}, "not a valid environment variable name"),
+        ({"A": True}, "must be a string or an integer"),
+        ({"A": [1]}, "must be a string or an integer"),
+    ],
+)
+def test_env_validation(env, match):
+    with pytest.raises(ValueError, match=match):
+        Settings(env=env)
+
+
+def test_env_flag_parsing():
+    assert parse_env(["A=1", "B="]) == {"A": "1", "B": ""}
+    for bad in ("A", "=1", "A-B=1"):
+        with pytest.raises(ValueError, match="--env takes NAME=VALUE"):
+            parse_env([bad])
