@@ -89,8 +89,8 @@ def to_markdown(page: Page) -> str:
         elif isinstance(b, Figure):
             f = b.files
             out += [f"![{md_escape(f.title)}]({f.png})", ""]
-            note = f"{f.caption} " if f.caption else ""
-            out += [f"{md_escape(note)}Data: [{f.csv}]({f.csv}) · vector: [{f.svg}]({f.svg})", ""]
+            note = f"{md_escape(f.caption)} " if f.caption else ""  # md_escape strips: space after
+            out += [f"{note}Data: [{f.csv}]({f.csv}) · vector: [{f.svg}]({f.svg})", ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -242,7 +242,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         "efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the CI), above, below, or "
         "uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the memory fit to the device's "
         "memory (power of two); far beyond the measured seq_lens it is only indicative. '% of peak' is "
-        "achieved TFLOP/s at the largest ok seq_len over the run's calibrated matmul TFLOP/s."), summary)
+        "achieved TFLOP/s at the largest ok seq_len over the run's calibrated matmul TFLOP/s (its fastest "
+        "square matmul call); above 100% the kernel beat that matmul or the calibration ran at a noisy "
+        "moment."), summary)
 
     for gkey, group in groups(df):
         meta = metas.get(str(gkey["run_id"]), {})

@@ -148,6 +148,8 @@ def test_cli_report_end_to_end(tmp_path):
     assert "time exponent [95% CI]" in proc.stdout and "naive" in proc.stdout
     assert (out / "README.md").stat().st_size > 0 and (out / "report.html").stat().st_size > 0
     assert any(out.glob("speedup-*.png"))
+    captions = [ln for ln in (out / "README.md").read_text().splitlines() if "Data: [" in ln]
+    assert captions and all(ln.startswith("Data: [") or ". Data: [" in ln for ln in captions)
 
 
 @pytest.mark.parametrize("case", ["missing", "not_a_run", "baseline", "out_is_run"])
