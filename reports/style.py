@@ -79,17 +79,24 @@ def number_text(v: float) -> str:
 
 
 def seq_axis(ax, seq_lens: Iterable[int]) -> None:
-    """log₂ x axis with a tick at every seq_len of the sweep."""
-    from matplotlib.ticker import FixedLocator, NullLocator
+    """log₂ x axis with a tick at every seq_len of the sweep: labelled at the powers of two, unlabelled
+    in between (3072 and 4096 are too close to label both); every tick labelled if fewer than two are."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     ticks = sorted({int(n) for n in seq_lens})
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_minor_locator(NullLocator())
     if ticks:
-        ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.set_xticklabels([seq_text(n) for n in ticks])
+        labelled = [n for n in ticks if n & (n - 1) == 0]
+        labelled = labelled if len(labelled) >= 2 else ticks
+        ax.xaxis.set_major_locator(FixedLocator(labelled))
+        ax.set_xticklabels([seq_text(n) for n in labelled])
+        between = [n for n in ticks if n not in labelled]
+        if between:
+            ax.xaxis.set_minor_locator(FixedLocator(between))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         lo, hi = ticks[0], ticks[-1]
         ax.set_xlim(lo / 2**0.3, hi * 2**0.3)
-    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("sequence length N (tokens, log₂ axis)")
 
 

@@ -166,3 +166,22 @@ def test_cli_report_bad_input(tmp_path, case):
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("attnbench: error:")
     assert not out.exists() and sorted(p.name for p in run.iterdir()) == before
+
+
+def test_seq_axis_labels_powers_of_two_and_marks_the_steps_between():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from reports.style import seq_axis
+
+    fig, ax = plt.subplots()
+    seq_axis(ax, [256, 512, 3072, 4096, 12288])
+    assert list(ax.xaxis.get_majorticklocs()) == [256, 512, 4096]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["256", "512", "4k"]
+    assert list(ax.xaxis.get_minorticklocs()) == [3072, 12288]
+    ax.clear()
+    seq_axis(ax, [3000, 5000, 7000])  # no powers of two: every tick labelled
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["3000", "5000", "7000"]
+    plt.close(fig)
