@@ -104,7 +104,7 @@ h2 { border-bottom: 1px solid #d0d7de; padding-bottom: .2em; margin-top: 2em; }
 .scroll { overflow-x: auto; margin: 0 0 1em; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; max-width: 520px; }
+         overflow-wrap: break-word; max-width: 520px; }
 th { background: #f6f8fa; }
 tr:nth-child(even) td { background: #fbfcfd; }
 figure { margin: 1em 0 2em; }
