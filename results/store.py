@@ -116,14 +116,22 @@ class RunWriter:
         self.done[row["cell_id"]] = row
 
     def _repair_tail(self) -> None:
-        """A torn last line from a killed run would glue onto the next row: end it first."""
+        """A last line without its newline is a write a kill interrupted. A complete row (only the
+        newline missing) is ended; a torn fragment is cut off, so the file reads clean again. Nothing
+        finished is lost: a fragment never was a row (and its cell is not in `done`, so it runs again)."""
         p = self.path / ROWS
-        if p.stat().st_size == 0:
+        data = p.read_bytes()
+        if not data or data.endswith(b"\n"):
             return
-        with p.open("rb") as fh:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                self._fh.write(b"\n")
+        cut = data.rfind(b"\n") + 1
+        try:
+            row = json.loads(data[cut:])
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            row = None
+        if isinstance(row, dict) and "cell_id" in row:
+            self._fh.write(b"\n")
+        else:
+            os.truncate(p, cut)
 
     def close(self) -> None:
         if self._fh is not None:

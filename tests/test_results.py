@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -60,12 +61,25 @@ def test_torn_last_line_is_skipped_and_repaired_on_resume(tmp_path):
         fh.write(b'{"cell_id": "c3", "status": "o')  # the kill landed mid-write
     with pytest.warns(UserWarning, match="torn"):
         assert len(read_rows(path)) == 3
-    w = RunWriter(path, resume=True)
+    with pytest.warns(UserWarning, match="torn"):
+        w = RunWriter(path, resume=True)
     assert set(w.done) == {"c0", "c1", "c2"}
     w.append({**ROW, "cell_id": "c3"})
     w.close()
-    with pytest.warns(UserWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the fragment was cut off: the file reads clean again
         assert [r["cell_id"] for r in read_rows(path)] == ["c0", "c1", "c2", "c3"]
+
+
+def test_a_complete_row_missing_only_its_newline_is_kept(tmp_path):
+    path = _run(tmp_path)
+    with open(path / "rows.jsonl", "ab") as fh:
+        fh.write(json.dumps({**ROW, "cell_id": "c3"}).encode())  # killed before the newline
+    w = RunWriter(path, resume=True)
+    assert "c3" in w.done
+    w.append({**ROW, "cell_id": "c4"})
+    w.close()
+    assert [r["cell_id"] for r in read_rows(path)] == ["c0", "c1", "c2", "c3", "c4"]
 
 
 def test_no_silent_overwrite(tmp_path):
