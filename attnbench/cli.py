@@ -62,6 +62,12 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+# The flags of _add_sweep_flags by argparse dest: what the sweep is, and how each cell is measured.
+SWEEP_FLAGS = ("preset", "config", "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v",
+               "causal", "padding", "pass_")
+SETTING_FLAGS = ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout", "seed")
+
+
 def sweep_from_args(args: argparse.Namespace):
     """SweepSpec from preset/config + flags; BadInput naming the bad value."""
     from harness.spec import (
@@ -98,11 +104,7 @@ def sweep_from_args(args: argparse.Namespace):
             ov["padding"] = parse_floats("padding", args.padding)
         if args.pass_ is not None:
             ov["passes"] = PASS_CHOICES[args.pass_]
-        settings = {
-            k: getattr(args, k)
-            for k in ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout", "seed")
-            if getattr(args, k) is not None
-        }
+        settings = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k) is not None}
         if getattr(args, "env", None):
             settings["env"] = parse_env(args.env)
         if settings:
@@ -120,28 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     sweep_flags = [
         f
-        for f in (
-            "preset",
-            "config",
-            "variants",
-            "device",
-            "dtype",
-            "batch",
-            "heads",
-            "seq_len",
-            "d_k",
-            "d_v",
-            "causal",
-            "padding",
-            "pass_",
-            "warmup_ms",
-            "budget_ms",
-            "min_samples",
-            "threads",
-            "cell_timeout",
-            "seed",
-            "env",
-        )
+        for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "env")
         if getattr(args, f) is not None
     ]
     if args.resume and sweep_flags:
