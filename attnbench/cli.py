@@ -63,62 +63,29 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
 
 
 # The flags of _add_sweep_flags by argparse dest: what the sweep is, and how each cell is measured.
-SWEEP_FLAGS = ("preset", "config", "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v",
-               "causal", "padding", "pass_")
+AXIS_FLAGS = (
+    "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v", "causal", "padding", "pass_"
+)  # fmt: skip
+SWEEP_FLAGS = ("preset", "config", *AXIS_FLAGS)
 SETTING_FLAGS = ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout", "seed")
 
 
 def sweep_from_args(args: argparse.Namespace):
     """SweepSpec from preset/config + flags; BadInput naming the bad value."""
-    from harness.spec import (
-        CAUSAL_CHOICES,
-        PASS_CHOICES,
-        build_sweep,
-        parse_env,
-        parse_floats,
-        parse_ints,
-        parse_names,
-    )
+    from attnbench.harness.spec import sweep_from_text
 
-    ov: dict = {}
+    texts = {dest.rstrip("_"): getattr(args, dest) for dest in (*AXIS_FLAGS, *SETTING_FLAGS, "env")}
     try:
-        if args.variants is not None:
-            ov["variants"] = parse_names(args.variants)
-        if args.device is not None:
-            ov["devices"] = parse_names(args.device)
-        if args.dtype is not None:
-            ov["dtypes"] = parse_names(args.dtype)
-        for flag, key in (
-            ("batch", "batch"),
-            ("heads", "heads"),
-            ("seq_len", "seq_len"),
-            ("d_k", "d_k"),
-            ("d_v", "d_v"),
-        ):
-            val = getattr(args, flag)
-            if val is not None:
-                ov[key] = parse_ints(flag.replace("_", "-"), val)
-        if args.causal is not None:
-            ov["causal"] = CAUSAL_CHOICES[args.causal]
-        if args.padding is not None:
-            ov["padding"] = parse_floats("padding", args.padding)
-        if args.pass_ is not None:
-            ov["passes"] = PASS_CHOICES[args.pass_]
-        settings = {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k) is not None}
-        if getattr(args, "env", None):
-            settings["env"] = parse_env(args.env)
-        if settings:
-            ov["settings"] = settings
-        return build_sweep(args.preset, args.config, ov)
+        return sweep_from_text(texts, preset=args.preset, config=args.config)
     except (ValueError, TypeError) as exc:
         raise BadInput(str(exc)) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.progress import Progress
-    from harness.runner import run
-    from results import RunDirError
-    from variants import VariantError
+    from attnbench.harness.progress import Progress
+    from attnbench.harness.runner import run
+    from attnbench.results import RunDirError
+    from attnbench.variants import VariantError
 
     sweep_flags = [
         f
@@ -164,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from results import RunDirError, export, load
+    from attnbench.results import RunDirError, export, load
 
     try:
         df = load(*args.run_dirs)
@@ -175,7 +142,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _load_files(paths: list[str] | None) -> None:
-    import variants
+    from attnbench import variants
 
     for path in paths or []:
         try:
@@ -186,14 +153,14 @@ def _load_files(paths: list[str] | None) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.presets:
-        from harness.spec import presets, tomllib
+        from attnbench.harness.spec import presets, tomllib
 
         for name, path in presets().items():
             desc = tomllib.loads(path.read_text()).get("description", "")
             print(f"{name:<8} {desc}")
         return 0
     _load_files(args.variant_file)
-    import variants
+    from attnbench import variants
 
     rows = []
     for name, v in variants.all_variants().items():
@@ -265,7 +232,7 @@ def _esc(text: str) -> str:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from harness.fingerprint import collect
+    from attnbench.harness.fingerprint import collect
 
     fp = collect()
     if args.json:
@@ -282,14 +249,14 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """The correctness gate for every variant over causal x padding (and the numerics probe)."""
-    from harness.spec import parse_names
+    from attnbench.harness.spec import parse_names
 
     _load_files(args.variant_file)
     import torch
 
-    import variants
-    from harness import correctness, numerics
-    from variants import UnsupportedError, torch_dtype
+    from attnbench import variants
+    from attnbench.harness import correctness, numerics
+    from attnbench.variants import UnsupportedError, torch_dtype
 
     devices = list(parse_names(args.device))
     dtypes = list(parse_names(args.dtype))
@@ -372,38 +339,33 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _out_dir(out: str | None, default: str) -> Path:
     """--out DIR (default reports/out/NAME, git-ignored); refused if it is a run or a file."""
-    from results import is_run_dir
+    from attnbench.api import report_dir
 
-    path = Path(out) if out else Path("reports") / "out" / default
-    if path.exists() and not path.is_dir():
-        raise BadInput(f"--out {str(path)!r} exists and is not a directory")
-    if is_run_dir(path):
-        raise BadInput(f"--out {str(path)!r} is a run directory; write the report somewhere else")
-    return path
+    try:
+        return report_dir(out, default)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reports.page import to_text
-    from reports.render import prepare, render
-    from reports.style import slug
-    from results import RunDirError
+    from attnbench.api import report
+    from attnbench.reports.page import to_text
+    from attnbench.results import RunDirError
 
     try:
-        inputs = prepare(args.run_dirs, args.baseline)
+        rep = report(*args.run_dirs, out=args.out, baseline=args.baseline)
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
-    out = _out_dir(args.out, slug(*inputs.metas) if inputs.metas else "report")
-    report = render(inputs, out)
-    if report.summary is not None:
-        sys.stdout.write(to_text(report.summary))
-    print(f"report: {report.readme} and {report.html} ({len(report.figures)} figures)", file=sys.stderr)
+    if rep.summary is not None:
+        sys.stdout.write(to_text(rep.summary))
+    print(f"report: {rep.readme} and {rep.html} ({len(rep.figures)} figures)", file=sys.stderr)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from reports.compare import compare_runs, parse_threshold, text_report, write_page
-    from reports.style import slug
-    from results import RunDirError
+    from attnbench.reports.compare import compare_runs, parse_threshold, text_report, write_page
+    from attnbench.reports.style import slug
+    from attnbench.results import RunDirError
 
     try:
         threshold = parse_threshold(args.fail_above) if args.fail_above else None
@@ -424,8 +386,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
-    from harness.profile import CELL_FLAGS, prepare, profile_cell
-    from reports.profile_page import top_ops_text, write_pages
+    from attnbench.harness.profile import CELL_FLAGS, prepare, profile_cell
+    from attnbench.reports.profile_page import top_ops_text, write_pages
 
     if len(args.variant) != 1:
         raise BadInput(f"--variant takes one value (profile runs one cell), got {' and '.join(args.variant)}")
@@ -461,8 +423,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_import_benchmark(args: argparse.Namespace) -> int:
     """A pytest-benchmark JSON file from `pytest benchmarks/` as a run directory (report, export, compare)."""
-    from results import RunDirError
-    from results.pytest_benchmark import import_file
+    from attnbench.results import RunDirError
+    from attnbench.results.pytest_benchmark import import_file
 
     try:
         path, counts = import_file(args.json_file, args.out)

@@ -23,14 +23,12 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
 
-import torch  # noqa: E402
-
-import variants  # noqa: E402
-from harness.cell import InputCache, make_inputs, measure_cell  # noqa: E402
-from harness.flops import attention_flops, tflops  # noqa: E402
-from harness.spec import CellSpec, Settings  # noqa: E402
+from attnbench import variants
+from attnbench.harness.cell import InputCache, make_inputs, measure_cell
+from attnbench.harness.flops import attention_flops, tflops
+from attnbench.harness.spec import CellSpec, Settings
 
 NAIVE_REFERENCE_BYTES = 272_629_760  # 2 * (8 * 2048 * 2048 * 4) + 8 * 2048 * 64 * 4
 

@@ -4,7 +4,7 @@
     attnbench import-benchmark out.json --out runs/from-pytest     # then attnbench report / export
 """
 
-from harness.pytest_plugin import measure
+from attnbench.harness.pytest_plugin import measure
 
 
 def test_attention(benchmark, attn_cell, request):

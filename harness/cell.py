@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-import variants
-from variants import UnsupportedError, torch_dtype
+from attnbench import variants
+from attnbench.variants import UnsupportedError, torch_dtype
 
 from . import correctness, memory, timing
 from .flops import attention_flops, tflops

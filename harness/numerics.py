@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-import variants
-from variants import UnsupportedError, torch_dtype
+from attnbench import variants
+from attnbench.variants import UnsupportedError, torch_dtype
 
 from . import correctness
 

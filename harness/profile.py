@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .spec import CellSpec, SweepSpec, parse_floats, parse_ints, parse_names, toml_to_sweep
+from .spec import CellSpec, sweep_field, sweep_from_text
 
 SCHEMA = 1
 DEFAULT_SEQ_LEN = 1024  # a sweep's default is four lengths; a profile needs one
@@ -48,10 +48,10 @@ FILES = {
     "meta": "profile.json",
 }
 
-# CLI dest -> (flag, key in harness.spec's TOML layout); the values are parsed and validated there
+# CLI dest -> (flag, axis of harness.spec.sweep_from_text); the values are parsed and validated there
 CELL_FLAGS: dict[str, tuple[str, str]] = {
-    "device": ("--device", "devices"),
-    "dtype": ("--dtype", "dtypes"),
+    "device": ("--device", "device"),
+    "dtype": ("--dtype", "dtype"),
     "batch": ("--batch", "batch"),
     "heads": ("--heads", "heads"),
     "seq_len": ("--seq-len", "seq_len"),
@@ -59,7 +59,7 @@ CELL_FLAGS: dict[str, tuple[str, str]] = {
     "d_v": ("--d-v", "d_v"),
     "causal": ("--causal", "causal"),
     "padding": ("--padding", "padding"),
-    "pass_": ("--pass", "passes"),
+    "pass_": ("--pass", "pass"),
 }
 
 
@@ -110,34 +110,19 @@ class Plan:
 def single_cell(variant: str, given: Mapping[str, str | Sequence[str] | None], threads: int = 0) -> CellSpec:
     """The one cell named by run-style flags (dest -> the text given, None = default); ValueError naming
     the bad value, or the flag given more than one value. Parsing and range checks are harness.spec's."""
-    sweep: dict[str, Any] = {}
-    texts: dict[str, str] = {}
+    texts: dict[str, Any] = {"seq_len": str(DEFAULT_SEQ_LEN), "threads": threads}
     for dest, value in given.items():
         if value is None:
             continue
-        flag, key = CELL_FLAGS[dest]
+        flag, axis = CELL_FLAGS[dest]
         values = [value] if isinstance(value, str) else list(value)
         if len(values) != 1:
             raise ValueError(f"{flag} takes one value (profile runs one cell), got {' and '.join(values)}")
-        texts[key] = values[0]
-        if key in ("devices", "dtypes"):
-            sweep[key] = parse_names(values[0])
-        elif key == "padding":
-            sweep[key] = parse_floats("padding", values[0])
-        elif key == "passes":
-            sweep["pass"] = values[0]
-        elif key == "causal":
-            sweep[key] = values[0]  # the word, read by toml_to_sweep
-        else:
-            sweep[key] = parse_ints(flag.lstrip("-"), values[0])  # named as `attnbench run` names it
-    data = toml_to_sweep({"sweep": sweep}, source="profile flags")
-    data.setdefault("seq_len", (DEFAULT_SEQ_LEN,))
-    data["variants"] = (variant,)
-    data["settings"] = {"threads": threads}
-    spec = SweepSpec.from_dict(data)
-    for flag, key in CELL_FLAGS.values():
-        if len(getattr(spec, key)) > 1:
-            raise ValueError(f"{flag} takes one value (profile runs one cell), got {texts[key]!r}")
+        texts[axis] = values[0]
+    spec = sweep_from_text(texts)  # errors name the axis as `attnbench run` names its flag
+    for flag, axis in CELL_FLAGS.values():
+        if len(getattr(spec, sweep_field(axis))) > 1:
+            raise ValueError(f"{flag} takes one value (profile runs one cell), got {texts[axis]!r}")
     (cell,) = spec.cells([variant])
     return cell
 
@@ -177,7 +162,7 @@ def prepare(
         raise ValueError(f"--rate must be samples per second in 1..10000, got {rate!r}")
     if not 1 <= iters <= 1000:
         raise ValueError(f"--iters must be calls in 1..1000, got {iters!r}")
-    import variants
+    from attnbench import variants
 
     for path in variant_files:
         variants.load_variant_file(path)
@@ -206,10 +191,8 @@ class _Child:
     """The profiled process: protocol lines on stdout, stderr forwarded without torch's USDT lines."""
 
     def __init__(self, plan: Plan, out: Path, loop: bool) -> None:
-        root = str(Path(__file__).resolve().parent.parent)  # where the harness package lives
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
-        cmd = [sys.executable, "-m", "harness.profile", "--cell", json.dumps(plan.cell.to_dict())]
+        cmd = [sys.executable, "-m", "attnbench.harness.profile", "--cell", json.dumps(plan.cell.to_dict())]
         cmd += ["--out", str(out), "--iters", str(plan.iters), "--threads", str(plan.threads)]
         cmd += ["--seed", str(plan.seed)] + (["--loop", str(plan.seconds + 120)] if loop else [])
         for path in plan.variant_files:
@@ -366,7 +349,7 @@ def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None
 
 def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
     """The cell's call exactly as harness.cell times it, on harness.cell.make_inputs' inputs."""
-    import variants
+    from attnbench import variants
 
     from .cell import make_inputs, timed_call
 
@@ -417,7 +400,9 @@ def top_ops(prof, device: str) -> list[dict[str, Any]]:
 
 
 def child_main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.profile", description="the profiled cell (internal)")
+    ap = argparse.ArgumentParser(
+        prog="python -m attnbench.harness.profile", description="the profiled cell (internal)"
+    )
     ap.add_argument("--cell", required=True, help="CellSpec.to_dict() as JSON")
     ap.add_argument("--out", required=True)
     ap.add_argument("--iters", type=int, default=5)
@@ -434,7 +419,7 @@ def child_main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import torch
 
-    import variants
+    from attnbench import variants
 
     for path in a.variant_file:
         variants.load_variant_file(path)

@@ -86,57 +86,25 @@ _KEY = pytest.StashKey[_Session]()
 
 def build_cells(config: pytest.Config):
     """The CellSpecs of the grid the --attn-* options describe; ValueError naming a bad value."""
-    import variants
-    from harness.spec import (
-        CAUSAL_CHOICES,
-        PASS_CHOICES,
-        Settings,
-        SweepSpec,
-        parse_floats,
-        parse_ints,
-        parse_names,
-    )
+    from attnbench import variants
+    from attnbench.harness.spec import sweep_from_text
 
-    opt = config.getoption
-
-    def choice(name: str, value: str, choices: dict) -> tuple:
-        if value not in choices:
-            raise ValueError(f"--attn-{name} must be one of {', '.join(choices)}, got {value!r}")
-        return choices[value]
-
-    sweep = SweepSpec(
-        variants=parse_names(opt("attn_variants")) if opt("attn_variants") else (),
-        devices=parse_names(opt("attn_device")),
-        dtypes=parse_names(opt("attn_dtype")),
-        batch=parse_ints("--attn-batch", opt("attn_batch")),
-        heads=parse_ints("--attn-heads", opt("attn_heads")),
-        seq_len=parse_ints("--attn-seq-len", opt("attn_seq_len")),
-        d_k=parse_ints("--attn-d-k", opt("attn_d_k")),
-        causal=choice("causal", opt("attn_causal"), CAUSAL_CHOICES),
-        padding=parse_floats("--attn-padding", opt("attn_padding")),
-        passes=choice("pass", opt("attn_pass"), PASS_CHOICES),
-        settings=Settings(threads=_int_option("--attn-threads", opt("attn_threads"))),
-    )
-    for path in opt("attn_variant_file"):
+    # option dest attn_<axis> -> the axis of sweep_from_text, which parses and checks every value
+    texts = {dest.removeprefix("attn_"): config.getoption(dest) for dest in GRID_OPTIONS}
+    sweep = sweep_from_text(texts, flag=lambda axis: "--attn-" + axis.replace("_", "-"))
+    for path in config.getoption("attn_variant_file"):
         variants.load_variant_file(path)
     if sweep.variants:
         names = [v.name for v in variants.resolve(list(sweep.variants))]
     else:
-        from harness.runner import default_variants
+        from attnbench.harness.runner import default_variants
 
         names = default_variants()
     return sweep.cells(names), sweep.settings
 
 
-def _int_option(flag: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{flag} must be an integer, got {text!r}") from None
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    from harness.cell import InputCache
+    from attnbench.harness.cell import InputCache
 
     try:
         cells, settings = build_cells(config)
@@ -194,10 +162,10 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
 
     Skips a cell that cannot run here (with the reason), fails one that errs or is wrong.
     """
-    import variants
-    from harness import guard
-    from harness.cell import base_row, finish, measure_cell
-    from harness.worker import free_memory
+    from attnbench import variants
+    from attnbench.harness import guard
+    from attnbench.harness.cell import base_row, finish, measure_cell
+    from attnbench.harness.worker import free_memory
 
     state = config.stash[_KEY]
     settings = state.settings
@@ -227,8 +195,8 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         benchmark.pedantic(target, setup=setup)
     stats = benchmark.stats.stats if benchmark.stats is not None else None
     if stats:
-        from harness import timing
-        from harness.flops import tflops
+        from attnbench.harness import timing
+        from attnbench.harness.flops import tflops
 
         m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
         benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)
@@ -256,7 +224,7 @@ def _device_calls(call, device: str, flush_l2: bool):
         return None, call
     import torch
 
-    from harness.timing import CudaTimer
+    from attnbench.harness.timing import CudaTimer
 
     flush = CudaTimer(flush_l2=flush_l2).flush  # 2x L2 of int32, as the harness's CUDA timer uses
 
@@ -276,7 +244,7 @@ def _rounds(config: pytest.Config, setup, target, settings) -> int:
     """Warm up as harness.timing.measure does (calls until settings.warmup_ms, at least one), then the
     rounds that fill --benchmark-max-time: at least --benchmark-min-rounds, at most settings.max_samples
     (unless min-rounds asks for more)."""
-    from harness.timing import CpuTimer
+    from attnbench.harness.timing import CpuTimer
 
     def one_round() -> None:
         if setup is not None:
@@ -297,7 +265,7 @@ def _rounds(config: pytest.Config, setup, target, settings) -> int:
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
     """Add the attnbench block: format version, this machine's fingerprint, the cells not timed."""
-    from harness.fingerprint import collect
+    from attnbench.harness.fingerprint import collect
 
     state = config.stash.get(_KEY, None)
     if state is None:

@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import variants
-from results import RunWriter
-from results.store import read_meta
+from attnbench import variants
+from attnbench.results import RunWriter
+from attnbench.results.store import read_meta
 
 from . import guard
 from .isolation import Worker, WorkerDied, WorkerTimeout
@@ -169,6 +169,8 @@ def _meta(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "sweep": sweep.to_dict(),
         "variants": names,
+        # what reports know of each variant (memory class, description, source) without loading it again
+        "variant_capabilities": {name: variants.get(name).record() for name in names},
         "variant_files": variant_files,
         "fingerprint": fingerprint,
         "calibration": calibration,

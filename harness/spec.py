@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from variants.problem import DTYPES, Problem
+from attnbench.variants.problem import DTYPES, Problem
 
 PRESET_DIR = Path(__file__).parent / "presets"
 DEVICES = ("cpu", "cuda")
@@ -383,6 +384,93 @@ def _choice(name: str, value, choices: dict[str, tuple]) -> tuple:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return choices[value]
+
+
+# The one translation from text to a sweep. Every front end (the CLI, `attnbench profile`, the pytest plugin,
+# the Python API) maps its own option names onto these axis names and hands over the text it was given.
+TEXT_AXES: dict[str, str] = {  # axis name -> what its text holds
+    "variants": "names",
+    "device": "names",
+    "dtype": "names",
+    "batch": "ints",
+    "heads": "ints",
+    "seq_len": "ints",
+    "d_k": "ints",
+    "d_v": "ints",
+    "causal": "causal",
+    "padding": "floats",
+    "pass": "pass",
+}
+TEXT_SETTINGS: dict[str, type] = {  # settings given as text -> their type
+    "warmup_ms": float,
+    "budget_ms": float,
+    "min_samples": int,
+    "threads": int,
+    "cell_timeout": float,
+    "seed": int,
+}
+_SWEEP_KEY = {"device": "devices", "dtype": "dtypes", "pass": "passes"}  # axis name -> SweepSpec field
+
+
+def sweep_field(axis: str) -> str:
+    """The SweepSpec field that holds an axis's values ('device' -> 'devices')."""
+    return _SWEEP_KEY.get(axis, axis)
+
+
+def _flag(axis: str) -> str:
+    return axis.replace("_", "-")
+
+
+def sweep_from_text(
+    texts: Mapping[str, Any],
+    *,
+    preset: str | None = None,
+    config: str | Path | None = None,
+    flag: Callable[[str], str] = _flag,
+) -> SweepSpec:
+    """A validated SweepSpec from {axis or setting: text} over a preset or config file (not both).
+
+    Axes are TEXT_AXES ('seq_len': '256..4096', 'causal': 'both', ...), settings TEXT_SETTINGS ('budget_ms':
+    '200'; a number is taken as it is) and 'env' (['NAME=VALUE', ...]); None means "not given". Errors are
+    ValueErrors that name the bad value by `flag(axis)`, the front end's own name for it.
+    """
+    unknown = set(texts) - set(TEXT_AXES) - set(TEXT_SETTINGS) - {"env"}
+    if unknown:
+        raise ValueError(f"unknown sweep axis or setting {sorted(unknown)}; known: {', '.join(TEXT_AXES)}")
+    overrides: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
+    for axis, text in texts.items():
+        if text is None:
+            continue
+        name = flag(axis)
+        if axis == "env":
+            settings["env"] = parse_env(text)
+        elif axis in TEXT_SETTINGS:
+            settings[axis] = _setting(name, text, TEXT_SETTINGS[axis])
+        else:
+            kind = TEXT_AXES[axis]
+            if kind == "names":
+                value: tuple = parse_names(text)
+            elif kind == "ints":
+                value = parse_ints(name, text)
+            elif kind == "floats":
+                value = parse_floats(name, text)
+            else:
+                value = _choice(name, text, CAUSAL_CHOICES if kind == "causal" else PASS_CHOICES)
+            overrides[sweep_field(axis)] = value
+    if settings:
+        overrides["settings"] = settings
+    return build_sweep(preset, config, overrides)
+
+
+def _setting(name: str, text: Any, kind: type) -> Any:
+    if not isinstance(text, str):
+        return text  # already a number (argparse typed it); Settings validates its range
+    try:
+        return kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"{name} must be {what}, got {text!r}") from None
 
 
 def build_sweep(

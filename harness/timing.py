@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from results.schema import NOISY_REL_IQR  # the threshold behind the `noisy` column
+from attnbench.results.schema import NOISY_REL_IQR  # the threshold behind the `noisy` column
 
 
 class Timer(Protocol):

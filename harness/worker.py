@@ -61,7 +61,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
 
     import torch
 
-    import variants
+    from attnbench import variants
 
     from .calibrate import calibrate
     from .cell import InputCache, base_row, finish, measure_cell

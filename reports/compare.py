@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from results.schema import CELL_AXES
+from attnbench.results.schema import CELL_AXES
 
 from . import page as pg
 from .tables import axis_value, present, varying
@@ -120,7 +120,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, threshold: Threshold |
     import numpy as np
     import pandas as pd
 
-    import results
+    from attnbench import results
 
     a, b = results.load(run_a), results.load(run_b)
     meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))

@@ -100,19 +100,14 @@ def fit_power_law(seq_lens, values, *, asymptotic: bool = True) -> PowerFit:
     return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used))
 
 
-def theory(variant: str) -> tuple[float | None, float | None, str]:
-    """(time exponent, memory exponent, memory class) from the variant registry; None where unknown.
-
-    Only registered variants have a known theory: a variant from a --variant-file that is not loaded
-    here (or a third-party approximate one) could scale any way.
-    """
-    import variants
-
-    registered = variants.all_variants().get(variant)
-    if registered is None:
+def theory(variant: str, meta: dict[str, Any]) -> tuple[float | None, float | None, str]:
+    """(time exponent, memory exponent, memory class) from the capability the run recorded; None where
+    unknown (a run from before attnbench 0.2 recorded none)."""
+    record = (meta.get("variant_capabilities") or {}).get(variant)
+    mem_class = record.get("memory") if record else None
+    if mem_class not in MEMORY_THEORY:
         return None, None, "unknown"
-    mem_class = registered.cap.memory
-    return 2.0, MEMORY_THEORY.get(mem_class), mem_class
+    return 2.0, MEMORY_THEORY[mem_class], mem_class
 
 
 def agreement(fit: PowerFit, expected: float | None) -> str:
@@ -158,8 +153,8 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
         tfit, mfit = fit_power_law(n, t), fit_power_law(n, m)
-        t_theory, m_theory, m_class = theory(str(key["variant"]))
         meta = metas.get(str(key["run_id"]), {})
+        t_theory, m_theory, m_class = theory(str(key["variant"]), meta)
         dev_mem = device_memory(meta, str(key["device"]))
         n_max_raw = mfit.solve(dev_mem) if dev_mem else None
         peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]))

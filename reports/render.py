@@ -191,7 +191,7 @@ class Inputs:
 
 def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     """Load the runs (results.RunDirError for a bad run dir), resolve the baseline (ValueError if unknown)."""
-    import results
+    from attnbench import results
 
     if not run_dirs:
         raise ValueError("no run directories given")
@@ -205,7 +205,7 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
 
 def render(inputs: Inputs, out_dir: str | Path) -> Report:
     """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir."""
-    import results
+    from attnbench import results
 
     from . import plots
     from .style import save

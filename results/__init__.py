@@ -3,6 +3,15 @@
 `results/reference/` holds runs published with the repository; new runs go to `runs/` (git-ignored).
 """
 
+if __name__ != "attnbench.results":  # the repository's results/ folder imported under its folder name
+    raise ImportError(
+        "attnbench's results package installs as attnbench.results; write "
+        "`from attnbench import results` "
+        "(the top-level `results` import name was removed in attnbench 0.2, see the README)",
+        name="results",
+    )
+
+
 from .load import export, load, load_meta, load_numerics, machine_label
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir, read_meta, read_rows

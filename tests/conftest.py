@@ -16,7 +16,6 @@ FAULTS = DATA / "fault_variants.py"
 
 def cli_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

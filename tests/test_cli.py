@@ -106,7 +106,7 @@ def test_cuda_without_a_gpu_is_refused(tmp_path):
 
 def test_variant_file_that_raises_on_import(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import variants\nraise ImportError('needs a package you lack')\n")
+    bad.write_text("import attnbench\nraise ImportError('needs a package you lack')\n")
     p = run_cli("run", "--variant-file", str(bad), "--out", str(tmp_path / "r"))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "failed to import: ImportError: needs a package you lack" in p.stderr

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import variants
-from harness import correctness, memory, timing
-from harness.cell import measure_cell
-from harness.spec import CellSpec, Settings
-from variants import Problem, UnsupportedError
+from attnbench import variants
+from attnbench.harness import correctness, memory, timing
+from attnbench.harness.cell import measure_cell
+from attnbench.harness.spec import CellSpec, Settings
+from attnbench.variants import Problem, UnsupportedError
 
 pytestmark = pytest.mark.cuda
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import FAULTS, ROOT, cli_env, run_cli
 
-from results import read_rows
+from attnbench.results import read_rows
 
 
 @pytest.mark.slow
@@ -158,7 +158,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
 
 
 def test_worker_environment_is_restored_in_the_parent(monkeypatch):
-    from harness.isolation import _environment
+    from attnbench.harness.isolation import _environment
 
     monkeypatch.setenv("ATTNBENCH_KEPT", "old")
     monkeypatch.delenv("ATTNBENCH_NEW", raising=False)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import variants
-from harness.flops import attention_flops, tflops
-from harness.guard import predict_peak_bytes
-from harness.memory import peak_cpu
-from harness.spec import CellSpec
+from attnbench import variants
+from attnbench.harness.flops import attention_flops, tflops
+from attnbench.harness.guard import predict_peak_bytes
+from attnbench.harness.memory import peak_cpu
+from attnbench.harness.spec import CellSpec
 
 
 def test_naive_peak_is_two_score_tensors_plus_output():

@@ -11,12 +11,12 @@ import pytest
 from conftest import FAULTS, ROOT, cli_env, run_cli
 
 from attnbench.cli import main
-from harness import correctness, timing
-from harness.flops import attention_flops
-from harness.spec import CellSpec
-from results import load, read_meta, read_rows
-from results import pytest_benchmark as pb
-from results.store import RunWriter
+from attnbench.harness import correctness, timing
+from attnbench.harness.flops import attention_flops
+from attnbench.harness.spec import CellSpec
+from attnbench.results import load, read_meta, read_rows
+from attnbench.results import pytest_benchmark as pb
+from attnbench.results.store import RunWriter
 
 TINY = ["--attn-seq-len", "64", "--attn-heads", "2", "--attn-d-k", "16"]
 VARIANTS = ["naive", "chunked", "sdpa", "sdpa_cudnn"]  # sdpa_cudnn has no CPU kernel: skipped with its reason
@@ -180,7 +180,7 @@ def test_bad_grid_option_is_a_usage_error():
 
 
 def test_plugin_is_not_loaded_into_the_test_suite(request):
-    assert not request.config.pluginmanager.has_plugin("harness.pytest_plugin")
+    assert not request.config.pluginmanager.has_plugin("attnbench.harness.pytest_plugin")
     assert not hasattr(request.config.option, "attn_seq_len")
 
 

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_env, run_cli
 
 README = (ROOT / "README.md").read_text()
 MARKER = "<!-- variant-example"
 
 
-def variant_example() -> str:
-    """The python block right after the variant-example marker."""
-    after = README[README.index(MARKER):]
+def example(marker: str = MARKER) -> str:
+    """The python block right after a marker."""
+    after = README[README.index(marker):]
     match = re.search(r"```python\n(.*?)```", after, re.S)
-    assert match, "no python block after the variant-example marker"
+    assert match, f"no python block after {marker}"
     return match.group(1)
+
+
+def variant_example() -> str:
+    return example(MARKER)
 
 
 @pytest.mark.slow
@@ -46,3 +52,14 @@ def test_readme_links_point_at_files():
             continue
         path = ROOT / target
         assert path.exists(), f"README links to {target}, which does not exist"
+
+
+@pytest.mark.slow
+def test_python_api_example_runs_and_writes_what_it_says(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", example("<!-- api-example")], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "{'ok': 6}" in proc.stdout  # the count the README's comment shows
+    assert (tmp_path / "runs" / "nb" / "rows.jsonl").is_file()
+    assert (tmp_path / "reports" / "out" / "nb" / "report.html").is_file()
+    assert "chunked" in proc.stdout and "naive" in proc.stdout  # the pivot table's columns

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 import torch
 
-import variants
-from variants import Capability, Problem, VariantError
+from attnbench import variants
+from attnbench.variants import Capability, Problem, VariantError
 
 
 def test_capability_rejects_bad_values():
@@ -79,7 +79,7 @@ def test_variant_file_registers_and_runs(tmp_path):
     f = tmp_path / "mine.py"
     f.write_text(
         textwrap.dedent("""
-        import variants
+        from attnbench import variants
 
         @variants.register("mine_scaled", description="naive, but mine", memory="quadratic")
         def mine(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
@@ -106,7 +106,7 @@ def test_bad_variant_files(tmp_path):
     with pytest.raises(VariantError, match="registered no variant"):
         variants.load_variant_file(empty)
     clash = tmp_path / "clash.py"
-    clash.write_text("import variants\n@variants.register('naive')\ndef f(q, k, v, **kw):\n    return q\n")
+    clash.write_text("import attnbench\n@attnbench.register('naive')\ndef f(q, k, v, **kw):\n    return q\n")
     with pytest.raises(VariantError, match="already registered"):
         variants.load_variant_file(clash)
     assert variants.get("naive").source == "builtin"
@@ -117,7 +117,7 @@ def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
     pkg = tmp_path / "thirdparty_attn.py"
     pkg.write_text(
         textwrap.dedent("""
-        import variants
+        from attnbench import variants
 
         @variants.register("thirdparty", description="from an entry point", devices=("cpu",))
         def thirdparty(q, k, v, **kw):
@@ -133,7 +133,7 @@ def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
     (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-attn\nVersion: 1.0\n")
     (broken / "entry_points.txt").write_text("[attnbench.variants]\nbroken = no_such_module_anywhere\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from variants import registry
+    from attnbench.variants import registry
 
     monkeypatch.setitem(registry._LOADED, "entry_points", False)
     monkeypatch.setattr(registry, "_LOAD_ERRORS", [])

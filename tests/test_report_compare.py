@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
+import synthetic
 from conftest import run_cli
 
-from reports import synthetic
-from reports.compare import compare_runs, parse_threshold
+from attnbench.reports.compare import compare_runs, parse_threshold
 
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}

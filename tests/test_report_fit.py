@@ -7,9 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+import synthetic
 
-import results
-from reports import fit, synthetic
+from attnbench import results
+from attnbench.reports import fit
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "runs" / "cpu-small"
 SEQ = [256, 512, 1024, 2048, 4096, 8192, 16384]

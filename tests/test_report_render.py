@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
+import synthetic
 from conftest import run_cli
 
-import results
-from reports import synthetic
-from reports.render import prepare, render
+from attnbench import results
+from attnbench.reports.render import prepare, render
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "runs" / "cpu-small"
 HOSTILE_NAME = "<script>alert('x')</script>|$x$"
@@ -100,7 +100,7 @@ def _gpu_rows(passes=("fwd", "fwdbwd")):
 
 
 def test_gpu_like_run_groups_by_dtype_and_pass(tmp_path):
-    from reports.tables import groups, panels
+    from attnbench.reports.tables import groups, panels
 
     df = results.load(synthetic.write_run(tmp_path / "run", _gpu_rows()))
     grouped = groups(df)
@@ -174,7 +174,7 @@ def test_seq_axis_labels_powers_of_two_and_marks_the_steps_between():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from reports.style import seq_axis
+    from attnbench.reports.style import seq_axis
 
     fig, ax = plt.subplots()
     seq_axis(ax, [256, 512, 3072, 4096, 12288])

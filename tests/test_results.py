@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from results import RunDirError, RunWriter, export, load, read_meta, read_rows
-from results.schema import COLUMNS, SCHEMA_VERSION
+from attnbench.results import RunDirError, RunWriter, export, load, read_meta, read_rows
+from attnbench.results.schema import COLUMNS, SCHEMA_VERSION
 
 ROW = {
     "cell_id": "naive|cpu|float32|b1|h1|n8|dk8|dv8|full|pad0|fwd",

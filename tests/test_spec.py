@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.spec import CellSpec, Settings, SweepSpec, build_sweep, parse_env, parse_ints, presets
+from attnbench.harness.spec import CellSpec, Settings, SweepSpec, build_sweep, parse_env, parse_ints, presets
 
 
 def test_parse_ints_lists_and_doubling_ranges():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import timing
-from harness.timing import Budget, FakeTimer, Measurement, measure
+from attnbench.harness import timing
+from attnbench.harness.timing import Budget, FakeTimer, Measurement, measure
 
 
 def test_stable_timer_stops_early_with_enough_time_sampled():
@@ -74,7 +74,7 @@ def test_cpu_timer_measures_real_calls():
 
 def test_calibration_reports_the_fastest_call_as_the_ceiling():
     """Noise only slows calls, so the ceiling comes from the fastest one; the median is kept beside it."""
-    from harness.calibrate import calibrate
+    from attnbench.harness.calibrate import calibrate
 
     cal = calibrate("cpu", ["float32"])
     best, median = cal["matmul_tflops"]["float32"], cal["matmul_tflops_median"]["float32"]

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-import variants
-from harness import correctness
-from variants import Problem, UnsupportedError
+from attnbench import variants
+from attnbench.harness import correctness
+from attnbench.variants import Problem, UnsupportedError
 
 DTYPES = ["float32", "bfloat16"]
 CPU_VARIANTS = [n for n, v in variants.all_variants().items() if v.availability("cpu") is None]
@@ -162,7 +162,7 @@ def test_dropout_changes_output_only_when_asked():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_numerics_probe_shows_why_the_max_is_subtracted(dtype):
-    from harness.numerics import probe
+    from attnbench.harness.numerics import probe
 
     recs = probe(["stable_softmax", "unstable_softmax", "chunked"], ["cpu"], [dtype])
     by = {(r["variant"], r["q_scale"]): r for r in recs}

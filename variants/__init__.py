@@ -3,9 +3,18 @@
     out = variant(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None)
     q: (B, H, N_q, d_k)  k: (B, H, N_k, d_k)  v: (B, H, N_k, d_v)  ->  out: (B, H, N_q, d_v)
 
-Third-party variants register with @variants.register in a module named by an `attnbench.variants`
+Third-party variants register with @attnbench.register in a module named by an `attnbench.variants`
 entry point, or in a file passed as --variant-file. Importing this package does not import torch.
 """
+
+if __name__ != "attnbench.variants":  # the repository's variants/ folder imported under its folder name
+    raise ImportError(
+        "attnbench's variants package installs as attnbench.variants; write "
+        "`from attnbench import register, Problem, UnsupportedError` "
+        "(the top-level `variants` import name was removed in attnbench 0.2, see the README)",
+        name="variants",
+    )
+
 
 from .problem import DTYPES, Problem, dtype_name, torch_dtype, validate_tensors
 from .registry import (

@@ -14,6 +14,9 @@ from typing import Any
 from .problem import DTYPES, Problem, validate_tensors
 
 ENTRY_POINT_GROUP = "attnbench.variants"
+# The top-level import names attnbench had before 0.2 (now attnbench.variants, ...): a plug-in that still
+# imports one is told how to write it today.
+OLD_IMPORT_NAMES = ("variants", "harness", "results", "reports")
 MEMORY_CLASSES = ("quadratic", "linear")
 DEVICES = ("cpu", "cuda")
 
@@ -71,6 +74,14 @@ class Variant:
     @property
     def name(self) -> str:
         return self.cap.name
+
+    def record(self) -> dict[str, Any]:
+        """The capability as plain JSON data (what a run stores in meta.json for its reports)."""
+        cap = self.cap
+        fields = ("description", "devices", "dtypes", "min_head_dim", "max_head_dim", "causal", "padding",
+                  "dropout", "backward", "memory", "default")  # fmt: skip
+        out = {f: list(v) if isinstance(v := getattr(cap, f), tuple) else v for f in fields}
+        return {**out, "source": self.source}
 
     def availability(self, device: str) -> str | None:
         """None when this variant can run on `device` on this machine, else why not."""
@@ -205,6 +216,11 @@ def load_variant_file(path: str | Path) -> list[str]:
             del _REGISTRY[name]
         if isinstance(exc, VariantError):
             raise
+        if isinstance(exc, ImportError) and exc.name in OLD_IMPORT_NAMES:
+            raise VariantError(
+                f"variant file {str(path)!r} imports {exc.name!r}, the plug-in API before attnbench 0.2; "
+                "write `from attnbench import register` (and Problem, UnsupportedError) instead"
+            ) from None
         raise VariantError(
             f"variant file {str(path)!r} failed to import: {type(exc).__name__}: {exc}"
         ) from None
@@ -212,7 +228,7 @@ def load_variant_file(path: str | Path) -> list[str]:
         _current_source[0] = "builtin"
     added = sorted(set(_REGISTRY) - before)
     if not added:
-        raise VariantError(f"variant file {str(path)!r} registered no variant (use @variants.register)")
+        raise VariantError(f"variant file {str(path)!r} registered no variant (use @attnbench.register)")
     return added
 
 

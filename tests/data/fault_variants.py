@@ -6,7 +6,7 @@ import time
 
 import torch
 
-import variants
+from attnbench import variants
 
 
 def _fine(q, k, v):

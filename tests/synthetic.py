@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Any
 
 GIB = 2**30
+# The memory class a synthetic run records for each variant, as a real run records the registry's
+# capabilities in meta.json; a variant not listed here has no recorded theory (like an unknown plug-in).
+MEMORY_CLASS = {"naive": "quadratic", "stable_softmax": "quadratic", "sdpa_math": "quadratic",
+                "chunked": "linear", "sdpa": "linear", "sdpa_flash": "linear", "sdpa_efficient": "linear"}
 
 
 def cell_id(variant: str, device: str, dtype: str, batch: int, heads: int, seq_len: int, d_k: int, d_v: int,
@@ -79,7 +83,7 @@ def write_run(path: str | Path, rows: list[dict[str, Any]], *, run_id: str = "sy
               memory_bytes: int = 16 * GIB, gpu: dict[str, Any] | None = None, peak_tflops: float = 1.0,
               numerics: dict[str, Any] | None = None, hostname: str = "synthetic-host") -> Path:
     """A complete run directory (meta.json, rows.jsonl, optional numerics.json) written by RunWriter."""
-    from results import RunWriter
+    from attnbench.results import RunWriter
 
     devices = sorted({r["device"] for r in rows}) or ["cpu"]
     dtypes = sorted({r["dtype"] for r in rows}) or ["float32"]
@@ -90,6 +94,8 @@ def write_run(path: str | Path, rows: list[dict[str, Any]], *, run_id: str = "sy
         "sweep": {"variants": sorted({r["variant"] for r in rows}), "devices": devices, "dtypes": dtypes,
                   "seq_len": sorted({r["seq_len"] for r in rows})},
         "variants": sorted({r["variant"] for r in rows}),
+        "variant_capabilities": {v: {"memory": MEMORY_CLASS[v], "source": "builtin"}
+                                 for v in sorted({r["variant"] for r in rows}) if v in MEMORY_CLASS},
         "fingerprint": {"hostname": hostname, "cpu_model": "Synthetic CPU", "physical_cores": 4,
                         "memory_bytes": memory_bytes, "torch": "0.0", "cuda": None, "gpu": gpu},
         "calibration": {d: {"matmul_tflops": {t: peak_tflops for t in dtypes}, "copy_gbps": 10.0,

@@ -1,0 +1,131 @@
+"""The Python API: run a sweep, load runs into pandas, render a report, from a notebook or a script.
+
+Each function is what the matching CLI command does (`attnbench run`, `export`, `report`), without the
+command line: errors are exceptions (ValueError naming the bad value, RunDirError for a bad run
+directory) instead of one line on stderr. Nothing heavy is imported until a function is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished (or interrupted) run: its directory and how many cells ended in each status."""
+
+    path: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
+    resumed: int = 0  # cells already done before a resume
+
+    def load(self):
+        """This run's rows as a pandas DataFrame (attnbench.load)."""
+        return load(self.path)
+
+    def report(self, out: PathLike | None = None, *, baseline: str | None = None):
+        """Render this run's report (attnbench.report)."""
+        return report(self.path, out=out, baseline=baseline)
+
+
+def run(
+    sweep: Any = None,
+    *,
+    preset: str | None = None,
+    config: PathLike | None = None,
+    out: PathLike | None = None,
+    resume: bool = False,
+    variant_files: Sequence[PathLike] = (),
+    progress: bool = False,
+    **axes: Any,
+) -> Run:
+    """Run a sweep into a run directory and return it.
+
+    `sweep` is a harness SweepSpec, a TOML sweep file, or a mapping of axes; axes may also be given as
+    keywords, as text or as Python values, over a preset or config file:
+
+        attnbench.run(preset="quick", variants="naive,sdpa", seq_len="256..1024", out="runs/nb")
+        attnbench.run({"seq_len": [256, 512], "causal": "both"}, budget_ms=200, out="runs/nb")
+        attnbench.run(out="runs/nb", resume=True)      # finish an interrupted run
+
+    Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' for --pass); settings
+    (warmup_ms, budget_ms, min_samples, threads, cell_timeout, seed, env) go with them.
+    """
+    from attnbench.harness.progress import Progress
+    from attnbench.harness.runner import run as run_sweep
+    from attnbench.harness.spec import SweepSpec, sweep_from_text
+
+    if isinstance(sweep, (str, Path)):
+        if config is not None:
+            raise ValueError("give the sweep file as `sweep` or as `config`, not both")
+        sweep, config = None, sweep
+    if resume:
+        if sweep is not None or preset or config or axes:
+            raise ValueError("resume=True takes the sweep from the run's meta.json; give only out=")
+        spec = None
+    elif isinstance(sweep, SweepSpec):
+        if preset or config or axes:
+            raise ValueError("a SweepSpec is the whole sweep: give no preset, config or axes with it")
+        spec = sweep
+    else:
+        given = {**dict(sweep or {}), **axes}
+        texts = {axis: _text(axis, value) for axis, value in given.items()}
+        spec = sweep_from_text(texts, preset=preset, config=config)
+    files = [str(p) for p in variant_files]
+    summary = run_sweep(spec, out, resume=resume, variant_files=files, progress=Progress(enabled=progress))
+    return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
+
+
+def _text(axis: str, value: Any) -> Any:
+    """A Python value for an axis as the text `attnbench run` would be given (settings stay numbers)."""
+    if value is None or isinstance(value, str):
+        return value
+    if axis == "env":
+        return [f"{k}={v}" for k, v in value.items()] if isinstance(value, Mapping) else list(value)
+    if axis == "causal":
+        values = set(value) if isinstance(value, Iterable) else {value}
+        if values <= {True, False}:
+            return "both" if len(values) == 2 else ("yes" if True in values else "no")
+    if axis == "pass" and not isinstance(value, str) and set(value) == {"fwd", "fwdbwd"}:
+        return "both"
+    if isinstance(value, Iterable):
+        return ",".join(str(v) for v in value)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def load(*run_dirs: PathLike | Sequence[PathLike]):
+    """Every row of the given runs as one typed pandas DataFrame (see the README's results schema)."""
+    from attnbench.results import load as load_runs
+
+    return load_runs(*run_dirs)
+
+
+def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str | None = None):
+    """Fits, figures, README.md and report.html of one or more runs; returns the written report.
+
+    `out` defaults to reports/out/<run ids>; a run directory or a file is refused as `out`.
+    """
+    from attnbench.reports.render import prepare, render
+    from attnbench.reports.style import slug
+
+    dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
+    inputs = prepare(dirs, baseline)
+    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
+    return render(inputs, target)
+
+
+def report_dir(out: PathLike | None, default: str) -> Path:
+    """Where a report goes: `out`, or reports/out/<default>; ValueError if that is a file or a run."""
+    from attnbench.results import is_run_dir
+
+    path = Path(out) if out else Path("reports") / "out" / default
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {str(path)!r} exists and is not a directory")
+    if is_run_dir(path):
+        raise ValueError(f"--out {str(path)!r} is a run directory; write the report somewhere else")
+    return path

@@ -1,0 +1,85 @@
+"""The import contract: data flows one way, variants -> harness -> results -> reports, with the CLI on top.
+
+Read from the source with `ast` (no imports run), so `nox -s lint` checks it without torch:
+    variants -> nothing of attnbench;  results -> nothing;  harness -> variants, results;
+    reports -> results;  attnbench (cli, api) -> anything.
+Every import counts, the ones inside functions too.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOWED = {
+    "variants": set(),
+    "results": set(),
+    "harness": {"variants", "results"},
+    "reports": {"results"},
+}
+OLD_NAMES = set(ALLOWED)  # top-level names these packages had before 0.2
+
+
+def _module(path: Path, layer: str) -> list[str]:
+    """attnbench.<layer>.<sub>... as a list of parts, for resolving relative imports."""
+    parts = list(path.relative_to(ROOT / layer).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+        parts.append("")  # a package's __init__: its own name is the package for relative imports
+    return ["attnbench", layer, *parts]
+
+
+def imported_layers(path: Path, layer: str) -> list[tuple[int, str]]:
+    """(line, what) for every attnbench package (or old top-level name) the file imports."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = _module(path, layer)
+    out = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names = [mod] if mod != "attnbench" else [f"attnbench.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "attnbench":
+                target = parts[1] if len(parts) > 1 and parts[1] in ALLOWED else "attnbench (cli, api)"
+                out.append((node.lineno, target))
+            elif parts[0] in OLD_NAMES:
+                out.append((node.lineno, f"top-level {parts[0]!r} (write attnbench.{parts[0]})"))
+    return out
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_what_it_may(layer):
+    bad = []
+    for path in sorted((ROOT / layer).rglob("*.py")):
+        for line, target in imported_layers(path, layer):
+            if target != layer and target not in ALLOWED[layer]:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    allowed = ", ".join(sorted(ALLOWED[layer])) or "nothing of attnbench"
+    assert not bad, f"{layer} may import {allowed}:\n" + "\n".join(bad)
+
+
+def test_the_contract_sees_imports(tmp_path, monkeypatch):
+    """The checker itself: relative, absolute, from-package and function-level imports are all found."""
+    fake = tmp_path / "reports"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "x.py").write_text(
+        "from ..harness import spec\nfrom attnbench import variants\nimport attnbench.results\n"
+        "def f():\n    from . import page\n    import harness\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    found = [t for _, t in sorted(imported_layers(fake / "x.py", "reports"))]
+    assert found[:4] == ["harness", "variants", "results", "reports"]
+    assert found[4].startswith("top-level 'harness'")
