@@ -188,15 +188,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    short = {
-        "float32": "f32",
-        "float16": "f16",
-        "bfloat16": "bf16",
-        "float64": "f64",
-        "padding": "pad",
-        "dropout": "drop",
-        "backward": "bwd",
-    }
+    from attnbench.results.formulas import SHORT_DTYPE
+
+    short = {**SHORT_DTYPE, "padding": "pad", "dropout": "drop", "backward": "bwd"}
     table = Table(title="attnbench variants (memory: how peak memory grows with N)")
     for col in ("variant", "description", "memory", "dtypes", "head dim", "supports", "cpu", "cuda"):
         table.add_column(

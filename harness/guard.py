@@ -12,6 +12,8 @@ These are upper estimates: measured peaks (naive forward = 2*S + output) sit bel
 
 from __future__ import annotations
 
+from attnbench.results.formulas import bytes_text
+
 from .correctness import REFERENCE_ROW_BLOCK
 from .spec import CellSpec, Settings
 
@@ -40,10 +42,6 @@ def fits(predicted: int, available: int, fraction: float) -> str | None:
     if predicted <= fraction * available:
         return None
     return (
-        f"memory guard: predicted peak {gib(predicted)} exceeds {fraction:.0%} of the "
-        f"{gib(available)} available"
+        f"memory guard: predicted peak {bytes_text(predicted)} exceeds {fraction:.0%} of the "
+        f"{bytes_text(available)} available"
     )
-
-
-def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import bytes_text, short_dtype
+
 STATUS_STYLE = {
     "ok": "green",
     "wrong": "bold red",
@@ -15,23 +17,12 @@ STATUS_STYLE = {
     "timeout": "yellow",
     "skipped": "dim yellow",
 }
-SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def cell_line(row: dict[str, Any]) -> str:
     """One plain-text line summarising a finished cell."""
     shape = (
-        f"{row['device']} {SHORT_DTYPE.get(row['dtype'], row['dtype'])} b{row['batch']} h{row['heads']} "
+        f"{row['device']} {short_dtype(row['dtype'])} b{row['batch']} h{row['heads']} "
         f"n{row['seq_len']} d{row['d_k']}{'' if row['d_v'] == row['d_k'] else '/' + str(row['d_v'])}"
         f"{' causal' if row['causal'] else ''}"
         f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''} "
@@ -42,7 +33,7 @@ def cell_line(row: dict[str, Any]) -> str:
         return f"{head} {row.get('message', '')}"
     spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
     text = (
-        f"{head} {row['time_ms_median']:9.3f} ms {spread:>5}  {human_bytes(row.get('peak_mem_bytes')):>10}  "
+        f"{head} {row['time_ms_median']:9.3f} ms {spread:>5}  {bytes_text(row.get('peak_mem_bytes')):>10}  "
         f"{row.get('tflops', float('nan')):7.3f} TFLOP/s  rel_err {row.get('rel_err', float('nan')):.1e}"
     )
     if row["status"] != "ok" or row.get("message"):

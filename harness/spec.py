@@ -20,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from attnbench.results.formulas import cell_id
 from attnbench.variants.problem import DTYPES, Problem
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -48,11 +49,7 @@ class CellSpec:
 
     @property
     def cell_id(self) -> str:
-        c = "causal" if self.causal else "full"
-        return (
-            f"{self.variant}|{self.device}|{self.dtype}|b{self.batch}|h{self.heads}|n{self.seq_len}"
-            f"|dk{self.d_k}|dv{self.d_v}|{c}|pad{self.padding:g}|{self.pass_}"
-        )
+        return cell_id(*(getattr(self, f.name) for f in fields(self)))
 
     @property
     def shape_key(self) -> tuple:

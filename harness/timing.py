@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from attnbench.results.schema import NOISY_REL_IQR  # the threshold behind the `noisy` column
+from attnbench.results.formulas import NOISY_REL_IQR, quartiles, rel_iqr
 
 
 class Timer(Protocol):
@@ -86,16 +86,6 @@ class FakeTimer:
         return [self.median_ms * math.exp(self.rng.gauss(0.0, self.sigma)) for _ in range(n)]
 
 
-def _quantile(sorted_vals: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default method) of pre-sorted values."""
-    if not sorted_vals:
-        return math.nan
-    pos = (len(sorted_vals) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
-
-
 @dataclass(frozen=True)
 class Measurement:
     """Raw per-call samples in ms; statistics are derived, never stored separately."""
@@ -103,10 +93,10 @@ class Measurement:
     samples_ms: tuple[float, ...]
     warmup_calls: int = 0
     stop_reason: str = ""
-    _sorted: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _quartiles: tuple[float, float, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_sorted", tuple(sorted(self.samples_ms)))
+        object.__setattr__(self, "_quartiles", quartiles(self.samples_ms))
 
     @property
     def n(self) -> int:
@@ -114,19 +104,19 @@ class Measurement:
 
     @property
     def median(self) -> float:
-        return _quantile(list(self._sorted), 0.5)
+        return self._quartiles[1]
 
     @property
     def p25(self) -> float:
-        return _quantile(list(self._sorted), 0.25)
+        return self._quartiles[0]
 
     @property
     def p75(self) -> float:
-        return _quantile(list(self._sorted), 0.75)
+        return self._quartiles[2]
 
     @property
     def rel_iqr(self) -> float:
-        return (self.p75 - self.p25) / self.median if self.median > 0 else math.inf
+        return rel_iqr(*self._quartiles)
 
     @property
     def noisy(self) -> bool:

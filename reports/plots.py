@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attnbench.results.formulas import bytes_text
+
 from .fit import PowerFit, combo_key
 from .style import (
     STATUS_COLORS,
     bytes_axis,
-    bytes_text,
     empty_panel,
     legend_below,
     log_axis,

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import bytes_text
+
 from . import fit as fitmod
 from . import page as pg
-from .style import bytes_text, slug
+from .style import slug
 from .tables import (
     COMBO_AXES,
     GROUP_AXES,

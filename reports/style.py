@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import bytes_text
+
 WIDTH_IN = 10.0  # 1100 px at DPI: GitHub shows about 880 px, so text is scaled by no less than 0.8
 DPI = 110
 
@@ -57,14 +59,6 @@ def seq_text(n: int) -> str:
     """256, 1k, 64k: short tick labels for powers of two."""
     n = int(n)
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
-def bytes_text(b: float) -> str:
-    """Binary units: 512 KiB, 1.5 GiB."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if b >= size:
-            return f"{b / size:.3g} {unit}"
-    return f"{b:.3g} B"
 
 
 def number_text(v: float) -> str:

@@ -6,7 +6,7 @@ What the file holds, and where it goes:
   row's columns of the same names;
 - each benchmark's `stats`, in seconds per call: the raw `data` list when present (always with
   --benchmark-json; in files saved to pytest-benchmark's storage only with --benchmark-save-data)
-  -> samples_ms, and median / p25 / p75 computed from it as harness.timing does (linear
+  -> samples_ms, and median / p25 / p75 computed from it by results.formulas, as for every run (linear
   interpolation); without `data`, pytest-benchmark's own median / q1 / q3 (q1 and q3 by its
   quartile method, which may differ slightly). tflops is recomputed from the stored median;
 - the top-level "attnbench" block: this machine's fingerprint and the cells the plugin did not time
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .formulas import quartiles, rel_iqr, tflops
 from .schema import COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
 
@@ -103,14 +103,6 @@ def _check_cell(info: Any, where: str) -> None:
         raise BenchmarkFileError(f"{where}: unknown status {info['status']!r}; known: {', '.join(STATUSES)}")
 
 
-def _quartiles(samples: list[float]) -> tuple[float, float, float]:
-    """(p25, median, p75) with linear interpolation (numpy's default, as harness.timing)."""
-    if len(samples) == 1:
-        return samples[0], samples[0], samples[0]
-    q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    return q1, med, q3
-
-
 def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
     """One row from one benchmark: its extra_info's columns plus the timing columns from its stats."""
     info = bench.get("extra_info")
@@ -129,21 +121,22 @@ def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
     data = stats.get("data")
     if isinstance(data, list) and data and all(isinstance(s, (int, float)) for s in data):
         samples = [s * 1e3 for s in data]  # seconds per call -> ms
-        p25, med, p75 = _quartiles(samples)
+        p25, med, p75 = quartiles(samples)
         row["samples_ms"] = [round(s, 6) for s in samples]
     else:  # a saved file without --benchmark-save-data: only pytest-benchmark's statistics
         p25, med, p75 = (float(stats[k]) * 1e3 for k in ("q1", "median", "q3"))
         row["samples_ms"] = []
-    rel_iqr = (p75 - p25) / med if med > 0 else math.inf
+    spread = rel_iqr(p25, med, p75)
     flops = info.get("flops")
+    achieved = tflops(flops, med) if isinstance(flops, (int, float)) else math.nan
     row.update(
         time_ms_median=med,
         time_ms_p25=p25,
         time_ms_p75=p75,
-        rel_iqr=rel_iqr,
-        noisy=rel_iqr > NOISY_REL_IQR,
+        rel_iqr=spread,
+        noisy=spread > NOISY_REL_IQR,
         n_samples=int(stats.get("rounds") or len(row["samples_ms"])),
-        tflops=flops / (med * 1e-3) / 1e12 if isinstance(flops, (int, float)) and med > 0 else None,
+        tflops=None if math.isnan(achieved) else achieved,
         stop_reason="pytest-benchmark",
     )
     return row

@@ -10,18 +10,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import attention_flops, cell_id, summarize, tflops
+
 GIB = 2**30
 # The memory class a synthetic run records for each variant, as a real run records the registry's
 # capabilities in meta.json; a variant not listed here has no recorded theory (like an unknown plug-in).
 MEMORY_CLASS = {"naive": "quadratic", "stable_softmax": "quadratic", "sdpa_math": "quadratic",
                 "chunked": "linear", "sdpa": "linear", "sdpa_flash": "linear", "sdpa_efficient": "linear"}
-
-
-def cell_id(variant: str, device: str, dtype: str, batch: int, heads: int, seq_len: int, d_k: int, d_v: int,
-            causal: bool, padding: float, pass_: str) -> str:
-    """The harness's cell identity string (variant|device|dtype|b|h|n|dk|dv|causal/full|pad|pass)."""
-    return (f"{variant}|{device}|{dtype}|b{batch}|h{heads}|n{seq_len}|dk{d_k}|dv{d_v}|"
-            f"{'causal' if causal else 'full'}|pad{padding:g}|{pass_}")
 
 
 def samples(median_ms: float, n: int = 30, spread: float = 0.02, seed: int = 0) -> list[float]:
@@ -36,8 +31,6 @@ def cell(variant: str, seq_len: int, *, device: str = "cpu", dtype: str = "float
          sample_ms: list[float] | None = None, peak_mem_bytes: int | None = None, message: str = "",
          **extra: Any) -> dict[str, Any]:
     """One results row. With time_ms (or sample_ms) and status ok it is a measured cell with its samples."""
-    import statistics
-
     d_v = d_k if d_v is None else d_v
     row: dict[str, Any] = {
         "variant": variant, "device": device, "dtype": dtype, "batch": batch, "heads": heads,
@@ -48,13 +41,10 @@ def cell(variant: str, seq_len: int, *, device: str = "cpu", dtype: str = "float
     if time_ms is not None and sample_ms is None:
         sample_ms = samples(time_ms, seed=zlib.crc32(f"{variant}|{seq_len}".encode()))
     if sample_ms:
-        qs = statistics.quantiles(sample_ms, n=4, method="inclusive")
-        med = statistics.median(sample_ms)
-        # FLOPs of exact attention: 2·B·H·N²·(d_k + d_v) forward, half of it causal (the harness's convention)
-        flops = 2 * batch * heads * seq_len * seq_len * (d_k + d_v) // (2 if causal else 1)
-        row.update(samples_ms=list(sample_ms), time_ms_median=med, time_ms_p25=qs[0], time_ms_p75=qs[2],
-                   rel_iqr=(qs[2] - qs[0]) / med, noisy=(qs[2] - qs[0]) / med > 0.1, n_samples=len(sample_ms),
-                   flops=flops, tflops=flops / (med * 1e-3) / 1e12)
+        stats = summarize(sample_ms)
+        flops = attention_flops(batch, heads, seq_len, seq_len, d_k, d_v, causal=causal, pass_=pass_)
+        row.update(samples_ms=list(sample_ms), **stats, flops=flops,
+                   tflops=tflops(flops, stats["time_ms_median"]))
     if peak_mem_bytes is not None:
         row["peak_mem_bytes"] = int(peak_mem_bytes)
     row.update(extra)

@@ -184,8 +184,15 @@ def test_plugin_is_not_loaded_into_the_test_suite(request):
     assert not hasattr(request.config.option, "attn_seq_len")
 
 
-def test_noisy_threshold_matches_the_harness():
-    assert pb.NOISY_REL_IQR == timing.NOISY_REL_IQR
+@pytest.mark.parametrize("spread", [0.09, 0.11])
+def test_noisy_flag_agrees_with_the_harness(tmp_path, spread):
+    """Cells just under and just over the noisy threshold are flagged alike by harness and importer."""
+    data = tuple(1e-3 * (1 + spread * x) for x in (-0.5, -0.5, 0.0, 0.5, 0.5))  # p25, p75 = -/+ spread/2
+    harness = timing.Measurement(tuple(s * 1e3 for s in data))
+    out, _ = pb.import_file(_file(tmp_path, [_benchmark(data=data)]), tmp_path / "run")
+    (row,) = read_rows(out)
+    assert harness.rel_iqr == pytest.approx(spread) and row["rel_iqr"] == pytest.approx(spread)
+    assert row["noisy"] == harness.noisy == (spread > 0.10)
 
 
 # ---- the importer on hand-written files -----------------------------------------------------------
