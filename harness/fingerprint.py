@@ -7,6 +7,11 @@ import platform
 import socket
 import subprocess
 import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -33,11 +38,10 @@ def attnbench_version() -> str | None:
     found = _pkg("attnbench")
     if found:
         return found
-    text = _read(str(REPO / "pyproject.toml")) or ""
-    for line in text.splitlines():
-        if line.startswith("version"):
-            return line.split("=", 1)[1].strip().strip('"')
-    return None
+    try:
+        return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return None
 
 
 def git_commit() -> str | None:
@@ -65,26 +69,23 @@ def git_commit() -> str | None:
     return (head + ("-dirty" if dirty else "")) or None
 
 
+# CPU features that decide which kernels torch's CPU backends can use (vector width, bf16/fp16 matmul units)
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "asimd", "sve")
+
+
 def cpu_info() -> dict[str, Any]:
-    text = _read("/proc/cpuinfo") or ""
-    model, cores, phys = None, set(), None
-    for line in text.splitlines():
-        key, _, val = (part.strip() for part in line.partition(":"))
-        if key == "model name" and model is None:
-            model = val
-        elif key == "physical id":
-            phys = val
-        elif key == "core id":
-            cores.add((phys, val))
-    mem_total = None
-    for line in (_read("/proc/meminfo") or "").splitlines():
-        if line.startswith("MemTotal:"):
-            mem_total = int(line.split()[1]) * 1024
+    """CPU model and features (py-cpuinfo), cores and memory (psutil), and the knobs that move timings."""
+    import cpuinfo
+    import psutil
+
+    info = cpuinfo.get_cpu_info()
+    flags = set(info.get("flags") or ())
     return {
-        "cpu_model": model or platform.processor() or platform.machine(),
-        "physical_cores": len(cores) or None,
+        "cpu_model": info.get("brand_raw") or platform.processor() or platform.machine(),
+        "cpu_isa": " ".join(f for f in ISA_FLAGS if f in flags) or None,
+        "physical_cores": psutil.cpu_count(logical=False),
         "logical_cpus": os.cpu_count(),
-        "memory_bytes": mem_total,
+        "memory_bytes": int(psutil.virtual_memory().total),
         "transparent_hugepages": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
         "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
         "allocator_env": allocator_env(),
@@ -104,42 +105,39 @@ def allocator_env() -> str:
     return " ".join(found) or "none"
 
 
-SMI_FIELDS = {  # fingerprint key -> nvidia-smi query names to try (drivers renamed some)
-    "driver": ("driver_version",),
-    "sm_clock": ("clocks.sm",),
-    "sm_clock_max": ("clocks.max.sm",),
-    "mem_clock": ("clocks.mem",),
-    "power_limit": ("power.limit",),
-    "temperature": ("temperature.gpu",),
-    "throttle_reasons": ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
-}
-
-
-def _smi_query(field: str) -> str | None:
+def nvml_info(index: int = 0) -> dict[str, Any]:
+    """Driver, clocks, power limit, temperature and clock-event reasons of GPU `index` through NVML
+    (nvidia-ml-py), written as nvidia-smi writes them; {} where NVML is missing (no driver, not NVIDIA)."""
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "-i", "0", f"--query-gpu={field}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    text = out.stdout.strip()
-    return text if out.returncode == 0 and text and "not a valid field" not in text.lower() else None
-
-
-def _nvidia_smi() -> dict[str, Any]:
-    """Driver, clocks and throttle reasons of GPU 0 from nvidia-smi, or {} where it is missing."""
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return {}
     info: dict[str, Any] = {}
-    for key, names in SMI_FIELDS.items():
-        for name in names:
-            val = _smi_query(name)
-            if val is not None:
-                info[key] = val
-                break
-        if key == "driver" and "driver" not in info:
-            return {}  # no nvidia-smi: skip the other queries
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        reads = {
+            "driver": lambda: pynvml.nvmlSystemGetDriverVersion(),
+            "sm_clock": lambda: f"{pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)} MHz",
+            "sm_clock_max": lambda: f"{pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)} MHz",
+            "mem_clock": lambda: f"{pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)} MHz",
+            "power_limit": lambda: f"{pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000:.2f} W",  # mW
+            "temperature": lambda: str(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+            "throttle_reasons": lambda: f"0x{pynvml.nvmlDeviceGetCurrentClocksEventReasons(h):016x}",
+        }
+        for key, read in reads.items():
+            try:
+                value = read()
+            except (pynvml.NVMLError, AttributeError):  # a field this GPU or driver does not report
+                continue
+            info[key] = value.decode() if isinstance(value, bytes) else value
+    except pynvml.NVMLError:
+        pass
+    finally:
+        pynvml.nvmlShutdown()
     return info
 
 
@@ -158,7 +156,7 @@ def gpu_info() -> dict[str, Any] | None:
         "capability": f"{p.major}.{p.minor}",
         "l2_cache_bytes": getattr(p, "L2_cache_size", None),
     }
-    info.update(_nvidia_smi())
+    info.update(nvml_info(0))
     return info
 
 
