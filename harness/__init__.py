@@ -1,9 +1,6 @@
 """How each cell is measured: sweeps, isolation, timing, peak memory and the float64 gate."""
 
-if __name__ != "attnbench.harness":  # the repository's harness/ folder imported under its folder name
+if __name__ != "attnbench.harness":  # the folder imported by its own name, which attnbench 0.2 removed
     raise ImportError(
-        "attnbench's harness package installs as attnbench.harness; write "
-        "`from attnbench import harness` "
-        "(the top-level `harness` import name was removed in attnbench 0.2, see the README)",
-        name="harness",
+        f"{__name__} is now attnbench.harness: write `from attnbench import harness`", name="harness"
     )

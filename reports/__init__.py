@@ -1,13 +1,9 @@
 """What is shown: scaling fits, figures and publishable pages (Markdown + HTML) built from result runs."""
 
-if __name__ != "attnbench.reports":  # the repository's reports/ folder imported under its folder name
+if __name__ != "attnbench.reports":  # the folder imported by its own name, which attnbench 0.2 removed
     raise ImportError(
-        "attnbench's reports package installs as attnbench.reports; write "
-        "`from attnbench import reports` "
-        "(the top-level `reports` import name was removed in attnbench 0.2, see the README)",
-        name="reports",
+        f"{__name__} is now attnbench.reports: write `from attnbench import reports`", name="reports"
     )
-
 
 # Modules: fit (power-law exponents), tables (derived tables), style + plots (matplotlib figures), page
 # (Markdown / HTML / text), render (`attnbench report`), compare (`attnbench compare`), profile_page

@@ -3,14 +3,10 @@
 `results/reference/` holds runs published with the repository; new runs go to `runs/` (git-ignored).
 """
 
-if __name__ != "attnbench.results":  # the repository's results/ folder imported under its folder name
+if __name__ != "attnbench.results":  # the folder imported by its own name, which attnbench 0.2 removed
     raise ImportError(
-        "attnbench's results package installs as attnbench.results; write "
-        "`from attnbench import results` "
-        "(the top-level `results` import name was removed in attnbench 0.2, see the README)",
-        name="results",
+        f"{__name__} is now attnbench.results: write `from attnbench import results`", name="results"
     )
-
 
 from .load import export, load, load_meta, load_numerics, machine_label
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES

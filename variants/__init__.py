@@ -7,14 +7,10 @@ Third-party variants register with @attnbench.register in a module named by an `
 entry point, or in a file passed as --variant-file. Importing this package does not import torch.
 """
 
-if __name__ != "attnbench.variants":  # the repository's variants/ folder imported under its folder name
+if __name__ != "attnbench.variants":  # the folder imported by its own name, which attnbench 0.2 removed
     raise ImportError(
-        "attnbench's variants package installs as attnbench.variants; write "
-        "`from attnbench import register, Problem, UnsupportedError` "
-        "(the top-level `variants` import name was removed in attnbench 0.2, see the README)",
-        name="variants",
+        f"{__name__} is now attnbench.variants: write `from attnbench import register`", name="variants"
     )
-
 
 from .problem import DTYPES, Problem, dtype_name, torch_dtype, validate_tensors
 from .registry import (
