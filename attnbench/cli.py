@@ -386,7 +386,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
-    from attnbench.harness.profile import CELL_FLAGS, prepare, profile_cell
+    from attnbench.harness.cell_flags import CELL_FLAGS
+    from attnbench.harness.profile import prepare, profile_cell
     from attnbench.reports.profile_page import top_ops_text, write_pages
 
     if len(args.variant) != 1:
