@@ -242,90 +242,78 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """The correctness gate for every variant over causal x padding (and the numerics probe)."""
+    """The correctness gate for every variant over causal x padding (and the numerics probe), as tables."""
+    from attnbench.harness import check
     from attnbench.harness.spec import parse_names
 
-    _load_files(args.variant_file)
-    import torch
-
-    from attnbench import variants
-    from attnbench.harness import correctness, numerics
-    from attnbench.variants import UnsupportedError, torch_dtype
-
-    devices = list(parse_names(args.device))
-    dtypes = list(parse_names(args.dtype))
-    names = list(parse_names(args.variants)) if args.variants else list(variants.all_variants())
     try:
-        variants.resolve(names)
-        for d in dtypes:
-            torch_dtype(d)
-    except (variants.VariantError, ValueError) as exc:
+        plan = check.prepare(
+            parse_names(args.variants) if args.variants else None,
+            parse_names(args.device),
+            parse_names(args.dtype),
+            args.seq_len,
+            variant_files=args.variant_file or [],
+        )
+    except ValueError as exc:  # VariantError is one
         raise BadInput(str(exc)) from None
-    for d in devices:
-        if d not in ("cpu", "cuda"):
-            raise BadInput(f"unknown device {d!r}; known: cpu, cuda")
-        if d == "cuda" and not torch.cuda.is_available():
-            raise BadInput("device cuda was asked for, but torch sees no CUDA device on this machine")
-    b, h, n, dk = 2, 4, args.seq_len, 64
-    failures = 0
-    print(
-        f"{'variant':<17}{'device':<7}{'dtype':<10}{'causal':<7}{'pad':<5}{'status':<12}{'rel_err':>10}"
-        f"{'grad_rel':>10}  masked rows / reason"
-    )
-    for device in devices:
-        g = torch.Generator(device=device).manual_seed(0)
-        for dtype in dtypes:
-            base = [
-                torch.randn(b, h, n, dk, generator=g, device=device).to(torch_dtype(dtype)) for _ in range(3)
-            ]
-            for causal in (False, True):
-                for pad in (None, torch.tensor([n // 3, 0], device=device)):
-                    for name in names:
-                        v = variants.get(name)
-                        prob = variants.Problem(
-                            device=device,
-                            dtype=dtype,
-                            batch=b,
-                            heads=h,
-                            seq_q=n,
-                            seq_k=n,
-                            d_k=dk,
-                            d_v=dk,
-                            causal=causal,
-                            padding=pad is not None,
-                            backward=True,
-                        )
-                        reason = v.check(prob)
-                        grad = True
-                        if reason and "backward" in reason:
-                            grad, reason = (
-                                False,
-                                v.check(variants.Problem(**{**prob.__dict__, "backward": False})),
-                            )
-                        line = (
-                            f"{name:<17}{device:<7}{dtype:<10}{'yes' if causal else 'no':<7}"
-                            f"{'yes' if pad is not None else 'no':<5}"
-                        )
-                        if reason:
-                            print(f"{line}{'unsupported':<12}{'':>10}{'':>10}  {reason}")
-                            continue
-                        try:
-                            r = correctness.check(v, *base, causal=causal, key_lengths=pad, backward=grad)
-                        except UnsupportedError as exc:
-                            print(f"{line}{'unsupported':<12}{'':>10}{'':>10}  {exc}")
-                            continue
-                        status = "pass" if r.ok else "FAIL"
-                        failures += (not r.ok) and v.cap.default
-                        gr = f"{r.grad_rel_err:.1e}" if r.grad_rel_err is not None else "-"
-                        print(f"{line}{status:<12}{r.rel_err:>10.1e}{gr:>10}  {r.masked_rows}")
+    from rich.console import Console
+
+    console = Console(width=max(150, Console().width))
+    rows = list(check.gate_all(plan))
+    console.print(_gate_table(rows, plan.seq_len))
     if args.probe:
-        print("\nnumerics probe: rel_err against float64 with q scaled by 1, 10, 100")
-        for rec in numerics.probe(names, devices, dtypes):
-            err = f"{rec['rel_err']:.1e}" if "rel_err" in rec else rec.get("message", "")
-            print(
-                f"{rec['variant']:<17}{rec['device']:<7}{rec['dtype']:<10}x{rec['q_scale']:<6g}{rec['status']:<12}{err}"
-            )
-    return 1 if failures else 0
+        from attnbench.harness import numerics
+
+        console.print()
+        console.print(_probe_table(numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes))))
+    return check.exit_status(rows)
+
+
+def _gate_table(rows, seq_len: int):
+    """harness.check's GateRows as a rich table; variant names, reasons and masked rows are data: escaped."""
+    from rich.table import Table
+
+    from attnbench.harness.check import BATCH, HEAD_DIM, HEADS
+
+    table = Table(
+        title=f"float64 correctness gate (B={BATCH}, H={HEADS}, N={seq_len}, d={HEAD_DIM})",
+        caption="exit status 1 when a default variant FAILs; demo-only and unsupported rows do not count",
+    )
+    for col in ("variant", "device", "dtype", "causal", "pad", "status", "rel_err", "grad_rel"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("rel_err", "grad_rel") else "left")
+    table.add_column("masked rows / reason", overflow="fold")
+    style = {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "unsupported": "[yellow]unsupported[/]"}
+    for r in rows:
+        status = style[r.status] + ("" if r.gating or r.status != "FAIL" else " (demo only)")
+        measured = r.rel_err is not None
+        grad = f"{r.grad_rel_err:.1e}" if r.grad_rel_err is not None else "-" if measured else ""
+        table.add_row(
+            _esc(r.variant),
+            r.device,
+            r.dtype,
+            "yes" if r.causal else "no",
+            "yes" if r.padding else "no",
+            status,
+            f"{r.rel_err:.1e}" if measured else "",
+            grad,
+            _esc(r.reason or r.masked_rows),
+        )
+    return table
+
+
+def _probe_table(records):
+    """harness.numerics.probe's records as a rich table (messages escaped)."""
+    from rich.table import Table
+
+    table = Table(title="numerics probe: rel_err against float64 with q scaled by 1, 10, 100")
+    for col in ("variant", "device", "dtype", "q scale", "status", "rel_err / message"):
+        table.add_column(col, overflow="fold", no_wrap=col != "rel_err / message")
+    style = {"ok": "[green]ok[/]", "wrong": "[bold red]wrong[/]", "unsupported": "[yellow]unsupported[/]"}
+    for rec in records:
+        err = f"{rec['rel_err']:.1e}" if "rel_err" in rec else _esc(rec.get("message", ""))
+        status = style.get(rec["status"], f"[red]{_esc(rec['status'])}[/]")
+        table.add_row(_esc(rec["variant"]), rec["device"], rec["dtype"], f"x{rec['q_scale']:g}", status, err)
+    return table
 
 
 # ---- report / compare -------------------------------------------------------------------------------
@@ -380,7 +368,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
-    from attnbench.harness.profile import CELL_FLAGS, prepare, profile_cell
+    from attnbench.harness.cell_flags import CELL_FLAGS
+    from attnbench.harness.profile import prepare, profile_cell
     from attnbench.reports.profile_page import top_ops_text, write_pages
 
     if len(args.variant) != 1:
