@@ -1,7 +1,9 @@
-"""Pages as a list of blocks, rendered to GitHub Markdown, one self-contained HTML file, or plain text.
+"""Pages as a list of blocks, rendered to GitHub Markdown, one HTML file, or plain text.
 
-Every string in a block is data (variant names, error messages, hostnames) and is escaped by the
-renderer: blocks never carry markup, so a hostile name cannot inject any.
+The one page model of attnbench: `attnbench report`, `compare` and `profile` all build a Page of these
+blocks. Every string in a block is data (variant names, error messages, hostnames, commands) and is escaped
+here, and only here: blocks never carry markup, so a hostile name cannot inject any. Link targets are data
+too: only a file name beside the page or an http(s) URL becomes a link.
 """
 
 from __future__ import annotations
@@ -11,8 +13,22 @@ import html
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 from .style import FigureFiles
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link inside a line. `href` is a file name beside the page or an http(s) URL; the renderers show
+    any other href (javascript:, data:, a path out of the folder) as the plain `text`, with no link."""
+
+    text: str
+    href: str
+
+
+Inline = str | Link
+Text = str | tuple[Inline, ...]  # a plain string, or a run of strings and links
 
 
 @dataclass(frozen=True)
@@ -23,27 +39,40 @@ class Heading:
 
 @dataclass(frozen=True)
 class Para:
-    text: str
+    text: Text
 
 
 @dataclass(frozen=True)
 class Bullets:
-    items: tuple[str, ...]
+    items: tuple[Text, ...]
 
 
 @dataclass(frozen=True)
 class Table:
     headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
+    rows: tuple[tuple[Text, ...], ...]
     caption: str = ""
 
 
 @dataclass(frozen=True)
 class Figure:
+    """A matplotlib figure: PNG (embedded in HTML), SVG and CSV beside the page."""
+
     files: FigureFiles
 
 
-Block = Heading | Para | Bullets | Table | Figure
+@dataclass(frozen=True)
+class SvgFigure:
+    """An SVG file beside the page that must stay interactive (a py-spy flame graph zooms and searches
+    with its own script): HTML shows it in an <object>, which runs that script where <img> or base64 would
+    not; Markdown shows it as an image of the file."""
+
+    file: str
+    title: str
+    caption: Text = ""
+
+
+Block = Heading | Para | Bullets | Table | Figure | SvgFigure
 
 
 @dataclass
@@ -53,6 +82,40 @@ class Page:
 
     def add(self, *blocks: Block) -> None:
         self.blocks.extend(blocks)
+
+
+# ---- link targets -----------------------------------------------------------------------------------
+
+_FILE_NAME = re.compile(r"(?!\.)[A-Za-z0-9._-]+")  # beside the page: no folder, no scheme, not . or ..
+_URL_SAFE = "/:?#@!$&*+,;=%~"  # kept as they are; ( ) < > quotes, spaces and backslashes are %-encoded
+
+
+def safe_href(href: str) -> str | None:
+    """`href` ready to write into Markdown or an HTML attribute (after html-escaping), or None when it is
+    neither a file name beside the page nor an http(s) URL."""
+    if _FILE_NAME.fullmatch(href):
+        return href
+    if any(c.isspace() or not c.isprintable() for c in href):
+        return None  # urlsplit would drop some of them; a link with them is not one we wrote
+    try:
+        parts = urlsplit(href)
+    except ValueError:  # e.g. an unbalanced '[' in the host
+        return None
+    if parts.scheme.lower() in ("http", "https") and parts.netloc:
+        return quote(href, safe=_URL_SAFE)  # ')' cannot end a Markdown link early
+    return None
+
+
+def _file(name: str) -> str | None:
+    """A file beside the page (what figures show): never a URL, so a page never pulls content from the web."""
+    return name if _FILE_NAME.fullmatch(name) else None
+
+
+def plain(text: Text) -> str:
+    """The words of a Text, links as their text (for a terminal)."""
+    if not isinstance(text, tuple):
+        return str(text)
+    return "".join(i.text if isinstance(i, Link) else i for i in text)
 
 
 # ---- Markdown ---------------------------------------------------------------------------------------
@@ -69,6 +132,26 @@ def md_escape(text: object) -> str:
     return _MD_LEADING.sub(r"\\\1", s)
 
 
+def _md_piece(text: str) -> str:
+    """md_escape, keeping a space at either end that separates the piece from a link beside it."""
+    lead = " " if text[:1].isspace() else ""
+    trail = " " if text[-1:].isspace() and text.strip() else ""
+    return lead + md_escape(text) + trail
+
+
+def _md_link(text: str, href: str | None, image: bool = False) -> str:
+    if href is None:
+        return md_escape(text)
+    return f"{'!' if image else ''}[{md_escape(text)}]({href})"
+
+
+def md_text(text: Text) -> str:
+    """A Text as one line of Markdown."""
+    if not isinstance(text, tuple):  # a str (or, as before links, anything str() can show)
+        return md_escape(text)
+    return "".join(_md_link(i.text, safe_href(i.href)) if isinstance(i, Link) else _md_piece(i) for i in text)
+
+
 def to_markdown(page: Page) -> str:
     """GitHub-flavoured Markdown; figures link to the PNGs (and SVG/CSV) beside the file."""
     out = [f"# {md_escape(page.title)}", ""]
@@ -76,21 +159,26 @@ def to_markdown(page: Page) -> str:
         if isinstance(b, Heading):
             out += [f"{'#' * max(2, min(b.level, 6))} {md_escape(b.text)}", ""]
         elif isinstance(b, Para):
-            out += [md_escape(b.text), ""]
+            out += [md_text(b.text), ""]
         elif isinstance(b, Bullets):
-            out += [f"- {md_escape(i)}" for i in b.items] + [""]
+            out += [f"- {md_text(i)}" for i in b.items] + [""]
         elif isinstance(b, Table):
             if b.caption:
                 out += [f"*{md_escape(b.caption)}*", ""]
             out.append("| " + " | ".join(md_escape(h) for h in b.headers) + " |")
             out.append("|" + "|".join("---" for _ in b.headers) + "|")
-            out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in b.rows]
+            out += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in b.rows]
             out.append("")
         elif isinstance(b, Figure):
             f = b.files
-            out += [f"![{md_escape(f.title)}]({f.png})", ""]
+            out += [_md_link(f.title, _file(f.png), image=True), ""]
             note = f"{md_escape(f.caption)} " if f.caption else ""  # md_escape strips: space after
-            out += [f"{note}Data: [{f.csv}]({f.csv}) · vector: [{f.svg}]({f.svg})", ""]
+            csv, svg = _md_link(f.csv, _file(f.csv)), _md_link(f.svg, _file(f.svg))
+            out += [f"{note}Data: {csv} · vector: {svg}", ""]
+        elif isinstance(b, SvgFigure):
+            out += [_md_link(b.title, _file(b.file), image=True), ""]
+            if b.caption:
+                out += [md_text(b.caption), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -109,6 +197,7 @@ th { background: #f6f8fa; }
 tr:nth-child(even) td { background: #fbfcfd; }
 figure { margin: 1em 0 2em; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figure object { width: 100%; }
 figcaption, .caption { color: #57606a; font-size: 13px; }
 """
 
@@ -117,12 +206,24 @@ def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _html_link(text: str, href: str | None) -> str:
+    return f'<a href="{_esc(href)}">{_esc(text)}</a>' if href is not None else _esc(text)
+
+
+def html_text(text: Text) -> str:
+    """A Text as inline HTML."""
+    if not isinstance(text, tuple):  # a str (or, as before links, anything str() can show)
+        return _esc(text)
+    return "".join(_html_link(i.text, safe_href(i.href)) if isinstance(i, Link) else _esc(i) for i in text)
+
+
 def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def to_html(page: Page, base_dir: Path) -> str:
-    """One self-contained HTML file: CSS inline, figures embedded as base64 PNG, all text escaped."""
+    """One HTML file, all text escaped: CSS inline, figures embedded as base64 PNG (self-contained), SVG
+    figures and links pointing at the files beside it."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{_esc(page.title)}</title><style>{CSS}</style></head><body>",
@@ -132,13 +233,14 @@ def to_html(page: Page, base_dir: Path) -> str:
             lvl = max(2, min(b.level, 6))
             out.append(f"<h{lvl}>{_esc(b.text)}</h{lvl}>")
         elif isinstance(b, Para):
-            out.append(f"<p>{_esc(b.text)}</p>")
+            out.append(f"<p>{html_text(b.text)}</p>")
         elif isinstance(b, Bullets):
-            out.append("<ul>" + "".join(f"<li>{_esc(i)}</li>" for i in b.items) + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{html_text(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             cap = f"<caption class=\"caption\">{_esc(b.caption)}</caption>" if b.caption else ""
             head = "".join(f"<th>{_esc(h)}</th>" for h in b.headers)
-            body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+            body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>"
+                           for row in b.rows)
             out.append(f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
                        "</table></div>")
         elif isinstance(b, Figure):
@@ -146,6 +248,15 @@ def to_html(page: Page, base_dir: Path) -> str:
             cap = _esc(f"{f.caption} " if f.caption else "") + _esc(f"(data: {f.csv})")
             out.append(f'<figure><img src="{_data_uri(base_dir / f.png)}" alt="{_esc(f.title)}">'
                        f"<figcaption>{cap}</figcaption></figure>")
+        elif isinstance(b, SvgFigure):
+            src = _file(b.file)
+            cap = f"<figcaption>{html_text(b.caption)}</figcaption>" if b.caption else ""
+            if src is None:  # not a file beside the page: name it, embed nothing
+                out.append(f"<figure><p>{_esc(b.title)}</p>{cap}</figure>")
+                continue
+            # the <img> inside is the fallback where <object> is blocked; it shows the picture, not the script
+            out.append(f'<figure><object data="{_esc(src)}" type="image/svg+xml">'
+                       f'<img src="{_esc(src)}" alt="{_esc(b.title)}"></object>{cap}</figure>')
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -155,8 +266,8 @@ def to_html(page: Page, base_dir: Path) -> str:
 
 def to_text(table: Table, max_width: int = 48) -> str:
     """A table as aligned columns for a terminal; long cells are cut with '…'."""
-    def cut(s: str) -> str:
-        s = " ".join(str(s).split())
+    def cut(s: Text) -> str:
+        s = " ".join(plain(s).split())
         return s if len(s) <= max_width else s[: max_width - 1] + "…"
 
     rows = [tuple(cut(c) for c in table.headers)] + [tuple(cut(c) for c in r) for r in table.rows]

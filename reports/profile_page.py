@@ -1,20 +1,20 @@
 """The page of one `attnbench profile`: index.md, index.html and top_ops.md from the files beside them.
 
 Reads profile.json, top_ops.csv and profile.speedscope.json (whichever exist) and links the flame
-graph, the speedscope file and the Chrome trace. Every string from those files is data and is escaped.
+graph, the speedscope file and the Chrome trace. The pages are page.Page blocks: every string from those
+files is data, escaped (and every link checked) by page.py's renderers.
 """
 
 from __future__ import annotations
 
 import csv
-import html
 import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .page import CSS, Table, md_escape, to_text
+from .page import Bullets, Heading, Link, Page, Para, SvgFigure, Table, Text, to_html, to_markdown, to_text
 from .style import bytes_text
 
 TOP_OPS_SHOWN = 25  # rows of top_ops.md (top_ops.csv holds every operator)
@@ -23,18 +23,6 @@ TOP_FRAMES = 15
 CELL_FRAME = "make_call.<locals>.call"  # harness.profile's call of the cell: frames above it are the loop
 SPEEDSCOPE_URL = "https://www.speedscope.app"
 PERFETTO_URL = "https://ui.perfetto.dev"
-
-
-@dataclass(frozen=True)
-class Link:
-    text: str
-    href: str  # a file beside the page, or an https URL
-
-
-Item = str | Link  # one piece of a line: plain text or a link
-Block = tuple[
-    str, Any
-]  # ("h2", text) | ("p", [Item]) | ("ul", [[Item]]) | ("table", Table) | ("flame", file)
 
 
 # ---- reading what the profile left -------------------------------------------------------------------
@@ -170,20 +158,22 @@ def _title(meta: dict[str, Any]) -> str:
     return f"Profile: {c.get('variant')} · {c.get('device')} {c.get('dtype')} {shape}{mask} {c.get('pass')}"
 
 
-def blocks(out_dir: Path, meta: dict[str, Any]) -> list[Block]:
+def index_page(out_dir: Path, meta: dict[str, Any]) -> Page:
     """The index page, from the files in out_dir and profile.json's contents `meta`."""
     have = {p.name for p in out_dir.iterdir() if p.is_file()}
     spy = meta.get("py_spy") or {}
     recs = {r.get("file"): r for r in spy.get("records", [])}
     ops = read_top_ops(out_dir / "top_ops.csv")
     tp = meta.get("torch_profiler") or {}
-    b: list[Block] = [("p", ["Reproduce with: ", meta.get("command", "")])]
+    page = Page(_title(meta))
+    b = page.blocks
+    b.append(Para(("Reproduce with: ", meta.get("command", ""))))
     if meta.get("error"):
-        b.append(("p", [f"torch.profiler part failed: {meta['error']}"]))
+        b.append(Para(f"torch.profiler part failed: {meta['error']}"))
     if spy.get("error") or (not spy.get("used") and spy.get("note")):
-        b.append(("p", [f"py-spy: {spy.get('error') or spy.get('note')}"]))
+        b.append(Para(f"py-spy: {spy.get('error') or spy.get('note')}"))
 
-    files: list[list[Item]] = []
+    files: list[Text] = []
 
     def rec_text(name: str) -> str:
         r = recs.get(name) or {}
@@ -192,45 +182,50 @@ def blocks(out_dir: Path, meta: dict[str, Any]) -> list[Block]:
 
     if "flame.svg" in have:
         files.append(
-            [
+            (
                 Link("flame.svg", "flame.svg"),
                 " flame graph"
                 + rec_text("flame.svg")
                 + ": open it on its own to click frames (zoom) and search",
-            ]
+            )
         )
     if "profile.speedscope.json" in have:
         files.append(
-            [
+            (
                 Link("profile.speedscope.json", "profile.speedscope.json"),
                 " speedscope profile" + rec_text("profile.speedscope.json") + ": open it at ",
                 Link(SPEEDSCOPE_URL, SPEEDSCOPE_URL),
                 " (the file is read in the browser, not uploaded)",
-            ]
+            )
         )
     if "trace.json" in have:
         files.append(
-            [
+            (
                 Link("trace.json", "trace.json"),
                 f" Chrome trace of {tp.get('iterations', '?')} call(s) (torch.profiler, shapes and memory):"
                 " open it with chrome://tracing or ",
                 Link(PERFETTO_URL, PERFETTO_URL),
-            ]
+            )
         )
     if "top_ops.csv" in have:
         files.append(
-            [
+            (
                 Link("top_ops.md", "top_ops.md"),
                 " / ",
                 Link("top_ops.csv", "top_ops.csv"),
                 f" every operator by self time ({len(ops)} operators)",
-            ]
+            )
         )
-    files.append([Link("profile.json", "profile.json"), " the cell, settings, timings and machine as data"])
-    b += [("h2", "Files"), ("ul", files)]
+    files.append((Link("profile.json", "profile.json"), " the cell, settings, timings and machine as data"))
+    b += [Heading("Files"), Bullets(tuple(files))]
 
     if "flame.svg" in have:
-        b += [("h2", "Flame graph (py-spy)"), ("flame", "flame.svg")]
+        caption = (
+            "py-spy flame graph: width is the share of samples; ",
+            Link("open it on its own", "flame.svg"),
+            " to zoom and search.",
+        )
+        b += [Heading("Flame graph (py-spy)"), SvgFigure("flame.svg", "flame graph", caption)]
     spied = speedscope_summary(out_dir / "profile.speedscope.json")
     if spied.functions:
         note = (
@@ -242,16 +237,16 @@ def blocks(out_dir: Path, meta: dict[str, Any]) -> list[Block]:
         )
         lines = tuple((f["function"], f["where"], f"{f['self_pct']:.1f}") for f in spied.lines)
         b += [
-            ("h2", "Where the samples fell (py-spy)"),
-            ("p", [note + " Inclusive: the function is on the stack; self: it is on top."]),
-            ("table", Table(("function", "file", "inclusive %", "self %"), funcs)),
-            ("p", ["The source lines the samples stopped in:"]),
-            ("table", Table(("function", "line", "self %"), lines)),
+            Heading("Where the samples fell (py-spy)"),
+            Para(note + " Inclusive: the function is on the stack; self: it is on top."),
+            Table(("function", "file", "inclusive %", "self %"), funcs),
+            Para("The source lines the samples stopped in:"),
+            Table(("function", "line", "self %"), lines),
         ]
     if ops:
         b += [
-            ("h2", f"Top operators by self time (torch.profiler, {tp.get('iterations', '?')} calls)"),
-            ("table", top_ops_table(ops, TOP_OPS_INDEX)),
+            Heading(f"Top operators by self time (torch.profiler, {tp.get('iterations', '?')} calls)"),
+            top_ops_table(ops, TOP_OPS_INDEX),
         ]
 
     timing = []
@@ -273,118 +268,44 @@ def blocks(out_dir: Path, meta: dict[str, Any]) -> list[Block]:
             )
         )
     if timing:
-        b += [("h2", "Calls"), ("table", Table(("where", "calls"), tuple(timing)))]
+        b += [Heading("Calls"), Table(("where", "calls"), tuple(timing))]
     cell = [(k, str(v)) for k, v in (meta.get("cell") or {}).items()]
     cell += [("cell_id", str(meta.get("cell_id", ""))), ("torch threads", str(meta.get("threads", "")))]
-    b += [("h2", "Cell"), ("table", Table(("field", "value"), tuple(cell)))]
+    b += [Heading("Cell"), Table(("field", "value"), tuple(cell))]
     if meta.get("fingerprint"):
-        b += [("h2", "Machine"), ("table", Table(("key", "value"), tuple(_flat(meta["fingerprint"]))))]
-    b.append(("p", [f"Written {meta.get('created', '')} by attnbench profile."]))
-    return b
+        b += [Heading("Machine"), Table(("key", "value"), tuple(_flat(meta["fingerprint"])))]
+    b.append(Para(f"Written {meta.get('created', '')} by attnbench profile."))
+    return page
 
 
-# ---- rendering -----------------------------------------------------------------------------------------
-
-
-def _md_text(text: str) -> str:
-    """md_escape, keeping the spaces at either end that separate it from a link."""
-    lead = " " if text[:1].isspace() else ""
-    trail = " " if text[-1:].isspace() and text.strip() else ""
-    return lead + md_escape(text) + trail
-
-
-def _md_items(items: list[Item]) -> str:
-    return "".join(f"[{md_escape(i.text)}]({i.href})" if isinstance(i, Link) else _md_text(i) for i in items)
-
-
-def _md_table(t: Table) -> list[str]:
-    out = [
-        "| " + " | ".join(md_escape(h) for h in t.headers) + " |",
-        "|" + "|".join("---" for _ in t.headers) + "|",
-    ]
-    return out + ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in t.rows] + [""]
-
-
-def to_markdown(title: str, page: list[Block]) -> str:
-    out = [f"# {md_escape(title)}", ""]
-    for kind, data in page:
-        if kind == "h2":
-            out += [f"## {md_escape(data)}", ""]
-        elif kind == "p":
-            out += [_md_items(data), ""]
-        elif kind == "ul":
-            out += [f"- {_md_items(items)}" for items in data] + [""]
-        elif kind == "table":
-            out += _md_table(data)
-        elif kind == "flame":
-            out += [f"![flame graph]({data})", ""]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def _esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _html_items(items: list[Item]) -> str:
-    return "".join(
-        f'<a href="{_esc(i.href)}">{_esc(i.text)}</a>' if isinstance(i, Link) else _esc(i) for i in items
+def top_ops_page(meta: dict[str, Any], ops: list[dict[str, str]]) -> Page:
+    """top_ops.md: the first TOP_OPS_SHOWN operators (top_ops.csv has them all)."""
+    tp = meta.get("torch_profiler") or {}
+    page = Page(f"Top operators by self time: {_title(meta).removeprefix('Profile: ')}")
+    page.add(
+        Para(
+            f"torch.profiler, {tp.get('iterations', '?')} calls; the first {TOP_OPS_SHOWN} of "
+            f"{len(ops)} operators (all of them in top_ops.csv)."
+        ),
+        top_ops_table(ops, TOP_OPS_SHOWN),
     )
+    return page
 
 
-def to_html(title: str, page: list[Block]) -> str:
-    """One HTML file, CSS inline; the flame graph is the SVG beside it (an <object>, so its zoom works)."""
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_esc(title)}</title><style>{CSS}\nobject {{ width: 100%; }}</style></head><body>",
-        f"<h1>{_esc(title)}</h1>",
-    ]
-    for kind, data in page:
-        if kind == "h2":
-            out.append(f"<h2>{_esc(data)}</h2>")
-        elif kind == "p":
-            out.append(f"<p>{_html_items(data)}</p>")
-        elif kind == "ul":
-            out.append("<ul>" + "".join(f"<li>{_html_items(items)}</li>" for items in data) + "</ul>")
-        elif kind == "table":
-            head = "".join(f"<th>{_esc(h)}</th>" for h in data.headers)
-            body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in data.rows)
-            table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            out.append(f'<div class="scroll">{table}</div>')
-        elif kind == "flame":
-            src = _esc(data)
-            out.append(
-                f'<figure><object data="{src}" type="image/svg+xml"><img src="{src}" alt="flame graph">'
-                f"</object><figcaption>py-spy flame graph: width is the share of samples; "
-                f'<a href="{src}">open it on its own</a> to zoom and search.</figcaption></figure>'
-            )
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+# ---- writing ------------------------------------------------------------------------------------------
 
 
 def write_pages(out_dir: str | Path) -> tuple[Path, Path]:
     """Write top_ops.md (when top_ops.csv exists), index.md and index.html into out_dir; their paths."""
     out_dir = Path(out_dir)
     meta = json.loads((out_dir / "profile.json").read_text())
-    title = _title(meta)
     ops = read_top_ops(out_dir / "top_ops.csv")
     if ops:
-        tp = meta.get("torch_profiler") or {}
-        head = [
-            f"# Top operators by self time: {md_escape(title.removeprefix('Profile: '))}",
-            "",
-            md_escape(
-                f"torch.profiler, {tp.get('iterations', '?')} calls; the first {TOP_OPS_SHOWN} of "
-                f"{len(ops)} operators (all of them in top_ops.csv)."
-            ),
-            "",
-        ]
-        (out_dir / "top_ops.md").write_text("\n".join(head + _md_table(top_ops_table(ops, TOP_OPS_SHOWN))))
-    page = blocks(out_dir, meta)
+        (out_dir / "top_ops.md").write_text(to_markdown(top_ops_page(meta, ops)))
+    page = index_page(out_dir, meta)
     md, htm = out_dir / "index.md", out_dir / "index.html"
-    md.write_text(to_markdown(title, page))
-    htm.write_text(to_html(title, page))
+    md.write_text(to_markdown(page))
+    htm.write_text(to_html(page, out_dir))
     return md, htm
 
 
