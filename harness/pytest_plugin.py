@@ -5,10 +5,9 @@
 Loaded by `benchmarks/conftest.py` (`pytest_plugins`), never as a global entry point, so the
 project's own `tests/` runs do not see it. Each grid cell is one test, `test_attention[<cell id>]`:
 
-- `harness.cell.measure_cell` does everything but the timing, exactly as in `attnbench run`:
-  capability check, seeded inputs, the float64 correctness gate (gradients too for fwdbwd), FLOPs
-  and peak memory. Its timer seam is handed a timer that times nothing (`_HandOver`): it keeps the
-  callable measure_cell built, and pytest-benchmark times that callable instead.
+- Everything but the timing is harness.cell's, as in `attnbench run`: the capability check and the
+  memory guard, then `prepare` (seeded inputs, the float64 correctness gate, gradients too for fwdbwd,
+  and the call to time), FLOPs and `peak` memory. pytest-benchmark times prepare's call.
 - Timing is `benchmark.pedantic`, one call per round. On CUDA the untimed setup flushes L2 and
   synchronises, and the timed target synchronises after the call, so a round is the device time of
   one call (plus launch latency), never the time to enqueue async kernels. On CPU the call is timed
@@ -31,17 +30,6 @@ from typing import NoReturn
 import pytest
 
 EXTRA_INFO_FORMAT = 1  # version of the extra_info / "attnbench" JSON block read by results.pytest_benchmark
-# what extra_info keeps of a measure_cell row: timing columns come from pytest-benchmark's own stats
-TIMING_KEYS = (
-    "time_ms_median",
-    "time_ms_p25",
-    "time_ms_p75",
-    "rel_iqr",
-    "noisy",
-    "n_samples",
-    "samples_ms",
-    "stop_reason",
-)
 GRID_OPTIONS = {  # option dest -> (flag, default, help)
     "attn_variants": ("--attn-variants", None, "variants to time, A,B (default: every default variant)"),
     "attn_device": ("--attn-device", "cpu", "devices, cpu,cuda (default: cpu)"),
@@ -144,19 +132,6 @@ def attn_cell(request: pytest.FixtureRequest):
     return request.config.stash[_KEY].cells[request.param]
 
 
-class _HandOver:
-    """A Timer (harness.timing) for measure_cell that times nothing: it keeps the callable it is given,
-    for pytest-benchmark to time, and reports `ms` per call, so that the sampling loop stops at once."""
-
-    def __init__(self, ms: float) -> None:
-        self.ms = ms
-        self.fn = None
-
-    def time_calls(self, fn, n: int) -> list[float]:
-        self.fn = fn
-        return [self.ms] * n
-
-
 def measure(benchmark, spec, config: pytest.Config) -> dict:
     """Measure one cell with pytest-benchmark timing; its row (without timing columns) is the extra_info.
 
@@ -164,7 +139,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     """
     from attnbench import variants
     from attnbench.harness import guard
-    from attnbench.harness.cell import base_row, finish, measure_cell
+    from attnbench.harness.cell import base_row, failure, finish, peak, prepare, start_row
     from attnbench.harness.worker import free_memory
 
     state = config.stash[_KEY]
@@ -179,15 +154,23 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     if reason:
         _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
 
-    hand_over = _HandOver(settings.budget_ms)
-    row = measure_cell(spec, settings, state.cache, timer=hand_over)
-    if row["status"] not in ("ok", "wrong") or hand_over.fn is None:
-        _untimed(state, row)
-    row = {k: v for k, v in row.items() if k not in TIMING_KEYS}
+    row = start_row(spec)
+    try:
+        ready = prepare(spec, settings, state.cache)
+        row.update(ready.fields())
+        peak_bytes, method = peak(ready.call, spec.device)  # before timing: an OOM here is an untimed row
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
+        _untimed(state, finish(row, *failure(exc, spec.device)))
+    # tflops and elapsed_s keep their place in the row (measure_cell's order) until the timing fills them
+    row = finish(
+        row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, elapsed_s=None
+    )
 
     benchmark.group = spec.cell_id.split("|", 1)[1].replace("|", " ")  # the shape: variants side by side
     benchmark.extra_info.update(row, attnbench_format=EXTRA_INFO_FORMAT)
-    setup, target = _device_calls(hand_over.fn, spec.device, settings.flush_l2)
+    setup, target = _device_calls(ready.call, spec.device, settings.flush_l2)
     if benchmark.enabled:
         rounds = _rounds(config, setup, target, settings)
         benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=0, iterations=1)
@@ -200,8 +183,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
 
         m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
         benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)
-        if row["status"] == "ok" and m.noisy:
-            benchmark.extra_info["message"] = f"noisy: IQR/median {m.rel_iqr:.0%}"
+        benchmark.extra_info["message"] = ready.verdict(m)[1]  # an ok cell's message says when it is noisy
     benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)
     if row["status"] == "wrong":
         pytest.fail(f"{spec.variant}: {row['message']}", pytrace=False)

@@ -1,0 +1,122 @@
+"""Measuring a cell in three steps (prepare, time_call, peak) and measure_cell composing them."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import FAULTS
+
+from attnbench import variants
+from attnbench.harness import correctness, memory, timing
+from attnbench.harness.cell import InputCache, failure, measure_cell, peak, prepare, time_call
+from attnbench.harness.spec import CellSpec, Settings
+
+QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
+
+
+def spec(variant: str = "naive", *, n: int = 128, heads: int = 2, d: int = 16, pass_: str = "fwd"):
+    return CellSpec(variant, "cpu", "float32", 1, heads, n, d, d, False, 0.0, pass_)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fault_variants():
+    variants.load_variant_file(FAULTS)  # fault_wrong, fault_unsupported, ...; loading twice is a no-op
+
+
+def test_prepare_passes_a_correct_variant_and_checks_its_gradients():
+    ready = prepare(spec(pass_="fwdbwd"), QUICK)
+    assert ready.gate.passed and ready.gate.rows_checked == 128
+    assert 0 <= ready.gate.rel_err <= correctness.TOLERANCE["float32"]
+    assert ready.grad_rel_err is not None and ready.grad_rel_err <= ready.grad_tolerance
+    assert ready.verdict() == ("ok", "")
+    assert set(ready.fields()) == {"max_abs_err", "rel_err", "grad_rel_err", "masked_rows", "rows_checked"}
+    ready.call()  # forward + backward on the validated inputs
+
+
+def test_prepare_gates_a_wrong_variant_and_still_hands_back_its_call():
+    ready = prepare(spec("fault_wrong"), QUICK)
+    assert not ready.gate.passed and ready.gate.rel_err > correctness.TOLERANCE["float32"]
+    assert ready.grad_rel_err is None  # a fwd cell: no gradient check
+    status, message = ready.verdict()
+    assert status == "wrong" and message.startswith("failed the float64 gate: rel_err")
+    ready.call()  # wrong cells are timed too (and never ranked)
+
+
+def test_gradients_go_unchecked_above_grad_check_elems():
+    ready = prepare(spec(pass_="fwdbwd"), Settings(grad_check_elems=1))
+    assert ready.grad_rel_err is None and ready.verdict() == ("ok", "")
+
+
+def test_prepare_lets_the_variants_refusal_through_for_the_caller_to_record():
+    with pytest.raises(variants.UnsupportedError) as exc:
+        prepare(spec("fault_unsupported"), QUICK)
+    assert failure(exc.value, "cpu") == ("unsupported", "this backend refuses odd sequence lengths")
+
+
+def test_failure_names_oom_and_errors_as_measure_cell_records_them():
+    assert failure(MemoryError("no room"), "cpu") == ("oom", "no room")
+    assert failure(RuntimeError("DefaultCPUAllocator: can't allocate memory"), "cpu")[0] == "oom"
+    assert failure(ValueError("bad\n  thing"), "cpu") == ("error", "ValueError: bad thing")
+
+
+def test_time_call_samples_under_the_settings_budgets_with_a_fake_timer():
+    calls = []
+    fake = timing.FakeTimer(median_ms=2.0, rel_sigma=0.0, call=True)
+    settings = Settings(warmup_ms=10, budget_ms=50, min_ms=20)
+    m = time_call(lambda: calls.append(1), settings, fake)
+    assert m.median == pytest.approx(2.0) and not m.noisy
+    assert m.warmup_calls * 2.0 >= 10  # settings.warmup_ms spent, then discarded
+    assert m.stop_reason == "stable" and m.n * 2.0 >= 20  # settings.min_ms sampled before a stable stop
+    assert len(calls) == fake.calls == m.warmup_calls + m.n
+
+
+def test_time_call_stops_a_noisy_call_at_the_settings_budget():
+    settings = Settings(warmup_ms=5, budget_ms=50, min_ms=5, max_samples=400)
+    m = time_call(lambda: None, settings, timing.FakeTimer(median_ms=1.0, rel_sigma=0.5, seed=3))
+    assert m.stop_reason == "budget" and sum(m.samples_ms) >= 50 and m.noisy
+
+
+def test_peak_of_naive_is_two_score_tensors_plus_the_output():
+    b, h, n, d = 1, 2, 256, 16
+    ready = prepare(spec(n=n, heads=h, d=d), QUICK)
+    got, method = peak(ready.call, "cpu")
+    assert method == memory.CPU_METHOD
+    assert got == 2 * b * h * n * n * 4 + b * h * n * d * 4  # fp32 scores and softmax, then (B, H, N, d_v)
+
+
+def test_peak_frees_the_last_calls_gradients_before_measuring():
+    """Gradients a timed fwdbwd call left behind are live memory that the measured call would free
+    (on CUDA its peak is read above what was allocated before it), so peak frees them first."""
+    events = []
+
+    def call() -> None:
+        events.append("call")
+
+    call.reset_grads = lambda: events.append("reset_grads")
+    assert peak(call, "cpu") == (0, memory.CPU_METHOD)
+    assert events == ["reset_grads", "call"]
+    assert peak(lambda: None, "cpu") == (0, memory.CPU_METHOD)  # any callable: reset_grads is optional
+
+
+def test_measure_cell_is_the_three_steps_composed():
+    cell, cache = spec(), InputCache()
+    row = measure_cell(cell, QUICK, cache, timer=timing.FakeTimer(median_ms=1.0, seed=7))
+    ready = prepare(cell, QUICK, cache)
+    m = time_call(ready.call, QUICK, timing.FakeTimer(median_ms=1.0, seed=7))
+    assert row["status"] == "ok" and row["message"] == ""
+    assert {k: row[k] for k in ready.fields()} == ready.fields()
+    assert row["samples_ms"] == [round(s, 6) for s in m.samples_ms] and row["stop_reason"] == m.stop_reason
+    assert (row["peak_mem_bytes"], row["mem_method"]) == peak(ready.call, "cpu")
+
+
+class _FailingTimer:
+    """A Timer that runs out of memory: the failure of the timing step, after the gate has passed."""
+
+    def time_calls(self, fn, n):
+        raise MemoryError("deliberate out-of-memory while timing")
+
+
+def test_a_failure_while_timing_is_the_rows_status_with_the_gate_kept():
+    row = measure_cell(spec(), QUICK, timer=_FailingTimer())
+    assert (row["status"], row["message"]) == ("oom", "deliberate out-of-memory while timing")
+    assert row["rel_err"] <= correctness.TOLERANCE["float32"]  # the gate ran and is recorded
+    assert "time_ms_median" not in row and "peak_mem_bytes" not in row
