@@ -13,6 +13,7 @@ process; only bugs in the harness itself escape it (and the parent records those
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -23,10 +24,10 @@ from typing import Any
 import torch
 
 from attnbench import variants
+from attnbench.results.formulas import attention_flops, summarize, tflops
 from attnbench.variants import UnsupportedError, torch_dtype
 
 from . import correctness, memory, timing
-from .flops import attention_flops, tflops
 from .spec import CellSpec, Settings
 
 
@@ -172,14 +173,7 @@ def device_timer(device: str, settings: Settings) -> timing.Timer:
 def time_call(call: Callable[[], object], settings: Settings, timer: timing.Timer) -> timing.Measurement:
     """The call timed by harness.timing.measure under the warm-up and sampling budgets of settings.
     (Not named `time`: this module times with the `time` module too.)"""
-    budget = timing.Budget(
-        warmup_ms=settings.warmup_ms,
-        budget_ms=settings.budget_ms,
-        min_samples=settings.min_samples,
-        max_samples=settings.max_samples,
-        target_rel_iqr=settings.target_rel_iqr,
-        min_ms=settings.min_ms,
-    )
+    budget = timing.Budget(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(timing.Budget)})
     return timing.measure(call, timer, budget)
 
 
@@ -269,12 +263,7 @@ def measure_cell(
         m = time_call(ready.call, settings, timer or device_timer(spec.device, settings))
         peak_bytes, method = peak(ready.call, spec.device)
         row.update(
-            time_ms_median=m.median,
-            time_ms_p25=m.p25,
-            time_ms_p75=m.p75,
-            rel_iqr=m.rel_iqr,
-            noisy=m.noisy,
-            n_samples=m.n,
+            **summarize(m.samples_ms),
             samples_ms=[round(s, 6) for s in m.samples_ms],
             stop_reason=m.stop_reason,
             peak_mem_bytes=peak_bytes,

@@ -179,7 +179,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     stats = benchmark.stats.stats if benchmark.stats is not None else None
     if stats:
         from attnbench.harness import timing
-        from attnbench.harness.flops import tflops
+        from attnbench.results.formulas import tflops
 
         m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
         benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)

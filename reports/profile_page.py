@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import bytes_text
+
 from .page import Bullets, Heading, Link, Page, Para, SvgFigure, Table, Text, to_html, to_markdown, to_text
-from .style import bytes_text
 
 TOP_OPS_SHOWN = 25  # rows of top_ops.md (top_ops.csv holds every operator)
 TOP_OPS_INDEX = 10  # rows on the index page
 TOP_FRAMES = 15
-CELL_FRAME = "make_call.<locals>.call"  # harness.profile's call of the cell: frames above it are the loop
+# the cell's call as py-spy names it (harness.cell.timed_call's inner function): frames above it are the loop
+CELL_FRAME = "timed_call.<locals>.call"
 SPEEDSCOPE_URL = "https://www.speedscope.app"
 PERFETTO_URL = "https://ui.perfetto.dev"
 
@@ -75,7 +77,7 @@ def speedscope_summary(path: Path, top: int = TOP_FRAMES, below: str = CELL_FRAM
             total += w  # py-spy weighs every sample by its interval (1 / rate seconds)
             cut = max((i for i, f in enumerate(stack) if key[f][0] == below), default=-1)
             stack = stack[cut + 1 :] if cut >= 0 else stack  # (root ... leaf) below the driver's call
-            for k in {key[i] for i in stack}:  # a recursive function counts once per sample
+            for k in dict.fromkeys(key[i] for i in stack):  # once per sample, in a stable order
                 incl[k] += w
             if stack:
                 self_[key[stack[-1]]] += w
@@ -107,7 +109,7 @@ def _signed_bytes(v: Any) -> str:
         b = float(v)
     except (TypeError, ValueError):
         return str(v)
-    return ("-" if b < 0 else "") + bytes_text(abs(b))
+    return bytes_text(b)  # signed: an operator's self memory is negative when it frees more than it allocates
 
 
 def top_ops_table(rows: list[dict[str, str]], limit: int) -> Table:
@@ -229,7 +231,7 @@ def index_page(out_dir: Path, meta: dict[str, Any]) -> Page:
     spied = speedscope_summary(out_dir / "profile.speedscope.json")
     if spied.functions:
         note = (
-            f"Percent of {spied.n} samples; only the frames below harness.profile's call of the cell count."
+            f"Percent of {spied.n} samples; only the frames below the call of the cell count."
         )
         funcs = tuple(
             (f["function"], f["file"], f"{f['inclusive_pct']:.1f}", f"{f['self_pct']:.1f}")
@@ -301,11 +303,11 @@ def write_pages(out_dir: str | Path) -> tuple[Path, Path]:
     meta = json.loads((out_dir / "profile.json").read_text())
     ops = read_top_ops(out_dir / "top_ops.csv")
     if ops:
-        (out_dir / "top_ops.md").write_text(to_markdown(top_ops_page(meta, ops)))
+        (out_dir / "top_ops.md").write_text(to_markdown(top_ops_page(meta, ops)), encoding="utf-8")
     page = index_page(out_dir, meta)
     md, htm = out_dir / "index.md", out_dir / "index.html"
-    md.write_text(to_markdown(page))
-    htm.write_text(to_html(page, out_dir))
+    md.write_text(to_markdown(page), encoding="utf-8")
+    htm.write_text(to_html(page, out_dir), encoding="utf-8")
     return md, htm
 
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from attnbench import variants
-from attnbench.harness.flops import attention_flops, tflops
 from attnbench.harness.guard import predict_peak_bytes
 from attnbench.harness.memory import peak_cpu
 from attnbench.harness.spec import CellSpec
+from attnbench.results.formulas import attention_flops, tflops
 
 
 def test_naive_peak_is_two_score_tensors_plus_output():

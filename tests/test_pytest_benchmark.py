@@ -12,10 +12,10 @@ from conftest import FAULTS, ROOT, cli_env, run_cli
 
 from attnbench.cli import main
 from attnbench.harness import correctness, timing
-from attnbench.harness.flops import attention_flops
 from attnbench.harness.spec import CellSpec
 from attnbench.results import load, read_meta, read_rows
 from attnbench.results import pytest_benchmark as pb
+from attnbench.results.formulas import attention_flops
 from attnbench.results.store import RunWriter
 
 TINY = ["--attn-seq-len", "64", "--attn-heads", "2", "--attn-d-k", "16"]
