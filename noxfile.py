@@ -67,9 +67,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Lint with ruff; check the import contract (variants -> harness -> results -> reports, CLI on top)."""
+    """ruff lint and format check, and the import contract (variants -> harness -> results -> reports)."""
     session.install("ruff", "pytest")
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
     # the contract reads the source with ast: no torch, no install, no tests/conftest.py (which needs torch)
     contract = ("--noconftest", "-q", "-p", "no:cacheprovider", "tests/test_layering.py")
     session.run("python", "-m", "pytest", *contract)

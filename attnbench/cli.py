@@ -87,11 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.results import RunDirError
     from attnbench.variants import VariantError
 
-    sweep_flags = [
-        f
-        for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "env")
-        if getattr(args, f) is not None
-    ]
+    sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "env") if getattr(args, f) is not None]
     if args.resume and sweep_flags:
         flag = sweep_flags[0].rstrip("_").replace("_", "-")
         raise BadInput(f"--resume takes the sweep and its settings from the run's meta.json; drop --{flag}")

@@ -58,8 +58,17 @@ def main() -> int:
         "command": "python benchmarks/page_faults.py " + " ".join(sys.argv[1:]),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "seq_len": a.seq_len,
-        "machine": {k: fp.get(k) for k in ("cpu_model", "physical_cores", "memory_bytes", "torch",
-                                           "transparent_hugepages", "hostname")},  # fmt: skip
+        "machine": {
+            k: fp.get(k)
+            for k in (
+                "cpu_model",
+                "physical_cores",
+                "memory_bytes",
+                "torch",
+                "transparent_hugepages",
+                "hostname",
+            )
+        },  # fmt: skip
         "settings": [measure(a.seq_len, a.calls, thp) for thp in ("0", "1")],
     }
     text = json.dumps(result, indent=1)

@@ -1,7 +1,7 @@
 """Every registered variant over a small shape grid, timed by pytest-benchmark (see harness/pytest_plugin.py).
 
-    pytest benchmarks/ --benchmark-only [--benchmark-json out.json] [--attn-seq-len 512,2048]
-    attnbench import-benchmark out.json --out runs/from-pytest     # then attnbench report / export
+pytest benchmarks/ --benchmark-only [--benchmark-json out.json] [--attn-seq-len 512,2048]
+attnbench import-benchmark out.json --out runs/from-pytest     # then attnbench report / export
 """
 
 from attnbench.harness.pytest_plugin import measure

@@ -36,8 +36,10 @@ def parse_threshold(spec: str) -> Threshold:
     """'median:5%' -> Threshold, as pytest-benchmark's --benchmark-compare-fail; ValueError if malformed."""
     m = _SPEC.match(spec.strip())
     if not m or m["stat"] not in STATS:
-        raise ValueError(f"bad --fail-above {spec!r}: expected STAT:N% or STAT:MS with STAT one of "
-                         f"{', '.join(STATS)} (e.g. median:5%)")
+        raise ValueError(
+            f"bad --fail-above {spec!r}: expected STAT:N% or STAT:MS with STAT one of "
+            f"{', '.join(STATS)} (e.g. median:5%)"
+        )
     value = float(m["num"])
     relative = bool(m["pct"])
     return Threshold(m["stat"], value / 100 if relative else value, relative, spec.strip())
@@ -106,15 +108,18 @@ def _match_axes(a, b) -> tuple[list[str], str]:
     if da == db:
         return list(CELL_AXES), "cells matched by cell_id (same devices in both runs)"
     if len(da) == 1 and len(db) == 1:
-        return [x for x in CELL_AXES if x != "device"], \
-            f"cells matched on every axis except device ({da[0]} in A, {db[0]} in B)"
+        return [
+            x for x in CELL_AXES if x != "device"
+        ], f"cells matched on every axis except device ({da[0]} in A, {db[0]} in B)"
     common = sorted(set(da) & set(db))
-    return list(CELL_AXES), \
-        f"cells matched by cell_id on the devices both runs used ({', '.join(common) or 'none'})"
+    return list(
+        CELL_AXES
+    ), f"cells matched by cell_id on the devices both runs used ({', '.join(common) or 'none'})"
 
 
-def compare_runs(run_a: str | Path, run_b: str | Path, *, threshold: Threshold | None = None,
-                 alpha: float = DEFAULT_ALPHA):
+def compare_runs(
+    run_a: str | Path, run_b: str | Path, *, threshold: Threshold | None = None, alpha: float = DEFAULT_ALPHA
+):
     """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
     runs share no cell."""
     import numpy as np
@@ -133,8 +138,12 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, threshold: Threshold |
         raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
     records = []
     for _, r in m.iterrows():
-        ok = r["status_a"] == "ok" and r["status_b"] == "ok" and present(r["time_ms_median_a"]) \
+        ok = (
+            r["status_a"] == "ok"
+            and r["status_b"] == "ok"
+            and present(r["time_ms_median_a"])
             and present(r["time_ms_median_b"])
+        )
         sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
         ratio = float(r["time_ms_median_b"]) / float(r["time_ms_median_a"]) if ok else math.nan
         p = mann_whitney(sa, sb) if ok else math.nan
@@ -147,32 +156,55 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, threshold: Threshold |
                 regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
         if threshold is not None and r["status_a"] == "ok" and r["status_b"] in BROKEN:
             regression, why = True, f"status ok -> {r['status_b']}"
-        records.append({
-            **{x: r[x] for x in axes}, "device_a": r["device_a"] if "device_a" in r else r["device"],
-            "device_b": r["device_b"] if "device_b" in r else r["device"],
-            "status_a": r["status_a"], "status_b": r["status_b"],
-            "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
-            "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
-            "n_a": len(sa), "n_b": len(sb), "ratio": ratio, "p_value": p,
-            "significant": bool(significant) if significant is not None else pd.NA,
-            "change": change_text(ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
-            "regression": regression, "why": why,
-        })
+        records.append(
+            {
+                **{x: r[x] for x in axes},
+                "device_a": r["device_a"] if "device_a" in r else r["device"],
+                "device_b": r["device_b"] if "device_b" in r else r["device"],
+                "status_a": r["status_a"],
+                "status_b": r["status_b"],
+                "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
+                "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
+                "n_a": len(sa),
+                "n_b": len(sb),
+                "ratio": ratio,
+                "p_value": p,
+                "significant": bool(significant) if significant is not None else pd.NA,
+                "change": change_text(ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
+                "regression": regression,
+                "why": why,
+            }
+        )
     cells = pd.DataFrame(records)
-    cells = cells.sort_values([x for x in axes if x not in ("variant", "seq_len")] + ["variant", "seq_len"],
-                              kind="stable").reset_index(drop=True)
+    cells = cells.sort_values(
+        [x for x in axes if x not in ("variant", "seq_len")] + ["variant", "seq_len"], kind="stable"
+    ).reset_index(drop=True)
     per = []
     for variant, sub in cells.groupby("variant", sort=True):
         ratios = sub["ratio"].dropna().to_numpy(dtype=float)
         sig = sub["significant"].fillna(False).astype(bool)
-        per.append({"variant": variant, "cells": len(ratios),
-                    "geomean_ratio": float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan,
-                    "slower": int(((sub["ratio"] > 1) & sig).sum()),
-                    "faster": int(((sub["ratio"] < 1) & sig).sum()),
-                    "status_changed": int((sub["status_a"] != sub["status_b"]).sum())})
-    return Comparison(str(run_a), str(run_b), f"{meta_a.get('run_id')} ({results.machine_label(meta_a)})",
-                      f"{meta_b.get('run_id')} ({results.machine_label(meta_b)})", how, axes, cells,
-                      pd.DataFrame(per), threshold, alpha)
+        per.append(
+            {
+                "variant": variant,
+                "cells": len(ratios),
+                "geomean_ratio": float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan,
+                "slower": int(((sub["ratio"] > 1) & sig).sum()),
+                "faster": int(((sub["ratio"] < 1) & sig).sum()),
+                "status_changed": int((sub["status_a"] != sub["status_b"]).sum()),
+            }
+        )
+    return Comparison(
+        str(run_a),
+        str(run_b),
+        f"{meta_a.get('run_id')} ({results.machine_label(meta_a)})",
+        f"{meta_b.get('run_id')} ({results.machine_label(meta_b)})",
+        how,
+        axes,
+        cells,
+        pd.DataFrame(per),
+        threshold,
+        alpha,
+    )
 
 
 def _fmt(v: float, spec: str = ".4g") -> str:
@@ -181,16 +213,38 @@ def _fmt(v: float, spec: str = ".4g") -> str:
 
 def cell_table(cmp: Comparison) -> pg.Table:
     shown = [x for x in varying(cmp.cells, [a for a in cmp.axes if a not in ("variant", "seq_len")])]
-    headers = ("variant", *shown, "seq_len", "A ms", "B ms", "B/A", "p", "change",
-               *(("regression",) if cmp.threshold else ()))
+    headers = (
+        "variant",
+        *shown,
+        "seq_len",
+        "A ms",
+        "B ms",
+        "B/A",
+        "p",
+        "change",
+        *(("regression",) if cmp.threshold else ()),
+    )
     rows = []
     for _, r in cmp.cells.iterrows():
-        rows.append((str(r["variant"]), *[axis_value(a, r[a]) for a in shown], str(r["seq_len"]),
-                     _fmt(r["time_ms_a"]), _fmt(r["time_ms_b"]), _fmt(r["ratio"], ".3f"),
-                     _fmt(r["p_value"], ".2g"), str(r["change"]),
-                     *((("REGRESSION: " + r["why"]) if r["regression"] else "",) if cmp.threshold else ())))
-    return pg.Table(headers, tuple(rows), "B/A: B's median time over A's (>1: B slower); p: Mann-Whitney U, "
-                                          f"two-sided, on the raw samples; significant below {cmp.alpha:g}")
+        rows.append(
+            (
+                str(r["variant"]),
+                *[axis_value(a, r[a]) for a in shown],
+                str(r["seq_len"]),
+                _fmt(r["time_ms_a"]),
+                _fmt(r["time_ms_b"]),
+                _fmt(r["ratio"], ".3f"),
+                _fmt(r["p_value"], ".2g"),
+                str(r["change"]),
+                *((("REGRESSION: " + r["why"]) if r["regression"] else "",) if cmp.threshold else ()),
+            )
+        )
+    return pg.Table(
+        headers,
+        tuple(rows),
+        "B/A: B's median time over A's (>1: B slower); p: Mann-Whitney U, "
+        f"two-sided, on the raw samples; significant below {cmp.alpha:g}",
+    )
 
 
 def variant_table(cmp: Comparison) -> pg.Table:
@@ -198,10 +252,29 @@ def variant_table(cmp: Comparison) -> pg.Table:
     for _, r in cmp.per_variant.iterrows():
         g = r["geomean_ratio"]
         overall = change_text(g, None).replace(" (no samples to test)", "") if math.isfinite(g) else "n/a"
-        rows.append((str(r["variant"]), str(r["cells"]), _fmt(g, ".3f"), overall, str(r["slower"]),
-                     str(r["faster"]), str(r["status_changed"])))
-    return pg.Table(("variant", "cells ok in both", "geomean B/A", "overall", "significantly slower",
-                     "significantly faster", "status changed"), tuple(rows))
+        rows.append(
+            (
+                str(r["variant"]),
+                str(r["cells"]),
+                _fmt(g, ".3f"),
+                overall,
+                str(r["slower"]),
+                str(r["faster"]),
+                str(r["status_changed"]),
+            )
+        )
+    return pg.Table(
+        (
+            "variant",
+            "cells ok in both",
+            "geomean B/A",
+            "overall",
+            "significantly slower",
+            "significantly faster",
+            "status changed",
+        ),
+        tuple(rows),
+    )
 
 
 def verdict(cmp: Comparison) -> str:
@@ -231,14 +304,28 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fig, data = compare_figure(cmp.cells, "Run B vs run A", cmp.label_a, cmp.label_b,
-                               cmp.threshold.value if cmp.threshold and cmp.threshold.relative else None)
-    files = save(fig, data, out, "compare", "Time ratio B/A per cell",
-                 "Filled markers: significant (Mann-Whitney U); hollow: not.")
+    fig, data = compare_figure(
+        cmp.cells,
+        "Run B vs run A",
+        cmp.label_a,
+        cmp.label_b,
+        cmp.threshold.value if cmp.threshold and cmp.threshold.relative else None,
+    )
+    files = save(
+        fig,
+        data,
+        out,
+        "compare",
+        "Time ratio B/A per cell",
+        "Filled markers: significant (Mann-Whitney U); hollow: not.",
+    )
     cmp.per_variant.to_csv(out / "per_variant.csv", index=False)
     page = pg.Page("attnbench compare")
-    page.add(pg.Bullets((f"A: {cmp.label_a} ({cmp.run_a})", f"B: {cmp.label_b} ({cmp.run_b})", cmp.match,
-                         verdict(cmp))))
+    page.add(
+        pg.Bullets(
+            (f"A: {cmp.label_a} ({cmp.run_a})", f"B: {cmp.label_b} ({cmp.run_b})", cmp.match, verdict(cmp))
+        )
+    )
     page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
     page.add(pg.Figure(files))
     page.add(pg.Heading("Per cell"), cell_table(cmp))

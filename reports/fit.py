@@ -65,7 +65,7 @@ def asymptotic_points(seq_lens) -> list[int]:
     """The seq_lens a fit uses: the largest half of the distinct ones, at least MIN_FIT_POINTS (or all)."""
     distinct = sorted({int(n) for n in seq_lens})
     keep = max(math.ceil(len(distinct) / 2), min(MIN_FIT_POINTS, len(distinct)))
-    return distinct[len(distinct) - keep:]
+    return distinct[len(distinct) - keep :]
 
 
 def fit_power_law(seq_lens, values, *, asymptotic: bool = True) -> PowerFit:
@@ -163,21 +163,35 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
             top = ok.sort_values("seq_len").iloc[-1]
             frac = float(top["tflops"]) / peak if pd.notna(top["tflops"]) else math.nan
         statuses = sub["status"].value_counts()
-        records.append({
-            **key,
-            "ok_seq_lens": len(set(n[~pd.isna(n)].astype(int).tolist())),
-            "statuses": ", ".join(f"{c} {s}" for s, c in statuses.items()),
-            "time_exp": tfit.exponent, "time_ci_low": tfit.ci_low, "time_ci_high": tfit.ci_high,
-            "time_r2": tfit.r2, "time_fit": tfit.text(), "time_theory": t_theory,
-            "time_agreement": agreement(tfit, t_theory),
-            "mem_exp": mfit.exponent, "mem_ci_low": mfit.ci_low, "mem_ci_high": mfit.ci_high,
-            "mem_r2": mfit.r2, "mem_fit": mfit.text(), "mem_theory": m_theory, "mem_class": m_class,
-            "mem_agreement": agreement(mfit, m_theory),
-            "fit_seq_lens": " ".join(str(x) for x in tfit.seq_lens),
-            "device_mem_bytes": dev_mem, "n_max_pred": n_max_raw, "n_max_fit": largest_pow2(n_max_raw),
-            "peak_fraction_at_max": frac,
-            "_time_fit": tfit, "_mem_fit": mfit,
-        })
+        records.append(
+            {
+                **key,
+                "ok_seq_lens": len(set(n[~pd.isna(n)].astype(int).tolist())),
+                "statuses": ", ".join(f"{c} {s}" for s, c in statuses.items()),
+                "time_exp": tfit.exponent,
+                "time_ci_low": tfit.ci_low,
+                "time_ci_high": tfit.ci_high,
+                "time_r2": tfit.r2,
+                "time_fit": tfit.text(),
+                "time_theory": t_theory,
+                "time_agreement": agreement(tfit, t_theory),
+                "mem_exp": mfit.exponent,
+                "mem_ci_low": mfit.ci_low,
+                "mem_ci_high": mfit.ci_high,
+                "mem_r2": mfit.r2,
+                "mem_fit": mfit.text(),
+                "mem_theory": m_theory,
+                "mem_class": m_class,
+                "mem_agreement": agreement(mfit, m_theory),
+                "fit_seq_lens": " ".join(str(x) for x in tfit.seq_lens),
+                "device_mem_bytes": dev_mem,
+                "n_max_pred": n_max_raw,
+                "n_max_fit": largest_pow2(n_max_raw),
+                "peak_fraction_at_max": frac,
+                "_time_fit": tfit,
+                "_mem_fit": mfit,
+            }
+        )
     return pd.DataFrame(records)
 
 

@@ -224,10 +224,13 @@ def _data_uri(path: Path) -> str:
 def to_html(page: Page, base_dir: Path) -> str:
     """One HTML file, all text escaped: CSS inline, figures embedded as base64 PNG (self-contained), SVG
     figures and links pointing at the files beside it."""
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{_esc(page.title)}</title><style>{CSS}</style></head><body>",
-           f"<h1>{_esc(page.title)}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_esc(page.title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{_esc(page.title)}</h1>",
+    ]
     for b in page.blocks:
         if isinstance(b, Heading):
             lvl = max(2, min(b.level, 6))
@@ -237,17 +240,22 @@ def to_html(page: Page, base_dir: Path) -> str:
         elif isinstance(b, Bullets):
             out.append("<ul>" + "".join(f"<li>{html_text(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
-            cap = f"<caption class=\"caption\">{_esc(b.caption)}</caption>" if b.caption else ""
+            cap = f'<caption class="caption">{_esc(b.caption)}</caption>' if b.caption else ""
             head = "".join(f"<th>{_esc(h)}</th>" for h in b.headers)
-            body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>"
-                           for row in b.rows)
-            out.append(f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
-                       "</table></div>")
+            body = "".join(
+                "<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>" for row in b.rows
+            )
+            out.append(
+                f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+                "</table></div>"
+            )
         elif isinstance(b, Figure):
             f = b.files
             cap = _esc(f"{f.caption} " if f.caption else "") + _esc(f"(data: {f.csv})")
-            out.append(f'<figure><img src="{_data_uri(base_dir / f.png)}" alt="{_esc(f.title)}">'
-                       f"<figcaption>{cap}</figcaption></figure>")
+            out.append(
+                f'<figure><img src="{_data_uri(base_dir / f.png)}" alt="{_esc(f.title)}">'
+                f"<figcaption>{cap}</figcaption></figure>"
+            )
         elif isinstance(b, SvgFigure):
             src = _file(b.file)
             cap = f"<figcaption>{html_text(b.caption)}</figcaption>" if b.caption else ""
@@ -255,8 +263,10 @@ def to_html(page: Page, base_dir: Path) -> str:
                 out.append(f"<figure><p>{_esc(b.title)}</p>{cap}</figure>")
                 continue
             # the <img> inside is the fallback where <object> is blocked; it shows the picture, not the script
-            out.append(f'<figure><object data="{_esc(src)}" type="image/svg+xml">'
-                       f'<img src="{_esc(src)}" alt="{_esc(b.title)}"></object>{cap}</figure>')
+            out.append(
+                f'<figure><object data="{_esc(src)}" type="image/svg+xml">'
+                f'<img src="{_esc(src)}" alt="{_esc(b.title)}"></object>{cap}</figure>'
+            )
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -266,6 +276,7 @@ def to_html(page: Page, base_dir: Path) -> str:
 
 def to_text(table: Table, max_width: int = 48) -> str:
     """A table as aligned columns for a terminal; long cells are cut with '…'."""
+
     def cut(s: Text) -> str:
         s = " ".join(plain(s).split())
         return s if len(s) <= max_width else s[: max_width - 1] + "…"

@@ -27,8 +27,20 @@ from .style import (
 from .tables import ok_rows, panels, present
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
-KEYS = ["run_id", "device", "dtype", "pass", "causal", "d_k", "d_v", "batch", "heads", "padding", "variant",
-        "seq_len"]  # the identity columns every figure's CSV starts with
+KEYS = [
+    "run_id",
+    "device",
+    "dtype",
+    "pass",
+    "causal",
+    "d_k",
+    "d_v",
+    "batch",
+    "heads",
+    "padding",
+    "variant",
+    "seq_len",
+]  # the identity columns every figure's CSV starts with
 
 
 def _floats(series) -> list[float]:
@@ -41,8 +53,9 @@ def _exponent_label(variant: str, fit: PowerFit | None) -> str:
     return f"{variant}  N^{fit.exponent:.2f}"
 
 
-def _variant_lines(ax, rows, column: str, fits: Fits, which: int,
-                   band: tuple[str, str] | None = None) -> list[float]:
+def _variant_lines(
+    ax, rows, column: str, fits: Fits, which: int, band: tuple[str, str] | None = None
+) -> list[float]:
     """One line per ok variant of a panel, with an optional p25-p75 band; returns the y values plotted."""
     ys: list[float] = []
     ok = ok_rows(rows).dropna(subset=[column])
@@ -51,8 +64,15 @@ def _variant_lines(ax, rows, column: str, fits: Fits, which: int,
         n, y = _floats(v["seq_len"]), _floats(v[column])
         fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
         color = variant_color(variant)
-        ax.plot(n, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color,
-                label=_exponent_label(variant, fit))
+        ax.plot(
+            n,
+            y,
+            marker=variant_marker(variant),
+            ms=4,
+            lw=1.6,
+            color=color,
+            label=_exponent_label(variant, fit),
+        )
         if band is not None:
             lo, hi = _floats(v[band[0]]), _floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
@@ -69,8 +89,15 @@ def _guides(ax, seq_lens: list[int], ys: list[float]) -> None:
     for power, text in ((1, "∝N"), (2, "∝N²")):
         y1 = y0 * (n1 / n0) ** power
         ax.plot([n0, n1], [y0, y1], ls="--", lw=1, color="#555555", alpha=0.7, zorder=0)
-        ax.annotate(text, (n1, y1), xytext=(3, 0), textcoords="offset points", fontsize=9, color="#555555",
-                    va="center")
+        ax.annotate(
+            text,
+            (n1, y1),
+            xytext=(3, 0),
+            textcoords="offset points",
+            fontsize=9,
+            color="#555555",
+            va="center",
+        )
 
 
 def time_figure(group, fits: Fits, title: str):
@@ -91,8 +118,9 @@ def time_figure(group, fits: Fits, title: str):
             ax.set_title(ptitle)
             legend_below(ax)
         fig.suptitle(title)
-    data = ok_rows(group)[KEYS + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy",
-                                  "n_samples"]]
+    data = ok_rows(group)[
+        KEYS + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples"]
+    ]
     return fig, data
 
 
@@ -112,9 +140,15 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
                 empty_panel(ax, "no ok cells")
             if device_mem:
                 ax.axhline(device_mem, color="black", lw=1.2)
-                ax.annotate(f"device memory {bytes_text(device_mem)}", (0.01, device_mem),
-                            xycoords=("axes fraction", "data"), xytext=(0, -4), textcoords="offset points",
-                            va="top", fontsize=9)
+                ax.annotate(
+                    f"device memory {bytes_text(device_mem)}",
+                    (0.01, device_mem),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(0, -4),
+                    textcoords="offset points",
+                    va="top",
+                    fontsize=9,
+                )
             seq_axis(ax, seq_lens)
             ax.set_ylabel("peak memory (bytes, log₂ axis)")
             ax.set_title(ptitle)
@@ -134,15 +168,23 @@ def throughput_figure(group, title: str, peak: float | None):
             ok = ok_rows(rows).dropna(subset=["tflops"])
             for variant in variant_order(ok["variant"].unique()):
                 v = ok[ok["variant"] == variant].sort_values("seq_len")
-                ax.plot(_floats(v["seq_len"]), _floats(v["tflops"]), marker=variant_marker(variant), ms=4,
-                        color=variant_color(variant), label=variant)
+                ax.plot(
+                    _floats(v["seq_len"]),
+                    _floats(v["tflops"]),
+                    marker=variant_marker(variant),
+                    ms=4,
+                    color=variant_color(variant),
+                    label=variant,
+                )
             if ok.empty:
                 empty_panel(ax, "no ok cells")
             if peak:
-                ax.axhline(peak, color="black", lw=1.2, ls="--",
-                           label=f"calibrated matmul peak {peak:.3g} TFLOP/s")
-                sec = ax.secondary_yaxis("right", functions=(lambda t, p=peak: t / p * 100,
-                                                             lambda pct, p=peak: pct * p / 100))
+                ax.axhline(
+                    peak, color="black", lw=1.2, ls="--", label=f"calibrated matmul peak {peak:.3g} TFLOP/s"
+                )
+                sec = ax.secondary_yaxis(
+                    "right", functions=(lambda t, p=peak: t / p * 100, lambda pct, p=peak: pct * p / 100)
+                )
                 sec.set_ylabel("% of calibrated peak")
             ax.set_ylim(bottom=0)
             seq_axis(ax, seq_lens)
@@ -201,11 +243,25 @@ def speedup_figure(group, title: str, baseline: str):
                     if math.isfinite(grid[i, j]):
                         s = 2 ** grid[i, j]
                         unit = "×" if len(seq_lens) <= 6 else ""  # narrow cells: the colour bar has the unit
-                        ax.text(j, i, f"{s:.2g}{unit}", ha="center", va="center", fontsize=_cell_font(group),
-                                color="white" if abs(grid[i, j]) > lim * 0.6 else "black")
+                        ax.text(
+                            j,
+                            i,
+                            f"{s:.2g}{unit}",
+                            ha="center",
+                            va="center",
+                            fontsize=_cell_font(group),
+                            color="white" if abs(grid[i, j]) > lim * 0.6 else "black",
+                        )
                     else:
-                        ax.text(j, i, stat.get((v, n), "–") if stat.get((v, n)) != "ok" else "no base",
-                                ha="center", va="center", fontsize=_cell_font(group) - 1, color="#777777")
+                        ax.text(
+                            j,
+                            i,
+                            stat.get((v, n), "–") if stat.get((v, n)) != "ok" else "no base",
+                            ha="center",
+                            va="center",
+                            fontsize=_cell_font(group) - 1,
+                            color="#777777",
+                        )
             ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
             ax.set_yticks(range(len(names)), names)
             ax.set_xlabel("sequence length N (tokens, log₂ steps)")
@@ -214,7 +270,7 @@ def speedup_figure(group, title: str, baseline: str):
         if image is not None:
             ticks = [t for t in range(-int(lim), int(lim) + 1)]
             cb = fig.colorbar(image, ax=axes, shrink=0.8, ticks=ticks)
-            cb.ax.set_yticklabels([f"{2.0 ** t:g}×" for t in ticks])
+            cb.ax.set_yticklabels([f"{2.0**t:g}×" for t in ticks])
             cb.set_label(f"speed-up over {baseline} (log scale)")
         fig.suptitle(title)
     data = pd.DataFrame(sp)
@@ -223,8 +279,11 @@ def speedup_figure(group, title: str, baseline: str):
 
 def statuses_of(rows) -> dict[tuple[str, int], str]:
     """(variant, seq_len) -> status within one panel."""
-    return {(str(r["variant"]), int(r["seq_len"])): str(r["status"]) for _, r in rows.iterrows()
-            if present(r["seq_len"])}
+    return {
+        (str(r["variant"]), int(r["seq_len"])): str(r["status"])
+        for _, r in rows.iterrows()
+        if present(r["seq_len"])
+    }
 
 
 def status_figure(group, title: str):
@@ -251,16 +310,23 @@ def status_figure(group, title: str):
             for (v, n), s in stat.items():
                 if v in names and n in seq_lens and s != "ok":  # green needs no word; the exceptions do
                     dark = s in ("wrong", "oom", "crashed")
-                    ax.text(seq_lens.index(n), names.index(v), s[:11], ha="center", va="center",
-                            fontsize=_cell_font(group) - 1,
-                            color="white" if dark else "black")
+                    ax.text(
+                        seq_lens.index(n),
+                        names.index(v),
+                        s[:11],
+                        ha="center",
+                        va="center",
+                        fontsize=_cell_font(group) - 1,
+                        color="white" if dark else "black",
+                    )
             ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
             ax.set_yticks(range(len(names)), names)
             ax.set_xlabel("sequence length N (tokens, log₂ steps)")
             ax.set_title(ptitle)
             ax.grid(False)
-        handles = [Patch(facecolor=STATUS_COLORS[s], edgecolor="#999999", label=s)
-                   for s in known if s in seen]
+        handles = [
+            Patch(facecolor=STATUS_COLORS[s], edgecolor="#999999", label=s) for s in known if s in seen
+        ]
         if handles:
             fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 8), frameon=False)
         fig.suptitle(title)
@@ -293,20 +359,31 @@ def numerics_figure(probe: list[dict[str, Any]], title: str):
                 v = sub[sub["variant"].astype(str) == variant].sort_values("q_scale")
                 jitter = 2 ** (0.06 * (i - (len(names) - 1) / 2))  # so equal errors do not hide each other
                 x = [float(s) * jitter for s in v["q_scale"]]
-                y = [e if math.isfinite(e) and e > 0 else (bad_y if not math.isfinite(e) else 1e-12)
-                     for e in v["rel_err"]]
-                ax.plot(x, y, marker=variant_marker(variant), ms=5, color=variant_color(variant),
-                        label=variant)
+                y = [
+                    e if math.isfinite(e) and e > 0 else (bad_y if not math.isfinite(e) else 1e-12)
+                    for e in v["rel_err"]
+                ]
+                ax.plot(
+                    x, y, marker=variant_marker(variant), ms=5, color=variant_color(variant), label=variant
+                )
             if len(sub):
                 log_axis(ax)
                 log_axis(ax, "x")
                 ax.axhspan(bad_y / 3, bad_y * 3, color="#f4cccc", alpha=0.6, zorder=0)
-                ax.annotate("non-finite (inf / NaN)", (0.01, bad_y * 3), xycoords=("axes fraction", "data"),
-                            xytext=(0, -3), textcoords="offset points", va="top", fontsize=8)
+                ax.annotate(
+                    "non-finite (inf / NaN)",
+                    (0.01, bad_y * 3),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(0, -3),
+                    textcoords="offset points",
+                    va="top",
+                    fontsize=8,
+                )
                 tol = pd.to_numeric(sub["tolerance"], errors="coerce").dropna()
                 if len(tol):
-                    ax.axhline(float(tol.max()), color="black", ls="--", lw=1,
-                               label=f"tolerance {tol.max():g}")
+                    ax.axhline(
+                        float(tol.max()), color="black", ls="--", lw=1, label=f"tolerance {tol.max():g}"
+                    )
                 scales = sorted({float(s) for s in sub["q_scale"]})
                 ax.set_xticks(scales, [f"×{number_text(s)}" for s in scales])
                 ax.set_xlim(min(scales) / 2, max(scales) * 2)
@@ -335,8 +412,16 @@ def weights_figure(example: dict[str, Any], title: str):
         image = ax.imshow(masked, cmap=cmap, vmin=0, vmax=max(float(w.max()), 1e-9), interpolation="nearest")
         if isinstance(valid, (int, float)) and 0 < valid < n_k:
             ax.axvline(valid - 0.5, color="#d62728", lw=1.5, ls="--")
-            ax.text((valid - 0.5 + n_k - 0.5) / 2, n_q / 2, f"keys ≥ {int(valid)}: padding", rotation=90,
-                    ha="center", va="center", color="#d62728", fontsize=10)
+            ax.text(
+                (valid - 0.5 + n_k - 0.5) / 2,
+                n_q / 2,
+                f"keys ≥ {int(valid)}: padding",
+                rotation=90,
+                ha="center",
+                va="center",
+                color="#d62728",
+                fontsize=10,
+            )
         ax.set_xlabel("key position")
         ax.set_ylabel("query position")
         ax.grid(False)
@@ -372,12 +457,19 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
                 n, r = _floats(v["seq_len"]), _floats(v["ratio"])
                 ax.plot(n, r, color=color, lw=1.4, label=variant)
                 for x, y, sig in zip(n, r, v["significant"], strict=True):
-                    ax.plot([x], [y], marker=variant_marker(variant), ms=6, color=color,
-                            mfc=color if bool(sig) else "white")
+                    ax.plot(
+                        [x],
+                        [y],
+                        marker=variant_marker(variant),
+                        ms=6,
+                        color=color,
+                        mfc=color if bool(sig) else "white",
+                    )
             ax.axhline(1.0, color="black", lw=1)
             if threshold is not None:
-                ax.axhline(1 + threshold, color="#d62728", ls="--", lw=1,
-                           label=f"fail above {1 + threshold:g}×")
+                ax.axhline(
+                    1 + threshold, color="#d62728", ls="--", lw=1, label=f"fail above {1 + threshold:g}×"
+                )
             if ok.empty:
                 empty_panel(ax, "no cells ok in both runs")
             else:
@@ -388,6 +480,7 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             title_p = label(dict(zip(axes_vary, values, strict=True))) if axes_vary else "all matched cells"
             ax.set_title(title_p)
             legend_below(ax, ncol=3)
-        fig.suptitle(f"{title}\nA = {label_a}\nB = {label_b}\n"
-                     "filled marker: significant difference, hollow: not")
+        fig.suptitle(
+            f"{title}\nA = {label_a}\nB = {label_b}\nfilled marker: significant difference, hollow: not"
+        )
     return fig, table

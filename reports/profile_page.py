@@ -230,9 +230,7 @@ def index_page(out_dir: Path, meta: dict[str, Any]) -> Page:
         b += [Heading("Flame graph (py-spy)"), SvgFigure("flame.svg", "flame graph", caption)]
     spied = speedscope_summary(out_dir / "profile.speedscope.json")
     if spied.functions:
-        note = (
-            f"Percent of {spied.n} samples; only the frames below the call of the cell count."
-        )
+        note = f"Percent of {spied.n} samples; only the frames below the call of the cell count."
         funcs = tuple(
             (f["function"], f["file"], f"{f['inclusive_pct']:.1f}", f"{f['self_pct']:.1f}")
             for f in spied.functions

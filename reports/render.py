@@ -73,8 +73,9 @@ def resolve_baseline(df, requested: str | None) -> str | None:
     names = sorted({str(v) for v in df["variant"].dropna().unique()})
     if requested is not None:
         if requested not in names:
-            raise ValueError(f"unknown baseline variant {requested!r}; "
-                             f"variants in these runs: {', '.join(names)}")
+            raise ValueError(
+                f"unknown baseline variant {requested!r}; variants in these runs: {', '.join(names)}"
+            )
         return requested
     return DEFAULT_BASELINE if DEFAULT_BASELINE in names else None
 
@@ -84,8 +85,19 @@ def summary_table(scaling) -> pg.Table:
     if scaling is None or scaling.empty:
         return pg.Table(("variant",), (), "no cells")
     shown = varying(scaling, COMBO_AXES)
-    headers = ("variant", *shown, "time exponent [95% CI]", "R²", "theory",
-               "memory exponent [95% CI]", "R²", "theory", "vs theory", "largest N that fits", "% of peak")
+    headers = (
+        "variant",
+        *shown,
+        "time exponent [95% CI]",
+        "R²",
+        "theory",
+        "memory exponent [95% CI]",
+        "R²",
+        "theory",
+        "vs theory",
+        "largest N that fits",
+        "% of peak",
+    )
     rows = []
     for _, r in scaling.iterrows():
         verdict = []
@@ -100,11 +112,21 @@ def summary_table(scaling) -> pg.Table:
         time_fit, mem_fit = str(r["time_fit"]), str(r["mem_fit"])
         if not r["ok_seq_lens"]:
             time_fit = mem_fit = f"n/a: {r['statuses']}"
-        rows.append((str(r["variant"]), *[axis_value(a, r[a]) for a in shown], time_fit,
-                     _num(r["time_r2"], ".3f"),
-                     _theory_text(r["time_theory"]), mem_fit, _num(r["mem_r2"], ".3f"), mem_th,
-                     "; ".join(verdict) or "–", _seq_count(r["n_max_fit"]),
-                     f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a"))
+        rows.append(
+            (
+                str(r["variant"]),
+                *[axis_value(a, r[a]) for a in shown],
+                time_fit,
+                _num(r["time_r2"], ".3f"),
+                _theory_text(r["time_theory"]),
+                mem_fit,
+                _num(r["mem_r2"], ".3f"),
+                mem_th,
+                "; ".join(verdict) or "–",
+                _seq_count(r["n_max_fit"]),
+                f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a",
+            )
+        )
     return pg.Table(headers, tuple(rows))
 
 
@@ -163,11 +185,14 @@ def _failures_table(df) -> pg.Table:
     for (run_id, variant, status), sub in bad.groupby(["run_id", "variant", "status"], dropna=False):
         seqs = sorted({int(n) for n in sub["seq_len"].dropna()})
         msg = next((str(m) for m in sub["message"] if present(m) and str(m)), "")
-        rows.append((str(run_id), str(variant), str(status), str(len(sub)), " ".join(map(str, seqs)),
-                     msg[:300]))
-    return pg.Table(("run", "variant", "status", "cells", "seq_lens", "message (first)"),
-                    tuple(rows[:MAX_FAILURE_ROWS]),
-                    f"first {MAX_FAILURE_ROWS} of {len(rows)} groups" if len(rows) > MAX_FAILURE_ROWS else "")
+        rows.append(
+            (str(run_id), str(variant), str(status), str(len(sub)), " ".join(map(str, seqs)), msg[:300])
+        )
+    return pg.Table(
+        ("run", "variant", "status", "cells", "seq_lens", "message (first)"),
+        tuple(rows[:MAX_FAILURE_ROWS]),
+        f"first {MAX_FAILURE_ROWS} of {len(rows)} groups" if len(rows) > MAX_FAILURE_ROWS else "",
+    )
 
 
 def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
@@ -175,9 +200,17 @@ def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
     for rec in probe:
         err = rec.get("rel_err")
         err_t = f"{err:.2e}" if isinstance(err, (int, float)) else ("n/a" if err is None else str(err))
-        rows.append((str(rec.get("variant", "")), str(rec.get("device", "")), str(rec.get("dtype", "")),
-                     f"×{rec.get('q_scale', ''):g}" if isinstance(rec.get("q_scale"), (int, float)) else "",
-                     str(rec.get("status", "")), err_t, str(rec.get("message", ""))[:200]))
+        rows.append(
+            (
+                str(rec.get("variant", "")),
+                str(rec.get("device", "")),
+                str(rec.get("dtype", "")),
+                f"×{rec.get('q_scale', ''):g}" if isinstance(rec.get("q_scale"), (int, float)) else "",
+                str(rec.get("status", "")),
+                err_t,
+                str(rec.get("message", ""))[:200],
+            )
+        )
     return pg.Table(("variant", "device", "dtype", "q scale", "status", "rel_err", "message"), tuple(rows))
 
 
@@ -238,15 +271,20 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
         page.add(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
-    page.add(pg.Para(fitmod.FIT_RULE), pg.Para(
-        "Theory: time grows as N² for every exact variant; peak memory as N² for variants that materialise "
-        "the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones (chunked, flash, "
-        "efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the CI), above, below, or "
-        "uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the memory fit to the device's "
-        "memory (power of two); far beyond the measured seq_lens it is only indicative. '% of peak' is "
-        "achieved TFLOP/s at the largest ok seq_len over the run's calibrated matmul TFLOP/s (its fastest "
-        "square matmul call); above 100% the kernel beat that matmul or the calibration ran at a noisy "
-        "moment."), summary)
+    page.add(
+        pg.Para(fitmod.FIT_RULE),
+        pg.Para(
+            "Theory: time grows as N² for every exact variant; peak memory as N² for variants that "
+            "materialise the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones "
+            "(chunked, flash, efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the "
+            "CI), above, below, or uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the"
+            " memory fit to the device's memory (power of two); far beyond the measured seq_lens it is "
+            "only indicative. '% of peak' is achieved TFLOP/s at the largest ok seq_len over the run's "
+            "calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat that "
+            "matmul or the calibration ran at a noisy moment."
+        ),
+        summary,
+    )
 
     for gkey, group in groups(df):
         meta = metas.get(str(gkey["run_id"]), {})
@@ -260,20 +298,42 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         dev_mem = device_memory(meta, device)
         peak = calibrated_peak(meta, device, dtype)
         figs = [
-            ("time", "Time vs seq_len", plots.time_figure(group, fits, f"Time per call · {head}"),
-             "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points."),
-            ("memory", "Peak memory vs seq_len",
-             plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
-             "Peak memory of one call; legend: fitted exponent; line: the device's memory."),
-            ("throughput", "Achieved TFLOP/s", plots.throughput_figure(group, f"Throughput · {head}", peak),
-             "FLOPs by the FLOP convention of the harness over median time; dashed: calibrated matmul peak."),
+            (
+                "time",
+                "Time vs seq_len",
+                plots.time_figure(group, fits, f"Time per call · {head}"),
+                "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points.",
+            ),
+            (
+                "memory",
+                "Peak memory vs seq_len",
+                plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
+                "Peak memory of one call; legend: fitted exponent; line: the device's memory.",
+            ),
+            (
+                "throughput",
+                "Achieved TFLOP/s",
+                plots.throughput_figure(group, f"Throughput · {head}", peak),
+                "FLOPs by the harness's FLOP convention over median time; dashed: calibrated matmul peak.",
+            ),
         ]
         if base is not None and (ok_rows(group)["variant"] == base).any() and group["variant"].nunique() > 1:
-            figs.append(("speedup", f"Speed-up over {base}", plots.speedup_figure(
-                group, f"Speed-up over {base} · {head}", base),
-                f"{base} median time / variant median time; grey text: why a cell has no ratio."))
-        figs.append(("status", "Cell status", plots.status_figure(group, f"Cell status · {head}"),
-                     "Only ok cells enter fits, rankings and speed-ups."))
+            figs.append(
+                (
+                    "speedup",
+                    f"Speed-up over {base}",
+                    plots.speedup_figure(group, f"Speed-up over {base} · {head}", base),
+                    f"{base} median time / variant median time; grey text: why a cell has no ratio.",
+                )
+            )
+        figs.append(
+            (
+                "status",
+                "Cell status",
+                plots.status_figure(group, f"Cell status · {head}"),
+                "Only ok cells enter fits, rankings and speed-ups.",
+            )
+        )
         for kind, ftitle, (fig, data), caption in figs:
             files = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
             report.figures.append(files)
@@ -285,8 +345,14 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         stem_r = slug(rid) if len(metas) > 1 else "run"
         if probe:
             fig, data = plots.numerics_figure(probe, f"Error against float64 · {rid}")
-            files = save(fig, data, out, f"numerics-{stem_r}", "Numerics probe",
-                         "Large-logit probe: q scaled by 1, 10, 100; the unstable softmax overflows first.")
+            files = save(
+                fig,
+                data,
+                out,
+                f"numerics-{stem_r}",
+                "Numerics probe",
+                "Large-logit probe: q scaled by 1, 10, 100; the unstable softmax overflows first.",
+            )
             report.figures.append(files)
             page.add(pg.Figure(files))
             bad = [r for r in probe if r.get("status") != "ok"]
@@ -297,8 +363,14 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         example = num.get("example_weights")
         if example and example.get("weights"):
             fig, data = plots.weights_figure(example, f"Attention weights (naive, one head) · {rid}")
-            files = save(fig, data, out, f"weights-{stem_r}", "Attention weights, causal and padding masks",
-                         "Sanity view: zero above the diagonal (causal) and right of the padding line.")
+            files = save(
+                fig,
+                data,
+                out,
+                f"weights-{stem_r}",
+                "Attention weights, causal and padding masks",
+                "Sanity view: zero above the diagonal (causal) and right of the padding line.",
+            )
             report.figures.append(files)
             page.add(pg.Figure(files))
 
@@ -310,4 +382,3 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
     report.html.write_text(pg.to_html(page, out), encoding="utf-8")
     return report
-

@@ -18,17 +18,40 @@ DPI = 110
 
 # One colour (and marker) per variant in every plot of every report, so a reader learns them once.
 VARIANT_COLORS = {
-    "naive": "#d62728", "stable_softmax": "#ff7f0e", "unstable_softmax": "#8c564b", "chunked": "#2ca02c",
-    "sdpa": "#1f77b4", "sdpa_math": "#9467bd", "sdpa_flash": "#17becf", "sdpa_efficient": "#bcbd22",
-    "sdpa_cudnn": "#e377c2", "xformers": "#7f7f7f",
+    "naive": "#d62728",
+    "stable_softmax": "#ff7f0e",
+    "unstable_softmax": "#8c564b",
+    "chunked": "#2ca02c",
+    "sdpa": "#1f77b4",
+    "sdpa_math": "#9467bd",
+    "sdpa_flash": "#17becf",
+    "sdpa_efficient": "#bcbd22",
+    "sdpa_cudnn": "#e377c2",
+    "xformers": "#7f7f7f",
 }
-EXTRA_COLORS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
-                "#756bb1", "#636363")
+EXTRA_COLORS = (
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+    "#e6550d",
+    "#31a354",
+    "#756bb1",
+    "#636363",
+)
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
 STATUS_COLORS = {
-    "ok": "#4daf4a", "wrong": "#e41a1c", "oom": "#984ea3", "error": "#ff7f00", "crashed": "#a65628",
-    "timeout": "#f781bf", "unsupported": "#d9d9d9", "skipped": "#f0f0f0",
+    "ok": "#4daf4a",
+    "wrong": "#e41a1c",
+    "oom": "#984ea3",
+    "error": "#ff7f00",
+    "crashed": "#a65628",
+    "timeout": "#f781bf",
+    "unsupported": "#d9d9d9",
+    "skipped": "#f0f0f0",
 }
 
 
@@ -119,8 +142,27 @@ def bytes_axis(ax, lo: float, hi: float) -> None:
     ax.set_ylim(2.0 ** (math.log2(max(lo, 1)) - 0.5), 2.0 ** (math.log2(max(hi, 2)) + 0.5))
 
 
-RATIO_TICKS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 2 / 3, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0,
-               8.0, 16.0, 32.0, 64.0)
+RATIO_TICKS = (
+    1 / 64,
+    1 / 32,
+    1 / 16,
+    1 / 8,
+    1 / 4,
+    1 / 2,
+    2 / 3,
+    0.8,
+    0.9,
+    1.0,
+    1.1,
+    1.25,
+    1.5,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+)
 
 
 def ratio_axis(ax, lo: float, hi: float) -> None:
@@ -152,8 +194,16 @@ def mpl_style() -> Iterator[None]:
     in one must print as '$', not start a formula (and not crash the renderer)."""
     import matplotlib
 
-    rc = {"text.parse_math": False, "font.size": 10, "axes.titlesize": 11, "legend.fontsize": 9,
-          "axes.grid": True, "grid.alpha": 0.3, "svg.hashsalt": "attnbench", "figure.dpi": DPI}
+    rc = {
+        "text.parse_math": False,
+        "font.size": 10,
+        "axes.titlesize": 11,
+        "legend.fontsize": 9,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "svg.hashsalt": "attnbench",
+        "figure.dpi": DPI,
+    }
     with matplotlib.rc_context(rc):
         yield
 
@@ -181,8 +231,15 @@ def legend_below(ax, ncol: int = 2) -> None:
     if handles:
         # anchored a fixed distance below the axes (room for tick labels and the x label), whatever its height
         below = offset_copy(ax.transAxes, fig=ax.figure, y=-40, units="points")
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
-                  ncol=ncol, frameon=False)
+        ax.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            bbox_transform=below,
+            ncol=ncol,
+            frameon=False,
+        )
 
 
 def empty_panel(ax, text: str) -> None:

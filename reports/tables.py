@@ -129,8 +129,13 @@ def best_variant(df):
     for key, sub in grouped(ok, list(COMBO_AXES) + ["seq_len"]):
         ranked = sub.sort_values("time_ms_median")
         first = ranked.iloc[0]
-        rec = {**key, "best": first["variant"], "time_ms": float(first["time_ms_median"]), "runner_up": "",
-               "lead": math.nan}
+        rec = {
+            **key,
+            "best": first["variant"],
+            "time_ms": float(first["time_ms_median"]),
+            "runner_up": "",
+            "lead": math.nan,
+        }
         if len(ranked) > 1:
             second = ranked.iloc[1]
             rec["runner_up"] = second["variant"]

@@ -22,9 +22,8 @@ def cell_id(
 ) -> str:  # fmt: skip
     """A cell's identity, for resume, merge and compare: variant|device|dtype|b|h|n|dk|dv|mask|pad|pass."""
     mask = "causal" if causal else "full"
-    return (
-        f"{variant}|{device}|{dtype}|b{batch}|h{heads}|n{seq_len}|dk{d_k}|dv{d_v}|{mask}|pad{padding:g}|{pass_}"
-    )
+    shape = f"b{batch}|h{heads}|n{seq_len}|dk{d_k}|dv{d_v}"
+    return f"{variant}|{device}|{dtype}|{shape}|{mask}|pad{padding:g}|{pass_}"
 
 
 # ---- timing statistics ----------------------------------------------------------------------------

@@ -15,8 +15,15 @@ from attnbench.results.formulas import attention_flops, cell_id, summarize, tflo
 GIB = 2**30
 # The memory class a synthetic run records for each variant, as a real run records the registry's
 # capabilities in meta.json; a variant not listed here has no recorded theory (like an unknown plug-in).
-MEMORY_CLASS = {"naive": "quadratic", "stable_softmax": "quadratic", "sdpa_math": "quadratic",
-                "chunked": "linear", "sdpa": "linear", "sdpa_flash": "linear", "sdpa_efficient": "linear"}
+MEMORY_CLASS = {
+    "naive": "quadratic",
+    "stable_softmax": "quadratic",
+    "sdpa_math": "quadratic",
+    "chunked": "linear",
+    "sdpa": "linear",
+    "sdpa_flash": "linear",
+    "sdpa_efficient": "linear",
+}
 
 
 def samples(median_ms: float, n: int = 30, spread: float = 0.02, seed: int = 0) -> list[float]:
@@ -25,34 +32,66 @@ def samples(median_ms: float, n: int = 30, spread: float = 0.02, seed: int = 0) 
     return [median_ms * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
 
 
-def cell(variant: str, seq_len: int, *, device: str = "cpu", dtype: str = "float32", batch: int = 1,
-         heads: int = 8, d_k: int = 64, d_v: int | None = None, causal: bool = False, padding: float = 0.0,
-         pass_: str = "fwd", status: str = "ok", time_ms: float | None = None,
-         sample_ms: list[float] | None = None, peak_mem_bytes: int | None = None, message: str = "",
-         **extra: Any) -> dict[str, Any]:
+def cell(
+    variant: str,
+    seq_len: int,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    batch: int = 1,
+    heads: int = 8,
+    d_k: int = 64,
+    d_v: int | None = None,
+    causal: bool = False,
+    padding: float = 0.0,
+    pass_: str = "fwd",
+    status: str = "ok",
+    time_ms: float | None = None,
+    sample_ms: list[float] | None = None,
+    peak_mem_bytes: int | None = None,
+    message: str = "",
+    **extra: Any,
+) -> dict[str, Any]:
     """One results row. With time_ms (or sample_ms) and status ok it is a measured cell with its samples."""
     d_v = d_k if d_v is None else d_v
     row: dict[str, Any] = {
-        "variant": variant, "device": device, "dtype": dtype, "batch": batch, "heads": heads,
-        "seq_len": seq_len, "d_k": d_k, "d_v": d_v, "causal": causal, "padding": padding, "pass": pass_,
+        "variant": variant,
+        "device": device,
+        "dtype": dtype,
+        "batch": batch,
+        "heads": heads,
+        "seq_len": seq_len,
+        "d_k": d_k,
+        "d_v": d_v,
+        "causal": causal,
+        "padding": padding,
+        "pass": pass_,
         "cell_id": cell_id(variant, device, dtype, batch, heads, seq_len, d_k, d_v, causal, padding, pass_),
-        "status": status, "message": message,
+        "status": status,
+        "message": message,
     }
     if time_ms is not None and sample_ms is None:
         sample_ms = samples(time_ms, seed=zlib.crc32(f"{variant}|{seq_len}".encode()))
     if sample_ms:
         stats = summarize(sample_ms)
         flops = attention_flops(batch, heads, seq_len, seq_len, d_k, d_v, causal=causal, pass_=pass_)
-        row.update(samples_ms=list(sample_ms), **stats, flops=flops,
-                   tflops=tflops(flops, stats["time_ms_median"]))
+        row.update(
+            samples_ms=list(sample_ms), **stats, flops=flops, tflops=tflops(flops, stats["time_ms_median"])
+        )
     if peak_mem_bytes is not None:
         row["peak_mem_bytes"] = int(peak_mem_bytes)
     row.update(extra)
     return row
 
 
-def power_law_rows(laws: dict[str, tuple[float, float]], seq_lens: list[int], *, noise: float = 0.0,
-                   seed: int = 0, **axes: Any) -> list[dict[str, Any]]:
+def power_law_rows(
+    laws: dict[str, tuple[float, float]],
+    seq_lens: list[int],
+    *,
+    noise: float = 0.0,
+    seed: int = 0,
+    **axes: Any,
+) -> list[dict[str, Any]]:
     """Rows whose median time ∝ N^time_exp and peak memory ∝ N^mem_exp, per variant, times a log-normal
     noise factor exp(noise · z) per cell."""
     import math
@@ -64,33 +103,67 @@ def power_law_rows(laws: dict[str, tuple[float, float]], seq_lens: list[int], *,
             jitter_t, jitter_m = (math.exp(noise * rng.gauss(0, 1)) for _ in range(2))
             t = 1.0 * (n / 256) ** t_exp * jitter_t
             mem = 2**20 * (n / 256) ** m_exp * jitter_m
-            rows.append(cell(variant, n, time_ms=t, sample_ms=samples(t, seed=rng.randrange(2**31)),
-                             peak_mem_bytes=int(mem), **axes))
+            rows.append(
+                cell(
+                    variant,
+                    n,
+                    time_ms=t,
+                    sample_ms=samples(t, seed=rng.randrange(2**31)),
+                    peak_mem_bytes=int(mem),
+                    **axes,
+                )
+            )
     return rows
 
 
-def write_run(path: str | Path, rows: list[dict[str, Any]], *, run_id: str = "synthetic",
-              memory_bytes: int = 16 * GIB, gpu: dict[str, Any] | None = None, peak_tflops: float = 1.0,
-              numerics: dict[str, Any] | None = None, hostname: str = "synthetic-host") -> Path:
+def write_run(
+    path: str | Path,
+    rows: list[dict[str, Any]],
+    *,
+    run_id: str = "synthetic",
+    memory_bytes: int = 16 * GIB,
+    gpu: dict[str, Any] | None = None,
+    peak_tflops: float = 1.0,
+    numerics: dict[str, Any] | None = None,
+    hostname: str = "synthetic-host",
+) -> Path:
     """A complete run directory (meta.json, rows.jsonl, optional numerics.json) written by RunWriter."""
     from attnbench.results import RunWriter
 
     devices = sorted({r["device"] for r in rows}) or ["cpu"]
     dtypes = sorted({r["dtype"] for r in rows}) or ["float32"]
     writer = RunWriter(path)
-    writer.write_meta({
-        "run_id": run_id,
-        "created": "2026-01-01T00:00:00+00:00",
-        "sweep": {"variants": sorted({r["variant"] for r in rows}), "devices": devices, "dtypes": dtypes,
-                  "seq_len": sorted({r["seq_len"] for r in rows})},
-        "variants": sorted({r["variant"] for r in rows}),
-        "variant_capabilities": {v: {"memory": MEMORY_CLASS[v], "source": "builtin"}
-                                 for v in sorted({r["variant"] for r in rows}) if v in MEMORY_CLASS},
-        "fingerprint": {"hostname": hostname, "cpu_model": "Synthetic CPU", "physical_cores": 4,
-                        "memory_bytes": memory_bytes, "torch": "0.0", "cuda": None, "gpu": gpu},
-        "calibration": {d: {"matmul_tflops": {t: peak_tflops for t in dtypes}, "copy_gbps": 10.0,
-                            "matmul_n": 2048} for d in devices},
-    })
+    writer.write_meta(
+        {
+            "run_id": run_id,
+            "created": "2026-01-01T00:00:00+00:00",
+            "sweep": {
+                "variants": sorted({r["variant"] for r in rows}),
+                "devices": devices,
+                "dtypes": dtypes,
+                "seq_len": sorted({r["seq_len"] for r in rows}),
+            },
+            "variants": sorted({r["variant"] for r in rows}),
+            "variant_capabilities": {
+                v: {"memory": MEMORY_CLASS[v], "source": "builtin"}
+                for v in sorted({r["variant"] for r in rows})
+                if v in MEMORY_CLASS
+            },
+            "fingerprint": {
+                "hostname": hostname,
+                "cpu_model": "Synthetic CPU",
+                "physical_cores": 4,
+                "memory_bytes": memory_bytes,
+                "torch": "0.0",
+                "cuda": None,
+                "gpu": gpu,
+            },
+            "calibration": {
+                d: {"matmul_tflops": {t: peak_tflops for t in dtypes}, "copy_gbps": 10.0, "matmul_n": 2048}
+                for d in devices
+            },
+        }
+    )
     for row in rows:
         writer.append({**row, "run_id": run_id})
     writer.close()

@@ -24,7 +24,7 @@ def _decoy_dir(tmp_path: Path) -> Path:
     home = tmp_path / "project"
     for name in DECOYS:
         (home / name).mkdir(parents=True)
-        text = f"raise ImportError(\"the user's own {name} was imported\")\n"
+        text = f'raise ImportError("the user\'s own {name} was imported")\n'
         (home / name / "__init__.py").write_text(text)
     return home
 

@@ -44,7 +44,7 @@ def test_links_in_a_para_bullets_and_a_table_cell(tmp_path):
     assert "| [top\\_ops.csv](top_ops.csv) | every operator |" in md
     links = f'<a href="trace.json">trace.json</a> with <a href="{PERFETTO}">{PERFETTO}</a>'
     assert f"<p>open {links}.</p>" in html and f"<li>open {links}.</li>" in html
-    assert '<li>plain item</li>' in html
+    assert "<li>plain item</li>" in html
     assert '<td><a href="top_ops.csv">top_ops.csv</a></td>' in html
     assert "- plain item" in md
 
@@ -64,17 +64,21 @@ def test_a_url_cannot_break_out_of_its_markdown_link_or_html_attribute(tmp_path)
     assert '<a href="https://example.org/a%29b%22c%3Cd%3E%27e%7Cf%60g">x]y</a>' in html
     assert pg.safe_href("https://example.org/a b") is None  # whitespace: not a URL we would write
     assert pg.safe_href("https://example.org/q?a=1&b=2#frag") == "https://example.org/q?a=1&b=2#frag"
-    assert 'href="https://example.org/q?a=1&amp;b=2"' in _render(
-        pg.Para((pg.Link("q", "https://example.org/q?a=1&b=2"),)), tmp_path=tmp_path)[1]
+    assert (
+        'href="https://example.org/q?a=1&amp;b=2"'
+        in _render(pg.Para((pg.Link("q", "https://example.org/q?a=1&b=2"),)), tmp_path=tmp_path)[1]
+    )
 
 
 def test_svg_figure_is_an_object_in_html_and_an_image_in_markdown(tmp_path):
     caption = ("py-spy flame graph; ", pg.Link("open it on its own", "flame.svg"), " to zoom.")
     md, html = _render(pg.SvgFigure("flame.svg", "flame graph", caption), tmp_path=tmp_path)
     # an <object> runs the SVG's own script (zoom, search); base64 or a bare <img> would not
-    assert ('<figure><object data="flame.svg" type="image/svg+xml"><img src="flame.svg" alt="flame graph">'
-            '</object><figcaption>py-spy flame graph; <a href="flame.svg">open it on its own</a> to zoom.'
-            "</figcaption></figure>") in html
+    assert (
+        '<figure><object data="flame.svg" type="image/svg+xml"><img src="flame.svg" alt="flame graph">'
+        '</object><figcaption>py-spy flame graph; <a href="flame.svg">open it on its own</a> to zoom.'
+        "</figcaption></figure>"
+    ) in html
     assert "base64" not in html
     assert "![flame graph](flame.svg)" in md
     assert "py-spy flame graph; [open it on its own](flame.svg) to zoom." in md

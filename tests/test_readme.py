@@ -16,7 +16,7 @@ MARKER = "<!-- variant-example"
 
 def example(marker: str = MARKER) -> str:
     """The python block right after a marker."""
-    after = README[README.index(marker):]
+    after = README[README.index(marker) :]
     match = re.search(r"```python\n(.*?)```", after, re.S)
     assert match, f"no python block after {marker}"
     return match.group(1)

@@ -24,8 +24,16 @@ def _rows(factor: float = 1.0, seed: int = 0, device: str = "cpu", shuffle: bool
                 random.Random(n).shuffle(s)
             s = [x * factor for x in s]
             st = status.get(f"{variant}_{n}", "ok")
-            rows.append(synthetic.cell(variant, n, device=device, sample_ms=s if st == "ok" else None,
-                                       status=st, peak_mem_bytes=2**20))
+            rows.append(
+                synthetic.cell(
+                    variant,
+                    n,
+                    device=device,
+                    sample_ms=s if st == "ok" else None,
+                    status=st,
+                    peak_mem_bytes=2**20,
+                )
+            )
     return rows
 
 
@@ -58,9 +66,14 @@ def test_no_shift_is_not_significant(tmp_path):
     assert "not significant" in " ".join(cmp2.cells["change"])
 
 
-@pytest.mark.parametrize("spec, stat, value, relative", [("median:5%", "median", 0.05, True),
-                                                          ("min:0.5", "min", 0.5, False),
-                                                          ("mean:12.5%", "mean", 0.125, True)])
+@pytest.mark.parametrize(
+    "spec, stat, value, relative",
+    [
+        ("median:5%", "median", 0.05, True),
+        ("min:0.5", "min", 0.5, False),
+        ("mean:12.5%", "mean", 0.125, True),
+    ],
+)
 def test_parse_threshold(spec, stat, value, relative):
     t = parse_threshold(spec)
     assert (t.stat, t.relative) == (stat, relative) and t.value == pytest.approx(value)
@@ -91,8 +104,9 @@ def test_ok_to_wrong_is_a_regression(tmp_path):
 
 
 def test_cpu_vs_gpu_matches_all_axes_but_device(tmp_path):
-    a, b = _pair(tmp_path, _rows(), _rows(0.1, device="cuda"),
-                 gpu={"name": "Synthetic GPU", "memory_bytes": 2**34})
+    a, b = _pair(
+        tmp_path, _rows(), _rows(0.1, device="cuda"), gpu={"name": "Synthetic GPU", "memory_bytes": 2**34}
+    )
     cmp = compare_runs(a, b)
     assert "except device (cpu in A, cuda in B)" in cmp.match
     assert len(cmp.cells) == 8 and set(cmp.cells["device_b"]) == {"cuda"}
@@ -112,8 +126,9 @@ def test_cli_compare_exit_statuses(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "1.10x slower" in proc.stdout and "8 regressions" in proc.stdout
     assert (out / "compare.html").stat().st_size > 0 and (out / "compare.png").stat().st_size > 0
-    ok = run_cli("compare", str(a), str(b), "--fail-above", "median:20%", "--out", str(tmp_path / "o2"),
-                 timeout=120)
+    ok = run_cli(
+        "compare", str(a), str(b), "--fail-above", "median:20%", "--out", str(tmp_path / "o2"), timeout=120
+    )
     assert ok.returncode == 0 and "no regression" in ok.stdout
 
 
@@ -122,10 +137,12 @@ def test_cli_compare_bad_input(tmp_path, case):
     a, b = _pair(tmp_path, _rows(), _rows())
     (tmp_path / "empty").mkdir()
     out = tmp_path / "out"
-    args = {"spec": [str(a), str(b), "--fail-above", "median:abc"],
-            "missing": [str(a), str(tmp_path / "nope")],
-            "not_a_run": [str(tmp_path / "empty"), str(b)],
-            "alpha": [str(a), str(b), "--alpha", "2"]}[case]
+    args = {
+        "spec": [str(a), str(b), "--fail-above", "median:abc"],
+        "missing": [str(a), str(tmp_path / "nope")],
+        "not_a_run": [str(tmp_path / "empty"), str(b)],
+        "alpha": [str(a), str(b), "--alpha", "2"],
+    }[case]
     proc = run_cli("compare", *args, "--out", str(out), timeout=120)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("attnbench: error:")

@@ -44,7 +44,7 @@ def test_asymptotic_rule_ignores_small_n_overhead():
 @pytest.mark.parametrize("n, kept", [(7, 4), (6, 3), (5, 3), (4, 3), (3, 3), (2, 2), (1, 1)])
 def test_asymptotic_points(n, kept):
     pts = fit.asymptotic_points(SEQ[:n])
-    assert pts == SEQ[:n][n - kept:]
+    assert pts == SEQ[:n][n - kept :]
 
 
 def test_too_few_points():
@@ -83,11 +83,15 @@ def test_largest_pow2():
 
 
 def test_scaling_table_on_synthetic_run(tmp_path):
-    rows = synthetic.power_law_rows({"naive": (2.0, 2.0), "chunked": (2.0, 1.0), "mystery": (1.0, 1.0)},
-                                    SEQ[:6], noise=0.02, seed=3)
+    rows = synthetic.power_law_rows(
+        {"naive": (2.0, 2.0), "chunked": (2.0, 1.0), "mystery": (1.0, 1.0)}, SEQ[:6], noise=0.02, seed=3
+    )
     # a wrong cell at the largest N with an absurd time must not enter the fit
-    rows.append(synthetic.cell("naive", 16384, status="wrong", time_ms=1e-6, peak_mem_bytes=1,
-                               message="failed the float64 gate"))
+    rows.append(
+        synthetic.cell(
+            "naive", 16384, status="wrong", time_ms=1e-6, peak_mem_bytes=1, message="failed the float64 gate"
+        )
+    )
     run = synthetic.write_run(tmp_path / "run", rows, memory_bytes=16 * synthetic.GIB)
     df, metas = results.load(run), results.load_meta(run)
     table = fit.scaling_table(df, metas).set_index("variant")

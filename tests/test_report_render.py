@@ -63,8 +63,9 @@ def _render(tmp_path, rows, **kw):
 
 
 def test_single_seq_len_renders_with_fit_not_available(tmp_path):
-    rows = [synthetic.cell(v, 1024, time_ms=t, peak_mem_bytes=2**24)
-            for v, t in (("naive", 3.0), ("sdpa", 1.0))]
+    rows = [
+        synthetic.cell(v, 1024, time_ms=t, peak_mem_bytes=2**24) for v, t in (("naive", 3.0), ("sdpa", 1.0))
+    ]
     rep = _render(tmp_path, rows)
     assert "n/a (ok at 1 seq\\_len)" in rep.readme.read_text()
     assert rep.html.stat().st_size > 0
@@ -93,9 +94,15 @@ def _gpu_rows(passes=("fwd", "fwdbwd")):
         for pass_ in passes:
             for d_k in (64, 128):
                 for causal in (False, True):
-                    rows += synthetic.power_law_rows({"naive": (2, 2), "sdpa_flash": (2, 1)},
-                                                     [512, 1024, 2048], device="cuda", dtype=dtype,
-                                                     pass_=pass_, d_k=d_k, causal=causal)
+                    rows += synthetic.power_law_rows(
+                        {"naive": (2, 2), "sdpa_flash": (2, 1)},
+                        [512, 1024, 2048],
+                        device="cuda",
+                        dtype=dtype,
+                        pass_=pass_,
+                        d_k=d_k,
+                        causal=causal,
+                    )
     return rows
 
 
@@ -120,13 +127,22 @@ def test_gpu_like_run_renders_small_multiples(tmp_path):
 def test_hostile_strings_are_escaped(tmp_path):
     rows = synthetic.power_law_rows({HOSTILE_NAME: (2, 2), "naive": (2, 2)}, [256, 512, 1024])
     rows.append(synthetic.cell(HOSTILE_NAME, 2048, status="error", message=HOSTILE_MSG))
-    numerics = {"probe": [{"variant": HOSTILE_NAME, "device": "cpu", "dtype": "float32", "q_scale": 1.0,
-                           "status": "error", "message": HOSTILE_MSG}],
-                "example_weights": {"seq_len": 2, "valid_keys": 2, "causal": True,
-                                    "weights": [[1, 0], [0.5, 0.5]]}}
+    numerics = {
+        "probe": [
+            {
+                "variant": HOSTILE_NAME,
+                "device": "cpu",
+                "dtype": "float32",
+                "q_scale": 1.0,
+                "status": "error",
+                "message": HOSTILE_MSG,
+            }
+        ],
+        "example_weights": {"seq_len": 2, "valid_keys": 2, "causal": True, "weights": [[1, 0], [0.5, 0.5]]},
+    }
     rep = _render(tmp_path, rows, run_id="run<b>1</b>", hostname="<h1>host</h1>", numerics=numerics)
     html = rep.html.read_text()
-    for raw in ("<script>", "<img src=x", "<b>1</b>", "<h1>host</h1>", "javascript:alert(1)\">"):
+    for raw in ("<script>", "<img src=x", "<b>1</b>", "<h1>host</h1>", 'javascript:alert(1)">'):
         assert raw not in html
     assert "&lt;script&gt;" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     md = rep.readme.read_text()
@@ -140,8 +156,10 @@ def test_hostile_strings_are_escaped(tmp_path):
 
 
 def test_cli_report_end_to_end(tmp_path):
-    run = synthetic.write_run(tmp_path / "run", synthetic.power_law_rows({"naive": (2, 2), "chunked": (2, 1)},
-                                                                          [256, 512, 1024, 2048]))
+    run = synthetic.write_run(
+        tmp_path / "run",
+        synthetic.power_law_rows({"naive": (2, 2), "chunked": (2, 1)}, [256, 512, 1024, 2048]),
+    )
     out = tmp_path / "out"
     proc = run_cli("report", str(run), "--out", str(out), "--baseline", "chunked", timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -157,10 +175,12 @@ def test_cli_report_bad_input(tmp_path, case):
     run = synthetic.write_run(tmp_path / "run", [synthetic.cell("naive", 256, time_ms=1.0)])
     out = tmp_path / "out"
     (tmp_path / "empty").mkdir()
-    args = {"missing": [str(tmp_path / "nope"), "--out", str(out)],
-            "not_a_run": [str(tmp_path / "empty"), "--out", str(out)],
-            "baseline": [str(run), "--baseline", "no_such_variant", "--out", str(out)],
-            "out_is_run": [str(run), "--out", str(run)]}[case]
+    args = {
+        "missing": [str(tmp_path / "nope"), "--out", str(out)],
+        "not_a_run": [str(tmp_path / "empty"), "--out", str(out)],
+        "baseline": [str(run), "--baseline", "no_such_variant", "--out", str(out)],
+        "out_is_run": [str(run), "--out", str(run)],
+    }[case]
     before = sorted(p.name for p in run.iterdir())
     proc = run_cli("report", *args, timeout=120)
     assert proc.returncode == 2

@@ -33,8 +33,10 @@ def _available(device: str) -> str | None:
     ops = getattr(fmha, "ALL_FW_OPS", ())
     if ops and not any(device in getattr(op, "SUPPORTED_DEVICES", ()) for op in ops):
         names = ", ".join(sorted({str(getattr(op, "NAME", op)) for op in ops}))
-        return (f"xformers {_version()} has no {device.upper()} kernel: no memory_efficient_attention "
-                f"operator supports device={device} ({names})")
+        return (
+            f"xformers {_version()} has no {device.upper()} kernel: no memory_efficient_attention "
+            f"operator supports device={device} ({names})"
+        )
     return None
 
 
