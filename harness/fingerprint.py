@@ -93,8 +93,8 @@ def cpu_info() -> dict[str, Any]:
 
 
 # Environment that changes how fast fresh memory comes or how many threads run, so two runs can be told
-# apart. Measured on a 2-core VM, naive attention at N=8192: 1.57 million page faults and 5.5 s per call
-# by default, about 5,000 faults and 1.45 s with THP_MEM_ALLOC_ENABLE=1 (see harness/presets/cpu.toml);
+# apart. Measured on a 2-core VM, naive attention at N=8192: 1.57 million page faults per call by default,
+# about 5,000 with THP_MEM_ALLOC_ENABLE=1 (results/reference/page-faults-epyc-2core.json);
 # glibc's MALLOC_* tunables moved it too, but not reliably at that size.
 ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "OMP_", "MKL_", "KMP_", "PYTORCH_")
 
