@@ -23,6 +23,8 @@ else:  # pragma: no cover
 from attnbench.results.formulas import cell_id
 from attnbench.variants.problem import DTYPES, Problem
 
+from .timing import Budget
+
 PRESET_DIR = Path(__file__).parent / "presets"
 DEVICES = ("cpu", "cuda")
 PASSES = ("fwd", "fwdbwd")
@@ -116,16 +118,21 @@ class CellSpec:
         return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
+_BUDGET = Budget()
+
+
 @dataclass(frozen=True)
 class Settings:
-    """How each cell is measured (not part of its identity)."""
+    """How each cell is measured (not part of its identity). The sampling budget's fields and defaults are
+    harness.timing.Budget's (warm-up and sampling ms, sample counts, the IQR stop), kept flat here so that a
+    sweep file's [settings] table and meta.json list them beside the others."""
 
-    warmup_ms: float = 50.0
-    budget_ms: float = 1000.0
-    min_samples: int = 5
-    max_samples: int = 500
-    target_rel_iqr: float = 0.05
-    min_ms: float = 100.0  # sampled time needed before a stable IQR may stop sampling early
+    warmup_ms: float = _BUDGET.warmup_ms
+    budget_ms: float = _BUDGET.budget_ms
+    min_samples: int = _BUDGET.min_samples
+    max_samples: int = _BUDGET.max_samples
+    target_rel_iqr: float = _BUDGET.target_rel_iqr
+    min_ms: float = _BUDGET.min_ms  # sampled time needed before a stable IQR may stop sampling early
     cell_timeout: float = 600.0  # seconds for a whole cell: gate, timing and memory
     threads: int = 0  # CPU threads for torch; 0 = torch's default
     check_rows: int = 1024  # query rows checked against float64 (all rows when N is at most this)
