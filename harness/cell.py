@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from attnbench import variants
-from attnbench.results.formulas import attention_flops, summarize, tflops
+from attnbench.results.formulas import attention_flops, flops_formula, summarize, tflops
 from attnbench.variants import UnsupportedError, torch_dtype
 
 from . import correctness, memory, timing
@@ -196,6 +196,7 @@ def start_row(spec: CellSpec) -> dict[str, Any]:
     """The row's fields known before anything runs: the spec, cell_id, torch's thread count and FLOPs."""
     row = base_row(spec)
     row["threads"] = torch.get_num_threads()
+    lengths = spec.key_lengths()
     row["flops"] = attention_flops(
         spec.batch,
         spec.heads,
@@ -205,7 +206,9 @@ def start_row(spec: CellSpec) -> dict[str, Any]:
         spec.d_v,
         causal=spec.causal,
         pass_=spec.pass_,
+        key_lengths=lengths,
     )
+    row["flops_formula"] = flops_formula(causal=spec.causal, padded=lengths is not None)
     return row
 
 

@@ -53,6 +53,9 @@ def _exponent_label(variant: str, fit: PowerFit | None) -> str:
     return f"{variant}  N^{fit.exponent:.2f}"
 
 
+SUSPECT_LABEL = "suspect (never ranked)"
+
+
 def _variant_lines(
     ax, rows, column: str, fits: Fits, which: int, band: tuple[str, str] | None = None
 ) -> list[float]:
@@ -76,6 +79,11 @@ def _variant_lines(
         if band is not None:
             lo, hi = _floats(v[band[0]]), _floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
+        sus = v[v["suspect"].fillna(False).astype(bool)] if "suspect" in v.columns else v.iloc[:0]
+        if len(sus):  # too fast to believe (results.suspect): ringed in red, and never ranked
+            label = SUSPECT_LABEL if SUSPECT_LABEL not in ax.get_legend_handles_labels()[1] else None
+            ring = dict(ms=11, mfc="none", mec="#e41a1c", mew=1.6)
+            ax.plot(_floats(sus["seq_len"]), _floats(sus[column]), "o", label=label, **ring)
         ys.extend(y)
     return [y for y in ys if math.isfinite(y) and y > 0]
 

@@ -178,6 +178,20 @@ def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
     return pg.Table(("key", *runs), tuple((k, *[v.get(r, "") for r in runs]) for k, v in flat.items()))
 
 
+SUSPECT_RULE = (
+    "An ok cell is suspect when its achieved TFLOP/s exceeds 1.25x the run's calibrated matmul ceiling, or "
+    "when it is more than 10x faster than the float64-checked naive variant on the same cell. Suspect cells "
+    "stay in the plots (ringed in red) and the fits, and are left out of every ranking and speed-up."
+)
+
+
+def _suspect_table(df) -> pg.Table:
+    """Ok cells too fast to believe, with the reason (results.suspect)."""
+    sus = df[df["suspect"].fillna(False).astype(bool)] if "suspect" in df.columns else df.iloc[:0]
+    rows = tuple((str(r["run_id"]), str(r["cell_id"]), str(r["suspect_reason"])) for _, r in sus.iterrows())
+    return pg.Table(("run", "cell", "why"), rows[:MAX_FAILURE_ROWS])
+
+
 def _failures_table(df) -> pg.Table:
     """Cells that are not ok, grouped by run, variant and status, with the first message."""
     bad = df[df["status"] != "ok"]
@@ -377,6 +391,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     page.add(pg.Heading("Cells that are not ok"))
     failures = _failures_table(df)
     page.add(failures if failures.rows else pg.Para("Every cell is ok."))
+    suspects = _suspect_table(df)
+    if suspects.rows:
+        page.add(pg.Heading("Suspect cells: shown, never ranked"), pg.Para(SUSPECT_RULE), suspects)
     page.add(pg.Heading("Machine"), _fingerprint_table(metas))
 
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")

@@ -17,6 +17,12 @@ def ok_rows(df):
     return df[(df["status"] == "ok").fillna(False)]
 
 
+def ranked_rows(df):
+    """The rows a ranking may use: ok and not suspect (results.suspect: too fast to believe, shown apart)."""
+    ok = ok_rows(df)
+    return ok[~ok["suspect"].fillna(False).astype(bool)] if "suspect" in ok.columns else ok
+
+
 def present(value: Any) -> bool:
     """False for None, pd.NA and NaN (the loader's missing values)."""
     if value is None:
@@ -124,7 +130,7 @@ def best_variant(df):
     """Per combination and seq_len: the fastest ok variant, its median time, and how far ahead of the next."""
     import pandas as pd
 
-    ok = ok_rows(df).dropna(subset=["time_ms_median"])
+    ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     records = []
     for key, sub in grouped(ok, list(COMBO_AXES) + ["seq_len"]):
         ranked = sub.sort_values("time_ms_median")
@@ -148,7 +154,7 @@ def speedups(df, baseline: str):
     """Long table of baseline time / variant time per combination, seq_len and variant (both ok)."""
     import pandas as pd
 
-    ok = ok_rows(df).dropna(subset=["time_ms_median"])
+    ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     keys = list(COMBO_AXES) + ["seq_len"]
     base = ok[ok["variant"] == baseline][keys + ["time_ms_median"]]
     base = base.rename(columns={"time_ms_median": "base_ms"})

@@ -59,27 +59,56 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float | int | bool]:
 
 
 # ---- FLOPs ----------------------------------------------------------------------------------------
-# The convention of FlashAttention's benchmarks (Dao-AILab/flash-attention,
-# benchmarks/benchmark_flash_attention.py) and triton's fused-attention tutorial:
-#   forward  = 2*B*H*N_q*N_k*d_k (Q K^T) + 2*B*H*N_q*N_k*d_v (P V)  = 4*B*H*N_q*N_k*d when d_k = d_v = d
-#   causal   x 0.5 (half the score matrix is needed)
+# Counted from the (query, key) pairs a call actually attends, exactly: every pair costs one d_k dot product
+# (Q K^T) and one d_v multiply-add row (P V), 2*(d_k + d_v) FLOPs, as in FlashAttention's benchmarks
+# (Dao-AILab/flash-attention, benchmarks/benchmark_flash_attention.py) and triton's fused-attention tutorial:
+#   dense    pairs = N_q * N_k                          (forward = 4*B*H*N^2*d when d_k = d_v = d)
+#   causal   query i sees keys j <= i (top-left):        pairs = sum_i min(i + 1, N_k)   (N(N+1)/2, not N^2/2)
+#   padding  batch element b sees its first L_b keys:    min(..., L_b) per query
 #   backward = 2.5 x forward (five matmuls of the forward's size instead of two); fwd+bwd = 3.5 x forward
-# Softmax, scaling and masking are not counted, nor is key padding subtracted: every variant is credited
-# with the same work for the same cell, so TFLOP/s compare like with like.
+# Softmax, scaling and masking are not counted. Every variant is credited with the same work for a cell, so
+# TFLOP/s compare like with like, and a kernel that skips masked work is not credited with work it skipped.
 
 PASS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 
 
+def attended_pairs(seq_q: int, seq_k: int, *, causal: bool, key_length: int | None = None) -> int:
+    """(query, key) pairs one head of one batch element attends: query i sees keys j < min(i + 1, N_k, L)
+    when causal (top-left), j < min(N_k, L) otherwise; L is the element's valid key count (None: all)."""
+    limit = seq_k if key_length is None else max(0, min(seq_k, key_length))
+    if not causal:
+        return seq_q * limit
+    # sum over i < N_q of min(i + 1, limit): a triangle up to `limit`, then full rows of `limit` keys
+    tri = min(seq_q, limit)
+    return tri * (tri + 1) // 2 + (seq_q - tri) * limit
+
+
 def attention_flops(
-    batch: int, heads: int, seq_q: int, seq_k: int, d_k: int, d_v: int, *, causal: bool, pass_: str = "fwd"
+    batch: int,
+    heads: int,
+    seq_q: int,
+    seq_k: int,
+    d_k: int,
+    d_v: int,
+    *,
+    causal: bool,
+    pass_: str = "fwd",
+    key_lengths: Sequence[int] | None = None,
 ) -> int:
-    """FLOPs of one call under the convention above."""
+    """FLOPs of one call: 2 * (d_k + d_v) per attended pair, times the pass factor (see above)."""
     if pass_ not in PASS_FACTOR:
         raise ValueError(f"unknown pass {pass_!r}; known: {', '.join(PASS_FACTOR)}")
-    fwd = 2 * batch * heads * seq_q * seq_k * (d_k + d_v)
-    if causal:
-        fwd //= 2
-    return int(fwd * PASS_FACTOR[pass_])
+    lengths = [None] * batch if key_lengths is None else list(key_lengths)
+    if len(lengths) != batch:
+        raise ValueError(f"key_lengths has {len(lengths)} entries for batch {batch}")
+    pairs = sum(attended_pairs(seq_q, seq_k, causal=causal, key_length=n) for n in lengths)
+    return int(2 * heads * pairs * (d_k + d_v) * PASS_FACTOR[pass_])
+
+
+def flops_formula(*, causal: bool, padded: bool) -> str:
+    """Which pairs a row's `flops` counted (the `flops_formula` column)."""
+    return {(False, False): "dense", (True, False): "causal pairs", (False, True): "valid keys",
+            (True, True): "causal pairs of valid keys"}[(causal, padded)]  # fmt: skip
 
 
 def tflops(flops: float | None, time_ms: float) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import suspect
 from .schema import COLUMNS, LIST_COLUMNS
 from .store import read_meta, read_rows
 
@@ -29,9 +30,10 @@ def load(*paths: str | Path | list[str | Path]):
     import pandas as pd
 
     paths = tuple(p for arg in paths for p in (arg if isinstance(arg, (list, tuple)) else [arg]))
-    frames = []
+    frames, metas = [], {}
     for path in paths:
         meta = read_meta(path)
+        metas[meta.get("run_id", Path(path).name)] = meta
         rows = read_rows(path)
         df = pd.DataFrame(rows)
         df["run_id"] = meta.get("run_id", Path(path).name)
@@ -42,6 +44,9 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = pd.NA
         df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
+    why = suspect.reasons(df, metas) if len(df) else []
+    df["suspect_reason"] = pd.array(why, dtype="string")
+    df["suspect"] = pd.array([w is not None for w in why], dtype="boolean")
     for col in LIST_COLUMNS:
         if col not in df.columns:
             df[col] = None

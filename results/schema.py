@@ -36,7 +36,10 @@ COLUMNS: dict[str, str] = {
     "n_samples": "Int64",
     "peak_mem_bytes": "Int64",
     "flops": "Int64",
+    "flops_formula": "string",
     "tflops": "Float64",
+    "suspect": "boolean",  # derived when loading (results.suspect), never stored: ok but not believable
+    "suspect_reason": "string",
     "max_abs_err": "Float64",
     "rel_err": "Float64",
     "grad_rel_err": "Float64",

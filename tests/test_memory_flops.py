@@ -53,10 +53,30 @@ def test_flops_convention():
     # 4 * B * H * N^2 * d for d_k = d_v = d (FlashAttention's benchmarks)
     assert attention_flops(2, 8, 1024, 1024, 64, 64, causal=False) == 4 * 2 * 8 * 1024 * 1024 * 64
     full = attention_flops(1, 1, 100, 100, 32, 32, causal=False)
-    assert attention_flops(1, 1, 100, 100, 32, 32, causal=True) == full // 2
+    # causal counts the pairs attended, 100 * 101 / 2 of them (the diagonal too), not half of 100 * 100
+    assert attention_flops(1, 1, 100, 100, 32, 32, causal=True) == 2 * (32 + 32) * 5050
     assert attention_flops(1, 1, 100, 100, 32, 32, causal=False, pass_="fwdbwd") == int(3.5 * full)
     assert attention_flops(1, 1, 100, 100, 32, 32, causal=False, pass_="bwd") == int(2.5 * full)
     assert attention_flops(1, 1, 10, 20, 8, 16, causal=False) == 2 * 10 * 20 * (8 + 16)
     assert tflops(10**12, 1000.0) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         attention_flops(1, 1, 1, 1, 1, 1, causal=False, pass_="sideways")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q,n_k,lengths", [(7, 7, None), (5, 9, [9, 3]), (9, 5, [0, 5, 2]), (64, 64, [40])])
+def test_flops_count_exactly_the_pairs_the_reference_mask_lets_through(causal, n_q, n_k, lengths):
+    """FLOPs = 2 (d_k + d_v) per (query, key) pair that the float64 reference's own mask keeps."""
+    from attnbench.harness.correctness import reference
+
+    batch = len(lengths) if lengths else 1
+    q, k = (
+        torch.zeros(batch, 1, n_q, 4, dtype=torch.float64),
+        torch.zeros(batch, 1, n_k, 4, dtype=torch.float64),
+    )
+    eye = torch.eye(n_k, dtype=torch.float64).expand(batch, 1, n_k, n_k)  # v = identity: out = weights
+    kl = torch.tensor(lengths) if lengths else None
+    weights = reference(q, k, eye, causal=causal, key_lengths=kl)  # (B, 1, N_q, N_k); uniform over kept keys
+    kept = int((weights > 0).sum())
+    flops = attention_flops(batch, 1, n_q, n_k, 4, n_k, causal=causal, key_lengths=lengths)
+    assert flops == 2 * (4 + n_k) * kept

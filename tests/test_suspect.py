@@ -1,0 +1,57 @@
+"""Cells too fast to believe: flagged `suspect` when loaded, shown in the report, never ranked."""
+
+from __future__ import annotations
+
+import synthetic
+
+from attnbench import results
+from attnbench.reports.render import prepare, render
+from attnbench.reports.tables import best_variant, speedups
+
+SEQ = [256, 512, 1024]
+
+
+def _run(tmp_path, cheat_factor: float, peak_tflops: float = 100.0):
+    """naive at 10 ms * (N/256)^2; `fast` 5x faster (believable); `cheat` cheat_factor x faster than naive."""
+    rows = []
+    for n in SEQ:
+        base = 10.0 * (n / 256) ** 2
+        for variant, t in (("naive", base), ("fast", base / 5), ("cheat", base / cheat_factor)):
+            rows.append(synthetic.cell(variant, n, time_ms=t, peak_mem_bytes=2**20))
+    return synthetic.write_run(tmp_path / "run", rows, peak_tflops=peak_tflops)
+
+
+def test_more_than_10x_faster_than_the_checked_baseline_is_suspect(tmp_path):
+    df = results.load(_run(tmp_path, cheat_factor=40.0))
+    flagged = df[df["suspect"].astype(bool)]
+    assert set(flagged["variant"]) == {"cheat"} and len(flagged) == len(SEQ)
+    assert flagged["suspect_reason"].str.contains("faster than naive").all()
+    # shown, never ranked: the believable `fast` wins every seq_len, and `cheat` has no speed-up entry
+    assert set(best_variant(df)["best"]) == {"fast"}
+    assert "cheat" not in set(speedups(df, "naive")["variant"])
+
+
+def test_9x_faster_is_believed(tmp_path):
+    df = results.load(_run(tmp_path, cheat_factor=9.0))
+    assert not df["suspect"].astype(bool).any()
+    assert set(best_variant(df)["best"]) == {"cheat"}
+
+
+def test_above_the_calibrated_ceiling_is_suspect(tmp_path):
+    """Synthetic TFLOP/s of the 1024 naive cell: 2*8*1024^2*128 FLOPs in 160 ms = 0.013 TFLOP/s."""
+    df = results.load(_run(tmp_path, cheat_factor=9.0, peak_tflops=0.02))
+    flagged = df[df["suspect"].astype(bool)]
+    assert len(flagged) and (flagged["tflops"] > 1.25 * 0.02).all()
+    assert flagged["suspect_reason"].str.contains("calibrated matmul ceiling").all()
+    ok = df[df["status"] == "ok"]
+    assert not (ok[~ok["suspect"].astype(bool)]["tflops"] > 1.25 * 0.02).any()
+
+
+def test_the_report_lists_suspects_with_their_reason(tmp_path):
+    report = render(prepare([_run(tmp_path, cheat_factor=40.0)]), tmp_path / "report")
+    md = report.readme.read_text()
+    assert "Suspect cells: shown, never ranked" in md and "faster than naive" in md
+    assert (
+        "suspect (never ranked)"
+        in (report.out_dir / [f.svg for f in report.figures if "time" in f.stem][0]).read_text()
+    )
