@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .schema import READABLE_VERSIONS, SCHEMA_VERSION
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover  (Windows: no advisory locks; one writer is then up to the user)
+    fcntl = None
+
 META = "meta.json"
 ROWS = "rows.jsonl"
+LOCK = "writer.lock"  # flock'd by the run's one writer (RunWriter)
 
 
 class RunDirError(ValueError):
@@ -67,21 +75,35 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 class RunWriter:
-    """Creates (or, resuming, reopens) a run directory and appends rows to it."""
+    """Creates (or, resuming, reopens) a run directory and appends rows to it: the run's single writer.
+
+    The writer holds an exclusive flock on the run's writer.lock for as long as it is open, so a second
+    writer (another `attnbench run --resume` of the same directory, say) is refused with a one-line
+    error naming the holder, instead of measuring the same cells twice. The kernel drops the lock when
+    the holder exits, however it exits (SIGKILL included); the file only names the last holder.
+    """
 
     def __init__(self, path: str | Path, *, resume: bool = False) -> None:
         self.path = Path(path)
+        self._fh = None
+        self._lock = None
         if resume:
             read_meta(self.path)  # must exist and be readable
+        else:
+            self._refuse_taken()  # before the lock file is written into someone's directory
+        self._lock = _acquire(self.path)
+        if resume:  # read after locking: the previous writer's last rows are all in
             self.done = {r["cell_id"]: r for r in read_rows(self.path)}
         else:
-            if self.path.exists() and any(self.path.iterdir()):
-                raise RunDirError(
-                    f"{str(path)!r} already exists and is not empty; pass --resume to finish that run "
-                    "or choose another --out"
-                )
+            self._refuse_taken()  # again under the lock: another writer may have started in between
             self.done = {}
-        self._fh = None
+
+    def _refuse_taken(self) -> None:
+        if self.path.exists() and any(p.name != LOCK for p in self.path.iterdir()):
+            raise RunDirError(
+                f"{str(self.path)!r} already exists and is not empty; pass --resume to finish that run "
+                "or choose another --out"
+            )
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Write meta.json once (atomically: a temp file renamed into place)."""
@@ -137,3 +159,29 @@ class RunWriter:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if self._lock is not None:
+            self._lock.close()  # closing the descriptor releases the flock
+            self._lock = None
+
+
+def _acquire(path: Path):
+    """An open writer.lock holding an exclusive flock, or RunDirError naming who holds it."""
+    path.mkdir(parents=True, exist_ok=True)
+    fh = (path / LOCK).open("a+")
+    if fcntl is not None:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise RunDirError(
+                f"{str(path)!r} is being written by {holder}; a run has one writer at a time: wait for it "
+                "to finish (or stop it), then --resume"
+            ) from None
+    fh.seek(0)
+    fh.truncate()
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    fh.write(f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n")
+    fh.flush()
+    return fh

@@ -145,6 +145,24 @@ def test_sigkill_then_resume_completes_without_duplicates(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_second_writer_is_refused_while_the_first_runs(tmp_path):
+    """Two `run --resume` of one directory once wrote 30 rows for 24 cells: now the second is refused."""
+    out = tmp_path / "r"
+    proc = _start(out)
+    _wait_rows(out, 2, proc)
+    before = (out / "rows.jsonl").read_bytes()
+    p = run_cli("run", "--resume", "--out", str(out), timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert f"is being written by pid {proc.pid} on host" in p.stderr
+    assert (out / "rows.jsonl").read_bytes().startswith(before)  # the refused writer wrote nothing
+    proc.kill()
+    proc.wait()
+    run_cli("run", "--resume", "--out", str(out), check=True, timeout=600)  # the lock died with its holder
+    ids = [r["cell_id"] for r in read_rows(out)]
+    assert len(ids) == len(set(ids)) == 3 * 6
+
+
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
     out = tmp_path / "r"
     proc = _start(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import pytest
@@ -129,6 +130,16 @@ def test_committed_fixture_loads():
     df = load(DATA / "runs" / "cpu-small")
     assert set(df["status"]) >= {"ok", "wrong", "oom", "skipped", "unsupported"}
     assert df["time_ms_median"][df["status"] == "ok"].notna().all()
+
+
+def test_one_writer_per_run_directory(tmp_path):
+    first = RunWriter(tmp_path / "run")
+    first.write_meta({"run_id": "x"})
+    with pytest.raises(RunDirError, match=rf"being written by pid {os.getpid()} on host"):
+        RunWriter(tmp_path / "run", resume=True)
+    first.close()
+    second = RunWriter(tmp_path / "run", resume=True)  # free again once the first writer closed
+    second.close()
 
 
 def test_published_reference_run_loads():
