@@ -147,12 +147,27 @@ def _best_table(group) -> pg.Table:
                 cells.append("no ok cell")
                 continue
             b = sel.iloc[0]
-            text = f"{b['best']} {ms_text(b['time_ms'])}"
-            if b["runner_up"]:
-                text += f" ({_num(b['lead'])}× ahead of {b['runner_up']})"
+            if b["tied"]:  # the data cannot rank them: say so instead of "1.00× ahead"
+                text = f"tie: {' ≈ '.join([str(b['best']), *str(b['tied']).split()])} {ms_text(b['time_ms'])}"
+                text += f" ({_num(b['lead'])}×{_p_text(b['p_value'])})"
+            else:
+                text = f"{b['best']} {ms_text(b['time_ms'])}"
+                if b["runner_up"]:
+                    text += f" ({_num(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
             cells.append(text)
         rows.append((str(n), *cells))
-    return pg.Table(headers, tuple(rows), "fastest ok variant per seq_len (median time)")
+    return pg.Table(
+        headers,
+        tuple(rows),
+        "fastest ok variant per seq_len (median time); 'tie: A ≈ B' when B is less than 2% slower than A "
+        "or Mann-Whitney U on their raw samples gives p ≥ 0.05 (or cannot be run: fewer than 3 samples)",
+    )
+
+
+def _p_text(p: Any) -> str:
+    if not present(p) or not math.isfinite(float(p)):
+        return ", untested"
+    return ", p < 0.001" if float(p) < 0.001 else f", p = {float(p):.2g}"
 
 
 def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
