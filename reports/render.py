@@ -95,7 +95,9 @@ def summary_table(scaling) -> pg.Table:
         "R²",
         "theory",
         "vs theory",
+        "largest N measured",
         "largest N that fits",
+        f"largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call",
         "% of peak",
     )
     rows = []
@@ -123,7 +125,9 @@ def summary_table(scaling) -> pg.Table:
                 _num(r["mem_r2"], ".3f"),
                 mem_th,
                 "; ".join(verdict) or "–",
-                _seq_count(r["n_max_fit"]),
+                _seq_count(r["n_max_measured"]),
+                str(r["n_fit_text"]),
+                str(r["n_time_text"]),
                 f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a",
             )
         )
@@ -293,10 +297,12 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
             "materialise the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones "
             "(chunked, flash, efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the "
             "CI), above, below, or uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the"
-            " memory fit to the device's memory (power of two); far beyond the measured seq_lens it is "
-            "only indicative. '% of peak' is achieved TFLOP/s at the largest ok seq_len over the run's "
-            "calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat that "
-            "matmul or the calibration ran at a noisy moment."
+            " memory fit to the device's memory (power of two), and says only '> 8× the largest measured"
+            " N' beyond that: further out it would not be a measurement. For linear-memory variants, "
+            f"'largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call' reads the time fit the same way"
+            " (power of two, 8× limit). '% of peak' is achieved TFLOP/s at the largest ok seq_len over the "
+            "run's calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat "
+            "that matmul or the calibration ran at a noisy moment."
         ),
         summary,
     )
