@@ -464,15 +464,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("compare", help="the same cells on two runs: ratios, significance, regression gate")
+    p = sub.add_parser(
+        "compare", help="the same cells on two runs: ratios with CIs, effect sizes, verdicts, regression gate"
+    )
     p.add_argument("run_a", metavar="RUN_A", help="the reference run (before, or machine A)")
     p.add_argument("run_b", metavar="RUN_B", help="the run compared with it (after, or machine B)")
     p.add_argument(
         "--fail-above",
         metavar="STAT:N%",
-        help="exit 1 if a cell of B is slower than A by more than this (median, mean, min or "
-        "max; N%% relative or a number of ms) and the difference is significant, or a cell "
-        "ok in A is wrong/error/crashed/timeout in B",
+        help="exit 1 if a cell's verdict is 'slower' (Mann-Whitney significant and the ratio's CI "
+        "above 1) and B is slower than A by more than this (median, mean, min or max; N%% relative, "
+        "which is also the band of 'same', or a number of ms), or a cell ok in A is "
+        "wrong/error/crashed/timeout in B",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney U test")
     p.add_argument(

@@ -1,4 +1,4 @@
-"""`attnbench compare`: the same cells on two runs, time ratios, Mann-Whitney U on raw samples, a gate."""
+"""`attnbench compare`: the same cells on two runs: ratios, effect sizes, verdicts on raw samples, a gate."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any
 from attnbench.results.schema import CELL_AXES
 
 from . import page as pg
+from .stats import SAME_TOLERANCE, VERDICT_RULE, VERDICTS, difference, mann_whitney  # noqa: F401
 from .tables import axis_value, present, varying
 
 STATS = ("median", "mean", "min", "max")
 BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B is a regression too
-DEFAULT_ALPHA = 0.05
+DEFAULT_ALPHA = 0.05  # the same as stats.ALPHA; --alpha changes it
 _SPEC = re.compile(r"^(?P<stat>[a-z]+):(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(?P<pct>%?)$")
 
 
@@ -61,17 +62,6 @@ def _samples(x: Any) -> list[float]:
     return [float(v) for v in x] if isinstance(x, (list, tuple)) else []
 
 
-def mann_whitney(a: list[float], b: list[float]) -> float:
-    """Two-sided Mann-Whitney U p-value of two sample sets (NaN with fewer than 3 samples on a side)."""
-    if len(a) < 3 or len(b) < 3:
-        return math.nan
-    from scipy.stats import mannwhitneyu
-
-    if len(set(a) | set(b)) == 1:  # all equal: no evidence of a difference (scipy would warn)
-        return 1.0
-    return float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
-
-
 def change_text(ratio: float, significant: bool | None) -> str:
     """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not."""
     if not math.isfinite(ratio):
@@ -96,6 +86,7 @@ class Comparison:
     per_variant: Any  # DataFrame
     threshold: Threshold | None
     alpha: float
+    tolerance: float = SAME_TOLERANCE  # the ±band of B/A that counts as 'same'
 
     @property
     def regressions(self):
@@ -130,6 +121,8 @@ def compare_runs(
     a, b = results.load(run_a), results.load(run_b)
     meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
     axes, how = _match_axes(a, b)
+    # 'same' means within the gate's own tolerance when it is relative, else within 2%
+    tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
     cols = ["run_id", "device", "status", "message", "time_ms_median", "samples_ms"]
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
@@ -146,13 +139,16 @@ def compare_runs(
         )
         sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
         ratio = float(r["time_ms_median_b"]) / float(r["time_ms_median_a"]) if ok else math.nan
-        p = mann_whitney(sa, sb) if ok else math.nan
+        diff = difference(sa, sb, ratio=ratio, tolerance=tolerance, alpha=alpha) if ok else None
+        p = diff.p_value if diff else math.nan
         significant = (p < alpha) if math.isfinite(p) else None
         regression, why = False, ""
-        if threshold is not None and ok:
+        # the gate acts only on a significant slowdown (verdict 'slower') beyond the threshold: a cell
+        # whose samples cannot tell (ambiguous, or fewer than 3 samples) never fails a build
+        if threshold is not None and diff is not None and diff.verdict == "slower":
             va = stat_value(sa, r["time_ms_median_a"], threshold.stat)
             vb = stat_value(sb, r["time_ms_median_b"], threshold.stat)
-            if threshold.exceeded(va, vb) and significant is not False:
+            if threshold.exceeded(va, vb):
                 regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
         if threshold is not None and r["status_a"] == "ok" and r["status_b"] in BROKEN:
             regression, why = True, f"status ok -> {r['status_b']}"
@@ -168,8 +164,12 @@ def compare_runs(
                 "n_a": len(sa),
                 "n_b": len(sb),
                 "ratio": ratio,
+                "ratio_ci_low": diff.ci_low if diff else math.nan,
+                "ratio_ci_high": diff.ci_high if diff else math.nan,
                 "p_value": p,
                 "significant": bool(significant) if significant is not None else pd.NA,
+                "cliffs_delta": diff.delta if diff else math.nan,
+                "verdict": diff.verdict if diff else "n/a",
                 "change": change_text(ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
                 "regression": regression,
                 "why": why,
@@ -182,14 +182,12 @@ def compare_runs(
     per = []
     for variant, sub in cells.groupby("variant", sort=True):
         ratios = sub["ratio"].dropna().to_numpy(dtype=float)
-        sig = sub["significant"].fillna(False).astype(bool)
         per.append(
             {
                 "variant": variant,
                 "cells": len(ratios),
                 "geomean_ratio": float(np.exp(np.log(ratios).mean())) if len(ratios) else math.nan,
-                "slower": int(((sub["ratio"] > 1) & sig).sum()),
-                "faster": int(((sub["ratio"] < 1) & sig).sum()),
+                **{v: int((sub["verdict"] == v).sum()) for v in VERDICTS},
                 "status_changed": int((sub["status_a"] != sub["status_b"]).sum()),
             }
         )
@@ -204,11 +202,16 @@ def compare_runs(
         pd.DataFrame(per),
         threshold,
         alpha,
+        tolerance,
     )
 
 
 def _fmt(v: float, spec: str = ".4g") -> str:
     return format(v, spec) if isinstance(v, float) and math.isfinite(v) else "n/a"
+
+
+def _ci_text(lo: float, hi: float) -> str:
+    return f"[{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "n/a"
 
 
 def cell_table(cmp: Comparison) -> pg.Table:
@@ -220,7 +223,10 @@ def cell_table(cmp: Comparison) -> pg.Table:
         "A ms",
         "B ms",
         "B/A",
+        "B/A 95% CI",
         "p",
+        "Cliff's δ",
+        "verdict",
         "change",
         *(("regression",) if cmp.threshold else ()),
     )
@@ -234,7 +240,10 @@ def cell_table(cmp: Comparison) -> pg.Table:
                 _fmt(r["time_ms_a"]),
                 _fmt(r["time_ms_b"]),
                 _fmt(r["ratio"], ".3f"),
+                _ci_text(r["ratio_ci_low"], r["ratio_ci_high"]),
                 _fmt(r["p_value"], ".2g"),
+                _fmt(r["cliffs_delta"], "+.2f"),
+                str(r["verdict"]),
                 str(r["change"]),
                 *((("REGRESSION: " + r["why"]) if r["regression"] else "",) if cmp.threshold else ()),
             )
@@ -242,8 +251,20 @@ def cell_table(cmp: Comparison) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        "B/A: B's median time over A's (>1: B slower); p: Mann-Whitney U, "
-        f"two-sided, on the raw samples; significant below {cmp.alpha:g}",
+        "B/A: B's median time over A's (>1: B slower), its CI a seeded percentile bootstrap of the ratio "
+        "of medians; p: Mann-Whitney U, two-sided, on the raw samples, significant below "
+        f"{cmp.alpha:g}; Cliff's δ: P(B > A) - P(B < A) over sample pairs (+1: every B sample slower). "
+        + verdict_rule(cmp),
+    )
+
+
+def verdict_rule(cmp: Comparison) -> str:
+    """VERDICT_RULE with this comparison's tolerance and alpha filled in."""
+    return (
+        VERDICT_RULE.replace("±tolerance", f"±{cmp.tolerance:.0%}")
+        .replace("(the --fail-above percentage, else 2%)", "")
+        .replace("significant", f"significant (p < {cmp.alpha:g})")
+        .replace("  ", " ")
     )
 
 
@@ -258,22 +279,14 @@ def variant_table(cmp: Comparison) -> pg.Table:
                 str(r["cells"]),
                 _fmt(g, ".3f"),
                 overall,
-                str(r["slower"]),
-                str(r["faster"]),
+                *(str(r[v]) for v in VERDICTS),
                 str(r["status_changed"]),
             )
         )
     return pg.Table(
-        (
-            "variant",
-            "cells ok in both",
-            "geomean B/A",
-            "overall",
-            "significantly slower",
-            "significantly faster",
-            "status changed",
-        ),
+        ("variant", "cells ok in both", "geomean B/A", "overall", *VERDICTS, "status changed"),
         tuple(rows),
+        "cells per verdict (faster, slower, same, ambiguous: rule under the per-cell table)",
     )
 
 
@@ -286,11 +299,19 @@ def verdict(cmp: Comparison) -> str:
     return f"{what}: {n} regression{'s' * (n != 1)}" if n else f"{what}: no regression"
 
 
+def verdict_counts(cmp: Comparison) -> str:
+    """'verdicts: 3 slower, 1 same, 4 ambiguous' over the cells ok in both runs."""
+    counts = cmp.cells["verdict"].value_counts()
+    parts = [f"{int(counts[v])} {v}" for v in VERDICTS if v in counts]
+    return "verdicts: " + (", ".join(parts) if parts else "no cell ok in both runs")
+
+
 def text_report(cmp: Comparison) -> str:
     """What `attnbench compare` prints."""
     out = [f"A: {cmp.label_a}  [{cmp.run_a}]", f"B: {cmp.label_b}  [{cmp.run_b}]", cmp.match, ""]
     out.append(pg.to_text(cell_table(cmp), max_width=60))
     out.append(pg.to_text(variant_table(cmp)))
+    out.append(verdict_counts(cmp))
     for _, r in cmp.regressions.iterrows():
         out.append(f"REGRESSION {r['variant']} seq_len={r['seq_len']}: {r['why']}")
     out.append(verdict(cmp))
@@ -317,15 +338,23 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
         out,
         "compare",
         "Time ratio B/A per cell",
-        "Filled markers: significant (Mann-Whitney U); hollow: not.",
+        "Vertical lines: 95% bootstrap CI of the ratio; filled markers: faster or slower, hollow: same or "
+        "ambiguous.",
     )
     cmp.per_variant.to_csv(out / "per_variant.csv", index=False)
     page = pg.Page("attnbench compare")
     page.add(
         pg.Bullets(
-            (f"A: {cmp.label_a} ({cmp.run_a})", f"B: {cmp.label_b} ({cmp.run_b})", cmp.match, verdict(cmp))
+            (
+                f"A: {cmp.label_a} ({cmp.run_a})",
+                f"B: {cmp.label_b} ({cmp.run_b})",
+                cmp.match,
+                verdict_counts(cmp),
+                verdict(cmp),
+            )
         )
     )
+    page.add(pg.Para(verdict_rule(cmp)))
     page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
     page.add(pg.Figure(files))
     page.add(pg.Heading("Per cell"), cell_table(cmp))

@@ -20,6 +20,9 @@ FIT_RULE = (
     "× its standard error over k points (none with 2 points); fewer than 2 ok seq_lens: no fit."
 )
 
+EXTRAPOLATION_LIMIT = 8  # a fit is read at most 8× beyond the largest measured seq_len; further is a guess
+TIME_BUDGET_MS = 1000.0  # "largest N within a time budget" for linear-memory variants: 1 s per call
+
 # Time: every registered variant is exact attention, so Θ(N²) work. Memory: its capability record.
 MEMORY_THEORY = {"quadratic": 2.0, "linear": 1.0}
 
@@ -134,12 +137,24 @@ def largest_pow2(n: float | None) -> int | None:
     return 1 << int(math.floor(math.log2(n)))
 
 
+def extrapolated_text(n: int | None, measured: int | None) -> str:
+    """A seq_len read off a fit, as far as the data supports it: '32,768', or '> 131,072 (beyond 8×
+    measured)' when it lies more than EXTRAPOLATION_LIMIT × the largest measured seq_len away; 'n/a'."""
+    if n is None:
+        return "n/a"
+    if measured and n > EXTRAPOLATION_LIMIT * measured:
+        return f"> {EXTRAPOLATION_LIMIT * measured:,} (beyond {EXTRAPOLATION_LIMIT}× measured)"
+    return f"{n:,}"
+
+
 def scaling_table(df, metas: dict[str, dict[str, Any]]):
     """One row per variant and combination of the other axes: time and memory exponents against theory.
 
     n_max_fit is the largest power-of-two seq_len whose predicted peak memory (memory fit extrapolated)
-    stays within the device's memory; peak_fraction_at_max is achieved / calibrated TFLOP/s at the
-    largest ok seq_len.
+    stays within the device's memory, n_max_measured the largest ok seq_len, n_fit_text n_max_fit as
+    far as the data supports it (extrapolated_text); for linear-memory variants, whose memory rarely
+    binds, n_time_budget is the largest power-of-two seq_len whose predicted time per call stays within
+    TIME_BUDGET_MS. peak_fraction_at_max is achieved / calibrated TFLOP/s at the largest ok seq_len.
     """
     import pandas as pd
 
@@ -157,6 +172,9 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta)
         dev_mem = device_memory(meta, str(key["device"]))
         n_max_raw = mfit.solve(dev_mem) if dev_mem else None
+        ok_n = n[~pd.isna(n)]
+        measured = int(ok_n.max()) if len(ok_n) else None
+        n_time = largest_pow2(tfit.solve(TIME_BUDGET_MS)) if m_class == "linear" else None
         peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]))
         frac = math.nan
         if len(ok) and peak:
@@ -187,6 +205,10 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
                 "device_mem_bytes": dev_mem,
                 "n_max_pred": n_max_raw,
                 "n_max_fit": largest_pow2(n_max_raw),
+                "n_max_measured": measured,
+                "n_fit_text": extrapolated_text(largest_pow2(n_max_raw), measured),
+                "n_time_budget": n_time,
+                "n_time_text": extrapolated_text(n_time, measured) if m_class == "linear" else "–",
                 "peak_fraction_at_max": frac,
                 "_time_fit": tfit,
                 "_mem_fit": mfit,

@@ -449,7 +449,8 @@ def _viridis_with_grey():
 
 
 def compare_figure(table, title: str, label_a: str, label_b: str, threshold: float | None = None):
-    """Time ratio B/A per cell vs seq_len, one line per variant; filled markers: significant."""
+    """Time ratio B/A per cell vs seq_len, one line per variant, with its bootstrap CI; filled markers: a
+    verdict of faster or slower, hollow: same or ambiguous."""
     from .tables import PANEL_AXES, label, varying
 
     axes_vary = varying(table, ["dtype", "pass", *PANEL_AXES]) if len(table) else []
@@ -464,14 +465,17 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
                 color = variant_color(variant)
                 n, r = _floats(v["seq_len"]), _floats(v["ratio"])
                 ax.plot(n, r, color=color, lw=1.4, label=variant)
-                for x, y, sig in zip(n, r, v["significant"], strict=True):
+                lo, hi = _floats(v["ratio_ci_low"]), _floats(v["ratio_ci_high"])
+                for x, y, verdict, a, b in zip(n, r, v["verdict"], lo, hi, strict=True):
+                    if math.isfinite(a) and math.isfinite(b):  # the bootstrap CI of the ratio
+                        ax.plot([x, x], [a, b], color=color, lw=1, alpha=0.6)
                     ax.plot(
                         [x],
                         [y],
                         marker=variant_marker(variant),
                         ms=6,
                         color=color,
-                        mfc=color if bool(sig) else "white",
+                        mfc=color if verdict in ("faster", "slower") else "white",
                     )
             ax.axhline(1.0, color="black", lw=1)
             if threshold is not None:
@@ -481,7 +485,11 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             if ok.empty:
                 empty_panel(ax, "no cells ok in both runs")
             else:
-                ratios = _floats(ok["ratio"])
+                ratios = [
+                    x
+                    for x in _floats(ok["ratio"]) + _floats(ok["ratio_ci_low"]) + _floats(ok["ratio_ci_high"])
+                    if math.isfinite(x) and x > 0
+                ]
                 ratio_axis(ax, min(ratios), max(max(ratios), 1 + (threshold or 0)))
             seq_axis(ax, rows["seq_len"].dropna().unique())
             ax.set_ylabel("time ratio B/A (>1: B slower)")
@@ -489,6 +497,7 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             ax.set_title(title_p)
             legend_below(ax, ncol=3)
         fig.suptitle(
-            f"{title}\nA = {label_a}\nB = {label_b}\nfilled marker: significant difference, hollow: not"
+            f"{title}\nA = {label_a}\nB = {label_b}\n"
+            "filled marker: faster or slower (significant, CI excludes 1); hollow: same or ambiguous"
         )
     return fig, table

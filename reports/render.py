@@ -95,7 +95,9 @@ def summary_table(scaling) -> pg.Table:
         "R²",
         "theory",
         "vs theory",
+        "largest N measured",
         "largest N that fits",
+        f"largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call",
         "% of peak",
     )
     rows = []
@@ -123,7 +125,9 @@ def summary_table(scaling) -> pg.Table:
                 _num(r["mem_r2"], ".3f"),
                 mem_th,
                 "; ".join(verdict) or "–",
-                _seq_count(r["n_max_fit"]),
+                _seq_count(r["n_max_measured"]),
+                str(r["n_fit_text"]),
+                str(r["n_time_text"]),
                 f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a",
             )
         )
@@ -147,12 +151,27 @@ def _best_table(group) -> pg.Table:
                 cells.append("no ok cell")
                 continue
             b = sel.iloc[0]
-            text = f"{b['best']} {ms_text(b['time_ms'])}"
-            if b["runner_up"]:
-                text += f" ({_num(b['lead'])}× ahead of {b['runner_up']})"
+            if b["tied"]:  # the data cannot rank them: say so instead of "1.00× ahead"
+                text = f"tie: {' ≈ '.join([str(b['best']), *str(b['tied']).split()])} {ms_text(b['time_ms'])}"
+                text += f" ({_num(b['lead'])}×{_p_text(b['p_value'])})"
+            else:
+                text = f"{b['best']} {ms_text(b['time_ms'])}"
+                if b["runner_up"]:
+                    text += f" ({_num(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
             cells.append(text)
         rows.append((str(n), *cells))
-    return pg.Table(headers, tuple(rows), "fastest ok variant per seq_len (median time)")
+    return pg.Table(
+        headers,
+        tuple(rows),
+        "fastest ok variant per seq_len (median time); 'tie: A ≈ B' when B is less than 2% slower than A "
+        "or Mann-Whitney U on their raw samples gives p ≥ 0.05 (or cannot be run: fewer than 3 samples)",
+    )
+
+
+def _p_text(p: Any) -> str:
+    if not present(p) or not math.isfinite(float(p)):
+        return ", untested"
+    return ", p < 0.001" if float(p) < 0.001 else f", p = {float(p):.2g}"
 
 
 def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
@@ -292,10 +311,12 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
             "materialise the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones "
             "(chunked, flash, efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the "
             "CI), above, below, or uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the"
-            " memory fit to the device's memory (power of two); far beyond the measured seq_lens it is "
-            "only indicative. '% of peak' is achieved TFLOP/s at the largest ok seq_len over the run's "
-            "calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat that "
-            "matmul or the calibration ran at a noisy moment."
+            " memory fit to the device's memory (power of two), and says only '> 8× the largest measured"
+            " N' beyond that: further out it would not be a measurement. For linear-memory variants, "
+            f"'largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call' reads the time fit the same way"
+            " (power of two, 8× limit). '% of peak' is achieved TFLOP/s at the largest ok seq_len over the "
+            "run's calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat "
+            "that matmul or the calibration ran at a noisy moment."
         ),
         summary,
     )

@@ -126,14 +126,35 @@ def calibrated_peak(meta: dict[str, Any], device: str, dtype: str) -> float | No
     return float(peak) if isinstance(peak, (int, float)) and peak > 0 and math.isfinite(peak) else None
 
 
+def separated(first, other, *, tolerance: float | None = None, alpha: float | None = None) -> bool:
+    """Whether `other` is told apart from the faster `first` (rows with time_ms_median and samples_ms):
+    at least `tolerance` (2%) slower by median and Mann-Whitney p < alpha on their raw samples. Without
+    3 samples on each side there is no test, so nothing is separated by the 2% rule alone."""
+    from .stats import ALPHA, SAME_TOLERANCE, mann_whitney
+
+    tolerance = SAME_TOLERANCE if tolerance is None else tolerance
+    alpha = ALPHA if alpha is None else alpha
+    lead = float(other["time_ms_median"]) / float(first["time_ms_median"])
+    p = mann_whitney(_sample_list(first), _sample_list(other))
+    return lead >= 1 + tolerance and math.isfinite(p) and p < alpha
+
+
+def _sample_list(row) -> list[float]:
+    s = row.get("samples_ms") if hasattr(row, "get") else None
+    return [float(x) for x in s] if isinstance(s, (list, tuple)) else []
+
+
 def best_variant(df):
-    """Per combination and seq_len: the fastest ok variant, its median time, and how far ahead of the next."""
+    """Per combination and seq_len: the fastest ok variant, its median time, how far ahead of the next,
+    the Mann-Whitney p of the two, and the variants it cannot be told apart from (`tied`, see separated)."""
     import pandas as pd
+
+    from .stats import mann_whitney
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     records = []
     for key, sub in grouped(ok, list(COMBO_AXES) + ["seq_len"]):
-        ranked = sub.sort_values("time_ms_median")
+        ranked = sub.sort_values("time_ms_median", kind="stable")
         first = ranked.iloc[0]
         rec = {
             **key,
@@ -141,13 +162,23 @@ def best_variant(df):
             "time_ms": float(first["time_ms_median"]),
             "runner_up": "",
             "lead": math.nan,
+            "p_value": math.nan,
+            "tied": "",
         }
         if len(ranked) > 1:
             second = ranked.iloc[1]
             rec["runner_up"] = second["variant"]
             rec["lead"] = float(second["time_ms_median"]) / float(first["time_ms_median"])
+            rec["p_value"] = mann_whitney(_sample_list(first), _sample_list(second))
+            # every variant the winner cannot be told apart from, fastest first
+            rec["tied"] = " ".join(
+                str(r["variant"]) for _, r in ranked.iloc[1:].iterrows() if not separated(first, r)
+            )
         records.append(rec)
-    return pd.DataFrame(records, columns=[*COMBO_AXES, "seq_len", "best", "time_ms", "runner_up", "lead"])
+    return pd.DataFrame(
+        records,
+        columns=[*COMBO_AXES, "seq_len", "best", "time_ms", "runner_up", "lead", "p_value", "tied"],
+    )
 
 
 def speedups(df, baseline: str):

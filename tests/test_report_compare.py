@@ -3,6 +3,7 @@ the real `attnbench compare` command with its exit statuses."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -147,3 +148,77 @@ def test_cli_compare_bad_input(tmp_path, case):
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("attnbench: error:")
     assert proc.stdout == "" and not out.exists()
+
+
+def _verdict_pair(tmp_path, samples_a, samples_b):
+    """One naive cell at N=1024 in each run, with the given raw samples."""
+    a = synthetic.write_run(tmp_path / "a", [synthetic.cell("naive", 1024, sample_ms=samples_a)], run_id="a")
+    b = synthetic.write_run(tmp_path / "b", [synthetic.cell("naive", 1024, sample_ms=samples_b)], run_id="b")
+    return a, b
+
+
+@pytest.mark.parametrize(
+    "factor_b, spread, n, expected",
+    [
+        (1.00, 0.01, 30, "same"),  # independent draws, one distribution: CI well inside ±2%
+        (0.80, 0.02, 30, "faster"),
+        (1.25, 0.02, 30, "slower"),
+        (1.05, 0.30, 5, "ambiguous"),  # overlapping wide samples: CI spans 1 and leaves ±2%
+    ],
+)
+def test_verdicts_on_seeded_samples(tmp_path, factor_b, spread, n, expected):
+    sa = synthetic.samples(10.0, n=n, spread=spread, seed=1)
+    sb = synthetic.samples(10.0 * factor_b, n=n, spread=spread, seed=2)
+    cmp = compare_runs(*_verdict_pair(tmp_path, sa, sb))
+    row = cmp.cells.iloc[0]
+    assert row["verdict"] == expected
+    assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
+    if expected in ("faster", "slower"):
+        assert abs(row["cliffs_delta"]) == pytest.approx(1.0)  # the samples do not overlap at all
+        assert (row["cliffs_delta"] > 0) == (expected == "slower")
+    assert int(cmp.per_variant.iloc[0][expected]) == 1
+
+
+def test_bootstrap_ci_is_reproducible(tmp_path):
+    sa = synthetic.samples(10.0, n=20, spread=0.1, seed=3)
+    sb = synthetic.samples(10.5, n=20, spread=0.1, seed=4)
+    pair = _verdict_pair(tmp_path, sa, sb)
+    first, second = compare_runs(*pair).cells.iloc[0], compare_runs(*pair).cells.iloc[0]
+    assert (first["ratio_ci_low"], first["ratio_ci_high"]) == (
+        second["ratio_ci_low"],
+        second["ratio_ci_high"],
+    )
+
+
+def test_same_band_follows_the_threshold(tmp_path):
+    # a significant 3% slowdown: beyond the default ±2% band it is 'slower'; inside --fail-above 5% 'same'
+    sa = synthetic.samples(10.0, n=30, spread=0.005, seed=5)
+    sb = synthetic.samples(10.3, n=30, spread=0.005, seed=6)
+    pair = _verdict_pair(tmp_path, sa, sb)
+    assert compare_runs(*pair).cells.iloc[0]["verdict"] == "slower"
+    gated = compare_runs(*pair, threshold=parse_threshold("median:5%"))
+    assert gated.cells.iloc[0]["verdict"] == "same" and len(gated.regressions) == 0
+
+
+def test_gate_ignores_a_slowdown_it_cannot_tell(tmp_path):
+    # +30% on the median, but 4 wide samples a side: the CI spans 1, so --fail-above does not fire
+    sa = [10.0, 6.0, 14.0, 9.0]
+    sb = [13.0, 7.0, 15.0, 12.0]
+    cmp = compare_runs(*_verdict_pair(tmp_path, sa, sb), threshold=parse_threshold("median:5%"))
+    row = cmp.cells.iloc[0]
+    assert row["ratio"] > 1.05 and row["verdict"] == "ambiguous"
+    assert len(cmp.regressions) == 0
+
+
+def test_cliffs_delta_and_median_ci_analytic():
+    from attnbench.reports import stats
+
+    assert stats.cliffs_delta([1, 2, 3], [4, 5, 6]) == 1.0
+    assert stats.cliffs_delta([4, 5, 6], [1, 2, 3]) == -1.0
+    assert stats.cliffs_delta([1, 2, 3, 4], [1, 2, 3, 4]) == 0.0
+    # of the 9 pairs, b > a in 5 (2>1, 3>1, 6>1, 6>3, 6>5), b < a in 3, one tie: (5 - 3) / 9
+    assert stats.cliffs_delta([1, 3, 5], [2, 3, 6]) == pytest.approx(2 / 9)
+    assert math.isnan(stats.cliffs_delta([1, 2], [3, 4, 5]))
+    # 9 values: the distribution-free 95% CI of the median is the 2nd and 8th order statistics
+    assert stats.median_ci(list(range(1, 10))) == (2.0, 8.0)
+    assert all(math.isnan(x) for x in stats.median_ci([1, 2, 3, 4, 5]))

@@ -117,3 +117,27 @@ def test_fixture_memory_exponents():
     assert not fit.fit_index(table)[fit.combo_key(non_causal.loc["fault_wrong"], "fault_wrong")][0].available
     assert non_causal.loc["fault_wrong", "time_fit"].startswith("n/a")
     assert non_causal.loc["naive", "n_max_fit"] == 16384  # 272 MiB at 2048, ∝ N²: 17 GiB at 16k, 68 at 32k
+
+
+def test_extrapolated_text_stops_at_8x_measured():
+    assert fit.extrapolated_text(16384, 2048) == "16,384"  # exactly 8×: still read off the fit
+    assert fit.extrapolated_text(2**24, 16384) == "> 131,072 (beyond 8× measured)"
+    assert fit.extrapolated_text(None, 2048) == "n/a"
+
+
+def test_largest_n_measured_fits_and_within_time_budget(tmp_path):
+    # exact laws, no noise: time 1 ms · (N/256)², memory 1 MiB · (N/256)^k, measured up to N = 1024
+    rows = synthetic.power_law_rows({"naive": (2.0, 2.0), "chunked": (2.0, 1.0)}, [256, 512, 1024])
+    run = synthetic.write_run(tmp_path / "run", rows, memory_bytes=16 * synthetic.GIB)
+    table = fit.scaling_table(results.load(run), results.load_meta(run)).set_index("variant")
+    assert (table["n_max_measured"] == 1024).all()
+    # naive reaches 16 GiB at N = 256 · 128 = 32768, chunked at 256 · 16384: both beyond 8 × 1024
+    assert table.loc["naive", "n_max_fit"] == 32768
+    assert (
+        table.loc["naive", "n_fit_text"]
+        == table.loc["chunked", "n_fit_text"]
+        == "> 8,192 (beyond 8× measured)"
+    )
+    # 1 ms · (N/256)² = 1000 ms at N = 256 · √1000 ≈ 8095: the largest power of two within is 4096
+    assert table.loc["chunked", "n_time_budget"] == 4096 and table.loc["chunked", "n_time_text"] == "4,096"
+    assert table.loc["naive", "n_time_text"] == "–"  # memory binds first for N² variants

@@ -205,3 +205,49 @@ def test_seq_axis_labels_powers_of_two_and_marks_the_steps_between():
     seq_axis(ax, [3000, 5000, 7000])  # no powers of two: every tick labelled
     assert [t.get_text() for t in ax.get_xticklabels()] == ["3000", "5000", "7000"]
     plt.close(fig)
+
+
+def _best_cells(tmp_path, cases):
+    """Two variants per seq_len, sdpa's samples `factor` × naive's with the given spread and count."""
+    from attnbench.reports.render import _best_table
+    from attnbench.reports.tables import best_variant
+
+    rows = []
+    for n, (factor, spread, count) in cases.items():
+        a = synthetic.samples(10.0, n=count, spread=spread, seed=n)
+        b = synthetic.samples(10.0 * factor, n=count, spread=spread, seed=n + 1)
+        rows += [synthetic.cell("chunked", n, sample_ms=a), synthetic.cell("sdpa", n, sample_ms=b)]
+    df = results.load(synthetic.write_run(tmp_path / "run", rows))
+    best = best_variant(df).set_index("seq_len")
+    table = _best_table(df)
+    return best, {int(r[0]): r[1] for r in table.rows}
+
+
+def test_best_table_says_tie_when_it_cannot_tell(tmp_path):
+    best, text = _best_cells(
+        tmp_path,
+        {
+            256: (1.30, 0.02, 30),  # clearly separated
+            512: (1.00, 0.01, 30),  # one distribution twice
+            1024: (1.01, 0.001, 30),  # significant, but under 2%
+            2048: (1.10, 0.40, 5),  # 10% by median, hidden in a ±40% spread
+        },
+    )
+    assert best.loc[256, "tied"] == "" and best.loc[256, "p_value"] < 1e-6
+    assert text[256].startswith("chunked ") and "× ahead of sdpa, p < 0.001" in text[256]
+    for n in (512, 1024, 2048):
+        assert best.loc[n, "tied"] != "", n
+        assert text[n].startswith("tie: ") and "≈" in text[n] and "ahead" not in text[n]
+    assert best.loc[1024, "p_value"] < 0.05  # tied by the 2% rule, not by the test
+    assert best.loc[2048, "p_value"] >= 0.05 and best.loc[2048, "lead"] > 1.02
+
+
+def test_best_table_without_samples_is_untested(tmp_path):
+    from attnbench.reports.tables import best_variant
+
+    rows = [
+        synthetic.cell("chunked", 256, sample_ms=[1.0, 1.0]),
+        synthetic.cell("sdpa", 256, sample_ms=[2.0, 2.0]),
+    ]
+    best = best_variant(results.load(synthetic.write_run(tmp_path / "run", rows))).iloc[0]
+    assert best["lead"] == pytest.approx(2.0) and best["tied"] == "sdpa"  # two samples: no test, no winner

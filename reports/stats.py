@@ -1,0 +1,152 @@
+"""Statistics on raw timing samples: Mann-Whitney U, Cliff's delta, bootstrap CI of a median ratio, verdicts.
+
+Everything here is scipy's; this module only fixes the conventions (B against A, two-sided, seeded
+bootstrap) so that compare, the best-variant table and the harness check say "can't tell" the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MIN_SAMPLES = 3  # fewer on a side: no test (Mann-Whitney's smallest two-sided p with 2 vs 2 is 0.33)
+ALPHA = 0.05
+SAME_TOLERANCE = 0.02  # a ratio whose CI stays within ±2% of 1 is "the same", significant or not
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0  # pages are reproducible: the same samples give the same CI
+VERDICTS = ("faster", "slower", "same", "ambiguous")
+
+VERDICT_RULE = (
+    "Verdict of B against A: 'same' when the 95% bootstrap CI of the median ratio B/A lies within "
+    "±tolerance of 1 (the --fail-above percentage, else 2%); otherwise 'slower' (or 'faster') when "
+    "Mann-Whitney U is significant and the whole CI lies above (below) 1; 'ambiguous' in every other case, "
+    "including cells with fewer than 3 samples on a side."
+)
+
+
+def _clean(x) -> list[float]:
+    return [float(v) for v in x if v is not None and math.isfinite(float(v))] if x is not None else []
+
+
+def mann_whitney(a, b) -> float:
+    """Two-sided Mann-Whitney U p-value of two sample sets (NaN with fewer than 3 samples on a side)."""
+    a, b = _clean(a), _clean(b)
+    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
+        return math.nan
+    from scipy.stats import mannwhitneyu
+
+    if len(set(a) | set(b)) == 1:  # all equal: no evidence of a difference (scipy would warn)
+        return 1.0
+    return float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
+
+
+def cliffs_delta(a, b) -> float:
+    """Cliff's delta of B against A: P(b > a) - P(b < a), in [-1, 1] (> 0: B's times larger, B slower).
+
+    It is scipy's Mann-Whitney U rescaled, delta = 2·U_B / (n_A·n_B) - 1 (ties count one half in U), so
+    no pairwise loop is written here. NaN with fewer than 3 samples on a side.
+    """
+    a, b = _clean(a), _clean(b)
+    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
+        return math.nan
+    from scipy.stats import mannwhitneyu
+
+    if len(set(a) | set(b)) == 1:
+        return 0.0
+    u_b = float(mannwhitneyu(b, a, alternative="two-sided").statistic)
+    return 2 * u_b / (len(a) * len(b)) - 1
+
+
+def ratio_ci(a, b, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of median(B) / median(A), resampling each side on its own, seeded.
+
+    Percentile rather than BCa: BCa's jackknife of a median is degenerate on tied samples.
+    (NaN, NaN) with fewer than 3 samples on a side.
+    """
+    a, b = _clean(a), _clean(b)
+    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
+        return math.nan, math.nan
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    if len(set(a)) == 1 and len(set(b)) == 1:  # no spread: every resample gives the same ratio
+        r = b[0] / a[0]
+        return r, r
+
+    def ratio(x, y, axis=-1):
+        return np.median(y, axis=axis) / np.median(x, axis=axis)
+
+    res = bootstrap(
+        (np.asarray(a), np.asarray(b)),
+        ratio,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        vectorized=True,
+        paired=False,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def median_ci(x, level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI of the median (order statistics, scipy's quantile_test); NaN when too few.
+
+    With 9 values the 95% CI is [2nd smallest, 8th smallest] (coverage 96%); a bootstrap of 9 values
+    would understate it.
+    """
+    x = _clean(x)
+    if len(x) < 6:  # 5 values cannot reach 95% coverage: 2 · 0.5^5 = 0.0625 > 0.05
+        return math.nan, math.nan
+    from scipy.stats import quantile_test
+
+    ci = quantile_test(x, q=float(sorted(x)[len(x) // 2]), p=0.5).confidence_interval(level)
+    return float(ci.low), float(ci.high)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """B against A on raw samples: median ratio, its CI, Mann-Whitney p, Cliff's delta and the verdict."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    delta: float
+    verdict: str
+
+    @property
+    def significant(self) -> bool | None:
+        return None if not math.isfinite(self.p_value) else self.p_value < ALPHA
+
+
+def verdict(
+    p_value: float, ci_low: float, ci_high: float, *, tolerance: float = SAME_TOLERANCE, alpha: float = ALPHA
+) -> str:
+    """VERDICT_RULE: same, slower, faster or ambiguous (the rule is the order of the tests below)."""
+    if not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+        return "ambiguous"
+    if 1 - tolerance <= ci_low and ci_high <= 1 + tolerance:
+        return "same"  # practically equal, even when a huge sample makes a 1% shift significant
+    significant = math.isfinite(p_value) and p_value < alpha
+    if significant and ci_low > 1:
+        return "slower"
+    if significant and ci_high < 1:
+        return "faster"
+    return "ambiguous"
+
+
+def difference(
+    a, b, *, ratio: float | None = None, tolerance: float = SAME_TOLERANCE, alpha: float = ALPHA
+) -> Difference:
+    """Compare B's samples with A's; ratio defaults to median(B) / median(A) of the samples."""
+    import statistics
+
+    ca, cb = _clean(a), _clean(b)
+    if ratio is None:
+        ratio = statistics.median(cb) / statistics.median(ca) if ca and cb else math.nan
+    p = mann_whitney(ca, cb)
+    lo, hi = ratio_ci(ca, cb)
+    return Difference(
+        ratio, lo, hi, p, cliffs_delta(ca, cb), verdict(p, lo, hi, tolerance=tolerance, alpha=alpha)
+    )
