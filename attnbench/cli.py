@@ -349,7 +349,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         threshold = parse_threshold(args.fail_above) if args.fail_above else None
         if not 0 < args.alpha < 1:
             raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
-        cmp = compare_runs(args.run_a, args.run_b, threshold=threshold, alpha=args.alpha)
+        cmp = compare_runs(
+            args.run_a, args.run_b, threshold=threshold, alpha=args.alpha, normalize=args.normalize
+        )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
     out = _out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name))
@@ -478,6 +480,12 @@ def build_parser() -> argparse.ArgumentParser:
         "wrong/error/crashed/timeout in B",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney U test")
+    p.add_argument(
+        "--normalize",
+        choices=["calibration"],
+        help="rescale B's times to A's machine by the runs' calibrated ceilings (matmul TFLOP/s for "
+        "compute-bound cells, copy GB/s for memory-bound ones), so a slower machine is not a slower code",
+    )
     p.add_argument(
         "--out", metavar="DIR", help="where to write the plot and page (default: reports/out/compare-A-vs-B)"
     )

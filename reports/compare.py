@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnbench.results.schema import CELL_AXES
 
+from . import calibration
 from . import page as pg
 from .stats import SAME_TOLERANCE, VERDICT_RULE, VERDICTS, difference, mann_whitney  # noqa: F401
 from .tables import axis_value, present, varying
@@ -87,6 +88,12 @@ class Comparison:
     threshold: Threshold | None
     alpha: float
     tolerance: float = SAME_TOLERANCE  # the ±band of B/A that counts as 'same'
+    ceilings: list = field(default_factory=list)  # reports.calibration.Ceiling of both runs, side by side
+    normalize: str | None = None  # 'calibration': B's times were rescaled to A's machine
+
+    @property
+    def calibration_warnings(self) -> list[str]:
+        return calibration.warnings_for(self.ceilings)
 
     @property
     def regressions(self):
@@ -109,10 +116,15 @@ def _match_axes(a, b) -> tuple[list[str], str]:
 
 
 def compare_runs(
-    run_a: str | Path, run_b: str | Path, *, threshold: Threshold | None = None, alpha: float = DEFAULT_ALPHA
+    run_a: str | Path,
+    run_b: str | Path,
+    *,
+    threshold: Threshold | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    normalize: str | None = None,
 ):
     """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
-    runs share no cell."""
+    runs share no cell. normalize='calibration' rescales B's times to A's machine (reports.calibration)."""
     import numpy as np
     import pandas as pd
 
@@ -123,7 +135,11 @@ def compare_runs(
     axes, how = _match_axes(a, b)
     # 'same' means within the gate's own tolerance when it is relative, else within 2%
     tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
-    cols = ["run_id", "device", "status", "message", "time_ms_median", "samples_ms"]
+    if normalize not in (None, "calibration"):
+        raise ValueError(f"--normalize takes 'calibration', got {normalize!r}")
+    if normalize and not (meta_a.get("calibration") and meta_b.get("calibration")):
+        raise ValueError("--normalize calibration needs both runs' calibration (meta.json has none)")
+    cols = ["run_id", "device", "status", "message", "time_ms_median", "samples_ms", "flops"]
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     m = keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
@@ -138,7 +154,16 @@ def compare_runs(
             and present(r["time_ms_median_b"])
         )
         sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
-        ratio = float(r["time_ms_median_b"]) / float(r["time_ms_median_a"]) if ok else math.nan
+        device_a = r["device_a"] if "device_a" in r else r["device"]
+        device_b = r["device_b"] if "device_b" in r else r["device"]
+        scale, which = 1.0, ""
+        if normalize:  # B's times as they would be on A's machine, by the ceiling that bounds the cell
+            cell = {**{x: r[x] for x in axes}, "device": device_a, "flops": r["flops_a"]}
+            scale, which = calibration.factor(cell, meta_a, meta_b, device_b)
+            ok = ok and math.isfinite(scale)
+            sb = [s * scale for s in sb] if math.isfinite(scale) else sb
+        median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
+        ratio = median_b / float(r["time_ms_median_a"]) if ok else math.nan
         diff = difference(sa, sb, ratio=ratio, tolerance=tolerance, alpha=alpha) if ok else None
         p = diff.p_value if diff else math.nan
         significant = (p < alpha) if math.isfinite(p) else None
@@ -147,7 +172,7 @@ def compare_runs(
         # whose samples cannot tell (ambiguous, or fewer than 3 samples) never fails a build
         if threshold is not None and diff is not None and diff.verdict == "slower":
             va = stat_value(sa, r["time_ms_median_a"], threshold.stat)
-            vb = stat_value(sb, r["time_ms_median_b"], threshold.stat)
+            vb = stat_value(sb, median_b, threshold.stat)
             if threshold.exceeded(va, vb):
                 regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
         if threshold is not None and r["status_a"] == "ok" and r["status_b"] in BROKEN:
@@ -155,12 +180,14 @@ def compare_runs(
         records.append(
             {
                 **{x: r[x] for x in axes},
-                "device_a": r["device_a"] if "device_a" in r else r["device"],
-                "device_b": r["device_b"] if "device_b" in r else r["device"],
+                "device_a": device_a,
+                "device_b": device_b,
                 "status_a": r["status_a"],
                 "status_b": r["status_b"],
                 "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
                 "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
+                "bound": which,
+                "norm_factor": scale if normalize else math.nan,
                 "n_a": len(sa),
                 "n_b": len(sb),
                 "ratio": ratio,
@@ -203,6 +230,8 @@ def compare_runs(
         threshold,
         alpha,
         tolerance,
+        calibration.ceilings(meta_a, meta_b, list(zip(cells["device_a"], cells["device_b"], strict=True))),
+        normalize,
     )
 
 
@@ -306,9 +335,34 @@ def verdict_counts(cmp: Comparison) -> str:
     return "verdicts: " + (", ".join(parts) if parts else "no cell ok in both runs")
 
 
+def calibration_table(cmp: Comparison) -> pg.Table:
+    """Both runs' calibrated ceilings side by side, B/A, and whether they differ by more than 10%."""
+    rows = tuple(
+        (c.device, c.what, _fmt(c.a or math.nan), _fmt(c.b or math.nan), _fmt(c.ratio, ".3f"),
+         "differs" if c.differs else "")
+        for c in cmp.ceilings
+    )  # fmt: skip
+    return pg.Table(
+        ("device", "ceiling", "A", "B", "B/A", f"> {calibration.CALIBRATION_WARN:.0%} apart"), rows
+    )
+
+
+def normalize_note(cmp: Comparison) -> str:
+    if cmp.normalize != "calibration":
+        return "Times are compared as measured (--normalize calibration rescales B to A's machine)."
+    return (
+        "Normalised by calibration: each of B's times is multiplied by ceiling_B / ceiling_A for the ceiling "
+        "that bounds the cell on A (matmul TFLOP/s when compute-bound, copy GB/s when memory-bound; column "
+        "'bound'), so the ratios say how the code differs once the machines' speed is taken out."
+    )
+
+
 def text_report(cmp: Comparison) -> str:
     """What `attnbench compare` prints."""
     out = [f"A: {cmp.label_a}  [{cmp.run_a}]", f"B: {cmp.label_b}  [{cmp.run_b}]", cmp.match, ""]
+    out.append(pg.to_text(calibration_table(cmp)))
+    out += [f"WARNING {w}" for w in cmp.calibration_warnings]
+    out += [normalize_note(cmp), ""]
     out.append(pg.to_text(cell_table(cmp), max_width=60))
     out.append(pg.to_text(variant_table(cmp)))
     out.append(verdict_counts(cmp))
@@ -355,6 +409,10 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
         )
     )
     page.add(pg.Para(verdict_rule(cmp)))
+    page.add(pg.Heading("Calibration of both runs"), calibration_table(cmp))
+    if cmp.calibration_warnings:
+        page.add(pg.Bullets(tuple(cmp.calibration_warnings)))
+    page.add(pg.Para(normalize_note(cmp)))
     page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
     page.add(pg.Figure(files))
     page.add(pg.Heading("Per cell"), cell_table(cmp))

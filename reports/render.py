@@ -211,6 +211,26 @@ def _suspect_table(df) -> pg.Table:
     return pg.Table(("run", "cell", "why"), rows[:MAX_FAILURE_ROWS])
 
 
+def _calibration_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
+    """Every run's calibrated ceilings beside the first run's, with a warning where they differ by >10%:
+    time differences between such runs are partly the machines'."""
+    from .calibration import ceilings, warnings_for
+
+    first, *others = metas
+    rows, warnings = [], []
+    for rid in others:
+        devices = sorted(
+            set(df[df["run_id"] == rid]["device"].dropna()) & set(df[df["run_id"] == first]["device"])
+        )
+        cs = ceilings(metas[first], metas[rid], [(d, d) for d in devices])
+        rows += [
+            (rid, c.device, c.what, _num(c.a, ".3g"), _num(c.b, ".3g"), _num(c.ratio, ".3f")) for c in cs
+        ]
+        warnings += warnings_for(cs, a=first, b=rid)
+    table = pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
+    return [table, pg.Bullets(tuple(warnings))] if warnings else [table]
+
+
 def _failures_table(df) -> pg.Table:
     """Cells that are not ok, grouped by run, variant and status, with the first message."""
     bad = df[df["status"] != "ok"]
@@ -416,6 +436,8 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     if suspects.rows:
         page.add(pg.Heading("Suspect cells: shown, never ranked"), pg.Para(SUSPECT_RULE), suspects)
     page.add(pg.Heading("Machine"), _fingerprint_table(metas))
+    if len(metas) > 1:
+        page.add(pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(df, metas))
 
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
     report.html.write_text(pg.to_html(page, out), encoding="utf-8")

@@ -124,6 +124,7 @@ def write_run(
     memory_bytes: int = 16 * GIB,
     gpu: dict[str, Any] | None = None,
     peak_tflops: float = 1.0,
+    copy_gbps: float = 10.0,
     numerics: dict[str, Any] | None = None,
     hostname: str = "synthetic-host",
 ) -> Path:
@@ -159,7 +160,11 @@ def write_run(
                 "gpu": gpu,
             },
             "calibration": {
-                d: {"matmul_tflops": {t: peak_tflops for t in dtypes}, "copy_gbps": 10.0, "matmul_n": 2048}
+                d: {
+                    "matmul_tflops": dict.fromkeys(dtypes, peak_tflops),
+                    "copy_gbps": copy_gbps,
+                    "matmul_n": 2048,
+                }
                 for d in devices
             },
         }

@@ -3,6 +3,7 @@ the real `attnbench compare` command with its exit statuses."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -222,3 +223,58 @@ def test_cliffs_delta_and_median_ci_analytic():
     # 9 values: the distribution-free 95% CI of the median is the 2nd and 8th order statistics
     assert stats.median_ci(list(range(1, 10))) == (2.0, 8.0)
     assert all(math.isnan(x) for x in stats.median_ci([1, 2, 3, 4, 5]))
+
+
+# ---- calibration: the machine's speed apart from the code's --------------------------------------
+
+
+def _machine_pair(tmp_path, variant: str, slower: float, a_tflops: float = 0.05, **b_machine):
+    """The same cells on machine A (a_tflops, 10 GB/s) and on machine B (A's calibration, changed by
+    b_machine), B's times `slower`x A's."""
+    rows_a, rows_b = [], []
+    for n in (256, 512, 1024):
+        t = 2.0 * (n / 256) ** 2
+        rows_a.append(synthetic.cell(variant, n, sample_ms=synthetic.samples(t, spread=0.005, seed=n)))
+        rows_b.append(
+            synthetic.cell(variant, n, sample_ms=synthetic.samples(t * slower, spread=0.005, seed=n + 1))
+        )
+    a = synthetic.write_run(tmp_path / "a", rows_a, run_id="a", peak_tflops=a_tflops, copy_gbps=10.0)
+    b_cal = {"peak_tflops": a_tflops, "copy_gbps": 10.0, **b_machine}
+    b = synthetic.write_run(tmp_path / "b", rows_b, run_id="b", **b_cal)
+    return a, b
+
+
+def test_a_slower_machine_is_not_a_slower_code_once_normalised(tmp_path):
+    # chunked (linear memory) at 0.05 TFLOP/s and 10 GB/s is compute-bound: B's matmul ceiling is 0.8x A's
+    a, b = _machine_pair(tmp_path, "chunked", 1.25, peak_tflops=0.04)
+    gate = parse_threshold("median:5%")
+    raw = compare_runs(a, b, threshold=gate)
+    assert set(raw.cells["verdict"]) == {"slower"} and len(raw.regressions) == 3
+    assert any("matmul float32 TFLOP/s" in w and "0.80x" in w for w in raw.calibration_warnings)
+    norm = compare_runs(a, b, threshold=gate, normalize="calibration")
+    assert set(norm.cells["bound"]) == {"compute"} and norm.cells["norm_factor"].tolist() == pytest.approx(
+        [0.8] * 3
+    )
+    assert set(norm.cells["verdict"]) == {"same"} and len(norm.regressions) == 0
+    assert norm.cells["ratio"].tolist() == pytest.approx([1.0] * 3, rel=0.03)
+
+
+def test_memory_bound_cells_are_priced_by_copy_bandwidth(tmp_path):
+    # naive materialises the scores: at 10 GB/s against 1 TFLOP/s its cells are memory-bound
+    a, b = _machine_pair(tmp_path, "naive", 2.0, a_tflops=1.0, copy_gbps=5.0)
+    norm = compare_runs(a, b, normalize="calibration")
+    assert set(norm.cells["bound"]) == {"memory"} and set(norm.cells["verdict"]) == {"same"}
+    code_slower = compare_runs(
+        *_machine_pair(tmp_path / "2", "naive", 3.0, a_tflops=1.0, copy_gbps=5.0), normalize="calibration"
+    )
+    assert set(code_slower.cells["verdict"]) == {"slower"}  # 3x slower on a 2x slower machine: 1.5x the code
+
+
+def test_same_calibration_gives_no_warning_and_normalize_is_refused_without_one(tmp_path):
+    a, b = _machine_pair(tmp_path, "chunked", 1.0)
+    assert compare_runs(a, b).calibration_warnings == []
+    meta = json.loads((b / "meta.json").read_text())
+    del meta["calibration"]
+    (b / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="needs both runs' calibration"):
+        compare_runs(a, b, normalize="calibration")

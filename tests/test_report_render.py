@@ -251,3 +251,14 @@ def test_best_table_without_samples_is_untested(tmp_path):
     ]
     best = best_variant(results.load(synthetic.write_run(tmp_path / "run", rows))).iloc[0]
     assert best["lead"] == pytest.approx(2.0) and best["tied"] == "sdpa"  # two samples: no test, no winner
+
+
+def test_a_multi_run_report_puts_the_calibrations_side_by_side(tmp_path):
+    rows = synthetic.power_law_rows({"naive": (2.0, 2.0)}, [256, 512, 1024])
+    a = synthetic.write_run(tmp_path / "a", rows, run_id="fast-box", peak_tflops=0.5)
+    b = synthetic.write_run(tmp_path / "b", rows, run_id="slow-box", peak_tflops=0.4)
+    c = synthetic.write_run(tmp_path / "c", rows, run_id="twin-box", peak_tflops=0.48)
+    md = render(prepare([a, b, c]), tmp_path / "report").readme.read_text()
+    assert "Calibration of each run, against the first" in md
+    assert "calibration differs: cpu matmul float32 TFLOP/s is 0.4 in slow-box against 0.5 in fast-box" in md
+    assert "in twin-box against" not in md  # 4% apart: within the 10% a VM wanders
