@@ -1,12 +1,16 @@
-"""Measure one cell in three steps, then one result row: prepare, time_call, peak -> measure_cell.
+"""Measure one cell in steps, then one result row: prepare, time_call, peak, check_after -> measure_cell.
 
-- prepare(spec, settings, cache) -> Prepared: seeded inputs, one forward call gated against float64
-  (gradients too for fwdbwd), and the call to time;
+- prepare(spec, settings, cache) -> Prepared: clones of the shape's pristine seeded inputs, the variant's
+  setup hook if it has one (setup_ms), one forward call (first_call_ms) gated against float64 (gradients
+  too for fwdbwd), whether that modified the inputs, and the call to time;
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets;
-- peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs.
+- peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
+- check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
+  and the timed callable's answer follows fresh inputs (another seed), not one it remembered.
 
-measure_cell composes them, as `attnbench run`'s worker does; the pytest-benchmark plugin uses prepare
-and peak and lets pytest-benchmark time the call. The steps let the variant's exceptions through: the
+measure_cell composes them, as `attnbench run`'s worker does; the pytest-benchmark plugin uses prepare,
+peak and check_after and lets pytest-benchmark time the call. Prepared.verdict(m, after) is the status:
+`wrong` names every reason found. The steps let the variant's exceptions through: the
 caller's cell boundary turns them into the row's status (`failure`). measure_cell runs inside a worker
 process; only bugs in the harness itself escape it (and the parent records those as `error` too).
 """
