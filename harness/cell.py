@@ -284,9 +284,10 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
     rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
     opts = {"causal": spec.causal, "key_lengths": kl}
-    ref = correctness.reference(q, k, v, rows=rows, **opts)  # before the call: it may write into q, k, v
+    ref = correctness.reference(q, k, v, rows=rows, **opts)
+    given = [None if t is None else t.clone() for t in (q, k, v, kl)]  # it may write into what it is given
     with torch.no_grad():
-        out = ready.fn(q, k, v, dropout_p=0.0, scale=None, **opts)
+        out = ready.fn(*given[:3], causal=spec.causal, key_lengths=given[3], dropout_p=0.0, scale=None)
     fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
     return AfterCheck(changed=changed, fresh=fresh, seed=seed)
 

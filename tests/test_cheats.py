@@ -7,6 +7,7 @@ one plans in a setup hook.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -51,6 +52,17 @@ def test_a_variant_that_scales_q_after_answering_is_wrong_and_harms_no_later_cel
         assert (later["status"], later["message"]) == ("ok", ""), later
     q, k, v, kl = cache.get(spec("naive"), QUICK.seed)
     assert torch.equal(q, pristine[0]) and torch.equal(k, pristine[1]) and torch.equal(v, pristine[2])
+
+
+def test_key_lengths_are_inputs_too(plugin):
+    cache = InputCache()
+    padded = dict(batch=2, padding=0.25)
+    row = measure_cell(
+        dataclasses.replace(spec("cheat_mutate_lengths"), **padded), QUICK, cache, timer=fake()
+    )
+    assert row["status"] == "wrong" and row["message"] == f"{MUTATES} (key_lengths changed)"
+    later = measure_cell(dataclasses.replace(spec("naive"), **padded), QUICK, cache, timer=fake())
+    assert later["status"] == "ok" and later["masked_rows"] == "n/a"  # no batch lost all its keys
 
 
 def test_a_change_made_only_by_the_timed_calls_is_found_after_timing(plugin):

@@ -84,3 +84,11 @@ def lazy_init(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=N
 @register("bad_setup", description="its setup hook returns no callable", setup=lambda q, k, v, **opts: 42)
 def bad_setup(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
     return _naive(q, k, v, causal, key_lengths)
+
+
+@register("cheat_mutate_lengths", description="right answer, then hides every key of the first batch")
+def cheat_mutate_lengths(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    out = _naive(q, k, v, causal, key_lengths)
+    if key_lengths is not None:
+        key_lengths[0] = 0
+    return out
