@@ -183,9 +183,9 @@ class Prepared:
         on fresh inputs after timing), else ok, flagged when m is noisy. A wrong cell is still timed (and
         never ranked), so the verdict comes after the timing and `check_after`."""
         reasons = []
-        changed = set(self.changed) | set(after.changed if after is not None else ())
+        changed = self.changed + (after.changed if after is not None else ())
         if changed:
-            reasons.append(f"{MUTATES} ({', '.join(n for n in INPUT_NAMES if n in changed)} changed)")
+            reasons.append(mutation(changed))
         if not self.gate.passed or not self.grad_ok:
             if math.isinf(self.gate.rel_err):
                 what = "non-finite output (NaN or inf)"
@@ -199,6 +199,11 @@ class Prepared:
         if reasons:
             return "wrong", "; ".join(reasons)
         return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
+
+
+def mutation(changed: tuple[str, ...]) -> str:
+    """The reason a cell whose variant modified the inputs named in `changed` is wrong."""
+    return f"{MUTATES} ({', '.join(n for n in INPUT_NAMES if n in changed)} changed)"
 
 
 @dataclass(frozen=True)
@@ -256,9 +261,11 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     del out  # free the output before the gradient check allocates its own
     grad_rel = None
     backward = spec.pass_ == "fwdbwd"
-    if backward and spec.batch * spec.heads * spec.seq_len**2 <= settings.grad_check_elems:
-        grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
     changed = cache.changed(inputs)
+    # a variant that writes into its inputs is wrong already; autograd would refuse its write into a leaf
+    if backward and not changed and spec.batch * spec.heads * spec.seq_len**2 <= settings.grad_check_elems:
+        grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
+        changed = cache.changed(inputs)
 
     # the timed callable: the variant's own function (no registry wrapper), inputs already validated
     call = timed_call(fn, q, k, v, backward=backward, **opts)
@@ -354,16 +361,21 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
-def failure(exc: BaseException, device: str) -> tuple[str, str]:
+def failure(exc: BaseException, device: str, ready: Prepared | None = None) -> tuple[str, str]:
     """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
-    error. The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
+    error; `wrong` when prepare had already found that it modifies its inputs (the error follows from
+    that, as autograd refusing an in-place write into a leaf in a fwdbwd call). The caller re-raises
+    KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
     if device == "cuda":
         torch.cuda.empty_cache()
     if is_oom(exc):
         return "oom", _one_line(exc)
-    return "error", f"{type(exc).__name__}: {_one_line(exc)}"
+    message = f"{type(exc).__name__}: {_one_line(exc)}"
+    if ready is not None and ready.changed:
+        return "wrong", f"{mutation(ready.changed)}; then {message}"
+    return "error", message
 
 
 def _one_line(exc: BaseException, limit: int = 400) -> str:
@@ -385,6 +397,7 @@ def measure_cell(
     if reason:
         return finish(row, "unsupported", reason)
     cache = cache or InputCache()
+    ready = None
     try:
         ready = prepare(spec, settings, cache)
         row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
@@ -405,4 +418,4 @@ def measure_cell(
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
-        return finish(row, *failure(exc, spec.device))
+        return finish(row, *failure(exc, spec.device, ready))

@@ -157,6 +157,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
 
     row = start_row(spec)
+    ready = None
     try:
         ready = prepare(spec, settings, state.cache)
         row.update(ready.fields(), **ready.setup_fields())
@@ -164,7 +165,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
-        _untimed(state, finish(row, *failure(exc, spec.device)))
+        _untimed(state, finish(row, *failure(exc, spec.device, ready)))
     # tflops and elapsed_s keep their place in the row (measure_cell's order) until the timing fills them
     row = finish(
         row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, elapsed_s=None
@@ -193,7 +194,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the variant failed on fresh inputs: this cell's row, as in measure_cell
-        status, message = failure(exc, spec.device)
+        status, message = failure(exc, spec.device, ready)
     benchmark.extra_info.update(status=status, message=message)
     benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)
     if status == "wrong":
