@@ -1,12 +1,16 @@
-"""Measure one cell in three steps, then one result row: prepare, time_call, peak -> measure_cell.
+"""Measure one cell in steps, then one result row: prepare, time_call, peak, check_after -> measure_cell.
 
-- prepare(spec, settings, cache) -> Prepared: seeded inputs, one forward call gated against float64
-  (gradients too for fwdbwd), and the call to time;
+- prepare(spec, settings, cache) -> Prepared: clones of the shape's pristine seeded inputs, the variant's
+  setup hook if it has one (setup_ms), one forward call (first_call_ms) gated against float64 (gradients
+  too for fwdbwd), whether that modified the inputs, and the call to time;
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets;
-- peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs.
+- peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
+- check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
+  and the timed callable's answer follows fresh inputs (another seed), not one it remembered.
 
-measure_cell composes them, as `attnbench run`'s worker does; the pytest-benchmark plugin uses prepare
-and peak and lets pytest-benchmark time the call. The steps let the variant's exceptions through: the
+measure_cell composes them, as `attnbench run`'s worker does; the pytest-benchmark plugin uses prepare,
+peak and check_after and lets pytest-benchmark time the call. Prepared.verdict(m, after) is the status:
+`wrong` names every reason found. The steps let the variant's exceptions through: the
 caller's cell boundary turns them into the row's status (`failure`). measure_cell runs inside a worker
 process; only bugs in the harness itself escape it (and the parent records those as `error` too).
 """
@@ -47,33 +51,60 @@ def make_inputs(
     return q, k, v, kl
 
 
+INPUT_NAMES = ("q", "k", "v", "key_lengths")
+
+
 class InputCache:
-    """The last shape's inputs and float64 reference, shared by the variants that run back to back on it."""
+    """The last shape's inputs and float64 reference, shared by the variants that run back to back on it.
+
+    One pristine copy per shape is kept here and never handed out: every cell gets clones of it, so a
+    variant that writes into its inputs cannot harm the cells after it, and `changed` compares what a
+    cell's variant was given against the pristine copy (exactly: torch.equal, cheap next to a cell).
+    """
 
     def __init__(self) -> None:
         self.key: tuple | None = None
-        self.inputs: tuple | None = None
+        self.pristine: tuple | None = None
         self.ref: torch.Tensor | None = None
 
     def get(self, spec: CellSpec, seed: int):
+        """Fresh clones of this shape's pristine (q, k, v, key_lengths), made once per shape and seed."""
         key = (spec.shape_key, seed)
         if key != self.key:
-            self.key, self.inputs, self.ref = None, None, None  # free the old shape before allocating the new
-            self.inputs = make_inputs(spec, seed)
+            self.key, self.pristine, self.ref = None, None, None  # free the old shape before the new one
+            self.pristine = make_inputs(spec, seed)
             self.key = key
-        return self.inputs
+        return tuple(None if t is None else t.clone() for t in self.pristine)
+
+    def changed(self, given) -> tuple[str, ...]:
+        """The names of the inputs in `given` (q, k, v, key_lengths as handed to a cell) that no longer
+        equal the pristine copy: values, shape or dtype (a tensor a variant modified in place)."""
+        return tuple(
+            name
+            for name, t, p in zip(INPUT_NAMES, given, self.pristine, strict=True)
+            if p is not None
+            and not (t.shape == p.shape and t.dtype == p.dtype and torch.equal(t.detach(), p))
+        )
 
     def reference(self, spec: CellSpec, rows) -> torch.Tensor:
+        """The float64 reference of this shape's pristine inputs on `rows` (computed once per shape)."""
         if self.ref is None:
-            q, k, v, kl = self.inputs
+            q, k, v, kl = self.pristine  # never the cell's copies: a variant may have written into those
             self.ref = correctness.reference(q, k, v, causal=spec.causal, key_lengths=kl, rows=rows)
         return self.ref
+
+
+def _same(t: torch.Tensor, p: torch.Tensor) -> bool:
+    """t still holds exactly p: same shape, dtype, device and values (bitwise; inputs hold no NaN)."""
+    same_kind = t.shape == p.shape and t.dtype == p.dtype and t.device == p.device
+    return same_kind and torch.equal(t.detach(), p)
 
 
 def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
     """The call a cell times: fn forward under no_grad, or forward + backward with gradients reset
     inside the call. Used by the harness, `attnbench profile` and the pytest-benchmark plugin alike;
-    call.reset_grads() frees the last call's gradients (before a peak-memory measurement)."""
+    call.reset_grads() frees the last call's gradients (before a peak-memory measurement), and
+    call.inputs are the (q, k, v, key_lengths) the timed calls pass to fn (to check they stay unchanged)."""
     if backward:
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
         with torch.no_grad():
@@ -87,6 +118,7 @@ def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
             reset_grads()  # gradients reset between calls, inside the call: cheap and always done
             fn(*leaves, **opts).backward(d_out)
 
+        call.inputs = (*leaves, opts.get("key_lengths"))  # type: ignore[attr-defined]
     else:
 
         def reset_grads() -> None:
@@ -96,8 +128,15 @@ def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
             with torch.no_grad():
                 fn(q, k, v, **opts)
 
+        call.inputs = (q, k, v, opts.get("key_lengths"))  # type: ignore[attr-defined]
     call.reset_grads = reset_grads  # type: ignore[attr-defined]
     return call
+
+
+MUTATES = "modifies its inputs in place"
+NOT_FOLLOWING = "answer does not follow the inputs"
+FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
+FRESH_SEED_OFFSET = 1  # the re-check's inputs: seed settings.seed + this, never the gated inputs' seed
 
 
 @dataclass(frozen=True)
@@ -105,8 +144,12 @@ class Prepared:
     """A cell ready to be timed: its call, built on inputs whose output was checked against float64."""
 
     call: Callable[[], None]  # timed_call: forward, or forward + backward; call.reset_grads() frees grads
+    fn: Callable[..., Any]  # what is gated and timed: the variant's fn, or what its setup hook returned
     gate: correctness.GateResult  # the forward output against the float64 reference
     grad_rel_err: float | None  # None: a fwd cell, or one above settings.grad_check_elems (not checked)
+    changed: tuple[str, ...] = ()  # inputs the gated call (or the gradient check) modified in place
+    setup_ms: float | None = None  # the variant's setup hook, timed apart; None: it has none
+    first_call_ms: float | None = None  # the gated forward call: lazy init, autotune, compile, plans
 
     @property
     def grad_ok(self) -> bool:
@@ -126,9 +169,23 @@ class Prepared:
             "rows_checked": self.gate.rows_checked,
         }
 
-    def verdict(self, m: timing.Measurement | None = None) -> tuple[str, str]:
-        """(status, message): wrong with what failed the gate, else ok, flagged when m is noisy.
-        A wrong cell is still timed (and never ranked), so the verdict comes after the timing."""
+    def setup_fields(self) -> dict[str, Any]:
+        """The columns of what a cell costs before its steady state: the setup hook and the first call."""
+        return {
+            "setup_ms": None if self.setup_ms is None else round(self.setup_ms, 6),
+            "first_call_ms": None if self.first_call_ms is None else round(self.first_call_ms, 6),
+        }
+
+    def verdict(
+        self, m: timing.Measurement | None = None, after: AfterCheck | None = None
+    ) -> tuple[str, str]:
+        """(status, message): wrong with every reason found (inputs modified, the float64 gate, the answer
+        on fresh inputs after timing), else ok, flagged when m is noisy. A wrong cell is still timed (and
+        never ranked), so the verdict comes after the timing and `check_after`."""
+        reasons = []
+        changed = self.changed + (after.changed if after is not None else ())
+        if changed:
+            reasons.append(mutation(changed))
         if not self.gate.passed or not self.grad_ok:
             if math.isinf(self.gate.rel_err):
                 what = "non-finite output (NaN or inf)"
@@ -136,33 +193,110 @@ class Prepared:
                 what = self.gate.describe()
             else:
                 what = f"grad rel_err {self.grad_rel_err:.2e} > {self.grad_tolerance:.0e}"
-            return "wrong", f"failed the float64 gate: {what}"
+            reasons.append(f"failed the float64 gate: {what}")
+        elif after is not None and not after.fresh.passed:  # right once, wrong on other values: remembered
+            reasons.append(f"{NOT_FOLLOWING}: on fresh inputs (seed {after.seed}) {after.fresh.describe()}")
+        if reasons:
+            return "wrong", "; ".join(reasons)
         return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
 
 
+def mutation(changed: tuple[str, ...]) -> str:
+    """The reason a cell whose variant modified the inputs named in `changed` is wrong."""
+    return f"{MUTATES} ({', '.join(n for n in INPUT_NAMES if n in changed)} changed)"
+
+
+@dataclass(frozen=True)
+class AfterCheck:
+    """What is checked after the timed calls: the inputs they were given are unchanged, and the answer
+    still follows the inputs (fresh ones of the same shape, another seed), so that nothing remembered
+    from the gated call is being timed."""
+
+    changed: tuple[str, ...]  # inputs the timed calls modified in place
+    fresh: correctness.GateResult  # the bound callable's output on fresh inputs against float64
+    seed: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"fresh_rel_err": self.fresh.rel_err}
+
+
+def _timed_once(device: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """(fn's result, ms) of one call; on CUDA synchronised on both sides, so the device time is in it."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
 def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None) -> Prepared:
-    """Inputs (from the cache), one validated forward call gated against float64 (gradients too for
-    fwdbwd, up to settings.grad_check_elems), and the call to time. The caller has checked that the
-    variant exists and supports the cell; whatever the variant raises here propagates (see `failure`)."""
+    """Inputs (clones of the cache's pristine copy), the variant's setup hook if it has one (timed
+    apart), one validated forward call (timed: the first-call cost) gated against float64, gradients
+    for fwdbwd (up to settings.grad_check_elems), a check that none of it modified the inputs, and the
+    call to time. The caller has checked that the variant exists and supports the cell; whatever the
+    variant raises here propagates (see `failure`)."""
     variant = variants.get(spec.variant)
     cache = cache or InputCache()
-    q, k, v, kl = cache.get(spec, settings.seed)
+    inputs = cache.get(spec, settings.seed)
+    q, k, v, kl = inputs
     opts = {"causal": spec.causal, "key_lengths": kl}
+    variant.validate(q, k, v, **opts)
+
+    setup_ms = None
+    if variant.cap.setup is not None:  # plans, block masks, compilation: kept out of the timed call
+        fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
+    else:
+        fn = variant.fn
 
     # one validated forward call: refusals, OOMs and exceptions surface here; its output is gated
     with torch.no_grad():
-        out = variant(q, k, v, **opts)
+        out, first_ms = _timed_once(spec.device, fn, q, k, v, dropout_p=0.0, scale=None, **opts)
     rows = correctness.sample_rows(spec.seq_len, settings.check_rows, seed=settings.seed)
-    gate = correctness.gate(out, q, k, v, rows=rows, ref=cache.reference(spec, rows), **opts)
+    pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
+    gate = correctness.gate(
+        out, pq, pk, pv, causal=spec.causal, key_lengths=pkl, rows=rows, ref=cache.reference(spec, rows)
+    )
     del out  # free the output before the gradient check allocates its own
     grad_rel = None
     backward = spec.pass_ == "fwdbwd"
-    if backward and spec.batch * spec.heads * spec.seq_len**2 <= settings.grad_check_elems:
-        grad_rel = correctness.grad_errors(variant.fn, q, k, v, **opts)
+    changed = cache.changed(inputs)
+    # a variant that writes into its inputs is wrong already; autograd would refuse its write into a leaf
+    if backward and not changed and spec.batch * spec.heads * spec.seq_len**2 <= settings.grad_check_elems:
+        grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
+        changed = cache.changed(inputs)
 
     # the timed callable: the variant's own function (no registry wrapper), inputs already validated
-    call = timed_call(variant.fn, q, k, v, backward=backward, **opts)
-    return Prepared(call=call, gate=gate, grad_rel_err=grad_rel)
+    call = timed_call(fn, q, k, v, backward=backward, **opts)
+    return Prepared(
+        call=call,
+        fn=fn,
+        gate=gate,
+        grad_rel_err=grad_rel,
+        changed=changed,
+        setup_ms=setup_ms,
+        first_call_ms=first_ms,
+    )
+
+
+def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: InputCache) -> AfterCheck:
+    """After the timed calls: did they modify their inputs, and does the timed callable's answer follow
+    the inputs? One more forward call on fresh inputs of the same shape (seed settings.seed +
+    FRESH_SEED_OFFSET), compared with float64 on FRESH_ROWS sampled query rows."""
+    given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
+    changed = () if given is None else cache.changed(given)
+    seed = settings.seed + FRESH_SEED_OFFSET
+    q, k, v, kl = make_inputs(spec, seed)
+    n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
+    rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
+    opts = {"causal": spec.causal, "key_lengths": kl}
+    ref = correctness.reference(q, k, v, rows=rows, **opts)
+    given = [None if t is None else t.clone() for t in (q, k, v, kl)]  # it may write into what it is given
+    with torch.no_grad():
+        out = ready.fn(*given[:3], causal=spec.causal, key_lengths=given[3], dropout_p=0.0, scale=None)
+    fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
+    return AfterCheck(changed=changed, fresh=fresh, seed=seed)
 
 
 def device_timer(device: str, settings: Settings) -> timing.Timer:
@@ -230,16 +364,21 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
-def failure(exc: BaseException, device: str) -> tuple[str, str]:
+def failure(exc: BaseException, device: str, ready: Prepared | None = None) -> tuple[str, str]:
     """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
-    error. The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
+    error; `wrong` when prepare had already found that it modifies its inputs (the error follows from
+    that, as autograd refusing an in-place write into a leaf in a fwdbwd call). The caller re-raises
+    KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
     if device == "cuda":
         torch.cuda.empty_cache()
     if is_oom(exc):
         return "oom", _one_line(exc)
-    return "error", f"{type(exc).__name__}: {_one_line(exc)}"
+    message = f"{type(exc).__name__}: {_one_line(exc)}"
+    if ready is not None and ready.changed:
+        return "wrong", f"{mutation(ready.changed)}; then {message}"
+    return "error", message
 
 
 def _one_line(exc: BaseException, limit: int = 400) -> str:
@@ -260,12 +399,16 @@ def measure_cell(
     reason = variant.check(spec.problem())
     if reason:
         return finish(row, "unsupported", reason)
+    cache = cache or InputCache()
+    ready = None
     try:
         ready = prepare(spec, settings, cache)
-        row.update(ready.fields())  # kept in the row if timing or memory fails below
+        row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
         m = time_call(ready.call, settings, timer or device_timer(spec.device, settings))
         peak_bytes, method = peak(ready.call, spec.device)
+        after = check_after(ready, spec, settings, cache)
         row.update(
+            **after.fields(),
             **summarize(m.samples_ms),
             samples_ms=[round(s, 6) for s in m.samples_ms],
             stop_reason=m.stop_reason,
@@ -274,8 +417,8 @@ def measure_cell(
             tflops=tflops(row["flops"], m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )
-        return finish(row, *ready.verdict(m))
+        return finish(row, *ready.verdict(m, after))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
-        return finish(row, *failure(exc, spec.device))
+        return finish(row, *failure(exc, spec.device, ready))

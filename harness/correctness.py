@@ -112,7 +112,8 @@ def _masked_behaviour(out: torch.Tensor, empty: torch.Tensor | None, rows) -> st
     sel = sel.expand(-1, out.shape[1], -1, out.shape[3])
     if not bool(sel.any()):
         return "n/a"
-    vals = out.detach()[sel]
+    got = out if rows is None else out[:, :, rows.to(out.device)]  # the sampled rows, as sel is
+    vals = got.detach()[sel.to(got.device)]
     if bool(torch.isnan(vals).any()):
         return "nan"
     return "zeros" if bool((vals == 0).all()) else "other"
@@ -161,7 +162,7 @@ def gate(
         tolerance=tol,
         passed=rel <= tol,
         masked_rows=masked,
-        rows_checked=int(got.shape[2]) if got.dim() == 4 else int(q.shape[2]),
+        rows_checked=int(q.shape[2]) if rows is None else len(rows),  # the sample, empty rows among them
     )
 
 

@@ -13,11 +13,13 @@ project's own `tests/` runs do not see it. Each grid cell is one test, `test_att
   one call (plus launch latency), never the time to enqueue async kernels. On CPU the call is timed
   as it is. Warm-up as in the harness (Settings.warmup_ms, at least one call), then rounds that fill
   --benchmark-max-time, at least --benchmark-min-rounds, at most Settings.max_samples.
+- After the timed rounds, `check_after` as in `attnbench run`: the inputs are unchanged and the answer
+  still follows the inputs (fresh ones, another seed); a cell that fails either is `wrong` and fails.
 - extra_info holds the cell spec (every axis, cell_id), status, flops, tflops (from the median),
-  peak_mem_bytes, the gate's max_abs_err / rel_err / grad_rel_err: what `attnbench import-benchmark`
-  needs to rebuild result rows. Cells that are not timed (unsupported here, memory guard, OOM, error)
-  are skipped or failed with their reason and listed in the JSON file's top-level "attnbench" block,
-  beside this machine's fingerprint.
+  peak_mem_bytes, the gate's max_abs_err / rel_err / grad_rel_err / fresh_rel_err, first_call_ms and
+  setup_ms: what `attnbench import-benchmark` needs to rebuild result rows. Cells that are not timed
+  (unsupported here, memory guard, OOM, error) are skipped or failed with their reason and listed in
+  the JSON file's top-level "attnbench" block, beside this machine's fingerprint.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     """
     from attnbench import variants
     from attnbench.harness import guard
-    from attnbench.harness.cell import base_row, failure, finish, peak, prepare, start_row
+    from attnbench.harness.cell import base_row, check_after, failure, finish, peak, prepare, start_row
     from attnbench.harness.worker import free_memory
 
     state = config.stash[_KEY]
@@ -155,14 +157,15 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
 
     row = start_row(spec)
+    ready = None
     try:
         ready = prepare(spec, settings, state.cache)
-        row.update(ready.fields())
+        row.update(ready.fields(), **ready.setup_fields())
         peak_bytes, method = peak(ready.call, spec.device)  # before timing: an OOM here is an untimed row
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
-        _untimed(state, finish(row, *failure(exc, spec.device)))
+        _untimed(state, finish(row, *failure(exc, spec.device, ready)))
     # tflops and elapsed_s keep their place in the row (measure_cell's order) until the timing fills them
     row = finish(
         row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, elapsed_s=None
@@ -177,16 +180,27 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     else:  # --benchmark-disable: one plain call, no statistics
         benchmark.pedantic(target, setup=setup)
     stats = benchmark.stats.stats if benchmark.stats is not None else None
+    m = None
     if stats:
         from attnbench.harness import timing
         from attnbench.results.formulas import tflops
 
         m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
         benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)
-        benchmark.extra_info["message"] = ready.verdict(m)[1]  # an ok cell's message says when it is noisy
+    try:  # after the timed rounds: inputs unchanged, and the answer follows fresh inputs
+        after = check_after(ready, spec, settings, state.cache)
+        status, message = ready.verdict(m, after)  # an ok cell's message says when it is noisy
+        benchmark.extra_info.update(after.fields())
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the variant failed on fresh inputs: this cell's row, as in measure_cell
+        status, message = failure(exc, spec.device, ready)
+    benchmark.extra_info.update(status=status, message=message)
     benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)
-    if row["status"] == "wrong":
-        pytest.fail(f"{spec.variant}: {row['message']}", pytrace=False)
+    if status == "wrong":
+        pytest.fail(f"{spec.variant}: {message}", pytrace=False)
+    if status != "ok":
+        pytest.fail(f"{status}: {spec.variant}: {message}", pytrace=False)
     return dict(benchmark.extra_info)
 
 

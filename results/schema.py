@@ -34,6 +34,8 @@ COLUMNS: dict[str, str] = {
     "rel_iqr": "Float64",
     "noisy": "boolean",
     "n_samples": "Int64",
+    "first_call_ms": "Float64",  # the cell's first (gated) forward call: lazy init, autotune, compile, plans
+    "setup_ms": "Float64",  # the variant's setup hook, kept out of the timed call; NA when it has none
     "peak_mem_bytes": "Int64",
     "flops": "Int64",
     "flops_formula": "string",
@@ -45,6 +47,7 @@ COLUMNS: dict[str, str] = {
     "grad_rel_err": "Float64",
     "masked_rows": "string",
     "rows_checked": "Int64",
+    "fresh_rel_err": "Float64",  # after timing: the answer on fresh inputs of the same shape (another seed)
     "threads": "Int64",
     "mem_method": "string",
     "stop_reason": "string",

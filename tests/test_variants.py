@@ -86,6 +86,15 @@ def test_fully_masked_rows_are_reported(name):
         assert r.masked_rows == "zeros"  # attnbench's own variants keep the documented convention
 
 
+def test_fully_masked_rows_are_reported_on_sampled_rows_too():
+    """The gate on a sample of the rows (N above check_rows, or the fresh-input re-check) reads the empty
+    rows among the sampled ones (it used to index the full output with the sample's mask: IndexError)."""
+    q, k, v = _inputs(n_q=20, n_k=20, d_k=16, d_v=16)
+    kl = torch.tensor([0, 7])
+    r = correctness.check(variants.get("naive"), q, k, v, key_lengths=kl, max_rows=6)
+    assert r.passed and r.rows_checked == 6 and r.masked_rows == "zeros"
+
+
 def test_reference_gives_zeros_for_rows_without_keys():
     q, k, v = _inputs(n_q=5, n_k=6)
     ref = correctness.reference(q, k, v, key_lengths=torch.tensor([0, 6]))

@@ -47,6 +47,10 @@ class Capability:
     default: bool = True  # part of default sweeps (False for demonstration-only variants)
     available: Callable[[str], str | None] | None = field(default=None, compare=False)
     supports: Callable[[Problem], str | None] | None = field(default=None, compare=False)
+    # setup(q, k, v, *, causal, key_lengths) -> a callable with fn's calling convention, prepared for inputs
+    # of that shape (plans, block masks, compiled kernels). The harness times it apart (setup_ms) and gates
+    # and times what it returns; it must depend on shapes and options only, never on the values.
+    setup: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -61,6 +65,10 @@ class Capability:
         bad = [d for d in self.dtypes if d not in DTYPES]
         if bad:
             raise VariantError(f"variant {self.name}: unknown dtype(s) {bad}; known: {list(DTYPES)}")
+        if self.setup is not None and not callable(self.setup):
+            raise VariantError(
+                f"variant {self.name}: setup must be callable, not {type(self.setup).__name__}"
+            )
 
 
 @dataclass(frozen=True)
@@ -121,13 +129,28 @@ class Variant:
             return cap.supports(problem)
         return None
 
-    def __call__(self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, **kwargs):
-        """Validate the inputs (ValueError naming the problem), then run the variant."""
+    def validate(self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0) -> Problem:
+        """The Problem these inputs pose; ValueError naming what is wrong with them, or the dtype refused."""
         problem = validate_tensors(q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p)
         if problem.dtype not in self.cap.dtypes:
             raise ValueError(
                 f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(self.cap.dtypes)})"
             )
+        return problem
+
+    def bind(self, q, k, v, **opts: Any) -> Callable[..., Any]:
+        """The callable to gate and time on inputs of this shape: what the setup hook returns for them,
+        or fn itself when the variant has no hook. Whatever setup raises propagates (the cell's row)."""
+        if self.cap.setup is None:
+            return self.fn
+        bound = self.cap.setup(q, k, v, **opts)
+        if not callable(bound):
+            raise TypeError(f"setup of {self.name} returned {type(bound).__name__}, not a callable")
+        return bound
+
+    def __call__(self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, **kwargs):
+        """Validate the inputs (ValueError naming the problem), then run the variant."""
+        self.validate(q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p)
         return self.fn(
             q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale, **kwargs
         )
@@ -140,7 +163,8 @@ _current_source = ["builtin"]
 
 
 def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register `fn` under `name` with the given Capability fields. Returns fn unchanged."""
+    """Decorator: register `fn` under `name` with the given Capability fields (setup=hook among them).
+    Returns fn unchanged."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         cap = Capability(name=name, **capability)
