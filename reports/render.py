@@ -11,7 +11,7 @@ from attnbench.results.formulas import bytes_text
 
 from . import fit as fitmod
 from . import page as pg
-from .style import slug
+from .style import slug, variant_order
 from .tables import (
     COMBO_AXES,
     GROUP_AXES,
@@ -132,6 +132,27 @@ def summary_table(scaling) -> pg.Table:
             )
         )
     return pg.Table(headers, tuple(rows))
+
+
+def _first_call_table(group) -> pg.Table:
+    """Per variant, at its largest ok seq_len: the first call and the setup hook against the steady state.
+    Lazy initialisation, autotuning, compilation and plan creation land in the first call, never in the
+    median; a compiled variant can be fast per call and still cost seconds before its first answer."""
+    ok = ok_rows(group).dropna(subset=["time_ms_median"])
+    if "first_call_ms" not in ok.columns or ok["first_call_ms"].isna().all():
+        return pg.Table(("variant",), ())  # runs from before attnbench 0.2 did not time the first call
+    rows = []
+    for variant in variant_order(ok["variant"].unique()):
+        for _, r in ok[ok["variant"] == variant].sort_values("seq_len").tail(1).iterrows():
+            first, med = r["first_call_ms"], r["time_ms_median"]
+            ratio = f"{float(first) / float(med):.1f}×" if present(first) and float(med) > 0 else "n/a"
+            setup = ms_text(r["setup_ms"]) if present(r.get("setup_ms")) else "no hook"
+            rows.append((variant, str(int(r["seq_len"])), ms_text(first), setup, ms_text(med), ratio))
+    return pg.Table(
+        ("variant", "seq_len", "first call", "setup hook", "steady median", "first / median"),
+        tuple(rows),
+        "Setup apart from steady state (each variant's largest ok seq_len)",
+    )
 
 
 def _best_table(group) -> pg.Table:
@@ -350,6 +371,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         stem = slug(*([gkey["run_id"]] if len(metas) > 1 else []), device, dtype, gkey["pass"])
         page.add(pg.Heading(head))
         page.add(_best_table(group))
+        first = _first_call_table(group)
+        if first.rows:
+            page.add(first)
         dev_mem = device_memory(meta, device)
         peak = calibrated_peak(meta, device, dtype)
         figs = [

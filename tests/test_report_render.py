@@ -262,3 +262,18 @@ def test_a_multi_run_report_puts_the_calibrations_side_by_side(tmp_path):
     assert "Calibration of each run, against the first" in md
     assert "calibration differs: cpu matmul float32 TFLOP/s is 0.4 in slow-box against 0.5 in fast-box" in md
     assert "in twin-box against" not in md  # 4% apart: within the 10% a VM wanders
+
+
+def test_the_report_shows_the_first_call_apart_from_the_steady_state(tmp_path):
+    rows = [synthetic.cell("flexish", n, time_ms=1.0 * n / 256, first_call_ms=900.0, setup_ms=120.0)
+            for n in (256, 512)]  # fmt: skip
+    rows += [
+        synthetic.cell("naive", n, time_ms=2.0 * n / 256, first_call_ms=2.1 * n / 256) for n in (256, 512)
+    ]
+    md = render(
+        prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "report"
+    ).readme.read_text()
+    assert "Setup apart from steady state" in md
+    flex = re.search(r"\| flexish \| 512 \| 900 ms \| 120 ms \| [\d.]+ ms \| (\d+)\.\d× \|", md)
+    assert flex and 400 < int(flex[1]) < 500  # 900 ms against a median of about 2 ms
+    assert re.search(r"\| naive \| 512 \| 4.2 ms \| no hook \| [\d.]+ ms \| 1\.[01]× \|", md)
