@@ -45,6 +45,21 @@ def copy_gbps(device: str, budget: timing.Budget) -> float:
     return 2 * nbytes / (min(m.samples_ms) * 1e-3) / 1e9
 
 
+# The speed probe before every cell: a small float32 matmul, best of about PROBE_MS of calls. It is the
+# machine's speed at that moment (another tenant, a throttled clock), compared later with the run's median.
+PROBE_N = {"cpu": 512, "cuda": 2048}
+PROBE_BUDGET = timing.Budget(warmup_ms=5, budget_ms=30, min_samples=5, max_samples=200, min_ms=20)
+
+
+def speed_probe(device: str) -> float:
+    """TFLOP/s of the fastest of a few small float32 matmuls on `device`, right now."""
+    n = PROBE_N[device]
+    a = torch.ones(n, n, device=device)
+    out = torch.empty(n, n, device=device)
+    m = timing.measure(lambda: torch.matmul(a, a, out=out), _timer(device), PROBE_BUDGET)
+    return 2 * n**3 / (min(m.samples_ms) * 1e-3) / 1e12
+
+
 def calibrate(device: str, dtypes: list[str]) -> dict[str, Any]:
     """{'matmul_tflops': {dtype: best TFLOP/s}, 'matmul_tflops_median': {...}, 'copy_gbps': best GB/s}."""
     budget = timing.Budget(warmup_ms=100, budget_ms=1000, min_ms=1000)

@@ -63,7 +63,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
 
     from attnbench import variants
 
-    from .calibrate import calibrate
+    from .calibrate import calibrate, speed_probe
     from .cell import InputCache, base_row, finish, measure_cell
     from .fingerprint import collect
     from .spec import CellSpec, Settings
@@ -88,7 +88,9 @@ def worker_main(conn, config: dict[str, Any]) -> None:
                 spec = CellSpec.from_dict(msg["cell"])
                 print(f"cell {spec.cell_id}", flush=True)
                 try:
+                    speed = speed_probe(spec.device)  # the machine's speed just before this cell
                     row = measure_cell(spec, Settings(**msg["settings"]), cache)
+                    row["speed_tflops"] = round(speed, 6)
                 except Exception as exc:  # a harness bug must still become this cell's row
                     traceback.print_exc()
                     row = finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")

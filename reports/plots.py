@@ -53,7 +53,8 @@ def _exponent_label(variant: str, fit: PowerFit | None) -> str:
     return f"{variant}  N^{fit.exponent:.2f}"
 
 
-SUSPECT_LABEL = "suspect (never ranked)"
+SUSPECT, SUSPECT_LABEL = "suspect", "suspect (never ranked)"
+DRIFT_LABEL = "machine drifted > 10%"
 
 
 def _variant_lines(
@@ -79,11 +80,18 @@ def _variant_lines(
         if band is not None:
             lo, hi = _floats(v[band[0]]), _floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
-        sus = v[v["suspect"].fillna(False).astype(bool)] if "suspect" in v.columns else v.iloc[:0]
-        if len(sus):  # too fast to believe (results.suspect): ringed in red, and never ranked
-            label = SUSPECT_LABEL if SUSPECT_LABEL not in ax.get_legend_handles_labels()[1] else None
-            ring = dict(ms=11, mfc="none", mec="#e41a1c", mew=1.6)
-            ax.plot(_floats(sus["seq_len"]), _floats(sus[column]), "o", label=label, **ring)
+        for flag, label, colour in ((SUSPECT, SUSPECT_LABEL, "#e41a1c"), ("drift", DRIFT_LABEL, "#ff7f00")):
+            marked = v[v[flag].fillna(False).astype(bool)] if flag in v.columns else v.iloc[:0]
+            if len(marked):  # suspect (results.suspect) or measured during drift (results.drift): ringed
+                seen = label in ax.get_legend_handles_labels()[1]
+                ring = dict(ms=11 if flag == SUSPECT else 14, mfc="none", mec=colour, mew=1.6)
+                ax.plot(
+                    _floats(marked["seq_len"]),
+                    _floats(marked[column]),
+                    "o",
+                    label=None if seen else label,
+                    **ring,
+                )
         ys.extend(y)
     return [y for y in ys if math.isfinite(y) and y > 0]
 

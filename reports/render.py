@@ -225,6 +225,23 @@ SUSPECT_RULE = (
 )
 
 
+DRIFT_RULE = (
+    "Before every cell the worker times a small matmul. A cell whose probe ran more than 10% off its run's "
+    "median probe was measured on a machine running faster or slower than usual (another tenant, a "
+    "throttled clock): its time is shown (ringed in orange on the plots) but says as much about that moment "
+    "as about the variant. `attnbench run --resume --redo-drift --out RUN` measures them again."
+)
+
+
+def _drift_table(df) -> pg.Table:
+    """Rows flagged drift (results.drift), with the machine's speed factor at that moment."""
+    d = df[df["drift"].fillna(False).astype(bool)] if "drift" in df.columns else df.iloc[:0]
+    rows = tuple(
+        (str(r["run_id"]), str(r["cell_id"]), f"{float(r['speed_factor']):.2f}×") for _, r in d.iterrows()
+    )
+    return pg.Table(("run", "cell", "machine speed vs run median"), rows[:MAX_FAILURE_ROWS])
+
+
 def _suspect_table(df) -> pg.Table:
     """Ok cells too fast to believe, with the reason (results.suspect)."""
     sus = df[df["suspect"].fillna(False).astype(bool)] if "suspect" in df.columns else df.iloc[:0]
@@ -459,6 +476,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     suspects = _suspect_table(df)
     if suspects.rows:
         page.add(pg.Heading("Suspect cells: shown, never ranked"), pg.Para(SUSPECT_RULE), suspects)
+    drifted = _drift_table(df)
+    if drifted.rows:
+        page.add(pg.Heading("Cells measured while the machine drifted"), pg.Para(DRIFT_RULE), drifted)
     page.add(pg.Heading("Machine"), _fingerprint_table(metas))
     if len(metas) > 1:
         page.add(pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(df, metas))

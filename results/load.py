@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import suspect
+from . import drift, suspect
 from .schema import COLUMNS, LIST_COLUMNS
 from .store import read_meta, read_rows
 
@@ -44,6 +44,9 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = pd.NA
         df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
+    factors = drift.speed_factors(df) if len(df) else []
+    df["speed_factor"] = pd.array(factors, dtype="Float64")
+    df["drift"] = pd.array([drift.drifted(f) for f in factors], dtype="boolean")
     why = suspect.reasons(df, metas) if len(df) else []
     df["suspect_reason"] = pd.array(why, dtype="string")
     df["suspect"] = pd.array([w is not None for w in why], dtype="boolean")

@@ -40,6 +40,9 @@ COLUMNS: dict[str, str] = {
     "flops": "Int64",
     "flops_formula": "string",
     "tflops": "Float64",
+    "speed_tflops": "Float64",  # the speed probe just before the cell (harness.calibrate.speed_probe)
+    "speed_factor": "Float64",  # derived when loading: speed_tflops / the run's median probe on that device
+    "drift": "boolean",  # derived when loading: speed_factor more than 10% off 1 (results.drift)
     "suspect": "boolean",  # derived when loading (results.suspect), never stored: ok but not believable
     "suspect_reason": "string",
     "max_abs_err": "Float64",
