@@ -50,9 +50,19 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
     t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
     t.add_argument("--min-samples", type=int, help="fewest timed calls per cell (>= 5)")
+    t.add_argument("--max-samples", type=int, help="most timed calls per cell")
+    t.add_argument(
+        "--min-ms", type=float, help="sampled time needed before a stable spread may stop sampling (ms)"
+    )
+    t.add_argument("--target-rel-iqr", type=float, help="stop sampling once IQR/median is under this")
     t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     t.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="kill a cell after this long")
     t.add_argument("--seed", type=int, help="input seed")
+    t.add_argument(
+        "--cpu-affinity",
+        metavar="LIST",
+        help="pin the worker processes to these CPUs, e.g. 0,1 or 0-3 (default: wherever the OS puts them)",
+    )
     t.add_argument(
         "--env",
         action="append",
@@ -67,7 +77,10 @@ AXIS_FLAGS = (
     "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v", "causal", "padding", "pass_"
 )  # fmt: skip
 SWEEP_FLAGS = ("preset", "config", *AXIS_FLAGS)
-SETTING_FLAGS = ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout", "seed")
+SETTING_FLAGS = (
+    "warmup_ms", "budget_ms", "min_samples", "max_samples", "min_ms", "target_rel_iqr", "threads",
+    "cell_timeout", "seed", "cpu_affinity",
+)  # fmt: skip
 
 
 def sweep_from_args(args: argparse.Namespace):

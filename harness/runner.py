@@ -20,10 +20,10 @@ from attnbench import variants
 from attnbench.results import RunWriter
 from attnbench.results.store import read_meta
 
-from . import guard
+from . import guard, timing
 from .isolation import Worker, WorkerDied, WorkerTimeout
 from .progress import Progress
-from .spec import CellSpec, SweepSpec
+from .spec import CellSpec, SweepSpec, check_cpu_affinity
 
 DEFAULT_RUNS_DIR = Path("runs")
 NUMERICS_FILE = "numerics.json"
@@ -49,7 +49,8 @@ def new_run_id() -> str:
 
 
 def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
-    """Everything checked before any directory is created: variant files, names, devices present."""
+    """Everything checked before any directory is created: variant files, names, devices and CPUs present."""
+    check_cpu_affinity(sweep.settings.cpu_affinity)
     for path in variant_files:
         variants.load_variant_file(path)
     names = list(sweep.variants) or default_variants()
@@ -116,6 +117,7 @@ def run(
         "threads": settings.threads,
         "env": dict(settings.env),
         "variant_files": variant_files,
+        "cpu_affinity": list(settings.cpu_affinity),
         "log_path": str(path / "worker.log"),
     }
     skip = _SkipAhead()
@@ -175,6 +177,13 @@ def _meta(
         "fingerprint": fingerprint,
         "calibration": calibration,
         "worker_threads": worker.threads,
+        # timing hygiene: the collector is off while samples are taken; the CPUs asked for and those the
+        # worker reported after pinning itself (null asked: the OS's choice, all of them)
+        "gc_disabled": timing.GC_DISABLED,
+        "cpu_affinity": {
+            "requested": list(sweep.settings.cpu_affinity) or None,
+            "worker": worker.cpu_affinity,
+        },
         "cwd": os.getcwd(),
     }
 

@@ -133,3 +133,15 @@ def test_env_flag_parsing():
     for bad in ("A", "=1", "A-B=1"):
         with pytest.raises(ValueError, match="--env takes NAME=VALUE"):
             parse_env([bad])
+
+
+def test_cpu_affinity_text_and_its_round_trip():
+    from attnbench.harness.spec import format_cpus, parse_cpu_list, sweep_from_text
+
+    assert parse_cpu_list("cpu-affinity", "0-3,6,2") == (0, 1, 2, 3, 6)
+    assert format_cpus((0, 1, 2, 3, 6)) == "0-3,6"
+    sweep = sweep_from_text({"cpu_affinity": "1,0"})
+    assert sweep.settings.cpu_affinity == (0, 1)
+    assert SweepSpec.from_dict(json.loads(json.dumps(sweep.to_dict()))) == sweep  # as meta.json keeps it
+    with pytest.raises(ValueError, match="CPU numbers"):
+        Settings(cpu_affinity=(-1,))
