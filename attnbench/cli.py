@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -540,10 +541,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def _one_line_warnings():
+    """A skipped row (torn or corrupt) reaches the user as one line, as errors do: Python's default
+    format adds the file and source line of the warnings.warn call, which says nothing to them."""
+    import warnings
+
+    from attnbench.results import RowWarning
+
+    show = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RowWarning):
+            print(f"attnbench: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+    try:
+        yield
+    finally:
+        warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with _one_line_warnings():
+            return args.func(args)
     except BadInput as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
