@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -92,9 +93,16 @@ def run(
     resume: bool = False,
     variant_files: list[str] | None = None,
     progress: Progress | None = None,
+    only: Sequence[CellSpec] | None = None,
+    rerun_of: dict[str, Any] | None = None,
 ) -> RunSummary:
-    """Run (or resume) a sweep into a run directory; returns where it went and the status counts."""
+    """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
+
+    `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their
+    ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from.
+    """
     variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
+    chosen = None if only is None else [c.cell_id for c in only]
     if resume:
         if out is None:
             raise ValueError("--resume needs --out DIR naming the run to finish")
@@ -103,12 +111,19 @@ def run(
         variant_files = meta.get("variant_files", [])
         names = prepare(sweep, variant_files)
         names = meta.get("variants", names)
+        chosen = meta.get("cells")
     else:
         names = prepare(sweep, variant_files)
+        if only is not None:  # the chosen cells' variants, whether or not they are default ones now
+            names = list(dict.fromkeys(c.variant for c in only))
+            variants.resolve(names)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
     cells = sweep.cells(names)
+    if chosen is not None:
+        keep = set(chosen)
+        cells = [c for c in cells if c.cell_id in keep]
     todo = [c for c in cells if c.cell_id not in writer.done]
     progress = progress or Progress(enabled=False)
     summary = RunSummary(path=path, resumed=len(cells) - len(todo))
@@ -130,6 +145,10 @@ def run(
         worker = Worker(config)
         if not resume:
             meta = _meta(sweep, names, variant_files, worker, progress)
+            if chosen is not None:
+                meta["cells"] = chosen
+            if rerun_of is not None:
+                meta["rerun_of"] = rerun_of
             writer.write_meta(meta)
             progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
             numerics, worker = _numerics(sweep, names, worker, config)

@@ -544,6 +544,47 @@ def sweep_from_text(
     return build_sweep(preset, config, overrides)
 
 
+def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list[str]]:
+    """sweep_from_text's input for exactly this one cell under these settings, and the names of settings
+    that differ from their defaults but have no text form (the text cannot say them).
+
+    sweep_from_text(texts) gives a sweep whose cells([cell.variant]) are [cell] and whose settings are
+    `settings` when nothing is left over: every value is written out, defaults included, so that a later
+    change of a default cannot change what the text measures.
+    """
+    texts: dict[str, Any] = {
+        "variants": cell.variant,
+        "device": cell.device,
+        "dtype": cell.dtype,
+        "batch": str(cell.batch),
+        "heads": str(cell.heads),
+        "seq_len": str(cell.seq_len),
+        "d_k": str(cell.d_k),
+        "d_v": str(cell.d_v),
+        "causal": "yes" if cell.causal else "no",
+        "padding": repr(float(cell.padding)),  # repr: the shortest text that reads back as the same float
+        "pass": cell.pass_,
+    }
+    for name in TEXT_SETTINGS:
+        value = getattr(settings, name)
+        if name == "cpu_affinity":
+            if value:
+                texts[name] = format_cpus(value)
+        else:
+            texts[name] = repr(value)
+    if settings.env:
+        texts["env"] = [f"{k}={v}" for k, v in settings.env]
+    default = Settings()
+    left = [
+        f.name
+        for f in fields(Settings)
+        if f.name not in TEXT_SETTINGS
+        and f.name != "env"
+        and getattr(settings, f.name) != getattr(default, f.name)
+    ]
+    return texts, left
+
+
 def _setting(name: str, text: Any, kind: Callable) -> Any:
     if not isinstance(text, str):
         return text  # already a number (argparse typed it); Settings validates its range
