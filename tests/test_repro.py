@@ -130,3 +130,14 @@ def test_repro_of_the_published_run_writes_every_setting_out():
     assert flags["--env"] == "THP_MEM_ALLOC_ENABLE=1" and flags["--budget-ms"] == "1000"
     assert "--cpu-affinity" not in flags  # the run was not pinned
     assert flags["--out"] == f"runs/repro-20261123-122155-vm-{cell.replace('|', '-')}"
+
+
+def test_api_rerun_refuses_what_it_would_ignore():
+    import attnbench
+
+    with pytest.raises(ValueError, match="give rerun= too"):
+        attnbench.run(cells=CELL)
+    with pytest.raises(ValueError, match="give only out= with it"):
+        attnbench.run(rerun=FIXTURE, seq_len=64)
+    with pytest.raises(ValueError, match="no cell 'naive|nope'"):
+        attnbench.run(rerun=FIXTURE, cells="naive|nope")
