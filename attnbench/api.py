@@ -42,6 +42,9 @@ def run(
     resume: bool = False,
     variant_files: Sequence[PathLike] = (),
     progress: bool = False,
+    rerun: PathLike | None = None,
+    cells: str | Sequence[str] | None = None,
+    status: str | None = None,
     **axes: Any,
 ) -> Run:
     """Run a sweep into a run directory and return it.
@@ -52,14 +55,30 @@ def run(
         attnbench.run(preset="quick", variants="naive,sdpa", seq_len="256..1024", out="runs/nb")
         attnbench.run({"seq_len": [256, 512], "causal": "both"}, budget_ms=200, out="runs/nb")
         attnbench.run(out="runs/nb", resume=True)      # finish an interrupted run
+        attnbench.run(rerun="runs/old", status="ok", out="runs/again")  # measure a run's cells again
+
+    `rerun` takes the sweep, settings and variant files of an earlier run and measures all of its cells,
+    those named by `cells` (cell_ids) or those whose row has `status`, into the new run `out`.
 
     Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' for --pass); settings
-    (warmup_ms, budget_ms, min_samples, threads, cell_timeout, seed, env) go with them.
+    (warmup_ms, budget_ms, min_samples, max_samples, min_ms, target_rel_iqr, threads, cell_timeout, seed,
+    cpu_affinity, env) go with them.
     """
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import run as run_sweep
     from attnbench.harness.spec import SweepSpec, sweep_from_text
 
+    if rerun is not None:
+        return _rerun(
+            rerun,
+            cells,
+            status,
+            out,
+            progress,
+            given=bool(sweep or preset or config or axes or resume or variant_files),
+        )
+    if cells is not None or status is not None:
+        raise ValueError("cells= and status= choose cells of rerun=RUN_DIR; give rerun= too")
     if isinstance(sweep, (str, Path)):
         if config is not None:
             raise ValueError("give the sweep file as `sweep` or as `config`, not both")
@@ -78,6 +97,30 @@ def run(
         spec = sweep_from_text(texts, preset=preset, config=config)
     files = [str(p) for p in variant_files]
     summary = run_sweep(spec, out, resume=resume, variant_files=files, progress=Progress(enabled=progress))
+    return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
+
+
+def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool) -> Run:
+    """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
+    from attnbench.harness import rerun
+    from attnbench.harness.progress import Progress
+    from attnbench.harness.runner import run as run_sweep
+    from attnbench.harness.spec import parse_names
+
+    if given:
+        raise ValueError(
+            "rerun= measures with the old run's sweep, settings and variant files; give only out= with it"
+        )
+    ids = parse_names(cells) if isinstance(cells, str) else None if cells is None else list(cells)
+    plan = rerun.plan(run_dir, cell_ids=ids, status=status)
+    summary = run_sweep(
+        plan.sweep,
+        out,
+        variant_files=list(plan.variant_files),
+        progress=Progress(enabled=progress),
+        only=plan.cells,
+        rerun_of=plan.origin,
+    )
     return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
 
 

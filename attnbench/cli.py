@@ -1,4 +1,4 @@
-"""The attnbench command line: run, export, report, compare, list, check, env, profile, import-benchmark.
+"""The attnbench CLI: run, repro, export, report, compare, list, check, env, profile, import-benchmark.
 
 Bad input (unknown names, bad numbers, missing files) is reported as one line on stderr with exit
 status 2, before any work starts and before anything is written.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -50,9 +51,19 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
     t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
     t.add_argument("--min-samples", type=int, help="fewest timed calls per cell (>= 5)")
+    t.add_argument("--max-samples", type=int, help="most timed calls per cell")
+    t.add_argument(
+        "--min-ms", type=float, help="sampled time needed before a stable spread may stop sampling (ms)"
+    )
+    t.add_argument("--target-rel-iqr", type=float, help="stop sampling once IQR/median is under this")
     t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     t.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="kill a cell after this long")
     t.add_argument("--seed", type=int, help="input seed")
+    t.add_argument(
+        "--cpu-affinity",
+        metavar="LIST",
+        help="pin the worker processes to these CPUs, e.g. 0,1 or 0-3 (default: wherever the OS puts them)",
+    )
     t.add_argument(
         "--env",
         action="append",
@@ -67,7 +78,10 @@ AXIS_FLAGS = (
     "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v", "causal", "padding", "pass_"
 )  # fmt: skip
 SWEEP_FLAGS = ("preset", "config", *AXIS_FLAGS)
-SETTING_FLAGS = ("warmup_ms", "budget_ms", "min_samples", "threads", "cell_timeout", "seed")
+SETTING_FLAGS = (
+    "warmup_ms", "budget_ms", "min_samples", "max_samples", "min_ms", "target_rel_iqr", "threads",
+    "cell_timeout", "seed", "cpu_affinity",
+)  # fmt: skip
 
 
 def sweep_from_args(args: argparse.Namespace):
@@ -81,12 +95,39 @@ def sweep_from_args(args: argparse.Namespace):
         raise BadInput(str(exc)) from None
 
 
+def _rerun_plan(args: argparse.Namespace):
+    """--rerun RUN_DIR [--cells ID,... | --status S]: the old run's cells to measure again, or None."""
+    if args.rerun is None:
+        if args.cells is not None or args.status is not None:
+            raise BadInput("--cells and --status choose cells of --rerun RUN_DIR; give --rerun too")
+        return None
+    given = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "env", "variant_file") if getattr(args, f) is not None]
+    if given:
+        flag = given[0].rstrip("_").replace("_", "-")
+        raise BadInput(
+            f"--rerun measures with the old run's sweep, settings and variant files; drop --{flag}"
+        )
+    if args.resume:
+        raise BadInput(
+            "--rerun writes a new run; to finish an interrupted rerun use --resume --out DIR alone"
+        )
+    from attnbench.harness import rerun
+    from attnbench.harness.spec import parse_names
+
+    try:
+        cells = parse_names(args.cells) if args.cells is not None else None
+        return rerun.plan(args.rerun, cell_ids=cells, status=args.status)
+    except ValueError as exc:  # RunDirError is one
+        raise BadInput(str(exc)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import run
     from attnbench.results import RunDirError
     from attnbench.variants import VariantError
 
+    plan = _rerun_plan(args)
     sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "env") if getattr(args, f) is not None]
     if args.resume and sweep_flags:
         flag = sweep_flags[0].rstrip("_").replace("_", "-")
@@ -96,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for path in args.variant_file or []:
         if not Path(path).is_file():
             raise BadInput(f"variant file {path!r} does not exist")
-    sweep = None if args.resume else sweep_from_args(args)
+    sweep = None if args.resume else plan.sweep if plan else sweep_from_args(args)
     if args.out is not None and not args.resume:
         out = Path(args.out)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -105,8 +146,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     progress = Progress(enabled=not args.quiet)
     try:
+        files = list(plan.variant_files) if plan else args.variant_file or []
         summary = run(
-            sweep, args.out, resume=args.resume, variant_files=args.variant_file or [], progress=progress
+            sweep,
+            args.out,
+            resume=args.resume,
+            variant_files=files,
+            progress=progress,
+            only=plan.cells if plan else None,
+            rerun_of=plan.origin if plan else None,
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -119,7 +167,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     print(f"run complete: {summary.path} ({counts})", file=sys.stderr)
+    if plan:
+        print(f"compare with: attnbench compare {args.rerun} {summary.path}", file=sys.stderr)
     print(summary.path)
+    return 0
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """One line that measures one cell of a run again: `attnbench run` with every flag that cell was
+    measured under written out (settings, env, CPUs, variant files), so it needs nothing but itself."""
+    import shlex
+
+    from attnbench.harness import rerun
+    from attnbench.harness.spec import SweepSpec, cell_texts
+
+    try:
+        meta, cell = rerun.find_cell(args.run_dir, args.cell_id)
+    except ValueError as exc:  # RunDirError is one
+        raise BadInput(str(exc)) from None
+    settings = SweepSpec.from_dict(meta["sweep"]).settings
+    slug = cell.cell_id.replace("|", "-")
+    out = args.out or f"runs/repro-{meta.get('run_id', Path(args.run_dir).name)}-{slug}"
+    texts, left = cell_texts(cell, settings)
+    if left:
+        # a setting no flag can say: only the old run's meta.json says it, so measure again from there
+        print(
+            f"attnbench: note: {', '.join(left)} differ from the defaults and have no flag; "
+            "the command re-measures through --rerun, which needs the run directory",
+            file=sys.stderr,
+        )
+        argv = ["attnbench", "run", "--rerun", str(args.run_dir), "--cells", cell.cell_id, "--out", out]
+    else:
+        argv = ["attnbench", "run"]
+        for name, text in texts.items():
+            for value in text if isinstance(text, list) else [text]:
+                argv += ["--" + name.replace("_", "-"), value]
+        for path in meta.get("variant_files", []):
+            if not Path(path).is_file():
+                print(f"attnbench: warning: variant file {path} is not there any more", file=sys.stderr)
+            argv += ["--variant-file", path]
+        argv += ["--out", out]
+    print(shlex.join(argv))
     return 0
 
 
@@ -432,7 +520,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    r = p.add_argument_group(
+        "measure an earlier run's cells again (into a new run; then `attnbench compare`)"
+    )
+    r.add_argument(
+        "--rerun", metavar="RUN_DIR", help="the run whose sweep, settings and variant files to measure with"
+    )
+    r.add_argument("--cells", metavar="ID,...", help="only these cell_ids of --rerun RUN_DIR (default: all)")
+    r.add_argument("--status", metavar="STATUS", help="only the cells of --rerun RUN_DIR with this status")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("repro", help="print the one `attnbench run` command that measures one cell again")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "cell_id", metavar="CELL_ID", help="as in `attnbench export RUN_DIR` (quote it: it holds |)"
+    )
+    p.add_argument("--out", metavar="DIR", help="the new run's directory (default: runs/repro-<run>-<cell>)")
+    p.set_defaults(func=cmd_repro)
 
     p = sub.add_parser("export", help="print the tidy results table of runs")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -538,10 +642,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def _one_line_warnings():
+    """A skipped row (torn or corrupt) reaches the user as one line, as errors do: Python's default
+    format adds the file and source line of the warnings.warn call, which says nothing to them."""
+    import warnings
+
+    from attnbench.results import RowWarning
+
+    show = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RowWarning):
+            print(f"attnbench: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+    try:
+        yield
+    finally:
+        warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with _one_line_warnings():
+            return args.func(args)
     except BadInput as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:

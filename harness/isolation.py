@@ -71,6 +71,7 @@ class Worker:
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")
         self.pid = hello["pid"]
         self.threads = hello["threads"]
+        self.cpu_affinity = hello.get("cpu_affinity")  # the CPUs the worker may run on, as it reports them
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send msg and wait up to `timeout` seconds for the reply."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,10 +21,10 @@ from attnbench import variants
 from attnbench.results import RunWriter
 from attnbench.results.store import read_meta
 
-from . import guard
+from . import guard, timing
 from .isolation import Worker, WorkerDied, WorkerTimeout
 from .progress import Progress
-from .spec import CellSpec, SweepSpec
+from .spec import CellSpec, SweepSpec, check_cpu_affinity
 
 DEFAULT_RUNS_DIR = Path("runs")
 NUMERICS_FILE = "numerics.json"
@@ -49,7 +50,8 @@ def new_run_id() -> str:
 
 
 def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
-    """Everything checked before any directory is created: variant files, names, devices present."""
+    """Everything checked before any directory is created: variant files, names, devices and CPUs present."""
+    check_cpu_affinity(sweep.settings.cpu_affinity)
     for path in variant_files:
         variants.load_variant_file(path)
     names = list(sweep.variants) or default_variants()
@@ -91,9 +93,16 @@ def run(
     resume: bool = False,
     variant_files: list[str] | None = None,
     progress: Progress | None = None,
+    only: Sequence[CellSpec] | None = None,
+    rerun_of: dict[str, Any] | None = None,
 ) -> RunSummary:
-    """Run (or resume) a sweep into a run directory; returns where it went and the status counts."""
+    """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
+
+    `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their
+    ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from.
+    """
     variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
+    chosen = None if only is None else [c.cell_id for c in only]
     if resume:
         if out is None:
             raise ValueError("--resume needs --out DIR naming the run to finish")
@@ -102,12 +111,19 @@ def run(
         variant_files = meta.get("variant_files", [])
         names = prepare(sweep, variant_files)
         names = meta.get("variants", names)
+        chosen = meta.get("cells")
     else:
         names = prepare(sweep, variant_files)
+        if only is not None:  # the chosen cells' variants, whether or not they are default ones now
+            names = list(dict.fromkeys(c.variant for c in only))
+            variants.resolve(names)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
     cells = sweep.cells(names)
+    if chosen is not None:
+        keep = set(chosen)
+        cells = [c for c in cells if c.cell_id in keep]
     todo = [c for c in cells if c.cell_id not in writer.done]
     progress = progress or Progress(enabled=False)
     summary = RunSummary(path=path, resumed=len(cells) - len(todo))
@@ -116,6 +132,7 @@ def run(
         "threads": settings.threads,
         "env": dict(settings.env),
         "variant_files": variant_files,
+        "cpu_affinity": list(settings.cpu_affinity),
         "log_path": str(path / "worker.log"),
     }
     skip = _SkipAhead()
@@ -128,6 +145,10 @@ def run(
         worker = Worker(config)
         if not resume:
             meta = _meta(sweep, names, variant_files, worker, progress)
+            if chosen is not None:
+                meta["cells"] = chosen
+            if rerun_of is not None:
+                meta["rerun_of"] = rerun_of
             writer.write_meta(meta)
             progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
             numerics, worker = _numerics(sweep, names, worker, config)
@@ -175,6 +196,13 @@ def _meta(
         "fingerprint": fingerprint,
         "calibration": calibration,
         "worker_threads": worker.threads,
+        # timing hygiene: the collector is off while samples are taken; the CPUs asked for and those the
+        # worker reported after pinning itself (null asked: the OS's choice, all of them)
+        "gc_disabled": timing.GC_DISABLED,
+        "cpu_affinity": {
+            "requested": list(sweep.settings.cpu_affinity) or None,
+            "worker": worker.cpu_affinity,
+        },
         "cwd": os.getcwd(),
     }
 

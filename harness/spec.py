@@ -8,6 +8,7 @@ name the bad value.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -143,9 +144,13 @@ class Settings:
     # Environment variables set in the worker processes before they start (allocator and threading knobs
     # that are read once at start-up); sorted (name, value) pairs, recorded in meta.json.
     env: tuple[tuple[str, str], ...] = ()
+    # CPUs the worker processes are pinned to (os.sched_setaffinity before torch starts its threads);
+    # empty: wherever the OS puts them. Recorded with what the worker reports in meta.json.
+    cpu_affinity: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", normalise_env(self.env))
+        object.__setattr__(self, "cpu_affinity", normalise_cpus(self.cpu_affinity))
         for name in ("warmup_ms", "budget_ms", "min_ms", "cell_timeout", "target_rel_iqr"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)!r}")
@@ -258,6 +263,74 @@ def normalise_env(env) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"env {name} must be a string or an integer, got {value!r}")
         out[name] = str(value)
     return tuple(sorted(out.items()))
+
+
+def normalise_cpus(cpus) -> tuple[int, ...]:
+    """CPU numbers (or the --cpu-affinity text '0,1' / '0-3') -> sorted unique ints; ValueError if bad."""
+    if isinstance(cpus, str):
+        return parse_cpu_list("cpu_affinity", cpus)
+    out = set()
+    for c in cpus:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"cpu_affinity takes CPU numbers (0, 1, ...), got {c!r}")
+        out.add(c)
+    return tuple(sorted(out))
+
+
+def parse_cpu_list(name: str, text: str) -> tuple[int, ...]:
+    """'0,1' or '0-3' or '0-3,6' (as taskset -c) -> (0, 1, 2, 3, 6); ValueError naming the bad part."""
+    out: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo_s, dash, hi_s = part.partition("-")
+        try:
+            lo, hi = int(lo_s), int(hi_s) if dash else int(lo_s)
+        except ValueError:
+            raise ValueError(f"{name} takes CPU numbers like 0,1 or 0-3, got {part!r}") from None
+        if lo < 0 or hi < lo:
+            raise ValueError(f"{name} range {part!r} must go from a CPU number up to a larger one")
+        out.update(range(lo, hi + 1))
+    if not out:
+        raise ValueError(f"{name} needs at least one CPU, got {text!r}")
+    return tuple(sorted(out))
+
+
+def cpus_allowed() -> set[int]:
+    """The CPUs this process may run on (its affinity mask; every CPU where the OS has no such call)."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def check_cpu_affinity(cpus: tuple[int, ...]) -> None:
+    """ValueError when a requested CPU is not one this machine lets us run on."""
+    if not cpus:
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError("cpu_affinity needs os.sched_setaffinity, which this OS does not have")
+    allowed = cpus_allowed()
+    missing = [c for c in cpus if c not in allowed]
+    if missing:
+        raise ValueError(
+            f"cpu_affinity asks for CPU {', '.join(map(str, missing))}, but this process may run only on "
+            f"CPUs {format_cpus(sorted(allowed))}"
+        )
+
+
+def format_cpus(cpus) -> str:
+    """(0, 1, 2, 3, 6) -> '0-3,6': the form --cpu-affinity takes."""
+    parts: list[str] = []
+    cpus = sorted(cpus)
+    i = 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
+        i = j + 1
+    return ",".join(parts)
 
 
 def parse_env(items) -> dict[str, str]:
@@ -405,13 +478,17 @@ TEXT_AXES: dict[str, str] = {  # axis name -> what its text holds
     "padding": "floats",
     "pass": "pass",
 }
-TEXT_SETTINGS: dict[str, type] = {  # settings given as text -> their type
+TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (or parser)
     "warmup_ms": float,
     "budget_ms": float,
     "min_samples": int,
+    "max_samples": int,
+    "min_ms": float,
+    "target_rel_iqr": float,
     "threads": int,
     "cell_timeout": float,
     "seed": int,
+    "cpu_affinity": parse_cpu_list,
 }
 _SWEEP_KEY = {"device": "devices", "dtype": "dtypes", "pass": "passes"}  # axis name -> SweepSpec field
 
@@ -467,9 +544,52 @@ def sweep_from_text(
     return build_sweep(preset, config, overrides)
 
 
-def _setting(name: str, text: Any, kind: type) -> Any:
+def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list[str]]:
+    """sweep_from_text's input for exactly this one cell under these settings, and the names of settings
+    that differ from their defaults but have no text form (the text cannot say them).
+
+    sweep_from_text(texts) gives a sweep whose cells([cell.variant]) are [cell] and whose settings are
+    `settings` when nothing is left over: every value is written out, defaults included, so that a later
+    change of a default cannot change what the text measures.
+    """
+    texts: dict[str, Any] = {
+        "variants": cell.variant,
+        "device": cell.device,
+        "dtype": cell.dtype,
+        "batch": str(cell.batch),
+        "heads": str(cell.heads),
+        "seq_len": str(cell.seq_len),
+        "d_k": str(cell.d_k),
+        "d_v": str(cell.d_v),
+        "causal": "yes" if cell.causal else "no",
+        "padding": repr(float(cell.padding)),  # repr: the shortest text that reads back as the same float
+        "pass": cell.pass_,
+    }
+    for name in TEXT_SETTINGS:
+        value = getattr(settings, name)
+        if name == "cpu_affinity":
+            if value:
+                texts[name] = format_cpus(value)
+        else:
+            texts[name] = repr(value)
+    if settings.env:
+        texts["env"] = [f"{k}={v}" for k, v in settings.env]
+    default = Settings()
+    left = [
+        f.name
+        for f in fields(Settings)
+        if f.name not in TEXT_SETTINGS
+        and f.name != "env"
+        and getattr(settings, f.name) != getattr(default, f.name)
+    ]
+    return texts, left
+
+
+def _setting(name: str, text: Any, kind: Callable) -> Any:
     if not isinstance(text, str):
         return text  # already a number (argparse typed it); Settings validates its range
+    if kind not in (int, float):
+        return kind(name, text)
     try:
         return kind(text)
     except ValueError:

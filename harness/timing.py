@@ -4,10 +4,16 @@ CPU: time.perf_counter around each call (the work is synchronous).
 CUDA: a pair of CUDA events around each call, no synchronisation between calls, the L2 cache flushed
 between calls outside the timed window (as triton.testing.do_bench), one synchronisation at the end.
 Tests inject a seeded fake timer.
+
+Python's garbage collector is off while a cell is warmed up and sampled (as pyperf does): a collection
+landing inside one call would add its pause to that sample only, a spread that belongs to the
+interpreter, not to the attention function. Memory is still freed by reference counting; only cycles
+wait until the loop ends.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -149,13 +155,30 @@ class Budget:
             raise ValueError(f"min_samples must be at least 5, got {self.min_samples}")
 
 
+# Recorded in every run's meta.json: samples are taken with the cyclic garbage collector switched off.
+GC_DISABLED = True
+
+
 def measure(fn: Callable[[], object], timer: Timer, budget: Budget = Budget()) -> Measurement:
     """Warm up for budget.warmup_ms (at least one call), then sample until stable or out of budget.
 
     Stops once n >= min_samples, IQR/median <= target_rel_iqr and min_ms were sampled, or once the
     samples sum past budget_ms (never with fewer than min_samples), or at max_samples. Time is
-    counted from the samples themselves, so a fake timer drives the loop deterministically.
+    counted from the samples themselves, so a fake timer drives the loop deterministically. The
+    garbage collector is disabled for the whole loop and put back as it was found, even on error.
     """
+    was_enabled = gc.isenabled()
+    if GC_DISABLED:
+        gc.collect()  # start from a clean heap, so that nothing is left over for a collection to find
+        gc.disable()
+    try:
+        return _sample(fn, timer, budget)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _sample(fn: Callable[[], object], timer: Timer, budget: Budget) -> Measurement:
     warm = timer.time_calls(fn, 1)
     while sum(warm) < budget.warmup_ms and len(warm) < budget.max_samples:
         warm += timer.time_calls(fn, max(1, min(len(warm), 64)))

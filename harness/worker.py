@@ -58,6 +58,9 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     _redirect_output(config.get("log_path"))
     faulthandler.enable(all_threads=True)
     print(f"attnbench worker {os.getpid()} starting", flush=True)
+    if config.get("cpu_affinity"):
+        # before torch is imported: its OpenMP pool sizes itself from the CPUs this process may use
+        os.sched_setaffinity(0, config["cpu_affinity"])
 
     import torch
 
@@ -73,7 +76,8 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     for path in config.get("variant_files", []):
         variants.load_variant_file(path)
     cache = InputCache()
-    conn.send({"op": "ready", "pid": os.getpid(), "threads": torch.get_num_threads()})
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    conn.send({"op": "ready", "pid": os.getpid(), "threads": torch.get_num_threads(), "cpu_affinity": cpus})
     while True:
         try:
             msg = conn.recv()

@@ -10,12 +10,13 @@ if __name__ != "attnbench.results":  # the folder imported by its own name, whic
 
 from .load import export, load, load_meta, load_numerics, machine_label
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
-from .store import RunDirError, RunWriter, is_run_dir, read_meta, read_rows
+from .store import RowWarning, RunDirError, RunWriter, is_run_dir, read_meta, read_rows
 
 __all__ = [
     "COLUMNS",
     "SCHEMA_VERSION",
     "STATUSES",
+    "RowWarning",
     "RunDirError",
     "RunWriter",
     "export",

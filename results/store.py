@@ -32,6 +32,10 @@ class RunDirError(ValueError):
     """A run directory is missing, not a run, from an unreadable schema version, or already taken."""
 
 
+class RowWarning(UserWarning):
+    """A line of rows.jsonl that is not a row (a torn write, or corrupt data) was skipped."""
+
+
 def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / META).is_file()
 
@@ -67,10 +71,14 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
             try:
                 row = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                warnings.warn(f"{p}:{lineno}: skipped an unreadable row (torn write?)", stacklevel=2)
+                warnings.warn(f"{p}:{lineno}: skipped an unreadable row (torn write?)", RowWarning, 2)
                 continue
             if isinstance(row, dict) and "cell_id" in row:
                 rows.append(row)
+            else:  # valid JSON but not a result row: corrupt, or not written by attnbench
+                warnings.warn(
+                    f"{p}:{lineno}: skipped a line that is not a result row (no cell_id)", RowWarning, 2
+                )
     return rows
 
 

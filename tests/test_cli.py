@@ -78,6 +78,10 @@ BAD_RUNS = [
     (["--resume"], "does not exist"),
     (["--env", "NO_EQUALS_SIGN"], "--env takes NAME=VALUE, got 'NO_EQUALS_SIGN'"),
     (["--env", "1BAD=x"], "--env takes NAME=VALUE, got '1BAD=x'"),
+    (["--cpu-affinity", "4096"], "cpu_affinity asks for CPU 4096, but this process may run only on CPUs"),
+    (["--cpu-affinity", "3-1"], "cpu-affinity range '3-1' must go from a CPU number up to a larger one"),
+    (["--cpu-affinity", "one"], "cpu-affinity takes CPU numbers like 0,1 or 0-3, got 'one'"),
+    (["--max-samples", "2"], "need 5 <= min_samples <= max_samples"),
 ]
 
 
@@ -161,6 +165,28 @@ def test_env_reaches_the_worker_and_the_record(tmp_path):
     assert fp["THP_MEM_ALLOC_ENABLE"] == "1" and "MALLOC_ARENA_MAX=2" in fp["allocator_env"].split()
     assert fp["sweep_env"] == "MALLOC_ARENA_MAX=2 THP_MEM_ALLOC_ENABLE=1"
     assert meta["sweep"]["settings"]["env"] == {"MALLOC_ARENA_MAX": "2", "THP_MEM_ALLOC_ENABLE": "1"}
+
+
+@pytest.mark.slow
+def test_cpu_affinity_pins_the_worker_and_meta_records_timing_hygiene(tmp_path):
+    """--cpu-affinity 0: the worker reports CPU 0 only, torch sizes its pool from that one CPU (so the
+    pinning happened before torch started), and meta.json keeps what was asked, what the worker saw and
+    that the garbage collector was off while timing."""
+    import os
+
+    cpu = min(os.sched_getaffinity(0))
+    out = tmp_path / "r"
+    run_cli(
+        "run", "--variants", "naive", "--seq-len", "32", "--heads", "2", "--warmup-ms", "1",
+        "--budget-ms", "5", "--cpu-affinity", str(cpu), "--out", str(out), check=True,
+    )  # fmt: skip
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["sweep"]["settings"]["cpu_affinity"] == [cpu]
+    assert meta["cpu_affinity"] == {"requested": [cpu], "worker": [cpu]}
+    assert meta["gc_disabled"] is True
+    assert meta["worker_threads"] == 1
+    row = json.loads((out / "rows.jsonl").read_text().splitlines()[0])
+    assert row["status"] == "ok" and row["threads"] == 1
 
 
 def test_export_of_a_missing_run(tmp_path):

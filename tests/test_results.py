@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from attnbench.results import RunDirError, RunWriter, export, load, read_meta, read_rows
+from attnbench.results import RowWarning, RunDirError, RunWriter, export, load, read_meta, read_rows
 from attnbench.results.schema import COLUMNS, SCHEMA_VERSION
 
 ROW = {
@@ -152,3 +152,27 @@ def test_published_reference_run_loads():
     assert (df["status"] == "ok").sum() >= 10
     ok = df[df["status"] == "ok"]
     assert ok["peak_mem_bytes"].notna().all() and (ok["tflops"] > 0).all()
+
+
+def test_cli_reports_a_skipped_row_as_one_line_without_python_source(tmp_path):
+    import shutil
+
+    from conftest import DATA, run_cli
+
+    path = tmp_path / "run"
+    shutil.copytree(DATA / "runs" / "cpu-small", path)
+    rows = (path / "rows.jsonl").read_text().splitlines()
+    rows.insert(3, '{"cell_id": "x", "status": "o')  # a torn line in the middle
+    rows.insert(5, "[1, 2]")  # JSON, but no row
+    (path / "rows.jsonl").write_text("\n".join(rows) + "\n")
+    p = run_cli("export", str(path), check=True)
+    assert len(p.stdout.splitlines()) == 1 + 80  # every real row still there
+    lines = p.stderr.splitlines()
+    assert lines == [
+        f"attnbench: warning: {path / 'rows.jsonl'}:4: skipped an unreadable row (torn write?)",
+        f"attnbench: warning: {path / 'rows.jsonl'}:6: skipped a line that is not a result row (no cell_id)",
+    ], p.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert len(read_rows(path)) == 80
+    assert [w.category for w in caught] == [RowWarning, RowWarning]

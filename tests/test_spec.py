@@ -133,3 +133,28 @@ def test_env_flag_parsing():
     for bad in ("A", "=1", "A-B=1"):
         with pytest.raises(ValueError, match="--env takes NAME=VALUE"):
             parse_env([bad])
+
+
+def test_cpu_affinity_text_and_its_round_trip():
+    from attnbench.harness.spec import format_cpus, parse_cpu_list, sweep_from_text
+
+    assert parse_cpu_list("cpu-affinity", "0-3,6,2") == (0, 1, 2, 3, 6)
+    assert format_cpus((0, 1, 2, 3, 6)) == "0-3,6"
+    sweep = sweep_from_text({"cpu_affinity": "1,0"})
+    assert sweep.settings.cpu_affinity == (0, 1)
+    assert SweepSpec.from_dict(json.loads(json.dumps(sweep.to_dict()))) == sweep  # as meta.json keeps it
+    with pytest.raises(ValueError, match="CPU numbers"):
+        Settings(cpu_affinity=(-1,))
+
+
+def test_cell_texts_read_back_as_exactly_that_cell_and_its_settings():
+    from attnbench.harness.spec import cell_texts, sweep_from_text
+
+    cell = CellSpec("chunked", "cpu", "bfloat16", 2, 3, 96, 32, 16, True, 0.1, "fwdbwd")
+    settings = Settings(warmup_ms=1.5, budget_ms=7, min_ms=0.3, threads=1, seed=9, env=(("A", "x y"),))
+    texts, left = cell_texts(cell, settings)
+    assert left == []
+    sweep = sweep_from_text(texts)
+    assert sweep.cells([cell.variant]) == [cell] and sweep.settings == settings
+    _, left = cell_texts(cell, Settings(check_rows=7, memory_guard=0.5))
+    assert left == ["check_rows", "memory_guard"]  # no flag says these: the caller must not pretend it does

@@ -94,3 +94,30 @@ def test_calibration_reports_the_fastest_call_as_the_ceiling(monkeypatch):
     assert cal["matmul_tflops"]["float32"] == pytest.approx(flops / 2e-3 / 1e12)  # the 2 ms call
     assert cal["matmul_tflops_median"]["float32"] == pytest.approx(flops / 4e-3 / 1e12)
     assert cal["copy_gbps"] == pytest.approx(2 * cal_mod.COPY_BYTES["cpu"] / 2e-3 / 1e9)
+
+
+def test_gc_is_off_inside_the_timed_loop_and_restored_after():
+    import gc
+
+    seen = []
+    assert gc.isenabled()
+    measure(lambda: seen.append(gc.isenabled()), FakeTimer(call=True), Budget(warmup_ms=1, budget_ms=5))
+    assert seen and not any(seen)  # warm-up and every sampled call ran with the collector off
+    assert gc.isenabled()
+
+
+def test_gc_state_is_restored_on_error_and_left_off_if_it_was_off():
+    import gc
+
+    def boom():
+        raise RuntimeError("variant failed")
+
+    with pytest.raises(RuntimeError):
+        measure(boom, FakeTimer(call=True), Budget(warmup_ms=1, budget_ms=5))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        measure(lambda: None, FakeTimer(call=True), Budget(warmup_ms=1, budget_ms=5))
+        assert not gc.isenabled()  # a caller that had switched it off keeps it off
+    finally:
+        gc.enable()

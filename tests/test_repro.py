@@ -1,0 +1,144 @@
+"""Measuring a run's cells again: `attnbench repro` (one self-contained command line per cell) and
+`attnbench run --rerun` (chosen cells of a run into a new run), through the real CLI and real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import textwrap
+
+import pytest
+from conftest import DATA, run_cli
+
+FIXTURE = DATA / "runs" / "cpu-small"
+CELL = "naive|cpu|float32|b1|h8|n256|dk64|dv64|full|pad0|fwd"  # a cell of FIXTURE
+
+MINE = textwrap.dedent(
+    """
+    from attnbench import variants
+
+
+    @variants.register("mine", description="naive under another name, from a variant file")
+    def mine(q, k, v, **kw):
+        return variants.get("naive").fn(q, k, v, **kw)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def old_run(tmp_path_factory):
+    """A small run with a variant file, an env variable, CPU pinning and non-default sampling settings:
+    everything the repro line and --rerun have to carry over."""
+    root = tmp_path_factory.mktemp("repro")
+    (root / "mine.py").write_text(MINE)
+    cpu = str(min(os.sched_getaffinity(0)))
+    run_cli(
+        "run", "--variants", "naive,mine", "--seq-len", "32,64", "--heads", "2", "--warmup-ms", "1",
+        "--budget-ms", "5", "--min-ms", "2", "--seed", "3", "--env", "ATTNBENCH_TEST_ENV=1",
+        "--cpu-affinity", cpu, "--variant-file", str(root / "mine.py"), "--out", str(root / "old"),
+        cwd=root, check=True,
+    )  # fmt: skip
+    return root
+
+
+def _rows(path):
+    return [json.loads(line) for line in (path / "rows.jsonl").read_text().splitlines()]
+
+
+def _meta(path):
+    return json.loads((path / "meta.json").read_text())
+
+
+@pytest.mark.slow
+def test_repro_line_measures_exactly_that_cell_again(old_run):
+    old = old_run / "old"
+    cell_id = "mine|cpu|float32|b1|h2|n64|dk64|dv64|full|pad0|fwd"
+    p = run_cli("repro", str(old), cell_id, cwd=old_run, check=True)
+    lines = p.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnbench run "), p.stdout
+    argv = shlex.split(lines[0])
+    assert str(old_run / "mine.py") in argv and "ATTNBENCH_TEST_ENV=1" in argv  # self-contained
+    new = old_run / argv[argv.index("--out") + 1]
+    done = run_cli(*argv[1:], cwd=old_run, check=True)
+    assert str(new.relative_to(old_run)) in done.stdout
+    assert [r["cell_id"] for r in _rows(new)] == [cell_id] and _rows(new)[0]["status"] == "ok"
+    before, after = _meta(old), _meta(new)
+    assert after["sweep"]["settings"] == before["sweep"]["settings"]  # seed, budgets, env, CPUs
+    assert after["variant_files"] == before["variant_files"]
+    assert after["cpu_affinity"] == before["cpu_affinity"]
+
+
+@pytest.mark.slow
+def test_rerun_chosen_cells_into_a_new_run_then_compare(old_run):
+    old = old_run / "old"
+    ok = [r["cell_id"] for r in _rows(old) if r["status"] == "ok"]
+    assert len(ok) == 4
+    p = run_cli("run", "--rerun", str(old), "--status", "ok", "--out", str(old_run / "all"), cwd=old_run)
+    assert p.returncode == 0, p.stderr
+    assert f"attnbench compare {old} {old_run / 'all'}" in p.stderr
+    assert sorted(r["cell_id"] for r in _rows(old_run / "all")) == sorted(ok)
+    meta = _meta(old_run / "all")
+    assert meta["rerun_of"] == {"run_dir": str(old.resolve()), "run_id": _meta(old)["run_id"]}
+    assert meta["sweep"] == _meta(old)["sweep"] and sorted(meta["cells"]) == sorted(ok)
+
+    two = [ok[0], ok[-1]]
+    out = old_run / "two"
+    run_cli("run", "--rerun", str(old), "--cells", ",".join(two), "--out", str(out), check=True)
+    assert [r["cell_id"] for r in _rows(out)] == two
+    assert run_cli("run", "--resume", "--out", str(out), check=True).returncode == 0
+    assert len(_rows(out)) == 2  # a resumed rerun keeps to its cells
+
+    cmp = run_cli("compare", str(old), str(out), "--out", str(old_run / "cmp"), cwd=old_run)
+    assert cmp.returncode == 0, cmp.stderr
+    assert "cells matched by cell_id" in cmp.stdout
+    from attnbench.reports.compare import compare_runs
+
+    assert len(compare_runs(str(old), str(out)).cells) == 2  # the two re-measured cells, matched
+
+
+BAD = [
+    (["run", "--rerun", "NOPE"], "does not exist"),
+    (["run", "--rerun", str(FIXTURE), "--cells", "naive|cpu|nope"], "no cell 'naive|cpu|nope' in"),
+    (["run", "--rerun", str(FIXTURE), "--status", "fine"], "unknown status 'fine'; known: ok,"),
+    (["run", "--rerun", str(FIXTURE), "--status", "timeout"], "has status 'timeout'"),
+    (["run", "--rerun", str(FIXTURE), "--status", "ok", "--cells", CELL], "not both"),
+    (["run", "--rerun", str(FIXTURE), "--seq-len", "64"], "drop --seq-len"),
+    (["run", "--rerun", str(FIXTURE), "--resume"], "--rerun writes a new run"),
+    (["run", "--cells", CELL], "give --rerun too"),
+    (["repro", "NOPE", CELL], "does not exist"),
+    (["repro", str(FIXTURE), "naive|nope"], "no cell 'naive|nope' in"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a[:2] + a[3:]) for a, _ in BAD])
+def test_bad_rerun_or_repro_is_one_line_exit_2_nothing_written(tmp_path, args, message):
+    p = run_cli(*args, "--out", str(tmp_path / "new"), cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnbench: error:") and message in lines[0], p.stderr
+    assert p.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_repro_of_the_published_run_writes_every_setting_out():
+    ref = DATA.parent.parent / "results" / "reference" / "cpu-epyc-2core"
+    cell = "sdpa|cpu|float32|b1|h8|n4096|dk64|dv64|causal|pad0|fwd"
+    p = run_cli("repro", str(ref), cell, check=True)
+    argv = shlex.split(p.stdout)
+    flags = dict(zip(argv[2::2], argv[3::2], strict=False))
+    assert flags["--variants"] == "sdpa" and flags["--seq-len"] == "4096" and flags["--causal"] == "yes"
+    assert flags["--env"] == "THP_MEM_ALLOC_ENABLE=1" and flags["--budget-ms"] == "1000"
+    assert "--cpu-affinity" not in flags  # the run was not pinned
+    assert flags["--out"] == f"runs/repro-20261123-122155-vm-{cell.replace('|', '-')}"
+
+
+def test_api_rerun_refuses_what_it_would_ignore():
+    import attnbench
+
+    with pytest.raises(ValueError, match="give rerun= too"):
+        attnbench.run(cells=CELL)
+    with pytest.raises(ValueError, match="give only out= with it"):
+        attnbench.run(rerun=FIXTURE, seq_len=64)
+    with pytest.raises(ValueError, match=re.escape("no cell 'naive|nope' in")):
+        attnbench.run(rerun=FIXTURE, cells="naive|nope")
