@@ -134,6 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BadInput(f"--resume takes the sweep and its settings from the run's meta.json; drop --{flag}")
     if args.resume and args.out is None:
         raise BadInput("--resume needs --out DIR naming the run to finish")
+    if args.redo_drift and not args.resume:
+        raise BadInput("--redo-drift measures a run's drifted cells again: give it with --resume --out DIR")
     for path in args.variant_file or []:
         if not Path(path).is_file():
             raise BadInput(f"variant file {path!r} does not exist")
@@ -155,6 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress=progress,
             only=plan.cells if plan else None,
             rerun_of=plan.origin if plan else None,
+            redo_drift=args.redo_drift,
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -518,6 +521,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
     p.add_argument(
         "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
+    )
+    p.add_argument(
+        "--redo-drift",
+        action="store_true",
+        help="with --resume: measure again the cells measured while the machine ran more than 10%% off "
+        "the run's median speed (the new rows replace the old ones when the run is loaded)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     r = p.add_argument_group(

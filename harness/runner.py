@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench import variants
-from attnbench.results import RunWriter
+from attnbench.results import RunWriter, drift
 from attnbench.results.store import read_meta
 
 from . import guard, timing
@@ -95,6 +95,7 @@ def run(
     progress: Progress | None = None,
     only: Sequence[CellSpec] | None = None,
     rerun_of: dict[str, Any] | None = None,
+    redo_drift: bool = False,
 ) -> RunSummary:
     """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
 
@@ -103,6 +104,8 @@ def run(
     """
     variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
     chosen = None if only is None else [c.cell_id for c in only]
+    if redo_drift and not resume:
+        raise ValueError("--redo-drift measures a run's drifted cells again: it needs --resume --out DIR")
     if resume:
         if out is None:
             raise ValueError("--resume needs --out DIR naming the run to finish")
@@ -124,7 +127,10 @@ def run(
     if chosen is not None:
         keep = set(chosen)
         cells = [c for c in cells if c.cell_id in keep]
-    todo = [c for c in cells if c.cell_id not in writer.done]
+    # --redo-drift: cells whose row was measured while the machine drifted (results.drift) run again; the
+    # new row is appended and replaces the old one when the run is loaded
+    redo = drift.drifted_cells(list(writer.done.values())) if redo_drift else set()
+    todo = [c for c in cells if c.cell_id not in writer.done or c.cell_id in redo]
     progress = progress or Progress(enabled=False)
     summary = RunSummary(path=path, resumed=len(cells) - len(todo))
     settings = sweep.settings

@@ -9,21 +9,34 @@ the machine at that moment (another tenant, a throttled clock) as about the vari
 from __future__ import annotations
 
 import math
+import statistics
+from typing import Any
 
 DRIFT = 0.10
 
 
-def speed_factors(df) -> list[float]:
-    """Per row of results.load's typed frame: its probe over its run and device's median probe (NaN when
-    the row has no probe)."""
-    import pandas as pd
+def speed_factors(rows: list[dict[str, Any]]) -> list[float]:
+    """Per row: its probe over the median probe of its run and device (NaN when the row has no probe)."""
+    speeds: dict[tuple, list[float]] = {}
+    for r in rows:
+        s = r.get("speed_tflops")
+        if _num(s):
+            speeds.setdefault((r.get("run_id"), r.get("device")), []).append(float(s))
+    median = {k: statistics.median(v) for k, v in speeds.items()}
+    out = []
+    for r in rows:
+        s, m = r.get("speed_tflops"), median.get((r.get("run_id"), r.get("device")))
+        out.append(float(s) / m if _num(s) and m else math.nan)
+    return out
 
-    speed = pd.to_numeric(df["speed_tflops"], errors="coerce").astype(float)
-    median = speed.groupby([df["run_id"], df["device"]]).transform("median")
-    return [
-        s / m if math.isfinite(s) and math.isfinite(m) and m > 0 else math.nan
-        for s, m in zip(speed, median, strict=True)
-    ]
+
+def drifted_cells(rows: list[dict[str, Any]]) -> set[str]:
+    """The cell_ids of the rows measured during drift (what `--resume --redo-drift` measures again)."""
+    return {r["cell_id"] for r, f in zip(rows, speed_factors(rows), strict=True) if drifted(f)}
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 def drifted(factor: float) -> bool:

@@ -34,7 +34,9 @@ def load(*paths: str | Path | list[str | Path]):
     for path in paths:
         meta = read_meta(path)
         metas[meta.get("run_id", Path(path).name)] = meta
-        rows = read_rows(path)
+        # a later row of the same cell is a deliberate re-measurement (--resume --redo-drift): it replaces
+        # the earlier one, in the earlier one's place
+        rows = list({r["cell_id"]: r for r in read_rows(path)}.values())
         df = pd.DataFrame(rows)
         df["run_id"] = meta.get("run_id", Path(path).name)
         df["machine"] = machine_label(meta)
@@ -44,7 +46,7 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = pd.NA
         df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
-    factors = drift.speed_factors(df) if len(df) else []
+    factors = drift.speed_factors(df.to_dict("records")) if len(df) else []
     df["speed_factor"] = pd.array(factors, dtype="Float64")
     df["drift"] = pd.array([drift.drifted(f) for f in factors], dtype="boolean")
     why = suspect.reasons(df, metas) if len(df) else []

@@ -48,3 +48,28 @@ def test_every_measured_row_of_a_real_run_carries_its_probe(tmp_path):
     assert len(rows) == 4 and all(r["speed_tflops"] > 0 for r in rows)
     df = results.load(out)
     assert df["speed_factor"].notna().all()
+
+
+@pytest.mark.slow
+def test_resume_redo_drift_measures_the_drifted_cells_again(tmp_path):
+    out = tmp_path / "run"
+    run_cli("run", "--variants", "naive", "--seq-len", "32,64,128", "--heads", "2", "--warmup-ms", "1",
+            "--budget-ms", "5", "--out", str(out), "-q", check=True)  # fmt: skip
+    lines = (out / "rows.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    for r, speed in zip(rows, (0.2, 0.1, 0.2), strict=True):  # as if another tenant halved the machine
+        r["speed_tflops"] = speed  # while cell 2 ran (the real probes of a busy VM wander on their own)
+    (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert results.load(out)["drift"].tolist() == [False, True, False]
+    p = run_cli("run", "--resume", "--redo-drift", "--out", str(out), "-q", check=True)
+    assert "1 ok" in p.stderr
+    again = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert len(again) == 4 and again[-1]["cell_id"] == rows[1]["cell_id"]  # appended, nothing rewritten
+    df = results.load(out)
+    assert df["cell_id"].tolist() == [r["cell_id"] for r in rows]  # the new row replaces the old, in place
+    assert df.iloc[1]["finished_at"] == again[-1]["finished_at"]
+
+
+def test_redo_drift_needs_resume(tmp_path):
+    p = run_cli("run", "--redo-drift", "--out", str(tmp_path / "r"))
+    assert p.returncode == 2 and "--resume" in p.stderr and not (tmp_path / "r").exists()
