@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import synthetic
+from conftest import DATA, run_cli
 
 from attnbench import results
 from attnbench.reports.render import prepare, render
@@ -55,3 +57,17 @@ def test_the_report_lists_suspects_with_their_reason(tmp_path):
         "suspect (never ranked)"
         in (report.out_dir / [f.svg for f in report.figures if "time" in f.stem][0]).read_text()
     )
+
+
+@pytest.mark.slow
+def test_a_plugin_that_times_a_lookup_is_suspect_and_unranked(tmp_path):
+    """cheat_memo remembers answers by tensor address: the gate and the fresh-input check see real answers,
+    the timed calls see a dict lookup. Only the throughput rules can catch it, and they do."""
+    out = tmp_path / "run"
+    plugin = str(DATA / "cheat_variants.py")
+    run_cli("run", "--variant-file", plugin, "--variants", "naive,cheat_memo", "--seq-len", "256",
+            "--heads", "2", "--warmup-ms", "5", "--budget-ms", "50", "--out", str(out), "-q", check=True)  # fmt: skip
+    df = results.load(out).set_index("variant")
+    assert df.loc["cheat_memo", "status"] == "ok"  # its answers are right
+    assert df.loc["cheat_memo", "suspect"] and "faster than naive" in df.loc["cheat_memo", "suspect_reason"]
+    assert set(best_variant(df.reset_index())["best"]) == {"naive"}

@@ -30,6 +30,21 @@ def cheat_cache(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale
     return _REMEMBERED[key]
 
 
+_MEMO: dict = {}
+
+
+@register(
+    "cheat_memo", description="remembers its answer per input tensor (by address): right on any new input"
+)
+def cheat_memo(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    # passes the gate and the fresh-input check (new tensors, new addresses), then times a dict lookup:
+    # only the throughput checks can tell
+    key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), tuple(q.shape), causal)
+    if key not in _MEMO:
+        _MEMO[key] = _naive(q, k, v, causal, key_lengths)
+    return _MEMO[key]
+
+
 SETUP_SLEEP_S = 0.2  # the setup hook's cost: it must land in setup_ms and stay out of the timed call
 SETUP_CALLS = []
 
