@@ -65,8 +65,25 @@ def test_a_plugin_that_times_a_lookup_is_suspect_and_unranked(tmp_path):
     the timed calls see a dict lookup. Only the throughput rules can catch it, and they do."""
     out = tmp_path / "run"
     plugin = str(DATA / "cheat_variants.py")
-    run_cli("run", "--variant-file", plugin, "--variants", "naive,cheat_memo", "--seq-len", "256",
-            "--heads", "2", "--warmup-ms", "5", "--budget-ms", "50", "--out", str(out), "-q", check=True)  # fmt: skip
+    run_cli(
+        "run",
+        "--variant-file",
+        plugin,
+        "--variants",
+        "naive,cheat_memo",
+        "--seq-len",
+        "256",
+        "--heads",
+        "2",
+        "--warmup-ms",
+        "5",
+        "--budget-ms",
+        "50",
+        "--out",
+        str(out),
+        "-q",
+        check=True,
+    )
     df = results.load(out).set_index("variant")
     assert df.loc["cheat_memo", "status"] == "ok"  # its answers are right
     assert df.loc["cheat_memo", "suspect"] and "faster than naive" in df.loc["cheat_memo", "suspect_reason"]
