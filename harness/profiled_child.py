@@ -87,13 +87,14 @@ class Child:
 
 
 def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
-    """The cell's call exactly as harness.cell times it, on harness.cell.make_inputs' inputs."""
+    """The cell's call exactly as harness.cell times it, on harness.cell.make_inputs' inputs: for a variant
+    with a setup hook, the callable the hook returns (its setup runs here, before any profiling)."""
     from attnbench import variants
 
     from .cell import make_inputs, timed_call
 
     q, k, v, kl = make_inputs(cell, seed)  # (B, H, N, d_k), (B, H, N, d_k), (B, H, N, d_v), (B,)
-    fn = variants.get(cell.variant).fn
+    fn = variants.get(cell.variant).bind(q, k, v, causal=cell.causal, key_lengths=kl)
     return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", causal=cell.causal, key_lengths=kl)
 
 
