@@ -219,7 +219,8 @@ def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
 
 
 SUSPECT_RULE = (
-    "An ok cell is suspect when its achieved TFLOP/s exceeds 1.25x the run's calibrated matmul ceiling, or "
+    "An ok cell is suspect when its achieved TFLOP/s exceeds 1.25x the run's calibrated matmul ceiling (on a "
+    "GPU with a known datasheet, that datasheet's peak), or "
     "when it is more than 10x faster than the float64-checked naive variant on the same cell. Suspect cells "
     "stay in the plots (ringed in red) and the fits, and are left out of every ranking and speed-up."
 )

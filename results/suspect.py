@@ -1,9 +1,9 @@
 """Cells too fast to believe: `suspect` rows are shown, never ranked.
 
 Two rules, applied when runs are loaded (so they hold for every run on disk, old ones included):
-- faster than the machine: achieved TFLOP/s above PEAK_FACTOR x the run's calibrated matmul ceiling for
-  the cell's device and dtype (the fastest square matmul call of the run's own calibration; on CUDA too,
-  until spec or clock-scaled peaks are known);
+- faster than the machine: on a GPU listed in SPEC_PEAKS, achieved TFLOP/s above its datasheet peak for
+  the dtype (scaled to the maximum SM clock NVML reported, when lower); elsewhere above PEAK_FACTOR x the
+  run's calibrated matmul ceiling (the fastest square matmul call of the run's own calibration);
 - faster than the checked baseline by more than BASELINE_FACTOR: the median time of the same cell of
   BASELINE, the float64-gated naive implementation, over this cell's median.
 Only `ok` rows are judged: `wrong` rows are never ranked anyway.
@@ -19,6 +19,36 @@ from .schema import CELL_AXES
 PEAK_FACTOR = 1.25
 BASELINE_FACTOR = 10.0
 BASELINE = "naive"
+
+
+# Dense tensor-core peaks (TFLOP/s, without sparsity) and the boost clock they are quoted at, from NVIDIA's
+# H100, H200 and A100 datasheets. float32 cells are held to the TF32 peak (a variant may enable TF32), float64
+# to the FP64 tensor peak. Matched against the GPU name torch reports, first match wins (H200 before H100).
+SPEC_PEAKS: tuple[tuple[tuple[str, ...], dict[str, float], float], ...] = (
+    (("H200",), {"bfloat16": 989.4, "float16": 989.4, "float32": 494.7, "float64": 66.9}, 1980.0),
+    (("H100", "PCIe"), {"bfloat16": 756.5, "float16": 756.5, "float32": 378.0, "float64": 51.2}, 1755.0),
+    (("H100", "HBM3"), {"bfloat16": 989.4, "float16": 989.4, "float32": 494.7, "float64": 66.9}, 1980.0),
+    (("H100", "SXM"), {"bfloat16": 989.4, "float16": 989.4, "float32": 494.7, "float64": 66.9}, 1980.0),
+    (("A100",), {"bfloat16": 312.0, "float16": 312.0, "float32": 156.0, "float64": 19.5}, 1410.0),
+)
+
+
+def spec_peak(meta: dict[str, Any], dtype: str) -> tuple[float, str] | None:
+    """(TFLOP/s, how it was read) of the run's GPU from its datasheet, scaled down to the maximum SM clock
+    NVML reported when that is below the datasheet's boost clock; None for a GPU not in SPEC_PEAKS."""
+    gpu = (meta.get("fingerprint") or {}).get("gpu") or {}
+    name = str(gpu.get("name") or "")
+    for words, peaks, boost in SPEC_PEAKS:
+        if all(w in name for w in words) and dtype in peaks:
+            peak, how = peaks[dtype], f"the {name} datasheet peak"
+            try:
+                clock = float(str(gpu.get("sm_clock_max", "")).split()[0])
+            except (ValueError, IndexError):
+                clock = boost
+            if 0 < clock < boost:
+                peak, how = peak * clock / boost, f"{how} at its {clock:.0f} MHz maximum SM clock"
+            return peak, how
+    return None
 
 
 def matmul_ceiling(meta: dict[str, Any], device: str, dtype: str) -> float | None:
@@ -42,8 +72,12 @@ def _reason(r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float]
     if r.get("status") != "ok":
         return None
     why = []
-    achieved, ceiling = r.get("tflops"), matmul_ceiling(meta, str(r.get("device")), str(r.get("dtype")))
-    if _num(achieved) and ceiling and achieved > PEAK_FACTOR * ceiling:
+    device, dtype, achieved = str(r.get("device")), str(r.get("dtype")), r.get("tflops")
+    spec = spec_peak(meta, dtype) if device == "cuda" else None
+    ceiling = matmul_ceiling(meta, device, dtype)
+    if _num(achieved) and spec and achieved > spec[0]:
+        why.append(f"{achieved:.3g} TFLOP/s is above {spec[1]} ({spec[0]:.4g})")
+    elif _num(achieved) and not spec and ceiling and achieved > PEAK_FACTOR * ceiling:
         why.append(
             f"{achieved:.3g} TFLOP/s is above {PEAK_FACTOR:g}x the calibrated matmul ceiling ({ceiling:.3g})"
         )

@@ -88,3 +88,35 @@ def test_a_plugin_that_times_a_lookup_is_suspect_and_unranked(tmp_path):
     assert df.loc["cheat_memo", "status"] == "ok"  # its answers are right
     assert df.loc["cheat_memo", "suspect"] and "faster than naive" in df.loc["cheat_memo", "suspect_reason"]
     assert set(best_variant(df.reset_index())["best"]) == {"naive"}
+
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "sm_clock_max": "1980 MHz"}
+
+
+@pytest.mark.parametrize(
+    "gpu,dtype,expected",
+    [
+        (H100, "bfloat16", 989.4),
+        (H100, "float32", 494.7),  # held to TF32: a variant may switch it on
+        ({**H100, "sm_clock_max": "990 MHz"}, "bfloat16", 494.7),  # clocks capped at half the boost
+        ({"name": "NVIDIA H200"}, "float16", 989.4),
+        ({"name": "NVIDIA H100 PCIe"}, "bfloat16", 756.5),
+        ({"name": "NVIDIA A100-SXM4-80GB"}, "bfloat16", 312.0),
+        ({"name": "NVIDIA GeForce RTX 4090"}, "bfloat16", None),  # not in the table: the calibrated ceiling
+    ],
+)
+def test_gpu_cells_are_held_to_the_datasheet_peak(gpu, dtype, expected):
+    from attnbench.results.suspect import spec_peak
+
+    got = spec_peak({"fingerprint": {"gpu": gpu}}, dtype)
+    assert (got[0] if got else None) == (pytest.approx(expected) if expected else None)
+
+
+def test_a_gpu_cell_above_the_datasheet_is_suspect(tmp_path):
+    # 2*8*1024^2*128 FLOPs in 1.0e-6 ms: 2,000,000 TFLOP/s on an H100, far past its 989 bf16 peak
+    rows = [synthetic.cell("fast", 1024, device="cuda", dtype="bfloat16", time_ms=1e-6),
+            synthetic.cell("honest", 1024, device="cuda", dtype="bfloat16", time_ms=1.0)]  # fmt: skip
+    df = results.load(synthetic.write_run(tmp_path / "run", rows, gpu=H100, peak_tflops=1e9))
+    flagged = df[df["suspect"].astype(bool)]
+    assert flagged["variant"].tolist() == ["fast"]
+    assert "H100 80GB HBM3 datasheet peak" in flagged.iloc[0]["suspect_reason"]
