@@ -141,6 +141,25 @@ def nvml_info(index: int = 0) -> dict[str, Any]:
     return info
 
 
+def where_measured(device: str) -> dict[str, Any]:
+    """The row columns that say where a cell ran: the host, and on CUDA the GPU's name, UUID and index (as
+    torch numbers the visible devices), so that rows from several machines or GPUs of one run stay apart."""
+    out: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "gpu_name": None,
+        "gpu_uuid": None,
+        "gpu_index": None,
+    }
+    if device == "cuda":
+        import torch
+
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        uuid = getattr(props, "uuid", None)
+        out.update(gpu_name=props.name, gpu_uuid=None if uuid is None else str(uuid), gpu_index=index)
+    return out
+
+
 def gpu_info() -> dict[str, Any] | None:
     """Properties of CUDA device 0, or None without CUDA. Initialises CUDA in this process."""
     import torch

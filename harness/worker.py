@@ -68,7 +68,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
 
     from .calibrate import calibrate, speed_probe
     from .cell import InputCache, base_row, finish, measure_cell
-    from .fingerprint import collect
+    from .fingerprint import collect, where_measured
     from .spec import CellSpec, Settings
 
     if config.get("threads"):
@@ -76,6 +76,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     for path in config.get("variant_files", []):
         variants.load_variant_file(path)
     cache = InputCache()
+    where: dict[str, dict] = {}  # device -> where_measured(device), found once per worker
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     conn.send({"op": "ready", "pid": os.getpid(), "threads": torch.get_num_threads(), "cpu_affinity": cpus})
     while True:
@@ -95,6 +96,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
                     speed = speed_probe(spec.device)  # the machine's speed just before this cell
                     row = measure_cell(spec, Settings(**msg["settings"]), cache)
                     row["speed_tflops"] = round(speed, 6)
+                    row.update(where.setdefault(spec.device, where_measured(spec.device)))
                 except Exception as exc:  # a harness bug must still become this cell's row
                     traceback.print_exc()
                     row = finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")

@@ -52,6 +52,10 @@ COLUMNS: dict[str, str] = {
     "rows_checked": "Int64",
     "fresh_rel_err": "Float64",  # after timing: the answer on fresh inputs of the same shape (another seed)
     "threads": "Int64",
+    "host": "string",  # where the cell was measured (harness.fingerprint.where_measured)
+    "gpu_name": "string",
+    "gpu_uuid": "string",
+    "gpu_index": "Int64",
     "mem_method": "string",
     "stop_reason": "string",
     "elapsed_s": "Float64",

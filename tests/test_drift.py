@@ -4,6 +4,7 @@ more than 10% off the run's median speed are flagged `drift` and marked in the r
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 import synthetic
@@ -46,6 +47,7 @@ def test_every_measured_row_of_a_real_run_carries_its_probe(tmp_path):
             "--budget-ms", "5", "--out", str(out), "-q", check=True)  # fmt: skip
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["speed_tflops"] > 0 for r in rows)
+    assert {r["host"] for r in rows} == {socket.gethostname()} and {r["gpu_uuid"] for r in rows} == {None}
     df = results.load(out)
     assert df["speed_factor"].notna().all()
 

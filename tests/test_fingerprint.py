@@ -63,3 +63,11 @@ def test_cpu_facts_come_from_the_libraries():
     assert info["physical_cores"] == psutil.cpu_count(logical=False)
     assert info["memory_bytes"] == psutil.virtual_memory().total
     assert fingerprint.attnbench_version()
+
+
+def test_a_cpu_row_says_which_host_measured_it():
+    import socket
+
+    assert fingerprint.where_measured("cpu") == {
+        "host": socket.gethostname(), "gpu_name": None, "gpu_uuid": None, "gpu_index": None
+    }  # fmt: skip
