@@ -12,6 +12,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from attnbench.harness.spec import TEXT_AXES, TEXT_SETTINGS
+
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
@@ -73,15 +75,11 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-# The flags of _add_sweep_flags by argparse dest: what the sweep is, and how each cell is measured.
-AXIS_FLAGS = (
-    "variants", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v", "causal", "padding", "pass_"
-)  # fmt: skip
+# The flags of _add_sweep_flags by argparse dest: what the sweep is, and how each cell is measured. They are
+# harness.spec's text axes and settings (argparse cannot name a dest `pass`), so a new axis is added there.
+AXIS_FLAGS = tuple("pass_" if axis == "pass" else axis for axis in TEXT_AXES)
 SWEEP_FLAGS = ("preset", "config", *AXIS_FLAGS)
-SETTING_FLAGS = (
-    "warmup_ms", "budget_ms", "min_samples", "max_samples", "min_ms", "target_rel_iqr", "threads",
-    "cell_timeout", "seed", "cpu_affinity",
-)  # fmt: skip
+SETTING_FLAGS = tuple(TEXT_SETTINGS)
 
 
 def sweep_from_args(args: argparse.Namespace):
