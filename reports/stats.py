@@ -28,33 +28,32 @@ def _clean(x) -> list[float]:
     return [float(v) for v in x if v is not None and math.isfinite(float(v))] if x is not None else []
 
 
-def mann_whitney(a, b) -> float:
-    """Two-sided Mann-Whitney U p-value of two sample sets (NaN with fewer than 3 samples on a side)."""
-    a, b = _clean(a), _clean(b)
-    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
-        return math.nan
-    from scipy.stats import mannwhitneyu
+def u_test(a, b) -> tuple[float, float]:
+    """(two-sided Mann-Whitney U p-value, Cliff's delta) of B against A from one scipy call; (NaN, NaN)
+    with fewer than 3 samples on a side.
 
-    if len(set(a) | set(b)) == 1:  # all equal: no evidence of a difference (scipy would warn)
-        return 1.0
-    return float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
-
-
-def cliffs_delta(a, b) -> float:
-    """Cliff's delta of B against A: P(b > a) - P(b < a), in [-1, 1] (> 0: B's times larger, B slower).
-
-    It is scipy's Mann-Whitney U rescaled, delta = 2·U_B / (n_A·n_B) - 1 (ties count one half in U), so
-    no pairwise loop is written here. NaN with fewer than 3 samples on a side.
+    Cliff's delta is P(b > a) - P(b < a), in [-1, 1] (> 0: B's times larger, B slower); it is the U of B
+    rescaled, delta = 2·U_B / (n_A·n_B) - 1 (ties count one half in U), so no pairwise loop is written here.
     """
     a, b = _clean(a), _clean(b)
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
-        return math.nan
+        return math.nan, math.nan
     from scipy.stats import mannwhitneyu
 
-    if len(set(a) | set(b)) == 1:
-        return 0.0
-    u_b = float(mannwhitneyu(b, a, alternative="two-sided").statistic)
-    return 2 * u_b / (len(a) * len(b)) - 1
+    if len(set(a) | set(b)) == 1:  # all equal: no evidence of a difference (scipy would warn)
+        return 1.0, 0.0
+    res = mannwhitneyu(b, a, alternative="two-sided")
+    return float(res.pvalue), 2 * float(res.statistic) / (len(a) * len(b)) - 1
+
+
+def mann_whitney(a, b) -> float:
+    """Two-sided Mann-Whitney U p-value of two sample sets (NaN with fewer than 3 samples on a side)."""
+    return u_test(a, b)[0]
+
+
+def cliffs_delta(a, b) -> float:
+    """Cliff's delta of B against A (see u_test); NaN with fewer than 3 samples on a side."""
+    return u_test(a, b)[1]
 
 
 def ratio_ci(a, b, level: float = 0.95) -> tuple[float, float]:
@@ -145,8 +144,6 @@ def difference(
     ca, cb = _clean(a), _clean(b)
     if ratio is None:
         ratio = statistics.median(cb) / statistics.median(ca) if ca and cb else math.nan
-    p = mann_whitney(ca, cb)
+    p, delta = u_test(ca, cb)
     lo, hi = ratio_ci(ca, cb)
-    return Difference(
-        ratio, lo, hi, p, cliffs_delta(ca, cb), verdict(p, lo, hi, tolerance=tolerance, alpha=alpha)
-    )
+    return Difference(ratio, lo, hi, p, delta, verdict(p, lo, hi, tolerance=tolerance, alpha=alpha))
