@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbench.results import STATUSES, read_meta, read_rows
+from attnbench.results import STATUSES, read_meta
+from attnbench.results.store import latest_rows
 
 from .spec import CellSpec, SweepSpec
 
@@ -59,7 +60,7 @@ def plan(run_dir: str | Path, *, cell_ids: Sequence[str] | None = None, status: 
     elif status is not None:
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; known: {', '.join(STATUSES)}")
-        chosen = {r["cell_id"] for r in read_rows(run_dir) if r.get("status") == status}
+        chosen = {r["cell_id"] for r in latest_rows(run_dir) if r.get("status") == status}
         if not chosen:
             raise ValueError(f"no cell of {str(run_dir)!r} has status {status!r}")
     else:

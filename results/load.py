@@ -7,7 +7,7 @@ from typing import Any
 
 from . import drift, suspect
 from .schema import COLUMNS, LIST_COLUMNS
-from .store import read_meta, read_rows
+from .store import latest_rows, read_meta
 
 
 def machine_label(meta: dict[str, Any]) -> str:
@@ -34,10 +34,7 @@ def load(*paths: str | Path | list[str | Path]):
     for path in paths:
         meta = read_meta(path)
         metas[meta.get("run_id", Path(path).name)] = meta
-        # a later row of the same cell is a deliberate re-measurement (--resume --redo-drift): it replaces
-        # the earlier one, in the earlier one's place
-        rows = list({r["cell_id"]: r for r in read_rows(path)}.values())
-        df = pd.DataFrame(rows)
+        df = pd.DataFrame(latest_rows(path))
         df["run_id"] = meta.get("run_id", Path(path).name)
         df["machine"] = machine_label(meta)
         frames.append(df)

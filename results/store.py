@@ -82,6 +82,12 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def latest_rows(path: str | Path) -> list[dict[str, Any]]:
+    """One row per cell: a later row of a cell is a deliberate re-measurement (--resume --redo-drift) and
+    replaces the earlier one, in the earlier one's place."""
+    return list({r["cell_id"]: r for r in read_rows(path)}.values())
+
+
 class RunWriter:
     """Creates (or, resuming, reopens) a run directory and appends rows to it: the run's single writer.
 
