@@ -26,6 +26,17 @@ def cell_id(
     return f"{variant}|{device}|{dtype}|{shape}|{mask}|pad{padding:g}|{pass_}"
 
 
+def where_key(host: str | None, device: str, gpu_uuid: str | None = None) -> str:
+    """Which device of which machine measured a row: 'host:cpu', or 'host:cuda:GPU-uuid' on CUDA.
+
+    Rows (their host, device and gpu_uuid columns) and the per-device calibrations of a run (meta.json
+    `devices`, keyed by this) meet on it, so that cells measured on different GPUs or hosts are never
+    averaged together and each is priced against its own device's calibration."""
+    if device == "cuda":
+        return f"{host or '?'}:cuda:{gpu_uuid or '?'}"
+    return f"{host or '?'}:{device}"
+
+
 # ---- timing statistics ----------------------------------------------------------------------------
 
 
