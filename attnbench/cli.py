@@ -12,6 +12,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from attnbench.harness.executors import EXECUTORS
 from attnbench.harness.spec import TEXT_AXES, TEXT_SETTINGS
 
 EXIT_BAD_INPUT = 2
@@ -119,6 +120,11 @@ def _rerun_plan(args: argparse.Namespace):
         raise BadInput(str(exc)) from None
 
 
+def _executor_options(args: argparse.Namespace) -> dict:
+    """The flags of the chosen executor (harness.executors), as its constructor's keywords."""
+    return {}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import run
@@ -156,6 +162,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             only=plan.cells if plan else None,
             rerun_of=plan.origin if plan else None,
             redo_drift=args.redo_drift,
+            executor=args.executor,
+            executor_options=_executor_options(args),
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -527,6 +535,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the run's median speed (the new rows replace the old ones when the run is loaded)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    x = p.add_argument_group("where the cells are measured (scale-out)")
+    x.add_argument(
+        "--executor",
+        default="local",
+        metavar="|".join(EXECUTORS),
+        help="local: this machine, one worker process (default)",
+    )
     r = p.add_argument_group(
         "measure an earlier run's cells again (into a new run; then `attnbench compare`)"
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -19,10 +18,12 @@ from typing import Any
 
 from attnbench import variants
 from attnbench.results import RunWriter, drift
+from attnbench.results.formulas import where_key
 from attnbench.results.store import read_meta
 
-from . import guard, timing
-from .isolation import Worker, WorkerDied, WorkerTimeout
+from . import executors, timing
+from .cellrunner import CellRunner
+from .isolation import WorkerDied, WorkerTimeout
 from .progress import Progress
 from .spec import CellSpec, SweepSpec, check_cpu_affinity
 
@@ -64,28 +65,6 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
     return names
 
 
-class _SkipAhead:
-    """Once a series (variant, all axes but seq_len) OOMs or times out at some N, larger N are skipped."""
-
-    def __init__(self) -> None:
-        self.limit: dict[tuple, tuple[int, str]] = {}
-
-    def note(self, spec: CellSpec, status: str) -> None:
-        if status in ("oom", "timeout"):
-            old = self.limit.get(spec.group_key)
-            if old is None or spec.seq_len < old[0]:
-                self.limit[spec.group_key] = (
-                    spec.seq_len,
-                    "ran out of memory" if status == "oom" else "timed out",
-                )
-
-    def reason(self, spec: CellSpec) -> str | None:
-        hit = self.limit.get(spec.group_key)
-        if hit and spec.seq_len > hit[0]:
-            return f"skipped: {spec.variant} {hit[1]} at seq_len {hit[0]} with the same other axes"
-        return None
-
-
 def run(
     sweep: SweepSpec,
     out: str | Path | None = None,
@@ -96,11 +75,15 @@ def run(
     only: Sequence[CellSpec] | None = None,
     rerun_of: dict[str, Any] | None = None,
     redo_drift: bool = False,
+    executor: str = "local",
+    executor_options: dict[str, Any] | None = None,
 ) -> RunSummary:
     """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
 
     `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their
-    ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from.
+    ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from. `executor`
+    names where the cells are measured (harness.executors); whichever it is, rows come back here and this
+    function alone writes them.
     """
     variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
     chosen = None if only is None else [c.cell_id for c in only]
@@ -120,6 +103,8 @@ def run(
         if only is not None:  # the chosen cells' variants, whether or not they are default ones now
             names = list(dict.fromkeys(c.variant for c in only))
             variants.resolve(names)
+    chosen_executor = executors.get(executor, executor_options)
+    chosen_executor.check(sweep)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
@@ -141,56 +126,66 @@ def run(
         "cpu_affinity": list(settings.cpu_affinity),
         "log_path": str(path / "worker.log"),
     }
-    skip = _SkipAhead()
-    for row in writer.done.values():
-        skip.note(CellSpec.from_dict(row), row.get("status", ""))
 
-    worker: Worker | None = None
+    local: CellRunner | None = None
     try:
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
-        worker = Worker(config)
+        local = CellRunner(config, settings)
         if not resume:
-            meta = _meta(sweep, names, variant_files, worker, progress)
+            meta = _meta(sweep, names, variant_files, local, progress, executor)
             if chosen is not None:
                 meta["cells"] = chosen
             if rerun_of is not None:
                 meta["rerun_of"] = rerun_of
             writer.write_meta(meta)
             progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
-            numerics, worker = _numerics(sweep, names, worker, config)
-            writer.write_json(NUMERICS_FILE, numerics)
+            writer.write_json(NUMERICS_FILE, _numerics(sweep, names, local))
         run_id = read_meta(path)["run_id"]
         progress.start(total=len(todo), done_before=summary.resumed, run_dir=path)
-        for spec in todo:
-            row, worker = _one_cell(spec, sweep, worker, config, skip)
+
+        def on_row(row: dict[str, Any]) -> None:
             row["run_id"] = run_id
             writer.append(row)
-            skip.note(spec, row["status"])
             summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
             progress.cell_done(row)
+
+        plan = executors.Plan(
+            sweep=sweep,
+            cells=todo,
+            config=config,
+            run_dir=path,
+            done=list(writer.done.values()),
+            local=local,
+        )
+        chosen_executor.run(plan, on_row, writer.add_device)
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
         progress.stop()
         writer.close()
-        if worker is not None:
-            worker.kill() if summary.interrupted else worker.stop()
+        if local is not None:
+            local.close(kill=summary.interrupted)
     return summary
 
 
 def _meta(
-    sweep: SweepSpec, names: list[str], variant_files: list[str], worker: Worker, progress
+    sweep: SweepSpec,
+    names: list[str],
+    variant_files: list[str],
+    local: CellRunner,
+    progress,
+    executor: str,
 ) -> dict[str, Any]:
-    fingerprint = worker.request({"op": "fingerprint"}, timeout=120)["value"]
+    fingerprint = local.request({"op": "fingerprint"}, timeout=120)["value"]
     fingerprint["sweep_env"] = " ".join(f"{k}={v}" for k, v in sweep.settings.env) or "none"
-    calibration = {}
+    calibration, devices = {}, {}
     for device in sweep.devices:
         progress.message(
             f"calibrating {device}: matmul throughput ({', '.join(sweep.dtypes)}) and copy bandwidth"
         )
-        calibration[device] = worker.request(
-            {"op": "calibrate", "device": device, "dtypes": list(sweep.dtypes)}, timeout=600
-        )["value"]
+        record = local.describe(device, list(sweep.dtypes))
+        calibration[device] = record["calibration"]
+        devices[where_key(record["host"], device, record.get("gpu_uuid"))] = record
     return {
         "run_id": new_run_id(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -200,20 +195,24 @@ def _meta(
         "variant_capabilities": {name: variants.get(name).record() for name in names},
         "variant_files": variant_files,
         "fingerprint": fingerprint,
+        "executor": executor,
         "calibration": calibration,
-        "worker_threads": worker.threads,
+        # each device that measured cells, with its own calibration (ARCHITECTURE.md, "Where a row was
+        # measured"); executors that reach other devices add theirs as they first use them
+        "devices": devices,
+        "worker_threads": local.threads,
         # timing hygiene: the collector is off while samples are taken; the CPUs asked for and those the
         # worker reported after pinning itself (null asked: the OS's choice, all of them)
         "gc_disabled": timing.GC_DISABLED,
         "cpu_affinity": {
             "requested": list(sweep.settings.cpu_affinity) or None,
-            "worker": worker.cpu_affinity,
+            "worker": local.cpu_affinity,
         },
         "cwd": os.getcwd(),
     }
 
 
-def _numerics(sweep: SweepSpec, names: list[str], worker: Worker, config: dict):
+def _numerics(sweep: SweepSpec, names: list[str], local: CellRunner) -> dict[str, Any]:
     """The probe, one variant per request so that a crashing or hanging variant costs only its own records."""
     records = []
     for name in names + [n for n in NUMERICS_EXTRA if n not in names]:
@@ -224,52 +223,13 @@ def _numerics(sweep: SweepSpec, names: list[str], worker: Worker, config: dict):
             "dtypes": list(sweep.dtypes),
         }
         try:
-            records += worker.request(msg, timeout=min(sweep.settings.cell_timeout, 300))["value"]
+            records += local.request(msg, timeout=min(sweep.settings.cell_timeout, 300))["value"]
         except (WorkerTimeout, WorkerDied) as exc:
             status = "timeout" if isinstance(exc, WorkerTimeout) else "crashed"
             records.append({"variant": name, "status": status, "message": str(exc)})
-            worker.kill()
-            worker = Worker(config)
-    value = {"probe": records}
+    value: dict[str, Any] = {"probe": records}
     try:
-        value["example_weights"] = worker.request({"op": "example_weights"}, timeout=120)["value"]
+        value["example_weights"] = local.request({"op": "example_weights"}, timeout=120)["value"]
     except (WorkerTimeout, WorkerDied):
-        worker.kill()
-        worker = Worker(config)
-    return value, worker
-
-
-def _one_cell(spec: CellSpec, sweep: SweepSpec, worker: Worker, config: dict, skip: _SkipAhead):
-    """(row, worker): the worker is replaced when this cell killed it."""
-    from .cell import base_row, finish
-
-    settings = sweep.settings
-    row = base_row(spec)
-    variant = variants.get(spec.variant)
-    reason = variant.check(spec.problem())
-    if reason:
-        return finish(row, "unsupported", reason), worker
-    reason = skip.reason(spec)
-    if reason:
-        return finish(row, "skipped", reason), worker
-    try:
-        available = worker.request({"op": "free_memory", "device": spec.device}, timeout=60)["value"]
-        predicted = guard.predict_peak_bytes(spec, variant.cap.memory, settings)
-        reason = guard.fits(predicted, available, settings.memory_guard)
-        if reason:
-            return finish(row, "skipped", reason, predicted_peak_bytes=predicted), worker
-        t0 = time.perf_counter()
-        reply = worker.request(
-            {"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__},
-            timeout=settings.cell_timeout,
-        )
-        row = reply["row"]
-        row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
-        return row, worker
-    except WorkerTimeout as exc:
-        return finish(
-            row, "timeout", f"cell exceeded --cell-timeout {settings.cell_timeout:g} s: {exc}"
-        ), Worker(config)
-    except WorkerDied as exc:
-        worker.kill()
-        return finish(row, "crashed", str(exc)), Worker(config)
+        pass
+    return value

@@ -111,6 +111,9 @@ def worker_main(conn, config: dict[str, Any]) -> None:
                 from .numerics import example_weights
 
                 conn.send({"op": "example_weights", "value": example_weights()})
+            elif op == "where":
+                found = where.setdefault(msg["device"], where_measured(msg["device"]))
+                conn.send({"op": "where", "value": found})
             elif op == "fingerprint":
                 conn.send({"op": "fingerprint", "value": collect()})
             elif op == "free_memory":

@@ -131,6 +131,24 @@ class RunWriter:
         )
         os.replace(tmp, target)
 
+    def add_device(self, record: dict[str, Any]) -> None:
+        """Add one device's record (where it is, its calibration) to meta.json `devices`, keyed by
+        `formulas.where_key`: executors that reach devices after the run started (other GPUs, Ray nodes,
+        Slurm tasks) report them here. The only change ever made to a written meta.json, made by this
+        run's single writer, atomically; a device already described keeps its first record."""
+        from .formulas import where_key
+
+        target = self.path / META
+        meta = json.loads(target.read_text())
+        key = where_key(record.get("host"), record["device"], record.get("gpu_uuid"))
+        devices = meta.setdefault("devices", {})
+        if key in devices:
+            return
+        devices[key] = record
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
+        os.replace(tmp, target)
+
     def write_json(self, name: str, data: Any) -> None:
         """Write a side file of the run once (atomically), e.g. the numerics probe."""
         target = self.path / name

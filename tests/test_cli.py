@@ -7,6 +7,8 @@ import json
 import pytest
 from conftest import FAULTS, run_cli
 
+from attnbench.results.formulas import where_key
+
 
 def test_list_shows_every_variant_with_reasons():
     p = run_cli("list", "--json", check=True)
@@ -82,6 +84,7 @@ BAD_RUNS = [
     (["--cpu-affinity", "3-1"], "cpu-affinity range '3-1' must go from a CPU number up to a larger one"),
     (["--cpu-affinity", "one"], "cpu-affinity takes CPU numbers like 0,1 or 0-3, got 'one'"),
     (["--max-samples", "2"], "need 5 <= min_samples <= max_samples"),
+    (["--executor", "nope"], "unknown executor 'nope'; known: local"),
 ]
 
 
@@ -235,3 +238,8 @@ def test_small_run_and_export(tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["calibration"]["cpu"]["matmul_tflops"]["float32"] > 0
     assert meta["fingerprint"]["torch"]
+    # the device that measured the rows is described once, keyed as the rows' where_key
+    assert meta["executor"] == "local"
+    keys = {where_key(r["host"], r["device"], r["gpu_uuid"]) for r in ok}
+    assert keys == set(meta["devices"]) == {f"{ok[0]['host']}:cpu"}
+    assert meta["devices"][keys.pop()]["calibration"] == meta["calibration"]["cpu"]

@@ -1,0 +1,144 @@
+"""The unit of execution every executor uses: one worker process, a deadline per cell, a row per cell.
+
+A CellRunner owns a `harness.isolation.Worker`; `run(spec)` turns one cell into one row whatever happens
+(unsupported, skipped by the memory guard, measured, timed out, crashed), and replaces the worker when a
+cell killed it. The local executor holds one, the device pool one per GPU, a Ray actor one, a Slurm array
+task one: the same code decides every cell's fate everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from attnbench import variants
+
+from .isolation import Worker, WorkerDied, WorkerTimeout
+from .spec import CellSpec, Settings
+
+
+class SkipAhead:
+    """Once a series (variant, all axes but seq_len) OOMs or times out at some N, larger N are skipped."""
+
+    def __init__(self, rows: list[dict[str, Any]] = ()) -> None:
+        self.limit: dict[tuple, tuple[int, str]] = {}
+        for row in rows:
+            self.note(CellSpec.from_dict(row), row.get("status", ""))
+
+    def note(self, spec: CellSpec, status: str) -> None:
+        if status in ("oom", "timeout"):
+            old = self.limit.get(spec.group_key)
+            if old is None or spec.seq_len < old[0]:
+                self.limit[spec.group_key] = (
+                    spec.seq_len,
+                    "ran out of memory" if status == "oom" else "timed out",
+                )
+
+    def reason(self, spec: CellSpec) -> str | None:
+        hit = self.limit.get(spec.group_key)
+        if hit and spec.seq_len > hit[0]:
+            return f"skipped: {spec.variant} {hit[1]} at seq_len {hit[0]} with the same other axes"
+        return None
+
+
+def precheck(spec: CellSpec, skip: SkipAhead) -> dict[str, Any] | None:
+    """The row of a cell that needs no worker (unsupported here, or skipped after a smaller N failed);
+    None when the cell is to be measured. Cheap: the dispatcher calls it before handing a cell out."""
+    from .cell import base_row, finish
+
+    reason = variants.get(spec.variant).check(spec.problem())
+    if reason:
+        return finish(base_row(spec), "unsupported", reason)
+    reason = skip.reason(spec)
+    if reason:
+        return finish(base_row(spec), "skipped", reason)
+    return None
+
+
+class CellRunner:
+    """One worker process and the cells it measures, one at a time; see the module docstring."""
+
+    def __init__(self, config: dict[str, Any], settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.worker: Worker | None = Worker(config)
+
+    # ---- requests that are not cells ---------------------------------------------------------------
+
+    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """A plain request to the worker (fingerprint, calibrate, ...); replaces a dead or hung worker
+        before raising, so the next cell still has one."""
+        try:
+            return self._worker().request(msg, timeout=timeout)
+        except (WorkerTimeout, WorkerDied):
+            self.replace()
+            raise
+
+    def describe(self, device: str, dtypes: list[str]) -> dict[str, Any]:
+        """Where this runner's worker measures `device`, with that device's calibration: one entry of
+        meta.json `devices` (ARCHITECTURE.md, "Where a row was measured")."""
+        where = self.request({"op": "where", "device": device}, timeout=120)["value"]
+        calibration = self.request(
+            {"op": "calibrate", "device": device, "dtypes": list(dtypes)}, timeout=600
+        )["value"]
+        return {**where, "device": device, "calibration": calibration}
+
+    # ---- cells --------------------------------------------------------------------------------------
+
+    def run(self, spec: CellSpec) -> dict[str, Any]:
+        """The row of one cell (its status says what happened); the memory guard runs here, next to the
+        device the cell will use."""
+        from . import guard  # imports torch: not at import time, so that the CLI starts fast
+        from .cell import base_row, finish
+
+        settings = self.settings
+        row = base_row(spec)
+        try:
+            worker = self._worker()
+            available = worker.request({"op": "free_memory", "device": spec.device}, timeout=60)["value"]
+            memory = variants.get(spec.variant).cap.memory
+            predicted = guard.predict_peak_bytes(spec, memory, settings)
+            reason = guard.fits(predicted, available, settings.memory_guard)
+            if reason:
+                return finish(row, "skipped", reason, predicted_peak_bytes=predicted)
+            t0 = time.perf_counter()
+            reply = worker.request(
+                {"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__},
+                timeout=settings.cell_timeout,
+            )
+            row = reply["row"]
+            row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
+            return row
+        except WorkerTimeout as exc:
+            self.replace()
+            return finish(row, "timeout", f"cell exceeded --cell-timeout {settings.cell_timeout:g} s: {exc}")
+        except WorkerDied as exc:
+            self.replace()
+            return finish(row, "crashed", str(exc))
+
+    # ---- the worker's life --------------------------------------------------------------------------
+
+    def _worker(self) -> Worker:
+        if self.worker is None:
+            self.worker = Worker(self.config)
+        return self.worker
+
+    def replace(self) -> None:
+        """Kill the worker; the next request starts a fresh one (lazily, so a runner that is closing
+        does not start a process it will never use)."""
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+
+    @property
+    def threads(self) -> int:
+        return self._worker().threads
+
+    @property
+    def cpu_affinity(self):
+        return self._worker().cpu_affinity
+
+    def close(self, *, kill: bool = False) -> None:
+        if self.worker is not None:
+            self.worker.kill() if kill else self.worker.stop()
+            self.worker = None

@@ -1,0 +1,31 @@
+"""Executors: where a run's cells are measured. The runner plans, an executor measures, the runner writes.
+
+Every executor measures cells with `harness.cellrunner.CellRunner` (a worker process, a deadline, a row
+per cell, a fresh worker after a crash) and hands each row back through `on_row`; only the runner's single
+`RunWriter` writes to the run directory. A new executor is a module here with a class that has `name`,
+`check(sweep)` (refuse what it cannot do, before any directory exists) and `run(plan, on_row, on_device)`,
+and an entry in `EXECUTORS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .base import Executor, Plan
+
+# name -> "module:Class", imported only when chosen (ray and submitit are optional dependencies)
+EXECUTORS = {
+    "local": "attnbench.harness.executors.local:LocalExecutor",
+}
+
+
+def get(name: str, options: dict[str, Any] | None = None) -> Executor:
+    """The executor called `name`, built with its options; ValueError naming the known ones."""
+    if name not in EXECUTORS:
+        raise ValueError(f"unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
+    module, _, cls = EXECUTORS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)(**(options or {}))
+
+
+__all__ = ["EXECUTORS", "Executor", "Plan", "get"]

@@ -1,0 +1,40 @@
+"""What an executor is given (a Plan) and what it must do (the Executor protocol)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..cellrunner import CellRunner
+from ..spec import CellSpec, SweepSpec
+
+OnRow = Callable[[dict[str, Any]], None]
+OnDevice = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Plan:
+    """The cells left to measure, in the order the runner wants them, and what a worker needs."""
+
+    sweep: SweepSpec
+    cells: list[CellSpec]
+    config: dict[str, Any]  # worker configuration: threads, env, variant files, cpu affinity, log path
+    run_dir: Path
+    done: list[dict[str, Any]] = field(default_factory=list)  # rows already written (skip-ahead seeds)
+    # the runner's own CellRunner, already fingerprinted and calibrated on this machine's devices; an
+    # executor that measures here (local) reuses it instead of starting another worker process
+    local: CellRunner | None = None
+
+
+class Executor(Protocol):
+    name: str
+
+    def check(self, sweep: SweepSpec) -> None:
+        """ValueError (one line) when this executor cannot run `sweep` here; called before any work."""
+
+    def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
+        """Measure plan.cells; call on_row(row) for each finished row (from this thread: the runner writes
+        it at once) and on_device(record) for each device first used that the runner has not described
+        yet. KeyboardInterrupt propagates after the executor's own workers are stopped."""
