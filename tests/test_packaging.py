@@ -48,10 +48,14 @@ def test_every_command_runs_beside_decoy_packages(tmp_path, entry):
         assert "the user's own" not in proc.stderr
         return proc
 
-    cli("run", "--variants", "naive,chunked", *SMALL, "--out", "run", "-q")
-    assert "naive" in cli("export", "run").stdout
     assert "chunked" in cli("list").stdout and "quick" in cli("list", "--presets").stdout
     cli("check", "--variants", "naive", "--seq-len", "16", "--dtype", "float32")
+    if entry == "module":
+        # `python -m attnbench` differs from the console script only in how the parent starts: the
+        # commands that spawn workers and write files are run once, through the console script
+        return
+    cli("run", "--variants", "naive,chunked", *SMALL, "--out", "run", "-q")
+    assert "naive" in cli("export", "run").stdout
     assert "hostname" in cli("env").stdout
     cli("report", "run", "--out", "report")
     cli("compare", "run", "run", "--out", "compare")
