@@ -651,16 +651,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 @contextmanager
 def _one_line_warnings():
-    """A skipped row (torn or corrupt) reaches the user as one line, as errors do: Python's default
-    format adds the file and source line of the warnings.warn call, which says nothing to them."""
+    """A skipped row (torn or corrupt) or uncollected shards reach the user as one line, as errors do:
+    Python's default format adds the file and source line of the warnings.warn call, which says nothing
+    to them."""
     import warnings
 
-    from attnbench.results import RowWarning
+    from attnbench.results import RowWarning, UncollectedWarning
 
     show = warnings.showwarning
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, RowWarning):
+        if issubclass(category, (RowWarning, UncollectedWarning)):
             print(f"attnbench: warning: {message}", file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)

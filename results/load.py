@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 from . import devices, drift, suspect
 from .schema import COLUMNS, LIST_COLUMNS
-from .store import latest_rows, read_meta
+from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, uncollected_rows
 
 
 def machine_label(meta: dict[str, Any]) -> str:
@@ -25,7 +26,9 @@ def machine_label(meta: dict[str, Any]) -> str:
 def load(*paths: str | Path | list[str | Path]):
     """DataFrame of every row of the given runs, with run_id and machine columns, typed per the schema.
 
-    load("runs/a", "runs/b") and load(["runs/a", "runs/b"]) are the same.
+    load("runs/a", "runs/b") and load(["runs/a", "runs/b"]) are the same. Cells still only in a run's
+    shards/*.jsonl (an array job not yet collected by store.merge_shards) are read too, with an
+    UncollectedWarning.
     """
     import pandas as pd
 
@@ -34,7 +37,16 @@ def load(*paths: str | Path | list[str | Path]):
     for path in paths:
         meta = read_meta(path)
         metas[meta.get("run_id", Path(path).name)] = meta
-        df = pd.DataFrame(latest_rows(path))
+        rows = latest_rows(path)
+        loose = uncollected_rows(path)
+        if loose:  # an array job still running, or finished but not merged: read them, and say so
+            warnings.warn(
+                f"{path}: {len(loose)} cells are only in {SHARDS}/*.jsonl, not yet collected into {ROWS} "
+                "(results.store.merge_shards collects them)",
+                UncollectedWarning,
+                2,
+            )
+        df = pd.DataFrame(rows + loose)
         df["run_id"] = meta.get("run_id", Path(path).name)
         df["machine"] = machine_label(meta)
         frames.append(df)
