@@ -134,6 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BadInput("--resume needs --out DIR naming the run to finish")
     if args.redo_drift and not args.resume:
         raise BadInput("--redo-drift measures a run's drifted cells again: give it with --resume --out DIR")
+    if args.force_resume and not args.resume:
+        raise BadInput("--force-resume finishes a run on another set-up: give it with --resume --out DIR")
     for path in args.variant_file or []:
         if not Path(path).is_file():
             raise BadInput(f"variant file {path!r} does not exist")
@@ -156,6 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             only=plan.cells if plan else None,
             rerun_of=plan.origin if plan else None,
             redo_drift=args.redo_drift,
+            force_resume=args.force_resume,
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -525,6 +528,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --resume: measure again the cells measured while the machine ran more than 10%% off "
         "the run's median speed (the new rows replace the old ones when the run is loaded)",
+    )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="with --resume: finish the run even though this machine's hosts, torch, attnbench commit or "
+        "allocator environment differ from the run's (refused without it; logged in resumes.jsonl)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     r = p.add_argument_group(

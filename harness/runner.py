@@ -21,7 +21,7 @@ from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.store import read_meta
 
-from . import guard, timing
+from . import fingerprint, guard, timing
 from .isolation import Worker, WorkerDied, WorkerTimeout
 from .progress import Progress
 from .spec import CellSpec, SweepSpec, check_cpu_affinity
@@ -96,21 +96,37 @@ def run(
     only: Sequence[CellSpec] | None = None,
     rerun_of: dict[str, Any] | None = None,
     redo_drift: bool = False,
+    force_resume: bool = False,
 ) -> RunSummary:
     """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
 
     `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their
     ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from.
+
+    A resume on another set-up than the run's (fingerprint.RESUME_KEYS: hosts, torch, attnbench commit,
+    allocator environment) is refused with a ValueError naming the difference, before anything is
+    written, unless `force_resume`; every resume is logged in the run's resumes.jsonl with its difference.
     """
     variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
     chosen = None if only is None else [c.cell_id for c in only]
     if redo_drift and not resume:
         raise ValueError("--redo-drift measures a run's drifted cells again: it needs --resume --out DIR")
+    if force_resume and not resume:
+        raise ValueError("--force-resume finishes a run on another set-up: it needs --resume --out DIR")
+    differs: dict[str, list[Any]] = {}
     if resume:
         if out is None:
             raise ValueError("--resume needs --out DIR naming the run to finish")
         meta = read_meta(out)
         sweep = SweepSpec.from_dict(meta["sweep"])
+        current = fingerprint.resume_identity(dict(sweep.settings.env))
+        differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
+        if differs and not force_resume:
+            raise ValueError(
+                f"--resume of {str(out)!r} refused: it was started on another set-up "
+                f"({fingerprint.diff_text(differs)}), and its rows would mix the two; pass --force-resume "
+                "to finish it anyway (the difference is logged in resumes.jsonl)"
+            )
         variant_files = meta.get("variant_files", [])
         names = prepare(sweep, variant_files)
         names = meta.get("variants", names)
@@ -123,6 +139,17 @@ def run(
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
+    if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
+        writer.log_resume(
+            {
+                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "forced": bool(differs),
+                "fingerprint": current,
+                "fingerprint_diff": differs,
+            }
+        )
     cells = sweep.cells(names)
     if chosen is not None:
         keep = set(chosen)
@@ -181,8 +208,8 @@ def run(
 def _meta(
     sweep: SweepSpec, names: list[str], variant_files: list[str], worker: Worker, progress
 ) -> dict[str, Any]:
-    fingerprint = worker.request({"op": "fingerprint"}, timeout=120)["value"]
-    fingerprint["sweep_env"] = " ".join(f"{k}={v}" for k, v in sweep.settings.env) or "none"
+    fp = worker.request({"op": "fingerprint"}, timeout=120)["value"]
+    fp["sweep_env"] = " ".join(f"{k}={v}" for k, v in sweep.settings.env) or "none"
     calibration = {}
     for device in sweep.devices:
         progress.message(
@@ -199,7 +226,7 @@ def _meta(
         # what reports know of each variant (memory class, description, source) without loading it again
         "variant_capabilities": {name: variants.get(name).record() for name in names},
         "variant_files": variant_files,
-        "fingerprint": fingerprint,
+        "fingerprint": fp,
         "calibration": calibration,
         "worker_threads": worker.threads,
         # timing hygiene: the collector is off while samples are taken; the CPUs asked for and those the
