@@ -40,6 +40,7 @@ def run(
     config: PathLike | None = None,
     out: PathLike | None = None,
     resume: bool = False,
+    force_resume: bool = False,
     variant_files: Sequence[PathLike] = (),
     progress: bool = False,
     rerun: PathLike | None = None,
@@ -55,6 +56,7 @@ def run(
         attnbench.run(preset="quick", variants="naive,sdpa", seq_len="256..1024", out="runs/nb")
         attnbench.run({"seq_len": [256, 512], "causal": "both"}, budget_ms=200, out="runs/nb")
         attnbench.run(out="runs/nb", resume=True)      # finish an interrupted run
+        attnbench.run(out="runs/nb", resume=True, force_resume=True)  # ... though torch, commit, host changed
         attnbench.run(rerun="runs/old", status="ok", out="runs/again")  # measure a run's cells again
 
     `rerun` takes the sweep, settings and variant files of an earlier run and measures all of its cells,
@@ -75,7 +77,7 @@ def run(
             status,
             out,
             progress,
-            given=bool(sweep or preset or config or axes or resume or variant_files),
+            given=bool(sweep or preset or config or axes or resume or force_resume or variant_files),
         )
     if cells is not None or status is not None:
         raise ValueError("cells= and status= choose cells of rerun=RUN_DIR; give rerun= too")
@@ -96,7 +98,14 @@ def run(
         texts = {axis: _text(axis, value) for axis, value in given.items()}
         spec = sweep_from_text(texts, preset=preset, config=config)
     files = [str(p) for p in variant_files]
-    summary = run_sweep(spec, out, resume=resume, variant_files=files, progress=Progress(enabled=progress))
+    summary = run_sweep(
+        spec,
+        out,
+        resume=resume,
+        force_resume=force_resume,
+        variant_files=files,
+        progress=Progress(enabled=progress),
+    )
     return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
 
 

@@ -140,6 +140,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BadInput("--resume needs --out DIR naming the run to finish")
     if args.redo_drift and not args.resume:
         raise BadInput("--redo-drift measures a run's drifted cells again: give it with --resume --out DIR")
+    if args.force_resume and not args.resume:
+        raise BadInput("--force-resume finishes a run on another set-up: give it with --resume --out DIR")
     for path in args.variant_file or []:
         if not Path(path).is_file():
             raise BadInput(f"variant file {path!r} does not exist")
@@ -164,6 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             redo_drift=args.redo_drift,
             executor=args.executor,
             executor_options=_executor_options(args),
+            force_resume=args.force_resume,
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -534,6 +537,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --resume: measure again the cells measured while the machine ran more than 10%% off "
         "the run's median speed (the new rows replace the old ones when the run is loaded)",
     )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="with --resume: finish the run even though this machine's hosts, torch, attnbench commit or "
+        "allocator environment differ from the run's (refused without it; logged in resumes.jsonl)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     x = p.add_argument_group("where the cells are measured (scale-out)")
     x.add_argument(
@@ -666,16 +675,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 @contextmanager
 def _one_line_warnings():
-    """A skipped row (torn or corrupt) reaches the user as one line, as errors do: Python's default
-    format adds the file and source line of the warnings.warn call, which says nothing to them."""
+    """A skipped row (torn or corrupt) or uncollected shards reach the user as one line, as errors do:
+    Python's default format adds the file and source line of the warnings.warn call, which says nothing
+    to them."""
     import warnings
 
-    from attnbench.results import RowWarning
+    from attnbench.results import RowWarning, UncollectedWarning
 
     show = warnings.showwarning
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, RowWarning):
+        if issubclass(category, (RowWarning, UncollectedWarning)):
             print(f"attnbench: warning: {message}", file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)

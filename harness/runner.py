@@ -21,7 +21,7 @@ from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
 from attnbench.results.store import read_meta
 
-from . import executors, timing
+from . import executors, fingerprint, timing
 from .cellrunner import CellRunner
 from .isolation import WorkerDied, WorkerTimeout
 from .progress import Progress
@@ -77,6 +77,7 @@ def run(
     redo_drift: bool = False,
     executor: str = "local",
     executor_options: dict[str, Any] | None = None,
+    force_resume: bool = False,
 ) -> RunSummary:
     """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
 
@@ -84,16 +85,31 @@ def run(
     ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from. `executor`
     names where the cells are measured (harness.executors); whichever it is, rows come back here and this
     function alone writes them.
+
+    A resume on another set-up than the run's (fingerprint.RESUME_KEYS: hosts, torch, attnbench commit,
+    allocator environment) is refused with a ValueError naming the difference, before anything is
+    written, unless `force_resume`; every resume is logged in the run's resumes.jsonl with its difference.
     """
     variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
     chosen = None if only is None else [c.cell_id for c in only]
     if redo_drift and not resume:
         raise ValueError("--redo-drift measures a run's drifted cells again: it needs --resume --out DIR")
+    if force_resume and not resume:
+        raise ValueError("--force-resume finishes a run on another set-up: it needs --resume --out DIR")
+    differs: dict[str, list[Any]] = {}
     if resume:
         if out is None:
             raise ValueError("--resume needs --out DIR naming the run to finish")
         meta = read_meta(out)
         sweep = SweepSpec.from_dict(meta["sweep"])
+        current = fingerprint.resume_identity(dict(sweep.settings.env))
+        differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
+        if differs and not force_resume:
+            raise ValueError(
+                f"--resume of {str(out)!r} refused: it was started on another set-up "
+                f"({fingerprint.diff_text(differs)}), and its rows would mix the two; pass --force-resume "
+                "to finish it anyway (the difference is logged in resumes.jsonl)"
+            )
         variant_files = meta.get("variant_files", [])
         names = prepare(sweep, variant_files)
         names = meta.get("variants", names)
@@ -108,6 +124,17 @@ def run(
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
+    if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
+        writer.log_resume(
+            {
+                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "forced": bool(differs),
+                "fingerprint": current,
+                "fingerprint_diff": differs,
+            }
+        )
     cells = sweep.cells(names)
     if chosen is not None:
         keep = set(chosen)
@@ -176,8 +203,8 @@ def _meta(
     progress,
     executor: str,
 ) -> dict[str, Any]:
-    fingerprint = local.request({"op": "fingerprint"}, timeout=120)["value"]
-    fingerprint["sweep_env"] = " ".join(f"{k}={v}" for k, v in sweep.settings.env) or "none"
+    fp = local.request({"op": "fingerprint"}, timeout=120)["value"]
+    fp["sweep_env"] = " ".join(f"{k}={v}" for k, v in sweep.settings.env) or "none"
     calibration, devices = {}, {}
     for device in sweep.devices:
         progress.message(
@@ -194,7 +221,7 @@ def _meta(
         # what reports know of each variant (memory class, description, source) without loading it again
         "variant_capabilities": {name: variants.get(name).record() for name in names},
         "variant_files": variant_files,
-        "fingerprint": fingerprint,
+        "fingerprint": fp,
         "executor": executor,
         "calibration": calibration,
         # each device that measured cells, with its own calibration (ARCHITECTURE.md, "Where a row was

@@ -9,6 +9,10 @@ time ratios mix the machine's speed with the code's.
 ceiling that bounds it (a roofline over the cell's FLOPs and an estimate of the bytes it moves), and B's
 samples are multiplied by ceiling_B / ceiling_A. A cell that is 1.25x slower on a machine whose bounding
 ceiling is 0.8x as fast then compares as the same.
+
+Every calibration is read through results.devices: a row is priced against the device that measured it
+(its where_key's record in meta.json `devices`, else the run's `calibration[device]`), and a run of
+several devices is compared group by group (devices of one model within 10% of each other).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from attnbench.results.devices import DeviceGroup, calibration_for, positive
 
 CALIBRATION_WARN = 0.10  # ceilings more than 10% apart: the runs measured machines of different speed
 ELEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
@@ -40,28 +46,48 @@ class Ceiling:
         return math.isfinite(self.ratio) and abs(self.ratio - 1) > CALIBRATION_WARN
 
 
-def _cal(meta: dict[str, Any], device: str) -> dict[str, Any]:
-    return (meta.get("calibration") or {}).get(device) or {}
+_positive = positive
 
 
-def _positive(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+def has_calibration(meta: dict[str, Any]) -> bool:
+    """Whether a run calibrated any device (run-wide, or per device in meta.json `devices`)."""
+    per_device = (rec.get("calibration") for rec in (meta.get("devices") or {}).values())
+    return bool(meta.get("calibration")) or any(per_device)
+
+
+def group_text(g: DeviceGroup) -> str:
+    """'cpu', or 'cuda NVIDIA A100 #2' for a group of a split run."""
+    return f"{g.device} {g.label}" if g.label else g.device
+
+
+def between(ca: dict[str, Any], cb: dict[str, Any], device: str) -> list[Ceiling]:
+    """The matmul ceiling per dtype and the copy bandwidth of two calibrations, named `device`."""
+    out = []
+    for dtype in sorted(set(ca.get("matmul_tflops") or {}) | set(cb.get("matmul_tflops") or {})):
+        a = _positive((ca.get("matmul_tflops") or {}).get(dtype))
+        b = _positive((cb.get("matmul_tflops") or {}).get(dtype))
+        out.append(Ceiling(device, f"matmul {dtype} TFLOP/s", a, b))
+    out.append(Ceiling(device, "copy GB/s", _positive(ca.get("copy_gbps")), _positive(cb.get("copy_gbps"))))
+    return out
+
+
+def group_ceilings(pairs: list[tuple[DeviceGroup, DeviceGroup]]) -> list[Ceiling]:
+    """Both calibrations of each pair of device groups (A's, B's), named by the groups."""
+    out = []
+    for ga, gb in dict.fromkeys(pairs):
+        ta, tb = group_text(ga), group_text(gb)
+        out += between(ga.calibration, gb.calibration, ta if ta == tb else f"{ta} / {tb}")
+    return out
 
 
 def ceilings(meta_a: dict[str, Any], meta_b: dict[str, Any], pairs: list[tuple[str, str]]) -> list[Ceiling]:
-    """The matmul ceiling per (device, dtype) of `pairs` and the copy bandwidth per device, in both runs.
-    A pair is (device in A, device in B): they differ when two machines' CPU and GPU runs are compared."""
+    """The matmul ceiling per (device, dtype) of `pairs` and the copy bandwidth per device, in both runs'
+    run-wide calibrations. A pair is (device in A, device in B): they differ when two machines' CPU and
+    GPU runs are compared. (Runs of several devices: group_ceilings.)"""
     out = []
     for dev_a, dev_b in dict.fromkeys(pairs):
-        ca, cb = _cal(meta_a, dev_a), _cal(meta_b, dev_b)
         device = dev_a if dev_a == dev_b else f"{dev_a} / {dev_b}"
-        for dtype in sorted(set(ca.get("matmul_tflops") or {}) | set(cb.get("matmul_tflops") or {})):
-            a = _positive((ca.get("matmul_tflops") or {}).get(dtype))
-            b = _positive((cb.get("matmul_tflops") or {}).get(dtype))
-            out.append(Ceiling(device, f"matmul {dtype} TFLOP/s", a, b))
-        out.append(
-            Ceiling(device, "copy GB/s", _positive(ca.get("copy_gbps")), _positive(cb.get("copy_gbps")))
-        )
+        out += between(calibration_for(meta_a, dev_a), calibration_for(meta_b, dev_b), device)
     return out
 
 
@@ -76,12 +102,13 @@ def warnings_for(cs: list[Ceiling], a: str = "A", b: str = "B") -> list[str]:
 
 
 def bound(row: dict[str, Any], meta: dict[str, Any]) -> str:
-    """'compute' or 'memory': which ceiling bounds the cell on this run's machine (a roofline).
+    """'compute' or 'memory': which ceiling bounds the cell on the device that measured it (a roofline;
+    the device by the row's `where`, else the run's calibration of its device kind).
 
     Bytes moved: q, k, v and the output once, plus SCORE_PASSES score-sized tensors for a variant whose
     recorded memory class is quadratic (it materialises the N x N scores); FLOPs: the row's own count.
     """
-    cal = _cal(meta, str(row["device"]))
+    cal = calibration_for(meta, str(row["device"]), row.get("where"))
     tflops = _positive((cal.get("matmul_tflops") or {}).get(str(row["dtype"])))
     gbps = _positive(cal.get("copy_gbps"))
     flops = _positive(row.get("flops"))
@@ -97,15 +124,59 @@ def bound(row: dict[str, Any], meta: dict[str, Any]) -> str:
 
 
 def factor(
-    row: dict[str, Any], meta_a: dict[str, Any], meta_b: dict[str, Any], device_b: str
+    row: dict[str, Any],
+    meta_a: dict[str, Any],
+    meta_b: dict[str, Any],
+    device_b: str,
+    where_b: str | None = None,
 ) -> tuple[float, str]:
     """(ceiling_B / ceiling_A for the ceiling that bounds this cell in A, 'compute' or 'memory'):
-    B's times multiplied by it are B's times on A's machine. NaN when either run lacks that ceiling."""
+    B's times multiplied by it are B's times on A's machine. Each side is priced against the device that
+    measured it (row['where'] in A, where_b in B). NaN when either run lacks that ceiling."""
     which = bound(row, meta_a)
-    ca, cb = _cal(meta_a, str(row["device"])), _cal(meta_b, device_b)
+    ca = calibration_for(meta_a, str(row["device"]), row.get("where"))
+    cb = calibration_for(meta_b, device_b, where_b)
     if which == "compute":
         a = _positive((ca.get("matmul_tflops") or {}).get(str(row["dtype"])))
         b = _positive((cb.get("matmul_tflops") or {}).get(str(row["dtype"])))
     else:
         a, b = _positive(ca.get("copy_gbps")), _positive(cb.get("copy_gbps"))
     return (b / a if a and b else math.nan), which
+
+
+def _members(g: DeviceGroup) -> str:
+    n = len(g.members)
+    return f"{n} device{'s' * (n != 1)}: {', '.join(g.members)}"
+
+
+def group_notes(run_id: str, groups: list[DeviceGroup]) -> list[str]:
+    """One line per device kind a run measured on more than one device: which devices, which of them are
+    shown together, and why the others are split off ([] for a single-device run)."""
+    out = []
+    for device in dict.fromkeys(g.device for g in groups):
+        mine = [g for g in groups if g.device == device]
+        if len(mine) == 1 and len(mine[0].members) > 1:
+            out.append(
+                f"{run_id} measured its {device} cells on {_members(mine[0])}, all {mine[0].model} with "
+                "calibrated matmul ceilings within 10% of each other: shown as one group."
+            )
+        elif len(mine) > 1:
+            parts = [f"{g.label} ({_members(g)}{'; ' + g.why if g.why else ''})" for g in mine]
+            out.append(
+                f"{run_id} measured its {device} cells on devices that are never averaged or fitted "
+                "together (another GPU or CPU model, or a calibrated matmul ceiling more than 10% apart), "
+                f"so its sections, fits and rankings are per device group: {'; '.join(parts)}."
+            )
+    return out
+
+
+def match_groups(first: list[DeviceGroup], other: list[DeviceGroup]) -> list[tuple[DeviceGroup, DeviceGroup]]:
+    """Each of `other`'s device groups beside the group of `first` it is compared with: the first of the
+    same device kind and model, else the first of the same device kind (none: left out)."""
+    pairs = []
+    for g in other:
+        same = [f for f in first if f.device == g.device]
+        model = [f for f in same if f.model == g.model]
+        if model or same:
+            pairs.append(((model or same)[0], g))
+    return pairs

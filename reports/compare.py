@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.results import devices
 from attnbench.results.schema import CELL_AXES
 
 from . import calibration
@@ -90,6 +91,7 @@ class Comparison:
     tolerance: float = SAME_TOLERANCE  # the ±band of B/A that counts as 'same'
     ceilings: list = field(default_factory=list)  # reports.calibration.Ceiling of both runs, side by side
     normalize: str | None = None  # 'calibration': B's times were rescaled to A's machine
+    pairing: list[str] = field(default_factory=list)  # runs of several devices: which group met which
 
     @property
     def calibration_warnings(self) -> list[str]:
@@ -132,14 +134,23 @@ def compare_runs(
 
     a, b = results.load(run_a), results.load(run_b)
     meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
-    axes, how = _match_axes(a, b)
+    groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
+    of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
+    a["model"] = pd.array([of_a[w].model for w in a["where"]], dtype="string")
+    b["model"] = pd.array([of_b[w].model for w in b["where"]], dtype="string")
+    split = any(g.label for g in groups_a + groups_b)
+    if split:  # a run mixes device models or speeds: a cell pairs only with the same cell on the same model
+        axes = [*CELL_AXES, "model"]
+        how = "cells matched by cell_id within one device model (runs of several device groups)"
+    else:
+        axes, how = _match_axes(a, b)
     # 'same' means within the gate's own tolerance when it is relative, else within 2%
     tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
     if normalize not in (None, "calibration"):
         raise ValueError(f"--normalize takes 'calibration', got {normalize!r}")
-    if normalize and not (meta_a.get("calibration") and meta_b.get("calibration")):
+    if normalize and not (calibration.has_calibration(meta_a) and calibration.has_calibration(meta_b)):
         raise ValueError("--normalize calibration needs both runs' calibration (meta.json has none)")
-    cols = ["run_id", "device", "status", "message", "time_ms_median", "samples_ms", "flops"]
+    cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     m = keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
@@ -158,8 +169,13 @@ def compare_runs(
         device_b = r["device_b"] if "device_b" in r else r["device"]
         scale, which = 1.0, ""
         if normalize:  # B's times as they would be on A's machine, by the ceiling that bounds the cell
-            cell = {**{x: r[x] for x in axes}, "device": device_a, "flops": r["flops_a"]}
-            scale, which = calibration.factor(cell, meta_a, meta_b, device_b)
+            cell = {
+                **{x: r[x] for x in axes},
+                "device": device_a,
+                "flops": r["flops_a"],
+                "where": r["where_a"],
+            }
+            scale, which = calibration.factor(cell, meta_a, meta_b, device_b, r["where_b"])
             ok = ok and math.isfinite(scale)
             sb = [s * scale for s in sb] if math.isfinite(scale) else sb
         median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
@@ -182,6 +198,8 @@ def compare_runs(
                 **{x: r[x] for x in axes},
                 "device_a": device_a,
                 "device_b": device_b,
+                "where_a": r["where_a"],
+                "where_b": r["where_b"],
                 "status_a": r["status_a"],
                 "status_b": r["status_b"],
                 "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
@@ -203,6 +221,8 @@ def compare_runs(
             }
         )
     cells = pd.DataFrame(records)
+    pairs = [(of_a[wa], of_b[wb]) for wa, wb in zip(cells["where_a"], cells["where_b"], strict=True)]
+    several = split or any(len(g.members) > 1 for g in groups_a + groups_b)
     cells = cells.sort_values(
         [x for x in axes if x not in ("variant", "seq_len")] + ["variant", "seq_len"], kind="stable"
     ).reset_index(drop=True)
@@ -230,9 +250,29 @@ def compare_runs(
         threshold,
         alpha,
         tolerance,
-        calibration.ceilings(meta_a, meta_b, list(zip(cells["device_a"], cells["device_b"], strict=True))),
+        calibration.group_ceilings(pairs),
         normalize,
+        _pairing(pairs, groups_a, groups_b) if several else [],
     )
+
+
+def _pairing(pairs: list[tuple[Any, Any]], groups_a: list, groups_b: list) -> list[str]:
+    """One line per pair of device groups whose cells were compared, and one per group left unpaired."""
+    from collections import Counter
+
+    def text(side: str, g) -> str:
+        n, names = len(g.members), ", ".join(g.members)
+        return f"{side} {g.device} {g.label or g.model} ({n} device{'s' * (n != 1)}: {names})"
+
+    counts = Counter(pairs)
+    lines = [f"paired {text('A', ga)} with {text('B', gb)}: {n} cells" for (ga, gb), n in counts.items()]
+    for side, gs, used in (("A", groups_a, {p[0] for p in counts}), ("B", groups_b, {p[1] for p in counts})):
+        lines += [
+            f"unpaired: {text(side, g)} has no cell the other run measured on its model"
+            for g in gs
+            if g not in used
+        ]
+    return lines
 
 
 def _fmt(v: float, spec: str = ".4g") -> str:
@@ -359,7 +399,13 @@ def normalize_note(cmp: Comparison) -> str:
 
 def text_report(cmp: Comparison) -> str:
     """What `attnbench compare` prints."""
-    out = [f"A: {cmp.label_a}  [{cmp.run_a}]", f"B: {cmp.label_b}  [{cmp.run_b}]", cmp.match, ""]
+    out = [
+        f"A: {cmp.label_a}  [{cmp.run_a}]",
+        f"B: {cmp.label_b}  [{cmp.run_b}]",
+        cmp.match,
+        *cmp.pairing,
+        "",
+    ]
     out.append(pg.to_text(calibration_table(cmp)))
     out += [f"WARNING {w}" for w in cmp.calibration_warnings]
     out += [normalize_note(cmp), ""]
@@ -403,6 +449,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
                 f"A: {cmp.label_a} ({cmp.run_a})",
                 f"B: {cmp.label_b} ({cmp.run_b})",
                 cmp.match,
+                *cmp.pairing,
                 verdict_counts(cmp),
                 verdict(cmp),
             )

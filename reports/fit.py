@@ -170,12 +170,12 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         tfit, mfit = fit_power_law(n, t), fit_power_law(n, m)
         meta = metas.get(str(key["run_id"]), {})
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta)
-        dev_mem = device_memory(meta, str(key["device"]))
+        dev_mem = device_memory(meta, str(key["device"]), sub["gpu_name"].dropna().unique())
         n_max_raw = mfit.solve(dev_mem) if dev_mem else None
         ok_n = n[~pd.isna(n)]
         measured = int(ok_n.max()) if len(ok_n) else None
         n_time = largest_pow2(tfit.solve(TIME_BUDGET_MS)) if m_class == "linear" else None
-        peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]))
+        peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]), sub["where"].dropna().unique())
         frac = math.nan
         if len(ok) and peak:
             top = ok.sort_values("seq_len").iloc[-1]

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.results import devices
 from attnbench.results.formulas import bytes_text
 
 from . import fit as fitmod
 from . import page as pg
+from .calibration import group_notes
 from .style import slug, variant_order
 from .tables import (
     COMBO_AXES,
@@ -205,7 +207,9 @@ def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
         if not gpu:
             items.append(("gpu", "none"))
         items.append(("created", meta.get("created", "")))
-        for dev, cal in (meta.get("calibration") or {}).items():
+        # the run-wide calibration per device kind, then each device's own (meta.json `devices`)
+        per_device = {w: rec.get("calibration") for w, rec in (meta.get("devices") or {}).items()}
+        for dev, cal in [*(meta.get("calibration") or {}).items(), *per_device.items()]:
             for dt, tf in ((cal or {}).get("matmul_tflops") or {}).items():
                 text = f"{tf:.3g} TFLOP/s" if isinstance(tf, (int, float)) else str(tf)
                 items.append((f"calibrated {dev} matmul {dt}", text))
@@ -250,18 +254,16 @@ def _suspect_table(df) -> pg.Table:
     return pg.Table(("run", "cell", "why"), rows[:MAX_FAILURE_ROWS])
 
 
-def _calibration_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
+def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
     """Every run's calibrated ceilings beside the first run's, with a warning where they differ by >10%:
-    time differences between such runs are partly the machines'."""
-    from .calibration import ceilings, warnings_for
+    time differences between such runs are partly the machines'. A run of several device groups is
+    compared group by group (calibration.match_groups)."""
+    from .calibration import group_ceilings, match_groups, warnings_for
 
     first, *others = metas
     rows, warnings = [], []
     for rid in others:
-        devices = sorted(
-            set(df[df["run_id"] == rid]["device"].dropna()) & set(df[df["run_id"] == first]["device"])
-        )
-        cs = ceilings(metas[first], metas[rid], [(d, d) for d in devices])
+        cs = group_ceilings(match_groups(devgroups[first], devgroups[rid]))
         rows += [
             (rid, c.device, c.what, _num(c.a, ".3g"), _num(c.b, ".3g"), _num(c.ratio, ".3f")) for c in cs
         ]
@@ -358,6 +360,13 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         counts = ", ".join(f"{c} {s}" for s, c in sub["status"].value_counts().items()) or "no cells"
         runs_rows.append((rid, results.machine_label(meta), str(meta.get("created", "")), counts))
     page.add(pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows)))
+    # a run measured on several devices says which, and which of them are never averaged together
+    devgroups = {
+        rid: devices.groups(meta, df[df["run_id"] == rid].to_dict("records")) for rid, meta in metas.items()
+    }
+    notes = [n for rid, gs in devgroups.items() for n in group_notes(rid, gs)]
+    if notes:
+        page.add(pg.Heading("Where the cells were measured"), pg.Bullets(tuple(notes)))
 
     page.add(pg.Heading("Scaling: fitted exponents vs theory"))
     fixed = fixed_axes(df, COMBO_AXES)
@@ -382,18 +391,25 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
 
     for gkey, group in groups(df):
         meta = metas.get(str(gkey["run_id"]), {})
-        device, dtype = str(gkey["device"]), str(gkey["dtype"])
+        device, dtype, dgroup = str(gkey["device"]), str(gkey["dtype"]), gkey["device_group"]
+        dgroup = str(dgroup) if present(dgroup) else ""
         gtitle = label(gkey, [a for a in GROUP_AXES if len(metas) > 1 or a != "run_id"])
         fixed_g = fixed_text(group)
         head = f"{gtitle} ({fixed_g})" if fixed_g else gtitle
-        stem = slug(*([gkey["run_id"]] if len(metas) > 1 else []), device, dtype, gkey["pass"])
+        stem = slug(
+            *([gkey["run_id"]] if len(metas) > 1 else []),
+            device,
+            *([dgroup] if dgroup else []),
+            dtype,
+            gkey["pass"],
+        )
         page.add(pg.Heading(head))
         page.add(_best_table(group))
         first = _first_call_table(group)
         if first.rows:
             page.add(first)
-        dev_mem = device_memory(meta, device)
-        peak = calibrated_peak(meta, device, dtype)
+        dev_mem = device_memory(meta, device, group["gpu_name"].dropna().unique())
+        peak = calibrated_peak(meta, device, dtype, group["where"].dropna().unique())
         figs = [
             (
                 "time",
@@ -482,7 +498,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         page.add(pg.Heading("Cells measured while the machine drifted"), pg.Para(DRIFT_RULE), drifted)
     page.add(pg.Heading("Machine"), _fingerprint_table(metas))
     if len(metas) > 1:
-        page.add(pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(df, metas))
+        page.add(
+            pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(metas, devgroups)
+        )
 
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
     report.html.write_text(pg.to_html(page, out), encoding="utf-8")

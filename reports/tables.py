@@ -6,7 +6,11 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-GROUP_AXES = ("run_id", "device", "dtype", "pass")  # one figure (and one page section) per group
+from attnbench.results.devices import calibration_for, matmul_tflops
+
+# one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
+# be averaged together (results.devices), and then splits that run's cells by device group
+GROUP_AXES = ("run_id", "device", "device_group", "dtype", "pass")
 PANEL_AXES = ("causal", "d_k", "d_v", "batch", "heads", "padding")  # one panel per combination inside a group
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
 PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
@@ -35,6 +39,8 @@ def present(value: Any) -> bool:
 
 def axis_text(axis: str, value: Any) -> str:
     """One axis value as a reader wants it: 'causal', 'd_k=64', 'forward'."""
+    if axis == "device_group":  # '' (nothing split) is left out of titles
+        return str(value) if present(value) else ""
     if not present(value):
         return f"{axis}=n/a"
     if axis == "causal":
@@ -60,7 +66,8 @@ def axis_value(axis: str, value: Any) -> str:
 def label(key: dict[str, Any], axes: tuple[str, ...] | list[str] | None = None) -> str:
     """A combination of axis values as one short line ('cpu · float32 · forward')."""
     axes = list(key) if axes is None else axes
-    return " · ".join(axis_text(a, key[a]) for a in axes if a in key) or "all cells"
+    texts = (axis_text(a, key[a]) for a in axes if a in key)
+    return " · ".join(t for t in texts if t) or "all cells"
 
 
 def _dv_follows_dk(df) -> bool:
@@ -109,21 +116,27 @@ def fixed_axes(df, axes: tuple[str, ...] | list[str]) -> list[str]:
     return [a for a in axes if a in df.columns and a not in vary and not (a == "d_v" and _dv_follows_dk(df))]
 
 
-def device_memory(meta: dict[str, Any], device: str) -> int | None:
-    """Bytes of memory the device has: the GPU's for cuda, the machine's RAM for cpu."""
+def device_memory(meta: dict[str, Any], device: str, gpu_names: Any = ()) -> int | None:
+    """Bytes of memory the device has: the GPU's for cuda, the machine's RAM for cpu. The fingerprint
+    describes one GPU: for rows of another model (`gpu_names`, a group's) the memory is unknown (None)."""
     fp = meta.get("fingerprint") or {}
     if str(device).startswith("cuda"):
-        mem = (fp.get("gpu") or {}).get("memory_bytes")
+        gpu = fp.get("gpu") or {}
+        if any(present(n) and str(n) != gpu.get("name") for n in gpu_names):
+            return None
+        mem = gpu.get("memory_bytes")
     else:
         mem = fp.get("memory_bytes")
     return int(mem) if isinstance(mem, (int, float)) and mem > 0 else None
 
 
-def calibrated_peak(meta: dict[str, Any], device: str, dtype: str) -> float | None:
-    """The run's measured matmul TFLOP/s for this device and dtype (its practical peak), if calibrated."""
-    cal = ((meta.get("calibration") or {}).get(device) or {}).get("matmul_tflops") or {}
-    peak = cal.get(dtype)
-    return float(peak) if isinstance(peak, (int, float)) and peak > 0 and math.isfinite(peak) else None
+def calibrated_peak(meta: dict[str, Any], device: str, dtype: str, wheres: Any = ()) -> float | None:
+    """The measured matmul TFLOP/s for this device and dtype (its practical peak), if calibrated: the
+    fastest of the devices named by `wheres` (a group's where_keys, each through results.devices), else
+    the run's calibration of that device kind."""
+    found = [matmul_tflops(calibration_for(meta, device, str(w)), dtype) for w in wheres if present(w)]
+    found = [p for p in found if p] or [matmul_tflops(calibration_for(meta, device), dtype)]
+    return max((p for p in found if p), default=None)
 
 
 def separated(first, other, *, tolerance: float | None = None, alpha: float | None = None) -> bool:

@@ -10,7 +10,16 @@ if __name__ != "attnbench.results":  # the folder imported by its own name, whic
 
 from .load import export, load, load_meta, load_numerics, machine_label
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
-from .store import RowWarning, RunDirError, RunWriter, is_run_dir, read_meta, read_rows
+from .store import (
+    RowWarning,
+    RunDirError,
+    RunWriter,
+    UncollectedWarning,
+    is_run_dir,
+    merge_shards,
+    read_meta,
+    read_rows,
+)
 
 __all__ = [
     "COLUMNS",
@@ -19,12 +28,14 @@ __all__ = [
     "RowWarning",
     "RunDirError",
     "RunWriter",
+    "UncollectedWarning",
     "export",
     "is_run_dir",
     "load",
     "load_meta",
     "load_numerics",
     "machine_label",
+    "merge_shards",
     "read_meta",
     "read_rows",
 ]

@@ -2,8 +2,9 @@
 
 Before every cell the worker times a small matmul (harness.calibrate.speed_probe) and the row keeps it
 as `speed_tflops`. When runs are loaded, each row's probe is divided by the median probe of its run and
-device (`speed_factor`); a row more than DRIFT away from 1 is flagged `drift`: its time says as much about
-the machine at that moment (another tenant, a throttled clock) as about the variant.
+device (`speed_factor`; the device by its where_key, so that the slower of two GPUs is not drift); a row
+more than DRIFT away from 1 is flagged `drift`: its time says as much about the machine at that moment
+(another tenant, a throttled clock) as about the variant.
 """
 
 from __future__ import annotations
@@ -12,20 +13,22 @@ import math
 import statistics
 from typing import Any
 
+from .devices import where_of
+
 DRIFT = 0.10
 
 
 def speed_factors(rows: list[dict[str, Any]]) -> list[float]:
-    """Per row: its probe over the median probe of its run and device (NaN when the row has no probe)."""
+    """Per row: its probe over the median probe of its run and device (where_key); NaN without a probe."""
     speeds: dict[tuple, list[float]] = {}
     for r in rows:
         s = r.get("speed_tflops")
         if _num(s):
-            speeds.setdefault((r.get("run_id"), r.get("device")), []).append(float(s))
+            speeds.setdefault((r.get("run_id"), where_of(r)), []).append(float(s))
     median = {k: statistics.median(v) for k, v in speeds.items()}
     out = []
     for r in rows:
-        s, m = r.get("speed_tflops"), median.get((r.get("run_id"), r.get("device")))
+        s, m = r.get("speed_tflops"), median.get((r.get("run_id"), where_of(r)))
         out.append(float(s) / m if _num(s) and m else math.nan)
     return out
 

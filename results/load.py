@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
-from . import drift, suspect
+from . import devices, drift, suspect
 from .schema import COLUMNS, LIST_COLUMNS
-from .store import latest_rows, read_meta
+from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, uncollected_rows
 
 
 def machine_label(meta: dict[str, Any]) -> str:
@@ -25,7 +26,9 @@ def machine_label(meta: dict[str, Any]) -> str:
 def load(*paths: str | Path | list[str | Path]):
     """DataFrame of every row of the given runs, with run_id and machine columns, typed per the schema.
 
-    load("runs/a", "runs/b") and load(["runs/a", "runs/b"]) are the same.
+    load("runs/a", "runs/b") and load(["runs/a", "runs/b"]) are the same. Cells still only in a run's
+    shards/*.jsonl (an array job not yet collected by store.merge_shards) are read too, with an
+    UncollectedWarning.
     """
     import pandas as pd
 
@@ -34,7 +37,16 @@ def load(*paths: str | Path | list[str | Path]):
     for path in paths:
         meta = read_meta(path)
         metas[meta.get("run_id", Path(path).name)] = meta
-        df = pd.DataFrame(latest_rows(path))
+        rows = latest_rows(path)
+        loose = uncollected_rows(path)
+        if loose:  # an array job still running, or finished but not merged: read them, and say so
+            warnings.warn(
+                f"{path}: {len(loose)} cells are only in {SHARDS}/*.jsonl, not yet collected into {ROWS} "
+                "(results.store.merge_shards collects them)",
+                UncollectedWarning,
+                2,
+            )
+        df = pd.DataFrame(rows + loose)
         df["run_id"] = meta.get("run_id", Path(path).name)
         df["machine"] = machine_label(meta)
         frames.append(df)
@@ -43,7 +55,10 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = pd.NA
         df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
-    factors = drift.speed_factors(df.to_dict("records")) if len(df) else []
+    records = df.to_dict("records") if len(df) else []
+    df["where"] = pd.array([devices.where_of(r) for r in records], dtype="string")
+    df["device_group"] = pd.array(_group_labels(records, metas), dtype="string")
+    factors = drift.speed_factors(records)
     df["speed_factor"] = pd.array(factors, dtype="Float64")
     df["drift"] = pd.array([drift.drifted(f) for f in factors], dtype="boolean")
     why = suspect.reasons(df, metas) if len(df) else []
@@ -54,6 +69,20 @@ def load(*paths: str | Path | list[str | Path]):
             df[col] = None
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
+
+
+def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[str]:
+    """Per row: its device group's label (results.devices), '' where its run's device kind is not split."""
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_run.setdefault(str(r.get("run_id")), []).append(r)
+    label = {
+        (rid, w): g.label
+        for rid, rows in by_run.items()
+        for g in devices.groups(metas.get(rid, {}), rows)
+        for w in g.members
+    }
+    return [label.get((str(r.get("run_id")), devices.where_of(r)), "") for r in records]
 
 
 def load_meta(*paths: str | Path) -> dict[str, dict[str, Any]]:

@@ -56,6 +56,8 @@ COLUMNS: dict[str, str] = {
     "gpu_name": "string",
     "gpu_uuid": "string",
     "gpu_index": "Int64",
+    "where": "string",  # derived when loading: formulas.where_key of host, device and gpu_uuid
+    "device_group": "string",  # derived when loading (results.devices): '' unless the run is split
     "mem_method": "string",
     "stop_reason": "string",
     "elapsed_s": "Float64",

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import warnings
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ except ImportError:  # pragma: no cover  (Windows: no advisory locks; one writer
 META = "meta.json"
 ROWS = "rows.jsonl"
 LOCK = "writer.lock"  # flock'd by the run's one writer (RunWriter)
+RESUMES = "resumes.jsonl"  # one line per `run --resume`: when, where, and how its set-up differed
+SHARDS = "shards"  # shards/*.jsonl: rows written by one executor task each, until merge_shards collects them
 
 
 class RunDirError(ValueError):
@@ -33,7 +36,11 @@ class RunDirError(ValueError):
 
 
 class RowWarning(UserWarning):
-    """A line of rows.jsonl that is not a row (a torn write, or corrupt data) was skipped."""
+    """A line of rows.jsonl (or of a shard) that is not a row (a torn write, or corrupt data) was skipped."""
+
+
+class UncollectedWarning(UserWarning):
+    """A run's rows are (partly) still in shards/*.jsonl, not yet merged into rows.jsonl."""
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -58,28 +65,33 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Every complete row; a torn or corrupt line is skipped with a warning naming it."""
-    p = Path(path) / ROWS
+def _read_lines(p: Path, *, rows: bool = True) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every complete line of a JSONL file; a torn or corrupt line is skipped
+    with a warning naming it (with rows=True, so is a record without a cell_id)."""
     if not p.is_file():
         return []
-    rows = []
+    out = []
     with p.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
+                rec = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                warnings.warn(f"{p}:{lineno}: skipped an unreadable row (torn write?)", RowWarning, 2)
+                warnings.warn(f"{p}:{lineno}: skipped an unreadable row (torn write?)", RowWarning, 3)
                 continue
-            if isinstance(row, dict) and "cell_id" in row:
-                rows.append(row)
+            if isinstance(rec, dict) and (not rows or "cell_id" in rec):
+                out.append((lineno, rec))
             else:  # valid JSON but not a result row: corrupt, or not written by attnbench
                 warnings.warn(
-                    f"{p}:{lineno}: skipped a line that is not a result row (no cell_id)", RowWarning, 2
+                    f"{p}:{lineno}: skipped a line that is not a result row (no cell_id)", RowWarning, 3
                 )
-    return rows
+    return out
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete row; a torn or corrupt line is skipped with a warning naming it."""
+    return [row for _, row in _read_lines(Path(path) / ROWS)]
 
 
 def latest_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -187,6 +199,14 @@ class RunWriter:
         else:
             os.truncate(p, cut)
 
+    def log_resume(self, record: dict[str, Any]) -> None:
+        """Append one line to resumes.jsonl (flushed and fsync'd): meta.json stays as the run's first
+        session wrote it, and every later session that added rows says when and how it differed."""
+        with (self.path / RESUMES).open("ab") as fh:
+            fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
@@ -217,3 +237,88 @@ def _acquire(path: Path):
     fh.write(f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n")
     fh.flush()
     return fh
+
+
+def read_resumes(path: str | Path) -> list[dict[str, Any]]:
+    """The run's resumes.jsonl records, oldest first ([] for a run never resumed)."""
+    return [rec for _, rec in _read_lines(Path(path) / RESUMES, rows=False)]
+
+
+# ---- shards: rows written apart by executor tasks (one file each), merged into rows.jsonl ---------------
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A cell found more than once: the row kept and the one dropped, each as 'file:line'."""
+
+    cell_id: str
+    kept: str
+    dropped: str
+
+
+@dataclass
+class ShardMerge:
+    """What merge_shards did: the cells it appended to rows.jsonl and the duplicates it dropped."""
+
+    added: list[str] = field(default_factory=list)
+    duplicates: list[Duplicate] = field(default_factory=list)
+
+
+def _finished(row: dict[str, Any]) -> datetime | None:
+    """When a row's cell finished (its finished_at, UTC when it names no zone), None when unknown."""
+    try:
+        t = datetime.fromisoformat(str(row["finished_at"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _shard_choice(path: Path) -> tuple[dict[str, tuple[str, dict[str, Any]]], list[Duplicate]]:
+    """Per cell of the run's shards (files in name order): the first finished row, as (source, row), and
+    the duplicates it won over. Rows without a readable finished_at come after every dated one, in file
+    order; a torn or corrupt line is skipped with a warning (a task may still be writing its shard)."""
+    found: dict[str, list[tuple[tuple, str, dict[str, Any]]]] = {}
+    for order, shard in enumerate(sorted((path / SHARDS).glob("*.jsonl"))):
+        for lineno, row in _read_lines(shard):
+            t = _finished(row)
+            key = (t is None, t or datetime.min.replace(tzinfo=timezone.utc), order, lineno)
+            found.setdefault(row["cell_id"], []).append((key, f"{SHARDS}/{shard.name}:{lineno}", row))
+    chosen, dups = {}, []
+    for cid, candidates in found.items():
+        (_, src, row), *others = sorted(candidates, key=lambda c: c[0])
+        chosen[cid] = (src, row)
+        dups += [Duplicate(cid, src, other) for _, other, _ in others]
+    return chosen, dups
+
+
+def uncollected_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The shard rows of cells rows.jsonl does not hold yet (merge_shards' choice among duplicates)."""
+    p = Path(path)
+    if not (p / SHARDS).is_dir():
+        return []
+    collected = {r["cell_id"] for r in read_rows(p)}
+    chosen, _ = _shard_choice(p)
+    return [row for cid, (_, row) in chosen.items() if cid not in collected]
+
+
+def merge_shards(path: str | Path) -> ShardMerge:
+    """Collect shards/*.jsonl into the run's rows.jsonl, by cell_id, as the run's one writer (RunWriter:
+    refused while another writer holds the run). A cell found in several shards keeps its first finished
+    row; a cell rows.jsonl already holds keeps that row (rows.jsonl is append-only). Each row left out is
+    returned as a Duplicate, so that the caller can say so; a shard row identical to the one collected is
+    no duplicate (merging twice adds nothing). The shard files are left as they are."""
+    p = Path(path)
+    writer = RunWriter(p, resume=True)
+    result = ShardMerge()
+    try:
+        chosen, result.duplicates = _shard_choice(p)
+        for cid, (src, row) in chosen.items():
+            if cid in writer.done:
+                if writer.done[cid] != row:
+                    result.duplicates.append(Duplicate(cid, ROWS, src))
+                continue
+            writer.append(row)
+            result.added.append(cid)
+    finally:
+        writer.close()
+    return result

@@ -3,7 +3,8 @@
 Two rules, applied when runs are loaded (so they hold for every run on disk, old ones included):
 - faster than the machine: on a GPU listed in SPEC_PEAKS, achieved TFLOP/s above its datasheet peak for
   the dtype (scaled to the maximum SM clock NVML reported, when lower); elsewhere above PEAK_FACTOR x the
-  run's calibrated matmul ceiling (the fastest square matmul call of the run's own calibration);
+  calibrated matmul ceiling of the device that measured it (the fastest square matmul call of that
+  device's calibration, results.devices);
 - faster than the checked baseline by more than BASELINE_FACTOR: the median time of the same cell of
   BASELINE, the float64-gated naive implementation, over this cell's median.
 Only `ok` rows are judged: `wrong` rows are never ranked anyway.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .devices import calibration_for, matmul_tflops, where_of
 from .schema import CELL_AXES
 
 PEAK_FACTOR = 1.25
@@ -33,16 +35,19 @@ SPEC_PEAKS: tuple[tuple[tuple[str, ...], dict[str, float], float], ...] = (
 )
 
 
-def spec_peak(meta: dict[str, Any], dtype: str) -> tuple[float, str] | None:
-    """(TFLOP/s, how it was read) of the run's GPU from its datasheet, scaled down to the maximum SM clock
-    NVML reported when that is below the datasheet's boost clock; None for a GPU not in SPEC_PEAKS."""
+def spec_peak(meta: dict[str, Any], dtype: str, gpu_name: str | None = None) -> tuple[float, str] | None:
+    """(TFLOP/s, how it was read) of a GPU from its datasheet: the row's own GPU (`gpu_name`), else the
+    run's; scaled down to the maximum SM clock NVML reported for the run's GPU when that is the same model
+    and the clock is below the datasheet's boost clock; None for a GPU not in SPEC_PEAKS."""
     gpu = (meta.get("fingerprint") or {}).get("gpu") or {}
-    name = str(gpu.get("name") or "")
+    name = str(gpu_name or gpu.get("name") or "")
     for words, peaks, boost in SPEC_PEAKS:
         if all(w in name for w in words) and dtype in peaks:
             peak, how = peaks[dtype], f"the {name} datasheet peak"
-            try:
-                clock = float(str(gpu.get("sm_clock_max", "")).split()[0])
+            try:  # NVML read the clock of the fingerprint's GPU: another model's says nothing of this one
+                clock = (
+                    float(str(gpu.get("sm_clock_max", "")).split()[0]) if name == gpu.get("name") else boost
+                )
             except (ValueError, IndexError):
                 clock = boost
             if 0 < clock < boost:
@@ -51,10 +56,10 @@ def spec_peak(meta: dict[str, Any], dtype: str) -> tuple[float, str] | None:
     return None
 
 
-def matmul_ceiling(meta: dict[str, Any], device: str, dtype: str) -> float | None:
-    """The run's calibrated matmul TFLOP/s for a device and dtype, or None when it has none."""
-    value = (((meta.get("calibration") or {}).get(device) or {}).get("matmul_tflops") or {}).get(dtype)
-    return float(value) if isinstance(value, (int, float)) and value > 0 and math.isfinite(value) else None
+def matmul_ceiling(meta: dict[str, Any], device: str, dtype: str, where: str | None = None) -> float | None:
+    """The calibrated matmul TFLOP/s of the device that measured a row (its where_key's calibration, else
+    the run's for that device kind) for a dtype, or None when it has none."""
+    return matmul_tflops(calibration_for(meta, device, where), dtype)
 
 
 def reasons(df, metas: dict[str, dict[str, Any]]) -> list[str | None]:
@@ -73,8 +78,8 @@ def _reason(r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float]
         return None
     why = []
     device, dtype, achieved = str(r.get("device")), str(r.get("dtype")), r.get("tflops")
-    spec = spec_peak(meta, dtype) if device == "cuda" else None
-    ceiling = matmul_ceiling(meta, device, dtype)
+    spec = spec_peak(meta, dtype, _gpu_name(r)) if device == "cuda" else None
+    ceiling = matmul_ceiling(meta, device, dtype, where_of(r))
     if _num(achieved) and spec and achieved > spec[0]:
         why.append(f"{achieved:.3g} TFLOP/s is above {spec[1]} ({spec[0]:.4g})")
     elif _num(achieved) and not spec and ceiling and achieved > PEAK_FACTOR * ceiling:
@@ -88,6 +93,11 @@ def _reason(r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float]
             f"{base / t:.1f}x faster than {BASELINE} on the same cell (more than {BASELINE_FACTOR:g}x)"
         )
     return "; ".join(why) or None
+
+
+def _gpu_name(r: dict[str, Any]) -> str | None:
+    name = r.get("gpu_name")
+    return name if isinstance(name, str) and name else None
 
 
 def _num(v: Any) -> bool:

@@ -127,11 +127,16 @@ def write_run(
     copy_gbps: float = 10.0,
     numerics: dict[str, Any] | None = None,
     hostname: str = "synthetic-host",
+    devices: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """A complete run directory (meta.json, rows.jsonl, optional numerics.json) written by RunWriter."""
-    from attnbench.results import RunWriter
+    """A complete run directory (meta.json, rows.jsonl, optional numerics.json) written by RunWriter.
 
-    devices = sorted({r["device"] for r in rows}) or ["cpu"]
+    `devices` (records from `device`) become meta.json's `devices` map, keyed by where_key, as a run
+    measured on several devices writes it; put rows on them with `on`."""
+    from attnbench.results import RunWriter
+    from attnbench.results.formulas import where_key
+
+    kinds = sorted({r["device"] for r in rows}) or ["cpu"]
     dtypes = sorted({r["dtype"] for r in rows}) or ["float32"]
     writer = RunWriter(path)
     writer.write_meta(
@@ -140,7 +145,7 @@ def write_run(
             "created": "2026-01-01T00:00:00+00:00",
             "sweep": {
                 "variants": sorted({r["variant"] for r in rows}),
-                "devices": devices,
+                "devices": kinds,
                 "dtypes": dtypes,
                 "seq_len": sorted({r["seq_len"] for r in rows}),
             },
@@ -165,8 +170,13 @@ def write_run(
                     "copy_gbps": copy_gbps,
                     "matmul_n": 2048,
                 }
-                for d in devices
+                for d in kinds
             },
+            **(
+                {"devices": {where_key(d["host"], d["device"], d["gpu_uuid"]): d for d in devices}}
+                if devices
+                else {}
+            ),
         }
     )
     for row in rows:
@@ -175,3 +185,41 @@ def write_run(
     if numerics is not None:
         writer.write_json("numerics.json", numerics)
     return Path(path)
+
+
+def device(
+    host: str,
+    *,
+    gpu_name: str | None = None,
+    gpu_uuid: str | None = None,
+    gpu_index: int | None = None,
+    tflops: float = 1.0,
+    dtypes: tuple[str, ...] = ("float32",),
+    copy_gbps: float = 10.0,
+) -> dict[str, Any]:
+    """A meta.json `devices` record (ARCHITECTURE.md "Where a row was measured"): a GPU when gpu_uuid is
+    given, else the host's CPU, calibrated at `tflops` for every dtype."""
+    return {
+        "host": host,
+        "device": "cuda" if gpu_uuid else "cpu",
+        "gpu_name": gpu_name,
+        "gpu_uuid": gpu_uuid,
+        "gpu_index": gpu_index,
+        "calibration": {
+            "matmul_tflops": dict.fromkeys(dtypes, tflops),
+            "copy_gbps": copy_gbps,
+            "matmul_n": 2048,
+        },
+    }
+
+
+def on(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as measured on the device of `record`: its host and GPU columns (and device kind) set."""
+    where = {k: record[k] for k in ("host", "gpu_name", "gpu_uuid", "gpu_index")}
+    out = []
+    for r in rows:
+        r = {**r, **where, "device": record["device"]}
+        axes = [r[a] for a in ("variant", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v")]
+        r["cell_id"] = cell_id(*axes, r["causal"], r["padding"], r["pass"])
+        out.append(r)
+    return out

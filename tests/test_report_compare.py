@@ -11,7 +11,7 @@ import pytest
 import synthetic
 from conftest import run_cli
 
-from attnbench.reports.compare import compare_runs, parse_threshold
+from attnbench.reports.compare import compare_runs, parse_threshold, text_report
 
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}
@@ -278,3 +278,49 @@ def test_same_calibration_gives_no_warning_and_normalize_is_refused_without_one(
     (b / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="needs both runs' calibration"):
         compare_runs(a, b, normalize="calibration")
+
+
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"
+
+
+def _mixed_run(path, run_id, on_h100, on_a100, factor=1.0):
+    """A run whose seq_lens `on_h100` ran on node1's H100 and `on_a100` on node2's A100 (3x slower)."""
+    h100 = synthetic.device("node1", gpu_name=H100, gpu_uuid="GPU-aaa", tflops=600.0)
+    a100 = synthetic.device("node2", gpu_name=A100, gpu_uuid="GPU-bbb", tflops=250.0)
+
+    def rows(ns, scale):
+        return [
+            synthetic.cell(
+                v, n, sample_ms=synthetic.samples(base * scale * factor * n / 256, spread=0.01, seed=n)
+            )
+            for v, base in VARIANTS.items()
+            for n in ns
+        ]
+
+    cells = synthetic.on(h100, rows(on_h100, 1.0)) + synthetic.on(a100, rows(on_a100, 3.0))
+    return synthetic.write_run(path, cells, run_id=run_id, devices=[h100, a100])
+
+
+def test_compare_pairs_device_groups_of_one_model_and_says_so(tmp_path):
+    # N = 2048 ran on A's A100 but B's H100, N = 4096 the other way round: those cells are not paired
+    a = _mixed_run(tmp_path / "a", "run-a", [256, 1024, 4096], [512, 2048, 8192])
+    b = _mixed_run(tmp_path / "b", "run-b", [256, 1024, 2048], [512, 4096, 8192], factor=1.1)
+    cmp = compare_runs(a, b)
+    assert sorted(cmp.cells["seq_len"].unique().tolist()) == [256, 512, 1024, 8192]
+    assert cmp.cells["ratio"].to_numpy() == pytest.approx(1.10, rel=0.01)  # never 3x or 1/3x
+    assert (cmp.cells["where_a"] == cmp.cells["where_b"]).all()
+    assert "within one device model" in cmp.match
+    h100, a100 = f"{H100} (1 device: node1:cuda:GPU-aaa)", f"{A100} (1 device: node2:cuda:GPU-bbb)"
+    assert sorted(cmp.pairing) == [
+        f"paired A cuda {a100} with B cuda {a100}: 4 cells",
+        f"paired A cuda {h100} with B cuda {h100}: 4 cells",
+    ]
+    text = text_report(cmp)
+    assert all(line in text for line in cmp.pairing)
+    ceilings = {(c.device, c.what): (c.a, c.b) for c in cmp.ceilings}
+    assert ceilings[(f"cuda {A100}", "matmul float32 TFLOP/s")] == (250.0, 250.0)  # each group's own
+
+
+def test_a_single_device_compare_names_no_pairing(tmp_path):
+    a, b = _pair(tmp_path, _rows(), _rows(1.10))
+    assert compare_runs(a, b).pairing == []

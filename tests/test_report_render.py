@@ -11,7 +11,10 @@ import synthetic
 from conftest import run_cli
 
 from attnbench import results
+from attnbench.reports.calibration import group_notes
 from attnbench.reports.render import prepare, render
+from attnbench.reports.style import slug
+from attnbench.results import devices
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "runs" / "cpu-small"
 HOSTILE_NAME = "<script>alert('x')</script>|$x$"
@@ -277,3 +280,77 @@ def test_the_report_shows_the_first_call_apart_from_the_steady_state(tmp_path):
     flex = re.search(r"\| flexish \| 512 \| 900 ms \| 120 ms \| [\d.]+ ms \| (\d+)\.\d× \|", md)
     assert flex and 400 < int(flex[1]) < 500  # 900 ms against a median of about 2 ms
     assert re.search(r"\| naive \| 512 \| 4.2 ms \| no hook \| [\d.]+ ms \| 1\.[01]× \|", md)
+
+
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"
+
+
+def _two_gpus(tmp_path, second: str, second_tflops: float, slower: float = 3.0, name: str = "run"):
+    """A run on two GPUs of two hosts: node1's H100 measured N = 256, 1024, 4096 and node2's `second`
+    N = 512, 2048, 8192, `slower` times slower. Averaged together their time fit zigzags far from 2."""
+    first = synthetic.device("node1", gpu_name=H100, gpu_uuid="GPU-aaa", gpu_index=0, tflops=600.0)
+    other = synthetic.device("node2", gpu_name=second, gpu_uuid="GPU-bbb", gpu_index=0, tflops=second_tflops)
+
+    def rows(ns, scale):
+        return [
+            synthetic.cell(v, n, time_ms=base * scale * (n / 256) ** 2, peak_mem_bytes=2**20 * n // 256)
+            for v, base in (("naive", 2.0), ("sdpa", 1.0))
+            for n in ns
+        ]
+
+    cells = synthetic.on(first, rows([256, 1024, 4096], 1.0)) + synthetic.on(
+        other, rows([512, 2048, 8192], slower)
+    )
+    return synthetic.write_run(tmp_path / name, cells, run_id=name, devices=[first, other])
+
+
+def test_a_run_on_two_gpu_models_is_split_and_says_why(tmp_path):
+    rep = render(prepare([_two_gpus(tmp_path, A100, 250.0)]), tmp_path / "out")
+    md = rep.readme.read_text()
+    assert "Where the cells were measured" in md and "never averaged or fitted together" in md
+    assert "node1:cuda:GPU-aaa" in md and "node2:cuda:GPU-bbb" in md
+    assert f"another model than {A100}" in md
+    fits = rep.summary
+    assert "device_group" in fits.headers and len(fits.rows) == 4  # 2 variants x 2 device groups
+    col = fits.headers.index("time exponent [95% CI]")
+    assert all(r[col].startswith(("1.9", "2.0")) for r in fits.rows), fits.rows  # each group alone: N²
+    stems = {f.stem for f in rep.figures if f.stem.startswith("time-")}
+    assert stems == {f"time-cuda-{slug(m)}-float32-fwd" for m in (H100, A100)}
+    assert md.count(f"## cuda · {H100} · float32 · forward") == 1
+
+
+def test_a_gpu_more_than_10_percent_slower_is_split_from_its_twin(tmp_path):
+    df = results.load(_two_gpus(tmp_path, H100, 400.0))  # 400 against 600 TFLOP/s: 0.67x
+    assert set(df["device_group"]) == {f"{H100} #1", f"{H100} #2"}
+    assert set(df[df["device_group"] == f"{H100} #2"]["where"]) == {"node2:cuda:GPU-bbb"}
+    groups = devices.groups(results.read_meta(tmp_path / "run"), df.to_dict("records"))
+    assert "float32 matmul 400 TFLOP/s is 0.67x the 600 of node1:cuda:GPU-aaa" in groups[1].why
+
+
+def test_gpus_of_one_model_within_10_percent_are_one_group(tmp_path):
+    from attnbench.reports.fit import scaling_table
+
+    run = _two_gpus(tmp_path, H100, 570.0, slower=1.0)  # 5% apart: the normal 8-GPU box
+    df = results.load(run)
+    assert set(df["device_group"]) == {""} and set(df["where"]) == {
+        "node1:cuda:GPU-aaa",
+        "node2:cuda:GPU-bbb",
+    }
+    table = scaling_table(df, results.load_meta(run))
+    assert len(table) == 2 and set(table["fit_seq_lens"]) == {"2048 4096 8192"}  # both GPUs in one fit
+    notes = group_notes("run", devices.groups(results.read_meta(run), df.to_dict("records")))
+    assert notes == [
+        "run measured its cuda cells on 2 devices: node1:cuda:GPU-aaa, node2:cuda:GPU-bbb, all "
+        f"{H100} with calibrated matmul ceilings within 10% of each other: shown as one group."
+    ]
+
+
+def test_each_row_is_judged_against_its_own_devices_calibration(tmp_path):
+    """The calibration reader: a row's where_key record, else the run-wide calibration of its device kind."""
+    from attnbench.results.suspect import matmul_ceiling
+
+    meta = results.read_meta(_two_gpus(tmp_path, A100, 250.0))
+    assert devices.calibration_for(meta, "cuda", "node2:cuda:GPU-bbb")["matmul_tflops"]["float32"] == 250.0
+    assert devices.calibration_for(meta, "cuda", "node9:cuda:GPU-zzz")["matmul_tflops"]["float32"] == 1.0
+    assert devices.calibration_for(meta, "cpu") == {}
+    assert matmul_ceiling(meta, "cuda", "float32", "node1:cuda:GPU-aaa") == 600.0

@@ -8,7 +8,17 @@ import warnings
 
 import pytest
 
-from attnbench.results import RowWarning, RunDirError, RunWriter, export, load, read_meta, read_rows
+from attnbench.results import (
+    RowWarning,
+    RunDirError,
+    RunWriter,
+    UncollectedWarning,
+    export,
+    load,
+    merge_shards,
+    read_meta,
+    read_rows,
+)
 from attnbench.results.schema import COLUMNS, SCHEMA_VERSION
 
 ROW = {
@@ -176,3 +186,66 @@ def test_cli_reports_a_skipped_row_as_one_line_without_python_source(tmp_path):
         warnings.simplefilter("always")
         assert len(read_rows(path)) == 80
     assert [w.category for w in caught] == [RowWarning, RowWarning]
+
+
+def _shard(run, name, rows, tail=b""):
+    """shards/NAME.jsonl as one executor task writes it, optionally ending in a torn fragment."""
+    (run / "shards").mkdir(exist_ok=True)
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows) + tail
+    (run / "shards" / f"{name}.jsonl").write_bytes(data)
+
+
+def _at(cell_id, finished_at, **kw):
+    return {**ROW, "cell_id": cell_id, "finished_at": finished_at, **kw}
+
+
+def test_merge_shards_keeps_the_first_finished_row_and_says_which_it_dropped(tmp_path):
+    from attnbench.results.store import Duplicate
+
+    run = _run(tmp_path, n=1)  # rows.jsonl holds c0
+    _shard(run, "task-0", [_at("s1", "2026-01-01T10:00:05+00:00", time_ms_median=9.0),
+                           _at("s2", "2026-01-01T10:00:01+00:00")])  # fmt: skip
+    _shard(
+        run,
+        "task-1",
+        [
+            _at("s1", "2026-01-01T10:00:02+00:00", time_ms_median=1.0),  # finished first
+            _at("c0", "2026-01-01T09:00:00+00:00"),
+        ],  # fmt: skip
+        tail=b'{"cell_id": "s3", "status": "o',
+    )  # the task was killed mid-write
+    with pytest.warns(RowWarning, match=r"task-1.jsonl:3: skipped an unreadable row \(torn write\?\)"):
+        merged = merge_shards(run)
+    assert merged.added == ["s1", "s2"]
+    assert merged.duplicates == [
+        Duplicate("s1", kept="shards/task-1.jsonl:1", dropped="shards/task-0.jsonl:1"),
+        Duplicate("c0", kept="rows.jsonl", dropped="shards/task-1.jsonl:2"),  # collected rows stay
+    ]
+    rows = {r["cell_id"]: r for r in read_rows(run)}
+    assert list(rows) == ["c0", "s1", "s2"] and rows["s1"]["time_ms_median"] == 1.0
+    with pytest.warns(RowWarning):
+        again = merge_shards(run)  # merging twice adds nothing; the true duplicates are named again
+    assert again.added == [] and [d.cell_id for d in again.duplicates] == ["s1", "c0"]
+    assert len(read_rows(run)) == 3
+
+
+def test_a_run_still_in_shards_loads_with_a_warning(tmp_path):
+    run = _run(tmp_path, n=1)
+    _shard(run, "task-0", [_at("s1", "2026-01-01T10:00:05+00:00"), _at("s2", "2026-01-01T10:00:06+00:00")])
+    with pytest.warns(UncollectedWarning, match=r"2 cells are only in shards/\*.jsonl, not yet collected"):
+        df = load(run)
+    assert sorted(df["cell_id"]) == ["c0", "s1", "s2"]
+    merge_shards(run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # collected: nothing to warn about
+        assert sorted(load(run)["cell_id"]) == ["c0", "s1", "s2"]
+
+
+def test_merge_shards_waits_for_the_runs_writer(tmp_path):
+    run = _run(tmp_path, n=1)
+    _shard(run, "task-0", [_at("s1", "2026-01-01T10:00:05+00:00")])
+    writer = RunWriter(run, resume=True)
+    with pytest.raises(RunDirError, match="being written by"):
+        merge_shards(run)
+    writer.close()
+    assert merge_shards(run).added == ["s1"]
