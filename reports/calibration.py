@@ -21,9 +21,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results.devices import DeviceGroup, calibration_for, positive
+from attnbench.results.devices import SPLIT_CALIBRATION, DeviceGroup, calibration_for, positive
 
-CALIBRATION_WARN = 0.10  # ceilings more than 10% apart: the runs measured machines of different speed
+# ceilings more than 10% apart: the runs measured machines of different speed (the same 10% that splits
+# the devices of one run into groups)
+CALIBRATION_WARN = SPLIT_CALIBRATION
 ELEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 SCORE_PASSES = 4  # score-sized tensors a materialising variant moves per call: write S, read/write P, read P
 
@@ -158,13 +160,15 @@ def group_notes(run_id: str, groups: list[DeviceGroup]) -> list[str]:
         if len(mine) == 1 and len(mine[0].members) > 1:
             out.append(
                 f"{run_id} measured its {device} cells on {_members(mine[0])}, all {mine[0].model} with "
-                "calibrated matmul ceilings within 10% of each other: shown as one group."
+                f"calibrated matmul ceilings within {SPLIT_CALIBRATION:.0%} of each other: shown as one "
+                "group."
             )
         elif len(mine) > 1:
             parts = [f"{g.label} ({_members(g)}{'; ' + g.why if g.why else ''})" for g in mine]
             out.append(
                 f"{run_id} measured its {device} cells on devices that are never averaged or fitted "
-                "together (another GPU or CPU model, or a calibrated matmul ceiling more than 10% apart), "
+                f"together (another GPU or CPU model, or a calibrated matmul ceiling more than "
+                f"{SPLIT_CALIBRATION:.0%} apart), "
                 f"so its sections, fits and rankings are per device group: {'; '.join(parts)}."
             )
     return out

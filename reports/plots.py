@@ -290,6 +290,8 @@ def speedup_figure(group, title: str, baseline: str):
             cb.set_label(f"speed-up over {baseline} (log scale)")
         fig.suptitle(title)
     data = pd.DataFrame(sp)
+    if "device_group" in data.columns and not data["device_group"].fillna("").astype(str).ne("").any():
+        data = data.drop(columns=["device_group"])  # named only where a run is split (results.devices)
     return fig, data
 
 

@@ -207,6 +207,16 @@ def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
         if not gpu:
             items.append(("gpu", "none"))
         items.append(("created", meta.get("created", "")))
+        for i, rec in enumerate(meta.get("resumes") or [], 1):  # resumes.jsonl, through results.load_meta
+            diff = ", ".join(
+                f"{k} {old} -> {new}" for k, (old, new) in (rec.get("fingerprint_diff") or {}).items()
+            )
+            items.append(
+                (
+                    f"resumed {i}",
+                    f"{rec.get('at')} on {rec.get('host')}" + (f" (forced: {diff})" if diff else ""),
+                )
+            )
         # the run-wide calibration per device kind, then each device's own (meta.json `devices`)
         per_device = {w: rec.get("calibration") for w, rec in (meta.get("devices") or {}).items()}
         for dev, cal in [*(meta.get("calibration") or {}).items(), *per_device.items()]:
@@ -345,9 +355,11 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
 
     scaling = fitmod.scaling_table(df, metas)
     fits = fitmod.fit_index(scaling)
+    # device_group is named in the CSVs only when some run is split into device groups (results.devices)
+    unsplit = [] if df["device_group"].fillna("").astype(str).ne("").any() else ["device_group"]
     if not scaling.empty:
-        scaling.drop(columns=["_time_fit", "_mem_fit"]).to_csv(out / "fits.csv", index=False)
-    best_variant(df).to_csv(out / "best.csv", index=False)
+        scaling.drop(columns=["_time_fit", "_mem_fit", *unsplit]).to_csv(out / "fits.csv", index=False)
+    best_variant(df).drop(columns=unsplit).to_csv(out / "best.csv", index=False)
     summary = summary_table(scaling)
 
     title = "attnbench report: " + ", ".join(metas)

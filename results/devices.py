@@ -108,7 +108,8 @@ def _fastest(cal: dict[str, Any]) -> float:
 
 
 def groups(meta: dict[str, Any], rows: Iterable[dict[str, Any]]) -> list[DeviceGroup]:
-    """The device groups of one run's rows: per device kind, per model (by name), fastest group first.
+    """The device groups of one run's rows: per device kind, per model (by name), and within a model the
+    fastest group first.
 
     Within a model the fastest device is the first group's reference; a device whose matmul ceiling for
     some dtype is more than SPLIT_CALIBRATION off it starts a group of its own (and so on down). A device
@@ -122,9 +123,9 @@ def groups(meta: dict[str, Any], rows: Iterable[dict[str, Any]]) -> list[DeviceG
         by_model.setdefault((str(_text(r.get("device")) or "?"), model_of(meta, w, r)), []).append(w)
     out: list[DeviceGroup] = []
     for device in sorted({d for d, _ in by_model}):
-        kinds = sorted(m for d, m in by_model if d == device)
+        names = sorted(m for d, m in by_model if d == device)
         clusters: list[tuple[str, str, list[str], str]] = []  # (model, reference where, members, why)
-        for model in kinds:
+        for model in names:
             cal = {w: calibration_for(meta, device, w) for w in by_model[(device, model)]}
             for w in sorted(cal, key=lambda w: (-_fastest(cal[w]), w)):
                 for _, ref, members, _ in (c for c in clusters if c[0] == model):
@@ -136,7 +137,8 @@ def groups(meta: dict[str, Any], rows: Iterable[dict[str, Any]]) -> list[DeviceG
                     if not firsts:
                         why = "" if not clusters else f"another model than {clusters[0][0]}"
                     else:
-                        why = _close(cal[w], cal[firsts[0][1]])[1] + f" {firsts[0][1]}: more than 10% apart"
+                        apart = f": more than {SPLIT_CALIBRATION:.0%} apart"
+                        why = _close(cal[w], cal[firsts[0][1]])[1] + f" {firsts[0][1]}{apart}"
                     clusters.append((model, w, [w], why))
         models = [c[0] for c in clusters]
         for i, (model, ref, members, why) in enumerate(clusters):

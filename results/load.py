@@ -8,7 +8,7 @@ from typing import Any
 
 from . import devices, drift, suspect
 from .schema import COLUMNS, LIST_COLUMNS
-from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, uncollected_rows
+from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, read_resumes, uncollected_rows
 
 
 def machine_label(meta: dict[str, Any]) -> str:
@@ -86,10 +86,13 @@ def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]
 
 
 def load_meta(*paths: str | Path) -> dict[str, dict[str, Any]]:
-    """run_id -> meta for each run."""
+    """run_id -> meta for each run, with `resumes` (its resumes.jsonl records) when it was resumed."""
     out = {}
     for path in paths:
         meta = read_meta(path)
+        resumes = read_resumes(path)
+        if resumes:
+            meta["resumes"] = resumes
         out[meta.get("run_id", Path(path).name)] = meta
     return out
 

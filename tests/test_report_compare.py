@@ -321,6 +321,23 @@ def test_compare_pairs_device_groups_of_one_model_and_says_so(tmp_path):
     assert ceilings[(f"cuda {A100}", "matmul float32 TFLOP/s")] == (250.0, 250.0)  # each group's own
 
 
+def test_a_device_group_without_counterpart_is_named_unpaired(tmp_path):
+    a = _mixed_run(tmp_path / "a", "run-a", [256, 1024, 4096], [512, 2048, 8192])
+    h100 = synthetic.device("node1", gpu_name=H100, gpu_uuid="GPU-aaa", tflops=600.0)
+    only = [
+        synthetic.cell(v, n, sample_ms=synthetic.samples(base * n / 256, seed=n))
+        for v, base in VARIANTS.items()
+        for n in (256, 512)
+    ]
+    b = synthetic.write_run(tmp_path / "b", synthetic.on(h100, only), run_id="run-b", devices=[h100])
+    cmp = compare_runs(a, b)  # B's N = 512 ran on an H100, A's on an A100: not paired
+    assert cmp.cells["seq_len"].tolist() == [256, 256] and len(cmp.pairing) == 2
+    assert (
+        cmp.pairing[1] == f"unpaired: A cuda {A100} (1 device: node2:cuda:GPU-bbb) has no cell the other run "
+        "measured on its model"
+    )
+
+
 def test_a_single_device_compare_names_no_pairing(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(1.10))
     assert compare_runs(a, b).pairing == []

@@ -112,6 +112,19 @@ def test_gpu_cells_are_held_to_the_datasheet_peak(gpu, dtype, expected):
     assert (got[0] if got else None) == (pytest.approx(expected) if expected else None)
 
 
+def test_a_row_is_held_to_its_own_gpus_datasheet_in_a_mixed_run():
+    """A run whose fingerprint names a clock-capped H100 (device 0) but whose row ran on an A100: the A100's
+    peak, without the H100's clock."""
+    from attnbench.results.suspect import spec_peak
+
+    meta = {"fingerprint": {"gpu": {**H100, "sm_clock_max": "990 MHz"}}}
+    assert spec_peak(meta, "bfloat16", "NVIDIA A100-SXM4-80GB") == (
+        312.0,
+        "the NVIDIA A100-SXM4-80GB datasheet peak",
+    )
+    assert spec_peak(meta, "bfloat16", H100["name"])[0] == pytest.approx(494.7)  # the same GPU: its clock
+
+
 def test_a_gpu_cell_above_the_datasheet_is_suspect(tmp_path):
     # 2*8*1024^2*128 FLOPs in 1.0e-6 ms: 2,000,000 TFLOP/s on an H100, far past its 989 bf16 peak
     rows = [synthetic.cell("fast", 1024, device="cuda", dtype="bfloat16", time_ms=1e-6),
