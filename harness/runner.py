@@ -188,7 +188,7 @@ def _collect_shards(path: Path, writer: RunWriter, run_id: str, summary: RunSumm
         writer.append(row)
         summary.collected += 1
 
-    return collect_shards(path, set(writer.done), on_row, writer.add_device, message=progress.message)
+    return collect_shards(path, dict(writer.done), on_row, writer.add_device, message=progress.message)
 
 
 def _meta(

@@ -19,7 +19,9 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -128,7 +130,7 @@ class SlurmExecutor:
         run_dir = str(plan.run_dir.resolve())
         args = [
             {"run_dir": run_dir, "submission": submission, "token": token, "group": group}
-            | {"config": plan.config, "seeds": seeds}
+            | {"config": plan.config, "seeds": seeds, "gpus": self.options["gpus_per_node"]}
             for group in groups
         ]
         executor = self._submitit_executor(shards / "submitit", procs)
@@ -147,9 +149,9 @@ class SlurmExecutor:
         }
         _write_json(shards / f"submission-{submission}.json", record)
         seen = {r["cell_id"] for r in plan.done}
-        reader = ShardReader(shards)
+        reader = ShardReader(shards, names)  # this submission's shards: earlier ones are collect's
         while True:
-            finished = all(job.done() for job in jobs)  # asked before reading: no last row is missed
+            finished = all(_ended(job) for job in jobs)  # asked before reading: no last row is missed
             for kind, item in reader.poll():
                 self._hand(kind, item, seen, on_row, on_device)
             if finished:
@@ -225,7 +227,8 @@ def run_task(task: dict[str, Any]) -> int:
     """One process of one array task: measure its chunk into shards/<chunk>.jsonl; returns rows written.
 
     `task`: run_dir, submission, token (the marker's), group ([(chunk name, [cell dicts])], one chunk per
-    process of the task), config (the worker's), seeds (the run's oom/timeout rows, for skip-ahead)."""
+    process of the task), config (the worker's), seeds (the run's oom/timeout rows, for skip-ahead), gpus
+    (per task: each process then measures on one)."""
     from attnbench import variants
 
     run_dir, submission, token = task["run_dir"], task["submission"], task["token"]
@@ -245,7 +248,9 @@ def run_task(task: dict[str, Any]) -> int:
     sweep = SweepSpec.from_dict(meta["sweep"])
     settings = sweep.settings
     config = {**config, "log_path": str(shards / f"{name}.worker.log"), "env": dict(config.get("env") or {})}
-    if visible:  # one GPU per process: this rank's entry of what Slurm made visible to the task
+    gpus = task.get("gpus", 0)
+    if gpus:  # one GPU per process: this rank's entry of what Slurm made visible (or, locally, GPU rank)
+        visible = visible or [str(i) for i in range(gpus)]
         config["env"]["CUDA_VISIBLE_DEVICES"] = visible[rank % len(visible)]
     for path in config.get("variant_files", []):
         variants.load_variant_file(path)
@@ -253,6 +258,15 @@ def run_task(task: dict[str, Any]) -> int:
     # who measures this chunk: collect asks whether this process still lives (local tasks), and people ask
     _write_json(shards / f"{name}.task.json", {"host": socket.gethostname(), "pid": os.getpid()})
     skip = SkipAhead(seeds)
+    # scancel, a time limit or preemption sends SIGTERM to every process of the task, the worker too: the
+    # cell it was measuring did not crash, it was stopped, so it gets no row (a resume measures it again)
+    stopped: list[int] = []
+
+    def stop(signum, frame):
+        stopped.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     runner = CellRunner(config, settings)
     written = 0
     finished = False
@@ -261,6 +275,8 @@ def run_task(task: dict[str, Any]) -> int:
         with (shards / f"{name}.jsonl").open("ab") as fh:
             for spec in specs:
                 row = precheck(spec, skip) or runner.run(spec)
+                if stopped:  # the signal landed after the worker died, before the handler ran
+                    raise KeyboardInterrupt
                 skip.note(spec, row["status"])
                 fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
                 fh.flush()
@@ -306,19 +322,24 @@ class ShardReader:
     """New complete rows and device records in shards/, each handed out once, oldest-finished first
     within a poll. A line still being written (no newline yet) waits for the next poll."""
 
-    def __init__(self, shards: Path) -> None:
+    def __init__(self, shards: Path, names: list[str] | None = None) -> None:
         self.shards = shards
+        self.names = None if names is None else set(names)  # None: every shard there is
         self.offset: dict[Path, int] = {}
         self.devices: set[Path] = set()
         self.count: dict[str, int] = {}
 
     def poll(self) -> Iterator[tuple[str, dict[str, Any]]]:
         for path in sorted(self.shards.glob("*.device.json")):
+            if self.names is not None and path.name.split(".")[0] not in self.names:
+                continue
             if path not in self.devices:
                 self.devices.add(path)
                 yield from (("device", r) for r in json.loads(path.read_text()))
         rows = []
-        for path in sorted(p for p in self.shards.glob("*.jsonl")):
+        for path in sorted(self.shards.glob("*.jsonl")):
+            if self.names is not None and path.stem not in self.names:
+                continue
             with path.open("rb") as fh:
                 fh.seek(self.offset.get(path, 0))
                 data = fh.read()
@@ -338,7 +359,7 @@ class ShardReader:
 
 def collect(
     run_dir: Path,
-    done: set[str],
+    done: dict[str, dict[str, Any]],
     on_row: OnRow,
     on_device: OnDevice,
     *,
@@ -346,9 +367,10 @@ def collect(
     poll_s: float = POLL_S,
     message: Callable[[str], None] = lambda _: None,
 ) -> list[str]:
-    """Every shard row of a run not yet in rows.jsonl, handed to on_row (first finished kept); waits for the
-    array tasks still alive first (unless `wait` is false). Returns notes for the user (duplicates, tasks
-    given up on). The caller holds the run's writer lock."""
+    """Every shard row of a run not yet in rows.jsonl (`done`: its rows by cell_id), handed to on_row; waits
+    for the array tasks still alive first (unless `wait` is false). A cell measured twice keeps the row that
+    reached rows.jsonl first, or else the first finished. Returns notes for the user (the duplicates). The
+    caller holds the run's writer lock."""
     shards = run_dir / SHARDS
     if not shards.is_dir():
         return []
@@ -360,10 +382,12 @@ def collect(
         if kind == "device":
             on_device(item)
         elif item["cell_id"] in seen:
-            notes.append(
-                f"cell {item['cell_id']} came back twice: kept the first finished row, dropped the one "
-                f"finished at {item.get('finished_at')}"
-            )
+            first = done.get(item["cell_id"], {})
+            if any(first.get(k) != v for k, v in item.items() if k != "run_id"):  # not merged before
+                notes.append(
+                    f"cell {item['cell_id']} came back twice: kept the first finished row, dropped the one "
+                    f"finished at {item.get('finished_at')}"
+                )
         else:
             seen.add(item["cell_id"])
             on_row(item)
@@ -397,7 +421,7 @@ def _alive_tasks(shards: Path) -> list[str]:
 
 def _job_alive(record: dict[str, Any], job_id: str, chunks: list[str], shards: Path) -> bool:
     if record["backend"] == "slurm":
-        return not _submitit().SlurmJob(folder=record["folder"], job_id=job_id).done()
+        return not _ended(_submitit().SlurmJob(folder=record["folder"], job_id=job_id))
     # submitit's local job id is the pid of its controller, whose children run the task: either alive
     # means rows may still come; from another host no process can be asked
     if record["host"] != socket.gethostname():
@@ -408,6 +432,23 @@ def _job_alive(record: dict[str, Any], job_id: str, chunks: list[str], shards: P
         if task.is_file():
             pids.append(json.loads(task.read_text())["pid"])
     return any(_pid_alive(pid) for pid in pids)
+
+
+def _ended(job) -> bool:
+    """Whether a submitit job has ended. submitit asks sacct; a cluster without accounting answers nothing
+    (state UNKNOWN), and a task killed before writing its result would then run forever: there, a job that
+    squeue no longer lists has ended."""
+    if job.done():
+        return True
+    if getattr(job, "_process", None) is not None or job.state.upper() != "UNKNOWN":
+        return False  # a local job (its process said), or one sacct knows is still on its way
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%T", "-j", str(job.job_id)], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return (out.returncode == 0 and not out.stdout.strip()) or "Invalid job id" in out.stderr
 
 
 def _pid_alive(pid: int) -> bool:
