@@ -114,7 +114,7 @@ class SlurmExecutor:
         procs = max(1, self.options["gpus_per_node"])  # one process (one CellRunner) per GPU of a node
         n_tasks = self.options["tasks"] or min(DEFAULT_MAX_TASKS, len(_series(todo)))
         chunks = split(todo, n_tasks * procs)
-        shards = plan.run_dir / SHARDS
+        shards = plan.run_dir.resolve() / SHARDS  # absolute: the tasks, and a later collect, start elsewhere
         shards.mkdir(exist_ok=True)
         submission = 1 + len(list(shards.glob("submission-*.json")))
         names = [f"s{submission}-{i:04d}" for i in range(len(chunks))]
@@ -148,7 +148,8 @@ class SlurmExecutor:
             "tasks": tasks,
         }
         _write_json(shards / f"submission-{submission}.json", record)
-        seen = {r["cell_id"] for r in plan.done}
+        # a cell planned again (--redo-drift) is not a duplicate when it comes back
+        seen = {r["cell_id"] for r in plan.done} - {c.cell_id for c in plan.cells}
         reader = ShardReader(shards, names)  # this submission's shards: earlier ones are collect's
         while True:
             finished = all(_ended(job) for job in jobs)  # asked before reading: no last row is missed
