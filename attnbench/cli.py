@@ -1,4 +1,6 @@
-"""The attnbench CLI: run, repro, export, report, compare, list, check, env, profile, import-benchmark.
+"""The attnbench CLI: run, collect, repro, export, report, compare, list, check, env, profile, import.
+
+(`import` is import-benchmark: a pytest-benchmark JSON file as a run.)
 
 Bad input (unknown names, bad numbers, missing files) is reported as one line on stderr with exit
 status 2, before any work starts and before anything is written.
@@ -83,6 +85,37 @@ SWEEP_FLAGS = ("preset", "config", *AXIS_FLAGS)
 SETTING_FLAGS = tuple(TEXT_SETTINGS)
 
 
+def _add_slurm_flags(g) -> None:
+    g.add_argument("--slurm-partition", metavar="NAME", help="slurm: the partition to submit to")
+    g.add_argument(
+        "--slurm-gpus-per-node",
+        type=int,
+        metavar="N",
+        help="slurm: GPUs per array task; the task runs one worker process per GPU (default 0: CPU only)",
+    )
+    g.add_argument("--slurm-time", metavar="TIME", help="slurm: time limit per task, minutes or HH:MM:SS")
+    g.add_argument("--slurm-array-parallelism", type=int, metavar="N", help="slurm: most tasks at once")
+    g.add_argument(
+        "--slurm-tasks",
+        type=int,
+        metavar="N",
+        help="slurm: array tasks to split the cells into (default: one per series, at most 32); a series "
+        "(a variant and shape at every seq_len) stays in one task",
+    )
+    g.add_argument(
+        "--slurm-opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="slurm: any other sbatch option, e.g. --slurm-opt account=proj (repeatable)",
+    )
+    g.add_argument(
+        "--slurm-local",
+        action="store_true",
+        help="slurm: run the array tasks as processes on this machine (submitit's LocalExecutor; no Slurm "
+        "needed: for testing, and for machines without it)",
+    )
+
+
 def sweep_from_args(args: argparse.Namespace):
     """SweepSpec from preset/config + flags; BadInput naming the bad value."""
     from attnbench.harness.spec import sweep_from_text
@@ -120,9 +153,34 @@ def _rerun_plan(args: argparse.Namespace):
         raise BadInput(str(exc)) from None
 
 
+# --slurm-* flag dest -> SlurmExecutor keyword (harness/executors/slurm.py)
+SLURM_FLAGS = {
+    "slurm_partition": "partition",
+    "slurm_gpus_per_node": "gpus_per_node",
+    "slurm_time": "time",
+    "slurm_array_parallelism": "array_parallelism",
+    "slurm_tasks": "tasks",
+    "slurm_opt": "opts",
+    "slurm_local": "local",
+}
+
+
 def _executor_options(args: argparse.Namespace) -> dict:
     """The flags of the chosen executor (harness.executors), as its constructor's keywords."""
-    return {}
+    values = {key: getattr(args, dest, None) for dest, key in SLURM_FLAGS.items()}
+    given = {key: v for key, v in values.items() if v is not None and v is not False}  # 0 is given
+    if args.executor != "slurm":
+        if given:
+            dest = next(d for d, k in SLURM_FLAGS.items() if k in given)
+            raise BadInput(f"--{dest.replace('_', '-')} is an option of --executor slurm; give that too")
+        return {}
+    from attnbench.harness import executors
+
+    try:  # the options' own checks, here so that a bad one costs no start-up
+        executors.get("slurm", given)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    return given
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -171,6 +229,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
+    if summary.collected:
+        counts = f"{summary.collected} rows collected from array task shards; " + counts
+    for note in summary.notes:
+        print(f"attnbench: note: {note}", file=sys.stderr)
     if summary.interrupted:
         print(
             f"interrupted: finished rows are kept in {summary.path} ({counts}); "
@@ -183,6 +245,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"compare with: attnbench compare {args.rerun} {summary.path}", file=sys.stderr)
     print(summary.path)
     return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    """`attnbench run --resume` under another name, for a run whose driver went away: wait for the array
+    tasks still running, merge their shards, then measure what is missing with the run's own executor (its
+    recorded --slurm-* options), or --executor local."""
+    from attnbench.results import RunDirError
+    from attnbench.results.store import read_meta
+
+    try:
+        meta = read_meta(args.run_dir)
+    except RunDirError as exc:
+        raise BadInput(str(exc)) from None
+    args.resume, args.out, args.rerun, args.redo_drift = True, args.run_dir, None, False
+    for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, "env", "variant_file", "cells", "status", *SLURM_FLAGS):
+        setattr(args, dest, None)
+    if args.executor is None:
+        args.executor = meta.get("executor", "local")
+        if args.executor == "slurm":
+            for dest, key in SLURM_FLAGS.items():
+                setattr(args, dest, _last_slurm_options(args.run_dir).get(key))
+    return cmd_run(args)
+
+
+def _last_slurm_options(run_dir: str) -> dict:
+    """The --slurm-* options of a run's last submission (shards/submission-N.json), {} when it made none."""
+    subs = sorted(Path(run_dir, "shards").glob("submission-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    return json.loads(subs[-1].read_text()).get("options", {}) if subs else {}
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -549,8 +639,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor",
         default="local",
         metavar="|".join(EXECUTORS),
-        help="local: this machine, one worker process (default)",
+        help="local: this machine, one worker process (default); slurm: submitit array tasks (needs "
+        "attnbench[slurm]; see README 'Scaling out')",
     )
+    _add_slurm_flags(x)
     r = p.add_argument_group(
         "measure an earlier run's cells again (into a new run; then `attnbench compare`)"
     )
@@ -560,6 +652,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--cells", metavar="ID,...", help="only these cell_ids of --rerun RUN_DIR (default: all)")
     r.add_argument("--status", metavar="STATUS", help="only the cells of --rerun RUN_DIR with this status")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "collect",
+        help="gather a slurm run's array-task shards (waiting for live tasks), then run what is missing",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "--executor",
+        metavar="|".join(EXECUTORS),
+        help="measure the missing cells here (local) or again on Slurm (default: the run's own, with the "
+        "--slurm-* options of its last submission)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("repro", help="print the one `attnbench run` command that measures one cell again")
     p.add_argument("run_dir", metavar="RUN_DIR")

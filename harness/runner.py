@@ -19,10 +19,11 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import read_meta
+from attnbench.results.store import SHARDS, read_meta
 
 from . import executors, fingerprint, timing
 from .cellrunner import CellRunner
+from .executors.slurm import collect as collect_shards
 from .isolation import WorkerDied, WorkerTimeout
 from .progress import Progress
 from .spec import CellSpec, SweepSpec, check_cpu_affinity
@@ -40,6 +41,8 @@ class RunSummary:
     counts: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
     resumed: int = 0
+    collected: int = 0  # rows gathered from array tasks' shards by a resume (harness.executors.slurm)
+    notes: list[str] = field(default_factory=list)  # what the command tells the user (duplicates, lost tasks)
 
 
 def default_variants() -> list[str]:
@@ -139,12 +142,8 @@ def run(
     if chosen is not None:
         keep = set(chosen)
         cells = [c for c in cells if c.cell_id in keep]
-    # --redo-drift: cells whose row was measured while the machine drifted (results.drift) run again; the
-    # new row is appended and replaces the old one when the run is loaded
-    redo = drift.drifted_cells(list(writer.done.values())) if redo_drift else set()
-    todo = [c for c in cells if c.cell_id not in writer.done or c.cell_id in redo]
     progress = progress or Progress(enabled=False)
-    summary = RunSummary(path=path, resumed=len(cells) - len(todo))
+    summary = RunSummary(path=path)
     settings = sweep.settings
     config = {
         "threads": settings.threads,
@@ -168,6 +167,13 @@ def run(
             progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
             writer.write_json(NUMERICS_FILE, _numerics(sweep, names, local))
         run_id = read_meta(path)["run_id"]
+        if resume:  # rows array tasks wrote to shards/ after their driver went away (or still write)
+            summary.notes += _collect_shards(path, writer, run_id, summary, progress)
+        # --redo-drift: cells whose row was measured while the machine drifted (results.drift) run again;
+        # the new row is appended and replaces the old one when the run is loaded
+        redo = drift.drifted_cells(list(writer.done.values())) if redo_drift else set()
+        todo = [c for c in cells if c.cell_id not in writer.done or c.cell_id in redo]
+        summary.resumed = len(cells) - len(todo)
         progress.start(total=len(todo), done_before=summary.resumed, run_dir=path)
 
         def on_row(row: dict[str, Any]) -> None:
@@ -184,7 +190,10 @@ def run(
             done=list(writer.done.values()),
             local=local,
         )
-        chosen_executor.run(plan, on_row, writer.add_device)
+        try:
+            chosen_executor.run(plan, on_row, writer.add_device)
+        finally:
+            summary.notes += getattr(chosen_executor, "notes", [])
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
@@ -193,6 +202,19 @@ def run(
         if local is not None:
             local.close(kill=summary.interrupted)
     return summary
+
+
+def _collect_shards(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:
+    """Merge the shards of array tasks (--executor slurm) into rows.jsonl, waiting for live tasks; notes."""
+    if not (path / SHARDS).is_dir():
+        return []
+
+    def on_row(row: dict[str, Any]) -> None:
+        row["run_id"] = run_id
+        writer.append(row)
+        summary.collected += 1
+
+    return collect_shards(path, dict(writer.done), on_row, writer.add_device, message=progress.message)
 
 
 def _meta(

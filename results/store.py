@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -301,24 +302,36 @@ def uncollected_rows(path: str | Path) -> list[dict[str, Any]]:
     return [row for cid, (_, row) in chosen.items() if cid not in collected]
 
 
+def shard_rows_to_add(
+    path: str | Path, done: Mapping[str, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[Duplicate]]:
+    """The one rule for merging shards: the shard rows to append to a run whose rows.jsonl holds `done` (its
+    rows by cell_id), and the duplicates left out. A cell found in several shards keeps its first finished
+    row; a cell rows.jsonl already holds keeps that row (rows.jsonl is append-only); a shard row identical to
+    the one collected is no duplicate (merging twice adds nothing)."""
+    chosen, duplicates = _shard_choice(Path(path))
+    add = []
+    for cid, (src, row) in chosen.items():
+        if cid in done:
+            if any(done[cid].get(k) != v for k, v in row.items() if k != "run_id"):
+                duplicates.append(Duplicate(cid, ROWS, src))
+            continue
+        add.append(row)
+    return add, duplicates
+
+
 def merge_shards(path: str | Path) -> ShardMerge:
-    """Collect shards/*.jsonl into the run's rows.jsonl, by cell_id, as the run's one writer (RunWriter:
-    refused while another writer holds the run). A cell found in several shards keeps its first finished
-    row; a cell rows.jsonl already holds keeps that row (rows.jsonl is append-only). Each row left out is
-    returned as a Duplicate, so that the caller can say so; a shard row identical to the one collected is
-    no duplicate (merging twice adds nothing). The shard files are left as they are."""
+    """Collect shards/*.jsonl into the run's rows.jsonl by cell_id (shard_rows_to_add), as the run's one
+    writer (RunWriter: refused while another writer holds the run). Each row left out is returned as a
+    Duplicate, so that the caller can say so. The shard files are left as they are."""
     p = Path(path)
     writer = RunWriter(p, resume=True)
     result = ShardMerge()
     try:
-        chosen, result.duplicates = _shard_choice(p)
-        for cid, (src, row) in chosen.items():
-            if cid in writer.done:
-                if writer.done[cid] != row:
-                    result.duplicates.append(Duplicate(cid, ROWS, src))
-                continue
+        rows, result.duplicates = shard_rows_to_add(p, writer.done)
+        for row in rows:
             writer.append(row)
-            result.added.append(cid)
+            result.added.append(row["cell_id"])
     finally:
         writer.close()
     return result

@@ -1,0 +1,176 @@
+"""--executor slurm through submitit's LocalExecutor (real subprocess array tasks; no Slurm needed): shards,
+a killed task's finished rows kept, `attnbench collect` merging with nothing lost or doubled, one writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import DATA, ROOT, cli_env, run_cli
+
+from attnbench.harness.executors.slurm import _minutes, parse_opts, run_task, split
+from attnbench.harness.spec import sweep_from_text
+from attnbench.results.store import RunWriter, read_rows
+
+pytest.importorskip("submitit")
+
+SLOW = DATA / "slow_variants.py"
+TINY = ["--heads", "1", "--d-k", "16", "--budget-ms", "5", "--warmup-ms", "2", "--min-samples", "5"]
+TINY += ["--max-samples", "5", "--threads", "1"]
+
+
+def test_split_keeps_each_series_in_one_chunk():
+    sweep = sweep_from_text({"variants": "naive,chunked", "seq_len": "16..128", "causal": "both"})
+    cells = sweep.cells(["naive", "chunked"])
+    chunks = split(cells, 3)
+    assert len(chunks) == 3
+    assert sorted(c.cell_id for ch in chunks for c in ch) == sorted(c.cell_id for c in cells)
+    for ch in chunks:  # OOM/timeout skip-ahead needs a whole series in one task, in seq_len order
+        for c in ch:
+            same = [d.seq_len for d in cells if d.group_key == c.group_key]
+            assert [d.seq_len for d in ch if d.group_key == c.group_key] == same
+    assert len(split(cells, 100)) == 4  # never more chunks than series
+
+
+def test_slurm_flag_text():
+    assert _minutes("90") == 90 and _minutes("1:30:00") == 90 and _minutes("1-00:00:01") == 24 * 60 + 1
+    assert parse_opts(["account=proj", "qos=high"]) == {"account": "proj", "qos": "high"}
+    with pytest.raises(ValueError, match="--slurm-opt takes KEY=VALUE"):
+        parse_opts(["account"])
+
+
+BAD = [
+    (["--slurm-partition", "gpu"], "--slurm-partition is an option of --executor slurm"),
+    (["--executor", "slurm", "--slurm-opt", "noequals"], "--slurm-opt takes KEY=VALUE"),
+    (["--executor", "slurm", "--slurm-time", "soon"], "--slurm-time takes minutes or [D-]HH:MM:SS"),
+    (["--executor", "slurm", "--slurm-tasks", "0"], "--slurm-tasks must be 1 or more"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_slurm_flags_are_one_line_exit_2(tmp_path, args, message):
+    out = tmp_path / "r"
+    p = run_cli("run", "--variants", "naive", *args, "--out", str(out))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr, p.stderr
+    assert not out.exists()
+
+
+def test_no_sbatch_is_refused_before_anything_is_written(tmp_path):
+    env_path = os.environ.get("PATH", "")
+    if any(os.access(os.path.join(d, "sbatch"), os.X_OK) for d in env_path.split(os.pathsep)):
+        pytest.skip("this machine has Slurm")
+    p = run_cli("run", "--variants", "naive", "--executor", "slurm", "--out", str(tmp_path / "r"))
+    assert p.returncode == 2 and "no sbatch on PATH" in p.stderr and "--slurm-local" in p.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_task_that_cannot_see_the_run_directory_says_so(tmp_path):
+    (tmp_path / "shards").mkdir()
+    with pytest.raises(RuntimeError, match="on a filesystem the nodes share"):
+        run_task(
+            {"run_dir": str(tmp_path), "submission": 1, "token": "t"}
+            | {"group": [], "config": {}, "seeds": []}
+        )
+
+
+def test_a_second_collector_is_refused(tmp_path):
+    out = tmp_path / "r"
+    sweep = sweep_from_text({"variants": "naive", "seq_len": "16"})
+    writer = RunWriter(out)
+    writer.write_meta({"run_id": "x", "sweep": sweep.to_dict(), "variants": ["naive"], "executor": "slurm"})
+    (out / "shards").mkdir()
+    submission = {"backend": "local", "host": "h", "options": {"local": True}, "tasks": []}
+    (out / "shards" / "submission-1.json").write_text(json.dumps(submission))
+    try:  # this test holds the lock, as a running collector would
+        p = run_cli("collect", str(out))
+    finally:
+        writer.close()
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert f"is being written by pid {os.getpid()}" in p.stderr
+    assert not (out / "rows.jsonl").exists()
+
+
+def _shard_rows(out):
+    rows = []
+    for path in sorted((out / "shards").glob("*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    return rows
+
+
+@pytest.mark.slow
+def test_slurm_local_run_writes_shards_and_every_row_once(tmp_path):
+    out = tmp_path / "r"
+    p = run_cli(
+        "run", "--executor", "slurm", "--slurm-local", "--slurm-tasks", "2", "--variants", "naive,chunked",
+        "--seq-len", "16,32", *TINY, "--out", str(out), "-q", check=True,
+    )  # fmt: skip
+    rows = read_rows(out)
+    ids = [r["cell_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 4 and {r["status"] for r in rows} == {"ok"}, p.stderr
+    shards = sorted(p.name for p in (out / "shards").glob("*.jsonl"))
+    assert shards == ["s1-0000.jsonl", "s1-0001.jsonl"]
+    assert all((out / "shards" / f"s1-000{i}.done").is_file() for i in (0, 1))
+    assert all((out / "shards" / f"s1-000{i}.device.json").is_file() for i in (0, 1))
+    # the rows.jsonl rows are the shard rows, untouched but for the run id
+    meta = json.loads((out / "meta.json").read_text())
+    by_id = {r["cell_id"]: {**r, "run_id": meta["run_id"]} for r in _shard_rows(out)}
+    assert {r["cell_id"]: r for r in rows} == by_id
+    assert meta["executor"] == "slurm" and len(meta["devices"]) == 1  # one host, described by the driver
+    sub = json.loads((out / "shards" / "submission-1.json").read_text())
+    assert sub["backend"] == "local" and len(sub["tasks"]) == 2
+
+
+def _wait(cond, proc, what, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        assert proc.poll() is None, (what, proc.communicate())
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(tmp_path):
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", "run", "--executor", "slurm", "--slurm-local", "--slurm-tasks",
+         "2", "--variant-file", str(SLOW), "--variants", "slow_naive", "--seq-len", "16..64", "--causal",
+         "both", *TINY, "--out", str(out), "-q"],
+        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    sub = out / "shards" / "submission-1.json"
+    _wait(sub.is_file, proc, "the submission")
+    tasks = json.loads(sub.read_text())["tasks"]
+    victim = out / "shards" / f"{tasks[0]['chunks'][0]}.jsonl"
+    _wait(lambda: victim.is_file() and victim.read_text().count("\n") >= 1, proc, "a first row")
+    task = json.loads((out / "shards" / f"{tasks[0]['chunks'][0]}.task.json").read_text())
+    os.kill(task["pid"], signal.SIGKILL)  # an array task killed mid-sweep
+    proc.kill()  # and its driver gone too: no cleanup at all
+    proc.wait()
+    kept = [json.loads(line) for line in victim.read_text().splitlines() if line.endswith("}")]
+    assert 1 <= len(kept) < 3  # the killed task kept its finished rows, and left cells undone
+
+    p = run_cli("collect", str(out), check=True, timeout=600)  # waits for task 1, then runs what is missing
+    rows = read_rows(out)
+    ids = [r["cell_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 2 * 3, p.stderr  # 0 lost, 0 duplicates
+    by_id = {r["cell_id"]: r for r in rows}
+    for row in kept:  # the killed task's rows are the ones kept, not measured again
+        assert by_id[row["cell_id"]]["finished_at"] == row["finished_at"]
+        assert by_id[row["cell_id"]]["samples_ms"] == row["samples_ms"]
+    assert all(r["status"] == "ok" for r in rows)
+    assert (out / "shards" / "submission-2.json").is_file()  # the missing cells went to new array tasks
+
+    # a cell that comes back twice: the first finished row is kept and the command says so
+    twice = {**kept[0], "finished_at": "2999-01-01T00:00:00+00:00"}
+    (out / "shards" / "s9-0000.jsonl").write_text(json.dumps(twice) + "\n")
+    p = run_cli("collect", str(out), check=True, timeout=300)
+    assert f"cell {twice['cell_id']} came back twice: kept the first finished row" in p.stderr
+    assert read_rows(out) == rows
