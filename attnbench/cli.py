@@ -122,7 +122,16 @@ def _rerun_plan(args: argparse.Namespace):
 
 def _executor_options(args: argparse.Namespace) -> dict:
     """The flags of the chosen executor (harness.executors), as its constructor's keywords."""
-    return {}
+    options: dict = {}
+    if args.devices is not None:
+        if args.executor != "local":
+            raise BadInput(f"--devices picks this machine's GPUs for --executor local, not {args.executor}")
+        options["devices"] = args.devices
+    if args.ray_address is not None:
+        if args.executor != "ray":
+            raise BadInput("--ray-address names the Ray cluster of --executor ray")
+        options["address"] = args.ray_address
+    return options
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -540,7 +549,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor",
         default="local",
         metavar="|".join(EXECUTORS),
-        help="local: this machine, one worker process (default)",
+        help="local: this machine, one worker process (default), or one per GPU with --devices; "
+        "ray: one worker per GPU (or per CPU node) of a Ray cluster",
+    )
+    x.add_argument(
+        "--devices",
+        metavar="cuda:0,cuda:1|all",
+        help="--executor local: measure on these GPUs at once, one worker pinned to each (all: every "
+        "visible CUDA device; cpu: one CPU worker, at most one per machine)",
+    )
+    x.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="--executor ray: the cluster to join (as given to `ray start --address`); default: start a "
+        "local one on this machine",
     )
     r = p.add_argument_group(
         "measure an earlier run's cells again (into a new run; then `attnbench compare`)"

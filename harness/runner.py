@@ -156,6 +156,7 @@ def run(
             run_dir=path,
             done=list(writer.done.values()),
             local=local,
+            described=set(read_meta(path).get("devices", {})),
         )
         chosen_executor.run(plan, on_row, writer.add_device)
     except KeyboardInterrupt:
