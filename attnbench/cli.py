@@ -167,13 +167,22 @@ SLURM_FLAGS = {
 
 def _executor_options(args: argparse.Namespace) -> dict:
     """The flags of the chosen executor (harness.executors), as its constructor's keywords."""
+    options: dict = {}
+    if args.devices is not None:
+        if args.executor != "local":
+            raise BadInput(f"--devices picks this machine's GPUs for --executor local, not {args.executor}")
+        options["devices"] = args.devices
+    if args.ray_address is not None:
+        if args.executor != "ray":
+            raise BadInput("--ray-address names the Ray cluster of --executor ray")
+        options["address"] = args.ray_address
     values = {key: getattr(args, dest, None) for dest, key in SLURM_FLAGS.items()}
     given = {key: v for key, v in values.items() if v is not None and v is not False}  # 0 is given
     if args.executor != "slurm":
         if given:
             dest = next(d for d, k in SLURM_FLAGS.items() if k in given)
             raise BadInput(f"--{dest.replace('_', '-')} is an option of --executor slurm; give that too")
-        return {}
+        return options
     from attnbench.harness import executors
 
     try:  # the options' own checks, here so that a bad one costs no start-up
@@ -259,6 +268,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         raise BadInput(str(exc)) from None
     args.resume, args.out, args.rerun, args.redo_drift = True, args.run_dir, None, False
+    args.devices = args.ray_address = None
     for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, "env", "variant_file", "cells", "status", *SLURM_FLAGS):
         setattr(args, dest, None)
     if args.executor is None:
@@ -639,8 +649,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor",
         default="local",
         metavar="|".join(EXECUTORS),
-        help="local: this machine, one worker process (default); slurm: submitit array tasks (needs "
+        help="local: this machine, one worker process (default), or one per GPU with --devices; "
+        "ray: one worker per GPU (or per CPU node) of a Ray cluster; slurm: submitit array tasks (needs "
         "attnbench[slurm]; see README 'Scaling out')",
+    )
+    x.add_argument(
+        "--devices",
+        metavar="cuda:0,cuda:1|all",
+        help="--executor local: measure on these GPUs at once, one worker pinned to each (all: every "
+        "visible CUDA device; cpu: one CPU worker, at most one per machine)",
+    )
+    x.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="--executor ray: the cluster to join (as given to `ray start --address`); default: start a "
+        "local one on this machine",
     )
     _add_slurm_flags(x)
     r = p.add_argument_group(
@@ -663,6 +686,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="|".join(EXECUTORS),
         help="measure the missing cells here (local) or again on Slurm (default: the run's own, with the "
         "--slurm-* options of its last submission)",
+    )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="collect even though this machine's set-up differs from the run's (as for run --resume)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_collect)

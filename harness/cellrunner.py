@@ -9,6 +9,7 @@ task one: the same code decides every cell's fate everywhere.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
 from attnbench import variants
@@ -74,10 +75,15 @@ class CellRunner:
             self.replace()
             raise
 
-    def describe(self, device: str, dtypes: list[str]) -> dict[str, Any]:
+    def describe(self, device: str, dtypes: list[str], known: Collection[str] = ()) -> dict[str, Any] | None:
         """Where this runner's worker measures `device`, with that device's calibration: one entry of
-        meta.json `devices` (ARCHITECTURE.md, "Where a row was measured")."""
+        meta.json `devices` (ARCHITECTURE.md, "Where a row was measured"). None when its `where_key` is in
+        `known` (a device the run has described already: its calibration is not measured twice)."""
+        from attnbench.results.formulas import where_key
+
         where = self.request({"op": "where", "device": device}, timeout=120)["value"]
+        if where_key(where.get("host"), device, where.get("gpu_uuid")) in known:
+            return None
         calibration = self.request(
             {"op": "calibrate", "device": device, "dtypes": list(dtypes)}, timeout=600
         )["value"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from typing import Any
 from .worker import worker_main
 
 STARTUP_TIMEOUT_S = 180.0
+# os.environ is process-wide: workers started from several threads at once (the GPU pool, one thread per
+# GPU, each pinning its own CUDA_VISIBLE_DEVICES) take turns setting it, or one would inherit another's pin
+_SPAWN_LOCK = threading.Lock()
 
 
 class WorkerDied(RuntimeError):
@@ -65,7 +69,7 @@ class Worker:
         self.proc = ctx.Process(
             target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
         )
-        with _environment(config.get("env") or {}):
+        with _SPAWN_LOCK, _environment(config.get("env") or {}):
             self.proc.start()
         child.close()
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")

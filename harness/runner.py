@@ -189,6 +189,7 @@ def run(
             run_dir=path,
             done=list(writer.done.values()),
             local=local,
+            described=set(read_meta(path).get("devices", {})),
         )
         try:
             chosen_executor.run(plan, on_row, writer.add_device)

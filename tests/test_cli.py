@@ -84,7 +84,7 @@ BAD_RUNS = [
     (["--cpu-affinity", "3-1"], "cpu-affinity range '3-1' must go from a CPU number up to a larger one"),
     (["--cpu-affinity", "one"], "cpu-affinity takes CPU numbers like 0,1 or 0-3, got 'one'"),
     (["--max-samples", "2"], "need 5 <= min_samples <= max_samples"),
-    (["--executor", "nope"], "unknown executor 'nope'; known: local"),
+    (["--executor", "nope"], "unknown executor 'nope'; known: local, ray"),
 ]
 
 

@@ -17,6 +17,7 @@ from .base import Executor, Plan
 # name -> "module:Class", imported only when chosen (ray and submitit are optional dependencies)
 EXECUTORS = {
     "local": "attnbench.harness.executors.local:LocalExecutor",
+    "ray": "attnbench.harness.executors.ray:RayExecutor",
     "slurm": "attnbench.harness.executors.slurm:SlurmExecutor",
 }
 

@@ -26,6 +26,9 @@ class Plan:
     # the runner's own CellRunner, already fingerprinted and calibrated on this machine's devices; an
     # executor that measures here (local) reuses it instead of starting another worker process
     local: CellRunner | None = None
+    # where_keys of the devices meta.json describes already: an executor describes (and calibrates) only
+    # the devices it reaches that are not among them
+    described: set[str] = field(default_factory=set)
 
 
 class Executor(Protocol):

@@ -1,0 +1,47 @@
+"""Test-only variants for the executors (loaded with --variant-file): which worker ran a cell, a cell that
+waits without using the CPU, and one that kills the Ray actor it runs under."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from attnbench import variants
+
+
+def _fine(q, k, v):
+    return variants.get("naive").fn(q, k, v)
+
+
+@variants.register("pin_probe", description="fails with the CUDA_VISIBLE_DEVICES its worker was given")
+def pin_probe(q, k, v, **kw):
+    time.sleep(0.3)  # long enough that the pool's workers overlap
+    pin = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    raise RuntimeError(f"pinned CUDA_VISIBLE_DEVICES={pin} pid={os.getpid()} t={time.time():.3f}")
+
+
+@variants.register("instant", description="answers at once (scheduling overhead)")
+def instant(q, k, v, **kw):
+    return _fine(q, k, v)
+
+
+_waited: set = set()
+
+
+@variants.register("sleep_1s", description="waits 1 s without using the CPU, once per shape, then answers")
+def sleep_1s(q, k, v, **kw):
+    key = tuple(q.shape)
+    if key not in _waited:  # the first call of each cell: the cell then costs ~1 s however often it is timed
+        _waited.add(key)
+        time.sleep(float(os.environ.get("ATTNBENCH_TEST_SLEEP_S", "1")))
+    return _fine(q, k, v)
+
+
+@variants.register("kill_actor", description="once (marker file), SIGKILLs its parent: the Ray actor")
+def kill_actor(q, k, v, **kw):
+    marker = Path(os.environ["ATTNBENCH_TEST_KILL_MARKER"])
+    if q.shape[2] == int(os.environ.get("ATTNBENCH_TEST_KILL_AT", "64")) and not marker.exists():
+        marker.write_text(str(os.getppid()))
+        os.kill(os.getppid(), signal.SIGKILL)  # the worker follows its parent (PR_SET_PDEATHSIG)
+        time.sleep(60)
+    return _fine(q, k, v)

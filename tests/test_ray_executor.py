@@ -1,0 +1,123 @@
+"""--executor ray against a real local Ray cluster (the run starts it, on loopback), through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import DATA, ROOT, cli_env, run_cli
+
+from attnbench.harness.executors.ray import cluster_slots
+from attnbench.results.formulas import where_key
+from attnbench.results.store import read_rows
+
+SCALEOUT = DATA / "scaleout_variants.py"
+TINY = ["--heads", "1", "--budget-ms", "5", "--warmup-ms", "2", "--min-samples", "5", "--quiet"]
+
+
+def test_one_cpu_actor_per_node_and_one_per_gpu():
+    nodes = [
+        {"NodeID": "a", "Alive": True, "Resources": {"CPU": 16.0, "GPU": 2.0}},
+        {"NodeID": "b", "Alive": True, "Resources": {"CPU": 8.0}},
+        {"NodeID": "c", "Alive": False, "Resources": {"CPU": 8.0}},
+    ]
+    cpu = cluster_slots(nodes, ("cpu",))
+    assert [(s.node_id, s.num_cpus) for s in cpu] == [("a", 16.0), ("b", 8.0)]  # all of each node's CPUs
+    gpu = cluster_slots(nodes, ("cuda",))
+    assert [(s.node_id, s.label, s.num_gpus) for s in gpu] == [("a", "cuda0", 1), ("a", "cuda1", 1)]
+
+
+def test_missing_ray_is_one_line(tmp_path):
+    """Without ray installed, --executor ray is refused before any work, naming the extra to install."""
+    code = "import sys; sys.modules['ray'] = None; from attnbench.cli import main; sys.exit(main())"
+    out = tmp_path / "r"
+    args = ["run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out)]
+    p = subprocess.run(
+        [sys.executable, "-c", code, *args], env=cli_env(), capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "install 'attnbench[ray]'" in p.stderr and not out.exists()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster for the module (started here, on loopback; its start costs ~15 s), joined
+    by every `attnbench run` below through --ray-address; shut down with the module."""
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # see harness/executors/ray.py
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ["--executor", "ray", "--ray-address", ray.get_runtime_context().gcs_address]
+    finally:
+        ray.shutdown()
+
+
+def _statuses(out):
+    return {r["cell_id"]: r["status"] for r in read_rows(out)}
+
+
+@pytest.mark.slow
+def test_ray_matches_local_cells_and_statuses(tmp_path, cluster):
+    sweep = [
+        "--variant-file",
+        str(SCALEOUT),
+        "--variants",
+        "naive,pin_probe,sdpa_efficient",
+        "--seq-len",
+        "16,32",
+    ]
+    local, ray = tmp_path / "local", tmp_path / "ray"
+    run_cli("run", *sweep, *TINY, "--out", str(local), check=True, timeout=300)
+    run_cli("run", *sweep, *TINY, *cluster, "--out", str(ray), check=True, timeout=300)
+    assert _statuses(ray) == _statuses(local) and len(_statuses(ray)) == 6
+    assert set(_statuses(ray).values()) == {"ok", "error", "unsupported"}
+    meta = json.loads((ray / "meta.json").read_text())
+    assert meta["executor"] == "ray"
+    measured = [r for r in read_rows(ray) if r["status"] == "ok"]
+    assert {where_key(r["host"], r["device"], r["gpu_uuid"]) for r in measured} <= set(meta["devices"])
+
+
+@pytest.mark.slow
+def test_a_killed_actor_costs_its_cell_only_and_resume_loses_nothing(tmp_path, cluster):
+    out, marker = tmp_path / "r", tmp_path / "killed"
+    args = [
+        "run", "--variant-file", str(SCALEOUT), "--variants", "kill_actor,sleep_1s",
+        "--seq-len", "32,64,96,128",
+        "--env", f"ATTNBENCH_TEST_KILL_MARKER={marker}", "--env", "ATTNBENCH_TEST_SLEEP_S=0.5",
+        *cluster, *TINY, "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *args], cwd=ROOT, env=cli_env(), stderr=subprocess.PIPE, text=True
+    )
+    # the actor dies at kill_actor N=64; once two rows past it are in, stop the driver as Ctrl-C would
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        rows = read_rows(out) if (out / "rows.jsonl").is_file() else []
+        crashed = [i for i, r in enumerate(rows) if r["status"] == "crashed"]
+        if crashed and len(rows) >= crashed[0] + 3:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the run ended or hung before the actor was killed: {proc.communicate()[1]}")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    before = read_rows(out)
+    assert len(before) < 8  # the interrupt left cells to finish
+    crashed = [r for r in before if r["status"] == "crashed"]
+    assert [(r["variant"], r["seq_len"]) for r in crashed] == [("kill_actor", 64)]
+    assert "Ray actor died" in crashed[0]["message"]
+    assert all(r["status"] == "ok" for r in before if r is not crashed[0])  # the replacement actor went on
+
+    run_cli("run", "--resume", "--out", str(out), *cluster, "--quiet", check=True, timeout=300)
+    rows = read_rows(out)
+    ids = [r["cell_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 8  # 0 lost, 0 duplicated
+    assert {r["cell_id"]: r for r in before}.items() <= {r["cell_id"]: r for r in rows}.items()
+    assert [r["status"] for r in rows].count("crashed") == 1
