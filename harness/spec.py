@@ -170,7 +170,7 @@ class Settings:
     cell_timeout: float = 600.0  # seconds for a whole cell: gate, timing and memory
     threads: int = 0  # CPU threads for torch; 0 = torch's default
     check_rows: int = 1024  # query rows checked against float64 (all rows when N is at most this)
-    grad_check_elems: int = 1 << 24  # gradients are checked when B*H*N*N is at most this
+    grad_check_elems: int = 1 << 24  # gradients are checked when B*H*N_q*N_k is at most this
     seed: int = 0
     flush_l2: bool = True
     memory_guard: float = 0.9  # skip cells whose predicted peak exceeds this fraction of free memory

@@ -44,18 +44,19 @@ class Capability:
     dropout: bool = True
     backward: bool = True
     memory: str = "quadratic"  # how peak memory grows with N: "quadratic" (N x N scores) or "linear"
+    default: bool = True  # part of default sweeps (False for demonstration-only variants)
+    available: Callable[[str], str | None] | None = field(default=None, compare=False)
+    supports: Callable[[Problem], str | None] | None = field(default=None, compare=False)
+    # setup(q, k, v, *, causal, key_lengths, [causal_align, window when set]) -> a callable with fn's
+    # calling convention, prepared for inputs of that shape (plans, block masks, compiled kernels). The
+    # harness times it apart (setup_ms) and gates and times what it returns; it must depend on shapes and
+    # options only, never on the values.
+    setup: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
     # Axes added after the first calling convention default to "not supported", so that a variant is never
     # handed a keyword (causal_align=, window=) or a k/v head count it never declared it takes.
     gqa: bool = False  # k, v with fewer heads than q (grouped-query / multi-query attention)
     lower_right: bool = False  # causal_align="lower-right"
     window: bool = False  # window=W, a sliding window with causal masking
-    default: bool = True  # part of default sweeps (False for demonstration-only variants)
-    available: Callable[[str], str | None] | None = field(default=None, compare=False)
-    supports: Callable[[Problem], str | None] | None = field(default=None, compare=False)
-    # setup(q, k, v, *, causal, key_lengths) -> a callable with fn's calling convention, prepared for inputs
-    # of that shape (plans, block masks, compiled kernels). The harness times it apart (setup_ms) and gates
-    # and times what it returns; it must depend on shapes and options only, never on the values.
-    setup: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
