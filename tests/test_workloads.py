@@ -341,6 +341,19 @@ def test_skip_ahead_follows_seq_k_in_a_decode_series():
     assert "timed out at seq_len 2048 with" in skip.reason(cell(4096, 4096))
 
 
+def test_a_decode_cell_is_bound_by_memory_on_the_roofline():
+    """reports.calibration.bound prices K/V with H_kv heads and N_k keys: a decode step reads 512 MiB of K/V
+    for 1 GFLOP, memory-bound, where the same row read with N_k = N_q = 1 would look compute-bound."""
+    from attnbench.reports.calibration import bound
+
+    meta = {"calibration": {"cpu": {"matmul_tflops": {"float32": 0.1}, "copy_gbps": 10.0}}}
+    row = {"variant": "chunked", "device": "cpu", "dtype": "float32", "batch": 1, "heads": 32, "seq_len": 1,
+           "d_k": 128, "d_v": 128, "kv_heads": 8, "seq_k": 65536}  # fmt: skip
+    row["flops"] = attention_flops(1, 32, 1, 65536, 128, 128, causal=True, causal_align="lower-right")
+    assert bound(row, meta) == "memory"
+    assert bound({k: v for k, v in row.items() if k not in ("kv_heads", "seq_k")}, meta) == "compute"
+
+
 # ---- rows: one cell in process, old runs loading ------------------------------------------------------
 
 
