@@ -139,10 +139,10 @@ def _text(axis: str, value: Any) -> Any:
         return value
     if axis == "env":
         return [f"{k}={v}" for k, v in value.items()] if isinstance(value, Mapping) else list(value)
-    if axis == "causal":
-        values = set(value) if isinstance(value, Iterable) else {value}
-        if values <= {True, False}:
-            return "both" if len(values) == 2 else ("yes" if True in values else "no")
+    if axis == "causal":  # booleans (True: top-left) and the words of --causal, alone or in a list
+        values = list(value) if isinstance(value, Iterable) else [value]
+        words = {True: "yes", False: "no"}
+        return ",".join(words[v] if isinstance(v, bool) else str(v) for v in values)
     if axis == "pass" and not isinstance(value, str) and set(value) == {"fwd", "fwdbwd"}:
         return "both"
     if isinstance(value, Iterable):

@@ -47,10 +47,32 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--d-k", metavar="N,...", help="query/key head dims")
     g.add_argument("--d-v", metavar="N,...", help="value head dims (default: = d_k)")
-    g.add_argument("--causal", choices=["no", "yes", "both"], help="causal masking")
+    g.add_argument(
+        "--causal",
+        metavar="no|yes|both|lower-right",
+        help="causal masking: yes is top-left (query i sees keys j <= i), lower-right aligns the last query "
+        "with the last key (j <= i + N_k - N_q); a comma list takes several",
+    )
     g.add_argument("--padding", metavar="F,...", help="key padding fractions in [0, 1) (0 = none)")
     g.add_argument(
         "--pass", dest="pass_", choices=["fwd", "fwdbwd", "both"], help="forward or forward+backward"
+    )
+    g.add_argument(
+        "--kv-heads",
+        metavar="N,...",
+        help="key/value heads, each dividing every --heads value: grouped-query attention (default: = heads)",
+    )
+    g.add_argument(
+        "--seq-k",
+        metavar="N,...",
+        help="key lengths N_k apart from the query lengths (--seq-len), e.g. decode: --seq-len 1 --seq-k "
+        "1024..65536 (default: = seq-len)",
+    )
+    g.add_argument(
+        "--window",
+        metavar="W,...",
+        help="sliding window: each query sees the W keys up to its diagonal; needs --causal yes or "
+        "lower-right (default: 0, none)",
     )
     t = p.add_argument_group("measurement")
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
@@ -773,9 +795,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("--seq-len", "N", "sequence length (default 1024)"),
         ("--d-k", "N", "query/key head dim (default 64)"),
         ("--d-v", "N", "value head dim (default: = d_k)"),
-        ("--causal", "yes|no", "causal masking (default no)"),
+        ("--causal", "yes|no|lower-right", "causal masking (default no; yes is top-left)"),
         ("--padding", "F", "key padding fraction in [0, 1) (default 0)"),
         ("--pass", "fwd|fwdbwd", "forward or forward+backward (default fwd)"),
+        ("--kv-heads", "N", "key/value heads, dividing heads (default: = heads)"),
+        ("--seq-k", "N", "key length N_k (default: = seq-len)"),
+        ("--window", "W", "sliding window in keys, with causal (default 0, none)"),
     ):
         dest = "pass_" if flag == "--pass" else None
         g.add_argument(flag, action="append", metavar=meta, help=text, **({"dest": dest} if dest else {}))

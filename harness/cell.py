@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from attnbench import variants
-from attnbench.results.formulas import attention_flops, flops_formula, summarize, tflops
+from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes, summarize, tflops
 from attnbench.variants import UnsupportedError, torch_dtype
 
 from . import correctness, memory, timing
@@ -38,14 +38,15 @@ from .spec import CellSpec, Settings
 def make_inputs(
     spec: CellSpec, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Seeded standard-normal q (B, H, N, d_k), k (B, H, N, d_k), v (B, H, N, d_v) and key lengths (B,)."""
+    """Seeded standard-normal q (B, H, N_q, d_k), k (B, H_kv, N_k, d_k), v (B, H_kv, N_k, d_v) and key lengths
+    (B,)."""
     device = torch.device(spec.device)
     g = torch.Generator(device=device).manual_seed(seed)
     dtype = torch_dtype(spec.dtype)
-    b, h, n = spec.batch, spec.heads, spec.seq_len
+    b, h, h_kv, n, n_k = spec.batch, spec.heads, spec.kv_heads, spec.seq_len, spec.seq_k
     q = torch.randn(b, h, n, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
-    k = torch.randn(b, h, n, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
-    v = torch.randn(b, h, n, spec.d_v, generator=g, device=device, dtype=torch.float32).to(dtype)
+    k = torch.randn(b, h_kv, n_k, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
+    v = torch.randn(b, h_kv, n_k, spec.d_v, generator=g, device=device, dtype=torch.float32).to(dtype)
     lengths = spec.key_lengths()
     kl = None if lengths is None else torch.tensor(lengths, dtype=torch.int64, device=device)
     return q, k, v, kl
@@ -90,8 +91,21 @@ class InputCache:
         """The float64 reference of this shape's pristine inputs on `rows` (computed once per shape)."""
         if self.ref is None:
             q, k, v, kl = self.pristine  # never the cell's copies: a variant may have written into those
-            self.ref = correctness.reference(q, k, v, causal=spec.causal, key_lengths=kl, rows=rows)
+            self.ref = correctness.reference(
+                q, k, v, causal=spec.causal, key_lengths=kl, rows=rows, **gate_axes(spec)
+            )
         return self.ref
+
+
+def gate_axes(spec: CellSpec) -> dict[str, Any]:
+    """The added axes' keywords of the float64 gate (correctness.reference, gate, grad_errors) for a cell."""
+    return {"causal_align": spec.causal_align, "window": spec.window}
+
+
+def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
+    """The keyword arguments a cell's variant is called with: causal and key_lengths, and the added axes
+    only when not at their default (CellSpec.options), so variants written before them keep working."""
+    return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options()}
 
 
 def _same(t: torch.Tensor, p: torch.Tensor) -> bool:
@@ -241,7 +255,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     cache = cache or InputCache()
     inputs = cache.get(spec, settings.seed)
     q, k, v, kl = inputs
-    opts = {"causal": spec.causal, "key_lengths": kl}
+    opts = call_options(spec, kl)
     variant.validate(q, k, v, **opts)
 
     setup_ms = None
@@ -256,14 +270,16 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     rows = correctness.sample_rows(spec.seq_len, settings.check_rows, seed=settings.seed)
     pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
     gate = correctness.gate(
-        out, pq, pk, pv, causal=spec.causal, key_lengths=pkl, rows=rows, ref=cache.reference(spec, rows)
-    )
+        out, pq, pk, pv, causal=spec.causal, key_lengths=pkl, rows=rows, ref=cache.reference(spec, rows),
+        **gate_axes(spec),
+    )  # fmt: skip
     del out  # free the output before the gradient check allocates its own
     grad_rel = None
     backward = spec.pass_ == "fwdbwd"
     changed = cache.changed(inputs)
     # a variant that writes into its inputs is wrong already; autograd would refuse its write into a leaf
-    if backward and not changed and spec.batch * spec.heads * spec.seq_len**2 <= settings.grad_check_elems:
+    scores = spec.batch * spec.heads * spec.seq_len * spec.seq_k
+    if backward and not changed and scores <= settings.grad_check_elems:
         grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
         changed = cache.changed(inputs)
 
@@ -290,11 +306,11 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     q, k, v, kl = make_inputs(spec, seed)
     n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
     rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
-    opts = {"causal": spec.causal, "key_lengths": kl}
+    opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
     ref = correctness.reference(q, k, v, rows=rows, **opts)
     given = [None if t is None else t.clone() for t in (q, k, v, kl)]  # it may write into what it is given
     with torch.no_grad():
-        out = ready.fn(*given[:3], causal=spec.causal, key_lengths=given[3], dropout_p=0.0, scale=None)
+        out = ready.fn(*given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3]))
     fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
     return AfterCheck(changed=changed, fresh=fresh, seed=seed)
 
@@ -331,18 +347,21 @@ def start_row(spec: CellSpec) -> dict[str, Any]:
     row = base_row(spec)
     row["threads"] = torch.get_num_threads()
     lengths = spec.key_lengths()
+    axes = {"causal_align": spec.causal_align, "window": spec.window}
     row["flops"] = attention_flops(
         spec.batch,
         spec.heads,
         spec.seq_len,
-        spec.seq_len,
+        spec.seq_k,
         spec.d_k,
         spec.d_v,
         causal=spec.causal,
         pass_=spec.pass_,
         key_lengths=lengths,
+        **axes,
     )
-    row["flops_formula"] = flops_formula(causal=spec.causal, padded=lengths is not None)
+    row["flops_formula"] = flops_formula(causal=spec.causal, padded=lengths is not None, **axes)
+    row["kv_bytes"] = kv_bytes(spec.batch, spec.kv_heads, spec.seq_k, spec.d_k, spec.d_v, spec.dtype)
     return row
 
 
@@ -415,6 +434,7 @@ def measure_cell(
             peak_mem_bytes=peak_bytes,
             mem_method=method,
             tflops=tflops(row["flops"], m.median),
+            kv_gbps=gbps(row["kv_bytes"], m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )
         return finish(row, *ready.verdict(m, after))

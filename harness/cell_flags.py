@@ -25,6 +25,9 @@ CELL_FLAGS: dict[str, tuple[str, str]] = {
     "causal": ("--causal", "causal"),
     "padding": ("--padding", "padding"),
     "pass_": ("--pass", "pass"),
+    "kv_heads": ("--kv-heads", "kv_heads"),
+    "seq_k": ("--seq-k", "seq_k"),
+    "window": ("--window", "window"),
 }
 
 

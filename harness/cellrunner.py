@@ -19,26 +19,25 @@ from .spec import CellSpec, Settings
 
 
 class SkipAhead:
-    """Once a series (variant, all axes but seq_len) OOMs or times out at some N, larger N are skipped."""
+    """Once a series (variant, all axes but the lengths seq_len and seq_k) OOMs or times out at some
+    (N_q, N_k), every cell of that series at least as long in both is skipped: a scaling sweep grows both
+    together, a decode sweep grows N_k at a fixed N_q, a prefill sweep N_q at a fixed N_k."""
 
     def __init__(self, rows: list[dict[str, Any]] = ()) -> None:
-        self.limit: dict[tuple, tuple[int, str]] = {}
+        self.limits: dict[tuple, list[tuple[int, int, str]]] = {}
         for row in rows:
             self.note(CellSpec.from_dict(row), row.get("status", ""))
 
     def note(self, spec: CellSpec, status: str) -> None:
         if status in ("oom", "timeout"):
-            old = self.limit.get(spec.group_key)
-            if old is None or spec.seq_len < old[0]:
-                self.limit[spec.group_key] = (
-                    spec.seq_len,
-                    "ran out of memory" if status == "oom" else "timed out",
-                )
+            what = "ran out of memory" if status == "oom" else "timed out"
+            self.limits.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, what))
 
     def reason(self, spec: CellSpec) -> str | None:
-        hit = self.limit.get(spec.group_key)
-        if hit and spec.seq_len > hit[0]:
-            return f"skipped: {spec.variant} {hit[1]} at seq_len {hit[0]} with the same other axes"
+        for n_q, n_k, what in self.limits.get(spec.group_key, ()):
+            if spec.seq_len >= n_q and spec.seq_k >= n_k and (spec.seq_len, spec.seq_k) != (n_q, n_k):
+                at = f"seq_len {n_q}" if n_k == n_q else f"seq_len {n_q}, seq_k {n_k}"
+                return f"skipped: {spec.variant} {what} at {at} with the same other axes"
         return None
 
 

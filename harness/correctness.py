@@ -1,11 +1,17 @@
 """The correctness gate: a variant's output (and gradients) against a float64 reference on the same inputs.
 
 Semantics the reference fixes, and every variant is held to:
-- scale defaults to 1/sqrt(d_k); causal is top-left aligned (query i sees keys j <= i, as torch SDPA);
+- scale defaults to 1/sqrt(d_k);
+- grouped-query attention: k and v may have H_kv heads, H_kv dividing q's H; query head h uses k/v head
+  h // (H / H_kv) (the reference repeats the k/v heads explicitly, in float64);
+- causal: query i sees keys j <= t_i, with t_i = i (top-left, torch SDPA's is_causal, the default) or
+  t_i = i + N_k - N_q (causal_align="lower-right": torch's causal_lower_right, FlashAttention >= 2.1);
+- a sliding window W > 0 (with causal) additionally hides keys j <= t_i - W: W keys up to the diagonal;
 - key padding: key j of batch b is visible when j < key_lengths[b];
-- a query row that sees no key at all (key_lengths[b] == 0) has output 0, not NaN. Those rows are left
-  out of the error and reported separately as `masked_rows`: what the variant actually returned there
-  ("zeros", "nan" or "other"; "n/a" when the inputs have no such row).
+- a query row that sees no key at all (key_lengths[b] == 0; with lower-right and N_q > N_k the first
+  N_q - N_k rows; with a window, rows whose W keys all lie beyond N_k or the padding) has output 0, not
+  NaN. Those rows are left out of the error and reported separately as `masked_rows`: what the variant
+  actually returned there ("zeros", "nan" or "other"; "n/a" when the inputs have no such row).
 
 Error metric: rel_err = ||out - ref||_F / ||ref||_F over the compared rows (robust to the scale of the
 output, unlike an elementwise relative error near zero), plus max_abs_err. A variant passes when
@@ -23,20 +29,43 @@ from dataclasses import dataclass
 
 import torch
 
+from attnbench.variants.problem import extra_options
+
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
 GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
 REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
 
 
-def reference(q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None) -> torch.Tensor:
+def key_interval(
+    rows: torch.Tensor, n_q: int, n_k: int, *, causal: bool, causal_align: str = "top-left", window: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi): query row i may see exactly the keys lo_i <= j <= hi_i (before key padding), by the rules
+    in this module's docstring. rows: 1-D query indices."""
+    if causal_align not in ("top-left", "lower-right"):
+        raise ValueError(f"unknown causal alignment {causal_align!r}")
+    if window and not causal:
+        raise ValueError("a sliding window needs causal masking")
+    t = rows + (n_k - n_q if causal and causal_align == "lower-right" else 0)  # the diagonal key of row i
+    hi = torch.clamp(t, max=n_k - 1) if causal else torch.full_like(rows, n_k - 1)
+    lo = torch.clamp(t - window + 1, min=0) if window else torch.zeros_like(rows)
+    return lo, hi
+
+
+def reference(
+    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0
+) -> torch.Tensor:
     """float64 attention, computed in query-row blocks so its memory stays bounded.
 
     rows: optional 1-D index tensor of query rows to compute (every row is independent);
-    returns (B, H, len(rows) or N_q, d_v) float64. Written independently of the variants.
+    returns (B, H, len(rows) or N_q, d_v) float64. Written independently of the variants: k/v heads are
+    repeated, masks are built from the index rules above.
     """
     q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
     b, h, n_q, d_k = q64.shape
     n_k = k64.shape[2]
+    group = _group(h, k64.shape[1])
+    if group > 1:
+        k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)  # (B, H, N_k, d)
     scale = d_k**-0.5 if scale is None else scale
     row_ids = torch.arange(n_q, device=q.device) if rows is None else rows.to(q.device)
     keep = torch.ones(b, 1, 1, n_k, dtype=torch.bool, device=q.device)
@@ -45,13 +74,13 @@ def reference(q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None)
             :, None, None, :
         ]
     block = max(1, REFERENCE_ROW_BLOCK // max(1, b * h * n_k))
+    j = torch.arange(n_k, device=q.device)[None, :]
     outs = []
     for start in range(0, len(row_ids), block):
         ids = row_ids[start : start + block]
         s = torch.einsum("bhqd,bhkd->bhqk", q64[:, :, ids], k64) * scale
-        visible = keep
-        if causal:
-            visible = visible & (torch.arange(n_k, device=q.device)[None, :] <= ids[:, None])[None, None]
+        lo, hi = key_interval(ids, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
+        visible = keep & ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
         s = s.masked_fill(~visible, -math.inf)
         m = s.amax(-1, keepdim=True)
         m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
@@ -62,11 +91,25 @@ def reference(q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None)
     return torch.cat(outs, dim=2)
 
 
-def empty_rows(n_q: int, key_lengths) -> torch.Tensor | None:
-    """(B, 1, N_q, 1) bool: rows that see no key (empty key padding), or None."""
-    if key_lengths is None or int(key_lengths.min()) > 0:
-        return None
-    return (key_lengths == 0)[:, None, None, None].expand(-1, 1, n_q, 1)
+def _group(heads: int, kv_heads: int) -> int:
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"k/v heads ({kv_heads}) must divide q heads ({heads})")
+    return heads // kv_heads
+
+
+def empty_rows(
+    n_q: int, key_lengths, *, n_k: int | None = None, causal=False, causal_align="top-left", window=0
+) -> torch.Tensor | None:
+    """(B or 1, 1, N_q, 1) bool: rows that see no key at all (see the module docstring), or None."""
+    n_k = n_q if n_k is None else n_k
+    lo, hi = key_interval(
+        torch.arange(n_q), n_q, n_k, causal=causal, causal_align=causal_align, window=window
+    )
+    hi = hi[None, :]
+    if key_lengths is not None:
+        hi = torch.minimum(hi, key_lengths.cpu()[:, None] - 1)  # (B, N_q)
+    empty = lo[None, :] > hi
+    return empty[:, None, :, None] if bool(empty.any()) else None
 
 
 @dataclass(frozen=True)
@@ -109,7 +152,7 @@ def _masked_behaviour(out: torch.Tensor, empty: torch.Tensor | None, rows) -> st
     if empty is None:
         return "n/a"
     sel = empty if rows is None else empty[:, :, rows.to(empty.device)]
-    sel = sel.expand(-1, out.shape[1], -1, out.shape[3])
+    sel = sel.expand(out.shape[0], out.shape[1], -1, out.shape[3])
     if not bool(sel.any()):
         return "n/a"
     got = out if rows is None else out[:, :, rows.to(out.device)]  # the sampled rows, as sel is
@@ -139,6 +182,8 @@ def gate(
     scale=None,
     rows: torch.Tensor | None = None,
     ref: torch.Tensor | None = None,
+    causal_align: str = "top-left",
+    window: int = 0,
 ) -> GateResult:
     """Compare an output already computed by a variant with the float64 reference (forward only).
 
@@ -146,14 +191,15 @@ def gate(
     """
     dtype = str(q.dtype).removeprefix("torch.")
     tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+    rules = dict(causal=causal, causal_align=causal_align, window=window)
     if ref is None:
-        ref = reference(q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows)
+        ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, **rules)
     got = out if rows is None else out[:, :, rows.to(out.device)]
-    empty = empty_rows(q.shape[2], key_lengths)
+    empty = empty_rows(q.shape[2], key_lengths, n_k=k.shape[2], **rules)
     masked = _masked_behaviour(out, empty, rows)
     if empty is not None:
         keep = ~(empty if rows is None else empty[:, :, rows.to(empty.device)])
-        keep = keep.expand(-1, got.shape[1], -1, got.shape[3])
+        keep = keep.expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
         got, ref = got[keep], ref[keep.to(ref.device)]
     max_abs, rel = _errors(got, ref)
     return GateResult(
@@ -166,29 +212,38 @@ def gate(
     )
 
 
-def grad_errors(variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0) -> float:
+def grad_errors(
+    variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
+    causal_align: str = "top-left", window: int = 0,
+) -> float:  # fmt: skip
     """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    out = variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale)
+    extra = extra_options(causal_align=causal_align, window=window)  # passed only when not at the default
+    out = variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra)
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
     grads = torch.autograd.grad(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
-    ref = _reference_autograd(*ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale)
+    ref = _reference_autograd(
+        *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
+        window=window,
+    )  # fmt: skip
     ref_grads = torch.autograd.grad(ref, ref_leaves, d_out)
     return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
 
 
-def _reference_autograd(q64, k64, v64, *, causal, key_lengths, scale):
+def _reference_autograd(q64, k64, v64, *, causal, key_lengths, scale, causal_align="top-left", window=0):
     """The reference in one differentiable piece (no detach, no blocks) for gradient checks."""
     b, h, n_q, d_k = q64.shape
     n_k = k64.shape[2]
+    group = _group(h, k64.shape[1])
+    k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)  # grads sum back
     scale = d_k**-0.5 if scale is None else scale
     s = (q64 @ k64.transpose(-2, -1)) * scale
-    visible = torch.ones(n_q, n_k, dtype=torch.bool, device=q64.device)
-    if causal:
-        visible = visible.tril()
-    visible = visible[None, None]
+    rows = torch.arange(n_q, device=q64.device)
+    lo, hi = key_interval(rows, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
+    j = torch.arange(n_k, device=q64.device)[None, :]
+    visible = ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
     if key_lengths is not None:
         visible = (
             visible & (torch.arange(n_k, device=q64.device)[None, :] < key_lengths[:, None])[:, None, None, :]
@@ -213,22 +268,18 @@ def check(
     scale=None,
     backward=False,
     max_rows: int | None = None,
+    causal_align: str = "top-left",
+    window: int = 0,
 ) -> GateResult:
-    """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv."""
+    """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align and
+    window reach the variant only when not at their default (variants.extra_options)."""
+    rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
+    axes = dict(causal_align=causal_align, window=window)
     with torch.no_grad():
-        out = variant(q, k, v, causal=causal, key_lengths=key_lengths, scale=scale)
-    result = gate(
-        out,
-        q,
-        k,
-        v,
-        causal=causal,
-        key_lengths=key_lengths,
-        scale=scale,
-        rows=sample_rows(q.shape[2], max_rows),
-    )
+        out = variant(q, k, v, **rules, **extra_options(**axes))
+    result = gate(out, q, k, v, rows=sample_rows(q.shape[2], max_rows), **rules, **axes)
     if not backward:
         return result
-    grad_rel = grad_errors(variant, q, k, v, causal=causal, key_lengths=key_lengths, scale=scale)
+    grad_rel = grad_errors(variant, q, k, v, **rules, **axes)
     grad_tol = result.tolerance * GRAD_TOLERANCE_FACTOR
     return GateResult(**{**result.__dict__, "grad_rel_err": grad_rel, "grad_passed": grad_rel <= grad_tol})

@@ -57,7 +57,10 @@ class Plan:
         c = self.cell
         text = f"{c.device}-{c.dtype}-b{c.batch}-h{c.heads}-n{c.seq_len}-dk{c.d_k}"
         text += f"-dv{c.d_v}" if c.d_v != c.d_k else ""
-        text += f"-{'causal' if c.causal else 'full'}"
+        text += f"-kv{c.kv_heads}" if c.kv_heads != c.heads else ""
+        text += f"-nk{c.seq_k}" if c.seq_k != c.seq_len else ""
+        text += f"-{('causal-lr' if c.causal_align == 'lower-right' else 'causal') if c.causal else 'full'}"
+        text += f"-w{c.window}" if c.window else ""
         text += f"-pad{c.padding:g}" if c.padding else ""
         return f"{text}-{c.pass_}"
 
@@ -70,7 +73,11 @@ class Plan:
         c = self.cell
         parts = ["attnbench", "profile", "--variant", c.variant, "--device", c.device, "--dtype", c.dtype]
         parts += ["--batch", str(c.batch), "--heads", str(c.heads), "--seq-len", str(c.seq_len)]
-        parts += ["--d-k", str(c.d_k), "--d-v", str(c.d_v), "--causal", "yes" if c.causal else "no"]
+        causal = ("lower-right" if c.causal_align == "lower-right" else "yes") if c.causal else "no"
+        parts += ["--d-k", str(c.d_k), "--d-v", str(c.d_v), "--causal", causal]
+        parts += ["--kv-heads", str(c.kv_heads)] if c.kv_heads != c.heads else []
+        parts += ["--seq-k", str(c.seq_k)] if c.seq_k != c.seq_len else []
+        parts += ["--window", str(c.window)] if c.window else []
         parts += ["--padding", f"{c.padding:g}"] if c.padding else []
         parts += ["--pass", c.pass_, "--seconds", f"{self.seconds:g}", "--rate", str(self.rate)]
         parts += ["--iters", str(self.iters)] + (["--threads", str(self.threads)] if self.threads else [])

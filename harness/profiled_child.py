@@ -91,11 +91,12 @@ def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
     with a setup hook, the callable the hook returns (its setup runs here, before any profiling)."""
     from attnbench import variants
 
-    from .cell import make_inputs, timed_call
+    from .cell import call_options, make_inputs, timed_call
 
-    q, k, v, kl = make_inputs(cell, seed)  # (B, H, N, d_k), (B, H, N, d_k), (B, H, N, d_v), (B,)
-    fn = variants.get(cell.variant).bind(q, k, v, causal=cell.causal, key_lengths=kl)
-    return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", causal=cell.causal, key_lengths=kl)
+    q, k, v, kl = make_inputs(cell, seed)  # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v), (B,)
+    opts = call_options(cell, kl)
+    fn = variants.get(cell.variant).bind(q, k, v, **opts)
+    return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", **opts)
 
 
 def _send(name: str, data: Any = None) -> None:

@@ -21,10 +21,15 @@ STATUS_STYLE = {
 
 def cell_line(row: dict[str, Any]) -> str:
     """One plain-text line summarising a finished cell."""
+    kv, n_k = row.get("kv_heads", row["heads"]), row.get("seq_k", row["seq_len"])
+    lower_right = row.get("causal_align") == "lower-right"
     shape = (
-        f"{row['device']} {short_dtype(row['dtype'])} b{row['batch']} h{row['heads']} "
-        f"n{row['seq_len']} d{row['d_k']}{'' if row['d_v'] == row['d_k'] else '/' + str(row['d_v'])}"
-        f"{' causal' if row['causal'] else ''}"
+        f"{row['device']} {short_dtype(row['dtype'])} b{row['batch']} h{row['heads']}"
+        f"{'' if kv == row['heads'] else '/kv' + str(kv)} "
+        f"n{row['seq_len']}{'' if n_k == row['seq_len'] else '/nk' + str(n_k)} "
+        f"d{row['d_k']}{'' if row['d_v'] == row['d_k'] else '/' + str(row['d_v'])}"
+        f"{(' causal-lr' if lower_right else ' causal') if row['causal'] else ''}"
+        f"{' w' + str(row['window']) if row.get('window') else ''}"
         f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''} "
         f"{row['pass']}"
     )

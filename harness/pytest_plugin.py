@@ -40,9 +40,16 @@ GRID_OPTIONS = {  # option dest -> (flag, default, help)
     "attn_heads": ("--attn-heads", "4", "head counts (default: 4)"),
     "attn_seq_len": ("--attn-seq-len", "256,1024", "lengths: 512,2048 or 256..4096 (default: 256,1024)"),
     "attn_d_k": ("--attn-d-k", "64", "head dims, d_v = d_k (default: 64)"),
-    "attn_causal": ("--attn-causal", "no", "causal masking: no, yes or both (default: no)"),
+    "attn_causal": (
+        "--attn-causal",
+        "no",
+        "causal masking: no, yes (top-left), both or lower-right, or a comma list (default: no)",
+    ),
     "attn_padding": ("--attn-padding", "0", "key padding fractions in [0, 1) (default: 0)"),
     "attn_pass": ("--attn-pass", "both", "fwd, fwdbwd or both (default: both)"),
+    "attn_kv_heads": ("--attn-kv-heads", None, "key/value heads, each dividing the heads (default: = heads)"),
+    "attn_seq_k": ("--attn-seq-k", None, "key lengths N_k, as --attn-seq-len (default: = seq_len)"),
+    "attn_window": ("--attn-window", "0", "sliding windows in keys, with causal masking (default: 0, none)"),
     "attn_threads": ("--attn-threads", "0", "CPU threads for torch, as attnbench run --threads (0: torch's)"),
 }
 
@@ -166,10 +173,11 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         raise
     except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
         _untimed(state, finish(row, *failure(exc, spec.device, ready)))
-    # tflops and elapsed_s keep their place in the row (measure_cell's order) until the timing fills them
+    # tflops, kv_gbps and elapsed_s keep their place in the row (measure_cell's order) until timing fills them
     row = finish(
-        row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, elapsed_s=None
-    )
+        row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, kv_gbps=None,
+        elapsed_s=None,
+    )  # fmt: skip
 
     benchmark.group = spec.cell_id.split("|", 1)[1].replace("|", " ")  # the shape: variants side by side
     benchmark.extra_info.update(row, attnbench_format=EXTRA_INFO_FORMAT)
@@ -183,10 +191,11 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     m = None
     if stats:
         from attnbench.harness import timing
-        from attnbench.results.formulas import tflops
+        from attnbench.results.formulas import gbps, tflops
 
         m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
         benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)
+        benchmark.extra_info["kv_gbps"] = gbps(row["kv_bytes"], m.median)
     try:  # after the timed rounds: inputs unchanged, and the answer follows fresh inputs
         after = check_after(ready, spec, settings, state.cache)
         status, message = ready.verdict(m, after)  # an ok cell's message says when it is noisy

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +22,15 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from attnbench.results.formulas import cell_id
-from attnbench.variants.problem import DTYPES, Problem
+from attnbench.variants.problem import DTYPES, Problem, extra_options
 
 from .timing import Budget
 
 PRESET_DIR = Path(__file__).parent / "presets"
 DEVICES = ("cpu", "cuda")
 PASSES = ("fwd", "fwdbwd")
-CAUSAL_CHOICES = {"no": (False,), "yes": (True,), "both": (False, True)}
+LOWER_RIGHT = "lower-right"  # a causal value of a sweep: causal, aligned lower-right (CellSpec.causal_align)
+CAUSAL_CHOICES = {"no": (False,), "yes": (True,), "both": (False, True), LOWER_RIGHT: (LOWER_RIGHT,)}
 PASS_CHOICES = {"fwd": ("fwd",), "fwdbwd": ("fwdbwd",), "both": ("fwd", "fwdbwd")}
 MAX_SEQ_LEN = 1 << 24
 
@@ -49,10 +50,25 @@ class CellSpec:
     causal: bool
     padding: float  # fraction of keys masked at the end of the last batch element (0 = no key padding)
     pass_: str  # "fwd" or "fwdbwd"
+    # Axes added later (AXES.md): at their defaults they change nothing, the cell_id included.
+    kv_heads: int | None = None  # key/value heads (grouped-query attention when < heads); None: = heads
+    seq_k: int | None = None  # keys N_k (seq_len is N_q, the queries); None: = seq_len
+    causal_align: str = "top-left"  # "lower-right" (only when causal): query i sees keys j <= i + N_k - N_q
+    window: int = 0  # sliding window (with causal): query i sees the W keys up to its diagonal; 0 = none
+
+    def __post_init__(self) -> None:
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.seq_k is None:
+            object.__setattr__(self, "seq_k", self.seq_len)
 
     @property
     def cell_id(self) -> str:
-        return cell_id(*(getattr(self, f.name) for f in fields(self)))
+        return cell_id(
+            self.variant, self.device, self.dtype, self.batch, self.heads, self.seq_len, self.d_k, self.d_v,
+            self.causal, self.padding, self.pass_, kv_heads=self.kv_heads, seq_k=self.seq_k,
+            causal_align=self.causal_align, window=self.window,
+        )  # fmt: skip
 
     @property
     def shape_key(self) -> tuple:
@@ -67,11 +83,16 @@ class CellSpec:
             self.d_v,
             self.causal,
             self.padding,
+            self.kv_heads,
+            self.seq_k,
+            self.causal_align,
+            self.window,
         )
 
     @property
     def group_key(self) -> tuple:
-        """Everything but seq_len: a scaling series (one line on a plot)."""
+        """Everything but the two lengths, seq_len and seq_k: a scaling series (one line on a plot), which
+        grows N_q and N_k together, or either alone (a decode series grows seq_k at a fixed seq_len)."""
         return (
             self.variant,
             self.device,
@@ -83,6 +104,9 @@ class CellSpec:
             self.causal,
             self.padding,
             self.pass_,
+            self.kv_heads,
+            self.causal_align,
+            self.window,
         )
 
     def problem(self) -> Problem:
@@ -92,20 +116,28 @@ class CellSpec:
             batch=self.batch,
             heads=self.heads,
             seq_q=self.seq_len,
-            seq_k=self.seq_len,
+            seq_k=self.seq_k,
             d_k=self.d_k,
             d_v=self.d_v,
             causal=self.causal,
             padding=self.padding > 0,
             backward=self.pass_ == "fwdbwd",
+            kv_heads=self.kv_heads,
+            causal_align=self.causal_align,
+            window=self.window,
         )
 
     def key_lengths(self) -> list[int] | None:
-        """Valid keys per batch element: element b keeps N - round(p * N * (b + 1) / B), at least 1."""
+        """Valid keys per batch element: element b keeps N_k - round(p * N_k * (b + 1) / B), at least 1."""
         if self.padding <= 0:
             return None
-        n, b = self.seq_len, self.batch
+        n, b = self.seq_k, self.batch
         return [max(1, n - round(self.padding * n * (i + 1) / b)) for i in range(b)]
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of the added axes this cell passes to a variant (and the float64 gate),
+        only those not at their default: causal_align="lower-right", window=W."""
+        return extra_options(causal_align=self.causal_align, window=self.window)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -114,9 +146,10 @@ class CellSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CellSpec:
+        """A cell from its row or dict; a row written before an axis existed gets that axis's default."""
         d = dict(d)
         d["pass_"] = d.pop("pass")
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d or f.default is MISSING})
 
 
 _BUDGET = Budget()
@@ -137,7 +170,7 @@ class Settings:
     cell_timeout: float = 600.0  # seconds for a whole cell: gate, timing and memory
     threads: int = 0  # CPU threads for torch; 0 = torch's default
     check_rows: int = 1024  # query rows checked against float64 (all rows when N is at most this)
-    grad_check_elems: int = 1 << 24  # gradients are checked when B*H*N*N is at most this
+    grad_check_elems: int = 1 << 24  # gradients are checked when B*H*N_q*N_k is at most this
     seed: int = 0
     flush_l2: bool = True
     memory_guard: float = 0.9  # skip cells whose predicted peak exceeds this fraction of free memory
@@ -176,15 +209,31 @@ class SweepSpec:
     seq_len: tuple[int, ...] = (256, 512, 1024, 2048)
     d_k: tuple[int, ...] = (64,)
     d_v: tuple[int, ...] = ()  # empty: d_v = d_k
-    causal: tuple[bool, ...] = (False,)
+    causal: tuple[bool | str, ...] = (False,)  # False, True (top-left) or "lower-right"
     padding: tuple[float, ...] = (0.0,)
     passes: tuple[str, ...] = ("fwd",)
+    kv_heads: tuple[int, ...] = ()  # empty: kv_heads = heads; each must divide every heads value
+    seq_k: tuple[int, ...] = ()  # empty: seq_k = seq_len
+    window: tuple[int, ...] = (0,)  # 0 = none; W > 0 needs causal
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
         _positive_ints("seq_len", self.seq_len, hi=MAX_SEQ_LEN)
-        for name in ("batch", "heads", "d_k", "d_v"):
-            _positive_ints(name, getattr(self, name), allow_empty=name == "d_v")
+        _positive_ints("seq_k", self.seq_k, hi=MAX_SEQ_LEN, allow_empty=True)
+        for name in ("batch", "heads", "d_k", "d_v", "kv_heads"):
+            _positive_ints(name, getattr(self, name), allow_empty=name in ("d_v", "kv_heads"))
+        for kv in self.kv_heads:
+            for h in self.heads:
+                if h % kv:
+                    raise ValueError(
+                        f"kv_heads {kv} does not divide heads {h}: each k/v head serves heads / kv_heads "
+                        "query heads"
+                    )
+        if not self.window:
+            raise ValueError("window needs at least one value (0 = none)")
+        for w in self.window:
+            if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+                raise ValueError(f"window must be 0 (none) or a positive number of keys, got {w!r}")
         _known("device", self.devices, DEVICES)
         _known("dtype", self.dtypes, DTYPES)
         _known("pass", self.passes, PASSES)
@@ -192,35 +241,61 @@ class SweepSpec:
             if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1):
                 raise ValueError(f"padding must be a fraction in [0, 1), got {p!r}")
         for c in self.causal:
-            if not isinstance(c, bool):
-                raise ValueError(f"causal values must be booleans, got {c!r}")
-        for name in ("variants", "devices", "dtypes", "passes"):
+            if not isinstance(c, bool) and c != LOWER_RIGHT:
+                raise ValueError(f"causal values must be booleans or {LOWER_RIGHT!r}, got {c!r}")
+        windows = [w for w in self.window if w > 0]
+        if windows and False in self.causal:
+            raise ValueError(
+                f"window {windows[0]} needs causal masking (it counts back from the diagonal); give --causal "
+                "yes or lower-right, not no or both"
+            )
+        for name in ("variants", "devices", "dtypes", "passes", "causal"):
             vals = getattr(self, name)
             if len(set(vals)) != len(vals):
                 raise ValueError(f"{name} lists a value twice: {list(vals)}")
 
     def cells(self, variant_names: list[str]) -> list[CellSpec]:
         """All cells, grouped so that each shape runs every variant back to back (interleaved,
-        fair under drifting machine noise) and seq_len ascends within a series (OOM skip-ahead)."""
+        fair under drifting machine noise) and seq_k, then seq_len, ascend in a series (OOM skip-ahead)."""
         d_vs = self.d_v or (None,)
+        kvs = self.kv_heads or (None,)
+        n_ks = sorted(self.seq_k) or (None,)
         out = []
-        for device, dtype, b, h, dk, dv, causal, pad, pas, n in itertools.product(
+        for device, dtype, b, h, kv, dk, dv, causal, w, pad, pas, nk, n in itertools.product(
             self.devices,
             self.dtypes,
             self.batch,
             self.heads,
+            kvs,
             self.d_k,
             d_vs,
             self.causal,
+            self.window,
             self.padding,
             self.passes,
+            n_ks,
             sorted(self.seq_len),
         ):
+            align = "lower-right" if causal == LOWER_RIGHT else "top-left"
             for name in variant_names:
                 out.append(
                     CellSpec(
-                        name, device, dtype, b, h, n, dk, dk if dv is None else dv, causal, float(pad), pas
-                    )
+                        name,
+                        device,
+                        dtype,
+                        b,
+                        h,
+                        n,
+                        dk,
+                        dk if dv is None else dv,
+                        bool(causal),
+                        float(pad),
+                        pas,
+                        kv_heads=kv,
+                        seq_k=nk,
+                        causal_align=align,
+                        window=w,
+                    )  # fmt: skip
                 )
         return out
 
@@ -398,6 +473,46 @@ def _int(name: str, s: str) -> int:
     return v
 
 
+def parse_window(name: str, text: str) -> tuple[int, ...]:
+    """'0', '512' or '0,128,512' (0 = no window); a positive part takes parse_ints's forms ('128..1024')."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if part == "0":
+            out.append(0)
+        elif part:
+            try:
+                out += parse_ints(name, part)
+            except ValueError:
+                raise ValueError(
+                    f"{name} must be 0 (none) or a positive number of keys, got {part!r}"
+                ) from None
+    if not out:
+        raise ValueError(f"{name} needs at least one value, got {text!r}")
+    return tuple(out)
+
+
+def parse_causal(name: str, value) -> tuple[bool | str, ...]:
+    """'no', 'yes', 'both', 'lower-right' or a comma list of them ('no,lower-right'), or a list of those
+    words and booleans (a TOML array) -> the sweep's causal values: False, True (top-left), 'lower-right'."""
+    parts = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    out: list[bool | str] = []
+    for part in parts:
+        if isinstance(part, bool):
+            values: tuple = (part,)
+        else:
+            word = str(part).strip()
+            if word not in CAUSAL_CHOICES:
+                choices = ", ".join(CAUSAL_CHOICES)
+                raise ValueError(f"{name} must be one of {choices} (or a comma list of them), got {word!r}")
+            values = CAUSAL_CHOICES[word]
+        out += [v for v in values if v not in out]
+    if not out:
+        raise ValueError(f"{name} needs at least one value, got {value!r}")
+    order = (False, True, LOWER_RIGHT)
+    return tuple(sorted(out, key=lambda v: next(i for i, o in enumerate(order) if o is v or o == v)))
+
+
 def parse_floats(name: str, text: str) -> tuple[float, ...]:
     out = []
     for part in str(text).split(","):
@@ -441,12 +556,14 @@ def toml_to_sweep(data: dict[str, Any], source: str = "config") -> dict[str, Any
         )
     sweep = dict(data.get("sweep", {}))
     if "causal" in sweep:
-        sweep["causal"] = _choice("causal", sweep["causal"], CAUSAL_CHOICES)
+        sweep["causal"] = parse_causal("causal", sweep["causal"])
     if "pass" in sweep:
         sweep["passes"] = _choice("pass", sweep.pop("pass"), PASS_CHOICES)
-    for axis in ("seq_len", "batch", "heads", "d_k", "d_v"):
+    for axis in ("seq_len", "batch", "heads", "d_k", "d_v", "kv_heads", "seq_k"):
         if isinstance(sweep.get(axis), str):
             sweep[axis] = parse_ints(axis, sweep[axis])
+    if isinstance(sweep.get("window"), (str, int)) and not isinstance(sweep.get("window"), bool):
+        sweep["window"] = parse_window("window", str(sweep["window"]))
     out = dict(sweep)
     if "settings" in data:
         out["settings"] = dict(data["settings"])
@@ -477,6 +594,9 @@ TEXT_AXES: dict[str, str] = {  # axis name -> what its text holds
     "causal": "causal",
     "padding": "floats",
     "pass": "pass",
+    "kv_heads": "ints",
+    "seq_k": "ints",
+    "window": "window",
 }
 TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (or parser)
     "warmup_ms": float,
@@ -536,8 +656,12 @@ def sweep_from_text(
                 value = parse_ints(name, text)
             elif kind == "floats":
                 value = parse_floats(name, text)
+            elif kind == "window":
+                value = parse_window(name, text)
+            elif kind == "causal":
+                value = parse_causal(name, text)
             else:
-                value = _choice(name, text, CAUSAL_CHOICES if kind == "causal" else PASS_CHOICES)
+                value = _choice(name, text, PASS_CHOICES)
             overrides[sweep_field(axis)] = value
     if settings:
         overrides["settings"] = settings
@@ -561,9 +685,12 @@ def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
         "seq_len": str(cell.seq_len),
         "d_k": str(cell.d_k),
         "d_v": str(cell.d_v),
-        "causal": "yes" if cell.causal else "no",
+        "causal": (LOWER_RIGHT if cell.causal_align == LOWER_RIGHT else "yes") if cell.causal else "no",
         "padding": repr(float(cell.padding)),  # repr: the shortest text that reads back as the same float
         "pass": cell.pass_,
+        "kv_heads": str(cell.kv_heads),
+        "seq_k": str(cell.seq_k),
+        "window": str(cell.window),
     }
     for name in TEXT_SETTINGS:
         value = getattr(settings, name)

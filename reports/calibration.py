@@ -117,12 +117,23 @@ def bound(row: dict[str, Any], meta: dict[str, Any]) -> str:
     if not (tflops and gbps and flops):
         return "compute"
     e = ELEM_BYTES.get(str(row["dtype"]), 4)
-    bh, n = int(row["batch"]) * int(row["heads"]), int(row["seq_len"])
-    moved = bh * n * (2 * int(row["d_k"]) + 2 * int(row["d_v"])) * e
+    bh, n_q = int(row["batch"]) * int(row["heads"]), int(row["seq_len"])
+    n_k = _int_or(row.get("seq_k"), n_q)  # keys apart from queries (decode); older rows: = seq_len
+    kv_heads = _int_or(row.get("kv_heads"), int(row["heads"]))  # grouped-query k/v heads; older rows: = heads
+    d = int(row["d_k"]) + int(row["d_v"])
+    moved = (bh * n_q + int(row["batch"]) * kv_heads * n_k) * d * e  # q and the output, k and v
     memory_class = ((meta.get("variant_capabilities") or {}).get(str(row["variant"])) or {}).get("memory")
     if memory_class == "quadratic":
-        moved += SCORE_PASSES * bh * n * n * e
+        moved += SCORE_PASSES * bh * n_q * n_k * e
     return "memory" if moved / (gbps * 1e9) > flops / (tflops * 1e12) else "compute"
+
+
+def _int_or(value: Any, default: int) -> int:
+    """value as an int, or default when it is missing (None, NA, NaN)."""
+    try:
+        return default if value is None or value != value else int(value)
+    except TypeError:  # pd.NA != x is NA, whose truth value raises
+        return default
 
 
 def factor(

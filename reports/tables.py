@@ -11,7 +11,11 @@ from attnbench.results.devices import calibration_for, matmul_tflops
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
 # be averaged together (results.devices), and then splits that run's cells by device group
 GROUP_AXES = ("run_id", "device", "device_group", "dtype", "pass")
-PANEL_AXES = ("causal", "d_k", "d_v", "batch", "heads", "padding")  # one panel per combination inside a group
+# one panel per combination inside a group; seq_k is a length (a decode series grows it), not a panel axis
+PANEL_AXES = ("causal", "d_k", "d_v", "batch", "heads", "padding", "kv_heads", "causal_align", "window")
+# an axis whose value equals another's in every row says nothing of its own (d_v = d_k, kv_heads = heads)
+FOLLOWS = {"d_v": "d_k", "kv_heads": "heads"}
+QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0}  # named only when some row differs
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
 PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
 
@@ -51,6 +55,14 @@ def axis_text(axis: str, value: Any) -> str:
         return "no padding" if float(value) == 0 else f"padding {float(value):g}"
     if axis in ("batch", "heads"):
         return f"{'B' if axis == 'batch' else 'H'}={value}"
+    if axis == "kv_heads":
+        return f"H_kv={value}"
+    if axis == "seq_k":
+        return f"N_k={value}"
+    if axis == "causal_align":
+        return f"{value} causal"
+    if axis == "window":
+        return "no window" if int(value) == 0 else f"window {int(value)}"
     if axis in ("run_id", "device", "dtype"):
         return str(value)
     return f"{axis}={value}"
@@ -58,7 +70,7 @@ def axis_text(axis: str, value: Any) -> str:
 
 def axis_value(axis: str, value: Any) -> str:
     """An axis value under a column that already names the axis: '64' under d_k, 'causal' under causal."""
-    if axis in ("d_k", "d_v", "batch", "heads", "seq_len") and present(value):
+    if axis in ("d_k", "d_v", "batch", "heads", "seq_len", "kv_heads", "seq_k", "window") and present(value):
         return str(value)
     return axis_text(axis, value)
 
@@ -70,15 +82,26 @@ def label(key: dict[str, Any], axes: tuple[str, ...] | list[str] | None = None) 
     return " · ".join(t for t in texts if t) or "all cells"
 
 
-def _dv_follows_dk(df) -> bool:
-    """d_v = d_k in every row (the usual sweep): then d_v is never named on its own."""
-    return {"d_k", "d_v"} <= set(df.columns) and bool((df["d_v"] == df["d_k"]).fillna(True).all())
+def _follows(df, axis: str) -> bool:
+    """axis = the axis it follows in every row (d_v = d_k, kv_heads = heads: the usual sweep): then it is
+    never named on its own."""
+    other = FOLLOWS.get(axis)
+    return (
+        other is not None
+        and {axis, other} <= set(df.columns)
+        and bool((df[axis] == df[other]).fillna(True).all())
+    )
+
+
+def _quiet(df, axis: str) -> bool:
+    """An axis added later, at its default in every row: old runs' pages do not name it."""
+    return axis in QUIET_DEFAULTS and bool((df[axis] == QUIET_DEFAULTS[axis]).fillna(True).all())
 
 
 def varying(df, axes: tuple[str, ...] | list[str]) -> list[str]:
     """The axes that take more than one value in df (those a title or table has to name)."""
     out = [a for a in axes if a in df.columns and df[a].nunique(dropna=False) > 1]
-    return [a for a in out if a != "d_v"] if "d_v" in out and _dv_follows_dk(df) else out
+    return [a for a in out if not _follows(df, a)]
 
 
 def grouped(df, axes: list[str]) -> Iterator[tuple[dict[str, Any], Any]]:
@@ -111,9 +134,12 @@ def fixed_text(group_df) -> str:
 
 
 def fixed_axes(df, axes: tuple[str, ...] | list[str]) -> list[str]:
-    """The axes with one value in df (d_v left out when it just follows d_k)."""
+    """The axes with one value in df (d_v and kv_heads left out when they follow d_k and heads; an added
+    axis left out at its default)."""
     vary = varying(df, axes)
-    return [a for a in axes if a in df.columns and a not in vary and not (a == "d_v" and _dv_follows_dk(df))]
+    return [
+        a for a in axes if a in df.columns and a not in vary and not _follows(df, a) and not _quiet(df, a)
+    ]
 
 
 def device_memory(meta: dict[str, Any], device: str, gpu_names: Any = ()) -> int | None:

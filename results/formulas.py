@@ -18,12 +18,27 @@ SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64"
 
 def cell_id(
     variant: str, device: str, dtype: str, batch: int, heads: int, seq_len: int, d_k: int, d_v: int,
-    causal: bool, padding: float, pass_: str,
+    causal: bool, padding: float, pass_: str, *, kv_heads: int | None = None, seq_k: int | None = None,
+    causal_align: str = "top-left", window: int = 0,
 ) -> str:  # fmt: skip
-    """A cell's identity, for resume, merge and compare: variant|device|dtype|b|h|n|dk|dv|mask|pad|pass."""
-    mask = "causal" if causal else "full"
+    """A cell's identity, for resume, merge and compare: variant|device|dtype|b|h|n|dk|dv|mask|pad|pass.
+
+    An axis added later says nothing at its default, so every id written before it stays the same;
+    otherwise the mask reads `causal-lr` for lower-right causal, and `|kv{H_kv}` (grouped-query heads),
+    `|nk{N_k}` (keys apart from queries) and `|w{W}` (sliding window) follow, in that order."""
+    if causal:
+        mask = "causal-lr" if causal_align == "lower-right" else "causal"
+    else:
+        mask = "full"
     shape = f"b{batch}|h{heads}|n{seq_len}|dk{d_k}|dv{d_v}"
-    return f"{variant}|{device}|{dtype}|{shape}|{mask}|pad{padding:g}|{pass_}"
+    text = f"{variant}|{device}|{dtype}|{shape}|{mask}|pad{padding:g}|{pass_}"
+    if kv_heads is not None and kv_heads != heads:
+        text += f"|kv{kv_heads}"
+    if seq_k is not None and seq_k != seq_len:
+        text += f"|nk{seq_k}"
+    if window > 0:
+        text += f"|w{window}"
+    return text
 
 
 def where_key(host: str | None, device: str, gpu_uuid: str | None = None) -> str:
@@ -74,24 +89,55 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float | int | bool]:
 # (Q K^T) and one d_v multiply-add row (P V), 2*(d_k + d_v) FLOPs, as in FlashAttention's benchmarks
 # (Dao-AILab/flash-attention, benchmarks/benchmark_flash_attention.py) and triton's fused-attention tutorial:
 #   dense    pairs = N_q * N_k                          (forward = 4*B*H*N^2*d when d_k = d_v = d)
-#   causal   query i sees keys j <= i (top-left):        pairs = sum_i min(i + 1, N_k)   (N(N+1)/2, not N^2/2)
+#   causal   query i sees keys j <= t_i, t_i = i (top-left) or i + N_k - N_q (lower-right, FlashAttention
+#            >= 2.1 and torch's causal_lower_right): pairs = sum_i min(t_i + 1, N_k) clipped at 0
+#            (N(N+1)/2 for N_q = N_k, not N^2/2)
+#   window   W: additionally j > t_i - W (W keys up to and including the diagonal)
 #   padding  batch element b sees its first L_b keys:    min(..., L_b) per query
+#   grouped-query heads (H_kv < H) change nothing: each of the H query heads attends its pairs
 #   backward = 2.5 x forward (five matmuls of the forward's size instead of two); fwd+bwd = 3.5 x forward
 # Softmax, scaling and masking are not counted. Every variant is credited with the same work for a cell, so
 # TFLOP/s compare like with like, and a kernel that skips masked work is not credited with work it skipped.
 
 PASS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
+CAUSAL_ALIGNS = ("top-left", "lower-right")
 
 
-def attended_pairs(seq_q: int, seq_k: int, *, causal: bool, key_length: int | None = None) -> int:
-    """(query, key) pairs one head of one batch element attends: query i sees keys j < min(i + 1, N_k, L)
-    when causal (top-left), j < min(N_k, L) otherwise; L is the element's valid key count (None: all)."""
+def _clamped_sum(u0: int, u1: int, hi: int) -> int:
+    """sum of min(max(u, 0), hi) over the integers u0 <= u <= u1 (0 when the range is empty)."""
+    if u1 < u0 or hi <= 0:
+        return 0
+    a, b = max(u0, 1), min(u1, hi - 1)  # the rising part, 0 < u < hi: an arithmetic series
+    total = (a + b) * (b - a + 1) // 2 if b >= a else 0
+    c = max(u0, hi)  # the flat part, u >= hi
+    return total + (hi * (u1 - c + 1) if u1 >= c else 0)
+
+
+def attended_pairs(
+    seq_q: int,
+    seq_k: int,
+    *,
+    causal: bool,
+    key_length: int | None = None,
+    causal_align: str = "top-left",
+    window: int = 0,
+) -> int:
+    """(query, key) pairs one head of one batch element attends, exactly (see the rules above); L =
+    key_length is the element's valid key count (None: all). O(1): no loop over queries."""
+    if causal_align not in CAUSAL_ALIGNS:
+        raise ValueError(f"unknown causal alignment {causal_align!r}; known: {', '.join(CAUSAL_ALIGNS)}")
+    if window < 0 or (window and not causal):
+        raise ValueError(f"a window must be 0 or a positive key count with causal masking, got {window!r}")
     limit = seq_k if key_length is None else max(0, min(seq_k, key_length))
     if not causal:
         return seq_q * limit
-    # sum over i < N_q of min(i + 1, limit): a triangle up to `limit`, then full rows of `limit` keys
-    tri = min(seq_q, limit)
-    return tri * (tri + 1) // 2 + (seq_q - tri) * limit
+    off = seq_k - seq_q if causal_align == "lower-right" else 0
+    # query i (t = i + off) sees keys 0 <= j < limit with j <= t, and j > t - W with a window:
+    # clamp(t + 1, 0, limit) - clamp(t - W + 1, 0, limit), summed over t = off .. off + N_q - 1
+    seen = _clamped_sum(off + 1, off + seq_q, limit)
+    if window:
+        seen -= _clamped_sum(off - window + 1, off + seq_q - window, limit)
+    return seen
 
 
 def attention_flops(
@@ -105,21 +151,52 @@ def attention_flops(
     causal: bool,
     pass_: str = "fwd",
     key_lengths: Sequence[int] | None = None,
+    causal_align: str = "top-left",
+    window: int = 0,
 ) -> int:
-    """FLOPs of one call: 2 * (d_k + d_v) per attended pair, times the pass factor (see above)."""
+    """FLOPs of one call: 2 * (d_k + d_v) per attended pair of each of the `heads` query heads, times the
+    pass factor (see above). The number of key/value heads does not enter."""
     if pass_ not in PASS_FACTOR:
         raise ValueError(f"unknown pass {pass_!r}; known: {', '.join(PASS_FACTOR)}")
     lengths = [None] * batch if key_lengths is None else list(key_lengths)
     if len(lengths) != batch:
         raise ValueError(f"key_lengths has {len(lengths)} entries for batch {batch}")
-    pairs = sum(attended_pairs(seq_q, seq_k, causal=causal, key_length=n) for n in lengths)
+    pairs = sum(
+        attended_pairs(seq_q, seq_k, causal=causal, key_length=n, causal_align=causal_align, window=window)
+        for n in lengths
+    )
     return int(2 * heads * pairs * (d_k + d_v) * PASS_FACTOR[pass_])
 
 
-def flops_formula(*, causal: bool, padded: bool) -> str:
-    """Which pairs a row's `flops` counted (the `flops_formula` column)."""
-    return {(False, False): "dense", (True, False): "causal pairs", (False, True): "valid keys",
+def flops_formula(*, causal: bool, padded: bool, causal_align: str = "top-left", window: int = 0) -> str:
+    """Which pairs a row's `flops` counted (the `flops_formula` column): 'dense', 'causal pairs',
+    'lower-right causal pairs of valid keys, window 512', ..."""
+    text = {(False, False): "dense", (True, False): "causal pairs", (False, True): "valid keys",
             (True, True): "causal pairs of valid keys"}[(causal, padded)]  # fmt: skip
+    if causal and causal_align == "lower-right":
+        text = "lower-right " + text
+    return f"{text}, window {window}" if window > 0 else text
+
+
+# ---- bytes and bandwidth --------------------------------------------------------------------------
+# A decode step (few queries, many keys) is bound by reading K and V, not by FLOPs: it is judged by the
+# bandwidth at which it reads them against the calibrated copy bandwidth (harness.calibrate).
+
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def kv_bytes(batch: int, kv_heads: int, seq_k: int, d_k: int, d_v: int, dtype: str) -> int:
+    """Bytes of K and V, each read once: B * H_kv * N_k * (d_k + d_v) * itemsize (the `kv_bytes` column).
+    Grouped-query heads read each K/V head once for all the query heads that share it."""
+    return batch * kv_heads * seq_k * (d_k + d_v) * DTYPE_BYTES.get(dtype, 4)
+
+
+def gbps(nbytes: float | None, time_ms: float) -> float:
+    """GB/s (10^9 bytes per second) for `nbytes` moved in `time_ms` milliseconds (NaN when either is
+    missing): the `kv_gbps` column is kv_bytes / median time."""
+    if nbytes is None or not time_ms or time_ms <= 0:
+        return math.nan
+    return nbytes / (time_ms * 1e-3) / 1e9
 
 
 def tflops(flops: float | None, time_ms: float) -> float:

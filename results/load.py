@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devices, drift, suspect
+from .formulas import DTYPE_BYTES, gbps
 from .schema import COLUMNS, LIST_COLUMNS
 from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, read_resumes, uncollected_rows
 
@@ -55,6 +56,8 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = pd.NA
         df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
+    if len(df):
+        _fill_axis_defaults(df)
     records = df.to_dict("records") if len(df) else []
     df["where"] = pd.array([devices.where_of(r) for r in records], dtype="string")
     df["device_group"] = pd.array(_group_labels(records, metas), dtype="string")
@@ -83,6 +86,25 @@ def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]
         for w in g.members
     }
     return [label.get((str(r.get("run_id")), devices.where_of(r)), "") for r in records]
+
+
+def _fill_axis_defaults(df) -> None:
+    """Rows written before an axis existed hold its default (kv_heads = heads, seq_k = seq_len, top-left
+    causal, no window); their kv_bytes and kv_gbps follow from those (results.formulas), as for new rows."""
+    import pandas as pd
+
+    df["kv_heads"] = df["kv_heads"].fillna(df["heads"])
+    df["seq_k"] = df["seq_k"].fillna(df["seq_len"])
+    df["causal_align"] = df["causal_align"].fillna("top-left")
+    df["window"] = df["window"].fillna(0)
+    itemsize = df["dtype"].map(lambda d: DTYPE_BYTES.get(d, 4) if isinstance(d, str) else pd.NA)
+    derived = df["batch"] * df["kv_heads"] * df["seq_k"] * (df["d_k"] + df["d_v"]) * itemsize.astype("Int64")
+    df["kv_bytes"] = df["kv_bytes"].fillna(derived)
+    rate = [
+        gbps(float(b), float(t)) if pd.notna(b) and pd.notna(t) else None
+        for b, t in zip(df["kv_bytes"], df["time_ms_median"], strict=True)
+    ]
+    df["kv_gbps"] = df["kv_gbps"].fillna(pd.Series(rate, index=df.index, dtype="Float64"))
 
 
 def load_meta(*paths: str | Path) -> dict[str, dict[str, Any]]:

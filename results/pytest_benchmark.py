@@ -23,12 +23,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .formulas import quartiles, rel_iqr, tflops
+from .formulas import gbps, quartiles, rel_iqr, tflops
 from .schema import COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
 
 READABLE_FORMATS = (1,)  # harness.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
-TIMING_COLUMNS = ("time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops")
+TIMING_COLUMNS = (
+    "time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops", "kv_gbps",
+)  # fmt: skip
 AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
     "variant": str,
     "device": str,
@@ -43,6 +45,13 @@ AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
     "pass": str,
     "cell_id": str,
     "status": str,
+}
+# Axes added later: a file written before them lacks them (its cells are at their defaults)
+LATER_AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
+    "kv_heads": int,
+    "seq_k": int,
+    "causal_align": str,
+    "window": int,
 }
 SWEEP_KEYS = {  # row axis -> SweepSpec field, so that meta["sweep"] reads like a run's
     "variant": "variants",
@@ -93,7 +102,9 @@ def _check_cell(info: Any, where: str) -> None:
             f"{where} has no attnbench extra_info (missing {', '.join(missing)}); write the file with "
             "`pytest benchmarks/ --benchmark-only --benchmark-json FILE`"
         )
-    for key, typ in AXIS_TYPES.items():
+    for key, typ in {**AXIS_TYPES, **LATER_AXIS_TYPES}.items():
+        if key not in info:
+            continue  # a later axis (AXIS_TYPES are all present: checked above)
         val = info[key]
         if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
             raise BenchmarkFileError(
@@ -129,6 +140,8 @@ def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
     spread = rel_iqr(p25, med, p75)
     flops = info.get("flops")
     achieved = tflops(flops, med) if isinstance(flops, (int, float)) else math.nan
+    kv = info.get("kv_bytes")
+    kv_rate = gbps(kv, med) if isinstance(kv, (int, float)) else math.nan
     row.update(
         time_ms_median=med,
         time_ms_p25=p25,
@@ -137,6 +150,7 @@ def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
         noisy=spread > NOISY_REL_IQR,
         n_samples=int(stats.get("rounds") or len(row["samples_ms"])),
         tflops=None if math.isnan(achieved) else achieved,
+        kv_gbps=None if math.isnan(kv_rate) else kv_rate,
         stop_reason="pytest-benchmark",
     )
     return row
@@ -200,6 +214,16 @@ def meta_from(data: dict[str, Any], rows: list[dict[str, Any]], source: str | Pa
     for axis, key in SWEEP_KEYS.items():
         values = list(dict.fromkeys(r[axis] for r in rows))
         sweep[key] = sorted(values) if axis == "seq_len" else values
+    # the later axes as a SweepSpec holds them: empty = follows heads / seq_len; lower-right is a causal value
+    sweep["causal"] = list(
+        dict.fromkeys("lower-right" if r["causal"] and r.get("causal_align") == "lower-right" else r["causal"]
+                      for r in rows)
+    )  # fmt: skip
+    kv = [r.get("kv_heads", r["heads"]) for r in rows]
+    sweep["kv_heads"] = [] if kv == [r["heads"] for r in rows] else list(dict.fromkeys(kv))
+    nk = [r.get("seq_k", r["seq_len"]) for r in rows]
+    sweep["seq_k"] = [] if nk == [r["seq_len"] for r in rows] else sorted(set(nk))
+    sweep["window"] = list(dict.fromkeys(r.get("window", 0) for r in rows))
     options = next((b.get("options") for b in data["benchmarks"] if isinstance(b, dict)), None)
     return {
         "run_id": _run_id(data),

@@ -26,6 +26,10 @@ COLUMNS: dict[str, str] = {
     "causal": "boolean",
     "padding": "Float64",
     "pass": "string",
+    "kv_heads": "Int64",  # key/value heads (grouped-query attention when fewer than heads)
+    "seq_k": "Int64",  # keys per sequence (N_k); = seq_len unless given apart (decode shapes)
+    "causal_align": "string",  # "top-left" or "lower-right" (what causal means when N_q != N_k)
+    "window": "Int64",  # sliding window in keys, the diagonal included; 0 = none
     "status": "string",
     "message": "string",
     "time_ms_median": "Float64",
@@ -40,6 +44,8 @@ COLUMNS: dict[str, str] = {
     "flops": "Int64",
     "flops_formula": "string",
     "tflops": "Float64",
+    "kv_bytes": "Int64",  # bytes of K and V read once: B * kv_heads * seq_k * (d_k + d_v) * itemsize
+    "kv_gbps": "Float64",  # kv_bytes / median time, GB/s: a decode cell against the calibrated copy bandwidth
     "speed_tflops": "Float64",  # the speed probe just before the cell (harness.calibrate.speed_probe)
     "speed_factor": "Float64",  # derived when loading: speed_tflops / the run's median probe on that device
     "drift": "boolean",  # derived when loading: speed_factor more than 10% off 1 (results.drift)
@@ -76,4 +82,8 @@ CELL_AXES = (
     "causal",
     "padding",
     "pass",
+    "kv_heads",
+    "seq_k",
+    "causal_align",
+    "window",
 )

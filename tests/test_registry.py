@@ -149,7 +149,8 @@ def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
     "shapes,match",
     [
         (((2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)), "q must have 4 dims"),
-        (((1, 2, 4, 8), (1, 3, 4, 8), (1, 3, 4, 8)), "head counts differ"),
+        (((1, 2, 4, 8), (1, 3, 4, 8), (1, 3, 4, 8)), r"k/v heads \(3\) must divide q heads \(2\)"),
+        (((1, 4, 4, 8), (1, 2, 4, 8), (1, 1, 4, 8)), "k and v head counts differ: 2 vs 1"),
         (((1, 2, 4, 8), (1, 2, 4, 16), (1, 2, 4, 8)), "head dims differ"),
         (((1, 2, 4, 8), (1, 2, 5, 8), (1, 2, 4, 8)), "sequence lengths differ"),
         (((2, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)), "batch sizes differ"),

@@ -1,7 +1,10 @@
 """Attention implementations behind one calling convention, each with a frozen capability record.
 
     out = variant(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None)
-    q: (B, H, N_q, d_k)  k: (B, H, N_k, d_k)  v: (B, H, N_k, d_v)  ->  out: (B, H, N_q, d_v)
+    q: (B, H, N_q, d_k)  k: (B, H_kv, N_k, d_k)  v: (B, H_kv, N_k, d_v)  ->  out: (B, H, N_q, d_v)
+
+H_kv < H (grouped-query attention) only for variants that declare `gqa`; causal_align="lower-right" and
+window=W are passed only when set, and only to variants that declare `lower_right` / `window`.
 
 Third-party variants register with @attnbench.register in a module named by an `attnbench.variants`
 entry point, or in a file passed as --variant-file. Importing this package does not import torch.

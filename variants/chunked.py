@@ -11,8 +11,13 @@ logsumexp L = m + log l instead of storing it: dV_j += P^T dO_i, dP = dO_i V_j^T
 dS = P * (dP - D_i) with D = rowsum(dO * O), dQ_i += dS K_j * scale, dK_j += dS^T Q_i * scale.
 
 On CPU, allocation and page faults dominate small kernels, so every block buffer is allocated once
-per call and reused (`out=` matmuls, in-place exp). Causal key blocks entirely above the diagonal
-are skipped, not masked; key blocks entirely past every batch's valid length are skipped too.
+per call and reused (`out=` matmuls, in-place exp). Key blocks no query of a query block can see are
+skipped, not masked: those above the causal diagonal (top-left or lower-right), those behind a sliding
+window (so a window of W keys costs O(N_q * W), not O(N_q * N_k)), and those past every batch's valid length.
+
+Grouped-query attention (H_kv < H k/v heads): the G = H / H_kv query heads of a k/v head are folded into its
+query rows, so each block is one matmul per k/v head and K and V are never repeated. Rows of a block are
+ordered (query i, group member), so the masks, which depend on i only, broadcast over the group.
 """
 
 from __future__ import annotations
@@ -46,60 +51,99 @@ class _Blocks:
         return buf[: self.g * rows * cols].view(self.g, rows, cols)
 
 
-def _key_end(i1: int, n_k: int, causal: bool, max_len: int) -> int:
-    """Keys past this index cannot be seen by query rows < i1 (top-left causal) or by any batch (padding)."""
-    end = min(n_k, i1) if causal else n_k
-    return min(end, max_len)
+class _Visible:
+    """Which keys each query row sees (attnbench's rules, as in variants/masks.py): causal j <= t_i with
+    t_i = i + off (off = 0 top-left, N_k - N_q lower-right), a window j > t_i - W, key padding j < L_b."""
+
+    def __init__(self, n_q, n_k, causal, causal_align, window, key_lengths, kv_heads, device) -> None:
+        self.n_q, self.n_k, self.causal, self.window, self.kv_heads = n_q, n_k, causal, window, kv_heads
+        self.off = n_k - n_q if causal and causal_align == "lower-right" else 0
+        self.pad_valid, self.max_len = None, n_k
+        if key_lengths is not None:
+            self.pad_valid = (
+                torch.arange(n_k, device=device)[None, :] < key_lengths.to(device)[:, None]
+            )  # (B, N_k)
+            self.max_len = int(key_lengths.max())
+
+    def keys(self, i0: int, i1: int) -> tuple[int, int]:
+        """[start, end): the keys some query row in [i0, i1) may see; empty when start >= end."""
+        end = min(self.n_k, self.max_len)
+        if self.causal:
+            end = min(end, i1 + self.off)  # t of the last row, plus one
+        start = max(0, i0 + self.off - self.window + 1) if self.window else 0
+        return start, max(start, end)
+
+    def queries(self, j0: int, j1: int) -> tuple[int, int]:
+        """[start, end): the query rows that may see some key in [j0, j1)."""
+        start = max(0, j0 - self.off) if self.causal else 0  # t_i >= j0
+        end = min(self.n_q, j1 - 1 - self.off + self.window) if self.window else self.n_q  # t_i - W < j1 - 1
+        return start, max(start, end)
+
+    def mask_block(self, s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, group: int) -> None:
+        """Set the hidden scores of block (i0:i1, j0:j1) to -inf in place. s: (g, rows * group, cols)."""
+        crosses_diagonal = self.causal and j1 - 1 > i0 + self.off
+        crosses_window = self.window and j0 <= i1 - 1 + self.off - self.window
+        if crosses_diagonal or crosses_window:
+            t = torch.arange(i0, i1, device=s.device)[:, None] + self.off  # (rows, 1)
+            cols = torch.arange(j0, j1, device=s.device)[None, :]
+            hide = cols > t if crosses_diagonal else torch.zeros(1, 1, dtype=torch.bool, device=s.device)
+            if crosses_window:
+                hide = hide | (cols <= t - self.window)
+            s.view(s.shape[0], i1 - i0, group, j1 - j0).masked_fill_(hide[:, None, :], _NEG_INF)
+        if self.pad_valid is not None:
+            invalid = ~self.pad_valid[:, j0:j1]  # (B, cols)
+            if bool(invalid.any()):
+                invalid = invalid.repeat_interleave(self.kv_heads, dim=0)[:, None, :]  # (g, 1, cols)
+                s.masked_fill_(invalid, _NEG_INF)
 
 
-def _mask_block(s, i0, i1, j0, j1, causal, pad_valid, heads):
-    """Set masked scores of block (i0:i1, j0:j1) to -inf in place. s: (G, rows, cols)."""
-    if causal and j1 - 1 > i0:  # the block crosses the diagonal
-        rows = torch.arange(i0, i1, device=s.device)[:, None]
-        cols = torch.arange(j0, j1, device=s.device)[None, :]
-        s.masked_fill_(cols > rows, _NEG_INF)
-    if pad_valid is not None:
-        invalid = ~pad_valid[:, j0:j1]  # (B, cols)
-        if bool(invalid.any()):
-            invalid = invalid.repeat_interleave(heads, dim=0)[:, None, :]  # (G, 1, cols)
-            s.masked_fill_(invalid, _NEG_INF)
+def _fold(t: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(B, H, N, d) -> (B * H_kv, N, G, d), contiguous: a block of rows i0:i1 is then one (g, rows * G, d)
+    view. A copy only when G > 1 (O(N d), next to the O(N^2 d) work)."""
+    b, h, n, d = t.shape
+    return t.reshape(b * kv_heads, h // kv_heads, n, d).transpose(1, 2).contiguous()
 
 
-def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
-    """Returns out (B, H, N_q, d_v) and the row logsumexp (G, N_q) in float32 (+inf for empty rows)."""
+def _unfold(t: torch.Tensor, b: int, h: int) -> torch.Tensor:
+    """(B * H_kv, N, G, d) -> (B, H, N, d): _fold's inverse."""
+    g, n, group, d = t.shape
+    return t.view(b, g // b, n, group, d).transpose(2, 3).reshape(b, h, n, d)
+
+
+def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0):
+    """Returns out (B, H, N_q, d_v) and the row logsumexp (B*H_kv, N_q, G) in float32 (+inf for rows that
+    see no key)."""
     b, h, n_q, d_k = q.shape
-    n_k, d_v = k.shape[2], v.shape[3]
-    g = b * h
-    qs = (q * scale).reshape(g, n_q, d_k)  # (G, N_q, d_k), pre-scaled once: O(N d) instead of O(N^2)
-    kt = k.reshape(g, n_k, d_k).transpose(1, 2)  # (G, d_k, N_k) view
-    vf = v.reshape(g, n_k, d_v)  # (G, N_k, d_v)
-    pad_valid, max_len = None, n_k
-    if key_lengths is not None:
-        pad_valid = (
-            torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None]
-        )  # (B, N_k)
-        max_len = int(key_lengths.max())
+    h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
+    group, g = h // h_kv, b * h_kv
+    qs = _fold(q * scale, h_kv)  # (g, N_q, G, d_k), pre-scaled once: O(N d) instead of O(N^2)
+    kt = k.reshape(g, n_k, d_k).transpose(1, 2)  # (g, d_k, N_k) view
+    vf = v.reshape(g, n_k, d_v)  # (g, N_k, d_v)
+    vis = _Visible(n_q, n_k, causal, causal_align, window, key_lengths, h_kv, q.device)
     bq, bk = min(block_q, n_q), min(block_k, n_k)
-    buf = _Blocks(g, bq, bk, d_v, q.dtype, q.device)
+    buf = _Blocks(g, bq * group, bk, d_v, q.dtype, q.device)
     stat_dtype = buf.scores.dtype
-    out = torch.empty(g, n_q, d_v, dtype=q.dtype, device=q.device)
-    lse = torch.empty(g, n_q, dtype=stat_dtype, device=q.device)
+    out = torch.zeros(g, n_q, group, d_v, dtype=q.dtype, device=q.device)  # rows that see no key stay 0
+    lse = torch.full((g, n_q, group), float("inf"), dtype=stat_dtype, device=q.device)
     for i0 in range(0, n_q, bq):
         i1 = min(i0 + bq, n_q)
-        rq = i1 - i0
-        m = torch.full((g, rq, 1), _NEG_INF, dtype=stat_dtype, device=q.device)  # running row max
-        l = torch.zeros((g, rq, 1), dtype=stat_dtype, device=q.device)  # running row sum
-        acc = buf.view(buf.acc, rq, d_v).zero_()  # running unnormalised output
-        q_blk = qs[:, i0:i1]
-        for j0 in range(0, _key_end(i1, n_k, causal, max_len), bk):
-            j1 = min(j0 + bk, _key_end(i1, n_k, causal, max_len))
+        rows = (i1 - i0) * group
+        k_start, k_end = vis.keys(i0, i1)
+        if k_start >= k_end:
+            continue  # no row of this block sees a key
+        m = torch.full((g, rows, 1), _NEG_INF, dtype=stat_dtype, device=q.device)  # running row max
+        l = torch.zeros((g, rows, 1), dtype=stat_dtype, device=q.device)  # running row sum
+        acc = buf.view(buf.acc, rows, d_v).zero_()  # running unnormalised output
+        q_blk = qs[:, i0:i1].reshape(g, rows, d_k)  # a view: rows (i, group member)
+        for j0 in range(k_start, k_end, bk):
+            j1 = min(j0 + bk, k_end)
             rk = j1 - j0
-            s = buf.view(buf.scores, rq, rk)  # (G, rq, rk)
+            s = buf.view(buf.scores, rows, rk)  # (g, rows, rk)
             if buf.low is None:
                 torch.bmm(q_blk, kt[:, :, j0:j1], out=s)
             else:
-                s.copy_(torch.bmm(q_blk, kt[:, :, j0:j1], out=buf.view(buf.low, rq, rk)))
-            _mask_block(s, i0, i1, j0, j1, causal, pad_valid, h)
+                s.copy_(torch.bmm(q_blk, kt[:, :, j0:j1], out=buf.view(buf.low, rows, rk)))
+            vis.mask_block(s, i0, i1, j0, j1, group)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             m_safe = m_new.masked_fill(
                 m_new == _NEG_INF, 0.0
@@ -111,68 +155,68 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
             if buf.low is None:
                 acc.baddbmm_(s, vf[:, j0:j1])
             else:
-                p_low = buf.view(buf.low, rq, rk).copy_(s)
+                p_low = buf.view(buf.low, rows, rk).copy_(s)
                 acc.add_(torch.bmm(p_low, vf[:, j0:j1]))
             m = m_new
-        empty = l == 0  # rows that saw no key (empty key padding): output 0, not 0 / 0
-        out[:, i0:i1] = acc / l.masked_fill(empty, 1.0)
-        lse[:, i0:i1] = (m + torch.log(l)).masked_fill(empty, float("inf")).squeeze(-1)
-    return out.view(b, h, n_q, d_v), lse
+        empty = l == 0  # rows that saw no key (padding, lower-right, window): output 0, not 0 / 0
+        out[:, i0:i1] = (acc / l.masked_fill(empty, 1.0)).view(g, i1 - i0, group, d_v)
+        lse[:, i0:i1] = (m + torch.log(l)).masked_fill(empty, float("inf")).view(g, i1 - i0, group)
+    return _unfold(out, b, h), lse
 
 
-def _backward(q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k):
-    """FlashAttention-2 style backward over key blocks (outer) and query blocks (inner)."""
+def _backward(
+    q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0
+):
+    """FlashAttention-2 style backward over key blocks (outer) and the query blocks that see them (inner)."""
     b, h, n_q, d_k = q.shape
-    n_k, d_v = k.shape[2], v.shape[3]
-    g = b * h
+    h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
+    group, g = h // h_kv, b * h_kv
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    qs = (q.to(acc_dtype) * scale).reshape(g, n_q, d_k)
+    qs = _fold(q.to(acc_dtype) * scale, h_kv)  # (g, N_q, G, d_k)
     kf = k.to(acc_dtype).reshape(g, n_k, d_k)
     vf = v.to(acc_dtype).reshape(g, n_k, d_v)
-    do = d_out.to(acc_dtype).reshape(g, n_q, d_v)
-    delta = (do * out.to(acc_dtype).reshape(g, n_q, d_v)).sum(
-        -1, keepdim=True
-    )  # (G, N_q, 1) = rowsum(dO * O)
-    lse = lse.to(acc_dtype)[..., None]  # (G, N_q, 1)
-    pad_valid, max_len = None, n_k
-    if key_lengths is not None:
-        pad_valid = torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None]
-        max_len = int(key_lengths.max())
-    dq = torch.zeros(g, n_q, d_k, dtype=acc_dtype, device=q.device)
+    do = _fold(d_out.to(acc_dtype), h_kv)  # (g, N_q, G, d_v)
+    delta = (do * _fold(out.to(acc_dtype), h_kv)).sum(-1)  # (g, N_q, G) = rowsum(dO * O)
+    lse = lse.to(acc_dtype)  # (g, N_q, G)
+    vis = _Visible(n_q, n_k, causal, causal_align, window, key_lengths, h_kv, q.device)
+    dq = torch.zeros(g, n_q, group, d_k, dtype=acc_dtype, device=q.device)
     dk = torch.zeros(g, n_k, d_k, dtype=acc_dtype, device=q.device)
     dv = torch.zeros(g, n_k, d_v, dtype=acc_dtype, device=q.device)
     bq, bk = min(block_q, n_q), min(block_k, n_k)
-    for j0 in range(0, min(n_k, max_len), bk):
-        j1 = min(j0 + bk, n_k, max_len)
+    for j0 in range(0, min(n_k, vis.max_len), bk):
+        j1 = min(j0 + bk, n_k, vis.max_len)
         k_blk, v_blk = kf[:, j0:j1], vf[:, j0:j1]
-        first_row = (j0 // bq) * bq if causal else 0  # causal: rows above j0 never see these keys
-        for i0 in range(first_row, n_q, bq):
-            i1 = min(i0 + bq, n_q)
-            s = torch.bmm(qs[:, i0:i1], k_blk.transpose(1, 2))  # (G, rq, rk)
-            _mask_block(s, i0, i1, j0, j1, causal, pad_valid, h)
-            p = s.sub_(lse[:, i0:i1]).exp_()  # softmax weights recomputed from the saved logsumexp
-            dv[:, j0:j1].baddbmm_(p.transpose(1, 2), do[:, i0:i1])
-            dp = torch.bmm(do[:, i0:i1], v_blk.transpose(1, 2))
-            ds = p.mul_(dp.sub_(delta[:, i0:i1]))  # dS = P * (dP - D)
-            dq[:, i0:i1].baddbmm_(ds, k_blk, alpha=scale)
-            dk[:, j0:j1].baddbmm_(ds.transpose(1, 2), qs[:, i0:i1])  # qs already carries the scale
-    shape = lambda t, d: t.view(b, h, -1, d).to(q.dtype)  # noqa: E731
-    return shape(dq, d_k), shape(dk, d_k), shape(dv, d_v)
+        q_start, q_end = vis.queries(j0, j1)  # rows before or after these never see these keys
+        for i0 in range(q_start, q_end, bq):
+            i1 = min(i0 + bq, q_end)
+            rows = (i1 - i0) * group
+            q_blk, do_blk = qs[:, i0:i1].reshape(g, rows, d_k), do[:, i0:i1].reshape(g, rows, d_v)
+            s = torch.bmm(q_blk, k_blk.transpose(1, 2))  # (g, rows, rk)
+            vis.mask_block(s, i0, i1, j0, j1, group)
+            # softmax weights recomputed from the saved logsumexp (+inf for empty rows: weights 0)
+            p = s.sub_(lse[:, i0:i1].reshape(g, rows, 1)).exp_()
+            dv[:, j0:j1].baddbmm_(p.transpose(1, 2), do_blk)
+            dp = torch.bmm(do_blk, v_blk.transpose(1, 2))
+            ds = p.mul_(dp.sub_(delta[:, i0:i1].reshape(g, rows, 1)))  # dS = P * (dP - D)
+            dq[:, i0:i1].view(g, rows, d_k).baddbmm_(ds, k_blk, alpha=scale)
+            dk[:, j0:j1].baddbmm_(ds.transpose(1, 2), q_blk)  # q_blk already carries the scale
+    dq = _unfold(dq, b, h).to(q.dtype)
+    return dq, dk.view(b, h_kv, n_k, d_k).to(q.dtype), dv.view(b, h_kv, n_k, d_v).to(q.dtype)
 
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k):
-        out, lse = _forward(q, k, v, causal, key_lengths, scale, block_q, block_k)
+    def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window):
+        out, lse = _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (causal, key_lengths, scale, block_q, block_k)
+        ctx.args = (causal, key_lengths, scale, block_q, block_k, causal_align, window)
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 @register(
@@ -181,9 +225,23 @@ class _ChunkedAttention(torch.autograd.Function):
     dtypes=("float32", "float16", "bfloat16", "float64"),
     dropout=False,
     memory="linear",
+    gqa=True,
+    lower_right=True,
+    window=True,
 )
 def chunked(
-    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, block_q=BLOCK_Q, block_k=BLOCK_K
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    key_lengths=None,
+    dropout_p=0.0,
+    scale=None,
+    causal_align="top-left",
+    window=0,
+    block_q=BLOCK_Q,
+    block_k=BLOCK_K,
 ):
     """Exact attention in O(N) memory; block_q / block_k set the query and key block sizes."""
     if dropout_p > 0:
@@ -191,6 +249,7 @@ def chunked(
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    args = (causal, key_lengths, scale, block_q, block_k, causal_align, window)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _ChunkedAttention.apply(q, k, v, causal, key_lengths, scale, block_q, block_k)
-    return _forward(q, k, v, causal, key_lengths, scale, block_q, block_k)[0]
+        return _ChunkedAttention.apply(q, k, v, *args)
+    return _forward(q, k, v, *args)[0]

@@ -1,10 +1,11 @@
-"""Naive attention: matmul -> scale -> mask -> softmax -> matmul, materialising the N x N scores."""
+"""Naive attention: matmul -> scale -> mask -> softmax -> matmul, materialising the N_q x N_k scores."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from . import grouped
 from .masks import attention_mask, fully_masked_rows
 from .registry import register
 
@@ -14,25 +15,39 @@ from .registry import register
     description="matmul, scale, mask, torch.softmax, matmul; materialises (B, H, N_q, N_k) scores",
     dtypes=("float32", "float16", "bfloat16", "float64"),
     memory="quadratic",
+    gqa=True,
+    lower_right=True,
+    window=True,
 )
-def naive(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, return_weights=False):
+def naive(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    key_lengths=None,
+    dropout_p=0.0,
+    scale=None,
+    causal_align="top-left",
+    window=0,
+    return_weights=False,
+):
     """Textbook attention. With return_weights=True returns (out, weights (B, H, N_q, N_k))."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     n_q, n_k = q.shape[-2], k.shape[-2]
-    scores = q @ k.transpose(-2, -1)  # (B, H, N_q, N_k)
+    scores = grouped.scores(q, k)  # (B, H, N_q, N_k); k/v heads shared by G query heads, never repeated
     scores = scores * scale
-    mask = attention_mask(n_q, n_k, causal=causal, key_lengths=key_lengths, device=q.device)
+    rules = dict(causal=causal, key_lengths=key_lengths, causal_align=causal_align, window=window)
+    mask = attention_mask(n_q, n_k, device=q.device, **rules)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    empty = fully_masked_rows(n_q, causal=causal, key_lengths=key_lengths)
-    if (
-        empty is not None
-    ):  # softmax of an all -inf row is NaN (and so is its gradient); the convention is zeros
-        scores = scores.masked_fill(empty, 0.0)
+    empty = fully_masked_rows(n_q, n_k=n_k, **rules)
+    if empty is not None:  # softmax of an all -inf row is NaN (its gradient too); the convention is zeros
+        scores = scores.masked_fill(empty.to(q.device), 0.0)
     weights = torch.softmax(scores, dim=-1)
     if empty is not None:
-        weights = weights.masked_fill(empty, 0.0)
+        weights = weights.masked_fill(empty.to(q.device), 0.0)
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p, training=True)
-    out = weights @ v  # (B, H, N_q, d_v)
+    out = grouped.weighted_values(weights, v)  # (B, H, N_q, d_v)
     return (out, weights) if return_weights else out

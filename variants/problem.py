@@ -6,6 +6,21 @@ from dataclasses import dataclass
 
 # Names used everywhere (CLI, results, capabilities) for the torch dtypes attnbench measures.
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+# What causal means when N_q != N_k: query i sees keys j <= i (top-left, torch's is_causal) or
+# j <= i + N_k - N_q (lower-right: the last query sees every key, torch's causal_lower_right, FlashAttention
+# >= 2.1). They agree when N_q = N_k.
+CAUSAL_ALIGNS = ("top-left", "lower-right")
+
+
+def extra_options(*, causal_align: str = "top-left", window: int = 0) -> dict:
+    """The keyword arguments added to the calling convention after it was first written, keeping only those
+    not at their default: a variant written before them is never handed one (it declares none)."""
+    out: dict = {}
+    if causal_align != "top-left":
+        out["causal_align"] = causal_align
+    if window:
+        out["window"] = window
+    return out
 
 
 def torch_dtype(name: str):
@@ -38,12 +53,31 @@ class Problem:
     padding: bool = False
     dropout: bool = False
     backward: bool = False
+    kv_heads: int | None = None  # key/value heads; None: = heads. Fewer: grouped-query attention
+    causal_align: str = "top-left"  # "lower-right" only matters when causal
+    window: int = 0  # sliding window in keys (with causal); 0 = none
+
+    def __post_init__(self) -> None:
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+
+    @property
+    def gqa(self) -> bool:
+        """Grouped-query attention: fewer key/value heads than query heads."""
+        return self.kv_heads != self.heads
+
+    @property
+    def lower_right(self) -> bool:
+        return self.causal and self.causal_align == "lower-right"
 
 
-def validate_tensors(q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0) -> Problem:
+def validate_tensors(
+    q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0, causal_align="top-left", window=0
+) -> Problem:
     """Check the common calling convention and return the Problem; ValueError naming what is wrong.
 
-    q: (B, H, N_q, d_k), k: (B, H, N_k, d_k), v: (B, H, N_k, d_v), key_lengths: (B,) integer valid key counts.
+    q: (B, H, N_q, d_k), k: (B, H_kv, N_k, d_k), v: (B, H_kv, N_k, d_v) with H_kv dividing H (query head h
+    uses key/value head h // (H / H_kv)), key_lengths: (B,) integer valid key counts.
     """
     import torch
 
@@ -61,8 +95,12 @@ def validate_tensors(q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0) 
     (bq, hq, nq, dq), (bk, hk, nk, dk), (bv, hv, nv, dv) = q.shape, k.shape, v.shape
     if not (bq == bk == bv):
         raise ValueError(f"batch sizes differ: q {bq}, k {bk}, v {bv}")
-    if not (hq == hk == hv):
-        raise ValueError(f"head counts differ: q {hq}, k {hk}, v {hv}")
+    if hk != hv:
+        raise ValueError(f"k and v head counts differ: {hk} vs {hv}")
+    if hk < 1 or hq % hk:
+        raise ValueError(
+            f"k/v heads ({hk}) must divide q heads ({hq}): query head h uses kv head h // (H / H_kv)"
+        )
     if dq != dk:
         raise ValueError(f"q and k head dims differ: {dq} vs {dk}")
     if nk != nv:
@@ -80,6 +118,12 @@ def validate_tensors(q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0) 
             raise ValueError(f"key_lengths must lie in 0..{nk}, got {key_lengths.tolist()}")
     if not 0.0 <= float(dropout_p) < 1.0:
         raise ValueError(f"dropout_p must lie in [0, 1), got {dropout_p}")
+    if causal_align not in CAUSAL_ALIGNS:
+        raise ValueError(f"causal_align must be one of {', '.join(CAUSAL_ALIGNS)}, got {causal_align!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be 0 (none) or a positive number of keys, got {window!r}")
+    if window and not causal:
+        raise ValueError(f"a sliding window ({window}) needs causal=True: it counts back from the diagonal")
     name = dtype_name(q.dtype)
     if name not in DTYPES:
         raise ValueError(f"unsupported dtype {q.dtype}; attnbench measures {', '.join(DTYPES)}")
@@ -96,4 +140,7 @@ def validate_tensors(q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0) 
         padding=key_lengths is not None,
         dropout=float(dropout_p) > 0,
         backward=q.requires_grad or k.requires_grad or v.requires_grad,
+        kv_heads=hk,
+        causal_align=causal_align,
+        window=window,
     )

@@ -11,7 +11,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from .problem import DTYPES, Problem, validate_tensors
+from .problem import DTYPES, Problem, extra_options, validate_tensors
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 # The top-level import names attnbench had before 0.2 (now attnbench.variants, ...): a plug-in that still
@@ -47,10 +47,16 @@ class Capability:
     default: bool = True  # part of default sweeps (False for demonstration-only variants)
     available: Callable[[str], str | None] | None = field(default=None, compare=False)
     supports: Callable[[Problem], str | None] | None = field(default=None, compare=False)
-    # setup(q, k, v, *, causal, key_lengths) -> a callable with fn's calling convention, prepared for inputs
-    # of that shape (plans, block masks, compiled kernels). The harness times it apart (setup_ms) and gates
-    # and times what it returns; it must depend on shapes and options only, never on the values.
+    # setup(q, k, v, *, causal, key_lengths, [causal_align, window when set]) -> a callable with fn's
+    # calling convention, prepared for inputs of that shape (plans, block masks, compiled kernels). The
+    # harness times it apart (setup_ms) and gates and times what it returns; it must depend on shapes and
+    # options only, never on the values.
     setup: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
+    # Axes added after the first calling convention default to "not supported", so that a variant is never
+    # handed a keyword (causal_align=, window=) or a k/v head count it never declared it takes.
+    gqa: bool = False  # k, v with fewer heads than q (grouped-query / multi-query attention)
+    lower_right: bool = False  # causal_align="lower-right"
+    window: bool = False  # window=W, a sliding window with causal masking
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -87,7 +93,7 @@ class Variant:
         """The capability as plain JSON data (what a run stores in meta.json for its reports)."""
         cap = self.cap
         fields = ("description", "devices", "dtypes", "min_head_dim", "max_head_dim", "causal", "padding",
-                  "dropout", "backward", "memory", "default")  # fmt: skip
+                  "dropout", "backward", "memory", "default", "gqa", "lower_right", "window")  # fmt: skip
         out = {f: list(v) if isinstance(v := getattr(cap, f), tuple) else v for f in fields}
         return {**out, "source": self.source}
 
@@ -125,13 +131,27 @@ class Variant:
             return f"{self.name} does not support dropout"
         if problem.backward and not cap.backward:
             return f"{self.name} does not support backward"
+        if problem.gqa and not cap.gqa:
+            return (
+                f"{self.name} does not support grouped-query attention "
+                f"({problem.kv_heads} k/v heads for {problem.heads} query heads)"
+            )
+        if problem.lower_right and not cap.lower_right:
+            return f"{self.name} does not support lower-right causal alignment"
+        if problem.window and not cap.window:
+            return f"{self.name} does not support a sliding window (window {problem.window})"
         if cap.supports is not None:
             return cap.supports(problem)
         return None
 
-    def validate(self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0) -> Problem:
+    def validate(
+        self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, causal_align="top-left", window=0
+    ) -> Problem:
         """The Problem these inputs pose; ValueError naming what is wrong with them, or the dtype refused."""
-        problem = validate_tensors(q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p)
+        problem = validate_tensors(
+            q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p,
+            causal_align=causal_align, window=window,
+        )  # fmt: skip
         if problem.dtype not in self.cap.dtypes:
             raise ValueError(
                 f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(self.cap.dtypes)})"
@@ -148,12 +168,16 @@ class Variant:
             raise TypeError(f"setup of {self.name} returned {type(bound).__name__}, not a callable")
         return bound
 
-    def __call__(self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, **kwargs):
-        """Validate the inputs (ValueError naming the problem), then run the variant."""
-        self.validate(q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p)
-        return self.fn(
-            q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale, **kwargs
-        )
+    def __call__(
+        self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None,
+        causal_align="top-left", window=0, **kwargs,
+    ):  # fmt: skip
+        """Validate the inputs (ValueError naming the problem), then run the variant; causal_align and
+        window reach it only when not at their default (extra_options)."""
+        extra = extra_options(causal_align=causal_align, window=window)
+        self.validate(q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, **extra)
+        opts = dict(causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale)
+        return self.fn(q, k, v, **opts, **extra, **kwargs)
 
 
 _REGISTRY: dict[str, Variant] = {}

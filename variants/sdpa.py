@@ -3,44 +3,92 @@
 Each pinned variant runs inside `torch.nn.attention.sdpa_kernel(backend)`. Whether a backend can
 take a given call is torch's decision; when it refuses, torch warns why and raises "No available
 kernel", which becomes UnsupportedError carrying torch's reasons.
+
+The axes beyond the first calling convention:
+- grouped-query k/v heads: `enable_gqa=True` (torch >= 2.5; torch documents it for the flash and math
+  backends, so efficient and cuDNN do not declare it);
+- lower-right causal: `torch.nn.attention.bias.causal_lower_right` for torch's own dispatch and for FLASH
+  (FlashAttention's causal is lower-right). For the other pinned backends it is an explicit boolean mask,
+  because CausalBias picks the flash or efficient kernel itself, whatever backend is pinned;
+- a sliding window, and any mask combined with key padding: one explicit boolean (B, 1, N_q, N_k) mask.
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .masks import attention_mask, key_padding_mask
+from .masks import attention_mask
 from .problem import Problem
 from .registry import UnsupportedError, register
 
 _ALL = ("float32", "float16", "bfloat16", "float64")
 
 
-def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend):
-    mask, is_causal = None, causal
-    if key_lengths is not None:
-        # SDPA refuses attn_mask with is_causal, so causal + padding becomes one (B, 1, N_q, N_k) mask.
-        if causal:
-            mask = attention_mask(
-                q.shape[-2], k.shape[-2], causal=True, key_lengths=key_lengths, device=q.device
-            )
-        else:
-            mask = key_padding_mask(key_lengths.to(q.device), k.shape[-2])  # (B, 1, 1, N_k)
-        is_causal = False
+def _sdpa_takes(name: str) -> bool:
+    """Whether this torch's F.scaled_dot_product_attention has the keyword `name` (a builtin: its
+    signature is read from the docstring's first line when inspect cannot see it)."""
+    try:
+        return name in inspect.signature(F.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):
+        head = (F.scaled_dot_product_attention.__doc__ or "").split("->")[0]
+        return f"{name}=" in head or f"{name}:" in head
+
+
+_TAKES_GQA = _sdpa_takes("enable_gqa")
+_NO_GQA = (
+    f"this torch ({torch.__version__}) has no enable_gqa in F.scaled_dot_product_attention (torch >= 2.5)"
+)
+
+
+def _lower_right_bias(n_q: int, n_k: int):
+    from torch.nn.attention.bias import causal_lower_right
+
+    with warnings.catch_warnings():  # "will produce NaNs when seq_len_q > seq_len_kv": the gate reports
+        warnings.simplefilter("ignore")  # those rows (they see no key) as masked_rows
+        return causal_lower_right(n_q, n_k)
+
+
+def _mask(q, k, causal, key_lengths, backend, causal_align, window):
+    """(attn_mask, is_causal) for this call: no mask when is_causal says it all."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    lower_right = causal and causal_align == "lower-right" and n_q != n_k  # equal lengths: the same mask
+    bias_ok = backend in (None, SDPBackend.FLASH_ATTENTION)  # where CausalBias's own kernel choice is right
+    if key_lengths is not None or window or (lower_right and not bias_ok):
+        # SDPA refuses attn_mask with is_causal, so every combination becomes one boolean mask
+        mask = attention_mask(
+            n_q, n_k, causal=causal, key_lengths=key_lengths, device=q.device,
+            causal_align=causal_align, window=window,
+        )  # fmt: skip
+        return mask, False
+    if lower_right:
+        return _lower_right_bias(n_q, n_k), False
+    return None, causal
+
+
+def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend, causal_align="top-left", window=0):
+    extra = {}
+    if k.shape[1] != q.shape[1]:
+        if not _TAKES_GQA:
+            raise UnsupportedError(_NO_GQA)
+        extra["enable_gqa"] = True
+    mask, is_causal = _mask(q, k, causal, key_lengths, backend, causal_align, window)
     if backend is None:
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **extra
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            if backend == SDPBackend.FLASH_ATTENTION and q.is_cuda and not isinstance(mask, torch.Tensor):
+                _check_cuda_flash(q, k, v, mask, dropout_p, is_causal, extra)
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+                    q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **extra
                 )
         except RuntimeError as exc:
             if "No available kernel" not in str(exc) and "No viable backend" not in str(exc):
@@ -50,6 +98,22 @@ def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend):
             raise UnsupportedError(
                 f"torch refused the {backend.name} backend: " + "; ".join(reasons)
             ) from None
+
+
+def _check_cuda_flash(q, k, v, bias, dropout_p, is_causal, extra) -> None:
+    """A lower-right CausalBias falls back to the efficient kernel when flash cannot take the call, whatever
+    is pinned: ask torch first, so that a cell pinned to FLASH never measures another kernel."""
+    if bias is None:
+        return  # plain SDPA: sdpa_kernel's pin holds
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+
+    params = SDPAParams(q, k, v, None, dropout_p, True, bool(extra.get("enable_gqa")))
+    if not can_use_flash_attention(params, debug=True):
+        raise RuntimeError("No available kernel: the CUDA flash kernel cannot take this lower-right call")
+
+
+def _sdpa_supports(p: Problem) -> str | None:
+    return _NO_GQA if p.gqa and not _TAKES_GQA else None
 
 
 def _cuda_capability() -> tuple[int, int]:
@@ -72,6 +136,10 @@ def _flash_supports(p: Problem) -> str | None:
         return f"the CUDA flash kernel takes float16/bfloat16 only, not {p.dtype}"
     if p.device == "cuda" and p.padding:
         return "the CUDA flash kernel takes no attention mask (key padding)"
+    if p.device == "cuda" and p.window:
+        return "the CUDA flash kernel takes no attention mask (attnbench passes a sliding window as one)"
+    if p.gqa and not _TAKES_GQA:
+        return _NO_GQA
     if p.device == "cpu" and p.dropout:
         return "the CPU flash kernel does not implement dropout"
     return None
@@ -113,9 +181,15 @@ def _cudnn_supports(p: Problem) -> str | None:
     description="F.scaled_dot_product_attention, torch picks the backend",
     dtypes=_ALL,
     memory="linear",
+    gqa=True,
+    lower_right=True,
+    window=True,
+    supports=_sdpa_supports,
 )
-def sdpa(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    return _call(q, k, v, causal, key_lengths, dropout_p, scale, None)
+def sdpa(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
+):
+    return _call(q, k, v, causal, key_lengths, dropout_p, scale, None, causal_align, window)
 
 
 @register(
@@ -123,9 +197,15 @@ def sdpa(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
     description="SDPA pinned to the MATH backend (composite ops, materialises the scores)",
     dtypes=_ALL,
     memory="quadratic",
+    gqa=True,
+    lower_right=True,
+    window=True,
+    supports=_sdpa_supports,
 )
-def sdpa_math(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    return _call(q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.MATH)
+def sdpa_math(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
+):
+    return _call(q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.MATH, causal_align, window)
 
 
 @register(
@@ -136,9 +216,16 @@ def sdpa_math(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=N
     memory="linear",
     available=_flash_available,
     supports=_flash_supports,
+    gqa=True,
+    lower_right=True,
+    window=True,  # through attn_mask: the CPU flash kernel takes one, the CUDA one does not (_flash_supports)
 )
-def sdpa_flash(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    return _call(q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.FLASH_ATTENTION)
+def sdpa_flash(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
+):
+    return _call(
+        q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.FLASH_ATTENTION, causal_align, window
+    )
 
 
 @register(
@@ -148,9 +235,15 @@ def sdpa_flash(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=
     dtypes=("float32", "float16", "bfloat16"),
     memory="linear",
     available=_efficient_available,
+    lower_right=True,  # both through an explicit attn_mask, which this kernel takes
+    window=True,
 )
-def sdpa_efficient(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    return _call(q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.EFFICIENT_ATTENTION)
+def sdpa_efficient(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
+):
+    return _call(
+        q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.EFFICIENT_ATTENTION, causal_align, window
+    )
 
 
 @register(

@@ -11,16 +11,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import grouped
 from .masks import attention_mask
 from .registry import register
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64")
+_AXES = dict(gqa=True, lower_right=True, window=True)  # grouped k/v heads, lower-right causal, windows
 
 
-def _scores(q, k, causal, key_lengths, scale):
+def _scores(q, k, causal, key_lengths, scale, causal_align, window):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, N_q, N_k)
-    mask = attention_mask(q.shape[-2], k.shape[-2], causal=causal, key_lengths=key_lengths, device=q.device)
+    scores = grouped.scores(q, k) * scale  # (B, H, N_q, N_k)
+    mask = attention_mask(
+        q.shape[-2], k.shape[-2], causal=causal, key_lengths=key_lengths, device=q.device,
+        causal_align=causal_align, window=window,
+    )  # fmt: skip
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores
@@ -31,9 +36,12 @@ def _scores(q, k, causal, key_lengths, scale):
     description="explicit softmax: exp(x - rowmax) / rowsum; materialises the scores",
     dtypes=_DTYPES,
     memory="quadratic",
+    **_AXES,
 )
-def stable_softmax(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    scores = _scores(q, k, causal, key_lengths, scale)
+def stable_softmax(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
+):
+    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window)
     row_max = scores.amax(dim=-1, keepdim=True)  # (B, H, N_q, 1)
     row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)  # fully masked row: exp(-inf - 0) = 0
     e = torch.exp(scores - row_max)
@@ -41,7 +49,7 @@ def stable_softmax(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, sc
     weights = e / total.masked_fill(total == 0, 1.0)  # fully masked row: 0 / 1 = 0, not 0 / 0
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p, training=True)
-    return weights @ v
+    return grouped.weighted_values(weights, v)
 
 
 @register(
@@ -50,11 +58,14 @@ def stable_softmax(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, sc
     dtypes=_DTYPES,
     memory="quadratic",
     default=False,
+    **_AXES,
 )
-def unstable_softmax(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    scores = _scores(q, k, causal, key_lengths, scale)
+def unstable_softmax(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
+):
+    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window)
     e = torch.exp(scores)  # overflows to inf for large logits
     weights = e / e.sum(dim=-1, keepdim=True)
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p, training=True)
-    return weights @ v
+    return grouped.weighted_values(weights, v)

@@ -4,6 +4,11 @@ xformers takes (B, N, H, K) tensors and expresses masks as attention-bias object
 LowerTriangularMask for top-left causal, BlockDiagonalPaddedKeysMask for key padding (the batch is
 packed into one sequence of B blocks, keys padded to N_k). Its causal + padded-keys masks are aligned
 bottom-right, which differs from attnbench's top-left convention, so that combination is refused.
+
+xformers also has grouped-query inputs (5-D BMGHK tensors), bottom-right causal masks
+(LowerTriangularFromBottomRightMask) and local windows (...LocalAttentionMask), but attnbench cannot run
+xformers on this project's machines to check them, so the capability declares none of them (gqa,
+lower_right and window stay False): those cells are `unsupported`, never measured on an untested path.
 """
 
 from __future__ import annotations

@@ -1,0 +1,140 @@
+"""Measures two of issue 11's workload targets on this machine (a benchmark, not a unit test).
+
+  1. window: chunked, causal, window 512, fp32, B=1 H=8 d=64, at N=4096 and N=16384. A sliding window
+     makes the work O(N * W), so the fitted time exponent between the two lengths,
+     log(t_16384 / t_4096) / log(4), must be at most 1.3 (full causal attention gives about 2). Times are
+     the harness's own medians (harness.cell.measure_cell: gated, then timed), taken in --rounds rounds
+     that alternate the two lengths, and the exponent is read from the median time of each length;
+  2. grouped-query heads: naive with 32 query heads on 8 k/v heads against 32 on 32 (a decode step:
+     N_q=1, N_k=8192, d=128, fp32). What is measured is memory, with torch.profiler's allocator events
+     (harness.memory.peak_cpu, exact for torch allocations): the peak of allocating K and V and running
+     the call, minus the peak of the call alone on K and V allocated beforehand, is the K/V memory the
+     call needs. Target: MHA's is 4x GQA's (within 1%), and GQA's call alone allocates no more than
+     MHA's (no hidden repeat of K and V to 32 heads).
+
+    python benchmarks/workloads_check.py [--rounds 3] [--json out.json]
+
+Timings on a shared machine are noisy: re-run on a quiet one before quoting them. Exit status 0 when
+both targets are met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import torch
+
+from attnbench import variants
+from attnbench.harness.cell import measure_cell
+from attnbench.harness.memory import peak_cpu
+from attnbench.harness.spec import CellSpec, Settings
+
+WINDOW, LENGTHS, MAX_EXPONENT = 512, (4096, 16384), 1.3
+GQA_HEADS, GQA_KV_HEADS, DECODE_KEYS, HEAD_DIM = 32, 8, 8192, 128
+KV_RATIO_BAND = 0.01
+
+
+def window_exponent(rounds: int, settings: Settings) -> dict:
+    """Target 1: the fitted time exponent of chunked with a 512-key window between N=4096 and 16384."""
+    times: dict[int, list[float]] = {n: [] for n in LENGTHS}
+    statuses = []
+    for r in range(rounds):
+        for n in LENGTHS if r % 2 == 0 else reversed(LENGTHS):  # alternate the order: drift hits both
+            cell = CellSpec("chunked", "cpu", "float32", 1, 8, n, 64, 64, True, 0.0, "fwd", window=WINDOW)
+            row = measure_cell(cell, settings)
+            statuses.append(row["status"])
+            if row["status"] == "ok":
+                times[n].append(row["time_ms_median"])
+            print(f"  round {r + 1}: N={n} {row['status']} {row.get('time_ms_median', math.nan):.1f} ms")
+    if not all(times.values()):
+        return {"met": False, "why": f"cells not ok: {statuses}"}
+    t_lo, t_hi = (statistics.median(times[n]) for n in LENGTHS)
+    exponent = math.log(t_hi / t_lo) / math.log(LENGTHS[1] / LENGTHS[0])
+    return {
+        "what": f"chunked, causal, window {WINDOW}, fp32, B=1 H=8 d=64: time exponent N={LENGTHS}",
+        "median_ms": {str(n): round(statistics.median(times[n]), 3) for n in LENGTHS},
+        "samples_ms": {str(n): [round(t, 3) for t in times[n]] for n in LENGTHS},
+        "exponent": round(exponent, 3),
+        "target": f"<= {MAX_EXPONENT}",
+        "met": exponent <= MAX_EXPONENT,
+    }
+
+
+def gqa_kv_memory() -> dict:
+    """Target 2: the K/V memory of naive with 8 k/v heads against 32, measured with torch.profiler."""
+    naive = variants.get("naive").fn
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, GQA_HEADS, 1, HEAD_DIM, generator=g)  # one decode query per head
+
+    def kv(h_kv: int):
+        return (torch.randn(1, h_kv, DECODE_KEYS, HEAD_DIM), torch.randn(1, h_kv, DECODE_KEYS, HEAD_DIM))
+
+    out = {}
+    for h_kv in (GQA_HEADS, GQA_KV_HEADS):
+        with torch.no_grad():
+            with_kv = peak_cpu(lambda h_kv=h_kv: naive(q, *kv(h_kv), causal=True, causal_align="lower-right"))
+            k, v = kv(h_kv)
+            call_only = peak_cpu(lambda k=k, v=v: naive(q, k, v, causal=True, causal_align="lower-right"))
+        out[h_kv] = {
+            "kv_tensor_bytes": k.nbytes + v.nbytes,
+            "peak_with_kv_bytes": with_kv,
+            "peak_call_only_bytes": call_only,
+            "kv_measured_bytes": with_kv - call_only,
+        }
+        del k, v
+    mha, gqa = out[GQA_HEADS], out[GQA_KV_HEADS]
+    ratio = mha["kv_measured_bytes"] / gqa["kv_measured_bytes"]
+    ratio_ok = abs(ratio / (GQA_HEADS / GQA_KV_HEADS) - 1) <= KV_RATIO_BAND
+    return {
+        "what": f"naive decode, {GQA_HEADS} query heads on {GQA_KV_HEADS} vs {GQA_HEADS} k/v heads, "
+        f"N_q=1 N_k={DECODE_KEYS} d={HEAD_DIM} fp32; measured: torch.profiler peak with K/V allocated "
+        "in the call minus the peak of the call alone",
+        "mha": mha,
+        "gqa": gqa,
+        "kv_ratio_measured": round(ratio, 4),
+        "kv_ratio_tensors": mha["kv_tensor_bytes"] / gqa["kv_tensor_bytes"],
+        "gqa_call_not_larger": gqa["peak_call_only_bytes"] <= mha["peak_call_only_bytes"],
+        "target": f"K/V memory ratio {GQA_HEADS // GQA_KV_HEADS} within {KV_RATIO_BAND:.0%}; the GQA call "
+        "allocates no more than MHA's",
+        "met": ratio_ok and gqa["peak_call_only_bytes"] <= mha["peak_call_only_bytes"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of the window cells (>= 1)")
+    p.add_argument("--budget-ms", type=float, default=3000.0, help="sampling budget per cell (ms)")
+    p.add_argument("--json", metavar="PATH", help="also write the records as JSON")
+    args = p.parse_args(argv)
+    if args.rounds < 1 or not args.budget_ms > 0:
+        p.error("--rounds must be at least 1 and --budget-ms positive")
+    settings = Settings(warmup_ms=200.0, budget_ms=args.budget_ms, min_samples=5)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; timings on a shared machine are noisy"
+    )
+    print("1. sliding window: chunked time exponent")
+    window = window_exponent(args.rounds, settings)
+    print(
+        f"   {'PASS' if window['met'] else 'MISS'}: median ms {window.get('median_ms')}, exponent "
+        f"{window.get('exponent')} (target {window.get('target')}) {window.get('why', '')}"
+    )
+    print("2. grouped-query heads: naive K/V memory, MHA / GQA")
+    gqa = gqa_kv_memory()
+    print(
+        f"   {'PASS' if gqa['met'] else 'MISS'}: measured K/V ratio {gqa['kv_ratio_measured']} "
+        f"(tensor bytes {gqa['kv_ratio_tensors']:g}x: {gqa['mha']['kv_tensor_bytes']:,} vs "
+        f"{gqa['gqa']['kv_tensor_bytes']:,} B); call alone {gqa['gqa']['peak_call_only_bytes']:,} B (GQA) vs "
+        f"{gqa['mha']['peak_call_only_bytes']:,} B (MHA)"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"window": window, "gqa": gqa}, f, indent=1)
+    return 0 if window["met"] and gqa["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
