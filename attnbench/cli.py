@@ -49,6 +49,11 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pass", dest="pass_", choices=["fwd", "fwdbwd", "both"], help="forward or forward+backward"
     )
+    g.add_argument(
+        "--dropout",
+        metavar="P,...",
+        help="training-mode dropout probabilities of the attention weights, in [0, 1) (0 = none)",
+    )
     t = p.add_argument_group("measurement")
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
     t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
@@ -618,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--causal", "yes|no", "causal masking (default no)"),
         ("--padding", "F", "key padding fraction in [0, 1) (default 0)"),
         ("--pass", "fwd|fwdbwd", "forward or forward+backward (default fwd)"),
+        ("--dropout", "P", "training-mode dropout probability in [0, 1) (default 0)"),
     ):
         dest = "pass_" if flag == "--pass" else None
         g.add_argument(flag, action="append", metavar=meta, help=text, **({"dest": dest} if dest else {}))

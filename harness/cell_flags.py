@@ -25,6 +25,7 @@ CELL_FLAGS: dict[str, tuple[str, str]] = {
     "causal": ("--causal", "causal"),
     "padding": ("--padding", "padding"),
     "pass_": ("--pass", "pass"),
+    "dropout": ("--dropout", "dropout"),
 }
 
 

@@ -4,7 +4,8 @@ A cell predicted not to fit in the device's free memory is skipped (never run), 
 cannot take the machine down. Prediction, per call (e = bytes per element):
   S  = B*H*N*N*e   one score-sized tensor;  IO = B*H*N*(d_k+d_v)*e  the inputs' size
   quadratic variants: forward 3*S (scores, weights, and one temporary, e.g. the masked or shifted
-                      scores), forward+backward 6*S (saved scores and weights plus their gradients)
+                      scores), forward+backward 6*S (saved scores and weights plus their gradients);
+                      with dropout 2*S more (the mask and the dropped weights, beside the weights)
   linear variants:    forward 2*IO + block buffers, forward+backward 6*IO + block buffers
 plus the cell's inputs (3 with gradients) and the float64 reference of the correctness gate.
 These are upper estimates: measured peaks (naive forward = 2*S + output) sit below them.
@@ -28,7 +29,7 @@ def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | N
     io = bh * n * (spec.d_k + spec.d_v) * e
     backward = spec.pass_ == "fwdbwd"
     if memory_class == "quadratic":
-        work = 6 * scores if backward else 3 * scores
+        work = (6 if backward else 3) * scores + (2 * scores if spec.dropout > 0 else 0)
     else:
         work = (6 if backward else 2) * io + bh * BLOCK_BUFFER_ELEMS * 4
     inputs = (2 if backward else 1) * io * 2

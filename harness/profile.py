@@ -59,6 +59,7 @@ class Plan:
         text += f"-dv{c.d_v}" if c.d_v != c.d_k else ""
         text += f"-{'causal' if c.causal else 'full'}"
         text += f"-pad{c.padding:g}" if c.padding else ""
+        text += f"-drop{c.dropout:g}" if c.dropout else ""
         return f"{text}-{c.pass_}"
 
     def default_dir_name(self) -> str:
@@ -72,6 +73,7 @@ class Plan:
         parts += ["--batch", str(c.batch), "--heads", str(c.heads), "--seq-len", str(c.seq_len)]
         parts += ["--d-k", str(c.d_k), "--d-v", str(c.d_v), "--causal", "yes" if c.causal else "no"]
         parts += ["--padding", f"{c.padding:g}"] if c.padding else []
+        parts += ["--dropout", f"{c.dropout:g}"] if c.dropout else []
         parts += ["--pass", c.pass_, "--seconds", f"{self.seconds:g}", "--rate", str(self.rate)]
         parts += ["--iters", str(self.iters)] + (["--threads", str(self.threads)] if self.threads else [])
         parts += ["--native"] if self.native else []

@@ -95,7 +95,8 @@ def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
 
     q, k, v, kl = make_inputs(cell, seed)  # (B, H, N, d_k), (B, H, N, d_k), (B, H, N, d_v), (B,)
     fn = variants.get(cell.variant).bind(q, k, v, causal=cell.causal, key_lengths=kl)
-    return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", causal=cell.causal, key_lengths=kl)
+    opts = {"causal": cell.causal, "key_lengths": kl, "dropout_p": cell.dropout}
+    return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", **opts)
 
 
 def _send(name: str, data: Any = None) -> None:

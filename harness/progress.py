@@ -25,7 +25,8 @@ def cell_line(row: dict[str, Any]) -> str:
         f"{row['device']} {short_dtype(row['dtype'])} b{row['batch']} h{row['heads']} "
         f"n{row['seq_len']} d{row['d_k']}{'' if row['d_v'] == row['d_k'] else '/' + str(row['d_v'])}"
         f"{' causal' if row['causal'] else ''}"
-        f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''} "
+        f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''}"
+        f"{' drop' + format(row['dropout'], 'g') if row.get('dropout') else ''} "
         f"{row['pass']}"
     )
     head = f"{row['status']:<11} {row['variant']:<16} {shape:<38}"

@@ -43,6 +43,7 @@ GRID_OPTIONS = {  # option dest -> (flag, default, help)
     "attn_causal": ("--attn-causal", "no", "causal masking: no, yes or both (default: no)"),
     "attn_padding": ("--attn-padding", "0", "key padding fractions in [0, 1) (default: 0)"),
     "attn_pass": ("--attn-pass", "both", "fwd, fwdbwd or both (default: both)"),
+    "attn_dropout": ("--attn-dropout", "0", "training-mode dropout probabilities in [0, 1) (default: 0)"),
     "attn_threads": ("--attn-threads", "0", "CPU threads for torch, as attnbench run --threads (0: torch's)"),
 }
 

@@ -49,10 +49,14 @@ class CellSpec:
     causal: bool
     padding: float  # fraction of keys masked at the end of the last batch element (0 = no key padding)
     pass_: str  # "fwd" or "fwdbwd"
+    dropout: float = 0.0  # training-mode dropout probability of the attention weights (0 = none)
 
     @property
     def cell_id(self) -> str:
-        return cell_id(*(getattr(self, f.name) for f in fields(self)))
+        return cell_id(
+            self.variant, self.device, self.dtype, self.batch, self.heads, self.seq_len, self.d_k, self.d_v,
+            self.causal, self.padding, self.pass_, dropout=self.dropout,
+        )  # fmt: skip
 
     @property
     def shape_key(self) -> tuple:
@@ -67,6 +71,7 @@ class CellSpec:
             self.d_v,
             self.causal,
             self.padding,
+            self.dropout,
         )
 
     @property
@@ -83,6 +88,7 @@ class CellSpec:
             self.causal,
             self.padding,
             self.pass_,
+            self.dropout,
         )
 
     def problem(self) -> Problem:
@@ -97,6 +103,8 @@ class CellSpec:
             d_v=self.d_v,
             causal=self.causal,
             padding=self.padding > 0,
+            dropout=self.dropout > 0,
+            dropout_p=self.dropout,
             backward=self.pass_ == "fwdbwd",
         )
 
@@ -116,7 +124,8 @@ class CellSpec:
     def from_dict(cls, d: dict[str, Any]) -> CellSpec:
         d = dict(d)
         d["pass_"] = d.pop("pass")
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
+        # a row written before an axis existed lacks its key: the field's default is what it measured
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 _BUDGET = Budget()
@@ -179,6 +188,7 @@ class SweepSpec:
     causal: tuple[bool, ...] = (False,)
     padding: tuple[float, ...] = (0.0,)
     passes: tuple[str, ...] = ("fwd",)
+    dropout: tuple[float, ...] = (0.0,)  # training-mode dropout probabilities, each in [0, 1)
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
@@ -191,6 +201,13 @@ class SweepSpec:
         for p in self.padding:
             if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1):
                 raise ValueError(f"padding must be a fraction in [0, 1), got {p!r}")
+        if not self.dropout:
+            raise ValueError("dropout needs at least one value")
+        for p in self.dropout:
+            if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1):
+                raise ValueError(f"dropout must be a probability in [0, 1), got {p!r}")
+        if len(set(map(float, self.dropout))) != len(self.dropout):
+            raise ValueError(f"dropout lists a value twice: {list(self.dropout)}")
         for c in self.causal:
             if not isinstance(c, bool):
                 raise ValueError(f"causal values must be booleans, got {c!r}")
@@ -204,7 +221,7 @@ class SweepSpec:
         fair under drifting machine noise) and seq_len ascends within a series (OOM skip-ahead)."""
         d_vs = self.d_v or (None,)
         out = []
-        for device, dtype, b, h, dk, dv, causal, pad, pas, n in itertools.product(
+        for device, dtype, b, h, dk, dv, causal, pad, drop, pas, n in itertools.product(
             self.devices,
             self.dtypes,
             self.batch,
@@ -213,13 +230,15 @@ class SweepSpec:
             d_vs,
             self.causal,
             self.padding,
+            self.dropout,
             self.passes,
             sorted(self.seq_len),
         ):
             for name in variant_names:
+                dv_ = dk if dv is None else dv
                 out.append(
                     CellSpec(
-                        name, device, dtype, b, h, n, dk, dk if dv is None else dv, causal, float(pad), pas
+                        name, device, dtype, b, h, n, dk, dv_, causal, float(pad), pas, dropout=float(drop)
                     )
                 )
         return out
@@ -477,6 +496,7 @@ TEXT_AXES: dict[str, str] = {  # axis name -> what its text holds
     "causal": "causal",
     "padding": "floats",
     "pass": "pass",
+    "dropout": "floats",
 }
 TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (or parser)
     "warmup_ms": float,
@@ -564,6 +584,7 @@ def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
         "causal": "yes" if cell.causal else "no",
         "padding": repr(float(cell.padding)),  # repr: the shortest text that reads back as the same float
         "pass": cell.pass_,
+        "dropout": repr(float(cell.dropout)),
     }
     for name in TEXT_SETTINGS:
         value = getattr(settings, name)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 GROUP_AXES = ("run_id", "device", "dtype", "pass")  # one figure (and one page section) per group
-PANEL_AXES = ("causal", "d_k", "d_v", "batch", "heads", "padding")  # one panel per combination inside a group
+PANEL_AXES = ("causal", "d_k", "d_v", "batch", "heads", "padding", "dropout")  # a panel per combination
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
 PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
 
@@ -43,6 +43,8 @@ def axis_text(axis: str, value: Any) -> str:
         return PASS_NAMES.get(str(value), str(value))
     if axis == "padding":
         return "no padding" if float(value) == 0 else f"padding {float(value):g}"
+    if axis == "dropout":
+        return "no dropout" if float(value) == 0 else f"dropout {float(value):g}"
     if axis in ("batch", "heads"):
         return f"{'B' if axis == 'batch' else 'H'}={value}"
     if axis in ("run_id", "device", "dtype"):
@@ -104,9 +106,21 @@ def fixed_text(group_df) -> str:
 
 
 def fixed_axes(df, axes: tuple[str, ...] | list[str]) -> list[str]:
-    """The axes with one value in df (d_v left out when it just follows d_k)."""
+    """The axes with one value in df (d_v left out when it just follows d_k, dropout when it is 0 throughout:
+    the usual sweep, and the text of every report made before dropout was an axis)."""
     vary = varying(df, axes)
-    return [a for a in axes if a in df.columns and a not in vary and not (a == "d_v" and _dv_follows_dk(df))]
+    return [
+        a
+        for a in axes
+        if a in df.columns
+        and a not in vary
+        and not (a == "d_v" and _dv_follows_dk(df))
+        and not (a == "dropout" and _no_dropout(df))
+    ]
+
+
+def _no_dropout(df) -> bool:
+    return bool((df["dropout"].fillna(0) == 0).all())
 
 
 def device_memory(meta: dict[str, Any], device: str) -> int | None:

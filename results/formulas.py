@@ -18,12 +18,18 @@ SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64"
 
 def cell_id(
     variant: str, device: str, dtype: str, batch: int, heads: int, seq_len: int, d_k: int, d_v: int,
-    causal: bool, padding: float, pass_: str,
+    causal: bool, padding: float, pass_: str, *, dropout: float = 0.0,
 ) -> str:  # fmt: skip
-    """A cell's identity, for resume, merge and compare: variant|device|dtype|b|h|n|dk|dv|mask|pad|pass."""
+    """A cell's identity, for resume, merge and compare: variant|device|dtype|b|h|n|dk|dv|mask|pad|pass.
+
+    Axes added later append a part only when not at their default (`|drop0.1` for dropout > 0), so the id
+    of every cell measured before them stays the same."""
     mask = "causal" if causal else "full"
     shape = f"b{batch}|h{heads}|n{seq_len}|dk{d_k}|dv{d_v}"
-    return f"{variant}|{device}|{dtype}|{shape}|{mask}|pad{padding:g}|{pass_}"
+    text = f"{variant}|{device}|{dtype}|{shape}|{mask}|pad{padding:g}|{pass_}"
+    if dropout > 0:
+        text += f"|drop{dropout:g}"
+    return text
 
 
 def where_key(host: str | None, device: str, gpu_uuid: str | None = None) -> str:
@@ -77,8 +83,10 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float | int | bool]:
 #   causal   query i sees keys j <= i (top-left):        pairs = sum_i min(i + 1, N_k)   (N(N+1)/2, not N^2/2)
 #   padding  batch element b sees its first L_b keys:    min(..., L_b) per query
 #   backward = 2.5 x forward (five matmuls of the forward's size instead of two); fwd+bwd = 3.5 x forward
-# Softmax, scaling and masking are not counted. Every variant is credited with the same work for a cell, so
-# TFLOP/s compare like with like, and a kernel that skips masked work is not credited with work it skipped.
+# Softmax, scaling, masking and dropout are not counted: a dropout cell is credited with the same FLOPs as
+# the cell without it (drawing the mask and scaling the kept weights are elementwise work, as softmax is).
+# Every variant is credited with the same work for a cell, so TFLOP/s compare like with like, and a kernel
+# that skips masked work is not credited with work it skipped.
 
 PASS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 

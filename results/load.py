@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from . import drift, suspect
-from .schema import COLUMNS, LIST_COLUMNS
+from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS
 from .store import latest_rows, read_meta
 
 
@@ -43,6 +43,8 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = pd.NA
         df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
+        if col in AXIS_DEFAULTS:  # a run written before the axis existed measured it at its default
+            df[col] = df[col].fillna(AXIS_DEFAULTS[col])
     factors = drift.speed_factors(df.to_dict("records")) if len(df) else []
     df["speed_factor"] = pd.array(factors, dtype="Float64")
     df["drift"] = pd.array([drift.drifted(f) for f in factors], dtype="boolean")

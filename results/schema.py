@@ -26,6 +26,7 @@ COLUMNS: dict[str, str] = {
     "causal": "boolean",
     "padding": "Float64",
     "pass": "string",
+    "dropout": "Float64",  # training-mode dropout probability of the attention weights (0 = none)
     "status": "string",
     "message": "string",
     "time_ms_median": "Float64",
@@ -51,6 +52,8 @@ COLUMNS: dict[str, str] = {
     "masked_rows": "string",
     "rows_checked": "Int64",
     "fresh_rel_err": "Float64",  # after timing: the answer on fresh inputs of the same shape (another seed)
+    "drop_frac": "Float64",  # dropout cells: the fraction of attention weights the variant zeroed (about p)
+    "drop_mean_z": "Float64",  # dropout cells: |mean of K calls - float64| over its expected noise (about 1)
     "threads": "Int64",
     "host": "string",  # where the cell was measured (harness.fingerprint.where_measured)
     "gpu_name": "string",
@@ -74,4 +77,7 @@ CELL_AXES = (
     "causal",
     "padding",
     "pass",
+    "dropout",
 )
+# What a row written before a column existed means by it (results.load fills these in)
+AXIS_DEFAULTS = {"dropout": 0.0}

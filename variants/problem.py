@@ -37,6 +37,7 @@ class Problem:
     causal: bool = False
     padding: bool = False
     dropout: bool = False
+    dropout_p: float = 0.0  # the probability itself, for a `supports` check that refuses some values
     backward: bool = False
 
 
@@ -95,5 +96,6 @@ def validate_tensors(q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0) 
         causal=bool(causal),
         padding=key_lengths is not None,
         dropout=float(dropout_p) > 0,
+        dropout_p=float(dropout_p),
         backward=q.requires_grad or k.requires_grad or v.requires_grad,
     )
