@@ -10,6 +10,14 @@ Backward (FlashAttention 2, Dao 2023, Algorithm 2) recomputes P per block from t
 logsumexp L = m + log l instead of storing it: dV_j += P^T dO_i, dP = dO_i V_j^T,
 dS = P * (dP - D_i) with D = rowsum(dO * O), dQ_i += dS K_j * scale, dK_j += dS^T Q_i * scale.
 
+Dropout (FlashAttention's, Dao et al. 2022, Algorithm 2): the softmax statistics m and l are those of
+the undropped weights, and only the accumulation sees the mask, acc += (P * Z) V_j with Z = M / (1 - p),
+M ~ Bernoulli(1 - p) per weight; so out = sum_j softmax_ij Z_ij V_j, the same distribution as dropping
+the full softmax's weights. Each block's mask is drawn from its own generator, seeded from one number
+drawn from torch's default generator per call plus the block's index, so the backward regenerates it
+(any loop order) instead of storing it: dV_j += (P * Z)^T dO_i, dP = (dO_i V_j^T) * Z, and D = rowsum(dO *
+O) with the dropped O is rowsum(P * dP) as the formula needs.
+
 On CPU, allocation and page faults dominate small kernels, so every block buffer is allocated once
 per call and reused (`out=` matmuls, in-place exp). Causal key blocks entirely above the diagonal
 are skipped, not masked; key blocks entirely past every batch's valid length are skipped too.
@@ -24,6 +32,7 @@ from .registry import register
 BLOCK_Q = 256  # query rows per block
 BLOCK_K = 512  # keys per block
 _NEG_INF = float("-inf")
+_SEED_SPAN = 1 << 62  # per-call dropout seeds are drawn below this; block seeds add the block's index
 
 
 class _Blocks:
@@ -46,6 +55,31 @@ class _Blocks:
         return buf[: self.g * rows * cols].view(self.g, rows, cols)
 
 
+class _Dropout:
+    """The dropout mask of every (query block, key block) of one call, regenerated on demand: block
+    (bi, bj) is drawn at its full (G, bq, bk) size from a generator seeded with seed + its index and
+    then cut to the block's rows and keys, so the forward and the backward see the same values."""
+
+    def __init__(self, p: float, seed: int, g: int, bq: int, bk: int, n_kblocks: int, dtype, device) -> None:
+        self.p, self.seed, self.n_kblocks = p, seed, n_kblocks
+        self.keep = 1.0 / (1.0 - p)
+        self.buf = torch.empty(g, bq, bk, dtype=dtype, device=device)
+        self.gen = torch.Generator(device=device)
+
+    def block(self, i0: int, i1: int, j0: int, j1: int, bq: int, bk: int) -> torch.Tensor:
+        """Z = M / (1 - p) of rows i0:i1 and keys j0:j1, (G, rows, cols); valid until the next call."""
+        self.gen.manual_seed(self.seed + (i0 // bq) * self.n_kblocks + j0 // bk)
+        # keep where u >= p, u ~ U[0, 1): Bernoulli(1 - p), scaled by 1/(1 - p) in the same buffer
+        self.buf.uniform_(generator=self.gen).ge_(self.p).mul_(self.keep)
+        return self.buf[:, : i1 - i0, : j1 - j0]
+
+
+def _dropout(p: float, seed: int | None, g, bq, bk, n_k, dtype, device) -> _Dropout | None:
+    if p <= 0:
+        return None
+    return _Dropout(p, seed, g, bq, bk, -(-n_k // bk), dtype, device)
+
+
 def _key_end(i1: int, n_k: int, causal: bool, max_len: int) -> int:
     """Keys past this index cannot be seen by query rows < i1 (top-left causal) or by any batch (padding)."""
     end = min(n_k, i1) if causal else n_k
@@ -65,8 +99,10 @@ def _mask_block(s, i0, i1, j0, j1, causal, pad_valid, heads):
             s.masked_fill_(invalid, _NEG_INF)
 
 
-def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
-    """Returns out (B, H, N_q, d_v) and the row logsumexp (G, N_q) in float32 (+inf for empty rows)."""
+def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, dropout_p=0.0, seed=None):
+    """Returns out (B, H, N_q, d_v) and the row logsumexp (G, N_q) in float32 (+inf for empty rows)
+    of the undropped weights; with dropout_p > 0 the output is that of the weights dropped with the
+    masks seeded by `seed` (see _Dropout)."""
     b, h, n_q, d_k = q.shape
     n_k, d_v = k.shape[2], v.shape[3]
     g = b * h
@@ -82,6 +118,7 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
     bq, bk = min(block_q, n_q), min(block_k, n_k)
     buf = _Blocks(g, bq, bk, d_v, q.dtype, q.device)
     stat_dtype = buf.scores.dtype
+    drop = _dropout(dropout_p, seed, g, bq, bk, n_k, stat_dtype, q.device)
     out = torch.empty(g, n_q, d_v, dtype=q.dtype, device=q.device)
     lse = torch.empty(g, n_q, dtype=stat_dtype, device=q.device)
     for i0 in range(0, n_q, bq):
@@ -106,7 +143,9 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
             )  # rows with nothing seen yet: exp(-inf - 0) = 0
             s.sub_(m_safe).exp_()  # s is now P, unnormalised
             alpha = (m - m_safe).exp_()  # rescales what was accumulated under the old max
-            l.mul_(alpha).add_(s.sum(dim=-1, keepdim=True))
+            l.mul_(alpha).add_(s.sum(dim=-1, keepdim=True))  # the normaliser: every weight, dropped or not
+            if drop is not None:
+                s.mul_(drop.block(i0, i1, j0, j1, bq, bk))  # only the accumulation sees the mask
             acc.mul_(alpha)
             if buf.low is None:
                 acc.baddbmm_(s, vf[:, j0:j1])
@@ -120,8 +159,11 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k):
     return out.view(b, h, n_q, d_v), lse
 
 
-def _backward(q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k):
-    """FlashAttention-2 style backward over key blocks (outer) and query blocks (inner)."""
+def _backward(
+    q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k, dropout_p=0.0, seed=None
+):
+    """FlashAttention-2 style backward over key blocks (outer) and query blocks (inner); with dropout the
+    forward's masks are regenerated from its seed."""
     b, h, n_q, d_k = q.shape
     n_k, d_v = k.shape[2], v.shape[3]
     g = b * h
@@ -142,6 +184,7 @@ def _backward(q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, blo
     dk = torch.zeros(g, n_k, d_k, dtype=acc_dtype, device=q.device)
     dv = torch.zeros(g, n_k, d_v, dtype=acc_dtype, device=q.device)
     bq, bk = min(block_q, n_q), min(block_k, n_k)
+    drop = _dropout(dropout_p, seed, g, bq, bk, n_k, acc_dtype, q.device)
     for j0 in range(0, min(n_k, max_len), bk):
         j1 = min(j0 + bk, n_k, max_len)
         k_blk, v_blk = kf[:, j0:j1], vf[:, j0:j1]
@@ -151,8 +194,13 @@ def _backward(q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, blo
             s = torch.bmm(qs[:, i0:i1], k_blk.transpose(1, 2))  # (G, rq, rk)
             _mask_block(s, i0, i1, j0, j1, causal, pad_valid, h)
             p = s.sub_(lse[:, i0:i1]).exp_()  # softmax weights recomputed from the saved logsumexp
-            dv[:, j0:j1].baddbmm_(p.transpose(1, 2), do[:, i0:i1])
             dp = torch.bmm(do[:, i0:i1], v_blk.transpose(1, 2))
+            if drop is None:
+                dv[:, j0:j1].baddbmm_(p.transpose(1, 2), do[:, i0:i1])
+            else:
+                z = drop.block(i0, i1, j0, j1, bq, bk)
+                dv[:, j0:j1].baddbmm_((p * z).transpose(1, 2), do[:, i0:i1])  # the dropped weights
+                dp.mul_(z)  # dP of the undropped weights
             ds = p.mul_(dp.sub_(delta[:, i0:i1]))  # dS = P * (dP - D)
             dq[:, i0:i1].baddbmm_(ds, k_blk, alpha=scale)
             dk[:, j0:j1].baddbmm_(ds.transpose(1, 2), qs[:, i0:i1])  # qs already carries the scale
@@ -162,35 +210,38 @@ def _backward(q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, blo
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k):
-        out, lse = _forward(q, k, v, causal, key_lengths, scale, block_q, block_k)
+    def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, dropout_p, seed):
+        out, lse = _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, dropout_p, seed)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (causal, key_lengths, scale, block_q, block_k)
+        ctx.args = (causal, key_lengths, scale, block_q, block_k, dropout_p, seed)
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 @register(
     "chunked",
     description=f"online softmax over {BLOCK_Q}x{BLOCK_K} query/key blocks in plain PyTorch; O(N) memory",
     dtypes=("float32", "float16", "bfloat16", "float64"),
-    dropout=False,
     memory="linear",
 )
 def chunked(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, block_q=BLOCK_Q, block_k=BLOCK_K
 ):
-    """Exact attention in O(N) memory; block_q / block_k set the query and key block sizes."""
-    if dropout_p > 0:
-        raise ValueError("chunked does not implement dropout")
+    """Exact attention in O(N) memory; block_q / block_k set the query and key block sizes. With
+    dropout_p > 0 the weights are dropped block by block (training mode, kept ones scaled by 1/(1 - p))."""
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
+    if not 0 <= dropout_p < 1:
+        raise ValueError(f"dropout_p must lie in [0, 1), got {dropout_p}")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    # one draw from torch's default generator per call: torch.manual_seed makes the masks reproducible
+    seed = int(torch.randint(0, _SEED_SPAN, ()).item()) if dropout_p > 0 else None
+    args = (causal, key_lengths, scale, block_q, block_k, dropout_p, seed)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _ChunkedAttention.apply(q, k, v, causal, key_lengths, scale, block_q, block_k)
-    return _forward(q, k, v, causal, key_lengths, scale, block_q, block_k)[0]
+        return _ChunkedAttention.apply(q, k, v, *args)
+    return _forward(q, k, v, *args)[0]
