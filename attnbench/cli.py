@@ -74,6 +74,11 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
         help="sliding window: each query sees the W keys up to its diagonal; needs --causal yes or "
         "lower-right (default: 0, none)",
     )
+    g.add_argument(
+        "--dropout",
+        metavar="P,...",
+        help="training-mode dropout probabilities of the attention weights, in [0, 1) (0 = none)",
+    )
     t = p.add_argument_group("measurement")
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
     t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
@@ -801,6 +806,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--kv-heads", "N", "key/value heads, dividing heads (default: = heads)"),
         ("--seq-k", "N", "key length N_k (default: = seq-len)"),
         ("--window", "W", "sliding window in keys, with causal (default 0, none)"),
+        ("--dropout", "P", "training-mode dropout probability in [0, 1) (default 0)"),
     ):
         dest = "pass_" if flag == "--pass" else None
         g.add_argument(flag, action="append", metavar=meta, help=text, **({"dest": dest} if dest else {}))

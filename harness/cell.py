@@ -2,7 +2,8 @@
 
 - prepare(spec, settings, cache) -> Prepared: clones of the shape's pristine seeded inputs, the variant's
   setup hook if it has one (setup_ms), one forward call (first_call_ms) gated against float64 (gradients
-  too for fwdbwd), whether that modified the inputs, and the call to time;
+  too for fwdbwd), for a dropout cell the statistical dropout check (harness.dropout_check), whether that
+  modified the inputs, and the call to time;
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets;
 - peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
 - check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
@@ -31,7 +32,7 @@ from attnbench import variants
 from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes, summarize, tflops
 from attnbench.variants import UnsupportedError, torch_dtype
 
-from . import correctness, memory, timing
+from . import correctness, dropout_check, memory, timing
 from .spec import CellSpec, Settings
 
 
@@ -164,6 +165,7 @@ class Prepared:
     changed: tuple[str, ...] = ()  # inputs the gated call (or the gradient check) modified in place
     setup_ms: float | None = None  # the variant's setup hook, timed apart; None: it has none
     first_call_ms: float | None = None  # the gated forward call: lazy init, autotune, compile, plans
+    dropout: dropout_check.DropoutResult | None = None  # a dropout cell's statistical check; None: p = 0
 
     @property
     def grad_ok(self) -> bool:
@@ -181,6 +183,7 @@ class Prepared:
             "grad_rel_err": self.grad_rel_err,
             "masked_rows": self.gate.masked_rows,
             "rows_checked": self.gate.rows_checked,
+            **(self.dropout.fields() if self.dropout is not None else {}),
         }
 
     def setup_fields(self) -> dict[str, Any]:
@@ -194,8 +197,8 @@ class Prepared:
         self, m: timing.Measurement | None = None, after: AfterCheck | None = None
     ) -> tuple[str, str]:
         """(status, message): wrong with every reason found (inputs modified, the float64 gate, the answer
-        on fresh inputs after timing), else ok, flagged when m is noisy. A wrong cell is still timed (and
-        never ranked), so the verdict comes after the timing and `check_after`."""
+        on fresh inputs after timing, the dropout check), else ok, flagged when m is noisy. A wrong cell is
+        still timed (and never ranked), so the verdict comes after the timing and `check_after`."""
         reasons = []
         changed = self.changed + (after.changed if after is not None else ())
         if changed:
@@ -210,6 +213,8 @@ class Prepared:
             reasons.append(f"failed the float64 gate: {what}")
         elif after is not None and not after.fresh.passed:  # right once, wrong on other values: remembered
             reasons.append(f"{NOT_FOLLOWING}: on fresh inputs (seed {after.seed}) {after.fresh.describe()}")
+        if self.dropout is not None and not self.dropout.passed:
+            reasons.append(f"failed the dropout check: {self.dropout.describe()}")
         if reasons:
             return "wrong", "; ".join(reasons)
         return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
@@ -248,15 +253,16 @@ def _timed_once(device: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) 
 def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None) -> Prepared:
     """Inputs (clones of the cache's pristine copy), the variant's setup hook if it has one (timed
     apart), one validated forward call (timed: the first-call cost) gated against float64, gradients
-    for fwdbwd (up to settings.grad_check_elems), a check that none of it modified the inputs, and the
-    call to time. The caller has checked that the variant exists and supports the cell; whatever the
-    variant raises here propagates (see `failure`)."""
+    for fwdbwd (up to settings.grad_check_elems), both without dropout; for a dropout cell the dropout
+    check; a check that none of it modified the inputs, and the call to time (with dropout_p). The caller
+    has checked that the variant exists and supports the cell; whatever the variant raises here propagates
+    (see `failure`)."""
     variant = variants.get(spec.variant)
     cache = cache or InputCache()
     inputs = cache.get(spec, settings.seed)
     q, k, v, kl = inputs
     opts = call_options(spec, kl)
-    variant.validate(q, k, v, **opts)
+    variant.validate(q, k, v, dropout_p=spec.dropout, **opts)
 
     setup_ms = None
     if variant.cap.setup is not None:  # plans, block masks, compilation: kept out of the timed call
@@ -264,7 +270,8 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     else:
         fn = variant.fn
 
-    # one validated forward call: refusals, OOMs and exceptions surface here; its output is gated
+    # one validated forward call: refusals, OOMs and exceptions surface here; its output is gated exactly,
+    # so without dropout (a dropout cell's random output is held to harness.dropout_check's rules below)
     with torch.no_grad():
         out, first_ms = _timed_once(spec.device, fn, q, k, v, dropout_p=0.0, scale=None, **opts)
     rows = correctness.sample_rows(spec.seq_len, settings.check_rows, seed=settings.seed)
@@ -282,9 +289,17 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     if backward and not changed and scores <= settings.grad_check_elems:
         grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
         changed = cache.changed(inputs)
+    dropped = None
+    if spec.dropout > 0 and not changed:  # K + 2 more forward calls (see harness.dropout_check)
+        dropped = dropout_check.check(
+            fn, q, k, v, p=spec.dropout, rows=rows, ref=cache.reference(spec, rows), seed=settings.seed,
+            deterministic=variant.cap.dropout_deterministic, **opts,
+        )  # fmt: skip
+        changed = cache.changed(inputs)
 
-    # the timed callable: the variant's own function (no registry wrapper), inputs already validated
-    call = timed_call(fn, q, k, v, backward=backward, **opts)
+    # the timed callable: the variant's own function (no registry wrapper), inputs already validated; with
+    # dropout, every timed call draws its mask: that is part of the work measured
+    call = timed_call(fn, q, k, v, backward=backward, dropout_p=spec.dropout, **opts)
     return Prepared(
         call=call,
         fn=fn,
@@ -293,6 +308,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
         changed=changed,
         setup_ms=setup_ms,
         first_call_ms=first_ms,
+        dropout=dropped,
     )
 
 
@@ -309,7 +325,7 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
     ref = correctness.reference(q, k, v, rows=rows, **opts)
     given = [None if t is None else t.clone() for t in (q, k, v, kl)]  # it may write into what it is given
-    with torch.no_grad():
+    with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
         out = ready.fn(*given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3]))
     fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
     return AfterCheck(changed=changed, fresh=fresh, seed=seed)

@@ -28,6 +28,7 @@ CELL_FLAGS: dict[str, tuple[str, str]] = {
     "kv_heads": ("--kv-heads", "kv_heads"),
     "seq_k": ("--seq-k", "seq_k"),
     "window": ("--window", "window"),
+    "dropout": ("--dropout", "dropout"),
 }
 
 

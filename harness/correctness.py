@@ -60,6 +60,27 @@ def reference(
     returns (B, H, len(rows) or N_q, d_v) float64. Written independently of the variants: k/v heads are
     repeated, masks are built from the index rules above.
     """
+    return _weighted(
+        q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=1,
+        causal_align=causal_align, window=window,
+    )  # fmt: skip
+
+
+def second_moment(
+    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0
+) -> torch.Tensor:
+    """sum_j P_ij^2 V_jc^2 in float64, shaped as `reference`: with dropout p (independent keeps of probability
+    1 - p, kept weights scaled by 1/(1 - p)) the variance of output element (i, c) is p/(1 - p) times this."""
+    return _weighted(
+        q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=2,
+        causal_align=causal_align, window=window,
+    )  # fmt: skip
+
+
+def _weighted(
+    q, k, v, *, causal, key_lengths, scale, rows, power: int, causal_align: str, window: int
+) -> torch.Tensor:
+    """(P ** power) @ (V ** power) in float64, P the softmax weights, over query-row blocks."""
     q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
     b, h, n_q, d_k = q64.shape
     n_k = k64.shape[2]
@@ -73,6 +94,7 @@ def reference(
         keep = (torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None])[
             :, None, None, :
         ]
+    vp = v64 if power == 1 else v64.pow(power)
     block = max(1, REFERENCE_ROW_BLOCK // max(1, b * h * n_k))
     j = torch.arange(n_k, device=q.device)[None, :]
     outs = []
@@ -87,7 +109,7 @@ def reference(
         p = torch.exp(s - m)
         total = p.sum(-1, keepdim=True)
         p = p / torch.where(total == 0, torch.ones_like(total), total)  # rows with no visible key: 0
-        outs.append(p @ v64)
+        outs.append(p @ vp if power == 1 else p.pow_(power) @ vp)
     return torch.cat(outs, dim=2)
 
 

@@ -6,7 +6,8 @@ K and V have H_kv heads, which grouped-query variants read without repeating):
   S  = B*H*N_q*N_k*e   one score-sized tensor
   IO = B*H*N_q*(d_k+d_v)*e + B*H_kv*N_k*(d_k+d_v)*e   the inputs' size (q and the output, k and v)
   quadratic variants: forward 3*S (scores, weights, and one temporary, e.g. the masked or shifted
-                      scores), forward+backward 6*S (saved scores and weights plus their gradients)
+                      scores), forward+backward 6*S (saved scores and weights plus their gradients);
+                      with dropout 2*S more (the mask and the dropped weights, beside the weights)
   linear variants:    forward 2*IO + block buffers, forward+backward 6*IO + block buffers
 plus the cell's inputs (3 with gradients) and the float64 reference of the correctness gate (float64
 copies of q, k and v, k and v repeated to H heads for grouped-query cells, and its score blocks). These
@@ -30,7 +31,7 @@ def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | N
     io = (bh * n_q + b * spec.kv_heads * n_k) * (spec.d_k + spec.d_v) * e
     backward = spec.pass_ == "fwdbwd"
     if memory_class == "quadratic":
-        work = 6 * scores if backward else 3 * scores
+        work = (6 if backward else 3) * scores + (2 * scores if spec.dropout > 0 else 0)
     else:
         work = (6 if backward else 2) * io + bh * BLOCK_BUFFER_ELEMS * 4
     inputs = (2 if backward else 1) * io * 2

@@ -62,6 +62,7 @@ class Plan:
         text += f"-{('causal-lr' if c.causal_align == 'lower-right' else 'causal') if c.causal else 'full'}"
         text += f"-w{c.window}" if c.window else ""
         text += f"-pad{c.padding:g}" if c.padding else ""
+        text += f"-drop{c.dropout:g}" if c.dropout else ""
         return f"{text}-{c.pass_}"
 
     def default_dir_name(self) -> str:
@@ -79,6 +80,7 @@ class Plan:
         parts += ["--seq-k", str(c.seq_k)] if c.seq_k != c.seq_len else []
         parts += ["--window", str(c.window)] if c.window else []
         parts += ["--padding", f"{c.padding:g}"] if c.padding else []
+        parts += ["--dropout", f"{c.dropout:g}"] if c.dropout else []
         parts += ["--pass", c.pass_, "--seconds", f"{self.seconds:g}", "--rate", str(self.rate)]
         parts += ["--iters", str(self.iters)] + (["--threads", str(self.threads)] if self.threads else [])
         parts += ["--native"] if self.native else []

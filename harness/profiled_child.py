@@ -96,6 +96,7 @@ def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
     q, k, v, kl = make_inputs(cell, seed)  # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v), (B,)
     opts = call_options(cell, kl)
     fn = variants.get(cell.variant).bind(q, k, v, **opts)
+    opts["dropout_p"] = cell.dropout
     return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", **opts)
 
 

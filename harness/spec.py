@@ -55,6 +55,7 @@ class CellSpec:
     seq_k: int | None = None  # keys N_k (seq_len is N_q, the queries); None: = seq_len
     causal_align: str = "top-left"  # "lower-right" (only when causal): query i sees keys j <= i + N_k - N_q
     window: int = 0  # sliding window (with causal): query i sees the W keys up to its diagonal; 0 = none
+    dropout: float = 0.0  # training-mode dropout probability of the attention weights (0 = none)
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -67,7 +68,7 @@ class CellSpec:
         return cell_id(
             self.variant, self.device, self.dtype, self.batch, self.heads, self.seq_len, self.d_k, self.d_v,
             self.causal, self.padding, self.pass_, kv_heads=self.kv_heads, seq_k=self.seq_k,
-            causal_align=self.causal_align, window=self.window,
+            causal_align=self.causal_align, window=self.window, dropout=self.dropout,
         )  # fmt: skip
 
     @property
@@ -87,6 +88,7 @@ class CellSpec:
             self.seq_k,
             self.causal_align,
             self.window,
+            self.dropout,
         )
 
     @property
@@ -107,6 +109,7 @@ class CellSpec:
             self.kv_heads,
             self.causal_align,
             self.window,
+            self.dropout,
         )
 
     def problem(self) -> Problem:
@@ -121,6 +124,8 @@ class CellSpec:
             d_v=self.d_v,
             causal=self.causal,
             padding=self.padding > 0,
+            dropout=self.dropout > 0,
+            dropout_p=self.dropout,
             backward=self.pass_ == "fwdbwd",
             kv_heads=self.kv_heads,
             causal_align=self.causal_align,
@@ -149,6 +154,7 @@ class CellSpec:
         """A cell from its row or dict; a row written before an axis existed gets that axis's default."""
         d = dict(d)
         d["pass_"] = d.pop("pass")
+        # a row written before an axis existed lacks its key: the field's default is what it measured
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d or f.default is MISSING})
 
 
@@ -215,6 +221,7 @@ class SweepSpec:
     kv_heads: tuple[int, ...] = ()  # empty: kv_heads = heads; each must divide every heads value
     seq_k: tuple[int, ...] = ()  # empty: seq_k = seq_len
     window: tuple[int, ...] = (0,)  # 0 = none; W > 0 needs causal
+    dropout: tuple[float, ...] = (0.0,)  # training-mode dropout probabilities, each in [0, 1)
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
@@ -240,6 +247,13 @@ class SweepSpec:
         for p in self.padding:
             if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1):
                 raise ValueError(f"padding must be a fraction in [0, 1), got {p!r}")
+        if not self.dropout:
+            raise ValueError("dropout needs at least one value")
+        for p in self.dropout:
+            if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1):
+                raise ValueError(f"dropout must be a probability in [0, 1), got {p!r}")
+        if len(set(map(float, self.dropout))) != len(self.dropout):
+            raise ValueError(f"dropout lists a value twice: {list(self.dropout)}")
         for c in self.causal:
             if not isinstance(c, bool) and c != LOWER_RIGHT:
                 raise ValueError(f"causal values must be booleans or {LOWER_RIGHT!r}, got {c!r}")
@@ -261,7 +275,7 @@ class SweepSpec:
         kvs = self.kv_heads or (None,)
         n_ks = sorted(self.seq_k) or (None,)
         out = []
-        for device, dtype, b, h, kv, dk, dv, causal, w, pad, pas, nk, n in itertools.product(
+        for device, dtype, b, h, kv, dk, dv, causal, w, pad, drop, pas, nk, n in itertools.product(
             self.devices,
             self.dtypes,
             self.batch,
@@ -272,12 +286,14 @@ class SweepSpec:
             self.causal,
             self.window,
             self.padding,
+            self.dropout,
             self.passes,
             n_ks,
             sorted(self.seq_len),
         ):
             align = "lower-right" if causal == LOWER_RIGHT else "top-left"
             for name in variant_names:
+                dv_ = dk if dv is None else dv
                 out.append(
                     CellSpec(
                         name,
@@ -287,7 +303,7 @@ class SweepSpec:
                         h,
                         n,
                         dk,
-                        dk if dv is None else dv,
+                        dv_,
                         bool(causal),
                         float(pad),
                         pas,
@@ -295,6 +311,7 @@ class SweepSpec:
                         seq_k=nk,
                         causal_align=align,
                         window=w,
+                        dropout=float(drop),
                     )  # fmt: skip
                 )
         return out
@@ -597,6 +614,7 @@ TEXT_AXES: dict[str, str] = {  # axis name -> what its text holds
     "kv_heads": "ints",
     "seq_k": "ints",
     "window": "window",
+    "dropout": "floats",
 }
 TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (or parser)
     "warmup_ms": float,
@@ -691,6 +709,7 @@ def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
         "kv_heads": str(cell.kv_heads),
         "seq_k": str(cell.seq_k),
         "window": str(cell.window),
+        "dropout": repr(float(cell.dropout)),
     }
     for name in TEXT_SETTINGS:
         value = getattr(settings, name)

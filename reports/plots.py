@@ -38,6 +38,7 @@ KEYS = [
     "batch",
     "heads",
     "padding",
+    "dropout",
     "variant",
     "seq_len",
 ]  # the identity columns every figure's CSV starts with

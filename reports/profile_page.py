@@ -157,6 +157,7 @@ def _title(meta: dict[str, Any]) -> str:
     shape += f" d_v={c.get('d_v')}" if c.get("d_v") != c.get("d_k") else ""
     mask = " causal" if c.get("causal") else ""
     mask += f" padding {c.get('padding'):g}" if c.get("padding") else ""
+    mask += f" dropout {c.get('dropout'):g}" if c.get("dropout") else ""
     return f"Profile: {c.get('variant')} · {c.get('device')} {c.get('dtype')} {shape}{mask} {c.get('pass')}"
 
 

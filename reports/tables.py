@@ -12,10 +12,13 @@ from attnbench.results.devices import calibration_for, matmul_tflops
 # be averaged together (results.devices), and then splits that run's cells by device group
 GROUP_AXES = ("run_id", "device", "device_group", "dtype", "pass")
 # one panel per combination inside a group; seq_k is a length (a decode series grows it), not a panel axis
-PANEL_AXES = ("causal", "d_k", "d_v", "batch", "heads", "padding", "kv_heads", "causal_align", "window")
+PANEL_AXES = (
+    "causal", "d_k", "d_v", "batch", "heads", "padding", "kv_heads", "causal_align", "window", "dropout",
+)  # fmt: skip
 # an axis whose value equals another's in every row says nothing of its own (d_v = d_k, kv_heads = heads)
 FOLLOWS = {"d_v": "d_k", "kv_heads": "heads"}
-QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0}  # named only when some row differs
+# named only when some row differs: the usual sweep, and the text of every report made before the axis
+QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0}
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
 PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
 
@@ -53,6 +56,8 @@ def axis_text(axis: str, value: Any) -> str:
         return PASS_NAMES.get(str(value), str(value))
     if axis == "padding":
         return "no padding" if float(value) == 0 else f"padding {float(value):g}"
+    if axis == "dropout":
+        return "no dropout" if float(value) == 0 else f"dropout {float(value):g}"
     if axis in ("batch", "heads"):
         return f"{'B' if axis == 'batch' else 'H'}={value}"
     if axis == "kv_heads":

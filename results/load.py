@@ -8,7 +8,7 @@ from typing import Any
 
 from . import devices, drift, suspect
 from .formulas import DTYPE_BYTES, gbps
-from .schema import COLUMNS, LIST_COLUMNS
+from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS
 from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, read_resumes, uncollected_rows
 
 
@@ -56,6 +56,8 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = pd.NA
         df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
+        if col in AXIS_DEFAULTS:  # a run written before the axis existed measured it at its default
+            df[col] = df[col].fillna(AXIS_DEFAULTS[col])
     if len(df):
         _fill_axis_defaults(df)
     records = df.to_dict("records") if len(df) else []
@@ -89,14 +91,13 @@ def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]
 
 
 def _fill_axis_defaults(df) -> None:
-    """Rows written before an axis existed hold its default (kv_heads = heads, seq_k = seq_len, top-left
-    causal, no window); their kv_bytes and kv_gbps follow from those (results.formulas), as for new rows."""
+    """Rows written before an axis existed hold its default: kv_heads = heads and seq_k = seq_len (the fixed
+    ones are schema.AXIS_DEFAULTS); their kv_bytes and kv_gbps follow from those (results.formulas), as
+    for new rows."""
     import pandas as pd
 
     df["kv_heads"] = df["kv_heads"].fillna(df["heads"])
     df["seq_k"] = df["seq_k"].fillna(df["seq_len"])
-    df["causal_align"] = df["causal_align"].fillna("top-left")
-    df["window"] = df["window"].fillna(0)
     itemsize = df["dtype"].map(lambda d: DTYPE_BYTES.get(d, 4) if isinstance(d, str) else pd.NA)
     derived = df["batch"] * df["kv_heads"] * df["seq_k"] * (df["d_k"] + df["d_v"]) * itemsize.astype("Int64")
     df["kv_bytes"] = df["kv_bytes"].fillna(derived)

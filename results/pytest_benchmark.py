@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .formulas import gbps, quartiles, rel_iqr, tflops
-from .schema import COLUMNS, NOISY_REL_IQR, STATUSES
+from .schema import AXIS_DEFAULTS, COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
 
 READABLE_FORMATS = (1,)  # harness.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
@@ -65,6 +65,7 @@ SWEEP_KEYS = {  # row axis -> SweepSpec field, so that meta["sweep"] reads like 
     "causal": "causal",
     "padding": "padding",
     "pass": "passes",
+    "dropout": "dropout",
 }
 
 
@@ -212,7 +213,7 @@ def meta_from(data: dict[str, Any], rows: list[dict[str, Any]], source: str | Pa
     block = data.get("attnbench") if isinstance(data.get("attnbench"), dict) else {}
     sweep: dict[str, list] = {}
     for axis, key in SWEEP_KEYS.items():
-        values = list(dict.fromkeys(r[axis] for r in rows))
+        values = list(dict.fromkeys(r.get(axis, AXIS_DEFAULTS.get(axis)) for r in rows))
         sweep[key] = sorted(values) if axis == "seq_len" else values
     # the later axes as a SweepSpec holds them: empty = follows heads / seq_len; lower-right is a causal value
     sweep["causal"] = list(

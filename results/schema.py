@@ -30,6 +30,7 @@ COLUMNS: dict[str, str] = {
     "seq_k": "Int64",  # keys per sequence (N_k); = seq_len unless given apart (decode shapes)
     "causal_align": "string",  # "top-left" or "lower-right" (what causal means when N_q != N_k)
     "window": "Int64",  # sliding window in keys, the diagonal included; 0 = none
+    "dropout": "Float64",  # training-mode dropout probability of the attention weights (0 = none)
     "status": "string",
     "message": "string",
     "time_ms_median": "Float64",
@@ -57,6 +58,8 @@ COLUMNS: dict[str, str] = {
     "masked_rows": "string",
     "rows_checked": "Int64",
     "fresh_rel_err": "Float64",  # after timing: the answer on fresh inputs of the same shape (another seed)
+    "drop_frac": "Float64",  # dropout cells: the fraction of attention weights the variant zeroed (about p)
+    "drop_mean_z": "Float64",  # dropout cells: |mean of K calls - float64| over its expected noise (about 1)
     "threads": "Int64",
     "host": "string",  # where the cell was measured (harness.fingerprint.where_measured)
     "gpu_name": "string",
@@ -86,4 +89,7 @@ CELL_AXES = (
     "seq_k",
     "causal_align",
     "window",
+    "dropout",
 )
+# What a row written before a column existed means by it (results.load fills these in)
+AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0}

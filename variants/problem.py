@@ -52,6 +52,7 @@ class Problem:
     causal: bool = False
     padding: bool = False
     dropout: bool = False
+    dropout_p: float = 0.0  # the probability itself, for a `supports` check that refuses some values
     backward: bool = False
     kv_heads: int | None = None  # key/value heads; None: = heads. Fewer: grouped-query attention
     causal_align: str = "top-left"  # "lower-right" only matters when causal
@@ -139,6 +140,7 @@ def validate_tensors(
         causal=bool(causal),
         padding=key_lengths is not None,
         dropout=float(dropout_p) > 0,
+        dropout_p=float(dropout_p),
         backward=q.requires_grad or k.requires_grad or v.requires_grad,
         kv_heads=hk,
         causal_align=causal_align,

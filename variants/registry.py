@@ -42,6 +42,9 @@ class Capability:
     causal: bool = True
     padding: bool = True
     dropout: bool = True
+    # the same torch.manual_seed before a call gives the same output with dropout (torch's own dropout and
+    # SDPA's kernels draw from torch's generators); a variant with its own RNG sets False
+    dropout_deterministic: bool = True
     backward: bool = True
     memory: str = "quadratic"  # how peak memory grows with N: "quadratic" (N x N scores) or "linear"
     default: bool = True  # part of default sweeps (False for demonstration-only variants)
@@ -93,7 +96,8 @@ class Variant:
         """The capability as plain JSON data (what a run stores in meta.json for its reports)."""
         cap = self.cap
         fields = ("description", "devices", "dtypes", "min_head_dim", "max_head_dim", "causal", "padding",
-                  "dropout", "backward", "memory", "default", "gqa", "lower_right", "window")  # fmt: skip
+                  "dropout", "dropout_deterministic", "backward", "memory", "default", "gqa", "lower_right",
+                  "window")  # fmt: skip
         out = {f: list(v) if isinstance(v := getattr(cap, f), tuple) else v for f in fields}
         return {**out, "source": self.source}
 
