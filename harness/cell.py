@@ -385,7 +385,7 @@ def finish(row: dict[str, Any], status: str, message: str = "", **fields: Any) -
     row.update(fields)
     row["status"] = status
     row["message"] = message
-    row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     return row
 
 
