@@ -55,6 +55,7 @@ def run(
 
         attnbench.run(preset="quick", variants="naive,sdpa", seq_len="256..1024", out="runs/nb")
         attnbench.run({"seq_len": [256, 512], "causal": "both"}, budget_ms=200, out="runs/nb")
+        attnbench.run(variants="naive,chunked", mod=["none", "alibi", "softcap:30"], out="runs/mods")
         attnbench.run(out="runs/nb", resume=True)      # finish an interrupted run
         attnbench.run(out="runs/nb", resume=True, force_resume=True)  # ... though torch, commit, host changed
         attnbench.run(rerun="runs/old", status="ok", out="runs/again")  # measure a run's cells again

@@ -79,6 +79,12 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
         metavar="P,...",
         help="training-mode dropout probabilities of the attention weights, in [0, 1) (0 = none)",
     )
+    g.add_argument(
+        "--mod",
+        metavar="none|alibi|softcap:C,...",
+        help="score modifications before masking: none, alibi (ALiBi's linear distance bias) or softcap:C "
+        "(C * tanh(s / C), C > 0); a comma list takes several (default: none)",
+    )
     t = p.add_argument_group("measurement")
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
     t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
@@ -807,6 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--seq-k", "N", "key length N_k (default: = seq-len)"),
         ("--window", "W", "sliding window in keys, with causal (default 0, none)"),
         ("--dropout", "P", "training-mode dropout probability in [0, 1) (default 0)"),
+        ("--mod", "none|alibi|softcap:C", "score modification (default none)"),
     ):
         dest = "pass_" if flag == "--pass" else None
         g.add_argument(flag, action="append", metavar=meta, help=text, **({"dest": dest} if dest else {}))

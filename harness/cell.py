@@ -100,7 +100,7 @@ class InputCache:
 
 def gate_axes(spec: CellSpec) -> dict[str, Any]:
     """The added axes' keywords of the float64 gate (correctness.reference, gate, grad_errors) for a cell."""
-    return {"causal_align": spec.causal_align, "window": spec.window}
+    return {"causal_align": spec.causal_align, "window": spec.window, "mod": spec.mod}
 
 
 def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:

@@ -8,6 +8,8 @@ Semantics the reference fixes, and every variant is held to:
   t_i = i + N_k - N_q (causal_align="lower-right": torch's causal_lower_right, FlashAttention >= 2.1);
 - a sliding window W > 0 (with causal) additionally hides keys j <= t_i - W: W keys up to the diagonal;
 - key padding: key j of batch b is visible when j < key_lengths[b];
+- a score modification (mod: 'alibi', 'softcap:C'; variants.mods fixes its rules) applies to the scaled
+  scores before any mask, and with ALiBi at the query's position t_i (lower-right: i + N_k - N_q);
 - a query row that sees no key at all (key_lengths[b] == 0; with lower-right and N_q > N_k the first
   N_q - N_k rows; with a window, rows whose W keys all lie beyond N_k or the padding) has output 0, not
   NaN. Those rows are left out of the error and reported separately as `masked_rows`: what the variant
@@ -19,7 +21,9 @@ rel_err <= TOLERANCE[dtype] and every compared value is finite. The tolerances a
 each precision can achieve on this computation, with headroom for accumulation order:
 float32 arithmetic lands near 1e-7 (TF32 matmuls near 3e-4 would fail, on purpose); float16 keeps 11
 significant bits (unit roundoff 4.9e-4); bfloat16 keeps 8 (unit roundoff 3.9e-3), and P is rounded
-to it before P @ V in fused kernels.
+to it before P @ V in fused kernels. A mod keeps these: softcap only shrinks the scores (|C tanh(s/C)| <= |s|,
+slope <= 1), and ALiBi's bias, rounded in the dtype, errs most at long distances, where it has already
+pushed the weights towards zero.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
@@ -52,8 +57,9 @@ def key_interval(
 
 
 def reference(
-    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0
-) -> torch.Tensor:
+    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0,
+    mod=NONE,
+) -> torch.Tensor:  # fmt: skip
     """float64 attention, computed in query-row blocks so its memory stays bounded.
 
     rows: optional 1-D index tensor of query rows to compute (every row is independent);
@@ -62,23 +68,24 @@ def reference(
     """
     return _weighted(
         q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=1,
-        causal_align=causal_align, window=window,
+        causal_align=causal_align, window=window, mod=mod,
     )  # fmt: skip
 
 
 def second_moment(
-    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0
-) -> torch.Tensor:
+    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0,
+    mod=NONE,
+) -> torch.Tensor:  # fmt: skip
     """sum_j P_ij^2 V_jc^2 in float64, shaped as `reference`: with dropout p (independent keeps of probability
     1 - p, kept weights scaled by 1/(1 - p)) the variance of output element (i, c) is p/(1 - p) times this."""
     return _weighted(
         q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=2,
-        causal_align=causal_align, window=window,
+        causal_align=causal_align, window=window, mod=mod,
     )  # fmt: skip
 
 
 def _weighted(
-    q, k, v, *, causal, key_lengths, scale, rows, power: int, causal_align: str, window: int
+    q, k, v, *, causal, key_lengths, scale, rows, power: int, causal_align: str, window: int, mod: str = NONE
 ) -> torch.Tensor:
     """(P ** power) @ (V ** power) in float64, P the softmax weights, over query-row blocks."""
     q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
@@ -101,6 +108,7 @@ def _weighted(
     for start in range(0, len(row_ids), block):
         ids = row_ids[start : start + block]
         s = torch.einsum("bhqd,bhkd->bhqk", q64[:, :, ids], k64) * scale
+        s = apply_mod(s, mod, causal=causal, causal_align=causal_align, rows=ids, n_q=n_q)  # before masks
         lo, hi = key_interval(ids, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
         visible = keep & ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
         s = s.masked_fill(~visible, -math.inf)
@@ -206,6 +214,7 @@ def gate(
     ref: torch.Tensor | None = None,
     causal_align: str = "top-left",
     window: int = 0,
+    mod: str = NONE,
 ) -> GateResult:
     """Compare an output already computed by a variant with the float64 reference (forward only).
 
@@ -215,7 +224,7 @@ def gate(
     tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
     rules = dict(causal=causal, causal_align=causal_align, window=window)
     if ref is None:
-        ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, **rules)
+        ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules)
     got = out if rows is None else out[:, :, rows.to(out.device)]
     empty = empty_rows(q.shape[2], key_lengths, n_k=k.shape[2], **rules)
     masked = _masked_behaviour(out, empty, rows)
@@ -236,25 +245,27 @@ def gate(
 
 def grad_errors(
     variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
-    causal_align: str = "top-left", window: int = 0,
+    causal_align: str = "top-left", window: int = 0, mod: str = NONE,
 ) -> float:  # fmt: skip
     """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    extra = extra_options(causal_align=causal_align, window=window)  # passed only when not at the default
+    extra = extra_options(causal_align=causal_align, window=window, mod=mod)  # only those not at the default
     out = variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra)
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
     grads = torch.autograd.grad(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
     ref = _reference_autograd(
         *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
-        window=window,
+        window=window, mod=mod,
     )  # fmt: skip
     ref_grads = torch.autograd.grad(ref, ref_leaves, d_out)
     return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
 
 
-def _reference_autograd(q64, k64, v64, *, causal, key_lengths, scale, causal_align="top-left", window=0):
+def _reference_autograd(
+    q64, k64, v64, *, causal, key_lengths, scale, causal_align="top-left", window=0, mod=NONE
+):
     """The reference in one differentiable piece (no detach, no blocks) for gradient checks."""
     b, h, n_q, d_k = q64.shape
     n_k = k64.shape[2]
@@ -262,6 +273,7 @@ def _reference_autograd(q64, k64, v64, *, causal, key_lengths, scale, causal_ali
     k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)  # grads sum back
     scale = d_k**-0.5 if scale is None else scale
     s = (q64 @ k64.transpose(-2, -1)) * scale
+    s = apply_mod(s, mod, causal=causal, causal_align=causal_align)  # before the masks
     rows = torch.arange(n_q, device=q64.device)
     lo, hi = key_interval(rows, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
     j = torch.arange(n_k, device=q64.device)[None, :]
@@ -292,11 +304,12 @@ def check(
     max_rows: int | None = None,
     causal_align: str = "top-left",
     window: int = 0,
+    mod: str = NONE,
 ) -> GateResult:
-    """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align and
-    window reach the variant only when not at their default (variants.extra_options)."""
+    """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
+    window and mod reach the variant only when not at their default (variants.extra_options)."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
-    axes = dict(causal_align=causal_align, window=window)
+    axes = dict(causal_align=causal_align, window=window, mod=mod)
     with torch.no_grad():
         out = variant(q, k, v, **rules, **extra_options(**axes))
     result = gate(out, q, k, v, rows=sample_rows(q.shape[2], max_rows), **rules, **axes)

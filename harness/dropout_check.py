@@ -32,6 +32,12 @@ Every rule below follows from that, and every call goes through the variant's pu
    - the K calls do not all return the same output (a mask that ignores the seed), judged only where an
      honest variant would return K equal outputs with probability below ALPHA: ((1-p)^K + p^K)^n < ALPHA.
 The gradients of a fwd+bwd dropout cell are checked exactly at p = 0 (the float64 gate), not with dropout.
+
+The cell's other rules (causal alignment, window, score modification) hold in every call and every float64
+reference here: dropout acts on the weights of the modified, masked scores. A mod makes the probe's visible
+weights unequal (ALiBi) and lets some underflow in the dtype, so rule 1 judges a weight against its row's
+largest (it is `seen` above tol x that, and kept within tol x that): with equal weights, as without a mod,
+that is the rule as stated.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from attnbench.variants.mods import NONE
+from attnbench.variants.problem import extra_options
 
 from . import correctness
 
@@ -83,10 +92,13 @@ class DropoutResult:
         return {"drop_frac": self.drop_frac, "drop_mean_z": self.mean_z}
 
 
-def _call(fn: Callable[..., Any], seed: int, q, k, v, *, causal, key_lengths, p: float) -> torch.Tensor:
+def _call(fn: Callable[..., Any], seed: int, q, k, v, *, p: float, **rules: Any) -> torch.Tensor:
     torch.manual_seed(seed)  # CPU and every CUDA generator: what torch's dropout and SDPA's kernels draw from
-    with torch.no_grad():
-        return fn(q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=p, scale=None)
+    causal, key_lengths = rules.pop("causal"), rules.pop("key_lengths")
+    with torch.no_grad():  # the added axes only when not at their default, as the harness calls it
+        return fn(
+            q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=p, scale=None, **extra_options(**rules)
+        )
 
 
 def _rows(t: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
@@ -105,10 +117,16 @@ def _one_hot_values(k: torch.Tensor, d_v: int) -> torch.Tensor:
     return v
 
 
-def _mask_rules(out: torch.Tensor, weights: torch.Tensor, p: float, dtype) -> tuple[float, int, list[str]]:
+def _mask_rules(
+    out: torch.Tensor, weights: torch.Tensor, p: float, dtype, modded: bool = False
+) -> tuple[float, int, list[str]]:
     """(fraction zeroed, weights seen, reasons) from the one-hot call's output and the weights it exposes,
     both (B, H, rows, d_v) float64; weights > 0 marks a visible weight."""
-    seen = weights > 0
+    row_max = weights.amax(dim=-1, keepdim=True)  # the largest exposed weight of each query row
+    tol = correctness.TOLERANCE.get(str(dtype).removeprefix("torch."), correctness.TOLERANCE["float32"])
+    seen = weights > tol * row_max  # smaller ones may round to 0 in the dtype: neither dropped nor kept
+    if modded:  # ALiBi rows far from their keys: weights below the dtype's normal range are not judged
+        seen &= row_max >= torch.finfo(dtype).tiny
     n = int(seen.sum())
     if not bool(torch.isfinite(out[seen]).all()):
         return math.nan, n, ["non-finite output (NaN or inf) with dropout"]
@@ -123,9 +141,10 @@ def _mask_rules(out: torch.Tensor, weights: torch.Tensor, p: float, dtype) -> tu
     if bool(kept.any()):
         want = weights[kept] / (1 - p)
         got = out[kept]
-        tol = correctness.TOLERANCE.get(str(dtype).removeprefix("torch."), correctness.TOLERANCE["float32"])
         info = torch.finfo(dtype)
-        bad = (got - want).abs() > tol * want + info.tiny * info.eps  # one subnormal step: tiny weights
+        # tol x the row's largest weight: tol x want when a row's weights are equal (no mod)
+        allowed = tol * row_max.expand_as(weights)[kept] / (1 - p)
+        bad = (got - want).abs() > allowed + info.tiny * info.eps  # one subnormal step: tiny weights
         if bool(bad.any()):
             scale = float((got / weights[kept]).median())
             worst = float(((got - want).abs() / want).max())
@@ -168,6 +187,9 @@ def check(
     p: float,
     causal: bool = False,
     key_lengths=None,
+    causal_align: str = "top-left",
+    window: int = 0,
+    mod: str = NONE,
     rows: torch.Tensor | None = None,
     ref: torch.Tensor | None = None,
     deterministic: bool = True,
@@ -182,7 +204,7 @@ def check(
     """
     if not 0 < p < 1:
         raise ValueError(f"the dropout check needs 0 < p < 1, got {p!r}")
-    opts = {"causal": causal, "key_lengths": key_lengths}
+    opts = dict(causal=causal, key_lengths=key_lengths, causal_align=causal_align, window=window, mod=mod)
     dtype = q.dtype
     tol = correctness.TOLERANCE.get(str(dtype).removeprefix("torch."), correctness.TOLERANCE["float32"])
     reasons: list[str] = []
@@ -193,7 +215,7 @@ def check(
     v1 = _one_hot_values(k1, v.shape[-1])
     weights = correctness.reference(q0, k1, v1, rows=rows, **opts)  # P of the exposed keys, float64
     probe = _call(fn, seed, q0, k1, v1, p=p, **opts)
-    frac, seen, mask_reasons = _mask_rules(_rows(probe, rows), weights, p, dtype)
+    frac, seen, mask_reasons = _mask_rules(_rows(probe, rows), weights, p, dtype, modded=mod != NONE)
     reasons += mask_reasons
     same_seed = None
     if deterministic:
@@ -211,7 +233,10 @@ def check(
         ref = correctness.reference(q, k, v, rows=rows, **opts)
     var = correctness.second_moment(q, k, v, rows=rows, **opts) * (p / (1 - p))  # (B, H, rows, d_v)
     keep = torch.ones_like(ref, dtype=torch.bool)
-    empty = correctness.empty_rows(q.shape[2], key_lengths)  # rows that see no key: 0, the gate's business
+    # rows that see no key: 0, the gate's business
+    empty = correctness.empty_rows(
+        q.shape[2], key_lengths, n_k=k.shape[2], causal=causal, causal_align=causal_align, window=window
+    )
     if empty is not None:
         empty = empty if rows is None else empty[:, :, rows.to(empty.device)]
         keep = (~empty).expand_as(ref).to(ref.device)

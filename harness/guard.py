@@ -7,11 +7,15 @@ K and V have H_kv heads, which grouped-query variants read without repeating):
   IO = B*H*N_q*(d_k+d_v)*e + B*H_kv*N_k*(d_k+d_v)*e   the inputs' size (q and the output, k and v)
   quadratic variants: forward 3*S (scores, weights, and one temporary, e.g. the masked or shifted
                       scores), forward+backward 6*S (saved scores and weights plus their gradients);
-                      with dropout 2*S more (the mask and the dropped weights, beside the weights)
+                      with dropout 2*S more (the mask and the dropped weights, beside the weights);
+                      with a score modification S more forward, 2*S forward+backward (the modded
+                      scores beside the scaled ones, and what autograd saves of tanh), and for alibi
+                      the (H, N_q, N_k) bias, S/B
   linear variants:    forward 2*IO + block buffers, forward+backward 6*IO + block buffers
 plus the cell's inputs (3 with gradients) and the float64 reference of the correctness gate (float64
-copies of q, k and v, k and v repeated to H heads for grouped-query cells, and its score blocks). These
-are upper estimates: measured peaks (naive forward = 2*S + output) sit below them.
+copies of q, k and v, k and v repeated to H heads for grouped-query cells, and its score blocks, one more
+with a mod). A linear variant's mod works in place on its blocks (chunked's softcap backward: one block).
+These are upper estimates: measured peaks (naive forward = 2*S + output) sit below them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | N
     backward = spec.pass_ == "fwdbwd"
     if memory_class == "quadratic":
         work = (6 if backward else 3) * scores + (2 * scores if spec.dropout > 0 else 0)
+        if spec.mod != "none":
+            work += (2 if backward else 1) * scores + (scores // b if spec.mod == "alibi" else 0)
     else:
         work = (6 if backward else 2) * io + bh * BLOCK_BUFFER_ELEMS * 4
     inputs = (2 if backward else 1) * io * 2
@@ -39,7 +45,8 @@ def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | N
     # the reference's float64 copies: q, k and v, and k and v repeated to H heads for grouped-query cells
     kv_heads_64 = spec.kv_heads + (spec.heads if spec.kv_heads != spec.heads else 0)
     copies = (bh * n_q * spec.d_k + b * kv_heads_64 * n_k * (spec.d_k + spec.d_v)) * 8
-    reference = min(bh * rows * n_k, REFERENCE_ROW_BLOCK) * 8 * 3 + bh * rows * spec.d_v * 8 + copies
+    blocks = 3 + (spec.mod != "none")  # a mod's new scores beside the block's
+    reference = min(bh * rows * n_k, REFERENCE_ROW_BLOCK) * 8 * blocks + bh * rows * spec.d_v * 8 + copies
     return int(work + inputs + reference)
 
 

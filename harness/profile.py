@@ -63,6 +63,7 @@ class Plan:
         text += f"-w{c.window}" if c.window else ""
         text += f"-pad{c.padding:g}" if c.padding else ""
         text += f"-drop{c.dropout:g}" if c.dropout else ""
+        text += f"-{c.mod.replace(':', '')}" if c.mod != "none" else ""
         return f"{text}-{c.pass_}"
 
     def default_dir_name(self) -> str:
@@ -81,6 +82,7 @@ class Plan:
         parts += ["--window", str(c.window)] if c.window else []
         parts += ["--padding", f"{c.padding:g}"] if c.padding else []
         parts += ["--dropout", f"{c.dropout:g}"] if c.dropout else []
+        parts += ["--mod", c.mod] if c.mod != "none" else []
         parts += ["--pass", c.pass_, "--seconds", f"{self.seconds:g}", "--rate", str(self.rate)]
         parts += ["--iters", str(self.iters)] + (["--threads", str(self.threads)] if self.threads else [])
         parts += ["--native"] if self.native else []

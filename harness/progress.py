@@ -31,7 +31,8 @@ def cell_line(row: dict[str, Any]) -> str:
         f"{(' causal-lr' if lower_right else ' causal') if row['causal'] else ''}"
         f"{' w' + str(row['window']) if row.get('window') else ''}"
         f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''}"
-        f"{' drop' + format(row['dropout'], 'g') if row.get('dropout') else ''} "
+        f"{' drop' + format(row['dropout'], 'g') if row.get('dropout') else ''}"
+        f"{' ' + row['mod'] if row.get('mod', 'none') != 'none' else ''} "
         f"{row['pass']}"
     )
     head = f"{row['status']:<11} {row['variant']:<16} {shape:<38}"

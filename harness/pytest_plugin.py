@@ -51,6 +51,7 @@ GRID_OPTIONS = {  # option dest -> (flag, default, help)
     "attn_seq_k": ("--attn-seq-k", None, "key lengths N_k, as --attn-seq-len (default: = seq_len)"),
     "attn_window": ("--attn-window", "0", "sliding windows in keys, with causal masking (default: 0, none)"),
     "attn_dropout": ("--attn-dropout", "0", "training-mode dropout probabilities in [0, 1) (default: 0)"),
+    "attn_mod": ("--attn-mod", "none", "score modifications: none, alibi, softcap:C (default: none)"),
     "attn_threads": ("--attn-threads", "0", "CPU threads for torch, as attnbench run --threads (0: torch's)"),
 }
 

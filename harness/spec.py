@@ -22,6 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from attnbench.results.formulas import cell_id
+from attnbench.variants.mods import NONE, parse_mod
 from attnbench.variants.problem import DTYPES, Problem, extra_options
 
 from .timing import Budget
@@ -56,8 +57,10 @@ class CellSpec:
     causal_align: str = "top-left"  # "lower-right" (only when causal): query i sees keys j <= i + N_k - N_q
     window: int = 0  # sliding window (with causal): query i sees the W keys up to its diagonal; 0 = none
     dropout: float = 0.0  # training-mode dropout probability of the attention weights (0 = none)
+    mod: str = NONE  # score modification (variants.mods): "none", "alibi", "softcap:C"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "mod", parse_mod(self.mod))  # canonical text: one cell_id per meaning
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.seq_k is None:
@@ -68,7 +71,7 @@ class CellSpec:
         return cell_id(
             self.variant, self.device, self.dtype, self.batch, self.heads, self.seq_len, self.d_k, self.d_v,
             self.causal, self.padding, self.pass_, kv_heads=self.kv_heads, seq_k=self.seq_k,
-            causal_align=self.causal_align, window=self.window, dropout=self.dropout,
+            causal_align=self.causal_align, window=self.window, dropout=self.dropout, mod=self.mod,
         )  # fmt: skip
 
     @property
@@ -89,6 +92,7 @@ class CellSpec:
             self.causal_align,
             self.window,
             self.dropout,
+            self.mod,
         )
 
     @property
@@ -110,6 +114,7 @@ class CellSpec:
             self.causal_align,
             self.window,
             self.dropout,
+            self.mod,
         )
 
     def problem(self) -> Problem:
@@ -130,6 +135,7 @@ class CellSpec:
             kv_heads=self.kv_heads,
             causal_align=self.causal_align,
             window=self.window,
+            mod=self.mod,
         )
 
     def key_lengths(self) -> list[int] | None:
@@ -141,8 +147,8 @@ class CellSpec:
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of the added axes this cell passes to a variant (and the float64 gate),
-        only those not at their default: causal_align="lower-right", window=W."""
-        return extra_options(causal_align=self.causal_align, window=self.window)
+        only those not at their default: causal_align="lower-right", window=W, mod="alibi"."""
+        return extra_options(causal_align=self.causal_align, window=self.window, mod=self.mod)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -222,6 +228,7 @@ class SweepSpec:
     seq_k: tuple[int, ...] = ()  # empty: seq_k = seq_len
     window: tuple[int, ...] = (0,)  # 0 = none; W > 0 needs causal
     dropout: tuple[float, ...] = (0.0,)  # training-mode dropout probabilities, each in [0, 1)
+    mod: tuple[str, ...] = (NONE,)  # score modifications: "none", "alibi", "softcap:C" (variants.mods)
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
@@ -254,6 +261,11 @@ class SweepSpec:
                 raise ValueError(f"dropout must be a probability in [0, 1), got {p!r}")
         if len(set(map(float, self.dropout))) != len(self.dropout):
             raise ValueError(f"dropout lists a value twice: {list(self.dropout)}")
+        if isinstance(self.mod, str) or not self.mod:
+            raise ValueError(f"mod needs a list of one or more values, got {self.mod!r}")
+        object.__setattr__(self, "mod", tuple(parse_mod(m) for m in self.mod))  # canonical texts
+        if len(set(self.mod)) != len(self.mod):
+            raise ValueError(f"mod lists a value twice: {list(self.mod)}")
         for c in self.causal:
             if not isinstance(c, bool) and c != LOWER_RIGHT:
                 raise ValueError(f"causal values must be booleans or {LOWER_RIGHT!r}, got {c!r}")
@@ -275,7 +287,7 @@ class SweepSpec:
         kvs = self.kv_heads or (None,)
         n_ks = sorted(self.seq_k) or (None,)
         out = []
-        for device, dtype, b, h, kv, dk, dv, causal, w, pad, drop, pas, nk, n in itertools.product(
+        for device, dtype, b, h, kv, dk, dv, causal, w, pad, drop, mod, pas, nk, n in itertools.product(
             self.devices,
             self.dtypes,
             self.batch,
@@ -287,6 +299,7 @@ class SweepSpec:
             self.window,
             self.padding,
             self.dropout,
+            self.mod,
             self.passes,
             n_ks,
             sorted(self.seq_len),
@@ -312,6 +325,7 @@ class SweepSpec:
                         causal_align=align,
                         window=w,
                         dropout=float(drop),
+                        mod=mod,
                     )  # fmt: skip
                 )
         return out
@@ -543,6 +557,21 @@ def parse_floats(name: str, text: str) -> tuple[float, ...]:
     return tuple(out)
 
 
+def parse_mods(name: str, text: str) -> tuple[str, ...]:
+    """'none,alibi,softcap:30' -> the canonical texts (variants.mods.parse_mod); duplicates are SweepSpec's
+    to refuse. ValueError naming the bad part (and the front end's flag when it is not 'mod')."""
+    out = []
+    for part in str(text).split(","):
+        if part.strip():
+            try:
+                out.append(parse_mod(part))
+            except ValueError as exc:
+                raise ValueError(str(exc) if name == "mod" else f"{name}: {exc}") from None
+    if not out:
+        raise ValueError(f"{name} needs at least one value, got {text!r}")
+    return tuple(out)
+
+
 def parse_names(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in str(text).split(",") if p.strip())
 
@@ -579,6 +608,8 @@ def toml_to_sweep(data: dict[str, Any], source: str = "config") -> dict[str, Any
     for axis in ("seq_len", "batch", "heads", "d_k", "d_v", "kv_heads", "seq_k"):
         if isinstance(sweep.get(axis), str):
             sweep[axis] = parse_ints(axis, sweep[axis])
+    if isinstance(sweep.get("mod"), str):  # "none,alibi" as the flag takes it; a list goes to SweepSpec
+        sweep["mod"] = parse_mods("mod", sweep["mod"])
     if isinstance(sweep.get("window"), (str, int)) and not isinstance(sweep.get("window"), bool):
         sweep["window"] = parse_window("window", str(sweep["window"]))
     out = dict(sweep)
@@ -615,6 +646,7 @@ TEXT_AXES: dict[str, str] = {  # axis name -> what its text holds
     "seq_k": "ints",
     "window": "window",
     "dropout": "floats",
+    "mod": "mods",
 }
 TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (or parser)
     "warmup_ms": float,
@@ -678,6 +710,8 @@ def sweep_from_text(
                 value = parse_window(name, text)
             elif kind == "causal":
                 value = parse_causal(name, text)
+            elif kind == "mods":
+                value = parse_mods(name, text)
             else:
                 value = _choice(name, text, PASS_CHOICES)
             overrides[sweep_field(axis)] = value
@@ -710,6 +744,7 @@ def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
         "seq_k": str(cell.seq_k),
         "window": str(cell.window),
         "dropout": repr(float(cell.dropout)),
+        "mod": cell.mod,
     }
     for name in TEXT_SETTINGS:
         value = getattr(settings, name)

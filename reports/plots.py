@@ -39,6 +39,7 @@ KEYS = [
     "heads",
     "padding",
     "dropout",
+    "mod",
     "variant",
     "seq_len",
 ]  # the identity columns every figure's CSV starts with

@@ -158,6 +158,7 @@ def _title(meta: dict[str, Any]) -> str:
     mask = " causal" if c.get("causal") else ""
     mask += f" padding {c.get('padding'):g}" if c.get("padding") else ""
     mask += f" dropout {c.get('dropout'):g}" if c.get("dropout") else ""
+    mask += f" {c.get('mod')}" if c.get("mod", "none") != "none" else ""
     return f"Profile: {c.get('variant')} · {c.get('device')} {c.get('dtype')} {shape}{mask} {c.get('pass')}"
 
 

@@ -14,11 +14,12 @@ GROUP_AXES = ("run_id", "device", "device_group", "dtype", "pass")
 # one panel per combination inside a group; seq_k is a length (a decode series grows it), not a panel axis
 PANEL_AXES = (
     "causal", "d_k", "d_v", "batch", "heads", "padding", "kv_heads", "causal_align", "window", "dropout",
+    "mod",
 )  # fmt: skip
 # an axis whose value equals another's in every row says nothing of its own (d_v = d_k, kv_heads = heads)
 FOLLOWS = {"d_v": "d_k", "kv_heads": "heads"}
 # named only when some row differs: the usual sweep, and the text of every report made before the axis
-QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0}
+QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none"}
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
 PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
 
@@ -68,6 +69,9 @@ def axis_text(axis: str, value: Any) -> str:
         return f"{value} causal"
     if axis == "window":
         return "no window" if int(value) == 0 else f"window {int(value)}"
+    if axis == "mod":  # 'none', 'alibi', 'softcap:30' (variants.mods' canonical text)
+        kind, _, cap = str(value).partition(":")
+        return {"none": "no score mod", "alibi": "ALiBi"}.get(kind, f"{kind} {cap}".strip())
     if axis in ("run_id", "device", "dtype"):
         return str(value)
     return f"{axis}={value}"

@@ -19,14 +19,14 @@ SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64"
 def cell_id(
     variant: str, device: str, dtype: str, batch: int, heads: int, seq_len: int, d_k: int, d_v: int,
     causal: bool, padding: float, pass_: str, *, kv_heads: int | None = None, seq_k: int | None = None,
-    causal_align: str = "top-left", window: int = 0, dropout: float = 0.0,
+    causal_align: str = "top-left", window: int = 0, dropout: float = 0.0, mod: str = "none",
 ) -> str:  # fmt: skip
     """A cell's identity, for resume, merge and compare: variant|device|dtype|b|h|n|dk|dv|mask|pad|pass.
 
     An axis added later says nothing at its default, so every id written before it stays the same;
     otherwise the mask reads `causal-lr` for lower-right causal, and `|kv{H_kv}` (grouped-query heads),
-    `|nk{N_k}` (keys apart from queries), `|w{W}` (sliding window) and `|drop{p}` (dropout) follow, in
-    that order."""
+    `|nk{N_k}` (keys apart from queries), `|w{W}` (sliding window), `|drop{p}` (dropout) and the score
+    modification (`|alibi`, `|softcap30`: its canonical text without the colon) follow, in that order."""
     if causal:
         mask = "causal-lr" if causal_align == "lower-right" else "causal"
     else:
@@ -41,6 +41,8 @@ def cell_id(
         text += f"|w{window}"
     if dropout > 0:
         text += f"|drop{dropout:g}"
+    if mod != "none":  # canonical (variants.mods.parse_mod): 'softcap:2.5' -> '|softcap2.5', one per cap
+        text += "|" + mod.replace(":", "")
     return text
 
 
@@ -99,8 +101,9 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float | int | bool]:
 #   padding  batch element b sees its first L_b keys:    min(..., L_b) per query
 #   grouped-query heads (H_kv < H) change nothing: each of the H query heads attends its pairs
 #   backward = 2.5 x forward (five matmuls of the forward's size instead of two); fwd+bwd = 3.5 x forward
-# Softmax, scaling, masking and dropout are not counted: a dropout cell is credited with the same FLOPs as
-# the cell without it (drawing the mask and scaling the kept weights are elementwise work, as softmax is).
+# Softmax, scaling, masking, dropout and score modifications are not counted: a dropout cell is credited with
+# the same FLOPs as the cell without it (drawing the mask and scaling the kept weights are elementwise work,
+# as softmax is), and so is an alibi or softcap cell (a bias add, a tanh: elementwise on the scores).
 # Every variant is credited with the same work for a cell, so TFLOP/s compare like with like, and a kernel
 # that skips masked work is not credited with work it skipped.
 

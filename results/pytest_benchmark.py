@@ -52,6 +52,7 @@ LATER_AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
     "seq_k": int,
     "causal_align": str,
     "window": int,
+    "mod": str,
 }
 SWEEP_KEYS = {  # row axis -> SweepSpec field, so that meta["sweep"] reads like a run's
     "variant": "variants",
@@ -66,6 +67,7 @@ SWEEP_KEYS = {  # row axis -> SweepSpec field, so that meta["sweep"] reads like 
     "padding": "padding",
     "pass": "passes",
     "dropout": "dropout",
+    "mod": "mod",
 }
 
 

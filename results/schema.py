@@ -31,6 +31,7 @@ COLUMNS: dict[str, str] = {
     "causal_align": "string",  # "top-left" or "lower-right" (what causal means when N_q != N_k)
     "window": "Int64",  # sliding window in keys, the diagonal included; 0 = none
     "dropout": "Float64",  # training-mode dropout probability of the attention weights (0 = none)
+    "mod": "string",  # score modification: "none", "alibi", "softcap:C" (canonical, variants.mods)
     "status": "string",
     "message": "string",
     "time_ms_median": "Float64",
@@ -90,6 +91,7 @@ CELL_AXES = (
     "causal_align",
     "window",
     "dropout",
+    "mod",
 )
 # What a row written before a column existed means by it (results.load fills these in)
-AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0}
+AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none"}

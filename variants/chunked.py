@@ -18,12 +18,18 @@ window (so a window of W keys costs O(N_q * W), not O(N_q * N_k)), and those pas
 Grouped-query attention (H_kv < H k/v heads): the G = H / H_kv query heads of a k/v head are folded into its
 query rows, so each block is one matmul per k/v head and K and V are never repeated. Rows of a block are
 ordered (query i, group member), so the masks, which depend on i only, broadcast over the group.
+
+Score modifications (variants.mods) apply to each block's scaled scores before its masks, at the block's
+absolute positions: ALiBi's bias m_h * (j - t_i) with the slope of each row's query head kv * G + member,
+softcap C * tanh(s / C). The backward recomputes the modded scores the same way; softcap's chain rule
+multiplies dS by 1 - (modded / C)^2 (ALiBi's bias is a constant: dS is unchanged).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .mods import NONE, apply_mod_block, grouped_alibi_slopes, mod_kind, softcap_grad
 from .registry import register
 
 BLOCK_Q = 256  # query rows per block
@@ -110,7 +116,17 @@ def _unfold(t: torch.Tensor, b: int, h: int) -> torch.Tensor:
     return t.view(b, g // b, n, group, d).transpose(2, 3).reshape(b, h, n, d)
 
 
-def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0):
+def _row_slopes(mod: str, b: int, h: int, h_kv: int, dtype, device) -> torch.Tensor | None:
+    """(B * H_kv, G) ALiBi slopes of the folded rows (None unless mod is alibi): row (i, member) of k/v head
+    kv belongs to query head kv * G + member."""
+    if mod_kind(mod) != "alibi":
+        return None
+    return grouped_alibi_slopes(h, h_kv, device=device, dtype=dtype).repeat(b, 1)
+
+
+def _forward(
+    q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0, mod=NONE
+):
     """Returns out (B, H, N_q, d_v) and the row logsumexp (B*H_kv, N_q, G) in float32 (+inf for rows that
     see no key)."""
     b, h, n_q, d_k = q.shape
@@ -123,6 +139,7 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align
     bq, bk = min(block_q, n_q), min(block_k, n_k)
     buf = _Blocks(g, bq * group, bk, d_v, q.dtype, q.device)
     stat_dtype = buf.scores.dtype
+    slopes = _row_slopes(mod, b, h, h_kv, stat_dtype, q.device)
     out = torch.zeros(g, n_q, group, d_v, dtype=q.dtype, device=q.device)  # rows that see no key stay 0
     lse = torch.full((g, n_q, group), float("inf"), dtype=stat_dtype, device=q.device)
     for i0 in range(0, n_q, bq):
@@ -143,6 +160,9 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align
                 torch.bmm(q_blk, kt[:, :, j0:j1], out=s)
             else:
                 s.copy_(torch.bmm(q_blk, kt[:, :, j0:j1], out=buf.view(buf.low, rows, rk)))
+            if mod != NONE:  # (g, R, G, C) view: absolute positions i0.., j0.. and each row's slope
+                blk = s.view(g, i1 - i0, group, rk)
+                apply_mod_block(blk, mod, rows=(i0, i1), cols=(j0, j1), offset=vis.off, slopes=slopes)
             vis.mask_block(s, i0, i1, j0, j1, group)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             m_safe = m_new.masked_fill(
@@ -165,8 +185,9 @@ def _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align
 
 
 def _backward(
-    q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0
-):
+    q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0,
+    mod=NONE,
+):  # fmt: skip
     """FlashAttention-2 style backward over key blocks (outer) and the query blocks that see them (inner)."""
     b, h, n_q, d_k = q.shape
     h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
@@ -179,6 +200,7 @@ def _backward(
     delta = (do * _fold(out.to(acc_dtype), h_kv)).sum(-1)  # (g, N_q, G) = rowsum(dO * O)
     lse = lse.to(acc_dtype)  # (g, N_q, G)
     vis = _Visible(n_q, n_k, causal, causal_align, window, key_lengths, h_kv, q.device)
+    slopes = _row_slopes(mod, b, h, h_kv, acc_dtype, q.device)
     dq = torch.zeros(g, n_q, group, d_k, dtype=acc_dtype, device=q.device)
     dk = torch.zeros(g, n_k, d_k, dtype=acc_dtype, device=q.device)
     dv = torch.zeros(g, n_k, d_v, dtype=acc_dtype, device=q.device)
@@ -192,12 +214,18 @@ def _backward(
             rows = (i1 - i0) * group
             q_blk, do_blk = qs[:, i0:i1].reshape(g, rows, d_k), do[:, i0:i1].reshape(g, rows, d_v)
             s = torch.bmm(q_blk, k_blk.transpose(1, 2))  # (g, rows, rk)
+            if mod != NONE:  # the forward's modded scores, recomputed the same way
+                blk = s.view(g, i1 - i0, group, j1 - j0)
+                apply_mod_block(blk, mod, rows=(i0, i1), cols=(j0, j1), offset=vis.off, slopes=slopes)
+            dmod = softcap_grad(s, mod)  # taken before masking (finite); None: the mod's derivative is 1
             vis.mask_block(s, i0, i1, j0, j1, group)
             # softmax weights recomputed from the saved logsumexp (+inf for empty rows: weights 0)
             p = s.sub_(lse[:, i0:i1].reshape(g, rows, 1)).exp_()
             dv[:, j0:j1].baddbmm_(p.transpose(1, 2), do_blk)
             dp = torch.bmm(do_blk, v_blk.transpose(1, 2))
             ds = p.mul_(dp.sub_(delta[:, i0:i1].reshape(g, rows, 1)))  # dS = P * (dP - D)
+            if dmod is not None:
+                ds.mul_(dmod)  # through softcap: d(modded)/d(scaled score)
             dq[:, i0:i1].view(g, rows, d_k).baddbmm_(ds, k_blk, alpha=scale)
             dk[:, j0:j1].baddbmm_(ds.transpose(1, 2), q_blk)  # q_blk already carries the scale
     dq = _unfold(dq, b, h).to(q.dtype)
@@ -206,17 +234,18 @@ def _backward(
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window):
-        out, lse = _forward(q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window)
+    def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod):
+        args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod)
+        out, lse = _forward(q, k, v, *args)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (causal, key_lengths, scale, block_q, block_k, causal_align, window)
+        ctx.args = args
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 @register(
@@ -228,6 +257,7 @@ class _ChunkedAttention(torch.autograd.Function):
     gqa=True,
     lower_right=True,
     window=True,
+    mods=("alibi", "softcap"),
 )
 def chunked(
     q,
@@ -240,6 +270,7 @@ def chunked(
     scale=None,
     causal_align="top-left",
     window=0,
+    mod=NONE,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
 ):
@@ -249,7 +280,7 @@ def chunked(
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    args = (causal, key_lengths, scale, block_q, block_k, causal_align, window)
+    args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _ChunkedAttention.apply(q, k, v, *args)
     return _forward(q, k, v, *args)[0]

@@ -73,10 +73,12 @@ def position_offset(n_q: int, n_k: int, *, causal: bool, causal_align: str) -> i
     return n_k - n_q if causal and causal_align == "lower-right" else 0
 
 
-def apply_mod(scores, mod: str, *, causal: bool = False, causal_align: str = "top-left"):
+def apply_mod(scores, mod: str, *, causal: bool = False, causal_align: str = "top-left", rows=None, n_q=None):
     """scores (B, H, N_q, N_k), already scaled -> the modified scores (a new tensor; 'none' returns scores).
 
-    The whole-matrix form, for variants that materialise the scores and for the float64 reference.
+    The whole-matrix form, for variants that materialise the scores and for the float64 reference. A
+    reference that computes some query rows only passes them: rows (the 1-D query indices that scores'
+    third dim holds) and n_q (the problem's query count, for the lower-right offset).
     """
     kind = mod_kind(mod)
     if kind == NONE:
@@ -87,10 +89,49 @@ def apply_mod(scores, mod: str, *, causal: bool = False, causal_align: str = "to
     if kind == "alibi":
         import torch
 
-        h, n_q, n_k = scores.shape[-3], scores.shape[-2], scores.shape[-1]
+        h, n_k = scores.shape[-3], scores.shape[-1]
+        n_q = scores.shape[-2] if n_q is None else n_q
         off = position_offset(n_q, n_k, causal=causal, causal_align=causal_align)
-        i = torch.arange(n_q, device=scores.device, dtype=scores.dtype)[:, None] + off
+        ids = torch.arange(scores.shape[-2], device=scores.device) if rows is None else rows.to(scores.device)
+        i = ids.to(scores.dtype)[:, None] + off
         j = torch.arange(n_k, device=scores.device, dtype=scores.dtype)[None, :]
         slopes = alibi_slopes(h, device=scores.device, dtype=scores.dtype)[:, None, None]  # (H, 1, 1)
         return scores + slopes * (j - i)  # (.., H, N_q, N_k)
     raise ValueError(f"unknown mod {mod!r}")
+
+
+def grouped_alibi_slopes(heads: int, kv_heads: int, *, device="cpu", dtype=None):
+    """(H_kv, G) slopes for grouped-query variants that fold the G = H / H_kv query heads of a k/v head into
+    its rows: entry (kv, member) is m_h of query head h = kv * G + member (the slope is the query head's)."""
+    return alibi_slopes(heads, device=device, dtype=dtype).view(kv_heads, heads // kv_heads)
+
+
+def apply_mod_block(s, mod: str, *, rows: tuple[int, int], cols: tuple[int, int], offset: int, slopes=None):
+    """apply_mod on one block of folded scores, in place: s (g, R, G, C) holds the scaled scores of query
+    positions rows[0]..rows[1]-1 (R), each with its G group members, against keys cols[0]..cols[1]-1 (C);
+    offset is position_offset; slopes (g, G) the alibi slope of each (batch x k/v head, member). Returns s.
+
+    The blockwise form, for variants that never hold the whole (N_q, N_k) scores (chunked)."""
+    kind = mod_kind(mod)
+    if kind == "softcap":
+        cap = softcap_value(mod)
+        return s.div_(cap).tanh_().mul_(cap)
+    if kind == "alibi":
+        import torch
+
+        i = torch.arange(rows[0], rows[1], device=s.device, dtype=s.dtype)[:, None] + offset  # t_i
+        j = torch.arange(cols[0], cols[1], device=s.device, dtype=s.dtype)[None, :]
+        # s += m * (j - t_i), broadcast without a block-sized temporary: (g, 1, G, 1) x (1, R, 1, C)
+        return s.addcmul_(slopes[:, None, :, None], (j - i)[None, :, None, :])
+    if kind != NONE:
+        raise ValueError(f"unknown mod {mod!r}")
+    return s
+
+
+def softcap_grad(modded, mod: str):
+    """d(modded score) / d(scaled score) for a softcap mod, from the modded scores: 1 - tanh^2 =
+    1 - (modded / C)^2 (a new tensor); None for mods whose derivative is 1 (none, alibi: a constant bias)."""
+    if mod_kind(mod) != "softcap":
+        return None
+    cap = softcap_value(mod)
+    return 1 - (modded / cap).square()

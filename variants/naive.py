@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from . import grouped
 from .masks import attention_mask, fully_masked_rows
+from .mods import NONE, apply_mod
 from .registry import register
 
 
@@ -18,6 +19,7 @@ from .registry import register
     gqa=True,
     lower_right=True,
     window=True,
+    mods=("alibi", "softcap"),
 )
 def naive(
     q,
@@ -30,6 +32,7 @@ def naive(
     scale=None,
     causal_align="top-left",
     window=0,
+    mod=NONE,
     return_weights=False,
 ):
     """Textbook attention. With return_weights=True returns (out, weights (B, H, N_q, N_k))."""
@@ -37,6 +40,7 @@ def naive(
     n_q, n_k = q.shape[-2], k.shape[-2]
     scores = grouped.scores(q, k)  # (B, H, N_q, N_k); k/v heads shared by G query heads, never repeated
     scores = scores * scale
+    scores = apply_mod(scores, mod, causal=causal, causal_align=causal_align)  # before the masks: -inf stays
     rules = dict(causal=causal, key_lengths=key_lengths, causal_align=causal_align, window=window)
     mask = attention_mask(n_q, n_k, device=q.device, **rules)
     if mask is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .mods import NONE, parse_mod
+
 # Names used everywhere (CLI, results, capabilities) for the torch dtypes attnbench measures.
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 # What causal means when N_q != N_k: query i sees keys j <= i (top-left, torch's is_causal) or
@@ -12,7 +14,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 CAUSAL_ALIGNS = ("top-left", "lower-right")
 
 
-def extra_options(*, causal_align: str = "top-left", window: int = 0) -> dict:
+def extra_options(*, causal_align: str = "top-left", window: int = 0, mod: str = NONE) -> dict:
     """The keyword arguments added to the calling convention after it was first written, keeping only those
     not at their default: a variant written before them is never handed one (it declares none)."""
     out: dict = {}
@@ -20,6 +22,8 @@ def extra_options(*, causal_align: str = "top-left", window: int = 0) -> dict:
         out["causal_align"] = causal_align
     if window:
         out["window"] = window
+    if mod != NONE:
+        out["mod"] = mod
     return out
 
 
@@ -57,6 +61,7 @@ class Problem:
     kv_heads: int | None = None  # key/value heads; None: = heads. Fewer: grouped-query attention
     causal_align: str = "top-left"  # "lower-right" only matters when causal
     window: int = 0  # sliding window in keys (with causal); 0 = none
+    mod: str = NONE  # score modification, canonical text of variants.mods ('alibi', 'softcap:30')
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -73,7 +78,7 @@ class Problem:
 
 
 def validate_tensors(
-    q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0, causal_align="top-left", window=0
+    q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0, causal_align="top-left", window=0, mod=NONE
 ) -> Problem:
     """Check the common calling convention and return the Problem; ValueError naming what is wrong.
 
@@ -125,6 +130,7 @@ def validate_tensors(
         raise ValueError(f"window must be 0 (none) or a positive number of keys, got {window!r}")
     if window and not causal:
         raise ValueError(f"a sliding window ({window}) needs causal=True: it counts back from the diagonal")
+    mod = parse_mod(mod)  # ValueError naming a bad mod; the canonical text from here on
     name = dtype_name(q.dtype)
     if name not in DTYPES:
         raise ValueError(f"unsupported dtype {q.dtype}; attnbench measures {', '.join(DTYPES)}")
@@ -145,4 +151,5 @@ def validate_tensors(
         kv_heads=hk,
         causal_align=causal_align,
         window=window,
+        mod=mod,
     )

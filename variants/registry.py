@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from .mods import MOD_KINDS, NONE, mod_kind
 from .problem import DTYPES, Problem, extra_options, validate_tensors
 
 ENTRY_POINT_GROUP = "attnbench.variants"
@@ -50,16 +51,17 @@ class Capability:
     default: bool = True  # part of default sweeps (False for demonstration-only variants)
     available: Callable[[str], str | None] | None = field(default=None, compare=False)
     supports: Callable[[Problem], str | None] | None = field(default=None, compare=False)
-    # setup(q, k, v, *, causal, key_lengths, [causal_align, window when set]) -> a callable with fn's
+    # setup(q, k, v, *, causal, key_lengths, [causal_align, window, mod when set]) -> a callable with fn's
     # calling convention, prepared for inputs of that shape (plans, block masks, compiled kernels). The
     # harness times it apart (setup_ms) and gates and times what it returns; it must depend on shapes and
     # options only, never on the values.
     setup: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
     # Axes added after the first calling convention default to "not supported", so that a variant is never
-    # handed a keyword (causal_align=, window=) or a k/v head count it never declared it takes.
+    # handed a keyword (causal_align=, window=, mod=) or a k/v head count it never declared it takes.
     gqa: bool = False  # k, v with fewer heads than q (grouped-query / multi-query attention)
     lower_right: bool = False  # causal_align="lower-right"
     window: bool = False  # window=W, a sliding window with causal masking
+    mods: tuple[str, ...] = ()  # score modifications it applies (kinds of variants.mods: alibi, softcap)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -74,6 +76,11 @@ class Capability:
         bad = [d for d in self.dtypes if d not in DTYPES]
         if bad:
             raise VariantError(f"variant {self.name}: unknown dtype(s) {bad}; known: {list(DTYPES)}")
+        bad = [m for m in self.mods if m not in MOD_KINDS]
+        if isinstance(self.mods, str) or bad:
+            raise VariantError(
+                f"variant {self.name}: mods must be a tuple of {list(MOD_KINDS)}, not {self.mods!r}"
+            )
         if self.setup is not None and not callable(self.setup):
             raise VariantError(
                 f"variant {self.name}: setup must be callable, not {type(self.setup).__name__}"
@@ -97,7 +104,7 @@ class Variant:
         cap = self.cap
         fields = ("description", "devices", "dtypes", "min_head_dim", "max_head_dim", "causal", "padding",
                   "dropout", "dropout_deterministic", "backward", "memory", "default", "gqa", "lower_right",
-                  "window")  # fmt: skip
+                  "window", "mods")  # fmt: skip
         out = {f: list(v) if isinstance(v := getattr(cap, f), tuple) else v for f in fields}
         return {**out, "source": self.source}
 
@@ -144,22 +151,28 @@ class Variant:
             return f"{self.name} does not support lower-right causal alignment"
         if problem.window and not cap.window:
             return f"{self.name} does not support a sliding window (window {problem.window})"
+        if problem.mod != NONE and mod_kind(problem.mod) not in cap.mods:
+            return f"{self.name} does not support score modification {problem.mod}"
         if cap.supports is not None:
             return cap.supports(problem)
         return None
 
     def validate(
-        self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, causal_align="top-left", window=0
-    ) -> Problem:
-        """The Problem these inputs pose; ValueError naming what is wrong with them, or the dtype refused."""
+        self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, causal_align="top-left", window=0,
+        mod=NONE,
+    ) -> Problem:  # fmt: skip
+        """The Problem these inputs pose; ValueError naming what is wrong with them, or the dtype or score
+        modification refused (a variant is never handed a mod it does not declare)."""
         problem = validate_tensors(
             q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p,
-            causal_align=causal_align, window=window,
+            causal_align=causal_align, window=window, mod=mod,
         )  # fmt: skip
         if problem.dtype not in self.cap.dtypes:
             raise ValueError(
                 f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(self.cap.dtypes)})"
             )
+        if problem.mod != NONE and mod_kind(problem.mod) not in self.cap.mods:
+            raise ValueError(f"{self.name} does not support score modification {problem.mod}")
         return problem
 
     def bind(self, q, k, v, **opts: Any) -> Callable[..., Any]:
@@ -174,12 +187,15 @@ class Variant:
 
     def __call__(
         self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None,
-        causal_align="top-left", window=0, **kwargs,
+        causal_align="top-left", window=0, mod=NONE, **kwargs,
     ):  # fmt: skip
-        """Validate the inputs (ValueError naming the problem), then run the variant; causal_align and
-        window reach it only when not at their default (extra_options)."""
-        extra = extra_options(causal_align=causal_align, window=window)
-        self.validate(q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, **extra)
+        """Validate the inputs (ValueError naming the problem), then run the variant; causal_align, window
+        and mod (as its canonical text) reach it only when not at their default (extra_options)."""
+        problem = self.validate(
+            q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, causal_align=causal_align,
+            window=window, mod=mod,
+        )  # fmt: skip
+        extra = extra_options(causal_align=causal_align, window=window, mod=problem.mod)
         opts = dict(causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale)
         return self.fn(q, k, v, **opts, **extra, **kwargs)
 

@@ -13,15 +13,18 @@ import torch.nn.functional as F
 
 from . import grouped
 from .masks import attention_mask
+from .mods import NONE, apply_mod
 from .registry import register
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64")
-_AXES = dict(gqa=True, lower_right=True, window=True)  # grouped k/v heads, lower-right causal, windows
+# grouped k/v heads, lower-right causal, windows, score modifications
+_AXES = dict(gqa=True, lower_right=True, window=True, mods=("alibi", "softcap"))
 
 
-def _scores(q, k, causal, key_lengths, scale, causal_align, window):
+def _scores(q, k, causal, key_lengths, scale, causal_align, window, mod):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = grouped.scores(q, k) * scale  # (B, H, N_q, N_k)
+    scores = apply_mod(scores, mod, causal=causal, causal_align=causal_align)  # before the masks
     mask = attention_mask(
         q.shape[-2], k.shape[-2], causal=causal, key_lengths=key_lengths, device=q.device,
         causal_align=causal_align, window=window,
@@ -39,9 +42,10 @@ def _scores(q, k, causal, key_lengths, scale, causal_align, window):
     **_AXES,
 )
 def stable_softmax(
-    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
-):
-    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window)
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,
+    mod=NONE,
+):  # fmt: skip
+    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window, mod)
     row_max = scores.amax(dim=-1, keepdim=True)  # (B, H, N_q, 1)
     row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)  # fully masked row: exp(-inf - 0) = 0
     e = torch.exp(scores - row_max)
@@ -61,9 +65,10 @@ def stable_softmax(
     **_AXES,
 )
 def unstable_softmax(
-    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
-):
-    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window)
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,
+    mod=NONE,
+):  # fmt: skip
+    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window, mod)
     e = torch.exp(scores)  # overflows to inf for large logits
     weights = e / e.sum(dim=-1, keepdim=True)
     if dropout_p > 0:
