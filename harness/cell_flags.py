@@ -29,6 +29,7 @@ CELL_FLAGS: dict[str, tuple[str, str]] = {
     "seq_k": ("--seq-k", "seq_k"),
     "window": ("--window", "window"),
     "dropout": ("--dropout", "dropout"),
+    "model": ("--model", "model"),
 }
 
 

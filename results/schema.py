@@ -31,6 +31,9 @@ COLUMNS: dict[str, str] = {
     "causal_align": "string",  # "top-left" or "lower-right" (what causal means when N_q != N_k)
     "window": "Int64",  # sliding window in keys, the diagonal included; 0 = none
     "dropout": "Float64",  # training-mode dropout probability of the attention weights (0 = none)
+    # the published model(s) whose shape the cell is ('Llama-3-8B'; 'A, B' when two share it; '' none): a
+    # label for reports, not an axis, so not part of cell_id (harness.models, --model)
+    "model": "string",
     "status": "string",
     "message": "string",
     "time_ms_median": "Float64",
@@ -92,4 +95,4 @@ CELL_AXES = (
     "dropout",
 )
 # What a row written before a column existed means by it (results.load fills these in)
-AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0}
+AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "model": ""}
