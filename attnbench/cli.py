@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from attnbench.harness.executors import EXECUTORS
+from attnbench.harness.models import MODELS
 from attnbench.harness.spec import TEXT_AXES, TEXT_SETTINGS
 
 EXIT_BAD_INPUT = 2
@@ -84,6 +85,12 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
         metavar="none|alibi|softcap:C,...",
         help="score modifications before masking: none, alibi (ALiBi's linear distance bias) or softcap:C "
         "(C * tanh(s / C), C > 0); a comma list takes several (default: none)",
+    )
+    g.add_argument(
+        "--model",
+        metavar="NAME,...",
+        help="published models' attention shapes: each gives its heads, kv-heads, d-k and window together, "
+        f"and labels its cells ({', '.join(MODELS)}; not with --heads, --kv-heads, --d-k or --window)",
     )
     t = p.add_argument_group("measurement")
     t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
@@ -814,6 +821,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--window", "W", "sliding window in keys, with causal (default 0, none)"),
         ("--dropout", "P", "training-mode dropout probability in [0, 1) (default 0)"),
         ("--mod", "none|alibi|softcap:C", "score modification (default none)"),
+        ("--model", "NAME", "a published model's heads, kv-heads, d-k and window (harness.models)"),
     ):
         dest = "pass_" if flag == "--pass" else None
         g.add_argument(flag, action="append", metavar=meta, help=text, **({"dest": dest} if dest else {}))

@@ -30,6 +30,7 @@ CELL_FLAGS: dict[str, tuple[str, str]] = {
     "window": ("--window", "window"),
     "dropout": ("--dropout", "dropout"),
     "mod": ("--mod", "mod"),
+    "model": ("--model", "model"),
 }
 
 

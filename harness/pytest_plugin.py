@@ -52,13 +52,22 @@ GRID_OPTIONS = {  # option dest -> (flag, default, help)
     "attn_window": ("--attn-window", "0", "sliding windows in keys, with causal masking (default: 0, none)"),
     "attn_dropout": ("--attn-dropout", "0", "training-mode dropout probabilities in [0, 1) (default: 0)"),
     "attn_mod": ("--attn-mod", "none", "score modifications: none, alibi, softcap:C (default: none)"),
+    "attn_model": (
+        "--attn-model",
+        None,
+        "published models' shapes (llama3-8b, gpt2, ...): heads, kv-heads, d-k and window together, in place "
+        "of --attn-heads, --attn-kv-heads, --attn-d-k and --attn-window",
+    ),
     "attn_threads": ("--attn-threads", "0", "CPU threads for torch, as attnbench run --threads (0: torch's)"),
 }
+# the options a model gives; their defaults apply only without --attn-model (with it, giving one is refused)
+MODEL_OPTIONS = ("attn_heads", "attn_kv_heads", "attn_d_k", "attn_window")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attnbench", "attnbench grid (benchmarks/test_attention.py)")
     for dest, (flag, default, help_text) in GRID_OPTIONS.items():
+        default = None if dest in MODEL_OPTIONS else default  # filled in by build_cells (without a model)
         group.addoption(flag, dest=dest, default=default, metavar="VALUES", help=help_text)
     group.addoption(
         "--attn-variant-file",
@@ -90,6 +99,10 @@ def build_cells(config: pytest.Config):
 
     # option dest attn_<axis> -> the axis of sweep_from_text, which parses and checks every value
     texts = {dest.removeprefix("attn_"): config.getoption(dest) for dest in GRID_OPTIONS}
+    if not texts["model"]:  # the grid's own head shape, unless a model gives it
+        for dest in MODEL_OPTIONS:
+            axis = dest.removeprefix("attn_")
+            texts[axis] = GRID_OPTIONS[dest][1] if texts[axis] is None else texts[axis]
     sweep = sweep_from_text(texts, flag=lambda axis: "--attn-" + axis.replace("_", "-"))
     for path in config.getoption("attn_variant_file"):
         variants.load_variant_file(path)

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from attnbench.results.formulas import cell_id
 from attnbench.variants.mods import NONE, parse_mod
 from attnbench.variants.problem import DTYPES, Problem, extra_options
 
+from .models import ModelShape, model
 from .timing import Budget
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -34,6 +35,7 @@ LOWER_RIGHT = "lower-right"  # a causal value of a sweep: causal, aligned lower-
 CAUSAL_CHOICES = {"no": (False,), "yes": (True,), "both": (False, True), LOWER_RIGHT: (LOWER_RIGHT,)}
 PASS_CHOICES = {"fwd": ("fwd",), "fwdbwd": ("fwdbwd",), "both": ("fwd", "fwdbwd")}
 MAX_SEQ_LEN = 1 << 24
+MODEL_AXES = ("heads", "kv_heads", "d_k", "window")  # what a model (harness.models) gives, together
 
 
 @dataclass(frozen=True, order=True)
@@ -58,6 +60,10 @@ class CellSpec:
     window: int = 0  # sliding window (with causal): query i sees the W keys up to its diagonal; 0 = none
     dropout: float = 0.0  # training-mode dropout probability of the attention weights (0 = none)
     mod: str = NONE  # score modification (variants.mods): "none", "alibi", "softcap:C"
+    # Not an axis: the published model(s) whose shape this is ('Llama-3-8B', joined by ', ' when two models
+    # share it), for reading only. Left out of eq, hash, order and cell_id: a cell rebuilt without it (a
+    # resume, a repro) is the same measurement.
+    model: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mod", parse_mod(self.mod))  # canonical text: one cell_id per meaning
@@ -229,6 +235,9 @@ class SweepSpec:
     window: tuple[int, ...] = (0,)  # 0 = none; W > 0 needs causal
     dropout: tuple[float, ...] = (0.0,)  # training-mode dropout probabilities, each in [0, 1)
     mod: tuple[str, ...] = (NONE,)  # score modifications: "none", "alibi", "softcap:C" (variants.mods)
+    # names of harness.models: each gives heads, kv_heads, d_k and window together (in place of those four
+    # axes, which then stay at their defaults); empty: no model, the four axes are a product as usual
+    model: tuple[str, ...] = ()
     settings: Settings = field(default_factory=Settings)
 
     def __post_init__(self) -> None:
@@ -275,28 +284,69 @@ class SweepSpec:
                 f"window {windows[0]} needs causal masking (it counts back from the diagonal); give --causal "
                 "yes or lower-right, not no or both"
             )
-        for name in ("variants", "devices", "dtypes", "passes", "causal"):
+        self._check_models()
+        for name in ("variants", "devices", "dtypes", "passes", "causal", "model"):
             vals = getattr(self, name)
             if len(set(vals)) != len(vals):
                 raise ValueError(f"{name} lists a value twice: {list(vals)}")
 
+    def models(self) -> list[ModelShape]:
+        """The records of harness.models the sweep names, in its order."""
+        return [model(name) for name in self.model]
+
+    def _check_models(self) -> None:
+        for name in self.model:
+            if not isinstance(name, str):
+                raise ValueError(f"model must be names, got {name!r}")
+            model(name)  # ValueError listing the known names
+        if not self.model:
+            return
+        default = SweepSpec.__dataclass_fields__
+        given = [a for a in MODEL_AXES if getattr(self, a) != default[a].default]
+        if given:  # the text front ends say this first, by the flag's name (build_sweep)
+            raise ValueError(
+                f"{given[0]} {list(getattr(self, given[0]))} conflicts with model {', '.join(self.model)}: a "
+                "model gives heads, kv_heads, d_k and window together"
+            )
+        windowed = [m for m in self.models() if m.window]
+        if windowed and False in self.causal:
+            m = windowed[0]
+            raise ValueError(
+                f"model {m.name} has a sliding window of {m.window} keys, which needs causal masking; give "
+                "--causal yes or lower-right, not no or both"
+            )
+
     def cells(self, variant_names: list[str]) -> list[CellSpec]:
         """All cells, grouped so that each shape runs every variant back to back (interleaved,
-        fair under drifting machine noise) and seq_k, then seq_len, ascend in a series (OOM skip-ahead)."""
+        fair under drifting machine noise) and seq_k, then seq_len, ascend in a series (OOM skip-ahead).
+
+        With models, each model's (heads, kv_heads, d_k, window) stands in for the product of those four
+        axes, and its cells carry its label; two models of one shape give one cell with both labels."""
         d_vs = self.d_v or (None,)
         kvs = self.kv_heads or (None,)
         n_ks = sorted(self.seq_k) or (None,)
-        out = []
-        for device, dtype, b, h, kv, dk, dv, causal, w, pad, drop, mod, pas, nk, n in itertools.product(
+        # (heads, kv_heads, d_k, window or None: the window axis's, label) per head shape
+        if self.model:
+            shapes = [(m.heads, m.kv_heads, m.d_k, m.window, m.label) for m in self.models()]
+            windows: tuple = (None,)
+        else:
+            shapes = [(h, kv, dk, None, "") for h, kv, dk in itertools.product(self.heads, kvs, self.d_k)]
+            windows = self.window
+        out: dict[str, CellSpec] = {}
+        for device, dtype, b, (
+            h,
+            kv,
+            dk,
+            mw,
+            label,
+        ), dv, causal, w, pad, drop, mod, pas, nk, n in itertools.product(
             self.devices,
             self.dtypes,
             self.batch,
-            self.heads,
-            kvs,
-            self.d_k,
+            shapes,
             d_vs,
             self.causal,
-            self.window,
+            windows,
             self.padding,
             self.dropout,
             self.mod,
@@ -305,30 +355,20 @@ class SweepSpec:
             sorted(self.seq_len),
         ):
             align = "lower-right" if causal == LOWER_RIGHT else "top-left"
+            w = mw if w is None else w
             for name in variant_names:
                 dv_ = dk if dv is None else dv
-                out.append(
-                    CellSpec(
-                        name,
-                        device,
-                        dtype,
-                        b,
-                        h,
-                        n,
-                        dk,
-                        dv_,
-                        bool(causal),
-                        float(pad),
-                        pas,
-                        kv_heads=kv,
-                        seq_k=nk,
-                        causal_align=align,
-                        window=w,
-                        dropout=float(drop),
-                        mod=mod,
-                    )  # fmt: skip
-                )
-        return out
+                cell = CellSpec(
+                    name, device, dtype, b, h, n, dk, dv_, bool(causal), float(pad), pas, kv_heads=kv,
+                    seq_k=nk, causal_align=align, window=w, dropout=float(drop), mod=mod,
+                    model=label,
+                )  # fmt: skip
+                known = out.get(cell.cell_id)
+                if known is None:
+                    out[cell.cell_id] = cell
+                elif label and label not in known.model.split(", "):  # one shape, two models: one cell
+                    out[cell.cell_id] = replace(known, model=f"{known.model}, {label}")
+        return list(out.values())
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -594,13 +634,41 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def toml_to_sweep(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """Translate the TOML layout ([sweep] with causal/pass words, [settings], [env]) into from_dict keys."""
+    """Translate the TOML layout ([sweep] with causal/pass words, [settings], [env]) into from_dict keys.
+
+    A [sweep.cuda] table (keys as [sweep]) comes back under the key "cuda": build_sweep lays it over
+    [sweep] when the sweep's devices are exactly cuda (GPU lengths and dtypes in a preset that also runs on
+    CPU)."""
     unknown = set(data) - {"sweep", "settings", "env", "description"}
     if unknown:
         raise ValueError(
             f"{source}: unknown table(s) {sorted(unknown)}; expected [sweep], [settings] and [env]"
         )
     sweep = dict(data.get("sweep", {}))
+    cuda = sweep.pop("cuda", None)
+    out = _sweep_table(sweep, f"{source}: [sweep]")
+    if cuda is not None:
+        if not isinstance(cuda, dict):
+            raise ValueError(f"{source}: [sweep] cuda must be a table, [sweep.cuda]")
+        known = {f.name for f in fields(SweepSpec)} - {"settings", "devices"}
+        out["cuda"] = _sweep_table(dict(cuda), f"{source}: [sweep.cuda]")
+        unknown = set(out["cuda"]) - known
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown key(s) {sorted(unknown)} in [sweep.cuda] (it applies when the devices "
+                f"are exactly cuda, so it cannot set them); known: {sorted(known)}"
+            )
+    if "settings" in data:
+        out["settings"] = dict(data["settings"])
+    if "env" in data:
+        if not isinstance(data["env"], dict):
+            raise ValueError(f"{source}: [env] must be a table of NAME = value")
+        out.setdefault("settings", {})["env"] = dict(data["env"])
+    return out
+
+
+def _sweep_table(sweep: dict[str, Any], where: str) -> dict[str, Any]:
+    """One [sweep] (or [sweep.cuda]) table's words and ranges as from_dict values."""
     if "causal" in sweep:
         sweep["causal"] = parse_causal("causal", sweep["causal"])
     if "pass" in sweep:
@@ -612,14 +680,15 @@ def toml_to_sweep(data: dict[str, Any], source: str = "config") -> dict[str, Any
         sweep["mod"] = parse_mods("mod", sweep["mod"])
     if isinstance(sweep.get("window"), (str, int)) and not isinstance(sweep.get("window"), bool):
         sweep["window"] = parse_window("window", str(sweep["window"]))
-    out = dict(sweep)
-    if "settings" in data:
-        out["settings"] = dict(data["settings"])
-    if "env" in data:
-        if not isinstance(data["env"], dict):
-            raise ValueError(f"{source}: [env] must be a table of NAME = value")
-        out.setdefault("settings", {})["env"] = dict(data["env"])
-    return out
+    if isinstance(sweep.get("model"), str):
+        sweep["model"] = parse_names(sweep["model"])
+    shape = [a for a in MODEL_AXES if a in sweep]
+    if sweep.get("model") and shape:
+        raise ValueError(
+            f"{where} gives {shape[0]} and model: a model gives heads, kv_heads, d_k and window together; "
+            "give one or the other"
+        )
+    return sweep
 
 
 def _choice(name: str, value, choices: dict[str, tuple]) -> tuple:
@@ -647,6 +716,7 @@ TEXT_AXES: dict[str, str] = {  # axis name -> what its text holds
     "window": "window",
     "dropout": "floats",
     "mod": "mods",
+    "model": "names",
 }
 TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (or parser)
     "warmup_ms": float,
@@ -717,7 +787,7 @@ def sweep_from_text(
             overrides[sweep_field(axis)] = value
     if settings:
         overrides["settings"] = settings
-    return build_sweep(preset, config, overrides)
+    return build_sweep(preset, config, overrides, flag=flag)
 
 
 def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list[str]]:
@@ -779,25 +849,60 @@ def _setting(name: str, text: Any, kind: Callable) -> Any:
 
 
 def build_sweep(
-    preset: str | None = None, config: str | None = None, overrides: dict[str, Any] | None = None
+    preset: str | None = None,
+    config: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    flag: Callable[[str], str] = _flag,
 ) -> SweepSpec:
-    """Preset or config file (not both), then flag overrides; validated SweepSpec."""
+    """Preset or config file (not both), its [sweep.cuda] when the devices are exactly cuda, then flag
+    overrides; validated SweepSpec. `flag` names an override as the front end does ('heads' -> 'heads' for
+    the CLI's --heads)."""
     if preset and config:
         raise ValueError("give --preset or --config, not both")
     base: dict[str, Any] = {}
+    source = ""
     if preset:
         known = presets()
         if preset not in known:
             raise ValueError(f"unknown preset {preset!r}; known: {', '.join(known)}")
-        base = load_toml(known[preset])
+        base, source = load_toml(known[preset]), f"preset {preset}"
     elif config:
-        base = load_toml(config)
-    overrides = dict(overrides or {})
+        base, source = load_toml(config), f"config {config}"
+    overrides = {k: v for k, v in dict(overrides or {}).items() if v is not None}
     base_settings = base.pop("settings", {}) or {}
     over_settings = overrides.pop("settings", {}) or {}
     settings = {**base_settings, **over_settings}
     if "env" in base_settings and "env" in over_settings:  # --env adds to (or overrides) the file's [env]
         settings["env"] = {**dict(normalise_env(base_settings["env"])), **over_settings["env"]}
-    merged = {**base, **{k: v for k, v in overrides.items() if v is not None}}
+    cuda = base.pop("cuda", None)
+    devices = overrides.get("devices", base.get("devices", SweepSpec.devices))
+    if cuda and tuple(devices) == ("cuda",):
+        base = _layer(base, cuda, name=lambda a: f"[sweep.cuda] {a}", below=f"the {source}'s [sweep]")
+    given = [a for a in MODEL_AXES if a in overrides]
+    if overrides.get("model") and given:
+        raise ValueError(
+            f"--{flag(given[0])} conflicts with --{flag('model')}: a model gives heads, kv_heads, d_k and "
+            "window together; give one or the other"
+        )
+    merged = _layer(base, overrides, name=lambda a: f"--{flag(a)}", below=f"the {source}")
     merged["settings"] = settings
     return SweepSpec.from_dict(merged)
+
+
+def _layer(lower: dict[str, Any], upper: dict[str, Any], *, name: Callable[[str], str], below: str) -> dict:
+    """upper's keys over lower's. Models in upper replace lower's head shape (heads, kv_heads, d_k,
+    window); a head-shape axis in upper over models in lower is refused (which model would it change?)."""
+    shape = [a for a in MODEL_AXES if a in upper]
+    if shape and lower.get("model") and "model" not in upper:
+        raise ValueError(
+            f"{name(shape[0])} conflicts with the models of {below} ({', '.join(lower['model'])}): a model "
+            f"gives heads, kv_heads, d_k and window together; choose models with {name('model')}, or drop "
+            f"{name(shape[0])}"
+        )
+    merged = {**lower, **upper}
+    if upper.get("model"):
+        for axis in MODEL_AXES:
+            if axis not in upper:
+                merged.pop(axis, None)
+    return merged

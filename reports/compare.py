@@ -136,11 +136,12 @@ def compare_runs(
     meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
     groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
     of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
-    a["model"] = pd.array([of_a[w].model for w in a["where"]], dtype="string")
-    b["model"] = pd.array([of_b[w].model for w in b["where"]], dtype="string")
+    # device_model, not model: the rows' own `model` column is the published model a cell's shape is from
+    a["device_model"] = pd.array([of_a[w].model for w in a["where"]], dtype="string")
+    b["device_model"] = pd.array([of_b[w].model for w in b["where"]], dtype="string")
     split = any(g.label for g in groups_a + groups_b)
     if split:  # a run mixes device models or speeds: a cell pairs only with the same cell on the same model
-        axes = [*CELL_AXES, "model"]
+        axes = [*CELL_AXES, "device_model"]
         how = "cells matched by cell_id within one device model (runs of several device groups)"
     else:
         axes, how = _match_axes(a, b)

@@ -24,7 +24,7 @@ from .style import (
     variant_marker,
     variant_order,
 )
-from .tables import ok_rows, panels, present
+from .tables import ok_rows, panels, present, quiet_columns
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
 KEYS = [
@@ -292,8 +292,7 @@ def speedup_figure(group, title: str, baseline: str):
             cb.set_label(f"speed-up over {baseline} (log scale)")
         fig.suptitle(title)
     data = pd.DataFrame(sp)
-    if "device_group" in data.columns and not data["device_group"].fillna("").astype(str).ne("").any():
-        data = data.drop(columns=["device_group"])  # named only where a run is split (results.devices)
+    data = data.drop(columns=quiet_columns(data))  # device_group, model: named only where not '' (tables)
     return fig, data
 
 

@@ -28,6 +28,7 @@ from .tables import (
     ok_rows,
     panels,
     present,
+    quiet_columns,
     varying,
 )
 
@@ -355,8 +356,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
 
     scaling = fitmod.scaling_table(df, metas)
     fits = fitmod.fit_index(scaling)
-    # device_group is named in the CSVs only when some run is split into device groups (results.devices)
-    unsplit = [] if df["device_group"].fillna("").astype(str).ne("").any() else ["device_group"]
+    # device_group is named in the CSVs only when some run is split into device groups (results.devices),
+    # model only when the sweep named published models
+    unsplit = quiet_columns(df)
     if not scaling.empty:
         scaling.drop(columns=["_time_fit", "_mem_fit", *unsplit]).to_csv(out / "fits.csv", index=False)
     best_variant(df).drop(columns=unsplit).to_csv(out / "best.csv", index=False)
@@ -405,6 +407,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         meta = metas.get(str(gkey["run_id"]), {})
         device, dtype, dgroup = str(gkey["device"]), str(gkey["dtype"]), gkey["device_group"]
         dgroup = str(dgroup) if present(dgroup) else ""
+        model = str(gkey["model"]) if present(gkey["model"]) else ""
         gtitle = label(gkey, [a for a in GROUP_AXES if len(metas) > 1 or a != "run_id"])
         fixed_g = fixed_text(group)
         head = f"{gtitle} ({fixed_g})" if fixed_g else gtitle
@@ -412,6 +415,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
             *([gkey["run_id"]] if len(metas) > 1 else []),
             device,
             *([dgroup] if dgroup else []),
+            *([model] if model else []),
             dtype,
             gkey["pass"],
         )

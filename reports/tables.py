@@ -9,8 +9,10 @@ from typing import Any
 from attnbench.results.devices import calibration_for, matmul_tflops
 
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
-# be averaged together (results.devices), and then splits that run's cells by device group
-GROUP_AXES = ("run_id", "device", "device_group", "dtype", "pass")
+# be averaged together (results.devices), and then splits that run's cells by device group; model is ''
+# unless the sweep named published models (--model), and then gives each model its own section
+GROUP_AXES = ("run_id", "device", "device_group", "model", "dtype", "pass")
+QUIET_GROUP_AXES = ("device_group", "model")  # '' in every row: left out of titles, file names and CSVs
 # one panel per combination inside a group; seq_k is a length (a decode series grows it), not a panel axis
 PANEL_AXES = (
     "causal", "d_k", "d_v", "batch", "heads", "padding", "kv_heads", "causal_align", "window", "dropout",
@@ -22,6 +24,12 @@ FOLLOWS = {"d_v": "d_k", "kv_heads": "heads"}
 QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none"}
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
 PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
+
+
+def quiet_columns(df) -> list[str]:
+    """The QUIET_GROUP_AXES that are '' in every row of df: CSVs leave them out, as reports made before
+    they existed did."""
+    return [a for a in QUIET_GROUP_AXES if a in df.columns and not df[a].fillna("").astype(str).ne("").any()]
 
 
 def ok_rows(df):
@@ -47,7 +55,7 @@ def present(value: Any) -> bool:
 
 def axis_text(axis: str, value: Any) -> str:
     """One axis value as a reader wants it: 'causal', 'd_k=64', 'forward'."""
-    if axis == "device_group":  # '' (nothing split) is left out of titles
+    if axis in QUIET_GROUP_AXES:  # '' (nothing split, no model) is left out of titles
         return str(value) if present(value) else ""
     if not present(value):
         return f"{axis}=n/a"

@@ -32,6 +32,9 @@ COLUMNS: dict[str, str] = {
     "window": "Int64",  # sliding window in keys, the diagonal included; 0 = none
     "dropout": "Float64",  # training-mode dropout probability of the attention weights (0 = none)
     "mod": "string",  # score modification: "none", "alibi", "softcap:C" (canonical, variants.mods)
+    # the published model(s) whose shape the cell is ('Llama-3-8B'; 'A, B' when two share it; '' none): a
+    # label for reports, not an axis, so not part of cell_id (harness.models, --model)
+    "model": "string",
     "status": "string",
     "message": "string",
     "time_ms_median": "Float64",
@@ -94,4 +97,4 @@ CELL_AXES = (
     "mod",
 )
 # What a row written before a column existed means by it (results.load fills these in)
-AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none"}
+AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none", "model": ""}
