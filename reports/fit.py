@@ -53,7 +53,9 @@ class PowerFit:
         """The seq_len at which the fit reaches value (None without a fit or a positive exponent)."""
         if self.exponent is None or self.intercept is None or self.exponent <= 0 or value <= 0:
             return None
-        return math.exp((math.log(value) - self.intercept) / self.exponent)
+        # a near-flat fit (noisy small-N times) puts the answer beyond any float: cap it at ~1e304, which
+        # every reader shows as "beyond N x measured" instead of overflowing
+        return math.exp(min((math.log(value) - self.intercept) / self.exponent, 700.0))
 
     def text(self, digits: int = 2) -> str:
         """'1.98 [1.91, 2.05]', '1.98 (no CI: 2 points)' or 'n/a (reason)'."""

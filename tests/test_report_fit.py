@@ -141,3 +141,12 @@ def test_largest_n_measured_fits_and_within_time_budget(tmp_path):
     # 1 ms · (N/256)² = 1000 ms at N = 256 · √1000 ≈ 8095: the largest power of two within is 4096
     assert table.loc["chunked", "n_time_budget"] == 4096 and table.loc["chunked", "n_time_text"] == "4,096"
     assert table.loc["naive", "n_time_text"] == "–"  # memory binds first for N² variants
+
+
+def test_a_near_flat_fit_solves_to_beyond_not_an_overflow():
+    """Noisy small-N times can fit an exponent near 0: the N at which such a fit reaches a budget lies
+    beyond any float, and must read as 'beyond', not raise OverflowError (a real report once did)."""
+    flat = fit.PowerFit(exponent=1e-4, intercept=0.0)
+    n = fit.largest_pow2(flat.solve(1e5))
+    assert n is not None and n > 1e300
+    assert fit.extrapolated_text(n, 128).startswith("> 1,024 (beyond")
