@@ -24,7 +24,7 @@ from .style import (
     variant_marker,
     variant_order,
 )
-from .tables import ok_rows, panels, present
+from .tables import length_axis, ok_rows, panels, present
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
 KEYS = [
@@ -42,6 +42,30 @@ KEYS = [
     "variant",
     "seq_len",
 ]  # the identity columns every figure's CSV starts with
+
+
+LENGTH_LABEL = {"seq_len": "sequence length N (tokens, log₂ steps)", "seq_k": "keys N_k (log₂ steps)"}
+WORKLOAD_KEYS = ("kv_heads", "seq_k", "causal_align", "window")  # in a CSV only where some row sets them
+
+
+def keys_of(rows) -> list[str]:
+    """KEYS, with the workload axes of issue 11 before variant where some row is off their default (a
+    decode CSV carries seq_k, its x): a plain run's CSVs keep the columns they always had."""
+    from .tables import FOLLOWS, QUIET_DEFAULTS
+
+    extra = []
+    for axis in WORKLOAD_KEYS:
+        if axis not in rows.columns or rows.empty:
+            continue
+        if axis in QUIET_DEFAULTS:
+            off = (rows[axis] != QUIET_DEFAULTS[axis]).fillna(False).any()
+        else:  # kv_heads follows heads, seq_k follows seq_len
+            other = FOLLOWS.get(axis, "seq_len")
+            off = (rows[axis] != rows[other]).fillna(False).any()
+        if off:
+            extra.append(axis)
+    i = KEYS.index("variant")
+    return KEYS[:i] + extra + KEYS[i:]
 
 
 def _floats(series) -> list[float]:
@@ -65,8 +89,9 @@ def _variant_lines(
     ys: list[float] = []
     ok = ok_rows(rows).dropna(subset=[column])
     for variant in variant_order(ok["variant"].unique()):
-        v = ok[ok["variant"] == variant].sort_values("seq_len")
-        n, y = _floats(v["seq_len"]), _floats(v[column])
+        length = length_axis(ok[ok["variant"] == variant])  # seq_k for a decode series
+        v = ok[ok["variant"] == variant].sort_values(length)
+        n, y = _floats(v[length]), _floats(v[column])
         fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
         color = variant_color(variant)
         ax.plot(
@@ -87,7 +112,7 @@ def _variant_lines(
                 seen = label in ax.get_legend_handles_labels()[1]
                 ring = dict(ms=11 if flag == SUSPECT else 14, mfc="none", mec=colour, mew=1.6)
                 ax.plot(
-                    _floats(marked["seq_len"]),
+                    _floats(marked[length]),
                     _floats(marked[column]),
                     "o",
                     label=None if seen else label,
@@ -95,6 +120,20 @@ def _variant_lines(
                 )
         ys.extend(y)
     return [y for y in ys if math.isfinite(y) and y > 0]
+
+
+def _panel_lengths(group, rows) -> tuple[list[int], str]:
+    """The x ticks of a panel and what they count: the group's seq_lens, or a decode panel's seq_k."""
+    if length_axis(rows) == "seq_k":
+        return [int(n) for n in rows["seq_k"].dropna().unique()], "seq_k"
+    return [int(n) for n in group["seq_len"].dropna().unique()], "seq_len"
+
+
+def length_xaxis(ax, lengths, length: str) -> None:
+    """seq_axis, its label naming the keys N_k when the series grows seq_k."""
+    seq_axis(ax, lengths)
+    if length == "seq_k":
+        ax.set_xlabel("keys N_k (K/V cache length, log₂ axis)")
 
 
 def _guides(ax, seq_lens: list[int], ys: list[float]) -> None:
@@ -122,21 +161,21 @@ def time_figure(group, fits: Fits, title: str):
     pans = panels(group)
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=5.0)
-        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            seq_lens, length = _panel_lengths(group, rows)
             ys = _variant_lines(ax, rows, "time_ms_median", fits, 0, band=("time_ms_p25", "time_ms_p75"))
             if ys:
                 log_axis(ax)
                 _guides(ax, seq_lens, ys)
             else:
                 empty_panel(ax, "no ok cells")
-            seq_axis(ax, seq_lens)
+            length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("time per call (ms, median; band p25–p75)")
             ax.set_title(ptitle)
             legend_below(ax)
         fig.suptitle(title)
     data = ok_rows(group)[
-        KEYS + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples"]
+        keys_of(group) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples"]
     ]
     return fig, data
 
@@ -146,8 +185,8 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
     pans = panels(group)
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=5.0)
-        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            seq_lens, length = _panel_lengths(group, rows)
             ys = _variant_lines(ax, rows, "peak_mem_bytes", fits, 1)
             if ys:
                 hi = max(ys + ([device_mem] if device_mem else []))
@@ -166,12 +205,14 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
                     va="top",
                     fontsize=9,
                 )
-            seq_axis(ax, seq_lens)
+            length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("peak memory (bytes, log₂ axis)")
             ax.set_title(ptitle)
             legend_below(ax)
         fig.suptitle(title)
-    data = ok_rows(group)[KEYS + ["peak_mem_bytes", "mem_method"]].assign(device_mem_bytes=device_mem)
+    data = ok_rows(group)[keys_of(group) + ["peak_mem_bytes", "mem_method"]].assign(
+        device_mem_bytes=device_mem
+    )
     return fig, data
 
 
@@ -180,13 +221,13 @@ def throughput_figure(group, title: str, peak: float | None):
     pans = panels(group)
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=4.6)
-        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            seq_lens, length = _panel_lengths(group, rows)
             ok = ok_rows(rows).dropna(subset=["tflops"])
             for variant in variant_order(ok["variant"].unique()):
-                v = ok[ok["variant"] == variant].sort_values("seq_len")
+                v = ok[ok["variant"] == variant].sort_values(length)
                 ax.plot(
-                    _floats(v["seq_len"]),
+                    _floats(v[length]),
                     _floats(v["tflops"]),
                     marker=variant_marker(variant),
                     ms=4,
@@ -204,12 +245,12 @@ def throughput_figure(group, title: str, peak: float | None):
                 )
                 sec.set_ylabel("% of calibrated peak")
             ax.set_ylim(bottom=0)
-            seq_axis(ax, seq_lens)
+            length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("achieved TFLOP/s")
             ax.set_title(ptitle)
             legend_below(ax)
         fig.suptitle(title)
-    data = ok_rows(group)[KEYS + ["flops", "tflops"]].assign(peak_tflops=peak)
+    data = ok_rows(group)[keys_of(group) + ["flops", "tflops"]].assign(peak_tflops=peak)
     if peak:
         data = data.assign(peak_fraction=data["tflops"].astype(float) / peak)
     return fig, data
@@ -237,7 +278,8 @@ def speedup_figure(group, title: str, baseline: str):
 
     sp = speedups(group, baseline)
     names = [v for v in variant_order(group["variant"].unique()) if v != baseline]
-    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
+    length = length_axis(group)  # a decode group's columns are its seq_k
+    seq_lens = sorted(int(n) for n in group[length].dropna().unique())
     finite = np.log2(sp["speedup"].to_numpy(dtype=float)) if len(sp) else np.array([0.0])
     lim = float(min(max(np.nanmax(np.abs(finite)), 1.0), 6.0))
     norm = TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim)
@@ -251,10 +293,10 @@ def speedup_figure(group, title: str, baseline: str):
                 cell = cell[cell[axis] == value]
             for _, r in cell.iterrows():
                 if r["variant"] in names:
-                    i, j = names.index(r["variant"]), seq_lens.index(int(r["seq_len"]))
+                    i, j = names.index(r["variant"]), seq_lens.index(int(r[length]))
                     grid[i, j] = math.log2(r["speedup"])
             image = ax.imshow(grid, cmap="RdBu", norm=norm, aspect="auto")
-            stat = statuses_of(rows)
+            stat = statuses_of(rows, length)
             for i, v in enumerate(names):
                 for j, n in enumerate(seq_lens):
                     if math.isfinite(grid[i, j]):
@@ -281,7 +323,7 @@ def speedup_figure(group, title: str, baseline: str):
                         )
             ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
             ax.set_yticks(range(len(names)), names)
-            ax.set_xlabel("sequence length N (tokens, log₂ steps)")
+            ax.set_xlabel(LENGTH_LABEL[length])
             ax.set_title(ptitle)
             ax.grid(False)
         if image is not None:
@@ -293,15 +335,17 @@ def speedup_figure(group, title: str, baseline: str):
     data = pd.DataFrame(sp)
     if "device_group" in data.columns and not data["device_group"].fillna("").astype(str).ne("").any():
         data = data.drop(columns=["device_group"])  # named only where a run is split (results.devices)
+    if "seq_k" in data.columns and bool((data["seq_k"] == data["seq_len"]).fillna(True).all()):
+        data = data.drop(columns=["seq_k"])  # named only where some cell's keys are not its queries
     return fig, data
 
 
-def statuses_of(rows) -> dict[tuple[str, int], str]:
-    """(variant, seq_len) -> status within one panel."""
+def statuses_of(rows, length: str = "seq_len") -> dict[tuple[str, int], str]:
+    """(variant, seq_len) -> status within one panel ((variant, seq_k) for a decode group)."""
     return {
-        (str(r["variant"]), int(r["seq_len"])): str(r["status"])
+        (str(r["variant"]), int(r[length])): str(r["status"])
         for _, r in rows.iterrows()
-        if present(r["seq_len"])
+        if present(r[length])
     }
 
 
@@ -312,14 +356,15 @@ def status_figure(group, title: str):
     from matplotlib.patches import Patch
 
     names = variant_order(group["variant"].unique())
-    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
+    length = length_axis(group)  # a decode group's columns are its seq_k
+    seq_lens = sorted(int(n) for n in group[length].dropna().unique())
     known = list(STATUS_COLORS)
     cmap = ListedColormap([STATUS_COLORS[s] for s in known] + ["#ffffff"])
     seen: set[str] = set()
     with mpl_style():
         (fig, axes), pans = _grid_panels(group, len(names))
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
-            stat = statuses_of(rows)
+            stat = statuses_of(rows, length)
             grid = np.full((len(names), len(seq_lens)), len(known))
             for (v, n), s in stat.items():
                 if v in names and n in seq_lens:
@@ -340,7 +385,7 @@ def status_figure(group, title: str):
                     )
             ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
             ax.set_yticks(range(len(names)), names)
-            ax.set_xlabel("sequence length N (tokens, log₂ steps)")
+            ax.set_xlabel(LENGTH_LABEL[length])
             ax.set_title(ptitle)
             ax.grid(False)
         handles = [
@@ -349,7 +394,7 @@ def status_figure(group, title: str):
         if handles:
             fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 8), frameon=False)
         fig.suptitle(title)
-    data = group[KEYS + ["status", "message"]]
+    data = group[keys_of(group) + ["status", "message"]]
     return fig, data
 
 

@@ -20,11 +20,13 @@ from .tables import (
     axis_value,
     best_variant,
     calibrated_peak,
+    decode_rows,
     device_memory,
     fixed_axes,
     fixed_text,
     groups,
     label,
+    length_axis,
     ok_rows,
     panels,
     present,
@@ -161,13 +163,14 @@ def _best_table(group) -> pg.Table:
     """Rows seq_len, columns the panels of a group: the fastest ok variant and its lead over the next."""
     best = best_variant(group)
     pans = panels(group)
-    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
-    headers = ("seq_len", *[(t or "best variant") for _, t, _ in pans])
+    length = length_axis(group)  # a decode group ranks its variants per N_k
+    seq_lens = sorted(int(n) for n in group[length].dropna().unique())
+    headers = ("seq_len" if length == "seq_len" else "N_k", *[(t or "best variant") for _, t, _ in pans])
     rows = []
     for n in seq_lens:
         cells = []
         for key, _title, _rows in pans:
-            sel = best[best["seq_len"] == n]
+            sel = best[best[length] == n]
             for axis, value in key.items():
                 sel = sel[sel[axis] == value]
             if sel.empty:
@@ -357,8 +360,12 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     fits = fitmod.fit_index(scaling)
     # device_group is named in the CSVs only when some run is split into device groups (results.devices)
     unsplit = [] if df["device_group"].fillna("").astype(str).ne("").any() else ["device_group"]
+    if decode_rows(df).empty:  # and seq_k only where some cell's keys are not its queries
+        unsplit.append("seq_k")
     if not scaling.empty:
-        scaling.drop(columns=["_time_fit", "_mem_fit", *unsplit]).to_csv(out / "fits.csv", index=False)
+        scaling.drop(columns=["_time_fit", "_mem_fit", *[c for c in unsplit if c in scaling.columns]]).to_csv(
+            out / "fits.csv", index=False
+        )
     best_variant(df).drop(columns=unsplit).to_csv(out / "best.csv", index=False)
     summary = summary_table(scaling)
 
