@@ -7,7 +7,7 @@ from typing import Any
 
 from attnbench.results.formulas import bytes_text
 
-from .fit import PowerFit, combo_key
+from .fit import PowerFit, combo_key, fit_power_law
 from .style import (
     STATUS_COLORS,
     bytes_axis,
@@ -24,7 +24,7 @@ from .style import (
     variant_marker,
     variant_order,
 )
-from .tables import length_axis, ok_rows, panels, present
+from .tables import PANEL_AXES, length_axis, ok_rows, panels, present
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
 KEYS = [
@@ -557,3 +557,188 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             "filled marker: faster or slower (significant, CI excludes 1); hollow: same or ambiguous"
         )
     return fig, table
+
+
+# ---- workload panels (issue 11): decode, sliding window -------------------------------------------------
+
+DECODE_PANEL_AXES = (*PANEL_AXES, "seq_len")  # a decode series holds N_q fixed: one panel per N_q
+
+
+def _band_line(ax, x, y, lo, hi, variant: str, label: str) -> None:
+    color = variant_color(variant)
+    ax.plot(x, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color, label=label)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+
+
+def decode_time_figure(rows, title: str):
+    """Median time against N_k (log-log) per decode series, p25–p75 band, exponent against N_k in the
+    legend."""
+    from .workloads import decode_fit
+
+    ok = ok_rows(rows).dropna(subset=["time_ms_median"])
+    pans = panels(rows, DECODE_PANEL_AXES)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=4.8)
+        for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
+            pok = ok_rows(prow).dropna(subset=["time_ms_median"])
+            ys: list[float] = []
+            for variant in variant_order(pok["variant"].unique()):
+                v = pok[pok["variant"] == variant].sort_values("seq_k")
+                fit = decode_fit(v)
+                _band_line(
+                    ax,
+                    _floats(v["seq_k"]),
+                    _floats(v["time_ms_median"]),
+                    _floats(v["time_ms_p25"]),
+                    _floats(v["time_ms_p75"]),
+                    variant,
+                    _exponent_label(variant, fit).replace("N^", "N_k^"),
+                )
+                ys += [y for y in _floats(v["time_ms_median"]) if math.isfinite(y) and y > 0]
+            n_ks = [int(n) for n in prow["seq_k"].dropna().unique()]
+            if ys:
+                log_axis(ax)
+                _guides(ax, n_ks, ys)
+            else:
+                empty_panel(ax, "no ok cells")
+            length_xaxis(ax, n_ks, "seq_k")
+            ax.set_ylabel("time per call (ms, median; band p25–p75)")
+            ax.set_title(ptitle or "decode")
+            legend_below(ax)
+        fig.suptitle(title)
+    data = ok[keys_of(rows) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "n_samples"]]
+    return fig, data
+
+
+def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
+    """K/V bytes read per second against N_k, band from the p25–p75 times, and the calibrated copy
+    bandwidth as a horizontal line (with % of it on the right): how close a decode step gets to memory
+    speed."""
+    from .workloads import kv_rates
+
+    rated = kv_rates(rows)
+    pans = panels(rows, DECODE_PANEL_AXES)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=4.8)
+        for ax, (key, ptitle, _prow) in zip(axes, pans, strict=True):
+            sel = rated
+            for axis, value in key.items():
+                sel = sel[sel[axis] == value]
+            for variant in variant_order(sel["variant"].unique()):
+                v = sel[sel["variant"] == variant].sort_values("seq_k")
+                x = _floats(v["seq_k"])
+                _band_line(ax, x, _floats(v["kv_gbps"]), _floats(v["kv_gbps_lo"]), _floats(v["kv_gbps_hi"]),
+                           variant, variant)  # fmt: skip
+            if sel.empty:
+                empty_panel(ax, "no ok cells")
+            if copy_gbps:
+                ax.axhline(copy_gbps, color="black", lw=1.2, ls="--",
+                           label=f"calibrated copy bandwidth {copy_gbps:.3g} GB/s")  # fmt: skip
+                sec = ax.secondary_yaxis(
+                    "right",
+                    functions=(lambda g, c=copy_gbps: g / c * 100, lambda p, c=copy_gbps: p * c / 100),
+                )
+                sec.set_ylabel("% of calibrated copy bandwidth")
+            ax.set_ylim(bottom=0)
+            length_xaxis(ax, [int(n) for n in _prow["seq_k"].dropna().unique()], "seq_k")
+            ax.set_ylabel("K/V read GB/s (kv_bytes / median time)")
+            ax.set_title(ptitle or "decode")
+            legend_below(ax)
+        fig.suptitle(title)
+    data = rated[keys_of(rows) + ["kv_bytes", "time_ms_median", "kv_gbps", "kv_gbps_lo", "kv_gbps_hi"]]
+    return fig, data.assign(copy_gbps=copy_gbps)
+
+
+def window_figure(rows, title: str):
+    """Per windowed panel: time against N (log-log) with the exponent over N ≥ 4W in the legend and the
+    same variant without a window dashed beside it; right, the local slope between consecutive N, which
+    falls from about 2 toward 1 once N ≫ W."""
+    import pandas as pd
+
+    from .tables import label, varying
+    from .workloads import FAR_FACTOR, local_slopes, window_fit, window_series
+
+    series = window_series(rows)
+    pan_axes = varying(rows[(rows["window"] > 0).fillna(False)], PANEL_AXES)
+    keyed: dict[tuple, list] = {}
+    for key, sub, plain in series:
+        keyed.setdefault(tuple(key[a] for a in pan_axes), []).append((key, sub, plain))
+    records = []
+    with mpl_style():
+        fig, axes = new_figure(2 * max(len(keyed), 1), ncols=2, panel_h=4.6)
+        for i, (pkey, items) in enumerate(keyed.items()):
+            ax_t, ax_s = axes[2 * i], axes[2 * i + 1]
+            ptitle = label(dict(zip(pan_axes, pkey, strict=True))) if pan_axes else "windowed"
+            ns: list[int] = []
+            ys: list[float] = []
+            windows = sorted({int(k["window"]) for k, _, _ in items})
+            for key, sub, plain in sorted(items, key=lambda it: variant_order([it[0]["variant"]])):
+                variant, w = str(key["variant"]), int(key["window"])
+                color = variant_color(variant)
+                v = sub.sort_values("seq_len")
+                n, t = _floats(v["seq_len"]), _floats(v["time_ms_median"])
+                fit = window_fit(v, w)
+                lab = f"{variant}, W={w}  " + (
+                    f"N^{fit.exponent:.2f} (N ≥ {FAR_FACTOR}W)" if fit.available else "fit n/a"
+                )
+                _band_line(ax_t, n, t, _floats(v["time_ms_p25"]), _floats(v["time_ms_p75"]), variant, lab)
+                ns += [int(x) for x in n]
+                ys += [y for y in t if math.isfinite(y) and y > 0]
+                slopes = local_slopes(n, t)
+                ax_s.plot([math.sqrt(a * b) for a, b, _ in slopes], [s for _, _, s in slopes],
+                          marker=variant_marker(variant), color=color, label=f"{variant}, W={w}")  # fmt: skip
+                records += _window_points(key, v, slopes, fit)
+                if plain is not None:
+                    p = plain.sort_values("seq_len")
+                    pn, pt = _floats(p["seq_len"]), _floats(p["time_ms_median"])
+                    pfit = fit_power_law(pn, pt)
+                    ax_t.plot(pn, pt, ls="--", lw=1.2, color=color, alpha=0.8,
+                              label=_exponent_label(f"{variant}, no window", pfit))  # fmt: skip
+                    ns += [int(x) for x in pn]
+                    ys += [y for y in pt if math.isfinite(y) and y > 0]
+                    pslopes = local_slopes(pn, pt)
+                    ax_s.plot([math.sqrt(a * b) for a, b, _ in pslopes], [s for _, _, s in pslopes],
+                              ls="--", color=color, alpha=0.8, label=f"{variant}, no window")  # fmt: skip
+                    records += _window_points({**key, "window": 0}, p, pslopes, pfit)
+            if ys:
+                log_axis(ax_t)
+                _guides(ax_t, ns, ys)
+            else:
+                empty_panel(ax_t, "no ok cells")
+            for w in windows:
+                ax_t.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
+                ax_s.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
+            for level in (1.0, 2.0):
+                ax_s.axhline(level, color="#555555", lw=1, ls="--", alpha=0.7)
+            seq_axis(ax_t, ns)
+            seq_axis(ax_s, ns)
+            ax_s.set_ylim(0, 2.6)
+            ax_t.set_ylabel("time per call (ms, median; band p25–p75)")
+            ax_s.set_ylabel("local slope d log t / d log N")
+            ax_t.set_title(f"{ptitle}: time (dotted: N = {FAR_FACTOR}W)")
+            ax_s.set_title(f"{ptitle}: local slope")
+            legend_below(ax_t, ncol=1)
+            legend_below(ax_s, ncol=1)
+        if not keyed:
+            empty_panel(axes[0], "no ok windowed cells")
+        fig.suptitle(title)
+    data = pd.DataFrame(records, columns=[*keys_of(rows), *WINDOW_COLUMNS])
+    return fig, data
+
+
+WINDOW_COLUMNS = ("time_ms_median", "time_ms_p25", "time_ms_p75", "local_slope", "fit_exponent", "fit_ci_low",
+                  "fit_ci_high")  # fmt: skip
+
+
+def _window_points(key: dict[str, Any], rows, slopes: list[tuple[int, int, float]], fit: PowerFit) -> list:
+    """The CSV rows of one series: each N with its time, the local slope from the previous N (NaN at the
+    first) and the series' fitted exponent (over N ≥ 4W for a windowed one, the usual points otherwise)."""
+    slope_to = {hi: s for _, hi, s in slopes}
+    out = []
+    for _, r in rows.iterrows():
+        rec = {k: r[k] for k in rows.columns}
+        rec.update(key)
+        rec.update(local_slope=slope_to.get(int(r["seq_len"]), math.nan), fit_exponent=fit.exponent,
+                   fit_ci_low=fit.ci_low, fit_ci_high=fit.ci_high)  # fmt: skip
+        out.append(rec)
+    return out
