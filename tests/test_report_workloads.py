@@ -18,7 +18,7 @@ COPY_GBPS = 10.0
 
 
 def _decode_rows():
-    """naive and chunked decode steps: 1 query (lower-right causal) against N_k = 256..4096 keys, time ∝ N_k."""
+    """naive and chunked decode steps: 1 query (lower-right causal) against N_k = 256..4096, time ∝ N_k."""
     return [
         synthetic.cell(
             v,
@@ -135,7 +135,8 @@ def test_gqa_table_in_the_report_and_a_missing_counterpart_is_said(tmp_path):
     assert "## Grouped-query attention against MHA of the same shape" in md
     assert (rep.out_dir / "gqa.csv").is_file()
     assert re.search(
-        r"\| naive \| 64 \| 512 \| 8 \| 1 \| [\d.]+ ms \| [\d.]+ ms \| 2\.0\d× \| yes \| 0\.12× \| 0\.125× \|",
+        r"\| naive \| 64 \| 512 \| 8 \| 1 \| [\d.]+ ms \| [\d.]+ ms \| 2\.0\d× \| yes "
+        r"\| 0\.12× \| 0\.125× \|",
         md,
     )
     assert "no MHA cell" not in md
@@ -178,7 +179,9 @@ def test_the_window_exponent_over_n_much_larger_than_w_is_near_1(tmp_path):
     assert fit.exponent == pytest.approx(1.0, abs=0.05) and fit.ci_low - 0.01 < 1.0 < fit.ci_high + 0.01
     text = workloads.window_text("chunked", W, fit, None)
     assert re.fullmatch(
-        r"chunked, window 64: exponent (0\.99|1\.0\d) \[(0\.9\d|1\.0\d), 1\.\d\d\] over N ≥ 4W \(256–4096\)", text
+        r"chunked, window 64: exponent (0\.99|1\.0\d) \[(0\.9\d|1\.0\d), 1\.\d\d\] over N ≥ 4W "
+        r"\(256–4096\)",
+        text,
     )
 
 
@@ -188,7 +191,8 @@ def test_the_window_panel_in_the_report(tmp_path):
     rep = render(prepare([synthetic.write_run(tmp_path / "run", _window_rows())]), tmp_path / "out")
     md = rep.readme.read_text()
     assert "## Sliding window: time against N" in md and "](window-cpu-float32-fwd.png)" in md
-    assert re.search(r"- chunked, window 64: exponent (0\.99|1\.0\d) .* over N ≥ 4W .*; without a window: 2\.0\d", md)
+    line = r"- chunked, window 64: exponent (0\.99|1\.0\d) .* over N ≥ 4W .*; without a window: 2\.0\d"
+    assert re.search(line, md)
     data = pd.read_csv(rep.out_dir / "window-cpu-float32-fwd.csv")
     win = data[data["window"] == W].set_index("seq_len")
     assert math.isnan(win.loc[16, "local_slope"]) and win.loc[32, "local_slope"] == pytest.approx(2, abs=0.05)
@@ -243,7 +247,8 @@ def test_real_decode_gqa_and_window_runs_report(tmp_path):
     common = ["--budget-ms", "5", "--warmup-ms", "1", "--d-k", "16", "-q"]
     dec, win = tmp_path / "dec", tmp_path / "win"
     run_cli("run", "--variants", "naive,chunked", "--heads", "4", "--kv-heads", "4,2", "--seq-len", "1",
-            "--seq-k", "64,128,256", "--causal", "lower-right", *common, "--out", str(dec), check=True)  # fmt: skip
+            "--seq-k", "64,128,256", "--causal", "lower-right", *common, "--out", str(dec),
+            check=True)  # fmt: skip
     run_cli("run", "--variants", "chunked", "--heads", "2", "--seq-len", "32,64,128,256", "--causal", "yes",
             "--window", "0,16", *common, "--out", str(win), check=True)  # fmt: skip
     for run, kinds in ((dec, ("decode-time-", "decode-kv-gbps-")), (win, ("window-",))):
