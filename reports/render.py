@@ -408,7 +408,7 @@ def _decode_blocks(df, metas, out: Path) -> tuple[list, list]:
                 bytes_text(float(r["kv_bytes"])),
                 ms_text(r["time_ms_median"]),
                 _num(r["kv_gbps"], ".3g"),
-                f"{_num(r['pct_of_copy'], '.0f')}%" if present(copy) else "no calibration",
+                f"{_num(r['pct_of_copy'], '.3g')}%" if present(copy) else "no calibration",
             )
             for _, r in table.iterrows()
         )
@@ -441,7 +441,7 @@ def _gqa_blocks(df, metas, out: Path) -> tuple[list, list]:
     for _, r in pairs.iterrows():
         if r["has_mha"]:
             sep = "yes" if r["separated"] else "no (within the spread)"
-            tail = (ms_text(r["mha_ms"]), f"{_num(r['speedup'])}×", sep)
+            tail = (ms_text(r["mha_ms"]), f"{_num(r['speedup'], '.3g')}×", sep)
             tail += (f"{_num(r['mem_ratio'], '.2f')}×", f"{_num(r['kv_bytes_ratio'], '.3g')}×")
         else:
             tail = ("no MHA cell (H_kv = H) of this shape in the run", "–", "–", "–", "–")

@@ -73,7 +73,7 @@ def test_the_decode_table_is_kv_bytes_over_time_at_the_largest_n_k(decode_report
         line = next(ln for ln in md.splitlines() if ln.startswith(f"| {variant} | 4,096 |"))
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert float(cells[4]) == pytest.approx(rate, rel=1e-2)  # K/V GB/s, 3 significant digits
-        assert cells[5] == f"{rate / COPY_GBPS * 100:.0f}%"
+        assert cells[5] == f"{rate / COPY_GBPS * 100:.3g}%"
 
 
 def test_a_decode_series_is_fitted_and_plotted_against_n_k(decode_report):
@@ -135,7 +135,7 @@ def test_gqa_table_in_the_report_and_a_missing_counterpart_is_said(tmp_path):
     assert "## Grouped-query attention against MHA of the same shape" in md
     assert (rep.out_dir / "gqa.csv").is_file()
     assert re.search(
-        r"\| naive \| 64 \| 512 \| 8 \| 1 \| [\d.]+ ms \| [\d.]+ ms \| 2\.0\d× \| yes "
+        r"\| naive \| 64 \| 512 \| 8 \| 1 \| [\d.]+ ms \| [\d.]+ ms \| (1\.9\d*|2(\.0\d*)?)× \| yes "
         r"\| 0\.12× \| 0\.125× \|",
         md,
     )
