@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tables import COMBO_AXES, device_memory, grouped, ok_rows
+from .tables import COMBO_AXES, device_memory, grouped, length_axis, ok_rows
 
 MIN_FIT_POINTS = 3  # the fewest seq_lens a fit uses when the run has them (2 points give no CI)
 CI_LEVEL = 0.95
@@ -152,6 +152,7 @@ def extrapolated_text(n: int | None, measured: int | None) -> str:
 def scaling_table(df, metas: dict[str, dict[str, Any]]):
     """One row per variant and combination of the other axes: time and memory exponents against theory.
 
+    N is the series' length (tables.length_axis): seq_len, or seq_k for a decode series.
     n_max_fit is the largest power-of-two seq_len whose predicted peak memory (memory fit extrapolated)
     stays within the device's memory, n_max_measured the largest ok seq_len, n_fit_text n_max_fit as
     far as the data supports it (extrapolated_text); for linear-memory variants, whose memory rarely
@@ -166,7 +167,8 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
     # every (combination, variant) that appears gets a row, so a variant that never ran ok shows "n/a"
     for key, sub in grouped(df, list(COMBO_AXES) + ["variant"]):
         ok = ok_rows(sub)
-        n = ok["seq_len"].to_numpy(dtype=float, na_value=math.nan)
+        length = length_axis(sub)  # a decode series (one seq_len, growing seq_k) is fitted against N_k
+        n = ok[length].to_numpy(dtype=float, na_value=math.nan)
         t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
         tfit, mfit = fit_power_law(n, t), fit_power_law(n, m)
@@ -180,7 +182,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]), sub["where"].dropna().unique())
         frac = math.nan
         if len(ok) and peak:
-            top = ok.sort_values("seq_len").iloc[-1]
+            top = ok.sort_values(length).iloc[-1]
             frac = float(top["tflops"]) / peak if pd.notna(top["tflops"]) else math.nan
         statuses = sub["status"].value_counts()
         records.append(

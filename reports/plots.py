@@ -7,7 +7,7 @@ from typing import Any
 
 from attnbench.results.formulas import bytes_text
 
-from .fit import PowerFit, combo_key
+from .fit import PowerFit, combo_key, fit_power_law
 from .style import (
     STATUS_COLORS,
     bytes_axis,
@@ -24,7 +24,7 @@ from .style import (
     variant_marker,
     variant_order,
 )
-from .tables import ok_rows, panels, present, quiet_columns
+from .tables import PANEL_AXES, length_axis, ok_rows, panels, present, quiet_columns
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
 KEYS = [
@@ -39,10 +39,34 @@ KEYS = [
     "heads",
     "padding",
     "dropout",
-    "mod",
     "variant",
     "seq_len",
 ]  # the identity columns every figure's CSV starts with
+
+
+LENGTH_LABEL = {"seq_len": "sequence length N (tokens, log₂ steps)", "seq_k": "keys N_k (log₂ steps)"}
+# in a CSV only where some row sets them
+WORKLOAD_KEYS = ("kv_heads", "seq_k", "causal_align", "window", "mod")
+
+
+def keys_of(rows) -> list[str]:
+    """KEYS, with the workload axes of issue 11 before variant where some row is off their default (a
+    decode CSV carries seq_k, its x): a plain run's CSVs keep the columns they always had."""
+    from .tables import FOLLOWS, QUIET_DEFAULTS
+
+    extra = []
+    for axis in WORKLOAD_KEYS:
+        if axis not in rows.columns or rows.empty:
+            continue
+        if axis in QUIET_DEFAULTS:
+            off = (rows[axis] != QUIET_DEFAULTS[axis]).fillna(False).any()
+        else:  # kv_heads follows heads, seq_k follows seq_len
+            other = FOLLOWS.get(axis, "seq_len")
+            off = (rows[axis] != rows[other]).fillna(False).any()
+        if off:
+            extra.append(axis)
+    i = KEYS.index("variant")
+    return KEYS[:i] + extra + KEYS[i:]
 
 
 def _floats(series) -> list[float]:
@@ -66,8 +90,9 @@ def _variant_lines(
     ys: list[float] = []
     ok = ok_rows(rows).dropna(subset=[column])
     for variant in variant_order(ok["variant"].unique()):
-        v = ok[ok["variant"] == variant].sort_values("seq_len")
-        n, y = _floats(v["seq_len"]), _floats(v[column])
+        length = length_axis(ok[ok["variant"] == variant])  # seq_k for a decode series
+        v = ok[ok["variant"] == variant].sort_values(length)
+        n, y = _floats(v[length]), _floats(v[column])
         fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
         color = variant_color(variant)
         ax.plot(
@@ -88,7 +113,7 @@ def _variant_lines(
                 seen = label in ax.get_legend_handles_labels()[1]
                 ring = dict(ms=11 if flag == SUSPECT else 14, mfc="none", mec=colour, mew=1.6)
                 ax.plot(
-                    _floats(marked["seq_len"]),
+                    _floats(marked[length]),
                     _floats(marked[column]),
                     "o",
                     label=None if seen else label,
@@ -96,6 +121,20 @@ def _variant_lines(
                 )
         ys.extend(y)
     return [y for y in ys if math.isfinite(y) and y > 0]
+
+
+def _panel_lengths(group, rows) -> tuple[list[int], str]:
+    """The x ticks of a panel and what they count: the group's seq_lens, or a decode panel's seq_k."""
+    if length_axis(rows) == "seq_k":
+        return [int(n) for n in rows["seq_k"].dropna().unique()], "seq_k"
+    return [int(n) for n in group["seq_len"].dropna().unique()], "seq_len"
+
+
+def length_xaxis(ax, lengths, length: str) -> None:
+    """seq_axis, its label naming the keys N_k when the series grows seq_k."""
+    seq_axis(ax, lengths)
+    if length == "seq_k":
+        ax.set_xlabel("keys N_k (K/V cache length, log₂ axis)")
 
 
 def _guides(ax, seq_lens: list[int], ys: list[float]) -> None:
@@ -123,21 +162,21 @@ def time_figure(group, fits: Fits, title: str):
     pans = panels(group)
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=5.0)
-        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            seq_lens, length = _panel_lengths(group, rows)
             ys = _variant_lines(ax, rows, "time_ms_median", fits, 0, band=("time_ms_p25", "time_ms_p75"))
             if ys:
                 log_axis(ax)
                 _guides(ax, seq_lens, ys)
             else:
                 empty_panel(ax, "no ok cells")
-            seq_axis(ax, seq_lens)
+            length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("time per call (ms, median; band p25–p75)")
             ax.set_title(ptitle)
             legend_below(ax)
         fig.suptitle(title)
     data = ok_rows(group)[
-        KEYS + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples"]
+        keys_of(group) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples"]
     ]
     return fig, data
 
@@ -147,8 +186,8 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
     pans = panels(group)
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=5.0)
-        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            seq_lens, length = _panel_lengths(group, rows)
             ys = _variant_lines(ax, rows, "peak_mem_bytes", fits, 1)
             if ys:
                 hi = max(ys + ([device_mem] if device_mem else []))
@@ -167,12 +206,14 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
                     va="top",
                     fontsize=9,
                 )
-            seq_axis(ax, seq_lens)
+            length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("peak memory (bytes, log₂ axis)")
             ax.set_title(ptitle)
             legend_below(ax)
         fig.suptitle(title)
-    data = ok_rows(group)[KEYS + ["peak_mem_bytes", "mem_method"]].assign(device_mem_bytes=device_mem)
+    data = ok_rows(group)[keys_of(group) + ["peak_mem_bytes", "mem_method"]].assign(
+        device_mem_bytes=device_mem
+    )
     return fig, data
 
 
@@ -181,13 +222,13 @@ def throughput_figure(group, title: str, peak: float | None):
     pans = panels(group)
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=4.6)
-        seq_lens = [int(n) for n in group["seq_len"].dropna().unique()]
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
+            seq_lens, length = _panel_lengths(group, rows)
             ok = ok_rows(rows).dropna(subset=["tflops"])
             for variant in variant_order(ok["variant"].unique()):
-                v = ok[ok["variant"] == variant].sort_values("seq_len")
+                v = ok[ok["variant"] == variant].sort_values(length)
                 ax.plot(
-                    _floats(v["seq_len"]),
+                    _floats(v[length]),
                     _floats(v["tflops"]),
                     marker=variant_marker(variant),
                     ms=4,
@@ -205,12 +246,12 @@ def throughput_figure(group, title: str, peak: float | None):
                 )
                 sec.set_ylabel("% of calibrated peak")
             ax.set_ylim(bottom=0)
-            seq_axis(ax, seq_lens)
+            length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("achieved TFLOP/s")
             ax.set_title(ptitle)
             legend_below(ax)
         fig.suptitle(title)
-    data = ok_rows(group)[KEYS + ["flops", "tflops"]].assign(peak_tflops=peak)
+    data = ok_rows(group)[keys_of(group) + ["flops", "tflops"]].assign(peak_tflops=peak)
     if peak:
         data = data.assign(peak_fraction=data["tflops"].astype(float) / peak)
     return fig, data
@@ -238,7 +279,8 @@ def speedup_figure(group, title: str, baseline: str):
 
     sp = speedups(group, baseline)
     names = [v for v in variant_order(group["variant"].unique()) if v != baseline]
-    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
+    length = length_axis(group)  # a decode group's columns are its seq_k
+    seq_lens = sorted(int(n) for n in group[length].dropna().unique())
     finite = np.log2(sp["speedup"].to_numpy(dtype=float)) if len(sp) else np.array([0.0])
     lim = float(min(max(np.nanmax(np.abs(finite)), 1.0), 6.0))
     norm = TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim)
@@ -252,10 +294,10 @@ def speedup_figure(group, title: str, baseline: str):
                 cell = cell[cell[axis] == value]
             for _, r in cell.iterrows():
                 if r["variant"] in names:
-                    i, j = names.index(r["variant"]), seq_lens.index(int(r["seq_len"]))
+                    i, j = names.index(r["variant"]), seq_lens.index(int(r[length]))
                     grid[i, j] = math.log2(r["speedup"])
             image = ax.imshow(grid, cmap="RdBu", norm=norm, aspect="auto")
-            stat = statuses_of(rows)
+            stat = statuses_of(rows, length)
             for i, v in enumerate(names):
                 for j, n in enumerate(seq_lens):
                     if math.isfinite(grid[i, j]):
@@ -282,7 +324,7 @@ def speedup_figure(group, title: str, baseline: str):
                         )
             ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
             ax.set_yticks(range(len(names)), names)
-            ax.set_xlabel("sequence length N (tokens, log₂ steps)")
+            ax.set_xlabel(LENGTH_LABEL[length])
             ax.set_title(ptitle)
             ax.grid(False)
         if image is not None:
@@ -293,15 +335,17 @@ def speedup_figure(group, title: str, baseline: str):
         fig.suptitle(title)
     data = pd.DataFrame(sp)
     data = data.drop(columns=quiet_columns(data))  # device_group, model: named only where not '' (tables)
+    if "seq_k" in data.columns and bool((data["seq_k"] == data["seq_len"]).fillna(True).all()):
+        data = data.drop(columns=["seq_k"])  # named only where some cell's keys are not its queries
     return fig, data
 
 
-def statuses_of(rows) -> dict[tuple[str, int], str]:
-    """(variant, seq_len) -> status within one panel."""
+def statuses_of(rows, length: str = "seq_len") -> dict[tuple[str, int], str]:
+    """(variant, seq_len) -> status within one panel ((variant, seq_k) for a decode group)."""
     return {
-        (str(r["variant"]), int(r["seq_len"])): str(r["status"])
+        (str(r["variant"]), int(r[length])): str(r["status"])
         for _, r in rows.iterrows()
-        if present(r["seq_len"])
+        if present(r[length])
     }
 
 
@@ -312,14 +356,15 @@ def status_figure(group, title: str):
     from matplotlib.patches import Patch
 
     names = variant_order(group["variant"].unique())
-    seq_lens = sorted(int(n) for n in group["seq_len"].dropna().unique())
+    length = length_axis(group)  # a decode group's columns are its seq_k
+    seq_lens = sorted(int(n) for n in group[length].dropna().unique())
     known = list(STATUS_COLORS)
     cmap = ListedColormap([STATUS_COLORS[s] for s in known] + ["#ffffff"])
     seen: set[str] = set()
     with mpl_style():
         (fig, axes), pans = _grid_panels(group, len(names))
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
-            stat = statuses_of(rows)
+            stat = statuses_of(rows, length)
             grid = np.full((len(names), len(seq_lens)), len(known))
             for (v, n), s in stat.items():
                 if v in names and n in seq_lens:
@@ -340,7 +385,7 @@ def status_figure(group, title: str):
                     )
             ax.set_xticks(range(len(seq_lens)), [seq_text(n) for n in seq_lens])
             ax.set_yticks(range(len(names)), names)
-            ax.set_xlabel("sequence length N (tokens, log₂ steps)")
+            ax.set_xlabel(LENGTH_LABEL[length])
             ax.set_title(ptitle)
             ax.grid(False)
         handles = [
@@ -349,7 +394,7 @@ def status_figure(group, title: str):
         if handles:
             fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 8), frameon=False)
         fig.suptitle(title)
-    data = group[KEYS + ["status", "message"]]
+    data = group[keys_of(group) + ["status", "message"]]
     return fig, data
 
 
@@ -512,3 +557,188 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             "filled marker: faster or slower (significant, CI excludes 1); hollow: same or ambiguous"
         )
     return fig, table
+
+
+# ---- workload panels (issue 11): decode, sliding window -------------------------------------------------
+
+DECODE_PANEL_AXES = (*PANEL_AXES, "seq_len")  # a decode series holds N_q fixed: one panel per N_q
+
+
+def _band_line(ax, x, y, lo, hi, variant: str, label: str) -> None:
+    color = variant_color(variant)
+    ax.plot(x, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color, label=label)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+
+
+def decode_time_figure(rows, title: str):
+    """Median time against N_k (log-log) per decode series, p25–p75 band, exponent against N_k in the
+    legend."""
+    from .workloads import decode_fit
+
+    ok = ok_rows(rows).dropna(subset=["time_ms_median"])
+    pans = panels(rows, DECODE_PANEL_AXES)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=4.8)
+        for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
+            pok = ok_rows(prow).dropna(subset=["time_ms_median"])
+            ys: list[float] = []
+            for variant in variant_order(pok["variant"].unique()):
+                v = pok[pok["variant"] == variant].sort_values("seq_k")
+                fit = decode_fit(v)
+                _band_line(
+                    ax,
+                    _floats(v["seq_k"]),
+                    _floats(v["time_ms_median"]),
+                    _floats(v["time_ms_p25"]),
+                    _floats(v["time_ms_p75"]),
+                    variant,
+                    _exponent_label(variant, fit).replace("N^", "N_k^"),
+                )
+                ys += [y for y in _floats(v["time_ms_median"]) if math.isfinite(y) and y > 0]
+            n_ks = [int(n) for n in prow["seq_k"].dropna().unique()]
+            if ys:
+                log_axis(ax)
+                _guides(ax, n_ks, ys)
+            else:
+                empty_panel(ax, "no ok cells")
+            length_xaxis(ax, n_ks, "seq_k")
+            ax.set_ylabel("time per call (ms, median; band p25–p75)")
+            ax.set_title(ptitle or "decode")
+            legend_below(ax)
+        fig.suptitle(title)
+    data = ok[keys_of(rows) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "n_samples"]]
+    return fig, data
+
+
+def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
+    """K/V bytes read per second against N_k, band from the p25–p75 times, and the calibrated copy
+    bandwidth as a horizontal line (with % of it on the right): how close a decode step gets to memory
+    speed."""
+    from .workloads import kv_rates
+
+    rated = kv_rates(rows)
+    pans = panels(rows, DECODE_PANEL_AXES)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=4.8)
+        for ax, (key, ptitle, _prow) in zip(axes, pans, strict=True):
+            sel = rated
+            for axis, value in key.items():
+                sel = sel[sel[axis] == value]
+            for variant in variant_order(sel["variant"].unique()):
+                v = sel[sel["variant"] == variant].sort_values("seq_k")
+                x = _floats(v["seq_k"])
+                _band_line(ax, x, _floats(v["kv_gbps"]), _floats(v["kv_gbps_lo"]), _floats(v["kv_gbps_hi"]),
+                           variant, variant)  # fmt: skip
+            if sel.empty:
+                empty_panel(ax, "no ok cells")
+            if copy_gbps:
+                ax.axhline(copy_gbps, color="black", lw=1.2, ls="--",
+                           label=f"calibrated copy bandwidth {copy_gbps:.3g} GB/s")  # fmt: skip
+                sec = ax.secondary_yaxis(
+                    "right",
+                    functions=(lambda g, c=copy_gbps: g / c * 100, lambda p, c=copy_gbps: p * c / 100),
+                )
+                sec.set_ylabel("% of calibrated copy bandwidth")
+            ax.set_ylim(bottom=0)
+            length_xaxis(ax, [int(n) for n in _prow["seq_k"].dropna().unique()], "seq_k")
+            ax.set_ylabel("K/V read GB/s (kv_bytes / median time)")
+            ax.set_title(ptitle or "decode")
+            legend_below(ax)
+        fig.suptitle(title)
+    data = rated[keys_of(rows) + ["kv_bytes", "time_ms_median", "kv_gbps", "kv_gbps_lo", "kv_gbps_hi"]]
+    return fig, data.assign(copy_gbps=copy_gbps)
+
+
+def window_figure(rows, title: str):
+    """Per windowed panel: time against N (log-log) with the exponent over N ≥ 4W in the legend and the
+    same variant without a window dashed beside it; right, the local slope between consecutive N, which
+    falls from about 2 toward 1 once N ≫ W."""
+    import pandas as pd
+
+    from .tables import label, varying
+    from .workloads import FAR_FACTOR, local_slopes, window_fit, window_series
+
+    series = window_series(rows)
+    pan_axes = varying(rows[(rows["window"] > 0).fillna(False)], PANEL_AXES)
+    keyed: dict[tuple, list] = {}
+    for key, sub, plain in series:
+        keyed.setdefault(tuple(key[a] for a in pan_axes), []).append((key, sub, plain))
+    records = []
+    with mpl_style():
+        fig, axes = new_figure(2 * max(len(keyed), 1), ncols=2, panel_h=4.6)
+        for i, (pkey, items) in enumerate(keyed.items()):
+            ax_t, ax_s = axes[2 * i], axes[2 * i + 1]
+            ptitle = label(dict(zip(pan_axes, pkey, strict=True))) if pan_axes else "windowed"
+            ns: list[int] = []
+            ys: list[float] = []
+            windows = sorted({int(k["window"]) for k, _, _ in items})
+            for key, sub, plain in sorted(items, key=lambda it: variant_order([it[0]["variant"]])):
+                variant, w = str(key["variant"]), int(key["window"])
+                color = variant_color(variant)
+                v = sub.sort_values("seq_len")
+                n, t = _floats(v["seq_len"]), _floats(v["time_ms_median"])
+                fit = window_fit(v, w)
+                lab = f"{variant}, W={w}  " + (
+                    f"N^{fit.exponent:.2f} (N ≥ {FAR_FACTOR}W)" if fit.available else "fit n/a"
+                )
+                _band_line(ax_t, n, t, _floats(v["time_ms_p25"]), _floats(v["time_ms_p75"]), variant, lab)
+                ns += [int(x) for x in n]
+                ys += [y for y in t if math.isfinite(y) and y > 0]
+                slopes = local_slopes(n, t)
+                ax_s.plot([math.sqrt(a * b) for a, b, _ in slopes], [s for _, _, s in slopes],
+                          marker=variant_marker(variant), color=color, label=f"{variant}, W={w}")  # fmt: skip
+                records += _window_points(key, v, slopes, fit)
+                if plain is not None:
+                    p = plain.sort_values("seq_len")
+                    pn, pt = _floats(p["seq_len"]), _floats(p["time_ms_median"])
+                    pfit = fit_power_law(pn, pt)
+                    ax_t.plot(pn, pt, ls="--", lw=1.2, color=color, alpha=0.8,
+                              label=_exponent_label(f"{variant}, no window", pfit))  # fmt: skip
+                    ns += [int(x) for x in pn]
+                    ys += [y for y in pt if math.isfinite(y) and y > 0]
+                    pslopes = local_slopes(pn, pt)
+                    ax_s.plot([math.sqrt(a * b) for a, b, _ in pslopes], [s for _, _, s in pslopes],
+                              ls="--", color=color, alpha=0.8, label=f"{variant}, no window")  # fmt: skip
+                    records += _window_points({**key, "window": 0}, p, pslopes, pfit)
+            if ys:
+                log_axis(ax_t)
+                _guides(ax_t, ns, ys)
+            else:
+                empty_panel(ax_t, "no ok cells")
+            for w in windows:
+                ax_t.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
+                ax_s.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
+            for level in (1.0, 2.0):
+                ax_s.axhline(level, color="#555555", lw=1, ls="--", alpha=0.7)
+            seq_axis(ax_t, ns)
+            seq_axis(ax_s, ns)
+            ax_s.set_ylim(0, 2.6)
+            ax_t.set_ylabel("time per call (ms, median; band p25–p75)")
+            ax_s.set_ylabel("local slope d log t / d log N")
+            ax_t.set_title(f"{ptitle}: time (dotted: N = {FAR_FACTOR}W)")
+            ax_s.set_title(f"{ptitle}: local slope")
+            legend_below(ax_t, ncol=1)
+            legend_below(ax_s, ncol=1)
+        if not keyed:
+            empty_panel(axes[0], "no ok windowed cells")
+        fig.suptitle(title)
+    data = pd.DataFrame(records, columns=[*keys_of(rows), *WINDOW_COLUMNS])
+    return fig, data
+
+
+WINDOW_COLUMNS = ("time_ms_median", "time_ms_p25", "time_ms_p75", "local_slope", "fit_exponent", "fit_ci_low",
+                  "fit_ci_high")  # fmt: skip
+
+
+def _window_points(key: dict[str, Any], rows, slopes: list[tuple[int, int, float]], fit: PowerFit) -> list:
+    """The CSV rows of one series: each N with its time, the local slope from the previous N (NaN at the
+    first) and the series' fitted exponent (over N ≥ 4W for a windowed one, the usual points otherwise)."""
+    slope_to = {hi: s for _, hi, s in slopes}
+    out = []
+    for _, r in rows.iterrows():
+        rec = {k: r[k] for k in rows.columns}
+        rec.update(key)
+        rec.update(local_slope=slope_to.get(int(r["seq_len"]), math.nan), fit_exponent=fit.exponent,
+                   fit_ci_low=fit.ci_low, fit_ci_high=fit.ci_high)  # fmt: skip
+        out.append(rec)
+    return out

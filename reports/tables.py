@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from attnbench.results.devices import calibration_for, matmul_tflops
+from attnbench.results.devices import calibration_for, matmul_tflops, positive
 
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
 # be averaged together (results.devices), and then splits that run's cells by device group; model is ''
@@ -23,6 +23,7 @@ FOLLOWS = {"d_v": "d_k", "kv_heads": "heads"}
 # named only when some row differs: the usual sweep, and the text of every report made before the axis
 QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none"}
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
+LENGTHS = ("seq_len", "seq_k")  # N_q and N_k: what a series grows, the x of its plots and fits
 PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
 
 
@@ -73,6 +74,8 @@ def axis_text(axis: str, value: Any) -> str:
         return f"H_kv={value}"
     if axis == "seq_k":
         return f"N_k={value}"
+    if axis == "seq_len":
+        return f"N_q={value}"
     if axis == "causal_align":
         return f"{value} causal"
     if axis == "window":
@@ -134,12 +137,43 @@ def groups(df) -> list[tuple[dict[str, Any], Any]]:
     return list(grouped(df, list(GROUP_AXES)))
 
 
-def panels(group_df) -> list[tuple[dict[str, Any], str, Any]]:
+def panels(group_df, axes: tuple[str, ...] = PANEL_AXES) -> list[tuple[dict[str, Any], str, Any]]:
     """(key, title, rows) per panel of one group: each combination of the axes that vary inside it."""
-    axes = varying(group_df, PANEL_AXES)
+    axes = varying(group_df, axes)
     if not axes:
         return [({}, "", group_df)]
     return [(key, label(key, axes), sub) for key, sub in grouped(group_df, axes)]
+
+
+def length_axis(rows) -> str:
+    """The length a series grows, its plots' x and its fit's N: 'seq_k' for a decode series (one seq_len,
+    several seq_k), else 'seq_len' (seq_k = seq_len in every plain run, so nothing changes there)."""
+    if "seq_k" not in rows.columns or rows.empty:
+        return "seq_len"
+    one_q = rows["seq_len"].nunique() == 1
+    return "seq_k" if one_q and rows["seq_k"].nunique() > 1 else "seq_len"
+
+
+def decode_rows(df):
+    """Rows whose keys are not their queries (seq_len != seq_k): a decode step reads a K/V cache of N_k keys
+    for a few queries."""
+    if "seq_k" not in df.columns:
+        return df.iloc[:0]
+    return df[(df["seq_k"] != df["seq_len"]).fillna(False)]
+
+
+def gqa_rows(df):
+    """Rows with fewer key/value heads than query heads (grouped-query or multi-query attention)."""
+    if "kv_heads" not in df.columns:
+        return df.iloc[:0]
+    return df[(df["kv_heads"] < df["heads"]).fillna(False)]
+
+
+def window_rows(df):
+    """Rows with a sliding window (window > 0)."""
+    if "window" not in df.columns:
+        return df.iloc[:0]
+    return df[(df["window"] > 0).fillna(False)]
 
 
 def fixed_text(group_df) -> str:
@@ -182,6 +216,15 @@ def calibrated_peak(meta: dict[str, Any], device: str, dtype: str, wheres: Any =
     return max((p for p in found if p), default=None)
 
 
+def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> float | None:
+    """The measured copy bandwidth (GB/s) of the device, if calibrated: the fastest of the devices named by
+    `wheres` (each through results.devices), else the run's calibration of that device kind. A memory-bound
+    cell (a decode step reading its K/V cache) is judged against it."""
+    found = [positive(calibration_for(meta, device, str(w)).get("copy_gbps")) for w in wheres if present(w)]
+    found = [p for p in found if p] or [positive(calibration_for(meta, device).get("copy_gbps"))]
+    return max((p for p in found if p), default=None)
+
+
 def separated(first, other, *, tolerance: float | None = None, alpha: float | None = None) -> bool:
     """Whether `other` is told apart from the faster `first` (rows with time_ms_median and samples_ms):
     at least `tolerance` (2%) slower by median and Mann-Whitney p < alpha on their raw samples. Without
@@ -201,7 +244,7 @@ def _sample_list(row) -> list[float]:
 
 
 def best_variant(df):
-    """Per combination and seq_len: the fastest ok variant, its median time, how far ahead of the next,
+    """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
     the Mann-Whitney p of the two, and the variants it cannot be told apart from (`tied`, see separated)."""
     import pandas as pd
 
@@ -209,7 +252,7 @@ def best_variant(df):
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     records = []
-    for key, sub in grouped(ok, list(COMBO_AXES) + ["seq_len"]):
+    for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
         ranked = sub.sort_values("time_ms_median", kind="stable")
         first = ranked.iloc[0]
         rec = {
@@ -233,16 +276,16 @@ def best_variant(df):
         records.append(rec)
     return pd.DataFrame(
         records,
-        columns=[*COMBO_AXES, "seq_len", "best", "time_ms", "runner_up", "lead", "p_value", "tied"],
+        columns=[*COMBO_AXES, *LENGTHS, "best", "time_ms", "runner_up", "lead", "p_value", "tied"],
     )
 
 
 def speedups(df, baseline: str):
-    """Long table of baseline time / variant time per combination, seq_len and variant (both ok)."""
+    """Long table of baseline time / variant time per combination, seq_len, seq_k and variant (both ok)."""
     import pandas as pd
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
-    keys = list(COMBO_AXES) + ["seq_len"]
+    keys = list(COMBO_AXES) + list(LENGTHS)  # a decode cell is paired at its own N_k
     base = ok[ok["variant"] == baseline][keys + ["time_ms_median"]]
     base = base.rename(columns={"time_ms_median": "base_ms"})
     merged = ok[keys + ["variant", "time_ms_median"]].merge(base, on=keys, how="inner")

@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import attention_flops, cell_id, summarize, tflops
+from attnbench.results.formulas import attention_flops, cell_id, gbps, kv_bytes, summarize, tflops
 
 GIB = 2**30
 # The memory class a synthetic run records for each variant, as a real run records the registry's
@@ -50,10 +50,17 @@ def cell(
     sample_ms: list[float] | None = None,
     peak_mem_bytes: int | None = None,
     message: str = "",
+    kv_heads: int | None = None,
+    seq_k: int | None = None,
+    causal_align: str = "top-left",
+    window: int = 0,
     **extra: Any,
 ) -> dict[str, Any]:
-    """One results row. With time_ms (or sample_ms) and status ok it is a measured cell with its samples."""
+    """One results row. With time_ms (or sample_ms) and status ok it is a measured cell with its samples.
+    The workload axes (kv_heads, seq_k, causal_align, window) enter its id, FLOPs and K/V bytes as a real
+    row's do; at their defaults the row is what it always was."""
     d_v = d_k if d_v is None else d_v
+    workload = {"kv_heads": kv_heads, "seq_k": seq_k, "causal_align": causal_align, "window": window}
     row: dict[str, Any] = {
         "variant": variant,
         "device": device,
@@ -66,7 +73,9 @@ def cell(
         "causal": causal,
         "padding": padding,
         "pass": pass_,
-        "cell_id": cell_id(variant, device, dtype, batch, heads, seq_len, d_k, d_v, causal, padding, pass_),
+        "cell_id": cell_id(
+            variant, device, dtype, batch, heads, seq_len, d_k, d_v, causal, padding, pass_, **workload
+        ),
         "status": status,
         "message": message,
     }
@@ -74,10 +83,19 @@ def cell(
         sample_ms = samples(time_ms, seed=zlib.crc32(f"{variant}|{seq_len}".encode()))
     if sample_ms:
         stats = summarize(sample_ms)
-        flops = attention_flops(batch, heads, seq_len, seq_len, d_k, d_v, causal=causal, pass_=pass_)
+        n_k = seq_len if seq_k is None else seq_k
+        flops = attention_flops(batch, heads, seq_len, n_k, d_k, d_v, causal=causal, pass_=pass_,
+                                causal_align=causal_align, window=window)  # fmt: skip
         row.update(
             samples_ms=list(sample_ms), **stats, flops=flops, tflops=tflops(flops, stats["time_ms_median"])
         )
+    if kv_heads is not None or seq_k is not None or causal_align != "top-left" or window:
+        n_k = seq_len if seq_k is None else seq_k
+        kv = heads if kv_heads is None else kv_heads
+        row.update(kv_heads=kv, seq_k=n_k, causal_align=causal_align, window=window)
+        row["kv_bytes"] = kv_bytes(batch, kv, n_k, d_k, d_v, dtype)
+        if "time_ms_median" in row:
+            row["kv_gbps"] = gbps(row["kv_bytes"], row["time_ms_median"])
     if peak_mem_bytes is not None:
         row["peak_mem_bytes"] = int(peak_mem_bytes)
     row.update(extra)
