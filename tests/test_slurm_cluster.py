@@ -1,0 +1,94 @@
+"""--executor slurm against a real Slurm (sbatch, scancel, squeue): a run, one array task cancelled mid-sweep,
+then `attnbench collect` finishing it with nothing lost or doubled.
+
+Runs where a Slurm controller answers (`.ci/slurm-up.sh` brings up a single-node one in CI and sets
+ATTNBENCH_SLURM_PARTITION; where that variable is set, a Slurm that does not answer fails the test instead
+of skipping it). The LocalExecutor tests in test_slurm.py cover the rest of the path without Slurm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import DATA, ROOT, cli_env, run_cli
+
+from attnbench.results.store import read_rows
+
+pytest.importorskip("submitit")
+
+SLOW = DATA / "slow_variants.py"
+TINY = ["--heads", "1", "--d-k", "16", "--budget-ms", "5", "--warmup-ms", "2", "--min-samples", "5"]
+TINY += ["--max-samples", "5", "--threads", "1"]
+REQUIRED = os.environ.get("ATTNBENCH_SLURM_PARTITION")
+
+
+def _partition() -> str:
+    """The partition to submit to: ATTNBENCH_SLURM_PARTITION, else the default of a Slurm that answers."""
+    answer = None
+    if shutil.which("sinfo") and shutil.which("sbatch"):
+        p = subprocess.run(["sinfo", "-h", "-o", "%P %T"], capture_output=True, text=True, timeout=30)
+        up = [line.split() for line in p.stdout.splitlines() if line.split()[1:2] != ["down"]]
+        if p.returncode == 0 and up:
+            default = [part for part, _ in up if part.endswith("*")]
+            answer = (default or [up[0][0]])[0].rstrip("*")
+    if REQUIRED:
+        assert answer, "ATTNBENCH_SLURM_PARTITION is set but no Slurm controller answers sinfo"
+        return REQUIRED
+    if not answer:
+        pytest.skip("no Slurm controller answers here (.ci/slurm-up.sh starts a single-node one)")
+    return answer
+
+
+def _wait(cond, proc, what, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        assert proc.poll() is None, (what, proc.communicate())
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(tmp_path):
+    partition = _partition()
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", "run", "--executor", "slurm", "--slurm-partition", partition,
+         "--slurm-time", "20", "--slurm-tasks", "2", "--variant-file", str(SLOW), "--variants", "slow_naive",
+         "--seq-len", "16..64", "--causal", "both", *TINY, "--out", str(out), "-q"],
+        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    sub = out / "shards" / "submission-1.json"
+    _wait(sub.is_file, proc, "the submission")
+    record = json.loads(sub.read_text())
+    assert record["backend"] == "slurm" and len(record["tasks"]) == 2
+    victim_task = record["tasks"][0]
+    victim = out / "shards" / f"{victim_task['chunks'][0]}.jsonl"
+    _wait(lambda: victim.is_file() and victim.read_text().count("\n") >= 1, proc, "a first row")
+    subprocess.run(["scancel", victim_task["job_id"]], check=True, timeout=30)  # Slurm stops it mid-sweep
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert f"array task {victim_task['job_id']}" in stderr and "ended before its cells were done" in stderr
+    kept = [json.loads(line) for line in victim.read_text().splitlines() if line.endswith("}")]
+    assert 1 <= len(kept) < 3  # the cancelled task kept its finished rows and left cells undone
+    assert len(read_rows(out)) < 6
+
+    p = run_cli("collect", str(out), check=True, timeout=600)  # a second array for the missing cells
+    rows = read_rows(out)
+    ids = [r["cell_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 2 * 3, p.stderr  # 0 lost, 0 duplicates
+    assert all(r["status"] == "ok" for r in rows), [(r["cell_id"], r["message"]) for r in rows]
+    by_id = {r["cell_id"]: r for r in rows}
+    for row in kept:  # the cancelled task's finished rows are kept, not measured again
+        assert by_id[row["cell_id"]]["finished_at"] == row["finished_at"]
+    again = json.loads((out / "shards" / "submission-2.json").read_text())
+    assert again["backend"] == "slurm" and again["options"]["partition"] == partition
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["executor"] == "slurm" and len(meta["devices"]) == 1  # one node, described once
