@@ -1,4 +1,4 @@
-"""Measures two of issue 11's workload targets on this machine (a benchmark, not a unit test).
+"""Measures issue 11's workload targets, and flex's against SDPA, on this machine (a benchmark, not a test).
 
   1. window: chunked, causal, window 512, fp32, B=1 H=8 d=64, at N=4096 and N=16384. A sliding window
      makes the work O(N * W), so the fitted time exponent between the two lengths,
@@ -11,8 +11,14 @@
      the call, minus the peak of the call alone on K and V allocated beforehand, is the K/V memory the
      call needs. Target: MHA's is 4x GQA's (within 1%), and GQA's call alone allocates no more than
      MHA's (no hidden repeat of K and V to 32 heads).
+  3. flex: flex_attention under torch.compile against sdpa, B=1 H=8 d=64 fp32, non-causal and causal, at
+     N >= 2048: flex's throughput at least 0.8x SDPA's, i.e. median(sdpa) / median(flex) >= 0.8. Both are
+     the harness's medians (measure_cell), in --rounds rounds alternating which variant goes first. flex's
+     block mask (setup_ms) and compilation (first_call_ms of its first cell) are recorded beside the ratio
+     and never counted in it; its later rounds reuse the worker's cached plan and kernel (setup and first
+     call near zero). --flex-lengths adds shorter lengths (their compile and mask times, no target).
 
-    python benchmarks/workloads_check.py [--rounds 3] [--json out.json]
+    python benchmarks/workloads_check.py [--rounds 3] [--json out.json] [--targets window,gqa,flex]
 
 Timings on a shared machine are noisy: re-run on a quiet one before quoting them. Exit status 0 when
 both targets are met, 1 otherwise.
@@ -36,6 +42,8 @@ from attnbench.harness.spec import CellSpec, Settings
 WINDOW, LENGTHS, MAX_EXPONENT = 512, (4096, 16384), 1.3
 GQA_HEADS, GQA_KV_HEADS, DECODE_KEYS, HEAD_DIM = 32, 8, 8192, 128
 KV_RATIO_BAND = 0.01
+FLEX_MIN_N, FLEX_MIN_RATIO = 2048, 0.8
+TARGETS = ("window", "gqa", "flex")
 
 
 def window_exponent(rounds: int, settings: Settings) -> dict:
@@ -104,36 +112,107 @@ def gqa_kv_memory() -> dict:
     }
 
 
+def flex_vs_sdpa(rounds: int, settings: Settings, lengths: tuple[int, ...] = (FLEX_MIN_N,)) -> dict:
+    """Target 3: flex's throughput against SDPA's, non-causal and causal; compile and mask times apart."""
+    from attnbench.harness.cell import InputCache
+
+    records, met = [], True
+    for causal in (False, True):
+        for n in lengths:
+            cache = InputCache()  # one shape: inputs and float64 reference shared by both variants
+            times: dict[str, list[float]] = {"flex": [], "sdpa": []}
+            setup_ms, first_ms, bad = [], [], []
+            for r in range(rounds):
+                for name in ("flex", "sdpa") if r % 2 == 0 else ("sdpa", "flex"):
+                    cell = CellSpec(name, "cpu", "float32", 1, 8, n, 64, 64, causal, 0.0, "fwd")
+                    row = measure_cell(cell, settings, cache)
+                    if row["status"] != "ok":
+                        bad.append(f"{name}: {row['status']} {row['message']}")
+                        continue
+                    times[name].append(row["time_ms_median"])
+                    if name == "flex":
+                        setup_ms.append(row["setup_ms"])
+                        first_ms.append(row["first_call_ms"])
+                    print(f"  round {r + 1}: N={n} causal={causal} {name} {row['time_ms_median']:.2f} ms")
+            rec = {"n": n, "causal": causal, "not_ok": bad}
+            if all(times.values()):
+                ratio = statistics.median(times["sdpa"]) / statistics.median(times["flex"])
+                rec.update(
+                    median_ms={k: round(statistics.median(t), 3) for k, t in times.items()},
+                    samples_ms={k: [round(x, 3) for x in t] for k, t in times.items()},
+                    ratio=round(ratio, 3),
+                    # the first flex cell of this shape pays both; later rounds hit the worker's cache
+                    mask_ms_first=round(setup_ms[0], 1),
+                    compile_ms_first=round(first_ms[0], 1),
+                    setup_ms_later=[round(x, 3) for x in setup_ms[1:]],
+                    first_call_ms_later=[round(x, 3) for x in first_ms[1:]],
+                )
+            if n >= FLEX_MIN_N:
+                rec["met"] = not bad and rec.get("ratio", 0.0) >= FLEX_MIN_RATIO
+                met = met and rec["met"]
+            records.append(rec)
+    return {
+        "what": "flex (torch.compile) vs sdpa, fp32, B=1 H=8 d=64: median(sdpa) / median(flex)",
+        "target": f">= {FLEX_MIN_RATIO} at N >= {FLEX_MIN_N}, non-causal and causal; compile not counted",
+        "records": records,
+        "met": met and any(r["n"] >= FLEX_MIN_N for r in records),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of the window cells (>= 1)")
     p.add_argument("--budget-ms", type=float, default=3000.0, help="sampling budget per cell (ms)")
     p.add_argument("--json", metavar="PATH", help="also write the records as JSON")
+    p.add_argument("--targets", default=",".join(TARGETS), help=f"which targets (of {','.join(TARGETS)})")
+    p.add_argument("--flex-lengths", default=str(FLEX_MIN_N), metavar="N,...", help="flex target's N")
     args = p.parse_args(argv)
     if args.rounds < 1 or not args.budget_ms > 0:
         p.error("--rounds must be at least 1 and --budget-ms positive")
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    if not targets or set(targets) - set(TARGETS):
+        p.error(f"--targets must name some of {', '.join(TARGETS)}, got {args.targets!r}")
+    try:
+        flex_lengths = tuple(int(x) for x in args.flex_lengths.split(","))
+    except ValueError:
+        flex_lengths = ()
+    if not flex_lengths or min(flex_lengths) < 1:
+        p.error(f"--flex-lengths must be positive integers, got {args.flex_lengths!r}")
     settings = Settings(warmup_ms=200.0, budget_ms=args.budget_ms, min_samples=5)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; timings on a shared machine are noisy"
     )
-    print("1. sliding window: chunked time exponent")
-    window = window_exponent(args.rounds, settings)
-    print(
-        f"   {'PASS' if window['met'] else 'MISS'}: median ms {window.get('median_ms')}, exponent "
-        f"{window.get('exponent')} (target {window.get('target')}) {window.get('why', '')}"
-    )
-    print("2. grouped-query heads: naive K/V memory, MHA / GQA")
-    gqa = gqa_kv_memory()
-    print(
-        f"   {'PASS' if gqa['met'] else 'MISS'}: measured K/V ratio {gqa['kv_ratio_measured']} "
-        f"(tensor bytes {gqa['kv_ratio_tensors']:g}x: {gqa['mha']['kv_tensor_bytes']:,} vs "
-        f"{gqa['gqa']['kv_tensor_bytes']:,} B); call alone {gqa['gqa']['peak_call_only_bytes']:,} B (GQA) vs "
-        f"{gqa['mha']['peak_call_only_bytes']:,} B (MHA)"
-    )
+    results = {}
+    if "window" in targets:
+        print("1. sliding window: chunked time exponent")
+        window = results["window"] = window_exponent(args.rounds, settings)
+        print(
+            f"   {'PASS' if window['met'] else 'MISS'}: median ms {window.get('median_ms')}, exponent "
+            f"{window.get('exponent')} (target {window.get('target')}) {window.get('why', '')}"
+        )
+    if "gqa" in targets:
+        print("2. grouped-query heads: naive K/V memory, MHA / GQA")
+        gqa = results["gqa"] = gqa_kv_memory()
+        print(
+            f"   {'PASS' if gqa['met'] else 'MISS'}: measured K/V ratio {gqa['kv_ratio_measured']} "
+            f"(tensor bytes {gqa['kv_ratio_tensors']:g}x: {gqa['mha']['kv_tensor_bytes']:,} vs "
+            f"{gqa['gqa']['kv_tensor_bytes']:,} B); call alone {gqa['gqa']['peak_call_only_bytes']:,} B "
+            f"(GQA) vs {gqa['mha']['peak_call_only_bytes']:,} B (MHA)"
+        )
+    if "flex" in targets:
+        print("3. flex vs sdpa: throughput ratio, compile and block mask apart")
+        flex = results["flex"] = flex_vs_sdpa(args.rounds, settings, flex_lengths)
+        for r in flex["records"]:
+            verdict = {True: "PASS", False: "MISS"}.get(r.get("met"), "info")
+            print(
+                f"   {verdict}: N={r['n']} causal={r['causal']} ratio {r.get('ratio')} (target "
+                f"{flex['target']}), median ms {r.get('median_ms')}, block mask {r.get('mask_ms_first')} ms, "
+                f"compile (first call) {r.get('compile_ms_first')} ms {'; '.join(r['not_ok'])}"
+            )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"window": window, "gqa": gqa}, f, indent=1)
-    return 0 if window["met"] and gqa["met"] else 1
+            json.dump(results, f, indent=1)
+    return 0 if all(r["met"] for r in results.values()) else 1
 
 
 if __name__ == "__main__":

@@ -235,6 +235,7 @@ def _load_builtins() -> None:
         "stable_softmax",
         "chunked",
         "sdpa",
+        "flex",
         "xformers_mea",
     ):  # registration order = list order
         importlib.import_module(f".{module}", __package__)
