@@ -225,3 +225,18 @@ def test_cli_run_writes_ok_rows_with_setup_and_first_call(tmp_path):
     r = rows["flex"]
     assert r["setup_ms"] > 0 and r["first_call_ms"] > r["time_ms_median"]
     assert json.loads((out / "meta.json").read_text())["variant_capabilities"]["flex"]["memory"] == "linear"
+
+
+@pytest.mark.slow
+def test_the_harness_hands_flex_its_mod_and_the_float64_gate_checks_it():
+    """flex declares alibi and softcap: a cell with a mod reaches its setup and call as mod=, and the gate
+    holds the answer to the modded float64 reference (a GQA, lower-right cell; N_k a multiple of 16)."""
+    from attnbench.harness import cell
+    from attnbench.harness.spec import CellSpec, Settings
+
+    quick = Settings(warmup_ms=1, budget_ms=2, min_samples=5, min_ms=0.5)
+    c = CellSpec("flex", "cpu", "float32", 1, 4, 16, 16, 16, True, 0.0, "fwd", kv_heads=2, seq_k=48,
+                 causal_align="lower-right", mod="alibi")  # fmt: skip
+    assert variants.get("flex").check(c.problem()) is None
+    ready = cell.prepare(c, quick)
+    assert ready.verdict() == ("ok", ""), ready.verdict()

@@ -48,9 +48,7 @@ from .mods import NONE, mod_kind, parse_mod, position_offset, softcap_value
 from .problem import Problem
 from .registry import UnsupportedError, register
 
-# The score mods flex implements. The capability declares them (mods=MODS) once Capability has its `mods`
-# field (the --mod axis is being added on another branch); until then the harness never hands flex a mod,
-# and a direct call with mod= works already.
+# The score mods flex implements as score_mods (variants/mods.py fixes their rules), in its capability.
 MODS = ("alibi", "softcap")
 
 # Dynamo keeps at most recompile_limit (8 by default) compiled versions of one function and then runs it
@@ -342,6 +340,7 @@ def setup(
     gqa=True,
     lower_right=True,
     window=True,
+    mods=MODS,
 )
 def flex(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,
