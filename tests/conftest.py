@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,17 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, check: bo
             f"attnbench {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def wait_while_running(cond, proc, what: str, timeout: float = 240) -> None:
+    """Poll cond() until it holds, failing at once (with its output) if proc exits first, or after timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        assert proc.poll() is None, (what, proc.communicate())
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,10 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import DATA, ROOT, cli_env, run_cli
+from conftest import DATA, ROOT, cli_env, run_cli, wait_while_running
 
 from attnbench.harness.executors.slurm import _minutes, parse_opts, run_task, split
 from attnbench.harness.spec import sweep_from_text
@@ -103,16 +102,6 @@ def _shard_rows(out):
     return rows
 
 
-def _wait(cond, proc, what, timeout=240):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        assert proc.poll() is None, (what, proc.communicate())
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.slow
 def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(tmp_path):
     out = tmp_path / "r"
@@ -123,10 +112,10 @@ def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(t
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     sub = out / "shards" / "submission-1.json"
-    _wait(sub.is_file, proc, "the submission")
+    wait_while_running(sub.is_file, proc, "the submission")
     tasks = json.loads(sub.read_text())["tasks"]
     victim = out / "shards" / f"{tasks[0]['chunks'][0]}.jsonl"
-    _wait(lambda: victim.is_file() and victim.read_text().count("\n") >= 1, proc, "a first row")
+    wait_while_running(lambda: victim.is_file() and victim.read_text().count("\n") >= 1, proc, "a first row")
     task = json.loads((out / "shards" / f"{tasks[0]['chunks'][0]}.task.json").read_text())
     os.kill(task["pid"], signal.SIGKILL)  # an array task killed mid-sweep
     proc.kill()  # and its driver gone too: no cleanup at all

@@ -13,10 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import DATA, ROOT, cli_env, run_cli
+from conftest import DATA, ROOT, cli_env, run_cli, wait_while_running
 
 from attnbench.results.store import read_rows
 
@@ -45,16 +44,6 @@ def _partition() -> str:
     return answer
 
 
-def _wait(cond, proc, what, timeout=240):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        assert proc.poll() is None, (what, proc.communicate())
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.slow
 def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(tmp_path):
     partition = _partition()
@@ -66,12 +55,12 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     sub = out / "shards" / "submission-1.json"
-    _wait(sub.is_file, proc, "the submission")
+    wait_while_running(sub.is_file, proc, "the submission")
     record = json.loads(sub.read_text())
     assert record["backend"] == "slurm" and len(record["tasks"]) == 2
     victim_task = record["tasks"][0]
     victim = out / "shards" / f"{victim_task['chunks'][0]}.jsonl"
-    _wait(lambda: victim.is_file() and victim.read_text().count("\n") >= 1, proc, "a first row")
+    wait_while_running(lambda: victim.is_file() and victim.read_text().count("\n") >= 1, proc, "a first row")
     subprocess.run(["scancel", victim_task["job_id"]], check=True, timeout=30)  # Slurm stops it mid-sweep
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
