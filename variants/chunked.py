@@ -107,8 +107,9 @@ class _Visible:
     def __init__(self, n_q, n_k, causal, causal_align, window, key_lengths, kv_heads, device) -> None:
         self.n_q, self.n_k, self.causal, self.window, self.kv_heads = n_q, n_k, causal, window, kv_heads
         self.off = n_k - n_q if causal and causal_align == "lower-right" else 0
-        self.pad_valid, self.max_len = None, n_k
+        self.pad_valid, self.max_len, self.min_len = None, n_k, n_k
         if key_lengths is not None:
+            self.min_len = int(key_lengths.min())
             self.pad_valid = (
                 torch.arange(n_k, device=device)[None, :] < key_lengths.to(device)[:, None]
             )  # (B, N_k)
@@ -127,6 +128,12 @@ class _Visible:
         start = max(0, j0 - self.off) if self.causal else 0  # t_i >= j0
         end = min(self.n_q, j1 - 1 - self.off + self.window) if self.window else self.n_q  # t_i - W < j1 - 1
         return start, max(start, end)
+
+    def masks(self, i0: int, i1: int, j0: int, j1: int) -> bool:
+        """Whether mask_block may hide some score of block (i0:i1, j0:j1)."""
+        crosses_diagonal = self.causal and j1 - 1 > i0 + self.off
+        crosses_window = self.window and j0 <= i1 - 1 + self.off - self.window
+        return bool(crosses_diagonal or crosses_window or j1 > self.min_len)
 
     def mask_block(self, s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, group: int) -> None:
         """Set the hidden scores of block (i0:i1, j0:j1) to -inf in place. s: (g, rows * group, cols)."""
@@ -161,11 +168,12 @@ def _unfold(t: torch.Tensor, b: int, h: int) -> torch.Tensor:
 
 def _forward(
     q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0, dropout_p=0.0,
-    seed=None,
+    seed=None, step=None,
 ):  # fmt: skip
     """Returns out (B, H, N_q, d_v) and the row logsumexp (B*H_kv, N_q, G) in float32 (+inf for rows that
     see no key) of the undropped weights; with dropout_p > 0 the output is that of the weights dropped with
-    the masks seeded by `seed` (see _Dropout)."""
+    the masks seeded by `seed` (see _Dropout). step(q_blk, kt_blk, v_blk, m, l, acc) -> (m, l, acc), when
+    given, does the whole update of a block no mask touches (chunked_compiled's compiled kernel)."""
     b, h, n_q, d_k = q.shape
     h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
     group, g = h // h_kv, b * h_kv
@@ -194,6 +202,9 @@ def _forward(
         for j0 in range(k_start, k_end, bk):
             j1 = min(j0 + bk, k_end)
             rk = j1 - j0
+            if step is not None and drop is None and not vis.masks(i0, i1, j0, j1):
+                m, l, acc = step(q_blk, kt[:, :, j0:j1], vf[:, j0:j1], m, l, acc)
+                continue
             s = buf.view(buf.scores, rows, rk)  # (g, rows, rk)
             if buf.low is None:
                 torch.bmm(q_blk, kt[:, :, j0:j1], out=s)

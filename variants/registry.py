@@ -218,6 +218,7 @@ def _load_builtins() -> None:
         "naive",
         "stable_softmax",
         "chunked",
+        "chunked_compiled",
         "sdpa",
         "xformers_mea",
     ):  # registration order = list order
