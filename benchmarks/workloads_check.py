@@ -12,10 +12,16 @@
      call needs. Target: MHA's is 4x GQA's (within 1%), and GQA's call alone allocates no more than
      MHA's (no hidden repeat of K and V to 32 heads).
 
-    python benchmarks/workloads_check.py [--rounds 3] [--json out.json]
+  3. speed: chunked and chunked_compiled against sdpa, fp32, B=1 H=8 d=64, N=2048 and 4096, non-causal and
+     causal. Target (issue 11): chunked, eager or compiled, at least 0.8x SDPA's throughput at N >= 2048.
+     Each round measures the three variants of a shape back to back (harness rows, order alternating by
+     round); the ratio is the median over rounds of sdpa's median time over the variant's (same FLOPs, so
+     a throughput ratio). chunked_compiled compiles in its setup hook (the row's setup_ms), never timed.
+
+    python benchmarks/workloads_check.py [--rounds 3] [--targets window,gqa,speed] [--json out.json]
 
 Timings on a shared machine are noisy: re-run on a quiet one before quoting them. Exit status 0 when
-both targets are met, 1 otherwise.
+every target run is met, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from attnbench.harness.spec import CellSpec, Settings
 WINDOW, LENGTHS, MAX_EXPONENT = 512, (4096, 16384), 1.3
 GQA_HEADS, GQA_KV_HEADS, DECODE_KEYS, HEAD_DIM = 32, 8, 8192, 128
 KV_RATIO_BAND = 0.01
+SPEED_LENGTHS, SPEED_VARIANTS, SPEED_TARGET = (2048, 4096), ("chunked", "chunked_compiled"), 0.8
+TARGETS = ("window", "gqa", "speed")
 
 
 def window_exponent(rounds: int, settings: Settings) -> dict:
@@ -104,36 +112,91 @@ def gqa_kv_memory() -> dict:
     }
 
 
+def chunked_speed(rounds: int, settings: Settings) -> dict:
+    """Target 3: chunked's (eager, compiled) throughput over sdpa's per shape, median of per-round ratios."""
+    shapes = [(n, causal) for n in SPEED_LENGTHS for causal in (False, True)]
+    names = ("sdpa", *SPEED_VARIANTS)
+    ratios: dict[str, dict[str, list[float]]] = {f"n{n}-{'causal' if c else 'full'}": {} for n, c in shapes}
+    problems = []
+    for r in range(rounds):
+        for n, causal in shapes:
+            key = f"n{n}-{'causal' if causal else 'full'}"
+            times = {}
+            for name in names if r % 2 == 0 else reversed(names):  # alternate: drift hits every variant
+                row = measure_cell(
+                    CellSpec(name, "cpu", "float32", 1, 8, n, 64, 64, causal, 0.0, "fwd"), settings
+                )
+                if row["status"] == "ok":
+                    times[name] = row["time_ms_median"]
+                else:
+                    problems.append(f"{name} {key}: {row['status']} {row.get('message', '')}")
+            for name in SPEED_VARIANTS:
+                if "sdpa" in times and name in times:
+                    ratios[key].setdefault(name, []).append(times["sdpa"] / times[name])
+            if "chunked" in times and "chunked_compiled" in times:
+                ratios[key].setdefault("compiled/chunked", []).append(
+                    times["chunked"] / times["chunked_compiled"]
+                )
+            print(f"  round {r + 1}: {key} " + ", ".join(f"{k} {t:.1f} ms" for k, t in times.items()))
+    medians = {
+        key: {name: round(statistics.median(v), 3) for name, v in by.items()} for key, by in ratios.items()
+    }
+    best = {
+        key: max((by.get(name, 0.0) for name in SPEED_VARIANTS), default=0.0) for key, by in medians.items()
+    }
+    return {
+        "what": "chunked, chunked_compiled throughput / sdpa's (fp32 B=1 H=8 d=64), median of round ratios",
+        "ratios": medians,
+        "samples": {key: {k: [round(x, 3) for x in v] for k, v in by.items()} for key, by in ratios.items()},
+        "target": f">= {SPEED_TARGET} at every N >= 2048 (the better of eager and compiled)",
+        "problems": problems,
+        "met": not problems and all(b >= SPEED_TARGET for b in best.values()),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of the window cells (>= 1)")
     p.add_argument("--budget-ms", type=float, default=3000.0, help="sampling budget per cell (ms)")
+    p.add_argument("--targets", default=",".join(TARGETS), help=f"which targets, of {','.join(TARGETS)}")
     p.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     args = p.parse_args(argv)
     if args.rounds < 1 or not args.budget_ms > 0:
         p.error("--rounds must be at least 1 and --budget-ms positive")
+    targets = [t for t in args.targets.split(",") if t]
+    if not targets or any(t not in TARGETS for t in targets):
+        p.error(f"--targets must name some of {','.join(TARGETS)}, got {args.targets!r}")
     settings = Settings(warmup_ms=200.0, budget_ms=args.budget_ms, min_samples=5)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; timings on a shared machine are noisy"
     )
-    print("1. sliding window: chunked time exponent")
-    window = window_exponent(args.rounds, settings)
-    print(
-        f"   {'PASS' if window['met'] else 'MISS'}: median ms {window.get('median_ms')}, exponent "
-        f"{window.get('exponent')} (target {window.get('target')}) {window.get('why', '')}"
-    )
-    print("2. grouped-query heads: naive K/V memory, MHA / GQA")
-    gqa = gqa_kv_memory()
-    print(
-        f"   {'PASS' if gqa['met'] else 'MISS'}: measured K/V ratio {gqa['kv_ratio_measured']} "
-        f"(tensor bytes {gqa['kv_ratio_tensors']:g}x: {gqa['mha']['kv_tensor_bytes']:,} vs "
-        f"{gqa['gqa']['kv_tensor_bytes']:,} B); call alone {gqa['gqa']['peak_call_only_bytes']:,} B (GQA) vs "
-        f"{gqa['mha']['peak_call_only_bytes']:,} B (MHA)"
-    )
+    records = {}
+    if "window" in targets:
+        print("1. sliding window: chunked time exponent")
+        window = records["window"] = window_exponent(args.rounds, settings)
+        print(
+            f"   {'PASS' if window['met'] else 'MISS'}: median ms {window.get('median_ms')}, exponent "
+            f"{window.get('exponent')} (target {window.get('target')}) {window.get('why', '')}"
+        )
+    if "gqa" in targets:
+        print("2. grouped-query heads: naive K/V memory, MHA / GQA")
+        gqa = records["gqa"] = gqa_kv_memory()
+        print(
+            f"   {'PASS' if gqa['met'] else 'MISS'}: measured K/V ratio {gqa['kv_ratio_measured']} "
+            f"(tensor bytes {gqa['kv_ratio_tensors']:g}x: {gqa['mha']['kv_tensor_bytes']:,} vs "
+            f"{gqa['gqa']['kv_tensor_bytes']:,} B); call alone {gqa['gqa']['peak_call_only_bytes']:,} B "
+            f"(GQA) vs {gqa['mha']['peak_call_only_bytes']:,} B (MHA)"
+        )
+    if "speed" in targets:
+        print(f"3. speed: chunked (eager, compiled) throughput / sdpa, target >= {SPEED_TARGET} at N >= 2048")
+        speed = records["speed"] = chunked_speed(args.rounds, settings)
+        for key, by in speed["ratios"].items():
+            print(f"   {key}: " + ", ".join(f"{name} {ratio}" for name, ratio in by.items()))
+        print(f"   {'PASS' if speed['met'] else 'MISS'} (met / not met) {'; '.join(speed['problems'])}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"window": window, "gqa": gqa}, f, indent=1)
-    return 0 if window["met"] and gqa["met"] else 1
+            json.dump(records, f, indent=1)
+    return 0 if all(r["met"] for r in records.values()) else 1
 
 
 if __name__ == "__main__":
