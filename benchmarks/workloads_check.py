@@ -17,11 +17,16 @@
      block mask (setup_ms) and compilation (first_call_ms of its first cell) are recorded beside the ratio
      and never counted in it; its later rounds reuse the worker's cached plan and kernel (setup and first
      call near zero). --flex-lengths adds shorter lengths (their compile and mask times, no target).
+  4. speed: chunked and chunked_compiled against sdpa, fp32, B=1 H=8 d=64, N=2048 and 4096, non-causal and
+     causal. Target (issue 11): chunked, eager or compiled, at least 0.8x SDPA's throughput at N >= 2048.
+     Each round measures the three variants of a shape back to back (harness rows, order alternating by
+     round); the ratio is the median over rounds of sdpa's median time over the variant's (same FLOPs, so
+     a throughput ratio). chunked_compiled compiles in its setup hook (the row's setup_ms), never timed.
 
-    python benchmarks/workloads_check.py [--rounds 3] [--json out.json] [--targets window,gqa,flex]
+    python benchmarks/workloads_check.py [--rounds 3] [--json out.json] [--targets window,gqa,flex,speed]
 
 Timings on a shared machine are noisy: re-run on a quiet one before quoting them. Exit status 0 when
-both targets are met, 1 otherwise.
+every target run is met, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ WINDOW, LENGTHS, MAX_EXPONENT = 512, (4096, 16384), 1.3
 GQA_HEADS, GQA_KV_HEADS, DECODE_KEYS, HEAD_DIM = 32, 8, 8192, 128
 KV_RATIO_BAND = 0.01
 FLEX_MIN_N, FLEX_MIN_RATIO = 2048, 0.8
-TARGETS = ("window", "gqa", "flex")
+SPEED_LENGTHS, SPEED_VARIANTS, SPEED_TARGET = (2048, 4096), ("chunked", "chunked_compiled"), 0.8
+TARGETS = ("window", "gqa", "flex", "speed")
 
 
 def window_exponent(rounds: int, settings: Settings) -> dict:
@@ -159,6 +165,48 @@ def flex_vs_sdpa(rounds: int, settings: Settings, lengths: tuple[int, ...] = (FL
     }
 
 
+def chunked_speed(rounds: int, settings: Settings) -> dict:
+    """Target 4: chunked's (eager, compiled) throughput over sdpa's per shape, median of per-round ratios."""
+    shapes = [(n, causal) for n in SPEED_LENGTHS for causal in (False, True)]
+    names = ("sdpa", *SPEED_VARIANTS)
+    ratios: dict[str, dict[str, list[float]]] = {f"n{n}-{'causal' if c else 'full'}": {} for n, c in shapes}
+    problems = []
+    for r in range(rounds):
+        for n, causal in shapes:
+            key = f"n{n}-{'causal' if causal else 'full'}"
+            times = {}
+            for name in names if r % 2 == 0 else reversed(names):  # alternate: drift hits every variant
+                row = measure_cell(
+                    CellSpec(name, "cpu", "float32", 1, 8, n, 64, 64, causal, 0.0, "fwd"), settings
+                )
+                if row["status"] == "ok":
+                    times[name] = row["time_ms_median"]
+                else:
+                    problems.append(f"{name} {key}: {row['status']} {row.get('message', '')}")
+            for name in SPEED_VARIANTS:
+                if "sdpa" in times and name in times:
+                    ratios[key].setdefault(name, []).append(times["sdpa"] / times[name])
+            if "chunked" in times and "chunked_compiled" in times:
+                ratios[key].setdefault("compiled/chunked", []).append(
+                    times["chunked"] / times["chunked_compiled"]
+                )
+            print(f"  round {r + 1}: {key} " + ", ".join(f"{k} {t:.1f} ms" for k, t in times.items()))
+    medians = {
+        key: {name: round(statistics.median(v), 3) for name, v in by.items()} for key, by in ratios.items()
+    }
+    best = {
+        key: max((by.get(name, 0.0) for name in SPEED_VARIANTS), default=0.0) for key, by in medians.items()
+    }
+    return {
+        "what": "chunked, chunked_compiled throughput / sdpa's (fp32 B=1 H=8 d=64), median of round ratios",
+        "ratios": medians,
+        "samples": {key: {k: [round(x, 3) for x in v] for k, v in by.items()} for key, by in ratios.items()},
+        "target": f">= {SPEED_TARGET} at every N >= 2048 (the better of eager and compiled)",
+        "problems": problems,
+        "met": not problems and all(b >= SPEED_TARGET for b in best.values()),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of the window cells (>= 1)")
@@ -209,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{flex['target']}), median ms {r.get('median_ms')}, block mask {r.get('mask_ms_first')} ms, "
                 f"compile (first call) {r.get('compile_ms_first')} ms {'; '.join(r['not_ok'])}"
             )
+    if "speed" in targets:
+        print(f"4. speed: chunked (eager, compiled) throughput / sdpa, target >= {SPEED_TARGET} at N >= 2048")
+        speed = results["speed"] = chunked_speed(args.rounds, settings)
+        for key, by in speed["ratios"].items():
+            print(f"   {key}: " + ", ".join(f"{name} {ratio}" for name, ratio in by.items()))
+        print(f"   {'PASS' if speed['met'] else 'MISS'} (met / not met) {'; '.join(speed['problems'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -138,9 +138,7 @@ def cpu_dropout_variants() -> list[str]:
 
 def test_every_builtin_that_runs_here_declares_dropout_and_the_rest_say_why():
     names = cpu_dropout_variants()
-    assert {"naive", "stable_softmax", "sdpa", "sdpa_math"} <= set(names)
-    # chunked's block-wise dropout is not yet ported onto its grouped-query blocks: it says so
-    assert variants.get("chunked").check(spec("chunked", 0.1).problem()) == "chunked does not support dropout"
+    assert {"naive", "stable_softmax", "chunked", "sdpa", "sdpa_math"} <= set(names)
     reason = variants.get("sdpa_flash").check(spec("sdpa_flash", 0.1).problem())
     assert reason == "the CPU flash kernel does not implement dropout"
 
@@ -160,6 +158,59 @@ def test_builtins_pass_in_low_precision_and_with_backward():
         row = measure(cell)
         assert row["status"] == "ok", row
         assert row["grad_rel_err"] is not None  # gradients gated exactly, without dropout
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "fwdbwd"])
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["gqa", "mqa"])
+def test_chunked_passes_the_dropout_check_on_grouped_query_blocks(kv_heads, pass_):
+    """chunked's tiles on the folded grouped-query rows, a real cell through prepare (the check's mask
+    rate, scaling, independence across heads, rows and keys, repeatability and mean; fwdbwd's gradients
+    gated at p = 0)."""
+    cell = CellSpec(
+        "chunked", "cpu", "float32", 2, 4, 64, 16, 16, True, 0.25, pass_, kv_heads=kv_heads, dropout=0.2
+    )
+    row = measure(cell)
+    assert (row["status"], row["message"]) == ("ok", ""), row
+    assert abs(row["drop_frac"] - 0.2) < 0.1 and row["drop_mean_z"] < 3
+    assert pass_ == "fwd" or row["grad_rel_err"] is not None
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "fwdbwd"])
+@pytest.mark.parametrize(
+    "axes",
+    [
+        dict(seq_k=96, causal_align="lower-right"),  # a chunked prefill: 64 queries at the end of 96 keys
+        dict(window=24),
+        dict(seq_k=48, causal_align="lower-right", window=16, mod="alibi"),
+    ],
+    ids=["lower-right", "window", "lower-right-window-alibi"],
+)
+def test_chunked_passes_the_dropout_check_with_lower_right_windows_and_mods(axes, pass_):
+    """The tiles on their fixed grid under lower-right alignment and sliding windows (where the forward's
+    first key block and the backward's first query block start off the grid), and with a score mod: the
+    statistical check through prepare, on GQA rows."""
+    cell = CellSpec("chunked", "cpu", "float32", 2, 4, 64, 16, 16, True, 0.0, pass_, kv_heads=2, dropout=0.2,
+                    **axes)  # fmt: skip
+    row = measure(cell)
+    assert (row["status"], row["message"]) == ("ok", ""), row
+    assert abs(row["drop_frac"] - 0.2) < 0.1 and row["drop_mean_z"] < 3
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_chunked_small_blocks_pass_the_dropout_check(p):
+    """Many tiles per call (16 x 11 blocks, 64 queries on 48 keys, GQA, causal, padding): the check through
+    chunked's public calling convention with its block sizes bound."""
+    chunked = variants.get("chunked").fn
+
+    def small(q, k, v, **kw):
+        return chunked(q, k, v, block_q=16, block_k=11, **kw)
+
+    g = torch.Generator().manual_seed(0)
+    q, (k, v) = torch.randn(2, 4, 64, 16, generator=g), torch.randn(2, 2, 2, 48, 16, generator=g)
+    kl = torch.tensor([48, 30])
+    result = dropout_check.check(small, q, k, v, p=p, causal=True, key_lengths=kl)
+    assert result.passed, result.describe()
+    assert abs(result.drop_frac - p) < 0.1 and result.deterministic
 
 
 @pytest.mark.parametrize(

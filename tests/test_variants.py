@@ -10,6 +10,7 @@ import torch
 from attnbench import variants
 from attnbench.harness import correctness
 from attnbench.variants import Problem, UnsupportedError
+from attnbench.variants.masks import attention_mask
 
 DTYPES = ["float32", "bfloat16"]
 CPU_VARIANTS = [n for n, v in variants.all_variants().items() if v.availability("cpu") is None]
@@ -167,6 +168,74 @@ def test_dropout_changes_output_only_when_asked():
     assert torch.allclose(a, naive(q, k, v))
     with pytest.raises(ValueError, match=r"dropout_p must lie in \[0, 1\), got 1.0"):
         variants.get("chunked")(q, k, v, dropout_p=1.0)
+
+
+def _chunked_masks(seed, q, k, p, bq, bk):
+    """The full (B, H, N_q, N_k) Z = M / (1 - p) chunked draws with this seed, assembled tile by tile from
+    its own _Dropout (unfolding the grouped-query rows: head = k/v head * G + group member)."""
+    from attnbench.variants.chunked import _Dropout
+
+    b, h, n_q, _ = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    group, bq, bk = h // h_kv, min(bq, n_q), min(bk, n_k)
+    drop = _Dropout(p, seed, b * h_kv, bq, bk, group, n_k, torch.float64, "cpu")
+    z = torch.empty(b * h_kv, group, n_q, n_k, dtype=torch.float64)
+    for i0 in range(0, n_q, bq):
+        i1 = min(i0 + bq, n_q)
+        for j0 in range(0, n_k, bk):
+            j1 = min(j0 + bk, n_k)
+            tile = drop.block(i0, i1, j0, j1).reshape(b * h_kv, i1 - i0, group, j1 - j0)
+            z[:, :, i0:i1, j0:j1] = tile.transpose(1, 2)
+    return z.reshape(b, h, n_q, n_k)
+
+
+@pytest.mark.parametrize(
+    "h_kv, n_q, n_k, opts",
+    [
+        (3, 29, 41, dict(causal=False, key_lengths=torch.tensor([41, 17]))),
+        (1, 29, 41, dict(causal=True, causal_align="lower-right", key_lengths=torch.tensor([41, 30]))),
+        (1, 41, 29, dict(causal=True, causal_align="lower-right")),
+        (3, 37, 37, dict(causal=True, window=9, key_lengths=torch.tensor([37, 25]))),
+    ],
+    ids=["pad", "gqa-lower-right", "gqa-more-queries", "window"],
+)
+def test_chunked_dropout_is_exact_for_its_own_masks(h_kv, n_q, n_k, opts):
+    """Forward and backward with dropout equal float64 attention whose weights are multiplied by the very
+    masks chunked drew (rebuilt from its seed), over many unaligned blocks: GQA, lower-right, window,
+    padding. So the backward regenerates the forward's masks, block by block, whatever its loop order."""
+    from attnbench.variants.chunked import _SEED_SPAN
+
+    p, bq, bk = 0.3, 8, 5
+    q, k, v = (t.double() for t in _inputs(b=2, h=3, n_q=n_q, n_k=n_k, d_k=8, d_v=8))
+    q, k, v = q.requires_grad_(), k[:, :h_kv].clone().requires_grad_(), v[:, :h_kv].clone().requires_grad_()
+    torch.manual_seed(7)
+    out = variants.get("chunked").fn(q, k, v, dropout_p=p, block_q=bq, block_k=bk, **opts)
+    torch.manual_seed(7)
+    z = _chunked_masks(int(torch.randint(0, _SEED_SPAN, ()).item()), q, k, p, bq, bk)
+    assert 0.2 < float((z == 0).double().mean()) < 0.4
+    group = q.shape[1] // h_kv
+    kr, vr = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    vis = attention_mask(n_q, n_k, device="cpu", **{"key_lengths": None, **opts})
+    s = q @ kr.transpose(-2, -1) * 8**-0.5
+    s = s if vis is None else s.masked_fill(~vis, -math.inf)
+    w = torch.softmax(s, -1).nan_to_num(0.0)  # rows that see no key: 0
+    ref = (w * z) @ vr
+    assert torch.allclose(out, ref, atol=1e-12), float((out - ref).abs().max())
+    d_out = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), d_out)
+    want = torch.autograd.grad(ref, (q, k, v), d_out)
+    for name, a, b in zip("qkv", got, want, strict=True):
+        assert torch.allclose(a, b, atol=1e-10), (name, float((a - b).abs().max()))
+
+
+def test_chunked_dropout_repeats_with_the_seed_and_not_without():
+    q, k, v = _inputs(b=1, h=2, n_q=40, n_k=40, d_k=8, d_v=8)
+    chunked = variants.get("chunked").fn
+    torch.manual_seed(3)
+    a = chunked(q, k, v, dropout_p=0.2, block_q=16, block_k=16)
+    torch.manual_seed(3)
+    assert torch.equal(a, chunked(q, k, v, dropout_p=0.2, block_q=16, block_k=16))
+    assert not torch.equal(a, chunked(q, k, v, dropout_p=0.2, block_q=16, block_k=16))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

@@ -10,6 +10,18 @@ Backward (FlashAttention 2, Dao 2023, Algorithm 2) recomputes P per block from t
 logsumexp L = m + log l instead of storing it: dV_j += P^T dO_i, dP = dO_i V_j^T,
 dS = P * (dP - D_i) with D = rowsum(dO * O), dQ_i += dS K_j * scale, dK_j += dS^T Q_i * scale.
 
+Dropout (FlashAttention's, Dao et al. 2022, Algorithm 2): the softmax statistics m and l are those of
+the undropped weights, and only the accumulation sees the mask, acc += (P * Z) V_j with Z = M / (1 - p),
+M ~ Bernoulli(1 - p) per weight; so out = sum_j softmax_ij Z_ij V_j, the same distribution as dropping
+the full softmax's weights. The mask of tile (query block a, key block b) on the fixed grid of block
+multiples is drawn from its own generator, seeded from one number drawn from torch's default generator per
+call plus the tile's index, so the backward regenerates it (whatever its loop order) instead of storing N^2
+bits: dV_j += (P * Z)^T dO_i, dP = (dO_i V_j^T) * Z, and D = rowsum(dO * O) with the dropped O is
+rowsum(P * dP) as the formula needs. With dropout, loops that would start a block off the grid (a window's
+first key block, the backward's first query block under causal masking) start at the grid line before it
+and mask the extra keys or rows, so every block is one tile. Folded grouped-query rows draw one tile for all
+G query heads of a k/v head, each row its own weights, so heads stay independent.
+
 On CPU, allocation and page faults dominate small kernels, so every block buffer is allocated once
 per call and reused (`out=` matmuls, in-place exp). Key blocks no query of a query block can see are
 skipped, not masked: those above the causal diagonal (top-left or lower-right), those behind a sliding
@@ -35,6 +47,7 @@ from .registry import register
 BLOCK_Q = 256  # query rows per block
 BLOCK_K = 512  # keys per block
 _NEG_INF = float("-inf")
+_SEED_SPAN = 1 << 62  # per-call dropout seeds are drawn below this; tile seeds add the tile's index
 
 
 class _Blocks:
@@ -57,6 +70,42 @@ class _Blocks:
         return buf[: self.g * rows * cols].view(self.g, rows, cols)
 
 
+class _Dropout:
+    """The dropout mask of every (query block, key block) tile of one call, regenerated on demand: tile
+    (a, b) covers queries a*bq.. and keys b*bk.., is drawn at its full (g, bq * G, bk) size in float32 from
+    a generator seeded with seed + a * (key tiles) + b, and is cut to the block's rows and keys, so the
+    forward and the backward see the same values."""
+
+    def __init__(self, p: float, seed: int, g: int, bq: int, bk: int, group: int, n_k: int, dtype, device):
+        self.p, self.seed, self.bq, self.bk, self.group = p, seed, bq, bk, group
+        self.n_kblocks = -(-n_k // bk)
+        self.keep = 1.0 / (1.0 - p)
+        self.u = torch.empty(g, bq * group, bk, dtype=torch.float32, device=device)
+        # float64 blocks get Z in float64, so that 1/(1 - p) is exact to their precision
+        self.z = (
+            self.u if dtype == torch.float32 else torch.empty(g, bq * group, bk, dtype=dtype, device=device)
+        )
+        self.gen = torch.Generator(device=device)
+
+    def block(self, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
+        """Z = M / (1 - p) of query rows i0:i1 (folded: (i1 - i0) * G rows) and keys j0:j1, a view
+        (g, rows, cols) valid until the next call; i0 and j0 must lie on the grid."""
+        if i0 % self.bq or j0 % self.bk:
+            raise RuntimeError(f"dropout block ({i0}, {j0}) is off the ({self.bq}, {self.bk}) grid")
+        self.gen.manual_seed(self.seed + (i0 // self.bq) * self.n_kblocks + j0 // self.bk)
+        # keep where u >= p, u ~ U[0, 1): Bernoulli(1 - p), then scaled by 1/(1 - p) in the block's dtype
+        self.u.uniform_(generator=self.gen).ge_(self.p)
+        z = self.u if self.z is self.u else self.z.copy_(self.u)
+        return z.mul_(self.keep)[:, : (i1 - i0) * self.group, : j1 - j0]
+
+
+def _dropout(p: float, seed: int | None, g, bq, bk, group, n_k, dtype, device) -> _Dropout | None:
+    """The call's dropout masks, or None without dropout."""
+    if p <= 0:
+        return None
+    return _Dropout(p, seed, g, bq, bk, group, n_k, dtype, device)
+
+
 class _Visible:
     """Which keys each query row sees (attnbench's rules, as in variants/masks.py): causal j <= t_i with
     t_i = i + off (off = 0 top-left, N_k - N_q lower-right), a window j > t_i - W, key padding j < L_b."""
@@ -64,8 +113,9 @@ class _Visible:
     def __init__(self, n_q, n_k, causal, causal_align, window, key_lengths, kv_heads, device) -> None:
         self.n_q, self.n_k, self.causal, self.window, self.kv_heads = n_q, n_k, causal, window, kv_heads
         self.off = n_k - n_q if causal and causal_align == "lower-right" else 0
-        self.pad_valid, self.max_len = None, n_k
+        self.pad_valid, self.max_len, self.min_len = None, n_k, n_k
         if key_lengths is not None:
+            self.min_len = int(key_lengths.min())
             self.pad_valid = (
                 torch.arange(n_k, device=device)[None, :] < key_lengths.to(device)[:, None]
             )  # (B, N_k)
@@ -84,6 +134,12 @@ class _Visible:
         start = max(0, j0 - self.off) if self.causal else 0  # t_i >= j0
         end = min(self.n_q, j1 - 1 - self.off + self.window) if self.window else self.n_q  # t_i - W < j1 - 1
         return start, max(start, end)
+
+    def masks(self, i0: int, i1: int, j0: int, j1: int) -> bool:
+        """Whether mask_block may hide some score of block (i0:i1, j0:j1)."""
+        crosses_diagonal = self.causal and j1 - 1 > i0 + self.off
+        crosses_window = self.window and j0 <= i1 - 1 + self.off - self.window
+        return bool(crosses_diagonal or crosses_window or j1 > self.min_len)
 
     def mask_block(self, s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, group: int) -> None:
         """Set the hidden scores of block (i0:i1, j0:j1) to -inf in place. s: (g, rows * group, cols)."""
@@ -125,10 +181,13 @@ def _row_slopes(mod: str, b: int, h: int, h_kv: int, dtype, device) -> torch.Ten
 
 
 def _forward(
-    q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0, mod=NONE
-):
+    q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0, mod=NONE,
+    dropout_p=0.0, seed=None, step=None,
+):  # fmt: skip
     """Returns out (B, H, N_q, d_v) and the row logsumexp (B*H_kv, N_q, G) in float32 (+inf for rows that
-    see no key)."""
+    see no key) of the undropped weights; with dropout_p > 0 the output is that of the weights dropped with
+    the masks seeded by `seed` (see _Dropout). step(q_blk, kt_blk, v_blk, m, l, acc) -> (m, l, acc), when
+    given, does the whole update of a block no mask touches (chunked_compiled's compiled kernel)."""
     b, h, n_q, d_k = q.shape
     h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
     group, g = h // h_kv, b * h_kv
@@ -140,6 +199,7 @@ def _forward(
     buf = _Blocks(g, bq * group, bk, d_v, q.dtype, q.device)
     stat_dtype = buf.scores.dtype
     slopes = _row_slopes(mod, b, h, h_kv, stat_dtype, q.device)
+    drop = _dropout(dropout_p, seed, g, bq, bk, group, n_k, stat_dtype, q.device)
     out = torch.zeros(g, n_q, group, d_v, dtype=q.dtype, device=q.device)  # rows that see no key stay 0
     lse = torch.full((g, n_q, group), float("inf"), dtype=stat_dtype, device=q.device)
     for i0 in range(0, n_q, bq):
@@ -148,6 +208,8 @@ def _forward(
         k_start, k_end = vis.keys(i0, i1)
         if k_start >= k_end:
             continue  # no row of this block sees a key
+        if drop is not None:
+            k_start -= k_start % bk  # onto the dropout grid: the keys before it are masked
         m = torch.full((g, rows, 1), _NEG_INF, dtype=stat_dtype, device=q.device)  # running row max
         l = torch.zeros((g, rows, 1), dtype=stat_dtype, device=q.device)  # running row sum
         acc = buf.view(buf.acc, rows, d_v).zero_()  # running unnormalised output
@@ -155,6 +217,9 @@ def _forward(
         for j0 in range(k_start, k_end, bk):
             j1 = min(j0 + bk, k_end)
             rk = j1 - j0
+            if step is not None and drop is None and mod == NONE and not vis.masks(i0, i1, j0, j1):
+                m, l, acc = step(q_blk, kt[:, :, j0:j1], vf[:, j0:j1], m, l, acc)
+                continue
             s = buf.view(buf.scores, rows, rk)  # (g, rows, rk)
             if buf.low is None:
                 torch.bmm(q_blk, kt[:, :, j0:j1], out=s)
@@ -170,7 +235,9 @@ def _forward(
             )  # rows with nothing seen yet: exp(-inf - 0) = 0
             s.sub_(m_safe).exp_()  # s is now P, unnormalised
             alpha = (m - m_safe).exp_()  # rescales what was accumulated under the old max
-            l.mul_(alpha).add_(s.sum(dim=-1, keepdim=True))
+            l.mul_(alpha).add_(s.sum(dim=-1, keepdim=True))  # the normaliser: every weight, dropped or not
+            if drop is not None:
+                s.mul_(drop.block(i0, i1, j0, j1))  # only the accumulation sees the mask
             acc.mul_(alpha)
             if buf.low is None:
                 acc.baddbmm_(s, vf[:, j0:j1])
@@ -186,9 +253,10 @@ def _forward(
 
 def _backward(
     q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0,
-    mod=NONE,
+    mod=NONE, dropout_p=0.0, seed=None,
 ):  # fmt: skip
-    """FlashAttention-2 style backward over key blocks (outer) and the query blocks that see them (inner)."""
+    """FlashAttention-2 style backward over key blocks (outer) and the query blocks that see them (inner);
+    with dropout the forward's masks are regenerated from its seed."""
     b, h, n_q, d_k = q.shape
     h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
     group, g = h // h_kv, b * h_kv
@@ -205,10 +273,13 @@ def _backward(
     dk = torch.zeros(g, n_k, d_k, dtype=acc_dtype, device=q.device)
     dv = torch.zeros(g, n_k, d_v, dtype=acc_dtype, device=q.device)
     bq, bk = min(block_q, n_q), min(block_k, n_k)
+    drop = _dropout(dropout_p, seed, g, bq, bk, group, n_k, acc_dtype, q.device)
     for j0 in range(0, min(n_k, vis.max_len), bk):
         j1 = min(j0 + bk, n_k, vis.max_len)
         k_blk, v_blk = kf[:, j0:j1], vf[:, j0:j1]
         q_start, q_end = vis.queries(j0, j1)  # rows before or after these never see these keys
+        if drop is not None:
+            q_start -= q_start % bq  # onto the dropout grid: the rows before it are masked
         for i0 in range(q_start, q_end, bq):
             i1 = min(i0 + bq, q_end)
             rows = (i1 - i0) * group
@@ -221,8 +292,13 @@ def _backward(
             vis.mask_block(s, i0, i1, j0, j1, group)
             # softmax weights recomputed from the saved logsumexp (+inf for empty rows: weights 0)
             p = s.sub_(lse[:, i0:i1].reshape(g, rows, 1)).exp_()
-            dv[:, j0:j1].baddbmm_(p.transpose(1, 2), do_blk)
             dp = torch.bmm(do_blk, v_blk.transpose(1, 2))
+            if drop is None:
+                dv[:, j0:j1].baddbmm_(p.transpose(1, 2), do_blk)
+            else:
+                z = drop.block(i0, i1, j0, j1)
+                dv[:, j0:j1].baddbmm_((p * z).transpose(1, 2), do_blk)  # the dropped weights
+                dp.mul_(z)  # dP of the undropped weights
             ds = p.mul_(dp.sub_(delta[:, i0:i1].reshape(g, rows, 1)))  # dS = P * (dP - D)
             if dmod is not None:
                 ds.mul_(dmod)  # through softcap: d(modded)/d(scaled score)
@@ -234,8 +310,10 @@ def _backward(
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod):
-        args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod)
+    def forward(
+        ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed
+    ):
+        args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed)
         out, lse = _forward(q, k, v, *args)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = args
@@ -245,14 +323,13 @@ class _ChunkedAttention(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 @register(
     "chunked",
     description=f"online softmax over {BLOCK_Q}x{BLOCK_K} query/key blocks in plain PyTorch; O(N) memory",
     dtypes=("float32", "float16", "bfloat16", "float64"),
-    dropout=False,
     memory="linear",
     gqa=True,
     lower_right=True,
@@ -274,13 +351,16 @@ def chunked(
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
 ):
-    """Exact attention in O(N) memory; block_q / block_k set the query and key block sizes."""
-    if dropout_p > 0:
-        raise ValueError("chunked does not implement dropout")
+    """Exact attention in O(N) memory; block_q / block_k set the query and key block sizes. With
+    dropout_p > 0 the weights are dropped block by block (training mode, kept ones scaled by 1/(1 - p))."""
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be positive, got block_q={block_q}, block_k={block_k}")
+    if not 0 <= dropout_p < 1:
+        raise ValueError(f"dropout_p must lie in [0, 1), got {dropout_p}")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod)
+    # one draw from torch's default generator per call: torch.manual_seed repeats the masks
+    seed = int(torch.randint(0, _SEED_SPAN, ()).item()) if dropout_p > 0 else None
+    args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _ChunkedAttention.apply(q, k, v, *args)
     return _forward(q, k, v, *args)[0]

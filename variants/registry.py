@@ -234,6 +234,7 @@ def _load_builtins() -> None:
         "naive",
         "stable_softmax",
         "chunked",
+        "chunked_compiled",
         "sdpa",
         "flex",
         "xformers_mea",

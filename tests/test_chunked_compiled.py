@@ -1,0 +1,63 @@
+"""chunked_compiled: the float64 gate (forward, and gradients through chunked's eager backward), compiled
+steps actually taken, and ten problem shapes that stay compiled past dynamo's default recompile limit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from attnbench import variants
+from attnbench.harness import correctness
+from attnbench.variants import Problem, chunked_compiled
+
+
+def _inputs(b, h, h_kv, n, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(b, h, n, d, generator=g),
+        torch.randn(b, h_kv, n, d, generator=g),
+        torch.randn(b, h_kv, n, d, generator=g),
+    )
+
+
+def test_registered_off_the_default_sweeps_and_without_dropout():
+    var = variants.get("chunked_compiled")
+    assert not var.cap.default and var.cap.setup is not None
+    assert var.check(Problem(dropout=True, dropout_p=0.1)) == "chunked_compiled does not support dropout"
+    assert var.check(Problem(causal=True, padding=True, backward=True, kv_heads=4)) is None
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gate_forward_and_backward_with_compiled_blocks(causal, monkeypatch):
+    """n = 600 with 256 x 512 blocks: the unmasked blocks go through the compiled step (counted), the
+    diagonal and last blocks through chunked's eager code; GQA (4 query heads on 2 k/v heads)."""
+    var = variants.get("chunked_compiled")
+    q, k, v = _inputs(2, 4, 2, 600, 16)
+    step, calls = chunked_compiled.compiled_step(), []
+    monkeypatch.setitem(chunked_compiled._compiled, "step", lambda *a: calls.append(a[0].shape) or step(*a))
+    fn = var.bind(q, k, v, causal=causal, key_lengths=None)  # the setup hook compiles
+    assert len(calls) == (1 if causal else 6)  # 3 x 2 blocks; causal: rows 512.. see keys 0..512 whole
+    r = correctness.check(var, q, k, v, causal=causal, key_lengths=None, backward=True)
+    assert r.ok, r.describe()
+    with torch.no_grad():
+        out = fn(q, k, v, causal=causal, key_lengths=torch.tensor([600, 450]))  # padding: eager blocks too
+    assert correctness.gate(out, q, k, v, causal=causal, key_lengths=torch.tensor([600, 450])).passed
+
+
+@pytest.mark.slow
+def test_ten_shapes_stay_compiled():
+    """Ten problem shapes (more step shapes than dynamo's default limit of 8 per code object) are compiled
+    once each, then run again with recompilation forbidden: none fell back or needs a new graph."""
+    var = variants.get("chunked_compiled")
+    shapes = [(1, 2, 2, 520 + 8 * i, 8) for i in range(10)]  # each: a full 512-key block and a tail
+    before = counters["stats"]["unique_graphs"]
+    for shape in shapes:
+        q, k, v = _inputs(*shape)
+        var.bind(q, k, v, causal=False, key_lengths=None)
+    assert counters["stats"]["unique_graphs"] - before >= 10
+    with torch.compiler.set_stance("fail_on_recompile"), torch.no_grad():
+        for shape in shapes:
+            q, k, v = _inputs(*shape)
+            out = var.fn(q, k, v)
+            assert correctness.gate(out, q, k, v).passed
