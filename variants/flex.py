@@ -216,7 +216,7 @@ class _Plan:
     """A shape's block mask, mask and score mods, and the compiled function they are run with."""
 
     key: tuple
-    block_mask: Any  # a BlockMask, or None when nothing is masked
+    block_mask: Any  # a BlockMask (of full blocks when nothing is masked)
     structure: Callable[..., Any] | None  # the shape-only mask_mod (causal, window)
     padding: bool  # the call's key_lengths complete the mask (a mask_mod per call)
     score_mod: Callable[..., Any] | None
@@ -274,14 +274,13 @@ def _plan(q, k, v, *, causal: bool, padding: bool, causal_align: str, window: in
     fa = _flex_module()
     n_q, n_k = q.shape[2], k.shape[2]
     structure = _structure_mask(n_q, n_k, causal, causal_align, window)
-    block_mask = None
-    if structure is not None or padding:
-        # with padding every visited block runs the mask_mod (no "full" blocks): which blocks are full
-        # depends on the key lengths, values this plan must not depend on
-        block_mask = fa.create_block_mask(
-            structure or fa.noop_mask, None, None, n_q, n_k, device=q.device,
-            separate_full_blocks=not padding,
-        )  # fmt: skip
+    # with padding every visited block runs the mask_mod (no "full" blocks): which blocks are full
+    # depends on the key lengths, values this plan must not depend on. Where nothing is masked, a block
+    # mask of full blocks (noop_mask) and not block_mask=None: flex's default mask runs the mask_mod on
+    # every block, 1.26x slower on CPU (B1 H8 N2048 d64 fp32: 130 ms against 103 ms, 7 alternating rounds)
+    block_mask = fa.create_block_mask(
+        structure or fa.noop_mask, None, None, n_q, n_k, device=q.device, separate_full_blocks=not padding
+    )
     plan = _Plan(
         key=key,
         block_mask=block_mask,
