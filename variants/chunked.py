@@ -311,10 +311,11 @@ def _backward(
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed
-    ):
+        ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p,
+        seed, step,
+    ):  # fmt: skip
         args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed)
-        out, lse = _forward(q, k, v, *args)
+        out, lse = _forward(q, k, v, *args, step=step)  # step: chunked_compiled's block update, else None
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = args
         return out
@@ -323,7 +324,7 @@ class _ChunkedAttention(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+        return dq, dk, dv, *([None] * 11)
 
 
 @register(
@@ -361,6 +362,12 @@ def chunked(
     # one draw from torch's default generator per call: torch.manual_seed repeats the masks
     seed = int(torch.randint(0, _SEED_SPAN, ()).item()) if dropout_p > 0 else None
     args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed)
+    return attention(q, k, v, *args)
+
+
+def attention(q, k, v, *args, step=None):
+    """_forward's arguments -> out, through the autograd Function when gradients are needed (its backward
+    is the eager one whatever `step` did in the forward)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _ChunkedAttention.apply(q, k, v, *args)
-    return _forward(q, k, v, *args)[0]
+        return _ChunkedAttention.apply(q, k, v, *args, step)
+    return _forward(q, k, v, *args, step=step)[0]

@@ -47,52 +47,11 @@ def compiled_step() -> Callable[..., Any]:
 def _run(q, k, v, *, causal=False, key_lengths=None, scale=None, causal_align="top-left", window=0):
     """The forward (compiled steps on unmasked blocks, chunked's eager code on the others), and chunked's
     eager FlashAttention-2 backward when gradients are needed."""
-    import torch
-
     from . import chunked as eager
 
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    args = (causal, key_lengths, scale, eager.BLOCK_Q, eager.BLOCK_K, causal_align, window)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _CompiledChunked.apply(q, k, v, *args)
-    return eager._forward(q, k, v, *args, step=compiled_step())[0]
-
-
-def _make_function():
-    import torch
-
-    from . import chunked as eager
-
-    class CompiledChunked(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window):
-            args = (causal, key_lengths, scale, block_q, block_k, causal_align, window)
-            out, lse = eager._forward(q, k, v, *args, step=compiled_step())
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.args = args
-            return out
-
-        @staticmethod
-        def backward(ctx, d_out):
-            q, k, v, out, lse = ctx.saved_tensors
-            dq, dk, dv = eager._backward(q, k, v, out, d_out, lse, *ctx.args)
-            return dq, dk, dv, None, None, None, None, None, None, None
-
-    return CompiledChunked
-
-
-class _Lazy:
-    """The autograd Function, built on first use so that importing this module does not import torch."""
-
-    fn = None
-
-    def apply(self, *args):
-        if _Lazy.fn is None:
-            _Lazy.fn = _make_function()
-        return _Lazy.fn.apply(*args)
-
-
-_CompiledChunked = _Lazy()
+    args = (causal, key_lengths, scale, eager.BLOCK_Q, eager.BLOCK_K, causal_align, window, "none", 0.0, None)
+    return eager.attention(q, k, v, *args, step=compiled_step())
 
 
 def _setup(q, k, v, **opts: Any) -> Callable[..., Any]:
