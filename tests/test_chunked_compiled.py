@@ -45,6 +45,19 @@ def test_gate_forward_and_backward_with_compiled_blocks(causal, monkeypatch):
     assert correctness.gate(out, q, k, v, causal=causal, key_lengths=torch.tensor([600, 450])).passed
 
 
+def test_large_scores_take_the_compiled_online_step(monkeypatch):
+    """Scores past exp2's range unshifted (q x 300): the compiled step keeps the running max and passes."""
+    var = variants.get("chunked_compiled")
+    q, k, v = _inputs(1, 2, 2, 600, 16)
+    q = q * 300
+    step, flags = chunked_compiled.compiled_step(), []
+    monkeypatch.setitem(chunked_compiled._compiled, "step", lambda *a: flags.append(a[-1]) or step(*a))
+    with torch.no_grad():
+        out = var.fn(q, k, v)
+    assert flags and not any(flags)  # compiled blocks, none shift-free
+    assert correctness.gate(out, q, k, v).passed
+
+
 @pytest.mark.slow
 def test_ten_shapes_stay_compiled():
     """Ten problem shapes (more step shapes than dynamo's default limit of 8 per code object) are compiled

@@ -14,17 +14,21 @@ RECOMPILE_LIMIT = 256
 _compiled: dict[str, Any] = {}
 
 
-def _block_step(q_blk, kt_blk, v_blk, m, l, acc):
+def _block_step(q_blk, kt_blk, v_blk, m, l, acc, shift_free: bool):
     """One key block of the online softmax (Rabe & Staats 2021; FlashAttention, Dao et al. 2022, Algorithm 1,
-    lines 8-12) on a block no mask touches: S = Q_i K_j^T (q pre-scaled), m' = max(m, rowmax S),
-    P = exp(S - m'), l' = l exp(m - m') + rowsum P, acc' = acc exp(m - m') + P V_j. Compiled, the
-    elementwise passes over S (max, subtract, exp, sum) fuse into one or two loops instead of four."""
+    lines 8-12) on a block no mask touches, in chunked's base 2: S = Q_i K_j^T (q pre-scaled by
+    scale * log2(e)), m' = max(m, rowmax S), P = exp2(S - m'), l' = l exp2(m - m') + rowsum P,
+    acc' = acc exp2(m - m') + P V_j; shift-free (chunked._shift_free), m stays 0: P = exp2(S). Compiled,
+    the elementwise passes over S (max, subtract, exp2, sum) fuse into one or two loops instead of four."""
     import torch
 
     s = torch.bmm(q_blk, kt_blk)  # (g, rows, rk)
+    if shift_free:
+        p = torch.exp2(s)
+        return m, l + p.sum(dim=-1, keepdim=True), acc + torch.bmm(p, v_blk)
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # finite: every score of the block is
-    p = torch.exp(s - m_new)
-    alpha = torch.exp(m - m_new)  # m = -inf before the first block: alpha = 0
+    p = torch.exp2(s - m_new)
+    alpha = torch.exp2(m - m_new)  # m = -inf before the first block: alpha = 0
     l_new = l * alpha + p.sum(dim=-1, keepdim=True)
     acc_new = acc * alpha + torch.bmm(p, v_blk)
     return m_new, l_new, acc_new
@@ -72,10 +76,12 @@ def _setup(q, k, v, **opts: Any) -> Callable[..., Any]:
     dtypes=("float32",),
     dropout=False,
     memory="linear",
-    # Off the default sweeps: it does not beat eager chunked on the 2-core EPYC CPU (2026-11-24,
-    # benchmarks/workloads_check.py --targets speed --rounds 5, compiled / eager throughput 0.98 (N=2048),
-    # 0.96 (2048 causal), 0.99 (4096), 1.04 (4096 causal)): the block's two matmuls, not its elementwise
-    # passes, dominate once the machine is quiet, and Inductor calls the same MKL bmm. Kept as a seam.
+    # Off the default sweeps: it does not beat eager chunked on the 2-core EPYC CPU. Before chunked's base-2
+    # and shift-free rewrite, compiled / eager throughput was 0.92-1.05; after it, with the same rewrite in
+    # the compiled step, 0.77 (N=2048), 0.78 (2048 causal), 0.79 (4096), 0.90 (4096 causal)
+    # (benchmarks/workloads_check.py --rounds 5, results/reference/workloads-epyc-2core.json): the
+    # block's two matmuls dominate, Inductor calls the same MKL bmm, and its functional step allocates the
+    # new l and acc each block where eager updates them in place. Kept as a seam.
     default=False,
     gqa=True,
     lower_right=True,
