@@ -399,13 +399,50 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
+# What CUDA says when a kernel fault (not an allocation) has made the process's context unusable: every
+# later CUDA call in the process fails the same way, so the worker must exit and be replaced.
+_POISONED = (
+    "device-side assert",
+    "illegal memory access",
+    "illegal instruction",
+    "misaligned address",
+    "unspecified launch failure",
+    "an illegal address",
+    "CUBLAS_STATUS_EXECUTION_FAILED",
+    "CUDNN_STATUS_EXECUTION_FAILED",
+    "CUDA error",
+)
+POISONED_PREFIX = "CUDA context poisoned, worker replaced: "
+
+
+def is_poisoned(exc: BaseException) -> bool:
+    """Whether exc is a CUDA error after which this process's CUDA context is unusable (a device-side
+    assert, an illegal address, ...): torch.AcceleratorError, or a RuntimeError saying so. Never an OOM,
+    from which the context recovers."""
+    if is_oom(exc):
+        return False
+    accel = getattr(torch, "AcceleratorError", None)
+    if accel is not None and isinstance(exc, accel):
+        return True
+    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _POISONED)
+
+
+def is_poisoned_row(row: dict[str, Any]) -> bool:
+    """Whether a row measured in this process says its CUDA context is poisoned (see failure)."""
+    return row.get("status") == "crashed" and str(row.get("message", "")).startswith(POISONED_PREFIX)
+
+
 def failure(exc: BaseException, device: str, ready: Prepared | None = None) -> tuple[str, str]:
     """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
     error; `wrong` when prepare had already found that it modifies its inputs (the error follows from
-    that, as autograd refusing an in-place write into a leaf in a fwdbwd call). The caller re-raises
-    KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
+    that, as autograd refusing an in-place write into a leaf in a fwdbwd call); `crashed` for a CUDA error
+    that poisoned the context (is_poisoned: the worker that sends such a row exits, and the next cell gets
+    a new one). The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's
+    fault."""
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
+    if is_poisoned(exc):  # before empty_cache, which would fail the same way
+        return "crashed", POISONED_PREFIX + f"{type(exc).__name__}: {_one_line(exc)}"
     if device == "cuda":
         torch.cuda.empty_cache()
     if is_oom(exc):

@@ -113,6 +113,8 @@ class CellRunner:
             )
             row = reply["row"]
             row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
+            if reply.get("exiting"):  # a CUDA error poisoned its context: the next cell gets a new worker
+                self.replace()
             return row
         except WorkerTimeout as exc:
             self.replace()

@@ -73,6 +73,7 @@ def prepare(
 
             if not torch.cuda.is_available():
                 raise ValueError("device cuda was asked for, but torch sees no CUDA device on this machine")
+            torch.cuda.init()  # `check` measures in this process: the variants' capability checks need CUDA
     return CheckPlan(tuple(names), tuple(devices), tuple(dtypes), seq_len)
 
 

@@ -67,7 +67,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     from attnbench import variants
 
     from .calibrate import calibrate, speed_probe
-    from .cell import InputCache, base_row, finish, measure_cell
+    from .cell import InputCache, base_row, failure, finish, is_poisoned, is_poisoned_row, measure_cell
     from .fingerprint import collect, where_measured
     from .spec import CellSpec, Settings
 
@@ -96,10 +96,22 @@ def worker_main(conn, config: dict[str, Any]) -> None:
                     speed = speed_probe(spec.device)  # the machine's speed just before this cell
                     row = measure_cell(spec, Settings(**msg["settings"]), cache)
                     row["speed_tflops"] = round(speed, 6)
-                    row.update(where.setdefault(spec.device, where_measured(spec.device)))
+                    if is_poisoned_row(row):  # where_measured would meet the same CUDA error: what is known
+                        row.update(where.get(spec.device, {}))
+                    else:
+                        row.update(where.setdefault(spec.device, where_measured(spec.device)))
                 except Exception as exc:  # a harness bug must still become this cell's row
                     traceback.print_exc()
-                    row = finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
+                    if is_poisoned(exc):  # the harness's own CUDA call met a context the cell broke
+                        row = finish(base_row(spec), *failure(exc, spec.device))
+                    else:
+                        row = finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
+                if is_poisoned_row(row):
+                    # every later CUDA call in this process would fail: send the row, say so, and exit;
+                    # the parent's CellRunner starts a fresh worker for the next cell
+                    print(f"attnbench worker {os.getpid()} exiting: {row['message']}", flush=True)
+                    conn.send({"op": "row", "row": row, "exiting": row["message"]})
+                    return
                 conn.send({"op": "row", "row": row})
             elif op == "calibrate":
                 conn.send({"op": "calibration", "value": calibrate(msg["device"], msg["dtypes"])})

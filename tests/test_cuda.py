@@ -71,3 +71,23 @@ def test_measure_cell_on_cuda():
     row = measure_cell(spec, Settings(budget_ms=50, warmup_ms=10, min_ms=5))
     assert row["status"] == "ok", row["message"]
     assert row["peak_mem_bytes"] > 0 and row["tflops"] > 0 and row["mem_method"] == memory.CUDA_METHOD
+
+
+def test_a_device_side_assert_ends_its_worker_and_the_next_cells_run(tmp_path):
+    """A real device-side assert poisons the worker's CUDA context: that cell is `crashed` with the
+    reason, its worker exits, and the cells after it (sdpa, same lengths) run in a new worker."""
+    from conftest import FAULTS, run_cli
+
+    from attnbench.results import read_rows
+
+    out = tmp_path / "r"
+    run_cli("run", "--device", "cuda", "--dtype", "float16", "--variant-file", str(FAULTS),
+            "--variants", "fault_device_assert,sdpa", "--seq-len", "64,128", "--heads", "2",
+            "--budget-ms", "20", "--warmup-ms", "5", "-q", "--out", str(out), check=True)  # fmt: skip
+    rows = read_rows(out)
+    status = {(r["variant"], r["seq_len"]): r["status"] for r in rows}
+    assert status == {("fault_device_assert", 64): "crashed", ("fault_device_assert", 128): "crashed",
+                      ("sdpa", 64): "ok", ("sdpa", 128): "ok"}, [r["message"] for r in rows]  # fmt: skip
+    poisoned = [r["message"] for r in rows if r["variant"] == "fault_device_assert"]
+    assert all(m.startswith("CUDA context poisoned, worker replaced:") for m in poisoned), poisoned
+    assert (out / "worker.log").read_text().count(" exiting: CUDA context poisoned") == 2

@@ -68,6 +68,43 @@ def test_every_fault_becomes_its_row(tmp_path):
     assert "run complete" in p.stderr
 
 
+def test_a_poisoned_cuda_context_ends_its_worker_and_the_next_cells_run_in_a_new_one(tmp_path):
+    """A cell whose CUDA error poisons the context (device-side assert, illegal address) is `crashed` with
+    the reason, its worker exits instead of failing every later cell, and the next cell gets a new worker.
+    On CPU the variant raises torch's exception for it; tests/test_cuda.py triggers a real one."""
+    out = tmp_path / "r"
+    small = ("--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "-q")
+    run_cli("run", "--variant-file", str(FAULTS), "--variants", "fault_poison,naive", "--seq-len", "32,64",
+            *small, "--out", str(out), check=True)  # fmt: skip
+    rows = read_rows(out)
+    status = {(r["variant"], r["seq_len"]): r["status"] for r in rows}
+    assert status == {("fault_poison", 32): "crashed", ("fault_poison", 64): "crashed",
+                      ("naive", 32): "ok", ("naive", 64): "ok"}  # fmt: skip
+    for row in rows:
+        if row["variant"] == "fault_poison":
+            assert row["message"].startswith("CUDA context poisoned, worker replaced: AcceleratorError: CUDA")
+    log = (out / "worker.log").read_text()
+    assert log.count(" exiting: CUDA context poisoned") == 2  # each poisoned cell ended its worker
+    assert log.count(" starting") >= 2  # and a fresh one measured what followed
+
+
+def test_poisoned_errors_are_told_apart_from_oom_and_ordinary_ones():
+    import torch
+
+    from attnbench.harness.cell import failure, is_poisoned
+
+    assert is_poisoned(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
+    assert is_poisoned(RuntimeError("CUDA error: misaligned address"))
+    assert is_poisoned(RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED when calling cublasSgemm"))
+    assert not is_poisoned(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_poisoned(RuntimeError("CUDA error: out of memory"))  # an OOM: the context recovers
+    assert not is_poisoned(ValueError("CUDA error"))  # not a torch error
+    assert not is_poisoned(RuntimeError("shapes cannot be multiplied"))
+    assert failure(RuntimeError("CUDA error: out of memory"), "cpu")[0] == "oom"
+    status, message = failure(torch.AcceleratorError("CUDA error: device-side assert triggered"), "cuda")
+    assert status == "crashed" and "worker replaced" in message
+
+
 def test_memory_guard_skips_what_cannot_fit(tmp_path):
     out = tmp_path / "r"
     run_cli("run", "--variants", "naive", "--seq-len", "262144", "--out", str(out), check=True)

@@ -102,10 +102,14 @@ def _available(device: str) -> str | None:
                 "torch compiles flex_attention for CPU only on x86 with AVX2, not macOS (check_cpu_supported)"
             )
     if device == "cuda":
-        from torch.utils._triton import has_triton
+        from torch.utils._triton import has_triton, has_triton_package
 
-        if not has_triton():
+        if not has_triton_package():
             return "flex_attention on CUDA compiles Triton kernels, and Triton is not installed"
+        # has_triton() reads the GPU's properties, which initialises CUDA: only where this process has
+        # (the worker; the parent that plans cells stays without a CUDA context, as in sdpa._cuda_capability)
+        if torch.cuda.is_initialized() and not has_triton():
+            return "Triton does not support this GPU (torch's has_triton(): compute capability below 7.0)"
     return None
 
 

@@ -116,8 +116,14 @@ def _sdpa_supports(p: Problem) -> str | None:
     return _NO_GQA if p.gqa and not _TAKES_GQA else None
 
 
-def _cuda_capability() -> tuple[int, int]:
-    return torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+def _cuda_capability() -> tuple[int, int] | None:
+    """The current GPU's (major, minor), or None where this process has not initialised CUDA. Reading it
+    would initialise CUDA, and the parent that plans cells must stay without a CUDA context (it is not
+    the process that measures): there the capability check is left to the worker, whose speed probe has
+    initialised CUDA before it checks the cell again, and past that to torch's own refusal at call time."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.get_device_capability()
 
 
 def _flash_available(device: str) -> str | None:
@@ -125,9 +131,9 @@ def _flash_available(device: str) -> str | None:
         return None  # torch ships a CPU flash kernel (_scaled_dot_product_flash_attention_for_cpu)
     if not torch.backends.cuda.is_flash_attention_available():
         return "this torch build has no CUDA flash attention kernel"
-    major, minor = _cuda_capability()
-    if major < 8:
-        return f"flash attention needs an sm80+ GPU; this one is sm{major}{minor}"
+    capability = _cuda_capability()
+    if capability is not None and capability[0] < 8:
+        return f"flash attention needs an sm80+ GPU; this one is sm{capability[0]}{capability[1]}"
     return None
 
 
@@ -164,9 +170,9 @@ def _cudnn_available(device: str) -> str | None:
         return reason
     if not torch.backends.cudnn.is_available():
         return "this torch build has no cuDNN"
-    major, minor = _cuda_capability()
-    if major < 8:
-        return f"cuDNN attention needs an sm80+ GPU; this one is sm{major}{minor}"
+    capability = _cuda_capability()
+    if capability is not None and capability[0] < 8:
+        return f"cuDNN attention needs an sm80+ GPU; this one is sm{capability[0]}{capability[1]}"
     return None
 
 

@@ -58,4 +58,22 @@ def fault_unsupported(q, k, v, **kw):
     raise variants.UnsupportedError("this backend refuses odd sequence lengths")
 
 
+@variants.register("fault_poison", description="raises what torch raises after a CUDA device-side assert")
+def fault_poison(q, k, v, **kw):
+    # On a GPU the real thing is tests/test_cuda.py's out-of-bounds index; here, the same exception type
+    # and text, so that the worker's exit-and-replace path runs on CPU too.
+    raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+
+
+@variants.register(
+    "fault_device_assert", description="an out-of-bounds index on the GPU: a real device-side assert",
+    devices=("cuda",), dtypes=("float16", "bfloat16", "float32"),
+)  # fmt: skip
+def fault_device_assert(q, k, v, **kw):
+    index = torch.tensor([q.shape[2] + 5], device=q.device)
+    out = q[:, :, index]  # the indexing kernel asserts index < N on the device
+    torch.cuda.synchronize()  # the assert surfaces here, inside the call, as torch.AcceleratorError
+    return out
+
+
 assert torch  # imported for its side effects in the variants above

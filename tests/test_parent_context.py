@@ -1,0 +1,57 @@
+"""The parent that plans a sweep never initialises CUDA (issue 13): the process that measures is the worker.
+On a machine with a GPU, every variant's check of a CUDA cell and the dispatcher's precheck must leave
+torch.cuda uninitialised. This machine has no GPU to report, so the few answers those checks read before
+they could reach a GPU (is_available, device_count, the build's flash and cuDNN flags) are a GPU machine's,
+and any attempt to initialise CUDA (torch.cuda._lazy_init, torch.cuda.init) fails the test. The measuring
+side of the rule (capability checks done in the worker) runs in tests/test_cuda.py on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench import variants
+from attnbench.harness.cellrunner import SkipAhead, precheck
+from attnbench.harness.spec import CellSpec
+from attnbench.variants import Problem
+
+
+@pytest.fixture
+def gpu_machine_without_init(monkeypatch):
+    def initialising(*args, **kwargs):
+        raise AssertionError("the parent initialised CUDA")
+
+    assert not torch.cuda.is_initialized()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", initialising)
+    monkeypatch.setattr(torch.cuda, "init", initialising)
+    monkeypatch.setattr(torch.backends.cuda, "is_flash_attention_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+
+
+PROBLEMS = [
+    Problem(device="cuda", dtype="bfloat16"),
+    Problem(device="cuda", dtype="float16", causal=True, padding=True, backward=True),
+    Problem(device="cuda", dtype="float32", kv_heads=2, heads=8, window=64),
+]
+
+
+def test_every_variant_checks_cuda_cells_without_initialising_cuda(gpu_machine_without_init):
+    checked = 0
+    for name, var in variants.all_variants().items():
+        for prob in PROBLEMS:
+            reason = var.check(prob)  # the AssertionError above if this reaches the GPU
+            assert reason is None or "sm" not in reason.split(), (name, reason)  # no capability read
+            checked += 1
+    assert checked >= 3 * 8
+    assert variants.get("sdpa_flash").check(PROBLEMS[0]) is None  # left to the worker, not refused
+    assert variants.get("sdpa_cudnn").check(PROBLEMS[0]) is None
+
+
+def test_the_dispatchers_precheck_leaves_cuda_alone(gpu_machine_without_init):
+    for name in ("sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "chunked", "naive"):
+        spec = CellSpec(name, "cuda", "bfloat16", 1, 4, 256, 64, 64, True, 0.0, "fwd")
+        row = precheck(spec, SkipAhead())
+        assert row is None or row["status"] == "unsupported", (name, row)
+    assert not torch.cuda.is_initialized()
