@@ -103,6 +103,12 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--target-rel-iqr", type=float, help="stop sampling once IQR/median is under this")
     t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     t.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="kill a cell after this long")
+    t.add_argument(
+        "--calibrate-ms",
+        type=float,
+        metavar="MS",
+        help="the run's calibration: sampling time for each dtype's matmul and for the copy (default 1000)",
+    )
     t.add_argument("--seed", type=int, help="input seed")
     t.add_argument(
         "--cpu-affinity",

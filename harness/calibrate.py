@@ -60,10 +60,13 @@ def speed_probe(device: str) -> float:
     return 2 * n**3 / (min(m.samples_ms) * 1e-3) / 1e12
 
 
-def calibrate(device: str, dtypes: list[str]) -> dict[str, Any]:
-    """{'matmul_tflops': {dtype: best TFLOP/s}, 'matmul_tflops_median': {...}, 'copy_gbps': best GB/s}."""
-    budget = timing.Budget(warmup_ms=100, budget_ms=1000, min_ms=1000)
+def calibrate(device: str, dtypes: list[str], budget_ms: float = 1000.0) -> dict[str, Any]:
+    """{'matmul_tflops': {dtype: best TFLOP/s}, 'matmul_tflops_median': {...}, 'copy_gbps': best GB/s,
+    'budget_ms': the sampling ms of each (Settings.calibrate_ms, after a tenth of it as warm-up, at most
+    100 ms)}. Fewer ms, fewer samples: a ceiling taken as the fastest call is then less sure."""
+    budget = timing.Budget(warmup_ms=min(100.0, budget_ms / 10), budget_ms=budget_ms, min_ms=budget_ms)
     out: dict[str, Any] = {"matmul_tflops": {}, "matmul_tflops_median": {}, "matmul_n": MATMUL_N[device]}
+    out["budget_ms"] = budget_ms
     for name in dtypes:
         try:
             best, median = matmul_tflops(device, getattr(torch, name), budget)

@@ -83,8 +83,9 @@ class CellRunner:
         where = self.request({"op": "where", "device": device}, timeout=120)["value"]
         if where_key(where.get("host"), device, where.get("gpu_uuid")) in known:
             return None
+        budget_ms = self.settings.calibrate_ms
         calibration = self.request(
-            {"op": "calibrate", "device": device, "dtypes": list(dtypes)}, timeout=600
+            {"op": "calibrate", "device": device, "dtypes": list(dtypes), "budget_ms": budget_ms}, timeout=600
         )["value"]
         return {**where, "device": device, "calibration": calibration}
 

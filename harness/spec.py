@@ -186,6 +186,7 @@ class Settings:
     target_rel_iqr: float = _BUDGET.target_rel_iqr
     min_ms: float = _BUDGET.min_ms  # sampled time needed before a stable IQR may stop sampling early
     cell_timeout: float = 600.0  # seconds for a whole cell: gate, timing and memory
+    calibrate_ms: float = 1000.0  # the run's calibration: sampling ms for each matmul dtype and for the copy
     threads: int = 0  # CPU threads for torch; 0 = torch's default
     check_rows: int = 1024  # query rows checked against float64 (all rows when N is at most this)
     grad_check_elems: int = 1 << 24  # gradients are checked when B*H*N_q*N_k is at most this
@@ -202,7 +203,7 @@ class Settings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", normalise_env(self.env))
         object.__setattr__(self, "cpu_affinity", normalise_cpus(self.cpu_affinity))
-        for name in ("warmup_ms", "budget_ms", "min_ms", "cell_timeout", "target_rel_iqr"):
+        for name in ("warmup_ms", "budget_ms", "min_ms", "cell_timeout", "target_rel_iqr", "calibrate_ms"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name} must be a positive number, got {getattr(self, name)!r}")
         if self.threads < 0:
@@ -727,6 +728,7 @@ TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (
     "target_rel_iqr": float,
     "threads": int,
     "cell_timeout": float,
+    "calibrate_ms": float,
     "seed": int,
     "cpu_affinity": parse_cpu_list,
 }

@@ -114,7 +114,8 @@ def worker_main(conn, config: dict[str, Any]) -> None:
                     return
                 conn.send({"op": "row", "row": row})
             elif op == "calibrate":
-                conn.send({"op": "calibration", "value": calibrate(msg["device"], msg["dtypes"])})
+                value = calibrate(msg["device"], msg["dtypes"], msg.get("budget_ms", 1000.0))
+                conn.send({"op": "calibration", "value": value})
             elif op == "numerics":
                 from .numerics import probe
 
