@@ -206,8 +206,9 @@ def _shift_free(qs, k, v, n_k: int, dropout_p: float, stat_dtype) -> bool:
     g, d_k = qs.shape[0], qs.shape[-1]
     q_norm = torch.linalg.vector_norm(qs.reshape(g, -1, d_k).float(), dim=-1).amax(dim=-1)  # (g,)
     k_norm = torch.linalg.vector_norm(k.reshape(g, -1, d_k).float(), dim=-1).amax(dim=-1)
-    score = float((q_norm * k_norm).amax()) * 1.01 + 1.0  # margin: the matmul's rounding, low precision too
-    v_max = float(v.abs().amax()) if v.numel() else 0.0
+    v_max = v.abs().amax().float() if v.numel() else torch.zeros((), device=v.device)
+    score, v_max = torch.stack([(q_norm * k_norm).amax(), v_max]).tolist()  # one host sync, not two
+    score = score * 1.01 + 1.0  # margin: the matmul's rounding, low precision too
     log2 = math.log2  # qs carries log2(e): scores are base-2 exponents
     info = torch.finfo(stat_dtype)  # 4: margin inside the largest finite value and the smallest normal one
     headroom = min(log2(info.max), -log2(info.tiny)) - 4.0
