@@ -146,6 +146,10 @@ class CellRunner:
     def cpu_affinity(self):
         return self._worker().cpu_affinity
 
+    @property
+    def gc_frozen(self) -> int | None:
+        return self._worker().gc_frozen
+
     def close(self, *, kill: bool = False) -> None:
         if self.worker is not None:
             self.worker.kill() if kill else self.worker.stop()

@@ -76,6 +76,7 @@ class Worker:
         self.pid = hello["pid"]
         self.threads = hello["threads"]
         self.cpu_affinity = hello.get("cpu_affinity")  # the CPUs the worker may run on, as it reports them
+        self.gc_frozen = hello.get("gc_frozen")  # objects its imports left, frozen out of its collections
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send msg and wait up to `timeout` seconds for the reply."""

@@ -251,9 +251,11 @@ def _meta(
         # measured"); executors that reach other devices add theirs as they first use them
         "devices": devices,
         "worker_threads": local.threads,
-        # timing hygiene: the collector is off while samples are taken; the CPUs asked for and those the
+        # timing hygiene: the collector is off while samples are taken (and the worker's imports frozen out
+        # of its collections, timing.freeze_imports); the CPUs asked for and those the
         # worker reported after pinning itself (null asked: the OS's choice, all of them)
         "gc_disabled": timing.GC_DISABLED,
+        "gc_frozen_objects": local.gc_frozen,
         "cpu_affinity": {
             "requested": list(sweep.settings.cpu_affinity) or None,
             "worker": local.cpu_affinity,

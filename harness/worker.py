@@ -70,15 +70,19 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     from .cell import InputCache, base_row, failure, finish, is_poisoned, is_poisoned_row, measure_cell
     from .fingerprint import collect, where_measured
     from .spec import CellSpec, Settings
+    from .timing import freeze_imports
 
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
     for path in config.get("variant_files", []):
         variants.load_variant_file(path)
+    frozen = freeze_imports()  # measure's collection before each cell then skips the imports' ~170k objects
+    modules_frozen = len(sys.modules)
     cache = InputCache()
     where: dict[str, dict] = {}  # device -> where_measured(device), found once per worker
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    conn.send({"op": "ready", "pid": os.getpid(), "threads": torch.get_num_threads(), "cpu_affinity": cpus})
+    conn.send({"op": "ready", "pid": os.getpid(), "threads": torch.get_num_threads(), "cpu_affinity": cpus,
+               "gc_frozen": frozen})  # fmt: skip
     while True:
         try:
             msg = conn.recv()
@@ -113,6 +117,11 @@ def worker_main(conn, config: dict[str, Any]) -> None:
                     conn.send({"op": "row", "row": row, "exiting": row["message"]})
                     return
                 conn.send({"op": "row", "row": row})
+                if len(sys.modules) != modules_frozen:
+                    # the cell imported modules (torch.compile brings dynamo and inductor: ~290k objects):
+                    # freeze them too, between cells, when only the worker's caches are alive beside them
+                    freeze_imports()
+                    modules_frozen = len(sys.modules)
             elif op == "calibrate":
                 value = calibrate(msg["device"], msg["dtypes"], msg.get("budget_ms", 1000.0))
                 conn.send({"op": "calibration", "value": value})

@@ -121,3 +121,31 @@ def test_gc_state_is_restored_on_error_and_left_off_if_it_was_off():
         assert not gc.isenabled()  # a caller that had switched it off keeps it off
     finally:
         gc.enable()
+
+
+def test_freeze_imports_freezes_what_is_alive_and_later_cycles_are_still_collected():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    old = Node()
+    old.self = old  # a cycle alive at the freeze
+    try:
+        frozen = timing.freeze_imports()
+        assert frozen == gc.get_freeze_count() > 0
+        young = Node()
+        young.self = young  # a cycle made after the freeze, then dropped: still garbage to collect
+        alive = weakref.ref(young)
+        del young
+        gc.collect()
+        assert alive() is None
+        frozen_ref = weakref.ref(old)
+        del old
+        gc.collect()
+        assert frozen_ref() is not None  # frozen: out of the collector's reach, as freeze_imports says
+    finally:
+        gc.unfreeze()  # give the test process its collector back
+    gc.collect()
+    assert frozen_ref() is None
