@@ -4,6 +4,7 @@ steps actually taken, and ten problem shapes that stay compiled past dynamo's de
 from __future__ import annotations
 
 import pytest
+import tensors
 import torch
 from torch._dynamo.utils import counters
 
@@ -13,12 +14,7 @@ from attnbench.variants import Problem, chunked_compiled
 
 
 def _inputs(b, h, h_kv, n, d, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return (
-        torch.randn(b, h, n, d, generator=g),
-        torch.randn(b, h_kv, n, d, generator=g),
-        torch.randn(b, h_kv, n, d, generator=g),
-    )
+    return tensors.qkv(b=b, h=h, h_kv=h_kv, n_q=n, d_k=d, seed=seed)
 
 
 def test_registered_off_the_default_sweeps_and_without_dropout():

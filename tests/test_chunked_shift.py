@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import tensors
 import torch
 
 from attnbench import variants
@@ -16,13 +17,7 @@ from attnbench.variants import chunked as chunked_module
 chunked = variants.get("chunked").fn
 
 
-def _qkv(b=2, h=4, h_kv=4, n_q=40, n_k=40, d=16, seed=0, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return (
-        torch.randn(b, h, n_q, d, generator=g, dtype=dtype),
-        torch.randn(b, h_kv, n_k, d, generator=g, dtype=dtype),
-        torch.randn(b, h_kv, n_k, d, generator=g, dtype=dtype),
-    )
+_qkv = tensors.qkv
 
 
 def _shift_free(q, k, v, dropout_p=0.0, stat_dtype=torch.float32):

@@ -8,6 +8,7 @@ import math
 import time
 
 import pytest
+import tensors
 import torch
 from conftest import run_cli
 
@@ -25,14 +26,8 @@ needs_flex = pytest.mark.skipif(
 )
 
 
-def _qkv(b=2, h=4, h_kv=2, n_q=40, n_k=40, d_k=16, d_v=16, dtype="float32", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    dt = variants.torch_dtype(dtype)
-    return (
-        torch.randn(b, h, n_q, d_k, generator=g).to(dt),
-        torch.randn(b, h_kv, n_k, d_k, generator=g).to(dt),
-        torch.randn(b, h_kv, n_k, d_v, generator=g).to(dt),
-    )
+def _qkv(h_kv=2, **shape):
+    return tensors.qkv(h_kv=h_kv, **shape)
 
 
 def _reference(q, k, v, *, causal=False, key_lengths=None, causal_align="top-left", window=0, mod="none"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import tensors
 import torch
 
 from attnbench import variants
@@ -17,13 +18,7 @@ CPU_VARIANTS = [n for n, v in variants.all_variants().items() if v.availability(
 
 
 def _inputs(b=2, h=3, n_q=37, n_k=50, d_k=16, d_v=24, dtype="float32", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    dt = variants.torch_dtype(dtype)
-    return (
-        torch.randn(b, h, n_q, d_k, generator=g).to(dt),
-        torch.randn(b, h, n_k, d_k, generator=g).to(dt),
-        torch.randn(b, h, n_k, d_v, generator=g).to(dt),
-    )
+    return tensors.qkv(b=b, h=h, n_q=n_q, n_k=n_k, d_k=d_k, d_v=d_v, dtype=dtype, seed=seed)
 
 
 def _check_or_skip(name, q, k, v, **opts):
