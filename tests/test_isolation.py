@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import FAULTS, ROOT, cli_env, run_cli
+from conftest import FAULTS, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli
 
 from attnbench.results import read_rows
 
@@ -130,6 +130,8 @@ def _start(out, *extra):
             "300",
             "--warmup-ms",
             "20",
+            "--calibrate-ms",
+            TEST_CALIBRATE_MS,
             "--out",
             str(out),
             *extra,

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli
+from conftest import TEST_CALIBRATE_MS, cli_env, run_cli
 from test_pytest_benchmark import _benchmark, _file
 
 from attnbench import variants
@@ -54,7 +54,7 @@ def test_every_command_runs_beside_decoy_packages(tmp_path, entry):
         # `python -m attnbench` differs from the console script only in how the parent starts: the
         # commands that spawn workers and write files are run once, through the console script
         return
-    cli("run", "--variants", "naive,chunked", *SMALL, "--out", "run", "-q")
+    cli("run", "--variants", "naive,chunked", *SMALL, "--calibrate-ms", TEST_CALIBRATE_MS, "--out", "run")
     assert "naive" in cli("export", "run").stdout
     assert "hostname" in cli("env").stdout
     cli("report", "run", "--out", "report")

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import DATA, ROOT, cli_env, run_cli
+from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli
 
 from attnbench.harness.executors.ray import cluster_slots
 from attnbench.results.formulas import where_key
@@ -18,6 +18,7 @@ from attnbench.results.store import read_rows
 
 SCALEOUT = DATA / "scaleout_variants.py"
 TINY = ["--heads", "1", "--budget-ms", "5", "--warmup-ms", "2", "--min-samples", "5", "--quiet"]
+TINY += ["--calibrate-ms", TEST_CALIBRATE_MS]  # as run_cli gives a fresh run
 
 
 def test_one_cpu_actor_per_node_and_one_per_gpu():

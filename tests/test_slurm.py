@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, ROOT, cli_env, run_cli, wait_while_running
+from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli, wait_while_running
 
 from attnbench.harness.executors.slurm import _minutes, parse_opts, run_task, split
 from attnbench.harness.spec import sweep_from_text
@@ -20,7 +20,7 @@ pytest.importorskip("submitit")
 
 SLOW = DATA / "slow_variants.py"
 TINY = ["--heads", "1", "--d-k", "16", "--budget-ms", "5", "--warmup-ms", "2", "--min-samples", "5"]
-TINY += ["--max-samples", "5", "--threads", "1"]
+TINY += ["--max-samples", "5", "--threads", "1", "--calibrate-ms", TEST_CALIBRATE_MS]  # as run_cli does
 
 
 def test_split_keeps_each_series_in_one_chunk():
