@@ -15,6 +15,16 @@ DATA = Path(__file__).resolve().parent / "data"
 FAULTS = DATA / "fault_variants.py"
 
 
+def load_benchmark(name: str):
+    """benchmarks/NAME.py imported as a module (benchmarks/ is no package), for tests of its pure parts."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"

@@ -3,13 +3,13 @@ itself is a benchmark, run by hand: its figures are committed in results/referen
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "flex_cpu_profile.py"
 
@@ -35,10 +35,7 @@ SDPA_REPORT = """\
 
 @pytest.fixture(scope="module")
 def fp():
-    spec = importlib.util.spec_from_file_location("flex_cpu_profile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("flex_cpu_profile")
 
 
 def test_rows_are_parsed_with_their_object_and_symbol(fp):

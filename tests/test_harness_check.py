@@ -3,23 +3,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "harness_check.py"
 
 
 @pytest.fixture(scope="module")
 def hc():
-    spec = importlib.util.spec_from_file_location("harness_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("harness_check")
 
 
 def _rounds(ratio: float, spread: float, n: int = 9, seed: int = 0) -> tuple[list[float], list[float]]:
