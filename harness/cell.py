@@ -4,7 +4,8 @@
   setup hook if it has one (setup_ms), one forward call (first_call_ms) gated against float64 (gradients
   too for fwdbwd), for a dropout cell the statistical dropout check (harness.dropout_check), whether that
   modified the inputs, and the call to time;
-- time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets;
+- time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets
+  (on CUDA inside harness.telemetry's NVML sampling: clocks, power, temperature, `throttled`);
 - peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
 - check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
   and the timed callable's answer follows fresh inputs (another seed), not one it remembered.
@@ -32,7 +33,7 @@ from attnbench import variants
 from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes, summarize, tflops
 from attnbench.variants import UnsupportedError, torch_dtype
 
-from . import correctness, dropout_check, memory, timing
+from . import correctness, dropout_check, memory, telemetry, timing
 from .spec import CellSpec, Settings
 
 
@@ -476,7 +477,10 @@ def measure_cell(
     try:
         ready = prepare(spec, settings, cache)
         row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
-        m = time_call(ready.call, settings, timer or device_timer(spec.device, settings))
+        with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
+            m = time_call(ready.call, settings, timer or device_timer(spec.device, settings))
+        if spec.device == "cuda":
+            row.update(telemetry.summarise(sampled.samples))
         peak_bytes, method = peak(ready.call, spec.device)
         after = check_after(ready, spec, settings, cache)
         row.update(

@@ -17,6 +17,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from . import telemetry
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -159,20 +161,17 @@ def diff_text(diff: dict[str, list[Any]]) -> str:
     return ", ".join(f"{k} {text(old)} -> {text(new)}" for k, (old, new) in diff.items())
 
 
-def nvml_info(index: int = 0) -> dict[str, Any]:
-    """Driver, clocks, power limit, temperature and clock-event reasons of GPU `index` through NVML
-    (nvidia-ml-py), written as nvidia-smi writes them; {} where NVML is missing (no driver, not NVIDIA)."""
-    try:
-        import pynvml
-    except ImportError:
+def nvml_info(uuid: str) -> dict[str, Any]:
+    """Driver, clocks, power limit, temperature and clock-event reasons through NVML (nvidia-ml-py), written
+    as nvidia-smi writes them, of the GPU with torch's `uuid`: the one torch uses, whatever
+    CUDA_VISIBLE_DEVICES renumbers (NVML's index 0 is the machine's first GPU by PCI bus, not torch's
+    device 0). {} where NVML is missing (no driver, not NVIDIA) or does not know the UUID."""
+    opened = telemetry.open_nvml(uuid)
+    if opened is None:
         return {}
+    pynvml, h = opened
+    info: dict[str, Any] = {"nvml_uuid": telemetry.nvml_uuid(uuid)}
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return {}
-    info: dict[str, Any] = {}
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
         reads = {
             "driver": lambda: pynvml.nvmlSystemGetDriverVersion(),
             "sm_clock": lambda: f"{pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)} MHz",
@@ -215,7 +214,8 @@ def where_measured(device: str) -> dict[str, Any]:
 
 
 def gpu_info() -> dict[str, Any] | None:
-    """Properties of CUDA device 0, or None without CUDA. Initialises CUDA in this process."""
+    """Properties of torch's CUDA device 0 (the first of CUDA_VISIBLE_DEVICES), or None without CUDA.
+    Initialises CUDA in this process: called in a worker, never in the parent."""
     import torch
 
     if not torch.cuda.is_available():
@@ -229,7 +229,8 @@ def gpu_info() -> dict[str, Any] | None:
         "capability": f"{p.major}.{p.minor}",
         "l2_cache_bytes": getattr(p, "L2_cache_size", None),
     }
-    info.update(nvml_info(0))
+    uuid = getattr(p, "uuid", None)
+    info.update(nvml_info(str(uuid)) if uuid is not None else {})
     return info
 
 

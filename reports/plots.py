@@ -81,6 +81,14 @@ def _exponent_label(variant: str, fit: PowerFit | None) -> str:
 
 SUSPECT, SUSPECT_LABEL = "suspect", "suspect (never ranked)"
 DRIFT_LABEL = "machine drifted > 10%"
+THROTTLED_LABEL = "GPU clock fell > 10%"
+# (row flag, legend label, colour, ring size) of the cells a plot rings: suspect (results.suspect), measured
+# while the machine drifted (results.drift), or while the GPU's SM clock fell (harness.telemetry)
+RINGS = (
+    (SUSPECT, SUSPECT_LABEL, "#e41a1c", 11),
+    ("drift", DRIFT_LABEL, "#ff7f00", 14),
+    ("throttled", THROTTLED_LABEL, "#984ea3", 17),
+)
 
 
 def _variant_lines(
@@ -107,11 +115,11 @@ def _variant_lines(
         if band is not None:
             lo, hi = _floats(v[band[0]]), _floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
-        for flag, label, colour in ((SUSPECT, SUSPECT_LABEL, "#e41a1c"), ("drift", DRIFT_LABEL, "#ff7f00")):
+        for flag, label, colour, size in RINGS:
             marked = v[v[flag].fillna(False).astype(bool)] if flag in v.columns else v.iloc[:0]
-            if len(marked):  # suspect (results.suspect) or measured during drift (results.drift): ringed
+            if len(marked):  # suspect, measured during drift, or on a throttled GPU: ringed
                 seen = label in ax.get_legend_handles_labels()[1]
-                ring = dict(ms=11 if flag == SUSPECT else 14, mfc="none", mec=colour, mew=1.6)
+                ring = dict(ms=size, mfc="none", mec=colour, mew=1.6)
                 ax.plot(
                     _floats(marked[length]),
                     _floats(marked[column]),

@@ -265,6 +265,33 @@ def _drift_table(df) -> pg.Table:
     return pg.Table(("run", "cell", "machine speed vs run median"), rows[:MAX_FAILURE_ROWS])
 
 
+THROTTLE_RULE = (
+    "While a CUDA cell is timed, attnbench reads the GPU's SM clock, power and temperature through NVML "
+    "every 20 ms. A cell whose SM clock fell more than 10% below its earlier high was timed on a GPU that "
+    "slowed down (power cap, heat, another tenant): its time is shown, ringed in purple on the plots, but it "
+    "says as much about the clock as about the kernel."
+)
+
+
+def _throttled_table(df) -> pg.Table:
+    """CUDA rows whose SM clock fell during timing (harness.telemetry), with the clocks and the power."""
+    t = df[df["throttled"].fillna(False).astype(bool)] if "throttled" in df.columns else df.iloc[:0]
+    import pandas as pd
+
+    rows = tuple(
+        (
+            str(r["run_id"]),
+            str(r["cell_id"]),
+            f"{int(r['sm_clock_min_mhz'])}–{int(r['sm_clock_max_mhz'])} MHz",
+            f"{float(r['sm_clock_drop']):.0%}",
+            "" if pd.isna(r["power_w_max"]) else f"{float(r['power_w_max']):.0f} W",
+            "" if pd.isna(r["clock_event_reasons"]) else str(r["clock_event_reasons"]),
+        )
+        for _, r in t.iterrows()
+    )
+    return pg.Table(("run", "cell", "SM clock", "fall", "power max", "NVML reasons"), rows[:MAX_FAILURE_ROWS])
+
+
 def _suspect_table(df) -> pg.Table:
     """Ok cells too fast to believe, with the reason (results.suspect)."""
     sus = df[df["suspect"].fillna(False).astype(bool)] if "suspect" in df.columns else df.iloc[:0]
@@ -710,6 +737,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     drifted = _drift_table(df)
     if drifted.rows:
         page.add(pg.Heading("Cells measured while the machine drifted"), pg.Para(DRIFT_RULE), drifted)
+    throttled = _throttled_table(df)
+    if throttled.rows:
+        page.add(pg.Heading("Cells timed while the GPU's clock fell"), pg.Para(THROTTLE_RULE), throttled)
     page.add(pg.Heading("Machine"), _fingerprint_table(metas))
     if len(metas) > 1:
         page.add(

@@ -54,6 +54,16 @@ COLUMNS: dict[str, str] = {
     "speed_tflops": "Float64",  # the speed probe just before the cell (harness.calibrate.speed_probe)
     "speed_factor": "Float64",  # derived when loading: speed_tflops / the run's median probe on that device
     "drift": "boolean",  # derived when loading: speed_factor more than 10% off 1 (results.drift)
+    # CUDA cells: NVML readings during the timed calls (harness.telemetry); NA on CPU or without NVML
+    "sm_clock_min_mhz": "Int64",
+    "sm_clock_max_mhz": "Int64",
+    "sm_clock_drop": "Float64",  # the SM clock's largest fall below its earlier high, as a fraction
+    "power_w_mean": "Float64",
+    "power_w_max": "Float64",
+    "temp_c_max": "Int64",
+    "clock_event_reasons": "string",  # NVML clock-event reasons seen (bitwise or), hex
+    "telemetry_samples": "Int64",
+    "throttled": "boolean",  # sm_clock_drop > 10%: the time says as much about the clock as the kernel
     "suspect": "boolean",  # derived when loading (results.suspect), never stored: ok but not believable
     "suspect_reason": "string",
     "max_abs_err": "Float64",

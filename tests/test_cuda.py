@@ -91,3 +91,47 @@ def test_a_device_side_assert_ends_its_worker_and_the_next_cells_run(tmp_path):
     poisoned = [r["message"] for r in rows if r["variant"] == "fault_device_assert"]
     assert all(m.startswith("CUDA context poisoned, worker replaced:") for m in poisoned), poisoned
     assert (out / "worker.log").read_text().count(" exiting: CUDA context poisoned") == 2
+
+
+@pytest.mark.parametrize("n", [4096, 16384])
+def test_naive_cuda_peak_is_two_score_tensors_plus_output(n):
+    """The measured CUDA peak (max_memory_allocated above the baseline) within 2% of the analytic bytes."""
+    b, h, d = 1, 8, 128
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    naive = variants.get("naive").fn
+    with torch.no_grad():
+        naive(q, k, v)  # cuBLAS's workspace is allocated (and kept) by the first call, not counted after
+        got = memory.peak_cuda(lambda: naive(q, k, v))
+    scores, out = b * h * n * n * 2, b * h * n * d * 2
+    assert got == pytest.approx(2 * scores + out, rel=0.02), (got, 2 * scores + out)
+
+
+@pytest.mark.parametrize("n", [4096, 16384])
+def test_sdpa_flash_cuda_peak_is_linear(n):
+    """Within 2x of linear: the output and its log-sum-exp (B, H, N) in float32."""
+    b, h, d = 1, 8, 128
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    flash = variants.get("sdpa_flash").fn
+    with torch.no_grad():
+        flash(q, k, v)
+        got = memory.peak_cuda(lambda: flash(q, k, v))
+    linear = b * h * n * d * 2 + b * h * n * 4
+    assert 0 < got <= 2 * linear, (got, linear)
+
+
+def test_cuda_rows_carry_the_gpus_telemetry():
+    """NVML read during the timed calls of the GPU torch uses (found by its UUID)."""
+    spec = CellSpec("sdpa", "cuda", "bfloat16", 1, 16, 4096, 128, 128, False, 0.0, "fwd")
+    row = measure_cell(spec, Settings(budget_ms=200, warmup_ms=20, min_ms=100))
+    assert row["status"] == "ok", row["message"]
+    assert row["telemetry_samples"] >= 2 and row["sm_clock_max_mhz"] > 0 and row["power_w_max"] > 0
+    assert row["throttled"] in (True, False) and row["sm_clock_min_mhz"] <= row["sm_clock_max_mhz"]
+
+
+def test_the_fingerprint_describes_the_gpu_torch_uses():
+    from attnbench.harness import fingerprint
+
+    info = fingerprint.gpu_info()
+    props = torch.cuda.get_device_properties(0)
+    assert info["name"] == props.name and info["nvml_uuid"].endswith(str(props.uuid))
+    assert info["sm_clock_max"].endswith(" MHz") and info["driver"]

@@ -26,7 +26,15 @@ def _fake_pynvml(*, init_fails: bool = False) -> types.ModuleType:
 
     m.nvmlInit = init
     m.nvmlShutdown = lambda: calls.append("shutdown")
-    m.nvmlDeviceGetHandleByIndex = lambda i: ("gpu", i)
+    gpus = {"GPU-5e3d0c4a-0000-0000-0000-000000000001"}  # the one GPU this fake NVML knows
+
+    def by_uuid(uuid):
+        calls.append(f"uuid {uuid}")
+        if uuid not in gpus:
+            raise _NVMLError("Not Found")
+        return ("gpu", uuid)
+
+    m.nvmlDeviceGetHandleByUUID = by_uuid
     m.nvmlSystemGetDriverVersion = lambda: b"570.86.15"
     m.nvmlDeviceGetClockInfo = lambda h, kind: {1: 1755, 2: 2619}[kind]
     m.nvmlDeviceGetMaxClockInfo = lambda h, kind: 1980
@@ -36,21 +44,33 @@ def _fake_pynvml(*, init_fails: bool = False) -> types.ModuleType:
     return m
 
 
+TORCH_UUID = "5e3d0c4a-0000-0000-0000-000000000001"  # torch's spelling: no GPU- prefix
+
+
 def test_nvml_values_are_written_as_nvidia_smi_writes_them(monkeypatch):
     fake = _fake_pynvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    info = fingerprint.nvml_info(0)
-    assert info == {"driver": "570.86.15", "sm_clock": "1755 MHz", "sm_clock_max": "1980 MHz",
-                    "mem_clock": "2619 MHz", "power_limit": "700.00 W", "temperature": "41"}  # fmt: skip
-    assert fake.calls == ["init", "shutdown"]  # a field the driver lacks is left out; NVML shut down
+    info = fingerprint.nvml_info(TORCH_UUID)
+    assert info == {"nvml_uuid": "GPU-" + TORCH_UUID, "driver": "570.86.15", "sm_clock": "1755 MHz",
+                    "sm_clock_max": "1980 MHz", "mem_clock": "2619 MHz", "power_limit": "700.00 W",
+                    "temperature": "41"}  # fmt: skip
+    # the GPU is asked for by torch's UUID, not by NVML's index 0; a field the driver lacks is left out
+    assert fake.calls == ["init", f"uuid GPU-{TORCH_UUID}", "shutdown"]
 
     fake.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4
-    assert fingerprint.nvml_info(0)["throttle_reasons"] == "0x0000000000000004"
+    assert fingerprint.nvml_info(TORCH_UUID)["throttle_reasons"] == "0x0000000000000004"
+
+
+def test_a_gpu_nvml_does_not_know_gives_no_telemetry_and_nvml_is_shut_down(monkeypatch):
+    fake = _fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert fingerprint.nvml_info("GPU-ffffffff-0000-0000-0000-000000000009") == {}
+    assert fake.calls == ["init", "uuid GPU-ffffffff-0000-0000-0000-000000000009", "shutdown"]
 
 
 def test_no_nvml_means_no_gpu_telemetry(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(init_fails=True))
-    assert fingerprint.nvml_info(0) == {}
+    assert fingerprint.nvml_info(TORCH_UUID) == {}
 
 
 def test_cpu_facts_come_from_the_libraries():
