@@ -1,21 +1,37 @@
 #!/usr/bin/env bash
 # Verify attnbench's CUDA paths on a GPU machine in one go; everything lands in the folder given ($1).
-#   bash benchmarks/gpu_verify.sh OUTDIR [checks|preset|resume RUN_DIR]
-# checks: environment, the test suite's CUDA tests, the correctness gate table for every variant in
-#         fp16/bf16 with the numerics probe, and the harness-vs-triton.do_bench timing check.
-# preset: the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
+#   bash benchmarks/gpu_verify.sh OUTDIR [install|suite|checks|preset|resume RUN_DIR]
+# install: attnbench itself and any wheels carried in .whl/ (xformers: pip download it where pip works,
+#          see the device notes), offline: --no-deps --no-build-isolation, into /tmp/site and the image's env.
+# suite:   the whole test suite on this GPU (tests/test_cuda.py included: none may skip for want of a device).
+# checks:  environment, the CUDA tests, the correctness gate table for every variant in fp16/bf16/fp32 with
+#          the numerics probe, and the harness-vs-triton.do_bench timing check.
+# preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
+# One device command per step keeps each under the 10-minute limit; install once per fresh machine.
 set -uo pipefail
 out=${1:?usage: gpu_verify.sh OUTDIR [checks|preset|resume RUN_DIR]}
 what=${2:-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+if [ -d /tmp/site ]; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; fi
 case "$what" in
+install)
+    if compgen -G ".whl/*.whl" >/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -3 | tee "$out/install.txt"
+    PYTHONPATH=/tmp/site python3 -c "import torch, attnbench; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
+        | tee -a "$out/install.txt"
+    ;;
+suite)
+    timeout "${SUITE_SECONDS:-560}" python3 -m pytest tests -q -p no:cacheprovider -rs 2>&1 | tee "$out/pytest-suite.txt" | tail -60
+    ;;
 checks)
     nvidia-smi | tee "$out/nvidia-smi.txt"
     python3 -m attnbench env | tee "$out/env.txt"
     python3 -m attnbench list > "$out/list.txt" 2>&1
     python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -15 | tee "$out/pytest-cuda.txt"
-    python3 -m attnbench check --device cuda --dtype float16,bfloat16 --seq-len 200 --probe > "$out/gate.txt" 2>&1
+    python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 --probe > "$out/gate.txt" 2>&1
     echo "gate exit status $?" >> "$out/gate.txt"
     python3 benchmarks/harness_check.py --device cuda --json "$out/harness_check.json" 2>&1 | tee "$out/harness_check.txt"
     ;;

@@ -135,3 +135,26 @@ def test_the_fingerprint_describes_the_gpu_torch_uses():
     props = torch.cuda.get_device_properties(0)
     assert info["name"] == props.name and info["nvml_uuid"].endswith(str(props.uuid))
     assert info["sm_clock_max"].endswith(" MHz") and info["driver"]
+
+
+@pytest.mark.parametrize("name", ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn"])
+def test_every_pinned_backend_runs_a_cell_on_an_sm80_plus_gpu(name):
+    """A pinned backend that refuses every shape must not pass as green by skipping: on an sm80+ GPU each
+    runs the plainest cell (bf16, d=64, no mask) through the gate, forward and forward+backward."""
+    if torch.cuda.get_device_capability()[0] < 8:
+        pytest.skip("flash and cuDNN attention need an sm80+ GPU")
+    var = variants.get(name)
+    for backward in (False, True):
+        prob = Problem(device="cuda", dtype="bfloat16", batch=1, heads=4, seq_q=256, seq_k=256, d_k=64,
+                       d_v=64, causal=False, padding=False, backward=backward)  # fmt: skip
+        assert var.check(prob) is None
+        q, k, v = (torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        r = correctness.check(var, q, k, v, causal=False, key_lengths=None, backward=backward)
+        assert r.ok, r.describe()
+
+
+def test_a_refusal_on_cuda_carries_torchs_reason():
+    """An UnsupportedError from a pinned backend quotes torch's own words, not only 'unsupported'."""
+    q, k, v = (torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float32) for _ in range(3))
+    with pytest.raises(UnsupportedError, match="torch refused the FLASH_ATTENTION backend: .+"):
+        variants.get("sdpa_flash").fn(q, k, v)  # the raw fn: the capability would refuse float32 first
