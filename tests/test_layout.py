@@ -100,7 +100,8 @@ def test_a_bad_layout_is_refused_at_registration_in_one_line(tmp_path):
 
 
 def test_in_layout_always_copies_and_keeps_values():
-    for shape in ((2, 3, 5, 4), (2, 1, 5, 4), (2, 3, 1, 4)):  # where H or N is 1, .contiguous() would not copy
+    # where H or N is 1, .contiguous() of the transpose would hand back the same memory: no copy
+    for shape in ((2, 3, 5, 4), (2, 1, 5, 4), (2, 3, 1, 4)):
         t = torch.randn(*shape)
         for layout in variants.LAYOUTS:
             u = variants.in_layout(t, layout)
