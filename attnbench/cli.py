@@ -417,6 +417,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "dtypes": ",".join(c.dtypes),
                 "head_dim": head,
                 "supports": caps,
+                "layout": c.layout,
                 "default": c.default,
                 "source": v.source,
                 "description": c.description,
@@ -434,9 +435,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     short = {**SHORT_DTYPE, "padding": "pad", "dropout": "drop", "backward": "bwd"}
     table = Table(title="attnbench variants (memory: how peak memory grows with N)")
-    for col in ("variant", "description", "memory", "dtypes", "head dim", "supports", "cpu", "cuda"):
+    columns = ("variant", "description", "memory", "dtypes", "head dim", "supports", "layout", "cpu", "cuda")
+    for col in columns:
         table.add_column(
-            col, overflow="fold", no_wrap=col in ("variant", "memory", "head dim", "cpu", "cuda")
+            col, overflow="fold", no_wrap=col in ("variant", "memory", "head dim", "layout", "cpu", "cuda")
         )
     for r in rows:
         marks = ["[green]yes[/]" if r["available"][d] else "[red]no[/]" for d in ("cpu", "cuda")]
@@ -448,6 +450,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             " ".join(short.get(x, x) for x in r["dtypes"].split(",")),
             r["head_dim"],
             " ".join(short.get(x, x) for x in r["supports"].split(",")),
+            r["layout"],
             *marks,
         )
     console = Console(width=max(150, Console().width))

@@ -214,8 +214,10 @@ def check_cuda(settings: Settings, rounds: int = MIN_ROUNDS) -> tuple[list[dict]
                 "message": row["message"],
             }
             if row.get("time_ms_median") is not None:
-                q, k, v, _ = cache.get(spec, settings.seed)
-                fn = variants.get(name).fn
+                variant = variants.get(name)
+                # the inputs and the callable measure_cell times: in the variant's layout, its setup done
+                q, k, v, _ = cache.get(spec, settings.seed, variant.cap.layout)
+                fn = variant.bind(q, k, v, causal=False, key_lengths=None)
                 if pass_ == "fwd":
 
                     def call(fn=fn, q=q, k=k, v=v):

@@ -1,9 +1,10 @@
 """Measure one cell in steps, then one result row: prepare, time_call, peak, check_after -> measure_cell.
 
-- prepare(spec, settings, cache) -> Prepared: clones of the shape's pristine seeded inputs, the variant's
-  setup hook if it has one (setup_ms), one forward call (first_call_ms) gated against float64 (gradients
-  too for fwdbwd), for a dropout cell the statistical dropout check (harness.dropout_check), whether that
-  modified the inputs, and the call to time;
+- prepare(spec, settings, cache) -> Prepared: copies of the shape's pristine seeded inputs in the memory
+  layout the variant declares (`handed`), the variant's setup hook if it has one (setup_ms), one forward
+  call (first_call_ms) gated against float64 (gradients too for fwdbwd), for a dropout cell the
+  statistical dropout check (harness.dropout_check), whether that modified the inputs, and the call to
+  time;
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets
   (on CUDA inside harness.telemetry's NVML sampling: clocks, power, temperature, `throttled`);
 - peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
@@ -31,7 +32,7 @@ import torch
 
 from attnbench import variants
 from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes, summarize, tflops
-from attnbench.variants import UnsupportedError, torch_dtype
+from attnbench.variants import UnsupportedError, in_layout, torch_dtype
 
 from . import correctness, dropout_check, memory, telemetry, timing
 from .spec import CellSpec, Settings
@@ -57,12 +58,21 @@ def make_inputs(
 INPUT_NAMES = ("q", "k", "v", "key_lengths")
 
 
+def handed(inputs, layout: str = "bhnd"):
+    """What a variant is handed: new copies of (q, k, v, key_lengths), q, k and v in the memory layout it
+    declares (Capability.layout; variants.in_layout: the same shapes and values). Made here, outside any
+    timed call, so that the timed call pays no copy into the layout its kernel takes."""
+    q, k, v, kl = inputs
+    return (*(in_layout(t, layout) for t in (q, k, v)), None if kl is None else kl.clone())
+
+
 class InputCache:
     """The last shape's inputs and float64 reference, shared by the variants that run back to back on it.
 
-    One pristine copy per shape is kept here and never handed out: every cell gets clones of it, so a
-    variant that writes into its inputs cannot harm the cells after it, and `changed` compares what a
-    cell's variant was given against the pristine copy (exactly: torch.equal, cheap next to a cell).
+    One pristine copy per shape is kept here and never handed out: every cell gets copies of it (in its
+    variant's layout), so a variant that writes into its inputs cannot harm the cells after it, and
+    `changed` compares the values a cell's variant was given against the pristine copy (exactly:
+    torch.equal, whatever the layout; cheap next to a cell).
     """
 
     def __init__(self) -> None:
@@ -70,14 +80,15 @@ class InputCache:
         self.pristine: tuple | None = None
         self.ref: torch.Tensor | None = None
 
-    def get(self, spec: CellSpec, seed: int):
-        """Fresh clones of this shape's pristine (q, k, v, key_lengths), made once per shape and seed."""
+    def get(self, spec: CellSpec, seed: int, layout: str = "bhnd"):
+        """Fresh copies of this shape's pristine (q, k, v, key_lengths) in `layout` (see `handed`); the
+        pristine inputs are made once per shape and seed."""
         key = (spec.shape_key, seed)
         if key != self.key:
             self.key, self.pristine, self.ref = None, None, None  # free the old shape before the new one
             self.pristine = make_inputs(spec, seed)
             self.key = key
-        return tuple(None if t is None else t.clone() for t in self.pristine)
+        return handed(self.pristine, layout)
 
     def changed(self, given) -> tuple[str, ...]:
         """The names of the inputs in `given` (q, k, v, key_lengths as handed to a cell) that no longer
@@ -167,6 +178,7 @@ class Prepared:
     setup_ms: float | None = None  # the variant's setup hook, timed apart; None: it has none
     first_call_ms: float | None = None  # the gated forward call: lazy init, autotune, compile, plans
     dropout: dropout_check.DropoutResult | None = None  # a dropout cell's statistical check; None: p = 0
+    layout: str = "bhnd"  # the memory layout q, k, v were handed in (the variant's Capability.layout)
 
     @property
     def grad_ok(self) -> bool:
@@ -188,8 +200,10 @@ class Prepared:
         }
 
     def setup_fields(self) -> dict[str, Any]:
-        """The columns of what a cell costs before its steady state: the setup hook and the first call."""
+        """The columns of how a cell was set up apart from its timed calls: the layout of its inputs, what
+        the setup hook and the first call cost."""
         return {
+            "layout": self.layout,
             "setup_ms": None if self.setup_ms is None else round(self.setup_ms, 6),
             "first_call_ms": None if self.first_call_ms is None else round(self.first_call_ms, 6),
         }
@@ -252,15 +266,15 @@ def _timed_once(device: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) 
 
 
 def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None) -> Prepared:
-    """Inputs (clones of the cache's pristine copy), the variant's setup hook if it has one (timed
-    apart), one validated forward call (timed: the first-call cost) gated against float64, gradients
-    for fwdbwd (up to settings.grad_check_elems), both without dropout; for a dropout cell the dropout
-    check; a check that none of it modified the inputs, and the call to time (with dropout_p). The caller
-    has checked that the variant exists and supports the cell; whatever the variant raises here propagates
-    (see `failure`)."""
+    """Inputs (copies of the cache's pristine copy, in the variant's layout), the variant's setup hook if
+    it has one (timed apart), one validated forward call (timed: the first-call cost) gated against float64,
+    gradients for fwdbwd (up to settings.grad_check_elems), both without dropout; for a dropout cell the
+    dropout check; a check that none of it modified the inputs, and the call to time (with dropout_p). The
+    caller has checked that the variant exists and supports the cell; whatever the variant raises here
+    propagates (see `failure`)."""
     variant = variants.get(spec.variant)
     cache = cache or InputCache()
-    inputs = cache.get(spec, settings.seed)
+    inputs = cache.get(spec, settings.seed, variant.cap.layout)
     q, k, v, kl = inputs
     opts = call_options(spec, kl)
     variant.validate(q, k, v, dropout_p=spec.dropout, **opts)
@@ -310,13 +324,15 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
         setup_ms=setup_ms,
         first_call_ms=first_ms,
         dropout=dropped,
+        layout=variant.cap.layout,
     )
 
 
 def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: InputCache) -> AfterCheck:
     """After the timed calls: did they modify their inputs, and does the timed callable's answer follow
     the inputs? One more forward call on fresh inputs of the same shape (seed settings.seed +
-    FRESH_SEED_OFFSET), compared with float64 on FRESH_ROWS sampled query rows."""
+    FRESH_SEED_OFFSET, in the layout prepare handed), compared with float64 on FRESH_ROWS sampled query
+    rows."""
     given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
     changed = () if given is None else cache.changed(given)
     seed = settings.seed + FRESH_SEED_OFFSET
@@ -325,7 +341,7 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
     opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
     ref = correctness.reference(q, k, v, rows=rows, **opts)
-    given = [None if t is None else t.clone() for t in (q, k, v, kl)]  # it may write into what it is given
+    given = handed((q, k, v, kl), ready.layout)  # it may write into what it is given
     with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
         out = ready.fn(*given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3]))
     fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)

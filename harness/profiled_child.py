@@ -87,15 +87,18 @@ class Child:
 
 
 def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
-    """The cell's call exactly as harness.cell times it, on harness.cell.make_inputs' inputs: for a variant
-    with a setup hook, the callable the hook returns (its setup runs here, before any profiling)."""
+    """The cell's call exactly as harness.cell times it, on harness.cell.make_inputs' inputs in the
+    variant's layout: for a variant with a setup hook, the callable the hook returns (its setup runs here,
+    before any profiling)."""
     from attnbench import variants
 
-    from .cell import call_options, make_inputs, timed_call
+    from .cell import call_options, handed, make_inputs, timed_call
 
-    q, k, v, kl = make_inputs(cell, seed)  # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v), (B,)
+    variant = variants.get(cell.variant)
+    # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v), (B,)
+    q, k, v, kl = handed(make_inputs(cell, seed), variant.cap.layout)
     opts = call_options(cell, kl)
-    fn = variants.get(cell.variant).bind(q, k, v, **opts)
+    fn = variant.bind(q, k, v, **opts)
     opts["dropout_p"] = cell.dropout
     return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", **opts)
 

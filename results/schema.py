@@ -45,6 +45,10 @@ COLUMNS: dict[str, str] = {
     "n_samples": "Int64",
     "first_call_ms": "Float64",  # the cell's first (gated) forward call: lazy init, autotune, compile, plans
     "setup_ms": "Float64",  # the variant's setup hook, kept out of the timed call; NA when it has none
+    # the memory layout the variant was handed q, k, v in ("bhnd", or "bnhd": (B, N, H, d) memory under the
+    # same (B, H, N, d) shape; variants.problem.LAYOUTS), made outside the timed calls. NA in runs before
+    # it and in cells never handed inputs (unsupported, skipped); runs before it handed every cell "bhnd"
+    "layout": "string",
     "peak_mem_bytes": "Int64",
     "flops": "Int64",
     "flops_formula": "string",

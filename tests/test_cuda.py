@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from attnbench import variants
 from attnbench.harness import correctness, memory, timing
-from attnbench.harness.cell import measure_cell
+from attnbench.harness.cell import InputCache, measure_cell, prepare
 from attnbench.harness.spec import CellSpec, Settings
 from attnbench.variants import Problem, UnsupportedError
 
@@ -158,3 +160,55 @@ def test_a_refusal_on_cuda_carries_torchs_reason():
     q, k, v = (torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float32) for _ in range(3))
     with pytest.raises(UnsupportedError, match="torch refused the FLASH_ATTENTION backend: .+"):
         variants.get("sdpa_flash").fn(q, k, v)  # the raw fn: the capability would refuse float32 first
+
+
+def _allocated_during(call, *, forbid_sync: bool = False) -> int:
+    """Bytes the CUDA caching allocator handed out during one call (all of them, not the peak); with
+    forbid_sync, any device->host synchronisation in the call raises (torch's sync debug mode)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocated_bytes.all.allocated"]
+    if forbid_sync:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    return torch.cuda.memory_stats()["allocated_bytes.all.allocated"] - before
+
+
+@pytest.mark.parametrize("axes", [{}, {"causal": True}, {"padding": 0.25}], ids=["full", "causal", "padded"])
+def test_xformers_timed_call_makes_no_host_sync_and_no_copy_of_its_inputs(axes):
+    """The GPU issue's "no extra work in the timed call": no .tolist() sync (the padded-keys bias is made in
+    setup) and no copy of q, k, v (they come in xformers' (B, N, H, K) memory, layout="bnhd"). B*H*N/128
+    = 512 query blocks, well above an H100's SMs, so that no split-KV workspace enters the byte count."""
+    pytest.importorskip("xformers")
+    spec = CellSpec("xformers", "cuda", "bfloat16", 4, 16, 1024, 128, 128, False, 0.0, "fwd")
+    spec = dataclasses.replace(spec, **axes)
+    settings = Settings(budget_ms=50, warmup_ms=10, min_ms=5)
+    row = measure_cell(spec, settings)
+    assert row["status"] == "ok", row["message"]
+    assert row["layout"] == "bnhd" and row["setup_ms"] is not None
+    assert row["fresh_rel_err"] <= correctness.TOLERANCE["bfloat16"]  # follows fresh inputs, new key_lengths
+
+    ready = prepare(spec, settings, InputCache())  # the timed call exactly as measure_cell times it
+    q, k, v, kl = ready.call.inputs
+    assert all(t.transpose(1, 2).is_contiguous() for t in (q, k, v))
+    ready.call()  # warm: lazy initialisation, workspaces
+    allocated = _allocated_during(ready.call, forbid_sync=True)  # raises on a device->host sync
+    q_bytes = q.numel() * q.element_size()  # = the output's bytes (d_v = d_k); a copy of q, k or v adds this
+    assert allocated < 2 * q_bytes, f"{allocated} B allocated in one call: more than the output + workspace"
+    if kl is not None:
+        # the same call on (B, H, N, K)-contiguous inputs, as before the layout: the packing copies q, k, v,
+        # and the byte count sees it
+        bhnd = [t.contiguous() for t in (q, k, v)]
+        with torch.no_grad():
+            copied = _allocated_during(lambda: ready.fn(*bhnd, causal=False, key_lengths=kl))
+        assert copied - allocated >= 3 * q_bytes, (copied, allocated)
+        # other key lengths: the bound callable makes their bias, never the stale one
+        other = torch.tensor([spec.seq_len // 2, spec.seq_len, 1, spec.seq_len], device="cuda")
+        with torch.no_grad():
+            out = ready.fn(q, k, v, causal=False, key_lengths=other)
+        rows = correctness.sample_rows(spec.seq_len, 64, seed=0)
+        result = correctness.gate(out, q, k, v, key_lengths=other, rows=rows)
+        assert result.passed, result.describe()

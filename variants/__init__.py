@@ -15,7 +15,7 @@ if __name__ != "attnbench.variants":  # the folder imported by its own name, whi
         f"{__name__} is now attnbench.variants: write `from attnbench import register`", name="variants"
     )
 
-from .problem import DTYPES, Problem, dtype_name, torch_dtype, validate_tensors
+from .problem import DTYPES, LAYOUTS, Problem, dtype_name, in_layout, torch_dtype, validate_tensors
 from .registry import (
     ENTRY_POINT_GROUP,
     Capability,
@@ -33,6 +33,7 @@ from .registry import (
 __all__ = [
     "DTYPES",
     "ENTRY_POINT_GROUP",
+    "LAYOUTS",
     "Capability",
     "Problem",
     "UnsupportedError",
@@ -41,6 +42,7 @@ __all__ = [
     "all_variants",
     "dtype_name",
     "get",
+    "in_layout",
     "load_errors",
     "load_variant_file",
     "register",

@@ -12,6 +12,11 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 # j <= i + N_k - N_q (lower-right: the last query sees every key, torch's causal_lower_right, FlashAttention
 # >= 2.1). They agree when N_q = N_k.
 CAUSAL_ALIGNS = ("top-left", "lower-right")
+# The memory layouts a variant may ask the harness to hand it q, k and v in (Capability.layout). The shape is
+# (B, H, N, d) in both: "bhnd" is (B, H, N, d)-contiguous (the default); "bnhd" keeps (B, N, H, d) in memory,
+# as xformers and FlashAttention's own API take it, so that `t.transpose(1, 2)` is contiguous and costs the
+# timed call no copy.
+LAYOUTS = ("bhnd", "bnhd")
 
 
 def extra_options(*, causal_align: str = "top-left", window: int = 0, mod: str = NONE) -> dict:
@@ -25,6 +30,18 @@ def extra_options(*, causal_align: str = "top-left", window: int = 0, mod: str =
     if mod != NONE:
         out["mod"] = mod
     return out
+
+
+def in_layout(t, layout: str):
+    """A new copy of t (B, H, N, d): the same shape and values, its memory in `layout` (one of LAYOUTS).
+    Always a copy (clone, never .contiguous(), which hands back t itself where H or N is 1)."""
+    import torch
+
+    if layout == "bhnd":
+        return t.clone(memory_format=torch.contiguous_format)
+    if layout == "bnhd":  # (B, H, N, d) view of (B, N, H, d)-contiguous memory
+        return t.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
+    raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
 
 
 def torch_dtype(name: str):

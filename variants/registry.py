@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .mods import MOD_KINDS, NONE, mod_kind
-from .problem import DTYPES, Problem, extra_options, validate_tensors
+from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 # The top-level import names attnbench had before 0.2 (now attnbench.variants, ...): a plug-in that still
@@ -54,7 +54,9 @@ class Capability:
     # setup(q, k, v, *, causal, key_lengths, [causal_align, window, mod when set]) -> a callable with fn's
     # calling convention, prepared for inputs of that shape (plans, block masks, compiled kernels). The
     # harness times it apart (setup_ms) and gates and times what it returns; it must depend on shapes and
-    # options only, never on the values.
+    # options only, never on the values of q, k, v. key_lengths are the cell's (fresh inputs get the same):
+    # a plan made from them (xformers' padded-keys bias) must check that a call's are the ones it was made
+    # for, and re-plan or raise when they are not, never answer with a stale plan.
     setup: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
     # Axes added after the first calling convention default to "not supported", so that a variant is never
     # handed a keyword (causal_align=, window=, mod=) or a k/v head count it never declared it takes.
@@ -62,6 +64,11 @@ class Capability:
     lower_right: bool = False  # causal_align="lower-right"
     window: bool = False  # window=W, a sliding window with causal masking
     mods: tuple[str, ...] = ()  # score modifications it applies (kinds of variants.mods: alibi, softcap)
+    # The memory layout the harness hands q, k, v in, made before any timed call (problem.LAYOUTS): "bhnd"
+    # (B, H, N, d)-contiguous, or "bnhd", the same (B, H, N, d) shape over (B, N, H, d) memory, for a
+    # kernel that takes (B, N, H, d) and would otherwise copy its inputs inside every timed call. Last, so
+    # that a Capability built positionally before it keeps its meaning.
+    layout: str = "bhnd"
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -70,6 +77,8 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: memory must be one of {MEMORY_CLASSES}, not {self.memory!r}"
             )
+        if self.layout not in LAYOUTS:
+            raise VariantError(f"variant {self.name}: layout must be one of {LAYOUTS}, not {self.layout!r}")
         bad = [d for d in self.devices if d not in DEVICES]
         if bad:
             raise VariantError(f"variant {self.name}: unknown device(s) {bad}; known: {list(DEVICES)}")
@@ -103,8 +112,8 @@ class Variant:
         """The capability as plain JSON data (what a run stores in meta.json for its reports)."""
         cap = self.cap
         fields = ("description", "devices", "dtypes", "min_head_dim", "max_head_dim", "causal", "padding",
-                  "dropout", "dropout_deterministic", "backward", "memory", "default", "gqa", "lower_right",
-                  "window", "mods")  # fmt: skip
+                  "dropout", "dropout_deterministic", "backward", "memory", "default", "layout", "gqa",
+                  "lower_right", "window", "mods")  # fmt: skip
         out = {f: list(v) if isinstance(v := getattr(cap, f), tuple) else v for f in fields}
         return {**out, "source": self.source}
 

@@ -1,0 +1,125 @@
+"""The xformers variant's own code on CPU, against a stand-in `xformers` package that records what it is
+handed (no xformers wheel or CUDA here; tests/test_cuda.py runs the real one through measure_cell).
+
+What is checked: the attention bias is made in the setup hook (key_lengths read there, once), a timed call
+makes none and hands the kernel views of the harness's bnhd inputs (the padded path's packing copies
+nothing), and the bound callable never answers with a bias made for other key lengths.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from attnbench import variants
+from attnbench.harness.cell import handed
+
+B, H, N, D = 2, 3, 16, 8
+
+FAKE_OPS = """
+from types import SimpleNamespace
+
+import torch
+
+MADE = []  # every bias made: (kind, its arguments)
+CALLS = []  # every kernel call: (q's data_ptr, q's shape, the bias)
+
+
+class LowerTriangularMask:
+    def __init__(self):
+        MADE.append(("causal", {}))
+
+
+class BlockDiagonalPaddedKeysMask:
+    @classmethod
+    def from_seqlens(cls, q_seqlen, kv_padding, kv_seqlen, device=None):
+        MADE.append(("padded", dict(q_seqlen=q_seqlen, kv_padding=kv_padding, kv_seqlen=kv_seqlen)))
+        return cls()
+
+
+fmha = SimpleNamespace(
+    attn_bias=SimpleNamespace(
+        LowerTriangularMask=LowerTriangularMask, BlockDiagonalPaddedKeysMask=BlockDiagonalPaddedKeysMask
+    )
+)
+
+
+def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None):
+    CALLS.append((query.data_ptr(), tuple(query.shape), attn_bias))
+    return torch.zeros(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+"""
+
+
+@pytest.fixture
+def fake_xformers(tmp_path, monkeypatch):
+    """A stand-in `xformers` package on sys.path: its `xformers.ops` module, for what it recorded."""
+    (tmp_path / "xformers" / "ops").mkdir(parents=True)
+    (tmp_path / "xformers" / "__init__.py").write_text("")
+    (tmp_path / "xformers" / "ops" / "__init__.py").write_text(textwrap.dedent(FAKE_OPS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import xformers.ops
+
+        yield xformers.ops
+    finally:
+        for mod in [m for m in sys.modules if m.startswith("xformers")]:
+            del sys.modules[mod]
+
+
+def inputs(layout: str = "bnhd", lengths=(12, N)):
+    """q, k, v (B, H, N, D) in `layout`, and key lengths, as the harness hands them (harness.cell.handed)."""
+    g = torch.Generator().manual_seed(0)
+    qkv = [torch.randn(B, H, N, D, generator=g) for _ in range(3)]
+    return handed((*qkv, torch.tensor(lengths)), layout)
+
+
+def test_the_padded_bias_is_made_once_in_setup_and_timed_calls_copy_nothing(fake_xformers):
+    xf = variants.get("xformers")
+    assert xf.cap.layout == "bnhd" and xf.cap.setup is not None
+    q, k, v, kl = inputs()
+    bound = xf.bind(q, k, v, causal=False, key_lengths=kl)
+    assert fake_xformers.MADE == [("padded", dict(q_seqlen=[N, N], kv_padding=N, kv_seqlen=[12, N]))]
+    for _ in range(3):  # as the timed calls: the same tensors, the key_lengths tensor setup saw
+        out = bound(q, k, v, causal=False, key_lengths=kl)
+        assert out.shape == (B, H, N, D)
+    assert len(fake_xformers.MADE) == 1  # no bias, no .tolist(), in the timed calls
+    packed = {(ptr, shape) for ptr, shape, _ in fake_xformers.CALLS}
+    assert packed == {(q.data_ptr(), (1, B * N, H, D))}  # the batch packed as a view of q: no copy
+
+
+def test_the_bound_callable_never_uses_a_bias_made_for_other_key_lengths(fake_xformers):
+    q, k, v, kl = inputs()
+    bound = variants.get("xformers").bind(q, k, v, causal=False, key_lengths=kl)
+    fresh = kl.clone()  # the harness's fresh-input check: another tensor with the cell's lengths
+    bound(q, k, v, causal=False, key_lengths=fresh)
+    other = torch.tensor([5, 9])
+    bound(q, k, v, causal=False, key_lengths=other)
+    kl[0] = 3  # written in place after setup read it
+    bound(q, k, v, causal=False, key_lengths=kl)
+    made = [args["kv_seqlen"] for _, args in fake_xformers.MADE]
+    assert made == [[12, N], [12, N], [5, 9], [3, N]]  # setup, then one bias per call that did not fit
+    biases = [bias for _, _, bias in fake_xformers.CALLS]
+    assert len(set(map(id, biases))) == 3  # fresh, other and the rewritten kl each got a bias of their own
+    bound(q, k, v, causal=True, key_lengths=None)  # other options: a plan of their own, not the padded bias
+    assert fake_xformers.MADE[-1] == ("causal", {})
+
+
+def test_unpadded_calls_hand_the_kernel_contiguous_views_and_bhnd_inputs_still_work(fake_xformers):
+    q, k, v, _ = inputs()
+    for causal in (False, True):
+        bound = variants.get("xformers").bind(q, k, v, causal=causal, key_lengths=None)
+        bound(q, k, v, causal=causal, key_lengths=None)
+        ptr, shape, _ = fake_xformers.CALLS[-1]
+        assert (ptr, shape) == (q.data_ptr(), (B, N, H, D))
+    qc, kc, vc, kl = inputs("bhnd")  # (B, H, N, d)-contiguous: right all the same, the packing copies
+    out = variants.get("xformers").fn(qc, kc, vc, key_lengths=kl)
+    assert out.shape == (B, H, N, D) and fake_xformers.CALLS[-1][0] != qc.data_ptr()
+
+
+def test_causal_with_padding_is_refused_in_setup_too(fake_xformers):
+    q, k, v, kl = inputs()
+    with pytest.raises(variants.UnsupportedError, match="bottom-right"):
+        variants.get("xformers").bind(q, k, v, causal=True, key_lengths=kl)
