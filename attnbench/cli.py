@@ -111,6 +111,13 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--seed", type=int, help="input seed")
     t.add_argument(
+        "--timing",
+        metavar="auto|events|graph",
+        help="how CUDA cells are timed: events (CUDA events around each call), graph (replays of a CUDA "
+        "graph of several calls, for launch-bound cells) or auto (per cell, the default; each row says which "
+        "and why); CPU cells always use perf_counter",
+    )
+    t.add_argument(
         "--cpu-affinity",
         metavar="LIST",
         help="pin the worker processes to these CPUs, e.g. 0,1 or 0-3 (default: wherever the OS puts them)",
