@@ -64,3 +64,98 @@ def test_cell_texts_carry_timing_for_cuda_cells_and_auto_for_cpu_ones():
     cpu = CellSpec("sdpa", "cpu", "float32", 1, 8, 256, 64, 64, False, 0.0, "fwd")
     texts, _ = cell_texts(cpu, settings)  # a cpu,cuda run's CPU cell: its repro line must still parse
     assert texts["timing"] == "auto" and sweep_from_text(texts).cells(["sdpa"]) == [cpu]
+
+
+# ---- the auto rule, calls per replay, the samples and the fallback: pure functions ---------------------
+
+
+def test_auto_rule_picks_graph_for_launch_bound_calls_and_says_why():
+    from attnbench.harness.timing import choose_timing
+
+    assert choose_timing("auto", 0.031, 0.040) == (
+        "graph",
+        "auto: launch-bound (host 0.031 ms >= 0.5x device 0.040 ms)",
+    )
+    assert choose_timing("auto", 0.030, 2.4) == (
+        "events",
+        "auto: device-bound (host 0.030 ms < 0.5x device 2.400 ms)",
+    )
+    assert choose_timing("auto", 0.5, 1.0)[0] == "graph"  # the boundary is launch-bound
+    assert choose_timing("auto", 0.499, 1.0)[0] == "events"
+    assert choose_timing("auto", 5.0, 5.0)[0] == "graph"  # a call that synchronises: host = device
+    for mode in ("events", "graph"):  # a mode the settings name is taken as it is
+        assert choose_timing(mode) == (mode, "given") == choose_timing(mode, 1.0, 100.0)
+    with pytest.raises(ValueError, match="got 'fast'"):
+        choose_timing("fast", 1.0, 1.0)
+    with pytest.raises(ValueError, match="needs the host and device ms"):
+        choose_timing("auto")
+
+
+def test_calls_per_replay_fill_about_a_millisecond_within_bounds():
+    from attnbench.harness.timing import GRAPH_MAX_CALLS, calls_per_replay
+
+    assert calls_per_replay(0.04) == 25  # 25 x 0.04 ms = 1 ms
+    assert calls_per_replay(0.3) == 4  # rounded up: at least the target
+    assert calls_per_replay(2.0) == 1 and calls_per_replay(500.0) == 1
+    assert calls_per_replay(0.001) == GRAPH_MAX_CALLS == 100  # capped
+    assert calls_per_replay(0.0) == GRAPH_MAX_CALLS  # below the events' resolution: as many as allowed
+    assert calls_per_replay(0.1, target_ms=5.0, most=20) == 20
+
+
+def test_graph_samples_subtract_the_paired_flush_and_divide_by_the_calls():
+    from attnbench.harness.timing import graph_samples
+
+    both, flush = [2.5, 2.6, 2.4], [1.5, 1.5, 1.4]  # 10 x [flush, call] against 10 x [flush]
+    assert graph_samples(both, flush, 10) == pytest.approx([0.1, 0.11, 0.1])
+    assert graph_samples([1.0, 1.2], None, 4) == pytest.approx([0.25, 0.3])  # flush_l2=False: calls alone
+    with pytest.raises(ValueError):  # the pairs must match
+        graph_samples([1.0, 1.2], [0.5], 4)
+
+
+def test_a_failed_capture_falls_back_to_events_naming_the_first_error():
+    from attnbench.harness.timing import GIVEN, graph_fallback
+
+    def captured():  # as torch.cuda.graph ends a capture the call broke: a second error over the first
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when\n stream is capturing")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")  # noqa: B904
+
+    with pytest.raises(RuntimeError) as exc:
+        captured()
+    first = "graph capture failed: RuntimeError: CUDA error: operation not permitted when stream is capturing"
+    assert graph_fallback(GIVEN, exc.value) == ("events", first)
+    auto = "auto: launch-bound (host 0.031 ms >= 0.5x device 0.040 ms)"
+    assert graph_fallback(auto, exc.value) == ("events", f"{auto}; {first}")
+    long = ValueError("x" * 1000)
+    mode, reason = graph_fallback(GIVEN, long)
+    assert mode == "events" and reason.endswith("x...") and len(reason) < 400  # one readable line
+    a, b = ValueError("a"), ValueError("b")
+    a.__cause__, b.__cause__ = b, a  # a cycle cannot hang it
+    assert graph_fallback(GIVEN, a)[1] == "graph capture failed: ValueError: b"
+
+
+def test_timer_choice_fields_and_close():
+    from attnbench.harness import timing
+
+    closed = []
+
+    class Holder:
+        mode = "graph"
+
+        def time_calls(self, fn, n):
+            return [1.0] * n
+
+        def close(self):
+            closed.append(True)
+
+    choice = timing.TimerChoice(Holder(), "graph", "given", 25)
+    assert choice.fields() == {"timing_mode": "graph", "timing_reason": "given", "graph_calls_per_replay": 25}
+    choice.close()
+    assert closed == [True]
+    timing.TimerChoice(timing.CpuTimer(), "perf_counter", "cpu").close()  # a timer without close: nothing
+    assert timing.injected(timing.FakeTimer()).fields() == {
+        "timing_mode": "fake",
+        "timing_reason": "injected timer",
+        "graph_calls_per_replay": None,
+    }
