@@ -4,6 +4,8 @@
   setup hook if it has one (setup_ms), one forward call (first_call_ms) gated against float64 (gradients
   too for fwdbwd), for a dropout cell the statistical dropout check (harness.dropout_check), whether that
   modified the inputs, and the call to time;
+- cell_timer(call, device, settings) -> timing.TimerChoice: perf_counter, CUDA events or a CUDA graph, and
+  why (the row's timing_mode and timing_reason);
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets;
 - peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
 - check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
@@ -331,9 +333,16 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     return AfterCheck(changed=changed, fresh=fresh, seed=seed)
 
 
-def device_timer(device: str, settings: Settings) -> timing.Timer:
-    """The harness's timer for a device: CUDA events (L2 flushed as settings say) or perf_counter."""
-    return timing.CudaTimer(flush_l2=settings.flush_l2) if device == "cuda" else timing.CpuTimer()
+CPU_REASON = "cpu"  # timing_reason of a CPU cell: perf_counter is the one CPU timer, whatever settings.timing
+
+
+def cell_timer(call: Callable[[], object], device: str, settings: Settings) -> timing.TimerChoice:
+    """The harness's timer for a cell's call, and what its row says of it: perf_counter on CPU; on CUDA,
+    events or a CUDA graph of several calls as settings.timing says (auto: chosen for this call by
+    timing.choose_timing), L2 flushed as settings say (timing.cuda_timer)."""
+    if device != "cuda":
+        return timing.TimerChoice(timing.CpuTimer(), timing.CpuTimer.mode, CPU_REASON)
+    return timing.cuda_timer(call, settings.timing, flush_l2=settings.flush_l2)
 
 
 def time_call(call: Callable[[], object], settings: Settings, timer: timing.Timer) -> timing.Measurement:
@@ -476,7 +485,14 @@ def measure_cell(
     try:
         ready = prepare(spec, settings, cache)
         row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
-        m = time_call(ready.call, settings, timer or device_timer(spec.device, settings))
+        chosen = (
+            timing.injected(timer) if timer is not None else cell_timer(ready.call, spec.device, settings)
+        )
+        row.update(chosen.fields())
+        try:
+            m = time_call(ready.call, settings, chosen.timer)
+        finally:
+            chosen.close()  # a CUDA graph's memory is given back before the peak is measured
         peak_bytes, method = peak(ready.call, spec.device)
         after = check_after(ready, spec, settings, cache)
         row.update(

@@ -159,3 +159,64 @@ def test_timer_choice_fields_and_close():
         "timing_reason": "injected timer",
         "graph_calls_per_replay": None,
     }
+
+
+# ---- rows: CPU cells record perf_counter; runs written before the columns still load ---------------------
+
+QUICK = Settings(warmup_ms=2, budget_ms=10, min_ms=2)
+
+
+def _tiny(device: str = "cpu") -> CellSpec:
+    return CellSpec("naive", device, "float32", 1, 2, 32, 16, 16, False, 0.0, "fwd")
+
+
+def test_cpu_cells_time_with_perf_counter_whatever_timing_says():
+    from attnbench.harness import timing
+    from attnbench.harness.cell import cell_timer
+
+    for word in ("auto", "events", "graph"):  # Settings alone takes them; the sweep refuses CPU-only ones
+        choice = cell_timer(lambda: None, "cpu", Settings(timing=word))
+        assert isinstance(choice.timer, timing.CpuTimer)
+        assert choice.fields() == {
+            "timing_mode": "perf_counter",
+            "timing_reason": "cpu",
+            "graph_calls_per_replay": None,
+        }
+
+
+def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before_it(tmp_path):
+    from conftest import DATA
+
+    from attnbench.harness import timing
+    from attnbench.harness.cell import measure_cell
+    from attnbench.results import RunWriter, load
+
+    row = measure_cell(_tiny(), QUICK)
+    assert row["status"] == "ok", row["message"]
+    assert (row["timing_mode"], row["timing_reason"], row["graph_calls_per_replay"]) == (
+        "perf_counter",
+        "cpu",
+        None,
+    )
+    assert row["cell_id"] == "naive|cpu|float32|b1|h2|n32|dk16|dv16|full|pad0|fwd"  # timing: no part of it
+    fake = measure_cell(_tiny(), QUICK, timer=timing.FakeTimer(median_ms=1.0))
+    assert (fake["timing_mode"], fake["timing_reason"]) == ("fake", "injected timer")
+
+    w = RunWriter(tmp_path / "run")
+    w.write_meta({"run_id": "new", "sweep": {"devices": ["cpu"]}})
+    w.append({**row, "run_id": "new"})
+    w.close()
+    old = DATA / "runs" / "cpu-small"
+    assert "timing_mode" not in (old / "rows.jsonl").read_text()  # written before the columns existed
+    df = load(old, tmp_path / "run")
+    new = df["run_id"] == "new"
+    assert new.sum() == 1 and (~new).sum() > 1 and (df.loc[~new, "status"] == "ok").any()
+    assert df.loc[new, "timing_mode"].tolist() == ["perf_counter"]
+    assert df.loc[new, "timing_reason"].tolist() == ["cpu"]
+    for col, dtype in (
+        ("timing_mode", "string"),
+        ("timing_reason", "string"),
+        ("graph_calls_per_replay", "Int64"),
+    ):
+        assert str(df[col].dtype) == dtype and df.loc[~new, col].isna().all()  # NA: not recorded then
+    assert df["graph_calls_per_replay"].isna().all()
