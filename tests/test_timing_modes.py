@@ -220,3 +220,18 @@ def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before
     ):
         assert str(df[col].dtype) == dtype and df.loc[~new, col].isna().all()  # NA: not recorded then
     assert df["graph_calls_per_replay"].isna().all()
+
+
+def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
+    """tests/test_cuda.py times sync_item (a .item() in every call) to see graph timing fall back to events;
+    here, that the variant itself answers right, so that a GPU failure there can only be the fallback's."""
+    from conftest import DATA
+
+    from attnbench import variants
+    from attnbench.harness.cell import measure_cell
+
+    variants.load_variant_file(DATA / "sync_variants.py")
+    for pass_ in ("fwd", "fwdbwd"):
+        cell = CellSpec("sync_item", "cpu", "float32", 1, 2, 32, 16, 16, True, 0.0, pass_)
+        row = measure_cell(cell, QUICK)
+        assert row["status"] == "ok" and row["timing_mode"] == "perf_counter", row["message"]
