@@ -441,6 +441,24 @@ def is_poisoned_row(row: dict[str, Any]) -> bool:
     return row.get("status") == "crashed" and str(row.get("message", "")).startswith(POISONED_PREFIX)
 
 
+# A failed CUDA graph capture can leave torch's allocator believing a capture is still under way (torch
+# releases that state only where the capture reached its end, and only in releases that fixed it): a later
+# empty_cache or capture in the same process then fails an internal assert. The cell itself is fine (timed
+# with events, timing_reason says why); the process that measured it is not trusted with the next one.
+CAPTURE_FAILED = "graph capture failed"
+CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator may think one is under way)"
+
+
+def exit_reason(row: dict[str, Any]) -> str | None:
+    """Why the worker that measured `row` must exit after sending it (the parent starts a fresh one for the
+    next cell), or None: a poisoned CUDA context (the row's message), or a failed graph capture."""
+    if is_poisoned_row(row):
+        return str(row["message"])
+    if CAPTURE_FAILED in str(row.get("timing_reason") or ""):
+        return CAPTURE_EXIT
+    return None
+
+
 def failure(exc: BaseException, device: str, ready: Prepared | None = None) -> tuple[str, str]:
     """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
     error; `wrong` when prepare had already found that it modifies its inputs (the error follows from

@@ -235,3 +235,28 @@ def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
         cell = CellSpec("sync_item", "cpu", "float32", 1, 2, 32, 16, 16, True, 0.0, pass_)
         row = measure_cell(cell, QUICK)
         assert row["status"] == "ok" and row["timing_mode"] == "perf_counter", row["message"]
+
+
+def test_a_failed_capture_sends_its_worker_away_after_the_row():
+    """A failed capture can leave torch's allocator mid-capture: the worker exits after that cell's row (the
+    parent starts another), as after a poisoned CUDA context; any other row keeps its worker."""
+    from attnbench.harness.cell import CAPTURE_EXIT, POISONED_PREFIX, exit_reason
+
+    fell_back = {
+        "status": "ok",
+        "timing_reason": "auto: launch-bound (...); graph capture failed: RuntimeError: x",
+    }
+    assert exit_reason(fell_back) == CAPTURE_EXIT
+    assert (
+        exit_reason({"status": "ok", "timing_reason": "graph capture failed: RuntimeError: x"})
+        == CAPTURE_EXIT
+    )
+    poisoned = {"status": "crashed", "message": POISONED_PREFIX + "AcceleratorError: x"}
+    assert exit_reason(poisoned) == poisoned["message"]
+    for row in (
+        {"status": "ok", "timing_reason": "given"},
+        {"status": "ok", "timing_reason": "cpu"},
+        {"status": "ok", "timing_reason": None},  # a row from before the columns, or one never timed
+        {"status": "error", "message": "ValueError: x"},
+    ):
+        assert exit_reason(row) is None
