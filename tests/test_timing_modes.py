@@ -260,3 +260,104 @@ def test_a_failed_capture_sends_its_worker_away_after_the_row():
         {"status": "error", "message": "ValueError: x"},
     ):
         assert exit_reason(row) is None
+
+
+# ---- benchmarks/timing_modes.py: its pure parts, and its refusal without CUDA ----------------------------
+
+
+@pytest.fixture(scope="module")
+def tm():
+    from conftest import load_benchmark
+
+    return load_benchmark("timing_modes")
+
+
+def test_benchmark_cells_rounds_and_ratio(tm):
+    cells = list(tm.cells())
+    assert (
+        len(cells) == 8
+        and {c.device for _, c in cells} == {"cuda"}
+        and {c.dtype for _, c in cells} == {"bfloat16"}
+    )
+    small = [c for name, c in cells if name == "small"]
+    assert {(c.batch, c.heads, c.seq_len, c.d_k) for c in small} == {(1, 8, 256, 64)}
+    assert {(c.variant, c.pass_) for c in small} == {
+        (v, p) for v in ("sdpa", "sdpa_flash") for p in ("fwd", "fwdbwd")
+    }
+    assert {(c.heads, c.seq_len, c.d_k) for name, c in cells if name == "large"} == {(16, 8192, 128)}
+    assert [tm.round_order(r) for r in range(3)] == [
+        ("events", "graph"),
+        ("graph", "events"),
+        ("events", "graph"),
+    ]
+    s = tm.ratio_summary([0.02, 0.03, 0.02, 0.025, 0.02], [0.01, 0.012, 0.011, 0.01, 0.01])
+    assert s["events_ms_median"] == 0.02 and s["graph_ms_median"] == 0.01
+    ratio = s["ratio_graph_over_events"]
+    assert ratio["per_round"] == [0.5, 0.4, 0.55, 0.4, 0.5] and ratio["median"] == 0.5
+    assert ratio["min"] == 0.4 and ratio["max"] == 0.55 and ratio["p25"] == 0.4 and ratio["p75"] == 0.5
+
+
+def test_benchmark_refuses_too_few_rounds_and_a_machine_without_cuda(tm, tmp_path, capsys):
+    import torch
+
+    out = tmp_path / "t.json"
+    assert tm.main(["--rounds", "3", "--json", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["timing_modes: error: need --rounds >= 5 and a positive --budget-ms, got 3 and 300"]
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal below is for one without")
+    assert tm.main(["--device", "cuda", "--json", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        "timing_modes: error: no CUDA device here: the timing modes are CUDA's"
+    ]
+    assert captured.out == "" and not out.exists()
+
+
+def test_benchmark_pairs_the_modes_of_each_round_and_names_a_fallback(tm):
+    """The bookkeeping of measure() with rows as measure_cell writes them: a graph that fell back to events in
+    one round is a problem, and that round's events row is left out of the paired ratio."""
+    calls = []
+
+    def rows(cell, settings, cache):
+        calls.append((cell.cell_id, settings.timing))
+        n = sum(1 for c in calls if c == calls[-1])  # this cell's n-th row in this mode
+        mode, reason = settings.timing, "given"
+        if (settings.timing, n) == ("graph", 2) and cell.seq_len == 256:  # round 2's graph fell back
+            mode, reason = "events", "graph capture failed: RuntimeError: x"
+        if settings.timing == "auto":
+            mode, reason = "graph", "auto: launch-bound (host 0.030 ms >= 0.5x device 0.040 ms)"
+        if cell.variant == "sdpa_flash" and cell.seq_len == 8192:  # as a GPU without the kernel answers
+            return {"status": "unsupported", "message": "no flash kernel here"}
+        t = {"events": 0.02, "graph": 0.01}[mode] * (1 + 0.1 * n)
+        return {"status": "ok", "message": "", "timing_mode": mode, "timing_reason": reason,
+                "time_ms_median": t, "graph_calls_per_replay": 25 if mode == "graph" else None}  # fmt: skip
+
+    records = tm.measure(5, 100.0, measure_cell=rows)
+    assert (
+        len(records) == 8 and len(calls) == 6 * (1 + 2 * 5) + 2
+    )  # an auto row per cell, then 5 rounds of two
+    flash = [r for r in records if r["variant"] == "sdpa_flash" and r["shape"] == "large"]
+    assert [r["unsupported"] for r in flash] == ["no flash kernel here"] * 2 and "events_ms" not in flash[0]
+    small = next(
+        r for r in records if r["shape"] == "small" and r["variant"] == "sdpa" and r["pass"] == "fwd"
+    )
+    assert len(small["events_ms"]) == len(small["graph_ms"]) == 4  # round 2 dropped from the pairing
+    assert small["problems"] == ["round 2 graph: ok events graph capture failed: RuntimeError: x"]
+    assert small["auto"]["timing_mode"] == "graph" and small["graph_calls_per_replay"] == [25] * 4
+    assert small["ratio_graph_over_events"]["per_round"] == [0.5, 0.5, 0.5, 0.5]
+    large = next(r for r in records if r["shape"] == "large" and r["variant"] == "sdpa")
+    assert not large["problems"] and len(large["graph_ms"]) == 5
+    orders = [t for cid, t in calls if cid == small["cell_id"] and t != "auto"]
+    assert orders == [
+        "events",
+        "graph",
+        "graph",
+        "events",
+        "events",
+        "graph",
+        "graph",
+        "events",
+        "events",
+        "graph",
+    ]
