@@ -350,7 +350,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         meta, cell = rerun.find_cell(args.run_dir, args.cell_id)
     except ValueError as exc:  # RunDirError is one
         raise BadInput(str(exc)) from None
-    settings = SweepSpec.from_dict(meta["sweep"]).settings
+    settings = SweepSpec.from_meta(meta["sweep"]).settings
     slug = cell.cell_id.replace("|", "-")
     out = args.out or f"runs/repro-{meta.get('run_id', Path(args.run_dir).name)}-{slug}"
     texts, left = cell_texts(cell, settings)

@@ -405,6 +405,17 @@ class SweepSpec:
             )
         return cls(**kw, settings=Settings(**settings))
 
+    @classmethod
+    def from_meta(cls, d: dict[str, Any]) -> SweepSpec:
+        """The sweep a run's meta.json recorded (its "sweep"). A run written before the timing setting
+        existed timed its CUDA cells with events, the one CUDA mode then: its resume, rerun and repro line
+        keep events rather than take today's default (auto), so that its rows stay comparable."""
+        d = dict(d)
+        settings = dict(d.get("settings") or {})
+        if "timing" not in settings and "cuda" in (d.get("devices") or ()):
+            settings["timing"] = "events"
+        return cls.from_dict({**d, "settings": settings})
+
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

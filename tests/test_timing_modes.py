@@ -361,3 +361,38 @@ def test_benchmark_pairs_the_modes_of_each_round_and_names_a_fallback(tm):
         "events",
         "graph",
     ]
+
+
+def test_a_run_written_before_the_setting_keeps_events_on_cuda_when_measured_again(tmp_path, capsys):
+    """Old CUDA runs were timed with events (the one mode then): their resume, rerun and repro line say
+    events, not today's default; old CPU runs and runs that recorded a timing keep what they say."""
+    import shlex
+
+    import synthetic
+    from conftest import DATA
+
+    from attnbench.cli import main
+    from attnbench.harness import rerun
+
+    old = {"devices": ["cuda"], "seq_len": [256], "settings": {"budget_ms": 50.0}}
+    assert SweepSpec.from_meta(old).settings.timing == "events"
+    assert SweepSpec.from_meta({**old, "devices": ["cpu", "cuda"]}).settings.timing == "events"
+    assert SweepSpec.from_meta({**old, "devices": ["cpu"]}).settings.timing == "auto"
+    new = {**old, "settings": {"timing": "graph"}}
+    assert SweepSpec.from_meta(new).settings.timing == "graph" and new["settings"] == {"timing": "graph"}
+
+    rows = [synthetic.cell("sdpa", 256, device="cuda", dtype="bfloat16", time_ms=0.02)]
+    run = synthetic.write_run(tmp_path / "old-cuda", rows)
+    assert rerun.plan(run).sweep.settings.timing == "events"
+    assert main(["repro", str(run), rows[0]["cell_id"]]) == 0
+    argv = shlex.split(capsys.readouterr().out)
+    assert argv[argv.index("--timing") + 1] == "events"
+    assert rerun.plan(DATA / "runs" / "cpu-small").sweep.settings.timing == "auto"
+
+
+def test_the_python_api_takes_timing_and_refuses_it_on_a_cpu_sweep(tmp_path):
+    import attnbench
+
+    with pytest.raises(ValueError, match="^timing 'graph' chooses how CUDA cells are timed"):
+        attnbench.run(variants="naive", seq_len=64, timing="graph", out=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
