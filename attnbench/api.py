@@ -65,7 +65,7 @@ def run(
 
     Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' for --pass); settings
     (warmup_ms, budget_ms, min_samples, max_samples, min_ms, target_rel_iqr, threads, cell_timeout,
-    calibrate_ms, seed, cpu_affinity, env) go with them.
+    calibrate_ms, seed, cpu_affinity, timing, env) go with them.
     """
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import run as run_sweep

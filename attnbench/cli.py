@@ -111,6 +111,13 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--seed", type=int, help="input seed")
     t.add_argument(
+        "--timing",
+        metavar="auto|events|graph",
+        help="how CUDA cells are timed: events (CUDA events around each call), graph (replays of a CUDA "
+        "graph of several calls, for launch-bound cells) or auto (per cell, the default; each row says which "
+        "and why); CPU cells always use perf_counter",
+    )
+    t.add_argument(
         "--cpu-affinity",
         metavar="LIST",
         help="pin the worker processes to these CPUs, e.g. 0,1 or 0-3 (default: wherever the OS puts them)",
@@ -343,7 +350,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         meta, cell = rerun.find_cell(args.run_dir, args.cell_id)
     except ValueError as exc:  # RunDirError is one
         raise BadInput(str(exc)) from None
-    settings = SweepSpec.from_dict(meta["sweep"]).settings
+    settings = SweepSpec.from_meta(meta["sweep"]).settings
     slug = cell.cell_id.replace("|", "-")
     out = args.out or f"runs/repro-{meta.get('run_id', Path(args.run_dir).name)}-{slug}"
     texts, left = cell_texts(cell, settings)

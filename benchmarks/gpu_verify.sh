@@ -5,7 +5,8 @@
 #          see the device notes), offline: --no-deps --no-build-isolation, into /tmp/site and the image's env.
 # suite:   the whole test suite on this GPU (tests/test_cuda.py included: none may skip for want of a device).
 # checks:  environment, the CUDA tests, the correctness gate table for every variant in fp16/bf16/fp32 with
-#          the numerics probe, and the harness-vs-triton.do_bench timing check.
+#          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
+#          timing (--timing) on a small and a large cell.
 # preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
 # One device command per step keeps each under the 10-minute limit; install once per fresh machine.
 set -uo pipefail
@@ -34,6 +35,7 @@ checks)
     python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 --probe > "$out/gate.txt" 2>&1
     echo "gate exit status $?" >> "$out/gate.txt"
     python3 benchmarks/harness_check.py --device cuda --json "$out/harness_check.json" 2>&1 | tee "$out/harness_check.txt"
+    python3 benchmarks/timing_modes.py --device cuda --json "$out/timing_modes.json" 2>&1 | tee "$out/timing_modes.txt"
     ;;
 preset)
     timeout "${GPU_RUN_SECONDS:-500}" python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" 2>&1 \

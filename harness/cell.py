@@ -5,6 +5,8 @@
   call (first_call_ms) gated against float64 (gradients too for fwdbwd), for a dropout cell the
   statistical dropout check (harness.dropout_check), whether that modified the inputs, and the call to
   time;
+- cell_timer(call, device, settings) -> timing.TimerChoice: perf_counter, CUDA events or a CUDA graph, and
+  why (the row's timing_mode and timing_reason);
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets
   (on CUDA inside harness.telemetry's NVML sampling: clocks, power, temperature, `throttled`);
 - peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
@@ -348,9 +350,16 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     return AfterCheck(changed=changed, fresh=fresh, seed=seed)
 
 
-def device_timer(device: str, settings: Settings) -> timing.Timer:
-    """The harness's timer for a device: CUDA events (L2 flushed as settings say) or perf_counter."""
-    return timing.CudaTimer(flush_l2=settings.flush_l2) if device == "cuda" else timing.CpuTimer()
+CPU_REASON = "cpu"  # timing_reason of a CPU cell: perf_counter is the one CPU timer, whatever settings.timing
+
+
+def cell_timer(call: Callable[[], object], device: str, settings: Settings) -> timing.TimerChoice:
+    """The harness's timer for a cell's call, and what its row says of it: perf_counter on CPU; on CUDA,
+    events or a CUDA graph of several calls as settings.timing says (auto: chosen for this call by
+    timing.choose_timing), L2 flushed as settings say (timing.cuda_timer)."""
+    if device != "cuda":
+        return timing.TimerChoice(timing.CpuTimer(), timing.CpuTimer.mode, CPU_REASON)
+    return timing.cuda_timer(call, settings.timing, flush_l2=settings.flush_l2)
 
 
 def time_call(call: Callable[[], object], settings: Settings, timer: timing.Timer) -> timing.Measurement:
@@ -449,6 +458,24 @@ def is_poisoned_row(row: dict[str, Any]) -> bool:
     return row.get("status") == "crashed" and str(row.get("message", "")).startswith(POISONED_PREFIX)
 
 
+# A failed CUDA graph capture can leave torch's allocator believing a capture is still under way (torch
+# releases that state only where the capture reached its end, and only in releases that fixed it): a later
+# empty_cache or capture in the same process then fails an internal assert. The cell itself is fine (timed
+# with events, timing_reason says why); the process that measured it is not trusted with the next one.
+CAPTURE_FAILED = "graph capture failed"
+CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator may think one is under way)"
+
+
+def exit_reason(row: dict[str, Any]) -> str | None:
+    """Why the worker that measured `row` must exit after sending it (the parent starts a fresh one for the
+    next cell), or None: a poisoned CUDA context (the row's message), or a failed graph capture."""
+    if is_poisoned_row(row):
+        return str(row["message"])
+    if CAPTURE_FAILED in str(row.get("timing_reason") or ""):
+        return CAPTURE_EXIT
+    return None
+
+
 def failure(exc: BaseException, device: str, ready: Prepared | None = None) -> tuple[str, str]:
     """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
     error; `wrong` when prepare had already found that it modifies its inputs (the error follows from
@@ -493,8 +520,15 @@ def measure_cell(
     try:
         ready = prepare(spec, settings, cache)
         row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
-        with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
-            m = time_call(ready.call, settings, timer or device_timer(spec.device, settings))
+        chosen = (
+            timing.injected(timer) if timer is not None else cell_timer(ready.call, spec.device, settings)
+        )
+        row.update(chosen.fields())
+        try:
+            with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
+                m = time_call(ready.call, settings, chosen.timer)
+        finally:
+            chosen.close()  # a CUDA graph's memory is given back before the peak is measured
         if spec.device == "cuda":
             row.update(telemetry.summarise(sampled.samples))
         peak_bytes, method = peak(ready.call, spec.device)

@@ -114,7 +114,7 @@ class CellRunner:
             )
             row = reply["row"]
             row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
-            if reply.get("exiting"):  # a CUDA error poisoned its context: the next cell gets a new worker
+            if reply.get("exiting"):  # its CUDA context is poisoned, or a graph capture failed: a new worker
                 self.replace()
             return row
         except WorkerTimeout as exc:

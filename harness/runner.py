@@ -104,7 +104,7 @@ def run(
         if out is None:
             raise ValueError("--resume needs --out DIR naming the run to finish")
         meta = read_meta(out)
-        sweep = SweepSpec.from_dict(meta["sweep"])
+        sweep = SweepSpec.from_meta(meta["sweep"])
         current = fingerprint.resume_identity(dict(sweep.settings.env))
         differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
         if differs and not force_resume:

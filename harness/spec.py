@@ -36,6 +36,9 @@ CAUSAL_CHOICES = {"no": (False,), "yes": (True,), "both": (False, True), LOWER_R
 PASS_CHOICES = {"fwd": ("fwd",), "fwdbwd": ("fwdbwd",), "both": ("fwd", "fwdbwd")}
 MAX_SEQ_LEN = 1 << 24
 MODEL_AXES = ("heads", "kv_heads", "d_k", "window")  # what a model (harness.models) gives, together
+# How CUDA cells are timed (harness.timing): chosen per cell (auto), CUDA events around each call, or replays
+# of a CUDA graph; CPU cells are always timed with perf_counter.
+TIMINGS = ("auto", "events", "graph")
 
 
 @dataclass(frozen=True, order=True)
@@ -192,6 +195,8 @@ class Settings:
     grad_check_elems: int = 1 << 24  # gradients are checked when B*H*N_q*N_k is at most this
     seed: int = 0
     flush_l2: bool = True
+    # CUDA cells: "auto" (per cell, harness.timing.choose_timing), "events" or "graph"; CPU: perf_counter
+    timing: str = "auto"
     memory_guard: float = 0.9  # skip cells whose predicted peak exceeds this fraction of free memory
     # Environment variables set in the worker processes before they start (allocator and threading knobs
     # that are read once at start-up); sorted (name, value) pairs, recorded in meta.json.
@@ -214,6 +219,8 @@ class Settings:
             )
         if not 0 < self.memory_guard <= 1:
             raise ValueError(f"memory_guard must lie in (0, 1], got {self.memory_guard}")
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
 
 
 @dataclass(frozen=True)
@@ -286,6 +293,12 @@ class SweepSpec:
                 "yes or lower-right, not no or both"
             )
         self._check_models()
+        if self.settings.timing != "auto" and "cuda" not in self.devices:
+            raise ValueError(
+                f"timing {self.settings.timing!r} chooses how CUDA cells are timed, but the sweep has no "
+                "cuda device: CPU cells are always timed with perf_counter; drop --timing or add --device "
+                "cuda"
+            )
         for name in ("variants", "devices", "dtypes", "passes", "causal", "model"):
             vals = getattr(self, name)
             if len(set(vals)) != len(vals):
@@ -391,6 +404,17 @@ class SweepSpec:
                 f"unknown setting(s) {sorted(unknown)}; known: {sorted(f.name for f in fields(Settings))}"
             )
         return cls(**kw, settings=Settings(**settings))
+
+    @classmethod
+    def from_meta(cls, d: dict[str, Any]) -> SweepSpec:
+        """The sweep a run's meta.json recorded (its "sweep"). A run written before the timing setting
+        existed timed its CUDA cells with events, the one CUDA mode then: its resume, rerun and repro line
+        keep events rather than take today's default (auto), so that its rows stay comparable."""
+        d = dict(d)
+        settings = dict(d.get("settings") or {})
+        if "timing" not in settings and "cuda" in (d.get("devices") or ()):
+            settings["timing"] = "events"
+        return cls.from_dict({**d, "settings": settings})
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -613,6 +637,14 @@ def parse_mods(name: str, text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_timing(name: str, text: str) -> str:
+    """'auto', 'events' or 'graph' (TIMINGS); ValueError naming the front end's flag and the bad word."""
+    word = str(text).strip()
+    if word not in TIMINGS:
+        raise ValueError(f"{name} must be one of {', '.join(TIMINGS)}, got {word!r}")
+    return word
+
+
 def parse_names(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in str(text).split(",") if p.strip())
 
@@ -731,6 +763,7 @@ TEXT_SETTINGS: dict[str, Callable] = {  # settings given as text -> their type (
     "calibrate_ms": float,
     "seed": int,
     "cpu_affinity": parse_cpu_list,
+    "timing": parse_timing,
 }
 _SWEEP_KEY = {"device": "devices", "dtype": "dtypes", "pass": "passes"}  # axis name -> SweepSpec field
 
@@ -798,7 +831,8 @@ def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
 
     sweep_from_text(texts) gives a sweep whose cells([cell.variant]) are [cell] and whose settings are
     `settings` when nothing is left over: every value is written out, defaults included, so that a later
-    change of a default cannot change what the text measures.
+    change of a default cannot change what the text measures. One exception: a CPU cell's timing is written
+    as auto (CPU cells are timed with perf_counter whatever it says, and a CPU-only sweep takes no other).
     """
     texts: dict[str, Any] = {
         "variants": cell.variant,
@@ -823,6 +857,10 @@ def cell_texts(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
         if name == "cpu_affinity":
             if value:
                 texts[name] = format_cpus(value)
+        elif name == "timing":
+            # a CPU cell is timed with perf_counter whatever the run's timing said (a cpu,cuda sweep may say
+            # graph), and a sweep of that CPU cell alone refuses any other value than auto
+            texts[name] = value if cell.device == "cuda" else "auto"
         else:
             texts[name] = repr(value)
     if settings.env:

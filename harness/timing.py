@@ -1,9 +1,13 @@
 """Timing: one timer per device behind one seam, an adaptive sampling loop, and immutable measurements.
 
 CPU: time.perf_counter around each call (the work is synchronous).
-CUDA: a pair of CUDA events around each call, no synchronisation between calls, the L2 cache flushed
-between calls outside the timed window (as triton.testing.do_bench), one synchronisation at the end.
-Tests inject a seeded fake timer.
+CUDA, two modes (settings.timing; the row records which, and why: TimerChoice):
+- events: a pair of CUDA events around each call, no synchronisation between calls, the L2 cache flushed
+  between calls outside the timed window (as triton.testing.do_bench), one synchronisation at the end;
+- graph: several calls captured into one CUDA graph, its replays timed with events (CudaGraphTimer), for
+  launch-bound calls, whose events time the host's kernel launches more than the device's work.
+auto picks one per cell (choose_timing, from launch_probe); a call that cannot be captured falls back to
+events (graph_fallback). Tests inject a seeded fake timer.
 
 Python's garbage collector is off while a cell is warmed up and sampled (as pyperf does): a collection
 landing inside one call would add its pause to that sample only, a spread that belongs to the
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +40,8 @@ class Timer(Protocol):
 class CpuTimer:
     """perf_counter around each call."""
 
+    mode = "perf_counter"  # what a row's timing_mode says of a cell timed by this timer
+
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
         out = []
         for _ in range(n):
@@ -44,20 +51,25 @@ class CpuTimer:
         return out
 
 
+def l2_flush_buffer(device):
+    """An int32 buffer of twice the device's L2 cache: zeroing it evicts everything L2 held."""
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20
+    return torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
+
+
 class CudaTimer:
     """CUDA events around each call; L2 flushed between calls, outside the events."""
+
+    mode = "events"
 
     def __init__(self, device=None, flush_l2: bool = True) -> None:
         import torch
 
         self.torch = torch
         self.device = torch.device("cuda") if device is None else torch.device(device)
-        self.flush = None
-        if flush_l2:
-            l2 = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 64 << 20
-            self.flush = torch.empty(
-                2 * l2 // 4, dtype=torch.int32, device=self.device
-            )  # 2x L2, evicts it all
+        self.flush = l2_flush_buffer(self.device) if flush_l2 else None
 
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
         torch = self.torch
@@ -73,8 +85,245 @@ class CudaTimer:
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
+# ---- CUDA graphs: the timer, the auto rule, and the choice a row records ------------------------------
+
+GIVEN = "given"  # timing_reason of a mode the settings named
+# auto: graph when the host's enqueue time of a call is at least this fraction of its device time
+LAUNCH_BOUND = 0.5
+GRAPH_TARGET_MS = 1.0  # a replay holds calls enough for about this much of the call's device time ...
+GRAPH_MAX_CALLS = 100  # ... but never more calls than this
+GRAPH_WARMUP_CALLS = 3  # calls on a side stream before capture, as torch's CUDA-graph docs require
+
+
+def choose_timing(
+    requested: str, host_ms: float | None = None, device_ms: float | None = None
+) -> tuple[str, str]:
+    """(mode, reason) for a CUDA cell: the mode settings.timing names ("events", "graph": reason "given"),
+    or for "auto" the rule, from launch_probe's host enqueue time and event time of one call.
+
+    The rule: graph when host_ms >= LAUNCH_BOUND x device_ms (launch-bound), else events. Events time a
+    call from a mark before its first kernel to one after its last; when the host needs as long to enqueue
+    the kernels as the device to run them, the device idles between launches and the events time the
+    launches. A device-bound call keeps the launch queue ahead of the device (the timed loop never
+    synchronises), and its events time the kernels alone. The factor 0.5 leaves a margin for the host's
+    jitter: a call the host enqueues in half its device time is safely device-bound."""
+    if requested in ("events", "graph"):
+        return requested, GIVEN
+    if requested != "auto":
+        raise ValueError(f"timing must be one of auto, events, graph, got {requested!r}")
+    if host_ms is None or device_ms is None:
+        raise ValueError("timing auto needs the host and device ms of a call (launch_probe)")
+    numbers = f"host {host_ms:.3f} ms {{}} {LAUNCH_BOUND:g}x device {device_ms:.3f} ms"
+    if host_ms >= LAUNCH_BOUND * device_ms:
+        return "graph", f"auto: launch-bound ({numbers.format('>=')})"
+    return "events", f"auto: device-bound ({numbers.format('<')})"
+
+
+def graph_fallback(reason: str, exc: BaseException) -> tuple[str, str]:
+    """("events", reason) for a cell whose call could not be captured into a CUDA graph (it synchronises,
+    calls .item(), copies from pageable host memory, ...): the first error of the chain (torch raises a
+    second one when it ends the broken capture), after auto's reason when auto chose graph."""
+    root, seen = exc, {id(exc)}
+    while True:
+        earlier = root.__cause__ or root.__context__
+        if earlier is None or id(earlier) in seen:
+            break
+        root = earlier
+        seen.add(id(root))
+    text = " ".join(str(root).split())
+    text = text[:300] + ("..." if len(text) > 300 else "")
+    failed = f"graph capture failed: {type(root).__name__}: {text}"
+    return "events", failed if reason == GIVEN else f"{reason}; {failed}"
+
+
+def calls_per_replay(
+    device_ms: float, target_ms: float = GRAPH_TARGET_MS, most: int = GRAPH_MAX_CALLS
+) -> int:
+    """Calls captured into one graph: enough for target_ms of the call's device time (its event time, from
+    launch_probe), at least 1, at most `most`; a replay that short would time the graph's own launch."""
+    if not device_ms > 0:
+        return most
+    return max(1, min(most, math.ceil(target_ms / device_ms)))
+
+
+def graph_samples(both_ms: list[float], flush_ms: list[float] | None, calls: int) -> list[float]:
+    """Per-call ms of paired replays: (both - flush) / calls, where `both` replays calls x [flush, call] and
+    `flush` calls x [flush] (None: L2 is not flushed, both replays the calls alone)."""
+    if flush_ms is None:
+        return [b / calls for b in both_ms]
+    return [(b - f) / calls for b, f in zip(both_ms, flush_ms, strict=True)]
+
+
+class CudaGraphTimer:
+    """Replays of one CUDA graph of `calls` calls of fn, timed with CUDA events; a sample is a replay's time
+    over `calls`: the device time of the calls with no launch overhead between them.
+
+    Built on the cell's call (fn), captured once: GRAPH_WARMUP_CALLS calls on a side stream (torch's docs:
+    lazy initialisation, workspace and autotuning happen outside the capture), a fwd+bwd call's gradients
+    reset to None, then torch.cuda.graph. Whatever the capture raises propagates (cuda_timer falls back to
+    events); the stream current before it is restored either way (torch leaves the capture stream current
+    when ending a failed capture raises).
+
+    L2 stays cold as the events mode keeps it: one graph holds `calls` x [flush.zero_(), fn()] and a second
+    `calls` x [flush.zero_()], replayed in pairs, and a sample is (T_both - T_flush) / calls. Rotating
+    inputs instead was rejected: the launch-bound cells this mode is for have inputs far smaller than L2
+    (B=1, H=8, N=256, d=64 in bf16: 768 KiB of q, k, v against 50 MiB on an H100), so dozens of copies would
+    be needed (and as many leaf sets and gradients for fwd+bwd), and rotation leaves the outputs, scratch and
+    workspace a call reuses warm. The subtraction pairs each flush-only replay with the replay that follows
+    it, so drift cancels; its noise is a few microseconds over `calls`. With flush_l2=False there is one
+    graph of the calls alone, and a sample is its time over `calls`.
+    """
+
+    mode = "graph"
+
+    def __init__(self, fn: Callable[[], object], calls: int, device=None, flush_l2: bool = True) -> None:
+        import torch
+
+        if calls < 1:
+            raise ValueError(f"calls per replay must be at least 1, got {calls}")
+        self.torch = torch
+        self.device = torch.device("cuda") if device is None else torch.device(device)
+        self.fn = fn
+        self.calls = calls
+        self.flush = l2_flush_buffer(self.device) if flush_l2 else None
+        self.both, self.flush_only = self._capture()
+
+    def _capture(self):
+        torch = self.torch
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        try:
+            side.wait_stream(current)  # the inputs were made on the current stream
+            with torch.cuda.stream(side):
+                for _ in range(GRAPH_WARMUP_CALLS):
+                    self.fn()
+            current.wait_stream(side)
+            reset = getattr(self.fn, "reset_grads", None)
+            if reset is not None:
+                reset()  # the captured backward allocates its gradients in the graph's memory pool
+            both = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(both, stream=side):
+                for _ in range(self.calls):
+                    if self.flush is not None:
+                        self.flush.zero_()
+                    self.fn()
+            flush_only = None
+            if self.flush is not None:
+                flush_only = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(flush_only, stream=side):
+                    for _ in range(self.calls):
+                        self.flush.zero_()
+        finally:
+            torch.cuda.set_stream(current)
+        return both, flush_only
+
+    def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
+        if fn is not self.fn:
+            raise ValueError("a CudaGraphTimer times the call it captured, not another")
+        torch = self.torch
+        marks = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(n)]
+        if self.flush_only is not None:
+            self.flush_only.replay()  # a lead: the first pair must not start on an idle device
+        for start, mid, end in marks:
+            start.record()
+            if self.flush_only is not None:
+                self.flush_only.replay()
+            mid.record()
+            self.both.replay()
+            end.record()
+        torch.cuda.synchronize(self.device)
+        both = [mid.elapsed_time(end) for _, mid, end in marks]
+        flush = None if self.flush_only is None else [s.elapsed_time(m) for s, m, _ in marks]
+        return graph_samples(both, flush, self.calls)
+
+    def close(self) -> None:
+        """Free the graphs (and their memory pool, which a fwd+bwd call's gradients point into)."""
+        reset = getattr(self.fn, "reset_grads", None)
+        if reset is not None:
+            reset()
+        self.both = self.flush_only = self.flush = None
+
+
+def launch_probe(fn: Callable[[], object], events: CudaTimer, n: int = 3) -> tuple[float, float]:
+    """(host ms, device ms) of fn, medians of n calls after one warm-up call: the host's enqueue time
+    (perf_counter around the call, without synchronising inside the window) and the call's event time, of
+    the same calls. Each starts on an idle device with an empty launch queue and L2 flushed as `events`
+    flushes it, so the host time is the enqueue alone and a launch-bound call's device idles between
+    launches, as in the timed loop. A call that synchronises shows a host time as long as its device time."""
+    torch = events.torch
+    fn()
+    host, device = [], []
+    for _ in range(n):
+        if events.flush is not None:
+            events.flush.zero_()
+        torch.cuda.synchronize(events.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        end.record()
+        torch.cuda.synchronize(events.device)
+        host.append((t1 - t0) * 1e3)
+        device.append(start.elapsed_time(end))
+    return statistics.median(host), statistics.median(device)
+
+
+@dataclass
+class TimerChoice:
+    """The timer a cell is timed with, and what its row says of it (timing_mode, timing_reason,
+    graph_calls_per_replay). close() frees what the timer holds (a CUDA graph) once the cell is timed."""
+
+    timer: Timer
+    mode: str  # "perf_counter", "events" or "graph" (an injected timer: its own `mode`)
+    reason: str  # "cpu", "given", "auto: ...", "... graph capture failed: ..."
+    calls_per_replay: int | None = None  # graph mode: calls captured in one replay
+
+    def fields(self) -> dict[str, object]:
+        return {
+            "timing_mode": self.mode,
+            "timing_reason": self.reason,
+            "graph_calls_per_replay": self.calls_per_replay,
+        }
+
+    def close(self) -> None:
+        close = getattr(self.timer, "close", None)
+        if close is not None:
+            close()
+
+
+def injected(timer: Timer) -> TimerChoice:
+    """A timer handed in by the caller (a test's FakeTimer): its own `mode`, if it says one."""
+    return TimerChoice(timer, getattr(timer, "mode", "injected"), "injected timer")
+
+
+def cuda_timer(
+    fn: Callable[[], object], requested: str = "auto", flush_l2: bool = True, device=None
+) -> TimerChoice:
+    """The timer for a CUDA cell's call as settings.timing asks: events; or graph (given, or auto's choice
+    from launch_probe by choose_timing), captured with calls_per_replay calls, falling back to events with
+    the reason when the capture raises. Runs fn a few times (the probe, the graph's warm-up)."""
+    events = CudaTimer(device, flush_l2)
+    if requested == "events":
+        return TimerChoice(events, "events", GIVEN)
+    host_ms, device_ms = launch_probe(fn, events)
+    mode, reason = choose_timing(requested, host_ms, device_ms)
+    if mode == "events":
+        return TimerChoice(events, mode, reason)
+    del events  # its L2 flush buffer: the graph timer makes its own
+    calls = calls_per_replay(device_ms)
+    try:
+        graph = CudaGraphTimer(fn, calls, device, flush_l2)
+    except Exception as exc:  # any capture failure: recorded in the row, and the cell timed with events
+        mode, reason = graph_fallback(reason, exc)
+        return TimerChoice(CudaTimer(device, flush_l2), mode, reason)
+    return TimerChoice(graph, "graph", reason, calls)
+
+
 class FakeTimer:
     """Seeded synthetic durations (log-normal around `median_ms`), for testing the sampling logic."""
+
+    mode = "fake"
 
     def __init__(
         self, median_ms: float = 1.0, rel_sigma: float = 0.02, seed: int = 0, call: bool = False

@@ -67,7 +67,16 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     from attnbench import variants
 
     from .calibrate import calibrate, speed_probe
-    from .cell import InputCache, base_row, failure, finish, is_poisoned, is_poisoned_row, measure_cell
+    from .cell import (
+        InputCache,
+        base_row,
+        exit_reason,
+        failure,
+        finish,
+        is_poisoned,
+        is_poisoned_row,
+        measure_cell,
+    )
     from .fingerprint import collect, where_measured
     from .spec import CellSpec, Settings
     from .timing import freeze_imports
@@ -110,11 +119,13 @@ def worker_main(conn, config: dict[str, Any]) -> None:
                         row = finish(base_row(spec), *failure(exc, spec.device))
                     else:
                         row = finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
-                if is_poisoned_row(row):
-                    # every later CUDA call in this process would fail: send the row, say so, and exit;
-                    # the parent's CellRunner starts a fresh worker for the next cell
-                    print(f"attnbench worker {os.getpid()} exiting: {row['message']}", flush=True)
-                    conn.send({"op": "row", "row": row, "exiting": row["message"]})
+                why = exit_reason(row)
+                if why:
+                    # a poisoned context (every later CUDA call would fail) or a failed graph capture (the
+                    # allocator may be left mid-capture): send the row, say so, and exit; the parent's
+                    # CellRunner starts a fresh worker for the next cell
+                    print(f"attnbench worker {os.getpid()} exiting: {why}", flush=True)
+                    conn.send({"op": "row", "row": row, "exiting": why})
                     return
                 conn.send({"op": "row", "row": row})
                 if len(sys.modules) != modules_frozen:

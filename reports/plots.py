@@ -184,7 +184,8 @@ def time_figure(group, fits: Fits, title: str):
             legend_below(ax)
         fig.suptitle(title)
     data = ok_rows(group)[
-        keys_of(group) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples"]
+        keys_of(group)
+        + ["time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "timing_mode"]
     ]
     return fig, data
 

@@ -164,6 +164,20 @@ def _first_call_table(group) -> pg.Table:
     )
 
 
+def _timing_note(group) -> pg.Para | None:
+    """One line when a group's ok cells were timed in more than one way (--timing auto on CUDA: CUDA graphs
+    for the launch-bound cells, events for the rest), since a line of its figures may then join two modes;
+    None when one way timed them all (every CPU group: perf_counter)."""
+    modes = ok_rows(group)["timing_mode"].dropna().value_counts()
+    if len(modes) < 2:
+        return None
+    counts = ", ".join(f"{mode} {n}" for mode, n in sorted(modes.items()))
+    return pg.Para(
+        f"Cells timed in more than one way ({counts}): CUDA graphs leave out the launch overhead that "
+        "events count; each row's timing_mode and timing_reason say how and why (time CSV: timing_mode)."
+    )
+
+
 def _best_table(group) -> pg.Table:
     """Rows seq_len, columns the panels of a group: the fastest ok variant and its lead over the next."""
     best = best_variant(group)
@@ -637,6 +651,9 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         head = _group_head(gkey, group, len(metas) > 1)
         stem = _stem(gkey, len(metas) > 1)
         page.add(pg.Heading(head))
+        note = _timing_note(group)
+        if note is not None:
+            page.add(note)
         page.add(_best_table(group))
         first = _first_call_table(group)
         if first.rows:

@@ -87,6 +87,11 @@ COLUMNS: dict[str, str] = {
     "device_group": "string",  # derived when loading (results.devices): '' unless the run is split
     "mem_method": "string",
     "stop_reason": "string",
+    # how the calls were timed: "perf_counter" (CPU), "events" or "graph" (CUDA; harness.timing), and why
+    # ("cpu", "given", "auto: launch-bound (...)", "...graph capture failed: ..."); NA in runs written before
+    "timing_mode": "string",
+    "timing_reason": "string",
+    "graph_calls_per_replay": "Int64",  # graph mode: calls captured in one CUDA graph replay; NA otherwise
     "elapsed_s": "Float64",
     "finished_at": "string",
 }

@@ -85,6 +85,8 @@ BAD_RUNS = [
     (["--cpu-affinity", "one"], "cpu-affinity takes CPU numbers like 0,1 or 0-3, got 'one'"),
     (["--max-samples", "2"], "need 5 <= min_samples <= max_samples"),
     (["--executor", "nope"], "unknown executor 'nope'; known: local, ray"),
+    (["--timing", "graph"], "timing 'graph' chooses how CUDA cells are timed, but the sweep has no cuda"),
+    (["--timing", "events"], "timing 'events' chooses how CUDA cells are timed"),
 ]
 
 

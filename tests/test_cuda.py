@@ -1,8 +1,10 @@
-"""CUDA paths: event timing, allocator peaks, every CUDA variant against float64 (skipped without a GPU)."""
+"""CUDA paths: event and graph timing, allocator peaks, every CUDA variant against float64 (skipped without a
+GPU)."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 import torch
@@ -212,3 +214,104 @@ def test_xformers_timed_call_makes_no_host_sync_and_no_copy_of_its_inputs(axes):
         rows = correctness.sample_rows(spec.seq_len, 64, seed=0)
         result = correctness.gate(out, q, k, v, key_lengths=other, rows=rows)
         assert result.passed, result.describe()
+
+
+# ---- --timing graph (harness.timing.CudaGraphTimer): written without a GPU, first run by a GPU session -----
+
+QUICK = dict(budget_ms=50, warmup_ms=10, min_ms=5)
+
+
+def small(variant: str = "sdpa", pass_: str = "fwd") -> CellSpec:
+    """The launch-bound cell of the issue: B=1, H=8, N=256, d=64, bf16."""
+    return CellSpec(variant, "cuda", "bfloat16", 1, 8, 256, 64, 64, False, 0.0, pass_)
+
+
+def test_graph_timer_scales_with_the_work_and_agrees_with_events_on_one_kernel():
+    def one():
+        torch.cuda._sleep(2_000_000)
+
+    def two():
+        torch.cuda._sleep(4_000_000)
+
+    g1, g2 = timing.CudaGraphTimer(one, 4), timing.CudaGraphTimer(two, 4)
+    a = sorted(g1.time_calls(one, 7))[3]
+    b = sorted(g2.time_calls(two, 7))[3]
+    assert 1.6 < b / a < 2.4  # replays time the kernels, per call (4 calls, the flush subtracted)
+    events = sorted(timing.CudaTimer().time_calls(one, 7))[3]
+    assert 0.9 < a / events < 1.1  # one long kernel has no launch gaps for a graph to remove
+    unflushed = timing.CudaGraphTimer(one, 4, flush_l2=False)
+    assert unflushed.flush_only is None and 0.9 < sorted(unflushed.time_calls(one, 7))[3] / a < 1.1
+    for g in (g1, g2, unflushed):
+        g.close()
+    with pytest.raises(ValueError, match="times the call it captured"):
+        timing.CudaGraphTimer(one, 1).time_calls(two, 1)
+
+
+def test_events_graph_and_auto_on_the_small_cell_give_ok_rows_that_say_how():
+    rows = {
+        mode: measure_cell(small(), Settings(timing=mode, **QUICK)) for mode in ("events", "graph", "auto")
+    }
+    for mode, row in rows.items():
+        assert row["status"] == "ok", (mode, row["message"])
+    ev, gr, auto = rows["events"], rows["graph"], rows["auto"]
+    assert (ev["timing_mode"], ev["timing_reason"], ev["graph_calls_per_replay"]) == ("events", "given", None)
+    assert (gr["timing_mode"], gr["timing_reason"]) == ("graph", "given"), gr["timing_reason"]
+    assert 1 <= gr["graph_calls_per_replay"] <= timing.GRAPH_MAX_CALLS
+    assert auto["timing_mode"] in ("events", "graph") and auto["timing_reason"].startswith("auto: ")
+    assert (auto["graph_calls_per_replay"] is not None) == (auto["timing_mode"] == "graph")
+    # a graph removes the launch gaps between kernels, never adds any: not slower than events (+ noise)
+    assert gr["time_ms_median"] <= 1.25 * ev["time_ms_median"], (gr["samples_ms"], ev["samples_ms"])
+
+
+def test_fwd_bwd_is_captured_and_its_graph_freed_after_the_cell():
+    cell = small(pass_="fwdbwd")
+    assert measure_cell(cell, Settings(timing="events", **QUICK))["status"] == "ok"  # lazy set-up done
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    row = measure_cell(cell, Settings(timing="graph", **QUICK))
+    assert row["status"] == "ok", row["message"]
+    assert (row["timing_mode"], row["timing_reason"]) == ("graph", "given"), row["timing_reason"]
+    gc.collect()
+    torch.cuda.empty_cache()
+    # the graph's private memory pool (its captured calls' activations and gradients) is given back
+    assert torch.cuda.memory_reserved() - before < 1 << 20
+
+
+def test_a_call_that_synchronises_falls_back_to_events_and_says_why():
+    from conftest import DATA
+
+    variants.load_variant_file(DATA / "sync_variants.py")
+    given = measure_cell(small("sync_item"), Settings(timing="graph", **QUICK))
+    assert given["status"] == "ok", given["message"]  # never a failed cell for a capture that failed
+    assert given["timing_mode"] == "events" and given["graph_calls_per_replay"] is None
+    assert given["timing_reason"].startswith("graph capture failed: "), given["timing_reason"]
+    auto = measure_cell(small("sync_item"), Settings(timing="auto", **QUICK))
+    assert auto["status"] == "ok" and auto["timing_mode"] == "events", auto["message"]
+    # a syncing call's host time includes its device time: auto tries a graph, and says why it fell back
+    assert auto["timing_reason"].startswith("auto: launch-bound"), auto["timing_reason"]
+    assert "; graph capture failed: " in auto["timing_reason"]
+    # (the worker that measured such a cell exits after it, harness.cell.exit_reason: the run below)
+
+
+def test_a_graph_run_records_each_rows_mode_and_replaces_the_worker_after_a_failed_capture(tmp_path):
+    import json
+
+    from conftest import DATA, run_cli
+
+    from attnbench.results import read_rows
+
+    out = tmp_path / "r"
+    syncs = str(DATA / "sync_variants.py")
+    run_cli("run", "--device", "cuda", "--dtype", "bfloat16", "--variant-file", syncs, "--variants",
+            "sync_item,sdpa", "--seq-len", "256", "--pass", "both", "--timing", "graph", "--budget-ms", "20",
+            "--warmup-ms", "5", "-q", "--out", str(out), check=True)  # fmt: skip
+    assert json.loads((out / "meta.json").read_text())["sweep"]["settings"]["timing"] == "graph"
+    rows = read_rows(out)
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
+    modes = {(r["variant"], r["pass"]): r["timing_mode"] for r in rows}
+    expected = {("sync_item", "fwd"): "events", ("sync_item", "fwdbwd"): "events",
+                ("sdpa", "fwd"): "graph", ("sdpa", "fwdbwd"): "graph"}  # fmt: skip
+    assert modes == expected, [r["timing_reason"] for r in rows]
+    # each sync_item cell's worker exited after its row; the sdpa cell after it got a fresh one, and captured
+    assert (out / "worker.log").read_text().count("exiting: a CUDA graph capture failed") == 2

@@ -367,3 +367,33 @@ def test_a_forced_resume_is_shown_beside_the_fingerprint(tmp_path):
     writer.close()
     rows = dict(_fingerprint_table(results.load_meta(run)).rows)
     assert rows["resumed 1"] == "2026-01-02T00:00:00+00:00 on h2 (forced: torch 2.12.0 -> 2.13.0)"
+
+
+def test_a_group_timed_in_two_ways_says_so_and_its_time_csv_has_each_cells_mode(tmp_path):
+    """--timing auto on CUDA may time a series' short cells with CUDA graphs and its long ones with events:
+    the group's section says so in one line, and the time figure's CSV names each cell's mode."""
+    from attnbench.reports import plots
+    from attnbench.reports.render import _timing_note
+    from attnbench.reports.tables import groups
+
+    def rows(modes):
+        return [
+            synthetic.cell("sdpa", n, device="cuda", dtype="bfloat16", time_ms=0.01 * n / 256, timing_mode=m)
+            for n, m in modes.items()
+        ]
+
+    mixed = results.load(
+        synthetic.write_run(tmp_path / "a", rows({256: "graph", 512: "graph", 1024: "events"}))
+    )
+    note = _timing_note(mixed)
+    assert note is not None and note.text.startswith("Cells timed in more than one way (events 1, graph 2)")
+    (_, group), *_ = list(groups(mixed))
+    fig, data = plots.time_figure(group, {}, "t")
+    assert data.sort_values("seq_len")["timing_mode"].tolist() == ["graph", "graph", "events"]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    one = results.load(synthetic.write_run(tmp_path / "b", rows({256: "events", 512: "events"})))
+    assert _timing_note(one) is None
+    old = results.load(FIXTURE)  # written before timing_mode: nothing to say
+    assert _timing_note(old) is None

@@ -247,7 +247,7 @@ def run_task(task: dict[str, Any]) -> int:
         return 0
     name, cells = group[rank]
     meta = json.loads((Path(run_dir) / "meta.json").read_text())
-    sweep = SweepSpec.from_dict(meta["sweep"])
+    sweep = SweepSpec.from_meta(meta["sweep"])
     settings = sweep.settings
     config = {**config, "log_path": str(shards / f"{name}.worker.log"), "env": dict(config.get("env") or {})}
     gpus = task.get("gpus", 0)
