@@ -98,6 +98,22 @@ class Comparison:
         return calibration.warnings_for(self.ceilings)
 
     @property
+    def timing_warnings(self) -> list[str]:
+        """One line per pair of timing modes that met in paired ok cells (events in A, graph in B, ...): a
+        CUDA graph leaves out the launch gaps that events time, so such a ratio is partly the mode's."""
+        if "timing_mode_a" not in self.cells.columns:
+            return []
+        ok = self.cells[(self.cells["status_a"] == "ok") & (self.cells["status_b"] == "ok")]
+        ta, tb = ok["timing_mode_a"].astype("string"), ok["timing_mode_b"].astype("string")
+        differ = ok[ta.notna() & tb.notna() & (ta != tb)]
+        counts = differ.groupby(["timing_mode_a", "timing_mode_b"]).size()
+        return [
+            f"{n} paired cell{'s' if n > 1 else ''} timed by {a} in A and by {b} in B: their ratios are "
+            "partly the timing mode's (a CUDA graph leaves out launch gaps); run both with the same --timing"
+            for (a, b), n in counts.items()
+        ]
+
+    @property
     def regressions(self):
         return self.cells[self.cells["regression"]]
 
@@ -152,6 +168,7 @@ def compare_runs(
     if normalize and not (calibration.has_calibration(meta_a) and calibration.has_calibration(meta_b)):
         raise ValueError("--normalize calibration needs both runs' calibration (meta.json has none)")
     cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
+    cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     m = keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
@@ -203,6 +220,8 @@ def compare_runs(
                 "where_b": r["where_b"],
                 "status_a": r["status_a"],
                 "status_b": r["status_b"],
+                "timing_mode_a": r["timing_mode_a"] if present(r["timing_mode_a"]) else None,
+                "timing_mode_b": r["timing_mode_b"] if present(r["timing_mode_b"]) else None,
                 "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
                 "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
                 "bound": which,
@@ -408,7 +427,7 @@ def text_report(cmp: Comparison) -> str:
         "",
     ]
     out.append(pg.to_text(calibration_table(cmp)))
-    out += [f"WARNING {w}" for w in cmp.calibration_warnings]
+    out += [f"WARNING {w}" for w in cmp.calibration_warnings + cmp.timing_warnings]
     out += [normalize_note(cmp), ""]
     out.append(pg.to_text(cell_table(cmp), max_width=60))
     out.append(pg.to_text(variant_table(cmp)))
@@ -458,8 +477,8 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
     )
     page.add(pg.Para(verdict_rule(cmp)))
     page.add(pg.Heading("Calibration of both runs"), calibration_table(cmp))
-    if cmp.calibration_warnings:
-        page.add(pg.Bullets(tuple(cmp.calibration_warnings)))
+    if cmp.calibration_warnings or cmp.timing_warnings:
+        page.add(pg.Bullets(tuple(cmp.calibration_warnings + cmp.timing_warnings)))
     page.add(pg.Para(normalize_note(cmp)))
     page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
     page.add(pg.Figure(files))

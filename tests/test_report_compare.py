@@ -341,3 +341,22 @@ def test_a_device_group_without_counterpart_is_named_unpaired(tmp_path):
 def test_a_single_device_compare_names_no_pairing(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(1.10))
     assert compare_runs(a, b).pairing == []
+
+
+def test_cells_timed_in_different_modes_are_warned_about(tmp_path):
+    """events in A against graph in B: the ratio is partly the mode's, and compare says so once per pair."""
+    gpu = {"gpu": {"name": "Synthetic GPU", "memory_bytes": 2**34}}  # two variants: naive and sdpa
+    rows_a = [dict(r, timing_mode="events") for r in _rows(device="cuda")]
+    rows_b = [dict(r, timing_mode="graph" if r["seq_len"] == SEQ[0] else "events")
+              for r in _rows(device="cuda")]  # fmt: skip
+    a = synthetic.write_run(tmp_path / "a", rows_a, run_id="run-a", **gpu)
+    b = synthetic.write_run(tmp_path / "b", rows_b, run_id="run-b", **gpu)
+    cmp = compare_runs(a, b)
+    assert cmp.timing_warnings == [
+        "2 paired cells timed by events in A and by graph in B: their ratios are partly the timing mode's (a "
+        "CUDA graph leaves out launch gaps); run both with the same --timing"
+    ]
+    assert "WARNING 2 paired cells timed by events in A" in text_report(cmp)
+    same = compare_runs(a, synthetic.write_run(tmp_path / "c", rows_a, run_id="run-c", **gpu))
+    assert same.timing_warnings == []
+    assert compare_runs(*_pair(tmp_path / "old", _rows(), _rows())).timing_warnings == []  # no column
