@@ -315,3 +315,42 @@ def test_a_graph_run_records_each_rows_mode_and_replaces_the_worker_after_a_fail
     assert modes == expected, [r["timing_reason"] for r in rows]
     # each sync_item cell's worker exited after its row; the sdpa cell after it got a fresh one, and captured
     assert (out / "worker.log").read_text().count("exiting: a CUDA graph capture failed") == 2
+
+
+def test_profile_on_cuda_records_the_gpus_kernels(tmp_path):
+    """`attnbench profile --device cuda`: the Chrome trace holds CUDA kernel events and top_ops ranks the
+    operators by their CUDA time."""
+    import csv
+    import json
+
+    from conftest import run_cli
+
+    out = tmp_path / "prof"
+    run_cli("profile", "--variant", "sdpa", "--device", "cuda", "--dtype", "bfloat16", "--seq-len", "1024",
+            "--heads", "8", "--seconds", "1", "--out", str(out), check=True)  # fmt: skip
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert any(e.get("cat") == "kernel" for e in events), "no CUDA kernel in the trace"
+    with open(out / "top_ops.csv", newline="") as f:
+        ops = list(csv.DictReader(f))
+    assert "self_cuda_ms" in ops[0] and float(ops[0]["self_cuda_ms"]) > 0
+
+
+def test_the_pytest_plugin_times_cuda_cells(tmp_path):
+    """The pytest-benchmark plugin on CUDA: synchronised calls, CUDA peaks, cells gated as on CPU."""
+    import json
+
+    from test_pytest_benchmark import run_pytest_benchmarks
+
+    out = tmp_path / "bench.json"
+    proc = run_pytest_benchmarks("--benchmark-only", "--benchmark-json", str(out), "-q",
+                                 "--attn-device", "cuda", "--attn-dtype", "bfloat16",
+                                 "--attn-variants", "sdpa_flash,naive", "--attn-seq-len", "1024",
+                                 "--attn-heads", "8", "--benchmark-min-rounds", "5",
+                                 "--benchmark-max-time", "0.05")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    benches = json.loads(out.read_text())["benchmarks"]
+    assert len(benches) == 4  # two variants, fwd and fwd+bwd
+    for b in benches:
+        info = b["extra_info"]
+        assert info["device"] == "cuda" and info["status"] == "ok", info.get("message")
+        assert info["mem_method"] == memory.CUDA_METHOD and info["peak_mem_bytes"] > 0 and info["tflops"] > 0
