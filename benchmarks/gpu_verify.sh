@@ -9,6 +9,9 @@
 #          timing (--timing) on a small and a large cell.
 # preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
 # One device command per step keeps each under the 10-minute limit; install once per fresh machine.
+# xformers for a machine with no registry, fetched where pip works (0.0.35: 3.2 MB, needs torch >= 2.10):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d .whl xformers==0.0.35
 set -uo pipefail
 out=${1:?usage: gpu_verify.sh OUTDIR [checks|preset|resume RUN_DIR]}
 what=${2:-checks}
