@@ -366,7 +366,8 @@ def time_call(call: Callable[[], object], settings: Settings, timer: timing.Time
     """The call timed by harness.timing.measure under the warm-up and sampling budgets of settings.
     (Not named `time`: this module times with the `time` module too.)"""
     budget = timing.Budget(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(timing.Budget)})
-    return timing.measure(call, timer, budget)
+    # a CUDA graph timer's sample is the mean of its replay's calls: the budgets count calls, not samples
+    return timing.measure(call, timer, timing.replay_budget(budget, getattr(timer, "calls_per_sample", 1)))
 
 
 def peak(call: Callable[[], object], device: str) -> tuple[int, str]:

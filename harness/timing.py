@@ -25,7 +25,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from attnbench.results.formulas import NOISY_REL_IQR, quartiles, rel_iqr
@@ -185,6 +185,7 @@ class CudaGraphTimer:
         self.device = torch.device("cuda") if device is None else torch.device(device)
         self.fn = fn
         self.calls = calls
+        self.calls_per_sample = calls  # what measure's budgets count (replay_budget)
         self.flush = l2_flush_buffer(self.device) if flush_l2 else None
         self.both, self.flush_only = self._capture()
 
@@ -405,6 +406,22 @@ class Budget:
             )
         if self.min_samples < 5:
             raise ValueError(f"min_samples must be at least 5, got {self.min_samples}")
+
+
+def replay_budget(budget: Budget, calls: int) -> Budget:
+    """The budget for a timer each of whose samples is the mean of `calls` calls (a CUDA graph replay).
+    Budgets count the calls sampled: each sample counts `calls` times, so the ms budgets and max_samples are
+    divided by `calls` (never under min_samples), and a graph-timed cell samples as many calls, in about
+    the wall time, as an events-timed one (not `calls` times more)."""
+    if calls <= 1:
+        return budget
+    return replace(
+        budget,
+        warmup_ms=budget.warmup_ms / calls,
+        budget_ms=budget.budget_ms / calls,
+        min_ms=budget.min_ms / calls,
+        max_samples=max(budget.min_samples, math.ceil(budget.max_samples / calls)),
+    )
 
 
 # Recorded in every run's meta.json: samples are taken with the cyclic garbage collector switched off.

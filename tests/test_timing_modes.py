@@ -112,6 +112,32 @@ def test_graph_samples_subtract_the_paired_flush_and_divide_by_the_calls():
         graph_samples([1.0, 1.2], [0.5], 4)
 
 
+def test_a_graph_timers_budgets_count_the_calls_in_each_replay():
+    """A sample that is the mean of k calls counts k times: the ms budgets and max_samples are divided by k
+    (not under min_samples), so a graph-timed cell takes about an events-timed one's wall time."""
+    from attnbench.harness.cell import time_call
+    from attnbench.harness.timing import Budget, FakeTimer, replay_budget
+
+    b = Budget(warmup_ms=50, budget_ms=1000, min_ms=100, max_samples=500)
+    assert replay_budget(b, 1) is b
+    r = replay_budget(b, 100)
+    assert (r.warmup_ms, r.budget_ms, r.min_ms, r.max_samples, r.min_samples) == (0.5, 10.0, 1.0, 5, 5)
+    assert replay_budget(b, 3).max_samples == 167
+
+    class ReplayTimer(FakeTimer):  # 0.01 ms a call, one sample per replay of 50 calls
+        calls_per_sample = 50
+
+    noisy = dict(median_ms=0.01, rel_sigma=0.3, seed=1)  # never stable: the budgets alone stop it
+    settings = Settings(budget_ms=100, warmup_ms=10, min_ms=5, max_samples=500)
+    plain, replayed = FakeTimer(**noisy), ReplayTimer(**noisy)
+    m_plain = time_call(lambda: None, settings, plain)
+    m_replayed = time_call(lambda: None, settings, replayed)
+    assert m_plain.n == 500 and m_replayed.n == 10  # 500 / 50 replays: the same 500 calls
+    # warm-up and sampling together: calls of the same order as events take (counting samples, not calls,
+    # the replays would make 50x as many)
+    assert replayed.calls * 50 < 2 * plain.calls
+
+
 def test_a_failed_capture_falls_back_to_events_naming_the_first_error():
     from attnbench.harness.timing import GIVEN, graph_fallback
 
