@@ -96,10 +96,15 @@ GRAPH_WARMUP_CALLS = 3  # calls on a side stream before capture, as torch's CUDA
 
 
 def choose_timing(
-    requested: str, host_ms: float | None = None, device_ms: float | None = None
+    requested: str, host_ms: float | None = None, device_ms: float | None = None, syncs: str | None = None
 ) -> tuple[str, str]:
     """(mode, reason) for a CUDA cell: the mode settings.timing names ("events", "graph": reason "given"),
-    or for "auto" the rule, from launch_probe's host enqueue time and event time of one call.
+    or for "auto" the rule, from host_sync's finding (`syncs`: what synchronised, or None) and launch_probe's
+    host enqueue time and event time of one call.
+
+    A call that synchronises with the host (.item(), .tolist(), a data-dependent shape) cannot be captured
+    into a CUDA graph, and its host time includes its device time, so it would look launch-bound: auto
+    times it with events and says why, rather than trying a capture that must fail (and cost the worker).
 
     The rule: graph when host_ms >= LAUNCH_BOUND x device_ms (launch-bound), else events. Events time a
     call from a mark before its first kernel to one after its last; when the host needs as long to enqueue
@@ -111,6 +116,8 @@ def choose_timing(
         return requested, GIVEN
     if requested != "auto":
         raise ValueError(f"timing must be one of auto, events, graph, got {requested!r}")
+    if syncs:
+        return "events", f"auto: the call synchronises with the host ({syncs}): no CUDA graph can hold it"
     if host_ms is None or device_ms is None:
         raise ValueError("timing auto needs the host and device ms of a call (launch_probe)")
     numbers = f"host {host_ms:.3f} ms {{}} {LAUNCH_BOUND:g}x device {device_ms:.3f} ms"
@@ -245,6 +252,29 @@ class CudaGraphTimer:
         self.both = self.flush_only = self.flush = None
 
 
+SYNC_ERROR = "synchronizing CUDA operation"  # torch's words in sync debug mode "error"
+
+
+def host_sync(fn: Callable[[], object]) -> str | None:
+    """What made one call of fn synchronise the host with the device, or None: the call runs under torch's
+    sync debug mode "error", which raises at a synchronising CUDA operation (a .item(), a .tolist(), a
+    nonzero: torch.cuda.set_sync_debug_mode). Any other exception propagates; the mode is put back."""
+    import torch
+
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn()
+    except RuntimeError as exc:
+        if SYNC_ERROR not in str(exc):
+            raise
+        text = " ".join(str(exc).split())
+        return text[:200] + ("..." if len(text) > 200 else "")
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    return None
+
+
 def launch_probe(fn: Callable[[], object], events: CudaTimer, n: int = 3) -> tuple[float, float]:
     """(host ms, device ms) of fn, medians of n calls after one warm-up call: the host's enqueue time
     (perf_counter around the call, without synchronising inside the window) and the call's event time, of
@@ -301,12 +331,15 @@ def injected(timer: Timer) -> TimerChoice:
 def cuda_timer(
     fn: Callable[[], object], requested: str = "auto", flush_l2: bool = True, device=None
 ) -> TimerChoice:
-    """The timer for a CUDA cell's call as settings.timing asks: events; or graph (given, or auto's choice
-    from launch_probe by choose_timing), captured with calls_per_replay calls, falling back to events with
-    the reason when the capture raises. Runs fn a few times (the probe, the graph's warm-up)."""
+    """The timer for a CUDA cell's call as settings.timing asks: events; or graph (given, or auto's choice by
+    choose_timing from host_sync and launch_probe), captured with calls_per_replay calls, falling back to
+    events with the reason when the capture raises. Runs fn a few times (the probes, the graph's warm-up)."""
     events = CudaTimer(device, flush_l2)
     if requested == "events":
         return TimerChoice(events, "events", GIVEN)
+    syncs = host_sync(fn) if requested == "auto" else None  # "graph" given: tried, and the row says so
+    if syncs:
+        return TimerChoice(events, *choose_timing(requested, syncs=syncs))
     host_ms, device_ms = launch_probe(fn, events)
     mode, reason = choose_timing(requested, host_ms, device_ms)
     if mode == "events":

@@ -288,10 +288,22 @@ def test_a_call_that_synchronises_falls_back_to_events_and_says_why():
     assert given["timing_reason"].startswith("graph capture failed: "), given["timing_reason"]
     auto = measure_cell(small("sync_item"), Settings(timing="auto", **QUICK))
     assert auto["status"] == "ok" and auto["timing_mode"] == "events", auto["message"]
-    # a syncing call's host time includes its device time: auto tries a graph, and says why it fell back
-    assert auto["timing_reason"].startswith("auto: launch-bound"), auto["timing_reason"]
-    assert "; graph capture failed: " in auto["timing_reason"]
-    # (the worker that measured such a cell exits after it, harness.cell.exit_reason: the run below)
+    # auto finds the sync under torch's sync debug mode first, and never tries the capture
+    why = auto["timing_reason"]
+    assert why.startswith("auto: the call synchronises with the host (") and "synchronizing CUDA" in why, why
+    assert torch.cuda.get_sync_debug_mode() == 0  # put back
+    # (the worker that measured the `graph` cell exits after it, harness.cell.exit_reason: the run below)
+
+
+def test_host_sync_finds_a_sync_and_passes_other_errors_through():
+    from attnbench.harness.timing import host_sync
+
+    x = torch.ones(4, device="cuda")
+    assert host_sync(lambda: x * 2) is None
+    assert "synchronizing CUDA operation" in host_sync(lambda: x.sum().item())
+    with pytest.raises(RuntimeError, match="shape"):
+        host_sync(lambda: x.view(3))
+    assert torch.cuda.get_sync_debug_mode() == 0
 
 
 def test_a_graph_run_records_each_rows_mode_and_replaces_the_worker_after_a_failed_capture(tmp_path):

@@ -82,7 +82,13 @@ def test_auto_rule_picks_graph_for_launch_bound_calls_and_says_why():
     )
     assert choose_timing("auto", 0.5, 1.0)[0] == "graph"  # the boundary is launch-bound
     assert choose_timing("auto", 0.499, 1.0)[0] == "events"
-    assert choose_timing("auto", 5.0, 5.0)[0] == "graph"  # a call that synchronises: host = device
+    assert choose_timing("auto", 5.0, 5.0)[0] == "graph"  # launch-bound: host = device
+    # a call host_sync found synchronising looks launch-bound too, but no graph can hold it: events, and why
+    assert choose_timing("auto", syncs="called a synchronizing CUDA operation") == (
+        "events",
+        "auto: the call synchronises with the host (called a synchronizing CUDA operation): no CUDA graph "
+        "can hold it",
+    )
     for mode in ("events", "graph"):  # a mode the settings name is taken as it is
         assert choose_timing(mode) == (mode, "given") == choose_timing(mode, 1.0, 100.0)
     with pytest.raises(ValueError, match="got 'fast'"):
