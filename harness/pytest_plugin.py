@@ -244,9 +244,9 @@ def _device_calls(call, device: str, flush_l2: bool):
         return None, call
     import torch
 
-    from attnbench.harness.timing import CudaTimer
+    from attnbench.harness.timing import l2_flush_buffer
 
-    flush = CudaTimer(flush_l2=flush_l2).flush  # 2x L2 of int32, as the harness's CUDA timer uses
+    flush = l2_flush_buffer(torch.device("cuda")) if flush_l2 else None  # the harness's CUDA timers' buffer
 
     def setup() -> None:
         if flush is not None:

@@ -24,7 +24,7 @@ from .style import (
     variant_marker,
     variant_order,
 )
-from .tables import PANEL_AXES, length_axis, ok_rows, panels, present, quiet_columns
+from .tables import PANEL_AXES, flagged, length_axis, ok_rows, panels, present, quiet_columns
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
 KEYS = [
@@ -116,7 +116,7 @@ def _variant_lines(
             lo, hi = _floats(v[band[0]]), _floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
         for flag, label, colour, size in RINGS:
-            marked = v[v[flag].fillna(False).astype(bool)] if flag in v.columns else v.iloc[:0]
+            marked = flagged(v, flag)
             if len(marked):  # suspect, measured during drift, or on a throttled GPU: ringed
                 seen = label in ax.get_legend_handles_labels()[1]
                 ring = dict(ms=size, mfc="none", mec=colour, mew=1.6)

@@ -26,6 +26,7 @@ from .tables import (
     device_memory,
     fixed_axes,
     fixed_text,
+    flagged,
     gqa_rows,
     groups,
     label,
@@ -272,7 +273,7 @@ DRIFT_RULE = (
 
 def _drift_table(df) -> pg.Table:
     """Rows flagged drift (results.drift), with the machine's speed factor at that moment."""
-    d = df[df["drift"].fillna(False).astype(bool)] if "drift" in df.columns else df.iloc[:0]
+    d = flagged(df, "drift")
     rows = tuple(
         (str(r["run_id"]), str(r["cell_id"]), f"{float(r['speed_factor']):.2f}×") for _, r in d.iterrows()
     )
@@ -289,7 +290,7 @@ THROTTLE_RULE = (
 
 def _throttled_table(df) -> pg.Table:
     """CUDA rows whose SM clock fell during timing (harness.telemetry), with the clocks and the power."""
-    t = df[df["throttled"].fillna(False).astype(bool)] if "throttled" in df.columns else df.iloc[:0]
+    t = flagged(df, "throttled")
     import pandas as pd
 
     rows = tuple(
@@ -308,7 +309,7 @@ def _throttled_table(df) -> pg.Table:
 
 def _suspect_table(df) -> pg.Table:
     """Ok cells too fast to believe, with the reason (results.suspect)."""
-    sus = df[df["suspect"].fillna(False).astype(bool)] if "suspect" in df.columns else df.iloc[:0]
+    sus = flagged(df, "suspect")
     rows = tuple((str(r["run_id"]), str(r["cell_id"]), str(r["suspect_reason"])) for _, r in sus.iterrows())
     return pg.Table(("run", "cell", "why"), rows[:MAX_FAILURE_ROWS])
 

@@ -38,10 +38,25 @@ def ok_rows(df):
     return df[(df["status"] == "ok").fillna(False)]
 
 
+def flag_mask(df, column: str):
+    """Per row, whether its boolean flag `column` (suspect, drift, throttled) is set: NA, or a run without
+    the column, is not set."""
+    import pandas as pd
+
+    if column not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df[column].fillna(False).astype(bool)
+
+
+def flagged(df, column: str):
+    """The rows whose flag `column` is set (see flag_mask)."""
+    return df[flag_mask(df, column)]
+
+
 def ranked_rows(df):
     """The rows a ranking may use: ok and not suspect (results.suspect: too fast to believe, shown apart)."""
     ok = ok_rows(df)
-    return ok[~ok["suspect"].fillna(False).astype(bool)] if "suspect" in ok.columns else ok
+    return ok[~flag_mask(ok, "suspect")]
 
 
 def present(value: Any) -> bool:
