@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A single-node Slurm on this machine (Debian's slurm-wlm, munge auth, no accounting, loopback only), for
-# tests/test_slurm_cluster.py: a controller and a node daemon, one partition `ci` holding every core.
+# tests/harness/test_slurm_cluster.py: a controller and a node daemon, one partition `ci` holding every core.
 # Needs root and Debian's package registry; prints one line and exits non-zero where it cannot.
 set -euo pipefail
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then

@@ -3,7 +3,7 @@
 #   bash benchmarks/gpu_verify.sh OUTDIR [install|suite|checks|preset|resume RUN_DIR]
 # install: attnbench itself and any wheels carried in .whl/ (xformers: pip download it where pip works,
 #          see the device notes), offline: --no-deps --no-build-isolation, into /tmp/site and the image's env.
-# suite:   the whole test suite on this GPU (tests/test_cuda.py included: none may skip for want of a device).
+# suite:   the whole test suite on this GPU (tests/harness/test_cuda.py included: none may skip for want of a device).
 # checks:  environment, the CUDA tests, the correctness gate table for every variant in fp16/bf16/fp32 with
 #          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
 #          timing (--timing) on a small and a large cell.
@@ -34,7 +34,7 @@ checks)
     nvidia-smi | tee "$out/nvidia-smi.txt"
     python3 -m attnbench env | tee "$out/env.txt"
     python3 -m attnbench list > "$out/list.txt" 2>&1
-    python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -15 | tee "$out/pytest-cuda.txt"
+    python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -15 | tee "$out/pytest-cuda.txt"
     python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 --probe > "$out/gate.txt" 2>&1
     echo "gate exit status $?" >> "$out/gate.txt"
     python3 benchmarks/harness_check.py --device cuda --json "$out/harness_check.json" 2>&1 | tee "$out/harness_check.txt"

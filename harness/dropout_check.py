@@ -27,7 +27,7 @@ Every rule below follows from that, and every call goes through the variant's pu
      is not Gaussian when few weights are dropped in all (a handful of drop events), so the rule applies
      only when the K calls are expected to drop (or keep) at least MIN_DROPS of the exposed weights. In
      4,000 simulated honest runs per shape and p (float64, K = 8, p from 0.01 to 0.99, B*H*N from 4 to
-     256; tests/test_dropout.py runs a smaller version) the largest ratio under that condition was 3.2
+     256; tests/harness/test_dropout.py runs a smaller version) the largest ratio under that condition was 3.2
      (p = 0.99; at most 2.7 for p <= 0.9); MEAN_Z = 5 leaves room for that and for rounding;
    - the K calls do not all return the same output (a mask that ignores the seed), judged only where an
      honest variant would return K equal outputs with probability below ALPHA: ((1-p)^K + p^K)^n < ALPHA.

@@ -1,6 +1,6 @@
 """--timing auto|events|graph on CPU: the setting through text, TOML, meta.json and the CLI; the auto rule,
 the calls per replay and the capture fallback's reason (pure functions); CPU rows record perf_counter; runs
-written before the columns existed still load. The CUDA paths themselves are in tests/test_cuda.py."""
+written before the columns existed still load. The CUDA paths themselves are in tests/harness/test_cuda.py."""
 
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before
 
 
 def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
-    """tests/test_cuda.py times sync_item (a .item() in every call) to see graph timing fall back to events;
+    """tests/harness/test_cuda.py times sync_item (a .item() in every call) to see graph timing fall back to events;
     here, that the variant itself answers right, so that a GPU failure there can only be the fallback's."""
     from conftest import DATA
 

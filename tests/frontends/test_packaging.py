@@ -75,7 +75,7 @@ def test_old_plugin_imports_get_the_new_spelling(tmp_path):
 
 def test_the_repository_folders_refuse_their_folder_names(tmp_path):
     """From the repository root `import results` would find results/: it says what to write instead."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for name in DECOYS:
         proc = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=root, capture_output=True,
                               text=True, timeout=60)  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "flex_cpu_profile.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "flex_cpu_profile.py"
 
 # rows as `perf report --sort dso,sym --stdio --no-children -t '|'` printed them for flex and sdpa here
 FLEX_REPORT = """\

@@ -16,7 +16,7 @@ from attnbench.reports.render import prepare, render
 from attnbench.reports.style import slug
 from attnbench.results import devices
 
-FIXTURE = Path(__file__).resolve().parent / "data" / "runs" / "cpu-small"
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
 HOSTILE_NAME = "<script>alert('x')</script>|$x$"
 HOSTILE_MSG = "<img src=x onerror=alert(1)> & `code` | [link](javascript:alert(1)) $\\frac{a}{b}$"
 

@@ -3,7 +3,7 @@ On a machine with a GPU, every variant's check of a CUDA cell and the dispatcher
 torch.cuda uninitialised. This machine has no GPU to report, so the few answers those checks read before
 they could reach a GPU (is_available, device_count, the build's flash and cuDNN flags) are a GPU machine's,
 and any attempt to initialise CUDA (torch.cuda._lazy_init, torch.cuda.init) fails the test. The measuring
-side of the rule (capability checks done in the worker) runs in tests/test_cuda.py on a GPU."""
+side of the rule (capability checks done in the worker) runs in tests/harness/test_cuda.py on a GPU."""
 
 from __future__ import annotations
 

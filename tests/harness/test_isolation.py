@@ -71,7 +71,7 @@ def test_every_fault_becomes_its_row(tmp_path):
 def test_a_poisoned_cuda_context_ends_its_worker_and_the_next_cells_run_in_a_new_one(tmp_path):
     """A cell whose CUDA error poisons the context (device-side assert, illegal address) is `crashed` with
     the reason, its worker exits instead of failing every later cell, and the next cell gets a new worker.
-    On CPU the variant raises torch's exception for it; tests/test_cuda.py triggers a real one."""
+    On CPU the variant raises torch's exception for it; tests/harness/test_cuda.py triggers a real one."""
     out = tmp_path / "r"
     small = ("--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "-q")
     run_cli("run", "--variant-file", str(FAULTS), "--variants", "fault_poison,naive", "--seq-len", "32,64",

@@ -1,5 +1,5 @@
 """The xformers variant's own code on CPU, against a stand-in `xformers` package that records what it is
-handed (no xformers wheel or CUDA here; tests/test_cuda.py runs the real one through measure_cell).
+handed (no xformers wheel or CUDA here; tests/harness/test_cuda.py runs the real one through measure_cell).
 
 What is checked: the attention bias is made in the setup hook (key_lengths read there, once), a timed call
 makes none and hands the kernel views of the harness's bnhd inputs (the padded path's packing copies

@@ -12,7 +12,7 @@ import synthetic
 from attnbench import results
 from attnbench.reports import fit
 
-FIXTURE = Path(__file__).resolve().parent / "data" / "runs" / "cpu-small"
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
 SEQ = [256, 512, 1024, 2048, 4096, 8192, 16384]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "harness_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "harness_check.py"
 
 
 @pytest.fixture(scope="module")
