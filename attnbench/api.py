@@ -7,7 +7,7 @@ directory) instead of one line on stderr. Nothing heavy is imported until a func
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,13 +63,16 @@ def run(
     `rerun` takes the sweep, settings and variant files of an earlier run and measures all of its cells,
     those named by `cells` (cell_ids) or those whose row has `status`, into the new run `out`.
 
-    Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' for --pass); settings
-    (warmup_ms, budget_ms, min_samples, max_samples, min_ms, target_rel_iqr, threads, cell_timeout,
-    calibrate_ms, seed, cpu_affinity, timing, env) go with them.
+    Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' or 'pass_' for --pass); a value
+    is text as a flag takes it ('256..4096', 'both') or Python values ([256, 512], True, ['fwd', 'fwdbwd']).
+    Settings (harness.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
+    cell_timeout, calibrate_ms, threads, seed, timing, env, cpu_affinity, and those a sweep file's
+    [settings] takes) go with them. Errors name the keyword.
     """
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import run as run_sweep
-    from attnbench.harness.spec import SweepSpec, sweep_from_text
+    from attnbench.harness.spec import SweepSpec
+    from attnbench.harness.sweeps import build_sweep
 
     if rerun is not None:
         return _rerun(
@@ -95,9 +98,8 @@ def run(
             raise ValueError("a SweepSpec is the whole sweep: give no preset, config or axes with it")
         spec = sweep
     else:
-        given = {**dict(sweep or {}), **axes}
-        texts = {axis: _text(axis, value) for axis, value in given.items()}
-        spec = sweep_from_text(texts, preset=preset, config=config)
+        given = {**dict(sweep or {}), **axes}  # values or text, read as the flags are (harness.sweeps)
+        spec = build_sweep(given, preset=preset, config=config, name=_keyword)
     files = [str(p) for p in variant_files]
     summary = run_sweep(
         spec,
@@ -113,15 +115,15 @@ def run(
 def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool) -> Run:
     """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
     from attnbench.harness import rerun
+    from attnbench.harness.grammar import split
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import run as run_sweep
-    from attnbench.harness.spec import parse_names
 
     if given:
         raise ValueError(
             "rerun= measures with the old run's sweep, settings and variant files; give only out= with it"
         )
-    ids = parse_names(cells) if isinstance(cells, str) else None if cells is None else list(cells)
+    ids = split(cells) if isinstance(cells, str) else None if cells is None else list(cells)
     plan = rerun.plan(run_dir, cell_ids=ids, status=status)
     summary = run_sweep(
         plan.sweep,
@@ -134,21 +136,9 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool
     return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
 
 
-def _text(axis: str, value: Any) -> Any:
-    """A Python value for an axis as the text `attnbench run` would be given (settings stay numbers)."""
-    if value is None or isinstance(value, str):
-        return value
-    if axis == "env":
-        return [f"{k}={v}" for k, v in value.items()] if isinstance(value, Mapping) else list(value)
-    if axis == "causal":  # booleans (True: top-left) and the words of --causal, alone or in a list
-        values = list(value) if isinstance(value, Iterable) else [value]
-        words = {True: "yes", False: "no"}
-        return ",".join(words[v] if isinstance(v, bool) else str(v) for v in values)
-    if axis == "pass" and not isinstance(value, str) and set(value) == {"fwd", "fwdbwd"}:
-        return "both"
-    if isinstance(value, Iterable):
-        return ",".join(str(v) for v in value)
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+def _keyword(key: str) -> str:
+    """How an error names an option of attnbench.run: by its keyword ('seq_len'), never a CLI flag."""
+    return key
 
 
 def load(*run_dirs: PathLike | Sequence[PathLike]):

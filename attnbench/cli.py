@@ -9,14 +9,14 @@ status 2, before any work starts and before anything is written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from attnbench.harness import options
 from attnbench.harness.executors import EXECUTORS
-from attnbench.harness.models import MODELS
-from attnbench.harness.spec import TEXT_AXES, TEXT_SETTINGS
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -35,107 +35,28 @@ def _fail(msg: str) -> int:
 
 
 def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    """The sweep's axes and the measurement settings, one flag each, from the tables (harness.options)."""
     g = p.add_argument_group("sweep (override the preset or config file)")
     g.add_argument("--preset", help="named sweep shipped with attnbench (see `attnbench list --presets`)")
     g.add_argument("--config", metavar="FILE", help="sweep TOML file ([sweep] and [settings] tables)")
-    g.add_argument("--variants", metavar="A,B", help="variants to run (default: every default variant)")
-    g.add_argument("--device", metavar="cpu,cuda", help="devices")
-    g.add_argument("--dtype", metavar="float32,...", help="float32, float16, bfloat16, float64")
-    g.add_argument("--batch", metavar="N,...", help="batch sizes")
-    g.add_argument("--heads", metavar="N,...", help="head counts")
-    g.add_argument(
-        "--seq-len", metavar="N,...", help="sequence lengths: 512,1024 or a doubling range 256..8192"
-    )
-    g.add_argument("--d-k", metavar="N,...", help="query/key head dims")
-    g.add_argument("--d-v", metavar="N,...", help="value head dims (default: = d_k)")
-    g.add_argument(
-        "--causal",
-        metavar="no|yes|both|lower-right",
-        help="causal masking: yes is top-left (query i sees keys j <= i), lower-right aligns the last query "
-        "with the last key (j <= i + N_k - N_q); a comma list takes several",
-    )
-    g.add_argument("--padding", metavar="F,...", help="key padding fractions in [0, 1) (0 = none)")
-    g.add_argument(
-        "--pass", dest="pass_", choices=["fwd", "fwdbwd", "both"], help="forward or forward+backward"
-    )
-    g.add_argument(
-        "--kv-heads",
-        metavar="N,...",
-        help="key/value heads, each dividing every --heads value: grouped-query attention (default: = heads)",
-    )
-    g.add_argument(
-        "--seq-k",
-        metavar="N,...",
-        help="key lengths N_k apart from the query lengths (--seq-len), e.g. decode: --seq-len 1 --seq-k "
-        "1024..65536 (default: = seq-len)",
-    )
-    g.add_argument(
-        "--window",
-        metavar="W,...",
-        help="sliding window: each query sees the W keys up to its diagonal; needs --causal yes or "
-        "lower-right (default: 0, none)",
-    )
-    g.add_argument(
-        "--dropout",
-        metavar="P,...",
-        help="training-mode dropout probabilities of the attention weights, in [0, 1) (0 = none)",
-    )
-    g.add_argument(
-        "--mod",
-        metavar="none|alibi|softcap:C,...",
-        help="score modifications before masking: none, alibi (ALiBi's linear distance bias) or softcap:C "
-        "(C * tanh(s / C), C > 0); a comma list takes several (default: none)",
-    )
-    g.add_argument(
-        "--model",
-        metavar="NAME,...",
-        help="published models' attention shapes: each gives its heads, kv-heads, d-k and window together, "
-        f"and labels its cells ({', '.join(MODELS)}; not with --heads, --kv-heads, --d-k or --window)",
-    )
+    for option in AXIS_OPTIONS:
+        g.add_argument(
+            option.flag(), dest=option.key, metavar=option.metavar, help=option.help_with_default()
+        )
     t = p.add_argument_group("measurement")
-    t.add_argument("--warmup-ms", type=float, help="warm-up budget per cell (ms)")
-    t.add_argument("--budget-ms", type=float, help="sampling budget per cell (ms)")
-    t.add_argument("--min-samples", type=int, help="fewest timed calls per cell (>= 5)")
-    t.add_argument("--max-samples", type=int, help="most timed calls per cell")
-    t.add_argument(
-        "--min-ms", type=float, help="sampled time needed before a stable spread may stop sampling (ms)"
-    )
-    t.add_argument("--target-rel-iqr", type=float, help="stop sampling once IQR/median is under this")
-    t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
-    t.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="kill a cell after this long")
-    t.add_argument(
-        "--calibrate-ms",
-        type=float,
-        metavar="MS",
-        help="the run's calibration: sampling time for each dtype's matmul and for the copy (default 1000)",
-    )
-    t.add_argument("--seed", type=int, help="input seed")
-    t.add_argument(
-        "--timing",
-        metavar="auto|events|graph",
-        help="how CUDA cells are timed: events (CUDA events around each call), graph (replays of a CUDA "
-        "graph of several calls, for launch-bound cells) or auto (per cell, the default; each row says which "
-        "and why); CPU cells always use perf_counter",
-    )
-    t.add_argument(
-        "--cpu-affinity",
-        metavar="LIST",
-        help="pin the worker processes to these CPUs, e.g. 0,1 or 0-3 (default: wherever the OS puts them)",
-    )
-    t.add_argument(
-        "--env",
-        action="append",
-        metavar="NAME=VALUE",
-        help="environment variable for the worker processes (repeatable; adds to the preset's [env], "
-        "e.g. --env THP_MEM_ALLOC_ENABLE=0)",
-    )
+    for option in SETTING_OPTIONS:
+        action = "append" if option.repeat else "store"
+        t.add_argument(
+            option.flag(), dest=option.key, action=action, metavar=option.metavar, help=option.help
+        )
 
 
-# The flags of _add_sweep_flags by argparse dest: what the sweep is, and how each cell is measured. They are
-# harness.spec's text axes and settings (argparse cannot name a dest `pass`), so a new axis is added there.
-AXIS_FLAGS = tuple("pass_" if axis == "pass" else axis for axis in TEXT_AXES)
-SWEEP_FLAGS = ("preset", "config", *AXIS_FLAGS)
-SETTING_FLAGS = tuple(TEXT_SETTINGS)
+# The flags of _add_sweep_flags by argparse dest (the option keys of harness.options): what the sweep is, and
+# how each cell is measured. A new axis or setting is one entry of its table (results.axes, harness.settings).
+AXIS_OPTIONS = options.axis_options()
+SETTING_OPTIONS = options.setting_options()
+SWEEP_FLAGS = ("preset", "config", *(o.key for o in AXIS_OPTIONS))
+SETTING_FLAGS = tuple(o.key for o in SETTING_OPTIONS)
 
 
 def _add_slurm_flags(g) -> None:
@@ -171,11 +92,11 @@ def _add_slurm_flags(g) -> None:
 
 def sweep_from_args(args: argparse.Namespace):
     """SweepSpec from preset/config + flags; BadInput naming the bad value."""
-    from attnbench.harness.spec import sweep_from_text
+    from attnbench.harness.sweeps import build_sweep
 
-    texts = {dest.rstrip("_"): getattr(args, dest) for dest in (*AXIS_FLAGS, *SETTING_FLAGS, "env")}
+    given = options.given_options(vars(args), AXIS_OPTIONS + SETTING_OPTIONS)
     try:
-        return sweep_from_text(texts, preset=args.preset, config=args.config)
+        return build_sweep(given, preset=args.preset, config=args.config)
     except (ValueError, TypeError) as exc:
         raise BadInput(str(exc)) from None
 
@@ -186,9 +107,9 @@ def _rerun_plan(args: argparse.Namespace):
         if args.cells is not None or args.status is not None:
             raise BadInput("--cells and --status choose cells of --rerun RUN_DIR; give --rerun too")
         return None
-    given = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "env", "variant_file") if getattr(args, f) is not None]
+    given = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "variant_file") if getattr(args, f) is not None]
     if given:
-        flag = given[0].rstrip("_").replace("_", "-")
+        flag = given[0].replace("_", "-")
         raise BadInput(
             f"--rerun measures with the old run's sweep, settings and variant files; drop --{flag}"
         )
@@ -197,10 +118,10 @@ def _rerun_plan(args: argparse.Namespace):
             "--rerun writes a new run; to finish an interrupted rerun use --resume --out DIR alone"
         )
     from attnbench.harness import rerun
-    from attnbench.harness.spec import parse_names
+    from attnbench.harness.grammar import split
 
     try:
-        cells = parse_names(args.cells) if args.cells is not None else None
+        cells = split(args.cells) if args.cells is not None else None
         return rerun.plan(args.rerun, cell_ids=cells, status=args.status)
     except ValueError as exc:  # RunDirError is one
         raise BadInput(str(exc)) from None
@@ -252,9 +173,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.variants import VariantError
 
     plan = _rerun_plan(args)
-    sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS, "env") if getattr(args, f) is not None]
+    sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS) if getattr(args, f) is not None]
     if args.resume and sweep_flags:
-        flag = sweep_flags[0].rstrip("_").replace("_", "-")
+        flag = sweep_flags[0].replace("_", "-")
         raise BadInput(f"--resume takes the sweep and its settings from the run's meta.json; drop --{flag}")
     if args.resume and args.out is None:
         raise BadInput("--resume needs --out DIR naming the run to finish")
@@ -309,6 +230,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_run(sub) -> None:
+    p = sub.add_parser("run", help="run a sweep into a run directory")
+    _add_sweep_flags(p)
+    p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
+    p.add_argument(
+        "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
+    )
+    p.add_argument(
+        "--redo-drift",
+        action="store_true",
+        help="with --resume: measure again the cells measured while the machine ran more than 10%% off "
+        "the run's median speed (the new rows replace the old ones when the run is loaded)",
+    )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="with --resume: finish the run even though this machine's hosts, torch, attnbench commit or "
+        "allocator environment differ from the run's (refused without it; logged in resumes.jsonl)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    x = p.add_argument_group("where the cells are measured (scale-out)")
+    x.add_argument(
+        "--executor",
+        default="local",
+        metavar="|".join(EXECUTORS),
+        help="local: this machine, one worker process (default), or one per GPU with --devices; "
+        "ray: one worker per GPU (or per CPU node) of a Ray cluster; slurm: submitit array tasks (needs "
+        "attnbench[slurm]; see README 'Scaling out')",
+    )
+    x.add_argument(
+        "--devices",
+        metavar="cuda:0,cuda:1|all",
+        help="--executor local: measure on these GPUs at once, one worker pinned to each (all: every "
+        "visible CUDA device; cpu: one CPU worker, at most one per machine)",
+    )
+    x.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="--executor ray: the cluster to join (as given to `ray start --address`); default: start a "
+        "local one on this machine",
+    )
+    _add_slurm_flags(x)
+    r = p.add_argument_group(
+        "measure an earlier run's cells again (into a new run; then `attnbench compare`)"
+    )
+    r.add_argument(
+        "--rerun", metavar="RUN_DIR", help="the run whose sweep, settings and variant files to measure with"
+    )
+    r.add_argument("--cells", metavar="ID,...", help="only these cell_ids of --rerun RUN_DIR (default: all)")
+    r.add_argument("--status", metavar="STATUS", help="only the cells of --rerun RUN_DIR with this status")
+    p.set_defaults(func=cmd_run)
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
     """`attnbench run --resume` under another name, for a run whose driver went away: wait for the array
     tasks still running, merge their shards, then measure what is missing with the run's own executor (its
@@ -322,7 +297,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     args.resume, args.out, args.rerun, args.redo_drift = True, args.run_dir, None, False
     args.devices = args.ray_address = None
-    for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, "env", "variant_file", "cells", "status", *SLURM_FLAGS):
+    for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, "variant_file", "cells", "status", *SLURM_FLAGS):
         setattr(args, dest, None)
     if args.executor is None:
         args.executor = meta.get("executor", "local")
@@ -330,6 +305,27 @@ def cmd_collect(args: argparse.Namespace) -> int:
             for dest, key in SLURM_FLAGS.items():
                 setattr(args, dest, _last_slurm_options(args.run_dir).get(key))
     return cmd_run(args)
+
+
+def _add_collect(sub) -> None:
+    p = sub.add_parser(
+        "collect",
+        help="gather a slurm run's array-task shards (waiting for live tasks), then run what is missing",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "--executor",
+        metavar="|".join(EXECUTORS),
+        help="measure the missing cells here (local) or again on Slurm (default: the run's own, with the "
+        "--slurm-* options of its last submission)",
+    )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="collect even though this machine's set-up differs from the run's (as for run --resume)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_collect)
 
 
 def _last_slurm_options(run_dir: str) -> dict:
@@ -344,7 +340,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
     import shlex
 
     from attnbench.harness import rerun
-    from attnbench.harness.spec import SweepSpec, cell_texts
+    from attnbench.harness.spec import SweepSpec
+    from attnbench.harness.sweeps import cell_given, flag_name
 
     try:
         meta, cell = rerun.find_cell(args.run_dir, args.cell_id)
@@ -353,7 +350,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     settings = SweepSpec.from_meta(meta["sweep"]).settings
     slug = cell.cell_id.replace("|", "-")
     out = args.out or f"runs/repro-{meta.get('run_id', Path(args.run_dir).name)}-{slug}"
-    texts, left = cell_texts(cell, settings)
+    texts, left = cell_given(cell, settings)
     if left:
         # a setting no flag can say: only the old run's meta.json says it, so measure again from there
         print(
@@ -364,9 +361,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
         argv = ["attnbench", "run", "--rerun", str(args.run_dir), "--cells", cell.cell_id, "--out", out]
     else:
         argv = ["attnbench", "run"]
-        for name, text in texts.items():
+        for key, text in texts.items():
             for value in text if isinstance(text, list) else [text]:
-                argv += ["--" + name.replace("_", "-"), value]
+                argv += [flag_name(key), value]
         for path in meta.get("variant_files", []):
             if not Path(path).is_file():
                 print(f"attnbench: warning: variant file {path} is not there any more", file=sys.stderr)
@@ -374,6 +371,16 @@ def cmd_repro(args: argparse.Namespace) -> int:
         argv += ["--out", out]
     print(shlex.join(argv))
     return 0
+
+
+def _add_repro(sub) -> None:
+    p = sub.add_parser("repro", help="print the one `attnbench run` command that measures one cell again")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "cell_id", metavar="CELL_ID", help="as in `attnbench export RUN_DIR` (quote it: it holds |)"
+    )
+    p.add_argument("--out", metavar="DIR", help="the new run's directory (default: runs/repro-<run>-<cell>)")
+    p.set_defaults(func=cmd_repro)
 
 
 # ---- export / list / env / check --------------------------------------------------------------------
@@ -390,6 +397,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="print the tidy results table of runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--format", choices=["csv", "json"], default="csv")
+    p.set_defaults(func=cmd_export)
+
+
 def _load_files(paths: list[str] | None) -> None:
     from attnbench import variants
 
@@ -402,11 +416,10 @@ def _load_files(paths: list[str] | None) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.presets:
-        from attnbench.harness.spec import presets, tomllib
+        from attnbench.harness.sweeps import preset_description, presets
 
         for name, path in presets().items():
-            desc = tomllib.loads(path.read_text()).get("description", "")
-            print(f"{name:<8} {desc}")
+            print(f"{name:<8} {preset_description(path)}")
         return 0
     _load_files(args.variant_file)
     from attnbench import variants
@@ -471,6 +484,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_list(sub) -> None:
+    p = sub.add_parser("list", help="registered variants, their capabilities and availability here")
+    p.add_argument("--variant-file", action="append", metavar="PATH")
+    p.add_argument("--presets", action="store_true", help="list the named sweep presets instead")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+
 def _esc(text: str) -> str:
     from rich.markup import escape
 
@@ -493,16 +514,22 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_env(sub) -> None:
+    p = sub.add_parser("env", help="print this machine's fingerprint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_env)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """The correctness gate for every variant over causal x padding (and the numerics probe), as tables."""
     from attnbench.harness import check
-    from attnbench.harness.spec import parse_names
+    from attnbench.harness.grammar import split
 
     try:
         plan = check.prepare(
-            parse_names(args.variants) if args.variants else None,
-            parse_names(args.device),
-            parse_names(args.dtype),
+            split(args.variants) if args.variants else None,
+            split(args.device),
+            split(args.dtype),
             args.seq_len,
             variant_files=args.variant_file or [],
         )
@@ -519,6 +546,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         console.print()
         console.print(_probe_table(numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes))))
     return check.exit_status(rows)
+
+
+def _add_check(sub) -> None:
+    p = sub.add_parser("check", help="run the float64 correctness gate for every variant (+ numerics probe)")
+    p.add_argument("--variants", metavar="A,B")
+    p.add_argument("--device", default="cpu", metavar="cpu,cuda")
+    p.add_argument("--dtype", default="float32,bfloat16", metavar="DTYPES")
+    p.add_argument("--seq-len", type=int, default=100)
+    p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
+    p.add_argument("--variant-file", action="append", metavar="PATH")
+    p.set_defaults(func=cmd_check)
 
 
 def _gate_table(rows, seq_len: int):
@@ -596,6 +634,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="fits, plots, README.md and report.html from runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", metavar="DIR", help="where to write the report (default: reports/out/<run id>)")
+    p.add_argument(
+        "--baseline", metavar="VARIANT", help="variant the speed-up map is relative to (default: naive)"
+    )
+    p.set_defaults(func=cmd_report)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from attnbench.reports.compare import compare_runs, parse_threshold, text_report, write_page
     from attnbench.reports.style import slug
@@ -617,180 +665,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if len(cmp.regressions) else 0
 
 
-# ---- profile ----------------------------------------------------------------------------------------
-
-
-def cmd_profile(args: argparse.Namespace) -> int:
-    """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
-    from attnbench.harness.cell_flags import CELL_FLAGS
-    from attnbench.harness.profile import prepare, profile_cell
-    from attnbench.reports.profile_page import top_ops_text, write_pages
-
-    if len(args.variant) != 1:
-        raise BadInput(f"--variant takes one value (profile runs one cell), got {' and '.join(args.variant)}")
-    try:
-        plan = prepare(
-            args.variant[0],
-            {dest: getattr(args, dest) for dest in CELL_FLAGS},
-            threads=args.threads,
-            seconds=args.seconds,
-            rate=args.rate,
-            iters=args.iters,
-            native=args.native,
-            use_py_spy=not args.no_py_spy,
-            variant_files=args.variant_file or [],
-        )
-    except ValueError as exc:  # VariantError is one
-        raise BadInput(str(exc)) from None
-    out = _out_dir(args.out, plan.default_dir_name())
-    if out.exists() and any(out.iterdir()):
-        raise BadInput(f"--out {str(out)!r} already exists and is not empty; choose another --out")
-    result = profile_cell(plan, out)
-    md, html_path = write_pages(out)
-    sys.stdout.write(top_ops_text(out))
-    print(f"profile: {html_path} and {md}", file=sys.stderr)
-    if result.error:
-        print(f"attnbench: {result.error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-# ---- import-benchmark -------------------------------------------------------------------------------
-
-
-def cmd_import_benchmark(args: argparse.Namespace) -> int:
-    """A pytest-benchmark JSON file from `pytest benchmarks/` as a run directory (report, export, compare)."""
-    from attnbench.results import RunDirError
-    from attnbench.results.pytest_benchmark import import_file
-
-    try:
-        path, counts = import_file(args.json_file, args.out)
-    except (RunDirError, ValueError) as exc:  # BenchmarkFileError is a ValueError
-        raise BadInput(str(exc)) from None
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    print(f"imported {args.json_file} into {path} ({summary})", file=sys.stderr)
-    print(path)
-    return 0
-
-
-# ---- main -----------------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnbench", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("run", help="run a sweep into a run directory")
-    _add_sweep_flags(p)
-    p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
-    p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
-    p.add_argument(
-        "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
-    )
-    p.add_argument(
-        "--redo-drift",
-        action="store_true",
-        help="with --resume: measure again the cells measured while the machine ran more than 10%% off "
-        "the run's median speed (the new rows replace the old ones when the run is loaded)",
-    )
-    p.add_argument(
-        "--force-resume",
-        action="store_true",
-        help="with --resume: finish the run even though this machine's hosts, torch, attnbench commit or "
-        "allocator environment differ from the run's (refused without it; logged in resumes.jsonl)",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-    x = p.add_argument_group("where the cells are measured (scale-out)")
-    x.add_argument(
-        "--executor",
-        default="local",
-        metavar="|".join(EXECUTORS),
-        help="local: this machine, one worker process (default), or one per GPU with --devices; "
-        "ray: one worker per GPU (or per CPU node) of a Ray cluster; slurm: submitit array tasks (needs "
-        "attnbench[slurm]; see README 'Scaling out')",
-    )
-    x.add_argument(
-        "--devices",
-        metavar="cuda:0,cuda:1|all",
-        help="--executor local: measure on these GPUs at once, one worker pinned to each (all: every "
-        "visible CUDA device; cpu: one CPU worker, at most one per machine)",
-    )
-    x.add_argument(
-        "--ray-address",
-        metavar="ADDR",
-        help="--executor ray: the cluster to join (as given to `ray start --address`); default: start a "
-        "local one on this machine",
-    )
-    _add_slurm_flags(x)
-    r = p.add_argument_group(
-        "measure an earlier run's cells again (into a new run; then `attnbench compare`)"
-    )
-    r.add_argument(
-        "--rerun", metavar="RUN_DIR", help="the run whose sweep, settings and variant files to measure with"
-    )
-    r.add_argument("--cells", metavar="ID,...", help="only these cell_ids of --rerun RUN_DIR (default: all)")
-    r.add_argument("--status", metavar="STATUS", help="only the cells of --rerun RUN_DIR with this status")
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser(
-        "collect",
-        help="gather a slurm run's array-task shards (waiting for live tasks), then run what is missing",
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument(
-        "--executor",
-        metavar="|".join(EXECUTORS),
-        help="measure the missing cells here (local) or again on Slurm (default: the run's own, with the "
-        "--slurm-* options of its last submission)",
-    )
-    p.add_argument(
-        "--force-resume",
-        action="store_true",
-        help="collect even though this machine's set-up differs from the run's (as for run --resume)",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=cmd_collect)
-
-    p = sub.add_parser("repro", help="print the one `attnbench run` command that measures one cell again")
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument(
-        "cell_id", metavar="CELL_ID", help="as in `attnbench export RUN_DIR` (quote it: it holds |)"
-    )
-    p.add_argument("--out", metavar="DIR", help="the new run's directory (default: runs/repro-<run>-<cell>)")
-    p.set_defaults(func=cmd_repro)
-
-    p = sub.add_parser("export", help="print the tidy results table of runs")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--format", choices=["csv", "json"], default="csv")
-    p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("list", help="registered variants, their capabilities and availability here")
-    p.add_argument("--variant-file", action="append", metavar="PATH")
-    p.add_argument("--presets", action="store_true", help="list the named sweep presets instead")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_list)
-
-    p = sub.add_parser("check", help="run the float64 correctness gate for every variant (+ numerics probe)")
-    p.add_argument("--variants", metavar="A,B")
-    p.add_argument("--device", default="cpu", metavar="cpu,cuda")
-    p.add_argument("--dtype", default="float32,bfloat16", metavar="DTYPES")
-    p.add_argument("--seq-len", type=int, default=100)
-    p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
-    p.add_argument("--variant-file", action="append", metavar="PATH")
-    p.set_defaults(func=cmd_check)
-
-    p = sub.add_parser("env", help="print this machine's fingerprint")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_env)
-
-    p = sub.add_parser("report", help="fits, plots, README.md and report.html from runs")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--out", metavar="DIR", help="where to write the report (default: reports/out/<run id>)")
-    p.add_argument(
-        "--baseline", metavar="VARIANT", help="variant the speed-up map is relative to (default: naive)"
-    )
-    p.set_defaults(func=cmd_report)
-
+def _add_compare(sub) -> None:
     p = sub.add_parser(
         "compare", help="the same cells on two runs: ratios with CIs, effect sizes, verdicts, regression gate"
     )
@@ -816,31 +691,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_compare)
 
+
+# ---- profile ----------------------------------------------------------------------------------------
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
+    from attnbench.harness.profile import CELL_OPTIONS, prepare, profile_cell
+    from attnbench.reports.profile_page import top_ops_text, write_pages
+
+    if len(args.variant) != 1:
+        raise BadInput(f"--variant takes one value (profile runs one cell), got {' and '.join(args.variant)}")
+    try:
+        plan = prepare(
+            args.variant[0],
+            options.given_options(vars(args), CELL_OPTIONS),
+            threads=args.threads,
+            seconds=args.seconds,
+            rate=args.rate,
+            iters=args.iters,
+            native=args.native,
+            use_py_spy=not args.no_py_spy,
+            variant_files=args.variant_file or [],
+        )
+    except ValueError as exc:  # VariantError is one
+        raise BadInput(str(exc)) from None
+    out = _out_dir(args.out, plan.default_dir_name())
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"--out {str(out)!r} already exists and is not empty; choose another --out")
+    result = profile_cell(plan, out)
+    md, html_path = write_pages(out)
+    sys.stdout.write(top_ops_text(out))
+    print(f"profile: {html_path} and {md}", file=sys.stderr)
+    if result.error:
+        print(f"attnbench: {result.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_profile(sub) -> None:
     p = sub.add_parser(
         "profile", help="profile one cell: py-spy flame graph + speedscope, torch.profiler trace"
     )
     p.add_argument("--variant", action="append", required=True, metavar="NAME", help="the variant to profile")
+    from attnbench.harness.profile import CELL_OPTIONS, DEFAULT_SEQ_LEN
+
     g = p.add_argument_group("cell (one value each, checked as `attnbench run` checks them)")
-    for flag, meta, text in (
-        ("--device", "cpu|cuda", "device (default cpu)"),
-        ("--dtype", "DTYPE", "float32 (default), float16, bfloat16, float64"),
-        ("--batch", "N", "batch size (default 1)"),
-        ("--heads", "N", "heads (default 8)"),
-        ("--seq-len", "N", "sequence length (default 1024)"),
-        ("--d-k", "N", "query/key head dim (default 64)"),
-        ("--d-v", "N", "value head dim (default: = d_k)"),
-        ("--causal", "yes|no|lower-right", "causal masking (default no; yes is top-left)"),
-        ("--padding", "F", "key padding fraction in [0, 1) (default 0)"),
-        ("--pass", "fwd|fwdbwd", "forward or forward+backward (default fwd)"),
-        ("--kv-heads", "N", "key/value heads, dividing heads (default: = heads)"),
-        ("--seq-k", "N", "key length N_k (default: = seq-len)"),
-        ("--window", "W", "sliding window in keys, with causal (default 0, none)"),
-        ("--dropout", "P", "training-mode dropout probability in [0, 1) (default 0)"),
-        ("--mod", "none|alibi|softcap:C", "score modification (default none)"),
-        ("--model", "NAME", "a published model's heads, kv-heads, d-k and window (harness.models)"),
-    ):
-        dest = "pass_" if flag == "--pass" else None
-        g.add_argument(flag, action="append", metavar=meta, help=text, **({"dest": dest} if dest else {}))
+    for option in CELL_OPTIONS:  # one value each: `attnbench run`'s flags, a profile's seq_len default
+        if option.key == "seq_len":
+            option = dataclasses.replace(option, default=str(DEFAULT_SEQ_LEN))
+        g.add_argument(
+            option.flag(), dest=option.key, action="append", metavar=option.one_metavar(),
+            help=option.help_with_default(),
+        )  # fmt: skip
     g.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     g.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
     t = p.add_argument_group("profilers")
@@ -860,12 +763,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_profile)
 
+
+# ---- import-benchmark -------------------------------------------------------------------------------
+
+
+def cmd_import_benchmark(args: argparse.Namespace) -> int:
+    """A pytest-benchmark JSON file from `pytest benchmarks/` as a run directory (report, export, compare)."""
+    from attnbench.results import RunDirError
+    from attnbench.results.pytest_benchmark import import_file
+
+    try:
+        path, counts = import_file(args.json_file, args.out)
+    except (RunDirError, ValueError) as exc:  # BenchmarkFileError is a ValueError
+        raise BadInput(str(exc)) from None
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    print(f"imported {args.json_file} into {path} ({summary})", file=sys.stderr)
+    print(path)
+    return 0
+
+
+def _add_import_benchmark(sub) -> None:
     p = sub.add_parser(
         "import-benchmark", help="a pytest-benchmark JSON file (pytest benchmarks/) as a run directory"
     )
     p.add_argument("json_file", metavar="JSON_FILE", help="from pytest benchmarks/ --benchmark-json FILE")
     p.add_argument("--out", metavar="RUN_DIR", required=True, help="the run directory to create")
     p.set_defaults(func=cmd_import_benchmark)
+
+
+# ---- main -----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _add_run,
+        _add_collect,
+        _add_repro,
+        _add_export,
+        _add_list,
+        _add_check,
+        _add_env,
+        _add_report,
+        _add_compare,
+        _add_profile,
+        _add_import_benchmark,
+    ):
+        add(sub)
     return parser
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from attnbench.harness.progress import Progress
 from attnbench.harness.runner import run
-from attnbench.harness.spec import sweep_from_text
+from attnbench.harness.sweeps import build_sweep
 
 
 class Clock(Progress):
@@ -42,7 +42,7 @@ class Clock(Progress):
 
 def once(executor: str, options: dict, cells: int, out: Path) -> dict[str, float]:
     seq = ",".join(str(8 * (i + 1)) for i in range(cells))  # one series: one array task gets them all
-    sweep = sweep_from_text(
+    sweep = build_sweep(
         {"variants": "naive", "seq_len": seq, "heads": 1, "d_k": 8, "threads": 1}
         | {"budget_ms": 1, "warmup_ms": 1, "min_samples": 5, "max_samples": 5}
     )

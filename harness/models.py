@@ -7,6 +7,7 @@ for reading only: a cell's identity (`cell_id`) is its shape, so two models of o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -94,3 +95,24 @@ def model(name: str) -> ModelShape:
         return MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+
+
+# The model rule, in one place: a model gives these four axes together, so a sweep, a sweep file's table or
+# a front end's options give either models or these axes, and a layer that names models replaces the shape
+# of the layer below it (harness.sweeps._layer).
+MODEL_AXES = ("heads", "kv_heads", "d_k", "window")
+
+
+def refuse_shape_beside_models(shape: list[str], name: Callable[[str], str], below: str = "") -> None:
+    """ValueError when `shape` (the MODEL_AXES given beside models) is not empty, naming the first by
+    `name` (the front end's spelling: '--heads', '[sweep] heads'); `below`: the models come from a lower
+    layer (a preset), which names them."""
+    if not shape:
+        return
+    rule = "a model gives heads, kv_heads, d_k and window together"
+    if below:
+        raise ValueError(
+            f"{name(shape[0])} conflicts with the models of {below}: {rule}; choose models with "
+            f"{name('model')}, or drop {name(shape[0])}"
+        )
+    raise ValueError(f"{name(shape[0])} conflicts with {name('model')}: {rule}; give one or the other")

@@ -2,7 +2,7 @@
 records a few calls of it (Chrome trace, top operators by self time). This module plans and orchestrates;
 each job is in its own module:
 
-    harness.cell_flags      run-style flags -> the one cell (parsed and checked by harness.spec)
+    harness.options         run-style flags -> the one cell (read and checked as `attnbench run` does)
     harness.py_spy          find py-spy, record the looping child
     harness.torch_trace     torch.profiler: trace.json, top_ops.csv
     harness.profiled_child  the child process, and the parent's handle on it
@@ -26,11 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import options, torch_trace
 from . import py_spy as spy
-from . import torch_trace
-from .cell_flags import single_cell
 from .profiled_child import Child
 from .spec import CellSpec
+from .sweeps import flag_name
 
 SCHEMA = 1
 # every file a profile leaves; py-spy and torch.profiler name their own, profile.json is this module's
@@ -90,6 +90,18 @@ class Plan:
         for path in self.variant_files:
             parts += ["--variant-file", path]
         return " ".join(parts)
+
+
+DEFAULT_SEQ_LEN = 1024  # a sweep's default is four lengths; a profile needs one
+# `attnbench profile`'s cell flags: every axis of `attnbench run` but --variants, one value each
+CELL_OPTIONS = [o for o in options.axis_options() if o.key != "variants"]
+
+
+def single_cell(variant: str, given: Mapping[str, str | Sequence[str] | None], threads: int = 0) -> CellSpec:
+    """The one cell named by run-style flags (option key -> the text given, None = default); ValueError naming
+    the bad value, or the flag given more than one value."""
+    defaults = {"seq_len": str(DEFAULT_SEQ_LEN), "threads": threads}
+    return options.single_cell(variant, given, name=flag_name, defaults=defaults)
 
 
 def prepare(

@@ -31,44 +31,25 @@ from typing import NoReturn
 
 import pytest
 
+from attnbench.harness import options
+
 EXTRA_INFO_FORMAT = 1  # version of the extra_info / "attnbench" JSON block read by results.pytest_benchmark
-GRID_OPTIONS = {  # option dest -> (flag, default, help)
-    "attn_variants": ("--attn-variants", None, "variants to time, A,B (default: every default variant)"),
-    "attn_device": ("--attn-device", "cpu", "devices, cpu,cuda (default: cpu)"),
-    "attn_dtype": ("--attn-dtype", "float32", "float32, float16, bfloat16, float64 (default: float32)"),
-    "attn_batch": ("--attn-batch", "1", "batch sizes (default: 1)"),
-    "attn_heads": ("--attn-heads", "4", "head counts (default: 4)"),
-    "attn_seq_len": ("--attn-seq-len", "256,1024", "lengths: 512,2048 or 256..4096 (default: 256,1024)"),
-    "attn_d_k": ("--attn-d-k", "64", "head dims, d_v = d_k (default: 64)"),
-    "attn_causal": (
-        "--attn-causal",
-        "no",
-        "causal masking: no, yes (top-left), both or lower-right, or a comma list (default: no)",
-    ),
-    "attn_padding": ("--attn-padding", "0", "key padding fractions in [0, 1) (default: 0)"),
-    "attn_pass": ("--attn-pass", "both", "fwd, fwdbwd or both (default: both)"),
-    "attn_kv_heads": ("--attn-kv-heads", None, "key/value heads, each dividing the heads (default: = heads)"),
-    "attn_seq_k": ("--attn-seq-k", None, "key lengths N_k, as --attn-seq-len (default: = seq_len)"),
-    "attn_window": ("--attn-window", "0", "sliding windows in keys, with causal masking (default: 0, none)"),
-    "attn_dropout": ("--attn-dropout", "0", "training-mode dropout probabilities in [0, 1) (default: 0)"),
-    "attn_mod": ("--attn-mod", "none", "score modifications: none, alibi, softcap:C (default: none)"),
-    "attn_model": (
-        "--attn-model",
-        None,
-        "published models' shapes (llama3-8b, gpt2, ...): heads, kv-heads, d-k and window together, in place "
-        "of --attn-heads, --attn-kv-heads, --attn-d-k and --attn-window",
-    ),
-    "attn_threads": ("--attn-threads", "0", "CPU threads for torch, as attnbench run --threads (0: torch's)"),
-}
-# the options a model gives; their defaults apply only without --attn-model (with it, giving one is refused)
-MODEL_OPTIONS = ("attn_heads", "attn_kv_heads", "attn_d_k", "attn_window")
+PREFIX = "attn_"  # --attn-seq-len is the sweep's seq_len: the same options as `attnbench run`, prefixed
+# the axes of `attnbench run` (the defaults of a sweep) and its --threads (harness.options)
+GRID_OPTIONS = [*options.axis_options(), *(o for o in options.setting_options() if o.key == "threads")]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attnbench", "attnbench grid (benchmarks/test_attention.py)")
-    for dest, (flag, default, help_text) in GRID_OPTIONS.items():
-        default = None if dest in MODEL_OPTIONS else default  # filled in by build_cells (without a model)
-        group.addoption(flag, dest=dest, default=default, metavar="VALUES", help=help_text)
+    for option in GRID_OPTIONS:
+        default = f" (default: {option.default})" if option.default is not None else ""
+        group.addoption(
+            option.flag("--attn-"),
+            dest=option.dest(PREFIX),
+            default=None,  # not given: the sweep's default, as for `attnbench run`
+            metavar="VALUES",
+            help=option.help + default,
+        )
     group.addoption(
         "--attn-variant-file",
         dest="attn_variant_file",
@@ -95,15 +76,10 @@ _KEY = pytest.StashKey[_Session]()
 def build_cells(config: pytest.Config):
     """The CellSpecs of the grid the --attn-* options describe; ValueError naming a bad value."""
     from attnbench import variants
-    from attnbench.harness.spec import sweep_from_text
+    from attnbench.harness.sweeps import build_sweep
 
-    # option dest attn_<axis> -> the axis of sweep_from_text, which parses and checks every value
-    texts = {dest.removeprefix("attn_"): config.getoption(dest) for dest in GRID_OPTIONS}
-    if not texts["model"]:  # the grid's own head shape, unless a model gives it
-        for dest in MODEL_OPTIONS:
-            axis = dest.removeprefix("attn_")
-            texts[axis] = GRID_OPTIONS[dest][1] if texts[axis] is None else texts[axis]
-    sweep = sweep_from_text(texts, flag=lambda axis: "--attn-" + axis.replace("_", "-"))
+    given = options.given_options(vars(config.option), GRID_OPTIONS, PREFIX)
+    sweep = build_sweep(given, name=lambda key: "--attn-" + key.replace("_", "-"))
     for path in config.getoption("attn_variant_file"):
         variants.load_variant_file(path)
     if sweep.variants:

@@ -22,11 +22,12 @@ from attnbench.results.formulas import where_key
 from attnbench.results.store import SHARDS, read_meta
 
 from . import executors, fingerprint, timing
+from .affinity import check_cpu_affinity
 from .cellrunner import CellRunner
 from .executors.slurm import collect as collect_shards
 from .isolation import WorkerDied, WorkerTimeout
 from .progress import Progress
-from .spec import CellSpec, SweepSpec, check_cpu_affinity
+from .spec import CellSpec, SweepSpec
 
 DEFAULT_RUNS_DIR = Path("runs")
 NUMERICS_FILE = "numerics.json"

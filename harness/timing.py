@@ -429,16 +429,19 @@ class Budget:
     )
 
     def __post_init__(self) -> None:
-        if self.warmup_ms < 0 or self.budget_ms <= 0:
-            raise ValueError(
-                f"timing budgets must be positive, got warmup {self.warmup_ms}, budget {self.budget_ms}"
-            )
-        if not 1 <= self.min_samples <= self.max_samples:
-            raise ValueError(
-                f"need 1 <= min_samples ({self.min_samples}) <= max_samples ({self.max_samples})"
-            )
-        if self.min_samples < 5:
-            raise ValueError(f"min_samples must be at least 5, got {self.min_samples}")
+        """The one rule for these fields, wherever they come from (flags, a sweep file, the API, calibration):
+        harness.settings.Settings checks its budget fields by building a Budget."""
+        for name in ("warmup_ms", "min_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be 0 or a positive number, got {value!r}")
+        for name in ("budget_ms", "target_rel_iqr"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        lo, hi = self.min_samples, self.max_samples
+        if not (isinstance(lo, int) and isinstance(hi, int) and 5 <= lo <= hi):
+            raise ValueError(f"need 5 <= min_samples <= max_samples (at least 5 samples), got {lo!r}, {hi!r}")
 
 
 def replay_budget(budget: Budget, calls: int) -> Budget:

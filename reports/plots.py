@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attnbench.results import axes
+from attnbench.results.axes import AXES
 from attnbench.results.formulas import bytes_text
 
 from .fit import PowerFit, combo_key, fit_power_law
@@ -27,42 +29,36 @@ from .style import (
 from .tables import PANEL_AXES, flagged, length_axis, ok_rows, panels, present, quiet_columns
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
+# the identity columns every figure's CSV starts with: the run, the group axes and the panel axes a CSV always
+# names (results.axes: Axis.csv, in report order), then variant and seq_len
 KEYS = [
     "run_id",
-    "device",
-    "dtype",
-    "pass",
-    "causal",
-    "d_k",
-    "d_v",
-    "batch",
-    "heads",
-    "padding",
-    "dropout",
+    *(a.name for a in AXES if a.role == "group" and a.identity),
+    *(a for a in PANEL_AXES if axes.BY_NAME[a].csv),
     "variant",
     "seq_len",
-]  # the identity columns every figure's CSV starts with
+]
 
 
 LENGTH_LABEL = {"seq_len": "sequence length N (tokens, log₂ steps)", "seq_k": "keys N_k (log₂ steps)"}
-# in a CSV only where some row sets them
-WORKLOAD_KEYS = ("kv_heads", "seq_k", "causal_align", "window", "mod")
+# in a CSV only where some row sets them: the panel and length axes that a CSV does not always name
+WORKLOAD_KEYS = tuple(
+    a.name for a in AXES if a.role in ("panel", "length") and not a.csv and a.name not in KEYS
+)
 
 
 def keys_of(rows) -> list[str]:
     """KEYS, with the workload axes of issue 11 before variant where some row is off their default (a
     decode CSV carries seq_k, its x): a plain run's CSVs keep the columns they always had."""
-    from .tables import FOLLOWS, QUIET_DEFAULTS
-
     extra = []
     for axis in WORKLOAD_KEYS:
         if axis not in rows.columns or rows.empty:
             continue
-        if axis in QUIET_DEFAULTS:
-            off = (rows[axis] != QUIET_DEFAULTS[axis]).fillna(False).any()
-        else:  # kv_heads follows heads, seq_k follows seq_len
-            other = FOLLOWS.get(axis, "seq_len")
-            off = (rows[axis] != rows[other]).fillna(False).any()
+        followed = axes.FOLLOWS.get(axis)
+        if followed:  # kv_heads follows heads, seq_k follows seq_len
+            off = (rows[axis] != rows[followed]).fillna(False).any()
+        else:
+            off = (rows[axis] != axes.QUIET[axis]).fillna(False).any()
         if off:
             extra.append(axis)
     i = KEYS.index("variant")

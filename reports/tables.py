@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from attnbench.results import axes
+from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
 
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
@@ -13,18 +15,16 @@ from attnbench.results.devices import calibration_for, matmul_tflops, positive
 # unless the sweep named published models (--model), and then gives each model its own section
 GROUP_AXES = ("run_id", "device", "device_group", "model", "dtype", "pass")
 QUIET_GROUP_AXES = ("device_group", "model")  # '' in every row: left out of titles, file names and CSVs
-# one panel per combination inside a group; seq_k is a length (a decode series grows it), not a panel axis
-PANEL_AXES = (
-    "causal", "d_k", "d_v", "batch", "heads", "padding", "kv_heads", "causal_align", "window", "dropout",
-    "mod",
-)  # fmt: skip
+# one panel per combination inside a group, in the axis table's report order (results.axes: Axis.role and
+# Axis.order); seq_k is a length (a decode series grows it), not a panel axis
+PANEL_AXES = tuple(a.name for a in sorted((a for a in AXES if a.role == "panel"), key=lambda a: a.order))
 # an axis whose value equals another's in every row says nothing of its own (d_v = d_k, kv_heads = heads)
-FOLLOWS = {"d_v": "d_k", "kv_heads": "heads"}
+FOLLOWS = {a: b for a, b in axes.FOLLOWS.items() if a in PANEL_AXES}
 # named only when some row differs: the usual sweep, and the text of every report made before the axis
-QUIET_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none"}
+QUIET_DEFAULTS = {a: v for a, v in axes.QUIET.items() if a in PANEL_AXES}
 COMBO_AXES = GROUP_AXES + PANEL_AXES  # everything but variant and seq_len: what a fit holds fixed
-LENGTHS = ("seq_len", "seq_k")  # N_q and N_k: what a series grows, the x of its plots and fits
-PASS_NAMES = {"fwd": "forward", "fwdbwd": "forward+backward"}
+LENGTHS = tuple(a.name for a in AXES if a.role == "length")  # N_q and N_k: what a series grows
+PASS_NAMES = axes.PASS_NAMES
 
 
 def quiet_columns(df) -> list[str]:
@@ -70,42 +70,19 @@ def present(value: Any) -> bool:
 
 
 def axis_text(axis: str, value: Any) -> str:
-    """One axis value as a reader wants it: 'causal', 'd_k=64', 'forward'."""
+    """One axis value as a reader wants it: 'causal', 'd_k=64', 'forward' (results.axes: Axis.show)."""
     if axis in QUIET_GROUP_AXES:  # '' (nothing split, no model) is left out of titles
         return str(value) if present(value) else ""
     if not present(value):
         return f"{axis}=n/a"
-    if axis == "causal":
-        return "causal" if bool(value) else "non-causal"
-    if axis == "pass":
-        return PASS_NAMES.get(str(value), str(value))
-    if axis == "padding":
-        return "no padding" if float(value) == 0 else f"padding {float(value):g}"
-    if axis == "dropout":
-        return "no dropout" if float(value) == 0 else f"dropout {float(value):g}"
-    if axis in ("batch", "heads"):
-        return f"{'B' if axis == 'batch' else 'H'}={value}"
-    if axis == "kv_heads":
-        return f"H_kv={value}"
-    if axis == "seq_k":
-        return f"N_k={value}"
-    if axis == "seq_len":
-        return f"N_q={value}"
-    if axis == "causal_align":
-        return f"{value} causal"
-    if axis == "window":
-        return "no window" if int(value) == 0 else f"window {int(value)}"
-    if axis == "mod":  # 'none', 'alibi', 'softcap:30' (variants.mods' canonical text)
-        kind, _, cap = str(value).partition(":")
-        return {"none": "no score mod", "alibi": "ALiBi"}.get(kind, f"{kind} {cap}".strip())
-    if axis in ("run_id", "device", "dtype"):
+    if axis == "run_id":
         return str(value)
-    return f"{axis}={value}"
+    return axes.BY_NAME[axis].show(value) if axis in axes.BY_NAME else f"{axis}={value}"
 
 
 def axis_value(axis: str, value: Any) -> str:
     """An axis value under a column that already names the axis: '64' under d_k, 'causal' under causal."""
-    if axis in ("d_k", "d_v", "batch", "heads", "seq_len", "kv_heads", "seq_k", "window") and present(value):
+    if axis in axes.BY_NAME and axes.BY_NAME[axis].dtype == "Int64" and present(value):
         return str(value)
     return axis_text(axis, value)
 

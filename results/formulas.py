@@ -1,4 +1,4 @@
-"""The formulas every layer shares, in one place: a cell's identity, statistics of raw timing samples,
+"""The formulas every layer shares, in one place: statistics of raw timing samples,
 FLOPs and TFLOP/s, and how bytes and dtypes are written for people.
 
 The harness computes result rows with them, the pytest-benchmark importer rebuilds rows with them, and
@@ -14,36 +14,6 @@ from collections.abc import Sequence
 from .schema import NOISY_REL_IQR
 
 SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
-
-
-def cell_id(
-    variant: str, device: str, dtype: str, batch: int, heads: int, seq_len: int, d_k: int, d_v: int,
-    causal: bool, padding: float, pass_: str, *, kv_heads: int | None = None, seq_k: int | None = None,
-    causal_align: str = "top-left", window: int = 0, dropout: float = 0.0, mod: str = "none",
-) -> str:  # fmt: skip
-    """A cell's identity, for resume, merge and compare: variant|device|dtype|b|h|n|dk|dv|mask|pad|pass.
-
-    An axis added later says nothing at its default, so every id written before it stays the same;
-    otherwise the mask reads `causal-lr` for lower-right causal, and `|kv{H_kv}` (grouped-query heads),
-    `|nk{N_k}` (keys apart from queries), `|w{W}` (sliding window), `|drop{p}` (dropout) and the score
-    modification (`|alibi`, `|softcap30`: its canonical text without the colon) follow, in that order."""
-    if causal:
-        mask = "causal-lr" if causal_align == "lower-right" else "causal"
-    else:
-        mask = "full"
-    shape = f"b{batch}|h{heads}|n{seq_len}|dk{d_k}|dv{d_v}"
-    text = f"{variant}|{device}|{dtype}|{shape}|{mask}|pad{padding:g}|{pass_}"
-    if kv_heads is not None and kv_heads != heads:
-        text += f"|kv{kv_heads}"
-    if seq_k is not None and seq_k != seq_len:
-        text += f"|nk{seq_k}"
-    if window > 0:
-        text += f"|w{window}"
-    if dropout > 0:
-        text += f"|drop{dropout:g}"
-    if mod != "none":  # canonical (variants.mods.parse_mod): 'softcap:2.5' -> '|softcap2.5', one per cap
-        text += "|" + mod.replace(":", "")
-    return text
 
 
 def where_key(host: str | None, device: str, gpu_uuid: str | None = None) -> str:

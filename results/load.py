@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devices, drift, suspect
+from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, gbps
 from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS
 from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, read_resumes, uncollected_rows
@@ -91,13 +92,13 @@ def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]
 
 
 def _fill_axis_defaults(df) -> None:
-    """Rows written before an axis existed hold its default: kv_heads = heads and seq_k = seq_len (the fixed
-    ones are schema.AXIS_DEFAULTS); their kv_bytes and kv_gbps follow from those (results.formulas), as
-    for new rows."""
+    """Rows written before an axis existed hold its default: an axis that follows another takes its value
+    (kv_heads = heads, seq_k = seq_len: axes.FOLLOWS; the fixed defaults are schema.AXIS_DEFAULTS); their
+    kv_bytes and kv_gbps follow from those (results.formulas), as for new rows."""
     import pandas as pd
 
-    df["kv_heads"] = df["kv_heads"].fillna(df["heads"])
-    df["seq_k"] = df["seq_k"].fillna(df["seq_len"])
+    for axis, followed in FOLLOWS.items():
+        df[axis] = df[axis].fillna(df[followed])
     itemsize = df["dtype"].map(lambda d: DTYPE_BYTES.get(d, 4) if isinstance(d, str) else pd.NA)
     derived = df["batch"] * df["kv_heads"] * df["seq_k"] * (df["d_k"] + df["d_v"]) * itemsize.astype("Int64")
     df["kv_bytes"] = df["kv_bytes"].fillna(derived)

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .axes import IDENTITY, SWEEP_AXES
 from .formulas import gbps, quartiles, rel_iqr, tflops
 from .schema import AXIS_DEFAULTS, COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
@@ -31,43 +32,16 @@ READABLE_FORMATS = (1,)  # harness.pytest_plugin.EXTRA_INFO_FORMAT values this c
 TIMING_COLUMNS = (
     "time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops", "kv_gbps",
 )  # fmt: skip
+_PY_TYPES = {"string": str, "Int64": int, "Float64": (int, float), "boolean": bool}
+# the axes of the first calling convention (results.axes), which every cell's extra_info holds
 AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
-    "variant": str,
-    "device": str,
-    "dtype": str,
-    "batch": int,
-    "heads": int,
-    "seq_len": int,
-    "d_k": int,
-    "d_v": int,
-    "causal": bool,
-    "padding": (int, float),
-    "pass": str,
+    **{a.name: _PY_TYPES[a.dtype] for a in IDENTITY if a.core},
     "cell_id": str,
     "status": str,
 }
 # Axes added later: a file written before them lacks them (its cells are at their defaults)
 LATER_AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
-    "kv_heads": int,
-    "seq_k": int,
-    "causal_align": str,
-    "window": int,
-    "mod": str,
-}
-SWEEP_KEYS = {  # row axis -> SweepSpec field, so that meta["sweep"] reads like a run's
-    "variant": "variants",
-    "device": "devices",
-    "dtype": "dtypes",
-    "batch": "batch",
-    "heads": "heads",
-    "seq_len": "seq_len",
-    "d_k": "d_k",
-    "d_v": "d_v",
-    "causal": "causal",
-    "padding": "padding",
-    "pass": "passes",
-    "dropout": "dropout",
-    "mod": "mod",
+    a.name: _PY_TYPES[a.dtype] for a in IDENTITY if not a.core
 }
 
 
@@ -214,19 +188,17 @@ def meta_from(data: dict[str, Any], rows: list[dict[str, Any]], source: str | Pa
     """meta.json for the imported run: provenance, the grid's axes, fingerprint, machine and commit info."""
     block = data.get("attnbench") if isinstance(data.get("attnbench"), dict) else {}
     sweep: dict[str, list] = {}
-    for axis, key in SWEEP_KEYS.items():
-        values = list(dict.fromkeys(r.get(axis, AXIS_DEFAULTS.get(axis)) for r in rows))
-        sweep[key] = sorted(values) if axis == "seq_len" else values
-    # the later axes as a SweepSpec holds them: empty = follows heads / seq_len; lower-right is a causal value
-    sweep["causal"] = list(
-        dict.fromkeys("lower-right" if r["causal"] and r.get("causal_align") == "lower-right" else r["causal"]
-                      for r in rows)
-    )  # fmt: skip
-    kv = [r.get("kv_heads", r["heads"]) for r in rows]
-    sweep["kv_heads"] = [] if kv == [r["heads"] for r in rows] else list(dict.fromkeys(kv))
-    nk = [r.get("seq_k", r["seq_len"]) for r in rows]
-    sweep["seq_k"] = [] if nk == [r["seq_len"] for r in rows] else sorted(set(nk))
-    sweep["window"] = list(dict.fromkeys(r.get("window", 0) for r in rows))
+    for a in SWEEP_AXES:  # each axis as a SweepSpec holds it, so that meta["sweep"] reads like a run's
+        if not a.identity:
+            continue
+        values = [r.get(a.name, r.get(a.follows) if a.follows else AXIS_DEFAULTS.get(a.name)) for r in rows]
+        if a.name == "causal":  # lower-right is a causal value of a sweep
+            values = ["lower-right" if r["causal"] and r.get("causal_align") == "lower-right" else r["causal"]
+                      for r in rows]  # fmt: skip
+        if a.follows and not a.core and values == [r[a.follows] for r in rows]:
+            values = []  # empty: it follows its axis (kv_heads = heads, seq_k = seq_len)
+        unique = list(dict.fromkeys(values))
+        sweep[a.sweep_field] = sorted(unique) if a.role == "length" else unique
     options = next((b.get("options") for b in data["benchmarks"] if isinstance(b, dict)), None)
     return {
         "run_id": _run_id(data),

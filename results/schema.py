@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from . import axes
+from .axes import AXES
+
 SCHEMA_VERSION = 1
 READABLE_VERSIONS = (1,)  # file versions this code can load
 
@@ -15,26 +18,8 @@ COLUMNS: dict[str, str] = {
     "run_id": "string",
     "machine": "string",
     "cell_id": "string",
-    "variant": "string",
-    "device": "string",
-    "dtype": "string",
-    "batch": "Int64",
-    "heads": "Int64",
-    "seq_len": "Int64",
-    "d_k": "Int64",
-    "d_v": "Int64",
-    "causal": "boolean",
-    "padding": "Float64",
-    "pass": "string",
-    "kv_heads": "Int64",  # key/value heads (grouped-query attention when fewer than heads)
-    "seq_k": "Int64",  # keys per sequence (N_k); = seq_len unless given apart (decode shapes)
-    "causal_align": "string",  # "top-left" or "lower-right" (what causal means when N_q != N_k)
-    "window": "Int64",  # sliding window in keys, the diagonal included; 0 = none
-    "dropout": "Float64",  # training-mode dropout probability of the attention weights (0 = none)
-    "mod": "string",  # score modification: "none", "alibi", "softcap:C" (canonical, variants.mods)
-    # the published model(s) whose shape the cell is ('Llama-3-8B'; 'A, B' when two share it; '' none): a
-    # label for reports, not an axis, so not part of cell_id (harness.models, --model)
-    "model": "string",
+    # the axes (results.axes: one entry each, in cell_id order), then the model label
+    **{a.name: a.dtype for a in AXES},
     "status": "string",
     "message": "string",
     "time_ms_median": "Float64",
@@ -96,24 +81,7 @@ COLUMNS: dict[str, str] = {
     "finished_at": "string",
 }
 LIST_COLUMNS = ("samples_ms",)
-CELL_AXES = (
-    "variant",
-    "device",
-    "dtype",
-    "batch",
-    "heads",
-    "seq_len",
-    "d_k",
-    "d_v",
-    "causal",
-    "padding",
-    "pass",
-    "kv_heads",
-    "seq_k",
-    "causal_align",
-    "window",
-    "dropout",
-    "mod",
-)
-# What a row written before a column existed means by it (results.load fills these in)
-AXIS_DEFAULTS = {"causal_align": "top-left", "window": 0, "dropout": 0.0, "mod": "none", "model": ""}
+CELL_AXES = axes.CELL_AXES  # the identity axes, in cell_id order
+# What a row written before an axis existed measured (results.load fills these in); kv_heads and seq_k
+# follow heads and seq_len (axes.FOLLOWS)
+AXIS_DEFAULTS = axes.QUIET

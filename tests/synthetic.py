@@ -10,7 +10,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import attention_flops, cell_id, gbps, kv_bytes, summarize, tflops
+from attnbench.results.axes import CELL_AXES, cell_id
+from attnbench.results.formulas import attention_flops, gbps, kv_bytes, summarize, tflops
 
 GIB = 2**30
 # The memory class a synthetic run records for each variant, as a real run records the registry's
@@ -74,8 +75,21 @@ def cell(
         "padding": padding,
         "pass": pass_,
         "cell_id": cell_id(
-            variant, device, dtype, batch, heads, seq_len, d_k, d_v, causal, padding, pass_, **workload
-        ),
+            {
+                "variant": variant,
+                "device": device,
+                "dtype": dtype,
+                "batch": batch,
+                "heads": heads,
+                "seq_len": seq_len,
+                "d_k": d_k,
+                "d_v": d_v,
+                "causal": causal,
+                "padding": padding,
+                "pass": pass_,
+                **workload,
+            }
+        ),  # fmt: skip
         "status": status,
         "message": message,
     }
@@ -237,7 +251,6 @@ def on(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any
     out = []
     for r in rows:
         r = {**r, **where, "device": record["device"]}
-        axes = [r[a] for a in ("variant", "device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v")]
-        r["cell_id"] = cell_id(*axes, r["causal"], r["padding"], r["pass"])
+        r["cell_id"] = cell_id({a: v for a, v in r.items() if a in CELL_AXES})
         out.append(r)
     return out

@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.cell_flags import single_cell
+from attnbench.harness.profile import single_cell
 from attnbench.harness.py_spy import PY_SPY_ENV, find_py_spy
 from attnbench.reports.profile_page import speedscope_summary, write_pages
 

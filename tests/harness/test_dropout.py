@@ -14,7 +14,8 @@ from conftest import DATA, ROOT, run_cli
 from attnbench import variants
 from attnbench.harness import correctness, dropout_check
 from attnbench.harness.cell import InputCache, make_inputs, prepare
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec, cell_texts, sweep_from_text
+from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.sweeps import build_sweep, cell_given
 from attnbench.results import load, read_rows
 from attnbench.variants import Problem
 from attnbench.variants.masks import attention_mask
@@ -64,27 +65,27 @@ def test_dropout_cells_have_their_own_id_and_series():
     assert b.problem().dropout and b.problem().dropout_p == 0.2 and not a.problem().dropout
     cells = SweepSpec(seq_len=(64,), dropout=(0.0, 0.1), passes=("fwd", "fwdbwd")).cells(["naive", "sdpa"])
     assert len({c.cell_id for c in cells}) == len(cells) == 8
-    assert [c.dropout for c in cells] == [0.0] * 4 + [0.1] * 4
+    assert [c.dropout for c in cells] == ([0.0] * 2 + [0.1] * 2) * 2  # each pass's cells: no dropout, then 0.1
 
 
 def test_cell_texts_say_the_dropout_too():
     cell = spec("chunked", 0.25, pass_="fwdbwd")
-    texts, left = cell_texts(cell, QUICK)
-    assert left == [] and sweep_from_text(texts).cells(["chunked"]) == [cell]
+    texts, left = cell_given(cell, QUICK)
+    assert left == [] and build_sweep(texts).cells(["chunked"]) == [cell]
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("1", "dropout must be a probability in [0, 1), got 1.0"),
-        ("-0.1", "dropout must be a probability in [0, 1), got -0.1"),
-        ("x", "dropout must be numbers, got 'x'"),
-        ("0.1,0.1", "dropout lists a value twice: [0.1, 0.1]"),
+        ("1", "--dropout must be a probability in [0, 1), got 1.0"),
+        ("-0.1", "--dropout must be a probability in [0, 1), got -0.1"),
+        ("x", "--dropout must be numbers, got 'x'"),
+        ("0.1,0.1", "--dropout lists a value twice: [0.1, 0.1]"),
     ],
 )
 def test_bad_dropout_is_a_one_line_error(text, message):
     with pytest.raises(ValueError) as info:
-        sweep_from_text({"dropout": text})
+        build_sweep({"dropout": text})
     assert str(info.value) == message
 
 
@@ -286,5 +287,5 @@ def test_bad_dropout_from_the_cli_is_refused_before_anything_is_written(tmp_path
     p = run_cli("run", "--variants", "naive", "--dropout", value, "--out", str(out), cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert lines == [f"attnbench: error: dropout must be a probability in [0, 1), got {float(value)}"]
+    assert lines == [f"attnbench: error: --dropout must be a probability in [0, 1), got {float(value)}"]
     assert not out.exists() and not (tmp_path / "runs").exists()

@@ -10,8 +10,9 @@ from conftest import run_cli
 
 from attnbench import results
 from attnbench.harness import models
-from attnbench.harness.cell_flags import single_cell
-from attnbench.harness.spec import CellSpec, SweepSpec, build_sweep, sweep_from_text
+from attnbench.harness.profile import single_cell
+from attnbench.harness.spec import CellSpec, SweepSpec
+from attnbench.harness.sweeps import build_sweep
 
 
 def test_the_table_holds_the_published_shapes():
@@ -26,7 +27,7 @@ def test_the_table_holds_the_published_shapes():
 
 
 def test_a_model_gives_its_four_axes_together_and_labels_its_cells():
-    sweep = sweep_from_text({"model": "gpt2,mistral-7b", "seq_len": "64,128", "causal": "yes"})
+    sweep = build_sweep({"model": "gpt2,mistral-7b", "seq_len": "64,128", "causal": "yes"})
     cells = sweep.cells(["naive", "sdpa"])
     assert len(cells) == 2 * 2 * 2  # models x lengths x variants: not a product of heads, d_k, window
     got = {(c.model, c.heads, c.kv_heads, c.d_k, c.window) for c in cells}
@@ -46,38 +47,36 @@ def test_a_model_gives_its_four_axes_together_and_labels_its_cells():
 )
 def test_conflicts_and_bad_names_are_refused(texts, message):
     with pytest.raises(ValueError, match=message):
-        sweep_from_text(texts)
+        build_sweep(texts)
 
 
 def test_a_flag_over_a_presets_models_is_refused_and_models_replace_a_presets_heads():
     with pytest.raises(ValueError, match="--d-k conflicts with the models of the preset llm"):
-        sweep_from_text({"d_k": "64"}, preset="llm")
-    over = sweep_from_text({"model": "gpt2"}, preset="quick")  # quick's heads 8 and d_k 64 give way
+        build_sweep({"d_k": "64"}, preset="llm")
+    over = build_sweep({"model": "gpt2"}, preset="quick")  # quick's heads 8 and d_k 64 give way
     assert {(c.heads, c.d_k, c.model) for c in over.cells(["sdpa"])} == {(12, 64, "GPT-2 small")}
-    chosen = sweep_from_text({"model": "llama3-8b"}, preset="llm")  # --model picks models of the preset
+    chosen = build_sweep({"model": "llama3-8b"}, preset="llm")  # --model picks models of the preset
     assert {c.model for c in chosen.cells(["sdpa"])} == {"Llama-3-8B"}
 
 
 def test_a_sweep_spec_refuses_explicit_axes_beside_models():
-    with pytest.raises(ValueError, match=r"heads \[16\] conflicts with model gpt2"):
+    with pytest.raises(ValueError, match=r"^heads conflicts with model: a model gives heads, kv_heads, d_k and window together"):
         SweepSpec(model=("gpt2",), heads=(16,))
 
 
 def test_toml_model_with_heads_in_one_table_is_refused(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text('[sweep]\nmodel = "gpt2"\nheads = [4]\n')
-    with pytest.raises(ValueError, match=r"\[sweep\] gives heads and model"):
+    with pytest.raises(ValueError, match=r"\[sweep\] heads conflicts with \[sweep\] model"):
         build_sweep(config=str(cfg))
 
 
 def test_the_label_is_not_identity(monkeypatch):
     twin = models.ModelShape("twin", "Twin-8B", 32, 8, 128, 0, 8192, "test")
     monkeypatch.setitem(models.MODELS, "twin", twin)
-    cells = sweep_from_text({"model": "llama3-8b,twin", "seq_len": "64"}).cells(["sdpa"])
+    cells = build_sweep({"model": "llama3-8b,twin", "seq_len": "64"}).cells(["sdpa"])
     assert len(cells) == 1 and cells[0].model == "Llama-3-8B, Twin-8B"  # one shape, one measurement
-    (plain,) = sweep_from_text({"heads": "32", "kv_heads": "8", "d_k": "128", "seq_len": "64"}).cells(
-        ["sdpa"]
-    )
+    (plain,) = build_sweep({"heads": "32", "kv_heads": "8", "d_k": "128", "seq_len": "64"}).cells(["sdpa"])
     assert plain.cell_id == cells[0].cell_id and "Llama" not in plain.cell_id
     assert plain == cells[0] and hash(plain) == hash(cells[0])  # a rebuilt cell without it is the same
     row = cells[0].to_dict()
@@ -95,25 +94,25 @@ def test_profile_takes_one_model():
 
 
 def test_the_presets_expand_and_the_cuda_table_applies_only_to_cuda():
-    llm = build_sweep("llm")
+    llm = build_sweep(preset="llm")
     assert llm.dtypes == ("float32",) and llm.seq_len == (512, 1024, 2048, 4096, 8192)
     assert len(llm.cells(["sdpa"])) == 4 * 5
-    cuda = build_sweep("llm", overrides={"devices": ("cuda",)})
+    cuda = build_sweep({"devices": ("cuda",)}, preset="llm")
     assert cuda.dtypes == ("bfloat16",) and cuda.seq_len[0] == 1024 and cuda.seq_len[-1] == 131072
-    both = build_sweep("llm", overrides={"devices": ("cpu", "cuda")})  # not exactly cuda: [sweep] alone
+    both = build_sweep({"devices": ("cpu", "cuda")}, preset="llm")  # not exactly cuda: [sweep] alone
     assert both.seq_len == llm.seq_len
-    decode = build_sweep("decode")
+    decode = build_sweep(preset="decode")
     cells = decode.cells(["sdpa"])
     assert len(cells) == 4 * 2 * 2 * 6  # models x batch x N_q x N_k 1024..32768
     assert {c.causal_align for c in cells} == {"lower-right"} and max(c.seq_k for c in cells) == 32768
-    assert max(build_sweep("decode", overrides={"devices": ("cuda",)}).seq_k) == 131072
+    assert max(build_sweep({"devices": ("cuda",)}, preset="decode").seq_k) == 131072
 
 
 @pytest.mark.parametrize(
     "table, message",
     [
-        ("[sweep.cuda]\nlengths = [1]\n", r"unknown key\(s\) \['lengths'\] in \[sweep.cuda\]"),
-        ('[sweep.cuda]\ndevices = ["cuda"]\n', r"unknown key\(s\) \['devices'\] in \[sweep.cuda\]"),
+        ("[sweep.cuda]\nlengths = [1]\n", r"unknown sweep key\(s\) \['lengths'\] in \[sweep.cuda\]"),
+        ('[sweep.cuda]\ndevices = ["cuda"]\n', r"\[sweep.cuda\] cannot set devices"),
         ("[sweep.cuda]\nheads = [4]\n", r"\[sweep.cuda\] heads conflicts with the models"),
     ],
 )
@@ -121,7 +120,7 @@ def test_a_bad_cuda_table_is_refused(tmp_path, table, message):
     cfg = tmp_path / "s.toml"
     cfg.write_text('[sweep]\nmodel = ["gpt2"]\n' + table)
     with pytest.raises(ValueError, match=message):
-        build_sweep(config=str(cfg), overrides={"devices": ("cuda",)})
+        build_sweep({"devices": ("cuda",)}, config=str(cfg))
 
 
 def test_older_runs_load_with_an_empty_model(tmp_path):

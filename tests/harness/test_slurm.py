@@ -13,7 +13,7 @@ import pytest
 from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli, wait_while_running
 
 from attnbench.harness.executors.slurm import _minutes, parse_opts, run_task, split
-from attnbench.harness.spec import sweep_from_text
+from attnbench.harness.sweeps import build_sweep
 from attnbench.results.store import RunWriter, read_rows
 
 pytest.importorskip("submitit")
@@ -24,7 +24,7 @@ TINY += ["--max-samples", "5", "--threads", "1", "--calibrate-ms", TEST_CALIBRAT
 
 
 def test_split_keeps_each_series_in_one_chunk():
-    sweep = sweep_from_text({"variants": "naive,chunked", "seq_len": "16..128", "causal": "both"})
+    sweep = build_sweep({"variants": "naive,chunked", "seq_len": "16..128", "causal": "both"})
     cells = sweep.cells(["naive", "chunked"])
     chunks = split(cells, 3)
     assert len(chunks) == 3
@@ -80,7 +80,7 @@ def test_a_task_that_cannot_see_the_run_directory_says_so(tmp_path):
 
 def test_a_second_collector_is_refused(tmp_path):
     out = tmp_path / "r"
-    sweep = sweep_from_text({"variants": "naive", "seq_len": "16"})
+    sweep = build_sweep({"variants": "naive", "seq_len": "16"})
     writer = RunWriter(out)
     writer.write_meta({"run_id": "x", "sweep": sweep.to_dict(), "variants": ["naive"], "executor": "slurm"})
     (out / "shards").mkdir()

@@ -6,7 +6,10 @@ import json
 
 import pytest
 
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec, build_sweep, parse_env, parse_ints, presets
+from attnbench.harness.grammar import format_cpus, parse_cpu_list, parse_env, parse_ints, read_axis
+from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.sweeps import build_sweep, cell_given, presets
+from attnbench.results.axes import axis
 
 
 def test_parse_ints_lists_and_doubling_ranges():
@@ -15,10 +18,10 @@ def test_parse_ints_lists_and_doubling_ranges():
     assert parse_ints("seq-len", "100..500") == (100, 200, 400)
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "8..4"])
-def test_parse_ints_rejects(text):
-    with pytest.raises(ValueError, match="seq-len"):
-        parse_ints("seq-len", text)
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "8..4", "16777217"])
+def test_an_axis_reader_rejects_naming_the_option(text):
+    with pytest.raises(ValueError, match="--seq-len"):
+        read_axis(axis("seq_len"), text, "--seq-len")
 
 
 @pytest.mark.parametrize(
@@ -67,17 +70,17 @@ def test_cell_roundtrip_and_identity():
 def test_presets_load_and_validate():
     names = presets()
     assert {"quick", "cpu", "gpu"} <= set(names)
-    quick = build_sweep("quick")
+    quick = build_sweep(preset="quick")
     assert quick.devices == ("cpu",) and max(quick.seq_len) == 4096
-    assert max(build_sweep("cpu").seq_len) == 16384
-    gpu = build_sweep("gpu")
+    assert max(build_sweep(preset="cpu").seq_len) == 16384
+    gpu = build_sweep(preset="gpu")
     assert gpu.devices == ("cuda",) and gpu.seq_len[0] == 512 and gpu.seq_len[-1] == 65536
     assert set(gpu.d_k) == {64, 128} and set(gpu.passes) == {"fwd", "fwdbwd"}
     assert set(gpu.dtypes) == {"float16", "bfloat16"}
 
 
 def test_flags_override_the_preset():
-    s = build_sweep("quick", overrides={"seq_len": (128,), "settings": {"budget_ms": 10.0}})
+    s = build_sweep({"seq_len": (128,), "budget_ms": 10.0}, preset="quick")
     assert s.seq_len == (128,) and s.settings.budget_ms == 10.0 and s.settings.warmup_ms == 20
 
 
@@ -95,9 +98,9 @@ def test_config_file(tmp_path):
     with pytest.raises(ValueError, match="unknown sweep key"):
         build_sweep(config=str(typo))
     with pytest.raises(ValueError, match="unknown preset"):
-        build_sweep("nope")
+        build_sweep(preset="nope")
     with pytest.raises(ValueError, match="not both"):
-        build_sweep("quick", str(f))
+        build_sweep(preset="quick", config=str(f))
 
 
 def test_env_table_and_env_flags(tmp_path):
@@ -106,13 +109,11 @@ def test_env_table_and_env_flags(tmp_path):
     f.write_text('[sweep]\nseq_len = [64]\n[env]\nTHP_MEM_ALLOC_ENABLE = "1"\nOMP_WAIT_POLICY = "PASSIVE"\n')
     s = build_sweep(config=str(f))
     assert s.settings.env == (("OMP_WAIT_POLICY", "PASSIVE"), ("THP_MEM_ALLOC_ENABLE", "1"))
-    s = build_sweep(
-        config=str(f), overrides={"settings": {"env": parse_env(["THP_MEM_ALLOC_ENABLE=0", "X=a=b"])}}
-    )
+    s = build_sweep({"env": ["THP_MEM_ALLOC_ENABLE=0", "X=a=b"]}, config=str(f))
     assert dict(s.settings.env) == {"THP_MEM_ALLOC_ENABLE": "0", "OMP_WAIT_POLICY": "PASSIVE", "X": "a=b"}
     assert SweepSpec.from_dict(json.loads(json.dumps(s.to_dict()))) == s
     assert SweepSpec.from_dict({"seq_len": [64]}).settings.env == ()  # runs written before [env] existed
-    assert dict(build_sweep("cpu").settings.env) == {"THP_MEM_ALLOC_ENABLE": "1"}
+    assert dict(build_sweep(preset="cpu").settings.env) == {"THP_MEM_ALLOC_ENABLE": "1"}
 
 
 @pytest.mark.parametrize(
@@ -129,18 +130,17 @@ def test_env_validation(env, match):
 
 
 def test_env_flag_parsing():
-    assert parse_env(["A=1", "B="]) == {"A": "1", "B": ""}
+    assert parse_env("env", ["A=1", "B="]) == (("A", "1"), ("B", ""))
     for bad in ("A", "=1", "A-B=1"):
         with pytest.raises(ValueError, match="--env takes NAME=VALUE"):
-            parse_env([bad])
+            parse_env("env", [bad])
 
 
 def test_cpu_affinity_text_and_its_round_trip():
-    from attnbench.harness.spec import format_cpus, parse_cpu_list, sweep_from_text
 
     assert parse_cpu_list("cpu-affinity", "0-3,6,2") == (0, 1, 2, 3, 6)
     assert format_cpus((0, 1, 2, 3, 6)) == "0-3,6"
-    sweep = sweep_from_text({"cpu_affinity": "1,0"})
+    sweep = build_sweep({"cpu_affinity": "1,0"})
     assert sweep.settings.cpu_affinity == (0, 1)
     assert SweepSpec.from_dict(json.loads(json.dumps(sweep.to_dict()))) == sweep  # as meta.json keeps it
     with pytest.raises(ValueError, match="CPU numbers"):
@@ -148,13 +148,12 @@ def test_cpu_affinity_text_and_its_round_trip():
 
 
 def test_cell_texts_read_back_as_exactly_that_cell_and_its_settings():
-    from attnbench.harness.spec import cell_texts, sweep_from_text
 
     cell = CellSpec("chunked", "cpu", "bfloat16", 2, 3, 96, 32, 16, True, 0.1, "fwdbwd")
     settings = Settings(warmup_ms=1.5, budget_ms=7, min_ms=0.3, threads=1, seed=9, env=(("A", "x y"),))
-    texts, left = cell_texts(cell, settings)
+    texts, left = cell_given(cell, settings)
     assert left == []
-    sweep = sweep_from_text(texts)
+    sweep = build_sweep(texts)
     assert sweep.cells([cell.variant]) == [cell] and sweep.settings == settings
-    _, left = cell_texts(cell, Settings(check_rows=7, memory_guard=0.5))
+    _, left = cell_given(cell, Settings(check_rows=7, memory_guard=0.5))
     assert left == ["check_rows", "memory_guard"]  # no flag says these: the caller must not pretend it does

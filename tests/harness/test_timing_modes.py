@@ -9,28 +9,29 @@ import json
 import pytest
 
 from attnbench.cli import BadInput, build_parser, sweep_from_args
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec, build_sweep, cell_texts, sweep_from_text
+from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.sweeps import build_sweep, cell_given
 
 
 def test_timing_defaults_to_auto_and_takes_its_three_words():
-    assert Settings().timing == "auto" and build_sweep("quick").settings.timing == "auto"
+    assert Settings().timing == "auto" and build_sweep(preset="quick").settings.timing == "auto"
     for word in ("auto", "events", "graph"):
-        assert sweep_from_text({"device": "cuda", "timing": word}).settings.timing == word
+        assert build_sweep({"device": "cuda", "timing": word}).settings.timing == word
     with pytest.raises(ValueError, match=r"^timing must be one of auto, events, graph, got 'fast'$"):
         Settings(timing="fast")
-    with pytest.raises(ValueError, match=r"^timing must be one of auto, events, graph, got 'Graph'$"):
-        sweep_from_text({"device": "cuda", "timing": "Graph"})
+    with pytest.raises(ValueError, match=r"^--timing must be one of auto, events, graph, got 'Graph'$"):
+        build_sweep({"device": "cuda", "timing": "Graph"})
 
 
 def test_events_or_graph_on_a_cpu_only_sweep_is_refused_with_one_line():
     for word in ("events", "graph"):
         with pytest.raises(ValueError) as exc:
-            sweep_from_text({"device": "cpu", "timing": word})
+            build_sweep({"device": "cpu", "timing": word})
         text = str(exc.value)
         assert "\n" not in text and text.startswith(f"timing '{word}' chooses how CUDA cells are timed")
     # a sweep with a cuda device takes it (its CPU cells still use perf_counter); auto is fine anywhere
-    assert sweep_from_text({"device": "cpu,cuda", "timing": "graph"}).settings.timing == "graph"
-    assert sweep_from_text({"device": "cpu", "timing": "auto"}).settings.timing == "auto"
+    assert build_sweep({"device": "cpu,cuda", "timing": "graph"}).settings.timing == "graph"
+    assert build_sweep({"device": "cpu", "timing": "auto"}).settings.timing == "auto"
 
 
 def test_the_cli_flag_reaches_the_settings_and_names_a_bad_word():
@@ -58,12 +59,12 @@ def test_toml_settings_table_and_meta_round_trip(tmp_path):
 def test_cell_texts_carry_timing_for_cuda_cells_and_auto_for_cpu_ones():
     settings = Settings(timing="graph")
     gpu = CellSpec("sdpa", "cuda", "bfloat16", 1, 8, 256, 64, 64, False, 0.0, "fwd")
-    texts, left = cell_texts(gpu, settings)
+    texts, left = cell_given(gpu, settings)
     assert texts["timing"] == "graph" and left == []
-    assert sweep_from_text(texts).settings == settings
+    assert build_sweep(texts).settings == settings
     cpu = CellSpec("sdpa", "cpu", "float32", 1, 8, 256, 64, 64, False, 0.0, "fwd")
-    texts, _ = cell_texts(cpu, settings)  # a cpu,cuda run's CPU cell: its repro line must still parse
-    assert texts["timing"] == "auto" and sweep_from_text(texts).cells(["sdpa"]) == [cpu]
+    texts, _ = cell_given(cpu, settings)  # a cpu,cuda run's CPU cell: its repro line must still parse
+    assert texts["timing"] == "auto" and build_sweep(texts).cells(["sdpa"]) == [cpu]
 
 
 # ---- the auto rule, calls per replay, the samples and the fallback: pure functions ---------------------

@@ -14,8 +14,10 @@ from conftest import run_cli
 from attnbench import variants
 from attnbench.harness import correctness
 from attnbench.harness.guard import predict_peak_bytes
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec, build_sweep, cell_texts, sweep_from_text
-from attnbench.results.formulas import attention_flops, cell_id, flops_formula, gbps, kv_bytes
+from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.sweeps import build_sweep, cell_given
+from attnbench.results.axes import CELL_AXES, cell_id
+from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes
 from attnbench.variants import Capability, Problem, Variant
 
 OLD_ID = "naive|cpu|float32|b2|h4|n128|dk64|dv32|causal|pad0.25|fwdbwd"
@@ -31,7 +33,10 @@ def test_an_old_cell_keeps_its_id_byte_for_byte():
     cell = CellSpec.from_dict(old_row)  # a row written before the axes existed
     assert (cell.kv_heads, cell.seq_k, cell.causal_align, cell.window) == (4, 128, "top-left", 0)
     assert cell.cell_id == OLD_ID
-    assert cell_id("naive", "cpu", "float32", 2, 4, 128, 64, 32, True, 0.25, "fwdbwd") == OLD_ID
+    old = dict(
+        zip(CELL_AXES, ("naive", "cpu", "float32", 2, 4, 128, 64, 32, True, 0.25, "fwdbwd"), strict=False)
+    )
+    assert cell_id(old) == OLD_ID  # a row written before the later axes: they are at their defaults
     explicit = CellSpec(
         "naive", "cpu", "float32", 2, 4, 128, 64, 32, True, 0.25, "fwdbwd", kv_heads=4, seq_k=128
     )
@@ -54,7 +59,7 @@ def test_new_axes_in_the_id_in_the_agreed_order():
 
 
 def test_flags_parse_into_cells():
-    sweep = sweep_from_text({"heads": "8", "kv_heads": "8,2,1", "seq_len": "1", "seq_k": "256..1024",
+    sweep = build_sweep({"heads": "8", "kv_heads": "8,2,1", "seq_len": "1", "seq_k": "256..1024",
                              "causal": "no,lower-right", "variants": "naive"})  # fmt: skip
     assert sweep.kv_heads == (8, 2, 1) and sweep.seq_k == (256, 512, 1024)
     assert sweep.causal == (False, "lower-right") and sweep.window == (0,)
@@ -62,9 +67,9 @@ def test_flags_parse_into_cells():
     assert len(cells) == 3 * 2 * 3
     assert [c.seq_k for c in cells[:3]] == [256, 512, 1024]  # a series ascends in seq_k (skip-ahead)
     assert {(c.causal, c.causal_align) for c in cells} == {(False, "top-left"), (True, "lower-right")}
-    windowed = sweep_from_text({"causal": "yes", "window": "0,16..32"})
+    windowed = build_sweep({"causal": "yes", "window": "0,16..32"})
     assert windowed.window == (0, 16, 32) and windowed.causal == (True,)
-    assert sweep_from_text({"causal": "both"}).causal == (False, True)  # yes stays top-left
+    assert build_sweep({"causal": "both"}).causal == (False, True)  # yes stays top-left
     assert SweepSpec.from_dict(json.loads(json.dumps(sweep.to_dict()))) == sweep  # as meta.json keeps it
 
 
@@ -79,8 +84,8 @@ def test_toml_takes_the_new_axes(tmp_path):
 def test_cell_texts_round_trip_the_new_axes():
     cell = CellSpec("chunked", "cpu", "float32", 2, 4, 3, 16, 16, True, 0.0, "fwd", kv_heads=1, seq_k=37,
                     causal_align="lower-right", window=5)  # fmt: skip
-    texts, left = cell_texts(cell, Settings())
-    assert left == [] and sweep_from_text(texts).cells(["chunked"]) == [cell]
+    texts, left = cell_given(cell, Settings())
+    assert left == [] and build_sweep(texts).cells(["chunked"]) == [cell]
 
 
 @pytest.mark.parametrize(
@@ -99,7 +104,7 @@ def test_cell_texts_round_trip_the_new_axes():
 )
 def test_bad_values_are_named(texts, message):
     with pytest.raises(ValueError) as exc:
-        sweep_from_text(texts)
+        build_sweep(texts)
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 

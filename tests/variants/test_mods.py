@@ -12,9 +12,9 @@ from conftest import DATA, run_cli
 
 from attnbench import variants
 from attnbench.harness import cell, correctness
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec, cell_texts, sweep_from_text, toml_to_sweep
+from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.sweeps import build_sweep, cell_given, sweep_file_layer
 from attnbench.results import load
-from attnbench.results.formulas import cell_id
 from attnbench.results.store import read_rows
 from attnbench.variants import mods
 from attnbench.variants.registry import Capability, VariantError
@@ -45,31 +45,31 @@ def test_parse_mod_gives_the_canonical_text(text, canonical):
 )
 def test_bad_mods_are_refused_with_the_value(text, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        sweep_from_text({"mod": f"none,{text}"})
+        build_sweep({"mod": f"none,{text}"})
 
 
 def test_a_sweep_takes_a_comma_list_canonicalises_it_and_refuses_duplicates():
-    sweep = sweep_from_text({"mod": "none,alibi,softcap:30.0", "seq_len": "16"})
+    sweep = build_sweep({"mod": "none,alibi,softcap:30.0", "seq_len": "16"})
     assert sweep.mod == ("none", "alibi", "softcap:30")
     assert [c.mod for c in sweep.cells(["naive"])] == ["none", "alibi", "softcap:30"]
     with pytest.raises(ValueError, match="mod lists a value twice"):
-        sweep_from_text({"mod": "softcap:30,softcap:30.0"})
+        build_sweep({"mod": "softcap:30,softcap:30.0"})
     with pytest.raises(ValueError, match="--attn-mod: softcap needs"):
-        sweep_from_text({"mod": "softcap:0"}, flag=lambda axis: "--attn-" + axis)
+        build_sweep({"mod": "softcap:0"}, name=lambda axis: "--attn-" + axis)
     assert SweepSpec().mod == ("none",)
 
 
 def test_toml_takes_a_list_or_a_string():
-    assert SweepSpec.from_dict(toml_to_sweep({"sweep": {"mod": ["none", "alibi"]}})).mod == ("none", "alibi")
-    assert SweepSpec.from_dict(toml_to_sweep({"sweep": {"mod": "softcap:50"}})).mod == ("softcap:50",)
+    assert sweep_file_layer({"sweep": {"mod": ["none", "alibi"]}})["mod"] == ("none", "alibi")
+    assert sweep_file_layer({"sweep": {"mod": "softcap:50"}})["mod"] == ("softcap:50",)
     with pytest.raises(ValueError, match="got 30"):
-        SweepSpec.from_dict(toml_to_sweep({"sweep": {"mod": [30]}}))
+        sweep_file_layer({"sweep": {"mod": [30]}})
 
 
 def test_cell_id_is_unchanged_at_none_and_distinct_per_mod():
     base = ("naive", "cpu", "float32", 1, 8, 256, 64, 64, False, 0.0, "fwd")
     old = "naive|cpu|float32|b1|h8|n256|dk64|dv64|full|pad0|fwd"
-    assert cell_id(*base) == old and CellSpec(*base).cell_id == old
+    assert CellSpec(*base).cell_id == old
     ids = [CellSpec(*base, mod=m).cell_id for m in ("alibi", "softcap:2.5", "softcap:25", "softcap:30.0")]
     assert ids == [old + "|alibi", old + "|softcap2.5", old + "|softcap25", old + "|softcap30"]
 
@@ -77,8 +77,8 @@ def test_cell_id_is_unchanged_at_none_and_distinct_per_mod():
 def test_a_cell_round_trips_through_its_row_and_its_text():
     c = CellSpec("chunked", "cpu", "float32", 1, 4, 32, 8, 8, True, 0.0, "fwd", kv_heads=2, mod="softcap:30")
     assert CellSpec.from_dict(json.loads(json.dumps(cell.base_row(c)))) == c
-    texts, left = cell_texts(c, QUICK)
-    assert not left and sweep_from_text(texts).cells([c.variant]) == [c]
+    texts, left = cell_given(c, QUICK)
+    assert not left and build_sweep(texts).cells([c.variant]) == [c]
     old_row = {k: v for k, v in c.to_dict().items() if k != "mod"}  # a row written before the axis
     assert CellSpec.from_dict(old_row).mod == "none"
 
@@ -204,7 +204,7 @@ def test_a_bad_mod_from_the_cli_is_one_line_exit_2_nothing_written(tmp_path):
     p = run_cli("run", "--variants", "naive", "--mod", "none,softcap:-1", "--out", str(out), cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert lines == ["attnbench: error: softcap needs a positive cap, as softcap:30, got 'softcap:-1'"]
+    assert lines == ["attnbench: error: --mod: softcap needs a positive cap, as softcap:30, got 'softcap:-1'"]
     assert not out.exists() and not (tmp_path / "runs").exists()
 
 
