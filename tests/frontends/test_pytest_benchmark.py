@@ -18,7 +18,7 @@ from attnbench.results import pytest_benchmark as pb
 from attnbench.results.formulas import attention_flops
 from attnbench.results.store import RunWriter
 
-TINY = ["--attn-seq-len", "64", "--attn-heads", "2", "--attn-d-k", "16"]
+TINY = ["--attn-seq-len", "64", "--attn-heads", "2", "--attn-d-k", "16", "--attn-pass", "both"]
 VARIANTS = ["naive", "chunked", "sdpa", "sdpa_cudnn"]  # sdpa_cudnn has no CPU kernel: skipped with its reason
 
 
