@@ -133,119 +133,138 @@ def _match_axes(a, b) -> tuple[list[str], str]:
     ), f"cells matched by cell_id on the devices both runs used ({', '.join(common) or 'none'})"
 
 
-def compare_runs(
-    run_a: str | Path,
-    run_b: str | Path,
-    *,
-    threshold: Threshold | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    normalize: str | None = None,
-):
-    """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
-    runs share no cell. normalize='calibration' rescales B's times to A's machine (reports.calibration)."""
-    import numpy as np
+def _with_device_model(rows, groups: list):
+    """The run's rows with `device_model`: the device group each row was measured on (results.devices).
+    Not `model`: the rows' own `model` column is the published model a cell's shape is from."""
     import pandas as pd
 
-    from attnbench import results
+    of = devices.group_of(groups)
+    rows["device_model"] = pd.array([of[w].model for w in rows["where"]], dtype="string")
+    return rows
 
-    a, b = results.load(run_a), results.load(run_b)
-    meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
-    groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
-    of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
-    # device_model, not model: the rows' own `model` column is the published model a cell's shape is from
-    a["device_model"] = pd.array([of_a[w].model for w in a["where"]], dtype="string")
-    b["device_model"] = pd.array([of_b[w].model for w in b["where"]], dtype="string")
-    split = any(g.label for g in groups_a + groups_b)
-    if split:  # a run mixes device models or speeds: a cell pairs only with the same cell on the same model
+
+def _cell_axes(a, b, split: bool) -> tuple[list[str], str]:
+    """The axes a cell pairs on, and how to say it. A run that mixes device models or speeds (split)
+    pairs a cell only with the same cell on the same model."""
+    if split:
         axes = [*CELL_AXES, "device_model"]
-        how = "cells matched by cell_id within one device model (runs of several device groups)"
-    else:
-        axes, how = _match_axes(a, b)
-    # 'same' means within the gate's own tolerance when it is relative, else within 2%
-    tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
+        return axes, "cells matched by cell_id within one device model (runs of several device groups)"
+    return _match_axes(a, b)
+
+
+def _check_normalize(normalize: str | None, meta_a: dict[str, Any], meta_b: dict[str, Any]) -> None:
     if normalize not in (None, "calibration"):
         raise ValueError(f"--normalize takes 'calibration', got {normalize!r}")
     if normalize and not (calibration.has_calibration(meta_a) and calibration.has_calibration(meta_b)):
         raise ValueError("--normalize calibration needs both runs' calibration (meta.json has none)")
+
+
+def _paired(a, b, axes: list[str]):
+    """One row per cell both runs have (the last row of a cell measured twice), A's columns _a, B's _b."""
     cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
     cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
-    m = keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
-    if m.empty:
-        raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
-    records = []
-    for _, r in m.iterrows():
-        ok = (
-            r["status_a"] == "ok"
-            and r["status_b"] == "ok"
-            and present(r["time_ms_median_a"])
-            and present(r["time_ms_median_b"])
-        )
-        sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
-        device_a = r["device_a"] if "device_a" in r else r["device"]
-        device_b = r["device_b"] if "device_b" in r else r["device"]
-        scale, which = 1.0, ""
-        if normalize:  # B's times as they would be on A's machine, by the ceiling that bounds the cell
-            cell = {
-                **{x: r[x] for x in axes},
-                "device": device_a,
-                "flops": r["flops_a"],
-                "where": r["where_a"],
-            }
-            scale, which = calibration.factor(cell, meta_a, meta_b, device_b, r["where_b"])
-            ok = ok and math.isfinite(scale)
-            sb = [s * scale for s in sb] if math.isfinite(scale) else sb
-        median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
-        ratio = median_b / float(r["time_ms_median_a"]) if ok else math.nan
-        diff = difference(sa, sb, ratio=ratio, tolerance=tolerance, alpha=alpha) if ok else None
-        p = diff.p_value if diff else math.nan
-        significant = (p < alpha) if math.isfinite(p) else None
-        regression, why = False, ""
-        # the gate acts only on a significant slowdown (verdict 'slower') beyond the threshold: a cell
-        # whose samples cannot tell (ambiguous, or fewer than 3 samples) never fails a build
-        if threshold is not None and diff is not None and diff.verdict == "slower":
-            va = stat_value(sa, r["time_ms_median_a"], threshold.stat)
-            vb = stat_value(sb, median_b, threshold.stat)
-            if threshold.exceeded(va, vb):
-                regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
-        if threshold is not None and r["status_a"] == "ok" and r["status_b"] in BROKEN:
-            regression, why = True, f"status ok -> {r['status_b']}"
-        records.append(
-            {
-                **{x: r[x] for x in axes},
-                "device_a": device_a,
-                "device_b": device_b,
-                "where_a": r["where_a"],
-                "where_b": r["where_b"],
-                "status_a": r["status_a"],
-                "status_b": r["status_b"],
-                "timing_mode_a": r["timing_mode_a"] if present(r["timing_mode_a"]) else None,
-                "timing_mode_b": r["timing_mode_b"] if present(r["timing_mode_b"]) else None,
-                "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
-                "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
-                "bound": which,
-                "norm_factor": scale if normalize else math.nan,
-                "n_a": len(sa),
-                "n_b": len(sb),
-                "ratio": ratio,
-                "ratio_ci_low": diff.ci_low if diff else math.nan,
-                "ratio_ci_high": diff.ci_high if diff else math.nan,
-                "p_value": p,
-                "significant": bool(significant) if significant is not None else pd.NA,
-                "cliffs_delta": diff.delta if diff else math.nan,
-                "verdict": diff.verdict if diff else "n/a",
-                "change": change_text(ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
-                "regression": regression,
-                "why": why,
-            }
-        )
-    cells = pd.DataFrame(records)
-    pairs = [(of_a[wa], of_b[wb]) for wa, wb in zip(cells["where_a"], cells["where_b"], strict=True)]
-    several = split or any(len(g.members) > 1 for g in groups_a + groups_b)
-    cells = cells.sort_values(
-        [x for x in axes if x not in ("variant", "seq_len")] + ["variant", "seq_len"], kind="stable"
-    ).reset_index(drop=True)
+    return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What every paired cell is judged by: the gate, the significance level, the band of B/A that counts
+    as 'same', and whether B's times are rescaled to A's machine (by both runs' calibration)."""
+
+    threshold: Threshold | None
+    alpha: float
+    tolerance: float
+    normalize: str | None
+    meta_a: dict[str, Any]
+    meta_b: dict[str, Any]
+
+
+def _measured(r, axes: list[str], device_a: str, device_b: str) -> dict[str, Any]:
+    """A paired cell as both runs measured it: its axes, where it ran, its statuses and median times."""
+    return {
+        **{x: r[x] for x in axes},
+        "device_a": device_a,
+        "device_b": device_b,
+        "where_a": r["where_a"],
+        "where_b": r["where_b"],
+        "status_a": r["status_a"],
+        "status_b": r["status_b"],
+        "timing_mode_a": r["timing_mode_a"] if present(r["timing_mode_a"]) else None,
+        "timing_mode_b": r["timing_mode_b"] if present(r["timing_mode_b"]) else None,
+        "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
+        "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
+    }
+
+
+def _gate(r, rules: _Rules, diff, sa: list[float], sb: list[float], median_b: float) -> tuple[bool, str]:
+    """(regression, why). The gate acts only on a significant slowdown (verdict 'slower') beyond the
+    threshold: a cell whose samples cannot tell (ambiguous, or fewer than 3 samples) never fails a build.
+    A cell ok in A and broken in B (BROKEN) is a regression too."""
+    threshold = rules.threshold
+    regression, why = False, ""
+    if threshold is not None and diff is not None and diff.verdict == "slower":
+        va = stat_value(sa, r["time_ms_median_a"], threshold.stat)
+        vb = stat_value(sb, median_b, threshold.stat)
+        if threshold.exceeded(va, vb):
+            regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
+    if threshold is not None and r["status_a"] == "ok" and r["status_b"] in BROKEN:
+        regression, why = True, f"status ok -> {r['status_b']}"
+    return regression, why
+
+
+def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
+    """One paired cell: B/A on the medians (B rescaled when normalising), the CI, p-value and Cliff's delta
+    of the raw samples (stats.difference), the verdict, and whether it fails the gate."""
+    import pandas as pd
+
+    ok = (
+        r["status_a"] == "ok"
+        and r["status_b"] == "ok"
+        and present(r["time_ms_median_a"])
+        and present(r["time_ms_median_b"])
+    )
+    sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
+    device_a = r["device_a"] if "device_a" in r else r["device"]
+    device_b = r["device_b"] if "device_b" in r else r["device"]
+    scale, which = 1.0, ""
+    if rules.normalize:  # B's times as they would be on A's machine, by the ceiling that bounds the cell
+        cell = {**{x: r[x] for x in axes}, "device": device_a, "flops": r["flops_a"], "where": r["where_a"]}
+        scale, which = calibration.factor(cell, rules.meta_a, rules.meta_b, device_b, r["where_b"])
+        ok = ok and math.isfinite(scale)
+        sb = [s * scale for s in sb] if math.isfinite(scale) else sb
+    median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
+    ratio = median_b / float(r["time_ms_median_a"]) if ok else math.nan
+    diff = difference(sa, sb, ratio=ratio, tolerance=rules.tolerance, alpha=rules.alpha) if ok else None
+    p = diff.p_value if diff else math.nan
+    significant = (p < rules.alpha) if math.isfinite(p) else None
+    regression, why = _gate(r, rules, diff, sa, sb, median_b)
+    return {
+        **_measured(r, axes, device_a, device_b),
+        "bound": which,
+        "norm_factor": scale if rules.normalize else math.nan,
+        "n_a": len(sa),
+        "n_b": len(sb),
+        "ratio": ratio,
+        "ratio_ci_low": diff.ci_low if diff else math.nan,
+        "ratio_ci_high": diff.ci_high if diff else math.nan,
+        "p_value": p,
+        "significant": bool(significant) if significant is not None else pd.NA,
+        "cliffs_delta": diff.delta if diff else math.nan,
+        "verdict": diff.verdict if diff else "n/a",
+        "change": change_text(ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
+        "regression": regression,
+        "why": why,
+    }
+
+
+def _per_variant(cells):
+    """Per variant: the geometric mean of B/A over the cells ok in both, the cells per verdict, and how
+    many cells changed status."""
+    import numpy as np
+    import pandas as pd
+
     per = []
     for variant, sub in cells.groupby("variant", sort=True):
         ratios = sub["ratio"].dropna().to_numpy(dtype=float)
@@ -258,6 +277,44 @@ def compare_runs(
                 "status_changed": int((sub["status_a"] != sub["status_b"]).sum()),
             }
         )
+    return pd.DataFrame(per)
+
+
+def compare_runs(
+    run_a: str | Path,
+    run_b: str | Path,
+    *,
+    threshold: Threshold | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    normalize: str | None = None,
+):
+    """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
+    runs share no cell. normalize='calibration' rescales B's times to A's machine (reports.calibration)."""
+    import pandas as pd
+
+    from attnbench import results
+
+    a, b = results.load(run_a), results.load(run_b)
+    meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
+    groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
+    a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
+    split = any(g.label for g in groups_a + groups_b)
+    axes, how = _cell_axes(a, b, split)
+    # 'same' means within the gate's own tolerance when it is relative, else within 2%
+    tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
+    _check_normalize(normalize, meta_a, meta_b)
+    m = _paired(a, b, axes)
+    if m.empty:
+        raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
+    rules = _Rules(threshold, alpha, tolerance, normalize, meta_a, meta_b)
+    cells = pd.DataFrame([_cell_record(r, axes, rules) for _, r in m.iterrows()])
+    # which device groups met, in the order of the pairs (before the cells are sorted for the tables)
+    of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
+    pairs = [(of_a[wa], of_b[wb]) for wa, wb in zip(cells["where_a"], cells["where_b"], strict=True)]
+    several = split or any(len(g.members) > 1 for g in groups_a + groups_b)
+    cells = cells.sort_values(
+        [x for x in axes if x not in ("variant", "seq_len")] + ["variant", "seq_len"], kind="stable"
+    ).reset_index(drop=True)
     return Comparison(
         str(run_a),
         str(run_b),
@@ -266,7 +323,7 @@ def compare_runs(
         how,
         axes,
         cells,
-        pd.DataFrame(per),
+        _per_variant(cells),
         threshold,
         alpha,
         tolerance,

@@ -661,7 +661,7 @@ def window_figure(rows, title: str):
     import pandas as pd
 
     from .tables import label, varying
-    from .workloads import FAR_FACTOR, local_slopes, window_fit, window_series
+    from .workloads import window_series
 
     series = window_series(rows)
     pan_axes = varying(rows[(rows["window"] > 0).fillna(False)], PANEL_AXES)
@@ -672,63 +672,82 @@ def window_figure(rows, title: str):
     with mpl_style():
         fig, axes = new_figure(2 * max(len(keyed), 1), ncols=2, panel_h=4.6)
         for i, (pkey, items) in enumerate(keyed.items()):
-            ax_t, ax_s = axes[2 * i], axes[2 * i + 1]
             ptitle = label(dict(zip(pan_axes, pkey, strict=True))) if pan_axes else "windowed"
-            ns: list[int] = []
-            ys: list[float] = []
-            windows = sorted({int(k["window"]) for k, _, _ in items})
-            for key, sub, plain in sorted(items, key=lambda it: variant_order([it[0]["variant"]])):
-                variant, w = str(key["variant"]), int(key["window"])
-                color = variant_color(variant)
-                v = sub.sort_values("seq_len")
-                n, t = _floats(v["seq_len"]), _floats(v["time_ms_median"])
-                fit = window_fit(v, w)
-                lab = f"{variant}, W={w}  " + (
-                    f"N^{fit.exponent:.2f} (N ≥ {FAR_FACTOR}W)" if fit.available else "fit n/a"
-                )
-                _band_line(ax_t, n, t, _floats(v["time_ms_p25"]), _floats(v["time_ms_p75"]), variant, lab)
-                ns += [int(x) for x in n]
-                ys += [y for y in t if math.isfinite(y) and y > 0]
-                slopes = local_slopes(n, t)
-                ax_s.plot([math.sqrt(a * b) for a, b, _ in slopes], [s for _, _, s in slopes],
-                          marker=variant_marker(variant), color=color, label=f"{variant}, W={w}")  # fmt: skip
-                records += _window_points(key, v, slopes, fit)
-                if plain is not None:
-                    p = plain.sort_values("seq_len")
-                    pn, pt = _floats(p["seq_len"]), _floats(p["time_ms_median"])
-                    pfit = fit_power_law(pn, pt)
-                    ax_t.plot(pn, pt, ls="--", lw=1.2, color=color, alpha=0.8,
-                              label=_exponent_label(f"{variant}, no window", pfit))  # fmt: skip
-                    ns += [int(x) for x in pn]
-                    ys += [y for y in pt if math.isfinite(y) and y > 0]
-                    pslopes = local_slopes(pn, pt)
-                    ax_s.plot([math.sqrt(a * b) for a, b, _ in pslopes], [s for _, _, s in pslopes],
-                              ls="--", color=color, alpha=0.8, label=f"{variant}, no window")  # fmt: skip
-                    records += _window_points({**key, "window": 0}, p, pslopes, pfit)
-            if ys:
-                log_axis(ax_t)
-                _guides(ax_t, ns, ys)
-            else:
-                empty_panel(ax_t, "no ok cells")
-            for w in windows:
-                ax_t.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
-                ax_s.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
-            for level in (1.0, 2.0):
-                ax_s.axhline(level, color="#555555", lw=1, ls="--", alpha=0.7)
-            seq_axis(ax_t, ns)
-            seq_axis(ax_s, ns)
-            ax_s.set_ylim(0, 2.6)
-            ax_t.set_ylabel("time per call (ms, median; band p25–p75)")
-            ax_s.set_ylabel("local slope d log t / d log N")
-            ax_t.set_title(f"{ptitle}: time (dotted: N = {FAR_FACTOR}W)")
-            ax_s.set_title(f"{ptitle}: local slope")
-            legend_below(ax_t, ncol=1)
-            legend_below(ax_s, ncol=1)
+            records += _window_panel(axes[2 * i], axes[2 * i + 1], ptitle, items)
         if not keyed:
             empty_panel(axes[0], "no ok windowed cells")
         fig.suptitle(title)
     data = pd.DataFrame(records, columns=[*keys_of(rows), *WINDOW_COLUMNS])
     return fig, data
+
+
+def _window_panel(ax_t, ax_s, ptitle: str, items: list) -> list:
+    """One panel of window_figure: its (key, windowed rows, no-window rows) series drawn on the time axes
+    and the local-slope axes, the N = 4W lines and the slope 1 and 2 guides; the series' CSV rows."""
+    from .workloads import FAR_FACTOR
+
+    ns: list[int] = []
+    ys: list[float] = []
+    records: list = []
+    windows = sorted({int(k["window"]) for k, _, _ in items})
+    for key, sub, plain in sorted(items, key=lambda it: variant_order([it[0]["variant"]])):
+        s_ns, s_ys, s_records = _window_lines(ax_t, ax_s, key, sub, plain)
+        ns, ys, records = ns + s_ns, ys + s_ys, records + s_records
+    if ys:
+        log_axis(ax_t)
+        _guides(ax_t, ns, ys)
+    else:
+        empty_panel(ax_t, "no ok cells")
+    for w in windows:
+        ax_t.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
+        ax_s.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
+    for level in (1.0, 2.0):
+        ax_s.axhline(level, color="#555555", lw=1, ls="--", alpha=0.7)
+    seq_axis(ax_t, ns)
+    seq_axis(ax_s, ns)
+    ax_s.set_ylim(0, 2.6)
+    ax_t.set_ylabel("time per call (ms, median; band p25–p75)")
+    ax_s.set_ylabel("local slope d log t / d log N")
+    ax_t.set_title(f"{ptitle}: time (dotted: N = {FAR_FACTOR}W)")
+    ax_s.set_title(f"{ptitle}: local slope")
+    legend_below(ax_t, ncol=1)
+    legend_below(ax_s, ncol=1)
+    return records
+
+
+def _window_lines(ax_t, ax_s, key: dict[str, Any], sub, plain) -> tuple[list[int], list[float], list]:
+    """One variant at one window W (and, dashed, the same variant without a window when the run has it):
+    its time line with the fitted exponent, its local slopes. (N, positive finite times, CSV rows)."""
+    from .workloads import FAR_FACTOR, local_slopes, window_fit
+
+    variant, w = str(key["variant"]), int(key["window"])
+    color = variant_color(variant)
+    v = sub.sort_values("seq_len")
+    n, t = _floats(v["seq_len"]), _floats(v["time_ms_median"])
+    fit = window_fit(v, w)
+    lab = f"{variant}, W={w}  " + (
+        f"N^{fit.exponent:.2f} (N ≥ {FAR_FACTOR}W)" if fit.available else "fit n/a"
+    )
+    _band_line(ax_t, n, t, _floats(v["time_ms_p25"]), _floats(v["time_ms_p75"]), variant, lab)
+    ns = [int(x) for x in n]
+    ys = [y for y in t if math.isfinite(y) and y > 0]
+    slopes = local_slopes(n, t)
+    ax_s.plot([math.sqrt(a * b) for a, b, _ in slopes], [s for _, _, s in slopes],
+              marker=variant_marker(variant), color=color, label=f"{variant}, W={w}")  # fmt: skip
+    records = _window_points(key, v, slopes, fit)
+    if plain is not None:
+        p = plain.sort_values("seq_len")
+        pn, pt = _floats(p["seq_len"]), _floats(p["time_ms_median"])
+        pfit = fit_power_law(pn, pt)
+        ax_t.plot(pn, pt, ls="--", lw=1.2, color=color, alpha=0.8,
+                  label=_exponent_label(f"{variant}, no window", pfit))  # fmt: skip
+        ns += [int(x) for x in pn]
+        ys += [y for y in pt if math.isfinite(y) and y > 0]
+        pslopes = local_slopes(pn, pt)
+        ax_s.plot([math.sqrt(a * b) for a, b, _ in pslopes], [s for _, _, s in pslopes],
+                  ls="--", color=color, alpha=0.8, label=f"{variant}, no window")  # fmt: skip
+        records += _window_points({**key, "window": 0}, p, pslopes, pfit)
+    return ns, ys, records
 
 
 WINDOW_COLUMNS = ("time_ms_median", "time_ms_p25", "time_ms_p75", "local_slope", "fit_exponent", "fit_ci_low",

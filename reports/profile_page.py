@@ -162,28 +162,28 @@ def _title(meta: dict[str, Any]) -> str:
     return f"Profile: {c.get('variant')} · {c.get('device')} {c.get('dtype')} {shape}{mask} {c.get('pass')}"
 
 
-def index_page(out_dir: Path, meta: dict[str, Any]) -> Page:
-    """The index page, from the files in out_dir and profile.json's contents `meta`."""
-    have = {p.name for p in out_dir.iterdir() if p.is_file()}
+def _notes(meta: dict[str, Any]) -> list:
+    """Under the title: the command that reproduces the profile, and what failed or was left out."""
     spy = meta.get("py_spy") or {}
-    recs = {r.get("file"): r for r in spy.get("records", [])}
-    ops = read_top_ops(out_dir / "top_ops.csv")
-    tp = meta.get("torch_profiler") or {}
-    page = Page(_title(meta))
-    b = page.blocks
-    b.append(Para(("Reproduce with: ", meta.get("command", ""))))
+    blocks: list = [Para(("Reproduce with: ", meta.get("command", "")))]
     if meta.get("error"):
-        b.append(Para(f"torch.profiler part failed: {meta['error']}"))
+        blocks.append(Para(f"torch.profiler part failed: {meta['error']}"))
     if spy.get("error") or (not spy.get("used") and spy.get("note")):
-        b.append(Para(f"py-spy: {spy.get('error') or spy.get('note')}"))
+        blocks.append(Para(f"py-spy: {spy.get('error') or spy.get('note')}"))
+    return blocks
 
-    files: list[Text] = []
+
+def _file_items(have: set[str], meta: dict[str, Any], ops: list[dict[str, str]]) -> list[Text]:
+    """One line per file beside the page that exists, with what opens it."""
+    recs = {r.get("file"): r for r in (meta.get("py_spy") or {}).get("records", [])}
+    tp = meta.get("torch_profiler") or {}
 
     def rec_text(name: str) -> str:
         r = recs.get(name) or {}
         n = f"{r['samples']} samples" if "samples" in r else "samples"
         return f" (py-spy, {n} over {r.get('seconds', 0):g} s)"
 
+    files: list[Text] = []
     if "flame.svg" in have:
         files.append(
             (
@@ -221,38 +221,59 @@ def index_page(out_dir: Path, meta: dict[str, Any]) -> Page:
             )
         )
     files.append((Link("profile.json", "profile.json"), " the cell, settings, timings and machine as data"))
-    b += [Heading("Files"), Bullets(tuple(files))]
+    return files
 
-    if "flame.svg" in have:
-        caption = (
-            "py-spy flame graph: width is the share of samples; ",
-            Link("open it on its own", "flame.svg"),
-            " to zoom and search.",
-        )
-        b += [Heading("Flame graph (py-spy)"), SvgFigure("flame.svg", "flame graph", caption)]
+
+def _files_blocks(have: set[str], meta: dict[str, Any], ops: list[dict[str, str]]) -> list:
+    return [Heading("Files"), Bullets(tuple(_file_items(have, meta, ops)))]
+
+
+def _flame_blocks(have: set[str]) -> list:
+    """The py-spy flame graph, kept interactive (SvgFigure), when py-spy wrote one."""
+    if "flame.svg" not in have:
+        return []
+    caption = (
+        "py-spy flame graph: width is the share of samples; ",
+        Link("open it on its own", "flame.svg"),
+        " to zoom and search.",
+    )
+    return [Heading("Flame graph (py-spy)"), SvgFigure("flame.svg", "flame graph", caption)]
+
+
+def _samples_blocks(out_dir: Path) -> list:
+    """Where py-spy's samples of the cell fell, by function and by source line (speedscope_summary)."""
     spied = speedscope_summary(out_dir / "profile.speedscope.json")
-    if spied.functions:
-        note = f"Percent of {spied.n} samples; only the frames below the call of the cell count."
-        funcs = tuple(
-            (f["function"], f["file"], f"{f['inclusive_pct']:.1f}", f"{f['self_pct']:.1f}")
-            for f in spied.functions
-        )
-        lines = tuple((f["function"], f["where"], f"{f['self_pct']:.1f}") for f in spied.lines)
-        b += [
-            Heading("Where the samples fell (py-spy)"),
-            Para(note + " Inclusive: the function is on the stack; self: it is on top."),
-            Table(("function", "file", "inclusive %", "self %"), funcs),
-            Para("The source lines the samples stopped in:"),
-            Table(("function", "line", "self %"), lines),
-        ]
-    if ops:
-        b += [
-            Heading(f"Top operators by self time (torch.profiler, {tp.get('iterations', '?')} calls)"),
-            top_ops_table(ops, TOP_OPS_INDEX),
-        ]
+    if not spied.functions:
+        return []
+    note = f"Percent of {spied.n} samples; only the frames below the call of the cell count."
+    funcs = tuple(
+        (f["function"], f["file"], f"{f['inclusive_pct']:.1f}", f"{f['self_pct']:.1f}")
+        for f in spied.functions
+    )
+    lines = tuple((f["function"], f["where"], f"{f['self_pct']:.1f}") for f in spied.lines)
+    return [
+        Heading("Where the samples fell (py-spy)"),
+        Para(note + " Inclusive: the function is on the stack; self: it is on top."),
+        Table(("function", "file", "inclusive %", "self %"), funcs),
+        Para("The source lines the samples stopped in:"),
+        Table(("function", "line", "self %"), lines),
+    ]
 
+
+def _top_ops_blocks(ops: list[dict[str, str]], meta: dict[str, Any]) -> list:
+    if not ops:
+        return []
+    tp = meta.get("torch_profiler") or {}
+    return [
+        Heading(f"Top operators by self time (torch.profiler, {tp.get('iterations', '?')} calls)"),
+        top_ops_table(ops, TOP_OPS_INDEX),
+    ]
+
+
+def _calls_blocks(meta: dict[str, Any]) -> list:
+    """How many calls each profiler looped over, and their time per call (with its overhead)."""
+    loop, tp = meta.get("loop") or {}, meta.get("torch_profiler") or {}
     timing = []
-    loop = meta.get("loop") or {}
     if loop:
         timing.append(
             (
@@ -269,14 +290,38 @@ def index_page(out_dir: Path, meta: dict[str, Any]) -> Page:
                 f"{tp.get('ms_per_call')} ms per call (profiler overhead included)",
             )
         )
-    if timing:
-        b += [Heading("Calls"), Table(("where", "calls"), tuple(timing))]
+    return [Heading("Calls"), Table(("where", "calls"), tuple(timing))] if timing else []
+
+
+def _cell_blocks(meta: dict[str, Any]) -> list:
     cell = [(k, str(v)) for k, v in (meta.get("cell") or {}).items()]
     cell += [("cell_id", str(meta.get("cell_id", ""))), ("torch threads", str(meta.get("threads", "")))]
-    b += [Heading("Cell"), Table(("field", "value"), tuple(cell))]
-    if meta.get("fingerprint"):
-        b += [Heading("Machine"), Table(("key", "value"), tuple(_flat(meta["fingerprint"])))]
-    b.append(Para(f"Written {meta.get('created', '')} by attnbench profile."))
+    return [Heading("Cell"), Table(("field", "value"), tuple(cell))]
+
+
+def _machine_blocks(meta: dict[str, Any]) -> list:
+    if not meta.get("fingerprint"):
+        return []
+    return [Heading("Machine"), Table(("key", "value"), tuple(_flat(meta["fingerprint"])))]
+
+
+def index_page(out_dir: Path, meta: dict[str, Any]) -> Page:
+    """The index page, from the files in out_dir and profile.json's contents `meta`: one builder per
+    section, in page order."""
+    have = {p.name for p in out_dir.iterdir() if p.is_file()}
+    ops = read_top_ops(out_dir / "top_ops.csv")
+    page = Page(_title(meta))
+    page.add(
+        *_notes(meta),
+        *_files_blocks(have, meta, ops),
+        *_flame_blocks(have),
+        *_samples_blocks(out_dir),
+        *_top_ops_blocks(ops, meta),
+        *_calls_blocks(meta),
+        *_cell_blocks(meta),
+        *_machine_blocks(meta),
+        Para(f"Written {meta.get('created', '')} by attnbench profile."),
+    )
     return page
 
 

@@ -581,188 +581,253 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     return Inputs(df, metas, numerics, resolve_baseline(df, baseline))
 
 
-def render(inputs: Inputs, out_dir: str | Path) -> Report:
-    """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir."""
-    from attnbench import results
+# ---- the sections of the page, in order: one builder per heading ----------------------------------------
+# Each returns its blocks (and, where it draws, the figures it saved); render() composes them. A builder
+# that has nothing to show returns no blocks, and its heading stays off the page.
 
-    from . import plots
-    from .style import save
+THEORY_RULE = (
+    "Theory: time grows as N² for every exact variant; peak memory as N² for variants that "
+    "materialise the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones "
+    "(chunked, flash, efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the "
+    "CI), above, below, or uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the"
+    " memory fit to the device's memory (power of two), and says only '> 8× the largest measured"
+    " N' beyond that: further out it would not be a measurement. For linear-memory variants, "
+    f"'largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call' reads the time fit the same way"
+    " (power of two, 8× limit). '% of peak' is achieved TFLOP/s at the largest ok seq_len over the "
+    "run's calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat "
+    "that matmul or the calibration ran at a noisy moment."
+)
 
-    df, metas, numerics, base = inputs.df, inputs.metas, inputs.numerics, inputs.baseline
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
 
-    scaling = fitmod.scaling_table(df, metas)
-    fits = fitmod.fit_index(scaling)
-    # device_group is named in the CSVs only when some run is split into device groups (results.devices),
-    # model only when the sweep named published models
+def _write_csvs(df, scaling, out: Path) -> None:
+    """fits.csv (the scaling table) and best.csv (the fastest variant per cell), without the columns no
+    run here varies: device_group only when some run is split into device groups (results.devices),
+    model only when the sweep named published models, seq_k only where some cell's keys are not its
+    queries."""
     unsplit = quiet_columns(df)
-    if decode_rows(df).empty:  # and seq_k only where some cell's keys are not its queries
+    if decode_rows(df).empty:
         unsplit.append("seq_k")
     if not scaling.empty:
         scaling.drop(columns=["_time_fit", "_mem_fit", *[c for c in unsplit if c in scaling.columns]]).to_csv(
             out / "fits.csv", index=False
         )
     best_variant(df).drop(columns=unsplit).to_csv(out / "best.csv", index=False)
-    summary = summary_table(scaling)
 
-    title = "attnbench report: " + ", ".join(metas)
-    page = pg.Page(title)
-    report = Report(out, out / "README.md", out / "report.html", summary=summary, baseline=base)
+
+def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
+    """Under the title, before any heading: one row per run (machine, when, cells by status)."""
+    from attnbench import results
 
     runs_rows = []
     for rid, meta in metas.items():
         sub = df[df["run_id"] == rid]
         counts = ", ".join(f"{c} {s}" for s, c in sub["status"].value_counts().items()) or "no cells"
         runs_rows.append((rid, results.machine_label(meta), str(meta.get("created", "")), counts))
-    page.add(pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows)))
-    # a run measured on several devices says which, and which of them are never averaged together
-    devgroups = {
-        rid: devices.groups(meta, df[df["run_id"] == rid].to_dict("records")) for rid, meta in metas.items()
-    }
-    notes = [n for rid, gs in devgroups.items() for n in group_notes(rid, gs)]
-    if notes:
-        page.add(pg.Heading("Where the cells were measured"), pg.Bullets(tuple(notes)))
+    return [pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows))]
 
-    page.add(pg.Heading("Scaling: fitted exponents vs theory"))
+
+def _where_blocks(devgroups: dict[str, list]) -> list:
+    """A run measured on several devices says which, and which of them are never averaged together."""
+    notes = [n for rid, gs in devgroups.items() for n in group_notes(rid, gs)]
+    return [pg.Heading("Where the cells were measured"), pg.Bullets(tuple(notes))] if notes else []
+
+
+def _scaling_blocks(df, summary: pg.Table) -> list:
+    """Fitted exponents against theory: the axes every cell shares, the rules, the summary table."""
+    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory")]
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
-        page.add(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
-    page.add(
-        pg.Para(fitmod.FIT_RULE),
-        pg.Para(
-            "Theory: time grows as N² for every exact variant; peak memory as N² for variants that "
-            "materialise the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones "
-            "(chunked, flash, efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the "
-            "CI), above, below, or uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the"
-            " memory fit to the device's memory (power of two), and says only '> 8× the largest measured"
-            " N' beyond that: further out it would not be a measurement. For linear-memory variants, "
-            f"'largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call' reads the time fit the same way"
-            " (power of two, 8× limit). '% of peak' is achieved TFLOP/s at the largest ok seq_len over the "
-            "run's calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat "
-            "that matmul or the calibration ran at a noisy moment."
-        ),
-        summary,
-    )
+        blocks.append(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
+    return [*blocks, pg.Para(fitmod.FIT_RULE), pg.Para(THEORY_RULE), summary]
 
-    for gkey, group in groups(df):
-        meta = metas.get(str(gkey["run_id"]), {})
-        device, dtype, dgroup = str(gkey["device"]), str(gkey["dtype"]), gkey["device_group"]
-        dgroup = str(dgroup) if present(dgroup) else ""
-        head = _group_head(gkey, group, len(metas) > 1)
-        stem = _stem(gkey, len(metas) > 1)
-        page.add(pg.Heading(head))
-        note = _timing_note(group)
-        if note is not None:
-            page.add(note)
-        page.add(_best_table(group))
-        first = _first_call_table(group)
-        if first.rows:
-            page.add(first)
-        dev_mem = device_memory(meta, device, group["gpu_name"].dropna().unique())
-        peak = calibrated_peak(meta, device, dtype, group["where"].dropna().unique())
-        figs = [
-            (
-                "time",
-                "Time vs seq_len",
-                plots.time_figure(group, fits, f"Time per call · {head}"),
-                "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points.",
-            ),
-            (
-                "memory",
-                "Peak memory vs seq_len",
-                plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
-                "Peak memory of one call; legend: fitted exponent; line: the device's memory.",
-            ),
-            (
-                "throughput",
-                "Achieved TFLOP/s",
-                plots.throughput_figure(group, f"Throughput · {head}", peak),
-                "FLOPs by the harness's FLOP convention over median time; dashed: calibrated matmul peak.",
-            ),
-        ]
-        if base is not None and (ok_rows(group)["variant"] == base).any() and group["variant"].nunique() > 1:
-            figs.append(
-                (
-                    "speedup",
-                    f"Speed-up over {base}",
-                    plots.speedup_figure(group, f"Speed-up over {base} · {head}", base),
-                    f"{base} median time / variant median time; grey text: why a cell has no ratio.",
-                )
-            )
+
+def _group_figures(
+    gkey: dict[str, Any], group, meta: dict[str, Any], fits, base: str | None, head: str
+) -> list:
+    """A group's figures, drawn (not yet saved) in page order: (kind, title, (figure, data), caption)."""
+    from . import plots
+
+    device, dtype = str(gkey["device"]), str(gkey["dtype"])
+    dev_mem = device_memory(meta, device, group["gpu_name"].dropna().unique())
+    peak = calibrated_peak(meta, device, dtype, group["where"].dropna().unique())
+    figs = [
+        (
+            "time",
+            "Time vs seq_len",
+            plots.time_figure(group, fits, f"Time per call · {head}"),
+            "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points.",
+        ),
+        (
+            "memory",
+            "Peak memory vs seq_len",
+            plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
+            "Peak memory of one call; legend: fitted exponent; line: the device's memory.",
+        ),
+        (
+            "throughput",
+            "Achieved TFLOP/s",
+            plots.throughput_figure(group, f"Throughput · {head}", peak),
+            "FLOPs by the harness's FLOP convention over median time; dashed: calibrated matmul peak.",
+        ),
+    ]
+    if base is not None and (ok_rows(group)["variant"] == base).any() and group["variant"].nunique() > 1:
         figs.append(
             (
-                "status",
-                "Cell status",
-                plots.status_figure(group, f"Cell status · {head}"),
-                "Only ok cells enter fits, rankings and speed-ups.",
+                "speedup",
+                f"Speed-up over {base}",
+                plots.speedup_figure(group, f"Speed-up over {base} · {head}", base),
+                f"{base} median time / variant median time; grey text: why a cell has no ratio.",
             )
         )
-        for kind, ftitle, (fig, data), caption in figs:
-            files = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
-            report.figures.append(files)
-            page.add(pg.Figure(files))
+    figs.append(
+        (
+            "status",
+            "Cell status",
+            plots.status_figure(group, f"Cell status · {head}"),
+            "Only ok cells enter fits, rankings and speed-ups.",
+        )
+    )
+    return figs
 
-    for blocks, files in (
-        _decode_blocks(df, metas, out),
-        _gqa_blocks(df, metas, out),
-        _window_blocks(df, metas, out),
-    ):
-        page.add(*blocks)
-        report.figures.extend(files)
 
-    page.add(pg.Heading("Numerics"))
+def _group_blocks(
+    gkey: dict[str, Any], group, meta: dict[str, Any], fits, base: str | None, multi: bool, out: Path
+) -> tuple[list, list]:
+    """One group's section (device, dtype, pass, ...): the timing note, the fastest variant per seq_len,
+    the first call against the steady state, and the group's figures."""
+    from .style import save
+
+    head, stem = _group_head(gkey, group, multi), _stem(gkey, multi)
+    blocks: list = [pg.Heading(head)]
+    note = _timing_note(group)
+    if note is not None:
+        blocks.append(note)
+    blocks.append(_best_table(group))
+    first = _first_call_table(group)
+    if first.rows:
+        blocks.append(first)
+    files = []
+    for kind, ftitle, (fig, data), caption in _group_figures(gkey, group, meta, fits, base, head):
+        files.append(save(fig, data, out, f"{kind}-{stem}", ftitle, caption))
+        blocks.append(pg.Figure(files[-1]))
+    return blocks, files
+
+
+def _numerics_blocks(numerics: dict[str, dict[str, Any]], multi: bool, out: Path) -> tuple[list, list]:
+    """Per run: the large-logit probe against float64 (and its cells that are not ok), and one head's
+    attention weights as a sanity view of the masks."""
+    from . import plots
+    from .style import save
+
+    blocks: list = [pg.Heading("Numerics")]
+    files = []
     for rid, num in numerics.items():
         probe = num.get("probe") or []
-        stem_r = slug(rid) if len(metas) > 1 else "run"
+        stem_r = slug(rid) if multi else "run"
         if probe:
             fig, data = plots.numerics_figure(probe, f"Error against float64 · {rid}")
-            files = save(
-                fig,
-                data,
-                out,
-                f"numerics-{stem_r}",
-                "Numerics probe",
-                "Large-logit probe: q scaled by 1, 10, 100; the unstable softmax overflows first.",
+            files.append(
+                save(
+                    fig,
+                    data,
+                    out,
+                    f"numerics-{stem_r}",
+                    "Numerics probe",
+                    "Large-logit probe: q scaled by 1, 10, 100; the unstable softmax overflows first.",
+                )
             )
-            report.figures.append(files)
-            page.add(pg.Figure(files))
+            blocks.append(pg.Figure(files[-1]))
             bad = [r for r in probe if r.get("status") != "ok"]
             if bad:
-                page.add(_probe_table(bad))
+                blocks.append(_probe_table(bad))
         else:
-            page.add(pg.Para(f"{rid}: no numerics probe in this run."))
+            blocks.append(pg.Para(f"{rid}: no numerics probe in this run."))
         example = num.get("example_weights")
         if example and example.get("weights"):
             fig, data = plots.weights_figure(example, f"Attention weights (naive, one head) · {rid}")
-            files = save(
-                fig,
-                data,
-                out,
-                f"weights-{stem_r}",
-                "Attention weights, causal and padding masks",
-                "Sanity view: zero above the diagonal (causal) and right of the padding line.",
+            files.append(
+                save(
+                    fig,
+                    data,
+                    out,
+                    f"weights-{stem_r}",
+                    "Attention weights, causal and padding masks",
+                    "Sanity view: zero above the diagonal (causal) and right of the padding line.",
+                )
             )
-            report.figures.append(files)
-            page.add(pg.Figure(files))
+            blocks.append(pg.Figure(files[-1]))
+    return blocks, files
 
-    page.add(pg.Heading("Cells that are not ok"))
+
+def _failures_blocks(df) -> list:
     failures = _failures_table(df)
-    page.add(failures if failures.rows else pg.Para("Every cell is ok."))
-    suspects = _suspect_table(df)
-    if suspects.rows:
-        page.add(pg.Heading("Suspect cells: shown, never ranked"), pg.Para(SUSPECT_RULE), suspects)
-    drifted = _drift_table(df)
-    if drifted.rows:
-        page.add(pg.Heading("Cells measured while the machine drifted"), pg.Para(DRIFT_RULE), drifted)
-    throttled = _throttled_table(df)
-    if throttled.rows:
-        page.add(pg.Heading("Cells timed while the GPU's clock fell"), pg.Para(THROTTLE_RULE), throttled)
-    page.add(pg.Heading("Machine"), _fingerprint_table(metas))
-    if len(metas) > 1:
-        page.add(
-            pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(metas, devgroups)
-        )
+    return [pg.Heading("Cells that are not ok"), failures if failures.rows else pg.Para("Every cell is ok.")]
+
+
+def _flagged_blocks(heading: str, rule: str, table: pg.Table) -> list:
+    """A section of flagged cells (suspect, drift, throttled): only when some cell is flagged."""
+    return [pg.Heading(heading), pg.Para(rule), table] if table.rows else []
+
+
+def _suspect_blocks(df) -> list:
+    return _flagged_blocks("Suspect cells: shown, never ranked", SUSPECT_RULE, _suspect_table(df))
+
+
+def _drift_blocks(df) -> list:
+    return _flagged_blocks("Cells measured while the machine drifted", DRIFT_RULE, _drift_table(df))
+
+
+def _throttled_blocks(df) -> list:
+    return _flagged_blocks("Cells timed while the GPU's clock fell", THROTTLE_RULE, _throttled_table(df))
+
+
+def _machine_blocks(metas: dict[str, dict[str, Any]]) -> list:
+    return [pg.Heading("Machine"), _fingerprint_table(metas)]
+
+
+def _calibration_section(metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
+    """Only for several runs: each run's calibrated ceilings against the first run's."""
+    if len(metas) < 2:
+        return []
+    return [pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(metas, devgroups)]
+
+
+def render(inputs: Inputs, out_dir: str | Path) -> Report:
+    """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir."""
+    df, metas, numerics, base = inputs.df, inputs.metas, inputs.numerics, inputs.baseline
+    multi = len(metas) > 1
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    scaling = fitmod.scaling_table(df, metas)
+    fits = fitmod.fit_index(scaling)
+    _write_csvs(df, scaling, out)
+    summary = summary_table(scaling)
+    page = pg.Page("attnbench report: " + ", ".join(metas))
+    report = Report(out, out / "README.md", out / "report.html", summary=summary, baseline=base)
+    devgroups = {
+        rid: devices.groups(meta, df[df["run_id"] == rid].to_dict("records")) for rid, meta in metas.items()
+    }
+
+    page.add(*_runs_blocks(df, metas), *_where_blocks(devgroups), *_scaling_blocks(df, summary))
+    # the sections that draw figures, in page order (each draws and saves its figures as it is built)
+    drawn = [
+        _group_blocks(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
+        for gkey, group in groups(df)
+    ]
+    drawn += [_decode_blocks(df, metas, out), _gqa_blocks(df, metas, out), _window_blocks(df, metas, out)]
+    drawn.append(_numerics_blocks(numerics, multi, out))
+    for blocks, files in drawn:
+        page.add(*blocks)
+        report.figures.extend(files)
+    page.add(
+        *_failures_blocks(df),
+        *_suspect_blocks(df),
+        *_drift_blocks(df),
+        *_throttled_blocks(df),
+        *_machine_blocks(metas),
+        *_calibration_section(metas, devgroups),
+    )
 
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
     report.html.write_text(pg.to_html(page, out), encoding="utf-8")

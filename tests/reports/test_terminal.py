@@ -1,0 +1,173 @@
+"""The terminal tables of `attnbench list` and `attnbench check`: every column, data escaped (a name or a
+reason with rich markup in it is shown as written), GateRows read from objects and dicts alike."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from attnbench.reports import terminal
+
+HOSTILE = "[bold red]evil[/] [/] [link=https://x.example]x[/link]"
+
+
+def _text(*renderables, width: int = 200, **print_kw) -> str:
+    console = Console(file=io.StringIO(), width=width, record=True, no_color=True)
+    for r in renderables:
+        console.print(r, **print_kw)
+    return console.export_text()
+
+
+def _styled(*renderables, width: int = 200) -> str:
+    console = Console(
+        file=io.StringIO(), width=width, record=True, force_terminal=True, color_system="truecolor"
+    )
+    for r in renderables:
+        console.print(r)
+    return console.export_text(styles=True)
+
+
+def _variant(name: str = "naive", **kw) -> dict:
+    row = {
+        "name": name,
+        "memory": "quadratic",
+        "dtypes": "float32,float16,bfloat16",
+        "head_dim": "1..any",
+        "supports": "causal,padding,dropout,backward",
+        "layout": "bhnd",
+        "default": True,
+        "source": "builtin",
+        "description": "matmul, softmax, matmul",
+        "available": {"cpu": True, "cuda": False},
+        "reasons": {"cuda": "no CUDA device on this machine"},
+    }
+    return {**row, **kw}
+
+
+def _gate(**kw) -> SimpleNamespace:
+    row = {"variant": "naive", "device": "cpu", "dtype": "float32", "causal": False, "padding": False,
+           "status": "pass", "rel_err": 1.5e-7, "grad_rel_err": 2.5e-7, "masked_rows": "zeros", "reason": "",
+           "gating": True}  # fmt: skip
+    return SimpleNamespace(**{**row, **kw})
+
+
+def test_variant_table_shows_every_column_and_marks():
+    rows = [_variant(), _variant("demo", default=False, available={"cpu": False, "cuda": True}, supports="")]
+    table = terminal.variant_table(rows)
+    assert [c.header for c in table.columns] == list(terminal.LIST_COLUMNS)
+    assert table.row_count == 2
+    text = _text(table)
+    for header in terminal.LIST_COLUMNS:
+        assert header in text
+    assert "(demo only)" in text and "f32 f16 bf16" in text and "causal pad drop bwd" in text
+    naive_line = next(line for line in text.splitlines() if "naive" in line)
+    assert naive_line.split("│")[-3:-1] == [" yes ", " no   "]  # cpu, cuda
+
+
+def test_variant_table_escapes_data():
+    rows = [
+        _variant(HOSTILE, description=HOSTILE, memory="[i]linear", layout="[u]bhnd", reasons={"cpu": HOSTILE})
+    ]
+    text = _text(terminal.variant_table(rows))  # unescaped, "[/]" alone would raise MarkupError
+    assert "[bold red]evil[/]" in text and "[i]linear" in text and "[u]bhnd" in text
+    styled = _styled(terminal.variant_table(rows))
+    assert "\x1b]8;" not in styled  # no hyperlink from the [link=...] in the name
+    # a trailing backslash would escape the closing tag of the bold name: shown as written, tag intact
+    assert "│ back\\ " in _text(terminal.variant_table([_variant("back\\")]))
+
+
+def test_print_variants_reasons_and_plugin_errors():
+    long_reason = "needs " + "x" * 300
+    rows = [_variant(reasons={"cuda": HOSTILE, "cpu": long_reason})]
+    console = Console(file=io.StringIO(), width=150, record=True, no_color=True)
+    terminal.print_variants(console, rows, [f"bad.py: {HOSTILE}"])
+    lines = console.export_text().splitlines()
+    assert "why not, on this machine:" in lines
+    assert f"  naive on cuda: {HOSTILE}" in lines
+    assert f"  naive on cpu: {long_reason}" in lines  # one line, however long: soft-wrapped, not folded
+    assert lines[-1] == f"plug-in error: bad.py: {HOSTILE}"
+
+
+def test_unavailable_lines_name_every_device_without_reason_only():
+    rows = [_variant(reasons={}), _variant("flash", reasons={"cpu": "CUDA only", "cuda": "no GPU"})]
+    assert terminal.unavailable_lines(rows) == [
+        "[bold]why not, on this machine:[/]",
+        "  flash on cpu: CUDA only",
+        "  flash on cuda: no GPU",
+    ]
+    assert terminal.plugin_error_lines([]) == []
+
+
+def test_gate_table_columns_statuses_and_shape():
+    rows = [
+        _gate(),
+        _gate(causal=True, padding=True, grad_rel_err=None, masked_rows="nan"),
+        _gate(variant="fault_wrong", status="FAIL", rel_err=0.5, gating=False),
+        _gate(variant="sdpa", status="FAIL", rel_err=0.02, grad_rel_err=None),
+        _gate(variant="flash", status="unsupported", rel_err=None, grad_rel_err=None, reason="needs CUDA"),
+    ]
+    table = terminal.gate_table(rows, 100, batch=2, heads=4, head_dim=64)
+    assert [c.header for c in table.columns] == [*terminal.GATE_COLUMNS, "masked rows / reason"]
+    text = _text(table)
+    assert "float64 correctness gate (B=2, H=4, N=100, d=64)" in text and terminal.GATE_CAPTION in text
+    lines = [line for line in text.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in lines]
+    assert cells[0] == ["naive", "cpu", "float32", "no", "no", "pass", "1.5e-07", "2.5e-07", "zeros"]
+    assert cells[1][3:] == ["yes", "yes", "pass", "1.5e-07", "-", "nan"]  # measured, no backward: "-"
+    assert cells[2][5] == "FAIL (demo only)" and cells[3][5] == "FAIL"
+    assert cells[4][5:] == ["unsupported", "", "", "needs CUDA"]
+
+
+def test_gate_table_reads_dicts_as_objects_and_escapes():
+    rows = [
+        _gate(variant=HOSTILE, reason=HOSTILE),
+        _gate(status="unsupported", rel_err=None, reason="[b]no[/b]"),
+    ]
+    as_dicts = [vars(r) for r in rows]
+    short = [{k: v for k, v in d.items() if k not in ("masked_rows", "reason", "gating", "grad_rel_err")}
+             for d in as_dicts]  # fmt: skip
+    draw = lambda rs: _styled(terminal.gate_table(rs, 8, batch=1, heads=1, head_dim=8))  # noqa: E731
+    assert draw(rows) == draw(as_dicts)
+    text = _text(terminal.gate_table(rows, 8, batch=1, heads=1, head_dim=8))
+    assert HOSTILE.split()[0] in text and "[b]no[/b]" in text
+    assert "│" in _text(terminal.gate_table(short, 8, batch=1, heads=1, head_dim=8))  # the defaults fill in
+
+
+def test_gate_defaults_follow_the_harness_gaterow():
+    """The fields a dict may leave out default as harness.check.GateRow's do (a contract, read here only)."""
+    from attnbench.harness.check import GateRow
+
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(GateRow) if f.default is not dataclasses.MISSING
+    }
+    assert defaults == terminal._GATE_DEFAULTS
+    row = GateRow("naive", "cpu", "float32", True, False, "FAIL", 0.1, gating=False)
+    assert "FAIL (demo only)" in _text(terminal.gate_table([row], 8, batch=1, heads=1, head_dim=8))
+
+
+def test_probe_table_escapes_messages_and_statuses():
+    records = [
+        {"variant": "naive", "device": "cpu", "dtype": "float32", "q_scale": 1, "status": "ok",
+         "rel_err": 1e-7},
+        {"variant": "naive", "device": "cpu", "dtype": "float16", "q_scale": 100.0, "status": "wrong",
+         "rel_err": float("inf")},
+        {"variant": HOSTILE, "device": "cuda", "dtype": "float16", "q_scale": 10, "status": "unsupported",
+         "message": HOSTILE},
+        {"variant": "x", "device": "cpu", "dtype": "float32", "q_scale": 0.5, "status": "odd[/]"},
+    ]  # fmt: skip
+    table = terminal.probe_table(records)
+    assert [c.header for c in table.columns] == list(terminal.PROBE_COLUMNS)
+    text = _text(table, width=300)
+    assert terminal.PROBE_TITLE in text
+    assert "x1 " in text and "x100 " in text and "x0.5 " in text and "1.0e-07" in text and "inf" in text
+    assert text.count("[bold red]evil[/]") == 2 and "odd[/]" in text
+
+
+@pytest.mark.parametrize("width", [80, 150, 400])
+def test_wide_console_is_at_least_min_width(monkeypatch, width):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert terminal.wide_console().width == max(terminal.MIN_WIDTH, width)
