@@ -121,8 +121,10 @@ def test_graph_samples_subtract_the_paired_flush_and_divide_by_the_calls():
 def test_a_graph_timers_budgets_count_the_calls_in_each_replay():
     """A sample that is the mean of k calls counts k times: the ms budgets and max_samples are divided by k
     (not under min_samples), so a graph-timed cell takes about an events-timed one's wall time."""
+    from fakes import FakeTimer
+
     from attnbench.harness.cell import time_call
-    from attnbench.harness.timing import Budget, FakeTimer, replay_budget
+    from attnbench.harness.timing import Budget, replay_budget
 
     b = Budget(warmup_ms=50, budget_ms=1000, min_ms=100, max_samples=500)
     assert replay_budget(b, 1) is b
@@ -168,6 +170,8 @@ def test_a_failed_capture_falls_back_to_events_naming_the_first_error():
 
 
 def test_timer_choice_fields_and_close():
+    from fakes import FakeTimer
+
     from attnbench.harness import timing
 
     closed = []
@@ -186,7 +190,7 @@ def test_timer_choice_fields_and_close():
     choice.close()
     assert closed == [True]
     timing.TimerChoice(timing.CpuTimer(), "perf_counter", "cpu").close()  # a timer without close: nothing
-    assert timing.injected(timing.FakeTimer()).fields() == {
+    assert timing.injected(FakeTimer()).fields() == {
         "timing_mode": "fake",
         "timing_reason": "injected timer",
         "graph_calls_per_replay": None,
@@ -218,8 +222,8 @@ def test_cpu_cells_time_with_perf_counter_whatever_timing_says():
 
 def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before_it(tmp_path):
     from conftest import DATA
+    from fakes import FakeTimer
 
-    from attnbench.harness import timing
     from attnbench.harness.cell import measure_cell
     from attnbench.results import RunWriter, load
 
@@ -231,7 +235,7 @@ def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before
         None,
     )
     assert row["cell_id"] == "naive|cpu|float32|b1|h2|n32|dk16|dv16|full|pad0|fwd"  # timing: no part of it
-    fake = measure_cell(_tiny(), QUICK, timer=timing.FakeTimer(median_ms=1.0))
+    fake = measure_cell(_tiny(), QUICK, timer=FakeTimer(median_ms=1.0))
     assert (fake["timing_mode"], fake["timing_reason"]) == ("fake", "injected timer")
 
     w = RunWriter(tmp_path / "run")
