@@ -30,6 +30,8 @@ from typing import Protocol
 
 from attnbench.results.formulas import NOISY_REL_IQR, quartiles, rel_iqr
 
+from .outcomes import CAPTURE_FAILED
+
 
 class Timer(Protocol):
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
@@ -139,7 +141,7 @@ def graph_fallback(reason: str, exc: BaseException) -> tuple[str, str]:
         seen.add(id(root))
     text = " ".join(str(root).split())
     text = text[:300] + ("..." if len(text) > 300 else "")
-    failed = f"graph capture failed: {type(root).__name__}: {text}"
+    failed = f"{CAPTURE_FAILED}: {type(root).__name__}: {text}"  # the worker exits after it (exit_reason)
     return "events", failed if reason == GIVEN else f"{reason}; {failed}"
 
 

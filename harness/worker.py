@@ -1,8 +1,10 @@
 """The worker process: measures cells sent by the parent over a pipe, one at a time.
 
-It imports torch once and is reused while healthy. Its stdout and stderr go to the run's
-worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a traceback there
-on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its parent.
+It imports torch once (after pinning its CPUs) and is reused while healthy; this module's top imports only
+torch-free modules, since the parent imports it too (harness.isolation starts worker_main). Its stdout and
+stderr go to the run's worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a
+traceback there on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its
+parent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import signal
 import sys
 import traceback
 from typing import Any
+
+from .outcomes import exit_reason, is_poisoned_row
+from .rows import base_row, finish
 
 
 def _die_with_parent() -> None:
@@ -67,16 +72,8 @@ def worker_main(conn, config: dict[str, Any]) -> None:
     from attnbench import variants
 
     from .calibrate import calibrate, speed_probe
-    from .cell import (
-        InputCache,
-        base_row,
-        exit_reason,
-        failure,
-        finish,
-        is_poisoned,
-        is_poisoned_row,
-        measure_cell,
-    )
+    from .cell import InputCache, measure_cell
+    from .failures import failure, is_poisoned
     from .fingerprint import collect, where_measured
     from .spec import CellSpec, Settings
     from .timing import freeze_imports

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..cellrunner import CellRunner, SkipAhead, precheck
 from ..isolation import WorkerDied, WorkerTimeout
+from ..rows import base_row, finish
 from ..spec import CellSpec, SweepSpec
 from .base import OnDevice, OnRow, Plan
 from .dispatch import Dispatcher
@@ -168,8 +169,6 @@ class _SlotThread(threading.Thread):
 
 def run_pool(plan: Plan, slots: list[Slot], on_row: OnRow, on_device: OnDevice) -> None:
     """Measure plan.cells on every slot at once; rows and device records are handed over from this thread."""
-    from ..cell import base_row, finish
-
     outbox: queue.Queue = queue.Queue()
     threads = [_SlotThread(slot, plan, outbox) for slot in slots]
     dispatcher = Dispatcher(plan.cells, plan.done)

@@ -30,6 +30,7 @@ from typing import Any
 from attnbench import variants
 
 from ..cellrunner import CellRunner
+from ..rows import base_row, finish
 from ..spec import CellSpec, Settings, SweepSpec
 from .base import OnDevice, OnRow, Plan
 from .dispatch import Dispatcher
@@ -246,8 +247,6 @@ class _Driver:
 
 
 def _failed(spec: CellSpec, status: str, message: str) -> dict[str, Any]:
-    from ..cell import base_row, finish
-
     return finish(base_row(spec), status, message[:400])
 
 

@@ -8,7 +8,8 @@ from fakes import FakeTimer
 
 from attnbench import variants
 from attnbench.harness import correctness, memory
-from attnbench.harness.cell import InputCache, failure, measure_cell, peak, prepare, time_call
+from attnbench.harness.cell import InputCache, measure_cell, peak, prepare, time_call
+from attnbench.harness.failures import failure
 from attnbench.harness.spec import CellSpec, Settings
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)

@@ -19,7 +19,8 @@ from fakes import FakeTimer
 
 from attnbench import variants
 from attnbench.harness import correctness
-from attnbench.harness.cell import MUTATES, NOT_FOLLOWING, InputCache, make_inputs, measure_cell, prepare
+from attnbench.harness.cell import InputCache, make_inputs, measure_cell, prepare
+from attnbench.harness.outcomes import MUTATES, NOT_FOLLOWING
 from attnbench.harness.spec import CellSpec, Settings
 from attnbench.results import load, read_rows
 

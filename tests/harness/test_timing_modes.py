@@ -277,7 +277,7 @@ def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
 def test_a_failed_capture_sends_its_worker_away_after_the_row():
     """A failed capture can leave torch's allocator mid-capture: the worker exits after that cell's row (the
     parent starts another), as after a poisoned CUDA context; any other row keeps its worker."""
-    from attnbench.harness.cell import CAPTURE_EXIT, POISONED_PREFIX, exit_reason
+    from attnbench.harness.outcomes import CAPTURE_EXIT, POISONED_PREFIX, exit_reason
 
     fell_back = {
         "status": "ok",

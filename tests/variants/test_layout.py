@@ -17,7 +17,8 @@ from fakes import FakeTimer
 
 from attnbench import variants
 from attnbench.harness import correctness
-from attnbench.harness.cell import MUTATES, InputCache, measure_cell
+from attnbench.harness.cell import InputCache, measure_cell
+from attnbench.harness.outcomes import MUTATES
 from attnbench.harness.spec import CellSpec, Settings
 from attnbench.results import load
 from attnbench.results.schema import COLUMNS
