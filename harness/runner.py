@@ -19,11 +19,10 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import SHARDS, read_meta
+from attnbench.results.store import read_meta
 
 from . import executors, fingerprint, timing
 from .cellrunner import CellRunner
-from .executors.slurm import collect as collect_shards
 from .isolation import WorkerDied, WorkerTimeout
 from .progress import Progress
 from .spec import CellSpec, SweepSpec, check_cpu_affinity
@@ -167,8 +166,8 @@ def run(
             progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
             writer.write_json(NUMERICS_FILE, _numerics(sweep, names, local))
         run_id = read_meta(path)["run_id"]
-        if resume:  # rows array tasks wrote to shards/ after their driver went away (or still write)
-            summary.notes += _collect_shards(path, writer, run_id, summary, progress)
+        if resume:  # what earlier sessions left outside rows.jsonl (array tasks' shards)
+            summary.notes += _take_left_rows(path, writer, run_id, summary, progress)
         # --redo-drift: cells whose row was measured while the machine drifted (results.drift) run again;
         # the new row is appended and replaces the old one when the run is loaded
         redo = drift.drifted_cells(list(writer.done.values())) if redo_drift else set()
@@ -194,7 +193,7 @@ def run(
         try:
             chosen_executor.run(plan, on_row, writer.add_device)
         finally:
-            summary.notes += getattr(chosen_executor, "notes", [])
+            summary.notes += chosen_executor.notes
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
@@ -205,17 +204,23 @@ def run(
     return summary
 
 
-def _collect_shards(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:
-    """Merge the shards of array tasks (--executor slurm) into rows.jsonl, waiting for live tasks; notes."""
-    if not (path / SHARDS).is_dir():
-        return []
+def _take_left_rows(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:
+    """What earlier sessions left outside rows.jsonl (array tasks' shards, --executor slurm), written into
+    it; the notes for the user. Every executor is asked, not only this session's: one run's sessions may
+    use different executors (`attnbench collect RUN --executor local` finishes a Slurm run here), and
+    meta.json names only the first."""
 
     def on_row(row: dict[str, Any]) -> None:
         row["run_id"] = run_id
         writer.append(row)
         summary.collected += 1
 
-    return collect_shards(path, dict(writer.done), on_row, writer.add_device, message=progress.message)
+    notes = []
+    for name in executors.EXECUTORS:
+        notes += executors.get(name).resume(
+            path, dict(writer.done), on_row, writer.add_device, progress.message
+        )
+    return notes
 
 
 def _meta(
