@@ -16,8 +16,9 @@
 measure_cell composes them, as `attnbench run`'s worker does; the pytest-benchmark plugin uses prepare,
 peak and check_after and lets pytest-benchmark time the call. Prepared.verdict(m, after) is the status:
 `wrong` names every reason found. The steps let the variant's exceptions through: the
-caller's cell boundary turns them into the row's status (`failure`). measure_cell runs inside a worker
-process; only bugs in the harness itself escape it (and the parent records those as `error` too).
+caller's cell boundary turns them into the row's status (harness.failures). measure_cell runs inside a
+worker process; only bugs in the harness itself escape it (and the parent records those as `error` too).
+The row itself is built by harness.rows; the texts of its verdicts are harness.outcomes'.
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
 
 from attnbench import variants
-from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes, summarize, tflops
-from attnbench.variants import UnsupportedError, in_layout, torch_dtype
+from attnbench.results.formulas import gbps, summarize, tflops
+from attnbench.variants import in_layout, torch_dtype
 
 from . import correctness, dropout_check, memory, telemetry, timing
+from .failures import failure
+from .outcomes import INPUT_NAMES, NOT_FOLLOWING, mutation
+from .rows import base_row as base_row  # re-exported: the pytest plugin imports it (and finish) from here
+from .rows import finish, start_row
 from .spec import CellSpec, Settings
 
 
@@ -55,9 +59,6 @@ def make_inputs(
     lengths = spec.key_lengths()
     kl = None if lengths is None else torch.tensor(lengths, dtype=torch.int64, device=device)
     return q, k, v, kl
-
-
-INPUT_NAMES = ("q", "k", "v", "key_lengths")
 
 
 def handed(inputs, layout: str = "bhnd"):
@@ -123,12 +124,6 @@ def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
     return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options()}
 
 
-def _same(t: torch.Tensor, p: torch.Tensor) -> bool:
-    """t still holds exactly p: same shape, dtype, device and values (bitwise; inputs hold no NaN)."""
-    same_kind = t.shape == p.shape and t.dtype == p.dtype and t.device == p.device
-    return same_kind and torch.equal(t.detach(), p)
-
-
 def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
     """The call a cell times: fn forward under no_grad, or forward + backward with gradients reset
     inside the call. Used by the harness, `attnbench profile` and the pytest-benchmark plugin alike;
@@ -162,8 +157,6 @@ def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
     return call
 
 
-MUTATES = "modifies its inputs in place"
-NOT_FOLLOWING = "answer does not follow the inputs"
 FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
 FRESH_SEED_OFFSET = 1  # the re-check's inputs: seed settings.seed + this, never the gated inputs' seed
 
@@ -237,11 +230,6 @@ class Prepared:
         return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
 
 
-def mutation(changed: tuple[str, ...]) -> str:
-    """The reason a cell whose variant modified the inputs named in `changed` is wrong."""
-    return f"{MUTATES} ({', '.join(n for n in INPUT_NAMES if n in changed)} changed)"
-
-
 @dataclass(frozen=True)
 class AfterCheck:
     """What is checked after the timed calls: the inputs they were given are unchanged, and the answer
@@ -273,7 +261,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     gradients for fwdbwd (up to settings.grad_check_elems), both without dropout; for a dropout cell the
     dropout check; a check that none of it modified the inputs, and the call to time (with dropout_p). The
     caller has checked that the variant exists and supports the cell; whatever the variant raises here
-    propagates (see `failure`)."""
+    propagates (see harness.failures)."""
     variant = variants.get(spec.variant)
     cache = cache or InputCache()
     inputs = cache.get(spec, settings.seed, variant.cap.layout)
@@ -377,130 +365,6 @@ def peak(call: Callable[[], object], device: str) -> tuple[int, str]:
     if reset is not None:
         reset()
     return memory.peak(call, device)
-
-
-def base_row(spec: CellSpec) -> dict[str, Any]:
-    row = spec.to_dict()
-    row["cell_id"] = spec.cell_id
-    return row
-
-
-def start_row(spec: CellSpec) -> dict[str, Any]:
-    """The row's fields known before anything runs: the spec, cell_id, torch's thread count and FLOPs."""
-    row = base_row(spec)
-    row["threads"] = torch.get_num_threads()
-    lengths = spec.key_lengths()
-    axes = {"causal_align": spec.causal_align, "window": spec.window}
-    row["flops"] = attention_flops(
-        spec.batch,
-        spec.heads,
-        spec.seq_len,
-        spec.seq_k,
-        spec.d_k,
-        spec.d_v,
-        causal=spec.causal,
-        pass_=spec.pass_,
-        key_lengths=lengths,
-        **axes,
-    )
-    row["flops_formula"] = flops_formula(causal=spec.causal, padded=lengths is not None, **axes)
-    row["kv_bytes"] = kv_bytes(spec.batch, spec.kv_heads, spec.seq_k, spec.d_k, spec.d_v, spec.dtype)
-    return row
-
-
-def finish(row: dict[str, Any], status: str, message: str = "", **fields: Any) -> dict[str, Any]:
-    row.update(fields)
-    row["status"] = status
-    row["message"] = message
-    row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    return row
-
-
-def is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, MemoryError):
-        return True
-    oom = getattr(torch.cuda, "OutOfMemoryError", None)
-    if oom is not None and isinstance(exc, oom):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
-
-
-# What CUDA says when a kernel fault (not an allocation) has made the process's context unusable: every
-# later CUDA call in the process fails the same way, so the worker must exit and be replaced.
-_POISONED = (
-    "device-side assert",
-    "illegal memory access",
-    "illegal instruction",
-    "misaligned address",
-    "unspecified launch failure",
-    "an illegal address",
-    "CUBLAS_STATUS_EXECUTION_FAILED",
-    "CUDNN_STATUS_EXECUTION_FAILED",
-    "CUDA error",
-)
-POISONED_PREFIX = "CUDA context poisoned, worker replaced: "
-
-
-def is_poisoned(exc: BaseException) -> bool:
-    """Whether exc is a CUDA error after which this process's CUDA context is unusable (a device-side
-    assert, an illegal address, ...): torch.AcceleratorError, or a RuntimeError saying so. Never an OOM,
-    from which the context recovers."""
-    if is_oom(exc):
-        return False
-    accel = getattr(torch, "AcceleratorError", None)
-    if accel is not None and isinstance(exc, accel):
-        return True
-    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _POISONED)
-
-
-def is_poisoned_row(row: dict[str, Any]) -> bool:
-    """Whether a row measured in this process says its CUDA context is poisoned (see failure)."""
-    return row.get("status") == "crashed" and str(row.get("message", "")).startswith(POISONED_PREFIX)
-
-
-# A failed CUDA graph capture can leave torch's allocator believing a capture is still under way (torch
-# releases that state only where the capture reached its end, and only in releases that fixed it): a later
-# empty_cache or capture in the same process then fails an internal assert. The cell itself is fine (timed
-# with events, timing_reason says why); the process that measured it is not trusted with the next one.
-CAPTURE_FAILED = "graph capture failed"
-CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator may think one is under way)"
-
-
-def exit_reason(row: dict[str, Any]) -> str | None:
-    """Why the worker that measured `row` must exit after sending it (the parent starts a fresh one for the
-    next cell), or None: a poisoned CUDA context (the row's message), or a failed graph capture."""
-    if is_poisoned_row(row):
-        return str(row["message"])
-    if CAPTURE_FAILED in str(row.get("timing_reason") or ""):
-        return CAPTURE_EXIT
-    return None
-
-
-def failure(exc: BaseException, device: str, ready: Prepared | None = None) -> tuple[str, str]:
-    """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
-    error; `wrong` when prepare had already found that it modifies its inputs (the error follows from
-    that, as autograd refusing an in-place write into a leaf in a fwdbwd call); `crashed` for a CUDA error
-    that poisoned the context (is_poisoned: the worker that sends such a row exits, and the next cell gets
-    a new one). The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's
-    fault."""
-    if isinstance(exc, UnsupportedError):
-        return "unsupported", str(exc)
-    if is_poisoned(exc):  # before empty_cache, which would fail the same way
-        return "crashed", POISONED_PREFIX + f"{type(exc).__name__}: {_one_line(exc)}"
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    if is_oom(exc):
-        return "oom", _one_line(exc)
-    message = f"{type(exc).__name__}: {_one_line(exc)}"
-    if ready is not None and ready.changed:
-        return "wrong", f"{mutation(ready.changed)}; then {message}"
-    return "error", message
-
-
-def _one_line(exc: BaseException, limit: int = 400) -> str:
-    text = " ".join(str(exc).split())
-    return text[:limit] + ("..." if len(text) > limit else "")
 
 
 def measure_cell(

@@ -15,6 +15,7 @@ from typing import Any
 from attnbench import variants
 
 from .isolation import Worker, WorkerDied, WorkerTimeout
+from .rows import base_row, finish
 from .spec import CellSpec, Settings
 
 
@@ -44,8 +45,6 @@ class SkipAhead:
 def precheck(spec: CellSpec, skip: SkipAhead) -> dict[str, Any] | None:
     """The row of a cell that needs no worker (unsupported here, or skipped after a smaller N failed);
     None when the cell is to be measured. Cheap: the dispatcher calls it before handing a cell out."""
-    from .cell import base_row, finish
-
     reason = variants.get(spec.variant).check(spec.problem())
     if reason:
         return finish(base_row(spec), "unsupported", reason)
@@ -95,7 +94,6 @@ class CellRunner:
         """The row of one cell (its status says what happened); the memory guard runs here, next to the
         device the cell will use."""
         from . import guard  # imports torch: not at import time, so that the CLI starts fast
-        from .cell import base_row, finish
 
         settings = self.settings
         row = base_row(spec)

@@ -205,18 +205,30 @@ def check(
     if not 0 < p < 1:
         raise ValueError(f"the dropout check needs 0 < p < 1, got {p!r}")
     opts = dict(causal=causal, key_lengths=key_lengths, causal_align=causal_align, window=window, mod=mod)
-    dtype = q.dtype
-    tol = correctness.TOLERANCE.get(str(dtype).removeprefix("torch."), correctness.TOLERANCE["float32"])
-    reasons: list[str] = []
+    tol = correctness.TOLERANCE.get(str(q.dtype).removeprefix("torch."), correctness.TOLERANCE["float32"])
+    frac, seen, same_seed, reasons = _mask_and_seed(
+        fn, q, k, v, p=p, rows=rows, seed=seed, deterministic=deterministic, opts=opts
+    )
+    mean_z, later, finite = _expectation(
+        fn, q, k, v, p=p, rows=rows, ref=ref, seed=seed, runs=runs, seen=seen, tol=tol, opts=opts
+    )
+    reasons += later
+    if not finite:
+        return DropoutResult(p, frac, seen, math.inf, same_seed, tuple(dict.fromkeys(reasons)))
+    return DropoutResult(p, frac, seen, mean_z, same_seed, tuple(reasons))
 
-    # 1. the mask, weight by weight: q = 0, one-hot values (1 call) -- and 2. the same seed again
+
+def _mask_and_seed(
+    fn: Callable[..., Any], q, k, v, *, p: float, rows, seed: int, deterministic: bool, opts: dict[str, Any]
+) -> tuple[float, int, bool | None, list[str]]:
+    """Rules 1 and 2: (fraction zeroed, weights seen, same output for the same seed (None: not checked),
+    reasons). The mask weight by weight: q = 0, one-hot values (1 call); then the same seed again."""
     q0 = torch.zeros_like(q)
     k1 = k.detach().clone()
     v1 = _one_hot_values(k1, v.shape[-1])
     weights = correctness.reference(q0, k1, v1, rows=rows, **opts)  # P of the exposed keys, float64
     probe = _call(fn, seed, q0, k1, v1, p=p, **opts)
-    frac, seen, mask_reasons = _mask_rules(_rows(probe, rows), weights, p, dtype, modded=mod != NONE)
-    reasons += mask_reasons
+    frac, seen, reasons = _mask_rules(_rows(probe, rows), weights, p, q.dtype, modded=opts["mod"] != NONE)
     same_seed = None
     if deterministic:
         again = _call(fn, seed, q0, k1, v1, p=p, **opts)
@@ -226,17 +238,35 @@ def check(
                 "the same torch.manual_seed gave a different output (a variant whose dropout does not "
                 "follow torch's generators declares dropout_deterministic=False)"
             )
-    del probe
+    return frac, seen, same_seed, reasons
 
-    # 3. the expectation on the cell's own inputs (K calls)
+
+def _expectation(
+    fn: Callable[..., Any],
+    q,
+    k,
+    v,
+    *,
+    p: float,
+    rows,
+    ref,
+    seed: int,
+    runs: int,
+    seen: int,
+    tol: float,
+    opts: dict[str, Any],
+) -> tuple[float, list[str], bool]:
+    """Rule 3, on the cell's own inputs (`runs` calls, seeds seed + 1 ..): (mean_z, reasons, whether every
+    output was finite; the first that is not ends the rule)."""
     if ref is None:
         ref = correctness.reference(q, k, v, rows=rows, **opts)
     var = correctness.second_moment(q, k, v, rows=rows, **opts) * (p / (1 - p))  # (B, H, rows, d_v)
     keep = torch.ones_like(ref, dtype=torch.bool)
     # rows that see no key: 0, the gate's business
     empty = correctness.empty_rows(
-        q.shape[2], key_lengths, n_k=k.shape[2], causal=causal, causal_align=causal_align, window=window
-    )
+        q.shape[2], opts["key_lengths"], n_k=k.shape[2], causal=opts["causal"],
+        causal_align=opts["causal_align"], window=opts["window"],
+    )  # fmt: skip
     if empty is not None:
         empty = empty if rows is None else empty[:, :, rows.to(empty.device)]
         keep = (~empty).expand_as(ref).to(ref.device)
@@ -246,13 +276,13 @@ def check(
     for i in range(runs):
         out = _rows(_call(fn, seed + 1 + i, q, k, v, p=p, **opts), rows).to(ref.device)[keep]
         if not bool(torch.isfinite(out).all()):
-            reasons.append("non-finite output (NaN or inf) with dropout")
-            return DropoutResult(p, frac, seen, math.inf, same_seed, tuple(dict.fromkeys(reasons)))
+            return math.inf, ["non-finite output (NaN or inf) with dropout"], False
         total += out
         if first is None:
             first = out
         elif identical and not torch.equal(out, first):
             identical = False
+    reasons = []
     rounding = tol * float(torch.linalg.vector_norm(ref_k))  # what rounding alone may add, as in the gate
     err = float(torch.linalg.vector_norm(total / runs - ref_k))
     expected = sigma / math.sqrt(runs)
@@ -266,4 +296,4 @@ def check(
         reasons.append(
             f"{runs} calls with different seeds returned the same output (it draws no new mask per call)"
         )
-    return DropoutResult(p, frac, seen, mean_z, same_seed, tuple(reasons))
+    return mean_z, reasons, True

@@ -20,12 +20,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .profile_plan import Plan
 from .spec import CellSpec
-
-if TYPE_CHECKING:
-    from .profile import Plan
 
 MODULE = "attnbench.harness.profiled_child"  # what the parent runs with `python -m`
 PROTOCOL = "attnbench-profile:"  # prefix of the child's stdout lines meant for the parent

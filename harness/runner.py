@@ -1,16 +1,18 @@
 """Run a sweep: expand cells, send each to an isolated worker, append every row as soon as it exists.
 
-Order of events: validate everything (sweep, variants, devices) -> create the run directory ->
-fingerprint and calibrate (in a worker) -> meta.json -> for each cell: capability check, OOM /
-timeout skip-ahead, memory guard, measure in the worker -> rows.jsonl. Ctrl-C stops between or
-during cells with every finished row kept; --resume finishes the remaining cells.
+Order of events: check the run modes (check_mode: the one place, for every front end) -> validate
+everything (sweep, variants, devices; a resume: its set-up against the run's) -> create the run directory
+-> fingerprint and calibrate (in a worker) -> meta.json -> for each cell: capability check, OOM / timeout
+skip-ahead, memory guard, measure in the worker -> rows.jsonl. Ctrl-C stops between or during cells with
+every finished row kept; --resume takes in what earlier sessions left outside rows.jsonl (executors'
+`resume`), then finishes the remaining cells.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,12 +21,11 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import SHARDS, read_meta
+from attnbench.results.store import read_meta
 
 from . import executors, fingerprint, timing
 from .affinity import check_cpu_affinity
 from .cellrunner import CellRunner
-from .executors.slurm import collect as collect_shards
 from .isolation import WorkerDied, WorkerTimeout
 from .progress import Progress
 from .spec import CellSpec, SweepSpec
@@ -69,12 +70,133 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
     return names
 
 
+def cli_name(option: str) -> str:
+    """How `attnbench run` spells one of run's keywords or a sweep axis: out -> --out, redo_drift ->
+    --redo-drift, pass_ -> --pass. The default `name` of run's messages."""
+    return "--" + option.rstrip("_").replace("_", "-")
+
+
+def _with_value(spelled: str, value: str) -> str:
+    """An option and a placeholder for its value: `--out DIR`, or `out=DIR` for a keyword spelled `out=`."""
+    return spelled + value if spelled.endswith("=") else f"{spelled} {value}"
+
+
+def check_mode(
+    sweep: SweepSpec | None,
+    out: str | Path | None,
+    *,
+    resume: bool = False,
+    redo_drift: bool = False,
+    force_resume: bool = False,
+    given: Sequence[str] = (),
+    name: Callable[[str], str] = cli_name,
+) -> None:
+    """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
+    `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
+    redo_drift and force_resume change a resume only; a new run goes into no file and no non-empty
+    directory. `name` spells the options in the messages (see run)."""
+    out_dir = _with_value(name("out"), "DIR")
+    if resume:
+        extra = [*given, *(["sweep"] if sweep is not None else [])]
+        if extra:
+            raise ValueError(
+                f"{name('resume')} takes the sweep and its settings from the run's meta.json; "
+                f"drop {name(extra[0])}"
+            )
+        if out is None:
+            raise ValueError(f"{name('resume')} needs {out_dir} naming the run to finish")
+    if redo_drift and not resume:
+        raise ValueError(
+            f"{name('redo_drift')} measures a run's drifted cells again: "
+            f"give it with {name('resume')} {out_dir}"
+        )
+    if force_resume and not resume:
+        raise ValueError(
+            f"{name('force_resume')} finishes a run on another set-up: "
+            f"give it with {name('resume')} {out_dir}"
+        )
+    if not resume and out is not None:
+        target = Path(out)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise ValueError(
+                f"{str(out)!r} already exists and is not empty; pass {name('resume')} or choose another "
+                f"{name('out')}"
+            )
+
+
+@dataclass
+class _Start:
+    """What a run measures, settled before anything is written: a new run's from the caller, a resumed
+    run's from its meta.json (with how this machine's set-up differs from the run's)."""
+
+    sweep: SweepSpec
+    names: list[str]  # the variants
+    variant_files: list[str]  # absolute paths
+    chosen: list[str] | None = None  # the cell_ids to measure (a rerun: meta.json `cells`); None: all
+    resume: bool = False
+    redo_drift: bool = False
+    identity: dict[str, Any] = field(default_factory=dict)  # a resume: fingerprint.resume_identity here
+    differs: dict[str, list[Any]] = field(default_factory=dict)  # ... and how it differs from the run's
+
+    def cells(self) -> list[CellSpec]:
+        """The run's cells, in order (the chosen ones of a rerun)."""
+        cells = self.sweep.cells(self.names)
+        if self.chosen is not None:
+            keep = set(self.chosen)
+            cells = [c for c in cells if c.cell_id in keep]
+        return cells
+
+    def todo(self, cells: list[CellSpec], done: dict[str, dict[str, Any]]) -> list[CellSpec]:
+        """The cells still to measure: those without a row in `done`, and with redo_drift those whose row
+        was measured while the machine drifted (results.drift; the new row is appended and replaces the old
+        one when the run is loaded)."""
+        redo = drift.drifted_cells(list(done.values())) if self.redo_drift else set()
+        return [c for c in cells if c.cell_id not in done or c.cell_id in redo]
+
+    def resume_record(self) -> dict[str, Any]:
+        """This resume's line of resumes.jsonl: when, where, and how its set-up differed."""
+        return {
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "forced": bool(self.differs),
+            "fingerprint": self.identity,
+            "fingerprint_diff": self.differs,
+        }
+
+
+def _fresh(sweep: SweepSpec, variant_files: Sequence[str | Path], only: Sequence[CellSpec] | None) -> _Start:
+    files = [str(Path(p).resolve()) for p in variant_files]
+    names = prepare(sweep, files)
+    if only is not None:  # the chosen cells' variants, whether or not they are default ones now
+        names = list(dict.fromkeys(c.variant for c in only))
+        variants.resolve(names)
+    return _Start(sweep, names, files, chosen=None if only is None else [c.cell_id for c in only])
+
+
+def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callable[[str], str]) -> _Start:
+    meta = read_meta(out)
+    sweep = SweepSpec.from_meta(meta["sweep"])
+    current = fingerprint.resume_identity(dict(sweep.settings.env))
+    differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
+    if differs and not force_resume:
+        raise ValueError(
+            f"{name('resume')} of {str(out)!r} refused: it was started on another set-up "
+            f"({fingerprint.diff_text(differs)}), and its rows would mix the two; "
+            f"pass {name('force_resume')} to finish it anyway (the difference is logged in resumes.jsonl)"
+        )
+    files = meta.get("variant_files", [])
+    names = prepare(sweep, files)  # loads the variant files and checks the CPUs and devices, as for a new run
+    names = meta.get("variants", names)
+    return _Start(sweep, names, files, meta.get("cells"), True, redo_drift, current, differs)
+
+
 def run(
-    sweep: SweepSpec,
+    sweep: SweepSpec | None,
     out: str | Path | None = None,
     *,
     resume: bool = False,
-    variant_files: list[str] | None = None,
+    variant_files: Sequence[str | Path] | None = None,
     progress: Progress | None = None,
     only: Sequence[CellSpec] | None = None,
     rerun_of: dict[str, Any] | None = None,
@@ -82,8 +204,17 @@ def run(
     executor: str = "local",
     executor_options: dict[str, Any] | None = None,
     force_resume: bool = False,
+    given: Sequence[str] = (),
+    name: Callable[[str], str] = cli_name,
 ) -> RunSummary:
     """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
+
+    Every check of the run modes is here (check_mode), before anything is written: a resume (sweep None,
+    `given` empty: the names of the sweep options the caller was handed beside the sweep, which a resume
+    refuses naming the first) needs `out`; redo_drift and force_resume need a resume; a new run's `out`
+    must not be a file or a non-empty directory. `name(option)` spells run's keywords and the sweep's axes
+    in the messages as the caller's user writes them: cli_name (`--out`, `--redo-drift`), or the Python
+    API's keywords (`out=`, `resume=True`; a spelling that ends in '=' takes its value right after it).
 
     `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their
     ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from. `executor`
@@ -94,108 +225,29 @@ def run(
     allocator environment) is refused with a ValueError naming the difference, before anything is
     written, unless `force_resume`; every resume is logged in the run's resumes.jsonl with its difference.
     """
-    variant_files = [str(Path(p).resolve()) for p in (variant_files or [])]
-    chosen = None if only is None else [c.cell_id for c in only]
-    if redo_drift and not resume:
-        raise ValueError("--redo-drift measures a run's drifted cells again: it needs --resume --out DIR")
-    if force_resume and not resume:
-        raise ValueError("--force-resume finishes a run on another set-up: it needs --resume --out DIR")
-    differs: dict[str, list[Any]] = {}
+    check_mode(
+        sweep, out, resume=resume, redo_drift=redo_drift, force_resume=force_resume, given=given, name=name
+    )
     if resume:
-        if out is None:
-            raise ValueError("--resume needs --out DIR naming the run to finish")
-        meta = read_meta(out)
-        sweep = SweepSpec.from_meta(meta["sweep"])
-        current = fingerprint.resume_identity(dict(sweep.settings.env))
-        differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
-        if differs and not force_resume:
-            raise ValueError(
-                f"--resume of {str(out)!r} refused: it was started on another set-up "
-                f"({fingerprint.diff_text(differs)}), and its rows would mix the two; pass --force-resume "
-                "to finish it anyway (the difference is logged in resumes.jsonl)"
-            )
-        variant_files = meta.get("variant_files", [])
-        names = prepare(sweep, variant_files)
-        names = meta.get("variants", names)
-        chosen = meta.get("cells")
+        start = _resumed(out, force_resume, redo_drift, name)
     else:
-        names = prepare(sweep, variant_files)
-        if only is not None:  # the chosen cells' variants, whether or not they are default ones now
-            names = list(dict.fromkeys(c.variant for c in only))
-            variants.resolve(names)
+        start = _fresh(sweep, variant_files or [], only)
     chosen_executor = executors.get(executor, executor_options)
-    chosen_executor.check(sweep)
+    chosen_executor.check(start.sweep)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
     if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
-        writer.log_resume(
-            {
-                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "forced": bool(differs),
-                "fingerprint": current,
-                "fingerprint_diff": differs,
-            }
-        )
-    cells = sweep.cells(names)
-    if chosen is not None:
-        keep = set(chosen)
-        cells = [c for c in cells if c.cell_id in keep]
+        writer.log_resume(start.resume_record())
     progress = progress or Progress(enabled=False)
     summary = RunSummary(path=path)
-    settings = sweep.settings
-    config = {
-        "threads": settings.threads,
-        "env": dict(settings.env),
-        "variant_files": variant_files,
-        "cpu_affinity": list(settings.cpu_affinity),
-        "log_path": str(path / "worker.log"),
-    }
-
     local: CellRunner | None = None
     try:
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
-        local = CellRunner(config, settings)
+        local = CellRunner(_worker_config(start, path), start.sweep.settings)
         if not resume:
-            meta = _meta(sweep, names, variant_files, local, progress, executor)
-            if chosen is not None:
-                meta["cells"] = chosen
-            if rerun_of is not None:
-                meta["rerun_of"] = rerun_of
-            writer.write_meta(meta)
-            progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
-            writer.write_json(NUMERICS_FILE, _numerics(sweep, names, local))
-        run_id = read_meta(path)["run_id"]
-        if resume:  # rows array tasks wrote to shards/ after their driver went away (or still write)
-            summary.notes += _collect_shards(path, writer, run_id, summary, progress)
-        # --redo-drift: cells whose row was measured while the machine drifted (results.drift) run again;
-        # the new row is appended and replaces the old one when the run is loaded
-        redo = drift.drifted_cells(list(writer.done.values())) if redo_drift else set()
-        todo = [c for c in cells if c.cell_id not in writer.done or c.cell_id in redo]
-        summary.resumed = len(cells) - len(todo)
-        progress.start(total=len(todo), done_before=summary.resumed, run_dir=path)
-
-        def on_row(row: dict[str, Any]) -> None:
-            row["run_id"] = run_id
-            writer.append(row)
-            summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
-            progress.cell_done(row)
-
-        plan = executors.Plan(
-            sweep=sweep,
-            cells=todo,
-            config=config,
-            run_dir=path,
-            done=list(writer.done.values()),
-            local=local,
-            described=set(read_meta(path).get("devices", {})),
-        )
-        try:
-            chosen_executor.run(plan, on_row, writer.add_device)
-        finally:
-            summary.notes += getattr(chosen_executor, "notes", [])
+            _write_meta(writer, start, local, progress, executor, rerun_of)
+        _measure(start, writer, summary, progress, local, chosen_executor)
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
@@ -206,17 +258,94 @@ def run(
     return summary
 
 
-def _collect_shards(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:
-    """Merge the shards of array tasks (--executor slurm) into rows.jsonl, waiting for live tasks; notes."""
-    if not (path / SHARDS).is_dir():
-        return []
+def _worker_config(start: _Start, path: Path) -> dict[str, Any]:
+    """What every worker process of the run is started with (Plan.config)."""
+    settings = start.sweep.settings
+    return {
+        "threads": settings.threads,
+        "env": dict(settings.env),
+        "variant_files": start.variant_files,
+        "cpu_affinity": list(settings.cpu_affinity),
+        "log_path": str(path / "worker.log"),
+    }
+
+
+def _write_meta(
+    writer: RunWriter,
+    start: _Start,
+    local: CellRunner,
+    progress: Progress,
+    executor: str,
+    rerun_of: dict[str, Any] | None,
+) -> None:
+    """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe."""
+    meta = _meta(start.sweep, start.names, start.variant_files, local, progress, executor)
+    if start.chosen is not None:
+        meta["cells"] = start.chosen
+    if rerun_of is not None:
+        meta["rerun_of"] = rerun_of
+    writer.write_meta(meta)
+    progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
+    writer.write_json(NUMERICS_FILE, _numerics(start.sweep, start.names, local))
+
+
+def _measure(
+    start: _Start,
+    writer: RunWriter,
+    summary: RunSummary,
+    progress: Progress,
+    local: CellRunner,
+    chosen: executors.Executor,
+) -> None:
+    """The cells left, measured by the chosen executor; every row written here as it comes back. A resume
+    first takes in what earlier sessions left outside rows.jsonl."""
+    path = writer.path
+    run_id = read_meta(path)["run_id"]
+    if start.resume:
+        summary.notes += _take_left_rows(path, writer, run_id, summary, progress)
+    cells = start.cells()
+    todo = start.todo(cells, writer.done)
+    summary.resumed = len(cells) - len(todo)
+    progress.start(total=len(todo), done_before=summary.resumed, run_dir=path)
+
+    def on_row(row: dict[str, Any]) -> None:
+        row["run_id"] = run_id
+        writer.append(row)
+        summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
+        progress.cell_done(row)
+
+    plan = executors.Plan(
+        sweep=start.sweep,
+        cells=todo,
+        config=local.config,  # the run's worker config (_worker_config), which its own worker started with
+        run_dir=path,
+        done=list(writer.done.values()),
+        local=local,
+        described=set(read_meta(path).get("devices", {})),
+    )
+    try:
+        chosen.run(plan, on_row, writer.add_device)
+    finally:
+        summary.notes += chosen.notes
+
+
+def _take_left_rows(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:
+    """What earlier sessions left outside rows.jsonl (array tasks' shards, --executor slurm), written into
+    it; the notes for the user. Every executor is asked, not only this session's: one run's sessions may
+    use different executors (`attnbench collect RUN --executor local` finishes a Slurm run here), and
+    meta.json names only the first."""
 
     def on_row(row: dict[str, Any]) -> None:
         row["run_id"] = run_id
         writer.append(row)
         summary.collected += 1
 
-    return collect_shards(path, dict(writer.done), on_row, writer.add_device, message=progress.message)
+    notes = []
+    for name in executors.EXECUTORS:
+        notes += executors.get(name).resume(
+            path, dict(writer.done), on_row, writer.add_device, progress.message
+        )
+    return notes
 
 
 def _meta(

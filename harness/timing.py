@@ -7,7 +7,7 @@ CUDA, two modes (settings.timing; the row records which, and why: TimerChoice):
 - graph: several calls captured into one CUDA graph, its replays timed with events (CudaGraphTimer), for
   launch-bound calls, whose events time the host's kernel launches more than the device's work.
 auto picks one per cell (choose_timing, from launch_probe); a call that cannot be captured falls back to
-events (graph_fallback). Tests inject a seeded fake timer.
+events (graph_fallback). Tests inject a seeded fake timer (tests/fakes.py) through `injected`.
 
 Python's garbage collector is off while a cell is warmed up and sampled (as pyperf does): a collection
 landing inside one call would add its pause to that sample only, a spread that belongs to the
@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from attnbench.results.formulas import NOISY_REL_IQR, quartiles, rel_iqr
+
+from .outcomes import CAPTURE_FAILED
 
 
 class Timer(Protocol):
@@ -139,7 +141,7 @@ def graph_fallback(reason: str, exc: BaseException) -> tuple[str, str]:
         seen.add(id(root))
     text = " ".join(str(root).split())
     text = text[:300] + ("..." if len(text) > 300 else "")
-    failed = f"graph capture failed: {type(root).__name__}: {text}"
+    failed = f"{CAPTURE_FAILED}: {type(root).__name__}: {text}"  # the worker exits after it (exit_reason)
     return "events", failed if reason == GIVEN else f"{reason}; {failed}"
 
 
@@ -324,7 +326,8 @@ class TimerChoice:
 
 
 def injected(timer: Timer) -> TimerChoice:
-    """A timer handed in by the caller (a test's FakeTimer): its own `mode`, if it says one."""
+    """A timer handed in by the caller (any Timer: a test's seeded fake, say): its own `mode`, if it says
+    one."""
     return TimerChoice(timer, getattr(timer, "mode", "injected"), "injected timer")
 
 
@@ -352,30 +355,6 @@ def cuda_timer(
         mode, reason = graph_fallback(reason, exc)
         return TimerChoice(CudaTimer(device, flush_l2), mode, reason)
     return TimerChoice(graph, "graph", reason, calls)
-
-
-class FakeTimer:
-    """Seeded synthetic durations (log-normal around `median_ms`), for testing the sampling logic."""
-
-    mode = "fake"
-
-    def __init__(
-        self, median_ms: float = 1.0, rel_sigma: float = 0.02, seed: int = 0, call: bool = False
-    ) -> None:
-        import random
-
-        self.rng = random.Random(seed)
-        self.median_ms = median_ms
-        self.sigma = rel_sigma
-        self.call = call
-        self.calls = 0
-
-    def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
-        self.calls += n
-        if self.call:
-            for _ in range(n):
-                fn()
-        return [self.median_ms * math.exp(self.rng.gauss(0.0, self.sigma)) for _ in range(n)]
 
 
 @dataclass(frozen=True)

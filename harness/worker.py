@@ -1,19 +1,30 @@
 """The worker process: measures cells sent by the parent over a pipe, one at a time.
 
-It imports torch once and is reused while healthy. Its stdout and stderr go to the run's
-worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a traceback there
-on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its parent.
+It imports torch once (after pinning its CPUs) and is reused while healthy; this module's top imports only
+torch-free modules, since the parent imports it too (harness.isolation starts worker_main). Its stdout and
+stderr go to the run's worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a
+traceback there on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its
+parent.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import importlib
 import os
 import signal
 import sys
 import traceback
 from typing import Any
+
+from .outcomes import exit_reason, is_poisoned_row
+from .rows import base_row, finish
+from .spec import CellSpec, Settings
+
+# what the requests use beside harness.cell, imported with torch before freeze_imports so that the
+# collector never scans it again (the methods below import from these modules, found in sys.modules)
+MEASURING = ("calibrate", "fingerprint")
 
 
 def _die_with_parent() -> None:
@@ -53,6 +64,39 @@ def free_memory(device: str) -> int:
 
 def worker_main(conn, config: dict[str, Any]) -> None:
     """Serve requests until 'stop' or until the parent goes away."""
+    _start(config)
+    server = _Server(config)  # imports torch
+    conn.send(server.hello())
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if msg.get("op") == "stop":
+                conn.send({"op": "stopped"})
+                return
+            if msg.get("op") != "cell":
+                conn.send(server.answer(msg))
+                continue
+            row = server.cell(CellSpec.from_dict(msg["cell"]), msg["settings"])
+            why = exit_reason(row)
+            if why:
+                # a poisoned context (every later CUDA call would fail) or a failed graph capture (the
+                # allocator may be left mid-capture): send the row, say so, and exit; the parent's
+                # CellRunner starts a fresh worker for the next cell
+                print(f"attnbench worker {os.getpid()} exiting: {why}", flush=True)
+                conn.send({"op": "row", "row": row, "exiting": why})
+                return
+            conn.send({"op": "row", "row": row})
+            server.refreeze()
+        except (BrokenPipeError, EOFError):
+            return
+
+
+def _start(config: dict[str, Any]) -> None:
+    """The process's own set-up, before torch is imported: tied to its parent, deaf to Ctrl-C, output to
+    the log, tracebacks on fatal signals, pinned to its CPUs."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _redirect_output(config.get("log_path"))
@@ -62,96 +106,97 @@ def worker_main(conn, config: dict[str, Any]) -> None:
         # before torch is imported: its OpenMP pool sizes itself from the CPUs this process may use
         os.sched_setaffinity(0, config["cpu_affinity"])
 
-    import torch
 
-    from attnbench import variants
+class _Server:
+    """What the worker keeps between requests: torch set up, the variant files loaded, the last shape's
+    inputs (cell.InputCache), where each device is (found once), and how many modules are frozen."""
 
-    from .calibrate import calibrate, speed_probe
-    from .cell import (
-        InputCache,
-        base_row,
-        exit_reason,
-        failure,
-        finish,
-        is_poisoned,
-        is_poisoned_row,
-        measure_cell,
-    )
-    from .fingerprint import collect, where_measured
-    from .spec import CellSpec, Settings
-    from .timing import freeze_imports
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
 
-    if config.get("threads"):
-        torch.set_num_threads(int(config["threads"]))
-    for path in config.get("variant_files", []):
-        variants.load_variant_file(path)
-    frozen = freeze_imports()  # measure's collection before each cell then skips the imports' ~170k objects
-    modules_frozen = len(sys.modules)
-    cache = InputCache()
-    where: dict[str, dict] = {}  # device -> where_measured(device), found once per worker
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    conn.send({"op": "ready", "pid": os.getpid(), "threads": torch.get_num_threads(), "cpu_affinity": cpus,
-               "gc_frozen": frozen})  # fmt: skip
-    while True:
+        from attnbench import variants
+
+        from .cell import InputCache
+        from .timing import freeze_imports
+
+        for name in MEASURING:
+            importlib.import_module(f"{__package__}.{name}")
+        if config.get("threads"):
+            torch.set_num_threads(int(config["threads"]))
+        for path in config.get("variant_files", []):
+            variants.load_variant_file(path)
+        # measure's collection before each cell then skips the imports' ~170k objects
+        self.frozen = freeze_imports()
+        self.modules_frozen = len(sys.modules)
+        self.threads = torch.get_num_threads()
+        self.cache = InputCache()
+        self.where: dict[str, dict] = {}  # device -> where_measured(device), found once per worker
+
+    def hello(self) -> dict[str, Any]:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return {"op": "ready", "pid": os.getpid(), "threads": self.threads, "cpu_affinity": cpus,
+                "gc_frozen": self.frozen}  # fmt: skip
+
+    def where_measured(self, device: str) -> dict[str, Any]:
+        from .fingerprint import where_measured
+
+        return self.where.setdefault(device, where_measured(device))
+
+    def cell(self, spec: CellSpec, settings: dict[str, Any]) -> dict[str, Any]:
+        """The cell's row, whatever happens: measured, or a harness error as the row's status."""
+        from .calibrate import speed_probe
+        from .cell import measure_cell
+        from .failures import failure, is_poisoned
+
+        print(f"cell {spec.cell_id}", flush=True)
         try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        op = msg.get("op")
-        try:
-            if op == "stop":
-                conn.send({"op": "stopped"})
-                return
-            if op == "cell":
-                spec = CellSpec.from_dict(msg["cell"])
-                print(f"cell {spec.cell_id}", flush=True)
-                try:
-                    speed = speed_probe(spec.device)  # the machine's speed just before this cell
-                    row = measure_cell(spec, Settings(**msg["settings"]), cache)
-                    row["speed_tflops"] = round(speed, 6)
-                    if is_poisoned_row(row):  # where_measured would meet the same CUDA error: what is known
-                        row.update(where.get(spec.device, {}))
-                    else:
-                        row.update(where.setdefault(spec.device, where_measured(spec.device)))
-                except Exception as exc:  # a harness bug must still become this cell's row
-                    traceback.print_exc()
-                    if is_poisoned(exc):  # the harness's own CUDA call met a context the cell broke
-                        row = finish(base_row(spec), *failure(exc, spec.device))
-                    else:
-                        row = finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
-                why = exit_reason(row)
-                if why:
-                    # a poisoned context (every later CUDA call would fail) or a failed graph capture (the
-                    # allocator may be left mid-capture): send the row, say so, and exit; the parent's
-                    # CellRunner starts a fresh worker for the next cell
-                    print(f"attnbench worker {os.getpid()} exiting: {why}", flush=True)
-                    conn.send({"op": "row", "row": row, "exiting": why})
-                    return
-                conn.send({"op": "row", "row": row})
-                if len(sys.modules) != modules_frozen:
-                    # the cell imported modules (torch.compile brings dynamo and inductor: ~290k objects):
-                    # freeze them too, between cells, when only the worker's caches are alive beside them
-                    freeze_imports()
-                    modules_frozen = len(sys.modules)
-            elif op == "calibrate":
-                value = calibrate(msg["device"], msg["dtypes"], msg.get("budget_ms", 1000.0))
-                conn.send({"op": "calibration", "value": value})
-            elif op == "numerics":
-                from .numerics import probe
-
-                conn.send({"op": "numerics", "value": probe(msg["variants"], msg["devices"], msg["dtypes"])})
-            elif op == "example_weights":
-                from .numerics import example_weights
-
-                conn.send({"op": "example_weights", "value": example_weights()})
-            elif op == "where":
-                found = where.setdefault(msg["device"], where_measured(msg["device"]))
-                conn.send({"op": "where", "value": found})
-            elif op == "fingerprint":
-                conn.send({"op": "fingerprint", "value": collect()})
-            elif op == "free_memory":
-                conn.send({"op": "free_memory", "value": free_memory(msg["device"])})
+            speed = speed_probe(spec.device)  # the machine's speed just before this cell
+            row = measure_cell(spec, Settings(**settings), self.cache)
+            row["speed_tflops"] = round(speed, 6)
+            if is_poisoned_row(row):  # where_measured would meet the same CUDA error: what is known
+                row.update(self.where.get(spec.device, {}))
             else:
-                conn.send({"op": "error", "message": f"unknown op {op!r}"})
-        except (BrokenPipeError, EOFError):
-            return
+                row.update(self.where_measured(spec.device))
+            return row
+        except Exception as exc:  # a harness bug must still become this cell's row
+            traceback.print_exc()
+            if is_poisoned(exc):  # the harness's own CUDA call met a context the cell broke
+                return finish(base_row(spec), *failure(exc, spec.device))
+            return finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
+
+    def refreeze(self) -> None:
+        """After a cell that imported modules (torch.compile brings dynamo and inductor: ~290k objects):
+        freeze them too, between cells, when only the worker's caches are alive beside them."""
+        from .timing import freeze_imports
+
+        if len(sys.modules) != self.modules_frozen:
+            freeze_imports()
+            self.modules_frozen = len(sys.modules)
+
+    def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The reply to a request that is not a cell (nor stop)."""
+        op = msg.get("op")
+        if op == "calibrate":
+            from .calibrate import calibrate
+
+            return {
+                "op": "calibration",
+                "value": calibrate(msg["device"], msg["dtypes"], msg.get("budget_ms", 1000.0)),
+            }
+        if op == "numerics":
+            from .numerics import probe
+
+            return {"op": "numerics", "value": probe(msg["variants"], msg["devices"], msg["dtypes"])}
+        if op == "example_weights":
+            from .numerics import example_weights
+
+            return {"op": "example_weights", "value": example_weights()}
+        if op == "where":
+            return {"op": "where", "value": self.where_measured(msg["device"])}
+        if op == "fingerprint":
+            from .fingerprint import collect
+
+            return {"op": "fingerprint", "value": collect()}
+        if op == "free_memory":
+            return {"op": "free_memory", "value": free_memory(msg["device"])}
+        return {"op": "error", "message": f"unknown op {op!r}"}

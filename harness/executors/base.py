@@ -12,6 +12,7 @@ from ..spec import CellSpec, SweepSpec
 
 OnRow = Callable[[dict[str, Any]], None]
 OnDevice = Callable[[dict[str, Any]], None]
+Say = Callable[[str], None]  # a line for the person watching (the runner's progress.message)
 
 
 @dataclass
@@ -33,9 +34,18 @@ class Plan:
 
 class Executor(Protocol):
     name: str
+    notes: list[str]  # what the command tells the user once the run ends (lost tasks, duplicates), in order
 
     def check(self, sweep: SweepSpec) -> None:
         """ValueError (one line) when this executor cannot run `sweep` here; called before any work."""
+
+    def resume(
+        self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
+    ) -> list[str]:
+        """Before a resume plans the cells left: hand to on_row (and on_device) what sessions of this
+        executor left in the run directory outside rows.jsonl (`done`: its rows by cell_id), waiting for
+        work of theirs still under way (message(text) says so); returns notes for the user. The runner
+        holds the writer lock. Nothing to do for an executor whose rows all came back through on_row."""
 
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
         """Measure plan.cells; call on_row(row) for each finished row (from this thread: the runner writes

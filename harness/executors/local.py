@@ -11,12 +11,14 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..cellrunner import CellRunner, SkipAhead, precheck
 from ..isolation import WorkerDied, WorkerTimeout
+from ..rows import base_row, finish
 from ..spec import CellSpec, SweepSpec
-from .base import OnDevice, OnRow, Plan
+from .base import OnDevice, OnRow, Plan, Say
 from .dispatch import Dispatcher
 
 ONE_CPU_WORKER = (
@@ -85,6 +87,12 @@ class LocalExecutor:
     def __init__(self, devices: str | None = None) -> None:
         self.devices = devices
         self.slots: list[Slot] | None = None
+        self.notes: list[str] = []  # none: every row comes back through on_row
+
+    def resume(
+        self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
+    ) -> list[str]:
+        return []  # nothing is left outside rows.jsonl: rows reach the runner as they are measured
 
     def check(self, sweep: SweepSpec) -> None:
         if self.devices is None:
@@ -168,8 +176,6 @@ class _SlotThread(threading.Thread):
 
 def run_pool(plan: Plan, slots: list[Slot], on_row: OnRow, on_device: OnDevice) -> None:
     """Measure plan.cells on every slot at once; rows and device records are handed over from this thread."""
-    from ..cell import base_row, finish
-
     outbox: queue.Queue = queue.Queue()
     threads = [_SlotThread(slot, plan, outbox) for slot in slots]
     dispatcher = Dispatcher(plan.cells, plan.done)

@@ -30,8 +30,9 @@ from typing import Any
 from attnbench import variants
 
 from ..cellrunner import CellRunner
+from ..rows import base_row, finish
 from ..spec import CellSpec, Settings, SweepSpec
-from .base import OnDevice, OnRow, Plan
+from .base import OnDevice, OnRow, Plan, Say
 from .dispatch import Dispatcher
 
 INSTALL = "--executor ray needs Ray, which is not installed: pip install 'attnbench[ray]'"
@@ -122,6 +123,12 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None) -> None:
         self.address = address
+        self.notes: list[str] = []  # none: every row comes back through on_row
+
+    def resume(
+        self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
+    ) -> list[str]:
+        return []  # nothing is left outside rows.jsonl: actors' rows reach the runner as they are measured
 
     def check(self, sweep: SweepSpec) -> None:
         # found, not imported: Ray reads its environment when imported, and run() sets it first
@@ -246,8 +253,6 @@ class _Driver:
 
 
 def _failed(spec: CellSpec, status: str, message: str) -> dict[str, Any]:
-    from ..cell import base_row, finish
-
     return finish(base_row(spec), status, message[:400])
 
 

@@ -31,7 +31,7 @@ from attnbench.results.store import SHARDS, shard_rows_to_add
 
 from ..cellrunner import CellRunner, SkipAhead, precheck
 from ..spec import CellSpec, SweepSpec
-from .base import OnDevice, OnRow, Plan
+from .base import OnDevice, OnRow, Plan, Say
 
 POLL_S = 1.0  # how often the driver reads the shards: rows appear in rows.jsonl this late at most
 DEFAULT_MAX_TASKS = 32
@@ -98,6 +98,12 @@ class SlurmExecutor:
                 "--executor slurm: no sbatch on PATH (no Slurm here); --slurm-local runs the array tasks "
                 "as processes on this machine"
             )
+
+    def resume(
+        self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
+    ) -> list[str]:
+        """The rows array tasks wrote to shards/ after their driver went away (or still write): `collect`."""
+        return collect(run_dir, done, on_row, on_device, poll_s=self.poll_s, message=message)
 
     # ---- the driver ---------------------------------------------------------------------------------
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from conftest import FAULTS
+from fakes import FakeTimer
 
 from attnbench import variants
-from attnbench.harness import correctness, memory, timing
-from attnbench.harness.cell import InputCache, failure, measure_cell, peak, prepare, time_call
+from attnbench.harness import correctness, memory
+from attnbench.harness.cell import InputCache, measure_cell, peak, prepare, time_call
+from attnbench.harness.failures import failure
 from attnbench.harness.spec import CellSpec, Settings
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
@@ -60,7 +62,7 @@ def test_failure_names_oom_and_errors_as_measure_cell_records_them():
 
 def test_time_call_samples_under_the_settings_budgets_with_a_fake_timer():
     calls = []
-    fake = timing.FakeTimer(median_ms=2.0, rel_sigma=0.0, call=True)
+    fake = FakeTimer(median_ms=2.0, rel_sigma=0.0, call=True)
     settings = Settings(warmup_ms=10, budget_ms=50, min_ms=20)
     m = time_call(lambda: calls.append(1), settings, fake)
     assert m.median == pytest.approx(2.0) and not m.noisy
@@ -71,7 +73,7 @@ def test_time_call_samples_under_the_settings_budgets_with_a_fake_timer():
 
 def test_time_call_stops_a_noisy_call_at_the_settings_budget():
     settings = Settings(warmup_ms=5, budget_ms=50, min_ms=5, max_samples=400)
-    m = time_call(lambda: None, settings, timing.FakeTimer(median_ms=1.0, rel_sigma=0.5, seed=3))
+    m = time_call(lambda: None, settings, FakeTimer(median_ms=1.0, rel_sigma=0.5, seed=3))
     assert m.stop_reason == "budget" and sum(m.samples_ms) >= 50 and m.noisy
 
 
@@ -99,9 +101,9 @@ def test_peak_frees_the_last_calls_gradients_before_measuring():
 
 def test_measure_cell_is_the_three_steps_composed():
     cell, cache = spec(), InputCache()
-    row = measure_cell(cell, QUICK, cache, timer=timing.FakeTimer(median_ms=1.0, seed=7))
+    row = measure_cell(cell, QUICK, cache, timer=FakeTimer(median_ms=1.0, seed=7))
     ready = prepare(cell, QUICK, cache)
-    m = time_call(ready.call, QUICK, timing.FakeTimer(median_ms=1.0, seed=7))
+    m = time_call(ready.call, QUICK, FakeTimer(median_ms=1.0, seed=7))
     assert row["status"] == "ok" and row["message"] == ""
     assert {k: row[k] for k in ready.fields()} == ready.fields()
     assert row["samples_ms"] == [round(s, 6) for s in m.samples_ms] and row["stop_reason"] == m.stop_reason

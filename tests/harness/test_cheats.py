@@ -15,10 +15,12 @@ import sys
 import pytest
 import torch
 from conftest import DATA, ROOT, cli_env, run_cli
+from fakes import FakeTimer
 
 from attnbench import variants
-from attnbench.harness import correctness, timing
-from attnbench.harness.cell import MUTATES, NOT_FOLLOWING, InputCache, make_inputs, measure_cell, prepare
+from attnbench.harness import correctness
+from attnbench.harness.cell import InputCache, make_inputs, measure_cell, prepare
+from attnbench.harness.outcomes import MUTATES, NOT_FOLLOWING
 from attnbench.harness.spec import CellSpec, Settings
 from attnbench.results import load, read_rows
 
@@ -30,8 +32,8 @@ def spec(variant: str, *, n: int = 128, pass_: str = "fwd", causal: bool = False
     return CellSpec(variant, "cpu", "float32", 1, 2, n, 16, 16, causal, 0.0, pass_)
 
 
-def fake() -> timing.FakeTimer:
-    return timing.FakeTimer(median_ms=1.0, seed=7, call=True)  # calls the cell: what it does is checked
+def fake() -> FakeTimer:
+    return FakeTimer(median_ms=1.0, seed=7, call=True)  # calls the cell: what it does is checked
 
 
 @pytest.fixture(scope="module")

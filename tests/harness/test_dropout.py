@@ -65,10 +65,10 @@ def test_dropout_cells_have_their_own_id_and_series():
     assert b.problem().dropout and b.problem().dropout_p == 0.2 and not a.problem().dropout
     cells = SweepSpec(seq_len=(64,), dropout=(0.0, 0.1), passes=("fwd", "fwdbwd")).cells(["naive", "sdpa"])
     assert len({c.cell_id for c in cells}) == len(cells) == 8
-    assert [c.dropout for c in cells] == ([0.0] * 2 + [0.1] * 2) * 2  # each pass's cells: no dropout, then 0.1
+    assert [c.dropout for c in cells] == ([0.0] * 2 + [0.1] * 2) * 2  # per pass: no dropout, then 0.1
 
 
-def test_cell_texts_say_the_dropout_too():
+def test_cell_given_say_the_dropout_too():
     cell = spec("chunked", 0.25, pass_="fwdbwd")
     texts, left = cell_given(cell, QUICK)
     assert left == [] and build_sweep(texts).cells(["chunked"]) == [cell]

@@ -91,7 +91,7 @@ def test_a_poisoned_cuda_context_ends_its_worker_and_the_next_cells_run_in_a_new
 def test_poisoned_errors_are_told_apart_from_oom_and_ordinary_ones():
     import torch
 
-    from attnbench.harness.cell import failure, is_poisoned
+    from attnbench.harness.failures import failure, is_poisoned
 
     assert is_poisoned(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
     assert is_poisoned(RuntimeError("CUDA error: misaligned address"))

@@ -147,7 +147,7 @@ def test_cpu_affinity_text_and_its_round_trip():
         Settings(cpu_affinity=(-1,))
 
 
-def test_cell_texts_read_back_as_exactly_that_cell_and_its_settings():
+def test_cell_given_read_back_as_exactly_that_cell_and_its_settings():
 
     cell = CellSpec("chunked", "cpu", "bfloat16", 2, 3, 96, 32, 16, True, 0.1, "fwdbwd")
     settings = Settings(warmup_ms=1.5, budget_ms=7, min_ms=0.3, threads=1, seed=9, env=(("A", "x y"),))

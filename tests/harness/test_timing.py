@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fakes import FakeTimer
 
 from attnbench.harness import timing
-from attnbench.harness.timing import Budget, FakeTimer, Measurement, measure
+from attnbench.harness.timing import Budget, Measurement, measure
 
 
 def test_stable_timer_stops_early_with_enough_time_sampled():

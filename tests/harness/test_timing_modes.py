@@ -56,7 +56,7 @@ def test_toml_settings_table_and_meta_round_trip(tmp_path):
         build_sweep(config=str(f))
 
 
-def test_cell_texts_carry_timing_for_cuda_cells_and_auto_for_cpu_ones():
+def test_cell_given_carry_timing_for_cuda_cells_and_auto_for_cpu_ones():
     settings = Settings(timing="graph")
     gpu = CellSpec("sdpa", "cuda", "bfloat16", 1, 8, 256, 64, 64, False, 0.0, "fwd")
     texts, left = cell_given(gpu, settings)
@@ -122,8 +122,10 @@ def test_graph_samples_subtract_the_paired_flush_and_divide_by_the_calls():
 def test_a_graph_timers_budgets_count_the_calls_in_each_replay():
     """A sample that is the mean of k calls counts k times: the ms budgets and max_samples are divided by k
     (not under min_samples), so a graph-timed cell takes about an events-timed one's wall time."""
+    from fakes import FakeTimer
+
     from attnbench.harness.cell import time_call
-    from attnbench.harness.timing import Budget, FakeTimer, replay_budget
+    from attnbench.harness.timing import Budget, replay_budget
 
     b = Budget(warmup_ms=50, budget_ms=1000, min_ms=100, max_samples=500)
     assert replay_budget(b, 1) is b
@@ -169,6 +171,8 @@ def test_a_failed_capture_falls_back_to_events_naming_the_first_error():
 
 
 def test_timer_choice_fields_and_close():
+    from fakes import FakeTimer
+
     from attnbench.harness import timing
 
     closed = []
@@ -187,7 +191,7 @@ def test_timer_choice_fields_and_close():
     choice.close()
     assert closed == [True]
     timing.TimerChoice(timing.CpuTimer(), "perf_counter", "cpu").close()  # a timer without close: nothing
-    assert timing.injected(timing.FakeTimer()).fields() == {
+    assert timing.injected(FakeTimer()).fields() == {
         "timing_mode": "fake",
         "timing_reason": "injected timer",
         "graph_calls_per_replay": None,
@@ -219,8 +223,8 @@ def test_cpu_cells_time_with_perf_counter_whatever_timing_says():
 
 def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before_it(tmp_path):
     from conftest import DATA
+    from fakes import FakeTimer
 
-    from attnbench.harness import timing
     from attnbench.harness.cell import measure_cell
     from attnbench.results import RunWriter, load
 
@@ -232,7 +236,7 @@ def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before
         None,
     )
     assert row["cell_id"] == "naive|cpu|float32|b1|h2|n32|dk16|dv16|full|pad0|fwd"  # timing: no part of it
-    fake = measure_cell(_tiny(), QUICK, timer=timing.FakeTimer(median_ms=1.0))
+    fake = measure_cell(_tiny(), QUICK, timer=FakeTimer(median_ms=1.0))
     assert (fake["timing_mode"], fake["timing_reason"]) == ("fake", "injected timer")
 
     w = RunWriter(tmp_path / "run")
@@ -256,8 +260,9 @@ def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before
 
 
 def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
-    """test_cuda.py times sync_item (a .item() in every call) to see graph timing fall back to events;
-    here, that the variant itself answers right, so that a GPU failure there can only be the fallback's."""
+    """tests/harness/test_cuda.py times sync_item (a .item() in every call) to see graph timing fall back to
+    events; here, that the variant itself answers right, so that a GPU failure there can only be the
+    fallback's."""
     from conftest import DATA
 
     from attnbench import variants
@@ -273,7 +278,7 @@ def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
 def test_a_failed_capture_sends_its_worker_away_after_the_row():
     """A failed capture can leave torch's allocator mid-capture: the worker exits after that cell's row (the
     parent starts another), as after a poisoned CUDA context; any other row keeps its worker."""
-    from attnbench.harness.cell import CAPTURE_EXIT, POISONED_PREFIX, exit_reason
+    from attnbench.harness.outcomes import CAPTURE_EXIT, POISONED_PREFIX, exit_reason
 
     fell_back = {
         "status": "ok",

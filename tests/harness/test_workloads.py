@@ -81,7 +81,7 @@ def test_toml_takes_the_new_axes(tmp_path):
     assert (s.kv_heads, s.seq_k, s.causal, s.window) == ((2,), (64, 128), ("lower-right",), (16,))
 
 
-def test_cell_texts_round_trip_the_new_axes():
+def test_cell_given_round_trip_the_new_axes():
     cell = CellSpec("chunked", "cpu", "float32", 2, 4, 3, 16, 16, True, 0.0, "fwd", kv_heads=1, seq_k=37,
                     causal_align="lower-right", window=5)  # fmt: skip
     texts, left = cell_given(cell, Settings())
@@ -177,6 +177,7 @@ def test_rows_that_see_no_key_are_zeros_and_reported():
 
 # flex compiles a kernel per case (tens of seconds here) and torch 2.13's CPU kernel gave wrong rows at some
 # key lengths that are not multiples of 16 (variants/flex.py): tests/variants/test_flex.py covers these axes
+# for it
 CPU_VARIANTS = [
     n
     for n, v in variants.all_variants().items()
@@ -404,7 +405,7 @@ def test_old_runs_load_with_the_defaults(tmp_path):
 
 # ---- the CLI ------------------------------------------------------------------------------------------
 
-BAD_FLAGS = [  # the rest of the bad values are refused by the same sweep_from_text: test_bad_values_are_named
+BAD_FLAGS = [  # the rest of the bad values are refused by the same build_sweep: test_bad_values_are_named
     (["--heads", "8", "--kv-heads", "3"], "kv_heads 3 does not divide heads 8"),
     (["--window", "16"], "window 16 needs causal masking"),
     (["--causal", "sideways"], "causal must be one of no, yes, both, lower-right"),

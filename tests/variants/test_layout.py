@@ -13,10 +13,12 @@ import sys
 import pytest
 import torch
 from conftest import DATA, run_cli
+from fakes import FakeTimer
 
 from attnbench import variants
-from attnbench.harness import correctness, timing
-from attnbench.harness.cell import MUTATES, InputCache, measure_cell
+from attnbench.harness import correctness
+from attnbench.harness.cell import InputCache, measure_cell
+from attnbench.harness.outcomes import MUTATES
 from attnbench.harness.spec import CellSpec, Settings
 from attnbench.results import load
 from attnbench.results.schema import COLUMNS
@@ -40,8 +42,8 @@ def spec(variant: str, **axes) -> CellSpec:
     return dataclasses.replace(CellSpec(variant, "cpu", "float32", B, H, N, D, D, False, 0.0, "fwd"), **axes)
 
 
-def fake() -> timing.FakeTimer:
-    return timing.FakeTimer(median_ms=1.0, seed=7, call=True)  # calls the cell: what it is handed is seen
+def fake() -> FakeTimer:
+    return FakeTimer(median_ms=1.0, seed=7, call=True)  # calls the cell: what it is handed is seen
 
 
 CELLS = [{}, {"padding": 0.25}, {"causal": True, "padding": 0.25, "pass_": "fwdbwd"}]

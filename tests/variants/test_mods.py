@@ -11,7 +11,7 @@ import torch
 from conftest import DATA, run_cli
 
 from attnbench import variants
-from attnbench.harness import cell, correctness
+from attnbench.harness import cell, correctness, rows
 from attnbench.harness.spec import CellSpec, Settings, SweepSpec
 from attnbench.harness.sweeps import build_sweep, cell_given, sweep_file_layer
 from attnbench.results import load
@@ -76,7 +76,7 @@ def test_cell_id_is_unchanged_at_none_and_distinct_per_mod():
 
 def test_a_cell_round_trips_through_its_row_and_its_text():
     c = CellSpec("chunked", "cpu", "float32", 1, 4, 32, 8, 8, True, 0.0, "fwd", kv_heads=2, mod="softcap:30")
-    assert CellSpec.from_dict(json.loads(json.dumps(cell.base_row(c)))) == c
+    assert CellSpec.from_dict(json.loads(json.dumps(rows.base_row(c)))) == c
     texts, left = cell_given(c, QUICK)
     assert not left and build_sweep(texts).cells([c.variant]) == [c]
     old_row = {k: v for k, v in c.to_dict().items() if k != "mod"}  # a row written before the axis

@@ -1,0 +1,45 @@
+"""What a row's message says, and what that means for the worker that measured it: pure rules, no torch.
+
+The worker writes these messages (harness.cell's verdicts, harness.failures); the torch-free parent
+(harness.runner, the executors, harness.cellrunner) reads rows by the same rules, so it imports this
+module at its top without pulling torch in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INPUT_NAMES = ("q", "k", "v", "key_lengths")  # what a cell is handed, in order; messages name them so
+
+MUTATES = "modifies its inputs in place"
+NOT_FOLLOWING = "answer does not follow the inputs"
+
+# A row of a CUDA error that left the worker's context unusable (harness.failures.is_poisoned) says so
+POISONED_PREFIX = "CUDA context poisoned, worker replaced: "
+
+# A failed CUDA graph capture can leave torch's allocator believing a capture is still under way (torch
+# releases that state only where the capture reached its end, and only in releases that fixed it): a later
+# empty_cache or capture in the same process then fails an internal assert. The cell itself is fine (timed
+# with events, timing_reason says why); the process that measured it is not trusted with the next one.
+CAPTURE_FAILED = "graph capture failed"  # in timing_reason (harness.timing.graph_fallback)
+CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator may think one is under way)"
+
+
+def mutation(changed: tuple[str, ...]) -> str:
+    """The reason a cell whose variant modified the inputs named in `changed` is wrong."""
+    return f"{MUTATES} ({', '.join(n for n in INPUT_NAMES if n in changed)} changed)"
+
+
+def is_poisoned_row(row: dict[str, Any]) -> bool:
+    """Whether a row measured in this process says its CUDA context is poisoned (harness.failures)."""
+    return row.get("status") == "crashed" and str(row.get("message", "")).startswith(POISONED_PREFIX)
+
+
+def exit_reason(row: dict[str, Any]) -> str | None:
+    """Why the worker that measured `row` must exit after sending it (the parent starts a fresh one for the
+    next cell), or None: a poisoned CUDA context (the row's message), or a failed graph capture."""
+    if is_poisoned_row(row):
+        return str(row["message"])
+    if CAPTURE_FAILED in str(row.get("timing_reason") or ""):
+        return CAPTURE_EXIT
+    return None

@@ -1,0 +1,57 @@
+"""A cell's result row (see results.schema), built in steps: base_row -> start_row -> finish.
+
+- base_row(spec): the cell's identity (its spec and cell_id): all a row of a cell that never ran has;
+- start_row(spec): what is known before the cell runs: torch's thread count, FLOPs and K/V bytes;
+- finish(row, status, message, **fields): the verdict and when it was reached.
+
+The parent (harness.cellrunner, the executors) builds rows of cells it decides without a worker, so this
+module does not import torch at its top: start_row, which only a measuring process calls, imports it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from attnbench.results.formulas import attention_flops, flops_formula, kv_bytes
+
+from .spec import CellSpec
+
+
+def base_row(spec: CellSpec) -> dict[str, Any]:
+    row = spec.to_dict()
+    row["cell_id"] = spec.cell_id
+    return row
+
+
+def start_row(spec: CellSpec) -> dict[str, Any]:
+    """The row's fields known before anything runs: the spec, cell_id, torch's thread count and FLOPs."""
+    import torch  # in the measuring process, which has imported it already
+
+    row = base_row(spec)
+    row["threads"] = torch.get_num_threads()
+    lengths = spec.key_lengths()
+    axes = {"causal_align": spec.causal_align, "window": spec.window}
+    row["flops"] = attention_flops(
+        spec.batch,
+        spec.heads,
+        spec.seq_len,
+        spec.seq_k,
+        spec.d_k,
+        spec.d_v,
+        causal=spec.causal,
+        pass_=spec.pass_,
+        key_lengths=lengths,
+        **axes,
+    )
+    row["flops_formula"] = flops_formula(causal=spec.causal, padded=lengths is not None, **axes)
+    row["kv_bytes"] = kv_bytes(spec.batch, spec.kv_heads, spec.seq_k, spec.d_k, spec.d_v, spec.dtype)
+    return row
+
+
+def finish(row: dict[str, Any], status: str, message: str = "", **fields: Any) -> dict[str, Any]:
+    row.update(fields)
+    row["status"] = status
+    row["message"] = message
+    row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return row

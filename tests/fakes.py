@@ -1,0 +1,35 @@
+"""Test doubles of the harness's seams: a seeded fake timer (harness.timing's Timer protocol).
+
+Import as `from fakes import FakeTimer` (tests/ is on sys.path, as for conftest and synthetic). The harness
+takes it like any timer: `measure(fn, FakeTimer())`, `measure_cell(..., timer=FakeTimer())` (through
+timing.injected, which records its `mode`, "fake", as the row's timing_mode).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+
+class FakeTimer:
+    """Seeded synthetic durations (log-normal around `median_ms`), for testing the sampling logic; with
+    `call`, fn is called too, so that what the timed call does is checked."""
+
+    mode = "fake"
+
+    def __init__(
+        self, median_ms: float = 1.0, rel_sigma: float = 0.02, seed: int = 0, call: bool = False
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.median_ms = median_ms
+        self.sigma = rel_sigma
+        self.call = call
+        self.calls = 0
+
+    def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
+        self.calls += n
+        if self.call:
+            for _ in range(n):
+                fn()
+        return [self.median_ms * math.exp(self.rng.gauss(0.0, self.sigma)) for _ in range(n)]
