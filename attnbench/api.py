@@ -70,6 +70,7 @@ def run(
     [settings] takes) go with them. Errors name the keyword.
     """
     from attnbench.harness.progress import Progress
+    from attnbench.harness.runner import check_mode
     from attnbench.harness.runner import run as run_sweep
     from attnbench.harness.spec import SweepSpec
     from attnbench.harness.sweeps import build_sweep
@@ -89,9 +90,9 @@ def run(
         if config is not None:
             raise ValueError("give the sweep file as `sweep` or as `config`, not both")
         sweep, config = None, sweep
+    offered = [k for k, v in (("sweep", sweep), ("preset", preset), ("config", config)) if v] + list(axes)
+    check_mode(None, out, resume=resume, force_resume=force_resume, given=offered, name=_mode_name)
     if resume:
-        if sweep is not None or preset or config or axes:
-            raise ValueError("resume=True takes the sweep from the run's meta.json; give only out=")
         spec = None
     elif isinstance(sweep, SweepSpec):
         if preset or config or axes:
@@ -108,6 +109,7 @@ def run(
         force_resume=force_resume,
         variant_files=files,
         progress=Progress(enabled=progress),
+        name=_mode_name,
     )
     return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
 
@@ -139,6 +141,15 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool
 def _keyword(key: str) -> str:
     """How an error names an option of attnbench.run: by its keyword ('seq_len'), never a CLI flag."""
     return key
+
+
+_SWITCHES = {"resume": "resume=True", "redo_drift": "redo_drift=True", "force_resume": "force_resume=True"}
+
+
+def _mode_name(option: str) -> str:
+    """How a run-mode error (harness.runner.check_mode) names an option of attnbench.run: `resume=True`,
+    `out=` (never a CLI flag)."""
+    return _SWITCHES.get(option, f"{option.rstrip('_')}=")
 
 
 def load(*run_dirs: PathLike | Sequence[PathLike]):

@@ -168,46 +168,34 @@ def _executor_options(args: argparse.Namespace) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
-    from attnbench.harness.runner import run
+    from attnbench.harness.runner import check_mode, run
     from attnbench.results import RunDirError
     from attnbench.variants import VariantError
 
     plan = _rerun_plan(args)
     sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS) if getattr(args, f) is not None]
-    if args.resume and sweep_flags:
-        flag = sweep_flags[0].replace("_", "-")
-        raise BadInput(f"--resume takes the sweep and its settings from the run's meta.json; drop --{flag}")
-    if args.resume and args.out is None:
-        raise BadInput("--resume needs --out DIR naming the run to finish")
-    if args.redo_drift and not args.resume:
-        raise BadInput("--redo-drift measures a run's drifted cells again: give it with --resume --out DIR")
-    if args.force_resume and not args.resume:
-        raise BadInput("--force-resume finishes a run on another set-up: give it with --resume --out DIR")
+    modes = dict(resume=args.resume, redo_drift=args.redo_drift, force_resume=args.force_resume)
+    try:  # the run modes first (harness.runner.check_mode, which run applies too): they need no sweep
+        check_mode(None, args.out, **modes, given=sweep_flags)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     for path in args.variant_file or []:
         if not Path(path).is_file():
             raise BadInput(f"variant file {path!r} does not exist")
     sweep = None if args.resume else plan.sweep if plan else sweep_from_args(args)
-    if args.out is not None and not args.resume:
-        out = Path(args.out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise BadInput(
-                f"{args.out!r} already exists and is not empty; pass --resume or choose another --out"
-            )
     progress = Progress(enabled=not args.quiet)
     try:
         files = list(plan.variant_files) if plan else args.variant_file or []
         summary = run(
             sweep,
             args.out,
-            resume=args.resume,
+            **modes,
             variant_files=files,
             progress=progress,
             only=plan.cells if plan else None,
             rerun_of=plan.origin if plan else None,
-            redo_drift=args.redo_drift,
             executor=args.executor,
             executor_options=_executor_options(args),
-            force_resume=args.force_resume,
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -448,39 +436,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from attnbench.reports import terminal
 
-    from attnbench.results.formulas import SHORT_DTYPE
-
-    short = {**SHORT_DTYPE, "padding": "pad", "dropout": "drop", "backward": "bwd"}
-    table = Table(title="attnbench variants (memory: how peak memory grows with N)")
-    columns = ("variant", "description", "memory", "dtypes", "head dim", "supports", "layout", "cpu", "cuda")
-    for col in columns:
-        table.add_column(
-            col, overflow="fold", no_wrap=col in ("variant", "memory", "head dim", "layout", "cpu", "cuda")
-        )
-    for r in rows:
-        marks = ["[green]yes[/]" if r["available"][d] else "[red]no[/]" for d in ("cpu", "cuda")]
-        name = f"[bold]{r['name']}[/]" + ("" if r["default"] else "\n[yellow](demo only)[/]")
-        table.add_row(
-            name,
-            _esc(r["description"]),
-            r["memory"],
-            " ".join(short.get(x, x) for x in r["dtypes"].split(",")),
-            r["head_dim"],
-            " ".join(short.get(x, x) for x in r["supports"].split(",")),
-            r["layout"],
-            *marks,
-        )
-    console = Console(width=max(150, Console().width))
-    console.print(table)
-    console.print("[bold]why not, on this machine:[/]")
-    for r in rows:
-        for d, reason in r["reasons"].items():
-            console.print(f"  {r['name']} on {d}: {_esc(reason)}", soft_wrap=True)
-    for err in variants.load_errors():
-        console.print(f"[red]plug-in error:[/] {_esc(err)}")
+    terminal.print_variants(terminal.wide_console(), rows, variants.load_errors())
     return 0
 
 
@@ -490,12 +448,6 @@ def _add_list(sub) -> None:
     p.add_argument("--presets", action="store_true", help="list the named sweep presets instead")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
-
-
-def _esc(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(str(text))
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -535,16 +487,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:  # VariantError is one
         raise BadInput(str(exc)) from None
-    from rich.console import Console
+    from attnbench.reports import terminal
 
-    console = Console(width=max(150, Console().width))
+    console = terminal.wide_console()
     rows = list(check.gate_all(plan))
-    console.print(_gate_table(rows, plan.seq_len))
+    shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
+    console.print(terminal.gate_table(rows, plan.seq_len, **shape))
     if args.probe:
         from attnbench.harness import numerics
 
         console.print()
-        console.print(_probe_table(numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes))))
+        console.print(
+            terminal.probe_table(numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes)))
+        )
     return check.exit_status(rows)
 
 
@@ -557,53 +512,6 @@ def _add_check(sub) -> None:
     p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
     p.add_argument("--variant-file", action="append", metavar="PATH")
     p.set_defaults(func=cmd_check)
-
-
-def _gate_table(rows, seq_len: int):
-    """harness.check's GateRows as a rich table; variant names, reasons and masked rows are data: escaped."""
-    from rich.table import Table
-
-    from attnbench.harness.check import BATCH, HEAD_DIM, HEADS
-
-    table = Table(
-        title=f"float64 correctness gate (B={BATCH}, H={HEADS}, N={seq_len}, d={HEAD_DIM})",
-        caption="exit status 1 when a default variant FAILs; demo-only and unsupported rows do not count",
-    )
-    for col in ("variant", "device", "dtype", "causal", "pad", "status", "rel_err", "grad_rel"):
-        table.add_column(col, no_wrap=True, justify="right" if col in ("rel_err", "grad_rel") else "left")
-    table.add_column("masked rows / reason", overflow="fold")
-    style = {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "unsupported": "[yellow]unsupported[/]"}
-    for r in rows:
-        status = style[r.status] + ("" if r.gating or r.status != "FAIL" else " (demo only)")
-        measured = r.rel_err is not None
-        grad = f"{r.grad_rel_err:.1e}" if r.grad_rel_err is not None else "-" if measured else ""
-        table.add_row(
-            _esc(r.variant),
-            r.device,
-            r.dtype,
-            "yes" if r.causal else "no",
-            "yes" if r.padding else "no",
-            status,
-            f"{r.rel_err:.1e}" if measured else "",
-            grad,
-            _esc(r.reason or r.masked_rows),
-        )
-    return table
-
-
-def _probe_table(records):
-    """harness.numerics.probe's records as a rich table (messages escaped)."""
-    from rich.table import Table
-
-    table = Table(title="numerics probe: rel_err against float64 with q scaled by 1, 10, 100")
-    for col in ("variant", "device", "dtype", "q scale", "status", "rel_err / message"):
-        table.add_column(col, overflow="fold", no_wrap=col != "rel_err / message")
-    style = {"ok": "[green]ok[/]", "wrong": "[bold red]wrong[/]", "unsupported": "[yellow]unsupported[/]"}
-    for rec in records:
-        err = f"{rec['rel_err']:.1e}" if "rel_err" in rec else _esc(rec.get("message", ""))
-        status = style.get(rec["status"], f"[red]{_esc(rec['status'])}[/]")
-        table.add_row(_esc(rec["variant"]), rec["device"], rec["dtype"], f"x{rec['q_scale']:g}", status, err)
-    return table
 
 
 # ---- report / compare -------------------------------------------------------------------------------

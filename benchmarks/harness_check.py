@@ -33,7 +33,8 @@ import torch
 
 from attnbench import variants
 from attnbench.harness.cell import InputCache, make_inputs, measure_cell
-from attnbench.harness.spec import CellSpec, Settings
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
 from attnbench.results.formulas import attention_flops, tflops
 
 NAIVE_REFERENCE_BYTES = 272_629_760  # 2 * (8 * 2048 * 2048 * 4) + 8 * 2048 * 64 * 4

@@ -40,7 +40,8 @@ from attnbench import variants  # noqa: E402
 from attnbench.harness.cellrunner import CellRunner  # noqa: E402
 from attnbench.harness.executors import get  # noqa: E402
 from attnbench.harness.executors.base import Plan  # noqa: E402
-from attnbench.harness.spec import Settings, SweepSpec  # noqa: E402
+from attnbench.harness.settings import Settings  # noqa: E402
+from attnbench.harness.spec import SweepSpec
 
 VARIANTS = str(Path(__file__).resolve().parent.parent / "tests" / "data" / "scaleout_variants.py")
 SETTINGS = Settings(warmup_ms=1, budget_ms=2, min_samples=5, min_ms=0.5)

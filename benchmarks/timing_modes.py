@@ -75,7 +75,7 @@ def measure(rounds: int, budget_ms: float, measure_cell=None) -> list[dict]:
     with its signature: for tests of this bookkeeping); one record per cell. A cell this GPU does not
     support (its first row says unsupported) is recorded with the reason and not measured again."""
     from attnbench.harness.cell import InputCache
-    from attnbench.harness.spec import Settings
+    from attnbench.harness.settings import Settings
 
     if measure_cell is None:
         from attnbench.harness.cell import measure_cell

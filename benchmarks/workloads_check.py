@@ -42,7 +42,8 @@ import torch
 from attnbench import variants
 from attnbench.harness.cell import measure_cell
 from attnbench.harness.memory import peak_cpu
-from attnbench.harness.spec import CellSpec, Settings
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
 
 WINDOW, LENGTHS, MAX_EXPONENT = 512, (4096, 16384), 1.3
 GQA_HEADS, GQA_KV_HEADS, DECODE_KEYS, HEAD_DIM = 32, 8, 8192, 128

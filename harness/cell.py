@@ -39,9 +39,9 @@ from attnbench.variants import in_layout, torch_dtype
 from . import correctness, dropout_check, memory, telemetry, timing
 from .failures import failure
 from .outcomes import INPUT_NAMES, NOT_FOLLOWING, mutation
-from .rows import base_row as base_row  # re-exported: the pytest plugin imports it (and finish) from here
 from .rows import finish, start_row
-from .spec import CellSpec, Settings
+from .settings import Settings
+from .spec import CellSpec
 
 
 def make_inputs(

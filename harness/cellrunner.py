@@ -16,7 +16,8 @@ from attnbench import variants
 
 from .isolation import Worker, WorkerDied, WorkerTimeout
 from .rows import base_row, finish
-from .spec import CellSpec, Settings
+from .settings import Settings
+from .spec import CellSpec
 
 
 class SkipAhead:

@@ -23,7 +23,8 @@ from __future__ import annotations
 from attnbench.results.formulas import DTYPE_BYTES, bytes_text
 
 from .correctness import REFERENCE_ROW_BLOCK
-from .spec import CellSpec, Settings
+from .settings import Settings
+from .spec import CellSpec
 
 BLOCK_BUFFER_ELEMS = 256 * 512 * 3  # per (batch, head): a linear variant's score blocks (fp32)
 

@@ -139,7 +139,9 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     """
     from attnbench import variants
     from attnbench.harness import guard
-    from attnbench.harness.cell import base_row, check_after, failure, finish, peak, prepare, start_row
+    from attnbench.harness.cell import check_after, peak, prepare
+    from attnbench.harness.failures import failure
+    from attnbench.harness.rows import base_row, finish, start_row
     from attnbench.harness.worker import free_memory
 
     state = config.stash[_KEY]

@@ -29,6 +29,7 @@ from .cellrunner import CellRunner
 from .isolation import WorkerDied, WorkerTimeout
 from .progress import Progress
 from .spec import CellSpec, SweepSpec
+from .sweeps import flag_name
 
 DEFAULT_RUNS_DIR = Path("runs")
 NUMERICS_FILE = "numerics.json"
@@ -70,12 +71,6 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
     return names
 
 
-def cli_name(option: str) -> str:
-    """How `attnbench run` spells one of run's keywords or a sweep axis: out -> --out, redo_drift ->
-    --redo-drift, pass_ -> --pass. The default `name` of run's messages."""
-    return "--" + option.rstrip("_").replace("_", "-")
-
-
 def _with_value(spelled: str, value: str) -> str:
     """An option and a placeholder for its value: `--out DIR`, or `out=DIR` for a keyword spelled `out=`."""
     return spelled + value if spelled.endswith("=") else f"{spelled} {value}"
@@ -89,7 +84,7 @@ def check_mode(
     redo_drift: bool = False,
     force_resume: bool = False,
     given: Sequence[str] = (),
-    name: Callable[[str], str] = cli_name,
+    name: Callable[[str], str] = flag_name,
 ) -> None:
     """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
     `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
@@ -205,7 +200,7 @@ def run(
     executor_options: dict[str, Any] | None = None,
     force_resume: bool = False,
     given: Sequence[str] = (),
-    name: Callable[[str], str] = cli_name,
+    name: Callable[[str], str] = flag_name,
 ) -> RunSummary:
     """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
 
@@ -213,7 +208,7 @@ def run(
     `given` empty: the names of the sweep options the caller was handed beside the sweep, which a resume
     refuses naming the first) needs `out`; redo_drift and force_resume need a resume; a new run's `out`
     must not be a file or a non-empty directory. `name(option)` spells run's keywords and the sweep's axes
-    in the messages as the caller's user writes them: cli_name (`--out`, `--redo-drift`), or the Python
+    in the messages as the caller's user writes them: flag_name (`--out`, `--redo-drift`), or the Python
     API's keywords (`out=`, `resume=True`; a spelling that ends in '=' takes its value right after it).
 
     `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their

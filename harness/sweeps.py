@@ -44,8 +44,9 @@ SETTING_KEYS: dict[str, Setting] = dict(settings_table.BY_NAME)
 
 
 def flag_name(key: str) -> str:
-    """The CLI's spelling of an option key: 'seq_len' -> '--seq-len'."""
-    return "--" + key.replace("_", "-")
+    """The CLI's spelling of an option or keyword: 'seq_len' -> '--seq-len', 'redo_drift' -> '--redo-drift',
+    'pass_' -> '--pass'."""
+    return "--" + key.rstrip("_").replace("_", "-")
 
 
 def presets() -> dict[str, Path]:

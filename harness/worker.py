@@ -20,9 +20,11 @@ from typing import Any
 
 from .outcomes import exit_reason, is_poisoned_row
 from .rows import base_row, finish
-from .spec import CellSpec, Settings
+from .settings import Settings
 
 # what the requests use beside harness.cell, imported with torch before freeze_imports so that the
+from .spec import CellSpec
+
 # collector never scans it again (the methods below import from these modules, found in sys.modules)
 MEASURING = ("calibrate", "fingerprint")
 

@@ -31,7 +31,8 @@ from attnbench import variants
 
 from ..cellrunner import CellRunner
 from ..rows import base_row, finish
-from ..spec import CellSpec, Settings, SweepSpec
+from ..settings import Settings
+from ..spec import CellSpec, SweepSpec
 from .base import OnDevice, OnRow, Plan, Say
 from .dispatch import Dispatcher
 

@@ -10,7 +10,8 @@ from attnbench import variants
 from attnbench.harness import correctness, memory
 from attnbench.harness.cell import InputCache, measure_cell, peak, prepare, time_call
 from attnbench.harness.failures import failure
-from attnbench.harness.spec import CellSpec, Settings
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
 

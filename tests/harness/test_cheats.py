@@ -21,7 +21,8 @@ from attnbench import variants
 from attnbench.harness import correctness
 from attnbench.harness.cell import InputCache, make_inputs, measure_cell, prepare
 from attnbench.harness.outcomes import MUTATES, NOT_FOLLOWING
-from attnbench.harness.spec import CellSpec, Settings
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
 from attnbench.results import load, read_rows
 
 CHEATS = DATA / "cheat_variants.py"

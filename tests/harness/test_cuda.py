@@ -12,7 +12,8 @@ import torch
 from attnbench import variants
 from attnbench.harness import correctness, memory, timing
 from attnbench.harness.cell import InputCache, measure_cell, prepare
-from attnbench.harness.spec import CellSpec, Settings
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
 from attnbench.variants import Problem, UnsupportedError
 
 pytestmark = pytest.mark.cuda

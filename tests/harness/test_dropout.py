@@ -14,7 +14,8 @@ from conftest import DATA, ROOT, run_cli
 from attnbench import variants
 from attnbench.harness import correctness, dropout_check
 from attnbench.harness.cell import InputCache, make_inputs, prepare
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec, SweepSpec
 from attnbench.harness.sweeps import build_sweep, cell_given
 from attnbench.results import load, read_rows
 from attnbench.variants import Problem

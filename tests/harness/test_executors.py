@@ -14,7 +14,8 @@ from attnbench.harness.executors import local
 from attnbench.harness.executors.base import Plan
 from attnbench.harness.executors.dispatch import Dispatcher
 from attnbench.harness.executors.local import ONE_CPU_WORKER, Slot, parse_devices, run_pool
-from attnbench.harness.spec import Settings, SweepSpec
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import SweepSpec
 from attnbench.results.formulas import where_key
 from attnbench.results.store import read_rows
 

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from attnbench.api import _mode_name as api_name  # the Python API's spelling: resume=True, out=
 from attnbench.harness import runner
 from attnbench.harness.spec import SweepSpec
+from attnbench.harness.sweeps import flag_name
 
 SWEEP = SweepSpec(variants=("naive",), seq_len=(16,))
-KEYWORDS = {"resume": "resume=True", "redo_drift": "redo_drift=True", "force_resume": "force_resume=True"}
-
-
-def api_name(option: str) -> str:
-    """The Python API's spelling: flags as `resume=True`, values as `out=`."""
-    return KEYWORDS.get(option, f"{option}=")
 
 
 def _refused(**kwargs) -> str:
@@ -38,7 +34,7 @@ def test_the_cli_spelling_is_the_default_and_says_what_the_cli_always_said(tmp_p
         _refused(sweep=SWEEP, out=out, force_resume=True)
         == "--force-resume finishes a run on another set-up: give it with --resume --out DIR"
     )
-    assert runner.cli_name("pass_") == "--pass" and runner.cli_name("budget_ms") == "--budget-ms"
+    assert flag_name("pass_") == "--pass" and flag_name("budget_ms") == "--budget-ms"
     assert not out.exists()
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from attnbench.harness.grammar import format_cpus, parse_cpu_list, parse_env, parse_ints, read_axis
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec, SweepSpec
 from attnbench.harness.sweeps import build_sweep, cell_given, presets
 from attnbench.results.axes import axis
 

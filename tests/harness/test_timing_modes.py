@@ -9,7 +9,8 @@ import json
 import pytest
 
 from attnbench.cli import BadInput, build_parser, sweep_from_args
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec, SweepSpec
 from attnbench.harness.sweeps import build_sweep, cell_given
 
 

@@ -14,7 +14,8 @@ from conftest import run_cli
 from attnbench import variants
 from attnbench.harness import correctness
 from attnbench.harness.guard import predict_peak_bytes
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec, SweepSpec
 from attnbench.harness.sweeps import build_sweep, cell_given
 from attnbench.results.axes import CELL_AXES, cell_id
 from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes

@@ -19,7 +19,8 @@ from attnbench import variants
 from attnbench.harness import correctness
 from attnbench.harness.cell import InputCache, measure_cell
 from attnbench.harness.outcomes import MUTATES
-from attnbench.harness.spec import CellSpec, Settings
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
 from attnbench.results import load
 from attnbench.results.schema import COLUMNS
 

@@ -12,7 +12,8 @@ from conftest import DATA, run_cli
 
 from attnbench import variants
 from attnbench.harness import cell, correctness, rows
-from attnbench.harness.spec import CellSpec, Settings, SweepSpec
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec, SweepSpec
 from attnbench.harness.sweeps import build_sweep, cell_given, sweep_file_layer
 from attnbench.results import load
 from attnbench.results.store import read_rows
