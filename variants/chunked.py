@@ -224,7 +224,11 @@ def _forward(
     see no key) of the undropped weights; with dropout_p > 0 the output is that of the weights dropped with
     the masks seeded by `seed` (see _Dropout). step(q_blk, kt_blk, v_blk, m, l, acc, shift_free) -> (m, l,
     acc), when given, does the whole update of a block no mask touches (chunked_compiled's compiled kernel),
-    in base 2 (q_blk carries log2(e); P = exp2(S - m)), and without the max when shift_free."""
+    in base 2 (q_blk carries log2(e); P = exp2(S - m)), and without the max when shift_free.
+
+    Longer than the house's ~80 lines on purpose: it is the timed hot loop, and the online softmax's running
+    state (m, l, acc) and the reused buffers stay local to one function, read top to bottom as the
+    FlashAttention algorithm is written, rather than passed between helpers on every block."""
     b, h, n_q, d_k = q.shape
     h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
     group, g = h // h_kv, b * h_kv
