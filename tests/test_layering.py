@@ -83,3 +83,51 @@ def test_the_contract_sees_imports(tmp_path, monkeypatch):
     found = [t for _, t in sorted(imported_layers(fake / "x.py", "reports"))]
     assert found[:4] == ["harness", "variants", "results", "reports"]
     assert found[4].startswith("top-level 'harness'")
+
+
+def _modules() -> dict[str, Path]:
+    """attnbench.<layer>.<module> -> its file, for every module that is not a package's __init__."""
+    out = {}
+    for layer in (*ALLOWED, "attnbench"):
+        for path in (ROOT / layer).rglob("*.py"):
+            if path.name != "__init__.py":
+                parts = _module(path, layer) if layer != "attnbench" else ["attnbench", path.stem]
+                out[".".join(parts)] = path
+    return out
+
+
+def _imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `path` imports, anywhere in it (function-level imports too)."""
+    package = name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            found |= {mod} | {f"{mod}.{a.name}" for a in node.names}
+    return (found & known) - {name}
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle between modules (a package's __init__ aside), counting imports inside functions: a
+    cycle means two modules share one job, and the shared part belongs in a module both import."""
+    modules = _modules()
+    graph = {name: _imports_of(name, path, set(modules)) for name, path in modules.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        state[name] = 1
+        for nxt in sorted(graph[name]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt] if nxt in path else [*path, nxt]
+            if nxt not in state and (cycle := visit(nxt, [*path, nxt])):
+                return cycle
+        state[name] = 2
+        return None
+
+    for name in sorted(graph):
+        if name not in state and (cycle := visit(name, [name])):
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+    assert len(graph) > 50  # the walk saw the package
