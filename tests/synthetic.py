@@ -74,25 +74,10 @@ def cell(
         "causal": causal,
         "padding": padding,
         "pass": pass_,
-        "cell_id": cell_id(
-            {
-                "variant": variant,
-                "device": device,
-                "dtype": dtype,
-                "batch": batch,
-                "heads": heads,
-                "seq_len": seq_len,
-                "d_k": d_k,
-                "d_v": d_v,
-                "causal": causal,
-                "padding": padding,
-                "pass": pass_,
-                **workload,
-            }
-        ),  # fmt: skip
         "status": status,
         "message": message,
     }
+    row["cell_id"] = cell_id({**row, **workload})
     if time_ms is not None and sample_ms is None:
         sample_ms = samples(time_ms, seed=zlib.crc32(f"{variant}|{seq_len}".encode()))
     if sample_ms:
