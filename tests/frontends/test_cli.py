@@ -45,21 +45,11 @@ def test_env_prints_the_fingerprint():
         assert key in fp
 
 
-def test_env_records_allocator_settings():
+def test_env_records_allocator_settings(monkeypatch):
     """Allocator and threading variables change timings (page faults, threads): the fingerprint keeps them."""
-    import subprocess
-    import sys
-
-    from conftest import cli_env
-
-    env = {**cli_env(), "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "attnbench", "env", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = run_cli("env", "--json", check=True).stdout
     recorded = json.loads(out)["allocator_env"]
     assert "MALLOC_ARENA_MAX=2" in recorded.split() and "OMP_NUM_THREADS=1" in recorded.split()
 

@@ -74,8 +74,9 @@ def test_ray_matches_local_cells_and_statuses(tmp_path, cluster):
         "16,32",
     ]
     local, ray = tmp_path / "local", tmp_path / "ray"
-    run_cli("run", *sweep, *TINY, "--out", str(local), check=True, timeout=300)
-    run_cli("run", *sweep, *TINY, *cluster, "--out", str(ray), check=True, timeout=300)
+    run_cli("run", *sweep, *TINY, "--out", str(local), check=True)
+    # a Ray driver of its own: this process is the cluster fixture's driver, and a run here would end it
+    run_cli("run", *sweep, *TINY, *cluster, "--out", str(ray), check=True, timeout=300, process=True)
     assert _statuses(ray) == _statuses(local) and len(_statuses(ray)) == 6
     assert set(_statuses(ray).values()) == {"ok", "error", "unsupported"}
     meta = json.loads((ray / "meta.json").read_text())
@@ -116,7 +117,7 @@ def test_a_killed_actor_costs_its_cell_only_and_resume_loses_nothing(tmp_path, c
     assert "Ray actor died" in crashed[0]["message"]
     assert all(r["status"] == "ok" for r in before if r is not crashed[0])  # the replacement actor went on
 
-    run_cli("run", "--resume", "--out", str(out), *cluster, "--quiet", check=True, timeout=300)
+    run_cli("run", "--resume", "--out", str(out), *cluster, "--quiet", check=True, timeout=300, process=True)
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 8  # 0 lost, 0 duplicated
