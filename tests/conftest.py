@@ -135,6 +135,35 @@ def _print_warning(message, category, filename, lineno, file=None, line=None) ->
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+MINE = """
+from attnbench import variants
+
+
+@variants.register("mine", description="naive under another name, from a variant file")
+def mine(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+@pytest.fixture(scope="session")
+def carried_run(tmp_path_factory) -> Path:
+    """One small real run (naive and a variant file's `mine`, N 32 and 64: four ok rows) with everything a
+    run carries: the variant file, --env variables (two of them allocator settings), the worker pinned to
+    one CPU, and non-default sampling settings. Made once for the session (a worker start, a calibration
+    and a probe) and only read: tests that change a run copy it first. Its folder holds the variant file
+    (mine.py) beside the run (old/); tests that write new runs write them into that folder."""
+    root = tmp_path_factory.mktemp("carried")
+    (root / "mine.py").write_text(MINE)
+    cpu = str(min(os.sched_getaffinity(0)))
+    run_cli(
+        "run", "--variants", "naive,mine", "--seq-len", "32,64", "--heads", "2", "--warmup-ms", "1",
+        "--budget-ms", "5", "--min-ms", "2", "--seed", "3", "--env", "ATTNBENCH_TEST_ENV=1",
+        "--env", "THP_MEM_ALLOC_ENABLE=1", "--env", "MALLOC_ARENA_MAX=2", "--cpu-affinity", cpu,
+        "--variant-file", str(root / "mine.py"), "--out", str(root / "old"), "-q", cwd=root, check=True,
+    )  # fmt: skip
+    return root / "old"
+
+
 def wait_while_running(cond, proc, what: str, timeout: float = 240) -> None:
     """Poll cond() until it holds, failing at once (with its output) if proc exits first, or after timeout."""
     deadline = time.time() + timeout
