@@ -60,8 +60,8 @@ def fault_unsupported(q, k, v, **kw):
 
 @variants.register("fault_poison", description="raises what torch raises after a CUDA device-side assert")
 def fault_poison(q, k, v, **kw):
-    # On a GPU the real thing is tests/harness/test_cuda.py's out-of-bounds index; here, the same exception type
-    # and text, so that the worker's exit-and-replace path runs on CPU too.
+    # On a GPU the real thing is tests/harness/test_cuda.py's out-of-bounds index; here, the same exception
+    # type and text, so that the worker's exit-and-replace path runs on CPU too.
     raise torch.AcceleratorError("CUDA error: device-side assert triggered")
 
 

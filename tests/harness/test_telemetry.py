@@ -1,5 +1,6 @@
 """GPU telemetry during timing (harness.telemetry): the throttle rule, the sampling thread, NVML readings (a
-fake nvidia-ml-py here: no GPU on CPU machines; tests/harness/test_cuda.py reads a real one), and the report."""
+fake nvidia-ml-py here: no GPU on CPU machines; tests/harness/test_cuda.py reads a real one), and the
+report."""
 
 from __future__ import annotations
 

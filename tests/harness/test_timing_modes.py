@@ -255,8 +255,9 @@ def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before
 
 
 def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
-    """tests/harness/test_cuda.py times sync_item (a .item() in every call) to see graph timing fall back to events;
-    here, that the variant itself answers right, so that a GPU failure there can only be the fallback's."""
+    """tests/harness/test_cuda.py times sync_item (a .item() in every call) to see graph timing fall back to
+    events; here, that the variant itself answers right, so that a GPU failure there can only be the
+    fallback's."""
     from conftest import DATA
 
     from attnbench import variants

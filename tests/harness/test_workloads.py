@@ -171,7 +171,8 @@ def test_rows_that_see_no_key_are_zeros_and_reported():
 # ---- every built-in variant against the float64 gate ------------------------------------------------
 
 # flex compiles a kernel per case (tens of seconds here) and torch 2.13's CPU kernel gave wrong rows at some
-# key lengths that are not multiples of 16 (variants/flex.py): tests/variants/test_flex.py covers these axes for it
+# key lengths that are not multiples of 16 (variants/flex.py): tests/variants/test_flex.py covers these axes
+# for it
 CPU_VARIANTS = [
     n
     for n, v in variants.all_variants().items()
