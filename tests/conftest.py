@@ -85,7 +85,7 @@ def _run_in_process(args: tuple[str, ...], cwd: Path | None) -> subprocess.Compl
     from attnbench.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with _as_a_fresh_process(cwd), redirect_stdout(out), redirect_stderr(err):
+    with as_a_fresh_process(cwd), redirect_stdout(out), redirect_stderr(err):
         try:
             code = main(list(args))
         except SystemExit as exc:  # argparse's usage errors (2) and --help (0)
@@ -97,7 +97,7 @@ def _run_in_process(args: tuple[str, ...], cwd: Path | None) -> subprocess.Compl
 
 
 @contextmanager
-def _as_a_fresh_process(cwd: Path | None):
+def as_a_fresh_process(cwd: Path | None):
     """What a command may change in its process, put back afterwards: the working directory, os.environ
     (a worker's environment is set there while it spawns), the variants a --variant-file registered (and
     the module it was imported as, so that a later load registers it again), and warnings: the command sees
