@@ -12,6 +12,7 @@ import synthetic
 from conftest import run_cli
 
 from attnbench import results
+from attnbench.harness import fingerprint
 from attnbench.harness.calibrate import speed_probe
 from attnbench.reports.render import prepare, render
 
@@ -54,6 +55,9 @@ def test_every_measured_row_of_a_real_run_carries_its_probe(carried_run):
 def test_resume_redo_drift_measures_the_drifted_cells_again(tmp_path, carried_run):
     out = tmp_path / "run"
     shutil.copytree(carried_run, out)  # a real run of four cells, finished (conftest's: copied, not changed)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["fingerprint"]["git_commit"] = fingerprint.git_commit()  # the checkout may have changed since
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))  # the session began: not this test's subject
     lines = (out / "rows.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     for r, speed in zip(rows, (0.2, 0.1, 0.2, 0.2), strict=True):  # as if another tenant halved the machine
