@@ -33,14 +33,11 @@ def test_one_cpu_actor_per_node_and_one_per_gpu():
     assert [(s.node_id, s.label, s.num_gpus) for s in gpu] == [("a", "cuda0", 1), ("a", "cuda1", 1)]
 
 
-def test_missing_ray_is_one_line(tmp_path):
+def test_missing_ray_is_one_line(tmp_path, monkeypatch):
     """Without ray installed, --executor ray is refused before any work, naming the extra to install."""
-    code = "import sys; sys.modules['ray'] = None; from attnbench.cli import main; sys.exit(main())"
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is missing
     out = tmp_path / "r"
-    args = ["run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out)]
-    p = subprocess.run(
-        [sys.executable, "-c", code, *args], env=cli_env(), capture_output=True, text=True, timeout=120
-    )
+    p = run_cli("run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "install 'attnbench[ray]'" in p.stderr and not out.exists()
 
