@@ -149,9 +149,10 @@ def test_recompile_limit_is_raised_and_reaching_it_fails_loudly():
 @needs_flex
 @pytest.mark.slow  # at most one compilation (none when another test compiled flex in this process)
 def test_past_the_recompile_limit_a_call_raises_instead_of_running_eager():
-    q, k, v = _qkv(h=2, h_kv=2, n_q=16, n_k=16)
+    q, k, v = _qkv(h=2, h_kv=1, n_q=16, n_k=48)  # test_same_shape_reuses_plan_and_kernel_...'s problem:
+    opts = dict(causal=True, causal_align="lower-right", key_lengths=torch.tensor([48, 30]))  # compiled
     with torch.no_grad():
-        FLEX.fn(q, k, v)  # at least one compiled version of flex_attention exists now
+        FLEX.fn(q, k, v, **opts)  # at least one compiled version of flex_attention exists now
         q, k, v = _qkv(h=2, h_kv=2, n_q=17, n_k=17)
         with torch._dynamo.config.patch(recompile_limit=1), pytest.raises(Exception, match="recompile"):
             FLEX.fn(q, k, v)  # a new shape past the limit: an error (the cell's row), no compile, no eager
