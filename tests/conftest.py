@@ -57,8 +57,9 @@ def run_cli(
 
     By default the command runs in this process (`attnbench.cli.main(ARGS)`, stdout and stderr captured, the
     exit status as returncode, an uncaught exception as its traceback on stderr and status 1): that saves
-    the ~2.5 s a fresh interpreter spends importing torch, and what the command does (the workers it
-    starts, the files it writes) is the same. process=True runs `python -m attnbench ARGS` as a real
+    the 1-3 s a fresh interpreter spends importing torch (and pandas, matplotlib), and what the command
+    does (the workers it starts, the files it writes) is the same; a worker's own output goes to its log
+    either way. process=True runs `python -m attnbench ARGS` as a real
     subprocess, for tests about the process itself (its pid, its environment, signals, a second live
     writer); tests/frontends/test_packaging.py starts every command that way once. timeout applies to a
     subprocess only."""
