@@ -68,15 +68,23 @@ def test_every_fault_becomes_its_row(tmp_path):
     assert "run complete" in p.stderr
 
 
-def test_a_poisoned_cuda_context_ends_its_worker_and_the_next_cells_run_in_a_new_one(tmp_path):
+@pytest.fixture(scope="module")
+def poison_and_guard_run(tmp_path_factory):
+    """One real run for the two tests below (each was a worker start, a calibration and a probe of its
+    own): fault_poison and naive at N 32 and 64, and at N 262144, which no machine here can hold."""
+    out = tmp_path_factory.mktemp("poison") / "r"
+    small = ("--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "-q")
+    run_cli("run", "--variant-file", str(FAULTS), "--variants", "fault_poison,naive", "--seq-len",
+            "32,64,262144", *small, "--out", str(out), check=True)  # fmt: skip
+    return out
+
+
+def test_a_poisoned_cuda_context_ends_its_worker_and_the_next_cells_run_in_a_new_one(poison_and_guard_run):
     """A cell whose CUDA error poisons the context (device-side assert, illegal address) is `crashed` with
     the reason, its worker exits instead of failing every later cell, and the next cell gets a new worker.
     On CPU the variant raises torch's exception for it; tests/harness/test_cuda.py triggers a real one."""
-    out = tmp_path / "r"
-    small = ("--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "-q")
-    run_cli("run", "--variant-file", str(FAULTS), "--variants", "fault_poison,naive", "--seq-len", "32,64",
-            *small, "--out", str(out), check=True)  # fmt: skip
-    rows = read_rows(out)
+    out = poison_and_guard_run
+    rows = [r for r in read_rows(out) if r["seq_len"] < 262144]  # the guard's cells: the next test
     status = {(r["variant"], r["seq_len"]): r["status"] for r in rows}
     assert status == {("fault_poison", 32): "crashed", ("fault_poison", 64): "crashed",
                       ("naive", 32): "ok", ("naive", 64): "ok"}  # fmt: skip
@@ -105,12 +113,12 @@ def test_poisoned_errors_are_told_apart_from_oom_and_ordinary_ones():
     assert status == "crashed" and "worker replaced" in message
 
 
-def test_memory_guard_skips_what_cannot_fit(tmp_path):
-    out = tmp_path / "r"
-    run_cli("run", "--variants", "naive", "--seq-len", "262144", "--out", str(out), check=True)
-    (row,) = read_rows(out)
-    assert row["status"] == "skipped"
-    assert "memory guard: predicted peak" in row["message"] and "GiB available" in row["message"]
+def test_memory_guard_skips_what_cannot_fit(poison_and_guard_run):
+    rows = [r for r in read_rows(poison_and_guard_run) if r["seq_len"] == 262144]
+    assert [r["variant"] for r in rows] == ["fault_poison", "naive"]
+    for row in rows:  # skipped before the worker is asked to run it: fault_poison never ran there
+        assert row["status"] == "skipped"
+        assert "memory guard: predicted peak" in row["message"] and "GiB available" in row["message"]
 
 
 def _start(out, *extra):
