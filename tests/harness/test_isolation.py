@@ -66,6 +66,44 @@ def test_every_fault_becomes_its_row(tmp_path):
     assert wrong["time_ms_median"] > 0 and "failed the float64 gate" in wrong["message"]  # measured, flagged
     assert "noise on stdout" in (out / "worker.log").read_text()  # variant output kept out of the protocol
     assert "run complete" in p.stderr
+    # the numerics probe (N = 128, where fault_abort and fault_hang answer) lost fault_segv's worker: that
+    # variant's records say so, and the variants after it were probed in a new worker
+    probe = json.loads((out / "numerics.json").read_text())["probe"]
+    (segv,) = [r for r in probe if r["variant"] == "fault_segv"]
+    assert segv["status"] == "crashed" and "SIGSEGV" in segv["message"]
+    for name in ("naive", "fault_abort", "fault_hang", "fault_print"):  # 3 scales each, before it and after
+        assert [r["status"] for r in probe if r["variant"] == name] == ["ok"] * 3, name
+
+
+def test_a_probe_that_hangs_or_kills_its_worker_costs_only_its_own_records():
+    """runner._numerics asks for one variant at a time: a timeout or a dead worker becomes that variant's
+    record and the probe goes on (the real crash is test_every_fault_becomes_its_row's fault_segv; the
+    real timeout, a cell's: fault_hang)."""
+    from attnbench.harness import runner
+    from attnbench.harness.isolation import WorkerDied, WorkerTimeout
+    from attnbench.harness.spec import Settings, SweepSpec
+
+    asked = []
+
+    class Local:  # the runner's CellRunner, as far as the probe uses it
+        def request(self, msg, timeout):
+            asked.append((msg["op"], msg.get("variants"), timeout))
+            if msg.get("variants") == ["hangs"]:
+                raise WorkerTimeout("the worker did not answer within 7 s")
+            if msg.get("variants") == ["dies"]:
+                raise WorkerDied("worker killed by SIGSEGV (signal 11)")
+            if msg["op"] == "example_weights":
+                return {"value": {"seq_len": 1}}
+            return {"value": [{"variant": msg["variants"][0], "status": "ok"}]}
+
+    sweep = SweepSpec(variants=("naive",), settings=Settings(cell_timeout=7))
+    value = runner._numerics(sweep, ["hangs", "dies", "naive"], Local())
+    assert [(r["variant"], r["status"]) for r in value["probe"]] == [
+        ("hangs", "timeout"), ("dies", "crashed"), ("naive", "ok"), ("unstable_softmax", "ok")
+    ]  # fmt: skip
+    assert "did not answer" in value["probe"][0]["message"] and "SIGSEGV" in value["probe"][1]["message"]
+    assert value["example_weights"] == {"seq_len": 1}
+    assert {t for op, _, t in asked if op == "numerics"} == {7}  # each request under the cell timeout
 
 
 @pytest.fixture(scope="module")
