@@ -1,11 +1,16 @@
-"""Shared test helpers: run the real CLI in a subprocess, skip CUDA tests without a GPU."""
+"""Shared test helpers: run the real CLI (in this process, or as a subprocess where a test is about the
+process), skip CUDA tests without a GPU."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 import time
+import traceback
+import warnings
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -44,22 +49,120 @@ def _quick_calibration(args: tuple[str, ...]) -> tuple[str, ...]:
     return (*args, "--calibrate-ms", TEST_CALIBRATE_MS)
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, check: bool = False):
-    """`python -m attnbench ARGS` as a real subprocess; returns CompletedProcess with text output. A fresh
-    run calibrates for TEST_CALIBRATE_MS (see _quick_calibration)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "attnbench", *_quick_calibration(args)],
-        cwd=cwd,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300, check: bool = False, process: bool = False
+) -> subprocess.CompletedProcess:
+    """`attnbench ARGS`; returns a CompletedProcess with text output. A fresh run calibrates for
+    TEST_CALIBRATE_MS (see _quick_calibration).
+
+    By default the command runs in this process (`attnbench.cli.main(ARGS)`, stdout and stderr captured, the
+    exit status as returncode, an uncaught exception as its traceback on stderr and status 1): that saves
+    the 1-3 s a fresh interpreter spends importing torch (and pandas, matplotlib), and what the command
+    does (the workers it starts, the files it writes) is the same; a worker's own output goes to its log
+    either way. process=True runs `python -m attnbench ARGS` as a real
+    subprocess, for tests about the process itself (its pid, its environment, signals, a second live
+    writer); tests/frontends/test_packaging.py starts every command that way once. timeout applies to a
+    subprocess only."""
+    args = _quick_calibration(args)
+    if not process:
+        proc = _run_in_process(args, cwd)
+    else:
+        proc = subprocess.run(
+            [sys.executable, "-m", "attnbench", *args],
+            cwd=cwd,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"attnbench {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def _run_in_process(args: tuple[str, ...], cwd: Path | None) -> subprocess.CompletedProcess:
+    from attnbench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with as_a_fresh_process(cwd), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors (2) and --help (0)
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        except Exception:  # what the interpreter would do with it
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess(["attnbench", *args], code, out.getvalue(), err.getvalue())
+
+
+@contextmanager
+def as_a_fresh_process(cwd: Path | None):
+    """What a command may change in its process, put back afterwards: the working directory, os.environ
+    (a worker's environment is set there while it spawns), the variants a --variant-file registered (and
+    the module it was imported as, so that a later load registers it again), and warnings: the command sees
+    Python's default filters and prints a warning to its stderr, as a fresh interpreter would."""
+    from attnbench.variants import registry
+
+    registry.all_variants()  # builtins and entry points loaded first: what is put back includes them
+    here, environ = os.getcwd(), dict(os.environ)
+    saved = dict(registry._REGISTRY), list(registry._LOAD_ERRORS)
+    modules = set(sys.modules)
+    try:
+        with warnings.catch_warnings():
+            warnings.resetwarnings()  # the defaults of `python` without -W (PEP 565)
+            warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.filterwarnings("ignore", category=category, append=True)
+            warnings.showwarning = _print_warning
+            if cwd is not None:
+                os.chdir(cwd)
+            yield
+    finally:
+        os.chdir(here)
+        if dict(os.environ) != environ:
+            os.environ.clear()
+            os.environ.update(environ)
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(saved[0])
+        registry._LOAD_ERRORS[:] = saved[1]
+        for name in set(sys.modules) - modules:
+            if name.startswith("attnbench_variant_file_"):
+                del sys.modules[name]
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+MINE = """
+from attnbench import variants
+
+
+@variants.register("mine", description="naive under another name, from a variant file")
+def mine(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+@pytest.fixture(scope="session")
+def carried_run(tmp_path_factory) -> Path:
+    """One small real run (naive and a variant file's `mine`, N 32 and 64: four ok rows) with everything a
+    run carries: the variant file, --env variables (two of them allocator settings), the worker pinned to
+    one CPU, and non-default sampling settings. Made once for the session (a worker start, a calibration
+    and a probe) and only read: tests that change a run copy it first. Its folder holds the variant file
+    (mine.py) beside the run (old/); tests that write new runs write them into that folder."""
+    root = tmp_path_factory.mktemp("carried")
+    (root / "mine.py").write_text(MINE)
+    cpu = str(min(os.sched_getaffinity(0)))
+    run_cli(
+        "run", "--variants", "naive,mine", "--seq-len", "32,64", "--heads", "2", "--warmup-ms", "1",
+        "--budget-ms", "5", "--min-ms", "2", "--seed", "3", "--env", "ATTNBENCH_TEST_ENV=1",
+        "--env", "THP_MEM_ALLOC_ENABLE=1", "--env", "MALLOC_ARENA_MAX=2", "--cpu-affinity", cpu,
+        "--variant-file", str(root / "mine.py"), "--out", str(root / "old"), "-q", cwd=root, check=True,
+    )  # fmt: skip
+    return root / "old"
 
 
 def wait_while_running(cond, proc, what: str, timeout: float = 240) -> None:

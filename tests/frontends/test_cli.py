@@ -45,21 +45,11 @@ def test_env_prints_the_fingerprint():
         assert key in fp
 
 
-def test_env_records_allocator_settings():
+def test_env_records_allocator_settings(monkeypatch):
     """Allocator and threading variables change timings (page faults, threads): the fingerprint keeps them."""
-    import subprocess
-    import sys
-
-    from conftest import cli_env
-
-    env = {**cli_env(), "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "attnbench", "env", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = run_cli("env", "--json", check=True).stdout
     recorded = json.loads(out)["allocator_env"]
     assert "MALLOC_ARENA_MAX=2" in recorded.split() and "OMP_NUM_THREADS=1" in recorded.split()
 
@@ -142,49 +132,25 @@ def test_resume_needs_out_and_refuses_sweep_flags(tmp_path):
     assert p.returncode == 2 and "drop --env" in p.stderr
 
 
-def test_env_reaches_the_worker_and_the_record(tmp_path):
+def test_env_reaches_the_worker_and_the_record(carried_run):
     """--env is set in the worker process (its fingerprint, taken there, sees it) and kept in meta.json."""
-    out = tmp_path / "r"
-    run_cli(
-        "run",
-        "--variants",
-        "naive",
-        "--seq-len",
-        "64",
-        "--heads",
-        "1",
-        "--budget-ms",
-        "5",
-        "--warmup-ms",
-        "1",
-        "--env",
-        "THP_MEM_ALLOC_ENABLE=1",
-        "--env",
-        "MALLOC_ARENA_MAX=2",
-        "--out",
-        str(out),
-        check=True,
-    )
-    meta = json.loads((out / "meta.json").read_text())
+    meta = json.loads((carried_run / "meta.json").read_text())
     fp = meta["fingerprint"]
     assert fp["THP_MEM_ALLOC_ENABLE"] == "1" and "MALLOC_ARENA_MAX=2" in fp["allocator_env"].split()
-    assert fp["sweep_env"] == "MALLOC_ARENA_MAX=2 THP_MEM_ALLOC_ENABLE=1"
-    assert meta["sweep"]["settings"]["env"] == {"MALLOC_ARENA_MAX": "2", "THP_MEM_ALLOC_ENABLE": "1"}
+    assert fp["sweep_env"] == "ATTNBENCH_TEST_ENV=1 MALLOC_ARENA_MAX=2 THP_MEM_ALLOC_ENABLE=1"
+    env = {"ATTNBENCH_TEST_ENV": "1", "MALLOC_ARENA_MAX": "2", "THP_MEM_ALLOC_ENABLE": "1"}
+    assert meta["sweep"]["settings"]["env"] == env
 
 
-@pytest.mark.slow
-def test_cpu_affinity_pins_the_worker_and_meta_records_timing_hygiene(tmp_path):
-    """--cpu-affinity 0: the worker reports CPU 0 only, torch sizes its pool from that one CPU (so the
-    pinning happened before torch started), and meta.json keeps what was asked, what the worker saw and
-    that the garbage collector was off while timing."""
+def test_cpu_affinity_pins_the_worker_and_meta_records_timing_hygiene(carried_run):
+    """--cpu-affinity CPU (conftest's carried_run pins its worker to the lowest CPU this process may use):
+    the worker reports that CPU only, torch sizes its pool from that one CPU (so the pinning happened
+    before torch started), and meta.json keeps what was asked, what the worker saw and that the garbage
+    collector was off while timing."""
     import os
 
     cpu = min(os.sched_getaffinity(0))
-    out = tmp_path / "r"
-    run_cli(
-        "run", "--variants", "naive", "--seq-len", "32", "--heads", "2", "--warmup-ms", "1",
-        "--budget-ms", "5", "--cpu-affinity", str(cpu), "--out", str(out), check=True,
-    )  # fmt: skip
+    out = carried_run
     meta = json.loads((out / "meta.json").read_text())
     assert meta["sweep"]["settings"]["cpu_affinity"] == [cpu]
     assert meta["cpu_affinity"] == {"requested": [cpu], "worker": [cpu]}
@@ -212,9 +178,9 @@ def test_small_run_and_export(tmp_path):
         "--heads",
         "2",
         "--budget-ms",
-        "20",
-        "--warmup-ms",
         "5",
+        "--warmup-ms",
+        "1",
         "--causal",
         "both",
         "--pass",

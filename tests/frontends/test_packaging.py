@@ -52,10 +52,14 @@ def test_every_command_runs_beside_decoy_packages(tmp_path, entry):
     cli("check", "--variants", "naive", "--seq-len", "16", "--dtype", "float32")
     if entry == "module":
         # `python -m attnbench` differs from the console script only in how the parent starts: the
-        # commands that spawn workers and write files are run once, through the console script
+        # commands that spawn workers and write files are run once, through the console script. This is
+        # the one real process of each command (the other tests run the CLI in their own process, see
+        # conftest.run_cli), but for `collect`, whose real process is in tests/harness/test_slurm.py
         return
     cli("run", "--variants", "naive,chunked", *SMALL, "--calibrate-ms", TEST_CALIBRATE_MS, "--out", "run")
     assert "naive" in cli("export", "run").stdout
+    cell = "naive|cpu|float32|b1|h2|n32|dk64|dv64|full|pad0|fwd"
+    assert cli("repro", "run", cell).stdout.startswith("attnbench run --variants naive ")
     assert "hostname" in cli("env").stdout
     cli("report", "run", "--out", "report")
     cli("compare", "run", "run", "--out", "compare")

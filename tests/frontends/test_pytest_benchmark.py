@@ -336,7 +336,8 @@ def test_import_into_an_empty_directory_is_fine(tmp_path):
 
 
 def test_bad_input_as_a_real_process(tmp_path):
-    proc = run_cli("import-benchmark", str(tmp_path / "missing.json"), "--out", str(tmp_path / "run"))
+    args = ("import-benchmark", str(tmp_path / "missing.json"), "--out", str(tmp_path / "run"))
+    proc = run_cli(*args, process=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("attnbench: error: ") and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import textwrap
 
 import pytest
 from conftest import DATA, run_cli
@@ -15,32 +13,12 @@ from conftest import DATA, run_cli
 FIXTURE = DATA / "runs" / "cpu-small"
 CELL = "naive|cpu|float32|b1|h8|n256|dk64|dv64|full|pad0|fwd"  # a cell of FIXTURE
 
-MINE = textwrap.dedent(
-    """
-    from attnbench import variants
-
-
-    @variants.register("mine", description="naive under another name, from a variant file")
-    def mine(q, k, v, **kw):
-        return variants.get("naive").fn(q, k, v, **kw)
-    """
-)
-
 
 @pytest.fixture(scope="module")
-def old_run(tmp_path_factory):
-    """A small run with a variant file, an env variable, CPU pinning and non-default sampling settings:
-    everything the repro line and --rerun have to carry over."""
-    root = tmp_path_factory.mktemp("repro")
-    (root / "mine.py").write_text(MINE)
-    cpu = str(min(os.sched_getaffinity(0)))
-    run_cli(
-        "run", "--variants", "naive,mine", "--seq-len", "32,64", "--heads", "2", "--warmup-ms", "1",
-        "--budget-ms", "5", "--min-ms", "2", "--seed", "3", "--env", "ATTNBENCH_TEST_ENV=1",
-        "--cpu-affinity", cpu, "--variant-file", str(root / "mine.py"), "--out", str(root / "old"),
-        cwd=root, check=True,
-    )  # fmt: skip
-    return root
+def old_run(carried_run):
+    """conftest's carried_run (a variant file, --env variables, CPU pinning and non-default sampling settings:
+    everything the repro line and --rerun have to carry over); its folder, where the new runs go."""
+    return carried_run.parent
 
 
 def _rows(path):

@@ -86,9 +86,12 @@ def test_a_device_side_assert_ends_its_worker_and_the_next_cells_run(tmp_path):
     from attnbench.results import read_rows
 
     out = tmp_path / "r"
+    # a real CLI process, as everywhere in this file: the CLI's parent never initialises CUDA, and this
+    # process may have (the tests above), which would make the parent take paths it never takes
     run_cli("run", "--device", "cuda", "--dtype", "float16", "--variant-file", str(FAULTS),
             "--variants", "fault_device_assert,sdpa", "--seq-len", "64,128", "--heads", "2",
-            "--budget-ms", "20", "--warmup-ms", "5", "-q", "--out", str(out), check=True)  # fmt: skip
+            "--budget-ms", "20", "--warmup-ms", "5", "-q", "--out", str(out), check=True,
+            process=True)  # fmt: skip
     rows = read_rows(out)
     status = {(r["variant"], r["seq_len"]): r["status"] for r in rows}
     assert status == {("fault_device_assert", 64): "crashed", ("fault_device_assert", 128): "crashed",
@@ -318,7 +321,7 @@ def test_a_graph_run_records_each_rows_mode_and_replaces_the_worker_after_a_fail
     syncs = str(DATA / "sync_variants.py")
     run_cli("run", "--device", "cuda", "--dtype", "bfloat16", "--variant-file", syncs, "--variants",
             "sync_item,sdpa", "--seq-len", "256", "--pass", "both", "--timing", "graph", "--budget-ms", "20",
-            "--warmup-ms", "5", "-q", "--out", str(out), check=True)  # fmt: skip
+            "--warmup-ms", "5", "-q", "--out", str(out), check=True, process=True)  # fmt: skip
     assert json.loads((out / "meta.json").read_text())["sweep"]["settings"]["timing"] == "graph"
     rows = read_rows(out)
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), [r["message"] for r in rows]
@@ -340,7 +343,7 @@ def test_profile_on_cuda_records_the_gpus_kernels(tmp_path):
 
     out = tmp_path / "prof"
     run_cli("profile", "--variant", "sdpa", "--device", "cuda", "--dtype", "bfloat16", "--seq-len", "1024",
-            "--heads", "8", "--seconds", "1", "--out", str(out), check=True)  # fmt: skip
+            "--heads", "8", "--seconds", "1", "--out", str(out), check=True, process=True)  # fmt: skip
     events = json.loads((out / "trace.json").read_text())["traceEvents"]
     assert any(e.get("cat") == "kernel" for e in events), "no CUDA kernel in the trace"
     with open(out / "top_ops.csv", newline="") as f:

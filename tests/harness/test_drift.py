@@ -4,6 +4,7 @@ more than 10% off the run's median speed are flagged `drift` and marked in the r
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 
 import pytest
@@ -11,6 +12,7 @@ import synthetic
 from conftest import run_cli
 
 from attnbench import results
+from attnbench.harness import fingerprint
 from attnbench.harness.calibrate import speed_probe
 from attnbench.reports.render import prepare, render
 
@@ -40,11 +42,8 @@ def test_rows_without_a_probe_are_not_flagged(tmp_path):
     assert not df["drift"].any() and df["speed_factor"].isna().all()
 
 
-@pytest.mark.slow
-def test_every_measured_row_of_a_real_run_carries_its_probe(tmp_path):
-    out = tmp_path / "run"
-    run_cli("run", "--variants", "naive,chunked", "--seq-len", "32,64", "--heads", "2", "--warmup-ms", "1",
-            "--budget-ms", "5", "--out", str(out), "-q", check=True)  # fmt: skip
+def test_every_measured_row_of_a_real_run_carries_its_probe(carried_run):
+    out = carried_run  # conftest's: a real run of four cells
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["speed_tflops"] > 0 for r in rows)
     assert {r["host"] for r in rows} == {socket.gethostname()} and {r["gpu_uuid"] for r in rows} == {None}
@@ -53,20 +52,22 @@ def test_every_measured_row_of_a_real_run_carries_its_probe(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_redo_drift_measures_the_drifted_cells_again(tmp_path):
+def test_resume_redo_drift_measures_the_drifted_cells_again(tmp_path, carried_run):
     out = tmp_path / "run"
-    run_cli("run", "--variants", "naive", "--seq-len", "32,64,128", "--heads", "2", "--warmup-ms", "1",
-            "--budget-ms", "5", "--out", str(out), "-q", check=True)  # fmt: skip
+    shutil.copytree(carried_run, out)  # a real run of four cells, finished (conftest's: copied, not changed)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["fingerprint"]["git_commit"] = fingerprint.git_commit()  # the checkout may have changed since
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))  # the session began: not this test's subject
     lines = (out / "rows.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
-    for r, speed in zip(rows, (0.2, 0.1, 0.2), strict=True):  # as if another tenant halved the machine
+    for r, speed in zip(rows, (0.2, 0.1, 0.2, 0.2), strict=True):  # as if another tenant halved the machine
         r["speed_tflops"] = speed  # while cell 2 ran (the real probes of a busy VM wander on their own)
     (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert results.load(out)["drift"].tolist() == [False, True, False]
+    assert results.load(out)["drift"].tolist() == [False, True, False, False]
     p = run_cli("run", "--resume", "--redo-drift", "--out", str(out), "-q", check=True)
     assert "1 ok" in p.stderr
     again = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
-    assert len(again) == 4 and again[-1]["cell_id"] == rows[1]["cell_id"]  # appended, nothing rewritten
+    assert len(again) == 5 and again[-1]["cell_id"] == rows[1]["cell_id"]  # appended, nothing rewritten
     df = results.load(out)
     assert df["cell_id"].tolist() == [r["cell_id"] for r in rows]  # the new row replaces the old, in place
     assert df.iloc[1]["finished_at"] == again[-1]["finished_at"]

@@ -33,14 +33,11 @@ def test_one_cpu_actor_per_node_and_one_per_gpu():
     assert [(s.node_id, s.label, s.num_gpus) for s in gpu] == [("a", "cuda0", 1), ("a", "cuda1", 1)]
 
 
-def test_missing_ray_is_one_line(tmp_path):
+def test_missing_ray_is_one_line(tmp_path, monkeypatch):
     """Without ray installed, --executor ray is refused before any work, naming the extra to install."""
-    code = "import sys; sys.modules['ray'] = None; from attnbench.cli import main; sys.exit(main())"
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is missing
     out = tmp_path / "r"
-    args = ["run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out)]
-    p = subprocess.run(
-        [sys.executable, "-c", code, *args], env=cli_env(), capture_output=True, text=True, timeout=120
-    )
+    p = run_cli("run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "install 'attnbench[ray]'" in p.stderr and not out.exists()
 
@@ -74,8 +71,9 @@ def test_ray_matches_local_cells_and_statuses(tmp_path, cluster):
         "16,32",
     ]
     local, ray = tmp_path / "local", tmp_path / "ray"
-    run_cli("run", *sweep, *TINY, "--out", str(local), check=True, timeout=300)
-    run_cli("run", *sweep, *TINY, *cluster, "--out", str(ray), check=True, timeout=300)
+    run_cli("run", *sweep, *TINY, "--out", str(local), check=True)
+    # a Ray driver of its own: this process is the cluster fixture's driver, and a run here would end it
+    run_cli("run", *sweep, *TINY, *cluster, "--out", str(ray), check=True, timeout=300, process=True)
     assert _statuses(ray) == _statuses(local) and len(_statuses(ray)) == 6
     assert set(_statuses(ray).values()) == {"ok", "error", "unsupported"}
     meta = json.loads((ray / "meta.json").read_text())
@@ -116,7 +114,7 @@ def test_a_killed_actor_costs_its_cell_only_and_resume_loses_nothing(tmp_path, c
     assert "Ray actor died" in crashed[0]["message"]
     assert all(r["status"] == "ok" for r in before if r is not crashed[0])  # the replacement actor went on
 
-    run_cli("run", "--resume", "--out", str(out), *cluster, "--quiet", check=True, timeout=300)
+    run_cli("run", "--resume", "--out", str(out), *cluster, "--quiet", check=True, timeout=300, process=True)
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 8  # 0 lost, 0 duplicated

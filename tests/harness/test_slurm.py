@@ -123,7 +123,8 @@ def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(t
     kept = [json.loads(line) for line in victim.read_text().splitlines() if line.endswith("}")]
     assert 1 <= len(kept) < 3  # the killed task kept its finished rows, and left cells undone
 
-    p = run_cli("collect", str(out), check=True, timeout=600)  # waits for task 1, then runs what is missing
+    # waits for task 1, then runs what is missing; a real process: `collect`'s one (see test_packaging.py)
+    p = run_cli("collect", str(out), check=True, timeout=600, process=True)
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 2 * 3, p.stderr  # 0 lost, 0 duplicates

@@ -69,7 +69,8 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
     assert 1 <= len(kept) < 3  # the cancelled task kept its finished rows and left cells undone
     assert len(read_rows(out)) < 6
 
-    p = run_cli("collect", str(out), check=True, timeout=600)  # a second array for the missing cells
+    # a second array for the missing cells (from a real CLI process, as the rest of this file's commands)
+    p = run_cli("collect", str(out), check=True, timeout=600, process=True)
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 2 * 3, p.stderr  # 0 lost, 0 duplicates
