@@ -240,9 +240,15 @@ def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
                     f"{rec.get('at')} on {rec.get('host')}" + (f" (forced: {diff})" if diff else ""),
                 )
             )
-        # the run-wide calibration per device kind, then each device's own (meta.json `devices`)
-        per_device = {w: rec.get("calibration") for w, rec in (meta.get("devices") or {}).items()}
-        for dev, cal in [*(meta.get("calibration") or {}).items(), *per_device.items()]:
+        # the run-wide calibration per device kind, then each device's own (meta.json `devices`) where it
+        # is another measurement (a one-device run records the same calibration in both places)
+        run_wide = meta.get("calibration") or {}
+        per_device = {
+            w: rec.get("calibration")
+            for w, rec in (meta.get("devices") or {}).items()
+            if rec.get("calibration") not in (None, run_wide.get(rec.get("device")))
+        }
+        for dev, cal in [*run_wide.items(), *per_device.items()]:
             for dt, tf in ((cal or {}).get("matmul_tflops") or {}).items():
                 text = f"{tf:.3g} TFLOP/s" if isinstance(tf, (int, float)) else str(tf)
                 items.append((f"calibrated {dev} matmul {dt}", text))

@@ -35,6 +35,11 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
+def _kind(row: dict[str, Any]) -> str:
+    """A row's device kind: cpu, cuda ('?' when the row has none)."""
+    return str(_text(row.get("device")) or "?")
+
+
 def where_of(row: dict[str, Any]) -> str:
     """A row's where_key, from its host, device and gpu_uuid columns ('?:cpu' for a row without a host)."""
     return where_key(_text(row.get("host")), str(_text(row.get("device")) or "?"), _text(row.get("gpu_uuid")))
@@ -74,6 +79,12 @@ class DeviceGroup:
     calibration: dict[str, Any] = field(compare=False)  # the reference device's (left out of == and hash)
     label: str  # '' when it is its device kind's only group in the run (nothing is split)
     why: str  # why it stands apart from the first group of its kind ('' for that one)
+    unmeasured: tuple[str, ...] = ()  # where_keys of rows no device measured ('?:cpu': refused up front)
+
+    @property
+    def wheres(self) -> tuple[str, ...]:
+        """Every where_key whose rows belong to this group: its devices, then the rows without a host."""
+        return self.members + self.unmeasured
 
 
 def model_of(meta: dict[str, Any], where: str, row: dict[str, Any]) -> str:
@@ -118,9 +129,14 @@ def groups(meta: dict[str, Any], rows: Iterable[dict[str, Any]]) -> list[DeviceG
     seen: dict[str, dict[str, Any]] = {}
     for r in rows:
         seen.setdefault(where_of(r), r)
+    # a row without a host was never measured (unsupported, refused before any worker): it is no device,
+    # and joins its device kind's first group, unless the run measured nothing of that kind
+    hostless = {w: r for w, r in seen.items() if _text(r.get("host")) is None}
+    kinds = {_kind(r) for w, r in seen.items() if w not in hostless}
+    seen = {w: r for w, r in seen.items() if w not in hostless or _kind(r) not in kinds}
     by_model: dict[tuple[str, str], list[str]] = {}
     for w, r in seen.items():
-        by_model.setdefault((str(_text(r.get("device")) or "?"), model_of(meta, w, r)), []).append(w)
+        by_model.setdefault((_kind(r), model_of(meta, w, r)), []).append(w)
     out: list[DeviceGroup] = []
     for device in sorted({d for d, _ in by_model}):
         names = sorted(m for d, m in by_model if d == device)
@@ -146,10 +162,15 @@ def groups(meta: dict[str, Any], rows: Iterable[dict[str, Any]]) -> list[DeviceG
             if models.count(model) > 1:
                 label = f"{model} #{models[: i + 1].count(model)}"
             cal = calibration_for(meta, device, ref)
-            out.append(DeviceGroup(device, model, tuple(members), cal, label, why))
+            unmeasured = (
+                ()
+                if i
+                else tuple(sorted(w for w, r in hostless.items() if w not in seen and _kind(r) == device))
+            )
+            out.append(DeviceGroup(device, model, tuple(members), cal, label, why, unmeasured))
     return out
 
 
 def group_of(groups_: Iterable[DeviceGroup]) -> dict[str, DeviceGroup]:
     """where_key -> its DeviceGroup."""
-    return {w: g for g in groups_ for w in g.members}
+    return {w: g for g in groups_ for w in g.wheres}

@@ -86,7 +86,7 @@ def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]
         (rid, w): g.label
         for rid, rows in by_run.items()
         for g in devices.groups(metas.get(rid, {}), rows)
-        for w in g.members
+        for w in g.wheres
     }
     return [label.get((str(r.get("run_id")), devices.where_of(r)), "") for r in records]
 

@@ -397,3 +397,21 @@ def test_a_group_timed_in_two_ways_says_so_and_its_time_csv_has_each_cells_mode(
     assert _timing_note(one) is None
     old = results.load(FIXTURE)  # written before timing_mode: nothing to say
     assert _timing_note(old) is None
+
+
+def test_rows_no_device_measured_are_no_device_and_one_calibration_is_listed_once(tmp_path):
+    """A one-CPU run whose unsupported rows carry no host (refused before any worker) measured its cells on
+    one device, not on '?:cpu' as well; and its calibration, written run-wide and in its `devices` record
+    alike, is one line of the machine table, not two."""
+    vm = synthetic.device("vm", tflops=1.0)  # the run-wide calibration below is the same 1.0 TFLOP/s
+    measured = synthetic.on(vm, [synthetic.cell("naive", n, time_ms=0.01 * n) for n in (128, 256, 512)])
+    refused = [synthetic.cell("flexish", n, status="unsupported", message="no backward") for n in (128, 256)]
+    assert all(r.get("host") is None for r in refused)
+    run = synthetic.write_run(tmp_path / "run", measured + refused, run_id="run", devices=[vm])
+    df = results.load(run)
+    groups = devices.groups(results.read_meta(run), df.to_dict("records"))
+    assert [g.members for g in groups] == [("vm:cpu",)] and groups[0].unmeasured == ("?:cpu",)
+    assert set(df["device_group"]) == {""}
+    md = render(prepare([run]), tmp_path / "out").readme.read_text()
+    assert "2 devices" not in md and "?:cpu" not in md
+    assert md.count("| calibrated cpu matmul float32 |") == 1 and "calibrated vm:cpu" not in md
