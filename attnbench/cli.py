@@ -475,13 +475,14 @@ def _add_env(sub) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     """The correctness gate for every variant over causal x padding (and the numerics probe), as tables."""
     from attnbench.harness import check
-    from attnbench.harness.grammar import split
+    from attnbench.harness.grammar import read_axis, split
+    from attnbench.results.axes import axis
 
     try:
         plan = check.prepare(
             split(args.variants) if args.variants else None,
-            split(args.device),
-            split(args.dtype),
+            read_axis(axis("device"), args.device, "--device"),  # the words `run` reads (bf16 too)
+            read_axis(axis("dtype"), args.dtype, "--dtype"),
             args.seq_len,
             variant_files=args.variant_file or [],
         )

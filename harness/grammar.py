@@ -10,6 +10,7 @@ every error is a ValueError naming it and the bad value.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,20 @@ LOWER_RIGHT = "lower-right"  # a causal value of a sweep: causal, aligned lower-
 CAUSAL_WORDS = {"no": (False,), "yes": (True,), "both": (False, True), LOWER_RIGHT: (LOWER_RIGHT,)}
 PASS_WORDS = {"fwd": ("fwd",), "fwdbwd": ("fwdbwd",), "both": ("fwd", "fwdbwd")}
 MAX_SEQ_LEN = 1 << 24
+# the short names reports and `attnbench list` print (bf16), and the usual spellings, read as the dtype
+DTYPE_ALIASES = {
+    "fp32": "float32",
+    "f32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "f64": "float64",
+    "double": "float64",
+}
+LENGTH = re.compile(r"(\d+)([kKmM]?)")  # 512, 4k (4096: plots say 1k for 1024), 1m
 # How CUDA cells are timed (harness.timing): chosen per cell (auto), CUDA events around each call, or replays
 # of a CUDA graph; CPU cells are always timed with perf_counter.
 TIMINGS = ("auto", "events", "graph")
@@ -74,10 +89,11 @@ def parse_ints(name: str, text: str) -> tuple[int, ...]:
 
 
 def _int(name: str, s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise ValueError(f"{name} must be positive integers, got {s.strip()!r}") from None
+    """'512' -> 512; '4k' -> 4096 and '1m' -> 1048576 (the binary steps plots label 1k, 4k)."""
+    found = LENGTH.fullmatch(s.strip())
+    if not found:
+        raise ValueError(f"{name} must be positive integers, got {s.strip()!r}")
+    v = int(found[1]) * {"": 1, "k": 1 << 10, "m": 1 << 20}[found[2].lower()]
     if v < 1:
         raise ValueError(f"{name} must be positive integers, got {v}")
     return v
@@ -160,12 +176,29 @@ def check_fractions(what: str) -> Callable[[str, tuple], tuple]:
     return check
 
 
-def check_known(choices: tuple[str, ...], what: str) -> Callable[[str, tuple], tuple]:
+def unknown(what: str, value: Any, known: Iterable[str], also: Iterable[str] = ()) -> str:
+    """'unknown dtype 'bf61' (did you mean 'bf16'?); known: ...': the message for a word that is not one
+    (`also`: other spellings it may suggest, not listed)."""
+    known = list(known)
+    near = difflib.get_close_matches(str(value), [*known, *also], n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return f"unknown {what} {value!r}{hint}; known: {', '.join(known)}"
+
+
+def check_known(
+    choices: tuple[str, ...], what: str, aliases: Mapping[str, str] | None = None
+) -> Callable[[str, tuple], tuple]:
+    """Each value one of `choices`, or an alias of one (read as that choice)."""
+    aliases = aliases or {}
+
     def check(name: str, values: tuple) -> tuple:
+        out = []
         for v in values:
+            v = aliases.get(v, v) if isinstance(v, str) else v
             if v not in choices:
-                raise ValueError(f"unknown {what} {v!r}; known: {', '.join(choices)}")
-        return tuple(values)
+                raise ValueError(unknown(what, v, choices, aliases))
+            out.append(v)
+        return tuple(out)
 
     return check
 
@@ -221,7 +254,7 @@ def _causal_text(value: Any) -> str:
 GRAMMARS: dict[str, Grammar] = {
     "variants": Grammar(parse_names, check_names),
     "devices": Grammar(parse_names, check_known(DEVICES, "device"), choices=DEVICES),
-    "dtypes": Grammar(parse_names, check_known(DTYPES, "dtype"), choices=DTYPES),
+    "dtypes": Grammar(parse_names, check_known(DTYPES, "dtype", DTYPE_ALIASES), choices=DTYPES),
     "ints": Grammar(parse_ints, check_ints(), unique=False),
     "lengths": Grammar(parse_ints, check_ints(MAX_SEQ_LEN), unique=False),
     "fractions": Grammar(parse_floats, check_fractions("a fraction"), write=lambda v: repr(float(v))),

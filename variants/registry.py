@@ -324,11 +324,22 @@ def load_errors() -> list[str]:
     return list(_LOAD_ERRORS)
 
 
+def _unknown(names: list[str], reg: dict[str, Variant]) -> str:
+    """'unknown variant 'naiv' (did you mean 'naive'?); known: ...', every unknown name at once."""
+    import difflib
+
+    def one(n: str) -> str:
+        near = difflib.get_close_matches(n, list(reg), n=1, cutoff=0.6)
+        return repr(n) + (f" (did you mean {near[0]!r}?)" if near else "")
+
+    return f"unknown variant{'s' * (len(names) > 1)} {', '.join(map(one, names))}; known: {', '.join(reg)}"
+
+
 def get(name: str) -> Variant:
     """The variant called `name`; VariantError listing the known names otherwise."""
     reg = all_variants()
     if name not in reg:
-        raise VariantError(f"unknown variant {name!r}; known: {', '.join(reg)}")
+        raise VariantError(_unknown([name], reg))
     return reg[name]
 
 
@@ -337,5 +348,5 @@ def resolve(names: list[str]) -> list[Variant]:
     reg = all_variants()
     unknown = [n for n in names if n not in reg]
     if unknown:
-        raise VariantError(f"unknown variant(s) {', '.join(map(repr, unknown))}; known: {', '.join(reg)}")
+        raise VariantError(_unknown(unknown, reg))
     return [reg[n] for n in names]

@@ -55,7 +55,8 @@ def test_env_records_allocator_settings(monkeypatch):
 
 
 BAD_RUNS = [
-    (["--variants", "naive,nope"], "unknown variant(s) 'nope'"),
+    (["--variants", "naive,nope"], "unknown variant 'nope'"),
+    (["--variants", "naiv,sdpa_mth"], "unknown variants 'naiv' (did you mean 'naive'?), 'sdpa_mth' (did you"),
     (["--seq-len", "0"], "seq-len must be positive integers, got 0"),
     (["--seq-len", "-5"], "seq-len must be positive integers"),
     (["--seq-len", "abc"], "seq-len must be positive integers, got 'abc'"),

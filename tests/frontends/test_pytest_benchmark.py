@@ -175,7 +175,7 @@ def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
 def test_bad_grid_option_is_a_usage_error():
     proc = run_pytest_benchmarks("--benchmark-only", "--attn-variants", "naive,nope", timeout=120)
     assert proc.returncode == 4  # pytest's usage error
-    assert "unknown variant(s) 'nope'" in proc.stderr
+    assert "unknown variant 'nope'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -57,7 +57,7 @@ def test_a_demo_only_failure_does_not_fail_the_check():
 @pytest.mark.parametrize(
     "names, devices, dtypes, seq_len, message",
     [
-        (["naive", "nope"], ["cpu"], ["float32"], 16, "unknown variant(s) 'nope'"),
+        (["naive", "nope"], ["cpu"], ["float32"], 16, "unknown variant 'nope'"),
         (None, ["cpu"], ["float8"], 16, "unknown dtype 'float8'"),
         (None, ["tpu"], ["float32"], 16, "unknown device 'tpu'; known: cpu, cuda"),
         (None, ["cpu"], ["float32"], 0, "--seq-len must be a positive integer, got 0"),

@@ -17,9 +17,19 @@ def test_parse_ints_lists_and_doubling_ranges():
     assert parse_ints("seq-len", "512,1024") == (512, 1024)
     assert parse_ints("seq-len", "256..2048") == (256, 512, 1024, 2048)
     assert parse_ints("seq-len", "100..500") == (100, 200, 400)
+    assert parse_ints("seq-len", "1k..4k,1m") == (1024, 2048, 4096, 1 << 20)  # as plots label them
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "8..4", "16777217"])
+def test_dtypes_read_the_names_reports_print_and_a_typo_gets_a_suggestion():
+    assert read_axis(axis("dtype"), "bf16,fp16,fp32") == ("bfloat16", "float16", "float32")
+    assert read_axis(axis("dtype"), ["half", "double"]) == ("float16", "float64")
+    with pytest.raises(ValueError, match="lists a value twice"):
+        read_axis(axis("dtype"), "bf16,bfloat16")
+    with pytest.raises(ValueError, match=r"unknown dtype 'bfloat61' \(did you mean 'bfloat16'\?\)"):
+        read_axis(axis("dtype"), "bfloat61")
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "8..4", "16777217", "1.5k", "2g", "0k", "17m"])
 def test_an_axis_reader_rejects_naming_the_option(text):
     with pytest.raises(ValueError, match="--seq-len"):
         read_axis(axis("seq_len"), text, "--seq-len")
