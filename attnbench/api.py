@@ -176,10 +176,14 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
 def report_dir(out: PathLike | None, default: str) -> Path:
     """Where a report goes: `out`, or reports/out/<default>; ValueError if that is a file or a run."""
     from attnbench.results import is_run_dir
+    from attnbench.results.writable import why_unwritable
 
     path = Path(out) if out else Path("reports") / "out" / default
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out {str(path)!r} exists and is not a directory")
     if is_run_dir(path):
         raise ValueError(f"--out {str(path)!r} is a run directory; write the report somewhere else")
+    why = why_unwritable(path)
+    if why:
+        raise ValueError(f"--out {str(path)!r} {why}")
     return path

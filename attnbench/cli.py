@@ -558,6 +558,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from attnbench.reports.style import slug
     from attnbench.results import RunDirError
 
+    out = _out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name))
     try:
         threshold = parse_threshold(args.fail_above) if args.fail_above else None
         if not 0 < args.alpha < 1:
@@ -567,7 +568,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
-    out = _out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name))
     sys.stdout.write(text_report(cmp))
     readme, html_path = write_page(cmp, out)
     print(f"compare: {readme} and {html_path}", file=sys.stderr)

@@ -22,6 +22,7 @@ from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
 from attnbench.results.store import read_meta
+from attnbench.results.writable import why_unwritable
 
 from . import executors, fingerprint, timing
 from .affinity import check_cpu_affinity
@@ -110,9 +111,12 @@ def check_mode(
             f"{name('force_resume')} finishes a run on another set-up: "
             f"give it with {name('resume')} {out_dir}"
         )
+    why = why_unwritable(out) if out is not None else None
+    if why:
+        raise ValueError(f"{_with_value(name('out'), repr(str(out)))} {why}")
     if not resume and out is not None:
         target = Path(out)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        if target.is_dir() and any(target.iterdir()):
             raise ValueError(
                 f"{str(out)!r} already exists and is not empty; pass {name('resume')} or choose another "
                 f"{name('out')}"

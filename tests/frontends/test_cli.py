@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import FAULTS, run_cli
@@ -93,6 +94,33 @@ def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, messag
     assert message in lines[0]
     assert not out.exists()
     assert not (tmp_path / "runs").exists()
+
+
+REFERENCE_RUN = str(Path(__file__).resolve().parents[2] / "results" / "reference" / "quick-epyc-2core")
+OUT_COMMANDS = {
+    "run": ["run", "--variants", "naive", "--seq-len", "64"],
+    "report": ["report", REFERENCE_RUN],
+    "compare": ["compare", REFERENCE_RUN, REFERENCE_RUN],
+    "profile": ["profile", "--variant", "naive", "--seq-len", "64"],
+}
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS)
+def test_an_out_that_cannot_be_written_is_one_line_exit_2_before_any_work(tmp_path, command):
+    """--out under a file, or in a directory nobody may write in (sysfs refuses root too), is refused up
+    front: one line naming --out and why, exit 2, nothing printed on stdout and nothing written."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    cases = [(a_file / "out", "which is a file, not a directory")]
+    if Path("/sys/kernel").is_dir():  # Linux
+        cases.append((Path("/sys/kernel/attnbench-out"), "cannot be written"))
+    for out, why in cases:
+        p = run_cli(*OUT_COMMANDS[command], "--out", str(out), cwd=tmp_path)
+        assert p.returncode == 2, (command, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"--out {str(out)!r}" in lines[0] and why in lines[0], p.stderr
+        assert p.stdout == "" and not out.exists()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a-file"]
 
 
 def test_cuda_without_a_gpu_is_refused(tmp_path):
