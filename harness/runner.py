@@ -27,6 +27,7 @@ from . import executors, fingerprint, timing
 from .affinity import check_cpu_affinity
 from .cellrunner import CellRunner
 from .isolation import WorkerDied, WorkerTimeout
+from .outcomes import left_behind
 from .progress import Progress
 from .spec import CellSpec, SweepSpec
 from .sweeps import flag_name
@@ -241,7 +242,7 @@ def run(
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
         local = CellRunner(_worker_config(start, path), start.sweep.settings)
         if not resume:
-            _write_meta(writer, start, local, progress, executor, rerun_of)
+            summary.notes += _write_meta(writer, start, local, progress, executor, rerun_of)
         _measure(start, writer, summary, progress, local, chosen_executor)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -272,8 +273,9 @@ def _write_meta(
     progress: Progress,
     executor: str,
     rerun_of: dict[str, Any] | None,
-) -> None:
-    """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe."""
+) -> list[str]:
+    """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe; the
+    notes for the user (a variant whose probe left something behind)."""
     meta = _meta(start.sweep, start.names, start.variant_files, local, progress, executor)
     if start.chosen is not None:
         meta["cells"] = start.chosen
@@ -281,7 +283,23 @@ def _write_meta(
         meta["rerun_of"] = rerun_of
     writer.write_meta(meta)
     progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
-    writer.write_json(NUMERICS_FILE, _numerics(start.sweep, start.names, local))
+    numerics = _numerics(start.sweep, start.names, local)
+    writer.write_json(NUMERICS_FILE, numerics)
+    return _probe_notes(numerics["probe"])
+
+
+def _probe_notes(records: list[dict[str, Any]]) -> list[str]:
+    """One note per variant whose probe changed torch's global state or left a process running (the worker
+    blamed its records; the variants after it were probed in a fresh worker)."""
+    said: dict[str, str] = {}
+    for record in records:
+        message = str(record.get("message") or "")
+        if left_behind(message):
+            said.setdefault(record["variant"], message)
+    return [
+        f"numerics probe: {name} {message} (its probe records are marked error)"
+        for name, message in said.items()
+    ]
 
 
 def _measure(
