@@ -68,13 +68,15 @@ def children(pid: int | str = "self") -> list[int]:
     return out
 
 
-def cmdline(pid: int) -> str:
+def cmdline(pid: int, limit: int = 120) -> str:
+    """The process's command line, printable, at most `limit` characters (0: all of it)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "?"
-    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120]
-    return "".join(c if c.isprintable() else "?" for c in text) or "?"
+    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    text = "".join(c if c.isprintable() else "?" for c in (text[:limit] if limit else text))  # no ESC
+    return text or "?"
 
 
 def _state(pid: int) -> str:
@@ -112,7 +114,7 @@ def kill_leftovers(rounds: int = 8) -> list[str]:
             if _state(pid) == "Z":  # exited already: only its status is left to collect
                 _reap(pid, 0)
                 continue
-            line = cmdline(pid)
+            line = cmdline(pid, 0)  # all of it: a deep venv's path to a helper is long
             if any(helper in line for helper in TORCH_HELPERS):
                 continue
             found = True
@@ -120,7 +122,7 @@ def kill_leftovers(rounds: int = 8) -> list[str]:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
-            killed.append(f"pid {pid}: {line}")
+            killed.append(f"pid {pid}: {line[:120]}")
             _reap(pid, 1.0)
         if not found:
             break

@@ -191,3 +191,35 @@ def test_state_snapshot_names_every_change_and_restore_puts_it_back():
         torch.softmax, correctness.gate = softmax, gate
         state.restore(before)
     assert state.changes(before) == [] and torch.get_default_dtype() == torch.float32
+
+
+LEFTOVERS = """
+import json, subprocess, sys, time
+from attnbench.harness import children
+
+print(children.become_subreaper())
+quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+helper = subprocess.Popen(["sh", "-c", "sleep 300; :", "torch._inductor.compile_worker"], **quiet)
+subprocess.run(["sh", "-c", "sleep 300 &"], **quiet)  # a double fork: orphaned, re-parented here
+time.sleep(0.2)
+killed = children.kill_leftovers()
+print(json.dumps({"killed": killed, "left": children.children(), "helper": helper.pid}))
+helper.kill()
+helper.wait()
+children.kill_leftovers()  # the helper's own sleep, re-parented here
+"""
+
+
+def test_kill_leftovers_kills_what_a_variant_left_and_spares_torchs_helpers():
+    """In a process of its own (becoming a subreaper is process-wide): the orphaned sleeper is found and
+    killed, a child whose command line names torch's compile worker is left to torch."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", LEFTOVERS], capture_output=True, text=True, timeout=60)
+    subreaper, report = out.stdout.splitlines()
+    got = json.loads(report)
+    assert subreaper == "True"
+    assert len(got["killed"]) == 1 and got["killed"][0].endswith(": sleep 300"), got
+    assert got["left"] == [got["helper"]]
+    assert _gone(int(got["killed"][0].split()[1].rstrip(":")))
