@@ -289,17 +289,16 @@ def _write_meta(
 
 
 def _probe_notes(records: list[dict[str, Any]]) -> list[str]:
-    """One note per variant whose probe changed torch's global state or left a process running (the worker
-    blamed its records; the variants after it were probed in a fresh worker)."""
-    said: dict[str, str] = {}
+    """One note per thing the numerics probe found left behind (torch's global state changed, a process left
+    running), naming the variants whose records say it (the worker blamed them; the variants after one that
+    changed the state were probed in a fresh worker)."""
+    said: dict[str, list[str]] = {}
     for record in records:
         message = str(record.get("message") or "")
-        if left_behind(message):
-            said.setdefault(record["variant"], message)
-    return [
-        f"numerics probe: {name} {message} (its probe records are marked error)"
-        for name, message in said.items()
-    ]
+        if left_behind(message) and record["variant"] not in said.get(message, []):
+            said.setdefault(message, []).append(record["variant"])
+    return [f"numerics probe: {', '.join(names)}: {message} (records marked error)"
+            for message, names in said.items()]  # fmt: skip
 
 
 def _measure(

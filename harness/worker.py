@@ -156,16 +156,18 @@ class _Server:
                 continue
             left = self.state.restore(self.clean)
             where = f"variant file {path}" if path else "entry-point plug-ins"
+            restored = "not all put back" if left else "put back"
             for name in names:
-                self.imported[name] = state_changed(changes) + " when imported (put back)"
+                self.imported[name] = f"{state_changed(changes)} when imported ({restored})"
             print(f"importing {where} {state_changed(changes)}", flush=True)
-            if left:
-                self.unrestored = f"importing {where} {state_changed(left)}, which cannot be put back"
+            if left:  # every cell of every worker runs so: each row says so; the comparisons start from here
+                self.unrestored = f"importing {where} {state_changed(left)} for good (it cannot be put back)"
+                self.clean = self.state.take()
 
     def left_behind(self, variant: str) -> tuple[list[str], bool]:
         """What `variant`'s code left in this process, in its row's words (torch's global state changed;
         processes left running, now killed), and whether the state changed (the worker then exits)."""
-        words = [w for w in (self.imported.get(variant), self.unrestored) if w]
+        words = [w for w in [self.imported.get(variant) or self.unrestored] if w]
         changes = self.state.changes(self.clean)
         if changes:
             words.append(state_changed(changes))

@@ -16,10 +16,13 @@ from attnbench.results import read_rows
 
 TAINTS = DATA / "taint_variants.py"
 IMPORT_TAINT = """
+import multiprocessing
+
 import torch
 from attnbench import variants
 
-torch.set_num_threads(1)  # at import: every later variant would run on one thread
+if multiprocessing.parent_process() is not None:  # in the worker, not the test's process (the run imports it)
+    torch.set_num_threads(1)  # at import: every later variant would run on one thread
 
 
 @variants.register("import_threads", description="sets one thread when its file is imported")
@@ -39,17 +42,10 @@ pytestmark = pytest.mark.slow  # the module's run restarts its worker after each
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A run of every offender with two honest neighbours, and a clean run of the neighbours alone."""
-    from attnbench.harness.torch_state import State
-
     root = tmp_path_factory.mktemp("taint")
     (root / "import_taint.py").write_text(IMPORT_TAINT)
-    state = State()
-    clean_state = state.take()
-    try:  # this process imports the variant files too (the run checks them): its own state is put back
-        dirty = run_cli("run", "--variant-file", str(TAINTS), "--variant-file", str(root / "import_taint.py"),
-                        "--variants", ORDER, *SMALL, "--out", str(root / "dirty"), check=True)  # fmt: skip
-    finally:
-        state.restore(clean_state)
+    dirty = run_cli("run", "--variant-file", str(TAINTS), "--variant-file", str(root / "import_taint.py"),
+                    "--variants", ORDER, *SMALL, "--out", str(root / "dirty"), check=True)  # fmt: skip
     run_cli("run", "--variants", "naive,chunked", *SMALL, "--out", str(root / "clean"), check=True)
     return root, dirty
 
@@ -100,9 +96,9 @@ def test_the_probes_offender_is_named_in_its_records_and_by_run(runs):
         records = [r for r in probe if r["variant"] == name]
         assert records and all(r["status"] == "error" for r in records), name
         assert all(r["message"].startswith("changed torch's global state") for r in records)
-    softmax = "taint_softmax changed torch's global state: torch.softmax replaced"
+    softmax = "taint_softmax: changed torch's global state: torch.softmax replaced"
     assert f"note: numerics probe: {softmax}" in dirty.stderr
-    assert "note: numerics probe: taint_child left 1 process running (pid" in dirty.stderr
+    assert "note: numerics probe: taint_child: left 1 process running (pid" in dirty.stderr
 
 
 def _gone(pid: int, wait_s: float = 2.0) -> bool:
@@ -223,3 +219,39 @@ def test_kill_leftovers_kills_what_a_variant_left_and_spares_torchs_helpers():
     assert len(got["killed"]) == 1 and got["killed"][0].endswith(": sleep 300"), got
     assert got["left"] == [got["helper"]]
     assert _gone(int(got["killed"][0].split()[1].rstrip(":")))
+
+
+INTEROP_TAINT = """
+import multiprocessing
+
+import torch
+from attnbench import variants
+
+# at import, before any parallel work: it cannot be set back afterwards. Only in the worker (a spawned
+# process), never in the test's own process, which the run's checks import it into too
+if multiprocessing.parent_process() is not None:
+    torch.set_num_interop_threads(1)
+
+
+@variants.register("interop_one", description="one interop thread, set when its file is imported")
+def interop_one(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_an_import_that_cannot_be_put_back_is_named_in_every_row(tmp_path):
+    """The worker puts back what an import changed; interop threads cannot be set twice in a process, so
+    every cell runs so: each row says which file did it (none is blamed), and the worker is not replaced
+    after every cell for it."""
+    (tmp_path / "interop.py").write_text(INTEROP_TAINT)
+    run_cli("run", "--variant-file", str(tmp_path / "interop.py"), "--variants", "interop_one,naive", *SMALL,
+            "--out", str(tmp_path / "r"), check=True)  # fmt: skip
+    rows = _rows(tmp_path / "r")
+    assert rows["interop_one"]["message"].startswith(
+        "changed torch's global state: num_interop_threads 2 → 1 when imported (not all put back)"
+    )
+    assert rows["naive"]["status"] == "error" and rows["naive"]["message"].startswith(
+        f"importing variant file {tmp_path / 'interop.py'} changed torch's global state: "
+        "num_interop_threads 2 → 1 for good (it cannot be put back)"
+    )
+    assert (tmp_path / "r" / "worker.log").read_text().count(" starting") == 1
