@@ -4,7 +4,13 @@ It imports torch once (after pinning its CPUs) and is reused while healthy; this
 torch-free modules, since the parent imports it too (harness.isolation starts worker_main). Its stdout and
 stderr go to the run's worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a
 traceback there on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its
-parent.
+parent, leads a process group of its own and adopts the processes its variants detach (harness.children).
+
+What a variant's code leaves behind is its own row's, never a neighbour's: after every cell and every
+numerics-probe request the worker compares torch's process-wide state with the one it was set up with
+(harness.torch_state) and kills the processes left running; the row says what was found (rows.blame), and
+after a change of state the worker exits so that the next cell gets a clean one. A plug-in's import is
+compared too: what it changed is put back, and its variants' rows say so.
 """
 
 from __future__ import annotations
