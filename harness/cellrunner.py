@@ -15,7 +15,8 @@ from typing import Any
 from attnbench import variants
 
 from .isolation import Worker, WorkerDied, WorkerTimeout
-from .rows import base_row, finish
+from .outcomes import threads_mismatch
+from .rows import base_row, blame, finish
 from .settings import Settings
 from .spec import CellSpec
 
@@ -69,10 +70,13 @@ class CellRunner:
         """A plain request to the worker (fingerprint, calibrate, ...); replaces a dead or hung worker
         before raising, so the next cell still has one."""
         try:
-            return self._worker().request(msg, timeout=timeout)
+            reply = self._worker().request(msg, timeout=timeout)
         except (WorkerTimeout, WorkerDied):
             self.replace()
             raise
+        if reply.get("exiting"):  # a variant probed there changed torch's global state: a fresh worker
+            self.replace()
+        return reply
 
     def describe(self, device: str, dtypes: list[str], known: Collection[str] = ()) -> dict[str, Any] | None:
         """Where this runner's worker measures `device`, with that device's calibration: one entry of
@@ -113,8 +117,11 @@ class CellRunner:
             )
             row = reply["row"]
             row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
-            if reply.get("exiting"):  # its CUDA context is poisoned, or a graph capture failed: a new worker
-                self.replace()
+            wrong_threads = threads_mismatch(row, settings.threads or worker.threads)
+            if wrong_threads:
+                blame(row, [wrong_threads])
+            if reply.get("exiting"):  # a poisoned CUDA context, a failed graph capture, torch's global
+                self.replace()  # state changed by the variant: a new worker for the next cell
             return row
         except WorkerTimeout as exc:
             self.replace()

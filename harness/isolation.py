@@ -2,7 +2,8 @@
 
 Workers are started with the 'spawn' method (a fresh interpreter: no inherited CUDA context or
 locks) and talk over a multiprocessing Pipe. A worker that dies or misses a deadline is killed and
-replaced; the cell it was on gets `crashed` or `timeout`.
+replaced; the cell it was on gets `crashed` or `timeout`. Killing a worker kills the processes below it
+too (harness.children).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .children import kill_tree
 from .worker import worker_main
 
 STARTUP_TIMEOUT_S = 180.0
@@ -77,6 +79,7 @@ class Worker:
         self.threads = hello["threads"]
         self.cpu_affinity = hello.get("cpu_affinity")  # the CPUs the worker may run on, as it reports them
         self.gc_frozen = hello.get("gc_frozen")  # objects its imports left, frozen out of its collections
+        self.own_group = bool(hello.get("own_group"))  # it leads a process group of its own (kill_tree)
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send msg and wait up to `timeout` seconds for the reply."""
@@ -108,6 +111,9 @@ class Worker:
         return self.proc.is_alive()
 
     def kill(self) -> None:
+        """Kill the worker and every process below it (harness.children.kill_tree: what a variant started
+        and detached, too), whether it is still running or died by itself."""
+        kill_tree(self.proc.pid, alive=self.proc.is_alive(), group=getattr(self, "own_group", False))
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(timeout=10)

@@ -25,6 +25,37 @@ CAPTURE_FAILED = "graph capture failed"  # in timing_reason (harness.timing.grap
 CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator may think one is under way)"
 
 
+# A variant that changed torch's process-wide state (harness.torch_state) has its row say so, and the worker
+# that ran it exits: the next cell gets a fresh one, whatever the order of the variants
+STATE_CHANGED = "changed torch's global state"
+STATE_EXIT = "a variant changed torch's global state in this process"
+KILLED = "— killed"  # the end of the words for processes a variant left running (processes_left)
+
+
+def state_changed(changes: list[str]) -> str:
+    """A row's words for what its variant changed (harness.torch_state's phrases, 'num_threads 2 → 1')."""
+    return f"{STATE_CHANGED}: {'; '.join(changes)}"
+
+
+def processes_left(killed: list[str]) -> str:
+    """A row's words for the processes its variant left running ('pid N: cmdline' each), killed since."""
+    n = len(killed)
+    return f"left {n} process{'es' if n != 1 else ''} running ({'; '.join(killed)}) {KILLED}"
+
+
+def left_behind(message: str) -> bool:
+    """Whether a row's (or a probe record's) message says its variant left something behind."""
+    return STATE_CHANGED in message or (" running (" in message and KILLED in message)
+
+
+def threads_mismatch(row: dict[str, Any], asked: int) -> str | None:
+    """Why a measured row's `threads` column is not what its cell asked for (`asked`), or None."""
+    ran = row.get("threads")
+    if ran is None or not asked or ran == asked:
+        return None
+    return f"ran on {ran} threads, the run asked for {asked}"
+
+
 def mutation(changed: tuple[str, ...]) -> str:
     """The reason a cell whose variant modified the inputs named in `changed` is wrong."""
     return f"{MUTATES} ({', '.join(n for n in INPUT_NAMES if n in changed)} changed)"

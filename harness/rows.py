@@ -55,3 +55,16 @@ def finish(row: dict[str, Any], status: str, message: str = "", **fields: Any) -
     row["message"] = message
     row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     return row
+
+
+def blame(row: dict[str, Any], offences: list[str]) -> dict[str, Any]:
+    """Mark `row` as the one whose variant did what `offences` say (changed torch's global state, left a
+    process running): `error`, the offences first in its message, whatever it measured kept. A `crashed`
+    row stays crashed (its worker is gone already)."""
+    if not offences:
+        return row
+    old = str(row.get("message") or "")
+    row["message"] = "; ".join([*offences, *([old] if old else [])])
+    if row.get("status") != "crashed":
+        row["status"] = "error"
+    return row

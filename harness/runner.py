@@ -28,6 +28,7 @@ from . import executors, fingerprint, timing
 from .affinity import check_cpu_affinity
 from .cellrunner import CellRunner
 from .isolation import WorkerDied, WorkerTimeout
+from .outcomes import left_behind
 from .progress import Progress
 from .spec import CellSpec, SweepSpec
 from .sweeps import flag_name
@@ -245,7 +246,7 @@ def run(
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
         local = CellRunner(_worker_config(start, path), start.sweep.settings)
         if not resume:
-            _write_meta(writer, start, local, progress, executor, rerun_of)
+            summary.notes += _write_meta(writer, start, local, progress, executor, rerun_of)
         _measure(start, writer, summary, progress, local, chosen_executor)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -276,8 +277,9 @@ def _write_meta(
     progress: Progress,
     executor: str,
     rerun_of: dict[str, Any] | None,
-) -> None:
-    """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe."""
+) -> list[str]:
+    """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe; the
+    notes for the user (a variant whose probe left something behind)."""
     meta = _meta(start.sweep, start.names, start.variant_files, local, progress, executor)
     if start.chosen is not None:
         meta["cells"] = start.chosen
@@ -285,7 +287,22 @@ def _write_meta(
         meta["rerun_of"] = rerun_of
     writer.write_meta(meta)
     progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
-    writer.write_json(NUMERICS_FILE, _numerics(start.sweep, start.names, local))
+    numerics = _numerics(start.sweep, start.names, local)
+    writer.write_json(NUMERICS_FILE, numerics)
+    return _probe_notes(numerics["probe"])
+
+
+def _probe_notes(records: list[dict[str, Any]]) -> list[str]:
+    """One note per thing the numerics probe found left behind (torch's global state changed, a process left
+    running), naming the variants whose records say it (the worker blamed them; the variants after one that
+    changed the state were probed in a fresh worker)."""
+    said: dict[str, list[str]] = {}
+    for record in records:
+        message = str(record.get("message") or "")
+        if left_behind(message) and record["variant"] not in said.get(message, []):
+            said.setdefault(message, []).append(record["variant"])
+    return [f"numerics probe: {', '.join(names)}: {message} (records marked error)"
+            for message, names in said.items()]  # fmt: skip
 
 
 def _measure(

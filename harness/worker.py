@@ -4,7 +4,13 @@ It imports torch once (after pinning its CPUs) and is reused while healthy; this
 torch-free modules, since the parent imports it too (harness.isolation starts worker_main). Its stdout and
 stderr go to the run's worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a
 traceback there on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its
-parent.
+parent, leads a process group of its own and adopts the processes its variants detach (harness.children).
+
+What a variant's code leaves behind is its own row's, never a neighbour's: after every cell and every
+numerics-probe request the worker compares torch's process-wide state with the one it was set up with
+(harness.torch_state) and kills the processes left running; the row says what was found (rows.blame), and
+after a change of state the worker exits so that the next cell gets a clean one. A plug-in's import is
+compared too: what it changed is put back, and its variants' rows say so.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import sys
 import traceback
 from typing import Any
 
-from .outcomes import exit_reason, is_poisoned_row
-from .rows import base_row, finish
+from . import children
+from .outcomes import STATE_EXIT, exit_reason, is_poisoned_row, processes_left, state_changed
+from .rows import base_row, blame, finish
 from .settings import Settings
 
 # what the requests use beside harness.cell, imported with torch before freeze_imports so that the
@@ -78,19 +85,22 @@ def worker_main(conn, config: dict[str, Any]) -> None:
             if msg.get("op") == "stop":
                 conn.send({"op": "stopped"})
                 return
-            if msg.get("op") != "cell":
+            if msg.get("op") == "numerics":
+                reply, why = server.numerics(msg)
+            elif msg.get("op") == "cell":
+                row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg["settings"])
+                reply, why = {"op": "row", "row": row}, exit_reason(row) or (STATE_EXIT if tainted else None)
+            else:
                 conn.send(server.answer(msg))
                 continue
-            row = server.cell(CellSpec.from_dict(msg["cell"]), msg["settings"])
-            why = exit_reason(row)
             if why:
-                # a poisoned context (every later CUDA call would fail) or a failed graph capture (the
-                # allocator may be left mid-capture): send the row, say so, and exit; the parent's
-                # CellRunner starts a fresh worker for the next cell
+                # a poisoned context (every later CUDA call would fail), a failed graph capture (the
+                # allocator may be left mid-capture) or torch's global state changed by a variant: send the
+                # reply, say so, and exit; the parent's CellRunner starts a fresh worker for the next request
                 print(f"attnbench worker {os.getpid()} exiting: {why}", flush=True)
-                conn.send({"op": "row", "row": row, "exiting": why})
+                conn.send({**reply, "exiting": why})
                 return
-            conn.send({"op": "row", "row": row})
+            conn.send(reply)
             server.refreeze()
         except (BrokenPipeError, EOFError):
             return
@@ -100,6 +110,8 @@ def _start(config: dict[str, Any]) -> None:
     """The process's own set-up, before torch is imported: tied to its parent, deaf to Ctrl-C, output to
     the log, tracebacks on fatal signals, pinned to its CPUs."""
     _die_with_parent()
+    children.own_group()  # the parent kills the group with the worker (harness.children.kill_tree)
+    children.become_subreaper()  # what a variant starts and detaches stays the worker's child
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _redirect_output(config.get("log_path"))
     faulthandler.enable(all_threads=True)
@@ -116,17 +128,19 @@ class _Server:
     def __init__(self, config: dict[str, Any]) -> None:
         import torch
 
-        from attnbench import variants
-
         from .cell import InputCache
         from .timing import freeze_imports
+        from .torch_state import State
 
         for name in MEASURING:
             importlib.import_module(f"{__package__}.{name}")
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
-        for path in config.get("variant_files", []):
-            variants.load_variant_file(path)
+        self.state = State()
+        self.clean = self.state.take()  # torch's global state as the run asked: every cell must leave it so
+        self.imported: dict[str, str] = {}  # variant -> what importing its plug-in changed (then put back)
+        self.unrestored = ""  # what an import changed and could not be put back: no cell here is clean
+        self._load_plugins(config.get("variant_files", []))
         # measure's collection before each cell then skips the imports' ~170k objects
         self.frozen = freeze_imports()
         self.modules_frozen = len(sys.modules)
@@ -134,18 +148,58 @@ class _Server:
         self.cache = InputCache()
         self.where: dict[str, dict] = {}  # device -> where_measured(device), found once per worker
 
+    def _load_plugins(self, files: list[str]) -> None:
+        """Builtins, entry points and variant files, each import compared with the clean state: what one
+        changed is put back (a fresh worker would import it again) and its variants' rows name it."""
+        from attnbench import variants
+
+        steps = [(None, lambda: [n for n, v in variants.all_variants().items() if v.source != "builtin"])]
+        steps += [(path, lambda path=path: variants.load_variant_file(path)) for path in files]
+        for path, load in steps:
+            names = load()
+            changes = self.state.changes(self.clean)
+            if not changes:
+                continue
+            left = self.state.restore(self.clean)
+            where = f"variant file {path}" if path else "entry-point plug-ins"
+            restored = "not all put back" if left else "put back"
+            for name in names:
+                self.imported[name] = f"{state_changed(changes)} when imported ({restored})"
+            print(f"importing {where} {state_changed(changes)}", flush=True)
+            if left:  # every cell of every worker runs so: each row says so; the comparisons start from here
+                self.unrestored = f"importing {where} {state_changed(left)} for good (it cannot be put back)"
+                self.clean = self.state.take()
+
+    def left_behind(self, variant: str) -> tuple[list[str], bool]:
+        """What `variant`'s code left in this process, in its row's words (torch's global state changed;
+        processes left running, now killed), and whether the state changed (the worker then exits)."""
+        words = [w for w in [self.imported.get(variant) or self.unrestored] if w]
+        changes = self.state.changes(self.clean)
+        if changes:
+            words.append(state_changed(changes))
+        killed = children.kill_leftovers()
+        if killed:
+            words.append(processes_left(killed))
+        return words, bool(changes)
+
     def hello(self) -> dict[str, Any]:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         return {"op": "ready", "pid": os.getpid(), "threads": self.threads, "cpu_affinity": cpus,
-                "gc_frozen": self.frozen}  # fmt: skip
+                "gc_frozen": self.frozen, "own_group": os.getpgid(0) == os.getpid()}  # fmt: skip
 
     def where_measured(self, device: str) -> dict[str, Any]:
         from .fingerprint import where_measured
 
         return self.where.setdefault(device, where_measured(device))
 
-    def cell(self, spec: CellSpec, settings: dict[str, Any]) -> dict[str, Any]:
-        """The cell's row, whatever happens: measured, or a harness error as the row's status."""
+    def cell(self, spec: CellSpec, settings: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The cell's row, whatever happens (measured, or a harness error as the row's status), blamed for
+        what its variant left behind (left_behind); and whether torch's global state changed."""
+        row = self._measure(spec, settings)
+        words, tainted = self.left_behind(spec.variant)
+        return blame(row, words), tainted
+
+    def _measure(self, spec: CellSpec, settings: dict[str, Any]) -> dict[str, Any]:
         from .calibrate import speed_probe
         from .cell import measure_cell
         from .failures import failure, is_poisoned
@@ -166,6 +220,20 @@ class _Server:
                 return finish(base_row(spec), *failure(exc, spec.device))
             return finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
 
+    def numerics(self, msg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The numerics probe of msg's variants, one after another, each one's records blamed as its cells
+        would be (left_behind); and why this worker must exit, or None. The runner asks for one variant a
+        request, so that the next is probed in a fresh worker after one that changed torch's state."""
+        from .numerics import probe
+
+        records, tainted = [], False
+        for name in msg["variants"]:
+            mine = probe([name], msg["devices"], msg["dtypes"])
+            words, changed = self.left_behind(name)
+            records += [blame(record, words) for record in mine]
+            tainted = tainted or changed
+        return {"op": "numerics", "value": records}, STATE_EXIT if tainted else None
+
     def refreeze(self) -> None:
         """After a cell that imported modules (torch.compile brings dynamo and inductor: ~290k objects):
         freeze them too, between cells, when only the worker's caches are alive beside them."""
@@ -185,10 +253,6 @@ class _Server:
                 "op": "calibration",
                 "value": calibrate(msg["device"], msg["dtypes"], msg.get("budget_ms", 1000.0)),
             }
-        if op == "numerics":
-            from .numerics import probe
-
-            return {"op": "numerics", "value": probe(msg["variants"], msg["devices"], msg["dtypes"])}
         if op == "example_weights":
             from .numerics import example_weights
 

@@ -1,0 +1,257 @@
+"""One variant never changes another's result: what a variant leaves in its worker (torch's global state, a
+process running) is named in its own row, and its neighbours' rows are as in a clean run, whatever the order.
+
+The hostile plug-ins are tests/data/taint_variants.py (each answers correctly itself) and, for an import
+that changes torch's state, a file written here."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import DATA, run_cli
+
+from attnbench.results import read_rows
+
+TAINTS = DATA / "taint_variants.py"
+IMPORT_TAINT = """
+import multiprocessing
+
+import torch
+from attnbench import variants
+
+if multiprocessing.parent_process() is not None:  # in the worker, not the test's process (the run imports it)
+    torch.set_num_threads(1)  # at import: every later variant would run on one thread
+
+
+@variants.register("import_threads", description="sets one thread when its file is imported")
+def import_threads(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+# the offenders first, between and last; the neighbours naive and chunked; every cell fwd+bwd (grad mode)
+ORDER = ",".join(["taint_softmax", "taint_threads", "naive", "taint_grad", "taint_child", "taint_orphan",
+                  "chunked", "import_threads", "taint_dtype"])  # fmt: skip
+SMALL = ("--seq-len", "32", "--heads", "2", "--pass", "fwdbwd", "--threads", "2", "--budget-ms", "5",
+         "--warmup-ms", "1", "--min-ms", "2", "-q")  # fmt: skip
+
+
+pytestmark = pytest.mark.slow  # the module's run restarts its worker after each offender (about 40 s)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A run of every offender with two honest neighbours, and a clean run of the neighbours alone."""
+    root = tmp_path_factory.mktemp("taint")
+    (root / "import_taint.py").write_text(IMPORT_TAINT)
+    dirty = run_cli("run", "--variant-file", str(TAINTS), "--variant-file", str(root / "import_taint.py"),
+                    "--variants", ORDER, *SMALL, "--out", str(root / "dirty"), check=True)  # fmt: skip
+    run_cli("run", "--variants", "naive,chunked", *SMALL, "--out", str(root / "clean"), check=True)
+    return root, dirty
+
+
+def _rows(out):
+    return {r["variant"]: r for r in read_rows(out)}
+
+
+def test_neighbours_rows_are_as_in_a_clean_run(runs):
+    """Without the snapshot, naive after taint_softmax was `wrong`, every fwd+bwd cell after taint_grad
+    `error`, and every row after taint_threads said threads 1 (meta.json: 2)."""
+    root, _ = runs
+    dirty, clean = _rows(root / "dirty"), _rows(root / "clean")
+    for name in ("naive", "chunked"):
+        row, ref = dirty[name], clean[name]
+        assert row["status"] == ref["status"] == "ok", row["message"]
+        assert row["threads"] == ref["threads"] == 2
+        for column in ("rel_err", "grad_rel_err", "fresh_rel_err"):  # the same inputs, the same answer
+            assert row[column] == ref[column], column
+        assert "changed torch" not in row["message"] and "running" not in row["message"]
+    probe = json.loads((root / "dirty" / "numerics.json").read_text())["probe"]
+    for name in ("naive", "chunked"):
+        assert {r["status"] for r in probe if r["variant"] == name} == {"ok"}
+    assert json.loads((root / "dirty" / "meta.json").read_text())["worker_threads"] == 2
+
+
+def test_the_offender_is_named_in_its_own_row(runs):
+    root, _ = runs
+    rows = _rows(root / "dirty")
+    said = {
+        "taint_threads": "changed torch's global state: num_threads 2 → 1",
+        "taint_grad": "changed torch's global state: grad_enabled True → False",
+        "taint_softmax": "changed torch's global state: torch.softmax replaced",
+        "taint_dtype": "changed torch's global state: default_dtype float32 → float64",
+        "import_threads": "changed torch's global state: num_threads 2 → 1 when imported (put back)",
+    }
+    for name, words in said.items():
+        assert rows[name]["status"] == "error" and rows[name]["message"].startswith(words), rows[name]
+        assert rows[name]["threads"] == 2  # it started, as every cell, on the threads the run asked for
+    log = (root / "dirty" / "worker.log").read_text()
+    assert "exiting: a variant changed torch's global state" in log  # a fresh worker after each offender
+
+
+def test_the_probes_offender_is_named_in_its_records_and_by_run(runs):
+    root, dirty = runs
+    probe = json.loads((root / "dirty" / "numerics.json").read_text())["probe"]
+    for name in ("taint_threads", "taint_softmax", "import_threads"):
+        records = [r for r in probe if r["variant"] == name]
+        assert records and all(r["status"] == "error" for r in records), name
+        assert all(r["message"].startswith("changed torch's global state") for r in records)
+    softmax = "taint_softmax: changed torch's global state: torch.softmax replaced"
+    assert f"note: numerics probe: {softmax}" in dirty.stderr
+    assert "note: numerics probe: taint_child: left 1 process running (pid" in dirty.stderr
+
+
+def _gone(pid: int, wait_s: float = 2.0) -> bool:
+    """The process has ended (a zombie waiting for init to collect it counts as ended)."""
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_process_left_running_is_killed_and_its_cell_named(runs):
+    """taint_child starts a sleeper in a session of its own; taint_orphan's sleeper loses its parent (a
+    double fork), once per worker process. Without the worker as their subreaper both outlived the run."""
+    root, _ = runs
+    probe = json.loads((root / "dirty" / "numerics.json").read_text())["probe"]
+    for name in ("taint_child", "taint_orphan"):
+        said = [
+            r for r in [*probe, *read_rows(root / "dirty")] if r["variant"] == name and r["status"] == "error"
+        ]
+        assert said, name
+        for record in said:
+            message = record["message"]
+            assert message.startswith("left 1 process running (pid ") and "sleep 300) — killed" in message
+            assert _gone(int(message.split("(pid ")[1].split(":")[0]))
+    assert _rows(root / "dirty")["taint_child"]["status"] == "error"
+
+
+def test_a_killed_worker_takes_its_childrens_processes_with_it(tmp_path):
+    """A cell that starts a detached sleeper and hangs: the timeout kills the worker and the sleeper."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    run_cli("run", "--variant-file", str(TAINTS), "--variants", "taint_child_hang", "--seq-len", "32",
+            "--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "--cell-timeout", "2", "-q",
+            "--env", f"ATTNBENCH_TEST_PIDS={pids}", "--out", str(tmp_path / "r"), check=True)  # fmt: skip
+    (row,) = read_rows(tmp_path / "r")
+    assert row["status"] == "timeout"
+    started = [int(p.stem) for p in pids.iterdir()]
+    assert started
+    for pid in started:
+        assert _gone(pid), pid
+
+
+def test_a_row_on_other_threads_than_asked_is_flagged():
+    """The threads column is checked against what the cell asked for: a worker started on one thread
+    measuring a cell of a run that asked for two."""
+    from attnbench.harness.cellrunner import CellRunner
+    from attnbench.harness.settings import Settings
+    from attnbench.harness.spec import CellSpec
+
+    settings = Settings(threads=2, budget_ms=5, warmup_ms=1, min_ms=2)
+    runner = CellRunner({"threads": 1}, settings)
+    try:
+        row = runner.run(CellSpec("naive", "cpu", "float32", 1, 2, 32, 16, 16, False, 0.0, "fwd"))
+    finally:
+        runner.close()
+    assert row["threads"] == 1 and row["status"] == "error"
+    assert row["message"].startswith("ran on 1 threads, the run asked for 2")
+
+
+def test_state_snapshot_names_every_change_and_restore_puts_it_back():
+    import torch
+
+    from attnbench.harness import correctness
+    from attnbench.harness.torch_state import State
+
+    state = State()
+    before = state.take()
+    softmax, gate = torch.softmax, correctness.gate
+    try:
+        torch.set_num_threads(1)
+        torch.set_default_dtype(torch.float64)
+        torch.backends.cuda.enable_math_sdp(False)
+        torch.softmax = lambda *a, **k: None
+        correctness.gate = lambda *a, **k: None  # the harness's own gate
+        assert state.changes(before) == [
+            f"num_threads {before.values[0]} → 1", "default_dtype float32 → float64", "sdp.math True → False",
+            "torch.softmax replaced", "attnbench.harness.correctness.gate replaced",
+        ]  # fmt: skip
+        assert state.restore(before) == []
+    finally:
+        torch.softmax, correctness.gate = softmax, gate
+        state.restore(before)
+    assert state.changes(before) == [] and torch.get_default_dtype() == torch.float32
+
+
+LEFTOVERS = """
+import json, subprocess, sys, time
+from attnbench.harness import children
+
+print(children.become_subreaper())
+quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+helper = subprocess.Popen(["sh", "-c", "sleep 300; :", "torch._inductor.compile_worker"], **quiet)
+subprocess.run(["sh", "-c", "sleep 300 &"], **quiet)  # a double fork: orphaned, re-parented here
+time.sleep(0.2)
+killed = children.kill_leftovers()
+print(json.dumps({"killed": killed, "left": children.children(), "helper": helper.pid}))
+helper.kill()
+helper.wait()
+children.kill_leftovers()  # the helper's own sleep, re-parented here
+"""
+
+
+def test_kill_leftovers_kills_what_a_variant_left_and_spares_torchs_helpers():
+    """In a process of its own (becoming a subreaper is process-wide): the orphaned sleeper is found and
+    killed, a child whose command line names torch's compile worker is left to torch."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", LEFTOVERS], capture_output=True, text=True, timeout=60)
+    subreaper, report = out.stdout.splitlines()
+    got = json.loads(report)
+    assert subreaper == "True"
+    assert len(got["killed"]) == 1 and got["killed"][0].endswith(": sleep 300"), got
+    assert got["left"] == [got["helper"]]
+    assert _gone(int(got["killed"][0].split()[1].rstrip(":")))
+
+
+INTEROP_TAINT = """
+import multiprocessing
+
+import torch
+from attnbench import variants
+
+# at import, before any parallel work: it cannot be set back afterwards. Only in the worker (a spawned
+# process), never in the test's own process, which the run's checks import it into too
+if multiprocessing.parent_process() is not None:
+    torch.set_num_interop_threads(1)
+
+
+@variants.register("interop_one", description="one interop thread, set when its file is imported")
+def interop_one(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_an_import_that_cannot_be_put_back_is_named_in_every_row(tmp_path):
+    """The worker puts back what an import changed; interop threads cannot be set twice in a process, so
+    every cell runs so: each row says which file did it (none is blamed), and the worker is not replaced
+    after every cell for it."""
+    (tmp_path / "interop.py").write_text(INTEROP_TAINT)
+    run_cli("run", "--variant-file", str(tmp_path / "interop.py"), "--variants", "interop_one,naive", *SMALL,
+            "--out", str(tmp_path / "r"), check=True)  # fmt: skip
+    rows = _rows(tmp_path / "r")
+    assert rows["interop_one"]["message"].startswith(
+        "changed torch's global state: num_interop_threads 2 → 1 when imported (not all put back)"
+    )
+    assert rows["naive"]["status"] == "error" and rows["naive"]["message"].startswith(
+        f"importing variant file {tmp_path / 'interop.py'} changed torch's global state: "
+        "num_interop_threads 2 → 1 for good (it cannot be put back)"
+    )
+    assert (tmp_path / "r" / "worker.log").read_text().count(" starting") == 1
