@@ -493,6 +493,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = list(check.gate_all(plan))
     shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
     console.print(terminal.gate_table(rows, plan.seq_len, **shape))
+    no_key = terminal.no_key_table(rows)
+    if no_key is not None:
+        console.print()
+        console.print(no_key)
     if args.probe:
         from attnbench.harness import numerics
 
