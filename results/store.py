@@ -36,6 +36,50 @@ class RunDirError(ValueError):
     """A run directory is missing, not a run, from an unreadable schema version, or already taken."""
 
 
+class RunWriteError(RunDirError):
+    """A run's file could not be written (a full disk, a quota): nothing torn is left behind; the message
+    names the file and the cause in one line."""
+
+
+def _write_error(target: Path, exc: OSError) -> RunWriteError:
+    """'cannot write PATH: no space left on device; ...' for an OSError raised writing a run's file."""
+    cause = (exc.strerror or str(exc)).strip()
+    cause = cause[:1].lower() + cause[1:]
+    return RunWriteError(
+        f"cannot write {target}: {cause}; every row written before is kept: make room, then "
+        f"`attnbench run --resume --out {target.parent}`"
+    )
+
+
+def _append_all(fd: int, data: bytes, target: Path) -> None:
+    """Append `data` to the open file `fd` and fsync it, or leave the file as it was: a failed or short
+    write (ENOSPC partway through) is cut back to the size before, so no torn line stays behind."""
+    size = os.fstat(fd).st_size
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, size)
+        except OSError:  # pragma: no cover  (the next writer's _repair_tail cuts it then)
+            pass
+        raise _write_error(target, exc) from None
+
+
+def _replace_atomically(target: Path, text: str) -> None:
+    """Write `text` to target through a temp file renamed into place: target is the old or the new file,
+    never part of one; the temp file is removed when the write fails."""
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(target, exc) from None
+
+
 class RowWarning(UserWarning):
     """A line of rows.jsonl (or of a shard) that is not a row (a torn write, or corrupt data) was skipped."""
 
@@ -138,11 +182,9 @@ class RunWriter:
         target = self.path / META
         if target.exists():
             raise RunDirError(f"{target} exists already; run metadata is written once")
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(
-            json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n"
+        _replace_atomically(
+            target, json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n"
         )
-        os.replace(tmp, target)
 
     def add_device(self, record: dict[str, Any]) -> None:
         """Add one device's record (where it is, its calibration) to meta.json `devices`, keyed by
@@ -158,28 +200,23 @@ class RunWriter:
         if key in devices:
             return
         devices[key] = record
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp, target)
+        _replace_atomically(target, json.dumps(meta, indent=2, sort_keys=False) + "\n")
 
     def write_json(self, name: str, data: Any) -> None:
         """Write a side file of the run once (atomically), e.g. the numerics probe."""
         target = self.path / name
         if target.exists():
             raise RunDirError(f"{target} exists already")
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, target)
+        _replace_atomically(target, json.dumps(data, indent=1) + "\n")
 
     def append(self, row: dict[str, Any]) -> None:
-        """Append one row as one line, flushed and fsync'd before returning."""
+        """Append one row as one line, fsync'd before returning; RunWriteError (the file as it was before,
+        no torn line) when the disk is full or the write fails otherwise."""
         if self._fh is None:
-            self._fh = (self.path / ROWS).open("ab")
+            self._fh = (self.path / ROWS).open("ab", buffering=0)
             self._repair_tail()
         data = (json.dumps(row, separators=(",", ":")) + "\n").encode()
-        self._fh.write(data)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        _append_all(self._fh.fileno(), data, self.path / ROWS)
         self.done[row["cell_id"]] = row
 
     def _repair_tail(self) -> None:
@@ -196,17 +233,16 @@ class RunWriter:
         except (json.JSONDecodeError, UnicodeDecodeError):
             row = None
         if isinstance(row, dict) and "cell_id" in row:
-            self._fh.write(b"\n")
+            _append_all(self._fh.fileno(), b"\n", p)
         else:
             os.truncate(p, cut)
 
     def log_resume(self, record: dict[str, Any]) -> None:
         """Append one line to resumes.jsonl (flushed and fsync'd): meta.json stays as the run's first
         session wrote it, and every later session that added rows says when and how it differed."""
-        with (self.path / RESUMES).open("ab") as fh:
-            fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
+        with (self.path / RESUMES).open("ab", buffering=0) as fh:
+            line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+            _append_all(fh.fileno(), line, self.path / RESUMES)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -232,11 +268,15 @@ def _acquire(path: Path):
                 f"{str(path)!r} is being written by {holder}; a run has one writer at a time: wait for it "
                 "to finish (or stop it), then --resume"
             ) from None
-    fh.seek(0)
-    fh.truncate()
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    fh.write(f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n")
-    fh.flush()
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n")
+        fh.flush()
+    except OSError as exc:
+        fh.close()
+        raise _write_error(path / LOCK, exc) from None
     return fh
 
 

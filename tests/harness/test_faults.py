@@ -1,0 +1,86 @@
+"""Faults around a run, each one line on stderr and exit 2 with nothing torn or lost: a full disk, a start
+interrupted before meta.json, a malformed meta.json, a numerics probe a crash left unwritten."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+QUICK = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "-q")
+
+FILLER = """
+from pathlib import Path
+
+from attnbench import variants
+
+
+@variants.register("fill_disk", description="naive, that fills the run's disk once, in its N = 32 cell")
+def fill_disk(q, k, v, **kw):
+    done = Path({marker!r})
+    if q.shape[2] == 32 and not done.exists():
+        done.touch()
+        with open({filler!r}, "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"x" * 4096)
+            except OSError:  # ENOSPC: the disk is full now
+                pass
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+@contextlib.contextmanager
+def tiny_disk(where: Path, size: str):
+    """A tmpfs of `size` mounted at `where` for the test's length, unmounted afterwards whatever happens;
+    the test is skipped where mounting is not permitted (not root, or no CAP_SYS_ADMIN in a container)."""
+    where.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", f"attnbench-test-{uuid.uuid4().hex[:8]}", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here to fill a disk for real: {proc.stderr.strip() or proc.returncode}"
+        )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_disk_stops_the_run_with_one_line_and_resume_finishes_it(tmp_path):
+    marker, variant_file = tmp_path / "filled", tmp_path / "fill.py"
+    with tiny_disk(tmp_path / "disk", "1m") as disk:
+        filler = disk / "filler"
+        variant_file.write_text(FILLER.format(marker=str(marker), filler=str(filler)))
+        out = disk / "run"
+        proc = run_cli(
+            "run", "--variant-file", str(variant_file), "--variants", "naive,fill_disk",
+            "--seq-len", "32,48,64", *QUICK, "--out", str(out),
+        )  # fmt: skip
+        assert marker.exists(), proc.stderr  # the disk did fill
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(
+            f"attnbench: error: cannot write {out / 'rows.jsonl'}: no space left on device"
+        )
+        assert f"--resume --out {out}" in line
+        raw = (out / "rows.jsonl").read_bytes()
+        assert raw == b"" or raw.endswith(b"\n")  # no torn last line
+        before = [json.loads(x) for x in raw.splitlines()]
+        assert len(before) < 6 and not list(out.glob("*.tmp"))
+
+        filler.unlink()  # space is back
+        again = run_cli("run", "--resume", "--out", str(out), "-q")
+        assert again.returncode == 0, again.stderr
+        rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+        assert rows[: len(before)] == before and len(rows) == 6
+        assert {r["status"] for r in rows} == {"ok"}
+        assert len({r["cell_id"] for r in rows}) == 6
