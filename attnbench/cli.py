@@ -170,6 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import check_mode, run
     from attnbench.results import RunDirError
+    from attnbench.results.store import is_run_dir
     from attnbench.variants import VariantError
 
     plan = _rerun_plan(args)
@@ -204,6 +205,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         counts = f"{summary.collected} rows collected from array task shards; " + counts
     for note in summary.notes:
         print(f"attnbench: note: {note}", file=sys.stderr)
+    if summary.interrupted and not is_run_dir(summary.path):
+        print(
+            f"interrupted while starting, before the run's meta.json was written: nothing was measured; "
+            f"run the same command again (it reuses {summary.path})",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     if summary.interrupted:
         print(
             f"interrupted: finished rows are kept in {summary.path} ({counts}); "

@@ -21,7 +21,7 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import read_meta
+from attnbench.results.store import is_unstarted, read_meta
 
 from . import executors, fingerprint, timing
 from .affinity import check_cpu_affinity
@@ -112,7 +112,7 @@ def check_mode(
         )
     if not resume and out is not None:
         target = Path(out)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        if target.exists() and not is_unstarted(target):  # what a stopped start left is reused
             raise ValueError(
                 f"{str(out)!r} already exists and is not empty; pass {name('resume')} or choose another "
                 f"{name('out')}"

@@ -88,8 +88,31 @@ class UncollectedWarning(UserWarning):
     """A run's rows are (partly) still in shards/*.jsonl, not yet merged into rows.jsonl."""
 
 
+# What a run's start leaves before meta.json exists (its lock, its worker's log, a temp file a kill cut
+# short): a directory holding only these was stopped while starting or calibrating, measured nothing, and
+# is reused by the next new run into it.
+START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp")
+
+
 def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / META).is_file()
+
+
+def _leftovers(path: Path) -> list[Path] | None:
+    """The files of a directory that a run's start left (START_LEFTOVERS), or None when it holds anything
+    else, meta.json among it, or is no directory."""
+    if not path.is_dir():
+        return None
+    found = list(path.iterdir())
+    if all(p.is_file() and any(p.match(pattern) for pattern in START_LEFTOVERS) for p in found):
+        return found
+    return None
+
+
+def is_unstarted(path: str | Path) -> bool:
+    """Whether `path` is empty, or holds only what a run stopped before meta.json left (START_LEFTOVERS):
+    a new run may go there, and there is nothing to resume."""
+    return _leftovers(Path(path)) is not None
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -97,6 +120,12 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     if not p.is_dir():
         raise RunDirError(f"run directory {str(path)!r} does not exist")
     if not (p / META).is_file():
+        if is_unstarted(p) and any(p.iterdir()):
+            raise RunDirError(
+                f"{str(path)!r} holds no run: it was stopped while starting (before {META} was written), "
+                "so nothing was measured; run the same command again without --resume (the directory is "
+                "reused)"
+            )
         raise RunDirError(f"{str(path)!r} is not an attnbench run (no {META})")
     try:
         meta = json.loads((p / META).read_text())
@@ -167,14 +196,22 @@ class RunWriter:
             self.done = {r["cell_id"]: r for r in read_rows(self.path)}
         else:
             self._refuse_taken()  # again under the lock: another writer may have started in between
+            self._clear_leftovers()
             self.done = {}
 
     def _refuse_taken(self) -> None:
-        if self.path.exists() and any(p.name != LOCK for p in self.path.iterdir()):
+        if self.path.exists() and not is_unstarted(self.path):
             raise RunDirError(
                 f"{str(self.path)!r} already exists and is not empty; pass --resume to finish that run "
                 "or choose another --out"
             )
+
+    def _clear_leftovers(self) -> None:
+        """A new run into what a stopped start left: its old worker logs and temp files go (they belong to
+        no run); the lock is this writer's now."""
+        for p in _leftovers(self.path) or []:
+            if p.name != LOCK:
+                p.unlink(missing_ok=True)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Write meta.json once (atomically: a temp file renamed into place)."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import cli_env, run_cli, wait_while_running
 
 QUICK = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "-q")
 
@@ -84,3 +87,47 @@ def test_a_full_disk_stops_the_run_with_one_line_and_resume_finishes_it(tmp_path
         assert rows[: len(before)] == before and len(rows) == 6
         assert {r["status"] for r in rows} == {"ok"}
         assert len({r["cell_id"] for r in rows}) == 6
+
+
+def test_a_run_stopped_while_calibrating_is_reused_and_the_hint_says_so(tmp_path):
+    """Ctrl-C before meta.json (here: during a long calibration) leaves the lock and the worker's log; the
+    hint names what works, --resume says why there is nothing to resume, and the same command runs again
+    into that directory."""
+    out = tmp_path / "run"
+    args = ["run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *args, "--calibrate-ms", "20000"],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_while_running(lambda: (out / "worker.log").is_file(), proc, "the worker's start")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert not (out / "meta.json").exists() and (out / "worker.log").is_file()
+    assert "run the same command again" in err and "--resume" not in err
+
+    resume = run_cli("run", "--resume", "--out", str(out))
+    assert resume.returncode == 2
+    (line,) = resume.stderr.strip().splitlines()
+    assert "holds no run" in line and "without --resume" in line
+
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    rows = (out / "rows.jsonl").read_text().splitlines()
+    assert len(rows) == 1 and json.loads(rows[0])["status"] == "ok"
+
+
+def test_a_directory_with_anything_else_is_still_refused(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "worker.log").write_text("old\n")
+    (out / "notes.txt").write_text("mine\n")
+    proc = run_cli("run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out))
+    assert proc.returncode == 2 and "already exists and is not empty" in proc.stderr
+    assert (out / "notes.txt").read_text() == "mine\n"
