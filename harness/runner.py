@@ -171,7 +171,7 @@ def _fresh(sweep: SweepSpec, variant_files: Sequence[str | Path], only: Sequence
 
 def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callable[[str], str]) -> _Start:
     meta = read_meta(out)
-    sweep = SweepSpec.from_meta(meta["sweep"])
+    sweep = SweepSpec.from_meta(meta["sweep"], Path(out) / "meta.json")
     current = fingerprint.resume_identity(dict(sweep.settings.env))
     differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
     if differs and not force_resume:

@@ -246,15 +246,21 @@ class _Sweep:
         return cls(**kw, settings=Settings(**settings))
 
     @classmethod
-    def from_meta(cls, d: dict[str, Any]):
+    def from_meta(cls, d: dict[str, Any], source: Any = "meta.json"):
         """The sweep a run's meta.json recorded (its "sweep"). A run written before the timing setting
         existed timed its CUDA cells with events, the one CUDA mode then: its resume, rerun and repro line
-        keep events rather than take today's default (auto), so that its rows stay comparable."""
-        d = dict(d)
-        settings = dict(d.get("settings") or {})
-        if "timing" not in settings and "cuda" in (d.get("devices") or ()):
-            settings["timing"] = "events"
-        return cls.from_dict({**d, "settings": settings})
+        keep events rather than take today's default (auto), so that its rows stay comparable. A sweep this
+        attnbench cannot read is a RunDirError naming `source` (the file) and what is wrong."""
+        try:
+            d = dict(d)
+            settings = dict(d.get("settings") or {})
+            if "timing" not in settings and "cuda" in (d.get("devices") or ()):
+                settings["timing"] = "events"
+            return cls.from_dict({**d, "settings": settings})
+        except (TypeError, ValueError) as exc:
+            from attnbench.results.store import RunDirError
+
+            raise RunDirError(f"{source} is damaged: its `sweep` cannot be read: {exc}") from None
 
 
 def _causal(value: bool | str) -> tuple[bool, str]:

@@ -129,14 +129,67 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         raise RunDirError(f"{str(path)!r} is not an attnbench run (no {META})")
     try:
         meta = json.loads((p / META).read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunDirError(f"{p / META} is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise RunDirError(
+            f"{p / META} is not a run's metadata: a JSON object was expected, not {_kind(meta)}"
+        )
     version = meta.get("schema_version")
     if version not in READABLE_VERSIONS:
         raise RunDirError(
             f"{p / META} has schema version {version!r}; this attnbench reads {list(READABLE_VERSIONS)}"
         )
+    problem = _meta_problem(meta)
+    if problem:
+        raise RunDirError(f"{p / META} is damaged: {problem}")
     return meta
+
+
+# The JSON kinds of meta.json's fields that commands read (RunWriter writes them so); `sweep` is required.
+# A field of another kind is refused by read_meta with one line, before a command trips over it.
+META_KINDS: dict[str, type] = {
+    "run_id": str,
+    "created": str,
+    "sweep": dict,
+    "variants": list,
+    "variant_capabilities": dict,
+    "variant_files": list,
+    "fingerprint": dict,
+    "executor": str,
+    "calibration": dict,
+    "devices": dict,
+    "worker_threads": int,
+    "cells": list,
+    "rerun_of": dict,
+    "cpu_affinity": dict,
+    "cwd": str,
+}
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number",
+               bool: "true/false", type(None): "null"}  # fmt: skip
+
+
+def _kind(value: Any) -> str:
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _meta_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with a parsed meta.json's shape (one clause), None when nothing is."""
+    if "sweep" not in meta:
+        return "it has no `sweep` (what the run measures)"
+    for key, kind in META_KINDS.items():
+        if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)):
+            want = _JSON_KINDS[kind]
+            return f"`{key}` should be {want}, not {_kind(meta[key])}"
+    for key in ("variant_capabilities", "calibration", "devices"):  # objects of objects
+        bad = next((k for k, v in meta.get(key, {}).items() if not isinstance(v, dict)), None)
+        if bad is not None:
+            return f"`{key}.{bad}` should be an object, not {_kind(meta[key][bad])}"
+    for axis, values in meta["sweep"].items():
+        want = dict if axis == "settings" else list
+        if not isinstance(values, want) and not (axis == "settings" and values is None):
+            return f"`sweep.{axis}` should be {_JSON_KINDS[want]}, not {_kind(values)}"
+    return None
 
 
 def _read_lines(p: Path, *, rows: bool = True) -> list[tuple[int, dict[str, Any]]]:

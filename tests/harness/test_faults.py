@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,3 +132,49 @@ def test_a_directory_with_anything_else_is_still_refused(tmp_path):
     proc = run_cli("run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out))
     assert proc.returncode == 2 and "already exists and is not empty" in proc.stderr
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
+BASE_META = json.loads((RUN / "meta.json").read_text())
+DAMAGED = {
+    "a list": ([], "is not a run's metadata: a JSON object was expected, not a list"),
+    "no sweep": (
+        {k: v for k, v in BASE_META.items() if k != "sweep"},
+        "is damaged: it has no `sweep` (what the run measures)",
+    ),
+    "a wrong type": (
+        {**BASE_META, "fingerprint": 3},
+        "is damaged: `fingerprint` should be an object, not an integer",
+    ),
+    "a wrong type in the sweep": (
+        {**BASE_META, "sweep": {**BASE_META["sweep"], "seq_len": "64"}},
+        "is damaged: `sweep.seq_len` should be a list, not a string",
+    ),
+    "a wrong value in the sweep": (
+        {**BASE_META, "sweep": {**BASE_META["sweep"], "seq_len": ["a"]}},
+        "is damaged: its `sweep` cannot be read: seq_len must be positive integers, got 'a'",
+    ),
+}
+READERS = {
+    "run --resume": lambda run, tmp: ("run", "--resume", "--out", str(run), "-q"),
+    "collect": lambda run, tmp: ("collect", str(run), "-q"),
+    "run --rerun": lambda run, tmp: ("run", "--rerun", str(run), "--out", str(tmp / "rerun"), "-q"),
+    "repro": lambda run, tmp: ("repro", str(run), "x"),
+    "export": lambda run, tmp: ("export", str(run)),
+    "report": lambda run, tmp: ("report", str(run), "--out", str(tmp / "report")),
+    "compare": lambda run, tmp: ("compare", str(RUN), str(run), "--out", str(tmp / "compare")),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED))
+def test_a_damaged_meta_json_is_one_line_naming_the_file_for_every_command(tmp_path, damage):
+    meta, message = DAMAGED[damage]
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "meta.json").write_text(json.dumps(meta))
+    # what only measuring reads (the sweep's values) fails the commands that measure; the others read rows
+    readers = READERS if damage != "a wrong value in the sweep" else list(READERS)[:4]
+    for name in readers:
+        proc = run_cli(*READERS[name](run, tmp_path))
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert proc.stderr == f"attnbench: error: {run / 'meta.json'} {message}\n", name

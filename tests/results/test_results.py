@@ -144,7 +144,7 @@ def test_committed_fixture_loads():
 
 def test_one_writer_per_run_directory(tmp_path):
     first = RunWriter(tmp_path / "run")
-    first.write_meta({"run_id": "x"})
+    first.write_meta({"run_id": "x", "sweep": {}})
     with pytest.raises(RunDirError, match=rf"being written by pid {os.getpid()} on host"):
         RunWriter(tmp_path / "run", resume=True)
     first.close()
