@@ -10,6 +10,7 @@ every finished row kept; --resume takes in what earlier sessions left outside ro
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -242,6 +243,8 @@ def run(
         local = CellRunner(_worker_config(start, path), start.sweep.settings)
         if not resume:
             _write_meta(writer, start, local, progress, executor, rerun_of)
+        else:
+            _finish_probe(writer, start, local, progress)
         _measure(start, writer, summary, progress, local, chosen_executor)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -387,6 +390,25 @@ def _meta(
         },
         "cwd": os.getcwd(),
     }
+
+
+def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress: Progress) -> None:
+    """A resume measures the numerics probe when the run's first session stopped (Ctrl-C, a full disk)
+    before numerics.json was written whole."""
+    if _probe_written(writer.path):
+        return
+    progress.message("numerics probe: missing or torn in this run; measuring it now")
+    (writer.path / NUMERICS_FILE).unlink(missing_ok=True)
+    writer.write_json(NUMERICS_FILE, _numerics(start.sweep, start.names, local))
+
+
+def _probe_written(path: Path) -> bool:
+    """Whether the run's numerics.json is there and whole (an object with its `probe` list)."""
+    try:
+        value = json.loads((path / NUMERICS_FILE).read_text())
+    except (OSError, ValueError):  # missing, unreadable, or torn JSON (UnicodeDecodeError is a ValueError)
+        return False
+    return isinstance(value, dict) and isinstance(value.get("probe"), list)
 
 
 def _numerics(sweep: SweepSpec, names: list[str], local: CellRunner) -> dict[str, Any]:

@@ -178,3 +178,63 @@ def test_a_damaged_meta_json_is_one_line_naming_the_file_for_every_command(tmp_p
         proc = run_cli(*READERS[name](run, tmp_path))
         assert proc.returncode == 2, (name, proc.stderr)
         assert proc.stderr == f"attnbench: error: {run / 'meta.json'} {message}\n", name
+
+
+SLOW_PROBE = """
+import time
+from pathlib import Path
+
+from attnbench import variants
+
+
+@variants.register("slow_probe", description="naive, slow at the numerics probe's N = 128 until told not to")
+def slow_probe(q, k, v, **kw):
+    if q.shape[2] == 128 and not Path({marker!r}).exists():
+        time.sleep(60)
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def _probe_variants(run: Path) -> set[str]:
+    return {rec["variant"] for rec in json.loads((run / "numerics.json").read_text())["probe"]}
+
+
+def test_a_probe_stopped_by_ctrl_c_is_measured_by_the_resume(tmp_path):
+    marker, variant_file, out = tmp_path / "fast", tmp_path / "slow.py", tmp_path / "run"
+    variant_file.write_text(SLOW_PROBE.format(marker=str(marker)))
+    args = ["run", "--variant-file", str(variant_file), "--variants", "naive,slow_probe", "--seq-len", "32"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *args, *QUICK, "--out", str(out), "--calibrate-ms", "200"],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_while_running(lambda: (out / "meta.json").is_file(), proc, "meta.json")
+        time.sleep(1)  # inside slow_probe's probe call now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and not (out / "numerics.json").exists(), err
+    marker.touch()
+    again = run_cli("run", "--resume", "--out", str(out), "-q")
+    assert again.returncode == 0, again.stderr
+    assert {"naive", "slow_probe", "unstable_softmax"} <= _probe_variants(out)
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_torn_probe_is_measured_again_on_resume(carried_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(carried_run, run)
+    (run / "numerics.json").write_text('{"probe": [{"variant": "naive", "dev')  # cut mid-write
+    rows = (run / "rows.jsonl").read_text()
+    report = run_cli("report", str(run), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    assert (
+        "numerics.json: unreadable (torn write?), left out; `run --resume` measures it again" in report.stderr
+    )
+    proc = run_cli("run", "--resume", "--out", str(run), "-q", cwd=carried_run.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert {"naive", "mine", "unstable_softmax"} <= _probe_variants(run)
+    assert (run / "rows.jsonl").read_text() == rows  # every cell was done: nothing measured again
