@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnbench.harness import options
 from attnbench.harness.executors import EXECUTORS
+from attnbench.results.formulas import printable
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -27,7 +28,7 @@ class BadInput(ValueError):
 
 
 def _fail(msg: str) -> int:
-    print(f"attnbench: error: {msg}", file=sys.stderr)
+    print(f"attnbench: error: {printable(msg)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
@@ -204,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.collected:
         counts = f"{summary.collected} rows collected from array task shards; " + counts
     for note in summary.notes:
-        print(f"attnbench: note: {note}", file=sys.stderr)
+        print(f"attnbench: note: {printable(note)}", file=sys.stderr)
     if summary.interrupted and not is_run_dir(summary.path):
         print(
             f"interrupted while starting, before the run's meta.json was written: nothing was measured; "
@@ -747,7 +748,7 @@ def _one_line_warnings():
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, (RowWarning, UncollectedWarning)):
-            print(f"attnbench: warning: {message}", file=sys.stderr)
+            print(f"attnbench: warning: {printable(str(message))}", file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)
 

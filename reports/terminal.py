@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.results.formulas import SHORT_DTYPE
+from attnbench.results.formulas import SHORT_DTYPE, printable
 
 MIN_WIDTH = 150  # the tables' columns fit without folding at this width; a wider terminal gets its own
 LIST_TITLE = "attnbench variants (memory: how peak memory grows with N)"
@@ -36,7 +36,8 @@ PROBE_COLUMNS = ("variant", "device", "dtype", "q scale", "status", "rel_err / m
 
 
 def _esc(text: Any) -> str:
-    return escape(str(text))
+    """Data as table text: control and bidi characters as escapes (printable), rich markup escaped."""
+    return escape(printable(text))
 
 
 def wide_console() -> Console:

@@ -39,3 +39,12 @@ def _refuse(problem):
 @variants.register("check_supports_raise", description="its capability check raises", supports=_refuse)
 def check_supports_raise(q, k, v, **kw):
     return variants.get("naive").fn(q, k, v, **kw)
+
+
+# ESC starts a terminal colour sequence, U+202E reverses the text after it in a terminal or a browser
+HOSTILE_MESSAGE = "\x1b[31mred\x1b[0m \u202eevil\u202c done\rover"
+
+
+@variants.register("control_chars", description="raises with ESC and U+202E in its message")
+def control_chars(q, k, v, **kw):
+    raise ValueError(HOSTILE_MESSAGE)

@@ -238,3 +238,32 @@ def test_a_torn_probe_is_measured_again_on_resume(carried_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert {"naive", "mine", "unstable_softmax"} <= _probe_variants(run)
     assert (run / "rows.jsonl").read_text() == rows  # every cell was done: nothing measured again
+
+
+RAW = ("\x1b", "\u202e", "\u202c", "\r")
+
+
+def test_control_and_bidi_characters_are_shown_escaped_and_stored_as_they_were(tmp_path):
+    """A variant's message with ESC, U+202E and CR: the run's progress lines, check's table, README.md and
+    report.html show escapes (\\x1b, \\u202e); rows.jsonl keeps the message as the variant raised it."""
+    from conftest import DATA
+
+    files = ("--variant-file", str(DATA / "check_variants.py"))
+    out = tmp_path / "run"
+    run = run_cli(
+        "run", *files, "--variants", "control_chars", "--seq-len", "32", *QUICK[:-1], "--out", str(out)
+    )
+    assert run.returncode == 0, run.stderr
+    (row,) = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert row["status"] == "error" and "\x1b[31mred\x1b[0m \u202eevil" in row["message"]  # stored as raised
+    assert "\\x1b[31mred\\x1b[0m \\u202eevil\\u202c done" in run.stderr  # the progress line
+
+    report = run_cli("report", str(out), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    for page in ("README.md", "report.html"):
+        text = (tmp_path / "report" / page).read_text()
+        assert "\\u202eevil" in text and not any(c in text for c in RAW), page
+
+    check = run_cli("check", *files, "--variants", "control_chars", "--seq-len", "16", "--dtype", "float32")
+    assert check.returncode == 1 and "\\u202eevil" in check.stdout
+    assert not any(c in check.stdout + check.stderr for c in RAW)
