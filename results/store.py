@@ -8,6 +8,7 @@ JSON only, never pickle.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -45,10 +46,12 @@ def _write_error(target: Path, exc: OSError) -> RunWriteError:
     """'cannot write PATH: no space left on device; ...' for an OSError raised writing a run's file."""
     cause = (exc.strerror or str(exc)).strip()
     cause = cause[:1].lower() + cause[1:]
-    return RunWriteError(
-        f"cannot write {target}: {cause}; every row written before is kept: make room, then "
-        f"`attnbench run --resume --out {target.parent}`"
-    )
+    run = target.parent
+    if (run / META).is_file():
+        then = f"every row written before is kept: make room, then `attnbench run --resume --out {run}`"
+    else:  # nothing measured yet: the directory is what a stopped start leaves (START_LEFTOVERS)
+        then = "nothing was measured yet: make room, then run the same command again"
+    return RunWriteError(f"cannot write {target}: {cause}; {then}")
 
 
 def _append_all(fd: int, data: bytes, target: Path) -> None:
@@ -365,7 +368,8 @@ def _acquire(path: Path):
         fh.write(f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n")
         fh.flush()
     except OSError as exc:
-        fh.close()
+        with contextlib.suppress(OSError):  # close flushes the same unwritable line again
+            fh.close()
         raise _write_error(path / LOCK, exc) from None
     return fh
 

@@ -267,3 +267,22 @@ def test_control_and_bidi_characters_are_shown_escaped_and_stored_as_they_were(t
     check = run_cli("check", *files, "--variants", "control_chars", "--seq-len", "16", "--dtype", "float32")
     assert check.returncode == 1 and "\\u202eevil" in check.stdout
     assert not any(c in check.stdout + check.stderr for c in RAW)
+
+
+def test_a_disk_full_from_the_start_is_one_line_and_the_same_command_runs_after(tmp_path):
+    with tiny_disk(tmp_path / "disk", "64k") as disk:
+        filler = disk / "filler"
+        with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"x" * 4096)
+        out = disk / "run"
+        args = ("run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out))
+        proc = run_cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"attnbench: error: cannot write {out}") and "no space left on device" in line
+        assert line.endswith("nothing was measured yet: make room, then run the same command again")
+        filler.unlink()
+        again = run_cli(*args)
+        assert again.returncode == 0, again.stderr
+        assert len((out / "rows.jsonl").read_text().splitlines()) == 1
