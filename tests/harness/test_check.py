@@ -140,6 +140,12 @@ def test_check_cli_never_crashes_and_says_why(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert "ValueError: deliberate failure with a second line" in proc.stdout
     assert "AttributeError: 'str' object has no attribute" in proc.stdout
+    probe = run_cli(
+        "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "check_supports_raise,check_raise",
+        "--seq-len", "16", "--dtype", "float32", "--probe",
+    )  # fmt: skip
+    assert probe.returncode == 1 and "Traceback" not in probe.stderr + probe.stdout, probe.stderr
+    assert probe.stdout.count("RuntimeError: a supports() hook that raises") == 5 + 3  # gate and probe rows
     ok = run_cli(
         "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "naive,nan_no_key", "--seq-len", "16",
         "--dtype", "float32",
