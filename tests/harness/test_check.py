@@ -102,15 +102,19 @@ def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_regist
     assert extra.status == "pass" and extra.masked_rows == "nan" and not extra.gating
 
     run = run_cli(
-        "run", "--variant-file", str(CHECK_VARIANTS), "--variants", "nan_no_key", "--seq-len", "32",
+        "run", "--variant-file", str(CHECK_VARIANTS), "--variants", "nan_no_key,check_supports_raise",
+        "--seq-len", "32",
         "--heads", "2", "--batch", "2", "--padding", "0.99", "--pass", "both", "--warmup-ms", "1",
         "--budget-ms", "5", "--min-ms", "1", "--out", str(tmp_path / "run"), "-q",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    statuses = [
-        json.loads(line)["status"] for line in (tmp_path / "run" / "rows.jsonl").read_text().splitlines()
-    ]
-    assert statuses == ["ok", "ok"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rows.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows if r["variant"] == "nan_no_key"] == ["ok", "ok"]
+    raised = [r for r in rows if r["variant"] == "check_supports_raise"]  # the run goes on past it
+    assert len(raised) == 2 and {r["status"] for r in raised} == {"error"}
+    assert {r["message"] for r in raised} == {
+        "its capability check raised RuntimeError: a supports() hook that raises"
+    }
 
 
 def test_a_plugin_that_raises_or_returns_garbage_is_a_row_with_its_reason(isolated_registry):
