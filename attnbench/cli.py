@@ -411,6 +411,14 @@ def _load_files(paths: list[str] | None) -> None:
             raise BadInput(str(exc)) from None
 
 
+def _availability(variant, device: str) -> str | None:
+    """variant.availability(device), or, when a plug-in's own check raises, that as the reason."""
+    try:
+        return variant.availability(device)
+    except Exception as exc:  # the plug-in's code: list it, do not end `list`
+        return f"its availability check raised {type(exc).__name__}: {exc}"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.presets:
         from attnbench.harness.sweeps import preset_description, presets
@@ -426,7 +434,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         c = v.cap
         caps = ",".join(k for k in ("causal", "padding", "dropout", "backward") if getattr(c, k))
         head = f"{c.min_head_dim}..{c.max_head_dim or 'any'}"
-        where = {d: v.availability(d) for d in ("cpu", "cuda")}
+        where = {d: _availability(v, d) for d in ("cpu", "cuda")}
         rows.append(
             {
                 "name": name,

@@ -48,3 +48,14 @@ HOSTILE_MESSAGE = "\x1b[31mred\x1b[0m \u202eevil\u202c done\rover"
 @variants.register("control_chars", description="raises with ESC and U+202E in its message")
 def control_chars(q, k, v, **kw):
     raise ValueError(HOSTILE_MESSAGE)
+
+
+def _unknowable(device):
+    raise RuntimeError("an available() hook that raises")
+
+
+@variants.register(
+    "check_available_raise", description="its availability check raises", available=_unknowable
+)
+def check_available_raise(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)

@@ -156,3 +156,15 @@ def test_check_cli_never_crashes_and_says_why(tmp_path):
     )  # fmt: skip
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "rows that see no key" in ok.stdout and "nan" in ok.stdout
+
+
+def test_list_and_check_show_an_availability_check_that_raises():
+    listed = run_cli("list", "--variant-file", str(CHECK_VARIANTS))
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    reason = "check_available_raise on cpu: its availability check raised RuntimeError: an available() hook"
+    assert reason in listed.stdout
+    checked = run_cli(
+        "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "check_available_raise",
+        "--seq-len", "16", "--dtype", "float32",
+    )  # fmt: skip
+    assert checked.returncode == 1 and "RuntimeError: an available() hook that raises" in checked.stdout
