@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -767,6 +769,9 @@ def _one_line_warnings():
         warnings.showwarning = show
 
 
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not the command, got wrong
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -779,6 +784,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `attnbench export ... | head`
         return 0
+    except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
+        if exc.errno not in _NO_ROOM:
+            raise
+        where = exc.filename or getattr(args, "out", None) or "the output"
+        return _fail(f"cannot write {where}: {os.strerror(exc.errno).lower()}")
 
 
 if __name__ == "__main__":

@@ -286,3 +286,15 @@ def test_a_disk_full_from_the_start_is_one_line_and_the_same_command_runs_after(
         again = run_cli(*args)
         assert again.returncode == 0, again.stderr
         assert len((out / "rows.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_report_onto_a_full_disk_is_one_line(tmp_path):
+    with tiny_disk(tmp_path / "disk", "64k") as disk:
+        with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"x" * 4096)
+        proc = run_cli("report", str(RUN), "--out", str(disk / "report"))
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.splitlines()
+        assert line.startswith(f"attnbench: error: cannot write {disk / 'report'}")
+        assert line.endswith(": no space left on device")
