@@ -42,11 +42,12 @@ class RunWriteError(RunDirError):
     names the file and the cause in one line."""
 
 
-def _write_error(target: Path, exc: OSError) -> RunWriteError:
-    """'cannot write PATH: no space left on device; ...' for an OSError raised writing a run's file."""
+def _write_error(target: Path, exc: OSError, run: Path | None = None) -> RunWriteError:
+    """'cannot write PATH: no space left on device; ...' for an OSError raised writing a file of the run
+    directory `run` (target's folder unless given)."""
     cause = (exc.strerror or str(exc)).strip()
     cause = cause[:1].lower() + cause[1:]
-    run = target.parent
+    run = target.parent if run is None else run
     if (run / META).is_file():
         then = f"every row written before is kept: make room, then `attnbench run --resume --out {run}`"
     else:  # nothing measured yet: the directory is what a stopped start leaves (START_LEFTOVERS)
@@ -54,7 +55,13 @@ def _write_error(target: Path, exc: OSError) -> RunWriteError:
     return RunWriteError(f"cannot write {target}: {cause}; {then}")
 
 
-def _append_all(fd: int, data: bytes, target: Path) -> None:
+def append_record(fh, record: dict[str, Any], target: Path, run: Path) -> None:
+    """One record appended to the open binary file `fh` (target, a file of the run directory `run`) as one
+    JSON line and fsync'd: whole, or not at all (RunWriteError, the file as it was)."""
+    _append_all(fh.fileno(), (json.dumps(record, separators=(",", ":")) + "\n").encode(), target, run)
+
+
+def _append_all(fd: int, data: bytes, target: Path, run: Path | None = None) -> None:
     """Append `data` to the open file `fd` and fsync it, or leave the file as it was: a failed or short
     write (ENOSPC partway through) is cut back to the size before, so no torn line stays behind."""
     size = os.fstat(fd).st_size
@@ -68,7 +75,7 @@ def _append_all(fd: int, data: bytes, target: Path) -> None:
             os.ftruncate(fd, size)
         except OSError:  # pragma: no cover  (the next writer's _repair_tail cuts it then)
             pass
-        raise _write_error(target, exc) from None
+        raise _write_error(target, exc, run) from None
 
 
 def _replace_atomically(target: Path, text: str) -> None:

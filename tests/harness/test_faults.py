@@ -298,3 +298,22 @@ def test_a_report_onto_a_full_disk_is_one_line(tmp_path):
         (line,) = proc.stderr.splitlines()
         assert line.startswith(f"attnbench: error: cannot write {disk / 'report'}")
         assert line.endswith(": no space left on device")
+
+
+def test_appending_until_the_disk_is_full_leaves_whole_lines_only(tmp_path):
+    """store.append_record (rows.jsonl's and the Slurm shards' writer): the record the disk has no room for
+    is cut back out, however much of it was written, and the error names the file."""
+    from attnbench.results.store import RunWriteError, append_record
+
+    with tiny_disk(tmp_path / "disk", "64k") as disk:
+        target = disk / "shards" / "task.jsonl"
+        target.parent.mkdir()
+        record = {"cell_id": "x", "pad": "y" * 1000}  # 64 KiB is not a multiple of a line: the last one tears
+        written = 0
+        with target.open("ab") as fh, pytest.raises(RunWriteError) as err:
+            while True:
+                append_record(fh, {**record, "n": written}, target, disk)
+                written += 1
+        lines = target.read_bytes().split(b"\n")
+        assert lines[-1] == b"" and [json.loads(x)["n"] for x in lines[:-1]] == list(range(written))
+        assert str(err.value).startswith(f"cannot write {target}: no space left on device; nothing was")
