@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from attnbench.harness import options
 from attnbench.harness.executors import EXECUTORS
+from attnbench.results.formulas import printable
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -27,7 +30,7 @@ class BadInput(ValueError):
 
 
 def _fail(msg: str) -> int:
-    print(f"attnbench: error: {msg}", file=sys.stderr)
+    print(f"attnbench: error: {printable(msg)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
@@ -170,6 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import check_mode, run
     from attnbench.results import RunDirError
+    from attnbench.results.store import is_run_dir
     from attnbench.variants import VariantError
 
     plan = _rerun_plan(args)
@@ -203,7 +207,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.collected:
         counts = f"{summary.collected} rows collected from array task shards; " + counts
     for note in summary.notes:
-        print(f"attnbench: note: {note}", file=sys.stderr)
+        print(f"attnbench: note: {printable(note)}", file=sys.stderr)
+    if summary.interrupted and not is_run_dir(summary.path):
+        print(
+            f"interrupted while starting, before the run's meta.json was written: nothing was measured; "
+            f"run the same command again (it reuses {summary.path})",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     if summary.interrupted:
         print(
             f"interrupted: finished rows are kept in {summary.path} ({counts}); "
@@ -402,6 +413,14 @@ def _load_files(paths: list[str] | None) -> None:
             raise BadInput(str(exc)) from None
 
 
+def _availability(variant, device: str) -> str | None:
+    """variant.availability(device), or, when a plug-in's own check raises, that as the reason."""
+    try:
+        return variant.availability(device)
+    except Exception as exc:  # the plug-in's code: list it, do not end `list`
+        return f"its availability check raised {type(exc).__name__}: {exc}"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.presets:
         from attnbench.harness.sweeps import preset_description, presets
@@ -417,7 +436,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         c = v.cap
         caps = ",".join(k for k in ("causal", "padding", "dropout", "backward") if getattr(c, k))
         head = f"{c.min_head_dim}..{c.max_head_dim or 'any'}"
-        where = {d: v.availability(d) for d in ("cpu", "cuda")}
+        where = {d: _availability(v, d) for d in ("cpu", "cuda")}
         rows.append(
             {
                 "name": name,
@@ -494,6 +513,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = list(check.gate_all(plan))
     shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
     console.print(terminal.gate_table(rows, plan.seq_len, **shape))
+    no_key = terminal.no_key_table(rows)
+    if no_key is not None:
+        console.print()
+        console.print(no_key)
     if args.probe:
         from attnbench.harness import numerics
 
@@ -736,7 +759,7 @@ def _one_line_warnings():
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, (RowWarning, UncollectedWarning)):
-            print(f"attnbench: warning: {message}", file=sys.stderr)
+            print(f"attnbench: warning: {printable(str(message))}", file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)
 
@@ -745,6 +768,9 @@ def _one_line_warnings():
         yield
     finally:
         warnings.showwarning = show
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not the command, got wrong
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -759,6 +785,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `attnbench export ... | head`
         return 0
+    except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
+        if exc.errno not in _NO_ROOM:
+            raise
+        where = exc.filename or getattr(args, "out", None) or "the output"
+        return _fail(f"cannot write {where}: {os.strerror(exc.errno).lower()}")
 
 
 if __name__ == "__main__":

@@ -46,8 +46,12 @@ class SkipAhead:
 
 def precheck(spec: CellSpec, skip: SkipAhead) -> dict[str, Any] | None:
     """The row of a cell that needs no worker (unsupported here, or skipped after a smaller N failed);
-    None when the cell is to be measured. Cheap: the dispatcher calls it before handing a cell out."""
-    reason = variants.get(spec.variant).check(spec.problem())
+    None when the cell is to be measured. Cheap: the dispatcher calls it before handing a cell out. A
+    plug-in's capability check that raises makes its cell an error row (the run goes on)."""
+    try:
+        reason = variants.get(spec.variant).check(spec.problem())
+    except Exception as exc:  # the plug-in's own code, run in the parent: its fault is its cell's row
+        return finish(base_row(spec), "error", f"its capability check raised {type(exc).__name__}: {exc}")
     if reason:
         return finish(base_row(spec), "unsupported", reason)
     reason = skip.reason(spec)

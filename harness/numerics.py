@@ -16,6 +16,7 @@ from attnbench import variants
 from attnbench.variants import UnsupportedError, torch_dtype
 
 from . import correctness
+from .failures import failure
 
 PROBE_SCALES = (1.0, 10.0, 100.0)
 PROBE_SHAPE = dict(batch=1, heads=2, seq_len=128, d=64)
@@ -34,17 +35,17 @@ def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0
                 for name in names:
                     variant = variants.get(name)
                     rec = {"variant": name, "device": device, "dtype": dtype, "q_scale": scale}
-                    reason = variant.check(variants.Problem(device=device, dtype=dtype, d_k=d, d_v=d))
-                    if reason:
-                        out.append({**rec, "status": "unsupported", "message": reason})
-                        continue
-                    try:
+                    try:  # a plug-in's capability check may raise too: recorded like its call
+                        reason = variant.check(variants.Problem(device=device, dtype=dtype, d_k=d, d_v=d))
+                        if reason:
+                            out.append({**rec, "status": "unsupported", "message": str(reason)})
+                            continue
                         result = correctness.check(variant, q, k, v)
                     except UnsupportedError as exc:
                         out.append({**rec, "status": "unsupported", "message": str(exc)})
                         continue
-                    except Exception as exc:  # record, never abort the probe
-                        out.append({**rec, "status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                    except Exception as exc:  # record (one line, as a cell's), never abort the probe
+                        out.append({**rec, "status": "error", "message": failure(exc, device)[1]})
                         continue
                     finite = not math.isinf(result.rel_err)
                     out.append(

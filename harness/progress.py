@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import bytes_text, short_dtype
+from attnbench.results.formulas import bytes_text, printable, short_dtype
 
 STATUS_STYLE = {
     "ok": "green",
@@ -67,7 +67,7 @@ class Progress:
 
     def message(self, text: str) -> None:
         if self.enabled:
-            self.console.print(text, markup=False, soft_wrap=True)
+            self.console.print(printable(text), markup=False, soft_wrap=True)
 
     def start(self, total: int, done_before: int, run_dir: Path) -> None:
         if not self.enabled:
@@ -101,7 +101,7 @@ class Progress:
         if not self.enabled:
             return
         style = STATUS_STYLE.get(row["status"], "")
-        self.console.print(cell_line(row), style=style, markup=False, soft_wrap=True)
+        self.console.print(printable(cell_line(row)), style=style, markup=False, soft_wrap=True)
         if self._bar is not None:
             self._bar.advance(self._task)
 

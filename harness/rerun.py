@@ -34,7 +34,7 @@ def cells_of(run_dir: str | Path) -> tuple[dict[str, Any], SweepSpec, dict[str, 
     meta = read_meta(run_dir)
     if "sweep" not in meta:
         raise ValueError(f"{str(run_dir)!r} records no sweep (an imported run?); it cannot be measured again")
-    sweep = SweepSpec.from_meta(meta["sweep"])
+    sweep = SweepSpec.from_meta(meta["sweep"], Path(run_dir) / "meta.json")
     names = list(meta.get("variants") or sweep.variants)
     cells = {c.cell_id: c for c in sweep.cells(names)}
     return meta, sweep, cells

@@ -10,6 +10,7 @@ every finished row kept; --resume takes in what earlier sessions left outside ro
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import read_meta
+from attnbench.results.store import is_unstarted, read_meta
 from attnbench.results.writable import why_unwritable
 
 from . import executors, fingerprint, timing
@@ -117,7 +118,7 @@ def check_mode(
         raise ValueError(f"{_with_value(name('out'), repr(str(out)))} {why}")
     if not resume and out is not None:
         target = Path(out)
-        if target.is_dir() and any(target.iterdir()):
+        if target.is_dir() and not is_unstarted(target):  # what a stopped start left is reused
             raise ValueError(
                 f"{str(out)!r} already exists and is not empty; pass {name('resume')} or choose another "
                 f"{name('out')}"
@@ -176,7 +177,7 @@ def _fresh(sweep: SweepSpec, variant_files: Sequence[str | Path], only: Sequence
 
 def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callable[[str], str]) -> _Start:
     meta = read_meta(out)
-    sweep = SweepSpec.from_meta(meta["sweep"])
+    sweep = SweepSpec.from_meta(meta["sweep"], Path(out) / "meta.json")
     current = fingerprint.resume_identity(dict(sweep.settings.env))
     differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
     if differs and not force_resume:
@@ -247,6 +248,8 @@ def run(
         local = CellRunner(_worker_config(start, path), start.sweep.settings)
         if not resume:
             summary.notes += _write_meta(writer, start, local, progress, executor, rerun_of)
+        else:
+            summary.notes += _finish_probe(writer, start, local, progress)
         _measure(start, writer, summary, progress, local, chosen_executor)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -408,6 +411,27 @@ def _meta(
         },
         "cwd": os.getcwd(),
     }
+
+
+def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress: Progress) -> list[str]:
+    """A resume measures the numerics probe when the run's first session stopped (Ctrl-C, a full disk)
+    before numerics.json was written whole; the probe's notes, as _write_meta's."""
+    if _probe_written(writer.path):
+        return []
+    progress.message("numerics probe: missing or torn in this run; measuring it now")
+    (writer.path / NUMERICS_FILE).unlink(missing_ok=True)
+    numerics = _numerics(start.sweep, start.names, local)
+    writer.write_json(NUMERICS_FILE, numerics)
+    return _probe_notes(numerics["probe"])
+
+
+def _probe_written(path: Path) -> bool:
+    """Whether the run's numerics.json is there and whole (an object with its `probe` list)."""
+    try:
+        value = json.loads((path / NUMERICS_FILE).read_text())
+    except (OSError, ValueError):  # missing, unreadable, or torn JSON (UnicodeDecodeError is a ValueError)
+        return False
+    return isinstance(value, dict) and isinstance(value.get("probe"), list)
 
 
 def _numerics(sweep: SweepSpec, names: list[str], local: CellRunner) -> dict[str, Any]:

@@ -83,10 +83,7 @@ class _Cell:
 
     def key_lengths(self) -> list[int] | None:
         """Valid keys per batch element: element b keeps N_k - round(p * N_k * (b + 1) / B), at least 1."""
-        if self.padding <= 0:
-            return None
-        n, b = self.seq_k, self.batch
-        return [max(1, n - round(self.padding * n * (i + 1) / b)) for i in range(b)]
+        return padded_lengths(self.seq_k, self.batch, self.padding)
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of the added axes this cell passes to a variant (and the float64 gate),
@@ -100,6 +97,14 @@ class _Cell:
     def from_dict(cls, d: dict[str, Any]):
         """A cell from its row or dict; a row written before an axis existed gets that axis's default."""
         return cls(**{a.field: d[a.name] for a in AXES if a.name in d or a.core})
+
+
+def padded_lengths(n_k: int, batch: int, padding: float) -> list[int] | None:
+    """The key lengths (B,) of every padded problem attnbench makes (a run's cells and `check`): batch
+    element b keeps N_k - round(p * N_k * (b + 1) / B) keys, at least 1; None without padding."""
+    if padding <= 0:
+        return None
+    return [max(1, n_k - round(padding * n_k * (i + 1) / batch)) for i in range(batch)]
 
 
 def _cell_field(a) -> tuple:
@@ -241,15 +246,21 @@ class _Sweep:
         return cls(**kw, settings=Settings(**settings))
 
     @classmethod
-    def from_meta(cls, d: dict[str, Any]):
+    def from_meta(cls, d: dict[str, Any], source: Any = "meta.json"):
         """The sweep a run's meta.json recorded (its "sweep"). A run written before the timing setting
         existed timed its CUDA cells with events, the one CUDA mode then: its resume, rerun and repro line
-        keep events rather than take today's default (auto), so that its rows stay comparable."""
-        d = dict(d)
-        settings = dict(d.get("settings") or {})
-        if "timing" not in settings and "cuda" in (d.get("devices") or ()):
-            settings["timing"] = "events"
-        return cls.from_dict({**d, "settings": settings})
+        keep events rather than take today's default (auto), so that its rows stay comparable. A sweep this
+        attnbench cannot read is a RunDirError naming `source` (the file) and what is wrong."""
+        try:
+            d = dict(d)
+            settings = dict(d.get("settings") or {})
+            if "timing" not in settings and "cuda" in (d.get("devices") or ()):
+                settings["timing"] = "events"
+            return cls.from_dict({**d, "settings": settings})
+        except (TypeError, ValueError) as exc:
+            from attnbench.results.store import RunDirError
+
+            raise RunDirError(f"{source} is damaged: its `sweep` cannot be read: {exc}") from None
 
 
 def _causal(value: bool | str) -> tuple[bool, str]:

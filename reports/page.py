@@ -2,7 +2,8 @@
 
 The one page model of attnbench: `attnbench report`, `compare` and `profile` all build a Page of these
 blocks. Every string in a block is data (variant names, error messages, hostnames, commands) and is escaped
-here, and only here: blocks never carry markup, so a hostile name cannot inject any. Link targets are data
+here, and only here: blocks never carry markup, so a hostile name cannot inject any, and control and bidi
+characters (ESC, U+202E) are written as escapes (results.formulas.printable). Link targets are data
 too: only a file name beside the page or an http(s) URL becomes a link.
 """
 
@@ -14,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
+
+from attnbench.results.formulas import printable
 
 from .style import FigureFiles
 
@@ -127,7 +130,7 @@ _MD_LEADING = re.compile(r"^([#>+-])")  # only at the start of a line do these s
 def md_escape(text: object) -> str:
     """Text that GitHub renders literally: HTML-escaped (it renders inline HTML), Markdown punctuation
     backslash-escaped, newlines folded (a newline would end a table row)."""
-    s = html.escape(str(text), quote=False)
+    s = html.escape(printable(text), quote=False)
     s = _MD_SPECIAL.sub(r"\\\1", " ".join(s.split()))
     return _MD_LEADING.sub(r"\\\1", s)
 
@@ -203,7 +206,7 @@ figcaption, .caption { color: #57606a; font-size: 13px; }
 
 
 def _esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(printable(text), quote=True)
 
 
 def _html_link(text: str, href: str | None) -> str:
@@ -278,7 +281,7 @@ def to_text(table: Table, max_width: int = 48) -> str:
     """A table as aligned columns for a terminal; long cells are cut with '…'."""
 
     def cut(s: Text) -> str:
-        s = " ".join(plain(s).split())
+        s = " ".join(printable(plain(s)).split())
         return s if len(s) <= max_width else s[: max_width - 1] + "…"
 
     rows = [tuple(cut(c) for c in table.headers)] + [tuple(cut(c) for c in r) for r in table.rows]

@@ -16,20 +16,28 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.results.formulas import SHORT_DTYPE
+from attnbench.results.formulas import SHORT_DTYPE, printable
 
 MIN_WIDTH = 150  # the tables' columns fit without folding at this width; a wider terminal gets its own
 LIST_TITLE = "attnbench variants (memory: how peak memory grows with N)"
 LIST_COLUMNS = ("variant", "description", "memory", "dtypes", "head dim", "supports", "layout", "cpu", "cuda")
 SHORT = {**SHORT_DTYPE, "padding": "pad", "dropout": "drop", "backward": "bwd"}  # dtypes and supports
 GATE_COLUMNS = ("variant", "device", "dtype", "causal", "pad", "status", "rel_err", "grad_rel")
-GATE_CAPTION = "exit status 1 when a default variant FAILs; demo-only and unsupported rows do not count"
+GATE_CAPTION = (
+    "exit status 1 when a default variant FAILs or errors; demo-only and unsupported rows do not count"
+)
+NO_KEY_TITLE = "rows that see no key (a batch element with key length 0): what each variant returns there"
+NO_KEY_CAPTION = (
+    "no run makes this problem (every padded cell keeps at least one key), so it is shown and never gated"
+)
+NO_KEY_COLUMNS = ("variant", "device", "dtype", "status", "rel_err", "no-key rows return / reason")
 PROBE_TITLE = "numerics probe: rel_err against float64 with q scaled by 1, 10, 100"
 PROBE_COLUMNS = ("variant", "device", "dtype", "q scale", "status", "rel_err / message")
 
 
 def _esc(text: Any) -> str:
-    return escape(str(text))
+    """Data as table text: control and bidi characters as escapes (printable), rich markup escaped."""
+    return escape(printable(text))
 
 
 def wide_console() -> Console:
@@ -98,7 +106,13 @@ def print_variants(console: Console, rows: Sequence[Mapping[str, Any]], errors: 
 
 # ---- attnbench check ----------------------------------------------------------------------------------
 
-_GATE_DEFAULTS = {"rel_err": None, "grad_rel_err": None, "masked_rows": "", "reason": "", "gating": True}
+_GATE_DEFAULTS = {
+    "rel_err": None, "grad_rel_err": None, "masked_rows": "", "reason": "", "gating": True, "no_key": False,
+}  # fmt: skip
+_GATE_STYLE = {
+    "pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "error": "[bold red]error[/]",
+    "unsupported": "[yellow]unsupported[/]",
+}  # fmt: skip
 
 
 def _field(row: Any, name: str) -> Any:
@@ -118,12 +132,13 @@ def gate_table(rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, hea
     )
     for col in GATE_COLUMNS:
         table.add_column(col, no_wrap=True, justify="right" if col in ("rel_err", "grad_rel") else "left")
-    table.add_column("masked rows / reason", overflow="fold")
-    style = {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "unsupported": "[yellow]unsupported[/]"}
+    table.add_column("reason", overflow="fold")
     for r in rows:
+        if _field(r, "no_key"):
+            continue  # no_key_table's
         status, rel_err, grad = _field(r, "status"), _field(r, "rel_err"), _field(r, "grad_rel_err")
-        shown = style.get(status, f"[red]{_esc(status)}[/]")
-        shown += "" if _field(r, "gating") or status != "FAIL" else " (demo only)"
+        shown = _GATE_STYLE.get(status, f"[red]{_esc(status)}[/]")
+        shown += "" if _field(r, "gating") or status not in ("FAIL", "error") else " (demo only)"
         measured = rel_err is not None
         table.add_row(
             _esc(_field(r, "variant")),
@@ -134,7 +149,29 @@ def gate_table(rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, hea
             shown,
             f"{rel_err:.1e}" if measured else "",
             f"{grad:.1e}" if grad is not None else "-" if measured else "",
-            _esc(_field(r, "reason") or _field(r, "masked_rows")),
+            _esc(_field(r, "reason")),
+        )
+    return table
+
+
+def no_key_table(rows: Iterable[Any]) -> Table | None:
+    """The GateRows of the no-key problem (no_key True), apart from the gate: what each variant returns in
+    rows that see no key (zeros, nan, other), and its status on the rows that do; None when there are none."""
+    rows = [r for r in rows if _field(r, "no_key")]
+    if not rows:
+        return None
+    table = Table(title=NO_KEY_TITLE, caption=NO_KEY_CAPTION)
+    for col in NO_KEY_COLUMNS:
+        table.add_column(col, no_wrap=col != NO_KEY_COLUMNS[-1], overflow="fold")
+    for r in rows:
+        status, rel_err = _field(r, "status"), _field(r, "rel_err")
+        table.add_row(
+            _esc(_field(r, "variant")),
+            _esc(_field(r, "device")),
+            _esc(_field(r, "dtype")),
+            _GATE_STYLE.get(status, f"[red]{_esc(status)}[/]"),
+            f"{rel_err:.1e}" if rel_err is not None else "",
+            _esc("; ".join(x for x in (_field(r, "masked_rows"), _field(r, "reason")) if x)),
         )
     return table
 

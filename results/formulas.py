@@ -1,5 +1,5 @@
 """The formulas every layer shares, in one place: statistics of raw timing samples,
-FLOPs and TFLOP/s, and how bytes and dtypes are written for people.
+FLOPs and TFLOP/s, and how bytes, dtypes and messages are written for people.
 
 The harness computes result rows with them, the pytest-benchmark importer rebuilds rows with them, and
 reports read what they produced; nothing else derives these numbers.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import unicodedata
 from collections.abc import Sequence
 
 from .schema import NOISY_REL_IQR
@@ -201,3 +202,22 @@ def bytes_text(b: float | None) -> str:
 def short_dtype(name: str) -> str:
     """f32, f16, bf16, f64 for the dtype names; any other name as it is."""
     return SHORT_DTYPE.get(name, name)
+
+
+def printable(text: object) -> str:
+    """`text` safe to show a person: every control, format (bidi overrides such as U+202E, zero-width
+    characters), separator and unassigned character, which a terminal would obey (ESC starts a colour or
+    cursor sequence, CR overwrites the line) or a browser would use to reorder what is read, is written as
+    its escape (\\x1b, \\u202e), as Python's repr would; ordinary spaces, tabs and newlines stay. For what is
+    shown only (terminal, Markdown, HTML): stored rows keep a variant's message as it was."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(
+        c if c.isprintable() or c in "\t\n" or unicodedata.category(c) == "Zs" else _escape(c) for c in s
+    )
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"

@@ -10,7 +10,16 @@ from . import devices, drift, suspect
 from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, gbps
 from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS
-from .store import ROWS, SHARDS, UncollectedWarning, latest_rows, read_meta, read_resumes, uncollected_rows
+from .store import (
+    ROWS,
+    SHARDS,
+    RowWarning,
+    UncollectedWarning,
+    latest_rows,
+    read_meta,
+    read_resumes,
+    uncollected_rows,
+)
 
 
 def machine_label(meta: dict[str, Any]) -> str:
@@ -127,7 +136,18 @@ def load_numerics(path: str | Path) -> dict[str, Any]:
 
     read_meta(path)
     p = Path(path) / "numerics.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    try:
+        value = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        value = None
+    if not isinstance(value, dict):  # a write cut short by an older attnbench, or damaged: leave it out
+        warnings.warn(
+            f"{p}: unreadable (torn write?), left out; `run --resume` measures it again", RowWarning, 2
+        )
+        return {}
+    return value
 
 
 def export(df, fmt: str) -> str:

@@ -8,6 +8,7 @@ JSON only, never pickle.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -36,6 +37,59 @@ class RunDirError(ValueError):
     """A run directory is missing, not a run, from an unreadable schema version, or already taken."""
 
 
+class RunWriteError(RunDirError):
+    """A run's file could not be written (a full disk, a quota): nothing torn is left behind; the message
+    names the file and the cause in one line."""
+
+
+def _write_error(target: Path, exc: OSError, run: Path | None = None) -> RunWriteError:
+    """'cannot write PATH: no space left on device; ...' for an OSError raised writing a file of the run
+    directory `run` (target's folder unless given)."""
+    cause = (exc.strerror or str(exc)).strip()
+    cause = cause[:1].lower() + cause[1:]
+    run = target.parent if run is None else run
+    if (run / META).is_file():
+        then = f"every row written before is kept: make room, then `attnbench run --resume --out {run}`"
+    else:  # nothing measured yet: the directory is what a stopped start leaves (START_LEFTOVERS)
+        then = "nothing was measured yet: make room, then run the same command again"
+    return RunWriteError(f"cannot write {target}: {cause}; {then}")
+
+
+def append_record(fh, record: dict[str, Any], target: Path, run: Path) -> None:
+    """One record appended to the open binary file `fh` (target, a file of the run directory `run`) as one
+    JSON line and fsync'd: whole, or not at all (RunWriteError, the file as it was)."""
+    _append_all(fh.fileno(), (json.dumps(record, separators=(",", ":")) + "\n").encode(), target, run)
+
+
+def _append_all(fd: int, data: bytes, target: Path, run: Path | None = None) -> None:
+    """Append `data` to the open file `fd` and fsync it, or leave the file as it was: a failed or short
+    write (ENOSPC partway through) is cut back to the size before, so no torn line stays behind."""
+    size = os.fstat(fd).st_size
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, size)
+        except OSError:  # pragma: no cover  (the next writer's _repair_tail cuts it then)
+            pass
+        raise _write_error(target, exc, run) from None
+
+
+def _replace_atomically(target: Path, text: str) -> None:
+    """Write `text` to target through a temp file renamed into place: target is the old or the new file,
+    never part of one; the temp file is removed when the write fails."""
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_error(target, exc) from None
+
+
 class RowWarning(UserWarning):
     """A line of rows.jsonl (or of a shard) that is not a row (a torn write, or corrupt data) was skipped."""
 
@@ -44,8 +98,31 @@ class UncollectedWarning(UserWarning):
     """A run's rows are (partly) still in shards/*.jsonl, not yet merged into rows.jsonl."""
 
 
+# What a run's start leaves before meta.json exists (its lock, its worker's log, a temp file a kill cut
+# short): a directory holding only these was stopped while starting or calibrating, measured nothing, and
+# is reused by the next new run into it.
+START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp")
+
+
 def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / META).is_file()
+
+
+def _leftovers(path: Path) -> list[Path] | None:
+    """The files of a directory that a run's start left (START_LEFTOVERS), or None when it holds anything
+    else, meta.json among it, or is no directory."""
+    if not path.is_dir():
+        return None
+    found = list(path.iterdir())
+    if all(p.is_file() and any(p.match(pattern) for pattern in START_LEFTOVERS) for p in found):
+        return found
+    return None
+
+
+def is_unstarted(path: str | Path) -> bool:
+    """Whether `path` is empty, or holds only what a run stopped before meta.json left (START_LEFTOVERS):
+    a new run may go there, and there is nothing to resume."""
+    return _leftovers(Path(path)) is not None
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -53,17 +130,76 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     if not p.is_dir():
         raise RunDirError(f"run directory {str(path)!r} does not exist")
     if not (p / META).is_file():
+        if is_unstarted(p) and any(p.iterdir()):
+            raise RunDirError(
+                f"{str(path)!r} holds no run: it was stopped while starting (before {META} was written), "
+                "so nothing was measured; run the same command again without --resume (the directory is "
+                "reused)"
+            )
         raise RunDirError(f"{str(path)!r} is not an attnbench run (no {META})")
     try:
         meta = json.loads((p / META).read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunDirError(f"{p / META} is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise RunDirError(
+            f"{p / META} is not a run's metadata: a JSON object was expected, not {_kind(meta)}"
+        )
     version = meta.get("schema_version")
     if version not in READABLE_VERSIONS:
         raise RunDirError(
             f"{p / META} has schema version {version!r}; this attnbench reads {list(READABLE_VERSIONS)}"
         )
+    problem = _meta_problem(meta)
+    if problem:
+        raise RunDirError(f"{p / META} is damaged: {problem}")
     return meta
+
+
+# The JSON kinds of meta.json's fields that commands read (RunWriter writes them so); `sweep` is required.
+# A field of another kind is refused by read_meta with one line, before a command trips over it.
+META_KINDS: dict[str, type] = {
+    "run_id": str,
+    "created": str,
+    "sweep": dict,
+    "variants": list,
+    "variant_capabilities": dict,
+    "variant_files": list,
+    "fingerprint": dict,
+    "executor": str,
+    "calibration": dict,
+    "devices": dict,
+    "worker_threads": int,
+    "cells": list,
+    "rerun_of": dict,
+    "cpu_affinity": dict,
+    "cwd": str,
+}
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number",
+               bool: "true/false", type(None): "null"}  # fmt: skip
+
+
+def _kind(value: Any) -> str:
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _meta_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with a parsed meta.json's shape (one clause), None when nothing is."""
+    if "sweep" not in meta:
+        return "it has no `sweep` (what the run measures)"
+    for key, kind in META_KINDS.items():
+        if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)):
+            want = _JSON_KINDS[kind]
+            return f"`{key}` should be {want}, not {_kind(meta[key])}"
+    for key in ("variant_capabilities", "calibration", "devices"):  # objects of objects
+        bad = next((k for k, v in meta.get(key, {}).items() if not isinstance(v, dict)), None)
+        if bad is not None:
+            return f"`{key}.{bad}` should be an object, not {_kind(meta[key][bad])}"
+    for axis, values in meta["sweep"].items():
+        want = dict if axis == "settings" else list
+        if not isinstance(values, want) and not (axis == "settings" and values is None):
+            return f"`sweep.{axis}` should be {_JSON_KINDS[want]}, not {_kind(values)}"
+    return None
 
 
 def _read_lines(p: Path, *, rows: bool = True) -> list[tuple[int, dict[str, Any]]]:
@@ -123,14 +259,22 @@ class RunWriter:
             self.done = {r["cell_id"]: r for r in read_rows(self.path)}
         else:
             self._refuse_taken()  # again under the lock: another writer may have started in between
+            self._clear_leftovers()
             self.done = {}
 
     def _refuse_taken(self) -> None:
-        if self.path.exists() and any(p.name != LOCK for p in self.path.iterdir()):
+        if self.path.exists() and not is_unstarted(self.path):
             raise RunDirError(
                 f"{str(self.path)!r} already exists and is not empty; pass --resume to finish that run "
                 "or choose another --out"
             )
+
+    def _clear_leftovers(self) -> None:
+        """A new run into what a stopped start left: its old worker logs and temp files go (they belong to
+        no run); the lock is this writer's now."""
+        for p in _leftovers(self.path) or []:
+            if p.name != LOCK:
+                p.unlink(missing_ok=True)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Write meta.json once (atomically: a temp file renamed into place)."""
@@ -138,11 +282,9 @@ class RunWriter:
         target = self.path / META
         if target.exists():
             raise RunDirError(f"{target} exists already; run metadata is written once")
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(
-            json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n"
+        _replace_atomically(
+            target, json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n"
         )
-        os.replace(tmp, target)
 
     def add_device(self, record: dict[str, Any]) -> None:
         """Add one device's record (where it is, its calibration) to meta.json `devices`, keyed by
@@ -158,28 +300,23 @@ class RunWriter:
         if key in devices:
             return
         devices[key] = record
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp, target)
+        _replace_atomically(target, json.dumps(meta, indent=2, sort_keys=False) + "\n")
 
     def write_json(self, name: str, data: Any) -> None:
         """Write a side file of the run once (atomically), e.g. the numerics probe."""
         target = self.path / name
         if target.exists():
             raise RunDirError(f"{target} exists already")
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, target)
+        _replace_atomically(target, json.dumps(data, indent=1) + "\n")
 
     def append(self, row: dict[str, Any]) -> None:
-        """Append one row as one line, flushed and fsync'd before returning."""
+        """Append one row as one line, fsync'd before returning; RunWriteError (the file as it was before,
+        no torn line) when the disk is full or the write fails otherwise."""
         if self._fh is None:
-            self._fh = (self.path / ROWS).open("ab")
+            self._fh = (self.path / ROWS).open("ab", buffering=0)
             self._repair_tail()
         data = (json.dumps(row, separators=(",", ":")) + "\n").encode()
-        self._fh.write(data)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        _append_all(self._fh.fileno(), data, self.path / ROWS)
         self.done[row["cell_id"]] = row
 
     def _repair_tail(self) -> None:
@@ -196,17 +333,16 @@ class RunWriter:
         except (json.JSONDecodeError, UnicodeDecodeError):
             row = None
         if isinstance(row, dict) and "cell_id" in row:
-            self._fh.write(b"\n")
+            _append_all(self._fh.fileno(), b"\n", p)
         else:
             os.truncate(p, cut)
 
     def log_resume(self, record: dict[str, Any]) -> None:
         """Append one line to resumes.jsonl (flushed and fsync'd): meta.json stays as the run's first
         session wrote it, and every later session that added rows says when and how it differed."""
-        with (self.path / RESUMES).open("ab") as fh:
-            fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
+        with (self.path / RESUMES).open("ab", buffering=0) as fh:
+            line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+            _append_all(fh.fileno(), line, self.path / RESUMES)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -232,11 +368,16 @@ def _acquire(path: Path):
                 f"{str(path)!r} is being written by {holder}; a run has one writer at a time: wait for it "
                 "to finish (or stop it), then --resume"
             ) from None
-    fh.seek(0)
-    fh.truncate()
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    fh.write(f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n")
-    fh.flush()
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n")
+        fh.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # close flushes the same unwritable line again
+            fh.close()
+        raise _write_error(path / LOCK, exc) from None
     return fh
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.store import SHARDS, shard_rows_to_add
+from attnbench.results.store import SHARDS, append_record, shard_rows_to_add
 
 from ..cellrunner import CellRunner, SkipAhead, precheck
 from ..spec import CellSpec, SweepSpec
@@ -286,9 +286,7 @@ def run_task(task: dict[str, Any]) -> int:
                 if stopped:  # the signal landed after the worker died, before the handler ran
                     raise KeyboardInterrupt
                 skip.note(spec, row["status"])
-                fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
-                fh.flush()
-                os.fsync(fh.fileno())
+                append_record(fh, row, shards / f"{name}.jsonl", Path(run_dir))  # whole, or not at all
                 written += 1
         (shards / f"{name}.done").write_text(f"{written}\n")
         finished = True

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
-from conftest import FAULTS
+from conftest import DATA, FAULTS, run_cli
 
 from attnbench import variants
 from attnbench.harness import check
@@ -29,15 +30,19 @@ def test_a_wrong_plugin_fails_and_unsupported_cells_say_why(isolated_registry):
         variant_files=[str(FAULTS)],
     )  # fmt: skip
     rows = list(check.gate_all(plan))
-    assert len(rows) == 3 * 2 * 2 * 2  # variants x dtypes x causal x padding
-    by = {(r.variant, r.dtype, r.causal, r.padding): r for r in rows}
+    assert len(rows) == 3 * 2 * (2 * 2 + 1)  # variants x dtypes x (causal x padding, and the no-key problem)
+    by = {(r.variant, r.dtype, r.causal, r.padding): r for r in rows if not r.no_key}
+    no_key = {(r.variant, r.dtype): r for r in rows if r.no_key}
 
     assert {r.status for r in rows if r.variant == "naive"} == {"pass"}
-    assert all(r.rel_err < 1e-2 and r.grad_rel_err is not None for r in rows if r.variant == "naive")
-    assert by[("naive", "float32", False, True)].masked_rows == "zeros"  # batch 1 sees no key
+    assert all(r.rel_err < 1e-2 and r.grad_rel_err is not None for r in by.values() if r.variant == "naive")
+    assert by[("naive", "float32", False, True)].masked_rows == "n/a"  # a run's padding: every row sees a key
+    assert no_key[("naive", "float32")].masked_rows == "zeros"  # batch 1 sees no key
+    assert not any(r.gating for r in no_key.values())
 
-    wrong = [r for r in rows if r.variant == "fault_wrong"]
+    wrong = [r for r in by.values() if r.variant == "fault_wrong"]
     assert {r.status for r in wrong} == {"FAIL"} and all(r.gating and r.rel_err > 0.1 for r in wrong)
+    assert all(r.reason.startswith("output rel_err ") and "> tolerance" in r.reason for r in wrong)
     assert check.exit_status(rows) == 1
     assert check.exit_status([r for r in rows if r.variant != "fault_wrong"]) == 0
 
@@ -72,3 +77,94 @@ def test_bad_input_is_refused_before_any_work(names, devices, dtypes, seq_len, m
 def test_every_registered_variant_by_default():
     plan = check.prepare(None, ["cpu"], ["float32"])
     assert set(plan.names) == set(variants.all_variants()) and plan.seq_len == 100
+
+
+CHECK_VARIANTS = DATA / "check_variants.py"
+
+
+def test_the_padded_problems_are_the_ones_a_run_makes():
+    """check pads by the run's own rule (harness.spec.padded_lengths): every batch element keeps a key."""
+    from attnbench.harness.spec import padded_lengths
+
+    assert padded_lengths(100, check.BATCH, check.PADDING) == [50, 1]
+    assert min(padded_lengths(16, check.BATCH, check.PADDING)) == 1
+
+
+def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_registry, tmp_path):
+    """A variant that returns NaN only in rows that see no key (the -inf mask then softmax of transformers'
+    and multi_head_attention_forward's adapters) is ok in every run cell; check gates the same problems, and
+    shows the NaN in the no-key table without failing it."""
+    plan = check.prepare(["nan_no_key"], ["cpu"], ["float32"], 16, variant_files=[str(CHECK_VARIANTS)])
+    rows = list(check.gate_all(plan))
+    gated = [r for r in rows if not r.no_key]
+    assert len(gated) == 4 and {r.status for r in gated} == {"pass"} and check.exit_status(rows) == 0
+    (extra,) = [r for r in rows if r.no_key]
+    assert extra.status == "pass" and extra.masked_rows == "nan" and not extra.gating
+
+    run = run_cli(
+        "run", "--variant-file", str(CHECK_VARIANTS), "--variants", "nan_no_key,check_supports_raise",
+        "--seq-len", "32",
+        "--heads", "2", "--batch", "2", "--padding", "0.99", "--pass", "both", "--warmup-ms", "1",
+        "--budget-ms", "5", "--min-ms", "1", "--out", str(tmp_path / "run"), "-q",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rows.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows if r["variant"] == "nan_no_key"] == ["ok", "ok"]
+    raised = [r for r in rows if r["variant"] == "check_supports_raise"]  # the run goes on past it
+    assert len(raised) == 2 and {r["status"] for r in raised} == {"error"}
+    assert {r["message"] for r in raised} == {
+        "its capability check raised RuntimeError: a supports() hook that raises"
+    }
+
+
+def test_a_plugin_that_raises_or_returns_garbage_is_a_row_with_its_reason(isolated_registry):
+    names = ["naive", "check_raise", "check_garbage", "check_supports_raise"]
+    plan = check.prepare(names, ["cpu"], ["float32"], 16, variant_files=[str(CHECK_VARIANTS)])
+    rows = list(check.gate_all(plan))
+    assert len(rows) == 4 * 5
+    for name, reason in [
+        ("check_raise", "ValueError: deliberate failure with a second line"),
+        ("check_garbage", "AttributeError: 'str' object has no attribute"),
+        ("check_supports_raise", "RuntimeError: a supports() hook that raises"),
+    ]:
+        mine = [r for r in rows if r.variant == name]
+        assert {r.status for r in mine} == {"error"} and all(r.reason.startswith(reason) for r in mine)
+        assert all("\n" not in r.reason for r in mine)
+    assert check.exit_status(rows) == 1
+    assert check.exit_status([r for r in rows if r.variant == "naive"]) == 0
+
+
+def test_check_cli_never_crashes_and_says_why(tmp_path):
+    """The CLI: a table row per failure with its reason, no traceback, exit 1 (a default variant errored);
+    a variant that passes on the run's problems and NaNs where no key is visible exits 0."""
+    proc = run_cli(
+        "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "naive,check_raise,check_garbage",
+        "--seq-len", "16", "--dtype", "float32",
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert "ValueError: deliberate failure with a second line" in proc.stdout
+    assert "AttributeError: 'str' object has no attribute" in proc.stdout
+    probe = run_cli(
+        "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "check_supports_raise,check_raise",
+        "--seq-len", "16", "--dtype", "float32", "--probe",
+    )  # fmt: skip
+    assert probe.returncode == 1 and "Traceback" not in probe.stderr + probe.stdout, probe.stderr
+    assert probe.stdout.count("RuntimeError: a supports() hook that raises") == 5 + 3  # gate and probe rows
+    ok = run_cli(
+        "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "naive,nan_no_key", "--seq-len", "16",
+        "--dtype", "float32",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "rows that see no key" in ok.stdout and "nan" in ok.stdout
+
+
+def test_list_and_check_show_an_availability_check_that_raises():
+    listed = run_cli("list", "--variant-file", str(CHECK_VARIANTS))
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    reason = "check_available_raise on cpu: its availability check raised RuntimeError: an available() hook"
+    assert reason in listed.stdout
+    checked = run_cli(
+        "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "check_available_raise",
+        "--seq-len", "16", "--dtype", "float32",
+    )  # fmt: skip
+    assert checked.returncode == 1 and "RuntimeError: an available() hook that raises" in checked.stdout

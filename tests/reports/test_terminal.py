@@ -111,15 +111,33 @@ def test_gate_table_columns_statuses_and_shape():
         _gate(variant="flash", status="unsupported", rel_err=None, grad_rel_err=None, reason="needs CUDA"),
     ]
     table = terminal.gate_table(rows, 100, batch=2, heads=4, head_dim=64)
-    assert [c.header for c in table.columns] == [*terminal.GATE_COLUMNS, "masked rows / reason"]
+    assert [c.header for c in table.columns] == [*terminal.GATE_COLUMNS, "reason"]
     text = _text(table)
     assert "float64 correctness gate (B=2, H=4, N=100, d=64)" in text and terminal.GATE_CAPTION in text
     lines = [line for line in text.splitlines() if line.startswith("│")]
     cells = [[c.strip() for c in line.strip("│").split("│")] for line in lines]
-    assert cells[0] == ["naive", "cpu", "float32", "no", "no", "pass", "1.5e-07", "2.5e-07", "zeros"]
-    assert cells[1][3:] == ["yes", "yes", "pass", "1.5e-07", "-", "nan"]  # measured, no backward: "-"
+    # what a variant returns in rows that see no key is no_key_table's: the gate shows reasons only
+    assert cells[0] == ["naive", "cpu", "float32", "no", "no", "pass", "1.5e-07", "2.5e-07", ""]
+    assert cells[1][3:] == ["yes", "yes", "pass", "1.5e-07", "-", ""]  # measured, no backward: "-"
     assert cells[2][5] == "FAIL (demo only)" and cells[3][5] == "FAIL"
     assert cells[4][5:] == ["unsupported", "", "", "needs CUDA"]
+
+
+def test_no_key_rows_have_their_own_table_and_errors_show_their_reason():
+    rows = [
+        _gate(variant="boom", status="error", rel_err=None, grad_rel_err=None, reason="ValueError: no"),
+        _gate(variant="mha", padding=True, masked_rows="nan", gating=False, no_key=True),
+        _gate(variant="bad", padding=True, status="FAIL", rel_err=0.5, masked_rows="other", gating=False,
+              no_key=True, reason="output rel_err 5.0e-01 > tolerance 1e-05"),
+    ]  # fmt: skip
+    gate = _text(terminal.gate_table(rows, 100, batch=2, heads=4, head_dim=64))
+    assert "ValueError: no" in gate and "mha" not in gate and "bad" not in gate
+    assert [line for line in gate.splitlines() if "boom" in line][0].split("│")[6].strip() == "error"
+    no_key = _text(terminal.no_key_table(rows), width=300)
+    flat = " ".join(no_key.split())  # the caption wraps at the table's width
+    assert terminal.NO_KEY_TITLE in no_key and terminal.NO_KEY_CAPTION in flat and "boom" not in no_key
+    assert "nan" in no_key and "other; output rel_err 5.0e-01 > tolerance 1e-05" in no_key
+    assert terminal.no_key_table(rows[:1]) is None
 
 
 def test_gate_table_reads_dicts_as_objects_and_escapes():

@@ -144,7 +144,7 @@ def test_committed_fixture_loads():
 
 def test_one_writer_per_run_directory(tmp_path):
     first = RunWriter(tmp_path / "run")
-    first.write_meta({"run_id": "x"})
+    first.write_meta({"run_id": "x", "sweep": {}})
     with pytest.raises(RunDirError, match=rf"being written by pid {os.getpid()} on host"):
         RunWriter(tmp_path / "run", resume=True)
     first.close()
@@ -249,3 +249,14 @@ def test_merge_shards_waits_for_the_runs_writer(tmp_path):
         merge_shards(run)
     writer.close()
     assert merge_shards(run).added == ["s1"]
+
+
+def test_printable_escapes_what_a_terminal_or_browser_would_obey_and_nothing_else():
+    from attnbench.results.formulas import printable
+
+    assert printable("naive n=64 ±3% µs → ok\ttab\nline") == "naive n=64 ±3% µs → ok\ttab\nline"
+    assert printable("a\x1b[2Jb\rc\x00d\x7f\x9b") == "a\\x1b[2Jb\\x0dc\\x00d\\x7f\\x9b"
+    assert printable("\u202eevil\u202c \u2066x\u2069 zw\u200bj \ufeff") == (
+        "\\u202eevil\\u202c \\u2066x\\u2069 zw\\u200bj \\ufeff"
+    )
+    assert printable("no\u00a0break") == "no\u00a0break" and printable(3) == "3"

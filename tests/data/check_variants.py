@@ -1,0 +1,61 @@
+"""Test-only variants for `attnbench check` (loaded with --variant-file): one that NaNs only where no key is
+visible, as adapters of transformers' attention and of multi_head_attention_forward do, and ones that fail in
+ways check must record instead of crashing on."""
+
+import math
+
+import torch
+
+from attnbench import variants
+
+
+@variants.register("nan_no_key", description="-inf mask then softmax: NaN in rows that see no key only")
+def nan_no_key(q, k, v, *, causal=False, key_lengths=None, scale=None, **kw):
+    n_q, n_k = q.shape[2], k.shape[2]
+    scores = (q @ k.transpose(-2, -1)) * (scale or 1 / math.sqrt(q.shape[-1]))  # (B, H, N_q, N_k)
+    keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device)
+    if causal:
+        keep = keep.tril()
+    keep = keep[None, None]
+    if key_lengths is not None:
+        keep = keep & (torch.arange(n_k, device=q.device)[None, :] < key_lengths[:, None])[:, None, None, :]
+    return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v  # all -inf: NaN
+
+
+@variants.register("check_raise", description="raises ValueError on every call")
+def check_raise(q, k, v, **kw):
+    raise ValueError("deliberate failure\nwith a second line")
+
+
+@variants.register("check_garbage", description="returns a string, not a tensor")
+def check_garbage(q, k, v, **kw):
+    return "garbage"
+
+
+def _refuse(problem):
+    raise RuntimeError("a supports() hook that raises")
+
+
+@variants.register("check_supports_raise", description="its capability check raises", supports=_refuse)
+def check_supports_raise(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)
+
+
+# ESC starts a terminal colour sequence, U+202E reverses the text after it in a terminal or a browser
+HOSTILE_MESSAGE = "\x1b[31mred\x1b[0m \u202eevil\u202c done\rover"
+
+
+@variants.register("control_chars", description="raises with ESC and U+202E in its message")
+def control_chars(q, k, v, **kw):
+    raise ValueError(HOSTILE_MESSAGE)
+
+
+def _unknowable(device):
+    raise RuntimeError("an available() hook that raises")
+
+
+@variants.register(
+    "check_available_raise", description="its availability check raises", available=_unknowable
+)
+def check_available_raise(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)

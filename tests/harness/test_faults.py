@@ -1,0 +1,319 @@
+"""Faults around a run, each one line on stderr and exit 2 with nothing torn or lost: a full disk, a start
+interrupted before meta.json, a malformed meta.json, a numerics probe a crash left unwritten."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import cli_env, run_cli, wait_while_running
+
+QUICK = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "-q")
+
+FILLER = """
+from pathlib import Path
+
+from attnbench import variants
+
+
+@variants.register("fill_disk", description="naive, that fills the run's disk once, in its N = 32 cell")
+def fill_disk(q, k, v, **kw):
+    done = Path({marker!r})
+    if q.shape[2] == 32 and not done.exists():
+        done.touch()
+        with open({filler!r}, "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"x" * 4096)
+            except OSError:  # ENOSPC: the disk is full now
+                pass
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+@contextlib.contextmanager
+def tiny_disk(where: Path, size: str):
+    """A tmpfs of `size` mounted at `where` for the test's length, unmounted afterwards whatever happens;
+    the test is skipped where mounting is not permitted (not root, or no CAP_SYS_ADMIN in a container)."""
+    where.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", f"attnbench-test-{uuid.uuid4().hex[:8]}", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here to fill a disk for real: {proc.stderr.strip() or proc.returncode}"
+        )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_disk_stops_the_run_with_one_line_and_resume_finishes_it(tmp_path):
+    marker, variant_file = tmp_path / "filled", tmp_path / "fill.py"
+    with tiny_disk(tmp_path / "disk", "1m") as disk:
+        filler = disk / "filler"
+        variant_file.write_text(FILLER.format(marker=str(marker), filler=str(filler)))
+        out = disk / "run"
+        proc = run_cli(
+            "run", "--variant-file", str(variant_file), "--variants", "naive,fill_disk",
+            "--seq-len", "32,48,64", *QUICK, "--out", str(out),
+        )  # fmt: skip
+        assert marker.exists(), proc.stderr  # the disk did fill
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(
+            f"attnbench: error: cannot write {out / 'rows.jsonl'}: no space left on device"
+        )
+        assert f"--resume --out {out}" in line
+        raw = (out / "rows.jsonl").read_bytes()
+        assert raw == b"" or raw.endswith(b"\n")  # no torn last line
+        before = [json.loads(x) for x in raw.splitlines()]
+        assert len(before) < 6 and not list(out.glob("*.tmp"))
+
+        filler.unlink()  # space is back
+        again = run_cli("run", "--resume", "--out", str(out), "-q")
+        assert again.returncode == 0, again.stderr
+        rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+        assert rows[: len(before)] == before and len(rows) == 6
+        assert {r["status"] for r in rows} == {"ok"}
+        assert len({r["cell_id"] for r in rows}) == 6
+
+
+def test_a_run_stopped_while_calibrating_is_reused_and_the_hint_says_so(tmp_path):
+    """Ctrl-C before meta.json (here: during a long calibration) leaves the lock and the worker's log; the
+    hint names what works, --resume says why there is nothing to resume, and the same command runs again
+    into that directory."""
+    out = tmp_path / "run"
+    args = ["run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *args, "--calibrate-ms", "20000"],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_while_running(lambda: (out / "worker.log").is_file(), proc, "the worker's start")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert not (out / "meta.json").exists() and (out / "worker.log").is_file()
+    assert "run the same command again" in err and "--resume" not in err
+
+    resume = run_cli("run", "--resume", "--out", str(out))
+    assert resume.returncode == 2
+    (line,) = resume.stderr.strip().splitlines()
+    assert "holds no run" in line and "without --resume" in line
+
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    rows = (out / "rows.jsonl").read_text().splitlines()
+    assert len(rows) == 1 and json.loads(rows[0])["status"] == "ok"
+
+
+def test_a_directory_with_anything_else_is_still_refused(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "worker.log").write_text("old\n")
+    (out / "notes.txt").write_text("mine\n")
+    proc = run_cli("run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out))
+    assert proc.returncode == 2 and "already exists and is not empty" in proc.stderr
+    assert (out / "notes.txt").read_text() == "mine\n"
+
+
+RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
+BASE_META = json.loads((RUN / "meta.json").read_text())
+DAMAGED = {
+    "a list": ([], "is not a run's metadata: a JSON object was expected, not a list"),
+    "no sweep": (
+        {k: v for k, v in BASE_META.items() if k != "sweep"},
+        "is damaged: it has no `sweep` (what the run measures)",
+    ),
+    "a wrong type": (
+        {**BASE_META, "fingerprint": 3},
+        "is damaged: `fingerprint` should be an object, not an integer",
+    ),
+    "a wrong type in the sweep": (
+        {**BASE_META, "sweep": {**BASE_META["sweep"], "seq_len": "64"}},
+        "is damaged: `sweep.seq_len` should be a list, not a string",
+    ),
+    "a wrong value in the sweep": (
+        {**BASE_META, "sweep": {**BASE_META["sweep"], "seq_len": ["a"]}},
+        "is damaged: its `sweep` cannot be read: seq_len must be positive integers, got 'a'",
+    ),
+}
+READERS = {
+    "run --resume": lambda run, tmp: ("run", "--resume", "--out", str(run), "-q"),
+    "collect": lambda run, tmp: ("collect", str(run), "-q"),
+    "run --rerun": lambda run, tmp: ("run", "--rerun", str(run), "--out", str(tmp / "rerun"), "-q"),
+    "repro": lambda run, tmp: ("repro", str(run), "x"),
+    "export": lambda run, tmp: ("export", str(run)),
+    "report": lambda run, tmp: ("report", str(run), "--out", str(tmp / "report")),
+    "compare": lambda run, tmp: ("compare", str(RUN), str(run), "--out", str(tmp / "compare")),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED))
+def test_a_damaged_meta_json_is_one_line_naming_the_file_for_every_command(tmp_path, damage):
+    meta, message = DAMAGED[damage]
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "meta.json").write_text(json.dumps(meta))
+    # what only measuring reads (the sweep's values) fails the commands that measure; the others read rows
+    readers = READERS if damage != "a wrong value in the sweep" else list(READERS)[:4]
+    for name in readers:
+        proc = run_cli(*READERS[name](run, tmp_path))
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert proc.stderr == f"attnbench: error: {run / 'meta.json'} {message}\n", name
+
+
+SLOW_PROBE = """
+import time
+from pathlib import Path
+
+from attnbench import variants
+
+
+@variants.register("slow_probe", description="naive, slow at the numerics probe's N = 128 until told not to")
+def slow_probe(q, k, v, **kw):
+    if q.shape[2] == 128 and not Path({marker!r}).exists():
+        time.sleep(60)
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def _probe_variants(run: Path) -> set[str]:
+    return {rec["variant"] for rec in json.loads((run / "numerics.json").read_text())["probe"]}
+
+
+def test_a_probe_stopped_by_ctrl_c_is_measured_by_the_resume(tmp_path):
+    marker, variant_file, out = tmp_path / "fast", tmp_path / "slow.py", tmp_path / "run"
+    variant_file.write_text(SLOW_PROBE.format(marker=str(marker)))
+    args = ["run", "--variant-file", str(variant_file), "--variants", "naive,slow_probe", "--seq-len", "32"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *args, *QUICK, "--out", str(out), "--calibrate-ms", "200"],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_while_running(lambda: (out / "meta.json").is_file(), proc, "meta.json")
+        time.sleep(1)  # inside slow_probe's probe call now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and not (out / "numerics.json").exists(), err
+    marker.touch()
+    again = run_cli("run", "--resume", "--out", str(out), "-q")
+    assert again.returncode == 0, again.stderr
+    assert {"naive", "slow_probe", "unstable_softmax"} <= _probe_variants(out)
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_torn_probe_is_measured_again_on_resume(carried_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(carried_run, run)
+    (run / "numerics.json").write_text('{"probe": [{"variant": "naive", "dev')  # cut mid-write
+    rows = (run / "rows.jsonl").read_text()
+    report = run_cli("report", str(run), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    assert (
+        "numerics.json: unreadable (torn write?), left out; `run --resume` measures it again" in report.stderr
+    )
+    proc = run_cli("run", "--resume", "--out", str(run), "-q", cwd=carried_run.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert {"naive", "mine", "unstable_softmax"} <= _probe_variants(run)
+    assert (run / "rows.jsonl").read_text() == rows  # every cell was done: nothing measured again
+
+
+RAW = ("\x1b", "\u202e", "\u202c", "\r")
+
+
+def test_control_and_bidi_characters_are_shown_escaped_and_stored_as_they_were(tmp_path):
+    """A variant's message with ESC, U+202E and CR: the run's progress lines, check's table, README.md and
+    report.html show escapes (\\x1b, \\u202e); rows.jsonl keeps the message as the variant raised it."""
+    from conftest import DATA
+
+    files = ("--variant-file", str(DATA / "check_variants.py"))
+    out = tmp_path / "run"
+    run = run_cli(
+        "run", *files, "--variants", "control_chars", "--seq-len", "32", *QUICK[:-1], "--out", str(out)
+    )
+    assert run.returncode == 0, run.stderr
+    (row,) = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert row["status"] == "error" and "\x1b[31mred\x1b[0m \u202eevil" in row["message"]  # stored as raised
+    assert "\\x1b[31mred\\x1b[0m \\u202eevil\\u202c done" in run.stderr  # the progress line
+
+    report = run_cli("report", str(out), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    for page in ("README.md", "report.html"):
+        text = (tmp_path / "report" / page).read_text()
+        assert "\\u202eevil" in text and not any(c in text for c in RAW), page
+
+    check = run_cli("check", *files, "--variants", "control_chars", "--seq-len", "16", "--dtype", "float32")
+    assert check.returncode == 1 and "\\u202eevil" in check.stdout
+    assert not any(c in check.stdout + check.stderr for c in RAW)
+
+
+def test_a_disk_full_from_the_start_is_one_line_and_the_same_command_runs_after(tmp_path):
+    with tiny_disk(tmp_path / "disk", "64k") as disk:
+        filler = disk / "filler"
+        with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"x" * 4096)
+        out = disk / "run"
+        args = ("run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out))
+        proc = run_cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"attnbench: error: cannot write {out}") and "no space left on device" in line
+        assert line.endswith("nothing was measured yet: make room, then run the same command again")
+        filler.unlink()
+        again = run_cli(*args)
+        assert again.returncode == 0, again.stderr
+        assert len((out / "rows.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_report_onto_a_full_disk_is_one_line(tmp_path):
+    with tiny_disk(tmp_path / "disk", "64k") as disk:
+        with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"x" * 4096)
+        proc = run_cli("report", str(RUN), "--out", str(disk / "report"))
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.splitlines()
+        assert line.startswith(f"attnbench: error: cannot write {disk / 'report'}")
+        assert line.endswith(": no space left on device")
+
+
+def test_appending_until_the_disk_is_full_leaves_whole_lines_only(tmp_path):
+    """store.append_record (rows.jsonl's and the Slurm shards' writer): the record the disk has no room for
+    is cut back out, however much of it was written, and the error names the file."""
+    from attnbench.results.store import RunWriteError, append_record
+
+    with tiny_disk(tmp_path / "disk", "64k") as disk:
+        target = disk / "shards" / "task.jsonl"
+        target.parent.mkdir()
+        record = {"cell_id": "x", "pad": "y" * 1000}  # 64 KiB is not a multiple of a line: the last one tears
+        written = 0
+        with target.open("ab") as fh, pytest.raises(RunWriteError) as err:
+            while True:
+                append_record(fh, {**record, "n": written}, target, disk)
+                written += 1
+        lines = target.read_bytes().split(b"\n")
+        assert lines[-1] == b"" and [json.loads(x)["n"] for x in lines[:-1]] == list(range(written))
+        assert str(err.value).startswith(f"cannot write {target}: no space left on device; nothing was")
