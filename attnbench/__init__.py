@@ -13,7 +13,26 @@ The Python API for notebooks and scripts (each imports what it needs when called
 The pipeline lives in attnbench.variants -> attnbench.harness -> attnbench.results -> attnbench.reports.
 """
 
-from attnbench.api import Run, load, report, run
-from attnbench.variants import Problem, UnsupportedError, register
+from pathlib import Path as _Path
+
+
+def _from_the_checkout() -> None:
+    """Installed, attnbench.variants etc. sit inside this package (pyproject's package-dir). Imported from a
+    checkout that was never installed, or one whose own attnbench/ shadows an install (the repository root is
+    the working directory: `python -m attnbench`, pytest), they sit beside it: look there as well. Only a
+    checkout of this project qualifies (its pyproject.toml names it), never an installed package's
+    neighbours in site-packages."""
+    root = _Path(__file__).resolve().parent.parent
+    pyproject = root / "pyproject.toml"
+    if str(root) in __path__ or not (root / "variants" / "__init__.py").is_file() or not pyproject.is_file():
+        return
+    if 'name = "attnbench"' in pyproject.read_text(encoding="utf-8", errors="replace"):
+        __path__.append(str(root))
+
+
+_from_the_checkout()
+
+from attnbench.api import Run, load, report, run  # noqa: E402
+from attnbench.variants import Problem, UnsupportedError, register  # noqa: E402
 
 __all__ = ["Problem", "Run", "UnsupportedError", "load", "register", "report", "run"]
