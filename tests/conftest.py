@@ -36,6 +36,18 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+def run_pytest_benchmarks(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m pytest benchmarks/ ARGS` from the repository root, as a real subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 # The tests' runs calibrate with 200 ms of sampling instead of the default 1000 (about 2 s less a run, over a
 # minute of the suite): their ceilings are only compared within the tests' own tiny runs.
 TEST_CALIBRATE_MS = "200"

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 
 import pytest
-from conftest import FAULTS, ROOT, cli_env, run_cli
+from conftest import FAULTS, run_cli, run_pytest_benchmarks
 
 from attnbench.cli import main
 from attnbench.harness import correctness, timing
@@ -20,18 +18,6 @@ from attnbench.results.store import RunWriter
 
 TINY = ["--attn-seq-len", "64", "--attn-heads", "2", "--attn-d-k", "16", "--attn-pass", "both"]
 VARIANTS = ["naive", "chunked", "sdpa", "sdpa_cudnn"]  # sdpa_cudnn has no CPU kernel: skipped with its reason
-
-
-def run_pytest_benchmarks(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m pytest benchmarks/ ARGS` from the repository root, as a real subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks/", "-p", "no:cacheprovider", *args],
-        cwd=ROOT,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -355,7 +355,7 @@ def test_the_pytest_plugin_times_cuda_cells(tmp_path):
     """The pytest-benchmark plugin on CUDA: synchronised calls, CUDA peaks, cells gated as on CPU."""
     import json
 
-    from test_pytest_benchmark import run_pytest_benchmarks
+    from conftest import run_pytest_benchmarks
 
     out = tmp_path / "bench.json"
     proc = run_pytest_benchmarks("--benchmark-only", "--benchmark-json", str(out), "-q",
