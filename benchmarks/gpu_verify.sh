@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Verify attnbench's CUDA paths on a GPU machine in one go; everything lands in the folder given ($1).
 #   bash benchmarks/gpu_verify.sh OUTDIR [install|suite|checks|preset|resume RUN_DIR]
-# install: attnbench itself and any wheels carried in .whl/ (xformers: pip download it where pip works,
+# install: attnbench itself (a wheel of this checkout in .whl/, made here with
+#          `python3 -m pip wheel --no-deps --no-build-isolation . -w .whl`, else an editable install) and any wheels carried in .whl/ (xformers: pip download it where pip works,
 #          see the device notes), offline: --no-deps --no-build-isolation, into /tmp/site and the image's env.
 # suite:   the whole test suite on this GPU (tests/harness/test_cuda.py included: none may skip for want of a device).
 # checks:  environment, the CUDA tests, the correctness gate table for every variant in fp16/bf16/fp32 with
 #          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
 #          timing (--timing) on a small and a large cell.
 # preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
+# session: all of the above in one device command (install, the CUDA tests and the gate table side by side,
+#          then the timed checks one at a time, then as much of a gpu-preset run as the time left allows, and
+#          its report), each step bounded so that the whole fits SESSION_SECONDS (default 530); steps.txt
+#          says what each took; SESSION_SKIP="harness-check ..." leaves steps out. The suite's fast tests run
+#          beside the CUDA tests for as long as those take (a first look; `suite` runs all of it). For a lease
+#          too short for several machine starts.
 # One device command per step keeps each under the 10-minute limit; install once per fresh machine.
 # xformers for a machine with no registry, fetched where pip works (0.0.35: 3.2 MB, needs torch >= 2.10):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -23,7 +30,9 @@ install)
     if compgen -G ".whl/*.whl" >/dev/null; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     fi
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -3 | tee "$out/install.txt"
+    if ! compgen -G ".whl/attnbench-*.whl" >/dev/null; then  # no wheel of this checkout carried: editable
+        python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -3 | tee "$out/install.txt"
+    fi
     PYTHONPATH=/tmp/site python3 -c "import torch, attnbench; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
         | tee -a "$out/install.txt"
     ;;
@@ -39,6 +48,41 @@ checks)
     echo "gate exit status $?" >> "$out/gate.txt"
     python3 benchmarks/harness_check.py --device cuda --json "$out/harness_check.json" 2>&1 | tee "$out/harness_check.txt"
     python3 benchmarks/timing_modes.py --device cuda --json "$out/timing_modes.json" 2>&1 | tee "$out/timing_modes.txt"
+    ;;
+session)
+    start=$(date +%s)
+    left() { echo $(( ${SESSION_SECONDS:-530} - ($(date +%s) - start) )); }
+    step() {  # step NAME SECONDS COMMAND...: bounded by SECONDS (SIGINT first, as Ctrl-C), timed in steps.txt
+        local name=$1 limit=$2 t0=$(date +%s) rc
+        shift 2
+        if [[ " ${SESSION_SKIP:-} " == *" $name "* ]]; then echo "$name: skipped (SESSION_SKIP)" >> "$out/steps.txt"; return; fi
+        timeout -s INT -k 10 "$limit" "$@"
+        rc=$?
+        echo "$name: exit $rc after $(( $(date +%s) - t0 )) s (limit $limit s)" | tee -a "$out/steps.txt"
+    }
+    bash "$0" "$out" install
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+    nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+    python3 -m pip list > "$out/pip-list.txt" 2>&1
+    step env 60 python3 -m attnbench env > "$out/env.txt" 2>&1
+    step list 60 python3 -m attnbench list > "$out/list.txt" 2>&1
+    # correctness side by side (nothing timed here is compared with anything else)
+    step pytest-cuda 200 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs \
+        --durations=30 --junitxml="$out/pytest-cuda.xml" > "$out/pytest-cuda.txt" 2>&1 &
+    step suite-cpu-part 190 python3 -m pytest tests -q -p no:cacheprovider -m "not slow" -rfE \
+        --ignore=tests/harness/test_cuda.py > "$out/pytest-suite-part.txt" 2>&1 &
+    step gate 150 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
+        --probe > "$out/gate.txt" 2>&1
+    wait
+    # timing, one thing at a time on the GPU
+    step harness-check 110 python3 benchmarks/harness_check.py --device cuda --budget-ms 500 \
+        --json "$out/harness_check.json" > "$out/harness_check.txt" 2>&1
+    step timing-modes 70 python3 benchmarks/timing_modes.py --device cuda --budget-ms 150 \
+        --json "$out/timing_modes.json" > "$out/timing_modes.txt" 2>&1
+    step gpu-run $(( $(left) - 30 )) python3 -m attnbench run --preset gpu --dtype bfloat16 --d-k 128 \
+        --out "$out/gpu-run" "${@:3}" > "$out/run.log" 2>&1
+    step report 25 python3 -m attnbench report "$out/gpu-run" --out "$out/gpu-report" > "$out/report.log" 2>&1
+    tail -n 12 "$out/steps.txt" "$out/pytest-cuda.txt" "$out/harness_check.txt"
     ;;
 preset)
     timeout "${GPU_RUN_SECONDS:-500}" python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" 2>&1 \

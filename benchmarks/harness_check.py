@@ -200,13 +200,21 @@ def check_cpu(settings: Settings, rounds: int = MIN_ROUNDS) -> tuple[list[dict],
     return results, ok
 
 
-def check_cuda(settings: Settings, rounds: int = MIN_ROUNDS) -> tuple[list[dict], bool]:
+CUDA_VARIANTS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "xformers")
+
+
+def check_cuda(
+    settings: Settings,
+    rounds: int = MIN_ROUNDS,
+    names: tuple[str, ...] = CUDA_VARIANTS,
+    passes: tuple[str, ...] = ("fwd", "fwdbwd"),
+) -> tuple[list[dict], bool]:
     import triton.testing
 
     results, ok = [], True
     cache = InputCache()
-    for pass_ in ("fwd", "fwdbwd"):
-        for name in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "xformers"):
+    for pass_ in passes:
+        for name in names:
             spec = cell(name, 8192, device="cuda", dtype="bfloat16", heads=16, d=128, pass_=pass_)
             row = measure_cell(spec, settings, cache)
             rec = {
@@ -263,13 +271,37 @@ def main() -> int:
         default=MIN_ROUNDS,
         help=f"paired rounds per timing check (at least {MIN_ROUNDS}; default {MIN_ROUNDS})",
     )
+    parser.add_argument(
+        "--variants",
+        default=",".join(CUDA_VARIANTS),
+        help="with --device cuda: the variants compared with do_bench (default: all four)",
+    )
+    parser.add_argument("--pass", dest="passes", default="fwd,fwdbwd", help="with --device cuda: fwd, fwdbwd")
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=2000.0,
+        help="the harness's sampling budget per cell (default 2000)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
+    names = tuple(n for n in args.variants.split(",") if n)
+    passes = tuple(p for p in args.passes.split(",") if p)
+    bad = [n for n in names if n not in CUDA_VARIANTS] + [p for p in passes if p not in ("fwd", "fwdbwd")]
+    if bad or not names or not passes or not args.budget_ms > 0:
+        print(
+            f"harness_check: error: unknown or empty --variants/--pass, or --budget-ms <= 0: {bad}",
+            file=sys.stderr,
+        )
+        return 2
     if args.rounds < MIN_ROUNDS:  # fewer rounds give no 95% CI worth reading; refuse before any work
         print(f"harness_check: error: --rounds {args.rounds}: need at least {MIN_ROUNDS}", file=sys.stderr)
         return 2
-    settings = Settings(warmup_ms=100, budget_ms=2000, min_ms=500)
-    results, _ = (check_cuda if args.device == "cuda" else check_cpu)(settings, args.rounds)
+    settings = Settings(warmup_ms=100, budget_ms=args.budget_ms, min_ms=min(500.0, args.budget_ms))
+    if args.device == "cuda":
+        results, _ = check_cuda(settings, args.rounds, names, passes)
+    else:
+        results, _ = check_cpu(settings, args.rounds)
     for rec in results:
         tag = {True: "MET ", False: "MISS", None: "NOISY"}.get(rec.get("met"), "----")
         if "met" not in rec:
