@@ -29,6 +29,28 @@ def _pkg(name: str) -> str | None:
         return None
 
 
+def torch_version() -> str | None:
+    """torch.__version__ without importing torch: read from the torch/version.py that import would load.
+    The installed distribution's metadata is not the same string everywhere (the GPU image's torch reports
+    2.11.0 there and 2.11.0+cu130 as torch.__version__), so it is the fallback only."""
+    import importlib.util
+    import re
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = Path(folder, "version.py").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+    return _pkg("torch")
+
+
 def _read(path: str) -> str | None:
     try:
         return Path(path).read_text().strip()
@@ -120,11 +142,11 @@ def resume_identity(
 ) -> dict[str, Any]:
     """RESUME_KEYS as this process would start a worker now: with the sweep's `env` over os.environ (the
     worker's fingerprint, taken there, saw the same), on `hosts` (default: this one). Read without
-    importing torch: its installed distribution's version is the `torch.__version__` a worker records."""
+    importing torch: torch_version() reads the `torch.__version__` a worker records."""
     environ = {**os.environ, **dict(env or {})}
     return {
         "hosts": sorted(hosts or [socket.gethostname()]),
-        "torch": _pkg("torch"),
+        "torch": torch_version(),
         "git_commit": git_commit(),
         "allocator_env": allocator_env(environ),
         "THP_MEM_ALLOC_ENABLE": environ.get("THP_MEM_ALLOC_ENABLE"),

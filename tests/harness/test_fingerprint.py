@@ -91,3 +91,29 @@ def test_a_cpu_row_says_which_host_measured_it():
     assert fingerprint.where_measured("cpu") == {
         "host": socket.gethostname(), "gpu_name": None, "gpu_uuid": None, "gpu_index": None
     }  # fmt: skip
+
+
+def test_the_resume_check_reads_torch_version_as_a_worker_records_it(tmp_path, monkeypatch):
+    """The parent reads torch.__version__ from torch/version.py without importing torch. The distribution's
+    metadata is not that string everywhere: on the GPU image it said 2.11.0 for a torch whose __version__ is
+    2.11.0+cu130, and every resume there was refused as 'another set-up'."""
+    import importlib.machinery
+    import importlib.util
+
+    import torch
+
+    assert fingerprint.torch_version() == torch.__version__
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "version.py").write_text(
+        "__all__ = ['__version__']\n__version__ = '2.11.0+cu130'\ncuda = '13.0'\n"
+    )
+    spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+    spec.submodule_search_locations = [str(fake)]
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: spec if name == "torch" else real_find_spec(name, *a)
+    )
+    monkeypatch.setattr(fingerprint, "_pkg", lambda name: "2.11.0")
+    assert fingerprint.torch_version() == "2.11.0+cu130"
+    assert fingerprint.resume_identity()["torch"] == "2.11.0+cu130"
