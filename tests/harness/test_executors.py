@@ -43,11 +43,21 @@ def test_devices_parse_into_pinned_slots():
         parse_devices("gpu1", cuda_count=3)
 
 
+def _devices_all_refusal() -> str:
+    """Why `--devices all` with the default (cpu) sweep is refused here: no GPU to take, or, on a GPU
+    machine, GPUs only where the sweep's cells are cpu ones."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "the sweep measures cpu cells but --devices has no cpu worker"
+    return "--devices all: torch sees no CUDA device on this machine"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--devices", "cpu,cpu"], ONE_CPU_WORKER),
-        (["--devices", "all"], "--devices all: torch sees no CUDA device on this machine"),
+        (["--devices", "all"], _devices_all_refusal()),
         (["--devices", "cpu", "--executor", "ray"], "--devices picks this machine's GPUs"),
         (["--ray-address", "127.0.0.1:1"], "--ray-address names the Ray cluster of --executor ray"),
     ],
