@@ -24,6 +24,7 @@ lower_right and window stay False): those cells are `unsupported`, never measure
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -38,6 +39,52 @@ def _version() -> str | None:
         return version("xformers")
     except PackageNotFoundError:
         return None
+
+
+def _extensions_problem() -> str | None:
+    """Why xformers' own C++/CUDA operators did not load, in one line, or None. A wheel is built for one
+    torch, CUDA and Python (0.0.35: torch 2.10.0+cu128, Python 3.10); on another only the operators that
+    call torch's own kernels are left, and xformers refuses those on some inputs too. Seen on the GPU image
+    (torch 2.11.0+cu130, Python 3.12, 2026-11-25): every cell was refused."""
+    try:
+        from xformers import _cpp_lib
+    except Exception:  # not this layout of xformers: its dispatch error still says why
+        return None
+    exc = getattr(_cpp_lib, "_cpp_library_load_exception", None)
+    if exc is None:
+        return None
+    info = getattr(exc, "build_info", None)
+    try:
+        built = (
+            f"built for torch {info.torch_version} (CUDA {info.cuda_version}), Python {info.python_version}"
+        )
+    except Exception:
+        built = "built for another torch or Python"
+    import platform
+
+    import torch
+
+    return (
+        f"xformers {_version()}'s CUDA operators did not load: {built}; this is torch {torch.__version__}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def _no_operator_reason(exc: BaseException) -> str:
+    """xformers' 'No operator found' text cut to what decides: each operator and its first reason, after
+    the reason its extensions did not load (where they did not)."""
+    text = str(exc)
+    reasons = re.findall(r"`([^`]+)` is not supported because:\s*\n?\s*([^\n]+)", text)
+    found = "; ".join(f"{op}: {' '.join(why.split())}" for op, why in reasons)
+    if not found:
+        found = " ".join(text.split())
+    head = _extensions_problem()
+    out = (
+        f"{head}; no operator takes these inputs ({found})"
+        if head
+        else f"no xformers operator takes these inputs ({found})"
+    )
+    return out[:600]
 
 
 def _available(device: str) -> str | None:
@@ -103,7 +150,7 @@ class _Plan:
         try:
             out = self.attend(qx, kx, vx, attn_bias=self.bias, p=dropout_p, scale=scale)
         except NotImplementedError as exc:  # no operator supports these inputs: xformers says which and why
-            raise UnsupportedError(" ".join(str(exc).split())[:500]) from None
+            raise UnsupportedError(_no_operator_reason(exc)) from None
         return out.reshape(b, n_q, out.shape[-2], -1).transpose(1, 2)  # (B, H, N_q, d_v)
 
 

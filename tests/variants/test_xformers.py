@@ -123,3 +123,25 @@ def test_causal_with_padding_is_refused_in_setup_too(fake_xformers):
     q, k, v, kl = inputs()
     with pytest.raises(variants.UnsupportedError, match="bottom-right"):
         variants.get("xformers").bind(q, k, v, causal=True, key_lengths=kl)
+
+
+def test_a_refusal_names_each_operator_and_its_first_reason():
+    """xformers' 'No operator found' text (its dispatch.py layout) cut to what decides; the inputs' long
+    description is left out (the row has the shape)."""
+    from attnbench.variants import xformers_mea
+
+    text = (
+        "No operator found for `memory_efficient_attention_forward` with inputs:\n"
+        "     query       : shape=(1, 512, 16, 128) (torch.bfloat16)\n"
+        "     attn_bias   : <class 'NoneType'>\n"
+        "`fa3F@0.0.0` is not supported because:\n"
+        "    xFormers wasn't build with CUDA support\n"
+        "    operator wasn't built - see `python -m xformers.info` for more info\n"
+        "`cutlassF-pt` is not supported because:\n"
+        "    requires device with capability <= (9, 0) but your GPU has capability (9, 0) (too new)"
+    )
+    reason = xformers_mea._no_operator_reason(NotImplementedError(text))
+    assert reason == (
+        "no xformers operator takes these inputs (fa3F@0.0.0: xFormers wasn't build with CUDA support; "
+        "cutlassF-pt: requires device with capability <= (9, 0) but your GPU has capability (9, 0) (too new))"
+    )
