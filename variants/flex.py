@@ -18,8 +18,10 @@ Masks follow variants/masks.py (causal top-left or lower-right, a window of W ke
 see no key come out as zeros (flex's kernels write 0 where a row's logsumexp is -inf). Key padding is read
 at call time from the key_lengths tensor the call is given (a mask_mod closing over it, rebuilt per call:
 dynamo guards on the captured tensor's metadata, not its values, so no recompilation); the block mask is
-built from the shape-only part of the mask with `separate_full_blocks=False`, so mask_mod runs on every
-block it visits and no block is wrongly skipped or treated as full for other key lengths.
+built from the shape-only part of the mask with no "full" blocks (`separate_full_blocks=False`, or on a
+torch without it, such as the GPU image's 2.11, the usual mask's full blocks folded into its partial ones),
+so mask_mod runs on every block it visits and no block is wrongly skipped or treated as full for other key
+lengths.
 
 Score mods follow variants/mods.py: ALiBi with the slope of the query head (GQA changes nothing) and the
 masks' lower-right offset, softcap C * tanh(s / C) on the scaled score (flex applies `scale` before
@@ -84,9 +86,33 @@ def _import_reason() -> str | None:
         return (
             f"torch.compile (dynamo) does not support this Python ({sys.version.split()[0]}), flex needs it"
         )
-    if "separate_full_blocks" not in inspect.signature(_flex_module().create_block_mask).parameters:
-        return f"this torch ({torch.__version__}) has no create_block_mask(separate_full_blocks=)"
     return None
+
+
+@functools.cache
+def _has_separate_full_blocks() -> bool:
+    """Whether create_block_mask takes separate_full_blocks= (torch 2.13 does, the GPU image's 2.11 not)."""
+    return "separate_full_blocks" in inspect.signature(_flex_module().create_block_mask).parameters
+
+
+def _block_mask(mask_mod, n_q: int, n_k: int, device, *, every_block_partial: bool):
+    """create_block_mask over (N_q, N_k) for every batch and head. every_block_partial: no block is
+    "full" (each block flex visits runs the mask_mod, as key padding needs): separate_full_blocks=False
+    where torch has it; elsewhere the usual mask with its full blocks folded into the partial ones through
+    BlockMask's public to_dense and from_kv_blocks (torch >= 2.5), the same blocks, visited in order."""
+    fa = _flex_module()
+    if not every_block_partial:
+        return fa.create_block_mask(mask_mod, None, None, n_q, n_k, device=device)
+    if _has_separate_full_blocks():
+        return fa.create_block_mask(mask_mod, None, None, n_q, n_k, device=device, separate_full_blocks=False)
+    usual = fa.create_block_mask(mask_mod, None, None, n_q, n_k, device=device)
+    visited = usual.to_dense().to(torch.int32)  # (B, H, query blocks, key blocks): 1 where partial or full
+    counts = visited.sum(-1, dtype=torch.int32)
+    # each row's visited key blocks first, in ascending order (a stable sort of 1s before 0s)
+    order = torch.sort(visited, dim=-1, descending=True, stable=True).indices.to(torch.int32)
+    return fa.BlockMask.from_kv_blocks(
+        counts, order, BLOCK_SIZE=usual.BLOCK_SIZE, mask_mod=mask_mod, seq_lengths=(n_q, n_k)
+    )
 
 
 def _available(device: str) -> str | None:
@@ -282,9 +308,7 @@ def _plan(q, k, v, *, causal: bool, padding: bool, causal_align: str, window: in
     # depends on the key lengths, values this plan must not depend on. Where nothing is masked, a block
     # mask of full blocks (noop_mask) and not block_mask=None: flex's default mask runs the mask_mod on
     # every block, 1.26x slower on CPU (B1 H8 N2048 d64 fp32: 130 ms against 103 ms, 7 alternating rounds)
-    block_mask = fa.create_block_mask(
-        structure or fa.noop_mask, None, None, n_q, n_k, device=q.device, separate_full_blocks=not padding
-    )
+    block_mask = _block_mask(structure or fa.noop_mask, n_q, n_k, q.device, every_block_partial=padding)
     plan = _Plan(
         key=key,
         block_mask=block_mask,

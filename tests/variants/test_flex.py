@@ -241,3 +241,38 @@ def test_the_harness_hands_flex_its_mod_and_the_float64_gate_checks_it():
     assert variants.get("flex").check(c.problem()) is None
     ready = cell.prepare(c, quick)
     assert ready.verdict() == ("ok", ""), ready.verdict()
+
+
+@needs_flex
+@pytest.mark.parametrize(
+    "n_q, n_k, causal, window", [(300, 300, True, 0), (200, 520, False, 0), (384, 384, True, 130)]
+)
+def test_without_separate_full_blocks_the_block_mask_is_the_same(monkeypatch, n_q, n_k, causal, window):
+    """On a torch whose create_block_mask has no separate_full_blocks= (the GPU image's 2.11), key padding's
+    block mask folds the full blocks into the partial ones: the very mask torch 2.13 makes with
+    separate_full_blocks=False (same blocks, same order, none full)."""
+    fa = flex_mod._flex_module()
+    structure = flex_mod._structure_mask(n_q, n_k, causal, "top-left", window) or fa.noop_mask
+    wanted = flex_mod._block_mask(structure, n_q, n_k, "cpu", every_block_partial=True)
+    monkeypatch.setattr(flex_mod, "_has_separate_full_blocks", lambda: False)
+    folded = flex_mod._block_mask(structure, n_q, n_k, "cpu", every_block_partial=True)
+    assert folded.full_kv_num_blocks is None and wanted.full_kv_num_blocks is None
+    assert torch.equal(folded.kv_num_blocks, wanted.kv_num_blocks)
+    assert torch.equal(folded.to_dense(), wanted.to_dense())
+    for row in range(wanted.kv_num_blocks.shape[-1]):  # each row's visited blocks, in the same order
+        n = int(wanted.kv_num_blocks[0, 0, row])
+        assert torch.equal(folded.kv_indices[0, 0, row, :n], wanted.kv_indices[0, 0, row, :n])
+    assert folded.seq_lengths == wanted.seq_lengths and folded.BLOCK_SIZE == wanted.BLOCK_SIZE
+
+
+@needs_flex
+@pytest.mark.slow  # one compilation
+def test_key_padding_through_the_folded_block_mask_passes_the_gate(monkeypatch):
+    monkeypatch.setattr(flex_mod, "_has_separate_full_blocks", lambda: False)
+    monkeypatch.setattr(flex_mod, "_PLANS", {})
+    q, k, v = _qkv(h=2, h_kv=2, n_q=256, n_k=256, seed=3)
+    kl = torch.tensor([256, 100])
+    with torch.no_grad():
+        out = FLEX.fn(q, k, v, key_lengths=kl)
+    r = correctness.gate(out, q, k, v, key_lengths=kl)
+    assert r.passed, r.describe()
