@@ -85,9 +85,8 @@ def test_presets_load_and_validate():
     assert quick.devices == ("cpu",) and max(quick.seq_len) == 4096
     assert max(build_sweep(preset="cpu").seq_len) == 16384
     gpu = build_sweep(preset="gpu")
-    assert gpu.devices == ("cuda",) and gpu.seq_len[0] == 512 and gpu.seq_len[-1] == 65536
-    assert set(gpu.d_k) == {64, 128} and set(gpu.passes) == {"fwd", "fwdbwd"}
-    assert set(gpu.dtypes) == {"float16", "bfloat16"}
+    assert gpu.devices == ("cuda",) and gpu.seq_len[0] == 1024 and gpu.seq_len[-1] == 32768
+    assert set(gpu.d_k) == {128} and set(gpu.passes) == {"fwd", "fwdbwd"} and set(gpu.dtypes) == {"bfloat16"}
 
 
 def test_flags_override_the_preset():
