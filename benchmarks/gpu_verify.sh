@@ -14,7 +14,9 @@
 #          its report), each step bounded so that the whole fits SESSION_SECONDS (default 530); steps.txt
 #          says what each took; SESSION_SKIP="harness-check ..." leaves steps out. The suite's fast tests run
 #          beside the CUDA tests for as long as those take (a first look; `suite` runs all of it). For a lease
-#          too short for several machine starts.
+#          too short for several machine starts. The device tool brings back 8 files at most: run it as
+#          `bash benchmarks/gpu_verify.sh /tmp/gs session; tar czf $OUT/gs.tgz -C /tmp gs` (first run
+#          2026-11-25 on an H100: results/reference/gpu-checks-h100-2026-11-25/steps.txt has each step's time).
 # One device command per step keeps each under the 10-minute limit; install once per fresh machine.
 # xformers for a machine with no registry, fetched where pip works (0.0.35: 3.2 MB, needs torch >= 2.10):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -75,12 +77,12 @@ session)
         --probe > "$out/gate.txt" 2>&1
     wait
     # timing, one thing at a time on the GPU
-    step harness-check 110 python3 benchmarks/harness_check.py --device cuda --budget-ms 500 \
+    step harness-check 150 python3 benchmarks/harness_check.py --device cuda --budget-ms 500 --rounds 15 \
         --json "$out/harness_check.json" > "$out/harness_check.txt" 2>&1
     step timing-modes 70 python3 benchmarks/timing_modes.py --device cuda --budget-ms 150 \
         --json "$out/timing_modes.json" > "$out/timing_modes.txt" 2>&1
-    step gpu-run $(( $(left) - 30 )) python3 -m attnbench run --preset gpu --dtype bfloat16 --d-k 128 \
-        --out "$out/gpu-run" "${@:3}" > "$out/run.log" 2>&1
+    step gpu-run $(( $(left) - 30 )) python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" \
+        > "$out/run.log" 2>&1
     step report 25 python3 -m attnbench report "$out/gpu-run" --out "$out/gpu-report" > "$out/report.log" 2>&1
     tail -n 12 "$out/steps.txt" "$out/pytest-cuda.txt" "$out/harness_check.txt"
     ;;
