@@ -36,6 +36,8 @@ import torch
 from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
 
+from .contract import check_output
+
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
 GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
 REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
@@ -251,7 +253,7 @@ def grad_errors(
     g = torch.Generator(device="cpu").manual_seed(seed)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     extra = extra_options(causal_align=causal_align, window=window, mod=mod)  # only those not at the default
-    out = variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra)
+    out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
     grads = torch.autograd.grad(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
@@ -311,7 +313,7 @@ def check(
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
     axes = dict(causal_align=causal_align, window=window, mod=mod)
     with torch.no_grad():
-        out = variant(q, k, v, **rules, **extra_options(**axes))
+        out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     result = gate(out, q, k, v, rows=sample_rows(q.shape[2], max_rows), **rules, **axes)
     if not backward:
         return result
