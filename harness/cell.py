@@ -2,9 +2,9 @@
 
 - prepare(spec, settings, cache) -> Prepared: copies of the shape's pristine seeded inputs in the memory
   layout the variant declares (`handed`), the variant's setup hook if it has one (setup_ms), one forward
-  call (first_call_ms) gated against float64 (gradients too for fwdbwd), for a dropout cell the
-  statistical dropout check (harness.dropout_check), whether that modified the inputs, and the call to
-  time;
+  call (first_call_ms) held to the output contract (harness.contract) and gated against float64
+  (gradients too for fwdbwd), for a dropout cell the statistical dropout check (harness.dropout_check),
+  whether that modified the inputs, and the call to time;
 - cell_timer(call, device, settings) -> timing.TimerChoice: perf_counter, CUDA events or a CUDA graph, and
   why (the row's timing_mode and timing_reason);
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets
@@ -36,7 +36,7 @@ from attnbench import variants
 from attnbench.results.formulas import gbps, summarize, tflops
 from attnbench.variants import in_layout, torch_dtype
 
-from . import correctness, dropout_check, memory, telemetry, timing
+from . import contract, correctness, dropout_check, memory, telemetry, timing
 from .failures import failure
 from .outcomes import INPUT_NAMES, NOT_FOLLOWING, mutation
 from .rows import finish, start_row
@@ -279,6 +279,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     # so without dropout (a dropout cell's random output is held to harness.dropout_check's rules below)
     with torch.no_grad():
         out, first_ms = _timed_once(spec.device, fn, q, k, v, dropout_p=0.0, scale=None, **opts)
+    contract.check_output(out, q, v)  # before the gate reads it: a tuple or a float64 answer is named as such
     rows = correctness.sample_rows(spec.seq_len, settings.check_rows, seed=settings.seed)
     pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
     gate = correctness.gate(
@@ -334,6 +335,7 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     given = handed((q, k, v, kl), ready.layout)  # it may write into what it is given
     with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
         out = ready.fn(*given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3]))
+    contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
     fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
     return AfterCheck(changed=changed, fresh=fresh, seed=seed)
 

@@ -36,6 +36,8 @@ import torch
 from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
 
+from .contract import check_output
+
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
 GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
 REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
@@ -247,20 +249,32 @@ def grad_errors(
     variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
     causal_align: str = "top-left", window: int = 0, mod: str = NONE,
 ) -> float:  # fmt: skip
-    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO."""
+    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO.
+
+    Both sides get their gradients as a training loop does, out.backward(dO) into fresh leaves' .grad
+    (`_backward`), not torch.autograd.grad: reentrant activation checkpointing
+    (torch.utils.checkpoint with use_reentrant=True) refuses .grad(), and a gate must accept every
+    implementation autograd accepts."""
     g = torch.Generator(device="cpu").manual_seed(seed)
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # clone keeps the layout
     extra = extra_options(causal_align=causal_align, window=window, mod=mod)  # only those not at the default
-    out = variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra)
+    out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
-    grads = torch.autograd.grad(out, leaves, d_out.to(out.dtype))
+    grads = _backward(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
     ref = _reference_autograd(
         *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
         window=window, mod=mod,
     )  # fmt: skip
-    ref_grads = torch.autograd.grad(ref, ref_leaves, d_out)
+    ref_grads = _backward(ref, ref_leaves, d_out)
     return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
+
+
+def _backward(out: torch.Tensor, leaves: list[torch.Tensor], d_out: torch.Tensor) -> list[torch.Tensor]:
+    """The leaves' gradients after out.backward(d_out). A leaf the output does not depend on gets none from
+    autograd, which is a zero gradient: the gate then compares zeros with the reference's."""
+    out.backward(d_out)
+    return [t.grad if t.grad is not None else torch.zeros_like(t) for t in leaves]
 
 
 def _reference_autograd(
@@ -311,7 +325,7 @@ def check(
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
     axes = dict(causal_align=causal_align, window=window, mod=mod)
     with torch.no_grad():
-        out = variant(q, k, v, **rules, **extra_options(**axes))
+        out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     result = gate(out, q, k, v, rows=sample_rows(q.shape[2], max_rows), **rules, **axes)
     if not backward:
         return result

@@ -53,6 +53,7 @@ from attnbench.variants.mods import NONE
 from attnbench.variants.problem import extra_options
 
 from . import correctness
+from .contract import check_output
 
 RUNS = 8  # K: calls averaged by the expectation rule
 MEAN_Z = 5.0  # the mean may be this many times its expected error from float64
@@ -96,9 +97,10 @@ def _call(fn: Callable[..., Any], seed: int, q, k, v, *, p: float, **rules: Any)
     torch.manual_seed(seed)  # CPU and every CUDA generator: what torch's dropout and SDPA's kernels draw from
     causal, key_lengths = rules.pop("causal"), rules.pop("key_lengths")
     with torch.no_grad():  # the added axes only when not at their default, as the harness calls it
-        return fn(
+        out = fn(
             q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=p, scale=None, **extra_options(**rules)
         )
+    return check_output(out, q, v)  # with dropout on, the contract still holds
 
 
 def _rows(t: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:

@@ -13,6 +13,7 @@ import torch
 
 from attnbench.variants import UnsupportedError
 
+from .contract import OutputContractError
 from .outcomes import POISONED_PREFIX, mutation
 
 
@@ -61,11 +62,11 @@ def is_poisoned(exc: BaseException) -> bool:
 
 def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tuple[str, str]:
     """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
-    error; `wrong` when prepare had already found that it modifies its inputs (the error follows from
-    that, as autograd refusing an in-place write into a leaf in a fwdbwd call); `crashed` for a CUDA error
-    that poisoned the context (is_poisoned: the worker that sends such a row exits, and the next cell gets
-    a new one). The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's
-    fault."""
+    error (an output that breaks harness.contract's rule: an error with that rule's words alone); `wrong`
+    when prepare had already found that it modifies its inputs (the error follows from that, as autograd
+    refusing an in-place write into a leaf in a fwdbwd call); `crashed` for a CUDA error that poisoned the
+    context (is_poisoned: the worker that sends such a row exits, and the next cell gets a new one). The
+    caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
     if is_poisoned(exc):  # before empty_cache, which would fail the same way
@@ -74,7 +75,9 @@ def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tupl
         torch.cuda.empty_cache()
     if is_oom(exc):
         return "oom", _one_line(exc)
-    message = f"{type(exc).__name__}: {_one_line(exc)}"
+    message = _one_line(exc)
+    if not isinstance(exc, OutputContractError):  # the contract's words say what was returned and expected
+        message = f"{type(exc).__name__}: {message}"
     if ready is not None and ready.changed:
         return "wrong", f"{mutation(ready.changed)}; then {message}"
     return "error", message

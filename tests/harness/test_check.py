@@ -124,7 +124,7 @@ def test_a_plugin_that_raises_or_returns_garbage_is_a_row_with_its_reason(isolat
     assert len(rows) == 4 * 5
     for name, reason in [
         ("check_raise", "ValueError: deliberate failure with a second line"),
-        ("check_garbage", "AttributeError: 'str' object has no attribute"),
+        ("check_garbage", "output contract: returned a str; expected a (2, 4, 16, 64) float32 tensor on cpu"),
         ("check_supports_raise", "RuntimeError: a supports() hook that raises"),
     ]:
         mine = [r for r in rows if r.variant == name]
@@ -143,7 +143,7 @@ def test_check_cli_never_crashes_and_says_why(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert "ValueError: deliberate failure with a second line" in proc.stdout
-    assert "AttributeError: 'str' object has no attribute" in proc.stdout
+    assert "output contract: returned a str; expected a (2, 4, 16, 64) float32 tensor on cpu" in proc.stdout
     probe = run_cli(
         "check", "--variant-file", str(CHECK_VARIANTS), "--variants", "check_supports_raise,check_raise",
         "--seq-len", "16", "--dtype", "float32", "--probe",
