@@ -95,7 +95,7 @@ def _axes(values: Mapping[str, Any], where: str) -> list[Axis]:
     return [*always, *said, BY_NAME["pass"]]
 
 
-def _place(axis: Axis) -> int:
+def _place(axis: Axis) -> float:
     """An axis's place in ORDER; one that is not there goes just before the pass, in the table's order (sorted
     is stable)."""
-    return ORDER.index(axis.name) if axis.name in ORDER else ORDER.index("pass")
+    return ORDER.index(axis.name) if axis.name in ORDER else ORDER.index("pass") - 0.5
