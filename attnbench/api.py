@@ -91,6 +91,7 @@ def run(
             raise ValueError("give the sweep file as `sweep` or as `config`, not both")
         sweep, config = None, sweep
     offered = [k for k, v in (("sweep", sweep), ("preset", preset), ("config", config)) if v] + list(axes)
+    # the same rule harness.runner.run applies (check_mode), asked early so that its error comes first
     check_mode(None, out, resume=resume, force_resume=force_resume, given=offered, name=_mode_name)
     if resume:
         spec = None

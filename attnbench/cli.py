@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = _rerun_plan(args)
     sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS) if getattr(args, f) is not None]
     modes = dict(resume=args.resume, redo_drift=args.redo_drift, force_resume=args.force_resume)
-    try:  # the run modes first (harness.runner.check_mode, which run applies too): they need no sweep
+    try:  # the same rule harness.runner.run applies (check_mode), asked early so that its error comes first
         check_mode(None, args.out, **modes, given=sweep_flags)
     except ValueError as exc:
         raise BadInput(str(exc)) from None

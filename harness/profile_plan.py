@@ -7,10 +7,23 @@ parent's handle starts the child from the plan) both import it, and neither impo
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from attnbench.results.axes import BY_NAME, IDENTITY, Axis
+
+from .settings import Settings
 from .spec import CellSpec
+from .sweeps import cell_given, flag_name
+
+# The order in which the shape and the command have always named the axes they named before they were
+# derived from the table: pinned, so that both read as before. An axis not here (a new one) goes just before
+# the pass. Whether an axis is written, and how, comes from the table (_quiet; Axis.id_part; its flag and
+# grammar through harness.sweeps.cell_given).
+ORDER = ("device", "dtype", "batch", "heads", "seq_len", "d_k", "d_v", "kv_heads", "seq_k", "causal",
+         "window", "padding", "dropout", "mod", "pass")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -30,39 +43,59 @@ class Plan:
 
     @property
     def shape(self) -> str:
-        c = self.cell
-        text = f"{c.device}-{c.dtype}-b{c.batch}-h{c.heads}-n{c.seq_len}-dk{c.d_k}"
-        text += f"-dv{c.d_v}" if c.d_v != c.d_k else ""
-        text += f"-kv{c.kv_heads}" if c.kv_heads != c.heads else ""
-        text += f"-nk{c.seq_k}" if c.seq_k != c.seq_len else ""
-        text += f"-{('causal-lr' if c.causal_align == 'lower-right' else 'causal') if c.causal else 'full'}"
-        text += f"-w{c.window}" if c.window else ""
-        text += f"-pad{c.padding:g}" if c.padding else ""
-        text += f"-drop{c.dropout:g}" if c.dropout else ""
-        text += f"-{c.mod.replace(':', '')}" if c.mod != "none" else ""
-        return f"{text}-{c.pass_}"
+        """The cell in a directory name: its cell_id parts (Axis.id_part) but the variant's, joined by '-',
+        those of axes that say nothing here left out (_quiet): 'cpu-float32-b1-h8-n1024-dk64-full-fwd',
+        'cuda-bfloat16-b1-h32-n1-dk128-kv8-nk4096-causal-fwd'."""
+        values = self.cell.values()
+        return "-".join(p for a in _axes(values, "shape") if (p := a.id_part(values)) is not None)
 
     def default_dir_name(self) -> str:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         return re.sub(r"[^A-Za-z0-9._-]+", "-", f"profile-{self.cell.variant}-{self.shape}-{stamp}")
 
     def command(self) -> str:
-        """The attnbench command line that profiles this cell again."""
+        """The attnbench command line that profiles this cell again: its axes (_axes), each value as
+        `attnbench run` reads it (harness.sweeps.cell_given), then how to profile it."""
         c = self.cell
-        parts = ["attnbench", "profile", "--variant", c.variant, "--device", c.device, "--dtype", c.dtype]
-        parts += ["--batch", str(c.batch), "--heads", str(c.heads), "--seq-len", str(c.seq_len)]
-        causal = ("lower-right" if c.causal_align == "lower-right" else "yes") if c.causal else "no"
-        parts += ["--d-k", str(c.d_k), "--d-v", str(c.d_v), "--causal", causal]
-        parts += ["--kv-heads", str(c.kv_heads)] if c.kv_heads != c.heads else []
-        parts += ["--seq-k", str(c.seq_k)] if c.seq_k != c.seq_len else []
-        parts += ["--window", str(c.window)] if c.window else []
-        parts += ["--padding", f"{c.padding:g}"] if c.padding else []
-        parts += ["--dropout", f"{c.dropout:g}"] if c.dropout else []
-        parts += ["--mod", c.mod] if c.mod != "none" else []
-        parts += ["--pass", c.pass_, "--seconds", f"{self.seconds:g}", "--rate", str(self.rate)]
+        given, _ = cell_given(c, Settings())
+        parts = ["attnbench", "profile", "--variant", c.variant]
+        for a in _axes(c.values(), "command"):
+            parts += [flag_name(a.option), given[a.option]]
+        parts += ["--seconds", f"{self.seconds:g}", "--rate", str(self.rate)]
         parts += ["--iters", str(self.iters)] + (["--threads", str(self.threads)] if self.threads else [])
         parts += ["--native"] if self.native else []
         parts += ["--no-py-spy"] if self.py_spy is None else []
         for path in self.variant_files:
             parts += ["--variant-file", path]
         return " ".join(parts)
+
+
+def _quiet(axis: Axis, values: Mapping[str, Any]) -> bool:
+    """Whether an axis says nothing at this cell's value: one that follows another at that one's value (d_v =
+    d_k, kv_heads = heads), one added after the first calling convention at its quiet value, or no padding.
+    The other axes of the first convention always say something."""
+    if axis.follows:
+        return values[axis.name] == values[axis.follows]
+    if axis.name == "padding":  # of the first convention (pad0 in cell_id), but left out here at 0, as ever
+        return not values["padding"]
+    return not axis.core and values[axis.name] == axis.quiet
+
+
+def _axes(values: Mapping[str, Any], where: str) -> list[Axis]:
+    """The axes a profile's shape or command names for a cell, in the order it names them: of the axes of
+    identity with a cell_id part of their own (not causal_align, said by causal's word) but the variant (said
+    apart), the shape names those that say something; the command names the first convention's always (but
+    padding), so that it gives the cell's shape in full, then those that say something, then the pass."""
+    axes = sorted((a for a in IDENTITY if a.name != "variant" and a.id is not None), key=_place)
+    if where == "shape":
+        return [a for a in axes if not _quiet(a, values)]
+    axes = [a for a in axes if a.sweep_field]  # a cell-only axis has no flag: the command cannot say it
+    always = [a for a in axes if a.core and a.name not in ("padding", "pass")]
+    said = [a for a in axes if a not in always and a.name != "pass" and not _quiet(a, values)]
+    return [*always, *said, BY_NAME["pass"]]
+
+
+def _place(axis: Axis) -> float:
+    """An axis's place in ORDER; one that is not there goes just before the pass, in the table's order (sorted
+    is stable)."""
+    return ORDER.index(axis.name) if axis.name in ORDER else ORDER.index("pass") - 0.5

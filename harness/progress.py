@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.axes import IDENTITY, filled
 from attnbench.results.formulas import bytes_text, printable, short_dtype
 
 STATUS_STYLE = {
@@ -19,8 +20,17 @@ STATUS_STYLE = {
 }
 
 
+# the axes cell_line spells out in its own words, as it always has; any other axis of identity (one added to
+# the table since) is shown by its cell_id part where it says something (Axis.id_part), before the pass
+SPELLED = ("variant", "device", "dtype", "batch", "heads", "kv_heads", "seq_len", "seq_k", "d_k", "d_v",
+           "causal", "causal_align", "window", "padding", "dropout", "mod", "pass")  # fmt: skip
+MORE = tuple(a for a in IDENTITY if a.name not in SPELLED)
+
+
 def cell_line(row: dict[str, Any]) -> str:
     """One plain-text line summarising a finished cell."""
+    values = filled(row)
+    more = "".join(f" {p}" for a in MORE if (p := a.id_part(values)) is not None)
     kv, n_k = row.get("kv_heads", row["heads"]), row.get("seq_k", row["seq_len"])
     lower_right = row.get("causal_align") == "lower-right"
     shape = (
@@ -32,7 +42,7 @@ def cell_line(row: dict[str, Any]) -> str:
         f"{' w' + str(row['window']) if row.get('window') else ''}"
         f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''}"
         f"{' drop' + format(row['dropout'], 'g') if row.get('dropout') else ''}"
-        f"{' ' + row['mod'] if row.get('mod', 'none') != 'none' else ''} "
+        f"{' ' + row['mod'] if row.get('mod', 'none') != 'none' else ''}{more} "
         f"{row['pass']}"
     )
     head = f"{row['status']:<11} {row['variant']:<16} {shape:<38}"

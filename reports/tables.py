@@ -12,8 +12,12 @@ from attnbench.results.devices import calibration_for, matmul_tflops, positive
 
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
 # be averaged together (results.devices), and then splits that run's cells by device group; model is ''
-# unless the sweep named published models (--model), and then gives each model its own section
+# unless the sweep named published models (--model), and then gives each model its own section. Written out
+# rather than taken from the axis table: run_id and device_group are no axes, and the table's order of its
+# group and label axes (device, dtype, pass, model) is not the order titles, file names and CSV columns have
+# always used. Any other group or label axis of the table (a new one) follows them.
 GROUP_AXES = ("run_id", "device", "device_group", "model", "dtype", "pass")
+GROUP_AXES += tuple(a.name for a in AXES if a.role in ("group", "label") and a.name not in GROUP_AXES)
 QUIET_GROUP_AXES = ("device_group", "model")  # '' in every row: left out of titles, file names and CSVs
 # one panel per combination inside a group, in the axis table's report order (results.axes: Axis.role and
 # Axis.order); seq_k is a length (a decode series grows it), not a panel axis

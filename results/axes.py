@@ -173,9 +173,16 @@ def cell_id(cell: Mapping[str, Any]) -> str:
     added later that is not at its quiet value ('|kv2', '|nk4096', '|w512', '|drop0.1', '|alibi'). The mask
     word is 'full', 'causal' or 'causal-lr' (lower-right). An axis missing from `cell` is at its quiet value
     (or follows its axis)."""
+    values = filled(cell)
+    parts = (a.id_part(values) for a in IDENTITY)
+    return "|".join(p for p in parts if p is not None)
+
+
+def filled(cell: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's values by axis name, an axis added later that is missing from it (or None) at its quiet value
+    or its followed axis's: what a row written before the axis existed measured."""
     values = dict(cell)
     for a in IDENTITY:
         if not a.core and values.get(a.name) is None:
             values[a.name] = values[a.follows] if a.follows else a.quiet
-    parts = (a.id_part(values) for a in IDENTITY)
-    return "|".join(p for p in parts if p is not None)
+    return values

@@ -2,7 +2,8 @@
 added and nothing else changed. The copy's `attnbench run` and `attnbench profile` get the flag, sweep files
 and the Python API take the key, the pytest plugin its --attn- option; cells carry it, its cell_id part
 appears off its default (and ids at the default stay as they were), the rows and the loader have its column
-(older runs filled with its default), and reports name it. What the table cannot give (ARCHITECTURE.md, "A
+(older runs filled with its default), reports name it, and so do the progress line and a profile's directory
+name and re-profile command. What the table cannot give (ARCHITECTURE.md, "A
 new axis": its meaning in the float64 reference, a capability flag for the variants that support it) is
 not part of this test."""
 
@@ -97,8 +98,9 @@ def test_every_front_end_takes_the_new_axis(copy, tmp_path):
 def test_a_run_records_it_and_reports_name_it(copy, tmp_path):
     out = tmp_path / "run"
     fast = ("--budget-ms", "5", "--warmup-ms", "1", "--calibrate-ms", "50")
-    run(copy, "-m", "attnbench", "run", "--variants", "naive", "--seq-len", "16,32", "--heads", "2",
-        "--tiles", "3", *fast, "--out", str(out))  # fmt: skip
+    proc = run(copy, "-m", "attnbench", "run", "--variants", "naive", "--seq-len", "16,32", "--heads", "2",
+               "--tiles", "3", *fast, "--out", str(out))  # fmt: skip
+    assert " n16 d64 t3 fwd " in proc.stderr and " n32 d64 t3 fwd " in proc.stderr  # each cell's line
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [r["tiles"] for r in rows] == [3, 3] and all(r["cell_id"].endswith("|t3") for r in rows)
     assert json.loads((out / "meta.json").read_text())["sweep"]["tiles"] == [3]
@@ -129,3 +131,31 @@ def test_the_pytest_plugin_has_the_option(copy, tmp_path):
     )  # fmt: skip
     ids = [line for line in proc.stdout.splitlines() if "test_attention[" in line]
     assert len(ids) == 2 and ids[1].endswith("-t5]") and not ids[0].endswith("-t1]")
+
+
+def test_a_profile_names_it_and_its_command_gives_the_cell_again(copy):
+    """Plan directly (a real profile is `attnbench profile`'s own test): the directory name and the command
+    that profiles the cell again say the new axis off its default, and the command's flags give the cell."""
+    script = textwrap.dedent(
+        """
+        import json, shlex
+        from attnbench.harness.profile import single_cell
+        from attnbench.harness.profile_plan import Plan
+        out = {}
+        for tiles in ("3", None):
+            cell = single_cell("naive", {"seq_len": "16", "tiles": tiles})
+            plan = Plan(cell)
+            words = shlex.split(plan.command())
+            flags = words[words.index("--device"):words.index("--seconds")]
+            given = {f[2:].replace("-", "_"): v for f, v in zip(flags[::2], flags[1::2])}
+            again = single_cell(words[words.index("--variant") + 1], given)
+            out[str(tiles)] = [plan.shape, plan.command(), again == cell, cell.tiles]
+        print(json.dumps(out))
+        """
+    )
+    got = json.loads(run(copy, "-c", script).stdout)
+    shape, command, same, tiles = got["3"]
+    assert tiles == 3 and same and shape == "cpu-float32-b1-h8-n16-dk64-full-t3-fwd"
+    assert "--mod" not in command and " --causal no --tiles 3 --pass fwd " in command
+    shape, command, same, tiles = got["None"]  # at its default it says nothing, as before the axis existed
+    assert tiles == 1 and same and shape == "cpu-float32-b1-h8-n16-dk64-full-fwd" and "--tiles" not in command

@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,19 @@ class Capability:
             )
 
 
+def _recorded() -> tuple[str, ...]:
+    """What Variant.record keeps of a Capability: every field but the name (the record's key) and the
+    functions (compare=False: code, not data), in the class's order, but layout before the flags of axes added
+    later, where meta.json has always had it (layout is the class's last field only so that a Capability built
+    positionally keeps its meaning)."""
+    names = [f.name for f in fields(Capability) if f.compare and f.name != "name"]
+    names.insert(names.index("gqa"), names.pop(names.index("layout")))
+    return tuple(names)
+
+
+RECORDED = _recorded()
+
+
 @dataclass(frozen=True)
 class Variant:
     """A registered attention implementation: fn(q, k, v, *, causal, key_lengths, dropout_p, scale) -> out."""
@@ -110,11 +123,7 @@ class Variant:
 
     def record(self) -> dict[str, Any]:
         """The capability as plain JSON data (what a run stores in meta.json for its reports)."""
-        cap = self.cap
-        fields = ("description", "devices", "dtypes", "min_head_dim", "max_head_dim", "causal", "padding",
-                  "dropout", "dropout_deterministic", "backward", "memory", "default", "layout", "gqa",
-                  "lower_right", "window", "mods")  # fmt: skip
-        out = {f: list(v) if isinstance(v := getattr(cap, f), tuple) else v for f in fields}
+        out = {f: list(v) if isinstance(v := getattr(self.cap, f), tuple) else v for f in RECORDED}
         return {**out, "source": self.source}
 
     def availability(self, device: str) -> str | None:
