@@ -62,6 +62,7 @@ def speed_probe(device: str) -> float:
 
 def calibrate(device: str, dtypes: list[str], budget_ms: float = 1000.0) -> dict[str, Any]:
     """{'matmul_tflops': {dtype: best TFLOP/s}, 'matmul_tflops_median': {...}, 'copy_gbps': best GB/s,
+    'speed_probe_tflops': the speed probe (speed_probe) right after them,
     'budget_ms': the sampling ms of each (Settings.calibrate_ms, after a tenth of it as warm-up, at most
     100 ms)}. Fewer ms, fewer samples: a ceiling taken as the fastest call is then less sure."""
     budget = timing.Budget(warmup_ms=min(100.0, budget_ms / 10), budget_ms=budget_ms, min_ms=budget_ms)
@@ -75,4 +76,7 @@ def calibrate(device: str, dtypes: list[str], budget_ms: float = 1000.0) -> dict
             out["matmul_tflops"][name] = out["matmul_tflops_median"][name] = None
             out.setdefault("errors", []).append(f"matmul {name}: {exc}")
     out["copy_gbps"] = copy_gbps(device, budget)
+    # the per-cell speed probe, taken now too: a row's own probe over this one says how much faster the
+    # machine ran at that cell than while these ceilings were taken (results.suspect scales by it)
+    out["speed_probe_tflops"] = speed_probe(device)
     return out

@@ -4,7 +4,10 @@ Two rules, applied when runs are loaded (so they hold for every run on disk, old
 - faster than the machine: on a GPU listed in SPEC_PEAKS, achieved TFLOP/s above its datasheet peak for
   the dtype (scaled to the maximum SM clock NVML reported, when lower); elsewhere above PEAK_FACTOR x the
   calibrated matmul ceiling of the device that measured it (the fastest square matmul call of that
-  device's calibration, results.devices);
+  device's calibration, results.devices), raised by how much faster the machine ran at the cell than while
+  it was calibrated: the row's speed probe (taken just before the cell) over the calibration's own (runs
+  written before it: over the run's median probe on that device). A calibration taken on a busy moment
+  otherwise flags the honest cells of a quieter one;
 - faster than the checked baseline by more than BASELINE_FACTOR: the median time of the same cell of
   BASELINE, the float64-gated naive implementation, over this cell's median.
 Only `ok` rows are judged: `wrong` rows are never ranked anyway.
@@ -70,10 +73,16 @@ def reasons(df, metas: dict[str, dict[str, Any]]) -> list[str | None]:
     for r in records:
         if r.get("variant") == BASELINE and r.get("status") == "ok" and _num(r.get("time_ms_median")):
             base_ms[(r.get("run_id"), *(r.get(a) for a in same_cell))] = float(r["time_ms_median"])
-    return [_reason(r, metas.get(str(r.get("run_id")), {}), base_ms, same_cell) for r in records]
+    factors = probe_factors(records, metas)
+    return [
+        _reason(r, metas.get(str(r.get("run_id")), {}), base_ms, same_cell, f)
+        for r, f in zip(records, factors, strict=True)
+    ]
 
 
-def _reason(r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float], same_cell) -> str | None:
+def _reason(
+    r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float], same_cell, probe_factor: float
+) -> str | None:
     if r.get("status") != "ok":
         return None
     why = []
@@ -82,10 +91,14 @@ def _reason(r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float]
     ceiling = matmul_ceiling(meta, device, dtype, where_of(r))
     if _num(achieved) and spec and achieved > spec[0]:
         why.append(f"{achieved:.3g} TFLOP/s is above {spec[1]} ({spec[0]:.4g})")
-    elif _num(achieved) and not spec and ceiling and achieved > PEAK_FACTOR * ceiling:
-        why.append(
-            f"{achieved:.3g} TFLOP/s is above {PEAK_FACTOR:g}x the calibrated matmul ceiling ({ceiling:.3g})"
-        )
+    elif _num(achieved) and not spec and ceiling:
+        faster = max(1.0, probe_factor) if _num(probe_factor) else 1.0  # never lowered: see the docstring
+        if achieved > PEAK_FACTOR * ceiling * faster:
+            scaled = f", x{faster:.2f} for the machine's speed at the cell" if faster > 1 else ""
+            why.append(
+                f"{achieved:.3g} TFLOP/s is above {PEAK_FACTOR:g}x the calibrated matmul ceiling "
+                f"({ceiling:.3g}{scaled})"
+            )
     base = base_ms.get((r.get("run_id"), *(r.get(a) for a in same_cell)))
     t = r.get("time_ms_median")
     if base and _num(t) and t > 0 and r.get("variant") != BASELINE and base / t > BASELINE_FACTOR:
@@ -93,6 +106,25 @@ def _reason(r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float]
             f"{base / t:.1f}x faster than {BASELINE} on the same cell (more than {BASELINE_FACTOR:g}x)"
         )
     return "; ".join(why) or None
+
+
+def probe_factors(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[float]:
+    """Per row: its speed probe (speed_tflops) over the probe its device's calibration took, or, where the
+    calibration has none (runs written before it), over the median probe of its run and device; NaN
+    without a probe."""
+    from .drift import speed_factors
+
+    by_median = speed_factors(rows)
+    out = []
+    for r, median_factor in zip(rows, by_median, strict=True):
+        meta = metas.get(str(r.get("run_id")), {})
+        at_calibration = calibration_for(meta, str(r.get("device")), where_of(r)).get("speed_probe_tflops")
+        probe = r.get("speed_tflops")
+        if _num(probe) and _num(at_calibration) and at_calibration > 0:
+            out.append(float(probe) / float(at_calibration))
+        else:
+            out.append(median_factor)
+    return out
 
 
 def _gpu_name(r: dict[str, Any]) -> str | None:

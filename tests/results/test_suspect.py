@@ -133,3 +133,43 @@ def test_a_gpu_cell_above_the_datasheet_is_suspect(tmp_path):
     flagged = df[df["suspect"].astype(bool)]
     assert flagged["variant"].tolist() == ["fast"]
     assert "H100 80GB HBM3 datasheet peak" in flagged.iloc[0]["suspect_reason"]
+
+
+def _probed_run(tmp_path, name: str, cheat_factor: float, calibration_probe: float | None):
+    """naive at 0.02 TFLOP/s against a ceiling of 0.0125 (1.6x it), every cell's speed probe at 2.0 TFLOP/s;
+    the calibration's own probe at `calibration_probe` (None: a run written before it was recorded)."""
+    import json
+
+    rows = []
+    for n in SEQ:
+        flops = 2 * 2 * 8 * n * n * 64  # attention_flops of the synthetic cell: forward, B=1, H=8, d=64
+        base = flops / 0.02e12 * 1e3  # ms at 0.02 TFLOP/s
+        for variant, t in (("naive", base), ("cheat", base / cheat_factor)):
+            rows.append(synthetic.cell(variant, n, time_ms=t, peak_mem_bytes=2**20, speed_tflops=2.0))
+    path = synthetic.write_run(tmp_path / name, rows, peak_tflops=0.0125)
+    if calibration_probe is not None:
+        meta = json.loads((path / "meta.json").read_text())
+        meta["calibration"]["cpu"]["speed_probe_tflops"] = calibration_probe
+        (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_a_calibration_on_a_busy_moment_does_not_flag_the_cells_of_a_quiet_one(tmp_path):
+    """Issue 23: one calibration at the run's start, taken while another tenant slowed the machine, flagged
+    honest naive `suspect`. Each cell's speed probe, against the calibration's own, raises the ceiling by
+    how much faster the machine ran at the cell (x2 here): naive at 1.6x the ceiling is believed; a cheat
+    9x faster than naive (14x the ceiling) is still caught."""
+    df = results.load(_probed_run(tmp_path, "busy", 9.0, calibration_probe=1.0))
+    flagged = df[df["suspect"].astype(bool)]
+    assert set(flagged["variant"]) == {"cheat"}, flagged[["variant", "suspect_reason"]]
+    assert flagged["suspect_reason"].str.contains(r"x2\.00 for the machine's speed at the cell").all()
+    # the same cells, calibrated on a moment as quick as the cells: naive at 1.6x is above 1.25x, suspect
+    same = results.load(_probed_run(tmp_path, "quiet", 9.0, calibration_probe=2.0))
+    assert set(same[same["suspect"].astype(bool)]["variant"]) == {"naive", "cheat"}
+
+
+def test_a_run_without_the_calibrations_probe_uses_its_median_probe(tmp_path):
+    """Old runs (no speed_probe_tflops in the calibration): every probe equals the run's median, factor 1,
+    so the ceiling is the calibration's as before."""
+    df = results.load(_probed_run(tmp_path, "old", 9.0, calibration_probe=None))
+    assert set(df[df["suspect"].astype(bool)]["variant"]) == {"naive", "cheat"}
