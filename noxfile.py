@@ -76,6 +76,23 @@ def lint(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", *contract)
 
 
+# pinned so that a docs build today and next year render the same pages (mkdocs-material 9.7 and
+# mkdocstrings-python 2.x change their templates and options)
+DOCS_DEPS = (
+    "mkdocs==1.6.1",
+    "mkdocs-material==9.6.23",
+    "mkdocstrings[python]==0.30.1",
+    "mkdocstrings-python==1.18.2",
+)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the docs site (mkdocs-material, API reference from docstrings) into site/, strictly."""
+    session.install(*DOCS_DEPS)  # no torch, no attnbench: mkdocstrings reads the source statically
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """The main job: run the preset that fits this machine (gpu with CUDA, else quick) and render its report.

@@ -257,7 +257,7 @@ def _add_run(sub) -> None:
         metavar="|".join(EXECUTORS),
         help="local: this machine, one worker process (default), or one per GPU with --devices; "
         "ray: one worker per GPU (or per CPU node) of a Ray cluster; slurm: submitit array tasks (needs "
-        "attnbench[slurm]; see README 'Scaling out')",
+        "attnbench[slurm]; see docs/scale-out.md)",
     )
     x.add_argument(
         "--devices",

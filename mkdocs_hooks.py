@@ -1,0 +1,69 @@
+"""mkdocs hooks: the published runs (results/reference, reports/reference) and ARCHITECTURE.md join the site.
+
+The docs/ pages link to them as the repository lays them out (`../results/reference/cpu-epyc-2core`), which
+works on a code host and in an editor but points outside docs_dir, which strict mode refuses. `on_files` adds
+a copy of each (a reference report's README.md renders as a page; a folder without one gets a generated
+index page listing its files), and `on_page_markdown` points the links at those copies. Any other link
+outside docs/ is left alone, so strict mode still fails on it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).parent
+SHARED = ("results/reference", "reports/reference", "ARCHITECTURE.md")
+LINK = re.compile(r"\]\(((?:\.\./)+)([^)#\s]+)(#[^)]*)?\)")
+
+
+def _shared(rel: str) -> bool:
+    return any(rel == s or rel.startswith(s + "/") for s in SHARED)
+
+
+def _target(rel: str) -> str:
+    """The site path of a repository path: a folder stands for its README.md, else its generated index."""
+    if (ROOT / rel).is_dir():
+        return f"{rel}/README.md" if (ROOT / rel / "README.md").is_file() else f"{rel}/index.md"
+    return rel
+
+
+def _listing(folder: Path) -> str:
+    """A generated page for a published folder without a README.md: its files, linked."""
+    rel = folder.relative_to(ROOT).as_posix()
+    items = []
+    for p in sorted(folder.iterdir()):
+        target = _target(p.relative_to(ROOT).as_posix())[len(rel) + 1 :]  # relative to the folder
+        items.append(f"- [`{p.name}{'/' if p.is_dir() else ''}`]({target})")
+    return f"# `{rel}`\n\nPublished as committed in the repository:\n\n" + "\n".join(items) + "\n"
+
+
+def on_files(files: Files, config) -> Files:
+    for name in SHARED:
+        top = ROOT / name
+        paths = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
+        for path in paths:
+            rel = path.relative_to(ROOT).as_posix()
+            files.append(File(rel, str(ROOT), config["site_dir"], config["use_directory_urls"]))
+        folders = [top, *top.rglob("*")] if top.is_dir() else []
+        for folder in sorted(f for f in folders if f.is_dir() and not (f / "README.md").is_file()):
+            rel = folder.relative_to(ROOT).as_posix()
+            files.append(File.generated(config, f"{rel}/index.md", content=_listing(folder)))
+    return files
+
+
+def on_page_markdown(markdown: str, page, config, files: Files) -> str:
+    depth = page.file.src_uri.count("/")
+
+    def point(m: re.Match) -> str:
+        ups, rest, anchor = m.group(1), m.group(2), m.group(3) or ""
+        here = posixpath.dirname(page.file.src_uri)
+        rel = posixpath.normpath(posixpath.join("docs", here, ups + rest))
+        if not _shared(rel):
+            return m.group(0)
+        return f"]({'../' * depth}{_target(rel)}{anchor})"
+
+    return LINK.sub(point, markdown)
