@@ -38,7 +38,7 @@ from attnbench.variants import in_layout, torch_dtype
 
 from . import contract, correctness, dropout_check, memory, telemetry, timing
 from .failures import failure
-from .outcomes import INPUT_NAMES, NOT_FOLLOWING, mutation
+from .outcomes import INPUT_NAMES, NOT_FOLLOWING, REFILLED, RETAINED_METHOD, held, mutation, retains
 from .rows import finish, start_row
 from .settings import Settings
 from .spec import CellSpec
@@ -127,8 +127,11 @@ def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
 def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
     """The call a cell times: fn forward under no_grad, or forward + backward with gradients reset
     inside the call. Used by the harness, `attnbench profile` and the pytest-benchmark plugin alike;
-    call.reset_grads() frees the last call's gradients (before a peak-memory measurement), and
-    call.inputs are the (q, k, v, key_lengths) the timed calls pass to fn (to check they stay unchanged)."""
+    call.reset_grads() frees the last call's gradients (before a peak-memory measurement), call.inputs are
+    the (q, k, v, key_lengths) the timed calls pass to fn (to check they stay unchanged, and to refill in
+    place after timing: check_after), call.kwargs the keywords they pass with them, call.backward whether
+    they run under autograd, and call.owned every tensor the harness made for them (the inputs, dO): not
+    the variant's memory (retained_bytes)."""
     if backward:
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
         with torch.no_grad():
@@ -143,6 +146,7 @@ def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
             fn(*leaves, **opts).backward(d_out)
 
         call.inputs = (*leaves, opts.get("key_lengths"))  # type: ignore[attr-defined]
+        call.owned = (*call.inputs, d_out)  # type: ignore[attr-defined]
     else:
 
         def reset_grads() -> None:
@@ -153,6 +157,9 @@ def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
                 fn(q, k, v, **opts)
 
         call.inputs = (q, k, v, opts.get("key_lengths"))  # type: ignore[attr-defined]
+        call.owned = call.inputs  # type: ignore[attr-defined]
+    call.kwargs = opts  # type: ignore[attr-defined]
+    call.backward = backward  # type: ignore[attr-defined]
     call.reset_grads = reset_grads  # type: ignore[attr-defined]
     return call
 
@@ -221,8 +228,12 @@ class Prepared:
             else:
                 what = f"grad rel_err {self.grad_rel_err:.2e} > {self.grad_tolerance:.0e}"
             reasons.append(f"failed the float64 gate: {what}")
-        elif after is not None and not after.fresh.passed:  # right once, wrong on other values: remembered
-            reasons.append(f"{NOT_FOLLOWING}: on fresh inputs (seed {after.seed}) {after.fresh.describe()}")
+        elif after is not None:  # right once, wrong on other values: an answer remembered
+            seed = after.seed
+            if not after.fresh.passed:  # ... for a shape, or for values
+                reasons.append(f"{NOT_FOLLOWING}: on fresh inputs (seed {seed}) {after.fresh.describe()}")
+            if after.refill is not None and not after.refill.passed:  # ... for the tensor objects timed
+                reasons.append(f"{NOT_FOLLOWING}: {REFILLED} (seed {seed}) {after.refill.describe()}")
         if self.dropout is not None and not self.dropout.passed:
             reasons.append(f"failed the dropout check: {self.dropout.describe()}")
         if reasons:
@@ -233,15 +244,21 @@ class Prepared:
 @dataclass(frozen=True)
 class AfterCheck:
     """What is checked after the timed calls: the inputs they were given are unchanged, and the answer
-    still follows the inputs (fresh ones of the same shape, another seed), so that nothing remembered
-    from the gated call is being timed."""
+    still follows the inputs, so that nothing remembered from the gated call is being timed: on fresh
+    inputs of the same shape (another seed: an answer remembered for a shape), and on the very tensors the
+    timed calls used, refilled in place with those fresh values (an answer remembered for the tensor
+    objects: by id(), data_ptr(), in a setup hook's closure)."""
 
     changed: tuple[str, ...]  # inputs the timed calls modified in place
     fresh: correctness.GateResult  # the bound callable's output on fresh inputs against float64
     seed: int
+    refill: correctness.GateResult | None = None  # its output on the timed tensors refilled; None: no inputs
 
     def fields(self) -> dict[str, Any]:
-        return {"fresh_rel_err": self.fresh.rel_err}
+        return {
+            "fresh_rel_err": self.fresh.rel_err,
+            "refill_rel_err": None if self.refill is None else self.refill.rel_err,
+        }
 
 
 def _timed_once(device: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -321,23 +338,49 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
 
 def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: InputCache) -> AfterCheck:
     """After the timed calls: did they modify their inputs, and does the timed callable's answer follow
-    the inputs? One more forward call on fresh inputs of the same shape (seed settings.seed +
-    FRESH_SEED_OFFSET, in the layout prepare handed), compared with float64 on FRESH_ROWS sampled query
-    rows."""
+    the inputs? Two more forward calls, each compared with float64 on FRESH_ROWS sampled query rows of
+    fresh inputs of the same shape (seed settings.seed + FRESH_SEED_OFFSET): the timed tensors refilled in
+    place with them (`refill_in_place`), then new tensors holding them (in the layout prepare handed)."""
     given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
-    changed = () if given is None else cache.changed(given)
+    changed = () if given is None else cache.changed(given)  # before the refill below rewrites them
     seed = settings.seed + FRESH_SEED_OFFSET
     q, k, v, kl = make_inputs(spec, seed)
     n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
     rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
     opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
     ref = correctness.reference(q, k, v, rows=rows, **opts)
+    refill = None
+    if given is not None:  # first, while whatever the variant remembered of the timed calls is untouched
+        out = refill_in_place(ready, (q, k, v, kl))
+        contract.check_output(out, q, v)
+        refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
+        del out
     given = handed((q, k, v, kl), ready.layout)  # it may write into what it is given
     with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
         out = ready.fn(*given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3]))
     contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
     fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
-    return AfterCheck(changed=changed, fresh=fresh, seed=seed)
+    return AfterCheck(changed=changed, fresh=fresh, seed=seed, refill=refill)
+
+
+def refill_in_place(ready: Prepared, new) -> torch.Tensor:
+    """The timed callable's output on the very tensors its timed calls used (ready.call.inputs: the same
+    objects, storages and data_ptr()s, in the layout they were handed in), after copying the values of
+    `new` (q, k, v, key_lengths) into them in place, called exactly as the timed calls call it
+    (ready.call.kwargs, under autograd for fwdbwd) but without dropout, so that the gate can hold it to
+    float64. An answer remembered for those tensor objects (keyed on id() or data_ptr(), kept by a setup
+    hook that was handed them) is the old one, and fails the gate. copy_ bumps each tensor's _version, so a
+    cache that honestly checks it (xformers' plan) sees new inputs. Run after cache.changed has read them:
+    the inputs are the cell's own copies, and nothing compares them with the pristine ones after this."""
+    call = ready.call
+    with torch.no_grad():  # a fwdbwd cell's inputs are autograd leaves: written outside autograd
+        for t, values in zip(call.inputs, new, strict=True):
+            if t is not None:
+                t.copy_(values)  # into t's own strides: a "bnhd" tensor keeps its layout
+    q, k, v = call.inputs[:3]
+    with torch.set_grad_enabled(call.backward):
+        out = ready.fn(q, k, v, **{**call.kwargs, "dropout_p": 0.0})
+    return out.detach() if isinstance(out, torch.Tensor) else out
 
 
 CPU_REASON = "cpu"  # timing_reason of a CPU cell: perf_counter is the one CPU timer, whatever settings.timing
@@ -369,6 +412,30 @@ def peak(call: Callable[[], object], device: str) -> tuple[int, str]:
     return memory.peak(call, device)
 
 
+def harness_tensors(cache: InputCache, ready: Prepared | None = None) -> tuple[object, ...]:
+    """The tensors of a cell that are the harness's, not its variant's memory: the input cache's pristine
+    inputs and float64 reference, and the timed call's inputs and dO (timed_call's call.owned)."""
+    own = getattr(ready.call, "owned", ()) if ready is not None else ()
+    return (*(cache.pristine or ()), cache.ref, *own)
+
+
+def retained_bytes(
+    ready: Prepared, spec: CellSpec, cache: InputCache, before: dict[int, Any], cuda_before: int = 0
+) -> int:
+    """Bytes the variant still holds after the cell's calls (outputs and gradients dropped): the tensors
+    it made in this cell or an earlier one of this process (its numerics probe, its cells) and keeps alive,
+    less the harness's own (memory.HOLDINGS; `before` is HOLDINGS.mark() from before the variant was bound
+    or called in this cell). On CUDA, torch.cuda.memory_allocated's rise over the cell where that is more
+    (`cuda_before`: memory.cuda_live_bytes then): it sees C++-held tensors too, though only the cell's."""
+    ready.call.reset_grads()
+    own = harness_tensors(cache, ready)
+    memory.HOLDINGS.attribute(spec.variant, before, own)
+    held = memory.HOLDINGS.held(spec.variant, spec.device, own)
+    if spec.device == "cuda":
+        held = max(held, memory.cuda_live_bytes(own) - cuda_before)
+    return held
+
+
 def measure_cell(
     spec: CellSpec, settings: Settings, cache: InputCache | None = None, timer: timing.Timer | None = None
 ) -> dict[str, Any]:
@@ -385,6 +452,9 @@ def measure_cell(
     cache = cache or InputCache()
     ready = None
     try:
+        # what is alive before the variant is first bound or called in this cell (retained_bytes)
+        before = memory.HOLDINGS.mark()
+        cuda_before = memory.cuda_live_bytes(harness_tensors(cache)) if spec.device == "cuda" else 0
         ready = prepare(spec, settings, cache)
         row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
         chosen = (
@@ -396,22 +466,29 @@ def measure_cell(
                 m = time_call(ready.call, settings, chosen.timer)
         finally:
             chosen.close()  # a CUDA graph's memory is given back before the peak is measured
+            chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
         if spec.device == "cuda":
             row.update(telemetry.summarise(sampled.samples))
         peak_bytes, method = peak(ready.call, spec.device)
         after = check_after(ready, spec, settings, cache)
+        retained = retained_bytes(ready, spec, cache, before, cuda_before)
+        status, message = ready.verdict(m, after)
+        if retains(retained, peak_bytes):  # the memory story counts it: held between calls, needed by each
+            peak_bytes, method = peak_bytes + retained, f"{method} {RETAINED_METHOD}"
+            message = "; ".join(filter(None, (message, held(retained))))
         row.update(
             **after.fields(),
             **summarize(m.samples_ms),
             samples_ms=[round(s, 6) for s in m.samples_ms],
             stop_reason=m.stop_reason,
             peak_mem_bytes=peak_bytes,
+            retained_mem_bytes=retained,
             mem_method=method,
             tflops=tflops(row["flops"], m.median),
             kv_gbps=gbps(row["kv_bytes"], m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )
-        return finish(row, *ready.verdict(m, after))
+        return finish(row, status, message)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnbench.results.formulas import bytes_text
+
 INPUT_NAMES = ("q", "k", "v", "key_lengths")  # what a cell is handed, in order; messages name them so
 
 MUTATES = "modifies its inputs in place"
 NOT_FOLLOWING = "answer does not follow the inputs"
+# where harness.cell.check_after found it: the timed tensors themselves, given new values in place
+REFILLED = "on the timed tensors refilled in place with fresh values"
 
 # A row of a CUDA error that left the worker's context unusable (harness.failures.is_poisoned) says so
 POISONED_PREFIX = "CUDA context poisoned, worker replaced: "
@@ -54,6 +58,25 @@ def threads_mismatch(row: dict[str, Any], asked: int) -> str | None:
     if ran is None or not asked or ran == asked:
         return None
     return f"ran on {ran} threads, the run asked for {asked}"
+
+
+# Memory a variant holds between calls (harness.cell.retained_bytes) is part of what each call needs, and the
+# peak of one call never sees it: above this, it is added to the cell's peak_mem_bytes and the row says so.
+# Below it (an honest setup hook's plan, a few KiB of state) the peak is left as measured.
+RETAINED_MIN_BYTES = 1 << 20
+RETAINED_PEAK_FRACTION = 0.10
+RETAINED_METHOD = "+ retained_mem_bytes"  # the end of mem_method where peak_mem_bytes counts it
+HOLDS = "holds"
+
+
+def retains(retained: int | None, peak: int | None) -> bool:
+    """Whether `retained` bytes held between calls are large: over max(1 MiB, 10% of the peak)."""
+    return bool(retained) and retained > max(RETAINED_MIN_BYTES, RETAINED_PEAK_FRACTION * (peak or 0))
+
+
+def held(retained: int) -> str:
+    """A row's words for memory its variant holds between calls, counted in its peak."""
+    return f"{HOLDS} {bytes_text(retained)} between calls (retained_mem_bytes), counted in peak_mem_bytes"
 
 
 def mutation(changed: tuple[str, ...]) -> str:

@@ -224,11 +224,14 @@ class _Server:
         """The numerics probe of msg's variants, one after another, each one's records blamed as its cells
         would be (left_behind); and why this worker must exit, or None. The runner asks for one variant a
         request, so that the next is probed in a fresh worker after one that changed torch's state."""
+        from .memory import HOLDINGS
         from .numerics import probe
 
         records, tainted = [], False
         for name in msg["variants"]:
+            before = HOLDINGS.mark()
             mine = probe([name], msg["devices"], msg["dtypes"])
+            HOLDINGS.attribute(name, before)  # what its first calls made and keep: its cells' retained bytes
             words, changed = self.left_behind(name)
             records += [blame(record, words) for record in mine]
             tainted = tainted or changed

@@ -34,7 +34,14 @@ COLUMNS: dict[str, str] = {
     # same (B, H, N, d) shape; variants.problem.LAYOUTS), made outside the timed calls. NA in runs before
     # it and in cells never handed inputs (unsupported, skipped); runs before it handed every cell "bhnd"
     "layout": "string",
+    # measured on one call above what was live before it; plus retained_mem_bytes when that is large
+    # (over max(1 MiB, 10% of the peak), harness.outcomes.retains; mem_method then ends
+    # "+ retained_mem_bytes")
     "peak_mem_bytes": "Int64",
+    # memory the variant still holds after the cell's calls (a workspace kept across calls, a setup hook's
+    # state), above what was live before it was first bound in the cell (harness.cell.retained_bytes); NA in
+    # runs before it and in cells not measured
+    "retained_mem_bytes": "Int64",
     "flops": "Int64",
     "flops_formula": "string",
     "tflops": "Float64",
@@ -61,6 +68,9 @@ COLUMNS: dict[str, str] = {
     "masked_rows": "string",
     "rows_checked": "Int64",
     "fresh_rel_err": "Float64",  # after timing: the answer on fresh inputs of the same shape (another seed)
+    # after timing: the answer on the timed tensors themselves, refilled in place with those fresh values (an
+    # answer remembered by tensor identity or data_ptr; harness.cell.refill_in_place). NA in runs before it
+    "refill_rel_err": "Float64",
     "drop_frac": "Float64",  # dropout cells: the fraction of attention weights the variant zeroed (about p)
     "drop_mean_z": "Float64",  # dropout cells: |mean of K calls - float64| over its expected noise (about 1)
     "threads": "Int64",

@@ -7,6 +7,7 @@ import synthetic
 from conftest import DATA, run_cli
 
 from attnbench import results
+from attnbench.harness.outcomes import REFILLED
 from attnbench.reports.render import prepare, render
 from attnbench.reports.tables import best_variant, speedups
 
@@ -60,9 +61,10 @@ def test_the_report_lists_suspects_with_their_reason(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_plugin_that_times_a_lookup_is_suspect_and_unranked(tmp_path):
+def test_a_plugin_that_times_a_lookup_is_wrong_and_unranked(tmp_path):
     """cheat_memo remembers answers by tensor address: the gate and the fresh-input check see real answers,
-    the timed calls see a dict lookup. Only the throughput rules can catch it, and they do."""
+    the timed calls see a dict lookup. The timed tensors refilled in place after timing give it away
+    (before that check existed, only the throughput rules caught it, as suspect)."""
     out = tmp_path / "run"
     plugin = str(DATA / "cheat_variants.py")
     run_cli(
@@ -85,8 +87,8 @@ def test_a_plugin_that_times_a_lookup_is_suspect_and_unranked(tmp_path):
         check=True,
     )
     df = results.load(out).set_index("variant")
-    assert df.loc["cheat_memo", "status"] == "ok"  # its answers are right
-    assert df.loc["cheat_memo", "suspect"] and "faster than naive" in df.loc["cheat_memo", "suspect_reason"]
+    assert df.loc["cheat_memo", "status"] == "wrong" and REFILLED in df.loc["cheat_memo", "message"]
+    assert df.loc["cheat_memo", "rel_err"] <= 1e-4 and df.loc["cheat_memo", "fresh_rel_err"] <= 1e-4
     assert set(best_variant(df.reset_index())["best"]) == {"naive"}
 
 
