@@ -552,16 +552,20 @@ def _out_dir(out: str | None, default: str) -> Path:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import shutil
+
     from attnbench.api import report
-    from attnbench.reports.page import to_text
+    from attnbench.reports import findings
     from attnbench.results import RunDirError
 
     try:
         rep = report(*args.run_dirs, out=args.out, baseline=args.baseline)
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
-    if rep.summary is not None:
-        sys.stdout.write(to_text(rep.summary))
+    # the findings in sentences, not the fits table (218 columns): the tables are in the report
+    if rep.findings is not None:
+        sys.stdout.write(findings.text(rep.findings, shutil.get_terminal_size().columns))
+        sys.stdout.flush()  # before the path on stderr, so that a pipe (nox) keeps the order
     print(f"report: {rep.readme} and {rep.html} ({len(rep.figures)} figures)", file=sys.stderr)
     return 0
 

@@ -187,12 +187,21 @@ def to_markdown(page: Page) -> str:
 
 # ---- HTML -------------------------------------------------------------------------------------------
 
+WIDE_COLUMNS = 8  # a table with more columns than this is wide: rows unwrapped, first column sticky
+
 CSS = """
 body { font: 15px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1f2328;
        max-width: 1140px; margin: 0 auto; padding: 24px; }
 h1 { border-bottom: 1px solid #d0d7de; padding-bottom: .3em; }
 h2 { border-bottom: 1px solid #d0d7de; padding-bottom: .2em; margin-top: 2em; }
-.scroll { overflow-x: auto; margin: 0 0 1em; }
+.scroll { overflow-x: auto; max-width: 100%; margin: 0 0 1em; scrollbar-width: thin;
+          scrollbar-color: #8c959f #f6f8fa; }
+.scroll::-webkit-scrollbar { height: 10px; }
+.scroll::-webkit-scrollbar-thumb { background: #8c959f; border-radius: 5px; }
+.scroll::-webkit-scrollbar-track { background: #f6f8fa; }
+.wide td { white-space: nowrap; }
+.wide td:first-child, .wide th:first-child { position: sticky; left: 0; box-shadow: 1px 0 0 #d0d7de; }
+.wide td:first-child { background: #fff; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top;
          overflow-wrap: break-word; max-width: 520px; }
@@ -248,8 +257,11 @@ def to_html(page: Page, base_dir: Path) -> str:
             body = "".join(
                 "<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>" for row in b.rows
             )
+            # every table scrolls sideways in its own box, never the page; a wide one (the fits table)
+            # keeps each row on one line and its first column (the variant) in view while it scrolls
+            box = "scroll wide" if len(b.headers) > WIDE_COLUMNS else "scroll"
             out.append(
-                f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+                f'<div class="{box}"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
                 "</table></div>"
             )
         elif isinstance(b, Figure):

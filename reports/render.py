@@ -10,10 +10,11 @@ from typing import Any
 from attnbench.results import devices
 from attnbench.results.formulas import bytes_text
 
+from . import findings as findmod
 from . import fit as fitmod
 from . import page as pg
 from .calibration import group_notes
-from .style import slug, variant_order
+from .style import palette, slug, variant_order
 from .tables import (
     COMBO_AXES,
     GROUP_AXES,
@@ -53,6 +54,7 @@ class Report:
     figures: list[Any] = field(default_factory=list)
     summary: pg.Table | None = None
     baseline: str | None = None
+    findings: findmod.Findings | None = None
 
 
 def ms_text(t: Any) -> str:
@@ -571,6 +573,7 @@ class Inputs:
     metas: dict[str, dict[str, Any]]
     numerics: dict[str, dict[str, Any]]
     baseline: str | None
+    run_dirs: tuple[str, ...] = ()  # as given: the findings name them in the command that reruns drift
 
 
 def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
@@ -584,7 +587,7 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     if len(metas) < len(run_dirs):
         raise ValueError("the same run is given twice (run ids must differ)")
     numerics = {rid: results.load_numerics(d) for rid, d in zip(metas, run_dirs, strict=True)}
-    return Inputs(df, metas, numerics, resolve_baseline(df, baseline))
+    return Inputs(df, metas, numerics, resolve_baseline(df, baseline), tuple(str(d) for d in run_dirs))
 
 
 # ---- the sections of the page, in order: one builder per heading ----------------------------------------
@@ -621,7 +624,7 @@ def _write_csvs(df, scaling, out: Path) -> None:
 
 
 def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
-    """Under the title, before any heading: one row per run (machine, when, cells by status)."""
+    """After the findings: one row per run (machine, when, cells by status)."""
     from attnbench import results
 
     runs_rows = []
@@ -629,7 +632,7 @@ def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
         sub = df[df["run_id"] == rid]
         counts = ", ".join(f"{c} {s}" for s, c in sub["status"].value_counts().items()) or "no cells"
         runs_rows.append((rid, results.machine_label(meta), str(meta.get("created", "")), counts))
-    return [pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows))]
+    return [pg.Heading("Runs"), pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows))]
 
 
 def _where_blocks(devgroups: dict[str, list]) -> list:
@@ -815,14 +818,23 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         rid: devices.groups(meta, df[df["run_id"] == rid].to_dict("records")) for rid, meta in metas.items()
     }
 
+    # the findings first (issue 26): what the tables below say, in sentences, before how it was measured
+    report.findings = findmod.build(
+        df, scaling, lambda gkey, group: _group_head(gkey, group, multi), inputs.run_dirs
+    )
+    page.add(*findmod.blocks(report.findings))
     page.add(*_runs_blocks(df, metas), *_where_blocks(devgroups), *_scaling_blocks(df, summary))
-    # the sections that draw figures, in page order (each draws and saves its figures as it is built)
-    drawn = [
-        _group_blocks(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
-        for gkey, group in groups(df)
-    ]
-    drawn += [_decode_blocks(df, metas, out), _gqa_blocks(df, metas, out), _window_blocks(df, metas, out)]
-    drawn.append(_numerics_blocks(numerics, multi, out))
+    # the sections that draw figures, in page order (each draws and saves its figures as it is built), in
+    # one palette: every variant of the report keeps its colour across them all, plug-ins included
+    names = {str(v) for v in df["variant"].dropna()}
+    names |= {str(r.get("variant")) for num in numerics.values() for r in num.get("probe") or []}
+    with palette(names):
+        drawn = [
+            _group_blocks(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
+            for gkey, group in groups(df)
+        ]
+        drawn += [_decode_blocks(df, metas, out), _gqa_blocks(df, metas, out), _window_blocks(df, metas, out)]
+        drawn.append(_numerics_blocks(numerics, multi, out))
     for blocks, files in drawn:
         page.add(*blocks)
         report.figures.extend(files)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import re
 import zlib
@@ -16,7 +17,10 @@ from attnbench.results.formulas import bytes_text
 WIDTH_IN = 10.0  # 1100 px at DPI: GitHub shows about 880 px, so text is scaled by no less than 0.8
 DPI = 110
 
-# One colour (and marker) per variant in every plot of every report, so a reader learns them once.
+# One colour (and marker) per variant in every plot of every report, so a reader learns them once: a fixed
+# colour for each built-in variant (tab10, then two of tab20b), and for any other (a plug-in) one of
+# EXTRA_COLORS, none of which a built-in uses. Inside `palette(names)` (a report draws all its figures in
+# one) the others' colours are also told apart from each other; outside, each is derived from its name.
 VARIANT_COLORS = {
     "naive": "#d62728",
     "stable_softmax": "#ff7f0e",
@@ -28,20 +32,34 @@ VARIANT_COLORS = {
     "sdpa_efficient": "#bcbd22",
     "sdpa_cudnn": "#e377c2",
     "xformers": "#7f7f7f",
+    # after the first ten, so that their order and markers stay those of every earlier report
+    "chunked_compiled": "#8c6d31",
+    "flex": "#393b79",
 }
+# tab20b's middle shades, then tab20's light ones: 20 colours, none a built-in's
 EXTRA_COLORS = (
-    "#393b79",
+    "#5254a3",
     "#637939",
-    "#8c6d31",
     "#843c39",
     "#7b4173",
-    "#3182bd",
-    "#e6550d",
-    "#31a354",
-    "#756bb1",
-    "#636363",
+    "#bd9e39",
+    "#ad494a",
+    "#a55194",
+    "#6b6ecf",
+    "#8ca252",
+    "#d6616b",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
 )
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*")
 
 STATUS_COLORS = {
     "ok": "#4daf4a",
@@ -60,9 +78,45 @@ def _stable_index(name: str, n: int) -> int:
     return zlib.crc32(name.encode("utf-8", "replace")) % n
 
 
+_PALETTE: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "attnbench_palette", default=None
+)
+
+
+def assign_colors(names: Iterable[str]) -> dict[str, str]:
+    """A colour per name: a built-in's own; each other name, alphabetically, the first EXTRA_COLORS entry
+    not yet taken from the one its name hashes to, so no two share one while EXTRA_COLORS lasts (a name
+    alone keeps the colour variant_color gives it anywhere)."""
+    out = {n: VARIANT_COLORS[n] for n in names if n in VARIANT_COLORS}
+    taken: set[int] = set()
+    for name in sorted({str(n) for n in names} - set(VARIANT_COLORS)):
+        i = _stable_index(name, len(EXTRA_COLORS))
+        free = [j for j in range(len(EXTRA_COLORS)) if (i + j) % len(EXTRA_COLORS) not in taken]
+        i = (i + free[0]) % len(EXTRA_COLORS) if free else i  # beyond 20 plug-ins colours repeat
+        taken.add(i)
+        out[name] = EXTRA_COLORS[i]
+    return out
+
+
+@contextlib.contextmanager
+def palette(names: Iterable[str]) -> Iterator[dict[str, str]]:
+    """Inside, variant_color gives every one of `names` its own colour (assign_colors): a report opens
+    it once with all its variants, so a variant has the same colour in every figure of the report."""
+    token = _PALETTE.set(assign_colors([str(n) for n in names]))
+    try:
+        yield _PALETTE.get() or {}
+    finally:
+        _PALETTE.reset(token)
+
+
 def variant_color(name: str) -> str:
-    """The variant's colour: fixed for the built-in variants, derived from the name for any other."""
-    return VARIANT_COLORS.get(name) or EXTRA_COLORS[_stable_index(name, len(EXTRA_COLORS))]
+    """The variant's colour: fixed for the built-in variants; for any other, the palette's (inside
+    `palette`), else derived from the name."""
+    return (
+        VARIANT_COLORS.get(name)
+        or (_PALETTE.get() or {}).get(name)
+        or EXTRA_COLORS[_stable_index(name, len(EXTRA_COLORS))]
+    )
 
 
 def variant_marker(name: str) -> str:

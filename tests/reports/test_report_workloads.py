@@ -204,6 +204,10 @@ def test_the_window_panel_in_the_report(tmp_path):
 
 PLAIN_HEADINGS = [
     "# attnbench report: synthetic",
+    "## Findings",  # first since issue 26, per panel (False sorts first), then the run table under a heading
+    "### cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding) · non-causal",
+    "### cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding) · causal",
+    "## Runs",
     "## Scaling: fitted exponents vs theory",
     "## cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding)",
     "## Numerics",

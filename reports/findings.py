@@ -1,0 +1,374 @@
+"""Findings: the report's first section, in sentences: who is fastest where, how time and memory grow,
+where memory runs out, and how much of the run to trust.
+
+Everything here is read off what the tables below it already compute (tables.best_variant with its tie
+rule, fit.scaling_table's exponents and memory wall, the rows' flags): the findings add no statistics of
+their own, only words.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from attnbench.results.formulas import bytes_text
+
+from . import page as pg
+from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
+from .style import variant_order
+from .tables import GROUP_AXES, best_variant, flag_mask, groups, length_axis, ok_rows, panels, present
+
+TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
+BUSY_SHARE = (
+    0.10  # at least this share of the ok cells drifted or noisy (and BUSY_MIN of them): a busy machine
+)
+BUSY_MIN = 3
+
+
+@dataclass(frozen=True)
+class PanelFindings:
+    """The sentences of one panel (a group's device, dtype and pass, and the panel axes inside it)."""
+
+    title: str
+    sentences: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Per panel with ok cells its sentences, then the run-wide sentence (or two) on trust."""
+
+    panels: tuple[PanelFindings, ...]
+    trust: tuple[str, ...]
+
+
+# ---- words for numbers ---------------------------------------------------------------------------------
+
+
+def n_text(n: Any) -> str:
+    return f"{int(n):,}"
+
+
+def names_text(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def range_text(ns: list[int], every: bool = False) -> str:
+    """'at N = 4,096', 'from N = 256 to 2,048', 'at every N measured (256 to 4,096)'."""
+    if len(ns) == 1:
+        return f"at N = {n_text(ns[0])}"
+    if every:
+        return f"at every N measured ({n_text(ns[0])} to {n_text(ns[-1])})"
+    return f"from N = {n_text(ns[0])} to {n_text(ns[-1])}"
+
+
+def ratio_range(ratios: list[float]) -> str:
+    """'1.29×' or '1.05–1.16×'."""
+    lo, hi = min(ratios), max(ratios)
+    return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
+
+
+def growth_word(exp: Any, lo: Any, hi: Any) -> str:
+    """An exponent in words: 'linear', 'quadratic', ... or 'CI too wide to say' for a CI wider than ±0.5
+    (fit.MAX_CI_HALF, the same bound the fits table's 'uncertain' uses)."""
+    if present(lo) and present(hi) and (float(hi) - float(lo)) / 2 > MAX_CI_HALF:
+        return "CI too wide to say"
+    e = float(exp)
+    for word, centre in (("flat", 0.0), ("linear", 1.0), ("quadratic", 2.0), ("cubic", 3.0)):
+        if abs(e - centre) <= 0.3:
+            return word
+    if e < 1:
+        return "sub-linear"
+    return "between linear and quadratic" if e < 2 else "faster than quadratic"
+
+
+def exponent_text(exp: Any, lo: Any, hi: Any) -> str:
+    """'N^1.98 [1.95, 2.01] (quadratic)', 'N^1.98 (no CI, quadratic)'."""
+    word = growth_word(exp, lo, hi)
+    if present(lo) and present(hi):
+        return f"N^{float(exp):.2f} [{float(lo):.2f}, {float(hi):.2f}] ({word})"
+    return f"N^{float(exp):.2f} (no CI, {word})"
+
+
+# ---- (1) who is fastest where ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One N of a panel's ranking: the fastest variant, the ones it cannot be told apart from, its lead."""
+
+    n: int
+    best: str
+    tied: tuple[str, ...]
+    runner_up: str
+    lead: float
+
+    @property
+    def front(self) -> tuple[str, ...]:
+        """The variants at the front at this N: the fastest and those tied with it, fastest first."""
+        return (self.best, *self.tied)
+
+
+def _points(best, length: str) -> list[_Point]:
+    out = []
+    for _, b in best.sort_values(length).iterrows():
+        lead = float(b["lead"]) if present(b["lead"]) else math.nan
+        tied = tuple(str(b["tied"]).split()) if present(b["tied"]) else ()
+        out.append(_Point(int(b[length]), str(b["best"]), tied, str(b["runner_up"] or ""), lead))
+    return out
+
+
+def _reach(points: list[_Point], i: int, variant: str) -> int:
+    """The first index from i on where `variant` is no longer at the front."""
+    while i < len(points) and variant in points[i].front:
+        i += 1
+    return i
+
+
+def leader_runs(points: list[_Point]) -> list[tuple[str, list[_Point]]]:
+    """Consecutive N with one leader: a variant stays the leader while it is the fastest or tied with the
+    fastest, so a tie inside a stretch does not break it. A new stretch is led by the front variant that
+    stays at the front longest (the fastest at that N when several reach as far)."""
+    runs: list[tuple[str, list[_Point]]] = []
+    i = 0
+    while i < len(points):
+        front = points[i].front
+        leader = max(front, key=lambda v: _reach(points, i, v))  # max keeps the first (fastest) of equals
+        end = _reach(points, i, leader)
+        runs.append((leader, points[i:end]))
+        i = end
+    return runs
+
+
+def _front_names(leader: str, pts: list[_Point]) -> list[str]:
+    """Who holds a stretch: its leader, or the leader and those it ties with everywhere in it (a stretch
+    where it never leads alone)."""
+    if any(p.best == leader and not p.tied for p in pts):
+        return [leader]
+    return [leader, *variant_order({v for p in pts for v in p.front if v != leader})]
+
+
+def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
+    """'sdpa is fastest from N = 256 to 2,048 (1.05–1.16× ahead of sdpa_flash; tied with sdpa_flash at
+    N = 1,024).'"""
+    ns = [p.n for p in pts]
+    clear = [p for p in pts if p.best == leader and not p.tied]
+    ties = [p for p in pts if p not in clear]
+    partners = variant_order({v for p in ties for v in p.front if v != leader})
+    if not clear:
+        return f"{names_text(_front_names(leader, pts))} cannot be told apart {range_text(ns, every)}."
+    led = [p for p in clear if p.runner_up and math.isfinite(p.lead)]
+    if led:
+        behind = variant_order({p.runner_up for p in led})
+        detail = f"{ratio_range([p.lead for p in led])} ahead of {names_text(behind)}"
+    else:
+        detail = "the only variant with a ranked cell"
+    if ties:
+        at = ", ".join(n_text(p.n) for p in ties)
+        detail += f"; tied with {names_text(partners)} at N = {at}"
+    return f"{leader} is fastest {range_text(ns, every)} ({detail})."
+
+
+def ranking_sentences(panel_rows) -> list[str]:
+    """Who is fastest in which range of N (tables.best_variant and its tie rule), and where the lead
+    changes hands."""
+    length = length_axis(panel_rows)
+    best = best_variant(panel_rows)
+    if best.empty:
+        return []
+    runs = leader_runs(_points(best, length))
+    every = len(runs) == 1
+    out = [run_sentence(leader, pts, every) for leader, pts in runs]
+    for (a, before), (b, after) in zip(runs, runs[1:], strict=False):
+        new = _front_names(b, after)
+        takes = "takes" if len(new) == 1 else "take"
+        out.append(
+            f"Crossover between N = {n_text(before[-1].n)} and {n_text(after[0].n)}: "
+            f"{names_text(new)} {takes} the lead from {names_text(_front_names(a, before))}."
+        )
+    if length != "seq_len":
+        out = [s.replace("N = ", "N_k = ") for s in out]
+    return out
+
+
+# ---- (2) growth and (3) the memory wall ----------------------------------------------------------------
+
+
+def growth_sentences(fits) -> list[str]:
+    """Per variant with a fit: its time and memory exponents with their CIs, in words; the variants with
+    no fit in one sentence."""
+    out: list[str] = []
+    unfit: dict[str, list[str]] = {}  # statuses -> the variants with no fit
+    by_name = {str(r["variant"]): r for _, r in fits.iterrows()}
+    for v in variant_order(by_name):
+        r = by_name[v]
+        if not present(r["time_exp"]):
+            unfit.setdefault(str(r["statuses"]), []).append(v)
+            continue
+        text = f"{v}: time grows as {exponent_text(r['time_exp'], r['time_ci_low'], r['time_ci_high'])}"
+        if present(r["mem_exp"]):
+            text += f", memory as {exponent_text(r['mem_exp'], r['mem_ci_low'], r['mem_ci_high'])}"
+        out.append(text + ".")
+    if unfit:
+        each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unfit.items()]
+        out.append(f"No fit (ok at fewer than two N): {'; '.join(each)}.")
+    return out
+
+
+def wall_sentence(fits, panel_rows) -> str | None:
+    """The largest N that fits in the device's memory per variant (the memory fit read at the device's
+    memory, fit.scaling_table), grouped by that N, and the N where a variant did run out of memory."""
+    walls: dict[int, list[str]] = {}
+    beyond: dict[int, list[str]] = {}
+    dev_mem = None
+    for v in variant_order(str(x) for x in fits["variant"]):
+        r = fits[fits["variant"] == v].iloc[0]
+        if not present(r["n_max_fit"]) or not present(r["device_mem_bytes"]):
+            continue
+        dev_mem = int(r["device_mem_bytes"])
+        n, measured = int(r["n_max_fit"]), r["n_max_measured"]
+        if present(measured) and n > EXTRAPOLATION_LIMIT * int(measured):
+            beyond.setdefault(EXTRAPOLATION_LIMIT * int(measured), []).append(v)
+        else:
+            walls.setdefault(n, []).append(v)
+    parts = [f"{names_text(vs)} up to N = {n_text(n)}" for n, vs in sorted(walls.items())]
+    parts += [
+        f"{names_text(vs)} beyond N = {n_text(n)} ({EXTRAPOLATION_LIMIT}× the largest measured N, "
+        "as far as the fit is read)"
+        for n, vs in sorted(beyond.items())
+    ]
+    oom, length = panel_rows[panel_rows["status"] == "oom"], length_axis(panel_rows)
+    ran_out = [
+        f"{v} at N = {n_text(oom[oom['variant'] == v][length].min())}"
+        for v in variant_order(str(x) for x in oom["variant"].unique())
+    ]
+    if not parts and not ran_out:
+        return None
+    text = ""
+    if parts:
+        text = f"Memory wall ({bytes_text(dev_mem)} of device memory, memory fit extrapolated): "
+        text += "; ".join(parts) + "."
+    if ran_out:
+        text += (" " if text else "") + f"Measured out of memory: {names_text(ran_out)}."
+    return text
+
+
+def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
+    """The scaling rows of one panel (str() compares NA and NaN as fit.combo_key does)."""
+    sel = scaling
+    for axis, value in {**{a: gkey[a] for a in GROUP_AXES}, **pkey}.items():
+        if axis in sel.columns:
+            sel = sel[sel[axis].astype(str) == str(value)]
+    return sel
+
+
+# ---- (4) trust -----------------------------------------------------------------------------------------
+
+
+def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """One sentence that counts every flagged row; a second, plain one when the machine was busy (many
+    ok cells drifted or noisy), with the command that measures the drifted cells again."""
+    ok = ok_rows(df)
+    status = df["status"].value_counts()
+    flags = {
+        "suspect (left out of rankings)": int(flag_mask(ok, "suspect").sum()),
+        "drifted": int(flag_mask(ok, "drift").sum()),
+        "throttled": int(flag_mask(ok, "throttled").sum()),
+        "noisy (IQR over 10% of the median)": int(flag_mask(ok, "noisy").sum()),
+        "wrong (failed the float64 check)": int(status.get("wrong", 0)),
+        "error": int(status.get("error", 0)),
+        "crashed": int(status.get("crashed", 0)),
+        "timeout": int(status.get("timeout", 0)),
+    }
+    others = [
+        f"{int(c)} {s}" for s, c in status.items() if s not in ("ok", "wrong", "error", "crashed", "timeout")
+    ]
+    head = f"Trust: {len(ok)} of {len(df)} cells ran ok" + (f" ({', '.join(others)})" if others else "")
+    found = [f"{c} {what}" for what, c in flags.items() if c]
+    if found:
+        text = f"{head}; flagged: {', '.join(found)}."
+    else:
+        text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
+        text += ", and none errored, crashed or timed out."
+    busy = int((flag_mask(ok, "drift") | flag_mask(ok, "noisy")).sum())
+    if not len(ok) or busy < max(BUSY_MIN, BUSY_SHARE * len(ok)):
+        return (text,)
+    busy_text = (
+        f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "
+        "times say as much about the machine as about the variants. "
+    )
+    if flags["drifted"]:
+        target = shlex.quote(run_dirs[0]) if len(run_dirs) == 1 else "RUN"
+        busy_text += (
+            f"Measure the drifted cells again with `attnbench run --resume --redo-drift --out {target}`, "
+            "or rerun the sweep on a quiet machine."
+        )
+    else:
+        busy_text += "Rerun the sweep on a quiet machine."
+    return text, busy_text
+
+
+# ---- all of it -----------------------------------------------------------------------------------------
+
+
+def build(
+    df, scaling, head: Callable[[dict[str, Any], Any], str], run_dirs: tuple[str, ...] = ()
+) -> Findings:
+    """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
+    group's own section below), and the run-wide trust sentences."""
+    out = []
+    for gkey, group in groups(df):
+        pans = panels(group)
+        for pkey, ptitle, rows in pans:
+            if ok_rows(rows).empty:
+                continue
+            fits = _panel_fits(scaling, gkey, pkey) if not scaling.empty else scaling
+            sentences = ranking_sentences(rows)
+            if not fits.empty:
+                sentences += growth_sentences(fits)
+                wall = wall_sentence(fits, rows)
+                if wall:
+                    sentences.append(wall)
+            title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
+            out.append(PanelFindings(title, tuple(sentences)))
+    return Findings(tuple(out), trust_sentences(df, run_dirs))
+
+
+def blocks(f: Findings) -> list[pg.Block]:
+    """The page's first section: a heading, per panel its title and its sentences, then the trust."""
+    out: list[pg.Block] = [pg.Heading("Findings")]
+    if not f.panels:
+        out.append(
+            pg.Para("No cell ran ok: nothing is ranked or fitted (see 'Cells that are not ok' below).")
+        )
+    for p in f.panels:
+        out += [pg.Heading(p.title, 3), pg.Bullets(p.sentences)]
+    return [*out, *(pg.Para(t) for t in f.trust)]
+
+
+def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
+    """The findings for a terminal, wrapped to `width` columns (at most TERMINAL_WIDTH). Words are never
+    cut (a path or a command stays whole, and copyable), so only a word longer than the line exceeds it."""
+    width = max(40, min(width, TERMINAL_WIDTH))
+
+    def wrap(s: str, first: str = "", rest: str = "") -> list[str]:
+        return textwrap.wrap(
+            s, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+            break_on_hyphens=False,
+        )  # fmt: skip
+
+    lines = ["Findings"]
+    if not f.panels:
+        lines.append("  No cell ran ok: nothing is ranked or fitted.")
+    for p in f.panels:
+        lines += wrap(p.title, "", "  ")
+        for s in p.sentences:
+            lines += wrap(s, "  - ", "    ")
+    for t in f.trust:
+        lines += wrap(t)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,200 @@
+"""The report opens with its findings (issue 26): who is fastest where and where the lead changes, the
+fitted exponents, the memory wall and how much of the run to trust, in README.md, report.html and on the
+terminal; wide tables scroll in their own box; every variant has its own colour."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import synthetic
+from conftest import run_cli
+
+from attnbench.reports import findings, page, style
+from attnbench.reports.render import prepare, render
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
+SEQ = [256, 512, 1024, 2048, 4096, 8192]
+
+
+def _crossover_rows(**extra):
+    """naive ∝ N² from 1 ms, chunked ∝ N^1.5 from 3 ms: naive leads up to N = 2,048 (x = N/256 = 8: 64 ms
+    against 68 ms), chunked from 4,096 on (256 against 192 ms). Memory: naive ∝ N², chunked ∝ N."""
+    rows = []
+    for n in SEQ:
+        x = n / 256
+        rows.append(synthetic.cell("naive", n, time_ms=x**2, peak_mem_bytes=int(2**20 * x**2), **extra))
+        rows.append(synthetic.cell("chunked", n, time_ms=3 * x**1.5, peak_mem_bytes=int(2**20 * x), **extra))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def crossover_report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("crossover")
+    run = synthetic.write_run(tmp / "run", _crossover_rows(), memory_bytes=2 * synthetic.GIB)
+    return render(prepare([run]), tmp / "report")
+
+
+def _sentences(rep) -> list[str]:
+    (panel,) = rep.findings.panels
+    return list(panel.sentences)
+
+
+def test_findings_name_the_fastest_per_range_and_the_crossover(crossover_report):
+    s = _sentences(crossover_report)
+    assert s[0].startswith("naive is fastest from N = 256 to 2,048 (") and "ahead of chunked" in s[0]
+    assert s[1].startswith("chunked is fastest from N = 4,096 to 8,192 (") and "ahead of naive" in s[1]
+    assert s[2] == "Crossover between N = 2,048 and 4,096: chunked takes the lead from naive."
+
+
+def test_findings_give_the_exponents_in_words_and_the_memory_wall(crossover_report):
+    text = " ".join(_sentences(crossover_report))
+    naive = r"naive: time grows as N\^2\.00 \[\d\.\d\d, \d\.\d\d\] \(quadratic\), memory as N\^2\.00"
+    chunked = r"chunked: time grows as N\^1\.50 \[1\.4\d, 1\.5\d\] \(between linear and quadratic\)"
+    assert re.search(naive, text) and re.search(chunked, text)
+    assert "memory as N^1.00 [1.00, 1.00] (linear)" in text
+    # 2 GiB: naive's memory 2^20·(N/256)² reaches it at N ≈ 11,585 (8,192 as a power of two); chunked's only
+    # far beyond what was measured
+    assert "Memory wall (2 GiB of device memory" in text
+    assert "naive up to N = 8,192" in text and "chunked beyond N = 65,536 (8× the largest measured N" in text
+
+
+def test_a_tie_inside_a_lead_does_not_break_it():
+    p = findings._Point
+    pts = [p(256, "a", (), "b", 1.2), p(512, "b", ("a",), "a", 1.01), p(1024, "a", (), "b", 1.3)]
+    (run,) = findings.leader_runs(pts)
+    assert run[0] == "a"
+    assert findings.run_sentence("a", run[1], every=True) == (
+        "a is fastest at every N measured (256 to 1,024) (1.20–1.30× ahead of b; tied with b at N = 512)."
+    )
+    assert findings.run_sentence("a", [pts[1]], every=False) == "a and b cannot be told apart at N = 512."
+    runs = findings.leader_runs([p(256, "c", (), "a", 1.5), *pts[1:2]])
+    assert [r[0] for r in runs] == ["c", "b"]  # b leads at 512 (a ties with it there)
+    pts = [p(256, "c", (), "a", 1.5), p(512, "a", ("b",), "b", 1.01), p(1024, "b", ("a",), "a", 1.01)]
+    runs = findings.leader_runs(pts)
+    assert (
+        findings.run_sentence(*runs[1], every=False) == "a and b cannot be told apart from N = 512 to 1,024."
+    )
+
+
+def test_findings_are_the_first_section_of_both_pages(crossover_report):
+    md = crossover_report.readme.read_text()
+    headings = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert headings[0] == "## Findings" and headings[1] == "## Runs"
+    assert md.index("naive is fastest") < md.index("## Runs") < md.index("## Scaling")
+    html = crossover_report.html.read_text()
+    body = html[html.index("<body>") :]
+    assert re.match(r"<body>\s*<h1>[^<]*</h1>\s*<h2>Findings</h2>", body)
+    assert body.index("naive is fastest") < body.index("<h2>Runs</h2>") < body.index("<h2>Scaling")
+
+
+def test_a_clean_run_says_nothing_is_flagged(crossover_report):
+    (trust,) = crossover_report.findings.trust
+    assert trust == (
+        "Trust: 12 of 12 cells ran ok; none is suspect, drifted, throttled, noisy or wrong, "
+        "and none errored, crashed or timed out."
+    )
+
+
+def test_a_busy_run_counts_its_flags_and_says_what_to_do(tmp_path):
+    rows = _crossover_rows()
+    for i, r in enumerate(rows):
+        r["speed_tflops"] = 0.5 if i % 3 == 0 else 1.0  # 4 of 12 cells measured at half the usual speed
+    noisy = synthetic.samples(50.0, spread=0.4, seed=1)  # IQR/median about 0.4: noisy
+    rows.append(synthetic.cell("sdpa", 1024, sample_ms=noisy, peak_mem_bytes=2**20, speed_tflops=1.0))
+    rows.append(synthetic.cell("sdpa", 2048, status="error", message="boom"))
+    rows.append(synthetic.cell("sdpa", 4096, status="unsupported", message="no"))
+    run = synthetic.write_run(tmp_path / "busy run", rows)
+    rep = render(prepare([run]), tmp_path / "report")
+    first, busy = rep.findings.trust
+    assert first == (
+        "Trust: 13 of 15 cells ran ok (1 unsupported); flagged: 4 drifted, "
+        "1 noisy (IQR over 10% of the median), 1 error."
+    )
+    assert busy.startswith("The machine was busy while this ran: 5 of 13 ok cells drifted or were noisy")
+    assert f"attnbench run --resume --redo-drift --out '{run}'" in busy
+    assert "quiet machine" in busy
+    md = rep.readme.read_text()
+    assert md.index("The machine was busy") < md.index("## Runs")
+
+
+def test_a_run_with_no_ok_cell_says_so(tmp_path):
+    rows = [synthetic.cell("naive", n, status="oom", message="out of memory") for n in (256, 512)]
+    rep = render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "report")
+    assert rep.findings.panels == ()
+    assert "No cell ran ok" in findings.text(rep.findings)
+    assert rep.findings.trust[0].startswith("Trust: 0 of 2 cells ran ok (2 oom)")
+
+
+def test_the_fixture_has_findings_per_panel(tmp_path):
+    """tests/data/runs/cpu-small: causal and non-causal panels, a wrong variant; every panel is found."""
+    rep = render(prepare([FIXTURE]), tmp_path / "report")
+    titles = [p.title for p in rep.findings.panels]
+    assert len(titles) == 2 and {t.split(" · ")[-1] for t in titles} == {"causal", "non-causal"}
+    for p in rep.findings.panels:
+        assert "is fastest" in p.sentences[0] or "cannot be told apart" in p.sentences[0]
+        assert any("time grows as N^" in s for s in p.sentences)
+    assert "wrong (failed the float64 check)" in rep.findings.trust[0]
+
+
+def test_the_terminal_gets_the_findings_within_100_columns_then_the_path(tmp_path):
+    run = synthetic.write_run(tmp_path / "run", _crossover_rows())
+    p = run_cli("report", str(run), "--out", str(tmp_path / "report"))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "Findings" and any("Crossover between N = 2,048 and 4,096" in ln for ln in lines)
+    assert max(len(ln) for ln in lines) <= 100 and len(lines) < 20
+    assert "time exponent [95% CI]" not in p.stdout  # the wide fits table stays in the report
+    assert p.stderr.strip().startswith("report: ")
+    text = findings.text(_findings_of(tmp_path / "report2", run), width=60)
+    assert max(len(ln) for ln in text.splitlines()) <= 60
+
+
+def _findings_of(out, run):
+    return render(prepare([run]), out).findings
+
+
+def test_wide_tables_scroll_in_their_own_box(crossover_report):
+    html = crossover_report.html.read_text()
+    assert ".scroll { overflow-x: auto;" in html
+    tables = re.findall(r'<div class="([^"]*)"><table>', html)
+    assert tables and all("scroll" in t.split() for t in tables)
+    # the fits table (13 columns) is wide: unwrapped rows, the variant column sticky
+    assert "scroll wide" in tables
+    fits = html[html.index("<h2>Scaling") :]
+    assert fits.index('<div class="scroll wide">') < fits.index("time exponent")
+    narrow = page.Table(("a", "b"), (("1", "2"),))
+    assert '<div class="scroll"><table>' in page.to_html(page.Page("t", [narrow]), Path("."))
+
+
+BUILTINS = ["naive", "stable_softmax", "unstable_softmax", "chunked", "chunked_compiled", "flex", "sdpa",
+            "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "xformers"]  # fmt: skip
+
+
+def test_every_built_in_variant_has_its_own_colour():
+    colours = [style.variant_color(v) for v in BUILTINS]
+    assert len(set(colours)) == 12
+    assert style.variant_color("chunked") != style.variant_color("flex")  # they shared one green
+    assert not set(style.EXTRA_COLORS) & set(style.VARIANT_COLORS.values())
+
+
+def test_plug_ins_get_distinct_colours_stable_across_figures():
+    plugins = [f"plugin_{i}" for i in range(12)]
+    with style.palette([*BUILTINS, *plugins]):
+        first = [style.variant_color(v) for v in [*BUILTINS, *plugins]]
+        again = [style.variant_color(v) for v in reversed([*BUILTINS, *plugins])][::-1]
+    assert len(set(first)) == 24 and first == again
+    # a plug-in alone keeps the colour its name gives it anywhere, inside a palette or not
+    with style.palette(["mine"]):
+        assert style.variant_color("mine") == style.variant_color("mine")
+        inside = style.variant_color("mine")
+    assert inside == style.variant_color("mine")
+
+
+def test_a_report_draws_each_variant_in_one_colour(crossover_report):
+    """Every figure of the report: chunked's line has chunked's colour (the SVG keeps the stroke)."""
+    colour = style.variant_color("chunked")
+    svgs = [crossover_report.out_dir / f.svg for f in crossover_report.figures if f.stem.split("-")[0] in
+            ("time", "memory", "throughput")]  # fmt: skip
+    assert svgs and all(colour in svg.read_text() for svg in svgs)
