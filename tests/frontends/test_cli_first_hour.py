@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, cli_env
+from conftest import ROOT, cli_env, run_cli
 
 # ---- list, env and --help answer without what they do not need ----------------------------------------
 
@@ -45,3 +45,33 @@ def _imported(*args: str) -> list[str]:
 def test_quick_commands_import_only_what_they_need(args, allowed):
     """Timings are noisy on a shared machine, so what is pinned is the cause: the modules imported."""
     assert set(_imported(*args)) <= allowed
+
+
+# ---- output that fits the terminal -----------------------------------------------------------------------
+
+TINY = ("--variants", "naive,xformers", "--seq-len", "16,32", "--d-k", "8", "--heads", "1", "--batch", "1")
+
+
+def _widest(text: str) -> int:
+    return max(map(len, text.splitlines()), default=0)
+
+
+@pytest.mark.parametrize("columns", [100, 72])
+def test_list_check_and_run_fit_the_terminal(monkeypatch, tmp_path, columns):
+    """Issue 26: `run` lines were 156 columns, `list` 150, whatever the terminal. COLUMNS is how a
+    terminal's width reaches a command (and how rich and shutil read it)."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.chdir(tmp_path)  # short paths: a path longer than the terminal is kept whole, to be copied
+    for args in (("list",), ("list", "--presets")):
+        assert _widest(run_cli(*args, check=True).stdout) <= columns, args
+    check = run_cli("check", "--variants", "naive,xformers", "--dtype", "f32", "--seq-len", "8")
+    assert check.returncode == 0 and _widest(check.stdout) <= columns
+    assert "xformers is not installed" in check.stdout  # said once, below the table, by number
+    run = run_cli("run", *TINY, "--out", "run", check=True)
+    assert _widest(run.stderr) <= columns and " n32 d8 fwd " in run.stderr
+
+
+def test_output_that_is_no_terminal_is_100_wide(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = run_cli("list", check=True).stdout
+    assert 90 <= _widest(out) <= 100 and "what each variant is:" in out
