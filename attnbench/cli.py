@@ -178,7 +178,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import check_mode, run
     from attnbench.results import RunDirError
-    from attnbench.results.store import is_run_dir
+    from attnbench.results.drift import busy_sentence
+    from attnbench.results.store import is_run_dir, latest_rows
     from attnbench.variants import VariantError
 
     plan = _rerun_plan(args)
@@ -205,9 +206,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             rerun_of=plan.origin if plan else None,
             executor=args.executor,
             executor_options=_executor_options(args),
+            dry_run=args.dry_run,
+            on_forecast=_warn_if_long,
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
+    if args.dry_run:
+        for line in summary.forecast.lines():
+            print("\n".join(wrap_text(printable(line), terminal_columns(), "    ")))
+        print("dry run: nothing was measured or written")
+        return 0
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
     if summary.collected:
         counts = f"{summary.collected} rows collected from array task shards; " + counts
@@ -226,10 +234,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     _tell(f"run complete: {summary.path} ({counts})")
+    busy = busy_sentence(latest_rows(summary.path), str(summary.path))
+    if busy:
+        _tell(busy)
     if plan:
         _tell(f"compare with: attnbench compare {args.rerun} {summary.path}")
     print(summary.path)
     return 0
+
+
+def _warn_if_long(forecast) -> None:
+    """One line before a sweep estimated over harness.estimate.LONG_S (the run goes on)."""
+    from attnbench.harness import estimate
+
+    if forecast.seconds > estimate.LONG_S:
+        _tell(
+            f"attnbench: warning: this sweep should take about {estimate.duration_text(forecast.seconds)} "
+            f"({len(forecast.measured)} cells); add --dry-run to see its plan"
+        )
 
 
 def _add_run(sub) -> None:
@@ -253,6 +275,12 @@ def _add_run(sub) -> None:
         "allocator environment differ from the run's (refused without it; logged in resumes.jsonl)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the number of cells, those unsupported here or that the memory guard would skip, and "
+        "an estimated time, then exit without measuring or writing anything",
+    )
     x = p.add_argument_group("where the cells are measured (scale-out)")
     x.add_argument(
         "--executor",
@@ -297,7 +325,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         meta = read_meta(args.run_dir)
     except RunDirError as exc:
         raise BadInput(str(exc)) from None
-    args.resume, args.out, args.rerun, args.redo_drift = True, args.run_dir, None, False
+    args.resume, args.out, args.rerun, args.redo_drift, args.dry_run = True, args.run_dir, None, False, False
     args.devices = args.ray_address = None
     for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, "variant_file", "cells", "status", *SLURM_FLAGS):
         setattr(args, dest, None)

@@ -75,3 +75,47 @@ def test_output_that_is_no_terminal_is_100_wide(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     out = run_cli("list", check=True).stdout
     assert 90 <= _widest(out) <= 100 and "what each variant is:" in out
+
+
+# ---- a dry run, a warning before a long sweep, a plain sentence after a noisy one ------------------------
+
+
+def test_dry_run_counts_cells_skips_and_time_and_writes_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    proc = run_cli("run", *TINY, "--out", str(out), "--dry-run", check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "4 cells: 2 to measure, 0 the memory guard would skip, 2 unsupported here"
+    assert "  unsupported (2): xformers is not installed (pip install 'attnbench[xformers]')" in lines
+    assert (
+        any(line.startswith("estimated time: about ") for line in lines)
+        and "assumes attention" in proc.stdout
+    )
+    assert not out.exists() and "starting a worker" not in proc.stderr
+    # a machine with no memory free: the guard skips every supported cell, and says why
+    from attnbench.harness import worker
+
+    monkeypatch.setattr(worker, "free_memory", lambda device: 1)
+    tight = run_cli("run", *TINY, "--out", str(out), "--dry-run", check=True)
+    assert "4 cells: 0 to measure, 2 the memory guard would skip" in tight.stdout
+    assert "naive from N = 16; the predicted peak exceeds" in " ".join(tight.stdout.split())
+    assert not out.exists()
+
+
+def test_a_long_sweep_is_warned_about_and_runs_and_a_busy_one_says_so(tmp_path, monkeypatch):
+    """The warning and the sentence are the CLI's; their thresholds are lowered here, so that a tiny
+    sweep shows the wiring (the estimate and the busy rule have their own tests)."""
+    from attnbench.harness import estimate
+    from attnbench.results import drift
+
+    monkeypatch.setattr(estimate, "LONG_S", 0.0)
+    monkeypatch.setattr(drift, "BUSY_SHARE", 0.0)
+    out = tmp_path / "run"
+    proc = run_cli("run", *TINY, "--out", str(out), check=True)
+    warning = [line for line in proc.stderr.splitlines() if "warning: this sweep should take" in line]
+    assert len(warning) == 1 and "(2 cells); add --dry-run to see its plan" in warning[0]
+    assert proc.stderr.index("should take") < proc.stderr.index("starting a worker")
+    said = " ".join(proc.stderr.split())
+    assert "the machine was busy during this run (" in said and "of 2 cells drifted or were noisy)" in said
+    assert f"attnbench run --resume --redo-drift --out {out}`" in said
+    again = run_cli("run", "--resume", "--out", str(out), "--dry-run", check=True)
+    assert again.stdout.startswith("4 cells, 4 measured already: 0 to measure")
