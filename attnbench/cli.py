@@ -19,7 +19,7 @@ from pathlib import Path
 
 from attnbench.harness import options
 from attnbench.harness.executors import EXECUTORS
-from attnbench.results.formulas import printable
+from attnbench.results.formulas import printable, terminal_columns, wrap_text
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -32,6 +32,11 @@ class BadInput(ValueError):
 def _fail(msg: str) -> int:
     print(f"attnbench: error: {printable(msg)}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def _tell(text: str) -> None:
+    """A sentence for the person at the terminal, on stderr, wrapped to its width (a path kept whole)."""
+    print("\n".join(wrap_text(printable(text), terminal_columns(sys.stderr), "  ")), file=sys.stderr)
 
 
 # ---- run ------------------------------------------------------------------------------------------
@@ -173,7 +178,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import check_mode, run
     from attnbench.results import RunDirError
-    from attnbench.results.store import is_run_dir
+    from attnbench.results.drift import busy_sentence
+    from attnbench.results.store import is_run_dir, latest_rows
     from attnbench.variants import VariantError
 
     plan = _rerun_plan(args)
@@ -200,33 +206,52 @@ def cmd_run(args: argparse.Namespace) -> int:
             rerun_of=plan.origin if plan else None,
             executor=args.executor,
             executor_options=_executor_options(args),
+            dry_run=args.dry_run,
+            on_forecast=_warn_if_long,
         )
     except (VariantError, RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
+    if args.dry_run:
+        for line in summary.forecast.lines():
+            print("\n".join(wrap_text(printable(line), terminal_columns(), "    ")))
+        print("dry run: nothing was measured or written")
+        return 0
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
     if summary.collected:
         counts = f"{summary.collected} rows collected from array task shards; " + counts
     for note in summary.notes:
-        print(f"attnbench: note: {printable(note)}", file=sys.stderr)
+        _tell(f"attnbench: note: {note}")
     if summary.interrupted and not is_run_dir(summary.path):
-        print(
+        _tell(
             f"interrupted while starting, before the run's meta.json was written: nothing was measured; "
-            f"run the same command again (it reuses {summary.path})",
-            file=sys.stderr,
+            f"run the same command again (it reuses {summary.path})"
         )
         return EXIT_INTERRUPTED
     if summary.interrupted:
-        print(
+        _tell(
             f"interrupted: finished rows are kept in {summary.path} ({counts}); "
-            f"finish with: attnbench run --resume --out {summary.path}",
-            file=sys.stderr,
+            f"finish with: attnbench run --resume --out {summary.path}"
         )
         return EXIT_INTERRUPTED
-    print(f"run complete: {summary.path} ({counts})", file=sys.stderr)
+    _tell(f"run complete: {summary.path} ({counts})")
+    busy = busy_sentence(latest_rows(summary.path), str(summary.path))
+    if busy:
+        _tell(busy)
     if plan:
-        print(f"compare with: attnbench compare {args.rerun} {summary.path}", file=sys.stderr)
+        _tell(f"compare with: attnbench compare {args.rerun} {summary.path}")
     print(summary.path)
     return 0
+
+
+def _warn_if_long(forecast) -> None:
+    """One line before a sweep estimated over harness.estimate.LONG_S (the run goes on)."""
+    from attnbench.harness import estimate
+
+    if forecast.seconds > estimate.LONG_S:
+        _tell(
+            f"attnbench: warning: this sweep should take about {estimate.duration_text(forecast.seconds)} "
+            f"({len(forecast.measured)} cells); add --dry-run to see its plan"
+        )
 
 
 def _add_run(sub) -> None:
@@ -250,6 +275,12 @@ def _add_run(sub) -> None:
         "allocator environment differ from the run's (refused without it; logged in resumes.jsonl)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the number of cells, those unsupported here or that the memory guard would skip, and "
+        "an estimated time, then exit without measuring or writing anything",
+    )
     x = p.add_argument_group("where the cells are measured (scale-out)")
     x.add_argument(
         "--executor",
@@ -294,7 +325,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         meta = read_meta(args.run_dir)
     except RunDirError as exc:
         raise BadInput(str(exc)) from None
-    args.resume, args.out, args.rerun, args.redo_drift = True, args.run_dir, None, False
+    args.resume, args.out, args.rerun, args.redo_drift, args.dry_run = True, args.run_dir, None, False, False
     args.devices = args.ray_address = None
     for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, "variant_file", "cells", "status", *SLURM_FLAGS):
         setattr(args, dest, None)
@@ -425,8 +456,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.presets:
         from attnbench.harness.sweeps import preset_description, presets
 
-        for name, path in presets().items():
-            print(f"{name:<8} {preset_description(path)}")
+        for name, path in presets().items():  # the description wrapped under itself, to the terminal's width
+            print("\n".join(wrap_text(preset_description(path), terminal_columns(), " " * 9, f"{name:<8} ")))
         return 0
     _load_files(args.variant_file)
     from attnbench import variants
@@ -457,7 +488,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     from attnbench.reports import terminal
 
-    terminal.print_variants(terminal.wide_console(), rows, variants.load_errors())
+    terminal.print_variants(terminal.fitted_console(), rows, variants.load_errors())
     return 0
 
 
@@ -509,11 +540,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     from attnbench.reports import terminal
 
-    console = terminal.wide_console()
+    console = terminal.fitted_console()
     rows = list(check.gate_all(plan))
     shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
-    console.print(terminal.gate_table(rows, plan.seq_len, **shape))
-    no_key = terminal.no_key_table(rows)
+    notes = terminal.print_gate(console, rows, plan.seq_len, **shape)
+    no_key = terminal.no_key_table(rows, console.width, notes)
     if no_key is not None:
         console.print()
         console.print(no_key)
@@ -522,7 +553,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         console.print()
         console.print(
-            terminal.probe_table(numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes)))
+            terminal.probe_table(
+                numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes)), console.width, notes
+            )
         )
     return check.exit_status(rows)
 

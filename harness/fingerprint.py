@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -98,15 +99,31 @@ def git_commit() -> str | None:
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "asimd", "sve")
 
 
+def _proc_cpuinfo(text: str | None = None) -> tuple[str, set[str]] | None:
+    """(model, flags) from Linux's /proc/cpuinfo (or `text`), None where it does not name both (not Linux;
+    ARM, whose /proc/cpuinfo has no model name). py-cpuinfo reads CPUID in a child Python, about 1.1 s
+    of the 1.6 s `attnbench env` took beyond `import torch` (issue 26); the kernel's flags are the ones
+    that decide what runs, and ISA_FLAGS are spelled as it spells them."""
+    text = _read("/proc/cpuinfo") if text is None else text
+    model = re.search(r"^model name\s*:\s*(.+)$", text or "", re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text or "", re.MULTILINE)
+    return (model.group(1).strip(), set(flags.group(1).split())) if model and flags else None
+
+
 def cpu_info() -> dict[str, Any]:
-    """CPU model and features (py-cpuinfo), cores and memory (psutil), and the knobs that move timings."""
-    import cpuinfo
+    """CPU model and features (/proc/cpuinfo, else py-cpuinfo), cores and memory (psutil), and the knobs
+    that move timings."""
     import psutil
 
-    info = cpuinfo.get_cpu_info()
-    flags = set(info.get("flags") or ())
+    found = _proc_cpuinfo()
+    if found is None:
+        import cpuinfo
+
+        info = cpuinfo.get_cpu_info()
+        found = info.get("brand_raw"), set(info.get("flags") or ())
+    model, flags = found
     return {
-        "cpu_model": info.get("brand_raw") or platform.processor() or platform.machine(),
+        "cpu_model": model or platform.processor() or platform.machine(),
         "cpu_isa": " ".join(f for f in ISA_FLAGS if f in flags) or None,
         "physical_cores": psutil.cpu_count(logical=False),
         "logical_cpus": os.cpu_count(),

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from attnbench.results.axes import IDENTITY, filled
-from attnbench.results.formulas import bytes_text, printable, short_dtype
+from attnbench.results.formulas import (
+    COMPACT_BELOW,
+    bytes_text,
+    printable,
+    short_dtype,
+    terminal_columns,
+    wrap_text,
+)
 
 STATUS_STYLE = {
     "ok": "green",
@@ -27,13 +35,19 @@ SPELLED = ("variant", "device", "dtype", "batch", "heads", "kv_heads", "seq_len"
 MORE = tuple(a for a in IDENTITY if a.name not in SPELLED)
 
 
-def cell_line(row: dict[str, Any]) -> str:
-    """One plain-text line summarising a finished cell."""
+# (status, variant, shape) padded to these widths so that the numbers of most cells line up: a terminal of
+# COMPACT_BELOW columns or more, a narrower one (a longer name or shape pushes its own line along). In 100
+# columns a cell shows its time, spread, peak memory and TFLOP/s (99 columns); in 72, its time and spread.
+PADDING = {"normal": (11, 16, 27), "compact": (7, 12, 26)}
+
+
+def _shape(row: dict[str, Any]) -> str:
+    """'cpu f32 b1 h2 n64 d16 causal fwd': the cell's axes as the line spells them."""
     values = filled(row)
     more = "".join(f" {p}" for a in MORE if (p := a.id_part(values)) is not None)
     kv, n_k = row.get("kv_heads", row["heads"]), row.get("seq_k", row["seq_len"])
     lower_right = row.get("causal_align") == "lower-right"
-    shape = (
+    return (
         f"{row['device']} {short_dtype(row['dtype'])} b{row['batch']} h{row['heads']}"
         f"{'' if kv == row['heads'] else '/kv' + str(kv)} "
         f"n{row['seq_len']}{'' if n_k == row['seq_len'] else '/nk' + str(n_k)} "
@@ -45,17 +59,39 @@ def cell_line(row: dict[str, Any]) -> str:
         f"{' ' + row['mod'] if row.get('mod', 'none') != 'none' else ''}{more} "
         f"{row['pass']}"
     )
-    head = f"{row['status']:<11} {row['variant']:<16} {shape:<38}"
+
+
+def cell_line(row: dict[str, Any], width: int | None = None) -> str:
+    """A finished cell for a person watching the sweep, in lines of at most `width` columns (None: one
+    line with every number). What is kept is what they watch for: status, variant, shape, time and spread;
+    then, while the line is too long, rel_err (of an ok cell: the gate passed), TFLOP/s and peak memory
+    are left out in that order; a message that does not fit goes on the lines below, indented."""
+    form = "compact" if width is not None and width < COMPACT_BELOW else "normal"
+    pad_status, pad_variant, pad_shape = PADDING[form]
+    head = f"{row['status']:<{pad_status}} {row['variant']:<{pad_variant}} {_shape(row)}"
+    message = str(row.get("message") or "")
     if row.get("time_ms_median") is None:
-        return f"{head} {row.get('message', '')}"
-    spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
-    text = (
-        f"{head} {row['time_ms_median']:9.3f} ms {spread:>5}  {bytes_text(row.get('peak_mem_bytes')):>10}  "
-        f"{row.get('tflops', float('nan')):7.3f} TFLOP/s  rel_err {row.get('rel_err', float('nan')):.1e}"
-    )
-    if row["status"] != "ok" or row.get("message"):
-        text += f"  {row.get('message', '')}"
-    return text
+        parts: list[str] = []
+    else:
+        head = f"{head:<{pad_status + pad_variant + pad_shape + 2}}"
+        spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
+        numbers = [  # (text, dropped in this order while the line is too long; 0: kept)
+            (f"{row['time_ms_median']:8.3f} ms {spread:>5}", 0),
+            (f" {bytes_text(row.get('peak_mem_bytes')):>9}", 3),
+            (f" {row.get('tflops', float('nan')):6.3f} TFLOP/s", 2),
+            (f" rel_err {row.get('rel_err', float('nan')):.1e}", 1 if row["status"] == "ok" else 4),
+        ]
+        for drop in (1, 2, 3, 4):
+            if width is None or len(head) + 1 + sum(len(t) for t, _ in numbers) <= width:
+                break
+            numbers = [(t, d) for t, d in numbers if d != drop]
+        parts = [t for t, _ in numbers]
+    line = f"{head} {''.join(parts)}" if parts else head
+    if message and (width is None or len(line) + 2 + len(message) <= width):
+        return f"{line}  {message}"
+    indent = " " * min(pad_status + 1, 8)
+    lines = [line] if width is None or len(line) <= width else wrap_text(line, width, indent)
+    return "\n".join([*lines, *(wrap_text(message, width, indent, indent) if message else [])])
 
 
 class Progress:
@@ -72,12 +108,13 @@ class Progress:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(stderr=True, highlight=False)
+            self._console = Console(stderr=True, highlight=False, width=terminal_columns(sys.stderr))
         return self._console
 
     def message(self, text: str) -> None:
         if self.enabled:
-            self.console.print(printable(text), markup=False, soft_wrap=True)
+            lines = wrap_text(printable(text), self.console.width, "  ")
+            self.console.print("\n".join(lines), markup=False, soft_wrap=True)
 
     def start(self, total: int, done_before: int, run_dir: Path) -> None:
         if not self.enabled:
@@ -111,7 +148,8 @@ class Progress:
         if not self.enabled:
             return
         style = STATUS_STYLE.get(row["status"], "")
-        self.console.print(printable(cell_line(row)), style=style, markup=False, soft_wrap=True)
+        text = printable(cell_line(row, self.console.width))
+        self.console.print(text, style=style, markup=False, soft_wrap=True)
         if self._bar is not None:
             self._bar.advance(self._task)
 

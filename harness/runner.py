@@ -22,12 +22,12 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import is_unstarted, read_meta
+from attnbench.results.store import is_unstarted, read_meta, read_rows
 from attnbench.results.writable import why_unwritable
 
-from . import executors, fingerprint, timing
+from . import estimate, executors, fingerprint, timing
 from .affinity import check_cpu_affinity
-from .cellrunner import CellRunner
+from .cellrunner import CellRunner, SkipAhead, precheck
 from .isolation import WorkerDied, WorkerTimeout
 from .outcomes import left_behind
 from .progress import Progress
@@ -49,6 +49,9 @@ class RunSummary:
     resumed: int = 0
     collected: int = 0  # rows gathered from array tasks' shards by a resume (harness.executors.slurm)
     notes: list[str] = field(default_factory=list)  # what the command tells the user (duplicates, lost tasks)
+    forecast: estimate.Forecast | None = (
+        None  # the cells left and their estimated time (dry_run: nothing else)
+    )
 
 
 def default_variants() -> list[str]:
@@ -207,6 +210,8 @@ def run(
     force_resume: bool = False,
     given: Sequence[str] = (),
     name: Callable[[str], str] = flag_name,
+    dry_run: bool = False,
+    on_forecast: Callable[[estimate.Forecast], None] | None = None,
 ) -> RunSummary:
     """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
 
@@ -225,6 +230,11 @@ def run(
     A resume on another set-up than the run's (fingerprint.RESUME_KEYS: hosts, torch, attnbench commit,
     allocator environment) is refused with a ValueError naming the difference, before anything is
     written, unless `force_resume`; every resume is logged in the run's resumes.jsonl with its difference.
+
+    `dry_run` checks all of that and returns the summary's `forecast` (harness.estimate: the cells left,
+    those unsupported here or that the memory guard would skip, the estimated time) without starting a
+    worker or writing anything. Otherwise `on_forecast` is handed the same forecast once the cells left are
+    known, before the first is measured (the CLI warns there about a long sweep).
     """
     check_mode(
         sweep, out, resume=resume, redo_drift=redo_drift, force_resume=force_resume, given=given, name=name
@@ -236,6 +246,9 @@ def run(
     chosen_executor = executors.get(executor, executor_options)
     chosen_executor.check(start.sweep)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
+    if dry_run:
+        done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
+        return RunSummary(path=path, forecast=forecast(start, done))
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
     if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
@@ -244,6 +257,8 @@ def run(
     summary = RunSummary(path=path)
     local: CellRunner | None = None
     try:
+        if on_forecast is not None:  # before a worker starts: a warning the user can act on at once
+            on_forecast(forecast(start, writer.done))
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
         local = CellRunner(_worker_config(start, path), start.sweep.settings)
         if not resume:
@@ -259,6 +274,30 @@ def run(
         if local is not None:
             local.close(kill=summary.interrupted)
     return summary
+
+
+def forecast(start: _Start, done: dict[str, dict[str, Any]]) -> estimate.Forecast:
+    """What becomes of the run's cells without a row in `done` (harness.estimate), decided here in the parent
+    as the run would: the capability check of cellrunner.precheck, and the memory guard against this
+    machine's free memory for CPU cells (a GPU's is read in its worker, which a dry run does not start: its
+    cells count as measured)."""
+    from .worker import free_memory
+
+    cells = start.cells()
+    todo = start.todo(cells, done)
+
+    def unsupported(spec: CellSpec) -> str | None:
+        row = precheck(spec, SkipAhead())
+        return None if row is None else row.get("message") or row["status"]
+
+    return estimate.forecast(
+        todo,
+        start.sweep.settings,
+        unsupported=unsupported,
+        free_memory=lambda device: free_memory(device) if device == "cpu" else None,
+        memory_class=lambda name: variants.get(name).cap.memory,
+        done=len(cells) - len(todo),
+    )
 
 
 def _worker_config(start: _Start, path: Path) -> dict[str, Any]:

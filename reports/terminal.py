@@ -12,15 +12,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.results.formulas import SHORT_DTYPE, printable
+from attnbench.results.formulas import COMPACT_BELOW, SHORT_DTYPE, printable, terminal_columns, wrap_text
 
-MIN_WIDTH = 150  # the tables' columns fit without folding at this width; a wider terminal gets its own
+# Each table is laid out for the terminal's width (terminal_columns: 100 where the output is no terminal):
+# from WIDE columns `list` keeps each description in its table (all its columns fit unfolded at 150); below,
+# the descriptions follow the table, and below COMPACT_BELOW the table keeps the columns a newcomer needs.
+WIDE = 140
 LIST_TITLE = "attnbench variants (memory: how peak memory grows with N)"
 LIST_COLUMNS = ("variant", "description", "memory", "dtypes", "head dim", "supports", "layout", "cpu", "cuda")
+LIST_NARROW = ("variant", "cpu", "cuda", "memory", "dtypes", "head dim", "supports", "layout")
+LIST_COMPACT = ("variant", "cpu", "cuda", "memory", "dtypes", "supports")
+LIST_LEFT_OUT = "head dims and layouts: attnbench list --json, or 100 columns"
 SHORT = {**SHORT_DTYPE, "padding": "pad", "dropout": "drop", "backward": "bwd"}  # dtypes and supports
 GATE_COLUMNS = ("variant", "device", "dtype", "causal", "pad", "status", "rel_err", "grad_rel")
 GATE_CAPTION = (
@@ -40,9 +47,27 @@ def _esc(text: Any) -> str:
     return escape(printable(text))
 
 
-def wide_console() -> Console:
-    """A console at least MIN_WIDTH columns wide (the terminal's width when it is wider)."""
-    return Console(width=max(MIN_WIDTH, Console().width))
+def fitted_console() -> Console:
+    """A console for stdout as wide as the terminal (terminal_columns: $COLUMNS, the terminal's width, or
+    100 where stdout is no terminal)."""
+    return Console(width=terminal_columns())
+
+
+def _fitted_table(**kw) -> Table:
+    """A table for a terminal narrower than WIDE: a rule under the header and one column of space between
+    columns, no frame (the frame and padding cost 3 columns a column)."""
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), **kw)
+
+
+def _wrapped(console: Console, text: str, first: str, indent: str, markup: str | None = None) -> None:
+    """Plain `text` after `first`, in lines of the console's width with `indent` before the others (words
+    kept whole, so a path can be copied); every line escaped, `first` shown as `markup` (ours) if given."""
+    for i, line in enumerate(wrap_text(printable(text), console.width, indent, printable(first))):
+        if i == 0 and markup is not None:
+            line = markup + escape(line[len(printable(first)) :])
+        else:
+            line = escape(line)
+        console.print(line, soft_wrap=True)
 
 
 # ---- attnbench list -----------------------------------------------------------------------------------
@@ -53,55 +78,66 @@ def _short(csv_text: str) -> str:
     return " ".join(_esc(SHORT.get(x, x)) for x in csv_text.split(","))
 
 
-def variant_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+def variant_table(rows: Sequence[Mapping[str, Any]], width: int | None = None) -> Table:
     """One line per variant, from the rows `attnbench list --json` prints (name, description, memory,
     dtypes, head_dim, supports, layout, default, available: {device: bool}): yes/no per device, and
-    '(demo only)' under a variant that is not run by default."""
-    table = Table(title=LIST_TITLE)
-    for col in LIST_COLUMNS:
+    '(demo only)' under a variant that is not run by default. For a terminal `width` below WIDE the
+    description is left to print_variants, and below COMPACT_BELOW the head dims and layout too."""
+    columns = LIST_COLUMNS if width is None or width >= WIDE else LIST_NARROW
+    columns = LIST_COMPACT if width is not None and width < COMPACT_BELOW else columns
+    table = Table(title=LIST_TITLE) if columns == LIST_COLUMNS else _fitted_table(title=LIST_TITLE)
+    for col in columns:
         table.add_column(
             col, overflow="fold", no_wrap=col in ("variant", "memory", "head dim", "layout", "cpu", "cuda")
         )
     for r in rows:
         marks = ["[green]yes[/]" if r["available"][d] else "[red]no[/]" for d in ("cpu", "cuda")]
-        name = f"[bold]{_esc(r['name'])}[/]" + ("" if r["default"] else "\n[yellow](demo only)[/]")
-        table.add_row(
-            name,
-            _esc(r["description"]),
-            _esc(r["memory"]),
-            _short(r["dtypes"]),
-            _esc(r["head_dim"]),
-            _short(r["supports"]),
-            _esc(r["layout"]),
-            *marks,
-        )
+        cells = {
+            "variant": f"[bold]{_esc(r['name'])}[/]" + ("" if r["default"] else "\n[yellow](demo only)[/]"),
+            "description": _esc(r["description"]),
+            "memory": _esc(r["memory"]),
+            "dtypes": _short(r["dtypes"]),
+            "head dim": _esc(r["head_dim"]),
+            "supports": _short(r["supports"]),
+            "layout": _esc(r["layout"]),
+            "cpu": marks[0],
+            "cuda": marks[1],
+        }
+        table.add_row(*(cells[col] for col in columns))
     return table
 
 
-def unavailable_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """'why not, on this machine:' and one line per variant and device it cannot run on, with the reason
-    (the rows' `reasons`: {device: reason}); console markup, data escaped."""
-    lines = ["[bold]why not, on this machine:[/]"]
+def unavailable(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    """{(device, reason): the variants that cannot run there for it}, from the rows' `reasons` ({device:
+    reason}), in the rows' order: "no CUDA device" is said once for every variant it stops."""
+    out: dict[tuple[str, str], list[str]] = {}
     for r in rows:
-        lines += [f"  {_esc(r['name'])} on {_esc(d)}: {_esc(reason)}" for d, reason in r["reasons"].items()]
-    return lines
-
-
-def plugin_error_lines(errors: Iterable[str]) -> list[str]:
-    """One line per variant plug-in that failed to load (variants.load_errors()); console markup."""
-    return [f"[red]plug-in error:[/] {_esc(err)}" for err in errors]
+        for device, reason in r["reasons"].items():
+            out.setdefault((str(device), str(reason)), []).append(str(r["name"]))
+    return out
 
 
 def print_variants(console: Console, rows: Sequence[Mapping[str, Any]], errors: Iterable[str] = ()) -> None:
-    """What `attnbench list` prints: the table, why each unavailable variant is, and the plug-in errors.
-    The reasons are printed unwrapped (soft_wrap), so that a long one stays one line to copy."""
-    console.print(variant_table(rows))
-    header, *reasons = unavailable_lines(rows)
-    console.print(header)
-    for line in reasons:
-        console.print(line, soft_wrap=True)
-    for line in plugin_error_lines(errors):
-        console.print(line)
+    """What `attnbench list` prints, in lines of the console's width: the table, what each variant is
+    (where the table has no room for it), why each unavailable variant is, and the plug-in errors. The
+    lines wrap at spaces with a hanging indent, a long word (a path) kept whole to be copied."""
+    width = console.width
+    table = variant_table(rows, width)
+    console.print(table)
+    if "description" not in [c.header for c in table.columns]:
+        if width < COMPACT_BELOW:
+            console.print(f"[dim]{escape(LIST_LEFT_OUT)}[/]")
+        console.print("[bold]what each variant is:[/]")
+        name_width = min(max((len(printable(r["name"])) for r in rows), default=0), 18)
+        for r in rows:
+            first = f"  {printable(r['name']):<{name_width}}  "
+            _wrapped(console, str(r["description"]), first, " " * len(first))
+    console.print("[bold]why not, on this machine:[/]")
+    for (device, reason), names in unavailable(rows).items():
+        who = "every variant" if len(names) == len(rows) > 1 else ", ".join(names)
+        _wrapped(console, f"{who} on {device}: {reason}", "  ", "      ")
+    for err in errors:
+        _wrapped(console, str(err), "plug-in error: ", "  ", "[red]plug-in error:[/] ")
 
 
 # ---- attnbench check ----------------------------------------------------------------------------------
@@ -122,71 +158,131 @@ def _field(row: Any, name: str) -> Any:
     return getattr(row, name, _GATE_DEFAULTS.get(name))
 
 
-def gate_table(rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, head_dim: int) -> Table:
+def gate_table(
+    rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, head_dim: int, width: int | None = None
+) -> Table:
     """The float64 correctness gate, one line per GateRow (variant, device, dtype, causal, padding,
     status 'pass'/'FAIL'/'unsupported', rel_err, grad_rel_err, masked_rows, reason, gating), on inputs of
-    shape (batch, heads, seq_len, head_dim) (harness.check's BATCH, HEADS, HEAD_DIM)."""
-    table = Table(
-        title=f"float64 correctness gate (B={batch}, H={heads}, N={seq_len}, d={head_dim})",
-        caption=GATE_CAPTION,
+    shape (batch, heads, seq_len, head_dim) (harness.check's BATCH, HEADS, HEAD_DIM). For a terminal
+    `width` below WIDE the table is fitted: dtypes short, the device in the title when there is one, and a
+    reason by its number among gate_notes, in the `why` column (print_gate prints them below)."""
+    rows = [r for r in rows if not _field(r, "no_key")]  # no_key_table's
+    fitted = width is not None and width < WIDE
+    devices = list(dict.fromkeys(str(_field(r, "device")) for r in rows))
+    columns = list(GATE_COLUMNS)
+    title = f"float64 correctness gate (B={batch}, H={heads}, N={seq_len}, d={head_dim})"
+    if fitted and len(devices) == 1:
+        columns.remove("device")
+        title += f" on {_esc(devices[0])}"
+    table = (
+        _fitted_table(title=title, caption=GATE_CAPTION)
+        if fitted
+        else Table(title=title, caption=GATE_CAPTION)
     )
-    for col in GATE_COLUMNS:
-        table.add_column(col, no_wrap=True, justify="right" if col in ("rel_err", "grad_rel") else "left")
-    table.add_column("reason", overflow="fold")
+    for col in columns:
+        header = "grad" if fitted and col == "grad_rel" else col
+        justify = "right" if col in ("rel_err", "grad_rel") else "left"
+        table.add_column(header, no_wrap=col != "status", justify=justify)
+    table.add_column("why" if fitted else "reason", overflow="fold", no_wrap=fitted)
+    notes = gate_notes(rows)
     for r in rows:
-        if _field(r, "no_key"):
-            continue  # no_key_table's
         status, rel_err, grad = _field(r, "status"), _field(r, "rel_err"), _field(r, "grad_rel_err")
         shown = _GATE_STYLE.get(status, f"[red]{_esc(status)}[/]")
         shown += "" if _field(r, "gating") or status not in ("FAIL", "error") else " (demo only)"
         measured = rel_err is not None
-        table.add_row(
-            _esc(_field(r, "variant")),
-            _esc(_field(r, "device")),
-            _esc(_field(r, "dtype")),
-            "yes" if _field(r, "causal") else "no",
-            "yes" if _field(r, "padding") else "no",
-            shown,
-            f"{rel_err:.1e}" if measured else "",
-            f"{grad:.1e}" if grad is not None else "-" if measured else "",
-            _esc(_field(r, "reason")),
-        )
+        reason = str(_field(r, "reason") or "")
+        cells = {
+            "variant": _esc(_field(r, "variant")),
+            "device": _esc(_field(r, "device")),
+            "dtype": _esc(
+                SHORT_DTYPE.get(_field(r, "dtype"), _field(r, "dtype")) if fitted else _field(r, "dtype")
+            ),
+            "causal": "yes" if _field(r, "causal") else "no",
+            "pad": "yes" if _field(r, "padding") else "no",
+            "status": shown,
+            "rel_err": f"{rel_err:.1e}" if measured else "",
+            "grad_rel": f"{grad:.1e}" if grad is not None else "-" if measured else "",
+        }
+        note = (str(notes[reason]) if reason else "") if fitted else _esc(reason)
+        table.add_row(*(cells[c] for c in columns), note)
     return table
 
 
-def no_key_table(rows: Iterable[Any]) -> Table | None:
+def gate_notes(rows: Iterable[Any]) -> dict[str, int]:
+    """{reason: number} for each distinct reason of the gate's rows (not the no-key ones), numbered in
+    order of appearance: a fitted gate_table shows a row's reason by its number."""
+    reasons = (str(_field(r, "reason") or "") for r in rows if not _field(r, "no_key"))
+    return {reason: n for n, reason in enumerate(dict.fromkeys(x for x in reasons if x), start=1)}
+
+
+def print_gate(
+    console: Console, rows: Sequence[Any], seq_len: int, *, batch: int, heads: int, head_dim: int
+) -> dict[str, int]:
+    """What `attnbench check` prints for the gate, in lines of the console's width: the table, and under
+    a fitted one its numbered reasons (each said once, however many rows share it). Returns those notes
+    ({} when the table has room for the reasons), for no_key_table and probe_table to refer to."""
+    width = console.width
+    console.print(gate_table(rows, seq_len, batch=batch, heads=heads, head_dim=head_dim, width=width))
+    notes = gate_notes(rows) if width < WIDE else {}
+    if notes:
+        console.print("[bold]why, by number:[/]")
+    for reason, n in notes.items():
+        _wrapped(console, reason, f"{n:>3}  ", "     ")
+    return notes
+
+
+def _noted(text: str, notes: Mapping[str, int]) -> str:
+    """`text` as table text, or 'why N' where it is the gate's note N."""
+    return f"why {notes[text]}" if text in notes else _esc(text)
+
+
+def no_key_table(
+    rows: Iterable[Any], width: int | None = None, notes: Mapping[str, int] | None = None
+) -> Table | None:
     """The GateRows of the no-key problem (no_key True), apart from the gate: what each variant returns in
-    rows that see no key (zeros, nan, other), and its status on the rows that do; None when there are none."""
+    rows that see no key (zeros, nan, other), and its status on the rows that do; None when there are none.
+    Unframed for a terminal `width` below WIDE, with dtypes short and a reason among the gate's `notes` by
+    its number."""
     rows = [r for r in rows if _field(r, "no_key")]
     if not rows:
         return None
-    table = Table(title=NO_KEY_TITLE, caption=NO_KEY_CAPTION)
+    fitted = width is not None and width < WIDE
+    table = (_fitted_table if fitted else Table)(title=NO_KEY_TITLE, caption=NO_KEY_CAPTION)
     for col in NO_KEY_COLUMNS:
         table.add_column(col, no_wrap=col != NO_KEY_COLUMNS[-1], overflow="fold")
     for r in rows:
-        status, rel_err = _field(r, "status"), _field(r, "rel_err")
+        status, rel_err, dtype = _field(r, "status"), _field(r, "rel_err"), str(_field(r, "dtype"))
+        said = [_esc(_field(r, "masked_rows"))] if _field(r, "masked_rows") else []
+        said += [_noted(str(_field(r, "reason")), notes or {})] if _field(r, "reason") else []
         table.add_row(
             _esc(_field(r, "variant")),
             _esc(_field(r, "device")),
-            _esc(_field(r, "dtype")),
+            _esc(SHORT_DTYPE.get(dtype, dtype) if fitted else dtype),
             _GATE_STYLE.get(status, f"[red]{_esc(status)}[/]"),
             f"{rel_err:.1e}" if rel_err is not None else "",
-            _esc("; ".join(x for x in (_field(r, "masked_rows"), _field(r, "reason")) if x)),
+            "; ".join(said),
         )
     return table
 
 
-def probe_table(records: Iterable[Mapping[str, Any]]) -> Table:
+def probe_table(
+    records: Iterable[Mapping[str, Any]], width: int | None = None, notes: Mapping[str, int] | None = None
+) -> Table:
     """The numerics probe, one line per record of harness.numerics.probe (variant, device, dtype, q_scale,
-    status, and rel_err when it ran, else message)."""
-    table = Table(title=PROBE_TITLE)
+    status, and rel_err when it ran, else message). Unframed for a terminal `width` below WIDE, with dtypes
+    short and a message among the gate's `notes` by its number."""
+    fitted = width is not None and width < WIDE
+    table = (_fitted_table if fitted else Table)(title=PROBE_TITLE)
     for col in PROBE_COLUMNS:
         table.add_column(col, overflow="fold", no_wrap=col != "rel_err / message")
     style = {"ok": "[green]ok[/]", "wrong": "[bold red]wrong[/]", "unsupported": "[yellow]unsupported[/]"}
     for rec in records:
-        err = f"{rec['rel_err']:.1e}" if "rel_err" in rec else _esc(rec.get("message", ""))
+        err = (
+            f"{rec['rel_err']:.1e}" if "rel_err" in rec else _noted(str(rec.get("message", "")), notes or {})
+        )
         status = style.get(rec["status"], f"[red]{_esc(rec['status'])}[/]")
+        dtype = SHORT_DTYPE.get(rec["dtype"], rec["dtype"]) if fitted else rec["dtype"]
         table.add_row(
-            _esc(rec["variant"]), _esc(rec["device"]), _esc(rec["dtype"]), f"x{rec['q_scale']:g}", status, err
+            _esc(rec["variant"]), _esc(rec["device"]), _esc(dtype), f"x{rec['q_scale']:g}", status, err
         )
     return table

@@ -44,3 +44,26 @@ def _num(v: Any) -> bool:
 
 def drifted(factor: float) -> bool:
     return math.isfinite(factor) and abs(factor - 1) > DRIFT
+
+
+# A run with at least this share of its ok cells drifted or noisy was measured on a busy machine: the CLI says
+# so in one sentence when the run ends (issue 26: "±257%" and 14 drift rows, and nothing said).
+BUSY_SHARE = 0.10
+
+
+def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """(ok cells measured during drift or flagged noisy, ok cells) of a run's rows (latest per cell)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    moved = {r["cell_id"] for r, f in zip(ok, speed_factors(ok), strict=True) if drifted(f)}
+    return sum(1 for r in ok if r["cell_id"] in moved or r.get("noisy") is True), len(ok)
+
+
+def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
+    """One plain sentence when at least BUSY_SHARE of the ok cells drifted or were noisy, else None."""
+    n, total = busy_cells(rows)
+    if not total or n < BUSY_SHARE * total:
+        return None
+    return (
+        f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "
+        f"quiet machine or `attnbench run --resume --redo-drift --out {run_dir}`"
+    )

@@ -1,5 +1,5 @@
 """The formulas every layer shares, in one place: statistics of raw timing samples,
-FLOPs and TFLOP/s, and how bytes, dtypes and messages are written for people.
+FLOPs and TFLOP/s, and how bytes, dtypes and messages are written for people (and how wide a line may be).
 
 The harness computes result rows with them, the pytest-benchmark importer rebuilds rows with them, and
 reports read what they produced; nothing else derives these numbers.
@@ -8,7 +8,10 @@ reports read what they produced; nothing else derives these numbers.
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import sys
+import textwrap
 import unicodedata
 from collections.abc import Sequence
 
@@ -197,6 +200,40 @@ def bytes_text(b: float | None) -> str:
         if b >= size:
             return f"{sign}{b / size:.3g} {unit}"
     return f"{sign}{b:.3g} B"
+
+
+# Text that goes to no terminal (a pipe, a file, a test's capture) is laid out this wide: what fits a
+# 100-column terminal reads well in a log or an editor too (issue 26: lines were 150 to 225 columns).
+DEFAULT_COLUMNS = 100
+# Below this width the terminal's output takes its compact form (fewer columns, shorter padding).
+COMPACT_BELOW = 100
+
+
+def terminal_columns(stream=None) -> int:
+    """How wide a line written to `stream` (default stdout) may be: $COLUMNS where it is set (as shutil
+    and rich read it; also how a test asks for a width), else the width of the terminal `stream` is,
+    else DEFAULT_COLUMNS."""
+    env = os.environ.get("COLUMNS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    stream = sys.stdout if stream is None else stream
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # closed, not a file, or a StringIO
+        pass
+    return DEFAULT_COLUMNS
+
+
+def wrap_text(text: str, width: int | None, indent: str = "", first: str = "") -> list[str]:
+    """`text` as lines of at most `width` columns (None: one line), `first` before the first and `indent`
+    before the others; a word longer than the width (a path, a URL) is kept whole, to be copied."""
+    if width is None:
+        return [first + text]
+    return textwrap.wrap(
+        text, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first]  # fmt: skip
 
 
 def short_dtype(name: str) -> str:

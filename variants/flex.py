@@ -37,10 +37,13 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -76,6 +79,45 @@ def _flex_module():
 
 @functools.cache
 def _import_reason() -> str | None:
+    """Why flex cannot run on this torch and Python, decided without importing it: importing
+    torch.nn.attention.flex_attention pulls in torch._dynamo, 3 of the 8 s `attnbench list` took (issue 26).
+    So availability asks importlib whether the module is there, and dynamo's own Python rule is read from
+    its source; the worker that runs flex imports it and asks dynamo itself (_compile_reason)."""
+    try:
+        found = importlib.util.find_spec("torch.nn.attention.flex_attention")
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        return f"this torch ({torch.__version__}) has no torch.nn.attention.flex_attention (torch >= 2.5)"
+    limit = _dynamo_python_limit()
+    if limit is not None and sys.version_info >= limit:
+        return _NO_DYNAMO
+    return None
+
+
+_NO_DYNAMO = f"torch.compile (dynamo) does not support this Python ({sys.version.split()[0]}), flex needs it"
+
+
+def _dynamo_python_limit() -> tuple[int, int] | None:
+    """The first Python dynamo refuses, as its check_if_dynamo_supported says (torch 2.13: `if
+    sys.version_info >= (3, 15): raise`), read from torch/_dynamo/eval_frame.py without importing it (as
+    harness.fingerprint.torch_version reads torch/version.py); None where the text says no such rule."""
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = Path(folder, "_dynamo", "eval_frame.py").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        body = text.partition("def check_if_dynamo_supported")[2].partition("\ndef ")[0]
+        found = re.search(r"sys\.version_info\s*>=\s*\(\s*3\s*,\s*(\d+)\s*\)", body)
+        return (3, int(found.group(1))) if found else None
+    return None
+
+
+@functools.cache
+def _compile_reason() -> str | None:
+    """Why flex cannot run here, asked of torch itself: imports flex_attention (and dynamo with it), so only
+    where flex is about to run (a worker's first plan), never in a listing or the parent's precheck."""
     try:
         _flex_module()
     except ImportError as exc:
@@ -83,9 +125,7 @@ def _import_reason() -> str | None:
             f"this torch ({torch.__version__}) has no torch.nn.attention.flex_attention (torch >= 2.5): {exc}"
         )
     if not torch._dynamo.is_dynamo_supported():
-        return (
-            f"torch.compile (dynamo) does not support this Python ({sys.version.split()[0]}), flex needs it"
-        )
+        return _NO_DYNAMO
     return None
 
 
@@ -298,7 +338,7 @@ def _plan(q, k, v, *, causal: bool, padding: bool, causal_align: str, window: in
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
-    reason = _available(q.device.type)
+    reason = _available(q.device.type) or _compile_reason()
     if reason:
         raise UnsupportedError(reason)
     fa = _flex_module()

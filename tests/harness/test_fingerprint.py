@@ -117,3 +117,13 @@ def test_the_resume_check_reads_torch_version_as_a_worker_records_it(tmp_path, m
     monkeypatch.setattr(fingerprint, "_pkg", lambda name: "2.11.0")
     assert fingerprint.torch_version() == "2.11.0+cu130"
     assert fingerprint.resume_identity()["torch"] == "2.11.0+cu130"
+
+
+def test_cpu_model_and_isa_from_proc_cpuinfo_without_the_cpuid_child():
+    """Linux's /proc/cpuinfo answers in microseconds where py-cpuinfo's CPUID child took 1.1 s of `attnbench
+    env` (issue 26); where it names no model (ARM, other systems) py-cpuinfo still answers."""
+    text = "processor\t: 0\nmodel name\t: AMD EPYC 9654\nflags\t\t: fpu avx2 fma avx512f avx512_bf16 amx_tile"
+    model, flags = fingerprint._proc_cpuinfo(text)
+    assert model == "AMD EPYC 9654" and {"avx2", "avx512_bf16", "amx_tile"} <= flags
+    assert fingerprint._proc_cpuinfo("processor\t: 0\nFeatures\t: fp asimd sve\n") is None
+    assert fingerprint._proc_cpuinfo("") is None

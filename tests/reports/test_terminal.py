@@ -88,18 +88,40 @@ def test_print_variants_reasons_and_plugin_errors():
     lines = console.export_text().splitlines()
     assert "why not, on this machine:" in lines
     assert f"  naive on cuda: {HOSTILE}" in lines
-    assert f"  naive on cpu: {long_reason}" in lines  # one line, however long: soft-wrapped, not folded
+    # wrapped at its spaces to the width, a word longer than the width kept whole (a path to copy)
+    assert "  naive on cpu: needs" in lines and "      " + "x" * 300 in lines
     assert lines[-1] == f"plug-in error: bad.py: {HOSTILE}"
 
 
-def test_unavailable_lines_name_every_device_without_reason_only():
-    rows = [_variant(reasons={}), _variant("flash", reasons={"cpu": "CUDA only", "cuda": "no GPU"})]
-    assert terminal.unavailable_lines(rows) == [
-        "[bold]why not, on this machine:[/]",
-        "  flash on cpu: CUDA only",
-        "  flash on cuda: no GPU",
-    ]
-    assert terminal.plugin_error_lines([]) == []
+def test_a_reason_many_variants_share_is_said_once():
+    rows = [_variant(reasons={}), _variant("flash", reasons={"cpu": "CUDA only", "cuda": "no GPU"}),
+            _variant("mem", reasons={"cpu": "CUDA only", "cuda": "no GPU"})]  # fmt: skip
+    assert terminal.unavailable(rows) == {
+        ("cpu", "CUDA only"): ["flash", "mem"],
+        ("cuda", "no GPU"): ["flash", "mem"],
+    }
+    console = Console(file=io.StringIO(), width=100, record=True, no_color=True)
+    terminal.print_variants(console, rows[1:])
+    text = console.export_text()
+    assert "  every variant on cpu: CUDA only" in text and text.count("no GPU") == 1
+
+
+@pytest.mark.parametrize(
+    "width, columns",
+    [(None, terminal.LIST_COLUMNS), (150, terminal.LIST_COLUMNS), (100, terminal.LIST_NARROW),
+     (72, terminal.LIST_COMPACT)],
+)  # fmt: skip
+def test_the_list_fits_the_terminal(width, columns):
+    """Issue 26: `list` was 150 columns whatever the terminal. Below WIDE the descriptions follow the
+    table, and below 100 columns the head dims and layouts are left to --json."""
+    rows = [_variant(description="a description long enough to wrap " * 4), _variant("chunked_compiled")]
+    assert tuple(c.header for c in terminal.variant_table(rows, width).columns) == columns
+    console = Console(file=io.StringIO(), width=width or 200, record=True, no_color=True)
+    terminal.print_variants(console, rows, ["bad.py: " + "a long plug-in error " * 10])
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= (width or 200)
+    assert ("what each variant is:" in lines) == (width is not None and width < terminal.WIDE)
+    assert (terminal.LIST_LEFT_OUT in lines) == (width == 72)
 
 
 def test_gate_table_columns_statuses_and_shape():
@@ -185,7 +207,37 @@ def test_probe_table_escapes_messages_and_statuses():
     assert text.count("[bold red]evil[/]") == 2 and "odd[/]" in text
 
 
-@pytest.mark.parametrize("width", [80, 150, 400])
-def test_wide_console_is_at_least_min_width(monkeypatch, width):
+@pytest.mark.parametrize("width", [72, 100, 400])
+def test_the_console_is_as_wide_as_the_terminal(monkeypatch, width):
     monkeypatch.setenv("COLUMNS", str(width))
-    assert terminal.wide_console().width == max(terminal.MIN_WIDTH, width)
+    assert terminal.fitted_console().width == width
+
+
+def test_output_to_no_terminal_is_laid_out_100_wide(monkeypatch):
+    from attnbench.results.formulas import DEFAULT_COLUMNS, terminal_columns
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert terminal_columns(io.StringIO()) == DEFAULT_COLUMNS == 100
+
+
+@pytest.mark.parametrize("width", [100, 72])
+def test_check_tables_fit_with_reasons_by_number(width):
+    """A fitted gate shows each reason once, below it, by number; the no-key and probe tables refer to the
+    gate's numbers for the same text."""
+    why = "torch has no CPU kernel for the memory-efficient SDPA backend (CUDA only)"
+    rows = [_gate(), *(_gate(variant="sdpa_efficient", status="unsupported", rel_err=None, grad_rel_err=None,
+                             reason=why, causal=c) for c in (False, True)),
+            _gate(variant="sdpa_efficient", status="unsupported", rel_err=None, reason=why, no_key=True,
+                  masked_rows="")]  # fmt: skip
+    probe = [{"variant": "sdpa_efficient", "device": "cpu", "dtype": "bfloat16", "q_scale": 1,
+              "status": "unsupported", "message": why}]  # fmt: skip
+    console = Console(file=io.StringIO(), width=width, record=True, no_color=True)
+    notes = terminal.print_gate(console, rows, 16, batch=2, heads=4, head_dim=64)
+    console.print(terminal.no_key_table(rows, width, notes))
+    console.print(terminal.probe_table(probe, width, notes))
+    text = console.export_text()
+    assert notes == {why: 1} and max(map(len, text.splitlines())) <= width
+    assert " ".join(text.split()).count("backend (CUDA only)") == 1 and text.count("why 1") == 2
+    assert "on cpu" in text.splitlines()[0] and " bf16 " in text
+    wide = _text(terminal.gate_table(rows, 16, batch=2, heads=4, head_dim=64, width=200), width=200)
+    assert wide.count(why) == 2  # a wide terminal keeps the reasons in their rows

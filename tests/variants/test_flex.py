@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 
 import pytest
 import tensors
 import torch
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 from attnbench import variants
 from attnbench.harness import correctness
@@ -276,3 +278,18 @@ def test_key_padding_through_the_folded_block_mask_passes_the_gate(monkeypatch):
         out = FLEX.fn(q, k, v, key_lengths=kl)
     r = correctness.gate(out, q, k, v, key_lengths=kl)
     assert r.passed, r.describe()
+
+
+def test_availability_is_decided_without_importing_dynamo():
+    """`attnbench list` asks every variant's availability; importing flex_attention pulls in torch._dynamo,
+    3 s of the 8 s `list` took (issue 26). The check reads where the module is and dynamo's Python rule from
+    its source, in a fresh interpreter that never imports dynamo; the worker asks torch itself, and here
+    the two agree."""
+    code = (
+        "import sys; from attnbench.variants import flex; "
+        "print(flex._available('cpu'), 'torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"{flex_mod._available('cpu')} False", out.stdout + out.stderr
+    assert (flex_mod._import_reason() is None) == (flex_mod._compile_reason() is None)
+    assert (3, 11) < flex_mod._dynamo_python_limit()

@@ -1,0 +1,151 @@
+"""What a sweep will cost before it runs: its cells, those the memory guard would skip and those unsupported
+here, and how long the rest should take. One model, for `attnbench run --dry-run` and for the warning before
+a sweep estimated over LONG_S.
+
+The time model, per measured cell (an estimate, not a promise; it ignores skip-ahead after an OOM or a
+timeout, which only shortens a sweep):
+    call     = FLOPs of one call (results.formulas.attention_flops) / an assumed attained throughput
+    cell     = CELL_OVERHEAD_S + max(warmup_ms, 1 call) + sampling + EXTRA_CALLS calls
+    sampling = max(min_samples calls, budget_ms): the whole sampling budget, as on a busy machine (a stable
+               spread stops earlier; max_samples rarely does, as the timer batches cheap calls)
+plus RUN_OVERHEAD_S for the run (worker start, calibration, numerics probe). The throughputs are what
+attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 (the 2-core EPYC VM's calibrated matmul
+ceiling is 0.11 TFLOP/s; its naive and chunked cells reach 0.01 to 0.03) and per GPU in bf16/fp16.
+Checked against two CPU runs measured on 2 cores (the presets' docs): llm 57 min measured, 63 estimated;
+decode's 364 batch-1 cells 14.5 min measured, about 11 estimated (small cells: the overhead dominates).
+
+Reads nothing from a device: the parent decides this without a CUDA context, as it plans cells.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from attnbench.results.formulas import attention_flops
+
+from .settings import Settings
+from .spec import CellSpec
+
+ASSUMED_TFLOPS = {"cpu": 0.02, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
+CELL_OVERHEAD_S = 1.5  # a worker round trip, inputs, the float64 gate's reference (memory-bound), setup
+EXTRA_CALLS = 4  # the float64 gate, the first (compiling) call, the memory measurement, setup
+RUN_OVERHEAD_S = 15.0  # start a worker, calibrate, probe the numerics
+LONG_S = 600.0  # a sweep estimated longer than this is warned about before it starts
+
+
+def assumed_tflops(device: str, dtype: str) -> float:
+    """The attained throughput the model assumes for a cell on `device` in `dtype` (see the module doc)."""
+    if device == "cpu":
+        tflops = ASSUMED_TFLOPS["cpu"] * (os.cpu_count() or 1)
+        return tflops / 2 if dtype == "float64" else tflops
+    return ASSUMED_TFLOPS.get(device, ASSUMED_TFLOPS["cuda"]) / (8 if dtype in ("float32", "float64") else 1)
+
+
+def cell_seconds(spec: CellSpec, settings: Settings) -> float:
+    """The estimated wall time of one measured cell (the module doc's model)."""
+    flops = attention_flops(
+        spec.batch, spec.heads, spec.seq_len, spec.seq_k, spec.d_k, spec.d_v, causal=spec.causal,
+        pass_=spec.pass_, key_lengths=spec.key_lengths(), causal_align=spec.causal_align, window=spec.window,
+    )  # fmt: skip
+    call = flops / (assumed_tflops(spec.device, spec.dtype) * 1e12)
+    budget = settings.budget_ms / 1e3
+    sampling = max(settings.min_samples * call, budget)
+    return CELL_OVERHEAD_S + max(settings.warmup_ms / 1e3, call) + sampling + EXTRA_CALLS * call
+
+
+def run_seconds(cells: Sequence[CellSpec], settings: Settings) -> float:
+    """The estimated wall time of a run that measures `cells` (0 when there are none)."""
+    return RUN_OVERHEAD_S + sum(cell_seconds(c, settings) for c in cells) if cells else 0.0
+
+
+def duration_text(seconds: float) -> str:
+    """'40 s', '12 min', '3.5 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A sweep before it runs: every cell, and what becomes of each (reasons as the rows would say them)."""
+
+    cells: int
+    measured: list[CellSpec]
+    unsupported: Counter = field(default_factory=Counter)  # reason -> cells
+    guarded: Counter = field(default_factory=Counter)  # memory guard's reason -> cells
+    guarded_from: dict[str, int] = field(default_factory=dict)  # variant -> the shortest N_q it skips
+    seconds: float = 0.0
+    done: int = 0  # cells a resumed run measured already (counted in `cells`)
+
+    def lines(self) -> list[str]:
+        """What `attnbench run --dry-run` prints: counts, reasons, the estimate and its assumption."""
+        n_unsup, n_guard = sum(self.unsupported.values()), sum(self.guarded.values())
+        done = f", {self.done} measured already" if self.done else ""
+        out = [
+            f"{self.cells} cells{done}: {len(self.measured)} to measure, {n_guard} the memory guard would "
+            f"skip, {n_unsup} unsupported here"
+        ]
+        where = ", ".join(f"{v} from N = {n}" for v, n in self.guarded_from.items())
+        out += [f"  skipped by the memory guard ({n}): {where}; {r}" for r, n in self.guarded.most_common()]
+        out += [f"  unsupported ({n}): {reason}" for reason, n in self.unsupported.most_common()]
+        out.append(f"estimated time: about {duration_text(self.seconds)} ({assumption()})")
+        return out
+
+
+def assumption() -> str:
+    """The model's assumption in a few words, to print beside an estimate."""
+    cpu = ASSUMED_TFLOPS["cpu"] * (os.cpu_count() or 1)
+    return (
+        f"assumes attention at {cpu:g} TFLOP/s on this CPU's {os.cpu_count()} cores or "
+        f"{ASSUMED_TFLOPS['cuda']:g} on a GPU, and each cell's whole sampling budget"
+    )
+
+
+def forecast(
+    cells: Sequence[CellSpec],
+    settings: Settings,
+    *,
+    unsupported: Callable[[CellSpec], str | None],
+    free_memory: Callable[[str], int | None],
+    memory_class: Callable[[str], str],
+    done: int = 0,
+) -> Forecast:
+    """What becomes of each cell: `unsupported(spec)` is the parent's capability check (a reason or None),
+    `free_memory(device)` the bytes the guard compares with (None: unknown here, the worker decides), and
+    `memory_class(variant)` the variant's; the guard's rule is harness.guard's, applied as a worker would.
+    `done`: the cells of a resumed run measured already, beside these."""
+    from . import guard
+
+    measured: list[CellSpec] = []
+    unsup: Counter = Counter()
+    guarded: Counter = Counter()
+    guarded_from: dict[str, int] = {}
+    free: dict[str, int | None] = {}
+    for spec in cells:
+        reason = unsupported(spec)
+        if reason:
+            unsup[reason] += 1
+            continue
+        if spec.device not in free:
+            free[spec.device] = free_memory(spec.device)
+        if free[spec.device] is not None:
+            predicted = guard.predict_peak_bytes(spec, memory_class(spec.variant), settings)
+            reason = guard.fits(predicted, free[spec.device], settings.memory_guard)
+            if reason:
+                guarded[_general(reason)] += 1
+                guarded_from[spec.variant] = min(guarded_from.get(spec.variant, spec.seq_len), spec.seq_len)
+                continue
+        measured.append(spec)
+    seconds = run_seconds(measured, settings)
+    return Forecast(len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done)
+
+
+def _general(reason: str) -> str:
+    """The guard's reason without the cell's own prediction, so that cells skipped alike count together."""
+    _, _, tail = reason.partition(" exceeds ")
+    return f"the predicted peak exceeds {tail}" if tail else reason

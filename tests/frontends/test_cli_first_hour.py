@@ -1,0 +1,121 @@
+"""The CLI a newcomer meets in the first hour (issue 26 items 4 and 5): quick to answer, output that fits the
+terminal, a dry run and a cost warning before a long sweep, a plain sentence after a noisy one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, cli_env, run_cli
+
+# ---- list, env and --help answer without what they do not need ----------------------------------------
+
+# `python -m attnbench ARGS`, then the heavy modules it imported on the way, as JSON on the last line
+_IMPORTED = """
+import json, runpy, sys
+sys.argv = ["attnbench", *sys.argv[1:]]
+try:
+    runpy.run_module("attnbench", run_name="__main__")
+except SystemExit:
+    pass
+heavy = ("torch", "torch._dynamo", "pandas", "matplotlib", "scipy", "cpuinfo")
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
+"""
+
+
+def _imported(*args: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *args], cwd=ROOT, env=cli_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "args, allowed",
+    [
+        (("list",), {"torch"}),  # availability asks torch (CUDA, AVX2), never dynamo (3 s of 8, issue 26)
+        (("env",), {"torch"}),  # the fingerprint records torch's build; cpuinfo's CPUID child took 1.1 s
+        (("--help",), set()),
+        (("run", "--help"), set()),
+    ],
+)
+def test_quick_commands_import_only_what_they_need(args, allowed):
+    """Timings are noisy on a shared machine, so what is pinned is the cause: the modules imported."""
+    assert set(_imported(*args)) <= allowed
+
+
+# ---- output that fits the terminal -----------------------------------------------------------------------
+
+TINY = ("--variants", "naive,xformers", "--seq-len", "16,32", "--d-k", "8", "--heads", "1", "--batch", "1")
+
+
+def _widest(text: str) -> int:
+    return max(map(len, text.splitlines()), default=0)
+
+
+@pytest.mark.parametrize("columns", [100, 72])
+def test_list_check_and_run_fit_the_terminal(monkeypatch, tmp_path, columns):
+    """Issue 26: `run` lines were 156 columns, `list` 150, whatever the terminal. COLUMNS is how a
+    terminal's width reaches a command (and how rich and shutil read it)."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.chdir(tmp_path)  # short paths: a path longer than the terminal is kept whole, to be copied
+    for args in (("list",), ("list", "--presets")):
+        assert _widest(run_cli(*args, check=True).stdout) <= columns, args
+    check = run_cli("check", "--variants", "naive,xformers", "--dtype", "f32", "--seq-len", "8")
+    assert check.returncode == 0 and _widest(check.stdout) <= columns
+    assert "xformers is not installed" in check.stdout  # said once, below the table, by number
+    run = run_cli("run", *TINY, "--out", "run", check=True)
+    assert _widest(run.stderr) <= columns and " n32 d8 fwd " in run.stderr
+
+
+def test_output_that_is_no_terminal_is_100_wide(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = run_cli("list", check=True).stdout
+    assert 90 <= _widest(out) <= 100 and "what each variant is:" in out
+
+
+# ---- a dry run, a warning before a long sweep, a plain sentence after a noisy one ------------------------
+
+
+def test_dry_run_counts_cells_skips_and_time_and_writes_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    proc = run_cli("run", *TINY, "--out", str(out), "--dry-run", check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "4 cells: 2 to measure, 0 the memory guard would skip, 2 unsupported here"
+    assert "  unsupported (2): xformers is not installed (pip install 'attnbench[xformers]')" in lines
+    assert (
+        any(line.startswith("estimated time: about ") for line in lines)
+        and "assumes attention" in proc.stdout
+    )
+    assert not out.exists() and "starting a worker" not in proc.stderr
+    # a machine with no memory free: the guard skips every supported cell, and says why
+    from attnbench.harness import worker
+
+    monkeypatch.setattr(worker, "free_memory", lambda device: 1)
+    tight = run_cli("run", *TINY, "--out", str(out), "--dry-run", check=True)
+    assert "4 cells: 0 to measure, 2 the memory guard would skip" in tight.stdout
+    assert "naive from N = 16; the predicted peak exceeds" in " ".join(tight.stdout.split())
+    assert not out.exists()
+
+
+def test_a_long_sweep_is_warned_about_and_runs_and_a_busy_one_says_so(tmp_path, monkeypatch):
+    """The warning and the sentence are the CLI's; their thresholds are lowered here, so that a tiny
+    sweep shows the wiring (the estimate and the busy rule have their own tests)."""
+    from attnbench.harness import estimate
+    from attnbench.results import drift
+
+    monkeypatch.setattr(estimate, "LONG_S", 0.0)
+    monkeypatch.setattr(drift, "BUSY_SHARE", 0.0)
+    out = tmp_path / "run"
+    proc = run_cli("run", *TINY, "--out", str(out), check=True)
+    warning = [line for line in proc.stderr.splitlines() if "warning: this sweep should take" in line]
+    assert len(warning) == 1 and "(2 cells); add --dry-run to see its plan" in warning[0]
+    assert proc.stderr.index("should take") < proc.stderr.index("starting a worker")
+    said = " ".join(proc.stderr.split())
+    assert "the machine was busy during this run (" in said and "of 2 cells drifted or were noisy)" in said
+    assert f"attnbench run --resume --redo-drift --out {out}`" in said
+    again = run_cli("run", "--resume", "--out", str(out), "--dry-run", check=True)
+    assert again.stdout.startswith("4 cells, 4 measured already: 0 to measure")

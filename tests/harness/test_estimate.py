@@ -1,0 +1,67 @@
+"""The cost of a sweep before it runs (harness.estimate) and the busy-machine rule (results.drift)."""
+
+from __future__ import annotations
+
+from attnbench.harness import estimate
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
+from attnbench.results import drift
+
+
+def _cell(n: int, variant: str = "naive") -> CellSpec:
+    return CellSpec(variant, "cpu", "float32", batch=1, heads=8, seq_len=n, d_k=64, d_v=64, causal=False,
+                    padding=0.0, pass_="fwd")  # fmt: skip
+
+
+def test_a_cell_costs_its_overhead_and_budget_and_more_as_it_grows():
+    s = Settings()
+    small, large = estimate.cell_seconds(_cell(64), s), estimate.cell_seconds(_cell(16384), s)
+    floor = estimate.CELL_OVERHEAD_S + s.warmup_ms / 1e3 + s.budget_ms / 1e3
+    assert floor <= small < floor + 0.1  # a tiny call: the overhead and the sampling budget
+    assert large > 10 * small  # 8 heads x 16384^2 x 128 x 2 FLOPs a call, at least 5 calls sampled
+    assert estimate.run_seconds([], s) == 0
+    assert estimate.run_seconds([_cell(64)], s) == estimate.RUN_OVERHEAD_S + small
+
+
+def test_forecast_sorts_cells_as_the_run_would():
+    cells = [_cell(64), _cell(4096), _cell(64, variant="flash")]
+    f = estimate.forecast(
+        cells,
+        Settings(),
+        unsupported=lambda c: "CUDA only" if c.variant == "flash" else None,
+        free_memory=lambda device: 2**30,  # 1 GiB: naive at N = 4096 (8 heads of 4096^2 fp32 scores) skips
+        memory_class=lambda name: "quadratic",
+    )
+    assert [c.seq_len for c in f.measured] == [64] and f.unsupported == {"CUDA only": 1}
+    assert sum(f.guarded.values()) == 1 and f.guarded_from == {"naive": 4096}
+    assert f.lines()[0] == "3 cells: 1 to measure, 1 the memory guard would skip, 1 unsupported here"
+    assert f.seconds == estimate.run_seconds(f.measured, Settings())
+    unknown = estimate.forecast(
+        cells[:2], Settings(), unsupported=lambda c: None, free_memory=lambda d: None,
+        memory_class=lambda name: "quadratic", done=3,
+    )  # fmt: skip
+    assert len(unknown.measured) == 2  # free memory unknown here (a GPU): the worker's guard decides
+    assert unknown.lines()[0].startswith("5 cells, 3 measured already: 2 to measure")
+
+
+def test_duration_text():
+    assert [estimate.duration_text(s) for s in (40, 720, 3.5 * 3600)] == ["40 s", "12 min", "3.5 h"]
+
+
+def _row(i: int, speed: float = 1.0, noisy: bool = False, status: str = "ok") -> dict:
+    return {"cell_id": f"c{i}", "run_id": "r", "device": "cpu", "host": "h", "status": status,
+            "speed_tflops": speed, "noisy": noisy}  # fmt: skip
+
+
+def test_a_busy_run_is_said_in_one_sentence_from_a_tenth_of_its_ok_cells():
+    quiet = [_row(i) for i in range(20)]
+    assert drift.busy_cells(quiet) == (0, 20) and drift.busy_sentence(quiet, "runs/x") is None
+    one = [*quiet[:19], _row(19, noisy=True)]
+    assert drift.busy_sentence(one, "runs/x") is None  # 1 of 20: under a tenth
+    busy = [*quiet[:18], _row(18, noisy=True), _row(19, speed=0.5), _row(20, status="unsupported")]
+    assert drift.busy_cells(busy) == (2, 20)
+    assert drift.busy_sentence(busy, "runs/x") == (
+        "the machine was busy during this run (2 of 20 cells drifted or were noisy); rerun on a quiet "
+        "machine or `attnbench run --resume --redo-drift --out runs/x`"
+    )
+    assert drift.busy_sentence([_row(0, status="error")], "runs/x") is None

@@ -1,0 +1,48 @@
+"""The line a finished cell prints while a sweep runs: what it keeps as the terminal narrows."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.harness.progress import cell_line
+
+ROW = {
+    "status": "ok", "variant": "naive", "device": "cpu", "dtype": "float32", "batch": 1, "heads": 2,
+    "seq_len": 64, "d_k": 16, "d_v": 16, "causal": False, "padding": 0.0, "pass": "fwd",
+    "time_ms_median": 0.062, "rel_iqr": 0.12, "peak_mem_bytes": 72 * 1024, "tflops": 0.0081,
+    "rel_err": 1.9e-7,
+}  # fmt: skip
+
+
+def test_without_a_width_every_number_is_on_one_line():
+    line = cell_line(ROW)
+    assert "\n" not in line
+    for part in ("ok", "naive", "cpu f32 b1 h2 n64 d16 fwd", "0.062 ms", "±6%", "72 KiB", "0.008 TFLOP/s",
+                 "rel_err 1.9e-07"):  # fmt: skip
+        assert part in line
+
+
+@pytest.mark.parametrize(
+    "width, kept, left_out",
+    [
+        (130, ("72 KiB", "TFLOP/s", "rel_err"), ()),
+        (100, ("72 KiB", "TFLOP/s"), ("rel_err",)),  # an ok cell's rel_err goes first: the gate passed
+        (80, ("72 KiB",), ("rel_err", "TFLOP/s")),
+        (72, (), ("rel_err", "TFLOP/s", "KiB")),
+    ],
+)
+def test_the_line_fits_and_keeps_time_and_spread(width, kept, left_out):
+    line = cell_line(ROW, width)
+    assert len(line) <= width and "0.062 ms" in line and "±6%" in line
+    assert all(k in line for k in kept) and not any(x in line for x in left_out)
+
+
+def test_a_wrong_cells_error_outlasts_its_memory_and_a_long_message_goes_below():
+    wrong = {**ROW, "status": "wrong", "rel_err": 0.5, "message": "rel_err 5.0e-01 > tolerance 1e-05 " * 3}
+    lines = cell_line(wrong, 90).splitlines()
+    assert "rel_err 5.0e-01" in lines[0] and "KiB" not in lines[0]
+    assert all(len(line) <= 90 for line in lines) and lines[1].startswith("        rel_err")
+    why = "xformers is not installed (pip install 'attnbench[xformers]')"
+    unsupported = {**ROW, "status": "unsupported", "time_ms_median": None, "message": why}
+    lines = cell_line(unsupported, 72).splitlines()
+    assert lines[0].startswith("unsupported naive") and "xformers is not installed" in lines[1]
