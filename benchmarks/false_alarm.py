@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's attnbench (attnbench/__init__.py maps its folders)
 PLANTED = ROOT / "benchmarks" / "planted_slowdown.py"
 DEFAULT_OUT = ROOT / "results" / "reference" / "false-alarm-epyc-2core.json"
 
