@@ -66,7 +66,7 @@ def run(
     Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' or 'pass_' for --pass); a value
     is text as a flag takes it ('256..4096', 'both') or Python values ([256, 512], True, ['fwd', 'fwdbwd']).
     Settings (harness.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
-    cell_timeout, calibrate_ms, threads, seed, timing, env, cpu_affinity, and those a sweep file's
+    cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
     [settings] takes) go with them. Errors name the keyword.
     """
     from attnbench.harness.progress import Progress

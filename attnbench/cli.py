@@ -643,12 +643,18 @@ def _add_compare(sub) -> None:
     p.add_argument(
         "--fail-above",
         metavar="STAT:N%",
-        help="exit 1 if a cell's verdict is 'slower' (Mann-Whitney significant and the ratio's CI "
-        "above 1) and B is slower than A by more than this (median, mean, min or max; N%% relative, "
+        help="exit 1 if a cell's verdict is 'slower' (significant, by Mann-Whitney on the samples or "
+        "Welch's t on 3+ process medians a side, and the ratio's CI above 1) and B is slower than A by "
+        "more than this (median, mean, min or max; N%% relative, "
         "which is also the band of 'same', or a number of ms), or a cell ok in A is "
         "wrong/error/crashed/timeout in B",
     )
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney U test")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level of the verdict's test (Mann-Whitney U, or Welch's t on process medians)",
+    )
     p.add_argument(
         "--normalize",
         choices=["calibration"],

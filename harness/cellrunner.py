@@ -16,7 +16,7 @@ from attnbench import variants
 
 from .isolation import Worker, WorkerDied, WorkerTimeout
 from .outcomes import threads_mismatch
-from .rows import base_row, blame, finish
+from .rows import base_row, blame, finish, merge_processes
 from .settings import Settings
 from .spec import CellSpec
 
@@ -164,3 +164,48 @@ class CellRunner:
         if self.worker is not None:
             self.worker.kill() if kill else self.worker.stop()
             self.worker = None
+
+
+def process_config(config: dict[str, Any], index: int) -> dict[str, Any]:
+    """The worker config of the run's process `index` (0-based) of --processes K: the run's own for the
+    first; a log of its own for each other (a dying worker's last lines are read back from its log: another
+    worker's lines must not be mistaken for them), worker-p2.log beside worker.log."""
+    if index == 0 or not config.get("log_path"):
+        return config
+    path = str(config["log_path"])
+    stem, dot, ext = path.rpartition(".")
+    return {**config, "log_path": f"{stem}-p{index + 1}.{ext}" if dot else f"{path}-p{index + 1}"}
+
+
+class Processes:
+    """K CellRunners (K worker processes, started once per run) that measure every cell in turn, one after
+    another and never at once, into one row (rows.merge_processes): the spread from one process to the
+    next (allocation, page placement) is then in the row, as pyperf and ASV sample it. A process whose row
+    is not ok ends the cell: that row is the cell's, and the processes after it are not asked."""
+
+    def __init__(self, first: CellRunner, k: int) -> None:
+        self.first = first
+        self.others = [CellRunner(process_config(first.config, i), first.settings) for i in range(1, k)]
+
+    @property
+    def runners(self) -> list[CellRunner]:
+        return [self.first, *self.others]
+
+    def run(self, spec: CellSpec) -> dict[str, Any]:
+        rows = []
+        for runner in self.runners:
+            rows.append(runner.run(spec))
+            if rows[-1].get("status") != "ok":
+                break
+        return merge_processes(rows)
+
+    def kill(self) -> None:
+        """Kill every worker now (so that the cell being measured ends)."""
+        for runner in self.runners:
+            if runner.worker is not None:
+                runner.worker.proc.kill()
+
+    def close(self, *, kill: bool = False, keep_first: bool = False) -> None:
+        """Stop the workers; `keep_first`: not the first, whose owner closes it."""
+        for runner in self.others if keep_first else self.runners:
+            runner.close(kill=kill)

@@ -2,7 +2,8 @@
 
 - base_row(spec): the cell's identity (its spec and cell_id): all a row of a cell that never ran has;
 - start_row(spec): what is known before the cell runs: torch's thread count, FLOPs and K/V bytes;
-- finish(row, status, message, **fields): the verdict and when it was reached.
+- finish(row, status, message, **fields): the verdict and when it was reached;
+- merge_processes(rows): the rows of one cell measured in several worker processes (--processes), as one.
 
 The parent (harness.cellrunner, the executors) builds rows of cells it decides without a worker, so this
 module does not import torch at its top: start_row, which only a measuring process calls, imports it.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from attnbench.results.formulas import attention_flops, flops_formula, kv_bytes
+from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes, summarize, tflops
 
 from .spec import CellSpec
 
@@ -68,3 +69,42 @@ def blame(row: dict[str, Any], offences: list[str]) -> dict[str, Any]:
     if row.get("status") != "crashed":
         row["status"] = "error"
     return row
+
+
+def merge_processes(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell's rows from K worker processes (Settings.processes), in the order they were measured, as the
+    cell's one row: the first non-ok row when any process's is not ok (its message says which process
+    when it is not the first); else the first row with every process's samples pooled (`samples_ms`), the
+    timing columns recomputed from them (results.formulas.summarize, TFLOP/s and GB/s from the pooled
+    median), each process's own median in `process_medians_ms` (the spread compare judges by), the largest
+    peak and retained memory of any process, and the time all of them took."""
+    if not rows:
+        raise ValueError("merge_processes needs at least one row")
+    k = len(rows)
+    for i, row in enumerate(rows):
+        if row.get("status") != "ok":
+            if i:
+                old = str(row.get("message") or "")
+                row["message"] = (
+                    f"in worker process {i + 1} of {k}: {old}" if old else f"in worker process {i + 1} of {k}"
+                )
+            return row
+    merged = dict(rows[0])
+    samples = [s for row in rows for s in row.get("samples_ms") or []]
+    merged["process_medians_ms"] = [row.get("time_ms_median") for row in rows]
+    if not samples:
+        return merged
+    merged["samples_ms"] = samples
+    merged.update(summarize(samples))
+    median = merged["time_ms_median"]
+    merged["tflops"] = tflops(merged.get("flops"), median)
+    if merged.get("kv_bytes") is not None:
+        merged["kv_gbps"] = gbps(merged["kv_bytes"], median)
+    for col in ("peak_mem_bytes", "retained_mem_bytes"):
+        values = [row[col] for row in rows if row.get(col) is not None]
+        if values:
+            merged[col] = max(values)
+    if all(row.get("elapsed_s") is not None for row in rows):
+        merged["elapsed_s"] = round(sum(row["elapsed_s"] for row in rows), 3)
+    merged["finished_at"] = rows[-1].get("finished_at", merged.get("finished_at"))
+    return merged

@@ -91,11 +91,21 @@ def check_mode(
     force_resume: bool = False,
     given: Sequence[str] = (),
     name: Callable[[str], str] = flag_name,
+    executor: str = "local",
+    processes: int = 1,
 ) -> None:
     """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
     `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
     redo_drift and force_resume change a resume only; a new run goes into no file and no non-empty
-    directory. `name` spells the options in the messages (see run)."""
+    directory; several worker processes per cell (Settings.processes) are the local executor's only.
+    `name` spells the options in the messages (see run)."""
+    if processes > 1 and executor != "local":
+        # the K processes of a cell measure it one after another on one machine (harness.cellrunner
+        # Processes); a Ray actor or a Slurm array task holds one worker
+        raise ValueError(
+            f"{name('processes')} {processes} measures each cell in several worker processes of this "
+            f"machine: {name('executor')} local only, not {executor}"
+        )
     out_dir = _with_value(name("out"), "DIR")
     if resume:
         extra = [*given, *(["sweep"] if sweep is not None else [])]
@@ -236,11 +246,14 @@ def run(
     worker or writing anything. Otherwise `on_forecast` is handed the same forecast once the cells left are
     known, before the first is measured (the CLI warns there about a long sweep).
     """
-    check_mode(
-        sweep, out, resume=resume, redo_drift=redo_drift, force_resume=force_resume, given=given, name=name
+    modes = dict(
+        resume=resume, redo_drift=redo_drift, force_resume=force_resume, name=name, executor=executor
     )
+    processes = sweep.settings.processes if sweep is not None else 1
+    check_mode(sweep, out, given=given, processes=processes, **modes)
     if resume:
         start = _resumed(out, force_resume, redo_drift, name)
+        check_mode(None, out, processes=start.sweep.settings.processes, **modes)  # the run's own setting
     else:
         start = _fresh(sweep, variant_files or [], only)
     chosen_executor = executors.get(executor, executor_options)

@@ -79,6 +79,14 @@ SETTINGS: tuple[Setting, ...] = (
         rule=positive,
     ),
     Setting("threads", 0, "int", "CPU threads for torch (default: torch's choice)", "N", not_negative),
+    # worker processes each cell is measured in, one after another (never at once: two CPU cells timed
+    # together corrupt each other); their samples make one row, with each process's median kept
+    # (process_medians_ms), so that compare sees the spread from one process to the next
+    Setting(
+        "processes", 1, "int",
+        "measure each cell in K worker processes, one after another, into one row (default 1; compare "
+        "judges by the process medians when both runs have 3 or more)", "K", rule=positive,
+    ),
     Setting(
         "check_rows", 1024, "int", "query rows checked against float64 (all rows when N is at most this)",
         rule=positive, flag=False,

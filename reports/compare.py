@@ -1,4 +1,5 @@
-"""`attnbench compare`: the same cells on two runs: ratios, effect sizes, verdicts on raw samples, a gate."""
+"""`attnbench compare`: the same cells on two runs: ratios, effect sizes, verdicts on raw samples (or on
+process medians, where both runs measured each cell in 3 or more worker processes), a gate."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from attnbench.results.schema import CELL_AXES
 
 from . import calibration
 from . import page as pg
-from .stats import SAME_TOLERANCE, VERDICT_RULE, VERDICTS, difference, mann_whitney  # noqa: F401
+from .stats import (  # noqa: F401
+    MIN_PROCESSES,
+    PROCESS_RULE,
+    SAME_TOLERANCE,
+    VERDICT_RULE,
+    VERDICTS,
+    difference,
+    mann_whitney,
+    process_difference,
+)
 from .tables import axis_value, present, varying
 
 STATS = ("median", "mean", "min", "max")
@@ -114,6 +124,26 @@ class Comparison:
         ]
 
     @property
+    def process_warnings(self) -> list[str]:
+        """One line when paired ok cells were judged on pooled samples (fewer than 3 process medians on a
+        side): their verdicts see only the samples within each run, not the spread from run to run."""
+        ok = self.cells[(self.cells["status_a"] == "ok") & (self.cells["status_b"] == "ok")]
+        n = int((ok["basis"] == "samples").sum()) if "basis" in ok.columns else 0
+        if not n:
+            return []
+        k = max(int(ok["k_a"].min()), int(ok["k_b"].min()), 1) if len(ok) else 1
+        how = "one process per cell" if k == 1 else f"fewer than {MIN_PROCESSES} processes per cell"
+        return [
+            f"{n} paired cell{'s' * (n != 1)} measured in {how} (--processes): their verdicts see only the "
+            "samples within each run, not the run-to-run variance, and may cry wolf; measure both runs "
+            f"with --processes {MIN_PROCESSES}"
+        ]
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.calibration_warnings + self.timing_warnings + self.process_warnings
+
+    @property
     def regressions(self):
         return self.cells[self.cells["regression"]]
 
@@ -162,6 +192,7 @@ def _check_normalize(normalize: str | None, meta_a: dict[str, Any], meta_b: dict
 def _paired(a, b, axes: list[str]):
     """One row per cell both runs have (the last row of a cell measured twice), A's columns _a, B's _b."""
     cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
+    cols.append("process_medians_ms")  # --processes K: each worker process's median; [] in older runs
     cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
@@ -216,7 +247,9 @@ def _gate(r, rules: _Rules, diff, sa: list[float], sb: list[float], median_b: fl
 
 def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
     """One paired cell: B/A on the medians (B rescaled when normalising), the CI, p-value and Cliff's delta
-    of the raw samples (stats.difference), the verdict, and whether it fails the gate."""
+    of the raw samples (stats.difference), or, when both sides have 3 or more process medians, of those
+    (stats.process_difference: the run-to-run spread, stats.PROCESS_RULE), the verdict, and whether it
+    fails the gate."""
     import pandas as pd
 
     ok = (
@@ -226,6 +259,7 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
         and present(r["time_ms_median_b"])
     )
     sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
+    pa, pb = _samples(r["process_medians_ms_a"]), _samples(r["process_medians_ms_b"])
     device_a = r["device_a"] if "device_a" in r else r["device"]
     device_b = r["device_b"] if "device_b" in r else r["device"]
     scale, which = 1.0, ""
@@ -234,9 +268,15 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
         scale, which = calibration.factor(cell, rules.meta_a, rules.meta_b, device_b, r["where_b"])
         ok = ok and math.isfinite(scale)
         sb = [s * scale for s in sb] if math.isfinite(scale) else sb
+        pb = [s * scale for s in pb] if math.isfinite(scale) else pb
     median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
     ratio = median_b / float(r["time_ms_median_a"]) if ok else math.nan
-    diff = difference(sa, sb, ratio=ratio, tolerance=rules.tolerance, alpha=rules.alpha) if ok else None
+    by_processes = len(pa) >= MIN_PROCESSES and len(pb) >= MIN_PROCESSES
+    judge = process_difference if by_processes else difference
+    a_values, b_values = (pa, pb) if by_processes else (sa, sb)
+    diff = (
+        judge(a_values, b_values, ratio=ratio, tolerance=rules.tolerance, alpha=rules.alpha) if ok else None
+    )
     p = diff.p_value if diff else math.nan
     significant = (p < rules.alpha) if math.isfinite(p) else None
     regression, why = _gate(r, rules, diff, sa, sb, median_b)
@@ -246,6 +286,9 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
         "norm_factor": scale if rules.normalize else math.nan,
         "n_a": len(sa),
         "n_b": len(sb),
+        "k_a": len(pa) or 1,  # worker processes that measured the cell (runs before --processes: one)
+        "k_b": len(pb) or 1,
+        "basis": "processes" if by_processes else "samples",  # what the CI and p were computed from
         "ratio": ratio,
         "ratio_ci_low": diff.ci_low if diff else math.nan,
         "ratio_ci_high": diff.ci_high if diff else math.nan,
@@ -399,18 +442,24 @@ def cell_table(cmp: Comparison) -> pg.Table:
         tuple(rows),
         "B/A: B's median time over A's (>1: B slower), its CI a seeded percentile bootstrap of the ratio "
         "of medians; p: Mann-Whitney U, two-sided, on the raw samples, significant below "
-        f"{cmp.alpha:g}; Cliff's δ: P(B > A) - P(B < A) over sample pairs (+1: every B sample slower). "
+        f"{cmp.alpha:g}; Cliff's δ: P(B > A) - P(B < A) over sample pairs (+1: every B sample slower); "
+        "where both runs have 3 or more process medians, the CI, p and δ are of those instead. "
         + verdict_rule(cmp),
     )
 
 
 def verdict_rule(cmp: Comparison) -> str:
-    """VERDICT_RULE with this comparison's tolerance and alpha filled in."""
+    """VERDICT_RULE with this comparison's tolerance and alpha filled in, and PROCESS_RULE (how cells
+    measured in several worker processes are judged)."""
     return (
-        VERDICT_RULE.replace("±tolerance", f"±{cmp.tolerance:.0%}")
-        .replace("(the --fail-above percentage, else 2%)", "")
-        .replace("significant", f"significant (p < {cmp.alpha:g})")
-        .replace("  ", " ")
+        (
+            VERDICT_RULE.replace("±tolerance", f"±{cmp.tolerance:.0%}")
+            .replace("(the --fail-above percentage, else 2%)", "")
+            .replace("significant", f"significant (p < {cmp.alpha:g})")
+            .replace("  ", " ")
+        )
+        + " "
+        + PROCESS_RULE
     )
 
 
@@ -484,7 +533,7 @@ def text_report(cmp: Comparison) -> str:
         "",
     ]
     out.append(pg.to_text(calibration_table(cmp)))
-    out += [f"WARNING {w}" for w in cmp.calibration_warnings + cmp.timing_warnings]
+    out += [f"WARNING {w}" for w in cmp.warnings]
     out += [normalize_note(cmp), ""]
     out.append(pg.to_text(cell_table(cmp), max_width=60))
     out.append(pg.to_text(variant_table(cmp)))
@@ -534,8 +583,8 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
     )
     page.add(pg.Para(verdict_rule(cmp)))
     page.add(pg.Heading("Calibration of both runs"), calibration_table(cmp))
-    if cmp.calibration_warnings or cmp.timing_warnings:
-        page.add(pg.Bullets(tuple(cmp.calibration_warnings + cmp.timing_warnings)))
+    if cmp.warnings:
+        page.add(pg.Bullets(tuple(cmp.warnings)))
     page.add(pg.Para(normalize_note(cmp)))
     page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
     page.add(pg.Figure(files))

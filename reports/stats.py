@@ -1,4 +1,5 @@
-"""Statistics on raw timing samples: Mann-Whitney U, Cliff's delta, bootstrap CI of a median ratio, verdicts.
+"""Statistics on raw timing samples: Mann-Whitney U, Cliff's delta, bootstrap CI of a median ratio, verdicts;
+and on process medians (--processes K): a Welch t-interval and test of the log ratio.
 
 Everything here is scipy's; this module only fixes the conventions (B against A, two-sided, seeded
 bootstrap) so that compare, the best-variant table and the harness check say "can't tell" the same way.
@@ -10,6 +11,9 @@ import math
 from dataclasses import dataclass
 
 MIN_SAMPLES = 3  # fewer on a side: no test (Mann-Whitney's smallest two-sided p with 2 vs 2 is 0.33)
+MIN_PROCESSES = (
+    3  # process medians on each side needed to judge by them (Welch's t needs 2; 3 gives it a spread)
+)
 ALPHA = 0.05
 SAME_TOLERANCE = 0.02  # a ratio whose CI stays within ±2% of 1 is "the same", significant or not
 BOOTSTRAP_RESAMPLES = 2000
@@ -21,6 +25,12 @@ VERDICT_RULE = (
     "±tolerance of 1 (the --fail-above percentage, else 2%); otherwise 'slower' (or 'faster') when "
     "Mann-Whitney U is significant and the whole CI lies above (below) 1; 'ambiguous' in every other case, "
     "including cells with fewer than 3 samples on a side."
+)
+PROCESS_RULE = (
+    "Where both runs measured a cell in 3 or more worker processes (--processes), the CI and the test come "
+    "from the process medians instead of the pooled samples, so that they include the spread from one "
+    "process to the next: the CI is the Welch t-interval of the difference of the mean log process medians, "
+    "exponentiated (a ratio of geometric means), and p is the same two-sided Welch test."
 )
 
 
@@ -146,4 +156,44 @@ def difference(
         ratio = statistics.median(cb) / statistics.median(ca) if ca and cb else math.nan
     p, delta = u_test(ca, cb)
     lo, hi = ratio_ci(ca, cb)
+    return Difference(ratio, lo, hi, p, delta, verdict(p, lo, hi, tolerance=tolerance, alpha=alpha))
+
+
+def welch_log_ratio(a, b, level: float = 0.95) -> tuple[float, float, float]:
+    """(CI low, CI high, two-sided p) for B/A from per-process medians: Welch's t on log(B) - log(A).
+
+    Each side's process medians are log-transformed (a ratio becomes a difference, and a slowdown of x%
+    the same shift whatever the cell's time); d = mean(log b) - mean(log a) with the standard error
+    sqrt(s_a²/n_a + s_b²/n_b) and Welch-Satterthwaite degrees of freedom (scipy.stats.ttest_ind with
+    equal_var=False gives p and the interval); the CI is exp(d ± t·se), a ratio of geometric means.
+    (NaN, NaN, NaN) with fewer than MIN_PROCESSES on a side; no spread on either side: a point interval,
+    p 1 when the means agree and 0 when they do not."""
+    a, b = _clean(a), _clean(b)
+    if len(a) < MIN_PROCESSES or len(b) < MIN_PROCESSES or min(a + b) <= 0:
+        return math.nan, math.nan, math.nan
+    import numpy as np
+    from scipy.stats import ttest_ind
+
+    la, lb = np.log(a), np.log(b)
+    d = float(lb.mean() - la.mean())
+    if la.var() == 0 and lb.var() == 0:  # scipy would return NaN
+        return math.exp(d), math.exp(d), 1.0 if d == 0 else 0.0
+    res = ttest_ind(lb, la, equal_var=False)
+    ci = res.confidence_interval(level)
+    return math.exp(float(ci.low)), math.exp(float(ci.high)), float(res.pvalue)
+
+
+def process_difference(
+    a, b, *, ratio: float | None = None, tolerance: float = SAME_TOLERANCE, alpha: float = ALPHA
+) -> Difference:
+    """B against A on per-process medians (PROCESS_RULE): the Welch CI and p of welch_log_ratio, Cliff's
+    delta over the process medians, the same verdict rule; ratio defaults to the ratio of the medians of
+    the process medians."""
+    import statistics
+
+    ca, cb = _clean(a), _clean(b)
+    if ratio is None:
+        ratio = statistics.median(cb) / statistics.median(ca) if ca and cb else math.nan
+    lo, hi, p = welch_log_ratio(ca, cb)
+    delta = u_test(ca, cb)[1]
     return Difference(ratio, lo, hi, p, delta, verdict(p, lo, hi, tolerance=tolerance, alpha=alpha))

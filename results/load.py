@@ -82,6 +82,8 @@ def load(*paths: str | Path | list[str | Path]):
     for col in LIST_COLUMNS:
         if col not in df.columns:
             df[col] = None
+    # a run written before --processes (or a row not measured) has no process medians: an empty list
+    df["process_medians_ms"] = [v if isinstance(v, list) else [] for v in df["process_medians_ms"]]
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
 

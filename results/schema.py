@@ -12,8 +12,9 @@ STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "crashed", "timeout", 
 RANKED_STATUSES = ("ok",)  # `wrong` cells are measured but never ranked
 NOISY_REL_IQR = 0.10  # a cell whose IQR/median exceeds this is flagged noisy (the `noisy` column)
 
-# column -> pandas dtype; the order is the export order. samples_ms (the raw per-call samples) is kept
-# in rows.jsonl and in the DataFrame, and left out of CSV exports.
+# column -> pandas dtype; the order is the export order. The list columns (LIST_COLUMNS: samples_ms, the raw
+# per-call samples, and process_medians_ms) are kept in rows.jsonl and in the DataFrame, and left out of CSV
+# exports.
 COLUMNS: dict[str, str] = {
     "run_id": "string",
     "machine": "string",
@@ -90,7 +91,10 @@ COLUMNS: dict[str, str] = {
     "elapsed_s": "Float64",
     "finished_at": "string",
 }
-LIST_COLUMNS = ("samples_ms",)
+# process_medians_ms: with --processes K, the median of each of the K worker processes that measured the
+# cell, in the order they did (samples_ms pools their samples); compare judges by them when both runs have
+# 3 or more. Empty in runs before it and in rows not measured; one entry in a run of one process per cell
+LIST_COLUMNS = ("samples_ms", "process_medians_ms")
 CELL_AXES = axes.CELL_AXES  # the identity axes, in cell_id order
 # What a row written before an axis existed measured (results.load fills these in); kv_heads and seq_k
 # follow heads and seq_len (axes.FOLLOWS)

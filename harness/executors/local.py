@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cellrunner import CellRunner, SkipAhead, precheck
+from ..cellrunner import CellRunner, Processes, SkipAhead, precheck
 from ..isolation import WorkerDied, WorkerTimeout
 from ..rows import base_row, finish
 from ..spec import CellSpec, SweepSpec
@@ -105,18 +105,18 @@ class LocalExecutor:
             return run_pool(plan, self.slots, on_row, on_device)
         skip = SkipAhead(plan.done)
         runner = plan.local or CellRunner(plan.config, plan.sweep.settings)
+        measure = Processes(runner, plan.sweep.settings.processes)  # --processes K: K workers, in turn
         interrupted = False
         try:
             for spec in plan.cells:
-                row = precheck(spec, skip) or runner.run(spec)
+                row = precheck(spec, skip) or measure.run(spec)
                 skip.note(spec, row["status"])
                 on_row(row)
         except KeyboardInterrupt:
             interrupted = True
             raise
-        finally:
-            if runner is not plan.local:  # the runner closes its own
-                runner.close(kill=interrupted)
+        finally:  # the runner closes its own first worker
+            measure.close(kill=interrupted, keep_first=runner is plan.local)
 
 
 # ---- the pool ---------------------------------------------------------------------------------------
@@ -141,6 +141,7 @@ class _SlotThread(threading.Thread):
         self.slot, self.plan, self.outbox = slot, plan, outbox
         self.inbox: queue.Queue[CellSpec | None] = queue.Queue()
         self.runner: CellRunner | None = None
+        self.measure: Processes | None = None  # the runner and, with --processes K, K - 1 more workers
 
     def run(self) -> None:
         plan = self.plan
@@ -156,12 +157,15 @@ class _SlotThread(threading.Thread):
                     self.outbox.put(("device", self, record))
             except (WorkerDied, WorkerTimeout):
                 pass  # a worker that cannot describe its device will fail its cells, each with a row
+            self.measure = Processes(self.runner, plan.sweep.settings.processes)
             self.outbox.put(("ready", self, None))
             while (spec := self.inbox.get()) is not None:
-                self.outbox.put(("row", self, (spec, self.runner.run(spec))))
+                self.outbox.put(("row", self, (spec, self.measure.run(spec))))
         except BaseException as exc:  # the main thread decides; a thread must never die silently
             self.outbox.put(("failed", self, exc))
         finally:
+            if self.measure is not None:
+                self.measure.close(keep_first=True)
             if self.runner is not None and self.runner is not plan.local:
                 self.runner.close()
 
@@ -169,9 +173,10 @@ class _SlotThread(threading.Thread):
         """Stop after the current cell; with `kill`, kill the worker so that the current cell ends now
         (the thread sees the pipe close and returns a row nobody writes)."""
         self.inbox.put(None)
-        worker = self.runner.worker if self.runner is not None else None
-        if kill and worker is not None:
-            worker.proc.kill()
+        if kill and self.measure is not None:
+            self.measure.kill()
+        elif kill and self.runner is not None and self.runner.worker is not None:
+            self.runner.worker.proc.kill()
 
 
 def run_pool(plan: Plan, slots: list[Slot], on_row: OnRow, on_device: OnDevice) -> None:

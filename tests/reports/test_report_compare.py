@@ -11,7 +11,7 @@ import pytest
 import synthetic
 from conftest import run_cli
 
-from attnbench.reports.compare import compare_runs, parse_threshold, text_report
+from attnbench.reports.compare import compare_runs, parse_threshold, text_report, verdict_rule
 
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}
@@ -360,3 +360,65 @@ def test_cells_timed_in_different_modes_are_warned_about(tmp_path):
     same = compare_runs(a, synthetic.write_run(tmp_path / "c", rows_a, run_id="run-c", **gpu))
     assert same.timing_warnings == []
     assert compare_runs(*_pair(tmp_path / "old", _rows(), _rows())).timing_warnings == []  # no column
+
+
+def _process_rows(factor: float, spread: float, seed: int, k: int = 3):
+    """Rows measured in k processes: each process's samples tight (±1%) around its own median, the medians
+    spread by ±spread around base·factor (the run-to-run variance the samples of one process cannot see)."""
+    rng = random.Random(seed)
+    rows = []
+    for variant, base in VARIANTS.items():
+        for n in SEQ:
+            medians = [base * (n / 256) ** 2 * factor * (1 + rng.uniform(-spread, spread)) for _ in range(k)]
+            pooled = [
+                s for i, m in enumerate(medians) for s in synthetic.samples(m, n=20, spread=0.01, seed=i)
+            ]
+            rows.append(synthetic.cell(variant, n, sample_ms=pooled, process_medians_ms=medians))
+    return rows
+
+
+def _without_process_medians(rows):
+    return [{k: v for k, v in r.items() if k != "process_medians_ms"} for r in rows]
+
+
+def test_process_medians_with_a_wide_spread_do_not_cry_wolf(tmp_path):
+    """10 pairs of runs of one distribution whose processes differ by ±10%: judged by the process medians,
+    at most one pair fails (each cell's test has its α: about 1 of 80 cells expected), where the pooled
+    samples of the same rows fail nearly every pair."""
+    gate = parse_threshold("median:5%")
+    failing, failing_by_samples = 0, 0
+    for seed in range(10):
+        rows_a, rows_b = _process_rows(1.0, 0.10, seed), _process_rows(1.0, 0.10, 100 + seed)
+        cmp = compare_runs(*_pair(tmp_path / str(seed), rows_a, rows_b), threshold=gate)
+        assert set(cmp.cells["basis"]) == {"processes"} and (cmp.cells["k_a"] == 3).all()
+        assert "WARNING" not in text_report(cmp)
+        failing += bool(len(cmp.regressions))
+        pooled = _pair(
+            tmp_path / f"s{seed}", _without_process_medians(rows_a), _without_process_medians(rows_b)
+        )
+        failing_by_samples += bool(len(compare_runs(*pooled, threshold=gate).regressions))
+    assert failing <= 1 and failing_by_samples >= 8, (failing, failing_by_samples)
+
+
+def test_process_medians_catch_a_real_slowdown(tmp_path):
+    a, b = _pair(tmp_path, _process_rows(1.0, 0.01, 0), _process_rows(1.30, 0.01, 1))
+    cmp = compare_runs(a, b, threshold=parse_threshold("median:5%"))
+    assert len(cmp.regressions) == len(cmp.cells) == 8
+    assert (cmp.cells["ratio_ci_low"] > 1.2).all() and (cmp.cells["p_value"] < 0.01).all()
+    assert "Welch t-interval of the difference of the mean log process medians" in verdict_rule(cmp)
+
+
+def test_fewer_than_three_process_medians_fall_back_to_samples_with_one_warning(tmp_path):
+    a, b = _pair(tmp_path, _rows(), _rows(shuffle=True))  # runs before --processes: no process medians
+    cmp = compare_runs(a, b, threshold=parse_threshold("median:5%"))
+    assert set(cmp.cells["basis"]) == {"samples"}
+    warnings = [line for line in text_report(cmp).splitlines() if line.startswith("WARNING")]
+    assert warnings == [
+        "WARNING 8 paired cells measured in one process per cell (--processes): their verdicts see only the "
+        "samples within each run, not the run-to-run variance, and may cry wolf; measure both runs with "
+        "--processes 3"
+    ]
+    two = _pair(tmp_path / "two", _process_rows(1.0, 0.01, 0, k=2), _process_rows(1.0, 0.01, 1, k=2))
+    cmp2 = compare_runs(*two)
+    assert set(cmp2.cells["basis"]) == {"samples"}
+    assert "fewer than 3 processes per cell" in " ".join(cmp2.warnings)

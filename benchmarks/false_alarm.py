@@ -1,0 +1,253 @@
+"""How often `attnbench compare --fail-above median:5%` cries wolf on identical code, and whether it catches a
+planted 10% slowdown; with one worker process per cell (before) and with --processes 3 (after).
+
+    python benchmarks/false_alarm.py --out results/reference/false-alarm-epyc-2core.json
+
+False alarms: for each --processes K (1 and 3 by default), R runs (default 5) of the same command,
+`attnbench run --variants naive,chunked --seq-len 256..1024 --threads 1 --processes K`, the runs of the two
+settings interleaved (so that the machine's load falls on both alike); every pair of them (C(5, 2) = 10) is
+compared with the gate, each way round as written (earlier run as A). A pair fails when the gate finds a
+regression, exactly what makes `attnbench compare` exit 1 (reports.compare.compare_runs, called here in
+process). Target: 0 failing pairs.
+
+Power: one run per K of `chunked_planted` (benchmarks/planted_slowdown.py: chunked plus 10% more of the same
+arithmetic), its rows relabelled `chunked` in a copy of the run (compare pairs cells by identity, the variant
+name included), compared as B against each of the R identical runs of the same K as A. Target: caught (the
+gate fails on the planted cells) in every comparison.
+
+The JSON records every pair's verdict counts and regressions, the power comparisons, /proc/loadavg before
+and after, and says that the machine was shared (other jobs ran beside it): figures are as measured, never
+edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's attnbench (attnbench/__init__.py maps its folders)
+PLANTED = ROOT / "benchmarks" / "planted_slowdown.py"
+DEFAULT_OUT = ROOT / "results" / "reference" / "false-alarm-epyc-2core.json"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr, exit 2 (argparse would print its usage first)."""
+
+    def error(self, message: str):
+        print(f"false_alarm.py: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = OneLineParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--runs", type=int, default=5, help="identical runs per --processes value (>= 5: 10 pairs)"
+    )
+    p.add_argument("--processes", default="1,3", help="the --processes values to measure, comma-separated")
+    p.add_argument("--variants", default="naive,chunked")
+    p.add_argument("--seq-len", default="256..1024")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--fail-above", default="median:5%")
+    p.add_argument("--run-arg", action="append", default=[], help="one more `attnbench run` argument")
+    p.add_argument("--work", help="where the runs go (default: a temporary directory, removed after)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="the JSON written")
+    args = p.parse_args(argv)
+    if args.runs < 5:
+        p.error(f"--runs must be at least 5 (10 pairs of identical runs), got {args.runs}")
+    try:
+        args.processes = [int(x) for x in args.processes.split(",")]
+    except ValueError:
+        p.error(f"--processes takes positive integers, comma-separated, got {args.processes!r}")
+    if (
+        not args.processes
+        or any(k < 1 for k in args.processes)
+        or len(set(args.processes)) != len(args.processes)
+    ):
+        p.error(f"--processes takes distinct positive integers, got {args.processes!r}")
+    if args.threads < 1:
+        p.error(f"--threads must be at least 1, got {args.threads}")
+    if "chunked" not in args.variants.split(","):
+        p.error("--variants must include chunked (the planted slowdown is chunked's)")
+    from attnbench.reports.compare import parse_threshold
+
+    try:
+        args.threshold = parse_threshold(args.fail_above)
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.work and Path(args.work).exists() and any(Path(args.work).iterdir()):
+        p.error(f"--work {args.work!r} is not empty")
+    return args
+
+
+def loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def attnbench_run(out: Path, args: argparse.Namespace, k: int, variants: str, extra: list[str] = ()) -> float:
+    """One `attnbench run` in a fresh interpreter (as a user runs it); its wall time in s."""
+    cmd = [sys.executable, "-m", "attnbench", "run", "--variants", variants, "--seq-len", args.seq_len,
+           "--threads", str(args.threads), "--processes", str(k), "--out", str(out), "-q",
+           *extra, *args.run_arg]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's attnbench, in the workers too
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(
+            f"false_alarm.py: `{' '.join(cmd)}` failed ({done.returncode}): {done.stderr[-400:]}"
+        )
+    return time.perf_counter() - t0
+
+
+def relabel(run: Path, dest: Path, old: str, new: str) -> Path:
+    """A copy of `run` whose `old` rows are `new` (variant and cell_id), so that compare pairs them."""
+    from attnbench.results.axes import cell_id
+
+    shutil.copytree(run, dest, ignore=shutil.ignore_patterns("writer.lock", "*.log"))
+    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
+    with open(dest / "rows.jsonl", "w") as fh:
+        for row in rows:
+            if row.get("variant") == old:
+                row["variant"] = new
+                row["cell_id"] = cell_id(row)
+            fh.write(json.dumps(row) + "\n")
+    meta = json.loads((dest / "meta.json").read_text())
+    meta["variants"] = [new if v == old else v for v in meta.get("variants", [])]
+    caps = meta.get("variant_capabilities", {})
+    if old in caps:
+        caps[new] = caps.pop(old)
+    (dest / "meta.json").write_text(json.dumps(meta, indent=1))
+    return dest
+
+
+def judge(a: Path, b: Path, args: argparse.Namespace) -> dict:
+    """What `attnbench compare A B --fail-above ...` decides, with the verdict of every cell."""
+    from attnbench.reports.compare import compare_runs
+
+    cmp = compare_runs(a, b, threshold=args.threshold)
+    cells = cmp.cells
+    return {
+        "a": a.name,
+        "b": b.name,
+        "failed": bool(len(cmp.regressions)),
+        "verdicts": {str(v): int(n) for v, n in cells["verdict"].value_counts().items()},
+        "basis": sorted(set(cells["basis"])),
+        "regressions": [
+            f"{r['variant']} N={r['seq_len']}: {r['why']} (B/A {r['ratio']:.3f}, "
+            f"CI [{r['ratio_ci_low']:.3f}, {r['ratio_ci_high']:.3f}], p {r['p_value']:.2g})"
+            for _, r in cmp.regressions.iterrows()
+        ],
+        "cells": [
+            {
+                "variant": str(r["variant"]),
+                "seq_len": int(r["seq_len"]),
+                "ratio": round(float(r["ratio"]), 4),
+                "ci": [round(float(r["ratio_ci_low"]), 4), round(float(r["ratio_ci_high"]), 4)],
+                "p": float(r["p_value"]),
+                "verdict": str(r["verdict"]),
+            }
+            for _, r in cells.iterrows()
+        ],  # fmt: skip
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="false-alarm-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started, before, t0 = datetime.now(timezone.utc), loadavg(), time.perf_counter()
+    runs: dict[int, list[Path]] = {k: [] for k in args.processes}
+    walls: dict[int, list[float]] = {k: [] for k in args.processes}
+    try:
+        for i in range(args.runs):  # the settings interleaved: the machine's load falls on both alike
+            for k in args.processes:
+                out = work / f"p{k}-run{i + 1}"
+                walls[k].append(round(attnbench_run(out, args, k, args.variants), 1))
+                runs[k].append(out)
+                print(f"run {i + 1}/{args.runs} --processes {k}: {walls[k][-1]} s", file=sys.stderr)
+        planted: dict[int, Path] = {}
+        for k in args.processes:
+            raw = work / f"p{k}-planted-raw"
+            attnbench_run(raw, args, k, "chunked_planted", ["--variant-file", str(PLANTED)])
+            planted[k] = relabel(raw, work / f"p{k}-planted", "chunked_planted", "chunked")
+        after = loadavg()
+        settings = {}
+        for k in args.processes:
+            pairs = [judge(a, b, args) for a, b in itertools.combinations(runs[k], 2)]
+            power = [judge(a, planted[k], args) for a in runs[k]]
+            settings[f"processes_{k}"] = {
+                "processes": k,
+                "run_wall_s": walls[k],
+                "pairs": len(pairs),
+                "false_alarms": sum(p["failed"] for p in pairs),
+                "pair_results": pairs,
+                "power": {
+                    "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked + 10% more pairs",
+                    "comparisons": len(power),
+                    "caught": sum(p["failed"] for p in power),
+                    "results": power,
+                },
+            }
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "what": "compare's false-alarm rate on pairs of identical runs, and its power on a planted 10% "
+        "slowdown (benchmarks/false_alarm.py)",
+        "command": f"attnbench run --variants {args.variants} --seq-len {args.seq_len} --threads "
+        f"{args.threads} --processes K {' '.join(args.run_arg)}".strip()
+        + f"; attnbench compare A B --fail-above {args.fail_above}",
+        "machine": {"host": platform.node(), "cpu": _cpu_model(), "cpus": os.cpu_count()},
+        "shared_machine": "measured on a shared machine: other jobs ran beside these runs (load average "
+        "below, from /proc/loadavg: 1, 5 and 15 min)",
+        "loadavg_before": before,
+        "loadavg_after": after,
+        "started": started.isoformat(timespec="seconds"),
+        "elapsed_s": round(time.perf_counter() - t0, 1),
+        "runs_per_setting": args.runs,
+        "settings": settings,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(table(result))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def table(result: dict) -> str:
+    lines = [f"{'processes':>9}  {'pairs':>5}  {'false alarms':>12}  {'planted 10% caught':>18}"]
+    for s in result["settings"].values():
+        power = s["power"]
+        lines.append(
+            f"{s['processes']:>9}  {s['pairs']:>5}  {s['false_alarms']:>12}  "
+            f"{power['caught']:>10} of {power['comparisons']:<5}"
+        )
+    lines.append(f"load average before: {result['loadavg_before']}; after: {result['loadavg_after']}")
+    return "\n".join(lines)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
