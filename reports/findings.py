@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from attnbench.results.drift import is_busy
 from attnbench.results.formulas import bytes_text
 
 from . import page as pg
@@ -23,10 +24,6 @@ from .style import variant_order
 from .tables import GROUP_AXES, best_variant, flag_mask, groups, length_axis, ok_rows, panels, present
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
-BUSY_SHARE = (
-    0.10  # at least this share of the ok cells drifted or noisy (and BUSY_MIN of them): a busy machine
-)
-BUSY_MIN = 3
 
 
 @dataclass(frozen=True)
@@ -296,7 +293,7 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
         text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
         text += ", and none errored, crashed or timed out."
     busy = int((flag_mask(ok, "drift") | flag_mask(ok, "noisy")).sum())
-    if not len(ok) or busy < max(BUSY_MIN, BUSY_SHARE * len(ok)):
+    if not is_busy(busy, len(ok)):
         return (text,)
     busy_text = (
         f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "

@@ -46,9 +46,16 @@ def drifted(factor: float) -> bool:
     return math.isfinite(factor) and abs(factor - 1) > DRIFT
 
 
-# A run with at least this share of its ok cells drifted or noisy was measured on a busy machine: the CLI says
-# so in one sentence when the run ends (issue 26: "±257%" and 14 drift rows, and nothing said).
+# A run with at least this share of its ok cells drifted or noisy, and at least BUSY_MIN of them, was measured
+# on a busy machine: `run` says so in one sentence when it ends, and the report's findings too (issue 26:
+# "±257%" and 14 drift rows, and nothing said). One noisy cell of nine is not a busy machine.
 BUSY_SHARE = 0.10
+BUSY_MIN = 3
+
+
+def is_busy(flagged: int, ok: int) -> bool:
+    """Whether `flagged` drifted or noisy cells of `ok` ok cells make a busy machine (the one rule)."""
+    return ok > 0 and flagged >= max(BUSY_MIN, BUSY_SHARE * ok)
 
 
 def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
@@ -59,9 +66,9 @@ def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
-    """One plain sentence when at least BUSY_SHARE of the ok cells drifted or were noisy, else None."""
+    """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy)."""
     n, total = busy_cells(rows)
-    if not total or n < BUSY_SHARE * total:
+    if not is_busy(n, total):
         return None
     return (
         f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "

@@ -109,6 +109,7 @@ def test_a_long_sweep_is_warned_about_and_runs_and_a_busy_one_says_so(tmp_path, 
 
     monkeypatch.setattr(estimate, "LONG_S", 0.0)
     monkeypatch.setattr(drift, "BUSY_SHARE", 0.0)
+    monkeypatch.setattr(drift, "BUSY_MIN", 0)
     out = tmp_path / "run"
     proc = run_cli("run", *TINY, "--out", str(out), check=True)
     warning = [line for line in proc.stderr.splitlines() if "warning: this sweep should take" in line]
