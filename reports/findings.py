@@ -56,11 +56,11 @@ def names_text(names: list[str]) -> str:
 
 
 def range_text(ns: list[int], every: bool = False) -> str:
-    """'at N = 4,096', 'from N = 256 to 2,048', 'at every N measured (256 to 4,096)'."""
+    """'at N = 4,096', 'from N = 256 to 2,048', 'at every N measured, 256 to 4,096'."""
     if len(ns) == 1:
         return f"at N = {n_text(ns[0])}"
     if every:
-        return f"at every N measured ({n_text(ns[0])} to {n_text(ns[-1])})"
+        return f"at every N measured, {n_text(ns[0])} to {n_text(ns[-1])}"
     return f"from N = {n_text(ns[0])} to {n_text(ns[-1])}"
 
 

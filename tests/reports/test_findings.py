@@ -66,7 +66,7 @@ def test_a_tie_inside_a_lead_does_not_break_it():
     (run,) = findings.leader_runs(pts)
     assert run[0] == "a"
     assert findings.run_sentence("a", run[1], every=True) == (
-        "a is fastest at every N measured (256 to 1,024) (1.20–1.30× ahead of b; tied with b at N = 512)."
+        "a is fastest at every N measured, 256 to 1,024 (1.20–1.30× ahead of b; tied with b at N = 512)."
     )
     assert findings.run_sentence("a", [pts[1]], every=False) == "a and b cannot be told apart at N = 512."
     runs = findings.leader_runs([p(256, "c", (), "a", 1.5), *pts[1:2]])
