@@ -19,7 +19,7 @@ from pathlib import Path
 
 from attnbench.harness import options
 from attnbench.harness.executors import EXECUTORS
-from attnbench.results.formulas import printable, terminal_columns, wrap_text
+from attnbench.results.formulas import printable, sentence_columns, wrap_text
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -36,7 +36,7 @@ def _fail(msg: str) -> int:
 
 def _tell(text: str) -> None:
     """A sentence for the person at the terminal, on stderr, wrapped to its width (a path kept whole)."""
-    print("\n".join(wrap_text(printable(text), terminal_columns(sys.stderr), "  ")), file=sys.stderr)
+    print("\n".join(wrap_text(printable(text), sentence_columns(sys.stderr), "  ")), file=sys.stderr)
 
 
 # ---- run ------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     if args.dry_run:
         for line in summary.forecast.lines():
-            print("\n".join(wrap_text(printable(line), terminal_columns(), "    ")))
+            print("\n".join(wrap_text(printable(line), sentence_columns(), "    ")))
         print("dry run: nothing was measured or written")
         return 0
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
@@ -457,7 +457,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         from attnbench.harness.sweeps import preset_description, presets
 
         for name, path in presets().items():  # the description wrapped under itself, to the terminal's width
-            print("\n".join(wrap_text(preset_description(path), terminal_columns(), " " * 9, f"{name:<8} ")))
+            print("\n".join(wrap_text(preset_description(path), sentence_columns(), " " * 9, f"{name:<8} ")))
         return 0
     _load_files(args.variant_file)
     from attnbench import variants

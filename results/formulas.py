@@ -225,6 +225,17 @@ def terminal_columns(stream=None) -> int:
     return DEFAULT_COLUMNS
 
 
+def sentence_columns(stream=None) -> int | None:
+    """How wide a sentence (a note, a hint with a command in it) may be written to `stream`: the terminal's
+    width where it is a terminal or $COLUMNS is set, else None: one line, whole, for a log or a pipe to
+    grep and a command in it to copy (tables keep terminal_columns' 100 there)."""
+    stream = sys.stdout if stream is None else stream
+    is_tty = getattr(stream, "isatty", None)
+    if os.environ.get("COLUMNS", "").strip().isdigit() or (is_tty is not None and is_tty()):
+        return terminal_columns(stream)
+    return None
+
+
 def wrap_text(text: str, width: int | None, indent: str = "", first: str = "") -> list[str]:
     """`text` as lines of at most `width` columns (None: one line), `first` before the first and `indent`
     before the others; a word longer than the width (a path, a URL) is kept whole, to be copied."""

@@ -58,10 +58,13 @@ def test_a_busy_run_is_said_in_one_sentence_from_a_tenth_of_its_ok_cells():
     assert drift.busy_cells(quiet) == (0, 20) and drift.busy_sentence(quiet, "runs/x") is None
     one = [*quiet[:19], _row(19, noisy=True)]
     assert drift.busy_sentence(one, "runs/x") is None  # 1 of 20: under a tenth
-    busy = [*quiet[:18], _row(18, noisy=True), _row(19, speed=0.5), _row(20, status="unsupported")]
-    assert drift.busy_cells(busy) == (2, 20)
+    two = [*quiet[:18], _row(18, noisy=True), _row(19, speed=0.5)]
+    assert drift.busy_cells(two) == (2, 20) and drift.busy_sentence(two, "runs/x") is None  # fewer than 3
+    busy = [*quiet[:17], _row(17, noisy=True), _row(18, noisy=True), _row(19, speed=0.5)]
+    busy.append(_row(20, status="unsupported"))
+    assert drift.busy_cells(busy) == (3, 20)
     assert drift.busy_sentence(busy, "runs/x") == (
-        "the machine was busy during this run (2 of 20 cells drifted or were noisy); rerun on a quiet "
+        "the machine was busy during this run (3 of 20 cells drifted or were noisy); rerun on a quiet "
         "machine or `attnbench run --resume --redo-drift --out runs/x`"
     )
     assert drift.busy_sentence([_row(0, status="error")], "runs/x") is None
