@@ -30,6 +30,13 @@ def load_benchmark(name: str):
     return module
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch):
+    """Tests read the CLI's output as a log: no $COLUMNS from the shell that started pytest (a test that is
+    about the width sets its own)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
