@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 import shlex
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from attnbench.results.drift import is_busy
-from attnbench.results.formulas import bytes_text
+from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
 from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
@@ -354,10 +353,7 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
     width = max(40, min(width, TERMINAL_WIDTH))
 
     def wrap(s: str, first: str = "", rest: str = "") -> list[str]:
-        return textwrap.wrap(
-            s, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
-            break_on_hyphens=False,
-        )  # fmt: skip
+        return wrap_text(s, width, rest, first)
 
     lines = ["Findings"]
     if not f.panels:
