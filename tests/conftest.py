@@ -30,6 +30,14 @@ def load_benchmark(name: str):
     return module
 
 
+def load_plugin(path: Path):
+    """A plug-in file loaded as `--variant-file` loads it; returns its module (for its counters and state)."""
+    from attnbench import variants
+
+    variants.load_variant_file(path)
+    return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path))
+
+
 @pytest.fixture(autouse=True)
 def _no_terminal_width(monkeypatch):
     """Tests read the CLI's output as a log: no $COLUMNS from the shell that started pytest (a test that is

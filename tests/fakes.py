@@ -33,3 +33,15 @@ class FakeTimer:
             for _ in range(n):
                 fn()
         return [self.median_ms * math.exp(self.rng.gauss(0.0, self.sigma)) for _ in range(n)]
+
+
+def tiny_cell(variant: str, *, n: int = 128, pass_: str = "fwd", causal: bool = False):
+    """A small float32 CPU cell (B=1, H=2, d=16) of `variant`: what the plug-in tests measure."""
+    from attnbench.harness.spec import CellSpec
+
+    return CellSpec(variant, "cpu", "float32", 1, 2, n, 16, 16, causal, 0.0, pass_)
+
+
+def calling_timer() -> FakeTimer:
+    """A seeded fake timer that calls the cell: what the cell does is checked, its time is not."""
+    return FakeTimer(median_ms=1.0, seed=7, call=True)

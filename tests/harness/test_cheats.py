@@ -14,34 +14,27 @@ import sys
 
 import pytest
 import torch
-from conftest import DATA, ROOT, cli_env, run_cli
-from fakes import FakeTimer
+from conftest import DATA, ROOT, cli_env, load_plugin, run_cli
+from fakes import calling_timer, tiny_cell
 
 from attnbench import variants
 from attnbench.harness import correctness
 from attnbench.harness.cell import InputCache, make_inputs, measure_cell, prepare
 from attnbench.harness.outcomes import MUTATES, NOT_FOLLOWING
 from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
 from attnbench.results import load, read_rows
 
 CHEATS = DATA / "cheat_variants.py"
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
 
 
-def spec(variant: str, *, n: int = 128, pass_: str = "fwd", causal: bool = False) -> CellSpec:
-    return CellSpec(variant, "cpu", "float32", 1, 2, n, 16, 16, causal, 0.0, pass_)
-
-
-def fake() -> FakeTimer:
-    return FakeTimer(median_ms=1.0, seed=7, call=True)  # calls the cell: what it does is checked
+spec, fake = tiny_cell, calling_timer
 
 
 @pytest.fixture(scope="module")
 def plugin():
     """The plug-in file, loaded as `--variant-file` loads it; its module, for its counters."""
-    variants.load_variant_file(CHEATS)
-    return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(CHEATS))
+    return load_plugin(CHEATS)
 
 
 def test_a_variant_that_scales_q_after_answering_is_wrong_and_harms_no_later_cell(plugin):

@@ -15,15 +15,13 @@ import sys
 import time
 
 import pytest
-from conftest import DATA, ROOT, run_cli
-from fakes import FakeTimer
+from conftest import DATA, ROOT, load_plugin, run_cli
+from fakes import calling_timer, tiny_cell
 
-from attnbench import variants
 from attnbench.harness import correctness, memory
 from attnbench.harness.cell import InputCache, harness_tensors, measure_cell
 from attnbench.harness.outcomes import HOLDS, NOT_FOLLOWING, REFILLED, RETAINED_METHOD, RETAINED_MIN_BYTES
 from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
 from attnbench.results import load, read_rows
 
 MEMOS = DATA / "memo_variants.py"
@@ -31,19 +29,13 @@ QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
 TOL = correctness.TOLERANCE["float32"]
 
 
-def spec(variant: str, *, n: int = 128, pass_: str = "fwd", causal: bool = False) -> CellSpec:
-    return CellSpec(variant, "cpu", "float32", 1, 2, n, 16, 16, causal, 0.0, pass_)
-
-
-def fake() -> FakeTimer:
-    return FakeTimer(median_ms=1.0, seed=7, call=True)  # calls the cell: what it does is checked
+spec, fake = tiny_cell, calling_timer
 
 
 @pytest.fixture(scope="module")
 def plugin():
     """The plug-in file, loaded as `--variant-file` loads it; its module, for its state."""
-    variants.load_variant_file(MEMOS)
-    return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(MEMOS))
+    return load_plugin(MEMOS)
 
 
 @pytest.mark.parametrize("name", ["memo_setup", "memo_setup_bnhd", "memo_id"])

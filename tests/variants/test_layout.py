@@ -8,11 +8,10 @@ The variants are a real plug-in file (tests/data/layout_variants.py) that record
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import pytest
 import torch
-from conftest import DATA, run_cli
+from conftest import DATA, load_plugin, run_cli
 from fakes import FakeTimer
 
 from attnbench import variants
@@ -35,8 +34,7 @@ TOL = correctness.TOLERANCE["float32"]
 @pytest.fixture(scope="module")
 def plugin():
     """The plug-in file, loaded as `--variant-file` loads it; its module, for what it recorded."""
-    variants.load_variant_file(LAYOUT_VARIANTS)
-    return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(LAYOUT_VARIANTS))
+    return load_plugin(LAYOUT_VARIANTS)
 
 
 def spec(variant: str, **axes) -> CellSpec:
