@@ -79,6 +79,18 @@ def cmdline(pid: int, limit: int = 120) -> str:
     return text or "?"
 
 
+def _settled_cmdline(pid: int, wait_s: float = 0.2) -> str:
+    """cmdline(pid, 0), waiting up to wait_s while it reads empty ('?') and the process is alive: a process
+    caught in the middle of exec has no command line yet (seen once: a variant's sleeper named 'pid N: ?'),
+    and a torch helper caught so would not be known for one."""
+    deadline = time.monotonic() + wait_s
+    line = cmdline(pid, 0)
+    while line == "?" and _state(pid) not in ("", "Z") and time.monotonic() < deadline:
+        time.sleep(0.002)
+        line = cmdline(pid, 0)
+    return line
+
+
 def _state(pid: int) -> str:
     """The process's one-letter state (Z: a zombie), '' when it is gone."""
     try:
@@ -114,7 +126,7 @@ def kill_leftovers(rounds: int = 8) -> list[str]:
             if _state(pid) == "Z":  # exited already: only its status is left to collect
                 _reap(pid, 0)
                 continue
-            line = cmdline(pid, 0)  # all of it: a deep venv's path to a helper is long
+            line = _settled_cmdline(pid)  # all of it: a deep venv's path to a helper is long
             if any(helper in line for helper in TORCH_HELPERS):
                 continue
             found = True
