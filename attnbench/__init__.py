@@ -32,7 +32,7 @@ def _from_the_checkout() -> None:
 
 _from_the_checkout()
 
-from attnbench.api import Run, load, report, run  # noqa: E402
+from attnbench.api import Run, load, report, run, table  # noqa: E402
 from attnbench.variants import Problem, UnsupportedError, register  # noqa: E402
 
-__all__ = ["Problem", "Run", "UnsupportedError", "load", "register", "report", "run"]
+__all__ = ["Problem", "Run", "UnsupportedError", "load", "register", "report", "run", "table"]

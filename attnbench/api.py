@@ -32,6 +32,25 @@ class Run:
         """Render this run's report (attnbench.report)."""
         return report(self.path, out=out, baseline=baseline)
 
+    def table(self, columns: Sequence[str] | None = None):
+        """This run's rows for a notebook, with readable numbers (attnbench.table)."""
+        return table(self.load(), columns)
+
+    def plot(self, kinds: str | Sequence[str] = ("time", "memory"), *, baseline: str | None = None):
+        """The report's figures of this run, per device, dtype and pass: time and peak memory vs N unless
+        `kinds` names others ('throughput', 'speedup', 'status'). A list of matplotlib Figures, shown
+        inline when a notebook cell ends with it; saved nowhere (report() writes them with their CSVs)."""
+        from attnbench.reports.notebook import figures
+
+        return figures([self.path], kinds, baseline)
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the run directory, its cells by status, the findings and the fastest variant per N,
+        as the report words them."""
+        from attnbench.reports.notebook import run_html
+
+        return run_html(self.path, self.interrupted, self.resumed)
+
 
 def run(
     sweep: Any = None,
@@ -158,6 +177,16 @@ def load(*run_dirs: PathLike | Sequence[PathLike]):
     from attnbench.results import load as load_runs
 
     return load_runs(*run_dirs)
+
+
+def table(df: Any, columns: Sequence[str] | None = None):
+    """attnbench.load's frame for a notebook: a pandas Styler of the run, variant, the axes that vary and the
+    main numbers (or `columns`), with readable formats: rel_err as 3.0e-07, bytes as 96.0 KiB, rel_iqr as a
+    percentage (pandas shows a nullable float such as 3e-07 as 0.0). The frame and its dtypes are unchanged;
+    `.data` is the frame shown."""
+    from attnbench.reports.notebook import styled
+
+    return styled(df, columns)
 
 
 def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str | None = None):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -273,6 +274,14 @@ def to_html_fragment(blocks: list[Block], base_dir: Path, folder: str | None = "
     to_html escapes them, with no CSS of its own; links to files beside the page go through `folder`
     (folder_href), and its headings start at <h3> since the notebook's own headings come first."""
     return "\n".join(['<div class="attnbench">', *_html_blocks(blocks, base_dir, folder, top=3), "</div>"])
+
+
+def to_notebook_html(blocks: list[Block], page_dir: str | Path) -> str:
+    """to_html_fragment for a notebook cell's output: links to the files in `page_dir` are relative to the
+    working directory (in Jupyter the notebook's own folder, where the browser resolves them), and files
+    outside it are named, not linked."""
+    rel = os.path.relpath(Path(page_dir).resolve(), Path.cwd())
+    return to_html_fragment(blocks, Path(page_dir), folder_href(rel))
 
 
 def _html_blocks(blocks: list[Block], base_dir: Path, folder: str | None, top: int = 2) -> list[str]:

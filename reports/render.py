@@ -56,6 +56,26 @@ class Report:
     baseline: str | None = None
     findings: findmod.Findings | None = None
 
+    def __repr__(self) -> str:
+        """One line: where it is, the first finding, its files."""
+        found = findmod.headline(self.findings) if self.findings is not None else "no findings"
+        return (
+            f"<attnbench report {self.out_dir}: {found} "
+            f"({self.readme.name}, {self.html.name}, {len(self.figures)} figures)>"
+        )
+
+    def _repr_html_(self) -> str:
+        """In a notebook: its files, linked from the notebook's folder, and the findings."""
+        files = (
+            pg.Link("README.md", self.readme.name),
+            " · ",
+            pg.Link("report.html", self.html.name),
+            f" · {len(self.figures)} figures, with the CSV each was drawn from, in {self.out_dir}",
+        )
+        blocks: list[pg.Block] = [pg.Heading(f"attnbench report {self.out_dir}"), pg.Para(files)]
+        found = findmod.blocks(self.findings) if self.findings is not None else []
+        return pg.to_notebook_html([*blocks, *found], self.out_dir)
+
 
 def ms_text(t: Any) -> str:
     """0.893 ms, 164 ms, 1.25 s."""
