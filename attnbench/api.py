@@ -61,7 +61,7 @@ def run(
     resume: bool = False,
     force_resume: bool = False,
     variant_files: Sequence[PathLike] = (),
-    progress: bool = False,
+    progress: bool | None = None,
     rerun: PathLike | None = None,
     cells: str | Sequence[str] | None = None,
     status: str | None = None,
@@ -87,8 +87,12 @@ def run(
     Settings (harness.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
     cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
     [settings] takes) go with them. Errors name the keyword.
+
+    `progress`: None (the default) shows one progress display in a Jupyter notebook, redrawn in place, and
+    nothing in a script; True shows it anywhere (outside a notebook: rich's bar and a line per cell on
+    stderr, as `attnbench run`); False never.
     """
-    from attnbench.harness.progress import Progress
+    from attnbench.harness.progress import progress_for
     from attnbench.harness.runner import check_mode
     from attnbench.harness.runner import run as run_sweep
     from attnbench.harness.spec import SweepSpec
@@ -128,17 +132,17 @@ def run(
         resume=resume,
         force_resume=force_resume,
         variant_files=files,
-        progress=Progress(enabled=progress),
+        progress=progress_for(progress),
         name=_mode_name,
     )
     return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
 
 
-def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool) -> Run:
+def _rerun(run_dir: PathLike, cells, status, out, progress: bool | None, *, given: bool) -> Run:
     """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
     from attnbench.harness import rerun
     from attnbench.harness.grammar import split
-    from attnbench.harness.progress import Progress
+    from attnbench.harness.progress import progress_for
     from attnbench.harness.runner import run as run_sweep
 
     if given:
@@ -151,7 +155,7 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool
         plan.sweep,
         out,
         variant_files=list(plan.variant_files),
-        progress=Progress(enabled=progress),
+        progress=progress_for(progress),
         only=plan.cells,
         rerun_of=plan.origin,
     )

@@ -115,3 +115,50 @@ def test_run_plot_returns_the_reports_time_and_memory_figures_shown_as_images(tm
     assert len(run.plot("status")) == 1 and len(run.plot(["time", "speedup"])) == 2
     with pytest.raises(ValueError, match="unknown plot kind 'speed'; known: time, memory, throughput"):
         run.plot("time,speed")
+
+
+class _Handle:
+    def __init__(self, shown):
+        self.shown = shown
+
+    def update(self, obj, raw):
+        self.shown.append(obj["text/plain"])
+
+
+def test_notebook_progress_is_one_display_redrawn_in_place(monkeypatch, tmp_path):
+    from attnbench.harness import progress as progmod
+    from tests import synthetic
+
+    shown: list[str] = []
+
+    def display(obj, raw, display_id):
+        assert raw and display_id is True and list(obj) == ["text/plain"]  # text: no widgets, no HTML
+        shown.append(obj["text/plain"])
+        return _Handle(shown)
+
+    monkeypatch.setattr("IPython.display.display", display)
+    monkeypatch.setattr(progmod.NotebookProgress, "REDRAW_S", 0.0)
+    p = progmod.NotebookProgress()
+    p.message("starting a worker process")
+    p.start(total=3, done_before=0, run_dir=tmp_path)
+    p.cell_done(synthetic.cell("naive", 64, time_ms=1.5, rel_err=3e-7))
+    p.cell_done(synthetic.cell("naive", 128, status="error", message="\x1b[31mboom"))
+    p.cell_done(synthetic.cell("chunked", 64, time_ms=1.0))
+    p.stop()
+    last = shown[-1]
+    assert last.splitlines()[0] == "starting a worker process"
+    assert "3/3 · elapsed 0:00 · ok 2, error 1" in last and "ETA" not in last
+    assert "latest:\n  ok          chunked" in last
+    assert "not ok:\n  error       naive" in last and "\\x1b[31mboom" in last  # control characters escaped
+    assert "1/3" in shown[2] and "ETA" in shown[2]
+
+
+def test_progress_defaults_to_the_notebook_display_in_a_kernel_and_to_none_elsewhere(monkeypatch):
+    from attnbench.harness import progress as progmod
+
+    assert not progmod.in_notebook()  # pytest: no kernel
+    assert progmod.progress_for(None).enabled is False
+    assert type(progmod.progress_for(True)) is progmod.Progress
+    monkeypatch.setattr(progmod, "in_notebook", lambda: True)
+    assert isinstance(progmod.progress_for(None), progmod.NotebookProgress)
+    assert progmod.progress_for(False).enabled is False
