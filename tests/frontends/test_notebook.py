@@ -3,6 +3,8 @@ shows (Run, Report, run.plot(), run.table(), the notebook progress) checked on t
 
 from __future__ import annotations
 
+import base64
+import os
 import re
 
 import pytest
@@ -19,6 +21,57 @@ def _outputs(cell) -> list[dict]:
 def _cell(nb, source_start: str):
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start)]
     return cell
+
+
+def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_report(tmp_path, monkeypatch):
+    """The notebook as a user opens it: its own folder is the working directory (here tmp_path, so its runs/
+    and the report's links land there), attnbench this checkout (PYTHONPATH)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("ATTNBENCH_RUNS", raising=False)  # the notebook's default: runs/ beside it
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+
+    everything = [o for c in nb.cells if c.cell_type == "code" for o in _outputs(c)]
+    errors = [o for o in everything if o["output_type"] == "error"]
+    assert not errors, errors
+    stderr = "".join(o["text"] for o in everything if o["output_type"] == "stream" and o["name"] == "stderr")
+    assert "ipywidgets" not in stderr and "Warning" not in stderr, stderr
+
+    # the run: one progress output, redrawn in place to its end, and the Run's HTML
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.endswith("-report")]
+    ran = _outputs(_cell(nb, "run = attnbench.run("))
+    progress = [o for o in ran if o["output_type"] == "display_data"]
+    assert len(progress) == 1, progress  # not a line per cell
+    shown = progress[0]["data"]["text/plain"]
+    assert "cells " in shown and "6/6" in shown and "ok 6" in shown, shown
+    assert "text/html" not in progress[0]["data"]
+    (result,) = [o for o in ran if o["output_type"] == "execute_result"]
+    page = result["data"]["text/html"]
+    assert f"attnbench run runs/{run_dir.name}" in page and "6 cells: ok 6" in page
+    assert "Findings" in page and "fastest" in page and "<table>" in page
+
+    # the rows: rel_err of a float32 cell (about 1e-7) as 3.0e-07, not 0.0
+    (table,) = [o for o in _outputs(_cell(nb, "run.table()")) if o["output_type"] == "execute_result"]
+    assert len(re.findall(r">\d\.\de-(0[5-9]|1\d)</td>", table["data"]["text/html"])) == 6
+
+    # the figures: time and memory as PNG images
+    images = [o for o in _outputs(_cell(nb, "run.plot()")) if "image/png" in o.get("data", {})]
+    assert len(images) == 2
+    assert all(base64.b64decode(o["data"]["image/png"])[:8] == b"\x89PNG\r\n\x1a\n" for o in images)
+
+    # the report: written beside the run, linked from the notebook's folder, its first finding in its repr
+    (rep,) = [o for o in _outputs(_cell(nb, "report = run.report(")) if o["output_type"] == "execute_result"]
+    rel = f"runs/{run_dir.name}-report"
+    assert f'<a href="{rel}/README.md">README.md</a>' in rep["data"]["text/html"]
+    assert f'<a href="{rel}/report.html">report.html</a>' in rep["data"]["text/html"]
+    assert (tmp_path / rel / "report.html").is_file()
+    assert rep["data"]["text/plain"].startswith(f"<attnbench report {rel}: ")
 
 
 # ---- the displays on their own, on a synthetic run (no kernel, no measuring) ------------------------------
