@@ -8,6 +8,7 @@ The Python API for notebooks and scripts (each imports what it needs when called
 
     run = attnbench.run(preset="quick", out="runs/mine")      # -> attnbench.Run
     df = attnbench.load("runs/mine")                           # -> pandas.DataFrame
+    attnbench.table(df)                                        # -> its readable display in a notebook
     attnbench.report("runs/mine", out="reports/out/mine")      # -> the report's files
 
 The pipeline lives in attnbench.variants -> attnbench.harness -> attnbench.results -> attnbench.reports.
