@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TEST_CALIBRATE_MS
 
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 
@@ -33,6 +33,12 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("ATTNBENCH_RUNS", raising=False)  # the notebook's default: runs/ beside it
     nb = nbformat.read(NOTEBOOK, as_version=4)
+    # the tests' runs calibrate with TEST_CALIBRATE_MS of sampling, as conftest.run_cli's do (2 s less)
+    run_cell = _cell(nb, "run = attnbench.run(")
+    assert "budget_ms=20," in run_cell.source
+    run_cell.source = run_cell.source.replace(
+        "budget_ms=20,", f"budget_ms=20, calibrate_ms={TEST_CALIBRATE_MS},"
+    )
     nbclient.NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
