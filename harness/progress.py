@@ -181,11 +181,13 @@ def progress_for(enabled: bool | None) -> Progress:
 class NotebookProgress(Progress):
     """One output of the notebook cell, redrawn in place (IPython's display_id) as cells finish: a bar with
     elapsed time and ETA, the cells by status, the runner's messages, the latest cell, and each cell that
-    did not run ok (the first MAX_NOT_OK). Plain text, so nothing needs ipywidgets or trusts HTML."""
+    did not run ok (the first MAX_NOT_OK). Plain text, so nothing needs ipywidgets or trusts HTML. It is
+    redrawn when something happens (a message, a finished cell): elapsed time and ETA are as of then."""
 
     WIDTH = 100  # columns of a cell's line (harness.progress.cell_line)
     BAR = 30  # characters of the bar
     MAX_NOT_OK = 10
+    MAX_MESSAGES = 10  # the latest; a run that restarts many workers says so once per restart
     REDRAW_S = 0.2  # at most this often while cells finish; every message and the end are drawn at once
 
     def __init__(self) -> None:
@@ -228,7 +230,9 @@ class NotebookProgress(Progress):
         """What the display shows now."""
         import time
 
-        lines = list(self._messages)
+        earlier = len(self._messages) - self.MAX_MESSAGES
+        lines = [f"... {earlier} earlier messages"] if earlier > 0 else []
+        lines += self._messages[-self.MAX_MESSAGES :]
         if self._started is not None:
             elapsed = time.monotonic() - self._started
             frac = self._done / self._total if self._total else 1.0
