@@ -30,7 +30,8 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
 
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
     monkeypatch.delenv("ATTNBENCH_RUNS", raising=False)  # the notebook's default: runs/ beside it
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # the tests' runs calibrate with TEST_CALIBRATE_MS of sampling, as conftest.run_cli's do (2 s less)
@@ -210,6 +211,10 @@ def test_notebook_progress_is_one_display_redrawn_in_place(monkeypatch, tmp_path
     assert "latest:\n  ok          chunked" in last
     assert "not ok:\n  error       naive" in last and "\\x1b[31mboom" in last  # control characters escaped
     assert "1/3" in shown[2] and "ETA" in shown[2]
+
+    for i in range(12):
+        p.message(f"message {i}")
+    assert shown[-1].startswith("... 3 earlier messages\nmessage 2\n") and "message 11\ncells" in shown[-1]
 
 
 def test_progress_defaults_to_the_notebook_display_in_a_kernel_and_to_none_elsewhere(monkeypatch):
