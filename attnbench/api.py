@@ -32,6 +32,25 @@ class Run:
         """Render this run's report (attnbench.report)."""
         return report(self.path, out=out, baseline=baseline)
 
+    def table(self, columns: Sequence[str] | None = None):
+        """This run's rows for a notebook, with readable numbers (attnbench.table)."""
+        return table(self.load(), columns)
+
+    def plot(self, kinds: str | Sequence[str] = ("time", "memory"), *, baseline: str | None = None):
+        """The report's figures of this run, per device, dtype and pass: time and peak memory vs N unless
+        `kinds` names others ('throughput', 'speedup', 'status'). A list of matplotlib Figures, shown
+        inline when a notebook cell ends with it; saved nowhere (report() writes them with their CSVs)."""
+        from attnbench.reports.notebook import figures
+
+        return figures([self.path], kinds, baseline)
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the run directory, its cells by status, the findings and the fastest variant per N,
+        as the report words them."""
+        from attnbench.reports.notebook import run_html
+
+        return run_html(self.path, self.interrupted, self.resumed)
+
 
 def run(
     sweep: Any = None,
@@ -42,7 +61,7 @@ def run(
     resume: bool = False,
     force_resume: bool = False,
     variant_files: Sequence[PathLike] = (),
-    progress: bool = False,
+    progress: bool | None = None,
     rerun: PathLike | None = None,
     cells: str | Sequence[str] | None = None,
     status: str | None = None,
@@ -68,8 +87,12 @@ def run(
     Settings (harness.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
     cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
     [settings] takes) go with them. Errors name the keyword.
+
+    `progress`: None (the default) shows one progress display in a Jupyter notebook, redrawn in place, and
+    nothing in a script; True shows it anywhere (outside a notebook: rich's bar and a line per cell on
+    stderr, as `attnbench run`); False never.
     """
-    from attnbench.harness.progress import Progress
+    from attnbench.harness.progress import progress_for
     from attnbench.harness.runner import check_mode
     from attnbench.harness.runner import run as run_sweep
     from attnbench.harness.spec import SweepSpec
@@ -109,17 +132,17 @@ def run(
         resume=resume,
         force_resume=force_resume,
         variant_files=files,
-        progress=Progress(enabled=progress),
+        progress=progress_for(progress),
         name=_mode_name,
     )
     return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
 
 
-def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool) -> Run:
+def _rerun(run_dir: PathLike, cells, status, out, progress: bool | None, *, given: bool) -> Run:
     """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
     from attnbench.harness import rerun
     from attnbench.harness.grammar import split
-    from attnbench.harness.progress import Progress
+    from attnbench.harness.progress import progress_for
     from attnbench.harness.runner import run as run_sweep
 
     if given:
@@ -132,7 +155,7 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool
         plan.sweep,
         out,
         variant_files=list(plan.variant_files),
-        progress=Progress(enabled=progress),
+        progress=progress_for(progress),
         only=plan.cells,
         rerun_of=plan.origin,
     )
@@ -158,6 +181,16 @@ def load(*run_dirs: PathLike | Sequence[PathLike]):
     from attnbench.results import load as load_runs
 
     return load_runs(*run_dirs)
+
+
+def table(df: Any, columns: Sequence[str] | None = None):
+    """attnbench.load's frame for a notebook: a pandas Styler of the run, variant, the axes that vary and the
+    main numbers (or `columns`), with readable formats: rel_err as 3.0e-07, bytes as 96.0 KiB, rel_iqr as a
+    percentage (pandas shows a nullable float such as 3e-07 as 0.0). The frame and its dtypes are unchanged;
+    `.data` is the frame shown."""
+    from attnbench.reports.notebook import styled
+
+    return styled(df, columns)
 
 
 def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str | None = None):

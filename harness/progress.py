@@ -157,3 +157,126 @@ class Progress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def in_notebook() -> bool:
+    """True in a Jupyter kernel (ipykernel runs this process and its output is no terminal): there rich's
+    live display needs ipywidgets (it warns without them) and prints each cell's line as its own output."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules:
+        return False
+    shell = ipython.get_ipython()
+    return getattr(shell, "kernel", None) is not None and not sys.stderr.isatty()
+
+
+def progress_for(enabled: bool | None) -> Progress:
+    """The progress an API call shows: in a notebook one updating display (NotebookProgress), elsewhere rich
+    on stderr; enabled None: shown in a notebook only (a script or a library stays quiet)."""
+    notebook = in_notebook()
+    if enabled is None:
+        enabled = notebook
+    return NotebookProgress() if enabled and notebook else Progress(enabled=enabled)
+
+
+class NotebookProgress(Progress):
+    """One output of the notebook cell, redrawn in place (IPython's display_id) as cells finish: a bar with
+    elapsed time and ETA, the cells by status, the runner's messages, the latest cell, and each cell that
+    did not run ok (the first MAX_NOT_OK). Plain text, so nothing needs ipywidgets or trusts HTML. It is
+    redrawn when something happens (a message, a finished cell): elapsed time and ETA are as of then."""
+
+    WIDTH = 100  # columns of a cell's line (harness.progress.cell_line)
+    BAR = 30  # characters of the bar
+    MAX_NOT_OK = 10
+    MAX_MESSAGES = 10  # the latest; a run that restarts many workers says so once per restart
+    REDRAW_S = 0.2  # at most this often while cells finish; every message and the end are drawn at once
+
+    def __init__(self) -> None:
+        super().__init__(enabled=True)
+        self._handle = None
+        self._messages: list[str] = []
+        self._counts: dict[str, int] = {}
+        self._not_ok: list[str] = []
+        self._latest = ""
+        self._total = self._done = 0
+        self._started: float | None = None
+        self._drawn_at = 0.0
+
+    def message(self, text: str) -> None:
+        self._messages.append(printable(text))
+        self._draw(force=True)
+
+    def start(self, total: int, done_before: int, run_dir: Path) -> None:
+        import time
+
+        if done_before:
+            self._messages.append(f"resuming {printable(str(run_dir))}: {done_before} cells already done")
+        self._total, self._started = total, time.monotonic()
+        self._draw(force=True)
+
+    def cell_done(self, row: dict[str, Any]) -> None:
+        status = str(row["status"])
+        self._done += 1
+        self._counts[status] = self._counts.get(status, 0) + 1
+        self._latest = printable(cell_line(row, self.WIDTH))
+        if status != "ok":
+            self._not_ok.append(self._latest)
+        self._draw()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._draw(force=True)
+
+    def text(self) -> str:
+        """What the display shows now."""
+        import time
+
+        earlier = len(self._messages) - self.MAX_MESSAGES
+        lines = [f"... {earlier} earlier messages"] if earlier > 0 else []
+        lines += self._messages[-self.MAX_MESSAGES :]
+        if self._started is not None:
+            elapsed = time.monotonic() - self._started
+            frac = self._done / self._total if self._total else 1.0
+            fill = round(self.BAR * frac)
+            left = elapsed / self._done * (self._total - self._done) if self._done else None
+            eta = f" · ETA {_clock(left)}" if left is not None and self._done < self._total else ""
+            counts = ", ".join(f"{s} {n}" for s, n in sorted(self._counts.items(), key=lambda kv: -kv[1]))
+            lines.append(
+                f"cells {'█' * fill}{'░' * (self.BAR - fill)} {self._done}/{self._total}"
+                f" · elapsed {_clock(elapsed)}{eta}{' · ' + counts if counts else ''}"
+            )
+        if self._latest:
+            lines += ["latest:", *_indented(self._latest)]
+        if self._not_ok:
+            lines.append("not ok:")
+            lines += [line for entry in self._not_ok[: self.MAX_NOT_OK] for line in _indented(entry)]
+            if len(self._not_ok) > self.MAX_NOT_OK:
+                lines.append(
+                    f"  ... and {len(self._not_ok) - self.MAX_NOT_OK} more (every one is in the run's rows)"
+                )
+        return "\n".join(lines)
+
+    def _draw(self, force: bool = False) -> None:
+        import time
+
+        from IPython.display import display
+
+        now = time.monotonic()
+        if not force and now - self._drawn_at < self.REDRAW_S:
+            return
+        self._drawn_at = now
+        shown = {"text/plain": self.text()}
+        if self._handle is None:
+            self._handle = display(shown, raw=True, display_id=True)
+        else:
+            self._handle.update(shown, raw=True)
+
+
+def _indented(text: str) -> list[str]:
+    return [f"  {line}" for line in text.split("\n")]
+
+
+def _clock(seconds: float) -> str:
+    """0:07, 1:02:03."""
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -347,6 +347,13 @@ def blocks(f: Findings) -> list[pg.Block]:
     return [*out, *(pg.Para(t) for t in f.trust)]
 
 
+def headline(f: Findings) -> str:
+    """The first finding, for a one-line summary (a Report's repr): who is fastest where, first panel."""
+    if not f.panels:
+        return "No cell ran ok: nothing is ranked or fitted."
+    return f.panels[0].sentences[0] if f.panels[0].sentences else f.panels[0].title
+
+
 def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
     """The findings for a terminal, wrapped to `width` columns (at most TERMINAL_WIDTH). Words are never
     cut (a path or a command stays whole, and copyable), so only a word longer than the line exceeds it."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,11 +223,31 @@ def _html_link(text: str, href: str | None) -> str:
     return f'<a href="{_esc(href)}">{_esc(text)}</a>' if href is not None else _esc(text)
 
 
-def html_text(text: Text) -> str:
-    """A Text as inline HTML."""
+def folder_href(folder: str | Path) -> str | None:
+    """`folder` as the start of a link from another page (a notebook's output) to the files beside this
+    page: '' for the same folder, 'a/b/' for a folder below it, None for any other (absolute, '..', a
+    segment starting with '.' or holding other characters than a file name's), whose files are then named,
+    not linked."""
+    parts = Path(folder).parts
+    if Path(folder).is_absolute() or not all(_FILE_NAME.fullmatch(p) for p in parts):
+        return None
+    return "".join(f"{p}/" for p in parts)
+
+
+def _href(href: str, folder: str | None) -> str | None:
+    """safe_href, a file beside the page reached through `folder` (folder_href: None, files not linked)."""
+    if not _FILE_NAME.fullmatch(href):
+        return safe_href(href)
+    return None if folder is None else folder + href
+
+
+def html_text(text: Text, folder: str | None = "") -> str:
+    """A Text as inline HTML; links to files beside the page go through `folder` (folder_href)."""
     if not isinstance(text, tuple):  # a str (or, as before links, anything str() can show)
         return _esc(text)
-    return "".join(_html_link(i.text, safe_href(i.href)) if isinstance(i, Link) else _esc(i) for i in text)
+    return "".join(
+        _html_link(i.text, _href(i.href, folder)) if isinstance(i, Link) else _esc(i) for i in text
+    )
 
 
 def _data_uri(path: Path) -> str:
@@ -242,20 +263,43 @@ def to_html(page: Page, base_dir: Path) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_esc(page.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{_esc(page.title)}</h1>",
+        *_html_blocks(page.blocks, base_dir, ""),
+        "</body></html>",
     ]
-    for b in page.blocks:
+    return "\n".join(out) + "\n"
+
+
+def to_html_fragment(blocks: list[Block], base_dir: Path, folder: str | None = "") -> str:
+    """Blocks as a piece of HTML inside another page (a notebook's output: Run and Report), escaped as
+    to_html escapes them, with no CSS of its own; links to files beside the page go through `folder`
+    (folder_href), and its headings start at <h3> since the notebook's own headings come first."""
+    return "\n".join(['<div class="attnbench">', *_html_blocks(blocks, base_dir, folder, top=3), "</div>"])
+
+
+def to_notebook_html(blocks: list[Block], page_dir: str | Path) -> str:
+    """to_html_fragment for a notebook cell's output: links to the files in `page_dir` are relative to the
+    working directory (in Jupyter the notebook's own folder, where the browser resolves them), and files
+    outside it are named, not linked."""
+    rel = os.path.relpath(Path(page_dir).resolve(), Path.cwd())
+    return to_html_fragment(blocks, Path(page_dir), folder_href(rel))
+
+
+def _html_blocks(blocks: list[Block], base_dir: Path, folder: str | None, top: int = 2) -> list[str]:
+    """Each block as HTML: headings from <h`top`>, tables in their scroll box, figures embedded."""
+    out = []
+    for b in blocks:
         if isinstance(b, Heading):
-            lvl = max(2, min(b.level, 6))
+            lvl = max(top, min(b.level + top - 2, 6))
             out.append(f"<h{lvl}>{_esc(b.text)}</h{lvl}>")
         elif isinstance(b, Para):
-            out.append(f"<p>{html_text(b.text)}</p>")
+            out.append(f"<p>{html_text(b.text, folder)}</p>")
         elif isinstance(b, Bullets):
-            out.append("<ul>" + "".join(f"<li>{html_text(i)}</li>" for i in b.items) + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{html_text(i, folder)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             cap = f'<caption class="caption">{_esc(b.caption)}</caption>' if b.caption else ""
             head = "".join(f"<th>{_esc(h)}</th>" for h in b.headers)
             body = "".join(
-                "<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>" for row in b.rows
+                "<tr>" + "".join(f"<td>{html_text(c, folder)}</td>" for c in row) + "</tr>" for row in b.rows
             )
             # every table scrolls sideways in its own box, never the page; a wide one (the fits table)
             # keeps each row on one line and its first column (the variant) in view while it scrolls
@@ -273,17 +317,17 @@ def to_html(page: Page, base_dir: Path) -> str:
             )
         elif isinstance(b, SvgFigure):
             src = _file(b.file)
-            cap = f"<figcaption>{html_text(b.caption)}</figcaption>" if b.caption else ""
-            if src is None:  # not a file beside the page: name it, embed nothing
+            cap = f"<figcaption>{html_text(b.caption, folder)}</figcaption>" if b.caption else ""
+            if src is None or folder is None:  # not a file beside the page, or not reachable: name it
                 out.append(f"<figure><p>{_esc(b.title)}</p>{cap}</figure>")
                 continue
             # the <img> inside is the fallback where <object> is blocked; it shows the picture, not the script
+            src = folder + src
             out.append(
                 f'<figure><object data="{_esc(src)}" type="image/svg+xml">'
                 f'<img src="{_esc(src)}" alt="{_esc(b.title)}"></object>{cap}</figure>'
             )
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 # ---- plain text (stdout) ----------------------------------------------------------------------------

@@ -56,6 +56,26 @@ class Report:
     baseline: str | None = None
     findings: findmod.Findings | None = None
 
+    def __repr__(self) -> str:
+        """One line: where it is, the first finding, its files."""
+        found = findmod.headline(self.findings) if self.findings is not None else "no findings"
+        return (
+            f"<attnbench report {self.out_dir}: {found} "
+            f"({self.readme.name}, {self.html.name}, {len(self.figures)} figures)>"
+        )
+
+    def _repr_html_(self) -> str:
+        """In a notebook: its files, linked from the notebook's folder, and the findings."""
+        files = (
+            pg.Link("README.md", self.readme.name),
+            " · ",
+            pg.Link("report.html", self.html.name),
+            f" · {len(self.figures)} figures, with the CSV each was drawn from, in {self.out_dir}",
+        )
+        blocks: list[pg.Block] = [pg.Heading(f"attnbench report {self.out_dir}"), pg.Para(files)]
+        found = findmod.blocks(self.findings) if self.findings is not None else []
+        return pg.to_notebook_html([*blocks, *found], self.out_dir)
+
 
 def ms_text(t: Any) -> str:
     """0.893 ms, 164 ms, 1.25 s."""
@@ -181,7 +201,7 @@ def _timing_note(group) -> pg.Para | None:
     )
 
 
-def _best_table(group) -> pg.Table:
+def best_table(group) -> pg.Table:
     """Rows seq_len, columns the panels of a group: the fastest ok variant and its lead over the next."""
     best = best_variant(group)
     pans = panels(group)
@@ -390,7 +410,7 @@ def _stem(gkey: dict[str, Any], multi: bool) -> str:
     )
 
 
-def _group_head(gkey: dict[str, Any], group, multi: bool) -> str:
+def group_head(gkey: dict[str, Any], group, multi: bool) -> str:
     """A group's section title: 'cpu · float32 · forward (d_k=64 · B=1 · H=8 · no padding)'."""
     gtitle = label(gkey, [a for a in GROUP_AXES if multi or a != "run_id"])
     fixed_g = fixed_text(group)
@@ -432,7 +452,7 @@ def _decode_blocks(df, metas, out: Path) -> tuple[list, list]:
     for gkey, group in groups(dec):
         meta, wheres = _group_meta(metas, gkey, group)
         copy = calibrated_copy(meta, str(gkey["device"]), wheres)
-        head, stem = _group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
+        head, stem = group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
         blocks.append(pg.Heading(head, 3))
         for kind, ftitle, (fig, data), caption in (
             (
@@ -546,7 +566,7 @@ def _window_blocks(df, metas, out: Path) -> tuple[list, list]:
     for gkey, group in groups(df):
         if window_rows(group).empty:
             continue
-        head, stem = _group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
+        head, stem = group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
         fig, data = plots.window_figure(group, f"Sliding window · {head}")
         caption = f"Left: median time (band p25–p75), dotted at N = {FAR_FACTOR}W; right: local slope."
         saved = save(fig, data, out, f"window-{stem}", "Windowed time vs N and its local slope", caption)
@@ -650,36 +670,56 @@ def _scaling_blocks(df, summary: pg.Table) -> list:
     return [*blocks, pg.Para(fitmod.FIT_RULE), pg.Para(THEORY_RULE), summary]
 
 
-def _group_figures(
-    gkey: dict[str, Any], group, meta: dict[str, Any], fits, base: str | None, head: str
+FIGURE_KINDS = ("time", "memory", "throughput", "speedup", "status")  # a group's figures, in page order
+
+
+def group_figures(
+    gkey: dict[str, Any],
+    group,
+    meta: dict[str, Any],
+    fits,
+    base: str | None,
+    head: str,
+    kinds: tuple[str, ...] = FIGURE_KINDS,
 ) -> list:
-    """A group's figures, drawn (not yet saved) in page order: (kind, title, (figure, data), caption)."""
+    """A group's figures of `kinds` (FIGURE_KINDS), drawn (not yet saved) in page order: (kind, title,
+    (figure, data), caption). The speed-up figure is drawn only where the baseline ran ok beside another
+    variant."""
     from . import plots
 
     device, dtype = str(gkey["device"]), str(gkey["dtype"])
-    dev_mem = device_memory(meta, device, group["gpu_name"].dropna().unique())
-    peak = calibrated_peak(meta, device, dtype, group["where"].dropna().unique())
-    figs = [
-        (
-            "time",
-            "Time vs seq_len",
-            plots.time_figure(group, fits, f"Time per call · {head}"),
-            "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points.",
-        ),
-        (
-            "memory",
-            "Peak memory vs seq_len",
-            plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
-            "Peak memory of one call; legend: fitted exponent; line: the device's memory.",
-        ),
-        (
-            "throughput",
-            "Achieved TFLOP/s",
-            plots.throughput_figure(group, f"Throughput · {head}", peak),
-            "FLOPs by the harness's FLOP convention over median time; dashed: calibrated matmul peak.",
-        ),
-    ]
-    if base is not None and (ok_rows(group)["variant"] == base).any() and group["variant"].nunique() > 1:
+    figs = []
+    if "time" in kinds:
+        figs.append(
+            (
+                "time",
+                "Time vs seq_len",
+                plots.time_figure(group, fits, f"Time per call · {head}"),
+                "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points.",
+            )
+        )
+    if "memory" in kinds:
+        dev_mem = device_memory(meta, device, group["gpu_name"].dropna().unique())
+        figs.append(
+            (
+                "memory",
+                "Peak memory vs seq_len",
+                plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
+                "Peak memory of one call; legend: fitted exponent; line: the device's memory.",
+            )
+        )
+    if "throughput" in kinds:
+        peak = calibrated_peak(meta, device, dtype, group["where"].dropna().unique())
+        figs.append(
+            (
+                "throughput",
+                "Achieved TFLOP/s",
+                plots.throughput_figure(group, f"Throughput · {head}", peak),
+                "FLOPs by the harness's FLOP convention over median time; dashed: calibrated matmul peak.",
+            )
+        )
+    ranked_against = base is not None and (ok_rows(group)["variant"] == base).any()
+    if "speedup" in kinds and ranked_against and group["variant"].nunique() > 1:
         figs.append(
             (
                 "speedup",
@@ -688,14 +728,15 @@ def _group_figures(
                 f"{base} median time / variant median time; grey text: why a cell has no ratio.",
             )
         )
-    figs.append(
-        (
-            "status",
-            "Cell status",
-            plots.status_figure(group, f"Cell status · {head}"),
-            "Only ok cells enter fits, rankings and speed-ups.",
+    if "status" in kinds:
+        figs.append(
+            (
+                "status",
+                "Cell status",
+                plots.status_figure(group, f"Cell status · {head}"),
+                "Only ok cells enter fits, rankings and speed-ups.",
+            )
         )
-    )
     return figs
 
 
@@ -706,17 +747,17 @@ def _group_blocks(
     the first call against the steady state, and the group's figures."""
     from .style import save
 
-    head, stem = _group_head(gkey, group, multi), _stem(gkey, multi)
+    head, stem = group_head(gkey, group, multi), _stem(gkey, multi)
     blocks: list = [pg.Heading(head)]
     note = _timing_note(group)
     if note is not None:
         blocks.append(note)
-    blocks.append(_best_table(group))
+    blocks.append(best_table(group))
     first = _first_call_table(group)
     if first.rows:
         blocks.append(first)
     files = []
-    for kind, ftitle, (fig, data), caption in _group_figures(gkey, group, meta, fits, base, head):
+    for kind, ftitle, (fig, data), caption in group_figures(gkey, group, meta, fits, base, head):
         files.append(save(fig, data, out, f"{kind}-{stem}", ftitle, caption))
         blocks.append(pg.Figure(files[-1]))
     return blocks, files
@@ -820,7 +861,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
 
     # the findings first (issue 26): what the tables below say, in sentences, before how it was measured
     report.findings = findmod.build(
-        df, scaling, lambda gkey, group: _group_head(gkey, group, multi), inputs.run_dirs
+        df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs
     )
     page.add(*findmod.blocks(report.findings))
     page.add(*_runs_blocks(df, metas), *_where_blocks(devgroups), *_scaling_blocks(df, summary))

@@ -330,3 +330,13 @@ def save(fig, data, out_dir: Path, stem: str, title: str, caption: str = "") -> 
         fig.savefig(svg, metadata={"Date": None})  # no timestamp: the same data gives the same file
     data.to_csv(csv, index=False)
     return FigureFiles(stem, title, caption, png.name, svg.name, csv.name)
+
+
+def png_bytes(fig) -> bytes:
+    """The figure as PNG, as save() writes it, for a notebook's output (nothing written to disk)."""
+    import io
+
+    buf = io.BytesIO()
+    with mpl_style():
+        fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()

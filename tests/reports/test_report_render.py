@@ -214,7 +214,7 @@ def test_seq_axis_labels_powers_of_two_and_marks_the_steps_between():
 
 def _best_cells(tmp_path, cases):
     """Two variants per seq_len, sdpa's samples `factor` × naive's with the given spread and count."""
-    from attnbench.reports.render import _best_table
+    from attnbench.reports.render import best_table
     from attnbench.reports.tables import best_variant
 
     rows = []
@@ -224,7 +224,7 @@ def _best_cells(tmp_path, cases):
         rows += [synthetic.cell("chunked", n, sample_ms=a), synthetic.cell("sdpa", n, sample_ms=b)]
     df = results.load(synthetic.write_run(tmp_path / "run", rows))
     best = best_variant(df).set_index("seq_len")
-    table = _best_table(df)
+    table = best_table(df)
     return best, {int(r[0]): r[1] for r in table.rows}
 
 

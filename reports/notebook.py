@@ -1,0 +1,177 @@
+"""What a notebook shows of a run (attnbench.Run): the report's first blocks as HTML, its figures as images,
+and the tidy table with numbers a person can read. A written report shows itself (render.Report).
+
+Nothing here computes a number of its own: the findings, the fastest variant per N, the fits and the figures
+are the report's (findings, render, fit, plots); this module only picks which of them a notebook cell shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from attnbench.results.formulas import bytes_text, printable
+
+from . import page as pg
+from .render import FIGURE_KINDS
+
+PLOT_KINDS = ("time", "memory")  # what run.plot() draws unless asked: the two questions of the N² story
+
+
+def counts_text(df, interrupted: bool = False, resumed: int = 0) -> str:
+    """'6 cells: ok 5, unsupported 1' (most common first), then whether the run was cut short or resumed."""
+    counts = ", ".join(f"{s} {c}" for s, c in df["status"].value_counts().items())
+    text = f"{len(df)} cells: {counts}" if len(df) else "no cells measured yet"
+    if resumed:
+        text += f"; {resumed} of them were done before this session resumed the run"
+    if interrupted:
+        text += "; interrupted: finish it with attnbench.run(out=..., resume=True)"
+    return text
+
+
+def run_blocks(path: str | Path, interrupted: bool = False, resumed: int = 0) -> list[pg.Block]:
+    """A run as a notebook shows it: where it is, its cells by status, the findings, and per group (device,
+    dtype, pass) the fastest variant at each N, as the report's first sections say them."""
+    from . import findings as findmod
+    from . import fit as fitmod
+    from .render import best_table, group_head, prepare
+    from .tables import groups
+
+    inputs = prepare([path])
+    df = inputs.df
+    blocks: list[pg.Block] = [
+        pg.Heading(f"attnbench run {path}"),
+        pg.Para(counts_text(df, interrupted, resumed)),
+    ]
+    if df.empty:
+        return blocks
+    scaling = fitmod.scaling_table(df, inputs.metas)
+    found = findmod.build(df, scaling, lambda gkey, group: group_head(gkey, group, False), inputs.run_dirs)
+    blocks += findmod.blocks(found)
+    for gkey, group in groups(df):
+        blocks += [pg.Heading(group_head(gkey, group, False), 3), best_table(group)]
+    return blocks
+
+
+def run_html(path: str | Path, interrupted: bool = False, resumed: int = 0) -> str:
+    """run_blocks as a notebook cell's HTML; a directory that cannot be read (moved, deleted, damaged since)
+    shows as one line saying why."""
+    try:
+        blocks = run_blocks(path, interrupted, resumed)
+    except (ValueError, OSError) as exc:  # results.RunDirError is a ValueError
+        blocks = [pg.Para(f"attnbench run {path}: {exc}")]
+    return pg.to_notebook_html(blocks, path)
+
+
+# ---- figures ----------------------------------------------------------------------------------------------
+
+
+class Figures(list):
+    """matplotlib Figures, one per group (device, dtype, pass) and kind, that a notebook shows as images when
+    a cell ends with them (or display(figs)); each is a plain Figure: figs[0].savefig("time.png")."""
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import Image, display
+
+        from .style import png_bytes
+
+        for fig in self:
+            display(Image(data=png_bytes(fig), format="png"))
+
+    def __repr__(self) -> str:
+        titles = [fig.get_suptitle() or "figure" for fig in self]
+        return f"<{len(self)} figures: {'; '.join(titles)}>" if titles else "<no figures: no cells>"
+
+
+def plot_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
+    """'time,memory' or ['time', 'memory'] as kinds of render.FIGURE_KINDS; ValueError naming an unknown."""
+    given = [k.strip() for k in kinds.split(",")] if isinstance(kinds, str) else [str(k) for k in kinds]
+    unknown = [k for k in given if k not in FIGURE_KINDS]
+    if unknown or not given:
+        raise ValueError(f"unknown plot kind {(unknown or [''])[0]!r}; known: {', '.join(FIGURE_KINDS)}")
+    return tuple(given)
+
+
+def figures(
+    run_dirs: Sequence[str | Path], kinds: str | Sequence[str] = PLOT_KINDS, baseline: str | None = None
+) -> Figures:
+    """The report's figures of `kinds` for the given runs, per group, in the report's colours; saved
+    nowhere (attnbench.report writes them with their CSVs)."""
+    from . import fit as fitmod
+    from .render import group_figures, group_head, prepare
+    from .style import palette
+    from .tables import groups
+
+    chosen = plot_kinds(kinds)
+    inputs = prepare(list(run_dirs), baseline)
+    df, metas = inputs.df, inputs.metas
+    fits = fitmod.fit_index(fitmod.scaling_table(df, metas))
+    multi = len(metas) > 1
+    out = Figures()
+    with palette({str(v) for v in df["variant"].dropna()}):
+        for gkey, group in groups(df):
+            head = group_head(gkey, group, multi)
+            meta = metas.get(str(gkey["run_id"]), {})
+            drawn = group_figures(gkey, group, meta, fits, inputs.baseline, head, chosen)
+            out.extend(fig for _kind, _title, (fig, _data), _caption in drawn)
+    return out
+
+
+# ---- the tidy table -------------------------------------------------------------------------------------
+
+# what table() shows of each row unless asked for other columns, after the run, variant and the axes that vary
+SHOWN = ("status", "time_ms_median", "rel_iqr", "peak_mem_bytes", "tflops", "rel_err", "message")
+FRACTIONS = ("rel_iqr", "drop_frac", "sm_clock_drop")  # 0.031 is '3.1%'
+
+
+def column_format(column: str, dtype: Any) -> str | Callable[[Any], str] | None:
+    """How table() writes a column's numbers: errors as 3.0e-07 (pandas' own display prints a nullable
+    float below 5e-7 as 0.0), bytes as 96.0 KiB, fractions as percent, other floats with four significant
+    digits; text with its control characters as escapes (results.formulas.printable); None: as pandas does
+    (integers, flags)."""
+    kind = getattr(dtype, "kind", "")
+    if kind == "O":  # str, or pandas' string dtype
+        return printable
+    if column.endswith("_bytes") and kind in "iuf":
+        return bytes_text
+    if kind != "f":
+        return None
+    if column.endswith("_err"):
+        return "{:.1e}"
+    if column in FRACTIONS:
+        return "{:.1%}"
+    return "{:.4g}"
+
+
+def default_columns(df) -> list[str]:
+    """run_id where there are several runs, the variant, the axes that vary (seq_len always), and SHOWN
+    (message only where some row has one)."""
+    from attnbench.results.axes import FOLLOWS
+
+    from .tables import COMBO_AXES, LENGTHS, varying
+
+    def follows(a: str) -> bool:  # seq_k = seq_len, kv_heads = heads in every row: said by the other
+        return a in FOLLOWS and FOLLOWS[a] in df and bool((df[a] == df[FOLLOWS[a]]).fillna(True).all())
+
+    axes = [a for a in varying(df, [*COMBO_AXES, *LENGTHS]) if a != "run_id" and not follows(a)]
+    if "seq_len" not in axes:
+        axes.append("seq_len")
+    messages = df["message"].fillna("").astype(str).str.len().gt(0).any() if "message" in df else False
+    shown = [c for c in SHOWN if c != "message" or messages]
+    runs = ["run_id"] if "run_id" in df and df["run_id"].nunique() > 1 else []
+    return [c for c in [*runs, "variant", *axes, *shown] if c in df.columns]
+
+
+def styled(df, columns: Sequence[str] | None = None):
+    """df (results.load's frame) as a pandas Styler with readable numbers (column_format) and the chosen
+    columns (default_columns when None); the frame and its dtypes are left as they are."""
+    cols = default_columns(df) if columns is None else list(columns)
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"no column {missing[0]!r} in the table; its columns: {', '.join(map(str, df.columns))}"
+        )
+    shown = df[cols]
+    formats = {c: f for c in cols if (f := column_format(c, shown[c].dtype)) is not None}
+    return shown.style.format(formats, na_rep="", escape="html")

@@ -1,0 +1,228 @@
+"""attnbench in Jupyter: examples/quickstart.ipynb executed by a real kernel (nbclient), and the displays it
+shows (Run, Report, run.plot(), run.table(), the notebook progress) checked on their own."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+
+import pytest
+
+from tests.conftest import ROOT, TEST_CALIBRATE_MS
+
+NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
+
+
+def _outputs(cell) -> list[dict]:
+    return [dict(o) for o in cell.get("outputs", [])]
+
+
+def _cell(nb, source_start: str):
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start)]
+    return cell
+
+
+def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_report(tmp_path, monkeypatch):
+    """The notebook as a user opens it: its own folder is the working directory (here tmp_path, so its runs/
+    and the report's links land there), attnbench this checkout (PYTHONPATH)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+    monkeypatch.delenv("ATTNBENCH_RUNS", raising=False)  # the notebook's default: runs/ beside it
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # the tests' runs calibrate with TEST_CALIBRATE_MS of sampling, as conftest.run_cli's do (2 s less)
+    run_cell = _cell(nb, "run = attnbench.run(")
+    assert "budget_ms=20," in run_cell.source
+    run_cell.source = run_cell.source.replace(
+        "budget_ms=20,", f"budget_ms=20, calibrate_ms={TEST_CALIBRATE_MS},"
+    )
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+
+    everything = [o for c in nb.cells if c.cell_type == "code" for o in _outputs(c)]
+    errors = [o for o in everything if o["output_type"] == "error"]
+    assert not errors, errors
+    stderr = "".join(o["text"] for o in everything if o["output_type"] == "stream" and o["name"] == "stderr")
+    assert "ipywidgets" not in stderr and "Warning" not in stderr, stderr
+
+    # the run: one progress output, redrawn in place to its end, and the Run's HTML
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.endswith("-report")]
+    ran = _outputs(_cell(nb, "run = attnbench.run("))
+    progress = [o for o in ran if o["output_type"] == "display_data"]
+    assert len(progress) == 1, progress  # not a line per cell
+    shown = progress[0]["data"]["text/plain"]
+    assert "cells " in shown and "6/6" in shown and "ok 6" in shown, shown
+    assert "text/html" not in progress[0]["data"]
+    (result,) = [o for o in ran if o["output_type"] == "execute_result"]
+    page = result["data"]["text/html"]
+    assert f"attnbench run runs/{run_dir.name}" in page and "6 cells: ok 6" in page
+    assert "Findings" in page and "fastest" in page and "<table>" in page
+
+    # the rows: rel_err of a float32 cell (about 1e-7) as 3.0e-07, not 0.0
+    (table,) = [o for o in _outputs(_cell(nb, "run.table()")) if o["output_type"] == "execute_result"]
+    assert len(re.findall(r">\d\.\de-(0[5-9]|1\d)</td>", table["data"]["text/html"])) == 6
+
+    # the figures: time and memory as PNG images
+    images = [o for o in _outputs(_cell(nb, "run.plot()")) if "image/png" in o.get("data", {})]
+    assert len(images) == 2
+    assert all(base64.b64decode(o["data"]["image/png"])[:8] == b"\x89PNG\r\n\x1a\n" for o in images)
+
+    # the report: written beside the run, linked from the notebook's folder, its first finding in its repr
+    (rep,) = [o for o in _outputs(_cell(nb, "report = run.report(")) if o["output_type"] == "execute_result"]
+    rel = f"runs/{run_dir.name}-report"
+    assert f'<a href="{rel}/README.md">README.md</a>' in rep["data"]["text/html"]
+    assert f'<a href="{rel}/report.html">report.html</a>' in rep["data"]["text/html"]
+    assert (tmp_path / rel / "report.html").is_file()
+    assert rep["data"]["text/plain"].startswith(f"<attnbench report {rel}: ")
+
+
+# ---- the displays on their own, on a synthetic run (no kernel, no measuring) ------------------------------
+
+
+def _run(tmp_path, extra_rows=()):
+    from tests import synthetic
+
+    laws = {"naive": (2.0, 2.0), "chunked": (1.5, 1.0)}  # chunked ahead, more and more as N grows
+    rows = synthetic.power_law_rows(laws, [512, 1024, 2048], rel_err=3e-7)
+    return synthetic.write_run(tmp_path / "run", [*rows, *extra_rows])
+
+
+def test_a_run_shows_as_html_with_its_counts_findings_and_fastest_variant_per_n(tmp_path):
+    from attnbench import Run
+    from tests import synthetic
+
+    oom = synthetic.cell("naive", 4096, status="oom", message="<b>out of memory</b>")
+    run = Run(_run(tmp_path, [oom]), {"ok": 6, "oom": 1}, interrupted=True)
+    page = run._repr_html_()
+    assert page.startswith('<div class="attnbench">') and "<html" not in page and "<style" not in page
+    assert "7 cells: ok 6, oom 1; interrupted: finish it with attnbench.run(out=..., resume=True)" in page
+    assert "<h3>Findings</h3>" in page and "time grows as N^2.00" in page
+    assert (
+        "<th>seq_len</th><th>best variant</th>" in page
+        and "<td>2048</td><td>chunked 22.7 ms (2.83× ahead of naive" in page
+    )
+    assert "<b>" not in page  # data is escaped as on every page
+
+
+def test_a_run_whose_directory_is_gone_shows_why_not_a_traceback(tmp_path):
+    from attnbench import Run
+
+    page = Run(tmp_path / "gone")._repr_html_()
+    assert f"attnbench run {tmp_path / 'gone'}: " in page and "<p>" in page
+
+
+def test_a_report_repr_is_one_line_with_its_first_finding_and_links_below_the_working_directory(
+    tmp_path, monkeypatch
+):
+    import attnbench
+
+    monkeypatch.chdir(tmp_path)
+    report = attnbench.report(_run(tmp_path), out=tmp_path / "reports" / "nb")
+    line = repr(report)
+    assert "\n" not in line and line.startswith(
+        f"<attnbench report {tmp_path}/reports/nb: chunked is fastest"
+    )
+    assert line.endswith(f"(README.md, report.html, {len(report.figures)} figures)>")
+    page = report._repr_html_()
+    assert '<a href="reports/nb/README.md">README.md</a> · <a href="reports/nb/report.html">' in page
+    assert "<h3>Findings</h3>" in page
+
+    monkeypatch.chdir(
+        tmp_path / "run"
+    )  # the report is no longer below the notebook's folder: named, not linked
+    assert "<a " not in report._repr_html_() and f"{tmp_path}/reports/nb</p>" in report._repr_html_()
+
+
+def test_run_table_formats_numbers_for_reading_and_leaves_the_frame_as_loaded(tmp_path):
+    import attnbench
+
+    run = attnbench.Run(_run(tmp_path))
+    styler = run.table()
+    html = styler.to_html()
+    assert ">3.0e-07</td>" in html and ">0.0</td>" not in html  # rel_err; pandas itself shows 0.0
+    assert re.search(r">\d+(\.\d+)? (KiB|MiB)</td>", html)  # peak_mem_bytes
+    assert list(styler.data.columns) == [
+        "variant", "seq_len", "status", "time_ms_median", "rel_iqr", "peak_mem_bytes", "tflops", "rel_err"
+    ]  # fmt: skip
+    assert (
+        str(styler.data["rel_err"].dtype) == "Float64" and str(styler.data["peak_mem_bytes"].dtype) == "Int64"
+    )
+    assert float(styler.data["rel_err"].iloc[0]) == pytest.approx(3e-7)
+    assert list(attnbench.table(run.load(), ["cell_id", "rel_err"]).data.columns) == ["cell_id", "rel_err"]
+    with pytest.raises(ValueError, match="no column 'rel_er' in the table"):
+        attnbench.table(run.load(), ["rel_er"])
+
+
+def test_run_plot_returns_the_reports_time_and_memory_figures_shown_as_images(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    import attnbench
+
+    run = attnbench.Run(_run(tmp_path))
+    figs = run.plot()
+    assert len(figs) == 2 and all(isinstance(f, Figure) for f in figs)
+    assert [f.get_suptitle().split(" · ")[0] for f in figs] == ["Time per call", "Peak memory"]
+    assert repr(figs).startswith("<2 figures: Time per call")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    figs._ipython_display_()
+    assert [bytes(img.data[:4]) for img in shown] == [b"\x89PNG", b"\x89PNG"]
+    assert len(run.plot("status")) == 1 and len(run.plot(["time", "speedup"])) == 2
+    with pytest.raises(ValueError, match="unknown plot kind 'speed'; known: time, memory, throughput"):
+        run.plot("time,speed")
+
+
+class _Handle:
+    def __init__(self, shown):
+        self.shown = shown
+
+    def update(self, obj, raw):
+        self.shown.append(obj["text/plain"])
+
+
+def test_notebook_progress_is_one_display_redrawn_in_place(monkeypatch, tmp_path):
+    from attnbench.harness import progress as progmod
+    from tests import synthetic
+
+    shown: list[str] = []
+
+    def display(obj, raw, display_id):
+        assert raw and display_id is True and list(obj) == ["text/plain"]  # text: no widgets, no HTML
+        shown.append(obj["text/plain"])
+        return _Handle(shown)
+
+    monkeypatch.setattr("IPython.display.display", display)
+    monkeypatch.setattr(progmod.NotebookProgress, "REDRAW_S", 0.0)
+    p = progmod.NotebookProgress()
+    p.message("starting a worker process")
+    p.start(total=3, done_before=0, run_dir=tmp_path)
+    p.cell_done(synthetic.cell("naive", 64, time_ms=1.5, rel_err=3e-7))
+    p.cell_done(synthetic.cell("naive", 128, status="error", message="\x1b[31mboom"))
+    p.cell_done(synthetic.cell("chunked", 64, time_ms=1.0))
+    p.stop()
+    last = shown[-1]
+    assert last.splitlines()[0] == "starting a worker process"
+    assert "3/3 · elapsed 0:00 · ok 2, error 1" in last and "ETA" not in last
+    assert "latest:\n  ok          chunked" in last
+    assert "not ok:\n  error       naive" in last and "\\x1b[31mboom" in last  # control characters escaped
+    assert "1/3" in shown[2] and "ETA" in shown[2]
+
+    for i in range(12):
+        p.message(f"message {i}")
+    assert shown[-1].startswith("... 3 earlier messages\nmessage 2\n") and "message 11\ncells" in shown[-1]
+
+
+def test_progress_defaults_to_the_notebook_display_in_a_kernel_and_to_none_elsewhere(monkeypatch):
+    from attnbench.harness import progress as progmod
+
+    assert not progmod.in_notebook()  # pytest: no kernel
+    assert progmod.progress_for(None).enabled is False
+    assert type(progmod.progress_for(True)) is progmod.Progress
+    monkeypatch.setattr(progmod, "in_notebook", lambda: True)
+    assert isinstance(progmod.progress_for(None), progmod.NotebookProgress)
+    assert progmod.progress_for(False).enabled is False
