@@ -266,6 +266,7 @@ def _load_builtins() -> None:
         "sdpa",
         "flex",
         "xformers_mea",
+        "hf",  # transformers' attention functions, when it is installed
     ):  # registration order = list order
         importlib.import_module(f".{module}", __package__)
 
