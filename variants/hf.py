@@ -14,11 +14,11 @@ causal attention; flex: a BlockMask; FlashAttention: none, causal from the layer
 setup hook (setup_ms) as a model makes it once per forward pass, and the output transposed back to
 (B, H, N_q, d_v), a view.
 
-transformers is imported in the worker on the first call, never at registration (it takes seconds); the
-variants are registered whenever it is installed (`pip install 'attnbench[transformers]'`). Registry entries
-this module does not know ("paged|eager" needs transformers' paged KV cache, not (q, k, v) alone) are not
-variants; a function a user adds with `AttentionInterface.register(key, fn)` becomes one with
-`hf.register_interface(key)` in a variant file.
+transformers is imported in the worker on the first call, never at registration (it takes seconds);
+without it (`pip install 'attnbench[transformers]'`) the variants are listed as unavailable, saying so.
+Registry entries this module does not know ("paged|eager" needs transformers' paged KV cache, not
+(q, k, v) alone) are not variants; a function a user adds with `AttentionInterface.register(key, fn)`
+becomes one with `hf.register_interface(key)` in a variant file.
 """
 
 from __future__ import annotations
@@ -47,7 +47,10 @@ FLASH_PACKAGES = {
 
 
 def installed() -> bool:
-    return importlib.util.find_spec("transformers") is not None
+    try:
+        return importlib.util.find_spec("transformers") is not None
+    except (ImportError, ValueError):  # a broken install, or one blocked in sys.modules
+        return False
 
 
 def attention_function(key: str) -> Callable[..., Any]:
@@ -201,19 +204,15 @@ def register_interface(key: str, name: str | None = None, mask: str | None = Non
     register(name, **{**defaults, **capability})(call)
 
 
-if installed():
-    register_interface("eager", "hf_eager", memory="quadratic")
-    register_interface("sdpa", "hf_sdpa", memory="linear")
+# Registered whether or not transformers is installed, as xformers is: without it each is listed, and its
+# cells recorded, as unavailable with the command that installs it.
+register_interface("eager", "hf_eager", memory="quadratic")
+register_interface("sdpa", "hf_sdpa", memory="linear")
+register_interface(
+    "flex_attention", "hf_flex", memory="linear", dropout=False, dtypes=flex.DTYPES, supports=flex._supports
+)
+for _key in ("flash_attention_2", "flash_attention_3", "flash_attention_4"):
     register_interface(
-        "flex_attention",
-        "hf_flex",
-        memory="linear",
-        dropout=False,
-        dtypes=flex.DTYPES,
-        supports=flex._supports,
-    )
-    for _key in ("flash_attention_2", "flash_attention_3", "flash_attention_4"):
-        register_interface(
-            _key, "hf_fa" + _key[-1], devices=("cuda",), dtypes=("float16", "bfloat16"), padding=False,
-            lower_right=True, window=False, supports=_flash_supports, memory="linear",
-        )  # fmt: skip
+        _key, "hf_fa" + _key[-1], devices=("cuda",), dtypes=("float16", "bfloat16"), padding=False,
+        lower_right=True, window=False, supports=_flash_supports, memory="linear",
+    )  # fmt: skip

@@ -17,9 +17,9 @@ from attnbench.harness import correctness
 from attnbench.harness.cell import InputCache, measure_cell
 from attnbench.harness.settings import Settings
 from attnbench.harness.spec import CellSpec
-from attnbench.variants import registry
+from attnbench.variants import hf, registry
 
-transformers = pytest.importorskip("transformers")
+needs_transformers = pytest.mark.skipif(not hf.installed(), reason="transformers is not installed")
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
 TOL = correctness.TOLERANCE["float32"]
@@ -43,6 +43,7 @@ def measure(spec: CellSpec) -> dict:
     return measure_cell(spec, QUICK, InputCache(), timer=FakeTimer(median_ms=1.0, seed=7, call=True))
 
 
+@needs_transformers
 def test_the_registry_s_functions_are_variants_and_the_missing_ones_say_why():
     names = variants.all_variants()
     assert {"hf_eager", "hf_sdpa", "hf_flex", "hf_fa2", "hf_fa3", "hf_fa4"} <= set(names)
@@ -53,6 +54,7 @@ def test_the_registry_s_functions_are_variants_and_the_missing_ones_say_why():
         assert names[fa].availability("cpu") is not None
 
 
+@needs_transformers
 @pytest.mark.parametrize("axes", list(CELLS.values()), ids=list(CELLS))
 @pytest.mark.parametrize("name", ["hf_eager", "hf_sdpa"])
 def test_eager_and_sdpa_pass_the_gate(name, axes):
@@ -61,6 +63,7 @@ def test_eager_and_sdpa_pass_the_gate(name, axes):
     assert row["rel_err"] <= TOL and row["fresh_rel_err"] <= TOL
 
 
+@needs_transformers
 @pytest.mark.slow  # torch.compile: about 5 s a shape on 2 cores
 def test_flex_passes_the_gate():
     row = measure(cell("hf_flex", **CELLS["gqa-causal-padded"]))
@@ -68,6 +71,7 @@ def test_flex_passes_the_gate():
     assert row["rel_err"] <= TOL and row["fresh_rel_err"] <= TOL
 
 
+@needs_transformers
 def test_a_wrong_mask_sign_in_a_registered_attention_function_is_wrong():
     from transformers import AttentionInterface
     from transformers.models.llama.modeling_llama import repeat_kv
@@ -83,8 +87,6 @@ def test_a_wrong_mask_sign_in_a_registered_attention_function_is_wrong():
         return (weights @ v).transpose(1, 2).contiguous(), weights
 
     AttentionInterface.register("eager_wrong_sign", wrong_sign)
-    from attnbench.variants import hf
-
     hf.register_interface("eager_wrong_sign", "hf_wrong_sign")
     try:  # the adapter hands a registered function the mask eager gets: additive, as a model would
         assert measure(cell("hf_wrong_sign"))["status"] == "ok"  # nothing masked: the bug cannot show
@@ -94,6 +96,7 @@ def test_a_wrong_mask_sign_in_a_registered_attention_function_is_wrong():
         registry._REGISTRY.pop("hf_wrong_sign")
 
 
+@needs_transformers
 def test_the_hf_preset_answers_for_a_model_in_a_tiny_run(tmp_path):
     out = tmp_path / "hf"
     args = ("--preset", "hf", "--variants", "hf_eager,hf_sdpa", "--model", "llama3-8b", "--seq-len", "64")
@@ -104,3 +107,10 @@ def test_the_hf_preset_answers_for_a_model_in_a_tiny_run(tmp_path):
         ("hf_eager", "ok", 32, 8, True),
         ("hf_sdpa", "ok", 32, 8, True),
     }
+
+
+def test_without_transformers_the_variants_say_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(hf, "installed", lambda: False)
+    for name in ("hf_eager", "hf_sdpa", "hf_flex"):
+        reason = variants.get(name).availability("cpu")
+        assert reason == "transformers is not installed (pip install 'attnbench[transformers]')"
