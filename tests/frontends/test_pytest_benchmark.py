@@ -338,3 +338,26 @@ def test_bad_input_as_a_real_process(tmp_path):
     assert proc.stderr.strip().startswith("attnbench: error: ") and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def _ordinary() -> dict:
+    """An ordinary `benchmark(fn)` test of the same session, as pytest-benchmark writes it: no extra_info."""
+    bench = _benchmark()
+    bench.update(name="test_sum", fullname="tests/test_speed.py::test_sum", param=None, extra_info={})
+    return bench
+
+
+def test_ordinary_benchmarks_are_skipped_with_one_line_each_and_old_files_get_known_capabilities(
+    tmp_path, capsys
+):
+    path = _file(tmp_path, [_ordinary(), _benchmark("naive"), _benchmark("mine_unregistered")])
+    run = tmp_path / "run"
+    assert main(["import-benchmark", path, "--out", str(run)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    skipped = "skipped benchmark tests/test_speed.py::test_sum: not an attnbench grid cell"
+    assert [line for line in err if line.startswith("skipped")] == [f"{skipped} (no attnbench extra_info)"]
+    assert [r["variant"] for r in read_rows(run)] == ["naive", "mine_unregistered"]
+    meta = read_meta(run)
+    # a file without the plugin's capability records: the registry's, for the variants it knows
+    assert set(meta["variant_capabilities"]) == {"naive"}
+    assert meta["variant_capabilities"]["naive"]["memory"] == "quadratic" and meta["calibration"] == {}
