@@ -80,6 +80,7 @@ def pytest_in(site, project, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow  # real pytest sessions, each importing torch
 def test_entry_point_grid_sees_the_test_files_variant_and_imports_with_theory_and_peak(site, tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
@@ -118,6 +119,7 @@ def test_entry_point_grid_sees_the_test_files_variant_and_imports_with_theory_an
     assert table["peak_fraction_at_max"].notna().all() and (table["peak_fraction_at_max"] > 0).all()
 
 
+@pytest.mark.slow
 def test_a_session_without_the_grid_is_untouched_and_benchmarks_conftest_adds_no_second_copy(site, tmp_path):
     project = tmp_path / "proj"
     project.mkdir()

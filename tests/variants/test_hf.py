@@ -97,6 +97,7 @@ def test_a_wrong_mask_sign_in_a_registered_attention_function_is_wrong():
 
 
 @needs_transformers
+@pytest.mark.slow  # a real run: a worker that imports transformers, calibration
 def test_the_hf_preset_answers_for_a_model_in_a_tiny_run(tmp_path):
     out = tmp_path / "hf"
     args = ("--preset", "hf", "--variants", "hf_eager,hf_sdpa", "--model", "llama3-8b", "--seq-len", "64")
