@@ -61,7 +61,8 @@ def _has_cuda(session: nox.Session) -> bool:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (all of it; pass -m 'not slow' to skip the slow tests)."""
-    _install(session, "dev", "ray", "slurm")  # the executors' tests skip without them: CI has them
+    # the executors' and transformers' tests skip without them: CI has them
+    _install(session, "dev", "ray", "slurm", "transformers")
     session.run("python", "-m", "pytest", *(session.posargs or ["tests"]))
 
 

@@ -744,11 +744,20 @@ def _add_profile(sub) -> None:
 
 def cmd_import_benchmark(args: argparse.Namespace) -> int:
     """A pytest-benchmark JSON file from `pytest benchmarks/` as a run directory (report, export, compare)."""
+    from attnbench import variants
     from attnbench.results import RunDirError
     from attnbench.results.pytest_benchmark import import_file
 
+    def known(name: str) -> dict | None:  # an older file's variants, as this installation registers them
+        found = variants.all_variants().get(name)
+        return found.record() if found is not None else None
+
+    def skipped(name: str) -> None:
+        print(f"skipped benchmark {printable(name)}: not an attnbench grid cell (no attnbench extra_info)",
+              file=sys.stderr)  # fmt: skip
+
     try:
-        path, counts = import_file(args.json_file, args.out)
+        path, counts = import_file(args.json_file, args.out, capabilities=known, on_skip=skipped)
     except (RunDirError, ValueError) as exc:  # BenchmarkFileError is a ValueError
         raise BadInput(str(exc)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))

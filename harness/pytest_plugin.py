@@ -2,8 +2,13 @@
 
     pytest benchmarks/ --benchmark-only [--benchmark-json out.json] [--attn-seq-len 512,2048 ...]
 
-Loaded by `benchmarks/conftest.py` (`pytest_plugins`), never as a global entry point, so the
-project's own `tests/` runs do not see it. Each grid cell is one test, `test_attention[<cell id>]`:
+Loaded through its `pytest11` entry point (`pip install attnbench`: every pytest session of a project
+that has attnbench installed) and by `benchmarks/conftest.py` (a checkout without the install). It acts
+only where it is used: it adds its --attn-* options, and builds the grid when a test asks for the `attn_cell`
+fixture, at collection, after that test's module was imported, so a variant the test file registers
+(`@attnbench.register`) is part of the grid; a session that never uses the fixture (attnbench's own
+`tests/`, a project's unit tests) sees no grid, no header, no summary and no JSON block. Each grid cell is
+one test, `test_attention[<cell id>]`:
 
 - Everything but the timing is harness.cell's, as in `attnbench run`: the capability check and the
   memory guard, then `prepare` (seeded inputs, the float64 correctness gate, gradients too for fwdbwd,
@@ -19,7 +24,9 @@ project's own `tests/` runs do not see it. Each grid cell is one test, `test_att
   peak_mem_bytes, the gate's max_abs_err / rel_err / grad_rel_err / fresh_rel_err, first_call_ms and
   setup_ms: what `attnbench import-benchmark` needs to rebuild result rows. Cells that are not timed
   (unsupported here, memory guard, OOM, error) are skipped or failed with their reason and listed in
-  the JSON file's top-level "attnbench" block, beside this machine's fingerprint.
+  the JSON file's top-level "attnbench" block, beside this machine's fingerprint, the capability record
+  of each variant of the grid (what the report's theory reads) and this machine's calibration (matmul and
+  copy ceilings for % of peak: --attn-calibrate-ms of sampling per dtype, after the timed tests).
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ from attnbench.harness import options
 EXTRA_INFO_FORMAT = 1  # version of the extra_info / "attnbench" JSON block read by results.pytest_benchmark
 PREFIX = "attn_"  # --attn-seq-len is the sweep's seq_len: the same options as `attnbench run`, prefixed
 # the axes of `attnbench run` (the defaults of a sweep) and its --threads (harness.options)
-GRID_OPTIONS = [*options.axis_options(), *(o for o in options.setting_options() if o.key == "threads")]
+GRID_OPTIONS = [
+    *options.axis_options(), *(o for o in options.setting_options() if o.key in ("threads", "calibrate_ms")),
+]  # fmt: skip
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,19 +71,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @dataclass
 class _Session:
-    """Per pytest session: the grid, the shared input cache and the cells that were not timed."""
+    """Per pytest session: the sweep the --attn-* options give, and once a test uses the grid its cells,
+    the shared input cache and the cells that were not timed."""
 
-    cells: dict  # cell_id -> CellSpec, in sweep order
-    settings: object
-    cache: object
-    untimed: list
+    sweep: object | None = None  # the SweepSpec, checked at configure when an --attn-* option is given
+    cells: dict | None = None  # cell_id -> CellSpec, in sweep order; None: no test used the grid
+    settings: object = None
+    cache: object = None
+    untimed: list | None = None
+    error: str | None = None  # why the grid could not be built (an unknown variant), said after collection
 
 
 _KEY = pytest.StashKey[_Session]()
 
 
-def build_cells(config: pytest.Config):
-    """The CellSpecs of the grid the --attn-* options describe; ValueError naming a bad value."""
+def _sweep(config: pytest.Config):
+    """The SweepSpec of the --attn-* options, the variant files loaded; ValueError naming a bad value."""
     from attnbench import variants
     from attnbench.harness.sweeps import build_sweep
 
@@ -82,6 +94,16 @@ def build_cells(config: pytest.Config):
     sweep = build_sweep(given, name=lambda key: "--attn-" + key.replace("_", "-"))
     for path in config.getoption("attn_variant_file"):
         variants.load_variant_file(path)
+    return sweep
+
+
+def build_cells(config: pytest.Config):
+    """The CellSpecs of the grid the --attn-* options describe, over the variants registered now (the test
+    modules collected so far among them); ValueError naming a bad value."""
+    from attnbench import variants
+
+    state = config.stash.get(_KEY, None)
+    sweep = state.sweep if state is not None and state.sweep is not None else _sweep(config)
     if sweep.variants:
         names = [v.name for v in variants.resolve(list(sweep.variants))]
     else:
@@ -91,39 +113,65 @@ def build_cells(config: pytest.Config):
     return sweep.cells(names), sweep.settings
 
 
+def _given(config: pytest.Config) -> bool:
+    given = options.given_options(vars(config.option), GRID_OPTIONS, PREFIX)
+    return any(v is not None for v in given.values()) or bool(config.getoption("attn_variant_file"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    from attnbench.harness.cell import InputCache
-
-    try:
-        cells, settings = build_cells(config)
-    except ValueError as exc:  # SweepSpec, Settings, parse_* and VariantError all name the bad value
-        raise pytest.UsageError(f"attnbench: {exc}") from None
-    if settings.threads:
-        import torch
-
-        torch.set_num_threads(settings.threads)  # as the harness's worker does; recorded in each row
-    by_id = {c.cell_id: c for c in cells}
-    config.stash[_KEY] = _Session(cells=by_id, settings=settings, cache=InputCache(), untimed=[])
+    state = _Session()
+    if _given(config):  # bad values are refused before collection, in one line
+        try:
+            state.sweep = _sweep(config)
+        except ValueError as exc:  # SweepSpec, Settings, parse_* and VariantError all name the bad value
+            raise pytest.UsageError(f"attnbench: {exc}") from None
+    config.stash[_KEY] = state
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    cells = list(config.stash[_KEY].cells.values())
-    names = list(dict.fromkeys(c.variant for c in cells))
-    lengths = sorted({c.seq_len for c in cells})
-    import torch
+def _grid(config: pytest.Config) -> _Session:
+    """The session's grid, built on first use."""
+    state = config.stash[_KEY]
+    if state.cells is None:
+        from attnbench.harness.cell import InputCache
 
-    return (
-        f"attnbench grid: {len(cells)} cells; variants {', '.join(names)}; seq_len {lengths}; "
-        f"torch threads {torch.get_num_threads()}"
-    )
+        try:
+            cells, settings = build_cells(config)
+        except ValueError as exc:  # an unknown variant: pytest_collection_finish ends the session with it
+            state.error = f"attnbench: {exc}"
+            state.cells = {}
+            return state
+        if settings.threads:
+            import torch
+
+            torch.set_num_threads(settings.threads)  # as the harness's worker does; recorded in each row
+        state.cells = {c.cell_id: c for c in cells}
+        state.settings, state.cache, state.untimed = settings, InputCache(), []
+    return state
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    state = config.stash.get(_KEY, None)
+    if state is None or state.sweep is None:
+        return None  # the options only: the grid is built at collection, where a test uses it
+    sweep = state.sweep
+    names = ", ".join(sweep.variants) if sweep.variants else "every default variant"
+    return f"attnbench grid: variants {names}; seq_len {list(sweep.seq_len)}"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "attn_cell" in metafunc.fixturenames:
         # cells come grouped by shape (SweepSpec.cells), so consecutive variants share inputs and reference;
         # the parameter is the cell_id (a string pytest-benchmark can store), turned into its CellSpec below
-        ids = list(metafunc.config.stash[_KEY].cells)
+        ids = list(_grid(metafunc.config).cells)
         metafunc.parametrize("attn_cell", ids, ids=[i.replace("|", "-") for i in ids], indirect=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A grid that could not be built ends the session in one line with pytest's usage-error status (an
+    exception inside collection would be a collection error with a traceback)."""
+    state = session.config.stash.get(_KEY, None)
+    if state is not None and state.error:
+        pytest.exit(state.error, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture
@@ -262,16 +310,28 @@ def _rounds(config: pytest.Config, setup, target, settings) -> int:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
-    """Add the attnbench block: format version, this machine's fingerprint, the cells not timed."""
+    """Add the attnbench block: format version, this machine's fingerprint, the cells not timed, each grid
+    variant's capability record and the calibration of the devices that timed cells."""
+    from attnbench import variants
+    from attnbench.harness.calibrate import calibrate
     from attnbench.harness.fingerprint import collect
 
     state = config.stash.get(_KEY, None)
-    if state is None:
-        return
+    if state is None or state.cells is None:
+        return  # no test used the grid
+    cells = list(state.cells.values())
+    names = list(dict.fromkeys(c.variant for c in cells))
+    timed = [c for c in cells if any(b.get("extra_info", {}).get("cell_id") == c.cell_id for b in benchmarks)]
+    calibration = {}
+    for device in dict.fromkeys(c.device for c in timed):
+        dtypes = list(dict.fromkeys(c.dtype for c in timed if c.device == device))
+        calibration[device] = calibrate(device, dtypes, state.settings.calibrate_ms)
     output_json["attnbench"] = {
         "format": EXTRA_INFO_FORMAT,
         "fingerprint": collect(),
         "untimed": list(state.untimed),
+        "variant_capabilities": {name: variants.get(name).record() for name in names},
+        "calibration": calibration,
     }
 
 
@@ -280,7 +340,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     """One line per timed cell: what pytest-benchmark's table does not show (TFLOP/s, memory, error)."""
     state = config.stash.get(_KEY, None)
     bs = getattr(config, "_benchmarksession", None)
-    if state is None or bs is None:
+    if state is None or state.cells is None or bs is None:
         return
     timed = [b for b in bs.benchmarks if b.extra_info.get("attnbench_format") and b.stats]
     if not timed:

@@ -11,7 +11,12 @@ What the file holds, and where it goes:
   quartile method, which may differ slightly). tflops is recomputed from the stored median;
 - the top-level "attnbench" block: this machine's fingerprint and the cells the plugin did not time
   (unsupported here, memory guard, OOM, error) -> meta.json's fingerprint, and rows of their status;
+- the block's variant_capabilities and calibration (files from attnbench 0.2.1 on) -> meta.json's, so
+  that the report knows each variant's memory class (its theory) and this machine's ceilings (% of peak);
+  for an older file the caller may hand the capabilities of the variants it knows (the CLI: the registry's);
 - machine_info, commit_info, the pytest-benchmark version and its timing options -> meta.json.
+Benchmarks of other tests in the same file (an ordinary `benchmark(fn)`: no attnbench extra_info) are not
+cells: each is skipped, named to `on_skip`; a file with no cell at all is refused.
 Everything is read and checked before anything is written; results never imports harness.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -133,14 +139,32 @@ def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
     return row
 
 
+def is_cell(bench: Any) -> bool:
+    """Whether a benchmark is an attnbench grid cell (the plugin's extra_info carries its format), not an
+    ordinary pytest-benchmark test of the same session."""
+    info = bench.get("extra_info") if isinstance(bench, dict) else None
+    return isinstance(info, dict) and "attnbench_format" in info
+
+
+def ordinary(data: dict[str, Any]) -> list[str]:
+    """The names of the file's benchmarks that are not grid cells (skipped by the import)."""
+    return [
+        str(b.get("fullname") or b.get("name"))
+        for b in data["benchmarks"]
+        if isinstance(b, dict) and not is_cell(b)
+    ]
+
+
 def rows_from(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Result rows (timed cells first, then the cells the plugin did not time), every one checked."""
+    """Result rows (timed cells first, then the cells the plugin did not time), every one checked; ordinary
+    benchmarks are left out (`ordinary`)."""
     rows = []
     for i, bench in enumerate(data["benchmarks"]):
         name = bench.get("name", f"#{i}") if isinstance(bench, dict) else f"#{i}"
         if not isinstance(bench, dict):
             raise BenchmarkFileError(f"benchmark {name}: expected an object")
-        rows.append(_timed_row(bench, f"benchmark {name!r}"))
+        if is_cell(bench):
+            rows.append(_timed_row(bench, f"benchmark {name!r}"))
     block = data.get("attnbench")
     untimed = block.get("untimed") if isinstance(block, dict) else None
     if block is not None and (not isinstance(untimed, list) or block.get("format") not in READABLE_FORMATS):
@@ -152,6 +176,13 @@ def rows_from(data: dict[str, Any]) -> list[dict[str, Any]]:
         _check_cell(info, f"untimed cell #{i}")
         rows.append({k: v for k, v in info.items() if k in COLUMNS or k == "cell_id"})
     if not rows:
+        others = len(data["benchmarks"])
+        if others:
+            raise BenchmarkFileError(
+                f"the file holds no attnbench cells, only {others} other benchmark{'s' * (others > 1)} (no "
+                "attnbench extra_info); write the grid with `pytest benchmarks/ --benchmark-only "
+                "--benchmark-json FILE`"
+            )
         raise BenchmarkFileError("the file holds no benchmarks (did every test fail or get skipped?)")
     seen: set[str] = set()
     for row in rows:
@@ -184,9 +215,20 @@ def _fingerprint(machine_info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def meta_from(data: dict[str, Any], rows: list[dict[str, Any]], source: str | Path) -> dict[str, Any]:
-    """meta.json for the imported run: provenance, the grid's axes, fingerprint, machine and commit info."""
+def meta_from(
+    data: dict[str, Any],
+    rows: list[dict[str, Any]],
+    source: str | Path,
+    capabilities: Callable[[str], dict[str, Any] | None] | None = None,
+) -> dict[str, Any]:
+    """meta.json for the imported run: provenance, the grid's axes, fingerprint, each variant's capability
+    record (the file's, else `capabilities(name)`'s where it knows the name), calibration, machine and
+    commit info."""
     block = data.get("attnbench") if isinstance(data.get("attnbench"), dict) else {}
+    recorded = (
+        block.get("variant_capabilities") if isinstance(block.get("variant_capabilities"), dict) else {}
+    )
+    calibration = block.get("calibration") if isinstance(block.get("calibration"), dict) else {}
     sweep: dict[str, list] = {}
     for a in SWEEP_AXES:  # each axis as a SweepSpec holds it, so that meta["sweep"] reads like a run's
         if not a.identity:
@@ -212,22 +254,35 @@ def meta_from(data: dict[str, Any], rows: list[dict[str, Any]], source: str | Pa
         },
         "sweep": sweep,
         "variants": sweep["variants"],
+        "variant_capabilities": {
+            name: record
+            for name in sweep["variants"]
+            if isinstance(record := recorded.get(name) or (capabilities and capabilities(name)), dict)
+        },
         "fingerprint": block.get("fingerprint") or _fingerprint(data["machine_info"]),
-        "calibration": {},
+        "calibration": calibration,
         "machine_info": data["machine_info"],
         "commit_info": data.get("commit_info") or {},
     }
 
 
-def import_file(path: str | Path, out: str | Path) -> tuple[Path, dict[str, int]]:
-    """Write the run directory `out` from a pytest-benchmark JSON file; (out, status counts).
+def import_file(
+    path: str | Path,
+    out: str | Path,
+    *,
+    capabilities: Callable[[str], dict[str, Any] | None] | None = None,
+    on_skip: Callable[[str], None] | None = None,
+) -> tuple[Path, dict[str, int]]:
+    """Write the run directory `out` from a pytest-benchmark JSON file; (out, status counts). Each ordinary
+    benchmark is left out and named to `on_skip`; `capabilities(name)` gives the capability record of a
+    variant the file has none for (meta_from).
 
     Refuses (BenchmarkFileError or RunDirError, nothing written) a bad file or an `out` that is a file,
     a run or a non-empty directory.
     """
     data = read_file(path)
     rows = rows_from(data)
-    meta = meta_from(data, rows, path)
+    meta = meta_from(data, rows, path, capabilities)
     target = Path(out)
     if target.exists() and not target.is_dir():
         raise RunDirError(f"{str(out)!r} exists and is not a directory")
@@ -235,6 +290,9 @@ def import_file(path: str | Path, out: str | Path) -> tuple[Path, dict[str, int]
         raise RunDirError(f"{str(out)!r} already holds an attnbench run; choose another --out")
     if target.exists() and any(target.iterdir()):
         raise RunDirError(f"{str(out)!r} already exists and is not empty; choose another --out")
+    for name in ordinary(data):
+        if on_skip is not None:
+            on_skip(name)
     writer = RunWriter(target)
     try:
         writer.write_meta(meta)

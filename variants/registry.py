@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from . import adapt
 from .mods import MOD_KINDS, NONE, mod_kind
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 
@@ -225,12 +226,21 @@ _current_source = ["builtin"]
 
 
 def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register `fn` under `name` with the given Capability fields (setup=hook among them).
-    Returns fn unchanged."""
+    """Decorator: register `fn` under `name` with the given Capability fields (setup=hook among them), and
+    the shapes of a function written for other code (takes=, returns=, mask=: variants.adapt). Returns fn
+    unchanged."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        cap = Capability(name=name, **capability)
-        add(Variant(fn=fn, cap=cap, source=_current_source[0]))
+        options = dict(capability)
+        try:
+            decl = adapt.declared(name, options)
+        except ValueError as exc:
+            raise VariantError(str(exc)) from None
+        call = fn
+        if decl:  # fn in attnbench's calling convention, and the setup hook that makes its mask per cell
+            call, options["setup"] = adapt.wrap(name, fn, decl, options.get("setup"))
+        cap = Capability(name=name, **options)
+        add(Variant(fn=call, cap=cap, source=_current_source[0]))
         return fn
 
     return decorate
@@ -256,6 +266,7 @@ def _load_builtins() -> None:
         "sdpa",
         "flex",
         "xformers_mea",
+        "hf",  # transformers' attention functions, when it is installed
     ):  # registration order = list order
         importlib.import_module(f".{module}", __package__)
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,12 @@ from .base import OnDevice, OnRow, Plan, Say
 from .dispatch import Dispatcher
 
 INSTALL = "--executor ray needs Ray, which is not installed: pip install 'attnbench[ray]'"
+# --ray-address is checked before anything is written, in this many seconds at most: a TCP connect to the
+# address (refused or unroutable: one line at once), then a real ray.init in a child process, killed when
+# it runs over (Ray itself retries a wrong address for minutes, printing only its retry lines)
+CONNECT_TIMEOUT_S = 20.0
+TCP_TIMEOUT_S = 5.0
+GCS_PORT, CLIENT_PORT = 6379, 10001  # Ray's defaults: `ray start --head`, and Ray Client's ray://
 MAX_DEATHS = 3  # an actor that dies this many times in a row without finishing a cell is not replaced
 
 
@@ -50,6 +58,50 @@ def _ray(local: bool = False):
     except ImportError:
         raise ValueError(INSTALL) from None
     return ray
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """(host, port) of a Ray address: `host:port` (the GCS), `ray://host[:port]` (Ray Client), `[v6]:port`."""
+    client = address.startswith("ray://")
+    rest = address.removeprefix("ray://").rstrip("/")
+    host, sep, port = rest.rpartition(":") if not rest.endswith("]") else ("", "", "")
+    if not sep or not port.isdigit():
+        host, port = rest, str(CLIENT_PORT if client else GCS_PORT)
+    return host.strip("[]"), int(port)
+
+
+def reach(address: str, timeout: float) -> None:
+    """Return when a Ray cluster answers at `address` within `timeout` seconds; else ValueError in one line.
+    Nothing of Ray is imported here (it reads its environment when imported): the join is tried in a child."""
+    start = time.monotonic()
+    where = address
+    if address not in ("auto", "local"):  # auto: the cluster this machine started; local: a new one
+        host, port = host_port(address)
+        where = f"{host}:{port}"
+        try:
+            socket.create_connection((host, port), timeout=min(TCP_TIMEOUT_S, timeout)).close()
+        except OSError as exc:
+            why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+            raise ValueError(
+                f"--ray-address {address}: nothing answers at {where} ({why}); start the cluster there "
+                "(`ray start --head` listens on 6379) or leave --ray-address out for a private one here"
+            ) from None
+    code = "import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')"
+    left = max(1.0, timeout - (time.monotonic() - start))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, address], capture_output=True, text=True, timeout=left,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ValueError(
+            f"--ray-address {address}: {where} accepts connections but no Ray cluster answered within "
+            f"{timeout:g} s (is it Ray's GCS port, 6379 by default, or ray://host:10001 for Ray Client?)"
+        ) from None
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        said = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "no message")
+        raise ValueError(f"--ray-address {address}: Ray could not join the cluster at {where}: {said[:300]}")
 
 
 class CellActor:
@@ -135,6 +187,9 @@ class RayExecutor:
         # found, not imported: Ray reads its environment when imported, and run() sets it first
         if importlib.util.find_spec("ray") is None:
             raise ValueError(INSTALL)
+        ray = sys.modules.get("ray")
+        if self.address and not (ray is not None and ray.is_initialized()):  # not joined by this process yet
+            reach(self.address, CONNECT_TIMEOUT_S)
 
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
         ray = _ray(local=not self.address)

@@ -10,7 +10,8 @@ went away, waiting for the tasks still alive. The run directory must be on a fil
 each task first looks for the driver's marker file there and fails with a message saying so if it is not.
 
 submitit is optional (`pip install attnbench[slurm]`) and imported only when this executor is used;
-`local=True` (`--slurm-local`) runs the tasks with submitit's LocalExecutor, as processes on this machine.
+`local=True` (`--slurm-local`) runs the tasks with submitit's LocalExecutor, as processes on this machine,
+all at once: there every cpu cell goes to one task (`chunk_cells`), so CPU cells are timed one at a time.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class SlurmExecutor:
             return
         procs = max(1, self.options["gpus_per_node"])  # one process (one CellRunner) per GPU of a node
         n_tasks = self.options["tasks"] or min(DEFAULT_MAX_TASKS, len(_series(todo)))
-        chunks = split(todo, n_tasks * procs)
+        chunks = chunk_cells(todo, n_tasks * procs, local=self.options["local"])
         shards = plan.run_dir.resolve() / SHARDS  # absolute: the tasks, and a later collect, start elsewhere
         shards.mkdir(exist_ok=True)
         submission = 1 + len(list(shards.glob("submission-*.json")))
@@ -208,6 +209,18 @@ class SlurmExecutor:
             params["array_parallelism"] = o["array_parallelism"]
         ex.update_parameters(**params)
         return ex
+
+
+def chunk_cells(cells: list[CellSpec], n: int, *, local: bool) -> list[list[CellSpec]]:
+    """The chunks of one submission: `split`, except that with `local` (every task a process on this
+    machine, all running at once) every cpu cell goes into one chunk, measured one after another by one
+    process, as the local executor allows one CPU worker per machine: two CPU cells timed at once on the
+    same cores corrupt each other. cuda cells are split as ever (a task per GPU)."""
+    if not local:
+        return split(cells, n)
+    cpu = [c for c in cells if c.device == "cpu"]
+    other = [c for c in cells if c.device != "cpu"]
+    return ([cpu] if cpu else []) + (split(other, max(1, n - bool(cpu))) if other else [])
 
 
 def split(cells: list[CellSpec], n: int) -> list[list[CellSpec]]:

@@ -161,13 +161,16 @@ def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
 def test_bad_grid_option_is_a_usage_error():
     proc = run_pytest_benchmarks("--benchmark-only", "--attn-variants", "naive,nope", timeout=120)
     assert proc.returncode == 4  # pytest's usage error
-    assert "unknown variant 'nope'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "unknown variant 'nope'" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_plugin_is_not_loaded_into_the_test_suite(request):
-    assert not request.config.pluginmanager.has_plugin("attnbench.harness.pytest_plugin")
-    assert not hasattr(request.config.option, "attn_seq_len")
+def test_the_plugin_builds_no_grid_in_the_test_suite(request):
+    # loaded through the pytest11 entry point where attnbench is installed with it: options only, no grid
+    from attnbench.harness import pytest_plugin
+
+    if request.config.pluginmanager.has_plugin("attnbench.harness.pytest_plugin"):
+        assert request.config.stash[pytest_plugin._KEY].cells is None
 
 
 @pytest.mark.parametrize("spread", [0.09, 0.11])
@@ -245,6 +248,12 @@ def _no_extra_info(tmp_path):
     return _file(tmp_path, [bench])
 
 
+def _missing_keys(tmp_path):
+    bench = _benchmark()
+    bench["extra_info"] = {"attnbench_format": 1}
+    return _file(tmp_path, [bench])
+
+
 def _bad_status(tmp_path):
     bench = _benchmark()
     bench["extra_info"]["status"] = "great"
@@ -267,7 +276,8 @@ BAD_FILES = {
     "JSON list": (lambda t: _text(t, "[1, 2]"), "is not a pytest-benchmark JSON file"),
     "other JSON": (lambda t: _text(t, '{"benchmarks": 3}'), "is not a pytest-benchmark JSON file"),
     "no benchmarks": (lambda t: _file(t, []), "holds no benchmarks"),
-    "no extra_info": (_no_extra_info, "has no attnbench extra_info"),
+    "no extra_info": (_no_extra_info, "holds no attnbench cells, only 1 other benchmark"),
+    "extra_info without keys": (_missing_keys, "has no attnbench extra_info (missing"),
     "bad status": (_bad_status, "unknown status 'great'"),
     "cell twice": (_twice, "appears twice"),
 }
@@ -328,3 +338,26 @@ def test_bad_input_as_a_real_process(tmp_path):
     assert proc.stderr.strip().startswith("attnbench: error: ") and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def _ordinary() -> dict:
+    """An ordinary `benchmark(fn)` test of the same session, as pytest-benchmark writes it: no extra_info."""
+    bench = _benchmark()
+    bench.update(name="test_sum", fullname="tests/test_speed.py::test_sum", param=None, extra_info={})
+    return bench
+
+
+def test_ordinary_benchmarks_are_skipped_with_one_line_each_and_old_files_get_known_capabilities(
+    tmp_path, capsys
+):
+    path = _file(tmp_path, [_ordinary(), _benchmark("naive"), _benchmark("mine_unregistered")])
+    run = tmp_path / "run"
+    assert main(["import-benchmark", path, "--out", str(run)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    skipped = "skipped benchmark tests/test_speed.py::test_sum: not an attnbench grid cell"
+    assert [line for line in err if line.startswith("skipped")] == [f"{skipped} (no attnbench extra_info)"]
+    assert [r["variant"] for r in read_rows(run)] == ["naive", "mine_unregistered"]
+    meta = read_meta(run)
+    # a file without the plugin's capability records: the registry's, for the variants it knows
+    assert set(meta["variant_capabilities"]) == {"naive"}
+    assert meta["variant_capabilities"]["naive"]["memory"] == "quadratic" and meta["calibration"] == {}

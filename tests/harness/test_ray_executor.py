@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +41,42 @@ def test_missing_ray_is_one_line(tmp_path, monkeypatch):
     p = run_cli("run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "install 'attnbench[ray]'" in p.stderr and not out.exists()
+
+
+# Before the tests that join the module's cluster: a process that has joined one is not probed again.
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"], ids=["refused", "no-host"])
+def test_an_unreachable_ray_address_is_one_line_at_once_with_nothing_written(tmp_path, address):
+    pytest.importorskip("ray")
+    out = tmp_path / "r"
+    started = time.monotonic()
+    p = run_cli("run", "--executor", "ray", "--ray-address", address, "--variants", "naive", "--seq-len",
+                "16", "--out", str(out))  # fmt: skip
+    assert time.monotonic() - started < 30
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (
+        p.stderr.startswith(f"attnbench: error: --ray-address {address}: nothing answers at")
+        and not out.exists()
+    )
+
+
+def test_a_port_that_is_not_ray_is_one_line_within_the_bound_with_nothing_written(tmp_path, monkeypatch):
+    """Something listens but is no Ray cluster: Ray would retry for minutes; the join is tried in a child that
+    is killed at the bound (shortened here; 20 s by default)."""
+    pytest.importorskip("ray")
+    from attnbench.harness.executors import ray as ray_executor
+
+    monkeypatch.setattr(ray_executor, "CONNECT_TIMEOUT_S", 3.0)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        out = tmp_path / "r"
+        started = time.monotonic()
+        p = run_cli("run", "--executor", "ray", "--ray-address", address, "--variants", "naive", "--seq-len",
+                    "16", "--out", str(out))  # fmt: skip
+    assert time.monotonic() - started < 10
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "accepts connections but no Ray cluster answered within 3 s" in p.stderr and not out.exists()
 
 
 @pytest.fixture(scope="module")

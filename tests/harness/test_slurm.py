@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli, wait_while_running
 
-from attnbench.harness.executors.slurm import _minutes, parse_opts, run_task, split
+from attnbench.harness.executors.slurm import _minutes, chunk_cells, parse_opts, run_task, split
 from attnbench.harness.sweeps import build_sweep
 from attnbench.results.store import RunWriter, read_rows
 
@@ -34,6 +34,27 @@ def test_split_keeps_each_series_in_one_chunk():
             same = [d.seq_len for d in cells if d.group_key == c.group_key]
             assert [d.seq_len for d in ch if d.group_key == c.group_key] == same
     assert len(split(cells, 100)) == 4  # never more chunks than series
+
+
+def test_slurm_local_measures_cpu_cells_in_one_chunk_and_splits_cuda_ones():
+    sweep = build_sweep({"variants": "naive,chunked", "seq_len": "16..64", "devices": "cpu,cuda"})
+    cells = sweep.cells(["naive", "chunked"])
+    cpu = [c.cell_id for c in cells if c.device == "cpu"]
+    local = chunk_cells(cells, 4, local=True)
+    assert [c.cell_id for c in local[0]] == cpu  # one process, one after another, in plan order
+    assert all(c.device == "cuda" for chunk in local[1:] for c in chunk) and len(local) == 3
+    assert len(chunk_cells(cells, 4, local=False)) == 4  # on Slurm's nodes, cpu series spread as before
+
+
+@pytest.mark.slow
+def test_slurm_local_runs_cpu_cells_one_at_a_time(tmp_path):
+    out = tmp_path / "r"
+    args = ["--executor", "slurm", "--slurm-local", "--slurm-tasks", "2", "--variants", "naive,chunked"]
+    run_cli("run", *args, "--seq-len", "16,32", *TINY, "--out", str(out), "-q", check=True, timeout=600)
+    (task,) = json.loads((out / "shards" / "submission-1.json").read_text())["tasks"]  # one, though 2 asked
+    assert len(task["chunks"]) == 1
+    rows = read_rows(out)
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
 
 
 def test_slurm_flag_text():
@@ -123,7 +144,7 @@ def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(t
     kept = [json.loads(line) for line in victim.read_text().splitlines() if line.endswith("}")]
     assert 1 <= len(kept) < 3  # the killed task kept its finished rows, and left cells undone
 
-    # waits for task 1, then runs what is missing; a real process: `collect`'s one (see test_packaging.py)
+    # runs what is missing; a real process: `collect`'s one (see test_packaging.py)
     p = run_cli("collect", str(out), check=True, timeout=600, process=True)
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]
@@ -138,8 +159,10 @@ def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(t
     # and rows.jsonl rows that are the shard rows untouched but for the run id (one test for both: every
     # local array task starts a worker, tens of seconds on 2 cores)
     sub1 = json.loads(sub.read_text())
-    assert sub1["backend"] == "local" and len(sub1["tasks"]) == 2
-    survivor = tasks[1]["chunks"][0]
+    # one task, though 2 were asked: --slurm-local measures cpu cells one at a time; the second submission's
+    # task finished what the killed one left
+    assert sub1["backend"] == "local" and len(sub1["tasks"]) == 1
+    survivor = json.loads((out / "shards" / "submission-2.json").read_text())["tasks"][0]["chunks"][0]
     assert (out / "shards" / f"{survivor}.done").is_file()
     assert (out / "shards" / f"{survivor}.device.json").is_file()
     meta = json.loads((out / "meta.json").read_text())

@@ -1,0 +1,95 @@
+"""Declared shapes (variants.adapt): code written for a model ((B, N, H, d), a tuple return, an additive or
+boolean mask) registers with one line and passes, or fails, the float64 gate through the real harness."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import tensors
+import torch
+from conftest import DATA, load_plugin, run_cli
+from fakes import FakeTimer
+
+from attnbench import register, variants
+from attnbench.harness import correctness
+from attnbench.harness.cell import InputCache, measure_cell
+from attnbench.harness.settings import Settings
+from attnbench.harness.spec import CellSpec
+from attnbench.variants import registry
+
+QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
+TOL = correctness.TOLERANCE["float32"]
+AXES = {
+    "plain": {},
+    "causal-padded": {"causal": True, "padding": 0.25},
+    "lower-right": {"causal": True, "causal_align": "lower-right", "seq_k": 48},
+    "window": {"causal": True, "window": 8},
+}
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    return load_plugin(DATA / "declared_variants.py")
+
+
+def cell(variant: str, **axes) -> CellSpec:
+    return dataclasses.replace(CellSpec(variant, "cpu", "float32", 2, 3, 32, 8, 8, False, 0.0, "fwd"), **axes)
+
+
+@pytest.mark.parametrize("axes", list(AXES.values()), ids=list(AXES))
+@pytest.mark.parametrize("name", ["declared_model", "declared_sdpa_bool"])
+def test_declared_variants_pass_the_gate_through_the_harness(plugin, name, axes):
+    row = measure_cell(
+        cell(name, **axes), QUICK, InputCache(), timer=FakeTimer(median_ms=1.0, seed=7, call=True)
+    )
+    assert (row["status"], row["message"]) == ("ok", ""), row
+    assert row["rel_err"] <= TOL and row["fresh_rel_err"] <= TOL
+    assert row["layout"] == ("bnhd" if name == "declared_model" else "bhnd")
+
+
+def test_the_mask_is_made_once_per_cell_and_additive_in_the_inputs_dtype(plugin):
+    plugin.CALLS.clear()
+    timer = FakeTimer(median_ms=1.0, seed=7, call=True)
+    row = measure_cell(cell("declared_model", causal=True, padding=0.25), QUICK, InputCache(), timer=timer)
+    assert row["status"] == "ok" and row["setup_ms"] >= 0
+    assert {m for _, m in plugin.CALLS} == {(torch.float32, (2, 1, 32, 32))}
+    assert len(plugin.CALLS) >= timer.calls + 2
+
+
+def test_a_wrong_mask_sign_is_caught(plugin):
+    row = measure_cell(
+        cell("declared_wrong_sign", causal=True), QUICK, InputCache(), timer=FakeTimer(median_ms=1.0)
+    )
+    assert row["status"] == "wrong", row
+    q, k, v = tensors.qkv(b=2, h=3, n_q=20, d_k=8)
+    assert not correctness.check(variants.get("declared_wrong_sign"), q, k, v, causal=True).passed
+    assert correctness.check(variants.get("declared_model"), q, k, v, causal=True).passed
+
+
+def test_a_tuple_not_returned_is_named(plugin):
+    register("declared_not_tuple", takes="bnhd", returns="first", mask="additive")(
+        lambda q, k, v, attn_mask=None, dropout_p=0.0, scale=None: q
+    )
+    q, k, v = tensors.qkv(b=1, h=2, n_q=4, d_k=8)
+    with pytest.raises(TypeError, match="declared_not_tuple is declared returns='first' but returned Tensor"):
+        variants.get("declared_not_tuple")(q, k, v)
+    registry._REGISTRY.pop("declared_not_tuple")
+
+
+@pytest.mark.parametrize(
+    "decl,message",
+    [
+        ({"takes": "bshd"}, "variant bad_decl: takes must be one of ('bhnd', 'bnhd'), not 'bshd'"),
+        (
+            {"mask": "float"},
+            "variant bad_decl: mask must be one of ('flags', 'bool', 'additive'), not 'float'",
+        ),
+        ({"mask": "bool", "mask_arg": "attn mask"}, "variant bad_decl: mask_arg must be a keyword name"),
+    ],
+)
+def test_a_bad_declaration_is_refused_at_registration_in_one_line(tmp_path, decl, message):
+    bad = tmp_path / "bad_decl.py"
+    bad.write_text(f"from attnbench import register\nregister('bad_decl', **{decl!r})(lambda q, k, v: q)\n")
+    p = run_cli("list", "--variant-file", str(bad))
+    assert p.returncode == 2 and p.stderr.strip().startswith(f"attnbench: error: {message}"), p.stderr
