@@ -7,7 +7,7 @@ directory) instead of one line on stderr. Nothing heavy is imported until a func
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,9 @@ def run(
         spec = sweep
     else:
         given = {**dict(sweep or {}), **axes}  # values or text, read as the flags are (harness.sweeps)
+        for key in ("variants", "variant"):
+            if key in given:
+                given[key] = _variant_names(given[key], key)
         spec = build_sweep(given, preset=preset, config=config, name=_keyword)
     files = [str(p) for p in variant_files]
     summary = run_sweep(
@@ -113,6 +116,65 @@ def run(
         name=_mode_name,
     )
     return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
+
+
+def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):
+    """A callable as a variant, with its capabilities given inline: the keywords `register` takes
+    (`causal=True`, `dtypes=("float32",)`, `backward=False`, ...). Hand it to `run(variants=[...])`.
+
+    Of causal, key_lengths, dropout_p and scale, `fn` is handed only the keywords it takes; what it does
+    not declare follows from them (no `causal` parameter: causal cells are `unsupported`, with the reason).
+    ValueError naming the keyword: `name=` taken by a built-in variant, a capability it cannot have.
+    """
+    from attnbench.variants import VariantError
+    from attnbench.variants.shipped import inline
+
+    try:
+        made = inline(fn, name=name, **capability)
+    except VariantError as exc:
+        raise ValueError(f"attnbench.variant: {exc}") from None
+    _check_free(made.name, "name=")
+    return made
+
+
+def _variant_names(value: Any, key: str) -> Any:
+    """`variants=` as names: each callable or attnbench.variant(...) (in a list, or a {name: callable}
+    mapping) registered under its name, to be shipped to the workers by value (variants.shipped)."""
+    from attnbench.variants import VariantError
+    from attnbench.variants.registry import add
+    from attnbench.variants.shipped import inline
+
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        items = [(None, value)] if callable(value) else [(None, item) for item in value]
+    names = []
+    for label, item in items:
+        if label is None and isinstance(item, str):
+            names.append(item)
+            continue
+        try:
+            made = inline(item, name=label)
+        except VariantError as exc:
+            raise ValueError(f"{key}=: {exc}") from None
+        _check_free(made.name, f"{key}=")
+        add(made)
+        names.append(made.name)
+    return names
+
+
+def _check_free(name: str, keyword: str) -> None:
+    """ValueError naming `keyword` when `name` is taken by a variant that is not one defined at run time
+    (a built-in, a plug-in file's, an entry point's): yours would be measured under another's name."""
+    from attnbench.variants import all_variants
+    from attnbench.variants.origin import by_value
+
+    old = all_variants().get(name)
+    if old is not None and not by_value(old.source):
+        whose = "a built-in variant" if old.source == "builtin" else f"the variant of {old.source}"
+        raise ValueError(f"{keyword} {name!r} is the name of {whose}; give yours another name")
 
 
 def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool) -> Run:

@@ -22,8 +22,9 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import is_unstarted, read_meta, read_rows
+from attnbench.results.store import SHIPPED, is_unstarted, read_meta, read_rows
 from attnbench.results.writable import why_unwritable
+from attnbench.variants import shipped
 
 from . import estimate, executors, fingerprint, timing
 from .affinity import check_cpu_affinity
@@ -258,12 +259,17 @@ def run(
         start = _fresh(sweep, variant_files or [], only)
     chosen_executor = executors.get(executor, executor_options)
     chosen_executor.check(start.sweep)
+    # variants defined in a notebook or a script go to the workers by value: pickled now, so that one that
+    # cannot be is refused before anything is written (a resume's are in its variant files already)
+    packed = None if resume else shipped.pack(start.names)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     if dry_run:
         done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
         return RunSummary(path=path, forecast=forecast(start, done))
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
+    if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
+        start.variant_files = shipped.write(path / SHIPPED, packed, start.variant_files)
     if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
         writer.log_resume(start.resume_record())
     progress = progress or Progress(enabled=False)

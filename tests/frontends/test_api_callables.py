@@ -1,0 +1,92 @@
+"""Callables as variants (attnbench.run(variants=[fn, ...]), attnbench.variant, @register in a notebook or a
+script), shipped to real spawned workers by value, kept in the run (variants.pkl) for a resume and a rerun."""
+
+from __future__ import annotations
+
+import json
+import linecache
+import threading
+from pathlib import Path
+
+import pytest
+
+import attnbench
+from attnbench.results.store import read_rows
+from tests.conftest import as_a_fresh_process, run_cli
+
+QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=50)
+
+# what a notebook cell holds: run in a namespace named __main__, as IPython runs cells
+CELL = """
+import torch
+
+def cell_attn(q, k, v, *, scale=None):
+    # (B, H, N, d): plain softmax attention, no causal mask, no key padding
+    s = (q @ k.transpose(-2, -1)) * (scale or q.shape[-1] ** -0.5)
+    return s.softmax(-1) @ v
+"""
+
+
+def notebook_function(name: str = "cell_attn"):
+    """A function as a notebook cell defines it (its module is __main__, which no worker can import)."""
+    namespace, cell = {"__name__": "__main__"}, "<ipython-input-1>"
+    linecache.cache[cell] = (len(CELL), None, CELL.splitlines(keepends=True), cell)  # as IPython keeps it
+    exec(compile(CELL, cell, "exec"), namespace)
+    return namespace[name]
+
+
+def statuses(run_dir: Path) -> dict[tuple[str, bool], str]:
+    return {(r["variant"], r["causal"]): r["status"] for r in read_rows(run_dir)}
+
+
+def test_a_notebook_callable_runs_resumes_and_reruns(tmp_path):
+    """A callable from a notebook cell with no declared capabilities: measured in the spawned worker, its
+    causal cells `unsupported` with the reason (it takes no causal=), named in meta.json as defined in
+    __main__, and measured again from the run's variants.pkl by a resume and a rerun once the notebook's
+    own definition is gone."""
+    out, again = tmp_path / "nb", tmp_path / "again"
+    with as_a_fresh_process(tmp_path):
+        run = attnbench.run(variants={"mine": notebook_function()}, causal="both", out=out, **QUICK)
+        assert statuses(out) == {("mine", False): "ok", ("mine", True): "unsupported"}, run.counts
+        message = {r["causal"]: r["message"] for r in read_rows(out)}[True]
+        assert message == "mine does not support causal masking"
+        meta = json.loads((out / "meta.json").read_text())
+        source = meta["variant_capabilities"]["mine"]["source"]
+        assert source.startswith("defined in __main__") and "source sha256 " in source, source
+        assert meta["variant_files"] == [str((out / "variants.pkl").resolve())]
+    rows = (out / "rows.jsonl").read_text().splitlines(keepends=True)
+    (out / "rows.jsonl").write_text("".join(r for r in rows if '"status":"ok"' not in r))  # one cell lost
+    with as_a_fresh_process(tmp_path):  # a new session: nothing registers "mine" but the run's file
+        assert "mine" not in attnbench.variants.all_variants()
+        resumed = attnbench.run(out=out, resume=True)
+        assert resumed.counts == {"ok": 1} and statuses(out)[("mine", False)] == "ok"
+    run_cli("run", "--rerun", str(out), "--status", "ok", "--out", str(again), "-q", check=True)
+    assert statuses(again) == {("mine", False): "ok"}
+    assert (again / "variants.pkl").is_file()
+
+
+def test_callables_are_refused_before_any_work(tmp_path):
+    """Every refusal comes before a directory is made: one line, naming the keyword."""
+    out = tmp_path / "never"
+    lock = threading.Lock()
+
+    def holds_a_lock(q, k, v, **kw):
+        with lock:
+            return q
+
+    holds_a_lock.__module__ = "__main__"  # as a notebook's: it goes by value, and a lock cannot
+    cases = [
+        (dict(variants={"sdpa": notebook_function()}), "variants= 'sdpa' is the name of a built-in variant"),
+        (dict(variants=[lambda q, k, v: q]), "variants=: a lambda has no name"),
+        (dict(variants=[holds_a_lock]), "variant 'holds_a_lock' (defined in __main__"),
+    ]
+    with as_a_fresh_process(tmp_path):
+        for kwargs, words in cases:
+            with pytest.raises(ValueError) as caught:
+                attnbench.run(out=out, **kwargs, **QUICK)
+            assert words in str(caught.value) and "\n" not in str(caught.value), caught.value
+        with pytest.raises(ValueError, match="'cell_attn' declares causal=True, but takes no causal="):
+            attnbench.variant(notebook_function(), causal=True)
+        with pytest.raises(ValueError, match="^name= 'naive' is the name of a built-in variant"):
+            attnbench.variant(notebook_function(), name="naive")
+    assert not out.exists()
