@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import linecache
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 
 import attnbench
 from attnbench.results.store import read_rows
-from tests.conftest import as_a_fresh_process, run_cli
+from tests.conftest import ROOT, as_a_fresh_process, run_cli
 
 QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=50)
 
@@ -90,3 +93,44 @@ def test_callables_are_refused_before_any_work(tmp_path):
         with pytest.raises(ValueError, match="^name= 'naive' is the name of a built-in variant"):
             attnbench.variant(notebook_function(), name="naive")
     assert not out.exists()
+
+
+SCRIPT = """
+import attnbench
+import torch
+
+with open({marker!r}, "a") as fh:  # the body's every run leaves a line
+    fh.write("ran\\n")
+
+
+@attnbench.register("scripted", causal=False, padding=False, dropout=False)
+def scripted(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    return torch.softmax((q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5, -1) @ v
+
+
+def main():
+    run = attnbench.run(variants="scripted,naive", out={out!r}, **{quick!r})
+    print(run.counts)
+
+{call}
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["no-main-guard", "main-guard"])
+def test_a_script_runs_once(tmp_path, guarded):
+    """A real script run by python, with @register and with or without `if __name__ == "__main__":`: its
+    body runs once (no worker imports it again), and its variant's rows are ok."""
+    marker, out = tmp_path / "ran.txt", tmp_path / "run"
+    call = 'if __name__ == "__main__":\n    main()' if guarded else "main()"
+    script = tmp_path / "bench.py"
+    script.write_text(SCRIPT.format(marker=str(marker), out=str(out), quick=QUICK, call=call))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "ran\n"
+    assert statuses(out) == {("scripted", False): "ok", ("naive", False): "ok"}, proc.stdout
+    meta = json.loads((out / "meta.json").read_text())
+    source = meta["variant_capabilities"]["scripted"]["source"]
+    assert source.startswith("defined in __main__ (script bench.py), source sha256 "), source
