@@ -23,6 +23,8 @@ class Run:
     counts: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
     resumed: int = 0  # cells already done before a resume
+    notes: tuple[str, ...] = ()  # what the run tells its user (the CLI's "note:" lines)
+    forecast: Any = None  # dry_run=True: the cells and the estimated time (harness.estimate.Forecast)
 
     def load(self):
         """This run's rows as a pandas DataFrame (attnbench.load)."""
@@ -40,12 +42,24 @@ def run(
     config: PathLike | None = None,
     out: PathLike | None = None,
     resume: bool = False,
+    redo_drift: bool = False,
     force_resume: bool = False,
     variant_files: Sequence[PathLike] = (),
     progress: bool = False,
+    dry_run: bool = False,
     rerun: PathLike | None = None,
     cells: str | Sequence[str] | None = None,
     status: str | None = None,
+    executor: str = "local",
+    devices: str | None = None,
+    ray_address: str | None = None,
+    slurm_partition: str | None = None,
+    slurm_gpus_per_node: int | None = None,
+    slurm_time: str | None = None,
+    slurm_array_parallelism: int | None = None,
+    slurm_tasks: int | None = None,
+    slurm_opt: Sequence[str] | None = None,
+    slurm_local: bool = False,
     **axes: Any,
 ) -> Run:
     """Run a sweep into a run directory and return it.
@@ -63,18 +77,38 @@ def run(
     `rerun` takes the sweep, settings and variant files of an earlier run and measures all of its cells,
     those named by `cells` (cell_ids) or those whose row has `status`, into the new run `out`.
 
-    Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' or 'pass_' for --pass); a value
+    Every option of `attnbench run` is a keyword, its flag's name with '_' for '-': `redo_drift`, `dry_run`
+    (nothing measured: the Run's `forecast` says what would be), where the cells are measured (`executor`
+    "local", "ray" or "slurm", with `devices`, `ray_address`, `slurm_partition`, `slurm_gpus_per_node`,
+    `slurm_time`, `slurm_array_parallelism`, `slurm_tasks`, `slurm_opt`, `slurm_local`: docs/scale-out.md),
+    and every axis and setting. `variants` takes names, callables, `attnbench.variant(...)`s or a {name:
+    callable} mapping: a callable is shipped to the worker processes by value (docs/api.md).
+
+    Axis names are those of `attnbench run`'s flags with '_' for '-' (`pass_` for --pass, since `pass` is
+    Python's keyword; `**{"pass": "fwd"}` works too); a value
     is text as a flag takes it ('256..4096', 'both') or Python values ([256, 512], True, ['fwd', 'fwdbwd']).
     Settings (harness.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
     cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
     [settings] takes) go with them. Errors name the keyword.
     """
+    from attnbench.harness import executor_choice
     from attnbench.harness.progress import Progress
     from attnbench.harness.runner import check_mode
     from attnbench.harness.runner import run as run_sweep
     from attnbench.harness.spec import SweepSpec
     from attnbench.harness.sweeps import build_sweep
 
+    scale_out = executor_choice.options(
+        executor,
+        dict(
+            devices=devices, ray_address=ray_address, slurm_partition=slurm_partition,
+            slurm_gpus_per_node=slurm_gpus_per_node, slurm_time=slurm_time,
+            slurm_array_parallelism=slurm_array_parallelism, slurm_tasks=slurm_tasks, slurm_opt=slurm_opt,
+            slurm_local=slurm_local,
+        ),
+        name=_mode_name,
+    )  # fmt: skip
+    where = dict(executor=executor, executor_options=scale_out, dry_run=dry_run, name=_mode_name)
     if rerun is not None:
         return _rerun(
             rerun,
@@ -82,7 +116,10 @@ def run(
             status,
             out,
             progress,
-            given=bool(sweep or preset or config or axes or resume or force_resume or variant_files),
+            given=bool(
+                sweep or preset or config or axes or resume or redo_drift or force_resume or variant_files
+            ),
+            where=where,
         )
     if cells is not None or status is not None:
         raise ValueError("cells= and status= choose cells of rerun=RUN_DIR; give rerun= too")
@@ -92,7 +129,8 @@ def run(
         sweep, config = None, sweep
     offered = [k for k, v in (("sweep", sweep), ("preset", preset), ("config", config)) if v] + list(axes)
     # the same rule harness.runner.run applies (check_mode), asked early so that its error comes first
-    check_mode(None, out, resume=resume, force_resume=force_resume, given=offered, name=_mode_name)
+    modes = dict(resume=resume, redo_drift=redo_drift, force_resume=force_resume)
+    check_mode(None, out, **modes, given=offered, name=_mode_name)
     if resume:
         spec = None
     elif isinstance(sweep, SweepSpec):
@@ -106,16 +144,16 @@ def run(
                 given[key] = _variant_names(given[key], key)
         spec = build_sweep(given, preset=preset, config=config, name=_keyword)
     files = [str(p) for p in variant_files]
-    summary = run_sweep(
-        spec,
-        out,
-        resume=resume,
-        force_resume=force_resume,
-        variant_files=files,
-        progress=Progress(enabled=progress),
-        name=_mode_name,
-    )
-    return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
+    summary = run_sweep(spec, out, **modes, variant_files=files, progress=Progress(enabled=progress), **where)
+    return _finished(summary)
+
+
+def _finished(summary) -> Run:
+    """The Run of a harness.runner.RunSummary."""
+    return Run(
+        summary.path, dict(summary.counts), summary.interrupted, summary.resumed,
+        tuple(summary.notes), summary.forecast,
+    )  # fmt: skip
 
 
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):
@@ -177,7 +215,7 @@ def _check_free(name: str, keyword: str) -> None:
         raise ValueError(f"{keyword} {name!r} is the name of {whose}; give yours another name")
 
 
-def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool) -> Run:
+def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool, where: dict) -> Run:
     """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
     from attnbench.harness import rerun
     from attnbench.harness.grammar import split
@@ -189,7 +227,7 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool
             "rerun= measures with the old run's sweep, settings and variant files; give only out= with it"
         )
     ids = split(cells) if isinstance(cells, str) else None if cells is None else list(cells)
-    plan = rerun.plan(run_dir, cell_ids=ids, status=status)
+    plan = rerun.plan(run_dir, cell_ids=ids, status=status, name=_mode_name)
     summary = run_sweep(
         plan.sweep,
         out,
@@ -197,8 +235,9 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool
         progress=Progress(enabled=progress),
         only=plan.cells,
         rerun_of=plan.origin,
+        **where,
     )
-    return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
+    return _finished(summary)
 
 
 def _keyword(key: str) -> str:
@@ -227,26 +266,33 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
 
     `out` defaults to reports/out/<run ids>; a run directory or a file is refused as `out`.
     """
+    return write_report(run_dirs, out, baseline, option="out=")
+
+
+def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, baseline: str | None, option: str):
+    """report(), for `attnbench report` too: its errors name `out` as `option` spells it."""
     from attnbench.reports.render import prepare, render
     from attnbench.reports.style import slug
 
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
     inputs = prepare(dirs, baseline)
-    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
+    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report", option=option)
     return render(inputs, target)
 
 
-def report_dir(out: PathLike | None, default: str) -> Path:
-    """Where a report goes: `out`, or reports/out/<default>; ValueError if that is a file or a run."""
+def report_dir(out: PathLike | None, default: str, option: str = "--out ") -> Path:
+    """Where a report goes: `out`, or reports/out/<default>; ValueError if that is a file or a run, naming
+    it as `option` spells it (the CLI's `--out `, the API's `out=`)."""
     from attnbench.results import is_run_dir
     from attnbench.results.writable import why_unwritable
 
     path = Path(out) if out else Path("reports") / "out" / default
+    said = f"{option}{str(path)!r}"
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {str(path)!r} exists and is not a directory")
+        raise ValueError(f"{said} exists and is not a directory")
     if is_run_dir(path):
-        raise ValueError(f"--out {str(path)!r} is a run directory; write the report somewhere else")
+        raise ValueError(f"{said} is a run directory; write the report somewhere else")
     why = why_unwritable(path)
     if why:
-        raise ValueError(f"--out {str(path)!r} {why}")
+        raise ValueError(f"{said} {why}")
     return path

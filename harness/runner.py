@@ -26,7 +26,7 @@ from attnbench.results.store import SHIPPED, is_unstarted, read_meta, read_rows
 from attnbench.results.writable import why_unwritable
 from attnbench.variants import shipped
 
-from . import estimate, executors, fingerprint, timing
+from . import estimate, executor_choice, executors, fingerprint, timing
 from .affinity import check_cpu_affinity
 from .cellrunner import CellRunner, SkipAhead, precheck
 from .isolation import WorkerDied, WorkerTimeout
@@ -257,8 +257,7 @@ def run(
         check_mode(None, out, processes=start.sweep.settings.processes, **modes)  # the run's own setting
     else:
         start = _fresh(sweep, variant_files or [], only)
-    chosen_executor = executors.get(executor, executor_options)
-    chosen_executor.check(start.sweep)
+    chosen_executor = executor_choice.chosen_executor(executor, executor_options, start.sweep, name)
     # variants defined in a notebook or a script go to the workers by value: pickled now, so that one that
     # cannot be is refused before anything is written (a resume's are in its variant files already)
     packed = None if resume else shipped.pack(start.names)

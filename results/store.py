@@ -367,7 +367,7 @@ def _acquire(path: Path):
             fh.close()
             raise RunDirError(
                 f"{str(path)!r} is being written by {holder}; a run has one writer at a time: wait for it "
-                "to finish (or stop it), then --resume"
+                "to finish (or stop it), then resume it"
             ) from None
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:
