@@ -156,6 +156,37 @@ def _finished(summary) -> Run:
     )  # fmt: skip
 
 
+# attnbench.bench's sweep: every mask and dtype the axes offer on a CPU, gated against float64 in each cell,
+# over a scaling sweep of N: 64 cells with the baseline, 20-40 s on a 2-core CPU
+BENCH = dict(
+    seq_len="64..512",
+    causal="both",
+    padding=[0.0, 0.25],
+    dtype="float32,bfloat16",
+    heads=2,
+    budget_ms=10,
+    warmup_ms=2,
+    min_ms=2,
+    calibrate_ms=200,
+)
+
+
+def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keywords: Any) -> Run:
+    """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
+    padding none/25%) and dtype (float32, bfloat16) it supports, each cell gated against the float64
+    reference, across a scaling sweep of N (64..512); returns the Run (`run.report()` for the findings:
+    correctness, the fitted exponent of each, the speed-up over the baseline).
+
+    `fn` is a callable (with its capabilities from its signature, or `attnbench.variant(fn, ...)`) or a
+    registered variant's name; what it cannot do is `unsupported`, with the reason. Every keyword of `run`
+    goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over BENCH.
+    """
+    if "variants" in keywords or "variant" in keywords:
+        raise ValueError("bench measures fn against baseline=: give no variants=")
+    measured = fn if isinstance(fn, str) or name is None else variant(fn, name=name)
+    return run(variants=[measured, baseline], **{**BENCH, **keywords})
+
+
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):
     """A callable as a variant, with its capabilities given inline: the keywords `register` takes
     (`causal=True`, `dtypes=("float32",)`, `backward=False`, ...). Hand it to `run(variants=[...])`.

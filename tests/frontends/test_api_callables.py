@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import attnbench
+from attnbench.reports import findings
 from attnbench.results.store import read_rows
 from tests.conftest import ROOT, as_a_fresh_process, run_cli
 
@@ -134,3 +135,23 @@ def test_a_script_runs_once(tmp_path, guarded):
     meta = json.loads((out / "meta.json").read_text())
     source = meta["variant_capabilities"]["scripted"]["source"]
     assert source.startswith("defined in __main__ (script bench.py), source sha256 "), source
+
+
+def test_bench_gates_every_mask_against_sdpa_and_finds(tmp_path):
+    """attnbench.bench(fn): fn and sdpa over causal no/yes and padding none/25%, each cell gated; what fn
+    cannot do (it takes neither causal= nor key_lengths=) is unsupported; the report's findings read it."""
+    out = tmp_path / "bench"
+    with as_a_fresh_process(tmp_path):
+        run = attnbench.bench(notebook_function(), out=out, seq_len="64,128", dtype="float32", budget_ms=2)
+        rep = run.report(out=tmp_path / "report")
+    rows = read_rows(out)
+    seen = {(r["variant"], r["causal"], r["padding"] > 0, r["status"]) for r in rows}
+    assert {(v, c, p) for v, c, p, _ in seen} == {
+        (v, c, p) for v in ("cell_attn", "sdpa") for c in (False, True) for p in (False, True)
+    }
+    fn = {(c, p): s for v, c, p, s in seen if v == "cell_attn"}
+    assert fn == {(False, False): "ok", (True, False): "unsupported", (False, True): "unsupported",
+                  (True, True): "unsupported"}  # fmt: skip
+    assert all(s == "ok" for v, *_, s in seen if v == "sdpa"), seen
+    said = findings.text(rep.findings, 100)
+    assert "sdpa" in said and "cell_attn" in said, said  # who leads is the machine's to say
