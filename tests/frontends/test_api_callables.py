@@ -3,12 +3,14 @@ script), shipped to real spawned workers by value, kept in the run (variants.pkl
 
 from __future__ import annotations
 
+import io
 import json
 import linecache
 import os
 import subprocess
 import sys
 import threading
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ import attnbench
 from attnbench.reports import findings
 from attnbench.results.store import read_rows
 from tests.conftest import ROOT, as_a_fresh_process, run_cli
+from tests.frontends.test_readme import example
 
 QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=50)
 
@@ -155,3 +158,13 @@ def test_bench_gates_every_mask_against_sdpa_and_finds(tmp_path):
     assert all(s == "ok" for v, *_, s in seen if v == "sdpa"), seen
     said = findings.text(rep.findings, 100)
     assert "sdpa" in said and "cell_attn" in said, said  # who leads is the machine's to say
+
+
+def test_the_docs_example_runs(tmp_path):
+    """docs/api.md's callables example, as a script of its own (its function is __main__'s), prints what
+    its comment says."""
+    code = compile(example("<!-- callables-example"), "docs/api.md (callables-example)", "exec")
+    with as_a_fresh_process(tmp_path), redirect_stdout(io.StringIO()) as out:
+        exec(code, {"__name__": "__main__"})
+    assert "{'ok': 12, 'unsupported': 4}" in out.getvalue()
+    assert (tmp_path / "runs" / "mine" / "variants.pkl").is_file()
