@@ -221,7 +221,9 @@ def _variant_names(value: Any, key: str) -> Any:
         items = [(None, value)] if callable(value) else [(None, item) for item in value]
     names = []
     for label, item in items:
-        if label is None and isinstance(item, str):
+        if isinstance(item, str):  # a registered variant keeps its name
+            if label not in (None, item):
+                raise ValueError(f"{key}=: {label!r}: {item!r} is a registered variant, not a callable")
             names.append(item)
             continue
         try:

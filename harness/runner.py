@@ -258,9 +258,13 @@ def run(
     else:
         start = _fresh(sweep, variant_files or [], only)
     chosen_executor = executor_choice.chosen_executor(executor, executor_options, start.sweep, name)
-    # variants defined in a notebook or a script go to the workers by value: pickled now, so that one that
-    # cannot be is refused before anything is written (a resume's are in its variant files already)
-    packed = None if resume else shipped.pack(start.names)
+    # every variant measured must reach the workers: the files of those a file registered, and those
+    # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before
+    # anything is written (a resume's are in its variant files already)
+    packed = None
+    if not resume:
+        start.variant_files = shipped.files_of(start.names, start.variant_files)
+        packed = shipped.pack(start.names)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     if dry_run:
         done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}

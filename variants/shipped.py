@@ -18,6 +18,8 @@ from typing import Any
 from .origin import by_value, source_of
 from .registry import Capability, UnsupportedError, Variant, VariantError, resolve
 
+FROM_FILE = "file "  # the source of a variant a variant file registered (registry.load_variant_file)
+
 # the calling convention's keywords a bare callable may lack, and the capability each one gives
 KEYWORD_FLAGS = {"causal": "causal", "key_lengths": "padding", "dropout_p": "dropout"}
 CONVENTION = (*KEYWORD_FLAGS, "scale")
@@ -79,7 +81,7 @@ class Keywords:
         for key, value in options.items():
             if key in self.taken:
                 given[key] = value
-            elif value is not None and value is not False and value != 0.0:
+            elif not (value is None or value is False or (isinstance(value, float) and value == 0.0)):
                 raise UnsupportedError(f"{self.name} takes no {key}= keyword (asked for {key}={value!r})")
         return self.fn(q, k, v, **given)
 
@@ -106,6 +108,18 @@ def pack(names: Sequence[str]) -> bytes | None:
                 f"{type(exc).__name__}: {exc}"
             ) from None
     return cloudpickle.dumps(travel)
+
+
+def files_of(names: Sequence[str], variant_files: Sequence[str]) -> list[str]:
+    """The run's variant files with those of the named variants that were loaded from a file the caller did
+    not list (`load_variant_file` in a notebook): the workers load every variant the run measures."""
+    files = list(variant_files)
+    for variant in resolve(list(names)):
+        if variant.source.startswith(FROM_FILE):
+            path = str(Path(variant.source[len(FROM_FILE) :]).resolve())
+            if path not in files:
+                files.append(path)
+    return files
 
 
 def write(path: Path, packed: bytes, variant_files: Sequence[str]) -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 import attnbench
 from attnbench.reports import findings
 from attnbench.results.store import read_rows
-from tests.conftest import ROOT, as_a_fresh_process, run_cli
+from tests.conftest import MINE, ROOT, as_a_fresh_process, run_cli
 from tests.frontends.test_readme import example
 
 QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=50)
@@ -168,3 +168,15 @@ def test_the_docs_example_runs(tmp_path):
         exec(code, {"__name__": "__main__"})
     assert "{'ok': 12, 'unsupported': 4}" in out.getvalue()
     assert (tmp_path / "runs" / "mine" / "variants.pkl").is_file()
+
+
+def test_a_variant_file_loaded_in_the_session_reaches_the_workers(tmp_path):
+    """A notebook that loads a variant file itself, then names its variant: the run lists the file, so
+    the workers load it too (never an `error` row saying 'unknown variant')."""
+    plugin, out = tmp_path / "mine.py", tmp_path / "run"
+    plugin.write_text(MINE)
+    with as_a_fresh_process(tmp_path):
+        attnbench.variants.load_variant_file(plugin)
+        attnbench.run(variants={"mine": "mine"}, out=out, **QUICK)
+    assert statuses(out) == {("mine", False): "ok"}
+    assert json.loads((out / "meta.json").read_text())["variant_files"] == [str(plugin.resolve())]
