@@ -1,5 +1,5 @@
 """attnbench.run is the CLI's equal: every option of `attnbench run` is a keyword, and its errors name the
-keyword, never a flag. No worker starts here: each case is refused, or a dry run."""
+keyword, never a flag. One real run; every other case is refused, or a dry run."""
 
 from __future__ import annotations
 
@@ -67,3 +67,23 @@ def test_pass_keyword_and_dry_run(tmp_path, spelled):
         run = attnbench.run(variants="naive", seq_len="64,128", heads=1, out=out, dry_run=True, **spelled)
     assert not out.exists() and run.counts == {}
     assert [c.pass_ for c in run.forecast.measured] == ["fwdbwd", "fwdbwd"], run.forecast
+
+
+def test_executor_keywords_reach_the_executor(tmp_path):
+    """executor="slurm", slurm_local=True runs the cells in submitit's array tasks on this machine, as
+    --executor slurm --slurm-local does: their rows come from shards, and a callable among the variants
+    reaches the tasks' workers by value (variants.pkl)."""
+    pytest.importorskip("submitit")
+    out = tmp_path / "slurm"
+
+    def mine(q, k, v, *, scale=None):
+        return (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).softmax(-1) @ v
+
+    mine.__module__ = "__main__"  # as a script's: shipped by value
+    with as_a_fresh_process(ROOT):  # the tasks' interpreters import this checkout from their directory
+        run = attnbench.run(
+            variants=[mine, "naive"], seq_len=64, heads=1, budget_ms=3, warmup_ms=1, min_ms=1,
+            calibrate_ms=50, executor="slurm", slurm_local=True, slurm_tasks=1, out=out,
+        )  # fmt: skip
+    assert run.counts == {"ok": 2}, run
+    assert list((out / "shards").glob("*.jsonl"))
