@@ -232,7 +232,12 @@ def _warn_if_long(forecast) -> None:
 def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a sweep into a run directory")
     _add_sweep_flags(p)
-    p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    p.add_argument(
+        "--variant-file",
+        action="append",
+        metavar="PATH",
+        help="python file registering variants (or a run's variants.pkl: the callables it measured)",
+    )
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
     p.add_argument(
         "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
