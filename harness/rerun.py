@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.results import STATUSES, read_meta
-from attnbench.results.store import latest_rows
+from attnbench.results.store import SHIPPED, latest_rows
+from attnbench.variants import shipped
 
 from .spec import CellSpec, SweepSpec
 from .sweeps import flag_name
@@ -78,7 +79,7 @@ def plan(
     return Rerun(
         sweep=sweep,
         variants=names,
-        variant_files=tuple(meta.get("variant_files", [])),
+        variant_files=tuple(shipped.relocated(meta.get("variant_files", []), Path(run_dir) / SHIPPED)),
         cells=picked,
         origin={"run_dir": str(Path(run_dir).resolve()), "run_id": meta.get("run_id")},
     )

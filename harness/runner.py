@@ -200,7 +200,7 @@ def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callab
             f"({fingerprint.diff_text(differs)}), and its rows would mix the two; "
             f"pass {name('force_resume')} to finish it anyway (the difference is logged in resumes.jsonl)"
         )
-    files = meta.get("variant_files", [])
+    files = shipped.relocated(meta.get("variant_files", []), Path(out) / SHIPPED)
     names = prepare(sweep, files)  # loads the variant files and checks the CPUs and devices, as for a new run
     names = meta.get("variants", names)
     return _Start(sweep, names, files, meta.get("cells"), True, redo_drift, current, differs)

@@ -122,6 +122,13 @@ def files_of(names: Sequence[str], variant_files: Sequence[str]) -> list[str]:
     return files
 
 
+def relocated(variant_files: Sequence[str], own: Path) -> list[str]:
+    """A run's variant files as its meta.json lists them, with its variants.pkl found at `own` (where the
+    run's is now) when the run was moved or copied since: its callables travel with it."""
+    return [str(own.resolve()) if Path(f).name == own.name and not Path(f).is_file() and own.is_file() else f
+            for f in variant_files]  # fmt: skip
+
+
 def write(path: Path, packed: bytes, variant_files: Sequence[str]) -> list[str]:
     """Write `packed` to `path` (the run's variants.pkl); the run's variant files with it, in place of any
     other run's variants.pkl (a rerun's: its variants are in this one now)."""

@@ -50,7 +50,7 @@ def test_a_notebook_callable_runs_resumes_and_reruns(tmp_path):
     """A callable from a notebook cell with no declared capabilities: measured in the spawned worker, its
     causal cells `unsupported` with the reason (it takes no causal=), named in meta.json as defined in
     __main__, and measured again from the run's variants.pkl by a resume and a rerun once the notebook's
-    own definition is gone."""
+    own definition is gone and the run has moved."""
     out, again = tmp_path / "nb", tmp_path / "again"
     with as_a_fresh_process(tmp_path):
         run = attnbench.run(variants={"mine": notebook_function()}, causal="both", out=out, **QUICK)
@@ -61,6 +61,7 @@ def test_a_notebook_callable_runs_resumes_and_reruns(tmp_path):
         source = meta["variant_capabilities"]["mine"]["source"]
         assert source.startswith("defined in __main__") and "source sha256 " in source, source
         assert meta["variant_files"] == [str((out / "variants.pkl").resolve())]
+    out = out.rename(tmp_path / "moved")  # copied to another folder (or machine): its callables go with it
     rows = (out / "rows.jsonl").read_text().splitlines(keepends=True)
     (out / "rows.jsonl").write_text("".join(r for r in rows if '"status":"ok"' not in r))  # one cell lost
     with as_a_fresh_process(tmp_path):  # a new session: nothing registers "mine" but the run's file
