@@ -8,6 +8,7 @@ directory) instead of one line on stderr. Nothing heavy is imported until a func
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,26 @@ def run(
                 given[key] = _variant_names(given[key], key)
         spec = build_sweep(given, preset=preset, config=config, name=_keyword)
     files = [str(p) for p in variant_files]
-    summary = run_sweep(spec, out, **modes, variant_files=files, progress=Progress(enabled=progress), **where)
+    with _keywords_for_flags():
+        shown = Progress(enabled=progress)
+        summary = run_sweep(spec, out, **modes, variant_files=files, progress=shown, **where)
     return _finished(summary)
+
+
+@contextmanager
+def _keywords_for_flags():
+    """A run directory's errors (results.store, which knows no front end) with this API's keywords for the
+    flags they name: `pass resume=True`, not `pass --resume`."""
+    from attnbench.harness.sweeps import respell
+    from attnbench.results import RunDirError
+
+    try:
+        yield
+    except RunDirError as exc:
+        said = respell(str(exc), _mode_name)
+        if said == str(exc):
+            raise
+        raise RunDirError(said) from None
 
 
 def _finished(summary) -> Run:
@@ -260,16 +279,17 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool, *, given: bool
             "rerun= measures with the old run's sweep, settings and variant files; give only out= with it"
         )
     ids = split(cells) if isinstance(cells, str) else None if cells is None else list(cells)
-    plan = rerun.plan(run_dir, cell_ids=ids, status=status, name=_mode_name)
-    summary = run_sweep(
-        plan.sweep,
-        out,
-        variant_files=list(plan.variant_files),
-        progress=Progress(enabled=progress),
-        only=plan.cells,
-        rerun_of=plan.origin,
-        **where,
-    )
+    with _keywords_for_flags():
+        plan = rerun.plan(run_dir, cell_ids=ids, status=status, name=_mode_name)
+        summary = run_sweep(
+            plan.sweep,
+            out,
+            variant_files=list(plan.variant_files),
+            progress=Progress(enabled=progress),
+            only=plan.cells,
+            rerun_of=plan.origin,
+            **where,
+        )
     return _finished(summary)
 
 

@@ -52,6 +52,17 @@ def test_errors_name_the_keyword(tmp_path, kwargs, words):
     assert not out.exists()
 
 
+def test_a_run_directory_error_names_the_keyword(tmp_path):
+    """results.store's messages know no front end: the API says `resume=True` where the CLI says --resume."""
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "writer.lock").write_text("")  # what a start stopped before meta.json leaves
+    with as_a_fresh_process(tmp_path), pytest.raises(ValueError) as caught:
+        attnbench.run(out=stopped, resume=True)
+    message = str(caught.value)
+    assert "holds no run" in message and "without resume=True" in message and "--" not in message, message
+
+
 def test_report_names_out(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match=r"^out='.*file' exists and is not a directory"):
