@@ -9,6 +9,7 @@ a variant file does: resume only runs whose variants you trust.
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -43,9 +44,9 @@ def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capabili
     if name == "<lambda>":
         raise VariantError("a lambda has no name: give it one (variants={'mine': fn} or name='mine')")
     unknown = sorted(set(capability) - {f.name for f in fields(Capability)})
-    if unknown or "name" in capability:
+    if unknown:
         known = ", ".join(f.name for f in fields(Capability) if f.name != "name")
-        raise VariantError(f"unknown capability {(unknown or ['name'])[0]!r}; known: {known}")
+        raise VariantError(f"unknown capability {unknown[0]!r}; known: {known}")
     source, taken = source_of(fn), _keywords(fn)
     if taken is not None:
         for keyword, flag in KEYWORD_FLAGS.items():
@@ -130,7 +131,13 @@ def relocated(variant_files: Sequence[str], own: Path) -> list[str]:
 
 
 def write(path: Path, packed: bytes, variant_files: Sequence[str]) -> list[str]:
-    """Write `packed` to `path` (the run's variants.pkl); the run's variant files with it, in place of any
+    """Write `packed` to `path` (the run's variants.pkl), whole or not at all (a .tmp renamed once synced:
+    a resume must find every variant the run measured); the run's variant files with it, in place of any
     other run's variants.pkl (a rerun's: its variants are in this one now)."""
-    path.write_bytes(packed)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(packed)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
     return [f for f in variant_files if not f.endswith(".pkl")] + [str(path.resolve())]

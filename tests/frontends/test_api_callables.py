@@ -97,6 +97,11 @@ def test_callables_are_refused_before_any_work(tmp_path):
             attnbench.variant(notebook_function(), causal=True)
         with pytest.raises(ValueError, match="^name= 'naive' is the name of a built-in variant"):
             attnbench.variant(notebook_function(), name="naive")
+        with pytest.raises(ValueError, match="unknown capability 'casual'; known: description, devices"):
+            attnbench.variant(notebook_function(), casual=True)
+        declared = attnbench.variant(notebook_function(), name="mine", dtypes=("float32",), backward=False)
+        assert (declared.name, declared.cap.dtypes, declared.cap.backward) == ("mine", ("float32",), False)
+        assert (declared.cap.causal, declared.cap.padding) == (False, False)  # from its signature
     assert not out.exists()
 
 
