@@ -176,13 +176,27 @@ def test_the_docs_example_runs(tmp_path):
     assert (tmp_path / "runs" / "mine" / "variants.pkl").is_file()
 
 
-def test_a_variant_file_loaded_in_the_session_reaches_the_workers(tmp_path):
-    """A notebook that loads a variant file itself, then names its variant: the run lists the file, so
-    the workers load it too (never an `error` row saying 'unknown variant')."""
+REGISTERED_CELL = """
+import attnbench
+import torch
+
+
+@attnbench.register("nb_inline", causal=False, padding=False, dropout=False)
+def nb_inline(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    return torch.softmax((q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5, -1) @ v
+"""
+
+
+def test_notebook_registered_and_session_loaded_variants_reach_the_workers(tmp_path):
+    """The issue's notebook: @register in a cell (its module is __main__), and a variant file loaded in the
+    session by hand, then both named: the workers measure both (never `error` rows 'unknown variant')."""
     plugin, out = tmp_path / "mine.py", tmp_path / "run"
     plugin.write_text(MINE)
     with as_a_fresh_process(tmp_path):
+        exec(compile(REGISTERED_CELL, "<ipython-input-2>", "exec"), {"__name__": "__main__"})
         attnbench.variants.load_variant_file(plugin)
-        attnbench.run(variants={"mine": "mine"}, out=out, **QUICK)
-    assert statuses(out) == {("mine", False): "ok"}
-    assert json.loads((out / "meta.json").read_text())["variant_files"] == [str(plugin.resolve())]
+        attnbench.run(variants={"nb_inline": "nb_inline", "mine": "mine"}, out=out, **QUICK)
+    assert statuses(out) == {("nb_inline", False): "ok", ("mine", False): "ok"}
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["variant_files"] == [str(plugin.resolve()), str((out / "variants.pkl").resolve())]
+    assert meta["variant_capabilities"]["nb_inline"]["source"].startswith("defined in __main__")
