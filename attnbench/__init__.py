@@ -10,6 +10,8 @@ The Python API for notebooks and scripts (each imports what it needs when called
     df = attnbench.load("runs/mine")                           # -> pandas.DataFrame
     attnbench.table(df)                                        # -> its readable display in a notebook
     attnbench.report("runs/mine", out="reports/out/mine")      # -> the report's files
+    attnbench.run(variants=[my_attn, "sdpa"])                  # a callable is a variant (attnbench.variant)
+    attnbench.bench(my_attn)                                   # gated, against sdpa, every mask and dtype
 
 The pipeline lives in attnbench.variants -> attnbench.harness -> attnbench.results -> attnbench.reports.
 """
@@ -33,7 +35,18 @@ def _from_the_checkout() -> None:
 
 _from_the_checkout()
 
-from attnbench.api import Run, load, report, run, table  # noqa: E402
+from attnbench.api import Run, bench, load, report, run, table, variant  # noqa: E402
 from attnbench.variants import Problem, UnsupportedError, register  # noqa: E402
 
-__all__ = ["Problem", "Run", "UnsupportedError", "load", "register", "report", "run", "table"]
+__all__ = [
+    "Problem",
+    "Run",
+    "UnsupportedError",
+    "bench",
+    "load",
+    "register",
+    "report",
+    "run",
+    "table",
+    "variant",
+]

@@ -7,7 +7,8 @@ directory) instead of one line on stderr. Nothing heavy is imported until a func
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ class Run:
     counts: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
     resumed: int = 0  # cells already done before a resume
+    notes: tuple[str, ...] = ()  # what the run tells its user (the CLI's "note:" lines)
+    forecast: Any = None  # dry_run=True: the cells and the estimated time (harness.estimate.Forecast)
 
     def load(self):
         """This run's rows as a pandas DataFrame (attnbench.load)."""
@@ -59,12 +62,24 @@ def run(
     config: PathLike | None = None,
     out: PathLike | None = None,
     resume: bool = False,
+    redo_drift: bool = False,
     force_resume: bool = False,
     variant_files: Sequence[PathLike] = (),
     progress: bool | None = None,
+    dry_run: bool = False,
     rerun: PathLike | None = None,
     cells: str | Sequence[str] | None = None,
     status: str | None = None,
+    executor: str = "local",
+    devices: str | None = None,
+    ray_address: str | None = None,
+    slurm_partition: str | None = None,
+    slurm_gpus_per_node: int | None = None,
+    slurm_time: str | None = None,
+    slurm_array_parallelism: int | None = None,
+    slurm_tasks: int | None = None,
+    slurm_opt: Sequence[str] | None = None,
+    slurm_local: bool = False,
     **axes: Any,
 ) -> Run:
     """Run a sweep into a run directory and return it.
@@ -82,7 +97,15 @@ def run(
     `rerun` takes the sweep, settings and variant files of an earlier run and measures all of its cells,
     those named by `cells` (cell_ids) or those whose row has `status`, into the new run `out`.
 
-    Axis names are those of `attnbench run`'s flags with '_' for '-' ('pass' or 'pass_' for --pass); a value
+    Every option of `attnbench run` is a keyword, its flag's name with '_' for '-': `redo_drift`, `dry_run`
+    (nothing measured: the Run's `forecast` says what would be), where the cells are measured (`executor`
+    "local", "ray" or "slurm", with `devices`, `ray_address`, `slurm_partition`, `slurm_gpus_per_node`,
+    `slurm_time`, `slurm_array_parallelism`, `slurm_tasks`, `slurm_opt`, `slurm_local`: docs/scale-out.md),
+    and every axis and setting. `variants` takes names, callables, `attnbench.variant(...)`s or a {name:
+    callable} mapping: a callable is shipped to the worker processes by value (docs/api.md).
+
+    Axis names are those of `attnbench run`'s flags with '_' for '-' (`pass_` for --pass, since `pass` is
+    Python's keyword; `**{"pass": "fwd"}` works too); a value
     is text as a flag takes it ('256..4096', 'both') or Python values ([256, 512], True, ['fwd', 'fwdbwd']).
     Settings (harness.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
     cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
@@ -92,12 +115,24 @@ def run(
     nothing in a script; True shows it anywhere (outside a notebook: rich's bar and a line per cell on
     stderr, as `attnbench run`); False never.
     """
+    from attnbench.harness import executor_choice
     from attnbench.harness.progress import progress_for
     from attnbench.harness.runner import check_mode
     from attnbench.harness.runner import run as run_sweep
     from attnbench.harness.spec import SweepSpec
     from attnbench.harness.sweeps import build_sweep
 
+    scale_out = executor_choice.options(
+        executor,
+        dict(
+            devices=devices, ray_address=ray_address, slurm_partition=slurm_partition,
+            slurm_gpus_per_node=slurm_gpus_per_node, slurm_time=slurm_time,
+            slurm_array_parallelism=slurm_array_parallelism, slurm_tasks=slurm_tasks, slurm_opt=slurm_opt,
+            slurm_local=slurm_local,
+        ),
+        name=_mode_name,
+    )  # fmt: skip
+    where = dict(executor=executor, executor_options=scale_out, dry_run=dry_run, name=_mode_name)
     if rerun is not None:
         return _rerun(
             rerun,
@@ -105,7 +140,10 @@ def run(
             status,
             out,
             progress,
-            given=bool(sweep or preset or config or axes or resume or force_resume or variant_files),
+            given=bool(
+                sweep or preset or config or axes or resume or redo_drift or force_resume or variant_files
+            ),
+            where=where,
         )
     if cells is not None or status is not None:
         raise ValueError("cells= and status= choose cells of rerun=RUN_DIR; give rerun= too")
@@ -115,7 +153,8 @@ def run(
         sweep, config = None, sweep
     offered = [k for k, v in (("sweep", sweep), ("preset", preset), ("config", config)) if v] + list(axes)
     # the same rule harness.runner.run applies (check_mode), asked early so that its error comes first
-    check_mode(None, out, resume=resume, force_resume=force_resume, given=offered, name=_mode_name)
+    modes = dict(resume=resume, redo_drift=redo_drift, force_resume=force_resume)
+    check_mode(None, out, **modes, given=offered, name=_mode_name)
     if resume:
         spec = None
     elif isinstance(sweep, SweepSpec):
@@ -124,21 +163,134 @@ def run(
         spec = sweep
     else:
         given = {**dict(sweep or {}), **axes}  # values or text, read as the flags are (harness.sweeps)
+        for key in ("variants", "variant"):
+            if key in given:
+                given[key] = _variant_names(given[key], key)
         spec = build_sweep(given, preset=preset, config=config, name=_keyword)
     files = [str(p) for p in variant_files]
-    summary = run_sweep(
-        spec,
-        out,
-        resume=resume,
-        force_resume=force_resume,
-        variant_files=files,
-        progress=progress_for(progress),
-        name=_mode_name,
-    )
-    return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
+    with _keywords_for_flags():
+        shown = progress_for(progress)
+        summary = run_sweep(spec, out, **modes, variant_files=files, progress=shown, **where)
+    return _finished(summary)
 
 
-def _rerun(run_dir: PathLike, cells, status, out, progress: bool | None, *, given: bool) -> Run:
+@contextmanager
+def _keywords_for_flags():
+    """A run directory's errors (results.store, which knows no front end) with this API's keywords for the
+    flags they name: `pass resume=True`, not `pass --resume`."""
+    from attnbench.harness.sweeps import respell
+    from attnbench.results import RunDirError
+
+    try:
+        yield
+    except RunDirError as exc:
+        said = respell(str(exc), _mode_name)
+        if said == str(exc):
+            raise
+        raise RunDirError(said) from None
+
+
+def _finished(summary) -> Run:
+    """The Run of a harness.runner.RunSummary."""
+    return Run(
+        summary.path, dict(summary.counts), summary.interrupted, summary.resumed,
+        tuple(summary.notes), summary.forecast,
+    )  # fmt: skip
+
+
+# attnbench.bench's sweep: every mask and dtype the axes offer on a CPU, gated against float64 in each cell,
+# over a scaling sweep of N: 64 cells with the baseline, 20-40 s on a 2-core CPU
+BENCH = dict(
+    seq_len="64..512",
+    causal="both",
+    padding=[0.0, 0.25],
+    dtype="float32,bfloat16",
+    heads=2,
+    budget_ms=10,
+    warmup_ms=2,
+    min_ms=2,
+    calibrate_ms=200,
+)
+
+
+def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keywords: Any) -> Run:
+    """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
+    padding none/25%) and dtype (float32, bfloat16) it supports, each cell gated against the float64
+    reference, across a scaling sweep of N (64..512); returns the Run (`run.report()` for the findings:
+    correctness, the fitted exponent of each, the speed-up over the baseline).
+
+    `fn` is a callable (with its capabilities from its signature, or `attnbench.variant(fn, ...)`) or a
+    registered variant's name; what it cannot do is `unsupported`, with the reason. Every keyword of `run`
+    goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over BENCH.
+    """
+    if "variants" in keywords or "variant" in keywords:
+        raise ValueError("bench measures fn against baseline=: give no variants=")
+    measured = fn if isinstance(fn, str) or name is None else variant(fn, name=name)
+    return run(variants=[measured, baseline], **{**BENCH, **keywords})
+
+
+def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):
+    """A callable as a variant, with its capabilities given inline: the keywords `register` takes
+    (`causal=True`, `dtypes=("float32",)`, `backward=False`, ...). Hand it to `run(variants=[...])`.
+
+    Of causal, key_lengths, dropout_p and scale, `fn` is handed only the keywords it takes; what it does
+    not declare follows from them (no `causal` parameter: causal cells are `unsupported`, with the reason).
+    ValueError naming the keyword: `name=` taken by a built-in variant, a capability it cannot have.
+    """
+    from attnbench.variants import VariantError
+    from attnbench.variants.shipped import inline
+
+    try:
+        made = inline(fn, name=name, **capability)
+    except VariantError as exc:
+        raise ValueError(f"attnbench.variant: {exc}") from None
+    _check_free(made.name, "name=")
+    return made
+
+
+def _variant_names(value: Any, key: str) -> Any:
+    """`variants=` as names: each callable or attnbench.variant(...) (in a list, or a {name: callable}
+    mapping) registered under its name, to be shipped to the workers by value (variants.shipped)."""
+    from attnbench.variants import VariantError
+    from attnbench.variants.registry import add
+    from attnbench.variants.shipped import inline
+
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        items = [(None, value)] if callable(value) else [(None, item) for item in value]
+    names = []
+    for label, item in items:
+        if isinstance(item, str):  # a registered variant keeps its name
+            if label not in (None, item):
+                raise ValueError(f"{key}=: {label!r}: {item!r} is a registered variant, not a callable")
+            names.append(item)
+            continue
+        try:
+            made = inline(item, name=label)
+        except VariantError as exc:
+            raise ValueError(f"{key}=: {exc}") from None
+        _check_free(made.name, f"{key}=")
+        add(made)
+        names.append(made.name)
+    return names
+
+
+def _check_free(name: str, keyword: str) -> None:
+    """ValueError naming `keyword` when `name` is taken by a variant that is not one defined at run time
+    (a built-in, a plug-in file's, an entry point's): yours would be measured under another's name."""
+    from attnbench.variants import all_variants
+    from attnbench.variants.origin import by_value
+
+    old = all_variants().get(name)
+    if old is not None and not by_value(old.source):
+        whose = "a built-in variant" if old.source == "builtin" else f"the variant of {old.source}"
+        raise ValueError(f"{keyword} {name!r} is the name of {whose}; give yours another name")
+
+
+def _rerun(run_dir: PathLike, cells, status, out, progress: bool | None, *, given: bool, where: dict) -> Run:
     """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
     from attnbench.harness import rerun
     from attnbench.harness.grammar import split
@@ -150,16 +302,18 @@ def _rerun(run_dir: PathLike, cells, status, out, progress: bool | None, *, give
             "rerun= measures with the old run's sweep, settings and variant files; give only out= with it"
         )
     ids = split(cells) if isinstance(cells, str) else None if cells is None else list(cells)
-    plan = rerun.plan(run_dir, cell_ids=ids, status=status)
-    summary = run_sweep(
-        plan.sweep,
-        out,
-        variant_files=list(plan.variant_files),
-        progress=progress_for(progress),
-        only=plan.cells,
-        rerun_of=plan.origin,
-    )
-    return Run(summary.path, dict(summary.counts), summary.interrupted, summary.resumed)
+    with _keywords_for_flags():
+        plan = rerun.plan(run_dir, cell_ids=ids, status=status, name=_mode_name)
+        summary = run_sweep(
+            plan.sweep,
+            out,
+            variant_files=list(plan.variant_files),
+            progress=progress_for(progress),
+            only=plan.cells,
+            rerun_of=plan.origin,
+            **where,
+        )
+    return _finished(summary)
 
 
 def _keyword(key: str) -> str:
@@ -198,26 +352,33 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
 
     `out` defaults to reports/out/<run ids>; a run directory or a file is refused as `out`.
     """
+    return write_report(run_dirs, out, baseline, option="out=")
+
+
+def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, baseline: str | None, option: str):
+    """report(), for `attnbench report` too: its errors name `out` as `option` spells it."""
     from attnbench.reports.render import prepare, render
     from attnbench.reports.style import slug
 
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
     inputs = prepare(dirs, baseline)
-    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
+    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report", option=option)
     return render(inputs, target)
 
 
-def report_dir(out: PathLike | None, default: str) -> Path:
-    """Where a report goes: `out`, or reports/out/<default>; ValueError if that is a file or a run."""
+def report_dir(out: PathLike | None, default: str, option: str = "--out ") -> Path:
+    """Where a report goes: `out`, or reports/out/<default>; ValueError if that is a file or a run, naming
+    it as `option` spells it (the CLI's `--out `, the API's `out=`)."""
     from attnbench.results import is_run_dir
     from attnbench.results.writable import why_unwritable
 
     path = Path(out) if out else Path("reports") / "out" / default
+    said = f"{option}{str(path)!r}"
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {str(path)!r} exists and is not a directory")
+        raise ValueError(f"{said} exists and is not a directory")
     if is_run_dir(path):
-        raise ValueError(f"--out {str(path)!r} is a run directory; write the report somewhere else")
+        raise ValueError(f"{said} is a run directory; write the report somewhere else")
     why = why_unwritable(path)
     if why:
-        raise ValueError(f"--out {str(path)!r} {why}")
+        raise ValueError(f"{said} {why}")
     return path

@@ -17,7 +17,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from attnbench.harness import options
+from attnbench.harness import executor_choice, options
+from attnbench.harness.executor_choice import OPTIONS, SLURM_OPTIONS
 from attnbench.harness.executors import EXECUTORS
 from attnbench.results.formulas import printable, sentence_columns, wrap_text
 
@@ -136,42 +137,16 @@ def _rerun_plan(args: argparse.Namespace):
 
 
 # --slurm-* flag dest -> SlurmExecutor keyword (harness/executors/slurm.py)
-SLURM_FLAGS = {
-    "slurm_partition": "partition",
-    "slurm_gpus_per_node": "gpus_per_node",
-    "slurm_time": "time",
-    "slurm_array_parallelism": "array_parallelism",
-    "slurm_tasks": "tasks",
-    "slurm_opt": "opts",
-    "slurm_local": "local",
-}
+SLURM_FLAGS = SLURM_OPTIONS
 
 
 def _executor_options(args: argparse.Namespace) -> dict:
-    """The flags of the chosen executor (harness.executors), as its constructor's keywords."""
-    options: dict = {}
-    if args.devices is not None:
-        if args.executor != "local":
-            raise BadInput(f"--devices picks this machine's GPUs for --executor local, not {args.executor}")
-        options["devices"] = args.devices
-    if args.ray_address is not None:
-        if args.executor != "ray":
-            raise BadInput("--ray-address names the Ray cluster of --executor ray")
-        options["address"] = args.ray_address
-    values = {key: getattr(args, dest, None) for dest, key in SLURM_FLAGS.items()}
-    given = {key: v for key, v in values.items() if v is not None and v is not False}  # 0 is given
-    if args.executor != "slurm":
-        if given:
-            dest = next(d for d, k in SLURM_FLAGS.items() if k in given)
-            raise BadInput(f"--{dest.replace('_', '-')} is an option of --executor slurm; give that too")
-        return options
-    from attnbench.harness import executors
-
-    try:  # the options' own checks, here so that a bad one costs no start-up
-        executors.get("slurm", given)
+    """The flags of the chosen executor (harness.executors), as its constructor's keywords
+    (harness.executor_choice: the checks the Python API makes too)."""
+    try:
+        return executor_choice.options(args.executor, {key: getattr(args, key, None) for key in OPTIONS})
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    return given
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -257,7 +232,12 @@ def _warn_if_long(forecast) -> None:
 def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a sweep into a run directory")
     _add_sweep_flags(p)
-    p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    p.add_argument(
+        "--variant-file",
+        action="append",
+        metavar="PATH",
+        help="python file registering variants (or a run's variants.pkl: the callables it measured)",
+    )
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
     p.add_argument(
         "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
@@ -587,12 +567,12 @@ def _out_dir(out: str | None, default: str) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     import shutil
 
-    from attnbench.api import report
+    from attnbench.api import write_report
     from attnbench.reports import findings
     from attnbench.results import RunDirError
 
     try:
-        rep = report(*args.run_dirs, out=args.out, baseline=args.baseline)
+        rep = write_report(args.run_dirs, args.out, args.baseline, option="--out ")
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
     # the findings in sentences, not the fits table (218 columns): the tables are in the report

@@ -387,7 +387,7 @@ def parse_env(name: str, value: Any) -> tuple[tuple[str, str], ...]:
             if isinstance(item, str):
                 key, eq, val = item.partition("=")
                 if not eq or not ENV_NAME.fullmatch(key):
-                    raise ValueError(f"--env takes NAME=VALUE, got {item!r}")
+                    raise ValueError(f"{name} takes NAME=VALUE, got {item!r}")
                 pairs.append((key, val))
             else:
                 pairs.append(item)

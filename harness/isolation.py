@@ -1,14 +1,16 @@
 """Parent side of the worker processes: start, ask with a deadline, notice crashes, replace.
 
 Workers are started with the 'spawn' method (a fresh interpreter: no inherited CUDA context or
-locks) and talk over a multiprocessing Pipe. A worker that dies or misses a deadline is killed and
-replaced; the cell it was on gets `crashed` or `timeout`. Killing a worker kills the processes below it
-too (harness.children).
+locks) and talk over a multiprocessing Pipe. They never import the user's `__main__` (_without_main):
+a script runs once, guarded or not, and what it defines reaches them by value (variants.shipped). A
+worker that dies or misses a deadline is killed and replaced; the cell it was on gets `crashed` or
+`timeout`. Killing a worker kills the processes below it too (harness.children).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.spawn
 import os
 import signal
 import threading
@@ -49,6 +51,27 @@ def _environment(env: dict[str, str]):
                 os.environ[name] = value
 
 
+@contextmanager
+def _without_main():
+    """Spawn's preparation data without the main module: a spawned child otherwise runs the parent's
+    script again as __mp_main__ (all of an unguarded one, the imports and definitions of a guarded one)
+    only so that objects pickled by reference to __main__ can be found, and the worker is handed none: its
+    config is plain data and its variants come from files and variants.pkl. Taken under _SPAWN_LOCK."""
+    prepare = mp.spawn.get_preparation_data
+
+    def without_main(name: str) -> dict[str, Any]:
+        data = prepare(name)
+        data.pop("init_main_from_name", None)
+        data.pop("init_main_from_path", None)
+        return data
+
+    mp.spawn.get_preparation_data = without_main
+    try:
+        yield
+    finally:
+        mp.spawn.get_preparation_data = prepare
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "worker did not exit"
@@ -71,7 +94,7 @@ class Worker:
         self.proc = ctx.Process(
             target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
         )
-        with _SPAWN_LOCK, _environment(config.get("env") or {}):
+        with _SPAWN_LOCK, _environment(config.get("env") or {}), _without_main():
             self.proc.start()
         child.close()
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")

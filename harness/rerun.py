@@ -7,15 +7,17 @@ NEW` can confirm or refute the old figures cell by cell.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnbench.results import STATUSES, read_meta
-from attnbench.results.store import latest_rows
+from attnbench.results.store import SHIPPED, latest_rows
+from attnbench.variants import shipped
 
 from .spec import CellSpec, SweepSpec
+from .sweeps import flag_name
 
 
 @dataclass(frozen=True)
@@ -40,19 +42,25 @@ def cells_of(run_dir: str | Path) -> tuple[dict[str, Any], SweepSpec, dict[str, 
     return meta, sweep, cells
 
 
-def plan(run_dir: str | Path, *, cell_ids: Sequence[str] | None = None, status: str | None = None) -> Rerun:
+def plan(
+    run_dir: str | Path,
+    *,
+    cell_ids: Sequence[str] | None = None,
+    status: str | None = None,
+    name: Callable[[str], str] = flag_name,
+) -> Rerun:
     """The cells of `run_dir` to measure again: all, those named, or those whose row has `status`.
 
     ValueError (RunDirError is one) naming what is wrong: no such run, an id not in it, an unknown
-    status, a status no cell has.
+    status, a status no cell has; `name` spells the options (harness.runner.run's).
     """
     if cell_ids is not None and status is not None:
-        raise ValueError("choose cells by --cells or by --status, not both")
+        raise ValueError(f"choose cells by {name('cells')} or by {name('status')}, not both")
     meta, sweep, cells = cells_of(run_dir)
     if cell_ids is not None:
         ids = list(dict.fromkeys(cell_ids))
         if not ids:
-            raise ValueError("--cells needs at least one cell_id")
+            raise ValueError(f"{name('cells')} needs at least one cell_id")
         unknown = [i for i in ids if i not in cells]
         if unknown:
             raise ValueError(f"no cell {', '.join(map(repr, unknown[:3]))} in {str(run_dir)!r}")
@@ -71,7 +79,7 @@ def plan(run_dir: str | Path, *, cell_ids: Sequence[str] | None = None, status: 
     return Rerun(
         sweep=sweep,
         variants=names,
-        variant_files=tuple(meta.get("variant_files", [])),
+        variant_files=tuple(shipped.relocated(meta.get("variant_files", []), Path(run_dir) / SHIPPED)),
         cells=picked,
         origin={"run_dir": str(Path(run_dir).resolve()), "run_id": meta.get("run_id")},
     )

@@ -22,10 +22,11 @@ from typing import Any
 from attnbench import variants
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import is_unstarted, read_meta, read_rows
+from attnbench.results.store import SHIPPED, is_unstarted, read_meta, read_rows
 from attnbench.results.writable import why_unwritable
+from attnbench.variants import shipped
 
-from . import estimate, executors, fingerprint, timing
+from . import estimate, executor_choice, executors, fingerprint, timing
 from .affinity import check_cpu_affinity
 from .cellrunner import CellRunner, SkipAhead, precheck
 from .isolation import WorkerDied, WorkerTimeout
@@ -199,7 +200,7 @@ def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callab
             f"({fingerprint.diff_text(differs)}), and its rows would mix the two; "
             f"pass {name('force_resume')} to finish it anyway (the difference is logged in resumes.jsonl)"
         )
-    files = meta.get("variant_files", [])
+    files = shipped.relocated(meta.get("variant_files", []), Path(out) / SHIPPED)
     names = prepare(sweep, files)  # loads the variant files and checks the CPUs and devices, as for a new run
     names = meta.get("variants", names)
     return _Start(sweep, names, files, meta.get("cells"), True, redo_drift, current, differs)
@@ -256,14 +257,22 @@ def run(
         check_mode(None, out, processes=start.sweep.settings.processes, **modes)  # the run's own setting
     else:
         start = _fresh(sweep, variant_files or [], only)
-    chosen_executor = executors.get(executor, executor_options)
-    chosen_executor.check(start.sweep)
+    chosen_executor = executor_choice.chosen_executor(executor, executor_options, start.sweep, name)
+    # every variant measured must reach the workers: the files of those a file registered, and those
+    # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before
+    # anything is written (a resume's are in its variant files already)
+    packed = None
+    if not resume:
+        start.variant_files = shipped.files_of(start.names, start.variant_files)
+        packed = shipped.pack(start.names)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
     if dry_run:
         done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
         return RunSummary(path=path, forecast=forecast(start, done))
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
+    if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
+        start.variant_files = shipped.write(path / SHIPPED, packed, start.variant_files)
     if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
         writer.log_resume(start.resume_record())
     progress = progress or Progress(enabled=False)

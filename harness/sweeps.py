@@ -15,6 +15,7 @@ models replaces the shape of the one below.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -47,6 +48,18 @@ def flag_name(key: str) -> str:
     """The CLI's spelling of an option or keyword: 'seq_len' -> '--seq-len', 'redo_drift' -> '--redo-drift',
     'pass_' -> '--pass'."""
     return "--" + key.rstrip("_").replace("_", "-")
+
+
+_FLAG = re.compile(r"--([a-z][a-z-]*[a-z])")
+
+
+def respell(message: str, name: Callable[[str], str]) -> str:
+    """A message that names options as the CLI's flags (`--causal`, `--devices`, `--slurm-time`) in `name`'s
+    spelling (`causal`, `devices=`, `--attn-causal`): the harness's rules keep one wording (SweepSpec's
+    rules that tie axes together, the executors' checks), each front end reads its own."""
+    if name is flag_name:
+        return message
+    return _FLAG.sub(lambda m: name(m.group(1).replace("-", "_")), message)
 
 
 def presets() -> dict[str, Path]:
@@ -88,10 +101,16 @@ def build_sweep(
     settings = {**base_settings, **top_settings}
     if "env" in base_settings and "env" in top_settings:  # --env adds to (or overrides) the file's [env]
         settings["env"] = tuple(sorted({**dict(base_settings["env"]), **dict(top_settings["env"])}.items()))
-    return SweepSpec(
-        **{AXIS_KEYS[axis].sweep_field: values for axis, values in merged.items()},
-        settings=Settings(**settings),
-    )
+    try:
+        return SweepSpec(
+            **{AXIS_KEYS[axis].sweep_field: values for axis, values in merged.items()},
+            settings=Settings(**settings),
+        )
+    except ValueError as exc:  # the rules that tie axes together name them as flags
+        said = respell(str(exc), name)
+        if said == str(exc):
+            raise
+        raise ValueError(said) from None
 
 
 def read_layer(given: Mapping[str, Any], name: Callable[[str], str]) -> dict[str, Any]:

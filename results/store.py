@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover  (Windows: no advisory locks; one writer
 META = "meta.json"
 ROWS = "rows.jsonl"
 LOCK = "writer.lock"  # flock'd by the run's one writer (RunWriter)
+SHIPPED = "variants.pkl"  # the run's variants defined in a notebook or a script, by value (variants.shipped)
 RESUMES = "resumes.jsonl"  # one line per `run --resume`: when, where, and how its set-up differed
 SHARDS = "shards"  # shards/*.jsonl: rows written by one executor task each, until merge_shards collects them
 
@@ -99,9 +100,9 @@ class UncollectedWarning(UserWarning):
 
 
 # What a run's start leaves before meta.json exists (its lock, its worker's log, a temp file a kill cut
-# short): a directory holding only these was stopped while starting or calibrating, measured nothing, and
-# is reused by the next new run into it.
-START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp")
+# short, the variants it ships by value): a directory holding only these was stopped while starting or
+# calibrating, measured nothing, and is reused by the next new run into it.
+START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp", SHIPPED)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -366,7 +367,7 @@ def _acquire(path: Path):
             fh.close()
             raise RunDirError(
                 f"{str(path)!r} is being written by {holder}; a run has one writer at a time: wait for it "
-                "to finish (or stop it), then --resume"
+                "to finish (or stop it), then resume it"
             ) from None
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:

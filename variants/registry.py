@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pickle
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -13,6 +14,7 @@ from typing import Any
 
 from . import adapt
 from .mods import MOD_KINDS, NONE, mod_kind
+from .origin import redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 
 ENTRY_POINT_GROUP = "attnbench.variants"
@@ -231,6 +233,10 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
     unchanged."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        source = _current_source[0]
+        if source == "builtin" and not str(getattr(fn, "__module__", "")).startswith(__package__ + "."):
+            source = source_of(fn)  # a notebook's or a script's: it travels to the workers by value
+            _load_builtins()  # a clash with a built-in name is found here, not when they load later
         options = dict(capability)
         try:
             decl = adapt.declared(name, options)
@@ -240,7 +246,7 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
         if decl:  # fn in attnbench's calling convention, and the setup hook that makes its mask per cell
             call, options["setup"] = adapt.wrap(name, fn, decl, options.get("setup"))
         cap = Capability(name=name, **options)
-        add(Variant(fn=call, cap=cap, source=_current_source[0]))
+        add(Variant(fn=call, cap=cap, source=source))
         return fn
 
     return decorate
@@ -249,7 +255,7 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
 def add(variant: Variant) -> None:
     """Register a Variant; a second, different variant under a taken name is an error."""
     old = _REGISTRY.get(variant.name)
-    if old is not None and old.source != variant.source:
+    if old is not None and old.source != variant.source and not redefines(old.source, variant.source):
         raise VariantError(f"variant name {variant.name!r} is already registered (by {old.source})")
     _REGISTRY[variant.name] = variant
 
@@ -294,8 +300,10 @@ def load_variant_file(path: str | Path) -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise VariantError(f"variant file {str(path)!r} does not exist")
+    if p.suffix == ".pkl":  # a run's variants.pkl: variants shipped by value (variants.shipped)
+        return _load_pickled(p)
     if p.suffix != ".py":
-        raise VariantError(f"variant file {str(path)!r} is not a .py file")
+        raise VariantError(f"variant file {str(path)!r} is not a .py file (nor a run's variants.pkl)")
     _load_builtins()
     before = set(_REGISTRY)
     mod_name = f"attnbench_variant_file_{abs(hash(str(p.resolve())))}"
@@ -329,6 +337,22 @@ def load_variant_file(path: str | Path) -> list[str]:
     if not added:
         raise VariantError(f"variant file {str(path)!r} registered no variant (use @attnbench.register)")
     return added
+
+
+def _load_pickled(path: Path) -> list[str]:
+    """Register the variants of a run's variants.pkl (variants.shipped.write); their names."""
+    _load_builtins()
+    try:
+        with open(path, "rb") as fh:
+            travel = pickle.load(fh)
+    except Exception as exc:  # unpickling runs the pickled code's imports: any failure is the file's
+        why = f"{type(exc).__name__}: {exc}"
+        raise VariantError(f"variant file {str(path)!r} failed to load: {why}") from None
+    if not isinstance(travel, list) or not all(isinstance(v, Variant) for v in travel):
+        raise VariantError(f"variant file {str(path)!r} holds no list of variants")
+    for variant in travel:
+        add(variant)
+    return [v.name for v in travel]
 
 
 def all_variants() -> dict[str, Variant]:

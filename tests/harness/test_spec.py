@@ -143,7 +143,7 @@ def test_env_flag_parsing():
     assert parse_env("env", ["A=1", "B="]) == (("A", "1"), ("B", ""))
     for bad in ("A", "=1", "A-B=1"):
         with pytest.raises(ValueError, match="--env takes NAME=VALUE"):
-            parse_env("env", [bad])
+            parse_env("--env", [bad])  # the front end's spelling: the CLI's flag
 
 
 def test_cpu_affinity_text_and_its_round_trip():

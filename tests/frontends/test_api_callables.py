@@ -1,0 +1,202 @@
+"""Callables as variants (attnbench.run(variants=[fn, ...]), attnbench.variant, @register in a notebook or a
+script), shipped to real spawned workers by value, kept in the run (variants.pkl) for a resume and a rerun."""
+
+from __future__ import annotations
+
+import io
+import json
+import linecache
+import os
+import subprocess
+import sys
+import threading
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+import attnbench
+from attnbench.reports import findings
+from attnbench.results.store import read_rows
+from tests.conftest import MINE, ROOT, as_a_fresh_process, run_cli
+from tests.frontends.test_readme import example
+
+QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=50)
+
+# what a notebook cell holds: run in a namespace named __main__, as IPython runs cells
+CELL = """
+import torch
+
+def cell_attn(q, k, v, *, scale=None):
+    # (B, H, N, d): plain softmax attention, no causal mask, no key padding
+    s = (q @ k.transpose(-2, -1)) * (scale or q.shape[-1] ** -0.5)
+    return s.softmax(-1) @ v
+"""
+
+
+def notebook_function(name: str = "cell_attn"):
+    """A function as a notebook cell defines it (its module is __main__, which no worker can import)."""
+    namespace, cell = {"__name__": "__main__"}, "<ipython-input-1>"
+    linecache.cache[cell] = (len(CELL), None, CELL.splitlines(keepends=True), cell)  # as IPython keeps it
+    exec(compile(CELL, cell, "exec"), namespace)
+    return namespace[name]
+
+
+def statuses(run_dir: Path) -> dict[tuple[str, bool], str]:
+    return {(r["variant"], r["causal"]): r["status"] for r in read_rows(run_dir)}
+
+
+def test_a_notebook_callable_runs_resumes_and_reruns(tmp_path):
+    """A callable from a notebook cell with no declared capabilities: measured in the spawned worker, its
+    causal cells `unsupported` with the reason (it takes no causal=), named in meta.json as defined in
+    __main__, and measured again from the run's variants.pkl by a resume and a rerun once the notebook's
+    own definition is gone and the run has moved."""
+    out, again = tmp_path / "nb", tmp_path / "again"
+    with as_a_fresh_process(tmp_path):
+        run = attnbench.run(variants={"mine": notebook_function()}, causal="both", out=out, **QUICK)
+        assert statuses(out) == {("mine", False): "ok", ("mine", True): "unsupported"}, run.counts
+        message = {r["causal"]: r["message"] for r in read_rows(out)}[True]
+        assert message == "mine does not support causal masking"
+        meta = json.loads((out / "meta.json").read_text())
+        source = meta["variant_capabilities"]["mine"]["source"]
+        assert source.startswith("defined in __main__") and "source sha256 " in source, source
+        assert meta["variant_files"] == [str((out / "variants.pkl").resolve())]
+    out = out.rename(tmp_path / "moved")  # copied to another folder (or machine): its callables go with it
+    rows = (out / "rows.jsonl").read_text().splitlines(keepends=True)
+    (out / "rows.jsonl").write_text("".join(r for r in rows if '"status":"ok"' not in r))  # one cell lost
+    with as_a_fresh_process(tmp_path):  # a new session: nothing registers "mine" but the run's file
+        assert "mine" not in attnbench.variants.all_variants()
+        resumed = attnbench.run(out=out, resume=True)
+        assert resumed.counts == {"ok": 1} and statuses(out)[("mine", False)] == "ok"
+    run_cli("run", "--rerun", str(out), "--status", "ok", "--out", str(again), "-q", check=True)
+    assert statuses(again) == {("mine", False): "ok"}
+    assert (again / "variants.pkl").is_file()
+
+
+def test_callables_are_refused_before_any_work(tmp_path):
+    """Every refusal comes before a directory is made: one line, naming the keyword."""
+    out = tmp_path / "never"
+    lock = threading.Lock()
+
+    def holds_a_lock(q, k, v, **kw):
+        with lock:
+            return q
+
+    holds_a_lock.__module__ = "__main__"  # as a notebook's: it goes by value, and a lock cannot
+    cases = [
+        (dict(variants={"sdpa": notebook_function()}), "variants= 'sdpa' is the name of a built-in variant"),
+        (dict(variants=[lambda q, k, v: q]), "variants=: a lambda has no name"),
+        (dict(variants=[holds_a_lock]), "variant 'holds_a_lock' (defined in __main__"),
+    ]
+    with as_a_fresh_process(tmp_path):
+        for kwargs, words in cases:
+            with pytest.raises(ValueError) as caught:
+                attnbench.run(out=out, **kwargs, **QUICK)
+            assert words in str(caught.value) and "\n" not in str(caught.value), caught.value
+        with pytest.raises(ValueError, match="'cell_attn' declares causal=True, but takes no causal="):
+            attnbench.variant(notebook_function(), causal=True)
+        with pytest.raises(ValueError, match="^name= 'naive' is the name of a built-in variant"):
+            attnbench.variant(notebook_function(), name="naive")
+        with pytest.raises(ValueError, match="unknown capability 'casual'; known: description, devices"):
+            attnbench.variant(notebook_function(), casual=True)
+        declared = attnbench.variant(notebook_function(), name="mine", dtypes=("float32",), backward=False)
+        assert (declared.name, declared.cap.dtypes, declared.cap.backward) == ("mine", ("float32",), False)
+        assert (declared.cap.causal, declared.cap.padding) == (False, False)  # from its signature
+    assert not out.exists()
+
+
+SCRIPT = """
+import attnbench
+import torch
+
+with open({marker!r}, "a") as fh:  # the body's every run leaves a line
+    fh.write("ran\\n")
+
+
+@attnbench.register("scripted", causal=False, padding=False, dropout=False)
+def scripted(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    return torch.softmax((q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5, -1) @ v
+
+
+def main():
+    run = attnbench.run(variants="scripted,naive", out={out!r}, **{quick!r})
+    print(run.counts)
+
+{call}
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["no-main-guard", "main-guard"])
+def test_a_script_runs_once(tmp_path, guarded):
+    """A real script run by python, with @register and with or without `if __name__ == "__main__":`: its
+    body runs once (no worker imports it again), and its variant's rows are ok."""
+    marker, out = tmp_path / "ran.txt", tmp_path / "run"
+    call = 'if __name__ == "__main__":\n    main()' if guarded else "main()"
+    script = tmp_path / "bench.py"
+    script.write_text(SCRIPT.format(marker=str(marker), out=str(out), quick=QUICK, call=call))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "ran\n"
+    assert statuses(out) == {("scripted", False): "ok", ("naive", False): "ok"}, proc.stdout
+    meta = json.loads((out / "meta.json").read_text())
+    source = meta["variant_capabilities"]["scripted"]["source"]
+    assert source.startswith("defined in __main__ (script bench.py), source sha256 "), source
+
+
+def test_bench_gates_every_mask_against_sdpa_and_finds(tmp_path):
+    """attnbench.bench(fn): fn and sdpa over causal no/yes and padding none/25%, each cell gated; what fn
+    cannot do (it takes neither causal= nor key_lengths=) is unsupported; the report's findings read it."""
+    out = tmp_path / "bench"
+    with as_a_fresh_process(tmp_path):
+        run = attnbench.bench(notebook_function(), out=out, seq_len="64,128", dtype="float32", budget_ms=2)
+        rep = run.report(out=tmp_path / "report")
+    rows = read_rows(out)
+    seen = {(r["variant"], r["causal"], r["padding"] > 0, r["status"]) for r in rows}
+    assert {(v, c, p) for v, c, p, _ in seen} == {
+        (v, c, p) for v in ("cell_attn", "sdpa") for c in (False, True) for p in (False, True)
+    }
+    fn = {(c, p): s for v, c, p, s in seen if v == "cell_attn"}
+    assert fn == {(False, False): "ok", (True, False): "unsupported", (False, True): "unsupported",
+                  (True, True): "unsupported"}  # fmt: skip
+    assert all(s == "ok" for v, *_, s in seen if v == "sdpa"), seen
+    said = findings.text(rep.findings, 100)
+    assert "sdpa" in said and "cell_attn" in said, said  # who leads is the machine's to say
+
+
+def test_the_docs_example_runs(tmp_path):
+    """docs/api.md's callables example, as a script of its own (its function is __main__'s), prints what
+    its comment says."""
+    code = compile(example("<!-- callables-example"), "docs/api.md (callables-example)", "exec")
+    with as_a_fresh_process(tmp_path), redirect_stdout(io.StringIO()) as out:
+        exec(code, {"__name__": "__main__"})
+    assert "{'ok': 12, 'unsupported': 4}" in out.getvalue()
+    assert (tmp_path / "runs" / "mine" / "variants.pkl").is_file()
+
+
+REGISTERED_CELL = """
+import attnbench
+import torch
+
+
+@attnbench.register("nb_inline", causal=False, padding=False, dropout=False)
+def nb_inline(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    return torch.softmax((q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5, -1) @ v
+"""
+
+
+def test_notebook_registered_and_session_loaded_variants_reach_the_workers(tmp_path):
+    """The issue's notebook: @register in a cell (its module is __main__), and a variant file loaded in the
+    session by hand, then both named: the workers measure both (never `error` rows 'unknown variant')."""
+    plugin, out = tmp_path / "mine.py", tmp_path / "run"
+    plugin.write_text(MINE)
+    with as_a_fresh_process(tmp_path):
+        exec(compile(REGISTERED_CELL, "<ipython-input-2>", "exec"), {"__name__": "__main__"})
+        attnbench.variants.load_variant_file(plugin)
+        attnbench.run(variants={"nb_inline": "nb_inline", "mine": "mine"}, out=out, **QUICK)
+    assert statuses(out) == {("nb_inline", False): "ok", ("mine", False): "ok"}
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["variant_files"] == [str(plugin.resolve()), str((out / "variants.pkl").resolve())]
+    assert meta["variant_capabilities"]["nb_inline"]["source"].startswith("defined in __main__")

@@ -1,0 +1,100 @@
+"""attnbench.run is the CLI's equal: every option of `attnbench run` is a keyword, and its errors name the
+keyword, never a flag. One real run; every other case is refused, or a dry run."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import attnbench
+from attnbench import cli
+from attnbench.harness.sweeps import AXIS_KEYS, SETTING_KEYS
+from tests.conftest import ROOT, as_a_fresh_process
+
+# flags whose keyword is spelled otherwise, and flags that are the CLI's own
+RENAMED = {"variant_file": "variant_files", "quiet": "progress"}
+
+
+def test_every_run_flag_is_a_keyword():
+    run_parser = cli.build_parser()._subparsers._group_actions[0].choices["run"]
+    keywords = set(inspect.signature(attnbench.run).parameters) | set(AXIS_KEYS) | set(SETTING_KEYS)
+    flags = [a.dest for a in run_parser._actions if a.option_strings and a.dest != "help"]
+    missing = [f for f in flags if RENAMED.get(f, f) not in keywords]
+    assert not missing and len(flags) > 30, missing
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(executor="ray", devices="cpu"), "devices= picks this machine's GPUs for executor='local'"),
+        (dict(ray_address="127.0.0.1:1"), "ray_address= names the Ray cluster of executor='ray'"),
+        (dict(slurm_partition="gpu"), "slurm_partition= is an option of executor='slurm'; give that too"),
+        (dict(executor="slurm", slurm_tasks=0), "slurm_tasks= must be 1 or more, got 0"),
+        (dict(executor="slurm", slurm_time="soon"), "slurm_time= takes minutes or [D-]HH:MM:SS"),
+        (dict(devices="cuda:0"), "devices= cuda:0: torch sees 0 CUDA device(s)"),
+        (dict(executor="nope"), "unknown executor 'nope'; known: local, ray, slurm"),
+        (dict(window=16, causal="no"), "give causal yes or lower-right, not no or both"),
+        (dict(env=["NO_EQUALS_SIGN"]), "env takes NAME=VALUE, got 'NO_EQUALS_SIGN'"),
+        (dict(redo_drift=True), "redo_drift=True measures a run's drifted cells again"),
+        (dict(rerun="somewhere", cells="x", status="ok"), "choose cells by cells= or by status=, not both"),
+    ],
+)
+def test_errors_name_the_keyword(tmp_path, kwargs, words):
+    if kwargs.get("devices") == "cuda:0" and __import__("torch").cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = tmp_path / "never"
+    with as_a_fresh_process(tmp_path), pytest.raises(ValueError) as caught:
+        sweep = {} if "rerun" in kwargs else dict(variants="naive", seq_len=64, heads=1)
+        attnbench.run(out=out, **sweep, **kwargs)
+    message = str(caught.value)
+    assert words in message and "--" not in message, message
+    assert not out.exists()
+
+
+def test_a_run_directory_error_names_the_keyword(tmp_path):
+    """results.store's messages know no front end: the API says `resume=True` where the CLI says --resume."""
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "writer.lock").write_text("")  # what a start stopped before meta.json leaves
+    with as_a_fresh_process(tmp_path), pytest.raises(ValueError) as caught:
+        attnbench.run(out=stopped, resume=True)
+    message = str(caught.value)
+    assert "holds no run" in message and "without resume=True" in message and "--" not in message, message
+
+
+def test_report_names_out(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"^out='.*file' exists and is not a directory"):
+        attnbench.report(ROOT / "results" / "reference" / "llm-epyc-2core", out=tmp_path / "file")
+
+
+@pytest.mark.parametrize("spelled", [{"pass_": "fwdbwd"}, {"pass": "fwdbwd"}], ids=["pass_", "pass"])
+def test_pass_keyword_and_dry_run(tmp_path, spelled):
+    """`pass_` (and `pass` through **{}) choose the pass; a dry run measures and writes nothing and says
+    what it would do."""
+    out = tmp_path / "dry"
+    with as_a_fresh_process(tmp_path):
+        run = attnbench.run(variants="naive", seq_len="64,128", heads=1, out=out, dry_run=True, **spelled)
+    assert not out.exists() and run.counts == {}
+    assert [c.pass_ for c in run.forecast.measured] == ["fwdbwd", "fwdbwd"], run.forecast
+
+
+def test_executor_keywords_reach_the_executor(tmp_path):
+    """executor="slurm", slurm_local=True runs the cells in submitit's array tasks on this machine, as
+    --executor slurm --slurm-local does: their rows come from shards, and a callable among the variants
+    reaches the tasks' workers by value (variants.pkl)."""
+    pytest.importorskip("submitit")
+    out = tmp_path / "slurm"
+
+    def mine(q, k, v, *, scale=None):
+        return (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).softmax(-1) @ v
+
+    mine.__module__ = "__main__"  # as a script's: shipped by value
+    with as_a_fresh_process(ROOT):  # the tasks' interpreters import this checkout from their directory
+        run = attnbench.run(
+            variants=[mine, "naive"], seq_len=64, heads=1, budget_ms=3, warmup_ms=1, min_ms=1,
+            calibrate_ms=50, executor="slurm", slurm_local=True, slurm_tasks=1, out=out,
+        )  # fmt: skip
+    assert run.counts == {"ok": 2}, run
+    assert list((out / "shards").glob("*.jsonl"))

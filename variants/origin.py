@@ -1,0 +1,57 @@
+"""Where a variant registered at run time was defined, as its `source`: `defined in __main__ (script
+bench.py), source sha256 1a2b3c4d5e6f` (a notebook cell, a script, a module the user imported), so that
+meta.json names it honestly and the runner knows it must travel to the workers by value (variants.shipped).
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEFINED_IN = "defined in "
+HASHED = ", source sha256 "
+
+
+def source_of(fn: Callable[..., Any]) -> str:
+    """Where `fn` was defined, as a variant's source: 'defined in __main__ (script x.py)', 'defined in
+    __main__ (a notebook or IPython)', 'defined in mypkg.kernels', with its code's sha256 when readable."""
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    where = module
+    if module in ("__main__", "__mp_main__"):
+        main = sys.modules.get("__main__")
+        if getattr(builtins, "__IPYTHON__", False):
+            where = "__main__ (a notebook or IPython)"
+        elif getattr(main, "__file__", None):
+            where = f"__main__ (script {Path(main.__file__).name})"
+        else:
+            where = "__main__ (an interactive session)"
+    digest = _code_hash(fn)
+    return DEFINED_IN + where + (HASHED + digest if digest else "")
+
+
+def _code_hash(fn: Callable[..., Any]) -> str | None:
+    """The first 12 hex digits of the sha256 of fn's source text, None where there is none to read."""
+    for target in (fn, getattr(fn, "func", None), type(fn)):  # a function, a functools.partial, an object
+        try:
+            text = inspect.getsource(target)
+        except (OSError, TypeError):
+            continue
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return None
+
+
+def by_value(source: str) -> bool:
+    """Whether a variant of this source travels to the workers by value (it was defined outside a plug-in
+    file, an entry point and attnbench itself)."""
+    return source.startswith(DEFINED_IN)
+
+
+def redefines(old: str, new: str) -> bool:
+    """Whether a variant of source `new` is one of source `old` defined again in the same place (a notebook
+    cell run again after an edit): it replaces the old one instead of clashing with it."""
+    return by_value(old) and by_value(new) and old.split(HASHED)[0] == new.split(HASHED)[0]
