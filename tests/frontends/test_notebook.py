@@ -62,6 +62,7 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     page = result["data"]["text/html"]
     assert f"attnbench run runs/{run_dir.name}" in page and "6 cells: ok 6" in page
     assert "Findings" in page and "fastest" in page and "<table>" in page
+    assert "my_attn" in page  # the notebook's own function, measured by the workers
 
     # the rows: rel_err of a float32 cell (about 1e-7) as 3.0e-07, not 0.0
     (table,) = [o for o in _outputs(_cell(nb, "run.table()")) if o["output_type"] == "execute_result"]

@@ -93,3 +93,30 @@ def test_a_bad_declaration_is_refused_at_registration_in_one_line(tmp_path, decl
     bad.write_text(f"from attnbench import register\nregister('bad_decl', **{decl!r})(lambda q, k, v: q)\n")
     p = run_cli("list", "--variant-file", str(bad))
     assert p.returncode == 2 and p.stderr.strip().startswith(f"attnbench: error: {message}"), p.stderr
+
+
+def test_attnbench_variant_takes_the_declarations_register_takes():
+    """attnbench.variant(fn, takes=, returns=, mask=) adapts a model-style callable as @register does."""
+    import attnbench
+
+    def model_attn(q, k, v, attn_mask=None, dropout_p=0.0, scale=None):  # (B, N, H, d), additive mask
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        s = qt @ kt.transpose(-2, -1) * (scale or q.shape[-1] ** -0.5)
+        if attn_mask is not None:
+            s = s + attn_mask
+        return (s.softmax(-1) @ vt).transpose(1, 2), None
+
+    made = attnbench.variant(
+        model_attn,
+        name="inline_model",
+        takes="bnhd",
+        returns="first",
+        mask="additive",
+        causal=True,
+        padding=True,
+    )
+    assert made.cap.layout == "bnhd"
+    q, k, v = tensors.qkv(b=2, h=3, n_q=20, d_k=8)
+    assert correctness.check(made, q, k, v, causal=True).passed
+    with pytest.raises(ValueError, match="mask must be one of"):
+        attnbench.variant(model_attn, name="inline_bad", mask="float")
