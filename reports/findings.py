@@ -40,6 +40,9 @@ class Findings:
     panels: tuple[PanelFindings, ...]
     trust: tuple[str, ...]
 
+    def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
+        return text(self)
+
 
 # ---- words for numbers ---------------------------------------------------------------------------------
 
