@@ -13,6 +13,7 @@ What it runs, each in a fresh interpreter as `nox -s bench` runs them (this chec
 - compiles: cells whose first call ran over COMPILE_MS, and over COMPILE_FACTOR times the cell's median
   call, longer than that median (what a compile, or any one-off plan, costs the first call; a busy
   machine's slow first call of a large cell is a few medians, a compile tens to thousands), per variant;
+  flex's target counts one more, for the numerics probe's first flex call, which runs outside every row;
 - exponents: the report's fits.csv (time and memory exponent, 95% CI, its half-width, memory's constant);
 - ranking: the report's ranking.csv, and, at each N, every pair of variants whose medians differ by
   RANK_RATIO or more that the ranking nonetheless puts in one group (a target miss).
@@ -221,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         for what in ("time", "mem")
         if e[what]["half_width"] is None or e[what]["half_width"] > CI_HALF
     ]
-    flex = costs["compiles"].get("flex", {}).get("count", 0)
+    # the numerics probe calls flex before any cell, outside every row: it may hold the one compile the
+    # rows cannot see, so the target is judged on the compiles seen plus that one
+    flex = costs["compiles"].get("flex", {}).get("count", 0) + 1
     total = run_s + report_s
     targets = {
         "run_plus_report_s": {
@@ -244,7 +247,12 @@ def main(argv: list[str] | None = None) -> int:
             "measured": costs["first_and_setup_share"],
             "met": costs["first_and_setup_share"] <= FIRST_SHARE,
         },
-        "flex_compiles": {"target": f"<= {FLEX_COMPILES}", "measured": flex, "met": flex <= FLEX_COMPILES},
+        "flex_compiles": {
+            "target": f"<= {FLEX_COMPILES}",
+            "measured": flex,
+            "how": "compiles seen in flex cells' first calls, plus 1 for the numerics probe's first call",
+            "met": flex <= FLEX_COMPILES,
+        },
         "ranking": {
             "target": f"variants {RANK_RATIO}x apart at an N are ranked apart",
             "measured": "all ranked apart" if not misses else misses,
