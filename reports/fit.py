@@ -29,17 +29,20 @@ FIT_RULE = (
     f"{2**ASYMPTOTIC_OCTAVES}; at least {MIN_FIT_POINTS}, or all when fewer), one fit per variant and "
     "combination of the other axes. Each point is weighted by its own uncertainty: the standard error of its "
     f"median from its raw samples (1.2533 × IQR/1.349 / sqrt(n), in log units), at least {SE_FLOOR:.0%} for "
-    "the drift between cells that no cell's samples show. The 95% CI is slope ± 1.96 × its standard error, "
-    "scaled up by sqrt(chi²/dof) where the points scatter about the line more than their own spread explains "
-    "(the Birge ratio, as the Particle Data Group scales inconsistent measurements): a run whose cells "
-    "drifted, or whose times bend away from a power law, gets a wider CI. Memory exponents: peak bytes are "
+    "the drift between cells that no cell's samples show, and |log speed_factor| more, in quadrature, where "
+    "the speed probe before the cell saw the machine run slower or faster than usual. The 95% CI is slope ± "
+    "1.96 × its standard error where the points lie about the line as their own spreads say; where they "
+    "scatter more, the standard error is scaled up by sqrt(chi²/dof) (the Birge ratio, as the Particle Data "
+    "Group scales inconsistent measurements) and 1.96 becomes t(0.975, dof), the spread then being estimated "
+    "from the points themselves: a run whose cells drifted, or whose times bend away from a power law, gets "
+    "a wider CI. Memory exponents: peak bytes are "
     "one deterministic measurement per cell, and a linear-memory variant's peak holds an N-independent "
     "workspace (a block of scores, a kernel's buffers) besides its O(N) part, which bends a plain power law "
     "below 1; so peak = c + a·N^b is fitted (c >= 0, in log space) over the same asymptotic points, b is the "
     "exponent of the part that grows and c its constant, and the CI is b ± 1.96 × its standard error, each "
-    f"point {MEM_SE:.1%} (byte counts repeat exactly from call to call), scaled by the Birge ratio the same "
-    "way, so that the CI is as wide as the points' distance from the model; with fewer than 4 points, the "
-    "weighted power law. Fewer than 2 ok seq_lens: no fit; 2: no CI."
+    f"point {MEM_SE:.1%} (byte counts repeat exactly from call to call), scaled by the Birge ratio (with t) "
+    "the same way, so that the CI is as wide as the points' distance from the model; with fewer than 4 "
+    "points, the weighted power law. Fewer than 2 ok seq_lens: no fit; 2: no CI."
 )
 
 EXTRAPOLATION_LIMIT = 8  # a fit is read at most 8× beyond the largest measured seq_len; further is a guess
@@ -115,10 +118,37 @@ def median_log_se(rel_iqr, n_samples) -> float:
     return max(SE_FLOOR, MEDIAN_SE_PER_IQR * r / math.sqrt(n))
 
 
+def cell_log_se(rel_iqr, n_samples, speed_factor=None) -> float:
+    """A cell's time uncertainty in log units: its median's standard error (median_log_se) and, where the
+    speed probe just before it saw the machine run at speed_factor of the run's usual speed (results.drift),
+    |log speed_factor| besides, added in quadrature. The samples of one cell share the moment's load, so
+    its IQR cannot show a machine that ran at half speed for the whole cell; the probe can, and a cell
+    measured then should pull the fit less, and widen its CI, rather than bend it (drift over a run falls
+    on its later, larger N alike, and would otherwise read as a wrong exponent with a narrow CI)."""
+    se = median_log_se(rel_iqr, n_samples)
+    try:
+        f = float(speed_factor)
+    except (TypeError, ValueError):
+        return se
+    if not (math.isfinite(f) and f > 0):
+        return se
+    return math.hypot(se, math.log(f))
+
+
 def _z() -> float:
     from scipy import stats
 
     return float(stats.norm.ppf(0.5 + CI_LEVEL / 2))
+
+
+def _quantile(birge: float, dof: int) -> float:
+    """The CI's multiplier: the normal's where the points agree with their own errors (birge 1), else
+    Student's t on the fit's degrees of freedom (the errors are then estimated from the residuals)."""
+    from scipy import stats
+
+    if birge <= 1.0 or dof < 1:
+        return _z()
+    return float(stats.t.ppf(0.5 + CI_LEVEL / 2, dof))
 
 
 def _weighted_line(x, ly, se) -> tuple[float, float, float, float, float]:
@@ -145,9 +175,10 @@ def fit_power_law(
 ) -> PowerFit:
     """Least-squares exponent of values ~ seq_len^b over the asymptotic points (or all, asymptotic=False).
 
-    log_se: each value's standard error in log units (median_log_se), one per value: a weighted fit whose
-    CI is 1.96 standard errors scaled by the Birge ratio (FIT_RULE). Without it, ordinary least squares
-    with a t CI on k-2 degrees of freedom (the plots' and panels' local fits, which have no samples).
+    log_se: each value's standard error in log units (cell_log_se), one per value: a weighted fit whose
+    CI is 1.96 standard errors, or t's where the Birge ratio scales them (FIT_RULE). Without it,
+    ordinary least squares with a t CI on k-2 degrees of freedom (the plots' and panels' local fits,
+    which have no samples).
     Non-finite or non-positive values are dropped first (they have no logarithm); repeated seq_lens
     (several runs) all enter the fit.
     """
@@ -175,7 +206,7 @@ def fit_power_law(
         if len(used) < 3:
             reason = f"{len(used)} points, no CI"
             return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=reason)
-        half = _z() * stderr
+        half = _quantile(birge, len(x) - 2) * stderr
         return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used), scale=birge)
     res = stats.linregress(x, ly)
     slope, intercept = float(res.slope), float(res.intercept)
@@ -190,7 +221,8 @@ def fit_power_law(
 def fit_memory(seq_lens, values) -> PowerFit:
     """peak ≈ c + a·N^b (c >= 0: an N-independent workspace) over the ok seq_lens within MEMORY_OCTAVES
     octaves of the largest (the time fit's asymptotic points), fitted in log space (relative errors,
-    MEM_SE each); the CI of b is 1.96 standard errors from the fit's Jacobian, scaled by the Birge ratio.
+    MEM_SE each); the CI of b is 1.96 standard errors from the fit's Jacobian, or t's where the Birge
+    ratio scales them.
     With fewer than 4 points (3 parameters need a degree of freedom for the CI), or where the fit fails,
     fit_power_law's weighted fit."""
     import numpy as np
@@ -226,7 +258,7 @@ def fit_memory(seq_lens, values) -> PowerFit:
     birge = max(1.0, math.sqrt(chi2 / dof))
     b_se = math.sqrt(max(float(cov[1, 1]), 0.0)) * birge
     log_a, b, c = float(res.x[0]), float(res.x[1]), float(res.x[2]) * top
-    half = _z() * b_se
+    half = _quantile(birge, dof) * b_se
     total = float(np.sum((ly - ly.mean()) ** 2))
     r2 = 1.0 - float(np.sum((res.fun * MEM_SE) ** 2)) / total if total > 0 else 1.0
     return PowerFit(b, log_a, b - half, b + half, r2, tuple(sorted(set(used))), offset=c, scale=birge)
@@ -298,7 +330,8 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         n = ok[length].to_numpy(dtype=float, na_value=math.nan)
         t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
-        se = [median_log_se(r, k) for r, k in zip(ok["rel_iqr"], ok["n_samples"], strict=True)]
+        factors = ok["speed_factor"] if "speed_factor" in ok else [None] * len(ok)
+        se = [cell_log_se(r, k, f) for r, k, f in zip(ok["rel_iqr"], ok["n_samples"], factors, strict=True)]
         tfit, mfit = fit_power_law(n, t, log_se=se), fit_memory(n, m)
         meta = metas.get(str(key["run_id"]), {})
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta)

@@ -67,6 +67,20 @@ def test_weighted_fit_ci_follows_the_samples_spread_and_widens_for_scatter_they_
     assert wide.ci_low < 2.0 < wide.ci_high
 
 
+def test_a_cell_the_speed_probe_saw_drift_weighs_less():
+    assert fit.cell_log_se(0.001, 100, 1.0) == fit.SE_FLOOR
+    assert fit.cell_log_se(0.001, 100, 0.5) == pytest.approx(math.hypot(fit.SE_FLOOR, math.log(0.5)))
+    assert fit.cell_log_se(0.001, 100, None) == fit.cell_log_se(0.001, 100, float("nan")) == fit.SE_FLOOR
+    # a run whose later, larger N ran on a slowed machine: the cells the probe saw slowed pull the fit less,
+    # and the exponent stays N²'s; blind to it, the fit bends upward and only its Birge-scaled CI says so
+    grid = [1024, 1536, 2048, 3072]
+    slowed = [1e-5 * n**2 * f for n, f in zip(grid, (1.0, 1.0, 2.0, 3.0), strict=True)]
+    blind = fit.fit_power_law(grid, slowed, log_se=[0.02] * 4)
+    seen = fit.fit_power_law(grid, slowed, log_se=[fit.cell_log_se(0.01, 6, 1 / f) for f in (1, 1, 2, 3)])
+    assert blind.exponent > 2.5 and blind.scale > 2 and blind.ci_low < 2.0
+    assert seen.exponent == pytest.approx(2.0, abs=0.05) and seen.ci_low < 2.0 < seen.ci_high
+
+
 def test_median_log_se_from_the_samples_spread_with_a_floor():
     assert fit.median_log_se(0.10, 5) == pytest.approx(fit.MEDIAN_SE_PER_IQR * 0.10 / math.sqrt(5))
     assert fit.median_log_se(0.001, 100) == fit.SE_FLOOR
