@@ -30,12 +30,12 @@ FIT_RULE = (
     "combination of the other axes. Each point is weighted by its own uncertainty: the standard error of its "
     f"median from its raw samples (1.2533 × IQR/1.349 / sqrt(n), in log units), at least {SE_FLOOR:.0%} for "
     "the drift between cells that no cell's samples show, and |log speed_factor| more, in quadrature, where "
-    "the speed probe before the cell saw the machine run slower or faster than usual. The 95% CI is slope ± "
-    "1.96 × its standard error where the points lie about the line as their own spreads say; where they "
-    "scatter more, the standard error is scaled up by sqrt(chi²/dof) (the Birge ratio, as the Particle Data "
-    "Group scales inconsistent measurements) and 1.96 becomes t(0.975, dof), the spread then being estimated "
-    "from the points themselves: a run whose cells drifted, or whose times bend away from a power law, gets "
-    "a wider CI. Memory exponents: peak bytes are "
+    "the speed probes before and after the cell saw the machine run slower or faster than usual. The 95% CI "
+    "is slope ± 1.96 × its standard error where the points lie about the line as their own spreads say; "
+    "where they scatter more, the standard error is scaled up by sqrt(chi²/dof) (the Birge ratio, as the "
+    "Particle Data Group scales inconsistent measurements) and 1.96 becomes t(0.975, dof), the spread then "
+    "being estimated from the points themselves: a run whose cells drifted, or whose times bend away from a "
+    "power law, gets a wider CI. Memory exponents: peak bytes are "
     "one deterministic measurement per cell, and a linear-memory variant's peak holds an N-independent "
     "workspace (a block of scores, a kernel's buffers) besides its O(N) part, which bends a plain power law "
     "below 1; so peak = c + a·N^b is fitted (c >= 0, in log space) over the same asymptotic points, b is the "
@@ -118,21 +118,38 @@ def median_log_se(rel_iqr, n_samples) -> float:
     return max(SE_FLOOR, MEDIAN_SE_PER_IQR * r / math.sqrt(n))
 
 
-def cell_log_se(rel_iqr, n_samples, speed_factor=None) -> float:
+def with_probe_after(df):
+    """df with `speed_factor_after`: the speed factor of the probe taken right after each cell, which is
+    the next measured cell's own probe (the worker probes before every cell), in the order the cells
+    finished on one device of one run; NA for the last cell and for rows without a probe."""
+    if df.empty or "speed_factor" not in df or "finished_at" not in df:
+        return df
+    probed = df[df["speed_factor"].notna()].sort_values("finished_at", kind="stable")
+    keys = [k for k in ("run_id", "where") if k in probed]
+    after = probed.groupby(keys, dropna=False)["speed_factor"].shift(-1) if keys else probed["speed_factor"]
+    out = df.copy()
+    out["speed_factor_after"] = after.reindex(df.index)
+    return out
+
+
+def cell_log_se(rel_iqr, n_samples, speed_factor=None, speed_factor_after=None) -> float:
     """A cell's time uncertainty in log units: its median's standard error (median_log_se) and, where the
-    speed probe just before it saw the machine run at speed_factor of the run's usual speed (results.drift),
-    |log speed_factor| besides, added in quadrature. The samples of one cell share the moment's load, so
+    speed probes on either side of it (results.drift: the one just before it, and the next cell's, just
+    after it) saw the machine run at a factor f of the run's usual speed, the larger |log f| besides, added
+    in quadrature. The samples of one cell share the moment's load, so
     its IQR cannot show a machine that ran at half speed for the whole cell; the probe can, and a cell
     measured then should pull the fit less, and widen its CI, rather than bend it (drift over a run falls
     on its later, larger N alike, and would otherwise read as a wrong exponent with a narrow CI)."""
     se = median_log_se(rel_iqr, n_samples)
-    try:
-        f = float(speed_factor)
-    except (TypeError, ValueError):
-        return se
-    if not (math.isfinite(f) and f > 0):
-        return se
-    return math.hypot(se, math.log(f))
+    drift = 0.0
+    for factor in (speed_factor, speed_factor_after):
+        try:
+            f = float(factor)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f) and f > 0:
+            drift = max(drift, abs(math.log(f)))
+    return math.hypot(se, drift)
 
 
 def _z() -> float:
@@ -323,6 +340,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
     from .tables import calibrated_peak
 
     records = []
+    df = with_probe_after(df)
     # every (combination, variant) that appears gets a row, so a variant that never ran ok shows "n/a"
     for key, sub in grouped(df, list(COMBO_AXES) + ["variant"]):
         ok = ok_rows(sub)
@@ -330,8 +348,12 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         n = ok[length].to_numpy(dtype=float, na_value=math.nan)
         t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
-        factors = ok["speed_factor"] if "speed_factor" in ok else [None] * len(ok)
-        se = [cell_log_se(r, k, f) for r, k, f in zip(ok["rel_iqr"], ok["n_samples"], factors, strict=True)]
+        before = ok["speed_factor"] if "speed_factor" in ok else [None] * len(ok)
+        after = ok["speed_factor_after"] if "speed_factor_after" in ok else [None] * len(ok)
+        se = [
+            cell_log_se(r, k, f, g)
+            for r, k, f, g in zip(ok["rel_iqr"], ok["n_samples"], before, after, strict=True)
+        ]
         tfit, mfit = fit_power_law(n, t, log_se=se), fit_memory(n, m)
         meta = metas.get(str(key["run_id"]), {})
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta)

@@ -71,6 +71,8 @@ def test_a_cell_the_speed_probe_saw_drift_weighs_less():
     assert fit.cell_log_se(0.001, 100, 1.0) == fit.SE_FLOOR
     assert fit.cell_log_se(0.001, 100, 0.5) == pytest.approx(math.hypot(fit.SE_FLOOR, math.log(0.5)))
     assert fit.cell_log_se(0.001, 100, None) == fit.cell_log_se(0.001, 100, float("nan")) == fit.SE_FLOOR
+    # the probe after the cell (the next cell's) counts as much as the one before it: the worse of the two
+    assert fit.cell_log_se(0.001, 100, 1.0, 0.25) == pytest.approx(math.hypot(fit.SE_FLOOR, math.log(4)))
     # a run whose later, larger N ran on a slowed machine: the cells the probe saw slowed pull the fit less,
     # and the exponent stays N²'s; blind to it, the fit bends upward and only its Birge-scaled CI says so
     grid = [1024, 1536, 2048, 3072]
