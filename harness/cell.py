@@ -9,7 +9,8 @@
   why (the row's timing_mode and timing_reason);
 - time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets
   (on CUDA inside harness.telemetry's NVML sampling: clocks, power, temperature, `throttled`);
-- peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs;
+- peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs (a forward
+  cell without dropout measures it on check_after's refill call instead: peak_on_refill);
 - check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
   and the timed callable's answer follows fresh inputs (another seed), not one it remembered.
 
@@ -253,6 +254,7 @@ class AfterCheck:
     fresh: correctness.GateResult  # the bound callable's output on fresh inputs against float64
     seed: int
     refill: correctness.GateResult | None = None  # its output on the timed tensors refilled; None: no inputs
+    peak: tuple[int, str] | None = None  # (bytes, method) of the refill call, where asked
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -336,11 +338,14 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     )
 
 
-def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: InputCache) -> AfterCheck:
+def check_after(
+    ready: Prepared, spec: CellSpec, settings: Settings, cache: InputCache, measure_peak: bool = False
+) -> AfterCheck:
     """After the timed calls: did they modify their inputs, and does the timed callable's answer follow
     the inputs? Two more forward calls, each compared with float64 on FRESH_ROWS sampled query rows of
     fresh inputs of the same shape (seed settings.seed + FRESH_SEED_OFFSET): the timed tensors refilled in
-    place with them (`refill_in_place`), then new tensors holding them (in the layout prepare handed)."""
+    place with them (`refill_in_place`), then new tensors holding them (in the layout prepare handed).
+    measure_peak: the refill call's peak memory is measured too (AfterCheck.peak; see peak_on_refill)."""
     given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
     changed = () if given is None else cache.changed(given)  # before the refill below rewrites them
     seed = settings.seed + FRESH_SEED_OFFSET
@@ -349,9 +354,14 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
     rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
     opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
     ref = correctness.reference(q, k, v, rows=rows, **opts)
-    refill = None
+    refill = peaked = None
     if given is not None:  # first, while whatever the variant remembered of the timed calls is untouched
-        out = refill_in_place(ready, (q, k, v, kl))
+        if measure_peak:
+            held_out: list[torch.Tensor] = []
+            peaked = memory.peak(lambda: held_out.append(refill_in_place(ready, (q, k, v, kl))), spec.device)
+            out = held_out.pop()
+        else:
+            out = refill_in_place(ready, (q, k, v, kl))
         contract.check_output(out, q, v)
         refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
         del out
@@ -360,7 +370,7 @@ def check_after(ready: Prepared, spec: CellSpec, settings: Settings, cache: Inpu
         out = ready.fn(*given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3]))
     contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
     fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
-    return AfterCheck(changed=changed, fresh=fresh, seed=seed, refill=refill)
+    return AfterCheck(changed=changed, fresh=fresh, seed=seed, refill=refill, peak=peaked)
 
 
 def refill_in_place(ready: Prepared, new) -> torch.Tensor:
@@ -395,12 +405,36 @@ def cell_timer(call: Callable[[], object], device: str, settings: Settings) -> t
     return timing.cuda_timer(call, settings.timing, flush_l2=settings.flush_l2)
 
 
-def time_call(call: Callable[[], object], settings: Settings, timer: timing.Timer) -> timing.Measurement:
-    """The call timed by harness.timing.measure under the warm-up and sampling budgets of settings.
+def time_call(
+    call: Callable[[], object], settings: Settings, timer: timing.Timer, warmed_ms: float = 0.0
+) -> timing.Measurement:
+    """The call timed by harness.timing.measure under the warm-up and sampling budgets of settings;
+    warmed_ms: the same call's time just before, counted toward the warm-up (timing.measure).
     (Not named `time`: this module times with the `time` module too.)"""
     budget = timing.Budget(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(timing.Budget)})
     # a CUDA graph timer's sample is the mean of its replay's calls: the budgets count calls, not samples
-    return timing.measure(call, timer, timing.replay_budget(budget, getattr(timer, "calls_per_sample", 1)))
+    budget = timing.replay_budget(budget, getattr(timer, "calls_per_sample", 1))
+    return timing.measure(call, timer, budget, warmed_ms)
+
+
+def warmed_ms(ready: Prepared, spec: CellSpec, chosen: timing.TimerChoice) -> float:
+    """The ms of the gated first call that count toward the timed call's warm-up: all of it for a forward
+    cell without dropout on CPU, whose first call is the very call timed (after compiling, planning, lazy
+    init: the call has run once warm); 0 where the timed call differs from it (fwdbwd, dropout), or is
+    timed on a CUDA timer (events or a CUDA graph, whose warm-up sets up what the first call did not)."""
+    if spec.pass_ != "fwd" or spec.dropout > 0 or chosen.mode != timing.CpuTimer.mode:
+        return 0.0
+    return float(ready.first_call_ms or 0.0)
+
+
+def peak_on_refill(ready: Prepared, spec: CellSpec) -> bool:
+    """Whether a cell's peak memory is measured on check_after's refill call instead of one more call of
+    its own: for a forward cell without dropout, whose refill call is the timed call exactly (the same
+    tensors, keywords and grad mode; refill_in_place), so that the two would measure the same peak and
+    the cell pays one call less (issue 25: a tenth of a slow cell's wall time). A fwdbwd cell's refill
+    runs no backward, and a dropout cell's runs without its mask: their peak keeps its own call."""
+    inputs = getattr(ready.call, "inputs", None)
+    return spec.pass_ == "fwd" and spec.dropout == 0 and inputs is not None
 
 
 def peak(call: Callable[[], object], device: str) -> tuple[int, str]:
@@ -463,14 +497,18 @@ def measure_cell(
         row.update(chosen.fields())
         try:
             with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
-                m = time_call(ready.call, settings, chosen.timer)
+                m = time_call(ready.call, settings, chosen.timer, warmed_ms(ready, spec, chosen))
         finally:
             chosen.close()  # a CUDA graph's memory is given back before the peak is measured
             chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
         if spec.device == "cuda":
             row.update(telemetry.summarise(sampled.samples))
-        peak_bytes, method = peak(ready.call, spec.device)
-        after = check_after(ready, spec, settings, cache)
+        on_refill = peak_on_refill(ready, spec)
+        if not on_refill:
+            peak_bytes, method = peak(ready.call, spec.device)
+        after = check_after(ready, spec, settings, cache, measure_peak=on_refill)
+        if on_refill:
+            peak_bytes, method = after.peak or peak(ready.call, spec.device)
         retained = retained_bytes(ready, spec, cache, before, cuda_before)
         status, message = ready.verdict(m, after)
         if retains(retained, peak_bytes):  # the memory story counts it: held between calls, needed by each

@@ -5,7 +5,11 @@ a sweep estimated over LONG_S.
 The time model, per measured cell (an estimate, not a promise; it ignores skip-ahead after an OOM or a
 timeout, which only shortens a sweep):
     call     = FLOPs of one call (results.formulas.attention_flops) / an assumed attained throughput
-    cell     = CELL_OVERHEAD_S + max(warmup_ms, 1 call) + sampling + EXTRA_CALLS calls
+    cell     = CELL_OVERHEAD_S + warm-up + sampling + extra calls
+    warm-up  = max(warmup_ms, 1 call); a forward CPU cell without dropout: what of warmup_ms its first
+               call leaves (harness.cell.warmed_ms: the first call counts toward it)
+    extra    = EXTRA_CALLS calls (the first call, the memory measurement, the two after-checks); a forward
+               CPU cell without dropout: FWD_EXTRA_CALLS (its peak is measured on the refill check's call)
     sampling = max(min_samples calls, budget_ms): the whole sampling budget, as on a busy machine (a stable
                spread stops earlier; max_samples rarely does, as the timer batches cheap calls)
 plus RUN_OVERHEAD_S for the run (worker start, calibration, numerics probe). The throughputs are what
@@ -31,7 +35,8 @@ from .spec import CellSpec
 
 ASSUMED_TFLOPS = {"cpu": 0.02, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
 CELL_OVERHEAD_S = 1.5  # a worker round trip, inputs, the float64 gate's reference (memory-bound), setup
-EXTRA_CALLS = 4  # the float64 gate, the first (compiling) call, the memory measurement, setup
+EXTRA_CALLS = 4  # the first (gated, compiling) call, the memory measurement, the refill and fresh checks
+FWD_EXTRA_CALLS = 3  # the same, the memory measured on the refill check's call (harness.cell.peak_on_refill)
 RUN_OVERHEAD_S = 15.0  # start a worker, calibrate, probe the numerics
 LONG_S = 600.0  # a sweep estimated longer than this is warned about before it starts
 
@@ -53,6 +58,8 @@ def cell_seconds(spec: CellSpec, settings: Settings) -> float:
     call = flops / (assumed_tflops(spec.device, spec.dtype) * 1e12)
     budget = settings.budget_ms / 1e3
     sampling = max(settings.min_samples * call, budget)
+    if spec.device == "cpu" and spec.pass_ == "fwd" and spec.dropout == 0:  # harness.cell's shortcuts
+        return CELL_OVERHEAD_S + max(settings.warmup_ms / 1e3 - call, 0.0) + sampling + FWD_EXTRA_CALLS * call
     return CELL_OVERHEAD_S + max(settings.warmup_ms / 1e3, call) + sampling + EXTRA_CALLS * call
 
 

@@ -455,8 +455,15 @@ def freeze_imports() -> int:
     return gc.get_freeze_count()
 
 
-def measure(fn: Callable[[], object], timer: Timer, budget: Budget = Budget()) -> Measurement:
+def measure(
+    fn: Callable[[], object], timer: Timer, budget: Budget = Budget(), warmed_ms: float = 0.0
+) -> Measurement:
     """Warm up for budget.warmup_ms (at least one call), then sample until stable or out of budget.
+
+    warmed_ms: how long the same call already ran just before, outside this loop (a forward cell's gated
+    first call, harness.cell.prepare); it counts toward the warm-up, so that a call at least warmup_ms
+    long is not run once more untimed only to warm what its first call warmed already (issue 25: that
+    extra call was a tenth of a slow cell's wall time). Without it, at least one warm-up call is made.
 
     Stops once n >= min_samples, IQR/median <= target_rel_iqr and min_ms were sampled, or once the
     samples sum past budget_ms (never with fewer than min_samples), or at max_samples. Time is
@@ -468,20 +475,23 @@ def measure(fn: Callable[[], object], timer: Timer, budget: Budget = Budget()) -
         gc.collect()  # start from a clean heap, so that nothing is left over for a collection to find
         gc.disable()
     try:
-        return _sample(fn, timer, budget)
+        return _sample(fn, timer, budget, warmed_ms)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _sample(fn: Callable[[], object], timer: Timer, budget: Budget) -> Measurement:
-    warm = timer.time_calls(fn, 1)
-    while sum(warm) < budget.warmup_ms and len(warm) < budget.max_samples:
+def _sample(fn: Callable[[], object], timer: Timer, budget: Budget, warmed_ms: float = 0.0) -> Measurement:
+    warm: list[float] = [] if warmed_ms > 0 and warmed_ms >= budget.warmup_ms else timer.time_calls(fn, 1)
+    while warm and warmed_ms + sum(warm) < budget.warmup_ms and len(warm) < budget.max_samples:
         warm += timer.time_calls(fn, max(1, min(len(warm), 64)))
-    estimate = max(sorted(warm)[len(warm) // 2], 1e-6)
     samples: list[float] = []
     reason = "max_samples"
     while len(samples) < budget.max_samples:
+        # a call's time from the warm-up, else from the samples so far (the first call, which may have
+        # compiled, says nothing of it): until there are any, min_samples calls are the first batch
+        seen = warm or samples
+        estimate = max(sorted(seen)[len(seen) // 2], 1e-6) if seen else math.inf
         need = budget.min_samples - len(samples)
         # batches of ~5% of the budget between stability checks, so slow cells check after every call
         batch = max(need, 1, min(int(0.05 * budget.budget_ms / estimate), 50))

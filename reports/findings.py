@@ -198,6 +198,9 @@ def ranking_sentences(panel_rows) -> list[str]:
 # ---- (2) growth and (3) the memory wall ----------------------------------------------------------------
 
 
+CONSTANT_SHOWN = 1 << 20  # a memory fit's N-independent part worth a word (chunked's block: about 5 MiB)
+
+
 def growth_sentences(fits) -> list[str]:
     """Per variant with a fit: its time and memory exponents with their CIs, in words; the variants with
     no fit in one sentence."""
@@ -212,6 +215,9 @@ def growth_sentences(fits) -> list[str]:
         text = f"{v}: time grows as {exponent_text(r['time_exp'], r['time_ci_low'], r['time_ci_high'])}"
         if present(r["mem_exp"]):
             text += f", memory as {exponent_text(r['mem_exp'], r['mem_ci_low'], r['mem_ci_high'])}"
+            const = r.get("mem_const_bytes")
+            if present(const) and float(const) >= CONSTANT_SHOWN:  # the fit's c + a·N^b
+                text += f" above {bytes_text(int(const))} that does not grow with N"
         out.append(text + ".")
     if unfit:
         each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unfit.items()]

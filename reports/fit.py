@@ -12,12 +12,37 @@ MIN_FIT_POINTS = 3  # the fewest seq_lens a fit uses when the run has them (2 po
 CI_LEVEL = 0.95
 AGREE_TOLERANCE = 0.2  # an exponent this close to theory (or with theory inside its CI) agrees with it
 MAX_CI_HALF = 0.5  # a wider CI is too uncertain to agree or disagree with anything
+ASYMPTOTIC_OCTAVES = 2  # a time fit's points: seq_len >= the largest / 2**2 (at least MIN_FIT_POINTS)
+MEMORY_OCTAVES = ASYMPTOTIC_OCTAVES  # a memory fit's points: the same range (its constant is fitted apart)
+# a cell's median is never known better than this (log units, ~2%): drift between cells of one run, which
+# no cell's own samples show (ENV-NOTES: the same cell moves by several % within a run on a shared VM)
+SE_FLOOR = 0.02
+# a peak's own uncertainty (log units, 0.1%): the profiler's byte counts repeat exactly from call to call, so
+# what a memory fit's CI must show is how far the points stray from the model (the Birge ratio), not noise
+MEM_SE = 0.001
+# the standard error of a median of n normal samples is sqrt(pi/2) sigma / sqrt(n), and sigma = IQR / 1.349
+MEDIAN_SE_PER_IQR = math.sqrt(math.pi / 2) / 1.349
 
 FIT_RULE = (
-    "Each exponent is a least-squares fit of log(value) against log(seq_len) over the asymptotic points: "
-    f"the largest half of the distinct seq_lens with status ok (at least {MIN_FIT_POINTS}, or all of them "
-    "when fewer), one fit per variant and combination of the other axes. The 95% CI is slope ± t(0.975, k-2) "
-    "× its standard error over k points (none with 2 points); fewer than 2 ok seq_lens: no fit."
+    "Time exponents: a weighted least-squares fit of log(median time) against log(seq_len) over the "
+    f"asymptotic points: the ok seq_lens within the top {ASYMPTOTIC_OCTAVES} octaves (N >= the largest / "
+    f"{2**ASYMPTOTIC_OCTAVES}; at least {MIN_FIT_POINTS}, or all when fewer), one fit per variant and "
+    "combination of the other axes. Each point is weighted by its own uncertainty: the standard error of its "
+    f"median from its raw samples (1.2533 × IQR/1.349 / sqrt(n), in log units), at least {SE_FLOOR:.0%} for "
+    "the drift between cells that no cell's samples show, and |log speed_factor| more, in quadrature, where "
+    "the speed probes before and after the cell saw the machine run slower or faster than usual. The 95% CI "
+    "is slope ± 1.96 × its standard error where the points lie about the line as their own spreads say; "
+    "where they scatter more, the standard error is scaled up by sqrt(chi²/dof) (the Birge ratio, as the "
+    "Particle Data Group scales inconsistent measurements) and 1.96 becomes t(0.975, dof), the spread then "
+    "being estimated from the points themselves: a run whose cells drifted, or whose times bend away from a "
+    "power law, gets a wider CI. Memory exponents: peak bytes are "
+    "one deterministic measurement per cell, and a linear-memory variant's peak holds an N-independent "
+    "workspace (a block of scores, a kernel's buffers) besides its O(N) part, which bends a plain power law "
+    "below 1; so peak = c + a·N^b is fitted (c >= 0, in log space) over the same asymptotic points, b is the "
+    "exponent of the part that grows and c its constant, and the CI is b ± 1.96 × its standard error, each "
+    f"point {MEM_SE:.1%} (byte counts repeat exactly from call to call), scaled by the Birge ratio (with t) "
+    "the same way, so that the CI is as wide as the points' distance from the model; with fewer than 4 "
+    "points, the weighted power law. Fewer than 2 ok seq_lens: no fit; 2: no CI."
 )
 
 EXTRAPOLATION_LIMIT = 8  # a fit is read at most 8× beyond the largest measured seq_len; further is a guess
@@ -38,6 +63,8 @@ class PowerFit:
     r2: float | None = None
     seq_lens: tuple[int, ...] = field(default=())  # the points the fit used
     reason: str = ""  # why there is no fit (or no CI)
+    offset: float = 0.0  # a memory fit's N-independent part c (value ≈ c + exp(intercept) · N^exponent)
+    scale: float | None = None  # the Birge ratio sqrt(chi²/dof) the CI was scaled by (>= 1); None: OLS
 
     @property
     def available(self) -> bool:
@@ -47,10 +74,11 @@ class PowerFit:
         """The fitted value at seq_len (NaN without a fit)."""
         if self.exponent is None or self.intercept is None:
             return math.nan
-        return math.exp(self.intercept + self.exponent * math.log(seq_len))
+        return self.offset + math.exp(self.intercept + self.exponent * math.log(seq_len))
 
     def solve(self, value: float) -> float | None:
         """The seq_len at which the fit reaches value (None without a fit or a positive exponent)."""
+        value = value - self.offset  # the part that grows with N must reach what the constant leaves
         if self.exponent is None or self.intercept is None or self.exponent <= 0 or value <= 0:
             return None
         # a near-flat fit (noisy small-N times) puts the answer beyond any float: cap it at ~1e304, which
@@ -66,16 +94,108 @@ class PowerFit:
         return f"{self.exponent:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
 
 
-def asymptotic_points(seq_lens) -> list[int]:
-    """The seq_lens a fit uses: the largest half of the distinct ones, at least MIN_FIT_POINTS (or all)."""
+def asymptotic_points(seq_lens, octaves: int = ASYMPTOTIC_OCTAVES) -> list[int]:
+    """The seq_lens a fit uses: the distinct ones within `octaves` octaves of the largest (N >= largest /
+    2**octaves), at least MIN_FIT_POINTS of the largest (or all). A range of N, not a count of points: more
+    lengths measured inside it add points to the fit instead of shrinking its range."""
     distinct = sorted({int(n) for n in seq_lens})
-    keep = max(math.ceil(len(distinct) / 2), min(MIN_FIT_POINTS, len(distinct)))
+    if not distinct:
+        return []
+    inside = [n for n in distinct if n * 2**octaves >= distinct[-1]]
+    keep = max(len(inside), min(MIN_FIT_POINTS, len(distinct)))
     return distinct[len(distinct) - keep :]
 
 
-def fit_power_law(seq_lens, values, *, asymptotic: bool = True) -> PowerFit:
+def median_log_se(rel_iqr, n_samples) -> float:
+    """The standard error of log(median) of a cell from its own samples (MEDIAN_SE_PER_IQR · IQR/median /
+    sqrt(n)), at least SE_FLOOR; SE_FLOOR where they are unknown."""
+    try:
+        r, n = float(rel_iqr), float(n_samples)
+    except (TypeError, ValueError):
+        return SE_FLOOR
+    if not (math.isfinite(r) and math.isfinite(n) and n >= 1 and r >= 0):
+        return SE_FLOOR
+    return max(SE_FLOOR, MEDIAN_SE_PER_IQR * r / math.sqrt(n))
+
+
+def with_probe_after(df):
+    """df with `speed_factor_after`: the speed factor of the probe taken right after each cell, which is
+    the next measured cell's own probe (the worker probes before every cell), in the order the cells
+    finished on one device of one run; NA for the last cell and for rows without a probe."""
+    if df.empty or "speed_factor" not in df or "finished_at" not in df:
+        return df
+    probed = df[df["speed_factor"].notna()].sort_values("finished_at", kind="stable")
+    keys = [k for k in ("run_id", "where") if k in probed]
+    after = probed.groupby(keys, dropna=False)["speed_factor"].shift(-1) if keys else probed["speed_factor"]
+    out = df.copy()
+    out["speed_factor_after"] = after.reindex(df.index)
+    return out
+
+
+def cell_log_se(rel_iqr, n_samples, speed_factor=None, speed_factor_after=None) -> float:
+    """A cell's time uncertainty in log units: its median's standard error (median_log_se) and, where the
+    speed probes on either side of it (results.drift: the one just before it, and the next cell's, just
+    after it) saw the machine run at a factor f of the run's usual speed, the larger |log f| besides, added
+    in quadrature. The samples of one cell share the moment's load, so
+    its IQR cannot show a machine that ran at half speed for the whole cell; the probe can, and a cell
+    measured then should pull the fit less, and widen its CI, rather than bend it (drift over a run falls
+    on its later, larger N alike, and would otherwise read as a wrong exponent with a narrow CI)."""
+    se = median_log_se(rel_iqr, n_samples)
+    drift = 0.0
+    for factor in (speed_factor, speed_factor_after):
+        try:
+            f = float(factor)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f) and f > 0:
+            drift = max(drift, abs(math.log(f)))
+    return math.hypot(se, drift)
+
+
+def _z() -> float:
+    from scipy import stats
+
+    return float(stats.norm.ppf(0.5 + CI_LEVEL / 2))
+
+
+def _quantile(birge: float, dof: int) -> float:
+    """The CI's multiplier: the normal's where the points agree with their own errors (birge 1), else
+    Student's t on the fit's degrees of freedom (the errors are then estimated from the residuals)."""
+    from scipy import stats
+
+    if birge <= 1.0 or dof < 1:
+        return _z()
+    return float(stats.t.ppf(0.5 + CI_LEVEL / 2, dof))
+
+
+def _weighted_line(x, ly, se) -> tuple[float, float, float, float, float]:
+    """(slope, intercept, slope's standard error scaled by the Birge ratio, the ratio, weighted R²) of a
+    weighted least-squares line through (x, ly) with per-point standard errors se (numpy arrays)."""
+    import numpy as np
+
+    w = 1.0 / se**2
+    xm, ym = np.sum(w * x) / np.sum(w), np.sum(w * ly) / np.sum(w)
+    sxx = float(np.sum(w * (x - xm) ** 2))
+    slope = float(np.sum(w * (x - xm) * (ly - ym)) / sxx)
+    intercept = float(ym - slope * xm)
+    resid = ly - (intercept + slope * x)
+    dof = len(x) - 2
+    chi2 = float(np.sum(w * resid**2))
+    birge = max(1.0, math.sqrt(chi2 / dof)) if dof > 0 else 1.0
+    total = float(np.sum(w * (ly - ym) ** 2))
+    r2 = 1.0 - chi2 / total if total > 0 else 1.0
+    return slope, intercept, birge / math.sqrt(sxx), birge, r2
+
+
+def fit_power_law(
+    seq_lens, values, *, asymptotic: bool = True, log_se=None, octaves: int = ASYMPTOTIC_OCTAVES
+) -> PowerFit:
     """Least-squares exponent of values ~ seq_len^b over the asymptotic points (or all, asymptotic=False).
 
+    log_se: each value's standard error in log units (cell_log_se), one per value: a weighted fit whose
+    CI is 1.96 standard errors, or t's where the Birge ratio scales them (FIT_RULE). Without it,
+    ordinary least squares with a t CI on k-2 degrees of freedom (the plots' and panels' local fits,
+    which have no samples).
     Non-finite or non-positive values are dropped first (they have no logarithm); repeated seq_lens
     (several runs) all enter the fit.
     """
@@ -84,17 +204,27 @@ def fit_power_law(seq_lens, values, *, asymptotic: bool = True) -> PowerFit:
 
     n = np.asarray(list(seq_lens), dtype=float)
     y = np.asarray(list(values), dtype=float)
+    se = None if log_se is None else np.asarray(list(log_se), dtype=float)
     good = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0)
     n, y = n[good], y[good]
+    if se is not None:  # an unknown or zero error: the floor (median_log_se floors the known ones)
+        se = np.where(np.isfinite(se[good]) & (se[good] > 0), se[good], SE_FLOOR)
     distinct = sorted(set(n.astype(int).tolist()))
     if len(distinct) < 2:
         plural = "s" * (len(distinct) != 1)
         return PowerFit(seq_lens=tuple(distinct), reason=f"ok at {len(distinct)} seq_len{plural}")
-    used = asymptotic_points(distinct) if asymptotic else distinct
+    used = asymptotic_points(distinct, octaves) if asymptotic else distinct
     keep = np.isin(n.astype(int), used)
     x, ly = np.log(n[keep]), np.log(y[keep])
     if np.ptp(ly) == 0:  # a flat line: linregress would divide by zero for r
         return PowerFit(0.0, float(ly[0]), 0.0, 0.0, 1.0, tuple(used))
+    if se is not None:
+        slope, intercept, stderr, birge, r2 = _weighted_line(x, ly, se[keep])
+        if len(used) < 3:
+            reason = f"{len(used)} points, no CI"
+            return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=reason)
+        half = _quantile(birge, len(x) - 2) * stderr
+        return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used), scale=birge)
     res = stats.linregress(x, ly)
     slope, intercept = float(res.slope), float(res.intercept)
     r2 = float(res.rvalue) ** 2
@@ -103,6 +233,52 @@ def fit_power_law(seq_lens, values, *, asymptotic: bool = True) -> PowerFit:
         return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=f"{len(x)} points, no CI")
     half = float(stats.t.ppf(0.5 + CI_LEVEL / 2, dof)) * float(res.stderr)
     return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used))
+
+
+def fit_memory(seq_lens, values) -> PowerFit:
+    """peak ≈ c + a·N^b (c >= 0: an N-independent workspace) over the ok seq_lens within MEMORY_OCTAVES
+    octaves of the largest (the time fit's asymptotic points), fitted in log space (relative errors,
+    MEM_SE each); the CI of b is 1.96 standard errors from the fit's Jacobian, or t's where the Birge
+    ratio scales them.
+    With fewer than 4 points (3 parameters need a degree of freedom for the CI), or where the fit fails,
+    fit_power_law's weighted fit."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    n = np.asarray(list(seq_lens), dtype=float)
+    y = np.asarray(list(values), dtype=float)
+    good = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0)
+    n, y = n[good], y[good]
+    plain = fit_power_law(n, y, log_se=[MEM_SE] * len(n), octaves=MEMORY_OCTAVES)
+    used = asymptotic_points(n, MEMORY_OCTAVES)
+    if len(used) < 4 or plain.exponent is None or plain.intercept is None:
+        return plain
+    keep = np.isin(n.astype(int), used)
+    n, y = n[keep], y[keep]
+    x, ly = np.log(n), np.log(y)
+    top = float(np.max(y))
+
+    def resid(p):  # p = (log a, b, c / top): c scaled so that the three parameters are of one size
+        return (np.log(p[2] * top + np.exp(p[0] + p[1] * x)) - ly) / MEM_SE
+
+    start = np.array([plain.intercept, plain.exponent, 0.0])
+    try:
+        res = least_squares(resid, start, bounds=([-np.inf, -np.inf, 0.0], [np.inf, np.inf, 1.0]))
+        jtj = res.jac.T @ res.jac
+        cov = np.linalg.inv(jtj)
+    except (ValueError, np.linalg.LinAlgError):
+        return plain
+    if not res.success or not np.all(np.isfinite(cov)):
+        return plain
+    dof = len(x) - 3
+    chi2 = float(np.sum(res.fun**2))
+    birge = max(1.0, math.sqrt(chi2 / dof))
+    b_se = math.sqrt(max(float(cov[1, 1]), 0.0)) * birge
+    log_a, b, c = float(res.x[0]), float(res.x[1]), float(res.x[2]) * top
+    half = _quantile(birge, dof) * b_se
+    total = float(np.sum((ly - ly.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((res.fun * MEM_SE) ** 2)) / total if total > 0 else 1.0
+    return PowerFit(b, log_a, b - half, b + half, r2, tuple(sorted(set(used))), offset=c, scale=birge)
 
 
 def theory(variant: str, meta: dict[str, Any]) -> tuple[float | None, float | None, str]:
@@ -164,6 +340,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
     from .tables import calibrated_peak
 
     records = []
+    df = with_probe_after(df)
     # every (combination, variant) that appears gets a row, so a variant that never ran ok shows "n/a"
     for key, sub in grouped(df, list(COMBO_AXES) + ["variant"]):
         ok = ok_rows(sub)
@@ -171,7 +348,13 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         n = ok[length].to_numpy(dtype=float, na_value=math.nan)
         t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
-        tfit, mfit = fit_power_law(n, t), fit_power_law(n, m)
+        before = ok["speed_factor"] if "speed_factor" in ok else [None] * len(ok)
+        after = ok["speed_factor_after"] if "speed_factor_after" in ok else [None] * len(ok)
+        se = [
+            cell_log_se(r, k, f, g)
+            for r, k, f, g in zip(ok["rel_iqr"], ok["n_samples"], before, after, strict=True)
+        ]
+        tfit, mfit = fit_power_law(n, t, log_se=se), fit_memory(n, m)
         meta = metas.get(str(key["run_id"]), {})
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta)
         dev_mem = device_memory(meta, str(key["device"]), sub["gpu_name"].dropna().unique())
@@ -202,10 +385,12 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
                 "mem_ci_high": mfit.ci_high,
                 "mem_r2": mfit.r2,
                 "mem_fit": mfit.text(),
+                "mem_const_bytes": mfit.offset,
                 "mem_theory": m_theory,
                 "mem_class": m_class,
                 "mem_agreement": agreement(mfit, m_theory),
                 "fit_seq_lens": " ".join(str(x) for x in tfit.seq_lens),
+                "mem_fit_seq_lens": " ".join(str(x) for x in mfit.seq_lens),
                 "device_mem_bytes": dev_mem,
                 "n_max_pred": n_max_raw,
                 "n_max_fit": largest_pow2(n_max_raw),

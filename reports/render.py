@@ -36,6 +36,8 @@ from .tables import (
     panels,
     present,
     quiet_columns,
+    ranking,
+    ranking_text,
     varying,
     window_rows,
 )
@@ -204,6 +206,7 @@ def _timing_note(group) -> pg.Para | None:
 def best_table(group) -> pg.Table:
     """Rows seq_len, columns the panels of a group: the fastest ok variant and its lead over the next."""
     best = best_variant(group)
+    ranks = ranking(group)
     pans = panels(group)
     length = length_axis(group)  # a decode group ranks its variants per N_k
     seq_lens = sorted(int(n) for n in group[length].dropna().unique())
@@ -226,13 +229,20 @@ def best_table(group) -> pg.Table:
                 text = f"{b['best']} {ms_text(b['time_ms'])}"
                 if b["runner_up"]:
                     text += f" ({_num(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
+            order = ranks[ranks[length] == n]
+            for axis, value in key.items():
+                order = order[order[axis] == value]
+            if len(order) > 2:  # where every other variant stands, not only the front two
+                text += f"; ranking: {ranking_text(order)}"
             cells.append(text)
         rows.append((str(n), *cells))
     return pg.Table(
         headers,
         tuple(rows),
         "fastest ok variant per seq_len (median time); 'tie: A ≈ B' when B is less than 2% slower than A "
-        "or Mann-Whitney U on their raw samples gives p ≥ 0.05 (or cannot be run: fewer than 3 samples)",
+        "or Mann-Whitney U on their raw samples gives p ≥ 0.05 (or cannot be run: fewer than 3 samples); "
+        "'ranking': every ok variant, fastest first, '≈' within a group the same rule cannot tell from its "
+        "fastest, '›' before the next group, with that group's time over the fastest's (ranking.csv)",
     )
 
 
@@ -641,6 +651,7 @@ def _write_csvs(df, scaling, out: Path) -> None:
             out / "fits.csv", index=False
         )
     best_variant(df).drop(columns=unsplit).to_csv(out / "best.csv", index=False)
+    ranking(df).drop(columns=unsplit).to_csv(out / "ranking.csv", index=False)
 
 
 def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:

@@ -276,6 +276,60 @@ def best_variant(df):
     )
 
 
+def ranking(df):
+    """Per combination, seq_len and seq_k: every ok variant, fastest first, with its rank group: a variant
+    joins the group of the faster variants while it cannot be told apart from that group's fastest
+    (`separated`: 2% slower and Mann-Whitney p < 0.05), and opens the next group once it can. Columns:
+    the axes, `variant`, `time_ms`, `ratio` (its median over the fastest's), `group` (0 for the front) and
+    `p_value` (Mann-Whitney against its group's fastest, or the previous group's for a group's first).
+    The best-variant table says only who leads; this says where every other variant stands, so that a
+    variant 1.5× behind is ranked behind even where the two at the front are tied."""
+    import pandas as pd
+
+    from .stats import mann_whitney
+
+    ok = ranked_rows(df).dropna(subset=["time_ms_median"])
+    records = []
+    for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
+        ranked = sub.sort_values("time_ms_median", kind="stable")
+        fastest = float(ranked.iloc[0]["time_ms_median"])
+        leader, group = ranked.iloc[0], 0
+        for i, (_, r) in enumerate(ranked.iterrows()):
+            p = math.nan
+            if i > 0:
+                p = mann_whitney(_sample_list(leader), _sample_list(r))
+                if separated(leader, r):
+                    leader, group = r, group + 1
+            records.append(
+                {
+                    **key,
+                    "variant": r["variant"],
+                    "time_ms": float(r["time_ms_median"]),
+                    "ratio": float(r["time_ms_median"]) / fastest,
+                    "group": group,
+                    "p_value": p,
+                }
+            )
+    return pd.DataFrame(
+        records, columns=[*COMBO_AXES, *LENGTHS, "variant", "time_ms", "ratio", "group", "p_value"]
+    )
+
+
+def ranking_text(ranks) -> str:
+    """One N's ranking (rows of `ranking`, fastest first) as text: 'sdpa_flash ≈ sdpa › chunked 1.25× ›
+    flex 1.48×': ≈ within a group, › between groups, each group after the first with its fastest's ratio."""
+    parts: list[str] = []
+    current = None
+    for _, r in ranks.iterrows():
+        if current is None or r["group"] != current:
+            head = str(r["variant"]) if current is None else f"{r['variant']} {r['ratio']:.2f}×"
+            parts.append(head)
+            current = r["group"]
+        else:
+            parts[-1] += f" ≈ {r['variant']}"
+    return " › ".join(parts)
+
+
 def speedups(df, baseline: str):
     """Long table of baseline time / variant time per combination, seq_len, seq_k and variant (both ok)."""
     import pandas as pd

@@ -1,4 +1,4 @@
-"""torch.nn.attention.flex_attention under torch.compile: a block mask and a score_mod, compiled per shape.
+"""torch.nn.attention.flex_attention under torch.compile: a block mask and a score_mod, compiled once.
 
 FlexAttention (Dong et al. 2024, "Flex Attention: A Programming Model for Generating Optimized Attention
 Kernels"; https://pytorch.org/docs/stable/nn.attention.flex_attention.html) turns a `mask_mod(b, h, q_idx,
@@ -10,7 +10,14 @@ What a cell pays, and where the harness records it:
 - the block mask (`create_block_mask`: which key blocks each query block sees) depends on the shape and the
   masking options only; it is built by the `setup` hook (setup_ms);
 - compilation happens in the first call (first_call_ms): dynamo traces, inductor generates and compiles
-  the kernel. `dynamic=False`: every shape gets its own static kernel, as a user who compiles per shape gets;
+  the kernel. Without a score mod or key padding, `dynamic=True`: one kernel with symbolic sizes serves
+  every length (and the numerics probe's shape), so a sweep compiles it once per worker and dtype instead
+  of once per length (issue 25: the quick preset paid five compiles of 3.6-4.5 s). Its steady-state
+  speed against per-shape static kernels on the 2-core reference VM (B1 H8 d64 fp32, median of 7 calls,
+  2026-11-25): N = 256 8.34 vs 8.00 ms, 512 16.0 vs 16.0, 1024 44.0 vs 49.0, 2048 168.0 vs 168.0: no
+  loss. With a score mod (alibi, softcap) or a padding mask_mod, torch 2.13's CPU template fails to compile
+  with symbolic sizes (C++ "'cur_qSplitSize9' was not declared"), so those plans keep `dynamic=False`:
+  every shape its own static kernel, as a user who compiles per shape gets;
 - both are kept in `_PLANS` for the life of the worker, keyed by everything they depend on, so a second
   cell or seed of the same shape pays neither again.
 
@@ -57,7 +64,7 @@ from .registry import UnsupportedError, register
 MODS = ("alibi", "softcap")
 
 # Dynamo keeps at most recompile_limit (8 by default) compiled versions of one function and then runs it
-# eagerly: for flex_attention that is the unfused path, silently. A sweep compiles one version per shape
+# eagerly: for flex_attention that is the unfused path, silently. A sweep compiles one version per dtype
 # and options, so the limit is raised for the worker, and reaching it is made an error, never a fallback.
 RECOMPILE_LIMIT = 4096
 
@@ -265,9 +272,10 @@ def _score_mod(mod: str, heads: int, n_q: int, n_k: int, causal: bool, causal_al
 
 
 @functools.cache
-def _compiled() -> Callable[..., Any]:
-    """torch.compile(flex_attention, dynamic=False), with dynamo's recompile limit raised for a sweep and
-    reaching it made an error (see RECOMPILE_LIMIT)."""
+def _compiled(dynamic: bool = False) -> Callable[..., Any]:
+    """torch.compile(flex_attention, dynamic=dynamic), with dynamo's recompile limit raised for a sweep and
+    reaching it made an error (see RECOMPILE_LIMIT). dynamic=True: one kernel for every length (plans
+    without a score mod or padding, see the module's docstring)."""
     cfg = torch._dynamo.config
     # recompile_limit is the torch >= 2.6 name of cache_size_limit (an alias of it in 2.13)
     name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
@@ -278,7 +286,7 @@ def _compiled() -> Callable[..., Any]:
         setattr(cfg, acc, max(getattr(cfg, acc), RECOMPILE_LIMIT))
     if hasattr(cfg, "fail_on_recompile_limit_hit"):
         cfg.fail_on_recompile_limit_hit = True
-    return torch.compile(_flex_module().flex_attention, dynamic=False)
+    return torch.compile(_flex_module().flex_attention, dynamic=dynamic)
 
 
 @dataclass(frozen=True)
@@ -292,13 +300,18 @@ class _Plan:
     score_mod: Callable[..., Any] | None
     gqa: bool
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether this plan runs the kernel compiled with symbolic sizes (no score mod, no padding)."""
+        return self.score_mod is None and not self.padding
+
     def __call__(self, q, k, v, key_lengths, scale):
         block_mask = self.block_mask
         if self.padding:  # the same block mask, the mask_mod reading this call's key lengths
             block_mask = copy.copy(block_mask)
             block_mask.mask_mod = _padded(self.structure, key_lengths.to(q.device))
         try:
-            return _compiled()(
+            return _compiled(self.dynamic)(
                 q, k, v, score_mod=self.score_mod, block_mask=block_mask, scale=scale, enable_gqa=self.gqa
             )
         except Exception as exc:  # torch's "not implemented" (inductor wraps it): the cell is unsupported

@@ -82,7 +82,7 @@ def test_presets_load_and_validate():
     names = presets()
     assert {"quick", "cpu", "gpu"} <= set(names)
     quick = build_sweep(preset="quick")
-    assert quick.devices == ("cpu",) and max(quick.seq_len) == 4096
+    assert quick.devices == ("cpu",) and max(quick.seq_len) == 3072 and 1536 in quick.seq_len
     assert max(build_sweep(preset="cpu").seq_len) == 16384
     gpu = build_sweep(preset="gpu")
     assert gpu.devices == ("cuda",) and gpu.seq_len[0] == 1024 and gpu.seq_len[-1] == 32768

@@ -31,7 +31,7 @@ def test_noisy_exponent_within_ci():
     f = fit.fit_power_law(SEQ, y)
     assert f.exponent == pytest.approx(2.0, abs=0.15)
     assert f.ci_low < 2.0 < f.ci_high
-    assert f.seq_lens == (2048, 4096, 8192, 16384)  # the largest half of 7
+    assert f.seq_lens == (4096, 8192, 16384)  # the top two octaves
 
 
 def test_asymptotic_rule_ignores_small_n_overhead():
@@ -41,10 +41,68 @@ def test_asymptotic_rule_ignores_small_n_overhead():
     assert fit.fit_power_law(SEQ, y).exponent > 1.85
 
 
-@pytest.mark.parametrize("n, kept", [(7, 4), (6, 3), (5, 3), (4, 3), (3, 3), (2, 2), (1, 1)])
+@pytest.mark.parametrize("n, kept", [(7, 3), (6, 3), (5, 3), (4, 3), (3, 3), (2, 2), (1, 1)])
 def test_asymptotic_points(n, kept):
     pts = fit.asymptotic_points(SEQ[:n])
     assert pts == SEQ[:n][n - kept :]
+
+
+def test_asymptotic_points_are_a_range_of_n_not_a_count():
+    # lengths added inside the top two octaves add points to the fit instead of shrinking its range
+    grid = [256, 512, 1024, 1536, 2048, 3072]
+    assert fit.asymptotic_points(grid) == [1024, 1536, 2048, 3072]
+
+
+def test_weighted_fit_ci_follows_the_samples_spread_and_widens_for_scatter_they_do_not_explain():
+    grid = [1024, 1536, 2048, 3072]
+    exact = [1e-5 * n**2 for n in grid]
+    tight = fit.fit_power_law(grid, exact, log_se=[0.02] * 4)
+    assert tight.exponent == pytest.approx(2.0) and tight.scale == 1.0
+    # 2% per point over 1.1 in log N: about ±0.05, where OLS on 4 exact points would claim ±0
+    assert 0.02 < (tight.ci_high - tight.ci_low) / 2 < 0.1
+    bent = [y * f for y, f in zip(exact, (1.0, 1.15, 0.9, 1.1), strict=True)]
+    wide = fit.fit_power_law(grid, bent, log_se=[0.02] * 4)
+    assert wide.scale > 2  # the points scatter far more than 2% each: the CI is scaled by the Birge ratio
+    assert (wide.ci_high - wide.ci_low) > 2 * (tight.ci_high - tight.ci_low)
+    assert wide.ci_low < 2.0 < wide.ci_high
+
+
+def test_a_cell_the_speed_probe_saw_drift_weighs_less():
+    assert fit.cell_log_se(0.001, 100, 1.0) == fit.SE_FLOOR
+    assert fit.cell_log_se(0.001, 100, 0.5) == pytest.approx(math.hypot(fit.SE_FLOOR, math.log(0.5)))
+    assert fit.cell_log_se(0.001, 100, None) == fit.cell_log_se(0.001, 100, float("nan")) == fit.SE_FLOOR
+    # the probe after the cell (the next cell's) counts as much as the one before it: the worse of the two
+    assert fit.cell_log_se(0.001, 100, 1.0, 0.25) == pytest.approx(math.hypot(fit.SE_FLOOR, math.log(4)))
+    # a run whose later, larger N ran on a slowed machine: the cells the probe saw slowed pull the fit less,
+    # and the exponent stays N²'s; blind to it, the fit bends upward and only its Birge-scaled CI says so
+    grid = [1024, 1536, 2048, 3072]
+    slowed = [1e-5 * n**2 * f for n, f in zip(grid, (1.0, 1.0, 2.0, 3.0), strict=True)]
+    blind = fit.fit_power_law(grid, slowed, log_se=[0.02] * 4)
+    seen = fit.fit_power_law(grid, slowed, log_se=[fit.cell_log_se(0.01, 6, 1 / f) for f in (1, 1, 2, 3)])
+    assert blind.exponent > 2.5 and blind.scale > 2 and blind.ci_low < 2.0
+    assert seen.exponent == pytest.approx(2.0, abs=0.05) and seen.ci_low < 2.0 < seen.ci_high
+
+
+def test_median_log_se_from_the_samples_spread_with_a_floor():
+    assert fit.median_log_se(0.10, 5) == pytest.approx(fit.MEDIAN_SE_PER_IQR * 0.10 / math.sqrt(5))
+    assert fit.median_log_se(0.001, 100) == fit.SE_FLOOR
+    assert fit.median_log_se(None, None) == fit.SE_FLOOR
+
+
+def test_memory_fit_separates_a_constant_workspace_from_the_part_that_grows():
+    grid = [256, 512, 1024, 1536, 2048, 3072]
+    # chunked's shape: a 5 MiB block workspace plus 4 KiB per query row: a plain power law says ~0.6
+    mib = 2**20
+    peak = [5 * mib + 4096 * n for n in grid]
+    assert fit.fit_power_law(grid, peak).exponent < 0.8
+    m = fit.fit_memory(grid, peak)
+    assert m.exponent == pytest.approx(1.0, abs=0.01) and m.offset == pytest.approx(5 * mib, rel=0.02)
+    assert (m.ci_high - m.ci_low) / 2 < 0.25
+    assert m.predict(4096) == pytest.approx(5 * mib + 4096 * 4096, rel=0.01)
+    quadratic = fit.fit_memory(grid, [32.0 * n * n for n in grid])
+    assert quadratic.exponent == pytest.approx(2.0, abs=0.01) and quadratic.offset < 0.01 * 32 * 1024**2
+    few = fit.fit_memory([1024, 2048, 4096], [5 * mib + 4096 * n for n in (1024, 2048, 4096)])
+    assert few.offset == 0.0  # 3 points: the plain power law, no constant
 
 
 def test_too_few_points():

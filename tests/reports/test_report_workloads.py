@@ -232,6 +232,7 @@ def test_a_plain_run_renders_the_same_blocks_as_before(tmp_path):
         [
             "best.csv",
             "fits.csv",
+            "ranking.csv",  # every N's full ranking beside the best variant (issue 25)
             *[f"{k}-cpu-float32-fwd.csv" for k in ("time", "memory", "throughput", "speedup", "status")],
         ]
     )
