@@ -61,7 +61,11 @@ def make_mask(q, k, *, kind: str, causal: bool, key_lengths, causal_align: str =
     )  # fmt: skip
     if seen is None:
         return None
-    seen = seen.reshape(-1, 1, q.shape[2], k.shape[2]) if seen.dim() == 4 else seen[None, None]
+    # attention_mask gives (N_q, N_k) for causal alone, (B, 1, 1, N_k) for padding alone, (B, 1, N_q, N_k) for
+    # both: broadcast (never reshape) to (B or 1, 1, N_q, N_k), one row per query as a model's mask has, the
+    # head axis 1 for any number of query and k/v heads (MQA, GQA)
+    seen = seen if seen.dim() == 4 else seen[None, None]
+    seen = seen.expand(seen.shape[0], 1, q.shape[2], k.shape[2]).contiguous()
     if kind == "bool":
         return seen
     low = torch.finfo(q.dtype).min

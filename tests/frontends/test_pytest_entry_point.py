@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -119,17 +120,46 @@ def test_entry_point_grid_sees_the_test_files_variant_and_imports_with_theory_an
     assert table["peak_fraction_at_max"].notna().all() and (table["peak_fraction_at_max"] > 0).all()
 
 
+PLUGIN = "attnbench.harness.pytest_plugin"
+# the distribution that provides the entry point: the test's stand-in, or attnbench itself where it is
+# installed and its metadata comes first on sys.path (`pip install -e .`, as nox does, leaves
+# attnbench.egg-info in the checkout, and `python -m pytest` from the checkout puts it before PYTHONPATH);
+# pluggy loads the first entry point of a name and skips the next of the same name, so it is one of the two
+ENTRY_DISTS = re.compile(r"attnbench(-entry)?-\S+")
+
+
+def plugin_loads(stdout: str) -> tuple[int, list[str]]:
+    """From a `--trace-config` session's output: how many times the plugin module was registered, and the
+    distributions pytest says it loaded it from through an entry point ("registered third-party plugins")."""
+    lines = stdout.splitlines()
+    registered = sum(line.startswith(f"PLUGIN registered: <module '{PLUGIN}'") for line in lines)
+    dists = []
+    if "registered third-party plugins:" in lines:
+        for line in lines[lines.index("registered third-party plugins:") + 1 :]:
+            if not line.startswith("  "):
+                break
+            dist, _, path = line.strip().partition(" at ")
+            if path.endswith("pytest_plugin.py") and dist.startswith("attnbench"):
+                dists.append(dist)
+    return registered, dists
+
+
 @pytest.mark.slow
 def test_a_session_without_the_grid_is_untouched_and_benchmarks_conftest_adds_no_second_copy(site, tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
     (project / "test_plain.py").write_text("def test_sum(benchmark):\n    benchmark(sum, range(10))\n")
     out = tmp_path / "plain.json"
-    proc = pytest_in(site, project, str(project), "--benchmark-json", str(out))
+    proc = pytest_in(site, project, str(project), "--benchmark-json", str(out), "--trace-config")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "attnbench-entry" in proc.stdout  # loaded: pytest lists the plugin's distribution
+    registered, dists = plugin_loads(proc.stdout)  # loaded once, through an entry point
+    assert registered == 1 and len(dists) == 1 and ENTRY_DISTS.fullmatch(dists[0]), proc.stdout[-3000:]
     assert "attnbench grid" not in proc.stdout and "attnbench:" not in proc.stdout  # no header, no summary
     assert "attnbench" not in json.loads(out.read_text())  # no block
-    listed = pytest_in(site, ROOT, str(ROOT / "benchmarks"), "--collect-only", "-q", "--attn-seq-len", "32")
+    args = ("--collect-only", "-q", "--attn-seq-len", "32", "--trace-config")
+    listed = pytest_in(site, ROOT, str(ROOT / "benchmarks"), *args)
     assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
     assert "test_attention[naive-cpu-float32" in listed.stdout
+    # benchmarks/conftest.py's pytest_plugins names the module the entry point registered: no second copy
+    # (-q leaves out the list of third-party plugins, not the registrations)
+    assert plugin_loads(listed.stdout)[0] == 1, listed.stdout[-3000:]

@@ -23,6 +23,7 @@ TOL = correctness.TOLERANCE["float32"]
 AXES = {
     "plain": {},
     "causal-padded": {"causal": True, "padding": 0.25},
+    "padded": {"padding": 0.25},  # key padding alone: attention_mask's (B, 1, 1, N_k), broadcast to N_q rows
     "lower-right": {"causal": True, "causal_align": "lower-right", "seq_k": 48},
     "window": {"causal": True, "window": 8},
 }

@@ -18,6 +18,7 @@ from attnbench.harness.cell import InputCache, measure_cell
 from attnbench.harness.settings import Settings
 from attnbench.harness.spec import CellSpec
 from attnbench.variants import hf, registry
+from attnbench.variants.problem import Problem
 
 needs_transformers = pytest.mark.skipif(not hf.installed(), reason="transformers is not installed")
 
@@ -69,6 +70,21 @@ def test_flex_passes_the_gate():
     row = measure(cell("hf_flex", **CELLS["gqa-causal-padded"]))
     assert (row["status"], row["message"]) == ("ok", ""), row
     assert row["rel_err"] <= TOL and row["fresh_rel_err"] <= TOL
+
+
+@needs_transformers
+def test_flex_refuses_backward_on_cpu_with_flex_s_reason_before_any_call():
+    """torch's flex_attention has no CPU backward: hf_flex says so at check time, in flex's words, so a
+    backward cell is recorded unsupported with torch's reason; its forward is supported."""
+    if variants.get("flex").availability("cpu") is not None:
+        pytest.skip(variants.get("flex").availability("cpu"))
+    p = Problem(device="cpu", batch=2, heads=4, kv_heads=2, seq_q=32, seq_k=32, d_k=16, d_v=16, backward=True)
+    reason = variants.get("hf_flex").check(p)
+    assert reason == variants.get("flex").check(p)
+    assert reason.startswith("torch refused flex_attention: FlexAttention does not support backward on CPU")
+    assert variants.get("hf_flex").check(dataclasses.replace(p, backward=False)) is None
+    row = measure(cell("hf_flex", pass_="fwdbwd"))
+    assert (row["status"], row["message"]) == ("unsupported", reason), row
 
 
 @needs_transformers
