@@ -208,8 +208,20 @@ def register_interface(key: str, name: str | None = None, mask: str | None = Non
 # cells recorded, as unavailable with the command that installs it.
 register_interface("eager", "hf_eager", memory="quadratic")
 register_interface("sdpa", "hf_sdpa", memory="linear")
+
+
+def _flex_supports(p: Problem) -> str | None:
+    """flex's rules, and on a CPU no key padding: transformers compiles flex_attention with automatic dynamic
+    shapes, so a padded cell after a cell of another shape recompiles with symbolic sizes, which torch's CPU
+    code generator fails to compile ("'cur_qSplitSize8' was not declared"): the cell's fate would depend on
+    the cells before it in its worker (flex.py keeps padded masks static for the same reason)."""
+    if p.device == "cpu" and p.padding:
+        return "transformers' flex on CPU: a padded mask recompiled with dynamic shapes fails to compile"
+    return flex._supports(p)
+
+
 register_interface(
-    "flex_attention", "hf_flex", memory="linear", dropout=False, dtypes=flex.DTYPES, supports=flex._supports
+    "flex_attention", "hf_flex", memory="linear", dropout=False, dtypes=flex.DTYPES, supports=_flex_supports
 )
 for _key in ("flash_attention_2", "flash_attention_3", "flash_attention_4"):
     register_interface(
