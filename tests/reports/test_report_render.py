@@ -250,7 +250,7 @@ def test_best_table_says_tie_when_it_cannot_tell(tmp_path):
 def test_the_ranking_ranks_a_variant_far_behind_a_tie_at_the_front(tmp_path):
     # issue 25: sdpa and sdpa_flash are one CPU kernel and tie at every N; a variant 1.5× behind them must
     # still be ranked behind, not hidden in "tie"
-    from attnbench.reports.render import _best_table
+    from attnbench.reports.render import best_table
     from attnbench.reports.tables import ranking
 
     rows = [
@@ -264,7 +264,7 @@ def test_the_ranking_ranks_a_variant_far_behind_a_tie_at_the_front(tmp_path):
     assert ranks.loc["sdpa", "group"] == ranks.loc["sdpa_flash", "group"] == 0
     assert ranks.loc["chunked", "group"] == 1 and ranks.loc["naive", "group"] == 2
     assert ranks.loc["chunked", "ratio"] == pytest.approx(1.25, rel=0.03)
-    text = {int(r[0]): r[1] for r in _best_table(df).rows}[1024]
+    text = {int(r[0]): r[1] for r in best_table(df).rows}[1024]
     assert text.startswith("tie: ") and "; ranking: sdpa ≈ sdpa_flash › chunked 1.2" in text
     assert " › naive 1.4" in text or " › naive 1.5" in text
 
