@@ -100,7 +100,8 @@ def cell_costs(rows: list[dict], run_s: float) -> dict:
     measured = [r for r in rows if r.get("samples_ms")]
     timed_s = sum(sum(r["samples_ms"]) for r in measured) / 1e3
     elapsed_s = sum(r.get("elapsed_s") or 0.0 for r in measured)
-    first_s = sum(r.get("first_call_ms") or 0.0 for r in measured) / 1e3
+    # --rounds: the warm-up calls (and setup hooks) of each cell's later visits count as first calls
+    first_s = sum((r.get("first_call_ms") or 0.0) + (r.get("rewarm_ms") or 0.0) for r in measured) / 1e3
     setup_s = sum(r.get("setup_ms") or 0.0 for r in measured) / 1e3
     compiles: dict[str, list[int]] = {}
     for r in measured:
