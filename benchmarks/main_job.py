@@ -8,7 +8,8 @@ What it runs, each in a fresh interpreter as `nox -s bench` runs them (this chec
 `attnbench run --preset quick --dry-run` for the estimate. What it reads, never asserts:
 - wall times: each command's, as the user waits for it;
 - efficiency: the timed calls (sum of every measured row's samples_ms) over the cells' wall time (elapsed_s)
-  less their first calls and setup hooks (first_call_ms, setup_ms), as the issue defines it;
+  less their first calls and setup hooks (first_call_ms, setup_ms; with rounds, rewarm_ms: the later
+  visits' warm-up calls), as the issue defines it;
 - first calls + setup: their sum over the run's wall time;
 - compiles: cells whose first call ran over COMPILE_MS, and over COMPILE_FACTOR times the cell's median
   call, longer than that median (what a compile, or any one-off plan, costs the first call; a busy
@@ -100,7 +101,8 @@ def cell_costs(rows: list[dict], run_s: float) -> dict:
     measured = [r for r in rows if r.get("samples_ms")]
     timed_s = sum(sum(r["samples_ms"]) for r in measured) / 1e3
     elapsed_s = sum(r.get("elapsed_s") or 0.0 for r in measured)
-    first_s = sum(r.get("first_call_ms") or 0.0 for r in measured) / 1e3
+    # --rounds: the warm-up calls (and setup hooks) of each cell's later visits count as first calls
+    first_s = sum((r.get("first_call_ms") or 0.0) + (r.get("rewarm_ms") or 0.0) for r in measured) / 1e3
     setup_s = sum(r.get("setup_ms") or 0.0 for r in measured) / 1e3
     compiles: dict[str, list[int]] = {}
     for r in measured:

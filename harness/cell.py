@@ -406,12 +406,18 @@ def cell_timer(call: Callable[[], object], device: str, settings: Settings) -> t
 
 
 def time_call(
-    call: Callable[[], object], settings: Settings, timer: timing.Timer, warmed_ms: float = 0.0
+    call: Callable[[], object],
+    settings: Settings,
+    timer: timing.Timer,
+    warmed_ms: float = 0.0,
+    rounds: int = 1,
 ) -> timing.Measurement:
     """The call timed by harness.timing.measure under the warm-up and sampling budgets of settings;
-    warmed_ms: the same call's time just before, counted toward the warm-up (timing.measure).
+    warmed_ms: the same call's time just before, counted toward the warm-up (timing.measure); rounds: one
+    visit of a cell visited that many times takes 1/rounds of the budgets (timing.round_share).
     (Not named `time`: this module times with the `time` module too.)"""
     budget = timing.Budget(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(timing.Budget)})
+    budget = timing.round_share(budget, rounds)
     # a CUDA graph timer's sample is the mean of its replay's calls: the budgets count calls, not samples
     budget = timing.replay_budget(budget, getattr(timer, "calls_per_sample", 1))
     return timing.measure(call, timer, budget, warmed_ms)
@@ -471,9 +477,15 @@ def retained_bytes(
 
 
 def measure_cell(
-    spec: CellSpec, settings: Settings, cache: InputCache | None = None, timer: timing.Timer | None = None
+    spec: CellSpec,
+    settings: Settings,
+    cache: InputCache | None = None,
+    timer: timing.Timer | None = None,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """The full measurement of one cell as a result row (see results.schema): prepare, time_call, peak."""
+    """The full measurement of one cell as a result row (see results.schema): prepare, time_call, peak.
+    rounds: this is the first of that many visits (Settings.rounds), sampling 1/rounds of the budget; the
+    others are measure_visit's."""
     t_start = time.perf_counter()
     row = start_row(spec)
     try:
@@ -497,7 +509,7 @@ def measure_cell(
         row.update(chosen.fields())
         try:
             with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
-                m = time_call(ready.call, settings, chosen.timer, warmed_ms(ready, spec, chosen))
+                m = time_call(ready.call, settings, chosen.timer, warmed_ms(ready, spec, chosen), rounds)
         finally:
             chosen.close()  # a CUDA graph's memory is given back before the peak is measured
             chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
@@ -531,3 +543,57 @@ def measure_cell(
         raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
         return finish(row, *failure(exc, spec.device, ready))
+
+
+def measure_visit(
+    spec: CellSpec,
+    settings: Settings,
+    rounds: int,
+    cache: InputCache | None = None,
+    timer: timing.Timer | None = None,
+) -> dict[str, Any]:
+    """A later visit of a cell visited `rounds` times (Settings.rounds), as a row of its own to merge with
+    the first visit's (rows.merge_rounds): the same inputs, the setup hook again if the variant has one
+    (setup_ms), one untimed warm-up call (first_call_ms), then 1/rounds of the sampling budget. What the
+    first visit established is not done again: the float64 gate, the checks after timing, peak memory."""
+    t_start = time.perf_counter()
+    row = start_row(spec)
+    try:
+        variant = variants.get(spec.variant)
+    except variants.VariantError as exc:
+        return finish(row, "error", str(exc))
+    cache = cache or InputCache()
+    try:
+        q, k, v, kl = cache.get(spec, settings.seed, variant.cap.layout)
+        opts = call_options(spec, kl)
+        setup_ms = None
+        if variant.cap.setup is not None:
+            fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
+        else:
+            fn = variant.fn
+        call = timed_call(fn, q, k, v, backward=spec.pass_ == "fwdbwd", dropout_p=spec.dropout, **opts)
+        _, first_ms = _timed_once(spec.device, call)
+        chosen = timing.injected(timer) if timer is not None else cell_timer(call, spec.device, settings)
+        row.update(chosen.fields())
+        # on CPU the warm-up call is the very call timed: it counts toward the visit's warm-up budget
+        warmed = first_ms if chosen.mode == timing.CpuTimer.mode else 0.0
+        try:
+            m = time_call(call, settings, chosen.timer, warmed, rounds)
+        finally:
+            chosen.close()
+        row.update(
+            layout=variant.cap.layout,
+            setup_ms=None if setup_ms is None else round(setup_ms, 6),
+            first_call_ms=round(first_ms, 6),
+            **summarize(m.samples_ms),
+            samples_ms=[round(s, 6) for s in m.samples_ms],
+            stop_reason=m.stop_reason,
+            tflops=tflops(row["flops"], m.median),
+            kv_gbps=gbps(row["kv_bytes"], m.median),
+            elapsed_s=round(time.perf_counter() - t_start, 3),
+        )
+        return finish(row, "ok")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the cell boundary, as measure_cell's
+        return finish(row, *failure(exc, spec.device))

@@ -99,9 +99,9 @@ class CellRunner:
 
     # ---- cells --------------------------------------------------------------------------------------
 
-    def run(self, spec: CellSpec) -> dict[str, Any]:
+    def run(self, spec: CellSpec, visit: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         """The row of one cell (its status says what happened); the memory guard runs here, next to the
-        device the cell will use."""
+        device the cell will use. visit: (i, R), the i-th of the cell's R visits (Settings.rounds)."""
         from . import guard  # imports torch: not at import time, so that the CLI starts fast
 
         settings = self.settings
@@ -116,7 +116,7 @@ class CellRunner:
                 return finish(row, "skipped", reason, predicted_peak_bytes=predicted)
             t0 = time.perf_counter()
             reply = worker.request(
-                {"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__},
+                {"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__, "visit": list(visit)},
                 timeout=settings.cell_timeout,
             )
             row = reply["row"]
@@ -191,10 +191,10 @@ class Processes:
     def runners(self) -> list[CellRunner]:
         return [self.first, *self.others]
 
-    def run(self, spec: CellSpec) -> dict[str, Any]:
+    def run(self, spec: CellSpec, visit: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         rows = []
         for runner in self.runners:
-            rows.append(runner.run(spec))
+            rows.append(runner.run(spec, visit))
             if rows[-1].get("status") != "ok":
                 break
         return merge_processes(rows)

@@ -3,7 +3,8 @@
 - base_row(spec): the cell's identity (its spec and cell_id): all a row of a cell that never ran has;
 - start_row(spec): what is known before the cell runs: torch's thread count, FLOPs and K/V bytes;
 - finish(row, status, message, **fields): the verdict and when it was reached;
-- merge_processes(rows): the rows of one cell measured in several worker processes (--processes), as one.
+- merge_processes(rows): the rows of one cell measured in several worker processes (--processes), as one;
+- merge_rounds(rows): the rows of one cell's visits (--rounds), as one, by the same rule.
 
 The parent (harness.cellrunner, the executors) builds rows of cells it decides without a worker, so this
 module does not import torch at its top: start_row, which only a measuring process calls, imports it.
@@ -78,20 +79,36 @@ def merge_processes(rows: list[dict[str, Any]]) -> dict[str, Any]:
     timing columns recomputed from them (results.formulas.summarize, TFLOP/s and GB/s from the pooled
     median), each process's own median in `process_medians_ms` (the spread compare judges by), the largest
     peak and retained memory of any process, and the time all of them took."""
+    return _merge(rows, "process_medians_ms", "worker process")
+
+
+def merge_rounds(rows: list[dict[str, Any]], rounds: int | None = None) -> dict[str, Any]:
+    """One cell's rows from its visits (Settings.rounds), in the order they were measured, as the cell's one
+    row, by merge_processes' rule: each visit's median in `round_medians_ms` (process_medians_ms stays the
+    per-worker-process spread compare judges by: visits in one process do not show it), the first visit's
+    gate, checks and memory; later visits' warm-up calls and setup hooks in `rewarm_ms` (first_call_ms
+    stays the first visit's: the compile and first-call costs the reports read)."""
+    merged = _merge(rows, "round_medians_ms", "round", rounds or len(rows))
+    if merged.get("status") == "ok":
+        merged["rewarm_ms"] = round(
+            sum((row.get("first_call_ms") or 0.0) + (row.get("setup_ms") or 0.0) for row in rows[1:]), 6
+        )
+    return merged
+
+
+def _merge(rows: list[dict[str, Any]], column: str, unit: str, k: int | None = None) -> dict[str, Any]:
     if not rows:
-        raise ValueError("merge_processes needs at least one row")
-    k = len(rows)
+        raise ValueError("merging needs at least one row")
+    k = k or len(rows)
     for i, row in enumerate(rows):
         if row.get("status") != "ok":
             if i:
                 old = str(row.get("message") or "")
-                row["message"] = (
-                    f"in worker process {i + 1} of {k}: {old}" if old else f"in worker process {i + 1} of {k}"
-                )
+                row["message"] = f"in {unit} {i + 1} of {k}: {old}" if old else f"in {unit} {i + 1} of {k}"
             return row
     merged = dict(rows[0])
     samples = [s for row in rows for s in row.get("samples_ms") or []]
-    merged["process_medians_ms"] = [row.get("time_ms_median") for row in rows]
+    merged[column] = [row.get("time_ms_median") for row in rows]
     if not samples:
         return merged
     merged["samples_ms"] = samples

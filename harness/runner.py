@@ -94,12 +94,27 @@ def check_mode(
     name: Callable[[str], str] = flag_name,
     executor: str = "local",
     processes: int = 1,
+    rounds: int = 1,
 ) -> None:
     """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
     `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
     redo_drift and force_resume change a resume only; a new run goes into no file and no non-empty
     directory; several worker processes per cell (Settings.processes) are the local executor's only.
-    `name` spells the options in the messages (see run)."""
+    `name` spells the options in the messages (see run). Rounds (Settings.rounds) are the local
+    executor's only too, and not with several processes per cell."""
+    if rounds > 1 and executor != "local" and executor in executors.EXECUTORS:
+        # the round-robin over the whole sweep is the local executor's loop; a Ray or Slurm dispatch of
+        # cells to many workers has no one order for drift to fall on alike (an unknown executor is
+        # refused as such, by harness.executor_choice)
+        raise ValueError(
+            f"{name('rounds')} {rounds} visits the whole sweep in rounds on one worker: "
+            f"{name('executor')} local only, not {executor}"
+        )
+    if rounds > 1 and processes > 1:
+        raise ValueError(
+            f"{name('rounds')} {rounds} and {name('processes')} {processes} do not go together: "
+            "give one of them"
+        )
     if processes > 1 and executor != "local":
         # the K processes of a cell measure it one after another on one machine (harness.cellrunner
         # Processes); a Ray actor or a Slurm array task holds one worker
@@ -251,10 +266,12 @@ def run(
         resume=resume, redo_drift=redo_drift, force_resume=force_resume, name=name, executor=executor
     )
     processes = sweep.settings.processes if sweep is not None else 1
-    check_mode(sweep, out, given=given, processes=processes, **modes)
+    rounds = sweep.settings.rounds if sweep is not None else 1
+    check_mode(sweep, out, given=given, processes=processes, rounds=rounds, **modes)
     if resume:
         start = _resumed(out, force_resume, redo_drift, name)
-        check_mode(None, out, processes=start.sweep.settings.processes, **modes)  # the run's own setting
+        own = start.sweep.settings  # the run's own settings
+        check_mode(None, out, processes=own.processes, rounds=own.rounds, **modes)
     else:
         start = _fresh(sweep, variant_files or [], only)
     chosen_executor = executor_choice.chosen_executor(executor, executor_options, start.sweep, name)

@@ -87,6 +87,15 @@ SETTINGS: tuple[Setting, ...] = (
         "measure each cell in K worker processes, one after another, into one row (default 1; compare "
         "judges by the process medians when both runs have 3 or more)", "K", rule=positive,
     ),
+    # rounds over the whole sweep (the local executor only): each cell is visited R times, round-robin
+    # (every cell once, then every cell again, ...), each visit with 1/R of its sampling budget, so that
+    # the machine's drift over the run falls on every cell alike; each visit's median is kept
+    # (round_medians_ms), and the fit takes a cell's spread from them (docs/method.md: rounds)
+    Setting(
+        "rounds", 1, "int",
+        "visit every cell R times, round-robin over the whole sweep, each visit with 1/R of its budget, "
+        "into one row (default 1; local executor only)", "R", rule=positive,
+    ),
     Setting(
         "check_rows", 1024, "int", "query rows checked against float64 (all rows when N is at most this)",
         rule=positive, flag=False,

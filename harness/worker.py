@@ -88,7 +88,8 @@ def worker_main(conn, config: dict[str, Any]) -> None:
             if msg.get("op") == "numerics":
                 reply, why = server.numerics(msg)
             elif msg.get("op") == "cell":
-                row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg["settings"])
+                visit = msg.get("visit") or (1, 1)  # (which visit, of how many): Settings.rounds
+                row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg["settings"], tuple(visit))
                 reply, why = {"op": "row", "row": row}, exit_reason(row) or (STATE_EXIT if tainted else None)
             else:
                 conn.send(server.answer(msg))
@@ -192,22 +193,30 @@ class _Server:
 
         return self.where.setdefault(device, where_measured(device))
 
-    def cell(self, spec: CellSpec, settings: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def cell(
+        self, spec: CellSpec, settings: dict[str, Any], visit: tuple[int, int] = (1, 1)
+    ) -> tuple[dict[str, Any], bool]:
         """The cell's row, whatever happens (measured, or a harness error as the row's status), blamed for
-        what its variant left behind (left_behind); and whether torch's global state changed."""
-        row = self._measure(spec, settings)
+        what its variant left behind (left_behind); and whether torch's global state changed. visit: (i, R),
+        the i-th of R visits of the cell (Settings.rounds): the first measures it fully, the others only
+        time it (harness.cell.measure_visit)."""
+        row = self._measure(spec, settings, visit)
         words, tainted = self.left_behind(spec.variant)
         return blame(row, words), tainted
 
-    def _measure(self, spec: CellSpec, settings: dict[str, Any]) -> dict[str, Any]:
+    def _measure(self, spec: CellSpec, settings: dict[str, Any], visit: tuple[int, int]) -> dict[str, Any]:
         from .calibrate import speed_probe
-        from .cell import measure_cell
+        from .cell import measure_cell, measure_visit
         from .failures import failure, is_poisoned
 
         print(f"cell {spec.cell_id}", flush=True)
         try:
             speed = speed_probe(spec.device)  # the machine's speed just before this cell
-            row = measure_cell(spec, Settings(**settings), self.cache)
+            index, rounds = visit
+            if index <= 1:
+                row = measure_cell(spec, Settings(**settings), self.cache, rounds=rounds)
+            else:
+                row = measure_visit(spec, Settings(**settings), rounds, self.cache)
             row["speed_tflops"] = round(speed, 6)
             if is_poisoned_row(row):  # where_measured would meet the same CUDA error: what is known
                 row.update(self.where.get(spec.device, {}))

@@ -17,6 +17,8 @@ MEMORY_OCTAVES = ASYMPTOTIC_OCTAVES  # a memory fit's points: the same range (it
 # a cell's median is never known better than this (log units, ~2%): drift between cells of one run, which
 # no cell's own samples show (ENV-NOTES: the same cell moves by several % within a run on a shared VM)
 SE_FLOOR = 0.02
+# a cell visited this many times or more in rounds (--rounds) takes its spread from the visits' medians
+ROUNDS_FOR_SE = 3
 # a peak's own uncertainty (log units, 0.1%): the profiler's byte counts repeat exactly from call to call, so
 # what a memory fit's CI must show is how far the points stray from the model (the Birge ratio), not noise
 MEM_SE = 0.001
@@ -132,14 +134,34 @@ def with_probe_after(df):
     return out
 
 
-def cell_log_se(rel_iqr, n_samples, speed_factor=None, speed_factor_after=None) -> float:
-    """A cell's time uncertainty in log units: its median's standard error (median_log_se) and, where the
-    speed probes on either side of it (results.drift: the one just before it, and the next cell's, just
-    after it) saw the machine run at a factor f of the run's usual speed, the larger |log f| besides, added
-    in quadrature. The samples of one cell share the moment's load, so
-    its IQR cannot show a machine that ran at half speed for the whole cell; the probe can, and a cell
+def round_log_se(round_medians) -> float | None:
+    """The standard error of the mean of log(visit median) of a cell visited 3 or more times (--rounds), at
+    least SE_FLOOR; None for fewer visits (or a median that is not a positive number)."""
+    try:
+        logs = [math.log(float(m)) for m in (round_medians if round_medians is not None else ())]
+    except (TypeError, ValueError):
+        return None
+    if len(logs) < ROUNDS_FOR_SE or not all(math.isfinite(x) for x in logs):
+        return None
+    mean = sum(logs) / len(logs)
+    var = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
+    return max(SE_FLOOR, math.sqrt(var / len(logs)))
+
+
+def cell_log_se(rel_iqr, n_samples, speed_factor=None, speed_factor_after=None, round_medians=None) -> float:
+    """A cell's time uncertainty in log units. Visited 3 or more times in rounds over the whole run
+    (--rounds; round_medians: each visit's median): the standard error of the mean of the visits' log
+    medians (round_log_se), which holds the drift of the machine over the run as well as the samples'
+    spread, since the visits span the run. Otherwise: its median's standard error (median_log_se) and,
+    where the speed probes on either side of it (results.drift: the one just before it, and the next
+    cell's, just after it) saw the machine run at a factor f of the run's usual speed, the larger |log f|
+    besides, added in quadrature. The samples of one cell share the moment's load, so its IQR cannot
+    show a machine that ran at half speed for the whole cell; the probe can, and a cell
     measured then should pull the fit less, and widen its CI, rather than bend it (drift over a run falls
     on its later, larger N alike, and would otherwise read as a wrong exponent with a narrow CI)."""
+    by_rounds = round_log_se(round_medians)
+    if by_rounds is not None:
+        return by_rounds
     se = median_log_se(rel_iqr, n_samples)
     drift = 0.0
     for factor in (speed_factor, speed_factor_after):
@@ -350,9 +372,10 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
         before = ok["speed_factor"] if "speed_factor" in ok else [None] * len(ok)
         after = ok["speed_factor_after"] if "speed_factor_after" in ok else [None] * len(ok)
+        visits = ok["round_medians_ms"] if "round_medians_ms" in ok else [None] * len(ok)
         se = [
-            cell_log_se(r, k, f, g)
-            for r, k, f, g in zip(ok["rel_iqr"], ok["n_samples"], before, after, strict=True)
+            cell_log_se(r, k, f, g, v)
+            for r, k, f, g, v in zip(ok["rel_iqr"], ok["n_samples"], before, after, visits, strict=True)
         ]
         tfit, mfit = fit_power_law(n, t, log_se=se), fit_memory(n, m)
         meta = metas.get(str(key["run_id"]), {})

@@ -31,6 +31,9 @@ COLUMNS: dict[str, str] = {
     "n_samples": "Int64",
     "first_call_ms": "Float64",  # the cell's first (gated) forward call: lazy init, autotune, compile, plans
     "setup_ms": "Float64",  # the variant's setup hook, kept out of the timed call; NA when it has none
+    # --rounds R: the warm-up calls and setup hooks of a cell's visits after the first (the first's are
+    # first_call_ms and setup_ms), outside the timed calls; NA without rounds
+    "rewarm_ms": "Float64",
     # the memory layout the variant was handed q, k, v in ("bhnd", or "bnhd": (B, N, H, d) memory under the
     # same (B, H, N, d) shape; variants.problem.LAYOUTS), made outside the timed calls. NA in runs before
     # it and in cells never handed inputs (unsupported, skipped); runs before it handed every cell "bhnd"
@@ -94,7 +97,10 @@ COLUMNS: dict[str, str] = {
 # process_medians_ms: with --processes K, the median of each of the K worker processes that measured the
 # cell, in the order they did (samples_ms pools their samples); compare judges by them when both runs have
 # 3 or more. Empty in runs before it and in rows not measured; one entry in a run of one process per cell
-LIST_COLUMNS = ("samples_ms", "process_medians_ms")
+# round_medians_ms: with --rounds R, the median of each of the cell's R visits, in the order they were
+# made (round-robin over the sweep: they span the run); the fit takes a cell's spread from them when it
+# has 3 or more (reports.fit.cell_log_se). Empty without rounds
+LIST_COLUMNS = ("samples_ms", "process_medians_ms", "round_medians_ms")
 CELL_AXES = axes.CELL_AXES  # the identity axes, in cell_id order
 # What a row written before an axis existed measured (results.load fills these in); kv_heads and seq_k
 # follow heads and seq_len (axes.FOLLOWS)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..cellrunner import CellRunner, Processes, SkipAhead, precheck
 from ..isolation import WorkerDied, WorkerTimeout
-from ..rows import base_row, finish
+from ..rows import base_row, finish, merge_rounds
 from ..spec import CellSpec, SweepSpec
 from .base import OnDevice, OnRow, Plan, Say
 from .dispatch import Dispatcher
@@ -99,6 +99,11 @@ class LocalExecutor:
             return
         self.slots = parse_devices(self.devices)
         check_slots(self.slots, sweep)
+        if sweep.settings.rounds > 1:
+            raise ValueError(
+                f"--rounds {sweep.settings.rounds} visits the sweep in rounds on one worker: "
+                "not with --devices"
+            )
 
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
         if self.slots is not None:
@@ -108,15 +113,56 @@ class LocalExecutor:
         measure = Processes(runner, plan.sweep.settings.processes)  # --processes K: K workers, in turn
         interrupted = False
         try:
-            for spec in plan.cells:
-                row = precheck(spec, skip) or measure.run(spec)
-                skip.note(spec, row["status"])
-                on_row(row)
+            if plan.sweep.settings.rounds > 1:
+                run_rounds(plan, measure, skip, on_row)
+            else:
+                for spec in plan.cells:
+                    row = precheck(spec, skip) or measure.run(spec)
+                    skip.note(spec, row["status"])
+                    on_row(row)
         except KeyboardInterrupt:
             interrupted = True
             raise
         finally:  # the runner closes its own first worker
             measure.close(kill=interrupted, keep_first=runner is plan.local)
+
+
+def run_rounds(plan: Plan, measure: Processes, skip: SkipAhead, on_row: OnRow) -> None:
+    """Settings.rounds R: every cell visited R times, round-robin over the whole sweep (each cell of
+    plan.cells once, in order, then each again, ...), each visit with 1/R of the budget (harness.cell
+    measure_cell, measure_visit), so that the machine's drift over the run falls on every cell alike. A
+    cell's row, the merge of its visits (rows.merge_rounds), is handed to on_row when its last visit ends;
+    a visit that is not ok ends its cell with its row (no later visits). Each visit before the last is
+    kept in visits.jsonl (results.store.VisitLog) as it ends, and a resume measures only the visits
+    missing from there."""
+    from attnbench.results import store
+
+    rounds = plan.sweep.settings.rounds
+    written = {row["cell_id"] for row in plan.done}  # a redone cell (--redo-drift) starts its visits afresh
+    visits = {cid: rows for cid, rows in store.read_visits(plan.run_dir).items() if cid not in written}
+    ended: set[str] = set()
+    log = store.VisitLog(plan.run_dir)
+    try:
+        for index in range(1, rounds + 1):
+            for spec in plan.cells:
+                cid = spec.cell_id
+                had = visits.setdefault(cid, [])
+                if cid in ended or len(had) >= index:  # ended, or this visit was made before a resume
+                    continue
+                row = (precheck(spec, skip) if index == 1 else None) or measure.run(spec, (index, rounds))
+                had.append(row)
+                if row.get("status") != "ok" or index == rounds:
+                    ended.add(cid)
+                    row = merge_rounds(had, rounds)
+                    skip.note(spec, row["status"])
+                    on_row(row)
+                else:
+                    log.append(cid, index, row)
+        for spec in plan.cells:  # every visit was made before a resume: only the row is left to write
+            if spec.cell_id not in ended and len(visits[spec.cell_id]) >= rounds:
+                on_row(merge_rounds(visits[spec.cell_id][:rounds], rounds))
+    finally:
+        log.close()
 
 
 # ---- the pool ---------------------------------------------------------------------------------------

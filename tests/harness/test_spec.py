@@ -82,7 +82,8 @@ def test_presets_load_and_validate():
     names = presets()
     assert {"quick", "cpu", "gpu"} <= set(names)
     quick = build_sweep(preset="quick")
-    assert quick.devices == ("cpu",) and max(quick.seq_len) == 3072 and 1536 in quick.seq_len
+    assert quick.devices == ("cpu",) and max(quick.seq_len) == 2560 and quick.settings.rounds == 3
+    assert all(n % 512 == 0 for n in quick.seq_len if n >= 512)  # chunked's staircase in ceil(N / 512)
     assert max(build_sweep(preset="cpu").seq_len) == 16384
     gpu = build_sweep(preset="gpu")
     assert gpu.devices == ("cuda",) and gpu.seq_len[0] == 1024 and gpu.seq_len[-1] == 32768
