@@ -19,6 +19,8 @@ MEMORY_OCTAVES = ASYMPTOTIC_OCTAVES  # a memory fit's points: the same range (it
 SE_FLOOR = 0.02
 # a cell visited this many times or more in rounds (--rounds) takes its spread from the visits' medians
 ROUNDS_FOR_SE = 3
+# a run whose cells were all visited this many times or more is fitted through every visit (fit_visits)
+ROUNDS_FOR_FIT = 2
 # a peak's own uncertainty (log units, 0.1%): the profiler's byte counts repeat exactly from call to call, so
 # what a memory fit's CI must show is how far the points stray from the model (the Birge ratio), not noise
 MEM_SE = 0.001
@@ -37,7 +39,12 @@ FIT_RULE = (
     "where they scatter more, the standard error is scaled up by sqrt(chi²/dof) (the Birge ratio, as the "
     "Particle Data Group scales inconsistent measurements) and 1.96 becomes t(0.975, dof), the spread then "
     "being estimated from the points themselves: a run whose cells drifted, or whose times bend away from a "
-    "power law, gets a wider CI. Memory exponents: peak bytes are "
+    "power law, gets a wider CI. A run measured in rounds (--rounds R >= 3: every cell visited R times, "
+    "round-robin over the whole run) is fitted through every visit's median instead (R points per seq_len): "
+    "the Theil-Sen slope (the median of the pairwise slopes between points of different seq_lens) with "
+    "Sen's rank-based 95% interval, so that one visit that met a busy moment moves neither the exponent nor "
+    "its interval much, and the visits' own scatter, which holds the machine's drift over the run, sets the "
+    "width. Memory exponents: peak bytes are "
     "one deterministic measurement per cell, and a linear-memory variant's peak holds an N-independent "
     "workspace (a block of scores, a kernel's buffers) besides its O(N) part, which bends a plain power law "
     "below 1; so peak = c + a·N^b is fitted (c >= 0, in log space) over the same asymptotic points, b is the "
@@ -257,6 +264,39 @@ def fit_power_law(
     return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used))
 
 
+def fit_visits(seq_lens, visit_medians, octaves: int = ASYMPTOTIC_OCTAVES) -> PowerFit | None:
+    """Theil-Sen exponent of time ~ seq_len^b through every visit median of cells visited ROUNDS_FOR_FIT or
+    more times (--rounds), over the asymptotic points, with Sen's 95% interval (FIT_RULE); None where any
+    cell of those points has fewer visits (fit_power_law's weighted fit then). visit_medians: one sequence
+    of visit medians per seq_len (NaN-free, positive)."""
+    import numpy as np
+    from scipy import stats
+
+    points: list[tuple[float, float]] = []
+    distinct = sorted({int(n) for n in seq_lens if math.isfinite(float(n)) and n > 0})
+    if len(distinct) < 3:
+        return None
+    used = asymptotic_points(distinct, octaves)
+    for n, visits in zip(seq_lens, visit_medians, strict=True):
+        if int(n) not in used:
+            continue
+        try:
+            values = [float(m) for m in (visits if visits is not None else ())]
+        except (TypeError, ValueError):
+            return None
+        if len(values) < ROUNDS_FOR_FIT or not all(math.isfinite(m) and m > 0 for m in values):
+            return None
+        points += [(math.log(n), math.log(m)) for m in values]
+    if len({x for x, _ in points}) < 3:
+        return None
+    x, ly = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+    slope, intercept, low, high = (float(v) for v in stats.theilslopes(ly, x, alpha=CI_LEVEL)[:4])
+    resid = ly - (intercept + slope * x)
+    total = float(np.sum((ly - ly.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(resid**2)) / total if total > 0 else 1.0
+    return PowerFit(slope, intercept, low, high, r2, tuple(used))
+
+
 def fit_memory(seq_lens, values) -> PowerFit:
     """peak ≈ c + a·N^b (c >= 0: an N-independent workspace) over the ok seq_lens within MEMORY_OCTAVES
     octaves of the largest (the time fit's asymptotic points), fitted in log space (relative errors,
@@ -377,7 +417,8 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
             cell_log_se(r, k, f, g, v)
             for r, k, f, g, v in zip(ok["rel_iqr"], ok["n_samples"], before, after, visits, strict=True)
         ]
-        tfit, mfit = fit_power_law(n, t, log_se=se), fit_memory(n, m)
+        tfit = fit_visits(n, list(visits)) or fit_power_law(n, t, log_se=se)
+        mfit = fit_memory(n, m)
         meta = metas.get(str(key["run_id"]), {})
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta)
         dev_mem = device_memory(meta, str(key["device"]), sub["gpu_name"].dropna().unique())

@@ -208,3 +208,19 @@ def test_a_near_flat_fit_solves_to_beyond_not_an_overflow():
     n = fit.largest_pow2(flat.solve(1e5))
     assert n is not None and n > 1e300
     assert fit.extrapolated_text(n, 128).startswith("> 1,024 (beyond")
+
+
+def test_a_run_in_rounds_is_fitted_through_every_visit_and_resists_one_busy_visit():
+    """fit_visits: Theil-Sen through every visit median (--rounds), Sen's interval; one visit that met a busy
+    moment (3x slower) neither moves the exponent nor widens the interval much; a cell with one visit
+    leaves the fit to the weighted least squares."""
+    from attnbench.reports.fit import fit_visits
+
+    ns = [1024, 1536, 2048, 2560]
+    visits = [[1e-5 * n**2 * f for f in (1.0, 1.04, 0.97)] for n in ns]
+    visits[2][1] *= 3.0  # one busy visit at N = 2048
+    fit = fit_visits(ns, visits)
+    assert fit is not None and abs(fit.exponent - 2.0) < 0.05
+    assert fit.ci_low < 2.0 < fit.ci_high and fit.ci_high - fit.ci_low < 0.3
+    assert fit_visits(ns, [*visits[:3], [visits[3][0]]]) is None  # one visit: not a rounds fit
+    assert fit_visits(ns[:2], visits[:2]) is None  # fewer than three lengths
