@@ -303,6 +303,13 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     busy = int((flag_mask(ok, "drift") | flag_mask(ok, "noisy")).sum())
     if not is_busy(busy, len(ok)):
         return (text,)
+    if _in_rounds(ok):
+        return text, (
+            f"The machine's speed drifted over the run: {busy} of {len(ok)} ok cells, each measured in "
+            "several visits spread over the run (rounds), spread by more than 10% of their median from visit "
+            "to visit or drifted. The exponents' intervals and the rankings are drawn from every visit, so "
+            "they hold that drift; a single median carries it. A quieter machine gives tighter ones."
+        )
     busy_text = (
         f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "
         "times say as much about the machine as about the variants. "
@@ -316,6 +323,18 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     else:
         busy_text += "Rerun the sweep on a quiet machine."
     return text, busy_text
+
+
+def _in_rounds(ok) -> bool:
+    """Whether the ok cells were measured in rounds (--rounds: two or more visit medians each): their
+    pooled samples' spread then holds the machine's drift over the whole run, not one moment's noise."""
+    if "round_medians_ms" not in ok or not len(ok):
+        return False
+    return bool(
+        ok["round_medians_ms"]
+        .map(lambda v: v is not None and len(v) >= 2 if hasattr(v, "__len__") else False)
+        .all()
+    )
 
 
 # ---- all of it -----------------------------------------------------------------------------------------
