@@ -136,7 +136,7 @@ class Comparison:
         return [
             f"{n} paired cell{'s' * (n != 1)} measured in {how} (--processes): their verdicts see only the "
             "samples within each run, not the run-to-run variance, and may cry wolf; measure both runs "
-            f"with --processes {MIN_PROCESSES}"
+            f"with --processes {MIN_PROCESSES} or --rounds {MIN_PROCESSES}"
         ]
 
     @property
@@ -193,7 +193,9 @@ def _paired(a, b, axes: list[str]):
     """One row per cell both runs have (the last row of a cell measured twice), A's columns _a, B's _b."""
     cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
     cols.append("process_medians_ms")  # --processes K: each worker process's median; [] in older runs
+    cols.append("round_medians_ms")  # --rounds R: each visit's median, the visits spread over the run
     cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
+    cols = [c for c in cols if c in a.columns and c in b.columns]  # a frame from before a column existed
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
@@ -260,6 +262,13 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
     )
     sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
     pa, pb = _samples(r["process_medians_ms_a"]), _samples(r["process_medians_ms_b"])
+    basis = "processes"
+    if min(len(pa), len(pb)) < MIN_PROCESSES and "round_medians_ms_a" in r:
+        # --rounds R on both sides: each visit's median, the visits spread over the run, holds the drift
+        # within a run as process medians hold the spread from process to process (stats.PROCESS_RULE)
+        ra, rb = _samples(r["round_medians_ms_a"]), _samples(r["round_medians_ms_b"])
+        if min(len(ra), len(rb)) >= MIN_PROCESSES:
+            pa, pb, basis = ra, rb, "rounds"
     device_a = r["device_a"] if "device_a" in r else r["device"]
     device_b = r["device_b"] if "device_b" in r else r["device"]
     scale, which = 1.0, ""
@@ -286,9 +295,9 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
         "norm_factor": scale if rules.normalize else math.nan,
         "n_a": len(sa),
         "n_b": len(sb),
-        "k_a": len(pa) or 1,  # worker processes that measured the cell (runs before --processes: one)
+        "k_a": len(pa) or 1,  # worker processes (or, basis 'rounds', visits) that measured the cell
         "k_b": len(pb) or 1,
-        "basis": "processes" if by_processes else "samples",  # what the CI and p were computed from
+        "basis": basis if by_processes else "samples",  # what the CI and p were computed from
         "ratio": ratio,
         "ratio_ci_low": diff.ci_low if diff else math.nan,
         "ratio_ci_high": diff.ci_high if diff else math.nan,

@@ -30,7 +30,9 @@ PROCESS_RULE = (
     "Where both runs measured a cell in 3 or more worker processes (--processes), the CI and the test come "
     "from the process medians instead of the pooled samples, so that they include the spread from one "
     "process to the next: the CI is the Welch t-interval of the difference of the mean log process medians, "
-    "exponentiated (a ratio of geometric means), and p is the same two-sided Welch test."
+    "exponentiated (a ratio of geometric means), and p is the same two-sided Welch test. Where both measured "
+    "it in 3 or more rounds (--rounds) instead, the visits' medians are used the same way: the visits span "
+    "each run, so their spread holds the machine's drift within it."
 )
 
 

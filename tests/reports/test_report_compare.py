@@ -416,9 +416,37 @@ def test_fewer_than_three_process_medians_fall_back_to_samples_with_one_warning(
     assert warnings == [
         "WARNING 8 paired cells measured in one process per cell (--processes): their verdicts see only the "
         "samples within each run, not the run-to-run variance, and may cry wolf; measure both runs with "
-        "--processes 3"
+        "--processes 3 or --rounds 3"
     ]
     two = _pair(tmp_path / "two", _process_rows(1.0, 0.01, 0, k=2), _process_rows(1.0, 0.01, 1, k=2))
     cmp2 = compare_runs(*two)
     assert set(cmp2.cells["basis"]) == {"samples"}
     assert "fewer than 3 processes per cell" in " ".join(cmp2.warnings)
+
+
+def test_round_medians_are_judged_as_process_medians_are(tmp_path):
+    """Both runs in 3 rounds (--rounds): each visit's median spans the run, so the CI and test come from the
+    visit medians (basis 'rounds'), as from process medians: a ±10% drift between visits does not cry wolf
+    where the pooled samples would, and a 30% slowdown is still caught."""
+
+    def in_rounds(rows):
+        return [
+            {
+                **{k: v for k, v in r.items() if k != "process_medians_ms"},
+                "round_medians_ms": r["process_medians_ms"],
+            }
+            for r in rows
+        ]
+
+    gate = parse_threshold("median:5%")
+    failing = 0
+    for seed in range(5):
+        rows_a, rows_b = _process_rows(1.0, 0.10, seed), _process_rows(1.0, 0.10, 100 + seed)
+        cmp = compare_runs(*_pair(tmp_path / str(seed), in_rounds(rows_a), in_rounds(rows_b)), threshold=gate)
+        assert set(cmp.cells["basis"]) == {"rounds"} and "WARNING" not in text_report(cmp)
+        failing += bool(len(cmp.regressions))
+    assert failing <= 1
+    slow = _pair(
+        tmp_path / "slow", in_rounds(_process_rows(1.0, 0.01, 0)), in_rounds(_process_rows(1.3, 0.01, 1))
+    )
+    assert len(compare_runs(*slow, threshold=gate).regressions) == 8
