@@ -37,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's attnbench (attnbench/__init__.py maps its folders)
+from attnbench.harness.fingerprint import cpu_model  # noqa: E402
+
 PLANTED = ROOT / "benchmarks" / "planted_slowdown.py"
 DEFAULT_OUT = ROOT / "results" / "reference" / "false-alarm-epyc-2core.json"
 
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": f"attnbench run --variants {args.variants} --seq-len {args.seq_len} --threads "
         f"{args.threads} --processes K {' '.join(args.run_arg)}".strip()
         + f"; attnbench compare A B --fail-above {args.fail_above}",
-        "machine": {"host": platform.node(), "cpu": _cpu_model(), "cpus": os.cpu_count()},
+        "machine": {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count()},
         "shared_machine": "measured on a shared machine: other jobs ran beside these runs (load average "
         "below, from /proc/loadavg: 1, 5 and 15 min)",
         "loadavg_before": before,
@@ -237,16 +239,6 @@ def table(result: dict) -> str:
         )
     lines.append(f"load average before: {result['loadavg_before']}; after: {result['loadavg_after']}")
     return "\n".join(lines)
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

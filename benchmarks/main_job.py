@@ -40,6 +40,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's attnbench (attnbench/__init__.py maps its folders)
+
+from attnbench.harness.fingerprint import cpu_model  # noqa: E402
+
 PRESET = "quick"
 
 # issue 25's targets
@@ -59,16 +63,6 @@ def loadavg() -> str:
         return Path("/proc/loadavg").read_text().strip()
     except OSError:
         return "unknown"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_slug() -> str:

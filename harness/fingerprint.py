@@ -110,6 +110,12 @@ def _proc_cpuinfo(text: str | None = None) -> tuple[str, set[str]] | None:
     return (model.group(1).strip(), set(flags.group(1).split())) if model and flags else None
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what platform says (no py-cpuinfo child process)."""
+    found = _proc_cpuinfo()
+    return (found[0] if found else None) or platform.processor() or platform.machine()
+
+
 def cpu_info() -> dict[str, Any]:
     """CPU model and features (/proc/cpuinfo, else py-cpuinfo), cores and memory (psutil), and the knobs
     that move timings."""
