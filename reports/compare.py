@@ -195,7 +195,6 @@ def _paired(a, b, axes: list[str]):
     cols.append("process_medians_ms")  # --processes K: each worker process's median; [] in older runs
     cols.append("round_medians_ms")  # --rounds R: each visit's median, the visits spread over the run
     cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
-    cols = [c for c in cols if c in a.columns and c in b.columns]  # a frame from before a column existed
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
@@ -263,7 +262,7 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
     sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
     pa, pb = _samples(r["process_medians_ms_a"]), _samples(r["process_medians_ms_b"])
     basis = "processes"
-    if min(len(pa), len(pb)) < MIN_PROCESSES and "round_medians_ms_a" in r:
+    if min(len(pa), len(pb)) < MIN_PROCESSES:
         # --rounds R on both sides: each visit's median, the visits spread over the run, holds the drift
         # within a run as process medians hold the spread from process to process (stats.PROCESS_RULE)
         ra, rb = _samples(r["round_medians_ms_a"]), _samples(r["round_medians_ms_b"])
