@@ -10,7 +10,9 @@ What it runs, each in a fresh interpreter as `nox -s bench` runs them (this chec
 - efficiency: the timed calls (sum of every measured row's samples_ms) over the cells' wall time (elapsed_s)
   less their first calls and setup hooks (first_call_ms, setup_ms; with rounds, rewarm_ms: the later
   visits' warm-up calls), as the issue defines it;
-- first calls + setup: their sum over the run's wall time;
+- first calls + setup: their sum over the run's wall time (checks_ms, the checks after timing, apart:
+  with rounds a forward CPU cell's fresh-input check is its second visit's warm-up call; the share with
+  every check in it is recorded beside);
 - compiles: cells whose first call ran over COMPILE_MS, and over COMPILE_FACTOR times the cell's median
   call, longer than that median (what a compile, or any one-off plan, costs the first call; a busy
   machine's slow first call of a large cell is a few medians, a compile tens to thousands), per variant;
@@ -98,6 +100,9 @@ def cell_costs(rows: list[dict], run_s: float) -> dict:
     # --rounds: the warm-up calls (and setup hooks) of each cell's later visits count as first calls
     first_s = sum((r.get("first_call_ms") or 0.0) + (r.get("rewarm_ms") or 0.0) for r in measured) / 1e3
     setup_s = sum(r.get("setup_ms") or 0.0 for r in measured) / 1e3
+    # the checks after timing (refill, fresh inputs); with rounds, a forward CPU cell's fresh-input check
+    # is its second visit's warm-up call (harness.cell.defers_fresh_check): a check, counted here
+    checks_s = sum(r.get("checks_ms") or 0.0 for r in measured) / 1e3
     compiles: dict[str, list[int]] = {}
     for r in measured:
         median = statistics.median(r["samples_ms"])
@@ -110,10 +115,12 @@ def cell_costs(rows: list[dict], run_s: float) -> dict:
         "cells_elapsed_s": round(elapsed_s, 3),
         "first_calls_s": round(first_s, 3),
         "setup_s": round(setup_s, 3),
+        "checks_s": round(checks_s, 3),
         "outside_cells_s": round(run_s - elapsed_s, 3),  # worker start, calibration, numerics probe, probes
         "efficiency": round(timed_s / (elapsed_s - first_s - setup_s), 4),
         "efficiency_with_first_calls": round(timed_s / elapsed_s, 4),
         "first_and_setup_share": round((first_s + setup_s) / run_s, 4),
+        "first_setup_and_checks_share": round((first_s + setup_s + checks_s) / run_s, 4),
         "compiles": {v: {"count": len(ns), "at_seq_len": ns} for v, ns in sorted(compiles.items())},
         "compile_rule": f"first_call_ms - median call > max({COMPILE_MS:g} ms, {COMPILE_FACTOR:g} medians)",
     }

@@ -231,8 +231,8 @@ class Prepared:
             reasons.append(f"failed the float64 gate: {what}")
         elif after is not None:  # right once, wrong on other values: an answer remembered
             seed = after.seed
-            if not after.fresh.passed:  # ... for a shape, or for values
-                reasons.append(f"{NOT_FOLLOWING}: on fresh inputs (seed {seed}) {after.fresh.describe()}")
+            if after.fresh is not None and not after.fresh.passed:  # ... for a shape, or for values
+                reasons.append(fresh_failure(after.fresh, seed))
             if after.refill is not None and not after.refill.passed:  # ... for the tensor objects timed
                 reasons.append(f"{NOT_FOLLOWING}: {REFILLED} (seed {seed}) {after.refill.describe()}")
         if self.dropout is not None and not self.dropout.passed:
@@ -240,6 +240,10 @@ class Prepared:
         if reasons:
             return "wrong", "; ".join(reasons)
         return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
+
+
+def fresh_failure(fresh: correctness.GateResult, seed: int) -> str:
+    return f"{NOT_FOLLOWING}: on fresh inputs (seed {seed}) {fresh.describe()}"
 
 
 @dataclass(frozen=True)
@@ -251,15 +255,18 @@ class AfterCheck:
     objects: by id(), data_ptr(), in a setup hook's closure)."""
 
     changed: tuple[str, ...]  # inputs the timed calls modified in place
-    fresh: correctness.GateResult  # the bound callable's output on fresh inputs against float64
+    # the bound callable's output on fresh inputs against float64; None: checked in the second visit
+    fresh: correctness.GateResult | None
     seed: int
     refill: correctness.GateResult | None = None  # its output on the timed tensors refilled; None: no inputs
     peak: tuple[int, str] | None = None  # (bytes, method) of the refill call, where asked
+    ms: float | None = None  # the checks' wall time (their calls, inputs and float64 reference)
 
     def fields(self) -> dict[str, Any]:
         return {
-            "fresh_rel_err": self.fresh.rel_err,
+            "fresh_rel_err": None if self.fresh is None else self.fresh.rel_err,
             "refill_rel_err": None if self.refill is None else self.refill.rel_err,
+            "checks_ms": None if self.ms is None else round(self.ms, 6),
         }
 
 
@@ -338,24 +345,62 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     )
 
 
-def check_after(
-    ready: Prepared, spec: CellSpec, settings: Settings, cache: InputCache, measure_peak: bool = False
-) -> AfterCheck:
-    """After the timed calls: did they modify their inputs, and does the timed callable's answer follow
-    the inputs? Two more forward calls, each compared with float64 on FRESH_ROWS sampled query rows of
-    fresh inputs of the same shape (seed settings.seed + FRESH_SEED_OFFSET): the timed tensors refilled in
-    place with them (`refill_in_place`), then new tensors holding them (in the layout prepare handed).
-    measure_peak: the refill call's peak memory is measured too (AfterCheck.peak; see peak_on_refill)."""
-    given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
-    changed = () if given is None else cache.changed(given)  # before the refill below rewrites them
+def defers_fresh_check(spec: CellSpec, rounds: int) -> bool:
+    """Whether a cell visited `rounds` times runs its fresh-input check (check_after) in its second visit,
+    as that visit's warm-up call, instead of after its first visit's timed calls: a forward CPU cell
+    without dropout, whose check call (the bound callable, the same shapes, no autograd) warms what its
+    timed call needs, so that the visit pays no separate warm-up call (issue 25: later visits' warm-ups
+    were a tenth of the main job). The refill check stays after the first visit's timed calls: it is
+    what sees an answer remembered for the very tensors timed."""
+    return rounds > 1 and spec.pass_ == "fwd" and spec.dropout == 0 and spec.device != "cuda"
+
+
+def fresh_inputs(spec: CellSpec, settings: Settings):
+    """(q, k, v, key_lengths), the query rows to check and their float64 reference, of the checks after
+    timing: inputs of the same shape from seed settings.seed + FRESH_SEED_OFFSET, FRESH_ROWS rows."""
     seed = settings.seed + FRESH_SEED_OFFSET
     q, k, v, kl = make_inputs(spec, seed)
     n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
     rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
     opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
-    ref = correctness.reference(q, k, v, rows=rows, **opts)
+    return (q, k, v, kl), rows, correctness.reference(q, k, v, rows=rows, **opts), opts
+
+
+def fresh_check(fn: Callable[..., Any], layout: str, spec: CellSpec, settings: Settings, made=None):
+    """(gate, ms): the bound callable fn's answer on new tensors holding fresh inputs (fresh_inputs, in
+    `layout`; made: what fresh_inputs returned already), without dropout, against float64; ms: that one
+    call's wall time."""
+    (q, k, v, kl), rows, ref, opts = made or fresh_inputs(spec, settings)
+    given = handed((q, k, v, kl), layout)  # it may write into what it is given
+    with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
+        out, ms = _timed_once(
+            spec.device, fn, *given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3])
+        )
+    contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
+    return correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts), ms
+
+
+def check_after(
+    ready: Prepared,
+    spec: CellSpec,
+    settings: Settings,
+    cache: InputCache,
+    measure_peak: bool = False,
+    fresh: bool = True,
+) -> AfterCheck:
+    """After the timed calls: did they modify their inputs, and does the timed callable's answer follow
+    the inputs? Two more forward calls, each compared with float64 on FRESH_ROWS sampled query rows of
+    fresh inputs of the same shape (seed settings.seed + FRESH_SEED_OFFSET): the timed tensors refilled in
+    place with them (`refill_in_place`), then new tensors holding them (in the layout prepare handed;
+    fresh=False: not here, the cell's second visit runs it, defers_fresh_check).
+    measure_peak: the refill call's peak memory is measured too (AfterCheck.peak; see peak_on_refill)."""
+    t0 = time.perf_counter()
+    given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
+    changed = () if given is None else cache.changed(given)  # before the refill below rewrites them
     refill = peaked = None
+    made = fresh_inputs(spec, settings)
     if given is not None:  # first, while whatever the variant remembered of the timed calls is untouched
+        (q, k, v, kl), rows, ref, opts = made
         if measure_peak:
             held_out: list[torch.Tensor] = []
             peaked = memory.peak(lambda: held_out.append(refill_in_place(ready, (q, k, v, kl))), spec.device)
@@ -365,12 +410,15 @@ def check_after(
         contract.check_output(out, q, v)
         refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
         del out
-    given = handed((q, k, v, kl), ready.layout)  # it may write into what it is given
-    with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
-        out = ready.fn(*given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3]))
-    contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
-    fresh = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
-    return AfterCheck(changed=changed, fresh=fresh, seed=seed, refill=refill, peak=peaked)
+    fresh_gate = fresh_check(ready.fn, ready.layout, spec, settings, made)[0] if fresh else None
+    return AfterCheck(
+        changed=changed,
+        fresh=fresh_gate,
+        seed=settings.seed + FRESH_SEED_OFFSET,
+        refill=refill,
+        peak=peaked,
+        ms=(time.perf_counter() - t0) * 1e3,
+    )
 
 
 def refill_in_place(ready: Prepared, new) -> torch.Tensor:
@@ -518,7 +566,9 @@ def measure_cell(
         on_refill = peak_on_refill(ready, spec)
         if not on_refill:
             peak_bytes, method = peak(ready.call, spec.device)
-        after = check_after(ready, spec, settings, cache, measure_peak=on_refill)
+        after = check_after(
+            ready, spec, settings, cache, measure_peak=on_refill, fresh=not defers_fresh_check(spec, rounds)
+        )
         if on_refill:
             peak_bytes, method = after.peak or peak(ready.call, spec.device)
         retained = retained_bytes(ready, spec, cache, before, cuda_before)
@@ -551,11 +601,14 @@ def measure_visit(
     rounds: int,
     cache: InputCache | None = None,
     timer: timing.Timer | None = None,
+    index: int = 2,
 ) -> dict[str, Any]:
-    """A later visit of a cell visited `rounds` times (Settings.rounds), as a row of its own to merge with
-    the first visit's (rows.merge_rounds): the same inputs, the setup hook again if the variant has one
-    (setup_ms), one untimed warm-up call (first_call_ms), then 1/rounds of the sampling budget. What the
-    first visit established is not done again: the float64 gate, the checks after timing, peak memory."""
+    """The index-th visit (from 2) of a cell visited `rounds` times (Settings.rounds), as a row of its own
+    to merge with the first visit's (rows.merge_rounds): the same inputs, the setup hook again if the
+    variant has one (setup_ms), one untimed warm-up call (first_call_ms), then 1/rounds of the sampling
+    budget. What the first visit established is not done again: the float64 gate, the refill check, peak
+    memory. Where the first visit left it (defers_fresh_check), the second visit's warm-up call is the
+    fresh-input check (checks_ms, fresh_rel_err; `wrong` when it fails, after the visit is timed)."""
     t_start = time.perf_counter()
     row = start_row(spec)
     try:
@@ -572,11 +625,18 @@ def measure_visit(
         else:
             fn = variant.fn
         call = timed_call(fn, q, k, v, backward=spec.pass_ == "fwdbwd", dropout_p=spec.dropout, **opts)
-        _, first_ms = _timed_once(spec.device, call)
+        fresh = checks_ms = first_ms = None
+        if index == 2 and defers_fresh_check(spec, rounds):  # the check is the warm-up call
+            t_check = time.perf_counter()
+            fresh, warm_ms = fresh_check(fn, variant.cap.layout, spec, settings)
+            checks_ms = (time.perf_counter() - t_check) * 1e3  # with its inputs and float64 reference
+        else:
+            _, first_ms = _timed_once(spec.device, call)
+            warm_ms = first_ms
         chosen = timing.injected(timer) if timer is not None else cell_timer(call, spec.device, settings)
         row.update(chosen.fields())
         # on CPU the warm-up call is the very call timed: it counts toward the visit's warm-up budget
-        warmed = first_ms if chosen.mode == timing.CpuTimer.mode else 0.0
+        warmed = warm_ms if chosen.mode == timing.CpuTimer.mode else 0.0
         try:
             m = time_call(call, settings, chosen.timer, warmed, rounds)
         finally:
@@ -584,7 +644,9 @@ def measure_visit(
         row.update(
             layout=variant.cap.layout,
             setup_ms=None if setup_ms is None else round(setup_ms, 6),
-            first_call_ms=round(first_ms, 6),
+            first_call_ms=None if first_ms is None else round(first_ms, 6),
+            checks_ms=None if checks_ms is None else round(checks_ms, 6),
+            fresh_rel_err=None if fresh is None else fresh.rel_err,
             **summarize(m.samples_ms),
             samples_ms=[round(s, 6) for s in m.samples_ms],
             stop_reason=m.stop_reason,
@@ -592,6 +654,8 @@ def measure_visit(
             kv_gbps=gbps(row["kv_bytes"], m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )
+        if fresh is not None and not fresh.passed:  # timed, as a first visit's wrong cell is
+            return finish(row, "wrong", fresh_failure(fresh, settings.seed + FRESH_SEED_OFFSET))
         return finish(row, "ok")
     except KeyboardInterrupt:
         raise

@@ -82,17 +82,34 @@ def merge_processes(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return _merge(rows, "process_medians_ms", "worker process")
 
 
+# a first visit's gate and check columns, kept in the row of a later visit that ends its cell not ok
+FIRST_VISIT_CHECKS = ("max_abs_err", "rel_err", "grad_rel_err", "masked_rows", "rows_checked", "refill_rel_err")
+
+
 def merge_rounds(rows: list[dict[str, Any]], rounds: int | None = None) -> dict[str, Any]:
     """One cell's rows from its visits (Settings.rounds), in the order they were measured, as the cell's one
     row, by merge_processes' rule: each visit's median in `round_medians_ms` (process_medians_ms stays the
     per-worker-process spread compare judges by: visits in one process do not show it), the first visit's
-    gate, checks and memory; later visits' warm-up calls and setup hooks in `rewarm_ms` (first_call_ms
-    stays the first visit's: the compile and first-call costs the reports read)."""
+    gate, checks and memory, the fresh-input check wherever it ran (harness.cell.defers_fresh_check: the
+    second visit's warm-up) and every visit's checks_ms; later visits' warm-up calls and setup hooks in
+    `rewarm_ms` (first_call_ms stays the first visit's: the compile and first-call costs the reports
+    read). A later visit that ends the cell not ok keeps the first visit's gate columns."""
     merged = _merge(rows, "round_medians_ms", "round", rounds or len(rows))
-    if merged.get("status") == "ok":
-        merged["rewarm_ms"] = round(
-            sum((row.get("first_call_ms") or 0.0) + (row.get("setup_ms") or 0.0) for row in rows[1:]), 6
-        )
+    if merged.get("status") != "ok":
+        if merged is not rows[0]:
+            for col in FIRST_VISIT_CHECKS:
+                if merged.get(col) is None and rows[0].get(col) is not None:
+                    merged[col] = rows[0][col]
+        return merged
+    merged["rewarm_ms"] = round(
+        sum((row.get("first_call_ms") or 0.0) + (row.get("setup_ms") or 0.0) for row in rows[1:]), 6
+    )
+    fresh = [row["fresh_rel_err"] for row in rows if row.get("fresh_rel_err") is not None]
+    if fresh:
+        merged["fresh_rel_err"] = max(fresh)
+    checks = [row["checks_ms"] for row in rows if row.get("checks_ms") is not None]
+    if checks:
+        merged["checks_ms"] = round(sum(checks), 6)
     return merged
 
 

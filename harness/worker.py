@@ -216,7 +216,7 @@ class _Server:
             if index <= 1:
                 row = measure_cell(spec, Settings(**settings), self.cache, rounds=rounds)
             else:
-                row = measure_visit(spec, Settings(**settings), rounds, self.cache)
+                row = measure_visit(spec, Settings(**settings), rounds, self.cache, index=index)
             row["speed_tflops"] = round(speed, 6)
             if is_poisoned_row(row):  # where_measured would meet the same CUDA error: what is known
                 row.update(self.where.get(spec.device, {}))

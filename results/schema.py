@@ -34,6 +34,10 @@ COLUMNS: dict[str, str] = {
     # --rounds R: the warm-up calls and setup hooks of a cell's visits after the first (the first's are
     # first_call_ms and setup_ms), outside the timed calls; NA without rounds
     "rewarm_ms": "Float64",
+    # the checks after timing (the refill and fresh-input calls, their inputs and float64 reference), in
+    # every visit; with rounds, a forward CPU cell's fresh-input check is its second visit's warm-up call
+    # (harness.cell.defers_fresh_check). NA in runs before it
+    "checks_ms": "Float64",
     # the memory layout the variant was handed q, k, v in ("bhnd", or "bnhd": (B, N, H, d) memory under the
     # same (B, H, N, d) shape; variants.problem.LAYOUTS), made outside the timed calls. NA in runs before
     # it and in cells never handed inputs (unsupported, skipped); runs before it handed every cell "bhnd"

@@ -7,7 +7,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from conftest import run_cli
+from conftest import DATA, run_cli
 
 from attnbench.harness.cellrunner import SkipAhead
 from attnbench.harness.executors.base import Plan
@@ -149,3 +149,33 @@ def test_the_fit_takes_a_cell_spread_from_its_visit_medians():
     # fewer than three: the existing rule
     for few in (None, [], [10.0, 12.0]):
         assert fit.cell_log_se(0.001, 100, 0.5, None, few) == fit.cell_log_se(0.001, 100, 0.5)
+
+
+@pytest.mark.slow
+def test_in_rounds_the_fresh_input_check_is_the_second_visits_warm_up(tmp_path):
+    """A forward CPU cell's fresh-input check runs as its second visit's warm-up call (checks_ms, no
+    first_call_ms there), and still catches a callable that ignores the tensors it is called with; the
+    refill check stays after the first visit's timed calls."""
+    out = tmp_path / "r"
+    p = run_cli(
+        "run", "--variant-file", str(DATA / "memo_variants.py"), "--variants", "naive,bound_setup,memo_id",
+        "--seq-len", "32", "--heads", "1", "--d-k", "8", "--rounds", "3", "--threads", "1",
+        "--warmup-ms", "1", "--budget-ms", "3", "--min-ms", "1", "--out", str(out), "-q",
+    )  # fmt: skip
+    assert p.returncode == 0 and "(1 ok, 2 wrong)" in p.stderr, p.stderr
+    rows = {r["variant"]: r for r in store.read_rows(out)}
+    visits = store.read_visits(out)
+    naive = rows["naive"]
+    assert naive["status"] == "ok", naive["message"]
+    first, second = visits[naive["cell_id"]][:2]
+    assert first["fresh_rel_err"] is None and first["refill_rel_err"] is not None and first["checks_ms"] > 0
+    assert second["first_call_ms"] is None and second["checks_ms"] > 0 and second["fresh_rel_err"] is not None
+    assert naive["fresh_rel_err"] == second["fresh_rel_err"]
+    assert naive["checks_ms"] == pytest.approx(first["checks_ms"] + second["checks_ms"], abs=1e-5)
+    assert naive["rewarm_ms"] > 0  # the third visit's warm-up call
+    bound = rows["bound_setup"]  # right on the timed tensors refilled, wrong on others: caught in visit 2
+    assert bound["status"] == "wrong" and bound["message"].startswith("in round 2 of 3: answer does not follow")
+    assert bound["refill_rel_err"] is not None and bound["rel_err"] is not None  # the first visit's, kept
+    assert len(bound["samples_ms"]) > 0  # timed, as a wrong cell is
+    memo = rows["memo_id"]  # remembered per tensor object: caught by the refill, in the first visit
+    assert memo["status"] == "wrong" and "refilled" in memo["message"]
