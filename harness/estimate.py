@@ -5,18 +5,22 @@ a sweep estimated over LONG_S.
 The time model, per measured cell (an estimate, not a promise; it ignores skip-ahead after an OOM or a
 timeout, which only shortens a sweep):
     call     = FLOPs of one call (results.formulas.attention_flops) / an assumed attained throughput
-    cell     = CELL_OVERHEAD_S + warm-up + sampling + extra calls
-    warm-up  = max(warmup_ms, 1 call); a forward CPU cell without dropout: what of warmup_ms its first
-               call leaves (harness.cell.warmed_ms: the first call counts toward it)
+    cell     = R * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT * q/k/v elements + warm-up + sampling + extra
+    warm-up  = max(warmup_ms, 1 call) in each of the R visits (Settings.rounds); a forward CPU cell without
+               dropout: what of warmup_ms its first call leaves (harness.cell.warmed_ms), and one call in
+               each visit from the third (the second's warm-up is its fresh-input check: defers_fresh_check)
     extra    = EXTRA_CALLS calls (the first call, the memory measurement, the two after-checks); a forward
                CPU cell without dropout: FWD_EXTRA_CALLS (its peak is measured on the refill check's call)
     sampling = max(min_samples calls, budget_ms): the whole sampling budget, as on a busy machine (a stable
                spread stops earlier; max_samples rarely does, as the timer batches cheap calls)
 plus RUN_OVERHEAD_S for the run (worker start, calibration, numerics probe). The throughputs are what
-attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 (the 2-core EPYC VM's calibrated matmul
-ceiling is 0.11 TFLOP/s; its naive and chunked cells reach 0.01 to 0.03) and per GPU in bf16/fp16.
-Checked against two CPU runs measured on 2 cores (the presets' docs): llm 57 min measured, 63 estimated;
-decode's 364 batch-1 cells 14.5 min measured, about 11 estimated (small cells: the overhead dominates).
+attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 and per GPU in bf16/fp16; on CPU a
+quadratic-memory variant attains QUADRATIC_4K_FACTOR of it unless the run asks for transparent huge pages
+(THP_MEM_ALLOC_ENABLE=1: each call faults its N x N scores in 4 KiB at a time otherwise).
+Checked against the committed CPU runs of the 2-core VM (results/reference, each cell's elapsed_s summed
+against its estimate; 2026-11-25): llm 3409 s measured, 2932 estimated; cpu 955, 973; the quick preset in
+rounds 36 and 43 (two runs), 54; decode's first 256 cells 781, 339 (flex compiles a kernel per shape
+there, and sdpa_math is slow at N_q = 1: neither is in the model).
 
 Reads nothing from a device: the parent decides this without a CUDA context, as it plans cells.
 """
@@ -33,39 +37,66 @@ from attnbench.results.formulas import attention_flops
 from .settings import Settings
 from .spec import CellSpec
 
-ASSUMED_TFLOPS = {"cpu": 0.02, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
-CELL_OVERHEAD_S = 1.5  # a worker round trip, inputs, the float64 gate's reference (memory-bound), setup
+ASSUMED_TFLOPS = {"cpu": 0.035, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
+# a quadratic-memory variant on CPU (its N x N scores made and freed every call) attains this fraction of
+# ASSUMED_TFLOPS where each call faults its scores in 4 KiB at a time: without transparent huge pages
+QUADRATIC_4K_FACTOR = 0.2
+VISIT_OVERHEAD_S = 0.06  # a visit's worker round trip, speed probe and row (rounds: each visit pays it)
+INPUT_S_PER_ELEMENT = 4e-8  # inputs, copies, the float64 reference and fresh inputs, per q/k/v element
 EXTRA_CALLS = 4  # the first (gated, compiling) call, the memory measurement, the refill and fresh checks
 FWD_EXTRA_CALLS = 3  # the same, the memory measured on the refill check's call (harness.cell.peak_on_refill)
-RUN_OVERHEAD_S = 15.0  # start a worker, calibrate, probe the numerics
+RUN_OVERHEAD_S = 10.0  # start a worker, calibrate, probe the numerics
 LONG_S = 600.0  # a sweep estimated longer than this is warned about before it starts
 
 
-def assumed_tflops(device: str, dtype: str) -> float:
-    """The attained throughput the model assumes for a cell on `device` in `dtype` (see the module doc)."""
+def assumed_tflops(device: str, dtype: str, memory: str = "linear", huge_pages: bool = True) -> float:
+    """The attained throughput the model assumes for a cell on `device` in `dtype` (see the module doc),
+    of a variant of that memory class (variants' Capability.memory), with or without huge pages."""
     if device == "cpu":
         tflops = ASSUMED_TFLOPS["cpu"] * (os.cpu_count() or 1)
+        if memory == "quadratic" and not huge_pages:
+            tflops *= QUADRATIC_4K_FACTOR
         return tflops / 2 if dtype == "float64" else tflops
     return ASSUMED_TFLOPS.get(device, ASSUMED_TFLOPS["cuda"]) / (8 if dtype in ("float32", "float64") else 1)
 
 
-def cell_seconds(spec: CellSpec, settings: Settings) -> float:
-    """The estimated wall time of one measured cell (the module doc's model)."""
+def huge_pages(settings: Settings) -> bool:
+    """Whether the run's workers ask torch's CPU allocator for transparent huge pages (the presets' env)."""
+    return dict(settings.env).get("THP_MEM_ALLOC_ENABLE") == "1"
+
+
+def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear") -> float:
+    """The estimated wall time of one measured cell (the module doc's model) of a variant of that memory
+    class."""
     flops = attention_flops(
         spec.batch, spec.heads, spec.seq_len, spec.seq_k, spec.d_k, spec.d_v, causal=spec.causal,
         pass_=spec.pass_, key_lengths=spec.key_lengths(), causal_align=spec.causal_align, window=spec.window,
     )  # fmt: skip
-    call = flops / (assumed_tflops(spec.device, spec.dtype) * 1e12)
-    budget = settings.budget_ms / 1e3
-    sampling = max(settings.min_samples * call, budget)
+    call = flops / (assumed_tflops(spec.device, spec.dtype, memory, huge_pages(settings)) * 1e12)
+    rounds = max(1, settings.rounds)
+    sampling = max(settings.min_samples * call, settings.budget_ms / 1e3)
+    overhead = rounds * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT * input_elements(spec)
     if spec.device == "cpu" and spec.pass_ == "fwd" and spec.dropout == 0:  # harness.cell's shortcuts
-        return CELL_OVERHEAD_S + max(settings.warmup_ms / 1e3 - call, 0.0) + sampling + FWD_EXTRA_CALLS * call
-    return CELL_OVERHEAD_S + max(settings.warmup_ms / 1e3, call) + sampling + EXTRA_CALLS * call
+        # the first call is the warm-up; in rounds the fresh-input check is the second visit's warm-up call
+        warm = max(settings.warmup_ms / 1e3 - call, 0.0) + max(rounds - 2, 0) * call
+        return overhead + warm + sampling + FWD_EXTRA_CALLS * call
+    return overhead + rounds * max(settings.warmup_ms / 1e3 / rounds, call) + sampling + EXTRA_CALLS * call
 
 
-def run_seconds(cells: Sequence[CellSpec], settings: Settings) -> float:
-    """The estimated wall time of a run that measures `cells` (0 when there are none)."""
-    return RUN_OVERHEAD_S + sum(cell_seconds(c, settings) for c in cells) if cells else 0.0
+def input_elements(spec: CellSpec) -> int:
+    """Elements of a cell's q, k and v: what its inputs, their pristine copies, the float64 reference and
+    the checks' fresh inputs cost to make, scaled by INPUT_S_PER_ELEMENT."""
+    return spec.batch * (spec.heads * spec.seq_len * spec.d_k + spec.kv_heads * spec.seq_k * (spec.d_k + spec.d_v))
+
+
+def run_seconds(
+    cells: Sequence[CellSpec], settings: Settings, memory_class: Callable[[str], str] = lambda name: "linear"
+) -> float:
+    """The estimated wall time of a run that measures `cells` (0 when there are none); memory_class(variant)
+    as forecast's."""
+    if not cells:
+        return 0.0
+    return RUN_OVERHEAD_S + sum(cell_seconds(c, settings, memory_class(c.variant)) for c in cells)
 
 
 def duration_text(seconds: float) -> str:
@@ -108,7 +139,8 @@ def assumption() -> str:
     """The model's assumption in a few words, to print beside an estimate."""
     cpu = ASSUMED_TFLOPS["cpu"] * (os.cpu_count() or 1)
     return (
-        f"assumes attention at {cpu:g} TFLOP/s on this CPU's {os.cpu_count()} cores or "
+        f"assumes attention at {cpu:g} TFLOP/s on this CPU's {os.cpu_count()} cores "
+        f"({cpu * QUADRATIC_4K_FACTOR:g} for N x N scores without huge pages) or "
         f"{ASSUMED_TFLOPS['cuda']:g} on a GPU, and each cell's whole sampling budget"
     )
 
@@ -148,7 +180,7 @@ def forecast(
                 guarded_from[spec.variant] = min(guarded_from.get(spec.variant, spec.seq_len), spec.seq_len)
                 continue
         measured.append(spec)
-    seconds = run_seconds(measured, settings)
+    seconds = run_seconds(measured, settings, memory_class)
     return Forecast(len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done)
 
 

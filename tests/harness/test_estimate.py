@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from attnbench.harness import estimate
 from attnbench.harness.settings import Settings
 from attnbench.harness.spec import CellSpec
@@ -16,7 +18,7 @@ def _cell(n: int, variant: str = "naive") -> CellSpec:
 def test_a_cell_costs_its_overhead_and_budget_and_more_as_it_grows():
     s = Settings()
     small, large = estimate.cell_seconds(_cell(64), s), estimate.cell_seconds(_cell(16384), s)
-    floor = estimate.CELL_OVERHEAD_S + s.warmup_ms / 1e3 + s.budget_ms / 1e3
+    floor = estimate.VISIT_OVERHEAD_S + s.warmup_ms / 1e3 + s.budget_ms / 1e3
     assert floor <= small < floor + 0.1  # a tiny call: the overhead and the sampling budget
     assert large > 10 * small  # 8 heads x 16384^2 x 128 x 2 FLOPs a call, at least 5 calls sampled
     assert estimate.run_seconds([], s) == 0
@@ -35,7 +37,7 @@ def test_forecast_sorts_cells_as_the_run_would():
     assert [c.seq_len for c in f.measured] == [64] and f.unsupported == {"CUDA only": 1}
     assert sum(f.guarded.values()) == 1 and f.guarded_from == {"naive": 4096}
     assert f.lines()[0] == "3 cells: 1 to measure, 1 the memory guard would skip, 1 unsupported here"
-    assert f.seconds == estimate.run_seconds(f.measured, Settings())
+    assert f.seconds == estimate.run_seconds(f.measured, Settings(), lambda name: "quadratic")
     unknown = estimate.forecast(
         cells[:2], Settings(), unsupported=lambda c: None, free_memory=lambda d: None,
         memory_class=lambda name: "quadratic", done=3,
@@ -68,3 +70,16 @@ def test_a_busy_run_is_said_in_one_sentence_from_a_tenth_of_its_ok_cells():
         "machine or `attnbench run --resume --redo-drift --out runs/x`"
     )
     assert drift.busy_sentence([_row(0, status="error")], "runs/x") is None
+
+
+def test_rounds_pay_each_visit_and_a_warm_up_from_the_third_and_huge_pages_speed_quadratic_cells():
+    cell = _cell(4096)
+    one, three = Settings(min_samples=9), Settings(min_samples=9, rounds=3)
+    call = estimate.cell_seconds(cell, Settings(min_samples=10)) - estimate.cell_seconds(cell, one)
+    extra = estimate.cell_seconds(cell, three) - estimate.cell_seconds(cell, one)
+    # two more visits' overhead, and one warm-up call: the second visit's is its fresh-input check
+    assert extra == pytest.approx(2 * estimate.VISIT_OVERHEAD_S + call)
+    thp = Settings(env={"THP_MEM_ALLOC_ENABLE": "1"})
+    assert estimate.cell_seconds(cell, thp, "quadratic") == pytest.approx(estimate.cell_seconds(cell, thp))
+    slow = estimate.cell_seconds(cell, Settings(), "quadratic") - estimate.cell_seconds(cell, Settings())
+    assert slow > 0  # 4 KiB pages: N x N scores faulted in every call
