@@ -181,7 +181,8 @@ class Processes:
     """K CellRunners (K worker processes, started once per run) that measure every cell in turn, one after
     another and never at once, into one row (rows.merge_processes): the spread from one process to the
     next (allocation, page placement) is then in the row, as pyperf and ASV sample it. A process whose row
-    is not ok ends the cell: that row is the cell's, and the processes after it are not asked."""
+    is not ok ends the cell: that row is the cell's, and the processes after it are not asked. With
+    rounds (K <= R), each visit of a cell is made in one of them, in turn (run)."""
 
     def __init__(self, first: CellRunner, k: int) -> None:
         self.first = first
@@ -192,6 +193,11 @@ class Processes:
         return [self.first, *self.others]
 
     def run(self, spec: CellSpec, visit: tuple[int, int] = (1, 1)) -> dict[str, Any]:
+        """The cell measured in every process in turn, merged; in rounds (visit (i, R), R > 1), visit i
+        in process (i - 1) mod K alone, so that a cell's visit medians span processes as well as the run."""
+        index, rounds = visit
+        if rounds > 1:
+            return self.runners[(index - 1) % len(self.runners)].run(spec, visit)
         rows = []
         for runner in self.runners:
             rows.append(runner.run(spec, visit))

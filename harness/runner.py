@@ -101,7 +101,7 @@ def check_mode(
     redo_drift and force_resume change a resume only; a new run goes into no file and no non-empty
     directory; several worker processes per cell (Settings.processes) are the local executor's only.
     `name` spells the options in the messages (see run). Rounds (Settings.rounds) are the local
-    executor's only too, and not with several processes per cell."""
+    executor's only too; with several processes per cell, each visit is made in one of them (at most R)."""
     if rounds > 1 and executor != "local" and executor in executors.EXECUTORS:
         # the round-robin over the whole sweep is the local executor's loop; a Ray or Slurm dispatch of
         # cells to many workers has no one order for drift to fall on alike (an unknown executor is
@@ -110,10 +110,11 @@ def check_mode(
             f"{name('rounds')} {rounds} visits the whole sweep in rounds on one worker: "
             f"{name('executor')} local only, not {executor}"
         )
-    if rounds > 1 and processes > 1:
+    if rounds > 1 and processes > rounds:
+        # with rounds, each visit of a cell is made in one of the processes, in turn (cellrunner.Processes)
         raise ValueError(
-            f"{name('rounds')} {rounds} and {name('processes')} {processes} do not go together: "
-            "give one of them"
+            f"{name('processes')} {processes} with {name('rounds')} {rounds}: each visit is made in one "
+            f"process, so at most {rounds} processes (e.g. {name('processes')} {rounds})"
         )
     if processes > 1 and executor != "local":
         # the K processes of a cell measure it one after another on one machine (harness.cellrunner
