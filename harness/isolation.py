@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .allocator import worker_env
 from .children import kill_tree
 from .worker import worker_main
 
@@ -94,7 +95,7 @@ class Worker:
         self.proc = ctx.Process(
             target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
         )
-        with _SPAWN_LOCK, _environment(config.get("env") or {}), _without_main():
+        with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
             self.proc.start()
         child.close()
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")

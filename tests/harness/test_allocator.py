@@ -1,0 +1,77 @@
+"""glibc's malloc thresholds are fixed in every worker (harness.allocator), so a quadratic variant's cost
+does not depend on what its process freed before: counted in page faults, not in ms."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, run_cli
+
+from attnbench.harness.allocator import MALLOC_DEFAULTS, worker_env
+from attnbench.harness.fingerprint import resume_identity
+
+# naive at N = 256 (three 2 MiB score tensors a call), ten calls after three warm ones: the minor page
+# faults they cost, in a process that first frees `free_mib` MiB (0: nothing)
+FAULTS = """
+import resource, sys, torch
+from attnbench import variants
+torch.set_num_threads(1)
+free_mib = int(sys.argv[1])
+if free_mib:
+    x = torch.empty(free_mib << 20, dtype=torch.uint8); x.fill_(1); del x
+fn = variants.get("naive").fn
+q, k, v = (torch.randn(1, 8, 256, 64) for _ in range(3))
+for _ in range(5):
+    fn(q, k, v)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    fn(q, k, v)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(env: dict[str, str], free_mib: int) -> int:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env = {**base, **env, "THP_MEM_ALLOC_ENABLE": "1", "PYTHONPATH": str(ROOT)}  # as the presets run
+    done = subprocess.run(
+        [sys.executable, "-c", FAULTS, str(free_mib)], env=env,
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return int(done.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_with_the_thresholds_fixed_a_call_costs_the_same_whatever_its_process_freed_before():
+    # glibc's dynamic rule: a fresh process maps (and faults in) every 2 MiB tensor anew (15,500 faults
+    # in ten calls here), one that freed 16 MiB once serves them from its heap (none)
+    dynamic_fresh, dynamic_after = _faults({}, 0), _faults({}, 16)
+    assert dynamic_fresh > 10 * max(dynamic_after, 100)
+    fixed = worker_env({}, environ={})
+    fixed_fresh, fixed_after = _faults(fixed, 0), _faults(fixed, 16)
+    assert max(fixed_fresh, fixed_after) < dynamic_fresh / 10  # both like the long-running process
+
+
+def test_the_run_env_and_the_shell_win_over_the_defaults():
+    assert worker_env({}, environ={}) == MALLOC_DEFAULTS
+    mine = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    assert worker_env(mine, environ={})["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    assert "MALLOC_TRIM_THRESHOLD_" not in worker_env({}, environ={"MALLOC_TRIM_THRESHOLD_": "0"})
+    # a resume compares what a worker would be started with now, defaults included
+    assert "MALLOC_MMAP_THRESHOLD_=33554432" in resume_identity({})["allocator_env"] or any(
+        k in os.environ for k in MALLOC_DEFAULTS
+    )
+
+
+def test_every_worker_of_a_run_is_started_with_them(tmp_path):
+    out = tmp_path / "r"
+    p = run_cli("run", "--variants", "naive", "--seq-len", "16", "--heads", "1", "--d-k", "8",
+                "--warmup-ms", "1", "--budget-ms", "3", "--min-ms", "1", "--out", str(out), "-q")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    env = meta["fingerprint"]["allocator_env"]
+    for name, value in MALLOC_DEFAULTS.items():
+        assert f"{name}={value}" in env or name in os.environ
