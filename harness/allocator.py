@@ -1,5 +1,6 @@
-"""glibc malloc's thresholds, fixed in every worker, so that a cell's time does not depend on what ran in
-its process before it.
+"""How every worker's memory comes, fixed, so that a cell's time does not depend on what ran in its process
+before it, nor on where the kernel happened to place its allocations: glibc malloc's thresholds, and torch's
+CPU allocator asking for transparent huge pages.
 
 glibc serves an allocation above M_MMAP_THRESHOLD with a fresh mmap (its pages faulted in on first touch,
 freed back to the OS) and below it from the heap, and by default raises that threshold whenever a larger
@@ -20,6 +21,14 @@ shell's): measured both ways, naive at N = 256 then took 1.81-2.16 ms whatever r
 process, one that freed 16 MiB, one that freed 64 MiB, with and without THP_MEM_ALLOC_ENABLE). Above 32
 MiB every allocation is a fresh mmap either way (that is what THP_MEM_ALLOC_ENABLE speeds up). The values
 are in every run's fingerprint (allocator_env) and part of what a resume must share.
+
+Above 32 MiB, each call maps its N x N scores afresh, and without THP_MEM_ALLOC_ENABLE=1 (torch then
+aligns large allocations to 2 MiB and asks for transparent huge pages) faults them in 4 KiB at a time, or
+in huge pages where the mapping happens to be aligned: naive at N = 1024, one thread, took 36-52 ms in
+some identical runs and 63-100 ms in others (benchmarks/false_alarm.py, 2026-11-25), and the page-fault
+handler, not attention, is what such runs rank (docs/presets-and-workloads.md). The cpu and quick presets
+set it already; every worker now does, unless the environment says otherwise
+(`--env THP_MEM_ALLOC_ENABLE=0` measures torch's default).
 """
 
 from __future__ import annotations
@@ -31,12 +40,13 @@ MALLOC_DEFAULTS = {
     "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(64 << 20),
 }
+WORKER_DEFAULTS = {**MALLOC_DEFAULTS, "THP_MEM_ALLOC_ENABLE": "1"}
 
 
 def worker_env(env: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What a worker is started with over `environ` (default os.environ): MALLOC_DEFAULTS where neither
+    """What a worker is started with over `environ` (default os.environ): WORKER_DEFAULTS where neither
     `environ` nor the run's `env` sets them, then the run's `env`."""
     environ = os.environ if environ is None else environ
     env = dict(env or {})
-    fixed = {k: v for k, v in MALLOC_DEFAULTS.items() if k not in environ and k not in env}
+    fixed = {k: v for k, v in WORKER_DEFAULTS.items() if k not in environ and k not in env}
     return {**fixed, **env}

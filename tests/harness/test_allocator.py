@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import ROOT, run_cli
 
-from attnbench.harness.allocator import MALLOC_DEFAULTS, worker_env
+from attnbench.harness.allocator import MALLOC_DEFAULTS, WORKER_DEFAULTS, worker_env
 from attnbench.harness.fingerprint import resume_identity
 
 # naive at N = 256 (three 2 MiB score tensors a call), ten calls after three warm ones: the minor page
@@ -56,7 +56,8 @@ def test_with_the_thresholds_fixed_a_call_costs_the_same_whatever_its_process_fr
 
 
 def test_the_run_env_and_the_shell_win_over_the_defaults():
-    assert worker_env({}, environ={}) == MALLOC_DEFAULTS
+    assert worker_env({}, environ={}) == WORKER_DEFAULTS
+    assert worker_env({"THP_MEM_ALLOC_ENABLE": "0"}, environ={})["THP_MEM_ALLOC_ENABLE"] == "0"
     mine = {"MALLOC_MMAP_THRESHOLD_": "131072"}
     assert worker_env(mine, environ={})["MALLOC_MMAP_THRESHOLD_"] == "131072"
     assert "MALLOC_TRIM_THRESHOLD_" not in worker_env({}, environ={"MALLOC_TRIM_THRESHOLD_": "0"})
@@ -75,3 +76,4 @@ def test_every_worker_of_a_run_is_started_with_them(tmp_path):
     env = meta["fingerprint"]["allocator_env"]
     for name, value in MALLOC_DEFAULTS.items():
         assert f"{name}={value}" in env or name in os.environ
+    assert meta["fingerprint"]["THP_MEM_ALLOC_ENABLE"] == os.environ.get("THP_MEM_ALLOC_ENABLE", "1")
