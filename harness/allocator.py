@@ -43,7 +43,9 @@ MALLOC_DEFAULTS = {
 WORKER_DEFAULTS = {**MALLOC_DEFAULTS, "THP_MEM_ALLOC_ENABLE": "1"}
 
 
-def worker_env(env: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def worker_env(
+    env: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """What a worker is started with over `environ` (default os.environ): WORKER_DEFAULTS where neither
     `environ` nor the run's `env` sets them, then the run's `env`."""
     environ = os.environ if environ is None else environ

@@ -88,7 +88,9 @@ def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear") -> 
 def input_elements(spec: CellSpec) -> int:
     """Elements of a cell's q, k and v: what its inputs, their pristine copies, the float64 reference and
     the checks' fresh inputs cost to make, scaled by INPUT_S_PER_ELEMENT."""
-    return spec.batch * (spec.heads * spec.seq_len * spec.d_k + spec.kv_heads * spec.seq_k * (spec.d_k + spec.d_v))
+    return spec.batch * (
+        spec.heads * spec.seq_len * spec.d_k + spec.kv_heads * spec.seq_k * (spec.d_k + spec.d_v)
+    )
 
 
 def run_seconds(

@@ -164,9 +164,10 @@ RESUME_KEYS = ("hosts", "torch", "git_commit", "allocator_env", "THP_MEM_ALLOC_E
 def resume_identity(
     env: Mapping[str, str] | None = None, hosts: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """RESUME_KEYS as this process would start a worker now: with the sweep's `env` and the fixed malloc
-    thresholds (harness.allocator) over os.environ (the worker's fingerprint, taken there, saw the same), on `hosts` (default: this one). Read without
-    importing torch: torch_version() reads the `torch.__version__` a worker records."""
+    """RESUME_KEYS as this process would start a worker now: with the sweep's `env` and the allocator
+    defaults (harness.allocator) over os.environ (the worker's fingerprint, taken there, saw the same), on
+    `hosts` (default: this one). Read without importing torch: torch_version() reads the
+    `torch.__version__` a worker records."""
     environ = {**os.environ, **worker_env(env)}
     return {
         "hosts": sorted(hosts or [socket.gethostname()]),

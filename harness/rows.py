@@ -83,7 +83,14 @@ def merge_processes(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # a first visit's gate and check columns, kept in the row of a later visit that ends its cell not ok
-FIRST_VISIT_CHECKS = ("max_abs_err", "rel_err", "grad_rel_err", "masked_rows", "rows_checked", "refill_rel_err")
+FIRST_VISIT_CHECKS = (
+    "max_abs_err",
+    "rel_err",
+    "grad_rel_err",
+    "masked_rows",
+    "rows_checked",
+    "refill_rel_err",
+)
 
 
 def merge_rounds(rows: list[dict[str, Any]], rounds: int | None = None) -> dict[str, Any]:

@@ -196,7 +196,9 @@ def test_in_rounds_the_fresh_input_check_is_the_second_visits_warm_up(tmp_path):
     assert naive["checks_ms"] == pytest.approx(first["checks_ms"] + second["checks_ms"], abs=1e-5)
     assert naive["rewarm_ms"] > 0  # the third visit's warm-up call
     bound = rows["bound_setup"]  # right on the timed tensors refilled, wrong on others: caught in visit 2
-    assert bound["status"] == "wrong" and bound["message"].startswith("in round 2 of 3: answer does not follow")
+    assert bound["status"] == "wrong" and bound["message"].startswith(
+        "in round 2 of 3: answer does not follow"
+    )
     assert bound["refill_rel_err"] is not None and bound["rel_err"] is not None  # the first visit's, kept
     assert len(bound["samples_ms"]) > 0  # timed, as a wrong cell is
     memo = rows["memo_id"]  # remembered per tensor object: caught by the refill, in the first visit
