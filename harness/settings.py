@@ -94,7 +94,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "rounds", 1, "int",
         "visit every cell R times, round-robin over the whole sweep, each visit with 1/R of its budget, "
-        "into one row (default 1; local executor only)", "R", rule=positive,
+        "into one row (default 1; local executor only; with --processes K <= R, each visit in one of them)",
+        "R", rule=positive,
     ),
     Setting(
         "check_rows", 1024, "int", "query rows checked against float64 (all rows when N is at most this)",

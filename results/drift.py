@@ -66,10 +66,18 @@ def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
-    """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy)."""
+    """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy); for
+    a run in rounds, that its speed drifted over the run (as reports.findings says it)."""
     n, total = busy_cells(rows)
     if not is_busy(n, total):
         return None
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if all(len(r.get("round_medians_ms") or ()) >= 2 for r in ok):  # --rounds: the spread spans the run
+        return (
+            f"the machine's speed drifted over this run ({n} of {total} cells spread by more than 10% "
+            "from visit to visit, or drifted); the fits and rankings read every visit's median, so they "
+            "hold it: a quieter machine gives tighter intervals"
+        )
     return (
         f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "
         f"quiet machine or `attnbench run --resume --redo-drift --out {run_dir}`"
