@@ -2,6 +2,8 @@
 25's targets, from the run's own rows and the report's own tables.
 
     python benchmarks/main_job.py                      # -> results/reference/main-job-<machine>.json
+    python benchmarks/main_job.py --repeat 3           # three jobs, one after another: each recorded, and
+                                                       # in how many of them each target was met
 
 What it runs, each in a fresh interpreter as `nox -s bench` runs them (this checkout's attnbench):
 `attnbench run --preset quick --out RUN`, then `attnbench report RUN --out REPORT`, and before them
@@ -194,20 +196,10 @@ def estimate_s(dry_run_stdout: str) -> str:
     return found.group(1).strip() if found else "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--machine", default=machine_slug(), help="the name in the JSON's file name")
-    p.add_argument("--out", help="the JSON written (default results/reference/main-job-<machine>.json)")
-    p.add_argument("--work", help="where the run and report go (default: a temporary directory)")
-    p.add_argument(
-        "--note", default="", help="a sentence recorded with the figures (how busy the machine was)"
-    )
-    args = p.parse_args(argv)
-    out = Path(args.out) if args.out else ROOT / "results" / "reference" / f"main-job-{args.machine}.json"
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="main-job-"))
+def measure_once(work: Path) -> dict:
+    """One main job (dry run, run, report) into `work`, read against the targets."""
     run_dir, report_dir = work / "run", work / "report"
     py = [sys.executable, "-m", "attnbench"]
-
     load_before = loadavg()
     _, dry = timed([*py, "run", "--preset", PRESET, "--dry-run"])
     run_s, _ = timed([*py, "run", "--preset", PRESET, "--out", str(run_dir), "-q"])
@@ -262,20 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             "met": not misses,
         },
     }
-    record = {
-        "what": "issue 25: `nox -s bench` on CPU (the quick preset, then its report) against its targets",
-        "command": " ".join(["python benchmarks/main_job.py", *(argv if argv is not None else sys.argv[1:])]),
+    return {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": _git("rev-parse", "HEAD"),
-        "machine": {
-            "host": platform.node(),
-            "cpu": cpu_model(),
-            "cpus": os.cpu_count(),
-            "name": args.machine,
-        },
         "loadavg_before": load_before,
         "loadavg_after": load_after,
-        "note": args.note,
         "wall_s": {"run": round(run_s, 2), "report": round(report_s, 2), "total": round(total, 2)},
         "estimate": {"dry_run_says": estimate_s(dry.stdout), "measured_run_s": round(run_s, 1)},
         "cells": costs,
@@ -285,26 +267,77 @@ def main(argv: list[str] | None = None) -> int:
         "run_dir": str(run_dir),
         "report_dir": str(report_dir),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def show(rec: dict) -> None:
+    """One measurement, as lines on stdout."""
+    wall, costs = rec["wall_s"], rec["cells"]
     print(
-        f"run {run_s:.1f} s + report {report_s:.1f} s = {total:.1f} s "
-        f"(load before {load_before}, after {load_after})"
+        f"run {wall['run']:.1f} s + report {wall['report']:.1f} s = {wall['total']:.1f} s "
+        f"(load before {rec['loadavg_before']}, after {rec['loadavg_after']})"
     )
     print(
         f"efficiency {costs['efficiency']:.2f}, first calls + setup {costs['first_and_setup_share']:.0%} "
         f"of the run, compiles {costs['compiles']}"
     )
-    for v, e in sorted(ok.items()):
+    for v, e in sorted(rec["exponents"].items()):
         t, m = e["time"], e["mem"]
+        if t["exponent"] is None:
+            continue
         print(
             f"  {v:16} time {t['exponent']:.2f} ±{t['half_width']}  "
             f"memory {m['exponent']:.2f} ±{m['half_width']}"
         )
-    for name, t in targets.items():
+    for name, t in rec["targets"].items():
         print(f"{'met ' if t['met'] else 'MISS'} {name}: {t['target']}; measured {t['measured']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--machine", default=machine_slug(), help="the name in the JSON's file name")
+    p.add_argument("--out", help="the JSON written (default results/reference/main-job-<machine>.json)")
+    p.add_argument("--work", help="where the runs and reports go (default: a temporary directory)")
+    p.add_argument(
+        "--repeat", type=int, default=1,
+        help="main jobs made one after another (default 1): each is recorded, and how many met each target",
+    )  # fmt: skip
+    p.add_argument(
+        "--note", default="", help="a sentence recorded with the figures (how busy the machine was)"
+    )
+    args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error(f"--repeat must be at least 1, got {args.repeat}")
+    out = Path(args.out) if args.out else ROOT / "results" / "reference" / f"main-job-{args.machine}.json"
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="main-job-"))
+    runs = []
+    for i in range(args.repeat):
+        rec = measure_once(work / f"job{i + 1}" if args.repeat > 1 else work)
+        runs.append(rec)
+        if args.repeat > 1:
+            print(f"-- main job {i + 1} of {args.repeat}")
+        show(rec)
+    record = {
+        "what": "issue 25: `nox -s bench` on CPU (the quick preset, then its report) against its targets",
+        "command": " ".join(["python benchmarks/main_job.py", *(argv if argv is not None else sys.argv[1:])]),
+        "commit": _git("rev-parse", "HEAD"),
+        "machine": {
+            "host": platform.node(),
+            "cpu": cpu_model(),
+            "cpus": os.cpu_count(),
+            "name": args.machine,
+        },
+        "note": args.note,
+        **runs[-1],  # the last job's figures at the top, as with one job
+    }
+    if args.repeat > 1:  # every job, and in how many of them each target was met
+        record["jobs"] = runs
+        met = {name: sum(r["targets"][name]["met"] for r in runs) for name in runs[0]["targets"]}
+        record["targets_met"] = {name: f"{k} of {len(runs)}" for name, k in met.items()}
+        print("targets met: " + ", ".join(f"{k} {v}" for k, v in record["targets_met"].items()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
-    return 0 if all(t["met"] for t in targets.values()) else 1
+    return 0 if all(t["met"] for r in runs for t in r["targets"].values()) else 1
 
 
 def _git(*args: str) -> str:
