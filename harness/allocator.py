@@ -1,34 +1,33 @@
 """How every worker's memory comes, fixed, so that a cell's time does not depend on what ran in its process
-before it, nor on where the kernel happened to place its allocations: glibc malloc's thresholds, and torch's
-CPU allocator asking for transparent huge pages.
+before it, nor on the operating system handing back fresh pages on every call: glibc malloc keeps what a
+call freed for the next call, and torch's CPU allocator asks for transparent huge pages.
 
-glibc serves an allocation above M_MMAP_THRESHOLD with a fresh mmap (its pages faulted in on first touch,
-freed back to the OS) and below it from the heap, and by default raises that threshold whenever a larger
-mmapped chunk is freed (up to 32 MiB on 64-bit; the heap's trim threshold follows at twice it). So the same
-call ran at two speeds depending on the process's history: naive at N = 256 (three 2 MiB tensors of
-scores) took 4.5 ms a call in a fresh worker and 1.85 ms in one that had once freed a 16 MiB buffer (the
-run's calibration matmuls did, in the first worker only), 2.4x; N = 512 13.0 against 8.3 ms. A variant
-that freed a large workspace made every later quadratic cell faster (issue 23: one variant changed
-another's result), and with --processes the runner's first worker was faster than the others (identical
-runs in rounds over three processes: naive at 256 in the third process 2.3x the first, every run). In
-page faults (tests/harness/test_allocator.py, THP_MEM_ALLOC_ENABLE=1): ten such calls fault 15,500 pages
-in a fresh process, none in one that freed 16 MiB before them.
+Measured on the 2-core reference VM (2026-11-25, naive attention, B=1, H=8, d=64, fp32, THP on, 25 calls
+after three warm ones, in a fresh process each):
+- glibc's default serves an allocation above its mmap threshold with a fresh mapping (faulted in on first
+  touch, unmapped on free) and raises that threshold whenever a larger mapping is freed (up to 32 MiB). So
+  the same call ran at two speeds by its process's history: naive at N = 256 took 4.5 ms a call in a
+  fresh worker and 1.85 ms in one that had once freed 16 MiB (the run's calibration matmuls did, in the
+  first worker only), 2.4x; a variant's large free made its neighbours faster (issue 23), and with
+  --processes the first worker was faster than the others (naive at 256 in the third 2.3x the first).
+- Above 32 MiB every call maps its N x N scores afresh, and on this VM such calls stalled now and then:
+  naive at N = 2048 87-478 ms a call (median 94), N = 4096 375-857 (417), while the kernel reported no
+  THP fallback and no compaction stall (the hypervisor re-backing memory the guest had freed is the
+  likely cause). The same calls on memory kept by the process: 2048 68-86 ms (72), 4096 315-407 (333),
+  N = 1024 18-24 ms against 24-64.
 
-Setting either threshold switches the dynamic adjustment off (mallopt(3)). Every worker is started with
-both at the values the dynamic rule reaches in a long-running process (M_MMAP_THRESHOLD 32 MiB, its
-maximum; M_TRIM_THRESHOLD twice it), unless the environment already sets them (a user's --env, or the
-shell's): measured both ways, naive at N = 256 then took 1.81-2.16 ms whatever ran before (a fresh
-process, one that freed 16 MiB, one that freed 64 MiB, with and without THP_MEM_ALLOC_ENABLE). Above 32
-MiB every allocation is a fresh mmap either way (that is what THP_MEM_ALLOC_ENABLE speeds up). The values
-are in every run's fingerprint (allocator_env) and part of what a resume must share.
-
-Above 32 MiB, each call maps its N x N scores afresh, and without THP_MEM_ALLOC_ENABLE=1 (torch then
-aligns large allocations to 2 MiB and asks for transparent huge pages) faults them in 4 KiB at a time, or
-in huge pages where the mapping happens to be aligned: naive at N = 1024, one thread, took 36-52 ms in
-some identical runs and 63-100 ms in others (benchmarks/false_alarm.py, 2026-11-25), and the page-fault
-handler, not attention, is what such runs rank (docs/presets-and-workloads.md). The cpu and quick presets
-set it already; every worker now does, unless the environment says otherwise
-(`--env THP_MEM_ALLOC_ENABLE=0` measures torch's default).
+So every worker starts with MALLOC_MMAP_MAX_=0 (no allocation is a mapping of its own: all come from the
+heap, and what a call frees the next call reuses, as torch's CUDA caching allocator does on a GPU) and
+MALLOC_TRIM_THRESHOLD_ 2 GiB (setting it also switches glibc's dynamic adjustment off: mallopt(3)): the
+heap keeps up to 2 GiB free for the next call and gives back more than that, so a cell whose calls need
+more (naive at N = 8192 on CPU) still maps and faults afresh on every call, and a worker holds at most
+that much beyond what is live (each of --processes' K). Peak memory is measured from torch's allocation
+events (harness.memory), not from the process's resident size, so it is unchanged. And every worker sets
+THP_MEM_ALLOC_ENABLE=1 (torch then aligns large allocations to 2 MiB and asks for transparent huge pages;
+docs/presets-and-workloads.md: without it the page-fault handler, not attention, is what the quadratic
+variants' times rank). Each holds unless the environment or the run's --env sets it
+(`--env THP_MEM_ALLOC_ENABLE=0`, `--env MALLOC_MMAP_MAX_=65536` measure the defaults); the values are in
+every run's fingerprint (allocator_env) and part of what a resume must share.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ import os
 from collections.abc import Mapping
 
 MALLOC_DEFAULTS = {
-    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-    "MALLOC_TRIM_THRESHOLD_": str(64 << 20),
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": str(2 << 30),
 }
 WORKER_DEFAULTS = {**MALLOC_DEFAULTS, "THP_MEM_ALLOC_ENABLE": "1"}
 

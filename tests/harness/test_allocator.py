@@ -1,5 +1,5 @@
-"""glibc's malloc thresholds are fixed in every worker (harness.allocator), so a quadratic variant's cost
-does not depend on what its process freed before: counted in page faults, not in ms."""
+"""Every worker keeps freed memory for the next call (harness.allocator), so a quadratic variant's cost
+depends neither on what its process freed before nor on fresh pages: counted in page faults, not in ms."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from conftest import ROOT, run_cli
 from attnbench.harness.allocator import MALLOC_DEFAULTS, WORKER_DEFAULTS, worker_env
 from attnbench.harness.fingerprint import resume_identity
 
-# naive at N = 256 (three 2 MiB score tensors a call), ten calls after three warm ones: the minor page
+# naive at N (256: 2 MiB score tensors; 1024: 32 MiB), ten calls after five warm ones: the minor page
 # faults they cost, in a process that first frees `free_mib` MiB (0: nothing)
 FAULTS = """
 import resource, sys, torch
 from attnbench import variants
 torch.set_num_threads(1)
-free_mib = int(sys.argv[1])
+free_mib, n = int(sys.argv[1]), int(sys.argv[2])
 if free_mib:
     x = torch.empty(free_mib << 20, dtype=torch.uint8); x.fill_(1); del x
 fn = variants.get("naive").fn
-q, k, v = (torch.randn(1, 8, 256, 64) for _ in range(3))
+q, k, v = (torch.randn(1, 8, n, 64) for _ in range(3))
 for _ in range(5):
     fn(q, k, v)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -34,35 +34,38 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def _faults(env: dict[str, str], free_mib: int) -> int:
+def _faults(env: dict[str, str], free_mib: int, n: int = 256) -> int:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env = {**base, **env, "THP_MEM_ALLOC_ENABLE": "1", "PYTHONPATH": str(ROOT)}  # as the presets run
     done = subprocess.run(
-        [sys.executable, "-c", FAULTS, str(free_mib)], env=env,
+        [sys.executable, "-c", FAULTS, str(free_mib), str(n)], env=env,
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return int(done.stdout.split()[-1])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
-def test_with_the_thresholds_fixed_a_call_costs_the_same_whatever_its_process_freed_before():
-    # glibc's dynamic rule: a fresh process maps (and faults in) every 2 MiB tensor anew (15,500 faults
-    # in ten calls here), one that freed 16 MiB once serves them from its heap (none)
+def test_a_call_costs_the_same_whatever_its_process_freed_before_and_reuses_what_it_freed():
+    # glibc's default: a fresh process maps (and faults in) every 2 MiB tensor anew (15,500 faults in ten
+    # calls here), one that freed 16 MiB once serves them from its heap (none); a 32 MiB tensor is
+    # mapped afresh on every call whatever came before
     dynamic_fresh, dynamic_after = _faults({}, 0), _faults({}, 16)
     assert dynamic_fresh > 10 * max(dynamic_after, 100)
-    fixed = worker_env({}, environ={})
-    fixed_fresh, fixed_after = _faults(fixed, 0), _faults(fixed, 16)
-    assert max(fixed_fresh, fixed_after) < dynamic_fresh / 10  # both like the long-running process
+    mapped = _faults({}, 16, n=1024)
+    assert mapped > 1000
+    fixed = worker_env({}, environ={})  # the workers': every call reuses the heap the last one freed
+    kept = [_faults(fixed, 0), _faults(fixed, 16), _faults(fixed, 0, n=1024)]
+    assert max(kept) < min(dynamic_fresh, mapped) / 10, kept
 
 
 def test_the_run_env_and_the_shell_win_over_the_defaults():
     assert worker_env({}, environ={}) == WORKER_DEFAULTS
     assert worker_env({"THP_MEM_ALLOC_ENABLE": "0"}, environ={})["THP_MEM_ALLOC_ENABLE"] == "0"
-    mine = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-    assert worker_env(mine, environ={})["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    mine = {"MALLOC_MMAP_MAX_": "65536"}
+    assert worker_env(mine, environ={})["MALLOC_MMAP_MAX_"] == "65536"
     assert "MALLOC_TRIM_THRESHOLD_" not in worker_env({}, environ={"MALLOC_TRIM_THRESHOLD_": "0"})
     # a resume compares what a worker would be started with now, defaults included
-    assert "MALLOC_MMAP_THRESHOLD_=33554432" in resume_identity({})["allocator_env"] or any(
+    assert "MALLOC_MMAP_MAX_=0" in resume_identity({})["allocator_env"] or any(
         k in os.environ for k in MALLOC_DEFAULTS
     )
 
