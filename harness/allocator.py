@@ -51,3 +51,8 @@ def worker_env(
     env = dict(env or {})
     fixed = {k: v for k, v in WORKER_DEFAULTS.items() if k not in environ and k not in env}
     return {**fixed, **env}
+
+
+def worker_environ(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment a worker of a run with `env` starts with: os.environ under worker_env."""
+    return {**os.environ, **worker_env(env)}

@@ -398,7 +398,7 @@ def check_after(
     given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
     changed = () if given is None else cache.changed(given)  # before the refill below rewrites them
     refill = peaked = None
-    made = fresh_inputs(spec, settings)
+    made = fresh_inputs(spec, settings) if given is not None or fresh else None
     if given is not None:  # first, while whatever the variant remembered of the timed calls is untouched
         (q, k, v, kl), rows, ref, opts = made
         if measure_peak:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from attnbench.results.formulas import attention_flops
 
-from .allocator import worker_env
+from .allocator import worker_environ
 from .settings import Settings
 from .spec import CellSpec
 
@@ -64,7 +64,7 @@ def assumed_tflops(device: str, dtype: str, memory: str = "linear", huge_pages: 
 def huge_pages(settings: Settings) -> bool:
     """Whether the run's workers ask torch's CPU allocator for transparent huge pages (harness.allocator:
     unless the run's env or this environment says otherwise)."""
-    return worker_env(settings.env).get("THP_MEM_ALLOC_ENABLE", os.environ.get("THP_MEM_ALLOC_ENABLE")) == "1"
+    return worker_environ(settings.env).get("THP_MEM_ALLOC_ENABLE") == "1"
 
 
 def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear") -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import telemetry
-from .allocator import worker_env
+from .allocator import worker_environ
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -168,7 +168,7 @@ def resume_identity(
     defaults (harness.allocator) over os.environ (the worker's fingerprint, taken there, saw the same), on
     `hosts` (default: this one). Read without importing torch: torch_version() reads the
     `torch.__version__` a worker records."""
-    environ = {**os.environ, **worker_env(env)}
+    environ = worker_environ(env)
     return {
         "hosts": sorted(hosts or [socket.gethostname()]),
         "torch": torch_version(),

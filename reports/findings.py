@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results.drift import is_busy
+from attnbench.results.drift import in_rounds, is_busy
 from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
@@ -303,7 +303,7 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     busy = int((flag_mask(ok, "drift") | flag_mask(ok, "noisy")).sum())
     if not is_busy(busy, len(ok)):
         return (text,)
-    if _in_rounds(ok):
+    if "round_medians_ms" in ok and in_rounds(ok["round_medians_ms"]):
         return text, (
             f"The machine's speed drifted over the run: {busy} of {len(ok)} ok cells, each measured in "
             "several visits spread over the run (rounds), spread by more than 10% of their median from visit "
@@ -323,18 +323,6 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     else:
         busy_text += "Rerun the sweep on a quiet machine."
     return text, busy_text
-
-
-def _in_rounds(ok) -> bool:
-    """Whether the ok cells were measured in rounds (--rounds: two or more visit medians each): their
-    pooled samples' spread then holds the machine's drift over the whole run, not one moment's noise."""
-    if "round_medians_ms" not in ok or not len(ok):
-        return False
-    return bool(
-        ok["round_medians_ms"]
-        .map(lambda v: v is not None and len(v) >= 2 if hasattr(v, "__len__") else False)
-        .all()
-    )
 
 
 # ---- all of it -----------------------------------------------------------------------------------------
