@@ -105,6 +105,14 @@ SETTINGS: tuple[Setting, ...] = (
         "grad_check_elems", 1 << 24, "int", "gradients are checked when B*H*N_q*N_k is at most this",
         rule=positive, flag=False,
     ),
+    # not how a cell is measured but how its run is read: the report's time exponents are fitted from this
+    # seq_len up (0: the top two octaves of the run's lengths, reports.fit.asymptotic_points); a preset sets
+    # it where smaller lengths are already asymptotic (quick.toml says why, with the measurement)
+    Setting(
+        "time_fit_from", 0, "int",
+        "the smallest seq_len the report's time exponents are fitted from (default 0: the top two octaves)",
+        rule=not_negative, flag=False,
+    ),
     Setting("seed", 0, "int", "input seed", "N"),
     Setting("flush_l2", True, "bool", "flush the GPU's L2 cache between timed CUDA calls", flag=False),
     Setting(

@@ -30,7 +30,9 @@ MEDIAN_SE_PER_IQR = math.sqrt(math.pi / 2) / 1.349
 FIT_RULE = (
     "Time exponents: a weighted least-squares fit of log(median time) against log(seq_len) over the "
     f"asymptotic points: the ok seq_lens within the top {ASYMPTOTIC_OCTAVES} octaves (N >= the largest / "
-    f"{2**ASYMPTOTIC_OCTAVES}; at least {MIN_FIT_POINTS}, or all when fewer), one fit per variant and "
+    f"{2**ASYMPTOTIC_OCTAVES}), or those from the run's time_fit_from setting up where its preset sets one "
+    "(a length from which calls are already asymptotic: the fits table's fit_seq_lens lists the points); "
+    f"at least {MIN_FIT_POINTS}, or all when fewer; one fit per variant and "
     "combination of the other axes. Each point is weighted by its own uncertainty: the standard error of its "
     f"median from its raw samples (1.2533 × IQR/1.349 / sqrt(n), in log units), at least {SE_FLOOR:.0%} for "
     "the drift between cells that no cell's samples show, and |log speed_factor| more, in quadrature, where "
@@ -47,7 +49,9 @@ FIT_RULE = (
     "width. Memory exponents: peak bytes are "
     "one deterministic measurement per cell, and a linear-memory variant's peak holds an N-independent "
     "workspace (a block of scores, a kernel's buffers) besides its O(N) part, which bends a plain power law "
-    "below 1; so peak = c + a·N^b is fitted (c >= 0, in log space) over the same asymptotic points, b is the "
+    "below 1; so peak = c + a·N^b is fitted (c >= 0, in log space) over the top "
+    f"{MEMORY_OCTAVES} octaves, whatever time_fit_from says (a kernel's workspace may change its size "
+    "below them: sdpa's CPU peak grows 2.4x from N = 512 to 1024, 1.2x from 1536 to 2048), b is the "
     "exponent of the part that grows and c its constant, and the CI is b ± 1.96 × its standard error, each "
     f"point {MEM_SE:.1%} (byte counts repeat exactly from call to call), scaled by the Birge ratio (with t) "
     "the same way, so that the CI is as wide as the points' distance from the model; with fewer than 4 "
@@ -103,14 +107,19 @@ class PowerFit:
         return f"{self.exponent:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
 
 
-def asymptotic_points(seq_lens, octaves: int = ASYMPTOTIC_OCTAVES) -> list[int]:
+def asymptotic_points(seq_lens, octaves: int = ASYMPTOTIC_OCTAVES, fit_from: int = 0) -> list[int]:
     """The seq_lens a fit uses: the distinct ones within `octaves` octaves of the largest (N >= largest /
-    2**octaves), at least MIN_FIT_POINTS of the largest (or all). A range of N, not a count of points: more
-    lengths measured inside it add points to the fit instead of shrinking its range."""
+    2**octaves), or, where the run says from which N its lengths are asymptotic (fit_from > 0, the
+    time_fit_from setting), those from there up; at least MIN_FIT_POINTS of the largest (or all). A range
+    of N, not a count of points: more lengths measured inside it add points to the fit instead of
+    shrinking its range."""
     distinct = sorted({int(n) for n in seq_lens})
     if not distinct:
         return []
-    inside = [n for n in distinct if n * 2**octaves >= distinct[-1]]
+    if fit_from > 0:
+        inside = [n for n in distinct if n >= fit_from]
+    else:
+        inside = [n for n in distinct if n * 2**octaves >= distinct[-1]]
     keep = max(len(inside), min(MIN_FIT_POINTS, len(distinct)))
     return distinct[len(distinct) - keep :]
 
@@ -217,7 +226,13 @@ def _weighted_line(x, ly, se) -> tuple[float, float, float, float, float]:
 
 
 def fit_power_law(
-    seq_lens, values, *, asymptotic: bool = True, log_se=None, octaves: int = ASYMPTOTIC_OCTAVES
+    seq_lens,
+    values,
+    *,
+    asymptotic: bool = True,
+    log_se=None,
+    octaves: int = ASYMPTOTIC_OCTAVES,
+    fit_from: int = 0,
 ) -> PowerFit:
     """Least-squares exponent of values ~ seq_len^b over the asymptotic points (or all, asymptotic=False).
 
@@ -242,7 +257,7 @@ def fit_power_law(
     if len(distinct) < 2:
         plural = "s" * (len(distinct) != 1)
         return PowerFit(seq_lens=tuple(distinct), reason=f"ok at {len(distinct)} seq_len{plural}")
-    used = asymptotic_points(distinct, octaves) if asymptotic else distinct
+    used = asymptotic_points(distinct, octaves, fit_from) if asymptotic else distinct
     keep = np.isin(n.astype(int), used)
     x, ly = np.log(n[keep]), np.log(y[keep])
     if np.ptp(ly) == 0:  # a flat line: linregress would divide by zero for r
@@ -264,7 +279,9 @@ def fit_power_law(
     return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used))
 
 
-def fit_visits(seq_lens, visit_medians, octaves: int = ASYMPTOTIC_OCTAVES) -> PowerFit | None:
+def fit_visits(
+    seq_lens, visit_medians, octaves: int = ASYMPTOTIC_OCTAVES, fit_from: int = 0
+) -> PowerFit | None:
     """Theil-Sen exponent of time ~ seq_len^b through every visit median of cells visited ROUNDS_FOR_FIT or
     more times (--rounds), over the asymptotic points, with Sen's 95% interval (FIT_RULE); None where any
     cell of those points has fewer visits (fit_power_law's weighted fit then). visit_medians: one sequence
@@ -276,7 +293,7 @@ def fit_visits(seq_lens, visit_medians, octaves: int = ASYMPTOTIC_OCTAVES) -> Po
     distinct = sorted({int(n) for n in seq_lens if math.isfinite(float(n)) and n > 0})
     if len(distinct) < 3:
         return None
-    used = asymptotic_points(distinct, octaves)
+    used = asymptotic_points(distinct, octaves, fit_from)
     for n, visits in zip(seq_lens, visit_medians, strict=True):
         if int(n) not in used:
             continue
@@ -387,6 +404,15 @@ def extrapolated_text(n: int | None, measured: int | None) -> str:
     return f"{n:,}"
 
 
+def time_fit_from(meta: dict[str, Any]) -> int:
+    """The run's time_fit_from setting (the seq_len its time fits start at; 0: the top octaves), from its
+    meta.json; 0 where it is absent (runs made before the setting) or not a non-negative integer."""
+    sweep = meta.get("sweep") if isinstance(meta, dict) else None
+    settings = sweep.get("settings") if isinstance(sweep, dict) else None
+    value = settings.get("time_fit_from", 0) if isinstance(settings, dict) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def scaling_table(df, metas: dict[str, dict[str, Any]]):
     """One row per variant and combination of the other axes: time and memory exponents against theory.
 
@@ -417,9 +443,10 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
             cell_log_se(r, k, f, g, v)
             for r, k, f, g, v in zip(ok["rel_iqr"], ok["n_samples"], before, after, visits, strict=True)
         ]
-        tfit = fit_visits(n, list(visits)) or fit_power_law(n, t, log_se=se)
-        mfit = fit_memory(n, m)
         meta = metas.get(str(key["run_id"]), {})
+        start = time_fit_from(meta)
+        tfit = fit_visits(n, list(visits), fit_from=start) or fit_power_law(n, t, log_se=se, fit_from=start)
+        mfit = fit_memory(n, m)
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta)
         dev_mem = device_memory(meta, str(key["device"]), sub["gpu_name"].dropna().unique())
         n_max_raw = mfit.solve(dev_mem) if dev_mem else None

@@ -672,13 +672,20 @@ def _where_blocks(devgroups: dict[str, list]) -> list:
     return [pg.Heading("Where the cells were measured"), pg.Bullets(tuple(notes))] if notes else []
 
 
-def _scaling_blocks(df, summary: pg.Table) -> list:
-    """Fitted exponents against theory: the axes every cell shares, the rules, the summary table."""
+def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]]) -> list:
+    """Fitted exponents against theory: the axes every cell shares, the rules (with where a run's time fits
+    start, when its preset says), the summary table."""
     blocks: list = [pg.Heading("Scaling: fitted exponents vs theory")]
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
         blocks.append(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
-    return [*blocks, pg.Para(fitmod.FIT_RULE), pg.Para(THEORY_RULE), summary]
+    starts = {rid: fitmod.time_fit_from(meta) for rid, meta in metas.items()}
+    said = [
+        f"{rid if len(metas) > 1 else 'This run'}'s time fits start at N = {n} (its time_fit_from setting)."
+        for rid, n in starts.items()
+        if n
+    ]
+    return [*blocks, pg.Para(fitmod.FIT_RULE), *(pg.Para(s) for s in said), pg.Para(THEORY_RULE), summary]
 
 
 FIGURE_KINDS = ("time", "memory", "throughput", "speedup", "status")  # a group's figures, in page order
@@ -875,7 +882,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs
     )
     page.add(*findmod.blocks(report.findings))
-    page.add(*_runs_blocks(df, metas), *_where_blocks(devgroups), *_scaling_blocks(df, summary))
+    page.add(*_runs_blocks(df, metas), *_where_blocks(devgroups), *_scaling_blocks(df, summary, metas))
     # the sections that draw figures, in page order (each draws and saves its figures as it is built), in
     # one palette: every variant of the report keeps its colour across them all, plug-ins included
     names = {str(v) for v in df["variant"].dropna()}

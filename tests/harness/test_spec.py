@@ -84,6 +84,7 @@ def test_presets_load_and_validate():
     quick = build_sweep(preset="quick")
     assert quick.devices == ("cpu",) and max(quick.seq_len) == 2560 and quick.settings.rounds == 3
     assert all(n % 512 == 0 for n in quick.seq_len if n >= 512)  # chunked's staircase in ceil(N / 512)
+    assert quick.settings.time_fit_from == 512 and build_sweep(preset="cpu").settings.time_fit_from == 0
     assert max(build_sweep(preset="cpu").seq_len) == 16384
     gpu = build_sweep(preset="gpu")
     assert gpu.devices == ("cuda",) and gpu.seq_len[0] == 1024 and gpu.seq_len[-1] == 32768

@@ -53,6 +53,29 @@ def test_asymptotic_points_are_a_range_of_n_not_a_count():
     assert fit.asymptotic_points(grid) == [1024, 1536, 2048, 3072]
 
 
+def test_a_run_says_from_which_length_its_times_are_asymptotic():
+    # time_fit_from: the points from there up (at least three), in place of the top two octaves
+    grid = [256, 512, 1024, 1536, 2048, 2560]
+    assert fit.asymptotic_points(grid) == [1024, 1536, 2048, 2560]
+    assert fit.asymptotic_points(grid, fit_from=512) == [512, 1024, 1536, 2048, 2560]
+    assert fit.asymptotic_points(grid, fit_from=2048) == [1536, 2048, 2560]  # three at least
+    assert fit.time_fit_from({"sweep": {"settings": {"time_fit_from": 512}}}) == 512
+    for meta in ({}, {"sweep": []}, {"sweep": {"settings": {"time_fit_from": "512"}}}, {"sweep": {}}):
+        assert fit.time_fit_from(meta) == 0  # older runs, and meta.json written by hand, fit as before
+
+
+def test_the_scaling_table_fits_time_from_the_runs_setting_and_memory_over_the_top_octaves(tmp_path):
+    rows = synthetic.power_law_rows({"naive": (2.0, 2.0)}, SEQ[:6], noise=0.0, seed=3)
+    run = synthetic.write_run(tmp_path / "run", rows)
+    df, metas = results.load(run), results.load_meta(run)
+    assert fit.scaling_table(df, metas).set_index("variant").loc["naive", "fit_seq_lens"] == "2048 4096 8192"
+    for meta in metas.values():
+        meta["sweep"].setdefault("settings", {})["time_fit_from"] = 512
+    table = fit.scaling_table(df, metas).set_index("variant")
+    assert table.loc["naive", "fit_seq_lens"] == "512 1024 2048 4096 8192"
+    assert table.loc["naive", "time_exp"] == pytest.approx(2.0, abs=0.01)
+
+
 def test_weighted_fit_ci_follows_the_samples_spread_and_widens_for_scatter_they_do_not_explain():
     grid = [1024, 1536, 2048, 3072]
     exact = [1e-5 * n**2 for n in grid]
