@@ -95,13 +95,16 @@ FIRST_VISIT_CHECKS = (
 
 def merge_rounds(rows: list[dict[str, Any]], rounds: int | None = None) -> dict[str, Any]:
     """One cell's rows from its visits (Settings.rounds), in the order they were measured, as the cell's one
-    row, by merge_processes' rule: each visit's median in `round_medians_ms` (process_medians_ms stays the
+    row, by merge_processes' rule: each visit's median in `round_medians_ms` and its count of samples in
+    `round_samples` (samples_ms holds them visit after visit; process_medians_ms stays the
     per-worker-process spread compare judges by: visits in one process do not show it), the first visit's
     gate, checks and memory, the fresh-input check wherever it ran (harness.cell.defers_fresh_check: the
     second visit's warm-up) and every visit's checks_ms; later visits' warm-up calls and setup hooks in
     `rewarm_ms` (first_call_ms stays the first visit's: the compile and first-call costs the reports
     read). A later visit that ends the cell not ok keeps the first visit's gate columns."""
     merged = _merge(rows, "round_medians_ms", "round", rounds or len(rows))
+    if merged.get("status") == "ok" and merged.get("samples_ms"):
+        merged["round_samples"] = [len(row.get("samples_ms") or []) for row in rows]
     if merged.get("status") != "ok":
         if merged is not rows[0]:
             for col in FIRST_VISIT_CHECKS:

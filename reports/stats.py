@@ -63,6 +63,31 @@ def mann_whitney(a, b) -> float:
     return u_test(a, b)[0]
 
 
+def stratified_u(a_strata, b_strata) -> float:
+    """Two-sided p of van Elteren's stratified Wilcoxon rank-sum test (B against A): each stratum (a round
+    of --rounds, in which both were measured seconds apart) ranked on its own, the strata's rank sums
+    weighted by 1/(n_s + 1) and combined, normal approximation. The machine's drift from one stratum to
+    the next falls on both sides alike and leaves the test, where pooling the samples would count it as
+    spread. NaN with fewer than MIN_SAMPLES samples on a side in all, or no stratum with both sides."""
+    from scipy.stats import norm, rankdata
+
+    num = var = 0.0
+    total_a = total_b = 0
+    for a, b in zip(a_strata, b_strata, strict=True):
+        a, b = _clean(a), _clean(b)
+        if not a or not b:
+            continue
+        m, n = len(a), len(b)
+        total_a, total_b = total_a + m, total_b + n
+        ranks = rankdata(a + b)
+        w = 1.0 / (m + n + 1)
+        num += w * (float(ranks[:m].sum()) - m * (m + n + 1) / 2)
+        var += w * w * m * n * (m + n + 1) / 12
+    if total_a < MIN_SAMPLES or total_b < MIN_SAMPLES or var <= 0:
+        return math.nan
+    return float(2 * norm.sf(abs(num) / math.sqrt(var)))
+
+
 def cliffs_delta(a, b) -> float:
     """Cliff's delta of B against A (see u_test); NaN with fewer than 3 samples on a side."""
     return u_test(a, b)[1]

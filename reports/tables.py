@@ -223,15 +223,54 @@ def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> floa
 
 def separated(first, other, *, tolerance: float | None = None, alpha: float | None = None) -> bool:
     """Whether `other` is told apart from the faster `first` (rows with time_ms_median and samples_ms):
-    at least `tolerance` (2%) slower by median and Mann-Whitney p < alpha on their raw samples. Without
-    3 samples on each side there is no test, so nothing is separated by the 2% rule alone."""
-    from .stats import ALPHA, SAME_TOLERANCE, mann_whitney
+    at least `tolerance` (2%) slower by median and p < alpha (rank_p) on their raw samples. Without 3
+    samples on each side there is no test, so nothing is separated by the 2% rule alone."""
+    from .stats import ALPHA, SAME_TOLERANCE
 
     tolerance = SAME_TOLERANCE if tolerance is None else tolerance
     alpha = ALPHA if alpha is None else alpha
     lead = float(other["time_ms_median"]) / float(first["time_ms_median"])
-    p = mann_whitney(_sample_list(first), _sample_list(other))
+    p = rank_p(first, other)
     return lead >= 1 + tolerance and math.isfinite(p) and p < alpha
+
+
+RANK_TEST = (
+    "Two variants at one N are told apart when one is 2% slower by median and a rank test on their raw "
+    "samples gives p < 0.05: Mann-Whitney U, or, where both were measured in the same rounds (--rounds: "
+    "each round visits every variant of an N one after another), van Elteren's stratified rank-sum test "
+    "with a stratum per round, which compares the two within each round and so leaves out the machine's "
+    "drift from one round to the next."
+)
+
+
+def rank_p(first, other) -> float:
+    """The ranking's p-value of two rows of one N (RANK_TEST): van Elteren's test over their visits where
+    both rows split their samples into the same number (2 or more) of visits (round_samples), else
+    Mann-Whitney U on the pooled samples."""
+    from .stats import mann_whitney, stratified_u
+
+    a, b = visit_samples(first), visit_samples(other)
+    if a is not None and b is not None and len(a) == len(b):
+        return stratified_u(a, b)
+    return mann_whitney(_sample_list(first), _sample_list(other))
+
+
+def visit_samples(row) -> list[list[float]] | None:
+    """A row's samples split by visit (round_samples: each visit's count, in samples_ms's order); None
+    without rounds, or where the counts do not add up to the samples."""
+    counts = row.get("round_samples") if hasattr(row, "get") else None
+    samples = _sample_list(row)
+    try:
+        counts = [int(c) for c in counts] if counts is not None and len(counts) >= 2 else None
+    except (TypeError, ValueError):
+        return None
+    if counts is None or any(c < 0 for c in counts) or sum(counts) != len(samples):
+        return None
+    out, start = [], 0
+    for c in counts:
+        out.append(samples[start : start + c])
+        start += c
+    return out
 
 
 def _sample_list(row) -> list[float]:
@@ -243,8 +282,6 @@ def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
     the Mann-Whitney p of the two, and the variants it cannot be told apart from (`tied`, see separated)."""
     import pandas as pd
-
-    from .stats import mann_whitney
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     records = []
@@ -264,7 +301,7 @@ def best_variant(df):
             second = ranked.iloc[1]
             rec["runner_up"] = second["variant"]
             rec["lead"] = float(second["time_ms_median"]) / float(first["time_ms_median"])
-            rec["p_value"] = mann_whitney(_sample_list(first), _sample_list(second))
+            rec["p_value"] = rank_p(first, second)
             # every variant the winner cannot be told apart from, fastest first
             rec["tied"] = " ".join(
                 str(r["variant"]) for _, r in ranked.iloc[1:].iterrows() if not separated(first, r)
@@ -279,14 +316,12 @@ def best_variant(df):
 def ranking(df):
     """Per combination, seq_len and seq_k: every ok variant, fastest first, with its rank group: a variant
     joins the group of the faster variants while it cannot be told apart from that group's fastest
-    (`separated`: 2% slower and Mann-Whitney p < 0.05), and opens the next group once it can. Columns:
+    (`separated`: 2% slower and rank_p < 0.05), and opens the next group once it can. Columns:
     the axes, `variant`, `time_ms`, `ratio` (its median over the fastest's), `group` (0 for the front) and
-    `p_value` (Mann-Whitney against its group's fastest, or the previous group's for a group's first).
+    `p_value` (rank_p against its group's fastest, or the previous group's for a group's first).
     The best-variant table says only who leads; this says where every other variant stands, so that a
     variant 1.5× behind is ranked behind even where the two at the front are tied."""
     import pandas as pd
-
-    from .stats import mann_whitney
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     records = []
@@ -297,7 +332,7 @@ def ranking(df):
         for i, (_, r) in enumerate(ranked.iterrows()):
             p = math.nan
             if i > 0:
-                p = mann_whitney(_sample_list(leader), _sample_list(r))
+                p = rank_p(leader, r)
                 if separated(leader, r):
                     leader, group = r, group + 1
             records.append(

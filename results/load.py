@@ -83,7 +83,7 @@ def load(*paths: str | Path | list[str | Path]):
         if col not in df.columns:
             df[col] = None
     # a run written before --processes (or a row not measured) has no process medians: an empty list
-    for col in ("process_medians_ms", "round_medians_ms"):
+    for col in ("process_medians_ms", "round_medians_ms", "round_samples"):
         df[col] = [v if isinstance(v, list) else [] for v in df[col]]
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]

@@ -58,7 +58,7 @@ def test_rounds_visit_the_whole_sweep_round_robin_and_merge_each_cell(tmp_path):
     assert [r["cell_id"] for r in written] == ids  # each row once its third visit ends
     for row in written:
         assert row["samples_ms"] == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5] and row["n_samples"] == 6
-        assert row["round_medians_ms"] == [1.25, 2.25, 3.25]
+        assert row["round_medians_ms"] == [1.25, 2.25, 3.25] and row["round_samples"] == [2, 2, 2]
         assert "process_medians_ms" not in row  # kept for worker processes (compare's judge)
         assert row["first_call_ms"] == 10.0 and row["rewarm_ms"] == 50.0  # visits 2 and 3's warm-ups
         assert row["elapsed_s"] == 3.0
