@@ -604,7 +604,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not 0 < args.alpha < 1:
             raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
         cmp = compare_runs(
-            args.run_a, args.run_b, threshold=threshold, alpha=args.alpha, normalize=args.normalize
+            args.run_a,
+            args.run_b,
+            threshold=threshold,
+            alpha=args.alpha,
+            normalize=args.normalize,
+            control_variant=args.control,
         )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -640,6 +645,13 @@ def _add_compare(sub) -> None:
         choices=["calibration"],
         help="rescale B's times to A's machine by the runs' calibrated ceilings (matmul TFLOP/s for "
         "compute-bound cells, copy GB/s for memory-bound ones), so a slower machine is not a slower code",
+    )
+    p.add_argument(
+        "--control",
+        metavar="VARIANT",
+        help="a variant whose code is the same in both runs: every other variant is judged relative to its "
+        "change at the same shape (visit by visit in runs made in rounds), so that a machine that ran "
+        "slower through all of B is not taken for slower code; its own cells never fail the gate",
     )
     p.add_argument(
         "--out", metavar="DIR", help="where to write the plot and page (default: reports/out/compare-A-vs-B)"

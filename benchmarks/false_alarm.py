@@ -10,10 +10,15 @@ compared with the gate, each way round as written (earlier run as A). A pair fai
 regression, exactly what makes `attnbench compare` exit 1 (reports.compare.compare_runs, called here in
 process). Target: 0 failing pairs.
 
-Power: one run per K of `chunked_planted` (benchmarks/planted_slowdown.py: chunked plus 10% more of the same
-arithmetic), its rows relabelled `chunked` in a copy of the run (compare pairs cells by identity, the variant
-name included), compared as B against each of the R identical runs of the same K as A. Target: caught (the
-gate fails on the planted cells) in every comparison.
+Power: one run per K of the same variants with chunked replaced by `chunked_planted`
+(benchmarks/planted_slowdown.py: chunked, then busy for a tenth of its time), its rows relabelled `chunked`
+in a copy of the run (compare pairs cells by identity, the variant name included), compared as B against
+each of the R identical runs of the same K as A. Target: caught (the gate fails on the planted cells) in
+every comparison.
+
+With --control VARIANT (e.g. naive) every comparison is judged a second time from the same runs, relative to
+that variant (`attnbench compare --control`, reports.control): its change between two runs is the
+machine's, so a run that was slower as a whole is not taken for slower code.
 
 The JSON records every pair's verdict counts and regressions, the power comparisons, /proc/loadavg before
 and after, and says that the machine was shared (other jobs ran beside it): figures are as measured, never
@@ -61,6 +66,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq-len", default="256..1024")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--fail-above", default="median:5%")
+    p.add_argument(
+        "--control",
+        help="also judge every pair relative to this variant (compare --control), from the same runs",
+    )
     p.add_argument("--run-arg", action="append", default=[], help="one more `attnbench run` argument")
     p.add_argument("--work", help="where the runs go (default: a temporary directory, removed after)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="the JSON written")
@@ -81,6 +90,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--threads must be at least 1, got {args.threads}")
     if "chunked" not in args.variants.split(","):
         p.error("--variants must include chunked (the planted slowdown is chunked's)")
+    names = args.variants.split(",")
+    if args.control is not None and (args.control == "chunked" or args.control not in names):
+        p.error(f"--control must be one of --variants other than chunked, got {args.control!r}")
     from attnbench.reports.compare import parse_threshold
 
     try:
@@ -136,10 +148,18 @@ def relabel(run: Path, dest: Path, old: str, new: str) -> Path:
 
 
 def judge(a: Path, b: Path, args: argparse.Namespace) -> dict:
-    """What `attnbench compare A B --fail-above ...` decides, with the verdict of every cell."""
+    """What `attnbench compare A B --fail-above ...` decides, with the verdict of every cell; with --control,
+    what `... --control VARIANT` decides as well (`with_control`)."""
+    out = _judged(a, b, args, None)
+    if args.control:
+        out["with_control"] = _judged(a, b, args, args.control)
+    return out
+
+
+def _judged(a: Path, b: Path, args: argparse.Namespace, control: str | None) -> dict:
     from attnbench.reports.compare import compare_runs
 
-    cmp = compare_runs(a, b, threshold=args.threshold)
+    cmp = compare_runs(a, b, threshold=args.threshold, control_variant=control)
     cells = cmp.cells
     return {
         "a": a.name,
@@ -183,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         planted: dict[int, Path] = {}
         for k in args.processes:
             raw = work / f"p{k}-planted-raw"
-            attnbench_run(raw, args, k, "chunked_planted", ["--variant-file", str(PLANTED)])
+            # the whole set, chunked's code changed: what a run after a commit that slowed chunked measures
+            names = args.variants.split(",")
+            with_plant = ",".join("chunked_planted" if v == "chunked" else v for v in names)
+            attnbench_run(raw, args, k, with_plant, ["--variant-file", str(PLANTED)])
             planted[k] = relabel(raw, work / f"p{k}-planted", "chunked_planted", "chunked")
         after = loadavg()
         settings = {}
@@ -195,9 +218,19 @@ def main(argv: list[str] | None = None) -> int:
                 "run_wall_s": walls[k],
                 "pairs": len(pairs),
                 "false_alarms": sum(p["failed"] for p in pairs),
+                **(
+                    {
+                        "control": args.control,
+                        "false_alarms_with_control": sum(p["with_control"]["failed"] for p in pairs),
+                        "caught_with_control": sum(p["with_control"]["failed"] for p in power),
+                    }
+                    if args.control
+                    else {}
+                ),
                 "pair_results": pairs,
                 "power": {
-                    "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked + 10% more pairs",
+                    "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked, then busy for a "
+                    "tenth of its time, measured with the other variants and relabelled chunked",
                     "comparisons": len(power),
                     "caught": sum(p["failed"] for p in power),
                     "results": power,
@@ -211,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         "slowdown (benchmarks/false_alarm.py)",
         "command": f"attnbench run --variants {args.variants} --seq-len {args.seq_len} --threads "
         f"{args.threads} --processes K {' '.join(args.run_arg)}".strip()
-        + f"; attnbench compare A B --fail-above {args.fail_above}",
+        + f"; attnbench compare A B --fail-above {args.fail_above}"
+        + (f" [--control {args.control}]" if args.control else ""),
         "machine": {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count()},
         "shared_machine": "measured on a shared machine: other jobs ran beside these runs (load average "
         "below, from /proc/loadavg: 1, 5 and 15 min)",
@@ -237,6 +271,11 @@ def table(result: dict) -> str:
             f"{s['processes']:>9}  {s['pairs']:>5}  {s['false_alarms']:>12}  "
             f"{power['caught']:>10} of {power['comparisons']:<5}"
         )
+        if "control" in s:
+            lines.append(
+                f"{'':>9}  {'':>5}  {s['false_alarms_with_control']:>12}  "
+                f"{s['caught_with_control']:>10} of {power['comparisons']:<5}  relative to {s['control']}"
+            )
     lines.append(f"load average before: {result['loadavg_before']}; after: {result['loadavg_after']}")
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ from typing import Any
 from attnbench.results import devices
 from attnbench.results.schema import CELL_AXES
 
-from . import calibration
+from . import calibration, control
 from . import page as pg
 from .stats import (  # noqa: F401
     MIN_PROCESSES,
@@ -102,6 +102,7 @@ class Comparison:
     ceilings: list = field(default_factory=list)  # reports.calibration.Ceiling of both runs, side by side
     normalize: str | None = None  # 'calibration': B's times were rescaled to A's machine
     pairing: list[str] = field(default_factory=list)  # runs of several devices: which group met which
+    control: str | None = None  # --control VARIANT: the others judged relative to its change
 
     @property
     def calibration_warnings(self) -> list[str]:
@@ -211,6 +212,7 @@ class _Rules:
     normalize: str | None
     meta_a: dict[str, Any]
     meta_b: dict[str, Any]
+    control: str | None = None  # --control VARIANT (reports.control)
 
 
 def _measured(r, axes: list[str], device_a: str, device_b: str) -> dict[str, Any]:
@@ -246,11 +248,12 @@ def _gate(r, rules: _Rules, diff, sa: list[float], sb: list[float], median_b: fl
     return regression, why
 
 
-def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
-    """One paired cell: B/A on the medians (B rescaled when normalising), the CI, p-value and Cliff's delta
-    of the raw samples (stats.difference), or, when both sides have 3 or more process medians, of those
+def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[str, Any]:
+    """One paired cell: B/A on the medians (B rescaled when normalising, or relative to the control cell
+    `ctrl` of its shape with --control: reports.control), the CI, p-value and Cliff's delta of the raw
+    samples (stats.difference), or, when both sides have 3 or more process medians, of those
     (stats.process_difference: the run-to-run spread, stats.PROCESS_RULE), the verdict, and whether it
-    fails the gate."""
+    fails the gate (never for the control's own cells)."""
     import pandas as pd
 
     ok = (
@@ -277,6 +280,16 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
         ok = ok and math.isfinite(scale)
         sb = [s * scale for s in sb] if math.isfinite(scale) else sb
         pb = [s * scale for s in pb] if math.isfinite(scale) else pb
+    is_control = rules.control is not None and r["variant"] == rules.control
+    control_ratio = math.nan
+    if rules.control is not None and not is_control and control.usable(ctrl):
+        scale = control.factor(ctrl)
+        control_ratio = 1.0 / scale
+        sb = [s * scale for s in sb]
+        ca, cb = _control_medians(ctrl, basis)
+        ra, rb = control.per_visit(pa, ca), control.per_visit(pb, cb)
+        # each visit over the control's of the same visit where both have them, else the whole-run factor
+        pa, pb = (ra, rb) if ra is not None and rb is not None else (pa, [s * scale for s in pb])
     median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
     ratio = median_b / float(r["time_ms_median_a"]) if ok else math.nan
     by_processes = len(pa) >= MIN_PROCESSES and len(pb) >= MIN_PROCESSES
@@ -288,8 +301,13 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
     p = diff.p_value if diff else math.nan
     significant = (p < rules.alpha) if math.isfinite(p) else None
     regression, why = _gate(r, rules, diff, sa, sb, median_b)
+    if is_control:
+        regression, why = False, "the control (its change is the machine's)"
+    elif rules.control is not None and not math.isfinite(control_ratio):
+        why = why or f"no ok {rules.control} cell of this shape in both runs: compared as measured"
     return {
         **_measured(r, axes, device_a, device_b),
+        "control_ratio": control_ratio,
         "bound": which,
         "norm_factor": scale if rules.normalize else math.nan,
         "n_a": len(sa),
@@ -308,6 +326,12 @@ def _cell_record(r, axes: list[str], rules: _Rules) -> dict[str, Any]:
         "regression": regression,
         "why": why,
     }
+
+
+def _control_medians(ctrl: Any, basis: str) -> tuple[list[float], list[float]]:
+    """The control cell's process (or, basis 'rounds', visit) medians on each side."""
+    column = "round_medians_ms" if basis == "rounds" else "process_medians_ms"
+    return _samples(ctrl[f"{column}_a"]), _samples(ctrl[f"{column}_b"])
 
 
 def _per_variant(cells):
@@ -338,9 +362,11 @@ def compare_runs(
     threshold: Threshold | None = None,
     alpha: float = DEFAULT_ALPHA,
     normalize: str | None = None,
+    control_variant: str | None = None,
 ):
     """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
-    runs share no cell. normalize='calibration' rescales B's times to A's machine (reports.calibration)."""
+    runs share no cell. normalize='calibration' rescales B's times to A's machine (reports.calibration);
+    control_variant judges the others relative to that variant's change (reports.control)."""
     import pandas as pd
 
     from attnbench import results
@@ -354,11 +380,15 @@ def compare_runs(
     # 'same' means within the gate's own tolerance when it is relative, else within 2%
     tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
     _check_normalize(normalize, meta_a, meta_b)
+    control.check(control_variant, normalize, a, b)
     m = _paired(a, b, axes)
     if m.empty:
         raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
-    rules = _Rules(threshold, alpha, tolerance, normalize, meta_a, meta_b)
-    cells = pd.DataFrame([_cell_record(r, axes, rules) for _, r in m.iterrows()])
+    rules = _Rules(threshold, alpha, tolerance, normalize, meta_a, meta_b, control_variant)
+    controls = control.index(m, axes, control_variant) if control_variant else {}
+    cells = pd.DataFrame(
+        [_cell_record(r, axes, rules, controls.get(control.shape_key(r, axes))) for _, r in m.iterrows()]
+    )
     # which device groups met, in the order of the pairs (before the cells are sorted for the tables)
     of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
     pairs = [(of_a[wa], of_b[wb]) for wa, wb in zip(cells["where_a"], cells["where_b"], strict=True)]
@@ -381,6 +411,7 @@ def compare_runs(
         calibration.group_ceilings(pairs),
         normalize,
         _pairing(pairs, groups_a, groups_b) if several else [],
+        control_variant,
     )
 
 
@@ -522,6 +553,18 @@ def calibration_table(cmp: Comparison) -> pg.Table:
 
 
 def normalize_note(cmp: Comparison) -> str:
+    if cmp.control is not None:
+        import numpy as np
+
+        ratios = cmp.cells["control_ratio"].dropna().to_numpy(dtype=float)
+        seen = ""
+        if len(ratios):
+            mean = float(np.exp(np.log(ratios).mean()))
+            seen = (
+                f" The control's B/A over the {len(ratios)} cells judged by it: geometric mean {mean:.3f}, "
+                f"{ratios.min():.3f} to {ratios.max():.3f}."
+            )
+        return control.CONTROL_RULE.format(control=cmp.control) + seen
     if cmp.normalize != "calibration":
         return "Times are compared as measured (--normalize calibration rescales B to A's machine)."
     return (

@@ -450,3 +450,101 @@ def test_round_medians_are_judged_as_process_medians_are(tmp_path):
         tmp_path / "slow", in_rounds(_process_rows(1.0, 0.01, 0)), in_rounds(_process_rows(1.3, 0.01, 1))
     )
     assert len(compare_runs(*slow, threshold=gate).regressions) == 8
+
+
+def _drifting_rounds(run_speed: float, seed: int, slower: dict[str, float] | None = None):
+    """Rows of a run in 3 rounds on a machine that ran `run_speed` times slow through the whole run, and
+    each round by its own ±4% on top (a round's variants, visited seconds apart, share it): each visit's
+    samples tight (±1%) around base · run_speed · round factor · the variant's own slowdown."""
+    rng = random.Random(seed)
+    slower = slower or {}
+    rounds = {n: [run_speed * (1 + rng.uniform(-0.04, 0.04)) for _ in range(3)] for n in SEQ}
+    rows = []
+    for variant, base in VARIANTS.items():
+        for n in SEQ:
+            own = [1 + rng.uniform(-0.01, 0.01) for _ in rounds[n]]  # each visit's own noise, ±1%
+            medians = [
+                base * (n / 256) ** 2 * f * g * slower.get(variant, 1.0)
+                for f, g in zip(rounds[n], own, strict=True)
+            ]
+            visits = [synthetic.samples(m, n=5, spread=0.01, seed=seed + i) for i, m in enumerate(medians)]
+            rows.append(
+                synthetic.cell(
+                    variant,
+                    n,
+                    sample_ms=[s for v in visits for s in v],
+                    round_medians_ms=medians,
+                    round_samples=[len(v) for v in visits],
+                )
+            )
+    return rows
+
+
+def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_run(tmp_path):
+    """Identical code, run B on a machine 15% slower throughout: as measured every cell is a regression;
+    relative to naive (--control), none is, and naive itself, compared as measured, never fails the gate.
+    A real 10% slowdown of sdpa on top of it is still caught, cell by cell."""
+    gate = parse_threshold("median:5%")
+    a, b = _pair(tmp_path, _drifting_rounds(1.0, 1), _drifting_rounds(1.15, 2))
+    assert len(compare_runs(a, b, threshold=gate).regressions) >= 6
+    cmp = compare_runs(a, b, threshold=gate, control_variant="naive")
+    assert cmp.regressions.empty
+    sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
+    assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.02)
+    assert sdpa["control_ratio"].to_numpy() == pytest.approx(1.15, abs=0.1)
+    naive = cmp.cells[cmp.cells["variant"] == "naive"]
+    assert (
+        naive["control_ratio"].isna().all()
+        and (naive["why"] == "the control (its change is the machine's)").all()
+    )
+    report = text_report(cmp)
+    assert "Relative to the control variant naive" in report and "geometric mean" in report
+
+    planted = _pair(tmp_path / "planted", _drifting_rounds(1.0, 1), _drifting_rounds(1.15, 2, {"sdpa": 1.10}))
+    caught = compare_runs(*planted, threshold=gate, control_variant="naive")
+    assert sorted(caught.regressions["variant"]) == ["sdpa"] * 4
+    assert (caught.regressions["ratio"] > 1.07).all()
+
+
+def test_a_control_without_a_cell_of_a_shape_leaves_that_cell_as_measured(tmp_path):
+    rows_a, rows_b = _rows(), _rows(1.10, shuffle=True, naive_2048="oom")
+    cmp = compare_runs(*_pair(tmp_path, rows_a, rows_b), control_variant="naive")
+    at = cmp.cells.set_index(["variant", "seq_len"])
+    assert at.loc[("sdpa", 1024), "ratio"] == pytest.approx(1.0, rel=1e-6)
+    assert at.loc[("sdpa", 2048), "ratio"] == pytest.approx(1.10, rel=1e-6)
+    assert "no ok naive cell of this shape in both runs" in at.loc[("sdpa", 2048), "why"]
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"control_variant": "flex"}, "--control 'flex' is not a variant of run A (it has: naive, sdpa)"),
+        ({"control_variant": "naive", "normalize": "calibration"}, "--control and --normalize"),
+    ],
+)
+def test_a_control_that_is_not_in_both_runs_is_refused(tmp_path, kw, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compare_runs(*_pair(tmp_path, _rows(), _rows()), **kw)
+
+
+def test_cli_compare_control(tmp_path):
+    a, b = _pair(tmp_path, _rows(), _rows(1.3, shuffle=True))
+    as_measured = run_cli(
+        "compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(tmp_path / "o1")
+    )
+    assert as_measured.returncode == 1
+    relative = run_cli(
+        "compare",
+        str(a),
+        str(b),
+        "--fail-above",
+        "median:5%",
+        "--control",
+        "naive",
+        "--out",
+        str(tmp_path / "o2"),
+    )
+    assert relative.returncode == 0, relative.stdout + relative.stderr
+    bad = run_cli("compare", str(a), str(b), "--control", "nope", "--out", str(tmp_path / "o3"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--control 'nope'" in bad.stderr
+    assert not (tmp_path / "o3").exists()

@@ -1,0 +1,78 @@
+"""`attnbench compare --control VARIANT`: run B against run A relative to a variant whose code is the same in
+both, so that what moved every cell alike (the machine between the two runs) is taken out of the verdicts.
+
+Two runs of the same code on a shared machine differ as wholes: on the 2-core reference VM whole runs took
+9.5 to 13.8 s, and every cell of the slow one was slower. No interval inside either run can see that, so a
+gate on identical code fails (benchmarks/false_alarm.py). A control variant measured in both runs at every
+shape shows it: its ratio B/A at a shape is the machine's change at that shape. Each other variant's times
+in B are divided by it (B's median and samples times median(control, A) / median(control, B)); where both
+runs measured the cells in rounds or processes (3 or more a side, the same count for the variant and the
+control), each visit's (or process's) median is taken over the control's median of the same visit, which
+was measured seconds before or after it, so the interval also leaves out the drift within each run.
+
+What it cannot see is a change of the control's own speed: the control's cells are compared as measured and
+never fail the gate (a slower control is the machine's, or shared code's, and every other verdict has been
+divided by it). A cell whose control is not ok in both runs is compared as measured, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .tables import present
+
+CONTROL_RULE = (
+    "Relative to the control variant {control}: its B/A at each shape (its code is the same in both runs, "
+    "so its change is the machine's) divides the other variants' B times; with 3 or more visit (or "
+    "process) medians a side, each is taken over the control's of the same visit, measured seconds apart. "
+    "The control's own cells are shown as measured and never fail the gate."
+)
+
+
+def shape_key(r: Any, axes: list[str]) -> tuple:
+    """A paired cell's axes but its variant: the shape the control is looked up at."""
+    return tuple(r[x] for x in axes if x != "variant")
+
+
+def index(paired, axes: list[str], control: str) -> dict[tuple, Any]:
+    """The control's paired rows by shape (compare._paired's rows: A's columns _a, B's _b)."""
+    rows = paired[paired["variant"] == control]
+    return {shape_key(r, axes): r for _, r in rows.iterrows()}
+
+
+def usable(c: Any) -> bool:
+    """Whether a control cell is ok in both runs with a positive median on each side."""
+    if c is None or c["status_a"] != "ok" or c["status_b"] != "ok":
+        return False
+    if not (present(c["time_ms_median_a"]) and present(c["time_ms_median_b"])):
+        return False
+    return float(c["time_ms_median_a"]) > 0 and float(c["time_ms_median_b"]) > 0
+
+
+def factor(c: Any) -> float:
+    """What B's times are multiplied by: median(control, A) / median(control, B) (NaN without one)."""
+    return float(c["time_ms_median_a"]) / float(c["time_ms_median_b"]) if usable(c) else math.nan
+
+
+def per_visit(values: list[float], control_values: list[float]) -> list[float] | None:
+    """Each visit's (or process's) median over the control's of the same visit; None where the counts
+    differ or a value is not positive (the scalar factor is used then)."""
+    if len(values) != len(control_values) or not values:
+        return None
+    if min(values) <= 0 or min(control_values) <= 0:
+        return None
+    return [v / c for v, c in zip(values, control_values, strict=True)]
+
+
+def check(control: str | None, normalize: str | None, a, b) -> None:
+    """ValueError (one line) unless the control is a variant of both runs, and not with --normalize."""
+    if control is None:
+        return
+    if normalize:
+        raise ValueError("--control and --normalize both rescale B's times: choose one")
+    for side, df in (("A", a), ("B", b)):
+        names = set(df["variant"].dropna().astype(str))
+        if control not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise ValueError(f"--control {control!r} is not a variant of run {side} (it has: {known})")
