@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         + f"; attnbench compare A B --fail-above {args.fail_above}"
         + (f" [--control {args.control}]" if args.control else ""),
         "machine": {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count()},
+        "commit": _git_head(),
         "shared_machine": "measured on a shared machine: other jobs ran beside these runs (load average "
         "below, from /proc/loadavg: 1, 5 and 15 min)",
         "loadavg_before": before,
@@ -261,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def _git_head() -> str:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
 def table(result: dict) -> str:
