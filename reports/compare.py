@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,7 @@ def _paired(a, b, axes: list[str]):
     cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
     cols.append("process_medians_ms")  # --processes K: each worker process's median; [] in older runs
     cols.append("round_medians_ms")  # --rounds R: each visit's median, the visits spread over the run
+    cols.append("round_samples")  # --rounds R: how many of samples_ms each visit took ([] in older runs)
     cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
@@ -232,14 +234,16 @@ def _measured(r, axes: list[str], device_a: str, device_b: str) -> dict[str, Any
     }
 
 
-def _gate(r, rules: _Rules, diff, sa: list[float], sb: list[float], median_b: float) -> tuple[bool, str]:
+def _gate(
+    r, rules: _Rules, diff, sa: list[float], sb: list[float], median_a: float, median_b: float
+) -> tuple[bool, str]:
     """(regression, why). The gate acts only on a significant slowdown (verdict 'slower') beyond the
     threshold: a cell whose samples cannot tell (ambiguous, or fewer than 3 samples) never fails a build.
     A cell ok in A and broken in B (BROKEN) is a regression too."""
     threshold = rules.threshold
     regression, why = False, ""
     if threshold is not None and diff is not None and diff.verdict == "slower":
-        va = stat_value(sa, r["time_ms_median_a"], threshold.stat)
+        va = stat_value(sa, median_a, threshold.stat)
         vb = stat_value(sb, median_b, threshold.stat)
         if threshold.exceeded(va, vb):
             regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
@@ -280,18 +284,24 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         ok = ok and math.isfinite(scale)
         sb = [s * scale for s in sb] if math.isfinite(scale) else sb
         pb = [s * scale for s in pb] if math.isfinite(scale) else pb
+    median_a = float(r["time_ms_median_a"]) if ok else math.nan
+    median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
     is_control = rules.control is not None and r["variant"] == rules.control
     control_ratio = math.nan
-    if rules.control is not None and not is_control and control.usable(ctrl):
+    if ok and rules.control is not None and not is_control and control.usable(ctrl):
         scale = control.factor(ctrl)
         control_ratio = 1.0 / scale
-        sb = [s * scale for s in sb]
-        ca, cb = _control_medians(ctrl, basis)
-        ra, rb = control.per_visit(pa, ca), control.per_visit(pb, cb)
-        # each visit over the control's of the same visit where both have them, else the whole-run factor
-        pa, pb = (ra, rb) if ra is not None and rb is not None else (pa, [s * scale for s in pb])
-    median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
-    ratio = median_b / float(r["time_ms_median_a"]) if ok else math.nan
+        visits = control.by_visit(r, ctrl) if basis == "rounds" else None
+        if visits is not None:  # every visit in the control's A units, by the control's same visit
+            sa, sb, pa, pb = visits
+            median_a, median_b = statistics.median(sa), statistics.median(sb)
+        else:  # B in A's units by the whole-run factor; process medians over the control's same process
+            sb = [s * scale for s in sb]
+            median_b = float(r["time_ms_median_b"]) * scale
+            ca, cb = _samples(ctrl["process_medians_ms_a"]), _samples(ctrl["process_medians_ms_b"])
+            ra, rb = control.per_visit(pa, ca), control.per_visit(pb, cb)
+            pa, pb = (ra, rb) if ra is not None and rb is not None else (pa, [s * scale for s in pb])
+    ratio = median_b / median_a if ok else math.nan
     by_processes = len(pa) >= MIN_PROCESSES and len(pb) >= MIN_PROCESSES
     judge = process_difference if by_processes else difference
     a_values, b_values = (pa, pb) if by_processes else (sa, sb)
@@ -300,7 +310,7 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
     )
     p = diff.p_value if diff else math.nan
     significant = (p < rules.alpha) if math.isfinite(p) else None
-    regression, why = _gate(r, rules, diff, sa, sb, median_b)
+    regression, why = _gate(r, rules, diff, sa, sb, median_a, median_b)
     if is_control:
         regression, why = False, "the control (its change is the machine's)"
     elif rules.control is not None and not math.isfinite(control_ratio):
@@ -326,12 +336,6 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         "regression": regression,
         "why": why,
     }
-
-
-def _control_medians(ctrl: Any, basis: str) -> tuple[list[float], list[float]]:
-    """The control cell's process (or, basis 'rounds', visit) medians on each side."""
-    column = "round_medians_ms" if basis == "rounds" else "process_medians_ms"
-    return _samples(ctrl[f"{column}_a"]), _samples(ctrl[f"{column}_b"])
 
 
 def _per_variant(cells):

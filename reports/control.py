@@ -5,10 +5,12 @@ Two runs of the same code on a shared machine differ as wholes: on the 2-core re
 9.5 to 13.8 s, and every cell of the slow one was slower. No interval inside either run can see that, so a
 gate on identical code fails (benchmarks/false_alarm.py). A control variant measured in both runs at every
 shape shows it: its ratio B/A at a shape is the machine's change at that shape. Each other variant's times
-in B are divided by it (B's median and samples times median(control, A) / median(control, B)); where both
-runs measured the cells in rounds or processes (3 or more a side, the same count for the variant and the
-control), each visit's (or process's) median is taken over the control's median of the same visit, which
-was measured seconds before or after it, so the interval also leaves out the drift within each run.
+in B are divided by it (B's median and samples times median(control, A) / median(control, B)). Where both
+runs measured the cells in 3 or more rounds, every visit is put in the control's A units by the control's
+visit of the same round, measured seconds before or after it (by_visit: its samples and median times
+median(control, A) / that visit's control median, on both sides), and the ratio, interval and gate are
+computed from those, so they also leave out the drift within each run; with process medians (--processes)
+each is taken over the control's of the same process for the interval, and the ratio is the scaled one.
 
 What it cannot see is a change of the control's own speed: the control's cells are compared as measured and
 never fail the gate (a slower control is the machine's, or shared code's, and every other verdict has been
@@ -24,8 +26,10 @@ from .tables import present
 
 CONTROL_RULE = (
     "Relative to the control variant {control}: its B/A at each shape (its code is the same in both runs, "
-    "so its change is the machine's) divides the other variants' B times; with 3 or more visit (or "
-    "process) medians a side, each is taken over the control's of the same visit, measured seconds apart. "
+    "so its change is the machine's) divides the other variants' B times; in runs made in 3 or more "
+    "rounds, each visit is divided by the control's visit of the same round (measured seconds apart) on "
+    "both sides, and the ratio, interval and gate come from those; with process medians, each is taken "
+    "over the control's of the same process. "
     "The control's own cells are shown as measured and never fail the gate."
 )
 
@@ -53,6 +57,38 @@ def usable(c: Any) -> bool:
 def factor(c: Any) -> float:
     """What B's times are multiplied by: median(control, A) / median(control, B) (NaN without one)."""
     return float(c["time_ms_median_a"]) / float(c["time_ms_median_b"]) if usable(c) else math.nan
+
+
+def by_visit(r: Any, c: Any, fewest: int = 3) -> tuple[list, list, list, list] | None:
+    """A cell of two runs in rounds, each visit in the control's A units (its samples and median times
+    median(control, A) / the control's median of the same visit, in its own run): (samples A, samples B,
+    visit medians A, visit medians B). None unless both sides have `fewest` or more visits with their
+    sample counts (round_samples), as many as the control's, and every median positive."""
+    ref = float(c["time_ms_median_a"])
+    out = []
+    for side in ("a", "b"):
+        samples, medians = _floats(r[f"samples_ms_{side}"]), _floats(r[f"round_medians_ms_{side}"])
+        counts, controls = _floats(r[f"round_samples_{side}"]), _floats(c[f"round_medians_ms_{side}"])
+        k = len(medians)
+        if k < fewest or len(counts) != k or len(controls) != k or sum(counts) != len(samples):
+            return None
+        if min(medians) <= 0 or min(controls) <= 0:
+            return None
+        factors = [ref / m for m in controls]
+        scaled, start = [], 0
+        for n, f in zip(counts, factors, strict=True):
+            scaled += [s * f for s in samples[start : start + int(n)]]
+            start += int(n)
+        out.append((scaled, [m * f for m, f in zip(medians, factors, strict=True)]))
+    (sa, pa), (sb, pb) = out
+    return sa, sb, pa, pb
+
+
+def _floats(x: Any) -> list[float]:
+    try:
+        return [float(v) for v in x] if x is not None and not isinstance(x, str) else []
+    except (TypeError, ValueError):
+        return []
 
 
 def per_visit(values: list[float], control_values: list[float]) -> list[float] | None:

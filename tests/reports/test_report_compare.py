@@ -504,6 +504,9 @@ def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_r
     caught = compare_runs(*planted, threshold=gate, control_variant="naive")
     assert sorted(caught.regressions["variant"]) == ["sdpa"] * 4
     assert (caught.regressions["ratio"] > 1.07).all()
+    # the ratio, its interval and the gate come from the same visits, each over its round's control visit
+    judged = caught.regressions
+    assert ((judged["ratio_ci_low"] <= judged["ratio"]) & (judged["ratio"] <= judged["ratio_ci_high"])).all()
 
 
 def test_a_control_without_a_cell_of_a_shape_leaves_that_cell_as_measured(tmp_path):
