@@ -21,8 +21,7 @@ that variant (`attnbench compare --control`, reports.control): its change betwee
 machine's, so a run that was slower as a whole is not taken for slower code.
 
 The JSON records every pair's verdict counts and regressions, the power comparisons, /proc/loadavg before
-and after, and says that the machine was shared (other jobs ran beside it): figures are as measured, never
-edited.
+and after (how busy the machine was), and the commit: figures are as measured, never edited.
 """
 
 from __future__ import annotations
@@ -248,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         + (f" [--control {args.control}]" if args.control else ""),
         "machine": {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count()},
         "commit": _git_head(),
-        "shared_machine": "measured on a shared machine: other jobs ran beside these runs (load average "
-        "below, from /proc/loadavg: 1, 5 and 15 min)",
+        "shared_machine": "how busy the machine was: the load average below, from /proc/loadavg (1, 5 and "
+        "15 min); a shared machine's other jobs are in it",
         "loadavg_before": before,
         "loadavg_after": after,
         "started": started.isoformat(timespec="seconds"),
