@@ -610,6 +610,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             alpha=args.alpha,
             normalize=args.normalize,
             control_variant=args.control,
+            variant_a=args.variant_a,
+            variant_b=args.variant_b,
         )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -653,6 +655,14 @@ def _add_compare(sub) -> None:
         "change at the same shape (visit by visit in runs made in rounds), so that a machine that ran "
         "slower through all of B is not taken for slower code; its own cells never fail the gate",
     )
+    p.add_argument(
+        "--variant-a",
+        metavar="VARIANT",
+        help="compare this variant of RUN_A with --variant-b's of RUN_B (RUN_B may be RUN_A: an A/B in one "
+        "run, e.g. the old and new code of a kernel registered under two names; made in rounds, each "
+        "round's two visits are paired)",
+    )
+    p.add_argument("--variant-b", metavar="VARIANT", help="the variant of RUN_B compared (with --variant-a)")
     p.add_argument(
         "--out", metavar="DIR", help="where to write the plot and page (default: reports/out/compare-A-vs-B)"
     )

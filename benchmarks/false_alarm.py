@@ -20,6 +20,12 @@ With --control VARIANT (e.g. naive) every comparison is judged a second time fro
 that variant (`attnbench compare --control`, reports.control): its change between two runs is the
 machine's, so a run that was slower as a whole is not taken for slower code.
 
+With --in-run every run also measures `chunked_twin` (chunked under another name) and `chunked_planted`
+beside chunked, visited one after another in each round, and each run's A/B is judged on its own
+(`attnbench compare RUN RUN --variant-a chunked --variant-b chunked_twin`, then `chunked_planted`): each
+round's two visits paired (stats.PAIRED_RULE). False alarms: twin runs failing the gate (target 0); power:
+planted runs caught (target all).
+
 The JSON records every pair's verdict counts and regressions, the power comparisons, /proc/loadavg before
 and after (how busy the machine was), and the commit: figures are as measured, never edited.
 """
@@ -70,6 +76,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="also judge every pair relative to this variant (compare --control), from the same runs",
     )
     p.add_argument("--run-arg", action="append", default=[], help="one more `attnbench run` argument")
+    p.add_argument(
+        "--in-run",
+        action="store_true",
+        help="also measure chunked_twin and chunked_planted in every run and judge each run's A/B "
+        "(compare RUN RUN --variant-a chunked --variant-b chunked_twin, and chunked_planted)",
+    )
     p.add_argument("--work", help="where the runs go (default: a temporary directory, removed after)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="the JSON written")
     args = p.parse_args(argv)
@@ -155,10 +167,22 @@ def judge(a: Path, b: Path, args: argparse.Namespace) -> dict:
     return out
 
 
-def _judged(a: Path, b: Path, args: argparse.Namespace, control: str | None) -> dict:
+def in_run(run: Path, args: argparse.Namespace) -> dict:
+    """A run's A/B: chunked_twin (identical code) and chunked_planted each against chunked, in one run."""
+    return {
+        "run": run.name,
+        "twin": _judged(run, run, args, None, ("chunked", "chunked_twin")),
+        "planted": _judged(run, run, args, None, ("chunked", "chunked_planted")),
+    }
+
+
+def _judged(
+    a: Path, b: Path, args: argparse.Namespace, control: str | None, pick: tuple[str, str] | None = None
+) -> dict:
     from attnbench.reports.compare import compare_runs
 
-    cmp = compare_runs(a, b, threshold=args.threshold, control_variant=control)
+    va, vb = pick or (None, None)
+    cmp = compare_runs(a, b, threshold=args.threshold, control_variant=control, variant_a=va, variant_b=vb)
     cells = cmp.cells
     return {
         "a": a.name,
@@ -196,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):  # the settings interleaved: the machine's load falls on both alike
             for k in args.processes:
                 out = work / f"p{k}-run{i + 1}"
-                walls[k].append(round(attnbench_run(out, args, k, args.variants), 1))
+                what = [args.variants, []]
+                if args.in_run:  # the A/B's two rivals of chunked, visited in the same rounds
+                    what = [f"{args.variants},chunked_twin,chunked_planted", ["--variant-file", str(PLANTED)]]
+                walls[k].append(round(attnbench_run(out, args, k, *what), 1))
                 runs[k].append(out)
                 print(f"run {i + 1}/{args.runs} --processes {k}: {walls[k][-1]} s", file=sys.stderr)
         planted: dict[int, Path] = {}
@@ -212,9 +239,24 @@ def main(argv: list[str] | None = None) -> int:
         for k in args.processes:
             pairs = [judge(a, b, args) for a, b in itertools.combinations(runs[k], 2)]
             power = [judge(a, planted[k], args) for a in runs[k]]
+            ab = [in_run(run, args) for run in runs[k]] if args.in_run else []
             settings[f"processes_{k}"] = {
                 "processes": k,
                 "run_wall_s": walls[k],
+                **(
+                    {
+                        "in_run": {
+                            "how": "compare RUN RUN --variant-a chunked --variant-b chunked_twin (identical "
+                            "code) and chunked_planted, each run's rounds paired",
+                            "runs": len(ab),
+                            "false_alarms": sum(x["twin"]["failed"] for x in ab),
+                            "caught": sum(x["planted"]["failed"] for x in ab),
+                            "results": ab,
+                        }
+                    }
+                    if args.in_run
+                    else {}
+                ),
                 "pairs": len(pairs),
                 "false_alarms": sum(p["failed"] for p in pairs),
                 **(
@@ -276,6 +318,12 @@ def table(result: dict) -> str:
             f"{s['processes']:>9}  {s['pairs']:>5}  {s['false_alarms']:>12}  "
             f"{power['caught']:>10} of {power['comparisons']:<5}"
         )
+        if "in_run" in s:
+            x = s["in_run"]
+            lines.append(
+                f"{'':>9}  {x['runs']:>5}  {x['false_alarms']:>12}  {x['caught']:>10} of {x['runs']:<5}  "
+                "A/B in one run (twin, planted)"
+            )
         if "control" in s:
             lines.append(
                 f"{'':>9}  {'':>5}  {s['false_alarms_with_control']:>12}  "

@@ -7,7 +7,9 @@ the machine's speed at that moment. An earlier plant ran chunked again on a tent
 pairs: a tenth of the FLOPs, but chunked's time is a staircase in key blocks of 512 and its per-block cost
 does not shrink with the heads, so it measured 1.39-1.49x, not a 10% slowdown. Its answer is chunked's, so
 the float64 gate passes; false_alarm.py relabels its rows `chunked` so that compare pairs them with a run
-of the real chunked.
+of the real chunked. `chunked_twin` is the same wrapper without the spin: chunked's code under another
+name, for an A/B in one run (false_alarm.py --in-run: twin against chunked must never fail the gate,
+planted against chunked must).
 """
 
 import time
@@ -26,6 +28,20 @@ def chunked_planted(q, k, v, **kw):
     t0 = time.perf_counter()
     out = variants.get("chunked").fn(q, k, v, **kw)
     end = time.perf_counter() + PLANTED * (time.perf_counter() - t0)
+    while time.perf_counter() < end:
+        pass
+    return out
+
+
+@variants.register(
+    "chunked_twin",
+    description="chunked through the same wrapper as chunked_planted, without the spin (identical code)",
+    default=False,
+)
+def chunked_twin(q, k, v, **kw):
+    t0 = time.perf_counter()
+    out = variants.get("chunked").fn(q, k, v, **kw)
+    end = time.perf_counter() + 0.0 * (time.perf_counter() - t0)
     while time.perf_counter() < end:
         pass
     return out

@@ -17,12 +17,14 @@ from . import calibration, control
 from . import page as pg
 from .stats import (  # noqa: F401
     MIN_PROCESSES,
+    PAIRED_RULE,
     PROCESS_RULE,
     SAME_TOLERANCE,
     VERDICT_RULE,
     VERDICTS,
     difference,
     mann_whitney,
+    paired_difference,
     process_difference,
 )
 from .tables import axis_value, present, varying
@@ -215,6 +217,7 @@ class _Rules:
     meta_a: dict[str, Any]
     meta_b: dict[str, Any]
     control: str | None = None  # --control VARIANT (reports.control)
+    paired: bool = False  # one run's two variants (--variant-a/-b): visits paired by round
 
 
 def _measured(r, axes: list[str], device_a: str, device_b: str) -> dict[str, Any]:
@@ -304,6 +307,13 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
     ratio = median_b / median_a if ok else math.nan
     by_processes = len(pa) >= MIN_PROCESSES and len(pb) >= MIN_PROCESSES
     judge = process_difference if by_processes else difference
+    if ok and rules.paired and basis == "rounds" and by_processes and len(pa) == len(pb) and min(pa + pb) > 0:
+        # one run's two variants: visit i of each made in round i, seconds apart (stats.PAIRED_RULE); the
+        # ratio and the gate's medians are the visits' geometric means, as the interval's
+        judge, basis = paired_difference, "paired rounds"
+        median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
+        median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
+        ratio = median_b / median_a
     a_values, b_values = (pa, pb) if by_processes else (sa, sb)
     diff = (
         judge(a_values, b_values, ratio=ratio, tolerance=rules.tolerance, alpha=rules.alpha) if ok else None
@@ -338,6 +348,34 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
     }
 
 
+def _same_run(run_a: str | Path, run_b: str | Path) -> bool:
+    return Path(run_a).resolve() == Path(run_b).resolve()
+
+
+def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant: str | None, same: bool):
+    """--variant-a/--variant-b: A's rows of variant_a (labelled variant_b, so that cells pair) and B's of
+    variant_b; ValueError (one line) for one without the other, with --control, a variant a run lacks,
+    or a variant compared with itself in one run."""
+    if variant_a is None and variant_b is None:
+        return a, b
+    if variant_a is None or variant_b is None:
+        raise ValueError("--variant-a and --variant-b go together: name the variant of each run compared")
+    if control_variant is not None:
+        raise ValueError("--variant-a/--variant-b compare one variant with another: --control does not apply")
+    if same and variant_a == variant_b:
+        raise ValueError(f"--variant-a and --variant-b are both {variant_a!r} in one run: nothing to compare")
+    for side, df, name in (("A", a, variant_a), ("B", b, variant_b)):
+        names = set(df["variant"].dropna().astype(str))
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise ValueError(
+                f"--variant-{side.lower()} {name!r} is not a variant of run {side} (it has: {known})"
+            )
+    a = a[a["variant"] == variant_a].copy()
+    a["variant"] = variant_b
+    return a, b[b["variant"] == variant_b]
+
+
 def _per_variant(cells):
     """Per variant: the geometric mean of B/A over the cells ok in both, the cells per verdict, and how
     many cells changed status."""
@@ -367,10 +405,14 @@ def compare_runs(
     alpha: float = DEFAULT_ALPHA,
     normalize: str | None = None,
     control_variant: str | None = None,
+    variant_a: str | None = None,
+    variant_b: str | None = None,
 ):
     """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
     runs share no cell. normalize='calibration' rescales B's times to A's machine (reports.calibration);
-    control_variant judges the others relative to that variant's change (reports.control)."""
+    control_variant judges the others relative to that variant's change (reports.control); variant_a and
+    variant_b compare one variant of run B with another of run A (the same run: an A/B in one run, its
+    visits paired by round where it was made in rounds, stats.PAIRED_RULE)."""
     import pandas as pd
 
     from attnbench import results
@@ -379,8 +421,11 @@ def compare_runs(
     meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
     groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
     a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
+    a, b = _picked(a, b, variant_a, variant_b, control_variant, same=_same_run(run_a, run_b))
     split = any(g.label for g in groups_a + groups_b)
     axes, how = _cell_axes(a, b, split)
+    if variant_a is not None:
+        how += f"; {variant_b} in B against {variant_a} in A"
     # 'same' means within the gate's own tolerance when it is relative, else within 2%
     tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
     _check_normalize(normalize, meta_a, meta_b)
@@ -388,7 +433,8 @@ def compare_runs(
     m = _paired(a, b, axes)
     if m.empty:
         raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
-    rules = _Rules(threshold, alpha, tolerance, normalize, meta_a, meta_b, control_variant)
+    paired = variant_a is not None and _same_run(run_a, run_b)
+    rules = _Rules(threshold, alpha, tolerance, normalize, meta_a, meta_b, control_variant, paired)
     controls = control.index(m, axes, control_variant) if control_variant else {}
     cells = pd.DataFrame(
         [_cell_record(r, axes, rules, controls.get(control.shape_key(r, axes))) for _, r in m.iterrows()]
@@ -503,6 +549,11 @@ def verdict_rule(cmp: Comparison) -> str:
         )
         + " "
         + PROCESS_RULE
+        + (
+            " " + PAIRED_RULE
+            if "basis" in cmp.cells and (cmp.cells["basis"] == "paired rounds").any()
+            else ""
+        )
     )
 
 

@@ -210,6 +210,50 @@ def welch_log_ratio(a, b, level: float = 0.95) -> tuple[float, float, float]:
     return math.exp(float(ci.low)), math.exp(float(ci.high)), float(res.pvalue)
 
 
+PAIRED_RULE = (
+    "Where both variants were measured in the same run in 3 or more rounds (compare RUN RUN --variant-a A "
+    "--variant-b B), each round's visit of B is paired with the same round's visit of A, made seconds "
+    "apart: the CI of B/A is the paired t-interval of the mean log ratio of the visit medians, "
+    "exponentiated, and p is the same paired t-test, so that the machine's drift, which falls on both "
+    "visits of a round alike, leaves the verdict."
+)
+
+
+def paired_log_ratio(a, b, level: float = 0.95) -> tuple[float, float, float]:
+    """(CI low, CI high, two-sided p) for B/A from paired visit medians (a[i] and b[i] made in one round):
+    the paired t on log(b[i]) - log(a[i]) (scipy.stats.ttest_rel); (NaN, NaN, NaN) with fewer than
+    MIN_PROCESSES pairs or unequal counts; no spread in the log ratios: a point interval, p 1 when they
+    are all 0 and 0 otherwise."""
+    a, b = _clean(a), _clean(b)
+    if len(a) != len(b) or len(a) < MIN_PROCESSES or min(a + b) <= 0:
+        return math.nan, math.nan, math.nan
+    import numpy as np
+    from scipy.stats import ttest_rel
+
+    d = np.log(b) - np.log(a)
+    if d.var() == 0:
+        m = float(d.mean())
+        return math.exp(m), math.exp(m), 1.0 if m == 0 else 0.0
+    res = ttest_rel(np.log(b), np.log(a))
+    ci = res.confidence_interval(level)
+    return math.exp(float(ci.low)), math.exp(float(ci.high)), float(res.pvalue)
+
+
+def paired_difference(
+    a, b, *, ratio: float | None = None, tolerance: float = SAME_TOLERANCE, alpha: float = ALPHA
+) -> Difference:
+    """B against A on visit medians paired by round (PAIRED_RULE): paired_log_ratio's CI and p, Cliff's
+    delta over the visit medians, the same verdict rule; ratio defaults to the geometric mean of the
+    visits' ratios."""
+    ca, cb = _clean(a), _clean(b)
+    lo, hi, p = paired_log_ratio(ca, cb)
+    if ratio is None and len(ca) == len(cb) and ca and min(ca + cb) > 0:
+        ratio = math.exp(sum(math.log(y / x) for x, y in zip(ca, cb, strict=True)) / len(ca))
+    delta = u_test(ca, cb)[1]
+    ratio = math.nan if ratio is None else ratio
+    return Difference(ratio, lo, hi, p, delta, verdict(p, lo, hi, tolerance=tolerance, alpha=alpha))
+
+
 def process_difference(
     a, b, *, ratio: float | None = None, tolerance: float = SAME_TOLERANCE, alpha: float = ALPHA
 ) -> Difference:

@@ -551,3 +551,77 @@ def test_cli_compare_control(tmp_path):
     bad = run_cli("compare", str(a), str(b), "--control", "nope", "--out", str(tmp_path / "o3"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--control 'nope'" in bad.stderr
     assert not (tmp_path / "o3").exists()
+
+
+def _one_run_in_rounds(slowdowns: dict[str, float], seed: int, rounds: int = 6):
+    """One run in `rounds` rounds whose machine swung by ±20% from round to round (every variant of a
+    round, visited seconds apart, alike) with ±1% of each visit's own: variant -> its slowdown."""
+    rng = random.Random(seed)
+    swing = {n: [1 + rng.uniform(-0.2, 0.2) for _ in range(rounds)] for n in SEQ}
+    rows = []
+    for variant, slow in slowdowns.items():
+        for n in SEQ:
+            medians = [(n / 256) ** 2 * f * slow * (1 + rng.uniform(-0.01, 0.01)) for f in swing[n]]
+            visits = [synthetic.samples(m, n=4, spread=0.01, seed=seed + i) for i, m in enumerate(medians)]
+            rows.append(
+                synthetic.cell(
+                    variant,
+                    n,
+                    sample_ms=[s for v in visits for s in v],
+                    round_medians_ms=medians,
+                    round_samples=[len(v) for v in visits],
+                )
+            )
+    return rows
+
+
+def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
+    """compare RUN RUN --variant-a chunked --variant-b X: each round's visit of X against the same round's
+    of chunked (a paired t on their log ratios), so a ±20% swing of the machine between rounds neither
+    hides a 10% slowdown nor cries wolf on a twin of the same code; unpaired, the same visits tell nothing."""
+    gate = parse_threshold("median:5%")
+    for seed in range(5):
+        run = synthetic.write_run(
+            tmp_path / str(seed),
+            _one_run_in_rounds({"chunked": 1.0, "chunked_twin": 1.0, "chunked_planted": 1.10}, seed),
+            run_id=f"ab-{seed}",
+        )
+        twin = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_twin")
+        assert twin.regressions.empty and set(twin.cells["basis"]) == {"paired rounds"}
+        assert (
+            set(twin.cells["variant"]) == {"chunked_twin"}
+            and "chunked_twin in B against chunked in A" in twin.match
+        )
+        planted = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
+        assert len(planted.regressions) == len(SEQ), planted.cells[["seq_len", "ratio", "ratio_ci_low"]]
+        assert planted.cells["ratio"].to_numpy() == pytest.approx(1.10, abs=0.02)
+        assert "paired t-interval" in verdict_rule(planted)
+    # two runs' rounds met different moments: not paired, Welch on the visits (basis 'rounds')
+    other = synthetic.write_run(tmp_path / "other", _one_run_in_rounds({"chunked_planted": 1.10}, 99))
+    across = compare_runs(run, other, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
+    assert set(across.cells["basis"]) == {"rounds"} and "paired t-interval" not in verdict_rule(across)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"variant_a": "naive"}, "--variant-a and --variant-b go together"),
+        ({"variant_a": "naive", "variant_b": "naive"}, "are both 'naive' in one run"),
+        ({"variant_a": "naive", "variant_b": "flex"}, "--variant-b 'flex' is not a variant of run B"),
+        ({"variant_a": "naive", "variant_b": "sdpa", "control_variant": "naive"}, "--control does not apply"),
+    ],
+)
+def test_an_ab_that_cannot_be_made_is_refused(tmp_path, kw, message):
+    run = synthetic.write_run(tmp_path / "run", _rows())
+    with pytest.raises(ValueError, match=message):
+        compare_runs(run, run, **kw)
+
+
+def test_cli_compare_ab_in_one_run(tmp_path):
+    rows = _one_run_in_rounds({"chunked": 1.0, "chunked_twin": 1.0, "chunked_planted": 1.10}, 7)
+    run = str(synthetic.write_run(tmp_path / "run", rows))
+    args = ("compare", run, run, "--fail-above", "median:5%", "--variant-a", "chunked")
+    assert run_cli(*args, "--variant-b", "chunked_twin", "--out", str(tmp_path / "o1")).returncode == 0
+    assert run_cli(*args, "--variant-b", "chunked_planted", "--out", str(tmp_path / "o2")).returncode == 1
+    bad = run_cli("compare", run, run, "--variant-a", "chunked", "--out", str(tmp_path / "o3"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "o3").exists()
