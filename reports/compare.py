@@ -348,6 +348,43 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
     }
 
 
+GATE_FAMILY_RULE = (
+    "The gate fails a slower cell only where its p, Holm-adjusted over every cell this comparison judged "
+    "(p_holm), is below alpha as well: a gate fails the build when any cell fails, so each cell's own 5% "
+    "would add up over a sweep's cells; Holm's step-down keeps the chance that identical code fails "
+    "anywhere at alpha. A cell ok in A and broken in B fails it whatever the statistics."
+)
+
+
+def _family_wise(cells, alpha: float):
+    """cells with `p_holm` (Holm's step-down adjusted p over every judged cell: p_(i) times (m - i + 1),
+    made monotone, at most 1) and the gate's slowdowns kept only where p_holm < alpha (GATE_FAMILY_RULE);
+    a status change (ok -> broken) stays a regression."""
+    import numpy as np
+
+    p = cells["p_value"].to_numpy(dtype=float)
+    finite = np.isfinite(p)
+    adjusted = np.full(len(p), np.nan)
+    if finite.any():
+        order = np.argsort(p[finite], kind="stable")
+        ps = p[finite][order]
+        m = len(ps)
+        steps = np.maximum.accumulate(np.minimum(1.0, ps * (m - np.arange(m))))
+        values = np.empty(m)
+        values[order] = steps
+        adjusted[finite] = values
+    cells = cells.copy()
+    cells["p_holm"] = adjusted
+    slowdown = cells["regression"].astype(bool) & ~cells["why"].astype(str).str.startswith("status ")
+    weak = slowdown & ~(cells["p_holm"] < alpha)
+    cells.loc[weak, "regression"] = False
+    cells.loc[weak, "why"] = [
+        f"not over the family: p {pv:.2g}, Holm-adjusted {ph:.2g} over {int(finite.sum())} cells"
+        for pv, ph in zip(cells.loc[weak, "p_value"], cells.loc[weak, "p_holm"], strict=True)
+    ]
+    return cells
+
+
 def _same_run(run_a: str | Path, run_b: str | Path) -> bool:
     return Path(run_a).resolve() == Path(run_b).resolve()
 
@@ -439,6 +476,7 @@ def compare_runs(
     cells = pd.DataFrame(
         [_cell_record(r, axes, rules, controls.get(control.shape_key(r, axes))) for _, r in m.iterrows()]
     )
+    cells = _family_wise(cells, alpha)
     # which device groups met, in the order of the pairs (before the cells are sorted for the tables)
     of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
     pairs = [(of_a[wa], of_b[wb]) for wa, wb in zip(cells["where_a"], cells["where_b"], strict=True)]
@@ -548,6 +586,7 @@ def verdict_rule(cmp: Comparison) -> str:
             .replace("  ", " ")
         )
         + " "
+        + (GATE_FAMILY_RULE + " " if cmp.threshold is not None else "")
         + PROCESS_RULE
         + (
             " " + PAIRED_RULE

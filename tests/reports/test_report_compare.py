@@ -625,3 +625,32 @@ def test_cli_compare_ab_in_one_run(tmp_path):
     assert run_cli(*args, "--variant-b", "chunked_planted", "--out", str(tmp_path / "o2")).returncode == 1
     bad = run_cli("compare", run, run, "--variant-a", "chunked", "--out", str(tmp_path / "o3"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "o3").exists()
+
+
+def test_the_gate_holds_its_alpha_over_the_whole_comparison_holm():
+    """A gate fails the build when any cell fails: each cell's p is Holm-adjusted over every judged cell,
+    and a slowdown fails only where that is below alpha too; a status change fails whatever p says."""
+    import pandas as pd
+
+    from attnbench.reports.compare import _family_wise
+
+    cells = pd.DataFrame(
+        {
+            "p_value": [0.019, 1e-6, 0.5, 0.3, math.nan, 0.8],
+            "regression": [True, True, False, False, True, False],
+            "why": ["median 2.6 -> 2.86 ms", "median 10 -> 11 ms", "", "", "status ok -> wrong", ""],
+        }
+    )
+    out = _family_wise(cells, 0.05)
+    # five judged cells: 1e-6 x 5, then 0.019 x 4 = 0.076, monotone, at most 1
+    assert out["p_holm"].tolist()[:4] == pytest.approx([0.076, 5e-6, 1.0, 0.9])
+    assert out["regression"].tolist() == [False, True, False, False, True, False]
+    assert out.loc[0, "why"] == "not over the family: p 0.019, Holm-adjusted 0.076 over 5 cells"
+
+
+def test_a_compare_records_holm_adjusted_p_values(tmp_path):
+    cmp = compare_runs(
+        *_pair(tmp_path, _rows(), _rows(1.10, shuffle=True)), threshold=parse_threshold("median:5%")
+    )
+    assert (cmp.cells["p_holm"] >= cmp.cells["p_value"]).all() and len(cmp.regressions) == 8
+    assert "Holm" in verdict_rule(cmp)
