@@ -19,18 +19,23 @@ from attnbench import variants
 PLANTED = 0.10
 
 
+def _chunked_then_busy(q, k, v, fraction: float, **kw):
+    """chunked's answer, then the CPU kept busy for `fraction` of the time that chunked call took."""
+    t0 = time.perf_counter()
+    out = variants.get("chunked").fn(q, k, v, **kw)
+    end = time.perf_counter() + fraction * (time.perf_counter() - t0)
+    while time.perf_counter() < end:
+        pass
+    return out
+
+
 @variants.register(
     "chunked_planted",
     description="chunked, then busy for a tenth of its time (a planted 10% slowdown)",
     default=False,
 )
 def chunked_planted(q, k, v, **kw):
-    t0 = time.perf_counter()
-    out = variants.get("chunked").fn(q, k, v, **kw)
-    end = time.perf_counter() + PLANTED * (time.perf_counter() - t0)
-    while time.perf_counter() < end:
-        pass
-    return out
+    return _chunked_then_busy(q, k, v, PLANTED, **kw)
 
 
 @variants.register(
@@ -39,9 +44,4 @@ def chunked_planted(q, k, v, **kw):
     default=False,
 )
 def chunked_twin(q, k, v, **kw):
-    t0 = time.perf_counter()
-    out = variants.get("chunked").fn(q, k, v, **kw)
-    end = time.perf_counter() + 0.0 * (time.perf_counter() - t0)
-    while time.perf_counter() < end:
-        pass
-    return out
+    return _chunked_then_busy(q, k, v, 0.0, **kw)

@@ -452,22 +452,18 @@ def test_round_medians_are_judged_as_process_medians_are(tmp_path):
     assert len(compare_runs(*slow, threshold=gate).regressions) == 8
 
 
-def _drifting_rounds(run_speed: float, seed: int, slower: dict[str, float] | None = None):
-    """Rows of a run in 3 rounds on a machine that ran `run_speed` times slow through the whole run, and
-    each round by its own ±4% on top (a round's variants, visited seconds apart, share it): each visit's
-    samples tight (±1%) around base · run_speed · round factor · the variant's own slowdown."""
+def _rows_in_rounds(times: dict[str, float], seed: int, *, rounds: int = 3, swing: float = 0.04, speed=1.0):
+    """Rows of a run in `rounds` rounds: variant -> its time at N = 256 (a slowdown folded in), times
+    (N/256)²; the machine ran `speed` times slow through the whole run and each round by its own ±swing on
+    top (a round's variants, visited seconds apart, share it), with ±1% of each visit's own; each visit's
+    samples tight (±1%) around its median."""
     rng = random.Random(seed)
-    slower = slower or {}
-    rounds = {n: [run_speed * (1 + rng.uniform(-0.04, 0.04)) for _ in range(3)] for n in SEQ}
+    rounds_at = {n: [speed * (1 + rng.uniform(-swing, swing)) for _ in range(rounds)] for n in SEQ}
     rows = []
-    for variant, base in VARIANTS.items():
+    for variant, base in times.items():
         for n in SEQ:
-            own = [1 + rng.uniform(-0.01, 0.01) for _ in rounds[n]]  # each visit's own noise, ±1%
-            medians = [
-                base * (n / 256) ** 2 * f * g * slower.get(variant, 1.0)
-                for f, g in zip(rounds[n], own, strict=True)
-            ]
-            visits = [synthetic.samples(m, n=5, spread=0.01, seed=seed + i) for i, m in enumerate(medians)]
+            medians = [base * (n / 256) ** 2 * f * (1 + rng.uniform(-0.01, 0.01)) for f in rounds_at[n]]
+            visits = [synthetic.samples(m, n=4, spread=0.01, seed=seed + i) for i, m in enumerate(medians)]
             rows.append(
                 synthetic.cell(
                     variant,
@@ -485,7 +481,7 @@ def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_r
     relative to naive (--control), none is, and naive itself, compared as measured, never fails the gate.
     A real 10% slowdown of sdpa on top of it is still caught, cell by cell."""
     gate = parse_threshold("median:5%")
-    a, b = _pair(tmp_path, _drifting_rounds(1.0, 1), _drifting_rounds(1.15, 2))
+    a, b = _pair(tmp_path, _rows_in_rounds(VARIANTS, 1), _rows_in_rounds(VARIANTS, 2, speed=1.15))
     assert len(compare_runs(a, b, threshold=gate).regressions) >= 6
     cmp = compare_runs(a, b, threshold=gate, control_variant="naive")
     assert cmp.regressions.empty
@@ -500,7 +496,10 @@ def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_r
     report = text_report(cmp)
     assert "Relative to the control variant naive" in report and "geometric mean" in report
 
-    planted = _pair(tmp_path / "planted", _drifting_rounds(1.0, 1), _drifting_rounds(1.15, 2, {"sdpa": 1.10}))
+    slower_sdpa = {"naive": 1.0, "sdpa": 0.4 * 1.10}
+    planted = _pair(
+        tmp_path / "planted", _rows_in_rounds(VARIANTS, 1), _rows_in_rounds(slower_sdpa, 2, speed=1.15)
+    )
     caught = compare_runs(*planted, threshold=gate, control_variant="naive")
     assert sorted(caught.regressions["variant"]) == ["sdpa"] * 4
     assert (caught.regressions["ratio"] > 1.07).all()
@@ -553,26 +552,7 @@ def test_cli_compare_control(tmp_path):
     assert not (tmp_path / "o3").exists()
 
 
-def _one_run_in_rounds(slowdowns: dict[str, float], seed: int, rounds: int = 6):
-    """One run in `rounds` rounds whose machine swung by ±20% from round to round (every variant of a
-    round, visited seconds apart, alike) with ±1% of each visit's own: variant -> its slowdown."""
-    rng = random.Random(seed)
-    swing = {n: [1 + rng.uniform(-0.2, 0.2) for _ in range(rounds)] for n in SEQ}
-    rows = []
-    for variant, slow in slowdowns.items():
-        for n in SEQ:
-            medians = [(n / 256) ** 2 * f * slow * (1 + rng.uniform(-0.01, 0.01)) for f in swing[n]]
-            visits = [synthetic.samples(m, n=4, spread=0.01, seed=seed + i) for i, m in enumerate(medians)]
-            rows.append(
-                synthetic.cell(
-                    variant,
-                    n,
-                    sample_ms=[s for v in visits for s in v],
-                    round_medians_ms=medians,
-                    round_samples=[len(v) for v in visits],
-                )
-            )
-    return rows
+AB = {"chunked": 1.0, "chunked_twin": 1.0, "chunked_planted": 1.10}  # a run's A/B: a twin and a plant
 
 
 def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
@@ -583,7 +563,7 @@ def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
     for seed in range(5):
         run = synthetic.write_run(
             tmp_path / str(seed),
-            _one_run_in_rounds({"chunked": 1.0, "chunked_twin": 1.0, "chunked_planted": 1.10}, seed),
+            _rows_in_rounds(AB, seed, rounds=6, swing=0.2),
             run_id=f"ab-{seed}",
         )
         twin = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_twin")
@@ -597,7 +577,9 @@ def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
         assert planted.cells["ratio"].to_numpy() == pytest.approx(1.10, abs=0.02)
         assert "paired t-interval" in verdict_rule(planted)
     # two runs' rounds met different moments: not paired, Welch on the visits (basis 'rounds')
-    other = synthetic.write_run(tmp_path / "other", _one_run_in_rounds({"chunked_planted": 1.10}, 99))
+    other = synthetic.write_run(
+        tmp_path / "other", _rows_in_rounds({"chunked_planted": 1.10}, 99, rounds=6, swing=0.2)
+    )
     across = compare_runs(run, other, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
     assert set(across.cells["basis"]) == {"rounds"} and "paired t-interval" not in verdict_rule(across)
 
@@ -618,7 +600,7 @@ def test_an_ab_that_cannot_be_made_is_refused(tmp_path, kw, message):
 
 
 def test_cli_compare_ab_in_one_run(tmp_path):
-    rows = _one_run_in_rounds({"chunked": 1.0, "chunked_twin": 1.0, "chunked_planted": 1.10}, 7)
+    rows = _rows_in_rounds(AB, 7, rounds=6, swing=0.2)
     run = str(synthetic.write_run(tmp_path / "run", rows))
     args = ("compare", run, run, "--fail-above", "median:5%", "--variant-a", "chunked")
     assert run_cli(*args, "--variant-b", "chunked_twin", "--out", str(tmp_path / "o1")).returncode == 0
