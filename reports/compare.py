@@ -385,10 +385,6 @@ def _family_wise(cells, alpha: float):
     return cells
 
 
-def _same_run(run_a: str | Path, run_b: str | Path) -> bool:
-    return Path(run_a).resolve() == Path(run_b).resolve()
-
-
 def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant: str | None, same: bool):
     """--variant-a/--variant-b: A's rows of variant_a (labelled variant_b, so that cells pair) and B's of
     variant_b; ValueError (one line) for one without the other, with --control, a variant a run lacks,
@@ -401,13 +397,8 @@ def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant:
         raise ValueError("--variant-a/--variant-b compare one variant with another: --control does not apply")
     if same and variant_a == variant_b:
         raise ValueError(f"--variant-a and --variant-b are both {variant_a!r} in one run: nothing to compare")
-    for side, df, name in (("A", a, variant_a), ("B", b, variant_b)):
-        names = set(df["variant"].dropna().astype(str))
-        if name not in names:
-            known = ", ".join(sorted(names)) or "none"
-            raise ValueError(
-                f"--variant-{side.lower()} {name!r} is not a variant of run {side} (it has: {known})"
-            )
+    control.require_variant(a, variant_a, "--variant-a", "A")
+    control.require_variant(b, variant_b, "--variant-b", "B")
     a = a[a["variant"] == variant_a].copy()
     a["variant"] = variant_b
     return a, b[b["variant"] == variant_b]
@@ -458,7 +449,8 @@ def compare_runs(
     meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
     groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
     a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
-    a, b = _picked(a, b, variant_a, variant_b, control_variant, same=_same_run(run_a, run_b))
+    same = Path(run_a).resolve() == Path(run_b).resolve()
+    a, b = _picked(a, b, variant_a, variant_b, control_variant, same=same)
     split = any(g.label for g in groups_a + groups_b)
     axes, how = _cell_axes(a, b, split)
     if variant_a is not None:
@@ -470,7 +462,7 @@ def compare_runs(
     m = _paired(a, b, axes)
     if m.empty:
         raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
-    paired = variant_a is not None and _same_run(run_a, run_b)
+    paired = variant_a is not None and same  # one run's two variants: visits paired by round
     rules = _Rules(threshold, alpha, tolerance, normalize, meta_a, meta_b, control_variant, paired)
     controls = control.index(m, axes, control_variant) if control_variant else {}
     cells = pd.DataFrame(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .tables import present
+from .tables import present, split_visits
 
 CONTROL_RULE = (
     "Relative to the control variant {control}: its B/A at each shape (its code is the same in both runs, "
@@ -70,15 +70,13 @@ def by_visit(r: Any, c: Any, fewest: int = 3) -> tuple[list, list, list, list] |
         samples, medians = _floats(r[f"samples_ms_{side}"]), _floats(r[f"round_medians_ms_{side}"])
         counts, controls = _floats(r[f"round_samples_{side}"]), _floats(c[f"round_medians_ms_{side}"])
         k = len(medians)
-        if k < fewest or len(counts) != k or len(controls) != k or sum(counts) != len(samples):
+        visits = split_visits(samples, counts)
+        if k < fewest or len(counts) != k or len(controls) != k or visits is None:
             return None
         if min(medians) <= 0 or min(controls) <= 0:
             return None
         factors = [ref / m for m in controls]
-        scaled, start = [], 0
-        for n, f in zip(counts, factors, strict=True):
-            scaled += [s * f for s in samples[start : start + int(n)]]
-            start += int(n)
+        scaled = [s * f for visit, f in zip(visits, factors, strict=True) for s in visit]
         out.append((scaled, [m * f for m, f in zip(medians, factors, strict=True)]))
     (sa, pa), (sb, pb) = out
     return sa, sb, pa, pb
@@ -107,8 +105,13 @@ def check(control: str | None, normalize: str | None, a, b) -> None:
         return
     if normalize:
         raise ValueError("--control and --normalize both rescale B's times: choose one")
-    for side, df in (("A", a), ("B", b)):
-        names = set(df["variant"].dropna().astype(str))
-        if control not in names:
-            known = ", ".join(sorted(names)) or "none"
-            raise ValueError(f"--control {control!r} is not a variant of run {side} (it has: {known})")
+    require_variant(a, control, "--control", "A")
+    require_variant(b, control, "--control", "B")
+
+
+def require_variant(df, name: str, flag: str, side: str) -> None:
+    """ValueError (one line, naming the run's variants) unless `name` is a variant of run `side`."""
+    names = set(df["variant"].dropna().astype(str))
+    if name not in names:
+        known = ", ".join(sorted(names)) or "none"
+        raise ValueError(f"{flag} {name!r} is not a variant of run {side} (it has: {known})")

@@ -221,31 +221,26 @@ def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> floa
     return max((p for p in found if p), default=None)
 
 
-def separated(first, other, *, tolerance: float | None = None, alpha: float | None = None) -> bool:
+def separated(
+    first, other, *, tolerance: float | None = None, alpha: float | None = None, p: float | None = None
+) -> bool:
     """Whether `other` is told apart from the faster `first` (rows with time_ms_median and samples_ms):
-    at least `tolerance` (2%) slower by median and p < alpha (rank_p) on their raw samples. Without 3
-    samples on each side there is no test, so nothing is separated by the 2% rule alone."""
+    at least `tolerance` (2%) slower by median and p < alpha (rank_p, unless the caller has it already) on
+    their raw samples. Without 3 samples on each side there is no test, so nothing is separated by the 2%
+    rule alone."""
     from .stats import ALPHA, SAME_TOLERANCE
 
     tolerance = SAME_TOLERANCE if tolerance is None else tolerance
     alpha = ALPHA if alpha is None else alpha
     lead = float(other["time_ms_median"]) / float(first["time_ms_median"])
-    p = rank_p(first, other)
+    p = rank_p(first, other) if p is None else p
     return lead >= 1 + tolerance and math.isfinite(p) and p < alpha
 
 
-RANK_TEST = (
-    "Two variants at one N are told apart when one is 2% slower by median and a rank test on their raw "
-    "samples gives p < 0.05: Mann-Whitney U, or, where both were measured in the same rounds (--rounds: "
-    "each round visits every variant of an N one after another), van Elteren's stratified rank-sum test "
-    "with a stratum per round, which compares the two within each round and so leaves out the machine's "
-    "drift from one round to the next."
-)
-
-
 def rank_p(first, other) -> float:
-    """The ranking's p-value of two rows of one N (RANK_TEST): van Elteren's test over their visits where
-    both rows split their samples into the same number (2 or more) of visits (round_samples), else
+    """The ranking's p-value of two rows of one N: van Elteren's test with a stratum per visit where both
+    rows split their samples into the same number (2 or more) of visits (round_samples: each round
+    visits every variant of an N one after another, so the drift between rounds leaves the test), else
     Mann-Whitney U on the pooled samples."""
     from .stats import mann_whitney, stratified_u
 
@@ -259,12 +254,19 @@ def visit_samples(row) -> list[list[float]] | None:
     """A row's samples split by visit (round_samples: each visit's count, in samples_ms's order); None
     without rounds, or where the counts do not add up to the samples."""
     counts = row.get("round_samples") if hasattr(row, "get") else None
-    samples = _sample_list(row)
+    if counts is None or isinstance(counts, str) or len(counts) < 2:
+        return None
+    return split_visits(_sample_list(row), counts)
+
+
+def split_visits(samples: list[float], counts) -> list[list[float]] | None:
+    """samples_ms cut into its visits by round_samples' counts; None where a count is not a non-negative
+    integer or they do not add up to the samples."""
     try:
-        counts = [int(c) for c in counts] if counts is not None and len(counts) >= 2 else None
+        counts = [int(c) for c in counts]
     except (TypeError, ValueError):
         return None
-    if counts is None or any(c < 0 for c in counts) or sum(counts) != len(samples):
+    if any(c < 0 for c in counts) or sum(counts) != len(samples):
         return None
     out, start = [], 0
     for c in counts:
@@ -333,7 +335,7 @@ def ranking(df):
             p = math.nan
             if i > 0:
                 p = rank_p(leader, r)
-                if separated(leader, r):
+                if separated(leader, r, p=p):
                     leader, group = r, group + 1
             records.append(
                 {
