@@ -12,11 +12,12 @@
 # session: all of the above in one device command (install, the CUDA tests and the gate table side by side,
 #          then the timed checks one at a time, then as much of a gpu-preset run as the time left allows, and
 #          its report), each step bounded so that the whole fits SESSION_SECONDS (default 530); steps.txt
-#          says what each took; SESSION_SKIP="harness-check ..." leaves steps out. The suite's fast tests run
-#          beside the CUDA tests for as long as those take (a first look; `suite` runs all of it). For a lease
-#          too short for several machine starts. The device tool brings back 8 files at most: run it as
-#          `bash benchmarks/gpu_verify.sh /tmp/gs session; tar czf $OUT/gs.tgz -C /tmp gs` (first run
-#          2026-11-25 on an H100: results/reference/gpu-checks-h100-2026-11-25/steps.txt has each step's time).
+#          says what each took; SESSION_SKIP="harness-check ..." leaves steps out; HC_VARIANTS, HC_ROUNDS and
+#          HC_SECONDS size the do_bench check. The rest of the suite runs beside the CUDA tests, a test file
+#          per process (SUITE_PROCESSES, default 8). For a lease too short for several machine starts. The
+#          device tool brings back 8 files at most: run it as `timeout 575 bash benchmarks/gpu_verify.sh
+#          /tmp/gs session; tar czf $OUT/gs.tgz -C /tmp gs` (first run 2026-11-25 on an H100:
+#          results/reference/gpu-checks-h100-2026-11-25/steps.txt has each step's time).
 # One device command per step keeps each under the 10-minute limit; install once per fresh machine.
 # xformers for a machine with no registry, fetched where pip works (0.0.35: 3.2 MB, needs torch >= 2.10):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -71,13 +72,16 @@ session)
     # correctness side by side (nothing timed here is compared with anything else)
     step pytest-cuda 200 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs \
         --durations=30 --junitxml="$out/pytest-cuda.xml" > "$out/pytest-cuda.txt" 2>&1 &
-    step suite-cpu-part 190 python3 -m pytest tests -q -p no:cacheprovider -m "not slow" -rfE \
-        --ignore=tests/harness/test_cuda.py > "$out/pytest-suite-part.txt" 2>&1 &
-    step gate 150 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
+    # the rest of the suite beside them, a test file per process on the machine's cores (pytest-xdist is in
+    # the image; the whole suite takes 456 s in two processes on the 2-core CI machine)
+    step suite 175 python3 -m pytest tests -q -p no:cacheprovider -n "${SUITE_PROCESSES:-8}" --dist loadfile \
+        -rfE --ignore=tests/harness/test_cuda.py --junitxml="$out/pytest-suite.xml" > "$out/pytest-suite.txt" 2>&1 &
+    step gate 195 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
         --probe > "$out/gate.txt" 2>&1
     wait
     # timing, one thing at a time on the GPU
-    step harness-check 150 python3 benchmarks/harness_check.py --device cuda --budget-ms 500 --rounds 15 \
+    step harness-check "${HC_SECONDS:-150}" python3 benchmarks/harness_check.py --device cuda --budget-ms 500 \
+        --rounds "${HC_ROUNDS:-15}" --variants "${HC_VARIANTS:-sdpa_flash,sdpa_cudnn,sdpa_efficient,flex}" \
         --json "$out/harness_check.json" > "$out/harness_check.txt" 2>&1
     step timing-modes 70 python3 benchmarks/timing_modes.py --device cuda --budget-ms 150 \
         --json "$out/timing_modes.json" > "$out/timing_modes.txt" 2>&1

@@ -11,9 +11,12 @@ CPU (default):
      (two N x N fp32 score tensors plus the output; target: within 2%);
   3. chunked peak at N=4096 vs naive's (target: at most 1/30);
   4. chunked / sdpa throughput at N=2048 and 4096 (target: at least 0.7).
-CUDA (--device cuda): the harness's time for sdpa_flash / sdpa_cudnn / sdpa_efficient / xformers at
+CUDA (--device cuda): the harness's time for sdpa_flash / sdpa_cudnn / sdpa_efficient / xformers / flex at
 bf16, d=128, N=8192 (fwd and fwd+bwd) against the same cell timed by triton.testing.do_bench, in the same
-paired rounds with the same target.
+paired rounds with the same target; each measurement's raw ms and the median SM clock NVML read during it
+are kept (an order effect between the tools shows in which of them moves, and whether the clock did). Then
+the CUDA allocator's peak against the analytic size (target: within 2%): the reference naive cell in fp32,
+and sdpa_flash's forward at the timed cell (its output plus the fp32 log-sum-exp it keeps per row).
 
     python benchmarks/harness_check.py [--device cuda] [--rounds 9] [--json out.json]
 
@@ -200,7 +203,52 @@ def check_cpu(settings: Settings, rounds: int = MIN_ROUNDS) -> tuple[list[dict],
     return results, ok
 
 
-CUDA_VARIANTS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "xformers")
+CUDA_VARIANTS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "xformers", "flex")
+
+
+def clocked(measure, clocks: list):
+    """measure() in ms, with the median SM clock NVML read while it ran appended to `clocks` (None
+    without NVML): which tool of a pair ran slower, and at what clock."""
+    from attnbench.harness.telemetry import sampling
+
+    with sampling("cuda") as sampler:
+        ms = measure()
+    mhz = sorted(s.sm_mhz for s in sampler.samples if s.sm_mhz is not None)
+    clocks.append(mhz[len(mhz) // 2] if mhz else None)
+    return ms
+
+
+def memory_check(name: str, measured: int, analytic: int) -> dict:
+    dev = measured / analytic - 1
+    return {
+        "check": name,
+        "measured_bytes": measured,
+        "analytic_bytes": analytic,
+        "difference": f"{dev:+.3%}",
+        "target": "+-2%",
+        "met": abs(dev) <= 0.02,
+    }
+
+
+def check_cuda_memory(settings: Settings, cache: InputCache) -> list[dict]:
+    """The CUDA allocator's peak of two cells against their analytic size."""
+    out = []
+    naive = measure_cell(cell("naive", 2048, device="cuda"), settings, cache)
+    if naive["peak_mem_bytes"] is not None:
+        out.append(
+            memory_check(
+                "naive B1 H8 N2048 d64 fp32 CUDA peak", naive["peak_mem_bytes"], NAIVE_REFERENCE_BYTES
+            )
+        )
+    flash = measure_cell(
+        cell("sdpa_flash", 8192, device="cuda", dtype="bfloat16", heads=16, d=128), settings, cache
+    )
+    if flash["peak_mem_bytes"] is not None:
+        analytic = 16 * 8192 * 128 * 2 + 16 * 8192 * 4  # bf16 output + fp32 log-sum-exp per row
+        out.append(
+            memory_check("sdpa_flash B1 H16 N8192 d128 bf16 fwd CUDA peak", flash["peak_mem_bytes"], analytic)
+        )
+    return out
 
 
 def check_cuda(
@@ -208,11 +256,15 @@ def check_cuda(
     rounds: int = MIN_ROUNDS,
     names: tuple[str, ...] = CUDA_VARIANTS,
     passes: tuple[str, ...] = ("fwd", "fwdbwd"),
+    save=lambda results: None,
 ) -> tuple[list[dict], bool]:
+    """`save(results)` after each check, so that a run stopped by its time limit keeps what it measured."""
     import triton.testing
 
     results, ok = [], True
     cache = InputCache()
+    memory = check_cuda_memory(settings, cache)
+    save(memory)
     for pass_ in passes:
         for name in names:
             spec = cell(name, 8192, device="cuda", dtype="bfloat16", heads=16, d=128, pass_=pass_)
@@ -241,9 +293,15 @@ def check_cuda(
                             t.grad = None
                         fn(*leaves).backward(d_out)
 
+                ours_mhz, theirs_mhz = [], []
                 ours, theirs = paired_rounds(
-                    lambda spec=spec: measure_cell(spec, settings, cache)["time_ms_median"],
-                    lambda call=call: triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median"),
+                    lambda spec=spec, clocks=ours_mhz: clocked(
+                        lambda: measure_cell(spec, settings, cache)["time_ms_median"], clocks
+                    ),
+                    lambda call=call, clocks=theirs_mhz: clocked(
+                        lambda: triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median"),
+                        clocks,
+                    ),
                     rounds,
                 )
                 flops = attention_flops(1, 16, 8192, 8192, 128, 128, causal=False, pass_=pass_)
@@ -257,9 +315,43 @@ def check_cuda(
                     do_bench_tflops=round(tflops(flops, b), 1),
                     peak_mem_bytes=row["peak_mem_bytes"],
                     **verdict,
+                    harness_ms_rounds=[round(x, 4) for x in ours],
+                    do_bench_ms_rounds=[round(x, 4) for x in theirs],
+                    harness_sm_mhz=ours_mhz,
+                    do_bench_sm_mhz=theirs_mhz,
+                    first_in_round=["attnbench" if i % 2 == 0 else "do_bench" for i in range(rounds)],
                 )
             results.append(rec)
-    return results, ok
+            save(results + memory)
+    for rec in memory:
+        ok &= rec["met"]
+    flex = [flex_against_sdpa(results, p) for p in passes]
+    for rec in flex:
+        ok &= rec.get("met", True)
+    return results + memory + [r for r in flex if r], ok
+
+
+def flex_against_sdpa(results: list[dict], pass_: str) -> dict:
+    """flex's throughput at the timed cell against the best SDPA backend's (the issue's target: >= 0.85),
+    from the harness's medians of the same rounds; {} where flex or every SDPA backend was not timed."""
+    tf = {
+        r["check"].split()[0]: r["harness_tflops"]
+        for r in results
+        if r["check"].endswith(f" {pass_}") and "harness_tflops" in r
+    }
+    sdpa = {k: v for k, v in tf.items() if k.startswith("sdpa")}
+    if "flex" not in tf or not sdpa:
+        return {}
+    best = max(sdpa, key=sdpa.get)
+    ratio = tf["flex"] / sdpa[best]
+    return {
+        "check": f"flex / best SDPA backend ({best}) bf16 d128 N8192 {pass_}",
+        "flex_tflops": tf["flex"],
+        "best_sdpa_tflops": sdpa[best],
+        "ratio": round(ratio, 3),
+        "target": ">= 0.85",
+        "met": ratio >= 0.85,
+    }
 
 
 def main() -> int:
@@ -274,7 +366,7 @@ def main() -> int:
     parser.add_argument(
         "--variants",
         default=",".join(CUDA_VARIANTS),
-        help="with --device cuda: the variants compared with do_bench (default: all four)",
+        help="with --device cuda: the variants compared with do_bench (default: all five)",
     )
     parser.add_argument("--pass", dest="passes", default="fwd,fwdbwd", help="with --device cuda: fwd, fwdbwd")
     parser.add_argument(
@@ -298,8 +390,13 @@ def main() -> int:
         print(f"harness_check: error: --rounds {args.rounds}: need at least {MIN_ROUNDS}", file=sys.stderr)
         return 2
     settings = Settings(warmup_ms=100, budget_ms=args.budget_ms, min_ms=min(500.0, args.budget_ms))
+
+    def save(results: list[dict]) -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+
     if args.device == "cuda":
-        results, _ = check_cuda(settings, args.rounds, names, passes)
+        results, _ = check_cuda(settings, args.rounds, names, passes, save)
     else:
         results, _ = check_cpu(settings, args.rounds)
     for rec in results:

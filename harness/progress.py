@@ -11,6 +11,7 @@ from attnbench.results.formulas import (
     COMPACT_BELOW,
     bytes_text,
     printable,
+    sentence_columns,
     short_dtype,
     terminal_columns,
     wrap_text,
@@ -113,7 +114,10 @@ class Progress:
 
     def message(self, text: str) -> None:
         if self.enabled:
-            lines = wrap_text(printable(text), self.console.width, "  ")
+            # wrapped to a terminal's width; in a log one whole line, to grep (a long run directory once
+            # split "4 cells already done" over two lines)
+            width = self.console.width if sentence_columns(sys.stderr) else None
+            lines = wrap_text(printable(text), width, "  ")
             self.console.print("\n".join(lines), markup=False, soft_wrap=True)
 
     def start(self, total: int, done_before: int, run_dir: Path) -> None:

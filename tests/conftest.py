@@ -38,6 +38,11 @@ def load_plugin(path: Path):
     return next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path))
 
 
+# Module-scoped fixtures run their commands before any function's fixture: none of them sees a $COLUMNS either
+# (pytest-xdist's workers have one).
+os.environ.pop("COLUMNS", None)
+
+
 @pytest.fixture(autouse=True)
 def _no_terminal_width(monkeypatch):
     """Tests read the CLI's output as a log: no $COLUMNS from the shell that started pytest (a test that is
@@ -46,7 +51,9 @@ def _no_terminal_width(monkeypatch):
 
 
 def cli_env() -> dict[str, str]:
-    env = dict(os.environ)
+    """This process's environment for a child, less pytest-xdist's worker variables: a child pytest is a
+    session of its own (pytest-benchmark disables itself where PYTEST_XDIST_WORKER is set)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -71,3 +71,23 @@ def test_too_few_rounds_is_refused_before_any_work():
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == "harness_check: error: --rounds 3: need at least 9"
+
+
+def test_flex_is_judged_against_the_best_sdpa_backend_of_the_same_pass(hc):
+    results = [
+        {"check": "sdpa_flash bf16 d128 N8192 fwd", "harness_tflops": 350.0},
+        {"check": "sdpa_cudnn bf16 d128 N8192 fwd", "harness_tflops": 600.0},
+        {"check": "flex bf16 d128 N8192 fwd", "harness_tflops": 480.0},
+        {"check": "sdpa_cudnn bf16 d128 N8192 fwdbwd", "harness_tflops": 540.0},
+        {"check": "flex bf16 d128 N8192 fwdbwd", "status": "unsupported"},
+    ]
+    rec = hc.flex_against_sdpa(results, "fwd")
+    assert rec["best_sdpa_tflops"] == 600.0 and rec["ratio"] == 0.8 and rec["met"] is False
+    assert "sdpa_cudnn" in rec["check"]
+    assert hc.flex_against_sdpa(results, "fwdbwd") == {}  # flex not timed there: no verdict
+
+
+def test_memory_check_is_met_within_two_percent(hc):
+    assert hc.memory_check("m", 34_079_744, 34_078_720)["met"] is True
+    rec = hc.memory_check("m", 300_000_000, 272_629_760)
+    assert rec["met"] is False and rec["difference"] == "+10.039%"
