@@ -146,9 +146,17 @@ HOLDINGS = Holdings()  # this process's: the worker's probe and cells, or a test
 
 
 def cuda_live_bytes(harness: Iterable[object] = ()) -> int:
-    """torch.cuda.memory_allocated after a full collection, less the storages of `harness`."""
+    """torch.cuda.memory_allocated after a full collection, less the storages of `harness` and torch's own
+    cuBLAS workspaces. torch allocates a workspace (32 MiB on Hopper) per cuBLAS handle and stream on the
+    first matrix product of each thread, the backward's included, and keeps it: on an H200 every variant
+    built on matmul was said to hold 32-96 MiB between calls (and naive's fp32 peak read 12% over its
+    analytic size). They are freed before reading, as torch's own CUDA leak check does; the next product
+    allocates them again, outside any peak (which is read on a call after the warm-up)."""
     import torch
 
     gc.collect()
     torch.cuda.synchronize()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
     return int(torch.cuda.memory_allocated() - sum(storages(harness, "cuda").values()))
