@@ -521,13 +521,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     from attnbench.reports import terminal
 
     console = terminal.fitted_console()
-    rows = list(check.gate_all(plan))
+    rows, interrupted = [], False
+    try:
+        for row in check.gate_all(plan):
+            rows.append(row)
+    except KeyboardInterrupt:  # Ctrl-C or a time limit: what was checked is still shown (a GPU session's
+        interrupted = True  # check cut at 195 s by flex's compiles printed nothing)
     shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
-    notes = terminal.print_gate(console, rows, plan.seq_len, **shape)
+    notes = terminal.print_gate(console, rows, plan.seq_len, **shape) if rows else {}
     no_key = terminal.no_key_table(rows, console.width, notes)
     if no_key is not None:
         console.print()
         console.print(no_key)
+    if interrupted:
+        made = f"{len(rows)} check{'' if len(rows) == 1 else 's'}"
+        print(f"interrupted: the table holds the {made} made before it", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.probe:
         from attnbench.harness import numerics
 

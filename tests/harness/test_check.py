@@ -172,3 +172,24 @@ def test_list_and_check_show_an_availability_check_that_raises():
         "--seq-len", "16", "--dtype", "float32",
     )  # fmt: skip
     assert checked.returncode == 1 and "RuntimeError: an available() hook that raises" in checked.stdout
+
+
+INTERRUPT = """
+from attnbench import variants
+
+@variants.register("check_interrupt", description="Ctrl-C arrives while it runs")
+def check_interrupt(q, k, v, **kw):
+    raise KeyboardInterrupt
+"""
+
+
+def test_an_interrupted_check_shows_what_it_checked(tmp_path):
+    """A check cut short (Ctrl-C, or a time limit's SIGINT: a GPU session's check with flex's compiles
+    printed only 'interrupted' after 195 s) prints the table of the checks made before it, exit 130."""
+    plugin = tmp_path / "interrupt.py"
+    plugin.write_text(INTERRUPT)
+    proc = run_cli("check", "--variant-file", str(plugin), "--variants", "naive,check_interrupt",
+                   "--seq-len", "16", "--dtype", "float32")  # fmt: skip
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert "naive" in proc.stdout and "pass" in proc.stdout and "check_interrupt" not in proc.stdout
+    assert proc.stderr.strip() == "interrupted: the table holds the 1 check made before it"
