@@ -69,15 +69,24 @@ session)
     python3 -m pip list > "$out/pip-list.txt" 2>&1
     step env 60 python3 -m attnbench env > "$out/env.txt" 2>&1
     step list 60 python3 -m attnbench list > "$out/list.txt" 2>&1
-    # correctness side by side (nothing timed here is compared with anything else)
-    step pytest-cuda 200 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs \
+    # correctness side by side (nothing timed here is compared with anything else). flex compiles a kernel
+    # per dtype and mask (20-28 s each on an H200), so its CUDA tests and its gate run beside the others'
+    # (together, each took over 195 s there and was cut)
+    step pytest-cuda 200 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs -k "not flex" \
         --durations=30 --junitxml="$out/pytest-cuda.xml" > "$out/pytest-cuda.txt" 2>&1 &
-    # the rest of the suite beside them, a test file per process on the machine's cores (pytest-xdist is in
-    # the image; the whole suite takes 456 s in two processes on the 2-core CI machine)
-    step suite 175 python3 -m pytest tests -q -p no:cacheprovider -n "${SUITE_PROCESSES:-8}" --dist loadfile \
-        -rfE --ignore=tests/harness/test_cuda.py --junitxml="$out/pytest-suite.xml" > "$out/pytest-suite.txt" 2>&1 &
+    step pytest-cuda-flex 200 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs -k flex \
+        --junitxml="$out/pytest-cuda-flex.xml" > "$out/pytest-cuda-flex.txt" 2>&1 &
+    # the rest of the suite beside them, a test file per process (pytest-xdist is in the image; two
+    # processes take 456 s on the 2-core CI machine), two threads each as there; -v names each test as it
+    # ends, so that a suite cut by its limit still says which failed
+    step suite 200 env OMP_NUM_THREADS=2 python3 -m pytest tests -v -p no:cacheprovider -n "${SUITE_PROCESSES:-10}" \
+        --dist loadfile -rfE --ignore=tests/harness/test_cuda.py --junitxml="$out/pytest-suite.xml" \
+        > "$out/pytest-suite.txt" 2>&1 &
+    others=$(python3 -c "from attnbench import variants; print(','.join(n for n in variants.all_variants() if 'flex' not in n))")
     step gate 195 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
-        --probe > "$out/gate.txt" 2>&1
+        --variants "$others" --probe > "$out/gate.txt" 2>&1 &
+    step gate-flex 195 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
+        --variants flex,hf_flex --probe > "$out/gate-flex.txt" 2>&1
     wait
     # timing, one thing at a time on the GPU
     step harness-check "${HC_SECONDS:-150}" python3 benchmarks/harness_check.py --device cuda --budget-ms 500 \
