@@ -47,7 +47,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's attnbench (attnbench/__init__.py maps its folders)
-from attnbench.harness.fingerprint import cpu_model  # noqa: E402
+from attnbench.harness.fingerprint import cpu_model, git_commit  # noqa: E402
 
 PLANTED = ROOT / "benchmarks" / "planted_slowdown.py"
 DEFAULT_OUT = ROOT / "results" / "reference" / "false-alarm-epyc-2core.json"
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         + f"; attnbench compare A B --fail-above {args.fail_above}"
         + (f" [--control {args.control}]" if args.control else ""),
         "machine": {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count()},
-        "commit": _git_head(),
+        "commit": git_commit() or "unknown",
         "shared_machine": "how busy the machine was: the load average below, from /proc/loadavg (1, 5 and "
         "15 min); a shared machine's other jobs are in it",
         "loadavg_before": before,
@@ -303,11 +303,6 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
-
-
-def _git_head() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
 def table(result: dict) -> str:

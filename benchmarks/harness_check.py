@@ -128,6 +128,18 @@ def blocked_autorange_ms(spec: CellSpec) -> float:
     return timer.blocked_autorange(min_run_time=2.0).median * 1e3
 
 
+def memory_check(name: str, measured: int, analytic: int) -> dict:
+    dev = measured / analytic - 1
+    return {
+        "check": name,
+        "measured_bytes": measured,
+        "analytic_bytes": analytic,
+        "difference": f"{dev:+.3%}",
+        "target": "+-2%",
+        "met": abs(dev) <= 0.02,
+    }
+
+
 def check_cpu(settings: Settings, rounds: int = MIN_ROUNDS) -> tuple[list[dict], bool]:
     results, ok = [], True
     cache = InputCache()
@@ -153,19 +165,9 @@ def check_cpu(settings: Settings, rounds: int = MIN_ROUNDS) -> tuple[list[dict],
 
     # 2. exact peak memory of the reference naive cell
     naive = measure_cell(cell("naive", 2048), settings, cache)
-    dev = naive["peak_mem_bytes"] / NAIVE_REFERENCE_BYTES - 1
-    good = abs(dev) <= 0.02
-    ok &= good
-    results.append(
-        {
-            "check": "naive B1 H8 N2048 d64 fp32 peak",
-            "measured_bytes": naive["peak_mem_bytes"],
-            "analytic_bytes": NAIVE_REFERENCE_BYTES,
-            "difference": f"{dev:+.3%}",
-            "target": "+-2%",
-            "met": good,
-        }
-    )
+    rec = memory_check("naive B1 H8 N2048 d64 fp32 peak", naive["peak_mem_bytes"], NAIVE_REFERENCE_BYTES)
+    ok &= rec["met"]
+    results.append(rec)
 
     # 3 + 4. chunked memory and throughput against naive and sdpa, interleaved per N
     rows = {}
@@ -206,6 +208,11 @@ def check_cpu(settings: Settings, rounds: int = MIN_ROUNDS) -> tuple[list[dict],
 CUDA_VARIANTS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "xformers", "flex")
 
 
+def timed_cuda_cell(variant: str, pass_: str) -> CellSpec:
+    """The CUDA cell timed against do_bench: B=1, H=16, N=8192, d=128, bf16, non-causal."""
+    return cell(variant, 8192, device="cuda", dtype="bfloat16", heads=16, d=128, pass_=pass_)
+
+
 def clocked(measure, clocks: list):
     """measure() in ms, with the median SM clock NVML read while it ran appended to `clocks` (None
     without NVML): which tool of a pair ran slower, and at what clock."""
@@ -218,18 +225,6 @@ def clocked(measure, clocks: list):
     return ms
 
 
-def memory_check(name: str, measured: int, analytic: int) -> dict:
-    dev = measured / analytic - 1
-    return {
-        "check": name,
-        "measured_bytes": measured,
-        "analytic_bytes": analytic,
-        "difference": f"{dev:+.3%}",
-        "target": "+-2%",
-        "met": abs(dev) <= 0.02,
-    }
-
-
 def check_cuda_memory(settings: Settings, cache: InputCache) -> list[dict]:
     """The CUDA allocator's peak of two cells against their analytic size."""
     out = []
@@ -240,9 +235,7 @@ def check_cuda_memory(settings: Settings, cache: InputCache) -> list[dict]:
                 "naive B1 H8 N2048 d64 fp32 CUDA peak", naive["peak_mem_bytes"], NAIVE_REFERENCE_BYTES
             )
         )
-    flash = measure_cell(
-        cell("sdpa_flash", 8192, device="cuda", dtype="bfloat16", heads=16, d=128), settings, cache
-    )
+    flash = measure_cell(timed_cuda_cell("sdpa_flash", "fwd"), settings, cache)
     if flash["peak_mem_bytes"] is not None:
         analytic = 16 * 8192 * 128 * 2 + 16 * 8192 * 4  # bf16 output + fp32 log-sum-exp per row
         out.append(
@@ -267,7 +260,7 @@ def check_cuda(
     save(memory)
     for pass_ in passes:
         for name in names:
-            spec = cell(name, 8192, device="cuda", dtype="bfloat16", heads=16, d=128, pass_=pass_)
+            spec = timed_cuda_cell(name, pass_)
             row = measure_cell(spec, settings, cache)
             rec = {
                 "check": f"{name} bf16 d128 N8192 {pass_}",

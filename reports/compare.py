@@ -23,11 +23,12 @@ from .stats import (  # noqa: F401
     VERDICT_RULE,
     VERDICTS,
     difference,
+    holm_adjusted,
     mann_whitney,
     paired_difference,
     process_difference,
 )
-from .tables import axis_value, present, varying
+from .tables import axis_value, float_list, present, varying
 
 STATS = ("median", "mean", "min", "max")
 BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B is a regression too
@@ -71,10 +72,6 @@ def stat_value(sample_ms: Any, median: Any, stat: str) -> float:
         fn = {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max}[stat]
         return float(fn(sample_ms))
     return float(median) if present(median) else math.nan
-
-
-def _samples(x: Any) -> list[float]:
-    return [float(v) for v in x] if isinstance(x, (list, tuple)) else []
 
 
 def change_text(ratio: float, significant: bool | None) -> str:
@@ -269,13 +266,13 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         and present(r["time_ms_median_a"])
         and present(r["time_ms_median_b"])
     )
-    sa, sb = _samples(r["samples_ms_a"]), _samples(r["samples_ms_b"])
-    pa, pb = _samples(r["process_medians_ms_a"]), _samples(r["process_medians_ms_b"])
+    sa, sb = float_list(r["samples_ms_a"]), float_list(r["samples_ms_b"])
+    pa, pb = float_list(r["process_medians_ms_a"]), float_list(r["process_medians_ms_b"])
     basis = "processes"
     if min(len(pa), len(pb)) < MIN_PROCESSES:
         # --rounds R on both sides: each visit's median, the visits spread over the run, holds the drift
         # within a run as process medians hold the spread from process to process (stats.PROCESS_RULE)
-        ra, rb = _samples(r["round_medians_ms_a"]), _samples(r["round_medians_ms_b"])
+        ra, rb = float_list(r["round_medians_ms_a"]), float_list(r["round_medians_ms_b"])
         if min(len(ra), len(rb)) >= MIN_PROCESSES:
             pa, pb, basis = ra, rb, "rounds"
     device_a = r["device_a"] if "device_a" in r else r["device"]
@@ -301,7 +298,7 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         else:  # B in A's units by the whole-run factor; process medians over the control's same process
             sb = [s * scale for s in sb]
             median_b = float(r["time_ms_median_b"]) * scale
-            ca, cb = _samples(ctrl["process_medians_ms_a"]), _samples(ctrl["process_medians_ms_b"])
+            ca, cb = float_list(ctrl["process_medians_ms_a"]), float_list(ctrl["process_medians_ms_b"])
             ra, rb = control.per_visit(pa, ca), control.per_visit(pb, cb)
             pa, pb = (ra, rb) if ra is not None and rb is not None else (pa, [s * scale for s in pb])
     ratio = median_b / median_a if ok else math.nan
@@ -360,26 +357,14 @@ def _family_wise(cells, alpha: float):
     """cells with `p_holm` (Holm's step-down adjusted p over every judged cell: p_(i) times (m - i + 1),
     made monotone, at most 1) and the gate's slowdowns kept only where p_holm < alpha (GATE_FAMILY_RULE);
     a status change (ok -> broken) stays a regression."""
-    import numpy as np
-
-    p = cells["p_value"].to_numpy(dtype=float)
-    finite = np.isfinite(p)
-    adjusted = np.full(len(p), np.nan)
-    if finite.any():
-        order = np.argsort(p[finite], kind="stable")
-        ps = p[finite][order]
-        m = len(ps)
-        steps = np.maximum.accumulate(np.minimum(1.0, ps * (m - np.arange(m))))
-        values = np.empty(m)
-        values[order] = steps
-        adjusted[finite] = values
     cells = cells.copy()
-    cells["p_holm"] = adjusted
+    cells["p_holm"] = holm_adjusted(cells["p_value"].to_numpy(dtype=float))
     slowdown = cells["regression"].astype(bool) & ~cells["why"].astype(str).str.startswith("status ")
     weak = slowdown & ~(cells["p_holm"] < alpha)
+    judged = int(cells["p_holm"].notna().sum())
     cells.loc[weak, "regression"] = False
     cells.loc[weak, "why"] = [
-        f"not over the family: p {pv:.2g}, Holm-adjusted {ph:.2g} over {int(finite.sum())} cells"
+        f"not over the family: p {pv:.2g}, Holm-adjusted {ph:.2g} over {judged} cells"
         for pv, ph in zip(cells.loc[weak, "p_value"], cells.loc[weak, "p_holm"], strict=True)
     ]
     return cells

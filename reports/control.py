@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .tables import present, split_visits
+from .tables import float_list, present, split_visits
 
 CONTROL_RULE = (
     "Relative to the control variant {control}: its B/A at each shape (its code is the same in both runs, "
@@ -67,8 +67,8 @@ def by_visit(r: Any, c: Any, fewest: int = 3) -> tuple[list, list, list, list] |
     ref = float(c["time_ms_median_a"])
     out = []
     for side in ("a", "b"):
-        samples, medians = _floats(r[f"samples_ms_{side}"]), _floats(r[f"round_medians_ms_{side}"])
-        counts, controls = _floats(r[f"round_samples_{side}"]), _floats(c[f"round_medians_ms_{side}"])
+        samples, medians = float_list(r[f"samples_ms_{side}"]), float_list(r[f"round_medians_ms_{side}"])
+        counts, controls = float_list(r[f"round_samples_{side}"]), float_list(c[f"round_medians_ms_{side}"])
         k = len(medians)
         visits = split_visits(samples, counts)
         if k < fewest or len(counts) != k or len(controls) != k or visits is None:
@@ -80,13 +80,6 @@ def by_visit(r: Any, c: Any, fewest: int = 3) -> tuple[list, list, list, list] |
         out.append((scaled, [m * f for m, f in zip(medians, factors, strict=True)]))
     (sa, pa), (sb, pb) = out
     return sa, sb, pa, pb
-
-
-def _floats(x: Any) -> list[float]:
-    try:
-        return [float(v) for v in x] if x is not None and not isinstance(x, str) else []
-    except (TypeError, ValueError):
-        return []
 
 
 def per_visit(values: list[float], control_values: list[float]) -> list[float] | None:

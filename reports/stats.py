@@ -210,6 +210,24 @@ def welch_log_ratio(a, b, level: float = 0.95) -> tuple[float, float, float]:
     return math.exp(float(ci.low)), math.exp(float(ci.high)), float(res.pvalue)
 
 
+def holm_adjusted(p_values) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest of the m finite ones
+    times (m - i + 1), made monotone, at most 1; NaN stays NaN and is not counted in m."""
+    import numpy as np
+
+    p = np.asarray(p_values, dtype=float)
+    finite = np.isfinite(p)
+    adjusted = np.full(len(p), np.nan)
+    if finite.any():
+        order = np.argsort(p[finite], kind="stable")
+        ps = p[finite][order]
+        m = len(ps)
+        values = np.empty(m)
+        values[order] = np.maximum.accumulate(np.minimum(1.0, ps * (m - np.arange(m))))
+        adjusted[finite] = values
+    return adjusted.tolist()
+
+
 PAIRED_RULE = (
     "Where both variants were measured in the same run in 3 or more rounds (compare RUN RUN --variant-a A "
     "--variant-b B), each round's visit of B is paired with the same round's visit of A, made seconds "

@@ -275,9 +275,19 @@ def split_visits(samples: list[float], counts) -> list[list[float]] | None:
     return out
 
 
+def float_list(x: Any) -> list[float]:
+    """A list column's cell (samples_ms, round_medians_ms, round_samples, ...) as floats; [] where it holds
+    no list (None or NaN in older runs, a string) or a value that is not a number."""
+    if not isinstance(x, (list, tuple)):
+        return []
+    try:
+        return [float(v) for v in x]
+    except (TypeError, ValueError):
+        return []
+
+
 def _sample_list(row) -> list[float]:
-    s = row.get("samples_ms") if hasattr(row, "get") else None
-    return [float(x) for x in s] if isinstance(s, (list, tuple)) else []
+    return float_list(row.get("samples_ms") if hasattr(row, "get") else None)
 
 
 def best_variant(df):
