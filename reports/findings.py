@@ -185,10 +185,15 @@ def ranking_sentences(panel_rows) -> list[str]:
     out = [run_sentence(leader, pts, every) for leader, pts in runs]
     for (a, before), (b, after) in zip(runs, runs[1:], strict=False):
         new = _front_names(b, after)
+        # a new leader that shared the front before takes it from the others only (the quick preset's
+        # report once said "sdpa_flash takes the lead from sdpa, naive and sdpa_flash")
+        old = [name for name in _front_names(a, before) if name not in new]
+        if not old:
+            continue
         takes = "takes" if len(new) == 1 else "take"
         out.append(
             f"Crossover between N = {n_text(before[-1].n)} and {n_text(after[0].n)}: "
-            f"{names_text(new)} {takes} the lead from {names_text(_front_names(a, before))}."
+            f"{names_text(new)} {takes} the lead from {names_text(old)}."
         )
     if length != "seq_len":
         out = [s.replace("N = ", "N_k = ") for s in out]

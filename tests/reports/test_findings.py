@@ -198,3 +198,19 @@ def test_a_report_draws_each_variant_in_one_colour(crossover_report):
     svgs = [crossover_report.out_dir / f.svg for f in crossover_report.figures if f.stem.split("-")[0] in
             ("time", "memory", "throughput")]  # fmt: skip
     assert svgs and all(colour in svg.read_text() for svg in svgs)
+
+
+def test_a_leader_that_shared_the_front_takes_it_from_the_others_only(monkeypatch):
+    """The quick preset's report said 'sdpa_flash takes the lead from sdpa, naive and sdpa_flash': three
+    tied at the front up to 1,536, sdpa_flash alone from 2,048."""
+    import pandas as pd
+
+    P = findings._Point
+    tied = [P(n, "sdpa", ("naive", "sdpa_flash"), "naive", 1.0) for n in (1024, 1536)]
+    alone = [P(n, "sdpa_flash", (), "sdpa", 1.05) for n in (2048, 2560)]
+    monkeypatch.setattr(findings, "length_axis", lambda rows: "seq_len")
+    monkeypatch.setattr(findings, "best_variant", lambda rows: pd.DataFrame({"x": [1]}))
+    monkeypatch.setattr(findings, "_points", lambda best, length: tied + alone)
+    monkeypatch.setattr(findings, "leader_runs", lambda pts: [("sdpa", tied), ("sdpa_flash", alone)])
+    s = findings.ranking_sentences(None)
+    assert s[-1] == "Crossover between N = 1,536 and 2,048: sdpa_flash takes the lead from sdpa and naive."
