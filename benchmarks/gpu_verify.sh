@@ -5,6 +5,7 @@
 #          `python3 -m pip wheel --no-deps --no-build-isolation . -w .whl`, else an editable install) and any wheels carried in .whl/ (xformers: pip download it where pip works,
 #          see the device notes), offline: --no-deps --no-build-isolation, into /tmp/site and the image's env.
 # suite:   the whole test suite on this GPU (tests/harness/test_cuda.py included: none may skip for want of a device).
+# flex:    benchmarks/flex_options.py: flex's compile and kernel options against the best SDPA backend.
 # checks:  environment, the CUDA tests, the correctness gate table for every variant in fp16/bf16/fp32 with
 #          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
 #          timing (--timing) on a small and a large cell.
@@ -40,7 +41,36 @@ install)
         | tee -a "$out/install.txt"
     ;;
 suite)
-    timeout "${SUITE_SECONDS:-560}" python3 -m pytest tests -q -p no:cacheprovider -rs 2>&1 | tee "$out/pytest-suite.txt" | tail -60
+    # tests/harness/test_cuda.py in one process (CUDA_TESTS_K: a -k filter of the tests to run first, e.g. those a
+    # cut run left, then the others)
+    # beside the rest of the suite in SUITE_PROCESSES pytest-xdist processes of two threads each, -v so
+    # that a run cut by SUITE_SECONDS still names every test that ended
+    t0=$(date +%s)
+    cuda_tests() {  # cuda_tests NAME [pytest args]: test_cuda.py within what is left of SUITE_SECONDS
+        local name=$1
+        shift
+        timeout -s INT -k 10 $(( ${SUITE_SECONDS:-300} - ($(date +%s) - t0) )) python3 -m pytest \
+            tests/harness/test_cuda.py -v -p no:cacheprovider -rs --junitxml="$out/$name.xml" "$@" >> "$out/pytest-cuda.txt" 2>&1
+    }
+    if [ -n "${CUDA_TESTS_K:-}" ]; then
+        { cuda_tests pytest-cuda-first -k "$CUDA_TESTS_K"; cuda_tests pytest-cuda -k "not ($CUDA_TESTS_K)"; } &
+    else
+        cuda_tests pytest-cuda &
+    fi
+    timeout -s INT -k 10 "${SUITE_SECONDS:-300}" env OMP_NUM_THREADS=2 python3 -m pytest tests -v -p no:cacheprovider \
+        -n "${SUITE_PROCESSES:-14}" --dist loadfile -rfEs --durations=25 --ignore=tests/harness/test_cuda.py \
+        --junitxml="$out/pytest-suite.xml" > "$out/pytest-suite.txt" 2>&1
+    echo "suite exit status $?" >> "$out/pytest-suite.txt"
+    wait
+    tail -n 4 "$out/pytest-cuda.txt" "$out/pytest-suite.txt"
+    ;;
+flex)
+    # flex's compile and kernel options against the best SDPA backend (benchmarks/flex_options.py), alone
+    # on the GPU; FLEX_SECONDS bounds each pass's compiles
+    timeout -s INT -k 10 "${FLEX_LIMIT:-290}" python3 benchmarks/flex_options.py --seconds "${FLEX_SECONDS:-110}" \
+        --json "$out/flex-options.json" > "$out/flex-options.txt" 2>&1
+    echo "flex_options exit status $?" >> "$out/flex-options.txt"
+    grep -v "^AUTOTUNE\|^  " "$out/flex-options.txt" | tail -20
     ;;
 checks)
     nvidia-smi | tee "$out/nvidia-smi.txt"

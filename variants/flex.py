@@ -17,7 +17,11 @@ What a cell pays, and where the harness records it:
   2026-11-25): N = 256 8.34 vs 8.00 ms, 512 16.0 vs 16.0, 1024 44.0 vs 49.0, 2048 168.0 vs 168.0: no
   loss. With a score mod (alibi, softcap) or a padding mask_mod, torch 2.13's CPU template fails to compile
   with symbolic sizes (C++ "'cur_qSplitSize9' was not declared"), so those plans keep `dynamic=False`:
-  every shape its own static kernel, as a user who compiles per shape gets;
+  every shape its own static kernel, as a user who compiles per shape gets. On CUDA every plan is static:
+  the symbolic Triton kernel was slower on an H100 (torch 2.11, B1 H16 N8192 d128 bf16, do_bench medians of
+  3 rounds, benchmarks/flex_options.py, results/reference/gpu-checks-h100-2026-11-26): forward 1.384 ms
+  against 1.272 static (-8%), forward+backward 6.02 against 4.98 ms (-17%), and a static compile per
+  length costs 1-4 s there;
 - both are kept in `_PLANS` for the life of the worker, keyed by everything they depend on, so a second
   cell or seed of the same shape pays neither again.
 
@@ -302,8 +306,9 @@ class _Plan:
 
     @property
     def dynamic(self) -> bool:
-        """Whether this plan runs the kernel compiled with symbolic sizes (no score mod, no padding)."""
-        return self.score_mod is None and not self.padding
+        """Whether this plan runs the kernel compiled with symbolic sizes: on CPU only (no loss there), and
+        without a score mod or padding; on CUDA the symbolic Triton kernel is slower (see the docstring)."""
+        return self.key[0] == "cpu" and self.score_mod is None and not self.padding
 
     def __call__(self, q, k, v, key_lengths, scale):
         block_mask = self.block_mask

@@ -161,6 +161,21 @@ def test_past_the_recompile_limit_a_call_raises_instead_of_running_eager():
             FLEX.fn(q, k, v)  # a new shape past the limit: an error (the cell's row), no compile, no eager
 
 
+def test_only_cpu_plans_without_a_mod_or_padding_compile_with_symbolic_sizes():
+    """dynamic=True served every length with one compile on CPU at no loss; on an H100 the symbolic Triton
+    kernel was 8% slower forward and 17% forward+backward (benchmarks/flex_options.py), so CUDA plans are
+    static, whatever their mask."""
+
+    def plan(device, score_mod=None, padding=False):
+        key = (device, torch.float32, (1, 2, 64, 16), (1, 2, 64, 16), (1, 2, 64, 16), False, "top-left", 0,
+               padding, "none")  # fmt: skip
+        return flex_mod._Plan(key, None, None, padding, score_mod, False)
+
+    assert plan("cpu").dynamic
+    assert not plan("cpu", padding=True).dynamic and not plan("cpu", score_mod=lambda s, *i: s).dynamic
+    assert not plan("cuda:0").dynamic and not plan("cuda:1").dynamic
+
+
 def test_cpu_backward_is_unsupported_with_torchs_reason():
     reason = FLEX.check(Problem(device="cpu", d_k=16, d_v=16, backward=True))
     assert reason and "does not support backward on CPU" in reason and reason.startswith("torch refused")
