@@ -1,4 +1,5 @@
-"""Test doubles of the harness's seams: a seeded fake timer (harness.timing's Timer protocol).
+"""Test doubles of the harness's seams: a seeded fake timer (harness.timing's Timer protocol), and an optional
+package made absent or replaced by a stand-in whatever this machine has installed.
 
 Import as `from fakes import FakeTimer` (tests/ is on sys.path, as for conftest and synthetic). The harness
 takes it like any timer: `measure(fn, FakeTimer())`, `measure_cell(..., timer=FakeTimer())` (through
@@ -7,9 +8,13 @@ timing.injected, which records its `mode`, "fake", as the row's timing_mode).
 
 from __future__ import annotations
 
+import importlib
 import math
 import random
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 
 class FakeTimer:
@@ -45,3 +50,31 @@ def tiny_cell(variant: str, *, n: int = 128, pass_: str = "fwd", causal: bool = 
 def calling_timer() -> FakeTimer:
     """A seeded fake timer that calls the cell: what the cell does is checked, its time is not."""
     return FakeTimer(median_ms=1.0, seed=7, call=True)
+
+
+def _modules_of(name: str) -> list[str]:
+    return [m for m in sys.modules if m == name or m.startswith(f"{name}.")]
+
+
+@contextmanager
+def stand_in_package(monkeypatch, root: Path, name: str) -> Iterator[None]:
+    """`import NAME` finds the stand-in package under `root`, whatever is installed (PYTHONPATH included) or
+    already imported by an earlier test in this process: NAME's modules leave sys.modules and `root` goes
+    first on sys.path; on leaving, the stand-in's modules are dropped and monkeypatch puts the real ones
+    back. Put back, never imported twice: the real xformers 0.0.35 refuses to register its torch operators a
+    second time in a process ('Tried to register an operator ... multiple times')."""
+    for module in _modules_of(name):
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.syspath_prepend(str(root))
+    try:
+        yield
+    finally:
+        for module in _modules_of(name):
+            del sys.modules[module]
+        importlib.invalidate_caches()
+
+
+def without_package(monkeypatch, name: str) -> None:
+    """NAME cannot be imported in this process for the rest of the test, installed or not: importlib's
+    find_spec says None and `import NAME` raises ModuleNotFoundError (sys.modules[NAME] = None)."""
+    monkeypatch.setitem(sys.modules, name, None)

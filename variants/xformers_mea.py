@@ -23,11 +23,13 @@ lower_right and window stay False): those cells are `unsupported`, never measure
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from .problem import Problem
@@ -87,22 +89,66 @@ def _no_operator_reason(exc: BaseException) -> str:
     return out[:600]
 
 
+def _declared_devices() -> dict[str, set[str]]:
+    """{operator module: the devices its forward operator supports}, as xformers' own sources declare them
+    (0.0.35: `class FwOp(AttentionFwOpBase): SUPPORTED_DEVICES: Set[str] = {"cuda"}` in each of
+    xformers/ops/fmha/*.py), read without importing xformers: its package import pulls in torch._dynamo
+    and scipy (xformers/checkpoint.py), which took `attnbench list` from 1.7 to 3.6 s with the 0.0.35 wheel
+    installed on the 2-core VM, and printed xformers' warning about its CUDA operators (issue 26; flex's
+    availability reads dynamo's rule from its source so). {} where the sources say nothing readable (another
+    layout): the worker's import and xformers' dispatch then say why a cell cannot run."""
+    spec = importlib.util.find_spec("xformers")
+    declared: dict[str, set[str]] = {}
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(Path(folder, "ops", "fmha").glob("*.py")):
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FwOp"):
+                devices = _literal_devices(cls)
+                if devices is not None:
+                    declared.setdefault(path.stem, set()).update(devices)
+    return declared
+
+
+def _literal_devices(cls: ast.ClassDef) -> set[str] | None:
+    """The class body's `SUPPORTED_DEVICES = {...}` as a set, or None where it has no literal one (another
+    operator's alias, `SUPPORTED_DEVICES = FwOp.SUPPORTED_DEVICES`, says nothing by itself)."""
+    for stmt in cls.body:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target", None)
+        if getattr(target, "id", None) != "SUPPORTED_DEVICES" or stmt.value is None:
+            continue
+        try:
+            devices = ast.literal_eval(stmt.value)
+        except ValueError:
+            return None
+        return set(map(str, devices)) if isinstance(devices, (set, list, tuple)) else None
+    return None
+
+
 def _available(device: str) -> str | None:
     if importlib.util.find_spec("xformers") is None:
         return "xformers is not installed (pip install 'attnbench[xformers]')"
-    try:
-        from xformers.ops import fmha
-    except Exception as exc:  # a broken binary install: say what went wrong
-        return f"xformers {_version()} failed to import: {type(exc).__name__}: {exc}"
-    # Ask xformers itself which devices its forward operators support (0.0.35: cuda only, no CPU kernel).
-    ops = getattr(fmha, "ALL_FW_OPS", ())
-    if ops and not any(device in getattr(op, "SUPPORTED_DEVICES", ()) for op in ops):
-        names = ", ".join(sorted({str(getattr(op, "NAME", op)) for op in ops}))
+    # Which devices xformers' forward operators support, from its sources (0.0.35: cuda only, no CPU kernel).
+    declared = _declared_devices()
+    if declared and not any(device in devices for devices in declared.values()):
         return (
             f"xformers {_version()} has no {device.upper()} kernel: no memory_efficient_attention "
-            f"operator supports device={device} ({names})"
+            f"operator supports device={device} ({', '.join(sorted(declared))})"
         )
     return None
+
+
+def _import_ops():
+    """xformers.ops and its fmha module, imported where a cell is about to run (never for availability)."""
+    try:
+        import xformers.ops as xops
+        from xformers.ops import fmha
+    except Exception as exc:  # a broken binary install: the cell says what went wrong
+        why = f"xformers {_version()} failed to import: {type(exc).__name__}: {exc}"
+        raise UnsupportedError(why) from None
+    return xops, fmha
 
 
 def _supports(p: Problem) -> str | None:
@@ -159,8 +205,7 @@ def _plan(q, k, causal: bool, key_lengths) -> _Plan:
     device->host sync), which is why the harness's setup hook makes it, once per cell."""
     if causal and key_lengths is not None:
         raise UnsupportedError(_supports(Problem(causal=True, padding=True)))
-    import xformers.ops as xops
-    from xformers.ops import fmha
+    xops, fmha = _import_ops()
 
     b, n_q, n_k = q.shape[0], q.shape[2], k.shape[2]
     bias = None

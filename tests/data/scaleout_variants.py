@@ -15,8 +15,15 @@ def _fine(q, k, v):
 
 @variants.register("pin_probe", description="fails with the CUDA_VISIBLE_DEVICES its worker was given")
 def pin_probe(q, k, v, **kw):
-    time.sleep(0.3)  # long enough that the pool's workers overlap
     pin = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    meet = os.environ.get("ATTNBENCH_TEST_PIN_MEET")
+    if meet and pin != "unset":  # a folder: wait (at most 120 s) until workers of two pins have called here
+        Path(meet, pin).touch()  # (an unpinned worker, the run's own, probes numerics before the pool starts)
+        deadline = time.time() + 120
+        while len(os.listdir(meet)) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+    else:
+        time.sleep(0.3)  # long enough that the pool's workers overlap
     raise RuntimeError(f"pinned CUDA_VISIBLE_DEVICES={pin} pid={os.getpid()} t={time.time():.3f}")
 
 

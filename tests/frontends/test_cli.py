@@ -171,11 +171,16 @@ def test_env_reaches_the_worker_and_the_record(carried_run):
     assert meta["sweep"]["settings"]["env"] == env
 
 
-def test_cpu_affinity_pins_the_worker_and_meta_records_timing_hygiene(carried_run):
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sizes its pool from these where set
+
+
+def test_cpu_affinity_pins_the_worker_and_meta_records_timing_hygiene(carried_run, tmp_path, monkeypatch):
     """--cpu-affinity CPU (conftest's carried_run pins its worker to the lowest CPU this process may use):
     the worker reports that CPU only, torch sizes its pool from that one CPU (so the pinning happened
     before torch started), and meta.json keeps what was asked, what the worker saw and that the garbage
-    collector was off while timing."""
+    collector was off while timing. Where the worker had OMP_NUM_THREADS or MKL_NUM_THREADS (as pytest-xdist
+    workers on a many-core machine may), torch took its pool size from them, so the pool is checked on a
+    pinned run of its own, started without them."""
     import os
 
     cpu = min(os.sched_getaffinity(0))
@@ -185,6 +190,15 @@ def test_cpu_affinity_pins_the_worker_and_meta_records_timing_hygiene(carried_ru
     assert meta["cpu_affinity"] == {"requested": [cpu], "worker": [cpu]}
     assert meta["gc_disabled"] is True
     assert meta["gc_frozen_objects"] > 50_000  # torch's import alone leaves more; frozen, not rescanned
+    if {v.partition("=")[0] for v in meta["fingerprint"]["allocator_env"].split()} & set(THREAD_VARIABLES):
+        for name in THREAD_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        out = tmp_path / "pinned"
+        run_cli("run", "--variants", "naive", "--seq-len", "32", "--heads", "2", "--warmup-ms", "1",
+                "--budget-ms", "5", "--min-ms", "2", "--cpu-affinity", str(cpu), "--out", str(out), "-q",
+                check=True)  # fmt: skip
+        meta = json.loads((out / "meta.json").read_text())
+        assert meta["cpu_affinity"] == {"requested": [cpu], "worker": [cpu]}
     assert meta["worker_threads"] == 1
     row = json.loads((out / "rows.jsonl").read_text().splitlines()[0])
     assert row["status"] == "ok" and row["threads"] == 1

@@ -14,6 +14,12 @@ from tests.conftest import ROOT, TEST_CALIBRATE_MS
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 
 
+def _needs_ipython() -> None:
+    """Skip where IPython is absent: attnbench needs it only in a notebook, which has it (the dev extra's
+    ipykernel brings it, so CI runs these tests)."""
+    pytest.importorskip("IPython", reason="IPython is not installed: attnbench's notebook displays need it")
+
+
 def _outputs(cell) -> list[dict]:
     return [dict(o) for o in cell.get("outputs", [])]
 
@@ -169,13 +175,14 @@ def test_run_plot_returns_the_reports_time_and_memory_figures_shown_as_images(tm
     assert len(figs) == 2 and all(isinstance(f, Figure) for f in figs)
     assert [f.get_suptitle().split(" · ")[0] for f in figs] == ["Time per call", "Peak memory"]
     assert repr(figs).startswith("<2 figures: Time per call")
+    assert len(run.plot("status")) == 1 and len(run.plot(["time", "speedup"])) == 2
+    with pytest.raises(ValueError, match="unknown plot kind 'speed'; known: time, memory, throughput"):
+        run.plot("time,speed")
+    _needs_ipython()  # shown in a notebook: through IPython's display
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     figs._ipython_display_()
     assert [bytes(img.data[:4]) for img in shown] == [b"\x89PNG", b"\x89PNG"]
-    assert len(run.plot("status")) == 1 and len(run.plot(["time", "speedup"])) == 2
-    with pytest.raises(ValueError, match="unknown plot kind 'speed'; known: time, memory, throughput"):
-        run.plot("time,speed")
 
 
 class _Handle:
@@ -187,6 +194,7 @@ class _Handle:
 
 
 def test_notebook_progress_is_one_display_redrawn_in_place(monkeypatch, tmp_path):
+    _needs_ipython()
     from attnbench.harness import progress as progmod
     from tests import synthetic
 

@@ -98,7 +98,14 @@ def _fake_gpus(monkeypatch, n=2):
 
 @pytest.mark.slow  # three workers start (torch import each): ~20 s on a quiet 2-core machine
 def test_pool_pins_each_worker_and_shares_the_queue(tmp_path, monkeypatch):
+    """Both workers take cells from the one queue, each pinned as its slot says. Whichever starts first could
+    take every pin_probe cell before the other is up (seen on a 16-core machine under pytest-xdist), so a
+    pin_probe call in a pinned worker waits until one has come from each pin (ATTNBENCH_TEST_PIN_MEET): a
+    worker that never takes one leaves the other waiting 120 s, and its pin missing below."""
     _fake_gpus(monkeypatch)
+    (tmp_path / "met").mkdir()
+    monkeypatch.setenv("ATTNBENCH_TEST_PIN_MEET", str(tmp_path / "met"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # pinned: the pool's workers only
     sweep = SweepSpec(variants=("pin_probe", "naive"), heads=(1, 2), seq_len=(16, 32), settings=FAST)
     out = tmp_path / "r"
     summary = runner.run(

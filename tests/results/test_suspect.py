@@ -89,7 +89,15 @@ def test_a_plugin_that_times_a_lookup_is_wrong_and_unranked(tmp_path):
     df = results.load(out).set_index("variant")
     assert df.loc["cheat_memo", "status"] == "wrong" and REFILLED in df.loc["cheat_memo", "message"]
     assert df.loc["cheat_memo", "rel_err"] <= 1e-4 and df.loc["cheat_memo", "fresh_rel_err"] <= 1e-4
-    assert set(best_variant(df.reset_index())["best"]) == {"naive"}
+    # naive, honest, is ranked and best unless the loader doubts its speed: on a busy machine the calibrated
+    # matmul ceiling (a few calls of ~0.1 s, slowed by another process) can fall below what naive's 0.3 ms
+    # calls and the speed probes' 1 ms ones attain between its time slices; naive is then suspect by that
+    # rule (and only it), shown and never ranked, as any suspect row
+    naive = df.loc["naive"]
+    assert naive["status"] == "ok"
+    if naive["suspect"]:
+        assert "the calibrated matmul ceiling" in naive["suspect_reason"]
+    assert set(best_variant(df.reset_index())["best"]) == (set() if naive["suspect"] else {"naive"})
 
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "sm_clock_max": "1980 MHz"}

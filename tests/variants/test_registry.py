@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import torch
+from fakes import stand_in_package
 
 from attnbench import variants
 from attnbench.variants import Capability, Problem, VariantError
@@ -45,27 +46,25 @@ def test_gpu_only_variants_explain_why_not_on_cpu(name):
 
 
 def test_xformers_reason_comes_from_its_operators(tmp_path, monkeypatch):
-    """With xformers importable, the CPU reason is read from its operators' SUPPORTED_DEVICES."""
-    pkg = tmp_path / "xformers"
-    (pkg / "ops").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "ops" / "__init__.py").write_text("")
-    (pkg / "ops" / "fmha.py").write_text(
-        "class _Op:\n    SUPPORTED_DEVICES = {'cuda'}\n    NAME = 'cutlassF-fake'\nALL_FW_OPS = [_Op]\n"
+    """With xformers installed, the CPU reason is read from its forward operators' SUPPORTED_DEVICES in its
+    sources, without importing it (its import pulls in torch._dynamo and scipy: `attnbench list`, issue
+    26). A stand-in package in xformers' layout, found first whatever xformers this machine has."""
+    fmha = tmp_path / "xformers" / "ops" / "fmha"
+    fmha.mkdir(parents=True)
+    for init in (tmp_path / "xformers", tmp_path / "xformers" / "ops", fmha):
+        (init / "__init__.py").write_text("raise ImportError('availability must not import xformers')\n")
+    (fmha / "cutlass.py").write_text(
+        "class FwOp:\n    SUPPORTED_DEVICES: set = {'cuda'}\n\n\n"
+        "class BwOp:\n    SUPPORTED_DEVICES = FwOp.SUPPORTED_DEVICES\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    (fmha / "triton_splitk.py").write_text("class FwOp:\n    SUPPORTED_DEVICES = {'cuda'}\n")
+    with stand_in_package(monkeypatch, tmp_path, "xformers"):
         reason = variants.get("xformers").availability("cpu")
-        assert "no CPU kernel" in reason and "cutlassF-fake" in reason
-        (pkg / "ops" / "fmha.py").write_text(
-            "class _Op:\n    SUPPORTED_DEVICES = {'cuda', 'cpu'}\n    NAME = 'any'\nALL_FW_OPS = [_Op]\n"
-        )
-        for mod in [m for m in sys.modules if m.startswith("xformers")]:
-            del sys.modules[mod]
-        assert variants.get("xformers").cap.available("cpu") is None
-    finally:
-        for mod in [m for m in sys.modules if m.startswith("xformers")]:
-            del sys.modules[mod]
+        assert "no CPU kernel" in reason and "device=cpu (cutlass, triton_splitk)" in reason
+        assert variants.get("xformers").cap.available("cuda") is None
+        (fmha / "triton_splitk.py").write_text("class FwOp:\n    SUPPORTED_DEVICES = {'cuda', 'cpu'}\n")
+        assert variants.get("xformers").cap.available("cpu") is None  # one operator with a CPU kernel
+        assert not [m for m in sys.modules if m.split(".")[0] == "xformers"]  # nothing was imported
 
 
 def test_check_names_the_unsupported_feature():

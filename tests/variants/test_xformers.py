@@ -1,5 +1,6 @@
 """The xformers variant's own code on CPU, against a stand-in `xformers` package that records what it is
-handed (no xformers wheel or CUDA here; tests/harness/test_cuda.py runs the real one through measure_cell).
+handed, imported instead of whatever xformers this machine has (no CUDA here; tests/harness/test_cuda.py runs
+the real one through measure_cell).
 
 What is checked: the attention bias is made in the setup hook (key_lengths read there, once), a timed call
 makes none and hands the kernel views of the harness's bnhd inputs (the padded path's packing copies
@@ -8,11 +9,13 @@ nothing), and the bound callable never answers with a bias made for other key le
 
 from __future__ import annotations
 
-import sys
+import importlib
+import platform
 import textwrap
 
 import pytest
 import torch
+from fakes import stand_in_package
 
 from attnbench import variants
 from attnbench.harness.cell import handed
@@ -55,18 +58,15 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=N
 
 @pytest.fixture
 def fake_xformers(tmp_path, monkeypatch):
-    """A stand-in `xformers` package on sys.path: its `xformers.ops` module, for what it recorded."""
+    """A stand-in `xformers` package, imported instead of whatever xformers this machine has (installed, or
+    imported already by an earlier test in this process): its `xformers.ops` module, for what it recorded."""
     (tmp_path / "xformers" / "ops").mkdir(parents=True)
     (tmp_path / "xformers" / "__init__.py").write_text("")
     (tmp_path / "xformers" / "ops" / "__init__.py").write_text(textwrap.dedent(FAKE_OPS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with stand_in_package(monkeypatch, tmp_path, "xformers"):
         import xformers.ops
 
         yield xformers.ops
-    finally:
-        for mod in [m for m in sys.modules if m.startswith("xformers")]:
-            del sys.modules[mod]
 
 
 def inputs(layout: str = "bnhd", lengths=(12, N)):
@@ -125,9 +125,11 @@ def test_causal_with_padding_is_refused_in_setup_too(fake_xformers):
         variants.get("xformers").bind(q, k, v, causal=True, key_lengths=kl)
 
 
-def test_a_refusal_names_each_operator_and_its_first_reason():
+def test_a_refusal_names_each_operator_and_its_first_reason(fake_xformers, tmp_path):
     """xformers' 'No operator found' text (its dispatch.py layout) cut to what decides; the inputs' long
-    description is left out (the row has the shape)."""
+    description is left out (the row has the shape). Where its C++/CUDA operators did not load (as the
+    0.0.35 wheel's on another torch or Python), that comes first: the stand-in has no `_cpp_lib`, then
+    one whose load failed."""
     from attnbench.variants import xformers_mea
 
     text = (
@@ -140,8 +142,21 @@ def test_a_refusal_names_each_operator_and_its_first_reason():
         "`cutlassF-pt` is not supported because:\n"
         "    requires device with capability <= (9, 0) but your GPU has capability (9, 0) (too new)"
     )
-    reason = xformers_mea._no_operator_reason(NotImplementedError(text))
-    assert reason == (
-        "no xformers operator takes these inputs (fa3F@0.0.0: xFormers wasn't build with CUDA support; "
-        "cutlassF-pt: requires device with capability <= (9, 0) but your GPU has capability (9, 0) (too new))"
+    operators = (
+        "fa3F@0.0.0: xFormers wasn't build with CUDA support; "
+        "cutlassF-pt: requires device with capability <= (9, 0) but your GPU has capability (9, 0) (too new)"
     )
+    reason = xformers_mea._no_operator_reason(NotImplementedError(text))
+    assert reason == f"no xformers operator takes these inputs ({operators})"
+    (tmp_path / "xformers" / "_cpp_lib.py").write_text(
+        "from types import SimpleNamespace\n"
+        "_cpp_library_load_exception = RuntimeError('built for another torch')\n"
+        "_cpp_library_load_exception.build_info = SimpleNamespace(\n"
+        "    torch_version='2.10.0+cu128', cuda_version='1208', python_version='3.10.19'\n"
+        ")\n"
+    )
+    importlib.invalidate_caches()
+    reason = xformers_mea._no_operator_reason(NotImplementedError(text))
+    head = "'s CUDA operators did not load: built for torch 2.10.0+cu128 (CUDA 1208), Python 3.10.19; "
+    assert head in reason and reason.endswith(f"; no operator takes these inputs ({operators})")
+    assert f"this is torch {torch.__version__}, Python {platform.python_version()}" in reason
