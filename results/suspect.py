@@ -7,7 +7,9 @@ Two rules, applied when runs are loaded (so they hold for every run on disk, old
   device's calibration, results.devices), raised by how much faster the machine ran at the cell than while
   it was calibrated: the row's speed probe (taken just before the cell) over the calibration's own (runs
   written before it: over the run's median probe on that device). A calibration taken on a busy moment
-  otherwise flags the honest cells of a quieter one;
+  otherwise flags the honest cells of a quieter one. For float32 cells, the probe's own dtype, the ceiling
+  is never below the speed probes' TFLOP/s, the row's or the calibration's: a busy moment slows the
+  calibration's long matmul calls more than the probe's short ones;
 - faster than the checked baseline by more than BASELINE_FACTOR: the median time of the same cell of
   BASELINE, the float64-gated naive implementation, over this cell's median.
 Only `ok` rows are judged: `wrong` rows are never ranked anyway.
@@ -22,6 +24,9 @@ from .devices import calibration_for, matmul_tflops, where_of
 from .schema import CELL_AXES
 
 PEAK_FACTOR = 1.25
+# The dtype of the speed probe (harness.calibrate.speed_probe: a small float32 matmul): a ceiling of that
+# dtype is never below what the probes attained (_probe_floor)
+PROBE_DTYPE = "float32"
 BASELINE_FACTOR = 10.0
 BASELINE = "naive"
 
@@ -93,8 +98,14 @@ def _reason(
         why.append(f"{achieved:.3g} TFLOP/s is above {spec[1]} ({spec[0]:.4g})")
     elif _num(achieved) and not spec and ceiling:
         faster = max(1.0, probe_factor) if _num(probe_factor) else 1.0  # never lowered: see the docstring
-        if achieved > PEAK_FACTOR * ceiling * faster:
-            scaled = f", x{faster:.2f} for the machine's speed at the cell" if faster > 1 else ""
+        limit, scaled = (
+            ceiling * faster,
+            f", x{faster:.2f} for the machine's speed at the cell" if faster > 1 else "",
+        )
+        probed = _probe_floor(r, meta) if dtype == PROBE_DTYPE else None
+        if probed is not None and probed > limit:
+            limit, scaled = probed, f"{scaled}, raised to the speed probes' {probed:.3g}"
+        if achieved > PEAK_FACTOR * limit:
             why.append(
                 f"{achieved:.3g} TFLOP/s is above {PEAK_FACTOR:g}x the calibrated matmul ceiling "
                 f"({ceiling:.3g}{scaled})"
@@ -106,6 +117,18 @@ def _reason(
             f"{base / t:.1f}x faster than {BASELINE} on the same cell (more than {BASELINE_FACTOR:g}x)"
         )
     return "; ".join(why) or None
+
+
+def _probe_floor(r: dict[str, Any], meta: dict[str, Any]) -> float | None:
+    """The fastest float32 matmul the machine showed around a row: its own speed probe (just before the
+    cell) or its calibration's, whichever is higher; None without either. A ceiling below it was timed at a
+    slower moment than the probe: the calibration's few long calls of a large matmul are slowed by another
+    process far more than the probe's short ones (issue 23: three CPU-burning processes took the 2-core
+    VM's ceiling from 0.186 to 0.073 TFLOP/s, the probes stayed at 0.207, and honest naive at 0.128 was
+    flagged suspect)."""
+    at_calibration = calibration_for(meta, str(r.get("device")), where_of(r)).get("speed_probe_tflops")
+    seen = [float(v) for v in (r.get("speed_tflops"), at_calibration) if _num(v) and v > 0]
+    return max(seen) if seen else None
 
 
 def probe_factors(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[float]:

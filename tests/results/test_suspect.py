@@ -89,15 +89,8 @@ def test_a_plugin_that_times_a_lookup_is_wrong_and_unranked(tmp_path):
     df = results.load(out).set_index("variant")
     assert df.loc["cheat_memo", "status"] == "wrong" and REFILLED in df.loc["cheat_memo", "message"]
     assert df.loc["cheat_memo", "rel_err"] <= 1e-4 and df.loc["cheat_memo", "fresh_rel_err"] <= 1e-4
-    # naive, honest, is ranked and best unless the loader doubts its speed: on a busy machine the calibrated
-    # matmul ceiling (a few calls of ~0.1 s, slowed by another process) can fall below what naive's 0.3 ms
-    # calls and the speed probes' 1 ms ones attain between its time slices; naive is then suspect by that
-    # rule (and only it), shown and never ranked, as any suspect row
-    naive = df.loc["naive"]
-    assert naive["status"] == "ok"
-    if naive["suspect"]:
-        assert "the calibrated matmul ceiling" in naive["suspect_reason"]
-    assert set(best_variant(df.reset_index())["best"]) == (set() if naive["suspect"] else {"naive"})
+    assert not df.loc["naive", "suspect"], df.loc["naive", "suspect_reason"]  # honest, busy machine or not
+    assert set(best_variant(df.reset_index())["best"]) == {"naive"}
 
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "sm_clock_max": "1980 MHz"}
@@ -145,9 +138,17 @@ def test_a_gpu_cell_above_the_datasheet_is_suspect(tmp_path):
     assert "H100 80GB HBM3 datasheet peak" in flagged.iloc[0]["suspect_reason"]
 
 
-def _probed_run(tmp_path, name: str, cheat_factor: float, calibration_probe: float | None):
-    """naive at 0.02 TFLOP/s against a ceiling of 0.0125 (1.6x it), every cell's speed probe at 2.0 TFLOP/s;
-    the calibration's own probe at `calibration_probe` (None: a run written before it was recorded)."""
+def _probed_run(
+    tmp_path,
+    name: str,
+    cheat_factor: float,
+    calibration_probe: float | None,
+    cell_probe: float,
+    dtype="float32",
+):
+    """naive at 0.02 TFLOP/s against a ceiling of 0.0125 (1.6x it), every cell's speed probe at `cell_probe`
+    TFLOP/s; the calibration's own probe at `calibration_probe` (None: a run written before it was
+    recorded)."""
     import json
 
     rows = []
@@ -155,13 +156,23 @@ def _probed_run(tmp_path, name: str, cheat_factor: float, calibration_probe: flo
         flops = 2 * 2 * 8 * n * n * 64  # attention_flops of the synthetic cell: forward, B=1, H=8, d=64
         base = flops / 0.02e12 * 1e3  # ms at 0.02 TFLOP/s
         for variant, t in (("naive", base), ("cheat", base / cheat_factor)):
-            rows.append(synthetic.cell(variant, n, time_ms=t, peak_mem_bytes=2**20, speed_tflops=2.0))
+            rows.append(
+                synthetic.cell(
+                    variant, n, time_ms=t, peak_mem_bytes=2**20, speed_tflops=cell_probe, dtype=dtype
+                )
+            )
     path = synthetic.write_run(tmp_path / name, rows, peak_tflops=0.0125)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["calibration"]["cpu"]["matmul_tflops"][dtype] = 0.0125
     if calibration_probe is not None:
-        meta = json.loads((path / "meta.json").read_text())
         meta["calibration"]["cpu"]["speed_probe_tflops"] = calibration_probe
-        (path / "meta.json").write_text(json.dumps(meta))
+    (path / "meta.json").write_text(json.dumps(meta))
     return path
+
+
+def _suspects(path) -> set[str]:
+    df = results.load(path)
+    return set(df[df["suspect"].astype(bool)]["variant"])
 
 
 def test_a_calibration_on_a_busy_moment_does_not_flag_the_cells_of_a_quiet_one(tmp_path):
@@ -169,17 +180,34 @@ def test_a_calibration_on_a_busy_moment_does_not_flag_the_cells_of_a_quiet_one(t
     honest naive `suspect`. Each cell's speed probe, against the calibration's own, raises the ceiling by
     how much faster the machine ran at the cell (x2 here): naive at 1.6x the ceiling is believed; a cheat
     9x faster than naive (14x the ceiling) is still caught."""
-    df = results.load(_probed_run(tmp_path, "busy", 9.0, calibration_probe=1.0))
+    df = results.load(_probed_run(tmp_path, "busy", 9.0, calibration_probe=0.0125, cell_probe=0.025))
     flagged = df[df["suspect"].astype(bool)]
     assert set(flagged["variant"]) == {"cheat"}, flagged[["variant", "suspect_reason"]]
     assert flagged["suspect_reason"].str.contains(r"x2\.00 for the machine's speed at the cell").all()
     # the same cells, calibrated on a moment as quick as the cells: naive at 1.6x is above 1.25x, suspect
-    same = results.load(_probed_run(tmp_path, "quiet", 9.0, calibration_probe=2.0))
-    assert set(same[same["suspect"].astype(bool)]["variant"]) == {"naive", "cheat"}
+    assert _suspects(_probed_run(tmp_path, "quiet", 9.0, calibration_probe=0.0125, cell_probe=0.0125)) == {
+        "naive",
+        "cheat",
+    }
+
+
+def test_a_float32_ceiling_is_never_below_what_the_speed_probes_attained(tmp_path):
+    """Issue 23, seen by a test on a busy 2-core VM: the calibration's few long matmul calls were slowed by
+    other processes (ceiling 0.073 TFLOP/s) while the probes' short ones were not (0.207, before and at the
+    calibration alike, so the probe factor stayed 1), and honest naive at 0.128 was flagged. The probes are
+    float32 matmuls: a float32 ceiling below them is raised to them (naive at 1.6x the slowed ceiling is
+    believed, a cheat 9x faster than naive still caught); other dtypes are not measured by the probe and
+    keep their ceiling."""
+    df = results.load(_probed_run(tmp_path, "slowed", 9.0, calibration_probe=0.025, cell_probe=0.025))
+    flagged = df[df["suspect"].astype(bool)]
+    assert set(flagged["variant"]) == {"cheat"}, flagged[["variant", "suspect_reason"]]
+    assert flagged["suspect_reason"].str.contains("raised to the speed probes' 0.025").all()
+    same = _probed_run(tmp_path, "bf16", 9.0, calibration_probe=0.025, cell_probe=0.025, dtype="bfloat16")
+    assert _suspects(same) == {"naive", "cheat"}
 
 
 def test_a_run_without_the_calibrations_probe_uses_its_median_probe(tmp_path):
     """Old runs (no speed_probe_tflops in the calibration): every probe equals the run's median, factor 1,
     so the ceiling is the calibration's as before."""
-    df = results.load(_probed_run(tmp_path, "old", 9.0, calibration_probe=None))
+    df = results.load(_probed_run(tmp_path, "old", 9.0, calibration_probe=None, cell_probe=0.0125))
     assert set(df[df["suspect"].astype(bool)]["variant"]) == {"naive", "cheat"}
