@@ -129,7 +129,9 @@ class LocalExecutor:
 
 def run_rounds(plan: Plan, measure: Processes, skip: SkipAhead, on_row: OnRow) -> None:
     """Settings.rounds R: every cell visited R times, round-robin over the whole sweep (each cell of
-    plan.cells once, in order, then each again, ...), each visit with 1/R of the budget (harness.cell
+    plan.cells once, in order, then each again in the reverse order, and so on, alternating: the machine's
+    drift within a round, which favours the cells visited first or last, falls on each side of every pair
+    of cells alike), each visit with 1/R of the budget (harness.cell
     measure_cell, measure_visit), so that the machine's drift over the run falls on every cell alike. A
     cell's row, the merge of its visits (rows.merge_rounds), is handed to on_row when its last visit ends;
     a visit that is not ok ends its cell with its row (no later visits). Each visit before the last is
@@ -144,7 +146,7 @@ def run_rounds(plan: Plan, measure: Processes, skip: SkipAhead, on_row: OnRow) -
     log = store.VisitLog(plan.run_dir)
     try:
         for index in range(1, rounds + 1):
-            for spec in plan.cells:
+            for spec in plan.cells if index % 2 else plan.cells[::-1]:
                 cid = spec.cell_id
                 had = visits.setdefault(cid, [])
                 if cid in ended or len(had) >= index:  # ended, or this visit was made before a resume
