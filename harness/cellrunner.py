@@ -160,10 +160,6 @@ class CellRunner:
     def gc_frozen(self) -> int | None:
         return self._worker().gc_frozen
 
-    @property
-    def heap_warmed(self) -> int:
-        return self._worker().heap_warmed
-
     def close(self, *, kill: bool = False) -> None:
         if self.worker is not None:
             self.worker.kill() if kill else self.worker.stop()

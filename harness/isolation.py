@@ -104,7 +104,6 @@ class Worker:
         self.cpu_affinity = hello.get("cpu_affinity")  # the CPUs the worker may run on, as it reports them
         self.gc_frozen = hello.get("gc_frozen")  # objects its imports left, frozen out of its collections
         self.own_group = bool(hello.get("own_group"))  # it leads a process group of its own (kill_tree)
-        self.heap_warmed = int(hello.get("heap_warmed") or 0)  # bytes its heap was grown to (warm_heap)
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send msg and wait up to `timeout` seconds for the reply."""

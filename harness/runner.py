@@ -26,7 +26,7 @@ from attnbench.results.store import SHIPPED, is_unstarted, read_meta, read_rows
 from attnbench.results.writable import why_unwritable
 from attnbench.variants import shipped
 
-from . import allocator, estimate, executor_choice, executors, fingerprint, guard, timing
+from . import estimate, executor_choice, executors, fingerprint, timing
 from .affinity import check_cpu_affinity
 from .cellrunner import CellRunner, SkipAhead, precheck
 from .isolation import WorkerDied, WorkerTimeout
@@ -349,24 +349,7 @@ def _worker_config(start: _Start, path: Path) -> dict[str, Any]:
         "variant_files": start.variant_files,
         "cpu_affinity": list(settings.cpu_affinity),
         "log_path": str(path / "worker.log"),
-        "warm_heap_bytes": _heap_to_warm(start.cells(), settings),
     }
-
-
-def _heap_to_warm(cells: list[CellSpec], settings) -> int:
-    """The bytes a CPU worker warms its heap to (allocator.heap_to_warm): the largest predicted peak of
-    the run's CPU cells that the memory guard lets run."""
-    from .worker import free_memory
-
-    free = free_memory("cpu")
-    peaks = []
-    for spec in cells:
-        if spec.device != "cpu":
-            continue
-        peak = guard.predict_peak_bytes(spec, variants.get(spec.variant).cap.memory, settings)
-        if guard.fits(peak, free, settings.memory_guard) is None:
-            peaks.append(peak)
-    return allocator.heap_to_warm(peaks, free)
 
 
 def _write_meta(
@@ -501,9 +484,6 @@ def _meta(
         # worker reported after pinning itself (null asked: the OS's choice, all of them)
         "gc_disabled": timing.GC_DISABLED,
         "gc_frozen_objects": local.gc_frozen,
-        # the bytes its heap was grown to before any cell (allocator.warm_heap; 0: no CPU cell, or the
-        # run's environment keeps no freed memory)
-        "heap_warmed_bytes": local.heap_warmed,
         "cpu_affinity": {
             "requested": list(sweep.settings.cpu_affinity) or None,
             "worker": local.cpu_affinity,

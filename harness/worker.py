@@ -24,7 +24,7 @@ import sys
 import traceback
 from typing import Any
 
-from . import allocator, children
+from . import children
 from .outcomes import STATE_EXIT, exit_reason, is_poisoned_row, processes_left, state_changed
 from .rows import base_row, blame, finish
 from .settings import Settings
@@ -142,8 +142,6 @@ class _Server:
         self.imported: dict[str, str] = {}  # variant -> what importing its plug-in changed (then put back)
         self.unrestored = ""  # what an import changed and could not be put back: no cell here is clean
         self._load_plugins(config.get("variant_files", []))
-        # the heap grown to the run's largest CPU cell before any is timed (allocator.warm_heap)
-        self.heap_warmed = allocator.warm_heap(int(config.get("warm_heap_bytes") or 0))
         # measure's collection before each cell then skips the imports' ~170k objects
         self.frozen = freeze_imports()
         self.modules_frozen = len(sys.modules)
@@ -188,8 +186,7 @@ class _Server:
     def hello(self) -> dict[str, Any]:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         return {"op": "ready", "pid": os.getpid(), "threads": self.threads, "cpu_affinity": cpus,
-                "gc_frozen": self.frozen, "own_group": os.getpgid(0) == os.getpid(),
-                "heap_warmed": self.heap_warmed}  # fmt: skip
+                "gc_frozen": self.frozen, "own_group": os.getpgid(0) == os.getpid()}  # fmt: skip
 
     def where_measured(self, device: str) -> dict[str, Any]:
         from .fingerprint import where_measured

@@ -11,14 +11,7 @@ import sys
 import pytest
 from conftest import ROOT, run_cli
 
-from attnbench.harness.allocator import (
-    MALLOC_DEFAULTS,
-    WARM_HEAP_LIMIT,
-    WORKER_DEFAULTS,
-    heap_to_warm,
-    warm_heap,
-    worker_env,
-)
+from attnbench.harness.allocator import MALLOC_DEFAULTS, WORKER_DEFAULTS, worker_env
 from attnbench.harness.fingerprint import resume_identity
 
 # naive at N (256: 2 MiB score tensors; 1024: 32 MiB), ten calls after five warm ones: the minor page
@@ -87,58 +80,3 @@ def test_every_worker_of_a_run_is_started_with_them(tmp_path):
     for name, value in MALLOC_DEFAULTS.items():
         assert f"{name}={value}" in env or name in os.environ
     assert meta["fingerprint"]["THP_MEM_ALLOC_ENABLE"] == os.environ.get("THP_MEM_ALLOC_ENABLE", "1")
-    assert meta["heap_warmed_bytes"] > 0  # its heap grown to the cell's predicted peak before it was timed
-
-
-# the minor page faults of naive's first three calls at N = 1024 (32 MiB score tensors), no warm-up call
-# before them, in a process that first warms its heap to `warm_mib` MiB through allocator.warm_heap
-FIRST_FAULTS = """
-import resource, sys, torch
-from attnbench import variants
-from attnbench.harness.allocator import warm_heap
-torch.set_num_threads(1)
-warmed = warm_heap(int(sys.argv[1]) << 20)
-q, k, v = (torch.randn(1, 8, 1024, 64) for _ in range(3))
-fn = variants.get("naive").fn
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(3):
-    fn(q, k, v)
-print(warmed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-def _first_faults(env: dict[str, str], warm_mib: int) -> tuple[int, int]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env = {**base, **env, "THP_MEM_ALLOC_ENABLE": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", FIRST_FAULTS, str(warm_mib)], env=env,
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    warmed, faults = done.stdout.split()[-2:]
-    return int(warmed), int(faults)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
-def test_a_warmed_heap_serves_the_first_calls_of_a_cell_without_faulting_them_in():
-    """Issue 25: the first time a worker's heap grew to a cell's size, its pages were faulted in while the
-    cell was timed (the quadratic variants' first visits 1.05-1.14x their later ones); a heap warmed to the
-    cell's peak first serves even its first calls from memory already there. Counted as page faults, not
-    time."""
-    fixed = worker_env({}, environ={})
-    cold = _first_faults(fixed, 0)
-    warm = _first_faults(fixed, 128)
-    assert cold[0] == 0 and warm[0] == 128 << 20
-    assert warm[1] * 10 < cold[1], (cold, warm)
-    # where the run's environment keeps no freed memory, nothing is warmed (it would go back at once)
-    assert _first_faults({"MALLOC_MMAP_MAX_": "65536"}, 128)[0] == 0
-
-
-def test_the_heap_is_warmed_to_the_largest_peak_within_its_limits():
-    gib = 1 << 30
-    assert heap_to_warm([], 64 * gib) == 0
-    assert heap_to_warm([10, 300 << 20, 5], 64 * gib) == 300 << 20
-    assert heap_to_warm([5 * gib], 64 * gib) == WARM_HEAP_LIMIT  # glibc gives back what is over it
-    assert heap_to_warm([gib], 2 * gib) == gib // 2  # a quarter of the memory available at most
-    assert warm_heap(1 << 20, environ={"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1024"}) == 0
-    assert warm_heap(1 << 20, environ={"MALLOC_TRIM_THRESHOLD_": str(gib)}) == 0
-    assert warm_heap(0, environ={"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(gib)}) == 0
