@@ -41,6 +41,9 @@ import torch
 from attnbench import variants
 from attnbench.results.formulas import attention_flops, tflops
 
+sys.path.insert(0, str(Path(__file__).parent))
+from harness_check import pass_call  # noqa: E402  (the same calls that check times)
+
 # name -> (devices, torch.compile arguments, kernel_options)
 CONFIGS = {
     "static": (("cpu", "cuda"), {"dynamic": False}, {}),
@@ -66,29 +69,6 @@ def ms_per_call(call, device: str) -> float:
     from torch.utils.benchmark import Timer
 
     return Timer(stmt="call()", globals={"call": call}).blocked_autorange(min_run_time=0.5).median * 1e3
-
-
-def as_pass(fn, q, k, v, pass_: str):
-    """A no-argument call of fn for the pass: forward under no_grad, or forward + backward of a fixed
-    d_out into fresh leaves (their grads cleared each call)."""
-    if pass_ == "fwd":
-
-        def call():
-            with torch.no_grad():
-                return fn(q, k, v)
-
-        return call
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    d_out = torch.randn_like(q)
-
-    def call():
-        for t in leaves:
-            t.grad = None
-        out = fn(*leaves)
-        out.backward(d_out)
-        return out
-
-    return call
 
 
 def flex_fn(name: str, q, k, v):
@@ -156,7 +136,7 @@ def main(argv=None) -> int:
         started = time.monotonic()
         for name in REFERENCES[dev]:
             fn = variants.get(name).bind(q, k, v, causal=False, key_lengths=None)
-            calls[name] = as_pass(fn, q, k, v, pass_)
+            calls[name] = pass_call(fn, q, k, v, pass_)
             rows[name] = {"config": name, "pass": pass_, "reference": True}
         reference_out = calls[REFERENCES[dev][0]]().float()
         for name in names:
@@ -168,7 +148,7 @@ def main(argv=None) -> int:
                 continue
             t0 = time.monotonic()
             try:
-                call = as_pass(flex_fn(name, q, k, v), q, k, v, pass_)
+                call = pass_call(flex_fn(name, q, k, v), q, k, v, pass_)
                 out = call()
                 sync(dev)
             except Exception as exc:  # a config torch refuses is a result, not the end of the run

@@ -244,6 +244,29 @@ def check_cuda_memory(settings: Settings, cache: InputCache) -> list[dict]:
     return out
 
 
+def pass_call(fn, q, k, v, pass_: str):
+    """A no-argument call of fn for the pass, as another tool times it: forward under no_grad, or forward
+    + backward of a fixed d_out into fresh leaves (their grads cleared each call); returns the output."""
+    if pass_ == "fwd":
+
+        def call():
+            with torch.no_grad():
+                return fn(q, k, v)
+
+        return call
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    d_out = torch.randn_like(q)
+
+    def call():
+        for t in leaves:
+            t.grad = None
+        out = fn(*leaves)
+        out.backward(d_out)
+        return out
+
+    return call
+
+
 def check_cuda(
     settings: Settings,
     rounds: int = MIN_ROUNDS,
@@ -271,21 +294,7 @@ def check_cuda(
                 variant = variants.get(name)
                 # the inputs and the callable measure_cell times: in the variant's layout, its setup done
                 q, k, v, _ = cache.get(spec, settings.seed, variant.cap.layout)
-                fn = variant.bind(q, k, v, causal=False, key_lengths=None)
-                if pass_ == "fwd":
-
-                    def call(fn=fn, q=q, k=k, v=v):
-                        with torch.no_grad():
-                            fn(q, k, v)
-                else:
-                    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-                    d_out = torch.randn_like(q)
-
-                    def call(fn=fn, leaves=leaves, d_out=d_out):
-                        for t in leaves:
-                            t.grad = None
-                        fn(*leaves).backward(d_out)
-
+                call = pass_call(variant.bind(q, k, v, causal=False, key_lengths=None), q, k, v, pass_)
                 ours_mhz, theirs_mhz = [], []
                 ours, theirs = paired_rounds(
                     lambda spec=spec, clocks=ours_mhz: clocked(

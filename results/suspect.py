@@ -98,10 +98,8 @@ def _reason(
         why.append(f"{achieved:.3g} TFLOP/s is above {spec[1]} ({spec[0]:.4g})")
     elif _num(achieved) and not spec and ceiling:
         faster = max(1.0, probe_factor) if _num(probe_factor) else 1.0  # never lowered: see the docstring
-        limit, scaled = (
-            ceiling * faster,
-            f", x{faster:.2f} for the machine's speed at the cell" if faster > 1 else "",
-        )
+        limit = ceiling * faster
+        scaled = f", x{faster:.2f} for the machine's speed at the cell" if faster > 1 else ""
         probed = _probe_floor(r, meta) if dtype == PROBE_DTYPE else None
         if probed is not None and probed > limit:
             limit, scaled = probed, f"{scaled}, raised to the speed probes' {probed:.3g}"
@@ -126,9 +124,14 @@ def _probe_floor(r: dict[str, Any], meta: dict[str, Any]) -> float | None:
     process far more than the probe's short ones (issue 23: three CPU-burning processes took the 2-core
     VM's ceiling from 0.186 to 0.073 TFLOP/s, the probes stayed at 0.207, and honest naive at 0.128 was
     flagged suspect)."""
-    at_calibration = calibration_for(meta, str(r.get("device")), where_of(r)).get("speed_probe_tflops")
-    seen = [float(v) for v in (r.get("speed_tflops"), at_calibration) if _num(v) and v > 0]
+    seen = [float(v) for v in (r.get("speed_tflops"), _calibration_probe(r, meta)) if _num(v) and v > 0]
     return max(seen) if seen else None
+
+
+def _calibration_probe(r: dict[str, Any], meta: dict[str, Any]) -> Any:
+    """The speed probe the calibration of the row's device took (speed_probe_tflops), None in runs written
+    before it was recorded."""
+    return calibration_for(meta, str(r.get("device")), where_of(r)).get("speed_probe_tflops")
 
 
 def probe_factors(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[float]:
@@ -141,7 +144,7 @@ def probe_factors(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) 
     out = []
     for r, median_factor in zip(rows, by_median, strict=True):
         meta = metas.get(str(r.get("run_id")), {})
-        at_calibration = calibration_for(meta, str(r.get("device")), where_of(r)).get("speed_probe_tflops")
+        at_calibration = _calibration_probe(r, meta)
         probe = r.get("speed_tflops")
         if _num(probe) and _num(at_calibration) and at_calibration > 0:
             out.append(float(probe) / float(at_calibration))

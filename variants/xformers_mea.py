@@ -24,6 +24,7 @@ lower_right and window stay False): those cells are `unsupported`, never measure
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 from collections.abc import Callable
@@ -98,17 +99,32 @@ def _declared_devices() -> dict[str, set[str]]:
     availability reads dynamo's rule from its source so). {} where the sources say nothing readable (another
     layout): the worker's import and xformers' dispatch then say why a cell cannot run."""
     spec = importlib.util.find_spec("xformers")
-    declared: dict[str, set[str]] = {}
+    files = []
     for folder in (spec.submodule_search_locations or []) if spec else []:
         for path in sorted(Path(folder, "ops", "fmha").glob("*.py")):
             try:
-                tree = ast.parse(path.read_text(encoding="utf-8"))
-            except (OSError, SyntaxError, ValueError):
+                stat = path.stat()
+            except OSError:
                 continue
-            for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FwOp"):
-                devices = _literal_devices(cls)
-                if devices is not None:
-                    declared.setdefault(path.stem, set()).update(devices)
+            files.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return _declared_in(tuple(files))
+
+
+@functools.cache
+def _declared_in(files: tuple[tuple[str, int, int], ...]) -> dict[str, set[str]]:
+    """_declared_devices from these (path, mtime, size) sources, each set of them parsed once per process:
+    availability is asked before every cell is measured (Variant.check), and a changed file is read again."""
+    declared: dict[str, set[str]] = {}
+    for name, _mtime, _size in files:
+        path = Path(name)
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FwOp"):
+            devices = _literal_devices(cls)
+            if devices is not None:
+                declared.setdefault(path.stem, set()).update(devices)
     return declared
 
 

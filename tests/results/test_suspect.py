@@ -162,11 +162,10 @@ def _probed_run(
                 )
             )
     path = synthetic.write_run(tmp_path / name, rows, peak_tflops=0.0125)
-    meta = json.loads((path / "meta.json").read_text())
-    meta["calibration"]["cpu"]["matmul_tflops"][dtype] = 0.0125
     if calibration_probe is not None:
+        meta = json.loads((path / "meta.json").read_text())
         meta["calibration"]["cpu"]["speed_probe_tflops"] = calibration_probe
-    (path / "meta.json").write_text(json.dumps(meta))
+        (path / "meta.json").write_text(json.dumps(meta))
     return path
 
 
