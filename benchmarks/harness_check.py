@@ -51,7 +51,7 @@ def timer_verdict(ours: list[float], theirs: list[float], band: float = TIMER_BA
     Noisy when the CI is wider than the band itself: then no placement of it could meet the target and
     a miss would say more about the machine than about the harness.
     """
-    from attnbench.reports.stats import median_ci
+    from attnbench.results.stats import median_ci
 
     ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
     lo, hi = median_ci(ratios)

@@ -95,6 +95,7 @@ def check_mode(
     executor: str = "local",
     processes: int = 1,
     rounds: int = 1,
+    settle_rounds: int = 0,
 ) -> None:
     """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
     `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
@@ -109,6 +110,12 @@ def check_mode(
         raise ValueError(
             f"{name('rounds')} {rounds} visits the whole sweep in rounds on one worker: "
             f"{name('executor')} local only, not {executor}"
+        )
+    if settle_rounds and rounds < 2:
+        # a settle round visits again the pairs the rank test over the rounds' visits cannot tell apart
+        raise ValueError(
+            f"{name('settle_rounds')} {settle_rounds} visits again after the rounds: needs "
+            f"{name('rounds')} 2 or more (e.g. {name('rounds')} 3)"
         )
     if rounds > 1 and processes > rounds:
         # with rounds, each visit of a cell is made in one of the processes, in turn (cellrunner.Processes)
@@ -268,7 +275,8 @@ def run(
     )
     processes = sweep.settings.processes if sweep is not None else 1
     rounds = sweep.settings.rounds if sweep is not None else 1
-    check_mode(sweep, out, given=given, processes=processes, rounds=rounds, **modes)
+    settle = sweep.settings.settle_rounds if sweep is not None else 0
+    check_mode(sweep, out, given=given, processes=processes, rounds=rounds, settle_rounds=settle, **modes)
     if resume:
         start = _resumed(out, force_resume, redo_drift, name)
         own = start.sweep.settings  # the run's own settings

@@ -97,6 +97,16 @@ SETTINGS: tuple[Setting, ...] = (
         "into one row (default 1; local executor only; with --processes K <= R, each visit in one of them)",
         "R", rule=positive,
     ),
+    # settle rounds (harness.settle): after the R rounds, the variants of one shape whose medians are 1.1x
+    # or more apart but that the ranking's rank test (results.ranks) cannot yet tell apart are visited
+    # again, a round of only them at a time, at most S times: one disturbed visit among three reverses a
+    # pair and ties it, and a fourth and fifth visit outvote it (docs/method.md: settle rounds)
+    Setting(
+        "settle_rounds", 0, "int",
+        "after the rounds, visit again (at most S more times) the variants of a shape 1.1x or more apart "
+        "that the ranking cannot yet tell apart (default 0; needs --rounds 2 or more)", "S",
+        rule=not_negative,
+    ),
     Setting(
         "check_rows", 1024, "int", "query rows checked against float64 (all rows when N is at most this)",
         rule=positive, flag=False,

@@ -55,6 +55,12 @@ class _Cell:
         return tuple(getattr(self, a.field) for a in IDENTITY if a.name not in ("variant", "pass"))
 
     @property
+    def rank_key(self) -> tuple:
+        """Everything but the variant: the cells one ranking puts in order (reports.tables.ranking), which
+        the settle rounds visit again together (harness.settle)."""
+        return tuple(getattr(self, a.field) for a in IDENTITY if a.name != "variant")
+
+    @property
     def group_key(self) -> tuple:
         """Everything but the two lengths, seq_len and seq_k: a scaling series (one line on a plot), which
         grows N_q and N_k together, or either alone (a decode series grows seq_k at a fixed seq_len)."""

@@ -11,11 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.results import devices
+from attnbench.results.ranks import float_list
 from attnbench.results.schema import CELL_AXES
-
-from . import calibration, control
-from . import page as pg
-from .stats import (  # noqa: F401
+from attnbench.results.stats import (  # noqa: F401
     MIN_PROCESSES,
     PAIRED_RULE,
     PROCESS_RULE,
@@ -28,7 +26,10 @@ from .stats import (  # noqa: F401
     paired_difference,
     process_difference,
 )
-from .tables import axis_value, float_list, present, varying
+
+from . import calibration, control
+from . import page as pg
+from .tables import axis_value, present, varying
 
 STATS = ("median", "mean", "min", "max")
 BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B is a regression too

@@ -22,7 +22,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .tables import float_list, present, split_visits
+from attnbench.results.ranks import float_list, split_visits
+
+from .tables import present
 
 CONTROL_RULE = (
     "Relative to the control variant {control}: its B/A at each shape (its code is the same in both runs, "

@@ -9,6 +9,7 @@ from typing import Any
 from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
+from attnbench.results.ranks import rank_p, separated
 
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
 # be averaged together (results.devices), and then splits that run's cells by device group; model is ''
@@ -219,75 +220,6 @@ def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> floa
     found = [positive(calibration_for(meta, device, str(w)).get("copy_gbps")) for w in wheres if present(w)]
     found = [p for p in found if p] or [positive(calibration_for(meta, device).get("copy_gbps"))]
     return max((p for p in found if p), default=None)
-
-
-def separated(
-    first, other, *, tolerance: float | None = None, alpha: float | None = None, p: float | None = None
-) -> bool:
-    """Whether `other` is told apart from the faster `first` (rows with time_ms_median and samples_ms):
-    at least `tolerance` (2%) slower by median and p < alpha (rank_p, unless the caller has it already) on
-    their raw samples. Without 3 samples on each side there is no test, so nothing is separated by the 2%
-    rule alone."""
-    from .stats import ALPHA, SAME_TOLERANCE
-
-    tolerance = SAME_TOLERANCE if tolerance is None else tolerance
-    alpha = ALPHA if alpha is None else alpha
-    lead = float(other["time_ms_median"]) / float(first["time_ms_median"])
-    p = rank_p(first, other) if p is None else p
-    return lead >= 1 + tolerance and math.isfinite(p) and p < alpha
-
-
-def rank_p(first, other) -> float:
-    """The ranking's p-value of two rows of one N: van Elteren's test with a stratum per visit where both
-    rows split their samples into the same number (2 or more) of visits (round_samples: each round
-    visits every variant of an N one after another, so the drift between rounds leaves the test), else
-    Mann-Whitney U on the pooled samples."""
-    from .stats import mann_whitney, stratified_u
-
-    a, b = visit_samples(first), visit_samples(other)
-    if a is not None and b is not None and len(a) == len(b):
-        return stratified_u(a, b)
-    return mann_whitney(_sample_list(first), _sample_list(other))
-
-
-def visit_samples(row) -> list[list[float]] | None:
-    """A row's samples split by visit (round_samples: each visit's count, in samples_ms's order); None
-    without rounds, or where the counts do not add up to the samples."""
-    counts = row.get("round_samples") if hasattr(row, "get") else None
-    if counts is None or isinstance(counts, str) or len(counts) < 2:
-        return None
-    return split_visits(_sample_list(row), counts)
-
-
-def split_visits(samples: list[float], counts) -> list[list[float]] | None:
-    """samples_ms cut into its visits by round_samples' counts; None where a count is not a non-negative
-    integer or they do not add up to the samples."""
-    try:
-        counts = [int(c) for c in counts]
-    except (TypeError, ValueError):
-        return None
-    if any(c < 0 for c in counts) or sum(counts) != len(samples):
-        return None
-    out, start = [], 0
-    for c in counts:
-        out.append(samples[start : start + c])
-        start += c
-    return out
-
-
-def float_list(x: Any) -> list[float]:
-    """A list column's cell (samples_ms, round_medians_ms, round_samples, ...) as floats; [] where it holds
-    no list (None or NaN in older runs, a string) or a value that is not a number."""
-    if not isinstance(x, (list, tuple)):
-        return []
-    try:
-        return [float(v) for v in x]
-    except (TypeError, ValueError):
-        return []
-
-
-def _sample_list(row) -> list[float]:
-    return float_list(row.get("samples_ms") if hasattr(row, "get") else None)
 
 
 def best_variant(df):

@@ -106,7 +106,7 @@ COLUMNS: dict[str, str] = {
 # has 3 or more (reports.fit.cell_log_se). Empty without rounds
 # round_samples: with --rounds R, how many of samples_ms each visit took, in the same order (samples_ms
 # holds them visit after visit): the ranking compares two variants of one N within each round
-# (reports.tables.rank_p). Empty without rounds and in runs before it
+# (results.ranks.rank_p). Empty without rounds and in runs before it
 LIST_COLUMNS = ("samples_ms", "process_medians_ms", "round_medians_ms", "round_samples")
 CELL_AXES = axes.CELL_AXES  # the identity axes, in cell_id order
 # What a row written before an axis existed measured (results.load fills these in); kv_heads and seq_k

@@ -16,10 +16,11 @@ from typing import Any
 
 from ..cellrunner import CellRunner, Processes, SkipAhead, precheck
 from ..isolation import WorkerDied, WorkerTimeout
-from ..rows import base_row, finish, merge_rounds
+from ..rows import base_row, finish
 from ..spec import CellSpec, SweepSpec
 from .base import OnDevice, OnRow, Plan, Say
 from .dispatch import Dispatcher
+from .rounds import run_rounds
 
 ONE_CPU_WORKER = (
     "two CPU cells timed at once on one machine corrupt each other: give --devices at most one cpu worker"
@@ -125,46 +126,6 @@ class LocalExecutor:
             raise
         finally:  # the runner closes its own first worker
             measure.close(kill=interrupted, keep_first=runner is plan.local)
-
-
-def run_rounds(plan: Plan, measure: Processes, skip: SkipAhead, on_row: OnRow) -> None:
-    """Settings.rounds R: every cell visited R times, round-robin over the whole sweep (each cell of
-    plan.cells once, in order, then each again in the reverse order, and so on, alternating: the machine's
-    drift within a round, which favours the cells visited first or last, falls on each side of every pair
-    of cells alike), each visit with 1/R of the budget (harness.cell
-    measure_cell, measure_visit), so that the machine's drift over the run falls on every cell alike. A
-    cell's row, the merge of its visits (rows.merge_rounds), is handed to on_row when its last visit ends;
-    a visit that is not ok ends its cell with its row (no later visits). Each visit before the last is
-    kept in visits.jsonl (results.store.VisitLog) as it ends, and a resume measures only the visits
-    missing from there."""
-    from attnbench.results import store
-
-    rounds = plan.sweep.settings.rounds
-    written = {row["cell_id"] for row in plan.done}  # a redone cell (--redo-drift) starts its visits afresh
-    visits = {cid: rows for cid, rows in store.read_visits(plan.run_dir).items() if cid not in written}
-    ended: set[str] = set()
-    log = store.VisitLog(plan.run_dir)
-    try:
-        for index in range(1, rounds + 1):
-            for spec in plan.cells if index % 2 else plan.cells[::-1]:
-                cid = spec.cell_id
-                had = visits.setdefault(cid, [])
-                if cid in ended or len(had) >= index:  # ended, or this visit was made before a resume
-                    continue
-                row = (precheck(spec, skip) if index == 1 else None) or measure.run(spec, (index, rounds))
-                had.append(row)
-                if row.get("status") != "ok" or index == rounds:
-                    ended.add(cid)
-                    row = merge_rounds(had, rounds)
-                    skip.note(spec, row["status"])
-                    on_row(row)
-                else:
-                    log.append(cid, index, row)
-        for spec in plan.cells:  # every visit was made before a resume: only the row is left to write
-            if spec.cell_id not in ended and len(visits[spec.cell_id]) >= rounds:
-                on_row(merge_rounds(visits[spec.cell_id][:rounds], rounds))
-    finally:
-        log.close()
 
 
 # ---- the pool ---------------------------------------------------------------------------------------

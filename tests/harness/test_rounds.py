@@ -11,7 +11,7 @@ from conftest import DATA, run_cli
 
 from attnbench.harness.cellrunner import SkipAhead
 from attnbench.harness.executors.base import Plan
-from attnbench.harness.executors.local import run_rounds
+from attnbench.harness.executors.rounds import run_rounds
 from attnbench.harness.rows import merge_rounds
 from attnbench.harness.settings import Settings
 from attnbench.harness.spec import CellSpec

@@ -212,7 +212,7 @@ def test_gate_ignores_a_slowdown_it_cannot_tell(tmp_path):
 
 
 def test_cliffs_delta_and_median_ci_analytic():
-    from attnbench.reports import stats
+    from attnbench.results import stats
 
     assert stats.cliffs_delta([1, 2, 3], [4, 5, 6]) == 1.0
     assert stats.cliffs_delta([4, 5, 6], [1, 2, 3]) == -1.0

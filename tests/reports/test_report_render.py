@@ -274,8 +274,9 @@ def test_a_run_in_rounds_ranks_two_variants_within_each_round(tmp_path):
     # the machine ran 1.0x, 1.35x and 1.15x slow in three rounds; in each, B (visited right after A) was 8%
     # slower than A: pooled, the rounds' drift hides that (Mann-Whitney p >= 0.05), compared within each
     # round (van Elteren, a stratum per round) it is told apart; without round_samples, pooled as before
-    from attnbench.reports.stats import mann_whitney, stratified_u
-    from attnbench.reports.tables import ranking, visit_samples
+    from attnbench.reports.tables import ranking
+    from attnbench.results.ranks import visit_samples
+    from attnbench.results.stats import mann_whitney, stratified_u
 
     drift = (1.0, 1.35, 1.15)
     wobble = (0.99, 1.0, 1.01)
