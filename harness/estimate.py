@@ -13,7 +13,9 @@ timeout, which only shortens a sweep):
                CPU cell without dropout: FWD_EXTRA_CALLS (its peak is measured on the refill check's call)
     sampling = max(min_samples calls, budget_ms): the whole sampling budget, as on a busy machine (a stable
                spread stops earlier; max_samples rarely does, as the timer batches cheap calls)
-plus RUN_OVERHEAD_S for the run (worker start, calibration, numerics probe). The throughputs are what
+plus RUN_OVERHEAD_S for the run (worker start, calibration, numerics probe). Settle rounds
+(Settings.settle_rounds) are not in the model: they visit again only the pairs a run could not rank (the
+quick preset's nine jobs of docs/method.md: 0 to 10 visits, up to about 5 s). The throughputs are what
 attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 and per GPU in bf16/fp16; on CPU a
 quadratic-memory variant attains QUADRATIC_4K_FACTOR of it unless the run asks for transparent huge pages
 (THP_MEM_ALLOC_ENABLE=1: each call faults its N x N scores in 4 KiB at a time otherwise).
