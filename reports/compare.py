@@ -305,9 +305,12 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
     ratio = median_b / median_a if ok else math.nan
     by_processes = len(pa) >= MIN_PROCESSES and len(pb) >= MIN_PROCESSES
     judge = process_difference if by_processes else difference
-    if ok and rules.paired and basis == "rounds" and by_processes and len(pa) == len(pb) and min(pa + pb) > 0:
+    if ok and rules.paired and basis == "rounds" and by_processes and min(pa + pb) > 0:
         # one run's two variants: visit i of each made in round i, seconds apart (stats.PAIRED_RULE); the
-        # ratio and the gate's medians are the visits' geometric means, as the interval's
+        # ratio and the gate's medians are the visits' geometric means, as the interval's. Over the rounds
+        # both were visited in: a settle round (harness.settle) visits again only some variants
+        k = min(len(pa), len(pb))
+        pa, pb = pa[:k], pb[:k]
         judge, basis = paired_difference, "paired rounds"
         median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
         median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))

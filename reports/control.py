@@ -65,16 +65,21 @@ def by_visit(r: Any, c: Any, fewest: int = 3) -> tuple[list, list, list, list] |
     """A cell of two runs in rounds, each visit in the control's A units (its samples and median times
     median(control, A) / the control's median of the same visit, in its own run): (samples A, samples B,
     visit medians A, visit medians B). None unless both sides have `fewest` or more visits with their
-    sample counts (round_samples), as many as the control's, and every median positive."""
+    sample counts (round_samples) made in rounds the control was visited in too, and every median
+    positive. The first k visits of any two cells are the same k rounds (a settle round, harness.settle,
+    visits again only some variants): a side's visits are those its cell and the control both made."""
     ref = float(c["time_ms_median_a"])
     out = []
     for side in ("a", "b"):
         samples, medians = float_list(r[f"samples_ms_{side}"]), float_list(r[f"round_medians_ms_{side}"])
         counts, controls = float_list(r[f"round_samples_{side}"]), float_list(c[f"round_medians_ms_{side}"])
-        k = len(medians)
         visits = split_visits(samples, counts)
-        if k < fewest or len(counts) != k or len(controls) != k or visits is None:
+        if len(counts) != len(medians) or visits is None:
             return None
+        k = min(len(medians), len(controls))
+        if k < fewest:
+            return None
+        visits, medians, controls = visits[:k], medians[:k], controls[:k]
         if min(medians) <= 0 or min(controls) <= 0:
             return None
         factors = [ref / m for m in controls]

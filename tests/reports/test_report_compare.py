@@ -584,6 +584,45 @@ def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
     assert set(across.cells["basis"]) == {"rounds"} and "paired t-interval" not in verdict_rule(across)
 
 
+def _visited_again(rows, variant: str, factors: list[float]) -> list[dict]:
+    """The rows with `variant`'s cells visited len(factors) more times (settle rounds, harness.settle),
+    each such visit at its cell's first visit median times its factor."""
+    out = []
+    for row in rows:
+        if row["variant"] == variant:
+            first = row["round_medians_ms"][0]
+            extra = [synthetic.samples(first * f, n=4, spread=0.01, seed=i) for i, f in enumerate(factors)]
+            row = {
+                **row,
+                "samples_ms": row["samples_ms"] + [s for v in extra for s in v],
+                "round_medians_ms": row["round_medians_ms"] + [first * f for f in factors],
+                "round_samples": row["round_samples"] + [len(v) for v in extra],
+            }
+        out.append(row)
+    return out
+
+
+def test_visits_of_settle_rounds_are_paired_only_with_visits_of_the_same_rounds(tmp_path):
+    """A settle round visits again only some variants: an A/B in one run pairs the rounds both were visited
+    in, and --control scales each visit by the control's visit of the same round, both over the visits the
+    two cells share; two visits of the plant's alone, met at a machine twice as fast, change neither."""
+    gate = parse_threshold("median:5%")
+    rows = _rows_in_rounds(AB, 3, rounds=6, swing=0.2)
+    run = synthetic.write_run(tmp_path / "ab", _visited_again(rows, "chunked_planted", [0.5, 0.5]))
+    planted = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
+    assert set(planted.cells["basis"]) == {"paired rounds"} and len(planted.regressions) == len(SEQ)
+    assert planted.cells["ratio"].to_numpy() == pytest.approx(1.10, abs=0.02)
+    a, b = _pair(
+        tmp_path,
+        _visited_again(_rows_in_rounds(VARIANTS, 1), "naive", [0.5]),
+        _rows_in_rounds(VARIANTS, 2, speed=1.15),
+    )
+    cmp = compare_runs(a, b, threshold=gate, control_variant="naive")
+    assert cmp.regressions.empty
+    sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
+    assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.015)  # by the whole-run factor: 1.02
+
+
 @pytest.mark.parametrize(
     "kw, message",
     [
