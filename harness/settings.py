@@ -88,13 +88,14 @@ SETTINGS: tuple[Setting, ...] = (
         "judges by the process medians when both runs have 3 or more)", "K", rule=positive,
     ),
     # rounds over the whole sweep (the local executor only): each cell is visited R times, round-robin
-    # (every cell once, then every cell again, ...), each visit with 1/R of its sampling budget, so that
-    # the machine's drift over the run falls on every cell alike; each visit's median is kept
-    # (round_medians_ms), and the fit takes a cell's spread from them (docs/method.md: rounds)
+    # (every cell once, then every cell again in the reverse order, ...), each visit with 1/R of its
+    # sampling budget, so that the machine's drift over the run falls on every cell alike; each visit's
+    # median is kept (round_medians_ms), and the fit takes a cell's spread from them (docs/method.md: rounds)
     Setting(
         "rounds", 1, "int",
-        "visit every cell R times, round-robin over the whole sweep, each visit with 1/R of its budget, "
-        "into one row (default 1; local executor only; with --processes K <= R, each visit in one of them)",
+        "visit every cell R times, round-robin over the whole sweep in alternating order, each visit with "
+        "1/R of its budget, into one row (default 1; local executor only; with --processes K <= R, each "
+        "visit in one of them)",
         "R", rule=positive,
     ),
     # settle rounds (harness.settle): after the R rounds, the variants of one shape whose medians are 1.1x
