@@ -125,6 +125,7 @@ class Forecast:
     guarded_from: dict[str, int] = field(default_factory=dict)  # variant -> the shortest N_q it skips
     seconds: float = 0.0
     done: int = 0  # cells a resumed run measured already (counted in `cells`)
+    settle: int = 0  # Settings.settle_rounds: visits the model leaves out, said beside the estimate
 
     def lines(self) -> list[str]:
         """What `attnbench run --dry-run` prints: counts, reasons, the estimate and its assumption."""
@@ -138,6 +139,12 @@ class Forecast:
         out += [f"  skipped by the memory guard ({n}): {where}; {r}" for r, n in self.guarded.most_common()]
         out += [f"  unsupported ({n}): {reason}" for reason, n in self.unsupported.most_common()]
         out.append(f"estimated time: about {duration_text(self.seconds)} ({assumption()})")
+        if self.settle:
+            out.append(
+                f"  and up to {self.settle} settle rounds, not in the estimate: the pairs the rounds cannot "
+                "rank visited again (on the 2-core reference VM, up to an eighth more for the quick "
+                "preset, a quarter for the cpu preset: docs/method.md)"
+            )
         return out
 
 
@@ -187,7 +194,9 @@ def forecast(
                 continue
         measured.append(spec)
     seconds = run_seconds(measured, settings, memory_class)
-    return Forecast(len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done)
+    return Forecast(
+        len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done, settings.settle_rounds
+    )
 
 
 def _general(reason: str) -> str:

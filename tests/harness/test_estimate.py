@@ -55,6 +55,15 @@ def test_forecast_sorts_cells_as_the_run_would():
     assert unknown.lines()[0].startswith("5 cells, 3 measured already: 2 to measure")
 
 
+def test_settle_rounds_are_said_beside_the_estimate_and_left_out_of_it():
+    kw = dict(unsupported=lambda c: None, free_memory=lambda d: None, memory_class=lambda name: "linear")
+    plain = estimate.forecast([_cell(1024)], Settings(rounds=3), **kw)
+    settled = estimate.forecast([_cell(1024)], Settings(rounds=3, settle_rounds=2), **kw)
+    assert settled.seconds == plain.seconds
+    assert not any("settle" in line for line in plain.lines())
+    assert settled.lines()[-1].startswith("  and up to 2 settle rounds, not in the estimate")
+
+
 def test_duration_text():
     assert [estimate.duration_text(s) for s in (40, 720, 3.5 * 3600)] == ["40 s", "12 min", "3.5 h"]
 
