@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.results import devices
-from attnbench.results.ranks import float_list
-from attnbench.results.schema import CELL_AXES
+from attnbench.results.schema import CELL_AXES, float_list
 from attnbench.results.stats import (  # noqa: F401
     MIN_PROCESSES,
     PAIRED_RULE,

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from attnbench.results.ranks import float_list, split_visits
+from attnbench.results.ranks import split_visits
+from attnbench.results.schema import float_list
 
 from .tables import present
 

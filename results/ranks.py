@@ -4,7 +4,9 @@ for the harness's settle rounds (harness.settle), which visit again the pairs th
 
 from __future__ import annotations
 
-from typing import Any
+import math
+
+from .schema import float_list
 
 
 def separated(
@@ -14,8 +16,6 @@ def separated(
     at least `tolerance` (2%) slower by median and p < alpha (rank_p, unless the caller has it already) on
     their raw samples. Without 3 samples on each side there is no test, so nothing is separated by the 2%
     rule alone."""
-    import math
-
     from .stats import ALPHA, SAME_TOLERANCE
 
     tolerance = SAME_TOLERANCE if tolerance is None else tolerance
@@ -63,17 +63,6 @@ def split_visits(samples: list[float], counts) -> list[list[float]] | None:
         out.append(samples[start : start + c])
         start += c
     return out
-
-
-def float_list(x: Any) -> list[float]:
-    """A list column's cell (samples_ms, round_medians_ms, round_samples, ...) as floats; [] where it holds
-    no list (None or NaN in older runs, a string) or a value that is not a number."""
-    if not isinstance(x, (list, tuple)):
-        return []
-    try:
-        return [float(v) for v in x]
-    except (TypeError, ValueError):
-        return []
 
 
 def _sample_list(row) -> list[float]:

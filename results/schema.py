@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import axes
 from .axes import AXES
 
@@ -101,13 +103,26 @@ COLUMNS: dict[str, str] = {
 # process_medians_ms: with --processes K, the median of each of the K worker processes that measured the
 # cell, in the order they did (samples_ms pools their samples); compare judges by them when both runs have
 # 3 or more. Empty in runs before it and in rows not measured; one entry in a run of one process per cell
-# round_medians_ms: with --rounds R, the median of each of the cell's R visits, in the order they were
-# made (round-robin over the sweep: they span the run); the fit takes a cell's spread from them when it
-# has 3 or more (reports.fit.cell_log_se). Empty without rounds
+# round_medians_ms: with --rounds R, the median of each of the cell's R visits (more where --settle-rounds
+# visited it again), in the order they were made (round-robin over the sweep: they span the run); the fit
+# takes a cell's spread from them when it has 3 or more (reports.fit.cell_log_se). Empty without rounds
 # round_samples: with --rounds R, how many of samples_ms each visit took, in the same order (samples_ms
 # holds them visit after visit): the ranking compares two variants of one N within each round
 # (results.ranks.rank_p). Empty without rounds and in runs before it
 LIST_COLUMNS = ("samples_ms", "process_medians_ms", "round_medians_ms", "round_samples")
+
+
+def float_list(x: Any) -> list[float]:
+    """A list column's cell (samples_ms, round_medians_ms, round_samples, ...) as floats; [] where it holds
+    no list (None or NaN in older runs, a string) or a value that is not a number."""
+    if not isinstance(x, (list, tuple)):
+        return []
+    try:
+        return [float(v) for v in x]
+    except (TypeError, ValueError):
+        return []
+
+
 CELL_AXES = axes.CELL_AXES  # the identity axes, in cell_id order
 # What a row written before an axis existed measured (results.load fills these in); kv_heads and seq_k
 # follow heads and seq_len (axes.FOLLOWS)

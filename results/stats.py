@@ -1,8 +1,10 @@
 """Statistics on raw timing samples: Mann-Whitney U, Cliff's delta, bootstrap CI of a median ratio, verdicts;
 and on process medians (--processes K): a Welch t-interval and test of the log ratio.
 
-Everything here is scipy's; this module only fixes the conventions (B against A, two-sided, seeded
-bootstrap) so that compare, the best-variant table and the harness check say "can't tell" the same way.
+Everything here is scipy's but van Elteren's stratified test (stratified_u, in pure Python: the harness's
+settle rounds ask it in the run's own process, which need not import scipy for it); this module only fixes
+the conventions (B against A, two-sided, seeded bootstrap) so that compare, the best-variant table, the
+settle rounds and the harness check say "can't tell" the same way.
 """
 
 from __future__ import annotations
