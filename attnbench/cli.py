@@ -634,8 +634,15 @@ def _add_compare(sub) -> None:
     p = sub.add_parser(
         "compare", help="the same cells on two runs: ratios with CIs, effect sizes, verdicts, regression gate"
     )
-    p.add_argument("run_a", metavar="RUN_A", help="the reference run (before, or machine A)")
-    p.add_argument("run_b", metavar="RUN_B", help="the run compared with it (after, or machine B)")
+    p.add_argument(
+        "run_a",
+        metavar="RUN_A",
+        help="the reference run (before, or machine A), or a run set: a directory of runs of the same "
+        "code, one per subdirectory, judged by the spread between them (3 or more)",
+    )
+    p.add_argument(
+        "run_b", metavar="RUN_B", help="the run (or run set, as RUN_A) compared with it (after, or machine B)"
+    )
     p.add_argument(
         "--fail-above",
         metavar="STAT:N%",

@@ -20,6 +20,12 @@ With --control VARIANT (e.g. naive) every comparison is judged a second time fro
 that variant (`attnbench compare --control`, reports.control): its change between two runs is the
 machine's, so a run that was slower as a whole is not taken for slower code.
 
+With --set-size K every side is a run set (results.runset) of K runs of the same command, made one after
+another, and compare judges each cell by the spread between a side's runs (stats.RUNS_RULE): the
+variance from one run to the next, which no run's own samples hold, is then in the interval. The R sets
+give C(R, 2) pairs of identical sets; the planted slowdown is a set of K runs, made one after every R/K
+sets (spread over the batch, as the identical ones are), compared with each of the R sets.
+
 With --in-run every run also measures `chunked_twin` (chunked under another name) and `chunked_planted`
 beside chunked, visited one after another in each round, and each run's A/B is judged on its own
 (`attnbench compare RUN RUN --variant-a chunked --variant-b chunked_twin`, then `chunked_planted`): each
@@ -67,6 +73,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--runs", type=int, default=5, help="identical runs per --processes value (>= 5: 10 pairs)"
     )
     p.add_argument("--processes", default="1,3", help="the --processes values to measure, comma-separated")
+    p.add_argument(
+        "--set-size",
+        type=int,
+        default=1,
+        help="runs per side: each of the --runs is a run set of this many runs made one after another "
+        "(results.runset), judged by the spread between its runs (>= 3 to judge by it)",
+    )
     p.add_argument("--variants", default="naive,chunked")
     p.add_argument("--seq-len", default="256..1024")
     p.add_argument("--threads", type=int, default=1)
@@ -97,6 +110,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         or len(set(args.processes)) != len(args.processes)
     ):
         p.error(f"--processes takes distinct positive integers, got {args.processes!r}")
+    if args.set_size < 1:
+        p.error(f"--set-size must be at least 1, got {args.set_size}")
+    if args.set_size > 1 and args.in_run:
+        p.error("--in-run judges the A/B inside each run: give it without --set-size")
     if args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
     if "chunked" not in args.variants.split(","):
@@ -216,24 +233,42 @@ def main(argv: list[str] | None = None) -> int:
     started, before, t0 = datetime.now(timezone.utc), loadavg(), time.perf_counter()
     runs: dict[int, list[Path]] = {k: [] for k in args.processes}
     walls: dict[int, list[float]] = {k: [] for k in args.processes}
+    size = args.set_size
+    # the planted runs (a set of `size`) are spread over the identical ones: one after every `every` sets
+    every = max(args.runs // size, 1)
+    made = {k: 0 for k in args.processes}
+
+    def member(base: Path, j: int) -> Path:  # a run, or the j-th run of a run set
+        return base if size == 1 else base / f"run{j + 1}"
+
+    def plant(k: int) -> None:
+        # the whole sweep, chunked's code changed: what a run after a commit that slowed chunked measures
+        names = args.variants.split(",")
+        with_plant = ",".join("chunked_planted" if v == "chunked" else v for v in names)
+        raw = member(work / f"p{k}-planted-raw", made[k])
+        attnbench_run(raw, args, k, with_plant, ["--variant-file", str(PLANTED)])
+        relabel(raw, member(work / f"p{k}-planted", made[k]), "chunked_planted", "chunked")
+        made[k] += 1
+        print(f"planted run {made[k]}/{size} --processes {k}", file=sys.stderr)
+
     try:
         for i in range(args.runs):  # the settings interleaved: the machine's load falls on both alike
             for k in args.processes:
-                out = work / f"p{k}-run{i + 1}"
+                out = work / (f"p{k}-run{i + 1}" if size == 1 else f"p{k}-set{i + 1}")
                 what = [args.variants, []]
                 if args.in_run:  # the A/B's two rivals of chunked, visited in the same rounds
                     what = [f"{args.variants},chunked_twin,chunked_planted", ["--variant-file", str(PLANTED)]]
-                walls[k].append(round(attnbench_run(out, args, k, *what), 1))
+                took = [attnbench_run(member(out, j), args, k, *what) for j in range(size)]
+                walls[k] += [round(t, 1) for t in took]
                 runs[k].append(out)
-                print(f"run {i + 1}/{args.runs} --processes {k}: {walls[k][-1]} s", file=sys.stderr)
-        planted: dict[int, Path] = {}
+                print(f"{'run' if size == 1 else 'set'} {i + 1}/{args.runs} --processes {k}: "
+                      f"{' '.join(f'{t:.1f}' for t in took)} s", file=sys.stderr)  # fmt: skip
+                if (i + 1) % every == 0 and made[k] < size and size > 1:
+                    plant(k)
         for k in args.processes:
-            raw = work / f"p{k}-planted-raw"
-            # the whole set, chunked's code changed: what a run after a commit that slowed chunked measures
-            names = args.variants.split(",")
-            with_plant = ",".join("chunked_planted" if v == "chunked" else v for v in names)
-            attnbench_run(raw, args, k, with_plant, ["--variant-file", str(PLANTED)])
-            planted[k] = relabel(raw, work / f"p{k}-planted", "chunked_planted", "chunked")
+            while made[k] < size:
+                plant(k)
+        planted = {k: work / f"p{k}-planted" for k in args.processes}
         after = loadavg()
         settings = {}
         for k in args.processes:
@@ -285,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         "slowdown (benchmarks/false_alarm.py)",
         "command": f"attnbench run --variants {args.variants} --seq-len {args.seq_len} --threads "
         f"{args.threads} --processes K {' '.join(args.run_arg)}".strip()
+        + (f" (x{size}: a run set a side)" if size > 1 else "")
         + f"; attnbench compare A B --fail-above {args.fail_above}"
         + (f" [--control {args.control}]" if args.control else ""),
         "machine": {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count()},
@@ -296,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(timespec="seconds"),
         "elapsed_s": round(time.perf_counter() - t0, 1),
         "runs_per_setting": args.runs,
+        "set_size": size,
+        "sides": "single runs"
+        if size == 1
+        else f"run sets of {size} runs each (results.runset): every pair and the power below compare a set "
+        "with a set, judged by the spread between each side's runs (stats.RUNS_RULE)",
         "settings": settings,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

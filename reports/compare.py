@@ -16,6 +16,7 @@ from attnbench.results.stats import (  # noqa: F401
     MIN_PROCESSES,
     PAIRED_RULE,
     PROCESS_RULE,
+    RUNS_RULE,
     SAME_TOLERANCE,
     VERDICT_RULE,
     VERDICTS,
@@ -190,6 +191,27 @@ def _check_normalize(normalize: str | None, meta_a: dict[str, Any], meta_b: dict
         raise ValueError("--normalize calibration needs both runs' calibration (meta.json has none)")
 
 
+def _check_sets(meta_a: dict[str, Any], meta_b: dict[str, Any], normalize, variant_a, same: bool) -> None:
+    """ValueError (one line) for what run sets (results.runset) cannot be compared by: a set with a single
+    run, --normalize (one calibration per run), an A/B inside one set (made in one run, its rounds pair)."""
+    sets = [m.get("runset") for m in (meta_a, meta_b)]
+    if not any(sets):
+        return
+    if not all(sets):
+        which = "RUN_A" if sets[0] else "RUN_B"
+        n = len((sets[0] or sets[1])["runs"])
+        raise ValueError(
+            f"{which} is a run set ({n} runs) and the other a single run: compare a set with a set, each "
+            "made the same way (the spread between a side's runs is what the verdict is judged by)"
+        )
+    if normalize:
+        raise ValueError("--normalize rescales one run by its calibration: use --control with run sets")
+    if same and variant_a is not None:
+        raise ValueError(
+            "--variant-a/--variant-b in one run set: compare them in one of its runs, whose rounds pair them"
+        )
+
+
 def _paired(a, b, axes: list[str]):
     """One row per cell both runs have (the last row of a cell measured twice), A's columns _a, B's _b."""
     cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
@@ -197,6 +219,11 @@ def _paired(a, b, axes: list[str]):
     cols.append("round_medians_ms")  # --rounds R: each visit's median, the visits spread over the run
     cols.append("round_samples")  # --rounds R: how many of samples_ms each visit took ([] in older runs)
     cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
+    cols += ["run_medians_ms", "run_round_medians"]  # run sets (results.runset): each run's; [] for a run
+    for df in (a, b):
+        for col in ("run_medians_ms", "run_round_medians"):
+            if col not in df.columns:
+                df[col] = [[] for _ in range(len(df))]
     keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
     return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
@@ -269,7 +296,10 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
     sa, sb = float_list(r["samples_ms_a"]), float_list(r["samples_ms_b"])
     pa, pb = float_list(r["process_medians_ms_a"]), float_list(r["process_medians_ms_b"])
     basis = "processes"
-    if min(len(pa), len(pb)) < MIN_PROCESSES:
+    runs_a, runs_b = float_list(r["run_medians_ms_a"]), float_list(r["run_medians_ms_b"])
+    if min(len(runs_a), len(runs_b)) >= MIN_PROCESSES:  # run sets: judged by their runs (RUNS_RULE)
+        pa, pb, basis = runs_a, runs_b, "runs"
+    elif min(len(pa), len(pb)) < MIN_PROCESSES:
         # --rounds R on both sides: each visit's median, the visits spread over the run, holds the drift
         # within a run as process medians hold the spread from process to process (stats.PROCESS_RULE)
         ra, rb = float_list(r["round_medians_ms_a"]), float_list(r["round_medians_ms_b"])
@@ -292,7 +322,11 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         scale = control.factor(ctrl)
         control_ratio = 1.0 / scale
         visits = control.by_visit(r, ctrl) if basis == "rounds" else None
-        if visits is not None:  # every visit in the control's A units, by the control's same visit
+        levels = control.by_run(r, ctrl) if basis == "runs" else None
+        if levels is not None:  # each run in the control's A units, by the control of the same run
+            pa, pb = levels
+            sb = [s * scale for s in sb]
+        elif visits is not None:  # every visit in the control's A units, by the control's same visit
             sa, sb, pa, pb = visits
             median_a, median_b = statistics.median(sa), statistics.median(sb)
         else:  # B in A's units by the whole-run factor; process medians over the control's same process
@@ -314,6 +348,11 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
         median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
         ratio = median_b / median_a
+    if ok and basis == "runs" and by_processes and min(pa + pb) > 0:
+        # the ratio and the gate's medians are the runs' geometric means, as the interval's (RUNS_RULE)
+        median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
+        median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
+        ratio = median_b / median_a
     a_values, b_values = (pa, pb) if by_processes else (sa, sb)
     diff = (
         judge(a_values, b_values, ratio=ratio, tolerance=rules.tolerance, alpha=rules.alpha) if ok else None
@@ -332,7 +371,7 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         "norm_factor": scale if rules.normalize else math.nan,
         "n_a": len(sa),
         "n_b": len(sb),
-        "k_a": len(pa) or 1,  # worker processes (or, basis 'rounds', visits) that measured the cell
+        "k_a": len(pa) or 1,  # worker processes (basis 'rounds': visits; 'runs': runs) that measured it
         "k_b": len(pb) or 1,
         "basis": basis if by_processes else "samples",  # what the CI and p were computed from
         "ratio": ratio,
@@ -432,12 +471,13 @@ def compare_runs(
     import pandas as pd
 
     from attnbench import results
+    from attnbench.results import runset
 
-    a, b = results.load(run_a), results.load(run_b)
-    meta_a, meta_b = (next(iter(results.load_meta(p).values())) for p in (run_a, run_b))
+    (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
+    same = Path(run_a).resolve() == Path(run_b).resolve()
+    _check_sets(meta_a, meta_b, normalize, variant_a, same)
     groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
     a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
-    same = Path(run_a).resolve() == Path(run_b).resolve()
     a, b = _picked(a, b, variant_a, variant_b, control_variant, same=same)
     split = any(g.label for g in groups_a + groups_b)
     axes, how = _cell_axes(a, b, split)
@@ -467,8 +507,8 @@ def compare_runs(
     return Comparison(
         str(run_a),
         str(run_b),
-        f"{meta_a.get('run_id')} ({results.machine_label(meta_a)})",
-        f"{meta_b.get('run_id')} ({results.machine_label(meta_b)})",
+        f"{name_a} ({results.machine_label(meta_a)})",
+        f"{name_b} ({results.machine_label(meta_b)})",
         how,
         axes,
         cells,
@@ -568,6 +608,7 @@ def verdict_rule(cmp: Comparison) -> str:
         + " "
         + (GATE_FAMILY_RULE + " " if cmp.threshold is not None else "")
         + PROCESS_RULE
+        + (" " + RUNS_RULE if "basis" in cmp.cells and (cmp.cells["basis"] == "runs").any() else "")
         + (
             " " + PAIRED_RULE
             if "basis" in cmp.cells and (cmp.cells["basis"] == "paired rounds").any()

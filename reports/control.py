@@ -20,6 +20,7 @@ divided by it). A cell whose control is not ok in both runs is compared as measu
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from attnbench.results.ranks import split_visits
@@ -32,7 +33,8 @@ CONTROL_RULE = (
     "so its change is the machine's) divides the other variants' B times; in runs made in 3 or more "
     "rounds, each visit is divided by the control's visit of the same round (measured seconds apart) on "
     "both sides, and the ratio, interval and gate come from those; with process medians, each is taken "
-    "over the control's of the same process. "
+    "over the control's of the same process; in run sets, each run's over the control's in the same run "
+    "(visit by visit where made in rounds). "
     "The control's own cells are shown as measured and never fail the gate."
 )
 
@@ -88,6 +90,36 @@ def by_visit(r: Any, c: Any, fewest: int = 3) -> tuple[list, list, list, list] |
         out.append((scaled, [m * f for m, f in zip(medians, factors, strict=True)]))
     (sa, pa), (sb, pb) = out
     return sa, sb, pa, pb
+
+
+def by_run(r: Any, c: Any) -> tuple[list[float], list[float]] | None:
+    """A cell of two run sets (results.runset), each run's level in the control's A units: the median over
+    the run's visits of (visit median / the control's visit of the same round), times median(control, A),
+    or, in a run made without rounds, its median over the control's median in the same run. None where a
+    side's runs and the control's do not match one to one or a median is not positive."""
+    ref = float(c["time_ms_median_a"])
+    out = []
+    for side in ("a", "b"):
+        medians, controls = float_list(r[f"run_medians_ms_{side}"]), float_list(c[f"run_medians_ms_{side}"])
+        visits, control_visits = r[f"run_round_medians_{side}"], c[f"run_round_medians_{side}"]
+        if not medians or len(medians) != len(controls) or min(medians + controls) <= 0:
+            return None
+        n = len(medians)
+        if not (isinstance(visits, list) and isinstance(control_visits, list)) or {
+            len(visits),
+            len(control_visits),
+        } != {n}:
+            visits = control_visits = [[]] * n  # no visits to pair: each run's median over the control's
+        levels = []
+        for m, cm, v, cv in zip(medians, controls, visits, control_visits, strict=True):
+            v, cv = float_list(v), float_list(cv)
+            k = min(len(v), len(cv))  # the rounds both were visited in (settle rounds visit some again)
+            if k and min(v[:k] + cv[:k]) > 0:
+                levels.append(ref * statistics.median(x / y for x, y in zip(v[:k], cv[:k], strict=True)))
+            else:
+                levels.append(ref * m / cm)
+        out.append(levels)
+    return out[0], out[1]
 
 
 def per_visit(values: list[float], control_values: list[float]) -> list[float] | None:

@@ -37,6 +37,14 @@ PROCESS_RULE = (
     "each run, so their spread holds the machine's drift within it."
 )
 
+RUNS_RULE = (
+    "Where both sides are run sets of 3 or more runs of the same code (a directory of runs: compare "
+    "judges each cell by its runs, not by the samples or visits inside one run), the CI and the test come "
+    "from each run's median, so that they include the spread from one run to the next, which no run's own "
+    "samples show: the Welch t-interval of the difference of the mean log run medians, exponentiated (a "
+    "ratio of geometric means, which is also the ratio shown), and p the same two-sided Welch test."
+)
+
 
 def _clean(x) -> list[float]:
     return [float(v) for v in x if v is not None and math.isfinite(float(v))] if x is not None else []

@@ -133,6 +133,38 @@ def power_law_rows(
     return rows
 
 
+def rows_in_rounds(
+    times: dict[str, float],
+    seed: int,
+    *,
+    rounds: int = 3,
+    swing: float = 0.04,
+    speed: float = 1.0,
+    seq: tuple[int, ...] = (256, 512, 1024, 2048),
+) -> list[dict[str, Any]]:
+    """Rows of a run in `rounds` rounds: variant -> its time at N = 256 (a slowdown folded in), times
+    (N/256)²; the machine ran `speed` times slow through the whole run and each round by its own ±swing on
+    top (a round's variants, visited seconds apart, share it), with ±1% of each visit's own; each visit's
+    samples tight (±1%) around its median."""
+    rng = random.Random(seed)
+    rounds_at = {n: [speed * (1 + rng.uniform(-swing, swing)) for _ in range(rounds)] for n in seq}
+    rows = []
+    for variant, base in times.items():
+        for n in seq:
+            medians = [base * (n / 256) ** 2 * f * (1 + rng.uniform(-0.01, 0.01)) for f in rounds_at[n]]
+            visits = [samples(m, n=4, spread=0.01, seed=seed + i) for i, m in enumerate(medians)]
+            rows.append(
+                cell(
+                    variant,
+                    n,
+                    sample_ms=[s for v in visits for s in v],
+                    round_medians_ms=medians,
+                    round_samples=[len(v) for v in visits],
+                )
+            )
+    return rows
+
+
 def write_run(
     path: str | Path,
     rows: list[dict[str, Any]],

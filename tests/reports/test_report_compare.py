@@ -10,6 +10,7 @@ import random
 import pytest
 import synthetic
 from conftest import run_cli
+from synthetic import rows_in_rounds
 
 from attnbench.reports.compare import compare_runs, parse_threshold, text_report, verdict_rule
 
@@ -452,36 +453,12 @@ def test_round_medians_are_judged_as_process_medians_are(tmp_path):
     assert len(compare_runs(*slow, threshold=gate).regressions) == 8
 
 
-def _rows_in_rounds(times: dict[str, float], seed: int, *, rounds: int = 3, swing: float = 0.04, speed=1.0):
-    """Rows of a run in `rounds` rounds: variant -> its time at N = 256 (a slowdown folded in), times
-    (N/256)²; the machine ran `speed` times slow through the whole run and each round by its own ±swing on
-    top (a round's variants, visited seconds apart, share it), with ±1% of each visit's own; each visit's
-    samples tight (±1%) around its median."""
-    rng = random.Random(seed)
-    rounds_at = {n: [speed * (1 + rng.uniform(-swing, swing)) for _ in range(rounds)] for n in SEQ}
-    rows = []
-    for variant, base in times.items():
-        for n in SEQ:
-            medians = [base * (n / 256) ** 2 * f * (1 + rng.uniform(-0.01, 0.01)) for f in rounds_at[n]]
-            visits = [synthetic.samples(m, n=4, spread=0.01, seed=seed + i) for i, m in enumerate(medians)]
-            rows.append(
-                synthetic.cell(
-                    variant,
-                    n,
-                    sample_ms=[s for v in visits for s in v],
-                    round_medians_ms=medians,
-                    round_samples=[len(v) for v in visits],
-                )
-            )
-    return rows
-
-
 def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_run(tmp_path):
     """Identical code, run B on a machine 15% slower throughout: as measured every cell is a regression;
     relative to naive (--control), none is, and naive itself, compared as measured, never fails the gate.
     A real 10% slowdown of sdpa on top of it is still caught, cell by cell."""
     gate = parse_threshold("median:5%")
-    a, b = _pair(tmp_path, _rows_in_rounds(VARIANTS, 1), _rows_in_rounds(VARIANTS, 2, speed=1.15))
+    a, b = _pair(tmp_path, rows_in_rounds(VARIANTS, 1), rows_in_rounds(VARIANTS, 2, speed=1.15))
     assert len(compare_runs(a, b, threshold=gate).regressions) >= 6
     cmp = compare_runs(a, b, threshold=gate, control_variant="naive")
     assert cmp.regressions.empty
@@ -498,7 +475,7 @@ def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_r
 
     slower_sdpa = {"naive": 1.0, "sdpa": 0.4 * 1.10}
     planted = _pair(
-        tmp_path / "planted", _rows_in_rounds(VARIANTS, 1), _rows_in_rounds(slower_sdpa, 2, speed=1.15)
+        tmp_path / "planted", rows_in_rounds(VARIANTS, 1), rows_in_rounds(slower_sdpa, 2, speed=1.15)
     )
     caught = compare_runs(*planted, threshold=gate, control_variant="naive")
     assert sorted(caught.regressions["variant"]) == ["sdpa"] * 4
@@ -563,7 +540,7 @@ def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
     for seed in range(5):
         run = synthetic.write_run(
             tmp_path / str(seed),
-            _rows_in_rounds(AB, seed, rounds=6, swing=0.2),
+            rows_in_rounds(AB, seed, rounds=6, swing=0.2),
             run_id=f"ab-{seed}",
         )
         twin = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_twin")
@@ -578,7 +555,7 @@ def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
         assert "paired t-interval" in verdict_rule(planted)
     # two runs' rounds met different moments: not paired, Welch on the visits (basis 'rounds')
     other = synthetic.write_run(
-        tmp_path / "other", _rows_in_rounds({"chunked_planted": 1.10}, 99, rounds=6, swing=0.2)
+        tmp_path / "other", rows_in_rounds({"chunked_planted": 1.10}, 99, rounds=6, swing=0.2)
     )
     across = compare_runs(run, other, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
     assert set(across.cells["basis"]) == {"rounds"} and "paired t-interval" not in verdict_rule(across)
@@ -607,15 +584,15 @@ def test_visits_of_settle_rounds_are_paired_only_with_visits_of_the_same_rounds(
     in, and --control scales each visit by the control's visit of the same round, both over the visits the
     two cells share; two visits of the plant's alone, met at a machine twice as fast, change neither."""
     gate = parse_threshold("median:5%")
-    rows = _rows_in_rounds(AB, 3, rounds=6, swing=0.2)
+    rows = rows_in_rounds(AB, 3, rounds=6, swing=0.2)
     run = synthetic.write_run(tmp_path / "ab", _visited_again(rows, "chunked_planted", [0.5, 0.5]))
     planted = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
     assert set(planted.cells["basis"]) == {"paired rounds"} and len(planted.regressions) == len(SEQ)
     assert planted.cells["ratio"].to_numpy() == pytest.approx(1.10, abs=0.02)
     a, b = _pair(
         tmp_path,
-        _visited_again(_rows_in_rounds(VARIANTS, 1), "naive", [0.5]),
-        _rows_in_rounds(VARIANTS, 2, speed=1.15),
+        _visited_again(rows_in_rounds(VARIANTS, 1), "naive", [0.5]),
+        rows_in_rounds(VARIANTS, 2, speed=1.15),
     )
     cmp = compare_runs(a, b, threshold=gate, control_variant="naive")
     assert cmp.regressions.empty
@@ -639,7 +616,7 @@ def test_an_ab_that_cannot_be_made_is_refused(tmp_path, kw, message):
 
 
 def test_cli_compare_ab_in_one_run(tmp_path):
-    rows = _rows_in_rounds(AB, 7, rounds=6, swing=0.2)
+    rows = rows_in_rounds(AB, 7, rounds=6, swing=0.2)
     run = str(synthetic.write_run(tmp_path / "run", rows))
     args = ("compare", run, run, "--fail-above", "median:5%", "--variant-a", "chunked")
     assert run_cli(*args, "--variant-b", "chunked_twin", "--out", str(tmp_path / "o1")).returncode == 0

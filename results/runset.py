@@ -1,0 +1,98 @@
+"""Run sets: a directory whose subdirectories are runs of the same code, made one after another, loaded as
+one row per cell that keeps each run's median, so that compare can judge by the spread between runs.
+
+Why: on the 2-core reference VM the same code moves from one run to the next by more than any interval
+inside one run shows (chunked against naive, visit by visit: a run's own spread predicts about half of
+the variance between runs; benchmarks/false_alarm.py), so two single runs cannot tell a 10% slowdown from
+re-running. Several runs a side sample that variance, as pyperf's several processes do, and the interval
+over them holds it (stats.RUNS_RULE).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .load import load as load_runs
+from .load import load_meta
+from .schema import LIST_COLUMNS, float_list
+from .store import META, RunDirError
+
+MIN_RUNS = 2  # a set of one run is a run: say so rather than judge it as a set
+
+
+def members(path: str | Path) -> list[Path] | None:
+    """The runs of a run set, in name order; None when `path` is a run itself. RunDirError (one line)
+    when it is neither: missing, a file, or a directory with fewer than MIN_RUNS runs directly inside."""
+    p = Path(path)
+    if (p / META).is_file():
+        return None
+    if not p.is_dir():
+        raise RunDirError(f"{p}: no such run directory")
+    runs = sorted((c for c in p.iterdir() if c.is_dir() and (c / META).is_file()), key=lambda c: c.name)
+    if len(runs) < MIN_RUNS:
+        found = f"{len(runs)} run" if runs else "no meta.json and no runs"
+        raise RunDirError(
+            f"{p}: not a run ({found} in its subdirectories); a run set holds {MIN_RUNS} or more runs, "
+            "one per subdirectory"
+        )
+    return runs
+
+
+def load(path: str | Path) -> tuple[Any, dict[str, Any], str]:
+    """(rows, meta, label) of a run or a run set. A set's rows: one per cell_id, its columns those of the
+    first run that has the cell, but
+    - status 'ok' only where every run that has the cell measured it ok (else the first other status and
+      its message: a cell broken in one run of the code is broken);
+    - time_ms_median the median of the runs' medians, samples_ms every run's samples;
+    - run_medians_ms each run's median, run_round_medians each run's visit medians (--rounds; [] per run
+      without), and the per-run process and round columns emptied: the runs are what is judged by.
+    meta is the first run's, with `runset` (the runs' ids and paths) added."""
+    runs = members(path)
+    if runs is None:
+        rows = load_runs(path)
+        meta = next(iter(load_meta(path).values()))
+        return rows, meta, str(meta.get("run_id"))
+    rows = load_runs(runs)
+    metas = load_meta(*runs)
+    first = next(iter(metas.values()))
+    meta = {**first, "runset": {"path": str(path), "runs": [str(r) for r in runs], "run_ids": list(metas)}}
+    ids = sorted(metas)
+    label = f"{len(ids)} runs ({ids[0]} .. {ids[-1]})"
+    return _collapse(rows, ids), meta, label
+
+
+def _collapse(rows, run_order: list[str]):
+    """One row per cell_id over the set's runs (see load)."""
+    import pandas as pd
+
+    rows = rows.drop_duplicates(subset=["run_id", "cell_id"], keep="last")
+    order = {rid: i for i, rid in enumerate(run_order)}
+    out = []
+    for _, cell in rows.groupby("cell_id", sort=False):
+        cell = cell.sort_values("run_id", key=lambda s: s.map(order), kind="stable")
+        first = cell.iloc[0].to_dict()
+        statuses = list(cell["status"])
+        broken = [i for i, s in enumerate(statuses) if s != "ok"]
+        medians = [float(x) for x in cell["time_ms_median"] if pd.notna(x)]
+        row = {
+            **first,
+            "run_id": first["run_id"] if len(cell) == 1 else f"{len(cell)} runs",
+            "samples_ms": [s for v in cell["samples_ms"] for s in float_list(v)],
+            "process_medians_ms": [],
+            "round_medians_ms": [],
+            "round_samples": [],
+            "run_medians_ms": medians if not broken else [],
+            "run_round_medians": [float_list(v) for v in cell["round_medians_ms"]] if not broken else [],
+        }
+        if broken:
+            row["status"] = statuses[broken[0]]
+            row["message"] = cell.iloc[broken[0]]["message"]
+        row["time_ms_median"] = statistics.median(medians) if medians and not broken else pd.NA
+        out.append(row)
+    df = pd.DataFrame(out, columns=list(rows.columns) + ["run_medians_ms", "run_round_medians"])
+    for col, dtype in rows.dtypes.items():  # the schema's types, as results.load gave them
+        if col not in LIST_COLUMNS:
+            df[col] = df[col].astype(dtype)
+    return df

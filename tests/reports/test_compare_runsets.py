@@ -1,0 +1,145 @@
+"""compare on run sets (results.runset): each side several runs of the same code, judged by the spread
+between its runs, so that what moves from one run to the next is not taken for a regression, while a
+real slowdown beyond it still is."""
+
+from __future__ import annotations
+
+import pytest
+import synthetic
+from conftest import run_cli
+from synthetic import rows_in_rounds
+
+from attnbench.reports.compare import compare_runs, parse_threshold, text_report, verdict_rule
+from attnbench.results import RunDirError, runset
+
+GATE = parse_threshold("median:5%")
+SEQ = (256, 512, 1024)
+# each run of the same code: sdpa against naive off by its own few per cent (what moves between runs on
+# the reference VM, benchmarks/false_alarm.py); the visits inside each run tight around it (±1%)
+OFFSETS_A = (1.04, 0.96, 1.02, 0.98, 1.00)
+OFFSETS_B = (0.97, 1.03, 1.01, 0.99, 1.045)
+
+
+def _run(path, offset: float, seed: int, slower: float = 1.0, speed: float = 1.0):
+    times = {"naive": 1.0, "sdpa": 0.4 * offset * slower}
+    rows = rows_in_rounds(times, seed, rounds=6, swing=0.01, speed=speed, seq=SEQ)
+    return synthetic.write_run(path, rows, run_id=f"{path.parent.name}-{path.name}")
+
+
+def _set(path, offsets, seed: int, **kw):
+    for i, off in enumerate(offsets):
+        _run(path / f"run{i + 1}", off, seed + i, **kw)
+    return path
+
+
+def test_single_runs_cry_wolf_where_run_sets_do_not(tmp_path):
+    """Two single runs of identical code, 8% apart by what moves between runs: each run's own visits are
+    tight, so relative to naive the gate fails; five runs a side, judged by the spread between them, it
+    does not (basis 'runs'), and every ratio lies in its interval."""
+    single = compare_runs(
+        _run(tmp_path / "one" / "a", 0.96, 1),
+        _run(tmp_path / "one" / "b", 1.04, 2),
+        threshold=GATE,
+        control_variant="naive",
+    )
+    assert sorted(single.regressions["variant"]) == ["sdpa"] * 3
+
+    a = _set(tmp_path / "a", OFFSETS_A, 10, speed=1.0)
+    b = _set(tmp_path / "b", OFFSETS_B, 20, speed=1.2)  # and a machine 20% slower through all of B
+    cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
+    assert cmp.regressions.empty
+    sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
+    assert (sdpa["basis"] == "runs").all() and (sdpa["k_a"] == 5).all() and (sdpa["k_b"] == 5).all()
+    assert ((sdpa["ratio_ci_low"] <= sdpa["ratio"]) & (sdpa["ratio"] <= sdpa["ratio_ci_high"])).all()
+    assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.03)
+    assert "5 runs (a-run1 .. a-run5)" in cmp.label_a
+    assert "from each run's median" in verdict_rule(cmp)
+    # as measured, the slower machine is every cell's regression, its runs' spread notwithstanding
+    assert len(compare_runs(a, b, threshold=GATE).regressions) == 6
+
+
+def test_a_planted_slowdown_beyond_the_runs_spread_is_caught(tmp_path):
+    a = _set(tmp_path / "a", OFFSETS_A, 10)
+    b = _set(tmp_path / "b", OFFSETS_B, 20, slower=1.10)
+    cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
+    assert sorted(cmp.regressions["variant"]) == ["sdpa"] * 3
+    assert (cmp.regressions["ratio"] > 1.07).all() and (cmp.regressions["basis"] == "runs").all()
+    assert "REGRESSION" in text_report(cmp)
+
+
+def test_a_cell_broken_in_one_run_of_a_set_is_broken(tmp_path):
+    a = _set(tmp_path / "a", OFFSETS_A[:3], 10)
+    b = _set(tmp_path / "b", OFFSETS_B[:3], 20)
+    rows = [
+        dict(r, status="error", message="boom", time_ms_median=None, samples_ms=None)
+        if r["variant"] == "sdpa" and r["seq_len"] == 512
+        else r
+        for r in rows_in_rounds({"naive": 1.0, "sdpa": 0.4}, 5, rounds=6, swing=0.01, seq=SEQ)
+    ]
+    synthetic.write_run(b / "run4", rows, run_id="b-run4")
+    cmp = compare_runs(a, b, threshold=GATE)
+    broken = cmp.cells[(cmp.cells["variant"] == "sdpa") & (cmp.cells["seq_len"] == 512)].iloc[0]
+    assert broken["status_b"] == "error" and bool(broken["regression"])
+    ok = cmp.cells[(cmp.cells["variant"] == "sdpa") & (cmp.cells["seq_len"] == 256)].iloc[0]
+    assert ok["basis"] == "runs" and ok["k_b"] == 4
+
+
+def test_what_is_not_a_run_set_is_refused_in_one_line(tmp_path):
+    a = _set(tmp_path / "a", OFFSETS_A[:3], 10)
+    single = a / "run1"
+    assert runset.members(single) is None and [p.name for p in runset.members(a)] == ["run1", "run2", "run3"]
+    (tmp_path / "lonely" / "x").mkdir(parents=True)
+    _run(tmp_path / "lonely" / "run1", 1.0, 3)
+    for path, message in [
+        (tmp_path / "nowhere", "no such run directory"),
+        (tmp_path / "lonely", "not a run (1 run in its subdirectories)"),
+        (tmp_path / "lonely" / "x", "not a run (no meta.json and no runs in its subdirectories)"),
+    ]:
+        with pytest.raises(RunDirError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            runset.members(path)
+    for kw, message in [
+        ({"run_b": single}, "RUN_A is a run set (3 runs) and the other a single run"),
+        ({"normalize": "calibration"}, "--normalize rescales one run by its calibration"),
+        ({"run_b": a, "variant_a": "naive", "variant_b": "sdpa"}, "--variant-a/--variant-b in one run set"),
+    ]:
+        args = {"run_b": a, **kw}
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            compare_runs(a, args.pop("run_b"), **args)
+
+
+def test_cli_compare_run_sets(tmp_path):
+    a = _set(tmp_path / "a", OFFSETS_A, 10)
+    b = _set(tmp_path / "b", OFFSETS_B, 20, slower=1.10)
+    gate = ["--fail-above", "median:5%", "--control", "naive"]
+    caught = run_cli("compare", str(a), str(b), *gate, "--out", str(tmp_path / "o1"))
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    assert "5 runs (a-run1 .. a-run5)" in caught.stdout and "REGRESSION sdpa" in caught.stdout
+    same = _set(tmp_path / "a2", OFFSETS_B, 30)
+    quiet = run_cli("compare", str(a), str(same), *gate, "--out", str(tmp_path / "o2"))
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    bad = run_cli("compare", str(a), str(b / "run1"), "--out", str(tmp_path / "o3"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "a single run" in bad.stderr
+    assert not (tmp_path / "o3").exists()
+
+
+def test_each_run_is_put_in_the_controls_units_visit_by_visit():
+    """A run whose second and third rounds met a slow machine (the control slowed by as much): its level
+    is the median of the visits' ratios to the control's visit of the same round (1.0), not its median
+    over the control's (2.0); a run made without rounds falls back to that whole-run ratio."""
+    from attnbench.reports import control
+
+    cell = {
+        "run_medians_ms_a": [2.0, 1.0],
+        "run_round_medians_a": [[1.0, 2.0, 2.2], []],
+        "run_medians_ms_b": [3.0],
+        "run_round_medians_b": [[]],
+    }
+    ctrl = {
+        "time_ms_median_a": 4.0,
+        "run_medians_ms_a": [1.0, 2.0],
+        "run_round_medians_a": [[1.0, 2.0, 1.0], []],
+        "run_medians_ms_b": [6.0],
+        "run_round_medians_b": [[]],
+    }
+    assert control.by_run(cell, ctrl) == ([4.0, 2.0], [2.0])
+    assert control.by_run({**cell, "run_medians_ms_b": []}, ctrl) is None  # no runs to match one to one
