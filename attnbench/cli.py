@@ -151,12 +151,15 @@ def _executor_options(args: argparse.Namespace) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from attnbench.harness.progress import Progress
+    from attnbench.harness.run_set import is_run_set
     from attnbench.harness.runner import check_mode, run
     from attnbench.results import RunDirError
     from attnbench.results.drift import busy_sentence
     from attnbench.results.store import is_run_dir, latest_rows
     from attnbench.variants import VariantError
 
+    if args.repeat is not None or (args.resume and is_run_set(args.out)):
+        return _cmd_run_set(args)
     plan = _rerun_plan(args)
     sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS) if getattr(args, f) is not None]
     modes = dict(resume=args.resume, redo_drift=args.redo_drift, force_resume=args.force_resume)
@@ -218,6 +221,94 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _counts(summary) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
+
+
+def _cmd_run_set(args: argparse.Namespace) -> int:
+    """`attnbench run --repeat K --out DIR` (and its --resume): the sweep run K times into DIR/run1 ..
+    DIR/runK, a run set for `attnbench compare` (harness.run_set)."""
+    from attnbench.harness import estimate
+    from attnbench.harness.progress import Progress
+    from attnbench.harness.run_set import check_repeat, run_set
+    from attnbench.harness.runner import run
+    from attnbench.harness.sweeps import flag_name
+    from attnbench.results import RunDirError
+    from attnbench.variants import VariantError
+
+    sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS) if getattr(args, f) is not None]
+    if args.rerun:
+        raise BadInput("--rerun makes one run of an earlier run's cells: not with --repeat")
+    if args.resume:
+        if args.repeat is not None:
+            raise BadInput(f"--resume finishes the run set in {args.out} as it was started: drop --repeat")
+        if sweep_flags:
+            raise BadInput(
+                f"--resume takes the sweep from the set's runset.json; drop {flag_name(sweep_flags[0])}"
+            )
+    else:
+        if args.redo_drift or args.force_resume:
+            raise BadInput(
+                "--redo-drift and --force-resume change a resume: give them with --resume --out DIR"
+            )
+        if args.out is None:
+            raise BadInput(
+                f"--repeat {args.repeat} needs --out DIR: the set's folder (its runs: DIR/run1 ..)"
+            )
+        try:
+            check_repeat(args.repeat, flag_name)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+    for path in args.variant_file or []:
+        if not Path(path).is_file():
+            raise BadInput(f"variant file {path!r} does not exist")
+    sweep = None if args.resume else sweep_from_args(args)
+    kw = dict(executor=args.executor, executor_options=_executor_options(args))
+    try:
+        if args.dry_run:
+            if args.resume:
+                raise BadInput(
+                    "--dry-run of a run set's resume: give --dry-run to `--resume --out` one of its runs"
+                )
+            summary = run(sweep, args.out, variant_files=args.variant_file or [], dry_run=True, **kw)
+            for line in summary.forecast.lines():
+                print("\n".join(wrap_text(printable(line), sentence_columns(), "    ")))
+            total = estimate.duration_text(args.repeat * summary.forecast.seconds)
+            print(f"a run set of {args.repeat} such runs, one after another: about {total} in all")
+            print("dry run: nothing was measured or written")
+            return 0
+        summaries = run_set(
+            sweep,
+            args.out,
+            args.repeat,
+            resume=args.resume,
+            variant_files=args.variant_file or [],
+            on_run=lambda j, k, path: _tell(f"run {j + 1} of {k}: {path}"),
+            progress=Progress(enabled=not args.quiet),
+            on_forecast=_warn_if_long,
+            force_resume=args.force_resume,
+            redo_drift=args.redo_drift,
+            **kw,
+        )
+    except (VariantError, RunDirError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    last = summaries[-1]
+    if last.interrupted:
+        _tell(
+            f"interrupted in {last.path} ({_counts(last)}; the set's runs before it are complete): "
+            f"finish the set with: attnbench run --resume --out {args.out}"
+        )
+        return EXIT_INTERRUPTED
+    for summary in summaries:
+        _tell(f"run complete: {summary.path} ({_counts(summary)})")
+    _tell(
+        f"run set complete: {args.out} ({len(summaries)} runs); compare two sets with: "
+        f"attnbench compare BEFORE {args.out} --control VARIANT"
+    )
+    print(args.out)
+    return 0
+
+
 def _warn_if_long(forecast) -> None:
     """One line before a sweep estimated over harness.estimate.LONG_S (the run goes on)."""
     from attnbench.harness import estimate
@@ -240,7 +331,16 @@ def _add_run(sub) -> None:
     )
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
     p.add_argument(
-        "--resume", action="store_true", help="finish the run in --out DIR (same sweep, no duplicates)"
+        "--resume",
+        action="store_true",
+        help="finish the run (or run set) in --out DIR (same sweep, no duplicates)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        metavar="K",
+        help="run the sweep K times, one run after another, into --out DIR/run1 .. runK: a run set, which "
+        "`attnbench compare` judges by the spread between its runs (what re-running the same code moves)",
     )
     p.add_argument(
         "--redo-drift",
