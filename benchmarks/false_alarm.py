@@ -95,11 +95,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="also measure chunked_twin and chunked_planted in every run and judge each run's A/B "
         "(compare RUN RUN --variant-a chunked --variant-b chunked_twin, and chunked_planted)",
     )
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="with --set-size K: groups of three run sets (A, B identical, and planted) made interleaved, "
+        "run i of each back to back; A against B and each against the planted set, runs paired",
+    )
     p.add_argument("--work", help="where the runs go (default: a temporary directory, removed after)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="the JSON written")
     args = p.parse_args(argv)
     if args.runs < 5:
-        p.error(f"--runs must be at least 5 (10 pairs of identical runs), got {args.runs}")
+        p.error(f"--runs must be at least 5 (10 pairs of identical runs, or 5 groups), got {args.runs}")
     try:
         args.processes = [int(x) for x in args.processes.split(",")]
     except ValueError:
@@ -112,6 +118,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--processes takes distinct positive integers, got {args.processes!r}")
     if args.set_size < 1:
         p.error(f"--set-size must be at least 1, got {args.set_size}")
+    if args.interleave and args.set_size < 3:
+        p.error(f"--interleave pairs the runs of sets: give --set-size 3 or more, got {args.set_size}")
     if args.set_size > 1 and args.in_run:
         p.error("--in-run judges the A/B inside each run: give it without --set-size")
     if args.threads < 1:
@@ -226,11 +234,63 @@ def _judged(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="false-alarm-"))
-    work.mkdir(parents=True, exist_ok=True)
-    started, before, t0 = datetime.now(timezone.utc), loadavg(), time.perf_counter()
+def interleaved_sets(args: argparse.Namespace, work: Path, k: int) -> dict:
+    """--interleave: R groups, each of three run sets made interleaved: in each of its K slots one run of A,
+    one of B (the same command) and one planted, back to back, their order rotating from slot to slot.
+    False alarms: A against B in each group (R pairs); power: A and B each against the planted set (2R),
+    compare pairing run i with run i (results.runset.interleaved, basis 'paired runs')."""
+    names = args.variants.split(",")
+    with_plant = ",".join("chunked_planted" if v == "chunked" else v for v in names)
+    walls: list[float] = []
+    groups = []
+    for g in range(args.runs):
+        sets = {side: work / f"p{k}-g{g + 1}-{side}" for side in ("a", "b", "planted")}
+        for j in range(args.set_size):
+            turn = (g * args.set_size + j) % 3
+            for side in ("a", "b", "planted")[turn:] + ("a", "b", "planted")[:turn]:
+                if side == "planted":
+                    raw = work / f"p{k}-g{g + 1}-planted-raw" / f"run{j + 1}"
+                    walls.append(
+                        round(attnbench_run(raw, args, k, with_plant, ["--variant-file", str(PLANTED)]), 1)
+                    )
+                    relabel(raw, sets["planted"] / f"run{j + 1}", "chunked_planted", "chunked")
+                else:
+                    walls.append(round(attnbench_run(sets[side] / f"run{j + 1}", args, k, args.variants), 1))
+            print(f"group {g + 1}/{args.runs} slot {j + 1}/{args.set_size} --processes {k}: "
+                  f"{' '.join(f'{t:.1f}' for t in walls[-3:])} s", file=sys.stderr)  # fmt: skip
+        groups.append(sets)
+    pairs = [judge(s["a"], s["b"], args) for s in groups]
+    power = [judge(s[side], s["planted"], args) for s in groups for side in ("a", "b")]
+    return {
+        "processes": k,
+        "run_wall_s": walls,
+        "how": "each group: run sets A, B (identical) and planted, made interleaved (run i of each back to "
+        "back, the order rotating), compared with runs paired",
+        "pairs": len(pairs),
+        "false_alarms": sum(p["failed"] for p in pairs),
+        **(
+            {
+                "control": args.control,
+                "false_alarms_with_control": sum(p["with_control"]["failed"] for p in pairs),
+                "caught_with_control": sum(p["with_control"]["failed"] for p in power),
+            }
+            if args.control
+            else {}
+        ),
+        "pair_results": pairs,
+        "power": {
+            "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked, then busy for a tenth of "
+            "its time, measured with the other variants and relabelled chunked",
+            "comparisons": len(power),
+            "caught": sum(p["failed"] for p in power),
+            "results": power,
+        },
+    }
+
+
+def separate_runs(args: argparse.Namespace, work: Path) -> tuple[dict, str]:
+    """The batch of separate runs (or run sets made one after another): every pair of identical ones, and
+    the planted run (set) against each; (settings, the load average after the runs)."""
     runs: dict[int, list[Path]] = {k: [] for k in args.processes}
     walls: dict[int, list[float]] = {k: [] for k in args.processes}
     size = args.set_size
@@ -251,67 +311,81 @@ def main(argv: list[str] | None = None) -> int:
         made[k] += 1
         print(f"planted run {made[k]}/{size} --processes {k}", file=sys.stderr)
 
-    try:
-        for i in range(args.runs):  # the settings interleaved: the machine's load falls on both alike
-            for k in args.processes:
-                out = work / (f"p{k}-run{i + 1}" if size == 1 else f"p{k}-set{i + 1}")
-                what = [args.variants, []]
-                if args.in_run:  # the A/B's two rivals of chunked, visited in the same rounds
-                    what = [f"{args.variants},chunked_twin,chunked_planted", ["--variant-file", str(PLANTED)]]
-                took = [attnbench_run(member(out, j), args, k, *what) for j in range(size)]
-                walls[k] += [round(t, 1) for t in took]
-                runs[k].append(out)
-                print(f"{'run' if size == 1 else 'set'} {i + 1}/{args.runs} --processes {k}: "
-                      f"{' '.join(f'{t:.1f}' for t in took)} s", file=sys.stderr)  # fmt: skip
-                if (i + 1) % every == 0 and made[k] < size and size > 1:
-                    plant(k)
+    for i in range(args.runs):  # the settings interleaved: the machine's load falls on both alike
         for k in args.processes:
-            while made[k] < size:
+            out = work / (f"p{k}-run{i + 1}" if size == 1 else f"p{k}-set{i + 1}")
+            what = [args.variants, []]
+            if args.in_run:  # the A/B's two rivals of chunked, visited in the same rounds
+                what = [f"{args.variants},chunked_twin,chunked_planted", ["--variant-file", str(PLANTED)]]
+            took = [attnbench_run(member(out, j), args, k, *what) for j in range(size)]
+            walls[k] += [round(t, 1) for t in took]
+            runs[k].append(out)
+            print(f"{'run' if size == 1 else 'set'} {i + 1}/{args.runs} --processes {k}: "
+                  f"{' '.join(f'{t:.1f}' for t in took)} s", file=sys.stderr)  # fmt: skip
+            if (i + 1) % every == 0 and made[k] < size and size > 1:
                 plant(k)
-        planted = {k: work / f"p{k}-planted" for k in args.processes}
-        after = loadavg()
-        settings = {}
-        for k in args.processes:
-            pairs = [judge(a, b, args) for a, b in itertools.combinations(runs[k], 2)]
-            power = [judge(a, planted[k], args) for a in runs[k]]
-            ab = [in_run(run, args) for run in runs[k]] if args.in_run else []
-            settings[f"processes_{k}"] = {
-                "processes": k,
-                "run_wall_s": walls[k],
-                **(
-                    {
-                        "in_run": {
-                            "how": "compare RUN RUN --variant-a chunked --variant-b chunked_twin (identical "
-                            "code) and chunked_planted, each run's rounds paired",
-                            "runs": len(ab),
-                            "false_alarms": sum(x["twin"]["failed"] for x in ab),
-                            "caught": sum(x["planted"]["failed"] for x in ab),
-                            "results": ab,
-                        }
+    for k in args.processes:
+        while made[k] < size:
+            plant(k)
+    planted = {k: work / f"p{k}-planted" for k in args.processes}
+    after = loadavg()
+    settings = {}
+    for k in args.processes:
+        pairs = [judge(a, b, args) for a, b in itertools.combinations(runs[k], 2)]
+        power = [judge(a, planted[k], args) for a in runs[k]]
+        ab = [in_run(run, args) for run in runs[k]] if args.in_run else []
+        settings[f"processes_{k}"] = {
+            "processes": k,
+            "run_wall_s": walls[k],
+            **(
+                {
+                    "in_run": {
+                        "how": "compare RUN RUN --variant-a chunked --variant-b chunked_twin (identical "
+                        "code) and chunked_planted, each run's rounds paired",
+                        "runs": len(ab),
+                        "false_alarms": sum(x["twin"]["failed"] for x in ab),
+                        "caught": sum(x["planted"]["failed"] for x in ab),
+                        "results": ab,
                     }
-                    if args.in_run
-                    else {}
-                ),
-                "pairs": len(pairs),
-                "false_alarms": sum(p["failed"] for p in pairs),
-                **(
-                    {
-                        "control": args.control,
-                        "false_alarms_with_control": sum(p["with_control"]["failed"] for p in pairs),
-                        "caught_with_control": sum(p["with_control"]["failed"] for p in power),
-                    }
-                    if args.control
-                    else {}
-                ),
-                "pair_results": pairs,
-                "power": {
-                    "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked, then busy for a "
-                    "tenth of its time, measured with the other variants and relabelled chunked",
-                    "comparisons": len(power),
-                    "caught": sum(p["failed"] for p in power),
-                    "results": power,
-                },
-            }
+                }
+                if args.in_run
+                else {}
+            ),
+            "pairs": len(pairs),
+            "false_alarms": sum(p["failed"] for p in pairs),
+            **(
+                {
+                    "control": args.control,
+                    "false_alarms_with_control": sum(p["with_control"]["failed"] for p in pairs),
+                    "caught_with_control": sum(p["with_control"]["failed"] for p in power),
+                }
+                if args.control
+                else {}
+            ),
+            "pair_results": pairs,
+            "power": {
+                "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked, then busy for a "
+                "tenth of its time, measured with the other variants and relabelled chunked",
+                "comparisons": len(power),
+                "caught": sum(p["failed"] for p in power),
+                "results": power,
+            },
+        }
+    return settings, after
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="false-alarm-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started, before, t0 = datetime.now(timezone.utc), loadavg(), time.perf_counter()
+    size = args.set_size
+    try:
+        if args.interleave:
+            settings = {f"processes_{k}": interleaved_sets(args, work, k) for k in args.processes}
+            after = loadavg()
+        else:
+            settings, after = separate_runs(args, work)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
@@ -335,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         "set_size": size,
         "sides": "single runs"
         if size == 1
+        else f"groups of three run sets of {size} runs each made interleaved (A, B identical, planted): "
+        "A against B, and each against the planted set, run i paired with run i (stats.RUNS_RULE)"
+        if args.interleave
         else f"run sets of {size} runs each (results.runset): every pair and the power below compare a set "
         "with a set, judged by the spread between each side's runs (stats.RUNS_RULE)",
         "settings": settings,

@@ -242,6 +242,7 @@ class _Rules:
     meta_b: dict[str, Any]
     control: str | None = None  # --control VARIANT (reports.control)
     paired: bool = False  # one run's two variants (--variant-a/-b): visits paired by round
+    paired_runs: bool = False  # two run sets made interleaved (results.runset.interleaved): run i with run i
 
 
 def _measured(r, axes: list[str], device_a: str, device_b: str) -> dict[str, Any]:
@@ -348,7 +349,9 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
         median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
         ratio = median_b / median_a
-    if ok and basis == "runs" and by_processes and min(pa + pb) > 0:
+    if ok and basis == "runs" and rules.paired_runs and by_processes and len(pa) == len(pb) == len(runs_a):
+        judge, basis = paired_difference, "paired runs"  # run i of each made back to back (RUNS_RULE)
+    if ok and basis in ("runs", "paired runs") and by_processes and min(pa + pb) > 0:
         # the ratio and the gate's medians are the runs' geometric means, as the interval's (RUNS_RULE)
         median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
         median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
@@ -491,7 +494,12 @@ def compare_runs(
     if m.empty:
         raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
     paired = variant_a is not None and same  # one run's two variants: visits paired by round
-    rules = _Rules(threshold, alpha, tolerance, normalize, meta_a, meta_b, control_variant, paired)
+    paired_runs = runset.interleaved(meta_a, meta_b)
+    if paired_runs:
+        how += "; runs paired: the two sets were made interleaved (run i of each back to back)"
+    rules = _Rules(
+        threshold, alpha, tolerance, normalize, meta_a, meta_b, control_variant, paired, paired_runs
+    )
     controls = control.index(m, axes, control_variant) if control_variant else {}
     cells = pd.DataFrame(
         [_cell_record(r, axes, rules, controls.get(control.shape_key(r, axes))) for _, r in m.iterrows()]
@@ -608,7 +616,11 @@ def verdict_rule(cmp: Comparison) -> str:
         + " "
         + (GATE_FAMILY_RULE + " " if cmp.threshold is not None else "")
         + PROCESS_RULE
-        + (" " + RUNS_RULE if "basis" in cmp.cells and (cmp.cells["basis"] == "runs").any() else "")
+        + (
+            " " + RUNS_RULE
+            if "basis" in cmp.cells and cmp.cells["basis"].isin(["runs", "paired runs"]).any()
+            else ""
+        )
         + (
             " " + PAIRED_RULE
             if "basis" in cmp.cells and (cmp.cells["basis"] == "paired rounds").any()

@@ -54,13 +54,20 @@ def load(path: str | Path) -> tuple[Any, dict[str, Any], str]:
         rows = load_runs(path)
         meta = next(iter(load_meta(path).values()))
         return rows, meta, str(meta.get("run_id"))
-    rows = load_runs(runs)
     metas = load_meta(*runs)
+    if len(metas) != len(runs):
+        raise RunDirError(f"{path}: two of its runs have the same run_id; a run set's runs are separate runs")
+    # in the order they were made: run i of two interleaved sets is then pair i (interleaved)
+    made = sorted(zip(runs, metas.items(), strict=True), key=lambda x: str(x[1][1].get("created", "")))
+    runs, metas = [r for r, _ in made], dict(m for _, m in made)
+    rows = load_runs(runs)
     first = next(iter(metas.values()))
-    meta = {**first, "runset": {"path": str(path), "runs": [str(r) for r in runs], "run_ids": list(metas)}}
+    created = [str(m.get("created", "")) for m in metas.values()]
+    record = {"path": str(path), "runs": [str(r) for r in runs], "run_ids": list(metas), "created": created}
+    meta = {**first, "runset": record}
     ids = sorted(metas)
     label = f"{len(ids)} runs ({ids[0]} .. {ids[-1]})"
-    return _collapse(rows, ids), meta, label
+    return _collapse(rows, list(metas)), meta, label
 
 
 def _collapse(rows, run_order: list[str]):
@@ -96,3 +103,22 @@ def _collapse(rows, run_order: list[str]):
         if col not in LIST_COLUMNS:
             df[col] = df[col].astype(dtype)
     return df
+
+
+def interleaved(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> bool:
+    """Whether two run sets were made interleaved: as many runs each, and the i-th run of A and the i-th of
+    B (in the order they were made) next to each other among all the runs of both, e.g. A1 B1 A2 B2 .. or
+    B1 A1 A2 B2 ..; each such pair met the same stretch of the machine's drift, and compare pairs them."""
+    sa, sb = meta_a.get("runset"), meta_b.get("runset")
+    if not sa or not sb or len(sa["created"]) != len(sb["created"]) or "" in sa["created"] + sb["created"]:
+        return False
+    if sa["path"] == sb["path"]:
+        return False
+    order = sorted(
+        [(t, "a", i) for i, t in enumerate(sa["created"])]
+        + [(t, "b", i) for i, t in enumerate(sb["created"])]
+    )
+    return all(
+        {order[2 * i][1], order[2 * i + 1][1]} == {"a", "b"} and order[2 * i][2] == order[2 * i + 1][2] == i
+        for i in range(len(order) // 2)
+    )

@@ -42,7 +42,11 @@ RUNS_RULE = (
     "judges each cell by its runs, not by the samples or visits inside one run), the CI and the test come "
     "from each run's median, so that they include the spread from one run to the next, which no run's own "
     "samples show: the Welch t-interval of the difference of the mean log run medians, exponentiated (a "
-    "ratio of geometric means, which is also the ratio shown), and p the same two-sided Welch test."
+    "ratio of geometric means, which is also the ratio shown), and p the same two-sided Welch test. Where "
+    "the two sets were made interleaved (run i of each back to back, as `attnbench run` alternated "
+    "between them), run i of B is paired with run i of A instead (basis 'paired runs': the paired "
+    "t-interval of the mean log ratio), so that the machine's drift over minutes, which the two runs of a "
+    "pair met alike, leaves the verdict."
 )
 
 

@@ -4,6 +4,8 @@ real slowdown beyond it still is."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import synthetic
 from conftest import run_cli
@@ -143,3 +145,50 @@ def test_each_run_is_put_in_the_controls_units_visit_by_visit():
     }
     assert control.by_run(cell, ctrl) == ([4.0, 2.0], [2.0])
     assert control.by_run({**cell, "run_medians_ms_b": []}, ctrl) is None  # no runs to match one to one
+
+
+def _made_at(run, second: int):
+    meta = json.loads((run / "meta.json").read_text())
+    meta["created"] = f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}+00:00"
+    (run / "meta.json").write_text(json.dumps(meta))
+
+
+# what drifts over minutes on the reference VM: sdpa against naive, shared by runs made back to back
+DRIFT = (1.06, 0.94, 1.03, 0.97, 1.0)
+
+
+def _interleaved(tmp_path, slower: float = 1.0, order=("a", "b")):
+    """Two sets made interleaved: slot i's run of each back to back, both at slot i's drift."""
+    sets = {side: tmp_path / side for side in order}
+    for i, drift in enumerate(DRIFT):
+        for k, side in enumerate(order):
+            run = _run(sets[side] / f"run{i + 1}", drift, 100 * i + k, slower=slower if side == "b" else 1.0)
+            _made_at(run, 20 * i + k)
+    return sets["a"], sets["b"]
+
+
+def test_interleaved_sets_are_paired_run_by_run(tmp_path):
+    """The drift over minutes (±6% here) is in both sets alike: unpaired, it is spread that hides a 10%
+    slowdown; paired run by run (the sets alternate in time: detected from the runs' start times), the
+    slowdown is caught and identical code is not flagged."""
+    a, b = _interleaved(tmp_path / "plant", slower=1.10)
+    cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
+    assert "runs paired" in cmp.match
+    sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
+    assert (sdpa["basis"] == "paired runs").all()
+    assert sorted(cmp.regressions["variant"]) == ["sdpa"] * 3
+    assert "paired with run i of A" in verdict_rule(cmp)
+
+    a, b = _interleaved(tmp_path / "twin")
+    assert compare_runs(a, b, threshold=GATE, control_variant="naive").regressions.empty
+    a, b = _interleaved(tmp_path / "twin-b-first", order=("b", "a"))  # B's run first in each slot
+    assert "runs paired" in compare_runs(a, b).match
+
+    # the same runs, one set made after the other: not paired, and the drift hides the plant
+    a, b = _interleaved(tmp_path / "apart", slower=1.10)
+    for i in range(len(DRIFT)):
+        _made_at(b / f"run{i + 1}", 1000 + i)
+    apart = compare_runs(a, b, threshold=GATE, control_variant="naive")
+    assert "runs paired" not in apart.match
+    assert (apart.cells[apart.cells["variant"] == "sdpa"]["basis"] == "runs").all()
+    assert apart.regressions.empty
