@@ -101,6 +101,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="with --set-size K: groups of three run sets (A, B identical, and planted) made interleaved, "
         "run i of each back to back; A against B and each against the planted set, runs paired",
     )
+    p.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="make no run: judge again the runs an earlier measurement kept in --work (the same "
+        "--runs, --set-size, --processes, --interleave), with this checkout's compare",
+    )
     p.add_argument("--work", help="where the runs go (default: a temporary directory, removed after)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="the JSON written")
     args = p.parse_args(argv)
@@ -135,7 +141,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.threshold = parse_threshold(args.fail_above)
     except ValueError as exc:
         p.error(str(exc))
-    if args.work and Path(args.work).exists() and any(Path(args.work).iterdir()):
+    if args.rejudge and not (args.work and Path(args.work).is_dir() and any(Path(args.work).iterdir())):
+        p.error("--rejudge judges the runs kept in --work DIR: give the folder of an earlier measurement")
+    if not args.rejudge and args.work and Path(args.work).exists() and any(Path(args.work).iterdir()):
         p.error(f"--work {args.work!r} is not empty")
     return args
 
@@ -245,7 +253,8 @@ def interleaved_sets(args: argparse.Namespace, work: Path, k: int) -> dict:
     groups = []
     for g in range(args.runs):
         sets = {side: work / f"p{k}-g{g + 1}-{side}" for side in ("a", "b", "planted")}
-        for j in range(args.set_size):
+        groups.append(sets)
+        for j in range(0 if args.rejudge else args.set_size):
             turn = (g * args.set_size + j) % 3
             for side in ("a", "b", "planted")[turn:] + ("a", "b", "planted")[:turn]:
                 if side == "planted":
@@ -258,7 +267,6 @@ def interleaved_sets(args: argparse.Namespace, work: Path, k: int) -> dict:
                     walls.append(round(attnbench_run(sets[side] / f"run{j + 1}", args, k, args.variants), 1))
             print(f"group {g + 1}/{args.runs} slot {j + 1}/{args.set_size} --processes {k}: "
                   f"{' '.join(f'{t:.1f}' for t in walls[-3:])} s", file=sys.stderr)  # fmt: skip
-        groups.append(sets)
     pairs = [judge(s["a"], s["b"], args) for s in groups]
     power = [judge(s[side], s["planted"], args) for s in groups for side in ("a", "b")]
     return {
@@ -288,6 +296,20 @@ def interleaved_sets(args: argparse.Namespace, work: Path, k: int) -> dict:
     }
 
 
+def rejudged(work: Path) -> dict:
+    """--rejudge: which runs were judged again, and the commit(s) and dates they were measured at."""
+    metas = [json.loads(m.read_text()) for m in sorted(work.glob("*/**/meta.json")) if "-raw" not in str(m)]
+    commits = sorted({str(m.get("fingerprint", {}).get("git_commit")) for m in metas})
+    made = sorted(str(m.get("created")) for m in metas)
+    return {
+        "how": "no run made: the runs an earlier measurement kept were judged again by this commit's compare",
+        "runs": len(metas),
+        "measured_at_commit": commits,
+        "measured_from": made[0] if made else None,
+        "measured_to": made[-1] if made else None,
+    }
+
+
 def separate_runs(args: argparse.Namespace, work: Path) -> tuple[dict, str]:
     """The batch of separate runs (or run sets made one after another): every pair of identical ones, and
     the planted run (set) against each; (settings, the load average after the runs)."""
@@ -314,6 +336,10 @@ def separate_runs(args: argparse.Namespace, work: Path) -> tuple[dict, str]:
     for i in range(args.runs):  # the settings interleaved: the machine's load falls on both alike
         for k in args.processes:
             out = work / (f"p{k}-run{i + 1}" if size == 1 else f"p{k}-set{i + 1}")
+            if args.rejudge:  # the runs kept by an earlier measurement: judged again, none made
+                runs[k].append(out)
+                made[k] = size
+                continue
             what = [args.variants, []]
             if args.in_run:  # the A/B's two rivals of chunked, visited in the same rounds
                 what = [f"{args.variants},chunked_twin,chunked_planted", ["--variant-file", str(PLANTED)]]
@@ -399,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f" [--control {args.control}]" if args.control else ""),
         "machine": {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count()},
         "commit": git_commit() or "unknown",
+        **({"rejudged": rejudged(work)} if args.rejudge else {}),
         "shared_machine": "how busy the machine was: the load average below, from /proc/loadavg (1, 5 and "
         "15 min); a shared machine's other jobs are in it",
         "loadavg_before": before,

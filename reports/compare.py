@@ -392,18 +392,25 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
 
 GATE_FAMILY_RULE = (
     "The gate fails a slower cell only where its p, Holm-adjusted over every cell this comparison judged "
-    "(p_holm), is below alpha as well: a gate fails the build when any cell fails, so each cell's own 5% "
+    "that can fail it (p_holm; the --control variant's own cells never do and are not counted), is below "
+    "alpha as well: a gate fails the build when any cell fails, so each cell's own 5% "
     "would add up over a sweep's cells; Holm's step-down keeps the chance that identical code fails "
     "anywhere at alpha. A cell ok in A and broken in B fails it whatever the statistics."
 )
 
 
-def _family_wise(cells, alpha: float):
-    """cells with `p_holm` (Holm's step-down adjusted p over every judged cell: p_(i) times (m - i + 1),
-    made monotone, at most 1) and the gate's slowdowns kept only where p_holm < alpha (GATE_FAMILY_RULE);
+def _family_wise(cells, alpha: float, control: str | None = None):
+    """cells with `p_holm` (Holm's step-down adjusted p over every judged cell that can fail the gate: p_(i)
+    times (m - i + 1), made monotone, at most 1; the control's own cells never fail it, so they are not in
+    the family and have none) and the gate's slowdowns kept only where p_holm < alpha (GATE_FAMILY_RULE);
     a status change (ok -> broken) stays a regression."""
+    import numpy as np
+
     cells = cells.copy()
-    cells["p_holm"] = holm_adjusted(cells["p_value"].to_numpy(dtype=float))
+    p = cells["p_value"].to_numpy(dtype=float)
+    if control is not None:
+        p = np.where(cells["variant"].astype(str).to_numpy() == control, np.nan, p)
+    cells["p_holm"] = holm_adjusted(p)
     slowdown = cells["regression"].astype(bool) & ~cells["why"].astype(str).str.startswith("status ")
     weak = slowdown & ~(cells["p_holm"] < alpha)
     judged = int(cells["p_holm"].notna().sum())
@@ -504,7 +511,7 @@ def compare_runs(
     cells = pd.DataFrame(
         [_cell_record(r, axes, rules, controls.get(control.shape_key(r, axes))) for _, r in m.iterrows()]
     )
-    cells = _family_wise(cells, alpha)
+    cells = _family_wise(cells, alpha, control_variant)
     # which device groups met, in the order of the pairs (before the cells are sorted for the tables)
     of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
     pairs = [(of_a[wa], of_b[wb]) for wa, wb in zip(cells["where_a"], cells["where_b"], strict=True)]

@@ -645,6 +645,13 @@ def test_the_gate_holds_its_alpha_over_the_whole_comparison_holm():
     assert out["regression"].tolist() == [False, True, False, False, True, False]
     assert out.loc[0, "why"] == "not over the family: p 0.019, Holm-adjusted 0.076 over 5 cells"
 
+    # relative to a control, the control's own cells never fail the gate: they are not in the family, so
+    # they do not dilute it (here the control's two judged cells leave three: 0.019 x 2 = 0.038 < 0.05)
+    cells["variant"] = ["sdpa", "sdpa", "naive", "naive", "sdpa", "sdpa"]
+    out = _family_wise(cells, 0.05, control="naive")
+    assert out["p_holm"].tolist()[:2] == pytest.approx([0.038, 3e-6]) and out["p_holm"][2:4].isna().all()
+    assert out["regression"].tolist() == [True, True, False, False, True, False]
+
 
 def test_a_compare_records_holm_adjusted_p_values(tmp_path):
     cmp = compare_runs(
