@@ -80,8 +80,9 @@ def run(
     slurm_tasks: int | None = None,
     slurm_opt: Sequence[str] | None = None,
     slurm_local: bool = False,
+    repeat: int | None = None,
     **axes: Any,
-) -> Run:
+) -> Run | list[Run]:
     """Run a sweep into a run directory and return it.
 
     `sweep` is a harness SweepSpec, a TOML sweep file, or a mapping of axes; axes may also be given as
@@ -111,12 +112,18 @@ def run(
     cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
     [settings] takes) go with them. Errors name the keyword.
 
+    `repeat=K` runs the sweep K times, one whole run after another, into `out`/run1 .. runK: a run set,
+    which `attnbench compare` judges by the spread between its runs (docs/reports-and-compare.md); it
+    returns the list of the Runs this call made or finished (`resume=True` with `out` a run set finishes
+    it), and with `dry_run=True` a list of one Run, whose forecast is one run's.
+
     `progress`: None (the default) shows one progress display in a Jupyter notebook, redrawn in place, and
     nothing in a script; True shows it anywhere (outside a notebook: rich's bar and a line per cell on
     stderr, as `attnbench run`); False never.
     """
     from attnbench.harness import executor_choice
     from attnbench.harness.progress import progress_for
+    from attnbench.harness.run_set import is_run_set
     from attnbench.harness.runner import check_mode
     from attnbench.harness.runner import run as run_sweep
     from attnbench.harness.spec import SweepSpec
@@ -133,6 +140,8 @@ def run(
         name=_mode_name,
     )  # fmt: skip
     where = dict(executor=executor, executor_options=scale_out, dry_run=dry_run, name=_mode_name)
+    if repeat is not None and rerun is not None:
+        raise ValueError("rerun= makes one run of an earlier run's cells: not with repeat=")
     if rerun is not None:
         return _rerun(
             rerun,
@@ -168,10 +177,36 @@ def run(
                 given[key] = _variant_names(given[key], key)
         spec = build_sweep(given, preset=preset, config=config, name=_keyword)
     files = [str(p) for p in variant_files]
+    if repeat is not None or (resume and is_run_set(out)):
+        return _run_set(spec, out, repeat, modes, files, progress, where)
     with _keywords_for_flags():
         shown = progress_for(progress)
         summary = run_sweep(spec, out, **modes, variant_files=files, progress=shown, **where)
     return _finished(summary)
+
+
+def _run_set(spec, out, repeat, modes: dict, files: list[str], progress, where: dict) -> list[Run]:
+    """run(repeat=K) and the resume of a run set (harness.run_set): the Runs made or finished."""
+    from attnbench.harness.progress import progress_for
+    from attnbench.harness.run_set import check_repeat, run_set
+    from attnbench.harness.runner import run as run_sweep
+
+    if modes["resume"]:
+        if repeat is not None:
+            raise ValueError(f"resume=True finishes the run set in {out} as it was started: drop repeat=")
+    else:
+        if out is None:
+            raise ValueError(f"repeat={repeat} needs out=: the set's folder (its runs go to out/run1 ..)")
+        check_repeat(repeat, _mode_name)
+    kw = {k: v for k, v in where.items() if k != "dry_run"}
+    with _keywords_for_flags():
+        shown = progress_for(progress)
+        if where["dry_run"]:
+            if modes["resume"]:
+                raise ValueError("dry_run=True of a run set's resume: give it one of the set's runs")
+            return [_finished(run_sweep(spec, out, variant_files=files, progress=shown, **where))]
+        summaries = run_set(spec, out, repeat, variant_files=files, progress=shown, **modes, **kw)
+    return [_finished(s) for s in summaries]
 
 
 @contextmanager

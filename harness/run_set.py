@@ -17,7 +17,7 @@ from typing import Any
 
 from attnbench.results.store import RunDirError, is_run_dir, is_unstarted
 
-from .runner import RunSummary, run
+from .runner import RunSummary, _with_value, run
 from .spec import SweepSpec
 
 SET_FILE = "runset.json"
@@ -38,7 +38,7 @@ def check_repeat(repeat: int, name: Callable[[str], str]) -> None:
     """ValueError (one line) for a repeat count that makes no set."""
     if repeat < MIN_REPEAT:
         raise ValueError(
-            f"{name('repeat')} {repeat}: a run set needs {MIN_REPEAT} or more runs (3 or more for "
+            f"{_with_value(name('repeat'), str(repeat))}: a run set needs {MIN_REPEAT} or more runs (3 or more for "
             "compare to judge by their spread)"
         )
 

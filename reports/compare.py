@@ -242,7 +242,7 @@ class _Rules:
     meta_b: dict[str, Any]
     control: str | None = None  # --control VARIANT (reports.control)
     paired: bool = False  # one run's two variants (--variant-a/-b): visits paired by round
-    paired_runs: bool = False  # two run sets made interleaved (results.runset.interleaved): run i with run i
+    paired_runs: int = 0  # two sets of this many runs made interleaved (runset.interleaved): run i with run i
 
 
 def _measured(r, axes: list[str], device_a: str, device_b: str) -> dict[str, Any]:
@@ -349,7 +349,7 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
         median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
         ratio = median_b / median_a
-    if ok and basis == "runs" and rules.paired_runs and by_processes and len(pa) == len(pb) == len(runs_a):
+    if ok and basis == "runs" and rules.paired_runs and len(pa) == len(pb) == rules.paired_runs:
         judge, basis = paired_difference, "paired runs"  # run i of each made back to back (RUNS_RULE)
     if ok and basis in ("runs", "paired runs") and by_processes and min(pa + pb) > 0:
         # the ratio and the gate's medians are the runs' geometric means, as the interval's (RUNS_RULE)
@@ -501,7 +501,7 @@ def compare_runs(
     if m.empty:
         raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
     paired = variant_a is not None and same  # one run's two variants: visits paired by round
-    paired_runs = runset.interleaved(meta_a, meta_b)
+    paired_runs = len(meta_a["runset"]["runs"]) if runset.interleaved(meta_a, meta_b) else 0
     if paired_runs:
         how += "; runs paired: the two sets were made interleaved (run i of each back to back)"
     rules = _Rules(

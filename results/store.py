@@ -138,6 +138,13 @@ def read_meta(path: str | Path) -> dict[str, Any]:
                 "so nothing was measured; run the same command again without --resume (the directory is "
                 "reused)"
             )
+        runs = sorted(c.name for c in p.iterdir() if c.is_dir() and (c / META).is_file())
+        if runs:  # a run set (results.runset): compare takes it whole; everything else takes its runs
+            raise RunDirError(
+                f"{str(path)!r} is a run set ({len(runs)} runs: {', '.join(runs[:3])}"
+                f"{', ..' if len(runs) > 3 else ''}), not a run: `attnbench compare` takes it whole; "
+                f"give its runs here ({Path(path, '*')})"
+            )
         raise RunDirError(f"{str(path)!r} is not an attnbench run (no {META})")
     try:
         meta = json.loads((p / META).read_text())

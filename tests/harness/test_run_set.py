@@ -65,3 +65,20 @@ def test_a_resume_of_a_folder_that_is_no_run_set_says_so(tmp_path):
     (tmp_path / "s").mkdir()
     done = run_cli("run", "--resume", "--out", str(tmp_path / "s"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_the_python_api_makes_a_run_set_too(tmp_path):
+    import attnbench
+
+    tiny = dict(variants="naive", seq_len="32", heads=1, d_k=16, budget_ms=5, warmup_ms=1, min_ms=1)
+    runs = attnbench.run(**tiny, repeat=2, out=tmp_path / "set", calibrate_ms=20)
+    assert [r.path.name for r in runs] == ["run1", "run2"] and all(r.counts == {"ok": 1} for r in runs)
+    assert attnbench.run(out=tmp_path / "set", resume=True)[1].resumed == 1  # finished: nothing to add
+    for kw, message in [
+        ({"repeat": 1, "out": tmp_path / "x"}, "repeat=1: a run set needs 2 or more runs"),
+        ({"repeat": 2}, "repeat=2 needs out="),
+        ({"repeat": 2, "out": tmp_path / "x", "rerun": tmp_path / "set" / "run1"}, "not with repeat="),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            attnbench.run(**tiny, **kw)
+    assert not (tmp_path / "x").exists()

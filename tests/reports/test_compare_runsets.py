@@ -184,11 +184,40 @@ def test_interleaved_sets_are_paired_run_by_run(tmp_path):
     a, b = _interleaved(tmp_path / "twin-b-first", order=("b", "a"))  # B's run first in each slot
     assert "runs paired" in compare_runs(a, b).match
 
-    # the same runs, one set made after the other: not paired, and the drift hides the plant
+    # the same runs, one set made after the other: not paired, and the drift widens every interval
     a, b = _interleaved(tmp_path / "apart", slower=1.10)
     for i in range(len(DRIFT)):
         _made_at(b / f"run{i + 1}", 1000 + i)
     apart = compare_runs(a, b, threshold=GATE, control_variant="naive")
     assert "runs paired" not in apart.match
-    assert (apart.cells[apart.cells["variant"] == "sdpa"]["basis"] == "runs").all()
-    assert apart.regressions.empty
+    unpaired = apart.cells[apart.cells["variant"] == "sdpa"]
+    assert (unpaired["basis"] == "runs").all()
+    width = (unpaired["ratio_ci_high"] - unpaired["ratio_ci_low"]).to_numpy()
+    assert (width > 3 * (sdpa["ratio_ci_high"] - sdpa["ratio_ci_low"]).to_numpy()).all()
+
+
+def test_a_command_that_takes_runs_names_a_run_set_for_what_it_is(tmp_path):
+    a = _set(tmp_path / "a", OFFSETS_A[:3], 10)
+    for cmd in (["report", str(a), "--out", str(tmp_path / "r")], ["export", str(a)]):
+        done = run_cli(*cmd)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "is a run set (3 runs: run1, run2, run3), not a run" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_cell_missing_from_a_run_is_not_paired_with_the_wrong_run(tmp_path):
+    """Interleaved sets whose sdpa N=256 cell is missing in A's run 3 and B's run 4: four runs each, but not
+    the same four slots, so that cell is judged unpaired; the others stay paired."""
+    a, b = _interleaved(tmp_path)
+    for run in (a / "run3", b / "run4"):
+        rows = [x for x in (run / "rows.jsonl").read_text().splitlines() if x.strip()]
+        kept = [
+            x
+            for x in rows
+            if not ('"variant":"sdpa"' in x.replace(" ", "") and '"seq_len":256,' in x.replace(" ", ""))
+        ]
+        assert len(kept) == len(rows) - 1
+        (run / "rows.jsonl").write_text("\n".join(kept) + "\n")
+    cells = compare_runs(a, b, control_variant="naive").cells.set_index(["variant", "seq_len"])
+    assert cells.loc[("sdpa", 256), "basis"] == "runs" and cells.loc[("sdpa", 256), "k_a"] == 4
+    assert cells.loc[("sdpa", 512), "basis"] == "paired runs"
