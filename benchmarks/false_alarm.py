@@ -242,6 +242,32 @@ def _judged(
     }
 
 
+def tally(pairs: list[dict], power: list[dict], args: argparse.Namespace) -> dict:
+    """A setting's counts: identical pairs that failed the gate and planted comparisons it caught, as
+    measured and (--control) relative to the control, with every comparison's result."""
+    return {
+        "pairs": len(pairs),
+        "false_alarms": sum(p["failed"] for p in pairs),
+        **(
+            {
+                "control": args.control,
+                "false_alarms_with_control": sum(p["with_control"]["failed"] for p in pairs),
+                "caught_with_control": sum(p["with_control"]["failed"] for p in power),
+            }
+            if args.control
+            else {}
+        ),
+        "pair_results": pairs,
+        "power": {
+            "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked, then busy for a tenth of "
+            "its time, measured with the other variants and relabelled chunked",
+            "comparisons": len(power),
+            "caught": sum(p["failed"] for p in power),
+            "results": power,
+        },
+    }
+
+
 def interleaved_sets(args: argparse.Namespace, work: Path, k: int) -> dict:
     """--interleave: R groups, each of three run sets made interleaved: in each of its K slots one run of A,
     one of B (the same command) and one planted, back to back, their order rotating from slot to slot.
@@ -274,25 +300,7 @@ def interleaved_sets(args: argparse.Namespace, work: Path, k: int) -> dict:
         "run_wall_s": walls,
         "how": "each group: run sets A, B (identical) and planted, made interleaved (run i of each back to "
         "back, the order rotating), compared with runs paired",
-        "pairs": len(pairs),
-        "false_alarms": sum(p["failed"] for p in pairs),
-        **(
-            {
-                "control": args.control,
-                "false_alarms_with_control": sum(p["with_control"]["failed"] for p in pairs),
-                "caught_with_control": sum(p["with_control"]["failed"] for p in power),
-            }
-            if args.control
-            else {}
-        ),
-        "pair_results": pairs,
-        "power": {
-            "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked, then busy for a tenth of "
-            "its time, measured with the other variants and relabelled chunked",
-            "comparisons": len(power),
-            "caught": sum(p["failed"] for p in power),
-            "results": power,
-        },
+        **tally(pairs, power, args),
     }
 
 
@@ -377,25 +385,7 @@ def separate_runs(args: argparse.Namespace, work: Path) -> tuple[dict, str]:
                 if args.in_run
                 else {}
             ),
-            "pairs": len(pairs),
-            "false_alarms": sum(p["failed"] for p in pairs),
-            **(
-                {
-                    "control": args.control,
-                    "false_alarms_with_control": sum(p["with_control"]["failed"] for p in pairs),
-                    "caught_with_control": sum(p["with_control"]["failed"] for p in power),
-                }
-                if args.control
-                else {}
-            ),
-            "pair_results": pairs,
-            "power": {
-                "planted": "chunked_planted (benchmarks/planted_slowdown.py): chunked, then busy for a "
-                "tenth of its time, measured with the other variants and relabelled chunked",
-                "comparisons": len(power),
-                "caught": sum(p["failed"] for p in power),
-                "results": power,
-            },
+            **tally(pairs, power, args),
         }
     return settings, after
 
