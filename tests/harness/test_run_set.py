@@ -82,3 +82,11 @@ def test_the_python_api_makes_a_run_set_too(tmp_path):
         with pytest.raises(ValueError, match=message):
             attnbench.run(**tiny, **kw)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_dry_run_of_a_run_set_forecasts_the_whole_set_and_writes_nothing(tmp_path):
+    done = run_cli("run", *TINY, "--repeat", "3", "--out", str(tmp_path / "s"), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "a run set of 3 such runs, one after another: about" in done.stdout
+    assert "dry run: nothing was measured or written" in done.stdout
+    assert not (tmp_path / "s").exists()
