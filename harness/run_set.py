@@ -38,8 +38,8 @@ def check_repeat(repeat: int, name: Callable[[str], str]) -> None:
     """ValueError (one line) for a repeat count that makes no set."""
     if repeat < MIN_REPEAT:
         raise ValueError(
-            f"{_with_value(name('repeat'), str(repeat))}: a run set needs {MIN_REPEAT} or more runs (3 or more for "
-            "compare to judge by their spread)"
+            f"{_with_value(name('repeat'), str(repeat))}: a run set needs {MIN_REPEAT} or more runs "
+            "(3 or more for compare to judge by their spread)"
         )
 
 
