@@ -406,6 +406,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         raise BadInput(str(exc)) from None
     args.resume, args.out, args.rerun, args.redo_drift, args.dry_run = True, args.run_dir, None, False, False
+    args.repeat = None  # a run's collect, not a run set's
     args.devices = args.ray_address = None
     for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, "variant_file", "cells", "status", *SLURM_FLAGS):
         setattr(args, dest, None)
