@@ -167,9 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_mode(None, args.out, **modes, given=sweep_flags)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    for path in args.variant_file or []:
-        if not Path(path).is_file():
-            raise BadInput(f"variant file {path!r} does not exist")
+    _check_variant_files(args)
     sweep = None if args.resume else plan.sweep if plan else sweep_from_args(args)
     progress = Progress(enabled=not args.quiet)
     try:
@@ -194,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("\n".join(wrap_text(printable(line), sentence_columns(), "    ")))
         print("dry run: nothing was measured or written")
         return 0
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
+    counts = _counts(summary)
     if summary.collected:
         counts = f"{summary.collected} rows collected from array task shards; " + counts
     for note in summary.notes:
@@ -219,6 +217,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         _tell(f"compare with: attnbench compare {args.rerun} {summary.path}")
     print(summary.path)
     return 0
+
+
+def _check_variant_files(args: argparse.Namespace) -> None:
+    for path in args.variant_file or []:
+        if not Path(path).is_file():
+            raise BadInput(f"variant file {path!r} does not exist")
 
 
 def _counts(summary) -> str:
@@ -259,9 +263,7 @@ def _cmd_run_set(args: argparse.Namespace) -> int:
             check_repeat(args.repeat, flag_name)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
-    for path in args.variant_file or []:
-        if not Path(path).is_file():
-            raise BadInput(f"variant file {path!r} does not exist")
+    _check_variant_files(args)
     sweep = None if args.resume else sweep_from_args(args)
     kw = dict(executor=args.executor, executor_options=_executor_options(args))
     try:

@@ -346,15 +346,11 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         k = min(len(pa), len(pb))
         pa, pb = pa[:k], pb[:k]
         judge, basis = paired_difference, "paired rounds"
-        median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
-        median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
-        ratio = median_b / median_a
     if ok and basis == "runs" and rules.paired_runs and len(pa) == len(pb) == rules.paired_runs:
         judge, basis = paired_difference, "paired runs"  # run i of each made back to back (RUNS_RULE)
-    if ok and basis in ("runs", "paired runs") and by_processes and min(pa + pb) > 0:
-        # the ratio and the gate's medians are the runs' geometric means, as the interval's (RUNS_RULE)
-        median_a = math.exp(sum(math.log(x) for x in pa) / len(pa))
-        median_b = math.exp(sum(math.log(x) for x in pb) / len(pb))
+    if ok and basis in ("paired rounds", "runs", "paired runs") and by_processes and min(pa + pb) > 0:
+        # the ratio and the gate's medians are the visits' (or runs') geometric means, as the interval's
+        median_a, median_b = _geomean(pa), _geomean(pb)
         ratio = median_b / median_a
     a_values, b_values = (pa, pb) if by_processes else (sa, sb)
     diff = (
@@ -388,6 +384,10 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
         "regression": regression,
         "why": why,
     }
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in values) / len(values))
 
 
 GATE_FAMILY_RULE = (

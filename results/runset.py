@@ -17,7 +17,7 @@ from typing import Any
 from .load import load as load_runs
 from .load import load_meta
 from .schema import LIST_COLUMNS, float_list
-from .store import META, RunDirError
+from .store import META, RunDirError, runs_inside
 
 MIN_RUNS = 2  # a set of one run is a run: say so rather than judge it as a set
 
@@ -30,7 +30,7 @@ def members(path: str | Path) -> list[Path] | None:
         return None
     if not p.is_dir():
         raise RunDirError(f"{p}: no such run directory")
-    runs = sorted((c for c in p.iterdir() if c.is_dir() and (c / META).is_file()), key=lambda c: c.name)
+    runs = runs_inside(p)
     if len(runs) < MIN_RUNS:
         found = f"{len(runs)} run" if runs else "no meta.json and no runs"
         raise RunDirError(

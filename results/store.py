@@ -110,6 +110,11 @@ def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / META).is_file()
 
 
+def runs_inside(path: str | Path) -> list[Path]:
+    """The run directories directly inside `path`, by name: a run set's runs (results.runset)."""
+    return sorted((c for c in Path(path).iterdir() if c.is_dir() and is_run_dir(c)), key=lambda c: c.name)
+
+
 def _leftovers(path: Path) -> list[Path] | None:
     """The files of a directory that a run's start left (START_LEFTOVERS), or None when it holds anything
     else, meta.json among it, or is no directory."""
@@ -138,7 +143,7 @@ def read_meta(path: str | Path) -> dict[str, Any]:
                 "so nothing was measured; run the same command again without --resume (the directory is "
                 "reused)"
             )
-        runs = sorted(c.name for c in p.iterdir() if c.is_dir() and (c / META).is_file())
+        runs = [c.name for c in runs_inside(p)]
         if runs:  # a run set (results.runset): compare takes it whole; everything else takes its runs
             raise RunDirError(
                 f"{str(path)!r} is a run set ({len(runs)} runs: {', '.join(runs[:3])}"
