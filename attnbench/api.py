@@ -25,7 +25,7 @@ class Run:
     interrupted: bool = False
     resumed: int = 0  # cells already done before a resume
     notes: tuple[str, ...] = ()  # what the run tells its user (the CLI's "note:" lines)
-    forecast: Any = None  # dry_run=True: the cells and the estimated time (harness.estimate.Forecast)
+    forecast: Any = None  # dry_run=True: the cells and the estimated time (harness.run.estimate.Forecast)
 
     def load(self):
         """This run's rows as a pandas DataFrame (attnbench.load)."""
@@ -108,7 +108,7 @@ def run(
     Axis names are those of `attnbench run`'s flags with '_' for '-' (`pass_` for --pass, since `pass` is
     Python's keyword; `**{"pass": "fwd"}` works too); a value
     is text as a flag takes it ('256..4096', 'both') or Python values ([256, 512], True, ['fwd', 'fwdbwd']).
-    Settings (harness.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
+    Settings (harness.sweep.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
     cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
     [settings] takes) go with them. Errors name the keyword.
 
@@ -121,13 +121,13 @@ def run(
     nothing in a script; True shows it anywhere (outside a notebook: rich's bar and a line per cell on
     stderr, as `attnbench run`); False never.
     """
-    from attnbench.harness import executor_choice
-    from attnbench.harness.progress import progress_for
-    from attnbench.harness.run_set import is_run_set
-    from attnbench.harness.runner import check_mode
-    from attnbench.harness.runner import run as run_sweep
-    from attnbench.harness.spec import SweepSpec
-    from attnbench.harness.sweeps import build_sweep
+    from attnbench.harness.run import executor_choice
+    from attnbench.harness.run.progress import progress_for
+    from attnbench.harness.run.run_set import is_run_set
+    from attnbench.harness.run.runner import check_mode
+    from attnbench.harness.run.runner import run as run_sweep
+    from attnbench.harness.sweep.spec import SweepSpec
+    from attnbench.harness.sweep.sweeps import build_sweep
 
     scale_out = executor_choice.options(
         executor,
@@ -161,7 +161,7 @@ def run(
             raise ValueError("give the sweep file as `sweep` or as `config`, not both")
         sweep, config = None, sweep
     offered = [k for k, v in (("sweep", sweep), ("preset", preset), ("config", config)) if v] + list(axes)
-    # the same rule harness.runner.run applies (check_mode), asked early so that its error comes first
+    # the same rule harness.run.runner.run applies (check_mode), asked early so that its error comes first
     modes = dict(resume=resume, redo_drift=redo_drift, force_resume=force_resume)
     check_mode(None, out, **modes, given=offered, name=_mode_name)
     if resume:
@@ -171,7 +171,7 @@ def run(
             raise ValueError("a SweepSpec is the whole sweep: give no preset, config or axes with it")
         spec = sweep
     else:
-        given = {**dict(sweep or {}), **axes}  # values or text, read as the flags are (harness.sweeps)
+        given = {**dict(sweep or {}), **axes}  # values or text, read as the flags are (harness.sweep.sweeps)
         for key in ("variants", "variant"):
             if key in given:
                 given[key] = _variant_names(given[key], key)
@@ -186,10 +186,10 @@ def run(
 
 
 def _run_set(spec, out, repeat, modes: dict, files: list[str], progress, where: dict) -> list[Run]:
-    """run(repeat=K) and the resume of a run set (harness.run_set): the Runs made or finished."""
-    from attnbench.harness.progress import progress_for
-    from attnbench.harness.run_set import check_repeat, run_set
-    from attnbench.harness.runner import run as run_sweep
+    """run(repeat=K) and the resume of a run set (harness.run.run_set): the Runs made or finished."""
+    from attnbench.harness.run.progress import progress_for
+    from attnbench.harness.run.run_set import check_repeat, run_set
+    from attnbench.harness.run.runner import run as run_sweep
 
     if modes["resume"]:
         if repeat is not None:
@@ -213,7 +213,7 @@ def _run_set(spec, out, repeat, modes: dict, files: list[str], progress, where: 
 def _keywords_for_flags():
     """A run directory's errors (results.store, which knows no front end) with this API's keywords for the
     flags they name: `pass resume=True`, not `pass --resume`."""
-    from attnbench.harness.sweeps import respell
+    from attnbench.harness.sweep.sweeps import respell
     from attnbench.results import RunDirError
 
     try:
@@ -226,7 +226,7 @@ def _keywords_for_flags():
 
 
 def _finished(summary) -> Run:
-    """The Run of a harness.runner.RunSummary."""
+    """The Run of a harness.run.runner.RunSummary."""
     return Run(
         summary.path, dict(summary.counts), summary.interrupted, summary.resumed,
         tuple(summary.notes), summary.forecast,
@@ -327,10 +327,10 @@ def _check_free(name: str, keyword: str) -> None:
 
 def _rerun(run_dir: PathLike, cells, status, out, progress: bool | None, *, given: bool, where: dict) -> Run:
     """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
-    from attnbench.harness import rerun
-    from attnbench.harness.grammar import split
-    from attnbench.harness.progress import progress_for
-    from attnbench.harness.runner import run as run_sweep
+    from attnbench.harness.run import rerun
+    from attnbench.harness.run.progress import progress_for
+    from attnbench.harness.run.runner import run as run_sweep
+    from attnbench.harness.sweep.grammar import split
 
     if given:
         raise ValueError(
@@ -360,7 +360,7 @@ _SWITCHES = {"resume": "resume=True", "redo_drift": "redo_drift=True", "force_re
 
 
 def _mode_name(option: str) -> str:
-    """How a run-mode error (harness.runner.check_mode) names an option of attnbench.run: `resume=True`,
+    """How a run-mode error (harness.run.runner.check_mode) names an option of attnbench.run: `resume=True`,
     `out=` (never a CLI flag)."""
     return _SWITCHES.get(option, f"{option.rstrip('_')}=")
 

@@ -17,9 +17,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from attnbench.harness import executor_choice, options
-from attnbench.harness.executor_choice import OPTIONS, SLURM_OPTIONS
-from attnbench.harness.executors import EXECUTORS
+from attnbench.harness.run import executor_choice
+from attnbench.harness.run.executor_choice import OPTIONS, SLURM_OPTIONS
+from attnbench.harness.run.executors import EXECUTORS
+from attnbench.harness.sweep import options
 from attnbench.results.formulas import printable, sentence_columns, wrap_text
 
 EXIT_BAD_INPUT = 2
@@ -44,7 +45,8 @@ def _tell(text: str) -> None:
 
 
 def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
-    """The sweep's axes and the measurement settings, one flag each, from the tables (harness.options)."""
+    """The sweep's axes and the measurement settings, one flag each, from the tables
+    (harness.sweep.options)."""
     g = p.add_argument_group("sweep (override the preset or config file)")
     g.add_argument("--preset", help="named sweep shipped with attnbench (see `attnbench list --presets`)")
     g.add_argument("--config", metavar="FILE", help="sweep TOML file ([sweep] and [settings] tables)")
@@ -60,8 +62,9 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
         )
 
 
-# The flags of _add_sweep_flags by argparse dest (the option keys of harness.options): what the sweep is, and
-# how each cell is measured. A new axis or setting is one entry of its table (results.axes, harness.settings).
+# The flags of _add_sweep_flags by argparse dest (the option keys of harness.sweep.options): what the sweep
+# is, and how each cell is measured. A new axis or setting is one entry of its table (results.axes,
+# harness.sweep.settings).
 AXIS_OPTIONS = options.axis_options()
 SETTING_OPTIONS = options.setting_options()
 SWEEP_FLAGS = ("preset", "config", *(o.key for o in AXIS_OPTIONS))
@@ -101,7 +104,7 @@ def _add_slurm_flags(g) -> None:
 
 def sweep_from_args(args: argparse.Namespace):
     """SweepSpec from preset/config + flags; BadInput naming the bad value."""
-    from attnbench.harness.sweeps import build_sweep
+    from attnbench.harness.sweep.sweeps import build_sweep
 
     given = options.given_options(vars(args), AXIS_OPTIONS + SETTING_OPTIONS)
     try:
@@ -126,8 +129,8 @@ def _rerun_plan(args: argparse.Namespace):
         raise BadInput(
             "--rerun writes a new run; to finish an interrupted rerun use --resume --out DIR alone"
         )
-    from attnbench.harness import rerun
-    from attnbench.harness.grammar import split
+    from attnbench.harness.run import rerun
+    from attnbench.harness.sweep.grammar import split
 
     try:
         cells = split(args.cells) if args.cells is not None else None
@@ -136,13 +139,13 @@ def _rerun_plan(args: argparse.Namespace):
         raise BadInput(str(exc)) from None
 
 
-# --slurm-* flag dest -> SlurmExecutor keyword (harness/executors/slurm.py)
+# --slurm-* flag dest -> SlurmExecutor keyword (harness/run/executors/slurm.py)
 SLURM_FLAGS = SLURM_OPTIONS
 
 
 def _executor_options(args: argparse.Namespace) -> dict:
-    """The flags of the chosen executor (harness.executors), as its constructor's keywords
-    (harness.executor_choice: the checks the Python API makes too)."""
+    """The flags of the chosen executor (harness.run.executors), as its constructor's keywords
+    (harness.run.executor_choice: the checks the Python API makes too)."""
     try:
         return executor_choice.options(args.executor, {key: getattr(args, key, None) for key in OPTIONS})
     except ValueError as exc:
@@ -150,9 +153,9 @@ def _executor_options(args: argparse.Namespace) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from attnbench.harness.progress import Progress
-    from attnbench.harness.run_set import is_run_set
-    from attnbench.harness.runner import check_mode, run
+    from attnbench.harness.run.progress import Progress
+    from attnbench.harness.run.run_set import is_run_set
+    from attnbench.harness.run.runner import check_mode, run
     from attnbench.results import RunDirError
     from attnbench.results.drift import busy_sentence
     from attnbench.results.store import is_run_dir, latest_rows
@@ -163,7 +166,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = _rerun_plan(args)
     sweep_flags = [f for f in (*SWEEP_FLAGS, *SETTING_FLAGS) if getattr(args, f) is not None]
     modes = dict(resume=args.resume, redo_drift=args.redo_drift, force_resume=args.force_resume)
-    try:  # the same rule harness.runner.run applies (check_mode), asked early so that its error comes first
+    # the same rule harness.run.runner.run applies (check_mode), asked early so that its error comes first
+    try:
         check_mode(None, args.out, **modes, given=sweep_flags)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
@@ -231,12 +235,12 @@ def _counts(summary) -> str:
 
 def _cmd_run_set(args: argparse.Namespace) -> int:
     """`attnbench run --repeat K --out DIR` (and its --resume): the sweep run K times into DIR/run1 ..
-    DIR/runK, a run set for `attnbench compare` (harness.run_set)."""
-    from attnbench.harness import estimate
-    from attnbench.harness.progress import Progress
-    from attnbench.harness.run_set import check_repeat, run_set
-    from attnbench.harness.runner import run
-    from attnbench.harness.sweeps import flag_name
+    DIR/runK, a run set for `attnbench compare` (harness.run.run_set)."""
+    from attnbench.harness.run import estimate
+    from attnbench.harness.run.progress import Progress
+    from attnbench.harness.run.run_set import check_repeat, run_set
+    from attnbench.harness.run.runner import run
+    from attnbench.harness.sweep.sweeps import flag_name
     from attnbench.results import RunDirError
     from attnbench.variants import VariantError
 
@@ -312,8 +316,8 @@ def _cmd_run_set(args: argparse.Namespace) -> int:
 
 
 def _warn_if_long(forecast) -> None:
-    """One line before a sweep estimated over harness.estimate.LONG_S (the run goes on)."""
-    from attnbench.harness import estimate
+    """One line before a sweep estimated over harness.run.estimate.LONG_S (the run goes on)."""
+    from attnbench.harness.run import estimate
 
     if forecast.seconds > estimate.LONG_S:
         _tell(
@@ -452,9 +456,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
     measured under written out (settings, env, CPUs, variant files), so it needs nothing but itself."""
     import shlex
 
-    from attnbench.harness import rerun
-    from attnbench.harness.spec import SweepSpec
-    from attnbench.harness.sweeps import cell_given, flag_name
+    from attnbench.harness.run import rerun
+    from attnbench.harness.sweep.spec import SweepSpec
+    from attnbench.harness.sweep.sweeps import cell_given, flag_name
 
     try:
         meta, cell = rerun.find_cell(args.run_dir, args.cell_id)
@@ -537,7 +541,7 @@ def _availability(variant, device: str) -> str | None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.presets:
-        from attnbench.harness.sweeps import preset_description, presets
+        from attnbench.harness.sweep.sweeps import preset_description, presets
 
         for name, path in presets().items():  # the description wrapped under itself, to the terminal's width
             print("\n".join(wrap_text(preset_description(path), sentence_columns(), " " * 9, f"{name:<8} ")))
@@ -584,7 +588,7 @@ def _add_list(sub) -> None:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from attnbench.harness.fingerprint import collect
+    from attnbench.harness.measure.fingerprint import collect
 
     fp = collect()
     if args.json:
@@ -607,8 +611,8 @@ def _add_env(sub) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """The correctness gate for every variant over causal x padding (and the numerics probe), as tables."""
-    from attnbench.harness import check
-    from attnbench.harness.grammar import read_axis, split
+    from attnbench.harness.sweep.grammar import read_axis, split
+    from attnbench.harness.tools import check
     from attnbench.results.axes import axis
 
     try:
@@ -641,7 +645,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"interrupted: the table holds the {made} made before it", file=sys.stderr)
         return EXIT_INTERRUPTED
     if args.probe:
-        from attnbench.harness import numerics
+        from attnbench.harness.measure import numerics
 
         console.print()
         console.print(
@@ -793,7 +797,7 @@ def _add_compare(sub) -> None:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
-    from attnbench.harness.profile import CELL_OPTIONS, prepare, profile_cell
+    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell
     from attnbench.reports.profile_page import top_ops_text, write_pages
 
     if len(args.variant) != 1:
@@ -830,7 +834,7 @@ def _add_profile(sub) -> None:
         "profile", help="profile one cell: py-spy flame graph + speedscope, torch.profiler trace"
     )
     p.add_argument("--variant", action="append", required=True, metavar="NAME", help="the variant to profile")
-    from attnbench.harness.profile import CELL_OPTIONS, DEFAULT_SEQ_LEN
+    from attnbench.harness.tools.profile import CELL_OPTIONS, DEFAULT_SEQ_LEN
 
     g = p.add_argument_group("cell (one value each, checked as `attnbench run` checks them)")
     for option in CELL_OPTIONS:  # one value each: `attnbench run`'s flags, a profile's seq_len default

@@ -5,4 +5,4 @@ adds nothing); this line loads it from a checkout that is not installed. It acts
 its `attn_cell` fixture, so `pytest tests` loads it and sees no grid.
 """
 
-pytest_plugins = ["attnbench.harness.pytest_plugin"]
+pytest_plugins = ["attnbench.harness.tools.pytest_plugin"]

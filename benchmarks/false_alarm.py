@@ -53,7 +53,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's attnbench (attnbench/__init__.py maps its folders)
-from attnbench.harness.fingerprint import cpu_model, git_commit  # noqa: E402
+from attnbench.harness.measure.fingerprint import cpu_model, git_commit  # noqa: E402
 
 PLANTED = ROOT / "benchmarks" / "planted_slowdown.py"
 DEFAULT_OUT = ROOT / "results" / "reference" / "false-alarm-epyc-2core.json"

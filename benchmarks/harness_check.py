@@ -35,9 +35,9 @@ from pathlib import Path
 import torch
 
 from attnbench import variants
-from attnbench.harness.cell import InputCache, make_inputs, measure_cell
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure.cell import InputCache, make_inputs, measure_cell
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import attention_flops, tflops
 
 NAIVE_REFERENCE_BYTES = 272_629_760  # 2 * (8 * 2048 * 2048 * 4) + 8 * 2048 * 64 * 4
@@ -216,7 +216,7 @@ def timed_cuda_cell(variant: str, pass_: str) -> CellSpec:
 def clocked(measure, clocks: list):
     """measure() in ms, with the median SM clock NVML read while it ran appended to `clocks` (None
     without NVML): which tool of a pair ran slower, and at what clock."""
-    from attnbench.harness.telemetry import sampling
+    from attnbench.harness.measure.telemetry import sampling
 
     with sampling("cuda") as sampler:
         ms = measure()
@@ -358,12 +358,12 @@ def flex_against_sdpa(results: list[dict], pass_: str) -> dict:
 
 def in_worker_conditions() -> None:
     """Re-run this script under the allocator environment every attnbench worker starts with
-    (harness.allocator: glibc keeps freed memory, torch asks for huge pages) where it is not set yet: the
-    check times cells in this process, and without it each tool's calls met fresh mappings and page
+    (harness.measure.allocator: glibc keeps freed memory, torch asks for huge pages) where it is not set yet:
+    the check times cells in this process, and without it each tool's calls met fresh mappings and page
     faults by the process's history (sdpa at N = 1024 on the 2-core VM: per-round ratios 0.68 to 1.81)."""
     import os
 
-    from attnbench.harness.allocator import worker_environ
+    from attnbench.harness.measure.allocator import worker_environ
 
     env = worker_environ()
     if env != dict(os.environ):  # glibc reads MALLOC_* at start: only a new process takes them

@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's attnbench (attnbench/__init__.py maps its folders)
 
-from attnbench.harness.fingerprint import cpu_model  # noqa: E402
+from attnbench.harness.measure.fingerprint import cpu_model  # noqa: E402
 
 PRESET = "quick"
 
@@ -103,7 +103,7 @@ def cell_costs(rows: list[dict], run_s: float) -> dict:
     first_s = sum((r.get("first_call_ms") or 0.0) + (r.get("rewarm_ms") or 0.0) for r in measured) / 1e3
     setup_s = sum(r.get("setup_ms") or 0.0 for r in measured) / 1e3
     # the checks after timing (refill, fresh inputs); with rounds, a forward CPU cell's fresh-input check
-    # is its second visit's warm-up call (harness.cell.defers_fresh_check): a check, counted here
+    # is its second visit's warm-up call (harness.measure.cell.defers_fresh_check): a check, counted here
     checks_s = sum(r.get("checks_ms") or 0.0 for r in measured) / 1e3
     compiles: dict[str, list[int]] = {}
     for r in measured:

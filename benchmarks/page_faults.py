@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--out", help="write the JSON here as well as to stdout")
     a = ap.parse_args()
-    from attnbench.harness.fingerprint import collect
+    from attnbench.harness.measure.fingerprint import collect
 
     fp = collect(with_gpu=False)
     result = {

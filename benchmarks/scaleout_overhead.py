@@ -37,11 +37,11 @@ from pathlib import Path
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback (executors/ray.py)
 
 from attnbench import variants  # noqa: E402
-from attnbench.harness.cellrunner import CellRunner  # noqa: E402
-from attnbench.harness.executors import get  # noqa: E402
-from attnbench.harness.executors.base import Plan  # noqa: E402
-from attnbench.harness.settings import Settings  # noqa: E402
-from attnbench.harness.spec import SweepSpec
+from attnbench.harness.run.executors import get  # noqa: E402
+from attnbench.harness.run.executors.base import Plan  # noqa: E402
+from attnbench.harness.sweep.settings import Settings  # noqa: E402
+from attnbench.harness.sweep.spec import SweepSpec
+from attnbench.harness.workers.cellrunner import CellRunner  # noqa: E402
 
 VARIANTS = str(Path(__file__).resolve().parent.parent / "tests" / "data" / "scaleout_variants.py")
 SETTINGS = Settings(warmup_ms=1, budget_ms=2, min_samples=5, min_ms=0.5)
@@ -126,7 +126,7 @@ def _ray(plan: Plan):
 
 
 def _slurm_local(plan: Plan):
-    from attnbench.harness.executors.slurm import SlurmExecutor
+    from attnbench.harness.run.executors.slurm import SlurmExecutor
 
     # one array task (the cells are one series) run by submitit's LocalExecutor; the driver polls the
     # task's shard every 20 ms here (attnbench polls every second: rows then reach rows.jsonl up to a

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnbench.harness.progress import Progress
-from attnbench.harness.runner import run
-from attnbench.harness.sweeps import build_sweep
+from attnbench.harness.run.progress import Progress
+from attnbench.harness.run.runner import run
+from attnbench.harness.sweep.sweeps import build_sweep
 
 
 class Clock(Progress):

@@ -1,10 +1,11 @@
-"""Every registered variant over a small shape grid, timed by pytest-benchmark (see harness/pytest_plugin.py).
+"""Every registered variant over a small shape grid, timed by pytest-benchmark (see
+harness/tools/pytest_plugin.py).
 
 pytest benchmarks/ --benchmark-only [--benchmark-json out.json] [--attn-seq-len 512,2048]
 attnbench import-benchmark out.json --out runs/from-pytest     # then attnbench report / export
 """
 
-from attnbench.harness.pytest_plugin import measure
+from attnbench.harness.tools.pytest_plugin import measure
 
 
 def test_attention(benchmark, attn_cell, request):

@@ -62,7 +62,7 @@ def ratio_summary(events_ms: list[float], graph_ms: list[float]) -> dict:
 
 def cells():
     """(shape name, CellSpec) of every cell, a shape's cells together (they share inputs and reference)."""
-    from attnbench.harness.spec import CellSpec
+    from attnbench.harness.sweep.spec import CellSpec
 
     for name, (b, h, n, d) in SHAPES.items():
         for variant in VARIANTS:
@@ -71,14 +71,14 @@ def cells():
 
 
 def measure(rounds: int, budget_ms: float, measure_cell=None) -> list[dict]:
-    """Every cell in both modes, `rounds` times, through harness.cell.measure_cell (or the function given,
-    with its signature: for tests of this bookkeeping); one record per cell. A cell this GPU does not
+    """Every cell in both modes, `rounds` times, through harness.measure.cell.measure_cell (or the function
+    given, with its signature: for tests of this bookkeeping); one record per cell. A cell this GPU does not
     support (its first row says unsupported) is recorded with the reason and not measured again."""
-    from attnbench.harness.cell import InputCache
-    from attnbench.harness.settings import Settings
+    from attnbench.harness.measure.cell import InputCache
+    from attnbench.harness.sweep.settings import Settings
 
     if measure_cell is None:
-        from attnbench.harness.cell import measure_cell
+        from attnbench.harness.measure.cell import measure_cell
 
     base = {"warmup_ms": 50.0, "budget_ms": budget_ms, "min_ms": min(100.0, budget_ms)}
     todo = []

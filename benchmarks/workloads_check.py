@@ -3,12 +3,12 @@
   1. window: chunked, causal, window 512, fp32, B=1 H=8 d=64, at N=4096 and N=16384. A sliding window
      makes the work O(N * W), so the fitted time exponent between the two lengths,
      log(t_16384 / t_4096) / log(4), must be at most 1.3 (full causal attention gives about 2). Times are
-     the harness's own medians (harness.cell.measure_cell: gated, then timed), taken in --rounds rounds
-     that alternate the two lengths, and the exponent is read from the median time of each length;
+     the harness's own medians (harness.measure.cell.measure_cell: gated, then timed), taken in --rounds
+     rounds that alternate the two lengths, and the exponent is read from the median time of each length;
   2. grouped-query heads: naive with 32 query heads on 8 k/v heads against 32 on 32 (a decode step:
      N_q=1, N_k=8192, d=128, fp32). What is measured is memory, with torch.profiler's allocator events
-     (harness.memory.peak_cpu, exact for torch allocations): the peak of allocating K and V and running
-     the call, minus the peak of the call alone on K and V allocated beforehand, is the K/V memory the
+     (harness.measure.memory.peak_cpu, exact for torch allocations): the peak of allocating K and V and
+     running the call, minus the peak of the call alone on K and V allocated beforehand, is the K/V memory the
      call needs. Target: MHA's is 4x GQA's (within 1%), and GQA's call alone allocates no more than
      MHA's (no hidden repeat of K and V to 32 heads).
   3. flex: flex_attention under torch.compile against sdpa, B=1 H=8 d=64 fp32, non-causal and causal, at
@@ -40,10 +40,10 @@ import sys
 import torch
 
 from attnbench import variants
-from attnbench.harness.cell import measure_cell
-from attnbench.harness.memory import peak_cpu
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure.cell import measure_cell
+from attnbench.harness.measure.memory import peak_cpu
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 
 WINDOW, LENGTHS, MAX_EXPONENT = 512, (4096, 16384), 1.3
 GQA_HEADS, GQA_KV_HEADS, DECODE_KEYS, HEAD_DIM = 32, 8, 8192, 128
@@ -121,7 +121,7 @@ def gqa_kv_memory() -> dict:
 
 def flex_vs_sdpa(rounds: int, settings: Settings, lengths: tuple[int, ...] = (FLEX_MIN_N,)) -> dict:
     """Target 3: flex's throughput against SDPA's, non-causal and causal; compile and mask times apart."""
-    from attnbench.harness.cell import InputCache
+    from attnbench.harness.measure.cell import InputCache
 
     records, met = [], True
     for causal in (False, True):

@@ -1,6 +1,6 @@
 """Machine speed is not code speed: two runs' calibrations side by side, and times normalised by them.
 
-Every run calibrates its device at the start (harness.calibrate): the fastest square matmul call
+Every run calibrates its device at the start (harness.measure.calibrate): the fastest square matmul call
 (TFLOP/s per dtype) and the fastest device-to-device copy (GB/s). Two runs whose ceilings differ by more
 than CALIBRATION_WARN measured different machines, or one machine on a different day, and their raw
 time ratios mix the machine's speed with the code's.

@@ -218,7 +218,7 @@ def _paired(a, b, axes: list[str]):
     cols.append("process_medians_ms")  # --processes K: each worker process's median; [] in older runs
     cols.append("round_medians_ms")  # --rounds R: each visit's median, the visits spread over the run
     cols.append("round_samples")  # --rounds R: how many of samples_ms each visit took ([] in older runs)
-    cols.append("timing_mode")  # perf_counter, events or graph (harness.timing); NA in older runs
+    cols.append("timing_mode")  # perf_counter, events or graph (harness.measure.timing); NA in older runs
     cols += ["run_medians_ms", "run_round_medians"]  # run sets (results.runset): each run's; [] for a run
     for df in (a, b):
         for col in ("run_medians_ms", "run_round_medians"):
@@ -342,7 +342,7 @@ def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[st
     if ok and rules.paired and basis == "rounds" and by_processes and min(pa + pb) > 0:
         # one run's two variants: visit i of each made in round i, seconds apart (stats.PAIRED_RULE); the
         # ratio and the gate's medians are the visits' geometric means, as the interval's. Over the rounds
-        # both were visited in: a settle round (harness.settle) visits again only some variants
+        # both were visited in: a settle round (harness.run.settle) visits again only some variants
         k = min(len(pa), len(pb))
         pa, pb = pa[:k], pb[:k]
         judge, basis = paired_difference, "paired rounds"

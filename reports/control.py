@@ -69,7 +69,7 @@ def by_visit(r: Any, c: Any, fewest: int = 3) -> tuple[list, list, list, list] |
     median(control, A) / the control's median of the same visit, in its own run): (samples A, samples B,
     visit medians A, visit medians B). None unless both sides have `fewest` or more visits with their
     sample counts (round_samples) made in rounds the control was visited in too, and every median
-    positive. The first k visits of any two cells are the same k rounds (a settle round, harness.settle,
+    positive. The first k visits of any two cells are the same k rounds (a settle round, harness.run.settle,
     visits again only some variants): a side's visits are those its cell and the control both made."""
     ref = float(c["time_ms_median_a"])
     out = []

@@ -79,7 +79,7 @@ SUSPECT, SUSPECT_LABEL = "suspect", "suspect (never ranked)"
 DRIFT_LABEL = "machine drifted > 10%"
 THROTTLED_LABEL = "GPU clock fell > 10%"
 # (row flag, legend label, colour, ring size) of the cells a plot rings: suspect (results.suspect), measured
-# while the machine drifted (results.drift), or while the GPU's SM clock fell (harness.telemetry)
+# while the machine drifted (results.drift), or while the GPU's SM clock fell (harness.measure.telemetry)
 RINGS = (
     (SUSPECT, SUSPECT_LABEL, "#e41a1c", 11),
     ("drift", DRIFT_LABEL, "#ff7f00", 14),

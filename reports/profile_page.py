@@ -21,7 +21,8 @@ from .page import Bullets, Heading, Link, Page, Para, SvgFigure, Table, Text, to
 TOP_OPS_SHOWN = 25  # rows of top_ops.md (top_ops.csv holds every operator)
 TOP_OPS_INDEX = 10  # rows on the index page
 TOP_FRAMES = 15
-# the cell's call as py-spy names it (harness.cell.timed_call's inner function): frames above it are the loop
+# the cell's call as py-spy names it (harness.measure.cell.timed_call's inner function): frames above it are
+# the loop
 CELL_FRAME = "timed_call.<locals>.call"
 SPEEDSCOPE_URL = "https://www.speedscope.app"
 PERFETTO_URL = "https://ui.perfetto.dev"

@@ -330,7 +330,8 @@ THROTTLE_RULE = (
 
 
 def _throttled_table(df) -> pg.Table:
-    """CUDA rows whose SM clock fell during timing (harness.telemetry), with the clocks and the power."""
+    """CUDA rows whose SM clock fell during timing (harness.measure.telemetry), with the clocks and the
+    power."""
     t = flagged(df, "throttled")
     import pandas as pd
 

@@ -1,10 +1,10 @@
 """Tables for the terminal (rich): what `attnbench list` and `attnbench check` print, from plain records.
 
-The front end gathers the records (the variant rows of `attnbench list --json`, harness.check's GateRows,
-harness.numerics.probe's dicts) and prints what these functions return. Every string in a record is data:
-a variant name, a reason or an error message from a plug-in may hold `[...]`, which rich would read as
-markup, so each is escaped here before it enters a table; the styles are ours alone. GateRows are read by
-attribute or key (this layer knows nothing of the harness's types), so dicts with the same fields work too.
+The front end gathers the records (the variant rows of `attnbench list --json`, harness.tools.check's
+GateRows, harness.measure.numerics.probe's dicts) and prints what these functions return. Every string in a
+record is data: a variant name, a reason or an error message from a plug-in may hold `[...]`, which rich would
+read as markup, so each is escaped here before it enters a table; the styles are ours alone. GateRows are read
+by attribute or key (this layer knows nothing of the harness's types), so dicts with the same fields work too.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ _GATE_STYLE = {
 
 
 def _field(row: Any, name: str) -> Any:
-    """A GateRow's field, read from a dict or an object alike (defaults as harness.check.GateRow's)."""
+    """A GateRow's field, read from a dict or an object alike (defaults as harness.tools.check.GateRow's)."""
     if isinstance(row, Mapping):
         return row[name] if name in row or name not in _GATE_DEFAULTS else _GATE_DEFAULTS[name]
     return getattr(row, name, _GATE_DEFAULTS.get(name))
@@ -163,7 +163,7 @@ def gate_table(
 ) -> Table:
     """The float64 correctness gate, one line per GateRow (variant, device, dtype, causal, padding,
     status 'pass'/'FAIL'/'unsupported', rel_err, grad_rel_err, masked_rows, reason, gating), on inputs of
-    shape (batch, heads, seq_len, head_dim) (harness.check's BATCH, HEADS, HEAD_DIM). For a terminal
+    shape (batch, heads, seq_len, head_dim) (harness.tools.check's BATCH, HEADS, HEAD_DIM). For a terminal
     `width` below WIDE the table is fitted: dtypes short, the device in the title when there is one, and a
     reason by its number among gate_notes, in the `why` column (print_gate prints them below)."""
     rows = [r for r in rows if not _field(r, "no_key")]  # no_key_table's
@@ -268,9 +268,9 @@ def no_key_table(
 def probe_table(
     records: Iterable[Mapping[str, Any]], width: int | None = None, notes: Mapping[str, int] | None = None
 ) -> Table:
-    """The numerics probe, one line per record of harness.numerics.probe (variant, device, dtype, q_scale,
-    status, and rel_err when it ran, else message). Unframed for a terminal `width` below WIDE, with dtypes
-    short and a message among the gate's `notes` by its number."""
+    """The numerics probe, one line per record of harness.measure.numerics.probe (variant, device, dtype,
+    q_scale, status, and rel_err when it ran, else message). Unframed for a terminal `width` below WIDE, with
+    dtypes short and a message among the gate's `notes` by its number."""
     fitted = width is not None and width < WIDE
     table = (_fitted_table if fitted else Table)(title=PROBE_TITLE)
     for col in PROBE_COLUMNS:

@@ -3,8 +3,8 @@
 Each `Axis` is one entry of AXES, in the order of a cell's fields, its `cell_id` parts and its schema
 columns. Everything that names an axis derives from its entry: the harness's SweepSpec and CellSpec fields,
 the text grammar of its values, the `attnbench run` and `attnbench profile` flags and their help, the pytest
-plugin's `--attn-*` options, sweep-file keys and API keywords (harness.options), its part of `cell_id`, its
-column and what a row written before it existed measured (results.schema, results.load), and how reports
+plugin's `--attn-*` options, sweep-file keys and API keywords (harness.sweep.options), its part of `cell_id`,
+its column and what a row written before it existed measured (results.schema, results.load), and how reports
 name it (reports.tables). ARCHITECTURE.md, "A new axis", says what else a new axis needs: its meaning in the
 float64 reference, and a capability flag for the variants that support it.
 
@@ -27,7 +27,7 @@ class Axis:
 
     name: str  # column, sweep-file key, API keyword; flags --name and --attn-name with '-' for '_'
     dtype: str  # pandas dtype of its column (results.schema)
-    grammar: str  # how its values are read and checked (harness.grammar): 'ints', 'causal', 'mods', ...
+    grammar: str  # how its values are read and checked (harness.sweep.grammar): 'ints', 'causal', 'mods', ...
     help: str  # the flags' help text
     metavar: str  # the flags' value placeholder
     default: tuple = ()  # a sweep's values when none are given; () with `follows`: the followed axis's value
@@ -143,7 +143,7 @@ AXES: tuple[Axis, ...] = (
          "(C * tanh(s / C), C > 0); a comma list takes several", "none|alibi|softcap:C,...",
          default=("none",), quiet="none", id=lambda c: str(c["mod"]).replace(":", ""), order=11,
          text=_mod_text),
-    # not an axis of identity but a label: the published model(s) whose shape a cell is (harness.models)
+    # not an axis of identity but a label: the published model(s) whose shape a cell is (harness.sweep.models)
     Axis("model", "string", "models",
          "published models' attention shapes: each gives its heads, kv-heads, d-k and window together, and "
          "labels its cells (not with --heads, --kv-heads, --d-k or --window)", "NAME,...", quiet="",

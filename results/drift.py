@@ -1,6 +1,6 @@
 """Machine drift within a run: a cell measured while the machine ran more than DRIFT off its usual speed.
 
-Before every cell the worker times a small matmul (harness.calibrate.speed_probe) and the row keeps it
+Before every cell the worker times a small matmul (harness.measure.calibrate.speed_probe) and the row keeps it
 as `speed_tflops`. When runs are loaded, each row's probe is divided by the median probe of its run and
 device (`speed_factor`; the device by its where_key, so that the slower of two GPUs is not drift); a row
 more than DRIFT away from 1 is flagged `drift`: its time says as much about the machine at that moment

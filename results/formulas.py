@@ -162,7 +162,7 @@ def flops_formula(*, causal: bool, padded: bool, causal_align: str = "top-left",
 
 # ---- bytes and bandwidth --------------------------------------------------------------------------
 # A decode step (few queries, many keys) is bound by reading K and V, not by FLOPs: it is judged by the
-# bandwidth at which it reads them against the calibrated copy bandwidth (harness.calibrate).
+# bandwidth at which it reads them against the calibrated copy bandwidth (harness.measure.calibrate).
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 

@@ -1,7 +1,7 @@
 """A pytest-benchmark JSON file (written by benchmarks/test_attention.py) as an attnbench run directory.
 
 What the file holds, and where it goes:
-- each benchmark's `extra_info`, written by harness/pytest_plugin.py: the cell spec (every axis and
+- each benchmark's `extra_info`, written by harness/tools/pytest_plugin.py: the cell spec (every axis and
   cell_id), status, message, flops, peak_mem_bytes, max_abs_err / rel_err / grad_rel_err, ... -> the
   row's columns of the same names;
 - each benchmark's `stats`, in seconds per call: the raw `data` list when present (always with
@@ -34,7 +34,7 @@ from .formulas import gbps, quartiles, rel_iqr, tflops
 from .schema import AXIS_DEFAULTS, COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
 
-READABLE_FORMATS = (1,)  # harness.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
+READABLE_FORMATS = (1,)  # harness.tools.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
 TIMING_COLUMNS = (
     "time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops", "kv_gbps",
 )  # fmt: skip

@@ -1,6 +1,7 @@
 """Whether two variants of one shape can be told apart: the rank test on their rows' raw samples, stratified
 by visit where the run was made in rounds. One rule for the report's ranking and best-variant tables and
-for the harness's settle rounds (harness.settle), which visit again the pairs this cannot yet tell apart."""
+for the harness's settle rounds (harness.run.settle), which visit again the pairs this cannot yet tell
+apart."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def rank_p(first, other) -> float:
     """The ranking's p-value of two rows of one N: van Elteren's test with a stratum per visit where both
     rows split their samples into visits (round_samples: each round visits every variant of an N one after
     another, so the drift between rounds leaves the test), over the visits both have (a settle round,
-    harness.settle, visits again only the variants still in doubt: the first k visits of any two cells
+    harness.run.settle, visits again only the variants still in doubt: the first k visits of any two cells
     are the same k rounds), else Mann-Whitney U on the pooled samples."""
     from .stats import mann_whitney, stratified_u
 

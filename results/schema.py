@@ -38,29 +38,29 @@ COLUMNS: dict[str, str] = {
     "rewarm_ms": "Float64",
     # the checks after timing (the refill and fresh-input calls, their inputs and float64 reference), in
     # every visit; with rounds, a forward CPU cell's fresh-input check is its second visit's warm-up call
-    # (harness.cell.defers_fresh_check). NA in runs before it
+    # (harness.measure.cell.defers_fresh_check). NA in runs before it
     "checks_ms": "Float64",
     # the memory layout the variant was handed q, k, v in ("bhnd", or "bnhd": (B, N, H, d) memory under the
     # same (B, H, N, d) shape; variants.problem.LAYOUTS), made outside the timed calls. NA in runs before
     # it and in cells never handed inputs (unsupported, skipped); runs before it handed every cell "bhnd"
     "layout": "string",
     # measured on one call above what was live before it; plus retained_mem_bytes when that is large
-    # (over max(1 MiB, 10% of the peak), harness.outcomes.retains; mem_method then ends
+    # (over max(1 MiB, 10% of the peak), harness.measure.outcomes.retains; mem_method then ends
     # "+ retained_mem_bytes")
     "peak_mem_bytes": "Int64",
     # memory the variant still holds after the cell's calls (a workspace kept across calls, a setup hook's
-    # state), above what was live before it was first bound in the cell (harness.cell.retained_bytes); NA in
-    # runs before it and in cells not measured
+    # state), above what was live before it was first bound in the cell (harness.measure.cell.retained_bytes);
+    # NA in runs before it and in cells not measured
     "retained_mem_bytes": "Int64",
     "flops": "Int64",
     "flops_formula": "string",
     "tflops": "Float64",
     "kv_bytes": "Int64",  # bytes of K and V read once: B * kv_heads * seq_k * (d_k + d_v) * itemsize
     "kv_gbps": "Float64",  # kv_bytes / median time, GB/s: a decode cell against the calibrated copy bandwidth
-    "speed_tflops": "Float64",  # the speed probe just before the cell (harness.calibrate.speed_probe)
+    "speed_tflops": "Float64",  # the speed probe just before the cell (harness.measure.calibrate.speed_probe)
     "speed_factor": "Float64",  # derived when loading: speed_tflops / the run's median probe on that device
     "drift": "boolean",  # derived when loading: speed_factor more than 10% off 1 (results.drift)
-    # CUDA cells: NVML readings during the timed calls (harness.telemetry); NA on CPU or without NVML
+    # CUDA cells: NVML readings during the timed calls (harness.measure.telemetry); NA on CPU or without NVML
     "sm_clock_min_mhz": "Int64",
     "sm_clock_max_mhz": "Int64",
     "sm_clock_drop": "Float64",  # the SM clock's largest fall below its earlier high, as a fraction
@@ -79,12 +79,13 @@ COLUMNS: dict[str, str] = {
     "rows_checked": "Int64",
     "fresh_rel_err": "Float64",  # after timing: the answer on fresh inputs of the same shape (another seed)
     # after timing: the answer on the timed tensors themselves, refilled in place with those fresh values (an
-    # answer remembered by tensor identity or data_ptr; harness.cell.refill_in_place). NA in runs before it
+    # answer remembered by tensor identity or data_ptr; harness.measure.cell.refill_in_place). NA in runs
+    # before it
     "refill_rel_err": "Float64",
     "drop_frac": "Float64",  # dropout cells: the fraction of attention weights the variant zeroed (about p)
     "drop_mean_z": "Float64",  # dropout cells: |mean of K calls - float64| over its expected noise (about 1)
     "threads": "Int64",
-    "host": "string",  # where the cell was measured (harness.fingerprint.where_measured)
+    "host": "string",  # where the cell was measured (harness.measure.fingerprint.where_measured)
     "gpu_name": "string",
     "gpu_uuid": "string",
     "gpu_index": "Int64",
@@ -92,8 +93,9 @@ COLUMNS: dict[str, str] = {
     "device_group": "string",  # derived when loading (results.devices): '' unless the run is split
     "mem_method": "string",
     "stop_reason": "string",
-    # how the calls were timed: "perf_counter" (CPU), "events" or "graph" (CUDA; harness.timing), and why
-    # ("cpu", "given", "auto: launch-bound (...)", "...graph capture failed: ..."); NA in runs written before
+    # how the calls were timed: "perf_counter" (CPU), "events" or "graph" (CUDA; harness.measure.timing), and
+    # why ("cpu", "given", "auto: launch-bound (...)", "...graph capture failed: ..."); NA in runs written
+    # before
     "timing_mode": "string",
     "timing_reason": "string",
     "graph_calls_per_replay": "Int64",  # graph mode: calls captured in one CUDA graph replay; NA otherwise

@@ -24,8 +24,8 @@ from .devices import calibration_for, matmul_tflops, where_of
 from .schema import CELL_AXES
 
 PEAK_FACTOR = 1.25
-# The dtype of the speed probe (harness.calibrate.speed_probe: a small float32 matmul): a ceiling of that
-# dtype is never below what the probes attained (_probe_floor)
+# The dtype of the speed probe (harness.measure.calibrate.speed_probe: a small float32 matmul): a ceiling of
+# that dtype is never below what the probes attained (_probe_floor)
 PROBE_DTYPE = "float32"
 BASELINE_FACTOR = 10.0
 BASELINE = "naive"

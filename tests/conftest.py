@@ -222,10 +222,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """What a measuring worker does after its imports (harness.timing.freeze_imports), done for the test
-    process once every test module is imported, since measure_cell also runs in-process here: the
-    collections of retained-memory accounting (harness.memory) then scan what the tests make, not torch's,
-    pandas' and matplotlib's module state (about 0.1 s less a collection, two or three per measure_cell)."""
-    from attnbench.harness.timing import freeze_imports
+    """What a measuring worker does after its imports (harness.measure.timing.freeze_imports), done for the
+    test process once every test module is imported, since measure_cell also runs in-process here: the
+    collections of retained-memory accounting (harness.measure.memory) then scan what the tests make, not
+    torch's, pandas' and matplotlib's module state (about 0.1 s less a collection, two or three per
+    measure_cell)."""
+    from attnbench.harness.measure.timing import freeze_imports
 
     freeze_imports()

@@ -1,5 +1,5 @@
-"""Test doubles of the harness's seams: a seeded fake timer (harness.timing's Timer protocol), and an optional
-package made absent or replaced by a stand-in whatever this machine has installed.
+"""Test doubles of the harness's seams: a seeded fake timer (harness.measure.timing's Timer protocol), and an
+optional package made absent or replaced by a stand-in whatever this machine has installed.
 
 Import as `from fakes import FakeTimer` (tests/ is on sys.path, as for conftest and synthetic). The harness
 takes it like any timer: `measure(fn, FakeTimer())`, `measure_cell(..., timer=FakeTimer())` (through
@@ -42,7 +42,7 @@ class FakeTimer:
 
 def tiny_cell(variant: str, *, n: int = 128, pass_: str = "fwd", causal: bool = False):
     """A small float32 CPU cell (B=1, H=2, d=16) of `variant`: what the plug-in tests measure."""
-    from attnbench.harness.spec import CellSpec
+    from attnbench.harness.sweep.spec import CellSpec
 
     return CellSpec(variant, "cpu", "float32", 1, 2, n, 16, 16, causal, 0.0, pass_)
 

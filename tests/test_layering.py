@@ -70,6 +70,42 @@ def test_layer_imports_only_what_it_may(layer):
     assert not bad, f"{layer} may import {allowed}:\n" + "\n".join(bad)
 
 
+# harness/ by job: each folder imports only the folders before it (tools are the front ends' own)
+HARNESS_JOBS = {
+    "sweep": set(),
+    "measure": {"sweep"},
+    "workers": {"sweep", "measure"},
+    "run": {"sweep", "measure", "workers"},
+    "tools": {"sweep", "measure", "workers", "run"},
+}
+
+
+def harness_folder(module: str) -> str | None:
+    """The job folder of an attnbench.harness module name (None: not one, or the package itself)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["attnbench", "harness"] else None
+
+
+def test_harness_folders_import_only_the_jobs_before_them():
+    modules = _modules()
+    bad = []
+    for name, path in sorted(modules.items()):
+        here = harness_folder(name)
+        if here is None:
+            continue
+        assert here in HARNESS_JOBS, f"{path.relative_to(ROOT)}: harness/ holds only {sorted(HARNESS_JOBS)}"
+        for target in sorted(_imports_of(name, path, set(modules))):
+            there = harness_folder(target)
+            if there is not None and there != here and there not in HARNESS_JOBS[here]:
+                bad.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert not bad, "harness folders import only the jobs before them:\n" + "\n".join(bad)
+
+
+def test_harness_has_no_module_outside_a_job_folder():
+    loose = [p.name for p in (ROOT / "harness").glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"harness/ keeps its modules in job folders ({sorted(HARNESS_JOBS)}): {loose}"
+
+
 def test_the_contract_sees_imports(tmp_path, monkeypatch):
     """The checker itself: relative, absolute, from-package and function-level imports are all found."""
     fake = tmp_path / "reports"

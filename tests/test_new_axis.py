@@ -70,7 +70,7 @@ def test_every_front_end_takes_the_new_axis(copy, tmp_path):
     script = textwrap.dedent(
         f"""
         import json, attnbench
-        from attnbench.harness.sweeps import build_sweep
+        from attnbench.harness.sweep.sweeps import build_sweep
         from attnbench.results.axes import cell_id
         flags = build_sweep({{"tiles": "1,2", "seq_len": "16"}})
         cells = flags.cells(["naive"])
@@ -139,8 +139,8 @@ def test_a_profile_names_it_and_its_command_gives_the_cell_again(copy):
     script = textwrap.dedent(
         """
         import json, shlex
-        from attnbench.harness.profile import single_cell
-        from attnbench.harness.profile_plan import Plan
+        from attnbench.harness.tools.profile import single_cell
+        from attnbench.harness.tools.profile_plan import Plan
         out = {}
         for tiles in ("3", None):
             cell = single_cell("naive", {"seq_len": "16", "tiles": tiles})

@@ -112,7 +112,8 @@ _NO_DYNAMO = f"torch.compile (dynamo) does not support this Python ({sys.version
 def _dynamo_python_limit() -> tuple[int, int] | None:
     """The first Python dynamo refuses, as its check_if_dynamo_supported says (torch 2.13: `if
     sys.version_info >= (3, 15): raise`), read from torch/_dynamo/eval_frame.py without importing it (as
-    harness.fingerprint.torch_version reads torch/version.py); None where the text says no such rule."""
+    harness.measure.fingerprint.torch_version reads torch/version.py); None where the text says no such
+    rule."""
     spec = importlib.util.find_spec("torch")
     for folder in (spec.submodule_search_locations or []) if spec else []:
         try:

@@ -1,6 +1,6 @@
 """Boolean attention masks shared by the variants that materialise the scores (True = attend).
 
-Which keys query i sees (the float64 reference in harness/correctness.py fixes the same rules):
+Which keys query i sees (the float64 reference in harness/measure/correctness.py fixes the same rules):
   causal       j <= t_i, with t_i = i (top-left, torch's is_causal) or i + N_k - N_q (lower-right)
   window W     additionally j > t_i - W: the W keys up to and including the diagonal (needs causal)
   key padding  j < key_lengths[b]

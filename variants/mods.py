@@ -1,7 +1,8 @@
 """Score modifications (the `mod` axis): what happens to a scaled score before masking and softmax.
 
-The float64 reference in harness/correctness.py fixes the same rules; a variant that declares a kind in its
-capability's `mods` is handed `mod=<text>` (only when the cell's mod is not "none") and must follow them.
+The float64 reference in harness/measure/correctness.py fixes the same rules; a variant that declares a kind
+in its capability's `mods` is handed `mod=<text>` (only when the cell's mod is not "none") and must follow
+them.
 
   none        s
   alibi       s + m_h * (j - t_i): ALiBi (Press et al. 2022, "Train Short, Test Long"), a linear penalty

@@ -25,9 +25,10 @@ def fault_oom(q, k, v, **kw):
     return _fine(q, k, v)
 
 
-# The numerics probe of a run calls every variant at N = 128 (harness.numerics.PROBE_SHAPE): fault_abort and
-# fault_hang answer there and fail on the sweep's cells only, so that a run of them restarts its worker for
-# the cells and not also for the probe (fault_segv still crashes in the probe: a probe's dead worker is real).
+# The numerics probe of a run calls every variant at N = 128 (harness.measure.numerics.PROBE_SHAPE):
+# fault_abort and fault_hang answer there and fail on the sweep's cells only, so that a run of them restarts
+# its worker for the cells and not also for the probe (fault_segv still crashes in the probe: a probe's dead
+# worker is real).
 PROBE_N = 128
 
 

@@ -73,7 +73,9 @@ def taint_orphan(q, k, v, **kw):
     return _naive(q, k, v, **kw)
 
 
-PROBE_N = 128  # the numerics probe's N (harness.numerics.PROBE_SHAPE): answered there, so the probe goes on
+PROBE_N = (
+    128  # the numerics probe's N (harness.measure.numerics.PROBE_SHAPE): answered there, so the probe goes on
+)
 
 
 @variants.register("taint_child_hang", description="starts a detached sleeper, then never returns")

@@ -9,7 +9,7 @@ import pytest
 
 import attnbench
 from attnbench import cli
-from attnbench.harness.sweeps import AXIS_KEYS, SETTING_KEYS
+from attnbench.harness.sweep.sweeps import AXIS_KEYS, SETTING_KEYS
 from tests.conftest import ROOT, as_a_fresh_process
 
 # flags whose keyword is spelled otherwise, and flags that are the CLI's own

@@ -95,7 +95,7 @@ def test_dry_run_counts_cells_skips_and_time_and_writes_nothing(tmp_path, monkey
     )
     assert not out.exists() and "starting a worker" not in proc.stderr
     # a machine with no memory free: the guard skips every supported cell, and says why
-    from attnbench.harness import worker
+    from attnbench.harness.workers import worker
 
     monkeypatch.setattr(worker, "free_memory", lambda device: 1)
     tight = run_cli("run", *TINY, "--out", str(out), "--dry-run", check=True)
@@ -107,7 +107,7 @@ def test_dry_run_counts_cells_skips_and_time_and_writes_nothing(tmp_path, monkey
 def test_a_long_sweep_is_warned_about_and_runs_and_a_busy_one_says_so(tmp_path, monkeypatch):
     """The warning and the sentence are the CLI's; their thresholds are lowered here, so that a tiny
     sweep shows the wiring (the estimate and the busy rule have their own tests)."""
-    from attnbench.harness import estimate
+    from attnbench.harness.run import estimate
     from attnbench.results import drift
 
     monkeypatch.setattr(estimate, "LONG_S", 0.0)

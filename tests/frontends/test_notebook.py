@@ -195,7 +195,7 @@ class _Handle:
 
 def test_notebook_progress_is_one_display_redrawn_in_place(monkeypatch, tmp_path):
     _needs_ipython()
-    from attnbench.harness import progress as progmod
+    from attnbench.harness.run import progress as progmod
     from tests import synthetic
 
     shown: list[str] = []
@@ -227,7 +227,7 @@ def test_notebook_progress_is_one_display_redrawn_in_place(monkeypatch, tmp_path
 
 
 def test_progress_defaults_to_the_notebook_display_in_a_kernel_and_to_none_elsewhere(monkeypatch):
-    from attnbench.harness import progress as progmod
+    from attnbench.harness.run import progress as progmod
 
     assert not progmod.in_notebook()  # pytest: no kernel
     assert progmod.progress_for(None).enabled is False

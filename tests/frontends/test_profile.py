@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.profile import single_cell
-from attnbench.harness.py_spy import PY_SPY_ENV, find_py_spy
+from attnbench.harness.tools.profile import single_cell
+from attnbench.harness.tools.py_spy import PY_SPY_ENV, find_py_spy
 from attnbench.reports.profile_page import speedscope_summary, write_pages
 
 HAS_PY_SPY = find_py_spy()[0] is not None

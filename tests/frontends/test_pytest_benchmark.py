@@ -9,8 +9,8 @@ import pytest
 from conftest import FAULTS, run_cli, run_pytest_benchmarks
 
 from attnbench.cli import main
-from attnbench.harness import correctness, timing
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness, timing
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results import load, read_meta, read_rows
 from attnbench.results import pytest_benchmark as pb
 from attnbench.results.formulas import attention_flops
@@ -167,9 +167,9 @@ def test_bad_grid_option_is_a_usage_error():
 
 def test_the_plugin_builds_no_grid_in_the_test_suite(request):
     # loaded through the pytest11 entry point where attnbench is installed with it: options only, no grid
-    from attnbench.harness import pytest_plugin
+    from attnbench.harness.tools import pytest_plugin
 
-    if request.config.pluginmanager.has_plugin("attnbench.harness.pytest_plugin"):
+    if request.config.pluginmanager.has_plugin("attnbench.harness.tools.pytest_plugin"):
         assert request.config.stash[pytest_plugin._KEY].cells is None
 
 

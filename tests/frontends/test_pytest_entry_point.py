@@ -25,7 +25,7 @@ PROJECT_TEST = """
 import torch
 
 from attnbench import register
-from attnbench.harness.pytest_plugin import measure
+from attnbench.harness.tools.pytest_plugin import measure
 
 
 @register("proj_attn", description="the project's own attention", memory="quadratic", default=False)
@@ -120,7 +120,7 @@ def test_entry_point_grid_sees_the_test_files_variant_and_imports_with_theory_an
     assert table["peak_fraction_at_max"].notna().all() and (table["peak_fraction_at_max"] > 0).all()
 
 
-PLUGIN = "attnbench.harness.pytest_plugin"
+PLUGIN = "attnbench.harness.tools.pytest_plugin"
 # the distribution that provides the entry point: the test's stand-in, or attnbench itself where it is
 # installed and its metadata comes first on sys.path (`pip install -e .`, as nox does, leaves
 # attnbench.egg-info in the checkout, and `python -m pytest` from the checkout puts it before PYTHONPATH);

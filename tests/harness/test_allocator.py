@@ -1,5 +1,6 @@
-"""Every worker keeps freed memory for the next call (harness.allocator), so a quadratic variant's cost
-depends neither on what its process freed before nor on fresh pages: counted in page faults, not in ms."""
+"""Every worker keeps freed memory for the next call (harness.measure.allocator), so a quadratic variant's
+cost depends neither on what its process freed before nor on fresh pages: counted in page faults, not in
+ms."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import sys
 import pytest
 from conftest import ROOT, run_cli
 
-from attnbench.harness.allocator import MALLOC_DEFAULTS, WORKER_DEFAULTS, worker_env
-from attnbench.harness.fingerprint import resume_identity
+from attnbench.harness.measure.allocator import MALLOC_DEFAULTS, WORKER_DEFAULTS, worker_env
+from attnbench.harness.measure.fingerprint import resume_identity
 
 # naive at N (256: 2 MiB score tensors; 1024: 32 MiB), ten calls after five warm ones: the minor page
 # faults they cost, in a process that first frees `free_mib` MiB (0: nothing)

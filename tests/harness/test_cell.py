@@ -7,11 +7,11 @@ from conftest import FAULTS
 from fakes import FakeTimer
 
 from attnbench import variants
-from attnbench.harness import correctness, memory
-from attnbench.harness.cell import InputCache, measure_cell, peak, prepare, time_call
-from attnbench.harness.failures import failure
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness, memory
+from attnbench.harness.measure.cell import InputCache, measure_cell, peak, prepare, time_call
+from attnbench.harness.measure.failures import failure
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
 

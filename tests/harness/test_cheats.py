@@ -18,10 +18,10 @@ from conftest import DATA, ROOT, cli_env, load_plugin, run_cli
 from fakes import calling_timer, tiny_cell
 
 from attnbench import variants
-from attnbench.harness import correctness
-from attnbench.harness.cell import InputCache, make_inputs, measure_cell, prepare
-from attnbench.harness.outcomes import MUTATES, NOT_FOLLOWING
-from attnbench.harness.settings import Settings
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import InputCache, make_inputs, measure_cell, prepare
+from attnbench.harness.measure.outcomes import MUTATES, NOT_FOLLOWING
+from attnbench.harness.sweep.settings import Settings
 from attnbench.results import load, read_rows
 
 CHEATS = DATA / "cheat_variants.py"

@@ -1,4 +1,4 @@
-"""harness.check, the gate behind `attnbench check`: plain records and an exit status, no printing."""
+"""harness.tools.check, the gate behind `attnbench check`: plain records and an exit status, no printing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from conftest import DATA, FAULTS, run_cli
 
 from attnbench import variants
-from attnbench.harness import check
+from attnbench.harness.tools import check
 from attnbench.variants import registry
 
 
@@ -83,8 +83,9 @@ CHECK_VARIANTS = DATA / "check_variants.py"
 
 
 def test_the_padded_problems_are_the_ones_a_run_makes():
-    """check pads by the run's own rule (harness.spec.padded_lengths): every batch element keeps a key."""
-    from attnbench.harness.spec import padded_lengths
+    """check pads by the run's own rule (harness.sweep.spec.padded_lengths): every batch element keeps a
+    key."""
+    from attnbench.harness.sweep.spec import padded_lengths
 
     assert padded_lengths(100, check.BATCH, check.PADDING) == [50, 1]
     assert min(padded_lengths(16, check.BATCH, check.PADDING)) == 1

@@ -1,5 +1,6 @@
-"""The output contract (harness.contract) and the backward gate, through the real paths: measure_cell's rows,
-`attnbench run` and `attnbench check` with the plug-in file tests/data/contract_variants.py."""
+"""The output contract (harness.measure.contract) and the backward gate, through the real paths:
+measure_cell's rows, `attnbench run` and `attnbench check` with the plug-in file
+tests/data/contract_variants.py."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from conftest import DATA, run_cli
 from fakes import FakeTimer
 
 from attnbench import variants
-from attnbench.harness import check, correctness
-from attnbench.harness.cell import InputCache, measure_cell
-from attnbench.harness.contract import OutputContractError, check_output
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import InputCache, measure_cell
+from attnbench.harness.measure.contract import OutputContractError, check_output
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.harness.tools import check
 from attnbench.variants import in_layout, registry
 
 CONTRACT = DATA / "contract_variants.py"

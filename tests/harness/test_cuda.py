@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from attnbench import variants
-from attnbench.harness import correctness, memory, timing
-from attnbench.harness.cell import InputCache, measure_cell, prepare
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness, memory, timing
+from attnbench.harness.measure.cell import InputCache, measure_cell, prepare
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.variants import Problem, UnsupportedError
 
 pytestmark = pytest.mark.cuda
@@ -151,7 +151,7 @@ def test_cuda_rows_carry_the_gpus_telemetry():
 
 
 def test_the_fingerprint_describes_the_gpu_torch_uses():
-    from attnbench.harness import fingerprint
+    from attnbench.harness.measure import fingerprint
 
     info = fingerprint.gpu_info()
     props = torch.cuda.get_device_properties(0)
@@ -236,7 +236,8 @@ def test_xformers_timed_call_makes_no_host_sync_and_no_copy_of_its_inputs(axes):
         assert result.passed, result.describe()
 
 
-# ---- --timing graph (harness.timing.CudaGraphTimer): written without a GPU, first run by a GPU session -----
+# ---- --timing graph (harness.measure.timing.CudaGraphTimer): written without a GPU, first run by a GPU
+# session -----
 
 QUICK = dict(budget_ms=50, warmup_ms=10, min_ms=5)
 
@@ -312,11 +313,12 @@ def test_a_call_that_synchronises_falls_back_to_events_and_says_why():
     why = auto["timing_reason"]
     assert why.startswith("auto: the call synchronises with the host (") and "synchronizing CUDA" in why, why
     assert torch.cuda.get_sync_debug_mode() == 0  # put back
-    # (the worker that measured the `graph` cell exits after it, harness.cell.exit_reason: the run below)
+    # (the worker that measured the `graph` cell exits after it, harness.measure.cell.exit_reason: the run
+    # below)
 
 
 def test_host_sync_finds_a_sync_and_passes_other_errors_through():
-    from attnbench.harness.timing import host_sync
+    from attnbench.harness.measure.timing import host_sync
 
     x = torch.ones(4, device="cuda")
     assert host_sync(lambda: x * 2) is None

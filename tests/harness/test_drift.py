@@ -12,8 +12,8 @@ import synthetic
 from conftest import run_cli
 
 from attnbench import results
-from attnbench.harness import fingerprint
-from attnbench.harness.calibrate import speed_probe
+from attnbench.harness.measure import fingerprint
+from attnbench.harness.measure.calibrate import speed_probe
 from attnbench.reports.render import prepare, render
 
 

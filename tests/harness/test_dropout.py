@@ -12,11 +12,11 @@ import torch
 from conftest import DATA, ROOT, run_cli
 
 from attnbench import variants
-from attnbench.harness import correctness, dropout_check
-from attnbench.harness.cell import InputCache, make_inputs, prepare
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec, SweepSpec
-from attnbench.harness.sweeps import build_sweep, cell_given
+from attnbench.harness.measure import correctness, dropout_check
+from attnbench.harness.measure.cell import InputCache, make_inputs, prepare
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import build_sweep, cell_given
 from attnbench.results import load, read_rows
 from attnbench.variants import Problem
 from attnbench.variants.masks import attention_mask
@@ -111,7 +111,8 @@ def test_bernstein_bound():
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_the_mean_rule_is_calibrated(p):
     """Honest dropout simulated in float64 (500 x K masks): the mean's error over its expected size, the
-    rule's statistic, is about 1 and far below MEAN_Z (harness/dropout_check.py states the larger study)."""
+    rule's statistic, is about 1 and far below MEAN_Z (harness/measure/dropout_check.py states the larger
+    study)."""
     cell = spec("naive", p, padding=0.25)
     q, k, v, kl = make_inputs(dataclasses.replace(cell, dtype="float64"), 0)
     visible = attention_mask(64, 64, causal=True, key_lengths=kl, device="cpu")

@@ -1,20 +1,20 @@
-"""The cost of a sweep before it runs (harness.estimate) and the busy-machine rule (results.drift)."""
+"""The cost of a sweep before it runs (harness.run.estimate) and the busy-machine rule (results.drift)."""
 
 from __future__ import annotations
 
 import pytest
 
-from attnbench.harness import estimate
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.run import estimate
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results import drift
 
 
 @pytest.fixture(autouse=True)
 def _reference_machine(monkeypatch):
     """The estimate reads this machine: its core count (the CPU throughput assumed) and whether workers
-    ask for huge pages (THP_MEM_ALLOC_ENABLE in this environment, else harness.allocator's default). Pinned
-    to the 2-core reference VM's, with the default, so that every machine gets the same numbers."""
+    ask for huge pages (THP_MEM_ALLOC_ENABLE in this environment, else harness.measure.allocator's default).
+    Pinned to the 2-core reference VM's, with the default, so that every machine gets the same numbers."""
     monkeypatch.setattr(estimate.os, "cpu_count", lambda: 2)
     monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
 

@@ -9,13 +9,13 @@ import pytest
 from conftest import DATA, run_cli
 
 from attnbench import variants
-from attnbench.harness import runner
-from attnbench.harness.executors import local
-from attnbench.harness.executors.base import Plan
-from attnbench.harness.executors.dispatch import Dispatcher
-from attnbench.harness.executors.local import ONE_CPU_WORKER, Slot, parse_devices, run_pool
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import SweepSpec
+from attnbench.harness.run import runner
+from attnbench.harness.run.executors import local
+from attnbench.harness.run.executors.base import Plan
+from attnbench.harness.run.executors.dispatch import Dispatcher
+from attnbench.harness.run.executors.local import ONE_CPU_WORKER, Slot, parse_devices, run_pool
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import SweepSpec
 from attnbench.results.formulas import where_key
 from attnbench.results.store import read_rows
 

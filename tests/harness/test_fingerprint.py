@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import types
 
-from attnbench.harness import fingerprint
+from attnbench.harness.measure import fingerprint
 
 
 class _NVMLError(Exception):

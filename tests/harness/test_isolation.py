@@ -79,9 +79,9 @@ def test_a_probe_that_hangs_or_kills_its_worker_costs_only_its_own_records():
     """runner._numerics asks for one variant at a time: a timeout or a dead worker becomes that variant's
     record and the probe goes on (the real crash is test_every_fault_becomes_its_row's fault_segv; the
     real timeout, a cell's: fault_hang)."""
-    from attnbench.harness import runner
-    from attnbench.harness.isolation import WorkerDied, WorkerTimeout
-    from attnbench.harness.spec import Settings, SweepSpec
+    from attnbench.harness.run import runner
+    from attnbench.harness.sweep.spec import Settings, SweepSpec
+    from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 
     asked = []
 
@@ -137,7 +137,7 @@ def test_a_poisoned_cuda_context_ends_its_worker_and_the_next_cells_run_in_a_new
 def test_poisoned_errors_are_told_apart_from_oom_and_ordinary_ones():
     import torch
 
-    from attnbench.harness.failures import failure, is_poisoned
+    from attnbench.harness.measure.failures import failure, is_poisoned
 
     assert is_poisoned(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
     assert is_poisoned(RuntimeError("CUDA error: misaligned address"))
@@ -256,7 +256,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
 
 
 def test_worker_environment_is_restored_in_the_parent(monkeypatch):
-    from attnbench.harness.isolation import _environment
+    from attnbench.harness.workers.isolation import _environment
 
     monkeypatch.setenv("ATTNBENCH_KEPT", "old")
     monkeypatch.delenv("ATTNBENCH_NEW", raising=False)

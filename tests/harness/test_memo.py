@@ -18,10 +18,16 @@ import pytest
 from conftest import DATA, ROOT, load_plugin, run_cli
 from fakes import calling_timer, tiny_cell
 
-from attnbench.harness import correctness, memory
-from attnbench.harness.cell import InputCache, harness_tensors, measure_cell
-from attnbench.harness.outcomes import HOLDS, NOT_FOLLOWING, REFILLED, RETAINED_METHOD, RETAINED_MIN_BYTES
-from attnbench.harness.settings import Settings
+from attnbench.harness.measure import correctness, memory
+from attnbench.harness.measure.cell import InputCache, harness_tensors, measure_cell
+from attnbench.harness.measure.outcomes import (
+    HOLDS,
+    NOT_FOLLOWING,
+    REFILLED,
+    RETAINED_METHOD,
+    RETAINED_MIN_BYTES,
+)
+from attnbench.harness.sweep.settings import Settings
 from attnbench.results import load, read_rows
 
 MEMOS = DATA / "memo_variants.py"
@@ -113,7 +119,7 @@ def test_the_memory_walk_costs_little_in_a_frozen_process():
     cost well under a ms each. Timed in a fresh interpreter, as a worker is."""
     code = (
         "import time, torch\n"
-        "from attnbench.harness import memory, timing\n"
+        "from attnbench.harness.measure import memory, timing\n"
         "timing.freeze_imports()\n"
         "x = [torch.randn(64) for _ in range(100)]\n"
         "t = time.perf_counter()\n"

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from attnbench import variants
-from attnbench.harness.guard import predict_peak_bytes
-from attnbench.harness.memory import peak_cpu
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure.guard import predict_peak_bytes
+from attnbench.harness.measure.memory import peak_cpu
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import attention_flops, tflops
 
 
@@ -67,7 +67,7 @@ def test_flops_convention():
 @pytest.mark.parametrize("n_q,n_k,lengths", [(7, 7, None), (5, 9, [9, 3]), (9, 5, [0, 5, 2]), (64, 64, [40])])
 def test_flops_count_exactly_the_pairs_the_reference_mask_lets_through(causal, n_q, n_k, lengths):
     """FLOPs = 2 (d_k + d_v) per (query, key) pair that the float64 reference's own mask keeps."""
-    from attnbench.harness.correctness import reference
+    from attnbench.harness.measure.correctness import reference
 
     batch = len(lengths) if lengths else 1
     q, k = (

@@ -9,10 +9,10 @@ import synthetic
 from conftest import run_cli
 
 from attnbench import results
-from attnbench.harness import models
-from attnbench.harness.profile import single_cell
-from attnbench.harness.spec import CellSpec, SweepSpec
-from attnbench.harness.sweeps import build_sweep
+from attnbench.harness.sweep import models
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import build_sweep
+from attnbench.harness.tools.profile import single_cell
 
 
 def test_the_table_holds_the_published_shapes():

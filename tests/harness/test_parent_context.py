@@ -16,8 +16,8 @@ import torch
 from conftest import ROOT
 
 from attnbench import variants
-from attnbench.harness.cellrunner import SkipAhead, precheck
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.harness.workers.cellrunner import SkipAhead, precheck
 from attnbench.variants import Problem
 
 FRESH = "ATTNBENCH_TEST_FRESH_PROCESS"

@@ -8,8 +8,8 @@ import re
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.cellrunner import process_config
-from attnbench.harness.rows import merge_processes
+from attnbench.harness.measure.rows import merge_processes
+from attnbench.harness.workers.cellrunner import process_config
 from attnbench.results.formulas import summarize
 from attnbench.results.store import read_rows
 

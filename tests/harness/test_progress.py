@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.harness.progress import cell_line
+from attnbench.harness.run.progress import cell_line
 
 ROW = {
     "status": "ok", "variant": "naive", "device": "cpu", "dtype": "float32", "batch": 1, "heads": 2,

@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli
 
-from attnbench.harness.executors.ray import cluster_slots
+from attnbench.harness.run.executors.ray import cluster_slots
 from attnbench.results.formulas import where_key
 from attnbench.results.store import read_rows
 
@@ -63,7 +63,7 @@ def test_a_port_that_is_not_ray_is_one_line_within_the_bound_with_nothing_writte
     """Something listens but is no Ray cluster: Ray would retry for minutes; the join is tried in a child that
     is killed at the bound (shortened here; 20 s by default)."""
     pytest.importorskip("ray")
-    from attnbench.harness.executors import ray as ray_executor
+    from attnbench.harness.run.executors import ray as ray_executor
 
     monkeypatch.setattr(ray_executor, "CONNECT_TIMEOUT_S", 3.0)
     with socket.socket() as listener:
@@ -84,7 +84,7 @@ def cluster():
     """One local Ray cluster for the module (started here, on loopback; its start costs ~15 s), joined
     by every `attnbench run` below through --ray-address; shut down with the module."""
     if "ray" not in sys.modules:
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # see harness/executors/ray.py
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # see harness/run/executors/ray.py
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:

@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import DATA, FAULTS, ROOT, cli_env, run_cli
 
-from attnbench.harness import fingerprint
+from attnbench.harness.measure import fingerprint
 from attnbench.results import read_rows
 
 FIXTURE = DATA / "runs" / "cpu-small"

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 from conftest import DATA, run_cli
 
-from attnbench.harness.cellrunner import SkipAhead
-from attnbench.harness.executors.base import Plan
-from attnbench.harness.executors.rounds import run_rounds
-from attnbench.harness.rows import merge_rounds
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure.rows import merge_rounds
+from attnbench.harness.run.executors.base import Plan
+from attnbench.harness.run.executors.rounds import run_rounds
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.harness.workers.cellrunner import SkipAhead
 from attnbench.reports import fit
 from attnbench.results import store
 from attnbench.results.formulas import summarize

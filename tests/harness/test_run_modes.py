@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from attnbench.api import _mode_name as api_name  # the Python API's spelling: resume=True, out=
-from attnbench.harness import runner
-from attnbench.harness.spec import SweepSpec
-from attnbench.harness.sweeps import flag_name
+from attnbench.harness.run import runner
+from attnbench.harness.sweep.spec import SweepSpec
+from attnbench.harness.sweep.sweeps import flag_name
 
 SWEEP = SweepSpec(variants=("naive",), seq_len=(16,))
 

@@ -1,5 +1,5 @@
-"""`attnbench run --repeat K`: the sweep run K times into DIR/run1 .. runK (harness.run_set), a run set that
-compare loads (results.runset); a set stopped part-way is finished by `--resume --out DIR`; bad input is
+"""`attnbench run --repeat K`: the sweep run K times into DIR/run1 .. runK (harness.run.run_set), a run set
+that compare loads (results.runset); a set stopped part-way is finished by `--resume --out DIR`; bad input is
 one line and nothing written."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.run_set import SET_FILE
+from attnbench.harness.run.run_set import SET_FILE
 from attnbench.reports.compare import compare_runs
 from attnbench.results import runset
 

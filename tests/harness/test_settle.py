@@ -1,5 +1,6 @@
 """--settle-rounds S: after the rounds, the pairs of one shape 1.1x or more apart that the ranking's rank test
-cannot yet tell apart are visited again, at most S times (harness.settle, harness.executors.rounds)."""
+cannot yet tell apart are visited again, at most S times (harness.run.settle,
+harness.run.executors.rounds)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.cellrunner import SkipAhead
-from attnbench.harness.executors.base import Plan
-from attnbench.harness.executors.rounds import run_rounds
-from attnbench.harness.settings import Settings
-from attnbench.harness.settle import SETTLE_RATIO, unsettled
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.run.executors.base import Plan
+from attnbench.harness.run.executors.rounds import run_rounds
+from attnbench.harness.run.settle import SETTLE_RATIO, unsettled
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.harness.workers.cellrunner import SkipAhead
 from attnbench.results import store
 from attnbench.results.formulas import summarize
 from attnbench.results.ranks import rank_p, separated
@@ -70,7 +71,7 @@ def _plan(tmp_path, cells, settle, done=()) -> Plan:
 
 def _row(letter, visits):
     """A merged row of TIMES[letter]'s variant over these visit indices."""
-    from attnbench.harness.rows import merge_rounds
+    from attnbench.harness.measure.rows import merge_rounds
 
     fake = FakeVisits()
     return merge_rounds([fake.run(_spec(letter), (i, 3)) for i in visits])

@@ -12,8 +12,8 @@ import sys
 import pytest
 from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli, wait_while_running
 
-from attnbench.harness.executors.slurm import _minutes, chunk_cells, parse_opts, run_task, split
-from attnbench.harness.sweeps import build_sweep
+from attnbench.harness.run.executors.slurm import _minutes, chunk_cells, parse_opts, run_task, split
+from attnbench.harness.sweep.sweeps import build_sweep
 from attnbench.results.store import RunWriter, read_rows
 
 pytest.importorskip("submitit")

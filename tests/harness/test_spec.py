@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from attnbench.harness.grammar import format_cpus, parse_cpu_list, parse_env, parse_ints, read_axis
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec, SweepSpec
-from attnbench.harness.sweeps import build_sweep, cell_given, presets
+from attnbench.harness.sweep.grammar import format_cpus, parse_cpu_list, parse_env, parse_ints, read_axis
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import build_sweep, cell_given, presets
 from attnbench.results.axes import axis
 
 

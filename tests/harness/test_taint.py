@@ -150,9 +150,9 @@ def test_a_killed_worker_takes_its_childrens_processes_with_it(tmp_path):
 def test_a_row_on_other_threads_than_asked_is_flagged():
     """The threads column is checked against what the cell asked for: a worker started on one thread
     measuring a cell of a run that asked for two."""
-    from attnbench.harness.cellrunner import CellRunner
-    from attnbench.harness.settings import Settings
-    from attnbench.harness.spec import CellSpec
+    from attnbench.harness.sweep.settings import Settings
+    from attnbench.harness.sweep.spec import CellSpec
+    from attnbench.harness.workers.cellrunner import CellRunner
 
     settings = Settings(threads=2, budget_ms=5, warmup_ms=1, min_ms=2)
     runner = CellRunner({"threads": 1}, settings)
@@ -167,8 +167,8 @@ def test_a_row_on_other_threads_than_asked_is_flagged():
 def test_state_snapshot_names_every_change_and_restore_puts_it_back():
     import torch
 
-    from attnbench.harness import correctness
-    from attnbench.harness.torch_state import State
+    from attnbench.harness.measure import correctness
+    from attnbench.harness.workers.torch_state import State
 
     state = State()
     before = state.take()
@@ -181,7 +181,7 @@ def test_state_snapshot_names_every_change_and_restore_puts_it_back():
         correctness.gate = lambda *a, **k: None  # the harness's own gate
         assert state.changes(before) == [
             f"num_threads {before.values[0]} → 1", "default_dtype float32 → float64", "sdp.math True → False",
-            "torch.softmax replaced", "attnbench.harness.correctness.gate replaced",
+            "torch.softmax replaced", "attnbench.harness.measure.correctness.gate replaced",
         ]  # fmt: skip
         assert state.restore(before) == []
     finally:
@@ -192,7 +192,7 @@ def test_state_snapshot_names_every_change_and_restore_puts_it_back():
 
 LEFTOVERS = """
 import json, subprocess, sys, time
-from attnbench.harness import children
+from attnbench.harness.workers import children
 
 print(children.become_subreaper())
 quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,6 +1,6 @@
-"""GPU telemetry during timing (harness.telemetry): the throttle rule, the sampling thread, NVML readings (a
-fake nvidia-ml-py here: no GPU on CPU machines; tests/harness/test_cuda.py reads a real one), and the
-report."""
+"""GPU telemetry during timing (harness.measure.telemetry): the throttle rule, the sampling thread, NVML
+readings (a fake nvidia-ml-py here: no GPU on CPU machines; tests/harness/test_cuda.py reads a real one), and
+the report."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import synthetic
 
 from attnbench import results
-from attnbench.harness import telemetry
-from attnbench.harness.telemetry import Sample, largest_drop, summarise
+from attnbench.harness.measure import telemetry
+from attnbench.harness.measure.telemetry import Sample, largest_drop, summarise
 from attnbench.reports.render import prepare, render
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from fakes import FakeTimer
 
-from attnbench.harness import timing
-from attnbench.harness.timing import Budget, Measurement, measure
+from attnbench.harness.measure import timing
+from attnbench.harness.measure.timing import Budget, Measurement, measure
 
 
 def test_stable_timer_stops_early_with_enough_time_sampled():
@@ -87,7 +87,7 @@ class _CycleTimer:
 
 def test_calibration_reports_the_fastest_call_as_the_ceiling(monkeypatch):
     """Noise only slows calls, so the ceiling comes from the fastest one; the median is kept beside it."""
-    from attnbench.harness import calibrate as cal_mod
+    from attnbench.harness.measure import calibrate as cal_mod
 
     monkeypatch.setattr(cal_mod, "_timer", lambda device: _CycleTimer())
     cal = cal_mod.calibrate("cpu", ["float32"])

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from attnbench.cli import BadInput, build_parser, sweep_from_args
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec, SweepSpec
-from attnbench.harness.sweeps import build_sweep, cell_given
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import build_sweep, cell_given
 
 
 def test_timing_defaults_to_auto_and_takes_its_three_words():
@@ -72,7 +72,7 @@ def test_cell_given_carry_timing_for_cuda_cells_and_auto_for_cpu_ones():
 
 
 def test_auto_rule_picks_graph_for_launch_bound_calls_and_says_why():
-    from attnbench.harness.timing import choose_timing
+    from attnbench.harness.measure.timing import choose_timing
 
     assert choose_timing("auto", 0.031, 0.040) == (
         "graph",
@@ -100,7 +100,7 @@ def test_auto_rule_picks_graph_for_launch_bound_calls_and_says_why():
 
 
 def test_calls_per_replay_fill_about_a_millisecond_within_bounds():
-    from attnbench.harness.timing import GRAPH_MAX_CALLS, calls_per_replay
+    from attnbench.harness.measure.timing import GRAPH_MAX_CALLS, calls_per_replay
 
     assert calls_per_replay(0.04) == 25  # 25 x 0.04 ms = 1 ms
     assert calls_per_replay(0.3) == 4  # rounded up: at least the target
@@ -111,7 +111,7 @@ def test_calls_per_replay_fill_about_a_millisecond_within_bounds():
 
 
 def test_graph_samples_subtract_the_paired_flush_and_divide_by_the_calls():
-    from attnbench.harness.timing import graph_samples
+    from attnbench.harness.measure.timing import graph_samples
 
     both, flush = [2.5, 2.6, 2.4], [1.5, 1.5, 1.4]  # 10 x [flush, call] against 10 x [flush]
     assert graph_samples(both, flush, 10) == pytest.approx([0.1, 0.11, 0.1])
@@ -125,8 +125,8 @@ def test_a_graph_timers_budgets_count_the_calls_in_each_replay():
     (not under min_samples), so a graph-timed cell takes about an events-timed one's wall time."""
     from fakes import FakeTimer
 
-    from attnbench.harness.cell import time_call
-    from attnbench.harness.timing import Budget, replay_budget
+    from attnbench.harness.measure.cell import time_call
+    from attnbench.harness.measure.timing import Budget, replay_budget
 
     b = Budget(warmup_ms=50, budget_ms=1000, min_ms=100, max_samples=500)
     assert replay_budget(b, 1) is b
@@ -149,7 +149,7 @@ def test_a_graph_timers_budgets_count_the_calls_in_each_replay():
 
 
 def test_a_failed_capture_falls_back_to_events_naming_the_first_error():
-    from attnbench.harness.timing import GIVEN, graph_fallback
+    from attnbench.harness.measure.timing import GIVEN, graph_fallback
 
     def captured():  # as torch.cuda.graph ends a capture the call broke: a second error over the first
         try:
@@ -174,7 +174,7 @@ def test_a_failed_capture_falls_back_to_events_naming_the_first_error():
 def test_timer_choice_fields_and_close():
     from fakes import FakeTimer
 
-    from attnbench.harness import timing
+    from attnbench.harness.measure import timing
 
     closed = []
 
@@ -209,8 +209,8 @@ def _tiny(device: str = "cpu") -> CellSpec:
 
 
 def test_cpu_cells_time_with_perf_counter_whatever_timing_says():
-    from attnbench.harness import timing
-    from attnbench.harness.cell import cell_timer
+    from attnbench.harness.measure import timing
+    from attnbench.harness.measure.cell import cell_timer
 
     for word in ("auto", "events", "graph"):  # Settings alone takes them; the sweep refuses CPU-only ones
         choice = cell_timer(lambda: None, "cpu", Settings(timing=word))
@@ -226,7 +226,7 @@ def test_a_cpu_row_records_its_timing_mode_and_loads_beside_a_run_written_before
     from conftest import DATA
     from fakes import FakeTimer
 
-    from attnbench.harness.cell import measure_cell
+    from attnbench.harness.measure.cell import measure_cell
     from attnbench.results import RunWriter, load
 
     row = measure_cell(_tiny(), QUICK)
@@ -267,7 +267,7 @@ def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
     from conftest import DATA
 
     from attnbench import variants
-    from attnbench.harness.cell import measure_cell
+    from attnbench.harness.measure.cell import measure_cell
 
     variants.load_variant_file(DATA / "sync_variants.py")
     for pass_ in ("fwd", "fwdbwd"):
@@ -279,7 +279,7 @@ def test_the_syncing_variant_of_the_cuda_fallback_test_is_right_on_cpu():
 def test_a_failed_capture_sends_its_worker_away_after_the_row():
     """A failed capture can leave torch's allocator mid-capture: the worker exits after that cell's row (the
     parent starts another), as after a poisoned CUDA context; any other row keeps its worker."""
-    from attnbench.harness.outcomes import CAPTURE_EXIT, POISONED_PREFIX, exit_reason
+    from attnbench.harness.measure.outcomes import CAPTURE_EXIT, POISONED_PREFIX, exit_reason
 
     fell_back = {
         "status": "ok",
@@ -411,7 +411,7 @@ def test_a_run_written_before_the_setting_keeps_events_on_cuda_when_measured_aga
     from conftest import DATA
 
     from attnbench.cli import main
-    from attnbench.harness import rerun
+    from attnbench.harness.run import rerun
 
     old = {"devices": ["cuda"], "seq_len": [256], "settings": {"budget_ms": 50.0}}
     assert SweepSpec.from_meta(old).settings.timing == "events"

@@ -12,11 +12,11 @@ import torch
 from conftest import run_cli
 
 from attnbench import variants
-from attnbench.harness import correctness
-from attnbench.harness.guard import predict_peak_bytes
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec, SweepSpec
-from attnbench.harness.sweeps import build_sweep, cell_given
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.guard import predict_peak_bytes
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import build_sweep, cell_given
 from attnbench.results.axes import CELL_AXES, cell_id
 from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes
 from attnbench.variants import Capability, Problem, Variant
@@ -253,7 +253,7 @@ def test_chunked_with_small_blocks_skips_and_masks_exactly(causal_align, window)
 def test_gqa_variants_do_not_repeat_k_and_v():
     """naive with 1 k/v head allocates exactly what it does with 8: the scores, the weights and the output;
     a repeat of K/V to 8 heads would add 2 * 7 k/v-sized tensors."""
-    from attnbench.harness.memory import peak_cpu
+    from attnbench.harness.measure.memory import peak_cpu
 
     naive = variants.get("naive").fn
     q = torch.randn(1, 8, 64, 64)
@@ -332,7 +332,7 @@ def test_guard_predicts_with_n_q_by_n_k_scores_and_h_kv_heads():
     mha = CellSpec("chunked", "cpu", "float32", 1, 32, 1, 128, 128, True, 0.0, "fwd", seq_k=65536)
     assert predict_peak_bytes(gqa, "linear") < predict_peak_bytes(mha, "linear")
     # the prediction still covers the measured peak of a GQA decode call (inputs and reference included)
-    from attnbench.harness.memory import peak_cpu
+    from attnbench.harness.measure.memory import peak_cpu
 
     cell = CellSpec("naive", "cpu", "float32", 1, 8, 4, 64, 64, True, 0.0, "fwd", kv_heads=2, seq_k=2048)
     q, k, v = torch.randn(1, 8, 4, 64), torch.randn(1, 2, 2048, 64), torch.randn(1, 2, 2048, 64)
@@ -342,7 +342,7 @@ def test_guard_predicts_with_n_q_by_n_k_scores_and_h_kv_heads():
 
 
 def test_skip_ahead_follows_seq_k_in_a_decode_series():
-    from attnbench.harness.cellrunner import SkipAhead
+    from attnbench.harness.workers.cellrunner import SkipAhead
 
     def cell(n_q, n_k, **kw):
         return CellSpec("naive", "cpu", "float32", 1, 8, n_q, 64, 64, True, 0.0, "fwd", seq_k=n_k, **kw)
@@ -374,7 +374,7 @@ def test_a_decode_cell_is_bound_by_memory_on_the_roofline():
 
 
 def test_a_measured_cell_carries_the_new_columns():
-    from attnbench.harness.cell import measure_cell
+    from attnbench.harness.measure.cell import measure_cell
 
     cell = CellSpec("chunked", "cpu", "float32", 2, 4, 3, 16, 16, True, 0.0, "fwd", kv_heads=2, seq_k=37,
                     causal_align="lower-right", window=8)  # fmt: skip

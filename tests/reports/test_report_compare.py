@@ -562,7 +562,7 @@ def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
 
 
 def _visited_again(rows, variant: str, factors: list[float]) -> list[dict]:
-    """The rows with `variant`'s cells visited len(factors) more times (settle rounds, harness.settle),
+    """The rows with `variant`'s cells visited len(factors) more times (settle rounds, harness.run.settle),
     each such visit at its cell's first visit median times its factor."""
     out = []
     for row in rows:

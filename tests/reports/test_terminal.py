@@ -178,8 +178,9 @@ def test_gate_table_reads_dicts_as_objects_and_escapes():
 
 
 def test_gate_defaults_follow_the_harness_gaterow():
-    """The fields a dict may leave out default as harness.check.GateRow's do (a contract, read here only)."""
-    from attnbench.harness.check import GateRow
+    """The fields a dict may leave out default as harness.tools.check.GateRow's do (a contract, read here
+    only)."""
+    from attnbench.harness.tools.check import GateRow
 
     defaults = {
         f.name: f.default for f in dataclasses.fields(GateRow) if f.default is not dataclasses.MISSING

@@ -7,7 +7,7 @@ import synthetic
 from conftest import DATA, run_cli
 
 from attnbench import results
-from attnbench.harness.outcomes import REFILLED
+from attnbench.harness.measure.outcomes import REFILLED
 from attnbench.reports.render import prepare, render
 from attnbench.reports.tables import best_variant, speedups
 

@@ -12,10 +12,10 @@ from conftest import DATA, load_plugin, run_cli
 from fakes import FakeTimer
 
 from attnbench import register, variants
-from attnbench.harness import correctness
-from attnbench.harness.cell import InputCache, measure_cell
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import InputCache, measure_cell
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.variants import registry
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)

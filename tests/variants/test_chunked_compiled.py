@@ -9,7 +9,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from attnbench import variants
-from attnbench.harness import correctness
+from attnbench.harness.measure import correctness
 from attnbench.variants import Problem, chunked_compiled
 
 

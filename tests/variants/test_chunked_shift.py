@@ -11,7 +11,7 @@ import tensors
 import torch
 
 from attnbench import variants
-from attnbench.harness import correctness
+from attnbench.harness.measure import correctness
 from attnbench.variants import chunked as chunked_module
 
 chunked = variants.get("chunked").fn

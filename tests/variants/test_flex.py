@@ -15,10 +15,10 @@ import torch
 from conftest import ROOT, run_cli
 
 from attnbench import variants
-from attnbench.harness import correctness
-from attnbench.harness.cell import measure_cell
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import measure_cell
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.variants import Problem, UnsupportedError
 from attnbench.variants import flex as flex_mod
 from attnbench.variants.mods import apply_mod
@@ -248,9 +248,9 @@ def test_cli_run_writes_ok_rows_with_setup_and_first_call(tmp_path):
 def test_the_harness_hands_flex_its_mod_and_the_float64_gate_checks_it():
     """flex declares alibi and softcap: a cell with a mod reaches its setup and call as mod=, and the gate
     holds the answer to the modded float64 reference (a GQA, lower-right cell; N_k a multiple of 16)."""
-    from attnbench.harness import cell
-    from attnbench.harness.settings import Settings
-    from attnbench.harness.spec import CellSpec
+    from attnbench.harness.measure import cell
+    from attnbench.harness.sweep.settings import Settings
+    from attnbench.harness.sweep.spec import CellSpec
 
     quick = Settings(warmup_ms=1, budget_ms=2, min_samples=5, min_ms=0.5)
     c = CellSpec("flex", "cpu", "float32", 1, 4, 16, 16, 16, True, 0.0, "fwd", kv_heads=2, seq_k=48,

@@ -13,10 +13,10 @@ from conftest import run_cli
 from fakes import FakeTimer
 
 from attnbench import variants
-from attnbench.harness import correctness
-from attnbench.harness.cell import InputCache, measure_cell
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import InputCache, measure_cell
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.variants import hf, registry
 from attnbench.variants.problem import Problem
 

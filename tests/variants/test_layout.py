@@ -15,11 +15,11 @@ from conftest import DATA, load_plugin, run_cli
 from fakes import FakeTimer
 
 from attnbench import variants
-from attnbench.harness import correctness
-from attnbench.harness.cell import InputCache, measure_cell
-from attnbench.harness.outcomes import MUTATES
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import InputCache, measure_cell
+from attnbench.harness.measure.outcomes import MUTATES
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results import load
 from attnbench.results.schema import COLUMNS
 
@@ -113,7 +113,7 @@ def test_in_layout_always_copies_and_keeps_values():
 
 
 def test_the_profiled_call_is_handed_the_variants_layout(plugin):
-    from attnbench.harness.profiled_child import make_call
+    from attnbench.harness.tools.profiled_child import make_call
 
     q, k, v, _ = make_call(spec("layout_bnhd"), seed=0).inputs
     assert q.stride() == k.stride() == v.stride() == BNHD

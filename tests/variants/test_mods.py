@@ -11,10 +11,10 @@ import torch
 from conftest import DATA, run_cli
 
 from attnbench import variants
-from attnbench.harness import cell, correctness, rows
-from attnbench.harness.settings import Settings
-from attnbench.harness.spec import CellSpec, SweepSpec
-from attnbench.harness.sweeps import build_sweep, cell_given, sweep_file_layer
+from attnbench.harness.measure import cell, correctness, rows
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import build_sweep, cell_given, sweep_file_layer
 from attnbench.results import load
 from attnbench.results.store import read_rows
 from attnbench.variants import mods

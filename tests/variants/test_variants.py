@@ -9,7 +9,7 @@ import tensors
 import torch
 
 from attnbench import variants
-from attnbench.harness import correctness
+from attnbench.harness.measure import correctness
 from attnbench.variants import Problem, UnsupportedError
 from attnbench.variants.masks import attention_mask
 
@@ -235,7 +235,7 @@ def test_chunked_dropout_repeats_with_the_seed_and_not_without():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_numerics_probe_shows_why_the_max_is_subtracted(dtype):
-    from attnbench.harness.numerics import probe
+    from attnbench.harness.measure.numerics import probe
 
     recs = probe(["stable_softmax", "unstable_softmax", "chunked"], ["cpu"], [dtype])
     by = {(r["variant"], r["q_scale"]): r for r in recs}

@@ -18,7 +18,7 @@ import torch
 from fakes import stand_in_package
 
 from attnbench import variants
-from attnbench.harness.cell import handed
+from attnbench.harness.measure.cell import handed
 
 B, H, N, D = 2, 3, 16, 8
 
@@ -70,7 +70,8 @@ def fake_xformers(tmp_path, monkeypatch):
 
 
 def inputs(layout: str = "bnhd", lengths=(12, N)):
-    """q, k, v (B, H, N, D) in `layout`, and key lengths, as the harness hands them (harness.cell.handed)."""
+    """q, k, v (B, H, N, D) in `layout`, and key lengths, as the harness hands them
+    (harness.measure.cell.handed)."""
     g = torch.Generator().manual_seed(0)
     qkv = [torch.randn(B, H, N, D, generator=g) for _ in range(3)]
     return handed((*qkv, torch.tensor(lengths)), layout)

@@ -1,0 +1,82 @@
+"""A short calibration at the start of a run: the device's matmul throughput and copy bandwidth.
+
+These are the run's own ceilings (achieved TFLOP/s is reported against them), measured with the
+same timers as the cells rather than taken from a datasheet. A ceiling is what the device reached on its
+fastest call: noise (other tenants, a cold worker) only ever slows a call down, and a median taken
+at a noisy moment put a 2-core VM's "peak" at 0.10 TFLOP/s, below the 0.16 that sdpa cells reached later
+in the same run. The median is kept beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attnbench.harness.measure import timing
+
+# Square matmul sizes: large enough to reach the device's plateau, small enough to take well under a second.
+MATMUL_N = {"cpu": 2048, "cuda": 8192}
+COPY_BYTES = {"cpu": 256 << 20, "cuda": 2 << 30}
+
+
+def _timer(device: str) -> timing.Timer:
+    return timing.CudaTimer(flush_l2=False) if device == "cuda" else timing.CpuTimer()
+
+
+def matmul_tflops(device: str, dtype: torch.dtype, budget: timing.Budget) -> tuple[float, float]:
+    """(best, median) TFLOP/s of an n x n x n matmul on random data (2 n^3 FLOPs)."""
+    n = MATMUL_N[device]
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, generator=g).to(dtype)
+    b = torch.randn(n, n, device=device, generator=g).to(dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    m = timing.measure(lambda: torch.matmul(a, b, out=out), _timer(device), budget)
+    flops = 2 * n**3
+    return flops / (min(m.samples_ms) * 1e-3) / 1e12, flops / (m.median * 1e-3) / 1e12
+
+
+def copy_gbps(device: str, budget: timing.Budget) -> float:
+    """Best GB/s of a device-to-device copy, counting bytes read plus bytes written."""
+    nbytes = COPY_BYTES[device]
+    src = torch.ones(nbytes // 4, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    m = timing.measure(lambda: dst.copy_(src), _timer(device), budget)
+    return 2 * nbytes / (min(m.samples_ms) * 1e-3) / 1e9
+
+
+# The speed probe before every cell: a small float32 matmul, best of about PROBE_MS of calls. It is the
+# machine's speed at that moment (another tenant, a throttled clock), compared later with the run's median.
+PROBE_N = {"cpu": 512, "cuda": 2048}
+PROBE_BUDGET = timing.Budget(warmup_ms=5, budget_ms=30, min_samples=5, max_samples=200, min_ms=20)
+
+
+def speed_probe(device: str) -> float:
+    """TFLOP/s of the fastest of a few small float32 matmuls on `device`, right now."""
+    n = PROBE_N[device]
+    a = torch.ones(n, n, device=device)
+    out = torch.empty(n, n, device=device)
+    m = timing.measure(lambda: torch.matmul(a, a, out=out), _timer(device), PROBE_BUDGET)
+    return 2 * n**3 / (min(m.samples_ms) * 1e-3) / 1e12
+
+
+def calibrate(device: str, dtypes: list[str], budget_ms: float = 1000.0) -> dict[str, Any]:
+    """{'matmul_tflops': {dtype: best TFLOP/s}, 'matmul_tflops_median': {...}, 'copy_gbps': best GB/s,
+    'speed_probe_tflops': the speed probe (speed_probe) right after them,
+    'budget_ms': the sampling ms of each (Settings.calibrate_ms, after a tenth of it as warm-up, at most
+    100 ms)}. Fewer ms, fewer samples: a ceiling taken as the fastest call is then less sure."""
+    budget = timing.Budget(warmup_ms=min(100.0, budget_ms / 10), budget_ms=budget_ms, min_ms=budget_ms)
+    out: dict[str, Any] = {"matmul_tflops": {}, "matmul_tflops_median": {}, "matmul_n": MATMUL_N[device]}
+    out["budget_ms"] = budget_ms
+    for name in dtypes:
+        try:
+            best, median = matmul_tflops(device, getattr(torch, name), budget)
+            out["matmul_tflops"][name], out["matmul_tflops_median"][name] = best, median
+        except RuntimeError as exc:  # e.g. a dtype the device's BLAS lacks
+            out["matmul_tflops"][name] = out["matmul_tflops_median"][name] = None
+            out.setdefault("errors", []).append(f"matmul {name}: {exc}")
+    out["copy_gbps"] = copy_gbps(device, budget)
+    # the per-cell speed probe, taken now too: a row's own probe over this one says how much faster the
+    # machine ran at that cell than while these ceilings were taken (results.suspect scales by it)
+    out["speed_probe_tflops"] = speed_probe(device)
+    return out

@@ -1,0 +1,671 @@
+"""Measure one cell in steps, then one result row: prepare, time_call, peak, check_after -> measure_cell.
+
+- prepare(spec, settings, cache) -> Prepared: copies of the shape's pristine seeded inputs in the memory
+  layout the variant declares (`handed`), the variant's setup hook if it has one (setup_ms), one forward
+  call (first_call_ms) held to the output contract (harness.measure.contract) and gated against float64
+  (gradients too for fwdbwd), for a dropout cell the statistical dropout check
+  (harness.measure.dropout_check), whether that modified the inputs, and the call to time;
+- cell_timer(call, device, settings) -> timing.TimerChoice: perf_counter, CUDA events or a CUDA graph, and
+  why (the row's timing_mode and timing_reason);
+- time_call(call, settings, timer) -> timing.Measurement: the harness's sampling loop under the budgets
+  (on CUDA inside harness.measure.telemetry's NVML sampling: clocks, power, temperature, `throttled`);
+- peak(call, device) -> (bytes, method): peak memory of one more call, outside the timed runs (a forward
+  cell without dropout measures it on check_after's refill call instead: peak_on_refill);
+- check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
+  and the timed callable's answer follows fresh inputs (another seed), not one it remembered.
+
+measure_cell composes them, as `attnbench run`'s worker does; the pytest-benchmark plugin uses prepare,
+peak and check_after and lets pytest-benchmark time the call. Prepared.verdict(m, after) is the status:
+`wrong` names every reason found. The steps let the variant's exceptions through: the
+caller's cell boundary turns them into the row's status (harness.measure.failures). measure_cell runs inside a
+worker process; only bugs in the harness itself escape it (and the parent records those as `error` too).
+The row itself is built by harness.measure.rows; the texts of its verdicts are harness.measure.outcomes'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnbench import variants
+from attnbench.harness.measure import contract, correctness, dropout_check, memory, telemetry, timing
+from attnbench.harness.measure.failures import failure
+from attnbench.harness.measure.outcomes import (
+    INPUT_NAMES,
+    NOT_FOLLOWING,
+    REFILLED,
+    RETAINED_METHOD,
+    held,
+    mutation,
+    retains,
+)
+from attnbench.harness.measure.rows import finish, start_row
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.results.formulas import gbps, summarize, tflops
+from attnbench.variants import in_layout, torch_dtype
+
+
+def make_inputs(
+    spec: CellSpec, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Seeded standard-normal q (B, H, N_q, d_k), k (B, H_kv, N_k, d_k), v (B, H_kv, N_k, d_v) and key lengths
+    (B,)."""
+    device = torch.device(spec.device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    dtype = torch_dtype(spec.dtype)
+    b, h, h_kv, n, n_k = spec.batch, spec.heads, spec.kv_heads, spec.seq_len, spec.seq_k
+    q = torch.randn(b, h, n, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
+    k = torch.randn(b, h_kv, n_k, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
+    v = torch.randn(b, h_kv, n_k, spec.d_v, generator=g, device=device, dtype=torch.float32).to(dtype)
+    lengths = spec.key_lengths()
+    kl = None if lengths is None else torch.tensor(lengths, dtype=torch.int64, device=device)
+    return q, k, v, kl
+
+
+def handed(inputs, layout: str = "bhnd"):
+    """What a variant is handed: new copies of (q, k, v, key_lengths), q, k and v in the memory layout it
+    declares (Capability.layout; variants.in_layout: the same shapes and values). Made here, outside any
+    timed call, so that the timed call pays no copy into the layout its kernel takes."""
+    q, k, v, kl = inputs
+    return (*(in_layout(t, layout) for t in (q, k, v)), None if kl is None else kl.clone())
+
+
+class InputCache:
+    """The last shape's inputs and float64 reference, shared by the variants that run back to back on it.
+
+    One pristine copy per shape is kept here and never handed out: every cell gets copies of it (in its
+    variant's layout), so a variant that writes into its inputs cannot harm the cells after it, and
+    `changed` compares the values a cell's variant was given against the pristine copy (exactly:
+    torch.equal, whatever the layout; cheap next to a cell).
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.pristine: tuple | None = None
+        self.ref: torch.Tensor | None = None
+
+    def get(self, spec: CellSpec, seed: int, layout: str = "bhnd"):
+        """Fresh copies of this shape's pristine (q, k, v, key_lengths) in `layout` (see `handed`); the
+        pristine inputs are made once per shape and seed."""
+        key = (spec.shape_key, seed)
+        if key != self.key:
+            self.key, self.pristine, self.ref = None, None, None  # free the old shape before the new one
+            self.pristine = make_inputs(spec, seed)
+            self.key = key
+        return handed(self.pristine, layout)
+
+    def changed(self, given) -> tuple[str, ...]:
+        """The names of the inputs in `given` (q, k, v, key_lengths as handed to a cell) that no longer
+        equal the pristine copy: values, shape or dtype (a tensor a variant modified in place)."""
+        return tuple(
+            name
+            for name, t, p in zip(INPUT_NAMES, given, self.pristine, strict=True)
+            if p is not None
+            and not (t.shape == p.shape and t.dtype == p.dtype and torch.equal(t.detach(), p))
+        )
+
+    def reference(self, spec: CellSpec, rows) -> torch.Tensor:
+        """The float64 reference of this shape's pristine inputs on `rows` (computed once per shape)."""
+        if self.ref is None:
+            q, k, v, kl = self.pristine  # never the cell's copies: a variant may have written into those
+            self.ref = correctness.reference(
+                q, k, v, causal=spec.causal, key_lengths=kl, rows=rows, **gate_axes(spec)
+            )
+        return self.ref
+
+
+def gate_axes(spec: CellSpec) -> dict[str, Any]:
+    """The added axes' keywords of the float64 gate (correctness.reference, gate, grad_errors) for a cell."""
+    return {"causal_align": spec.causal_align, "window": spec.window, "mod": spec.mod}
+
+
+def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
+    """The keyword arguments a cell's variant is called with: causal and key_lengths, and the added axes
+    only when not at their default (CellSpec.options), so variants written before them keep working."""
+    return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options()}
+
+
+def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
+    """The call a cell times: fn forward under no_grad, or forward + backward with gradients reset
+    inside the call. Used by the harness, `attnbench profile` and the pytest-benchmark plugin alike;
+    call.reset_grads() frees the last call's gradients (before a peak-memory measurement), call.inputs are
+    the (q, k, v, key_lengths) the timed calls pass to fn (to check they stay unchanged, and to refill in
+    place after timing: check_after), call.kwargs the keywords they pass with them, call.backward whether
+    they run under autograd, and call.owned every tensor the harness made for them (the inputs, dO): not
+    the variant's memory (retained_bytes)."""
+    if backward:
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        with torch.no_grad():
+            d_out = torch.randn_like(fn(q, k, v, **opts))
+
+        def reset_grads() -> None:
+            for t in leaves:
+                t.grad = None
+
+        def call() -> None:
+            reset_grads()  # gradients reset between calls, inside the call: cheap and always done
+            fn(*leaves, **opts).backward(d_out)
+
+        call.inputs = (*leaves, opts.get("key_lengths"))  # type: ignore[attr-defined]
+        call.owned = (*call.inputs, d_out)  # type: ignore[attr-defined]
+    else:
+
+        def reset_grads() -> None:
+            pass
+
+        def call() -> None:
+            with torch.no_grad():
+                fn(q, k, v, **opts)
+
+        call.inputs = (q, k, v, opts.get("key_lengths"))  # type: ignore[attr-defined]
+        call.owned = call.inputs  # type: ignore[attr-defined]
+    call.kwargs = opts  # type: ignore[attr-defined]
+    call.backward = backward  # type: ignore[attr-defined]
+    call.reset_grads = reset_grads  # type: ignore[attr-defined]
+    return call
+
+
+FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
+FRESH_SEED_OFFSET = 1  # the re-check's inputs: seed settings.seed + this, never the gated inputs' seed
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A cell ready to be timed: its call, built on inputs whose output was checked against float64."""
+
+    call: Callable[[], None]  # timed_call: forward, or forward + backward; call.reset_grads() frees grads
+    fn: Callable[..., Any]  # what is gated and timed: the variant's fn, or what its setup hook returned
+    gate: correctness.GateResult  # the forward output against the float64 reference
+    grad_rel_err: float | None  # None: a fwd cell, or one above settings.grad_check_elems (not checked)
+    changed: tuple[str, ...] = ()  # inputs the gated call (or the gradient check) modified in place
+    setup_ms: float | None = None  # the variant's setup hook, timed apart; None: it has none
+    first_call_ms: float | None = None  # the gated forward call: lazy init, autotune, compile, plans
+    dropout: dropout_check.DropoutResult | None = None  # a dropout cell's statistical check; None: p = 0
+    layout: str = "bhnd"  # the memory layout q, k, v were handed in (the variant's Capability.layout)
+
+    @property
+    def grad_ok(self) -> bool:
+        return self.grad_rel_err is None or self.grad_rel_err <= self.grad_tolerance
+
+    @property
+    def grad_tolerance(self) -> float:
+        return self.gate.tolerance * correctness.GRAD_TOLERANCE_FACTOR
+
+    def fields(self) -> dict[str, Any]:
+        """The gate's columns of the result row."""
+        return {
+            "max_abs_err": self.gate.max_abs_err,
+            "rel_err": self.gate.rel_err,
+            "grad_rel_err": self.grad_rel_err,
+            "masked_rows": self.gate.masked_rows,
+            "rows_checked": self.gate.rows_checked,
+            **(self.dropout.fields() if self.dropout is not None else {}),
+        }
+
+    def setup_fields(self) -> dict[str, Any]:
+        """The columns of how a cell was set up apart from its timed calls: the layout of its inputs, what
+        the setup hook and the first call cost."""
+        return {
+            "layout": self.layout,
+            "setup_ms": None if self.setup_ms is None else round(self.setup_ms, 6),
+            "first_call_ms": None if self.first_call_ms is None else round(self.first_call_ms, 6),
+        }
+
+    def verdict(
+        self, m: timing.Measurement | None = None, after: AfterCheck | None = None
+    ) -> tuple[str, str]:
+        """(status, message): wrong with every reason found (inputs modified, the float64 gate, the answer
+        on fresh inputs after timing, the dropout check), else ok, flagged when m is noisy. A wrong cell is
+        still timed (and never ranked), so the verdict comes after the timing and `check_after`."""
+        reasons = []
+        changed = self.changed + (after.changed if after is not None else ())
+        if changed:
+            reasons.append(mutation(changed))
+        if not self.gate.passed or not self.grad_ok:
+            if math.isinf(self.gate.rel_err):
+                what = "non-finite output (NaN or inf)"
+            elif not self.gate.passed:
+                what = self.gate.describe()
+            else:
+                what = f"grad rel_err {self.grad_rel_err:.2e} > {self.grad_tolerance:.0e}"
+            reasons.append(f"failed the float64 gate: {what}")
+        elif after is not None:  # right once, wrong on other values: an answer remembered
+            seed = after.seed
+            if after.fresh is not None and not after.fresh.passed:  # ... for a shape, or for values
+                reasons.append(fresh_failure(after.fresh, seed))
+            if after.refill is not None and not after.refill.passed:  # ... for the tensor objects timed
+                reasons.append(f"{NOT_FOLLOWING}: {REFILLED} (seed {seed}) {after.refill.describe()}")
+        if self.dropout is not None and not self.dropout.passed:
+            reasons.append(f"failed the dropout check: {self.dropout.describe()}")
+        if reasons:
+            return "wrong", "; ".join(reasons)
+        return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
+
+
+def fresh_failure(fresh: correctness.GateResult, seed: int) -> str:
+    return f"{NOT_FOLLOWING}: on fresh inputs (seed {seed}) {fresh.describe()}"
+
+
+@dataclass(frozen=True)
+class AfterCheck:
+    """What is checked after the timed calls: the inputs they were given are unchanged, and the answer
+    still follows the inputs, so that nothing remembered from the gated call is being timed: on fresh
+    inputs of the same shape (another seed: an answer remembered for a shape), and on the very tensors the
+    timed calls used, refilled in place with those fresh values (an answer remembered for the tensor
+    objects: by id(), data_ptr(), in a setup hook's closure)."""
+
+    changed: tuple[str, ...]  # inputs the timed calls modified in place
+    # the bound callable's output on fresh inputs against float64; None: checked in the second visit
+    fresh: correctness.GateResult | None
+    seed: int
+    refill: correctness.GateResult | None = None  # its output on the timed tensors refilled; None: no inputs
+    peak: tuple[int, str] | None = None  # (bytes, method) of the refill call, where asked
+    ms: float | None = None  # the checks' wall time (their calls, inputs and float64 reference)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "fresh_rel_err": None if self.fresh is None else self.fresh.rel_err,
+            "refill_rel_err": None if self.refill is None else self.refill.rel_err,
+            "checks_ms": None if self.ms is None else round(self.ms, 6),
+        }
+
+
+def _timed_once(device: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """(fn's result, ms) of one call; on CUDA synchronised on both sides, so the device time is in it."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None) -> Prepared:
+    """Inputs (copies of the cache's pristine copy, in the variant's layout), the variant's setup hook if
+    it has one (timed apart), one validated forward call (timed: the first-call cost) gated against float64,
+    gradients for fwdbwd (up to settings.grad_check_elems), both without dropout; for a dropout cell the
+    dropout check; a check that none of it modified the inputs, and the call to time (with dropout_p). The
+    caller has checked that the variant exists and supports the cell; whatever the variant raises here
+    propagates (see harness.measure.failures)."""
+    variant = variants.get(spec.variant)
+    cache = cache or InputCache()
+    inputs = cache.get(spec, settings.seed, variant.cap.layout)
+    q, k, v, kl = inputs
+    opts = call_options(spec, kl)
+    variant.validate(q, k, v, dropout_p=spec.dropout, **opts)
+
+    setup_ms = None
+    if variant.cap.setup is not None:  # plans, block masks, compilation: kept out of the timed call
+        fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
+    else:
+        fn = variant.fn
+
+    # one validated forward call: refusals, OOMs and exceptions surface here; its output is gated exactly,
+    # so without dropout (a dropout cell's random output is held to harness.measure.dropout_check's rules
+    # below)
+    with torch.no_grad():
+        out, first_ms = _timed_once(spec.device, fn, q, k, v, dropout_p=0.0, scale=None, **opts)
+    contract.check_output(out, q, v)  # before the gate reads it: a tuple or a float64 answer is named as such
+    rows = correctness.sample_rows(spec.seq_len, settings.check_rows, seed=settings.seed)
+    pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
+    gate = correctness.gate(
+        out, pq, pk, pv, causal=spec.causal, key_lengths=pkl, rows=rows, ref=cache.reference(spec, rows),
+        **gate_axes(spec),
+    )  # fmt: skip
+    del out  # free the output before the gradient check allocates its own
+    grad_rel = None
+    backward = spec.pass_ == "fwdbwd"
+    changed = cache.changed(inputs)
+    # a variant that writes into its inputs is wrong already; autograd would refuse its write into a leaf
+    scores = spec.batch * spec.heads * spec.seq_len * spec.seq_k
+    if backward and not changed and scores <= settings.grad_check_elems:
+        grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
+        changed = cache.changed(inputs)
+    dropped = None
+    if spec.dropout > 0 and not changed:  # K + 2 more forward calls (see harness.measure.dropout_check)
+        dropped = dropout_check.check(
+            fn, q, k, v, p=spec.dropout, rows=rows, ref=cache.reference(spec, rows), seed=settings.seed,
+            deterministic=variant.cap.dropout_deterministic, **opts,
+        )  # fmt: skip
+        changed = cache.changed(inputs)
+
+    # the timed callable: the variant's own function (no registry wrapper), inputs already validated; with
+    # dropout, every timed call draws its mask: that is part of the work measured
+    call = timed_call(fn, q, k, v, backward=backward, dropout_p=spec.dropout, **opts)
+    return Prepared(
+        call=call,
+        fn=fn,
+        gate=gate,
+        grad_rel_err=grad_rel,
+        changed=changed,
+        setup_ms=setup_ms,
+        first_call_ms=first_ms,
+        dropout=dropped,
+        layout=variant.cap.layout,
+    )
+
+
+def defers_fresh_check(spec: CellSpec, rounds: int) -> bool:
+    """Whether a cell visited `rounds` times runs its fresh-input check (check_after) in its second visit,
+    as that visit's warm-up call, instead of after its first visit's timed calls: a forward CPU cell
+    without dropout, whose check call (the bound callable, the same shapes, no autograd) warms what its
+    timed call needs, so that the visit pays no separate warm-up call (issue 25: later visits' warm-ups
+    were a tenth of the main job). The refill check stays after the first visit's timed calls: it is
+    what sees an answer remembered for the very tensors timed."""
+    return rounds > 1 and spec.pass_ == "fwd" and spec.dropout == 0 and spec.device != "cuda"
+
+
+def fresh_inputs(spec: CellSpec, settings: Settings):
+    """(q, k, v, key_lengths), the query rows to check and their float64 reference, of the checks after
+    timing: inputs of the same shape from seed settings.seed + FRESH_SEED_OFFSET, FRESH_ROWS rows."""
+    seed = settings.seed + FRESH_SEED_OFFSET
+    q, k, v, kl = make_inputs(spec, seed)
+    n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
+    rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
+    opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
+    return (q, k, v, kl), rows, correctness.reference(q, k, v, rows=rows, **opts), opts
+
+
+def fresh_check(fn: Callable[..., Any], layout: str, spec: CellSpec, settings: Settings, made=None):
+    """(gate, ms): the bound callable fn's answer on new tensors holding fresh inputs (fresh_inputs, in
+    `layout`; made: what fresh_inputs returned already), without dropout, against float64; ms: that one
+    call's wall time."""
+    (q, k, v, kl), rows, ref, opts = made or fresh_inputs(spec, settings)
+    given = handed((q, k, v, kl), layout)  # it may write into what it is given
+    with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
+        out, ms = _timed_once(
+            spec.device, fn, *given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3])
+        )
+    contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
+    return correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts), ms
+
+
+def check_after(
+    ready: Prepared,
+    spec: CellSpec,
+    settings: Settings,
+    cache: InputCache,
+    measure_peak: bool = False,
+    fresh: bool = True,
+) -> AfterCheck:
+    """After the timed calls: did they modify their inputs, and does the timed callable's answer follow
+    the inputs? Two more forward calls, each compared with float64 on FRESH_ROWS sampled query rows of
+    fresh inputs of the same shape (seed settings.seed + FRESH_SEED_OFFSET): the timed tensors refilled in
+    place with them (`refill_in_place`), then new tensors holding them (in the layout prepare handed;
+    fresh=False: not here, the cell's second visit runs it, defers_fresh_check).
+    measure_peak: the refill call's peak memory is measured too (AfterCheck.peak; see peak_on_refill)."""
+    t0 = time.perf_counter()
+    given = getattr(ready.call, "inputs", None)  # a timed_call's; any other callable: nothing to compare
+    changed = () if given is None else cache.changed(given)  # before the refill below rewrites them
+    refill = peaked = None
+    made = fresh_inputs(spec, settings) if given is not None or fresh else None
+    if given is not None:  # first, while whatever the variant remembered of the timed calls is untouched
+        (q, k, v, kl), rows, ref, opts = made
+        if measure_peak:
+            held_out: list[torch.Tensor] = []
+            peaked = memory.peak(lambda: held_out.append(refill_in_place(ready, (q, k, v, kl))), spec.device)
+            out = held_out.pop()
+        else:
+            out = refill_in_place(ready, (q, k, v, kl))
+        contract.check_output(out, q, v)
+        refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
+        del out
+    fresh_gate = fresh_check(ready.fn, ready.layout, spec, settings, made)[0] if fresh else None
+    return AfterCheck(
+        changed=changed,
+        fresh=fresh_gate,
+        seed=settings.seed + FRESH_SEED_OFFSET,
+        refill=refill,
+        peak=peaked,
+        ms=(time.perf_counter() - t0) * 1e3,
+    )
+
+
+def refill_in_place(ready: Prepared, new) -> torch.Tensor:
+    """The timed callable's output on the very tensors its timed calls used (ready.call.inputs: the same
+    objects, storages and data_ptr()s, in the layout they were handed in), after copying the values of
+    `new` (q, k, v, key_lengths) into them in place, called exactly as the timed calls call it
+    (ready.call.kwargs, under autograd for fwdbwd) but without dropout, so that the gate can hold it to
+    float64. An answer remembered for those tensor objects (keyed on id() or data_ptr(), kept by a setup
+    hook that was handed them) is the old one, and fails the gate. copy_ bumps each tensor's _version, so a
+    cache that honestly checks it (xformers' plan) sees new inputs. Run after cache.changed has read them:
+    the inputs are the cell's own copies, and nothing compares them with the pristine ones after this."""
+    call = ready.call
+    with torch.no_grad():  # a fwdbwd cell's inputs are autograd leaves: written outside autograd
+        for t, values in zip(call.inputs, new, strict=True):
+            if t is not None:
+                t.copy_(values)  # into t's own strides: a "bnhd" tensor keeps its layout
+    q, k, v = call.inputs[:3]
+    with torch.set_grad_enabled(call.backward):
+        out = ready.fn(q, k, v, **{**call.kwargs, "dropout_p": 0.0})
+    return out.detach() if isinstance(out, torch.Tensor) else out
+
+
+CPU_REASON = "cpu"  # timing_reason of a CPU cell: perf_counter is the one CPU timer, whatever settings.timing
+
+
+def cell_timer(call: Callable[[], object], device: str, settings: Settings) -> timing.TimerChoice:
+    """The harness's timer for a cell's call, and what its row says of it: perf_counter on CPU; on CUDA,
+    events or a CUDA graph of several calls as settings.timing says (auto: chosen for this call by
+    timing.choose_timing), L2 flushed as settings say (timing.cuda_timer)."""
+    if device != "cuda":
+        return timing.TimerChoice(timing.CpuTimer(), timing.CpuTimer.mode, CPU_REASON)
+    return timing.cuda_timer(call, settings.timing, flush_l2=settings.flush_l2)
+
+
+def time_call(
+    call: Callable[[], object],
+    settings: Settings,
+    timer: timing.Timer,
+    warmed_ms: float = 0.0,
+    rounds: int = 1,
+) -> timing.Measurement:
+    """The call timed by harness.measure.timing.measure under the warm-up and sampling budgets of settings;
+    warmed_ms: the same call's time just before, counted toward the warm-up (timing.measure); rounds: one
+    visit of a cell visited that many times takes 1/rounds of the budgets (timing.round_share).
+    (Not named `time`: this module times with the `time` module too.)"""
+    budget = timing.Budget(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(timing.Budget)})
+    budget = timing.round_share(budget, rounds)
+    # a CUDA graph timer's sample is the mean of its replay's calls: the budgets count calls, not samples
+    budget = timing.replay_budget(budget, getattr(timer, "calls_per_sample", 1))
+    return timing.measure(call, timer, budget, warmed_ms)
+
+
+def warmed_ms(ready: Prepared, spec: CellSpec, chosen: timing.TimerChoice) -> float:
+    """The ms of the gated first call that count toward the timed call's warm-up: all of it for a forward
+    cell without dropout on CPU, whose first call is the very call timed (after compiling, planning, lazy
+    init: the call has run once warm); 0 where the timed call differs from it (fwdbwd, dropout), or is
+    timed on a CUDA timer (events or a CUDA graph, whose warm-up sets up what the first call did not)."""
+    if spec.pass_ != "fwd" or spec.dropout > 0 or chosen.mode != timing.CpuTimer.mode:
+        return 0.0
+    return float(ready.first_call_ms or 0.0)
+
+
+def peak_on_refill(ready: Prepared, spec: CellSpec) -> bool:
+    """Whether a cell's peak memory is measured on check_after's refill call instead of one more call of
+    its own: for a forward cell without dropout, whose refill call is the timed call exactly (the same
+    tensors, keywords and grad mode; refill_in_place), so that the two would measure the same peak and
+    the cell pays one call less (issue 25: a tenth of a slow cell's wall time). A fwdbwd cell's refill
+    runs no backward, and a dropout cell's runs without its mask: their peak keeps its own call."""
+    inputs = getattr(ready.call, "inputs", None)
+    return spec.pass_ == "fwd" and spec.dropout == 0 and inputs is not None
+
+
+def peak(call: Callable[[], object], device: str) -> tuple[int, str]:
+    """(bytes, method): the peak memory of one call above what is live before it, outside the timed
+    runs. A timed_call's gradients from its last call are freed first, so they are not counted as live."""
+    reset = getattr(call, "reset_grads", None)
+    if reset is not None:
+        reset()
+    return memory.peak(call, device)
+
+
+def harness_tensors(cache: InputCache, ready: Prepared | None = None) -> tuple[object, ...]:
+    """The tensors of a cell that are the harness's, not its variant's memory: the input cache's pristine
+    inputs and float64 reference, and the timed call's inputs and dO (timed_call's call.owned)."""
+    own = getattr(ready.call, "owned", ()) if ready is not None else ()
+    return (*(cache.pristine or ()), cache.ref, *own)
+
+
+def retained_bytes(
+    ready: Prepared, spec: CellSpec, cache: InputCache, before: dict[int, Any], cuda_before: int = 0
+) -> int:
+    """Bytes the variant still holds after the cell's calls (outputs and gradients dropped): the tensors
+    it made in this cell or an earlier one of this process (its numerics probe, its cells) and keeps alive,
+    less the harness's own (memory.HOLDINGS; `before` is HOLDINGS.mark() from before the variant was bound
+    or called in this cell). On CUDA, torch.cuda.memory_allocated's rise over the cell where that is more
+    (`cuda_before`: memory.cuda_live_bytes then): it sees C++-held tensors too, though only the cell's."""
+    ready.call.reset_grads()
+    own = harness_tensors(cache, ready)
+    memory.HOLDINGS.attribute(spec.variant, before, own)
+    held = memory.HOLDINGS.held(spec.variant, spec.device, own)
+    if spec.device == "cuda":
+        held = max(held, memory.cuda_live_bytes(own) - cuda_before)
+    return held
+
+
+def measure_cell(
+    spec: CellSpec,
+    settings: Settings,
+    cache: InputCache | None = None,
+    timer: timing.Timer | None = None,
+    rounds: int = 1,
+) -> dict[str, Any]:
+    """The full measurement of one cell as a result row (see results.schema): prepare, time_call, peak.
+    rounds: this is the first of that many visits (Settings.rounds), sampling 1/rounds of the budget; the
+    others are measure_visit's."""
+    t_start = time.perf_counter()
+    row = start_row(spec)
+    try:
+        variant = variants.get(spec.variant)
+    except variants.VariantError as exc:
+        return finish(row, "error", str(exc))
+    reason = variant.check(spec.problem())
+    if reason:
+        return finish(row, "unsupported", reason)
+    cache = cache or InputCache()
+    ready = None
+    try:
+        # what is alive before the variant is first bound or called in this cell (retained_bytes)
+        before = memory.HOLDINGS.mark()
+        cuda_before = memory.cuda_live_bytes(harness_tensors(cache)) if spec.device == "cuda" else 0
+        ready = prepare(spec, settings, cache)
+        row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
+        chosen = (
+            timing.injected(timer) if timer is not None else cell_timer(ready.call, spec.device, settings)
+        )
+        row.update(chosen.fields())
+        try:
+            with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
+                m = time_call(ready.call, settings, chosen.timer, warmed_ms(ready, spec, chosen), rounds)
+        finally:
+            chosen.close()  # a CUDA graph's memory is given back before the peak is measured
+            chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
+        if spec.device == "cuda":
+            row.update(telemetry.summarise(sampled.samples))
+        on_refill = peak_on_refill(ready, spec)
+        if not on_refill:
+            peak_bytes, method = peak(ready.call, spec.device)
+        after = check_after(
+            ready, spec, settings, cache, measure_peak=on_refill, fresh=not defers_fresh_check(spec, rounds)
+        )
+        if on_refill:
+            peak_bytes, method = after.peak or peak(ready.call, spec.device)
+        retained = retained_bytes(ready, spec, cache, before, cuda_before)
+        status, message = ready.verdict(m, after)
+        if retains(retained, peak_bytes):  # the memory story counts it: held between calls, needed by each
+            peak_bytes, method = peak_bytes + retained, f"{method} {RETAINED_METHOD}"
+            message = "; ".join(filter(None, (message, held(retained))))
+        row.update(
+            **after.fields(),
+            **summarize(m.samples_ms),
+            samples_ms=[round(s, 6) for s in m.samples_ms],
+            stop_reason=m.stop_reason,
+            peak_mem_bytes=peak_bytes,
+            retained_mem_bytes=retained,
+            mem_method=method,
+            tflops=tflops(row["flops"], m.median),
+            kv_gbps=gbps(row["kv_bytes"], m.median),
+            elapsed_s=round(time.perf_counter() - t_start, 3),
+        )
+        return finish(row, status, message)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
+        return finish(row, *failure(exc, spec.device, ready))
+
+
+def measure_visit(
+    spec: CellSpec,
+    settings: Settings,
+    rounds: int,
+    cache: InputCache | None = None,
+    timer: timing.Timer | None = None,
+    index: int = 2,
+) -> dict[str, Any]:
+    """The index-th visit (from 2) of a cell visited `rounds` times (Settings.rounds), as a row of its own
+    to merge with the first visit's (rows.merge_rounds): the same inputs, the setup hook again if the
+    variant has one (setup_ms), one untimed warm-up call (first_call_ms), then 1/rounds of the sampling
+    budget. What the first visit established is not done again: the float64 gate, the refill check, peak
+    memory. Where the first visit left it (defers_fresh_check), the second visit's warm-up call is the
+    fresh-input check (checks_ms, fresh_rel_err; `wrong` when it fails, after the visit is timed)."""
+    t_start = time.perf_counter()
+    row = start_row(spec)
+    try:
+        variant = variants.get(spec.variant)
+    except variants.VariantError as exc:
+        return finish(row, "error", str(exc))
+    cache = cache or InputCache()
+    try:
+        q, k, v, kl = cache.get(spec, settings.seed, variant.cap.layout)
+        opts = call_options(spec, kl)
+        setup_ms = None
+        if variant.cap.setup is not None:
+            fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
+        else:
+            fn = variant.fn
+        call = timed_call(fn, q, k, v, backward=spec.pass_ == "fwdbwd", dropout_p=spec.dropout, **opts)
+        fresh = checks_ms = first_ms = None
+        if index == 2 and defers_fresh_check(spec, rounds):  # the check is the warm-up call
+            t_check = time.perf_counter()
+            fresh, warm_ms = fresh_check(fn, variant.cap.layout, spec, settings)
+            checks_ms = (time.perf_counter() - t_check) * 1e3  # with its inputs and float64 reference
+        else:
+            _, first_ms = _timed_once(spec.device, call)
+            warm_ms = first_ms
+        chosen = timing.injected(timer) if timer is not None else cell_timer(call, spec.device, settings)
+        row.update(chosen.fields())
+        # on CPU the warm-up call is the very call timed: it counts toward the visit's warm-up budget
+        warmed = warm_ms if chosen.mode == timing.CpuTimer.mode else 0.0
+        try:
+            m = time_call(call, settings, chosen.timer, warmed, rounds)
+        finally:
+            chosen.close()
+        row.update(
+            layout=variant.cap.layout,
+            setup_ms=None if setup_ms is None else round(setup_ms, 6),
+            first_call_ms=None if first_ms is None else round(first_ms, 6),
+            checks_ms=None if checks_ms is None else round(checks_ms, 6),
+            fresh_rel_err=None if fresh is None else fresh.rel_err,
+            **summarize(m.samples_ms),
+            samples_ms=[round(s, 6) for s in m.samples_ms],
+            stop_reason=m.stop_reason,
+            tflops=tflops(row["flops"], m.median),
+            kv_gbps=gbps(row["kv_bytes"], m.median),
+            elapsed_s=round(time.perf_counter() - t_start, 3),
+        )
+        if fresh is not None and not fresh.passed:  # timed, as a first visit's wrong cell is
+            return finish(row, "wrong", fresh_failure(fresh, settings.seed + FRESH_SEED_OFFSET))
+        return finish(row, "ok")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the cell boundary, as measure_cell's
+        return finish(row, *failure(exc, spec.device))

@@ -1,0 +1,65 @@
+"""The output contract: what a variant must return before the harness reads its answer.
+
+A variant returns one torch.Tensor of its inputs' dtype and device, shaped (B, H, N_q, d_v): q's batch, heads
+and query length, v's value width (with grouped-query attention k and v have fewer heads; the output has q's).
+Every place that receives a variant's output (harness.measure.cell's gated call and fresh-input call,
+harness.measure.correctness's gate and gradient check, the dropout check) calls `check_output` first, so a
+float64 answer to float32 inputs is never gated as if it were float32, and a tuple or a transposed tensor is
+named as such instead of failing later with whatever a tensor method says about it. OutputContractError is
+turned into an `error` row with its message as it is (harness.measure.failures).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PREFIX = "output contract: "
+
+
+class OutputContractError(Exception):
+    """A variant returned something other than the tensor the contract asks for; the message says what it
+    returned and what was expected, in one line."""
+
+
+def expected_shape(q: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
+    """(B, H, N_q, d_v) for inputs q (B, H, N_q, d_k) and v (B, H_kv, N_k, d_v)."""
+    b, h, n_q, _ = q.shape
+    return (b, h, n_q, v.shape[-1])
+
+
+def check_output(out: Any, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """out itself when it is a torch.Tensor of q's dtype and device shaped (B, H, N_q, d_v); else
+    OutputContractError, e.g. "output contract: returned float64 (1, 8, 256, 64) on cpu; expected float32"."""
+    shape, dtype, device = expected_shape(q, v), _name(q.dtype), q.device
+    if not isinstance(out, torch.Tensor):
+        what = "None" if out is None else _article(type(out).__name__)
+        raise OutputContractError(
+            f"{PREFIX}returned {what}; expected a {_shape(shape)} {dtype} tensor on {device}"
+        )
+    got = (_name(out.dtype), tuple(out.shape), out.device)
+    if got == (dtype, shape, device):
+        return out
+    # only what differs is expected: the got part already says the rest
+    wanted = [
+        dtype if got[0] != dtype else "",
+        _shape(shape) if got[1] != shape else "",
+        f"on {device}" if got[2] != device else "",
+    ]
+    raise OutputContractError(
+        f"{PREFIX}returned {got[0]} {_shape(got[1])} on {got[2]}; expected {' '.join(w for w in wanted if w)}"
+    )
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    """(1, 8, 256, 64), with a one-dimensional shape written (5,) as Python writes it."""
+    return str(tuple(int(s) for s in shape))
+
+
+def _article(word: str) -> str:
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

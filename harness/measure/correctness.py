@@ -1,0 +1,333 @@
+"""The correctness gate: a variant's output (and gradients) against a float64 reference on the same inputs.
+
+Semantics the reference fixes, and every variant is held to:
+- scale defaults to 1/sqrt(d_k);
+- grouped-query attention: k and v may have H_kv heads, H_kv dividing q's H; query head h uses k/v head
+  h // (H / H_kv) (the reference repeats the k/v heads explicitly, in float64);
+- causal: query i sees keys j <= t_i, with t_i = i (top-left, torch SDPA's is_causal, the default) or
+  t_i = i + N_k - N_q (causal_align="lower-right": torch's causal_lower_right, FlashAttention >= 2.1);
+- a sliding window W > 0 (with causal) additionally hides keys j <= t_i - W: W keys up to the diagonal;
+- key padding: key j of batch b is visible when j < key_lengths[b];
+- a score modification (mod: 'alibi', 'softcap:C'; variants.mods fixes its rules) applies to the scaled
+  scores before any mask, and with ALiBi at the query's position t_i (lower-right: i + N_k - N_q);
+- a query row that sees no key at all (key_lengths[b] == 0; with lower-right and N_q > N_k the first
+  N_q - N_k rows; with a window, rows whose W keys all lie beyond N_k or the padding) has output 0, not
+  NaN. Those rows are left out of the error and reported separately as `masked_rows`: what the variant
+  actually returned there ("zeros", "nan" or "other"; "n/a" when the inputs have no such row).
+
+Error metric: rel_err = ||out - ref||_F / ||ref||_F over the compared rows (robust to the scale of the
+output, unlike an elementwise relative error near zero), plus max_abs_err. A variant passes when
+rel_err <= TOLERANCE[dtype] and every compared value is finite. The tolerances are set from what
+each precision can achieve on this computation, with headroom for accumulation order:
+float32 arithmetic lands near 1e-7 (TF32 matmuls near 3e-4 would fail, on purpose); float16 keeps 11
+significant bits (unit roundoff 4.9e-4); bfloat16 keeps 8 (unit roundoff 3.9e-3), and P is rounded
+to it before P @ V in fused kernels. A mod keeps these: softcap only shrinks the scores (|C tanh(s/C)| <= |s|,
+slope <= 1), and ALiBi's bias, rounded in the dtype, errs most at long distances, where it has already
+pushed the weights towards zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attnbench.harness.measure.contract import check_output
+from attnbench.variants.mods import NONE, apply_mod
+from attnbench.variants.problem import extra_options
+
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
+GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
+REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
+
+
+def key_interval(
+    rows: torch.Tensor, n_q: int, n_k: int, *, causal: bool, causal_align: str = "top-left", window: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi): query row i may see exactly the keys lo_i <= j <= hi_i (before key padding), by the rules
+    in this module's docstring. rows: 1-D query indices."""
+    if causal_align not in ("top-left", "lower-right"):
+        raise ValueError(f"unknown causal alignment {causal_align!r}")
+    if window and not causal:
+        raise ValueError("a sliding window needs causal masking")
+    t = rows + (n_k - n_q if causal and causal_align == "lower-right" else 0)  # the diagonal key of row i
+    hi = torch.clamp(t, max=n_k - 1) if causal else torch.full_like(rows, n_k - 1)
+    lo = torch.clamp(t - window + 1, min=0) if window else torch.zeros_like(rows)
+    return lo, hi
+
+
+def reference(
+    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0,
+    mod=NONE,
+) -> torch.Tensor:  # fmt: skip
+    """float64 attention, computed in query-row blocks so its memory stays bounded.
+
+    rows: optional 1-D index tensor of query rows to compute (every row is independent);
+    returns (B, H, len(rows) or N_q, d_v) float64. Written independently of the variants: k/v heads are
+    repeated, masks are built from the index rules above.
+    """
+    return _weighted(
+        q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=1,
+        causal_align=causal_align, window=window, mod=mod,
+    )  # fmt: skip
+
+
+def second_moment(
+    q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0,
+    mod=NONE,
+) -> torch.Tensor:  # fmt: skip
+    """sum_j P_ij^2 V_jc^2 in float64, shaped as `reference`: with dropout p (independent keeps of probability
+    1 - p, kept weights scaled by 1/(1 - p)) the variance of output element (i, c) is p/(1 - p) times this."""
+    return _weighted(
+        q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=2,
+        causal_align=causal_align, window=window, mod=mod,
+    )  # fmt: skip
+
+
+def _weighted(
+    q, k, v, *, causal, key_lengths, scale, rows, power: int, causal_align: str, window: int, mod: str = NONE
+) -> torch.Tensor:
+    """(P ** power) @ (V ** power) in float64, P the softmax weights, over query-row blocks."""
+    q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
+    b, h, n_q, d_k = q64.shape
+    n_k = k64.shape[2]
+    group = _group(h, k64.shape[1])
+    if group > 1:
+        k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)  # (B, H, N_k, d)
+    scale = d_k**-0.5 if scale is None else scale
+    row_ids = torch.arange(n_q, device=q.device) if rows is None else rows.to(q.device)
+    keep = torch.ones(b, 1, 1, n_k, dtype=torch.bool, device=q.device)
+    if key_lengths is not None:
+        keep = (torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None])[
+            :, None, None, :
+        ]
+    vp = v64 if power == 1 else v64.pow(power)
+    block = max(1, REFERENCE_ROW_BLOCK // max(1, b * h * n_k))
+    j = torch.arange(n_k, device=q.device)[None, :]
+    outs = []
+    for start in range(0, len(row_ids), block):
+        ids = row_ids[start : start + block]
+        s = torch.einsum("bhqd,bhkd->bhqk", q64[:, :, ids], k64) * scale
+        s = apply_mod(s, mod, causal=causal, causal_align=causal_align, rows=ids, n_q=n_q)  # before masks
+        lo, hi = key_interval(ids, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
+        visible = keep & ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
+        s = s.masked_fill(~visible, -math.inf)
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        p = torch.exp(s - m)
+        total = p.sum(-1, keepdim=True)
+        p = p / torch.where(total == 0, torch.ones_like(total), total)  # rows with no visible key: 0
+        outs.append(p @ vp if power == 1 else p.pow_(power) @ vp)
+    return torch.cat(outs, dim=2)
+
+
+def _group(heads: int, kv_heads: int) -> int:
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"k/v heads ({kv_heads}) must divide q heads ({heads})")
+    return heads // kv_heads
+
+
+def empty_rows(
+    n_q: int, key_lengths, *, n_k: int | None = None, causal=False, causal_align="top-left", window=0
+) -> torch.Tensor | None:
+    """(B or 1, 1, N_q, 1) bool: rows that see no key at all (see the module docstring), or None."""
+    n_k = n_q if n_k is None else n_k
+    lo, hi = key_interval(
+        torch.arange(n_q), n_q, n_k, causal=causal, causal_align=causal_align, window=window
+    )
+    hi = hi[None, :]
+    if key_lengths is not None:
+        hi = torch.minimum(hi, key_lengths.cpu()[:, None] - 1)  # (B, N_q)
+    empty = lo[None, :] > hi
+    return empty[:, None, :, None] if bool(empty.any()) else None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """How far a variant's output is from the float64 reference, and whether that passes."""
+
+    max_abs_err: float
+    rel_err: float
+    tolerance: float
+    passed: bool
+    masked_rows: str  # what the variant returned in rows that see no key: zeros / nan / other / n/a
+    rows_checked: int
+    grad_rel_err: float | None = None  # max over dq, dk, dv; None when gradients were not checked
+    grad_passed: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.passed and self.grad_passed is not False
+
+    def describe(self) -> str:
+        text = f"rel_err {self.rel_err:.2e} (tol {self.tolerance:.0e}), max_abs_err {self.max_abs_err:.2e}"
+        if self.grad_rel_err is not None:
+            text += f", grad rel_err {self.grad_rel_err:.2e}"
+        return text
+
+
+def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(max_abs_err, rel_err); both inf when out has a non-finite value."""
+    out64 = out.detach().to(torch.float64)
+    if not bool(torch.isfinite(out64).all()):
+        return math.inf, math.inf
+    diff = out64 - ref
+    max_abs = float(diff.abs().max()) if diff.numel() else 0.0
+    denom = float(torch.linalg.vector_norm(ref))
+    rel = float(torch.linalg.vector_norm(diff)) / denom if denom > 0 else max_abs
+    return max_abs, rel
+
+
+def _masked_behaviour(out: torch.Tensor, empty: torch.Tensor | None, rows) -> str:
+    if empty is None:
+        return "n/a"
+    sel = empty if rows is None else empty[:, :, rows.to(empty.device)]
+    sel = sel.expand(out.shape[0], out.shape[1], -1, out.shape[3])
+    if not bool(sel.any()):
+        return "n/a"
+    got = out if rows is None else out[:, :, rows.to(out.device)]  # the sampled rows, as sel is
+    vals = got.detach()[sel.to(got.device)]
+    if bool(torch.isnan(vals).any()):
+        return "nan"
+    return "zeros" if bool((vals == 0).all()) else "other"
+
+
+def sample_rows(n_q: int, max_rows: int | None, *, seed: int = 0) -> torch.Tensor | None:
+    """None (all rows) when n_q <= max_rows, else a fixed random sample that keeps the first and last rows."""
+    if max_rows is None or n_q <= max_rows:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    middle = torch.randperm(n_q - 2, generator=g)[: max_rows - 2] + 1
+    return torch.cat([torch.tensor([0, n_q - 1]), middle.sort().values])
+
+
+def gate(
+    out: torch.Tensor,
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    key_lengths=None,
+    scale=None,
+    rows: torch.Tensor | None = None,
+    ref: torch.Tensor | None = None,
+    causal_align: str = "top-left",
+    window: int = 0,
+    mod: str = NONE,
+) -> GateResult:
+    """Compare an output already computed by a variant with the float64 reference (forward only).
+
+    ref: the reference for these inputs and rows, when the caller already has it.
+    """
+    dtype = str(q.dtype).removeprefix("torch.")
+    tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+    rules = dict(causal=causal, causal_align=causal_align, window=window)
+    if ref is None:
+        ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules)
+    got = out if rows is None else out[:, :, rows.to(out.device)]
+    empty = empty_rows(q.shape[2], key_lengths, n_k=k.shape[2], **rules)
+    masked = _masked_behaviour(out, empty, rows)
+    if empty is not None:
+        keep = ~(empty if rows is None else empty[:, :, rows.to(empty.device)])
+        keep = keep.expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
+        got, ref = got[keep], ref[keep.to(ref.device)]
+    max_abs, rel = _errors(got, ref)
+    return GateResult(
+        max_abs_err=max_abs,
+        rel_err=rel,
+        tolerance=tol,
+        passed=rel <= tol,
+        masked_rows=masked,
+        rows_checked=int(q.shape[2]) if rows is None else len(rows),  # the sample, empty rows among them
+    )
+
+
+def grad_errors(
+    variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
+    causal_align: str = "top-left", window: int = 0, mod: str = NONE,
+) -> float:  # fmt: skip
+    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO.
+
+    Both sides get their gradients as a training loop does, out.backward(dO) into fresh leaves' .grad
+    (`_backward`), not torch.autograd.grad: reentrant activation checkpointing
+    (torch.utils.checkpoint with use_reentrant=True) refuses .grad(), and a gate must accept every
+    implementation autograd accepts."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # clone keeps the layout
+    extra = extra_options(causal_align=causal_align, window=window, mod=mod)  # only those not at the default
+    out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
+    d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
+    grads = _backward(out, leaves, d_out.to(out.dtype))
+    ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
+    ref = _reference_autograd(
+        *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
+        window=window, mod=mod,
+    )  # fmt: skip
+    ref_grads = _backward(ref, ref_leaves, d_out)
+    return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
+
+
+def _backward(out: torch.Tensor, leaves: list[torch.Tensor], d_out: torch.Tensor) -> list[torch.Tensor]:
+    """The leaves' gradients after out.backward(d_out). A leaf the output does not depend on gets none from
+    autograd, which is a zero gradient: the gate then compares zeros with the reference's."""
+    out.backward(d_out)
+    return [t.grad if t.grad is not None else torch.zeros_like(t) for t in leaves]
+
+
+def _reference_autograd(
+    q64, k64, v64, *, causal, key_lengths, scale, causal_align="top-left", window=0, mod=NONE
+):
+    """The reference in one differentiable piece (no detach, no blocks) for gradient checks."""
+    b, h, n_q, d_k = q64.shape
+    n_k = k64.shape[2]
+    group = _group(h, k64.shape[1])
+    k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)  # grads sum back
+    scale = d_k**-0.5 if scale is None else scale
+    s = (q64 @ k64.transpose(-2, -1)) * scale
+    s = apply_mod(s, mod, causal=causal, causal_align=causal_align)  # before the masks
+    rows = torch.arange(n_q, device=q64.device)
+    lo, hi = key_interval(rows, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
+    j = torch.arange(n_k, device=q64.device)[None, :]
+    visible = ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
+    if key_lengths is not None:
+        visible = (
+            visible & (torch.arange(n_k, device=q64.device)[None, :] < key_lengths[:, None])[:, None, None, :]
+        )
+    s = s.masked_fill(~visible, -math.inf)
+    m = s.amax(-1, keepdim=True).detach()
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    total = p.sum(-1, keepdim=True)
+    p = p / torch.where(total == 0, torch.ones_like(total), total)
+    return p @ v64
+
+
+def check(
+    variant,
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    key_lengths=None,
+    scale=None,
+    backward=False,
+    max_rows: int | None = None,
+    causal_align: str = "top-left",
+    window: int = 0,
+    mod: str = NONE,
+) -> GateResult:
+    """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
+    window and mod reach the variant only when not at their default (variants.extra_options)."""
+    rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
+    axes = dict(causal_align=causal_align, window=window, mod=mod)
+    with torch.no_grad():
+        out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
+    result = gate(out, q, k, v, rows=sample_rows(q.shape[2], max_rows), **rules, **axes)
+    if not backward:
+        return result
+    grad_rel = grad_errors(variant, q, k, v, **rules, **axes)
+    grad_tol = result.tolerance * GRAD_TOLERANCE_FACTOR
+    return GateResult(**{**result.__dict__, "grad_rel_err": grad_rel, "grad_passed": grad_rel <= grad_tol})

@@ -1,0 +1,88 @@
+"""What a variant raised, as a row's (status, message): unsupported, oom, a poisoned CUDA context, error.
+
+Runs where the exception was raised: in the worker (harness.measure.cell.measure_cell's cell boundary,
+harness.workers.worker) and in the pytest-benchmark plugin. The texts the parent reads back are in
+harness.measure.outcomes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from attnbench.harness.measure.contract import OutputContractError
+from attnbench.harness.measure.outcomes import POISONED_PREFIX, mutation
+from attnbench.variants import UnsupportedError
+
+
+class Ready(Protocol):
+    """What `failure` reads of a prepared cell (harness.measure.cell.Prepared): the inputs it found
+    modified."""
+
+    changed: tuple[str, ...]
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+# What CUDA says when a kernel fault (not an allocation) has made the process's context unusable: every
+# later CUDA call in the process fails the same way, so the worker must exit and be replaced.
+_POISONED = (
+    "device-side assert",
+    "illegal memory access",
+    "illegal instruction",
+    "misaligned address",
+    "unspecified launch failure",
+    "an illegal address",
+    "CUBLAS_STATUS_EXECUTION_FAILED",
+    "CUDNN_STATUS_EXECUTION_FAILED",
+    "CUDA error",
+)
+
+
+def is_poisoned(exc: BaseException) -> bool:
+    """Whether exc is a CUDA error after which this process's CUDA context is unusable (a device-side
+    assert, an illegal address, ...): torch.AcceleratorError, or a RuntimeError saying so. Never an OOM,
+    from which the context recovers."""
+    if is_oom(exc):
+        return False
+    accel = getattr(torch, "AcceleratorError", None)
+    if accel is not None and isinstance(exc, accel):
+        return True
+    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _POISONED)
+
+
+def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tuple[str, str]:
+    """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
+    error (an output that breaks harness.measure.contract's rule: an error with that rule's words alone);
+    `wrong` when prepare had already found that it modifies its inputs (the error follows from that, as
+    autograd refusing an in-place write into a leaf in a fwdbwd call); `crashed` for a CUDA error that
+    poisoned the context (is_poisoned: the worker that sends such a row exits, and the next cell gets a new
+    one). The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
+    if isinstance(exc, UnsupportedError):
+        return "unsupported", str(exc)
+    if is_poisoned(exc):  # before empty_cache, which would fail the same way
+        return "crashed", POISONED_PREFIX + f"{type(exc).__name__}: {_one_line(exc)}"
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    if is_oom(exc):
+        return "oom", _one_line(exc)
+    message = _one_line(exc)
+    if not isinstance(exc, OutputContractError):  # the contract's words say what was returned and expected
+        message = f"{type(exc).__name__}: {message}"
+    if ready is not None and ready.changed:
+        return "wrong", f"{mutation(ready.changed)}; then {message}"
+    return "error", message
+
+
+def _one_line(exc: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(exc).split())
+    return text[:limit] + ("..." if len(text) > limit else "")

@@ -1,0 +1,304 @@
+"""The machine's fingerprint: everything that can change a measurement, as one flat-ish dict."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from attnbench.harness.measure import telemetry
+from attnbench.harness.measure.allocator import worker_environ
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _pkg(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def torch_version() -> str | None:
+    """torch.__version__ without importing torch: read from the torch/version.py that import would load.
+    The installed distribution's metadata is not the same string everywhere (the GPU image's torch reports
+    2.11.0 there and 2.11.0+cu130 as torch.__version__), so it is the fallback only."""
+    import importlib.util
+    import re
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = Path(folder, "version.py").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+    return _pkg("torch")
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def attnbench_version() -> str | None:
+    """The installed distribution's version, else the checkout's pyproject version."""
+    found = _pkg("attnbench")
+    if found:
+        return found
+    try:
+        return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return None
+
+
+def git_commit() -> str | None:
+    """HEAD of the checkout attnbench runs from, with '-dirty' when it has uncommitted changes."""
+    if not (REPO / ".git").exists():
+        return None
+    try:
+        res = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if res.returncode != 0:
+            return None
+        head = res.stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("-dirty" if dirty else "")) or None
+
+
+# CPU features that decide which kernels torch's CPU backends can use (vector width, bf16/fp16 matmul units)
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "asimd", "sve")
+
+
+def _proc_cpuinfo(text: str | None = None) -> tuple[str, set[str]] | None:
+    """(model, flags) from Linux's /proc/cpuinfo (or `text`), None where it does not name both (not Linux;
+    ARM, whose /proc/cpuinfo has no model name). py-cpuinfo reads CPUID in a child Python, about 1.1 s
+    of the 1.6 s `attnbench env` took beyond `import torch` (issue 26); the kernel's flags are the ones
+    that decide what runs, and ISA_FLAGS are spelled as it spells them."""
+    text = _read("/proc/cpuinfo") if text is None else text
+    model = re.search(r"^model name\s*:\s*(.+)$", text or "", re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text or "", re.MULTILINE)
+    return (model.group(1).strip(), set(flags.group(1).split())) if model and flags else None
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what platform says (no py-cpuinfo child process)."""
+    found = _proc_cpuinfo()
+    return (found[0] if found else None) or platform.processor() or platform.machine()
+
+
+def cpu_info() -> dict[str, Any]:
+    """CPU model and features (/proc/cpuinfo, else py-cpuinfo), cores and memory (psutil), and the knobs
+    that move timings."""
+    import psutil
+
+    found = _proc_cpuinfo()
+    if found is None:
+        import cpuinfo
+
+        info = cpuinfo.get_cpu_info()
+        found = info.get("brand_raw"), set(info.get("flags") or ())
+    model, flags = found
+    return {
+        "cpu_model": model or platform.processor() or platform.machine(),
+        "cpu_isa": " ".join(f for f in ISA_FLAGS if f in flags) or None,
+        "physical_cores": psutil.cpu_count(logical=False),
+        "logical_cpus": os.cpu_count(),
+        "memory_bytes": int(psutil.virtual_memory().total),
+        "transparent_hugepages": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+        "allocator_env": allocator_env(),
+    }
+
+
+# Environment that changes how fast fresh memory comes or how many threads run, so two runs can be told
+# apart. Measured on a 2-core VM, naive attention at N=8192: 1.57 million page faults per call by default,
+# about 5,000 with THP_MEM_ALLOC_ENABLE=1 (results/reference/page-faults-epyc-2core.json);
+# glibc's MALLOC_* tunables moved it too, but not reliably at that size.
+ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "OMP_", "MKL_", "KMP_", "PYTORCH_")
+
+
+def allocator_env(environ: Mapping[str, str] | None = None) -> str:
+    """The set environment variables that affect allocation or threading, as 'K=V K=V' ('none' if unset),
+    of this process or of `environ`."""
+    environ = os.environ if environ is None else environ
+    found = [f"{k}={v}" for k, v in sorted(environ.items()) if k.startswith(ALLOCATOR_ENV_PREFIXES)]
+    return " ".join(found) or "none"
+
+
+# What a resume must share with the run it finishes, or its rows would mix two set-ups under one run:
+# the hosts, the torch and the attnbench code measured with, and the environment that moves timings.
+RESUME_KEYS = ("hosts", "torch", "git_commit", "allocator_env", "THP_MEM_ALLOC_ENABLE")
+
+
+def resume_identity(
+    env: Mapping[str, str] | None = None, hosts: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """RESUME_KEYS as this process would start a worker now: with the sweep's `env` and the allocator
+    defaults (harness.measure.allocator) over os.environ (the worker's fingerprint, taken there, saw the
+    same), on `hosts` (default: this one). Read without importing torch: torch_version() reads the
+    `torch.__version__` a worker records."""
+    environ = worker_environ(env)
+    return {
+        "hosts": sorted(hosts or [socket.gethostname()]),
+        "torch": torch_version(),
+        "git_commit": git_commit(),
+        "allocator_env": allocator_env(environ),
+        "THP_MEM_ALLOC_ENABLE": environ.get("THP_MEM_ALLOC_ENABLE"),
+    }
+
+
+def recorded_identity(meta: dict[str, Any]) -> dict[str, Any]:
+    """RESUME_KEYS of the run that wrote meta.json: its fingerprint, and its hosts (those of its `devices`
+    records, else the fingerprint's hostname). A key the run did not record (older runs) is missing."""
+    fp = meta.get("fingerprint") or {}
+    hosts = {str(d.get("host")) for d in (meta.get("devices") or {}).values() if d.get("host")}
+    out: dict[str, Any] = {"hosts": sorted(hosts or ([fp["hostname"]] if fp.get("hostname") else []))}
+    out.update({k: fp[k] for k in RESUME_KEYS if k in fp})
+    return out if out["hosts"] else {k: v for k, v in out.items() if k != "hosts"}
+
+
+def identity_diff(recorded: dict[str, Any], current: dict[str, Any]) -> dict[str, list[Any]]:
+    """{key: [recorded, current]} for each RESUME_KEY that differs. A key the run did not record is not
+    compared, nor torch or git_commit when this process cannot tell them (None: no git checkout)."""
+    unknown = {k for k in ("torch", "git_commit") if current.get(k) is None}
+    return {
+        k: [recorded[k], current.get(k)]
+        for k in RESUME_KEYS
+        if k in recorded and k not in unknown and recorded[k] != current.get(k)
+    }
+
+
+def diff_text(diff: dict[str, list[Any]]) -> str:
+    """'torch 2.12.0 -> 2.13.0, hosts a -> b' for one line of an error."""
+
+    def text(v: Any) -> str:
+        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    return ", ".join(f"{k} {text(old)} -> {text(new)}" for k, (old, new) in diff.items())
+
+
+def nvml_info(uuid: str) -> dict[str, Any]:
+    """Driver, clocks, power limit, temperature and clock-event reasons through NVML (nvidia-ml-py), written
+    as nvidia-smi writes them, of the GPU with torch's `uuid`: the one torch uses, whatever
+    CUDA_VISIBLE_DEVICES renumbers (NVML's index 0 is the machine's first GPU by PCI bus, not torch's
+    device 0). {} where NVML is missing (no driver, not NVIDIA) or does not know the UUID."""
+    opened = telemetry.open_nvml(uuid)
+    if opened is None:
+        return {}
+    pynvml, h = opened
+    info: dict[str, Any] = {"nvml_uuid": telemetry.nvml_uuid(uuid)}
+    try:
+        reads = {
+            "driver": lambda: pynvml.nvmlSystemGetDriverVersion(),
+            "sm_clock": lambda: f"{pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)} MHz",
+            "sm_clock_max": lambda: f"{pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)} MHz",
+            "mem_clock": lambda: f"{pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)} MHz",
+            "power_limit": lambda: f"{pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000:.2f} W",  # mW
+            "temperature": lambda: str(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+            "throttle_reasons": lambda: f"0x{pynvml.nvmlDeviceGetCurrentClocksEventReasons(h):016x}",
+        }
+        for key, read in reads.items():
+            try:
+                value = read()
+            except (pynvml.NVMLError, AttributeError):  # a field this GPU or driver does not report
+                continue
+            info[key] = value.decode() if isinstance(value, bytes) else value
+    except pynvml.NVMLError:
+        pass
+    finally:
+        pynvml.nvmlShutdown()
+    return info
+
+
+def where_measured(device: str) -> dict[str, Any]:
+    """The row columns that say where a cell ran: the host, and on CUDA the GPU's name, UUID and index (as
+    torch numbers the visible devices), so that rows from several machines or GPUs of one run stay apart."""
+    out: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "gpu_name": None,
+        "gpu_uuid": None,
+        "gpu_index": None,
+    }
+    if device == "cuda":
+        import torch
+
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        uuid = getattr(props, "uuid", None)
+        out.update(gpu_name=props.name, gpu_uuid=None if uuid is None else str(uuid), gpu_index=index)
+    return out
+
+
+def gpu_info() -> dict[str, Any] | None:
+    """Properties of torch's CUDA device 0 (the first of CUDA_VISIBLE_DEVICES), or None without CUDA.
+    Initialises CUDA in this process: called in a worker, never in the parent."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    p = torch.cuda.get_device_properties(0)
+    info = {
+        "name": p.name,
+        "count": torch.cuda.device_count(),
+        "memory_bytes": int(p.total_memory),
+        "sm_count": p.multi_processor_count,
+        "capability": f"{p.major}.{p.minor}",
+        "l2_cache_bytes": getattr(p, "L2_cache_size", None),
+    }
+    uuid = getattr(p, "uuid", None)
+    info.update(nvml_info(str(uuid)) if uuid is not None else {})
+    return info
+
+
+def collect(*, with_gpu: bool = True) -> dict[str, Any]:
+    """The fingerprint: software versions, CPU, memory, GPU and the settings that move timings."""
+    import torch
+
+    fp: dict[str, Any] = {
+        "attnbench_version": attnbench_version(),
+        "git_commit": git_commit(),
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "xformers": _pkg("xformers"),
+        "numpy": _pkg("numpy"),
+        "torch_threads": torch.get_num_threads(),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+    }
+    fp.update(cpu_info())
+    fp["gpu"] = gpu_info() if with_gpu else None
+    return fp

@@ -1,0 +1,60 @@
+"""The memory guard: predict a cell's peak from its shape and the variant's memory class, before running it.
+
+A cell predicted not to fit in the device's free memory is skipped (never run), so that one cell
+cannot take the machine down. Prediction, per call (e = bytes per element; N_q = seq_len, N_k = seq_k;
+K and V have H_kv heads, which grouped-query variants read without repeating):
+  S  = B*H*N_q*N_k*e   one score-sized tensor
+  IO = B*H*N_q*(d_k+d_v)*e + B*H_kv*N_k*(d_k+d_v)*e   the inputs' size (q and the output, k and v)
+  quadratic variants: forward 3*S (scores, weights, and one temporary, e.g. the masked or shifted
+                      scores), forward+backward 6*S (saved scores and weights plus their gradients);
+                      with dropout 2*S more (the mask and the dropped weights, beside the weights);
+                      with a score modification S more forward, 2*S forward+backward (the modded
+                      scores beside the scaled ones, and what autograd saves of tanh), and for alibi
+                      the (H, N_q, N_k) bias, S/B
+  linear variants:    forward 2*IO + block buffers, forward+backward 6*IO + block buffers
+plus the cell's inputs (3 with gradients) and the float64 reference of the correctness gate (float64
+copies of q, k and v, k and v repeated to H heads for grouped-query cells, and its score blocks, one more
+with a mod). A linear variant's mod works in place on its blocks (chunked's softcap backward: one block).
+These are upper estimates: measured peaks (naive forward = 2*S + output) sit below them.
+"""
+
+from __future__ import annotations
+
+from attnbench.harness.measure.correctness import REFERENCE_ROW_BLOCK
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.results.formulas import DTYPE_BYTES, bytes_text
+
+BLOCK_BUFFER_ELEMS = 256 * 512 * 3  # per (batch, head): a linear variant's score blocks (fp32)
+
+
+def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | None = None) -> int:
+    e = DTYPE_BYTES.get(spec.dtype, 4)
+    b, bh, n_q, n_k = spec.batch, spec.batch * spec.heads, spec.seq_len, spec.seq_k
+    scores = bh * n_q * n_k * e
+    io = (bh * n_q + b * spec.kv_heads * n_k) * (spec.d_k + spec.d_v) * e
+    backward = spec.pass_ == "fwdbwd"
+    if memory_class == "quadratic":
+        work = (6 if backward else 3) * scores + (2 * scores if spec.dropout > 0 else 0)
+        if spec.mod != "none":
+            work += (2 if backward else 1) * scores + (scores // b if spec.mod == "alibi" else 0)
+    else:
+        work = (6 if backward else 2) * io + bh * BLOCK_BUFFER_ELEMS * 4
+    inputs = (2 if backward else 1) * io * 2
+    rows = min(n_q, (settings or Settings()).check_rows)
+    # the reference's float64 copies: q, k and v, and k and v repeated to H heads for grouped-query cells
+    kv_heads_64 = spec.kv_heads + (spec.heads if spec.kv_heads != spec.heads else 0)
+    copies = (bh * n_q * spec.d_k + b * kv_heads_64 * n_k * (spec.d_k + spec.d_v)) * 8
+    blocks = 3 + (spec.mod != "none")  # a mod's new scores beside the block's
+    reference = min(bh * rows * n_k, REFERENCE_ROW_BLOCK) * 8 * blocks + bh * rows * spec.d_v * 8 + copies
+    return int(work + inputs + reference)
+
+
+def fits(predicted: int, available: int, fraction: float) -> str | None:
+    """None when `predicted` fits in `fraction` of `available`, else the skip reason."""
+    if predicted <= fraction * available:
+        return None
+    return (
+        f"memory guard: predicted peak {bytes_text(predicted)} exceeds {fraction:.0%} of the "
+        f"{bytes_text(available)} available"
+    )

@@ -1,0 +1,100 @@
+"""What a row's message says, and what that means for the worker that measured it: pure rules, no torch.
+
+The worker writes these messages (harness.measure.cell's verdicts, harness.measure.failures); the torch-free
+parent (harness.run.runner, the executors, harness.workers.cellrunner) reads rows by the same rules, so it
+imports this module at its top without pulling torch in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnbench.results.formulas import bytes_text
+
+INPUT_NAMES = ("q", "k", "v", "key_lengths")  # what a cell is handed, in order; messages name them so
+
+MUTATES = "modifies its inputs in place"
+NOT_FOLLOWING = "answer does not follow the inputs"
+# where harness.measure.cell.check_after found it: the timed tensors themselves, given new values in place
+REFILLED = "on the timed tensors refilled in place with fresh values"
+
+# A row of a CUDA error that left the worker's context unusable (harness.measure.failures.is_poisoned) says so
+POISONED_PREFIX = "CUDA context poisoned, worker replaced: "
+
+# A failed CUDA graph capture can leave torch's allocator believing a capture is still under way (torch
+# releases that state only where the capture reached its end, and only in releases that fixed it): a later
+# empty_cache or capture in the same process then fails an internal assert. The cell itself is fine (timed
+# with events, timing_reason says why); the process that measured it is not trusted with the next one.
+CAPTURE_FAILED = "graph capture failed"  # in timing_reason (harness.measure.timing.graph_fallback)
+CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator may think one is under way)"
+
+
+# A variant that changed torch's process-wide state (harness.workers.torch_state) has its row say so, and the
+# worker that ran it exits: the next cell gets a fresh one, whatever the order of the variants
+STATE_CHANGED = "changed torch's global state"
+STATE_EXIT = "a variant changed torch's global state in this process"
+KILLED = "— killed"  # the end of the words for processes a variant left running (processes_left)
+
+
+def state_changed(changes: list[str]) -> str:
+    """A row's words for what its variant changed (harness.workers.torch_state's phrases, 'num_threads 2 →
+    1')."""
+    return f"{STATE_CHANGED}: {'; '.join(changes)}"
+
+
+def processes_left(killed: list[str]) -> str:
+    """A row's words for the processes its variant left running ('pid N: cmdline' each), killed since."""
+    n = len(killed)
+    return f"left {n} process{'es' if n != 1 else ''} running ({'; '.join(killed)}) {KILLED}"
+
+
+def left_behind(message: str) -> bool:
+    """Whether a row's (or a probe record's) message says its variant left something behind."""
+    return STATE_CHANGED in message or (" running (" in message and KILLED in message)
+
+
+def threads_mismatch(row: dict[str, Any], asked: int) -> str | None:
+    """Why a measured row's `threads` column is not what its cell asked for (`asked`), or None."""
+    ran = row.get("threads")
+    if ran is None or not asked or ran == asked:
+        return None
+    return f"ran on {ran} threads, the run asked for {asked}"
+
+
+# Memory a variant holds between calls (harness.measure.cell.retained_bytes) is part of what each call needs,
+# and the peak of one call never sees it: above this, it is added to the cell's peak_mem_bytes and the row
+# says so. Below it (an honest setup hook's plan, a few KiB of state) the peak is left as measured.
+RETAINED_MIN_BYTES = 1 << 20
+RETAINED_PEAK_FRACTION = 0.10
+RETAINED_METHOD = "+ retained_mem_bytes"  # the end of mem_method where peak_mem_bytes counts it
+HOLDS = "holds"
+
+
+def retains(retained: int | None, peak: int | None) -> bool:
+    """Whether `retained` bytes held between calls are large: over max(1 MiB, 10% of the peak)."""
+    return bool(retained) and retained > max(RETAINED_MIN_BYTES, RETAINED_PEAK_FRACTION * (peak or 0))
+
+
+def held(retained: int) -> str:
+    """A row's words for memory its variant holds between calls, counted in its peak."""
+    return f"{HOLDS} {bytes_text(retained)} between calls (retained_mem_bytes), counted in peak_mem_bytes"
+
+
+def mutation(changed: tuple[str, ...]) -> str:
+    """The reason a cell whose variant modified the inputs named in `changed` is wrong."""
+    return f"{MUTATES} ({', '.join(n for n in INPUT_NAMES if n in changed)} changed)"
+
+
+def is_poisoned_row(row: dict[str, Any]) -> bool:
+    """Whether a row measured in this process says its CUDA context is poisoned (harness.measure.failures)."""
+    return row.get("status") == "crashed" and str(row.get("message", "")).startswith(POISONED_PREFIX)
+
+
+def exit_reason(row: dict[str, Any]) -> str | None:
+    """Why the worker that measured `row` must exit after sending it (the parent starts a fresh one for the
+    next cell), or None: a poisoned CUDA context (the row's message), or a failed graph capture."""
+    if is_poisoned_row(row):
+        return str(row["message"])
+    if CAPTURE_FAILED in str(row.get("timing_reason") or ""):
+        return CAPTURE_EXIT
+    return None

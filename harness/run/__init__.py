@@ -1,0 +1,1 @@
+"""Running a sweep: the runner, the plan of visits, the executors, progress and estimates."""

@@ -1,0 +1,207 @@
+"""What a sweep will cost before it runs: its cells, those the memory guard would skip and those unsupported
+here, and how long the rest should take. One model, for `attnbench run --dry-run` and for the warning before
+a sweep estimated over LONG_S.
+
+The time model, per measured cell (an estimate, not a promise; it ignores skip-ahead after an OOM or a
+timeout, which only shortens a sweep):
+    call     = FLOPs of one call (results.formulas.attention_flops) / an assumed attained throughput
+    cell     = R * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT * q/k/v elements + warm-up + sampling + extra
+    warm-up  = max(warmup_ms, 1 call) in each of the R visits (Settings.rounds); a forward CPU cell without
+               dropout: what of warmup_ms its first call leaves (harness.measure.cell.warmed_ms), and one call
+               in each visit from the third (the second's warm-up is its fresh-input check:
+               defers_fresh_check)
+    extra    = EXTRA_CALLS calls (the first call, the memory measurement, the two after-checks); a forward
+               CPU cell without dropout: FWD_EXTRA_CALLS (its peak is measured on the refill check's call)
+    sampling = max(min_samples calls, budget_ms): the whole sampling budget, as on a busy machine (a stable
+               spread stops earlier; max_samples rarely does, as the timer batches cheap calls)
+plus RUN_OVERHEAD_S for the run (worker start, calibration, numerics probe). Settle rounds
+(Settings.settle_rounds) are not in the model: they visit again only the pairs a run could not rank (the
+quick preset's nine jobs of docs/method.md: 0 to 10 visits, up to about 5 s). The throughputs are what
+attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 and per GPU in bf16/fp16; on CPU a
+quadratic-memory variant attains QUADRATIC_4K_FACTOR of it unless the run asks for transparent huge pages
+(THP_MEM_ALLOC_ENABLE=1: each call faults its N x N scores in 4 KiB at a time otherwise).
+Checked against the committed CPU runs of the 2-core VM (results/reference, each cell's elapsed_s summed
+against its estimate; 2026-11-25): llm 3409 s measured, 2932 estimated; cpu 955, 973; the quick preset in
+rounds 36 and 43 (two runs), 54; decode's first 256 cells 781, 339 (flex compiles a kernel per shape
+there, and sdpa_math is slow at N_q = 1: neither is in the model).
+
+Reads nothing from a device: the parent decides this without a CUDA context, as it plans cells.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from attnbench.harness.measure.allocator import worker_environ
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.results.formulas import attention_flops
+
+ASSUMED_TFLOPS = {"cpu": 0.035, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
+# a quadratic-memory variant on CPU (its N x N scores made and freed every call) attains this fraction of
+# ASSUMED_TFLOPS where each call faults its scores in 4 KiB at a time: without transparent huge pages
+QUADRATIC_4K_FACTOR = 0.2
+VISIT_OVERHEAD_S = 0.06  # a visit's worker round trip, speed probe and row (rounds: each visit pays it)
+INPUT_S_PER_ELEMENT = 4e-8  # inputs, copies, the float64 reference and fresh inputs, per q/k/v element
+EXTRA_CALLS = 4  # the first (gated, compiling) call, the memory measurement, the refill and fresh checks
+FWD_EXTRA_CALLS = (
+    3  # the same, the memory measured on the refill check's call (harness.measure.cell.peak_on_refill)
+)
+RUN_OVERHEAD_S = 10.0  # start a worker, calibrate, probe the numerics
+LONG_S = 600.0  # a sweep estimated longer than this is warned about before it starts
+
+
+def assumed_tflops(device: str, dtype: str, memory: str = "linear", huge_pages: bool = True) -> float:
+    """The attained throughput the model assumes for a cell on `device` in `dtype` (see the module doc),
+    of a variant of that memory class (variants' Capability.memory), with or without huge pages."""
+    if device == "cpu":
+        tflops = ASSUMED_TFLOPS["cpu"] * (os.cpu_count() or 1)
+        if memory == "quadratic" and not huge_pages:
+            tflops *= QUADRATIC_4K_FACTOR
+        return tflops / 2 if dtype == "float64" else tflops
+    return ASSUMED_TFLOPS.get(device, ASSUMED_TFLOPS["cuda"]) / (8 if dtype in ("float32", "float64") else 1)
+
+
+def huge_pages(settings: Settings) -> bool:
+    """Whether the run's workers ask torch's CPU allocator for transparent huge pages
+    (harness.measure.allocator: unless the run's env or this environment says otherwise)."""
+    return worker_environ(settings.env).get("THP_MEM_ALLOC_ENABLE") == "1"
+
+
+def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear") -> float:
+    """The estimated wall time of one measured cell (the module doc's model) of a variant of that memory
+    class."""
+    flops = attention_flops(
+        spec.batch, spec.heads, spec.seq_len, spec.seq_k, spec.d_k, spec.d_v, causal=spec.causal,
+        pass_=spec.pass_, key_lengths=spec.key_lengths(), causal_align=spec.causal_align, window=spec.window,
+    )  # fmt: skip
+    call = flops / (assumed_tflops(spec.device, spec.dtype, memory, huge_pages(settings)) * 1e12)
+    rounds = max(1, settings.rounds)
+    sampling = max(settings.min_samples * call, settings.budget_ms / 1e3)
+    overhead = rounds * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT * input_elements(spec)
+    if spec.device == "cpu" and spec.pass_ == "fwd" and spec.dropout == 0:  # harness.measure.cell's shortcuts
+        # the first call is the warm-up; in rounds the fresh-input check is the second visit's warm-up call
+        warm = max(settings.warmup_ms / 1e3 - call, 0.0) + max(rounds - 2, 0) * call
+        return overhead + warm + sampling + FWD_EXTRA_CALLS * call
+    return overhead + rounds * max(settings.warmup_ms / 1e3 / rounds, call) + sampling + EXTRA_CALLS * call
+
+
+def input_elements(spec: CellSpec) -> int:
+    """Elements of a cell's q, k and v: what its inputs, their pristine copies, the float64 reference and
+    the checks' fresh inputs cost to make, scaled by INPUT_S_PER_ELEMENT."""
+    return spec.batch * (
+        spec.heads * spec.seq_len * spec.d_k + spec.kv_heads * spec.seq_k * (spec.d_k + spec.d_v)
+    )
+
+
+def run_seconds(
+    cells: Sequence[CellSpec], settings: Settings, memory_class: Callable[[str], str] = lambda name: "linear"
+) -> float:
+    """The estimated wall time of a run that measures `cells` (0 when there are none); memory_class(variant)
+    as forecast's."""
+    if not cells:
+        return 0.0
+    return RUN_OVERHEAD_S + sum(cell_seconds(c, settings, memory_class(c.variant)) for c in cells)
+
+
+def duration_text(seconds: float) -> str:
+    """'40 s', '12 min', '3.5 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A sweep before it runs: every cell, and what becomes of each (reasons as the rows would say them)."""
+
+    cells: int
+    measured: list[CellSpec]
+    unsupported: Counter = field(default_factory=Counter)  # reason -> cells
+    guarded: Counter = field(default_factory=Counter)  # memory guard's reason -> cells
+    guarded_from: dict[str, int] = field(default_factory=dict)  # variant -> the shortest N_q it skips
+    seconds: float = 0.0
+    done: int = 0  # cells a resumed run measured already (counted in `cells`)
+    settle: int = 0  # Settings.settle_rounds: visits the model leaves out, said beside the estimate
+
+    def lines(self) -> list[str]:
+        """What `attnbench run --dry-run` prints: counts, reasons, the estimate and its assumption."""
+        n_unsup, n_guard = sum(self.unsupported.values()), sum(self.guarded.values())
+        done = f", {self.done} measured already" if self.done else ""
+        out = [
+            f"{self.cells} cells{done}: {len(self.measured)} to measure, {n_guard} the memory guard would "
+            f"skip, {n_unsup} unsupported here"
+        ]
+        where = ", ".join(f"{v} from N = {n}" for v, n in self.guarded_from.items())
+        out += [f"  skipped by the memory guard ({n}): {where}; {r}" for r, n in self.guarded.most_common()]
+        out += [f"  unsupported ({n}): {reason}" for reason, n in self.unsupported.most_common()]
+        out.append(f"estimated time: about {duration_text(self.seconds)} ({assumption()})")
+        if self.settle:
+            out.append(
+                f"  and up to {self.settle} settle rounds, not in the estimate: the pairs the rounds cannot "
+                "rank visited again (on the 2-core reference VM, up to an eighth more for the quick "
+                "preset, a quarter for the cpu preset: docs/method.md)"
+            )
+        return out
+
+
+def assumption() -> str:
+    """The model's assumption in a few words, to print beside an estimate."""
+    cpu = ASSUMED_TFLOPS["cpu"] * (os.cpu_count() or 1)
+    return (
+        f"assumes attention at {cpu:g} TFLOP/s on this CPU's {os.cpu_count()} cores "
+        f"({cpu * QUADRATIC_4K_FACTOR:g} for N x N scores without huge pages) or "
+        f"{ASSUMED_TFLOPS['cuda']:g} on a GPU, and each cell's whole sampling budget"
+    )
+
+
+def forecast(
+    cells: Sequence[CellSpec],
+    settings: Settings,
+    *,
+    unsupported: Callable[[CellSpec], str | None],
+    free_memory: Callable[[str], int | None],
+    memory_class: Callable[[str], str],
+    done: int = 0,
+) -> Forecast:
+    """What becomes of each cell: `unsupported(spec)` is the parent's capability check (a reason or None),
+    `free_memory(device)` the bytes the guard compares with (None: unknown here, the worker decides), and
+    `memory_class(variant)` the variant's; the guard's rule is harness.measure.guard's, applied as a worker
+    would. `done`: the cells of a resumed run measured already, beside these."""
+    from attnbench.harness.measure import guard
+
+    measured: list[CellSpec] = []
+    unsup: Counter = Counter()
+    guarded: Counter = Counter()
+    guarded_from: dict[str, int] = {}
+    free: dict[str, int | None] = {}
+    for spec in cells:
+        reason = unsupported(spec)
+        if reason:
+            unsup[reason] += 1
+            continue
+        if spec.device not in free:
+            free[spec.device] = free_memory(spec.device)
+        if free[spec.device] is not None:
+            predicted = guard.predict_peak_bytes(spec, memory_class(spec.variant), settings)
+            reason = guard.fits(predicted, free[spec.device], settings.memory_guard)
+            if reason:
+                guarded[_general(reason)] += 1
+                guarded_from[spec.variant] = min(guarded_from.get(spec.variant, spec.seq_len), spec.seq_len)
+                continue
+        measured.append(spec)
+    seconds = run_seconds(measured, settings, memory_class)
+    return Forecast(
+        len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done, settings.settle_rounds
+    )
+
+
+def _general(reason: str) -> str:
+    """The guard's reason without the cell's own prediction, so that cells skipped alike count together."""
+    _, _, tail = reason.partition(" exceeds ")
+    return f"the predicted peak exceeds {tail}" if tail else reason

@@ -1,0 +1,53 @@
+"""What an executor is given (a Plan) and what it must do (the Executor protocol)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.workers.cellrunner import CellRunner
+
+OnRow = Callable[[dict[str, Any]], None]
+OnDevice = Callable[[dict[str, Any]], None]
+Say = Callable[[str], None]  # a line for the person watching (the runner's progress.message)
+
+
+@dataclass
+class Plan:
+    """The cells left to measure, in the order the runner wants them, and what a worker needs."""
+
+    sweep: SweepSpec
+    cells: list[CellSpec]
+    config: dict[str, Any]  # worker configuration: threads, env, variant files, cpu affinity, log path
+    run_dir: Path
+    done: list[dict[str, Any]] = field(default_factory=list)  # rows already written (skip-ahead seeds)
+    # the runner's own CellRunner, already fingerprinted and calibrated on this machine's devices; an
+    # executor that measures here (local) reuses it instead of starting another worker process
+    local: CellRunner | None = None
+    # where_keys of the devices meta.json describes already: an executor describes (and calibrates) only
+    # the devices it reaches that are not among them
+    described: set[str] = field(default_factory=set)
+
+
+class Executor(Protocol):
+    name: str
+    notes: list[str]  # what the command tells the user once the run ends (lost tasks, duplicates), in order
+
+    def check(self, sweep: SweepSpec) -> None:
+        """ValueError (one line) when this executor cannot run `sweep` here; called before any work."""
+
+    def resume(
+        self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
+    ) -> list[str]:
+        """Before a resume plans the cells left: hand to on_row (and on_device) what sessions of this
+        executor left in the run directory outside rows.jsonl (`done`: its rows by cell_id), waiting for
+        work of theirs still under way (message(text) says so); returns notes for the user. The runner
+        holds the writer lock. Nothing to do for an executor whose rows all came back through on_row."""
+
+    def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
+        """Measure plan.cells; call on_row(row) for each finished row (from this thread: the runner writes
+        it at once) and on_device(record) for each device first used that the runner has not described
+        yet. KeyboardInterrupt propagates after the executor's own workers are stopped."""

@@ -1,0 +1,286 @@
+"""What a person sees while a sweep runs: a progress bar with ETA and one line per finished cell."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from attnbench.results.axes import IDENTITY, filled
+from attnbench.results.formulas import (
+    COMPACT_BELOW,
+    bytes_text,
+    printable,
+    sentence_columns,
+    short_dtype,
+    terminal_columns,
+    wrap_text,
+)
+
+STATUS_STYLE = {
+    "ok": "green",
+    "wrong": "bold red",
+    "unsupported": "dim",
+    "oom": "magenta",
+    "error": "red",
+    "crashed": "bold red",
+    "timeout": "yellow",
+    "skipped": "dim yellow",
+}
+
+
+# the axes cell_line spells out in its own words, as it always has; any other axis of identity (one added to
+# the table since) is shown by its cell_id part where it says something (Axis.id_part), before the pass
+SPELLED = ("variant", "device", "dtype", "batch", "heads", "kv_heads", "seq_len", "seq_k", "d_k", "d_v",
+           "causal", "causal_align", "window", "padding", "dropout", "mod", "pass")  # fmt: skip
+MORE = tuple(a for a in IDENTITY if a.name not in SPELLED)
+
+
+# (status, variant, shape) padded to these widths so that the numbers of most cells line up: a terminal of
+# COMPACT_BELOW columns or more, a narrower one (a longer name or shape pushes its own line along). In 100
+# columns a cell shows its time, spread, peak memory and TFLOP/s (99 columns); in 72, its time and spread.
+PADDING = {"normal": (11, 16, 27), "compact": (7, 12, 26)}
+
+
+def _shape(row: dict[str, Any]) -> str:
+    """'cpu f32 b1 h2 n64 d16 causal fwd': the cell's axes as the line spells them."""
+    values = filled(row)
+    more = "".join(f" {p}" for a in MORE if (p := a.id_part(values)) is not None)
+    kv, n_k = row.get("kv_heads", row["heads"]), row.get("seq_k", row["seq_len"])
+    lower_right = row.get("causal_align") == "lower-right"
+    return (
+        f"{row['device']} {short_dtype(row['dtype'])} b{row['batch']} h{row['heads']}"
+        f"{'' if kv == row['heads'] else '/kv' + str(kv)} "
+        f"n{row['seq_len']}{'' if n_k == row['seq_len'] else '/nk' + str(n_k)} "
+        f"d{row['d_k']}{'' if row['d_v'] == row['d_k'] else '/' + str(row['d_v'])}"
+        f"{(' causal-lr' if lower_right else ' causal') if row['causal'] else ''}"
+        f"{' w' + str(row['window']) if row.get('window') else ''}"
+        f"{' pad' + format(row['padding'], 'g') if row['padding'] else ''}"
+        f"{' drop' + format(row['dropout'], 'g') if row.get('dropout') else ''}"
+        f"{' ' + row['mod'] if row.get('mod', 'none') != 'none' else ''}{more} "
+        f"{row['pass']}"
+    )
+
+
+def cell_line(row: dict[str, Any], width: int | None = None) -> str:
+    """A finished cell for a person watching the sweep, in lines of at most `width` columns (None: one
+    line with every number). What is kept is what they watch for: status, variant, shape, time and spread;
+    then, while the line is too long, rel_err (of an ok cell: the gate passed), TFLOP/s and peak memory
+    are left out in that order; a message that does not fit goes on the lines below, indented."""
+    form = "compact" if width is not None and width < COMPACT_BELOW else "normal"
+    pad_status, pad_variant, pad_shape = PADDING[form]
+    head = f"{row['status']:<{pad_status}} {row['variant']:<{pad_variant}} {_shape(row)}"
+    message = str(row.get("message") or "")
+    if row.get("time_ms_median") is None:
+        parts: list[str] = []
+    else:
+        head = f"{head:<{pad_status + pad_variant + pad_shape + 2}}"
+        spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
+        numbers = [  # (text, dropped in this order while the line is too long; 0: kept)
+            (f"{row['time_ms_median']:8.3f} ms {spread:>5}", 0),
+            (f" {bytes_text(row.get('peak_mem_bytes')):>9}", 3),
+            (f" {row.get('tflops', float('nan')):6.3f} TFLOP/s", 2),
+            (f" rel_err {row.get('rel_err', float('nan')):.1e}", 1 if row["status"] == "ok" else 4),
+        ]
+        for drop in (1, 2, 3, 4):
+            if width is None or len(head) + 1 + sum(len(t) for t, _ in numbers) <= width:
+                break
+            numbers = [(t, d) for t, d in numbers if d != drop]
+        parts = [t for t, _ in numbers]
+    line = f"{head} {''.join(parts)}" if parts else head
+    if message and (width is None or len(line) + 2 + len(message) <= width):
+        return f"{line}  {message}"
+    indent = " " * min(pad_status + 1, 8)
+    lines = [line] if width is None or len(line) <= width else wrap_text(line, width, indent)
+    return "\n".join([*lines, *(wrap_text(message, width, indent, indent) if message else [])])
+
+
+class Progress:
+    """rich progress bar + per-cell lines; enabled=False prints nothing (library and test use)."""
+
+    def __init__(self, enabled: bool = True, console=None) -> None:
+        self.enabled = enabled
+        self._console = console
+        self._bar = None
+        self._task = None
+
+    @property
+    def console(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False, width=terminal_columns(sys.stderr))
+        return self._console
+
+    def message(self, text: str) -> None:
+        if self.enabled:
+            # wrapped to a terminal's width; in a log one whole line, to grep (a long run directory once
+            # split "4 cells already done" over two lines)
+            width = self.console.width if sentence_columns(sys.stderr) else None
+            lines = wrap_text(printable(text), width, "  ")
+            self.console.print("\n".join(lines), markup=False, soft_wrap=True)
+
+    def start(self, total: int, done_before: int, run_dir: Path) -> None:
+        if not self.enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as RichProgress
+
+        if done_before:
+            self.message(f"resuming {run_dir}: {done_before} cells already done, {total} to go")
+        self._bar = RichProgress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("elapsed"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task("cells", total=total)
+
+    def cell_done(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        style = STATUS_STYLE.get(row["status"], "")
+        text = printable(cell_line(row, self.console.width))
+        self.console.print(text, style=style, markup=False, soft_wrap=True)
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def in_notebook() -> bool:
+    """True in a Jupyter kernel (ipykernel runs this process and its output is no terminal): there rich's
+    live display needs ipywidgets (it warns without them) and prints each cell's line as its own output."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules:
+        return False
+    shell = ipython.get_ipython()
+    return getattr(shell, "kernel", None) is not None and not sys.stderr.isatty()
+
+
+def progress_for(enabled: bool | None) -> Progress:
+    """The progress an API call shows: in a notebook one updating display (NotebookProgress), elsewhere rich
+    on stderr; enabled None: shown in a notebook only (a script or a library stays quiet)."""
+    notebook = in_notebook()
+    if enabled is None:
+        enabled = notebook
+    return NotebookProgress() if enabled and notebook else Progress(enabled=enabled)
+
+
+class NotebookProgress(Progress):
+    """One output of the notebook cell, redrawn in place (IPython's display_id) as cells finish: a bar with
+    elapsed time and ETA, the cells by status, the runner's messages, the latest cell, and each cell that
+    did not run ok (the first MAX_NOT_OK). Plain text, so nothing needs ipywidgets or trusts HTML. It is
+    redrawn when something happens (a message, a finished cell): elapsed time and ETA are as of then."""
+
+    WIDTH = 100  # columns of a cell's line (harness.run.progress.cell_line)
+    BAR = 30  # characters of the bar
+    MAX_NOT_OK = 10
+    MAX_MESSAGES = 10  # the latest; a run that restarts many workers says so once per restart
+    REDRAW_S = 0.2  # at most this often while cells finish; every message and the end are drawn at once
+
+    def __init__(self) -> None:
+        super().__init__(enabled=True)
+        self._handle = None
+        self._messages: list[str] = []
+        self._counts: dict[str, int] = {}
+        self._not_ok: list[str] = []
+        self._latest = ""
+        self._total = self._done = 0
+        self._started: float | None = None
+        self._drawn_at = 0.0
+
+    def message(self, text: str) -> None:
+        self._messages.append(printable(text))
+        self._draw(force=True)
+
+    def start(self, total: int, done_before: int, run_dir: Path) -> None:
+        import time
+
+        if done_before:
+            self._messages.append(f"resuming {printable(str(run_dir))}: {done_before} cells already done")
+        self._total, self._started = total, time.monotonic()
+        self._draw(force=True)
+
+    def cell_done(self, row: dict[str, Any]) -> None:
+        status = str(row["status"])
+        self._done += 1
+        self._counts[status] = self._counts.get(status, 0) + 1
+        self._latest = printable(cell_line(row, self.WIDTH))
+        if status != "ok":
+            self._not_ok.append(self._latest)
+        self._draw()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._draw(force=True)
+
+    def text(self) -> str:
+        """What the display shows now."""
+        import time
+
+        earlier = len(self._messages) - self.MAX_MESSAGES
+        lines = [f"... {earlier} earlier messages"] if earlier > 0 else []
+        lines += self._messages[-self.MAX_MESSAGES :]
+        if self._started is not None:
+            elapsed = time.monotonic() - self._started
+            frac = self._done / self._total if self._total else 1.0
+            fill = round(self.BAR * frac)
+            left = elapsed / self._done * (self._total - self._done) if self._done else None
+            eta = f" · ETA {_clock(left)}" if left is not None and self._done < self._total else ""
+            counts = ", ".join(f"{s} {n}" for s, n in sorted(self._counts.items(), key=lambda kv: -kv[1]))
+            lines.append(
+                f"cells {'█' * fill}{'░' * (self.BAR - fill)} {self._done}/{self._total}"
+                f" · elapsed {_clock(elapsed)}{eta}{' · ' + counts if counts else ''}"
+            )
+        if self._latest:
+            lines += ["latest:", *_indented(self._latest)]
+        if self._not_ok:
+            lines.append("not ok:")
+            lines += [line for entry in self._not_ok[: self.MAX_NOT_OK] for line in _indented(entry)]
+            if len(self._not_ok) > self.MAX_NOT_OK:
+                lines.append(
+                    f"  ... and {len(self._not_ok) - self.MAX_NOT_OK} more (every one is in the run's rows)"
+                )
+        return "\n".join(lines)
+
+    def _draw(self, force: bool = False) -> None:
+        import time
+
+        from IPython.display import display
+
+        now = time.monotonic()
+        if not force and now - self._drawn_at < self.REDRAW_S:
+            return
+        self._drawn_at = now
+        shown = {"text/plain": self.text()}
+        if self._handle is None:
+            self._handle = display(shown, raw=True, display_id=True)
+        else:
+            self._handle.update(shown, raw=True)
+
+
+def _indented(text: str) -> list[str]:
+    return [f"  {line}" for line in text.split("\n")]
+
+
+def _clock(seconds: float) -> str:
+    """0:07, 1:02:03."""
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -1,0 +1,92 @@
+"""Measure cells of an earlier run again: the same sweep settings, environment and variant files, read
+from its meta.json, for all of its cells or a chosen few (by cell_id or by status).
+
+The new measurements go to a new run directory, never into the old one, so that `attnbench compare OLD
+NEW` can confirm or refute the old figures cell by cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import flag_name
+from attnbench.results import STATUSES, read_meta
+from attnbench.results.store import SHIPPED, latest_rows
+from attnbench.variants import shipped
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """What to measure again, and where it came from."""
+
+    sweep: SweepSpec  # the old run's sweep, settings and env included
+    variants: tuple[str, ...]  # the variants of the chosen cells, in the old run's order
+    variant_files: tuple[str, ...]
+    cells: tuple[CellSpec, ...]  # in the old sweep's order
+    origin: dict[str, Any]  # {"run_dir", "run_id"}: recorded in the new run's meta.json as rerun_of
+
+
+def cells_of(run_dir: str | Path) -> tuple[dict[str, Any], SweepSpec, dict[str, CellSpec]]:
+    """(meta, sweep, cell_id -> CellSpec) of a run: every cell its sweep plans (rows are made from them)."""
+    meta = read_meta(run_dir)
+    if "sweep" not in meta:
+        raise ValueError(f"{str(run_dir)!r} records no sweep (an imported run?); it cannot be measured again")
+    sweep = SweepSpec.from_meta(meta["sweep"], Path(run_dir) / "meta.json")
+    names = list(meta.get("variants") or sweep.variants)
+    cells = {c.cell_id: c for c in sweep.cells(names)}
+    return meta, sweep, cells
+
+
+def plan(
+    run_dir: str | Path,
+    *,
+    cell_ids: Sequence[str] | None = None,
+    status: str | None = None,
+    name: Callable[[str], str] = flag_name,
+) -> Rerun:
+    """The cells of `run_dir` to measure again: all, those named, or those whose row has `status`.
+
+    ValueError (RunDirError is one) naming what is wrong: no such run, an id not in it, an unknown
+    status, a status no cell has; `name` spells the options (harness.run.runner.run's).
+    """
+    if cell_ids is not None and status is not None:
+        raise ValueError(f"choose cells by {name('cells')} or by {name('status')}, not both")
+    meta, sweep, cells = cells_of(run_dir)
+    if cell_ids is not None:
+        ids = list(dict.fromkeys(cell_ids))
+        if not ids:
+            raise ValueError(f"{name('cells')} needs at least one cell_id")
+        unknown = [i for i in ids if i not in cells]
+        if unknown:
+            raise ValueError(f"no cell {', '.join(map(repr, unknown[:3]))} in {str(run_dir)!r}")
+        chosen = set(ids)
+    elif status is not None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; known: {', '.join(STATUSES)}")
+        chosen = {r["cell_id"] for r in latest_rows(run_dir) if r.get("status") == status}
+        if not chosen:
+            raise ValueError(f"no cell of {str(run_dir)!r} has status {status!r}")
+    else:
+        chosen = set(cells)
+    picked = tuple(c for c in cells.values() if c.cell_id in chosen)
+    used = {c.variant for c in picked}
+    names = tuple(n for n in meta.get("variants") or sweep.variants if n in used)
+    return Rerun(
+        sweep=sweep,
+        variants=names,
+        variant_files=tuple(shipped.relocated(meta.get("variant_files", []), Path(run_dir) / SHIPPED)),
+        cells=picked,
+        origin={"run_dir": str(Path(run_dir).resolve()), "run_id": meta.get("run_id")},
+    )
+
+
+def find_cell(run_dir: str | Path, cell_id: str) -> tuple[dict[str, Any], CellSpec]:
+    """(meta, cell) for one cell_id of a run; ValueError naming the id when the run has no such cell."""
+    meta, _sweep, cells = cells_of(run_dir)
+    if cell_id not in cells:
+        raise ValueError(f"no cell {cell_id!r} in {str(run_dir)!r} (see `attnbench export {run_dir}`)")
+    return meta, cells[cell_id]

@@ -1,0 +1,544 @@
+"""Run a sweep: expand cells, send each to an isolated worker, append every row as soon as it exists.
+
+Order of events: check the run modes (check_mode: the one place, for every front end) -> validate
+everything (sweep, variants, devices; a resume: its set-up against the run's) -> create the run directory
+-> fingerprint and calibrate (in a worker) -> meta.json -> for each cell: capability check, OOM / timeout
+skip-ahead, memory guard, measure in the worker -> rows.jsonl. Ctrl-C stops between or during cells with
+every finished row kept; --resume takes in what earlier sessions left outside rows.jsonl (executors'
+`resume`), then finishes the remaining cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from attnbench import variants
+from attnbench.harness.measure import fingerprint, timing
+from attnbench.harness.measure.outcomes import left_behind
+from attnbench.harness.run import estimate, executor_choice, executors
+from attnbench.harness.run.progress import Progress
+from attnbench.harness.sweep.affinity import check_cpu_affinity
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import flag_name
+from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
+from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
+from attnbench.results import RunWriter, drift
+from attnbench.results.formulas import where_key
+from attnbench.results.store import SHIPPED, is_unstarted, read_meta, read_rows
+from attnbench.results.writable import why_unwritable
+from attnbench.variants import shipped
+
+DEFAULT_RUNS_DIR = Path("runs")
+NUMERICS_FILE = "numerics.json"
+NUMERICS_EXTRA = (
+    "unstable_softmax",
+)  # left out of sweeps, kept in the probe to show why the max is subtracted
+
+
+@dataclass
+class RunSummary:
+    path: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
+    resumed: int = 0
+    collected: int = 0  # rows gathered from array tasks' shards by a resume (harness.run.executors.slurm)
+    notes: list[str] = field(default_factory=list)  # what the command tells the user (duplicates, lost tasks)
+    forecast: estimate.Forecast | None = (
+        None  # the cells left and their estimated time (dry_run: nothing else)
+    )
+
+
+def default_variants() -> list[str]:
+    return [name for name, v in variants.all_variants().items() if v.cap.default]
+
+
+def new_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + socket.gethostname().split(".")[0]
+
+
+def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
+    """Everything checked before any directory is created: variant files, names, devices and CPUs present."""
+    check_cpu_affinity(sweep.settings.cpu_affinity)
+    for path in variant_files:
+        variants.load_variant_file(path)
+    names = list(sweep.variants) or default_variants()
+    variants.resolve(names)  # names every unknown variant at once
+    if "cuda" in sweep.devices:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("device cuda was asked for, but torch sees no CUDA device on this machine")
+    return names
+
+
+def _with_value(spelled: str, value: str) -> str:
+    """An option and a placeholder for its value: `--out DIR`, or `out=DIR` for a keyword spelled `out=`."""
+    return spelled + value if spelled.endswith("=") else f"{spelled} {value}"
+
+
+def check_mode(
+    sweep: SweepSpec | None,
+    out: str | Path | None,
+    *,
+    resume: bool = False,
+    redo_drift: bool = False,
+    force_resume: bool = False,
+    given: Sequence[str] = (),
+    name: Callable[[str], str] = flag_name,
+    executor: str = "local",
+    processes: int = 1,
+    rounds: int = 1,
+    settle_rounds: int = 0,
+) -> None:
+    """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
+    `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
+    redo_drift and force_resume change a resume only; a new run goes into no file and no non-empty
+    directory; several worker processes per cell (Settings.processes) are the local executor's only.
+    `name` spells the options in the messages (see run). Rounds (Settings.rounds) are the local
+    executor's only too; with several processes per cell, each visit is made in one of them (at most R)."""
+    if rounds > 1 and executor != "local" and executor in executors.EXECUTORS:
+        # the round-robin over the whole sweep is the local executor's loop; a Ray or Slurm dispatch of
+        # cells to many workers has no one order for drift to fall on alike (an unknown executor is
+        # refused as such, by harness.run.executor_choice)
+        raise ValueError(
+            f"{name('rounds')} {rounds} visits the whole sweep in rounds on one worker: "
+            f"{name('executor')} local only, not {executor}"
+        )
+    if settle_rounds and rounds < 2:
+        # a settle round visits again the pairs the rank test over the rounds' visits cannot tell apart
+        raise ValueError(
+            f"{name('settle_rounds')} {settle_rounds} visits again after the rounds: needs "
+            f"{name('rounds')} 2 or more (e.g. {name('rounds')} 3)"
+        )
+    if rounds > 1 and processes > rounds:
+        # with rounds, each visit of a cell is made in one of the processes, in turn (cellrunner.Processes)
+        raise ValueError(
+            f"{name('processes')} {processes} with {name('rounds')} {rounds}: each visit is made in one "
+            f"process, so at most {rounds} processes (e.g. {name('processes')} {rounds})"
+        )
+    if processes > 1 and executor != "local":
+        # the K processes of a cell measure it one after another on one machine (harness.workers.cellrunner
+        # Processes); a Ray actor or a Slurm array task holds one worker
+        raise ValueError(
+            f"{name('processes')} {processes} measures each cell in several worker processes of this "
+            f"machine: {name('executor')} local only, not {executor}"
+        )
+    out_dir = _with_value(name("out"), "DIR")
+    if resume:
+        extra = [*given, *(["sweep"] if sweep is not None else [])]
+        if extra:
+            raise ValueError(
+                f"{name('resume')} takes the sweep and its settings from the run's meta.json; "
+                f"drop {name(extra[0])}"
+            )
+        if out is None:
+            raise ValueError(f"{name('resume')} needs {out_dir} naming the run to finish")
+    if redo_drift and not resume:
+        raise ValueError(
+            f"{name('redo_drift')} measures a run's drifted cells again: "
+            f"give it with {name('resume')} {out_dir}"
+        )
+    if force_resume and not resume:
+        raise ValueError(
+            f"{name('force_resume')} finishes a run on another set-up: "
+            f"give it with {name('resume')} {out_dir}"
+        )
+    why = why_unwritable(out) if out is not None else None
+    if why:
+        raise ValueError(f"{_with_value(name('out'), repr(str(out)))} {why}")
+    if not resume and out is not None:
+        target = Path(out)
+        if target.is_dir() and not is_unstarted(target):  # what a stopped start left is reused
+            raise ValueError(
+                f"{str(out)!r} already exists and is not empty; pass {name('resume')} or choose another "
+                f"{name('out')}"
+            )
+
+
+@dataclass
+class _Start:
+    """What a run measures, settled before anything is written: a new run's from the caller, a resumed
+    run's from its meta.json (with how this machine's set-up differs from the run's)."""
+
+    sweep: SweepSpec
+    names: list[str]  # the variants
+    variant_files: list[str]  # absolute paths
+    chosen: list[str] | None = None  # the cell_ids to measure (a rerun: meta.json `cells`); None: all
+    resume: bool = False
+    redo_drift: bool = False
+    identity: dict[str, Any] = field(default_factory=dict)  # a resume: fingerprint.resume_identity here
+    differs: dict[str, list[Any]] = field(default_factory=dict)  # ... and how it differs from the run's
+
+    def cells(self) -> list[CellSpec]:
+        """The run's cells, in order (the chosen ones of a rerun)."""
+        cells = self.sweep.cells(self.names)
+        if self.chosen is not None:
+            keep = set(self.chosen)
+            cells = [c for c in cells if c.cell_id in keep]
+        return cells
+
+    def todo(self, cells: list[CellSpec], done: dict[str, dict[str, Any]]) -> list[CellSpec]:
+        """The cells still to measure: those without a row in `done`, and with redo_drift those whose row
+        was measured while the machine drifted (results.drift; the new row is appended and replaces the old
+        one when the run is loaded)."""
+        redo = drift.drifted_cells(list(done.values())) if self.redo_drift else set()
+        return [c for c in cells if c.cell_id not in done or c.cell_id in redo]
+
+    def resume_record(self) -> dict[str, Any]:
+        """This resume's line of resumes.jsonl: when, where, and how its set-up differed."""
+        return {
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "forced": bool(self.differs),
+            "fingerprint": self.identity,
+            "fingerprint_diff": self.differs,
+        }
+
+
+def _fresh(sweep: SweepSpec, variant_files: Sequence[str | Path], only: Sequence[CellSpec] | None) -> _Start:
+    files = [str(Path(p).resolve()) for p in variant_files]
+    names = prepare(sweep, files)
+    if only is not None:  # the chosen cells' variants, whether or not they are default ones now
+        names = list(dict.fromkeys(c.variant for c in only))
+        variants.resolve(names)
+    return _Start(sweep, names, files, chosen=None if only is None else [c.cell_id for c in only])
+
+
+def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callable[[str], str]) -> _Start:
+    meta = read_meta(out)
+    sweep = SweepSpec.from_meta(meta["sweep"], Path(out) / "meta.json")
+    current = fingerprint.resume_identity(dict(sweep.settings.env))
+    differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
+    if differs and not force_resume:
+        raise ValueError(
+            f"{name('resume')} of {str(out)!r} refused: it was started on another set-up "
+            f"({fingerprint.diff_text(differs)}), and its rows would mix the two; "
+            f"pass {name('force_resume')} to finish it anyway (the difference is logged in resumes.jsonl)"
+        )
+    files = shipped.relocated(meta.get("variant_files", []), Path(out) / SHIPPED)
+    names = prepare(sweep, files)  # loads the variant files and checks the CPUs and devices, as for a new run
+    names = meta.get("variants", names)
+    return _Start(sweep, names, files, meta.get("cells"), True, redo_drift, current, differs)
+
+
+def run(
+    sweep: SweepSpec | None,
+    out: str | Path | None = None,
+    *,
+    resume: bool = False,
+    variant_files: Sequence[str | Path] | None = None,
+    progress: Progress | None = None,
+    only: Sequence[CellSpec] | None = None,
+    rerun_of: dict[str, Any] | None = None,
+    redo_drift: bool = False,
+    executor: str = "local",
+    executor_options: dict[str, Any] | None = None,
+    force_resume: bool = False,
+    given: Sequence[str] = (),
+    name: Callable[[str], str] = flag_name,
+    dry_run: bool = False,
+    on_forecast: Callable[[estimate.Forecast], None] | None = None,
+) -> RunSummary:
+    """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
+
+    Every check of the run modes is here (check_mode), before anything is written: a resume (sweep None,
+    `given` empty: the names of the sweep options the caller was handed beside the sweep, which a resume
+    refuses naming the first) needs `out`; redo_drift and force_resume need a resume; a new run's `out`
+    must not be a file or a non-empty directory. `name(option)` spells run's keywords and the sweep's axes
+    in the messages as the caller's user writes them: flag_name (`--out`, `--redo-drift`), or the Python
+    API's keywords (`out=`, `resume=True`; a spelling that ends in '=' takes its value right after it).
+
+    `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their
+    ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from. `executor`
+    names where the cells are measured (harness.run.executors); whichever it is, rows come back here and this
+    function alone writes them.
+
+    A resume on another set-up than the run's (fingerprint.RESUME_KEYS: hosts, torch, attnbench commit,
+    allocator environment) is refused with a ValueError naming the difference, before anything is
+    written, unless `force_resume`; every resume is logged in the run's resumes.jsonl with its difference.
+
+    `dry_run` checks all of that and returns the summary's `forecast` (harness.run.estimate: the cells left,
+    those unsupported here or that the memory guard would skip, the estimated time) without starting a
+    worker or writing anything. Otherwise `on_forecast` is handed the same forecast once the cells left are
+    known, before the first is measured (the CLI warns there about a long sweep).
+    """
+    modes = dict(
+        resume=resume, redo_drift=redo_drift, force_resume=force_resume, name=name, executor=executor
+    )
+    processes = sweep.settings.processes if sweep is not None else 1
+    rounds = sweep.settings.rounds if sweep is not None else 1
+    settle = sweep.settings.settle_rounds if sweep is not None else 0
+    check_mode(sweep, out, given=given, processes=processes, rounds=rounds, settle_rounds=settle, **modes)
+    if resume:
+        start = _resumed(out, force_resume, redo_drift, name)
+        own = start.sweep.settings  # the run's own settings
+        check_mode(None, out, processes=own.processes, rounds=own.rounds, **modes)
+    else:
+        start = _fresh(sweep, variant_files or [], only)
+    chosen_executor = executor_choice.chosen_executor(executor, executor_options, start.sweep, name)
+    # every variant measured must reach the workers: the files of those a file registered, and those
+    # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before
+    # anything is written (a resume's are in its variant files already)
+    packed = None
+    if not resume:
+        start.variant_files = shipped.files_of(start.names, start.variant_files)
+        packed = shipped.pack(start.names)
+    path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
+    if dry_run:
+        done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
+        return RunSummary(path=path, forecast=forecast(start, done))
+    writer = RunWriter(path, resume=resume)
+    path.mkdir(parents=True, exist_ok=True)
+    if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
+        start.variant_files = shipped.write(path / SHIPPED, packed, start.variant_files)
+    if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
+        writer.log_resume(start.resume_record())
+    progress = progress or Progress(enabled=False)
+    summary = RunSummary(path=path)
+    local: CellRunner | None = None
+    try:
+        if on_forecast is not None:  # before a worker starts: a warning the user can act on at once
+            on_forecast(forecast(start, writer.done))
+        progress.message(f"starting a worker process (log: {path / 'worker.log'})")
+        local = CellRunner(_worker_config(start, path), start.sweep.settings)
+        if not resume:
+            summary.notes += _write_meta(writer, start, local, progress, executor, rerun_of)
+        else:
+            summary.notes += _finish_probe(writer, start, local, progress)
+        _measure(start, writer, summary, progress, local, chosen_executor)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        progress.stop()
+        writer.close()
+        if local is not None:
+            local.close(kill=summary.interrupted)
+    return summary
+
+
+def forecast(start: _Start, done: dict[str, dict[str, Any]]) -> estimate.Forecast:
+    """What becomes of the run's cells without a row in `done` (harness.run.estimate), decided here in the
+    parent as the run would: the capability check of cellrunner.precheck, and the memory guard against this
+    machine's free memory for CPU cells (a GPU's is read in its worker, which a dry run does not start: its
+    cells count as measured)."""
+    from attnbench.harness.workers.worker import free_memory
+
+    cells = start.cells()
+    todo = start.todo(cells, done)
+
+    def unsupported(spec: CellSpec) -> str | None:
+        row = precheck(spec, SkipAhead())
+        return None if row is None else row.get("message") or row["status"]
+
+    return estimate.forecast(
+        todo,
+        start.sweep.settings,
+        unsupported=unsupported,
+        free_memory=lambda device: free_memory(device) if device == "cpu" else None,
+        memory_class=lambda name: variants.get(name).cap.memory,
+        done=len(cells) - len(todo),
+    )
+
+
+def _worker_config(start: _Start, path: Path) -> dict[str, Any]:
+    """What every worker process of the run is started with (Plan.config)."""
+    settings = start.sweep.settings
+    return {
+        "threads": settings.threads,
+        "env": dict(settings.env),
+        "variant_files": start.variant_files,
+        "cpu_affinity": list(settings.cpu_affinity),
+        "log_path": str(path / "worker.log"),
+    }
+
+
+def _write_meta(
+    writer: RunWriter,
+    start: _Start,
+    local: CellRunner,
+    progress: Progress,
+    executor: str,
+    rerun_of: dict[str, Any] | None,
+) -> list[str]:
+    """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe; the
+    notes for the user (a variant whose probe left something behind)."""
+    meta = _meta(start.sweep, start.names, start.variant_files, local, progress, executor)
+    if start.chosen is not None:
+        meta["cells"] = start.chosen
+    if rerun_of is not None:
+        meta["rerun_of"] = rerun_of
+    writer.write_meta(meta)
+    progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
+    numerics = _numerics(start.sweep, start.names, local)
+    writer.write_json(NUMERICS_FILE, numerics)
+    return _probe_notes(numerics["probe"])
+
+
+def _probe_notes(records: list[dict[str, Any]]) -> list[str]:
+    """One note per thing the numerics probe found left behind (torch's global state changed, a process left
+    running), naming the variants whose records say it (the worker blamed them; the variants after one that
+    changed the state were probed in a fresh worker)."""
+    said: dict[str, list[str]] = {}
+    for record in records:
+        message = str(record.get("message") or "")
+        if left_behind(message) and record["variant"] not in said.get(message, []):
+            said.setdefault(message, []).append(record["variant"])
+    return [f"numerics probe: {', '.join(names)}: {message} (records marked error)"
+            for message, names in said.items()]  # fmt: skip
+
+
+def _measure(
+    start: _Start,
+    writer: RunWriter,
+    summary: RunSummary,
+    progress: Progress,
+    local: CellRunner,
+    chosen: executors.Executor,
+) -> None:
+    """The cells left, measured by the chosen executor; every row written here as it comes back. A resume
+    first takes in what earlier sessions left outside rows.jsonl."""
+    path = writer.path
+    run_id = read_meta(path)["run_id"]
+    if start.resume:
+        summary.notes += _take_left_rows(path, writer, run_id, summary, progress)
+    cells = start.cells()
+    todo = start.todo(cells, writer.done)
+    summary.resumed = len(cells) - len(todo)
+    progress.start(total=len(todo), done_before=summary.resumed, run_dir=path)
+
+    def on_row(row: dict[str, Any]) -> None:
+        row["run_id"] = run_id
+        writer.append(row)
+        summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
+        progress.cell_done(row)
+
+    plan = executors.Plan(
+        sweep=start.sweep,
+        cells=todo,
+        config=local.config,  # the run's worker config (_worker_config), which its own worker started with
+        run_dir=path,
+        done=list(writer.done.values()),
+        local=local,
+        described=set(read_meta(path).get("devices", {})),
+    )
+    try:
+        chosen.run(plan, on_row, writer.add_device)
+    finally:
+        summary.notes += chosen.notes
+
+
+def _take_left_rows(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:
+    """What earlier sessions left outside rows.jsonl (array tasks' shards, --executor slurm), written into
+    it; the notes for the user. Every executor is asked, not only this session's: one run's sessions may
+    use different executors (`attnbench collect RUN --executor local` finishes a Slurm run here), and
+    meta.json names only the first."""
+
+    def on_row(row: dict[str, Any]) -> None:
+        row["run_id"] = run_id
+        writer.append(row)
+        summary.collected += 1
+
+    notes = []
+    for name in executors.EXECUTORS:
+        notes += executors.get(name).resume(
+            path, dict(writer.done), on_row, writer.add_device, progress.message
+        )
+    return notes
+
+
+def _meta(
+    sweep: SweepSpec,
+    names: list[str],
+    variant_files: list[str],
+    local: CellRunner,
+    progress,
+    executor: str,
+) -> dict[str, Any]:
+    fp = local.request({"op": "fingerprint"}, timeout=120)["value"]
+    fp["sweep_env"] = " ".join(f"{k}={v}" for k, v in sweep.settings.env) or "none"
+    calibration, devices = {}, {}
+    for device in sweep.devices:
+        progress.message(
+            f"calibrating {device}: matmul throughput ({', '.join(sweep.dtypes)}) and copy bandwidth"
+        )
+        record = local.describe(device, list(sweep.dtypes))
+        calibration[device] = record["calibration"]
+        devices[where_key(record["host"], device, record.get("gpu_uuid"))] = record
+    return {
+        "run_id": new_run_id(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sweep": sweep.to_dict(),
+        "variants": names,
+        # what reports know of each variant (memory class, description, source) without loading it again
+        "variant_capabilities": {name: variants.get(name).record() for name in names},
+        "variant_files": variant_files,
+        "fingerprint": fp,
+        "executor": executor,
+        "calibration": calibration,
+        # each device that measured cells, with its own calibration (ARCHITECTURE.md, "Where a row was
+        # measured"); executors that reach other devices add theirs as they first use them
+        "devices": devices,
+        "worker_threads": local.threads,
+        # timing hygiene: the collector is off while samples are taken (and the worker's imports frozen out
+        # of its collections, timing.freeze_imports); the CPUs asked for and those the
+        # worker reported after pinning itself (null asked: the OS's choice, all of them)
+        "gc_disabled": timing.GC_DISABLED,
+        "gc_frozen_objects": local.gc_frozen,
+        "cpu_affinity": {
+            "requested": list(sweep.settings.cpu_affinity) or None,
+            "worker": local.cpu_affinity,
+        },
+        "cwd": os.getcwd(),
+    }
+
+
+def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress: Progress) -> list[str]:
+    """A resume measures the numerics probe when the run's first session stopped (Ctrl-C, a full disk)
+    before numerics.json was written whole; the probe's notes, as _write_meta's."""
+    if _probe_written(writer.path):
+        return []
+    progress.message("numerics probe: missing or torn in this run; measuring it now")
+    (writer.path / NUMERICS_FILE).unlink(missing_ok=True)
+    numerics = _numerics(start.sweep, start.names, local)
+    writer.write_json(NUMERICS_FILE, numerics)
+    return _probe_notes(numerics["probe"])
+
+
+def _probe_written(path: Path) -> bool:
+    """Whether the run's numerics.json is there and whole (an object with its `probe` list)."""
+    try:
+        value = json.loads((path / NUMERICS_FILE).read_text())
+    except (OSError, ValueError):  # missing, unreadable, or torn JSON (UnicodeDecodeError is a ValueError)
+        return False
+    return isinstance(value, dict) and isinstance(value.get("probe"), list)
+
+
+def _numerics(sweep: SweepSpec, names: list[str], local: CellRunner) -> dict[str, Any]:
+    """The probe, one variant per request so that a crashing or hanging variant costs only its own records."""
+    records = []
+    for name in names + [n for n in NUMERICS_EXTRA if n not in names]:
+        msg = {
+            "op": "numerics",
+            "variants": [name],
+            "devices": list(sweep.devices),
+            "dtypes": list(sweep.dtypes),
+        }
+        try:
+            records += local.request(msg, timeout=min(sweep.settings.cell_timeout, 300))["value"]
+        except (WorkerTimeout, WorkerDied) as exc:
+            status = "timeout" if isinstance(exc, WorkerTimeout) else "crashed"
+            records.append({"variant": name, "status": status, "message": str(exc)})
+    value: dict[str, Any] = {"probe": records}
+    try:
+        value["example_weights"] = local.request({"op": "example_weights"}, timeout=120)["value"]
+    except (WorkerTimeout, WorkerDied):
+        pass
+    return value

@@ -1,0 +1,107 @@
+"""The front ends' options, derived from the axis table (results.axes) and the settings table
+(harness.sweep.settings): `attnbench run`'s sweep and measurement flags, `attnbench profile`'s cell flags and
+the pytest plugin's `--attn-*` options are each this list under a prefix. A front end adds them with its own
+parser and hands what it was given to harness.sweep.sweeps.build_sweep, keyed by `Option.key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from attnbench.harness.sweep.grammar import grammar, write_axis
+from attnbench.harness.sweep.settings import SETTINGS
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.sweeps import AXIS_KEYS, build_sweep
+from attnbench.results.axes import SWEEP_AXES
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a front end: the key build_sweep takes, and how a parser shows it."""
+
+    key: str  # an axis's option name ('seq_len', 'variants', 'pass') or a setting's name
+    help: str
+    metavar: str | None
+    default: Any = None  # the value when not given, as text (what `--help` says), None: the table's
+    repeat: bool = False  # given once per value (--env NAME=VALUE ...)
+    setting: bool = False  # a measurement setting, not an axis
+
+    def flag(self, prefix: str = "--") -> str:
+        """'--seq-len' (prefix '--'), '--attn-seq-len' (prefix '--attn-')."""
+        return prefix + self.key.replace("_", "-")
+
+    def one_metavar(self) -> str | None:
+        """The placeholder of a flag that takes one value ('N,...' -> 'N', 'cpu,cuda' -> 'cpu|cuda')."""
+        return None if self.metavar is None else self.metavar.replace(",...", "").replace(",", "|")
+
+    def help_with_default(self) -> str:
+        """The help, with what it is when not given: '(default: 64)', '(default: = d_k)'."""
+        return f"{self.help} (default: {self.default})" if self.default is not None else self.help
+
+    def dest(self, prefix: str = "") -> str:
+        """The parser's attribute for it: the key, after a front end's prefix ('attn_seq_len')."""
+        return prefix + self.key
+
+
+def axis_options() -> list[Option]:
+    """One option per axis a sweep gives values for, in the table's order."""
+    return [Option(a.option, _help(a), a.metavar, default=_default_text(a)) for a in SWEEP_AXES]
+
+
+def _help(axis) -> str:
+    """An axis's help, with the words its grammar knows ('devices: cpu, cuda')."""
+    choices = grammar(axis).choices
+    return f"{axis.help}: {', '.join(choices)}" if choices else axis.help
+
+
+def setting_options() -> list[Option]:
+    """One option per setting that has a text form (harness.sweep.settings.Setting.flag), in the table's
+    order."""
+    return [
+        Option(s.name, s.help, s.metavar, repeat=s.name == "env", setting=True) for s in SETTINGS if s.flag
+    ]
+
+
+def _default_text(axis) -> str | None:
+    """An axis's default as an option's text ('256,512,1024,2048', '= d_k' where it follows another axis),
+    None where it is empty (every default variant, no model)."""
+    if axis.follows:
+        return f"= {axis.follows}"
+    return ",".join(write_axis(axis, v) for v in axis.default) if axis.default else None
+
+
+def given_options(values: Mapping[str, Any], options: Sequence[Option], prefix: str = "") -> dict[str, Any]:
+    """{key: what a parser holds under dest(prefix)} for these options: the input of build_sweep."""
+    return {o.key: values.get(o.dest(prefix)) for o in options}
+
+
+def single_cell(
+    variant: str,
+    given: Mapping[str, Any],
+    *,
+    name: Callable[[str], str],
+    defaults: Mapping[str, str] | None = None,
+) -> CellSpec:
+    """The one cell named by options that each take one value (`attnbench profile`): key -> the text given
+    (a list when a parser collects repeats; None = the default), over `defaults` (key -> text). ValueError
+    naming the option given more than one value, or a bad value (build_sweep's checks, as `attnbench run`
+    makes them)."""
+    texts: dict[str, Any] = dict(defaults or {})
+    for key, value in given.items():
+        if value is None:
+            continue
+        values = [value] if isinstance(value, str) else list(value)
+        if len(values) != 1:
+            raise ValueError(
+                f"{name(key)} takes one value (profile runs one cell), got {' and '.join(values)}"
+            )
+        texts[key] = values[0]
+    spec: SweepSpec = build_sweep(texts, name=name)
+    for key, text in texts.items():
+        axis = AXIS_KEYS.get(key)
+        if axis is not None and len(getattr(spec, axis.sweep_field)) > 1:  # '256..1024' is one text
+            raise ValueError(f"{name(key)} takes one value (profile runs one cell), got {text!r}")
+    (cell,) = spec.cells([variant])
+    return cell

@@ -1,0 +1,207 @@
+"""How each cell is measured, declared once: the settings table, and `Settings`, checked in one place.
+
+Settings are not part of a cell's identity. Each `Setting` gives its default, how its value is read
+(harness.sweep.grammar), its rule, and its flag's help; the `attnbench run` flags, a sweep file's [settings]
+keys, the API's keywords and meta.json's "settings" all derive from SETTINGS, in its order. The sampling
+budget's fields (warm-up and sampling ms, sample counts, the IQR stop) are Budget's, with Budget's
+defaults and Budget's rules: one rule for each, whoever gives the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from attnbench.harness.sweep.grammar import SETTING_READERS
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long to sample: warm-up and measurement budgets in ms, adaptive stop on a stable IQR."""
+
+    warmup_ms: float = 50.0
+    budget_ms: float = 1000.0
+    min_samples: int = 5
+    max_samples: int = 500
+    target_rel_iqr: float = 0.05
+    min_ms: float = (
+        100.0  # an early (stable) stop still needs this much sampled time: cheap calls get more samples
+    )
+
+    def __post_init__(self) -> None:
+        """The one rule for these fields, wherever they come from (flags, a sweep file, the API, calibration):
+        harness.sweep.settings.Settings checks its budget fields by building a Budget."""
+        for name in ("warmup_ms", "min_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be 0 or a positive number, got {value!r}")
+        for name in ("budget_ms", "target_rel_iqr"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        lo, hi = self.min_samples, self.max_samples
+        if not (isinstance(lo, int) and isinstance(hi, int) and 5 <= lo <= hi):
+            raise ValueError(f"need 5 <= min_samples <= max_samples (at least 5 samples), got {lo!r}, {hi!r}")
+
+
+_BUDGET = Budget()
+BUDGET_FIELDS = tuple(f.name for f in dataclasses.fields(Budget))
+
+
+def positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def not_negative(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be 0 (default) or positive, got {value!r}")
+
+
+def fraction_up_to_one(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its default, how it is read, its rule, and its flag."""
+
+    name: str  # the Settings field, sweep-file key and API keyword; the flag --name with '-' for '_'
+    default: Any
+    grammar: str  # harness.sweep.grammar.SETTING_READERS: 'float', 'int', 'cpus', 'timing', 'env', 'bool'
+    help: str
+    metavar: str | None = None
+    rule: Callable[[str, Any], None] | None = None  # one value's rule (budget fields: Budget's, together)
+    flag: bool = True  # has a flag and a text form; False: a sweep file's [settings] and the API only
+
+    def read(self, value: Any, name: str | None = None) -> Any:
+        """The value from text or a Python value, checked (ValueError naming `name`)."""
+        name = name or self.name
+        value = SETTING_READERS[self.grammar](name, value)
+        if self.rule is not None:
+            self.rule(name, value)
+        return value
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("warmup_ms", _BUDGET.warmup_ms, "float", "warm-up budget per cell (ms)", "MS"),
+    Setting("budget_ms", _BUDGET.budget_ms, "float", "sampling budget per cell (ms)", "MS"),
+    Setting("min_samples", _BUDGET.min_samples, "int", "fewest timed calls per cell (>= 5)", "N"),
+    Setting("max_samples", _BUDGET.max_samples, "int", "most timed calls per cell", "N"),
+    Setting(
+        "target_rel_iqr", _BUDGET.target_rel_iqr, "float", "stop sampling once IQR/median is under this", "F"
+    ),
+    Setting(
+        "min_ms", _BUDGET.min_ms, "float",
+        "sampled time needed before a stable spread may stop sampling (ms)", "MS",
+    ),
+    Setting(
+        "cell_timeout", 600.0, "float", "kill a cell after this long (gate, timing and memory)", "SECONDS",
+        rule=positive,
+    ),
+    Setting(
+        "calibrate_ms", 1000.0, "float",
+        "the run's calibration: sampling time for each dtype's matmul and for the copy (default 1000)", "MS",
+        rule=positive,
+    ),
+    Setting("threads", 0, "int", "CPU threads for torch (default: torch's choice)", "N", not_negative),
+    # worker processes each cell is measured in, one after another (never at once: two CPU cells timed
+    # together corrupt each other); their samples make one row, with each process's median kept
+    # (process_medians_ms), so that compare sees the spread from one process to the next
+    Setting(
+        "processes", 1, "int",
+        "measure each cell in K worker processes, one after another, into one row (default 1; compare "
+        "judges by the process medians when both runs have 3 or more)", "K", rule=positive,
+    ),
+    # rounds over the whole sweep (the local executor only): each cell is visited R times, round-robin
+    # (every cell once, then every cell again in the reverse order, ...), each visit with 1/R of its
+    # sampling budget, so that the machine's drift over the run falls on every cell alike; each visit's
+    # median is kept (round_medians_ms), and the fit takes a cell's spread from them (docs/method.md: rounds)
+    Setting(
+        "rounds", 1, "int",
+        "visit every cell R times, round-robin over the whole sweep in alternating order, each visit with "
+        "1/R of its budget, into one row (default 1; local executor only; with --processes K <= R, each "
+        "visit in one of them)",
+        "R", rule=positive,
+    ),
+    # settle rounds (harness.run.settle): after the R rounds, the variants of one shape whose medians are 1.1x
+    # or more apart but that the ranking's rank test (results.ranks) cannot yet tell apart are visited
+    # again, a round of only them at a time, at most S times: one disturbed visit among three reverses a
+    # pair and ties it, and a fourth and fifth visit outvote it (docs/method.md: settle rounds)
+    Setting(
+        "settle_rounds", 0, "int",
+        "after the rounds, visit again (at most S more times) the variants of a shape 1.1x or more apart "
+        "that the ranking cannot yet tell apart (default 0; needs --rounds 2 or more)", "S",
+        rule=not_negative,
+    ),
+    Setting(
+        "check_rows", 1024, "int", "query rows checked against float64 (all rows when N is at most this)",
+        rule=positive, flag=False,
+    ),
+    Setting(
+        "grad_check_elems", 1 << 24, "int", "gradients are checked when B*H*N_q*N_k is at most this",
+        rule=positive, flag=False,
+    ),
+    # not how a cell is measured but how its run is read: the report's time exponents are fitted from this
+    # seq_len up (0: the top two octaves of the run's lengths, reports.fit.asymptotic_points); a preset sets
+    # it where smaller lengths are already asymptotic (quick.toml says why, with the measurement)
+    Setting(
+        "time_fit_from", 0, "int",
+        "the smallest seq_len the report's time exponents are fitted from (default 0: the top two octaves)",
+        rule=not_negative, flag=False,
+    ),
+    Setting("seed", 0, "int", "input seed", "N"),
+    Setting("flush_l2", True, "bool", "flush the GPU's L2 cache between timed CUDA calls", flag=False),
+    Setting(
+        "timing", "auto", "timing",
+        "how CUDA cells are timed: events (CUDA events around each call), graph (replays of a CUDA graph "
+        "of several calls, for launch-bound cells) or auto (per cell, the default; each row says which "
+        "and why); CPU cells always use perf_counter", "auto|events|graph",
+    ),
+    Setting(
+        "memory_guard", 0.9, "float", "skip cells whose predicted peak exceeds this fraction of free memory",
+        rule=fraction_up_to_one, flag=False,
+    ),
+    # environment variables set in the worker processes before they start (allocator and threading knobs
+    # read once at start-up): sorted (name, value) pairs, recorded in meta.json
+    Setting(
+        "env", (), "env",
+        "environment variable for the worker processes (repeatable; adds to the preset's [env], e.g. "
+        "--env THP_MEM_ALLOC_ENABLE=0)", "NAME=VALUE",
+    ),
+    # CPUs the worker processes are pinned to (os.sched_setaffinity before torch starts its threads);
+    # empty: wherever the OS puts them. Recorded with what the worker reports in meta.json
+    Setting(
+        "cpu_affinity", (), "cpus",
+        "pin the worker processes to these CPUs, e.g. 0,1 or 0-3 (default: wherever the OS puts them)",
+        "LIST",
+    ),
+)  # fmt: skip
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+class _Checked:
+    """The one validation of Settings: each field by its Setting's rule (read through its grammar, so a
+    sweep file's text and an API value are taken as a flag's), the budget fields by
+    harness.measure.timing.Budget."""
+
+    def __post_init__(self) -> None:
+        for s in SETTINGS:
+            object.__setattr__(self, s.name, s.read(getattr(self, s.name)))
+        self.budget()  # Budget's rules: positive budgets, 5 <= min_samples <= max_samples
+
+    def budget(self) -> Budget:
+        """The sampling budget these settings give harness.measure.timing.measure."""
+        return Budget(**{name: getattr(self, name) for name in BUDGET_FIELDS})
+
+
+Settings = dataclasses.make_dataclass(
+    "Settings", [(s.name, Any, dataclasses.field(default=s.default)) for s in SETTINGS], bases=(_Checked,),
+    frozen=True,
+)  # fmt: skip
+# named as if written here, so that pickle finds it (make_dataclass takes `module` only from Python 3.12)
+Settings.__module__, Settings.__qualname__ = __name__, "Settings"
+Settings.__doc__ = "How each cell is measured (not part of its identity): one field per SETTINGS entry."

@@ -1,0 +1,1 @@
+"""What other front ends call: check, profile and the pytest-benchmark plugin."""

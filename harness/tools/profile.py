@@ -1,0 +1,149 @@
+"""Profile one cell: a child process loops it under py-spy (flame graph, speedscope), then torch.profiler
+records a few calls of it (Chrome trace, top operators by self time). This module plans and orchestrates;
+each job is in its own module:
+
+    harness.sweep.options         run-style flags -> the one cell (read and checked as `attnbench run` does)
+    harness.tools.profile_plan    Plan: the cell and how to profile it, read by this module and the child's
+    handle harness.tools.py_spy          find py-spy, record the looping child
+    harness.tools.torch_trace     torch.profiler: trace.json, top_ops.csv
+    harness.tools.profiled_child  the child process, and the parent's handle on it
+
+Order of events: validate the cell flags, the variant and its support for the cell -> find py-spy ->
+(out directory) -> start the child, which imports torch, builds the inputs and warms up -> py-spy attaches
+to the warm child twice (flame graph, then speedscope), so neither the torch import nor the warm-up is in
+the samples -> the child stops looping and runs torch.profiler -> profile.json.
+Nothing here imports torch; the child does.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from attnbench.harness.sweep import options
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.harness.sweep.sweeps import flag_name
+from attnbench.harness.tools import py_spy as spy
+from attnbench.harness.tools import torch_trace
+from attnbench.harness.tools.profile_plan import Plan
+from attnbench.harness.tools.profiled_child import Child
+
+SCHEMA = 1
+# every file a profile leaves; py-spy and torch.profiler name their own, profile.json is this module's
+FILES = {**spy.FILES, **torch_trace.FILES, "meta": "profile.json"}
+
+
+DEFAULT_SEQ_LEN = 1024  # a sweep's default is four lengths; a profile needs one
+# `attnbench profile`'s cell flags: every axis of `attnbench run` but --variants, one value each
+CELL_OPTIONS = [o for o in options.axis_options() if o.key != "variants"]
+
+
+def single_cell(variant: str, given: Mapping[str, str | Sequence[str] | None], threads: int = 0) -> CellSpec:
+    """The one cell named by run-style flags (option key -> the text given, None = default); ValueError naming
+    the bad value, or the flag given more than one value."""
+    defaults = {"seq_len": str(DEFAULT_SEQ_LEN), "threads": threads}
+    return options.single_cell(variant, given, name=flag_name, defaults=defaults)
+
+
+def prepare(
+    variant: str,
+    given: Mapping[str, str | Sequence[str] | None],
+    *,
+    threads: int | None = None,
+    seconds: float = 5.0,
+    rate: int = 100,
+    iters: int = 5,
+    native: bool = False,
+    use_py_spy: bool = True,
+    variant_files: Sequence[str] = (),
+) -> Plan:
+    """Validate everything before any work: cell flags first (cheap), then the variant (imports torch)."""
+    cell = single_cell(variant, given, threads or 0)
+    if not seconds > 0 or seconds > 3600:
+        raise ValueError(f"--seconds must be a number of seconds in (0, 3600], got {seconds!r}")
+    if not 1 <= rate <= 10_000:
+        raise ValueError(f"--rate must be samples per second in 1..10000, got {rate!r}")
+    if not 1 <= iters <= 1000:
+        raise ValueError(f"--iters must be calls in 1..1000, got {iters!r}")
+    from attnbench import variants
+
+    for path in variant_files:
+        variants.load_variant_file(path)
+    reason = variants.get(variant).check(cell.problem())  # VariantError (a ValueError) when unknown
+    if reason:
+        raise ValueError(f"{variant} cannot run this cell here: {reason}")
+    exe, note = spy.find_py_spy() if use_py_spy else (None, "skipped (--no-py-spy)")
+    return Plan(cell, threads or 0, seconds, rate, iters, native, exe, note, tuple(variant_files))
+
+
+# ---- the parent: the child, py-spy, and what they leave -------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What a profile produced: profile.json's contents, the messages printed, the error if it failed."""
+
+    out: Path
+    plan: Plan
+    meta: dict[str, Any] = field(default_factory=dict)  # what profile.json holds
+    messages: list[str] = field(default_factory=list)  # one line each, also printed on stderr
+    error: str = ""  # the torch.profiler part failed (exit status 1)
+
+
+def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None) -> Outcome:
+    """Run the child (py-spy part when plan.py_spy, then torch.profiler) and write profile.json in `out`."""
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    out.mkdir(parents=True, exist_ok=True)
+    res = Outcome(out, plan)
+    if plan.py_spy is None and plan.py_spy_note.startswith(spy.NOT_FOUND):
+        res.messages.append(f"{plan.py_spy_note}; writing the torch.profiler part only")
+        say(res.messages[-1])
+    py_spy: dict[str, Any] = {"used": plan.py_spy is not None, "note": plan.py_spy_note, "records": []}
+    loop_stats = None
+    child = Child(plan, out, loop=plan.py_spy is not None)
+    try:
+        name, data = child.read()
+        if name == "ready" and plan.py_spy is not None:
+            half = plan.seconds / 2
+            say(f"py-spy: sampling {plan.cell.variant} at {plan.rate} Hz, 2 x {half:g} s (pid {data['pid']})")
+            py_spy["records"], err = spy.sample(
+                plan.py_spy, data["pid"], out, seconds_each=half, rate=plan.rate, native=plan.native
+            )
+            if err:
+                py_spy["error"] = err
+                res.messages.append(f"{spy.why_failed(err)}; going on with torch.profiler")
+                say(res.messages[-1])
+            child.proc.send_signal(signal.SIGUSR1)  # stop looping, go on to torch.profiler
+            name, data = child.read()
+        if name == "looped":
+            loop_stats = data
+            name, data = child.read()
+        if name == "started_profiler":
+            say(f"torch.profiler: recording {plan.iters} call(s)")
+            name, data = child.read()
+        if name == "done":
+            res.meta = data
+        else:
+            res.error = child.failure(data if name == "exit" else -1)
+    finally:
+        child.stop()
+    res.meta = {
+        "schema": SCHEMA,
+        "kind": "attnbench profile",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cell": plan.cell.to_dict(),
+        "cell_id": plan.cell.cell_id,
+        "command": plan.command(),
+        "py_spy": py_spy,
+        "loop": loop_stats,
+        **res.meta,
+        "error": res.error,
+    }
+    (out / FILES["meta"]).write_text(json.dumps(res.meta, indent=1, default=str) + "\n")
+    return res

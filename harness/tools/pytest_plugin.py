@@ -1,0 +1,360 @@
+"""pytest-benchmark integration: the variant registry times a small shape grid as parametrised benchmarks.
+
+    pytest benchmarks/ --benchmark-only [--benchmark-json out.json] [--attn-seq-len 512,2048 ...]
+
+Loaded through its `pytest11` entry point (`pip install attnbench`: every pytest session of a project
+that has attnbench installed) and by `benchmarks/conftest.py` (a checkout without the install). It acts
+only where it is used: it adds its --attn-* options, and builds the grid when a test asks for the `attn_cell`
+fixture, at collection, after that test's module was imported, so a variant the test file registers
+(`@attnbench.register`) is part of the grid; a session that never uses the fixture (attnbench's own
+`tests/`, a project's unit tests) sees no grid, no header, no summary and no JSON block. Each grid cell is
+one test, `test_attention[<cell id>]`:
+
+- Everything but the timing is harness.measure.cell's, as in `attnbench run`: the capability check and the
+  memory guard, then `prepare` (seeded inputs, the float64 correctness gate, gradients too for fwdbwd,
+  and the call to time), FLOPs and `peak` memory. pytest-benchmark times prepare's call.
+- Timing is `benchmark.pedantic`, one call per round. On CUDA the untimed setup flushes L2 and
+  synchronises, and the timed target synchronises after the call, so a round is the device time of
+  one call (plus launch latency), never the time to enqueue async kernels. On CPU the call is timed
+  as it is. Warm-up as in the harness (Settings.warmup_ms, at least one call), then rounds that fill
+  --benchmark-max-time, at least --benchmark-min-rounds, at most Settings.max_samples.
+- After the timed rounds, `check_after` as in `attnbench run`: the inputs are unchanged and the answer
+  still follows the inputs (fresh ones, another seed); a cell that fails either is `wrong` and fails.
+- extra_info holds the cell spec (every axis, cell_id), status, flops, tflops (from the median),
+  peak_mem_bytes, the gate's max_abs_err / rel_err / grad_rel_err / fresh_rel_err, first_call_ms and
+  setup_ms: what `attnbench import-benchmark` needs to rebuild result rows. Cells that are not timed
+  (unsupported here, memory guard, OOM, error) are skipped or failed with their reason and listed in
+  the JSON file's top-level "attnbench" block, beside this machine's fingerprint, the capability record
+  of each variant of the grid (what the report's theory reads) and this machine's calibration (matmul and
+  copy ceilings for % of peak: --attn-calibrate-ms of sampling per dtype, after the timed tests).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import NoReturn
+
+import pytest
+
+from attnbench.harness.sweep import options
+
+EXTRA_INFO_FORMAT = 1  # version of the extra_info / "attnbench" JSON block read by results.pytest_benchmark
+PREFIX = "attn_"  # --attn-seq-len is the sweep's seq_len: the same options as `attnbench run`, prefixed
+# the axes of `attnbench run` (the defaults of a sweep) and its --threads (harness.sweep.options)
+GRID_OPTIONS = [
+    *options.axis_options(), *(o for o in options.setting_options() if o.key in ("threads", "calibrate_ms")),
+]  # fmt: skip
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attnbench", "attnbench grid (benchmarks/test_attention.py)")
+    for option in GRID_OPTIONS:
+        default = f" (default: {option.default})" if option.default is not None else ""
+        group.addoption(
+            option.flag("--attn-"),
+            dest=option.dest(PREFIX),
+            default=None,  # not given: the sweep's default, as for `attnbench run`
+            metavar="VALUES",
+            help=option.help + default,
+        )
+    group.addoption(
+        "--attn-variant-file",
+        dest="attn_variant_file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="python file registering variants (repeatable), as attnbench run --variant-file",
+    )
+
+
+@dataclass
+class _Session:
+    """Per pytest session: the sweep the --attn-* options give, and once a test uses the grid its cells,
+    the shared input cache and the cells that were not timed."""
+
+    sweep: object | None = None  # the SweepSpec, checked at configure when an --attn-* option is given
+    cells: dict | None = None  # cell_id -> CellSpec, in sweep order; None: no test used the grid
+    settings: object = None
+    cache: object = None
+    untimed: list | None = None
+    error: str | None = None  # why the grid could not be built (an unknown variant), said after collection
+
+
+_KEY = pytest.StashKey[_Session]()
+
+
+def _sweep(config: pytest.Config):
+    """The SweepSpec of the --attn-* options, the variant files loaded; ValueError naming a bad value."""
+    from attnbench import variants
+    from attnbench.harness.sweep.sweeps import build_sweep
+
+    given = options.given_options(vars(config.option), GRID_OPTIONS, PREFIX)
+    sweep = build_sweep(given, name=lambda key: "--attn-" + key.replace("_", "-"))
+    for path in config.getoption("attn_variant_file"):
+        variants.load_variant_file(path)
+    return sweep
+
+
+def build_cells(config: pytest.Config):
+    """The CellSpecs of the grid the --attn-* options describe, over the variants registered now (the test
+    modules collected so far among them); ValueError naming a bad value."""
+    from attnbench import variants
+
+    state = config.stash.get(_KEY, None)
+    sweep = state.sweep if state is not None and state.sweep is not None else _sweep(config)
+    if sweep.variants:
+        names = [v.name for v in variants.resolve(list(sweep.variants))]
+    else:
+        from attnbench.harness.run.runner import default_variants
+
+        names = default_variants()
+    return sweep.cells(names), sweep.settings
+
+
+def _given(config: pytest.Config) -> bool:
+    given = options.given_options(vars(config.option), GRID_OPTIONS, PREFIX)
+    return any(v is not None for v in given.values()) or bool(config.getoption("attn_variant_file"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    state = _Session()
+    if _given(config):  # bad values are refused before collection, in one line
+        try:
+            state.sweep = _sweep(config)
+        except ValueError as exc:  # SweepSpec, Settings, parse_* and VariantError all name the bad value
+            raise pytest.UsageError(f"attnbench: {exc}") from None
+    config.stash[_KEY] = state
+
+
+def _grid(config: pytest.Config) -> _Session:
+    """The session's grid, built on first use."""
+    state = config.stash[_KEY]
+    if state.cells is None:
+        from attnbench.harness.measure.cell import InputCache
+
+        try:
+            cells, settings = build_cells(config)
+        except ValueError as exc:  # an unknown variant: pytest_collection_finish ends the session with it
+            state.error = f"attnbench: {exc}"
+            state.cells = {}
+            return state
+        if settings.threads:
+            import torch
+
+            torch.set_num_threads(settings.threads)  # as the harness's worker does; recorded in each row
+        state.cells = {c.cell_id: c for c in cells}
+        state.settings, state.cache, state.untimed = settings, InputCache(), []
+    return state
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    state = config.stash.get(_KEY, None)
+    if state is None or state.sweep is None:
+        return None  # the options only: the grid is built at collection, where a test uses it
+    sweep = state.sweep
+    names = ", ".join(sweep.variants) if sweep.variants else "every default variant"
+    return f"attnbench grid: variants {names}; seq_len {list(sweep.seq_len)}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "attn_cell" in metafunc.fixturenames:
+        # cells come grouped by shape (SweepSpec.cells), so consecutive variants share inputs and reference;
+        # the parameter is the cell_id (a string pytest-benchmark can store), turned into its CellSpec below
+        ids = list(_grid(metafunc.config).cells)
+        metafunc.parametrize("attn_cell", ids, ids=[i.replace("|", "-") for i in ids], indirect=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A grid that could not be built ends the session in one line with pytest's usage-error status (an
+    exception inside collection would be a collection error with a traceback)."""
+    state = session.config.stash.get(_KEY, None)
+    if state is not None and state.error:
+        pytest.exit(state.error, returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+@pytest.fixture
+def attn_cell(request: pytest.FixtureRequest):
+    """The CellSpec of this test's grid cell."""
+    return request.config.stash[_KEY].cells[request.param]
+
+
+def measure(benchmark, spec, config: pytest.Config) -> dict:
+    """Measure one cell with pytest-benchmark timing; its row (without timing columns) is the extra_info.
+
+    Skips a cell that cannot run here (with the reason), fails one that errs or is wrong.
+    """
+    from attnbench import variants
+    from attnbench.harness.measure import guard
+    from attnbench.harness.measure.cell import check_after, peak, prepare
+    from attnbench.harness.measure.failures import failure
+    from attnbench.harness.measure.rows import base_row, finish, start_row
+    from attnbench.harness.workers.worker import free_memory
+
+    state = config.stash[_KEY]
+    settings = state.settings
+    t_start = time.perf_counter()
+    variant = variants.get(spec.variant)
+    reason = variant.check(spec.problem())
+    if reason:
+        _untimed(state, finish(base_row(spec), "unsupported", reason))
+    predicted = guard.predict_peak_bytes(spec, variant.cap.memory, settings)
+    reason = guard.fits(predicted, free_memory(spec.device), settings.memory_guard)
+    if reason:
+        _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
+
+    row = start_row(spec)
+    ready = None
+    try:
+        ready = prepare(spec, settings, state.cache)
+        row.update(ready.fields(), **ready.setup_fields())
+        peak_bytes, method = peak(ready.call, spec.device)  # before timing: an OOM here is an untimed row
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
+        _untimed(state, finish(row, *failure(exc, spec.device, ready)))
+    # tflops, kv_gbps and elapsed_s keep their place in the row (measure_cell's order) until timing fills them
+    row = finish(
+        row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, kv_gbps=None,
+        elapsed_s=None,
+    )  # fmt: skip
+
+    benchmark.group = spec.cell_id.split("|", 1)[1].replace("|", " ")  # the shape: variants side by side
+    benchmark.extra_info.update(row, attnbench_format=EXTRA_INFO_FORMAT)
+    setup, target = _device_calls(ready.call, spec.device, settings.flush_l2)
+    if benchmark.enabled:
+        rounds = _rounds(config, setup, target, settings)
+        benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=0, iterations=1)
+    else:  # --benchmark-disable: one plain call, no statistics
+        benchmark.pedantic(target, setup=setup)
+    stats = benchmark.stats.stats if benchmark.stats is not None else None
+    m = None
+    if stats:
+        from attnbench.harness.measure import timing
+        from attnbench.results.formulas import gbps, tflops
+
+        m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
+        benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)
+        benchmark.extra_info["kv_gbps"] = gbps(row["kv_bytes"], m.median)
+    try:  # after the timed rounds: inputs unchanged, and the answer follows fresh inputs
+        after = check_after(ready, spec, settings, state.cache)
+        status, message = ready.verdict(m, after)  # an ok cell's message says when it is noisy
+        benchmark.extra_info.update(after.fields())
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the variant failed on fresh inputs: this cell's row, as in measure_cell
+        status, message = failure(exc, spec.device, ready)
+    benchmark.extra_info.update(status=status, message=message)
+    benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)
+    if status == "wrong":
+        pytest.fail(f"{spec.variant}: {message}", pytrace=False)
+    if status != "ok":
+        pytest.fail(f"{status}: {spec.variant}: {message}", pytrace=False)
+    return dict(benchmark.extra_info)
+
+
+def _untimed(state: _Session, row: dict) -> NoReturn:
+    """Record a cell that is not timed, then skip it (cannot run here) or fail it (an error; pytest-benchmark
+    then also warns that the fixture was not used)."""
+    state.untimed.append(row)
+    text = f"{row['variant']}: {row['message']}"
+    if row["status"] in ("unsupported", "skipped", "oom"):
+        pytest.skip(f"{row['status']}: {text}" if row["status"] != "unsupported" else text)
+    pytest.fail(f"{row['status']}: {text}", pytrace=False)
+
+
+def _device_calls(call, device: str, flush_l2: bool):
+    """(setup, target) for benchmark.pedantic; setup runs outside the timed window."""
+    if device != "cuda":
+        return None, call
+    import torch
+
+    from attnbench.harness.measure.timing import l2_flush_buffer
+
+    flush = l2_flush_buffer(torch.device("cuda")) if flush_l2 else None  # the harness's CUDA timers' buffer
+
+    def setup() -> None:
+        if flush is not None:
+            flush.zero_()  # evict L2 so every round starts cold, as harness.measure.timing.CudaTimer does
+        torch.cuda.synchronize()  # nothing queued may run inside the timed window
+
+    def target() -> None:
+        call()
+        torch.cuda.synchronize()  # the round ends when the device has finished, not when work is queued
+
+    return setup, target
+
+
+def _rounds(config: pytest.Config, setup, target, settings) -> int:
+    """Warm up as harness.measure.timing.measure does (calls until settings.warmup_ms, at least one), then the
+    rounds that fill --benchmark-max-time: at least --benchmark-min-rounds, at most settings.max_samples
+    (unless min-rounds asks for more)."""
+    from attnbench.harness.measure.timing import CpuTimer
+
+    def one_round() -> None:
+        if setup is not None:
+            setup()
+        target()  # synchronises on CUDA, so perf_counter sees the device time
+
+    timer = CpuTimer()
+    warm = timer.time_calls(one_round, 1)
+    while sum(warm) < settings.warmup_ms and len(warm) < settings.max_samples:
+        warm += timer.time_calls(one_round, max(1, min(len(warm), 64)))
+    estimate_s = sorted(warm)[len(warm) // 2] * 1e-3
+    max_time = float(config.getoption("benchmark_max_time"))
+    min_rounds = int(config.getoption("benchmark_min_rounds"))
+    wanted = math.ceil(max_time / max(estimate_s, 1e-9))
+    return max(min_rounds, min(wanted, settings.max_samples))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
+    """Add the attnbench block: format version, this machine's fingerprint, the cells not timed, each grid
+    variant's capability record and the calibration of the devices that timed cells."""
+    from attnbench import variants
+    from attnbench.harness.measure.calibrate import calibrate
+    from attnbench.harness.measure.fingerprint import collect
+
+    state = config.stash.get(_KEY, None)
+    if state is None or state.cells is None:
+        return  # no test used the grid
+    cells = list(state.cells.values())
+    names = list(dict.fromkeys(c.variant for c in cells))
+    timed = [c for c in cells if any(b.get("extra_info", {}).get("cell_id") == c.cell_id for b in benchmarks)]
+    calibration = {}
+    for device in dict.fromkeys(c.device for c in timed):
+        dtypes = list(dict.fromkeys(c.dtype for c in timed if c.device == device))
+        calibration[device] = calibrate(device, dtypes, state.settings.calibrate_ms)
+    output_json["attnbench"] = {
+        "format": EXTRA_INFO_FORMAT,
+        "fingerprint": collect(),
+        "untimed": list(state.untimed),
+        "variant_capabilities": {name: variants.get(name).record() for name in names},
+        "calibration": calibration,
+    }
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """One line per timed cell: what pytest-benchmark's table does not show (TFLOP/s, memory, error)."""
+    state = config.stash.get(_KEY, None)
+    bs = getattr(config, "_benchmarksession", None)
+    if state is None or state.cells is None or bs is None:
+        return
+    timed = [b for b in bs.benchmarks if b.extra_info.get("attnbench_format") and b.stats]
+    if not timed:
+        return
+    tr = terminalreporter
+    tr.section("attnbench: throughput, peak memory and error vs float64 (median time)")
+    width = max(len(b.param or b.name) for b in timed)
+    tr.write_line(
+        f"{'cell':<{width}} {'median ms':>10} {'TFLOP/s':>9} {'peak MiB':>9} {'rel_err':>9} {'status':>7}"
+    )
+    for b in timed:
+        e = b.extra_info
+        mem = e.get("peak_mem_bytes")
+        tr.write_line(
+            f"{b.param or b.name:<{width}} {b.stats.median * 1e3:>10.3f} {e.get('tflops', math.nan):>9.4f} "
+            f"{(mem or 0) / 2**20:>9.2f} {e.get('rel_err', math.nan):>9.1e} {e.get('status', ''):>7}"
+        )

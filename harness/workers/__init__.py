@@ -1,0 +1,1 @@
+"""Worker processes: isolation, the worker's requests, what a variant leaves behind."""

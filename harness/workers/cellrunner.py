@@ -1,0 +1,218 @@
+"""The unit of execution every executor uses: one worker process, a deadline per cell, a row per cell.
+
+A CellRunner owns a `harness.workers.isolation.Worker`; `run(spec)` turns one cell into one row whatever
+happens (unsupported, skipped by the memory guard, measured, timed out, crashed), and replaces the worker when
+a cell killed it. The local executor holds one, the device pool one per GPU, a Ray actor one, a Slurm array
+task one: the same code decides every cell's fate everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from typing import Any
+
+from attnbench import variants
+from attnbench.harness.measure.outcomes import threads_mismatch
+from attnbench.harness.measure.rows import base_row, blame, finish, merge_processes
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.harness.workers.isolation import Worker, WorkerDied, WorkerTimeout
+
+
+class SkipAhead:
+    """Once a series (variant, all axes but the lengths seq_len and seq_k) OOMs or times out at some
+    (N_q, N_k), every cell of that series at least as long in both is skipped: a scaling sweep grows both
+    together, a decode sweep grows N_k at a fixed N_q, a prefill sweep N_q at a fixed N_k."""
+
+    def __init__(self, rows: list[dict[str, Any]] = ()) -> None:
+        self.limits: dict[tuple, list[tuple[int, int, str]]] = {}
+        for row in rows:
+            self.note(CellSpec.from_dict(row), row.get("status", ""))
+
+    def note(self, spec: CellSpec, status: str) -> None:
+        if status in ("oom", "timeout"):
+            what = "ran out of memory" if status == "oom" else "timed out"
+            self.limits.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, what))
+
+    def reason(self, spec: CellSpec) -> str | None:
+        for n_q, n_k, what in self.limits.get(spec.group_key, ()):
+            if spec.seq_len >= n_q and spec.seq_k >= n_k and (spec.seq_len, spec.seq_k) != (n_q, n_k):
+                at = f"seq_len {n_q}" if n_k == n_q else f"seq_len {n_q}, seq_k {n_k}"
+                return f"skipped: {spec.variant} {what} at {at} with the same other axes"
+        return None
+
+
+def precheck(spec: CellSpec, skip: SkipAhead) -> dict[str, Any] | None:
+    """The row of a cell that needs no worker (unsupported here, or skipped after a smaller N failed);
+    None when the cell is to be measured. Cheap: the dispatcher calls it before handing a cell out. A
+    plug-in's capability check that raises makes its cell an error row (the run goes on)."""
+    try:
+        reason = variants.get(spec.variant).check(spec.problem())
+    except Exception as exc:  # the plug-in's own code, run in the parent: its fault is its cell's row
+        return finish(base_row(spec), "error", f"its capability check raised {type(exc).__name__}: {exc}")
+    if reason:
+        return finish(base_row(spec), "unsupported", reason)
+    reason = skip.reason(spec)
+    if reason:
+        return finish(base_row(spec), "skipped", reason)
+    return None
+
+
+class CellRunner:
+    """One worker process and the cells it measures, one at a time; see the module docstring."""
+
+    def __init__(self, config: dict[str, Any], settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.worker: Worker | None = Worker(config)
+
+    # ---- requests that are not cells ---------------------------------------------------------------
+
+    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """A plain request to the worker (fingerprint, calibrate, ...); replaces a dead or hung worker
+        before raising, so the next cell still has one."""
+        try:
+            reply = self._worker().request(msg, timeout=timeout)
+        except (WorkerTimeout, WorkerDied):
+            self.replace()
+            raise
+        if reply.get("exiting"):  # a variant probed there changed torch's global state: a fresh worker
+            self.replace()
+        return reply
+
+    def describe(self, device: str, dtypes: list[str], known: Collection[str] = ()) -> dict[str, Any] | None:
+        """Where this runner's worker measures `device`, with that device's calibration: one entry of
+        meta.json `devices` (ARCHITECTURE.md, "Where a row was measured"). None when its `where_key` is in
+        `known` (a device the run has described already: its calibration is not measured twice)."""
+        from attnbench.results.formulas import where_key
+
+        where = self.request({"op": "where", "device": device}, timeout=120)["value"]
+        if where_key(where.get("host"), device, where.get("gpu_uuid")) in known:
+            return None
+        budget_ms = self.settings.calibrate_ms
+        calibration = self.request(
+            {"op": "calibrate", "device": device, "dtypes": list(dtypes), "budget_ms": budget_ms}, timeout=600
+        )["value"]
+        return {**where, "device": device, "calibration": calibration}
+
+    # ---- cells --------------------------------------------------------------------------------------
+
+    def run(self, spec: CellSpec, visit: tuple[int, int] = (1, 1)) -> dict[str, Any]:
+        """The row of one cell (its status says what happened); the memory guard runs here, next to the
+        device the cell will use. visit: (i, R), the i-th of the cell's R visits (Settings.rounds)."""
+        from attnbench.harness.measure import (
+            guard,  # imports torch: not at import time, so that the CLI starts fast
+        )
+
+        settings = self.settings
+        row = base_row(spec)
+        try:
+            worker = self._worker()
+            available = worker.request({"op": "free_memory", "device": spec.device}, timeout=60)["value"]
+            memory = variants.get(spec.variant).cap.memory
+            predicted = guard.predict_peak_bytes(spec, memory, settings)
+            reason = guard.fits(predicted, available, settings.memory_guard)
+            if reason:
+                return finish(row, "skipped", reason, predicted_peak_bytes=predicted)
+            t0 = time.perf_counter()
+            reply = worker.request(
+                {"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__, "visit": list(visit)},
+                timeout=settings.cell_timeout,
+            )
+            row = reply["row"]
+            row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
+            wrong_threads = threads_mismatch(row, settings.threads or worker.threads)
+            if wrong_threads:
+                blame(row, [wrong_threads])
+            if reply.get("exiting"):  # a poisoned CUDA context, a failed graph capture, torch's global
+                self.replace()  # state changed by the variant: a new worker for the next cell
+            return row
+        except WorkerTimeout as exc:
+            self.replace()
+            return finish(row, "timeout", f"cell exceeded --cell-timeout {settings.cell_timeout:g} s: {exc}")
+        except WorkerDied as exc:
+            self.replace()
+            return finish(row, "crashed", str(exc))
+
+    # ---- the worker's life --------------------------------------------------------------------------
+
+    def _worker(self) -> Worker:
+        if self.worker is None:
+            self.worker = Worker(self.config)
+        return self.worker
+
+    def replace(self) -> None:
+        """Kill the worker; the next request starts a fresh one (lazily, so a runner that is closing
+        does not start a process it will never use)."""
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+
+    @property
+    def threads(self) -> int:
+        return self._worker().threads
+
+    @property
+    def cpu_affinity(self):
+        return self._worker().cpu_affinity
+
+    @property
+    def gc_frozen(self) -> int | None:
+        return self._worker().gc_frozen
+
+    def close(self, *, kill: bool = False) -> None:
+        if self.worker is not None:
+            self.worker.kill() if kill else self.worker.stop()
+            self.worker = None
+
+
+def process_config(config: dict[str, Any], index: int) -> dict[str, Any]:
+    """The worker config of the run's process `index` (0-based) of --processes K: the run's own for the
+    first; a log of its own for each other (a dying worker's last lines are read back from its log: another
+    worker's lines must not be mistaken for them), worker-p2.log beside worker.log."""
+    if index == 0 or not config.get("log_path"):
+        return config
+    path = str(config["log_path"])
+    stem, dot, ext = path.rpartition(".")
+    return {**config, "log_path": f"{stem}-p{index + 1}.{ext}" if dot else f"{path}-p{index + 1}"}
+
+
+class Processes:
+    """K CellRunners (K worker processes, started once per run) that measure every cell in turn, one after
+    another and never at once, into one row (rows.merge_processes): the spread from one process to the
+    next (allocation, page placement) is then in the row, as pyperf and ASV sample it. A process whose row
+    is not ok ends the cell: that row is the cell's, and the processes after it are not asked. With
+    rounds (K <= R), each visit of a cell is made in one of them, in turn (run)."""
+
+    def __init__(self, first: CellRunner, k: int) -> None:
+        self.first = first
+        self.others = [CellRunner(process_config(first.config, i), first.settings) for i in range(1, k)]
+
+    @property
+    def runners(self) -> list[CellRunner]:
+        return [self.first, *self.others]
+
+    def run(self, spec: CellSpec, visit: tuple[int, int] = (1, 1)) -> dict[str, Any]:
+        """The cell measured in every process in turn, merged; in rounds (visit (i, R), R > 1), visit i
+        in process (i - 1) mod K alone, so that a cell's visit medians span processes as well as the run."""
+        index, rounds = visit
+        if rounds > 1:
+            return self.runners[(index - 1) % len(self.runners)].run(spec, visit)
+        rows = []
+        for runner in self.runners:
+            rows.append(runner.run(spec, visit))
+            if rows[-1].get("status") != "ok":
+                break
+        return merge_processes(rows)
+
+    def kill(self) -> None:
+        """Kill every worker now (so that the cell being measured ends)."""
+        for runner in self.runners:
+            if runner.worker is not None:
+                runner.worker.proc.kill()
+
+    def close(self, *, kill: bool = False, keep_first: bool = False) -> None:
+        """Stop the workers; `keep_first`: not the first, whose owner closes it."""
+        for runner in self.others if keep_first else self.runners:
+            runner.close(kill=kill)

@@ -1,0 +1,184 @@
+"""A worker's child processes end with it: the worker adopts what its variants leave behind, the cell that
+left one is named, and the parent kills what a dead or killed worker still has. Torch-free (the parent
+imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
+
+- In the worker, `become_subreaper` (prctl PR_SET_CHILD_SUBREAPER): a process a variant started and
+  detached (start_new_session, a double fork) is re-parented to the worker when its own parent exits,
+  instead of to init, so the worker still sees it. After each cell, `kill_leftovers` kills every child still
+  there (torch's own compile workers excepted: TORCH_HELPERS) and says which, for the cell's row.
+- In the parent, `kill_tree(pid)` (harness.workers.isolation.Worker.kill): the worker is stopped, its
+descendants
+  are found and killed, then the worker, then its process group (the worker leads its own: `own_group`),
+  so nothing outlives a worker killed for a timeout or a crash either.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+LINUX = sys.platform.startswith("linux")
+
+# children started by torch for itself, not by a variant: inductor's pool of compile workers (kept for
+# every later compile) and multiprocessing's helper processes; they end when the worker does
+TORCH_HELPERS = (
+    "_inductor/compile_worker",
+    "torch._inductor.compile_worker",
+    "multiprocessing.resource_tracker",
+    "multiprocessing.forkserver",
+)
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants; False where that is not possible."""
+    if not LINUX:
+        return False
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except OSError:
+        return False
+
+
+def own_group() -> None:
+    """Lead a process group of this process's own (a worker: the parent kills the group with it)."""
+    if LINUX:
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+
+
+def children(pid: int | str = "self") -> list[int]:
+    """The pids of `pid`'s children, from every thread's /proc/<pid>/task/<tid>/children."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out += [int(p) for p in fh.read().split()]
+        except OSError:  # the thread ended meanwhile
+            continue
+    return out
+
+
+def cmdline(pid: int, limit: int = 120) -> str:
+    """The process's command line, printable, at most `limit` characters (0: all of it)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    text = "".join(c if c.isprintable() else "?" for c in (text[:limit] if limit else text))  # no ESC
+    return text or "?"
+
+
+def _settled_cmdline(pid: int, wait_s: float = 0.2) -> str:
+    """cmdline(pid, 0), waiting up to wait_s while it reads empty ('?') and the process is alive: a process
+    caught in the middle of exec has no command line yet (seen once: a variant's sleeper named 'pid N: ?'),
+    and a torch helper caught so would not be known for one."""
+    deadline = time.monotonic() + wait_s
+    line = cmdline(pid, 0)
+    while line == "?" and _state(pid) not in ("", "Z") and time.monotonic() < deadline:
+        time.sleep(0.002)
+        line = cmdline(pid, 0)
+    return line
+
+
+def _state(pid: int) -> str:
+    """The process's one-letter state (Z: a zombie), '' when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return text.rsplit(")", 1)[-1].split()[0]
+
+
+def _reap(pid: int, wait_s: float) -> None:
+    """Collect a child's exit status (it is this process's own child) within wait_s, if it has exited."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done or time.monotonic() > deadline:
+            return
+        time.sleep(0.002)
+
+
+def kill_leftovers(rounds: int = 8) -> list[str]:
+    """Kill this process's children (the worker's, between cells) but torch's helpers; reap the ones that
+    have exited. One 'pid N: cmdline' for each process killed; their own children, re-parented here as they
+    die, are found by the next round."""
+    if not LINUX:
+        return []
+    killed: list[str] = []
+    for _ in range(rounds):
+        found = False
+        for pid in children():
+            if _state(pid) == "Z":  # exited already: only its status is left to collect
+                _reap(pid, 0)
+                continue
+            line = _settled_cmdline(pid)  # all of it: a deep venv's path to a helper is long
+            if any(helper in line for helper in TORCH_HELPERS):
+                continue
+            found = True
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed.append(f"pid {pid}: {line[:120]}")
+            _reap(pid, 1.0)
+        if not found:
+            break
+    return killed
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, each stopped (SIGSTOP) as it is found so that none forks more meanwhile."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children(todo.pop()):
+            if child in found:
+                continue
+            if _state(child) in ("", "Z"):
+                continue
+            _signal(child, signal.SIGSTOP)
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(pid: int, *, alive: bool, group: bool) -> None:
+    """The parent's side: kill the worker `pid` (alive: not yet reaped) with its descendants, stopped
+    first, and (group: it leads its own process group) whatever is left in that group, e.g. the children
+    of a worker that died by itself. A group's id is never given to a new process while the group has
+    members, so the signal reaches only the worker's own."""
+    if not LINUX:
+        return
+    if alive:
+        _signal(pid, signal.SIGSTOP)
+        for child in descendants(pid):
+            _signal(child, signal.SIGKILL)
+        _signal(pid, signal.SIGKILL)
+    if group:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

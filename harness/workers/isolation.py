@@ -1,0 +1,175 @@
+"""Parent side of the worker processes: start, ask with a deadline, notice crashes, replace.
+
+Workers are started with the 'spawn' method (a fresh interpreter: no inherited CUDA context or
+locks) and talk over a multiprocessing Pipe. They never import the user's `__main__` (_without_main):
+a script runs once, guarded or not, and what it defines reaches them by value (variants.shipped). A
+worker that dies or misses a deadline is killed and replaced; the cell it was on gets `crashed` or
+`timeout`. Killing a worker kills the processes below it too (harness.workers.children).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.spawn
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from attnbench.harness.measure.allocator import worker_env
+from attnbench.harness.workers.children import kill_tree
+from attnbench.harness.workers.worker import worker_main
+
+STARTUP_TIMEOUT_S = 180.0
+# os.environ is process-wide: workers started from several threads at once (the GPU pool, one thread per
+# GPU, each pinning its own CUDA_VISIBLE_DEVICES) take turns setting it, or one would inherit another's pin
+_SPAWN_LOCK = threading.Lock()
+
+
+class WorkerDied(RuntimeError):
+    """The worker exited (crash, abort, kill) before answering."""
+
+
+class WorkerTimeout(RuntimeError):
+    """The worker did not answer within the deadline; it has been killed."""
+
+
+@contextmanager
+def _environment(env: dict[str, str]):
+    """os.environ with `env` set while a worker is spawned (the child inherits it from exec; allocator
+    knobs such as glibc's MALLOC_* are read before any Python runs), restored afterwards."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
+def _without_main():
+    """Spawn's preparation data without the main module: a spawned child otherwise runs the parent's
+    script again as __mp_main__ (all of an unguarded one, the imports and definitions of a guarded one)
+    only so that objects pickled by reference to __main__ can be found, and the worker is handed none: its
+    config is plain data and its variants come from files and variants.pkl. Taken under _SPAWN_LOCK."""
+    prepare = mp.spawn.get_preparation_data
+
+    def without_main(name: str) -> dict[str, Any]:
+        data = prepare(name)
+        data.pop("init_main_from_name", None)
+        data.pop("init_main_from_path", None)
+        return data
+
+    mp.spawn.get_preparation_data = without_main
+    try:
+        yield
+    finally:
+        mp.spawn.get_preparation_data = prepare
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"worker killed by {name} (signal {-code})"
+    return f"worker exited with status {code}"
+
+
+class Worker:
+    """One worker process and its pipe."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
+        )
+        with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
+            self.proc.start()
+        child.close()
+        hello = self._receive(STARTUP_TIMEOUT_S, "starting")
+        self.pid = hello["pid"]
+        self.threads = hello["threads"]
+        self.cpu_affinity = hello.get("cpu_affinity")  # the CPUs the worker may run on, as it reports them
+        self.gc_frozen = hello.get("gc_frozen")  # objects its imports left, frozen out of its collections
+        self.own_group = bool(hello.get("own_group"))  # it leads a process group of its own (kill_tree)
+
+    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send msg and wait up to `timeout` seconds for the reply."""
+        self.log_offset = _size(self.config.get("log_path"))
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self._death_note()) from None
+        return self._receive(timeout, msg.get("op", "?"))
+
+    def _receive(self, timeout: float, what: str) -> dict[str, Any]:
+        if not self.conn.poll(timeout):
+            if not self.proc.is_alive():
+                raise WorkerDied(self._death_note())
+            self.kill()
+            raise WorkerTimeout(f"no answer after {timeout:g} s ({what}); worker killed")
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkerDied(self._death_note()) from None
+
+    def _death_note(self) -> str:
+        self.proc.join(timeout=10)
+        note = describe_exit(self.proc.exitcode)
+        tail = log_tail(self.config.get("log_path"), offset=getattr(self, "log_offset", 0))
+        return f"{note}; {tail}" if tail else note
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def kill(self) -> None:
+        """Kill the worker and every process below it (harness.workers.children.kill_tree: what a variant
+        started and detached, too), whether it is still running or died by itself."""
+        kill_tree(self.proc.pid, alive=self.proc.is_alive(), group=getattr(self, "own_group", False))
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+        self.conn.close()
+
+    def stop(self) -> None:
+        """Ask politely, then kill."""
+        if self.proc.is_alive():
+            try:
+                self.conn.send({"op": "stop"})
+                if self.conn.poll(10):
+                    self.conn.recv()
+            except (BrokenPipeError, EOFError, OSError):
+                pass
+            self.proc.join(timeout=10)
+        self.kill()
+
+
+def _size(path: str | None) -> int:
+    return Path(path).stat().st_size if path and Path(path).is_file() else 0
+
+
+def log_tail(log_path: str | None, lines: int = 3, offset: int = 0) -> str:
+    """The last meaningful lines the worker logged since `offset` (e.g. 'Fatal Python error: Aborted')."""
+    if not log_path or not Path(log_path).is_file():
+        return ""
+    with open(log_path, "rb") as fh:
+        fh.seek(offset)
+        text = fh.read().decode(errors="replace").splitlines()
+    keep = [
+        t.strip() for t in text if t.strip() and "USDT:" not in t and not t.startswith("attnbench worker")
+    ]
+    fatal = [t for t in keep if t.startswith("Fatal Python error")]
+    picked = fatal[-1:] or keep[-lines:]
+    return " | ".join(picked)[:400]

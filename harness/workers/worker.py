@@ -1,0 +1,287 @@
+"""The worker process: measures cells sent by the parent over a pipe, one at a time.
+
+It imports torch once (after pinning its CPUs) and is reused while healthy; this module's top imports only
+torch-free modules, since the parent imports it too (harness.workers.isolation starts worker_main). Its stdout
+and stderr go to the run's worker.log (variants that print cannot corrupt the protocol), faulthandler dumps a
+traceback there on a fatal signal, it ignores Ctrl-C (the parent decides), and on Linux it dies with its
+parent, leads a process group of its own and adopts the processes its variants detach
+(harness.workers.children).
+
+What a variant's code leaves behind is its own row's, never a neighbour's: after every cell and every
+numerics-probe request the worker compares torch's process-wide state with the one it was set up with
+(harness.workers.torch_state) and kills the processes left running; the row says what was found (rows.blame),
+and after a change of state the worker exits so that the next cell gets a clean one. A plug-in's import is
+compared too: what it changed is put back, and its variants' rows say so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+from attnbench.harness.measure.outcomes import (
+    STATE_EXIT,
+    exit_reason,
+    is_poisoned_row,
+    processes_left,
+    state_changed,
+)
+from attnbench.harness.measure.rows import base_row, blame, finish
+from attnbench.harness.sweep.settings import Settings
+
+# what the requests use beside harness.measure.cell, imported with torch before freeze_imports so that the
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.harness.workers import children
+
+# collector never scans it again (the methods below import from these modules, found in sys.modules)
+MEASURING = ("attnbench.harness.measure.calibrate", "attnbench.harness.measure.fingerprint")
+
+
+def _die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): a killed parent must not leave a worker computing on."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _redirect_output(log_path: str | None) -> None:
+    if not log_path:
+        return
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def free_memory(device: str) -> int:
+    """Bytes this process could still allocate on `device`."""
+    if device == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    import psutil  # pragma: no cover  (non-Linux)
+
+    return int(psutil.virtual_memory().available)
+
+
+def worker_main(conn, config: dict[str, Any]) -> None:
+    """Serve requests until 'stop' or until the parent goes away."""
+    _start(config)
+    server = _Server(config)  # imports torch
+    conn.send(server.hello())
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if msg.get("op") == "stop":
+                conn.send({"op": "stopped"})
+                return
+            if msg.get("op") == "numerics":
+                reply, why = server.numerics(msg)
+            elif msg.get("op") == "cell":
+                visit = msg.get("visit") or (1, 1)  # (which visit, of how many): Settings.rounds
+                row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg["settings"], tuple(visit))
+                reply, why = {"op": "row", "row": row}, exit_reason(row) or (STATE_EXIT if tainted else None)
+            else:
+                conn.send(server.answer(msg))
+                continue
+            if why:
+                # a poisoned context (every later CUDA call would fail), a failed graph capture (the
+                # allocator may be left mid-capture) or torch's global state changed by a variant: send the
+                # reply, say so, and exit; the parent's CellRunner starts a fresh worker for the next request
+                print(f"attnbench worker {os.getpid()} exiting: {why}", flush=True)
+                conn.send({**reply, "exiting": why})
+                return
+            conn.send(reply)
+            server.refreeze()
+        except (BrokenPipeError, EOFError):
+            return
+
+
+def _start(config: dict[str, Any]) -> None:
+    """The process's own set-up, before torch is imported: tied to its parent, deaf to Ctrl-C, output to
+    the log, tracebacks on fatal signals, pinned to its CPUs."""
+    _die_with_parent()
+    children.own_group()  # the parent kills the group with the worker (harness.workers.children.kill_tree)
+    children.become_subreaper()  # what a variant starts and detaches stays the worker's child
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _redirect_output(config.get("log_path"))
+    faulthandler.enable(all_threads=True)
+    print(f"attnbench worker {os.getpid()} starting", flush=True)
+    if config.get("cpu_affinity"):
+        # before torch is imported: its OpenMP pool sizes itself from the CPUs this process may use
+        os.sched_setaffinity(0, config["cpu_affinity"])
+
+
+class _Server:
+    """What the worker keeps between requests: torch set up, the variant files loaded, the last shape's
+    inputs (cell.InputCache), where each device is (found once), and how many modules are frozen."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+
+        from attnbench.harness.measure.cell import InputCache
+        from attnbench.harness.measure.timing import freeze_imports
+        from attnbench.harness.workers.torch_state import State
+
+        for name in MEASURING:
+            importlib.import_module(name)
+        if config.get("threads"):
+            torch.set_num_threads(int(config["threads"]))
+        self.state = State()
+        self.clean = self.state.take()  # torch's global state as the run asked: every cell must leave it so
+        self.imported: dict[str, str] = {}  # variant -> what importing its plug-in changed (then put back)
+        self.unrestored = ""  # what an import changed and could not be put back: no cell here is clean
+        self._load_plugins(config.get("variant_files", []))
+        # measure's collection before each cell then skips the imports' ~170k objects
+        self.frozen = freeze_imports()
+        self.modules_frozen = len(sys.modules)
+        self.threads = torch.get_num_threads()
+        self.cache = InputCache()
+        self.where: dict[str, dict] = {}  # device -> where_measured(device), found once per worker
+
+    def _load_plugins(self, files: list[str]) -> None:
+        """Builtins, entry points and variant files, each import compared with the clean state: what one
+        changed is put back (a fresh worker would import it again) and its variants' rows name it."""
+        from attnbench import variants
+
+        steps = [(None, lambda: [n for n, v in variants.all_variants().items() if v.source != "builtin"])]
+        steps += [(path, lambda path=path: variants.load_variant_file(path)) for path in files]
+        for path, load in steps:
+            names = load()
+            changes = self.state.changes(self.clean)
+            if not changes:
+                continue
+            left = self.state.restore(self.clean)
+            where = f"variant file {path}" if path else "entry-point plug-ins"
+            restored = "not all put back" if left else "put back"
+            for name in names:
+                self.imported[name] = f"{state_changed(changes)} when imported ({restored})"
+            print(f"importing {where} {state_changed(changes)}", flush=True)
+            if left:  # every cell of every worker runs so: each row says so; the comparisons start from here
+                self.unrestored = f"importing {where} {state_changed(left)} for good (it cannot be put back)"
+                self.clean = self.state.take()
+
+    def left_behind(self, variant: str) -> tuple[list[str], bool]:
+        """What `variant`'s code left in this process, in its row's words (torch's global state changed;
+        processes left running, now killed), and whether the state changed (the worker then exits)."""
+        words = [w for w in [self.imported.get(variant) or self.unrestored] if w]
+        changes = self.state.changes(self.clean)
+        if changes:
+            words.append(state_changed(changes))
+        killed = children.kill_leftovers()
+        if killed:
+            words.append(processes_left(killed))
+        return words, bool(changes)
+
+    def hello(self) -> dict[str, Any]:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return {"op": "ready", "pid": os.getpid(), "threads": self.threads, "cpu_affinity": cpus,
+                "gc_frozen": self.frozen, "own_group": os.getpgid(0) == os.getpid()}  # fmt: skip
+
+    def where_measured(self, device: str) -> dict[str, Any]:
+        from attnbench.harness.measure.fingerprint import where_measured
+
+        return self.where.setdefault(device, where_measured(device))
+
+    def cell(
+        self, spec: CellSpec, settings: dict[str, Any], visit: tuple[int, int] = (1, 1)
+    ) -> tuple[dict[str, Any], bool]:
+        """The cell's row, whatever happens (measured, or a harness error as the row's status), blamed for
+        what its variant left behind (left_behind); and whether torch's global state changed. visit: (i, R),
+        the i-th of R visits of the cell (Settings.rounds): the first measures it fully, the others only
+        time it (harness.measure.cell.measure_visit)."""
+        row = self._measure(spec, settings, visit)
+        words, tainted = self.left_behind(spec.variant)
+        return blame(row, words), tainted
+
+    def _measure(self, spec: CellSpec, settings: dict[str, Any], visit: tuple[int, int]) -> dict[str, Any]:
+        from attnbench.harness.measure.calibrate import speed_probe
+        from attnbench.harness.measure.cell import measure_cell, measure_visit
+        from attnbench.harness.measure.failures import failure, is_poisoned
+
+        print(f"cell {spec.cell_id}", flush=True)
+        try:
+            speed = speed_probe(spec.device)  # the machine's speed just before this cell
+            index, rounds = visit
+            if index <= 1:
+                row = measure_cell(spec, Settings(**settings), self.cache, rounds=rounds)
+            else:
+                row = measure_visit(spec, Settings(**settings), rounds, self.cache, index=index)
+            row["speed_tflops"] = round(speed, 6)
+            if is_poisoned_row(row):  # where_measured would meet the same CUDA error: what is known
+                row.update(self.where.get(spec.device, {}))
+            else:
+                row.update(self.where_measured(spec.device))
+            return row
+        except Exception as exc:  # a harness bug must still become this cell's row
+            traceback.print_exc()
+            if is_poisoned(exc):  # the harness's own CUDA call met a context the cell broke
+                return finish(base_row(spec), *failure(exc, spec.device))
+            return finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
+
+    def numerics(self, msg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The numerics probe of msg's variants, one after another, each one's records blamed as its cells
+        would be (left_behind); and why this worker must exit, or None. The runner asks for one variant a
+        request, so that the next is probed in a fresh worker after one that changed torch's state."""
+        from attnbench.harness.measure.memory import HOLDINGS
+        from attnbench.harness.measure.numerics import probe
+
+        records, tainted = [], False
+        for name in msg["variants"]:
+            before = HOLDINGS.mark()
+            mine = probe([name], msg["devices"], msg["dtypes"])
+            HOLDINGS.attribute(name, before)  # what its first calls made and keep: its cells' retained bytes
+            words, changed = self.left_behind(name)
+            records += [blame(record, words) for record in mine]
+            tainted = tainted or changed
+        return {"op": "numerics", "value": records}, STATE_EXIT if tainted else None
+
+    def refreeze(self) -> None:
+        """After a cell that imported modules (torch.compile brings dynamo and inductor: ~290k objects):
+        freeze them too, between cells, when only the worker's caches are alive beside them."""
+        from attnbench.harness.measure.timing import freeze_imports
+
+        if len(sys.modules) != self.modules_frozen:
+            freeze_imports()
+            self.modules_frozen = len(sys.modules)
+
+    def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The reply to a request that is not a cell (nor stop)."""
+        op = msg.get("op")
+        if op == "calibrate":
+            from attnbench.harness.measure.calibrate import calibrate
+
+            return {
+                "op": "calibration",
+                "value": calibrate(msg["device"], msg["dtypes"], msg.get("budget_ms", 1000.0)),
+            }
+        if op == "example_weights":
+            from attnbench.harness.measure.numerics import example_weights
+
+            return {"op": "example_weights", "value": example_weights()}
+        if op == "where":
+            return {"op": "where", "value": self.where_measured(msg["device"])}
+        if op == "fingerprint":
+            from attnbench.harness.measure.fingerprint import collect
+
+            return {"op": "fingerprint", "value": collect()}
+        if op == "free_memory":
+            return {"op": "free_memory", "value": free_memory(msg["device"])}
+        return {"op": "error", "message": f"unknown op {op!r}"}
