@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results.drift import in_rounds, is_busy
+from attnbench.results.drift import is_busy, spans_run
 from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
@@ -308,7 +308,7 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     busy = int((flag_mask(ok, "drift") | flag_mask(ok, "noisy")).sum())
     if not is_busy(busy, len(ok)):
         return (text,)
-    if "round_medians_ms" in ok and in_rounds(ok["round_medians_ms"]):
+    if "visit_medians_ms" in ok and spans_run(ok["visit_medians_ms"]):
         return text, (
             f"The machine's speed drifted over the run: {busy} of {len(ok)} ok cells, each measured in "
             "several visits spread over the run (rounds), spread by more than 10% of their median from visit "

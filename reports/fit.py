@@ -438,7 +438,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
         before = ok["speed_factor"] if "speed_factor" in ok else [None] * len(ok)
         after = ok["speed_factor_after"] if "speed_factor_after" in ok else [None] * len(ok)
-        visits = ok["round_medians_ms"] if "round_medians_ms" in ok else [None] * len(ok)
+        visits = ok["visit_medians_ms"] if "visit_medians_ms" in ok else [None] * len(ok)
         se = [
             cell_log_se(r, k, f, g, v)
             for r, k, f, g, v in zip(ok["rel_iqr"], ok["n_samples"], before, after, visits, strict=True)

@@ -65,21 +65,21 @@ def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
     return sum(1 for r in ok if r["cell_id"] in moved or r.get("noisy") is True), len(ok)
 
 
-def in_rounds(round_medians) -> bool:
-    """Whether the ok cells whose round_medians_ms values these are were all measured in rounds (--rounds:
-    two or more visit medians each): their pooled spread then holds the machine's drift over the whole
-    run, not one moment's noise."""
-    values = list(round_medians)
+def spans_run(visit_medians) -> bool:
+    """Whether the ok cells whose visit_medians_ms values these are were all visited two or more times
+    over the run (--rounds): their pooled spread then holds the machine's drift over the whole run, not
+    one moment's noise."""
+    values = list(visit_medians)
     return bool(values) and all(v is not None and hasattr(v, "__len__") and len(v) >= 2 for v in values)
 
 
 def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
     """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy); for
-    a run in rounds, that its speed drifted over the run (as reports.findings says it)."""
+    a run visited in rounds, that its speed drifted over the run (as reports.findings says it)."""
     n, total = busy_cells(rows)
     if not is_busy(n, total):
         return None
-    if in_rounds(r.get("round_medians_ms") for r in rows if r.get("status") == "ok"):
+    if spans_run(r.get("visit_medians_ms") for r in rows if r.get("status") == "ok"):
         return (
             f"the machine's speed drifted over this run ({n} of {total} cells spread by more than 10% "
             "from visit to visit, or drifted); the fits and rankings read every visit's median, so they "

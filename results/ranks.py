@@ -44,7 +44,9 @@ def rank_p(first, other) -> float:
 def visit_samples(row) -> list[list[float]] | None:
     """A row's samples split by visit (round_samples: each visit's count, in samples_ms's order); None
     without rounds, or where the counts do not add up to the samples."""
-    counts = row.get("round_samples") if hasattr(row, "get") else None
+    counts = row.get("visit_samples") if hasattr(row, "get") else None
+    if counts is None or isinstance(counts, str) or len(counts) < 2:
+        counts = row.get("round_samples") if hasattr(row, "get") else None
     if counts is None or isinstance(counts, str) or len(counts) < 2:
         return None
     return split_visits(_sample_list(row), counts)

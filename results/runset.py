@@ -87,11 +87,10 @@ def _collapse(rows, run_order: list[str]):
             **first,
             "run_id": first["run_id"] if len(cell) == 1 else f"{len(cell)} runs",
             "samples_ms": [s for v in cell["samples_ms"] for s in float_list(v)],
-            "process_medians_ms": [],
-            "round_medians_ms": [],
-            "round_samples": [],
+            "visit_medians_ms": [],
+            "visit_samples": [],
             "run_medians_ms": medians if not broken else [],
-            "run_round_medians": [float_list(v) for v in cell["round_medians_ms"]] if not broken else [],
+            "run_round_medians": [float_list(v) for v in cell["visit_medians_ms"]] if not broken else [],
         }
         if broken:
             row["status"] = statuses[broken[0]]

@@ -102,20 +102,20 @@ COLUMNS: dict[str, str] = {
     "elapsed_s": "Float64",
     "finished_at": "string",
 }
-# process_medians_ms: with --processes K, the median of each of the K worker processes that measured the
-# cell, in the order they did (samples_ms pools their samples); compare judges by them when both runs have
-# 3 or more. Empty in runs before it and in rows not measured; one entry in a run of one process per cell
-# round_medians_ms: with --rounds R, the median of each of the cell's R visits (more where --settle-rounds
-# visited it again), in the order they were made (round-robin over the sweep: they span the run); the fit
-# takes a cell's spread from them when it has 3 or more (reports.fit.cell_log_se). Empty without rounds
-# round_samples: with --rounds R, how many of samples_ms each visit took, in the same order (samples_ms
-# holds them visit after visit): the ranking compares two variants of one N within each round
-# (results.ranks.rank_p). Empty without rounds and in runs before it
-LIST_COLUMNS = ("samples_ms", "process_medians_ms", "round_medians_ms", "round_samples")
+# visit_medians_ms: the median of each of the cell's visits (R with --rounds R, more where --settle-rounds
+# visited it again), in the order they were made (round-robin over the sweep: they span the run);
+# visit_samples: how many of samples_ms each visit took, in the same order (samples_ms holds them visit
+# after visit). results.visits.summary writes both
+LIST_COLUMNS = ("samples_ms", "visit_medians_ms", "visit_samples")
+# what runs written before today's names called a list column: the loader reads them under today's
+LEGACY_LIST_COLUMNS = {"round_medians_ms": "visit_medians_ms", "round_samples": "visit_samples"}
+# what runs written before stored and nothing reads now: each worker process's median of --processes K,
+# which no run of results/reference/ has more than one of
+DROPPED_COLUMNS = ("process_medians_ms",)
 
 
 def float_list(x: Any) -> list[float]:
-    """A list column's cell (samples_ms, round_medians_ms, round_samples, ...) as floats; [] where it holds
+    """A list column's cell (samples_ms, visit_medians_ms, visit_samples, ...) as floats; [] where it holds
     no list (None or NaN in older runs, a string) or a value that is not a number."""
     if not isinstance(x, (list, tuple)):
         return []

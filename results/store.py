@@ -31,7 +31,6 @@ ROWS = "rows.jsonl"
 LOCK = "writer.lock"  # flock'd by the run's one writer (RunWriter)
 SHIPPED = "variants.pkl"  # the run's variants defined in a notebook or a script, by value (variants.shipped)
 RESUMES = "resumes.jsonl"  # one line per `run --resume`: when, where, and how its set-up differed
-VISITS = "visits.jsonl"  # --rounds: each finished visit of a cell whose row is not written yet (VisitLog)
 SHARDS = "shards"  # shards/*.jsonl: rows written by one executor task each, until merge_shards collects them
 
 
@@ -490,42 +489,3 @@ def merge_shards(path: str | Path) -> ShardMerge:
     finally:
         writer.close()
     return result
-
-
-class VisitLog:
-    """visits.jsonl of a run measured in rounds (--rounds): one fsync'd line per finished visit of a cell,
-    {"cell_id", "visit", "row"}, so that an interruption loses no visit; a resume reloads them (read_visits)
-    and measures only the visits missing. The cell's row in rows.jsonl, written once its last visit
-    finishes, supersedes its lines here. Written by the run's one writer's process only."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.target = Path(path) / VISITS
-        self.run = Path(path)
-        if self.target.is_file():  # a torn last line (a crash mid-write) is cut, so the next line is whole
-            data = self.target.read_bytes()
-            if data and not data.endswith(b"\n"):
-                with self.target.open("r+b") as fh:
-                    fh.truncate(data.rfind(b"\n") + 1)
-        self.fh = self.target.open("ab", buffering=0)
-
-    def append(self, cell_id: str, visit: int, row: dict[str, Any]) -> None:
-        append_record(self.fh, {"cell_id": cell_id, "visit": visit, "row": row}, self.target, self.run)
-
-    def close(self) -> None:
-        self.fh.close()
-
-
-def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """cell_id -> its visits' rows from visits.jsonl, in visit order (1, 2, ... as long as they follow on
-    from 1; a torn or corrupt line is skipped with a warning naming it)."""
-    found: dict[str, dict[int, dict[str, Any]]] = {}
-    for _, rec in _read_lines(Path(path) / VISITS):
-        if isinstance(rec.get("visit"), int) and isinstance(rec.get("row"), dict):
-            found.setdefault(rec["cell_id"], {})[rec["visit"]] = rec["row"]
-    out: dict[str, list[dict[str, Any]]] = {}
-    for cell_id, by_index in found.items():
-        rows = []
-        while len(rows) + 1 in by_index:
-            rows.append(by_index[len(rows) + 1])
-        out[cell_id] = rows
-    return out

@@ -14,7 +14,8 @@
 - check_after(ready, spec, settings, cache) -> AfterCheck: the timed calls left their inputs unchanged,
   and the timed callable's answer follows fresh inputs (another seed), not one it remembered.
 
-measure_cell composes them, as `attnbench run`'s worker does; the pytest-benchmark plugin uses prepare,
+measure_cell composes them for a cell's first visit, and times it again for a later one, as `attnbench
+run`'s worker asks; the pytest-benchmark plugin uses prepare,
 peak and check_after and lets pytest-benchmark time the call. Prepared.verdict(m, after) is the status:
 `wrong` names every reason found. The steps let the variant's exceptions through: the
 caller's cell boundary turns them into the row's status (harness.measure.failures). measure_cell runs inside a
@@ -24,7 +25,6 @@ The row itself is built by harness.measure.rows; the texts of its verdicts are h
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -466,14 +466,13 @@ def time_call(
     settings: Settings,
     timer: timing.Timer,
     warmed_ms: float = 0.0,
-    rounds: int = 1,
+    share: int = 1,
 ) -> timing.Measurement:
     """The call timed by harness.measure.timing.measure under the warm-up and sampling budgets of settings;
-    warmed_ms: the same call's time just before, counted toward the warm-up (timing.measure); rounds: one
-    visit of a cell visited that many times takes 1/rounds of the budgets (timing.round_share).
+    warmed_ms: the same call's time just before, counted toward the warm-up (timing.measure); share: one
+    visit of a cell visited that many times takes 1/share of the budgets (Settings.budget).
     (Not named `time`: this module times with the `time` module too.)"""
-    budget = timing.Budget(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(timing.Budget)})
-    budget = timing.round_share(budget, rounds)
+    budget = settings.budget(share)
     # a CUDA graph timer's sample is the mean of its replay's calls: the budgets count calls, not samples
     budget = timing.replay_budget(budget, getattr(timer, "calls_per_sample", 1))
     return timing.measure(call, timer, budget, warmed_ms)
@@ -537,61 +536,42 @@ def measure_cell(
     settings: Settings,
     cache: InputCache | None = None,
     timer: timing.Timer | None = None,
-    rounds: int = 1,
+    visit: tuple[int, int] = (1, 1),
 ) -> dict[str, Any]:
-    """The full measurement of one cell as a result row (see results.schema): prepare, time_call, peak.
-    rounds: this is the first of that many visits (Settings.rounds), sampling 1/rounds of the budget; the
-    others are measure_visit's."""
+    """One visit of a cell as a result row (see results.schema). visit: (i, R), the cell's i-th visit of
+    the run's R (harness.run.plan), each sampling 1/R of the budgets; a row of several visits is their
+    summary (results.visits.summary).
+
+    The first visit measures the cell fully (`_first`): prepare (the gate), time_call, peak memory and
+    check_after. A later one (`_again`) times it again on the same inputs after the setup hook and one
+    untimed warm-up call; what the first established (the gate, the refill check, peak memory) is not
+    done again, but where the first left it (defers_fresh_check) the second visit's warm-up call is the
+    fresh-input check (`wrong` when it fails, after the visit is timed). Whatever the variant raises
+    becomes the row's status (harness.measure.failures)."""
     t_start = time.perf_counter()
     row = start_row(spec)
+    index, rounds = visit
     try:
         variant = variants.get(spec.variant)
     except variants.VariantError as exc:
         return finish(row, "error", str(exc))
-    reason = variant.check(spec.problem())
-    if reason:
-        return finish(row, "unsupported", reason)
+    if index <= 1:
+        reason = variant.check(spec.problem())
+        if reason:
+            return finish(row, "unsupported", reason)
     cache = cache or InputCache()
-    ready = None
+    held_ready: list[Prepared] = []  # the first visit's Prepared, for failure() to read
     try:
-        # what is alive before the variant is first bound or called in this cell (retained_bytes)
-        before = memory.HOLDINGS.mark()
-        cuda_before = memory.cuda_live_bytes(harness_tensors(cache)) if spec.device == "cuda" else 0
-        ready = prepare(spec, settings, cache)
-        row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
-        chosen = (
-            timing.injected(timer) if timer is not None else cell_timer(ready.call, spec.device, settings)
-        )
-        row.update(chosen.fields())
-        try:
-            with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
-                m = time_call(ready.call, settings, chosen.timer, warmed_ms(ready, spec, chosen), rounds)
-        finally:
-            chosen.close()  # a CUDA graph's memory is given back before the peak is measured
-            chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
-        if spec.device == "cuda":
-            row.update(telemetry.summarise(sampled.samples))
-        on_refill = peak_on_refill(ready, spec)
-        if not on_refill:
-            peak_bytes, method = peak(ready.call, spec.device)
-        after = check_after(
-            ready, spec, settings, cache, measure_peak=on_refill, fresh=not defers_fresh_check(spec, rounds)
-        )
-        if on_refill:
-            peak_bytes, method = after.peak or peak(ready.call, spec.device)
-        retained = retained_bytes(ready, spec, cache, before, cuda_before)
-        status, message = ready.verdict(m, after)
-        if retains(retained, peak_bytes):  # the memory story counts it: held between calls, needed by each
-            peak_bytes, method = peak_bytes + retained, f"{method} {RETAINED_METHOD}"
-            message = "; ".join(filter(None, (message, held(retained))))
+        if index <= 1:
+            status, message, m = _first(row, spec, settings, cache, timer, rounds, held_ready)
+        else:
+            status, message, m = _again(row, spec, settings, cache, timer, visit, variant)
         row.update(
-            **after.fields(),
             **summarize(m.samples_ms),
             samples_ms=[round(s, 6) for s in m.samples_ms],
+            visit_medians_ms=[m.median],
+            visit_samples=[len(m.samples_ms)],
             stop_reason=m.stop_reason,
-            peak_mem_bytes=peak_bytes,
-            retained_mem_bytes=retained,
-            mem_method=method,
             tflops=tflops(row["flops"], m.median),
             kv_gbps=gbps(row["kv_bytes"], m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
@@ -600,72 +580,96 @@ def measure_cell(
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
-        return finish(row, *failure(exc, spec.device, ready))
+        return finish(row, *failure(exc, spec.device, held_ready[0] if held_ready else None))
 
 
-def measure_visit(
+def _first(
+    row: dict[str, Any],
     spec: CellSpec,
     settings: Settings,
+    cache: InputCache,
+    timer: timing.Timer | None,
     rounds: int,
-    cache: InputCache | None = None,
-    timer: timing.Timer | None = None,
-    index: int = 2,
-) -> dict[str, Any]:
-    """The index-th visit (from 2) of a cell visited `rounds` times (Settings.rounds), as a row of its own
-    to merge with the first visit's (rows.merge_rounds): the same inputs, the setup hook again if the
-    variant has one (setup_ms), one untimed warm-up call (first_call_ms), then 1/rounds of the sampling
-    budget. What the first visit established is not done again: the float64 gate, the refill check, peak
-    memory. Where the first visit left it (defers_fresh_check), the second visit's warm-up call is the
-    fresh-input check (checks_ms, fresh_rel_err; `wrong` when it fails, after the visit is timed)."""
-    t_start = time.perf_counter()
-    row = start_row(spec)
+    held_ready: list[Prepared],
+) -> tuple[str, str, timing.Measurement]:
+    """A cell's first visit: prepare, time_call, peak, check_after, retained bytes; the row's gate, timer,
+    telemetry, check and memory columns filled in; (status, message, the measurement)."""
+    # what is alive before the variant is first bound or called in this cell (retained_bytes)
+    before = memory.HOLDINGS.mark()
+    cuda_before = memory.cuda_live_bytes(harness_tensors(cache)) if spec.device == "cuda" else 0
+    ready = prepare(spec, settings, cache)
+    held_ready.append(ready)
+    row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
+    chosen = timing.injected(timer) if timer is not None else cell_timer(ready.call, spec.device, settings)
+    row.update(chosen.fields())
     try:
-        variant = variants.get(spec.variant)
-    except variants.VariantError as exc:
-        return finish(row, "error", str(exc))
-    cache = cache or InputCache()
+        with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
+            m = time_call(ready.call, settings, chosen.timer, warmed_ms(ready, spec, chosen), rounds)
+    finally:
+        chosen.close()  # a CUDA graph's memory is given back before the peak is measured
+        chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
+    if spec.device == "cuda":
+        row.update(telemetry.summarise(sampled.samples))
+    on_refill = peak_on_refill(ready, spec)
+    if not on_refill:
+        peak_bytes, method = peak(ready.call, spec.device)
+    fresh = not defers_fresh_check(spec, rounds)
+    after = check_after(ready, spec, settings, cache, measure_peak=on_refill, fresh=fresh)
+    if on_refill:
+        peak_bytes, method = after.peak or peak(ready.call, spec.device)
+    retained = retained_bytes(ready, spec, cache, before, cuda_before)
+    status, message = ready.verdict(m, after)
+    if retains(retained, peak_bytes):  # the memory story counts it: held between calls, needed by each
+        peak_bytes, method = peak_bytes + retained, f"{method} {RETAINED_METHOD}"
+        message = "; ".join(filter(None, (message, held(retained))))
+    row.update(**after.fields(), peak_mem_bytes=peak_bytes, retained_mem_bytes=retained, mem_method=method)
+    return status, message, m
+
+
+def _again(
+    row: dict[str, Any],
+    spec: CellSpec,
+    settings: Settings,
+    cache: InputCache,
+    timer: timing.Timer | None,
+    visit: tuple[int, int],
+    variant: Any,
+) -> tuple[str, str, timing.Measurement]:
+    """A later visit: the same inputs, the setup hook again (setup_ms), one untimed warm-up call
+    (first_call_ms) or, in the second visit of a cell that deferred it, the fresh-input check as that
+    call (checks_ms, fresh_rel_err), then its share of the budget; (status, message, the measurement)."""
+    index, rounds = visit
+    q, k, v, kl = cache.get(spec, settings.seed, variant.cap.layout)
+    opts = call_options(spec, kl)
+    setup_ms = None
+    if variant.cap.setup is not None:
+        fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
+    else:
+        fn = variant.fn
+    call = timed_call(fn, q, k, v, backward=spec.pass_ == "fwdbwd", dropout_p=spec.dropout, **opts)
+    fresh = checks_ms = first_ms = None
+    if index == 2 and defers_fresh_check(spec, rounds):  # the check is the warm-up call
+        t_check = time.perf_counter()
+        fresh, warm_ms = fresh_check(fn, variant.cap.layout, spec, settings)
+        checks_ms = (time.perf_counter() - t_check) * 1e3  # with its inputs and float64 reference
+    else:
+        _, first_ms = _timed_once(spec.device, call)
+        warm_ms = first_ms
+    chosen = timing.injected(timer) if timer is not None else cell_timer(call, spec.device, settings)
+    row.update(chosen.fields())
+    # on CPU the warm-up call is the very call timed: it counts toward the visit's warm-up budget
+    warmed = warm_ms if chosen.mode == timing.CpuTimer.mode else 0.0
     try:
-        q, k, v, kl = cache.get(spec, settings.seed, variant.cap.layout)
-        opts = call_options(spec, kl)
-        setup_ms = None
-        if variant.cap.setup is not None:
-            fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
-        else:
-            fn = variant.fn
-        call = timed_call(fn, q, k, v, backward=spec.pass_ == "fwdbwd", dropout_p=spec.dropout, **opts)
-        fresh = checks_ms = first_ms = None
-        if index == 2 and defers_fresh_check(spec, rounds):  # the check is the warm-up call
-            t_check = time.perf_counter()
-            fresh, warm_ms = fresh_check(fn, variant.cap.layout, spec, settings)
-            checks_ms = (time.perf_counter() - t_check) * 1e3  # with its inputs and float64 reference
-        else:
-            _, first_ms = _timed_once(spec.device, call)
-            warm_ms = first_ms
-        chosen = timing.injected(timer) if timer is not None else cell_timer(call, spec.device, settings)
-        row.update(chosen.fields())
-        # on CPU the warm-up call is the very call timed: it counts toward the visit's warm-up budget
-        warmed = warm_ms if chosen.mode == timing.CpuTimer.mode else 0.0
-        try:
-            m = time_call(call, settings, chosen.timer, warmed, rounds)
-        finally:
-            chosen.close()
-        row.update(
-            layout=variant.cap.layout,
-            setup_ms=None if setup_ms is None else round(setup_ms, 6),
-            first_call_ms=None if first_ms is None else round(first_ms, 6),
-            checks_ms=None if checks_ms is None else round(checks_ms, 6),
-            fresh_rel_err=None if fresh is None else fresh.rel_err,
-            **summarize(m.samples_ms),
-            samples_ms=[round(s, 6) for s in m.samples_ms],
-            stop_reason=m.stop_reason,
-            tflops=tflops(row["flops"], m.median),
-            kv_gbps=gbps(row["kv_bytes"], m.median),
-            elapsed_s=round(time.perf_counter() - t_start, 3),
-        )
-        if fresh is not None and not fresh.passed:  # timed, as a first visit's wrong cell is
-            return finish(row, "wrong", fresh_failure(fresh, settings.seed + FRESH_SEED_OFFSET))
-        return finish(row, "ok")
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # the cell boundary, as measure_cell's
-        return finish(row, *failure(exc, spec.device))
+        m = time_call(call, settings, chosen.timer, warmed, rounds)
+    finally:
+        chosen.close()
+    row.update(
+        layout=variant.cap.layout,
+        setup_ms=None if setup_ms is None else round(setup_ms, 6),
+        first_call_ms=None if first_ms is None else round(first_ms, 6),
+        checks_ms=None if checks_ms is None else round(checks_ms, 6),
+        fresh_rel_err=None if fresh is None else fresh.rel_err,
+    )
+    if fresh is not None and not fresh.passed:  # timed, as a first visit's wrong cell is
+        return "wrong", fresh_failure(fresh, settings.seed + FRESH_SEED_OFFSET), m
+    return "ok", "", m

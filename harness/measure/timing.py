@@ -410,27 +410,6 @@ def replay_budget(budget: Budget, calls: int) -> Budget:
     )
 
 
-def round_share(budget: Budget, rounds: int) -> Budget:
-    """One visit's budget when a cell is visited `rounds` times (Settings.rounds): 1/rounds of the warm-up,
-    sampling and min_ms budgets and of min_samples and max_samples (rounded up). A visit may then take
-    fewer than 5 samples: the cell's row pools every visit's (at least min_samples), which is what
-    Budget's rule is about, so the share is made without it."""
-    if rounds <= 1:
-        return budget
-    share = object.__new__(Budget)  # frozen, and its rule is the cell's: set the fields as __init__ would
-    fields = {
-        **budget.__dict__,
-        "warmup_ms": budget.warmup_ms / rounds,
-        "budget_ms": budget.budget_ms / rounds,
-        "min_ms": budget.min_ms / rounds,
-        "min_samples": math.ceil(budget.min_samples / rounds),
-        "max_samples": math.ceil(budget.max_samples / rounds),
-    }
-    for name, value in fields.items():
-        object.__setattr__(share, name, value)
-    return share
-
-
 # Recorded in every run's meta.json: samples are taken with the cyclic garbage collector switched off.
 GC_DISABLED = True
 

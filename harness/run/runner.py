@@ -22,11 +22,11 @@ from typing import Any
 from attnbench import variants
 from attnbench.harness.measure import fingerprint, timing
 from attnbench.harness.measure.outcomes import left_behind
-from attnbench.harness.run import estimate, executor_choice, executors
+from attnbench.harness.run import estimate, executor_choice, executors, plan
 from attnbench.harness.run.progress import Progress
 from attnbench.harness.sweep.affinity import check_cpu_affinity
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
-from attnbench.harness.sweep.sweeps import flag_name
+from attnbench.harness.sweep.sweeps import flag_name, respell
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift
@@ -93,43 +93,12 @@ def check_mode(
     given: Sequence[str] = (),
     name: Callable[[str], str] = flag_name,
     executor: str = "local",
-    processes: int = 1,
-    rounds: int = 1,
-    settle_rounds: int = 0,
 ) -> None:
     """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
     `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
     redo_drift and force_resume change a resume only; a new run goes into no file and no non-empty
-    directory; several worker processes per cell (Settings.processes) are the local executor's only.
-    `name` spells the options in the messages (see run). Rounds (Settings.rounds) are the local
-    executor's only too; with several processes per cell, each visit is made in one of them (at most R)."""
-    if rounds > 1 and executor != "local" and executor in executors.EXECUTORS:
-        # the round-robin over the whole sweep is the local executor's loop; a Ray or Slurm dispatch of
-        # cells to many workers has no one order for drift to fall on alike (an unknown executor is
-        # refused as such, by harness.run.executor_choice)
-        raise ValueError(
-            f"{name('rounds')} {rounds} visits the whole sweep in rounds on one worker: "
-            f"{name('executor')} local only, not {executor}"
-        )
-    if settle_rounds and rounds < 2:
-        # a settle round visits again the pairs the rank test over the rounds' visits cannot tell apart
-        raise ValueError(
-            f"{name('settle_rounds')} {settle_rounds} visits again after the rounds: needs "
-            f"{name('rounds')} 2 or more (e.g. {name('rounds')} 3)"
-        )
-    if rounds > 1 and processes > rounds:
-        # with rounds, each visit of a cell is made in one of the processes, in turn (cellrunner.Processes)
-        raise ValueError(
-            f"{name('processes')} {processes} with {name('rounds')} {rounds}: each visit is made in one "
-            f"process, so at most {rounds} processes (e.g. {name('processes')} {rounds})"
-        )
-    if processes > 1 and executor != "local":
-        # the K processes of a cell measure it one after another on one machine (harness.workers.cellrunner
-        # Processes); a Ray actor or a Slurm array task holds one worker
-        raise ValueError(
-            f"{name('processes')} {processes} measures each cell in several worker processes of this "
-            f"machine: {name('executor')} local only, not {executor}"
-        )
+    directory. `name` spells the options in the messages (see run). Whether the executor can carry out
+    the sweep's plan of visits is harness.run.plan.check's, asked once the executor is chosen."""
     out_dir = _with_value(name("out"), "DIR")
     if resume:
         extra = [*given, *(["sweep"] if sweep is not None else [])]
@@ -273,17 +242,16 @@ def run(
     modes = dict(
         resume=resume, redo_drift=redo_drift, force_resume=force_resume, name=name, executor=executor
     )
-    processes = sweep.settings.processes if sweep is not None else 1
-    rounds = sweep.settings.rounds if sweep is not None else 1
-    settle = sweep.settings.settle_rounds if sweep is not None else 0
-    check_mode(sweep, out, given=given, processes=processes, rounds=rounds, settle_rounds=settle, **modes)
+    check_mode(sweep, out, given=given, **modes)
     if resume:
         start = _resumed(out, force_resume, redo_drift, name)
-        own = start.sweep.settings  # the run's own settings
-        check_mode(None, out, processes=own.processes, rounds=own.rounds, **modes)
     else:
         start = _fresh(sweep, variant_files or [], only)
     chosen_executor = executor_choice.chosen_executor(executor, executor_options, start.sweep, name)
+    try:
+        plan.check(start.sweep.settings, executor, chosen_executor.ordered)
+    except ValueError as exc:
+        raise ValueError(respell(str(exc), name)) from None
     # every variant measured must reach the workers: the files of those a file registered, and those
     # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before
     # anything is written (a resume's are in its variant files already)
@@ -420,7 +388,8 @@ def _measure(
         summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
         progress.cell_done(row)
 
-    plan = executors.Plan(
+    order = plan.for_run(path, todo, start.sweep.settings, set(writer.done))
+    job = executors.Plan(
         sweep=start.sweep,
         cells=todo,
         config=local.config,  # the run's worker config (_worker_config), which its own worker started with
@@ -428,10 +397,12 @@ def _measure(
         done=list(writer.done.values()),
         local=local,
         described=set(read_meta(path).get("devices", {})),
+        order=order,
     )
     try:
-        chosen.run(plan, on_row, writer.add_device)
+        chosen.run(job, on_row, writer.add_device)
     finally:
+        order.close()
         summary.notes += chosen.notes
 
 

@@ -10,6 +10,7 @@ defaults and Budget's rules: one rule for each, whoever gives the value.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -108,29 +109,13 @@ SETTINGS: tuple[Setting, ...] = (
         rule=positive,
     ),
     Setting("threads", 0, "int", "CPU threads for torch (default: torch's choice)", "N", not_negative),
-    # worker processes each cell is measured in, one after another (never at once: two CPU cells timed
-    # together corrupt each other); their samples make one row, with each process's median kept
-    # (process_medians_ms), so that compare sees the spread from one process to the next
-    Setting(
-        "processes", 1, "int",
-        "measure each cell in K worker processes, one after another, into one row (default 1; compare "
-        "judges by the process medians when both runs have 3 or more)", "K", rule=positive,
-    ),
-    # rounds over the whole sweep (the local executor only): each cell is visited R times, round-robin
-    # (every cell once, then every cell again in the reverse order, ...), each visit with 1/R of its
-    # sampling budget, so that the machine's drift over the run falls on every cell alike; each visit's
-    # median is kept (round_medians_ms), and the fit takes a cell's spread from them (docs/method.md: rounds)
+    # the visits of each cell (harness.run.plan): R rounds over the whole sweep in alternating order, each
+    # visit with 1/R of the budget; then up to S settle rounds of the pairs the ranking cannot yet tell apart
     Setting(
         "rounds", 1, "int",
         "visit every cell R times, round-robin over the whole sweep in alternating order, each visit with "
-        "1/R of its budget, into one row (default 1; local executor only; with --processes K <= R, each "
-        "visit in one of them)",
-        "R", rule=positive,
+        "1/R of its budget, into one row (default 1; local executor only)", "R", rule=positive,
     ),
-    # settle rounds (harness.run.settle): after the R rounds, the variants of one shape whose medians are 1.1x
-    # or more apart but that the ranking's rank test (results.ranks) cannot yet tell apart are visited
-    # again, a round of only them at a time, at most S times: one disturbed visit among three reverses a
-    # pair and ties it, and a fourth and fifth visit outvote it (docs/method.md: settle rounds)
     Setting(
         "settle_rounds", 0, "int",
         "after the rounds, visit again (at most S more times) the variants of a shape 1.1x or more apart "
@@ -182,6 +167,13 @@ SETTINGS: tuple[Setting, ...] = (
 )  # fmt: skip
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
+# settings that are no longer, each with the one line that says what replaced it: the flags, a sweep file's
+# [settings] and the API's keywords refuse them with it; a run's meta.json that has one still reads
+REMOVED_SETTINGS: dict[str, str] = {
+    "processes": "--processes was removed: a worker process is where a visit runs, not a level of its own; "
+    "visit every cell several times with --rounds R (3 or more: compare judges by the visits)",
+}
+
 
 class _Checked:
     """The one validation of Settings: each field by its Setting's rule (read through its grammar, so a
@@ -193,9 +185,27 @@ class _Checked:
             object.__setattr__(self, s.name, s.read(getattr(self, s.name)))
         self.budget()  # Budget's rules: positive budgets, 5 <= min_samples <= max_samples
 
-    def budget(self) -> Budget:
-        """The sampling budget these settings give harness.measure.timing.measure."""
-        return Budget(**{name: getattr(self, name) for name in BUDGET_FIELDS})
+    def budget(self, share: int = 1) -> Budget:
+        """The sampling budget these settings give harness.measure.timing.measure; share k: one of k visits
+        of a cell (Settings.rounds), with 1/k of the warm-up, sampling and min_ms budgets and of
+        min_samples and max_samples (rounded up). A share may then take fewer than 5 samples: the cell's
+        row pools every visit's (at least min_samples), which is what Budget's rule is about, so the
+        share is made without it."""
+        whole = Budget(**{name: getattr(self, name) for name in BUDGET_FIELDS})
+        if share <= 1:
+            return whole
+        part = object.__new__(Budget)  # frozen, and its rule is the cell's: set the fields as __init__ would
+        fields = {
+            **whole.__dict__,
+            "warmup_ms": whole.warmup_ms / share,
+            "budget_ms": whole.budget_ms / share,
+            "min_ms": whole.min_ms / share,
+            "min_samples": math.ceil(whole.min_samples / share),
+            "max_samples": math.ceil(whole.max_samples / share),
+        }
+        for name, value in fields.items():
+            object.__setattr__(part, name, value)
+        return part
 
 
 Settings = dataclasses.make_dataclass(

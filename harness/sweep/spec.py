@@ -16,7 +16,7 @@ from typing import Any
 
 from attnbench.harness.sweep.grammar import LOWER_RIGHT, check_axis
 from attnbench.harness.sweep.models import MODEL_AXES, ModelShape, model, refuse_shape_beside_models
-from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.settings import REMOVED_SETTINGS, Settings
 from attnbench.results.axes import AXES, IDENTITY, SWEEP_AXES, cell_id
 from attnbench.variants.mods import parse_mod
 from attnbench.variants.problem import Problem, extra_options
@@ -55,8 +55,7 @@ class _Cell:
 
     @property
     def rank_key(self) -> tuple:
-        """Everything but the variant: the cells one ranking puts in order (reports.tables.ranking), which
-        the settle rounds visit again together (harness.run.settle)."""
+        """Everything but the variant: the cells one ranking puts in order (reports.tables.ranking)."""
         return tuple(getattr(self, a.field) for a in IDENTITY if a.name != "variant")
 
     @property
@@ -256,11 +255,14 @@ class _Sweep:
     def from_meta(cls, d: dict[str, Any], source: Any = "meta.json"):
         """The sweep a run's meta.json recorded (its "sweep"). A run written before the timing setting
         existed timed its CUDA cells with events, the one CUDA mode then: its resume, rerun and repro line
-        keep events rather than take today's default (auto), so that its rows stay comparable. A sweep this
+        keep events rather than take today's default (auto), so that its rows stay comparable; a setting
+        removed since (REMOVED_SETTINGS) is left out. A sweep this
         attnbench cannot read is a RunDirError naming `source` (the file) and what is wrong."""
         try:
             d = dict(d)
             settings = dict(d.get("settings") or {})
+            for old in REMOVED_SETTINGS:  # a setting this attnbench no longer has: its runs still read
+                settings.pop(old, None)
             if "timing" not in settings and "cuda" in (d.get("devices") or ()):
                 settings["timing"] = "events"
             return cls.from_dict({**d, "settings": settings})

@@ -29,7 +29,7 @@ else:  # pragma: no cover
 from attnbench.harness.sweep import settings as settings_table
 from attnbench.harness.sweep.grammar import format_cpus, read_axis, write_axis
 from attnbench.harness.sweep.models import MODEL_AXES, refuse_shape_beside_models
-from attnbench.harness.sweep.settings import Setting, Settings
+from attnbench.harness.sweep.settings import REMOVED_SETTINGS, Setting, Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.results.axes import SWEEP_AXES, Axis
 
@@ -120,6 +120,8 @@ def read_layer(given: Mapping[str, Any], name: Callable[[str], str]) -> dict[str
     for key, value in given.items():
         if value is None:
             continue
+        if key in REMOVED_SETTINGS:
+            raise ValueError(respell(REMOVED_SETTINGS[key], name))
         if key in SETTING_KEYS:
             settings[key] = SETTING_KEYS[key].read(value, name(key))
         elif key in AXIS_KEYS:

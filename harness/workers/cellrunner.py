@@ -14,7 +14,7 @@ from typing import Any
 
 from attnbench import variants
 from attnbench.harness.measure.outcomes import threads_mismatch
-from attnbench.harness.measure.rows import base_row, blame, finish, merge_processes
+from attnbench.harness.measure.rows import base_row, blame, finish
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers.isolation import Worker, WorkerDied, WorkerTimeout
@@ -63,9 +63,10 @@ class CellRunner:
     """One worker process and the cells it measures, one at a time; see the module docstring."""
 
     def __init__(self, config: dict[str, Any], settings: Settings) -> None:
-        self.config = config
+        # the settings travel to the worker once, in its config; each cell's request carries the cell
+        self.config = {**config, "settings": dict(settings.__dict__)}
         self.settings = settings
-        self.worker: Worker | None = Worker(config)
+        self.worker: Worker | None = Worker(self.config)
 
     # ---- requests that are not cells ---------------------------------------------------------------
 
@@ -98,9 +99,10 @@ class CellRunner:
 
     # ---- cells --------------------------------------------------------------------------------------
 
-    def run(self, spec: CellSpec, visit: tuple[int, int] = (1, 1)) -> dict[str, Any]:
+    def run(self, spec: CellSpec, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The row of one cell (its status says what happened); the memory guard runs here, next to the
-        device the cell will use. visit: (i, R), the i-th of the cell's R visits (Settings.rounds)."""
+        device the cell will use. options: the keywords the worker hands harness.measure.cell.measure_cell
+        (harness.run.plan.Visit.options), passed through as they are."""
         from attnbench.harness.measure import (
             guard,  # imports torch: not at import time, so that the CLI starts fast
         )
@@ -117,7 +119,7 @@ class CellRunner:
                 return finish(row, "skipped", reason, predicted_peak_bytes=predicted)
             t0 = time.perf_counter()
             reply = worker.request(
-                {"op": "cell", "cell": spec.to_dict(), "settings": settings.__dict__, "visit": list(visit)},
+                {"op": "cell", "cell": spec.to_dict(), "options": dict(options or {})},
                 timeout=settings.cell_timeout,
             )
             row = reply["row"]
@@ -165,54 +167,3 @@ class CellRunner:
         if self.worker is not None:
             self.worker.kill() if kill else self.worker.stop()
             self.worker = None
-
-
-def process_config(config: dict[str, Any], index: int) -> dict[str, Any]:
-    """The worker config of the run's process `index` (0-based) of --processes K: the run's own for the
-    first; a log of its own for each other (a dying worker's last lines are read back from its log: another
-    worker's lines must not be mistaken for them), worker-p2.log beside worker.log."""
-    if index == 0 or not config.get("log_path"):
-        return config
-    path = str(config["log_path"])
-    stem, dot, ext = path.rpartition(".")
-    return {**config, "log_path": f"{stem}-p{index + 1}.{ext}" if dot else f"{path}-p{index + 1}"}
-
-
-class Processes:
-    """K CellRunners (K worker processes, started once per run) that measure every cell in turn, one after
-    another and never at once, into one row (rows.merge_processes): the spread from one process to the
-    next (allocation, page placement) is then in the row, as pyperf and ASV sample it. A process whose row
-    is not ok ends the cell: that row is the cell's, and the processes after it are not asked. With
-    rounds (K <= R), each visit of a cell is made in one of them, in turn (run)."""
-
-    def __init__(self, first: CellRunner, k: int) -> None:
-        self.first = first
-        self.others = [CellRunner(process_config(first.config, i), first.settings) for i in range(1, k)]
-
-    @property
-    def runners(self) -> list[CellRunner]:
-        return [self.first, *self.others]
-
-    def run(self, spec: CellSpec, visit: tuple[int, int] = (1, 1)) -> dict[str, Any]:
-        """The cell measured in every process in turn, merged; in rounds (visit (i, R), R > 1), visit i
-        in process (i - 1) mod K alone, so that a cell's visit medians span processes as well as the run."""
-        index, rounds = visit
-        if rounds > 1:
-            return self.runners[(index - 1) % len(self.runners)].run(spec, visit)
-        rows = []
-        for runner in self.runners:
-            rows.append(runner.run(spec, visit))
-            if rows[-1].get("status") != "ok":
-                break
-        return merge_processes(rows)
-
-    def kill(self) -> None:
-        """Kill every worker now (so that the cell being measured ends)."""
-        for runner in self.runners:
-            if runner.worker is not None:
-                runner.worker.proc.kill()
-
-    def close(self, *, kill: bool = False, keep_first: bool = False) -> None:
-        """Stop the workers; `keep_first`: not the first, whose owner closes it."""
-        for runner in self.others if keep_first else self.runners:
-            runner.close(kill=kill)

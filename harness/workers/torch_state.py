@@ -129,10 +129,10 @@ def _identities() -> list[tuple[str, Any, str]]:
     out = [(f"{path}.{name}", owner, name) for path, names in FUNCTIONS.items()
            for owner in [_owner(path)] for name in names if hasattr(owner, name)]  # fmt: skip
     for short in HARNESS:
-        module = importlib.import_module(f"attnbench.harness.{short}")
+        module = importlib.import_module(f"attnbench.harness.measure.{short}")
         for name, value in vars(module).items():
             if isinstance(value, (types.FunctionType, type)) and not name.startswith("__"):
-                out.append((f"attnbench.harness.{short}.{name}", module, name))
+                out.append((f"attnbench.harness.measure.{short}.{name}", module, name))
     return out
 
 

@@ -95,8 +95,7 @@ def worker_main(conn, config: dict[str, Any]) -> None:
             if msg.get("op") == "numerics":
                 reply, why = server.numerics(msg)
             elif msg.get("op") == "cell":
-                visit = msg.get("visit") or (1, 1)  # (which visit, of how many): Settings.rounds
-                row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg["settings"], tuple(visit))
+                row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg.get("options") or {})
                 reply, why = {"op": "row", "row": row}, exit_reason(row) or (STATE_EXIT if tainted else None)
             else:
                 conn.send(server.answer(msg))
@@ -155,6 +154,7 @@ class _Server:
         self.threads = torch.get_num_threads()
         self.cache = InputCache()
         self.where: dict[str, dict] = {}  # device -> where_measured(device), found once per worker
+        self.settings = Settings(**config.get("settings", {}))  # the run's, sent once
 
     def _load_plugins(self, files: list[str]) -> None:
         """Builtins, entry points and variant files, each import compared with the clean state: what one
@@ -200,30 +200,23 @@ class _Server:
 
         return self.where.setdefault(device, where_measured(device))
 
-    def cell(
-        self, spec: CellSpec, settings: dict[str, Any], visit: tuple[int, int] = (1, 1)
-    ) -> tuple[dict[str, Any], bool]:
+    def cell(self, spec: CellSpec, options: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """The cell's row, whatever happens (measured, or a harness error as the row's status), blamed for
-        what its variant left behind (left_behind); and whether torch's global state changed. visit: (i, R),
-        the i-th of R visits of the cell (Settings.rounds): the first measures it fully, the others only
-        time it (harness.measure.cell.measure_visit)."""
-        row = self._measure(spec, settings, visit)
+        what its variant left behind (left_behind); and whether torch's global state changed. options: the
+        parent's keywords for harness.measure.cell.measure_cell, as they came."""
+        row = self._measure(spec, options)
         words, tainted = self.left_behind(spec.variant)
         return blame(row, words), tainted
 
-    def _measure(self, spec: CellSpec, settings: dict[str, Any], visit: tuple[int, int]) -> dict[str, Any]:
+    def _measure(self, spec: CellSpec, options: dict[str, Any]) -> dict[str, Any]:
         from attnbench.harness.measure.calibrate import speed_probe
-        from attnbench.harness.measure.cell import measure_cell, measure_visit
+        from attnbench.harness.measure.cell import measure_cell
         from attnbench.harness.measure.failures import failure, is_poisoned
 
         print(f"cell {spec.cell_id}", flush=True)
         try:
             speed = speed_probe(spec.device)  # the machine's speed just before this cell
-            index, rounds = visit
-            if index <= 1:
-                row = measure_cell(spec, Settings(**settings), self.cache, rounds=rounds)
-            else:
-                row = measure_visit(spec, Settings(**settings), rounds, self.cache, index=index)
+            row = measure_cell(spec, self.settings, self.cache, **options)
             row["speed_tflops"] = round(speed, 6)
             if is_poisoned_row(row):  # where_measured would meet the same CUDA error: what is known
                 row.update(self.where.get(spec.device, {}))

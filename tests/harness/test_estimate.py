@@ -88,7 +88,7 @@ def test_a_busy_run_is_said_in_one_sentence_from_a_tenth_of_its_ok_cells():
         "machine or `attnbench run --resume --redo-drift --out runs/x`"
     )
     assert drift.busy_sentence([_row(0, status="error")], "runs/x") is None
-    in_rounds = [{**r, "round_medians_ms": [1.0, 1.2, 1.0]} for r in busy]  # the spread spans the run
+    in_rounds = [{**r, "visit_medians_ms": [1.0, 1.2, 1.0]} for r in busy]  # the spread spans the run
     assert drift.busy_sentence(in_rounds, "runs/x").startswith(
         "the machine's speed drifted over this run (3 of 20 cells spread by more than 10% from visit to visit"
     )

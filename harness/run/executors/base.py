@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnbench.harness.run.plan import VisitPlan
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.workers.cellrunner import CellRunner
 
@@ -30,11 +31,15 @@ class Plan:
     # where_keys of the devices meta.json describes already: an executor describes (and calibrates) only
     # the devices it reaches that are not among them
     described: set[str] = field(default_factory=set)
+    # the order of every visit of the cells (harness.run.plan), which an ordered executor carries out; one
+    # that measures in parallel measures `cells`, in this order, once each
+    order: VisitPlan | None = None
 
 
 class Executor(Protocol):
     name: str
     notes: list[str]  # what the command tells the user once the run ends (lost tasks, duplicates), in order
+    ordered: bool  # carries out plan.order (one worker, in order); False: cells in parallel, one visit each
 
     def check(self, sweep: SweepSpec) -> None:
         """ValueError (one line) when this executor cannot run `sweep` here; called before any work."""

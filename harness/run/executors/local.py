@@ -17,9 +17,8 @@ from typing import Any
 from attnbench.harness.measure.rows import base_row, finish
 from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say
 from attnbench.harness.run.executors.dispatch import Dispatcher
-from attnbench.harness.run.executors.rounds import run_rounds
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
-from attnbench.harness.workers.cellrunner import CellRunner, Processes, SkipAhead, precheck
+from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 
 ONE_CPU_WORKER = (
@@ -84,6 +83,7 @@ def check_slots(slots: list[Slot], sweep: SweepSpec) -> None:
 
 class LocalExecutor:
     name = "local"
+    ordered = True  # carries out a plan's order (one worker); with --devices the pool does not (check)
 
     def __init__(self, devices: str | None = None) -> None:
         self.devices = devices
@@ -100,32 +100,27 @@ class LocalExecutor:
             return
         self.slots = parse_devices(self.devices)
         check_slots(self.slots, sweep)
-        if sweep.settings.rounds > 1:
-            raise ValueError(
-                f"--rounds {sweep.settings.rounds} visits the sweep in rounds on one worker: "
-                "not with --devices"
-            )
+        self.ordered = False
 
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
         if self.slots is not None:
             return run_pool(plan, self.slots, on_row, on_device)
         skip = SkipAhead(plan.done)
         runner = plan.local or CellRunner(plan.config, plan.sweep.settings)
-        measure = Processes(runner, plan.sweep.settings.processes)  # --processes K: K workers, in turn
+
+        def done(row: dict[str, Any]) -> None:
+            skip.note(CellSpec.from_dict(row), row["status"])
+            on_row(row)
+
         interrupted = False
         try:
-            if plan.sweep.settings.rounds > 1:
-                run_rounds(plan, measure, skip, on_row)
-            else:
-                for spec in plan.cells:
-                    row = precheck(spec, skip) or measure.run(spec)
-                    skip.note(spec, row["status"])
-                    on_row(row)
+            plan.order.carry_out(runner.run, done, precheck=lambda spec: precheck(spec, skip))
         except KeyboardInterrupt:
             interrupted = True
             raise
-        finally:  # the runner closes its own first worker
-            measure.close(kill=interrupted, keep_first=runner is plan.local)
+        finally:  # the runner closes its own worker
+            if runner is not plan.local:
+                runner.close(kill=interrupted)
 
 
 # ---- the pool ---------------------------------------------------------------------------------------
@@ -150,7 +145,6 @@ class _SlotThread(threading.Thread):
         self.slot, self.plan, self.outbox = slot, plan, outbox
         self.inbox: queue.Queue[CellSpec | None] = queue.Queue()
         self.runner: CellRunner | None = None
-        self.measure: Processes | None = None  # the runner and, with --processes K, K - 1 more workers
 
     def run(self) -> None:
         plan = self.plan
@@ -166,15 +160,12 @@ class _SlotThread(threading.Thread):
                     self.outbox.put(("device", self, record))
             except (WorkerDied, WorkerTimeout):
                 pass  # a worker that cannot describe its device will fail its cells, each with a row
-            self.measure = Processes(self.runner, plan.sweep.settings.processes)
             self.outbox.put(("ready", self, None))
             while (spec := self.inbox.get()) is not None:
-                self.outbox.put(("row", self, (spec, self.measure.run(spec))))
+                self.outbox.put(("row", self, (spec, self.runner.run(spec))))
         except BaseException as exc:  # the main thread decides; a thread must never die silently
             self.outbox.put(("failed", self, exc))
         finally:
-            if self.measure is not None:
-                self.measure.close(keep_first=True)
             if self.runner is not None and self.runner is not plan.local:
                 self.runner.close()
 
@@ -182,9 +173,7 @@ class _SlotThread(threading.Thread):
         """Stop after the current cell; with `kill`, kill the worker so that the current cell ends now
         (the thread sees the pipe close and returns a row nobody writes)."""
         self.inbox.put(None)
-        if kill and self.measure is not None:
-            self.measure.kill()
-        elif kill and self.runner is not None and self.runner.worker is not None:
+        if kill and self.runner is not None and self.runner.worker is not None:
             self.runner.worker.proc.kill()
 
 

@@ -172,6 +172,7 @@ def cluster_slots(nodes: list[dict[str, Any]], devices: tuple[str, ...]) -> list
 
 class RayExecutor:
     name = "ray"
+    ordered = False  # cells measured in parallel: one round only (harness.run.plan.check)
 
     def __init__(self, address: str | None = None) -> None:
         self.address = address

@@ -58,6 +58,7 @@ def parse_opts(opts: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 class SlurmExecutor:
     name = "slurm"
+    ordered = False  # cells measured in parallel: one round only (harness.run.plan.check)
 
     def __init__(
         self,

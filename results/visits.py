@@ -1,0 +1,147 @@
+"""A cell's visits and its row: every visit recorded the same way, and a row as the summary of them.
+
+Repetition has three levels: a sample (one timed call) < a visit (one warm-up and a share of the sampling
+budget, in one worker process) < a run (one run directory). A run visits each cell R times (`--rounds R`,
+harness.run.plan orders the visits); each visit's measurement is a row of its own (harness.measure.cell),
+appended to the run's visits.jsonl as it ends (VisitLog: an interruption loses no visit; a resume reloads
+them, read_visits), and the cell's row in rows.jsonl is their summary (summary): every sample pooled in
+`samples_ms`, each visit's median in `visit_medians_ms` and its sample count in `visit_samples`, the first
+visit's gate, checks and memory. A cell visited once is the summary of one visit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .formulas import gbps, summarize, tflops
+from .store import _read_lines, append_record
+
+VISITS = "visits.jsonl"
+
+# a first visit's gate and check columns, kept in the row of a later visit that ends its cell not ok
+FIRST_VISIT_CHECKS = (
+    "max_abs_err",
+    "rel_err",
+    "grad_rel_err",
+    "masked_rows",
+    "rows_checked",
+    "refill_rel_err",
+)
+
+
+def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str, Any]:
+    """One cell's row from its visits' rows, in the order they were made (`planned`: the visits the run
+    meant to make, for the message of one that failed).
+
+    - A visit that is not ok ends its cell: its row is the cell's, its message says which visit ("in visit 2
+      of 3: ..."), with the first visit's gate columns where it lacks them.
+    - Otherwise the first visit's row (its gate, checks, memory and first-call costs), with every visit's
+      samples pooled in `samples_ms` and the timing columns recomputed from them (results.formulas),
+      `visit_medians_ms` and `visit_samples` per visit, the largest peak and retained memory of any visit,
+      the fresh-input check wherever it ran (the worst), every visit's checks_ms summed, the later visits'
+      warm-up calls and setup hooks in `rewarm_ms`, and the wall time of all of them.
+    """
+    if not rows:
+        raise ValueError("a cell's row needs at least one visit")
+    planned = max(planned or len(rows), len(rows))
+    for i, row in enumerate(rows):
+        if row.get("status") != "ok":
+            return _ended(rows, i, planned)
+    merged = dict(rows[0])
+    samples = [s for row in rows for s in row.get("samples_ms") or []]
+    merged["visit_medians_ms"] = [row.get("time_ms_median") for row in rows]
+    merged["visit_samples"] = [len(row.get("samples_ms") or []) for row in rows]
+    if samples:
+        merged["samples_ms"] = samples
+        merged.update(summarize(samples))
+        median = merged["time_ms_median"]
+        merged["tflops"] = tflops(merged.get("flops"), median)
+        if merged.get("kv_bytes") is not None:
+            merged["kv_gbps"] = gbps(merged["kv_bytes"], median)
+    for col in ("peak_mem_bytes", "retained_mem_bytes"):
+        values = [row[col] for row in rows if row.get(col) is not None]
+        if values:
+            merged[col] = max(values)
+    if all(row.get("elapsed_s") is not None for row in rows):
+        merged["elapsed_s"] = round(sum(row["elapsed_s"] for row in rows), 3)
+    merged["finished_at"] = rows[-1].get("finished_at", merged.get("finished_at"))
+    if len(rows) > 1:
+        merged["rewarm_ms"] = round(
+            sum((row.get("first_call_ms") or 0.0) + (row.get("setup_ms") or 0.0) for row in rows[1:]), 6
+        )
+    fresh = [row["fresh_rel_err"] for row in rows if row.get("fresh_rel_err") is not None]
+    if fresh:
+        merged["fresh_rel_err"] = max(fresh)
+    checks = [row["checks_ms"] for row in rows if row.get("checks_ms") is not None]
+    if checks:
+        merged["checks_ms"] = round(sum(checks), 6)
+    return merged
+
+
+def _ended(rows: list[dict[str, Any]], i: int, planned: int) -> dict[str, Any]:
+    """The row of a cell whose visit i (from 0) was not ok."""
+    row = dict(rows[i])
+    if i:
+        old = str(row.get("message") or "")
+        where = f"in visit {i + 1} of {planned}"
+        row["message"] = f"{where}: {old}" if old else where
+        for col in FIRST_VISIT_CHECKS:
+            if row.get(col) is None and rows[0].get(col) is not None:
+                row[col] = rows[0][col]
+    return row
+
+
+def split(samples: list[float], counts: Any) -> list[list[float]] | None:
+    """samples_ms cut into its visits by visit_samples' counts; None where a count is not a non-negative
+    integer or they do not add up to the samples."""
+    try:
+        counts = [int(c) for c in counts]
+    except (TypeError, ValueError):
+        return None
+    if any(c < 0 for c in counts) or sum(counts) != len(samples):
+        return None
+    out, start = [], 0
+    for c in counts:
+        out.append(samples[start : start + c])
+        start += c
+    return out
+
+
+class VisitLog:
+    """visits.jsonl: one fsync'd line per finished visit of a cell, {"cell_id", "visit", "row"}, so that an
+    interruption loses no visit; a resume reloads them (read_visits) and makes only the visits missing. The
+    cell's row in rows.jsonl, written once its last visit ends, supersedes its lines here. Written by the
+    run's one writer's process only."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.target = Path(path) / VISITS
+        self.run = Path(path)
+        if self.target.is_file():  # a torn last line (a crash mid-write) is cut, so the next line is whole
+            data = self.target.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with self.target.open("r+b") as fh:
+                    fh.truncate(data.rfind(b"\n") + 1)
+        self.fh = self.target.open("ab", buffering=0)
+
+    def append(self, cell_id: str, visit: int, row: dict[str, Any]) -> None:
+        append_record(self.fh, {"cell_id": cell_id, "visit": visit, "row": row}, self.target, self.run)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """cell_id -> its visits' rows from visits.jsonl, in visit order (1, 2, ... as long as they follow on
+    from 1; a torn or corrupt line is skipped with a warning naming it)."""
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for _, rec in _read_lines(Path(path) / VISITS):
+        if isinstance(rec.get("visit"), int) and isinstance(rec.get("row"), dict):
+            found.setdefault(rec["cell_id"], {})[rec["visit"]] = rec["row"]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cell_id, by_index in found.items():
+        rows = []
+        while len(rows) + 1 in by_index:
+            rows.append(by_index[len(rows) + 1])
+        out[cell_id] = rows
+    return out
