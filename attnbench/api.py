@@ -80,9 +80,8 @@ def run(
     slurm_tasks: int | None = None,
     slurm_opt: Sequence[str] | None = None,
     slurm_local: bool = False,
-    repeat: int | None = None,
     **axes: Any,
-) -> Run | list[Run]:
+) -> Run:
     """Run a sweep into a run directory and return it.
 
     `sweep` is a harness SweepSpec, a TOML sweep file, or a mapping of axes; axes may also be given as
@@ -95,134 +94,78 @@ def run(
         attnbench.run(out="runs/nb", resume=True, force_resume=True)  # ... though torch, commit, host changed
         attnbench.run(rerun="runs/old", status="ok", out="runs/again")  # measure a run's cells again
 
-    `rerun` takes the sweep, settings and variant files of an earlier run and measures all of its cells,
-    those named by `cells` (cell_ids) or those whose row has `status`, into the new run `out`.
-
-    Every option of `attnbench run` is a keyword, its flag's name with '_' for '-': `redo_drift`, `dry_run`
-    (nothing measured: the Run's `forecast` says what would be), where the cells are measured (`executor`
-    "local", "ray" or "slurm", with `devices`, `ray_address`, `slurm_partition`, `slurm_gpus_per_node`,
-    `slurm_time`, `slurm_array_parallelism`, `slurm_tasks`, `slurm_opt`, `slurm_local`: docs/scale-out.md),
-    and every axis and setting. `variants` takes names, callables, `attnbench.variant(...)`s or a {name:
-    callable} mapping: a callable is shipped to the worker processes by value (docs/api.md).
-
-    Axis names are those of `attnbench run`'s flags with '_' for '-' (`pass_` for --pass, since `pass` is
-    Python's keyword; `**{"pass": "fwd"}` works too); a value
-    is text as a flag takes it ('256..4096', 'both') or Python values ([256, 512], True, ['fwd', 'fwdbwd']).
-    Settings (harness.sweep.settings: warmup_ms, budget_ms, min_samples, max_samples, target_rel_iqr, min_ms,
-    cell_timeout, calibrate_ms, threads, processes, seed, timing, env, cpu_affinity, and those a sweep file's
-    [settings] takes) go with them. Errors name the keyword.
-
-    `repeat=K` runs the sweep K times, one whole run after another, into `out`/run1 .. runK: a run set,
-    which `attnbench compare` judges by the spread between its runs (docs/reports-and-compare.md); it
-    returns the list of the Runs this call made or finished (`resume=True` with `out` a run set finishes
-    it), and with `dry_run=True` a list of one Run, whose forecast is one run's.
+    Every option of `attnbench run` is a keyword, its flag's name with '_' for '-' (`pass_` for --pass, since
+    `pass` is Python's keyword; `**{"pass": "fwd"}` works too): the modes (`resume`, `redo_drift`,
+    `force_resume`, `dry_run`: nothing measured, the Run's `forecast` says what would be), a rerun's
+    cells (`rerun`, `cells`, `status`), where the cells are measured (`executor` "local", "ray" or
+    "slurm", with `devices`, `ray_address`, `slurm_*`: docs/scale-out.md), and every axis and setting
+    (harness.sweep.settings), as text a flag takes ('256..4096', 'both') or as Python values. `variants`
+    takes names, callables, `attnbench.variant(...)`s or a {name: callable} mapping: a callable is shipped
+    to the worker processes by value (docs/api.md). The rules are `attnbench run`'s
+    (harness.run.request.RunRequest), and errors name the keyword.
 
     `progress`: None (the default) shows one progress display in a Jupyter notebook, redrawn in place, and
     nothing in a script; True shows it anywhere (outside a notebook: rich's bar and a line per cell on
     stderr, as `attnbench run`); False never.
     """
-    from attnbench.harness.run import executor_choice
     from attnbench.harness.run.progress import progress_for
-    from attnbench.harness.run.run_set import is_run_set
-    from attnbench.harness.run.runner import check_mode
+    from attnbench.harness.run.request import RunRequest
     from attnbench.harness.run.runner import run as run_sweep
     from attnbench.harness.sweep.spec import SweepSpec
-    from attnbench.harness.sweep.sweeps import build_sweep
 
-    scale_out = executor_choice.options(
-        executor,
-        dict(
-            devices=devices, ray_address=ray_address, slurm_partition=slurm_partition,
-            slurm_gpus_per_node=slurm_gpus_per_node, slurm_time=slurm_time,
-            slurm_array_parallelism=slurm_array_parallelism, slurm_tasks=slurm_tasks, slurm_opt=slurm_opt,
-            slurm_local=slurm_local,
-        ),
-        name=_mode_name,
+    scale_out = dict(
+        devices=devices, ray_address=ray_address, slurm_partition=slurm_partition,
+        slurm_gpus_per_node=slurm_gpus_per_node, slurm_time=slurm_time,
+        slurm_array_parallelism=slurm_array_parallelism, slurm_tasks=slurm_tasks, slurm_opt=slurm_opt,
+        slurm_local=slurm_local,
     )  # fmt: skip
-    where = dict(executor=executor, executor_options=scale_out, dry_run=dry_run, name=_mode_name)
-    if repeat is not None and rerun is not None:
-        raise ValueError("rerun= makes one run of an earlier run's cells: not with repeat=")
-    if rerun is not None:
-        return _rerun(
-            rerun,
-            cells,
-            status,
-            out,
-            progress,
-            given=bool(
-                sweep or preset or config or axes or resume or redo_drift or force_resume or variant_files
-            ),
-            where=where,
-        )
-    if cells is not None or status is not None:
-        raise ValueError("cells= and status= choose cells of rerun=RUN_DIR; give rerun= too")
-    if isinstance(sweep, (str, Path)):
-        if config is not None:
-            raise ValueError("give the sweep file as `sweep` or as `config`, not both")
-        sweep, config = None, sweep
-    offered = [k for k, v in (("sweep", sweep), ("preset", preset), ("config", config)) if v] + list(axes)
-    # the same rule harness.run.runner.run applies (check_mode), asked early so that its error comes first
-    modes = dict(resume=resume, redo_drift=redo_drift, force_resume=force_resume)
-    check_mode(None, out, **modes, given=offered, name=_mode_name)
-    if resume:
-        spec = None
-    elif isinstance(sweep, SweepSpec):
-        if preset or config or axes:
-            raise ValueError("a SweepSpec is the whole sweep: give no preset, config or axes with it")
-        spec = sweep
-    else:
-        given = {**dict(sweep or {}), **axes}  # values or text, read as the flags are (harness.sweep.sweeps)
+    with in_keywords():
+        if isinstance(sweep, (str, Path)):
+            if config is not None:
+                raise ValueError("give the sweep file as `sweep` or as `config`, not both")
+            sweep, config = None, sweep
+        spec = sweep if isinstance(sweep, SweepSpec) else None
+        given = {**(dict(sweep or {}) if spec is None else {}), **axes}
         for key in ("variants", "variant"):
             if key in given:
                 given[key] = _variant_names(given[key], key)
-        spec = build_sweep(given, preset=preset, config=config, name=_keyword)
-    files = [str(p) for p in variant_files]
-    if repeat is not None or (resume and is_run_set(out)):
-        return _run_set(spec, out, repeat, modes, files, progress, where)
-    with _keywords_for_flags():
-        shown = progress_for(progress)
-        summary = run_sweep(spec, out, **modes, variant_files=files, progress=shown, **where)
+        request = RunRequest(
+            options=given, preset=preset, config=config, sweep=spec, out=out, resume=resume,
+            redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
+            variant_files=tuple(str(p) for p in variant_files), rerun=rerun, cells=cells, status=status,
+            executor=executor, executor_options=scale_out,
+        )  # fmt: skip
+        summary = run_sweep(request, progress=progress_for(progress))
     return _finished(summary)
 
 
-def _run_set(spec, out, repeat, modes: dict, files: list[str], progress, where: dict) -> list[Run]:
-    """run(repeat=K) and the resume of a run set (harness.run.run_set): the Runs made or finished."""
-    from attnbench.harness.run.progress import progress_for
-    from attnbench.harness.run.run_set import check_repeat, run_set
-    from attnbench.harness.run.runner import run as run_sweep
+# the keywords of attnbench.run that take no value: a message's --resume is `resume=True` here
+_SWITCHES = ("resume", "redo_drift", "force_resume", "dry_run", "slurm_local")
+_RENAMED = {"pass": "pass_", "variant_file": "variant_files", "quiet": "progress"}
 
-    if modes["resume"]:
-        if repeat is not None:
-            raise ValueError(f"resume=True finishes the run set in {out} as it was started: drop repeat=")
-    else:
-        if out is None:
-            raise ValueError(f"repeat={repeat} needs out=: the set's folder (its runs go to out/run1 ..)")
-        check_repeat(repeat, _mode_name)
-    kw = {k: v for k, v in where.items() if k != "dry_run"}
-    with _keywords_for_flags():
-        shown = progress_for(progress)
-        if where["dry_run"]:
-            if modes["resume"]:
-                raise ValueError("dry_run=True of a run set's resume: give it one of the set's runs")
-            return [_finished(run_sweep(spec, out, variant_files=files, progress=shown, **where))]
-        summaries = run_set(spec, out, repeat, variant_files=files, progress=shown, **modes, **kw)
-    return [_finished(s) for s in summaries]
+
+def keyword(key: str, value: str | None = None) -> str:
+    """This API's spelling of `attnbench run`'s flag for `key` (harness.sweep.sweeps.respell): `seq_len`,
+    `out=DIR`, `rounds=3`, `resume=True`."""
+    key = _RENAMED.get(key, key)
+    if value is not None:
+        return f"{key}={value}"
+    return f"{key}=True" if key in _SWITCHES else key
 
 
 @contextmanager
-def _keywords_for_flags():
-    """A run directory's errors (results.store, which knows no front end) with this API's keywords for the
-    flags they name: `pass resume=True`, not `pass --resume`."""
+def in_keywords():
+    """What the harness refuses (a ValueError naming the CLI's flags), said with this API's keywords: the one
+    place the API respells a message. The exception keeps its type (RunDirError, VariantError)."""
     from attnbench.harness.sweep.sweeps import respell
-    from attnbench.results import RunDirError
 
     try:
         yield
-    except RunDirError as exc:
-        said = respell(str(exc), _mode_name)
+    except ValueError as exc:
+        said = respell(str(exc), keyword)
         if said == str(exc):
             raise
-        raise RunDirError(said) from None
+        raise type(exc)(said) from None
 
 
 def _finished(summary) -> Run:
@@ -325,46 +268,6 @@ def _check_free(name: str, keyword: str) -> None:
         raise ValueError(f"{keyword} {name!r} is the name of {whose}; give yours another name")
 
 
-def _rerun(run_dir: PathLike, cells, status, out, progress: bool | None, *, given: bool, where: dict) -> Run:
-    """attnbench.run(rerun=...): the chosen cells of an earlier run, measured again into a new run."""
-    from attnbench.harness.run import rerun
-    from attnbench.harness.run.progress import progress_for
-    from attnbench.harness.run.runner import run as run_sweep
-    from attnbench.harness.sweep.grammar import split
-
-    if given:
-        raise ValueError(
-            "rerun= measures with the old run's sweep, settings and variant files; give only out= with it"
-        )
-    ids = split(cells) if isinstance(cells, str) else None if cells is None else list(cells)
-    with _keywords_for_flags():
-        plan = rerun.plan(run_dir, cell_ids=ids, status=status, name=_mode_name)
-        summary = run_sweep(
-            plan.sweep,
-            out,
-            variant_files=list(plan.variant_files),
-            progress=progress_for(progress),
-            only=plan.cells,
-            rerun_of=plan.origin,
-            **where,
-        )
-    return _finished(summary)
-
-
-def _keyword(key: str) -> str:
-    """How an error names an option of attnbench.run: by its keyword ('seq_len'), never a CLI flag."""
-    return key
-
-
-_SWITCHES = {"resume": "resume=True", "redo_drift": "redo_drift=True", "force_resume": "force_resume=True"}
-
-
-def _mode_name(option: str) -> str:
-    """How a run-mode error (harness.run.runner.check_mode) names an option of attnbench.run: `resume=True`,
-    `out=` (never a CLI flag)."""
-    return _SWITCHES.get(option, f"{option.rstrip('_')}=")
-
-
 def load(*run_dirs: PathLike | Sequence[PathLike]):
     """Every row of the given runs as one typed pandas DataFrame (see the README's results schema)."""
     from attnbench.results import load as load_runs
@@ -387,28 +290,29 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
 
     `out` defaults to reports/out/<run ids>; a run directory or a file is refused as `out`.
     """
-    return write_report(run_dirs, out, baseline, option="out=")
+    with in_keywords():
+        return write_report(run_dirs, out, baseline)
 
 
-def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, baseline: str | None, option: str):
-    """report(), for `attnbench report` too: its errors name `out` as `option` spells it."""
+def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, baseline: str | None):
+    """report(), for `attnbench report` too (its errors name --out)."""
     from attnbench.reports.render import prepare, render
     from attnbench.reports.style import slug
 
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
     inputs = prepare(dirs, baseline)
-    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report", option=option)
+    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
     return render(inputs, target)
 
 
-def report_dir(out: PathLike | None, default: str, option: str = "--out ") -> Path:
-    """Where a report goes: `out`, or reports/out/<default>; ValueError if that is a file or a run, naming
-    it as `option` spells it (the CLI's `--out `, the API's `out=`)."""
+def report_dir(out: PathLike | None, default: str) -> Path:
+    """Where a report goes: `out`, or reports/out/<default>; ValueError (naming --out) if that is a file or
+    a run."""
     from attnbench.results import is_run_dir
     from attnbench.results.writable import why_unwritable
 
     path = Path(out) if out else Path("reports") / "out" / default
-    said = f"{option}{str(path)!r}"
+    said = f"--out {str(path)!r}"
     if path.exists() and not path.is_dir():
         raise ValueError(f"{said} exists and is not a directory")
     if is_run_dir(path):

@@ -1,17 +1,18 @@
 """Which executor measures a run, and with what: the options a front end gives (`attnbench run --executor
 --devices --ray-address --slurm-*`, attnbench.run's executor=, devices=, ray_address=, slurm_*=) checked
 and made into the chosen executor's constructor keywords (harness.run.executors), in one place for the CLI and
-the Python API, each error naming the options in the caller's spelling (`name`, as harness.run.runner.run's).
+the Python API, each error naming the options as the CLI's flags (a front end respells them:
+harness.sweep.sweeps.respell).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from attnbench.harness.run import executors
 from attnbench.harness.sweep.spec import SweepSpec
-from attnbench.harness.sweep.sweeps import flag_name, respell
+from attnbench.harness.sweep.sweeps import flag_name
 
 # a front end's option key -> SlurmExecutor's keyword (harness/run/executors/slurm.py)
 SLURM_OPTIONS = {
@@ -26,15 +27,7 @@ SLURM_OPTIONS = {
 OPTIONS = ("devices", "ray_address", *SLURM_OPTIONS)
 
 
-def _say(name: Callable[[str], str], key: str, value: str) -> str:
-    """An option with its value: `--executor slurm`, or `executor='slurm'` for the keyword `executor=`."""
-    spelled = name(key)
-    return f"{spelled}{value!r}" if spelled.endswith("=") else f"{spelled} {value}"
-
-
-def options(
-    executor: str, given: Mapping[str, Any], name: Callable[[str], str] = flag_name
-) -> dict[str, Any]:
+def options(executor: str, given: Mapping[str, Any]) -> dict[str, Any]:
     """The constructor keywords of `executor` from the options given ({key of OPTIONS: value}, None or
     False meaning not given); ValueError naming an option of another executor or a bad value, before
     anything starts."""
@@ -44,37 +37,29 @@ def options(
     chosen: dict[str, Any] = {}
     if given.get("devices") is not None:
         if executor != "local":
-            raise ValueError(
-                f"{name('devices')} picks this machine's GPUs for {_say(name, 'executor', 'local')}, "
-                f"not {executor}"
-            )
+            raise ValueError(f"--devices picks this machine's GPUs for --executor local, not {executor}")
         chosen["devices"] = given["devices"]
     if given.get("ray_address") is not None:
         if executor != "ray":
-            ray = _say(name, "executor", "ray")
-            raise ValueError(f"{name('ray_address')} names the Ray cluster of {ray}")
+            raise ValueError("--ray-address names the Ray cluster of --executor ray")
         chosen["address"] = given["ray_address"]
     slurm = {key: given.get(option) for option, key in SLURM_OPTIONS.items()}
     slurm = {key: value for key, value in slurm.items() if value is not None and value is not False}
     if executor != "slurm":
         if slurm:
             option = next(o for o, k in SLURM_OPTIONS.items() if k in slurm)
-            slurm_executor = _say(name, "executor", "slurm")
-            raise ValueError(f"{name(option)} is an option of {slurm_executor}; give that too")
+            raise ValueError(f"{flag_name(option)} is an option of --executor slurm; give that too")
         return chosen
-    chosen_executor(executor, slurm, None, name)  # the options' own checks, before anything starts
+    chosen_executor(executor, slurm, None)  # the options' own checks, before anything starts
     return slurm
 
 
 def chosen_executor(
-    executor: str, options: dict[str, Any] | None, sweep: SweepSpec | None, name: Callable[[str], str]
+    executor: str, options: dict[str, Any] | None, sweep: SweepSpec | None
 ) -> executors.Executor:
     """The executor built with its options and, given a sweep, its check of it (devices there, Ray or
-    submitit installed); ValueError in `name`'s spelling."""
-    try:
-        built = executors.get(executor, options)
-        if sweep is not None:
-            built.check(sweep)
-    except ValueError as exc:
-        raise ValueError(respell(str(exc), name)) from None
+    submitit installed); ValueError naming the flags."""
+    built = executors.get(executor, options)
+    if sweep is not None:
+        built.check(sweep)
     return built

@@ -7,13 +7,12 @@ NEW` can confirm or refute the old figures cell by cell.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
-from attnbench.harness.sweep.sweeps import flag_name
 from attnbench.results import STATUSES, read_meta
 from attnbench.results.store import SHIPPED, latest_rows
 from attnbench.variants import shipped
@@ -46,20 +45,19 @@ def plan(
     *,
     cell_ids: Sequence[str] | None = None,
     status: str | None = None,
-    name: Callable[[str], str] = flag_name,
 ) -> Rerun:
     """The cells of `run_dir` to measure again: all, those named, or those whose row has `status`.
 
     ValueError (RunDirError is one) naming what is wrong: no such run, an id not in it, an unknown
-    status, a status no cell has; `name` spells the options (harness.run.runner.run's).
+    status, a status no cell has; the options named as the CLI's flags.
     """
     if cell_ids is not None and status is not None:
-        raise ValueError(f"choose cells by {name('cells')} or by {name('status')}, not both")
+        raise ValueError("choose cells by --cells or by --status, not both")
     meta, sweep, cells = cells_of(run_dir)
     if cell_ids is not None:
         ids = list(dict.fromkeys(cell_ids))
         if not ids:
-            raise ValueError(f"{name('cells')} needs at least one cell_id")
+            raise ValueError("--cells needs at least one cell_id")
         unknown = [i for i in ids if i not in cells]
         if unknown:
             raise ValueError(f"no cell {', '.join(map(repr, unknown[:3]))} in {str(run_dir)!r}")

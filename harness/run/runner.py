@@ -24,15 +24,14 @@ from attnbench.harness.measure import fingerprint, timing
 from attnbench.harness.measure.outcomes import left_behind
 from attnbench.harness.run import estimate, executor_choice, executors, plan
 from attnbench.harness.run.progress import Progress
+from attnbench.harness.run.request import RunRequest
 from attnbench.harness.sweep.affinity import check_cpu_affinity
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
-from attnbench.harness.sweep.sweeps import flag_name, respell
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import SHIPPED, is_unstarted, read_meta, read_rows
-from attnbench.results.writable import why_unwritable
+from attnbench.results.store import SHIPPED, read_meta, read_rows
 from attnbench.variants import shipped
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -76,59 +75,6 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
         if not torch.cuda.is_available():
             raise ValueError("device cuda was asked for, but torch sees no CUDA device on this machine")
     return names
-
-
-def _with_value(spelled: str, value: str) -> str:
-    """An option and a placeholder for its value: `--out DIR`, or `out=DIR` for a keyword spelled `out=`."""
-    return spelled + value if spelled.endswith("=") else f"{spelled} {value}"
-
-
-def check_mode(
-    sweep: SweepSpec | None,
-    out: str | Path | None,
-    *,
-    resume: bool = False,
-    redo_drift: bool = False,
-    force_resume: bool = False,
-    given: Sequence[str] = (),
-    name: Callable[[str], str] = flag_name,
-    executor: str = "local",
-) -> None:
-    """ValueError when the run modes asked for do not go together; reads and writes nothing but a look at
-    `out`. A resume takes its sweep and settings from the run (no sweep, none of `given`) and needs `out`;
-    redo_drift and force_resume change a resume only; a new run goes into no file and no non-empty
-    directory. `name` spells the options in the messages (see run). Whether the executor can carry out
-    the sweep's plan of visits is harness.run.plan.check's, asked once the executor is chosen."""
-    out_dir = _with_value(name("out"), "DIR")
-    if resume:
-        extra = [*given, *(["sweep"] if sweep is not None else [])]
-        if extra:
-            raise ValueError(
-                f"{name('resume')} takes the sweep and its settings from the run's meta.json; "
-                f"drop {name(extra[0])}"
-            )
-        if out is None:
-            raise ValueError(f"{name('resume')} needs {out_dir} naming the run to finish")
-    if redo_drift and not resume:
-        raise ValueError(
-            f"{name('redo_drift')} measures a run's drifted cells again: "
-            f"give it with {name('resume')} {out_dir}"
-        )
-    if force_resume and not resume:
-        raise ValueError(
-            f"{name('force_resume')} finishes a run on another set-up: "
-            f"give it with {name('resume')} {out_dir}"
-        )
-    why = why_unwritable(out) if out is not None else None
-    if why:
-        raise ValueError(f"{_with_value(name('out'), repr(str(out)))} {why}")
-    if not resume and out is not None:
-        target = Path(out)
-        if target.is_dir() and not is_unstarted(target):  # what a stopped start left is reused
-            raise ValueError(
-                f"{str(out)!r} already exists and is not empty; pass {name('resume')} or choose another "
-                f"{name('out')}"
-            )
 
 
 @dataclass
@@ -181,16 +127,16 @@ def _fresh(sweep: SweepSpec, variant_files: Sequence[str | Path], only: Sequence
     return _Start(sweep, names, files, chosen=None if only is None else [c.cell_id for c in only])
 
 
-def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callable[[str], str]) -> _Start:
+def _resumed(out: str | Path, force_resume: bool, redo_drift: bool) -> _Start:
     meta = read_meta(out)
     sweep = SweepSpec.from_meta(meta["sweep"], Path(out) / "meta.json")
     current = fingerprint.resume_identity(dict(sweep.settings.env))
     differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)
     if differs and not force_resume:
         raise ValueError(
-            f"{name('resume')} of {str(out)!r} refused: it was started on another set-up "
+            f"--resume of {str(out)!r} refused: it was started on another set-up "
             f"({fingerprint.diff_text(differs)}), and its rows would mix the two; "
-            f"pass {name('force_resume')} to finish it anyway (the difference is logged in resumes.jsonl)"
+            "pass --force-resume to finish it anyway (the difference is logged in resumes.jsonl)"
         )
     files = shipped.relocated(meta.get("variant_files", []), Path(out) / SHIPPED)
     names = prepare(sweep, files)  # loads the variant files and checks the CPUs and devices, as for a new run
@@ -199,59 +145,38 @@ def _resumed(out: str | Path, force_resume: bool, redo_drift: bool, name: Callab
 
 
 def run(
-    sweep: SweepSpec | None,
-    out: str | Path | None = None,
-    *,
-    resume: bool = False,
-    variant_files: Sequence[str | Path] | None = None,
+    request: RunRequest,
     progress: Progress | None = None,
-    only: Sequence[CellSpec] | None = None,
-    rerun_of: dict[str, Any] | None = None,
-    redo_drift: bool = False,
-    executor: str = "local",
-    executor_options: dict[str, Any] | None = None,
-    force_resume: bool = False,
-    given: Sequence[str] = (),
-    name: Callable[[str], str] = flag_name,
-    dry_run: bool = False,
     on_forecast: Callable[[estimate.Forecast], None] | None = None,
 ) -> RunSummary:
-    """Run (or resume) a sweep into a run directory; returns where it went and the status counts.
+    """Run (or resume) what `request` asks for into a run directory; returns where it went and the status
+    counts. Every rule of the run modes is the request's (harness.run.request: checked before anything is
+    read or written); ValueError names the options as the CLI's flags (a front end respells them).
 
-    Every check of the run modes is here (check_mode), before anything is written: a resume (sweep None,
-    `given` empty: the names of the sweep options the caller was handed beside the sweep, which a resume
-    refuses naming the first) needs `out`; redo_drift and force_resume need a resume; a new run's `out`
-    must not be a file or a non-empty directory. `name(option)` spells run's keywords and the sweep's axes
-    in the messages as the caller's user writes them: flag_name (`--out`, `--redo-drift`), or the Python
-    API's keywords (`out=`, `resume=True`; a spelling that ends in '=' takes its value right after it).
-
-    `only` restricts the run to some of the sweep's cells (`attnbench run --rerun`); meta.json keeps their
-    ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from. `executor`
-    names where the cells are measured (harness.run.executors); whichever it is, rows come back here and this
-    function alone writes them.
+    A rerun (request.rerun) measures the chosen cells of an earlier run into a new one; meta.json keeps
+    their ids as `cells` (a resume runs those again) and `rerun_of`, the run they were chosen from. The
+    request's executor names where the cells are measured (harness.run.executors); whichever it is, rows
+    come back here and this function alone writes them.
 
     A resume on another set-up than the run's (fingerprint.RESUME_KEYS: hosts, torch, attnbench commit,
     allocator environment) is refused with a ValueError naming the difference, before anything is
-    written, unless `force_resume`; every resume is logged in the run's resumes.jsonl with its difference.
+    written, unless request.force_resume; every resume is logged in the run's resumes.jsonl with its
+    difference.
 
-    `dry_run` checks all of that and returns the summary's `forecast` (harness.run.estimate: the cells left,
-    those unsupported here or that the memory guard would skip, the estimated time) without starting a
-    worker or writing anything. Otherwise `on_forecast` is handed the same forecast once the cells left are
-    known, before the first is measured (the CLI warns there about a long sweep).
+    A dry run (request.dry_run) checks all of that and returns the summary's `forecast`
+    (harness.run.estimate: the cells left, those unsupported here or that the memory guard would skip, the
+    estimated time) without starting a worker or writing anything. Otherwise `on_forecast` is handed the
+    same forecast once the cells left are known, before the first is measured (the CLI warns there about
+    a long sweep).
     """
-    modes = dict(
-        resume=resume, redo_drift=redo_drift, force_resume=force_resume, name=name, executor=executor
-    )
-    check_mode(sweep, out, given=given, **modes)
+    got = request.resolve()
+    out, resume, executor = request.out, request.resume, request.executor
     if resume:
-        start = _resumed(out, force_resume, redo_drift, name)
+        start = _resumed(out, request.force_resume, request.redo_drift)
     else:
-        start = _fresh(sweep, variant_files or [], only)
-    chosen_executor = executor_choice.chosen_executor(executor, executor_options, start.sweep, name)
-    try:
-        plan.check(start.sweep.settings, executor, chosen_executor.ordered)
-    except ValueError as exc:
-        raise ValueError(respell(str(exc), name)) from None
+        start = _fresh(got.sweep, got.variant_files, got.only)
+    chosen_executor = executor_choice.chosen_executor(executor, got.executor_options, start.sweep)
+    plan.check(start.sweep.settings, executor, chosen_executor.ordered)
     # every variant measured must reach the workers: the files of those a file registered, and those
     # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before
     # anything is written (a resume's are in its variant files already)
@@ -260,7 +185,7 @@ def run(
         start.variant_files = shipped.files_of(start.names, start.variant_files)
         packed = shipped.pack(start.names)
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
-    if dry_run:
+    if request.dry_run:
         done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
         return RunSummary(path=path, forecast=forecast(start, done))
     writer = RunWriter(path, resume=resume)
@@ -278,7 +203,7 @@ def run(
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
         local = CellRunner(_worker_config(start, path), start.sweep.settings)
         if not resume:
-            summary.notes += _write_meta(writer, start, local, progress, executor, rerun_of)
+            summary.notes += _write_meta(writer, start, local, progress, executor, got.rerun_of)
         else:
             summary.notes += _finish_probe(writer, start, local, progress)
         _measure(start, writer, summary, progress, local, chosen_executor)

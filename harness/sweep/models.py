@@ -7,7 +7,6 @@ for reading only: a cell's identity (`cell_id`) is its shape, so two models of o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -103,16 +102,16 @@ def model(name: str) -> ModelShape:
 MODEL_AXES = ("heads", "kv_heads", "d_k", "window")
 
 
-def refuse_shape_beside_models(shape: list[str], name: Callable[[str], str], below: str = "") -> None:
-    """ValueError when `shape` (the MODEL_AXES given beside models) is not empty, naming the first by
-    `name` (the front end's spelling: '--heads', '[sweep] heads'); `below`: the models come from a lower
-    layer (a preset), which names them."""
+def refuse_shape_beside_models(shape: list[str], below: str = "") -> None:
+    """ValueError when `shape` (the MODEL_AXES given beside models) is not empty, naming the first as its
+    flag ('--heads'; a front end respells it); `below`: the models come from a lower layer (a preset),
+    which names them."""
     if not shape:
         return
     rule = "a model gives heads, kv_heads, d_k and window together"
+    flag = "--" + shape[0].replace("_", "-")
     if below:
         raise ValueError(
-            f"{name(shape[0])} conflicts with the models of {below}: {rule}; choose models with "
-            f"{name('model')}, or drop {name(shape[0])}"
+            f"{flag} conflicts with the models of {below}: {rule}; choose models with --model, or drop {flag}"
         )
-    raise ValueError(f"{name(shape[0])} conflicts with {name('model')}: {rule}; give one or the other")
+    raise ValueError(f"{flag} conflicts with --model: {rule}; give one or the other")

@@ -6,14 +6,14 @@ parser and hands what it was given to harness.sweep.sweeps.build_sweep, keyed by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from attnbench.harness.sweep.grammar import grammar, write_axis
 from attnbench.harness.sweep.settings import SETTINGS
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
-from attnbench.harness.sweep.sweeps import AXIS_KEYS, build_sweep
+from attnbench.harness.sweep.sweeps import AXIS_KEYS, build_sweep, flag_name
 from attnbench.results.axes import SWEEP_AXES
 
 
@@ -81,7 +81,6 @@ def single_cell(
     variant: str,
     given: Mapping[str, Any],
     *,
-    name: Callable[[str], str],
     defaults: Mapping[str, str] | None = None,
 ) -> CellSpec:
     """The one cell named by options that each take one value (`attnbench profile`): key -> the text given
@@ -95,13 +94,13 @@ def single_cell(
         values = [value] if isinstance(value, str) else list(value)
         if len(values) != 1:
             raise ValueError(
-                f"{name(key)} takes one value (profile runs one cell), got {' and '.join(values)}"
+                f"{flag_name(key)} takes one value (profile runs one cell), got {' and '.join(values)}"
             )
         texts[key] = values[0]
-    spec: SweepSpec = build_sweep(texts, name=name)
+    spec: SweepSpec = build_sweep(texts)
     for key, text in texts.items():
         axis = AXIS_KEYS.get(key)
         if axis is not None and len(getattr(spec, axis.sweep_field)) > 1:  # '256..1024' is one text
-            raise ValueError(f"{name(key)} takes one value (profile runs one cell), got {text!r}")
+            raise ValueError(f"{flag_name(key)} takes one value (profile runs one cell), got {text!r}")
     (cell,) = spec.cells([variant])
     return cell

@@ -167,11 +167,15 @@ SETTINGS: tuple[Setting, ...] = (
 )  # fmt: skip
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
-# settings that are no longer, each with the one line that says what replaced it: the flags, a sweep file's
-# [settings] and the API's keywords refuse them with it; a run's meta.json that has one still reads
-REMOVED_SETTINGS: dict[str, str] = {
+# options that are no longer, each with the one line that says what replaced it: `attnbench run`'s flags, a
+# sweep file's [settings] and attnbench.run's keywords refuse them with it; a run's meta.json that has one
+# still reads (SweepSpec.from_meta leaves it out)
+REMOVED_OPTIONS: dict[str, str] = {
     "processes": "--processes was removed: a worker process is where a visit runs, not a level of its own; "
     "visit every cell several times with --rounds R (3 or more: compare judges by the visits)",
+    "repeat": "--repeat was removed: runs made one after another share the machine's drift; make runs of "
+    "two set-ups interleaved with `attnbench interleave`, or compare two kernels in one run "
+    "(docs/reports-and-compare.md)",
 }
 
 

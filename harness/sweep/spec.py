@@ -16,7 +16,7 @@ from typing import Any
 
 from attnbench.harness.sweep.grammar import LOWER_RIGHT, check_axis
 from attnbench.harness.sweep.models import MODEL_AXES, ModelShape, model, refuse_shape_beside_models
-from attnbench.harness.sweep.settings import REMOVED_SETTINGS, Settings
+from attnbench.harness.sweep.settings import REMOVED_OPTIONS, Settings
 from attnbench.results.axes import AXES, IDENTITY, SWEEP_AXES, cell_id
 from attnbench.variants.mods import parse_mod
 from attnbench.variants.problem import Problem, extra_options
@@ -176,7 +176,7 @@ class _Sweep:
         if self.model:
             default = {a.name: a.default for a in SWEEP_AXES}
             given = [a for a in MODEL_AXES if getattr(self, a) != default[a]]
-            refuse_shape_beside_models(given, name=lambda a: a)
+            refuse_shape_beside_models(given)
         if self.settings.timing != "auto" and "cuda" not in self.devices:
             raise ValueError(
                 f"timing {self.settings.timing!r} chooses how CUDA cells are timed, but the sweep has no "
@@ -256,12 +256,12 @@ class _Sweep:
         """The sweep a run's meta.json recorded (its "sweep"). A run written before the timing setting
         existed timed its CUDA cells with events, the one CUDA mode then: its resume, rerun and repro line
         keep events rather than take today's default (auto), so that its rows stay comparable; a setting
-        removed since (REMOVED_SETTINGS) is left out. A sweep this
+        removed since (REMOVED_OPTIONS) is left out. A sweep this
         attnbench cannot read is a RunDirError naming `source` (the file) and what is wrong."""
         try:
             d = dict(d)
             settings = dict(d.get("settings") or {})
-            for old in REMOVED_SETTINGS:  # a setting this attnbench no longer has: its runs still read
+            for old in REMOVED_OPTIONS:  # a setting this attnbench no longer has: its runs still read
                 settings.pop(old, None)
             if "timing" not in settings and "cuda" in (d.get("devices") or ()):
                 settings["timing"] = "events"

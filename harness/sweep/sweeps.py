@@ -1,11 +1,13 @@
 """Where a sweep comes from: a preset or a sweep file, then a front end's options, layered into one SweepSpec.
 
-`build_sweep(given, preset=..., config=..., name=...)` is the one translation every front end uses (the
-CLI, `attnbench profile`, the pytest plugin, the Python API): `given` maps option keys (an axis's
-`option` name, its sweep field or its name: 'seq_len', 'variants', 'pass'; a setting's name; 'env') to
-text ('256..4096', 'both') or Python values ([256, 512], True), None meaning "not given". Each value is
-read by its grammar (harness.sweep.grammar) and every error is one ValueError naming it as the front end does
-(`name(key)`: '--seq-len' for the CLI, '--attn-seq-len' for pytest, 'seq_len' for the API).
+`build_sweep(given, preset=..., config=...)` is the one translation every front end uses (the CLI,
+`attnbench profile`, the pytest plugin, the Python API): `given` maps option keys (an axis's `option`
+name, its sweep field or its name: 'seq_len', 'variants', 'pass'; a setting's name; 'env') to text
+('256..4096', 'both') or Python values ([256, 512], True), None meaning "not given". Each value is read by
+its grammar (harness.sweep.grammar) and every error is one ValueError naming the option as the CLI's flag
+(`--seq-len`, `--out DIR`); a front end that spells its options otherwise says the same message in its own
+words with `respell`, once, where it hands the error to its user (the API: `seq_len`, `out=DIR`; the pytest
+plugin: `--attn-seq-len`; a sweep file: `[settings] rounds`).
 
 A sweep file is TOML: [sweep] (keys as `given`), [sweep.cuda] (laid over [sweep] when the devices are
 exactly cuda), [settings] and [env]. The model rule lives in one place (harness.sweep.models: a model gives
@@ -29,7 +31,7 @@ else:  # pragma: no cover
 from attnbench.harness.sweep import settings as settings_table
 from attnbench.harness.sweep.grammar import format_cpus, read_axis, write_axis
 from attnbench.harness.sweep.models import MODEL_AXES, refuse_shape_beside_models
-from attnbench.harness.sweep.settings import REMOVED_SETTINGS, Setting, Settings
+from attnbench.harness.sweep.settings import REMOVED_OPTIONS, Setting, Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.results.axes import SWEEP_AXES, Axis
 
@@ -49,16 +51,23 @@ def flag_name(key: str) -> str:
     return "--" + key.rstrip("_").replace("_", "-")
 
 
-_FLAG = re.compile(r"--([a-z][a-z-]*[a-z])")
+# a flag, and the value that follows it where it is a number, quoted text or a placeholder (--out DIR)
+_FLAG = re.compile(r"--([a-z][a-z-]*[a-z])(?: (\d[\w.:%]*|'[^']*'|[A-Z][A-Z_]*(?:,\.\.\.)?)(?![\w']))?")
+
+Spelling = Callable[[str, "str | None"], str]  # (option key, the value after its flag or None) -> words
 
 
-def respell(message: str, name: Callable[[str], str]) -> str:
-    """A message that names options as the CLI's flags (`--causal`, `--devices`, `--slurm-time`) in `name`'s
-    spelling (`causal`, `devices=`, `--attn-causal`): the harness's rules keep one wording (SweepSpec's
-    rules that tie axes together, the executors' checks), each front end reads its own."""
-    if name is flag_name:
-        return message
-    return _FLAG.sub(lambda m: name(m.group(1).replace("-", "_")), message)
+def respell(message: str, spelling: Spelling) -> str:
+    """A message that names options as the CLI's flags (`--causal`, `--out DIR`, `--rounds 3`) in another
+    front end's words: each flag (and the value after it, where one follows) becomes spelling(key, value),
+    key as the option's key ('seq_len', 'pass', 'redo_drift'). The one way errors are spelled: every rule
+    words its message once, with flags, and each front end respells it where its user reads it."""
+    return _FLAG.sub(lambda m: spelling(m.group(1).replace("-", "_"), m.group(2)), message)
+
+
+def in_table(where: str) -> Spelling:
+    """A sweep file's spelling of an option: '[settings] rounds 0', '[sweep.cuda] heads'."""
+    return lambda key, value: f"{where} {key}" + (f" {value}" if value else "")
 
 
 def presets() -> dict[str, Path]:
@@ -75,12 +84,11 @@ def build_sweep(
     *,
     preset: str | None = None,
     config: str | Path | None = None,
-    name: Callable[[str], str] = flag_name,
 ) -> SweepSpec:
     """A validated SweepSpec: a preset or a sweep file (not both), its [sweep.cuda] when the devices are
     exactly cuda, then `given` over them (see the module's docstring)."""
     if preset and config:
-        raise ValueError(f"give {name('preset')} or {name('config')}, not both")
+        raise ValueError("give --preset or --config, not both")
     base: dict[str, Any] = {}
     below = ""
     if preset:
@@ -90,61 +98,58 @@ def build_sweep(
         base, below = read_sweep_file(known[preset]), f"the preset {preset}"
     elif config:
         base, below = read_sweep_file(config), f"the config {config}"
-    top = read_layer(given or {}, name)
+    top = read_layer(given or {})
     cuda = base.pop("cuda", None)
     devices = top.get("device", base.get("device", SweepSpec.__dataclass_fields__["devices"].default))
     if cuda and tuple(devices) == ("cuda",):
-        base = _layer(base, cuda, name=lambda a: f"[sweep.cuda] {a}", below=f"{below}'s [sweep]")
+        try:
+            base = _layer(base, cuda, below=f"{below}'s [sweep]")
+        except ValueError as exc:
+            raise ValueError(respell(str(exc), in_table("[sweep.cuda]"))) from None
     base_settings, top_settings = base.pop("settings", {}), top.pop("settings", {})
-    merged = _layer(base, top, name=name, below=below)
+    merged = _layer(base, top, below=below)
     settings = {**base_settings, **top_settings}
     if "env" in base_settings and "env" in top_settings:  # --env adds to (or overrides) the file's [env]
         settings["env"] = tuple(sorted({**dict(base_settings["env"]), **dict(top_settings["env"])}.items()))
-    try:
-        return SweepSpec(
-            **{AXIS_KEYS[axis].sweep_field: values for axis, values in merged.items()},
-            settings=Settings(**settings),
-        )
-    except ValueError as exc:  # the rules that tie axes together name them as flags
-        said = respell(str(exc), name)
-        if said == str(exc):
-            raise
-        raise ValueError(said) from None
+    return SweepSpec(
+        **{AXIS_KEYS[axis].sweep_field: values for axis, values in merged.items()},
+        settings=Settings(**settings),
+    )
 
 
-def read_layer(given: Mapping[str, Any], name: Callable[[str], str]) -> dict[str, Any]:
+def read_layer(given: Mapping[str, Any]) -> dict[str, Any]:
     """One layer's options -> {axis name: checked values, 'settings': {name: value}}; ValueError naming the
-    bad key or value by `name`."""
+    bad key or value as its flag."""
     out: dict[str, Any] = {}
     settings: dict[str, Any] = {}
     for key, value in given.items():
         if value is None:
             continue
-        if key in REMOVED_SETTINGS:
-            raise ValueError(respell(REMOVED_SETTINGS[key], name))
+        if key in REMOVED_OPTIONS:
+            raise ValueError(REMOVED_OPTIONS[key])
         if key in SETTING_KEYS:
-            settings[key] = SETTING_KEYS[key].read(value, name(key))
+            settings[key] = SETTING_KEYS[key].read(value, flag_name(key))
         elif key in AXIS_KEYS:
             axis = AXIS_KEYS[key]
             if axis.name in out:
-                raise ValueError(f"{name(key)} is given twice (as {axis.option} and {axis.sweep_field})")
-            out[axis.name] = read_axis(axis, value, name(key))
+                raise ValueError(f"{flag_name(key)} is given twice (as {axis.option} and {axis.sweep_field})")
+            out[axis.name] = read_axis(axis, value, flag_name(key))
         else:
             known = [a.option for a in SWEEP_AXES] + list(SETTING_KEYS)
             raise ValueError(f"unknown sweep axis or setting {key!r}; known: {', '.join(known)}")
     if out.get("model"):
-        refuse_shape_beside_models([a for a in MODEL_AXES if a in out], name)
+        refuse_shape_beside_models([a for a in MODEL_AXES if a in out])
     if settings:
         out["settings"] = settings
     return out
 
 
-def _layer(lower: dict[str, Any], upper: dict[str, Any], *, name: Callable[[str], str], below: str) -> dict:
+def _layer(lower: dict[str, Any], upper: dict[str, Any], *, below: str) -> dict:
     """upper's axes over lower's. Models in upper replace lower's head shape (heads, kv_heads, d_k,
     window); a head-shape axis in upper over models in lower is refused (which model would it change?)."""
     shape = [a for a in MODEL_AXES if a in upper]
     if shape and lower.get("model") and "model" not in upper:
-        refuse_shape_beside_models(shape, name, below=f"{below} ({', '.join(lower['model'])})")
+        refuse_shape_beside_models(shape, below=f"{below} ({', '.join(lower['model'])})")
     merged = {**lower, **upper}
     if upper.get("model"):
         for axis in MODEL_AXES:
@@ -190,11 +195,17 @@ def sweep_file_layer(data: Mapping[str, Any], source: str = "config") -> dict[st
         if not isinstance(data["env"], dict):
             raise ValueError(f"{source}: [env] must be a table of NAME = value")
         settings["env"] = data["env"]
+    removed = sorted(set(settings) & set(REMOVED_OPTIONS))
+    if removed:
+        raise ValueError(f"{source}: {respell(REMOVED_OPTIONS[removed[0]], in_table('[settings]'))}")
     unknown = set(settings) - set(SETTING_KEYS)
     if unknown:
         raise ValueError(f"{source}: unknown setting(s) {sorted(unknown)}; known: {sorted(SETTING_KEYS)}")
     if settings:
-        out["settings"] = read_layer(settings, lambda k: f"{source}: [settings] {k}")["settings"]
+        try:
+            out["settings"] = read_layer(settings)["settings"]
+        except ValueError as exc:
+            raise ValueError(f"{source}: {respell(str(exc), in_table('[settings]'))}") from None
     return out
 
 
@@ -205,9 +216,9 @@ def _table(table: dict[str, Any], where: str, source: str) -> dict[str, Any]:
         known = sorted({a.sweep_field for a in SWEEP_AXES})
         raise ValueError(f"{source}: unknown sweep key(s) {sorted(unknown)} in {where}; known: {known}")
     try:
-        return read_layer(table, lambda k: f"{where} {k}")
+        return read_layer(table)
     except ValueError as exc:
-        raise ValueError(f"{source}: {exc}") from None
+        raise ValueError(f"{source}: {respell(str(exc), in_table(where))}") from None
 
 
 def cell_given(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list[str]]:

@@ -28,7 +28,6 @@ from typing import Any
 
 from attnbench.harness.sweep import options
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.harness.sweep.sweeps import flag_name
 from attnbench.harness.tools import py_spy as spy
 from attnbench.harness.tools import torch_trace
 from attnbench.harness.tools.profile_plan import Plan
@@ -48,7 +47,7 @@ def single_cell(variant: str, given: Mapping[str, str | Sequence[str] | None], t
     """The one cell named by run-style flags (option key -> the text given, None = default); ValueError naming
     the bad value, or the flag given more than one value."""
     defaults = {"seq_len": str(DEFAULT_SEQ_LEN), "threads": threads}
-    return options.single_cell(variant, given, name=flag_name, defaults=defaults)
+    return options.single_cell(variant, given, defaults=defaults)
 
 
 def prepare(

@@ -88,13 +88,21 @@ _KEY = pytest.StashKey[_Session]()
 def _sweep(config: pytest.Config):
     """The SweepSpec of the --attn-* options, the variant files loaded; ValueError naming a bad value."""
     from attnbench import variants
-    from attnbench.harness.sweep.sweeps import build_sweep
+    from attnbench.harness.sweep.sweeps import build_sweep, respell
 
     given = options.given_options(vars(config.option), GRID_OPTIONS, PREFIX)
-    sweep = build_sweep(given, name=lambda key: "--attn-" + key.replace("_", "-"))
+    try:
+        sweep = build_sweep(given)
+    except ValueError as exc:  # the run's flags as this plugin's options
+        raise ValueError(respell(str(exc), _attn_option)) from None
     for path in config.getoption("attn_variant_file"):
         variants.load_variant_file(path)
     return sweep
+
+
+def _attn_option(key: str, value: str | None) -> str:
+    """This plugin's spelling of `attnbench run`'s flag for `key` (sweeps.respell): --attn-seq-len."""
+    return "--attn-" + key.replace("_", "-") + (f" {value}" if value else "")
 
 
 def build_cells(config: pytest.Config):

@@ -114,9 +114,9 @@ def test_repro_of_the_published_run_writes_every_setting_out():
 def test_api_rerun_refuses_what_it_would_ignore():
     import attnbench
 
-    with pytest.raises(ValueError, match="give rerun= too"):
+    with pytest.raises(ValueError, match="choose cells of rerun=RUN_DIR; give rerun too"):
         attnbench.run(cells=CELL)
-    with pytest.raises(ValueError, match="give only out= with it"):
+    with pytest.raises(ValueError, match="drop seq_len"):
         attnbench.run(rerun=FIXTURE, seq_len=64)
     with pytest.raises(ValueError, match=re.escape("no cell 'naive|nope' in")):
         attnbench.run(rerun=FIXTURE, cells="naive|nope")

@@ -14,6 +14,7 @@ from attnbench.harness.run.executors import local
 from attnbench.harness.run.executors.base import Plan
 from attnbench.harness.run.executors.dispatch import Dispatcher
 from attnbench.harness.run.executors.local import ONE_CPU_WORKER, Slot, parse_devices, run_pool
+from attnbench.harness.run.request import RunRequest
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import SweepSpec
 from attnbench.results.formulas import where_key
@@ -35,7 +36,7 @@ def test_devices_parse_into_pinned_slots():
         parse_devices("cpu,cpu", cuda_count=0)
     with pytest.raises(ValueError, match="torch sees no CUDA device"):
         parse_devices("all", cuda_count=0)
-    with pytest.raises(ValueError, match="cuda:5: torch sees 3 CUDA"):
+    with pytest.raises(ValueError, match="cuda:5.: torch sees 3 CUDA"):
         parse_devices("cuda:5", cuda_count=3)
     with pytest.raises(ValueError, match="names cuda:1 twice"):
         parse_devices("cuda:1,cuda:1", cuda_count=3)
@@ -109,7 +110,7 @@ def test_pool_pins_each_worker_and_shares_the_queue(tmp_path, monkeypatch):
     sweep = SweepSpec(variants=("pin_probe", "naive"), heads=(1, 2), seq_len=(16, 32), settings=FAST)
     out = tmp_path / "r"
     summary = runner.run(
-        sweep, out, variant_files=[str(SCALEOUT)], executor="local", executor_options={"devices": "x"}
+        RunRequest(sweep=sweep, out=out, variant_files=(str(SCALEOUT),), executor_options={"devices": "x"})
     )
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from attnbench.cli import BadInput, build_parser, sweep_from_args
+from attnbench.cli import build_parser
+from attnbench.cli_common import BadInput
+from attnbench.cli_run import sweep_from_args
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.sweep.sweeps import build_sweep, cell_given

@@ -51,7 +51,7 @@ def parse_devices(text: str, cuda_count: int | None = None) -> list[Slot]:
             index = int(entry[5:])
             count = _cuda_count() if cuda_count is None else cuda_count
             if index >= count:
-                raise ValueError(f"--devices {entry}: torch sees {count} CUDA device(s) on this machine")
+                raise ValueError(f"--devices {entry!r}: torch sees {count} CUDA device(s) on this machine")
             slots.append(Slot(entry, "cuda", {"CUDA_VISIBLE_DEVICES": str(index)}))
         else:
             raise ValueError(f"--devices: unknown device {entry!r} (use cuda:N, all or cpu, comma-separated)")

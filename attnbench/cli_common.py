@@ -1,0 +1,52 @@
+"""What every `attnbench` command shares: how bad input and a sentence for the person at the terminal look."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from attnbench.results.formulas import printable, sentence_columns, wrap_text
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+class BadInput(ValueError):
+    """A user error found before any work started."""
+
+
+def fail(msg: str) -> int:
+    print(f"attnbench: error: {printable(msg)}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def tell(text: str) -> None:
+    """A sentence for the person at the terminal, on stderr, wrapped to its width (a path kept whole)."""
+    print("\n".join(wrap_text(printable(text), sentence_columns(sys.stderr), "  ")), file=sys.stderr)
+
+
+def say(text: str) -> None:
+    """A line of what a command found, on stdout, wrapped to the terminal's width."""
+    print("\n".join(wrap_text(printable(text), sentence_columns(), "    ")))
+
+
+@contextmanager
+def bad_input() -> Iterator[None]:
+    """What the harness refuses (a ValueError: RunDirError, VariantError and the rules' errors are ones),
+    as the command's bad input: one line, exit status 2."""
+    try:
+        yield
+    except BadInput:
+        raise
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def out_dir(out: str | None, default: str) -> Path:
+    """--out DIR of a page (default reports/out/NAME, git-ignored); refused if it is a run or a file."""
+    from attnbench.api import report_dir
+
+    with bad_input():
+        return report_dir(out, default)

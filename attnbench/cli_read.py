@@ -1,0 +1,173 @@
+"""`attnbench export`, `report`, `compare` and `import-benchmark`: commands that read runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnbench.cli_common import BadInput, out_dir
+from attnbench.results.formulas import printable
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from attnbench.results import RunDirError, export, load
+
+    try:
+        df = load(*args.run_dirs)
+    except RunDirError as exc:
+        raise BadInput(str(exc)) from None
+    sys.stdout.write(export(df, args.format))
+    return 0
+
+
+def add_export(sub) -> None:
+    p = sub.add_parser("export", help="print the tidy results table of runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--format", choices=["csv", "json"], default="csv")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import shutil
+
+    from attnbench.api import write_report
+    from attnbench.reports import findings
+    from attnbench.results import RunDirError
+
+    try:
+        rep = write_report(args.run_dirs, args.out, args.baseline)
+    except (RunDirError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    # the findings in sentences, not the fits table (218 columns): the tables are in the report
+    if rep.findings is not None:
+        sys.stdout.write(findings.text(rep.findings, shutil.get_terminal_size().columns))
+        sys.stdout.flush()  # before the path on stderr, so that a pipe (nox) keeps the order
+    print(f"report: {rep.readme} and {rep.html} ({len(rep.figures)} figures)", file=sys.stderr)
+    return 0
+
+
+def add_report(sub) -> None:
+    p = sub.add_parser("report", help="fits, plots, README.md and report.html from runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", metavar="DIR", help="where to write the report (default: reports/out/<run id>)")
+    p.add_argument(
+        "--baseline", metavar="VARIANT", help="variant the speed-up map is relative to (default: naive)"
+    )
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from attnbench.reports.compare import compare_runs, parse_threshold, text_report, write_page
+    from attnbench.reports.style import slug
+    from attnbench.results import RunDirError
+
+    out = out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name))
+    try:
+        threshold = parse_threshold(args.fail_above) if args.fail_above else None
+        if not 0 < args.alpha < 1:
+            raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
+        cmp = compare_runs(
+            args.run_a,
+            args.run_b,
+            threshold=threshold,
+            alpha=args.alpha,
+            normalize=args.normalize,
+            control_variant=args.control,
+            variant_a=args.variant_a,
+            variant_b=args.variant_b,
+        )
+    except (RunDirError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    sys.stdout.write(text_report(cmp))
+    readme, html_path = write_page(cmp, out)
+    print(f"compare: {readme} and {html_path}", file=sys.stderr)
+    return 1 if len(cmp.regressions) else 0
+
+
+def add_compare(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="the same cells on two runs: ratios with CIs, effect sizes, verdicts, regression gate"
+    )
+    p.add_argument(
+        "run_a",
+        metavar="RUN_A",
+        help="the reference run (before, or machine A), or a run set: a directory of runs of the same "
+        "code, one per subdirectory, judged by the spread between them (3 or more)",
+    )
+    p.add_argument(
+        "run_b", metavar="RUN_B", help="the run (or run set, as RUN_A) compared with it (after, or machine B)"
+    )
+    p.add_argument(
+        "--fail-above",
+        metavar="STAT:N%",
+        help="exit 1 if a cell's verdict is 'slower' (significant, by Mann-Whitney on the samples or "
+        "Welch's t on 3+ process medians a side, and the ratio's CI above 1) and B is slower than A by "
+        "more than this (median, mean, min or max; N%% relative, "
+        "which is also the band of 'same', or a number of ms), or a cell ok in A is "
+        "wrong/error/crashed/timeout in B",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level of the verdict's test (Mann-Whitney U, or Welch's t on process medians)",
+    )
+    p.add_argument(
+        "--normalize",
+        choices=["calibration"],
+        help="rescale B's times to A's machine by the runs' calibrated ceilings (matmul TFLOP/s for "
+        "compute-bound cells, copy GB/s for memory-bound ones), so a slower machine is not a slower code",
+    )
+    p.add_argument(
+        "--control",
+        metavar="VARIANT",
+        help="a variant whose code is the same in both runs: every other variant is judged relative to its "
+        "change at the same shape (visit by visit in runs made in rounds), so that a machine that ran "
+        "slower through all of B is not taken for slower code; its own cells never fail the gate",
+    )
+    p.add_argument(
+        "--variant-a",
+        metavar="VARIANT",
+        help="compare this variant of RUN_A with --variant-b's of RUN_B (RUN_B may be RUN_A: an A/B in one "
+        "run, e.g. the old and new code of a kernel registered under two names; made in rounds, each "
+        "round's two visits are paired)",
+    )
+    p.add_argument("--variant-b", metavar="VARIANT", help="the variant of RUN_B compared (with --variant-a)")
+    p.add_argument(
+        "--out", metavar="DIR", help="where to write the plot and page (default: reports/out/compare-A-vs-B)"
+    )
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_import_benchmark(args: argparse.Namespace) -> int:
+    """A pytest-benchmark JSON file from `pytest benchmarks/` as a run directory (report, export, compare)."""
+    from attnbench import variants
+    from attnbench.results import RunDirError
+    from attnbench.results.pytest_benchmark import import_file
+
+    def known(name: str) -> dict | None:  # an older file's variants, as this installation registers them
+        found = variants.all_variants().get(name)
+        return found.record() if found is not None else None
+
+    def skipped(name: str) -> None:
+        print(f"skipped benchmark {printable(name)}: not an attnbench grid cell (no attnbench extra_info)",
+              file=sys.stderr)  # fmt: skip
+
+    try:
+        path, counts = import_file(args.json_file, args.out, capabilities=known, on_skip=skipped)
+    except (RunDirError, ValueError) as exc:  # BenchmarkFileError is a ValueError
+        raise BadInput(str(exc)) from None
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    print(f"imported {args.json_file} into {path} ({summary})", file=sys.stderr)
+    print(path)
+    return 0
+
+
+def add_import_benchmark(sub) -> None:
+    p = sub.add_parser(
+        "import-benchmark", help="a pytest-benchmark JSON file (pytest benchmarks/) as a run directory"
+    )
+    p.add_argument("json_file", metavar="JSON_FILE", help="from pytest benchmarks/ --benchmark-json FILE")
+    p.add_argument("--out", metavar="RUN_DIR", required=True, help="the run directory to create")
+    p.set_defaults(func=cmd_import_benchmark)

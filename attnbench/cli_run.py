@@ -1,0 +1,397 @@
+"""`attnbench run`, `collect`, `repro` and `interleave`: commands that measure.
+
+`attnbench run` translates its flags into one harness.run.request.RunRequest (the Python API builds the same
+request from its keywords), and the request's rules decide which modes go together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from attnbench.cli_common import EXIT_INTERRUPTED, BadInput, bad_input, say, tell
+from attnbench.harness.run.executor_choice import OPTIONS, SLURM_OPTIONS
+from attnbench.harness.run.executors import EXECUTORS
+from attnbench.harness.sweep import options
+from attnbench.harness.sweep.settings import REMOVED_OPTIONS
+from attnbench.harness.sweep.sweeps import flag_name
+
+
+def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    """The sweep's axes and the measurement settings, one flag each, from the tables
+    (harness.sweep.options)."""
+    g = p.add_argument_group("sweep (override the preset or config file)")
+    g.add_argument("--preset", help="named sweep shipped with attnbench (see `attnbench list --presets`)")
+    g.add_argument("--config", metavar="FILE", help="sweep TOML file ([sweep] and [settings] tables)")
+    for option in AXIS_OPTIONS:
+        g.add_argument(
+            option.flag(), dest=option.key, metavar=option.metavar, help=option.help_with_default()
+        )
+    t = p.add_argument_group("measurement")
+    for option in SETTING_OPTIONS:
+        action = "append" if option.repeat else "store"
+        t.add_argument(
+            option.flag(), dest=option.key, action=action, metavar=option.metavar, help=option.help
+        )
+    for key in REMOVED_OPTIONS:  # taken, so that the one line of what replaced it is said
+        p.add_argument(flag_name(key), dest=key, help=argparse.SUPPRESS)
+
+
+# The flags of _add_sweep_flags by argparse dest (the option keys of harness.sweep.options): what the sweep
+# is, and how each cell is measured. A new axis or setting is one entry of its table (results.axes,
+# harness.sweep.settings).
+AXIS_OPTIONS = options.axis_options()
+SETTING_OPTIONS = options.setting_options()
+SWEEP_FLAGS = ("preset", "config", *(o.key for o in AXIS_OPTIONS))
+SETTING_FLAGS = tuple(o.key for o in SETTING_OPTIONS)
+
+
+def _add_slurm_flags(g) -> None:
+    g.add_argument("--slurm-partition", metavar="NAME", help="slurm: the partition to submit to")
+    g.add_argument(
+        "--slurm-gpus-per-node",
+        type=int,
+        metavar="N",
+        help="slurm: GPUs per array task; the task runs one worker process per GPU (default 0: CPU only)",
+    )
+    g.add_argument("--slurm-time", metavar="TIME", help="slurm: time limit per task, minutes or HH:MM:SS")
+    g.add_argument("--slurm-array-parallelism", type=int, metavar="N", help="slurm: most tasks at once")
+    g.add_argument(
+        "--slurm-tasks",
+        type=int,
+        metavar="N",
+        help="slurm: array tasks to split the cells into (default: one per series, at most 32); a series "
+        "(a variant and shape at every seq_len) stays in one task",
+    )
+    g.add_argument(
+        "--slurm-opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="slurm: any other sbatch option, e.g. --slurm-opt account=proj (repeatable)",
+    )
+    g.add_argument(
+        "--slurm-local",
+        action="store_true",
+        help="slurm: run the array tasks as processes on this machine (submitit's LocalExecutor; no Slurm "
+        "needed: for testing, and for machines without it)",
+    )
+
+
+# --slurm-* flag dest -> SlurmExecutor keyword (harness/run/executors/slurm.py)
+SLURM_FLAGS = SLURM_OPTIONS
+
+
+def sweep_from_args(args: argparse.Namespace):
+    """SweepSpec from preset/config + flags; BadInput naming the bad value."""
+    from attnbench.harness.sweep.sweeps import build_sweep
+
+    with bad_input():
+        return build_sweep(_given(args), preset=args.preset, config=args.config)
+
+
+def _given(args: argparse.Namespace) -> dict:
+    """The sweep's options as given (None: not), the removed ones among them."""
+    given = options.given_options(vars(args), AXIS_OPTIONS + SETTING_OPTIONS)
+    return {**given, **{key: getattr(args, key, None) for key in REMOVED_OPTIONS}}
+
+
+def request_of(args: argparse.Namespace):
+    """The RunRequest of `attnbench run`'s flags."""
+    from attnbench.harness.run.request import RunRequest
+
+    return RunRequest(
+        options=_given(args),
+        preset=args.preset,
+        config=args.config,
+        out=args.out,
+        resume=args.resume,
+        redo_drift=args.redo_drift,
+        force_resume=args.force_resume,
+        dry_run=args.dry_run,
+        variant_files=tuple(args.variant_file or ()),
+        rerun=args.rerun,
+        cells=args.cells,
+        status=args.status,
+        executor=args.executor,
+        executor_options={key: getattr(args, key, None) for key in OPTIONS},
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from attnbench.harness.run.progress import Progress
+    from attnbench.harness.run.runner import run
+
+    progress = Progress(enabled=not args.quiet)
+    with bad_input():
+        summary = run(request_of(args), progress=progress, on_forecast=_warn_if_long)
+    if args.dry_run:
+        for line in summary.forecast.lines():
+            say(line)
+        print("dry run: nothing was measured or written")
+        return 0
+    return _ended(summary, rerun=args.rerun)
+
+
+def _ended(summary, rerun: str | None) -> int:
+    """What a run says when it ends: notes, how it ended, a busy machine; the run's path on stdout."""
+    from attnbench.results.drift import busy_sentence
+    from attnbench.results.store import is_run_dir, latest_rows
+
+    counts = _counts(summary)
+    if summary.collected:
+        counts = f"{summary.collected} rows collected from array task shards; " + counts
+    for note in summary.notes:
+        tell(f"attnbench: note: {note}")
+    if summary.interrupted and not is_run_dir(summary.path):
+        tell(
+            f"interrupted while starting, before the run's meta.json was written: nothing was measured; "
+            f"run the same command again (it reuses {summary.path})"
+        )
+        return EXIT_INTERRUPTED
+    if summary.interrupted:
+        tell(
+            f"interrupted: finished rows are kept in {summary.path} ({counts}); "
+            f"finish with: attnbench run --resume --out {summary.path}"
+        )
+        return EXIT_INTERRUPTED
+    tell(f"run complete: {summary.path} ({counts})")
+    busy = busy_sentence(latest_rows(summary.path), str(summary.path))
+    if busy:
+        tell(busy)
+    if rerun:
+        tell(f"compare with: attnbench compare {rerun} {summary.path}")
+    print(summary.path)
+    return 0
+
+
+def _counts(summary) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "no cells run"
+
+
+def _warn_if_long(forecast) -> None:
+    """One line before a sweep estimated over harness.run.estimate.LONG_S (the run goes on)."""
+    from attnbench.harness.run import estimate
+
+    if forecast.seconds > estimate.LONG_S:
+        tell(
+            f"attnbench: warning: this sweep should take about {estimate.duration_text(forecast.seconds)} "
+            f"({len(forecast.measured)} cells); add --dry-run to see its plan"
+        )
+
+
+def add_run(sub) -> None:
+    p = sub.add_parser("run", help="run a sweep into a run directory")
+    _add_sweep_flags(p)
+    p.add_argument(
+        "--variant-file",
+        action="append",
+        metavar="PATH",
+        help="python file registering variants (or a run's variants.pkl: the callables it measured)",
+    )
+    p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the run in --out DIR (same sweep, no duplicates)",
+    )
+    p.add_argument(
+        "--redo-drift",
+        action="store_true",
+        help="with --resume: measure again the cells measured while the machine ran more than 10%% off "
+        "the run's median speed (the new rows replace the old ones when the run is loaded)",
+    )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="with --resume: finish the run even though this machine's hosts, torch, attnbench commit or "
+        "allocator environment differ from the run's (refused without it; logged in resumes.jsonl)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the number of cells, those unsupported here or that the memory guard would skip, and "
+        "an estimated time, then exit without measuring or writing anything",
+    )
+    x = p.add_argument_group("where the cells are measured (scale-out)")
+    x.add_argument(
+        "--executor",
+        default="local",
+        metavar="|".join(EXECUTORS),
+        help="local: this machine, one worker process (default), or one per GPU with --devices; "
+        "ray: one worker per GPU (or per CPU node) of a Ray cluster; slurm: submitit array tasks (needs "
+        "attnbench[slurm]; see docs/scale-out.md)",
+    )
+    x.add_argument(
+        "--devices",
+        metavar="cuda:0,cuda:1|all",
+        help="--executor local: measure on these GPUs at once, one worker pinned to each (all: every "
+        "visible CUDA device; cpu: one CPU worker, at most one per machine)",
+    )
+    x.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="--executor ray: the cluster to join (as given to `ray start --address`); default: start a "
+        "local one on this machine",
+    )
+    _add_slurm_flags(x)
+    r = p.add_argument_group(
+        "measure an earlier run's cells again (into a new run; then `attnbench compare`)"
+    )
+    r.add_argument(
+        "--rerun", metavar="RUN_DIR", help="the run whose sweep, settings and variant files to measure with"
+    )
+    r.add_argument("--cells", metavar="ID,...", help="only these cell_ids of --rerun RUN_DIR (default: all)")
+    r.add_argument("--status", metavar="STATUS", help="only the cells of --rerun RUN_DIR with this status")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    """`attnbench run --resume` under another name, for a run whose driver went away: wait for the array
+    tasks still running, merge their shards, then measure what is missing with the run's own executor (its
+    recorded --slurm-* options), or --executor local."""
+    from attnbench.results.store import read_meta
+
+    with bad_input():
+        meta = read_meta(args.run_dir)
+    args.resume, args.out, args.rerun, args.redo_drift, args.dry_run = True, args.run_dir, None, False, False
+    args.devices = args.ray_address = args.preset = args.config = None
+    for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, *REMOVED_OPTIONS, *SLURM_FLAGS):
+        setattr(args, dest, None)
+    args.variant_file = args.cells = args.status = None
+    if args.executor is None:
+        args.executor = meta.get("executor", "local")
+        if args.executor == "slurm":
+            for dest, key in SLURM_FLAGS.items():
+                setattr(args, dest, _last_slurm_options(args.run_dir).get(key))
+    return cmd_run(args)
+
+
+def add_collect(sub) -> None:
+    p = sub.add_parser(
+        "collect",
+        help="gather a slurm run's array-task shards (waiting for live tasks), then run what is missing",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "--executor",
+        metavar="|".join(EXECUTORS),
+        help="measure the missing cells here (local) or again on Slurm (default: the run's own, with the "
+        "--slurm-* options of its last submission)",
+    )
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="collect even though this machine's set-up differs from the run's (as for run --resume)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_collect)
+
+
+def _last_slurm_options(run_dir: str) -> dict:
+    """The --slurm-* options of a run's last submission (shards/submission-N.json), {} when it made none."""
+    subs = sorted(Path(run_dir, "shards").glob("submission-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    return json.loads(subs[-1].read_text()).get("options", {}) if subs else {}
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """One line that measures one cell of a run again: `attnbench run` with every flag that cell was
+    measured under written out (settings, env, CPUs, variant files), so it needs nothing but itself."""
+    import shlex
+
+    from attnbench.harness.run import rerun
+    from attnbench.harness.sweep.spec import SweepSpec
+    from attnbench.harness.sweep.sweeps import cell_given, flag_name
+
+    with bad_input():
+        meta, cell = rerun.find_cell(args.run_dir, args.cell_id)
+    settings = SweepSpec.from_meta(meta["sweep"]).settings
+    slug = cell.cell_id.replace("|", "-")
+    out = args.out or f"runs/repro-{meta.get('run_id', Path(args.run_dir).name)}-{slug}"
+    texts, left = cell_given(cell, settings)
+    if left:
+        # a setting no flag can say: only the old run's meta.json says it, so measure again from there
+        print(
+            f"attnbench: note: {', '.join(left)} differ from the defaults and have no flag; "
+            "the command re-measures through --rerun, which needs the run directory",
+            file=sys.stderr,
+        )
+        argv = ["attnbench", "run", "--rerun", str(args.run_dir), "--cells", cell.cell_id, "--out", out]
+    else:
+        argv = ["attnbench", "run"]
+        for key, text in texts.items():
+            for value in text if isinstance(text, list) else [text]:
+                argv += [flag_name(key), value]
+        for path in meta.get("variant_files", []):
+            if not Path(path).is_file():
+                print(f"attnbench: warning: variant file {path} is not there any more", file=sys.stderr)
+            argv += ["--variant-file", path]
+        argv += ["--out", out]
+    print(shlex.join(argv))
+    return 0
+
+
+def add_repro(sub) -> None:
+    p = sub.add_parser("repro", help="print the one `attnbench run` command that measures one cell again")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument(
+        "cell_id", metavar="CELL_ID", help="as in `attnbench export RUN_DIR` (quote it: it holds |)"
+    )
+    p.add_argument("--out", metavar="DIR", help="the new run's directory (default: runs/repro-<run>-<cell>)")
+    p.set_defaults(func=cmd_repro)
+
+
+def cmd_interleave(args: argparse.Namespace) -> int:
+    """Runs of two or more set-ups made interleaved (harness.run.interleave), each by its side's command."""
+    from attnbench.harness.run import interleave
+
+    out = Path(args.out)
+    with bad_input():
+        if args.resume:
+            if args.side or args.runs is not None or args.run_args:
+                raise BadInput("--resume finishes the runs as they were started: give OUT alone")
+            plan = interleave.read(out)
+        else:
+            if args.runs is None:
+                raise BadInput("--runs K: how many runs of each side to make (3 or more)")
+            sides = interleave.parse_sides(args.side or [])
+            run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
+            plan = interleave.check_new(out, args.runs, sides, run_args)
+            interleave.dry_runs(plan)
+    code = interleave.make(plan, tell, resume=args.resume)
+    if code == EXIT_INTERRUPTED:
+        tell(f"interrupted: finish with: attnbench interleave {out} --resume")
+    if code:
+        return code
+    names = [name for name, _ in plan.sides]
+    tell(
+        f"interleaved runs complete: {out} ({plan.runs} runs of each of {', '.join(names)}); compare with: "
+        f"attnbench compare {out / names[0]} {out / names[1]} --fail-above median:5%"
+    )
+    print(out)
+    return 0
+
+
+def add_interleave(sub) -> None:
+    p = sub.add_parser(
+        "interleave",
+        help="runs of two or more set-ups, made interleaved (run i of each back to back), for compare",
+        description="Make K runs of each side in OUT/SIDE/run1..runK, run i of every side back to back, "
+        "with `attnbench run ARGS`; `attnbench compare OUT/A OUT/B` then pairs run i with run i.",
+    )
+    p.add_argument("out", metavar="OUT", help="the folder of the runs (OUT/SIDE/runI)")
+    p.add_argument("--runs", type=int, metavar="K", help="runs of each side (3 or more)")
+    p.add_argument(
+        "--side",
+        action="append",
+        metavar="NAME[=COMMAND]",
+        help="a side, and the command of its attnbench (default: this one), e.g. "
+        "--side old=/envs/torch-2.12/bin/attnbench --side new; repeat for each side",
+    )
+    p.add_argument("--resume", action="store_true", help="finish the runs in OUT as they were started")
+    p.add_argument(
+        "run_args", nargs=argparse.REMAINDER, metavar="-- RUN_ARGS", help="`attnbench run` flags of every run"
+    )
+    p.set_defaults(func=cmd_interleave)

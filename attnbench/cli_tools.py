@@ -1,0 +1,228 @@
+"""`attnbench list`, `env`, `check` and `profile`: what the variants are, what this machine is, whether a
+variant is right, and where a cell's time goes."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from attnbench.cli_common import EXIT_INTERRUPTED, BadInput, out_dir
+from attnbench.harness.sweep import options
+from attnbench.results.formulas import sentence_columns, wrap_text
+
+
+def _load_files(paths: list[str] | None) -> None:
+    from attnbench import variants
+
+    for path in paths or []:
+        try:
+            variants.load_variant_file(path)
+        except variants.VariantError as exc:
+            raise BadInput(str(exc)) from None
+
+
+def _availability(variant, device: str) -> str | None:
+    """variant.availability(device), or, when a plug-in's own check raises, that as the reason."""
+    try:
+        return variant.availability(device)
+    except Exception as exc:  # the plug-in's code: list it, do not end `list`
+        return f"its availability check raised {type(exc).__name__}: {exc}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.presets:
+        from attnbench.harness.sweep.sweeps import preset_description, presets
+
+        for name, path in presets().items():  # the description wrapped under itself, to the terminal's width
+            print("\n".join(wrap_text(preset_description(path), sentence_columns(), " " * 9, f"{name:<8} ")))
+        return 0
+    _load_files(args.variant_file)
+    from attnbench import variants
+
+    rows = []
+    for name, v in variants.all_variants().items():
+        c = v.cap
+        caps = ",".join(k for k in ("causal", "padding", "dropout", "backward") if getattr(c, k))
+        head = f"{c.min_head_dim}..{c.max_head_dim or 'any'}"
+        where = {d: _availability(v, d) for d in ("cpu", "cuda")}
+        rows.append(
+            {
+                "name": name,
+                "memory": c.memory,
+                "dtypes": ",".join(c.dtypes),
+                "head_dim": head,
+                "supports": caps,
+                "layout": c.layout,
+                "default": c.default,
+                "source": v.source,
+                "description": c.description,
+                "available": {d: r is None for d, r in where.items()},
+                "reasons": {d: r for d, r in where.items() if r},
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    from attnbench.reports import terminal
+
+    terminal.print_variants(terminal.fitted_console(), rows, variants.load_errors())
+    return 0
+
+
+def add_list(sub) -> None:
+    p = sub.add_parser("list", help="registered variants, their capabilities and availability here")
+    p.add_argument("--variant-file", action="append", metavar="PATH")
+    p.add_argument("--presets", action="store_true", help="list the named sweep presets instead")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from attnbench.harness.measure.fingerprint import collect
+
+    fp = collect()
+    if args.json:
+        print(json.dumps(fp, indent=1))
+        return 0
+    for key, val in fp.items():
+        if isinstance(val, dict):
+            for k2, v2 in val.items():
+                print(f"{key}.{k2:<22} {v2}")
+        else:
+            print(f"{key:<28} {val}")
+    return 0
+
+
+def add_env(sub) -> None:
+    p = sub.add_parser("env", help="print this machine's fingerprint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_env)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The correctness gate for every variant over causal x padding (and the numerics probe), as tables."""
+    from attnbench.harness.sweep.grammar import read_axis, split
+    from attnbench.harness.tools import check
+    from attnbench.results.axes import axis
+
+    try:
+        plan = check.prepare(
+            split(args.variants) if args.variants else None,
+            read_axis(axis("device"), args.device, "--device"),  # the words `run` reads (bf16 too)
+            read_axis(axis("dtype"), args.dtype, "--dtype"),
+            args.seq_len,
+            variant_files=args.variant_file or [],
+        )
+    except ValueError as exc:  # VariantError is one
+        raise BadInput(str(exc)) from None
+    from attnbench.reports import terminal
+
+    console = terminal.fitted_console()
+    rows, interrupted = [], False
+    try:
+        for row in check.gate_all(plan):
+            rows.append(row)
+    except KeyboardInterrupt:  # Ctrl-C or a time limit: what was checked is still shown (a GPU session's
+        interrupted = True  # check cut at 195 s by flex's compiles printed nothing)
+    shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
+    notes = terminal.print_gate(console, rows, plan.seq_len, **shape) if rows else {}
+    no_key = terminal.no_key_table(rows, console.width, notes)
+    if no_key is not None:
+        console.print()
+        console.print(no_key)
+    if interrupted:
+        made = f"{len(rows)} check{'' if len(rows) == 1 else 's'}"
+        print(f"interrupted: the table holds the {made} made before it", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.probe:
+        from attnbench.harness.measure import numerics
+
+        console.print()
+        console.print(
+            terminal.probe_table(
+                numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes)), console.width, notes
+            )
+        )
+    return check.exit_status(rows)
+
+
+def add_check(sub) -> None:
+    p = sub.add_parser("check", help="run the float64 correctness gate for every variant (+ numerics probe)")
+    p.add_argument("--variants", metavar="A,B")
+    p.add_argument("--device", default="cpu", metavar="cpu,cuda")
+    p.add_argument("--dtype", default="float32,bfloat16", metavar="DTYPES")
+    p.add_argument("--seq-len", type=int, default=100)
+    p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
+    p.add_argument("--variant-file", action="append", metavar="PATH")
+    p.set_defaults(func=cmd_check)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
+    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell
+    from attnbench.reports.profile_page import top_ops_text, write_pages
+
+    if len(args.variant) != 1:
+        raise BadInput(f"--variant takes one value (profile runs one cell), got {' and '.join(args.variant)}")
+    try:
+        plan = prepare(
+            args.variant[0],
+            options.given_options(vars(args), CELL_OPTIONS),
+            threads=args.threads,
+            seconds=args.seconds,
+            rate=args.rate,
+            iters=args.iters,
+            native=args.native,
+            use_py_spy=not args.no_py_spy,
+            variant_files=args.variant_file or [],
+        )
+    except ValueError as exc:  # VariantError is one
+        raise BadInput(str(exc)) from None
+    out = out_dir(args.out, plan.default_dir_name())
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"--out {str(out)!r} already exists and is not empty; choose another --out")
+    result = profile_cell(plan, out)
+    md, html_path = write_pages(out)
+    sys.stdout.write(top_ops_text(out))
+    print(f"profile: {html_path} and {md}", file=sys.stderr)
+    if result.error:
+        print(f"attnbench: {result.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_profile(sub) -> None:
+    p = sub.add_parser(
+        "profile", help="profile one cell: py-spy flame graph + speedscope, torch.profiler trace"
+    )
+    p.add_argument("--variant", action="append", required=True, metavar="NAME", help="the variant to profile")
+    from attnbench.harness.tools.profile import CELL_OPTIONS, DEFAULT_SEQ_LEN
+
+    g = p.add_argument_group("cell (one value each, checked as `attnbench run` checks them)")
+    for option in CELL_OPTIONS:  # one value each: `attnbench run`'s flags, a profile's seq_len default
+        if option.key == "seq_len":
+            option = dataclasses.replace(option, default=str(DEFAULT_SEQ_LEN))
+        g.add_argument(
+            option.flag(), dest=option.key, action="append", metavar=option.one_metavar(),
+            help=option.help_with_default(),
+        )  # fmt: skip
+    g.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
+    g.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    t = p.add_argument_group("profilers")
+    t.add_argument(
+        "--seconds",
+        type=float,
+        default=5.0,
+        help="seconds the cell loops under py-spy, split between the flame graph and speedscope "
+        "recordings (default 5)",
+    )
+    t.add_argument("--rate", type=int, default=100, help="py-spy samples per second (default 100)")
+    t.add_argument("--native", action="store_true", help="py-spy --native: C/C++ frames too")
+    t.add_argument("--no-py-spy", action="store_true", help="torch.profiler only")
+    t.add_argument("--iters", type=int, default=5, help="calls recorded by torch.profiler (default 5)")
+    p.add_argument(
+        "--out", metavar="DIR", help="where to write (default: reports/out/profile-<variant>-<shape>-<time>)"
+    )
+    p.set_defaults(func=cmd_profile)
