@@ -113,8 +113,14 @@ def t_sf(t: float, df: float) -> float:
     return tail if t >= 0 else 1.0 - tail
 
 
+def _t_pdf(t: float, df: float) -> float:
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+
+
 def t_ppf(q: float, df: float) -> float:
-    """The q-quantile of Student's t with df degrees of freedom, by bisection on t_sf."""
+    """The q-quantile of Student's t with df degrees of freedom: Newton's method on t_sf, kept inside a
+    bracket that bisection narrows where a step would leave it."""
     if not (0 < q < 1) or not df > 0:
         return math.nan
     if q < 0.5:
@@ -123,15 +129,15 @@ def t_ppf(q: float, df: float) -> float:
     lo, hi = 0.0, 1.0
     while t_sf(hi, df) > want:
         lo, hi = hi, hi * 2
+    t = (lo + hi) / 2
     for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_sf(mid, df) > want:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-13 * hi:
+        err = t_sf(t, df) - want  # > 0: t is too small
+        lo, hi = (t, hi) if err > 0 else (lo, t)
+        if abs(err) <= 1e-14 * want or hi - lo <= 1e-13 * hi:
             break
-    return (lo + hi) / 2
+        step = t + err / _t_pdf(t, df)
+        t = step if lo < step < hi else (lo + hi) / 2
+    return t
 
 
 # ---- the test --------------------------------------------------------------------------------------------
@@ -645,20 +651,14 @@ def rule_text(j: Judgement) -> str:
 # ---- two variants of one shape in one run: the report's ranking and the settle rounds ---------------------
 
 
-def _row_list(row: Any, *names: str) -> list[float]:
-    """The first of `names` that holds a non-empty list in the row (a dict or a pandas row)."""
-    for name in names:
-        value = row.get(name) if hasattr(row, "get") else None
-        if isinstance(value, (list, tuple)) and len(value):
-            return float_list(value)
-    return []
+def _row_list(row: Any, name: str) -> list[float]:
+    """A list column of a row (a dict or a pandas row) as floats, [] where it has none."""
+    return float_list(row.get(name) if hasattr(row, "get") else None)
 
 
 def _visits(row: Any) -> list[float]:
-    """A row's visit medians where it has MIN_REPLICATES or more, each with its sample count; the harness's
-    rows written before the visit columns' names (round_*) are read too."""
-    medians = _row_list(row, "visit_medians_ms", "round_medians_ms")
-    counts = _row_list(row, "visit_samples", "round_samples")
+    """A row's visit medians where it has MIN_REPLICATES or more, each with its sample count."""
+    medians, counts = _row_list(row, "visit_medians_ms"), _row_list(row, "visit_samples")
     return medians if len(medians) >= MIN_REPLICATES and len(counts) == len(medians) else []
 
 

@@ -290,14 +290,13 @@ def test_the_gate_fails_a_broken_cell_and_holds_its_alpha_over_the_family():
 # ---- separated: two variants of one shape in one run ------------------------------------------------------
 
 
-def _row(medians, n=2, legacy=False):
+def _row(medians, n=2):
     samples = [m * f for m in medians for f in (1.0, 1.01)][: n * len(medians)]
-    names = ("round_medians_ms", "round_samples") if legacy else ("visit_medians_ms", "visit_samples")
     return {
         "time_ms_median": sorted(samples)[len(samples) // 2],
         "samples_ms": samples,
-        names[0]: [m * 1.005 for m in medians],
-        names[1]: [n] * len(medians),
+        "visit_medians_ms": [m * 1.005 for m in medians],
+        "visit_samples": [n] * len(medians),
     }
 
 
@@ -309,8 +308,6 @@ def test_separated_pairs_the_visits_of_each_round():
     assert judge.separated(a, b) and not judge.separated(b, a)
     pooled = ({k: v for k, v in r.items() if not k.startswith("visit")} for r in (a, b))
     assert not judge.separated(*pooled)
-    legacy = _row([10.0 * d for d in drift], legacy=True), _row([10.8 * d for d in drift], legacy=True)
-    assert judge.separated(*legacy)  # a harness row written before the visit columns' names
     # counts that do not match the visits (a hand-edited row): the samples, pooled
     odd = {**b, "visit_samples": [2, 4]}
     assert judge.separation(a, odd).p == judge.welch_test(a["samples_ms"], odd["samples_ms"]).p
