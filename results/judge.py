@@ -597,9 +597,13 @@ def _blind_text(j: Judgement) -> str:
         f"{who} BLIND to the spread between runs: A and B are different runs, one a side, with nothing "
         "paired, so no interval here holds how much a whole run moves. Identical code moved by up to "
         f"±{d.floor:.0%} between runs ({d.floor_source}), so a cell is called slower (faster) only where "
-        f"its whole CI lies above {1 + d.floor:.2f} (below {1 - d.floor:.2f}), and {same}. To see more: "
-        "both kernels as variants of one run (--variant-a/--variant-b), a --control, or interleaved run "
-        "sets of 3 or more runs; --run-spread PCT states your own machine's figure."
+        f"its whole CI lies above {1 + d.floor:.2f} (below {1 - d.floor:.2f}), and {same}."
+        + (
+            ""
+            if d.control
+            else " To see more: both kernels as variants of one run (--variant-a/--variant-b), a --control, "
+            "or interleaved run sets of 3 or more runs; --run-spread PCT states your own machine's figure."
+        )
     )
 
 
