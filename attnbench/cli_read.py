@@ -58,13 +58,20 @@ def add_report(sub) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from attnbench.reports.compare import compare_runs, parse_threshold, text_report, write_page
+    from attnbench.reports.compare import (
+        compare_runs,
+        parse_run_spread,
+        parse_threshold,
+        text_report,
+        write_page,
+    )
     from attnbench.reports.style import slug
     from attnbench.results import RunDirError
 
     out = out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name))
     try:
         threshold = parse_threshold(args.fail_above) if args.fail_above else None
+        run_spread = parse_run_spread(args.run_spread) if args.run_spread is not None else None
         if not 0 < args.alpha < 1:
             raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
         cmp = compare_runs(
@@ -76,6 +83,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             control_variant=args.control,
             variant_a=args.variant_a,
             variant_b=args.variant_b,
+            run_spread=run_spread,
         )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
@@ -101,8 +109,8 @@ def add_compare(sub) -> None:
     p.add_argument(
         "--fail-above",
         metavar="STAT:N%",
-        help="exit 1 if a cell's verdict is 'slower' (significant, by Mann-Whitney on the samples or "
-        "Welch's t on 3+ process medians a side, and the ratio's CI above 1) and B is slower than A by "
+        help="exit 1 if a cell's verdict is 'slower' (significant after Holm's adjustment over the cells, "
+        "and the ratio's CI above 1: the rule compare prints) and B is slower than A by "
         "more than this (median, mean, min or max; N%% relative, "
         "which is also the band of 'same', or a number of ms), or a cell ok in A is "
         "wrong/error/crashed/timeout in B",
@@ -111,7 +119,16 @@ def add_compare(sub) -> None:
         "--alpha",
         type=float,
         default=0.05,
-        help="significance level of the verdict's test (Mann-Whitney U, or Welch's t on process medians)",
+        help="significance level of the verdict's test (a paired or Welch t-test on log times: the rule "
+        "compare prints)",
+    )
+    p.add_argument(
+        "--run-spread",
+        metavar="PCT",
+        help="how far whole runs of identical code move on your machine, in per cent (e.g. 8; measure it "
+        "with benchmarks/false_alarm.py): two single runs with no control and nothing paired cannot see "
+        "it, and call a cell slower or faster only beyond it; default: the figure measured on the "
+        "reference VM (results.judge.RUN_SPREAD_FLOOR)",
     )
     p.add_argument(
         "--normalize",

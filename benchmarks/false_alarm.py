@@ -17,11 +17,11 @@ each of the R identical runs of the same K as A. Target: caught (the gate fails 
 every comparison.
 
 With --control VARIANT (e.g. naive) every comparison is judged a second time from the same runs, relative to
-that variant (`attnbench compare --control`, reports.control): its change between two runs is the
+that variant (`attnbench compare --control`, results.judge): its change between two runs is the
 machine's, so a run that was slower as a whole is not taken for slower code.
 
 With --set-size K every side is a run set (results.runset) of K runs of the same command, made one after
-another, and compare judges each cell by the spread between a side's runs (stats.RUNS_RULE): the
+another, and compare judges each cell by the spread between a side's runs (results.judge): the
 variance from one run to the next, which no run's own samples hold, is then in the interval. The R sets
 give C(R, 2) pairs of identical sets; the planted slowdown is a set of K runs, made one after every R/K
 sets (spread over the batch, as the identical ones are), compared with each of the R sets.
@@ -29,7 +29,7 @@ sets (spread over the batch, as the identical ones are), compared with each of t
 With --in-run every run also measures `chunked_twin` (chunked under another name) and `chunked_planted`
 beside chunked, visited one after another in each round, and each run's A/B is judged on its own
 (`attnbench compare RUN RUN --variant-a chunked --variant-b chunked_twin`, then `chunked_planted`): each
-round's two visits paired (stats.PAIRED_RULE). False alarms: twin runs failing the gate (target 0); power:
+round's two visits paired (results.judge). False alarms: twin runs failing the gate (target 0); power:
 planted runs caught (target all).
 
 The JSON records every pair's verdict counts and regressions, the power comparisons, /proc/loadavg before
@@ -427,10 +427,10 @@ def main(argv: list[str] | None = None) -> int:
         "sides": "single runs"
         if size == 1
         else f"groups of three run sets of {size} runs each made interleaved (A, B identical, planted): "
-        "A against B, and each against the planted set, run i paired with run i (stats.RUNS_RULE)"
+        "A against B, and each against the planted set, run i paired with run i (results.judge)"
         if args.interleave
         else f"run sets of {size} runs each (results.runset): every pair and the power below compare a set "
-        "with a set, judged by the spread between each side's runs (stats.RUNS_RULE)",
+        "with a set, judged by the spread between each side's runs (results.judge)",
         "settings": settings,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

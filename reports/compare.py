@@ -1,53 +1,26 @@
-"""`attnbench compare`: the same cells on two runs: ratios, effect sizes, verdicts on raw samples (or on
-process medians, where both runs measured each cell in 3 or more worker processes), a gate."""
+"""`attnbench compare`: the same cells on two runs (or run sets), judged by results.judge, as tables and
+pages: ratios with CIs, verdicts, a gate, both runs' calibration, and which device groups met."""
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results import devices
-from attnbench.results.schema import CELL_AXES, float_list
-from attnbench.results.stats import (  # noqa: F401
-    MIN_PROCESSES,
-    PAIRED_RULE,
-    PROCESS_RULE,
-    RUNS_RULE,
-    SAME_TOLERANCE,
-    VERDICT_RULE,
-    VERDICTS,
-    difference,
-    holm_adjusted,
-    mann_whitney,
-    paired_difference,
-    process_difference,
-)
+from attnbench.results import devices, judge
+from attnbench.results.judge import BROKEN, STATS, VERDICTS, Threshold  # noqa: F401 (compare's names)
+from attnbench.results.runset import RUN_COLUMNS
+from attnbench.results.schema import CELL_AXES
 
-from . import calibration, control
+from . import calibration
 from . import page as pg
 from .tables import axis_value, present, varying
 
-STATS = ("median", "mean", "min", "max")
-BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B is a regression too
-DEFAULT_ALPHA = 0.05  # the same as stats.ALPHA; --alpha changes it
+DEFAULT_ALPHA = judge.ALPHA  # --alpha changes it
 _SPEC = re.compile(r"^(?P<stat>[a-z]+):(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(?P<pct>%?)$")
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """--fail-above STAT:N% (B slower than A by more than N percent) or STAT:X (by more than X ms)."""
-
-    stat: str
-    value: float
-    relative: bool
-    text: str
-
-    def exceeded(self, a: float, b: float) -> bool:
-        return (b - a) / a > self.value if self.relative else (b - a) > self.value
+_PCT = re.compile(r"^(?P<num>[0-9]*\.?[0-9]+)%?$")
 
 
 def parse_threshold(spec: str) -> Threshold:
@@ -63,16 +36,15 @@ def parse_threshold(spec: str) -> Threshold:
     return Threshold(m["stat"], value / 100 if relative else value, relative, spec.strip())
 
 
-def stat_value(sample_ms: Any, median: Any, stat: str) -> float:
-    """A statistic of a cell's raw samples (its stored median for 'median' or when samples are gone)."""
-    if stat == "median" and present(median):
-        return float(median)
-    if isinstance(sample_ms, (list, tuple)) and sample_ms:
-        import statistics
-
-        fn = {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max}[stat]
-        return float(fn(sample_ms))
-    return float(median) if present(median) else math.nan
+def parse_run_spread(text: str) -> float:
+    """'8' or '8%' -> 0.08: --run-spread, how far whole runs of identical code move on one's own machine
+    (what benchmarks/false_alarm.py measures there); ValueError (one line) unless 0 <= it < 100."""
+    m = _PCT.match(str(text).strip())
+    if not m or not float(m["num"]) < 100:
+        raise ValueError(
+            f"bad --run-spread {text!r}: expected a percentage from 0 to below 100 (e.g. 8 or 8%)"
+        )
+    return float(m["num"]) / 100
 
 
 def change_text(ratio: float, significant: bool | None) -> str:
@@ -81,13 +53,14 @@ def change_text(ratio: float, significant: bool | None) -> str:
         return "n/a"
     word = f"{ratio:.2f}x slower" if ratio >= 1 else f"{1 / ratio:.2f}x faster"
     if significant is None:
-        return f"{word} (no samples to test)"
+        return f"{word} (no test)"
     return word if significant else f"{word}, not significant"
 
 
 @dataclass
 class Comparison:
-    """Cells of run B against run A: per-cell ratios and p-values, geometric means, status changes."""
+    """Cells of run B against run A: per-cell ratios and verdicts (results.judge), per-variant geometric
+    means, status changes, and the one rule they were judged by."""
 
     run_a: str
     run_b: str
@@ -97,13 +70,30 @@ class Comparison:
     axes: list[str]
     cells: Any  # DataFrame: one row per matched cell
     per_variant: Any  # DataFrame
-    threshold: Threshold | None
-    alpha: float
-    tolerance: float = SAME_TOLERANCE  # the ±band of B/A that counts as 'same'
+    judgement: judge.Judgement
     ceilings: list = field(default_factory=list)  # reports.calibration.Ceiling of both runs, side by side
     normalize: str | None = None  # 'calibration': B's times were rescaled to A's machine
     pairing: list[str] = field(default_factory=list)  # runs of several devices: which group met which
-    control: str | None = None  # --control VARIANT: the others judged relative to its change
+
+    @property
+    def threshold(self) -> Threshold | None:
+        return self.judgement.design.threshold
+
+    @property
+    def alpha(self) -> float:
+        return self.judgement.design.alpha
+
+    @property
+    def tolerance(self) -> float:
+        return self.judgement.design.tolerance
+
+    @property
+    def control(self) -> str | None:
+        return self.judgement.design.control
+
+    @property
+    def rule(self) -> str:
+        return self.judgement.rule
 
     @property
     def calibration_warnings(self) -> list[str]:
@@ -126,24 +116,8 @@ class Comparison:
         ]
 
     @property
-    def process_warnings(self) -> list[str]:
-        """One line when paired ok cells were judged on pooled samples (fewer than 3 process medians on a
-        side): their verdicts see only the samples within each run, not the spread from run to run."""
-        ok = self.cells[(self.cells["status_a"] == "ok") & (self.cells["status_b"] == "ok")]
-        n = int((ok["basis"] == "samples").sum()) if "basis" in ok.columns else 0
-        if not n:
-            return []
-        k = max(int(ok["k_a"].min()), int(ok["k_b"].min()), 1) if len(ok) else 1
-        how = "one process per cell" if k == 1 else f"fewer than {MIN_PROCESSES} processes per cell"
-        return [
-            f"{n} paired cell{'s' * (n != 1)} measured in {how} (--processes): their verdicts see only the "
-            "samples within each run, not the run-to-run variance, and may cry wolf; measure both runs "
-            f"with --processes {MIN_PROCESSES} or --rounds {MIN_PROCESSES}"
-        ]
-
-    @property
     def warnings(self) -> list[str]:
-        return self.calibration_warnings + self.timing_warnings + self.process_warnings
+        return self.calibration_warnings + self.timing_warnings
 
     @property
     def regressions(self):
@@ -212,214 +186,43 @@ def _check_sets(meta_a: dict[str, Any], meta_b: dict[str, Any], normalize, varia
         )
 
 
-def _paired(a, b, axes: list[str]):
-    """One row per cell both runs have (the last row of a cell measured twice), A's columns _a, B's _b."""
-    cols = ["run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops"]
-    cols.append("process_medians_ms")  # --processes K: each worker process's median; [] in older runs
-    cols.append("round_medians_ms")  # --rounds R: each visit's median, the visits spread over the run
-    cols.append("round_samples")  # --rounds R: how many of samples_ms each visit took ([] in older runs)
-    cols.append("timing_mode")  # perf_counter, events or graph (harness.measure.timing); NA in older runs
-    cols += ["run_medians_ms", "run_round_medians"]  # run sets (results.runset): each run's; [] for a run
-    for df in (a, b):
-        for col in ("run_medians_ms", "run_round_medians"):
-            if col not in df.columns:
-                df[col] = [[] for _ in range(len(df))]
-    keep_a = a[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
-    keep_b = b[axes + [c for c in cols if c not in axes]].drop_duplicates(subset=axes, keep="last")
-    return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
+def _check_sets(meta_a: dict[str, Any], meta_b: dict[str, Any], normalize, variant_a, same: bool) -> None:
+    """ValueError (one line) for what run sets (results.runset) cannot be compared by: a set with a single
+    run, --normalize (one calibration per run), an A/B inside one set (made in one run, its rounds pair)."""
+    sets = [m.get("runset") for m in (meta_a, meta_b)]
+    if not any(sets):
+        return
+    if not all(sets):
+        which = "RUN_A" if sets[0] else "RUN_B"
+        n = len((sets[0] or sets[1])["runs"])
+        raise ValueError(
+            f"{which} is a run set ({n} runs) and the other a single run: compare a set with a set, each "
+            "made the same way (the spread between a side's runs is what the verdict is judged by)"
+        )
+    if normalize:
+        raise ValueError("--normalize rescales one run by its calibration: use --control with run sets")
+    if same and variant_a is not None:
+        raise ValueError(
+            "--variant-a/--variant-b in one run set: compare them in one of its runs, whose rounds pair them"
+        )
 
 
-@dataclass(frozen=True)
-class _Rules:
-    """What every paired cell is judged by: the gate, the significance level, the band of B/A that counts
-    as 'same', and whether B's times are rescaled to A's machine (by both runs' calibration)."""
-
-    threshold: Threshold | None
-    alpha: float
-    tolerance: float
-    normalize: str | None
-    meta_a: dict[str, Any]
-    meta_b: dict[str, Any]
-    control: str | None = None  # --control VARIANT (reports.control)
-    paired: bool = False  # one run's two variants (--variant-a/-b): visits paired by round
-    paired_runs: int = 0  # two sets of this many runs made interleaved (runset.interleaved): run i with run i
+def require_variant(df, name: str, flag: str, side: str) -> None:
+    """ValueError (one line, naming the run's variants) unless `name` is a variant of run `side`."""
+    names = set(df["variant"].dropna().astype(str))
+    if name not in names:
+        known = ", ".join(sorted(names)) or "none"
+        raise ValueError(f"{flag} {name!r} is not a variant of run {side} (it has: {known})")
 
 
-def _measured(r, axes: list[str], device_a: str, device_b: str) -> dict[str, Any]:
-    """A paired cell as both runs measured it: its axes, where it ran, its statuses and median times."""
-    return {
-        **{x: r[x] for x in axes},
-        "device_a": device_a,
-        "device_b": device_b,
-        "where_a": r["where_a"],
-        "where_b": r["where_b"],
-        "status_a": r["status_a"],
-        "status_b": r["status_b"],
-        "timing_mode_a": r["timing_mode_a"] if present(r["timing_mode_a"]) else None,
-        "timing_mode_b": r["timing_mode_b"] if present(r["timing_mode_b"]) else None,
-        "time_ms_a": float(r["time_ms_median_a"]) if present(r["time_ms_median_a"]) else math.nan,
-        "time_ms_b": float(r["time_ms_median_b"]) if present(r["time_ms_median_b"]) else math.nan,
-    }
-
-
-def _gate(
-    r, rules: _Rules, diff, sa: list[float], sb: list[float], median_a: float, median_b: float
-) -> tuple[bool, str]:
-    """(regression, why). The gate acts only on a significant slowdown (verdict 'slower') beyond the
-    threshold: a cell whose samples cannot tell (ambiguous, or fewer than 3 samples) never fails a build.
-    A cell ok in A and broken in B (BROKEN) is a regression too."""
-    threshold = rules.threshold
-    regression, why = False, ""
-    if threshold is not None and diff is not None and diff.verdict == "slower":
-        va = stat_value(sa, median_a, threshold.stat)
-        vb = stat_value(sb, median_b, threshold.stat)
-        if threshold.exceeded(va, vb):
-            regression, why = True, f"{threshold.stat} {va:.4g} -> {vb:.4g} ms"
-    if threshold is not None and r["status_a"] == "ok" and r["status_b"] in BROKEN:
-        regression, why = True, f"status ok -> {r['status_b']}"
-    return regression, why
-
-
-def _cell_record(r, axes: list[str], rules: _Rules, ctrl: Any = None) -> dict[str, Any]:
-    """One paired cell: B/A on the medians (B rescaled when normalising, or relative to the control cell
-    `ctrl` of its shape with --control: reports.control), the CI, p-value and Cliff's delta of the raw
-    samples (stats.difference), or, when both sides have 3 or more process medians, of those
-    (stats.process_difference: the run-to-run spread, stats.PROCESS_RULE), the verdict, and whether it
-    fails the gate (never for the control's own cells)."""
-    import pandas as pd
-
-    ok = (
-        r["status_a"] == "ok"
-        and r["status_b"] == "ok"
-        and present(r["time_ms_median_a"])
-        and present(r["time_ms_median_b"])
-    )
-    sa, sb = float_list(r["samples_ms_a"]), float_list(r["samples_ms_b"])
-    pa, pb = float_list(r["process_medians_ms_a"]), float_list(r["process_medians_ms_b"])
-    basis = "processes"
-    runs_a, runs_b = float_list(r["run_medians_ms_a"]), float_list(r["run_medians_ms_b"])
-    if min(len(runs_a), len(runs_b)) >= MIN_PROCESSES:  # run sets: judged by their runs (RUNS_RULE)
-        pa, pb, basis = runs_a, runs_b, "runs"
-    elif min(len(pa), len(pb)) < MIN_PROCESSES:
-        # --rounds R on both sides: each visit's median, the visits spread over the run, holds the drift
-        # within a run as process medians hold the spread from process to process (stats.PROCESS_RULE)
-        ra, rb = float_list(r["round_medians_ms_a"]), float_list(r["round_medians_ms_b"])
-        if min(len(ra), len(rb)) >= MIN_PROCESSES:
-            pa, pb, basis = ra, rb, "rounds"
-    device_a = r["device_a"] if "device_a" in r else r["device"]
-    device_b = r["device_b"] if "device_b" in r else r["device"]
-    scale, which = 1.0, ""
-    if rules.normalize:  # B's times as they would be on A's machine, by the ceiling that bounds the cell
-        cell = {**{x: r[x] for x in axes}, "device": device_a, "flops": r["flops_a"], "where": r["where_a"]}
-        scale, which = calibration.factor(cell, rules.meta_a, rules.meta_b, device_b, r["where_b"])
-        ok = ok and math.isfinite(scale)
-        sb = [s * scale for s in sb] if math.isfinite(scale) else sb
-        pb = [s * scale for s in pb] if math.isfinite(scale) else pb
-    median_a = float(r["time_ms_median_a"]) if ok else math.nan
-    median_b = float(r["time_ms_median_b"]) * scale if ok else math.nan
-    is_control = rules.control is not None and r["variant"] == rules.control
-    control_ratio = math.nan
-    if ok and rules.control is not None and not is_control and control.usable(ctrl):
-        scale = control.factor(ctrl)
-        control_ratio = 1.0 / scale
-        visits = control.by_visit(r, ctrl) if basis == "rounds" else None
-        levels = control.by_run(r, ctrl) if basis == "runs" else None
-        if levels is not None:  # each run in the control's A units, by the control of the same run
-            pa, pb = levels
-            sb = [s * scale for s in sb]
-        elif visits is not None:  # every visit in the control's A units, by the control's same visit
-            sa, sb, pa, pb = visits
-            median_a, median_b = statistics.median(sa), statistics.median(sb)
-        else:  # B in A's units by the whole-run factor; process medians over the control's same process
-            sb = [s * scale for s in sb]
-            median_b = float(r["time_ms_median_b"]) * scale
-            ca, cb = float_list(ctrl["process_medians_ms_a"]), float_list(ctrl["process_medians_ms_b"])
-            ra, rb = control.per_visit(pa, ca), control.per_visit(pb, cb)
-            pa, pb = (ra, rb) if ra is not None and rb is not None else (pa, [s * scale for s in pb])
-    ratio = median_b / median_a if ok else math.nan
-    by_processes = len(pa) >= MIN_PROCESSES and len(pb) >= MIN_PROCESSES
-    judge = process_difference if by_processes else difference
-    if ok and rules.paired and basis == "rounds" and by_processes and min(pa + pb) > 0:
-        # one run's two variants: visit i of each made in round i, seconds apart (stats.PAIRED_RULE); the
-        # ratio and the gate's medians are the visits' geometric means, as the interval's. Over the rounds
-        # both were visited in: a settle round (harness.run.settle) visits again only some variants
-        k = min(len(pa), len(pb))
-        pa, pb = pa[:k], pb[:k]
-        judge, basis = paired_difference, "paired rounds"
-    if ok and basis == "runs" and rules.paired_runs and len(pa) == len(pb) == rules.paired_runs:
-        judge, basis = paired_difference, "paired runs"  # run i of each made back to back (RUNS_RULE)
-    if ok and basis in ("paired rounds", "runs", "paired runs") and by_processes and min(pa + pb) > 0:
-        # the ratio and the gate's medians are the visits' (or runs') geometric means, as the interval's
-        median_a, median_b = _geomean(pa), _geomean(pb)
-        ratio = median_b / median_a
-    a_values, b_values = (pa, pb) if by_processes else (sa, sb)
-    diff = (
-        judge(a_values, b_values, ratio=ratio, tolerance=rules.tolerance, alpha=rules.alpha) if ok else None
-    )
-    p = diff.p_value if diff else math.nan
-    significant = (p < rules.alpha) if math.isfinite(p) else None
-    regression, why = _gate(r, rules, diff, sa, sb, median_a, median_b)
-    if is_control:
-        regression, why = False, "the control (its change is the machine's)"
-    elif rules.control is not None and not math.isfinite(control_ratio):
-        why = why or f"no ok {rules.control} cell of this shape in both runs: compared as measured"
-    return {
-        **_measured(r, axes, device_a, device_b),
-        "control_ratio": control_ratio,
-        "bound": which,
-        "norm_factor": scale if rules.normalize else math.nan,
-        "n_a": len(sa),
-        "n_b": len(sb),
-        "k_a": len(pa) or 1,  # worker processes (basis 'rounds': visits; 'runs': runs) that measured it
-        "k_b": len(pb) or 1,
-        "basis": basis if by_processes else "samples",  # what the CI and p were computed from
-        "ratio": ratio,
-        "ratio_ci_low": diff.ci_low if diff else math.nan,
-        "ratio_ci_high": diff.ci_high if diff else math.nan,
-        "p_value": p,
-        "significant": bool(significant) if significant is not None else pd.NA,
-        "cliffs_delta": diff.delta if diff else math.nan,
-        "verdict": diff.verdict if diff else "n/a",
-        "change": change_text(ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
-        "regression": regression,
-        "why": why,
-    }
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in values) / len(values))
-
-
-GATE_FAMILY_RULE = (
-    "The gate fails a slower cell only where its p, Holm-adjusted over every cell this comparison judged "
-    "that can fail it (p_holm; the --control variant's own cells never do and are not counted), is below "
-    "alpha as well: a gate fails the build when any cell fails, so each cell's own 5% "
-    "would add up over a sweep's cells; Holm's step-down keeps the chance that identical code fails "
-    "anywhere at alpha. A cell ok in A and broken in B fails it whatever the statistics."
-)
-
-
-def _family_wise(cells, alpha: float, control: str | None = None):
-    """cells with `p_holm` (Holm's step-down adjusted p over every judged cell that can fail the gate: p_(i)
-    times (m - i + 1), made monotone, at most 1; the control's own cells never fail it, so they are not in
-    the family and have none) and the gate's slowdowns kept only where p_holm < alpha (GATE_FAMILY_RULE);
-    a status change (ok -> broken) stays a regression."""
-    import numpy as np
-
-    cells = cells.copy()
-    p = cells["p_value"].to_numpy(dtype=float)
-    if control is not None:
-        p = np.where(cells["variant"].astype(str).to_numpy() == control, np.nan, p)
-    cells["p_holm"] = holm_adjusted(p)
-    slowdown = cells["regression"].astype(bool) & ~cells["why"].astype(str).str.startswith("status ")
-    weak = slowdown & ~(cells["p_holm"] < alpha)
-    judged = int(cells["p_holm"].notna().sum())
-    cells.loc[weak, "regression"] = False
-    cells.loc[weak, "why"] = [
-        f"not over the family: p {pv:.2g}, Holm-adjusted {ph:.2g} over {judged} cells"
-        for pv, ph in zip(cells.loc[weak, "p_value"], cells.loc[weak, "p_holm"], strict=True)
-    ]
-    return cells
+def _check_control(control: str | None, normalize: str | None, a, b) -> None:
+    """ValueError (one line) unless the control is a variant of both runs, and not with --normalize."""
+    if control is None:
+        return
+    if normalize:
+        raise ValueError("--control and --normalize both rescale B's times: choose one")
+    require_variant(a, control, "--control", "A")
+    require_variant(b, control, "--control", "B")
 
 
 def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant: str | None, same: bool):
@@ -434,11 +237,121 @@ def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant:
         raise ValueError("--variant-a/--variant-b compare one variant with another: --control does not apply")
     if same and variant_a == variant_b:
         raise ValueError(f"--variant-a and --variant-b are both {variant_a!r} in one run: nothing to compare")
-    control.require_variant(a, variant_a, "--variant-a", "A")
-    control.require_variant(b, variant_b, "--variant-b", "B")
+    require_variant(a, variant_a, "--variant-a", "A")
+    require_variant(b, variant_b, "--variant-b", "B")
     a = a[a["variant"] == variant_a].copy()
     a["variant"] = variant_b
     return a, b[b["variant"] == variant_b]
+
+
+# what each side of a paired cell keeps: results.judge.Side.of reads the list columns; a run set's rows have
+# its own (results.runset.RUN_COLUMNS), a run's are [] here
+_KEEP = ("run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops",
+         "visit_medians_ms", "visit_samples", "timing_mode", *RUN_COLUMNS)  # fmt: skip
+
+
+def _paired(a, b, axes: list[str]):
+    """One row per cell both runs have (the last row of a cell measured twice), A's columns _a, B's _b."""
+    for df in (a, b):
+        for col in RUN_COLUMNS:
+            if col not in df.columns:
+                df[col] = [[] for _ in range(len(df))]
+    keep = axes + [c for c in _KEEP if c not in axes]
+    keep_a = a[keep].drop_duplicates(subset=axes, keep="last")
+    keep_b = b[keep].drop_duplicates(subset=axes, keep="last")
+    return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
+
+
+def _shape(r: Any, axes: list[str]) -> tuple:
+    """A paired cell's axes but its variant: the shape its control is looked up at."""
+    return tuple(r[x] for x in axes if x != "variant")
+
+
+def _side(r: Any, suffix: str, scale: float = 1.0) -> judge.Side | None:
+    """One side of a paired row for the judge, B's times rescaled by `scale` (--normalize); None where it
+    is not ok or the scale is unknown."""
+    if r[f"status{suffix}"] != "ok" or not present(r[f"time_ms_median{suffix}"]) or not math.isfinite(scale):
+        return None
+    side = judge.Side.of(r, suffix)
+    return side.scaled(scale) if scale != 1.0 else side
+
+
+def _cells(m, axes: list[str], control: str | None, scales: list[float]) -> list[judge.Cell]:
+    """The judge's cells of the paired rows, each with the control's cell of its shape (ok in both)."""
+    ctrl = {_shape(r, axes): r for _, r in m.iterrows() if control is not None and r["variant"] == control}
+    out = []
+    for (_, r), scale in zip(m.iterrows(), scales, strict=True):
+        c = ctrl.get(_shape(r, axes))
+        ca, cb = (_side(c, "_a"), _side(c, "_b")) if c is not None else (None, None)
+        out.append(
+            judge.Cell(
+                str(r["status_a"]), str(r["status_b"]), _side(r, "_a"), _side(r, "_b", scale), ca, cb,
+                is_control=control is not None and r["variant"] == control,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _scales(m, axes: list[str], normalize: str | None, meta_a, meta_b) -> list[tuple[float, str]]:
+    """Per paired row: what B's times are multiplied by (--normalize calibration: by the ceiling that bounds
+    the cell on A, reports.calibration.factor) and that ceiling's name; (1, '') without."""
+    if not normalize:
+        return [(1.0, "")] * len(m)
+    out = []
+    for _, r in m.iterrows():
+        device_a = r["device_a"] if "device_a" in r else r["device"]
+        cell = {**{x: r[x] for x in axes}, "device": device_a, "flops": r["flops_a"], "where": r["where_a"]}
+        device_b = r["device_b"] if "device_b" in r else r["device"]
+        out.append(calibration.factor(cell, meta_a, meta_b, device_b, r["where_b"]))
+    return out
+
+
+def _record(
+    r: Any, axes: list[str], j: judge.Judged, scale: float, bound: str, normalize, alpha: float
+) -> dict[str, Any]:
+    """One row of the cells table: the cell's axes, where it ran, its statuses, and the judge's answer; A
+    ms and B ms are the judge's levels where it was judged (their ratio is B/A), else the stored medians."""
+    import pandas as pd
+
+    def shown(side: str, factor: float, level: float) -> float:
+        if math.isfinite(level):
+            return level
+        return (
+            float(r[f"time_ms_median_{side}"]) * factor if present(r[f"time_ms_median_{side}"]) else math.nan
+        )
+
+    significant = (j.p_value < alpha) if math.isfinite(j.p_value) else None
+    ok = r["status_a"] == "ok" and r["status_b"] == "ok"
+    return {
+        **{x: r[x] for x in axes},
+        "device_a": r["device_a"] if "device_a" in r else r["device"],
+        "device_b": r["device_b"] if "device_b" in r else r["device"],
+        "where_a": r["where_a"],
+        "where_b": r["where_b"],
+        "status_a": r["status_a"],
+        "status_b": r["status_b"],
+        "timing_mode_a": r["timing_mode_a"] if present(r["timing_mode_a"]) else None,
+        "timing_mode_b": r["timing_mode_b"] if present(r["timing_mode_b"]) else None,
+        "time_ms_a": shown("a", 1.0, j.level_a),
+        "time_ms_b": shown("b", scale if math.isfinite(scale) else 1.0, j.level_b),
+        "control_ratio": j.control_ratio,
+        "bound": bound,
+        "norm_factor": scale if normalize else math.nan,
+        "n_a": j.n_a,
+        "n_b": j.n_b,
+        "paired": j.paired,
+        "blind": j.blind,
+        "ratio": j.ratio,
+        "ratio_ci_low": j.ci_low,
+        "ratio_ci_high": j.ci_high,
+        "p_value": j.p_value,
+        "p_holm": j.p_holm,
+        "significant": bool(significant) if significant is not None else pd.NA,
+        "verdict": j.verdict,
+        "change": change_text(j.ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
+        "regression": j.regression,
+        "why": j.why,
+    }
 
 
 def _per_variant(cells):
@@ -462,6 +375,24 @@ def _per_variant(cells):
     return pd.DataFrame(per)
 
 
+def _load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
+    """Both sides' rows (with their device model), metas, labels and device groups, checked: ValueError or
+    RunDirError (one line) for what cannot be compared."""
+    from attnbench import results
+    from attnbench.results import runset
+
+    (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
+    same = Path(run_a).resolve() == Path(run_b).resolve()
+    _check_sets(meta_a, meta_b, normalize, variant_a, same)
+    groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
+    a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
+    a, b = _picked(a, b, variant_a, variant_b, control_variant, same=same)
+    _check_normalize(normalize, meta_a, meta_b)
+    _check_control(control_variant, normalize, a, b)
+    labels = (f"{name_a} ({results.machine_label(meta_a)})", f"{name_b} ({results.machine_label(meta_b)})")
+    return a, b, meta_a, meta_b, labels, (groups_a, groups_b), same
+
+
 def compare_runs(
     run_a: str | Path,
     run_b: str | Path,
@@ -472,46 +403,35 @@ def compare_runs(
     control_variant: str | None = None,
     variant_a: str | None = None,
     variant_b: str | None = None,
-):
-    """Load two runs and compare their common cells. RunDirError for a bad run dir; ValueError when the
-    runs share no cell. normalize='calibration' rescales B's times to A's machine (reports.calibration);
-    control_variant judges the others relative to that variant's change (reports.control); variant_a and
-    variant_b compare one variant of run B with another of run A (the same run: an A/B in one run, its
-    visits paired by round where it was made in rounds, stats.PAIRED_RULE)."""
-    import pandas as pd
-
-    from attnbench import results
+    run_spread: float | None = None,
+) -> Comparison:
+    """Load two runs (or run sets) and judge their common cells (results.judge). RunDirError for a bad run
+    dir; ValueError (one line) when they share no cell or cannot be compared as asked. normalize=
+    'calibration' rescales B's times to A's machine (reports.calibration); control_variant judges the
+    others relative to that variant; variant_a and variant_b compare one variant of run B with another of
+    run A (the same run: an A/B in one run, its visits paired by round); run_spread states how far whole
+    runs move on this machine (a fraction), for comparisons that cannot see it."""
     from attnbench.results import runset
 
-    (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
-    same = Path(run_a).resolve() == Path(run_b).resolve()
-    _check_sets(meta_a, meta_b, normalize, variant_a, same)
-    groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
-    a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
-    a, b = _picked(a, b, variant_a, variant_b, control_variant, same=same)
+    a, b, meta_a, meta_b, labels, (groups_a, groups_b), same = _load(
+        run_a, run_b, normalize, control_variant, variant_a, variant_b
+    )
     split = any(g.label for g in groups_a + groups_b)
     axes, how = _cell_axes(a, b, split)
     if variant_a is not None:
         how += f"; {variant_b} in B against {variant_a} in A"
-    # 'same' means within the gate's own tolerance when it is relative, else within 2%
-    tolerance = threshold.value if threshold is not None and threshold.relative else SAME_TOLERANCE
-    _check_normalize(normalize, meta_a, meta_b)
-    control.check(control_variant, normalize, a, b)
     m = _paired(a, b, axes)
     if m.empty:
         raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
-    paired = variant_a is not None and same  # one run's two variants: visits paired by round
-    paired_runs = len(meta_a["runset"]["runs"]) if runset.interleaved(meta_a, meta_b) else 0
-    if paired_runs:
+    interleaved = runset.interleaved(meta_a, meta_b)
+    if interleaved:
         how += "; runs paired: the two sets were made interleaved (run i of each back to back)"
-    rules = _Rules(
-        threshold, alpha, tolerance, normalize, meta_a, meta_b, control_variant, paired, paired_runs
-    )
-    controls = control.index(m, axes, control_variant) if control_variant else {}
-    cells = pd.DataFrame(
-        [_cell_record(r, axes, rules, controls.get(control.shape_key(r, axes))) for _, r in m.iterrows()]
-    )
-    cells = _family_wise(cells, alpha, control_variant)
+    if run_spread is not None and not 0 <= run_spread < 1:
+        raise ValueError(f"--run-spread must be from 0 to below 100%, got {run_spread:.0%}")
+    design = judge.Design(alpha, threshold, control_variant, same, interleaved, run_spread)
+    scales = _scales(m, axes, normalize, meta_a, meta_b)
+    judgement = judge.judge(_cells(m, axes, control_variant, [s for s, _ in scales]), design)
+    cells = _table(m, axes, judgement, scales, normalize)
     # which device groups met, in the order of the pairs (before the cells are sorted for the tables)
     of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
     pairs = [(of_a[wa], of_b[wb]) for wa, wb in zip(cells["where_a"], cells["where_b"], strict=True)]
@@ -520,22 +440,25 @@ def compare_runs(
         [x for x in axes if x not in ("variant", "seq_len")] + ["variant", "seq_len"], kind="stable"
     ).reset_index(drop=True)
     return Comparison(
-        str(run_a),
-        str(run_b),
-        f"{name_a} ({results.machine_label(meta_a)})",
-        f"{name_b} ({results.machine_label(meta_b)})",
-        how,
-        axes,
-        cells,
-        _per_variant(cells),
-        threshold,
-        alpha,
-        tolerance,
-        calibration.group_ceilings(pairs),
-        normalize,
-        _pairing(pairs, groups_a, groups_b) if several else [],
-        control_variant,
-    )
+        str(run_a), str(run_b), *labels, how, axes, cells, _per_variant(cells), judgement,
+        calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
+    )  # fmt: skip
+
+
+def _table(m, axes: list[str], judgement: judge.Judgement, scales, normalize):
+    """The cells table: one record per paired row (_record), with its basis: the level judged at, and
+    'paired' where its replicates were."""
+    import pandas as pd
+
+    alpha, level = judgement.design.alpha, judgement.level
+    records = [
+        {
+            **_record(r, axes, j, scale, bound, normalize, alpha),
+            "basis": level + " paired" * j.paired if j.n_a else "",
+        }
+        for (_, r), j, (scale, bound) in zip(m.iterrows(), judgement.cells, scales, strict=True)
+    ]
+    return pd.DataFrame(records)
 
 
 def _pairing(pairs: list[tuple[Any, Any]], groups_a: list, groups_b: list) -> list[str]:
@@ -576,7 +499,7 @@ def cell_table(cmp: Comparison) -> pg.Table:
         "B/A",
         "B/A 95% CI",
         "p",
-        "Cliff's δ",
+        "p_holm",
         "verdict",
         "change",
         *(("regression",) if cmp.threshold else ()),
@@ -593,7 +516,7 @@ def cell_table(cmp: Comparison) -> pg.Table:
                 _fmt(r["ratio"], ".3f"),
                 _ci_text(r["ratio_ci_low"], r["ratio_ci_high"]),
                 _fmt(r["p_value"], ".2g"),
-                _fmt(r["cliffs_delta"], "+.2f"),
+                _fmt(r["p_holm"], ".2g"),
                 str(r["verdict"]),
                 str(r["change"]),
                 *((("REGRESSION: " + r["why"]) if r["regression"] else "",) if cmp.threshold else ()),
@@ -602,38 +525,15 @@ def cell_table(cmp: Comparison) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        "B/A: B's median time over A's (>1: B slower), its CI a seeded percentile bootstrap of the ratio "
-        "of medians; p: Mann-Whitney U, two-sided, on the raw samples, significant below "
-        f"{cmp.alpha:g}; Cliff's δ: P(B > A) - P(B < A) over sample pairs (+1: every B sample slower); "
-        "where both runs have 3 or more process medians, the CI, p and δ are of those instead. "
-        + verdict_rule(cmp),
+        f"A ms, B ms: the geometric means of the {cmp.judgement.level}s judged (in A's units), B/A their "
+        "ratio (>1: B slower) with its 95% CI; p the cell's test, p_holm Holm-adjusted over the cells "
+        "judged; verdicts and the gate by the rule above.",
     )
 
 
 def verdict_rule(cmp: Comparison) -> str:
-    """VERDICT_RULE with this comparison's tolerance and alpha filled in, and PROCESS_RULE (how cells
-    measured in several worker processes are judged)."""
-    return (
-        (
-            VERDICT_RULE.replace("±tolerance", f"±{cmp.tolerance:.0%}")
-            .replace("(the --fail-above percentage, else 2%)", "")
-            .replace("significant", f"significant (p < {cmp.alpha:g})")
-            .replace("  ", " ")
-        )
-        + " "
-        + (GATE_FAMILY_RULE + " " if cmp.threshold is not None else "")
-        + PROCESS_RULE
-        + (
-            " " + RUNS_RULE
-            if "basis" in cmp.cells and cmp.cells["basis"].isin(["runs", "paired runs"]).any()
-            else ""
-        )
-        + (
-            " " + PAIRED_RULE
-            if "basis" in cmp.cells and (cmp.cells["basis"] == "paired rounds").any()
-            else ""
-        )
-    )
+    """The one rule text this comparison was judged by (results.judge.rule_text)."""
+    return cmp.rule
 
 
 def variant_table(cmp: Comparison) -> pg.Table:
@@ -687,18 +587,20 @@ def calibration_table(cmp: Comparison) -> pg.Table:
 
 
 def normalize_note(cmp: Comparison) -> str:
+    """What B's times were rescaled by before judging: nothing, the calibration, or the control (with the
+    control's own change between the runs, as measured)."""
     if cmp.control is not None:
         import numpy as np
 
         ratios = cmp.cells["control_ratio"].dropna().to_numpy(dtype=float)
-        seen = ""
+        seen = f"Relative to the control variant {cmp.control} (rule below)."
         if len(ratios):
             mean = float(np.exp(np.log(ratios).mean()))
-            seen = (
+            seen += (
                 f" The control's B/A over the {len(ratios)} cells judged by it: geometric mean {mean:.3f}, "
                 f"{ratios.min():.3f} to {ratios.max():.3f}."
             )
-        return control.CONTROL_RULE.format(control=cmp.control) + seen
+        return seen
     if cmp.normalize != "calibration":
         return "Times are compared as measured (--normalize calibration rescales B to A's machine)."
     return (
@@ -709,7 +611,7 @@ def normalize_note(cmp: Comparison) -> str:
 
 
 def text_report(cmp: Comparison) -> str:
-    """What `attnbench compare` prints."""
+    """What `attnbench compare` prints: the rule once, then the tables."""
     out = [
         f"A: {cmp.label_a}  [{cmp.run_a}]",
         f"B: {cmp.label_b}  [{cmp.run_b}]",
@@ -719,7 +621,7 @@ def text_report(cmp: Comparison) -> str:
     ]
     out.append(pg.to_text(calibration_table(cmp)))
     out += [f"WARNING {w}" for w in cmp.warnings]
-    out += [normalize_note(cmp), ""]
+    out += [normalize_note(cmp), "", f"Rule: {cmp.rule}", ""]
     out.append(pg.to_text(cell_table(cmp), max_width=60))
     out.append(pg.to_text(variant_table(cmp)))
     out.append(verdict_counts(cmp))
@@ -749,8 +651,8 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
         out,
         "compare",
         "Time ratio B/A per cell",
-        "Vertical lines: 95% bootstrap CI of the ratio; filled markers: faster or slower, hollow: same or "
-        "ambiguous.",
+        "Vertical lines: the ratio's 95% CI (by the rule on the page); filled markers: faster or slower, "
+        "hollow: same or ambiguous.",
     )
     cmp.per_variant.to_csv(out / "per_variant.csv", index=False)
     page = pg.Page("attnbench compare")
@@ -766,7 +668,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
             )
         )
     )
-    page.add(pg.Para(verdict_rule(cmp)))
+    page.add(pg.Para(f"Rule: {cmp.rule}"))
     page.add(pg.Heading("Calibration of both runs"), calibration_table(cmp))
     if cmp.warnings:
         page.add(pg.Bullets(tuple(cmp.warnings)))

@@ -9,7 +9,7 @@ from typing import Any
 from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
-from attnbench.results.ranks import rank_p, separated
+from attnbench.results.judge import separated, separation
 
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
 # be averaged together (results.devices), and then splits that run's cells by device group; model is ''
@@ -224,7 +224,8 @@ def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> floa
 
 def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
-    the Mann-Whitney p of the two, and the variants it cannot be told apart from (`tied`, see separated)."""
+    the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`,
+    see separated)."""
     import pandas as pd
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
@@ -245,7 +246,7 @@ def best_variant(df):
             second = ranked.iloc[1]
             rec["runner_up"] = second["variant"]
             rec["lead"] = float(second["time_ms_median"]) / float(first["time_ms_median"])
-            rec["p_value"] = rank_p(first, second)
+            rec["p_value"] = separation(first, second).p
             # every variant the winner cannot be told apart from, fastest first
             rec["tied"] = " ".join(
                 str(r["variant"]) for _, r in ranked.iloc[1:].iterrows() if not separated(first, r)
@@ -260,9 +261,9 @@ def best_variant(df):
 def ranking(df):
     """Per combination, seq_len and seq_k: every ok variant, fastest first, with its rank group: a variant
     joins the group of the faster variants while it cannot be told apart from that group's fastest
-    (`separated`: 2% slower and rank_p < 0.05), and opens the next group once it can. Columns:
+    (`separated`: 2% slower and judged slower at 0.05), and opens the next group once it can. Columns:
     the axes, `variant`, `time_ms`, `ratio` (its median over the fastest's), `group` (0 for the front) and
-    `p_value` (rank_p against its group's fastest, or the previous group's for a group's first).
+    `p_value` (separation's p against its group's fastest, or the previous group's for a group's first).
     The best-variant table says only who leads; this says where every other variant stands, so that a
     variant 1.5× behind is ranked behind even where the two at the front are tied."""
     import pandas as pd
@@ -276,8 +277,9 @@ def ranking(df):
         for i, (_, r) in enumerate(ranked.iterrows()):
             p = math.nan
             if i > 0:
-                p = rank_p(leader, r)
-                if separated(leader, r, p=p):
+                test = separation(leader, r)
+                p = test.p
+                if separated(leader, r, test=test):
                     leader, group = r, group + 1
             records.append(
                 {

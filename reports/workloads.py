@@ -78,7 +78,7 @@ def gqa_pairs(df):
     K/V bytes, GQA / MHA). has_mha is False where no counterpart was measured ok."""
     import pandas as pd
 
-    from attnbench.results.ranks import separated
+    from attnbench.results.judge import separated
 
     ok = ok_rows(df)
     gqa = ok[(ok["kv_heads"] < ok["heads"]).fillna(False)]

@@ -9,7 +9,7 @@ from typing import Any
 from . import devices, drift, suspect
 from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, gbps
-from .schema import AXIS_DEFAULTS, COLUMNS, DROPPED_COLUMNS, LEGACY_LIST_COLUMNS, LIST_COLUMNS
+from .schema import AXIS_DEFAULTS, COLUMNS, LEGACY_LIST_COLUMNS, LIST_COLUMNS, PROCESS_MEDIANS
 from .store import (
     ROWS,
     SHARDS,
@@ -89,7 +89,11 @@ def load(*paths: str | Path | list[str | Path]):
     # a row not measured (or a run written before a column existed) has an empty list
     for col in LIST_COLUMNS[1:]:
         df[col] = [v if isinstance(v, list) else [] for v in df[col]]
-    df = df.drop(columns=[c for c in DROPPED_COLUMNS if c in df.columns])
+    if PROCESS_MEDIANS in df.columns:
+        df["visit_medians_ms"] = [
+            v or (p if isinstance(p, list) and len(p) >= 2 else [])
+            for v, p in zip(df["visit_medians_ms"], df.pop(PROCESS_MEDIANS), strict=True)
+        ]
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
 

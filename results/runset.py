@@ -5,7 +5,7 @@ Why: on the 2-core reference VM the same code moves from one run to the next by 
 inside one run shows (chunked against naive, visit by visit: a run's own spread predicts about half of
 the variance between runs; benchmarks/false_alarm.py), so two single runs cannot tell a 10% slowdown from
 re-running. Several runs a side sample that variance, as pyperf's several processes do, and the interval
-over them holds it (stats.RUNS_RULE).
+over them holds it (results.judge: the run level).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .schema import LIST_COLUMNS, float_list
 from .store import META, RunDirError, runs_inside
 
 MIN_RUNS = 2  # a set of one run is a run: say so rather than judge it as a set
+RUN_COLUMNS = ("run_medians_ms", "run_index", "run_visit_medians")  # a set's rows' own list columns
 
 
 def members(path: str | Path) -> list[Path] | None:
@@ -46,8 +47,9 @@ def load(path: str | Path) -> tuple[Any, dict[str, Any], str]:
     - status 'ok' only where every run that has the cell measured it ok (else the first other status and
       its message: a cell broken in one run of the code is broken);
     - time_ms_median the median of the runs' medians, samples_ms every run's samples;
-    - run_medians_ms each run's median, run_round_medians each run's visit medians (--rounds; [] per run
-      without), and the per-run process and round columns emptied: the runs are what is judged by.
+    - run_medians_ms each run's median, run_index each such run's place in the set (in the order made:
+      run i of two interleaved sets is pair i), run_visit_medians each run's visit medians ([] per run
+      without rounds), and the per-run visit columns emptied: the runs are what is judged by.
     meta is the first run's, with `runset` (the runs' ids and paths) added."""
     runs = members(path)
     if runs is None:
@@ -82,7 +84,8 @@ def _collapse(rows, run_order: list[str]):
         first = cell.iloc[0].to_dict()
         statuses = list(cell["status"])
         broken = [i for i, s in enumerate(statuses) if s != "ok"]
-        medians = [float(x) for x in cell["time_ms_median"] if pd.notna(x)]
+        measured = cell[cell["time_ms_median"].notna()]
+        medians = [float(x) for x in measured["time_ms_median"]]
         row = {
             **first,
             "run_id": first["run_id"] if len(cell) == 1 else f"{len(cell)} runs",
@@ -90,14 +93,15 @@ def _collapse(rows, run_order: list[str]):
             "visit_medians_ms": [],
             "visit_samples": [],
             "run_medians_ms": medians if not broken else [],
-            "run_round_medians": [float_list(v) for v in cell["visit_medians_ms"]] if not broken else [],
+            "run_index": [order[r] for r in measured["run_id"]] if not broken else [],
+            "run_visit_medians": [float_list(v) for v in measured["visit_medians_ms"]] if not broken else [],
         }
         if broken:
             row["status"] = statuses[broken[0]]
             row["message"] = cell.iloc[broken[0]]["message"]
         row["time_ms_median"] = statistics.median(medians) if medians and not broken else pd.NA
         out.append(row)
-    df = pd.DataFrame(out, columns=list(rows.columns) + ["run_medians_ms", "run_round_medians"])
+    df = pd.DataFrame(out, columns=list(rows.columns) + list(RUN_COLUMNS))
     for col, dtype in rows.dtypes.items():  # the schema's types, as results.load gave them
         if col not in LIST_COLUMNS:
             df[col] = df[col].astype(dtype)

@@ -15,8 +15,8 @@ RANKED_STATUSES = ("ok",)  # `wrong` cells are measured but never ranked
 NOISY_REL_IQR = 0.10  # a cell whose IQR/median exceeds this is flagged noisy (the `noisy` column)
 
 # column -> pandas dtype; the order is the export order. The list columns (LIST_COLUMNS: samples_ms, the raw
-# per-call samples, and process_medians_ms) are kept in rows.jsonl and in the DataFrame, and left out of CSV
-# exports.
+# per-call samples, and each visit's median and sample count) are kept in rows.jsonl and in the DataFrame,
+# and left out of CSV exports.
 COLUMNS: dict[str, str] = {
     "run_id": "string",
     "machine": "string",
@@ -105,13 +105,15 @@ COLUMNS: dict[str, str] = {
 # visit_medians_ms: the median of each of the cell's visits (R with --rounds R, more where --settle-rounds
 # visited it again), in the order they were made (round-robin over the sweep: they span the run);
 # visit_samples: how many of samples_ms each visit took, in the same order (samples_ms holds them visit
-# after visit). results.visits.summary writes both
+# after visit). results.visits.summary writes both; compare judges by them (results.judge: two cells' visits
+# pair by round only where both have their counts)
 LIST_COLUMNS = ("samples_ms", "visit_medians_ms", "visit_samples")
 # what runs written before today's names called a list column: the loader reads them under today's
 LEGACY_LIST_COLUMNS = {"round_medians_ms": "visit_medians_ms", "round_samples": "visit_samples"}
-# what runs written before stored and nothing reads now: each worker process's median of --processes K,
-# which no run of results/reference/ has more than one of
-DROPPED_COLUMNS = ("process_medians_ms",)
+# each worker process's median of --processes K (removed; no run of results/reference/ has more than one):
+# the loader reads 2 or more as the visit medians of a row that has none, without sample counts, so that
+# they are replicates that never pair (results.judge)
+PROCESS_MEDIANS = "process_medians_ms"
 
 
 def float_list(x: Any) -> list[float]:

@@ -158,8 +158,8 @@ def rows_in_rounds(
                     variant,
                     n,
                     sample_ms=[s for v in visits for s in v],
-                    round_medians_ms=medians,
-                    round_samples=[len(v) for v in visits],
+                    visit_medians_ms=medians,
+                    visit_samples=[len(v) for v in visits],
                 )
             )
     return rows

@@ -234,7 +234,7 @@ def unsettled(rows: list[Row], among: set[str] | None = None) -> set[str]:
     """The cell_ids, of one shape's rows (each the summary of the visits made so far), in a pair whose
     medians are SETTLE_RATIO or more apart that the ranking cannot tell apart (results.judge.separated);
     only pairs of cells in `among` (the previous settle round's cells) where given."""
-    from attnbench.results.ranks import separated
+    from attnbench.results.judge import separated
 
     ok = [
         r

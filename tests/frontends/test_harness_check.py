@@ -91,3 +91,9 @@ def test_memory_check_is_met_within_two_percent(hc):
     assert hc.memory_check("m", 34_079_744, 34_078_720)["met"] is True
     rec = hc.memory_check("m", 300_000_000, 272_629_760)
     assert rec["met"] is False and rec["difference"] == "+10.039%"
+
+
+def test_median_ci_is_the_order_statistics(hc):
+    # 9 values: the distribution-free 95% CI of the median is the 2nd and 8th order statistics
+    assert hc.median_ci(list(range(1, 10))) == (2.0, 8.0)
+    assert all(x != x for x in hc.median_ci([1, 2, 3, 4, 5]))  # 5 values cannot reach 95%: NaN

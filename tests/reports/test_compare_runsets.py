@@ -1,6 +1,6 @@
-"""compare on run sets (results.runset): each side several runs of the same code, judged by the spread
-between its runs, so that what moves from one run to the next is not taken for a regression, while a
-real slowdown beyond it still is."""
+"""compare on run sets (results.runset): each side several runs of the same code, judged at the run level
+(results.judge), so that what moves from one run to the next is not taken for a regression, while a real
+slowdown beyond it still is; sets made interleaved pair run i with run i."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _set(path, offsets, seed: int, **kw):
 def test_single_runs_cry_wolf_where_run_sets_do_not(tmp_path):
     """Two single runs of identical code, 8% apart by what moves between runs: each run's own visits are
     tight, so relative to naive the gate fails; five runs a side, judged by the spread between them, it
-    does not (basis 'runs'), and every ratio lies in its interval."""
+    does not (the run level), and every ratio lies in its interval."""
     single = compare_runs(
         _run(tmp_path / "one" / "a", 0.96, 1),
         _run(tmp_path / "one" / "b", 1.04, 2),
@@ -51,13 +51,15 @@ def test_single_runs_cry_wolf_where_run_sets_do_not(tmp_path):
     cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
     assert cmp.regressions.empty
     sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
-    assert (sdpa["basis"] == "runs").all() and (sdpa["k_a"] == 5).all() and (sdpa["k_b"] == 5).all()
+    assert (sdpa["basis"] == "run").all() and (sdpa["n_a"] == 5).all() and (sdpa["n_b"] == 5).all()
     assert ((sdpa["ratio_ci_low"] <= sdpa["ratio"]) & (sdpa["ratio"] <= sdpa["ratio_ci_high"])).all()
     assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.03)
     assert "5 runs (a-run1 .. a-run5)" in cmp.label_a
-    assert "from each run's median" in verdict_rule(cmp)
+    assert "Judged at the run level: the replicates are each run's median" in verdict_rule(cmp)
+    assert "BLIND" not in verdict_rule(cmp)
     # as measured, the slower machine is every cell's regression, its runs' spread notwithstanding
-    assert len(compare_runs(a, b, threshold=GATE).regressions) == 6
+    measured = compare_runs(a, b, threshold=GATE)
+    assert len(measured.regressions) == 6 and "which a --control takes out" in verdict_rule(measured)
 
 
 def test_a_planted_slowdown_beyond_the_runs_spread_is_caught(tmp_path):
@@ -65,7 +67,7 @@ def test_a_planted_slowdown_beyond_the_runs_spread_is_caught(tmp_path):
     b = _set(tmp_path / "b", OFFSETS_B, 20, slower=1.10)
     cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
     assert sorted(cmp.regressions["variant"]) == ["sdpa"] * 3
-    assert (cmp.regressions["ratio"] > 1.07).all() and (cmp.regressions["basis"] == "runs").all()
+    assert (cmp.regressions["ratio"] > 1.07).all() and (cmp.regressions["basis"] == "run").all()
     assert "REGRESSION" in text_report(cmp)
 
 
@@ -83,7 +85,7 @@ def test_a_cell_broken_in_one_run_of_a_set_is_broken(tmp_path):
     broken = cmp.cells[(cmp.cells["variant"] == "sdpa") & (cmp.cells["seq_len"] == 512)].iloc[0]
     assert broken["status_b"] == "error" and bool(broken["regression"])
     ok = cmp.cells[(cmp.cells["variant"] == "sdpa") & (cmp.cells["seq_len"] == 256)].iloc[0]
-    assert ok["basis"] == "runs" and ok["k_b"] == 4
+    assert ok["basis"] == "run" and ok["n_b"] == 4
 
 
 def test_what_is_not_a_run_set_is_refused_in_one_line(tmp_path):
@@ -124,29 +126,6 @@ def test_cli_compare_run_sets(tmp_path):
     assert not (tmp_path / "o3").exists()
 
 
-def test_each_run_is_put_in_the_controls_units_visit_by_visit():
-    """A run whose second and third rounds met a slow machine (the control slowed by as much): its level
-    is the median of the visits' ratios to the control's visit of the same round (1.0), not its median
-    over the control's (2.0); a run made without rounds falls back to that whole-run ratio."""
-    from attnbench.reports import control
-
-    cell = {
-        "run_medians_ms_a": [2.0, 1.0],
-        "run_round_medians_a": [[1.0, 2.0, 2.2], []],
-        "run_medians_ms_b": [3.0],
-        "run_round_medians_b": [[]],
-    }
-    ctrl = {
-        "time_ms_median_a": 4.0,
-        "run_medians_ms_a": [1.0, 2.0],
-        "run_round_medians_a": [[1.0, 2.0, 1.0], []],
-        "run_medians_ms_b": [6.0],
-        "run_round_medians_b": [[]],
-    }
-    assert control.by_run(cell, ctrl) == ([4.0, 2.0], [2.0])
-    assert control.by_run({**cell, "run_medians_ms_b": []}, ctrl) is None  # no runs to match one to one
-
-
 def _made_at(run, second: int):
     meta = json.loads((run / "meta.json").read_text())
     meta["created"] = f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}+00:00"
@@ -175,9 +154,9 @@ def test_interleaved_sets_are_paired_run_by_run(tmp_path):
     cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
     assert "runs paired" in cmp.match
     sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
-    assert (sdpa["basis"] == "paired runs").all()
+    assert (sdpa["basis"] == "run paired").all()
     assert sorted(cmp.regressions["variant"]) == ["sdpa"] * 3
-    assert "paired with run i of A" in verdict_rule(cmp)
+    assert "Paired: run i of B with run i of A" in verdict_rule(cmp)
 
     a, b = _interleaved(tmp_path / "twin")
     assert compare_runs(a, b, threshold=GATE, control_variant="naive").regressions.empty
@@ -191,7 +170,7 @@ def test_interleaved_sets_are_paired_run_by_run(tmp_path):
     apart = compare_runs(a, b, threshold=GATE, control_variant="naive")
     assert "runs paired" not in apart.match
     unpaired = apart.cells[apart.cells["variant"] == "sdpa"]
-    assert (unpaired["basis"] == "runs").all()
+    assert (unpaired["basis"] == "run").all()
     width = (unpaired["ratio_ci_high"] - unpaired["ratio_ci_low"]).to_numpy()
     assert (width > 3 * (sdpa["ratio_ci_high"] - sdpa["ratio_ci_low"]).to_numpy()).all()
 
@@ -205,9 +184,9 @@ def test_a_command_that_takes_runs_names_a_run_set_for_what_it_is(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_a_cell_missing_from_a_run_is_not_paired_with_the_wrong_run(tmp_path):
-    """Interleaved sets whose sdpa N=256 cell is missing in A's run 3 and B's run 4: four runs each, but not
-    the same four slots, so that cell is judged unpaired; the others stay paired."""
+def test_a_cell_missing_from_a_run_is_paired_only_over_the_runs_both_have(tmp_path):
+    """Interleaved sets whose sdpa N=256 cell is missing in A's run 3 and B's run 4: that cell's runs pair by
+    their place in the sets (runs 1, 2 and 5), never run 4 of A with run 5 of B; the others pair all five."""
     a, b = _interleaved(tmp_path)
     for run in (a / "run3", b / "run4"):
         rows = [x for x in (run / "rows.jsonl").read_text().splitlines() if x.strip()]
@@ -219,5 +198,6 @@ def test_a_cell_missing_from_a_run_is_not_paired_with_the_wrong_run(tmp_path):
         assert len(kept) == len(rows) - 1
         (run / "rows.jsonl").write_text("\n".join(kept) + "\n")
     cells = compare_runs(a, b, control_variant="naive").cells.set_index(["variant", "seq_len"])
-    assert cells.loc[("sdpa", 256), "basis"] == "runs" and cells.loc[("sdpa", 256), "k_a"] == 4
-    assert cells.loc[("sdpa", 512), "basis"] == "paired runs"
+    assert cells.loc[("sdpa", 256), "basis"] == "run paired" and cells.loc[("sdpa", 256), "n_a"] == 3
+    assert cells.loc[("sdpa", 512), "basis"] == "run paired" and cells.loc[("sdpa", 512), "n_a"] == 5
+    assert cells.loc[("sdpa", 256), "ratio"] == pytest.approx(1.0, abs=0.02)

@@ -1,21 +1,33 @@
-"""compare: a known shift in the raw samples is significant, no shift is not; the --fail-above gate and
-the real `attnbench compare` command with its exit statuses."""
+"""compare on real run directories, judged by results.judge: what two single runs can and cannot tell, the
+--fail-above gate, calibration and device groups, a control, the A/B in one run, old runs' columns, every
+reference run, and the real `attnbench compare` command with its exit statuses and its one rule text."""
 
 from __future__ import annotations
 
 import json
-import math
 import random
 
 import pytest
 import synthetic
-from conftest import run_cli
+from conftest import ROOT, run_cli
 from synthetic import rows_in_rounds
 
-from attnbench.reports.compare import compare_runs, parse_threshold, text_report, verdict_rule
+from attnbench.reports.compare import (
+    compare_runs,
+    parse_run_spread,
+    parse_threshold,
+    text_report,
+    verdict_rule,
+    write_page,
+)
+from attnbench.results.judge import RUN_SPREAD_FLOOR
 
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}
+GATE = parse_threshold("median:5%")
+# two single runs cannot see how far whole runs move (results.judge: blind); the tests of what their own
+# samples or visits tell state that this synthetic machine has no such spread
+STATED = {"run_spread": 0.0}
 
 
 def _rows(factor: float = 1.0, seed: int = 0, device: str = "cpu", shuffle: bool = False, **status):
@@ -46,25 +58,54 @@ def _pair(tmp_path, rows_a, rows_b, **kw_b):
     return a, b
 
 
-def test_known_shift_is_significant(tmp_path):
+# ---- two single runs: what they cannot see ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shift", [1.10, 1.20])
+def test_two_single_runs_of_identical_code_pass_both_ways_and_a_2x_slowdown_fails(tmp_path, shift):
+    """Identical code, run B on a machine `shift` times slower throughout (what moves between whole runs on
+    a shared machine, far beyond each run's own visits): blind, neither order fails median:5%; a 2x
+    slowdown on top does, in runs made in rounds and in runs without."""
+    for kind, same, slow in [
+        ("rounds", lambda s: rows_in_rounds(VARIANTS, 2, speed=s), {"naive": 2.0, "sdpa": 0.8}),
+        ("samples", lambda s: _rows(s, seed=7), None),
+    ]:
+        a = synthetic.write_run(tmp_path / kind / "a", rows_in_rounds(VARIANTS, 1) if slow else _rows())
+        b = synthetic.write_run(tmp_path / kind / "b", same(shift))
+        for x, y in ((a, b), (b, a)):
+            cmp = compare_runs(x, y, threshold=GATE)
+            assert cmp.regressions.empty and cmp.judgement.blind, cmp.cells[["ratio", "ratio_ci_low"]]
+            assert cmp.judgement.level == ("visit" if slow else "sample")
+        rows = rows_in_rounds(slow, 3, speed=shift) if slow else _rows(2.0 * shift, seed=9)
+        doubled = synthetic.write_run(tmp_path / kind / "2x", rows)
+        assert len(compare_runs(a, doubled, threshold=GATE).regressions) == 8
+        assert len(compare_runs(b, doubled, threshold=GATE).regressions) == 8  # 2x of the shifted run
+    report = text_report(compare_runs(a, b, threshold=GATE))
+    assert report.count("BLIND to the spread between runs") == 1 and f"±{RUN_SPREAD_FLOOR:.0%}" in report
+
+
+def test_a_known_shift_is_significant_once_the_run_spread_is_stated(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(1.10, shuffle=True))
-    cmp = compare_runs(a, b)
-    assert len(cmp.cells) == 8
-    assert cmp.cells["ratio"].to_numpy() == pytest.approx(1.10, rel=1e-6)
+    cmp = compare_runs(a, b, **STATED)
+    assert len(cmp.cells) == 8 and cmp.judgement.level == "sample"
+    assert cmp.cells["ratio"].to_numpy() == pytest.approx(1.10, rel=1e-9)
     assert cmp.cells["significant"].astype(bool).all() and (cmp.cells["p_value"] < 1e-6).all()
     assert cmp.per_variant["geomean_ratio"].to_numpy() == pytest.approx(1.10, rel=1e-6)
     assert (cmp.per_variant["slower"] == 4).all()
     assert cmp.cells["change"].iloc[0] == "1.10x slower"
+    assert "stated with --run-spread" in verdict_rule(cmp)
+    blind = compare_runs(a, b)  # the same 10%, and no figure for the spread between runs: can't tell
+    assert set(blind.cells["verdict"]) == {"ambiguous"} and (blind.per_variant["ambiguous"] == 4).all()
 
 
 def test_no_shift_is_not_significant(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(shuffle=True))  # the same samples in another order
-    cmp = compare_runs(a, b)
+    cmp = compare_runs(a, b, **STATED)
     assert not cmp.cells["significant"].astype(bool).any()
     assert cmp.cells["ratio"].to_numpy() == pytest.approx(1.0)
-    # independent draws from one distribution: Mann-Whitney should (almost) never call them different
+    # independent draws from one distribution: the test should (almost) never call them different
     a2, b2 = _pair(tmp_path / "2", _rows(seed=0), _rows(seed=1000))
-    cmp2 = compare_runs(a2, b2)
+    cmp2 = compare_runs(a2, b2, **STATED)
     assert cmp2.cells["significant"].astype(bool).sum() <= 1
     assert "not significant" in " ".join(cmp2.cells["change"])
 
@@ -88,18 +129,27 @@ def test_parse_threshold_rejects(spec):
         parse_threshold(spec)
 
 
+def test_parse_run_spread():
+    assert parse_run_spread("8") == pytest.approx(0.08) and parse_run_spread("12.5%") == pytest.approx(0.125)
+    assert parse_run_spread("0") == 0.0
+    for bad in ("-3", "abc", "100", "8%%", ""):
+        with pytest.raises(ValueError, match="--run-spread"):
+            parse_run_spread(bad)
+
+
 def test_fail_above_gate(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(1.10, shuffle=True))
-    assert len(compare_runs(a, b, threshold=parse_threshold("median:5%")).regressions) == 8
-    assert len(compare_runs(a, b, threshold=parse_threshold("median:20%")).regressions) == 0
-    assert len(compare_runs(a, b, threshold=parse_threshold("max:1000")).regressions) == 0
-    faster = compare_runs(b, a, threshold=parse_threshold("median:5%"))
+    assert len(compare_runs(a, b, threshold=GATE, **STATED).regressions) == 8
+    assert len(compare_runs(a, b, threshold=parse_threshold("median:20%"), **STATED).regressions) == 0
+    assert len(compare_runs(a, b, threshold=parse_threshold("max:1000"), **STATED).regressions) == 0
+    faster = compare_runs(b, a, threshold=GATE, **STATED)
     assert len(faster.regressions) == 0 and (faster.cells["change"].str.endswith("faster")).all()
+    assert (faster.cells["verdict"] == "faster").all()
 
 
 def test_ok_to_wrong_is_a_regression(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(shuffle=True, sdpa_1024="wrong", sdpa_2048="unsupported"))
-    cmp = compare_runs(a, b, threshold=parse_threshold("median:5%"))
+    cmp = compare_runs(a, b, threshold=GATE)
     reg = cmp.regressions
     assert list(zip(reg["variant"], reg["seq_len"], strict=True)) == [("sdpa", 1024)]
     assert "ok -> wrong" in reg["why"].iloc[0]
@@ -114,6 +164,7 @@ def test_cpu_vs_gpu_matches_all_axes_but_device(tmp_path):
     assert "except device (cpu in A, cuda in B)" in cmp.match
     assert len(cmp.cells) == 8 and set(cmp.cells["device_b"]) == {"cuda"}
     assert cmp.per_variant["geomean_ratio"].to_numpy() == pytest.approx(0.1, rel=1e-6)
+    assert set(cmp.cells["verdict"]) == {"faster"}  # 10x: beyond any spread between runs
 
 
 def test_no_common_cells_is_an_error(tmp_path):
@@ -122,20 +173,31 @@ def test_no_common_cells_is_an_error(tmp_path):
         compare_runs(a, b)
 
 
-def test_cli_compare_exit_statuses(tmp_path):
-    a, b = _pair(tmp_path, _rows(), _rows(1.10, shuffle=True))
+def test_cli_compare_exit_statuses_and_the_one_rule(tmp_path):
+    a, b = _pair(tmp_path, _rows(), _rows(2.0, shuffle=True))
     out = tmp_path / "out"
     proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(out), timeout=120)
     assert proc.returncode == 1, proc.stderr
-    assert "1.10x slower" in proc.stdout and "8 regressions" in proc.stdout
+    assert "2.00x slower" in proc.stdout and "8 regressions" in proc.stdout
+    assert proc.stdout.count("Rule: Judged at the sample level") == 1 and "BLIND" in proc.stdout
     assert (out / "compare.html").stat().st_size > 0 and (out / "compare.png").stat().st_size > 0
-    ok = run_cli(
-        "compare", str(a), str(b), "--fail-above", "median:20%", "--out", str(tmp_path / "o2"), timeout=120
+    page = (out / "README.md").read_text()
+    assert page.count("Judged at the sample level") == 1 and page.count("BLIND to the spread") == 1
+    assert "Cliff" not in page and "bootstrap" not in page
+    c = tmp_path / "c"
+    synthetic.write_run(c, _rows(1.10, shuffle=True), run_id="run-c")
+    args = ("compare", str(a), str(c), "--fail-above", "median:5%")
+    blind = run_cli(*args, "--out", str(tmp_path / "o2"), timeout=120)
+    assert blind.returncode == 0 and "no regression" in blind.stdout
+    stated = run_cli(*args, "--run-spread", "2%", "--out", str(tmp_path / "o3"), timeout=120)
+    assert (
+        stated.returncode == 1
+        and "8 regressions" in stated.stdout
+        and "stated with --run-spread" in stated.stdout
     )
-    assert ok.returncode == 0 and "no regression" in ok.stdout
 
 
-@pytest.mark.parametrize("case", ["spec", "missing", "not_a_run", "alpha"])
+@pytest.mark.parametrize("case", ["spec", "missing", "not_a_run", "alpha", "run_spread"])
 def test_cli_compare_bad_input(tmp_path, case):
     a, b = _pair(tmp_path, _rows(), _rows())
     (tmp_path / "empty").mkdir()
@@ -145,6 +207,7 @@ def test_cli_compare_bad_input(tmp_path, case):
         "missing": [str(a), str(tmp_path / "nope")],
         "not_a_run": [str(tmp_path / "empty"), str(b)],
         "alpha": [str(a), str(b), "--alpha", "2"],
+        "run_spread": [str(a), str(b), "--run-spread", "lots"],
     }[case]
     proc = run_cli("compare", *args, "--out", str(out), timeout=120)
     assert proc.returncode == 2
@@ -171,25 +234,12 @@ def _verdict_pair(tmp_path, samples_a, samples_b):
 def test_verdicts_on_seeded_samples(tmp_path, factor_b, spread, n, expected):
     sa = synthetic.samples(10.0, n=n, spread=spread, seed=1)
     sb = synthetic.samples(10.0 * factor_b, n=n, spread=spread, seed=2)
-    cmp = compare_runs(*_verdict_pair(tmp_path, sa, sb))
+    cmp = compare_runs(*_verdict_pair(tmp_path, sa, sb), **STATED)
     row = cmp.cells.iloc[0]
-    assert row["verdict"] == expected
+    assert row["verdict"] == expected and row["basis"] == "sample"
     assert row["ratio_ci_low"] <= row["ratio"] <= row["ratio_ci_high"]
-    if expected in ("faster", "slower"):
-        assert abs(row["cliffs_delta"]) == pytest.approx(1.0)  # the samples do not overlap at all
-        assert (row["cliffs_delta"] > 0) == (expected == "slower")
+    assert row["ratio"] == pytest.approx(row["time_ms_b"] / row["time_ms_a"])  # B ms / A ms: the ratio
     assert int(cmp.per_variant.iloc[0][expected]) == 1
-
-
-def test_bootstrap_ci_is_reproducible(tmp_path):
-    sa = synthetic.samples(10.0, n=20, spread=0.1, seed=3)
-    sb = synthetic.samples(10.5, n=20, spread=0.1, seed=4)
-    pair = _verdict_pair(tmp_path, sa, sb)
-    first, second = compare_runs(*pair).cells.iloc[0], compare_runs(*pair).cells.iloc[0]
-    assert (first["ratio_ci_low"], first["ratio_ci_high"]) == (
-        second["ratio_ci_low"],
-        second["ratio_ci_high"],
-    )
 
 
 def test_same_band_follows_the_threshold(tmp_path):
@@ -197,8 +247,8 @@ def test_same_band_follows_the_threshold(tmp_path):
     sa = synthetic.samples(10.0, n=30, spread=0.005, seed=5)
     sb = synthetic.samples(10.3, n=30, spread=0.005, seed=6)
     pair = _verdict_pair(tmp_path, sa, sb)
-    assert compare_runs(*pair).cells.iloc[0]["verdict"] == "slower"
-    gated = compare_runs(*pair, threshold=parse_threshold("median:5%"))
+    assert compare_runs(*pair, **STATED).cells.iloc[0]["verdict"] == "slower"
+    gated = compare_runs(*pair, threshold=GATE, **STATED)
     assert gated.cells.iloc[0]["verdict"] == "same" and len(gated.regressions) == 0
 
 
@@ -206,24 +256,10 @@ def test_gate_ignores_a_slowdown_it_cannot_tell(tmp_path):
     # +30% on the median, but 4 wide samples a side: the CI spans 1, so --fail-above does not fire
     sa = [10.0, 6.0, 14.0, 9.0]
     sb = [13.0, 7.0, 15.0, 12.0]
-    cmp = compare_runs(*_verdict_pair(tmp_path, sa, sb), threshold=parse_threshold("median:5%"))
+    cmp = compare_runs(*_verdict_pair(tmp_path, sa, sb), threshold=GATE, **STATED)
     row = cmp.cells.iloc[0]
     assert row["ratio"] > 1.05 and row["verdict"] == "ambiguous"
     assert len(cmp.regressions) == 0
-
-
-def test_cliffs_delta_and_median_ci_analytic():
-    from attnbench.results import stats
-
-    assert stats.cliffs_delta([1, 2, 3], [4, 5, 6]) == 1.0
-    assert stats.cliffs_delta([4, 5, 6], [1, 2, 3]) == -1.0
-    assert stats.cliffs_delta([1, 2, 3, 4], [1, 2, 3, 4]) == 0.0
-    # of the 9 pairs, b > a in 5 (2>1, 3>1, 6>1, 6>3, 6>5), b < a in 3, one tie: (5 - 3) / 9
-    assert stats.cliffs_delta([1, 3, 5], [2, 3, 6]) == pytest.approx(2 / 9)
-    assert math.isnan(stats.cliffs_delta([1, 2], [3, 4, 5]))
-    # 9 values: the distribution-free 95% CI of the median is the 2nd and 8th order statistics
-    assert stats.median_ci(list(range(1, 10))) == (2.0, 8.0)
-    assert all(math.isnan(x) for x in stats.median_ci([1, 2, 3, 4, 5]))
 
 
 # ---- calibration: the machine's speed apart from the code's --------------------------------------
@@ -249,10 +285,10 @@ def test_a_slower_machine_is_not_a_slower_code_once_normalised(tmp_path):
     # chunked (linear memory) at 0.05 TFLOP/s and 10 GB/s is compute-bound: B's matmul ceiling is 0.8x A's
     a, b = _machine_pair(tmp_path, "chunked", 1.25, peak_tflops=0.04)
     gate = parse_threshold("median:5%")
-    raw = compare_runs(a, b, threshold=gate)
+    raw = compare_runs(a, b, threshold=gate, **STATED)
     assert set(raw.cells["verdict"]) == {"slower"} and len(raw.regressions) == 3
     assert any("matmul float32 TFLOP/s" in w and "0.80x" in w for w in raw.calibration_warnings)
-    norm = compare_runs(a, b, threshold=gate, normalize="calibration")
+    norm = compare_runs(a, b, threshold=gate, normalize="calibration", **STATED)
     assert set(norm.cells["bound"]) == {"compute"} and norm.cells["norm_factor"].tolist() == pytest.approx(
         [0.8] * 3
     )
@@ -263,10 +299,12 @@ def test_a_slower_machine_is_not_a_slower_code_once_normalised(tmp_path):
 def test_memory_bound_cells_are_priced_by_copy_bandwidth(tmp_path):
     # naive materialises the scores: at 10 GB/s against 1 TFLOP/s its cells are memory-bound
     a, b = _machine_pair(tmp_path, "naive", 2.0, a_tflops=1.0, copy_gbps=5.0)
-    norm = compare_runs(a, b, normalize="calibration")
+    norm = compare_runs(a, b, normalize="calibration", **STATED)
     assert set(norm.cells["bound"]) == {"memory"} and set(norm.cells["verdict"]) == {"same"}
     code_slower = compare_runs(
-        *_machine_pair(tmp_path / "2", "naive", 3.0, a_tflops=1.0, copy_gbps=5.0), normalize="calibration"
+        *_machine_pair(tmp_path / "2", "naive", 3.0, a_tflops=1.0, copy_gbps=5.0),
+        normalize="calibration",
+        **STATED,
     )
     assert set(code_slower.cells["verdict"]) == {"slower"}  # 3x slower on a 2x slower machine: 1.5x the code
 
@@ -363,9 +401,12 @@ def test_cells_timed_in_different_modes_are_warned_about(tmp_path):
     assert compare_runs(*_pair(tmp_path / "old", _rows(), _rows())).timing_warnings == []  # no column
 
 
+# ---- runs written before the visit columns' names --------------------------------------------------------
+
+
 def _process_rows(factor: float, spread: float, seed: int, k: int = 3):
-    """Rows measured in k processes: each process's samples tight (±1%) around its own median, the medians
-    spread by ±spread around base·factor (the run-to-run variance the samples of one process cannot see)."""
+    """Rows as `--processes K` wrote them: each process's samples tight (±1%) around its own median, the
+    medians spread by ±spread around base·factor, in process_medians_ms."""
     rng = random.Random(seed)
     rows = []
     for variant, base in VARIANTS.items():
@@ -378,92 +419,63 @@ def _process_rows(factor: float, spread: float, seed: int, k: int = 3):
     return rows
 
 
-def _without_process_medians(rows):
-    return [{k: v for k, v in r.items() if k != "process_medians_ms"} for r in rows]
-
-
-def test_process_medians_with_a_wide_spread_do_not_cry_wolf(tmp_path):
-    """10 pairs of runs of one distribution whose processes differ by ±10%: judged by the process medians,
-    at most one pair fails (each cell's test has its α: about 1 of 80 cells expected), where the pooled
-    samples of the same rows fail nearly every pair."""
-    gate = parse_threshold("median:5%")
-    failing, failing_by_samples = 0, 0
-    for seed in range(10):
-        rows_a, rows_b = _process_rows(1.0, 0.10, seed), _process_rows(1.0, 0.10, 100 + seed)
-        cmp = compare_runs(*_pair(tmp_path / str(seed), rows_a, rows_b), threshold=gate)
-        assert set(cmp.cells["basis"]) == {"processes"} and (cmp.cells["k_a"] == 3).all()
-        assert "WARNING" not in text_report(cmp)
-        failing += bool(len(cmp.regressions))
-        pooled = _pair(
-            tmp_path / f"s{seed}", _without_process_medians(rows_a), _without_process_medians(rows_b)
-        )
-        failing_by_samples += bool(len(compare_runs(*pooled, threshold=gate).regressions))
-    assert failing <= 1 and failing_by_samples >= 8, (failing, failing_by_samples)
-
-
-def test_process_medians_catch_a_real_slowdown(tmp_path):
-    a, b = _pair(tmp_path, _process_rows(1.0, 0.01, 0), _process_rows(1.30, 0.01, 1))
-    cmp = compare_runs(a, b, threshold=parse_threshold("median:5%"))
-    assert len(cmp.regressions) == len(cmp.cells) == 8
-    assert (cmp.cells["ratio_ci_low"] > 1.2).all() and (cmp.cells["p_value"] < 0.01).all()
-    assert "Welch t-interval of the difference of the mean log process medians" in verdict_rule(cmp)
-
-
-def test_fewer_than_three_process_medians_fall_back_to_samples_with_one_warning(tmp_path):
-    a, b = _pair(tmp_path, _rows(), _rows(shuffle=True))  # runs before --processes: no process medians
-    cmp = compare_runs(a, b, threshold=parse_threshold("median:5%"))
-    assert set(cmp.cells["basis"]) == {"samples"}
-    warnings = [line for line in text_report(cmp).splitlines() if line.startswith("WARNING")]
-    assert warnings == [
-        "WARNING 8 paired cells measured in one process per cell (--processes): their verdicts see only the "
-        "samples within each run, not the run-to-run variance, and may cry wolf; measure both runs with "
-        "--processes 3 or --rounds 3"
-    ]
-    two = _pair(tmp_path / "two", _process_rows(1.0, 0.01, 0, k=2), _process_rows(1.0, 0.01, 1, k=2))
-    cmp2 = compare_runs(*two)
-    assert set(cmp2.cells["basis"]) == {"samples"}
-    assert "fewer than 3 processes per cell" in " ".join(cmp2.warnings)
-
-
-def test_round_medians_are_judged_as_process_medians_are(tmp_path):
-    """Both runs in 3 rounds (--rounds): each visit's median spans the run, so the CI and test come from the
-    visit medians (basis 'rounds'), as from process medians: a ±10% drift between visits does not cry wolf
-    where the pooled samples would, and a 30% slowdown is still caught."""
-
-    def in_rounds(rows):
-        return [
-            {
-                **{k: v for k, v in r.items() if k != "process_medians_ms"},
-                "round_medians_ms": r["process_medians_ms"],
-            }
-            for r in rows
-        ]
-
-    gate = parse_threshold("median:5%")
+def test_process_medians_of_old_runs_are_judged_as_visits_that_never_pair(tmp_path):
+    """--processes 3 (removed): its process medians load as visit medians without sample counts, so they
+    are the replicates compare judges by (a ±10% spread between processes does not cry wolf where the
+    pooled samples would), and never pair, not even in one run; a 30% slowdown is still caught."""
     failing = 0
     for seed in range(5):
-        rows_a, rows_b = _process_rows(1.0, 0.10, seed), _process_rows(1.0, 0.10, 100 + seed)
-        cmp = compare_runs(*_pair(tmp_path / str(seed), in_rounds(rows_a), in_rounds(rows_b)), threshold=gate)
-        assert set(cmp.cells["basis"]) == {"rounds"} and "WARNING" not in text_report(cmp)
+        pair = _pair(
+            tmp_path / str(seed), _process_rows(1.0, 0.10, seed), _process_rows(1.0, 0.10, 100 + seed)
+        )
+        cmp = compare_runs(*pair, threshold=GATE, **STATED)
+        assert cmp.judgement.level == "visit" and set(cmp.cells["basis"]) == {"visit"}
         failing += bool(len(cmp.regressions))
     assert failing <= 1
-    slow = _pair(
-        tmp_path / "slow", in_rounds(_process_rows(1.0, 0.01, 0)), in_rounds(_process_rows(1.3, 0.01, 1))
-    )
-    assert len(compare_runs(*slow, threshold=gate).regressions) == 8
+    slow = _pair(tmp_path / "slow", _process_rows(1.0, 0.01, 0), _process_rows(1.30, 0.01, 1))
+    cmp = compare_runs(*slow, threshold=GATE, **STATED)
+    assert len(cmp.regressions) == 8 and (cmp.cells["ratio_ci_low"] > 1.2).all()
+    one = slow[0]
+    ab = compare_runs(one, one, variant_a="naive", variant_b="sdpa")
+    assert set(ab.cells["basis"]) == {"visit"} and "Unpaired" in verdict_rule(ab)
+    two = _pair(tmp_path / "two", _process_rows(1.0, 0.01, 0, k=2), _process_rows(1.0, 0.01, 1, k=2))
+    assert compare_runs(*two).judgement.level == "sample"  # 2 processes a side: too few to judge by
+
+
+def _legacy(rows):
+    """The rows as runs in rounds wrote them before the visit columns' names."""
+    names = {"visit_medians_ms": "round_medians_ms", "visit_samples": "round_samples"}
+    return [{names.get(k, k): v for k, v in r.items()} for r in rows]
+
+
+def test_runs_with_the_old_round_columns_compare_with_new_ones(tmp_path):
+    from attnbench import results
+
+    rows = rows_in_rounds({"chunked": 1.0, "chunked_planted": 1.10}, 4, rounds=6, swing=0.2)
+    old = synthetic.write_run(tmp_path / "old", _legacy(rows), run_id="old")
+    df = results.load(old)
+    assert "round_medians_ms" not in df.columns and all(len(v) == 6 for v in df["visit_medians_ms"])
+    assert all(v == [4] * 6 for v in df["visit_samples"])
+    ab = compare_runs(old, old, threshold=GATE, variant_a="chunked", variant_b="chunked_planted")
+    assert set(ab.cells["basis"]) == {"visit paired"} and len(ab.regressions) == len(SEQ)
+    new = synthetic.write_run(tmp_path / "new", rows, run_id="new")
+    assert compare_runs(old, new).judgement.level == "visit"
+
+
+# ---- a control variant ---------------------------------------------------------------------------------
 
 
 def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_run(tmp_path):
-    """Identical code, run B on a machine 15% slower throughout: as measured every cell is a regression;
-    relative to naive (--control), none is, and naive itself, compared as measured, never fails the gate.
-    A real 10% slowdown of sdpa on top of it is still caught, cell by cell."""
-    gate = parse_threshold("median:5%")
+    """Identical code, run B on a machine 15% slower throughout: relative to naive (--control), no cell is
+    a regression, and naive itself, compared as measured, never fails the gate; stating that the machine
+    has no spread between runs, as measured every cell is one. A real 10% slowdown of sdpa on top of it
+    is still caught relative to naive, cell by cell."""
     a, b = _pair(tmp_path, rows_in_rounds(VARIANTS, 1), rows_in_rounds(VARIANTS, 2, speed=1.15))
-    assert len(compare_runs(a, b, threshold=gate).regressions) >= 6
-    cmp = compare_runs(a, b, threshold=gate, control_variant="naive")
+    assert len(compare_runs(a, b, threshold=GATE, **STATED).regressions) >= 6
+    cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
     assert cmp.regressions.empty
     sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
-    assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.02)
+    assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.02) and not sdpa["blind"].any()
     assert sdpa["control_ratio"].to_numpy() == pytest.approx(1.15, abs=0.1)
     naive = cmp.cells[cmp.cells["variant"] == "naive"]
     assert (
@@ -477,11 +489,10 @@ def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_r
     planted = _pair(
         tmp_path / "planted", rows_in_rounds(VARIANTS, 1), rows_in_rounds(slower_sdpa, 2, speed=1.15)
     )
-    caught = compare_runs(*planted, threshold=gate, control_variant="naive")
+    caught = compare_runs(*planted, threshold=GATE, control_variant="naive")
     assert sorted(caught.regressions["variant"]) == ["sdpa"] * 4
-    assert (caught.regressions["ratio"] > 1.07).all()
-    # the ratio, its interval and the gate come from the same visits, each over its round's control visit
     judged = caught.regressions
+    assert (judged["ratio"] > 1.07).all()
     assert ((judged["ratio_ci_low"] <= judged["ratio"]) & (judged["ratio"] <= judged["ratio_ci_high"])).all()
 
 
@@ -490,7 +501,9 @@ def test_a_control_without_a_cell_of_a_shape_leaves_that_cell_as_measured(tmp_pa
     cmp = compare_runs(*_pair(tmp_path, rows_a, rows_b), control_variant="naive")
     at = cmp.cells.set_index(["variant", "seq_len"])
     assert at.loc[("sdpa", 1024), "ratio"] == pytest.approx(1.0, rel=1e-6)
-    assert at.loc[("sdpa", 2048), "ratio"] == pytest.approx(1.10, rel=1e-6)
+    assert (
+        at.loc[("sdpa", 2048), "ratio"] == pytest.approx(1.10, rel=1e-6) and at.loc[("sdpa", 2048), "blind"]
+    )
     assert "no ok naive cell of this shape in both runs" in at.loc[("sdpa", 2048), "why"]
 
 
@@ -508,26 +521,19 @@ def test_a_control_that_is_not_in_both_runs_is_refused(tmp_path, kw, message):
 
 def test_cli_compare_control(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(1.3, shuffle=True))
+    gate = ("--fail-above", "median:5%")
     as_measured = run_cli(
-        "compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(tmp_path / "o1")
+        "compare", str(a), str(b), *gate, "--run-spread", "0", "--out", str(tmp_path / "o1")
     )
     assert as_measured.returncode == 1
-    relative = run_cli(
-        "compare",
-        str(a),
-        str(b),
-        "--fail-above",
-        "median:5%",
-        "--control",
-        "naive",
-        "--out",
-        str(tmp_path / "o2"),
-    )
+    relative = run_cli("compare", str(a), str(b), *gate, "--control", "naive", "--out", str(tmp_path / "o2"))
     assert relative.returncode == 0, relative.stdout + relative.stderr
     bad = run_cli("compare", str(a), str(b), "--control", "nope", "--out", str(tmp_path / "o3"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--control 'nope'" in bad.stderr
     assert not (tmp_path / "o3").exists()
 
+
+# ---- an A/B in one run ----------------------------------------------------------------------------------
 
 AB = {"chunked": 1.0, "chunked_twin": 1.0, "chunked_planted": 1.10}  # a run's A/B: a twin and a plant
 
@@ -535,30 +541,27 @@ AB = {"chunked": 1.0, "chunked_twin": 1.0, "chunked_planted": 1.10}  # a run's A
 def test_an_ab_in_one_run_pairs_each_rounds_visits(tmp_path):
     """compare RUN RUN --variant-a chunked --variant-b X: each round's visit of X against the same round's
     of chunked (a paired t on their log ratios), so a ±20% swing of the machine between rounds neither
-    hides a 10% slowdown nor cries wolf on a twin of the same code; unpaired, the same visits tell nothing."""
-    gate = parse_threshold("median:5%")
+    hides a 10% slowdown nor cries wolf on a twin of the same code; across two runs nothing pairs."""
     for seed in range(5):
         run = synthetic.write_run(
-            tmp_path / str(seed),
-            rows_in_rounds(AB, seed, rounds=6, swing=0.2),
-            run_id=f"ab-{seed}",
+            tmp_path / str(seed), rows_in_rounds(AB, seed, rounds=6, swing=0.2), run_id=f"ab-{seed}"
         )
-        twin = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_twin")
-        assert twin.regressions.empty and set(twin.cells["basis"]) == {"paired rounds"}
+        twin = compare_runs(run, run, threshold=GATE, variant_a="chunked", variant_b="chunked_twin")
+        assert twin.regressions.empty and set(twin.cells["basis"]) == {"visit paired"}
         assert (
             set(twin.cells["variant"]) == {"chunked_twin"}
             and "chunked_twin in B against chunked in A" in twin.match
         )
-        planted = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
+        planted = compare_runs(run, run, threshold=GATE, variant_a="chunked", variant_b="chunked_planted")
         assert len(planted.regressions) == len(SEQ), planted.cells[["seq_len", "ratio", "ratio_ci_low"]]
         assert planted.cells["ratio"].to_numpy() == pytest.approx(1.10, abs=0.02)
-        assert "paired t-interval" in verdict_rule(planted)
-    # two runs' rounds met different moments: not paired, Welch on the visits (basis 'rounds')
+        assert "paired t-test" in verdict_rule(planted) and "BLIND" not in verdict_rule(planted)
     other = synthetic.write_run(
         tmp_path / "other", rows_in_rounds({"chunked_planted": 1.10}, 99, rounds=6, swing=0.2)
     )
-    across = compare_runs(run, other, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
-    assert set(across.cells["basis"]) == {"rounds"} and "paired t-interval" not in verdict_rule(across)
+    across = compare_runs(run, other, threshold=GATE, variant_a="chunked", variant_b="chunked_planted")
+    assert set(across.cells["basis"]) == {"visit"} and "paired t-test" not in verdict_rule(across)
+    assert across.judgement.blind
 
 
 def _visited_again(rows, variant: str, factors: list[float]) -> list[dict]:
@@ -567,13 +570,13 @@ def _visited_again(rows, variant: str, factors: list[float]) -> list[dict]:
     out = []
     for row in rows:
         if row["variant"] == variant:
-            first = row["round_medians_ms"][0]
+            first = row["visit_medians_ms"][0]
             extra = [synthetic.samples(first * f, n=4, spread=0.01, seed=i) for i, f in enumerate(factors)]
             row = {
                 **row,
                 "samples_ms": row["samples_ms"] + [s for v in extra for s in v],
-                "round_medians_ms": row["round_medians_ms"] + [first * f for f in factors],
-                "round_samples": row["round_samples"] + [len(v) for v in extra],
+                "visit_medians_ms": row["visit_medians_ms"] + [first * f for f in factors],
+                "visit_samples": row["visit_samples"] + [len(v) for v in extra],
             }
         out.append(row)
     return out
@@ -581,23 +584,25 @@ def _visited_again(rows, variant: str, factors: list[float]) -> list[dict]:
 
 def test_visits_of_settle_rounds_are_paired_only_with_visits_of_the_same_rounds(tmp_path):
     """A settle round visits again only some variants: an A/B in one run pairs the rounds both were visited
-    in, and --control scales each visit by the control's visit of the same round, both over the visits the
-    two cells share; two visits of the plant's alone, met at a machine twice as fast, change neither."""
-    gate = parse_threshold("median:5%")
+    in, and --control divides each visit by the control's visit of the same round, both over the visits
+    the two cells share; two visits of the plant's alone, met at a machine twice as fast, change neither."""
     rows = rows_in_rounds(AB, 3, rounds=6, swing=0.2)
     run = synthetic.write_run(tmp_path / "ab", _visited_again(rows, "chunked_planted", [0.5, 0.5]))
-    planted = compare_runs(run, run, threshold=gate, variant_a="chunked", variant_b="chunked_planted")
-    assert set(planted.cells["basis"]) == {"paired rounds"} and len(planted.regressions) == len(SEQ)
-    assert planted.cells["ratio"].to_numpy() == pytest.approx(1.10, abs=0.02)
+    planted = compare_runs(run, run, threshold=GATE, variant_a="chunked", variant_b="chunked_planted")
+    assert set(planted.cells["basis"]) == {"visit paired"} and len(planted.regressions) == len(SEQ)
+    assert (
+        planted.cells["ratio"].to_numpy() == pytest.approx(1.10, abs=0.02)
+        and (planted.cells["n_b"] == 6).all()
+    )
     a, b = _pair(
         tmp_path,
         _visited_again(rows_in_rounds(VARIANTS, 1), "naive", [0.5]),
         rows_in_rounds(VARIANTS, 2, speed=1.15),
     )
-    cmp = compare_runs(a, b, threshold=gate, control_variant="naive")
+    cmp = compare_runs(a, b, threshold=GATE, control_variant="naive")
     assert cmp.regressions.empty
     sdpa = cmp.cells[cmp.cells["variant"] == "sdpa"]
-    assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.015)  # by the whole-run factor: 1.02
+    assert sdpa["ratio"].to_numpy() == pytest.approx(1.0, abs=0.015)
 
 
 @pytest.mark.parametrize(
@@ -625,37 +630,34 @@ def test_cli_compare_ab_in_one_run(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "o3").exists()
 
 
-def test_the_gate_holds_its_alpha_over_the_whole_comparison_holm():
-    """A gate fails the build when any cell fails: each cell's p is Holm-adjusted over every judged cell,
-    and a slowdown fails only where that is below alpha too; a status change fails whatever p says."""
-    import pandas as pd
-
-    from attnbench.reports.compare import _family_wise
-
-    cells = pd.DataFrame(
-        {
-            "p_value": [0.019, 1e-6, 0.5, 0.3, math.nan, 0.8],
-            "regression": [True, True, False, False, True, False],
-            "why": ["median 2.6 -> 2.86 ms", "median 10 -> 11 ms", "", "", "status ok -> wrong", ""],
-        }
-    )
-    out = _family_wise(cells, 0.05)
-    # five judged cells: 1e-6 x 5, then 0.019 x 4 = 0.076, monotone, at most 1
-    assert out["p_holm"].tolist()[:4] == pytest.approx([0.076, 5e-6, 1.0, 0.9])
-    assert out["regression"].tolist() == [False, True, False, False, True, False]
-    assert out.loc[0, "why"] == "not over the family: p 0.019, Holm-adjusted 0.076 over 5 cells"
-
-    # relative to a control, the control's own cells never fail the gate: they are not in the family, so
-    # they do not dilute it (here the control's two judged cells leave three: 0.019 x 2 = 0.038 < 0.05)
-    cells["variant"] = ["sdpa", "sdpa", "naive", "naive", "sdpa", "sdpa"]
-    out = _family_wise(cells, 0.05, control="naive")
-    assert out["p_holm"].tolist()[:2] == pytest.approx([0.038, 3e-6]) and out["p_holm"][2:4].isna().all()
-    assert out["regression"].tolist() == [True, True, False, False, True, False]
-
-
 def test_a_compare_records_holm_adjusted_p_values(tmp_path):
-    cmp = compare_runs(
-        *_pair(tmp_path, _rows(), _rows(1.10, shuffle=True)), threshold=parse_threshold("median:5%")
-    )
+    cmp = compare_runs(*_pair(tmp_path, _rows(), _rows(1.10, shuffle=True)), threshold=GATE, **STATED)
     assert (cmp.cells["p_holm"] >= cmp.cells["p_value"]).all() and len(cmp.regressions) == 8
-    assert "Holm" in verdict_rule(cmp)
+    assert "Holm-adjusted over the 8 cells judged" in verdict_rule(cmp)
+
+
+# ---- every published run ----------------------------------------------------------------------------------
+
+
+def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
+    """Every run under results/reference/ (old columns and all) compares with itself, with every judged cell
+    at B/A 1 and nothing failing, and with the next run that shares cells with it; one page is written."""
+    import warnings
+
+    from attnbench import results
+
+    runs = sorted(p for p in (ROOT / "results" / "reference").iterdir() if (p / "meta.json").is_file())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cells = {run: set(results.load(run)["cell_id"]) for run in runs}
+        for i, run in enumerate(runs):
+            itself = compare_runs(run, run, threshold=GATE)
+            judged = itself.cells.dropna(subset=["ratio"])
+            assert (
+                len(judged) and judged["ratio"].to_numpy() == pytest.approx(1.0) and itself.regressions.empty
+            )
+            other = next((o for o in runs[i + 1 :] + runs[:i] if cells[o] & cells[run]), None)
+            if other is not None:
+                assert len(compare_runs(run, other, threshold=GATE).cells)
+        write_page(compare_runs(runs[0], runs[1]), tmp_path / "page")
+    assert (tmp_path / "page" / "README.md").read_text().count("Rule: Judged at the") == 1

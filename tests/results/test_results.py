@@ -261,3 +261,27 @@ def test_printable_escapes_what_a_terminal_or_browser_would_obey_and_nothing_els
         "\\u202eevil\\u202c \\u2066x\\u2069 zw\\u200bj \\ufeff"
     )
     assert printable("no\u00a0break") == "no\u00a0break" and printable(3) == "3"
+
+
+def test_runs_before_the_visit_columns_names_are_read_into_them(tmp_path):
+    """round_medians_ms and round_samples (runs in rounds before the rename) load as visit_medians_ms and
+    visit_samples; --processes K's process_medians_ms (2 or more) as visit medians without counts where a
+    row has none (replicates that never pair: results.judge); a row's own visit columns win."""
+    import synthetic
+
+    rows = [
+        synthetic.cell(
+            "naive", 16, sample_ms=[1.0, 1.1, 1.2], round_medians_ms=[1.0, 1.2], round_samples=[1, 2]
+        ),
+        synthetic.cell("naive", 32, sample_ms=[2.0, 2.1], process_medians_ms=[2.0, 2.1]),
+        synthetic.cell("naive", 64, sample_ms=[3.0, 3.1], process_medians_ms=[3.0]),  # one process: none
+        synthetic.cell("naive", 128, sample_ms=[4.0], visit_medians_ms=[4.0], round_medians_ms=[9.0]),
+        synthetic.cell("naive", 256, status="oom"),
+    ]
+    df = load(synthetic.write_run(tmp_path / "old", rows)).set_index("seq_len")
+    assert not {"round_medians_ms", "round_samples", "process_medians_ms"} & set(df.columns)
+    assert df.loc[16, "visit_medians_ms"] == [1.0, 1.2] and df.loc[16, "visit_samples"] == [1, 2]
+    assert df.loc[32, "visit_medians_ms"] == [2.0, 2.1] and df.loc[32, "visit_samples"] == []
+    assert df.loc[64, "visit_medians_ms"] == [] and df.loc[128, "visit_medians_ms"] == [4.0]
+    assert df.loc[256, "visit_medians_ms"] == [] and df.loc[256, "visit_samples"] == []
+    assert "visit_medians_ms" not in export(df.reset_index(), "csv").splitlines()[0]

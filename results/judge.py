@@ -1,0 +1,692 @@
+"""The judge: whether B is slower than A, cell by cell, by one rule at one level of repetition.
+
+How compare judges
+------------------
+A measurement repeats at three levels: a sample (one timed call) < a visit (a cell measured once, its
+samples in a row; `--rounds R` visits every cell R times, round-robin over the sweep) < a run (a directory;
+a run set is a folder of runs). Each level's replicates hold the spread of the levels below it, and only a
+level above one can see the spread between its replicates: samples do not show what moves between visits,
+visits do not show what moves between runs.
+
+1. **One level.** For a comparison the judge chooses, once, the coarsest level at which every cell judged
+   has 3 or more replicates a side (run > visit > sample). A replicate is that level's median (a visit's, a
+   run's), or at the sample level the sample itself.
+2. **Pairs.** Replicates that share a key are paired: visit i of two cells of ONE run (made in round i,
+   seconds apart; over the visits both have, since a settle round visits only some cells again), or run i
+   of two run sets made interleaved (back to back). Anything else is unpaired.
+3. **A control.** With `compare --control V` each replicate is divided by V's replicate of the same key (its
+   visit of the same round; its level in the same run, visit by visit inside the run; at the sample level,
+   V's median on that side) and multiplied by V's median in A, so the numbers stay in A's units.
+4. **One test** on the logs: a paired t-test of the log ratios, or Welch's t-test of the log replicates.
+   The ratio shown is exp(mean log difference), a ratio of geometric means; its CI is exp of the t interval.
+5. **Verdict.** 'same' when the CI lies within ±tolerance of 1 (the --fail-above percentage, else 2%);
+   'slower' ('faster') when p < alpha and the whole CI lies above (below) 1; else 'ambiguous'.
+6. **Blind comparisons.** Two different single runs, no control, nothing paired: no interval here holds
+   how much a whole run moves, which on a shared machine is far more than a run's own visits show. The
+   verdict says so and calls a cell slower or faster only when its whole CI lies beyond 1 ± the run-to-run
+   spread measured for identical code (RUN_SPREAD_FLOOR, or the figure stated with --run-spread), and
+   'same' only within ±(tolerance - that spread).
+7. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
+   judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
+   than N% (median: the judge's ratio; mean, min, max: of the samples). A cell ok in A and wrong, error,
+   crashed or timeout in B fails whatever the statistics.
+
+`Judgement.rule` is this, filled in for one comparison: the one text a compare page and terminal print.
+`separated` is the same test for the report's ranking and the harness's settle rounds (two variants of one
+shape in one run). Pure Python (math only): the harness asks it in the run's own process, without scipy.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .schema import float_list
+
+ALPHA = 0.05
+TOLERANCE = 0.02  # a ratio whose CI stays within ±2% of 1 is 'same' (without a relative --fail-above)
+MIN_REPLICATES = 3  # a side, at the level judged (t with 2 has one degree of freedom per side: too wild)
+CI_LEVEL = 0.95
+LEVELS = ("run", "visit", "sample")  # coarsest first
+VERDICTS = ("faster", "slower", "same", "ambiguous")
+BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B fails the gate
+STATS = ("median", "mean", "min", "max")
+
+# How far a whole run of identical code moves from the next on the reference machine: the largest |B/A - 1|
+# of any cell over the pairs of identical single runs (every file without a set_size: its pairs are two
+# runs, not two run sets) in results/reference/false-alarm-*.json, as compare judged them as measured,
+# rounded up to a whole per cent. tests/results/test_judge.py recomputes it from those files.
+RUN_SPREAD_FLOOR = 0.48
+RUN_SPREAD_SOURCE = (
+    "the largest |B/A - 1| of a cell over the pairs of identical single runs in "
+    "results/reference/false-alarm-*.json (benchmarks/false_alarm.py, a shared 2-core EPYC VM), rounded up"
+)
+
+
+# ---- the t distribution: regularized incomplete beta (Numerical Recipes 6.4, Lentz's continued fraction)
+
+
+def _beta_cf(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        for aa in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def beta_inc(a: float, b: float, x: float, y: float | None = None) -> float:
+    """The regularized incomplete beta function I_x(a, b); y = 1 - x when the caller has it more exactly."""
+    y = 1.0 - x if y is None else y
+    if x <= 0:
+        return 0.0
+    if y <= 0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_cf(a, b, x) / a
+    return 1.0 - front * _beta_cf(b, a, y) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with df degrees of freedom (df > 0, not necessarily whole)."""
+    if math.isnan(t) or not df > 0:
+        return math.nan
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tt = t * t
+    tail = 0.5 * beta_inc(df / 2, 0.5, df / (df + tt), tt / (df + tt))  # P(T > |t|)
+    return tail if t >= 0 else 1.0 - tail
+
+
+def _t_pdf(t: float, df: float) -> float:
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+
+
+def t_ppf(q: float, df: float) -> float:
+    """The q-quantile of Student's t with df degrees of freedom: Newton's method on t_sf, kept inside a
+    bracket that bisection narrows where a step would leave it."""
+    if not (0 < q < 1) or not df > 0:
+        return math.nan
+    if q < 0.5:
+        return -t_ppf(1 - q, df)
+    want = 1.0 - q
+    lo, hi = 0.0, 1.0
+    while t_sf(hi, df) > want:
+        lo, hi = hi, hi * 2
+    t = (lo + hi) / 2
+    for _ in range(200):
+        err = t_sf(t, df) - want  # > 0: t is too small
+        lo, hi = (t, hi) if err > 0 else (lo, t)
+        if abs(err) <= 1e-14 * want or hi - lo <= 1e-13 * hi:
+            break
+        step = t + err / _t_pdf(t, df)
+        t = step if lo < step < hi else (lo + hi) / 2
+    return t
+
+
+# ---- the test --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Test:
+    """One t-test of B against A on the logs: d the mean log difference (ratio exp(d)), its CI and p."""
+
+    d: float
+    low: float
+    high: float
+    p: float
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.d) if math.isfinite(self.d) else math.nan
+
+
+NO_TEST = Test(math.nan, math.nan, math.nan, math.nan)
+
+
+def _logs(values: Sequence[float]) -> list[float] | None:
+    return [math.log(v) for v in values] if values and min(values) > 0 else None
+
+
+def _t_test(d: float, se: float, df: float) -> Test:
+    if se == 0:  # no spread at all: a point interval; equal means are no evidence, others are certain
+        return Test(d, d, d, 1.0 if d == 0 else 0.0)
+    half = t_ppf(0.5 + CI_LEVEL / 2, df) * se
+    return Test(d, d - half, d + half, min(1.0, 2 * t_sf(abs(d) / se, df)))
+
+
+def paired_test(a: Sequence[float], b: Sequence[float]) -> Test:
+    """Paired t on log(b[i]) - log(a[i]); NO_TEST with fewer than MIN_REPLICATES pairs or a value <= 0."""
+    la, lb = _logs(a), _logs(b)
+    if la is None or lb is None or len(la) != len(lb) or len(la) < MIN_REPLICATES:
+        return NO_TEST
+    diffs = [y - x for x, y in zip(la, lb, strict=True)]
+    n = len(diffs)
+    return _t_test(statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(n), n - 1)
+
+
+def welch_test(a: Sequence[float], b: Sequence[float]) -> Test:
+    """Welch's t on log(b) against log(a) (Welch-Satterthwaite degrees of freedom); NO_TEST with fewer than
+    MIN_REPLICATES a side or a value <= 0."""
+    la, lb = _logs(a), _logs(b)
+    if la is None or lb is None or min(len(la), len(lb)) < MIN_REPLICATES:
+        return NO_TEST
+    wa, wb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
+    d = statistics.fmean(lb) - statistics.fmean(la)
+    if wa + wb == 0:
+        return _t_test(d, 0.0, 1.0)
+    df = (wa + wb) ** 2 / (wa**2 / (len(la) - 1) + wb**2 / (len(lb) - 1))
+    return _t_test(d, math.sqrt(wa + wb), df)
+
+
+def verdict(test: Test, *, tolerance: float = TOLERANCE, alpha: float = ALPHA, unseen: float = 0.0) -> str:
+    """same, slower, faster or ambiguous (module docstring, 5 and 6); `unseen` is the spread the evidence
+    cannot see (a blind comparison's floor), which the CI must clear as well."""
+    lo, hi = math.exp(test.low), math.exp(test.high)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "ambiguous"
+    if unseen < tolerance and 1 - tolerance + unseen <= lo and hi <= 1 + tolerance - unseen:
+        return "same"  # practically equal, even where a huge sample makes a 1% shift significant
+    significant = math.isfinite(test.p) and test.p < alpha
+    if significant and lo > 1 + unseen:
+        return "slower"
+    if significant and hi < 1 - unseen:
+        return "faster"
+    return "ambiguous"
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest of the m finite ones times
+    (m - i + 1), made monotone, at most 1; NaN stays NaN and is not counted in m."""
+    finite = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    out = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(finite):
+        running = max(running, min(1.0, p * (len(finite) - rank)))
+        out[i] = running
+    return out
+
+
+# ---- what is judged ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """--fail-above STAT:N% (B slower than A by more than N percent) or STAT:X (by more than X ms)."""
+
+    stat: str
+    value: float
+    relative: bool
+    text: str
+
+    def exceeded(self, a: float, b: float) -> bool:
+        return (b - a) / a > self.value if self.relative else (b - a) > self.value
+
+
+# the list columns a Side reads, in its fields' order
+_LISTS = ("samples_ms", "visit_medians_ms", "visit_samples", "run_medians_ms", "run_index")
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one run (or run set) measured of one cell: its median, samples, each visit's median and sample
+    count, and for a run set each run's median, index in the set (in the order made) and visit medians."""
+
+    median: float
+    samples: tuple[float, ...] = ()
+    visits: tuple[float, ...] = ()
+    visit_samples: tuple[float, ...] = ()
+    runs: tuple[float, ...] = ()
+    run_index: tuple[float, ...] = ()
+    run_visits: tuple[tuple[float, ...], ...] = ()
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any], suffix: str = "") -> Side:
+        """A side from a results row (results.load, results.runset), its columns ending in `suffix`."""
+        get = {c: row.get(c + suffix) for c in ("time_ms_median", *_LISTS, "run_visit_medians")}
+        median, run_visits = get["time_ms_median"], get["run_visit_medians"]
+        return cls(
+            float(median) if isinstance(median, (int, float)) and median == median else math.nan,
+            *(tuple(float_list(get[c])) for c in _LISTS),
+            tuple(tuple(float_list(v)) for v in run_visits) if isinstance(run_visits, (list, tuple)) else (),
+        )
+
+    def scaled(self, f: float) -> Side:
+        """Every time times `f` (compare --normalize: B's times on A's machine)."""
+        samples, visits, runs = (tuple(x * f for x in xs) for xs in (self.samples, self.visits, self.runs))
+        run_visits = tuple(tuple(x * f for x in v) for v in self.run_visits)
+        return Side(self.median * f, samples, visits, self.visit_samples, runs, self.run_index, run_visits)
+
+    @property
+    def usable(self) -> bool:
+        return math.isfinite(self.median) and self.median > 0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of both runs: their statuses, what each measured (None where not ok), and the control
+    variant's cell of the same shape where one is named."""
+
+    status_a: str
+    status_b: str
+    a: Side | None = None
+    b: Side | None = None
+    control_a: Side | None = None
+    control_b: Side | None = None
+    is_control: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.status_a == "ok" and self.status_b == "ok" and bool(self.a and self.a.usable)
+            and bool(self.b and self.b.usable)
+        )  # fmt: skip
+
+    @property
+    def has_control(self) -> bool:
+        return bool(self.control_a and self.control_a.usable and self.control_b and self.control_b.usable)
+
+
+@dataclass(frozen=True)
+class Design:
+    """How a comparison was made, which decides what can be paired and what the evidence can see."""
+
+    alpha: float = ALPHA
+    threshold: Threshold | None = None
+    control: str | None = None  # compare --control VARIANT
+    same_run: bool = False  # A and B are one run (or one run set): visits (runs) pair by index
+    interleaved: bool = False  # two run sets made interleaved (results.runset.interleaved): runs pair
+    run_spread: float | None = None  # compare --run-spread: this machine's figure instead of the floor
+
+    @property
+    def tolerance(self) -> float:
+        t = self.threshold
+        return t.value if t is not None and t.relative else TOLERANCE
+
+    @property
+    def floor(self) -> float:
+        return RUN_SPREAD_FLOOR if self.run_spread is None else self.run_spread
+
+    @property
+    def floor_source(self) -> str:
+        return RUN_SPREAD_SOURCE if self.run_spread is None else "stated with --run-spread"
+
+    def pairs(self, level: str) -> bool:
+        return (self.same_run and level in ("run", "visit")) or (self.interleaved and level == "run")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One cell's answer. level_a, level_b: the geometric means of the replicates tested (ms, A's units);
+    ratio = level_b / level_a. blind: no control, pairing or run level let it see the spread between runs."""
+
+    ratio: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    p_holm: float = math.nan
+    verdict: str = "n/a"
+    level_a: float = math.nan
+    level_b: float = math.nan
+    n_a: int = 0
+    n_b: int = 0
+    paired: bool = False
+    blind: bool = False
+    control_ratio: float = math.nan  # the control's B/A at this shape, where it divided this cell
+    regression: bool = False
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class _Replicates:
+    a: list[float]
+    b: list[float]
+    paired: bool
+    by_control: bool
+
+
+def _at(side: Side, level: str) -> tuple[list[Any], list[float], bool]:
+    """(keys, values, keyed) of a side's replicates at a level; keyed: the keys name moments shared with
+    the other cells of its run (a visit's round: only visits with their sample counts, made in rounds;
+    a run's place in its set), so that they may pair."""
+    if level == "run":
+        keys = side.run_index if len(side.run_index) == len(side.runs) else range(len(side.runs))
+        return list(keys), list(side.runs), True
+    if level == "visit" and side.runs:  # a run set judged below its runs: every run's visits
+        keys = side.run_index if len(side.run_index) == len(side.runs) else range(len(side.runs))
+        pairs = [((k, i), v) for k, vs in zip(keys, side.run_visits, strict=False) for i, v in enumerate(vs)]
+        return [k for k, _ in pairs], [v for _, v in pairs], True
+    if level == "visit":
+        return list(range(len(side.visits))), list(side.visits), len(side.visit_samples) == len(side.visits)
+    return list(range(len(side.samples))), list(side.samples), False
+
+
+def _relative(side: Side, control: Side, level: str, ref: float) -> tuple[list[Any], list[float], bool]:
+    """A side's replicates each over the control's of the same key, times ref (the control's median in A);
+    where they cannot be keyed, over the control's median on that side."""
+    keys, values, keyed = _at(side, level)
+    if level == "run":  # each run's level over the control's in the same run, visit by visit inside it
+        ck, cv, _ = _at(control, "run")
+        c_runs = dict(zip(ck, cv, strict=True))
+        c_visits = dict(zip(ck, control.run_visits, strict=False))
+        own = dict(zip(keys, side.run_visits, strict=False))
+        out = []
+        for k, m in zip(keys, values, strict=True):
+            if k in c_runs:
+                v, c = own.get(k, ()), c_visits.get(k, ())
+                n = min(len(v), len(c))  # the rounds both were visited in
+                if n and min(v[:n] + c[:n]) > 0:
+                    out.append((k, ref * statistics.median(x / y for x, y in zip(v[:n], c[:n], strict=True))))
+                else:
+                    out.append((k, ref * m / c_runs[k]))
+        return [k for k, _ in out], [v for _, v in out], True
+    ck, cv, c_keyed = _at(control, level)
+    if keyed and c_keyed:
+        by_key = dict(zip(ck, cv, strict=True))
+        out = [(k, ref * v / by_key[k]) for k, v in zip(keys, values, strict=True) if k in by_key]
+        return [k for k, _ in out], [v for _, v in out], True
+    return keys, [ref * v / control.median for v in values], keyed
+
+
+def _replicates(cell: Cell, design: Design, level: str) -> _Replicates:
+    """A cell's replicates at a level, each side over the control where it has one, paired where the
+    design pairs and both sides are keyed (over the keys both have)."""
+    assert cell.a is not None and cell.b is not None
+    by_control = design.control is not None and not cell.is_control and cell.has_control
+    if by_control:
+        assert cell.control_a is not None and cell.control_b is not None
+        ref = cell.control_a.median
+        ka, va, keyed_a = _relative(cell.a, cell.control_a, level, ref)
+        kb, vb, keyed_b = _relative(cell.b, cell.control_b, level, ref)
+    else:
+        (ka, va, keyed_a), (kb, vb, keyed_b) = _at(cell.a, level), _at(cell.b, level)
+    if design.pairs(level) and keyed_a and keyed_b:
+        da, db = dict(zip(ka, va, strict=True)), dict(zip(kb, vb, strict=True))
+        common = [k for k in ka if k in db]
+        return _Replicates([da[k] for k in common], [db[k] for k in common], True, by_control)
+    return _Replicates(va, vb, False, by_control)
+
+
+def choose_level(cells: Sequence[Cell], design: Design) -> str:
+    """The coarsest level at which every cell ok in both runs has MIN_REPLICATES or more a side."""
+    judged = [c for c in cells if c.ok]
+    for level in LEVELS[:-1]:
+        reps = [_replicates(c, design, level) for c in judged]
+        if reps and all(min(len(r.a), len(r.b)) >= MIN_REPLICATES for r in reps):
+            return level
+    return "sample"
+
+
+# ---- one comparison --------------------------------------------------------------------------------------
+
+
+def _geomean(values: list[float]) -> float:
+    logs = _logs(values)
+    return math.exp(statistics.fmean(logs)) if logs else math.nan
+
+
+def _judge_cell(cell: Cell, design: Design, level: str) -> Judged:
+    """One cell's test and verdict (Holm and the gate come after, over the whole comparison)."""
+    if not cell.ok:
+        return Judged()
+    reps = _replicates(cell, design, level)
+    test = paired_test(reps.a, reps.b) if reps.paired else welch_test(reps.a, reps.b)
+    blind = not design.same_run and level != "run" and not reps.by_control
+    unseen = design.floor if blind else 0.0
+    control_ratio = math.nan
+    if reps.by_control:
+        assert cell.control_a is not None and cell.control_b is not None
+        control_ratio = cell.control_b.median / cell.control_a.median
+    level_a, level_b = _geomean(reps.a), _geomean(reps.b)  # exp(test.d) = level_b / level_a
+    return Judged(
+        ratio=level_b / level_a,
+        ci_low=math.exp(test.low) if math.isfinite(test.low) else math.nan,
+        ci_high=math.exp(test.high) if math.isfinite(test.high) else math.nan,
+        p_value=test.p,
+        verdict=verdict(test, tolerance=design.tolerance, alpha=design.alpha, unseen=unseen),
+        level_a=level_a,
+        level_b=level_b,
+        n_a=len(reps.a),
+        n_b=len(reps.b),
+        paired=reps.paired,
+        blind=blind,
+        control_ratio=control_ratio,
+    )
+
+
+def _stat(cell: Cell, judged: Judged, stat: str, design: Design) -> tuple[float, float]:
+    """The gate's statistic on each side: the judge's levels for the median, else of the samples (each side
+    over the control's median on that side, in A's units, where the cell was judged relative to it)."""
+    if stat == "median":
+        return judged.level_a, judged.level_b
+    assert cell.a is not None and cell.b is not None
+    fn = {"mean": statistics.fmean, "min": min, "max": max}[stat]
+    sa, sb = list(cell.a.samples), list(cell.b.samples)
+    if not (sa and sb):
+        return math.nan, math.nan
+    if design.control is not None and not cell.is_control and cell.has_control:
+        assert cell.control_a is not None and cell.control_b is not None
+        sb = [s * cell.control_a.median / cell.control_b.median for s in sb]
+    return float(fn(sa)), float(fn(sb))
+
+
+def _gate(cell: Cell, judged: Judged, design: Design, family: int) -> tuple[bool, str]:
+    """(fails, why), module docstring 7; the control's own cells never fail."""
+    if cell.is_control:
+        return False, "the control (its change is the machine's)"
+    note = ""
+    if design.control is not None and cell.ok and not cell.has_control:
+        note = f"no ok {design.control} cell of this shape in both runs: compared as measured"
+    t = design.threshold
+    if t is None:
+        return False, note
+    if cell.status_a == "ok" and cell.status_b in BROKEN:
+        return True, f"status ok -> {cell.status_b}"
+    if judged.verdict != "slower":
+        return False, note
+    va, vb = _stat(cell, judged, t.stat, design)
+    if not (math.isfinite(va) and math.isfinite(vb) and t.exceeded(va, vb)):
+        return False, note
+    if not judged.p_holm < design.alpha:
+        adjusted = f"Holm-adjusted {judged.p_holm:.2g} over {family} cells"
+        return False, f"not over the family: p {judged.p_value:.2g}, {adjusted}"
+    return True, f"{t.stat} {va:.4g} -> {vb:.4g} ms"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A whole comparison: the level chosen, each cell's answer (in the order given) and the rule text."""
+
+    design: Design
+    level: str
+    cells: tuple[Judged, ...]
+    family: int  # cells in Holm's family: judged, with a p, not the control's own
+
+    @property
+    def paired(self) -> bool:
+        return any(c.paired for c in self.cells)
+
+    @property
+    def blind(self) -> bool:
+        return any(c.blind for c in self.cells)
+
+    @property
+    def rule(self) -> str:
+        return rule_text(self)
+
+
+def judge(cells: Sequence[Cell], design: Design) -> Judgement:
+    """Every cell of a comparison judged at one level by one test, Holm's step-down over the family, and
+    the gate (module docstring)."""
+    level = choose_level(cells, design)
+    judged = [_judge_cell(c, design, level) for c in cells]
+    in_family = [not c.is_control for c in cells]
+    p_holm = holm([j.p_value if keep else math.nan for j, keep in zip(judged, in_family, strict=True)])
+    family = sum(math.isfinite(p) for p in p_holm)
+    out = []
+    for cell, j, ph in zip(cells, judged, p_holm, strict=True):
+        j = replace(j, p_holm=ph)
+        regression, why = _gate(cell, j, design, family)
+        out.append(replace(j, regression=regression, why=why))
+    return Judgement(design, level, tuple(out), family)
+
+
+# ---- the rule text ---------------------------------------------------------------------------------------
+
+_REPLICATE = {
+    "run": "each run's median (the runs of a run set)",
+    "visit": "each visit's median (a run visits every cell once per round, round-robin over the sweep)",
+    "sample": "each timed call",
+}
+
+
+def _pairing_text(j: Judgement) -> str:
+    if not j.paired:
+        return "Unpaired: no replicate of B shares a moment with one of A."
+    if j.level == "run":
+        return (
+            "Paired: run i of B with run i of A (the sets were made interleaved, or are one set), so the "
+            "drift over minutes that each pair met alike leaves the test."
+        )
+    return (
+        "Paired: visit i of B with visit i of A, made in the same round of one run seconds apart, over the "
+        "visits both cells have (a settle round visits only some cells again), so the drift between rounds "
+        "leaves the test."
+    )
+
+
+def _control_text(j: Judgement) -> str:
+    c = j.design.control
+    if c is None:
+        return ""
+    return (
+        f"Relative to the control variant {c} (the same code in both runs, so its change is the machine's): "
+        "each replicate is divided by the control's replicate of the same key (its visit of the same "
+        "round; its level in the same run, visit by visit inside the run; at the sample level its median on "
+        "that side) and multiplied by the control's median in A. The control's own cells are compared as "
+        "measured and never fail the gate; a cell whose control is not ok in both runs is compared as "
+        "measured. "
+    )
+
+
+def _blind_text(j: Judgement) -> str:
+    d = j.design
+    who = (
+        "Cells compared as measured (the control's own, and any whose control is not ok in both runs) are"
+        if d.control
+        else "This comparison is"
+    )
+    same = f"'same' only within ±{d.tolerance - d.floor:.0%} of 1" if d.floor < d.tolerance else "none 'same'"
+    return (
+        f"{who} BLIND to the spread between runs: A and B are different runs, one a side, with nothing "
+        "paired, so no interval here holds how much a whole run moves. Identical code moved by up to "
+        f"±{d.floor:.0%} between runs ({d.floor_source}), so a cell is called slower (faster) only where "
+        f"its whole CI lies above {1 + d.floor:.2f} (below {1 - d.floor:.2f}), and {same}."
+        + (
+            ""
+            if d.control
+            else " To see more: both kernels as variants of one run (--variant-a/--variant-b), a --control, "
+            "or interleaved run sets of 3 or more runs; --run-spread PCT states your own machine's figure."
+        )
+    )
+
+
+def _unseen_text(j: Judgement) -> str:
+    d = j.design
+    if d.same_run:
+        seen = "It cannot see what moves between runs, which falls on both cells of one run alike."
+    elif j.level == "run":
+        seen = (
+            "It sees the spread between runs; it cannot see a change that every run of one side met and "
+            "the other's did not (a machine slower through all of B), which a --control takes out."
+        )
+    else:
+        seen = ""
+    if d.control is not None:
+        seen += " It cannot see a change of the control's own speed, which the other verdicts are divided by."
+    return (seen + " " + _blind_text(j)) if j.blind else seen
+
+
+def rule_text(j: Judgement) -> str:
+    """The one rule text of a comparison: the level, the pairing, the control, the test, the verdict rule,
+    the Holm family and the gate, and what the evidence cannot see."""
+    d = j.design
+    test = "a paired t-test of the log ratios" if j.paired else "Welch's t-test of the logs"
+    family = f"the {j.family} cells judged" + (" (not the control's own)" if d.control else "")
+    gate = (
+        f"Gate (--fail-above {d.threshold.text}): a cell fails when it is 'slower', its p Holm-adjusted "
+        f"over {family} is below {d.alpha:g}, and its {d.threshold.stat} grew by more than the threshold; "
+        "a cell ok in A and wrong, error, crashed or timeout in B fails whatever the statistics."
+        if d.threshold is not None
+        else f"No gate (no --fail-above); p_holm is Holm's step-down over {family}."
+    )
+    return " ".join(
+        [
+            f"Judged at the {j.level} level: the replicates are {_REPLICATE[j.level]}, the coarsest level "
+            f"(run > visit > sample) with {MIN_REPLICATES} or more a side in every cell judged.",
+            _pairing_text(j),
+            _control_text(j).strip(),
+            f"Test: {test}; B/A is exp(mean log difference), a ratio of geometric means, and its "
+            f"{CI_LEVEL:.0%} CI exp of the t interval.",
+            f"Verdict: 'same' when the CI lies within ±{d.tolerance:.0%} of 1; 'slower' ('faster') when "
+            f"p < {d.alpha:g} and the whole CI lies above (below) 1; else 'ambiguous'.",
+            gate,
+            _unseen_text(j),
+        ]
+    ).replace("  ", " ")
+
+
+# ---- two variants of one shape in one run: the report's ranking and the settle rounds ---------------------
+
+
+def _row_list(row: Any, name: str) -> list[float]:
+    """A list column of a row (a dict or a pandas row) as floats, [] where it has none."""
+    return float_list(row.get(name) if hasattr(row, "get") else None)
+
+
+def _visits(row: Any) -> list[float]:
+    """A row's visit medians where it has MIN_REPLICATES or more, each with its sample count."""
+    medians, counts = _row_list(row, "visit_medians_ms"), _row_list(row, "visit_samples")
+    return medians if len(medians) >= MIN_REPLICATES and len(counts) == len(medians) else []
+
+
+def separation(first: Any, other: Any) -> Test:
+    """The ranking's test of `other` against `first` (rows of one run and one shape): their visits paired by
+    index (over the visits both have) where both have 3 or more with their sample counts, else Welch's t
+    on the log samples."""
+    va, vb = _visits(first), _visits(other)
+    if va and vb:
+        k = min(len(va), len(vb))
+        return paired_test(va[:k], vb[:k])
+    return welch_test(_row_list(first, "samples_ms"), _row_list(other, "samples_ms"))
+
+
+def separated(
+    first: Any, other: Any, *, tolerance: float = TOLERANCE, alpha: float = ALPHA, test: Test | None = None
+) -> bool:
+    """Whether `other` is told apart from the faster `first`: at least `tolerance` slower by median and
+    judged slower at alpha by `separation` (given as `test` where the caller has it already)."""
+    try:
+        lead = float(other["time_ms_median"]) / float(first["time_ms_median"])
+    except (TypeError, ValueError, ZeroDivisionError):
+        return False
+    if not lead >= 1 + tolerance:
+        return False
+    test = separation(first, other) if test is None else test
+    return math.isfinite(test.p) and test.p < alpha and test.d > 0
