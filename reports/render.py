@@ -14,21 +14,17 @@ from . import findings as findmod
 from . import fit as fitmod
 from . import page as pg
 from .calibration import group_notes
+from .panels import PANELS, decode
+from .section import file_stem, group_head, ms_text, num_text, seq_count
 from .style import palette, slug, variant_order
 from .tables import (
     COMBO_AXES,
-    GROUP_AXES,
-    PANEL_AXES,
     axis_value,
     best_variant,
-    calibrated_copy,
     calibrated_peak,
-    decode_rows,
     device_memory,
     fixed_axes,
-    fixed_text,
     flagged,
-    gqa_rows,
     groups,
     label,
     length_axis,
@@ -39,7 +35,6 @@ from .tables import (
     ranking,
     ranking_text,
     varying,
-    window_rows,
 )
 
 DEFAULT_BASELINE = "naive"
@@ -77,25 +72,6 @@ class Report:
         blocks: list[pg.Block] = [pg.Heading(f"attnbench report {self.out_dir}"), pg.Para(files)]
         found = findmod.blocks(self.findings) if self.findings is not None else []
         return pg.to_notebook_html([*blocks, *found], self.out_dir)
-
-
-def ms_text(t: Any) -> str:
-    """0.893 ms, 164 ms, 1.25 s."""
-    if not present(t):
-        return "n/a"
-    t = float(t)
-    return f"{t / 1000:.3g} s" if t >= 1000 else f"{t:.3g} ms"
-
-
-def _num(v: Any, fmt: str = ".2f") -> str:
-    return format(float(v), fmt) if present(v) and math.isfinite(float(v)) else "n/a"
-
-
-def _seq_count(n: Any) -> str:
-    if not present(n):
-        return "n/a"
-    n = int(n)
-    return f"{n:,}" if n <= 2**24 else f"2^{n.bit_length() - 1}"
 
 
 def _theory_text(exp: Any) -> str:
@@ -153,13 +129,13 @@ def summary_table(scaling) -> pg.Table:
                 str(r["variant"]),
                 *[axis_value(a, r[a]) for a in shown],
                 time_fit,
-                _num(r["time_r2"], ".3f"),
+                num_text(r["time_r2"], ".3f"),
                 _theory_text(r["time_theory"]),
                 mem_fit,
-                _num(r["mem_r2"], ".3f"),
+                num_text(r["mem_r2"], ".3f"),
                 mem_th,
                 "; ".join(verdict) or "–",
-                _seq_count(r["n_max_measured"]),
+                seq_count(r["n_max_measured"]),
                 str(r["n_fit_text"]),
                 str(r["n_time_text"]),
                 f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a",
@@ -224,11 +200,11 @@ def best_table(group) -> pg.Table:
             b = sel.iloc[0]
             if b["tied"]:  # the data cannot rank them: say so instead of "1.00× ahead"
                 text = f"tie: {' ≈ '.join([str(b['best']), *str(b['tied']).split()])} {ms_text(b['time_ms'])}"
-                text += f" ({_num(b['lead'])}×{_p_text(b['p_value'])})"
+                text += f" ({num_text(b['lead'])}×{_p_text(b['p_value'])})"
             else:
                 text = f"{b['best']} {ms_text(b['time_ms'])}"
                 if b["runner_up"]:
-                    text += f" ({_num(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
+                    text += f" ({num_text(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
             order = ranks[ranks[length] == n]
             for axis, value in key.items():
                 order = order[order[axis] == value]
@@ -367,7 +343,8 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
     for rid in others:
         cs = group_ceilings(match_groups(devgroups[first], devgroups[rid]))
         rows += [
-            (rid, c.device, c.what, _num(c.a, ".3g"), _num(c.b, ".3g"), _num(c.ratio, ".3f")) for c in cs
+            (rid, c.device, c.what, num_text(c.a, ".3g"), num_text(c.b, ".3g"), num_text(c.ratio, ".3f"))
+            for c in cs
         ]
         warnings += warnings_for(cs, a=first, b=rid)
     table = pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
@@ -408,195 +385,6 @@ def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
             )
         )
     return pg.Table(("variant", "device", "dtype", "q scale", "status", "rel_err", "message"), tuple(rows))
-
-
-def _stem(gkey: dict[str, Any], multi: bool) -> str:
-    """A group's file-name stem: [run-]device[-device group][-model]-dtype-pass."""
-    dgroup = str(gkey["device_group"]) if present(gkey["device_group"]) else ""
-    model = str(gkey["model"]) if present(gkey["model"]) else ""
-    return slug(
-        *([gkey["run_id"]] if multi else []),
-        str(gkey["device"]),
-        *([dgroup] if dgroup else []),
-        *([model] if model else []),
-        str(gkey["dtype"]),
-        gkey["pass"],
-    )
-
-
-def group_head(gkey: dict[str, Any], group, multi: bool) -> str:
-    """A group's section title: 'cpu · float32 · forward (d_k=64 · B=1 · H=8 · no padding)'."""
-    gtitle = label(gkey, [a for a in GROUP_AXES if multi or a != "run_id"])
-    fixed_g = fixed_text(group)
-    return f"{gtitle} ({fixed_g})" if fixed_g else gtitle
-
-
-# ---- workload panels (issue 11): only where a run has such cells ---------------------------------------
-
-DECODE_RULE = (
-    "Decode cells (N_q queries against N_k ≠ N_q keys) read the whole K/V cache for a few queries: they are "
-    "bound by memory, not FLOPs. K/V GB/s is kv_bytes (B · H_kv · N_k · (d_k + d_v) · itemsize, K and V "
-    "each read once) over the median time, its band from the p25 and p75 times; the dashed line is the "
-    "device's calibrated copy bandwidth. Time is fitted against N_k over every ok point of a series."
-)
-GQA_RULE = (
-    "Each grouped-query cell (H_kv < H) against the MHA cell of the same shape in the same run: the same "
-    "variant, device, dtype, batch, H, N_q, N_k, d_k, d_v, mask, window, padding, dropout and pass, only "
-    "H_kv = H. Speed-up is MHA median time / GQA median time; 'separated' when the slower is at least 2% "
-    "slower by median and Mann-Whitney U on the raw samples gives p < 0.05. Memory: GQA / MHA peak bytes "
-    "and K/V bytes (kv_bytes)."
-)
-
-
-def _group_meta(metas, gkey, group) -> tuple[dict[str, Any], list]:
-    return metas.get(str(gkey["run_id"]), {}), list(group["where"].dropna().unique())
-
-
-def _decode_blocks(df, metas, out: Path) -> tuple[list, list]:
-    """Decode: time and K/V GB/s against N_k per group, and the GB/s at each series' largest N_k."""
-    from . import plots
-    from .style import save
-    from .workloads import decode_table
-
-    dec = decode_rows(df)
-    if dec.empty:
-        return [], []
-    blocks: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
-    files = []
-    for gkey, group in groups(dec):
-        meta, wheres = _group_meta(metas, gkey, group)
-        copy = calibrated_copy(meta, str(gkey["device"]), wheres)
-        head, stem = group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
-        blocks.append(pg.Heading(head, 3))
-        for kind, ftitle, (fig, data), caption in (
-            (
-                "decode-time",
-                "Decode time vs N_k",
-                plots.decode_time_figure(group, f"Decode time per call · {head}"),
-                "Median time with its p25–p75 band against the K/V cache length; legend: exponent in N_k.",
-            ),
-            (
-                "decode-kv-gbps",
-                "Decode K/V GB/s vs N_k",
-                plots.kv_bandwidth_figure(group, f"K/V read bandwidth · {head}", copy),
-                "kv_bytes / median time (band: p25–p75 times); dashed: calibrated copy bandwidth.",
-            ),
-        ):
-            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
-            files.append(saved)
-            blocks.append(pg.Figure(saved))
-        table = decode_table(group, copy)
-        shown = varying(table, [*PANEL_AXES, "seq_len"])
-        rows = tuple(
-            (
-                str(r["variant"]),
-                *[axis_value(a, r[a]) for a in shown],
-                _seq_count(r["seq_k"]),
-                bytes_text(float(r["kv_bytes"])),
-                ms_text(r["time_ms_median"]),
-                _num(r["kv_gbps"], ".3g"),
-                f"{_num(r['pct_of_copy'], '.3g')}%" if present(copy) else "no calibration",
-            )
-            for _, r in table.iterrows()
-        )
-        copy_text = f"{copy:.3g} GB/s" if copy else "not calibrated"
-        blocks.append(
-            pg.Table(
-                ("variant", *shown, "largest N_k", "K/V bytes", "median time", "K/V GB/s", "% of copy"),
-                rows,
-                f"K/V bandwidth at each series' largest N_k; calibrated copy bandwidth {copy_text}",
-            )
-        )
-    return blocks, files
-
-
-def _gqa_blocks(df, metas, out: Path) -> tuple[list, list]:
-    """GQA: each grouped-query cell against its MHA counterpart (table + gqa.csv)."""
-    from .workloads import GQA_MATCH, gqa_pairs
-
-    if gqa_rows(df).empty:
-        return [], []
-    pairs = gqa_pairs(df)
-    blocks: list = [pg.Heading("Grouped-query attention against MHA of the same shape"), pg.Para(GQA_RULE)]
-    if pairs.empty:
-        return [*blocks, pg.Para("No grouped-query cell ran ok.")], []
-    drop = [] if pairs["device_group"].fillna("").astype(str).ne("").any() else ["device_group"]
-    pairs.drop(columns=drop).to_csv(out / "gqa.csv", index=False)
-    shown = varying(pairs, [a for a in GQA_MATCH if a not in ("variant", "seq_len", "seq_k", *drop)])
-    lengths = ["seq_len", "seq_k"] if not decode_rows(pairs).empty else ["seq_len"]
-    rows = []
-    for _, r in pairs.iterrows():
-        if r["has_mha"]:
-            sep = "yes" if r["separated"] else "no (within the spread)"
-            tail = (ms_text(r["mha_ms"]), f"{_num(r['speedup'], '.3g')}×", sep)
-            tail += (f"{_num(r['mem_ratio'], '.2f')}×", f"{_num(r['kv_bytes_ratio'], '.3g')}×")
-        else:
-            tail = ("no MHA cell (H_kv = H) of this shape in the run", "–", "–", "–", "–")
-        rows.append(
-            (
-                str(r["variant"]),
-                *[axis_value(a, r[a]) for a in shown],
-                *[_seq_count(r[a]) for a in lengths],
-                str(r["heads"]),
-                str(r["kv_heads"]),
-                ms_text(r["gqa_ms"]),
-                *tail,
-            )
-        )
-    headers = ("variant", *shown, *lengths, "H", "H_kv", "GQA time", "MHA time", "speed-up", "separated",
-               "peak memory GQA / MHA", "K/V bytes GQA / MHA")  # fmt: skip
-    blocks.append(pg.Table(headers, tuple(rows), "data: gqa.csv"))
-    missing = int((~pairs["has_mha"].astype(bool)).sum())
-    if missing:
-        blocks.append(
-            pg.Para(
-                f"{missing} of {len(pairs)} grouped-query cells have no ok MHA counterpart in these runs "
-                "(add the heads count to --kv-heads to measure it)."
-            )
-        )
-    return blocks, []
-
-
-def _window_blocks(df, metas, out: Path) -> tuple[list, list]:
-    """Sliding window: time against N with the exponent over N ≥ 4W and the local slopes, the no-window
-    series of the same variant beside it."""
-    from . import plots
-    from .style import save
-    from .workloads import FAR_FACTOR, window_fit, window_series, window_text
-
-    if window_rows(df).empty:
-        return [], []
-    blocks: list = [
-        pg.Heading("Sliding window: time against N"),
-        pg.Para(
-            "A window of W keys makes each query attend at most W keys: time grows as N² while N is within a"
-            f" few W and as N once N ≫ W. The exponent is fitted over the ok points with N ≥ {FAR_FACTOR}W; "
-            "the local slope between consecutive N shows the fall from about 2 toward 1. Dashed: the same "
-            "variant without a window (the N² story)."
-        ),
-    ]
-    files = []
-    # a windowed group is shown with its no-window rows (same group), which it is compared with
-    for gkey, group in groups(df):
-        if window_rows(group).empty:
-            continue
-        head, stem = group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
-        fig, data = plots.window_figure(group, f"Sliding window · {head}")
-        caption = f"Left: median time (band p25–p75), dotted at N = {FAR_FACTOR}W; right: local slope."
-        saved = save(fig, data, out, f"window-{stem}", "Windowed time vs N and its local slope", caption)
-        files.append(saved)
-        lines = []
-        for key, sub, plain in window_series(group):
-            pfit = (
-                fitmod.fit_power_law(plain["seq_len"], plain["time_ms_median"]) if plain is not None else None
-            )
-            lines.append(
-                window_text(
-                    str(key["variant"]), int(key["window"]), window_fit(sub, int(key["window"])), pfit
-                )
-            )
-        blocks += [pg.Heading(head, 3), pg.Figure(saved), pg.Bullets(tuple(lines))]
-    return blocks, files
 
 
 @dataclass
@@ -648,7 +436,7 @@ def _write_csvs(df, scaling, out: Path) -> None:
     model only when the sweep named published models, seq_k only where some cell's keys are not its
     queries."""
     unsplit = quiet_columns(df)
-    if decode_rows(df).empty:
+    if decode.decode_rows(df).empty:
         unsplit.append("seq_k")
     if not scaling.empty:
         scaling.drop(columns=["_time_fit", "_mem_fit", *[c for c in unsplit if c in scaling.columns]]).to_csv(
@@ -769,7 +557,7 @@ def _group_blocks(
     the first call against the steady state, and the group's figures."""
     from .style import save
 
-    head, stem = group_head(gkey, group, multi), _stem(gkey, multi)
+    head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
     blocks: list = [pg.Heading(head)]
     note = _timing_note(group)
     if note is not None:
@@ -896,7 +684,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
             _group_blocks(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
             for gkey, group in groups(df)
         ]
-        drawn += [_decode_blocks(df, metas, out), _gqa_blocks(df, metas, out), _window_blocks(df, metas, out)]
+        drawn += [panel.blocks(df, metas, out) for panel in PANELS]
         drawn.append(_numerics_blocks(numerics, multi, out))
     for blocks, files in drawn:
         page.add(*blocks)
