@@ -414,7 +414,7 @@ def test_each_row_is_judged_against_its_own_devices_calibration(tmp_path):
 
 
 def test_a_forced_resume_is_shown_beside_the_fingerprint(tmp_path):
-    from attnbench.reports.render import _fingerprint_table
+    from attnbench.reports.trust import fingerprint_table
 
     run = synthetic.write_run(tmp_path / "run", [synthetic.cell("naive", 256, time_ms=1.0)])
     writer = results.RunWriter(run, resume=True)
@@ -422,7 +422,7 @@ def test_a_forced_resume_is_shown_beside_the_fingerprint(tmp_path):
     writer.log_resume({"at": "2026-01-02T00:00:00+00:00", "host": "h2", "pid": 7, "forced": True,
                        "fingerprint": {}, "fingerprint_diff": diff})  # fmt: skip
     writer.close()
-    rows = dict(_fingerprint_table(results.load_meta(run)).rows)
+    rows = dict(fingerprint_table(results.load_meta(run)).rows)
     assert rows["resumed 1"] == "2026-01-02T00:00:00+00:00 on h2 (forced: torch 2.12.0 -> 2.13.0)"
 
 
