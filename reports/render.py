@@ -12,7 +12,7 @@ from . import fit as fitmod
 from . import page as pg
 from . import trust
 from .panels import PANELS, decode
-from .section import file_stem, group_head, ms_text, num_text, seq_count
+from .section import Section, file_stem, group_head, ms_text, num_text, seq_count
 from .style import palette, slug, variant_order
 from .tables import (
     COMBO_AXES,
@@ -226,7 +226,8 @@ def _p_text(p: Any) -> str:
     return ", p < 0.001" if float(p) < 0.001 else f", p = {float(p):.2g}"
 
 
-def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
+def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
+    """The numerics probe's results (variant, device, dtype, q scale) with their status and error."""
     rows = []
     for rec in probe:
         err = rec.get("rel_err")
@@ -242,7 +243,8 @@ def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
                 str(rec.get("message", ""))[:200],
             )
         )
-    return pg.Table(("variant", "device", "dtype", "q scale", "status", "rel_err", "message"), tuple(rows))
+    headers = ("variant", "device", "dtype", "q scale", "status", "rel_err", "message")
+    return pg.Table(headers, tuple(rows), caption)
 
 
 @dataclass
@@ -270,21 +272,19 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     return Inputs(df, metas, numerics, resolve_baseline(df, baseline), tuple(str(d) for d in run_dirs))
 
 
-# ---- the sections of the page, in order: one builder per heading ----------------------------------------
-# Each returns its blocks (and, where it draws, the figures it saved); render() composes them. A builder
-# that has nothing to show returns no blocks, and its heading stays off the page.
+# ---- the sections of the page --------------------------------------------------------------------------
+# A report is for looking: its findings, then every section's figures, then every section's tables. Each
+# builder returns a section.Section (its blocks among the figures and among the tables, and the figures it
+# saved); render() lays them out. A part with nothing to show adds no blocks, and its heading stays off.
 
-THEORY_RULE = (
-    "Theory: time grows as N² for every exact variant; peak memory as N² for variants that "
-    "materialise the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones "
-    "(chunked, flash, efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the "
-    "CI), above, below, or uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the"
-    " memory fit to the device's memory (power of two), and says only '> 8× the largest measured"
-    " N' beyond that: further out it would not be a measurement. For linear-memory variants, "
-    f"'largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call' reads the time fit the same way"
-    " (power of two, 8× limit). '% of peak' is achieved TFLOP/s at the largest ok seq_len over the "
-    "run's calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat "
-    "that matmul or the calibration ran at a noisy moment."
+METHOD = (
+    "Method, in short: only ok cells enter fits, rankings and speed-ups, and a cell's time is the median "
+    "of its timed calls (p25–p75: its spread). An exponent is a power-law fit over the largest N measured "
+    f"(the top {fitmod.ASYMPTOTIC_OCTAVES} octaves, or from the run's time_fit_from up) with its 95% CI; "
+    "'vs theory' sets it against N² for time and N or N² for memory. 'largest N that fits' reads the "
+    f"memory fit up to the device's memory, never beyond {fitmod.EXTRAPOLATION_LIMIT}× the largest N "
+    "measured, and '% of peak' is the TFLOP/s at the largest ok N over the run's calibrated matmul. Every "
+    "rule in full: docs/method.md ('Reading a report') in attnbench's documentation."
 )
 
 
@@ -305,9 +305,9 @@ def _write_csvs(df, scaling, out: Path) -> None:
 
 
 def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]]) -> list:
-    """Fitted exponents against theory: the axes every cell shares, the rules (with where a run's time fits
-    start, when its preset says), the summary table."""
-    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory")]
+    """The first of the tables: fitted exponents against theory, after the method in short, the axes every
+    cell shares and where a run's time fits start (when its preset says)."""
+    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory"), pg.Para(METHOD)]
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
         blocks.append(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
@@ -317,7 +317,7 @@ def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]]) -> 
         for rid, n in starts.items()
         if n
     ]
-    return [*blocks, pg.Para(fitmod.FIT_RULE), *(pg.Para(s) for s in said), pg.Para(THEORY_RULE), summary]
+    return [*blocks, *(pg.Para(s) for s in said), summary]
 
 
 FIGURE_KINDS = ("time", "memory", "throughput", "speedup", "status")  # a group's figures, in page order
@@ -390,36 +390,38 @@ def group_figures(
     return figs
 
 
-def _group_blocks(
+def _group_section(
     gkey: dict[str, Any], group, meta: dict[str, Any], fits, base: str | None, multi: bool, out: Path
-) -> tuple[list, list]:
-    """One group's section (device, dtype, pass, ...): the timing note, the fastest variant per seq_len,
-    the first call against the steady state, and the group's figures."""
+) -> Section:
+    """One group (device, dtype, pass, ...): its figures (after the timing note, when it was timed in two
+    ways) among the figures; the fastest variant per N and the first call against the steady state among
+    the tables."""
     from .style import save
 
     head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
-    blocks: list = [pg.Heading(head)]
+    figures: list = [pg.Heading(head)]
     note = _timing_note(group)
     if note is not None:
-        blocks.append(note)
-    blocks.append(best_table(group))
-    first = _first_call_table(group)
-    if first.rows:
-        blocks.append(first)
+        figures.append(note)
     files = []
     for kind, ftitle, (fig, data), caption in group_figures(gkey, group, meta, fits, base, head):
         files.append(save(fig, data, out, f"{kind}-{stem}", ftitle, caption))
-        blocks.append(pg.Figure(files[-1]))
-    return blocks, files
+        figures.append(pg.Figure(files[-1]))
+    tables: list = [pg.Heading(f"Fastest variant · {head}"), best_table(group)]
+    first = _first_call_table(group)
+    if first.rows:
+        tables.append(first)
+    return Section(figures, tables, files)
 
 
-def _numerics_blocks(numerics: dict[str, dict[str, Any]], multi: bool, out: Path) -> tuple[list, list]:
-    """Per run: the large-logit probe against float64 (and its cells that are not ok), and one head's
-    attention weights as a sanity view of the masks."""
+def _numerics_section(numerics: dict[str, dict[str, Any]], multi: bool, out: Path) -> Section:
+    """Per run: the large-logit probe against float64 and one head's attention weights (a sanity view of the
+    masks) among the figures; the probe's results that are not ok among the tables."""
     from . import plots
     from .style import save
 
-    blocks: list = [pg.Heading("Numerics")]
+    figures: list = [pg.Heading("Numerics")]
+    tables: list = []
     files = []
     for rid, num in numerics.items():
         probe = num.get("probe") or []
@@ -436,12 +438,12 @@ def _numerics_blocks(numerics: dict[str, dict[str, Any]], multi: bool, out: Path
                     "Large-logit probe: q scaled by 1, 10, 100; the unstable softmax overflows first.",
                 )
             )
-            blocks.append(pg.Figure(files[-1]))
+            figures.append(pg.Figure(files[-1]))
             bad = [r for r in probe if r.get("status") != "ok"]
             if bad:
-                blocks.append(_probe_table(bad))
+                tables.append(_probe_table(bad, rid if multi else ""))
         else:
-            blocks.append(pg.Para(f"{rid}: no numerics probe in this run."))
+            figures.append(pg.Para(f"{rid}: no numerics probe in this run."))
         example = num.get("example_weights")
         if example and example.get("weights"):
             fig, data = plots.weights_figure(example, f"Attention weights (naive, one head) · {rid}")
@@ -455,8 +457,10 @@ def _numerics_blocks(numerics: dict[str, dict[str, Any]], multi: bool, out: Path
                     "Sanity view: zero above the diagonal (causal) and right of the padding line.",
                 )
             )
-            blocks.append(pg.Figure(files[-1]))
-    return blocks, files
+            figures.append(pg.Figure(files[-1]))
+    if tables:
+        tables.insert(0, pg.Heading("Numerics probe: results that are not ok"))
+    return Section(figures, tables, files)
 
 
 def render(inputs: Inputs, out_dir: str | Path) -> Report:
@@ -474,26 +478,29 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     report = Report(out, out / "README.md", out / "report.html", summary=summary, baseline=base)
     devgroups = trust.device_groups(df, metas)
 
-    # the findings first (issue 26): what the tables below say, in sentences, before how it was measured
+    # the findings first (issue 26): what the figures and tables below say, in sentences
     report.findings = findmod.build(
         df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs
     )
     page.add(*findmod.blocks(report.findings))
-    page.add(*trust.runs_blocks(df, metas, devgroups), *_scaling_blocks(df, summary, metas))
-    # the sections that draw figures, in page order (each draws and saves its figures as it is built), in
-    # one palette: every variant of the report keeps its colour across them all, plug-ins included
+    # every section draws and saves its figures as it is built, in one palette: every variant of the report
+    # keeps its colour across them all, plug-ins included
     names = {str(v) for v in df["variant"].dropna()}
     names |= {str(r.get("variant")) for num in numerics.values() for r in num.get("probe") or []}
     with palette(names):
-        drawn = [
-            _group_blocks(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
+        sections = [
+            _group_section(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
             for gkey, group in groups(df)
         ]
-        drawn += [panel.blocks(df, metas, out) for panel in PANELS]
-        drawn.append(_numerics_blocks(numerics, multi, out))
-    for blocks, files in drawn:
-        page.add(*blocks)
-        report.figures.extend(files)
+        sections += [panel.section(df, metas, out) for panel in PANELS]
+        sections.append(_numerics_section(numerics, multi, out))
+    # a report is for looking: every figure before any table, and the sections on trust last
+    for section in sections:
+        page.add(*section.figures)
+        report.figures.extend(section.files)
+    page.add(*_scaling_blocks(df, summary, metas))
+    for section in sections:
+        page.add(*section.tables)
     page.add(*trust.blocks(df, metas, devgroups))
 
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")

@@ -1,12 +1,25 @@
-"""What every section of a report shares: how it names its group (heading and file stem) and its numbers."""
+"""What every section of a report shares: its blocks for the figures and for the tables, apart (a page shows
+every section's figures before any section's tables), and how it names its group, its files and numbers."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from .style import slug
 from .tables import GROUP_AXES, fixed_text, label, present
+
+
+@dataclass
+class Section:
+    """One section of a report, as the page lays it out: what it shows among the figures (its headings,
+    notes and figures), what it shows among the tables, and the figure files it saved. Either part may be
+    empty, and an empty part adds nothing to the page, not even its heading."""
+
+    figures: list = field(default_factory=list)
+    tables: list = field(default_factory=list)
+    files: list = field(default_factory=list)
 
 
 def ms_text(t: Any) -> str:

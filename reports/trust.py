@@ -23,16 +23,14 @@ def device_groups(df, metas: dict[str, dict[str, Any]]) -> dict[str, list]:
     }
 
 
-def runs_blocks(df, metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
-    """One row per run (machine, when, cells by status), and where a run measured on several devices
-    measured its cells."""
-    return [*_runs_blocks(df, metas), *_where_blocks(devgroups)]
-
-
 def blocks(df, metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
-    """The cells that are not ok, the flagged ones (each section only when some cell is flagged), the
-    machine, and, for several runs, each run's calibration against the first's."""
+    """The page's last sections, in order: the runs (machine, when, cells by status), where a run measured
+    on several devices measured its cells, the cells that are not ok, the flagged ones (each section only
+    when some cell is flagged), the machine, and, for several runs, each run's calibration against the
+    first's."""
     return [
+        *_runs_blocks(df, metas),
+        *_where_blocks(devgroups),
         *_failures_blocks(df),
         *_suspect_blocks(df),
         *_drift_blocks(df),
@@ -180,7 +178,7 @@ def _failures_table(df) -> pg.Table:
 
 
 def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
-    """After the findings: one row per run (machine, when, cells by status)."""
+    """One row per run (machine, when, cells by status)."""
     from attnbench import results
 
     runs_rows = []

@@ -11,7 +11,7 @@ from attnbench.results.formulas import bytes_text, gbps
 from .. import fit as fitmod
 from .. import page as pg
 from ..plots import band_line, exponent_label, floats, guides, keys_of, length_xaxis
-from ..section import file_stem, group_head, ms_text, num_text, seq_count
+from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
 from ..style import empty_panel, legend_below, log_axis, mpl_style, new_figure, variant_order
 from ..tables import (
     COMBO_AXES,
@@ -199,22 +199,23 @@ def _kv_table(group, copy: float | None) -> pg.Table:
     )
 
 
-def blocks(df, metas: dict[str, dict[str, Any]], out: Path) -> tuple[list, list]:
-    """Decode: time and K/V GB/s against N_k per group, and the GB/s at each series' largest N_k; (blocks,
-    the figures saved)."""
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Decode: time and K/V GB/s against N_k per group among the figures; the GB/s at each series' largest
+    N_k among the tables."""
     from ..style import save
 
     dec = decode_rows(df)
     if dec.empty:
-        return [], []
+        return Section()
     multi = len(metas) > 1
-    out_blocks: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
+    figures: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
+    tables: list = [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")]
     files = []
     for gkey, group in groups(dec):
         meta = metas.get(str(gkey["run_id"]), {})
         copy = calibrated_copy(meta, str(gkey["device"]), list(group["where"].dropna().unique()))
         head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
-        out_blocks.append(pg.Heading(head, 3))
+        figures.append(pg.Heading(head, 3))
         for kind, ftitle, (fig, data), caption in (
             (
                 "decode-time",
@@ -231,6 +232,6 @@ def blocks(df, metas: dict[str, dict[str, Any]], out: Path) -> tuple[list, list]
         ):
             saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
             files.append(saved)
-            out_blocks.append(pg.Figure(saved))
-        out_blocks.append(_kv_table(group, copy))
-    return out_blocks, files
+            figures.append(pg.Figure(saved))
+        tables += [pg.Heading(head, 3), _kv_table(group, copy)]
+    return Section(figures, tables, files)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import page as pg
-from ..section import ms_text, num_text, seq_count
+from ..section import Section, ms_text, num_text, seq_count
 from ..tables import COMBO_AXES, LENGTHS, axis_value, ok_rows, present, varying
 from .decode import decode_rows
 
@@ -107,26 +107,23 @@ def _pairs_table(pairs, drop: list[str]) -> pg.Table:
     return pg.Table(headers, tuple(rows), "data: gqa.csv")
 
 
-def blocks(df, metas: dict[str, dict[str, Any]], out: Path) -> tuple[list, list]:
-    """GQA: each grouped-query cell against its MHA counterpart (table + gqa.csv); (blocks, no figures)."""
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """GQA: each grouped-query cell against its MHA counterpart, among the tables (and gqa.csv); no figure."""
     if gqa_rows(df).empty:
-        return [], []
+        return Section()
     pairs = gqa_pairs(df)
-    out_blocks: list = [
-        pg.Heading("Grouped-query attention against MHA of the same shape"),
-        pg.Para(GQA_RULE),
-    ]
+    tables: list = [pg.Heading("Grouped-query attention against MHA of the same shape"), pg.Para(GQA_RULE)]
     if pairs.empty:
-        return [*out_blocks, pg.Para("No grouped-query cell ran ok.")], []
+        return Section(tables=[*tables, pg.Para("No grouped-query cell ran ok.")])
     drop = [] if pairs["device_group"].fillna("").astype(str).ne("").any() else ["device_group"]
     pairs.drop(columns=drop).to_csv(out / "gqa.csv", index=False)
-    out_blocks.append(_pairs_table(pairs, drop))
+    tables.append(_pairs_table(pairs, drop))
     missing = int((~pairs["has_mha"].astype(bool)).sum())
     if missing:
-        out_blocks.append(
+        tables.append(
             pg.Para(
                 f"{missing} of {len(pairs)} grouped-query cells have no ok MHA counterpart in these runs "
                 "(add the heads count to --kv-heads to measure it)."
             )
         )
-    return out_blocks, []
+    return Section(tables=tables)

@@ -9,7 +9,7 @@ from typing import Any
 from .. import fit as fitmod
 from .. import page as pg
 from ..plots import band_line, exponent_label, floats, guides, keys_of
-from ..section import file_stem, group_head
+from ..section import Section, file_stem, group_head
 from ..style import (
     empty_panel,
     legend_below,
@@ -200,15 +200,15 @@ def _window_points(
 # ---- the page's blocks ---------------------------------------------------------------------------------
 
 
-def blocks(df, metas: dict[str, dict[str, Any]], out: Path) -> tuple[list, list]:
-    """Sliding window: time against N with the exponent over N ≥ 4W and the local slopes, the no-window
-    series of the same variant beside it; (blocks, the figures saved)."""
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Sliding window, among the figures: time against N with the exponent over N ≥ 4W and the local slopes,
+    the no-window series of the same variant beside it, and each series' exponent in a line below."""
     from ..style import save
 
     if window_rows(df).empty:
-        return [], []
+        return Section()
     multi = len(metas) > 1
-    out_blocks: list = [
+    figures: list = [
         pg.Heading("Sliding window: time against N"),
         pg.Para(
             "A window of W keys makes each query attend at most W keys: time grows as N² while N is within a"
@@ -237,5 +237,5 @@ def blocks(df, metas: dict[str, dict[str, Any]], out: Path) -> tuple[list, list]
                     str(key["variant"]), int(key["window"]), window_fit(sub, int(key["window"])), pfit
                 )
             )
-        out_blocks += [pg.Heading(head, 3), pg.Figure(saved), pg.Bullets(tuple(lines))]
-    return out_blocks, files
+        figures += [pg.Heading(head, 3), pg.Figure(saved), pg.Bullets(tuple(lines))]
+    return Section(figures, files=files)
