@@ -425,8 +425,6 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
     """
     import pandas as pd
 
-    from .tables import calibrated_peak
-
     records = []
     df = with_probe_after(df)
     # every (combination, variant) that appears gets a row, so a variant that never ran ok shows "n/a"
@@ -453,11 +451,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         ok_n = n[~pd.isna(n)]
         measured = int(ok_n.max()) if len(ok_n) else None
         n_time = largest_pow2(tfit.solve(TIME_BUDGET_MS)) if m_class == "linear" else None
-        peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]), sub["where"].dropna().unique())
-        frac = math.nan
-        if len(ok) and peak:
-            top = ok.sort_values(length).iloc[-1]
-            frac = float(top["tflops"]) / peak if pd.notna(top["tflops"]) else math.nan
+        frac = peak_fraction(ok, length, meta, key, sub["where"].dropna().unique())
         statuses = sub["status"].value_counts()
         records.append(
             {
@@ -495,6 +489,20 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
             }
         )
     return pd.DataFrame(records)
+
+
+def peak_fraction(ok, length: str, meta: dict[str, Any], key: dict[str, Any], wheres: Any) -> float:
+    """Achieved TFLOP/s at a series' largest ok N (`length`: seq_len, or seq_k for a decode series) over the
+    calibrated matmul TFLOP/s of its device and dtype (tables.calibrated_peak); NaN without either."""
+    import pandas as pd
+
+    from .tables import calibrated_peak
+
+    peak = calibrated_peak(meta, str(key["device"]), str(key["dtype"]), wheres)
+    if not len(ok) or not peak:
+        return math.nan
+    top = ok.sort_values(length).iloc[-1]
+    return float(top["tflops"]) / peak if pd.notna(top["tflops"]) else math.nan
 
 
 def combo_key(values: Any, variant: str | None = None) -> str:

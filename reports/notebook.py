@@ -35,7 +35,8 @@ def run_blocks(path: str | Path, interrupted: bool = False, resumed: int = 0) ->
     dtype, pass) the fastest variant at each N, as the report's first sections say them."""
     from . import findings as findmod
     from . import fit as fitmod
-    from .render import best_table, group_head, prepare
+    from .render import best_table, prepare
+    from .section import group_head
     from .tables import groups
 
     inputs = prepare([path])
@@ -99,7 +100,8 @@ def figures(
     """The report's figures of `kinds` for the given runs, per group, in the report's colours; saved
     nowhere (attnbench.report writes them with their CSVs)."""
     from . import fit as fitmod
-    from .render import group_figures, group_head, prepare
+    from .render import group_figures, prepare
+    from .section import group_head
     from .style import palette
     from .tables import groups
 

@@ -1,4 +1,6 @@
-"""The report's figures, one question each; each function returns (Figure, the DataFrame drawn from)."""
+"""The report's figures, one question each; each function returns (Figure, the DataFrame drawn from).
+
+The workload panels' own figures are in panels/; the helpers they share with these are here."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.formulas import bytes_text
 
-from .fit import PowerFit, combo_key, fit_power_law
+from .fit import PowerFit, combo_key
 from .style import (
     STATUS_COLORS,
     bytes_axis,
@@ -65,11 +67,13 @@ def keys_of(rows) -> list[str]:
     return KEYS[:i] + extra + KEYS[i:]
 
 
-def _floats(series) -> list[float]:
+def floats(series) -> list[float]:
+    """A column as plain floats, missing values as NaN (what matplotlib draws as a gap)."""
     return [float(x) for x in series.astype("Float64").to_numpy(dtype=float, na_value=math.nan)]
 
 
-def _exponent_label(variant: str, fit: PowerFit | None) -> str:
+def exponent_label(variant: str, fit: PowerFit | None) -> str:
+    """A legend entry with the fitted exponent: 'chunked  N^1.98', or '(fit n/a)'."""
     if fit is None or not fit.available:
         return f"{variant} (fit n/a)"
     return f"{variant}  N^{fit.exponent:.2f}"
@@ -96,7 +100,7 @@ def _variant_lines(
     for variant in variant_order(ok["variant"].unique()):
         length = length_axis(ok[ok["variant"] == variant])  # seq_k for a decode series
         v = ok[ok["variant"] == variant].sort_values(length)
-        n, y = _floats(v[length]), _floats(v[column])
+        n, y = floats(v[length]), floats(v[column])
         fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
         color = variant_color(variant)
         ax.plot(
@@ -106,10 +110,10 @@ def _variant_lines(
             ms=4,
             lw=1.6,
             color=color,
-            label=_exponent_label(variant, fit),
+            label=exponent_label(variant, fit),
         )
         if band is not None:
-            lo, hi = _floats(v[band[0]]), _floats(v[band[1]])
+            lo, hi = floats(v[band[0]]), floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
         for flag, label, colour, size in RINGS:
             marked = flagged(v, flag)
@@ -117,8 +121,8 @@ def _variant_lines(
                 seen = label in ax.get_legend_handles_labels()[1]
                 ring = dict(ms=size, mfc="none", mec=colour, mew=1.6)
                 ax.plot(
-                    _floats(marked[length]),
-                    _floats(marked[column]),
+                    floats(marked[length]),
+                    floats(marked[column]),
                     "o",
                     label=None if seen else label,
                     **ring,
@@ -141,7 +145,7 @@ def length_xaxis(ax, lengths, length: str) -> None:
         ax.set_xlabel("keys N_k (K/V cache length, log₂ axis)")
 
 
-def _guides(ax, seq_lens: list[int], ys: list[float]) -> None:
+def guides(ax, seq_lens: list[int], ys: list[float]) -> None:
     """Dashed ∝N and ∝N² lines from below the lowest point: the two slopes a reader compares with."""
     if len(seq_lens) < 2 or not ys:
         return
@@ -161,6 +165,13 @@ def _guides(ax, seq_lens: list[int], ys: list[float]) -> None:
         )
 
 
+def band_line(ax, x, y, lo, hi, variant: str, label: str) -> None:
+    """One variant's line with its band between lo and hi (the workload panels' time and GB/s lines)."""
+    color = variant_color(variant)
+    ax.plot(x, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color, label=label)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+
+
 def time_figure(group, fits: Fits, title: str):
     """Median time vs seq_len (log-log), p25–p75 band, fitted exponent in the legend, N and N² guides."""
     pans = panels(group)
@@ -171,7 +182,7 @@ def time_figure(group, fits: Fits, title: str):
             ys = _variant_lines(ax, rows, "time_ms_median", fits, 0, band=("time_ms_p25", "time_ms_p75"))
             if ys:
                 log_axis(ax)
-                _guides(ax, seq_lens, ys)
+                guides(ax, seq_lens, ys)
             else:
                 empty_panel(ax, "no ok cells")
             length_xaxis(ax, seq_lens, length)
@@ -197,7 +208,7 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
             if ys:
                 hi = max(ys + ([device_mem] if device_mem else []))
                 bytes_axis(ax, min(ys), hi)
-                _guides(ax, seq_lens, ys)
+                guides(ax, seq_lens, ys)
             else:
                 empty_panel(ax, "no ok cells")
             if device_mem:
@@ -233,8 +244,8 @@ def throughput_figure(group, title: str, peak: float | None):
             for variant in variant_order(ok["variant"].unique()):
                 v = ok[ok["variant"] == variant].sort_values(length)
                 ax.plot(
-                    _floats(v[length]),
-                    _floats(v["tflops"]),
+                    floats(v[length]),
+                    floats(v["tflops"]),
                     marker=variant_marker(variant),
                     ms=4,
                     color=variant_color(variant),
@@ -524,9 +535,9 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             for variant in variant_order(ok["variant"].unique()):
                 v = ok[ok["variant"] == variant].sort_values("seq_len")
                 color = variant_color(variant)
-                n, r = _floats(v["seq_len"]), _floats(v["ratio"])
+                n, r = floats(v["seq_len"]), floats(v["ratio"])
                 ax.plot(n, r, color=color, lw=1.4, label=variant)
-                lo, hi = _floats(v["ratio_ci_low"]), _floats(v["ratio_ci_high"])
+                lo, hi = floats(v["ratio_ci_low"]), floats(v["ratio_ci_high"])
                 for x, y, verdict, a, b in zip(n, r, v["verdict"], lo, hi, strict=True):
                     if math.isfinite(a) and math.isfinite(b):  # the bootstrap CI of the ratio
                         ax.plot([x, x], [a, b], color=color, lw=1, alpha=0.6)
@@ -548,7 +559,7 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             else:
                 ratios = [
                     x
-                    for x in _floats(ok["ratio"]) + _floats(ok["ratio_ci_low"]) + _floats(ok["ratio_ci_high"])
+                    for x in floats(ok["ratio"]) + floats(ok["ratio_ci_low"]) + floats(ok["ratio_ci_high"])
                     if math.isfinite(x) and x > 0
                 ]
                 ratio_axis(ax, min(ratios), max(max(ratios), 1 + (threshold or 0)))
@@ -562,207 +573,3 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
             "filled marker: faster or slower (significant, CI excludes 1); hollow: same or ambiguous"
         )
     return fig, table
-
-
-# ---- workload panels (issue 11): decode, sliding window -------------------------------------------------
-
-DECODE_PANEL_AXES = (*PANEL_AXES, "seq_len")  # a decode series holds N_q fixed: one panel per N_q
-
-
-def _band_line(ax, x, y, lo, hi, variant: str, label: str) -> None:
-    color = variant_color(variant)
-    ax.plot(x, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color, label=label)
-    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
-
-
-def decode_time_figure(rows, title: str):
-    """Median time against N_k (log-log) per decode series, p25–p75 band, exponent against N_k in the
-    legend."""
-    from .workloads import decode_fit
-
-    ok = ok_rows(rows).dropna(subset=["time_ms_median"])
-    pans = panels(rows, DECODE_PANEL_AXES)
-    with mpl_style():
-        fig, axes = new_figure(len(pans), panel_h=4.8)
-        for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
-            pok = ok_rows(prow).dropna(subset=["time_ms_median"])
-            ys: list[float] = []
-            for variant in variant_order(pok["variant"].unique()):
-                v = pok[pok["variant"] == variant].sort_values("seq_k")
-                fit = decode_fit(v)
-                _band_line(
-                    ax,
-                    _floats(v["seq_k"]),
-                    _floats(v["time_ms_median"]),
-                    _floats(v["time_ms_p25"]),
-                    _floats(v["time_ms_p75"]),
-                    variant,
-                    _exponent_label(variant, fit).replace("N^", "N_k^"),
-                )
-                ys += [y for y in _floats(v["time_ms_median"]) if math.isfinite(y) and y > 0]
-            n_ks = [int(n) for n in prow["seq_k"].dropna().unique()]
-            if ys:
-                log_axis(ax)
-                _guides(ax, n_ks, ys)
-            else:
-                empty_panel(ax, "no ok cells")
-            length_xaxis(ax, n_ks, "seq_k")
-            ax.set_ylabel("time per call (ms, median; band p25–p75)")
-            ax.set_title(ptitle or "decode")
-            legend_below(ax)
-        fig.suptitle(title)
-    data = ok[keys_of(rows) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "n_samples"]]
-    return fig, data
-
-
-def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
-    """K/V bytes read per second against N_k, band from the p25–p75 times, and the calibrated copy
-    bandwidth as a horizontal line (with % of it on the right): how close a decode step gets to memory
-    speed."""
-    from .workloads import kv_rates
-
-    rated = kv_rates(rows)
-    pans = panels(rows, DECODE_PANEL_AXES)
-    with mpl_style():
-        fig, axes = new_figure(len(pans), panel_h=4.8)
-        for ax, (key, ptitle, _prow) in zip(axes, pans, strict=True):
-            sel = rated
-            for axis, value in key.items():
-                sel = sel[sel[axis] == value]
-            for variant in variant_order(sel["variant"].unique()):
-                v = sel[sel["variant"] == variant].sort_values("seq_k")
-                x = _floats(v["seq_k"])
-                _band_line(ax, x, _floats(v["kv_gbps"]), _floats(v["kv_gbps_lo"]), _floats(v["kv_gbps_hi"]),
-                           variant, variant)  # fmt: skip
-            if sel.empty:
-                empty_panel(ax, "no ok cells")
-            if copy_gbps:
-                ax.axhline(copy_gbps, color="black", lw=1.2, ls="--",
-                           label=f"calibrated copy bandwidth {copy_gbps:.3g} GB/s")  # fmt: skip
-                sec = ax.secondary_yaxis(
-                    "right",
-                    functions=(lambda g, c=copy_gbps: g / c * 100, lambda p, c=copy_gbps: p * c / 100),
-                )
-                sec.set_ylabel("% of calibrated copy bandwidth")
-            ax.set_ylim(bottom=0)
-            length_xaxis(ax, [int(n) for n in _prow["seq_k"].dropna().unique()], "seq_k")
-            ax.set_ylabel("K/V read GB/s (kv_bytes / median time)")
-            ax.set_title(ptitle or "decode")
-            legend_below(ax)
-        fig.suptitle(title)
-    data = rated[keys_of(rows) + ["kv_bytes", "time_ms_median", "kv_gbps", "kv_gbps_lo", "kv_gbps_hi"]]
-    return fig, data.assign(copy_gbps=copy_gbps)
-
-
-def window_figure(rows, title: str):
-    """Per windowed panel: time against N (log-log) with the exponent over N ≥ 4W in the legend and the
-    same variant without a window dashed beside it; right, the local slope between consecutive N, which
-    falls from about 2 toward 1 once N ≫ W."""
-    import pandas as pd
-
-    from .tables import label, varying
-    from .workloads import window_series
-
-    series = window_series(rows)
-    pan_axes = varying(rows[(rows["window"] > 0).fillna(False)], PANEL_AXES)
-    keyed: dict[tuple, list] = {}
-    for key, sub, plain in series:
-        keyed.setdefault(tuple(key[a] for a in pan_axes), []).append((key, sub, plain))
-    records = []
-    with mpl_style():
-        fig, axes = new_figure(2 * max(len(keyed), 1), ncols=2, panel_h=4.6)
-        for i, (pkey, items) in enumerate(keyed.items()):
-            ptitle = label(dict(zip(pan_axes, pkey, strict=True))) if pan_axes else "windowed"
-            records += _window_panel(axes[2 * i], axes[2 * i + 1], ptitle, items)
-        if not keyed:
-            empty_panel(axes[0], "no ok windowed cells")
-        fig.suptitle(title)
-    data = pd.DataFrame(records, columns=[*keys_of(rows), *WINDOW_COLUMNS])
-    return fig, data
-
-
-def _window_panel(ax_t, ax_s, ptitle: str, items: list) -> list:
-    """One panel of window_figure: its (key, windowed rows, no-window rows) series drawn on the time axes
-    and the local-slope axes, the N = 4W lines and the slope 1 and 2 guides; the series' CSV rows."""
-    from .workloads import FAR_FACTOR
-
-    ns: list[int] = []
-    ys: list[float] = []
-    records: list = []
-    windows = sorted({int(k["window"]) for k, _, _ in items})
-    for key, sub, plain in sorted(items, key=lambda it: variant_order([it[0]["variant"]])):
-        s_ns, s_ys, s_records = _window_lines(ax_t, ax_s, key, sub, plain)
-        ns, ys, records = ns + s_ns, ys + s_ys, records + s_records
-    if ys:
-        log_axis(ax_t)
-        _guides(ax_t, ns, ys)
-    else:
-        empty_panel(ax_t, "no ok cells")
-    for w in windows:
-        ax_t.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
-        ax_s.axvline(FAR_FACTOR * w, color="#999999", lw=1, ls=":")
-    for level in (1.0, 2.0):
-        ax_s.axhline(level, color="#555555", lw=1, ls="--", alpha=0.7)
-    seq_axis(ax_t, ns)
-    seq_axis(ax_s, ns)
-    ax_s.set_ylim(0, 2.6)
-    ax_t.set_ylabel("time per call (ms, median; band p25–p75)")
-    ax_s.set_ylabel("local slope d log t / d log N")
-    ax_t.set_title(f"{ptitle}: time (dotted: N = {FAR_FACTOR}W)")
-    ax_s.set_title(f"{ptitle}: local slope")
-    legend_below(ax_t, ncol=1)
-    legend_below(ax_s, ncol=1)
-    return records
-
-
-def _window_lines(ax_t, ax_s, key: dict[str, Any], sub, plain) -> tuple[list[int], list[float], list]:
-    """One variant at one window W (and, dashed, the same variant without a window when the run has it):
-    its time line with the fitted exponent, its local slopes. (N, positive finite times, CSV rows)."""
-    from .workloads import FAR_FACTOR, local_slopes, window_fit
-
-    variant, w = str(key["variant"]), int(key["window"])
-    color = variant_color(variant)
-    v = sub.sort_values("seq_len")
-    n, t = _floats(v["seq_len"]), _floats(v["time_ms_median"])
-    fit = window_fit(v, w)
-    lab = f"{variant}, W={w}  " + (
-        f"N^{fit.exponent:.2f} (N ≥ {FAR_FACTOR}W)" if fit.available else "fit n/a"
-    )
-    _band_line(ax_t, n, t, _floats(v["time_ms_p25"]), _floats(v["time_ms_p75"]), variant, lab)
-    ns = [int(x) for x in n]
-    ys = [y for y in t if math.isfinite(y) and y > 0]
-    slopes = local_slopes(n, t)
-    ax_s.plot([math.sqrt(a * b) for a, b, _ in slopes], [s for _, _, s in slopes],
-              marker=variant_marker(variant), color=color, label=f"{variant}, W={w}")  # fmt: skip
-    records = _window_points(key, v, slopes, fit)
-    if plain is not None:
-        p = plain.sort_values("seq_len")
-        pn, pt = _floats(p["seq_len"]), _floats(p["time_ms_median"])
-        pfit = fit_power_law(pn, pt)
-        ax_t.plot(pn, pt, ls="--", lw=1.2, color=color, alpha=0.8,
-                  label=_exponent_label(f"{variant}, no window", pfit))  # fmt: skip
-        ns += [int(x) for x in pn]
-        ys += [y for y in pt if math.isfinite(y) and y > 0]
-        pslopes = local_slopes(pn, pt)
-        ax_s.plot([math.sqrt(a * b) for a, b, _ in pslopes], [s for _, _, s in pslopes],
-                  ls="--", color=color, alpha=0.8, label=f"{variant}, no window")  # fmt: skip
-        records += _window_points({**key, "window": 0}, p, pslopes, pfit)
-    return ns, ys, records
-
-
-WINDOW_COLUMNS = ("time_ms_median", "time_ms_p25", "time_ms_p75", "local_slope", "fit_exponent", "fit_ci_low",
-                  "fit_ci_high")  # fmt: skip
-
-
-def _window_points(key: dict[str, Any], rows, slopes: list[tuple[int, int, float]], fit: PowerFit) -> list:
-    """The CSV rows of one series: each N with its time, the local slope from the previous N (NaN at the
-    first) and the series' fitted exponent (over N ≥ 4W for a windowed one, the usual points otherwise)."""
-    slope_to = {hi: s for _, hi, s in slopes}
-    out = []
-    for _, r in rows.iterrows():
-        rec = {k: r[k] for k in rows.columns}
-        rec.update(key)
-        rec.update(local_slope=slope_to.get(int(r["seq_len"]), math.nan), fit_exponent=fit.exponent,
-                   fit_ci_low=fit.ci_low, fit_ci_high=fit.ci_high)  # fmt: skip
-        out.append(rec)
-    return out

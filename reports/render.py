@@ -7,28 +7,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results import devices
-from attnbench.results.formulas import bytes_text
-
 from . import findings as findmod
 from . import fit as fitmod
 from . import page as pg
-from .calibration import group_notes
+from . import trust
+from .panels import PANELS, decode
+from .section import Section, file_stem, group_head, ms_text, num_text, seq_count
 from .style import palette, slug, variant_order
 from .tables import (
     COMBO_AXES,
-    GROUP_AXES,
-    PANEL_AXES,
     axis_value,
     best_variant,
-    calibrated_copy,
     calibrated_peak,
-    decode_rows,
     device_memory,
     fixed_axes,
-    fixed_text,
-    flagged,
-    gqa_rows,
     groups,
     label,
     length_axis,
@@ -39,11 +31,9 @@ from .tables import (
     ranking,
     ranking_text,
     varying,
-    window_rows,
 )
 
 DEFAULT_BASELINE = "naive"
-MAX_FAILURE_ROWS = 80
 
 
 @dataclass
@@ -77,25 +67,6 @@ class Report:
         blocks: list[pg.Block] = [pg.Heading(f"attnbench report {self.out_dir}"), pg.Para(files)]
         found = findmod.blocks(self.findings) if self.findings is not None else []
         return pg.to_notebook_html([*blocks, *found], self.out_dir)
-
-
-def ms_text(t: Any) -> str:
-    """0.893 ms, 164 ms, 1.25 s."""
-    if not present(t):
-        return "n/a"
-    t = float(t)
-    return f"{t / 1000:.3g} s" if t >= 1000 else f"{t:.3g} ms"
-
-
-def _num(v: Any, fmt: str = ".2f") -> str:
-    return format(float(v), fmt) if present(v) and math.isfinite(float(v)) else "n/a"
-
-
-def _seq_count(n: Any) -> str:
-    if not present(n):
-        return "n/a"
-    n = int(n)
-    return f"{n:,}" if n <= 2**24 else f"2^{n.bit_length() - 1}"
 
 
 def _theory_text(exp: Any) -> str:
@@ -153,13 +124,13 @@ def summary_table(scaling) -> pg.Table:
                 str(r["variant"]),
                 *[axis_value(a, r[a]) for a in shown],
                 time_fit,
-                _num(r["time_r2"], ".3f"),
+                num_text(r["time_r2"], ".3f"),
                 _theory_text(r["time_theory"]),
                 mem_fit,
-                _num(r["mem_r2"], ".3f"),
+                num_text(r["mem_r2"], ".3f"),
                 mem_th,
                 "; ".join(verdict) or "–",
-                _seq_count(r["n_max_measured"]),
+                seq_count(r["n_max_measured"]),
                 str(r["n_fit_text"]),
                 str(r["n_time_text"]),
                 f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a",
@@ -224,11 +195,11 @@ def best_table(group) -> pg.Table:
             b = sel.iloc[0]
             if b["tied"]:  # the data cannot rank them: say so instead of "1.00× ahead"
                 text = f"tie: {' ≈ '.join([str(b['best']), *str(b['tied']).split()])} {ms_text(b['time_ms'])}"
-                text += f" ({_num(b['lead'])}×{_p_text(b['p_value'])})"
+                text += f" ({num_text(b['lead'])}×{_p_text(b['p_value'])})"
             else:
                 text = f"{b['best']} {ms_text(b['time_ms'])}"
                 if b["runner_up"]:
-                    text += f" ({_num(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
+                    text += f" ({num_text(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
             order = ranks[ranks[length] == n]
             for axis, value in key.items():
                 order = order[order[axis] == value]
@@ -255,143 +226,8 @@ def _p_text(p: Any) -> str:
     return ", p < 0.001" if float(p) < 0.001 else f", p = {float(p):.2g}"
 
 
-def _fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
-    """Every fingerprint key (gpu flattened), one column per run, memory in binary units."""
-    flat: dict[str, dict[str, str]] = {}
-    for run_id, meta in metas.items():
-        fp = dict(meta.get("fingerprint") or {})
-        gpu = fp.pop("gpu", None)
-        items = list(fp.items()) + [(f"gpu.{k}", v) for k, v in (gpu or {}).items()]
-        if not gpu:
-            items.append(("gpu", "none"))
-        items.append(("created", meta.get("created", "")))
-        for i, rec in enumerate(meta.get("resumes") or [], 1):  # resumes.jsonl, through results.load_meta
-            diff = ", ".join(
-                f"{k} {old} -> {new}" for k, (old, new) in (rec.get("fingerprint_diff") or {}).items()
-            )
-            items.append(
-                (
-                    f"resumed {i}",
-                    f"{rec.get('at')} on {rec.get('host')}" + (f" (forced: {diff})" if diff else ""),
-                )
-            )
-        # the run-wide calibration per device kind, then each device's own (meta.json `devices`) where it
-        # is another measurement (a one-device run records the same calibration in both places)
-        run_wide = meta.get("calibration") or {}
-        per_device = {
-            w: rec.get("calibration")
-            for w, rec in (meta.get("devices") or {}).items()
-            if rec.get("calibration") not in (None, run_wide.get(rec.get("device")))
-        }
-        for dev, cal in [*run_wide.items(), *per_device.items()]:
-            for dt, tf in ((cal or {}).get("matmul_tflops") or {}).items():
-                text = f"{tf:.3g} TFLOP/s" if isinstance(tf, (int, float)) else str(tf)
-                items.append((f"calibrated {dev} matmul {dt}", text))
-            if isinstance((cal or {}).get("copy_gbps"), (int, float)):
-                items.append((f"calibrated {dev} copy", f"{cal['copy_gbps']:.3g} GB/s"))
-        for k, v in items:
-            text = bytes_text(v) if k.endswith("memory_bytes") and isinstance(v, (int, float)) else str(v)
-            flat.setdefault(k, {})[run_id] = text
-    runs = list(metas)
-    return pg.Table(("key", *runs), tuple((k, *[v.get(r, "") for r in runs]) for k, v in flat.items()))
-
-
-SUSPECT_RULE = (
-    "An ok cell is suspect when its achieved TFLOP/s exceeds 1.25x the run's calibrated matmul ceiling (on a "
-    "GPU with a known datasheet, that datasheet's peak), or "
-    "when it is more than 10x faster than the float64-checked naive variant on the same cell. Suspect cells "
-    "stay in the plots (ringed in red) and the fits, and are left out of every ranking and speed-up."
-)
-
-
-DRIFT_RULE = (
-    "Before every cell the worker times a small matmul. A cell whose probe ran more than 10% off its run's "
-    "median probe was measured on a machine running faster or slower than usual (another tenant, a "
-    "throttled clock): its time is shown (ringed in orange on the plots) but says as much about that moment "
-    "as about the variant. `attnbench run --resume --redo-drift --out RUN` measures them again."
-)
-
-
-def _drift_table(df) -> pg.Table:
-    """Rows flagged drift (results.drift), with the machine's speed factor at that moment."""
-    d = flagged(df, "drift")
-    rows = tuple(
-        (str(r["run_id"]), str(r["cell_id"]), f"{float(r['speed_factor']):.2f}×") for _, r in d.iterrows()
-    )
-    return pg.Table(("run", "cell", "machine speed vs run median"), rows[:MAX_FAILURE_ROWS])
-
-
-THROTTLE_RULE = (
-    "While a CUDA cell is timed, attnbench reads the GPU's SM clock, power and temperature through NVML "
-    "every 20 ms. A cell whose SM clock fell more than 10% below its earlier high was timed on a GPU that "
-    "slowed down (power cap, heat, another tenant): its time is shown, ringed in purple on the plots, but it "
-    "says as much about the clock as about the kernel."
-)
-
-
-def _throttled_table(df) -> pg.Table:
-    """CUDA rows whose SM clock fell during timing (harness.measure.telemetry), with the clocks and the
-    power."""
-    t = flagged(df, "throttled")
-    import pandas as pd
-
-    rows = tuple(
-        (
-            str(r["run_id"]),
-            str(r["cell_id"]),
-            f"{int(r['sm_clock_min_mhz'])}–{int(r['sm_clock_max_mhz'])} MHz",
-            f"{float(r['sm_clock_drop']):.0%}",
-            "" if pd.isna(r["power_w_max"]) else f"{float(r['power_w_max']):.0f} W",
-            "" if pd.isna(r["clock_event_reasons"]) else str(r["clock_event_reasons"]),
-        )
-        for _, r in t.iterrows()
-    )
-    return pg.Table(("run", "cell", "SM clock", "fall", "power max", "NVML reasons"), rows[:MAX_FAILURE_ROWS])
-
-
-def _suspect_table(df) -> pg.Table:
-    """Ok cells too fast to believe, with the reason (results.suspect)."""
-    sus = flagged(df, "suspect")
-    rows = tuple((str(r["run_id"]), str(r["cell_id"]), str(r["suspect_reason"])) for _, r in sus.iterrows())
-    return pg.Table(("run", "cell", "why"), rows[:MAX_FAILURE_ROWS])
-
-
-def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
-    """Every run's calibrated ceilings beside the first run's, with a warning where they differ by >10%:
-    time differences between such runs are partly the machines'. A run of several device groups is
-    compared group by group (calibration.match_groups)."""
-    from .calibration import group_ceilings, match_groups, warnings_for
-
-    first, *others = metas
-    rows, warnings = [], []
-    for rid in others:
-        cs = group_ceilings(match_groups(devgroups[first], devgroups[rid]))
-        rows += [
-            (rid, c.device, c.what, _num(c.a, ".3g"), _num(c.b, ".3g"), _num(c.ratio, ".3f")) for c in cs
-        ]
-        warnings += warnings_for(cs, a=first, b=rid)
-    table = pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
-    return [table, pg.Bullets(tuple(warnings))] if warnings else [table]
-
-
-def _failures_table(df) -> pg.Table:
-    """Cells that are not ok, grouped by run, variant and status, with the first message."""
-    bad = df[df["status"] != "ok"]
-    rows = []
-    for (run_id, variant, status), sub in bad.groupby(["run_id", "variant", "status"], dropna=False):
-        seqs = sorted({int(n) for n in sub["seq_len"].dropna()})
-        msg = next((str(m) for m in sub["message"] if present(m) and str(m)), "")
-        rows.append(
-            (str(run_id), str(variant), str(status), str(len(sub)), " ".join(map(str, seqs)), msg[:300])
-        )
-    return pg.Table(
-        ("run", "variant", "status", "cells", "seq_lens", "message (first)"),
-        tuple(rows[:MAX_FAILURE_ROWS]),
-        f"first {MAX_FAILURE_ROWS} of {len(rows)} groups" if len(rows) > MAX_FAILURE_ROWS else "",
-    )
-
-
-def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
+def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
+    """The numerics probe's results (variant, device, dtype, q scale) with their status and error."""
     rows = []
     for rec in probe:
         err = rec.get("rel_err")
@@ -407,196 +243,8 @@ def _probe_table(probe: list[dict[str, Any]]) -> pg.Table:
                 str(rec.get("message", ""))[:200],
             )
         )
-    return pg.Table(("variant", "device", "dtype", "q scale", "status", "rel_err", "message"), tuple(rows))
-
-
-def _stem(gkey: dict[str, Any], multi: bool) -> str:
-    """A group's file-name stem: [run-]device[-device group][-model]-dtype-pass."""
-    dgroup = str(gkey["device_group"]) if present(gkey["device_group"]) else ""
-    model = str(gkey["model"]) if present(gkey["model"]) else ""
-    return slug(
-        *([gkey["run_id"]] if multi else []),
-        str(gkey["device"]),
-        *([dgroup] if dgroup else []),
-        *([model] if model else []),
-        str(gkey["dtype"]),
-        gkey["pass"],
-    )
-
-
-def group_head(gkey: dict[str, Any], group, multi: bool) -> str:
-    """A group's section title: 'cpu · float32 · forward (d_k=64 · B=1 · H=8 · no padding)'."""
-    gtitle = label(gkey, [a for a in GROUP_AXES if multi or a != "run_id"])
-    fixed_g = fixed_text(group)
-    return f"{gtitle} ({fixed_g})" if fixed_g else gtitle
-
-
-# ---- workload panels (issue 11): only where a run has such cells ---------------------------------------
-
-DECODE_RULE = (
-    "Decode cells (N_q queries against N_k ≠ N_q keys) read the whole K/V cache for a few queries: they are "
-    "bound by memory, not FLOPs. K/V GB/s is kv_bytes (B · H_kv · N_k · (d_k + d_v) · itemsize, K and V "
-    "each read once) over the median time, its band from the p25 and p75 times; the dashed line is the "
-    "device's calibrated copy bandwidth. Time is fitted against N_k over every ok point of a series."
-)
-GQA_RULE = (
-    "Each grouped-query cell (H_kv < H) against the MHA cell of the same shape in the same run: the same "
-    "variant, device, dtype, batch, H, N_q, N_k, d_k, d_v, mask, window, padding, dropout and pass, only "
-    "H_kv = H. Speed-up is MHA median time / GQA median time; 'separated' when the slower is at least 2% "
-    "slower by median and Mann-Whitney U on the raw samples gives p < 0.05. Memory: GQA / MHA peak bytes "
-    "and K/V bytes (kv_bytes)."
-)
-
-
-def _group_meta(metas, gkey, group) -> tuple[dict[str, Any], list]:
-    return metas.get(str(gkey["run_id"]), {}), list(group["where"].dropna().unique())
-
-
-def _decode_blocks(df, metas, out: Path) -> tuple[list, list]:
-    """Decode: time and K/V GB/s against N_k per group, and the GB/s at each series' largest N_k."""
-    from . import plots
-    from .style import save
-    from .workloads import decode_table
-
-    dec = decode_rows(df)
-    if dec.empty:
-        return [], []
-    blocks: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
-    files = []
-    for gkey, group in groups(dec):
-        meta, wheres = _group_meta(metas, gkey, group)
-        copy = calibrated_copy(meta, str(gkey["device"]), wheres)
-        head, stem = group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
-        blocks.append(pg.Heading(head, 3))
-        for kind, ftitle, (fig, data), caption in (
-            (
-                "decode-time",
-                "Decode time vs N_k",
-                plots.decode_time_figure(group, f"Decode time per call · {head}"),
-                "Median time with its p25–p75 band against the K/V cache length; legend: exponent in N_k.",
-            ),
-            (
-                "decode-kv-gbps",
-                "Decode K/V GB/s vs N_k",
-                plots.kv_bandwidth_figure(group, f"K/V read bandwidth · {head}", copy),
-                "kv_bytes / median time (band: p25–p75 times); dashed: calibrated copy bandwidth.",
-            ),
-        ):
-            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
-            files.append(saved)
-            blocks.append(pg.Figure(saved))
-        table = decode_table(group, copy)
-        shown = varying(table, [*PANEL_AXES, "seq_len"])
-        rows = tuple(
-            (
-                str(r["variant"]),
-                *[axis_value(a, r[a]) for a in shown],
-                _seq_count(r["seq_k"]),
-                bytes_text(float(r["kv_bytes"])),
-                ms_text(r["time_ms_median"]),
-                _num(r["kv_gbps"], ".3g"),
-                f"{_num(r['pct_of_copy'], '.3g')}%" if present(copy) else "no calibration",
-            )
-            for _, r in table.iterrows()
-        )
-        copy_text = f"{copy:.3g} GB/s" if copy else "not calibrated"
-        blocks.append(
-            pg.Table(
-                ("variant", *shown, "largest N_k", "K/V bytes", "median time", "K/V GB/s", "% of copy"),
-                rows,
-                f"K/V bandwidth at each series' largest N_k; calibrated copy bandwidth {copy_text}",
-            )
-        )
-    return blocks, files
-
-
-def _gqa_blocks(df, metas, out: Path) -> tuple[list, list]:
-    """GQA: each grouped-query cell against its MHA counterpart (table + gqa.csv)."""
-    from .workloads import GQA_MATCH, gqa_pairs
-
-    if gqa_rows(df).empty:
-        return [], []
-    pairs = gqa_pairs(df)
-    blocks: list = [pg.Heading("Grouped-query attention against MHA of the same shape"), pg.Para(GQA_RULE)]
-    if pairs.empty:
-        return [*blocks, pg.Para("No grouped-query cell ran ok.")], []
-    drop = [] if pairs["device_group"].fillna("").astype(str).ne("").any() else ["device_group"]
-    pairs.drop(columns=drop).to_csv(out / "gqa.csv", index=False)
-    shown = varying(pairs, [a for a in GQA_MATCH if a not in ("variant", "seq_len", "seq_k", *drop)])
-    lengths = ["seq_len", "seq_k"] if not decode_rows(pairs).empty else ["seq_len"]
-    rows = []
-    for _, r in pairs.iterrows():
-        if r["has_mha"]:
-            sep = "yes" if r["separated"] else "no (within the spread)"
-            tail = (ms_text(r["mha_ms"]), f"{_num(r['speedup'], '.3g')}×", sep)
-            tail += (f"{_num(r['mem_ratio'], '.2f')}×", f"{_num(r['kv_bytes_ratio'], '.3g')}×")
-        else:
-            tail = ("no MHA cell (H_kv = H) of this shape in the run", "–", "–", "–", "–")
-        rows.append(
-            (
-                str(r["variant"]),
-                *[axis_value(a, r[a]) for a in shown],
-                *[_seq_count(r[a]) for a in lengths],
-                str(r["heads"]),
-                str(r["kv_heads"]),
-                ms_text(r["gqa_ms"]),
-                *tail,
-            )
-        )
-    headers = ("variant", *shown, *lengths, "H", "H_kv", "GQA time", "MHA time", "speed-up", "separated",
-               "peak memory GQA / MHA", "K/V bytes GQA / MHA")  # fmt: skip
-    blocks.append(pg.Table(headers, tuple(rows), "data: gqa.csv"))
-    missing = int((~pairs["has_mha"].astype(bool)).sum())
-    if missing:
-        blocks.append(
-            pg.Para(
-                f"{missing} of {len(pairs)} grouped-query cells have no ok MHA counterpart in these runs "
-                "(add the heads count to --kv-heads to measure it)."
-            )
-        )
-    return blocks, []
-
-
-def _window_blocks(df, metas, out: Path) -> tuple[list, list]:
-    """Sliding window: time against N with the exponent over N ≥ 4W and the local slopes, the no-window
-    series of the same variant beside it."""
-    from . import plots
-    from .style import save
-    from .workloads import FAR_FACTOR, window_fit, window_series, window_text
-
-    if window_rows(df).empty:
-        return [], []
-    blocks: list = [
-        pg.Heading("Sliding window: time against N"),
-        pg.Para(
-            "A window of W keys makes each query attend at most W keys: time grows as N² while N is within a"
-            f" few W and as N once N ≫ W. The exponent is fitted over the ok points with N ≥ {FAR_FACTOR}W; "
-            "the local slope between consecutive N shows the fall from about 2 toward 1. Dashed: the same "
-            "variant without a window (the N² story)."
-        ),
-    ]
-    files = []
-    # a windowed group is shown with its no-window rows (same group), which it is compared with
-    for gkey, group in groups(df):
-        if window_rows(group).empty:
-            continue
-        head, stem = group_head(gkey, group, len(metas) > 1), _stem(gkey, len(metas) > 1)
-        fig, data = plots.window_figure(group, f"Sliding window · {head}")
-        caption = f"Left: median time (band p25–p75), dotted at N = {FAR_FACTOR}W; right: local slope."
-        saved = save(fig, data, out, f"window-{stem}", "Windowed time vs N and its local slope", caption)
-        files.append(saved)
-        lines = []
-        for key, sub, plain in window_series(group):
-            pfit = (
-                fitmod.fit_power_law(plain["seq_len"], plain["time_ms_median"]) if plain is not None else None
-            )
-            lines.append(
-                window_text(
-                    str(key["variant"]), int(key["window"]), window_fit(sub, int(key["window"])), pfit
-                )
-            )
-        blocks += [pg.Heading(head, 3), pg.Figure(saved), pg.Bullets(tuple(lines))]
-    return blocks, files
+    headers = ("variant", "device", "dtype", "q scale", "status", "rel_err", "message")
+    return pg.Table(headers, tuple(rows), caption)
 
 
 @dataclass
@@ -624,21 +272,19 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     return Inputs(df, metas, numerics, resolve_baseline(df, baseline), tuple(str(d) for d in run_dirs))
 
 
-# ---- the sections of the page, in order: one builder per heading ----------------------------------------
-# Each returns its blocks (and, where it draws, the figures it saved); render() composes them. A builder
-# that has nothing to show returns no blocks, and its heading stays off the page.
+# ---- the sections of the page --------------------------------------------------------------------------
+# A report is for looking: its findings, then every section's figures, then every section's tables. Each
+# builder returns a section.Section (its blocks among the figures and among the tables, and the figures it
+# saved); render() lays them out. A part with nothing to show adds no blocks, and its heading stays off.
 
-THEORY_RULE = (
-    "Theory: time grows as N² for every exact variant; peak memory as N² for variants that "
-    "materialise the N×N scores (naive, stable_softmax, sdpa_math) and as N for the tiled ones "
-    "(chunked, flash, efficient, xformers). 'vs theory' says agrees (within 0.2 or inside the "
-    "CI), above, below, or uncertain (CI wider than ±0.5). 'largest N that fits' extrapolates the"
-    " memory fit to the device's memory (power of two), and says only '> 8× the largest measured"
-    " N' beyond that: further out it would not be a measurement. For linear-memory variants, "
-    f"'largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call' reads the time fit the same way"
-    " (power of two, 8× limit). '% of peak' is achieved TFLOP/s at the largest ok seq_len over the "
-    "run's calibrated matmul TFLOP/s (its fastest square matmul call); above 100% the kernel beat "
-    "that matmul or the calibration ran at a noisy moment."
+METHOD = (
+    "Method, in short: only ok cells enter fits, rankings and speed-ups, and a cell's time is the median "
+    "of its timed calls (p25–p75: its spread). An exponent is a power-law fit over the largest N measured "
+    f"(the top {fitmod.ASYMPTOTIC_OCTAVES} octaves, or from the run's time_fit_from up) with its 95% CI; "
+    "'vs theory' sets it against N² for time and N or N² for memory. 'largest N that fits' reads the "
+    f"memory fit up to the device's memory, never beyond {fitmod.EXTRAPOLATION_LIMIT}× the largest N "
+    "measured, and '% of peak' is the TFLOP/s at the largest ok N over the run's calibrated matmul. Every "
+    "rule in full: docs/method.md ('Reading a report') in attnbench's documentation."
 )
 
 
@@ -648,7 +294,7 @@ def _write_csvs(df, scaling, out: Path) -> None:
     model only when the sweep named published models, seq_k only where some cell's keys are not its
     queries."""
     unsplit = quiet_columns(df)
-    if decode_rows(df).empty:
+    if decode.decode_rows(df).empty:
         unsplit.append("seq_k")
     if not scaling.empty:
         scaling.drop(columns=["_time_fit", "_mem_fit", *[c for c in unsplit if c in scaling.columns]]).to_csv(
@@ -658,28 +304,10 @@ def _write_csvs(df, scaling, out: Path) -> None:
     ranking(df).drop(columns=unsplit).to_csv(out / "ranking.csv", index=False)
 
 
-def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
-    """After the findings: one row per run (machine, when, cells by status)."""
-    from attnbench import results
-
-    runs_rows = []
-    for rid, meta in metas.items():
-        sub = df[df["run_id"] == rid]
-        counts = ", ".join(f"{c} {s}" for s, c in sub["status"].value_counts().items()) or "no cells"
-        runs_rows.append((rid, results.machine_label(meta), str(meta.get("created", "")), counts))
-    return [pg.Heading("Runs"), pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows))]
-
-
-def _where_blocks(devgroups: dict[str, list]) -> list:
-    """A run measured on several devices says which, and which of them are never averaged together."""
-    notes = [n for rid, gs in devgroups.items() for n in group_notes(rid, gs)]
-    return [pg.Heading("Where the cells were measured"), pg.Bullets(tuple(notes))] if notes else []
-
-
 def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]]) -> list:
-    """Fitted exponents against theory: the axes every cell shares, the rules (with where a run's time fits
-    start, when its preset says), the summary table."""
-    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory")]
+    """The first of the tables: fitted exponents against theory, after the method in short, the axes every
+    cell shares and where a run's time fits start (when its preset says)."""
+    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory"), pg.Para(METHOD)]
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
         blocks.append(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
@@ -689,7 +317,7 @@ def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]]) -> 
         for rid, n in starts.items()
         if n
     ]
-    return [*blocks, pg.Para(fitmod.FIT_RULE), *(pg.Para(s) for s in said), pg.Para(THEORY_RULE), summary]
+    return [*blocks, *(pg.Para(s) for s in said), summary]
 
 
 FIGURE_KINDS = ("time", "memory", "throughput", "speedup", "status")  # a group's figures, in page order
@@ -762,36 +390,38 @@ def group_figures(
     return figs
 
 
-def _group_blocks(
+def _group_section(
     gkey: dict[str, Any], group, meta: dict[str, Any], fits, base: str | None, multi: bool, out: Path
-) -> tuple[list, list]:
-    """One group's section (device, dtype, pass, ...): the timing note, the fastest variant per seq_len,
-    the first call against the steady state, and the group's figures."""
+) -> Section:
+    """One group (device, dtype, pass, ...): its figures (after the timing note, when it was timed in two
+    ways) among the figures; the fastest variant per N and the first call against the steady state among
+    the tables."""
     from .style import save
 
-    head, stem = group_head(gkey, group, multi), _stem(gkey, multi)
-    blocks: list = [pg.Heading(head)]
+    head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
+    figures: list = [pg.Heading(head)]
     note = _timing_note(group)
     if note is not None:
-        blocks.append(note)
-    blocks.append(best_table(group))
-    first = _first_call_table(group)
-    if first.rows:
-        blocks.append(first)
+        figures.append(note)
     files = []
     for kind, ftitle, (fig, data), caption in group_figures(gkey, group, meta, fits, base, head):
         files.append(save(fig, data, out, f"{kind}-{stem}", ftitle, caption))
-        blocks.append(pg.Figure(files[-1]))
-    return blocks, files
+        figures.append(pg.Figure(files[-1]))
+    tables: list = [pg.Heading(f"Fastest variant · {head}"), best_table(group)]
+    first = _first_call_table(group)
+    if first.rows:
+        tables.append(first)
+    return Section(figures, tables, files)
 
 
-def _numerics_blocks(numerics: dict[str, dict[str, Any]], multi: bool, out: Path) -> tuple[list, list]:
-    """Per run: the large-logit probe against float64 (and its cells that are not ok), and one head's
-    attention weights as a sanity view of the masks."""
+def _numerics_section(numerics: dict[str, dict[str, Any]], multi: bool, out: Path) -> Section:
+    """Per run: the large-logit probe against float64 and one head's attention weights (a sanity view of the
+    masks) among the figures; the probe's results that are not ok among the tables."""
     from . import plots
     from .style import save
 
-    blocks: list = [pg.Heading("Numerics")]
+    figures: list = [pg.Heading("Numerics")]
+    tables: list = []
     files = []
     for rid, num in numerics.items():
         probe = num.get("probe") or []
@@ -808,12 +438,12 @@ def _numerics_blocks(numerics: dict[str, dict[str, Any]], multi: bool, out: Path
                     "Large-logit probe: q scaled by 1, 10, 100; the unstable softmax overflows first.",
                 )
             )
-            blocks.append(pg.Figure(files[-1]))
+            figures.append(pg.Figure(files[-1]))
             bad = [r for r in probe if r.get("status") != "ok"]
             if bad:
-                blocks.append(_probe_table(bad))
+                tables.append(_probe_table(bad, rid if multi else ""))
         else:
-            blocks.append(pg.Para(f"{rid}: no numerics probe in this run."))
+            figures.append(pg.Para(f"{rid}: no numerics probe in this run."))
         example = num.get("example_weights")
         if example and example.get("weights"):
             fig, data = plots.weights_figure(example, f"Attention weights (naive, one head) · {rid}")
@@ -827,41 +457,10 @@ def _numerics_blocks(numerics: dict[str, dict[str, Any]], multi: bool, out: Path
                     "Sanity view: zero above the diagonal (causal) and right of the padding line.",
                 )
             )
-            blocks.append(pg.Figure(files[-1]))
-    return blocks, files
-
-
-def _failures_blocks(df) -> list:
-    failures = _failures_table(df)
-    return [pg.Heading("Cells that are not ok"), failures if failures.rows else pg.Para("Every cell is ok.")]
-
-
-def _flagged_blocks(heading: str, rule: str, table: pg.Table) -> list:
-    """A section of flagged cells (suspect, drift, throttled): only when some cell is flagged."""
-    return [pg.Heading(heading), pg.Para(rule), table] if table.rows else []
-
-
-def _suspect_blocks(df) -> list:
-    return _flagged_blocks("Suspect cells: shown, never ranked", SUSPECT_RULE, _suspect_table(df))
-
-
-def _drift_blocks(df) -> list:
-    return _flagged_blocks("Cells measured while the machine drifted", DRIFT_RULE, _drift_table(df))
-
-
-def _throttled_blocks(df) -> list:
-    return _flagged_blocks("Cells timed while the GPU's clock fell", THROTTLE_RULE, _throttled_table(df))
-
-
-def _machine_blocks(metas: dict[str, dict[str, Any]]) -> list:
-    return [pg.Heading("Machine"), _fingerprint_table(metas)]
-
-
-def _calibration_section(metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
-    """Only for several runs: each run's calibrated ceilings against the first run's."""
-    if len(metas) < 2:
-        return []
-    return [pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(metas, devgroups)]
+            figures.append(pg.Figure(files[-1]))
+    if tables:
+        tables.insert(0, pg.Heading("Numerics probe: results that are not ok"))
+    return Section(figures, tables, files)
 
 
 def render(inputs: Inputs, out_dir: str | Path) -> Report:
@@ -877,38 +476,32 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     summary = summary_table(scaling)
     page = pg.Page("attnbench report: " + ", ".join(metas))
     report = Report(out, out / "README.md", out / "report.html", summary=summary, baseline=base)
-    devgroups = {
-        rid: devices.groups(meta, df[df["run_id"] == rid].to_dict("records")) for rid, meta in metas.items()
-    }
+    devgroups = trust.device_groups(df, metas)
 
-    # the findings first (issue 26): what the tables below say, in sentences, before how it was measured
+    # the findings first (issue 26): what the figures and tables below say, in sentences
     report.findings = findmod.build(
         df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs
     )
     page.add(*findmod.blocks(report.findings))
-    page.add(*_runs_blocks(df, metas), *_where_blocks(devgroups), *_scaling_blocks(df, summary, metas))
-    # the sections that draw figures, in page order (each draws and saves its figures as it is built), in
-    # one palette: every variant of the report keeps its colour across them all, plug-ins included
+    # every section draws and saves its figures as it is built, in one palette: every variant of the report
+    # keeps its colour across them all, plug-ins included
     names = {str(v) for v in df["variant"].dropna()}
     names |= {str(r.get("variant")) for num in numerics.values() for r in num.get("probe") or []}
     with palette(names):
-        drawn = [
-            _group_blocks(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
+        sections = [
+            _group_section(gkey, group, metas.get(str(gkey["run_id"]), {}), fits, base, multi, out)
             for gkey, group in groups(df)
         ]
-        drawn += [_decode_blocks(df, metas, out), _gqa_blocks(df, metas, out), _window_blocks(df, metas, out)]
-        drawn.append(_numerics_blocks(numerics, multi, out))
-    for blocks, files in drawn:
-        page.add(*blocks)
-        report.figures.extend(files)
-    page.add(
-        *_failures_blocks(df),
-        *_suspect_blocks(df),
-        *_drift_blocks(df),
-        *_throttled_blocks(df),
-        *_machine_blocks(metas),
-        *_calibration_section(metas, devgroups),
-    )
+        sections += [panel.section(df, metas, out) for panel in PANELS]
+        sections.append(_numerics_section(numerics, multi, out))
+    # a report is for looking: every figure before any table, and the sections on trust last
+    for section in sections:
+        page.add(*section.figures)
+        report.figures.extend(section.files)
+    page.add(*_scaling_blocks(df, summary, metas))
+    for section in sections:
+        page.add(*section.tables)
+    page.add(*trust.blocks(df, metas, devgroups))
 
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
     report.html.write_text(pg.to_html(page, out), encoding="utf-8")

@@ -151,28 +151,6 @@ def length_axis(rows) -> str:
     return "seq_k" if one_q and rows["seq_k"].nunique() > 1 else "seq_len"
 
 
-def decode_rows(df):
-    """Rows whose keys are not their queries (seq_len != seq_k): a decode step reads a K/V cache of N_k keys
-    for a few queries."""
-    if "seq_k" not in df.columns:
-        return df.iloc[:0]
-    return df[(df["seq_k"] != df["seq_len"]).fillna(False)]
-
-
-def gqa_rows(df):
-    """Rows with fewer key/value heads than query heads (grouped-query or multi-query attention)."""
-    if "kv_heads" not in df.columns:
-        return df.iloc[:0]
-    return df[(df["kv_heads"] < df["heads"]).fillna(False)]
-
-
-def window_rows(df):
-    """Rows with a sliding window (window > 0)."""
-    if "window" not in df.columns:
-        return df.iloc[:0]
-    return df[(df["window"] > 0).fillna(False)]
-
-
 def fixed_text(group_df) -> str:
     """The panel axes that do not vary in a group, e.g. 'B=1 · H=8 · d_k=64 · no padding'."""
     if group_df.empty:

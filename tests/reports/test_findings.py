@@ -81,12 +81,12 @@ def test_a_tie_inside_a_lead_does_not_break_it():
 def test_findings_are_the_first_section_of_both_pages(crossover_report):
     md = crossover_report.readme.read_text()
     headings = [ln for ln in md.splitlines() if ln.startswith("## ")]
-    assert headings[0] == "## Findings" and headings[1] == "## Runs"
-    assert md.index("naive is fastest") < md.index("## Runs") < md.index("## Scaling")
+    assert headings[0] == "## Findings" and headings[1].startswith("## cpu · float32 · forward")
+    assert md.index("naive is fastest") < md.index("](time-") < md.index("## Scaling") < md.index("## Runs")
     html = crossover_report.html.read_text()
     body = html[html.index("<body>") :]
     assert re.match(r"<body>\s*<h1>[^<]*</h1>\s*<h2>Findings</h2>", body)
-    assert body.index("naive is fastest") < body.index("<h2>Runs</h2>") < body.index("<h2>Scaling")
+    assert body.index("naive is fastest") < body.index("<figure>") < body.index("<h2>Scaling")
 
 
 def test_a_clean_run_says_nothing_is_flagged(crossover_report):

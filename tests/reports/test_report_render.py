@@ -65,6 +65,41 @@ def _render(tmp_path, rows, **kw):
     return render(prepare([run]), tmp_path / "out")
 
 
+def _every_panel_rows():
+    """A small run with a cell of every kind a report draws or tabulates: plain MHA series, grouped-query
+    cells beside them, a decode series (N_k ≠ N_q) and a windowed series."""
+    rows = synthetic.power_law_rows({"naive": (2, 2), "chunked": (2, 1)}, [256, 512, 1024])
+    rows += [synthetic.cell("naive", n, kv_heads=2, time_ms=n / 512) for n in (256, 512, 1024)]
+    rows += [synthetic.cell("naive", 1, seq_k=n, causal=True, causal_align="lower-right", time_ms=n / 2048)
+             for n in (256, 512, 1024)]  # fmt: skip
+    rows += [synthetic.cell("chunked", n, causal=True, window=64, time_ms=n / 1024) for n in (256, 512, 1024)]
+    return rows
+
+
+def test_a_report_shows_its_figures_before_its_tables(fixture_report, tmp_path):
+    """A report is for looking (issue 38): its findings, then every figure, then the tables, in README.md and
+    report.html alike, for a real run (the committed fixture) and a run with every workload panel; the
+    method is one short paragraph that points at docs/method.md, where the rules are written out."""
+    panels = _render(tmp_path, _every_panel_rows(), copy_gbps=10.0)
+    kinds = {f.stem.rsplit("-cpu", 1)[0] for f in panels.figures}
+    assert {"decode-time", "decode-kv-gbps", "window"} <= kinds
+    for rep in (fixture_report, panels):
+        lines = rep.readme.read_text().splitlines()
+        figures = [i for i, ln in enumerate(lines) if ln.startswith("![")]
+        tables = [i for i, ln in enumerate(lines) if ln.startswith("| ")]
+        assert len(figures) == len(rep.figures) and tables
+        assert lines.index("## Findings") < figures[0] and figures[-1] < tables[0]
+        html = rep.html.read_text()
+        shown = [m.start() for m in re.finditer("<figure>", html)]
+        assert len(shown) == len(rep.figures)
+        assert html.index("<h2>Findings</h2>") < shown[0] and shown[-1] < html.index("<table>")
+        method = [ln for ln in lines if "docs/method.md" in ln]
+        assert len(method) == 1 and len(method[0].split()) < 150
+        assert "Birge" not in rep.readme.read_text() and "docs/method.md" in html
+    md = panels.readme.read_text()
+    assert md.index("](window-") < md.index("## Grouped-query attention") < md.index("## Runs")
+
+
 def test_single_seq_len_renders_with_fit_not_available(tmp_path):
     rows = [
         synthetic.cell(v, 1024, time_ms=t, peak_mem_bytes=2**24) for v, t in (("naive", 3.0), ("sdpa", 1.0))
@@ -410,7 +445,7 @@ def test_each_row_is_judged_against_its_own_devices_calibration(tmp_path):
 
 
 def test_a_forced_resume_is_shown_beside_the_fingerprint(tmp_path):
-    from attnbench.reports.render import _fingerprint_table
+    from attnbench.reports.trust import fingerprint_table
 
     run = synthetic.write_run(tmp_path / "run", [synthetic.cell("naive", 256, time_ms=1.0)])
     writer = results.RunWriter(run, resume=True)
@@ -418,7 +453,7 @@ def test_a_forced_resume_is_shown_beside_the_fingerprint(tmp_path):
     writer.log_resume({"at": "2026-01-02T00:00:00+00:00", "host": "h2", "pid": 7, "forced": True,
                        "fingerprint": {}, "fingerprint_diff": diff})  # fmt: skip
     writer.close()
-    rows = dict(_fingerprint_table(results.load_meta(run)).rows)
+    rows = dict(fingerprint_table(results.load_meta(run)).rows)
     assert rows["resumed 1"] == "2026-01-02T00:00:00+00:00 on h2 (forced: torch 2.12.0 -> 2.13.0)"
 
 

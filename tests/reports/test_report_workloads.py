@@ -11,7 +11,8 @@ import synthetic
 from conftest import run_cli
 
 from attnbench import results
-from attnbench.reports import workloads
+from attnbench.reports.panels import window
+from attnbench.reports.panels.gqa import gqa_pairs
 from attnbench.reports.render import prepare, render
 
 COPY_GBPS = 10.0
@@ -114,7 +115,7 @@ def _gqa_rows(with_mha: bool = True):
 
 def test_gqa_pairs_pick_exactly_the_mha_counterpart(tmp_path):
     df = results.load(synthetic.write_run(tmp_path / "run", _gqa_rows()))
-    pairs = workloads.gqa_pairs(df)
+    pairs = gqa_pairs(df)
     assert len(pairs) == 8 and pairs["has_mha"].all()  # 2 N × 2 H_kv × 2 d_k, naive only
     for _, p in pairs.iterrows():
         mha = df[(df["variant"] == "naive") & (df["kv_heads"] == 8) & (df["d_k"] == p["d_k"])
@@ -156,7 +157,7 @@ NS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 
 def test_local_slopes_of_an_n_times_min_n_w_law():
     times = [1e-3 * n * min(n, W) for n in NS]
-    slopes = workloads.local_slopes(NS, times)
+    slopes = window.local_slopes(NS, times)
     assert [(a, b) for a, b, _ in slopes] == list(zip(NS, NS[1:], strict=False))
     for a, _b, s in slopes:
         assert s == pytest.approx(2.0 if a < W else 1.0)  # N² while N ≤ W, then N·W
@@ -172,12 +173,12 @@ def _window_rows():
 
 def test_the_window_exponent_over_n_much_larger_than_w_is_near_1(tmp_path):
     df = results.load(synthetic.write_run(tmp_path / "run", _window_rows()))
-    [(key, sub, plain)] = workloads.window_series(df)
+    [(key, sub, plain)] = window.window_series(df)
     assert int(key["window"]) == W and plain is not None and set(plain["window"]) == {0}
-    fit = workloads.window_fit(sub, W)
+    fit = window.window_fit(sub, W)
     assert fit.seq_lens == (256, 512, 1024, 2048, 4096)  # N ≥ 4W
     assert fit.exponent == pytest.approx(1.0, abs=0.05) and fit.ci_low - 0.01 < 1.0 < fit.ci_high + 0.01
-    text = workloads.window_text("chunked", W, fit, None)
+    text = window.window_text("chunked", W, fit, None)
     assert re.fullmatch(
         r"chunked, window 64: exponent (0\.99|1\.0\d) \[(0\.9\d|1\.0\d), 1\.\d\d\] over N ≥ 4W "
         r"\(256–4096\)",
@@ -200,23 +201,24 @@ def test_the_window_panel_in_the_report(tmp_path):
     assert data[data["window"] == 0]["local_slope"].dropna().to_numpy() == pytest.approx(2, abs=0.05)
 
 
-# ---- a plain run is unchanged ------------------------------------------------------------------------
+# ---- a plain run shows no workload panel -------------------------------------------------------------
 
 PLAIN_HEADINGS = [
     "# attnbench report: synthetic",
-    "## Findings",  # first since issue 26, per panel (False sorts first), then the run table under a heading
+    "## Findings",  # first since issue 26, per panel (False sorts first)
     "### cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding) · non-causal",
     "### cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding) · causal",
-    "## Runs",
-    "## Scaling: fitted exponents vs theory",
-    "## cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding)",
+    "## cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding)",  # then the figures (issue 38)
     "## Numerics",
+    "## Scaling: fitted exponents vs theory",  # then the tables
+    "## Fastest variant · cpu · float32 · forward (d\\_k=64 · B=1 · H=8 · no padding)",
+    "## Runs",
     "## Cells that are not ok",
     "## Machine",
-]  # the sections of a plain report as rendered before the workload panels existed
+]  # the sections of a plain report: no workload panel's heading among them
 
 
-def test_a_plain_run_renders_the_same_blocks_as_before(tmp_path):
+def test_a_plain_run_shows_no_workload_panel(tmp_path):
     rows = []
     for causal in (True, False):
         rows += synthetic.power_law_rows(

@@ -1,0 +1,13 @@
+"""A report's workload panels (issue 11), one module each: decode, grouped-query attention, sliding window.
+
+A panel owns its rows, its numbers, its figures and the blocks it adds to the page, and shows only where a
+run has such cells. render.py calls each through the same function, `section(df, metas, out)`, in PANELS'
+order: a section.Section, its blocks among the figures and among the tables apart. Every group key comes
+from tables.COMBO_AXES, so an axis added there is held fixed here too.
+"""
+
+from __future__ import annotations
+
+from . import decode, gqa, window
+
+PANELS = (decode, gqa, window)  # in page order

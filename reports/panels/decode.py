@@ -1,0 +1,237 @@
+"""The decode panel: cells with N_k ≠ N_q, bound by reading the K/V cache; time and K/V GB/s against N_k."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from attnbench.results.formulas import bytes_text, gbps
+
+from .. import fit as fitmod
+from .. import page as pg
+from ..plots import band_line, exponent_label, floats, guides, keys_of, length_xaxis
+from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
+from ..style import empty_panel, legend_below, log_axis, mpl_style, new_figure, variant_order
+from ..tables import (
+    COMBO_AXES,
+    PANEL_AXES,
+    axis_value,
+    calibrated_copy,
+    grouped,
+    groups,
+    ok_rows,
+    panels,
+    present,
+    varying,
+)
+
+DECODE_RULE = (
+    "Decode cells (N_q queries against N_k ≠ N_q keys) read the whole K/V cache for a few queries: they are "
+    "bound by memory, not FLOPs. K/V GB/s is kv_bytes (B · H_kv · N_k · (d_k + d_v) · itemsize, K and V "
+    "each read once) over the median time, its band from the p25 and p75 times; the dashed line is the "
+    "device's calibrated copy bandwidth. Time is fitted against N_k over every ok point of a series."
+)
+DECODE_PANEL_AXES = (*PANEL_AXES, "seq_len")  # a decode series holds N_q fixed: one panel per N_q
+
+
+# ---- rows and numbers ----------------------------------------------------------------------------------
+
+
+def decode_rows(df):
+    """Rows whose keys are not their queries (seq_len != seq_k): a decode step reads a K/V cache of N_k keys
+    for a few queries."""
+    if "seq_k" not in df.columns:
+        return df.iloc[:0]
+    return df[(df["seq_k"] != df["seq_len"]).fillna(False)]
+
+
+def kv_rates(rows):
+    """ok rows with their K/V read bandwidth: kv_gbps (kv_bytes / median time) and its spread, kv_gbps_lo
+    and kv_gbps_hi (kv_bytes over the p75 and p25 times)."""
+    ok = ok_rows(rows).dropna(subset=["time_ms_median", "kv_bytes"]).copy()
+
+    def rate(col: str) -> list[float]:
+        pairs = zip(ok["kv_bytes"], ok[col], strict=True)
+        return [gbps(float(b), float(t)) if present(t) else math.nan for b, t in pairs]
+
+    ok["kv_gbps"] = rate("time_ms_median")
+    ok["kv_gbps_lo"], ok["kv_gbps_hi"] = rate("time_ms_p75"), rate("time_ms_p25")
+    return ok
+
+
+def decode_table(rows, copy_gbps: float | None):
+    """Per series (combination, N_q, variant): its largest N_k with the K/V GB/s reached there and the
+    percentage of the calibrated copy bandwidth (NaN when the device has none)."""
+    import pandas as pd
+
+    rated = kv_rates(rows)
+    records = []
+    for key, sub in grouped(rated, [*COMBO_AXES, "seq_len", "variant"]):
+        top = sub.sort_values("seq_k").iloc[-1]
+        rate = float(top["kv_gbps"])
+        records.append(
+            {
+                **key,
+                "seq_k": int(top["seq_k"]),
+                "kv_bytes": int(top["kv_bytes"]),
+                "time_ms_median": float(top["time_ms_median"]),
+                "kv_gbps": rate,
+                "copy_gbps": copy_gbps,
+                "pct_of_copy": rate / copy_gbps * 100 if copy_gbps else math.nan,
+            }
+        )
+    cols = [*COMBO_AXES, "seq_len", "variant", "seq_k", "kv_bytes", "time_ms_median", "kv_gbps"]
+    return pd.DataFrame(records, columns=[*cols, "copy_gbps", "pct_of_copy"])
+
+
+def decode_fit(rows) -> fitmod.PowerFit:
+    """Time against N_k of one decode series (ok rows of one variant and N_q): exponent over all points
+    (a decode series is short, and time ∝ N_k from its first points when K/V reads dominate)."""
+    ok = ok_rows(rows).dropna(subset=["time_ms_median"])
+    return fitmod.fit_power_law(
+        ok["seq_k"].astype(float), ok["time_ms_median"].astype(float), asymptotic=False
+    )
+
+
+# ---- figures -------------------------------------------------------------------------------------------
+
+
+def decode_time_figure(rows, title: str):
+    """Median time against N_k (log-log) per decode series, p25–p75 band, exponent against N_k in the
+    legend."""
+    ok = ok_rows(rows).dropna(subset=["time_ms_median"])
+    pans = panels(rows, DECODE_PANEL_AXES)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=4.8)
+        for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
+            pok = ok_rows(prow).dropna(subset=["time_ms_median"])
+            ys: list[float] = []
+            for variant in variant_order(pok["variant"].unique()):
+                v = pok[pok["variant"] == variant].sort_values("seq_k")
+                fit = decode_fit(v)
+                band_line(
+                    ax,
+                    floats(v["seq_k"]),
+                    floats(v["time_ms_median"]),
+                    floats(v["time_ms_p25"]),
+                    floats(v["time_ms_p75"]),
+                    variant,
+                    exponent_label(variant, fit).replace("N^", "N_k^"),
+                )
+                ys += [y for y in floats(v["time_ms_median"]) if math.isfinite(y) and y > 0]
+            n_ks = [int(n) for n in prow["seq_k"].dropna().unique()]
+            if ys:
+                log_axis(ax)
+                guides(ax, n_ks, ys)
+            else:
+                empty_panel(ax, "no ok cells")
+            length_xaxis(ax, n_ks, "seq_k")
+            ax.set_ylabel("time per call (ms, median; band p25–p75)")
+            ax.set_title(ptitle or "decode")
+            legend_below(ax)
+        fig.suptitle(title)
+    data = ok[keys_of(rows) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "n_samples"]]
+    return fig, data
+
+
+def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
+    """K/V bytes read per second against N_k, band from the p25–p75 times, and the calibrated copy
+    bandwidth as a horizontal line (with % of it on the right): how close a decode step gets to memory
+    speed."""
+    rated = kv_rates(rows)
+    pans = panels(rows, DECODE_PANEL_AXES)
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=4.8)
+        for ax, (key, ptitle, _prow) in zip(axes, pans, strict=True):
+            sel = rated
+            for axis, value in key.items():
+                sel = sel[sel[axis] == value]
+            for variant in variant_order(sel["variant"].unique()):
+                v = sel[sel["variant"] == variant].sort_values("seq_k")
+                x = floats(v["seq_k"])
+                band_line(ax, x, floats(v["kv_gbps"]), floats(v["kv_gbps_lo"]), floats(v["kv_gbps_hi"]),
+                          variant, variant)  # fmt: skip
+            if sel.empty:
+                empty_panel(ax, "no ok cells")
+            if copy_gbps:
+                ax.axhline(copy_gbps, color="black", lw=1.2, ls="--",
+                           label=f"calibrated copy bandwidth {copy_gbps:.3g} GB/s")  # fmt: skip
+                sec = ax.secondary_yaxis(
+                    "right",
+                    functions=(lambda g, c=copy_gbps: g / c * 100, lambda p, c=copy_gbps: p * c / 100),
+                )
+                sec.set_ylabel("% of calibrated copy bandwidth")
+            ax.set_ylim(bottom=0)
+            length_xaxis(ax, [int(n) for n in _prow["seq_k"].dropna().unique()], "seq_k")
+            ax.set_ylabel("K/V read GB/s (kv_bytes / median time)")
+            ax.set_title(ptitle or "decode")
+            legend_below(ax)
+        fig.suptitle(title)
+    data = rated[keys_of(rows) + ["kv_bytes", "time_ms_median", "kv_gbps", "kv_gbps_lo", "kv_gbps_hi"]]
+    return fig, data.assign(copy_gbps=copy_gbps)
+
+
+# ---- the page's blocks ---------------------------------------------------------------------------------
+
+
+def _kv_table(group, copy: float | None) -> pg.Table:
+    """The K/V GB/s and % of the copy bandwidth at each series' largest N_k (decode_table)."""
+    table = decode_table(group, copy)
+    shown = varying(table, [*PANEL_AXES, "seq_len"])
+    rows = tuple(
+        (
+            str(r["variant"]),
+            *[axis_value(a, r[a]) for a in shown],
+            seq_count(r["seq_k"]),
+            bytes_text(float(r["kv_bytes"])),
+            ms_text(r["time_ms_median"]),
+            num_text(r["kv_gbps"], ".3g"),
+            f"{num_text(r['pct_of_copy'], '.3g')}%" if present(copy) else "no calibration",
+        )
+        for _, r in table.iterrows()
+    )
+    copy_text = f"{copy:.3g} GB/s" if copy else "not calibrated"
+    return pg.Table(
+        ("variant", *shown, "largest N_k", "K/V bytes", "median time", "K/V GB/s", "% of copy"),
+        rows,
+        f"K/V bandwidth at each series' largest N_k; calibrated copy bandwidth {copy_text}",
+    )
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Decode: time and K/V GB/s against N_k per group among the figures; the GB/s at each series' largest
+    N_k among the tables."""
+    from ..style import save
+
+    dec = decode_rows(df)
+    if dec.empty:
+        return Section()
+    multi = len(metas) > 1
+    figures: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
+    tables: list = [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")]
+    files = []
+    for gkey, group in groups(dec):
+        meta = metas.get(str(gkey["run_id"]), {})
+        copy = calibrated_copy(meta, str(gkey["device"]), list(group["where"].dropna().unique()))
+        head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
+        figures.append(pg.Heading(head, 3))
+        for kind, ftitle, (fig, data), caption in (
+            (
+                "decode-time",
+                "Decode time vs N_k",
+                decode_time_figure(group, f"Decode time per call · {head}"),
+                "Median time with its p25–p75 band against the K/V cache length; legend: exponent in N_k.",
+            ),
+            (
+                "decode-kv-gbps",
+                "Decode K/V GB/s vs N_k",
+                kv_bandwidth_figure(group, f"K/V read bandwidth · {head}", copy),
+                "kv_bytes / median time (band: p25–p75 times); dashed: calibrated copy bandwidth.",
+            ),
+        ):
+            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
+            files.append(saved)
+            figures.append(pg.Figure(saved))
+        tables += [pg.Heading(head, 3), _kv_table(group, copy)]
+    return Section(figures, tables, files)

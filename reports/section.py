@@ -1,0 +1,64 @@
+"""What every section of a report shares: its blocks for the figures and for the tables, apart (a page shows
+every section's figures before any section's tables), and how it names its group, its files and numbers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .style import slug
+from .tables import GROUP_AXES, fixed_text, label, present
+
+
+@dataclass
+class Section:
+    """One section of a report, as the page lays it out: what it shows among the figures (its headings,
+    notes and figures), what it shows among the tables, and the figure files it saved. Either part may be
+    empty, and an empty part adds nothing to the page, not even its heading."""
+
+    figures: list = field(default_factory=list)
+    tables: list = field(default_factory=list)
+    files: list = field(default_factory=list)
+
+
+def ms_text(t: Any) -> str:
+    """0.893 ms, 164 ms, 1.25 s."""
+    if not present(t):
+        return "n/a"
+    t = float(t)
+    return f"{t / 1000:.3g} s" if t >= 1000 else f"{t:.3g} ms"
+
+
+def num_text(v: Any, fmt: str = ".2f") -> str:
+    """A number in `fmt`, or 'n/a' where it is missing or not finite."""
+    return format(float(v), fmt) if present(v) and math.isfinite(float(v)) else "n/a"
+
+
+def seq_count(n: Any) -> str:
+    """A length with thousands separators: 4,096; beyond 2^24, as a power of two."""
+    if not present(n):
+        return "n/a"
+    n = int(n)
+    return f"{n:,}" if n <= 2**24 else f"2^{n.bit_length() - 1}"
+
+
+def file_stem(gkey: dict[str, Any], multi: bool) -> str:
+    """A group's file-name stem: [run-]device[-device group][-model]-dtype-pass."""
+    dgroup = str(gkey["device_group"]) if present(gkey["device_group"]) else ""
+    model = str(gkey["model"]) if present(gkey["model"]) else ""
+    return slug(
+        *([gkey["run_id"]] if multi else []),
+        str(gkey["device"]),
+        *([dgroup] if dgroup else []),
+        *([model] if model else []),
+        str(gkey["dtype"]),
+        gkey["pass"],
+    )
+
+
+def group_head(gkey: dict[str, Any], group, multi: bool) -> str:
+    """A group's section title: 'cpu · float32 · forward (d_k=64 · B=1 · H=8 · no padding)'."""
+    gtitle = label(gkey, [a for a in GROUP_AXES if multi or a != "run_id"])
+    fixed_g = fixed_text(group)
+    return f"{gtitle} ({fixed_g})" if fixed_g else gtitle

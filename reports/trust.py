@@ -1,0 +1,228 @@
+"""The report's sections on how far to trust it: the runs and the devices their cells were measured on, the
+cells that are not ok or are flagged (suspect, drift, throttled), the machine, and each run's calibration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnbench.results import devices
+from attnbench.results.formulas import bytes_text
+
+from . import page as pg
+from .calibration import group_notes
+from .section import num_text
+from .tables import flagged, present
+
+MAX_FAILURE_ROWS = 80
+
+
+def device_groups(df, metas: dict[str, dict[str, Any]]) -> dict[str, list]:
+    """Per run, its devices in groups that may be averaged together (results.devices.groups)."""
+    return {
+        rid: devices.groups(meta, df[df["run_id"] == rid].to_dict("records")) for rid, meta in metas.items()
+    }
+
+
+def blocks(df, metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
+    """The page's last sections, in order: the runs (machine, when, cells by status), where a run measured
+    on several devices measured its cells, the cells that are not ok, the flagged ones (each section only
+    when some cell is flagged), the machine, and, for several runs, each run's calibration against the
+    first's."""
+    return [
+        *_runs_blocks(df, metas),
+        *_where_blocks(devgroups),
+        *_failures_blocks(df),
+        *_suspect_blocks(df),
+        *_drift_blocks(df),
+        *_throttled_blocks(df),
+        *_machine_blocks(metas),
+        *_calibration_section(metas, devgroups),
+    ]
+
+
+def fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
+    """Every fingerprint key (gpu flattened), one column per run, memory in binary units."""
+    flat: dict[str, dict[str, str]] = {}
+    for run_id, meta in metas.items():
+        fp = dict(meta.get("fingerprint") or {})
+        gpu = fp.pop("gpu", None)
+        items = list(fp.items()) + [(f"gpu.{k}", v) for k, v in (gpu or {}).items()]
+        if not gpu:
+            items.append(("gpu", "none"))
+        items.append(("created", meta.get("created", "")))
+        for i, rec in enumerate(meta.get("resumes") or [], 1):  # resumes.jsonl, through results.load_meta
+            diff = ", ".join(
+                f"{k} {old} -> {new}" for k, (old, new) in (rec.get("fingerprint_diff") or {}).items()
+            )
+            items.append(
+                (
+                    f"resumed {i}",
+                    f"{rec.get('at')} on {rec.get('host')}" + (f" (forced: {diff})" if diff else ""),
+                )
+            )
+        # the run-wide calibration per device kind, then each device's own (meta.json `devices`) where it
+        # is another measurement (a one-device run records the same calibration in both places)
+        run_wide = meta.get("calibration") or {}
+        per_device = {
+            w: rec.get("calibration")
+            for w, rec in (meta.get("devices") or {}).items()
+            if rec.get("calibration") not in (None, run_wide.get(rec.get("device")))
+        }
+        for dev, cal in [*run_wide.items(), *per_device.items()]:
+            for dt, tf in ((cal or {}).get("matmul_tflops") or {}).items():
+                text = f"{tf:.3g} TFLOP/s" if isinstance(tf, (int, float)) else str(tf)
+                items.append((f"calibrated {dev} matmul {dt}", text))
+            if isinstance((cal or {}).get("copy_gbps"), (int, float)):
+                items.append((f"calibrated {dev} copy", f"{cal['copy_gbps']:.3g} GB/s"))
+        for k, v in items:
+            text = bytes_text(v) if k.endswith("memory_bytes") and isinstance(v, (int, float)) else str(v)
+            flat.setdefault(k, {})[run_id] = text
+    runs = list(metas)
+    return pg.Table(("key", *runs), tuple((k, *[v.get(r, "") for r in runs]) for k, v in flat.items()))
+
+
+SUSPECT_RULE = (
+    "An ok cell is suspect when its achieved TFLOP/s exceeds 1.25x the run's calibrated matmul ceiling (on a "
+    "GPU with a known datasheet, that datasheet's peak), or "
+    "when it is more than 10x faster than the float64-checked naive variant on the same cell. Suspect cells "
+    "stay in the plots (ringed in red) and the fits, and are left out of every ranking and speed-up."
+)
+
+
+DRIFT_RULE = (
+    "Before every cell the worker times a small matmul. A cell whose probe ran more than 10% off its run's "
+    "median probe was measured on a machine running faster or slower than usual (another tenant, a "
+    "throttled clock): its time is shown (ringed in orange on the plots) but says as much about that moment "
+    "as about the variant. `attnbench run --resume --redo-drift --out RUN` measures them again."
+)
+
+
+def _drift_table(df) -> pg.Table:
+    """Rows flagged drift (results.drift), with the machine's speed factor at that moment."""
+    d = flagged(df, "drift")
+    rows = tuple(
+        (str(r["run_id"]), str(r["cell_id"]), f"{float(r['speed_factor']):.2f}×") for _, r in d.iterrows()
+    )
+    return pg.Table(("run", "cell", "machine speed vs run median"), rows[:MAX_FAILURE_ROWS])
+
+
+THROTTLE_RULE = (
+    "While a CUDA cell is timed, attnbench reads the GPU's SM clock, power and temperature through NVML "
+    "every 20 ms. A cell whose SM clock fell more than 10% below its earlier high was timed on a GPU that "
+    "slowed down (power cap, heat, another tenant): its time is shown, ringed in purple on the plots, but it "
+    "says as much about the clock as about the kernel."
+)
+
+
+def _throttled_table(df) -> pg.Table:
+    """CUDA rows whose SM clock fell during timing (harness.measure.telemetry), with the clocks and the
+    power."""
+    t = flagged(df, "throttled")
+    import pandas as pd
+
+    rows = tuple(
+        (
+            str(r["run_id"]),
+            str(r["cell_id"]),
+            f"{int(r['sm_clock_min_mhz'])}–{int(r['sm_clock_max_mhz'])} MHz",
+            f"{float(r['sm_clock_drop']):.0%}",
+            "" if pd.isna(r["power_w_max"]) else f"{float(r['power_w_max']):.0f} W",
+            "" if pd.isna(r["clock_event_reasons"]) else str(r["clock_event_reasons"]),
+        )
+        for _, r in t.iterrows()
+    )
+    return pg.Table(("run", "cell", "SM clock", "fall", "power max", "NVML reasons"), rows[:MAX_FAILURE_ROWS])
+
+
+def _suspect_table(df) -> pg.Table:
+    """Ok cells too fast to believe, with the reason (results.suspect)."""
+    sus = flagged(df, "suspect")
+    rows = tuple((str(r["run_id"]), str(r["cell_id"]), str(r["suspect_reason"])) for _, r in sus.iterrows())
+    return pg.Table(("run", "cell", "why"), rows[:MAX_FAILURE_ROWS])
+
+
+def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
+    """Every run's calibrated ceilings beside the first run's, with a warning where they differ by >10%:
+    time differences between such runs are partly the machines'. A run of several device groups is
+    compared group by group (calibration.match_groups)."""
+    from .calibration import group_ceilings, match_groups, warnings_for
+
+    first, *others = metas
+    rows, warnings = [], []
+    for rid in others:
+        cs = group_ceilings(match_groups(devgroups[first], devgroups[rid]))
+        rows += [
+            (rid, c.device, c.what, num_text(c.a, ".3g"), num_text(c.b, ".3g"), num_text(c.ratio, ".3f"))
+            for c in cs
+        ]
+        warnings += warnings_for(cs, a=first, b=rid)
+    table = pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
+    return [table, pg.Bullets(tuple(warnings))] if warnings else [table]
+
+
+def _failures_table(df) -> pg.Table:
+    """Cells that are not ok, grouped by run, variant and status, with the first message."""
+    bad = df[df["status"] != "ok"]
+    rows = []
+    for (run_id, variant, status), sub in bad.groupby(["run_id", "variant", "status"], dropna=False):
+        seqs = sorted({int(n) for n in sub["seq_len"].dropna()})
+        msg = next((str(m) for m in sub["message"] if present(m) and str(m)), "")
+        rows.append(
+            (str(run_id), str(variant), str(status), str(len(sub)), " ".join(map(str, seqs)), msg[:300])
+        )
+    return pg.Table(
+        ("run", "variant", "status", "cells", "seq_lens", "message (first)"),
+        tuple(rows[:MAX_FAILURE_ROWS]),
+        f"first {MAX_FAILURE_ROWS} of {len(rows)} groups" if len(rows) > MAX_FAILURE_ROWS else "",
+    )
+
+
+def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
+    """One row per run (machine, when, cells by status)."""
+    from attnbench import results
+
+    runs_rows = []
+    for rid, meta in metas.items():
+        sub = df[df["run_id"] == rid]
+        counts = ", ".join(f"{c} {s}" for s, c in sub["status"].value_counts().items()) or "no cells"
+        runs_rows.append((rid, results.machine_label(meta), str(meta.get("created", "")), counts))
+    return [pg.Heading("Runs"), pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows))]
+
+
+def _where_blocks(devgroups: dict[str, list]) -> list:
+    """A run measured on several devices says which, and which of them are never averaged together."""
+    notes = [n for rid, gs in devgroups.items() for n in group_notes(rid, gs)]
+    return [pg.Heading("Where the cells were measured"), pg.Bullets(tuple(notes))] if notes else []
+
+
+def _failures_blocks(df) -> list:
+    failures = _failures_table(df)
+    return [pg.Heading("Cells that are not ok"), failures if failures.rows else pg.Para("Every cell is ok.")]
+
+
+def _flagged_blocks(heading: str, rule: str, table: pg.Table) -> list:
+    """A section of flagged cells (suspect, drift, throttled): only when some cell is flagged."""
+    return [pg.Heading(heading), pg.Para(rule), table] if table.rows else []
+
+
+def _suspect_blocks(df) -> list:
+    return _flagged_blocks("Suspect cells: shown, never ranked", SUSPECT_RULE, _suspect_table(df))
+
+
+def _drift_blocks(df) -> list:
+    return _flagged_blocks("Cells measured while the machine drifted", DRIFT_RULE, _drift_table(df))
+
+
+def _throttled_blocks(df) -> list:
+    return _flagged_blocks("Cells timed while the GPU's clock fell", THROTTLE_RULE, _throttled_table(df))
+
+
+def _machine_blocks(metas: dict[str, dict[str, Any]]) -> list:
+    return [pg.Heading("Machine"), fingerprint_table(metas)]
+
+
+def _calibration_section(metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
+    """Only for several runs: each run's calibrated ceilings against the first run's."""
+    if len(metas) < 2:
+        return []
+    return [pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(metas, devgroups)]
