@@ -7,9 +7,11 @@ directory) instead of one line on stderr. Nothing heavy is imported until a func
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -176,35 +178,52 @@ def _finished(summary) -> Run:
     )  # fmt: skip
 
 
-# attnbench.bench's sweep: every mask and dtype the axes offer on a CPU, gated against float64 in each cell,
-# over a scaling sweep of N: 64 cells with the baseline, 20-40 s on a 2-core CPU
-BENCH = dict(
-    seq_len="64..512",
-    causal="both",
-    padding=[0.0, 0.25],
-    dtype="float32,bfloat16",
-    heads=2,
-    budget_ms=10,
-    warmup_ms=2,
-    min_ms=2,
-    calibrate_ms=200,
-)
+@dataclass(frozen=True)
+class Bench(Run):
+    """What attnbench.bench returns: the Run, and the answer a kernel author asked for, printed in a few lines
+    (correct per dtype and mask, what it does not support and what would add it, faster or slower than the
+    baseline at which N, how time and memory grow: reports.answer)."""
+
+    variant: str = ""
+    baseline: str = "sdpa"
+    seconds: float | None = None  # the run's wall time, as bench timed it
+
+    @cached_property
+    def answer(self):
+        from attnbench.reports.answer import answer
+
+        return answer(self.path, self.variant, self.baseline, self.seconds)
+
+    def __str__(self) -> str:
+        return self.answer.text()
+
+    def __repr__(self) -> str:
+        return self.answer.text()
+
+    def _repr_html_(self) -> str:
+        return self.answer.html()
 
 
-def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keywords: Any) -> Run:
+def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keywords: Any) -> Bench:
     """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
     padding none/25%) and dtype (float32, bfloat16) it supports, each cell gated against the float64
-    reference, across a scaling sweep of N (64..512); returns the Run (`run.report()` for the findings:
-    correctness, the fitted exponent of each, the speed-up over the baseline).
+    reference, across a scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
+    whose answer prints in a few lines: `print(attnbench.bench(fn))` (in a notebook it shows itself). It is
+    also the Run (`.report()` for the whole story, `.table()` for every cell).
 
     `fn` is a callable (with its capabilities from its signature, or `attnbench.variant(fn, ...)`) or a
     registered variant's name; what it cannot do is `unsupported`, with the reason. Every keyword of `run`
-    goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over BENCH.
+    goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset.
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
-    measured = fn if isinstance(fn, str) or name is None else variant(fn, name=name)
-    return run(variants=[measured, baseline], **{**BENCH, **keywords})
+    measured = fn if isinstance(fn, str) else variant(fn, name=name)
+    who = measured if isinstance(measured, str) else measured.name
+    t0 = time.perf_counter()
+    ran = run(variants=[measured, baseline], **{"preset": "bench", **keywords})
+    took = time.perf_counter() - t0
+    same = {f.name: getattr(ran, f.name) for f in fields(Run)}
+    return Bench(**same, variant=who, baseline=baseline, seconds=took)
 
 
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):

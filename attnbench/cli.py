@@ -69,7 +69,14 @@ _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not th
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run_args = None
+    if argv[:1] == ["interleave"] and "--" in argv:  # what follows -- is every run's: not interleave's
+        cut = argv.index("--")
+        argv, run_args = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
+    if run_args is not None:
+        args.run_args = run_args
     try:
         with _one_line_warnings():
             return args.func(args)

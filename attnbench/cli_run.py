@@ -357,8 +357,7 @@ def cmd_interleave(args: argparse.Namespace) -> int:
             if args.runs is None:
                 raise BadInput("--runs K: how many runs of each side to make (3 or more)")
             sides = interleave.parse_sides(args.side or [])
-            run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
-            plan = interleave.check_new(out, args.runs, sides, run_args)
+            plan = interleave.check_new(out, args.runs, sides, args.run_args)
             interleave.dry_runs(plan)
     code = interleave.make(plan, tell, resume=args.resume)
     if code == EXIT_INTERRUPTED:
@@ -377,6 +376,7 @@ def cmd_interleave(args: argparse.Namespace) -> int:
 def add_interleave(sub) -> None:
     p = sub.add_parser(
         "interleave",
+        usage="attnbench interleave OUT --runs K --side NAME[=COMMAND] --side NAME[=COMMAND] -- RUN_ARGS",
         help="runs of two or more set-ups, made interleaved (run i of each back to back), for compare",
         description="Make K runs of each side in OUT/SIDE/run1..runK, run i of every side back to back, "
         "with `attnbench run ARGS`; `attnbench compare OUT/A OUT/B` then pairs run i with run i.",
@@ -391,7 +391,4 @@ def add_interleave(sub) -> None:
         "--side old=/envs/torch-2.12/bin/attnbench --side new; repeat for each side",
     )
     p.add_argument("--resume", action="store_true", help="finish the runs in OUT as they were started")
-    p.add_argument(
-        "run_args", nargs=argparse.REMAINDER, metavar="-- RUN_ARGS", help="`attnbench run` flags of every run"
-    )
-    p.set_defaults(func=cmd_interleave)
+    p.set_defaults(func=cmd_interleave, run_args=[])

@@ -186,27 +186,6 @@ def _check_sets(meta_a: dict[str, Any], meta_b: dict[str, Any], normalize, varia
         )
 
 
-def _check_sets(meta_a: dict[str, Any], meta_b: dict[str, Any], normalize, variant_a, same: bool) -> None:
-    """ValueError (one line) for what run sets (results.runset) cannot be compared by: a set with a single
-    run, --normalize (one calibration per run), an A/B inside one set (made in one run, its rounds pair)."""
-    sets = [m.get("runset") for m in (meta_a, meta_b)]
-    if not any(sets):
-        return
-    if not all(sets):
-        which = "RUN_A" if sets[0] else "RUN_B"
-        n = len((sets[0] or sets[1])["runs"])
-        raise ValueError(
-            f"{which} is a run set ({n} runs) and the other a single run: compare a set with a set, each "
-            "made the same way (the spread between a side's runs is what the verdict is judged by)"
-        )
-    if normalize:
-        raise ValueError("--normalize rescales one run by its calibration: use --control with run sets")
-    if same and variant_a is not None:
-        raise ValueError(
-            "--variant-a/--variant-b in one run set: compare them in one of its runs, whose rounds pair them"
-        )
-
-
 def require_variant(df, name: str, flag: str, side: str) -> None:
     """ValueError (one line, naming the run's variants) unless `name` is a variant of run `side`."""
     names = set(df["variant"].dropna().astype(str))
@@ -247,7 +226,7 @@ def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant:
 # what each side of a paired cell keeps: results.judge.Side.of reads the list columns; a run set's rows have
 # its own (results.runset.RUN_COLUMNS), a run's are [] here
 _KEEP = ("run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops",
-         "visit_medians_ms", "visit_samples", "timing_mode", *RUN_COLUMNS)  # fmt: skip
+         "visit_medians_ms", "visit_samples", "timing_mode", "speed_factor", *RUN_COLUMNS)  # fmt: skip
 
 
 def _paired(a, b, axes: list[str]):

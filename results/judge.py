@@ -23,8 +23,10 @@ visits do not show what moves between runs.
    'slower' ('faster') when p < alpha and the whole CI lies above (below) 1; else 'ambiguous'.
 6. **Blind comparisons.** Two different single runs, no control, nothing paired: no interval here holds
    how much a whole run moves, which on a shared machine is far more than a run's own visits show. The
-   verdict says so and calls a cell slower or faster only when its whole CI lies beyond 1 ± the run-to-run
-   spread measured for identical code (RUN_SPREAD_FLOOR, or the figure stated with --run-spread), and
+   verdict says so and calls a cell slower (faster) only when its whole CI lies above 1 + s (below
+   1 / (1 + s)), s the run-to-run spread measured for identical code (RUN_SPREAD_FLOOR, or the figure
+   stated with --run-spread), times the factor by which the speed probe found the machine off its usual
+   speed during either cell (drift), and
    'same' only within ±(tolerance - that spread).
 7. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
    judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
@@ -206,7 +208,7 @@ def verdict(test: Test, *, tolerance: float = TOLERANCE, alpha: float = ALPHA, u
     significant = math.isfinite(test.p) and test.p < alpha
     if significant and lo > 1 + unseen:
         return "slower"
-    if significant and hi < 1 - unseen:
+    if significant and hi < 1 / (1 + unseen):  # as far below 1 as 1 + unseen is above, in log terms
         return "faster"
     return "ambiguous"
 
@@ -255,23 +257,34 @@ class Side:
     runs: tuple[float, ...] = ()
     run_index: tuple[float, ...] = ()
     run_visits: tuple[tuple[float, ...], ...] = ()
+    speed: float = math.nan  # speed_factor: the machine's speed probe before the cell over the run's usual
+
+    @property
+    def off(self) -> float:
+        """How far off its usual speed the machine ran for this cell, as a factor >= 1 (1: not known)."""
+        s = self.speed
+        return max(s, 1 / s) if math.isfinite(s) and s > 0 else 1.0
 
     @classmethod
     def of(cls, row: Mapping[str, Any], suffix: str = "") -> Side:
         """A side from a results row (results.load, results.runset), its columns ending in `suffix`."""
         get = {c: row.get(c + suffix) for c in ("time_ms_median", *_LISTS, "run_visit_medians")}
         median, run_visits = get["time_ms_median"], get["run_visit_medians"]
+        speed = row.get("speed_factor" + suffix)
         return cls(
             float(median) if isinstance(median, (int, float)) and median == median else math.nan,
             *(tuple(float_list(get[c])) for c in _LISTS),
             tuple(tuple(float_list(v)) for v in run_visits) if isinstance(run_visits, (list, tuple)) else (),
+            float(speed) if isinstance(speed, (int, float)) and speed == speed else math.nan,
         )
 
     def scaled(self, f: float) -> Side:
         """Every time times `f` (compare --normalize: B's times on A's machine)."""
         samples, visits, runs = (tuple(x * f for x in xs) for xs in (self.samples, self.visits, self.runs))
         run_visits = tuple(tuple(x * f for x in v) for v in self.run_visits)
-        return Side(self.median * f, samples, visits, self.visit_samples, runs, self.run_index, run_visits)
+        return Side(
+            self.median * f, samples, visits, self.visit_samples, runs, self.run_index, run_visits, self.speed
+        )
 
     @property
     def usable(self) -> bool:
@@ -448,7 +461,9 @@ def _judge_cell(cell: Cell, design: Design, level: str) -> Judged:
     reps = _replicates(cell, design, level)
     test = paired_test(reps.a, reps.b) if reps.paired else welch_test(reps.a, reps.b)
     blind = not design.same_run and level != "run" and not reps.by_control
-    unseen = design.floor if blind else 0.0
+    # what a blind comparison cannot see: the spread between runs, and more where the speed probe found
+    # the machine off its usual speed during either cell (drift, which moves the cell's time by as much)
+    unseen = (1 + design.floor) * max(cell.a.off, cell.b.off) - 1 if blind else 0.0
     control_ratio = math.nan
     if reps.by_control:
         assert cell.control_a is not None and cell.control_b is not None
@@ -597,7 +612,9 @@ def _blind_text(j: Judgement) -> str:
         f"{who} BLIND to the spread between runs: A and B are different runs, one a side, with nothing "
         "paired, so no interval here holds how much a whole run moves. Identical code moved by up to "
         f"±{d.floor:.0%} between runs ({d.floor_source}), so a cell is called slower (faster) only where "
-        f"its whole CI lies above {1 + d.floor:.2f} (below {1 - d.floor:.2f}), and {same}."
+        f"its whole CI lies above {1 + d.floor:.2f} (below {1 / (1 + d.floor):.2f}), and {same}; a cell "
+        "measured while the speed probe found the machine off its usual speed (drift) must clear that "
+        "factor as well."
         + (
             ""
             if d.control

@@ -150,19 +150,22 @@ class Variant:
             return reason
         cap = self.cap
         if problem.dtype not in cap.dtypes:
-            return f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(cap.dtypes)})"
+            return (
+                f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(cap.dtypes)}; declare "
+                "others with dtypes=)"
+            )
         for dim in (problem.d_k, problem.d_v):
             if dim < cap.min_head_dim or (cap.max_head_dim is not None and dim > cap.max_head_dim):
                 hi = cap.max_head_dim if cap.max_head_dim is not None else "any"
                 return f"{self.name} supports head dims {cap.min_head_dim}..{hi}, not {dim}"
         if problem.causal and not cap.causal:
-            return f"{self.name} does not support causal masking"
+            return f"{self.name} does not support causal masking (a variant that does takes causal=)"
         if problem.padding and not cap.padding:
-            return f"{self.name} does not support key padding"
+            return f"{self.name} does not support key padding (a variant that does takes key_lengths=)"
         if problem.dropout and not cap.dropout:
-            return f"{self.name} does not support dropout"
+            return f"{self.name} does not support dropout (a variant that does takes dropout_p=)"
         if problem.backward and not cap.backward:
-            return f"{self.name} does not support backward"
+            return f"{self.name} does not support backward (declare it with backward=True)"
         if problem.gqa and not cap.gqa:
             return (
                 f"{self.name} does not support grouped-query attention "

@@ -24,9 +24,23 @@ def _timer(device: str) -> timing.Timer:
     return timing.CudaTimer(flush_l2=False) if device == "cuda" else timing.CpuTimer()
 
 
-def matmul_tflops(device: str, dtype: torch.dtype, budget: timing.Budget) -> tuple[float, float]:
-    """(best, median) TFLOP/s of an n x n x n matmul on random data (2 n^3 FLOPs)."""
-    n = MATMUL_N[device]
+def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
+    """The matmul size the calibration times: MATMUL_N[device], or smaller where one call of it would take
+    over a tenth of the budget (a dtype the device has no fast kernel for: bfloat16 on a CPU without
+    AVX-512 BF16 ran 2048^3 in 20 s), read off one call at 256 and the n^3 law; at least 256."""
+    n, top = 256, MATMUL_N[device]
+    a = torch.ones(n, n, device=device, dtype=dtype)
+    _, ms = timing.timed_once(device, torch.matmul, a, a)
+    while n < top and ms * ((2 * n) / 256) ** 3 <= budget_ms / 10:
+        n *= 2
+    return n
+
+
+def matmul_tflops(
+    device: str, dtype: torch.dtype, budget: timing.Budget, n: int | None = None
+) -> tuple[float, float]:
+    """(best, median) TFLOP/s of an n x n x n matmul on random data (2 n^3 FLOPs); n: MATMUL_N[device]."""
+    n = n or MATMUL_N[device]
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, generator=g).to(dtype)
     b = torch.randn(n, n, device=device, generator=g).to(dtype)
@@ -70,7 +84,10 @@ def calibrate(device: str, dtypes: list[str], budget_ms: float = 1000.0) -> dict
     out["budget_ms"] = budget_ms
     for name in dtypes:
         try:
-            best, median = matmul_tflops(device, getattr(torch, name), budget)
+            n = matmul_n(device, getattr(torch, name), budget_ms)
+            if n != MATMUL_N[device]:  # a slow dtype: its ceiling is taken on a smaller matmul
+                out.setdefault("matmul_n_by_dtype", {})[name] = n
+            best, median = matmul_tflops(device, getattr(torch, name), budget, n)
             out["matmul_tflops"][name], out["matmul_tflops_median"][name] = best, median
         except RuntimeError as exc:  # e.g. a dtype the device's BLAS lacks
             out["matmul_tflops"][name] = out["matmul_tflops_median"][name] = None

@@ -277,17 +277,6 @@ class AfterCheck:
         }
 
 
-def _timed_once(device: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    """(fn's result, ms) of one call; on CUDA synchronised on both sides, so the device time is in it."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return out, (time.perf_counter() - t0) * 1e3
-
-
 def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None) -> Prepared:
     """Inputs (copies of the cache's pristine copy, in the variant's layout), the variant's setup hook if
     it has one (timed apart), one validated forward call (timed: the first-call cost) gated against float64,
@@ -304,7 +293,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
 
     setup_ms = None
     if variant.cap.setup is not None:  # plans, block masks, compilation: kept out of the timed call
-        fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
+        fn, setup_ms = timing.timed_once(spec.device, variant.bind, q, k, v, **opts)
     else:
         fn = variant.fn
 
@@ -312,7 +301,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     # so without dropout (a dropout cell's random output is held to harness.measure.dropout_check's rules
     # below)
     with torch.no_grad():
-        out, first_ms = _timed_once(spec.device, fn, q, k, v, dropout_p=0.0, scale=None, **opts)
+        out, first_ms = timing.timed_once(spec.device, fn, q, k, v, dropout_p=0.0, scale=None, **opts)
     contract.check_output(out, q, v)  # before the gate reads it: a tuple or a float64 answer is named as such
     rows = correctness.sample_rows(spec.seq_len, settings.check_rows, seed=settings.seed)
     pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
@@ -381,7 +370,7 @@ def fresh_check(fn: Callable[..., Any], layout: str, spec: CellSpec, settings: S
     (q, k, v, kl), rows, ref, opts = made or fresh_inputs(spec, settings)
     given = handed((q, k, v, kl), layout)  # it may write into what it is given
     with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
-        out, ms = _timed_once(
+        out, ms = timing.timed_once(
             spec.device, fn, *given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3])
         )
     contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
@@ -643,7 +632,7 @@ def _again(
     opts = call_options(spec, kl)
     setup_ms = None
     if variant.cap.setup is not None:
-        fn, setup_ms = _timed_once(spec.device, variant.bind, q, k, v, **opts)
+        fn, setup_ms = timing.timed_once(spec.device, variant.bind, q, k, v, **opts)
     else:
         fn = variant.fn
     call = timed_call(fn, q, k, v, backward=spec.pass_ == "fwdbwd", dropout_p=spec.dropout, **opts)
@@ -653,7 +642,7 @@ def _again(
         fresh, warm_ms = fresh_check(fn, variant.cap.layout, spec, settings)
         checks_ms = (time.perf_counter() - t_check) * 1e3  # with its inputs and float64 reference
     else:
-        _, first_ms = _timed_once(spec.device, call)
+        _, first_ms = timing.timed_once(spec.device, call)
         warm_ms = first_ms
     chosen = timing.injected(timer) if timer is not None else cell_timer(call, spec.device, settings)
     row.update(chosen.fields())

@@ -21,7 +21,7 @@ from typing import Any
 from attnbench.harness.measure import telemetry
 from attnbench.harness.measure.allocator import worker_environ
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # harness/measure/fingerprint.py -> the checkout
 
 
 def _pkg(name: str) -> str | None:

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from attnbench.harness.measure.outcomes import CAPTURE_FAILED
 from attnbench.harness.sweep.settings import Budget
@@ -408,6 +408,21 @@ def replay_budget(budget: Budget, calls: int) -> Budget:
         min_ms=budget.min_ms / calls,
         max_samples=max(budget.min_samples, math.ceil(budget.max_samples / calls)),
     )
+
+
+def timed_once(device: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """(fn's result, ms) of one call; on CUDA synchronised on both sides, so the device time is in it."""
+    sync = None
+    if device == "cuda":
+        import torch
+
+        sync = torch.cuda.synchronize
+        sync()
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    if sync is not None:
+        sync()
+    return out, (time.perf_counter() - t0) * 1e3
 
 
 # Recorded in every run's meta.json: samples are taken with the cyclic garbage collector switched off.

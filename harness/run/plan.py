@@ -46,8 +46,9 @@ class Visit:
     rounds: int
 
     def options(self) -> dict[str, Any]:
-        """What the worker hands harness.measure.cell.measure_cell for this visit."""
-        return {"visit": (self.index, self.rounds)}
+        """What the worker hands harness.measure.cell.measure_cell for this visit, and whether it takes the
+        speed probe before it (the first visit's is the row's: a later visit's would be thrown away)."""
+        return {"visit": (self.index, self.rounds), "probe": self.index == 1}
 
 
 def check(settings: Settings, executor: str, ordered: bool) -> None:

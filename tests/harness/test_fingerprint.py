@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import types
 
+import pytest
+
 from attnbench.harness.measure import fingerprint
 
 
@@ -127,3 +129,13 @@ def test_cpu_model_and_isa_from_proc_cpuinfo_without_the_cpuid_child():
     assert model == "AMD EPYC 9654" and {"avx2", "avx512_bf16", "amx_tile"} <= flags
     assert fingerprint._proc_cpuinfo("processor\t: 0\nFeatures\t: fp asimd sve\n") is None
     assert fingerprint._proc_cpuinfo("") is None
+
+
+def test_a_checkout_records_its_commit():
+    """The commit is read from the checkout that holds harness/ (a resume compares it): never None there."""
+    from attnbench.harness.measure.fingerprint import REPO, git_commit
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert (REPO / "harness" / "measure" / "fingerprint.py").is_file()
+    assert git_commit() is not None

@@ -60,7 +60,7 @@ def test_a_flag_over_a_presets_models_is_refused_and_models_replace_a_presets_he
 
 
 def test_a_sweep_spec_refuses_explicit_axes_beside_models():
-    with pytest.raises(ValueError, match=r"^heads conflicts with model: a model gives heads, kv_heads, d_k"):
+    with pytest.raises(ValueError, match=r"^--heads conflicts with --model: a model gives heads, kv_heads"):
         SweepSpec(model=("gpt2",), heads=(16,))
 
 

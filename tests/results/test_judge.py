@@ -11,6 +11,7 @@ import math
 import random
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import ROOT
@@ -250,6 +251,17 @@ def test_two_single_runs_of_identical_code_pass_both_ways_and_a_2x_slowdown_fail
     shifted = _ok(_run_of(1.0, 1), _run_of(1.2, 2))
     stated = judge.judge([shifted], Design(threshold=GATE, run_spread=0.0))
     assert stated.cells[0].regression and "stated with --run-spread" in stated.rule
+
+
+def test_a_blind_cell_measured_while_the_machine_drifted_must_clear_the_drift_too():
+    """B's cell ran while the speed probe found the machine at 0.6x its usual speed: its 1.7x is the
+    machine's as much as the code's, and a blind gate does not fail it; a 3x slowdown still does."""
+    a, b = _run_of(1.0, 1), replace(_run_of(1.7, 2), speed=0.6)
+    j = judge.judge([_ok(a, b)], Design(threshold=GATE))
+    assert j.cells[0].verdict == "ambiguous" and not j.cells[0].regression
+    assert not judge.judge([_ok(a, replace(b, speed=math.nan))], Design()).cells[0].verdict == "ambiguous"
+    worse = judge.judge([_ok(a, replace(_run_of(3.0, 3), speed=0.6))], Design(threshold=GATE))
+    assert worse.cells[0].regression and "drift" in worse.rule
 
 
 def test_the_rule_names_what_the_evidence_cannot_see():

@@ -1,0 +1,192 @@
+"""What `attnbench.bench(fn)` answers, in a few lines for a terminal or a notebook: is fn right (per dtype and
+mask, the worst error, and where it fails), what it does not support and what would add it, whether it is
+faster or slower than the baseline at which N and by how much (the judge's verdict on an A/B in one run,
+each visit of fn paired with the baseline's visit of the same round), and how its time and memory grow.
+
+Read off the run's rows and meta.json alone, as every report is; the full story is `run.report()`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnbench.results.judge import Cell, Design, Side, judge
+
+from .findings import n_text, range_text
+from .tables import present
+
+MAX_LINES = 12
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer's lines (at most MAX_LINES), as text or as a notebook's HTML."""
+
+    lines: tuple[str, ...]
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def html(self) -> str:
+        body = "\n".join(html.escape(line) for line in self.lines)
+        return f'<pre style="white-space: pre-wrap">{body}</pre>'
+
+
+def mask_text(causal: Any, padding: Any) -> str:
+    """'no mask', 'causal', 'padded keys', 'causal, padded keys'."""
+    causal = present(causal) and bool(causal)
+    parts = (["causal"] if causal else []) + (["padded keys"] if present(padding) and padding else [])
+    return ", ".join(parts) or "no mask"
+
+
+def _masks(rows) -> str:
+    masks = sorted({mask_text(c, p) for c, p in zip(rows["causal"], rows["padding"], strict=True)})
+    return "; ".join(masks)
+
+
+def _ns(rows) -> str:
+    return range_text(sorted({int(n) for n in rows["seq_len"].dropna()}))
+
+
+def correctness(mine) -> list[str]:
+    """One line for the cells right against float64 (worst error per dtype), one per dtype with a wrong
+    cell (its masks and N, and what the first one failed), one for cells that errored or crashed."""
+    lines = []
+    gated = mine[mine["status"].isin(["ok", "wrong"])]
+    right = gated[gated["status"] == "ok"]
+    if len(right):
+        worst = [
+            f"{dtype} {float(sub['rel_err'].max()):.1e}"
+            for dtype, sub in right.groupby("dtype", sort=True)
+            if sub["rel_err"].notna().any()
+        ]
+        lines.append(
+            f"correct in {len(right)} of {len(gated)} cells gated against float64 "
+            f"(worst relative error: {', '.join(worst) or 'n/a'})"
+        )
+    for dtype, sub in gated[gated["status"] == "wrong"].groupby("dtype", sort=True):
+        first = str(sub.iloc[0]["message"])
+        lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, 110)}")
+    broken = mine[mine["status"].isin(["error", "crashed", "timeout", "oom"])]
+    if len(broken):
+        first = broken.iloc[0]
+        lines.append(f"{len(broken)} cells {first['status']}: {_short(str(first['message']), 100)}")
+    return lines
+
+
+def unsupported(mine) -> list[str]:
+    """One line per reason fn's cells were not measured (the reason names what would add it)."""
+    out = []
+    skipped = mine[mine["status"] == "unsupported"]
+    for message, sub in skipped.groupby("message", sort=False):
+        out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), 110)}")
+    return out[:2]
+
+
+def speed(df, variant: str, baseline: str) -> list[str]:
+    """Per dtype: fn against the baseline, cell by cell over every mask and N both measured ok, judged as
+    an A/B in one run (results.judge: visits paired by round where each has 3 or more)."""
+    from attnbench.results.schema import CELL_AXES
+
+    shape = [a for a in CELL_AXES if a != "variant"]
+    a_rows = df[df["variant"] == baseline].set_index(shape, drop=False)
+    b_rows = df[df["variant"] == variant].set_index(shape, drop=False)
+    common = [k for k in b_rows.index if k in a_rows.index]
+    if not common:
+        return [f"no cell that both {variant} and {baseline} measured: nothing to race"]
+    cells, keys = [], []
+    for k in common:
+        a, b = a_rows.loc[k], b_rows.loc[k]
+        ok = a["status"] == "ok" and b["status"] == "ok"
+        cells.append(
+            Cell(str(a["status"]), str(b["status"]), Side.of(a) if ok else None, Side.of(b) if ok else None)
+        )
+        keys.append(b)
+    judged = judge(cells, Design(same_run=True))
+    how = {"visit": "visits paired by round", "sample": "samples, unpaired", "run": "runs"}[judged.level]
+    lines = []
+    for dtype in _dtypes({str(k["dtype"]) for k in keys}):
+        mine = [
+            (k, j)
+            for k, j in zip(keys, judged.cells, strict=True)
+            if k["dtype"] == dtype and j.verdict != "n/a"
+        ]
+        if mine:
+            lines.append(f"{dtype}: {_race(mine, baseline)} ({how}, Holm over {judged.family} cells)")
+    return lines[:2]
+
+
+def _race(judged: list[tuple[Any, Any]], baseline: str) -> str:
+    """'1.52x slower than sdpa (N 64) to 2.10x (N 512); slower in 8 of 8 cells' and the like."""
+    plain = [(k, j) for k, j in judged if mask_text(k["causal"], k["padding"]) == "no mask"] or judged
+    plain.sort(key=lambda kj: int(kj[0]["seq_len"]))
+    (k0, j0), (k1, j1) = plain[0], plain[-1]
+    counts = {v: sum(j.verdict == v for _, j in judged) for v in ("faster", "slower", "same", "ambiguous")}
+    said = ", ".join(f"{v} in {n}" for v, n in counts.items() if n)
+    mask = mask_text(k0["causal"], k0["padding"])
+    ends = f"{_ratio_text(j0.ratio)} at N {n_text(k0['seq_len'])}"
+    if len(plain) > 1:
+        ends += f" to {_ratio_text(j1.ratio)} at N {n_text(k1['seq_len'])}"
+    return f"{ends} than {baseline} ({mask}); of {len(judged)} cells {said}"
+
+
+def _ratio_text(ratio: float) -> str:
+    if not math.isfinite(ratio):
+        return "n/a"
+    return f"{ratio:.2f}x slower" if ratio >= 1 else f"{1 / ratio:.2f}x faster"
+
+
+def growth(df, metas, variant: str, baseline: str) -> list[str]:
+    """How fn's time and peak memory grow with N (the report's fits, over the first dtype's unmasked
+    series), with the baseline's exponents beside."""
+    from .fit import scaling_table
+
+    plain = df[(df["causal"] == False) & (df["padding"].fillna(0) == 0)]  # noqa: E712 (pandas)
+    if plain.empty:
+        return []
+    dtype = _dtypes(set(plain["dtype"].dropna().astype(str)))[0]
+    table = scaling_table(plain[plain["dtype"] == dtype], metas)
+    fits = {str(r["variant"]): r for _, r in table.iterrows()}
+    if variant not in fits:
+        return []
+    mine, base = fits[variant], fits.get(baseline)
+    beside = (
+        f" ({baseline}: N^{base['time_exp']:.2f} and N^{base['mem_exp']:.2f})"
+        if base is not None and present(base["time_exp"]) and present(base["mem_exp"])
+        else ""
+    )
+    return [
+        f"grows with N ({dtype}, no mask, fitted over N {mine['fit_seq_lens'].replace(' ', ', ')}): time as "
+        f"N^{mine['time_fit']}, peak memory as N^{mine['mem_fit']}{beside}"
+    ]
+
+
+def _dtypes(names: set[str]) -> list[str]:
+    """float32 first (the dtype a first look is about), then the others by name."""
+    return sorted(names, key=lambda d: (d != "float32", d))
+
+
+def answer(run_dir: str | Path, variant: str, baseline: str, seconds: float | None = None) -> Answer:
+    """The answer for `variant` raced against `baseline` in the run at run_dir (`seconds`: how long the
+    run took, where the caller timed it)."""
+    from attnbench.results import load, load_meta
+
+    df = load(run_dir)
+    metas = load_meta(run_dir)
+    mine = df[df["variant"] == variant]
+    took = f" in {seconds:.1f} s" if seconds is not None else ""
+    head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
+    lines = [head, *correctness(mine), *unsupported(mine)]
+    if (mine["status"] == "ok").any():
+        lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
+    lines.append(f"run: {run_dir} · the full report: run.report() · every cell: run.table()")
+    return Answer(tuple(lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines))
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
