@@ -97,7 +97,7 @@ def machine_slug() -> str:
 
 def _parser() -> OneLineParser:
     p = OneLineParser(description=__doc__.splitlines()[0])
-    p.add_argument("--story", default=",".join(STORIES), help=f"a comma list of: {', '.join(STORIES)}")
+    p.add_argument("--story", help=f"a comma list of: {', '.join(STORIES)} (default: all)")
     p.add_argument("--runs", type=int, default=20, help="kernels: runs, each its own A/B (default 20)")
     p.add_argument("--rounds", type=int, default=10, help="kernels: --rounds of each run (default 10)")
     p.add_argument(
@@ -115,7 +115,8 @@ def _parser() -> OneLineParser:
     p.add_argument(
         "--rejudge",
         action="store_true",
-        help="make no run: judge again the runs kept in --work with this checkout's compare",
+        help="make no run: judge again the runs kept in --work with this checkout's compare (the stories "
+        "measured, or --story: the quick look judges the environments' runs, and they its)",
     )
     p.add_argument(
         "--out", help="the JSON written (default results/reference/false-alarm-stories-<machine>.json)"
@@ -134,7 +135,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if given:
             p.error(f"--table prints a JSON's table and measures nothing: give it alone (not --{given[0]})")
         return args
-    given = [s.strip() for s in args.story.split(",")]
+    given = [s.strip() for s in (",".join(STORIES) if args.story is None else args.story).split(",")]
     if any(s not in STORIES for s in given) or len(set(given)) != len(given):
         p.error(
             f"--story takes distinct names among {', '.join(STORIES)}, comma-separated, got {args.story!r}"
@@ -455,6 +456,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     if args.rejudge:
         plan = json.loads((work / PLAN).read_text())
         made = set(plan["stories"])
+        if args.story is None:  # the stories measured
+            args.stories = [s for s in STORIES if s in made]
         for name in args.stories:  # the groups serve both environments and quick
             if name not in made and (name == "kernels" or not {"environments", "quick"} & made):
                 raise SystemExit(f"false_alarm.py: --work {work} holds no runs of story {name!r}")
@@ -570,8 +573,12 @@ def table(result: dict) -> str:
 
     lines = ["| story | command | false alarms | planted 10% caught |", "| --- | --- | --- | --- |"]
     for story, commands, alarms, caught in table_rows(result):
-        shown = "; ".join(f"`{cell(c)}`" for c in commands)
-        lines.append(f"| {cell(story)} | {shown} | {cell(alarms)} | {cell(caught)} |")
+        parts: list[str] = []
+        for i, c in enumerate(commands):  # a run made again to another --out: only its --out
+            same, _, out = c.rpartition(" --out ")
+            again = i and same and commands[i - 1].rpartition(" --out ")[0] == same
+            parts.append(f"again with `--out {cell(out)}`" if again else f"`{cell(c)}`")
+        lines.append(f"| {cell(story)} | {'; '.join(parts)} | {cell(alarms)} | {cell(caught)} |")
     return "\n".join(lines)
 
 

@@ -142,7 +142,8 @@ def test_the_table_is_read_from_the_json(measured):
 def test_rejudge_makes_no_run_and_the_quick_look_judges_the_groups(fa, measured):
     d, doc, _ = measured
     before = sorted(p.relative_to(d) for p in (d / "work").rglob("meta.json"))
-    done = _script("--rejudge", "--work", d / "work", "--out", d / "again.json", timeout=300)
+    done = _script("--rejudge", "--story", "kernels,environments,quick", "--work", d / "work", "--out",
+                   d / "again.json", timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     again = json.loads((d / "again.json").read_text())
     assert sorted(p.relative_to(d) for p in (d / "work").rglob("meta.json")) == before
@@ -160,6 +161,9 @@ def test_rejudge_makes_no_run_and_the_quick_look_judges_the_groups(fa, measured)
     _check_power(q["planted_2x"], 1.0, 0, "visit", False, True)  # made only with the quick look asked for
     row = fa.table_rows(again)[2]
     assert row[0] == "a quick look" and re.fullmatch(r"\d of 3", row[2]) and re.fullmatch(r"\d of 6", row[3])
+    # without --story: the stories measured
+    assert fa.main(["--rejudge", "--work", str(d / "work"), "--out", str(d / "measured.json")]) == 0
+    assert list(json.loads((d / "measured.json").read_text())["stories"]) == ["kernels", "environments"]
 
 
 def test_a_quick_look_makes_a_2x_side_in_its_first_group(fa):
@@ -172,6 +176,7 @@ def test_a_quick_look_makes_a_2x_side_in_its_first_group(fa):
     [
         (["--story", "kernels,bogus"], "--story takes distinct names"),
         (["--story", "quick,quick"], "--story takes distinct names"),
+        (["--story", ""], "--story takes distinct names"),
         (["--rounds", "2"], "--rounds must be at least 3"),
         (["--group-runs", "2"], "--group-runs must be at least 3"),
         (["--runs", "0"], "--runs must be at least 1"),
