@@ -31,16 +31,20 @@ benchmarks/planted_slowdown.py: chunked, then busy for a fraction of the time it
    the same.
 
 The JSON (--out; default results/reference/false-alarm-stories-<machine>.json) holds, per story under
-`stories`: `command` (what the user types), `judged_by` (the compare commands), the wall time of every
-run (`run_wall_s`), `false_alarms` ({pairs, failed, results}) and `planted` ({slowdown, comparisons,
-caught, results}); the environments story has the same under `with_control`, the quick look `planted_2x`.
-Each result is one comparison: its runs (relative to --work), the level the judge chose, whether it
-paired, whether it was blind, whether it failed the gate, and every cell's ratio (B/A), 95% CI, p,
-Holm-adjusted p, verdict and the gate's reason. Beside them: the commit, the machine (its CPU model),
-/proc/loadavg before and after (how busy the machine was: a shared machine's other jobs are in it), the
-start and the elapsed time. Figures are as measured; nothing here asserts a target. `--table FILE` prints
-the Markdown table of a JSON's stories (story | command | false alarms | planted 10% caught), which is
-also printed at the end of a measurement.
+`stories`: `command` (what the user types), `judged_by` (the compare commands), `run_wall_s` (each run's
+wall time; a group's also its dry runs'), `false_alarms` ({pairs, failed, results}: each result a pair
+with its two `ways`) and `planted` ({slowdown, comparisons, caught, results}); the environments story has
+the same under `with_control`, the quick look `planted_2x`. A comparison records its runs (relative to
+--work), the level the judge chose, whether it paired, whether it was blind, whether it failed the gate,
+and every cell's ratio (B/A), 95% CI, p, Holm-adjusted p, verdict and the gate's reason. Beside them: the
+commit, the machine (its CPU model), /proc/loadavg before and after (how busy the machine was: a shared
+machine's other jobs are in it), the start and the elapsed time. Figures are as measured; nothing here
+asserts a target. `--table FILE` prints the Markdown table of a JSON's stories (story | command | false
+alarms | planted 10% caught), which a measurement also ends with.
+
+--work DIR keeps the runs (and false_alarm.json, what they were made with); --rejudge judges them again
+with this checkout's compare, making none. --run-arg passes one more argument to every `attnbench run`
+(e.g. --run-arg=--budget-ms=100).
 """
 
 from __future__ import annotations
