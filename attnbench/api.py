@@ -93,7 +93,6 @@ def run(
         attnbench.run({"seq_len": [256, 512], "causal": "both"}, budget_ms=200, out="runs/nb")
         attnbench.run(variants="naive,chunked", mod=["none", "alibi", "softcap:30"], out="runs/mods")
         attnbench.run(out="runs/nb", resume=True)      # finish an interrupted run
-        attnbench.run(out="runs/nb", resume=True, force_resume=True)  # ... though torch, commit, host changed
         attnbench.run(rerun="runs/old", status="ok", out="runs/again")  # measure a run's cells again
 
     Every option of `attnbench run` is a keyword, its flag's name with '_' for '-' (`pass_` for --pass, since
@@ -106,9 +105,8 @@ def run(
     to the worker processes by value (docs/api.md). The rules are `attnbench run`'s
     (harness.run.request.RunRequest), and errors name the keyword.
 
-    `progress`: None (the default) shows one progress display in a Jupyter notebook, redrawn in place, and
-    nothing in a script; True shows it anywhere (outside a notebook: rich's bar and a line per cell on
-    stderr, as `attnbench run`); False never.
+    `progress`: None (the default) shows one display in a notebook, redrawn in place, and nothing in a
+    script; True shows it anywhere (rich's bar and a line per cell on stderr, as `attnbench run`).
     """
     from attnbench.harness.run.progress import progress_for
     from attnbench.harness.run.request import RunRequest

@@ -107,7 +107,7 @@ def speed(df, variant: str, baseline: str) -> list[str]:
         )
         keys.append(b)
     judged = judge(cells, Design(same_run=True))
-    how = {"visit": "visits paired by round", "sample": "samples, unpaired", "run": "runs"}[judged.level]
+    how = judged.basis
     lines = []
     for dtype in _dtypes({str(k["dtype"]) for k in keys}):
         mine = [

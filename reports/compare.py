@@ -11,7 +11,6 @@ from typing import Any
 
 from attnbench.results import devices, judge
 from attnbench.results.judge import BROKEN, STATS, VERDICTS, Threshold  # noqa: F401 (compare's names)
-from attnbench.results.runset import RUN_COLUMNS
 from attnbench.results.schema import CELL_AXES
 
 from . import calibration
@@ -223,16 +222,15 @@ def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant:
     return a, b[b["variant"] == variant_b]
 
 
-# what each side of a paired cell keeps: results.judge.Side.of reads the list columns; a run set's rows have
-# its own (results.runset.RUN_COLUMNS), a run's are [] here
-_KEEP = ("run_id", "device", "where", "status", "message", "time_ms_median", "samples_ms", "flops",
-         "visit_medians_ms", "visit_samples", "timing_mode", "speed_factor", *RUN_COLUMNS)  # fmt: skip
+# what each side of a paired cell keeps: what results.judge.Side.of reads (a run set's rows have the run
+# columns, judge.RUN_COLUMNS; a run's are [] here), and what the tables show
+_KEEP = ("run_id", "device", "where", "status", "message", "flops", "timing_mode", *judge.SIDE_COLUMNS)
 
 
 def _paired(a, b, axes: list[str]):
     """One row per cell both runs have (the last row of a cell measured twice), A's columns _a, B's _b."""
     for df in (a, b):
-        for col in RUN_COLUMNS:
+        for col in judge.RUN_COLUMNS:
             if col not in df.columns:
                 df[col] = [[] for _ in range(len(df))]
     keep = axes + [c for c in _KEEP if c not in axes]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results.drift import is_busy, spans_run
+from attnbench.results.drift import is_busy
 from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
@@ -308,13 +308,6 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     busy = int((flag_mask(ok, "drift") | flag_mask(ok, "noisy")).sum())
     if not is_busy(busy, len(ok)):
         return (text,)
-    if "visit_medians_ms" in ok and spans_run(ok["visit_medians_ms"]):
-        return text, (
-            f"The machine's speed drifted over the run: {busy} of {len(ok)} ok cells, each measured in "
-            "several visits spread over the run (rounds), spread by more than 10% of their median from visit "
-            "to visit or drifted. The exponents' intervals and the rankings are drawn from every visit, so "
-            "they hold that drift; a single median carries it. A quieter machine gives tighter ones."
-        )
     busy_text = (
         f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "
         "times say as much about the machine as about the variants. "

@@ -65,26 +65,12 @@ def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
     return sum(1 for r in ok if r["cell_id"] in moved or r.get("noisy") is True), len(ok)
 
 
-def spans_run(visit_medians) -> bool:
-    """Whether the ok cells whose visit_medians_ms values these are were all visited two or more times
-    over the run (--rounds): their pooled spread then holds the machine's drift over the whole run, not
-    one moment's noise."""
-    values = list(visit_medians)
-    return bool(values) and all(v is not None and hasattr(v, "__len__") and len(v) >= 2 for v in values)
-
-
 def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
-    """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy); for
-    a run visited in rounds, that its speed drifted over the run (as reports.findings says it)."""
+    """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy), as
+    reports.findings says it."""
     n, total = busy_cells(rows)
     if not is_busy(n, total):
         return None
-    if spans_run(r.get("visit_medians_ms") for r in rows if r.get("status") == "ok"):
-        return (
-            f"the machine's speed drifted over this run ({n} of {total} cells spread by more than 10% "
-            "from visit to visit, or drifted); the fits and rankings read every visit's median, so they "
-            "hold it: a quieter machine gives tighter intervals"
-        )
     return (
         f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "
         f"quiet machine or `attnbench run --resume --redo-drift --out {run_dir}`"

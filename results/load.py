@@ -9,7 +9,7 @@ from typing import Any
 from . import devices, drift, suspect
 from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, gbps
-from .schema import AXIS_DEFAULTS, COLUMNS, LEGACY_LIST_COLUMNS, LIST_COLUMNS, PROCESS_MEDIANS
+from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS, upgrade_lists
 from .store import (
     ROWS,
     SHARDS,
@@ -79,21 +79,7 @@ def load(*paths: str | Path | list[str | Path]):
     why = suspect.reasons(df, metas) if len(df) else []
     df["suspect_reason"] = pd.array(why, dtype="string")
     df["suspect"] = pd.array([w is not None for w in why], dtype="boolean")
-    for old, new in LEGACY_LIST_COLUMNS.items():  # a run written before today's names
-        if old in df.columns:
-            had = df[new] if new in df.columns else [None] * len(df)
-            df[new] = [n if isinstance(n, list) else o for n, o in zip(had, df.pop(old), strict=True)]
-    for col in LIST_COLUMNS:
-        if col not in df.columns:
-            df[col] = None
-    # a row not measured (or a run written before a column existed) has an empty list
-    for col in LIST_COLUMNS[1:]:
-        df[col] = [v if isinstance(v, list) else [] for v in df[col]]
-    if PROCESS_MEDIANS in df.columns:
-        df["visit_medians_ms"] = [
-            v or (p if isinstance(p, list) and len(p) >= 2 else [])
-            for v, p in zip(df["visit_medians_ms"], df.pop(PROCESS_MEDIANS), strict=True)
-        ]
+    df = upgrade_lists(df)
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
 

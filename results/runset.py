@@ -14,13 +14,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .judge import RUN_COLUMNS, run_columns
 from .load import load as load_runs
 from .load import load_meta
 from .schema import LIST_COLUMNS, float_list
 from .store import META, RunDirError, runs_inside
 
 MIN_RUNS = 2  # a set of one run is a run: say so rather than judge it as a set
-RUN_COLUMNS = ("run_medians_ms", "run_index", "run_visit_medians")  # a set's rows' own list columns
 
 
 def members(path: str | Path) -> list[Path] | None:
@@ -86,15 +86,13 @@ def _collapse(rows, run_order: list[str]):
         broken = [i for i, s in enumerate(statuses) if s != "ok"]
         measured = cell[cell["time_ms_median"].notna()]
         medians = [float(x) for x in measured["time_ms_median"]]
+        runs = measured.to_dict("records") if not broken else []
         row = {
             **first,
             "run_id": first["run_id"] if len(cell) == 1 else f"{len(cell)} runs",
+            **{col: [] for col in LIST_COLUMNS[1:]},  # a run's own replicates: the runs are judged by now
             "samples_ms": [s for v in cell["samples_ms"] for s in float_list(v)],
-            "visit_medians_ms": [],
-            "visit_samples": [],
-            "run_medians_ms": medians if not broken else [],
-            "run_index": [order[r] for r in measured["run_id"]] if not broken else [],
-            "run_visit_medians": [float_list(v) for v in measured["visit_medians_ms"]] if not broken else [],
+            **run_columns(runs, [order[r["run_id"]] for r in runs]),
         }
         if broken:
             row["status"] = statuses[broken[0]]

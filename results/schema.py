@@ -116,6 +116,27 @@ LEGACY_LIST_COLUMNS = {"round_medians_ms": "visit_medians_ms", "round_samples": 
 PROCESS_MEDIANS = "process_medians_ms"
 
 
+def upgrade_lists(df):
+    """A loaded frame's list columns as today's: the names of runs written before (LEGACY_LIST_COLUMNS), the
+    process medians of --processes K (PROCESS_MEDIANS), and an empty list where a row has none (a row not
+    measured, a run written before a column existed)."""
+    for old, new in LEGACY_LIST_COLUMNS.items():
+        if old in df.columns:
+            had = df[new] if new in df.columns else [None] * len(df)
+            df[new] = [n if isinstance(n, list) else o for n, o in zip(had, df.pop(old), strict=True)]
+    for col in LIST_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    for col in LIST_COLUMNS[1:]:
+        df[col] = [v if isinstance(v, list) else [] for v in df[col]]
+    if PROCESS_MEDIANS in df.columns:
+        df["visit_medians_ms"] = [
+            v or (p if isinstance(p, list) and len(p) >= 2 else [])
+            for v, p in zip(df["visit_medians_ms"], df.pop(PROCESS_MEDIANS), strict=True)
+        ]
+    return df
+
+
 def float_list(x: Any) -> list[float]:
     """A list column's cell (samples_ms, visit_medians_ms, visit_samples, ...) as floats; [] where it holds
     no list (None or NaN in older runs, a string) or a value that is not a number."""

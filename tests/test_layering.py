@@ -9,6 +9,7 @@ Every import counts, the ones inside functions too.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -167,3 +168,82 @@ def test_no_module_imports_itself_back():
         if name not in state and (cycle := visit(name, [name])):
             pytest.fail("import cycle: " + " -> ".join(cycle))
     assert len(graph) > 50  # the walk saw the package
+
+
+# ---- the shape of the code: small modules and functions, and repetition in few places ----------------------
+
+PRODUCT = ("harness", "variants", "results", "reports", "attnbench")
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 700, 80
+# repetition (sample < visit < run) lives in these modules alone: the settings that ask for it, the planner
+# that orders visits, the one entry point that measures one, the row as their summary and the columns that
+# hold them, the judge that picks a level, the fit that reads a cell's visits, the estimate that counts them
+REPETITION = {
+    "harness/sweep/settings.py", "harness/run/plan.py", "harness/measure/cell.py", "harness/run/estimate.py",
+    "results/visits.py", "results/schema.py", "results/judge.py", "reports/fit.py",
+}  # fmt: skip
+_REPETITION_WORD = re.compile(r"(^|_)(rounds?|visits?|settle\w*)(_|$)")
+# pytest-benchmark's own words: its pedantic(rounds=), its JSON's stats["rounds"], its options
+_NOT_OURS = {"rounds", "warmup_rounds", "benchmark_min_rounds"}
+_NOT_OURS_IN = {"harness/tools/pytest_plugin.py", "results/pytest_benchmark.py"}
+
+
+def _product_files() -> list[Path]:
+    return [
+        p for layer in PRODUCT for p in sorted((ROOT / layer).rglob("*.py")) if "reference" not in p.parts
+    ]
+
+
+def _code_names(tree: ast.AST) -> set[str]:
+    """Every name the code itself uses: variables, attributes, arguments, keywords, definitions, imports,
+    and identifier-like string constants (column names); not docstrings, comments or help text."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, (ast.arg, ast.keyword)) and node.arg:
+            out.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.ImportFrom):
+            out |= {node.module or "", *(a.name for a in node.names)}
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"[a-z_]+", node.value)
+        ):
+            out.add(node.value)
+    out.discard("round")  # the builtin
+    return out
+
+
+def test_repetition_lives_in_few_modules():
+    """The concept of repeated visits is named in the code of REPETITION's modules and no other (issue 38:
+    it had spread to 29): a new way to repeat is a plan shape, not a mechanism beside the planner."""
+    found = set()
+    for path in _product_files():
+        rel = str(path.relative_to(ROOT))
+        names = {n for n in _code_names(ast.parse(path.read_text())) if _REPETITION_WORD.search(n)}
+        if rel in _NOT_OURS_IN:
+            names -= _NOT_OURS
+        if names:
+            found.add(rel)
+    assert found == REPETITION, (
+        f"named outside: {sorted(found - REPETITION)}; gone: {sorted(REPETITION - found)}"
+    )
+    assert len(REPETITION) <= 8
+
+
+def test_modules_and_functions_stay_small():
+    big, long = [], []
+    for path in _product_files():
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            big.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+    assert not big and not long, "\n".join(big + long)

@@ -216,6 +216,29 @@ def _shift_free(qs, k, v, n_k: int, dropout_p: float, stat_dtype) -> bool:
     return score <= headroom  # False for NaN
 
 
+def _rescale(s, m, l, acc, exp_):
+    """One block's scores s (g, rows, rk) into unnormalised weights P = exp(s - m_new), in place, with l
+    and acc rescaled from the old running max m to m_new; returns m_new. Rows that have seen nothing yet
+    keep -inf as their max and shift by 0 (exp(-inf - 0) = 0)."""
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    m_safe = m_new.masked_fill(m_new == _NEG_INF, 0.0)
+    exp_(s.sub_(m_safe))
+    alpha = exp_(m - m_safe)  # rescales what was accumulated under the old max
+    l.mul_(alpha)
+    acc.mul_(alpha)
+    return m_new
+
+
+def _store(out, lse, i0: int, i1: int, m, l, acc, base2: bool) -> None:
+    """Query rows i0:i1's output (acc / l) and row logsumexp into out (g, N_q, G, d_v) and lse (g, N_q, G);
+    rows that saw no key (padding, lower-right, window) get output 0, not 0 / 0, and lse +inf."""
+    g, _, group, d_v = out.shape
+    empty = l == 0
+    out[:, i0:i1] = (acc / l.masked_fill(empty, 1.0)).view(g, i1 - i0, group, d_v)
+    row_lse = m * _LN2 + torch.log(l) if base2 else m + torch.log(l)  # natural units either way
+    lse[:, i0:i1] = row_lse.masked_fill(empty, float("inf")).view(g, i1 - i0, group)
+
+
 def _forward(
     q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0, mod=NONE,
     dropout_p=0.0, seed=None, step=None,
@@ -224,11 +247,8 @@ def _forward(
     see no key) of the undropped weights; with dropout_p > 0 the output is that of the weights dropped with
     the masks seeded by `seed` (see _Dropout). step(q_blk, kt_blk, v_blk, m, l, acc, shift_free) -> (m, l,
     acc), when given, does the whole update of a block no mask touches (chunked_compiled's compiled kernel),
-    in base 2 (q_blk carries log2(e); P = exp2(S - m)), and without the max when shift_free.
-
-    Longer than the house's ~80 lines on purpose: it is the timed hot loop, and the online softmax's running
-    state (m, l, acc) and the reused buffers stay local to one function, read top to bottom as the
-    FlashAttention algorithm is written, rather than passed between helpers on every block."""
+    in base 2 (q_blk carries log2(e); P = exp2(S - m)), and without the max when shift_free. The running
+    state (m, l, acc) stays local to the block loop, read top to bottom as FlashAttention is written."""
     b, h, n_q, d_k = q.shape
     h_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
     group, g = h // h_kv, b * h_kv
@@ -277,15 +297,7 @@ def _forward(
                 vis.mask_block(exp_(s), i0, i1, j0, j1, group, fill=0.0)
             else:
                 vis.mask_block(s, i0, i1, j0, j1, group)
-                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-                m_safe = m_new.masked_fill(
-                    m_new == _NEG_INF, 0.0
-                )  # rows with nothing seen yet: exp(-inf - 0) = 0
-                exp_(s.sub_(m_safe))  # s is now P, unnormalised
-                alpha = exp_(m - m_safe)  # rescales what was accumulated under the old max
-                l.mul_(alpha)
-                acc.mul_(alpha)
-                m = m_new
+                m = _rescale(s, m, l, acc, exp_)  # s is now P, unnormalised
             l.add_(s.sum(dim=-1, keepdim=True))  # the normaliser: every weight, dropped or not
             if drop is not None:
                 s.mul_(drop.block(i0, i1, j0, j1))  # only the accumulation sees the mask
@@ -305,11 +317,7 @@ def _forward(
             continue  # no row of this block sees a key
         if drop is not None:
             k_start -= k_start % bk  # onto the dropout grid: the keys before it are masked
-        m, l, acc = query_block(i0, i1, k_start, k_end, shift_free)
-        empty = l == 0  # rows that saw no key (padding, lower-right, window): output 0, not 0 / 0
-        out[:, i0:i1] = (acc / l.masked_fill(empty, 1.0)).view(g, i1 - i0, group, d_v)
-        row_lse = m * _LN2 + torch.log(l) if base2 else m + torch.log(l)  # natural units either way
-        lse[:, i0:i1] = row_lse.masked_fill(empty, float("inf")).view(g, i1 - i0, group)
+        _store(out, lse, i0, i1, *query_block(i0, i1, k_start, k_end, shift_free), base2)
     return _unfold(out, b, h), lse
 
 

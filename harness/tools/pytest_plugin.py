@@ -232,8 +232,8 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     benchmark.extra_info.update(row, attnbench_format=EXTRA_INFO_FORMAT)
     setup, target = _device_calls(ready.call, spec.device, settings.flush_l2)
     if benchmark.enabled:
-        rounds = _rounds(config, setup, target, settings)
-        benchmark.pedantic(target, setup=setup, rounds=rounds, warmup_rounds=0, iterations=1)
+        calls = _calls(config, setup, target, settings)
+        benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
     else:  # --benchmark-disable: one plain call, no statistics
         benchmark.pedantic(target, setup=setup)
     stats = benchmark.stats.stats if benchmark.stats is not None else None
@@ -294,26 +294,26 @@ def _device_calls(call, device: str, flush_l2: bool):
     return setup, target
 
 
-def _rounds(config: pytest.Config, setup, target, settings) -> int:
+def _calls(config: pytest.Config, setup, target, settings) -> int:
     """Warm up as harness.measure.timing.measure does (calls until settings.warmup_ms, at least one), then the
     rounds that fill --benchmark-max-time: at least --benchmark-min-rounds, at most settings.max_samples
     (unless min-rounds asks for more)."""
     from attnbench.harness.measure.timing import CpuTimer
 
-    def one_round() -> None:
+    def one_call() -> None:
         if setup is not None:
             setup()
         target()  # synchronises on CUDA, so perf_counter sees the device time
 
     timer = CpuTimer()
-    warm = timer.time_calls(one_round, 1)
+    warm = timer.time_calls(one_call, 1)
     while sum(warm) < settings.warmup_ms and len(warm) < settings.max_samples:
-        warm += timer.time_calls(one_round, max(1, min(len(warm), 64)))
+        warm += timer.time_calls(one_call, max(1, min(len(warm), 64)))
     estimate_s = sorted(warm)[len(warm) // 2] * 1e-3
     max_time = float(config.getoption("benchmark_max_time"))
-    min_rounds = int(config.getoption("benchmark_min_rounds"))
+    fewest = int(config.getoption("benchmark_fewest"))
     wanted = math.ceil(max_time / max(estimate_s, 1e-9))
-    return max(min_rounds, min(wanted, settings.max_samples))
+    return max(fewest, min(wanted, settings.max_samples))
 
 
 @pytest.hookimpl(optionalhook=True)

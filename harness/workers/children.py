@@ -80,7 +80,7 @@ def cmdline(pid: int, limit: int = 120) -> str:
     return text or "?"
 
 
-def _settled_cmdline(pid: int, wait_s: float = 0.2) -> str:
+def _steady_cmdline(pid: int, wait_s: float = 0.2) -> str:
     """cmdline(pid, 0), waiting up to wait_s while it reads empty ('?') and the process is alive: a process
     caught in the middle of exec has no command line yet (seen once: a variant's sleeper named 'pid N: ?'),
     and a torch helper caught so would not be known for one."""
@@ -114,20 +114,20 @@ def _reap(pid: int, wait_s: float) -> None:
         time.sleep(0.002)
 
 
-def kill_leftovers(rounds: int = 8) -> list[str]:
+def kill_leftovers(passes: int = 8) -> list[str]:
     """Kill this process's children (the worker's, between cells) but torch's helpers; reap the ones that
     have exited. One 'pid N: cmdline' for each process killed; their own children, re-parented here as they
     die, are found by the next round."""
     if not LINUX:
         return []
     killed: list[str] = []
-    for _ in range(rounds):
+    for _ in range(passes):
         found = False
         for pid in children():
             if _state(pid) == "Z":  # exited already: only its status is left to collect
                 _reap(pid, 0)
                 continue
-            line = _settled_cmdline(pid)  # all of it: a deep venv's path to a helper is long
+            line = _steady_cmdline(pid)  # all of it: a deep venv's path to a helper is long
             if any(helper in line for helper in TORCH_HELPERS):
                 continue
             found = True
