@@ -60,21 +60,21 @@ def dtype_name(dtype) -> str:
 
 @dataclass(frozen=True)
 class Problem:
-    """What a capability check needs to know about a call, without the tensors."""
+    """What a capability check needs to know about a call, without the tensors: each field named and valued
+    as the sweep axis it comes from (results.axes), so that a cell's Problem is its axes'."""
 
     device: str = "cpu"
     dtype: str = "float32"
     batch: int = 1
     heads: int = 1
-    seq_q: int = 1
+    seq_len: int = 1  # query rows, N_q
     seq_k: int = 1
     d_k: int = 64
     d_v: int = 64
     causal: bool = False
-    padding: bool = False
-    dropout: bool = False
-    dropout_p: float = 0.0  # the probability itself, for a `supports` check that refuses some values
-    backward: bool = False
+    padding: float = 0.0  # the fraction of keys padded away (key_lengths); 0: every key seen
+    dropout: float = 0.0  # the dropout probability; 0: none
+    pass_: str = "fwd"  # "fwd", or "fwdbwd" (the backward pass too)
     kv_heads: int | None = None  # key/value heads; None: = heads. Fewer: grouped-query attention
     causal_align: str = "top-left"  # "lower-right" only matters when causal
     window: int = 0  # sliding window in keys (with causal); 0 = none
@@ -83,6 +83,21 @@ class Problem:
     def __post_init__(self) -> None:
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
+
+    @property
+    def backward(self) -> bool:
+        """Whether the call runs the backward pass too (pass_ 'fwdbwd')."""
+        return self.pass_ == "fwdbwd"
+
+    @property
+    def seq_q(self) -> int:
+        """The query rows, N_q (seq_len: the axis's name)."""
+        return self.seq_len
+
+    @property
+    def dropout_p(self) -> float:
+        """The dropout probability (dropout: the axis's name)."""
+        return self.dropout
 
     @property
     def gqa(self) -> bool:
@@ -156,15 +171,14 @@ def validate_tensors(
         dtype=name,
         batch=bq,
         heads=hq,
-        seq_q=nq,
+        seq_len=nq,
         seq_k=nk,
         d_k=dq,
         d_v=dv,
         causal=bool(causal),
-        padding=key_lengths is not None,
-        dropout=float(dropout_p) > 0,
-        dropout_p=float(dropout_p),
-        backward=q.requires_grad or k.requires_grad or v.requires_grad,
+        padding=0.0 if key_lengths is None else 1.0 - float(key_lengths.sum()) / (bq * nk),
+        dropout=float(dropout_p),
+        pass_="fwdbwd" if q.requires_grad or k.requires_grad or v.requires_grad else "fwd",
         kv_heads=hk,
         causal_align=causal_align,
         window=window,

@@ -65,25 +65,8 @@ class _Cell:
         return tuple(getattr(self, a.field) for a in IDENTITY if a.name not in LENGTHS)
 
     def problem(self) -> Problem:
-        return Problem(
-            device=self.device,
-            dtype=self.dtype,
-            batch=self.batch,
-            heads=self.heads,
-            seq_q=self.seq_len,
-            seq_k=self.seq_k,
-            d_k=self.d_k,
-            d_v=self.d_v,
-            causal=self.causal,
-            padding=self.padding > 0,
-            dropout=self.dropout > 0,
-            dropout_p=self.dropout,
-            backward=self.pass_ == "fwdbwd",
-            kv_heads=self.kv_heads,
-            causal_align=self.causal_align,
-            window=self.window,
-            mod=self.mod,
-        )
+        """What its variant's capability check sees: the cell's axes, under their own names."""
+        return Problem(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Problem)})
 
     def key_lengths(self) -> list[int] | None:
         """Valid keys per batch element: element b keeps N_k - round(p * N_k * (b + 1) / B), at least 1."""

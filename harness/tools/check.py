@@ -126,8 +126,9 @@ def gate_one(variant, qkv, *, causal: bool, key_lengths, no_key: bool = False) -
     padded = key_lengths is not None
     row = dict(variant=variant.name, device=q.device.type, dtype=dtype_name(q.dtype), causal=causal,
                padding=padded, gating=variant.cap.default and not no_key, no_key=no_key)  # fmt: skip
-    prob = variants.Problem(device=row["device"], dtype=row["dtype"], batch=b, heads=h, seq_q=n, seq_k=n,
-                            d_k=d, d_v=d, causal=causal, padding=padded, backward=not no_key)  # fmt: skip
+    prob = variants.Problem(device=row["device"], dtype=row["dtype"], batch=b, heads=h, seq_len=n, seq_k=n,
+                            d_k=d, d_v=d, causal=causal, padding=0.25 if padded else 0.0,
+                            pass_="fwd" if no_key else "fwdbwd")  # fmt: skip
     try:
         return _gate(variant, prob, qkv, key_lengths, row)
     except KeyboardInterrupt:

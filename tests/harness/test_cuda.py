@@ -167,7 +167,7 @@ def test_every_pinned_backend_runs_a_cell_on_an_sm80_plus_gpu(name):
         pytest.skip("flash and cuDNN attention need an sm80+ GPU")
     var = variants.get(name)
     for backward in (False, True):
-        prob = Problem(device="cuda", dtype="bfloat16", batch=1, heads=4, seq_q=256, seq_k=256, d_k=64,
+        prob = Problem(device="cuda", dtype="bfloat16", batch=1, heads=4, seq_len=256, seq_k=256, d_k=64,
                        d_v=64, causal=False, padding=False, backward=backward)  # fmt: skip
         assert var.check(prob) is None
         q, k, v = (torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))

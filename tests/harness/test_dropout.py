@@ -131,7 +131,7 @@ def test_the_mean_rule_is_calibrated(p):
 
 def cpu_dropout_variants() -> list[str]:
     """Every built-in variant that declares dropout and runs here."""
-    problem = Problem(dropout=True, dropout_p=0.1, causal=True)
+    problem = Problem(dropout=0.1, causal=True)
     return [
         name
         for name, v in variants.all_variants().items()

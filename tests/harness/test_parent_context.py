@@ -65,7 +65,7 @@ def gpu_machine_without_init(monkeypatch, request):
 
 PROBLEMS = [
     Problem(device="cuda", dtype="bfloat16"),
-    Problem(device="cuda", dtype="float16", causal=True, padding=True, backward=True),
+    Problem(device="cuda", dtype="float16", causal=True, padding=0.25, pass_="fwdbwd"),
     Problem(device="cuda", dtype="float32", kv_heads=2, heads=8, window=64),
 ]
 

@@ -20,9 +20,9 @@ def _inputs(b, h, h_kv, n, d, seed=0):
 def test_registered_off_the_default_sweeps_and_without_dropout():
     var = variants.get("chunked_compiled")
     assert not var.cap.default and var.cap.setup is not None
-    reason = var.check(Problem(dropout=True, dropout_p=0.1))
+    reason = var.check(Problem(dropout=0.1))
     assert reason.startswith("chunked_compiled does not support dropout")
-    assert var.check(Problem(causal=True, padding=True, backward=True, kv_heads=4)) is None
+    assert var.check(Problem(causal=True, padding=0.25, pass_="fwdbwd", kv_heads=4)) is None
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -177,7 +177,7 @@ def test_only_cpu_plans_without_a_mod_or_padding_compile_with_symbolic_sizes():
 
 
 def test_cpu_backward_is_unsupported_with_torchs_reason():
-    reason = FLEX.check(Problem(device="cpu", d_k=16, d_v=16, backward=True))
+    reason = FLEX.check(Problem(device="cpu", d_k=16, d_v=16, pass_="fwdbwd"))
     assert reason and "does not support backward on CPU" in reason and reason.startswith("torch refused")
     q, k, v = (t.requires_grad_(True) for t in _qkv(n_q=8, n_k=8))
     with pytest.raises(UnsupportedError, match="does not support backward on CPU"):
@@ -195,8 +195,8 @@ def test_capability_declares_what_flex_takes():
     assert not cap.dropout and cap.setup is not None
     assert "float64" not in cap.dtypes and {"float32", "float16", "bfloat16"} <= set(cap.dtypes)
     assert "float64" in FLEX.check(Problem(dtype="float64", d_k=16, d_v=16))
-    assert "does not support dropout" in FLEX.check(Problem(dropout=True, dropout_p=0.1))
-    assert FLEX.check(Problem(device="cpu", heads=4, kv_heads=1, seq_q=1, seq_k=256, d_k=8, d_v=24)) is None
+    assert "does not support dropout" in FLEX.check(Problem(dropout=0.1))
+    assert FLEX.check(Problem(device="cpu", heads=4, kv_heads=1, seq_len=1, seq_k=256, d_k=8, d_v=24)) is None
     assert set(flex_mod.MODS) <= {"alibi", "softcap"}
     with pytest.raises(UnsupportedError, match="no dropout"):
         FLEX.fn(*_qkv(n_q=4, n_k=4), dropout_p=0.1)

@@ -83,7 +83,9 @@ def test_flex_refuses_backward_on_cpu_with_flex_s_reason_before_any_call():
     backward cell is recorded unsupported with torch's reason; its forward is supported."""
     if variants.get("flex").availability("cpu") is not None:
         pytest.skip(variants.get("flex").availability("cpu"))
-    p = Problem(device="cpu", batch=2, heads=4, kv_heads=2, seq_q=32, seq_k=32, d_k=16, d_v=16, backward=True)
+    p = Problem(
+        device="cpu", batch=2, heads=4, kv_heads=2, seq_len=32, seq_k=32, d_k=16, d_v=16, pass_="fwdbwd"
+    )
     reason = variants.get("hf_flex").check(p)
     assert reason == variants.get("flex").check(p)
     assert reason.startswith("torch refused flex_attention: FlexAttention does not support backward on CPU")

@@ -68,11 +68,11 @@ def test_xformers_reason_comes_from_its_operators(tmp_path, monkeypatch):
 
 
 def test_check_names_the_unsupported_feature():
-    dropout = Problem(dropout=True, dropout_p=0.1)
+    dropout = Problem(dropout=0.1)
     assert variants.get("sdpa_flash").check(dropout) == "the CPU flash kernel does not implement dropout"
     assert variants.get("chunked").check(dropout) is None
     assert "head dims" in variants.get("sdpa_flash").check(Problem(d_k=512, d_v=512))
-    assert variants.get("naive").check(Problem(causal=True, padding=True, backward=True)) is None
+    assert variants.get("naive").check(Problem(causal=True, padding=0.25, pass_="fwdbwd")) is None
 
 
 def test_variant_file_registers_and_runs(tmp_path):
