@@ -1,4 +1,6 @@
-"""The attnbench CLI: run, collect, repro, interleave, export, report, compare, list, check, env, profile,
+"""attnbench: is an attention implementation correct, how fast, how much memory, and how does it grow with N?
+
+The commands: run, collect, repro, interleave, export, report, compare, list, check, env, profile,
 import-benchmark (a pytest-benchmark JSON file as a run).
 
 Bad input (unknown names, bad numbers, missing files) is reported as one line on stderr with exit

@@ -95,13 +95,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def add_compare(sub) -> None:
     p = sub.add_parser(
-        "compare", help="the same cells on two runs: ratios with CIs, effect sizes, verdicts, regression gate"
+        "compare",
+        help="the same cells on two runs: ratios with CIs, verdicts by one rule (printed), a gate",
     )
     p.add_argument(
         "run_a",
         metavar="RUN_A",
         help="the reference run (before, or machine A), or a run set: a directory of runs of the same "
-        "code, one per subdirectory, judged by the spread between them (3 or more)",
+        "code, one per subdirectory (attnbench interleave makes them), judged by their runs (3 or more)",
     )
     p.add_argument(
         "run_b", metavar="RUN_B", help="the run (or run set, as RUN_A) compared with it (after, or machine B)"

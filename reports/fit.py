@@ -41,7 +41,7 @@ FIT_RULE = (
     "where they scatter more, the standard error is scaled up by sqrt(chi²/dof) (the Birge ratio, as the "
     "Particle Data Group scales inconsistent measurements) and 1.96 becomes t(0.975, dof), the spread then "
     "being estimated from the points themselves: a run whose cells drifted, or whose times bend away from a "
-    "power law, gets a wider CI. A run measured in rounds (--rounds R >= 3: every cell visited R times, "
+    "power law, gets a wider CI. A run measured in rounds (--rounds R >= 2: every cell visited R times, "
     "round-robin over the whole run) is fitted through every visit's median instead (R points per seq_len): "
     "the Theil-Sen slope (the median of the pairwise slopes between points of different seq_lens) with "
     "Sen's rank-based 95% interval, so that one visit that met a busy moment moves neither the exponent nor "

@@ -521,8 +521,8 @@ def _viridis_with_grey():
 
 
 def compare_figure(table, title: str, label_a: str, label_b: str, threshold: float | None = None):
-    """Time ratio B/A per cell vs seq_len, one line per variant, with its bootstrap CI; filled markers: a
-    verdict of faster or slower, hollow: same or ambiguous."""
+    """Time ratio B/A per cell vs seq_len, one line per variant, with its 95% CI (results.judge); filled
+    markers: a verdict of faster or slower, hollow: same or ambiguous."""
     from .tables import PANEL_AXES, label, varying
 
     axes_vary = varying(table, ["dtype", "pass", *PANEL_AXES]) if len(table) else []
@@ -539,7 +539,7 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
                 ax.plot(n, r, color=color, lw=1.4, label=variant)
                 lo, hi = floats(v["ratio_ci_low"]), floats(v["ratio_ci_high"])
                 for x, y, verdict, a, b in zip(n, r, v["verdict"], lo, hi, strict=True):
-                    if math.isfinite(a) and math.isfinite(b):  # the bootstrap CI of the ratio
+                    if math.isfinite(a) and math.isfinite(b):  # the judge's CI of the ratio
                         ax.plot([x, x], [a, b], color=color, lw=1, alpha=0.6)
                     ax.plot(
                         [x],

@@ -211,10 +211,8 @@ def best_table(group) -> pg.Table:
         headers,
         tuple(rows),
         "fastest ok variant per seq_len (median time); 'tie: A ≈ B' when B is less than 2% slower than A "
-        "or the rank test on their raw samples gives p ≥ 0.05 (or cannot be run: fewer than 3 samples): "
-        "Mann-Whitney U, or van Elteren's test with a stratum per round for a run in rounds, which leaves "
-        "the machine's drift between rounds out (over the rounds both were visited in: settle rounds visit "
-        "again the variants 1.1× or more apart that the rounds could not tell apart); "
+        "or the judge cannot call it slower at p < 0.05 (results.judge.separated: the visits of each round "
+        "paired, in a run visited 3 or more times, else the samples; docs/method.md, rankings); "
         "'ranking': every ok variant, fastest first, '≈' within a group the same rule cannot tell from its "
         "fastest, '›' before the next group, with that group's time over the fastest's (ranking.csv)",
     )

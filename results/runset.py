@@ -1,11 +1,10 @@
-"""Run sets: a directory whose subdirectories are runs of the same code, made one after another, loaded as
-one row per cell that keeps each run's median, so that compare can judge by the spread between runs.
+"""Run sets: a directory whose subdirectories are runs of the same code (`attnbench interleave` makes one per
+side), loaded as one row per cell that keeps each run's median, so that compare can judge by the spread
+between runs (results.judge: the run level; run i of two sets made interleaved pairs with run i).
 
-Why: on the 2-core reference VM the same code moves from one run to the next by more than any interval
-inside one run shows (chunked against naive, visit by visit: a run's own spread predicts about half of
-the variance between runs; benchmarks/false_alarm.py), so two single runs cannot tell a 10% slowdown from
-re-running. Several runs a side sample that variance, as pyperf's several processes do, and the interval
-over them holds it (results.judge: the run level).
+The same code moves from one run to the next by more than any interval inside one run shows (on a shared
+machine), so two single runs cannot tell a small slowdown from re-running; several runs a side sample that
+variance, as pyperf's several processes do.
 """
 
 from __future__ import annotations

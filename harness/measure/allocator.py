@@ -8,8 +8,8 @@ after three warm ones, in a fresh process each):
   touch, unmapped on free) and raises that threshold whenever a larger mapping is freed (up to 32 MiB). So
   the same call ran at two speeds by its process's history: naive at N = 256 took 4.5 ms a call in a
   fresh worker and 1.85 ms in one that had once freed 16 MiB (the run's calibration matmuls did, in the
-  first worker only), 2.4x; a variant's large free made its neighbours faster (issue 23), and with
-  --processes the first worker was faster than the others (naive at 256 in the third 2.3x the first).
+  first worker only), 2.4x; a variant's large free made its neighbours faster (issue 23), and of
+  several worker processes the first was faster than the others (naive at 256 in the third 2.3x the first).
 - Above 32 MiB every call maps its N x N scores afresh, and on this VM such calls stalled now and then:
   naive at N = 2048 87-478 ms a call (median 94), N = 4096 375-857 (417), while the kernel reported no
   THP fallback and no compaction stall (the hypervisor re-backing memory the guest had freed is the
@@ -21,7 +21,7 @@ heap, and what a call frees the next call reuses, as torch's CUDA caching alloca
 MALLOC_TRIM_THRESHOLD_ 2 GiB (setting it also switches glibc's dynamic adjustment off: mallopt(3)): the
 heap keeps up to 2 GiB free for the next call and gives back more than that, so a cell whose calls need
 more (naive at N = 8192 on CPU) still maps and faults afresh on every call, and a worker holds at most
-that much beyond what is live (each of --processes' K). Peak memory is measured from torch's allocation
+that much beyond what is live. Peak memory is measured from torch's allocation
 events (harness.measure.memory), not from the process's resident size, so it is unchanged. And every worker
 sets THP_MEM_ALLOC_ENABLE=1 (torch then aligns large allocations to 2 MiB and asks for transparent huge pages;
 docs/presets-and-workloads.md: without it the page-fault handler, not attention, is what the quadratic

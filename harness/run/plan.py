@@ -61,8 +61,12 @@ def check(settings: Settings, executor: str, ordered: bool) -> None:
         )
     if settings.rounds > 1 and not ordered:
         raise ValueError(
-            f"--rounds {settings.rounds} visits the whole sweep in one order on one worker: not with "
-            f"--executor {executor} or --devices, which measure cells in parallel"
+            f"--rounds {settings.rounds} visits the whole sweep in one order on one worker: "
+            + (
+                "not with --devices, whose workers measure cells in parallel"
+                if executor == "local"
+                else f"not with --executor {executor}, which measures cells in parallel"
+            )
         )
 
 

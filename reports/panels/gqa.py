@@ -15,7 +15,8 @@ GQA_RULE = (
     "Each grouped-query cell (H_kv < H) against the MHA cell of the same shape in the same run: the same "
     "variant, device, dtype, batch, H, N_q, N_k, d_k, d_v, mask, window, padding, dropout and pass, only "
     "H_kv = H. Speed-up is MHA median time / GQA median time; 'separated' when the slower is at least 2% "
-    "slower by median and Mann-Whitney U on the raw samples gives p < 0.05. Memory: GQA / MHA peak bytes "
+    "slower by median and the judge calls it slower at p < 0.05 (results.judge.separated). Memory: GQA / MHA "
+    "peak bytes "
     "and K/V bytes (kv_bytes)."
 )
 # What must be equal for a GQA cell and its MHA counterpart: everything but kv_heads.

@@ -251,7 +251,7 @@ def test_rounds_elsewhere_than_local_are_refused_in_one_line(tmp_path, executor)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         f"attnbench: error: --rounds 3 visits the whole sweep in one order on one worker: not with "
-        f"--executor {executor} or --devices, which measure cells in parallel"
+        f"--executor {executor}, which measures cells in parallel"
     ]
     assert not out.exists()
 
