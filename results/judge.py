@@ -23,11 +23,11 @@ visits do not show what moves between runs.
    'slower' ('faster') when p < alpha and the whole CI lies above (below) 1; else 'ambiguous'.
 6. **Blind comparisons.** Two different single runs, no control, nothing paired: no interval here holds
    how much a whole run moves, which on a shared machine is far more than a run's own visits show. The
-   verdict says so and calls a cell slower (faster) only when its whole CI lies above 1 + s (below
-   1 / (1 + s)), s the run-to-run spread measured for identical code (RUN_SPREAD_FLOOR, or the figure
-   stated with --run-spread), times the factor by which the speed probe found the machine off its usual
-   speed during either cell (drift), and
-   'same' only within ±(tolerance - that spread).
+   verdict says so and calls a cell slower (faster) only when, besides 5, its ratio lies above 1 + s (below
+   1 / (1 + s)), s the run-to-run spread measured for identical code (RUN_SPREAD_FLOOR: the largest ratio
+   of identical single runs as measured; or the figure stated with --run-spread), times the factor by
+   which the speed probe found the machine off its usual speed during either cell (drift), and 'same'
+   only within ±(tolerance - that spread).
 7. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
    judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
    than N% (median: the judge's ratio; mean, min, max: of the samples). A cell ok in A and wrong, error,
@@ -80,16 +80,17 @@ RUN_SPREAD_SOURCE = (
 
 def verdict(test: Test, *, tolerance: float = TOLERANCE, alpha: float = ALPHA, unseen: float = 0.0) -> str:
     """same, slower, faster or ambiguous (module docstring, 5 and 6); `unseen` is the spread the evidence
-    cannot see (a blind comparison's floor), which the CI must clear as well."""
+    cannot see (a blind comparison's floor), which the ratio must clear as well: the floor is the largest
+    ratio identical code showed as measured, its within-run noise in it already."""
     lo, hi = math.exp(test.low), math.exp(test.high)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "ambiguous"
     if unseen < tolerance and 1 - tolerance + unseen <= lo and hi <= 1 + tolerance - unseen:
         return "same"  # practically equal, even where a huge sample makes a 1% shift significant
     significant = math.isfinite(test.p) and test.p < alpha
-    if significant and lo > 1 + unseen:
+    if significant and lo > 1 and test.ratio > 1 + unseen:
         return "slower"
-    if significant and hi < 1 / (1 + unseen):  # as far below 1 as 1 + unseen is above, in log terms
+    if significant and hi < 1 and test.ratio < 1 / (1 + unseen):  # as far below 1, in log terms
         return "faster"
     return "ambiguous"
 
@@ -513,10 +514,10 @@ def _blind_text(j: Judgement) -> str:
     return (
         f"{who} BLIND to the spread between runs: A and B are different runs, one a side, with nothing "
         "paired, so no interval here holds how much a whole run moves. Identical code moved by up to "
-        f"±{d.floor:.0%} between runs ({d.floor_source}), so a cell is called slower (faster) only where "
-        f"its whole CI lies above {1 + d.floor:.2f} (below {1 / (1 + d.floor):.2f}), and {same}; a cell "
-        "measured while the speed probe found the machine off its usual speed (drift) must clear that "
-        "factor as well."
+        f"±{d.floor:.0%} between runs ({d.floor_source}), so a cell is called slower (faster) only where, "
+        f"besides the verdict rule, its ratio lies above {1 + d.floor:.2f} (below {1 / (1 + d.floor):.2f}), "
+        f"and {same}; a cell measured while the speed probe found the machine off its usual speed (drift) "
+        "must clear that factor as well."
         + (
             ""
             if d.control
