@@ -39,11 +39,13 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class Visit:
-    """One visit of a cell: its index (from 1) among the run's `rounds` visits (settle visits go beyond)."""
+    """One visit of a cell: its index (from 1) among the run's `rounds` visits (settle visits go beyond),
+    and the worker process it is made in ((index - 1) mod Settings.workers)."""
 
     cell: CellSpec
     index: int
     rounds: int
+    worker: int = 0
 
     def options(self) -> dict[str, Any]:
         """What the worker hands harness.measure.cell.measure_cell for this visit, and whether it takes the
@@ -58,6 +60,11 @@ def check(settings: Settings, executor: str, ordered: bool) -> None:
         raise ValueError(
             f"--settle-rounds {settings.settle_rounds} visits again after the rounds: needs --rounds 2 or "
             "more (e.g. --rounds 3)"
+        )
+    if settings.workers > settings.rounds:
+        raise ValueError(
+            f"--workers {settings.workers} with --rounds {settings.rounds}: visit i of a cell is made in "
+            f"worker (i - 1) mod K, so at most {settings.rounds} (e.g. --rounds {settings.workers})"
         )
     if settings.rounds > 1 and not ordered:
         raise ValueError(
@@ -90,8 +97,10 @@ class VisitPlan:
         settle: int = 0,
         made: dict[str, list[Row]] | None = None,
         journal: Callable[[str, int, Row], None] | None = None,
+        workers: int = 1,
     ) -> None:
         self.cells, self.rounds, self.settle = list(cells), max(1, rounds), settle
+        self.workers = max(1, workers)
         ids = {c.cell_id for c in self.cells}
         self.made = {cid: list(rows) for cid, rows in (made or {}).items() if cid in ids}
         self.journal = journal
@@ -126,15 +135,17 @@ class VisitPlan:
 
     def carry_out(
         self,
-        measure: Callable[[CellSpec, dict[str, Any]], Row],
+        measure: Callable[[CellSpec, dict[str, Any], int], Row],
         on_row: Callable[[Row], None],
         precheck: Callable[[CellSpec], Row | None] = lambda spec: None,
     ) -> None:
         """Make every visit in order: `precheck(cell)` first for a cell's first visit (a row: the cell ends
-        there, unmeasured), else `measure(cell, visit.options())`; each cell's row to on_row once ready."""
+        there, unmeasured), else `measure(cell, visit.options(), visit.worker)`; each cell's row to on_row
+        once ready."""
         for visit in self:
             self._hand(on_row)
-            row = (precheck(visit.cell) if visit.index == 1 else None) or measure(visit.cell, visit.options())
+            first = precheck(visit.cell) if visit.index == 1 else None
+            row = first or measure(visit.cell, visit.options(), visit.worker)
             self.record(visit, row)
             self._hand(on_row)
         self._hand(on_row)
@@ -151,7 +162,7 @@ class VisitPlan:
             last = index == rounds
             for spec in self.cells if index % 2 else self.cells[::-1]:
                 if spec.cell_id not in self.ended and len(self.made.get(spec.cell_id, [])) < index:
-                    yield Visit(spec, index, rounds)
+                    yield Visit(spec, index, rounds, (index - 1) % self.workers)
                 if last and settle:
                     for done in self._shapes.arrived(spec, self.ended):
                         self._finish(done)
@@ -164,7 +175,7 @@ class VisitPlan:
             index = rounds + k
             for spec in again if index % 2 else again[::-1]:
                 if spec.cell_id not in self.ended and len(self.made.get(spec.cell_id, [])) < index:
-                    yield Visit(spec, index, rounds)
+                    yield Visit(spec, index, rounds, (index - 1) % self.workers)
             for done in self._shapes.settled(self.ended, final=k == settle):
                 self._finish(done)
 
@@ -181,7 +192,7 @@ def for_run(run_dir: Path, cells: list[CellSpec], settings: Settings, written: s
     one; a cell measured again, --redo-drift, starts its visits afresh). Close it (`close()`) when done."""
     made = {cid: rows for cid, rows in visit_rows.read_visits(run_dir).items() if cid not in written}
     log = visit_rows.VisitLog(run_dir)
-    order = VisitPlan(cells, settings.rounds, settings.settle_rounds, made, log.append)
+    order = VisitPlan(cells, settings.rounds, settings.settle_rounds, made, log.append, settings.workers)
     order.close = log.close
     return order
 

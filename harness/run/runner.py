@@ -1,11 +1,12 @@
 """Run a sweep: expand cells, send each to an isolated worker, append every row as soon as it exists.
 
 Order of events: check the run modes (harness.run.request.RunRequest: the one place, for every front end)
--> validate everything (sweep, variants, devices; a resume: its set-up against the run's) -> create the run
-directory -> fingerprint and calibrate (in a worker) -> meta.json -> for each cell: capability check, OOM / timeout
-skip-ahead, memory guard, measure in the worker -> rows.jsonl. Ctrl-C stops between or during cells with
-every finished row kept; --resume takes in what earlier sessions left outside rows.jsonl (executors'
-`resume`), then finishes the remaining cells.
+-> validate everything (sweep, variants, devices; a resume: its set-up against the run's) -> create the
+run directory -> fingerprint and calibrate (in a worker) -> meta.json -> the plan of visits
+(harness.run.plan) carried out by the executor: for each visit, capability check, OOM / timeout skip-ahead,
+memory guard, measure in the worker -> rows.jsonl. Ctrl-C stops between or during cells with every
+finished row kept; --resume takes in what earlier sessions left outside rows.jsonl (executors' `resume`),
+then finishes the remaining cells.
 """
 
 from __future__ import annotations

@@ -116,6 +116,14 @@ SETTINGS: tuple[Setting, ...] = (
         "visit every cell R times, round-robin over the whole sweep in alternating order, each visit with "
         "1/R of its budget, into one row (default 1; local executor only)", "R", rule=positive,
     ),
+    # where a visit is made: visit i of every cell in worker process (i - 1) mod K, so that what a process's
+    # history leaves in a variant's time (where its memory landed) varies from visit to visit instead of
+    # biasing every visit of one run alike; a worker is where a visit runs, not a level of repetition
+    Setting(
+        "workers", 1, "int",
+        "the worker processes the visits rotate over: visit i of every cell in worker (i - 1) mod K "
+        "(default 1; at most --rounds; local executor)", "K", rule=positive,
+    ),
     Setting(
         "settle_rounds", 0, "int",
         "after the rounds, visit again (at most S more times) the variants of a shape 1.1x or more apart "

@@ -33,9 +33,10 @@ class Fake:
         self.times = times or (lambda variant, index: float(index))
         self.fail, self.key = fail or {}, key
 
-    def __call__(self, spec: CellSpec, options: dict) -> dict:
+    def __call__(self, spec: CellSpec, options: dict, worker: int = 0) -> dict:
         index, _ = options["visit"]
         self.asked.append((self.key(spec), index))
+        self.workers = getattr(self, "workers", []) + [worker]
         row = {"cell_id": spec.cell_id, "variant": spec.variant, "seq_len": spec.seq_len, "flops": 1e6}
         status = self.fail.get((self.key(spec), index), "ok")
         if status != "ok":
@@ -46,10 +47,19 @@ class Fake:
                 "first_call_ms": 10.0 * index, "elapsed_s": 1.0}  # fmt: skip
 
 
-def _carry(cells, fake, rounds=3, settle=0, made=None, journal=None) -> list[dict]:
+def _carry(cells, fake, rounds=3, settle=0, made=None, journal=None, workers=1) -> list[dict]:
     written: list[dict] = []
-    VisitPlan(cells, rounds, settle, made, journal).carry_out(fake, written.append)
+    VisitPlan(cells, rounds, settle, made, journal, workers).carry_out(fake, written.append)
     return written
+
+
+def test_visits_rotate_over_the_workers():
+    cells = [_spec(v) for v in ("naive", "sdpa")]
+    fake = Fake()
+    _carry(cells, fake, rounds=4, workers=2)
+    assert fake.workers == [0, 0, 1, 1, 0, 0, 1, 1]  # visit i of every cell in worker (i - 1) mod 2
+    with pytest.raises(ValueError, match="^--workers 3 with --rounds 2: visit i of a cell is made in worker"):
+        plan.check(Settings(rounds=2, workers=3), "local", ordered=True)
 
 
 def test_rounds_visit_the_whole_sweep_round_robin_and_summarise_each_cell():
@@ -154,7 +164,7 @@ def test_a_pair_reversed_in_one_of_three_rounds_is_unsettled_and_a_far_or_close_
 def _settle_fake(fail=None) -> Fake:
     fake = Fake(fail=fail, key=lambda s: LETTER[s.variant])
 
-    def call(spec, options):
+    def call(spec, options, worker=0):
         index, _ = options["visit"]
         fake.asked.append((LETTER[spec.variant], index))
         status = fake.fail.get((LETTER[spec.variant], index), "ok")
@@ -240,6 +250,22 @@ def test_a_real_run_in_rounds(tmp_path):
         assert row["n_samples"] == len(row["samples_ms"]) >= 6  # ceil(5 / 3) from each visit
         assert row["rewarm_ms"] > 0 and row["peak_mem_bytes"] > 0 and row["rel_err"] is not None
     assert {cid: len(v) for cid, v in visits.read_visits(out).items()} == dict.fromkeys(ids, 3)
+
+
+def test_a_real_run_makes_its_visits_in_turn_in_two_worker_processes(tmp_path):
+    out = tmp_path / "r"
+    p = run_cli(
+        "run", "--variants", "naive", "--seq-len", "16", "--heads", "1", "--d-k", "8", "--rounds", "3",
+        "--workers", "2", "--threads", "1", "--warmup-ms", "1", "--budget-ms", "3", "--min-ms", "1",
+        "--out", str(out), "-q",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (row,) = store.read_rows(out)
+    assert row["status"] == "ok" and len(row["visit_medians_ms"]) == 3, row["message"]
+    first, second = (
+        re.findall(r"^cell ", (out / log).read_text(), re.M) for log in ("worker.log", "worker-w2.log")
+    )
+    assert (len(first), len(second)) == (2, 1)  # visits 1 and 3 in the run's worker, visit 2 in the second
 
 
 @pytest.mark.parametrize("executor", ["ray", "slurm"])

@@ -106,7 +106,12 @@ class LocalExecutor:
         if self.slots is not None:
             return run_pool(plan, self.slots, on_row, on_device)
         skip = SkipAhead(plan.done)
-        runner = plan.local or CellRunner(plan.config, plan.sweep.settings)
+        runners = [plan.local or CellRunner(plan.config, plan.sweep.settings)]  # worker 0: the run's own
+
+        def measure(spec: CellSpec, options: dict[str, Any], worker: int) -> dict[str, Any]:
+            while len(runners) <= worker:  # Settings.workers: started when first asked for
+                runners.append(CellRunner(worker_config(plan.config, len(runners)), plan.sweep.settings))
+            return runners[worker].run(spec, options)
 
         def done(row: dict[str, Any]) -> None:
             skip.note(CellSpec.from_dict(row), row["status"])
@@ -114,13 +119,25 @@ class LocalExecutor:
 
         interrupted = False
         try:
-            plan.order.carry_out(runner.run, done, precheck=lambda spec: precheck(spec, skip))
+            plan.order.carry_out(measure, done, precheck=lambda spec: precheck(spec, skip))
         except KeyboardInterrupt:
             interrupted = True
             raise
-        finally:  # the runner closes its own worker
-            if runner is not plan.local:
-                runner.close(kill=interrupted)
+        finally:  # the runner closes the run's own worker
+            for runner in runners:
+                if runner is not plan.local:
+                    runner.close(kill=interrupted)
+
+
+def worker_config(config: dict[str, Any], index: int) -> dict[str, Any]:
+    """The config of the run's worker `index` (Settings.workers): the run's own, with a log of its own
+    (a dying worker's last lines are read back from its log: another's must not be mistaken for them),
+    worker-w2.log beside worker.log."""
+    path = str(config.get("log_path") or "")
+    if not path:
+        return config
+    stem, dot, ext = path.rpartition(".")
+    return {**config, "log_path": f"{stem}-w{index + 1}.{ext}" if dot else f"{path}-w{index + 1}"}
 
 
 # ---- the pool ---------------------------------------------------------------------------------------
