@@ -31,8 +31,8 @@ visits do not show what moves between runs.
 7. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
    judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
    than N% (median: the judge's ratio; mean, min, max: of the samples). In a blind comparison the floor
-   takes Holm's place: a cell 'slower' there cleared the largest ratio identical runs showed. A cell ok in A and wrong, error,
-   crashed or timeout in B fails whatever the statistics.
+   takes Holm's place: a cell 'slower' there cleared the largest ratio identical runs showed. A cell ok in
+   A and wrong, error, crashed or timeout in B fails whatever the statistics.
 
 `Judgement.rule` is this, filled in for one comparison: the one text a compare page and terminal print.
 `separated` is the same test for the report's ranking and the harness's settle rounds (two variants of one
