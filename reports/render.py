@@ -212,7 +212,7 @@ def best_table(group) -> pg.Table:
         tuple(rows),
         "fastest ok variant per seq_len (median time); 'tie: A ≈ B' when B is less than 2% slower than A "
         "or the judge cannot call it slower at p < 0.05 (results.judge.separated: the visits of each round "
-        "paired, in a run visited 3 or more times, else the samples; docs/method.md, rankings); "
+        "paired, in a run visited 3 or more times, else the samples); "
         "'ranking': every ok variant, fastest first, '≈' within a group the same rule cannot tell from its "
         "fastest, '›' before the next group, with that group's time over the fastest's (ranking.csv)",
     )

@@ -25,12 +25,15 @@ def _timer(device: str) -> timing.Timer:
 
 
 def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
-    """The matmul size the calibration times: MATMUL_N[device], or smaller where one call of it would take
-    over a tenth of the budget (a dtype the device has no fast kernel for: bfloat16 on a CPU without
-    AVX-512 BF16 ran 2048^3 in 20 s), read off one call at 256 and the n^3 law; at least 256."""
+    """The matmul size the calibration times: MATMUL_N[device], unless one call of it would take longer than
+    the whole budget (a dtype the device has no fast kernel for: bfloat16 on a CPU without AVX-512 BF16 ran
+    2048^3 in 20 s); then the largest power of two whose call takes at most a tenth of it, at least 256.
+    Read off one call at 256 and the n^3 law."""
     n, top = 256, MATMUL_N[device]
     a = torch.ones(n, n, device=device, dtype=dtype)
     _, ms = timing.timed_once(device, torch.matmul, a, a)
+    if ms * (top / n) ** 3 <= budget_ms:
+        return top
     while n < top and ms * ((2 * n) / 256) ** 3 <= budget_ms / 10:
         n *= 2
     return n

@@ -311,7 +311,7 @@ def _calls(config: pytest.Config, setup, target, settings) -> int:
         warm += timer.time_calls(one_call, max(1, min(len(warm), 64)))
     estimate_s = sorted(warm)[len(warm) // 2] * 1e-3
     max_time = float(config.getoption("benchmark_max_time"))
-    fewest = int(config.getoption("benchmark_fewest"))
+    fewest = int(config.getoption("benchmark_min_rounds"))
     wanted = math.ceil(max_time / max(estimate_s, 1e-9))
     return max(fewest, min(wanted, settings.max_samples))
 

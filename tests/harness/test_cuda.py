@@ -53,13 +53,13 @@ def test_every_cuda_variant_passes_the_gate(name, dtype, causal, padding):
         dtype=dtype,
         batch=b,
         heads=h,
-        seq_q=n,
+        seq_len=n,
         seq_k=n,
         d_k=d,
         d_v=d,
         causal=causal,
-        padding=padding,
-        backward=var.cap.backward,
+        padding=0.25 if padding else 0.0,
+        pass_="fwdbwd" if var.cap.backward else "fwd",
     )
     reason = var.check(prob)
     if reason:

@@ -204,8 +204,10 @@ GATE_CASES = {  # name -> (heads, kv_heads, N_q, N_k, options)
 def _problem(q, k, v, opts, backward):
     return Problem(
         device="cpu", dtype=variants.dtype_name(q.dtype), batch=q.shape[0], heads=q.shape[1],
-        seq_q=q.shape[2], seq_k=k.shape[2], d_k=q.shape[3], d_v=v.shape[3], causal=opts.get("causal", False),
-        padding=opts.get("key_lengths") is not None, backward=backward, kv_heads=k.shape[1],
+        seq_len=q.shape[2], seq_k=k.shape[2], d_k=q.shape[3], d_v=v.shape[3],
+        causal=opts.get("causal", False),
+        padding=0.25 if opts.get("key_lengths") is not None else 0.0, pass_="fwdbwd" if backward else "fwd",
+        kv_heads=k.shape[1],
         causal_align=opts.get("causal_align", "top-left"), window=opts.get("window", 0),
     )  # fmt: skip
 
@@ -270,7 +272,7 @@ def test_gqa_variants_do_not_repeat_k_and_v():
 
 def test_a_variant_that_declares_none_of_the_axes_is_told_why():
     old = Variant(fn=lambda q, k, v, **kw: q, cap=Capability(name="old_style"))
-    base = dict(heads=8, seq_q=1, seq_k=64, causal=True)
+    base = dict(heads=8, seq_len=1, seq_k=64, causal=True)
     assert "grouped-query attention (2 k/v heads for 8 query heads)" in old.check(Problem(**base, kv_heads=2))
     assert "lower-right causal alignment" in old.check(Problem(**base, causal_align="lower-right"))
     assert "sliding window (window 16)" in old.check(Problem(**base, window=16))

@@ -89,7 +89,7 @@ def test_flex_refuses_backward_on_cpu_with_flex_s_reason_before_any_call():
     reason = variants.get("hf_flex").check(p)
     assert reason == variants.get("flex").check(p)
     assert reason.startswith("torch refused flex_attention: FlexAttention does not support backward on CPU")
-    assert variants.get("hf_flex").check(dataclasses.replace(p, backward=False)) is None
+    assert variants.get("hf_flex").check(dataclasses.replace(p, pass_="fwd")) is None
     row = measure(cell("hf_flex", pass_="fwdbwd"))
     assert (row["status"], row["message"]) == ("unsupported", reason), row
 

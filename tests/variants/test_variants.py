@@ -28,13 +28,13 @@ def _check_or_skip(name, q, k, v, **opts):
         dtype=variants.dtype_name(q.dtype),
         batch=q.shape[0],
         heads=q.shape[1],
-        seq_q=q.shape[2],
+        seq_len=q.shape[2],
         seq_k=k.shape[2],
         d_k=q.shape[3],
         d_v=v.shape[3],
         causal=opts.get("causal", False),
-        padding=opts.get("key_lengths") is not None,
-        backward=opts.get("backward", False),
+        padding=0.25 if opts.get("key_lengths") is not None else 0.0,
+        pass_="fwdbwd" if opts.get("backward", False) else "fwd",
     )
     reason = var.check(prob)
     if reason:
