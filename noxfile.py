@@ -63,7 +63,9 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (all of it; pass -m 'not slow' to skip the slow tests)."""
     # the executors' and transformers' tests skip without them: CI has them
     _install(session, "dev", "ray", "slurm", "transformers")
-    session.run("python", "-m", "pytest", *(session.posargs or ["tests"]))
+    # two test processes, a test file each at a time (pytest-xdist): most tests wait on worker processes
+    # (a torch import, a calibration) more than they compute, and a file's fixtures stay in one process
+    session.run("python", "-m", "pytest", "-n", "2", "--dist", "loadfile", *(session.posargs or ["tests"]))
 
 
 @nox.session

@@ -169,27 +169,21 @@ def test_bench_answers_in_a_few_lines_what_a_kernel_author_asks(tmp_path):
     assert lines[-1].startswith(f"run: {out}") and html.startswith("<pre") and "cell_attn against" in html
 
 
-WRONG_CELL = """
-import torch
-
-
-def keys_forgotten(q, k, v, causal=False):
-    return torch.softmax(q @ q.transpose(-2, -1) * q.shape[-1] ** -0.5, -1) @ v
-"""
-
-
 def test_a_wrong_function_is_said_wrong_with_where_it_fails(tmp_path):
-    namespace = {"__name__": "__main__"}
-    linecache.cache["<wrong>"] = (len(WRONG_CELL), None, WRONG_CELL.splitlines(keepends=True), "<wrong>")
-    exec(compile(WRONG_CELL, "<wrong>", "exec"), namespace)
-    with as_a_fresh_process(tmp_path):
-        bench = attnbench.bench(
-            namespace["keys_forgotten"], out=tmp_path / "w", seq_len="64,128,256", dtype="float32"
-        )
-        lines = str(bench).splitlines()
+    """The answer of a function wrong at every mask it runs (a run's rows as bench's sweep leaves them,
+    written here): WRONG per dtype with its masks, N and what the gate found; a wrong cell is never raced."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    gate = "failed the float64 gate: rel_err 4.69e+00 (tol 1e-04), max_abs_err 3.80e+00"
+    rows = [cell("sdpa", n, causal=c, time_ms=n / 100) for n in (64, 128, 256) for c in (False, True)]
+    rows += [cell("forgot", n, causal=c, time_ms=n / 50, status="wrong", message=gate, rel_err=4.69)
+             for n in (64, 128, 256) for c in (False, True)]  # fmt: skip
+    run = write_run(tmp_path / "w", rows)
+    lines = answer(run, "forgot", "sdpa").lines
     wrong = [line for line in lines if line.startswith("WRONG float32")]
-    assert wrong and "causal; no mask; from N = 64 to 256" in wrong[0], lines
-    assert "failed the float64 gate" in wrong[0], lines
+    assert wrong == [f"WRONG float32 (causal; no mask; from N = 64 to 256): {gate}"], lines
     assert not any(line.startswith("float32: ") for line in lines)  # a wrong cell is never raced
 
 

@@ -36,10 +36,10 @@ def _script(*argv: str | Path, timeout: float = 900) -> subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """Two stories: 2 runs of the kernels' A/B, and one group of 3 interleaved runs a side (a, b, planted);
+    """Two stories: 1 run of the kernels' A/B, and one group of 3 interleaved runs a side (a, b, planted);
     (folder, JSON, stdout). The quick look judges the same runs (test_rejudge_...)."""
     d = tmp_path_factory.mktemp("false-alarm")
-    done = _script("--story", "kernels,environments", "--runs", "2", "--rounds", "3", "--groups", "1",
+    done = _script("--story", "kernels,environments", "--runs", "1", "--rounds", "3", "--groups", "1",
                    "--group-runs", "3", *TINY, "--work", d / "work", "--out", d / "out.json")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return d, json.loads((d / "out.json").read_text()), done.stdout
@@ -79,14 +79,14 @@ def test_the_kernels_and_environments_stories_end_to_end(measured):
     assert doc["loadavg_before"] and doc["loadavg_after"] and doc["elapsed_s"] > 0
 
     k = doc["stories"]["kernels"]
-    assert k["story"] == "two versions of a kernel" and k["runs"] == 2 and len(k["run_wall_s"]) == 2
+    assert k["story"] == "two versions of a kernel" and k["runs"] == 1 and len(k["run_wall_s"]) == 1
     assert k["command"].startswith("attnbench run --variants naive,chunked,chunked_twin,chunked_planted ")
     assert "--rounds 3" in k["command"] and "--variant-b chunked_twin" in k["judged_by"][0]
-    _check_pairs(k["false_alarms"], 2, "visit", True, False)
+    _check_pairs(k["false_alarms"], 1, "visit", True, False)
     assert {w["how"]["variant_b"] for p in k["false_alarms"]["results"] for w in p["ways"]} == {
         "chunked", "chunked_twin"
     }  # fmt: skip
-    _check_power(k["planted"], 0.1, 2, "visit", True, False)
+    _check_power(k["planted"], 0.1, 1, "visit", True, False)
 
     e = doc["stories"]["environments"]
     assert e["command"].startswith("attnbench interleave --runs 3 --side a --side b ")
@@ -148,7 +148,7 @@ def test_rejudge_makes_no_run_and_the_quick_look_judges_the_groups(fa, measured)
     again = json.loads((d / "again.json").read_text())
     assert sorted(p.relative_to(d) for p in (d / "work").rglob("meta.json")) == before
     assert list(again["stories"]) == ["kernels", "environments", "quick"]
-    assert again["rejudged"]["runs"] == len(before) == 11
+    assert again["rejudged"]["runs"] == len(before) == 10
     # the same runs judged by the same compare: the same verdicts
     for name in ("kernels", "environments"):
         assert again["stories"][name]["false_alarms"] == doc["stories"][name]["false_alarms"]

@@ -4,12 +4,12 @@ the sides, what is refused before anything is written, and a real set of runs th
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from conftest import run_cli
 
 from attnbench.harness.run import interleave
-from attnbench.reports.compare import compare_runs
 
 TINY = ["--variants", "naive", "--seq-len", "32", "--heads", "1", "--d-k", "8", "--threads", "1",
         "--warmup-ms", "1", "--budget-ms", "3", "--min-ms", "1", "--calibrate-ms", "20"]  # fmt: skip
@@ -58,15 +58,28 @@ def test_what_is_refused_before_anything_is_written(tmp_path):
         assert not out.exists()
 
 
-def test_a_real_set_is_made_resumed_and_paired_by_compare(tmp_path):
-    out = tmp_path / "set"
-    p = run_cli("interleave", str(out), "--runs", "3", "--side", "a", "--side", "b", "--", *TINY)
-    assert p.returncode == 0, p.stderr
-    assert sorted(x.name for x in (out / "a").iterdir()) == ["run1", "run2", "run3"]
-    made = sorted((json.loads((out / s / f"run{i}" / "meta.json").read_text())["created"], s, i)
-                  for s in "ab" for i in (1, 2, 3))  # fmt: skip
-    assert [(s, i) for _, s, i in made] == [("a", 1), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3)]
-    again = run_cli("interleave", str(out), "--resume")  # every run complete: nothing is made again
-    assert again.returncode == 0 and "run 1 of 3" not in again.stderr, again.stderr
-    cmp = compare_runs(out / "a", out / "b")
-    assert cmp.judgement.level == "run" and cmp.judgement.paired
+FAKE = """
+import sys
+from pathlib import Path
+args = sys.argv[1:]
+out = Path(args[args.index("--out") + 1])
+with open(Path(__file__).parent / "made.log", "a") as log:
+    log.write(str(out.relative_to(Path(__file__).parent)) + "\\n")
+"""
+
+
+def test_the_runs_are_made_in_order_by_each_sides_command(tmp_path):
+    """make() with a side command that only logs what it was asked (a real set: the environments story of
+    tests/frontends/test_false_alarm.py): run i of every side back to back, each with RUN_ARGS and its
+    own --out, and interleave.json written first."""
+    fake = tmp_path / "fake.py"
+    fake.write_text(FAKE)
+    command = f"{sys.executable} {fake}"
+    plan = interleave.Plan(tmp_path / "set", 3, (("a", command), ("b", command)), ("--heads", "1"))
+    said: list[str] = []
+    assert interleave.make(plan, said.append) == 0
+    made = (tmp_path / "made.log").read_text().split()
+    assert made == ["set/a/run1", "set/b/run1", "set/b/run2", "set/a/run2", "set/a/run3", "set/b/run3"]
+    assert json.loads((tmp_path / "set" / interleave.RECORD).read_text())["args"] == ["--heads", "1"]
+    assert said[0] == f"run 1 of 3, side a: {tmp_path / 'set' / 'a' / 'run1'}"
+    assert interleave.read(tmp_path / "set") == plan
