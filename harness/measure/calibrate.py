@@ -24,15 +24,24 @@ def _timer(device: str) -> timing.Timer:
     return timing.CudaTimer(flush_l2=False) if device == "cuda" else timing.CpuTimer()
 
 
+# A calibration matmul shrinks only when one call of MATMUL_N would take longer than this (or than the whole
+# budget, if that is longer): a dtype with no fast kernel, not a slow or busy machine (a 2-core VM runs a
+# float32 2048^3 matmul in 120-350 ms; on a smaller matmul its ceiling reads lower, and honest cells above it)
+SLOW_CALL_MS = 1000.0
+
+
 def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
     """The matmul size the calibration times: MATMUL_N[device], unless one call of it would take longer than
-    the whole budget (a dtype the device has no fast kernel for: bfloat16 on a CPU without AVX-512 BF16 ran
-    2048^3 in 20 s); then the largest power of two whose call takes at most a tenth of it, at least 256.
-    Read off one call at 256 and the n^3 law."""
+    max(budget_ms, SLOW_CALL_MS) (a dtype the device has no fast kernel for: bfloat16 on a CPU without
+    AVX-512 BF16 ran 2048^3 in 20 s); then the largest power of two whose call takes at most a tenth of the
+    budget, at least 256.
+    Read off the fastest of three calls at 256 after one warm-up (a first call pays for the thread pool, and a
+    busy machine slows single calls several-fold) and the n^3 law."""
     n, top = 256, MATMUL_N[device]
     a = torch.ones(n, n, device=device, dtype=dtype)
-    _, ms = timing.timed_once(device, torch.matmul, a, a)
-    if ms * (top / n) ** 3 <= budget_ms:
+    torch.matmul(a, a)
+    ms = min(_timer(device).time_calls(lambda: torch.matmul(a, a), 3))
+    if ms * (top / n) ** 3 <= max(budget_ms, SLOW_CALL_MS):
         return top
     while n < top and ms * ((2 * n) / 256) ** 3 <= budget_ms / 10:
         n *= 2

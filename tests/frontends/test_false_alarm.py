@@ -133,7 +133,7 @@ def test_the_table_is_read_from_the_json(measured):
     assert rows[0][1].startswith("`attnbench run --variants naive,chunked,chunked_twin,chunked_planted ")
     assert rows[0][1].endswith("`attnbench compare RUN RUN --variant-a chunked --variant-b chunked_twin "
                                "--fail-above median:5%`")  # fmt: skip
-    assert re.fullmatch(r"\d of 2", rows[0][2]) and re.fullmatch(r"\d of 2 \|", rows[0][3])
+    assert re.fullmatch(r"\d of 1", rows[0][2]) and re.fullmatch(r"\d of 1 \|", rows[0][3])  # --runs 1
     assert re.fullmatch(r"\d of 1 \(\d of 1 with --control naive\)", rows[1][2])
     assert re.fullmatch(r"\d of 2 \(\d of 2 with --control naive\) \|", rows[1][3])
 

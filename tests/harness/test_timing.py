@@ -90,11 +90,45 @@ def test_calibration_reports_the_fastest_call_as_the_ceiling(monkeypatch):
     from attnbench.harness.measure import calibrate as cal_mod
 
     monkeypatch.setattr(cal_mod, "_timer", lambda device: _CycleTimer())
+    monkeypatch.setattr(cal_mod, "matmul_n", lambda device, dtype, budget_ms: cal_mod.MATMUL_N[device])
     cal = cal_mod.calibrate("cpu", ["float32"])
     flops = 2 * cal_mod.MATMUL_N["cpu"] ** 3
     assert cal["matmul_tflops"]["float32"] == pytest.approx(flops / 2e-3 / 1e12)  # the 2 ms call
     assert cal["matmul_tflops_median"]["float32"] == pytest.approx(flops / 4e-3 / 1e12)
     assert cal["copy_gbps"] == pytest.approx(2 * cal_mod.COPY_BYTES["cpu"] / 2e-3 / 1e9)
+
+
+class _FixedTimer:
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def time_calls(self, fn, n: int) -> list[float]:
+        return [self.ms] * n
+
+
+@pytest.mark.parametrize(
+    ("ms_at_256", "budget_ms", "n"),
+    [
+        (0.3, 1000, 2048),
+        (1.9, 1000, 2048),
+        (1.9, 200, 2048),
+        (4.0, 1000, 512),
+        (4.0, 5000, 2048),
+        (40, 1000, 256),
+    ],
+)
+def test_the_calibration_matmul_shrinks_only_for_a_call_over_a_second_or_the_budget(
+    monkeypatch, ms_at_256, budget_ms, n
+):
+    """fp32 at 256 takes ~0.3 ms on a 2-core VM (2048: ~150 ms); bf16 without AVX-512 took ~40 ms
+    (2048: 20 s). A short budget (the tests' 200 ms) keeps the usual size: a smaller matmul reads a lower
+    ceiling."""
+    import torch
+
+    from attnbench.harness.measure import calibrate as cal_mod
+
+    monkeypatch.setattr(cal_mod, "_timer", lambda device: _FixedTimer(ms_at_256))
+    assert cal_mod.matmul_n("cpu", torch.float32, budget_ms) == n
 
 
 def test_gc_is_off_inside_the_timed_loop_and_restored_after():
