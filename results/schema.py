@@ -100,6 +100,10 @@ COLUMNS: dict[str, str] = {
     "timing_reason": "string",
     "graph_calls_per_replay": "Int64",  # graph mode: calls captured in one CUDA graph replay; NA otherwise
     "elapsed_s": "Float64",
+    # the cell's request on the worker's timer clock over the parent's own clock (harness.measure.outcomes.
+    # clock_mismatch): just under 1 for an honest worker; NA in runs before it
+    "clock_ratio": "Float64",
+    "clock_bounds_ms": "Float64",  # how far apart the worker's readings bounded its timing loops (ms)
     "finished_at": "string",
 }
 # visit_medians_ms: the median of each of the cell's visits (R with --rounds R, more where --settle-rounds

@@ -39,8 +39,9 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
     - Otherwise the first visit's row (its gate, checks, memory and first-call costs), with every visit's
       samples pooled in `samples_ms` and the timing columns recomputed from them (results.formulas),
       `visit_medians_ms` and `visit_samples` per visit, the largest peak and retained memory of any visit,
-      the fresh-input check wherever it ran (the worst), every visit's checks_ms summed, the later visits'
-      warm-up calls and setup hooks in `rewarm_ms`, and the wall time of all of them.
+      the fresh-input check wherever it ran (the worst), the clock check's worst visit, every visit's
+      checks_ms summed, the later visits' warm-up calls and setup hooks in `rewarm_ms`, and the wall time of
+      all of them.
     """
     if not rows:
         raise ValueError("a cell's row needs at least one visit")
@@ -70,6 +71,10 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
         merged["rewarm_ms"] = round(
             sum((row.get("first_call_ms") or 0.0) + (row.get("setup_ms") or 0.0) for row in rows[1:]), 6
         )
+    clocks = [row for row in rows if row.get("clock_ratio") is not None]
+    if clocks:  # the visit whose worker clock was furthest from the parent's
+        worst = max(clocks, key=lambda row: abs(1.0 - row["clock_ratio"]))
+        merged["clock_ratio"], merged["clock_bounds_ms"] = worst["clock_ratio"], worst.get("clock_bounds_ms")
     fresh = [row["fresh_rel_err"] for row in rows if row.get("fresh_rel_err") is not None]
     if fresh:
         merged["fresh_rel_err"] = max(fresh)

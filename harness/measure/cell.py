@@ -46,6 +46,7 @@ from attnbench.harness.measure.outcomes import (
     retains,
 )
 from attnbench.harness.measure.rows import finish, start_row
+from attnbench.harness.measure.varied import Stale, Varied, varied_failure
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import gbps, summarize, tflops
@@ -132,14 +133,18 @@ def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
     return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options()}
 
 
-def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
+def timed_call(fn, q, k, v, *, backward: bool, vary: int | None = None, **opts) -> Callable[[], None]:
     """The call a cell times: fn forward under no_grad, or forward + backward with gradients reset
     inside the call. Used by the harness, `attnbench profile` and the pytest-benchmark plugin alike;
     call.reset_grads() frees the last call's gradients (before a peak-memory measurement), call.inputs are
     the (q, k, v, key_lengths) the timed calls pass to fn (to check they stay unchanged, and to refill in
     place after timing: check_after), call.kwargs the keywords they pass with them, call.backward whether
     they run under autograd, and call.owned every tensor the harness made for them (the inputs, dO): not
-    the variant's memory (retained_bytes)."""
+    the variant's memory (retained_bytes). vary: a seed, for a forward call without dropout whose query
+    rows are flipped between calls (harness.measure.varied; call.varied, call.between)."""
+    varied = None
+    if vary is not None and not backward and not opts.get("dropout_p"):
+        varied = Varied(q, vary)
     if backward:
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
         with torch.no_grad():
@@ -162,11 +167,16 @@ def timed_call(fn, q, k, v, *, backward: bool, **opts) -> Callable[[], None]:
 
         def call() -> None:
             with torch.no_grad():
-                fn(q, k, v, **opts)
+                out = fn(q, k, v, **opts)
+            if varied is not None:
+                varied.keep(out)
 
+        if varied is not None:
+            call.between = varied.between  # type: ignore[attr-defined]
         call.inputs = (q, k, v, opts.get("key_lengths"))  # type: ignore[attr-defined]
         call.owned = call.inputs  # type: ignore[attr-defined]
     call.kwargs = opts  # type: ignore[attr-defined]
+    call.varied = varied  # type: ignore[attr-defined]
     call.backward = backward  # type: ignore[attr-defined]
     call.reset_grads = reset_grads  # type: ignore[attr-defined]
     return call
@@ -328,7 +338,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
 
     # the timed callable: the variant's own function (no registry wrapper), inputs already validated; with
     # dropout, every timed call draws its mask: that is part of the work measured
-    call = timed_call(fn, q, k, v, backward=backward, dropout_p=spec.dropout, **opts)
+    call = timed_call(fn, q, k, v, backward=backward, vary=settings.seed, dropout_p=spec.dropout, **opts)
     return Prepared(
         call=call,
         fn=fn,
@@ -448,6 +458,13 @@ def cell_timer(call: Callable[[], object], device: str, settings: Settings) -> t
     if device != "cuda":
         return timing.TimerChoice(timing.CpuTimer(), timing.CpuTimer.mode, CPU_REASON)
     return timing.cuda_timer(call, settings.timing, flush_l2=settings.flush_l2)
+
+
+def varied_check(call: Callable[[], object]) -> Stale | None:
+    """Whether the timed answers of a call whose inputs varied between calls followed them, and its q put
+    back (harness.measure.varied); None where nothing varied."""
+    state = getattr(call, "varied", None)
+    return None if state is None else state.finish()
 
 
 def time_call(
@@ -599,6 +616,9 @@ def _first(
         chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
     if spec.device == "cuda":
         row.update(telemetry.summarise(sampled.samples))
+    t_varied = time.perf_counter()
+    between = varied_check(ready.call)  # before anything else reads the inputs: q is put back
+    varied_ms = (time.perf_counter() - t_varied) * 1e3  # counted in checks_ms
     on_refill = peak_on_refill(ready, spec)
     if not on_refill:
         peak_bytes, method = peak(ready.call, spec.device)
@@ -608,10 +628,13 @@ def _first(
         peak_bytes, method = after.peak or peak(ready.call, spec.device)
     retained = retained_bytes(ready, spec, cache, before, cuda_before)
     status, message = ready.verdict(m, after)
+    if between is not None and not between.passed and status == "ok":  # a wrong cell keeps its first reason
+        status, message = "wrong", "; ".join(filter(None, (varied_failure(between), message)))
     if retains(retained, peak_bytes):  # the memory story counts it: held between calls, needed by each
         peak_bytes, method = peak_bytes + retained, f"{method} {RETAINED_METHOD}"
         message = "; ".join(filter(None, (message, held(retained))))
     row.update(**after.fields(), peak_mem_bytes=peak_bytes, retained_mem_bytes=retained, mem_method=method)
+    row["checks_ms"] = round((row.get("checks_ms") or 0.0) + varied_ms, 6)
     return status, message, m
 
 
@@ -635,7 +658,10 @@ def _again(
         fn, setup_ms = timing.timed_once(spec.device, variant.bind, q, k, v, **opts)
     else:
         fn = variant.fn
-    call = timed_call(fn, q, k, v, backward=spec.pass_ == "fwdbwd", dropout_p=spec.dropout, **opts)
+    backward = spec.pass_ == "fwdbwd"
+    call = timed_call(
+        fn, q, k, v, backward=backward, vary=settings.seed + index, dropout_p=spec.dropout, **opts
+    )
     fresh = checks_ms = first_ms = None
     if index == 2 and defers_fresh_check(spec, rounds):  # the check is the warm-up call
         t_check = time.perf_counter()
@@ -652,6 +678,10 @@ def _again(
         m = time_call(call, settings, chosen.timer, warmed, rounds)
     finally:
         chosen.close()
+    t_varied = time.perf_counter()
+    between = varied_check(call)
+    if between is not None:
+        checks_ms = (checks_ms or 0.0) + (time.perf_counter() - t_varied) * 1e3
     row.update(
         layout=variant.cap.layout,
         setup_ms=None if setup_ms is None else round(setup_ms, 6),
@@ -661,4 +691,6 @@ def _again(
     )
     if fresh is not None and not fresh.passed:  # timed, as a first visit's wrong cell is
         return "wrong", fresh_failure(fresh, settings.seed + FRESH_SEED_OFFSET), m
+    if between is not None and not between.passed:
+        return "wrong", varied_failure(between), m
     return "ok", "", m

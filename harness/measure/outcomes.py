@@ -7,6 +7,7 @@ imports this module at its top without pulling torch in.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from attnbench.results.formulas import bytes_text
@@ -98,3 +99,79 @@ def exit_reason(row: dict[str, Any]) -> str | None:
     if CAPTURE_FAILED in str(row.get("timing_reason") or ""):
         return CAPTURE_EXIT
     return None
+
+
+# The clock checked from outside (harness.workers.cellrunner). The parent times each cell's request with
+# its own monotonic clock. At each timing loop's start and end (harness.measure.timing.window_mark) the
+# worker reads the clock its timer reads (harness.measure.timing.timer_clock), sends a mark, waits for the
+# parent's answer, and reads it again; the parent reads its clock between the two, as the mark arrives.
+# Both clocks are CLOCK_MONOTONIC on Linux, so for an honest worker the parent's loop lies between the
+# worker's shortest and longest readings of it, however long the parent took to be scheduled (the round
+# trips widen the bounds, measured each time). A clock a variant slowed, or a `time` module it swapped in,
+# reads short over the loops it timed, even where it was put back before the cell ended: the row is
+# `error`, and the worker is replaced. Over the request as a whole the worker's interval lies inside the
+# parent's: one that reads longer is a clock run fast.
+MARK = "mark"  # the op of a worker's message at a timing loop's start or end, and of the parent's answer
+CLOCK_SLACK_S = 0.001  # the bounds widened by this much and CLOCK_TOLERANCE (rounding, not latency)
+CLOCK_TOLERANCE = 0.01
+CLOCK_TAMPERED = "the worker's clock ran at"
+
+Reading = tuple[str, float, float, float]  # (what, shortest, longest the worker's clock allows, parent's)
+
+
+def clock_readings(
+    clock_s: float | None,
+    parent_s: float,
+    parent_marks: list[float] | None = None,
+    worker_marks: list[tuple[float, float]] | None = None,
+) -> list[Reading]:
+    """One cell's readings: the request as a whole (clock_s: the worker's length of it; None from a worker
+    that sends none: no reading), then its timing loops together, a loop's start and end marks after one
+    another: the parent's clock at each (parent_marks), the worker's before and after each (worker_marks)."""
+    out: list[Reading] = []
+    if isinstance(clock_s, (int, float)):
+        out.append(("this cell", float(clock_s), math.inf, float(parent_s)))
+    pm, wm = parent_marks or [], worker_marks or []
+    if pm and len(pm) == len(wm) and len(pm) % 2 == 0:
+        shortest = sum(wm[i + 1][0] - wm[i][1] for i in range(0, len(wm), 2))
+        longest = sum(wm[i + 1][1] - wm[i][0] for i in range(0, len(wm), 2))
+        parent = sum(pm[i + 1] - pm[i] for i in range(0, len(pm), 2))
+        out.append(("this cell's timing loops", shortest, longest, parent))
+    return out
+
+
+def _outside(shortest: float, longest: float, parent: float) -> float | None:
+    """The worker's bound the parent's interval lies beyond (its clock's rate over the parent's is that
+    bound over `parent`), or None where it lies within them."""
+    if parent > longest * (1 + CLOCK_TOLERANCE) + CLOCK_SLACK_S:
+        return longest
+    if parent < shortest * (1 - CLOCK_TOLERANCE) - CLOCK_SLACK_S:
+        return shortest
+    return None
+
+
+def clock_mismatch(readings: list[Reading]) -> str | None:
+    """Why the worker's clock cannot be believed over a cell (clock_readings), or None."""
+    for what, shortest, longest, parent in readings:
+        bound = _outside(shortest, longest, parent) if parent > 0 else None
+        if bound is not None:
+            return (
+                f"{CLOCK_TAMPERED} {bound / parent:.2f}x the parent's during {what} ({bound:.3f} s against "
+                f"{parent:.3f} s): code in this worker changed the clock its timer reads; worker replaced"
+            )
+    return None
+
+
+def clock_fields(readings: list[Reading]) -> dict[str, float | None]:
+    """The row's clock_ratio, the worker's clock over the parent's as near 1 as its readings allow (1 where
+    the parent's interval lies within the worker's bounds), and clock_bounds_ms, how far apart those bounds
+    were (the round trips: how closely it could be told), over the timing loops; None without marks."""
+    loops = [r for r in readings if math.isfinite(r[2])]
+    if not loops or not loops[-1][3] > 0:
+        return {"clock_ratio": None, "clock_bounds_ms": None}
+    _, shortest, longest, parent = loops[-1]
+    nearest = min(max(parent, shortest), longest)
+    return {
+        "clock_ratio": round(nearest / parent, 4),
+        "clock_bounds_ms": round((longest - shortest) * 1e3, 3),
+    }

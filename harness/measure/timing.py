@@ -40,17 +40,35 @@ class Timer(Protocol):
 
 
 class CpuTimer:
-    """perf_counter around each call."""
+    """perf_counter around each call; fn.between(), where fn has one, before each, outside the window
+    (harness.measure.varied: the inputs changed between calls)."""
 
     mode = "perf_counter"  # what a row's timing_mode says of a cell timed by this timer
 
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
         out = []
+        between = getattr(fn, "between", None)
         for _ in range(n):
+            if between is not None:
+                between()
             t0 = time.perf_counter()
             fn()
             out.append((time.perf_counter() - t0) * 1e3)
         return out
+
+
+# Set by a worker process (harness.workers.worker): called as each timing loop (measure) starts and ends, it
+# sends the parent the timer clock's reading, which the parent holds against its own clock's as the mark
+# arrives (harness.workers.cellrunner). None elsewhere.
+window_mark: Callable[[], None] | None = None
+
+
+def timer_clock() -> float:
+    """Seconds on the clock CpuTimer reads, looked up as it looks it up (this module's `time`, then its
+    perf_counter): what a worker reports of each cell's request, for the parent to hold against its own
+    clock (harness.measure.outcomes.clock_mismatch). A variant that slows that clock, or swaps this module's
+    `time` for another, slows this reading with the samples."""
+    return time.perf_counter()
 
 
 def l2_flush_buffer(device):
@@ -77,7 +95,10 @@ class CudaTimer:
         torch = self.torch
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        between = getattr(fn, "between", None)  # as CpuTimer: before the start event
         for i in range(n):
+            if between is not None:
+                between()
             if self.flush is not None:
                 self.flush.zero_()
             starts[i].record()
@@ -461,9 +482,14 @@ def measure(
     if GC_DISABLED:
         gc.collect()  # start from a clean heap, so that nothing is left over for a collection to find
         gc.disable()
+    mark = window_mark
     try:
+        if mark is not None:
+            mark()
         return _sample(fn, timer, budget, warmed_ms)
     finally:
+        if mark is not None:
+            mark()
         if was_enabled:
             gc.enable()
 

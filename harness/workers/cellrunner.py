@@ -8,12 +8,11 @@ task one: the same code decides every cell's fate everywhere.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection
 from typing import Any
 
 from attnbench import variants
-from attnbench.harness.measure.outcomes import threads_mismatch
+from attnbench.harness.measure.outcomes import clock_fields, clock_mismatch, clock_readings, threads_mismatch
 from attnbench.harness.measure.rows import base_row, blame, finish
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
@@ -117,18 +116,23 @@ class CellRunner:
             reason = guard.fits(predicted, available, settings.memory_guard)
             if reason:
                 return finish(row, "skipped", reason, predicted_peak_bytes=predicted)
-            t0 = time.perf_counter()
             reply = worker.request(
                 {"op": "cell", "cell": spec.to_dict(), "options": dict(options or {})},
                 timeout=settings.cell_timeout,
             )
             row = reply["row"]
-            row.setdefault("elapsed_s", round(time.perf_counter() - t0, 3))
+            row.setdefault("elapsed_s", round(reply["parent_s"], 3))
+            readings = clock_readings(
+                reply.get("clock_s"), reply["parent_s"], reply["parent_marks"], reply.get("worker_marks")
+            )
+            row.update(clock_fields(readings))
+            wrong_clock = clock_mismatch(readings)
             wrong_threads = threads_mismatch(row, settings.threads or worker.threads)
-            if wrong_threads:
-                blame(row, [wrong_threads])
-            if reply.get("exiting"):  # a poisoned CUDA context, a failed graph capture, torch's global
-                self.replace()  # state changed by the variant: a new worker for the next cell
+            blame(row, [w for w in (wrong_clock, wrong_threads) if w])
+            # a poisoned CUDA context, a failed graph capture, torch's global state changed by the variant,
+            # a clock that cannot be believed: a new worker for the next cell
+            if reply.get("exiting") or wrong_clock:
+                self.replace()
             return row
         except WorkerTimeout as exc:
             self.replace()

@@ -5,11 +5,13 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
 - In the worker, `become_subreaper` (prctl PR_SET_CHILD_SUBREAPER): a process a variant started and
   detached (start_new_session, a double fork) is re-parented to the worker when its own parent exits,
   instead of to init, so the worker still sees it. After each cell, `kill_leftovers` kills every child still
-  there (torch's own compile workers excepted: TORCH_HELPERS) and says which, for the cell's row.
+  there (torch's own compile workers excepted, known from torch's records: `torch_helpers`) and says which,
+  for the cell's row. As the worker ends it kills every child, helpers too, and leaves without running
+  atexit hooks (harness.workers.worker.end): a hook a variant registered would start a process after the
+  last sweep.
 - In the parent, `kill_tree(pid)` (harness.workers.isolation.Worker.kill): the worker is stopped, its
-descendants
-  are found and killed, then the worker, then its process group (the worker leads its own: `own_group`),
-  so nothing outlives a worker killed for a timeout or a crash either.
+  descendants are found and killed, then the worker, then its process group (the worker leads its own:
+  `own_group`), so nothing outlives a worker killed for a timeout or a crash either.
 """
 
 from __future__ import annotations
@@ -24,14 +26,28 @@ from pathlib import Path
 PR_SET_CHILD_SUBREAPER = 36
 LINUX = sys.platform.startswith("linux")
 
-# children started by torch for itself, not by a variant: inductor's pool of compile workers (kept for
-# every later compile) and multiprocessing's helper processes; they end when the worker does
-TORCH_HELPERS = (
-    "_inductor/compile_worker",
-    "torch._inductor.compile_worker",
-    "multiprocessing.resource_tracker",
-    "multiprocessing.forkserver",
-)
+
+def torch_helpers() -> set[int]:
+    """The pids of the children torch and multiprocessing started for themselves in this process, read from
+    their own records, not from a command line a variant could imitate: inductor's pools of compile workers
+    (torch._inductor.async_compile._pool_set: a SubprocPool's process, a process pool's processes), kept
+    for every later compile, and multiprocessing's resource tracker and forkserver. Nothing is imported:
+    a module not loaded has started nothing. They end with the worker (its end_of_worker sweep)."""
+    pids: set[int] = set()
+    compile_pools = getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", None) or ()
+    for pool in list(compile_pools):
+        pid = getattr(getattr(pool, "process", None), "pid", None)  # SubprocPool
+        if isinstance(pid, int):
+            pids.add(pid)
+        processes = getattr(pool, "_processes", None)  # a ProcessPoolExecutor: {pid: process}
+        if isinstance(processes, dict):
+            pids.update(p for p in processes if isinstance(p, int))
+    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    for pid in (getattr(tracker, "_pid", None), getattr(server, "_forkserver_pid", None)):
+        if isinstance(pid, int):
+            pids.add(pid)
+    return pids
 
 
 def become_subreaper() -> bool:
@@ -114,22 +130,24 @@ def _reap(pid: int, wait_s: float) -> None:
         time.sleep(0.002)
 
 
-def kill_leftovers(passes: int = 8) -> list[str]:
-    """Kill this process's children (the worker's, between cells) but torch's helpers; reap the ones that
-    have exited. One 'pid N: cmdline' for each process killed; their own children, re-parented here as they
-    die, are found by the next round."""
+def kill_leftovers(passes: int = 8, spare_helpers: bool = True) -> list[str]:
+    """Kill this process's children (the worker's, between cells) but torch's helpers (torch_helpers; all
+    of them with spare_helpers=False, as the worker ends); reap the ones that have exited. One 'pid N:
+    cmdline' for each process killed; their own children, re-parented here as they die, are found by the
+    next round."""
     if not LINUX:
         return []
     killed: list[str] = []
     for _ in range(passes):
         found = False
+        spared = torch_helpers() if spare_helpers else set()
         for pid in children():
             if _state(pid) == "Z":  # exited already: only its status is left to collect
                 _reap(pid, 0)
                 continue
-            line = _steady_cmdline(pid)  # all of it: a deep venv's path to a helper is long
-            if any(helper in line for helper in TORCH_HELPERS):
+            if pid in spared:
                 continue
+            line = _steady_cmdline(pid)
             found = True
             try:
                 os.kill(pid, signal.SIGKILL)

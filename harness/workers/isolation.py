@@ -14,15 +14,20 @@ import multiprocessing.spawn
 import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from attnbench.harness.measure.allocator import worker_env
+from attnbench.harness.measure.outcomes import MARK
 from attnbench.harness.workers.children import kill_tree
 from attnbench.harness.workers.worker import worker_main
 
 STARTUP_TIMEOUT_S = 180.0
+# The parent's clock, taken when this module is imported (before any variant file): what it times each request
+# and each mark of a timing loop with, against the worker's report of the same (outcomes.clock_mismatch)
+_CLOCK = time.monotonic
 # os.environ is process-wide: workers started from several threads at once (the GPU pool, one thread per
 # GPU, each pinning its own CUDA_VISIBLE_DEVICES) take turns setting it, or one would inherit another's pin
 _SPAWN_LOCK = threading.Lock()
@@ -106,13 +111,28 @@ class Worker:
         self.own_group = bool(hello.get("own_group"))  # it leads a process group of its own (kill_tree)
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send msg and wait up to `timeout` seconds for the reply."""
+        """Send msg and wait up to `timeout` seconds for the reply. The reply carries the parent's own view of
+        the request: `parent_s`, its length on the parent's clock, and `parent_marks`, the parent's clock as
+        each mark arrived that the worker sent at a timing loop's start or end on the way
+        (harness.measure.timing.window_mark); each mark is answered at once, and the worker reads its own
+        clock before sending it and after the answer (harness.measure.outcomes.clock_readings)."""
         self.log_offset = _size(self.config.get("log_path"))
+        start = _CLOCK()
         try:
             self.conn.send(msg)
         except (BrokenPipeError, OSError):
             raise WorkerDied(self._death_note()) from None
-        return self._receive(timeout, msg.get("op", "?"))
+        marks = []
+        while True:
+            reply = self._receive(max(0.0, start + timeout - _CLOCK()), msg.get("op", "?"))
+            if reply.get("op") != MARK:
+                break
+            marks.append(_CLOCK())
+            try:
+                self.conn.send({"op": MARK})
+            except (BrokenPipeError, OSError):
+                raise WorkerDied(self._death_note()) from None
+        return {**reply, "parent_s": _CLOCK() - start, "parent_marks": marks}
 
     def _receive(self, timeout: float, what: str) -> dict[str, Any]:
         if not self.conn.poll(timeout):

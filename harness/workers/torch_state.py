@@ -8,11 +8,13 @@ whose code ran last is the one that changed it, and is named. What is compared:
 - settings: intra-op and interop threads, grad, inference and anomaly mode, autocast, the default dtype
   and device, deterministic algorithms, float32 matmul precision, the TF32 / reduced-precision and cuDNN
   flags, the SDPA backends enabled, oneDNN and opt_einsum (a getter this torch lacks is left out);
-- identities: the torch functions and Tensor methods attention code and the float64 gate call (FUNCTIONS),
-  and every function and class of the harness modules that gate, time and measure a cell (HARNESS), so
-  that a variant replacing torch.softmax, or the gate itself, is caught.
+- identities: the torch functions and Tensor methods attention code and the float64 gate call, the clocks
+  of `time` and CUDA's events and streams that the timers read (FUNCTIONS), and every function, class and
+  module held by the harness modules that gate, time and measure a cell (HARNESS), with their classes'
+  methods and every function's code object, so that a variant replacing torch.softmax, the gate itself,
+  time.perf_counter, the timing module's `time`, a timer's method or its code is caught.
 
-A comparison reads 25 settings and about 200 identities: about 50 microseconds on a 2-core CI VM.
+A comparison reads 25 settings and about 600 identities: about a tenth of a millisecond on a 2-core VM.
 `restore` puts the settings and identities back (the worker uses it after a variant file's import, where
 a fresh worker would import the same file again); interop threads cannot be set twice in a process.
 """
@@ -110,17 +112,33 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
         "equal", "view", "reshape", "expand", "abs", "item", "tolist",
     ),
     "torch.autograd": ("grad", "backward"),
+    # what the timers read: the clocks, CUDA's events, streams and synchronisation
+    "time": (
+        "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time",
+        "thread_time", "sleep", "clock_gettime", "clock_gettime_ns",
+    ),
+    "torch.cuda": (
+        "Event", "Stream", "synchronize", "current_stream", "default_stream", "stream", "set_stream",
+        "CUDAGraph", "graph",
+    ),
+    "torch.cuda.Event": ("record", "elapsed_time", "synchronize", "query", "wait"),
 }  # fmt: skip
 
-# attnbench's own modules that gate, time and measure a cell: their functions and classes must stay ours
-HARNESS = (
+# attnbench's own modules that gate, time and measure a cell, and the worker that reports its clock: their
+# functions and classes must stay ours, and so must the modules they hold (a timer reading a `time` another
+# module swapped in reads another clock)
+HARNESS = tuple(f"attnbench.harness.measure.{short}" for short in (
     "cell", "correctness", "timing", "memory", "dropout_check", "rows", "failures", "outcomes", "calibrate",
-)  # fmt: skip
+    "telemetry",
+)) + ("attnbench.harness.workers.worker",)  # fmt: skip
+_HELD = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)
 
 
 def _owner(path: str) -> Any:
     if path == "torch.Tensor":
         return torch.Tensor
+    if path == "torch.cuda.Event":
+        return torch.cuda.Event
     return importlib.import_module(path)
 
 
@@ -128,11 +146,21 @@ def _identities() -> list[tuple[str, Any, str]]:
     """(qualified name, owner, attribute) of every identity compared."""
     out = [(f"{path}.{name}", owner, name) for path, names in FUNCTIONS.items()
            for owner in [_owner(path)] for name in names if hasattr(owner, name)]  # fmt: skip
-    for short in HARNESS:
-        module = importlib.import_module(f"attnbench.harness.measure.{short}")
+    for path in HARNESS:
+        module = importlib.import_module(path)
         for name, value in vars(module).items():
-            if isinstance(value, (types.FunctionType, type)) and not name.startswith("__"):
-                out.append((f"attnbench.harness.measure.{short}.{name}", module, name))
+            if not isinstance(value, _HELD) or name.startswith("__"):
+                continue
+            out.append((f"{path}.{name}", module, name))
+            if getattr(value, "__module__", None) != path:
+                continue  # what the module imported: its own module compares its insides
+            if isinstance(value, types.FunctionType):  # its code too: a function can be given another's
+                out.append((f"{path}.{name}.__code__", value, "__code__"))
+            elif isinstance(value, type):  # a class's methods, and their code
+                for attr, method in vars(value).items():
+                    if isinstance(method, types.FunctionType):
+                        out.append((f"{path}.{name}.{attr}", value, attr))
+                        out.append((f"{path}.{name}.{attr}.__code__", method, "__code__"))
     return out
 
 

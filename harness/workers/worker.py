@@ -25,7 +25,9 @@ import sys
 import traceback
 from typing import Any
 
+from attnbench.harness.measure import timing
 from attnbench.harness.measure.outcomes import (
+    MARK,
     STATE_EXIT,
     exit_reason,
     is_poisoned_row,
@@ -34,11 +36,10 @@ from attnbench.harness.measure.outcomes import (
 )
 from attnbench.harness.measure.rows import base_row, blame, finish
 from attnbench.harness.sweep.settings import Settings
-
-# what the requests use beside harness.measure.cell, imported with torch before freeze_imports so that the
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers import children
 
+# what the requests use beside harness.measure.cell, imported with torch before freeze_imports so that the
 # collector never scans it again (the methods below import from these modules, found in sys.modules)
 MEASURING = ("attnbench.harness.measure.calibrate", "attnbench.harness.measure.fingerprint")
 
@@ -81,13 +82,50 @@ def free_memory(device: str) -> int:
 def worker_main(conn, config: dict[str, Any]) -> None:
     """Serve requests until 'stop' or until the parent goes away."""
     _start(config)
-    server = _Server(config)  # imports torch
-    conn.send(server.hello())
+
+    def window_mark() -> None:
+        """A timing loop starts or ends: the parent notes its clock between two readings of the timer's."""
+        before = timing.timer_clock()
+        conn.send({"op": MARK})
+        conn.recv()  # the parent's answer, sent as soon as it read its clock
+        marks.append((before, timing.timer_clock()))
+
+    marks: list[tuple[float, float]] = []  # this request's, sent with its reply (the parent pairs them)
+
+    timing.window_mark = window_mark  # before the snapshot (_Server): a variant that replaces it is named
+    code = 0
+    try:
+        server = _Server(config)  # imports torch
+        conn.send(server.hello())
+        _serve(conn, server, marks)
+    except BaseException:  # a harness bug, a plug-in's sys.exit: its traceback in the log, exit status 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        end(code)
+
+
+def end(code: int = 0) -> None:
+    """The worker's last act, however it ends: kill every child it still has (torch's helpers too: nothing
+    outlives it) and leave at once, flushing its log but running no atexit hook: a hook a variant
+    registered would otherwise run after this sweep (and could start a process that outlives the run)."""
+    try:
+        children.kill_leftovers(spare_helpers=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _serve(conn, server: _Server, marks: list[tuple[float, float]]) -> None:
+    """Answer the parent's requests until 'stop', a reason to exit, or the parent going away; a cell's reply
+    carries its timer clock's readings: the request's length and each timing loop mark's (`marks`)."""
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
             return
+        marks.clear()
         try:
             if msg.get("op") == "stop":
                 conn.send({"op": "stopped"})
@@ -95,8 +133,10 @@ def worker_main(conn, config: dict[str, Any]) -> None:
             if msg.get("op") == "numerics":
                 reply, why = server.numerics(msg)
             elif msg.get("op") == "cell":
+                start = timing.timer_clock()  # the timer's clock, for the parent to check (clock_mismatch)
                 row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg.get("options") or {})
                 reply, why = {"op": "row", "row": row}, exit_reason(row) or (STATE_EXIT if tainted else None)
+                reply["clock_s"], reply["worker_marks"] = timing.timer_clock() - start, list(marks)
             else:
                 conn.send(server.answer(msg))
                 continue

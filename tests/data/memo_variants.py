@@ -125,3 +125,24 @@ def _bound_setup(q, k, v, *, causal=False, key_lengths=None, **axes):
 )  # fmt: skip
 def bound_setup(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
     return _naive(q, k, v, causal, key_lengths)
+
+
+_BY_VALUE: dict[tuple, torch.Tensor] = {}
+
+
+def _fingerprint(q, k, v, causal) -> tuple:
+    """What a memo by value keys on: the shape and a few sampled values (an automated kernel writer's
+    cheapest "cache")."""
+    sample = [float(t.flatten()[i]) for t in (q, k, v) for i in (0, t.numel() // 2, t.numel() - 1)]
+    return (tuple(q.shape), causal, *sample)
+
+
+@register(
+    "memo_fingerprint",
+    description="remembers answers keyed by a few sampled input values: right on any new values",
+)
+def memo_fingerprint(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    key = _fingerprint(q, k, v, causal)
+    if key not in _BY_VALUE:
+        _BY_VALUE[key] = _naive(q, k, v, causal, key_lengths)
+    return _BY_VALUE[key]

@@ -27,6 +27,7 @@ from attnbench.harness.measure.outcomes import (
     RETAINED_METHOD,
     RETAINED_MIN_BYTES,
 )
+from attnbench.harness.measure.varied import VARIED
 from attnbench.harness.sweep.settings import Settings
 from attnbench.results import load, read_rows
 
@@ -55,6 +56,17 @@ def test_an_answer_remembered_for_the_timed_tensors_is_wrong(plugin, name, causa
     assert row["status"] == "wrong"
     assert row["message"].startswith(f"{NOT_FOLLOWING}: {REFILLED} (seed {QUICK.seed + 1}) rel_err")
     assert row["layout"] == ("bnhd" if name.endswith("bnhd") else "bhnd")
+
+
+def test_an_answer_remembered_by_a_fingerprint_of_values_is_wrong(plugin):
+    """Issue 40: a memo keyed on a few sampled values is right on the gated inputs, on fresh ones and on
+    the refill (each new values: a new key), and was `ok`, flagged only by its throughput. With one query
+    row's sign flipped before each timed call (harness.measure.varied) its timed answers are stale."""
+    row = measure_cell(spec("memo_fingerprint"), QUICK)  # the real timer: it flips between calls
+    assert row["rel_err"] <= TOL and row["fresh_rel_err"] <= TOL and row["refill_rel_err"] <= TOL
+    assert row["status"] == "wrong" and row["message"].startswith(VARIED), row["message"]
+    honest = measure_cell(spec("naive"), QUICK)
+    assert honest["status"] == "ok", honest["message"]  # its inputs put back: not "modifies its inputs"
 
 
 def test_the_refill_reaches_key_lengths_in_a_padded_cell(plugin):

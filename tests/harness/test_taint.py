@@ -193,33 +193,69 @@ def test_state_snapshot_names_every_change_and_restore_puts_it_back():
 LEFTOVERS = """
 import json, subprocess, sys, time
 from attnbench.harness.workers import children
+from torch._inductor import async_compile
 
 print(children.become_subreaper())
 quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-helper = subprocess.Popen(["sh", "-c", "sleep 300; :", "torch._inductor.compile_worker"], **quiet)
+# torch's own: a child its pool registry names
+helper = subprocess.Popen(["sleep", "300"], **quiet)
+class Pool:  # as inductor's SubprocPool records the process it started
+    process = helper
+async_compile._pool_set.add(Pool())
+# a variant's, named like torch's compile worker (issue 40: spared for its command line)
+mimic = subprocess.Popen(["sh", "-c", "sleep 300; :", "torch._inductor.compile_worker"], **quiet)
 subprocess.run(["sh", "-c", "sleep 300 &"], **quiet)  # a double fork: orphaned, re-parented here
 time.sleep(0.2)
 killed = children.kill_leftovers()
-print(json.dumps({"killed": killed, "left": children.children(), "helper": helper.pid}))
-helper.kill()
-helper.wait()
-children.kill_leftovers()  # the helper's own sleep, re-parented here
+print(json.dumps({"killed": killed, "left": children.children(), "helper": helper.pid, "mimic": mimic.pid}))
+children.kill_leftovers(spare_helpers=False)  # as a worker ends: the helper too
+print(json.dumps(children.children()))
 """
 
 
 def test_kill_leftovers_kills_what_a_variant_left_and_spares_torchs_helpers():
-    """In a process of its own (becoming a subreaper is process-wide): the orphaned sleeper is found and
-    killed, a child whose command line names torch's compile worker is left to torch."""
+    """In a process of its own (becoming a subreaper is process-wide): the orphaned sleeper and the child
+    named like torch's compile worker are found and killed; the child torch's pool records is left to
+    torch until the worker ends."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", LEFTOVERS], capture_output=True, text=True, timeout=60)
-    subreaper, report = out.stdout.splitlines()
+    out = subprocess.run([sys.executable, "-c", LEFTOVERS], capture_output=True, text=True, timeout=120)
+    subreaper, report, at_end = out.stdout.splitlines()
     got = json.loads(report)
     assert subreaper == "True"
-    assert len(got["killed"]) == 1 and got["killed"][0].endswith(": sleep 300"), got
-    assert got["left"] == [got["helper"]]
-    assert _gone(int(got["killed"][0].split()[1].rstrip(":")))
+    lines = sorted(k.split(": ", 1)[1] for k in got["killed"])  # the mimic, its sleep, the orphan
+    assert lines == ["sh -c sleep 300; : torch._inductor.compile_worker", "sleep 300", "sleep 300"], got
+    assert f"pid {got['mimic']}: sh -c" in " ".join(got["killed"])
+    assert got["left"] == [got["helper"]] and json.loads(at_end) == []
+    for k in got["killed"]:
+        assert _gone(int(k.split()[1].rstrip(":")))
+
+
+ATEXIT_CHILD = """
+import atexit, subprocess
+from attnbench import variants
+
+def _start_sleeper():  # as the worker's interpreter ends: after its last sweep, in a session of its own
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    open({pids!r} + "/" + str(child.pid), "w").close()
+
+@variants.register("atexit_child", description="naive, that registers an atexit hook starting a sleeper")
+def atexit_child(q, k, v, **kw):
+    atexit.register(_start_sleeper)
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_worker_ends_without_running_a_variants_atexit_hook(tmp_path):
+    """Issue 40: a child started from an atexit hook survived the worker's normal exit."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "hook.py").write_text(ATEXIT_CHILD.format(pids=str(pids)))
+    run_cli("run", "--variant-file", str(tmp_path / "hook.py"), "--variants", "atexit_child", "--seq-len",
+            "32", "--budget-ms", "5", "--warmup-ms", "1", "--min-ms", "1", "-q", "--out",
+            str(tmp_path / "run"), check=True)  # fmt: skip
+    assert list(pids.iterdir()) == []  # no hook ran: no sleeper was started
 
 
 INTEROP_TAINT = """
