@@ -12,13 +12,12 @@ cli_tools (list, env, check, profile); cli_common holds what they share.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 from contextlib import contextmanager
 
 from attnbench import cli_read, cli_run, cli_tools
-from attnbench.cli_common import EXIT_INTERRUPTED, BadInput, fail
+from attnbench.cli_common import EXIT_INTERRUPTED, NO_ROOM, BadInput, fail
 from attnbench.results.formulas import printable
 
 
@@ -67,9 +66,6 @@ def _one_line_warnings():
         warnings.showwarning = show
 
 
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not the command, got wrong
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     run_args = None
@@ -90,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `attnbench export ... | head`
         return 0
     except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
-        if exc.errno not in _NO_ROOM:
+        if exc.errno not in NO_ROOM:
             raise
         where = exc.filename or getattr(args, "out", None) or "the output"
         return fail(f"cannot write {where}: {os.strerror(exc.errno).lower()}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from attnbench.results.formulas import printable, sentence_columns, wrap_text
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not the command, got wrong
 
 
 class BadInput(ValueError):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from attnbench.cli_common import BadInput, out_dir
-from attnbench.results.formulas import printable
+from attnbench.cli_common import NO_ROOM, BadInput, out_dir
+from attnbench.results.formulas import printable, terminal_columns
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -17,7 +18,19 @@ def cmd_export(args: argparse.Namespace) -> int:
         df = load(*args.run_dirs)
     except RunDirError as exc:
         raise BadInput(str(exc)) from None
-    sys.stdout.write(export(df, args.format))
+    text = export(df, args.format)
+    if sys.stdout.isatty():  # a terminal would obey a variant's control characters; a pipe or file keeps them
+        text = printable(text)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()  # here, not at exit: a full disk is then this command's error, not a short file
+    except OSError as exc:
+        if exc.errno not in NO_ROOM:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the rest of the buffer goes nowhere
+        raise BadInput(
+            f"cannot write the export: {os.strerror(exc.errno).lower()}; what was written is incomplete"
+        ) from None
     return 0
 
 
@@ -29,7 +42,6 @@ def add_export(sub) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import shutil
 
     from attnbench.api import write_report
     from attnbench.reports import findings
@@ -41,7 +53,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     # the findings in sentences, not the fits table (218 columns): the tables are in the report
     if rep.findings is not None:
-        sys.stdout.write(findings.text(rep.findings, shutil.get_terminal_size().columns))
+        sys.stdout.write(findings.text(rep.findings, terminal_columns()))
         sys.stdout.flush()  # before the path on stderr, so that a pipe (nox) keeps the order
     print(f"report: {rep.readme} and {rep.html} ({len(rep.figures)} figures)", file=sys.stderr)
     return 0

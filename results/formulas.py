@@ -212,14 +212,15 @@ COMPACT_BELOW = 100
 def terminal_columns(stream=None) -> int:
     """How wide a line written to `stream` (default stdout) may be: $COLUMNS where it is set (as shutil
     and rich read it; also how a test asks for a width), else the width of the terminal `stream` is,
-    else DEFAULT_COLUMNS."""
+    else DEFAULT_COLUMNS. A terminal that reports 0 columns (a pty nobody gave a window size: `script`,
+    `docker exec -t`, some CI runners) is one of unknown width."""
     env = os.environ.get("COLUMNS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
     stream = sys.stdout if stream is None else stream
     try:
         if stream.isatty():
-            return os.get_terminal_size(stream.fileno()).columns
+            return os.get_terminal_size(stream.fileno()).columns or DEFAULT_COLUMNS
     except (AttributeError, ValueError, OSError):  # closed, not a file, or a StringIO
         pass
     return DEFAULT_COLUMNS

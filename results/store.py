@@ -56,6 +56,27 @@ def _write_error(target: Path, exc: OSError, run: Path | None = None) -> RunWrit
     return RunWriteError(f"cannot write {target}: {cause}; {then}")
 
 
+ROOM_MIN_BYTES = (
+    1 << 20
+)  # less free than this where a run is written: its disk is full, for what failed there
+
+
+def no_room(target: Path, run: Path) -> RunWriteError | None:
+    """The one-line error for `target` of the run directory `run` when its disk has (almost) no room left:
+    what a process that died writing there (a worker whose log could not be written) most likely met; else
+    None."""
+    import errno
+    import shutil
+
+    try:
+        free = shutil.disk_usage(run).free
+    except OSError:
+        return None
+    if free >= ROOM_MIN_BYTES:
+        return None
+    return _write_error(target, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), run)
+
+
 def append_record(fh, record: dict[str, Any], target: Path, run: Path) -> None:
     """One record appended to the open binary file `fh` (target, a file of the run directory `run`) as one
     JSON line and fsync'd: whole, or not at all (RunWriteError, the file as it was)."""
@@ -159,7 +180,12 @@ def read_meta(path: str | Path) -> dict[str, Any]:
             f"{p / META} is not a run's metadata: a JSON object was expected, not {_kind(meta)}"
         )
     version = meta.get("schema_version")
-    if version not in READABLE_VERSIONS:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        if isinstance(version, str) and version.strip().isdigit():  # hand-edited, or written by another tool
+            raise RunDirError(
+                f"{p / META} has schema_version {json.dumps(version)}, a string; attnbench writes it as a "
+                f"number ({version.strip()}) and reads {list(READABLE_VERSIONS)}"
+            )
         raise RunDirError(
             f"{p / META} has schema version {version!r}; this attnbench reads {list(READABLE_VERSIONS)}"
         )

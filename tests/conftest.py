@@ -70,6 +70,39 @@ def run_pytest_benchmarks(*args: str, timeout: float = 300) -> subprocess.Comple
     )
 
 
+def on_a_pty(args: tuple[str, ...], cwd) -> tuple[int, str]:
+    """`python -m attnbench ARGS` with stdin, stdout and stderr on a fresh pty, which has no window size (0
+    columns, as under `script`, `docker exec -t` or some CI runners): (exit status, what it printed)."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    assert os.get_terminal_size(slave).columns == 0
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # a pty holds a few KiB: the child would block on a full one
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the slave closed: the child ended
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    env = {k: v for k, v in cli_env().items() if k != "COLUMNS"}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "attnbench", *args], stdin=slave, stdout=slave,
+                              stderr=slave, env=env, cwd=cwd, timeout=300)  # fmt: skip
+    finally:
+        os.close(slave)
+        reader.join(timeout=10)
+        os.close(master)
+    return proc.returncode, b"".join(chunks).decode(errors="replace")
+
+
 # The tests' runs calibrate with 200 ms of sampling instead of the default 1000 (about 2 s less a run, over a
 # minute of the suite): their ceilings are only compared within the tests' own tiny runs.
 TEST_CALIBRATE_MS = "200"

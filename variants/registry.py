@@ -259,6 +259,12 @@ def add(variant: Variant) -> None:
     """Register a Variant; a second, different variant under a taken name is an error."""
     old = _REGISTRY.get(variant.name)
     if old is not None and old.source != variant.source and not redefines(old.source, variant.source):
+        if old.source == "builtin":  # an upgrade brought a built-in of a plug-in's name: say the way out
+            raise VariantError(
+                f"variant name {variant.name!r} is attnbench's own ({old.cap.description or 'built in'}); "
+                f'register yours under another name (@variants.register("my_{variant.name}", ...)) or '
+                "drop it and use the built-in (`attnbench list` describes it)"
+            )
         raise VariantError(f"variant name {variant.name!r} is already registered (by {old.source})")
     _REGISTRY[variant.name] = variant
 

@@ -32,7 +32,7 @@ from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import SHIPPED, read_meta, read_rows
+from attnbench.results.store import SHIPPED, no_room, read_meta, read_rows
 from attnbench.variants import shipped
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -202,7 +202,13 @@ def run(
         if on_forecast is not None:  # before a worker starts: a warning the user can act on at once
             on_forecast(forecast(start, writer.done))
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
-        local = CellRunner(_worker_config(start, path), start.sweep.settings)
+        try:
+            local = CellRunner(_worker_config(start, path), start.sweep.settings)
+        except WorkerDied:  # a worker that cannot write its log on a full disk dies before it can say so
+            full = no_room(path / "worker.log", path)
+            if full is not None:
+                raise full from None
+            raise
         if not resume:
             summary.notes += _write_meta(writer, start, local, progress, executor, got.rerun_of)
         else:
@@ -279,14 +285,22 @@ def _write_meta(
 def _probe_notes(records: list[dict[str, Any]]) -> list[str]:
     """One note per thing the numerics probe found left behind (torch's global state changed, a process left
     running), naming the variants whose records say it (the worker blamed them; the variants after one that
-    changed the state were probed in a fresh worker)."""
+    changed the state were probed in a fresh worker); and one per variant whose probe timed out or crashed
+    its worker (the probe went on without it)."""
     said: dict[str, list[str]] = {}
     for record in records:
         message = str(record.get("message") or "")
         if left_behind(message) and record["variant"] not in said.get(message, []):
             said.setdefault(message, []).append(record["variant"])
-    return [f"numerics probe: {', '.join(names)}: {message} (records marked error)"
-            for message, names in said.items()]  # fmt: skip
+    notes = [f"numerics probe: {', '.join(names)}: {message} (records marked error)"
+             for message, names in said.items()]  # fmt: skip
+    for record in records:
+        if record.get("status") in ("timeout", "crashed"):
+            what = f"{record['variant']}: {record['status']} ({record.get('message')})"
+            notes.append(
+                f"numerics probe: {what}; the probe went on without it, and its cells are measured as usual"
+            )
+    return notes
 
 
 def _measure(

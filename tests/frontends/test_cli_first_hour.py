@@ -4,11 +4,12 @@ terminal, a dry run and a cost warning before a long sweep, a plain sentence aft
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, cli_env, run_cli
+from conftest import ROOT, cli_env, on_a_pty, run_cli
 from fakes import without_package
 
 # ---- list, env and --help answer without what they do not need ----------------------------------------
@@ -77,6 +78,19 @@ def test_output_that_is_no_terminal_is_100_wide(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     out = run_cli("list", check=True).stdout
     assert 90 <= _widest(out) <= 100 and "what each variant is:" in out
+
+
+@pytest.mark.slow  # three commands, each in a fresh interpreter
+def test_a_terminal_of_zero_columns_is_one_of_unknown_width(tmp_path):
+    """Issue 40: list, run --dry-run and run -q ended in a traceback there, and run stopped after its first
+    cell with `invalid width 0`."""
+    for args in (("list",), ("run", *TINY, "--dry-run"), ("run", *TINY, "--out", "run")):
+        code, out = on_a_pty(args, tmp_path)
+        assert code == 0 and "Traceback" not in out and "invalid width" not in out, out[-2000:]
+        if args == ("list",):  # a table at the default width (a terminal gets colours; run's bar redraws)
+            assert _widest(re.sub(r"\x1b\[[0-9;]*m", "", out).replace("\r", "")) <= 100
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rows.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows if r["variant"] == "naive"] == ["ok", "ok"]  # past the first cell
 
 
 # ---- a dry run, a warning before a long sweep, a plain sentence after a noisy one ------------------------

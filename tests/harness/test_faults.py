@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli, wait_while_running
+import synthetic
+from conftest import cli_env, on_a_pty, run_cli, wait_while_running
 
 QUICK = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "-q")
 
@@ -274,6 +275,26 @@ def test_control_and_bidi_characters_are_shown_escaped_and_stored_as_they_were(t
     assert check.returncode == 1 and "\\u202eevil" in check.stdout
     assert not any(c in check.stdout + check.stderr for c in RAW)
 
+    # export: to a terminal escaped as run shows it (issue 40: it wrote them raw); to a pipe as stored
+    code, shown = on_a_pty(("export", str(out)), tmp_path)
+    shown = shown.replace("\r\n", "\n")  # a pty ends its lines so
+    assert code == 0 and "\\u202eevil" in shown and not any(c in shown for c in RAW)
+    piped = run_cli("export", str(out), process=True)
+    assert piped.returncode == 0 and "\x1b[31mred\x1b[0m \u202eevil" in piped.stdout
+
+
+def test_an_export_to_a_full_disk_is_one_line_and_not_exit_0(tmp_path):
+    """Issue 40: `attnbench export RUN > file` on a full disk exited 0 with the file cut short (the write
+    failed at exit, unseen). /dev/full refuses every write with ENOSPC."""
+    run = synthetic.write_run(tmp_path / "run", [synthetic.cell("naive", 64, time_ms=1.0)])
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "attnbench", "export", str(run)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=cli_env(), timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "attnbench: error: cannot write the export: no space left on device; what was written is incomplete"
+    ]
+
 
 def test_a_disk_full_from_the_start_is_one_line_and_the_same_command_runs_after(tmp_path):
     with tiny_disk(tmp_path / "disk", "64k") as disk:
@@ -292,6 +313,24 @@ def test_a_disk_full_from_the_start_is_one_line_and_the_same_command_runs_after(
         again = run_cli(*args)
         assert again.returncode == 0, again.stderr
         assert len((out / "rows.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_disk_with_room_for_the_lock_only_is_one_line_naming_the_worker_log(tmp_path):
+    """Issue 40: the worker could not write its log, died, and the run ended in a WorkerDied traceback
+    (exit 1) with "no space" lost. One page left free: writer.lock takes it."""
+    with tiny_disk(tmp_path / "disk", "64k") as disk:
+        spare = disk / "spare"
+        spare.write_bytes(b"x" * 4096)
+        with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"x" * 4096)
+        spare.unlink()
+        out = disk / "run"
+        proc = run_cli("run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out))
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()[-1:]
+        assert "Traceback" not in proc.stderr
+        assert line.startswith(f"attnbench: error: cannot write {out}") and "no space left on device" in line
 
 
 def test_a_report_onto_a_full_disk_is_one_line(tmp_path):

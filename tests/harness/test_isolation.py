@@ -104,6 +104,14 @@ def test_a_probe_that_hangs_or_kills_its_worker_costs_only_its_own_records():
     assert "did not answer" in value["probe"][0]["message"] and "SIGSEGV" in value["probe"][1]["message"]
     assert value["example_weights"] == {"seq_len": 1}
     assert {t for op, _, t in asked if op == "numerics"} == {7}  # each request under the cell timeout
+    # and the terminal hears of both (issue 40: a probe's timeout was never shown)
+    notes = runner._probe_notes(value["probe"])
+    assert notes == [
+        "numerics probe: hangs: timeout (the worker did not answer within 7 s); the probe went on without "
+        "it, and its cells are measured as usual",
+        "numerics probe: dies: crashed (worker killed by SIGSEGV (signal 11)); the probe went on without it, "
+        "and its cells are measured as usual",
+    ]
 
 
 @pytest.fixture(scope="module")

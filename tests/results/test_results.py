@@ -109,6 +109,12 @@ def test_unknown_schema_version_is_refused(tmp_path):
     (path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(RunDirError, match="schema version 99"):
         load(path)
+    meta["schema_version"] = "1"  # issue 40: read as "has schema version '1'; this attnbench reads [1]"
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(
+        RunDirError, match=r'schema_version "1", a string; attnbench writes it as a number \(1\)'
+    ):
+        load(path)
 
 
 def test_not_a_run(tmp_path):
