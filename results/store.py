@@ -9,8 +9,10 @@ JSON only, never pickle.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import socket
 import warnings
 from collections.abc import Mapping
@@ -56,18 +58,14 @@ def _write_error(target: Path, exc: OSError, run: Path | None = None) -> RunWrit
     return RunWriteError(f"cannot write {target}: {cause}; {then}")
 
 
-ROOM_MIN_BYTES = (
-    1 << 20
-)  # less free than this where a run is written: its disk is full, for what failed there
+# less free than this where a run is written: its disk is full, for what failed there
+ROOM_MIN_BYTES = 1 << 20
 
 
 def no_room(target: Path, run: Path) -> RunWriteError | None:
     """The one-line error for `target` of the run directory `run` when its disk has (almost) no room left:
     what a process that died writing there (a worker whose log could not be written) most likely met; else
     None."""
-    import errno
-    import shutil
-
     try:
         free = shutil.disk_usage(run).free
     except OSError:

@@ -460,11 +460,13 @@ def cell_timer(call: Callable[[], object], device: str, settings: Settings) -> t
     return timing.cuda_timer(call, settings.timing, flush_l2=settings.flush_l2)
 
 
-def varied_check(call: Callable[[], object]) -> Stale | None:
-    """Whether the timed answers of a call whose inputs varied between calls followed them, and its q put
-    back (harness.measure.varied); None where nothing varied."""
+def varied_check(call: Callable[[], object]) -> tuple[Stale | None, float]:
+    """(whether the timed answers of a call whose inputs varied between calls followed them, None where
+    nothing varied; the ms it took, counted in checks_ms), its q put back (harness.measure.varied)."""
     state = getattr(call, "varied", None)
-    return None if state is None else state.finish()
+    t0 = time.perf_counter()
+    result = None if state is None else state.finish()
+    return result, (time.perf_counter() - t0) * 1e3
 
 
 def time_call(
@@ -616,9 +618,7 @@ def _first(
         chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
     if spec.device == "cuda":
         row.update(telemetry.summarise(sampled.samples))
-    t_varied = time.perf_counter()
-    between = varied_check(ready.call)  # before anything else reads the inputs: q is put back
-    varied_ms = (time.perf_counter() - t_varied) * 1e3  # counted in checks_ms
+    between, varied_ms = varied_check(ready.call)  # before anything else reads the inputs: q is put back
     on_refill = peak_on_refill(ready, spec)
     if not on_refill:
         peak_bytes, method = peak(ready.call, spec.device)
@@ -678,10 +678,9 @@ def _again(
         m = time_call(call, settings, chosen.timer, warmed, rounds)
     finally:
         chosen.close()
-    t_varied = time.perf_counter()
-    between = varied_check(call)
+    between, varied_ms = varied_check(call)
     if between is not None:
-        checks_ms = (checks_ms or 0.0) + (time.perf_counter() - t_varied) * 1e3
+        checks_ms = (checks_ms or 0.0) + varied_ms
     row.update(
         layout=variant.cap.layout,
         setup_ms=None if setup_ms is None else round(setup_ms, 6),

@@ -58,8 +58,8 @@ class CpuTimer:
 
 
 # Set by a worker process (harness.workers.worker): called as each timing loop (measure) starts and ends, it
-# sends the parent the timer clock's reading, which the parent holds against its own clock's as the mark
-# arrives (harness.workers.cellrunner). None elsewhere.
+# sends the parent a mark and reads the timer's clock before it and after the parent's answer, so that the
+# parent's own clock is bounded by them (harness.measure.outcomes.clock_readings). None elsewhere.
 window_mark: Callable[[], None] | None = None
 
 

@@ -32,7 +32,7 @@ def torch_helpers() -> set[int]:
     their own records, not from a command line a variant could imitate: inductor's pools of compile workers
     (torch._inductor.async_compile._pool_set: a SubprocPool's process, a process pool's processes), kept
     for every later compile, and multiprocessing's resource tracker and forkserver. Nothing is imported:
-    a module not loaded has started nothing. They end with the worker (its end_of_worker sweep)."""
+    a module not loaded has started nothing. They end with the worker (harness.workers.worker.end)."""
     pids: set[int] = set()
     compile_pools = getattr(sys.modules.get("torch._inductor.async_compile"), "_pool_set", None) or ()
     for pool in list(compile_pools):
@@ -99,7 +99,7 @@ def cmdline(pid: int, limit: int = 120) -> str:
 def _steady_cmdline(pid: int, wait_s: float = 0.2) -> str:
     """cmdline(pid, 0), waiting up to wait_s while it reads empty ('?') and the process is alive: a process
     caught in the middle of exec has no command line yet (seen once: a variant's sleeper named 'pid N: ?'),
-    and a torch helper caught so would not be known for one."""
+    and its row would not say what was killed."""
     deadline = time.monotonic() + wait_s
     line = cmdline(pid, 0)
     while line == "?" and _state(pid) not in ("", "Z") and time.monotonic() < deadline:
