@@ -10,6 +10,7 @@
 #          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
 #          timing (--timing) on a small and a large cell.
 # preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
+# measure: xformers (load, gate, axes), an energy run and the gpu preset with its phases, in one command.
 # session: all of the above in one device command (install, the CUDA tests and the gate table side by side,
 #          then the timed checks one at a time, then as much of a gpu-preset run as the time left allows, and
 #          its report), each step bounded so that the whole fits SESSION_SECONDS (default 530); steps.txt
@@ -128,6 +129,50 @@ session)
         > "$out/run.log" 2>&1
     step report 25 python3 -m attnbench report "$out/gpu-run" --out "$out/gpu-report" > "$out/report.log" 2>&1
     tail -n 12 "$out/steps.txt" "$out/pytest-cuda.txt" "$out/harness_check.txt"
+    ;;
+measure)
+    # the GPU issue's measurements in one device command, each step bounded and timed in steps.txt:
+    # xformers loaded (its wheel and nvidia-cuda-runtime-cu12's carried in .whl/) and gated in every dtype,
+    # its axes (grouped-query, lower-right, windows, key padding) in both passes; a run of the fused kernels
+    # with energy per call (--energy); the gpu preset with its phase columns and its report. The device tool
+    # brings back 8 files: `timeout 520 bash benchmarks/gpu_verify.sh /tmp/gm measure; tar czf $OUT/gm.tgz -C /tmp gm`
+    start=$(date +%s)
+    left() { echo $(( ${SESSION_SECONDS:-480} - ($(date +%s) - start) )); }
+    step() {
+        local name=$1 limit=$2 t0=$(date +%s) rc
+        shift 2
+        if [[ " ${SESSION_SKIP:-} " == *" $name "* ]]; then echo "$name: skipped (SESSION_SKIP)" >> "$out/steps.txt"; return; fi
+        timeout -s INT -k 10 "$limit" "$@"
+        rc=$?
+        echo "$name: exit $rc after $(( $(date +%s) - t0 )) s (limit $limit s)" | tee -a "$out/steps.txt"
+    }
+    bash "$0" "$out" install
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+    nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+    step env 60 python3 -m attnbench env > "$out/env.txt" 2>&1
+    step xformers-info 60 python3 -c "from attnbench.variants import xformers_mea as x; print('runtime', x.load_cuda_runtime_12()); print('problem', x._extensions_problem()); import xformers.info as i; i.print_info()" \
+        > "$out/xformers-info.txt" 2>&1
+    # correctness side by side (nothing timed here is compared with anything else), then the timed runs alone
+    step pytest-cuda 150 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs -k "not flex" \
+        --junitxml="$out/pytest-cuda.xml" > "$out/pytest-cuda.txt" 2>&1 &
+    step gate-xformers 90 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
+        --variants xformers,sdpa_efficient --probe > "$out/gate-xformers.txt" 2>&1
+    step xformers-axes 90 python3 -m attnbench run --variants xformers,sdpa --device cuda --dtype bfloat16 \
+        --heads 16 --kv-heads 16,4 --seq-len 1024 --seq-k 1024,2048 --causal both --window 0,256 --padding 0,0.25 \
+        --pass both --budget-ms 30 --out "$out/xformers-axes" > "$out/xformers-axes.log" 2>&1
+    step xformers-lower-right 60 python3 -m attnbench run --variants xformers,sdpa --device cuda --dtype bfloat16 \
+        --heads 16 --kv-heads 16,4 --seq-len 512 --seq-k 2048 --causal lower-right --window 0,256 \
+        --pass both --budget-ms 30 --out "$out/xformers-lower-right" > "$out/xformers-lower-right.log" 2>&1
+    wait
+    step energy 120 python3 -m attnbench run --energy --variants sdpa_cudnn,sdpa_flash,sdpa_efficient,xformers,naive,sdpa_math \
+        --device cuda --dtype bfloat16 --heads 16 --d-k 128 --seq-len 4096,16384 --pass fwd \
+        --out "$out/energy-run" > "$out/energy.log" 2>&1
+    step gpu-run $(( $(left) - 45 )) python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" \
+        > "$out/run.log" 2>&1
+    for r in gpu-run energy-run xformers-axes; do
+        step "report-$r" 30 python3 -m attnbench report "$out/$r" --out "$out/$r-report" > "$out/report-$r.log" 2>&1
+    done
+    tail -n 20 "$out/steps.txt" "$out/pytest-cuda.txt"
     ;;
 preset)
     timeout "${GPU_RUN_SECONDS:-500}" python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" 2>&1 \

@@ -40,10 +40,24 @@ COLUMNS: dict[str, str] = {
     # every visit; with rounds, a forward CPU cell's fresh-input check is its second visit's warm-up call
     # (harness.measure.cell.defers_fresh_check). NA in runs before it
     "checks_ms": "Float64",
+    # the rest of a cell's wall time (elapsed_s), phase by phase, so that every second of a cell is in a
+    # column (harness.measure.cell): the inputs copied and validated; the gate with its float64 reference
+    # and the gradient and dropout checks; the timer's choice and the timing loop (warm-up calls, the timed
+    # calls themselves, whose sum is samples_ms', and the syncs between them); the peak-memory call; the
+    # retained-bytes accounting (live tensors counted before the
+    # variant is first bound and after the checks). NA in runs before them; a later visit has timing_ms alone
+    "inputs_ms": "Float64",
+    "gate_ms": "Float64",
+    "timing_ms": "Float64",
+    "peak_ms": "Float64",
+    "teardown_ms": "Float64",
     # the memory layout the variant was handed q, k, v in ("bhnd", or "bnhd": (B, N, H, d) memory under the
     # same (B, H, N, d) shape; variants.problem.LAYOUTS), made outside the timed calls. NA in runs before
     # it and in cells never handed inputs (unsupported, skipped); runs before it handed every cell "bhnd"
     "layout": "string",
+    # which kernel the variant's calls ran, where its kernel hook says (variants.registry.Capability.kernel):
+    # SDPA's backend and FlashAttention implementation, xformers' operator; NA where it has none
+    "kernel": "string",
     # measured on one call above what was live before it; plus retained_mem_bytes when that is large
     # (over max(1 MiB, 10% of the peak), harness.measure.outcomes.retains; mem_method then ends
     # "+ retained_mem_bytes")

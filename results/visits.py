@@ -40,8 +40,8 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
       samples pooled in `samples_ms` and the timing columns recomputed from them (results.formulas),
       `visit_medians_ms` and `visit_samples` per visit, the largest peak and retained memory of any visit,
       the fresh-input check wherever it ran (the worst), the clock check's worst visit, every visit's
-      checks_ms summed, the later visits' warm-up calls and setup hooks in `rewarm_ms`, and the wall time of
-      all of them.
+      checks_ms and timing_ms summed, the later visits' warm-up calls and setup hooks in `rewarm_ms`, and
+      the wall time of all of them.
     """
     if not rows:
         raise ValueError("a cell's row needs at least one visit")
@@ -78,9 +78,10 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
     fresh = [row["fresh_rel_err"] for row in rows if row.get("fresh_rel_err") is not None]
     if fresh:
         merged["fresh_rel_err"] = max(fresh)
-    checks = [row["checks_ms"] for row in rows if row.get("checks_ms") is not None]
-    if checks:
-        merged["checks_ms"] = round(sum(checks), 6)
+    for col in ("checks_ms", "timing_ms"):  # phases every visit has: the cell's are their sums
+        values = [row[col] for row in rows if row.get(col) is not None]
+        if values:
+            merged[col] = round(sum(values), 6)
     return merged
 
 

@@ -61,6 +61,11 @@ class Capability:
     # a plan made from them (xformers' padded-keys bias) must check that a call's are the ones it was made
     # for, and re-plan or raise when they are not, never answer with a stale plan.
     setup: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
+    # kernel(q, k, v, **the call's options) -> which kernel a call on these inputs runs ("FLASH_ATTENTION
+    # (FA2 2.5.7)", xformers' "fa3F"), or None where it cannot tell. Asked once per cell after the gated
+    # first call, outside the timed calls; the row's `kernel` column. A library that dispatches by itself
+    # (SDPA, xformers) makes a number meaningless without it.
+    kernel: Callable[..., str | None] | None = field(default=None, compare=False)
     # Axes added after the first calling convention default to "not supported", so that a variant is never
     # handed a keyword (causal_align=, window=, mod=) or a k/v head count it never declared it takes.
     gqa: bool = False  # k, v with fewer heads than q (grouped-query / multi-query attention)
@@ -93,10 +98,12 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: mods must be a tuple of {list(MOD_KINDS)}, not {self.mods!r}"
             )
-        if self.setup is not None and not callable(self.setup):
-            raise VariantError(
-                f"variant {self.name}: setup must be callable, not {type(self.setup).__name__}"
-            )
+        for hook in ("setup", "kernel"):
+            value = getattr(self, hook)
+            if value is not None and not callable(value):
+                raise VariantError(
+                    f"variant {self.name}: {hook} must be callable, not {type(value).__name__}"
+                )
 
 
 def _recorded() -> tuple[str, ...]:

@@ -100,6 +100,44 @@ def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend, causal_align=
             ) from None
 
 
+def flash_impl() -> str:
+    """Which FlashAttention SDPA's CUDA flash backend runs: the implementation activated through
+    torch.nn.attention.activate_flash_attention_impl (FA3, FA4, where torch has it), else torch's built-in
+    FlashAttention-2 and the version it matches."""
+    import torch.nn.attention as attention
+
+    current = getattr(attention, "current_flash_attention_impl", lambda: None)()
+    if current:
+        return str(current)
+    version = getattr(attention, "_get_flash_version", lambda: "")()
+    return f"FA2 {version}".strip()
+
+
+def _named(backend: SDPBackend, q) -> str:
+    """A backend's name in the row's `kernel` column, with the flash implementation on CUDA."""
+    if backend == SDPBackend.FLASH_ATTENTION:
+        return f"FLASH_ATTENTION ({flash_impl()})" if q.is_cuda else "FLASH_ATTENTION (CPU)"
+    return backend.name
+
+
+def _kernel(backend: SDPBackend | None):
+    """The kernel hook of a variant pinned to `backend`; of torch's own dispatch (None), the backend torch
+    picks for these inputs (torch._fused_sdp_choice, the choice F.scaled_dot_product_attention makes)."""
+
+    def kernel(q, k, v, *, causal=False, key_lengths=None, causal_align="top-left", window=0, **_):
+        if backend is not None:
+            return _named(backend, q)
+        choose = getattr(torch, "_fused_sdp_choice", None)
+        if choose is None:
+            return None
+        mask, is_causal = _mask(q, k, causal, key_lengths, None, causal_align, window)
+        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] and _TAKES_GQA else {}
+        chosen = choose(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=None, **gqa)
+        return _named(SDPBackend(chosen), q)
+
+    return kernel
+
+
 def _check_cuda_flash(q, k, v, bias, dropout_p, is_causal, extra) -> None:
     """A lower-right CausalBias falls back to the efficient kernel when flash cannot take the call, whatever
     is pinned: ask torch first, so that a cell pinned to FLASH never measures another kernel."""
@@ -184,6 +222,7 @@ def _cudnn_supports(p: Problem) -> str | None:
 
 @register(
     "sdpa",
+    kernel=_kernel(None),
     description="F.scaled_dot_product_attention, torch picks the backend",
     dtypes=_ALL,
     memory="linear",
@@ -200,6 +239,7 @@ def sdpa(
 
 @register(
     "sdpa_math",
+    kernel=_kernel(SDPBackend.MATH),
     description="SDPA pinned to the MATH backend (composite ops, materialises the scores)",
     dtypes=_ALL,
     memory="quadratic",
@@ -216,6 +256,7 @@ def sdpa_math(
 
 @register(
     "sdpa_flash",
+    kernel=_kernel(SDPBackend.FLASH_ATTENTION),
     description="SDPA pinned to FLASH_ATTENTION (FlashAttention-2 on CUDA, a fused flash kernel on CPU)",
     dtypes=("float32", "float16", "bfloat16", "float64"),
     max_head_dim=256,
@@ -236,6 +277,7 @@ def sdpa_flash(
 
 @register(
     "sdpa_efficient",
+    kernel=_kernel(SDPBackend.EFFICIENT_ATTENTION),
     description="SDPA pinned to EFFICIENT_ATTENTION (xformers-derived cutlass kernel, CUDA)",
     devices=("cuda",),
     dtypes=("float32", "float16", "bfloat16"),
@@ -254,6 +296,7 @@ def sdpa_efficient(
 
 @register(
     "sdpa_cudnn",
+    kernel=_kernel(SDPBackend.CUDNN_ATTENTION),
     description="SDPA pinned to CUDNN_ATTENTION (cuDNN fused flash attention, CUDA)",
     devices=("cuda",),
     dtypes=("float16", "bfloat16"),

@@ -44,11 +44,46 @@ def _version() -> str | None:
         return None
 
 
+CUDART_12 = "libcudart.so.12"
+
+
+def load_cuda_runtime_12() -> str | None:
+    """Make libcudart.so.12 loadable before xformers imports, where this process has none. xformers 0.0.35's
+    wheel (Python and torch ABI independent) links its `_C.so` to CUDA 12's runtime by soname, and a CUDA 13
+    build of torch ships only libcudart.so.13: `_C` then fails to load and xformers refuses every operator,
+    the `-pt` ones that call torch's own kernels too. The runtime of the wheel nvidia-cuda-runtime-cu12
+    (nvidia/cuda_runtime/lib on sys.path) is loaded globally here, so that the dynamic linker finds it by
+    soname when `_C.so` loads. Returns what was loaded (the soname where the system has it), or None where
+    neither has it or this is no CUDA build of torch."""
+    import ctypes
+    import sys
+
+    import torch
+
+    if torch.version.cuda is None or not sys.platform.startswith("linux"):
+        return None
+    try:
+        ctypes.CDLL(CUDART_12, mode=ctypes.RTLD_GLOBAL)
+        return CUDART_12
+    except OSError:
+        pass
+    for entry in sys.path:
+        path = Path(entry or ".", "nvidia", "cuda_runtime", "lib", CUDART_12)
+        if path.is_file():
+            try:
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            return str(path)
+    return None
+
+
 def _extensions_problem() -> str | None:
     """Why xformers' own C++/CUDA operators did not load, in one line, or None. A wheel is built for one
     torch, CUDA and Python (0.0.35: torch 2.10.0+cu128, Python 3.10); on another only the operators that
     call torch's own kernels are left, and xformers refuses those on some inputs too. Seen on the GPU image
     (torch 2.11.0+cu130, Python 3.12, 2026-11-25): every cell was refused."""
+    load_cuda_runtime_12()
     try:
         from xformers import _cpp_lib
     except Exception:  # not this layout of xformers: its dispatch error still says why
@@ -67,9 +102,14 @@ def _extensions_problem() -> str | None:
 
     import torch
 
+    loaded = load_cuda_runtime_12()
+    runtime = (
+        f"{CUDART_12} from {loaded}" if loaded else f"no {CUDART_12} (pip install nvidia-cuda-runtime-cu12)"
+    )
     return (
         f"xformers {_version()}'s CUDA operators did not load: {built}; this is torch {torch.__version__}, "
-        f"Python {platform.python_version()}"
+        f"Python {platform.python_version()}, {runtime} ({type(exc).__name__}: "
+        f"{' '.join(str(exc).split())[:160]})"
     )
 
 
@@ -157,7 +197,9 @@ def _available(device: str) -> str | None:
 
 
 def _import_ops():
-    """xformers.ops and its fmha module, imported where a cell is about to run (never for availability)."""
+    """xformers.ops and its fmha module, imported where a cell is about to run (never for availability),
+    CUDA 12's runtime loaded first where the process has none (load_cuda_runtime_12)."""
+    load_cuda_runtime_12()
     try:
         import xformers.ops as xops
         from xformers.ops import fmha
@@ -170,6 +212,10 @@ def _import_ops():
 def _supports(p: Problem) -> str | None:
     if p.causal and p.padding:
         return "xformers' causal padded-keys masks are bottom-right aligned; attnbench's causal is top-left"
+    if p.padding and (p.window or (p.kv_heads or p.heads) != p.heads):
+        return "xformers' padded-keys mask is taken here without windows or grouped-query heads"
+    if p.window and p.causal_align != "lower-right" and p.seq_len != p.seq_k:
+        return "xformers' local attention masks are bottom-right aligned; this cell's causal is top-left"
     return None
 
 
@@ -185,70 +231,116 @@ def _version_of(t) -> int | None:
 class _Plan:
     """What a call needs besides q, k, v: xformers' attention bias, and the inputs it was made for."""
 
-    causal: bool
-    shape: tuple[int, int, int]  # (B, N_q, N_k)
+    key: tuple  # (B, H_q, H_kv, N_q, N_k, causal, causal_align, window): what the bias and views are for
     key_lengths: Any  # the tensor the padded-keys bias was made from; None: no key padding
     version: int | None  # key_lengths' in-place write count when the bias was made
-    bias: Any  # None, LowerTriangularMask or BlockDiagonalPaddedKeysMask
+    bias: Any  # None, or one of xformers' attention biases (_bias)
     attend: Callable[..., Any]  # xformers.ops.memory_efficient_attention
 
-    def fits(self, q, k, causal: bool, key_lengths) -> bool:
+    def fits(self, q, k, key_lengths, **options) -> bool:
         """Whether this plan's bias is right for a call, decided without reading key_lengths' values (a
-        device->host sync): the same shape and causal, and for key padding the very tensor the bias was
+        device->host sync): the same shape and mask, and for key padding the very tensor the bias was
         made from, unwritten since. Any other tensor, equal values or not, gets a plan of its own."""
-        if (causal, (q.shape[0], q.shape[2], k.shape[2])) != (self.causal, self.shape):
+        if _key(q, k, **options) != self.key:
             return False
         if key_lengths is None or self.key_lengths is None:
             return key_lengths is self.key_lengths
         version = _version_of(key_lengths)
         return key_lengths is self.key_lengths and version is not None and version == self.version
 
+    def views(self, q, k, v):
+        """q, k, v as xformers takes them: (B, N, H, d) views; with layout="bnhd" inputs they are
+        contiguous, so nothing copies them. With key padding, the batch as one sequence of B blocks:
+        (1, B*N, H, d), a view. With fewer k/v heads (grouped-query), xformers' BMGHK form: q as (B, N, G,
+        H_q/G, d) and k, v expanded over each group's query heads without a copy (stride 0): query head h
+        reads k/v head h // (H_q/G), as attnbench's convention has it."""
+        qx, kx, vx = (t.transpose(1, 2) for t in (q, k, v))
+        if self.key_lengths is not None:
+            qx, kx, vx = (t.reshape(1, -1, *t.shape[2:]) for t in (qx, kx, vx))
+        groups, heads = kx.shape[2], qx.shape[2]
+        if groups != heads:
+            per = heads // groups
+            qx = qx.reshape(*qx.shape[:2], groups, per, qx.shape[-1])
+            kx, vx = (t.unsqueeze(3).expand(*t.shape[:3], per, t.shape[-1]) for t in (kx, vx))
+        return qx, kx, vx
+
     def __call__(self, q, k, v, dropout_p: float, scale: float | None):
         b, n_q = q.shape[0], q.shape[2]
-        # (B, N, H, d) views; with layout="bnhd" inputs they are contiguous, so nothing below copies them
-        qx, kx, vx = (t.transpose(1, 2) for t in (q, k, v))
-        if self.key_lengths is not None:  # the batch as one sequence of B blocks: (1, B*N, H, d), a view
-            qx, kx, vx = (t.reshape(1, -1, *t.shape[2:]) for t in (qx, kx, vx))
+        qx, kx, vx = self.views(q, k, v)
         try:
             out = self.attend(qx, kx, vx, attn_bias=self.bias, p=dropout_p, scale=scale)
         except NotImplementedError as exc:  # no operator supports these inputs: xformers says which and why
             raise UnsupportedError(_no_operator_reason(exc)) from None
-        return out.reshape(b, n_q, out.shape[-2], -1).transpose(1, 2)  # (B, H, N_q, d_v)
+        return out.reshape(b, n_q, q.shape[1], -1).transpose(1, 2)  # (B, H, N_q, d_v)
 
 
-def _plan(q, k, causal: bool, key_lengths) -> _Plan:
-    """The attention bias for these inputs. For key padding it reads key_lengths' values (.tolist(): a
-    device->host sync), which is why the harness's setup hook makes it, once per cell."""
-    if causal and key_lengths is not None:
-        raise UnsupportedError(_supports(Problem(causal=True, padding=0.25)))
-    xops, fmha = _import_ops()
+def _key(q, k, *, causal=False, causal_align="top-left", window=0) -> tuple:
+    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], causal, causal_align, window)
 
+
+def kernel(q, k, v, *, key_lengths=None, dropout_p=0.0, scale=None, **options) -> str | None:
+    """The kernel hook (the row's `kernel`): the operator xformers' dispatch picks for these inputs, as
+    memory_efficient_attention picks it (fmha._dispatch_fw; with the backward's, `fwd + bwd`, where q
+    needs a gradient): cutlassF-pt, fa2F@..., fa3F@..."""
+    plan = _plan(q, k, key_lengths, **options)
+    _, fmha = _import_ops()
+    qx, kx, vx = plan.views(q, k, v)
+    inp = fmha.Inputs(query=qx, key=kx, value=vx, attn_bias=plan.bias, p=0.0, scale=None)
+    grad = q.requires_grad
+    forward = fmha.dispatch._dispatch_fw(inp, grad).NAME
+    if not grad:
+        return forward
+    return f"{forward} + {fmha.dispatch._dispatch_bw(inp, varlen_lse_packed=None).NAME}"
+
+
+def _bias(fmha, q, k, key_lengths, causal: bool, causal_align: str, window: int):
+    """xformers' attention bias for attnbench's mask (variants/masks.py): top-left causal is
+    LowerTriangularMask, lower-right LowerTriangularFromBottomRightMask, a window of W keys (causal) its
+    LowerTriangularFromBottomRightLocalAttentionMask(W) (bottom-right aligned: the same as top-left when
+    N_q = N_k, and refused otherwise), key padding a BlockDiagonalPaddedKeysMask over the packed batch
+    (reading key_lengths' values: a device->host sync)."""
     b, n_q, n_k = q.shape[0], q.shape[2], k.shape[2]
-    bias = None
-    if causal:
-        bias = fmha.attn_bias.LowerTriangularMask()
-    elif key_lengths is not None:
-        bias = fmha.attn_bias.BlockDiagonalPaddedKeysMask.from_seqlens(
+    biases = fmha.attn_bias
+    if key_lengths is not None:
+        return biases.BlockDiagonalPaddedKeysMask.from_seqlens(
             q_seqlen=[n_q] * b, kv_padding=n_k, kv_seqlen=key_lengths.tolist(), device=q.device
         )
+    if window:
+        return biases.LowerTriangularFromBottomRightLocalAttentionMask(window)
+    if causal and causal_align == "lower-right" and n_q != n_k:
+        return biases.LowerTriangularFromBottomRightMask()
+    return biases.LowerTriangularMask() if causal else None
+
+
+def _plan(q, k, key_lengths, **options) -> _Plan:
+    """The attention bias for these inputs, and what it was made for. For key padding it reads key_lengths'
+    values (.tolist(): a device->host sync), which is why the harness's setup hook makes it, once per cell."""
+    b, h_q, h_kv, n_q, n_k, causal, causal_align, window = key = _key(q, k, **options)
+    problem = Problem(heads=h_q, kv_heads=h_kv, seq_len=n_q, seq_k=n_k, causal=causal,
+                      padding=0.25 if key_lengths is not None else 0.0, causal_align=causal_align,
+                      window=window)  # fmt: skip
+    refused = _supports(problem)
+    if refused:
+        raise UnsupportedError(refused)
+    xops, fmha = _import_ops()
     return _Plan(
-        causal=causal,
-        shape=(b, n_q, n_k),
+        key=key,
         key_lengths=key_lengths,
         version=None if key_lengths is None else _version_of(key_lengths),
-        bias=bias,
+        bias=_bias(fmha, q, k, key_lengths, causal, causal_align, window),
         attend=xops.memory_efficient_attention,
     )
 
 
-def setup(q, k, v, *, causal=False, key_lengths=None) -> Callable[..., Any]:
+def setup(q, k, v, *, key_lengths=None, **options) -> Callable[..., Any]:
     """The harness's setup hook (setup_ms): the attention bias made now, the padded-keys one from the
     cell's key_lengths. The callable it returns reuses it while a call's inputs fit it (_Plan.fits), and
     makes a new one, reading the key lengths again, for any other call (the harness's fresh-input check)."""
-    planned = _plan(q, k, causal, key_lengths)
+    planned = _plan(q, k, key_lengths, **options)
 
-    def bound(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-        plan = planned if planned.fits(q, k, causal, key_lengths) else _plan(q, k, causal, key_lengths)
+    def bound(q, k, v, *, key_lengths=None, dropout_p=0.0, scale=None, **options):
+        fits = planned.fits(q, k, key_lengths, **options)
+        plan = planned if fits else _plan(q, k, key_lengths, **options)
         return plan(q, k, v, dropout_p, scale)
 
     return bound
@@ -263,10 +355,17 @@ def setup(q, k, v, *, causal=False, key_lengths=None) -> Callable[..., Any]:
     available=_available,
     supports=_supports,
     setup=setup,
+    kernel=kernel,
+    gqa=True,  # BMGHK: k/v expanded over each group's query heads (_Plan.views)
+    lower_right=True,
+    window=True,  # bottom-right local attention; top-left only where N_q = N_k (_supports)
     layout="bnhd",  # xformers takes (B, N, H, K): handed so, its inputs need no copy in the timed call
 )
-def xformers_attention(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    """memory_efficient_attention on q (B, H, N_q, d_k), k (B, H, N_k, d_k), v (B, H, N_k, d_v) ->
+def xformers_attention(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
+):
+    """memory_efficient_attention on q (B, H, N_q, d_k), k (B, H_kv, N_k, d_k), v (B, H_kv, N_k, d_v) ->
     (B, H, N_q, d_v); any memory layout (with (B, H, N, d)-contiguous inputs the (B, N, H, K) views are
     strided, and the padded path's packing copies them)."""
-    return _plan(q, k, causal, key_lengths)(q, k, v, dropout_p, scale)
+    options = {"causal": causal, "causal_align": causal_align, "window": window}
+    return _plan(q, k, key_lengths, **options)(q, k, v, dropout_p, scale)

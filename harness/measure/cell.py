@@ -199,6 +199,9 @@ class Prepared:
     first_call_ms: float | None = None  # the gated forward call: lazy init, autotune, compile, plans
     dropout: dropout_check.DropoutResult | None = None  # a dropout cell's statistical check; None: p = 0
     layout: str = "bhnd"  # the memory layout q, k, v were handed in (the variant's Capability.layout)
+    kernel: str | None = None  # what the variant's kernel hook says a call runs (kernel_of)
+    inputs_ms: float | None = None  # the inputs copied from the cache in the variant's layout, validated
+    gate_ms: float | None = None  # the gate and its float64 reference, the gradient and dropout checks
 
     @property
     def grad_ok(self) -> bool:
@@ -224,8 +227,11 @@ class Prepared:
         the setup hook and the first call cost."""
         return {
             "layout": self.layout,
+            "kernel": self.kernel,
             "setup_ms": None if self.setup_ms is None else round(self.setup_ms, 6),
             "first_call_ms": None if self.first_call_ms is None else round(self.first_call_ms, 6),
+            "inputs_ms": _ms(self.inputs_ms),
+            "gate_ms": _ms(self.gate_ms),
         }
 
     def verdict(
@@ -287,6 +293,25 @@ class AfterCheck:
         }
 
 
+def _ms(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 6)
+
+
+def kernel_of(variant: variants.Variant, q, k, v, opts: dict[str, Any], backward: bool) -> str | None:
+    """The variant's kernel hook's answer for these inputs (the row's `kernel`), at most 200 characters;
+    None without a hook. q, k, v are handed as the timed call has them: needing gradients in a forward +
+    backward cell (views: nothing is copied). A hook that raises is named so: it describes the cell and
+    never fails it."""
+    if variant.cap.kernel is None:
+        return None
+    q, k, v = (t.detach().requires_grad_(backward) for t in (q, k, v))
+    try:
+        named = variant.cap.kernel(q, k, v, **opts)
+    except Exception as exc:  # noqa: BLE001 - a describing hook's error is the column's text
+        return f"unknown ({type(exc).__name__}: {exc})"[:200]
+    return None if named is None else str(named)[:200]
+
+
 def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None) -> Prepared:
     """Inputs (copies of the cache's pristine copy, in the variant's layout), the variant's setup hook if
     it has one (timed apart), one validated forward call (timed: the first-call cost) gated against float64,
@@ -294,12 +319,14 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     dropout check; a check that none of it modified the inputs, and the call to time (with dropout_p). The
     caller has checked that the variant exists and supports the cell; whatever the variant raises here
     propagates (see harness.measure.failures)."""
+    t_start = time.perf_counter()
     variant = variants.get(spec.variant)
     cache = cache or InputCache()
     inputs = cache.get(spec, settings.seed, variant.cap.layout)
     q, k, v, kl = inputs
     opts = call_options(spec, kl)
     variant.validate(q, k, v, dropout_p=spec.dropout, **opts)
+    inputs_ms = (time.perf_counter() - t_start) * 1e3
 
     setup_ms = None
     if variant.cap.setup is not None:  # plans, block masks, compilation: kept out of the timed call
@@ -339,6 +366,8 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     # the timed callable: the variant's own function (no registry wrapper), inputs already validated; with
     # dropout, every timed call draws its mask: that is part of the work measured
     call = timed_call(fn, q, k, v, backward=backward, vary=settings.seed, dropout_p=spec.dropout, **opts)
+    kernel = kernel_of(variant, q, k, v, opts, backward)
+    took_ms = (time.perf_counter() - t_start) * 1e3
     return Prepared(
         call=call,
         fn=fn,
@@ -349,6 +378,9 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
         first_call_ms=first_ms,
         dropout=dropped,
         layout=variant.cap.layout,
+        kernel=kernel,
+        inputs_ms=inputs_ms,
+        gate_ms=took_ms - inputs_ms - (setup_ms or 0.0) - first_ms,
     )
 
 
@@ -603,11 +635,14 @@ def _first(
     """A cell's first visit: prepare, time_call, peak, check_after, retained bytes; the row's gate, timer,
     telemetry, check and memory columns filled in; (status, message, the measurement)."""
     # what is alive before the variant is first bound or called in this cell (retained_bytes)
+    t_mark = time.perf_counter()
     before = memory.HOLDINGS.mark()
     cuda_before = memory.cuda_live_bytes(harness_tensors(cache)) if spec.device == "cuda" else 0
+    marked_ms = (time.perf_counter() - t_mark) * 1e3  # in teardown_ms, with the count it is the base of
     ready = prepare(spec, settings, cache)
     held_ready.append(ready)
     row.update(ready.fields(), **ready.setup_fields())  # kept in the row if timing or memory fails below
+    t_timing = time.perf_counter()
     chosen = timing.injected(timer) if timer is not None else cell_timer(ready.call, spec.device, settings)
     row.update(chosen.fields())
     try:
@@ -616,17 +651,22 @@ def _first(
     finally:
         chosen.close()  # a CUDA graph's memory is given back before the peak is measured
         chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
+    row["timing_ms"] = _ms((time.perf_counter() - t_timing) * 1e3)
     if spec.device == "cuda":
         row.update(telemetry.summarise(sampled.samples))
     between, varied_ms = varied_check(ready.call)  # before anything else reads the inputs: q is put back
     on_refill = peak_on_refill(ready, spec)
+    t_peak = time.perf_counter()
     if not on_refill:
         peak_bytes, method = peak(ready.call, spec.device)
+    row["peak_ms"] = _ms((time.perf_counter() - t_peak) * 1e3)  # on the refill call: in checks_ms
     fresh = not defers_fresh_check(spec, rounds)
     after = check_after(ready, spec, settings, cache, measure_peak=on_refill, fresh=fresh)
+    t_teardown = time.perf_counter()
     if on_refill:
         peak_bytes, method = after.peak or peak(ready.call, spec.device)
     retained = retained_bytes(ready, spec, cache, before, cuda_before)
+    row["teardown_ms"] = _ms((time.perf_counter() - t_teardown) * 1e3 + marked_ms)
     status, message = ready.verdict(m, after)
     if between is not None and not between.passed and status == "ok":  # a wrong cell keeps its first reason
         status, message = "wrong", "; ".join(filter(None, (varied_failure(between), message)))
@@ -670,6 +710,7 @@ def _again(
     else:
         _, first_ms = timing.timed_once(spec.device, call)
         warm_ms = first_ms
+    t_timing = time.perf_counter()
     chosen = timing.injected(timer) if timer is not None else cell_timer(call, spec.device, settings)
     row.update(chosen.fields())
     # on CPU the warm-up call is the very call timed: it counts toward the visit's warm-up budget
@@ -678,6 +719,7 @@ def _again(
         m = time_call(call, settings, chosen.timer, warmed, rounds)
     finally:
         chosen.close()
+    row["timing_ms"] = _ms((time.perf_counter() - t_timing) * 1e3)
     between, varied_ms = varied_check(call)
     if between is not None:
         checks_ms = (checks_ms or 0.0) + varied_ms

@@ -71,6 +71,39 @@ def timer_clock() -> float:
     return time.perf_counter()
 
 
+# CUDA's event class and its record and elapsed_time methods as torch made them (pin_cuda_events)
+_EVENTS: tuple[type, Callable[..., Any], Callable[..., Any]] | None = None
+
+
+def pin_cuda_events() -> tuple[type, Callable[..., Any], Callable[..., Any]]:
+    """(torch.cuda.Event, its record, its elapsed_time) as they are now, kept for every CUDA timer of this
+    process. A worker pins them before it imports any plug-in, so that a plug-in that replaces the class or
+    its methods (an elapsed_time that reports less, or more for a neighbour) changes no timing; the
+    worker's torch-state snapshot names what it replaced (harness.workers.torch_state). Elsewhere they are
+    pinned at the first CUDA timing."""
+    global _EVENTS
+    if _EVENTS is None:
+        import torch
+
+        event = torch.cuda.Event
+        _EVENTS = (event, event.record, event.elapsed_time)
+    return _EVENTS
+
+
+def cuda_event():
+    """A timing CUDA event of the pinned class (pin_cuda_events)."""
+    return pin_cuda_events()[0](enable_timing=True)
+
+
+def record(event) -> None:
+    pin_cuda_events()[1](event)
+
+
+def elapsed_ms(start, end) -> float:
+    """Milliseconds between two recorded events, read by the pinned elapsed_time."""
+    return pin_cuda_events()[2](start, end)
+
+
 def l2_flush_buffer(device):
     """An int32 buffer of twice the device's L2 cache: zeroing it evicts everything L2 held."""
     import torch
@@ -93,19 +126,19 @@ class CudaTimer:
 
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
         torch = self.torch
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        starts = [cuda_event() for _ in range(n)]
+        ends = [cuda_event() for _ in range(n)]
         between = getattr(fn, "between", None)  # as CpuTimer: before the start event
         for i in range(n):
             if between is not None:
                 between()
             if self.flush is not None:
                 self.flush.zero_()
-            starts[i].record()
+            record(starts[i])
             fn()
-            ends[i].record()
+            record(ends[i])
         torch.cuda.synchronize(self.device)
-        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+        return [elapsed_ms(s, e) for s, e in zip(starts, ends, strict=True)]
 
 
 # ---- CUDA graphs: the timer, the auto rule, and the choice a row records ------------------------------
@@ -252,19 +285,19 @@ class CudaGraphTimer:
         if fn is not self.fn:
             raise ValueError("a CudaGraphTimer times the call it captured, not another")
         torch = self.torch
-        marks = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(n)]
+        marks = [[cuda_event() for _ in range(3)] for _ in range(n)]
         if self.flush_only is not None:
             self.flush_only.replay()  # a lead: the first pair must not start on an idle device
         for start, mid, end in marks:
-            start.record()
+            record(start)
             if self.flush_only is not None:
                 self.flush_only.replay()
-            mid.record()
+            record(mid)
             self.both.replay()
-            end.record()
+            record(end)
         torch.cuda.synchronize(self.device)
-        both = [mid.elapsed_time(end) for _, mid, end in marks]
-        flush = None if self.flush_only is None else [s.elapsed_time(m) for s, m, _ in marks]
+        both = [elapsed_ms(mid, end) for _, mid, end in marks]
+        flush = None if self.flush_only is None else [elapsed_ms(s, m) for s, m, _ in marks]
         return graph_samples(both, flush, self.calls)
 
     def close(self) -> None:
@@ -311,15 +344,15 @@ def launch_probe(fn: Callable[[], object], events: CudaTimer, n: int = 3) -> tup
         if events.flush is not None:
             events.flush.zero_()
         torch.cuda.synchronize(events.device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start, end = cuda_event(), cuda_event()
+        record(start)
         t0 = time.perf_counter()
         fn()
         t1 = time.perf_counter()
-        end.record()
+        record(end)
         torch.cuda.synchronize(events.device)
         host.append((t1 - t0) * 1e3)
-        device.append(start.elapsed_time(end))
+        device.append(elapsed_ms(start, end))
     return statistics.median(host), statistics.median(device)
 
 

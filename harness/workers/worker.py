@@ -176,11 +176,12 @@ class _Server:
         import torch
 
         from attnbench.harness.measure.cell import InputCache
-        from attnbench.harness.measure.timing import freeze_imports
+        from attnbench.harness.measure.timing import freeze_imports, pin_cuda_events
         from attnbench.harness.workers.torch_state import State
 
         for name in MEASURING:
             importlib.import_module(name)
+        pin_cuda_events()  # the timers' CUDA events, as torch made them, before any plug-in is imported
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
         self.state = State()

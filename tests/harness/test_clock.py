@@ -6,6 +6,7 @@ harness.workers.torch_state)."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from conftest import DATA, run_cli
@@ -120,3 +121,39 @@ def test_each_clock_tamperer_is_refused_and_its_neighbours_are_untouched(tmp_pat
         row = rows[name]
         assert row["status"] == "ok" and "clock" not in row["message"] and "replaced" not in row["message"]
         assert row["clock_ratio"] == 1.0 and row["clock_bounds_ms"] < 100
+
+
+class _FakeEvent:
+    """A CUDA event on the host clock: record() reads perf_counter, elapsed_time the ms between two."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = None
+
+    def record(self, stream=None) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.t - self.t) * 1e3
+
+
+def test_a_replaced_cuda_event_elapsed_time_changes_no_timing_and_is_named(monkeypatch):
+    """The GPU issue's item 7, on fakes: the CUDA timers read events through the class and methods pinned
+    before any plug-in loads (timing.pin_cuda_events), so a plug-in's elapsed_time that reports a tenth
+    changes nothing they measure, and the worker's torch-state snapshot names the replacement."""
+    import torch
+
+    from attnbench.harness.measure import timing
+    from attnbench.harness.workers.torch_state import State
+
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(timing, "_EVENTS", None)
+    state = State()
+    clean = state.take()
+    timing.pin_cuda_events()  # as a worker does before importing plug-ins
+    honest = _FakeEvent.elapsed_time
+    monkeypatch.setattr(_FakeEvent, "elapsed_time", lambda self, end: honest(self, end) / 10)  # the plug-in
+    assert "torch.cuda.Event.elapsed_time replaced" in state.changes(clean)
+    timer = timing.CudaTimer(device="cpu", flush_l2=False)
+    samples = timer.time_calls(lambda: time.sleep(0.01), 3)
+    assert all(s >= 9.5 for s in samples), samples  # 10 ms each, not a tenth of it

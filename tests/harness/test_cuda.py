@@ -388,3 +388,44 @@ def test_the_pytest_plugin_times_cuda_cells(tmp_path):
         info = b["extra_info"]
         assert info["device"] == "cuda" and info["status"] == "ok", info.get("message")
         assert info["mem_method"] == memory.CUDA_METHOD and info["peak_mem_bytes"] > 0 and info["tflops"] > 0
+
+
+# ---- the GPU issue's accounting: phases, the kernel that ran (first run by a GPU session) ----------------
+
+PHASES = (
+    "inputs_ms",
+    "setup_ms",
+    "first_call_ms",
+    "gate_ms",
+    "timing_ms",
+    "peak_ms",
+    "checks_ms",
+    "teardown_ms",
+)
+
+
+@pytest.mark.parametrize("variant", ["sdpa_flash", "naive", "chunked"])
+def test_a_cuda_cells_phase_columns_add_up_to_its_wall_time(variant):
+    spec = CellSpec(variant, "cuda", "bfloat16", 1, 16, 2048, 128, 128, False, 0.0, "fwdbwd")
+    row = measure_cell(spec, Settings(budget_ms=50, warmup_ms=10, min_ms=5))
+    assert row["status"] == "ok", row["message"]
+    phases = sum(row[col] or 0.0 for col in PHASES)
+    assert abs(phases - row["elapsed_s"] * 1e3) <= 0.05 * row["elapsed_s"] * 1e3 + 2, {
+        c: row[c] for c in PHASES
+    }
+
+
+def test_cuda_rows_name_the_kernel_that_ran():
+    settings = Settings(budget_ms=30, warmup_ms=5, min_ms=5)
+    flash = measure_cell(
+        CellSpec("sdpa_flash", "cuda", "bfloat16", 1, 8, 1024, 64, 64, False, 0.0, "fwd"), settings
+    )
+    assert flash["kernel"].startswith("FLASH_ATTENTION (FA"), flash["kernel"]
+    picked = measure_cell(
+        CellSpec("sdpa", "cuda", "bfloat16", 1, 8, 1024, 64, 64, False, 0.0, "fwd"), settings
+    )
+    assert picked["kernel"].split(" ")[0] in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"), (
+        picked
+    )
+    math = measure_cell(CellSpec("sdpa", "cuda", "float64", 1, 8, 256, 64, 64, False, 0.0, "fwd"), settings)
+    assert math["kernel"] == "MATH", math["kernel"]  # no fused kernel takes float64

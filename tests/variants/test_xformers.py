@@ -50,9 +50,39 @@ fmha = SimpleNamespace(
 )
 
 
+class LowerTriangularFromBottomRightMask:
+    def __init__(self):
+        MADE.append(("lower-right", {}))
+
+
+class LowerTriangularFromBottomRightLocalAttentionMask:
+    def __init__(self, window):
+        MADE.append(("local", {"window": window}))
+        self.window = window
+
+
+fmha.attn_bias.LowerTriangularFromBottomRightMask = LowerTriangularFromBottomRightMask
+LOCAL = LowerTriangularFromBottomRightLocalAttentionMask
+fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask = LOCAL
+
+
 def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None):
+    # attention as xformers computes it, unmasked or under the biases above (BMHK, or BMGHK with k and v
+    # expanded over each group's heads), so that the variant's views and reshapes are checked by value
     CALLS.append((query.data_ptr(), tuple(query.shape), attn_bias))
-    return torch.zeros(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+    q, k, v = (t.flatten(2, 3) if t.ndim == 5 else t for t in (query, key, value))
+    s = torch.einsum("bnhd,bmhd->bhnm", q, k) * (scale or q.shape[-1] ** -0.5)
+    n_q, n_k = s.shape[-2:]
+    i = torch.arange(n_q)[:, None] + (n_k - n_q)  # bottom-right: the last query sees the last key
+    j = torch.arange(n_k)[None, :]
+    if isinstance(attn_bias, LowerTriangularMask):
+        s = s.masked_fill(j > torch.arange(n_q)[:, None], float("-inf"))
+    elif isinstance(attn_bias, LowerTriangularFromBottomRightLocalAttentionMask):
+        s = s.masked_fill((j > i) | (j <= i - attn_bias.window), float("-inf"))
+    elif isinstance(attn_bias, LowerTriangularFromBottomRightMask):
+        s = s.masked_fill(j > i, float("-inf"))
+    out = torch.einsum("bhnm,bmhd->bnhd", s.softmax(-1), v)
+    return out.reshape(*query.shape[:-1], value.shape[-1])
 """
 
 
@@ -161,3 +191,41 @@ def test_a_refusal_names_each_operator_and_its_first_reason(fake_xformers, tmp_p
     head = "'s CUDA operators did not load: built for torch 2.10.0+cu128 (CUDA 1208), Python 3.10.19; "
     assert head in reason and reason.endswith(f"; no operator takes these inputs ({operators})")
     assert f"this is torch {torch.__version__}, Python {platform.python_version()}" in reason
+
+
+@pytest.mark.parametrize(
+    "kv_heads, options",
+    [
+        (1, {"causal": False}),
+        (3, {"causal": True, "causal_align": "lower-right"}),
+        (1, {"causal": True, "window": 5}),
+        (3, {"causal": True, "causal_align": "lower-right", "window": 4}),
+    ],
+)
+def test_grouped_heads_and_masks_reach_xformers_in_its_own_forms(fake_xformers, kv_heads, options):
+    """Grouped-query heads as BMGHK (q reshaped into groups, k and v expanded without a copy), lower-right
+    causal and windows as its bottom-right biases: the answer is naive's (the stand-in computes attention
+    as xformers defines those biases; the real kernels are gated on a GPU)."""
+    heads, n_q, n_k = 6, 12, 16 if options.get("causal_align") else 12
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(B, heads, n_q, D, generator=g)
+    k, v = (torch.randn(B, kv_heads, n_k, D, generator=g) for _ in range(2))
+    q, k, v, _ = handed((q, k, v, None), "bnhd")
+    out = variants.get("xformers").bind(q, k, v, key_lengths=None, **options)(
+        q, k, v, key_lengths=None, **options
+    )
+    expected = variants.get("naive").fn(q, k, v, key_lengths=None, **options)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    shapes = {shape for _, shape, _ in fake_xformers.CALLS}
+    if kv_heads != heads:
+        assert shapes == {(B, n_q, kv_heads, heads // kv_heads, D)}  # BMGHK
+
+
+def test_xformers_refuses_what_its_biases_cannot_say():
+    from attnbench.variants import xformers_mea
+    from attnbench.variants.problem import Problem
+
+    refuses = xformers_mea._supports  # the capability's rule, apart from this machine's missing CUDA
+    assert "bottom-right" in refuses(Problem(causal=True, window=4, seq_len=8, seq_k=16))
+    assert refuses(Problem(causal=True, window=4, seq_len=8, seq_k=16, causal_align="lower-right")) is None
+    assert "grouped-query" in refuses(Problem(heads=4, kv_heads=2, padding=0.25))
