@@ -25,7 +25,7 @@ ENERGY_RULE = (
     "Energy per call: NVML's energy counter of the whole board (memory included) read edge to edge over at "
     "least 1 s of the cell's timed call repeated, after its timing; the board's idle draw, measured once per "
     "worker, is subtracted, so what is left is the energy the calls added. TFLOP per joule is the call's "
-    "FLOPs over it (TFLOP/s per W). The caveats are in docs/method.md, 'Energy per call'."
+    "FLOPs over it (TFLOP/s per W). The method's 'Energy per call' says what the window holds."
 )
 ENERGY_COLUMNS = ["energy_j_per_call", "tflops_per_w", "energy_power_w", "idle_power_w", "energy_calls"]
 
