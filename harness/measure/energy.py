@@ -139,10 +139,15 @@ def window(
     return Window(start, next_edge(source, clock, sleep), calls)
 
 
-def idle_power(source: Callable[[], int], key: str, sleep: Callable[[float], None] = time.sleep) -> float:
+def idle_power(
+    source: Callable[[], int],
+    key: str,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
     """The board's draw with no work (W), measured once per process and GPU `key`."""
     if key not in IDLE:
-        IDLE[key] = window(source, None, sleep=sleep).watts
+        IDLE[key] = window(source, None, clock=clock, sleep=sleep).watts
     return IDLE[key]
 
 
@@ -152,14 +157,16 @@ def measure(
     call: Callable[[], object],
     flops: int | None,
     sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """The energy columns of `call` (see COLUMNS) read through `source` for the GPU `key`; with the columns
-    None and a note where the counter cannot be read."""
-    t0 = time.perf_counter()
+    None and a note where the counter cannot be read. `clock` and `sleep` are time's, or a test's."""
+    t0 = clock()
     out: dict[str, Any] = dict.fromkeys(COLUMNS)
     try:
-        idle_w = idle_power(source, key)
-        w = window(source, call, sync)
+        idle_w = idle_power(source, key, clock, sleep)
+        w = window(source, call, sync, clock, sleep)
     except Unavailable as exc:
         out["energy_note"] = str(exc)
     else:
@@ -175,7 +182,7 @@ def measure(
             out["tflops_per_w"] = flops / j_per_call / 1e12
         elif j_per_call <= 0:  # a call too small to tell from the idle draw in one window
             out["energy_note"] = "no energy above the idle draw"
-    out["energy_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+    out["energy_ms"] = round((clock() - t0) * 1e3, 3)
     return out
 
 
