@@ -32,8 +32,9 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("measurement")
     for option in SETTING_OPTIONS:
         action = "append" if option.repeat else "store"
+        alone = {"nargs": "?", "const": "yes"} if option.switch else {}  # `--energy` is `--energy yes`
         t.add_argument(
-            option.flag(), dest=option.key, action=action, metavar=option.metavar, help=option.help
+            option.flag(), dest=option.key, action=action, metavar=option.metavar, help=option.help, **alone
         )
     for key in REMOVED_OPTIONS:  # taken, so that the one line of what replaced it is said
         p.add_argument(flag_name(key), dest=key, help=argparse.SUPPRESS)

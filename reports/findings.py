@@ -19,6 +19,7 @@ from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
 from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
+from .panels import energy
 from .style import variant_order
 from .tables import GROUP_AXES, best_variant, flag_mask, groups, length_axis, ok_rows, panels, present
 
@@ -344,6 +345,9 @@ def build(
                 wall = wall_sentence(fits, rows)
                 if wall:
                     sentences.append(wall)
+            joules = energy.sentence(rows)  # runs made with --energy
+            if joules:
+                sentences.append(joules)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
     return Findings(tuple(out), trust_sentences(df, run_dirs))

@@ -84,6 +84,16 @@ COLUMNS: dict[str, str] = {
     "clock_event_reasons": "string",  # NVML clock-event reasons seen (bitwise or), hex
     "telemetry_samples": "Int64",
     "throttled": "boolean",  # sm_clock_drop > 10%: the time says as much about the clock as the kernel
+    # CUDA cells with --energy: NVML's energy counter over a window of >= 1 s of the timed callable repeated,
+    # edge to edge, the board's idle draw subtracted (harness.measure.energy); NA otherwise, energy_note why
+    "energy_j_per_call": "Float64",  # joules per call above the idle draw
+    "energy_power_w": "Float64",  # the board's mean power over the window (idle included)
+    "idle_power_w": "Float64",  # the board's draw with no work, measured once per worker and GPU
+    "energy_calls": "Int64",  # calls in the window
+    "energy_window_s": "Float64",  # the window, edge to edge
+    "tflops_per_w": "Float64",  # flops / energy_j_per_call / 1e12: TFLOP per joule
+    "energy_ms": "Float64",  # the wall time of the windows and their edge waits, outside the timed calls
+    "energy_note": "string",  # why the energy columns are empty (no counter, no NVML), or what to doubt
     "suspect": "boolean",  # derived when loading (results.suspect), never stored: ok but not believable
     "suspect_reason": "string",
     "max_abs_err": "Float64",

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from attnbench import variants
-from attnbench.harness.measure import contract, correctness, dropout_check, memory, telemetry, timing
+from attnbench.harness.measure import contract, correctness, dropout_check, energy, memory, telemetry, timing
 from attnbench.harness.measure.failures import failure
 from attnbench.harness.measure.outcomes import (
     INPUT_NAMES,
@@ -654,6 +654,8 @@ def _first(
     row["timing_ms"] = _ms((time.perf_counter() - t_timing) * 1e3)
     if spec.device == "cuda":
         row.update(telemetry.summarise(sampled.samples))
+    if settings.energy and spec.device == "cuda":  # >= 1 s of the timed callable, outside its timing
+        row.update(energy.fields(ready.call, spec, row["flops"]))
     between, varied_ms = varied_check(ready.call)  # before anything else reads the inputs: q is put back
     on_refill = peak_on_refill(ready, spec)
     t_peak = time.perf_counter()

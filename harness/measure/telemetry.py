@@ -197,14 +197,20 @@ def torch_gpu_uuid() -> str | None:
 _opened: dict[str, tuple | None] = {}  # this process's NVML handle per device, opened on first use
 
 
-def sampling(device: str):
-    """A Sampler to wrap a cell's timed calls in: NVML readings of the GPU torch uses for a CUDA cell,
-    nothing for a CPU cell or where NVML cannot be used. NVML stays initialised for the process's life
-    once a CUDA cell asked for it (a worker measures many cells on one GPU)."""
+def opened(device: str) -> tuple | None:
+    """(pynvml, handle) of the GPU torch uses for a CUDA cell, opened on first use; None for a CPU cell or
+    where NVML cannot be used. NVML stays initialised for the process's life once a CUDA cell asked for it
+    (a worker measures many cells on one GPU); the SM clock sampler and harness.measure.energy share it."""
     if device != "cuda":
-        return _NoSampler()
+        return None
     if device not in _opened:
         uuid = torch_gpu_uuid()
         _opened[device] = None if uuid is None else open_nvml(uuid)
-    opened = _opened[device]
-    return _NoSampler() if opened is None else Sampler(NvmlSource(*opened))
+    return _opened[device]
+
+
+def sampling(device: str):
+    """A Sampler to wrap a cell's timed calls in: NVML readings of the GPU torch uses for a CUDA cell,
+    nothing for a CPU cell or where NVML cannot be used (`opened`)."""
+    nvml = opened(device)
+    return _NoSampler() if nvml is None else Sampler(NvmlSource(*nvml))

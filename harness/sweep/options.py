@@ -27,6 +27,7 @@ class Option:
     default: Any = None  # the value when not given, as text (what `--help` says), None: the table's
     repeat: bool = False  # given once per value (--env NAME=VALUE ...)
     setting: bool = False  # a measurement setting, not an axis
+    switch: bool = False  # a yes/no setting: its flag alone says yes (--energy), or it takes yes or no
 
     def flag(self, prefix: str = "--") -> str:
         """'--seq-len' (prefix '--'), '--attn-seq-len' (prefix '--attn-')."""
@@ -60,7 +61,9 @@ def setting_options() -> list[Option]:
     """One option per setting that has a text form (harness.sweep.settings.Setting.flag), in the table's
     order."""
     return [
-        Option(s.name, s.help, s.metavar, repeat=s.name == "env", setting=True) for s in SETTINGS if s.flag
+        Option(s.name, s.help, s.metavar, repeat=s.name == "env", setting=True, switch=s.grammar == "bool")
+        for s in SETTINGS
+        if s.flag
     ]
 
 

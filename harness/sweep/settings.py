@@ -148,6 +148,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("seed", 0, "int", "input seed", "N"),
     Setting("flush_l2", True, "bool", "flush the GPU's L2 cache between timed CUDA calls", flag=False),
+    # off by default: a CUDA cell's window is at least 1 s, and the worker's first one measures the idle
+    # draw for as long again (harness.measure.energy)
+    Setting(
+        "energy", False, "bool",
+        "read the GPU's energy counter over >= 1 s of repeated calls after each CUDA cell's timing: J per "
+        "call above the idle draw and TFLOP/s per W (default no)", "yes|no",
+    ),
     Setting(
         "timing", "auto", "timing",
         "how CUDA cells are timed: events (CUDA events around each call), graph (replays of a CUDA graph "

@@ -1,4 +1,5 @@
-"""A report's workload panels (issue 11), one module each: decode, grouped-query attention, sliding window.
+"""A report's workload panels (issue 11), one module each: decode, grouped-query attention, sliding window,
+and energy per call (a run made with --energy).
 
 A panel owns its rows, its numbers, its figures and the blocks it adds to the page, and shows only where a
 run has such cells. render.py calls each through the same function, `section(df, metas, out)`, in PANELS'
@@ -8,6 +9,6 @@ from tables.COMBO_AXES, so an axis added there is held fixed here too.
 
 from __future__ import annotations
 
-from . import decode, gqa, window
+from . import decode, energy, gqa, window
 
-PANELS = (decode, gqa, window)  # in page order
+PANELS = (decode, gqa, window, energy)  # in page order

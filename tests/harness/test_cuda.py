@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnbench import variants
-from attnbench.harness.measure import correctness, memory, timing
+from attnbench.harness.measure import correctness, energy, memory, timing
 from attnbench.harness.measure.cell import InputCache, measure_cell, prepare
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
@@ -148,6 +148,21 @@ def test_cuda_rows_carry_the_gpus_telemetry():
     assert row["status"] == "ok", row["message"]
     assert row["telemetry_samples"] >= 2 and row["sm_clock_max_mhz"] > 0 and row["power_w_max"] > 0
     assert row["throttled"] in (True, False) and row["sm_clock_min_mhz"] <= row["sm_clock_max_mhz"]
+
+
+def test_energy_per_call_from_the_boards_counter():
+    """energy=True: NVML's energy counter over >= 1 s of the timed call, the idle draw subtracted; without
+    it no window is run (harness.measure.energy)."""
+    spec = CellSpec("sdpa", "cuda", "bfloat16", 1, 16, 4096, 128, 128, False, 0.0, "fwd")
+    row = measure_cell(spec, Settings(budget_ms=100, warmup_ms=20, min_ms=50, energy=True))
+    assert row["status"] == "ok", row["message"]
+    if row["energy_j_per_call"] is None:
+        pytest.skip(row["energy_note"])  # a GPU or container without the counter
+    assert row["energy_window_s"] >= 1.0 and row["energy_calls"] > 10 and row["energy_ms"] > 1000
+    assert 0 < row["idle_power_w"] < row["energy_power_w"] and row["energy_j_per_call"] > 0
+    assert 0.01 < row["tflops_per_w"] < 10, row  # an H100 at 700 W and ~700 TFLOP/s is about 1 TFLOP/J
+    off = measure_cell(spec, Settings(budget_ms=100, warmup_ms=20, min_ms=50))
+    assert not any(c in off for c in energy.COLUMNS)
 
 
 def test_the_fingerprint_describes_the_gpu_torch_uses():
