@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 from attnbench import variants
-from attnbench.harness.measure.cell import InputCache, make_inputs, measure_cell
+from attnbench.harness.measure.cell import measure_cell
+from attnbench.harness.measure.inputs import InputCache, make_inputs
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import attention_flops, tflops

@@ -74,7 +74,7 @@ def measure(rounds: int, budget_ms: float, measure_cell=None) -> list[dict]:
     """Every cell in both modes, `rounds` times, through harness.measure.cell.measure_cell (or the function
     given, with its signature: for tests of this bookkeeping); one record per cell. A cell this GPU does not
     support (its first row says unsupported) is recorded with the reason and not measured again."""
-    from attnbench.harness.measure.cell import InputCache
+    from attnbench.harness.measure.inputs import InputCache
     from attnbench.harness.sweep.settings import Settings
 
     if measure_cell is None:

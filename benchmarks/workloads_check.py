@@ -121,7 +121,7 @@ def gqa_kv_memory() -> dict:
 
 def flex_vs_sdpa(rounds: int, settings: Settings, lengths: tuple[int, ...] = (FLEX_MIN_N,)) -> dict:
     """Target 3: flex's throughput against SDPA's, non-causal and causal; compile and mask times apart."""
-    from attnbench.harness.measure.cell import InputCache
+    from attnbench.harness.measure.inputs import InputCache
 
     records, met = [], True
     for causal in (False, True):

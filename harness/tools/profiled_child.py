@@ -89,7 +89,7 @@ def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
     in the variant's layout: for a variant with a setup hook, the callable the hook returns (its setup runs
     here, before any profiling)."""
     from attnbench import variants
-    from attnbench.harness.measure.cell import call_options, handed, make_inputs, timed_call
+    from attnbench.harness.measure.inputs import call_options, handed, make_inputs, timed_call
 
     variant = variants.get(cell.variant)
     # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v), (B,)

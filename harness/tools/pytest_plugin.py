@@ -140,7 +140,7 @@ def _grid(config: pytest.Config) -> _Session:
     """The session's grid, built on first use."""
     state = config.stash[_KEY]
     if state.cells is None:
-        from attnbench.harness.measure.cell import InputCache
+        from attnbench.harness.measure.inputs import InputCache
 
         try:
             cells, settings = build_cells(config)

@@ -175,7 +175,7 @@ class _Server:
     def __init__(self, config: dict[str, Any]) -> None:
         import torch
 
-        from attnbench.harness.measure.cell import InputCache
+        from attnbench.harness.measure.inputs import InputCache
         from attnbench.harness.measure.timing import freeze_imports, pin_cuda_events
         from attnbench.harness.workers.torch_state import State
 
