@@ -157,12 +157,13 @@ measure)
         --junitxml="$out/pytest-cuda.xml" > "$out/pytest-cuda.txt" 2>&1 &
     step gate-xformers 90 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
         --variants xformers,sdpa_efficient --probe > "$out/gate-xformers.txt" 2>&1
-    step xformers-axes 90 python3 -m attnbench run --variants xformers,sdpa --device cuda --dtype bfloat16 \
-        --heads 16 --kv-heads 16,4 --seq-len 1024 --seq-k 1024,2048 --causal both --window 0,256 --padding 0,0.25 \
-        --pass both --budget-ms 30 --out "$out/xformers-axes" > "$out/xformers-axes.log" 2>&1
-    step xformers-lower-right 60 python3 -m attnbench run --variants xformers,sdpa --device cuda --dtype bfloat16 \
-        --heads 16 --kv-heads 16,4 --seq-len 512 --seq-k 2048 --causal lower-right --window 0,256 \
-        --pass both --budget-ms 30 --out "$out/xformers-lower-right" > "$out/xformers-lower-right.log" 2>&1
+    ax=(--variants xformers,sdpa --device cuda --dtype bfloat16 --heads 16 --kv-heads 16,4 --pass both --budget-ms 30)
+    step xformers-axes 60 python3 -m attnbench run "${ax[@]}" --seq-len 1024 --causal both --padding 0,0.25 \
+        --out "$out/xformers-axes" > "$out/xformers-axes.log" 2>&1
+    step xformers-window 40 python3 -m attnbench run "${ax[@]}" --seq-len 1024 --causal yes --window 256 \
+        --out "$out/xformers-window" > "$out/xformers-window.log" 2>&1
+    step xformers-lower-right 50 python3 -m attnbench run "${ax[@]}" --seq-len 512 --seq-k 2048 \
+        --causal lower-right --window 0,256 --out "$out/xformers-lower-right" > "$out/xformers-lower-right.log" 2>&1
     wait
     step energy 120 python3 -m attnbench run --energy --variants sdpa_cudnn,sdpa_flash,sdpa_efficient,xformers,naive,sdpa_math \
         --device cuda --dtype bfloat16 --heads 16 --d-k 128 --seq-len 4096,16384 --pass fwd \
