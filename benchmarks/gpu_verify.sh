@@ -10,7 +10,9 @@
 #          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
 #          timing (--timing) on a small and a large cell.
 # preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
-# measure: xformers (load, gate, axes), an energy run and the gpu preset with its phases, in one command.
+# measure: xformers (load, gate, axes), an energy run and the gpu preset with its phases, in one command
+#          (SESSION_SKIP leaves steps out, PYTEST_K picks the CUDA tests, ENERGY_VARIANTS and ENERGY_SEQ size
+#          the energy run).
 # session: all of the above in one device command (install, the CUDA tests and the gate table side by side,
 #          then the timed checks one at a time, then as much of a gpu-preset run as the time left allows, and
 #          its report), each step bounded so that the whole fits SESSION_SECONDS (default 530); steps.txt
@@ -153,7 +155,7 @@ measure)
     step xformers-info 60 python3 -c "from attnbench.variants import xformers_mea as x; print('runtime', x.load_cuda_runtime_12()); print('problem', x._extensions_problem()); import xformers.info as i; i.print_info()" \
         > "$out/xformers-info.txt" 2>&1
     # correctness side by side (nothing timed here is compared with anything else), then the timed runs alone
-    step pytest-cuda 150 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs -k "not flex" \
+    step pytest-cuda 150 python3 -m pytest tests/harness/test_cuda.py -q -p no:cacheprovider -rs -k "${PYTEST_K:-not flex}" \
         --junitxml="$out/pytest-cuda.xml" > "$out/pytest-cuda.txt" 2>&1 &
     step gate-xformers 90 python3 -m attnbench check --device cuda --dtype float16,bfloat16,float32 --seq-len 200 \
         --variants xformers,sdpa_efficient --probe > "$out/gate-xformers.txt" 2>&1
@@ -165,12 +167,14 @@ measure)
     step xformers-lower-right 50 python3 -m attnbench run "${ax[@]}" --seq-len 512 --seq-k 2048 \
         --causal lower-right --window 0,256 --out "$out/xformers-lower-right" > "$out/xformers-lower-right.log" 2>&1
     wait
-    step energy 120 python3 -m attnbench run --energy --variants sdpa_cudnn,sdpa_flash,sdpa_efficient,xformers,naive,sdpa_math \
-        --device cuda --dtype bfloat16 --heads 16 --d-k 128 --seq-len 4096,16384 --pass fwd \
+    step energy 120 python3 -m attnbench run --energy --device cuda --dtype bfloat16 --heads 16 --d-k 128 \
+        --variants "${ENERGY_VARIANTS:-sdpa_cudnn,sdpa_flash,sdpa_efficient,xformers,naive,sdpa_math}" \
+        --seq-len "${ENERGY_SEQ:-4096,16384}" --pass fwd \
         --out "$out/energy-run" > "$out/energy.log" 2>&1
     step gpu-run $(( $(left) - 45 )) python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" \
         > "$out/run.log" 2>&1
     for r in gpu-run energy-run xformers-axes; do
+        [ -d "$out/$r" ] || continue
         step "report-$r" 30 python3 -m attnbench report "$out/$r" --out "$out/$r-report" > "$out/report-$r.log" 2>&1
     done
     tail -n 20 "$out/steps.txt" "$out/pytest-cuda.txt"

@@ -21,6 +21,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import CausalBias
 
 from .masks import attention_mask
 from .problem import Problem
@@ -131,11 +132,32 @@ def _kernel(backend: SDPBackend | None):
         if choose is None:
             return None
         mask, is_causal = _mask(q, k, causal, key_lengths, None, causal_align, window)
-        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] and _TAKES_GQA else {}
-        chosen = choose(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=None, **gqa)
+        gqa = k.shape[1] != q.shape[1] and _TAKES_GQA
+        if isinstance(mask, CausalBias):  # it dispatches by itself, past _fused_sdp_choice
+            return _lower_right_kernel(q, k, v, mask, gqa)
+        extra = {"enable_gqa": True} if gqa else {}
+        chosen = choose(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=None, **extra)
         return _named(SDPBackend(chosen), q)
 
     return kernel
+
+
+def _lower_right_kernel(q, k, v, bias, gqa: bool) -> str:
+    """The kernel torch's CausalBias dispatch runs for a lower-right causal call (torch.nn.attention.bias:
+    the flash kernel where it can take the call, else the efficient one, else SDPA's own choice on the
+    materialised mask)."""
+    from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+
+    if q.is_cuda:
+        params = SDPAParams(q, k, v, None, 0.0, True, gqa)
+        if can_use_flash_attention(params):
+            return _named(SDPBackend.FLASH_ATTENTION, q)
+        if can_use_efficient_attention(params):
+            return _named(SDPBackend.EFFICIENT_ATTENTION, q)
+    dense = bias._materialize(q.device)
+    extra = {"enable_gqa": True} if gqa else {}
+    chosen = torch._fused_sdp_choice(q, k, v, attn_mask=dense, dropout_p=0.0, is_causal=False, **extra)
+    return _named(SDPBackend(chosen), q)
 
 
 def _check_cuda_flash(q, k, v, bias, dropout_p, is_causal, extra) -> None:

@@ -531,7 +531,7 @@ def _first(
     if spec.device == "cuda":
         row.update(telemetry.summarise(sampled.samples))
     if settings.energy and spec.device == "cuda":  # >= 1 s of the timed callable, outside its timing
-        row.update(energy.fields(ready.call, spec, row["flops"]))
+        row.update(energy.fields(ready.call, spec, row["flops"], m.median))
     between, varied_ms = varied_check(ready.call)  # before anything else reads the inputs: q is put back
     on_refill = peak_on_refill(ready, spec)
     t_peak = time.perf_counter()

@@ -22,6 +22,7 @@ None and `energy_note` says why: energy is never a reason for a cell to fail.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ from attnbench.harness.measure import telemetry
 WINDOW_S = 1.0  # the least time a window holds (work, or idle); tests make it shorter
 EDGE_WAIT_S = 0.25  # the longest wait for the counter to change (it updates every 20-100 ms)
 POLL_S = 0.001  # how often the counter is read while waiting for it to change
+# calls are enqueued in batches of about this much device time, each synchronised before the next: CUDA
+# calls return before their work ends, and a loop that only watched the host's clock would queue work for
+# many windows' worth (an H200 ran a 1 s window of 12.5 ms calls for 13.8 s before this)
+BATCH_MS = 50.0
 
 # the row columns this module fills (results.schema lists them)
 COLUMNS = (
@@ -125,18 +130,29 @@ def window(
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
+    batch: int = 1,
 ) -> Window:
-    """Edge to edge over at least WINDOW_S: `call` repeated (then `sync`), or nothing (call None: idle)."""
+    """Edge to edge over at least WINDOW_S: `call` repeated in batches of `batch` calls, each batch
+    synchronised (`sync`) before the clock is read, so that the window's length is the work's and not the
+    host's enqueueing; or nothing (call None: idle)."""
     start = next_edge(source, clock, sleep)
     calls = 0
     if call is None:
         sleep(max(0.0, WINDOW_S - (clock() - start.t_s)))
     else:
         while clock() - start.t_s < WINDOW_S:
-            call()
-            calls += 1
-        sync()  # queued CUDA work ends before the closing edge
+            for _ in range(batch):
+                call()
+            calls += batch
+            sync()  # the batch's CUDA work ends before the clock is read, and before the closing edge
     return Window(start, next_edge(source, clock, sleep), calls)
+
+
+def batch_of(per_call_ms: float | None) -> int:
+    """Calls per synchronised batch: about BATCH_MS of device time at the cell's median, at least one."""
+    if not per_call_ms or per_call_ms <= 0:
+        return 1
+    return max(1, math.ceil(BATCH_MS / per_call_ms))
 
 
 def idle_power(
@@ -159,6 +175,7 @@ def measure(
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
+    per_call_ms: float | None = None,
 ) -> dict[str, Any]:
     """The energy columns of `call` (see COLUMNS) read through `source` for the GPU `key`; with the columns
     None and a note where the counter cannot be read. `clock` and `sleep` are time's, or a test's."""
@@ -166,7 +183,7 @@ def measure(
     out: dict[str, Any] = dict.fromkeys(COLUMNS)
     try:
         idle_w = idle_power(source, key, clock, sleep)
-        w = window(source, call, sync, clock, sleep)
+        w = window(source, call, sync, clock, sleep, batch_of(per_call_ms))
     except Unavailable as exc:
         out["energy_note"] = str(exc)
     else:
@@ -186,7 +203,9 @@ def measure(
     return out
 
 
-def fields(call: Callable[[], object], spec, flops: int | None) -> dict[str, Any]:
+def fields(
+    call: Callable[[], object], spec, flops: int | None, per_call_ms: float | None = None
+) -> dict[str, Any]:
     """The energy columns of a cell's timed callable: a CUDA cell's window read through the NVML handle the
     telemetry sampler opened (telemetry.opened); None with a note on a CPU cell or without the counter."""
     if spec.device != "cuda":
@@ -197,4 +216,4 @@ def fields(call: Callable[[], object], spec, flops: int | None) -> dict[str, Any
     import torch
 
     source = NvmlCounter(*nvml)
-    return measure(source, source.key, call, flops, sync=torch.cuda.synchronize)
+    return measure(source, source.key, call, flops, sync=torch.cuda.synchronize, per_call_ms=per_call_ms)

@@ -394,6 +394,11 @@ def cuda_timer(
     events = CudaTimer(device, flush_l2)
     if requested == "events":
         return TimerChoice(events, "events", GIVEN)
+    if requested == "auto":
+        # one call first: what compiles lazily (flex's backward compiles at its first forward+backward call,
+        # after the gate's forward) must not compile under the sync check, whose debug mode would take
+        # the compiler's own syncs for the call's (and abort the compile, to be paid again)
+        fn()
     syncs = host_sync(fn) if requested == "auto" else None  # "graph" given: tried, and the row says so
     if syncs:
         return TimerChoice(events, *choose_timing(requested, syncs=syncs))

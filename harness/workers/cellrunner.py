@@ -22,24 +22,54 @@ from attnbench.harness.workers.isolation import Worker, WorkerDied, WorkerTimeou
 class SkipAhead:
     """Once a series (variant, all axes but the lengths seq_len and seq_k) OOMs or times out at some
     (N_q, N_k), every cell of that series at least as long in both is skipped: a scaling sweep grows both
-    together, a decode sweep grows N_k at a fixed N_q, a prefill sweep N_q at a fixed N_k."""
+    together, a decode sweep grows N_k at a fixed N_q, a prefill sweep N_q at a fixed N_k.
 
-    def __init__(self, rows: list[dict[str, Any]] = ()) -> None:
+    With max_call_ms (settings.max_call_ms > 0), a cell is skipped too when its call is predicted to take
+    longer: the series' longest ok cell so far that it is at least as long as, its median scaled by the
+    score count (N_q x N_k over that cell's). Attention's work grows with the score count; a call whose
+    time grows slower (launch-bound) is predicted long, so the guard errs towards skipping only where the
+    series is already slow."""
+
+    def __init__(self, rows: list[dict[str, Any]] = (), max_call_ms: int = 0) -> None:
+        self.max_call_ms = max_call_ms
         self.limits: dict[tuple, list[tuple[int, int, str]]] = {}
+        self.timed: dict[
+            tuple, list[tuple[int, int, float]]
+        ] = {}  # series -> (N_q, N_k, median ms) of ok cells
         for row in rows:
-            self.note(CellSpec.from_dict(row), row.get("status", ""))
+            self.note(CellSpec.from_dict(row), row)
 
-    def note(self, spec: CellSpec, status: str) -> None:
+    def note(self, spec: CellSpec, row: dict[str, Any]) -> None:
+        status = row.get("status", "")
         if status in ("oom", "timeout"):
             what = "ran out of memory" if status == "oom" else "timed out"
             self.limits.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, what))
+        median = row.get("time_ms_median")
+        if status == "ok" and median is not None and median == median:  # NA reads as NaN from a frame
+            self.timed.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, float(median)))
 
     def reason(self, spec: CellSpec) -> str | None:
         for n_q, n_k, what in self.limits.get(spec.group_key, ()):
             if spec.seq_len >= n_q and spec.seq_k >= n_k and (spec.seq_len, spec.seq_k) != (n_q, n_k):
                 at = f"seq_len {n_q}" if n_k == n_q else f"seq_len {n_q}, seq_k {n_k}"
                 return f"skipped: {spec.variant} {what} at {at} with the same other axes"
-        return None
+        return self._too_slow(spec) if self.max_call_ms > 0 else None
+
+    def _too_slow(self, spec: CellSpec) -> str | None:
+        here = (spec.seq_len, spec.seq_k)
+        shorter = [(n_q, n_k, ms) for n_q, n_k, ms in self.timed.get(spec.group_key, ())
+                   if here[0] >= n_q and here[1] >= n_k and here != (n_q, n_k)]  # fmt: skip
+        if not shorter:
+            return None
+        n_q, n_k, ms = max(shorter, key=lambda t: t[0] * t[1])
+        predicted = ms * (spec.seq_len * spec.seq_k) / (n_q * n_k)
+        if predicted <= self.max_call_ms:
+            return None
+        at = f"seq_len {n_q}" if n_k == n_q else f"seq_len {n_q}, seq_k {n_k}"
+        return (
+            f"skipped: {spec.variant} would take about {predicted:,.0f} ms a call here ({ms:,.1f} ms at "
+            f"{at}, scaled by the score count N_q x N_k), over --max-call-ms {self.max_call_ms:g}"
+        )
 
 
 def precheck(spec: CellSpec, skip: SkipAhead) -> dict[str, Any] | None:

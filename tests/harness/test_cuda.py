@@ -183,7 +183,7 @@ def test_every_pinned_backend_runs_a_cell_on_an_sm80_plus_gpu(name):
     var = variants.get(name)
     for backward in (False, True):
         prob = Problem(device="cuda", dtype="bfloat16", batch=1, heads=4, seq_len=256, seq_k=256, d_k=64,
-                       d_v=64, causal=False, padding=False, backward=backward)  # fmt: skip
+                       d_v=64, causal=False, padding=0.0, pass_="fwdbwd" if backward else "fwd")  # fmt: skip
         assert var.check(prob) is None
         q, k, v = (torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         r = correctness.check(var, q, k, v, causal=False, key_lengths=None, backward=backward)
@@ -419,15 +419,23 @@ PHASES = (
 )
 
 
-@pytest.mark.parametrize("variant", ["sdpa_flash", "naive", "chunked"])
-def test_a_cuda_cells_phase_columns_add_up_to_its_wall_time(variant):
-    spec = CellSpec(variant, "cuda", "bfloat16", 1, 16, 2048, 128, 128, False, 0.0, "fwdbwd")
-    row = measure_cell(spec, Settings(budget_ms=50, warmup_ms=10, min_ms=5))
-    assert row["status"] == "ok", row["message"]
-    phases = sum(row[col] or 0.0 for col in PHASES)
-    assert abs(phases - row["elapsed_s"] * 1e3) <= 0.05 * row["elapsed_s"] * 1e3 + 2, {
-        c: row[c] for c in PHASES
-    }
+def test_cuda_cells_phase_columns_add_up_to_their_wall_time(tmp_path):
+    """In `attnbench run`'s own workers (fresh processes: an earlier test's failed graph capture leaves this
+    one's CUDA generator unusable), every second of a CUDA cell is in a phase column."""
+    from conftest import run_cli
+
+    from attnbench.results import read_rows
+
+    out = tmp_path / "run"
+    done = run_cli("run", "--variants", "sdpa_flash,naive,chunked", "--device", "cuda", "--dtype", "bfloat16",
+                   "--heads", "16", "--seq-len", "2048", "--d-k", "128", "--pass", "both",
+                   "--budget-ms", "50", "--out", str(out), "-q", process=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for row in read_rows(out):
+        assert row["status"] == "ok", row["message"]
+        wall = row["elapsed_s"] * 1e3
+        phases = sum(row.get(col) or 0.0 for col in PHASES)
+        assert abs(phases - wall) <= 0.05 * wall + 2, {c: row.get(c) for c in PHASES}
 
 
 def test_cuda_rows_name_the_kernel_that_ran():

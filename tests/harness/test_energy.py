@@ -221,3 +221,32 @@ def test_a_run_with_energy_has_its_figure_and_sentence_and_one_without_renders_a
     plain = synthetic.write_run(tmp_path / "plain", _cuda_rows(False)[:2])
     md = render(prepare([plain]), tmp_path / "plain-report").readme.read_text()
     assert "nergy" not in md and "joule" not in md
+
+
+def test_the_window_synchronises_each_batch_so_queued_work_cannot_outrun_it():
+    """CUDA calls return before their work ends: the window enqueues batches of about BATCH_MS of device time
+    (from the cell's median) and synchronises each, so its length is the work's (an H200 ran a 1 s window of
+    12.5 ms calls for 13.8 s when only the host's clock was watched)."""
+    queued: list[float] = []
+    clock = [0.0]
+
+    def call():  # enqueues 10 ms of device work and returns at once
+        queued.append(0.01)
+
+    def sync():  # the device works through the queue
+        clock[0] += sum(queued)
+        queued.clear()
+
+    counter = {"mj": 0}
+
+    def source():  # a counter that moves every 50 ms of the clock
+        return int(clock[0] / 0.05)
+
+    def sleep(s):
+        clock[0] += max(s, 0.001)
+
+    assert energy.batch_of(10.0) == 5 and energy.batch_of(400.0) == 1 and energy.batch_of(None) == 1
+    w = energy.window(source, call, sync, clock=lambda: clock[0], sleep=sleep, batch=energy.batch_of(10.0))
+    assert energy.WINDOW_S <= w.seconds <= energy.WINDOW_S + 0.2  # not the queue's length
+    assert w.calls * 0.01 == pytest.approx(w.seconds, abs=0.2)
+    assert counter == {"mj": 0}

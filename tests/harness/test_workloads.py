@@ -279,7 +279,7 @@ def test_a_variant_that_declares_none_of_the_axes_is_told_why():
     assert old.check(Problem(**base)) is None  # N_q != N_k was always part of the calling convention
     record = variants.get("chunked").record()
     assert record["gqa"] and record["lower_right"] and record["window"]
-    assert not any(variants.get("xformers").record()[f] for f in ("gqa", "lower_right", "window"))
+    assert not any(variants.get("sdpa_cudnn").record()[f] for f in ("gqa", "lower_right", "window"))
 
 
 # ---- FLOPs, bytes, the guard, skip-ahead --------------------------------------------------------------
@@ -350,13 +350,39 @@ def test_skip_ahead_follows_seq_k_in_a_decode_series():
         return CellSpec("naive", "cpu", "float32", 1, 8, n_q, 64, 64, True, 0.0, "fwd", seq_k=n_k, **kw)
 
     skip = SkipAhead()
-    skip.note(cell(1, 8192), "oom")
+    skip.note(cell(1, 8192), {"status": "oom"})
     assert "ran out of memory at seq_len 1, seq_k 8192" in skip.reason(cell(1, 16384))
     assert skip.reason(cell(4, 16384)) is not None  # longer in both
     assert skip.reason(cell(1, 4096)) is None and skip.reason(cell(1, 8192)) is None
     assert skip.reason(cell(1, 16384, kv_heads=2)) is None  # another series
-    skip.note(cell(2048, 2048), "timeout")
+    skip.note(cell(2048, 2048), {"status": "timeout"})
     assert "timed out at seq_len 2048 with" in skip.reason(cell(4096, 4096))
+
+
+def test_max_call_ms_skips_a_series_predicted_past_it_by_its_score_count():
+    from attnbench.harness.workers.cellrunner import SkipAhead
+
+    def cell(n_q, n_k=None, variant="chunked"):
+        return CellSpec(
+            variant, "cuda", "bfloat16", 1, 16, n_q, 128, 128, False, 0.0, "fwd", seq_k=n_k or n_q
+        )
+
+    skip = SkipAhead(max_call_ms=200)
+    skip.note(cell(4096), {"status": "ok", "time_ms_median": 7.3})
+    skip.note(cell(8192), {"status": "ok", "time_ms_median": 28.6})
+    assert skip.reason(cell(16384)) is None  # 28.6 x 4 = 114 ms: under 200
+    skip.note(cell(16384), {"status": "ok", "time_ms_median": 113.0})
+    reason = skip.reason(cell(32768))  # from the longest ok cell: 113 x 4
+    assert reason == (
+        "skipped: chunked would take about 452 ms a call here (113.0 ms at seq_len 16384, scaled by the "
+        "score count N_q x N_k), over --max-call-ms 200"
+    )
+    assert skip.reason(cell(32768, variant="sdpa")) is None  # another series: nothing known yet
+    assert skip.reason(cell(2048)) is None  # shorter than every ok cell
+    skip.note(cell(1, 8192), {"status": "ok", "time_ms_median": 60.0})  # decode: N_q = 1
+    assert "at seq_len 1, seq_k 8192" in skip.reason(cell(1, 32768))  # 60 x 4 = 240
+    off = SkipAhead([{**cell(16384).to_dict(), "status": "ok", "time_ms_median": 113.0}])  # max_call_ms 0
+    assert off.reason(cell(32768)) is None
 
 
 def test_a_decode_cell_is_bound_by_memory_on_the_roofline():

@@ -20,9 +20,11 @@ from attnbench.harness.workers.cellrunner import SkipAhead, precheck
 class Dispatcher:
     """The cells not yet handed out, those in flight, and the skip-ahead they feed; single-threaded."""
 
-    def __init__(self, cells: Iterable[CellSpec], done: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, cells: Iterable[CellSpec], done: list[dict[str, Any]], max_call_ms: int = 0
+    ) -> None:
         self.pending: list[CellSpec] = list(cells)
-        self.skip = SkipAhead(done)
+        self.skip = SkipAhead(done, max_call_ms)
         self.flying: dict[str, CellSpec] = {}  # cell_id -> spec handed out and not yet back
 
     @property
@@ -43,7 +45,7 @@ class Dispatcher:
             row = precheck(spec, self.skip)
             if row is not None:
                 del self.pending[i]
-                self.skip.note(spec, row["status"])
+                self.skip.note(spec, row)
                 on_row(row)
                 continue
             if spec.group_key not in busy:
@@ -62,7 +64,7 @@ class Dispatcher:
     def back(self, spec: CellSpec, row: dict[str, Any]) -> None:
         """A handed-out cell's row came back (any status, `crashed` included)."""
         self.flying.pop(spec.cell_id, None)
-        self.skip.note(spec, row["status"])
+        self.skip.note(spec, row)
 
     def devices_left(self) -> set[str]:
         return {spec.device for spec in self.pending}

@@ -105,7 +105,7 @@ class LocalExecutor:
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
         if self.slots is not None:
             return run_pool(plan, self.slots, on_row, on_device)
-        skip = SkipAhead(plan.done)
+        skip = SkipAhead(plan.done, plan.sweep.settings.max_call_ms)
         runners = [plan.local or CellRunner(plan.config, plan.sweep.settings)]  # worker 0: the run's own
 
         def measure(spec: CellSpec, options: dict[str, Any], worker: int) -> dict[str, Any]:
@@ -114,7 +114,7 @@ class LocalExecutor:
             return runners[worker].run(spec, options)
 
         def done(row: dict[str, Any]) -> None:
-            skip.note(CellSpec.from_dict(row), row["status"])
+            skip.note(CellSpec.from_dict(row), row)
             on_row(row)
 
         interrupted = False
@@ -198,7 +198,7 @@ def run_pool(plan: Plan, slots: list[Slot], on_row: OnRow, on_device: OnDevice) 
     """Measure plan.cells on every slot at once; rows and device records are handed over from this thread."""
     outbox: queue.Queue = queue.Queue()
     threads = [_SlotThread(slot, plan, outbox) for slot in slots]
-    dispatcher = Dispatcher(plan.cells, plan.done)
+    dispatcher = Dispatcher(plan.cells, plan.done, plan.sweep.settings.max_call_ms)
     idle: list[_SlotThread] = []
     busy: dict[_SlotThread, CellSpec] = {}
     alive = set(threads)

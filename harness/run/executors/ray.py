@@ -241,7 +241,7 @@ class _Driver:
         if missing:
             what = "GPU" if missing[0] == "cuda" else "node with a CPU"
             raise ValueError(f"the Ray cluster has no {what} for the sweep's {missing[0]} cells")
-        self.dispatcher = Dispatcher(plan.cells, plan.done)
+        self.dispatcher = Dispatcher(plan.cells, plan.done, plan.sweep.settings.max_call_ms)
         self.idle: list[Any] = []
         try:
             for slot in slots:

@@ -109,7 +109,7 @@ class SlurmExecutor:
     # ---- the driver ---------------------------------------------------------------------------------
 
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
-        skip = SkipAhead(plan.done)
+        skip = SkipAhead(plan.done, plan.sweep.settings.max_call_ms)
         todo = []
         for spec in plan.cells:  # cells that need no worker are decided here, never shipped
             row = precheck(spec, skip)
@@ -278,7 +278,7 @@ def run_task(task: dict[str, Any]) -> int:
     specs = [CellSpec.from_dict(c) for c in cells]
     # who measures this chunk: collect asks whether this process still lives (local tasks), and people ask
     _write_json(shards / f"{name}.task.json", {"host": socket.gethostname(), "pid": os.getpid()})
-    skip = SkipAhead(seeds)
+    skip = SkipAhead(seeds, settings.max_call_ms)
     # scancel, a time limit or preemption sends SIGTERM to every process of the task, the worker too: the
     # cell it was measuring did not crash, it was stopped, so it gets no row (a resume measures it again)
     stopped: list[int] = []
@@ -298,7 +298,7 @@ def run_task(task: dict[str, Any]) -> int:
                 row = precheck(spec, skip) or runner.run(spec)
                 if stopped:  # the signal landed after the worker died, before the handler ran
                     raise KeyboardInterrupt
-                skip.note(spec, row["status"])
+                skip.note(spec, row)
                 append_record(fh, row, shards / f"{name}.jsonl", Path(run_dir))  # whole, or not at all
                 written += 1
         (shards / f"{name}.done").write_text(f"{written}\n")
