@@ -129,6 +129,8 @@ def test_the_calibration_matmul_shrinks_only_for_a_call_over_a_second_or_the_bud
 
     monkeypatch.setattr(cal_mod, "_timer", lambda device: _FixedTimer(ms_at_256))
     assert cal_mod.matmul_n("cpu", torch.float32, budget_ms) == n
+    # a GPU keeps the usual size whatever its launch-bound call at 256 reads (nothing is allocated to decide)
+    assert cal_mod.matmul_n("cuda", torch.bfloat16, budget_ms) == cal_mod.MATMUL_N["cuda"]
 
 
 def test_gc_is_off_inside_the_timed_loop_and_restored_after():
