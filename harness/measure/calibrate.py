@@ -40,7 +40,7 @@ def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
     is launch-bound there, and the law read a 0.03 ms launch as 1 s at 8192 (an H200 calibrated bfloat16 at
     2048, 676 TFLOP/s against 782 at 8192)."""
     n, top = 256, MATMUL_N[device]
-    if device == "cuda":  # milliseconds in any dtype a GPU has; its call at 256 times the launch, not the work
+    if device == "cuda":  # milliseconds in any dtype a GPU has; a call at 256 times the launch, not the work
         return top
     a = torch.ones(n, n, device=device, dtype=dtype)
     torch.matmul(a, a)

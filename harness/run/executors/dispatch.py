@@ -20,9 +20,7 @@ from attnbench.harness.workers.cellrunner import SkipAhead, precheck
 class Dispatcher:
     """The cells not yet handed out, those in flight, and the skip-ahead they feed; single-threaded."""
 
-    def __init__(
-        self, cells: Iterable[CellSpec], done: list[dict[str, Any]], max_call_ms: int = 0
-    ) -> None:
+    def __init__(self, cells: Iterable[CellSpec], done: list[dict[str, Any]], max_call_ms: int = 0) -> None:
         self.pending: list[CellSpec] = list(cells)
         self.skip = SkipAhead(done, max_call_ms)
         self.flying: dict[str, CellSpec] = {}  # cell_id -> spec handed out and not yet back
