@@ -21,7 +21,6 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import CausalBias
 
 from .masks import attention_mask
 from .problem import Problem
@@ -133,6 +132,8 @@ def _kernel(backend: SDPBackend | None):
             return None
         mask, is_causal = _mask(q, k, causal, key_lengths, None, causal_align, window)
         gqa = k.shape[1] != q.shape[1] and _TAKES_GQA
+        from torch.nn.attention.bias import CausalBias  # imports dynamo: never at `attnbench list`
+
         if isinstance(mask, CausalBias):  # it dispatches by itself, past _fused_sdp_choice
             return _lower_right_kernel(q, k, v, mask, gqa)
         extra = {"enable_gqa": True} if gqa else {}

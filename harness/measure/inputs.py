@@ -102,9 +102,10 @@ def timed_call(fn, q, k, v, *, backward: bool, vary: int | None = None, **opts) 
     call.reset_grads() frees the last call's gradients (before a peak-memory measurement), call.inputs are
     the (q, k, v, key_lengths) the timed calls pass to fn (to check they stay unchanged, and to refill in
     place after timing: check_after), call.kwargs the keywords they pass with them, call.backward whether
-    they run under autograd, and call.owned every tensor the harness made for them (the inputs, dO): not
-    the variant's memory (retained_bytes). vary: a seed, for a forward call without dropout whose query
-    rows are flipped between calls (harness.measure.varied; call.varied, call.between)."""
+    they run under autograd, and call.owned every tensor the harness made for them (the inputs, dO, the
+    varied rows' signs): not the variant's memory (retained_bytes). vary: a seed, for a forward call
+    without dropout whose query rows are varied between calls (harness.measure.varied; call.varied,
+    call.between)."""
     varied = None
     if vary is not None and not backward and not opts.get("dropout_p"):
         varied = Varied(q, vary)
@@ -137,7 +138,7 @@ def timed_call(fn, q, k, v, *, backward: bool, vary: int | None = None, **opts) 
         if varied is not None:
             call.between = varied.between  # type: ignore[attr-defined]
         call.inputs = (q, k, v, opts.get("key_lengths"))  # type: ignore[attr-defined]
-        call.owned = call.inputs  # type: ignore[attr-defined]
+        call.owned = (*call.inputs, *(() if varied is None else (varied.signs,)))  # type: ignore[attr-defined]
     call.kwargs = opts  # type: ignore[attr-defined]
     call.varied = varied  # type: ignore[attr-defined]
     call.backward = backward  # type: ignore[attr-defined]

@@ -146,3 +146,20 @@ def memo_fingerprint(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, 
     if key not in _BY_VALUE:
         _BY_VALUE[key] = _naive(q, k, v, causal, key_lengths)
     return _BY_VALUE[key]
+
+
+_RECENT: list = []  # (q's exact bytes, the answer), the last two
+RECENT_HITS = [0, 0]  # [answers from memory, calls]
+
+
+@register("memo_recent", description="remembers its last two answers, keyed by q's exact values")
+def memo_recent(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
+    key = (tuple(q.shape), q.detach().cpu().numpy().tobytes())
+    RECENT_HITS[1] += 1
+    for seen, answer in _RECENT:
+        if seen == key:
+            RECENT_HITS[0] += 1
+            return answer
+    answer = _naive(q, k, v, causal, key_lengths)
+    _RECENT[:] = [*_RECENT[-1:], (key, answer)]
+    return answer

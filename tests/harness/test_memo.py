@@ -60,13 +60,26 @@ def test_an_answer_remembered_for_the_timed_tensors_is_wrong(plugin, name, causa
 
 def test_an_answer_remembered_by_a_fingerprint_of_values_is_wrong(plugin):
     """Issue 40: a memo keyed on a few sampled values is right on the gated inputs, on fresh ones and on
-    the refill (each new values: a new key), and was `ok`, flagged only by its throughput. With one query
-    row's sign flipped before each timed call (harness.measure.varied) its timed answers are stale."""
+    the refill (each new values: a new key), and was `ok`, flagged only by its throughput. With half of one
+    query row's signs flipped before each timed call (harness.measure.varied) its timed answers are stale."""
     row = measure_cell(spec("memo_fingerprint"), QUICK)  # the real timer: it flips between calls
     assert row["rel_err"] <= TOL and row["fresh_rel_err"] <= TOL and row["refill_rel_err"] <= TOL
     assert row["status"] == "wrong" and row["message"].startswith(VARIED), row["message"]
     honest = measure_cell(spec("naive"), QUICK)
     assert honest["status"] == "ok", honest["message"]  # its inputs put back: not "modifies its inputs"
+
+
+def test_a_decode_cells_timed_calls_cannot_be_answered_from_a_few_remembered_ones(plugin):
+    """A decode cell has one query row: flipping its sign between calls gave two states, and a memo of the
+    last two answers by exact value answered every timed call after the second from memory, each answer
+    changed from the one before and right. Half the row's signs flipped from 16 random patterns that
+    compose leave it almost nothing to remember: it computes."""
+    decode = dataclasses.replace(spec("memo_recent"), seq_len=1, seq_k=256)
+    plugin.RECENT_HITS[:] = [0, 0]
+    row = measure_cell(decode, QUICK)
+    assert row["status"] == "ok", row["message"]  # right, and it computed: nothing for the checks to catch
+    hits, calls = plugin.RECENT_HITS
+    assert calls > 20 and hits < 0.2 * calls, (hits, calls)
 
 
 def test_the_refill_reaches_key_lengths_in_a_padded_cell(plugin):
