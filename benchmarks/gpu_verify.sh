@@ -32,6 +32,17 @@ what=${2:-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if [ -d /tmp/site ]; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; fi
+# the session and measure modes: steps bounded by their own limits and by what is left of $seconds
+start=$(date +%s)
+left() { echo $(( seconds - ($(date +%s) - start) )); }
+step() {  # step NAME SECONDS COMMAND...: bounded by SECONDS (SIGINT first, as Ctrl-C), timed in steps.txt
+    local name=$1 limit=$2 t0=$(date +%s) rc
+    shift 2
+    if [[ " ${SESSION_SKIP:-} " == *" $name "* ]]; then echo "$name: skipped (SESSION_SKIP)" >> "$out/steps.txt"; return; fi
+    timeout -s INT -k 10 "$limit" "$@"
+    rc=$?
+    echo "$name: exit $rc after $(( $(date +%s) - t0 )) s (limit $limit s)" | tee -a "$out/steps.txt"
+}
 case "$what" in
 install)
     if compgen -G ".whl/*.whl" >/dev/null; then
@@ -86,16 +97,7 @@ checks)
     python3 benchmarks/timing_modes.py --device cuda --json "$out/timing_modes.json" 2>&1 | tee "$out/timing_modes.txt"
     ;;
 session)
-    start=$(date +%s)
-    left() { echo $(( ${SESSION_SECONDS:-530} - ($(date +%s) - start) )); }
-    step() {  # step NAME SECONDS COMMAND...: bounded by SECONDS (SIGINT first, as Ctrl-C), timed in steps.txt
-        local name=$1 limit=$2 t0=$(date +%s) rc
-        shift 2
-        if [[ " ${SESSION_SKIP:-} " == *" $name "* ]]; then echo "$name: skipped (SESSION_SKIP)" >> "$out/steps.txt"; return; fi
-        timeout -s INT -k 10 "$limit" "$@"
-        rc=$?
-        echo "$name: exit $rc after $(( $(date +%s) - t0 )) s (limit $limit s)" | tee -a "$out/steps.txt"
-    }
+    seconds=${SESSION_SECONDS:-530}
     bash "$0" "$out" install
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1
@@ -138,16 +140,7 @@ measure)
     # its axes (grouped-query, lower-right, windows, key padding) in both passes; a run of the fused kernels
     # with energy per call (--energy); the gpu preset with its phase columns and its report. The device tool
     # brings back 8 files: `timeout 520 bash benchmarks/gpu_verify.sh /tmp/gm measure; tar czf $OUT/gm.tgz -C /tmp gm`
-    start=$(date +%s)
-    left() { echo $(( ${SESSION_SECONDS:-480} - ($(date +%s) - start) )); }
-    step() {
-        local name=$1 limit=$2 t0=$(date +%s) rc
-        shift 2
-        if [[ " ${SESSION_SKIP:-} " == *" $name "* ]]; then echo "$name: skipped (SESSION_SKIP)" >> "$out/steps.txt"; return; fi
-        timeout -s INT -k 10 "$limit" "$@"
-        rc=$?
-        echo "$name: exit $rc after $(( $(date +%s) - t0 )) s (limit $limit s)" | tee -a "$out/steps.txt"
-    }
+    seconds=${SESSION_SECONDS:-480}
     bash "$0" "$out" install
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1

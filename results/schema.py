@@ -130,6 +130,12 @@ COLUMNS: dict[str, str] = {
     "clock_bounds_ms": "Float64",  # how far apart the worker's readings bounded its timing loops (ms)
     "finished_at": "string",
 }
+# every phase of a cell's wall time (harness.measure.cell): together they make up elapsed_s
+PHASE_COLUMNS = (
+    "inputs_ms", "setup_ms", "first_call_ms", "gate_ms", "timing_ms", "energy_ms", "peak_ms", "checks_ms",
+    "teardown_ms", "rewarm_ms",
+)  # fmt: skip
+
 # visit_medians_ms: the median of each of the cell's visits (R with --rounds R, more where --settle-rounds
 # visited it again), in the order they were made (round-robin over the sweep: they span the run);
 # visit_samples: how many of samples_ms each visit took, in the same order (samples_ms holds them visit

@@ -62,6 +62,11 @@ FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a rem
 FRESH_SEED_OFFSET = 1  # the re-check's inputs: seed settings.seed + this, never the gated inputs' seed
 
 
+def _ms(ms: float | None) -> float | None:
+    """A row's milliseconds: rounded to the nanosecond, None kept."""
+    return None if ms is None else round(ms, 6)
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A cell ready to be timed: its call, built on inputs whose output was checked against float64."""
@@ -104,8 +109,8 @@ class Prepared:
         return {
             "layout": self.layout,
             "kernel": self.kernel,
-            "setup_ms": None if self.setup_ms is None else round(self.setup_ms, 6),
-            "first_call_ms": None if self.first_call_ms is None else round(self.first_call_ms, 6),
+            "setup_ms": _ms(self.setup_ms),
+            "first_call_ms": _ms(self.first_call_ms),
             "inputs_ms": _ms(self.inputs_ms),
             "gate_ms": _ms(self.gate_ms),
         }
@@ -165,12 +170,8 @@ class AfterCheck:
         return {
             "fresh_rel_err": None if self.fresh is None else self.fresh.rel_err,
             "refill_rel_err": None if self.refill is None else self.refill.rel_err,
-            "checks_ms": None if self.ms is None else round(self.ms, 6),
+            "checks_ms": _ms(self.ms),
         }
-
-
-def _ms(ms: float | None) -> float | None:
-    return None if ms is None else round(ms, 6)
 
 
 def kernel_of(variant: variants.Variant, q, k, v, opts: dict[str, Any], backward: bool) -> str | None:
@@ -552,7 +553,7 @@ def _first(
         peak_bytes, method = peak_bytes + retained, f"{method} {RETAINED_METHOD}"
         message = "; ".join(filter(None, (message, held(retained))))
     row.update(**after.fields(), peak_mem_bytes=peak_bytes, retained_mem_bytes=retained, mem_method=method)
-    row["checks_ms"] = round((row.get("checks_ms") or 0.0) + varied_ms, 6)
+    row["checks_ms"] = _ms((row.get("checks_ms") or 0.0) + varied_ms)
     return status, message, m
 
 
@@ -603,9 +604,9 @@ def _again(
         checks_ms = (checks_ms or 0.0) + varied_ms
     row.update(
         layout=variant.cap.layout,
-        setup_ms=None if setup_ms is None else round(setup_ms, 6),
-        first_call_ms=None if first_ms is None else round(first_ms, 6),
-        checks_ms=None if checks_ms is None else round(checks_ms, 6),
+        setup_ms=_ms(setup_ms),
+        first_call_ms=_ms(first_ms),
+        checks_ms=_ms(checks_ms),
         fresh_rel_err=None if fresh is None else fresh.rel_err,
     )
     if fresh is not None and not fresh.passed:  # timed, as a first visit's wrong cell is

@@ -332,13 +332,13 @@ def host_sync(fn: Callable[[], object]) -> str | None:
 
 
 def launch_probe(fn: Callable[[], object], events: CudaTimer, n: int = 3) -> tuple[float, float]:
-    """(host ms, device ms) of fn, medians of n calls after one warm-up call: the host's enqueue time
+    """(host ms, device ms) of fn, medians of n calls of a warm fn (cuda_timer called it first): the host's
+    enqueue time
     (perf_counter around the call, without synchronising inside the window) and the call's event time, of
     the same calls. Each starts on an idle device with an empty launch queue and L2 flushed as `events`
     flushes it, so the host time is the enqueue alone and a launch-bound call's device idles between
     launches, as in the timed loop. A call that synchronises shows a host time as long as its device time."""
     torch = events.torch
-    fn()
     host, device = [], []
     for _ in range(n):
         if events.flush is not None:
@@ -394,11 +394,10 @@ def cuda_timer(
     events = CudaTimer(device, flush_l2)
     if requested == "events":
         return TimerChoice(events, "events", GIVEN)
-    if requested == "auto":
-        # one call first: what compiles lazily (flex's backward compiles at its first forward+backward call,
-        # after the gate's forward) must not compile under the sync check, whose debug mode would take
-        # the compiler's own syncs for the call's (and abort the compile, to be paid again)
-        fn()
+    # one call first, the probes' warm-up: what compiles lazily (flex's backward compiles at its first
+    # forward+backward call, after the gate's forward) must not compile under the sync check, whose debug
+    # mode would take the compiler's own syncs for the call's (and abort the compile, to be paid again)
+    fn()
     syncs = host_sync(fn) if requested == "auto" else None  # "graph" given: tried, and the row says so
     if syncs:
         return TimerChoice(events, *choose_timing(requested, syncs=syncs))

@@ -14,6 +14,7 @@ from attnbench.harness.measure import correctness, energy, memory, timing
 from attnbench.harness.measure.cell import InputCache, measure_cell, prepare
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
+from attnbench.results.schema import PHASE_COLUMNS
 from attnbench.variants import Problem, UnsupportedError
 
 pytestmark = pytest.mark.cuda
@@ -407,17 +408,6 @@ def test_the_pytest_plugin_times_cuda_cells(tmp_path):
 
 # ---- the GPU issue's accounting: phases, the kernel that ran (first run by a GPU session) ----------------
 
-PHASES = (
-    "inputs_ms",
-    "setup_ms",
-    "first_call_ms",
-    "gate_ms",
-    "timing_ms",
-    "peak_ms",
-    "checks_ms",
-    "teardown_ms",
-)
-
 
 def test_cuda_cells_phase_columns_add_up_to_their_wall_time(tmp_path):
     """In `attnbench run`'s own workers (fresh processes: an earlier test's failed graph capture leaves this
@@ -434,8 +424,8 @@ def test_cuda_cells_phase_columns_add_up_to_their_wall_time(tmp_path):
     for row in read_rows(out):
         assert row["status"] == "ok", row["message"]
         wall = row["elapsed_s"] * 1e3
-        phases = sum(row.get(col) or 0.0 for col in PHASES)
-        assert abs(phases - wall) <= 0.05 * wall + 2, {c: row.get(c) for c in PHASES}
+        phases = sum(row.get(col) or 0.0 for col in PHASE_COLUMNS)
+        assert abs(phases - wall) <= 0.05 * wall + 2, {c: row.get(c) for c in PHASE_COLUMNS}
 
 
 def test_cuda_rows_name_the_kernel_that_ran():
