@@ -15,10 +15,14 @@ What a timed call does, and what it leaves to others (the project's GPU issue: n
   reuses it only for the very key_lengths tensor it was made from, unwritten since (`_Plan.fits`, no
   sync); any other call (the harness's fresh-input check) makes a bias of its own.
 
-xformers also has grouped-query inputs (5-D BMGHK tensors), bottom-right causal masks
-(LowerTriangularFromBottomRightMask) and local windows (...LocalAttentionMask), but attnbench cannot run
-xformers on this project's machines to check them, so the capability declares none of them (gqa,
-lower_right and window stay False): those cells are `unsupported`, never measured on an untested path.
+The capability declares grouped-query heads (xformers' 5-D BMGHK form, k and v expanded without a copy),
+lower-right causal (LowerTriangularFromBottomRightMask) and sliding windows
+(LowerTriangularFromBottomRightLocalAttentionMask, bottom-right aligned: refused for a top-left cell with
+N_q != N_k), each gated on an H200 (results/reference/gpu-checks-h200-2026-11-27). xformers itself refuses
+the backward of BMGHK and padded-keys inputs; those cells are `unsupported` with its reason.
+
+The 0.0.35 wheel links its `_C` to CUDA 12's runtime: on a CUDA 13 build of torch, load_cuda_runtime_12
+loads it from nvidia-cuda-runtime-cu12 first; the row's `kernel` names the operators xformers dispatched to.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def _version() -> str | None:
 CUDART_12 = "libcudart.so.12"
 
 
+@functools.cache  # a process-wide effect: loaded (or not) once, asked before every xformers import
 def load_cuda_runtime_12() -> str | None:
     """Make libcudart.so.12 loadable before xformers imports, where this process has none. xformers 0.0.35's
     wheel (Python and torch ABI independent) links its `_C.so` to CUDA 12's runtime by soname, and a CUDA 13
