@@ -143,6 +143,12 @@ AXES: tuple[Axis, ...] = (
          "(C * tanh(s / C), C > 0); a comma list takes several", "none|alibi|softcap:C,...",
          default=("none",), quiet="none", id=lambda c: str(c["mod"]).replace(":", ""), order=11,
          text=_mod_text),
+    Axis("lengths", "string", "patterns",
+         "packed variable-length batches: B sequences whose lengths follow a seeded pattern and average "
+         "--seq-len (constant, uniform, bimodal, longtail; PATTERN:MAX caps the longest); none: one length",
+         "none|constant|uniform|bimodal|longtail[:MAX],...", default=("none",), quiet="none",
+         id=lambda c: "len-" + str(c["lengths"]).replace(":", ""), order=12,
+         text=lambda v: "one length" if str(v) == "none" else f"{v} lengths"),
     # not an axis of identity but a label: the published model(s) whose shape a cell is (harness.sweep.models)
     Axis("model", "string", "models",
          "published models' attention shapes: each gives its heads, kv-heads, d-k and window together, and "

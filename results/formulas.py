@@ -7,6 +7,7 @@ reports read what they produced; nothing else derives these numbers.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import statistics
@@ -150,6 +151,94 @@ def attention_flops(
     return int(2 * heads * pairs * (d_k + d_v) * PASS_FACTOR[pass_])
 
 
+# ---- packed variable-length batches (useful and executed work) ------------------------------------------
+# A packed batch (harness: --lengths) holds sequences of lengths L_b one after another; query i sees only
+# keys of its own sequence. The useful pairs are those, per sequence (the `flops` column counts them, as
+# for every cell). What a kernel executes depends on how it handles the pack (its capability's `varlen`):
+#   padded    every sequence padded to the longest:  B * pairs(max L)
+#   masked    one T x T score matrix under a block-diagonal mask: pairs(T)
+#   exact     each sequence alone: the useful pairs
+#   tiles:N   whole N x N tiles of the T x T matrix that hold at least one visible pair (a block-sparse
+#             kernel: FlexAttention's block mask)
+#   rows:N    blocks of N query rows, each computing every key from its first row's sequence start to its
+#             last row's sequence end (up to its last row with causal masking): a chunked loop over the pack
+# pairs(L) is L^2, or L(L+1)/2 with causal masking (a kernel that skips the masked half is credited with
+# the half it computes). executed / useful is the padding tax.
+
+
+def packed_pairs(lengths: Sequence[int], *, causal: bool, window: int = 0) -> int:
+    """The (query, key) pairs one head attends in a packed batch of `lengths`: each sequence alone."""
+    return sum(attended_pairs(n, n, causal=causal, window=window) for n in lengths)
+
+
+def executed_pairs(lengths: Sequence[int], *, causal: bool, work: str, window: int = 0) -> int:
+    """The pairs one head computes in a packed batch of `lengths` by a kernel whose `varlen` is `work`
+    (see above)."""
+    lengths = list(lengths)
+    kind, _, size = work.partition(":")
+    if kind == "exact":
+        return packed_pairs(lengths, causal=causal, window=window)
+    if kind == "padded":
+        return len(lengths) * attended_pairs(max(lengths), max(lengths), causal=causal, window=window)
+    if kind == "masked":
+        return attended_pairs(sum(lengths), sum(lengths), causal=causal, window=window)
+    if kind == "tiles" and size.isdigit() and int(size) > 0:
+        return _tile_pairs(lengths, int(size), causal=causal, window=window)
+    if kind == "rows" and size.isdigit() and int(size) > 0:
+        return _row_block_pairs(lengths, int(size), causal=causal, window=window)
+    raise ValueError(f"unknown varlen work {work!r}; known: padded, masked, exact, tiles:N, rows:N")
+
+
+def _row_block_pairs(lengths: list[int], block: int, *, causal: bool, window: int) -> int:
+    """Pairs of blocks of `block` query rows, each over the keys its rows' sequences span."""
+    bounds, total = [0], sum(lengths)
+    for n in lengths:
+        bounds.append(bounds[-1] + n)
+    pairs = 0
+    for a in range(0, total, block):
+        a2 = min(a + block, total)
+        start = bounds[bisect.bisect_right(bounds, a) - 1]
+        end = bounds[bisect.bisect_right(bounds, a2 - 1)]
+        if causal:
+            end = min(end, a2)
+        if window:
+            start = max(start, a - window + 1)
+        pairs += (a2 - a) * max(0, end - start)
+    return pairs
+
+
+def _tile_pairs(lengths: list[int], tile: int, *, causal: bool, window: int) -> int:
+    """Pairs of the N x N tiles (clipped at T) of the T x T matrix that hold a visible pair."""
+    bounds, total = [0], sum(lengths)
+    for n in lengths:
+        bounds.append(bounds[-1] + n)
+    starts = range(0, total, tile)
+    pairs = 0
+    for a in starts:
+        a2 = min(a + tile, total)
+        for c in starts:
+            c2 = min(c + tile, total)
+            if _tile_visible(bounds, a, a2, c, c2, causal=causal, window=window):
+                pairs += (a2 - a) * (c2 - c)
+    return pairs
+
+
+def _tile_visible(bounds: list[int], a: int, a2: int, c: int, c2: int, *, causal: bool, window: int) -> bool:
+    """Whether rows a..a2-1 and keys c..c2-1 share a visible pair: one sequence holds both a row i and a
+    key j, with j <= i under causal masking and j > i - window with a window."""
+    for s, e in zip(bounds, bounds[1:], strict=False):
+        r0, r1 = max(a, s), min(a2, e) - 1  # the sequence's rows in the tile
+        k0, k1 = max(c, s), min(c2, e) - 1  # and its keys
+        if r0 > r1 or k0 > k1:
+            continue
+        if causal and k0 > r1:
+            continue
+        if window and k1 <= r0 - window:
+            continue
+        return True
+    return False
+
+
 def flops_formula(*, causal: bool, padded: bool, causal_align: str = "top-left", window: int = 0) -> str:
     """Which pairs a row's `flops` counted (the `flops_formula` column): 'dense', 'causal pairs',
     'lower-right causal pairs of valid keys, window 512', ..."""
@@ -179,6 +268,13 @@ def gbps(nbytes: float | None, time_ms: float) -> float:
     if nbytes is None or not time_ms or time_ms <= 0:
         return math.nan
     return nbytes / (time_ms * 1e-3) / 1e9
+
+
+def rate(count: float | None, time_ms: float) -> float:
+    """`count` per second, done in `time_ms` milliseconds (NaN when either is missing): tokens_per_s."""
+    if count is None or not time_ms or time_ms <= 0:
+        return math.nan
+    return count / (time_ms * 1e-3)
 
 
 def tflops(flops: float | None, time_ms: float) -> float:

@@ -69,6 +69,12 @@ COLUMNS: dict[str, str] = {
     "flops": "Int64",
     "flops_formula": "string",
     "tflops": "Float64",
+    # a packed batch (the lengths axis): its sequences' lengths, the FLOPs its kernel executes (flops counts
+    # the useful ones: results.formulas.executed_pairs), executed_flops / median time
+    "seq_lens": "object",
+    "executed_flops": "Int64",
+    "executed_tflops": "Float64",
+    "tokens_per_s": "Float64",  # query tokens (B x N_q; a pack's T) per second of the median call
     "kv_bytes": "Int64",  # bytes of K and V read once: B * kv_heads * seq_k * (d_k + d_v) * itemsize
     "kv_gbps": "Float64",  # kv_bytes / median time, GB/s: a decode cell against the calibrated copy bandwidth
     "speed_tflops": "Float64",  # the speed probe just before the cell (harness.measure.calibrate.speed_probe)

@@ -49,6 +49,7 @@ multiplies dS by 1 - (modded / C)^2 (ALiBi's bias is a constant: dS is unchanged
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import torch
@@ -121,10 +122,18 @@ def _dropout(p: float, seed: int | None, g, bq, bk, group, n_k, dtype, device) -
 
 class _Visible:
     """Which keys each query row sees (attnbench's rules, as in variants/masks.py): causal j <= t_i with
-    t_i = i + off (off = 0 top-left, N_k - N_q lower-right), a window j > t_i - W, key padding j < L_b."""
+    t_i = i + off (off = 0 top-left, N_k - N_q lower-right), a window j > t_i - W, key padding j < L_b, and
+    in a packed batch (cu_seqlens) the keys of the row's own sequence only."""
 
-    def __init__(self, n_q, n_k, causal, causal_align, window, key_lengths, kv_heads, device) -> None:
+    def __init__(
+        self, n_q, n_k, causal, causal_align, window, key_lengths, kv_heads, device, cu_seqlens=None
+    ) -> None:
         self.n_q, self.n_k, self.causal, self.window, self.kv_heads = n_q, n_k, causal, window, kv_heads
+        self.bounds = None if cu_seqlens is None else [int(x) for x in cu_seqlens.tolist()]
+        self.seq = None
+        if self.bounds is not None:  # the sequence of each row: (N,)
+            lengths = torch.tensor([b - a for a, b in zip(self.bounds, self.bounds[1:], strict=False)])
+            self.seq = torch.repeat_interleave(torch.arange(len(lengths)), lengths).to(device)
         self.off = n_k - n_q if causal and causal_align == "lower-right" else 0
         self.pad_valid, self.max_len, self.min_len = None, n_k, n_k
         if key_lengths is not None:
@@ -140,19 +149,37 @@ class _Visible:
         if self.causal:
             end = min(end, i1 + self.off)  # t of the last row, plus one
         start = max(0, i0 + self.off - self.window + 1) if self.window else 0
+        if self.bounds is not None:  # from the first row's sequence to the last row's
+            start, end = max(start, self._start(i0)), min(end, self._end(i1 - 1))
         return start, max(start, end)
 
     def queries(self, j0: int, j1: int) -> tuple[int, int]:
         """[start, end): the query rows that may see some key in [j0, j1)."""
         start = max(0, j0 - self.off) if self.causal else 0  # t_i >= j0
         end = min(self.n_q, j1 - 1 - self.off + self.window) if self.window else self.n_q  # t_i - W < j1 - 1
+        if self.bounds is not None:
+            start, end = max(start, self._start(j0)), min(end, self._end(j1 - 1))
         return start, max(start, end)
+
+    def _start(self, i: int) -> int:
+        """The first row of row i's sequence (a packed batch)."""
+        return self.bounds[bisect.bisect_right(self.bounds, i) - 1]
+
+    def _end(self, i: int) -> int:
+        """One past the last row of row i's sequence (a packed batch)."""
+        return self.bounds[bisect.bisect_right(self.bounds, i)]
+
+    def _crosses_sequences(self, i0: int, i1: int, j0: int, j1: int) -> bool:
+        return self.bounds is not None and not (
+            self._start(i0) <= j0 and j1 <= self._end(i0) and i1 <= self._end(i0)
+        )
 
     def masks(self, i0: int, i1: int, j0: int, j1: int) -> bool:
         """Whether mask_block may hide some score of block (i0:i1, j0:j1)."""
         crosses_diagonal = self.causal and j1 - 1 > i0 + self.off
         crosses_window = self.window and j0 <= i1 - 1 + self.off - self.window
-        return bool(crosses_diagonal or crosses_window or j1 > self.min_len)
+        crosses = self._crosses_sequences(i0, i1, j0, j1)
+        return bool(crosses_diagonal or crosses_window or j1 > self.min_len or crosses)
 
     def mask_block(
         self, s: torch.Tensor, i0: int, i1: int, j0: int, j1: int, group: int, fill: float = _NEG_INF
@@ -168,6 +195,9 @@ class _Visible:
             if crosses_window:
                 hide = hide | (cols <= t - self.window)
             s.view(s.shape[0], i1 - i0, group, j1 - j0).masked_fill_(hide[:, None, :], fill)
+        if self._crosses_sequences(i0, i1, j0, j1):  # keys of another sequence than the row's
+            other = self.seq[i0:i1, None] != self.seq[None, j0:j1]  # (rows, cols)
+            s.view(s.shape[0], i1 - i0, group, j1 - j0).masked_fill_(other[:, None, :], fill)
         if self.pad_valid is not None:
             invalid = ~self.pad_valid[:, j0:j1]  # (B, cols)
             if bool(invalid.any()):
@@ -241,7 +271,7 @@ def _store(out, lse, i0: int, i1: int, m, l, acc, base2: bool) -> None:
 
 def _forward(
     q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0, mod=NONE,
-    dropout_p=0.0, seed=None, step=None,
+    dropout_p=0.0, seed=None, cu_seqlens=None, step=None,
 ):  # fmt: skip
     """Returns out (B, H, N_q, d_v) and the row logsumexp (B*H_kv, N_q, G) in float32 (+inf for rows that
     see no key) of the undropped weights; with dropout_p > 0 the output is that of the weights dropped with
@@ -259,7 +289,7 @@ def _forward(
     exp_ = torch.Tensor.exp2_ if base2 else torch.Tensor.exp_
     kt = k.reshape(g, n_k, d_k).transpose(1, 2)  # (g, d_k, N_k) view
     vf = v.reshape(g, n_k, d_v)  # (g, N_k, d_v)
-    vis = _Visible(n_q, n_k, causal, causal_align, window, key_lengths, h_kv, q.device)
+    vis = _Visible(n_q, n_k, causal, causal_align, window, key_lengths, h_kv, q.device, cu_seqlens)
     bq, bk = min(block_q, n_q), min(block_k, n_k)
     buf = _Blocks(g, bq * group, bk, d_v, q.dtype, q.device)
     stat_dtype = buf.scores.dtype
@@ -323,7 +353,7 @@ def _forward(
 
 def _backward(
     q, k, v, out, d_out, lse, causal, key_lengths, scale, block_q, block_k, causal_align="top-left", window=0,
-    mod=NONE, dropout_p=0.0, seed=None,
+    mod=NONE, dropout_p=0.0, seed=None, cu_seqlens=None,
 ):  # fmt: skip
     """FlashAttention-2 style backward over key blocks (outer) and the query blocks that see them (inner);
     with dropout the forward's masks are regenerated from its seed."""
@@ -339,7 +369,7 @@ def _backward(
     do = _fold(d_out.to(acc_dtype), h_kv)  # (g, N_q, G, d_v)
     delta = (do * _fold(out.to(acc_dtype), h_kv)).sum(-1)  # (g, N_q, G) = rowsum(dO * O)
     lse = lse.to(acc_dtype) * (_LOG2E if base2 else 1.0)  # (g, N_q, G), in the scores' units
-    vis = _Visible(n_q, n_k, causal, causal_align, window, key_lengths, h_kv, q.device)
+    vis = _Visible(n_q, n_k, causal, causal_align, window, key_lengths, h_kv, q.device, cu_seqlens)
     slopes = _row_slopes(mod, b, h, h_kv, acc_dtype, q.device)
     dq = torch.zeros(g, n_q, group, d_k, dtype=acc_dtype, device=q.device)
     dk = torch.zeros(g, n_k, d_k, dtype=acc_dtype, device=q.device)
@@ -386,9 +416,21 @@ class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p,
-        seed, step,
+        seed, cu_seqlens, step,
     ):  # fmt: skip
-        args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed)
+        args = (
+            causal,
+            key_lengths,
+            scale,
+            block_q,
+            block_k,
+            causal_align,
+            window,
+            mod,
+            dropout_p,
+            seed,
+            cu_seqlens,
+        )
         out, lse = _forward(q, k, v, *args, step=step)  # step: chunked_compiled's block update, else None
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = args
@@ -398,7 +440,7 @@ class _ChunkedAttention(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-        return dq, dk, dv, *([None] * 11)
+        return dq, dk, dv, *([None] * 12)
 
 
 @register(
@@ -410,6 +452,7 @@ class _ChunkedAttention(torch.autograd.Function):
     lower_right=True,
     window=True,
     mods=("alibi", "softcap"),
+    varlen=f"rows:{BLOCK_Q}",  # a query block: the keys from its first row's sequence to its last row's
 )
 def chunked(
     q,
@@ -423,6 +466,7 @@ def chunked(
     causal_align="top-left",
     window=0,
     mod=NONE,
+    cu_seqlens=None,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
 ):
@@ -435,7 +479,19 @@ def chunked(
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     # one draw from torch's default generator per call: torch.manual_seed repeats the masks
     seed = int(torch.randint(0, _SEED_SPAN, ()).item()) if dropout_p > 0 else None
-    args = (causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p, seed)
+    args = (
+        causal,
+        key_lengths,
+        scale,
+        block_q,
+        block_k,
+        causal_align,
+        window,
+        mod,
+        dropout_p,
+        seed,
+        cu_seqlens,
+    )
     return attention(q, k, v, *args)
 
 

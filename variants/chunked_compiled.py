@@ -54,7 +54,19 @@ def _run(q, k, v, *, causal=False, key_lengths=None, scale=None, causal_align="t
     from . import chunked as eager
 
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    args = (causal, key_lengths, scale, eager.BLOCK_Q, eager.BLOCK_K, causal_align, window, "none", 0.0, None)
+    args = (
+        causal,
+        key_lengths,
+        scale,
+        eager.BLOCK_Q,
+        eager.BLOCK_K,
+        causal_align,
+        window,
+        "none",
+        0.0,
+        None,
+        None,
+    )
     return eager.attention(q, k, v, *args, step=compiled_step())
 
 

@@ -250,6 +250,19 @@ def _padded(structure, key_lengths: torch.Tensor):
     return padded
 
 
+def _packed(structure, cu_seqlens: tuple[int, ...], device):
+    """The mask_mod of a packed batch: query and key in one sequence (the sequence of each of the T rows,
+    a tensor the mask_mod indexes), and the structure allows it."""
+    lengths = torch.tensor([b - a for a, b in zip(cu_seqlens, cu_seqlens[1:], strict=False)], device=device)
+    seq = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+
+    def packed(b, h, q_idx, kv_idx):
+        same = seq[q_idx] == seq[kv_idx]
+        return same if structure is None else same & structure(b, h, q_idx, kv_idx)
+
+    return packed
+
+
 def _score_mod(mod: str, heads: int, n_q: int, n_k: int, causal: bool, causal_align: str):
     """The score_mod for a canonical mod text (mods.parse_mod), or None for 'none'."""
     kind = mod_kind(mod)
@@ -308,8 +321,13 @@ class _Plan:
     @property
     def dynamic(self) -> bool:
         """Whether this plan runs the kernel compiled with symbolic sizes: on CPU only (no loss there), and
-        without a score mod or padding; on CUDA the symbolic Triton kernel is slower (see the docstring)."""
-        return self.key[0] == "cpu" and self.score_mod is None and not self.padding
+        without a score mod, padding or a packed batch; on CUDA the symbolic Triton kernel is slower (see
+        the module's docstring)."""
+        # a packed batch's mask_mod indexes its rows' sequence: torch 2.13's CPU template, compiled with
+        # symbolic sizes, emits C++ that does not compile with it and causal masking ("cur_kvSplitSize7 was
+        # not declared"); compiled for its shape it runs
+        packed = self.key[-1] is not None
+        return self.key[0] == "cpu" and self.score_mod is None and not self.padding and not packed
 
     def __call__(self, q, k, v, key_lengths, scale):
         block_mask = self.block_mask
@@ -344,16 +362,22 @@ def _not_implemented(exc: BaseException) -> str | None:
 _PLANS: dict[tuple, _Plan] = {}
 
 
-def _key(q, k, v, causal: bool, padding: bool, causal_align: str, window: int, mod: str) -> tuple:
-    """What a plan depends on: shapes, dtype, device and options, never values."""
+def _key(
+    q, k, v, causal: bool, padding: bool, causal_align: str, window: int, mod: str, cu_seqlens=None
+) -> tuple:
+    """What a plan depends on: shapes, dtype, device and options (a packed batch's offsets among them),
+    never the values of q, k, v."""
     align = causal_align if causal else "top-left"  # the alignment means nothing without causal masking
+    seqs = None if cu_seqlens is None else tuple(int(x) for x in cu_seqlens.tolist())
     return (str(q.device), q.dtype, tuple(q.shape), tuple(k.shape), tuple(v.shape), causal, align, window,
-            padding, mod)  # fmt: skip
+            padding, mod, seqs)  # fmt: skip
 
 
-def _plan(q, k, v, *, causal: bool, padding: bool, causal_align: str, window: int, mod: str) -> _Plan:
+def _plan(
+    q, k, v, *, causal: bool, padding: bool, causal_align: str, window: int, mod: str, cu_seqlens=None
+) -> _Plan:
     """The cached plan for this shape and options; builds its block mask the first time."""
-    key = _key(q, k, v, causal, padding, causal_align, window, mod)
+    key = _key(q, k, v, causal, padding, causal_align, window, mod, cu_seqlens)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
@@ -363,6 +387,8 @@ def _plan(q, k, v, *, causal: bool, padding: bool, causal_align: str, window: in
     fa = _flex_module()
     n_q, n_k = q.shape[2], k.shape[2]
     structure = _structure_mask(n_q, n_k, causal, causal_align, window)
+    if key[-1] is not None:  # a packed batch: its block mask skips the blocks of no sequence's pairs
+        structure = _packed(structure, key[-1], q.device)
     # with padding every visited block runs the mask_mod (no "full" blocks): which blocks are full
     # depends on the key lengths, values this plan must not depend on. Where nothing is masked, a block
     # mask of full blocks (noop_mask) and not block_mask=None: flex's default mask runs the mask_mod on
@@ -389,25 +415,27 @@ def _refuse_unsupported_call(q, k, v, dropout_p: float) -> None:
 
 
 def setup(
-    q, k, v, *, causal=False, key_lengths=None, causal_align="top-left", window=0, mod="none"
-) -> Callable[..., Any]:
-    """The harness's setup hook: this shape's plan (its block mask built now, timed as setup_ms); the
-    returned callable compiles on its first call (first_call_ms) and runs compiled after that."""
+    q, k, v, *, causal=False, key_lengths=None, causal_align="top-left", window=0, mod="none",
+    cu_seqlens=None,
+) -> Callable[..., Any]:  # fmt: skip
+    """The harness's setup hook: this shape's plan (its block mask built now, timed as setup_ms; a packed
+    batch's from its offsets); the returned callable compiles on its first call (first_call_ms) and runs
+    compiled after that. A call with other offsets than setup's gets its own plan, never setup's."""
     mod = parse_mod(mod)
     plan = _plan(q, k, v, causal=causal, padding=key_lengths is not None, causal_align=causal_align,
-                 window=window, mod=mod)  # fmt: skip
+                 window=window, mod=mod, cu_seqlens=cu_seqlens)  # fmt: skip
 
     def bound(
         q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left",
-        window=0, mod="none",
+        window=0, mod="none", cu_seqlens=None,
     ):  # fmt: skip
         _refuse_unsupported_call(q, k, v, dropout_p)
         mod = parse_mod(mod)
         padding = key_lengths is not None
         this = plan
-        if _key(q, k, v, causal, padding, causal_align, window, mod) != plan.key:  # not setup's shape
+        if _key(q, k, v, causal, padding, causal_align, window, mod, cu_seqlens) != plan.key:
             this = _plan(q, k, v, causal=causal, padding=padding, causal_align=causal_align, window=window,
-                         mod=mod)  # fmt: skip
+                         mod=mod, cu_seqlens=cu_seqlens)  # fmt: skip
         return this(q, k, v, key_lengths, scale)
 
     return bound
@@ -427,15 +455,16 @@ def setup(
     lower_right=True,
     window=True,
     mods=MODS,
+    varlen="tiles:128",  # the block mask's 128 x 128 blocks that hold a pair of one sequence
 )
 def flex(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,
-    mod="none",
+    mod="none", cu_seqlens=None,
 ):  # fmt: skip
     """flex_attention on (q, k, v): q (B, H, N_q, d_k), k (B, H_kv, N_k, d_k), v (B, H_kv, N_k, d_v) ->
     (B, H, N_q, d_v). Builds (once per shape and options) the block mask, then calls the compiled kernel."""
     _refuse_unsupported_call(q, k, v, dropout_p)
     mod = parse_mod(mod)
     plan = _plan(q, k, v, causal=causal, padding=key_lengths is not None, causal_align=causal_align,
-                 window=window, mod=mod)  # fmt: skip
+                 window=window, mod=mod, cu_seqlens=cu_seqlens)  # fmt: skip
     return plan(q, k, v, key_lengths, scale)

@@ -4,6 +4,7 @@ Which keys query i sees (the float64 reference in harness/measure/correctness.py
   causal       j <= t_i, with t_i = i (top-left, torch's is_causal) or i + N_k - N_q (lower-right)
   window W     additionally j > t_i - W: the W keys up to and including the diagonal (needs causal)
   key padding  j < key_lengths[b]
+  packed       i and j in the same sequence of a packed batch (cu_seqlens: variants.lengths)
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def key_padding_mask(key_lengths: torch.Tensor, n_k: int) -> torch.Tensor:
     return (j[None, :] < key_lengths[:, None])[:, None, None, :]
 
 
+def sequence_mask(cu_seqlens: torch.Tensor, device) -> torch.Tensor:
+    """(T, T) block-diagonal mask of a packed batch: query i sees key j when both lie in one sequence."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(device)
+    seq = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+    return seq[:, None] == seq[None, :]
+
+
 def attention_mask(
     n_q: int,
     n_k: int,
@@ -52,9 +60,13 @@ def attention_mask(
     device,
     causal_align: str = "top-left",
     window: int = 0,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """The combined mask, broadcastable to (B, H, N_q, N_k), or None when nothing is masked."""
     mask = causal_mask(n_q, n_k, device, causal_align=causal_align, window=window) if causal else None
+    if cu_seqlens is not None:
+        packed = sequence_mask(cu_seqlens, device)
+        mask = packed if mask is None else (packed & mask)
     if key_lengths is not None:
         pad = key_padding_mask(key_lengths.to(device), n_k)
         mask = pad if mask is None else (pad & mask)

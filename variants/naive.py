@@ -20,6 +20,7 @@ from .registry import register
     lower_right=True,
     window=True,
     mods=("alibi", "softcap"),
+    varlen="masked",  # one T x T score matrix under the block-diagonal mask
 )
 def naive(
     q,
@@ -33,6 +34,7 @@ def naive(
     causal_align="top-left",
     window=0,
     mod=NONE,
+    cu_seqlens=None,
     return_weights=False,
 ):
     """Textbook attention. With return_weights=True returns (out, weights (B, H, N_q, N_k))."""
@@ -42,7 +44,7 @@ def naive(
     scores = scores * scale
     scores = apply_mod(scores, mod, causal=causal, causal_align=causal_align)  # before the masks: -inf stays
     rules = dict(causal=causal, key_lengths=key_lengths, causal_align=causal_align, window=window)
-    mask = attention_mask(n_q, n_k, device=q.device, **rules)
+    mask = attention_mask(n_q, n_k, device=q.device, cu_seqlens=cu_seqlens, **rules)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     empty = fully_masked_rows(n_q, n_k=n_k, **rules)

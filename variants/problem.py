@@ -19,7 +19,9 @@ CAUSAL_ALIGNS = ("top-left", "lower-right")
 LAYOUTS = ("bhnd", "bnhd")
 
 
-def extra_options(*, causal_align: str = "top-left", window: int = 0, mod: str = NONE) -> dict:
+def extra_options(
+    *, causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None
+) -> dict:
     """The keyword arguments added to the calling convention after it was first written, keeping only those
     not at their default: a variant written before them is never handed one (it declares none)."""
     out: dict = {}
@@ -29,6 +31,8 @@ def extra_options(*, causal_align: str = "top-left", window: int = 0, mod: str =
         out["window"] = window
     if mod != NONE:
         out["mod"] = mod
+    if cu_seqlens is not None:
+        out["cu_seqlens"] = cu_seqlens  # a packed batch (variants.lengths)
     return out
 
 
@@ -79,6 +83,7 @@ class Problem:
     causal_align: str = "top-left"  # "lower-right" only matters when causal
     window: int = 0  # sliding window in keys (with causal); 0 = none
     mod: str = NONE  # score modification, canonical text of variants.mods ('alibi', 'softcap:30')
+    lengths: str = "none"  # a packed batch's length pattern (variants.lengths); "none": one length
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -105,17 +110,24 @@ class Problem:
         return self.kv_heads != self.heads
 
     @property
+    def packed(self) -> bool:
+        """A packed variable-length batch: (1, H, T, d) inputs and cu_seqlens (variants.lengths)."""
+        return self.lengths != "none"
+
+    @property
     def lower_right(self) -> bool:
         return self.causal and self.causal_align == "lower-right"
 
 
 def validate_tensors(
-    q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0, causal_align="top-left", window=0, mod=NONE
-) -> Problem:
+    q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0, causal_align="top-left", window=0, mod=NONE,
+    cu_seqlens=None,
+) -> Problem:  # fmt: skip
     """Check the common calling convention and return the Problem; ValueError naming what is wrong.
 
     q: (B, H, N_q, d_k), k: (B, H_kv, N_k, d_k), v: (B, H_kv, N_k, d_v) with H_kv dividing H (query head h
-    uses key/value head h // (H / H_kv)), key_lengths: (B,) integer valid key counts.
+    uses key/value head h // (H / H_kv)), key_lengths: (B,) integer valid key counts; a packed batch
+    (variants.lengths): B = 1, N_q = N_k = T and cu_seqlens (S + 1,) integer offsets from 0 to T.
     """
     import torch
 
@@ -154,6 +166,8 @@ def validate_tensors(
             raise ValueError(f"key_lengths must be integers, not {key_lengths.dtype}")
         if int(key_lengths.min()) < 0 or int(key_lengths.max()) > nk:
             raise ValueError(f"key_lengths must lie in 0..{nk}, got {key_lengths.tolist()}")
+    if cu_seqlens is not None:
+        _check_offsets(cu_seqlens, bq, nq, nk, key_lengths)
     if not 0.0 <= float(dropout_p) < 1.0:
         raise ValueError(f"dropout_p must lie in [0, 1), got {dropout_p}")
     if causal_align not in CAUSAL_ALIGNS:
@@ -178,9 +192,29 @@ def validate_tensors(
         causal=bool(causal),
         padding=0.0 if key_lengths is None else 1.0 - float(key_lengths.sum()) / (bq * nk),
         dropout=float(dropout_p),
+        lengths="none" if cu_seqlens is None else "packed",
         pass_="fwdbwd" if q.requires_grad or k.requires_grad or v.requires_grad else "fwd",
         kv_heads=hk,
         causal_align=causal_align,
         window=window,
         mod=mod,
     )
+
+
+def _check_offsets(cu_seqlens, batch: int, n_q: int, n_k: int, key_lengths) -> None:
+    """ValueError unless cu_seqlens are a packed batch's offsets: 1-D integers from 0 up to T = N_q = N_k,
+    never falling, for B = 1 and no key padding."""
+    import torch
+
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise ValueError("cu_seqlens must be a 1-D tensor of sequence offsets 0, L_0, L_0 + L_1, ..., T")
+    if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must be integers, not {cu_seqlens.dtype}")
+    if batch != 1 or n_q != n_k or key_lengths is not None:
+        raise ValueError(
+            "a packed batch has batch 1, N_q = N_k and no key_lengths, "
+            f"got batch {batch}, N_q {n_q}, N_k {n_k}"
+        )
+    offs = cu_seqlens.tolist()
+    if offs[0] != 0 or offs[-1] != n_q or any(b < a for a, b in zip(offs, offs[1:], strict=False)):
+        raise ValueError(f"cu_seqlens must rise from 0 to T = {n_q}, got {offs}")

@@ -72,6 +72,12 @@ class Capability:
     lower_right: bool = False  # causal_align="lower-right"
     window: bool = False  # window=W, a sliding window with causal masking
     mods: tuple[str, ...] = ()  # score modifications it applies (kinds of variants.mods: alibi, softcap)
+    # packed variable-length batches (variants.lengths: (1, H, T, d) inputs and cu_seqlens=), and how much
+    # work the kernel does for them (results.formulas.executed_pairs): "padded" (each sequence padded to the
+    # longest: B * max(L)^2 pairs), "masked" (one T x T score matrix under a block-diagonal mask), "exact"
+    # (each sequence alone: the useful pairs), "tiles:N" (N x N tiles that touch a sequence's pairs) or
+    # "rows:N" (blocks of N query rows over the keys their sequences span)
+    varlen: str = ""
     # The memory layout the harness hands q, k, v in, made before any timed call (problem.LAYOUTS): "bhnd"
     # (B, H, N, d)-contiguous, or "bnhd", the same (B, H, N, d) shape over (B, N, H, d) memory, for a
     # kernel that takes (B, N, H, d) and would otherwise copy its inputs inside every timed call. Last, so
@@ -98,12 +104,23 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: mods must be a tuple of {list(MOD_KINDS)}, not {self.mods!r}"
             )
+        if self.varlen and not _known_work(self.varlen):
+            raise VariantError(
+                f"variant {self.name}: varlen must be padded, masked, exact, tiles:N or rows:N, not "
+                f"{self.varlen!r}"
+            )
         for hook in ("setup", "kernel"):
             value = getattr(self, hook)
             if value is not None and not callable(value):
                 raise VariantError(
                     f"variant {self.name}: {hook} must be callable, not {type(value).__name__}"
                 )
+
+
+def _known_work(varlen: str) -> bool:
+    kind, colon, size = varlen.partition(":")
+    sized = kind in ("tiles", "rows") and size.isdigit() and int(size) > 0
+    return varlen in ("padded", "masked", "exact") or sized
 
 
 def _recorded() -> tuple[str, ...]:
@@ -184,20 +201,27 @@ class Variant:
             return f"{self.name} does not support a sliding window (window {problem.window})"
         if problem.mod != NONE and mod_kind(problem.mod) not in cap.mods:
             return f"{self.name} does not support score modification {problem.mod}"
+        if problem.packed and not cap.varlen:
+            return (
+                f"{self.name} does not take packed variable-length batches (a variant that does declares "
+                "varlen= and takes cu_seqlens=)"
+            )
         if cap.supports is not None:
             return cap.supports(problem)
         return None
 
     def validate(
         self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, causal_align="top-left", window=0,
-        mod=NONE,
+        mod=NONE, cu_seqlens=None,
     ) -> Problem:  # fmt: skip
-        """The Problem these inputs pose; ValueError naming what is wrong with them, or the dtype or score
-        modification refused (a variant is never handed a mod it does not declare)."""
+        """The Problem these inputs pose; ValueError naming what is wrong with them, or the dtype, score
+        modification or packed batch refused (a variant is never handed a keyword it does not declare)."""
         problem = validate_tensors(
             q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p,
-            causal_align=causal_align, window=window, mod=mod,
+            causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens,
         )  # fmt: skip
+        if problem.packed and not self.cap.varlen:
+            raise ValueError(f"{self.name} does not take packed variable-length batches (cu_seqlens=)")
         if problem.dtype not in self.cap.dtypes:
             raise ValueError(
                 f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(self.cap.dtypes)})"
@@ -218,15 +242,17 @@ class Variant:
 
     def __call__(
         self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None,
-        causal_align="top-left", window=0, mod=NONE, **kwargs,
+        causal_align="top-left", window=0, mod=NONE, cu_seqlens=None, **kwargs,
     ):  # fmt: skip
-        """Validate the inputs (ValueError naming the problem), then run the variant; causal_align, window
-        and mod (as its canonical text) reach it only when not at their default (extra_options)."""
+        """Validate the inputs (ValueError naming the problem), then run the variant; causal_align, window,
+        mod (as its canonical text) and cu_seqlens reach it only when not at their default (extra_options)."""
         problem = self.validate(
             q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, causal_align=causal_align,
-            window=window, mod=mod,
+            window=window, mod=mod, cu_seqlens=cu_seqlens,
         )  # fmt: skip
-        extra = extra_options(causal_align=causal_align, window=window, mod=problem.mod)
+        extra = extra_options(
+            causal_align=causal_align, window=window, mod=problem.mod, cu_seqlens=cu_seqlens
+        )
         opts = dict(causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale)
         return self.fn(q, k, v, **opts, **extra, **kwargs)
 
@@ -286,6 +312,8 @@ def _load_builtins() -> None:
         "chunked",
         "chunked_compiled",
         "sdpa",
+        "sdpa_packed",
+        "varlen_attn",
         "flex",
         "xformers_mea",
         "hf",  # transformers' attention functions, when it is installed

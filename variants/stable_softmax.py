@@ -17,17 +17,18 @@ from .mods import NONE, apply_mod
 from .registry import register
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64")
-# grouped k/v heads, lower-right causal, windows, score modifications
-_AXES = dict(gqa=True, lower_right=True, window=True, mods=("alibi", "softcap"))
+# grouped k/v heads, lower-right causal, windows, score modifications, packed batches (one T x T score matrix
+# under the block-diagonal mask)
+_AXES = dict(gqa=True, lower_right=True, window=True, mods=("alibi", "softcap"), varlen="masked")
 
 
-def _scores(q, k, causal, key_lengths, scale, causal_align, window, mod):
+def _scores(q, k, causal, key_lengths, scale, causal_align, window, mod, cu_seqlens=None):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = grouped.scores(q, k) * scale  # (B, H, N_q, N_k)
     scores = apply_mod(scores, mod, causal=causal, causal_align=causal_align)  # before the masks
     mask = attention_mask(
         q.shape[-2], k.shape[-2], causal=causal, key_lengths=key_lengths, device=q.device,
-        causal_align=causal_align, window=window,
+        causal_align=causal_align, window=window, cu_seqlens=cu_seqlens,
     )  # fmt: skip
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -43,9 +44,9 @@ def _scores(q, k, causal, key_lengths, scale, causal_align, window, mod):
 )
 def stable_softmax(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,
-    mod=NONE,
+    mod=NONE, cu_seqlens=None,
 ):  # fmt: skip
-    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window, mod)
+    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window, mod, cu_seqlens)
     row_max = scores.amax(dim=-1, keepdim=True)  # (B, H, N_q, 1)
     row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)  # fully masked row: exp(-inf - 0) = 0
     e = torch.exp(scores - row_max)
@@ -66,9 +67,9 @@ def stable_softmax(
 )
 def unstable_softmax(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,
-    mod=NONE,
+    mod=NONE, cu_seqlens=None,
 ):  # fmt: skip
-    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window, mod)
+    scores = _scores(q, k, causal, key_lengths, scale, causal_align, window, mod, cu_seqlens)
     e = torch.exp(scores)  # overflows to inf for large logits
     weights = e / e.sum(dim=-1, keepdim=True)
     if dropout_p > 0:

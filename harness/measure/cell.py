@@ -39,6 +39,7 @@ from attnbench.harness.measure.failures import failure
 from attnbench.harness.measure.inputs import (
     InputCache,
     call_options,
+    cu_seqlens,
     gate_axes,
     handed,
     make_inputs,
@@ -52,11 +53,11 @@ from attnbench.harness.measure.outcomes import (
     mutation,
     retains,
 )
-from attnbench.harness.measure.rows import finish, start_row
+from attnbench.harness.measure.rows import executed_flops, finish, start_row
 from attnbench.harness.measure.varied import Stale, varied_failure
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import gbps, summarize, tflops
+from attnbench.results.formulas import gbps, rate, summarize, tflops
 
 FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
 FRESH_SEED_OFFSET = 1  # the re-check's inputs: seed settings.seed + this, never the gated inputs' seed
@@ -217,7 +218,9 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     with torch.no_grad():
         out, first_ms = timing.timed_once(spec.device, fn, q, k, v, dropout_p=0.0, scale=None, **opts)
     contract.check_output(out, q, v)  # before the gate reads it: a tuple or a float64 answer is named as such
-    rows = correctness.sample_rows(spec.seq_len, settings.check_rows, seed=settings.seed)
+    rows = correctness.sample_rows(
+        spec.dims[1], settings.check_rows, seed=settings.seed, cu_seqlens=cu_seqlens(spec)
+    )
     pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
     gate = correctness.gate(
         out, pq, pk, pv, causal=spec.causal, key_lengths=pkl, rows=rows, ref=cache.reference(spec, rows),
@@ -228,7 +231,8 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     backward = spec.pass_ == "fwdbwd"
     changed = cache.changed(inputs)
     # a variant that writes into its inputs is wrong already; autograd would refuse its write into a leaf
-    scores = spec.batch * spec.heads * spec.seq_len * spec.seq_k
+    b, n_q, n_k = spec.dims
+    scores = b * spec.heads * n_q * n_k
     if backward and not changed and scores <= settings.grad_check_elems:
         grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
         changed = cache.changed(inputs)
@@ -277,8 +281,8 @@ def fresh_inputs(spec: CellSpec, settings: Settings):
     seed = settings.seed + FRESH_SEED_OFFSET
     q, k, v, kl = make_inputs(spec, seed)
     n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
-    rows = correctness.sample_rows(spec.seq_len, n_rows, seed=seed)
     opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
+    rows = correctness.sample_rows(spec.dims[1], n_rows, seed=seed, cu_seqlens=opts["cu_seqlens"])
     return (q, k, v, kl), rows, correctness.reference(q, k, v, rows=rows, **opts), opts
 
 
@@ -476,6 +480,7 @@ def measure_cell(
         reason = variant.check(spec.problem())
         if reason:
             return finish(row, "unsupported", reason)
+    row["executed_flops"] = executed_flops(spec, variant.cap.varlen)
     cache = cache or InputCache()
     held_ready: list[Prepared] = []  # the first visit's Prepared, for failure() to read
     try:
@@ -490,6 +495,8 @@ def measure_cell(
             visit_samples=[len(m.samples_ms)],
             stop_reason=m.stop_reason,
             tflops=tflops(row["flops"], m.median),
+            executed_tflops=tflops(row["executed_flops"], m.median),
+            tokens_per_s=rate(spec.batch * spec.seq_len, m.median),  # query tokens (a pack's T)
             kv_gbps=gbps(row["kv_bytes"], m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )

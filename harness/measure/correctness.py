@@ -43,8 +43,9 @@ REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores pe
 
 
 def key_interval(
-    rows: torch.Tensor, n_q: int, n_k: int, *, causal: bool, causal_align: str = "top-left", window: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
+    rows: torch.Tensor, n_q: int, n_k: int, *, causal: bool, causal_align: str = "top-left", window: int = 0,
+    cu_seqlens=None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(lo, hi): query row i may see exactly the keys lo_i <= j <= hi_i (before key padding), by the rules
     in this module's docstring. rows: 1-D query indices."""
     if causal_align not in ("top-left", "lower-right"):
@@ -54,12 +55,16 @@ def key_interval(
     t = rows + (n_k - n_q if causal and causal_align == "lower-right" else 0)  # the diagonal key of row i
     hi = torch.clamp(t, max=n_k - 1) if causal else torch.full_like(rows, n_k - 1)
     lo = torch.clamp(t - window + 1, min=0) if window else torch.zeros_like(rows)
+    if cu_seqlens is not None:  # a packed batch: only the keys of the row's own sequence
+        cu = cu_seqlens.to(device=rows.device, dtype=rows.dtype)
+        seq = torch.searchsorted(cu[1:], rows, right=True)
+        lo, hi = torch.maximum(lo, cu[seq]), torch.minimum(hi, cu[seq + 1] - 1)
     return lo, hi
 
 
 def reference(
     q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0,
-    mod=NONE,
+    mod=NONE, cu_seqlens=None,
 ) -> torch.Tensor:  # fmt: skip
     """float64 attention, computed in query-row blocks so its memory stays bounded.
 
@@ -69,25 +74,26 @@ def reference(
     """
     return _weighted(
         q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=1,
-        causal_align=causal_align, window=window, mod=mod,
+        causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens,
     )  # fmt: skip
 
 
 def second_moment(
     q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0,
-    mod=NONE,
+    mod=NONE, cu_seqlens=None,
 ) -> torch.Tensor:  # fmt: skip
     """sum_j P_ij^2 V_jc^2 in float64, shaped as `reference`: with dropout p (independent keeps of probability
     1 - p, kept weights scaled by 1/(1 - p)) the variance of output element (i, c) is p/(1 - p) times this."""
     return _weighted(
         q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=2,
-        causal_align=causal_align, window=window, mod=mod,
+        causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens,
     )  # fmt: skip
 
 
 def _weighted(
-    q, k, v, *, causal, key_lengths, scale, rows, power: int, causal_align: str, window: int, mod: str = NONE
-) -> torch.Tensor:
+    q, k, v, *, causal, key_lengths, scale, rows, power: int, causal_align: str, window: int, mod: str = NONE,
+    cu_seqlens=None,
+) -> torch.Tensor:  # fmt: skip
     """(P ** power) @ (V ** power) in float64, P the softmax weights, over query-row blocks."""
     q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
     b, h, n_q, d_k = q64.shape
@@ -110,7 +116,9 @@ def _weighted(
         ids = row_ids[start : start + block]
         s = torch.einsum("bhqd,bhkd->bhqk", q64[:, :, ids], k64) * scale
         s = apply_mod(s, mod, causal=causal, causal_align=causal_align, rows=ids, n_q=n_q)  # before masks
-        lo, hi = key_interval(ids, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
+        lo, hi = key_interval(
+            ids, n_q, n_k, causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens
+        )
         visible = keep & ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
         s = s.masked_fill(~visible, -math.inf)
         m = s.amax(-1, keepdim=True)
@@ -129,13 +137,15 @@ def _group(heads: int, kv_heads: int) -> int:
 
 
 def empty_rows(
-    n_q: int, key_lengths, *, n_k: int | None = None, causal=False, causal_align="top-left", window=0
-) -> torch.Tensor | None:
+    n_q: int, key_lengths, *, n_k: int | None = None, causal=False, causal_align="top-left", window=0,
+    cu_seqlens=None,
+) -> torch.Tensor | None:  # fmt: skip
     """(B or 1, 1, N_q, 1) bool: rows that see no key at all (see the module docstring), or None."""
     n_k = n_q if n_k is None else n_k
     lo, hi = key_interval(
-        torch.arange(n_q), n_q, n_k, causal=causal, causal_align=causal_align, window=window
-    )
+        torch.arange(n_q), n_q, n_k, causal=causal, causal_align=causal_align, window=window,
+        cu_seqlens=cu_seqlens,
+    )  # fmt: skip
     hi = hi[None, :]
     if key_lengths is not None:
         hi = torch.minimum(hi, key_lengths.cpu()[:, None] - 1)  # (B, N_q)
@@ -155,6 +165,7 @@ class GateResult:
     rows_checked: int
     grad_rel_err: float | None = None  # max over dq, dk, dv; None when gradients were not checked
     grad_passed: bool | None = None
+    where: str = ""  # a packed batch's failing gate: the sequence that errs most ("sequence 3 of 8, ...")
 
     @property
     def ok(self) -> bool:
@@ -164,7 +175,7 @@ class GateResult:
         text = f"rel_err {self.rel_err:.2e} (tol {self.tolerance:.0e}), max_abs_err {self.max_abs_err:.2e}"
         if self.grad_rel_err is not None:
             text += f", grad rel_err {self.grad_rel_err:.2e}"
-        return text
+        return f"{text}; worst: {self.where}" if self.where else text
 
 
 def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -193,13 +204,21 @@ def _masked_behaviour(out: torch.Tensor, empty: torch.Tensor | None, rows) -> st
     return "zeros" if bool((vals == 0).all()) else "other"
 
 
-def sample_rows(n_q: int, max_rows: int | None, *, seed: int = 0) -> torch.Tensor | None:
-    """None (all rows) when n_q <= max_rows, else a fixed random sample that keeps the first and last rows."""
+def sample_rows(n_q: int, max_rows: int | None, *, seed: int = 0, cu_seqlens=None) -> torch.Tensor | None:
+    """None (all rows) when n_q <= max_rows, else a fixed random sample that keeps the first and last rows;
+    in a packed batch (cu_seqlens) the first and last rows of every sequence."""
     if max_rows is None or n_q <= max_rows:
         return None
+    ends = [0, n_q - 1]
+    if cu_seqlens is not None:
+        cu = cu_seqlens.cpu().tolist()
+        ends = sorted({r for a, b in zip(cu, cu[1:], strict=False) if b > a for r in (a, b - 1)})
     g = torch.Generator().manual_seed(seed)
-    middle = torch.randperm(n_q - 2, generator=g)[: max_rows - 2] + 1
-    return torch.cat([torch.tensor([0, n_q - 1]), middle.sort().values])
+    kept = torch.ones(n_q, dtype=torch.bool)
+    kept[ends] = False
+    middle = torch.nonzero(kept).flatten()
+    middle = middle[torch.randperm(len(middle), generator=g)[: max(0, max_rows - len(ends))]]
+    return torch.cat([torch.tensor(ends), middle]).sort().values
 
 
 def gate(
@@ -216,14 +235,16 @@ def gate(
     causal_align: str = "top-left",
     window: int = 0,
     mod: str = NONE,
+    cu_seqlens=None,
 ) -> GateResult:
     """Compare an output already computed by a variant with the float64 reference (forward only).
 
-    ref: the reference for these inputs and rows, when the caller already has it.
+    ref: the reference for these inputs and rows, when the caller already has it. In a packed batch
+    (cu_seqlens) a failing gate names the sequence that errs most (GateResult.where).
     """
     dtype = str(q.dtype).removeprefix("torch.")
     tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
-    rules = dict(causal=causal, causal_align=causal_align, window=window)
+    rules = dict(causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens)
     if ref is None:
         ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules)
     got = out if rows is None else out[:, :, rows.to(out.device)]
@@ -234,6 +255,9 @@ def gate(
         keep = keep.expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
         got, ref = got[keep], ref[keep.to(ref.device)]
     max_abs, rel = _errors(got, ref)
+    where = ""
+    if cu_seqlens is not None and not rel <= tol:
+        where = worst_sequence(out, ref, rows, cu_seqlens)
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
@@ -241,12 +265,38 @@ def gate(
         passed=rel <= tol,
         masked_rows=masked,
         rows_checked=int(q.shape[2]) if rows is None else len(rows),  # the sample, empty rows among them
+        where=where,
     )
+
+
+def worst_sequence(out: torch.Tensor, ref: torch.Tensor, rows, cu_seqlens) -> str:
+    """Which sequence of a packed batch errs most against the reference (rows: the sampled query rows, or
+    None for all), as 'sequence 3 of 8 (rows 517..1023, 507 tokens): rel_err 1e+00' or '... non-finite'."""
+    cu = cu_seqlens.cpu().tolist()
+    ids = torch.arange(out.shape[2]) if rows is None else rows.cpu()
+    got = (out if rows is None else out[:, :, rows.to(out.device)]).detach().to(torch.float64).cpu()
+    ref = ref.cpu()
+    worst, text = -1.0, ""
+    for s, (a, b) in enumerate(zip(cu, cu[1:], strict=False)):
+        mine = (ids >= a) & (ids < b)
+        if not bool(mine.any()):
+            continue
+        o, r = got[:, :, mine], ref[:, :, mine]
+        finite = bool(torch.isfinite(o).all())
+        err = (
+            math.inf
+            if not finite
+            else float(torch.linalg.vector_norm(o - r)) / max(float(torch.linalg.vector_norm(r)), 1e-300)
+        )
+        if err > worst:
+            what = "non-finite (NaN or inf)" if not finite else f"rel_err {err:.1e}"
+            worst, text = err, f"sequence {s} of {len(cu) - 1} (rows {a}..{b - 1}, {b - a} tokens): {what}"
+    return text
 
 
 def grad_errors(
     variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
-    causal_align: str = "top-left", window: int = 0, mod: str = NONE,
+    causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None,
 ) -> float:  # fmt: skip
     """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO.
 
@@ -256,14 +306,14 @@ def grad_errors(
     implementation autograd accepts."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # clone keeps the layout
-    extra = extra_options(causal_align=causal_align, window=window, mod=mod)  # only those not at the default
+    extra = extra_options(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
     out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
     grads = _backward(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
     ref = _reference_autograd(
         *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
-        window=window, mod=mod,
+        window=window, mod=mod, cu_seqlens=cu_seqlens,
     )  # fmt: skip
     ref_grads = _backward(ref, ref_leaves, d_out)
     return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
@@ -277,7 +327,7 @@ def _backward(out: torch.Tensor, leaves: list[torch.Tensor], d_out: torch.Tensor
 
 
 def _reference_autograd(
-    q64, k64, v64, *, causal, key_lengths, scale, causal_align="top-left", window=0, mod=NONE
+    q64, k64, v64, *, causal, key_lengths, scale, causal_align="top-left", window=0, mod=NONE, cu_seqlens=None
 ):
     """The reference in one differentiable piece (no detach, no blocks) for gradient checks."""
     b, h, n_q, d_k = q64.shape
@@ -288,7 +338,9 @@ def _reference_autograd(
     s = (q64 @ k64.transpose(-2, -1)) * scale
     s = apply_mod(s, mod, causal=causal, causal_align=causal_align)  # before the masks
     rows = torch.arange(n_q, device=q64.device)
-    lo, hi = key_interval(rows, n_q, n_k, causal=causal, causal_align=causal_align, window=window)
+    lo, hi = key_interval(
+        rows, n_q, n_k, causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens
+    )
     j = torch.arange(n_k, device=q64.device)[None, :]
     visible = ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
     if key_lengths is not None:
@@ -318,14 +370,16 @@ def check(
     causal_align: str = "top-left",
     window: int = 0,
     mod: str = NONE,
+    cu_seqlens=None,
 ) -> GateResult:
     """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
-    window and mod reach the variant only when not at their default (variants.extra_options)."""
+    window, mod and cu_seqlens reach the variant only when not at their default (variants.extra_options)."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
-    axes = dict(causal_align=causal_align, window=window, mod=mod)
+    axes = dict(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
     with torch.no_grad():
         out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
-    result = gate(out, q, k, v, rows=sample_rows(q.shape[2], max_rows), **rules, **axes)
+    rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)
+    result = gate(out, q, k, v, rows=rows, **rules, **axes)
     if not backward:
         return result
     grad_rel = grad_errors(variant, q, k, v, **rules, **axes)

@@ -30,7 +30,8 @@ BLOCK_BUFFER_ELEMS = 256 * 512 * 3  # per (batch, head): a linear variant's scor
 
 def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | None = None) -> int:
     e = DTYPE_BYTES.get(spec.dtype, 4)
-    b, bh, n_q, n_k = spec.batch, spec.batch * spec.heads, spec.seq_len, spec.seq_k
+    b, n_q, n_k = spec.dims  # a packed batch: one sequence of T tokens (a masked variant's T x T scores)
+    bh = b * spec.heads
     scores = bh * n_q * n_k * e
     io = (bh * n_q + b * spec.kv_heads * n_k) * (spec.d_k + spec.d_v) * e
     backward = spec.pass_ == "fwdbwd"

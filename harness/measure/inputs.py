@@ -14,17 +14,19 @@ from attnbench.harness.measure.outcomes import INPUT_NAMES
 from attnbench.harness.measure.varied import Varied
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.variants import in_layout, torch_dtype
+from attnbench.variants.lengths import offsets
+from attnbench.variants.problem import extra_options
 
 
 def make_inputs(
     spec: CellSpec, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Seeded standard-normal q (B, H, N_q, d_k), k (B, H_kv, N_k, d_k), v (B, H_kv, N_k, d_v) and key lengths
-    (B,)."""
+    (B,); a packed batch's (variants.lengths) as one sequence of its T = B x N tokens, (1, H, T, d)."""
     device = torch.device(spec.device)
     g = torch.Generator(device=device).manual_seed(seed)
     dtype = torch_dtype(spec.dtype)
-    b, h, h_kv, n, n_k = spec.batch, spec.heads, spec.kv_heads, spec.seq_len, spec.seq_k
+    (b, n, n_k), h, h_kv = spec.dims, spec.heads, spec.kv_heads
     q = torch.randn(b, h, n, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
     k = torch.randn(b, h_kv, n_k, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
     v = torch.randn(b, h_kv, n_k, spec.d_v, generator=g, device=device, dtype=torch.float32).to(dtype)
@@ -87,13 +89,22 @@ class InputCache:
 
 def gate_axes(spec: CellSpec) -> dict[str, Any]:
     """The added axes' keywords of the float64 gate (correctness.reference, gate, grad_errors) for a cell."""
-    return {"causal_align": spec.causal_align, "window": spec.window, "mod": spec.mod}
+    axes = {"causal_align": spec.causal_align, "window": spec.window, "mod": spec.mod}
+    return {**axes, "cu_seqlens": cu_seqlens(spec)}
+
+
+def cu_seqlens(spec: CellSpec) -> torch.Tensor | None:
+    """A packed cell's sequence offsets, (B + 1,) int32 on its device (variants.lengths), else None."""
+    lengths = spec.seq_lens()
+    return None if lengths is None else torch.tensor(offsets(lengths), dtype=torch.int32, device=spec.device)
 
 
 def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
     """The keyword arguments a cell's variant is called with: causal and key_lengths, and the added axes
-    only when not at their default (CellSpec.options), so variants written before them keep working."""
-    return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options()}
+    only when not at their default (CellSpec.options; a packed cell's cu_seqlens, made here), so variants
+    written before them keep working."""
+    packed = extra_options(cu_seqlens=cu_seqlens(spec))
+    return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options(), **packed}
 
 
 def timed_call(fn, q, k, v, *, backward: bool, vary: int | None = None, **opts) -> Callable[[], None]:

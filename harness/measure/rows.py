@@ -14,7 +14,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import attention_flops, flops_formula, kv_bytes
+from attnbench.results.formulas import (
+    PASS_FACTOR,
+    attention_flops,
+    executed_pairs,
+    flops_formula,
+    kv_bytes,
+    packed_pairs,
+)
 
 
 def base_row(spec: CellSpec) -> dict[str, Any]:
@@ -44,8 +51,27 @@ def start_row(spec: CellSpec) -> dict[str, Any]:
         **axes,
     )
     row["flops_formula"] = flops_formula(causal=spec.causal, padded=lengths is not None, **axes)
+    seq_lens = spec.seq_lens()
+    if seq_lens is not None:  # a packed batch: the pairs of each sequence alone (results.formulas)
+        pairs = packed_pairs(seq_lens, causal=spec.causal, window=spec.window)
+        row["flops"] = flop_count(spec, pairs)
+        row["flops_formula"] = f"{row['flops_formula']} within each sequence"
+        row["seq_lens"] = seq_lens
     row["kv_bytes"] = kv_bytes(spec.batch, spec.kv_heads, spec.seq_k, spec.d_k, spec.d_v, spec.dtype)
     return row
+
+
+def flop_count(spec: CellSpec, pairs: int) -> int:
+    """FLOPs of one call of `spec` that attends `pairs` (query, key) pairs per query head."""
+    return int(2 * spec.heads * pairs * (spec.d_k + spec.d_v) * PASS_FACTOR[spec.pass_])
+
+
+def executed_flops(spec: CellSpec, work: str) -> int | None:
+    """What a kernel whose capability's `varlen` is `work` computes for a packed cell (None otherwise)."""
+    seq_lens = spec.seq_lens()
+    if seq_lens is None or not work:
+        return None
+    return flop_count(spec, executed_pairs(seq_lens, causal=spec.causal, work=work, window=spec.window))
 
 
 def finish(row: dict[str, Any], status: str, message: str = "", **fields: Any) -> dict[str, Any]:

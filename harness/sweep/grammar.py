@@ -18,6 +18,7 @@ from typing import Any
 
 from attnbench.harness.sweep.models import MODELS, model
 from attnbench.results.axes import Axis
+from attnbench.variants.lengths import parse_lengths
 from attnbench.variants.mods import parse_mod
 from attnbench.variants.problem import DTYPES
 
@@ -146,6 +147,10 @@ def _words(name: str, parts: Iterable[Any], words: Mapping[str, tuple], *, stric
     return tuple(out)
 
 
+def parse_patterns(name: str, text: str) -> tuple[str, ...]:
+    return tuple(split(text))  # each checked (and made canonical) by variants.lengths.parse_lengths
+
+
 def parse_mods(name: str, text: str) -> tuple[str, ...]:
     return tuple(split(text))  # each checked (and made canonical) by variants.mods.parse_mod
 
@@ -246,6 +251,17 @@ def check_mods(name: str, values: tuple) -> tuple:
     return tuple(out)
 
 
+def check_patterns(name: str, values: tuple) -> tuple:
+    out = []
+    for p in values:
+        try:
+            out.append(parse_lengths(p))  # canonical text: one cell_id per meaning
+        except ValueError as exc:  # "lengths must be ...": named as the front end names it
+            text = str(exc)
+            raise ValueError(name + text[7:] if text.startswith("lengths") else f"{name}: {text}") from None
+    return tuple(out)
+
+
 def _causal_text(value: Any) -> str:
     return {False: "no", True: "yes"}.get(value, str(value)) if isinstance(value, bool) else str(value)
 
@@ -262,6 +278,7 @@ GRAMMARS: dict[str, Grammar] = {
     "passes": Grammar(parse_words(PASS_WORDS), check_passes),
     "window": Grammar(parse_window, check_window, unique=False),
     "mods": Grammar(parse_mods, check_mods),
+    "patterns": Grammar(parse_patterns, check_patterns),
     "models": Grammar(parse_names, check_models, choices=tuple(MODELS)),
 }
 

@@ -18,6 +18,7 @@ from attnbench.harness.sweep.grammar import LOWER_RIGHT, check_axis
 from attnbench.harness.sweep.models import MODEL_AXES, ModelShape, model, refuse_shape_beside_models
 from attnbench.harness.sweep.settings import REMOVED_OPTIONS, Settings
 from attnbench.results.axes import AXES, IDENTITY, SWEEP_AXES, cell_id
+from attnbench.variants.lengths import check_holds, draw_lengths
 from attnbench.variants.mods import parse_mod
 from attnbench.variants.problem import Problem, extra_options
 
@@ -67,6 +68,18 @@ class _Cell:
     def problem(self) -> Problem:
         """What its variant's capability check sees: the cell's axes, under their own names."""
         return Problem(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Problem)})
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        """(B, N_q, N_k) of the tensors a variant is handed: a packed batch is one sequence of its T = B x N
+        tokens (variants.lengths)."""
+        if self.lengths == "none":
+            return self.batch, self.seq_len, self.seq_k
+        return 1, self.batch * self.seq_len, self.batch * self.seq_k
+
+    def seq_lens(self) -> list[int] | None:
+        """A packed batch's sequence lengths (variants.lengths: seeded by the pattern, B and N), or None."""
+        return None if self.lengths == "none" else draw_lengths(self.lengths, self.batch, self.seq_len)
 
     def key_lengths(self) -> list[int] | None:
         """Valid keys per batch element: element b keeps N_k - round(p * N_k * (b + 1) / B), at least 1."""
@@ -160,12 +173,37 @@ class _Sweep:
             default = {a.name: a.default for a in SWEEP_AXES}
             given = [a for a in MODEL_AXES if getattr(self, a) != default[a]]
             refuse_shape_beside_models(given)
+        self._check_packed()
         if self.settings.timing != "auto" and "cuda" not in self.devices:
             raise ValueError(
                 f"timing {self.settings.timing!r} chooses how CUDA cells are timed, but the sweep has no "
                 "cuda device: CPU cells are always timed with perf_counter; drop --timing or add --device "
                 "cuda"
             )
+
+    def _check_packed(self) -> None:
+        """A packed batch (--lengths) is self-attention over whole sequences: its own pattern's lengths, no
+        key padding, no separate key length, no positional mod or dropout; and its lengths must hold B x N."""
+        packed = [p for p in self.lengths if p != "none"]
+        if not packed:
+            return
+        clash = [
+            flag
+            for flag, given in (
+                ("--padding", any(self.padding)),
+                ("--seq-k", bool(self.seq_k)),
+                ("--mod", any(m != "none" for m in self.mod)),
+                ("--dropout", any(self.dropout)),
+            )
+            if given
+        ]
+        if clash:
+            raise ValueError(
+                f"lengths {packed[0]} packs whole sequences of their own lengths; it does not go with "
+                f"{clash[0]} (give --lengths none for that)"
+            )
+        for pattern, batch, n in itertools.product(packed, self.batch, self.seq_len):
+            check_holds(pattern, batch, n)
 
     def models(self) -> list[ModelShape]:
         """The records of harness.sweep.models the sweep names, in its order."""

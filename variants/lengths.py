@@ -1,0 +1,125 @@
+"""Packed variable-length batches (the `lengths` axis): B sequences of different lengths, one after another
+in one (1, H, T, d) tensor, as serving and training stacks pack them.
+
+A cell's `batch` is B, its `seq_len` N the mean length: every pattern holds the total T = B * N fixed, so
+the times of one (B, N) compare across patterns (FlashAttention-4's varlen benchmark does the same).
+
+  none        not packed: B sequences of one length N in a (B, H, N, d) batch (every cell before this axis)
+  constant    packed, every sequence N long
+  uniform     lengths drawn from U(0, 2N], then scaled to T
+  bimodal     a quarter of the sequences about 2.5 N long, the rest about N / 2 (jittered by 10%)
+  longtail    log-normal (sigma 1.5) lengths: most short, a few long
+  NAME:MAX    any pattern with its longest sequence at most MAX tokens (default 4 N, and N for constant)
+
+The draw is seeded by the pattern, B and N, so a cell's lengths are the same on every machine and every
+run; its row stores them (`seq_lens`). Each length is at least 1 and at most MAX, and they sum to T exactly.
+
+A variant that takes packed batches (its capability's `varlen`) is handed q (1, H, T, d_k), k and v
+(1, H_kv, T, d) and `cu_seqlens`, the (B + 1,) int32 offsets of the sequences (FlashAttention's and
+torch's varlen convention: sequence b holds rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1). Query row i sees
+the keys of its own sequence only (with causal masking, those up to its own position). It returns
+(1, H, T, d_v).
+"""
+
+from __future__ import annotations
+
+import random
+
+NONE = "none"
+PATTERNS = ("constant", "uniform", "bimodal", "longtail")
+CAP_FACTOR = 4  # the default longest sequence, in mean lengths
+
+
+def parse_lengths(text: str) -> str:
+    """'none', a pattern, or 'pattern:MAX' (MAX a positive integer) -> its canonical text; ValueError naming
+    what is wrong."""
+    word = str(text).strip().lower()
+    if word == NONE:
+        return word
+    kind, colon, cap = word.partition(":")
+    if kind not in PATTERNS:
+        raise ValueError(f"lengths must be none or one of {', '.join(PATTERNS)} (as uniform or uniform:MAX), "
+                         f"got {text!r}")  # fmt: skip
+    if not colon:
+        return kind
+    if not cap.isdigit() or int(cap) < 1:
+        raise ValueError(
+            f"lengths {kind}:MAX needs MAX, the longest sequence, a positive integer, got {text!r}"
+        )
+    return f"{kind}:{int(cap)}"
+
+
+def pattern_cap(pattern: str, mean: int) -> int:
+    """The longest sequence `pattern` allows at mean length `mean`."""
+    kind, _, cap = pattern.partition(":")
+    if cap:
+        return int(cap)
+    return mean if kind == "constant" else CAP_FACTOR * mean
+
+
+def check_holds(pattern: str, batch: int, mean: int) -> None:
+    """ValueError when `pattern`'s longest sequence cannot hold batch * mean tokens in `batch` sequences."""
+    cap = pattern_cap(pattern, mean)
+    if cap * batch < batch * mean:
+        raise ValueError(
+            f"lengths {pattern}: {batch} sequences of at most {cap} tokens cannot hold the "
+            f"{batch * mean} tokens of batch {batch} x seq-len {mean}"
+        )
+
+
+def draw_lengths(pattern: str, batch: int, mean: int) -> list[int]:
+    """The `batch` sequence lengths of `pattern` at mean length `mean`: seeded by the three, at least 1 and
+    at most the pattern's cap each, summing to batch * mean."""
+    pattern = parse_lengths(pattern)
+    if pattern == NONE:
+        raise ValueError("lengths none is not packed: it has no sequence lengths")
+    check_holds(pattern, batch, mean)
+    kind = pattern.partition(":")[0]
+    rng = random.Random(f"{kind}|{batch}|{mean}")
+    weights = [_weight(kind, rng) for _ in range(batch)]
+    return _fit(weights, batch * mean, pattern_cap(pattern, mean))
+
+
+def _weight(kind: str, rng: random.Random) -> float:
+    if kind == "constant":
+        return 1.0
+    if kind == "uniform":
+        return 1.0 - rng.random()  # (0, 1]
+    if kind == "bimodal":
+        return (2.5 if rng.random() < 0.25 else 0.5) * rng.uniform(0.9, 1.1)
+    return rng.lognormvariate(0.0, 1.5)  # longtail
+
+
+def _fit(weights: list[float], total: int, cap: int) -> list[int]:
+    """Integers proportional to `weights`, each in [1, cap], summing to `total` (water-filling: the ones
+    that hit a bound are fixed there and the rest scaled again)."""
+    n = len(weights)
+    fixed: dict[int, float] = {}
+    while True:
+        free = [i for i in range(n) if i not in fixed]
+        left = total - sum(fixed.values())
+        scale = left / sum(weights[i] for i in free)
+        over = {i: float(cap) for i in free if weights[i] * scale > cap}
+        under = {i: 1.0 for i in free if weights[i] * scale < 1}
+        if not over and not under:
+            break
+        fixed.update(over or under)  # the cap first: freeing room can only lift the others
+    exact = [fixed.get(i, weights[i] * scale) for i in range(n)]
+    out = [int(x) for x in exact]
+    short = total - sum(out)
+    by_remainder = sorted(range(n), key=lambda i: exact[i] - out[i], reverse=True)
+    for i in by_remainder:
+        if short == 0:
+            break
+        if out[i] < cap:
+            out[i] += 1
+            short -= 1
+    return out
+
+
+def offsets(lengths: list[int]) -> list[int]:
+    """cu_seqlens: [0, L_0, L_0 + L_1, ..., T]."""
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + n)
+    return out
