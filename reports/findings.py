@@ -19,7 +19,7 @@ from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
 from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
-from .panels import energy
+from .panels import energy, varlen
 from .style import variant_order
 from .tables import GROUP_AXES, best_variant, flag_mask, groups, length_axis, ok_rows, panels, present
 
@@ -350,6 +350,9 @@ def build(
                 sentences.append(joules)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
+        packed = varlen.sentences(group)  # packed variable-length cells: per pattern, across its panels
+        if packed:
+            out.append(PanelFindings(f"{head(gkey, group)} · packed variable-length batches", tuple(packed)))
     return Findings(tuple(out), trust_sentences(df, run_dirs))
 
 

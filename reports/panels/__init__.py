@@ -1,14 +1,16 @@
 """A report's workload panels (issue 11), one module each: decode, grouped-query attention, sliding window,
-and energy per call (a run made with --energy).
+packed variable-length batches (useful against executed TFLOP/s per length pattern: the padding tax), and
+energy per call (a run made with --energy).
 
 A panel owns its rows, its numbers, its figures and the blocks it adds to the page, and shows only where a
 run has such cells. render.py calls each through the same function, `section(df, metas, out)`, in PANELS'
 order: a section.Section, its blocks among the figures and among the tables apart. Every group key comes
-from tables.COMBO_AXES, so an axis added there is held fixed here too.
+from tables.COMBO_AXES, so an axis added there is held fixed here too (varlen leaves out `lengths`: its
+patterns are the bars it sets side by side).
 """
 
 from __future__ import annotations
 
-from . import decode, energy, gqa, window
+from . import decode, energy, gqa, varlen, window
 
-PANELS = (decode, gqa, window, energy)  # in page order
+PANELS = (decode, gqa, window, varlen, energy)  # in page order

@@ -1,0 +1,186 @@
+"""The packed variable-length panel (issue 39): useful and executed TFLOP/s per length pattern, the padding
+tax in its table and its findings, and nothing at all in a run without packed cells."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import synthetic
+
+from attnbench.reports.panels import varlen
+from attnbench.reports.render import prepare, render
+from attnbench.results.formulas import attention_flops
+
+B, N, H, D = 8, 512, 8, 64
+LENGTHS = {  # every pattern holds T = B · N = 4,096 tokens
+    "constant": [512] * 8,
+    "uniform": [128, 256, 384, 512, 640, 768, 896, 512],
+    "longtail": [100] * 7 + [3396],
+}
+# executed FLOP/s of each kernel, and what it executes: the padded kernel B · max L² pairs, the masked dense
+# kernel T², the loop over the sequences only the useful pairs. Fastest: padded on constant lengths, the loop
+# on uniform ones, the masked kernel on longtail ones (where padding to 3,396 costs 8x the useful work)
+RATES = {"sdpa_padded": 2e12, "sdpa_masked": 2e12, "sdpa_loop": 1e12}
+FASTEST = {"constant": "sdpa_padded", "uniform": "sdpa_loop", "longtail": "sdpa_masked"}
+
+
+def _flops(batch: int, n: int) -> int:
+    return attention_flops(batch, H, n, n, D, D, causal=False)
+
+
+def _executed(variant: str, lens: list[int]) -> int:
+    if variant == "sdpa_padded":
+        return _flops(len(lens), max(lens))
+    if variant == "sdpa_masked":
+        return _flops(1, sum(lens))
+    return sum(_flops(1, n) for n in lens)
+
+
+def packed_rows(seq_lens_as_text: bool = False) -> list[dict]:
+    """3 variants × 3 patterns at B = 8, mean N = 512: flops from the real lengths, executed_flops per
+    kernel."""
+    rows = []
+    for pattern, lens in LENGTHS.items():
+        useful = sum(_flops(1, n) for n in lens)
+        for variant, rate in RATES.items():
+            executed = _executed(variant, lens)
+            t = executed / rate * 1e3
+            row = synthetic.cell(variant, N, batch=B, heads=H, d_k=D, time_ms=t)
+            row.update(cell_id=f"{row['cell_id']}-{pattern}", lengths=pattern, executed_flops=executed,
+                       flops=useful, tflops=useful / (row["time_ms_median"] * 1e-3) / 1e12,
+                       seq_lens=json.dumps(lens) if seq_lens_as_text else lens)  # fmt: skip
+            rows.append(row)
+    return rows
+
+
+def plain_rows() -> list[dict]:
+    """Ordinary cells beside the packed ones: lengths 'none'."""
+    return [
+        {**synthetic.cell(v, n, batch=B, heads=H, d_k=D, time_ms=1e-3 * n), "lengths": "none"}
+        for v in ("naive", "chunked")
+        for n in (256, 512)
+    ]
+
+
+def _inputs(tmp_path, rows):
+    """The report's inputs, with the packed columns the loader does not know yet put back by cell_id (as
+    the loader will give them once `lengths` is an axis)."""
+    import pandas as pd
+
+    inputs = prepare([synthetic.write_run(tmp_path / "run", rows, peak_tflops=100.0)])
+    extra = pd.DataFrame(rows).set_index("cell_id")
+    for col in ("lengths", "seq_lens", "executed_flops", "flops", "tflops"):
+        if col in extra.columns:
+            inputs.df[col] = inputs.df["cell_id"].map(extra[col])
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("varlen")
+    inputs = _inputs(tmp, packed_rows() + plain_rows())
+    return render(inputs, tmp / "out"), inputs.df
+
+
+def _table(md: str) -> dict[tuple[str, str], list[str]]:
+    """The padding-tax table's rows by (variant, pattern)."""
+    part = md.split("## Packed variable-length batches: the padding tax")[1]
+    out = {}
+    for line in part.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| sdpa\\_") and len(cells) == 10:
+            out[(cells[0].replace("\\_", "_"), cells[1])] = cells
+    return out
+
+
+def test_the_figure_and_its_data_are_written(report):
+    import pandas as pd
+
+    rep, _ = report
+    [fig] = [f for f in rep.figures if f.stem.startswith("varlen-")]
+    assert fig.stem == "varlen-cpu-float32-fwd"
+    for name in (fig.png, fig.svg):
+        assert (rep.out_dir / name).stat().st_size > 10_000
+    data = pd.read_csv(rep.out_dir / fig.csv)
+    assert len(data) == 9 and set(data["pattern"]) == set(LENGTHS)
+    assert data["useful_tflops"].to_numpy() == pytest.approx(
+        (data["flops"] / data["time_ms_median"] / 1e9).to_numpy()
+    )
+    assert data["tax"].to_numpy() == pytest.approx((data["executed_flops"] / data["flops"]).to_numpy())
+    assert [json.loads(s) for s in data[data["variant"] == "sdpa_loop"]["seq_lens"]] == list(LENGTHS.values())
+    md = rep.readme.read_text()
+    assert "## Packed variable-length batches: useful TFLOP/s per length pattern" in md
+    assert "](varlen-cpu-float32-fwd.png)" in md
+
+
+def test_the_table_has_every_cell_and_its_padding_tax(report):
+    rep, df = report
+    table = _table(rep.readme.read_text())
+    assert len(table) == 9
+    for pattern, lens in LENGTHS.items():
+        useful = sum(_flops(1, n) for n in lens)
+        for variant in RATES:
+            cells = table[(variant, pattern)]
+            row = df[(df["variant"] == variant) & (df["lengths"] == pattern)].iloc[0]
+            t = float(row["time_ms_median"])
+            assert cells[2:5] == ["8", "512", f"{max(lens):,}"]
+            assert float(cells[5]) == pytest.approx(useful / t / 1e9, rel=5e-3)
+            assert float(cells[6]) == pytest.approx(_executed(variant, lens) / t / 1e9, rel=5e-3)
+            assert cells[7] == f"{_executed(variant, lens) / useful:.2f}×"  # executed / useful
+    assert table[("sdpa_padded", "longtail")][7] == "7.95×" and table[("sdpa_loop", "uniform")][7] == "1.00×"
+    # patterns in their order, whatever the rows' order
+    order = [k[1] for k in table]
+    assert order == sorted(order, key=list(LENGTHS).index)
+
+
+def test_findings_name_the_fastest_per_pattern_and_the_padding_tax(report):
+    rep, _ = report
+    [found] = [p for p in rep.findings.panels if p.title.endswith("packed variable-length batches")]
+    assert len(found.sentences) == 3
+    maxes = {p: f"{max(lens):,}" for p, lens in LENGTHS.items()}
+    for sentence, (pattern, best) in zip(found.sentences, FASTEST.items(), strict=True):
+        assert sentence.startswith(
+            f"On {pattern} lengths (B=8, mean N=512, max L={maxes[pattern]}) {best} is fastest at "
+        ), sentence
+    assert re.search(
+        r"sdpa_padded executes 8\.0× the useful work and runs at 0\.1\d× the useful TFLOP/s of "
+        r"sdpa_masked\.$",
+        found.sentences[2],
+    ), found.sentences[2]
+    # constant lengths: no padding, but a block-diagonal mask over the whole batch still computes T² pairs
+    tail = "sdpa_masked executes 8.0× the useful work and runs at 0.13× the useful TFLOP/s of sdpa_padded."
+    assert found.sentences[0].endswith(tail)
+    assert "packed variable-length batches" in rep.readme.read_text()
+
+
+def test_seq_lens_as_json_text_give_the_same_numbers():
+    import pandas as pd
+
+    as_list = varlen.varlen_rates(pd.DataFrame(packed_rows()))
+    as_text = varlen.varlen_rates(pd.DataFrame(packed_rows(seq_lens_as_text=True)))
+    assert list(as_text["max_len"]) == list(as_list["max_len"]) and set(as_list["tokens"]) == {B * N}
+    assert varlen.seq_lens_of("[1, 2]") == [1, 2] and varlen.seq_lens_of(None) is None
+
+
+def test_patterns_in_their_order_with_caps_and_others_last():
+    names = ["weird", "longtail", "uniform:2048", "bimodal", "uniform", "constant", "uniform:512"]
+    assert varlen.pattern_order(names) == [
+        "constant", "uniform", "uniform:512", "uniform:2048", "bimodal", "longtail", "weird",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("column", ["none", "missing"])
+def test_a_run_without_packed_cells_adds_nothing(tmp_path, column):
+    import pandas as pd
+
+    rows = plain_rows() if column == "none" else [{k: v for k, v in r.items() if k != "lengths"}
+                                                  for r in plain_rows()]  # fmt: skip
+    df = pd.DataFrame(rows)
+    assert varlen.section(df, {"synthetic": {}}, tmp_path).figures == []
+    assert varlen.sentences(df) == []
+    rep = render(_inputs(tmp_path, rows), tmp_path / "out")
+    assert not list(rep.out_dir.glob("varlen-*"))
+    assert "Packed variable-length" not in rep.readme.read_text()
+    assert not [p for p in rep.findings.panels if "packed" in p.title]
