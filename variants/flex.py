@@ -317,6 +317,7 @@ class _Plan:
     padding: bool  # the call's key_lengths complete the mask (a mask_mod per call)
     score_mod: Callable[..., Any] | None
     gqa: bool
+    packed: bool = False  # a packed batch: the structure holds its sequences (variants.lengths)
 
     @property
     def dynamic(self) -> bool:
@@ -326,8 +327,7 @@ class _Plan:
         # a packed batch's mask_mod indexes its rows' sequence: torch 2.13's CPU template, compiled with
         # symbolic sizes, emits C++ that does not compile with it and causal masking ("cur_kvSplitSize7 was
         # not declared"); compiled for its shape it runs
-        packed = self.key[-1] is not None
-        return self.key[0] == "cpu" and self.score_mod is None and not self.padding and not packed
+        return self.key[0] == "cpu" and self.score_mod is None and not self.padding and not self.packed
 
     def __call__(self, q, k, v, key_lengths, scale):
         block_mask = self.block_mask
@@ -401,6 +401,7 @@ def _plan(
         padding=padding,
         score_mod=_score_mod(mod, q.shape[1], n_q, n_k, causal, causal_align),
         gqa=k.shape[1] != q.shape[1],
+        packed=key[-1] is not None,
     )
     _PLANS[key] = plan
     return plan

@@ -26,6 +26,9 @@ from __future__ import annotations
 import random
 
 NONE = "none"
+PACKED_ONLY = (
+    "runs packed variable-length batches only (--lengths PATTERN)"  # a packed-only variant's refusal
+)
 PATTERNS = ("constant", "uniform", "bimodal", "longtail")
 CAP_FACTOR = 4  # the default longest sequence, in mean lengths
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .lengths import PACKED_ONLY
 from .masks import causal_mask
 from .registry import register
 
 
 def _packed_only(p) -> str | None:
-    return None if p.packed else "runs packed variable-length batches only (--lengths PATTERN)"
+    return None if p.packed else PACKED_ONLY
 
 
 # not in default sweeps: they answer only packed cells

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 
+from .lengths import PACKED_ONLY
 from .problem import Problem
 from .registry import register
 
@@ -34,7 +35,7 @@ def _available(device: str) -> str | None:
 
 def _supports(p: Problem) -> str | None:
     if not p.packed:
-        return "runs packed variable-length batches only (--lengths PATTERN)"
+        return PACKED_ONLY
     if p.gqa and "enable_gqa" not in inspect.signature(_varlen()).parameters:
         return "this torch's varlen_attn has no enable_gqa"
     if p.window and "window_size" not in inspect.signature(_varlen()).parameters:

@@ -20,6 +20,7 @@ from attnbench.harness.sweep.sweeps import build_sweep, cell_given
 from attnbench.results.axes import CELL_AXES, cell_id
 from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes
 from attnbench.variants import Capability, Problem, Variant
+from attnbench.variants.lengths import PACKED_ONLY
 
 OLD_ID = "naive|cpu|float32|b2|h4|n128|dk64|dv32|causal|pad0.25|fwdbwd"
 
@@ -198,6 +199,15 @@ GATE_CASES = {  # name -> (heads, kv_heads, N_q, N_k, options)
     "prefill-window": (4, 2, 37, 37, dict(causal=True, window=5)),
     "more-queries-lower-right": (4, 4, 37, 3, dict(causal=True, causal_align="lower-right")),
     "top-left-window-padding": (4, 2, 37, 20, dict(causal=True, window=6, key_lengths=torch.tensor([20, 9]))),
+    # packed batches (variants.lengths): one (1, H, T, d) pack of sequences 5, 1, 12 and 19 long
+    "packed-gqa": (4, 2, 37, 37, dict(causal=False, cu_seqlens=torch.tensor([0, 5, 6, 18, 37]))),
+    "packed-causal-window": (
+        4,
+        4,
+        37,
+        37,
+        dict(causal=True, window=4, cu_seqlens=torch.tensor([0, 5, 6, 18, 37])),
+    ),
 }
 
 
@@ -209,6 +219,7 @@ def _problem(q, k, v, opts, backward):
         padding=0.25 if opts.get("key_lengths") is not None else 0.0, pass_="fwdbwd" if backward else "fwd",
         kv_heads=k.shape[1],
         causal_align=opts.get("causal_align", "top-left"), window=opts.get("window", 0),
+        lengths="packed" if opts.get("cu_seqlens") is not None else "none",
     )  # fmt: skip
 
 
@@ -216,14 +227,20 @@ def _problem(q, k, v, opts, backward):
 @pytest.mark.parametrize("name", CPU_VARIANTS)
 def test_every_builtin_variant_passes_the_gate_or_says_why_not(name, case):
     h, h_kv, n_q, n_k, opts = GATE_CASES[case]
-    q, k, v = _qkv(h=h, h_kv=h_kv, n_q=n_q, n_k=n_k, d_k=16, d_v=16, dtype=torch.float32)
+    packed = opts.get("cu_seqlens") is not None
+    q, k, v = _qkv(
+        b=1 if packed else 2, h=h, h_kv=h_kv, n_q=n_q, n_k=n_k, d_k=16, d_v=16, dtype=torch.float32
+    )
     var = variants.get(name)
     reason = var.check(_problem(q, k, v, opts, backward=var.cap.backward))
     cap = var.cap
     declared = (cap.gqa or h_kv == h) and (cap.lower_right or opts.get("causal_align") is None)
-    declared = declared and (cap.window or not opts.get("window"))
+    declared = declared and (cap.window or not opts.get("window")) and (cap.varlen or not packed)
+    declared = declared and (cap.padding or opts.get("key_lengths") is None)
     if not declared:  # a variant is never handed what it did not declare: a readable reason instead
         assert reason and name in reason
+        return
+    if reason == PACKED_ONLY and not packed:  # sdpa_padded, sdpa_loop: a pack or nothing
         return
     assert reason is None, reason
     # unstable_softmax (default=False, the numerics demo) returns NaN in rows that see no key, by design:
@@ -236,7 +253,7 @@ def test_every_builtin_variant_passes_the_gate_or_says_why_not(name, case):
 
 
 def _rules(opts):
-    return {a: opts[a] for a in ("causal", "causal_align", "window") if a in opts}
+    return {a: opts[a] for a in ("causal", "causal_align", "window", "cu_seqlens") if a in opts}
 
 
 @pytest.mark.parametrize("window", [0, 3, 8])

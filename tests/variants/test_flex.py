@@ -174,6 +174,8 @@ def test_only_cpu_plans_without_a_mod_or_padding_compile_with_symbolic_sizes():
     assert plan("cpu").dynamic
     assert not plan("cpu", padding=True).dynamic and not plan("cpu", score_mod=lambda s, *i: s).dynamic
     assert not plan("cuda:0").dynamic and not plan("cuda:1").dynamic
+    packed = flex_mod._Plan(plan("cpu").key, None, None, False, None, False, packed=True)
+    assert not packed.dynamic  # torch 2.13's CPU template does not compile a packed causal mask symbolically
 
 
 def test_cpu_backward_is_unsupported_with_torchs_reason():
