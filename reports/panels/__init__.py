@@ -1,5 +1,6 @@
 """A report's workload panels (issue 11), one module each: decode, grouped-query attention, sliding window,
-and energy per call (a run made with --energy).
+energy per call (a run made with --energy), and speed against accuracy (TFLOP/s against rel_err to float64,
+one point per variant and dtype; every run with an ok cell whose error is finite).
 
 A panel owns its rows, its numbers, its figures and the blocks it adds to the page, and shows only where a
 run has such cells. render.py calls each through the same function, `section(df, metas, out)`, in PANELS'
@@ -9,6 +10,6 @@ from tables.COMBO_AXES, so an axis added there is held fixed here too.
 
 from __future__ import annotations
 
-from . import decode, energy, gqa, window
+from . import accuracy, decode, energy, gqa, window
 
-PANELS = (decode, gqa, window, energy)  # in page order
+PANELS = (decode, gqa, window, energy, accuracy)  # in page order
