@@ -19,7 +19,7 @@ from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
 from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
-from .panels import energy, varlen
+from .panels import accuracy, energy, varlen
 from .style import variant_order
 from .tables import GROUP_AXES, best_variant, flag_mask, groups, length_axis, ok_rows, panels, present
 
@@ -348,6 +348,9 @@ def build(
             joules = energy.sentence(rows)  # runs made with --energy
             if joules:
                 sentences.append(joules)
+            traded = accuracy.sentence(rows)  # the fastest against the most accurate
+            if traded:
+                sentences.append(traded)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
         packed = varlen.sentences(group)  # packed variable-length cells: per pattern, across its panels

@@ -1,5 +1,6 @@
 """The formulas every layer shares, in one place: statistics of raw timing samples,
-FLOPs and TFLOP/s, and how bytes, dtypes and messages are written for people (and how wide a line may be).
+FLOPs and TFLOP/s, the correctness gate's tolerances, and how bytes, dtypes and messages are written for
+people (and how wide a line may be).
 
 The harness computes result rows with them, the pytest-benchmark importer rebuilds rows with them, and
 reports read what they produced; nothing else derives these numbers.
@@ -247,6 +248,20 @@ def flops_formula(*, causal: bool, padded: bool, causal_align: str = "top-left",
     if causal and causal_align == "lower-right":
         text = "lower-right " + text
     return f"{text}, window {window}" if window > 0 else text
+
+
+# ---- the correctness gate's tolerances -----------------------------------------------------------
+
+# The most rel_err against float64 (||out - ref||_F / ||ref||_F) a cell of each dtype may have and pass; why
+# these values: harness/measure/correctness.py, which gates with them. Here so that reports read the same
+# numbers (the speed-against-accuracy panel draws them) without importing the harness.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
+GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
+
+
+def tolerance(dtype: str) -> float:
+    """The gate's rel_err tolerance for a dtype's name ('float16'); float32's for a dtype it does not know."""
+    return TOLERANCE.get(str(dtype).removeprefix("torch."), TOLERANCE["float32"])
 
 
 # ---- bytes and bandwidth --------------------------------------------------------------------------

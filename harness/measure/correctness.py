@@ -34,11 +34,10 @@ from dataclasses import dataclass
 import torch
 
 from attnbench.harness.measure.contract import check_output
+from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE  # one place: reports draw them too
 from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
 
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
-GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
 REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
 
 

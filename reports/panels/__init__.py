@@ -1,6 +1,7 @@
 """A report's workload panels (issue 11), one module each: decode, grouped-query attention, sliding window,
-packed variable-length batches (useful against executed TFLOP/s per length pattern: the padding tax), and
-energy per call (a run made with --energy).
+packed variable-length batches (useful against executed TFLOP/s per length pattern: the padding tax),
+energy per call (a run made with --energy), and speed against accuracy (TFLOP/s against rel_err to
+float64, one point per variant and dtype; every run with an ok cell whose error is finite).
 
 A panel owns its rows, its numbers, its figures and the blocks it adds to the page, and shows only where a
 run has such cells. render.py calls each through the same function, `section(df, metas, out)`, in PANELS'
@@ -11,6 +12,6 @@ patterns are the bars it sets side by side).
 
 from __future__ import annotations
 
-from . import decode, energy, gqa, varlen, window
+from . import accuracy, decode, energy, gqa, varlen, window
 
-PANELS = (decode, gqa, window, varlen, energy)  # in page order
+PANELS = (decode, gqa, window, varlen, energy, accuracy)  # in page order

@@ -29,7 +29,7 @@ def fixture_report(tmp_path_factory):
 
 def test_fixture_renders_every_figure(fixture_report):
     kinds = {f.stem.split("-")[0] for f in fixture_report.figures}
-    assert kinds == {"time", "memory", "throughput", "speedup", "status", "numerics", "weights"}
+    assert kinds == {"time", "memory", "throughput", "speedup", "status", "numerics", "weights", "speed"}
     for f in fixture_report.figures:
         png, svg, csv = (fixture_report.out_dir / name for name in (f.png, f.svg, f.csv))
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

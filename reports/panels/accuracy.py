@@ -1,0 +1,280 @@
+"""The speed-against-accuracy panel: TFLOP/s against rel_err to float64, one point per variant and dtype, so
+that a kernel that is faster but less accurate (or fast and wrong) shows at a glance."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, tolerance
+
+from .. import page as pg
+from ..plots import floats, keys_of
+from ..section import Section, file_stem, group_head, num_text, seq_count
+from ..style import (
+    empty_panel,
+    log_axis,
+    mpl_style,
+    new_figure,
+    number_text,
+    variant_color,
+    variant_order,
+)
+from ..tables import (
+    GROUP_AXES,
+    PANEL_AXES,
+    axis_value,
+    flag_mask,
+    grouped,
+    length_axis,
+    panels,
+    present,
+    varying,
+)
+
+ACCURACY_RULE = (
+    "Speed against accuracy: one point per variant and dtype, the cell at the largest N that variant was "
+    "measured at in that dtype (ok or wrong; a point from a smaller N than its panel's largest is labelled "
+    "with its N). Across: the forward output's rel_err against float64 (log axis), the error the float64 "
+    "gate judges; up: its TFLOP/s. Each dtype's marker, and its tolerance as a vertical line: a hollow point "
+    "failed the gate, and one right of its dtype's line failed it on this error. Up and to the left is fast "
+    "and accurate; a point up and to the right is fast and less accurate."
+)
+# marker per dtype (the colour is the variant's); a dtype not listed gets OTHER_MARKER
+DTYPE_MARKERS = {"float64": "D", "float32": "o", "float16": "s", "bfloat16": "^"}
+DTYPE_LINES = {"float64": ":", "float32": "--", "float16": "-.", "bfloat16": (0, (6, 2, 1, 2, 1, 2))}
+OTHER_MARKER = "v"
+FIGURE_AXES = [a for a in GROUP_AXES if a != "dtype"]  # one figure holds every dtype of a group
+POINT_COLUMNS = ["tflops", "rel_err", "grad_rel_err", "tolerance", "status", "failing"]
+WORTH_SAYING = 2.0  # the fastest's error over the most accurate's that a finding names
+
+
+# ---- rows and points -----------------------------------------------------------------------------------
+
+
+def measured_rows(df):
+    """The rows a point may be: ok or wrong (measured: wrong cells are timed too), not suspect, with a
+    positive TFLOP/s and a rel_err (infinite where the output was not finite)."""
+    if "rel_err" not in df.columns or df.empty:
+        return df.iloc[:0]
+    timed = df[df["status"].isin(["ok", "wrong"]).fillna(False) & ~flag_mask(df, "suspect")]
+    fast = timed["tflops"].astype("Float64").fillna(0) > 0
+    erred = timed["rel_err"].notna()
+    return timed[fast & erred]
+
+
+def has_accuracy(df) -> bool:
+    """Whether df has an ok row with a finite rel_err: where it has none, the panel adds nothing."""
+    rows = measured_rows(df)
+    ok = rows[rows["status"] == "ok"]
+    return any(math.isfinite(e) for e in floats(ok["rel_err"]))
+
+
+def points(rows):
+    """Per panel, variant and dtype of `rows`: its cell at the largest length (N, or N_k for a decode
+    series) it was measured at, with its dtype's tolerance and whether it failed (wrong, or a rel_err beyond
+    the tolerance or not finite). One DataFrame, fastest first within each panel."""
+    import pandas as pd
+
+    picked = []
+    for _pkey, _ptitle, prow in panels(rows):
+        measured = measured_rows(prow)
+        length = length_axis(prow)
+        for _key, sub in grouped(measured, ["variant", "dtype"]):
+            top = sub.sort_values(length, kind="stable").iloc[-1]
+            err, tol = float(top["rel_err"]), tolerance(str(top["dtype"]))
+            failing = top["status"] != "ok" or not math.isfinite(err) or err > tol
+            picked.append({**top.to_dict(), "tolerance": tol, "failing": bool(failing)})
+    if not picked:
+        return pd.DataFrame(columns=[*rows.columns, "tolerance", "failing"])
+    out = pd.DataFrame(picked)
+    order = [a for a in PANEL_AXES if a in out.columns]
+    return out.sort_values([*order, "tflops"], ascending=[True] * len(order) + [False], kind="stable")
+
+
+def err_text(err: Any) -> str:
+    """'0.0021', '6e-07', '0 (exact)', 'inf'."""
+    if not present(err):
+        return "n/a"
+    err = float(err)
+    return "0 (exact)" if err == 0 else f"{err:.2g}" if math.isfinite(err) else str(err)
+
+
+def sentence(rows) -> str | None:
+    """The findings' sentence for one panel's rows (one dtype): the fastest ok variant's error against the
+    most accurate's, where it is at least WORTH_SAYING times larger; and a wrong cell faster than every ok
+    one. None when there is nothing to say."""
+    pts = points(rows)
+    ok = pts[(pts["status"] == "ok") & pts["rel_err"].map(lambda e: math.isfinite(float(e)))]
+    if ok.empty:
+        return None
+    fastest = ok.loc[ok["tflops"].astype(float).idxmax()]
+    accurate = ok.loc[ok["rel_err"].astype(float).idxmin()]
+    length = length_axis(rows)
+
+    def where(p) -> str:
+        name = "N_k" if length == "seq_k" else "N"
+        return f"{num_text(p['tflops'], '.3g')} TFLOP/s at {name} = {seq_count(p[length])}"
+
+    said = []
+    fast_err, best_err = float(fastest["rel_err"]), float(accurate["rel_err"])
+    if fastest["variant"] != accurate["variant"] and fast_err > 0 and fast_err >= WORTH_SAYING * best_err:
+        against = (
+            f"{fast_err / best_err:.3g}× the error of" if best_err > 0 else "against an exact answer from"
+        )
+        said.append(
+            f"Speed against accuracy: the fastest, {fastest['variant']} ({where(fastest)}), has rel_err "
+            f"{err_text(fast_err)}, {against} the most accurate, {accurate['variant']} "
+            f"(rel_err {err_text(best_err)}, {where(accurate)})."
+        )
+    wrong = pts[(pts["status"] != "ok") & (pts["tflops"].astype(float) > float(fastest["tflops"]))]
+    for _, w in wrong.iterrows():
+        said.append(
+            f"{w['variant']} is faster than every ok variant ({where(w)}) but fails the float64 gate "
+            f"(rel_err {err_text(w['rel_err'])}, tolerance {w['tolerance']:g})."
+        )
+    return " ".join(said) or None
+
+
+# ---- the figure ----------------------------------------------------------------------------------------
+
+
+def _legend(ax, variants: list[str], dtypes: list[str]) -> None:
+    """Proxies: a colour per variant, a marker per dtype, a hollow point for a failed cell."""
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import offset_copy
+
+    def dot(**kw) -> Line2D:
+        return Line2D([], [], ls="none", ms=7, **kw)
+
+    handles = [dot(marker="o", color=variant_color(v), label=v) for v in variants]
+    handles += [dot(marker=DTYPE_MARKERS.get(d, OTHER_MARKER), color="#555555", label=d) for d in dtypes]
+    handles.append(dot(marker="o", mfc="none", mec="#555555", label="failed the gate (wrong)"))
+    # below the axes, as style.legend_below puts it: inside, it would hide points
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-40, units="points")
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=3,
+              frameon=False)  # fmt: skip
+
+
+def _draw_panel(ax, pts, top_n: int, length: str) -> None:
+    """One panel's points, its dtypes' tolerance lines and, where some error is not finite, a band for it."""
+    errs = [e for e in floats(pts["rel_err"]) if math.isfinite(e)]
+    tols = sorted({float(t) for t in pts["tolerance"]})
+    positive = [e for e in errs + tols if e > 0]
+    floor = 10 ** math.floor(math.log10(min(positive))) / 10 if positive else 1e-16  # where 0 is drawn
+    bad_x = max(positive, default=1.0) * 30  # where inf is drawn
+    for _, p in pts.iterrows():
+        err, dtype, variant = float(p["rel_err"]), str(p["dtype"]), str(p["variant"])
+        x = floor if err == 0 else err if math.isfinite(err) else bad_x
+        color = variant_color(variant)
+        ax.plot([x], [float(p["tflops"])], ls="none", marker=DTYPE_MARKERS.get(dtype, OTHER_MARKER), ms=8,
+                color=color, mfc="none" if p["failing"] else color, mew=2 if p["failing"] else 1)  # fmt: skip
+        if int(p[length]) < top_n:
+            ax.annotate(f"N={seq_count(p[length])}", (x, float(p["tflops"])), xytext=(5, 4),
+                        textcoords="offset points", fontsize=7, color="#555555")  # fmt: skip
+    for dtype in sorted({str(d) for d in pts["dtype"]}):
+        tol = tolerance(dtype)
+        ax.axvline(tol, color="#333333", lw=1, ls=DTYPE_LINES.get(dtype, "--"), zorder=0)
+        ax.annotate(f"{dtype} tolerance {number_text(tol)}", (tol, 1), xycoords=("data", "axes fraction"),
+                    xytext=(-2, -4), textcoords="offset points", rotation=90, ha="right", va="top",
+                    fontsize=7, color="#333333")  # fmt: skip
+    if any(not math.isfinite(e) for e in floats(pts["rel_err"])):
+        ax.axvspan(bad_x / 3, bad_x * 3, color="#f4cccc", alpha=0.6, zorder=0)
+        ax.annotate("not finite", (bad_x, 0.02), xycoords=("data", "axes fraction"), ha="center", fontsize=7)
+    log_axis(ax, "x")
+    ax.set_xlim(floor / 3, bad_x * 3)
+    tf = [t for t in floats(pts["tflops"]) if t > 0]
+    if max(tf) / min(tf) > 30:  # dtypes, or a reference beside a fused kernel, far apart: every one readable
+        from matplotlib.ticker import FuncFormatter, LogLocator
+
+        log_axis(ax)
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2, 5)))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: number_text(v)))
+    else:
+        ax.set_ylim(0, max(tf) * 1.15)
+    exact = " (0: drawn at the left edge)" if 0 in errs else ""
+    ax.set_xlabel(f"rel_err against float64, log axis{exact}")
+
+
+def accuracy_figure(rows, title: str):
+    """TFLOP/s against rel_err (log) per panel of a group that holds every dtype; (figure, its points)."""
+    pans = panels(rows)
+    drawn = []
+    with mpl_style():
+        fig, axes = new_figure(len(pans), panel_h=5.2)
+        for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
+            pts = points(prow)
+            length = length_axis(prow)
+            if pts.empty:
+                empty_panel(ax, "no measured cell with an error")
+            else:
+                _draw_panel(ax, pts, int(pts[length].max()), length)
+                drawn.append(pts)
+            ax.set_ylabel("achieved TFLOP/s")
+            ax.set_title(ptitle)
+            _legend(ax, variant_order(pts["variant"].unique()), sorted({str(d) for d in pts["dtype"]}))
+        fig.suptitle(title)
+    import pandas as pd
+
+    data = pd.concat(drawn) if drawn else points(rows)
+    return fig, data[keys_of(rows) + [c for c in POINT_COLUMNS if c not in keys_of(rows)]]
+
+
+# ---- the page's blocks ---------------------------------------------------------------------------------
+
+
+def accuracy_table(pts) -> pg.Table:
+    """One row per variant, dtype and panel: the point drawn, fastest first within a panel."""
+    shown = varying(pts, list(PANEL_AXES))
+    grads = "grad_rel_err" in pts.columns and pts["grad_rel_err"].notna().any()
+    length = length_axis(pts)
+    rows = []
+    for _, p in pts.iterrows():
+        verdict = "wrong" if p["status"] != "ok" else "beyond tolerance" if p["failing"] else "ok"
+        rows.append(
+            (
+                str(p["variant"]),
+                str(p["dtype"]),
+                *[axis_value(a, p[a]) for a in shown],
+                seq_count(p[length]),
+                num_text(p["tflops"], ".3g"),
+                err_text(p["rel_err"]),
+                f"{p['tolerance']:g}",
+                *([err_text(p["grad_rel_err"])] if grads else []),
+                verdict,
+            )
+        )
+    headers = ("variant", "dtype", *shown, "N_k" if length == "seq_k" else "N", "TFLOP/s", "rel_err",
+               "tolerance", *(["grad rel_err"] if grads else []), "status")  # fmt: skip
+    return pg.Table(
+        headers,
+        tuple(rows),
+        "each variant and dtype at the largest N it was measured at, fastest first; rel_err: the forward "
+        "output's against float64, judged against the dtype's tolerance (gradients: "
+        f"{GRAD_TOLERANCE_FACTOR:g}× it)",
+    )
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Speed against accuracy per group of every dtype among the figures, its points among the tables;
+    nothing in a run without an ok cell with a finite rel_err."""
+    from ..style import save
+
+    if not has_accuracy(df):
+        return Section()
+    multi = len(metas) > 1
+    figures: list = [pg.Heading("Speed against accuracy"), pg.Para(ACCURACY_RULE)]
+    tables: list = [pg.Heading("Speed against accuracy: the points drawn")]
+    files = []
+    for gkey, group in grouped(df, FIGURE_AXES):
+        if not has_accuracy(group):
+            continue
+        head, stem = group_head(gkey, group, multi), file_stem({**gkey, "dtype": ""}, multi)
+        fig, data = accuracy_figure(group, f"Speed against accuracy · {head}")
+        caption = "TFLOP/s against rel_err vs float64 at each variant's and dtype's largest measured N."
+        saved = save(fig, data, out, f"speed-accuracy-{stem}", "Speed against accuracy", caption)
+        files.append(saved)
+        figures += [pg.Heading(head, 3), pg.Figure(saved)]
+        tables += [pg.Heading(head, 3), accuracy_table(points(group))]
+    return Section(figures, tables, files)
