@@ -11,7 +11,8 @@ Two rules, applied when runs are loaded (so they hold for every run on disk, old
   is never below the speed probes' TFLOP/s, the row's or the calibration's: a busy moment slows the
   calibration's long matmul calls more than the probe's short ones;
 - faster than the checked baseline by more than BASELINE_FACTOR: the median time of the same cell of
-  BASELINE, the float64-gated naive implementation, over this cell's median.
+  BASELINE, the float64-gated naive implementation, over this cell's median (in a packed cell, naive's time
+  scaled to the useful work: it computes the whole pack under a mask, executed_flops).
 Only `ok` rows are judged: `wrong` rows are never ranked anyway.
 """
 
@@ -77,12 +78,22 @@ def reasons(df, metas: dict[str, dict[str, Any]]) -> list[str | None]:
     base_ms: dict[tuple, float] = {}
     for r in records:
         if r.get("variant") == BASELINE and r.get("status") == "ok" and _num(r.get("time_ms_median")):
-            base_ms[(r.get("run_id"), *(r.get(a) for a in same_cell))] = float(r["time_ms_median"])
+            base_ms[(r.get("run_id"), *(r.get(a) for a in same_cell))] = _useful_ms(r)
     factors = probe_factors(records, metas)
     return [
         _reason(r, metas.get(str(r.get("run_id")), {}), base_ms, same_cell, f)
         for r, f in zip(records, factors, strict=True)
     ]
+
+
+def _useful_ms(r: dict[str, Any]) -> float:
+    """The baseline's time for the useful work: its median, scaled by flops / executed_flops where it
+    executes more (a packed cell, whose whole pack naive computes under a block-diagonal mask)."""
+    t = float(r["time_ms_median"])
+    useful, executed = r.get("flops"), r.get("executed_flops")
+    if _num(useful) and _num(executed) and executed > useful > 0:
+        return t * float(useful) / float(executed)
+    return t
 
 
 def _reason(

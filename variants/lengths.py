@@ -65,8 +65,8 @@ def check_holds(pattern: str, batch: int, mean: int) -> None:
     cap = pattern_cap(pattern, mean)
     if cap * batch < batch * mean:
         raise ValueError(
-            f"lengths {pattern}: {batch} sequences of at most {cap} tokens cannot hold the "
-            f"{batch * mean} tokens of batch {batch} x seq-len {mean}"
+            f"{pattern}: {batch} sequences of at most {cap} tokens cannot hold the {batch * mean} tokens "
+            f"of batch {batch} x seq-len {mean}"
         )
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from attnbench.harness.measure.allocator import worker_environ
+from attnbench.harness.measure.rows import executed_flops
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import attention_flops
@@ -71,10 +72,10 @@ def huge_pages(settings: Settings) -> bool:
     return worker_environ(settings.env).get("THP_MEM_ALLOC_ENABLE") == "1"
 
 
-def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear") -> float:
+def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear", work: str = "masked") -> float:
     """The estimated wall time of one measured cell (the module doc's model) of a variant of that memory
-    class."""
-    flops = attention_flops(
+    class; a packed cell's at the work its variant executes (`work`, its capability's varlen)."""
+    flops = executed_flops(spec, work) or attention_flops(
         spec.batch, spec.heads, spec.seq_len, spec.seq_k, spec.d_k, spec.d_v, causal=spec.causal,
         pass_=spec.pass_, key_lengths=spec.key_lengths(), causal_align=spec.causal_align, window=spec.window,
     )  # fmt: skip
@@ -98,13 +99,18 @@ def input_elements(spec: CellSpec) -> int:
 
 
 def run_seconds(
-    cells: Sequence[CellSpec], settings: Settings, memory_class: Callable[[str], str] = lambda name: "linear"
+    cells: Sequence[CellSpec],
+    settings: Settings,
+    memory_class: Callable[[str], str] = lambda name: "linear",
+    varlen_work: Callable[[str], str] = lambda name: "masked",
 ) -> float:
     """The estimated wall time of a run that measures `cells` (0 when there are none); memory_class(variant)
-    as forecast's."""
+    and varlen_work(variant) as forecast's."""
     if not cells:
         return 0.0
-    return RUN_OVERHEAD_S + sum(cell_seconds(c, settings, memory_class(c.variant)) for c in cells)
+    return RUN_OVERHEAD_S + sum(
+        cell_seconds(c, settings, memory_class(c.variant), varlen_work(c.variant)) for c in cells
+    )
 
 
 def duration_text(seconds: float) -> str:
@@ -167,12 +173,15 @@ def forecast(
     unsupported: Callable[[CellSpec], str | None],
     free_memory: Callable[[str], int | None],
     memory_class: Callable[[str], str],
+    varlen_work: Callable[[str], str] = lambda name: "masked",
     done: int = 0,
 ) -> Forecast:
     """What becomes of each cell: `unsupported(spec)` is the parent's capability check (a reason or None),
     `free_memory(device)` the bytes the guard compares with (None: unknown here, the worker decides), and
-    `memory_class(variant)` the variant's; the guard's rule is harness.measure.guard's, applied as a worker
-    would. `done`: the cells of a resumed run measured already, beside these."""
+    `memory_class(variant)` the variant's, `varlen_work(variant)` the work it executes on a packed batch
+    (its capability's varlen; "masked", the most, where it declares none); the guard's rule is
+    harness.measure.guard's, applied as a worker would. `done`: the cells of a resumed run measured already,
+    beside these."""
     from attnbench.harness.measure import guard
 
     measured: list[CellSpec] = []
@@ -195,7 +204,7 @@ def forecast(
                 guarded_from[spec.variant] = min(guarded_from.get(spec.variant, spec.seq_len), spec.seq_len)
                 continue
         measured.append(spec)
-    seconds = run_seconds(measured, settings, memory_class)
+    seconds = run_seconds(measured, settings, memory_class, varlen_work)
     return Forecast(
         len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done, settings.settle_rounds
     )

@@ -244,6 +244,7 @@ def forecast(start: _Start, done: dict[str, dict[str, Any]]) -> estimate.Forecas
         unsupported=unsupported,
         free_memory=lambda device: free_memory(device) if device == "cpu" else None,
         memory_class=lambda name: variants.get(name).cap.memory,
+        varlen_work=lambda name: variants.get(name).cap.varlen or "masked",
         done=len(cells) - len(todo),
     )
 

@@ -199,11 +199,14 @@ class _Sweep:
         ]
         if clash:
             raise ValueError(
-                f"lengths {packed[0]} packs whole sequences of their own lengths; it does not go with "
+                f"--lengths {packed[0]} packs whole sequences of their own lengths; it does not go with "
                 f"{clash[0]} (give --lengths none for that)"
             )
         for pattern, batch, n in itertools.product(packed, self.batch, self.seq_len):
-            check_holds(pattern, batch, n)
+            try:
+                check_holds(pattern, batch, n)
+            except ValueError as exc:
+                raise ValueError(f"--lengths {exc}") from None
 
     def models(self) -> list[ModelShape]:
         """The records of harness.sweep.models the sweep names, in its order."""

@@ -219,11 +219,12 @@ def varlen_figure(rows, title: str):
     rated = varlen_rates(rows)
     pans = shape_panels(rated)
     with mpl_style():
-        fig, axes = new_figure(len(pans), panel_h=4.8)
-        for ax, (key, prow) in zip(axes, pans, strict=False):
+        fig, axes = new_figure(len(pans), ncols=1, panel_h=4.2)  # one wide panel a row: many bars
+        for i, (ax, (key, prow)) in enumerate(zip(axes, pans, strict=False)):
             _bars(ax, prow)
             ax.set_title(shape_text(key))
-            legend_below(ax)
+            if i == len(pans) - 1:  # one legend, below the last panel: the variants are the same
+                legend_below(ax)
         if not pans:
             empty_panel(axes[0], "no ok packed cells")
         fig.suptitle(title)
