@@ -15,6 +15,9 @@ What a timed call does, and what it leaves to others (the project's GPU issue: n
   reuses it only for the very key_lengths tensor it was made from, unwritten since (`_Plan.fits`, no
   sync); any other call (the harness's fresh-input check) makes a bias of its own.
 
+A packed batch (variants.lengths) is one (1, T, H, K) sequence under BlockDiagonalMask (or
+BlockDiagonalCausalMask), made in setup from the offsets' values, reused for the very cu_seqlens tensor.
+
 The capability declares grouped-query heads (xformers' 5-D BMGHK form, k and v expanded without a copy),
 lower-right causal (LowerTriangularFromBottomRightMask) and sliding windows
 (LowerTriangularFromBottomRightLocalAttentionMask, bottom-right aligned: refused for a top-left cell with
@@ -221,6 +224,8 @@ def _supports(p: Problem) -> str | None:
         return "xformers' padded-keys mask is taken here without windows or grouped-query heads"
     if p.window and p.causal_align != "lower-right" and p.seq_len != p.seq_k:
         return "xformers' local attention masks are bottom-right aligned; this cell's causal is top-left"
+    if p.packed and p.window:
+        return "xformers' block-diagonal masks are taken here without windows"
     return None
 
 
@@ -239,19 +244,21 @@ class _Plan:
     key: tuple  # (B, H_q, H_kv, N_q, N_k, causal, causal_align, window): what the bias and views are for
     key_lengths: Any  # the tensor the padded-keys bias was made from; None: no key padding
     version: int | None  # key_lengths' in-place write count when the bias was made
+    cu_seqlens: Any  # the offsets a packed batch's block-diagonal bias was made from; None: not packed
+    cu_version: int | None
     bias: Any  # None, or one of xformers' attention biases (_bias)
     attend: Callable[..., Any]  # xformers.ops.memory_efficient_attention
 
-    def fits(self, q, k, key_lengths, **options) -> bool:
-        """Whether this plan's bias is right for a call, decided without reading key_lengths' values (a
-        device->host sync): the same shape and mask, and for key padding the very tensor the bias was
-        made from, unwritten since. Any other tensor, equal values or not, gets a plan of its own."""
+    def fits(self, q, k, key_lengths, cu_seqlens=None, **options) -> bool:
+        """Whether this plan's bias is right for a call, decided without reading key_lengths' (or a packed
+        batch's cu_seqlens') values (a device->host sync): the same shape and mask, and for key padding (or
+        a pack) the very tensor the bias was made from, unwritten since. Any other tensor, equal values or
+        not, gets a plan of its own."""
         if _key(q, k, **options) != self.key:
             return False
-        if key_lengths is None or self.key_lengths is None:
-            return key_lengths is self.key_lengths
-        version = _version_of(key_lengths)
-        return key_lengths is self.key_lengths and version is not None and version == self.version
+        return _same(key_lengths, self.key_lengths, self.version) and _same(
+            cu_seqlens, self.cu_seqlens, self.cu_version
+        )
 
     def views(self, q, k, v):
         """q, k, v as xformers takes them: (B, N, H, d) views; with layout="bnhd" inputs they are
@@ -279,15 +286,23 @@ class _Plan:
         return out.reshape(b, n_q, q.shape[1], -1).transpose(1, 2)  # (B, H, N_q, d_v)
 
 
+def _same(given, made_from, version: int | None) -> bool:
+    """Whether `given` is the very tensor a bias was made from (`made_from`, at write count `version`)."""
+    if given is None or made_from is None:
+        return given is made_from
+    now = _version_of(given)
+    return given is made_from and now is not None and now == version
+
+
 def _key(q, k, *, causal=False, causal_align="top-left", window=0) -> tuple:
     return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], causal, causal_align, window)
 
 
-def kernel(q, k, v, *, key_lengths=None, dropout_p=0.0, scale=None, **options) -> str | None:
+def kernel(q, k, v, *, key_lengths=None, dropout_p=0.0, scale=None, cu_seqlens=None, **options) -> str | None:
     """The kernel hook (the row's `kernel`): the operator xformers' dispatch picks for these inputs, as
     memory_efficient_attention picks it (fmha._dispatch_fw; with the backward's, `fwd + bwd`, where q
     needs a gradient): cutlassF-pt, fa2F@..., fa3F@..."""
-    plan = _plan(q, k, key_lengths, **options)
+    plan = _plan(q, k, key_lengths, cu_seqlens, **options)
     _, fmha = _import_ops()
     qx, kx, vx = plan.views(q, k, v)
     inp = fmha.Inputs(query=qx, key=kx, value=vx, attn_bias=plan.bias, p=0.0, scale=None)
@@ -298,14 +313,20 @@ def kernel(q, k, v, *, key_lengths=None, dropout_p=0.0, scale=None, **options) -
     return f"{forward} + {fmha.dispatch._dispatch_bw(inp, varlen_lse_packed=None).NAME}"
 
 
-def _bias(fmha, q, k, key_lengths, causal: bool, causal_align: str, window: int):
+def _bias(fmha, q, k, key_lengths, causal: bool, causal_align: str, window: int, cu_seqlens=None):
     """xformers' attention bias for attnbench's mask (variants/masks.py): top-left causal is
     LowerTriangularMask, lower-right LowerTriangularFromBottomRightMask, a window of W keys (causal) its
     LowerTriangularFromBottomRightLocalAttentionMask(W) (bottom-right aligned: the same as top-left when
     N_q = N_k, and refused otherwise), key padding a BlockDiagonalPaddedKeysMask over the packed batch
-    (reading key_lengths' values: a device->host sync)."""
+    (reading key_lengths' values: a device->host sync), a packed batch's BlockDiagonalMask, or
+    BlockDiagonalCausalMask with causal (each sequence's queries and keys start together: top-left and
+    bottom-right agree), from its lengths (a sync too)."""
     b, n_q, n_k = q.shape[0], q.shape[2], k.shape[2]
     biases = fmha.attn_bias
+    if cu_seqlens is not None:
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        mask = biases.BlockDiagonalCausalMask if causal else biases.BlockDiagonalMask
+        return mask.from_seqlens(lengths, device=q.device)
     if key_lengths is not None:
         return biases.BlockDiagonalPaddedKeysMask.from_seqlens(
             q_seqlen=[n_q] * b, kv_padding=n_k, kv_seqlen=key_lengths.tolist(), device=q.device
@@ -317,13 +338,13 @@ def _bias(fmha, q, k, key_lengths, causal: bool, causal_align: str, window: int)
     return biases.LowerTriangularMask() if causal else None
 
 
-def _plan(q, k, key_lengths, **options) -> _Plan:
+def _plan(q, k, key_lengths, cu_seqlens=None, **options) -> _Plan:
     """The attention bias for these inputs, and what it was made for. For key padding it reads key_lengths'
     values (.tolist(): a device->host sync), which is why the harness's setup hook makes it, once per cell."""
     b, h_q, h_kv, n_q, n_k, causal, causal_align, window = key = _key(q, k, **options)
     problem = Problem(heads=h_q, kv_heads=h_kv, seq_len=n_q, seq_k=n_k, causal=causal,
                       padding=0.25 if key_lengths is not None else 0.0, causal_align=causal_align,
-                      window=window)  # fmt: skip
+                      window=window, lengths="none" if cu_seqlens is None else "packed")  # fmt: skip
     refused = _supports(problem)
     if refused:
         raise UnsupportedError(refused)
@@ -332,20 +353,22 @@ def _plan(q, k, key_lengths, **options) -> _Plan:
         key=key,
         key_lengths=key_lengths,
         version=None if key_lengths is None else _version_of(key_lengths),
-        bias=_bias(fmha, q, k, key_lengths, causal, causal_align, window),
+        cu_seqlens=cu_seqlens,
+        cu_version=None if cu_seqlens is None else _version_of(cu_seqlens),
+        bias=_bias(fmha, q, k, key_lengths, causal, causal_align, window, cu_seqlens),
         attend=xops.memory_efficient_attention,
     )
 
 
-def setup(q, k, v, *, key_lengths=None, **options) -> Callable[..., Any]:
+def setup(q, k, v, *, key_lengths=None, cu_seqlens=None, **options) -> Callable[..., Any]:
     """The harness's setup hook (setup_ms): the attention bias made now, the padded-keys one from the
     cell's key_lengths. The callable it returns reuses it while a call's inputs fit it (_Plan.fits), and
     makes a new one, reading the key lengths again, for any other call (the harness's fresh-input check)."""
-    planned = _plan(q, k, key_lengths, **options)
+    planned = _plan(q, k, key_lengths, cu_seqlens, **options)
 
-    def bound(q, k, v, *, key_lengths=None, dropout_p=0.0, scale=None, **options):
-        fits = planned.fits(q, k, key_lengths, **options)
-        plan = planned if fits else _plan(q, k, key_lengths, **options)
+    def bound(q, k, v, *, key_lengths=None, dropout_p=0.0, scale=None, cu_seqlens=None, **options):
+        fits = planned.fits(q, k, key_lengths, cu_seqlens, **options)
+        plan = planned if fits else _plan(q, k, key_lengths, cu_seqlens, **options)
         return plan(q, k, v, dropout_p, scale)
 
     return bound
@@ -364,13 +387,15 @@ def setup(q, k, v, *, key_lengths=None, **options) -> Callable[..., Any]:
     gqa=True,  # BMGHK: k/v expanded over each group's query heads (_Plan.views)
     lower_right=True,
     window=True,  # bottom-right local attention; top-left only where N_q = N_k (_supports)
+    varlen="exact",  # a packed batch under BlockDiagonal(Causal)Mask: only each sequence's blocks
     layout="bnhd",  # xformers takes (B, N, H, K): handed so, its inputs need no copy in the timed call
 )
 def xformers_attention(
-    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
-):
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,
+    cu_seqlens=None,
+):  # fmt: skip
     """memory_efficient_attention on q (B, H, N_q, d_k), k (B, H_kv, N_k, d_k), v (B, H_kv, N_k, d_v) ->
     (B, H, N_q, d_v); any memory layout (with (B, H, N, d)-contiguous inputs the (B, N, H, K) views are
     strided, and the padded path's packing copies them)."""
     options = {"causal": causal, "causal_align": causal_align, "window": window}
-    return _plan(q, k, key_lengths, **options)(q, k, v, dropout_p, scale)
+    return _plan(q, k, key_lengths, cu_seqlens, **options)(q, k, v, dropout_p, scale)

@@ -129,6 +129,7 @@ class Prepared:
         if not self.gate.passed or not self.grad_ok:
             if math.isinf(self.gate.rel_err):
                 what = "non-finite output (NaN or inf)"
+                what += f"; worst: {self.gate.where}" if self.gate.where else ""
             elif not self.gate.passed:
                 what = self.gate.describe()
             else:

@@ -310,3 +310,17 @@ def test_availability_is_decided_without_importing_dynamo():
     assert out.stdout.strip() == f"{flex_mod._available('cpu')} False", out.stdout + out.stderr
     assert (flex_mod._import_reason() is None) == (flex_mod._compile_reason() is None)
     assert (3, 11) < flex_mod._dynamo_python_limit()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_packed_batch_is_exact_under_its_document_block_mask(causal):
+    """Sequences 5, 1, 124 and 70 long in one pack: blocks of other sequences skipped, straddling ones
+    masked; causal is the case torch 2.13's CPU template fails to compile with symbolic sizes."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 200, 16, generator=g) for _ in range(3))
+    cu = torch.tensor([0, 5, 6, 130, 200], dtype=torch.int32)
+    r = correctness.check(variants.get("flex"), q, k, v, causal=causal, cu_seqlens=cu)
+    assert r.ok, r.describe()
+    plan = flex_mod._plan(q, k, v, causal=causal, padding=False, causal_align="top-left", window=0, mod="none",
+                          cu_seqlens=cu)  # fmt: skip
+    assert plan.packed and not plan.dynamic

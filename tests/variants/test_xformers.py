@@ -66,6 +66,26 @@ LOCAL = LowerTriangularFromBottomRightLocalAttentionMask
 fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask = LOCAL
 
 
+class BlockDiagonalMask:
+    causal = False
+
+    def __init__(self, lengths):
+        self.lengths = lengths
+
+    @classmethod
+    def from_seqlens(cls, q_seqlen, device=None):
+        MADE.append(("block-diagonal", dict(q_seqlen=q_seqlen, causal=cls.causal)))
+        return cls(q_seqlen)
+
+
+class BlockDiagonalCausalMask(BlockDiagonalMask):
+    causal = True
+
+
+fmha.attn_bias.BlockDiagonalMask = BlockDiagonalMask
+fmha.attn_bias.BlockDiagonalCausalMask = BlockDiagonalCausalMask
+
+
 def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None):
     # attention as xformers computes it, unmasked or under the biases above (BMHK, or BMGHK with k and v
     # expanded over each group's heads), so that the variant's views and reshapes are checked by value
@@ -81,6 +101,12 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=N
         s = s.masked_fill((j > i) | (j <= i - attn_bias.window), float("-inf"))
     elif isinstance(attn_bias, LowerTriangularFromBottomRightMask):
         s = s.masked_fill(j > i, float("-inf"))
+    elif isinstance(attn_bias, BlockDiagonalMask):
+        seq = torch.repeat_interleave(torch.arange(len(attn_bias.lengths)), torch.tensor(attn_bias.lengths))
+        hide = seq[:, None] != seq[None, :]
+        if attn_bias.causal:
+            hide = hide | (j > torch.arange(n_q)[:, None])
+        s = s.masked_fill(hide, float("-inf"))
     out = torch.einsum("bhnm,bmhd->bnhd", s.softmax(-1), v)
     return out.reshape(*query.shape[:-1], value.shape[-1])
 """
@@ -229,3 +255,24 @@ def test_xformers_refuses_what_its_biases_cannot_say():
     assert "bottom-right" in refuses(Problem(causal=True, window=4, seq_len=8, seq_k=16))
     assert refuses(Problem(causal=True, window=4, seq_len=8, seq_k=16, causal_align="lower-right")) is None
     assert "grouped-query" in refuses(Problem(heads=4, kv_heads=2, padding=0.25))
+
+
+@pytest.mark.parametrize("kv_heads", [1, 3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_packed_batch_is_one_sequence_under_a_block_diagonal_bias_made_once(
+    fake_xformers, causal, kv_heads
+):
+    """The pack's bias made in setup from its offsets and reused for the very tensor; the answer is
+    naive's under the block-diagonal mask."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 3, 30, D, generator=g)
+    k, v = (torch.randn(1, kv_heads, 30, D, generator=g) for _ in range(2))
+    q, k, v, _ = handed((q, k, v, None), "bnhd")
+    cu = torch.tensor([0, 4, 5, 21, 30], dtype=torch.int32)
+    bound = variants.get("xformers").bind(q, k, v, key_lengths=None, causal=causal, cu_seqlens=cu)
+    outs = [bound(q, k, v, key_lengths=None, causal=causal, cu_seqlens=cu) for _ in range(3)]
+    expected = variants.get("naive").fn(q, k, v, causal=causal, cu_seqlens=cu)
+    torch.testing.assert_close(outs[-1], expected, rtol=1e-5, atol=1e-5)
+    assert fake_xformers.MADE == [("block-diagonal", {"q_seqlen": [4, 1, 16, 9], "causal": causal})]
+    bound(q, k, v, key_lengths=None, causal=causal, cu_seqlens=cu.clone())  # another tensor: its own bias
+    assert len(fake_xformers.MADE) == 2

@@ -1,0 +1,171 @@
+"""Packed variable-length batches (the lengths axis, variants/lengths.py): the seeded patterns, the flags'
+bad input, the float64 gate per sequence (a sequence left unwritten is named), the useful and executed
+work a row carries, and a real run through the CLI to its report's varlen panel."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from conftest import DATA, load_plugin, run_cli
+
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import measure_cell
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.results import load
+from attnbench.results.formulas import attended_pairs, executed_pairs, packed_pairs
+from attnbench.variants.lengths import PATTERNS, draw_lengths, offsets, pattern_cap
+
+QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
+
+
+def cell(variant: str, lengths: str = "uniform", *, batch: int = 4, n: int = 48, causal: bool = True):
+    return dataclasses.replace(
+        CellSpec(variant, "cpu", "float32", batch, 2, n, 16, 16, causal, 0.0, "fwd"), lengths=lengths
+    )
+
+
+@pytest.mark.parametrize("pattern", [*PATTERNS, "longtail:100"])
+@pytest.mark.parametrize(("batch", "mean"), [(1, 64), (8, 96), (16, 33)])
+def test_each_pattern_holds_the_tokens_in_its_bounds_and_is_seeded(pattern, batch, mean):
+    lengths = draw_lengths(pattern, batch, mean)
+    cap = pattern_cap(pattern, mean)
+    assert len(lengths) == batch and sum(lengths) == batch * mean
+    assert min(lengths) >= 1 and max(lengths) <= cap
+    assert draw_lengths(pattern, batch, mean) == lengths  # the same cell, the same lengths, everywhere
+
+
+def test_the_patterns_differ_as_named():
+    spread = {p: max(draw_lengths(p, 16, 256)) / 256 for p in PATTERNS}
+    assert spread["constant"] == 1.0
+    assert spread["longtail"] > spread["uniform"] > 1.0 and spread["bimodal"] > 2.0
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--lengths", "zipf"], "--lengths must be none or one of constant"),
+        (["--lengths", "uniform:100", "--batch", "4", "--seq-len", "256"], "cannot hold the 1024 tokens"),
+        (["--lengths", "uniform", "--padding", "0.25"], "does not go with --padding"),
+        (["--lengths", "bimodal", "--seq-k", "512"], "does not go with --seq-k"),
+        (["--lengths", "uniform:0"], "MAX, the longest sequence, a positive integer"),
+    ],
+)
+def test_bad_lengths_are_one_line_and_exit_2_with_nothing_written(tmp_path, flags, says):
+    out = tmp_path / "run"
+    proc = run_cli("run", "--variants", "naive", *flags, "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_the_reference_sees_each_sequence_alone_and_samples_every_sequences_ends():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 40, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    cu = torch.tensor([0, 7, 8, 25, 40])
+    packed = correctness.reference(q, k, v, causal=True, cu_seqlens=cu)
+    for a, b in zip(cu.tolist(), cu.tolist()[1:], strict=False):
+        alone = correctness.reference(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], causal=True)
+        assert torch.allclose(packed[:, :, a:b], alone, atol=1e-12)
+    rows = correctness.sample_rows(40, 12, cu_seqlens=cu).tolist()
+    assert {0, 6, 7, 8, 24, 25, 39} <= set(rows) and len(rows) == 12
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    return load_plugin(DATA / "packed_variants.py")
+
+
+def test_a_sequence_left_unwritten_is_wrong_and_named(plugin):
+    row = measure_cell(cell("leaves_a_sequence_unwritten", "uniform"), QUICK)
+    lengths = row["seq_lens"]
+    a = offsets(lengths)[2]
+    assert row["status"] == "wrong"
+    assert (
+        f"sequence 2 of 4 (rows {a}..{a + lengths[2] - 1}, {lengths[2]} tokens): non-finite" in row["message"]
+    )
+
+
+def test_attending_across_sequences_is_wrong(plugin):
+    row = measure_cell(cell("attends_across_sequences", "longtail"), QUICK)
+    assert row["status"] == "wrong" and "worst: sequence" in row["message"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_rows_count_useful_work_from_the_real_lengths_and_the_work_each_kernel_executes(causal):
+    """flops counts each sequence's pairs alone; executed_flops what the variant's declared work computes:
+    the padded kernel's B * pairs(max L) (B max(L)^2 / sum L_i^2 of the useful work, non-causal), the
+    loop's exactly the useful, naive's the whole pack's T x T."""
+    rows = {
+        v: measure_cell(cell(v, "longtail", causal=causal), QUICK)
+        for v in ("sdpa_padded", "sdpa_loop", "naive")
+    }
+    lengths = rows["naive"]["seq_lens"]
+    per_pair = 2 * 2 * (16 + 16)  # 2 FLOPs x H x (d_k + d_v)
+    useful = packed_pairs(lengths, causal=causal) * per_pair
+    for name, row in rows.items():
+        assert row["status"] == "ok", (name, row["message"])
+        assert row["flops"] == useful and row["seq_lens"] == lengths
+    padded = len(lengths) * attended_pairs(max(lengths), max(lengths), causal=causal) * per_pair
+    assert rows["sdpa_padded"]["executed_flops"] == padded
+    if not causal:
+        tax = len(lengths) * max(lengths) ** 2 / sum(n * n for n in lengths)
+        assert rows["sdpa_padded"]["executed_flops"] / useful == pytest.approx(tax, rel=1e-12)
+    assert rows["sdpa_loop"]["executed_flops"] == useful
+    assert (
+        rows["naive"]["executed_flops"]
+        == attended_pairs(sum(lengths), sum(lengths), causal=causal) * per_pair
+    )
+    assert rows["naive"]["tokens_per_s"] == pytest.approx(
+        sum(lengths) / (rows["naive"]["time_ms_median"] / 1e3)
+    )
+
+
+def test_tile_and_row_block_work_cover_the_useful_pairs_and_at_most_the_pack():
+    lengths = draw_lengths("bimodal", 8, 100)
+    useful, whole = packed_pairs(lengths, causal=False), sum(lengths) ** 2
+    for work in ("tiles:16", "tiles:128", "rows:16", "rows:256"):
+        assert useful <= executed_pairs(lengths, causal=False, work=work) <= whole, work
+    assert executed_pairs(lengths, causal=False, work="tiles:1") == useful  # one pair a tile: exact
+
+
+def test_chunked_with_small_blocks_over_a_pack_is_exact_forward_and_backward():
+    """Blocks that straddle sequences (masked) and blocks of other sequences (skipped), both ways."""
+    import functools
+
+    from attnbench import variants
+
+    fn = functools.partial(variants.get("chunked").fn, block_q=4, block_k=5)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 37, 8, generator=g) for _ in range(3))
+    for causal, window in ((False, 0), (True, 0), (True, 3)):
+        cu = torch.tensor([0, 5, 6, 18, 37])
+        r = correctness.check(
+            fn, q, k[:, :2], v[:, :2], backward=True, causal=causal, window=window, cu_seqlens=cu
+        )
+        assert r.ok, (causal, window, r.describe())
+
+
+def test_a_packed_run_stores_its_lengths_and_its_report_shows_the_padding_tax(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli(
+        "run", "--variants", "sdpa_padded,sdpa_loop,naive,chunked", "--lengths", "constant,longtail",
+        "--batch", "4", "--heads", "2", "--seq-len", "32,64", "--d-k", "16", "--causal", "yes",
+        "--warmup-ms", "2", "--budget-ms", "10", "--min-ms", "2", "--out", str(out), "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    df = load(out)
+    assert set(df["status"]) == {"ok"} and set(df["lengths"]) == {"constant", "longtail"}
+    stored = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert all(r["seq_lens"] == draw_lengths(r["lengths"], 4, r["seq_len"]) for r in stored)
+    constant = df[(df["lengths"] == "constant") & (df["variant"] == "sdpa_padded")]
+    assert (constant["executed_flops"] == constant["flops"]).all()  # equal lengths: no padding to pay for
+    report = tmp_path / "report"
+    assert run_cli("report", str(out), "--out", str(report)).returncode == 0
+    page = (report / "README.md").read_text()
+    assert (report / "varlen-cpu-float32-fwd.png").exists() and "packed variable-length batches" in page
+    assert "executes" in page and "useful work" in page
