@@ -321,6 +321,6 @@ def test_a_packed_batch_is_exact_under_its_document_block_mask(causal):
     cu = torch.tensor([0, 5, 6, 130, 200], dtype=torch.int32)
     r = correctness.check(variants.get("flex"), q, k, v, causal=causal, cu_seqlens=cu)
     assert r.ok, r.describe()
-    plan = flex_mod._plan(q, k, v, causal=causal, padding=False, causal_align="top-left", window=0, mod="none",
-                          cu_seqlens=cu)  # fmt: skip
+    rules = dict(causal=causal, padding=False, causal_align="top-left", window=0, mod="none")
+    plan = flex_mod._plan(q, k, v, cu_seqlens=cu, **rules)
     assert plan.packed and not plan.dynamic
