@@ -111,7 +111,7 @@ def test_the_presets_expand_and_the_cuda_table_applies_only_to_cuda():
 @pytest.mark.parametrize(
     "table, message",
     [
-        ("[sweep.cuda]\nlengths = [1]\n", r"unknown sweep key\(s\) \['lengths'\] in \[sweep.cuda\]"),
+        ("[sweep.cuda]\nseq_lens = [1]\n", r"unknown sweep key\(s\) \['seq_lens'\] in \[sweep.cuda\]"),
         ('[sweep.cuda]\ndevices = ["cuda"]\n', r"\[sweep.cuda\] cannot set devices"),
         ("[sweep.cuda]\nheads = [4]\n", r"\[sweep.cuda\] heads conflicts with the models"),
     ],
