@@ -149,6 +149,11 @@ AXES: tuple[Axis, ...] = (
          "none|constant|uniform|bimodal|longtail[:MAX],...", default=("none",), quiet="none",
          id=lambda c: "len-" + str(c["lengths"]).replace(":", ""), order=12,
          text=lambda v: "one length" if str(v) == "none" else f"{v} lengths"),
+    Axis("page_size", "Int64", "page sizes",
+         "paged-KV decode: K and V in pages of this many tokens, scattered through a page table; each of "
+         "the --batch sequences has --seq-len query tokens and a context of --seq-k tokens on average (its "
+         "length from --lengths); 0: contiguous K/V", "P,...", default=(0,), quiet=0, id="page{}", order=13,
+         text=lambda v: "contiguous K/V" if int(v) == 0 else f"pages of {int(v)}"),
     # not an axis of identity but a label: the published model(s) whose shape a cell is (harness.sweep.models)
     Axis("model", "string", "models",
          "published models' attention shapes: each gives its heads, kv-heads, d-k and window together, and "

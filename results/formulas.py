@@ -277,6 +277,17 @@ def kv_bytes(batch: int, kv_heads: int, seq_k: int, d_k: int, d_v: int, dtype: s
     return batch * kv_heads * seq_k * (d_k + d_v) * DTYPE_BYTES.get(dtype, 4)
 
 
+def decode_bytes(
+    heads: int, kv_heads: int, n_q: int, contexts: Sequence[int], d_k: int, d_v: int, dtype: str, table: int
+) -> int:
+    """Bytes a paged decode call must move at least (the `io_bytes` column): each context's K and V once at
+    H_kv heads, the queries read and the output written at H heads, and the page table's `table` int32
+    entries."""
+    item = DTYPE_BYTES.get(dtype, 4)
+    kv = kv_bytes(1, kv_heads, sum(contexts), d_k, d_v, dtype)
+    return kv + len(contexts) * heads * n_q * (d_k + d_v) * item + 4 * table
+
+
 def gbps(nbytes: float | None, time_ms: float) -> float:
     """GB/s (10^9 bytes per second) for `nbytes` moved in `time_ms` milliseconds (NaN when either is
     missing): the `kv_gbps` column is kv_bytes / median time."""

@@ -74,6 +74,8 @@ COLUMNS: dict[str, str] = {
     "seq_lens": "object",
     "executed_flops": "Int64",
     "executed_tflops": "Float64",
+    "io_bytes": "Int64",  # a paged decode cell: K/V of every context, Q, O and the page table (formulas)
+    "io_gbps": "Float64",  # io_bytes / median time: against the calibrated copy bandwidth
     "tokens_per_s": "Float64",  # query tokens (B x N_q; a pack's T) per second of the median call
     "kv_bytes": "Int64",  # bytes of K and V read once: B * kv_heads * seq_k * (d_k + d_v) * itemsize
     "kv_gbps": "Float64",  # kv_bytes / median time, GB/s: a decode cell against the calibrated copy bandwidth

@@ -1,5 +1,7 @@
 """Packed variable-length batches (the `lengths` axis): B sequences of different lengths, one after another
-in one (1, H, T, d) tensor, as serving and training stacks pack them.
+in one (1, H, T, d) tensor, as serving and training stacks pack them. In a paged cell (the page_size axis,
+variants/paged.py) the same patterns draw the sequences' context lengths, averaging --seq-k, and
+page_table lays their pages out.
 
 A cell's `batch` is B, its `seq_len` N the mean length: every pattern holds the total T = B * N fixed, so
 the times of one (B, N) compare across patterns (FlashAttention-4's varlen benchmark does the same).
@@ -26,9 +28,9 @@ from __future__ import annotations
 import random
 
 NONE = "none"
-PACKED_ONLY = (
-    "runs packed variable-length batches only (--lengths PATTERN)"  # a packed-only variant's refusal
-)
+# the refusals of a variant that runs packed batches only, or paged caches only
+PACKED_ONLY = "runs packed variable-length batches only (--lengths PATTERN)"
+PAGED_ONLY = "reads paged K/V caches only (--page-size P)"
 PATTERNS = ("constant", "uniform", "bimodal", "longtail")
 CAP_FACTOR = 4  # the default longest sequence, in mean lengths
 
@@ -70,9 +72,9 @@ def check_holds(pattern: str, batch: int, mean: int) -> None:
         )
 
 
-def draw_lengths(pattern: str, batch: int, mean: int) -> list[int]:
-    """The `batch` sequence lengths of `pattern` at mean length `mean`: seeded by the three, at least 1 and
-    at most the pattern's cap each, summing to batch * mean."""
+def draw_lengths(pattern: str, batch: int, mean: int, least: int = 1) -> list[int]:
+    """The `batch` sequence lengths of `pattern` at mean length `mean`: seeded by the three, at least `least`
+    (a paged cell's query tokens) and at most the pattern's cap each, summing to batch * mean."""
     pattern = parse_lengths(pattern)
     if pattern == NONE:
         raise ValueError("lengths none is not packed: it has no sequence lengths")
@@ -80,7 +82,7 @@ def draw_lengths(pattern: str, batch: int, mean: int) -> list[int]:
     kind = pattern.partition(":")[0]
     rng = random.Random(f"{kind}|{batch}|{mean}")
     weights = [_weight(kind, rng) for _ in range(batch)]
-    return _fit(weights, batch * mean, pattern_cap(pattern, mean))
+    return _fit(weights, batch * mean, pattern_cap(pattern, mean), least)
 
 
 def _weight(kind: str, rng: random.Random) -> float:
@@ -93,8 +95,8 @@ def _weight(kind: str, rng: random.Random) -> float:
     return rng.lognormvariate(0.0, 1.5)  # longtail
 
 
-def _fit(weights: list[float], total: int, cap: int) -> list[int]:
-    """Integers proportional to `weights`, each in [1, cap], summing to `total` (water-filling: the ones
+def _fit(weights: list[float], total: int, cap: int, least: int = 1) -> list[int]:
+    """Integers proportional to `weights`, each in [least, cap], summing to `total` (water-filling: the ones
     that hit a bound are fixed there and the rest scaled again)."""
     n = len(weights)
     fixed: dict[int, float] = {}
@@ -103,7 +105,7 @@ def _fit(weights: list[float], total: int, cap: int) -> list[int]:
         left = total - sum(fixed.values())
         scale = left / sum(weights[i] for i in free)
         over = {i: float(cap) for i in free if weights[i] * scale > cap}
-        under = {i: 1.0 for i in free if weights[i] * scale < 1}
+        under = {i: float(least) for i in free if weights[i] * scale < least}
         if not over and not under:
             break
         fixed.update(over or under)  # the cap first: freeing room can only lift the others
@@ -126,3 +128,18 @@ def offsets(lengths: list[int]) -> list[int]:
     for n in lengths:
         out.append(out[-1] + n)
     return out
+
+
+def page_table(lengths: list[int], page_size: int) -> list[list[int]]:
+    """A paged cache's page table (variants/paged.py): sequence b's ceil(L_b / page_size) pages, drawn from a
+    pool of exactly the pages all sequences need, in an order shuffled by a generator seeded by the lengths
+    and the page size (a cache that has served many requests: no sequence's pages lie together). Rows are
+    padded with page 0 to the longest."""
+    counts = [-(-n // page_size) for n in lengths]
+    pool = list(range(sum(counts)))
+    random.Random(f"pages|{page_size}|{lengths}").shuffle(pool)
+    rows, start = [], 0
+    for c in counts:
+        rows.append(pool[start : start + c] + [0] * (max(counts) - c))
+        start += c
+    return rows

@@ -20,7 +20,7 @@ LAYOUTS = ("bhnd", "bnhd")
 
 
 def extra_options(
-    *, causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None
+    *, causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None
 ) -> dict:
     """The keyword arguments added to the calling convention after it was first written, keeping only those
     not at their default: a variant written before them is never handed one (it declares none)."""
@@ -33,6 +33,8 @@ def extra_options(
         out["mod"] = mod
     if cu_seqlens is not None:
         out["cu_seqlens"] = cu_seqlens  # a packed batch (variants.lengths)
+    if block_table is not None:
+        out["block_table"] = block_table  # a paged K/V cache (variants/paged.py)
     return out
 
 
@@ -84,6 +86,7 @@ class Problem:
     window: int = 0  # sliding window in keys (with causal); 0 = none
     mod: str = NONE  # score modification, canonical text of variants.mods ('alibi', 'softcap:30')
     lengths: str = "none"  # a packed batch's length pattern (variants.lengths); "none": one length
+    page_size: int = 0  # a paged K/V cache's tokens per page (variants/paged.py); 0: contiguous
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -112,7 +115,7 @@ class Problem:
     @property
     def packed(self) -> bool:
         """A packed variable-length batch: (1, H, T, d) inputs and cu_seqlens (variants.lengths)."""
-        return self.lengths != "none"
+        return self.lengths != "none" and not self.page_size
 
     @property
     def lower_right(self) -> bool:
@@ -121,7 +124,7 @@ class Problem:
 
 def validate_tensors(
     q, k, v, *, key_lengths=None, causal=False, dropout_p=0.0, causal_align="top-left", window=0, mod=NONE,
-    cu_seqlens=None,
+    cu_seqlens=None, block_table=None,
 ) -> Problem:  # fmt: skip
     """Check the common calling convention and return the Problem; ValueError naming what is wrong.
 
@@ -142,6 +145,8 @@ def validate_tensors(
         raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
+    if block_table is not None:
+        return _paged_problem(q, k, v, key_lengths, block_table, causal, causal_align)
     (bq, hq, nq, dq), (bk, hk, nk, dk), (bv, hv, nv, dv) = q.shape, k.shape, v.shape
     if not (bq == bk == bv):
         raise ValueError(f"batch sizes differ: q {bq}, k {bk}, v {bv}")
@@ -218,3 +223,35 @@ def _check_offsets(cu_seqlens, batch: int, n_q: int, n_k: int, key_lengths) -> N
     offs = cu_seqlens.tolist()
     if offs[0] != 0 or offs[-1] != n_q or any(b < a for a, b in zip(offs, offs[1:], strict=False)):
         raise ValueError(f"cu_seqlens must rise from 0 to T = {n_q}, got {offs}")
+
+
+def _paged_problem(q, k, v, key_lengths, block_table, causal: bool, causal_align: str) -> Problem:
+    """The Problem of a paged decode call (variants/paged.py): q (B, H, N_q, d_k), k and v pools (P, page,
+    H_kv, d), key_lengths (B,) contexts of at least N_q tokens in their pages, block_table (B, max_pages)
+    integer pool pages; ValueError naming what is wrong."""
+    import torch
+
+    (b, h, n_q, d_k), (pages, page, h_kv, d_kk), (pv, page_v, h_v, d_v) = q.shape, k.shape, v.shape
+    if (pages, page, h_kv) != (pv, page_v, h_v) or d_k != d_kk:
+        raise ValueError(f"paged k {tuple(k.shape)} and v {tuple(v.shape)} must be (P, page, H_kv, d) pools")
+    if h_kv < 1 or h % h_kv:
+        raise ValueError(f"k/v heads ({h_kv}) must divide q heads ({h})")
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != b:
+        raise ValueError(f"block_table must be a (B={b}, max_pages) tensor of pool pages")
+    if key_lengths is None or key_lengths.shape != (b,):
+        raise ValueError(f"a paged cache needs key_lengths, (B={b},) context lengths")
+    lengths = key_lengths.tolist()
+    if min(lengths) < n_q or max(lengths) > block_table.shape[1] * page:
+        raise ValueError(
+            f"context lengths must lie in {n_q}..{block_table.shape[1] * page} (N_q..max_pages x page), "
+            f"got {lengths}"
+        )
+    if causal and causal_align != "lower-right" and n_q > 1:
+        raise ValueError(
+            "a paged decode step's queries sit at the end of their context: causal_align lower-right"
+        )
+    return Problem(
+        device=q.device.type, dtype=dtype_name(q.dtype), batch=b, heads=h, seq_len=n_q, seq_k=max(lengths),
+        d_k=d_k, d_v=d_v, causal=bool(causal), kv_heads=h_kv, causal_align=causal_align, page_size=page,
+        pass_="fwdbwd" if q.requires_grad or k.requires_grad or v.requires_grad else "fwd",
+    )  # fmt: skip

@@ -78,6 +78,8 @@ class Capability:
     # (each sequence alone: the useful pairs), "tiles:N" (N x N tiles that touch a sequence's pairs) or
     # "rows:N" (blocks of N query rows over the keys their sequences span)
     varlen: str = ""
+    # a paged K/V cache (variants/paged.py: k, v pools of pages, key_lengths contexts, block_table=)
+    paged: bool = False
     # The memory layout the harness hands q, k, v in, made before any timed call (problem.LAYOUTS): "bhnd"
     # (B, H, N, d)-contiguous, or "bnhd", the same (B, H, N, d) shape over (B, N, H, d) memory, for a
     # kernel that takes (B, N, H, d) and would otherwise copy its inputs inside every timed call. Last, so
@@ -201,6 +203,11 @@ class Variant:
             return f"{self.name} does not support a sliding window (window {problem.window})"
         if problem.mod != NONE and mod_kind(problem.mod) not in cap.mods:
             return f"{self.name} does not support score modification {problem.mod}"
+        if problem.page_size and not cap.paged:
+            return (
+                f"{self.name} does not read a paged K/V cache (a variant that does declares paged=True and "
+                "takes block_table=)"
+            )
         if problem.packed and not cap.varlen:
             return (
                 f"{self.name} does not take packed variable-length batches (a variant that does declares "
@@ -212,14 +219,16 @@ class Variant:
 
     def validate(
         self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, causal_align="top-left", window=0,
-        mod=NONE, cu_seqlens=None,
+        mod=NONE, cu_seqlens=None, block_table=None,
     ) -> Problem:  # fmt: skip
         """The Problem these inputs pose; ValueError naming what is wrong with them, or the dtype, score
         modification or packed batch refused (a variant is never handed a keyword it does not declare)."""
         problem = validate_tensors(
             q, k, v, key_lengths=key_lengths, causal=causal, dropout_p=dropout_p,
-            causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens,
+            causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table,
         )  # fmt: skip
+        if problem.page_size and not self.cap.paged:
+            raise ValueError(f"{self.name} does not read a paged K/V cache (block_table=)")
         if problem.packed and not self.cap.varlen:
             raise ValueError(f"{self.name} does not take packed variable-length batches (cu_seqlens=)")
         if problem.dtype not in self.cap.dtypes:
@@ -242,17 +251,18 @@ class Variant:
 
     def __call__(
         self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None,
-        causal_align="top-left", window=0, mod=NONE, cu_seqlens=None, **kwargs,
+        causal_align="top-left", window=0, mod=NONE, cu_seqlens=None, block_table=None, **kwargs,
     ):  # fmt: skip
         """Validate the inputs (ValueError naming the problem), then run the variant; causal_align, window,
         mod (as its canonical text) and cu_seqlens reach it only when not at their default (extra_options)."""
         problem = self.validate(
             q, k, v, causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, causal_align=causal_align,
-            window=window, mod=mod, cu_seqlens=cu_seqlens,
+            window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table,
         )  # fmt: skip
         extra = extra_options(
-            causal_align=causal_align, window=window, mod=problem.mod, cu_seqlens=cu_seqlens
-        )
+            causal_align=causal_align, window=window, mod=problem.mod, cu_seqlens=cu_seqlens,
+            block_table=block_table,
+        )  # fmt: skip
         opts = dict(causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale)
         return self.fn(q, k, v, **opts, **extra, **kwargs)
 
@@ -313,6 +323,7 @@ def _load_builtins() -> None:
         "chunked_compiled",
         "sdpa",
         "sdpa_packed",
+        "paged",
         "varlen_attn",
         "flex",
         "xformers_mea",

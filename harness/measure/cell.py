@@ -292,7 +292,7 @@ def fresh_check(fn: Callable[..., Any], layout: str, spec: CellSpec, settings: S
     `layout`; made: what fresh_inputs returned already), without dropout, against float64; ms: that one
     call's wall time."""
     (q, k, v, kl), rows, ref, opts = made or fresh_inputs(spec, settings)
-    given = handed((q, k, v, kl), layout)  # it may write into what it is given
+    given = handed((q, k, v, kl), layout, spec.paged)  # it may write into what it is given
     with torch.no_grad():  # without dropout, as the gate: the answer must follow the inputs exactly
         out, ms = timing.timed_once(
             spec.device, fn, *given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3])
@@ -499,6 +499,7 @@ def measure_cell(
             executed_tflops=tflops(row["executed_flops"], m.median),
             tokens_per_s=rate(spec.batch * spec.seq_len, m.median),  # query tokens (a pack's T)
             kv_gbps=gbps(row["kv_bytes"], m.median),
+            io_gbps=gbps(row.get("io_bytes"), m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )
         return finish(row, status, message)

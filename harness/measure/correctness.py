@@ -63,14 +63,17 @@ def key_interval(
 
 def reference(
     q, k, v, *, causal=False, key_lengths=None, scale=None, rows=None, causal_align="top-left", window=0,
-    mod=NONE, cu_seqlens=None,
+    mod=NONE, cu_seqlens=None, block_table=None,
 ) -> torch.Tensor:  # fmt: skip
     """float64 attention, computed in query-row blocks so its memory stays bounded.
 
     rows: optional 1-D index tensor of query rows to compute (every row is independent);
     returns (B, H, len(rows) or N_q, d_v) float64. Written independently of the variants: k/v heads are
-    repeated, masks are built from the index rules above.
+    repeated, masks are built from the index rules above. A paged cache (block_table: k, v pools of pages,
+    key_lengths each sequence's context) is read sequence by sequence, its queries at the context's end.
     """
+    if block_table is not None:
+        return _paged(q, k, v, key_lengths, block_table, causal=causal, scale=scale, rows=rows)
     return _weighted(
         q, k, v, causal=causal, key_lengths=key_lengths, scale=scale, rows=rows, power=1,
         causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens,
@@ -129,6 +132,20 @@ def _weighted(
     return torch.cat(outs, dim=2)
 
 
+def _paged(q, k, v, key_lengths, block_table, *, causal, scale, rows) -> torch.Tensor:
+    """The float64 reference of a paged decode call: each sequence's pages read in table order up to its
+    context length L_b, its N_q queries at positions L_b - N_q .. L_b - 1 (causal: lower-right)."""
+    page, outs = k.shape[1], []
+    for b, length in enumerate(key_lengths.tolist()):
+        ids = block_table[b, : -(-length // page)].long()
+        kb, vb = (t[ids].flatten(0, 1)[:length].transpose(0, 1)[None] for t in (k, v))  # (1, H_kv, L, d)
+        outs.append(_weighted(
+            q[b : b + 1], kb, vb, causal=causal, key_lengths=None, scale=scale, rows=rows, power=1,
+            causal_align="lower-right", window=0,
+        ))  # fmt: skip
+    return torch.cat(outs, dim=0)
+
+
 def _group(heads: int, kv_heads: int) -> int:
     if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"k/v heads ({kv_heads}) must divide q heads ({heads})")
@@ -137,9 +154,12 @@ def _group(heads: int, kv_heads: int) -> int:
 
 def empty_rows(
     n_q: int, key_lengths, *, n_k: int | None = None, causal=False, causal_align="top-left", window=0,
-    cu_seqlens=None,
+    cu_seqlens=None, block_table=None,
 ) -> torch.Tensor | None:  # fmt: skip
-    """(B or 1, 1, N_q, 1) bool: rows that see no key at all (see the module docstring), or None."""
+    """(B or 1, 1, N_q, 1) bool: rows that see no key at all (see the module docstring), or None (a paged
+    cell has none: each context holds at least its N_q queries)."""
+    if block_table is not None:
+        return None
     n_k = n_q if n_k is None else n_k
     lo, hi = key_interval(
         torch.arange(n_q), n_q, n_k, causal=causal, causal_align=causal_align, window=window,
@@ -235,6 +255,7 @@ def gate(
     window: int = 0,
     mod: str = NONE,
     cu_seqlens=None,
+    block_table=None,
 ) -> GateResult:
     """Compare an output already computed by a variant with the float64 reference (forward only).
 
@@ -244,6 +265,7 @@ def gate(
     dtype = str(q.dtype).removeprefix("torch.")
     tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
     rules = dict(causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens)
+    rules["block_table"] = block_table
     if ref is None:
         ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules)
     got = out if rows is None else out[:, :, rows.to(out.device)]
@@ -295,7 +317,7 @@ def worst_sequence(out: torch.Tensor, ref: torch.Tensor, rows, cu_seqlens) -> st
 
 def grad_errors(
     variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
-    causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None,
+    causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None,
 ) -> float:  # fmt: skip
     """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO.
 
@@ -303,6 +325,8 @@ def grad_errors(
     (`_backward`), not torch.autograd.grad: reentrant activation checkpointing
     (torch.utils.checkpoint with use_reentrant=True) refuses .grad(), and a gate must accept every
     implementation autograd accepts."""
+    if block_table is not None:
+        raise ValueError("a paged decode step has no backward to check (forward only)")
     g = torch.Generator(device="cpu").manual_seed(seed)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # clone keeps the layout
     extra = extra_options(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
@@ -370,11 +394,15 @@ def check(
     window: int = 0,
     mod: str = NONE,
     cu_seqlens=None,
+    block_table=None,
 ) -> GateResult:
     """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
-    window, mod and cu_seqlens reach the variant only when not at their default (variants.extra_options)."""
+    window, mod, cu_seqlens and block_table reach the variant only when not at their default
+    (variants.extra_options)."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
-    axes = dict(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
+    axes = dict(
+        causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table
+    )
     with torch.no_grad():
         out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)

@@ -22,12 +22,22 @@ def make_inputs(
     spec: CellSpec, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Seeded standard-normal q (B, H, N_q, d_k), k (B, H_kv, N_k, d_k), v (B, H_kv, N_k, d_v) and key lengths
-    (B,); a packed batch's (variants.lengths) as one sequence of its T = B x N tokens, (1, H, T, d)."""
+    (B,); a packed batch's (variants.lengths) as one sequence of its T = B x N tokens, (1, H, T, d); a paged
+    cell's k and v as pools of pages (P, page, H_kv, d) and its context lengths as key lengths."""
     device = torch.device(spec.device)
     g = torch.Generator(device=device).manual_seed(seed)
     dtype = torch_dtype(spec.dtype)
     (b, n, n_k), h, h_kv = spec.dims, spec.heads, spec.kv_heads
     q = torch.randn(b, h, n, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
+    if (
+        spec.paged
+    ):  # the pool of pages (variants/paged.py), every slot filled: past a context, values to ignore
+        contexts = spec.seq_lens()
+        pages = sum(-(-c // spec.page_size) for c in contexts)
+        shape = (pages, spec.page_size, h_kv)
+        k = torch.randn(*shape, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
+        v = torch.randn(*shape, spec.d_v, generator=g, device=device, dtype=torch.float32).to(dtype)
+        return q, k, v, torch.tensor(contexts, dtype=torch.int64, device=device)
     k = torch.randn(b, h_kv, n_k, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
     v = torch.randn(b, h_kv, n_k, spec.d_v, generator=g, device=device, dtype=torch.float32).to(dtype)
     lengths = spec.key_lengths()
@@ -35,12 +45,18 @@ def make_inputs(
     return q, k, v, kl
 
 
-def handed(inputs, layout: str = "bhnd"):
+def handed(inputs, layout: str = "bhnd", paged: bool = False):
     """What a variant is handed: new copies of (q, k, v, key_lengths), q, k and v in the memory layout it
     declares (Capability.layout; variants.in_layout: the same shapes and values). Made here, outside any
-    timed call, so that the timed call pays no copy into the layout its kernel takes."""
+    timed call, so that the timed call pays no copy into the layout its kernel takes. A paged cell's k and v
+    are pools of pages in their own layout (variants/paged.py): copied contiguous, whatever the variant's."""
     q, k, v, kl = inputs
-    return (*(in_layout(t, layout) for t in (q, k, v)), None if kl is None else kl.clone())
+    kv_layout = "bhnd" if paged else layout
+    return (
+        in_layout(q, layout),
+        *(in_layout(t, kv_layout) for t in (k, v)),
+        None if kl is None else kl.clone(),
+    )
 
 
 class InputCache:
@@ -65,7 +81,7 @@ class InputCache:
             self.key, self.pristine, self.ref = None, None, None  # free the old shape before the new one
             self.pristine = make_inputs(spec, seed)
             self.key = key
-        return handed(self.pristine, layout)
+        return handed(self.pristine, layout, spec.paged)
 
     def changed(self, given) -> tuple[str, ...]:
         """The names of the inputs in `given` (q, k, v, key_lengths as handed to a cell) that no longer
@@ -90,20 +106,27 @@ class InputCache:
 def gate_axes(spec: CellSpec) -> dict[str, Any]:
     """The added axes' keywords of the float64 gate (correctness.reference, gate, grad_errors) for a cell."""
     axes = {"causal_align": spec.causal_align, "window": spec.window, "mod": spec.mod}
-    return {**axes, "cu_seqlens": cu_seqlens(spec)}
+    return {**axes, "cu_seqlens": cu_seqlens(spec), "block_table": block_table(spec)}
 
 
 def cu_seqlens(spec: CellSpec) -> torch.Tensor | None:
     """A packed cell's sequence offsets, (B + 1,) int32 on its device (variants.lengths), else None."""
-    lengths = spec.seq_lens()
+    lengths = None if spec.paged else spec.seq_lens()
     return None if lengths is None else torch.tensor(offsets(lengths), dtype=torch.int32, device=spec.device)
+
+
+def block_table(spec: CellSpec) -> torch.Tensor | None:
+    """A paged cell's page table, (B, max_pages) int32 on its device (variants.lengths.page_table); else
+    None."""
+    table = spec.block_table()
+    return None if table is None else torch.tensor(table, dtype=torch.int32, device=spec.device)
 
 
 def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
     """The keyword arguments a cell's variant is called with: causal and key_lengths, and the added axes
     only when not at their default (CellSpec.options; a packed cell's cu_seqlens, made here), so variants
     written before them keep working."""
-    packed = extra_options(cu_seqlens=cu_seqlens(spec))
+    packed = extra_options(cu_seqlens=cu_seqlens(spec), block_table=block_table(spec))
     return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options(), **packed}
 
 

@@ -17,6 +17,7 @@ from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import (
     PASS_FACTOR,
     attention_flops,
+    decode_bytes,
     executed_pairs,
     flops_formula,
     kv_bytes,
@@ -51,13 +52,26 @@ def start_row(spec: CellSpec) -> dict[str, Any]:
         **axes,
     )
     row["flops_formula"] = flops_formula(causal=spec.causal, padded=lengths is not None, **axes)
+    row["kv_bytes"] = kv_bytes(spec.batch, spec.kv_heads, spec.seq_k, spec.d_k, spec.d_v, spec.dtype)
     seq_lens = spec.seq_lens()
-    if seq_lens is not None:  # a packed batch: the pairs of each sequence alone (results.formulas)
+    if spec.paged:  # each sequence's N_q queries at the end of its context (variants/paged.py)
+        row["flops"] = sum(
+            attention_flops(1, spec.heads, spec.seq_len, n, spec.d_k, spec.d_v, causal=spec.causal,
+                            pass_=spec.pass_, causal_align="lower-right")
+            for n in seq_lens
+        )  # fmt: skip
+        row["flops_formula"] = f"{row['flops_formula']} of each sequence's context"
+        row["seq_lens"] = seq_lens
+        row["kv_bytes"] = kv_bytes(1, spec.kv_heads, sum(seq_lens), spec.d_k, spec.d_v, spec.dtype)
+        table = len(seq_lens) * max(-(-n // spec.page_size) for n in seq_lens)
+        row["io_bytes"] = decode_bytes(
+            spec.heads, spec.kv_heads, spec.seq_len, seq_lens, spec.d_k, spec.d_v, spec.dtype, table
+        )
+    elif seq_lens is not None:  # a packed batch: the pairs of each sequence alone (results.formulas)
         pairs = packed_pairs(seq_lens, causal=spec.causal, window=spec.window)
         row["flops"] = flop_count(spec, pairs)
         row["flops_formula"] = f"{row['flops_formula']} within each sequence"
         row["seq_lens"] = seq_lens
-    row["kv_bytes"] = kv_bytes(spec.batch, spec.kv_heads, spec.seq_k, spec.d_k, spec.d_v, spec.dtype)
     return row
 
 
@@ -68,7 +82,7 @@ def flop_count(spec: CellSpec, pairs: int) -> int:
 
 def executed_flops(spec: CellSpec, work: str) -> int | None:
     """What a kernel whose capability's `varlen` is `work` computes for a packed cell (None otherwise)."""
-    seq_lens = spec.seq_lens()
+    seq_lens = None if spec.paged else spec.seq_lens()
     if seq_lens is None or not work:
         return None
     return flop_count(spec, executed_pairs(seq_lens, causal=spec.causal, work=work, window=spec.window))

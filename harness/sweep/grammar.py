@@ -151,6 +151,15 @@ def parse_patterns(name: str, text: str) -> tuple[str, ...]:
     return tuple(split(text))  # each checked (and made canonical) by variants.lengths.parse_lengths
 
 
+def parse_page_sizes(name: str, text: str) -> tuple[int, ...]:
+    """'16' or '16,64' (parse_ints' forms): tokens per page, each positive. 0, contiguous K/V, is the
+    default and not written."""
+    sizes = parse_ints(name, text)
+    if any(p < 1 for p in sizes):
+        raise ValueError(f"{name} must be positive numbers of tokens per page, got {text!r}")
+    return sizes
+
+
 def parse_mods(name: str, text: str) -> tuple[str, ...]:
     return tuple(split(text))  # each checked (and made canonical) by variants.mods.parse_mod
 
@@ -240,6 +249,15 @@ def check_window(name: str, values: tuple) -> tuple:
     return tuple(values)
 
 
+def check_page_sizes(name: str, values: tuple) -> tuple:
+    for p in values:
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+            raise ValueError(f"{name} must be positive numbers of tokens per page (0: contiguous), got {p!r}")
+    if 0 in values and len(values) > 1:
+        raise ValueError(f"{name} takes page sizes or 0 (contiguous K/V), not both: got {list(values)}")
+    return tuple(values)
+
+
 def check_mods(name: str, values: tuple) -> tuple:
     out = []
     for m in values:
@@ -279,6 +297,7 @@ GRAMMARS: dict[str, Grammar] = {
     "window": Grammar(parse_window, check_window, unique=False),
     "mods": Grammar(parse_mods, check_mods),
     "patterns": Grammar(parse_patterns, check_patterns),
+    "page sizes": Grammar(parse_page_sizes, check_page_sizes),
     "models": Grammar(parse_names, check_models, choices=tuple(MODELS)),
 }
 

@@ -18,7 +18,7 @@ from attnbench.harness.sweep.grammar import LOWER_RIGHT, check_axis
 from attnbench.harness.sweep.models import MODEL_AXES, ModelShape, model, refuse_shape_beside_models
 from attnbench.harness.sweep.settings import REMOVED_OPTIONS, Settings
 from attnbench.results.axes import AXES, IDENTITY, SWEEP_AXES, cell_id
-from attnbench.variants.lengths import check_holds, draw_lengths
+from attnbench.variants.lengths import check_holds, draw_lengths, page_table
 from attnbench.variants.mods import parse_mod
 from attnbench.variants.problem import Problem, extra_options
 
@@ -70,16 +70,29 @@ class _Cell:
         return Problem(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Problem)})
 
     @property
+    def paged(self) -> bool:
+        """A paged-KV decode cell (variants/paged.py)."""
+        return bool(self.page_size)
+
+    @property
     def dims(self) -> tuple[int, int, int]:
         """(B, N_q, N_k) of the tensors a variant is handed: a packed batch is one sequence of its T = B x N
-        tokens (variants.lengths)."""
-        if self.lengths == "none":
+        tokens (variants.lengths); a paged cell's keys, its contexts' mean."""
+        if self.lengths == "none" or self.paged:
             return self.batch, self.seq_len, self.seq_k
         return 1, self.batch * self.seq_len, self.batch * self.seq_k
 
     def seq_lens(self) -> list[int] | None:
-        """A packed batch's sequence lengths (variants.lengths: seeded by the pattern, B and N), or None."""
+        """A packed batch's sequence lengths (variants.lengths: seeded by the pattern, B and N), a paged
+        cell's context lengths (averaging N_k, each at least N_q: constant without a pattern), or None."""
+        if self.paged:
+            pattern = "constant" if self.lengths == "none" else self.lengths
+            return draw_lengths(pattern, self.batch, self.seq_k, least=self.seq_len)
         return None if self.lengths == "none" else draw_lengths(self.lengths, self.batch, self.seq_len)
+
+    def block_table(self) -> list[list[int]] | None:
+        """A paged cell's page table (variants.lengths.page_table), or None."""
+        return page_table(self.seq_lens(), self.page_size) if self.paged else None
 
     def key_lengths(self) -> list[int] | None:
         """Valid keys per batch element: element b keeps N_k - round(p * N_k * (b + 1) / B), at least 1."""
@@ -185,6 +198,8 @@ class _Sweep:
         """A packed batch (--lengths) is self-attention over whole sequences: its own pattern's lengths, no
         key padding, no separate key length, no positional mod or dropout; and its lengths must hold B x N."""
         packed = [p for p in self.lengths if p != "none"]
+        if any(self.page_size):
+            return self._check_paged(packed)
         if not packed:
             return
         clash = [
@@ -205,6 +220,38 @@ class _Sweep:
         for pattern, batch, n in itertools.product(packed, self.batch, self.seq_len):
             try:
                 check_holds(pattern, batch, n)
+            except ValueError as exc:
+                raise ValueError(f"--lengths {exc}") from None
+
+    def _check_paged(self, patterns: list[str]) -> None:
+        """A paged cell (--page-size) is a decode step: its queries sit at the end of their context
+        (causal lower-right or none), never more of them than the context, forward only, and no key
+        padding, window, mod or dropout; --lengths draws the contexts, averaging --seq-k."""
+        clash = [
+            flag
+            for flag, given in (
+                ("--padding", any(self.padding)),
+                ("--window", any(self.window)),
+                ("--mod", any(m != "none" for m in self.mod)),
+                ("--dropout", any(self.dropout)),
+                ("--pass fwdbwd", "fwdbwd" in self.passes),
+                ("--causal yes", True in self.causal),
+            )
+            if given
+        ]
+        if clash:
+            raise ValueError(
+                f"--page-size reads a paged K/V cache in a decode step (forward, its queries at the end of "
+                f"their context: --causal lower-right or no); it does not go with {clash[0]}"
+            )
+        for n_q, n_k in itertools.product(self.seq_len, self.seq_k or self.seq_len):
+            if n_q > n_k:
+                raise ValueError(
+                    f"--seq-len {n_q} is more query tokens than the context (--seq-k {n_k}) of a paged cell"
+                )
+        for pattern, batch, n_k in itertools.product(patterns, self.batch, self.seq_k or self.seq_len):
+            try:
+                check_holds(pattern, batch, n_k)
             except ValueError as exc:
                 raise ValueError(f"--lengths {exc}") from None
 

@@ -234,6 +234,8 @@ def cell_given(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
     for a in SWEEP_AXES:
         if a.name == "model":
             continue  # a label: the cell's shape is given by its axes
+        if a.name == "page_size" and not values[a.name]:
+            continue  # contiguous K/V, the default: --page-size takes positive sizes only
         if a.name == "causal":  # the sweep's causal value says the alignment too
             value: Any = "lower-right" if cell.causal and cell.causal_align == "lower-right" else cell.causal
         else:

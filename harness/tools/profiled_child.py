@@ -93,7 +93,7 @@ def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
 
     variant = variants.get(cell.variant)
     # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v), (B,)
-    q, k, v, kl = handed(make_inputs(cell, seed), variant.cap.layout)
+    q, k, v, kl = handed(make_inputs(cell, seed), variant.cap.layout, cell.paged)
     opts = call_options(cell, kl)
     fn = variant.bind(q, k, v, **opts)
     opts["dropout_p"] = cell.dropout

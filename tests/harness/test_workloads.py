@@ -20,7 +20,7 @@ from attnbench.harness.sweep.sweeps import build_sweep, cell_given
 from attnbench.results.axes import CELL_AXES, cell_id
 from attnbench.results.formulas import attention_flops, flops_formula, gbps, kv_bytes
 from attnbench.variants import Capability, Problem, Variant
-from attnbench.variants.lengths import PACKED_ONLY
+from attnbench.variants.lengths import PACKED_ONLY, PAGED_ONLY
 
 OLD_ID = "naive|cpu|float32|b2|h4|n128|dk64|dv32|causal|pad0.25|fwdbwd"
 
@@ -240,7 +240,7 @@ def test_every_builtin_variant_passes_the_gate_or_says_why_not(name, case):
     if not declared:  # a variant is never handed what it did not declare: a readable reason instead
         assert reason and name in reason
         return
-    if reason == PACKED_ONLY and not packed:  # sdpa_padded, sdpa_loop: a pack or nothing
+    if reason in (PACKED_ONLY, PAGED_ONLY) and not packed:  # a pack or nothing; a paged cache or nothing
         return
     assert reason is None, reason
     # unstable_softmax (default=False, the numerics demo) returns NaN in rows that see no key, by design:

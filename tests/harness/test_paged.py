@@ -1,0 +1,124 @@
+"""Paged-KV decode (the page_size axis, variants/paged.py): the page table, the flags' bad input, the float64
+reference read page by page, the variants against it, a kernel that reads past a context caught, and a
+real run's bytes and report."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import run_cli
+
+from attnbench import variants
+from attnbench.harness.measure import correctness
+from attnbench.harness.measure.cell import measure_cell
+from attnbench.harness.measure.inputs import block_table, make_inputs
+from attnbench.harness.sweep.settings import Settings
+from attnbench.harness.sweep.spec import CellSpec
+from attnbench.results import load
+from attnbench.results.formulas import DTYPE_BYTES
+from attnbench.variants.lengths import draw_lengths, page_table
+from attnbench.variants.paged import gather_pages
+
+QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
+
+
+def cell(
+    variant: str, *, n_q: int = 4, n_k: int = 96, page: int = 16, causal: bool = True, kv_heads: int = 2
+):
+    base = CellSpec(variant, "cpu", "float32", 3, 4, n_q, 16, 16, causal, 0.0, "fwd")
+    align = "lower-right" if causal else "top-left"
+    return dataclasses.replace(
+        base, seq_k=n_k, kv_heads=kv_heads, lengths="uniform", page_size=page, causal_align=align
+    )
+
+
+def test_each_sequence_gets_its_own_scattered_pages_from_a_pool_of_exactly_those_needed():
+    lengths = draw_lengths("uniform", 6, 100, least=4)
+    table = page_table(lengths, 16)
+    used = [row[: -(-n // 16)] for row, n in zip(table, lengths, strict=True)]
+    flat = [p for row in used for p in row]
+    assert sorted(flat) == list(range(len(flat)))  # every pool page once
+    assert any(b - a != 1 for row in used for a, b in zip(row, row[1:], strict=False))  # scattered
+    assert page_table(lengths, 16) == table and min(lengths) >= 4
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--page-size", "0"], "--page-size must be positive"),
+        (["--page-size", "16", "--seq-len", "8", "--seq-k", "4"], "more query tokens than the context"),
+        (["--page-size", "16", "--seq-len", "1", "--seq-k", "64", "--causal", "yes"], "--causal yes"),
+        (["--page-size", "16", "--seq-len", "1", "--seq-k", "64", "--pass", "fwdbwd"], "--pass fwdbwd"),
+    ],
+)
+def test_bad_paged_cells_are_one_line_and_exit_2_with_nothing_written(tmp_path, flags, says):
+    out = tmp_path / "run"
+    proc = run_cli("run", "--variants", "paged_gather", *flags, "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_the_reference_reads_each_context_in_table_order_with_its_queries_at_the_end():
+    spec = cell("paged_gather")
+    q, k, v, contexts = (t.to(torch.float64) if t.is_floating_point() else t for t in make_inputs(spec, 0))
+    table = block_table(spec)
+    paged = correctness.reference(q, k, v, causal=True, key_lengths=contexts, block_table=table)
+    for b, n in enumerate(contexts.tolist()):
+        kb, vb = (gather_pages(t, table[b : b + 1], n) for t in (k, v))  # (1, H_kv, L, d)
+        alone = correctness.reference(q[b : b + 1], kb, vb, causal=True, causal_align="lower-right")
+        assert torch.allclose(paged[b : b + 1], alone, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["paged_gather", "paged_chunked"])
+@pytest.mark.parametrize(("n_q", "causal", "kv_heads"), [(1, False, 4), (4, True, 2), (3, True, 1)])
+def test_the_paged_variants_pass_the_gate(variant, n_q, causal, kv_heads):
+    row = measure_cell(cell(variant, n_q=n_q, causal=causal, kv_heads=kv_heads), QUICK)
+    assert row["status"] == "ok", row["message"]
+
+
+def test_a_kernel_that_reads_past_a_context_is_wrong():
+    """Every slot of a sequence's pages, its last page's tail too: the values past L_b are not its keys."""
+
+    def whole_pages(q, k, v, *, causal=False, key_lengths=None, block_table=None, **_):
+        longest = block_table.shape[1] * k.shape[1]
+        kb, vb = gather_pages(k, block_table, longest), gather_pages(v, block_table, longest)
+        return torch.nn.functional.scaled_dot_product_attention(q, kb, vb, enable_gqa=True)
+
+    spec = cell("paged_gather", n_q=1, causal=False)
+    q, k, v, contexts = make_inputs(spec, 0)
+    r = correctness.check(whole_pages, q, k, v, key_lengths=contexts, block_table=block_table(spec))
+    assert not r.ok
+    honest = correctness.check(
+        variants.get("paged_gather"), q, k, v, key_lengths=contexts, block_table=block_table(spec)
+    )
+    assert honest.ok, honest.describe()
+
+
+def test_a_paged_run_counts_its_bytes_and_its_report_draws_the_decode_panel(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli(
+        "run", "--variants", "paged_gather,paged_chunked,naive", "--batch", "3", "--heads", "4",
+        "--kv-heads", "2", "--d-k", "16", "--seq-len", "1", "--seq-k", "64,128", "--lengths", "uniform",
+        "--page-size", "16,32", "--causal", "lower-right", "--warmup-ms", "2", "--budget-ms", "10",
+        "--min-ms", "2", "--out", str(out), "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    df = load(out)
+    naive = df[df["variant"] == "naive"]
+    assert set(naive["status"]) == {"unsupported"} and "paged K/V cache" in naive["message"].iloc[0]
+    ok = df[df["status"] == "ok"]
+    assert len(ok) == 8
+    for _, r in ok.iterrows():
+        contexts = draw_lengths("uniform", 3, int(r["seq_k"]), least=1)
+        assert list(r["seq_lens"]) == contexts
+        kv = sum(contexts) * 2 * (16 + 16) * DTYPE_BYTES["float32"]
+        table = 3 * max(-(-n // int(r["page_size"])) for n in contexts)
+        assert r["kv_bytes"] == kv and r["io_bytes"] == kv + 3 * 4 * 1 * 32 * 4 + 4 * table
+        assert r["io_gbps"] == pytest.approx(r["io_bytes"] / (r["time_ms_median"] * 1e-3) / 1e9)
+    report = tmp_path / "report"
+    assert run_cli("report", str(out), "--out", str(report)).returncode == 0
+    assert list(report.glob("kv-bandwidth*.png")) or list(report.glob("decode*.png"))
