@@ -2,7 +2,7 @@
 
 The commands: run, collect, repro, interleave, export, report, compare, list, check, env, profile,
 import-benchmark (a pytest-benchmark JSON file as a run), history (many runs in one store: add,
-rebuild).
+rebuild, check).
 
 Bad input (unknown names, bad numbers, missing files) is reported as one line on stderr with exit
 status 2, before any work starts and before anything is written. Each command lives in the module of its

@@ -4,6 +4,7 @@ edited) recorded into a real SQLite file, read back as a DataFrame, rebuilt, and
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import sqlite3
 
@@ -11,7 +12,7 @@ import pytest
 from conftest import DATA
 from synthetic import run_series
 
-from attnbench.results import history
+from attnbench.results import history, steps
 from attnbench.results.store import RunDirError
 
 BASE = DATA / "runs" / "cpu-small"
@@ -130,3 +131,60 @@ def test_a_machine_is_named_by_a_part_of_its_name(tmp_path, runs):
     assert len(history.frame(store, machine="epyc")) == 3 * CELLS
     with pytest.raises(ValueError, match=r"--machine 'H100' is no machine of the store; the store has: AMD"):
         history.frame(store, machine="H100")
+
+
+# ---- steps: ruptures' PELT over each series of the store ---------------------------------------------------
+
+
+def _torch_after(at: int, version: str = "2.14.0+cpu"):
+    def edit(i, meta):
+        if i >= at:
+            meta["fingerprint"]["torch"] = version
+
+    return edit
+
+
+def test_a_planted_step_is_found_at_its_run_with_what_changed(tmp_path):
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 8 + [1.1] * 6, edit=_torch_after(8))
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    found = steps.find(history.frame(store))
+    ok_series = 49  # the cells cpu-small measured ok
+    assert len(found) == ok_series and {s.at for s in found} == {8} and all(s.latest for s in found)
+    for s in found:
+        assert 1.06 < s.ratio < 1.14 and s.low < s.ratio < s.high and s.low > 1.0
+        assert s.after["run_id"] == "20261009-030000-synth" and s.before["run_id"] == "20261008-030000-synth"
+        assert s.changed()["torch"] == ("2.13.0+cpu", "2.14.0+cpu") and "git_commit" in s.changed()
+        assert not s.calibration_moved and s.calibration == pytest.approx(1.0)
+    line = steps.describe(found[0])
+    assert line.startswith(f"{found[0].cell_id} on {MACHINE}: +")
+    assert "at run 20261009-030000-synth (2026-10-09; run 9 of 14)" in line
+    assert "torch 2.13.0+cpu -> 2.14.0+cpu" in line and "calibration steady (x1.00)" in line
+
+
+def test_a_flat_series_has_no_step(tmp_path):
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 14, noise=0.02, seed=3)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    assert steps.find(history.frame(store)) == []
+
+
+def test_a_step_where_the_calibration_moved_says_so(tmp_path):
+    def slower_machine(i, meta):
+        if i >= 6:
+            meta["calibration"]["cpu"]["matmul_tflops"]["float32"] *= 0.8
+
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 6, edit=slower_machine)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    found = steps.find(history.frame(store))
+    assert found and all(s.calibration_moved and s.calibration == pytest.approx(0.8) for s in found)
+    assert "calibration moved too (x0.80: the machine changed)" in steps.describe(found[0])
+    assert "same commit" not in steps.describe(found[0])
+
+
+def test_a_long_series_is_searched_coarsely_then_placed_at_the_exact_run():
+    rng = random.Random(1)
+    times = [(1.0 if i < 237 else 1.1) * (1 + rng.gauss(0, 0.01)) for i in range(400)]
+    assert steps.breakpoints(times) == [237]  # jump 4: 237 is no multiple of it
+    assert steps.breakpoints([2.0] * 30) == [] and steps.breakpoints([1.0, 2.0, 3.0]) == []
