@@ -292,6 +292,22 @@ def load(*run_dirs: PathLike | Sequence[PathLike]):
     return load_runs(*run_dirs)
 
 
+def history(
+    *runs: PathLike | Sequence[PathLike], store: PathLike = "runs/history.sqlite", machine: str | None = None
+):
+    """The history store (`attnbench history`) as one pandas DataFrame: a row per cell per run, with the run's
+    time, commit, versions and path beside it, ordered by machine, cell and time. Runs given (run
+    directories, run sets, folders of runs) are recorded into the store first, as `attnbench history add`
+    does; `machine` keeps one machine's cells (its name, or a part of it that names one machine)."""
+    from attnbench.results import history as store_
+
+    paths = [p for arg in runs for p in (arg if isinstance(arg, (list, tuple)) else [arg])]
+    with in_keywords():
+        if paths:
+            store_.add(store, paths)
+        return store_.frame(store, machine=machine)
+
+
 def table(df: Any, columns: Sequence[str] | None = None):
     """attnbench.load's frame for a notebook: a pandas Styler of the run, variant, the axes that vary and the
     main numbers (or `columns`), with readable formats: rel_err as 3.0e-07, bytes as 96.0 KiB, rel_iqr as a

@@ -1,12 +1,13 @@
 """attnbench: is an attention implementation correct, how fast, how much memory, and how does it grow with N?
 
 The commands: run, collect, repro, interleave, export, report, compare, list, check, env, profile,
-import-benchmark (a pytest-benchmark JSON file as a run).
+import-benchmark (a pytest-benchmark JSON file as a run), history (many runs in one store: add,
+rebuild, check).
 
 Bad input (unknown names, bad numbers, missing files) is reported as one line on stderr with exit
 status 2, before any work starts and before anything is written. Each command lives in the module of its
 kind: cli_run (run, collect, repro, interleave), cli_read (export, report, compare, import-benchmark) and
-cli_tools (list, env, check, profile); cli_common holds what they share.
+cli_tools (list, env, check, profile), cli_history (history); cli_common holds what they share.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import sys
 from contextlib import contextmanager
 
-from attnbench import cli_read, cli_run, cli_tools
+from attnbench import cli_history, cli_read, cli_run, cli_tools
 from attnbench.cli_common import EXIT_INTERRUPTED, NO_ROOM, BadInput, fail
 from attnbench.results.formulas import printable
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_read.add_compare,
         cli_tools.add_profile,
         cli_read.add_import_benchmark,
+        cli_history.add_history,
     ):
         add(sub)
     return parser

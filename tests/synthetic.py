@@ -271,3 +271,53 @@ def on(record: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any
         r["cell_id"] = cell_id({a: v for a, v in r.items() if a in CELL_AXES})
         out.append(r)
     return out
+
+
+def run_series(
+    base: str | Path,
+    out: str | Path,
+    factors: list[float],
+    *,
+    noise: float = 0.01,
+    seed: int = 0,
+    edit: Any = None,
+) -> list[Path]:
+    """len(factors) copies of the real run `base` as out/run-000, run-001, .., made a day apart, each with its
+    own run_id, created time and git commit: run i's times (median, quartiles, samples; tflops follows) are
+    the base's times factors[i], each cell's jittered by a seeded relative `noise` (gaussian, the same seed
+    makes the same runs). `edit(i, meta)` may change run i's meta.json (a torch version, a calibration)."""
+    import json
+    from datetime import datetime, timedelta, timezone
+
+    base, out = Path(base), Path(out)
+    meta0 = json.loads((base / "meta.json").read_text())
+    rows0 = [json.loads(line) for line in (base / "rows.jsonl").read_text().splitlines() if line.strip()]
+    rng = random.Random(seed)
+    start = datetime(2026, 10, 1, 3, 0, tzinfo=timezone.utc)
+    paths = []
+    for i, factor in enumerate(factors):
+        when = start + timedelta(days=i)
+        run_id = when.strftime("%Y%m%d-%H%M%S") + "-synth"
+        meta = json.loads(json.dumps(meta0))
+        meta.update(run_id=run_id, created=when.isoformat())
+        meta["fingerprint"]["git_commit"] = f"{zlib.crc32(f'commit{i}'.encode()):08x}" * 5
+        if edit is not None:
+            edit(i, meta)
+        rows = []
+        for row in rows0:
+            f = factor * (1 + rng.gauss(0, noise))
+            row = {**row, "run_id": run_id}
+            for col in ("time_ms_median", "time_ms_p25", "time_ms_p75"):
+                if isinstance(row.get(col), (int, float)):
+                    row[col] *= f
+            if isinstance(row.get("samples_ms"), list):
+                row["samples_ms"] = [s * f for s in row["samples_ms"]]
+            if isinstance(row.get("tflops"), (int, float)):
+                row["tflops"] /= f
+            rows.append(row)
+        path = out / f"run-{i:03d}"
+        path.mkdir(parents=True)
+        (path / "meta.json").write_text(json.dumps(meta))
+        (path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        paths.append(path)
+    return paths

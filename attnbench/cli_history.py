@@ -1,0 +1,125 @@
+"""`attnbench history add | rebuild | check`: many runs in one store, and the steps in each cell's series."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from attnbench.cli_common import BadInput, bad_input
+from attnbench.results.formulas import printable
+from attnbench.results.history import DEFAULT_STORE
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from attnbench.results import history
+
+    with bad_input():
+        added = history.add(args.store, args.run_dirs)
+    _summary("history", added, args.store)
+    return 0
+
+
+def _summary(verb: str, added, store: str) -> None:
+    counts = Counter(a.state for a in added)
+    parts = ", ".join(f"{counts[s]} {s}" for s in ("added", "updated", "unchanged") if counts[s])
+    cells = sum(a.cells for a in added)
+    print(f"{verb}: {len(added)} runs ({parts}; {cells} cells read) in {printable(store)}", file=sys.stderr)
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from attnbench.results import history
+
+    with bad_input():
+        added = history.rebuild(args.store)
+    _summary("rebuilt", added, args.store)
+    return 0
+
+
+def parse_step(text: str) -> float:
+    """--fail-on-step's N% (or N) as a fraction; ValueError naming the flag."""
+    number = text.strip().removesuffix("%")
+    try:
+        value = float(number) / 100
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(f"--fail-on-step wants a positive percentage such as 5%, not {text!r}")
+    return value
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """One line per step of every series (a cell on one machine over time), then the gate: exit 1 when the
+    latest step of a series is a slowdown of more than --fail-on-step."""
+    from attnbench.results import history, steps
+
+    with bad_input():
+        limit = parse_step(args.fail_on_step) if args.fail_on_step is not None else None
+        df = history.frame(args.store, machine=args.machine)
+    try:
+        found = steps.find(df)
+    except ImportError as exc:  # ruptures missing: the one line says what to install
+        raise BadInput(str(exc)) from None
+    failing = [s for s in found if s.latest and limit is not None and s.change > limit]
+    for step in found:
+        mark = "FAIL " if step in failing else ""
+        print(printable(f"{mark}{steps.describe(step)}; repro: {_repro(step)}"))
+    ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
+    series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
+    said = f"history: {len(found)} steps in {series} series of {df['run_id'].nunique()} runs"
+    if limit is not None:
+        said += f"; {len(failing)} series' latest step slower by more than {limit:.0%} (--fail-on-step)"
+    print(said, file=sys.stderr)
+    return 1 if failing else 0
+
+
+def _repro(step) -> str:
+    """The command that measures the step's cell again, as its first run after the step measured it."""
+    import shlex
+    from pathlib import Path
+
+    from attnbench.cli_run import repro_argv
+
+    path = step.after.get("path")
+    if not path or not Path(path).is_dir():
+        return f"(the run directory {path} is gone)"
+    try:
+        return shlex.join(repro_argv(path, step.cell_id))
+    except ValueError as exc:  # a run whose sweep this attnbench cannot read any more
+        return f"(none: {exc})"
+
+
+def _store_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        metavar="PATH",
+        default=DEFAULT_STORE,
+        help=f"the history store, one SQLite file (default: {DEFAULT_STORE})",
+    )
+
+
+def add_history(sub) -> None:
+    p = sub.add_parser(
+        "history", help="many runs in one store, and the steps in each cell's series over time"
+    )
+    hist = p.add_subparsers(dest="history_command", required=True, metavar="ACTION")
+    a = hist.add_parser("add", help="record runs (a run, a run set, a folder of runs) into the store")
+    a.add_argument(
+        "run_dirs", nargs="+", metavar="RUN", help="a run directory, or a folder with runs below it"
+    )
+    _store_option(a)
+    a.set_defaults(func=cmd_add)
+    r = hist.add_parser("rebuild", help="make the store again from the run directories it recorded")
+    _store_option(r)
+    r.set_defaults(func=cmd_rebuild)
+    c = hist.add_parser(
+        "check", help="the steps in each cell's series over time (one line each); a CI gate over the latest"
+    )
+    _store_option(c)
+    c.add_argument("--machine", metavar="NAME", help="one machine's series (its name, or a part naming one)")
+    c.add_argument(
+        "--fail-on-step",
+        metavar="N%",
+        help="exit 1 when the latest step of any series is a slowdown of more than N%% (e.g. 5%%)",
+    )
+    c.set_defaults(func=cmd_check)

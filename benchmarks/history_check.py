@@ -1,0 +1,173 @@
+"""Issue 42's history targets (a benchmark, not a test): the step detector on real noise, the store at scale.
+
+  1. Detection. A series of SERIES_RUNS runs of one cell, each run's median the median of its 3 visits, each
+     visit drawn from the real visit medians of results/reference/cpu-epyc-2core-rounds and -settle (every ok
+     cell's visit medians over its own median: the spread of a visit on this VM, its heavy tails included).
+     With a 10% step planted at run STEP_AT, the step must be found at exactly that run in >= 9 of 10 seeds;
+     on the same series without it, no step in >= 9 of 10. The rates over 200 seeds are printed beside them.
+  2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
+     at batch 2), a 10% step planted at run 700 in every cell, written as run directories; then timed:
+     `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
+     results.steps.find (the detection), and `attnbench history check --fail-on-step 5%` whole (load, detect,
+     a repro line per step). Target: add + load + detect under 30 s on the 2-core VM.
+
+    python benchmarks/history_check.py [--runs 1000] [--seeds 10] [--json OUT.json]
+
+Exit status 0 when every target is met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import random
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import attnbench
+from attnbench.cli import main as cli
+from attnbench.results import steps
+
+ROOT = Path(__file__).resolve().parent.parent
+NOISE_RUNS = ("cpu-epyc-2core-rounds", "cpu-epyc-2core-settle")
+SCALE_BASE = ROOT / "results" / "reference" / "quick-epyc-2core-2026-11-24"
+SERIES_RUNS, STEP_AT, STEP = 40, 20, 1.10
+VISITS = 3  # a run's median is the median of its visits (the noise runs were made in 3 rounds)
+LIMIT_S = 30.0
+
+
+def visit_noise() -> list[float]:
+    """log(visit median / the cell's median) of every ok cell with visits in NOISE_RUNS."""
+    out = []
+    for name in NOISE_RUNS:
+        for line in (ROOT / "results" / "reference" / name / "rows.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            medians = row.get("visit_medians_ms") or row.get("round_medians_ms") or []
+            if row.get("status") == "ok" and len(medians) >= 2 and row.get("time_ms_median"):
+                out += [math.log(m / row["time_ms_median"]) for m in medians]
+    return out
+
+
+def series(noise: list[float], seed: int, step: float, visits: int = VISITS) -> list[float]:
+    rng = random.Random(seed)
+    times = []
+    for i in range(SERIES_RUNS):
+        drawn = sorted(rng.choice(noise) for _ in range(visits))
+        times.append(2.0 * math.exp(drawn[visits // 2]) * (step if i >= STEP_AT else 1.0))
+    return times
+
+
+def rates(noise: list[float], visits: int, seeds: range) -> dict:
+    """Over `seeds`: the step found at its run, within one run of it, at all; no step in the flat series."""
+    found = [steps.breakpoints(series(noise, s, STEP, visits)) for s in seeds]
+    flat = [steps.breakpoints(series(noise, s, 1.0, visits)) for s in seeds]
+    n = len(seeds)
+    return {
+        "at_the_run": sum(f == [STEP_AT] for f in found) / n,
+        "within_one_run": sum(any(abs(b - STEP_AT) <= 1 for b in f) for f in found) / n,
+        "found": sum(bool(f) for f in found) / n,
+        "no_step_without_one": sum(f == [] for f in flat) / n,
+    }
+
+
+def detection(seeds: int) -> dict:
+    noise = visit_noise()
+    target = rates(noise, VISITS, range(seeds))
+    return {
+        "noise_visits": len(noise),
+        "series": f"{SERIES_RUNS} runs, a 10% step at run {STEP_AT}, each run the median of {VISITS} visits",
+        "found_at_the_run": f"{round(target['at_the_run'] * seeds)}/{seeds}",
+        "no_step_without_one": f"{round(target['no_step_without_one'] * seeds)}/{seeds}",
+        # the same over 200 seeds, and with runs of more visits each (quieter runs): where the target holds
+        "over_200_seeds_by_visits": {k: rates(noise, k, range(200)) for k in (1, 3, 5, 9, 15)},
+        "met": target["at_the_run"] >= 0.9 and target["no_step_without_one"] >= 0.9,
+    }
+
+
+def write_runs(out: Path, n_runs: int, step_at: int) -> None:
+    """n_runs copies of SCALE_BASE, a day apart, 60 rows each, every time 10% slower from run step_at."""
+    meta0 = json.loads((SCALE_BASE / "meta.json").read_text())
+    rows0 = [
+        json.loads(line) for line in (SCALE_BASE / "rows.jsonl").read_text().splitlines() if line.strip()
+    ]
+    rows0 += [_at_batch_2(r) for r in rows0[:10]]
+    rng = random.Random(0)
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    for i in range(n_runs):
+        when = start + timedelta(hours=12 * i)
+        run_id = when.strftime("%Y%m%d-%H%M%S") + "-scale"
+        meta = {**meta0, "run_id": run_id, "created": when.isoformat()}
+        meta["fingerprint"] = {**meta0["fingerprint"], "git_commit": f"{i:040x}"}
+        path = out / f"run-{i:04d}"
+        path.mkdir(parents=True)
+        (path / "meta.json").write_text(json.dumps(meta))
+        lines = []
+        for row in rows0:
+            f = (STEP if i >= step_at else 1.0) * math.exp(rng.gauss(0, 0.02))
+            scaled = {k: row[k] * f for k in ("time_ms_median", "time_ms_p25", "time_ms_p75") if row.get(k)}
+            lines.append(json.dumps({**row, **scaled, "run_id": run_id, "samples_ms": []}))
+        (path / "rows.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _at_batch_2(row: dict) -> dict:
+    return {**row, "batch": 2, "cell_id": row["cell_id"].replace("|b1|", "|b2|")}
+
+
+def scale(n_runs: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        runs, store = Path(tmp) / "runs", Path(tmp) / "history.sqlite"
+        write_runs(runs, n_runs, int(n_runs * 0.7))
+        steps.ruptures()  # imported once, as a command would (about 2 s: scipy), outside the figures
+        t0 = time.perf_counter()
+        with contextlib.redirect_stderr(io.StringIO()):
+            assert cli(["history", "add", str(runs), "--store", str(store)]) == 0
+        t1 = time.perf_counter()
+        df = attnbench.history(store=store)
+        t2 = time.perf_counter()
+        found = steps.find(df)
+        t3 = time.perf_counter()
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli(["history", "check", "--store", str(store), "--fail-on-step", "5%"])
+        t4 = time.perf_counter()
+    at = sorted({s.at for s in found})
+    total = t3 - t0
+    return {
+        "runs": n_runs,
+        "rows": len(df),
+        "add_s": round(t1 - t0, 2),
+        "load_s": round(t2 - t1, 2),
+        "detect_s": round(t3 - t2, 2),
+        "add_load_detect_s": round(total, 2),
+        "check_command_s": round(t4 - t3, 2),
+        "check_exit": code,
+        "steps": len(found),
+        "steps_at": at,
+        "summary": err.getvalue().strip(),
+        "met": total < LIMIT_S,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--json", metavar="OUT", help="write the figures there too")
+    args = parser.parse_args()
+    load = Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").is_file() else None
+    record = {"detection": detection(args.seeds), "scale": scale(args.runs)}
+    record["loadavg_before_after"] = [load, Path("/proc/loadavg").read_text().strip() if load else None]
+    print(json.dumps(record, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+    return 0 if all(part["met"] for part in record.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

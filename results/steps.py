@@ -1,0 +1,244 @@
+"""Steps in each series of the history store (a cell on one machine over its runs in time): where its median
+time moves for good, found by ruptures' PELT on the log medians (a maintained detector, not one of our own).
+
+The cost is ruptures' `l1` (each segment around its median): a run's time is a median, and the medians of
+real runs have heavy tails (a slow visit, a busy neighbour), which a mean-based cost takes for steps. The
+penalty per step is PENALTY x the series' own noise x log(runs), the noise read robustly from the run-to-run
+differences, so that a quiet machine's 3% step counts and a noisy one's 3% wobble does not. A segment holds at
+least MIN_RUNS runs: a step shows once two runs after it agree, and one slow run alone is never a step.
+
+Long series are searched in two passes, as `benchmarks/history_check.py` measured: PELT over every
+`jump`-th run (n // COARSE_POINTS), then each step placed at the run where the same cost is least within a
+jump of it; a series of up to COARSE_POINTS runs is searched at every run.
+
+Each step says its size (after / before, the ratio of the two segments' medians) with a seeded bootstrap 95%
+interval, the last run before it and the first after (their commits, versions and variant source), and
+whether the device's calibration moved by more than CALIBRATION_MOVED between the two segments (then the
+machine, not the code, may have changed).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .devices import SPLIT_CALIBRATION
+
+PENALTY = 3.0  # x noise x log(n): benchmarks/history_check.py's planted steps and flat series chose it
+MIN_RUNS = 2  # the fewest runs a segment holds (ruptures' min_size)
+COARSE_POINTS = 100  # longer series are searched over every (n // COARSE_POINTS)-th run, then refined
+NOISE_FLOOR = 1e-3  # the least noise assumed (0.1% in log): a series of identical times still has a scale
+CALIBRATION_MOVED = SPLIT_CALIBRATION  # a calibration more than 10% apart: another machine, as for groups
+BOOTSTRAP = 2000  # resamples for a step's interval
+# what is compared on both sides of a step: the run's fingerprint and the variant's source
+SIDES = ("git_commit", "torch", "cuda", "driver", "python", "xformers", "attnbench_version", "variant_source")
+RUN_FIELDS = ("run_id", "created", "path", *SIDES)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step in one series: its size with an interval, where it is, and what changed across it."""
+
+    machine: str
+    cell_id: str
+    at: int  # the first run after the step: its place in the series (0-based)
+    runs: int  # the series' length
+    ratio: float  # the segment after over the segment before, by their medians (1.1: 10% slower)
+    low: float  # the ratio's 95% interval (NaN when a side has fewer than 3 runs)
+    high: float
+    before: dict[str, Any]  # the last run before the step (RUN_FIELDS)
+    after: dict[str, Any]  # the first run after it
+    calibration: float | None  # the device's calibration after / before (segments' medians), None unknown
+    latest: bool  # the series' last step
+    runs_before: int = 0  # the runs in the segments on each side
+    runs_after: int = 0
+
+    @property
+    def change(self) -> float:
+        """The step as a fraction: +0.10 is 10% slower after it."""
+        return self.ratio - 1.0
+
+    @property
+    def calibration_moved(self) -> bool:
+        return self.calibration is not None and abs(self.calibration - 1.0) > CALIBRATION_MOVED
+
+    def changed(self) -> dict[str, tuple[Any, Any]]:
+        """What differs between the last run before and the first after: {field: (before, after)}."""
+        return {
+            k: (self.before.get(k), self.after.get(k))
+            for k in SIDES
+            if self.before.get(k) != self.after.get(k)
+        }
+
+
+def noise(logs: Sequence[float]) -> float:
+    """The series' noise in log units, robust to steps and outliers: the median absolute run-to-run
+    difference, scaled to a standard deviation (/ 0.6745 for the normal's MAD, / sqrt 2 for a difference)."""
+    import numpy as np
+
+    x = np.asarray(logs, dtype=float)
+    if len(x) < 2:
+        return NOISE_FLOOR
+    return max(float(np.median(np.abs(np.diff(x)))) / 0.6745 / math.sqrt(2), NOISE_FLOOR)
+
+
+def breakpoints(values: Sequence[float], *, penalty: float = PENALTY, min_runs: int = MIN_RUNS) -> list[int]:
+    """Where each new segment of `values` (times, > 0) starts: ruptures' PELT with the l1 cost on their logs,
+    penalised by `penalty` x noise x log(n); [] for a series too short to hold two segments."""
+    import numpy as np
+
+    rpt = ruptures()
+    x = np.log(np.asarray(values, dtype=float)).reshape(-1, 1)
+    n = len(x)
+    if n < 2 * min_runs:
+        return []
+    pen = penalty * noise(x[:, 0]) * math.log(n)
+    jump = max(1, n // COARSE_POINTS)
+    found = rpt.Pelt(model="l1", min_size=min_runs, jump=jump).fit(x).predict(pen=pen)[:-1]
+    if jump == 1 or not found:
+        return [int(b) for b in found]
+    cost = rpt.costs.CostL1().fit(x)
+    edges = [0, *found, n]
+    out = []
+    for i, b in enumerate(found):  # the same cost's least point within a jump of each coarse step
+        lo, hi = max(edges[i] + min_runs, b - jump), min(edges[i + 2] - min_runs, b + jump)
+        out.append(
+            min(range(lo, hi + 1), key=lambda t: cost.error(edges[i], t) + cost.error(t, edges[i + 2]))
+        )
+        edges[i + 1] = out[-1]
+    return out
+
+
+def ruptures():
+    """The ruptures module; ImportError in one line saying how to install it where it is missing."""
+    try:
+        import ruptures as rpt
+    except ImportError:
+        raise ImportError(
+            "finding steps needs ruptures: pip install 'attnbench[history]' (or pip install ruptures)"
+        ) from None
+    return rpt
+
+
+def interval(before: Sequence[float], after: Sequence[float], seed: int) -> tuple[float, float]:
+    """A 95% bootstrap interval of median(after) / median(before) (percentile, BOOTSTRAP resamples of each
+    side, seeded); (NaN, NaN) when a side has fewer than 3 values."""
+    import numpy as np
+
+    if min(len(before), len(after)) < 3:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    a, b = np.log(np.asarray(before, dtype=float)), np.log(np.asarray(after, dtype=float))
+    da = np.median(rng.choice(a, (BOOTSTRAP, len(a))), axis=1)
+    db = np.median(rng.choice(b, (BOOTSTRAP, len(b))), axis=1)
+    low, high = np.percentile(db - da, [2.5, 97.5])
+    return math.exp(low), math.exp(high)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    good = sorted(v for v in values if v is not None and v == v and v > 0)
+    if not good:
+        return None
+    mid = len(good) // 2
+    return good[mid] if len(good) % 2 else (good[mid - 1] + good[mid]) / 2
+
+
+def _calibration(series, lo: int, mid: int, hi: int) -> float | None:
+    """The device's calibration after / before a step: the matmul ceiling for the cell's dtype where the runs
+    have it, else the copy bandwidth; the median over each segment."""
+    for col in ("cal_matmul_tflops", "cal_copy_gbps"):
+        values = [None if v is None or v != v else float(v) for v in series[col].tolist()]
+        a, b = _median(values[lo:mid]), _median(values[mid:hi])
+        if a and b:
+            return b / a
+    return None
+
+
+def _run(series, i: int) -> dict[str, Any]:
+    row = series.iloc[i]
+    return {k: (None if _missing(row.get(k)) else str(row.get(k))) for k in RUN_FIELDS}
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or bool(value != value)
+    except TypeError:  # pd.NA
+        return True
+
+
+def series_steps(series, *, penalty: float = PENALTY) -> list[Step]:
+    """The steps of one series: the store's rows of one machine and cell_id, ok, in time order
+    (results.history.frame's columns)."""
+    times = [float(t) for t in series["time_ms_median"]]
+    cuts = breakpoints(times, penalty=penalty)
+    if not cuts:
+        return []
+    machine, cell = str(series["machine"].iloc[0]), str(series["cell_id"].iloc[0])
+    edges = [0, *cuts, len(times)]
+    steps = []
+    for i, at in enumerate(cuts):
+        lo, hi = edges[i], edges[i + 2]
+        before, after = times[lo:at], times[at:hi]
+        seed = zlib.crc32(f"{machine}|{cell}|{at}".encode())
+        low, high = interval(before, after, seed)
+        steps.append(
+            Step(
+                machine=machine,
+                cell_id=cell,
+                at=at,
+                runs=len(times),
+                ratio=_median(after) / _median(before),
+                low=low,
+                high=high,
+                before=_run(series, at - 1),
+                after=_run(series, at),
+                calibration=_calibration(series, lo, at, hi),
+                latest=i == len(cuts) - 1,
+                runs_before=len(before),
+                runs_after=len(after),
+            )
+        )
+    return steps
+
+
+def find(df, *, penalty: float = PENALTY) -> list[Step]:
+    """Every step of every series of a history frame (results.history.frame): per machine and cell_id, the ok
+    rows with a positive median time, in the order their runs were made."""
+    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+    ok = ok.sort_values(["machine", "cell_id", "created", "run_id"], kind="stable")
+    steps = []
+    for _, series in ok.groupby(["machine", "cell_id"], sort=True):
+        steps += series_steps(series.reset_index(drop=True), penalty=penalty)
+    return steps
+
+
+def _short(value: str | None) -> str:
+    """A commit as its first 10 characters (and -dirty), anything else as it is; '?' when not recorded."""
+    if value is None:
+        return "?"
+    head, dirty = (value[:-6], "-dirty") if value.endswith("-dirty") else (value, "")
+    return head[:10] + dirty if len(head) == 40 and all(c in "0123456789abcdef" for c in head) else value
+
+
+def describe(step: Step) -> str:
+    """One line for a step: the series, its size and interval, the first run after it, what changed across
+    it, and the calibration."""
+    size = f"{step.change:+.1%}"
+    if step.low == step.low:
+        size += f" [{step.low - 1:+.1%}, {step.high - 1:+.1%}]"
+    when = (step.after.get("created") or "?")[:10]
+    where = f"at run {step.after.get('run_id')} ({when}; run {step.at + 1} of {step.runs})"
+    changed = step.changed()
+    commits = changed.pop("git_commit", None)
+    parts = [f"commit {_short(commits[0])} -> {_short(commits[1])}"] if commits else ["same commit"]
+    parts += [f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in changed.items()]
+    if step.calibration is None:
+        cal = "calibration unknown"
+    elif step.calibration_moved:
+        cal = f"calibration moved too (x{step.calibration:.2f}: the machine changed)"
+    else:
+        cal = f"calibration steady (x{step.calibration:.2f})"
+    return f"{step.cell_id} on {step.machine}: {size} {where}; {', '.join(parts)}; {cal}"

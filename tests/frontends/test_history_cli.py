@@ -1,0 +1,110 @@
+"""`attnbench history` through the real CLI (in this process, conftest.run_cli) and `attnbench.history`, on
+copies of a real run whose times are edited: the store, bad input in one line, steps found and gated."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA, run_cli
+from synthetic import run_series
+
+import attnbench
+
+BASE = DATA / "runs" / "cpu-small"
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return run_series(BASE, tmp_path / "runs", [1.0] * 4)
+
+
+def test_add_records_a_folder_once(tmp_path, runs):
+    store = str(tmp_path / "h.sqlite")
+    p = run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    assert p.stderr.strip() == f"history: 4 runs (4 added; 320 cells read) in {store}"
+    p = run_cli("history", "add", str(runs[0]), str(runs[1]), "--store", store, check=True)
+    assert p.stderr.strip() == f"history: 2 runs (2 unchanged; 0 cells read) in {store}"
+    p = run_cli("history", "rebuild", "--store", store, check=True)
+    assert p.stderr.strip() == f"rebuilt: 4 runs (4 added; 320 cells read) in {store}"
+    df = attnbench.history(store=store)
+    assert len(df) == 320 and df["run_id"].nunique() == 4
+
+
+def test_the_api_adds_what_it_is_given(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    df = attnbench.history(runs[:2], store=store, machine="EPYC")
+    assert df["run_id"].nunique() == 2 and store.is_file()
+
+
+@pytest.mark.parametrize("case", ["not a run", "corrupt store", "another schema version"])
+def test_bad_input_is_one_line_and_the_store_is_unchanged(tmp_path, runs, case):
+    store = tmp_path / "h.sqlite"
+    run_cli("history", "add", str(runs[0]), "--store", str(store), check=True)
+    target = str(runs[1])
+    if case == "not a run":
+        (tmp_path / "empty").mkdir()
+        target = str(tmp_path / "empty")
+    elif case == "corrupt store":
+        store.write_bytes(b"garbage" * 50)
+    else:
+        meta = runs[1] / "meta.json"
+        meta.write_text(meta.read_text().replace('"schema_version": 1', '"schema_version": 7'))
+    data = store.read_bytes()
+    p = run_cli("history", "add", target, "--store", str(store))
+    assert p.returncode == 2 and p.stdout == ""
+    assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
+    assert store.read_bytes() == data
+
+
+def _store_of(tmp_path, factors, **kw) -> str:
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", *map(str, run_series(BASE, tmp_path / "runs", factors, **kw)), "--store", store,
+            check=True)  # fmt: skip
+    return store
+
+
+def test_check_gates_on_the_latest_step_and_prints_each_with_its_repro(tmp_path):
+    store = _store_of(tmp_path, [1.0] * 5 + [1.1] * 4)
+    p = run_cli("history", "check", "--store", store, "--machine", "EPYC", "--fail-on-step", "5%")
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 49 and all(line.startswith("FAIL ") for line in lines)
+    cell = "naive|cpu|float32|b1|h8|n256|dk64|dv64|full|pad0|fwd"
+    line = next(line for line in lines if line.startswith(f"FAIL {cell} on "))
+    assert "at run 20261006-030000-synth (2026-10-06; run 6 of 9)" in line
+    repro = line.split("; repro: ")[1]
+    assert repro.startswith("attnbench run --variants naive --device cpu --dtype float32 ")
+    assert "--seq-len 256 " in repro and repro.endswith(
+        f"--out runs/repro-20261006-030000-synth-{cell.replace('|', '-')}"
+    )
+    said = "history: 49 steps in 49 series of 9 runs; 49 series' latest step slower by more than 5%"
+    assert p.stderr.strip() == said + " (--fail-on-step)"
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "15")
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 49 and "FAIL" not in p.stdout
+
+
+def test_a_slowdown_that_recovered_passes_the_gate(tmp_path):
+    store = _store_of(tmp_path, [1.0] * 4 + [1.2] * 4 + [1.0] * 4)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 2 * 49, p.stdout[:2000]
+    assert "; 0 series' latest step slower" in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--machine", "H100"], "--machine 'H100' is no machine of the store; the store has: AMD EPYC"),
+        (["--fail-on-step", "five"], "--fail-on-step wants a positive percentage such as 5%, not 'five'"),
+        (["--fail-on-step=-5%"], "--fail-on-step wants a positive percentage such as 5%, not '-5%'"),
+    ],
+)
+def test_check_refuses_bad_options_in_one_line(tmp_path, args, said):
+    store = _store_of(tmp_path, [1.0] * 4)
+    data = (tmp_path / "h.sqlite").read_bytes()
+    p = run_cli("history", "check", "--store", store, *args)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1
+    assert said in p.stderr and (tmp_path / "h.sqlite").read_bytes() == data
+
+
+def test_check_without_a_store_says_how_to_make_one(tmp_path):
+    p = run_cli("history", "check", "--store", str(tmp_path / "none.sqlite"))
+    assert p.returncode == 2 and "history add RUN..." in p.stderr and not (tmp_path / "none.sqlite").exists()

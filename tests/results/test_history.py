@@ -1,0 +1,190 @@
+"""The history store (results.history): real run directories (copies of tests/data/runs/cpu-small, their times
+edited) recorded into a real SQLite file, read back as a DataFrame, rebuilt, and refused when bad."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sqlite3
+
+import pytest
+from conftest import DATA
+from synthetic import run_series
+
+from attnbench.results import history, steps
+from attnbench.results.store import RunDirError
+
+BASE = DATA / "runs" / "cpu-small"
+CELLS = sum(1 for line in (BASE / "rows.jsonl").read_text().splitlines() if line.strip())
+MACHINE = "AMD EPYC (2 cores) on vm"
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return run_series(BASE, tmp_path / "runs", [1.0, 1.0, 1.1])
+
+
+def test_a_folder_of_runs_is_one_frame_of_every_cell_of_every_run(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    added = history.add(store, [tmp_path / "runs"])
+    assert [a.state for a in added] == ["added"] * 3 and {a.cells for a in added} == {CELLS}
+    df = history.frame(store)
+    assert len(df) == 3 * CELLS and set(df["machine"]) == {MACHINE}
+    assert df["run_id"].nunique() == 3 and df["git_commit"].nunique() == 3
+    assert list(df["torch"].unique()) == ["2.13.0+cpu"] and df["where_key"].iloc[0].endswith(":cpu")
+    assert str(df["seq_len"].dtype) == "Int64" and str(df["time_ms_median"].dtype) == "Float64"
+    assert df["cal_matmul_tflops"].iloc[0] == pytest.approx(0.20309249072702487)
+    cell = df[df["cell_id"] == df["cell_id"].iloc[0]]  # one series, in the order the runs were made
+    assert list(cell["created"]) == sorted(cell["created"])
+    ratio = cell["time_ms_median"].iloc[2] / cell["time_ms_median"].iloc[0]
+    assert 1.03 < ratio < 1.17  # the third run is 10% slower, within the cells' 1% jitter
+    assert all(p.startswith(str(tmp_path)) for p in df["path"])
+
+
+def test_adding_a_run_again_changes_nothing(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    before = history.frame(store).drop(columns="added_at")
+    copy = tmp_path / "copy"
+    shutil.copytree(runs[0], copy)  # the same run at another path is the same run
+    again = history.add(store, [*runs, copy])
+    assert [a.state for a in again] == ["unchanged"] * 4
+    after = history.frame(store).drop(columns="added_at")
+    assert len(after) == len(before) == 3 * CELLS
+
+
+def test_a_resumed_run_replaces_its_cells(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    rows = (runs[0] / "rows.jsonl").read_text().splitlines()
+    first = json.loads(rows[0])
+    first["time_ms_median"] *= 3  # measured again (--redo-drift): the later row of a cell is its row
+    with (runs[0] / "rows.jsonl").open("a") as fh:
+        fh.write(json.dumps(first) + "\n")
+    assert [a.state for a in history.add(store, [runs[0]])] == ["updated"]
+    df = history.frame(store)
+    assert len(df) == 3 * CELLS
+    mine = df[(df["run_id"] == first["run_id"]) & (df["cell_id"] == first["cell_id"])]
+    assert mine["time_ms_median"].tolist() == [pytest.approx(first["time_ms_median"])]
+
+
+def test_rebuild_makes_the_same_store_from_the_runs(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    before = history.frame(store).drop(columns="added_at")
+    assert [a.state for a in history.rebuild(store)] == ["added"] * 3
+    assert history.frame(store).drop(columns="added_at").equals(before)
+    shutil.rmtree(runs[1])
+    data = store.read_bytes()
+    with pytest.raises(RunDirError, match="1 run.* gone, e.g. .*run-001") as err:
+        history.rebuild(store)
+    assert "\n" not in str(err.value) and store.read_bytes() == data
+    assert not store.with_name(store.name + ".rebuild").exists()
+
+
+def test_bad_runs_are_refused_before_the_store_is_touched(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs[:1])
+    data = store.read_bytes()
+    empty = tmp_path / "not-a-run"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("hello")
+    with pytest.raises(RunDirError, match="is not an attnbench run"):
+        history.add(store, [runs[1], empty])  # a good run beside it is not added either
+    newer = runs[2] / "meta.json"
+    newer.write_text(newer.read_text().replace('"schema_version": 1', '"schema_version": 99'))
+    with pytest.raises(RunDirError, match="schema version 99; this attnbench reads") as err:
+        history.add(store, [runs[2]])
+    assert "\n" not in str(err.value)
+    assert store.read_bytes() == data and len(history.frame(store)) == CELLS
+
+
+def test_a_store_that_is_not_one_is_refused_and_left_as_it_was(tmp_path, runs):
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"this is no database" * 100)
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    old = tmp_path / "old.sqlite"
+    history.add(old, runs[:1])
+    with sqlite3.connect(old) as con:
+        con.execute("UPDATE info SET value = '0' WHERE key = 'version'")
+    cases = [
+        (corrupt, "not an attnbench history store"),
+        (other, "not an attnbench history store"),
+        (old, "version 0; this attnbench reads version 1: make it again with"),
+    ]
+    for store, said in cases:
+        data = store.read_bytes()
+        for action, args in ((history.add, (store, runs)), (history.frame, (store,))):
+            with pytest.raises(history.StoreError, match=said) as err:
+                action(*args)
+            assert "\n" not in str(err.value) and store.read_bytes() == data
+    with pytest.raises(history.StoreError, match="no history store at"):
+        history.frame(tmp_path / "missing.sqlite")
+
+
+def test_a_machine_is_named_by_a_part_of_its_name(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    assert history.machines(store) == [MACHINE]
+    assert len(history.frame(store, machine="epyc")) == 3 * CELLS
+    with pytest.raises(ValueError, match=r"--machine 'H100' is no machine of the store; the store has: AMD"):
+        history.frame(store, machine="H100")
+
+
+# ---- steps: ruptures' PELT over each series of the store ---------------------------------------------------
+
+
+def _torch_after(at: int, version: str = "2.14.0+cpu"):
+    def edit(i, meta):
+        if i >= at:
+            meta["fingerprint"]["torch"] = version
+
+    return edit
+
+
+def test_a_planted_step_is_found_at_its_run_with_what_changed(tmp_path):
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 8 + [1.1] * 6, edit=_torch_after(8))
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    found = steps.find(history.frame(store))
+    ok_series = 49  # the cells cpu-small measured ok
+    assert len(found) == ok_series and {s.at for s in found} == {8} and all(s.latest for s in found)
+    for s in found:
+        assert 1.06 < s.ratio < 1.14 and s.low < s.ratio < s.high and s.low > 1.0
+        assert s.after["run_id"] == "20261009-030000-synth" and s.before["run_id"] == "20261008-030000-synth"
+        assert s.changed()["torch"] == ("2.13.0+cpu", "2.14.0+cpu") and "git_commit" in s.changed()
+        assert not s.calibration_moved and s.calibration == pytest.approx(1.0)
+    line = steps.describe(found[0])
+    assert line.startswith(f"{found[0].cell_id} on {MACHINE}: +")
+    assert "at run 20261009-030000-synth (2026-10-09; run 9 of 14)" in line
+    assert "torch 2.13.0+cpu -> 2.14.0+cpu" in line and "calibration steady (x1.00)" in line
+
+
+def test_a_flat_series_has_no_step(tmp_path):
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 14, noise=0.02, seed=3)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    assert steps.find(history.frame(store)) == []
+
+
+def test_a_step_where_the_calibration_moved_says_so(tmp_path):
+    def slower_machine(i, meta):
+        if i >= 6:
+            meta["calibration"]["cpu"]["matmul_tflops"]["float32"] *= 0.8
+
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 6, edit=slower_machine)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    found = steps.find(history.frame(store))
+    assert found and all(s.calibration_moved and s.calibration == pytest.approx(0.8) for s in found)
+    assert "calibration moved too (x0.80: the machine changed)" in steps.describe(found[0])
+    assert "same commit" not in steps.describe(found[0])
+
+
+def test_a_long_series_is_searched_coarsely_then_placed_at_the_exact_run():
+    rng = random.Random(1)
+    times = [(1.0 if i < 237 else 1.1) * (1 + rng.gauss(0, 0.01)) for i in range(400)]
+    assert steps.breakpoints(times) == [237]  # jump 4: 237 is no multiple of it
+    assert steps.breakpoints([2.0] * 30) == [] and steps.breakpoints([1.0, 2.0, 3.0]) == []
