@@ -134,17 +134,7 @@ def validate_tensors(
     """
     import torch
 
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must have 4 dims (batch, heads, seq, head_dim), got shape {tuple(t.shape)}"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
+    _check_tensors(q, k, v)
     if block_table is not None:
         return _paged_problem(q, k, v, key_lengths, block_table, causal, causal_align)
     (bq, hq, nq, dq), (bk, hk, nk, dk), (bv, hv, nv, dv) = q.shape, k.shape, v.shape
@@ -223,6 +213,23 @@ def _check_offsets(cu_seqlens, batch: int, n_q: int, n_k: int, key_lengths) -> N
     offs = cu_seqlens.tolist()
     if offs[0] != 0 or offs[-1] != n_q or any(b < a for a, b in zip(offs, offs[1:], strict=False)):
         raise ValueError(f"cu_seqlens must rise from 0 to T = {n_q}, got {offs}")
+
+
+def _check_tensors(q, k, v) -> None:
+    """ValueError unless q, k, v are 4-D tensors of one dtype on one device."""
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must have 4 dims (batch, heads, seq, head_dim), got shape {tuple(t.shape)}"
+            )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
 
 
 def _paged_problem(q, k, v, key_lengths, block_table, causal: bool, causal_align: str) -> Problem:
