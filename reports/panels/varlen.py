@@ -49,11 +49,13 @@ RATE_COLUMNS = ["pattern", "max_len", "tokens", "flops", "executed_flops", "time
 
 def packed_rows(df):
     """Rows of packed variable-length cells: a `lengths` pattern other than 'none' (ordinary cells, and
-    runs before the axis, have 'none', NA or no column)."""
+    runs before the axis, have 'none', NA or no column), and no page size (a paged cell's pattern draws its
+    contexts: the decode panel shows it)."""
     if "lengths" not in df.columns:
         return df.iloc[:0]
     text = df["lengths"].astype("string").fillna("none").str.strip()
-    return df[~text.isin(NONE_VALUES)]
+    paged = df["page_size"].fillna(0).astype(int) > 0 if "page_size" in df.columns else False
+    return df[~text.isin(NONE_VALUES) & ~paged]
 
 
 def pattern_key(pattern: str) -> tuple:
