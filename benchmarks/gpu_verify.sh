@@ -138,7 +138,8 @@ measure)
     # the GPU issue's measurements in one device command, each step bounded and timed in steps.txt:
     # xformers loaded (its wheel and nvidia-cuda-runtime-cu12's carried in .whl/) and gated in every dtype,
     # its axes (grouped-query, lower-right, windows, key padding) in both passes; a run of the fused kernels
-    # with energy per call (--energy); the gpu preset with its phase columns and its report. The device tool
+    # with energy per call (--energy); the varlen and paged presets' CUDA sizes; the gpu preset with its phase
+    # columns and its report. The device tool
     # brings back 8 files: `timeout 520 bash benchmarks/gpu_verify.sh /tmp/gm measure; tar czf $OUT/gm.tgz -C /tmp gm`
     seconds=${SESSION_SECONDS:-480}
     bash "$0" "$out" install
@@ -164,9 +165,15 @@ measure)
         --variants "${ENERGY_VARIANTS:-sdpa_cudnn,sdpa_flash,sdpa_efficient,xformers,naive,sdpa_math}" \
         --seq-len "${ENERGY_SEQ:-4096,16384}" --pass fwd \
         --out "$out/energy-run" > "$out/energy.log" 2>&1
+    # the packed and paged workloads' CUDA sizes (varlen_attn, xformers' block-diagonal masks, flex's document
+    # mask; varlen_attn's block_table where this torch has it): never measured on a GPU before
+    step varlen-run "${VARLEN_SECONDS:-90}" python3 -m attnbench run --preset varlen --device cuda \
+        --out "$out/varlen-run" > "$out/varlen.log" 2>&1
+    step paged-run "${PAGED_SECONDS:-60}" python3 -m attnbench run --preset paged --device cuda \
+        --out "$out/paged-run" > "$out/paged.log" 2>&1
     step gpu-run $(( $(left) - 45 )) python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" \
         > "$out/run.log" 2>&1
-    for r in gpu-run energy-run xformers-axes; do
+    for r in gpu-run energy-run xformers-axes varlen-run paged-run; do
         [ -d "$out/$r" ] || continue
         step "report-$r" 30 python3 -m attnbench report "$out/$r" --out "$out/$r-report" > "$out/report-$r.log" 2>&1
     done
