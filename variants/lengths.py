@@ -68,7 +68,7 @@ def check_holds(pattern: str, batch: int, mean: int) -> None:
     if cap * batch < batch * mean:
         raise ValueError(
             f"{pattern}: {batch} sequences of at most {cap} tokens cannot hold the {batch * mean} tokens "
-            f"of batch {batch} x seq-len {mean}"
+            f"of batch {batch} x mean length {mean}"
         )
 
 

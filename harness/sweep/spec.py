@@ -217,11 +217,7 @@ class _Sweep:
                 f"--lengths {packed[0]} packs whole sequences of their own lengths; it does not go with "
                 f"{clash[0]} (give --lengths none for that)"
             )
-        for pattern, batch, n in itertools.product(packed, self.batch, self.seq_len):
-            try:
-                check_holds(pattern, batch, n)
-            except ValueError as exc:
-                raise ValueError(f"--lengths {exc}") from None
+        _check_holds(packed, self.batch, self.seq_len)
 
     def _check_paged(self, patterns: list[str]) -> None:
         """A paged cell (--page-size) is a decode step: its queries sit at the end of their context
@@ -249,11 +245,7 @@ class _Sweep:
                 raise ValueError(
                     f"--seq-len {n_q} is more query tokens than the context (--seq-k {n_k}) of a paged cell"
                 )
-        for pattern, batch, n_k in itertools.product(patterns, self.batch, self.seq_k or self.seq_len):
-            try:
-                check_holds(pattern, batch, n_k)
-            except ValueError as exc:
-                raise ValueError(f"--lengths {exc}") from None
+        _check_holds(patterns, self.batch, self.seq_k or self.seq_len)
 
     def models(self) -> list[ModelShape]:
         """The records of harness.sweep.models the sweep names, in its order."""
@@ -341,6 +333,15 @@ class _Sweep:
             from attnbench.results.store import RunDirError
 
             raise RunDirError(f"{source} is damaged: its `sweep` cannot be read: {exc}") from None
+
+
+def _check_holds(patterns, batches, means) -> None:
+    """ValueError, as --lengths, where a pattern's longest sequence cannot hold B x mean tokens."""
+    for pattern, batch, mean in itertools.product(patterns, batches, means):
+        try:
+            check_holds(pattern, batch, mean)
+        except ValueError as exc:
+            raise ValueError(f"--lengths {exc}") from None
 
 
 def _causal(value: bool | str) -> tuple[bool, str]:
