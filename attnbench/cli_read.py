@@ -12,13 +12,13 @@ from attnbench.results.formulas import printable, terminal_columns
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from attnbench.results import RunDirError, export, load
+    from attnbench.results import RunDirError, export, load, load_meta
 
     try:
         df = load(*args.run_dirs)
-    except RunDirError as exc:
+        text = export(df, args.format, load_meta(*args.run_dirs) if args.format == "hud" else None)
+    except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
-    text = export(df, args.format)
     if sys.stdout.isatty():  # a terminal would obey a variant's control characters; a pipe or file keeps them
         text = printable(text)
     try:
@@ -35,9 +35,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_export(sub) -> None:
-    p = sub.add_parser("export", help="print the tidy results table of runs")
+    p = sub.add_parser(
+        "export",
+        help="print the tidy results table of runs, or their ok cells for the PyTorch HUD or Bencher",
+    )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--format", choices=["csv", "json"], default="csv")
+    p.add_argument(
+        "--format", choices=["csv", "json", "hud", "bencher"], default="csv",
+        help="csv, json (with raw samples), hud (PyTorch HUD records), bencher (Bencher Metric Format)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_export)
 
 

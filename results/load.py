@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import devices, drift, suspect
+from . import devices, drift, interchange, suspect
 from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, gbps
 from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS, upgrade_lists
@@ -148,10 +148,19 @@ def load_numerics(path: str | Path) -> dict[str, Any]:
     return value
 
 
-def export(df, fmt: str) -> str:
-    """The tidy table as CSV (without raw samples) or JSON records (with them)."""
+EXPORT_FORMATS = ("csv", "json", "hud", "bencher")
+
+
+def export(df, fmt: str, metas: dict[str, dict[str, Any]] | None = None) -> str:
+    """The tidy table as CSV (without raw samples) or JSON records (with them); or its ok cells as the
+    PyTorch HUD's benchmark records or Bencher's metric format (results.interchange; metas: load_meta's,
+    for the HUD's runners)."""
     if fmt == "csv":
         return df.drop(columns=list(LIST_COLUMNS), errors="ignore").to_csv(index=False)
     if fmt == "json":
         return df.to_json(orient="records", indent=1)
-    raise ValueError(f"unknown export format {fmt!r}; known: csv, json")
+    if fmt == "hud":
+        return interchange.hud(df, metas or {})
+    if fmt == "bencher":
+        return interchange.bencher(df)
+    raise ValueError(f"unknown export format {fmt!r}; known: {', '.join(EXPORT_FORMATS)}")

@@ -1,0 +1,93 @@
+"""A run's ok cells in the formats other dashboards take (`attnbench export --format hud|bencher`).
+
+- **hud**: the PyTorch HUD's benchmark database records (the v3 format pytorch/test-infra uploads: a JSON
+  list, one record per metric of a cell), each with `benchmark` (name "attnbench", mode inference for a
+  forward cell and training for forward+backward, dtype, the cell's axes in extra_info), `model` (the
+  variant, type "attention"), `metric` (name and benchmark_values: the cell's visit medians, or its median)
+  and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
+  Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps for a decode cell.
+- **bencher**: the Bencher Metric Format (BMF: {benchmark: {measure: {value, lower_value, upper_value}}}),
+  one benchmark per cell (its cell_id) with the measures latency (nanoseconds: the median, the p25 and p75
+  as its bounds, as Bencher's built-in latency measure counts), tflops and peak-memory (bytes). A BMF
+  report is one run's: rows of several runs are refused.
+
+Only ok cells are exported: a wrong, failed or skipped cell has no number another tool should plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .axes import CELL_AXES
+
+METRICS = ("time_ms_median", "tflops", "peak_mem_bytes", "kv_gbps")
+
+
+def _num(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != "<NA>"
+
+
+def _plain(v: Any) -> Any:
+    """A pandas or numpy scalar as a JSON value (NA as None)."""
+    if not _num(v):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _ok(df) -> list[dict[str, Any]]:
+    return [r for r in df.to_dict("records") if r.get("status") == "ok" and _num(r.get("time_ms_median"))]
+
+
+def hud(df, metas: dict[str, dict[str, Any]]) -> str:
+    """The PyTorch HUD records of `df`'s ok cells, as JSON text."""
+    records = []
+    for r in _ok(df):
+        fingerprint = metas.get(str(r.get("run_id")), {}).get("fingerprint", {})
+        axes = {a: _plain(r.get(a)) for a in CELL_AXES if a != "variant"}
+        runner = {
+            "name": _plain(r.get("host")) or fingerprint.get("hostname"),
+            "type": _plain(r.get("device")),
+            "gpu_info": _plain(r.get("gpu_name")),
+            "cpu_info": fingerprint.get("cpu_model") or fingerprint.get("cpu"),
+            "extra_info": {"torch": fingerprint.get("torch"), "commit": fingerprint.get("git_commit")},
+        }
+        for name in METRICS:
+            value = r.get(name)
+            if not _num(value):
+                continue
+            visits = r.get("visit_medians_ms") if name == "time_ms_median" else None
+            values = [float(v) for v in visits] if isinstance(visits, list) and visits else [_plain(value)]
+            records.append({
+                "benchmark": {
+                    "name": "attnbench",
+                    "mode": "training" if r.get("pass") == "fwdbwd" else "inference",
+                    "dtype": _plain(r.get("dtype")),
+                    "extra_info": {**axes, "cell_id": r.get("cell_id"), "run_id": r.get("run_id")},
+                },
+                "model": {"name": r.get("variant"), "type": "attention", "origins": ["attnbench"]},
+                "metric": {"name": name, "benchmark_values": values},
+                "runners": [runner],
+            })  # fmt: skip
+    return json.dumps(records, indent=1)
+
+
+def bencher(df) -> str:
+    """The Bencher Metric Format of one run's ok cells, as JSON text; ValueError for rows of several runs."""
+    runs = sorted({str(r) for r in df["run_id"].dropna()}) if "run_id" in df.columns else []
+    if len(runs) > 1:
+        raise ValueError(f"a Bencher report is one run's: export one run at a time (got {len(runs)} runs)")
+    out: dict[str, dict[str, Any]] = {}
+    for r in _ok(df):
+        ns = 1e6  # Bencher's latency measure counts nanoseconds
+        measures: dict[str, Any] = {"latency": {"value": float(r["time_ms_median"]) * ns}}
+        if _num(r.get("time_ms_p25")) and _num(r.get("time_ms_p75")):
+            measures["latency"]["lower_value"] = float(r["time_ms_p25"]) * ns
+            measures["latency"]["upper_value"] = float(r["time_ms_p75"]) * ns
+        if _num(r.get("tflops")):
+            measures["tflops"] = {"value": float(r["tflops"])}
+        if _num(r.get("peak_mem_bytes")):
+            measures["peak-memory"] = {"value": float(r["peak_mem_bytes"])}
+        out[str(r["cell_id"])] = measures
+    return json.dumps(out, indent=1)

@@ -1,0 +1,65 @@
+"""`attnbench export --format hud|bencher`: a run's ok cells as the PyTorch HUD's benchmark records and as
+Bencher's metric format, read back and checked against the run's own rows (results/interchange.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import ROOT, run_cli
+
+from attnbench.results import load
+
+RUN = ROOT / "results" / "reference" / "paged-epyc-2core"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load(RUN)
+
+
+def test_bencher_has_one_benchmark_per_ok_cell_with_latency_in_nanoseconds(rows):
+    out = run_cli("export", str(RUN), "--format", "bencher", check=True).stdout
+    bmf = json.loads(out)
+    ok = rows[rows["status"] == "ok"]
+    assert set(bmf) == set(ok["cell_id"])
+    for _, r in ok.iterrows():
+        latency = bmf[r["cell_id"]]["latency"]
+        assert latency["value"] == pytest.approx(r["time_ms_median"] * 1e6)
+        assert latency["lower_value"] <= latency["value"] <= latency["upper_value"]
+        assert bmf[r["cell_id"]]["tflops"]["value"] == pytest.approx(r["tflops"])
+        assert all(set(m) <= {"value", "lower_value", "upper_value"} for m in bmf[r["cell_id"]].values())
+
+
+def test_hud_records_carry_the_benchmark_model_metric_and_runner(rows):
+    records = json.loads(run_cli("export", str(RUN), "--format", "hud", check=True).stdout)
+    ok = rows[rows["status"] == "ok"]
+    times = [r for r in records if r["metric"]["name"] == "time_ms_median"]
+    assert len(times) == len(ok)
+    for rec in times:
+        row = ok[ok["cell_id"] == rec["benchmark"]["extra_info"]["cell_id"]].iloc[0]
+        assert rec["benchmark"]["name"] == "attnbench" and rec["benchmark"]["mode"] == "inference"
+        assert rec["model"] == {"name": row["variant"], "type": "attention", "origins": ["attnbench"]}
+        expected = list(row["visit_medians_ms"]) or [row["time_ms_median"]]
+        assert rec["metric"]["benchmark_values"] == pytest.approx(expected, rel=1e-6)
+        assert rec["runners"][0]["type"] == "cpu" and rec["runners"][0]["extra_info"]["torch"]
+    assert {r["metric"]["name"] for r in records} >= {"time_ms_median", "tflops", "peak_mem_bytes", "kv_gbps"}
+
+
+def test_a_bencher_report_of_two_runs_is_refused_in_one_line(tmp_path):
+    other = tmp_path / "copy"
+    shutil.copytree(RUN, other)
+    meta = json.loads((other / "meta.json").read_text())
+    meta["run_id"] = "another"
+    (other / "meta.json").write_text(json.dumps(meta))
+    rows_file = other / "rows.jsonl"
+    rows_file.write_text(
+        rows_file.read_text().replace(
+            json.dumps(json.loads(rows_file.read_text().splitlines()[0])["run_id"]), '"another"'
+        )
+    )
+    proc = run_cli("export", str(RUN), str(other), "--format", "bencher")
+    assert (
+        proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "one run at a time" in proc.stderr
+    )
