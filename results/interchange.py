@@ -3,7 +3,7 @@
 - **hud**: the PyTorch HUD's benchmark database records (the v3 format pytorch/test-infra uploads: a JSON
   list, one record per metric of a cell), each with `benchmark` (name "attnbench", mode inference for a
   forward cell and training for forward+backward, dtype, the cell's axes in extra_info), `model` (the
-  variant, type "attention"), `metric` (name and benchmark_values: the cell's visit medians, or its median)
+  variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate medians)
   and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
   Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps for a decode cell.
 - **bencher**: the Bencher Metric Format (BMF: {benchmark: {measure: {value, lower_value, upper_value}}}),
@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 from .axes import CELL_AXES
+from .schema import medians_of
 
 METRICS = ("time_ms_median", "tflops", "peak_mem_bytes", "kv_gbps")
 
@@ -57,8 +58,7 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
             value = r.get(name)
             if not _num(value):
                 continue
-            visits = r.get("visit_medians_ms") if name == "time_ms_median" else None
-            values = [float(v) for v in visits] if isinstance(visits, list) and visits else [_plain(value)]
+            values = medians_of(r) if name == "time_ms_median" else [_plain(value)]
             records.append({
                 "benchmark": {
                     "name": "attnbench",

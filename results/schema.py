@@ -179,6 +179,12 @@ def upgrade_lists(df):
     return df
 
 
+def medians_of(row: dict[str, Any]) -> list[float]:
+    """A row's replicate medians, one per visit (visit_medians_ms), or its one median where it has none."""
+    visits = float_list(row.get("visit_medians_ms"))
+    return visits or ([float(row["time_ms_median"])] if row.get("time_ms_median") is not None else [])
+
+
 def float_list(x: Any) -> list[float]:
     """A list column's cell (samples_ms, visit_medians_ms, visit_samples, ...) as floats; [] where it holds
     no list (None or NaN in older runs, a string) or a value that is not a number."""
