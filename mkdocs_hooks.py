@@ -25,9 +25,11 @@ def _shared(rel: str) -> bool:
 
 
 def _target(rel: str) -> str:
-    """The site path of a repository path: a folder stands for its README.md, else its generated index."""
+    """The site path of a repository path: a folder stands for its README.md, a static site's index.html, else
+    its generated index."""
     if (ROOT / rel).is_dir():
-        return f"{rel}/README.md" if (ROOT / rel / "README.md").is_file() else f"{rel}/index.md"
+        own = next((n for n in ("README.md", "index.html") if (ROOT / rel / n).is_file()), "index.md")
+        return f"{rel}/{own}"
     return rel
 
 
@@ -49,7 +51,9 @@ def on_files(files: Files, config) -> Files:
             rel = path.relative_to(ROOT).as_posix()
             files.append(File(rel, str(ROOT), config["site_dir"], config["use_directory_urls"]))
         folders = [top, *top.rglob("*")] if top.is_dir() else []
-        for folder in sorted(f for f in folders if f.is_dir() and not (f / "README.md").is_file()):
+        # a folder with its own README.md renders that; a published static site (index.html) is its own index
+        pages = ("README.md", "index.html")
+        for folder in sorted(f for f in folders if f.is_dir() and not any((f / n).is_file() for n in pages)):
             rel = folder.relative_to(ROOT).as_posix()
             files.append(File.generated(config, f"{rel}/index.md", content=_listing(folder)))
     return files

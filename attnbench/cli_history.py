@@ -1,4 +1,5 @@
-"""`attnbench history add | rebuild | check`: many runs in one store, and the steps in each cell's series."""
+"""`attnbench history add | rebuild | check | publish`: many runs in one store, the steps in each cell's
+series, and the store as a static site."""
 
 from __future__ import annotations
 
@@ -73,6 +74,34 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failing else 0
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    """The store as a static site in --out: an index, a page per machine, one across machines."""
+    from pathlib import Path
+
+    from attnbench.reports import dashboard
+    from attnbench.results import history, steps
+    from attnbench.results.writable import why_unwritable
+
+    out = Path(args.out)
+    with bad_input():
+        why = why_unwritable(out)
+        if why:
+            raise ValueError(f"--out {printable(str(out))} {why}")
+        df = history.frame(args.store)
+        if not len(df):
+            raise ValueError(f"the history store {printable(args.store)} holds no runs; add some first")
+    try:
+        found = steps.find(df)
+    except ImportError as exc:  # ruptures missing: the one line says what to install
+        raise BadInput(str(exc)) from None
+    pages = dashboard.publish(df, found, out)
+    print(
+        f"published {len(pages)} pages into {printable(str(out))}: {printable(str(pages[0]))}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _repro(step) -> str:
     """The command that measures the step's cell again, as its first run after the step measured it."""
     import shlex
@@ -123,3 +152,9 @@ def add_history(sub) -> None:
         help="exit 1 when the latest step of any series is a slowdown of more than N%% (e.g. 5%%)",
     )
     c.set_defaults(func=cmd_check)
+    pub = hist.add_parser(
+        "publish", help="the store as a static site: a page per machine, one across machines (no server)"
+    )
+    _store_option(pub)
+    pub.add_argument("--out", metavar="DIR", required=True, help="the site's folder (index.html in it)")
+    pub.set_defaults(func=cmd_publish)

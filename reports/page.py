@@ -29,6 +29,9 @@ class Link:
 
     text: str
     href: str
+    # a relative path of file-name segments and '..' (a site's pages and the runs beside it), accepted only
+    # where the code that made the Link built the path itself: never a path read from data
+    relative: bool = False
 
 
 Inline = str | Link
@@ -63,6 +66,7 @@ class Figure:
     """A matplotlib figure: PNG (embedded in HTML), SVG and CSV beside the page."""
 
     files: FigureFiles
+    embed: bool = True  # False: HTML shows the PNG beside the page (<img src="stem.png">), not base64
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,17 @@ def safe_href(href: str) -> str | None:
     return None
 
 
+_REL_SEGMENT = re.compile(r"\.\.|(?!\.)[A-Za-z0-9._-]+")
+
+
+def link_href(link: Link) -> str | None:
+    """safe_href, or for a `relative` Link a path of file-name segments and '..' (no scheme, not absolute)."""
+    parts = link.href.split("/")
+    if link.relative and parts[-1] and all(_REL_SEGMENT.fullmatch(p) for p in parts):
+        return link.href
+    return safe_href(link.href)
+
+
 def _file(name: str) -> str | None:
     """A file beside the page (what figures show): never a URL, so a page never pulls content from the web."""
     return name if _FILE_NAME.fullmatch(name) else None
@@ -153,7 +168,7 @@ def md_text(text: Text) -> str:
     """A Text as one line of Markdown."""
     if not isinstance(text, tuple):  # a str (or, as before links, anything str() can show)
         return md_escape(text)
-    return "".join(_md_link(i.text, safe_href(i.href)) if isinstance(i, Link) else _md_piece(i) for i in text)
+    return "".join(_md_link(i.text, link_href(i)) if isinstance(i, Link) else _md_piece(i) for i in text)
 
 
 def to_markdown(page: Page) -> str:
@@ -234,20 +249,18 @@ def folder_href(folder: str | Path) -> str | None:
     return "".join(f"{p}/" for p in parts)
 
 
-def _href(href: str, folder: str | None) -> str | None:
-    """safe_href, a file beside the page reached through `folder` (folder_href: None, files not linked)."""
-    if not _FILE_NAME.fullmatch(href):
-        return safe_href(href)
-    return None if folder is None else folder + href
+def _href(link: Link, folder: str | None) -> str | None:
+    """link_href, a file beside the page reached through `folder` (folder_href: None, files not linked)."""
+    if not _FILE_NAME.fullmatch(link.href):
+        return link_href(link) if folder == "" or not link.relative else None
+    return None if folder is None else folder + link.href
 
 
 def html_text(text: Text, folder: str | None = "") -> str:
     """A Text as inline HTML; links to files beside the page go through `folder` (folder_href)."""
     if not isinstance(text, tuple):  # a str (or, as before links, anything str() can show)
         return _esc(text)
-    return "".join(
-        _html_link(i.text, _href(i.href, folder)) if isinstance(i, Link) else _esc(i) for i in text
-    )
+    return "".join(_html_link(i.text, _href(i, folder)) if isinstance(i, Link) else _esc(i) for i in text)
 
 
 def _data_uri(path: Path) -> str:
@@ -311,8 +324,10 @@ def _html_blocks(blocks: list[Block], base_dir: Path, folder: str | None, top: i
         elif isinstance(b, Figure):
             f = b.files
             cap = _esc(f"{f.caption} " if f.caption else "") + _esc(f"(data: {f.csv})")
+            beside = not b.embed and folder is not None and _file(f.png) is not None
+            src = folder + f.png if beside else _data_uri(base_dir / f.png)
             out.append(
-                f'<figure><img src="{_data_uri(base_dir / f.png)}" alt="{_esc(f.title)}">'
+                f'<figure><img src="{_esc(src)}" alt="{_esc(f.title)}">'
                 f"<figcaption>{cap}</figcaption></figure>"
             )
         elif isinstance(b, SvgFigure):

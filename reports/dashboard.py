@@ -1,0 +1,342 @@
+"""The history store as a static site (`attnbench history publish`): an index, a page per machine and one
+page across machines, plain HTML files and PNGs that open from disk (file://) or any static host.
+
+A machine's page: the latest findings (per shape, the fastest variant over each range of N, from the latest
+run that measured the shape, with its fitted exponent), every series over time (one small-multiple figure
+per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median, each step
+results.steps found marked), the steps, and the runs, each linked to its report. The cross-machine page: each
+variant's TFLOP/s and % of its device's calibrated matmul peak per machine, at the shapes (every axis but the
+device and dtype) that two or more machines measured, and which variant leads each shape on each machine.
+
+Pages are reports.page Pages; a run's report is `reports/<...>/<run>/report.html` (or README.md) for a run in
+`results/<...>/<run>`, as the project publishes them, else the run's own folder's README.md or meta.json.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .fit import fit_power_law
+from .page import Figure, Heading, Link, Page, Para, Table, to_html
+from .style import empty_panel, log_axis, mpl_style, new_figure, save, slug, variant_color, variant_order
+
+INDEX = "index.html"
+CROSS = "machines.html"
+_LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
+REPORT_FILES = ("report.html", "README.md")  # a run's report, the first found
+RUN_FILES = ("README.md", "meta.json")  # else the run folder's own page
+
+
+def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
+    """Write the site into `out` (made if missing) from a history frame (results.history.frame) and its
+    steps (results.steps.find); returns the pages written, the index first."""
+    out.mkdir(parents=True, exist_ok=True)
+    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+    machines = sorted(str(m) for m in df["machine"].unique())
+    pages = {m: f"machine-{slug(m)}.html" for m in machines}
+    index = Page("attnbench history")
+    index.add(
+        Para(f"{df['run_id'].nunique()} runs on {len(machines)} machines, {len(steps)} steps found."),
+        Heading("Machines"),
+        Table(
+            ("machine", "runs", "series", "steps"),
+            tuple(
+                (
+                    (Link(m, pages[m]),),
+                    str(df[df["machine"] == m]["run_id"].nunique()),
+                    str(ok[ok["machine"] == m]["cell_id"].nunique()),
+                    str(sum(s.machine == m for s in steps)),
+                )
+                for m in machines
+            ),
+        ),
+        Heading("Across machines"),
+        Para((Link("Each variant's TFLOP/s and % of calibrated peak per machine, and who leads", CROSS),)),
+    )
+    written = [_write(index, out / INDEX)]
+    for m in machines:
+        mine = [s for s in steps if s.machine == m]
+        written.append(_write(machine_page(m, df[df["machine"] == m], mine, out), out / pages[m]))
+    written.append(_write(cross_page(ok), out / CROSS))
+    return written
+
+
+def _write(page: Page, path: Path) -> Path:
+    path.write_text(to_html(page, path.parent), encoding="utf-8")
+    return path
+
+
+def _back() -> Para:
+    return Para((Link("All machines", INDEX), " · ", Link("Across machines", CROSS)))
+
+
+# ---- a run's report --------------------------------------------------------------------------------
+
+
+def report_of(run_path: str | Path) -> Path:
+    """The file a run links to: its report where the project publishes one (results/X/run -> reports/X/run),
+    else the run folder's README.md or meta.json."""
+    run = Path(run_path)
+    parts = run.parts
+    if "results" in parts:
+        at = len(parts) - 1 - parts[::-1].index("results")
+        folder = Path(*parts[:at], "reports", *parts[at + 1 :])
+        for name in REPORT_FILES:
+            if (folder / name).is_file():
+                return folder / name
+    return next((run / n for n in RUN_FILES if (run / n).is_file()), run / "meta.json")
+
+
+def run_link(text: str, run_path: str, out: Path) -> Link:
+    """A Link from a page in `out` to the run's report (a path relative to the site's folder)."""
+    href = os.path.relpath(report_of(run_path).resolve(), out.resolve()).replace(os.sep, "/")
+    return Link(text, href, relative=True)
+
+
+# ---- a machine's page ------------------------------------------------------------------------------
+
+
+def machine_page(machine: str, df, steps: Sequence[Any], out: Path) -> Page:
+    runs = df.drop_duplicates("run_key").sort_values(["created", "run_id"], kind="stable")
+    number = {key: i + 1 for i, key in enumerate(runs["run_key"])}
+    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+    page = Page(f"attnbench history: {machine}")
+    page.add(_back(), Para(f"{len(runs)} runs, {ok['cell_id'].nunique()} series, {len(steps)} steps."))
+    page.add(Heading("Latest findings"), *findings(ok, out))
+    page.add(Heading("Every series over time"))
+    page.add(
+        Para(
+            "A panel per variant, a line per cell (its shape; colour: N, dark short, light long): each run's "
+            "median time over the series' median, against the run's number on this machine (the runs table "
+            "below). A red triangle marks the first run after a step. Cells measured in one run only are "
+            "counted, not drawn."
+        )
+    )
+    for (device, dtype, pass_), group in ok.groupby(["device", "dtype", "pass"], sort=True):
+        runs_of = group.groupby("cell_id")["run_key"].transform("nunique")
+        once = sorted(set(group["variant"]) - set(group[runs_of >= 2]["variant"]))
+        if once:
+            page.add(
+                Para(f"{device} {dtype} {pass_}: measured in one run only, not drawn: {', '.join(once)}.")
+            )
+        if len(once) < group["variant"].nunique():
+            group = group[~group["variant"].isin(once)]
+            files = series_figure(machine, group, steps, number, out, f"{device} {dtype} {pass_}")
+            page.add(Figure(files, embed=False))
+    page.add(Heading("Steps"), steps_table(steps, out))
+    page.add(Heading("Runs"), runs_table(runs, df, number, out))
+    return page
+
+
+def _shape(cell_id: str, keep: int = 1) -> str:
+    """A cell_id without its variant (and without device and dtype for keep=3) and without its N."""
+    parts = str(cell_id).split("|")[keep:]
+    return "|".join(p for p in parts if not _LENGTH_PART.fullmatch(p))
+
+
+def _ranges(winners: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
+    """Consecutive lengths with the same fastest variant as (first N, last N, variant)."""
+    out: list[tuple[int, int, str]] = []
+    for n, v in winners:
+        if out and out[-1][2] == v:
+            out[-1] = (out[-1][0], n, v)
+        else:
+            out.append((n, n, v))
+    return out
+
+
+def findings(ok, out: Path) -> list[Any]:
+    """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
+    the run linked and the variant's fitted exponent (time ~ N^b) over that run's lengths."""
+    if not len(ok):
+        return [Para("No ok cells.")]
+    ok = ok.assign(shape=[_shape(c) for c in ok["cell_id"]])
+    rows = []
+    for shape, group in ok.groupby("shape", sort=True):
+        latest = group[group["created"] == group["created"].max()]
+        winners = [
+            (int(n), str(at.loc[at["time_ms_median"].idxmin(), "variant"]))
+            for n, at in latest.groupby("seq_len", sort=True)
+        ]
+        run = latest.iloc[0]
+        for lo, hi, v in _ranges(winners):
+            mine = latest[latest["variant"] == v].sort_values("seq_len")
+            fit = fit_power_law(mine["seq_len"].astype(float), mine["time_ms_median"].astype(float))
+            best = mine[mine["seq_len"] == hi].iloc[0]
+            rows.append(
+                (
+                    shape,
+                    f"{lo}" if lo == hi else f"{lo}..{hi}",
+                    v,
+                    f"{float(best['time_ms_median']):.4g} ms",
+                    fit.text(),
+                    (run_link(str(run["run_id"]), str(run["path"]), out),),
+                )
+            )
+    headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
+    return [Table(headers, tuple(rows))]
+
+
+def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, int], out: Path, title: str):
+    """One small-multiple figure: a panel per variant, a line per cell over the machine's runs."""
+    import matplotlib as mpl
+    import pandas as pd
+
+    variants = variant_order(group["variant"].unique())
+    cmap = mpl.colormaps["viridis"]
+    lengths = sorted({int(n) for n in group["seq_len"]})
+    shade = {n: cmap(0.85 * i / max(1, len(lengths) - 1)) for i, n in enumerate(lengths)}
+    marked = {(s.cell_id, s.after.get("run_id")) for s in steps}
+    data = []
+    with mpl_style():
+        fig, axes = new_figure(len(variants), ncols=3, panel_h=2.4)
+        for ax, variant in zip(axes, variants, strict=True):
+            drawn = 0
+            for cell, series in group[group["variant"] == variant].groupby("cell_id", sort=True):
+                series = series.sort_values(["created", "run_id"], kind="stable")
+                ys = series["time_ms_median"].astype(float)
+                x = [number[k] for k in series["run_key"]]
+                y = (ys / float(ys.median())).tolist()
+                data += [
+                    (cell, r, xi, t, yi) for r, xi, t, yi in zip(series["run_id"], x, ys, y, strict=True)
+                ]
+                if len(series) < 2:
+                    continue
+                drawn += 1
+                ax.plot(x, y, color=shade[int(series["seq_len"].iloc[0])], lw=1, marker=".", ms=3)
+                hits = [
+                    (xi, yi) for xi, yi, r in zip(x, y, series["run_id"], strict=True) if (cell, r) in marked
+                ]
+                if hits:
+                    ax.plot([h[0] for h in hits], [h[1] for h in hits], "v", color="#d62728", ms=7, zorder=5)
+            ax.set_title(variant, color=variant_color(variant), fontsize=9)
+            if drawn:
+                log_axis(ax)
+                ax.set_xlabel("run", fontsize=8)
+            else:
+                empty_panel(ax, "every cell measured once")
+        fig.suptitle(f"{machine}: {title}", fontsize=10)
+    frame = pd.DataFrame(data, columns=["cell_id", "run_id", "run", "time_ms_median", "over_series_median"])
+    stem = slug("series", machine, title)
+    return save(fig, frame, out, stem, f"{machine}: {title}", "Time over the series' median, per run.")
+
+
+def steps_table(steps: Sequence[Any], out: Path) -> Any:
+    """A row per step: the series, its size with interval, the first run after it (linked), what changed."""
+    if not steps:
+        return Para("No step in any series of this machine.")
+    rows = []
+    for s in steps:
+        size = f"{s.change:+.1%}" + (f" [{s.low - 1:+.1%}, {s.high - 1:+.1%}]" if s.low == s.low else "")
+        after = s.after.get("run_id") or "?"
+        link = run_link(after, s.after["path"], out) if s.after.get("path") else after
+        changed = "; ".join(f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in s.changed().items())
+        cal = (
+            "unknown"
+            if s.calibration is None
+            else f"x{s.calibration:.2f}" + (" (moved: the machine changed)" if s.calibration_moved else "")
+        )
+        rows.append((s.cell_id, size, (link,), f"{s.at + 1} of {s.runs}", changed or "nothing recorded", cal))
+    headers = ("series", "step", "first run after", "place", "what changed", "calibration")
+    return Table(headers, tuple(rows))
+
+
+def runs_table(runs, df, number: dict[str, int], out: Path) -> Table:
+    rows = []
+    for _, r in runs.iterrows():
+        cells = int((df["run_key"] == r["run_key"]).sum())
+        rows.append(
+            (
+                str(number[r["run_key"]]),
+                (run_link(str(r["run_id"]), str(r["path"]), out),),
+                str(r["created"])[:19],
+                str(r["git_commit"] or "?")[:12],
+                str(r["torch"] or "?"),
+                str(cells),
+            )
+        )
+    return Table(("#", "run (its report)", "made", "commit", "torch", "cells"), tuple(rows))
+
+
+# ---- across machines -------------------------------------------------------------------------------
+
+
+def _peak_text(tflops: Any, peak: Any) -> str:
+    if tflops is None or tflops != tflops or not tflops > 0:
+        return "-"
+    pct = f" ({100 * float(tflops) / float(peak):.1f}%)" if peak == peak and peak and peak > 0 else ""
+    return f"{float(tflops):.3g}{pct}"
+
+
+def latest_cells(ok):
+    """Each machine's latest ok measurement of each cell, with its shape across devices and dtypes."""
+    latest = ok.sort_values(["created", "run_id"], kind="stable").drop_duplicates(
+        ["machine", "cell_id"], keep="last"
+    )
+    return latest.assign(
+        shape=[_shape(c, keep=3) for c in latest["cell_id"]], seq=latest["seq_len"].astype(int)
+    )
+
+
+def cross_page(ok) -> Page:
+    """Each variant's TFLOP/s and % of calibrated peak per machine at the shapes two or more machines
+    measured, and which variant leads each shape where."""
+    page = Page("attnbench history: across machines")
+    page.add(_back())
+    if not len(ok):
+        page.add(Para("No ok cells."))
+        return page
+    cells = latest_cells(ok)
+    machines = sorted(str(m) for m in cells["machine"].unique())
+    shared = cells.groupby(["shape", "seq"])["machine"].nunique()
+    keys = set(shared[shared >= 2].index)
+    common = cells[[(s, n) in keys for s, n in zip(cells["shape"], cells["seq"], strict=True)]]
+    page.add(
+        Para(
+            f"{len(keys)} shapes (every axis but device and dtype, with N) measured on two or more of "
+            f"{len(machines)} machines, each machine's latest run of each. TFLOP/s, and in brackets the % "
+            "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration)."
+        )
+    )
+    if not keys:
+        page.add(Para("No shape was measured on two machines: nothing to set side by side."))
+        return page
+    apart = [m for m in machines if m not in set(common["machine"])]
+    if apart:
+        page.add(Para(f"Measured no shape another machine measured (not shown): {', '.join(apart)}."))
+    machines = [m for m in machines if m not in apart]
+    page.add(Heading("Who leads where"), lead_table(common, machines))
+    page.add(Heading("Every variant at the shared shapes"), variant_table(common, machines))
+    return page
+
+
+def lead_table(common, machines: list[str]) -> Table:
+    rows = []
+    for (shape, n), at in common.groupby(["shape", "seq"], sort=True):
+        row: list[Any] = [shape, str(n)]
+        for m in machines:
+            mine = at[at["machine"] == m]
+            if not len(mine):
+                row.append("-")
+                continue
+            best = mine.loc[mine["time_ms_median"].idxmin()]
+            row.append(f"{best['variant']} {_peak_text(best['tflops'], best['cal_matmul_tflops'])}")
+        rows.append(tuple(row))
+    return Table(("shape", "N", *machines), tuple(rows), "the fastest variant, its TFLOP/s (% of peak)")
+
+
+def variant_table(common, machines: list[str]) -> Table:
+    rows = []
+    for (shape, n, variant), at in common.groupby(["shape", "seq", "variant"], sort=True):
+        row: list[Any] = [shape, str(n), str(variant)]
+        for m in machines:
+            mine = at[at["machine"] == m]
+            row.append(
+                _peak_text(mine["tflops"].iloc[0], mine["cal_matmul_tflops"].iloc[0]) if len(mine) else "-"
+            )
+        rows.append(tuple(row))
+    return Table(("shape", "N", "variant", *machines), tuple(rows), "TFLOP/s (% of calibrated peak)")
