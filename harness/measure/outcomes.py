@@ -35,6 +35,9 @@ CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator m
 STATE_CHANGED = "changed torch's global state"
 STATE_EXIT = "a variant changed torch's global state in this process"
 KILLED = "— killed"  # the end of the words for processes a variant left running (processes_left)
+# A thread a variant's cell left running could act in a later cell of another variant (start a process, take
+# the CPU): its row says so (threads_running) and the worker exits after it
+THREADS_EXIT = "a variant left threads running in this process"
 
 
 def state_changed(changes: list[str]) -> str:
@@ -47,6 +50,12 @@ def processes_left(killed: list[str]) -> str:
     """A row's words for the processes its variant left running ('pid N: cmdline' each), killed since."""
     n = len(killed)
     return f"left {n} process{'es' if n != 1 else ''} running ({'; '.join(killed)}) {KILLED}"
+
+
+def threads_running(names: list[str]) -> str:
+    """A row's words for the Python threads its variant's cell left running (harness.workers.children)."""
+    n = len(names)
+    return f"left {n} thread{'s' if n != 1 else ''} running ({', '.join(names)}); its worker was replaced"
 
 
 def left_behind(message: str) -> bool:
@@ -148,6 +157,23 @@ def _outside(shortest: float, longest: float, parent: float) -> float | None:
     if parent < shortest * (1 - CLOCK_TOLERANCE) - CLOCK_SLACK_S:
         return shortest
     return None
+
+
+# CUDA events checked against the host's clock (harness.measure.timing.event_cover): an honest call's events
+# cover about all of the host's wall time of its timing loops; far less is work the timed stream did not wait
+# for (a side stream joined by nothing), which the events do not time
+EVENT_MIN_COVER = 0.85
+
+
+def events_mismatch(row: dict[str, Any]) -> str | None:
+    """Why a CUDA row's event times cannot be believed (its event_cover), or None."""
+    cover = row.get("event_cover")
+    if not isinstance(cover, (int, float)) or cover >= EVENT_MIN_COVER:
+        return None
+    return (
+        f"the CUDA events timed {cover:.0%} of the host's wall time of this cell's timing loops: work the "
+        "timed stream did not wait for (launched on another stream and not joined) ran outside them"
+    )
 
 
 def clock_mismatch(readings: list[Reading]) -> str | None:

@@ -9,6 +9,10 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
   for the cell's row. As the worker ends it kills every child, helpers too, and leaves without running
   atexit hooks (harness.workers.worker.end): a hook a variant registered would start a process after the
   last sweep.
+- A thread a variant's cell leaves running (`threads_left`: a Python thread born during the cell, alive
+  after it, not one of torch's helpers, known from torch's records: `torch_helper_threads`) could start a
+  process, or take the CPU, during a later cell of another variant: the worker exits after that cell, so
+  what the thread does happens in no neighbour's cell.
 - In the parent, `kill_tree(pid)` (harness.workers.isolation.Worker.kill): the worker is stopped, its
   descendants are found and killed, then the worker, then its process group (the worker leads its own:
   `own_group`), so nothing outlives a worker killed for a timeout or a crash either.
@@ -20,6 +24,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +53,34 @@ def torch_helpers() -> set[int]:
         if isinstance(pid, int):
             pids.add(pid)
     return pids
+
+
+def torch_helper_threads() -> set[int]:
+    """The idents of the Python threads torch keeps for itself in this process, from its own records:
+    inductor's compile thread pool (AsyncCompile.pool, once made), the prefetch executor of
+    torch.utils._functools, and tqdm's monitor (torch's compile progress bars start it). Nothing is
+    imported: a module not loaded has started nothing."""
+    executors = [getattr(sys.modules.get("torch.utils._functools"), "_prefetch_executor", None)]
+    compile_class = getattr(sys.modules.get("torch._inductor.async_compile"), "AsyncCompile", None)
+    pool = getattr(compile_class, "pool", None)
+    if pool is not None and getattr(pool, "cache_info", None) and pool.cache_info().currsize:
+        executors.append(pool())  # the cached pool: made before, so this call makes nothing
+    threads = [t for ex in executors for t in list(getattr(ex, "_threads", ()))]
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    threads.append(getattr(tqdm, "monitor", None))
+    return {t.ident for t in threads if getattr(t, "ident", None) is not None}
+
+
+def python_threads() -> dict[int, str]:
+    """{ident: name} of this process's live Python threads."""
+    return {t.ident: t.name for t in threading.enumerate() if t.ident is not None and t.is_alive()}
+
+
+def threads_left(before: set[int]) -> list[str]:
+    """The names of the Python threads alive now that were not in `before` (python_threads as a cell
+    began), torch's helpers (torch_helper_threads) left out."""
+    now, helpers = python_threads(), torch_helper_threads()
+    return [name for ident, name in now.items() if ident not in before and ident not in helpers]
 
 
 def become_subreaper() -> bool:

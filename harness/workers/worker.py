@@ -11,7 +11,9 @@ What a variant's code leaves behind is its own row's, never a neighbour's: after
 numerics-probe request the worker compares torch's process-wide state with the one it was set up with
 (harness.workers.torch_state) and kills the processes left running; the row says what was found (rows.blame),
 and after a change of state the worker exits so that the next cell gets a clean one. A plug-in's import is
-compared too: what it changed is put back, and its variants' rows say so.
+compared too: what it changed is put back, and its variants' rows say so. A cell that leaves a thread running
+(not torch's own) has its row say so, and the worker exits after it too: the thread cannot act (start a
+process, take the CPU) in a later cell of another variant.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from attnbench.harness.measure import timing
 from attnbench.harness.measure.outcomes import (
     MARK,
     STATE_EXIT,
+    THREADS_EXIT,
     exit_reason,
     is_poisoned_row,
     processes_left,
     state_changed,
+    threads_running,
 )
 from attnbench.harness.measure.rows import base_row, blame, finish
 from attnbench.harness.sweep.settings import Settings
@@ -117,6 +121,13 @@ def end(code: int = 0) -> None:
         os._exit(code)
 
 
+def noted(row: dict[str, Any], note: str) -> dict[str, Any]:
+    """The row (or probe record) with `note` after its message, its status as it was."""
+    if note:
+        row["message"] = "; ".join(m for m in (str(row.get("message") or ""), note) if m)
+    return row
+
+
 def _serve(conn, server: _Server, marks: list[tuple[float, float]]) -> None:
     """Answer the parent's requests until 'stop', a reason to exit, or the parent going away; a cell's reply
     carries its timer clock's readings: the request's length and each timing loop mark's (`marks`)."""
@@ -134,8 +145,8 @@ def _serve(conn, server: _Server, marks: list[tuple[float, float]]) -> None:
                 reply, why = server.numerics(msg)
             elif msg.get("op") == "cell":
                 start = timing.timer_clock()  # the timer's clock, for the parent to check (clock_mismatch)
-                row, tainted = server.cell(CellSpec.from_dict(msg["cell"]), msg.get("options") or {})
-                reply, why = {"op": "row", "row": row}, exit_reason(row) or (STATE_EXIT if tainted else None)
+                row, left = server.cell(CellSpec.from_dict(msg["cell"]), msg.get("options") or {})
+                reply, why = {"op": "row", "row": row}, exit_reason(row) or left
                 reply["clock_s"], reply["worker_marks"] = timing.timer_clock() - start, list(marks)
             else:
                 conn.send(server.answer(msg))
@@ -219,9 +230,10 @@ class _Server:
                 self.unrestored = f"importing {where} {state_changed(left)} for good (it cannot be put back)"
                 self.clean = self.state.take()
 
-    def left_behind(self, variant: str) -> tuple[list[str], bool]:
+    def left_behind(self, variant: str, threads: set[int]) -> tuple[list[str], str, str | None]:
         """What `variant`'s code left in this process, in its row's words (torch's global state changed;
-        processes left running, now killed), and whether the state changed (the worker then exits)."""
+        processes left running, now killed); a note for the threads it left running (`threads`: the
+        Python threads alive as its cell or probe began); and why the worker must exit, or None."""
         words = [w for w in [self.imported.get(variant) or self.unrestored] if w]
         changes = self.state.changes(self.clean)
         if changes:
@@ -229,7 +241,9 @@ class _Server:
         killed = children.kill_leftovers()
         if killed:
             words.append(processes_left(killed))
-        return words, bool(changes)
+        running = children.threads_left(threads)
+        note = threads_running(running) if running else ""
+        return words, note, STATE_EXIT if changes else THREADS_EXIT if running else None
 
     def hello(self) -> dict[str, Any]:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
@@ -245,9 +259,10 @@ class _Server:
         """The cell's row, whatever happens (measured, or a harness error as the row's status), blamed for
         what its variant left behind (left_behind); and whether torch's global state changed. options: the
         parent's keywords for harness.measure.cell.measure_cell, as they came."""
+        threads = set(children.python_threads())
         row = self._measure(spec, options)
-        words, tainted = self.left_behind(spec.variant)
-        return blame(row, words), tainted
+        words, note, why = self.left_behind(spec.variant, threads)
+        return blame(noted(row, note), words), why
 
     def _measure(self, spec: CellSpec, options: dict[str, Any]) -> dict[str, Any]:
         from attnbench.harness.measure.calibrate import speed_probe
@@ -280,15 +295,15 @@ class _Server:
         from attnbench.harness.measure.memory import HOLDINGS
         from attnbench.harness.measure.numerics import probe
 
-        records, tainted = [], False
+        records, exit_why = [], None
         for name in msg["variants"]:
-            before = HOLDINGS.mark()
+            before, threads = HOLDINGS.mark(), set(children.python_threads())
             mine = probe([name], msg["devices"], msg["dtypes"])
             HOLDINGS.attribute(name, before)  # what its first calls made and keep: its cells' retained bytes
-            words, changed = self.left_behind(name)
-            records += [blame(record, words) for record in mine]
-            tainted = tainted or changed
-        return {"op": "numerics", "value": records}, STATE_EXIT if tainted else None
+            words, note, why = self.left_behind(name, threads)
+            records += [blame(noted(record, note), words) for record in mine]
+            exit_why = exit_why or why
+        return {"op": "numerics", "value": records}, exit_why
 
     def refreeze(self) -> None:
         """After a cell that imported modules (torch.compile brings dynamo and inductor: ~290k objects):

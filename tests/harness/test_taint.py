@@ -258,6 +258,48 @@ def test_a_worker_ends_without_running_a_variants_atexit_hook(tmp_path):
     assert list(pids.iterdir()) == []  # no hook ran: no sleeper was started
 
 
+LATE_THREAD = """
+import subprocess, threading, time
+from attnbench import variants
+
+_STARTED = []
+
+def _later():  # after its cell: in the next one, were the worker kept
+    time.sleep(3)
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    open({pids!r} + "/" + str(child.pid), "w").close()
+
+@variants.register("late_thread", description="naive; its first call starts a thread that starts a sleeper")
+def late_thread(q, k, v, **kw):
+    if not _STARTED:
+        _STARTED.append(threading.Thread(target=_later, daemon=True, name="late"))
+        _STARTED[0].start()
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_thread_a_variant_leaves_running_acts_in_no_neighbours_cell(tmp_path):
+    """Issue 40: a thread late_thread left running started a sleeper during chunked's cell, and chunked's row
+    took the blame. The thread is late_thread's: its row (and its probe record) say so, and its worker is
+    replaced after it, so the thread acts in no later cell; chunked's row is clean and nothing outlives the
+    run."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "late.py").write_text(LATE_THREAD.format(pids=str(pids)))
+    run_cli("run", "--variant-file", str(tmp_path / "late.py"), "--variants", "late_thread,chunked",
+            *SMALL, "--out", str(tmp_path / "r"), check=True)  # fmt: skip
+    rows = _rows(tmp_path / "r")
+    assert rows["late_thread"]["status"] == "ok", rows["late_thread"]["message"]
+    assert "left 1 thread running (late); its worker was replaced" in rows["late_thread"]["message"]
+    assert rows["chunked"]["status"] == "ok" and "running" not in rows["chunked"]["message"]
+    probe = json.loads((tmp_path / "r" / "numerics.json").read_text())["probe"]
+    assert all("left 1 thread running (late)" in r["message"] for r in probe if r["variant"] == "late_thread")
+    log = (tmp_path / "r" / "worker.log").read_text()
+    assert "exiting: a variant left threads running in this process" in log
+    for pid in [int(p.name) for p in pids.iterdir()]:
+        assert _gone(pid), pid
+
+
 INTEROP_TAINT = """
 import multiprocessing
 
