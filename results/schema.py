@@ -136,6 +136,9 @@ COLUMNS: dict[str, str] = {
     # clock_mismatch): just under 1 for an honest worker; NA in runs before it
     "clock_ratio": "Float64",
     "clock_bounds_ms": "Float64",  # how far apart the worker's readings bounded its timing loops (ms)
+    # CUDA: the share of the host's wall time of the timing loops that the events span (harness.measure.
+    # timing.event_cover; outcomes.events_mismatch): about 1 for an honest call; NA on CPU and before it
+    "event_cover": "Float64",
     "finished_at": "string",
 }
 # every phase of a cell's wall time (harness.measure.cell): together they make up elapsed_s

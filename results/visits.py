@@ -75,6 +75,9 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
     if clocks:  # the visit whose worker clock was furthest from the parent's
         worst = max(clocks, key=lambda row: abs(1.0 - row["clock_ratio"]))
         merged["clock_ratio"], merged["clock_bounds_ms"] = worst["clock_ratio"], worst.get("clock_bounds_ms")
+    covers = [row["event_cover"] for row in rows if row.get("event_cover") is not None]
+    if covers:  # the visit whose events covered least of the host's time
+        merged["event_cover"] = min(covers)
     fresh = [row["fresh_rel_err"] for row in rows if row.get("fresh_rel_err") is not None]
     if fresh:
         merged["fresh_rel_err"] = max(fresh)

@@ -534,6 +534,7 @@ def _first(
     try:
         with telemetry.sampling(spec.device) as sampled:  # SM clock, power, temperature: CUDA only
             m = time_call(ready.call, settings, chosen.timer, warmed_ms(ready, spec, chosen), rounds)
+            row["event_cover"] = timing.event_cover(chosen.timer)  # CUDA: checked by events_mismatch
     finally:
         chosen.close()  # a CUDA graph's memory is given back before the peak is measured
         chosen = None  # and a CUDA timer's L2 flush buffer before the retained bytes are
@@ -605,6 +606,7 @@ def _again(
     warmed = warm_ms if chosen.mode == timing.CpuTimer.mode else 0.0
     try:
         m = time_call(call, settings, chosen.timer, warmed, rounds)
+        row["event_cover"] = timing.event_cover(chosen.timer)
     finally:
         chosen.close()
     row["timing_ms"] = _ms((time.perf_counter() - t_timing) * 1e3)

@@ -123,12 +123,13 @@ class CudaTimer:
         self.torch = torch
         self.device = torch.device("cuda") if device is None else torch.device(device)
         self.flush = l2_flush_buffer(self.device) if flush_l2 else None
+        self.spans: list[tuple[float, float]] = []  # (events' span, host's wall) ms of each loop: event_cover
 
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
-        torch = self.torch
         starts = [cuda_event() for _ in range(n)]
         ends = [cuda_event() for _ in range(n)]
         between = getattr(fn, "between", None)  # as CpuTimer: before the start event
+        t0, lead = open_loop(self)
         for i in range(n):
             if between is not None:
                 between()
@@ -137,8 +138,46 @@ class CudaTimer:
             record(starts[i])
             fn()
             record(ends[i])
-        torch.cuda.synchronize(self.device)
+        close_loop(self, t0, lead, ends[-1])
         return [elapsed_ms(s, e) for s, e in zip(starts, ends, strict=True)]
+
+
+# Events on the timed stream checked against the host's clock. Each loop starts on an idle device (every
+# stream synchronised) and ends by synchronising every stream again, so an honest loop's events span its
+# host wall time, less the host's own latency (launching the first record, returning from the sync: under
+# EVENT_SLACK_MS a loop). Work the timed stream does not wait for (launched on a side stream and joined by
+# nothing) runs past the last event and holds up the sync: the events cover a part of the wall time only.
+EVENT_SLACK_MS = 0.2
+
+
+def open_loop(timer) -> tuple[float, Any]:
+    """A timing loop's start: every stream of the device synchronised, the host's clock read, a lead event
+    recorded (close_loop)."""
+    timer.torch.cuda.synchronize(timer.device)
+    t0 = timer_clock()
+    lead = cuda_event()
+    record(lead)
+    return t0, lead
+
+
+def close_loop(timer, t0: float, lead, last) -> None:
+    """A timing loop's end: every stream synchronised (the device, not the timed stream alone), then the
+    events' span from the lead to the loop's `last` event and the host's wall time appended to
+    timer.spans."""
+    timer.torch.cuda.synchronize(timer.device)
+    wall_ms = (timer_clock() - t0) * 1e3
+    timer.spans.append((elapsed_ms(lead, last), wall_ms))
+
+
+def event_cover(timer) -> float | None:
+    """The share of the host's wall time of a CUDA timer's loops that the events on its timed stream span,
+    EVENT_SLACK_MS a loop allowed, at most 1: about 1 for an honest call (harness.measure.outcomes.
+    events_mismatch); None for a timer without events."""
+    spans = getattr(timer, "spans", None)
+    if not spans:
+        return None
+    span, wall = sum(s for s, _ in spans), sum(w for _, w in spans)
+    return round(min(1.0, (span + EVENT_SLACK_MS * len(spans)) / wall), 4) if wall > 0 else None
 
 
 # ---- CUDA graphs: the timer, the auto rule, and the choice a row records ------------------------------
@@ -250,6 +289,7 @@ class CudaGraphTimer:
         self.calls = calls
         self.calls_per_sample = calls  # what measure's budgets count (replay_budget)
         self.flush = l2_flush_buffer(self.device) if flush_l2 else None
+        self.spans: list[tuple[float, float]] = []  # as CudaTimer's: event_cover
         self.both, self.flush_only = self._capture()
 
     def _capture(self):
@@ -284,8 +324,8 @@ class CudaGraphTimer:
     def time_calls(self, fn: Callable[[], object], n: int) -> list[float]:
         if fn is not self.fn:
             raise ValueError("a CudaGraphTimer times the call it captured, not another")
-        torch = self.torch
         marks = [[cuda_event() for _ in range(3)] for _ in range(n)]
+        t0, lead = open_loop(self)
         if self.flush_only is not None:
             self.flush_only.replay()  # a lead: the first pair must not start on an idle device
         for start, mid, end in marks:
@@ -295,7 +335,7 @@ class CudaGraphTimer:
             record(mid)
             self.both.replay()
             record(end)
-        torch.cuda.synchronize(self.device)
+        close_loop(self, t0, lead, marks[-1][2])
         both = [elapsed_ms(mid, end) for _, mid, end in marks]
         flush = None if self.flush_only is None else [elapsed_ms(s, m) for s, m, _ in marks]
         return graph_samples(both, flush, self.calls)

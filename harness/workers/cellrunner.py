@@ -12,7 +12,13 @@ from collections.abc import Collection
 from typing import Any
 
 from attnbench import variants
-from attnbench.harness.measure.outcomes import clock_fields, clock_mismatch, clock_readings, threads_mismatch
+from attnbench.harness.measure.outcomes import (
+    clock_fields,
+    clock_mismatch,
+    clock_readings,
+    events_mismatch,
+    threads_mismatch,
+)
 from attnbench.harness.measure.rows import base_row, blame, finish
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
@@ -158,7 +164,7 @@ class CellRunner:
             row.update(clock_fields(readings))
             wrong_clock = clock_mismatch(readings)
             wrong_threads = threads_mismatch(row, settings.threads or worker.threads)
-            blame(row, [w for w in (wrong_clock, wrong_threads) if w])
+            blame(row, [w for w in (wrong_clock, events_mismatch(row), wrong_threads) if w])
             # a poisoned CUDA context, a failed graph capture, torch's global state changed by the variant,
             # a clock that cannot be believed: a new worker for the next cell
             if reply.get("exiting") or wrong_clock:

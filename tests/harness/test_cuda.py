@@ -27,6 +27,24 @@ def test_event_timer_scales_with_the_work():
     assert 1.6 < two / one < 2.4  # events time the kernel, not the (asynchronous) launch
 
 
+def test_events_cover_an_honest_loop_and_not_a_side_streams_work():
+    """Issue 40 on a GPU: work launched on a side stream joined by nothing runs outside the timed stream's
+    events; each loop's closing device sync waits for it, so the events cover a sliver of the host's time."""
+    from attnbench.harness.measure.outcomes import EVENT_MIN_COVER
+
+    honest, cheat = timing.CudaTimer(flush_l2=False), timing.CudaTimer(flush_l2=False)
+    side = torch.cuda.Stream()
+
+    def on_the_side():
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000)
+
+    honest.time_calls(lambda: torch.cuda._sleep(2_000_000), 10)
+    cheat.time_calls(on_the_side, 10)
+    assert timing.event_cover(honest) >= 0.95
+    assert timing.event_cover(cheat) < EVENT_MIN_COVER
+
+
 def test_cuda_peak_is_the_allocation():
     nbytes = 64 << 20
 
@@ -77,6 +95,7 @@ def test_measure_cell_on_cuda():
     row = measure_cell(spec, Settings(budget_ms=50, warmup_ms=10, min_ms=5))
     assert row["status"] == "ok", row["message"]
     assert row["peak_mem_bytes"] > 0 and row["tflops"] > 0 and row["mem_method"] == memory.CUDA_METHOD
+    assert row["event_cover"] >= 0.95
 
 
 def test_a_device_side_assert_ends_its_worker_and_the_next_cells_run(tmp_path):
