@@ -339,6 +339,7 @@ def _load_builtins() -> None:
         "varlen_attn",
         "flex",
         "xformers_mea",
+        "fp8",
         "hf",  # transformers' attention functions, when it is installed
     ):  # registration order = list order
         importlib.import_module(f".{module}", __package__)
