@@ -188,8 +188,9 @@ def fp8_sentence(p, ok, where) -> str:
 # ---- the figure ----------------------------------------------------------------------------------------
 
 
-def _legend(ax, variants: list[str], dtypes: list[str]) -> None:
-    """Proxies: a colour per variant, a marker per dtype, a hollow point for a failed cell."""
+def _legend(ax, variants: list[str], dtypes: list[str], rounds: bool = False) -> None:
+    """Proxies: a colour per variant, a marker per dtype, a hollow point for a failed cell; where a variant
+    rounds its inputs, the dotted line back to its kernel's error."""
     from matplotlib.lines import Line2D
     from matplotlib.transforms import offset_copy
 
@@ -199,6 +200,9 @@ def _legend(ax, variants: list[str], dtypes: list[str]) -> None:
     handles = [dot(marker="o", color=variant_color(v), label=v) for v in variants]
     handles += [dot(marker=DTYPE_MARKERS.get(d, OTHER_MARKER), color="#555555", label=d) for d in dtypes]
     handles.append(dot(marker="o", mfc="none", mec="#555555", label="failed the gate (wrong)"))
+    if rounds:
+        cost = "rounding's cost: to the kernel's error"
+        handles.append(Line2D([], [], ls=":", color="#555555", label=cost))
     # below the axes, as style.legend_below puts it: inside, it would hide points
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-40, units="points")
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=3,
@@ -269,7 +273,9 @@ def accuracy_figure(rows, title: str):
                 drawn.append(pts)
             ax.set_ylabel("achieved TFLOP/s")
             ax.set_title(ptitle)
-            _legend(ax, variant_order(pts["variant"].unique()), sorted({str(d) for d in pts["dtype"]}))
+            dtypes = sorted({str(d) for d in pts["dtype"]})
+            rounds = any(quantised(p) for _, p in pts.iterrows())
+            _legend(ax, variant_order(pts["variant"].unique()), dtypes, rounds)
         fig.suptitle(title)
     import pandas as pd
 
