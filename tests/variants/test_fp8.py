@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pandas as pd
 import pytest
@@ -18,7 +19,7 @@ from attnbench.harness.measure import cell, correctness
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import TOLERANCE, end_to_end_rel_err, sqnr_db
-from attnbench.variants import Problem, in_layout, quant
+from attnbench.variants import Problem, fp8, in_layout, quant
 from attnbench.variants.registry import Capability, VariantError
 
 QUICK = Settings(warmup_ms=1, budget_ms=5, min_ms=1)
@@ -187,6 +188,49 @@ def test_capabilities_say_what_fp8_does_not_do():
     )
     assert sdpa8.cap.quant == "e4m3fn:head" and sdpa8.cap.dtypes == ("bfloat16",)
     assert not (sdpa8.cap.padding or sdpa8.cap.backward or sdpa8.cap.dropout or sdpa8.cap.gqa)
+
+
+FAKE_FA3 = """
+import torch
+lib = torch.library.Library("flash_attn_3", "DEF")  # what torch's FA3 activation looks for; never called
+lib.define("fwd(Tensor q) -> Tensor")
+lib.define("bwd(Tensor q) -> Tensor")
+"""
+FA3_SCOPE = """
+from torch.nn import attention
+from attnbench.variants import fp8
+
+seen = []
+with fp8._fa3_active():
+    seen.append(attention.current_flash_attention_impl())
+try:
+    with fp8._fa3_active():
+        raise RuntimeError("the kernel failed")
+except RuntimeError:
+    pass
+seen.append(attention.current_flash_attention_impl())
+attention.activate_flash_attention_impl("FA3")  # active already (the user's): left as it was
+with fp8._fa3_active():
+    pass
+seen.append(attention.current_flash_attention_impl())
+print(seen)
+"""
+
+
+def test_fp8_sdpa_activates_fa3_for_its_call_only(tmp_path):
+    """torch's FA3 activation (with a stand-in for FlashAttention-3's module, in a process of its own: it
+    registers operators): active inside fp8_sdpa's scope, put back after it, even when the call raises, and
+    left alone where it was active before."""
+    import subprocess
+    import sys
+
+    (tmp_path / f"{fp8.FA3_MODULE}.py").write_text(FAKE_FA3)
+    proc = subprocess.run(
+        [sys.executable, "-c", FA3_SCOPE], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "['FA3', None, 'FA3']"
 
 
 # ---- rows -----------------------------------------------------------------------------------------------
