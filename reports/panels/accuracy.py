@@ -188,7 +188,7 @@ def fp8_sentence(p, ok, where) -> str:
 # ---- the figure ----------------------------------------------------------------------------------------
 
 
-def _legend(ax, variants: list[str], dtypes: list[str], rounds: bool = False) -> None:
+def _legend(ax, variants: list[str], dtypes: list[str], quantising: bool = False) -> None:
     """Proxies: a colour per variant, a marker per dtype, a hollow point for a failed cell; where a variant
     rounds its inputs, the dotted line back to its kernel's error."""
     from matplotlib.lines import Line2D
@@ -200,7 +200,7 @@ def _legend(ax, variants: list[str], dtypes: list[str], rounds: bool = False) ->
     handles = [dot(marker="o", color=variant_color(v), label=v) for v in variants]
     handles += [dot(marker=DTYPE_MARKERS.get(d, OTHER_MARKER), color="#555555", label=d) for d in dtypes]
     handles.append(dot(marker="o", mfc="none", mec="#555555", label="failed the gate (wrong)"))
-    if rounds:
+    if quantising:
         cost = "rounding's cost: to the kernel's error"
         handles.append(Line2D([], [], ls=":", color="#555555", label=cost))
     # below the axes, as style.legend_below puts it: inside, it would hide points
@@ -274,8 +274,8 @@ def accuracy_figure(rows, title: str):
             ax.set_ylabel("achieved TFLOP/s")
             ax.set_title(ptitle)
             dtypes = sorted({str(d) for d in pts["dtype"]})
-            rounds = any(quantised(p) for _, p in pts.iterrows())
-            _legend(ax, variant_order(pts["variant"].unique()), dtypes, rounds)
+            quantising = any(quantised(p) for _, p in pts.iterrows())
+            _legend(ax, variant_order(pts["variant"].unique()), dtypes, quantising)
         fig.suptitle(title)
     import pandas as pd
 
@@ -295,7 +295,7 @@ def accuracy_table(pts) -> pg.Table:
     rows = []
     for _, p in pts.iterrows():
         verdict = "wrong" if p["status"] != "ok" else "beyond tolerance" if p["failing"] else "ok"
-        rounds = quantised(p)
+        quantising = quantised(p)
         rows.append(
             (
                 str(p["variant"]),
@@ -306,9 +306,9 @@ def accuracy_table(pts) -> pg.Table:
                 err_text(p["e2e_rel_err"]),
                 *(
                     [
-                        err_text(p["rel_err"]) if rounds else "",
-                        str(p["quant_recipe"]) if rounds else "",
-                        num_text(p["sqnr_db"], ".1f") if rounds else "",
+                        err_text(p["rel_err"]) if quantising else "",
+                        str(p["quant_recipe"]) if quantising else "",
+                        num_text(p["sqnr_db"], ".1f") if quantising else "",
                     ]
                     if quant
                     else []
