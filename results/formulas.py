@@ -264,6 +264,30 @@ def tolerance(dtype: str) -> float:
     return TOLERANCE.get(str(dtype).removeprefix("torch."), TOLERANCE["float32"])
 
 
+# A quantising variant (FP8) is gated against the reference of its rounded inputs; how far its answer is from
+# the original inputs' reference, end to end, is kept as a signal-to-quantisation-noise ratio: the reference's
+# power over the error's, in dB. With rel_err = ||out - ref||_F / ||ref||_F it is -20 log10(rel_err), so each
+# gives the other (1e-2 is 40 dB; every 6.02 dB is one bit).
+
+
+def sqnr_db(rel_err: float) -> float | None:
+    """10 log10(||ref||^2 / ||out - ref||^2) of an answer off its reference by rel_err: inf for an exact
+    answer, None for a non-finite one (no ratio to give)."""
+    if rel_err is None or not math.isfinite(rel_err):
+        return None
+    return math.inf if rel_err == 0 else -20.0 * math.log10(rel_err)
+
+
+def end_to_end_rel_err(rel_err: float | None, sqnr: float | None) -> float | None:
+    """A row's error against float64 of the inputs it was given: rel_err, or, for a quantising variant
+    (whose rel_err is against its rounded inputs), the one its sqnr_db says, 10^(-sqnr_db / 20)."""
+    try:
+        db = float(sqnr)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # None, or pandas' NA of a row without it
+        return rel_err
+    return rel_err if math.isnan(db) else 10.0 ** (-db / 20.0)
+
+
 # ---- bytes and bandwidth --------------------------------------------------------------------------
 # A decode step (few queries, many keys) is bound by reading K and V, not by FLOPs: it is judged by the
 # bandwidth at which it reads them against the calibrated copy bandwidth (harness.measure.calibrate).

@@ -114,6 +114,14 @@ COLUMNS: dict[str, str] = {
     # answer remembered by tensor identity or data_ptr; harness.measure.cell.refill_in_place). NA in runs
     # before it
     "refill_rel_err": "Float64",
+    # a quantising variant (Capability.quant, FP8): its recipe (variants.quant: "e4m3fn:tensor",
+    # "e4m3fn:head"); rel_err is then its kernel's error against the float64 reference of the rounded inputs,
+    # quant_rel_err the rounding's own (that reference against the original inputs'), sqnr_db the output
+    # against the original inputs' reference, 10 log10(signal / error power) = -20 log10(end-to-end rel_err)
+    # (harness.measure.correctness). NA for every other variant and in runs before them
+    "quant_recipe": "string",
+    "quant_rel_err": "Float64",
+    "sqnr_db": "Float64",
     "drop_frac": "Float64",  # dropout cells: the fraction of attention weights the variant zeroed (about p)
     "drop_mean_z": "Float64",  # dropout cells: |mean of K calls - float64| over its expected noise (about 1)
     "threads": "Int64",

@@ -27,6 +27,9 @@ FIRST_VISIT_CHECKS = (
     "masked_rows",
     "rows_checked",
     "refill_rel_err",
+    "quant_recipe",
+    "quant_rel_err",
+    "sqnr_db",
 )
 
 

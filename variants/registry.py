@@ -16,6 +16,7 @@ from . import adapt
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
+from .quant import RECIPES as QUANT_RECIPES
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 # The top-level import names attnbench had before 0.2 (now attnbench.variants, ...): a plug-in that still
@@ -85,6 +86,11 @@ class Capability:
     # kernel that takes (B, N, H, d) and would otherwise copy its inputs inside every timed call. Last, so
     # that a Capability built positionally before it keeps its meaning.
     layout: str = "bhnd"
+    # The quantisation recipe the variant applies to q, k, v before its kernel (variants.quant.RECIPES:
+    # "e4m3fn:tensor", "e4m3fn:head"), or "" for none. The float64 gate then judges the kernel against the
+    # reference of the inputs rounded by that recipe, and reports the rounding's own error apart
+    # (quant_rel_err, sqnr_db; harness/measure/correctness.py).
+    quant: str = ""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -106,6 +112,12 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: mods must be a tuple of {list(MOD_KINDS)}, not {self.mods!r}"
             )
+        if self.quant and self.quant not in QUANT_RECIPES:
+            raise VariantError(
+                f"variant {self.name}: quant must be one of {list(QUANT_RECIPES)} or '', not {self.quant!r}"
+            )
+        if self.quant and self.paged:  # a recipe's scales read (B, H, N, d) inputs, not pools of pages
+            raise VariantError(f"variant {self.name}: a quantisation recipe cannot read a paged K/V cache")
         if self.varlen and not _known_work(self.varlen):
             raise VariantError(
                 f"variant {self.name}: varlen must be padded, masked, exact, tiles:N or rows:N, not "
@@ -327,6 +339,7 @@ def _load_builtins() -> None:
         "varlen_attn",
         "flex",
         "xformers_mea",
+        "fp8",
         "hf",  # transformers' attention functions, when it is installed
     ):  # registration order = list order
         importlib.import_module(f".{module}", __package__)

@@ -43,6 +43,7 @@ from attnbench.harness.measure.inputs import (
     gate_axes,
     handed,
     make_inputs,
+    quant_recipe,
     timed_call,
 )
 from attnbench.harness.measure.outcomes import (
@@ -101,6 +102,7 @@ class Prepared:
             "grad_rel_err": self.grad_rel_err,
             "masked_rows": self.gate.masked_rows,
             "rows_checked": self.gate.rows_checked,
+            **quant_fields(self.gate),
             **(self.dropout.fields() if self.dropout is not None else {}),
         }
 
@@ -146,6 +148,14 @@ class Prepared:
         if reasons:
             return "wrong", "; ".join(reasons)
         return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
+
+
+def quant_fields(gate: correctness.GateResult) -> dict[str, Any]:
+    """A quantising variant's columns: its recipe, the rounding's own error and the output's SQNR against
+    the original inputs (correctness.gate); none for a variant that does not quantise."""
+    if not gate.quant:
+        return {}
+    return {"quant_recipe": gate.quant, "quant_rel_err": gate.quant_rel_err, "sqnr_db": gate.sqnr_db}
 
 
 def fresh_failure(fresh: correctness.GateResult, seed: int) -> str:
@@ -225,7 +235,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
     gate = correctness.gate(
         out, pq, pk, pv, causal=spec.causal, key_lengths=pkl, rows=rows, ref=cache.reference(spec, rows),
-        **gate_axes(spec),
+        quant=variant.cap.quant, **gate_axes(spec),
     )  # fmt: skip
     del out  # free the output before the gradient check allocates its own
     grad_rel = None
@@ -298,7 +308,7 @@ def fresh_check(fn: Callable[..., Any], layout: str, spec: CellSpec, settings: S
             spec.device, fn, *given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3])
         )
     contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
-    return correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts), ms
+    return correctness.gate(out, q, k, v, rows=rows, ref=ref, quant=quant_recipe(spec), **opts), ms
 
 
 def check_after(
@@ -329,7 +339,7 @@ def check_after(
         else:
             out = refill_in_place(ready, (q, k, v, kl))
         contract.check_output(out, q, v)
-        refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, **opts)
+        refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, quant=quant_recipe(spec), **opts)
         del out
     fresh_gate = fresh_check(ready.fn, ready.layout, spec, settings, made)[0] if fresh else None
     return AfterCheck(

@@ -15,6 +15,13 @@ Semantics the reference fixes, and every variant is held to:
   NaN. Those rows are left out of the error and reported separately as `masked_rows`: what the variant
   actually returned there ("zeros", "nan" or "other"; "n/a" when the inputs have no such row).
 
+A variant that rounds its inputs to a narrow format first (Capability.quant: a recipe of variants.quant, as
+FP8's "e4m3fn:tensor") is judged on what its kernel computed from: rel_err and the tolerance against the
+float64 reference of the inputs rounded by its recipe (the kernel's error), while the rounding's own error is
+reported apart and never gated: quant_rel_err, the reference of the rounded inputs against the reference of
+the original ones, and sqnr_db, the output against the original inputs' reference as a signal-to-noise
+ratio, 10 log10(||ref||^2 / ||out - ref||^2) = -20 log10 of that end-to-end rel_err (results.formulas).
+
 Error metric: rel_err = ||out - ref||_F / ||ref||_F over the compared rows (robust to the scale of the
 output, unlike an elementwise relative error near zero), plus max_abs_err. A variant passes when
 rel_err <= TOLERANCE[dtype] and every compared value is finite. The tolerances are set from what
@@ -34,9 +41,10 @@ from dataclasses import dataclass
 import torch
 
 from attnbench.harness.measure.contract import check_output
-from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE  # one place: reports draw them too
+from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE, sqnr_db  # reports draw them too
 from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
+from attnbench.variants.quant import dequantise
 
 REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
 
@@ -185,6 +193,11 @@ class GateResult:
     grad_rel_err: float | None = None  # max over dq, dk, dv; None when gradients were not checked
     grad_passed: bool | None = None
     where: str = ""  # a packed batch's failing gate: the sequence that errs most ("sequence 3 of 8, ...")
+    # a quantising variant's recipe (Capability.quant; "" for the others): rel_err is then against the rounded
+    # inputs' reference, quant_rel_err that reference against the original inputs', sqnr_db the output's
+    quant: str = ""
+    quant_rel_err: float | None = None
+    sqnr_db: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -192,6 +205,9 @@ class GateResult:
 
     def describe(self) -> str:
         text = f"rel_err {self.rel_err:.2e} (tol {self.tolerance:.0e}), max_abs_err {self.max_abs_err:.2e}"
+        if self.quant:
+            rounding = f"rounding alone: rel_err {self.quant_rel_err:.2e}"
+            text += f" against the {self.quant}-rounded inputs ({rounding})"
         if self.grad_rel_err is not None:
             text += f", grad rel_err {self.grad_rel_err:.2e}"
         return f"{text}; worst: {self.where}" if self.where else text
@@ -256,10 +272,13 @@ def gate(
     mod: str = NONE,
     cu_seqlens=None,
     block_table=None,
+    quant: str = "",
 ) -> GateResult:
     """Compare an output already computed by a variant with the float64 reference (forward only).
 
-    ref: the reference for these inputs and rows, when the caller already has it. In a packed batch
+    ref: the reference of the original inputs on these rows, when the caller already has it. quant: the
+    variant's recipe (Capability.quant): the kernel is then judged against the reference of the inputs it
+    rounded, and the rounding's error is reported apart (see the module docstring). In a packed batch
     (cu_seqlens) a failing gate names the sequence that errs most (GateResult.where).
     """
     dtype = str(q.dtype).removeprefix("torch.")
@@ -268,17 +287,21 @@ def gate(
     rules["block_table"] = block_table
     if ref is None:
         ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules)
+    refs = [ref]  # the kernel's reference first: the original inputs', or the rounded inputs' then theirs
+    if quant:
+        rounded = (dequantise(t, quant) for t in (q, k, v))  # what the variant computed on, in float32
+        refs.insert(0, reference(*rounded, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules))
     got = out if rows is None else out[:, :, rows.to(out.device)]
     empty = empty_rows(q.shape[2], key_lengths, n_k=k.shape[2], **rules)
     masked = _masked_behaviour(out, empty, rows)
     if empty is not None:
         keep = ~(empty if rows is None else empty[:, :, rows.to(empty.device)])
         keep = keep.expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
-        got, ref = got[keep], ref[keep.to(ref.device)]
-    max_abs, rel = _errors(got, ref)
+        got, refs = got[keep], [r[keep.to(r.device)] for r in refs]
+    max_abs, rel = _errors(got, refs[0])
     where = ""
     if cu_seqlens is not None and not rel <= tol:
-        where = worst_sequence(out, ref, rows, cu_seqlens)
+        where = worst_sequence(out, refs[0], rows, cu_seqlens)
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
@@ -287,7 +310,18 @@ def gate(
         masked_rows=masked,
         rows_checked=int(q.shape[2]) if rows is None else len(rows),  # the sample, empty rows among them
         where=where,
+        **(_rounding(got, *refs, quant) if quant else {}),
     )
+
+
+def _rounding(got: torch.Tensor, rounded_ref: torch.Tensor, ref: torch.Tensor, quant: str) -> dict:
+    """A quantising variant's GateResult fields: its recipe, the rounded inputs' reference against the
+    original inputs' (quant_rel_err), and the output against the original inputs' as SQNR in dB."""
+    return {
+        "quant": quant,
+        "quant_rel_err": _errors(rounded_ref, ref)[1],
+        "sqnr_db": sqnr_db(_errors(got, ref)[1]),
+    }
 
 
 def worst_sequence(out: torch.Tensor, ref: torch.Tensor, rows, cu_seqlens) -> str:
@@ -398,7 +432,7 @@ def check(
 ) -> GateResult:
     """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
     window, mod, cu_seqlens and block_table reach the variant only when not at their default
-    (variants.extra_options)."""
+    (variants.extra_options); a registered Variant that quantises is gated by its recipe (gate's quant)."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
     axes = dict(
         causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table
@@ -406,7 +440,8 @@ def check(
     with torch.no_grad():
         out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)
-    result = gate(out, q, k, v, rows=rows, **rules, **axes)
+    quant = getattr(getattr(variant, "cap", None), "quant", "")  # a registered Variant's recipe
+    result = gate(out, q, k, v, rows=rows, quant=quant, **rules, **axes)
     if not backward:
         return result
     grad_rel = grad_errors(variant, q, k, v, **rules, **axes)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from attnbench import variants
 from attnbench.harness.measure import correctness
 from attnbench.harness.measure.outcomes import INPUT_NAMES
 from attnbench.harness.measure.varied import Varied
@@ -107,6 +108,12 @@ def gate_axes(spec: CellSpec) -> dict[str, Any]:
     """The added axes' keywords of the float64 gate (correctness.reference, gate, grad_errors) for a cell."""
     axes = {"causal_align": spec.causal_align, "window": spec.window, "mod": spec.mod}
     return {**axes, "cu_seqlens": cu_seqlens(spec), "block_table": block_table(spec)}
+
+
+def quant_recipe(spec: CellSpec) -> str:
+    """The quantisation recipe of a cell's variant (Capability.quant), which its every gate reads (the
+    reference of the rounded inputs); "" for a variant that does not quantise."""
+    return variants.get(spec.variant).cap.quant
 
 
 def cu_seqlens(spec: CellSpec) -> torch.Tensor | None:

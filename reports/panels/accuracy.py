@@ -1,5 +1,10 @@
 """The speed-against-accuracy panel: TFLOP/s against rel_err to float64, one point per variant and dtype, so
-that a kernel that is faster but less accurate (or fast and wrong) shows at a glance."""
+that a kernel that is faster but less accurate (or fast and wrong) shows at a glance.
+
+A quantising variant (FP8: its row has a quant_recipe) is gated on its kernel alone, against the float64
+reference of its rounded inputs; here it is drawn where a user stands, at its error against float64 of the
+inputs it was given (results.formulas.end_to_end_rel_err, from its sqnr_db), with a line back to its
+kernel's error: the length of that line is what the rounding costs."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, tolerance
+from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, end_to_end_rel_err, tolerance
 
 from .. import page as pg
 from ..plots import floats, keys_of
@@ -39,14 +44,20 @@ ACCURACY_RULE = (
     "with its N). Across: the forward output's rel_err against float64 (log axis), the error the float64 "
     "gate judges; up: its TFLOP/s. Each dtype's marker, and its tolerance as a vertical line: a hollow point "
     "failed the gate, and one right of its dtype's line failed it on this error. Up and to the left is fast "
-    "and accurate; a point up and to the right is fast and less accurate."
+    "and accurate; a point up and to the right is fast and less accurate. A quantising variant (FP8, "
+    "labelled with its recipe) is drawn at its error against float64 of the inputs it was given, end to "
+    "end, with a line back to its kernel's error against its rounded inputs, which is what the gate judges: "
+    "the line's length is what the rounding costs."
 )
 # marker per dtype (the colour is the variant's); a dtype not listed gets OTHER_MARKER
 DTYPE_MARKERS = {"float64": "D", "float32": "o", "float16": "s", "bfloat16": "^"}
 DTYPE_LINES = {"float64": ":", "float32": "--", "float16": "-.", "bfloat16": (0, (6, 2, 1, 2, 1, 2))}
 OTHER_MARKER = "v"
 FIGURE_AXES = [a for a in GROUP_AXES if a != "dtype"]  # one figure holds every dtype of a group
-POINT_COLUMNS = ["tflops", "rel_err", "grad_rel_err", "tolerance", "status", "failing"]
+POINT_COLUMNS = [
+    "tflops", "e2e_rel_err", "rel_err", "grad_rel_err", "tolerance", "status", "failing", "quant_recipe",
+    "quant_rel_err", "sqnr_db",
+]  # fmt: skip
 WORTH_SAYING = 2.0  # the fastest's error over the most accurate's that a finding names
 
 
@@ -71,10 +82,16 @@ def has_accuracy(df) -> bool:
     return any(math.isfinite(e) for e in floats(ok["rel_err"]))
 
 
+def quantised(p) -> bool:
+    """Whether a point's variant rounds its inputs (its row names a quantisation recipe)."""
+    return present(p.get("quant_recipe")) and bool(p.get("quant_recipe"))
+
+
 def points(rows):
     """Per panel, variant and dtype of `rows`: its cell at the largest length (N, or N_k for a decode
-    series) it was measured at, with its dtype's tolerance and whether it failed (wrong, or a rel_err beyond
-    the tolerance or not finite). One DataFrame, fastest first within each panel."""
+    series) it was measured at, with its dtype's tolerance, whether it failed (wrong, or a rel_err beyond
+    the tolerance or not finite) and its error end to end (e2e_rel_err: rel_err, or a quantising variant's
+    against its original inputs). One DataFrame, fastest first within each panel."""
     import pandas as pd
 
     picked = []
@@ -85,9 +102,10 @@ def points(rows):
             top = sub.sort_values(length, kind="stable").iloc[-1]
             err, tol = float(top["rel_err"]), tolerance(str(top["dtype"]))
             failing = top["status"] != "ok" or not math.isfinite(err) or err > tol
-            picked.append({**top.to_dict(), "tolerance": tol, "failing": bool(failing)})
+            e2e = end_to_end_rel_err(err, top.get("sqnr_db"))
+            picked.append({**top.to_dict(), "tolerance": tol, "failing": bool(failing), "e2e_rel_err": e2e})
     if not picked:
-        return pd.DataFrame(columns=[*rows.columns, "tolerance", "failing"])
+        return pd.DataFrame(columns=[*rows.columns, "tolerance", "failing", "e2e_rel_err"])
     out = pd.DataFrame(picked)
     order = [a for a in PANEL_AXES if a in out.columns]
     return out.sort_values([*order, "tflops"], ascending=[True] * len(order) + [False], kind="stable")
@@ -102,23 +120,20 @@ def err_text(err: Any) -> str:
 
 
 def sentence(rows) -> str | None:
-    """The findings' sentence for one panel's rows (one dtype): the fastest ok variant's error against the
-    most accurate's, where it is at least WORTH_SAYING times larger; and a wrong cell faster than every ok
-    one. None when there is nothing to say."""
+    """The findings' sentences for one panel's rows (one dtype): the fastest ok variant's error against the
+    most accurate's (end to end: what a user gets), where it is at least WORTH_SAYING times larger; what
+    each quantising variant gives up (fp8_sentence); and a wrong cell faster than every ok one. None when
+    there is nothing to say."""
     pts = points(rows)
-    ok = pts[(pts["status"] == "ok") & pts["rel_err"].map(lambda e: math.isfinite(float(e)))]
+    ok = pts[(pts["status"] == "ok") & pts["e2e_rel_err"].map(lambda e: math.isfinite(float(e)))]
     if ok.empty:
         return None
     fastest = ok.loc[ok["tflops"].astype(float).idxmax()]
-    accurate = ok.loc[ok["rel_err"].astype(float).idxmin()]
-    length = length_axis(rows)
-
-    def where(p) -> str:
-        name = "N_k" if length == "seq_k" else "N"
-        return f"{num_text(p['tflops'], '.3g')} TFLOP/s at {name} = {seq_count(p[length])}"
+    accurate = ok.loc[ok["e2e_rel_err"].astype(float).idxmin()]
+    where = _where(length_axis(rows))
 
     said = []
-    fast_err, best_err = float(fastest["rel_err"]), float(accurate["rel_err"])
+    fast_err, best_err = float(fastest["e2e_rel_err"]), float(accurate["e2e_rel_err"])
     if fastest["variant"] != accurate["variant"] and fast_err > 0 and fast_err >= WORTH_SAYING * best_err:
         against = (
             f"{fast_err / best_err:.3g}× the error of" if best_err > 0 else "against an exact answer from"
@@ -128,6 +143,7 @@ def sentence(rows) -> str | None:
             f"{err_text(fast_err)}, {against} the most accurate, {accurate['variant']} "
             f"(rel_err {err_text(best_err)}, {where(accurate)})."
         )
+    said += [fp8_sentence(p, ok, where) for _, p in ok.iterrows() if quantised(p)]
     wrong = pts[(pts["status"] != "ok") & (pts["tflops"].astype(float) > float(fastest["tflops"]))]
     for _, w in wrong.iterrows():
         said.append(
@@ -137,11 +153,44 @@ def sentence(rows) -> str | None:
     return " ".join(said) or None
 
 
+def _where(length: str):
+    """A point's place: '1.2 TFLOP/s at N = 4,096' (N_k for a decode series)."""
+    name = "N_k" if length == "seq_k" else "N"
+    return lambda p: f"{num_text(p['tflops'], '.3g')} TFLOP/s at {name} = {seq_count(p[length])}"
+
+
+def fp8_sentence(p, ok, where) -> str:
+    """What a quantising variant's point gives up: its error against float64 of its original inputs and
+    SQNR, against the most accurate ok variant that does not quantise, and its speed against the fastest
+    of those; its kernel's own error against its rounded inputs apart."""
+    e2e = float(p["e2e_rel_err"])
+    text = (
+        f"{p['variant']} rounds its inputs ({p['quant_recipe']}): rel_err {err_text(e2e)} against float64 of "
+        f"the inputs it was given (SQNR {num_text(p['sqnr_db'], '.1f')} dB, {where(p)})"
+    )
+    exact = ok[[not quantised(o) for _, o in ok.iterrows()]]
+    if not exact.empty:
+        best = exact.loc[exact["e2e_rel_err"].astype(float).idxmin()]
+        fastest = exact.loc[exact["tflops"].astype(float).idxmax()]
+        best_err = float(best["e2e_rel_err"])
+        times = f"{e2e / best_err:.3g}× the error of" if best_err > 0 else "against an exact answer from"
+        speed = float(p["tflops"]) / float(fastest["tflops"])
+        text += (
+            f", {times} the most accurate variant that does not round, {best['variant']} (rel_err "
+            f"{err_text(best_err)}), at {speed:.3g}× the TFLOP/s of the fastest, {fastest['variant']}"
+        )
+    return (
+        f"{text}; its kernel alone errs {err_text(p['rel_err'])} against its rounded inputs (tolerance "
+        f"{p['tolerance']:g}), and the rounding alone {err_text(p['quant_rel_err'])}."
+    )
+
+
 # ---- the figure ----------------------------------------------------------------------------------------
 
 
-def _legend(ax, variants: list[str], dtypes: list[str]) -> None:
-    """Proxies: a colour per variant, a marker per dtype, a hollow point for a failed cell."""
+def _legend(ax, variants: list[str], dtypes: list[str], quantising: bool = False) -> None:
+    """Proxies: a colour per variant, a marker per dtype, a hollow point for a failed cell; where a variant
+    rounds its inputs, the dotted line back to its kernel's error."""
     from matplotlib.lines import Line2D
     from matplotlib.transforms import offset_copy
 
@@ -151,6 +200,9 @@ def _legend(ax, variants: list[str], dtypes: list[str]) -> None:
     handles = [dot(marker="o", color=variant_color(v), label=v) for v in variants]
     handles += [dot(marker=DTYPE_MARKERS.get(d, OTHER_MARKER), color="#555555", label=d) for d in dtypes]
     handles.append(dot(marker="o", mfc="none", mec="#555555", label="failed the gate (wrong)"))
+    if quantising:
+        cost = "rounding's cost: to the kernel's error"
+        handles.append(Line2D([], [], ls=":", color="#555555", label=cost))
     # below the axes, as style.legend_below puts it: inside, it would hide points
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-40, units="points")
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=3,
@@ -159,19 +211,27 @@ def _legend(ax, variants: list[str], dtypes: list[str]) -> None:
 
 def _draw_panel(ax, pts, top_n: int, length: str) -> None:
     """One panel's points, its dtypes' tolerance lines and, where some error is not finite, a band for it."""
-    errs = [e for e in floats(pts["rel_err"]) if math.isfinite(e)]
+    shown = floats(pts["e2e_rel_err"])
+    errs = [e for e in shown + floats(pts["rel_err"]) if math.isfinite(e)]
     tols = sorted({float(t) for t in pts["tolerance"]})
     positive = [e for e in errs + tols if e > 0]
     floor = 10 ** math.floor(math.log10(min(positive))) / 10 if positive else 1e-16  # where 0 is drawn
     bad_x = max(positive, default=1.0) * 30  # where inf is drawn
-    for _, p in pts.iterrows():
-        err, dtype, variant = float(p["rel_err"]), str(p["dtype"]), str(p["variant"])
-        x = floor if err == 0 else err if math.isfinite(err) else bad_x
-        color = variant_color(variant)
-        ax.plot([x], [float(p["tflops"])], ls="none", marker=DTYPE_MARKERS.get(dtype, OTHER_MARKER), ms=8,
+
+    def at(err: float) -> float:
+        return floor if err == 0 else err if math.isfinite(err) else bad_x
+
+    for err, (_, p) in zip(shown, pts.iterrows(), strict=True):
+        dtype, variant, y = str(p["dtype"]), str(p["variant"]), float(p["tflops"])
+        x, color = at(err), variant_color(variant)
+        ax.plot([x], [y], ls="none", marker=DTYPE_MARKERS.get(dtype, OTHER_MARKER), ms=8,
                 color=color, mfc="none" if p["failing"] else color, mew=2 if p["failing"] else 1)  # fmt: skip
+        if quantised(p):  # back to its kernel's error: the line is what the rounding costs
+            ax.plot([at(float(p["rel_err"])), x], [y, y], color=color, lw=1, ls=":", zorder=1)
+            ax.annotate(str(p["quant_recipe"]), (x, y), xytext=(5, -10), textcoords="offset points",
+                        fontsize=7, color=color)  # fmt: skip
         if int(p[length]) < top_n:
-            ax.annotate(f"N={seq_count(p[length])}", (x, float(p["tflops"])), xytext=(5, 4),
+            ax.annotate(f"N={seq_count(p[length])}", (x, y), xytext=(5, 4),
                         textcoords="offset points", fontsize=7, color="#555555")  # fmt: skip
     for dtype in sorted({str(d) for d in pts["dtype"]}):
         tol = tolerance(dtype)
@@ -179,7 +239,7 @@ def _draw_panel(ax, pts, top_n: int, length: str) -> None:
         ax.annotate(f"{dtype} tolerance {number_text(tol)}", (tol, 1), xycoords=("data", "axes fraction"),
                     xytext=(-2, -4), textcoords="offset points", rotation=90, ha="right", va="top",
                     fontsize=7, color="#333333")  # fmt: skip
-    if any(not math.isfinite(e) for e in floats(pts["rel_err"])):
+    if any(not math.isfinite(e) for e in shown):
         ax.axvspan(bad_x / 3, bad_x * 3, color="#f4cccc", alpha=0.6, zorder=0)
         ax.annotate("not finite", (bad_x, 0.02), xycoords=("data", "axes fraction"), ha="center", fontsize=7)
     log_axis(ax, "x")
@@ -194,7 +254,7 @@ def _draw_panel(ax, pts, top_n: int, length: str) -> None:
     else:
         ax.set_ylim(0, max(tf) * 1.15)
     exact = " (0: drawn at the left edge)" if 0 in errs else ""
-    ax.set_xlabel(f"rel_err against float64, log axis{exact}")
+    ax.set_xlabel(f"rel_err against float64 of the inputs given, log axis{exact}")
 
 
 def accuracy_figure(rows, title: str):
@@ -213,7 +273,9 @@ def accuracy_figure(rows, title: str):
                 drawn.append(pts)
             ax.set_ylabel("achieved TFLOP/s")
             ax.set_title(ptitle)
-            _legend(ax, variant_order(pts["variant"].unique()), sorted({str(d) for d in pts["dtype"]}))
+            dtypes = sorted({str(d) for d in pts["dtype"]})
+            quantising = any(quantised(p) for _, p in pts.iterrows())
+            _legend(ax, variant_order(pts["variant"].unique()), dtypes, quantising)
         fig.suptitle(title)
     import pandas as pd
 
@@ -228,10 +290,12 @@ def accuracy_table(pts) -> pg.Table:
     """One row per variant, dtype and panel: the point drawn, fastest first within a panel."""
     shown = varying(pts, list(PANEL_AXES))
     grads = "grad_rel_err" in pts.columns and pts["grad_rel_err"].notna().any()
+    quant = any(quantised(p) for _, p in pts.iterrows())
     length = length_axis(pts)
     rows = []
     for _, p in pts.iterrows():
         verdict = "wrong" if p["status"] != "ok" else "beyond tolerance" if p["failing"] else "ok"
+        quantising = quantised(p)
         rows.append(
             (
                 str(p["variant"]),
@@ -239,20 +303,36 @@ def accuracy_table(pts) -> pg.Table:
                 *[axis_value(a, p[a]) for a in shown],
                 seq_count(p[length]),
                 num_text(p["tflops"], ".3g"),
-                err_text(p["rel_err"]),
+                err_text(p["e2e_rel_err"]),
+                *(
+                    [
+                        err_text(p["rel_err"]) if quantising else "",
+                        str(p["quant_recipe"]) if quantising else "",
+                        num_text(p["sqnr_db"], ".1f") if quantising else "",
+                    ]
+                    if quant
+                    else []
+                ),  # fmt: skip
                 f"{p['tolerance']:g}",
                 *([err_text(p["grad_rel_err"])] if grads else []),
                 verdict,
             )
         )
     headers = ("variant", "dtype", *shown, "N_k" if length == "seq_k" else "N", "TFLOP/s", "rel_err",
-               "tolerance", *(["grad rel_err"] if grads else []), "status")  # fmt: skip
+               *(["kernel rel_err", "recipe", "SQNR dB"] if quant else []), "tolerance",
+               *(["grad rel_err"] if grads else []), "status")  # fmt: skip
+    rounding = (
+        "; a variant that rounds its inputs (its recipe): rel_err against float64 of the inputs it was "
+        "given, its kernel rel_err against its rounded inputs (what the gate judges) and its SQNR"
+        if quant
+        else ""
+    )
     return pg.Table(
         headers,
         tuple(rows),
         "each variant and dtype at the largest N it was measured at, fastest first; rel_err: the forward "
         "output's against float64, judged against the dtype's tolerance (gradients: "
-        f"{GRAD_TOLERANCE_FACTOR:g}× it)",
+        f"{GRAD_TOLERANCE_FACTOR:g}× it){rounding}",
     )
 
 

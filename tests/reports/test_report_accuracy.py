@@ -116,3 +116,42 @@ def test_the_gate_and_the_report_read_one_tolerance():
     from attnbench.harness.measure import correctness
 
     assert correctness.TOLERANCE is TOLERANCE
+
+
+def test_fp8_is_drawn_at_its_end_to_end_error_and_the_findings_say_what_it_gives_up(tmp_path):
+    """A quantising variant's rel_err is its kernel's against its rounded inputs (it passes the gate); the
+    panel draws it at its error against the inputs given (from sqnr_db), with a dotted line back to the
+    kernel's error, and the findings say, from the rows, how much accuracy it gives up and at what speed."""
+    import pandas as pd
+
+    rows = _rows()
+    sqnr = 30.0  # an end-to-end rel_err of 10^(-30/20) = 0.0316
+    for n in SEQ:
+        rows.append(synthetic.cell(
+            "fp8_emulated", n, time_ms=0.25 * (n / 256) ** 2, rel_err=1e-7, quant_recipe="e4m3fn:tensor",
+            quant_rel_err=0.031, sqnr_db=sqnr,
+        ))  # fmt: skip
+    df = prepare([synthetic.write_run(tmp_path / "run", rows)]).df
+    fig, data = accuracy.accuracy_figure(df, "t")
+    fp8 = data[data["variant"] == "fp8_emulated"].set_index("dtype").loc["float32"]
+    e2e = 10 ** (-sqnr / 20)
+    assert fp8["e2e_rel_err"] == pytest.approx(e2e) and not fp8["failing"]  # its kernel passed the gate
+    ax = fig.axes[0]
+    dotted = [ln for ln in ax.lines if ln.get_linestyle() == ":"]
+    assert len(dotted) == 1 and sorted(dotted[0].get_xdata()) == pytest.approx([1e-7, e2e])
+    assert any(t.get_text() == "e4m3fn:tensor" for t in ax.texts)
+    table = accuracy.accuracy_table(accuracy.points(df[df["dtype"] == "float32"]))
+    assert table.headers[5:8] == ("kernel rel_err", "recipe", "SQNR dB")
+    (row,) = [r for r in table.rows if r[0] == "fp8_emulated"]
+    assert row[4:9] == ("0.032", "1e-07", "e4m3fn:tensor", "30.0", "0.0001")
+    found = findings.build(df, pd.DataFrame(), lambda gkey, group: str(gkey["dtype"]))
+    said = {p.title: " ".join(p.sentences) for p in found.panels}["float32"]
+    assert "the fastest, fp8_emulated (0.54 TFLOP/s at N = 1,024), has rel_err 0.032, 1.58e+05× the" in said
+    assert (
+        "fp8_emulated rounds its inputs (e4m3fn:tensor): rel_err 0.032 against float64 of the inputs it was "
+        "given (SQNR 30.0 dB, 0.54 TFLOP/s at N = 1,024), 1.58e+05× the error of the most accurate variant "
+        "that does not round, naive (rel_err 2e-07), at 4.01× the TFLOP/s of the fastest, sdpa; its kernel "
+        "alone errs 1e-07 against its rounded inputs (tolerance 0.0001), and the rounding alone 0.031."
+    ) in said
+    plain = data[(data["variant"] == "sdpa") & (data["dtype"] == "float32")].iloc[0]
+    assert plain["e2e_rel_err"] == plain["rel_err"] == pytest.approx(6e-7)  # an unrounded point: its rel_err
