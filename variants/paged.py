@@ -11,10 +11,13 @@ The calling convention of a paged cell:
 Query i of sequence b sits at position L_b - N_q + i: with causal masking (lower-right, per sequence) it sees
 keys j <= L_b - N_q + i, else all L_b. The output is (B, H, N_q, d_v).
 
-Two variants: `paged_gather` copies each sequence's pages into a contiguous (B, H_kv, max L, d) batch and
-calls SDPA under a key-length mask (what code without a paged kernel does: it pays for the copy), and
+Three variants: `paged_gather` copies each sequence's pages into a contiguous (B, H_kv, max L, d) batch and
+calls SDPA under a key-length mask (what code without a paged kernel does: it pays for the copy),
 `paged_chunked` walks the page table column by column with an online softmax, reading each page where it
-lies. torch's varlen_attn takes the pages directly on CUDA (variants/varlen_attn.py).
+lies, and `paged_flex` runs flex_attention on the pool in place with a paged block mask: a key block is a
+page, each sequence visits the pool pages its table names, and its mask_mod maps a pool slot back to the
+sequence's position (what torch's experimental PagedAttention builds; here from the block table alone).
+torch's varlen_attn takes the pages directly on CUDA (variants/varlen_attn.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch.nn.functional as F
 
 from .lengths import PAGED_ONLY
 from .problem import Problem
-from .registry import register
+from .registry import UnsupportedError, register
 
 
 def _paged_only(p: Problem) -> str | None:
@@ -34,11 +37,13 @@ def _paged_only(p: Problem) -> str | None:
 
 
 def gather_pages(pages: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
-    """(P, page, H_kv, d) pool -> (B, H_kv, length, d): each sequence's first `length` slots, contiguous."""
+    """(P, page, H_kv, d) pool -> (B, H_kv, length, d): each sequence's first `length` slots, gathered in
+    one index_select (one copy), seen head-major (a view of it)."""
     b, page = block_table.shape[0], pages.shape[1]
     n_pages = math.ceil(length / page)
-    picked = pages[block_table[:, :n_pages].long()]  # (B, n_pages, page, H_kv, d)
-    return picked.flatten(1, 2)[:, :length].transpose(1, 2).reshape(b, pages.shape[2], length, pages.shape[3])
+    ids = block_table[:, :n_pages].reshape(-1).long()
+    picked = pages.index_select(0, ids).view(b, n_pages * page, pages.shape[2], pages.shape[3])
+    return picked[:, :length].transpose(1, 2)
 
 
 def visible_keys(key_lengths: torch.Tensor, n_q: int, n_k: int, causal: bool) -> torch.Tensor:
@@ -50,10 +55,6 @@ def visible_keys(key_lengths: torch.Tensor, n_q: int, n_k: int, causal: bool) ->
         i = torch.arange(n_q, device=key_lengths.device)[None, :, None]
         mask = mask & (j <= lengths - n_q + i)
     return mask[:, None]
-
-
-def _gqa(q, heads_kv: int) -> dict:
-    return {"enable_gqa": True} if heads_kv != q.shape[1] else {}
 
 
 @register(
@@ -76,8 +77,14 @@ def paged_gather(
         raise ValueError("paged_gather reads a paged cache only: it needs block_table and key_lengths")
     longest = int(key_lengths.max())  # a host read, as a caller with lengths on the GPU must make
     kb, vb = gather_pages(k, block_table, longest), gather_pages(v, block_table, longest)
-    mask = visible_keys(key_lengths, q.shape[2], longest, causal)
-    return F.scaled_dot_product_attention(q, kb, vb, attn_mask=mask, scale=scale, **_gqa(q, k.shape[2]))
+    b, h, n_q, d_k = q.shape
+    group = h // k.shape[2]
+    # the query heads of a K/V head folded into its rows, (B, H_kv, group x N_q, d_k): one SDPA head per K/V
+    # head, as decode kernels do (SDPA's enable_gqa on CPU copies K and V per query head instead)
+    rows = q.reshape(b, k.shape[2], group * n_q, d_k)
+    mask = visible_keys(key_lengths, n_q, longest, causal).repeat(1, 1, group, 1)  # row g x N_q + i: query i
+    out = F.scaled_dot_product_attention(rows, kb, vb, attn_mask=mask, scale=scale)
+    return out.reshape(b, h, n_q, vb.shape[-1])
 
 
 @register(
@@ -129,3 +136,94 @@ def paged_chunked(
         m = m_new
     out = acc / l
     return out.reshape(b, h, n_q, d_v).to(q.dtype)
+
+
+# ---- flex_attention with a paged block mask ------------------------------------------------------------
+
+FLEX_Q_BLOCK = 128  # the block mask's query block (decode cells have a few query tokens: one block)
+
+
+def paged_block_mask(block_table, key_lengths, n_q: int, pool_pages: int, page: int, causal: bool):
+    """flex's BlockMask over the pool read in place, (B, 1, 1 query block, pool_pages key blocks): sequence b
+    visits the ceil(L_b / page) pages block_table[b] names, in table order, and the mask_mod maps a pool slot
+    to its position in the sequence (-1: a page it does not own), hiding slots past L_b (and later than the
+    query with causal, lower-right). Built from the tensors on their device, no host read: a server builds it
+    at every decode step, so it is part of the call."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    b, width = block_table.shape
+    device = block_table.device
+    lengths = key_lengths.to(torch.int64)
+    used = (lengths + page - 1) // page  # (B,) pages each sequence holds
+    cols = torch.arange(width, device=device)
+    owned = cols[None, :] < used[:, None]  # (B, width): the table's entries in use
+    kv_indices = torch.zeros(b, 1, 1, pool_pages, dtype=torch.int32, device=device)
+    kv_indices[:, 0, 0, :width] = block_table.to(torch.int32)
+    # pool page -> its index in the sequence's table (-1 where not the sequence's); unused entries go to a
+    # spare column past the pool, dropped
+    logical = torch.full((b, pool_pages + 1), -1, dtype=torch.int64, device=device)
+    target = torch.where(owned, block_table.to(torch.int64), pool_pages)
+    logical.scatter_(1, target, torch.where(owned, cols[None, :].expand(b, -1), -1))
+    logical = logical[:, :pool_pages]
+
+    def mask_mod(bi, h, q_idx, kv_idx):
+        held = logical[bi, kv_idx // page]
+        pos = held * page + kv_idx % page
+        seen = (held >= 0) & (pos < lengths[bi])
+        if causal:
+            seen = seen & (pos <= lengths[bi] - n_q + q_idx)
+        return seen
+
+    return BlockMask.from_kv_blocks(
+        used.to(torch.int32).view(b, 1, 1), kv_indices, BLOCK_SIZE=(FLEX_Q_BLOCK, page), mask_mod=mask_mod,
+        seq_lengths=(n_q, pool_pages * page),
+    )  # fmt: skip
+
+
+def _flex_paged_supports(p: Problem) -> str | None:
+    from . import flex
+
+    return _paged_only(p) or flex._supports(p)
+
+
+def _flex_available(device: str) -> str | None:
+    from . import flex
+
+    return flex._available(device) or flex._compile_reason()
+
+
+@register(
+    "paged_flex",
+    description="flex_attention over a paged K/V cache in place: a paged block mask (pages as key blocks)",
+    dtypes=("float32", "float16", "bfloat16"),
+    padding=False,
+    dropout=False,
+    backward=False,
+    default=False,
+    memory="linear",
+    gqa=True,
+    lower_right=True,
+    paged=True,
+    available=_flex_available,
+    supports=_flex_paged_supports,
+)
+def paged_flex(
+    q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left",
+    block_table=None,
+):  # fmt: skip
+    from . import flex
+
+    if block_table is None or key_lengths is None:
+        raise ValueError("paged_flex reads a paged cache only: it needs block_table and key_lengths")
+    pool, page, h_kv = k.shape[0], k.shape[1], k.shape[2]
+    mask = paged_block_mask(block_table, key_lengths, q.shape[2], pool, page, causal)
+    # the pool (P, page, H_kv, d) seen as one sequence of P x page slots per head: a view, no copy
+    kf = k.permute(2, 0, 1, 3).reshape(1, h_kv, pool * page, k.shape[3])
+    vf = v.permute(2, 0, 1, 3).reshape(1, h_kv, pool * page, v.shape[3])
+    try:
+        return flex._compiled(False)(q, kf, vf, block_mask=mask, scale=scale, enable_gqa=h_kv != q.shape[1])
+    except Exception as exc:  # torch's "not implemented" (inductor wraps it): the cell is unsupported
+        reason = flex._not_implemented(exc)
+        if reason is None:
+            raise
+        raise UnsupportedError(f"torch refused flex_attention: {reason}") from exc
