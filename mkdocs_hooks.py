@@ -43,6 +43,11 @@ def _listing(folder: Path) -> str:
     return f"# `{rel}`\n\nPublished as committed in the repository:\n\n" + "\n".join(items) + "\n"
 
 
+def _in_static_site(folder: Path, top: Path) -> bool:
+    """Whether a folder lies inside a published static site: a folder above it, to `top`, has index.html."""
+    return any((up / "index.html").is_file() for up in folder.parents if up.is_relative_to(top))
+
+
 def on_files(files: Files, config) -> Files:
     for name in SHARED:
         top = ROOT / name
@@ -51,9 +56,11 @@ def on_files(files: Files, config) -> Files:
             rel = path.relative_to(ROOT).as_posix()
             files.append(File(rel, str(ROOT), config["site_dir"], config["use_directory_urls"]))
         folders = [top, *top.rglob("*")] if top.is_dir() else []
-        # a folder with its own README.md renders that; a published static site (index.html) is its own index
+        # a folder with its own README.md renders that; a published static site (index.html) is its own index,
+        # and so are the folders inside it (`history publish`'s runs/: reached from the site's own pages)
         pages = ("README.md", "index.html")
-        for folder in sorted(f for f in folders if f.is_dir() and not any((f / n).is_file() for n in pages)):
+        listed = [f for f in folders if f.is_dir() and not any((f / n).is_file() for n in pages)]
+        for folder in sorted(f for f in listed if not _in_static_site(f, top)):
             rel = folder.relative_to(ROOT).as_posix()
             files.append(File.generated(config, f"{rel}/index.md", content=_listing(folder)))
     return files

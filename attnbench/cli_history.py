@@ -75,7 +75,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    """The store as a static site in --out: an index, a page per machine, one across machines."""
+    """The store as a static site in --out: an index, a page per machine, one across machines, and each run's
+    report copied into --out/runs/."""
     from pathlib import Path
 
     from attnbench.reports import dashboard
@@ -84,7 +85,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     with bad_input():
-        why = why_unwritable(out)
+        why = why_unwritable(out) or dashboard.runs_folder_problem(out)
         if why:
             raise ValueError(f"--out {printable(str(out))} {why}")
         df = history.frame(args.store)

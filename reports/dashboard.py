@@ -8,17 +8,22 @@ results.steps found marked), the steps, and the runs, each linked to its report.
 variant's TFLOP/s and % of its device's calibrated matmul peak per machine, at the shapes (every axis but the
 device and dtype) that two or more machines measured, and which variant leads each shape on each machine.
 
-Pages are reports.page Pages; a run's report is `reports/<...>/<run>/report.html` (or README.md) for a run in
-`results/<...>/<run>`, as the project publishes them, else the run's own folder's README.md or meta.json.
+Pages are reports.page Pages. The site is self-contained: a run's report (`reports/<...>/<run>/report.html`,
+else its README.md, for a run in `results/<...>/<run>`, as the project publishes them; else the run folder's
+own README.md) is copied into the site's `runs/<run>/` with the files it references, and every link points
+at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
 import re
+import shutil
 from collections.abc import Sequence
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
@@ -28,13 +33,17 @@ INDEX = "index.html"
 CROSS = "machines.html"
 _LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
 REPORT_FILES = ("report.html", "README.md")  # a run's report, the first found
-RUN_FILES = ("README.md", "meta.json")  # else the run folder's own page
+RUN_FILES = ("README.md",)  # else the run folder's own page
+RUNS = "runs"  # the site's own folder of the runs' reports, copied: publish owns everything in it
+PAGES = (".html", ".md")  # a copied file whose own references are copied too
 
 
 def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame) and its
-    steps (results.steps.find); returns the pages written, the index first."""
+    steps (results.steps.find); returns the pages written, the index first. Each run's report is copied into
+    out/runs/ (copy_reports), so the folder is the whole site."""
     out.mkdir(parents=True, exist_ok=True)
+    reports = copy_reports(df, out)
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
     pages = {m: f"machine-{slug(m)}.html" for m in machines}
@@ -60,7 +69,7 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     written = [_write(index, out / INDEX)]
     for m in machines:
         mine = [s for s in steps if s.machine == m]
-        written.append(_write(machine_page(m, df[df["machine"] == m], mine, out), out / pages[m]))
+        written.append(_write(machine_page(m, df[df["machine"] == m], mine, out, reports), out / pages[m]))
     written.append(_write(cross_page(ok), out / CROSS))
     return written
 
@@ -74,12 +83,12 @@ def _back() -> Para:
     return Para((Link("All machines", INDEX), " · ", Link("Across machines", CROSS)))
 
 
-# ---- a run's report --------------------------------------------------------------------------------
+# ---- a run's report, copied into the site -----------------------------------------------------------
 
 
-def report_of(run_path: str | Path) -> Path:
-    """The file a run links to: its report where the project publishes one (results/X/run -> reports/X/run),
-    else the run folder's README.md or meta.json."""
+def report_of(run_path: str | Path) -> Path | None:
+    """The page a run links to: its report where the project publishes one (results/X/run -> reports/X/run:
+    report.html, else README.md), else the run folder's own README.md; None where it has neither."""
     run = Path(run_path)
     parts = run.parts
     if "results" in parts:
@@ -88,25 +97,126 @@ def report_of(run_path: str | Path) -> Path:
         for name in REPORT_FILES:
             if (folder / name).is_file():
                 return folder / name
-    return next((run / n for n in RUN_FILES if (run / n).is_file()), run / "meta.json")
+    return next((run / n for n in RUN_FILES if (run / n).is_file()), None)
 
 
-def run_link(text: str, run_path: str, out: Path) -> Link:
-    """A Link from a page in `out` to the run's report (a path relative to the site's folder)."""
-    href = os.path.relpath(report_of(run_path).resolve(), out.resolve()).replace(os.sep, "/")
-    return Link(text, href, relative=True)
+def site_name(run_id: Any, run_key: Any) -> str:
+    """The folder of a run's report in the site's runs/: its run_id made file-name safe, and 8 hex digits of
+    its store identity (run_id@created), so two runs never share one and a run keeps its own."""
+    digest = hashlib.sha256(str(run_key).encode()).hexdigest()[:8]
+    return f"{slug(run_id)[:80]}-{digest}"
+
+
+class _Refs(HTMLParser):
+    """The targets of a page's href, src and data (an <object>'s) attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.found += [v for k, v in attrs if k in ("href", "src", "data") and v]
+
+
+_MD_TARGET = re.compile(r"\]\(\s*<?([^)\s>]+)")  # a Markdown link's or image's target: [text](target)
+
+
+def references(page: Path) -> list[str]:
+    """The link and image targets a page names, as written: HTML's attributes, and in Markdown its
+    [text](target) and any raw HTML in it."""
+    text = page.read_text(encoding="utf-8", errors="replace")
+    parser = _Refs()
+    parser.feed(text)
+    parser.close()
+    return parser.found + (_MD_TARGET.findall(text) if page.suffix == ".md" else [])
+
+
+def report_files(page: Path) -> list[Path]:
+    """The report page and every file inside its folder that it references, and theirs (a page it links to),
+    relative to that folder: what a copy needs. A target that is a URL, absolute, not a file, a hidden
+    name, or out of the folder (`..`, a link leading out) is left out: the copy never takes anything else."""
+    folder = page.parent.resolve()
+    found, todo = {Path(page.name)}, [page]
+    while todo:
+        current = todo.pop()
+        for ref in references(current):
+            parts = urlsplit(ref)
+            if parts.scheme or parts.netloc or not parts.path or parts.path.startswith("/"):
+                continue
+            target = (current.parent / unquote(parts.path)).resolve()
+            if not target.is_file() or not target.is_relative_to(folder):
+                continue
+            rel = target.relative_to(folder)
+            if rel in found or any(p.startswith(".") for p in rel.parts):
+                continue
+            found.add(rel)
+            if target.suffix in PAGES:
+                todo.append(target)
+    return sorted(found)
+
+
+def runs_folder_problem(out: Path) -> str | None:
+    """Why publish cannot use `out`/runs as its own folder (a file, or a link that may lead out of the
+    site), else None. Asked before anything is written."""
+    runs = out / RUNS
+    what = "a link" if runs.is_symlink() else "a file" if runs.exists() and not runs.is_dir() else None
+    if what:
+        return f"has {RUNS} as {what}; publish keeps its copies of the runs' reports in a folder there"
+    return None
+
+
+def copy_reports(runs, out: Path) -> dict[str, str]:
+    """Copy each run's report (report_of, with report_files) into out/runs/<site_name>/, anew, and remove
+    whatever else out/runs holds (the copies of runs no longer in the store): publish owns that folder and
+    never touches anything out of it. Returns {run path: the link from a page at the site's root}."""
+    why = runs_folder_problem(out)
+    if why:
+        raise ValueError(f"--out {out} {why}")
+    root = out / RUNS
+    root.mkdir(exist_ok=True)
+    links: dict[str, str] = {}
+    for _, r in runs.drop_duplicates("run_key").iterrows():
+        page = report_of(str(r["path"]))
+        if page is None:
+            continue
+        name = site_name(r["run_id"], r["run_key"])
+        dest = root / name
+        _remove(dest)
+        for rel in report_files(page):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(page.parent / rel, dest / rel)
+        links[str(r["path"])] = f"{RUNS}/{name}/{page.name}"
+    kept = {href.split("/")[1] for href in links.values()}
+    for entry in root.iterdir():
+        if entry.name not in kept:
+            _remove(entry)
+    return links
+
+
+def _remove(path: Path) -> None:
+    """A file or folder inside the site's runs/: a link is removed itself, never what it leads to."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def run_cell(text: str, run_path: Any, reports: dict[str, str]) -> tuple[Any, ...]:
+    """A run in a table: linked to its report's copy in the site, else its name and that it has none."""
+    href = reports.get(str(run_path)) if run_path else None
+    return (Link(text, href, relative=True),) if href else (f"{text} (no report)",)
 
 
 # ---- a machine's page ------------------------------------------------------------------------------
 
 
-def machine_page(machine: str, df, steps: Sequence[Any], out: Path) -> Page:
+def machine_page(machine: str, df, steps: Sequence[Any], out: Path, reports: dict[str, str]) -> Page:
     runs = df.drop_duplicates("run_key").sort_values(["created", "run_id"], kind="stable")
     number = {key: i + 1 for i, key in enumerate(runs["run_key"])}
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     page = Page(f"attnbench history: {machine}")
     page.add(_back(), Para(f"{len(runs)} runs, {ok['cell_id'].nunique()} series, {len(steps)} steps."))
-    page.add(Heading("Latest findings"), *findings(ok, out))
+    page.add(Heading("Latest findings"), *findings(ok, reports))
     page.add(Heading("Every series over time"))
     page.add(
         Para(
@@ -127,8 +237,8 @@ def machine_page(machine: str, df, steps: Sequence[Any], out: Path) -> Page:
             group = group[~group["variant"].isin(once)]
             files = series_figure(machine, group, steps, number, out, f"{device} {dtype} {pass_}")
             page.add(Figure(files, embed=False))
-    page.add(Heading("Steps"), steps_table(steps, out))
-    page.add(Heading("Runs"), runs_table(runs, df, number, out))
+    page.add(Heading("Steps"), steps_table(steps, reports))
+    page.add(Heading("Runs"), runs_table(runs, df, number, reports))
     return page
 
 
@@ -149,9 +259,10 @@ def _ranges(winners: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
     return out
 
 
-def findings(ok, out: Path) -> list[Any]:
+def findings(ok, reports: dict[str, str]) -> list[Any]:
     """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
-    the run linked and the variant's fitted exponent (time ~ N^b) over that run's lengths."""
+    the run linked (reports: copy_reports's links) and the variant's fitted exponent (time ~ N^b) over that
+    run's lengths."""
     if not len(ok):
         return [Para("No ok cells.")]
     ok = ok.assign(shape=[_shape(c) for c in ok["cell_id"]])
@@ -174,7 +285,7 @@ def findings(ok, out: Path) -> list[Any]:
                     v,
                     f"{float(best['time_ms_median']):.4g} ms",
                     fit.text(),
-                    (run_link(str(run["run_id"]), str(run["path"]), out),),
+                    run_cell(str(run["run_id"]), run["path"], reports),
                 )
             )
     headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
@@ -225,7 +336,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     return save(fig, frame, out, stem, f"{machine}: {title}", "Time over the series' median, per run.")
 
 
-def steps_table(steps: Sequence[Any], out: Path) -> Any:
+def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
     """A row per step: the series, its size with interval, the first run after it (linked), what changed."""
     if not steps:
         return Para("No step in any series of this machine.")
@@ -233,26 +344,26 @@ def steps_table(steps: Sequence[Any], out: Path) -> Any:
     for s in steps:
         size = f"{s.change:+.1%}" + (f" [{s.low - 1:+.1%}, {s.high - 1:+.1%}]" if s.low == s.low else "")
         after = s.after.get("run_id") or "?"
-        link = run_link(after, s.after["path"], out) if s.after.get("path") else after
+        link = run_cell(after, s.after.get("path"), reports)
         changed = "; ".join(f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in s.changed().items())
         cal = (
             "unknown"
             if s.calibration is None
             else f"x{s.calibration:.2f}" + (" (moved: the machine changed)" if s.calibration_moved else "")
         )
-        rows.append((s.cell_id, size, (link,), f"{s.at + 1} of {s.runs}", changed or "nothing recorded", cal))
+        rows.append((s.cell_id, size, link, f"{s.at + 1} of {s.runs}", changed or "nothing recorded", cal))
     headers = ("series", "step", "first run after", "place", "what changed", "calibration")
     return Table(headers, tuple(rows))
 
 
-def runs_table(runs, df, number: dict[str, int], out: Path) -> Table:
+def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Table:
     rows = []
     for _, r in runs.iterrows():
         cells = int((df["run_key"] == r["run_key"]).sum())
         rows.append(
             (
                 str(number[r["run_key"]]),
-                (run_link(str(r["run_id"]), str(r["path"]), out),),
+                run_cell(str(r["run_id"]), r["path"], reports),
                 str(r["created"])[:19],
                 str(r["git_commit"] or "?")[:12],
                 str(r["torch"] or "?"),

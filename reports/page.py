@@ -29,8 +29,8 @@ class Link:
 
     text: str
     href: str
-    # a relative path of file-name segments and '..' (a site's pages and the runs beside it), accepted only
-    # where the code that made the Link built the path itself: never a path read from data
+    # a relative path of file-name segments and '..' (a site's link to a run's report in its runs/), accepted
+    # only where the code that made the Link built the path itself: never a path read from data
     relative: bool = False
 
 

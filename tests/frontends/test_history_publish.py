@@ -1,10 +1,13 @@
-"""`attnbench history publish`: the static site's pages, that every link and image in them resolves to a
-file, bad input in one line with nothing written, and (where playwright and its chromium are installed) the
-pages opened over file:// in a real headless browser."""
+"""`attnbench history publish`: the static site's pages, that the site is self-contained (copied alone to
+another folder, every link and image in every page, the runs' copied reports included, resolves to a file
+inside it), that publishing again is idempotent and drops the copies of runs gone from the store, bad input in
+one line with nothing written, and (where playwright and its chromium are installed) the pages opened over
+file:// in a real headless browser."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -21,19 +24,22 @@ pytest.importorskip("ruptures")
 
 
 class _Refs(HTMLParser):
-    """Every <a href> and <img src> of a page."""
+    """Every <a href> and <img src> of a page, and every other href, src or data attribute."""
 
     def __init__(self) -> None:
         super().__init__()
         self.links: list[str] = []
         self.images: list[str] = []
+        self.others: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "a" and a.get("href"):
             self.links.append(a["href"])
-        if tag == "img" and a.get("src"):
+        elif tag == "img" and a.get("src"):
             self.images.append(a["src"])
+        else:
+            self.others += [v for k, v in attrs if k in ("href", "src", "data") and v]
 
 
 def refs(page: Path) -> _Refs:
@@ -43,15 +49,55 @@ def refs(page: Path) -> _Refs:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """A store of 6 runs with a 20% step after the third, published."""
+def published(tmp_path_factory):
+    """A store of 6 runs with a 20% step after the third, laid out as the project publishes reports: the runs
+    in results/hist/, run 0's report (`attnbench report`: report.html, README.md, figures) in reports/hist/,
+    run 1's the same report without its report.html (so its README.md and the figures it shows are linked),
+    the other four with none; published into site/."""
     tmp = tmp_path_factory.mktemp("publish")
     store = str(tmp / "h.sqlite")
-    runs = run_series(BASE, tmp / "runs", [1.0] * 3 + [1.2] * 3)
+    runs = run_series(BASE, tmp / "results" / "hist", [1.0] * 3 + [1.2] * 3)
+    reports = [tmp / "reports" / "hist" / r.name for r in runs]
+    run_cli("report", str(runs[0]), "--out", str(reports[0]), check=True)
+    shutil.copytree(reports[0], reports[1])
+    (reports[1] / "report.html").unlink()
     run_cli("history", "add", *map(str, runs), "--store", store, check=True)
     p = run_cli("history", "publish", "--store", store, "--out", str(tmp / "site"), check=True)
     assert p.stdout == "" and p.stderr.startswith("published 3 pages into "), p.stderr
-    return tmp / "site"
+    return {"site": tmp / "site", "store": store, "runs": runs, "reports": reports}
+
+
+@pytest.fixture(scope="module")
+def site(published):
+    return published["site"]
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+def assert_self_contained(site: Path) -> int:
+    """Every page of `site` (its own and the runs' copied report.html pages): each relative href, src and
+    data resolves to a file inside `site`, and none is a URL to another host or an absolute path; each
+    copied README.md's figures and files are in the copy beside it. Returns how many references it checked."""
+    root, checked = site.resolve(), 0
+    for page in site.rglob("*.html"):
+        found = refs(page)
+        for ref in found.links + found.images + found.others:
+            parts = urlsplit(ref)
+            if parts.scheme == "data" and ref in found.images:
+                continue  # a report's figure, embedded
+            assert not parts.scheme and not parts.netloc and not parts.path.startswith("/"), (page, ref)
+            target = (page.parent / unquote(parts.path)).resolve()
+            assert target.is_relative_to(root), (page, ref)  # no '..' above the site's root
+            assert target.is_file(), (page, ref)
+            checked += 1
+    for readme in site.glob(f"{dashboard.RUNS}/*/README.md"):
+        for ref in dashboard.references(readme):
+            target = (readme.parent / unquote(urlsplit(ref).path)).resolve()
+            assert target.is_relative_to(readme.parent.resolve()) and target.is_file(), (readme, ref)
+            checked += 1
+    return checked
 
 
 def test_the_pages_are_written_and_name_what_they_show(site):
@@ -67,8 +113,9 @@ def test_the_pages_are_written_and_name_what_they_show(site):
     assert list(site.glob("series-*.png")) and list(site.glob("series-*.csv"))
 
 
-def test_every_link_and_image_resolves_to_a_file(site):
-    seen_runs = 0
+def test_every_link_and_image_resolves_to_a_file_in_the_site(published):
+    site, runs = published["site"], published["runs"]
+    linked: dict[str, set[str]] = {}
     for page in site.glob("*.html"):
         found = refs(page)
         assert bool(found.images) == page.name.startswith("machine-"), page.name  # a graph per machine page
@@ -76,28 +123,108 @@ def test_every_link_and_image_resolves_to_a_file(site):
             parts = urlsplit(ref)
             assert not parts.scheme and not parts.netloc, ref  # relative: opens from disk and any host
             target = (site / unquote(parts.path)).resolve()
-            assert target.is_file(), (page.name, ref)
-            if target.parent == site.resolve():
-                continue
-            seen_runs += 1  # a run's page: the run folder's own (these runs have no report)
-            assert target.name == "meta.json" and (target.parent / "rows.jsonl").is_file(), ref
+            assert target.is_file() and target.is_relative_to(site.resolve()), (page.name, ref)
+            if target.parent != site.resolve():  # a run's report: its copy in runs/<run>/
+                assert target.parent.parent == (site / dashboard.RUNS).resolve(), ref
+                linked.setdefault(target.parent.name, set()).add(target.name)
         assert all((site / src).suffix == ".png" for src in found.images)
-    assert seen_runs >= 6
+    # run 0 links its report.html, run 1 its README.md; the other four are named, not linked
+    assert sorted(linked.values(), key=sorted) == [{"README.md"}, {"report.html"}], linked
+    assert sorted(linked) == sorted(p.name for p in (site / dashboard.RUNS).iterdir())
+    machine = (site / "machine-AMD-EPYC-2-cores-on-vm.html").read_text()
+    for run in runs[2:]:
+        assert f"{_run_id(run)} (no report)" in machine, run
+    for run in runs[:2]:
+        assert f"{_run_id(run)} (no report)" not in machine, run
+
+
+def _run_id(run: Path) -> str:
+    import json
+
+    return json.loads((run / "meta.json").read_text())["run_id"]
+
+
+def test_the_site_copied_alone_keeps_every_link_and_figure(published, tmp_path):
+    """The site folder on its own (a static host, a CI artifact): nothing it links lies beside it."""
+    alone = tmp_path / "elsewhere" / "site"
+    shutil.copytree(published["site"], alone)
+    assert assert_self_contained(alone) > 20
+    copies = sorted((alone / dashboard.RUNS).iterdir())
+    html = next(c for c in copies if (c / "report.html").is_file())
+    md = next(c for c in copies if (c / "README.md").is_file() and not (c / "report.html").exists())
+    assert [f.name for f in html.iterdir()] == ["report.html"]  # figures embedded: nothing else to copy
+    # the README's figures (PNG, SVG and CSV each) are in the copy, and nothing it does not reference is
+    source = published["reports"][1]
+    wanted = {"README.md"} | {r for r in dashboard.references(source / "README.md") if (source / r).is_file()}
+    assert {f.name for f in md.iterdir()} == wanted
+    assert any(n.endswith(".png") for n in wanted) and any(n.endswith(".csv") for n in wanted)
+    for name in wanted:
+        assert (md / name).read_bytes() == (source / name).read_bytes(), name
+
+
+def test_publishing_again_is_idempotent_and_drops_runs_gone_from_the_store(published, tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(published["site"], site)
+    before = files_of(site)
+    run_cli("history", "publish", "--store", published["store"], "--out", str(site), check=True)
+    assert files_of(site) == before  # over an existing site: the same files, byte for byte
+    # a store without run 0: its copy goes, run 1's stays; nothing out of runs/ or beside the site is touched
+    (tmp_path / "beside.txt").write_text("not the site's")
+    (site / "notes.txt").write_text("the user's own")
+    store = str(tmp_path / "fewer.sqlite")
+    run_cli("history", "add", *map(str, published["runs"][1:]), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(site), check=True)
+    copies = [p.name for p in (site / dashboard.RUNS).iterdir()]
+    assert len(copies) == 1 and (site / dashboard.RUNS / copies[0] / "README.md").is_file(), copies
+    assert (tmp_path / "beside.txt").read_text() == "not the site's"
+    assert (site / "notes.txt").read_text() == "the user's own"
+    assert_self_contained(site)
 
 
 def test_a_run_links_to_its_published_report(tmp_path):
     run = tmp_path / "results" / "reference" / "r1"
     run.mkdir(parents=True)
     (run / "meta.json").write_text("{}")
-    assert dashboard.report_of(run) == run / "meta.json"
+    assert dashboard.report_of(run) is None  # a run's own data is not a report: named, not linked
+    (run / "README.md").write_text("# r1, by hand\n")
+    assert dashboard.report_of(run) == run / "README.md"
     report = tmp_path / "reports" / "reference" / "r1"
     report.mkdir(parents=True)
     (report / "README.md").write_text("# r1\n")
     assert dashboard.report_of(run) == report / "README.md"
     (report / "report.html").write_text("<html></html>")
     assert dashboard.report_of(run) == report / "report.html"
-    link = dashboard.run_link("r1", str(run), tmp_path / "reports" / "reference" / "history")
-    assert link.href == "../r1/report.html" and link.relative
+    reports = {str(run): "runs/r1-0123abcd/report.html"}
+    (link,) = dashboard.run_cell("r1", str(run), reports)
+    assert link.href == "runs/r1-0123abcd/report.html" and link.relative
+    assert dashboard.run_cell("r2", str(tmp_path / "r2"), reports) == ("r2 (no report)",)
+
+
+def test_a_copy_takes_only_the_files_inside_the_report_folder(tmp_path):
+    """What a report names out of its folder, as a URL, hidden, or missing, is never copied; a page it links
+    brings its own files."""
+    (tmp_path / "secret.txt").write_text("outside")
+    folder = tmp_path / "rep"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("fig.png", "fig.csv", ".hidden", "sub/more.md", "sub/deep.svg", "unlinked.png"):
+        (folder / name).write_text(name)
+    (folder / "sub" / "more.md").write_text("![deep](deep.svg) [up](../fig.csv) [out](../../secret.txt)")
+    (folder / "out.png").symlink_to(tmp_path / "secret.txt")
+    (folder / "README.md").write_text(
+        "![fig](fig.png) [data](fig.csv#x) [more](sub/more.md) [h](.hidden) [gone](gone.png) [o](out.png) "
+        "[up](../secret.txt) [abs](/etc/passwd) [web](https://example.com/a.png) "
+        '<img src="fig.png"> <a href="file:///etc/passwd">x</a>'
+    )
+    got = [str(p) for p in dashboard.report_files(folder / "README.md")]
+    assert got == ["README.md", "fig.csv", "fig.png", "sub/deep.svg", "sub/more.md"]
+
+
+def test_the_site_names_of_runs_are_safe_and_their_own():
+    a = dashboard.site_name("20261001-030000-synth", "20261001-030000-synth@2026-10-01T03:00:00+00:00")
+    b = dashboard.site_name("20261001-030000-synth", "20261001-030000-synth@2026-10-02T03:00:00+00:00")
+    assert a != b and a.startswith("20261001-030000-synth-") and re.fullmatch(r"[A-Za-z0-9._-]+", a)
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", dashboard.site_name("../../etc/x y\u202e", "k"))
+    assert not dashboard.site_name("..", "k").startswith(".")
 
 
 def _one_run(tmp_path, store) -> None:
@@ -105,7 +232,9 @@ def _one_run(tmp_path, store) -> None:
     run_cli("history", "add", str(run), "--store", str(store), check=True)
 
 
-@pytest.mark.parametrize("case", ["empty store", "corrupt store", "out is a file", "no store"])
+@pytest.mark.parametrize(
+    "case", ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file"]
+)
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     store, out = tmp_path / "h.sqlite", tmp_path / "site"
     if case == "empty store":
@@ -121,10 +250,24 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     elif case == "out is a file":
         _one_run(tmp_path, store)
         out.write_text("not a folder")
+    elif case.startswith("runs is"):
+        # publish would empty runs/ of what it did not copy: through a link, that would be out of the site
+        _one_run(tmp_path, store)
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "keep.txt").write_text("not the site's")
+        out.mkdir()
+        if case == "runs is a link":
+            (out / dashboard.RUNS).symlink_to(tmp_path / "elsewhere")
+        else:
+            (out / dashboard.RUNS).write_text("a file")
     p = run_cli("history", "publish", "--store", str(store), "--out", str(out))
     assert p.returncode == 2 and p.stdout == "", p.stderr
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
-    assert out.is_file() if case == "out is a file" else not out.exists()
+    if case.startswith("runs is"):
+        assert [f.name for f in out.iterdir()] == [dashboard.RUNS]
+        assert (tmp_path / "elsewhere" / "keep.txt").is_file()
+    else:
+        assert out.is_file() if case == "out is a file" else not out.exists()
 
 
 def _browser():
@@ -162,15 +305,16 @@ def test_a_headless_browser_opens_every_page_and_its_graphs(site):
         pw.stop()
 
 
-def test_the_committed_dashboard_links_resolve():
-    """reports/reference/history (the project's own runs, published): every link and image is a file."""
-    site = Path(__file__).resolve().parents[2] / "reports" / "reference" / "history"
+def test_the_committed_dashboard_is_self_contained(tmp_path):
+    """reports/reference/history (the project's own runs, published), copied alone to another folder: every
+    link and image of every page resolves to a file inside it."""
+    committed = Path(__file__).resolve().parents[2] / "reports" / "reference" / "history"
+    site = tmp_path / "history"
+    shutil.copytree(committed, site)
     pages = list(site.glob("*.html"))
     assert (site / "index.html") in pages and (site / "machines.html") in pages
-    for page in pages:
-        found = refs(page)
-        for ref in found.links + found.images:
-            assert (site / unquote(urlsplit(ref).path)).resolve().is_file(), (page.name, ref)
+    assert list(site.glob(f"{dashboard.RUNS}/*/report.html"))
+    assert assert_self_contained(site) > 0
 
 
 @pytest.mark.parametrize(
