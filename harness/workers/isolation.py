@@ -1,10 +1,17 @@
 """Parent side of the worker processes: start, ask with a deadline, notice crashes, replace.
 
-Workers are started with the 'spawn' method (a fresh interpreter: no inherited CUDA context or
-locks) and talk over a multiprocessing Pipe. They never import the user's `__main__` (_without_main):
-a script runs once, guarded or not, and what it defines reaches them by value (variants.shipped). A
-worker that dies or misses a deadline is killed and replaced; the cell it was on gets `crashed` or
-`timeout`. Killing a worker kills the processes below it too (harness.workers.children).
+Workers start from a clean interpreter (no inherited CUDA context, locks or variant code) and talk over a
+multiprocessing Pipe. The first worker of a parent process starts multiprocessing's forkserver with torch
+and the harness's measuring modules imported (_FORKSERVER_PRELOAD: no variant, plug-in or CUDA context is
+ever loaded there), and every worker is forked from it: a worker then costs a fork (tens of ms) instead of
+a torch import (about 3 s), which a run that replaces workers (after a tainted cell, a timeout, a crash)
+and a test suite of many runs pay again and again. What a worker must see before torch loads decides the
+method: a worker pinned to CPUs (OpenMP sizes its pool from them as torch loads) or started under another
+environment than the forkserver was (glibc reads its MALLOC_* knobs, torch THP_MEM_ALLOC_ENABLE, at their
+start) is spawned instead, a fresh interpreter of its own (_context). Workers never import the user's
+`__main__` (_without_main): a script runs once, guarded or not, and what it defines reaches them by value
+(variants.shipped). A worker that dies or misses a deadline is killed and replaced; the cell it was on
+gets `crashed` or `timeout`. Killing a worker kills the processes below it too (harness.workers.children).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import multiprocessing as mp
 import multiprocessing.spawn
 import os
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -31,6 +39,33 @@ _CLOCK = time.monotonic
 # os.environ is process-wide: workers started from several threads at once (the GPU pool, one thread per
 # GPU, each pinning its own CUDA_VISIBLE_DEVICES) take turns setting it, or one would inherit another's pin
 _SPAWN_LOCK = threading.Lock()
+
+
+# What the forkserver imports once, before any worker forks from it: torch and the modules a worker's set-up
+# imports (harness.workers.worker._Server), none of which loads a variant or touches CUDA
+_FORKSERVER_PRELOAD = [
+    "torch",
+    "attnbench.harness.workers.worker",
+    "attnbench.harness.measure.cell",
+    "attnbench.harness.measure.calibrate",
+    "attnbench.harness.measure.fingerprint",
+]
+_FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's forkserver started under
+
+
+def _context(config: dict[str, Any]):
+    """The multiprocessing context a worker of `config` starts with, called with its environment set
+    (_environment): the forkserver, unless the worker is pinned to CPUs, or this environment is not the
+    one the forkserver started under (its first worker's), or this is not Linux: spawn then."""
+    environ = dict(os.environ)
+    if config.get("cpu_affinity") or not sys.platform.startswith("linux"):
+        return mp.get_context("spawn")
+    if not _FORKSERVER_ENVIRON:
+        _FORKSERVER_ENVIRON.append(environ)
+        mp.set_forkserver_preload(_FORKSERVER_PRELOAD)
+    elif _FORKSERVER_ENVIRON[0] != environ:
+        return mp.get_context("spawn")
+    return mp.get_context("forkserver")
 
 
 class WorkerDied(RuntimeError):
@@ -95,12 +130,12 @@ class Worker:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(
-            target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
-        )
         with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
+            ctx = _context(config)
+            self.conn, child = ctx.Pipe()
+            self.proc = ctx.Process(
+                target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
+            )
             self.proc.start()
         child.close()
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")
