@@ -5,14 +5,16 @@ checked: on a tiny sweep it means nothing."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from conftest import load_benchmark
+from conftest import load_benchmark, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "false_alarm.py"
@@ -34,15 +36,30 @@ def _script(*argv: str | Path, timeout: float = 900) -> subprocess.CompletedProc
     )
 
 
+def _main(fa, *argv: str | Path) -> tuple[int, str, str]:
+    """The script's main() in this process: (exit status, stdout, stderr). Its runs are real processes
+    either way (each `attnbench run` and `attnbench interleave` a fresh interpreter); this saves only the
+    script's own interpreter and imports. test_the_table_is_read_from_the_json starts the script itself."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = fa.main([str(a) for a in argv])
+        except SystemExit as exc:  # a failed run: the script exits with its message
+            print(exc.code, file=sys.stderr)
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def measured(fa, tmp_path_factory):
     """Two stories: 1 run of the kernels' A/B, and one group of 3 interleaved runs a side (a, b, planted);
     (folder, JSON, stdout). The quick look judges the same runs (test_rejudge_...)."""
     d = tmp_path_factory.mktemp("false-alarm")
-    done = _script("--story", "kernels,environments", "--runs", "1", "--rounds", "3", "--groups", "1",
-                   "--group-runs", "3", *TINY, "--work", d / "work", "--out", d / "out.json")  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return d, json.loads((d / "out.json").read_text()), done.stdout
+    code, stdout, stderr = _main(fa, "--story", "kernels,environments", "--runs", "1", "--rounds", "3",
+                                 "--groups", "1", "--group-runs", "3", *TINY, "--work", d / "work", "--out",
+                                 d / "out.json")  # fmt: skip
+    assert code == 0, stderr[-2000:]
+    return d, json.loads((d / "out.json").read_text()), stdout
 
 
 def _check_comparison(c: dict, level: str, paired: bool, blind: bool) -> None:
@@ -103,15 +120,16 @@ def test_the_kernels_and_environments_stories_end_to_end(measured):
 
 
 @pytest.mark.slow
-def test_the_plant_reaches_the_workers(tmp_path):
-    """A run under `env ATTNBENCH_PLANT=3` (as a planted side's command) measures chunked_env about 4x
-    chunked in its worker processes, whatever the machine's load (the plant spins for 3 times as long as
-    its own chunked call took); unset, chunked_env is chunked."""
-    cmd = ["env", "ATTNBENCH_PLANT=3", sys.executable, "-m", "attnbench", "run", "--variants",
-           "chunked,chunked_env", "--variant-file", str(ROOT / "benchmarks" / "planted_slowdown.py"),
-           "--seq-len", "64", "--threads", "1", "-q", "--out", str(tmp_path / "run"), *RUN_TINY]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_the_plant_reaches_the_workers(tmp_path, monkeypatch):
+    """A run whose environment holds ATTNBENCH_PLANT=3 (as `env ATTNBENCH_PLANT=3 attnbench run` gives it,
+    a planted side's command; here the command runs in this process, see conftest.run_cli, and its workers
+    are real spawned processes that inherit the variable) measures chunked_env about 4x chunked in its
+    worker processes, whatever the machine's load (the plant spins for 3 times as long as its own chunked
+    call took); unset, chunked_env is chunked."""
+    monkeypatch.setenv("ATTNBENCH_PLANT", "3")
+    run_cli("run", "--variants", "chunked,chunked_env", "--variant-file", str(ROOT / "benchmarks" /
+            "planted_slowdown.py"), "--seq-len", "64", "--threads", "1", "-q", "--out", str(tmp_path / "run"),
+            *RUN_TINY, check=True)  # fmt: skip
     rows = {
         r["variant"]: r for r in map(json.loads, (tmp_path / "run" / "rows.jsonl").read_text().splitlines())
     }
@@ -142,9 +160,9 @@ def test_the_table_is_read_from_the_json(measured):
 def test_rejudge_makes_no_run_and_the_quick_look_judges_the_groups(fa, measured):
     d, doc, _ = measured
     before = sorted(p.relative_to(d) for p in (d / "work").rglob("meta.json"))
-    done = _script("--rejudge", "--story", "kernels,environments,quick", "--work", d / "work", "--out",
-                   d / "again.json", timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    code, _, stderr = _main(fa, "--rejudge", "--story", "kernels,environments,quick", "--work", d / "work",
+                            "--out", d / "again.json")  # fmt: skip
+    assert code == 0, stderr[-2000:]
     again = json.loads((d / "again.json").read_text())
     assert sorted(p.relative_to(d) for p in (d / "work").rglob("meta.json")) == before
     assert list(again["stories"]) == ["kernels", "environments", "quick"]
