@@ -174,9 +174,13 @@ def paged_block_mask(block_table, key_lengths, n_q: int, pool_pages: int, page: 
             seen = seen & (pos <= lengths[bi] - n_q + q_idx)
         return seen
 
+    # no block is "full" (every visited page runs mask_mod), said with empty full-block tensors: given none,
+    # torch 2.13's CPU template emitted C++ that names them anyway for pages of 32 ("'full_kv_num_blocks'
+    # was not declared"), though not for pages of 16 or 256
+    counts = used.to(torch.int32).view(b, 1, 1)
     return BlockMask.from_kv_blocks(
-        used.to(torch.int32).view(b, 1, 1), kv_indices, BLOCK_SIZE=(FLEX_Q_BLOCK, page), mask_mod=mask_mod,
-        seq_lengths=(n_q, pool_pages * page),
+        counts, kv_indices, torch.zeros_like(counts), torch.zeros_like(kv_indices),
+        BLOCK_SIZE=(FLEX_Q_BLOCK, page), mask_mod=mask_mod, seq_lengths=(n_q, pool_pages * page),
     )  # fmt: skip
 
 

@@ -74,9 +74,11 @@ def test_the_reference_reads_each_context_in_table_order_with_its_queries_at_the
 
 
 @pytest.mark.parametrize("variant", ["paged_gather", "paged_chunked", "paged_flex"])
-@pytest.mark.parametrize(("n_q", "causal", "kv_heads"), [(1, False, 4), (4, True, 2), (3, True, 1)])
-def test_the_paged_variants_pass_the_gate(variant, n_q, causal, kv_heads):
-    row = measure_cell(cell(variant, n_q=n_q, causal=causal, kv_heads=kv_heads), QUICK)
+@pytest.mark.parametrize(
+    ("n_q", "causal", "kv_heads", "page"), [(1, False, 4, 16), (4, True, 2, 16), (3, True, 1, 32)]
+)
+def test_the_paged_variants_pass_the_gate(variant, n_q, causal, kv_heads, page):
+    row = measure_cell(cell(variant, n_q=n_q, causal=causal, kv_heads=kv_heads, page=page), QUICK)
     assert row["status"] == "ok", row["message"]
 
 
