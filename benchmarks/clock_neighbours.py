@@ -9,7 +9,7 @@ median of those ratios is the cell's figure.
 Targets: every tamperer's row is not `ok` (not believed), and every neighbour cell's median ratio lies within
 10% of 1 (or the cell is flagged, not `ok`).
 
-    python benchmarks/clock_neighbours.py [--pairs 3] [--seq-len 256,512] [--json out.json]
+    python benchmarks/clock_neighbours.py [--pairs 3] [--rounds 3] [--seq-len 256,512] [--json out.json]
 
 Exit status 0 when every target is met, 1 otherwise, 2 for bad arguments.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -33,13 +34,25 @@ NEIGHBOURS = ("naive", "chunked", "sdpa")
 BAND = 0.10
 
 
-def _run(out: Path, names: list[str], seq_len: str, budget_ms: int) -> list[dict]:
+def _run(out: Path, names: list[str], seq_len: str, budget_ms: int, rounds: int) -> list[dict]:
     cmd = [sys.executable, "-m", "attnbench", "run", "--variant-file", str(CLOCKS), "--variants",
            ",".join(names), "--seq-len", seq_len, "--heads", "4", "--threads", "1", "--budget-ms",
-           str(budget_ms), "--min-ms", str(budget_ms), "--warmup-ms", "5", "-q",
+           str(budget_ms), "--min-ms", str(budget_ms), "--warmup-ms", "5", "--rounds", str(rounds), "-q",
            "--out", str(out)]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return read_rows(out)
+
+
+def pooled_ratio(logs: list[float]) -> tuple[float, float, float] | None:
+    """The geometric mean of the ratios with its 95% t-interval (a clock leaked into the neighbours would
+    move it to about 0.8), or None for fewer than 3 ratios."""
+    if len(logs) < 3:
+        return None
+    from scipy.stats import t
+
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    half = t.ppf(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seq-len", default="256,512")
     ap.add_argument("--budget-ms", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3, help="visits of each cell, spread over its run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.pairs < 1:
@@ -60,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = {}
             for which in ("dirty", "clean") if i % 2 == 0 else ("clean", "dirty"):
                 names = order if which == "dirty" else list(NEIGHBOURS)
-                runs[which] = _run(Path(tmp) / f"{which}{i}", names, args.seq_len, args.budget_ms)
+                out = Path(tmp) / f"{which}{i}"
+                runs[which] = _run(out, names, args.seq_len, args.budget_ms, args.rounds)
             clean = {(r["variant"], r["seq_len"]): r for r in runs["clean"]}
             for row in runs["dirty"]:
                 key = (row["variant"], row["seq_len"])
@@ -80,13 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     for label, figure in figures.items():
         spread = ", ".join(f"{r:.3f}" for r in ratios[label])
         print(f"{label:<18} {figure:>8.3f}   ({spread})")
+    logs = [math.log(r) for rs in ratios.values() for r in rs]
+    pooled = pooled_ratio(logs)
+    if pooled:
+        ratio, lo, hi = pooled
+        print(f"pooled over every neighbour cell and pair: {ratio:.3f} (95% CI {lo:.3f}-{hi:.3f})")
     outside = [label for label, figure in figures.items() if abs(figure - 1) > BAND]
     met = not offenders_ok and not outside and bool(figures)
     print(f"tamperers believed: {offenders_ok or 'none'}; neighbours flagged: {sorted(flagged) or 'none'}")
     verdict = "MET" if met else "MISS"
     print(f"target (every neighbour within {BAND:.0%} of its time without the tamperers): {verdict}")
     if args.json:
-        args.json.write_text(json.dumps({"ratios": ratios, "figures": figures, "offenders_ok": offenders_ok,
+        args.json.write_text(json.dumps({"ratios": ratios, "figures": figures, "pooled": pooled,
+                                         "offenders_ok": offenders_ok,
                                          "flagged": sorted(flagged), "met": met}, indent=1))  # fmt: skip
     return 0 if met else 1
 
