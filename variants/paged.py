@@ -36,6 +36,18 @@ def _paged_only(p: Problem) -> str | None:
     return None if p.page_size else PAGED_ONLY
 
 
+# what every variant here declares: paged decode cells only, forward only, grouped-query heads and queries at
+# the end of their contexts (lower-right) taken, not in default sweeps
+_PAGED = dict(
+    padding=False, dropout=False, backward=False, default=False, gqa=True, lower_right=True, paged=True
+)
+
+
+def _needs_table(name: str, block_table, key_lengths) -> None:
+    if block_table is None or key_lengths is None:
+        raise ValueError(f"{name} reads a paged cache only: it needs block_table and key_lengths")
+
+
 def gather_pages(pages: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
     """(P, page, H_kv, d) pool -> (B, H_kv, length, d): each sequence's first `length` slots, gathered in
     one index_select (one copy), seen head-major (a view of it)."""
@@ -60,21 +72,14 @@ def visible_keys(key_lengths: torch.Tensor, n_q: int, n_k: int, causal: bool) ->
 @register(
     "paged_gather",
     description="a paged K/V cache gathered into a contiguous batch, then one SDPA call: pays for the copy",
-    padding=False,
-    dropout=False,
-    backward=False,
-    default=False,
-    gqa=True,
-    lower_right=True,
-    paged=True,
     supports=_paged_only,
+    **_PAGED,
 )
 def paged_gather(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left",
     block_table=None,
 ):  # fmt: skip
-    if block_table is None or key_lengths is None:
-        raise ValueError("paged_gather reads a paged cache only: it needs block_table and key_lengths")
+    _needs_table("paged_gather", block_table, key_lengths)
     longest = int(key_lengths.max())  # a host read, as a caller with lengths on the GPU must make
     kb, vb = gather_pages(k, block_table, longest), gather_pages(v, block_table, longest)
     b, h, n_q, d_k = q.shape
@@ -90,22 +95,15 @@ def paged_gather(
 @register(
     "paged_chunked",
     description="online softmax over a paged K/V cache, one page-table column at a time (no gather)",
-    padding=False,
-    dropout=False,
-    backward=False,
-    default=False,
     memory="linear",
-    gqa=True,
-    lower_right=True,
-    paged=True,
     supports=_paged_only,
+    **_PAGED,
 )
 def paged_chunked(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left",
     block_table=None,
 ):  # fmt: skip
-    if block_table is None or key_lengths is None:
-        raise ValueError("paged_chunked reads a paged cache only: it needs block_table and key_lengths")
+    _needs_table("paged_chunked", block_table, key_lengths)
     b, h, n_q, d_k = q.shape
     page, h_kv, d_v = k.shape[1], k.shape[2], v.shape[3]
     group = h // h_kv
@@ -193,23 +191,17 @@ def _flex_paged_supports(p: Problem) -> str | None:
 def _flex_available(device: str) -> str | None:
     from . import flex
 
-    return flex._available(device) or flex._compile_reason()
+    return flex._available(device)  # not _compile_reason: it imports dynamo, asked where flex is to run
 
 
 @register(
     "paged_flex",
     description="flex_attention over a paged K/V cache in place: a paged block mask (pages as key blocks)",
     dtypes=("float32", "float16", "bfloat16"),
-    padding=False,
-    dropout=False,
-    backward=False,
-    default=False,
     memory="linear",
-    gqa=True,
-    lower_right=True,
-    paged=True,
     available=_flex_available,
     supports=_flex_paged_supports,
+    **_PAGED,
 )
 def paged_flex(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left",
@@ -217,8 +209,10 @@ def paged_flex(
 ):  # fmt: skip
     from . import flex
 
-    if block_table is None or key_lengths is None:
-        raise ValueError("paged_flex reads a paged cache only: it needs block_table and key_lengths")
+    _needs_table("paged_flex", block_table, key_lengths)
+    reason = flex._compile_reason()
+    if reason:
+        raise UnsupportedError(reason)
     pool, page, h_kv = k.shape[0], k.shape[1], k.shape[2]
     mask = paged_block_mask(block_table, key_lengths, q.shape[2], pool, page, causal)
     # the pool (P, page, H_kv, d) seen as one sequence of P x page slots per head: a view, no copy

@@ -1,6 +1,7 @@
 """Test-only variants for the executors (loaded with --variant-file): which worker ran a cell, a cell that
 waits without using the CPU, and one that kills the Ray actor it runs under."""
 
+import multiprocessing
 import os
 import signal
 import time
@@ -48,7 +49,10 @@ def sleep_1s(q, k, v, **kw):
 def kill_actor(q, k, v, **kw):
     marker = Path(os.environ["ATTNBENCH_TEST_KILL_MARKER"])
     if q.shape[2] == int(os.environ.get("ATTNBENCH_TEST_KILL_AT", "64")) and not marker.exists():
-        marker.write_text(str(os.getppid()))
-        os.kill(os.getppid(), signal.SIGKILL)  # the worker follows its parent (PR_SET_PDEATHSIG)
+        # the process that started this worker (the actor; its parent process is the forkserver the actor
+        # forks workers from): the forkserver ends with the actor, and the worker with it (PR_SET_PDEATHSIG)
+        actor = multiprocessing.parent_process().pid
+        marker.write_text(str(actor))
+        os.kill(actor, signal.SIGKILL)
         time.sleep(60)
     return _fine(q, k, v)
