@@ -22,6 +22,7 @@ torch's varlen_attn takes the pages directly on CUDA (variants/varlen_attn.py).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -188,6 +189,14 @@ def _flex_paged_supports(p: Problem) -> str | None:
     return _paged_only(p) or flex._supports(p)
 
 
+@functools.cache
+def _flex_compile_reason() -> str | None:
+    """flex's own compile check (it imports dynamo), asked once, at the first call, not at every timed one."""
+    from . import flex
+
+    return flex._compile_reason()
+
+
 def _flex_available(device: str) -> str | None:
     from . import flex
 
@@ -210,7 +219,7 @@ def paged_flex(
     from . import flex
 
     _needs_table("paged_flex", block_table, key_lengths)
-    reason = flex._compile_reason()
+    reason = _flex_compile_reason()
     if reason:
         raise UnsupportedError(reason)
     pool, page, h_kv = k.shape[0], k.shape[1], k.shape[2]

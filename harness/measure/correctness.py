@@ -283,8 +283,8 @@ def gate(
     """
     dtype = str(q.dtype).removeprefix("torch.")
     tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
-    rules = dict(causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens)
-    rules["block_table"] = block_table
+    rules = dict(causal=causal, causal_align=causal_align, window=window)
+    rules.update(cu_seqlens=cu_seqlens, block_table=block_table)
     if ref is None:
         ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules)
     refs = [ref]  # the kernel's reference first: the original inputs', or the rounded inputs' then theirs

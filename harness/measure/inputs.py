@@ -30,9 +30,7 @@ def make_inputs(
     dtype = torch_dtype(spec.dtype)
     (b, n, n_k), h, h_kv = spec.dims, spec.heads, spec.kv_heads
     q = torch.randn(b, h, n, spec.d_k, generator=g, device=device, dtype=torch.float32).to(dtype)
-    if (
-        spec.paged
-    ):  # the pool of pages (variants/paged.py), every slot filled: past a context, values to ignore
+    if spec.paged:  # the pool of pages (variants/paged.py), every slot filled: past a context, to be ignored
         contexts = spec.seq_lens()
         pages = sum(-(-c // spec.page_size) for c in contexts)
         shape = (pages, spec.page_size, h_kv)

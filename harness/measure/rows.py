@@ -96,6 +96,14 @@ def finish(row: dict[str, Any], status: str, message: str = "", **fields: Any) -
     return row
 
 
+def noted(row: dict[str, Any], note: str) -> dict[str, Any]:
+    """The row (or probe record) with `note` after its message, its status as it was (what a variant did
+    that is said, not blamed: harness.workers.worker's threads left running)."""
+    if note:
+        row["message"] = "; ".join(m for m in (str(row.get("message") or ""), note) if m)
+    return row
+
+
 def blame(row: dict[str, Any], offences: list[str]) -> dict[str, Any]:
     """Mark `row` as the one whose variant did what `offences` say (changed torch's global state, left a
     process running): `error`, the offences first in its message, whatever it measured kept. A `crashed`

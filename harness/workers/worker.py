@@ -38,7 +38,7 @@ from attnbench.harness.measure.outcomes import (
     state_changed,
     threads_running,
 )
-from attnbench.harness.measure.rows import base_row, blame, finish
+from attnbench.harness.measure.rows import base_row, blame, finish, noted
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers import children
@@ -119,13 +119,6 @@ def end(code: int = 0) -> None:
         sys.stderr.flush()
     finally:
         os._exit(code)
-
-
-def noted(row: dict[str, Any], note: str) -> dict[str, Any]:
-    """The row (or probe record) with `note` after its message, its status as it was."""
-    if note:
-        row["message"] = "; ".join(m for m in (str(row.get("message") or ""), note) if m)
-    return row
 
 
 def _serve(conn, server: _Server, marks: list[tuple[float, float]]) -> None:
