@@ -24,31 +24,52 @@ def _timer(device: str) -> timing.Timer:
     return timing.CudaTimer(flush_l2=False) if device == "cuda" else timing.CpuTimer()
 
 
-# A calibration matmul shrinks only when one call of MATMUL_N would take longer than this (or than the whole
-# budget, if that is longer): a dtype with no fast kernel, not a slow or busy machine (a 2-core VM runs a
-# float32 2048^3 matmul in 120-350 ms; on a smaller matmul its ceiling reads lower, and honest cells above it)
+# A calibration matmul shrinks for two reasons, both read off the fastest of three calls at 256 after one
+# warm-up (a first call pays for the thread pool) and the n^3 law:
+# - a dtype with no fast kernel (bfloat16 on a CPU without AVX-512 BF16 ran 2048^3 in 20 s): its call at 256
+#   is over SLOW_RATIO x float32's, taken beside it (a busy machine slows both alike: a 2-core VM under a
+#   test suite read float32 at 256 in 16 ms, and an absolute rule then calibrated float32 at 256, a ceiling
+#   60x low), and its call at MATMUL_N would take over max(budget, SLOW_CALL_MS);
+# - a short budget: the budget's minimum samples at MATMUL_N would not fit in it. Never below FLOOR_N, which
+#   reaches the same ceiling as 2048 where the budget decides (a 2-core VM read 0.128-0.136 TFLOP/s at 1024,
+#   0.124-0.133 at 2048); a machine whose 2048 call is short keeps 2048.
 SLOW_CALL_MS = 1000.0
+SLOW_RATIO = 8.0
+FLOOR_N = 1024
+PROBE_CALLS_N = 256
+
+
+def _best_ms(device: str, dtype: torch.dtype, n: int) -> float:
+    """The fastest of three n x n x n matmuls after one warm-up, in ms."""
+    a = torch.ones(n, n, device=device, dtype=dtype)
+    torch.matmul(a, a)
+    return min(_timer(device).time_calls(lambda: torch.matmul(a, a), 3))
 
 
 def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
-    """The matmul size the calibration times: MATMUL_N[device], unless one call of it would take longer than
-    max(budget_ms, SLOW_CALL_MS) (a dtype the device has no fast kernel for: bfloat16 on a CPU without
-    AVX-512 BF16 ran 2048^3 in 20 s); then the largest power of two whose call takes at most a tenth of the
-    budget, at least 256.
-    Read off the fastest of three calls at 256 after one warm-up (a first call pays for the thread pool, and a
-    busy machine slows single calls several-fold) and the n^3 law. A GPU keeps the usual size: a call at 256
-    is launch-bound there, and the law read a 0.03 ms launch as 1 s at 8192 (an H200 calibrated bfloat16 at
+    """The matmul size the calibration times: MATMUL_N[device], smaller for a slow dtype (the largest power
+    of two whose call takes at most a tenth of the budget, at least 256) or a short budget (halved while
+    min_samples calls would not fit, down to FLOOR_N). A GPU keeps the usual size: a call at 256 is
+    launch-bound there, and the law read a 0.03 ms launch as 1 s at 8192 (an H200 calibrated bfloat16 at
     2048, 676 TFLOP/s against 782 at 8192)."""
-    n, top = 256, MATMUL_N[device]
+    top = MATMUL_N[device]
     if device == "cuda":  # milliseconds in any dtype a GPU has; a call at 256 times the launch, not the work
         return top
-    a = torch.ones(n, n, device=device, dtype=dtype)
-    torch.matmul(a, a)
-    ms = min(_timer(device).time_calls(lambda: torch.matmul(a, a), 3))
-    if ms * (top / n) ** 3 <= max(budget_ms, SLOW_CALL_MS):
-        return top
-    while n < top and ms * ((2 * n) / 256) ** 3 <= budget_ms / 10:
-        n *= 2
+    ms = _best_ms(device, dtype, PROBE_CALLS_N)
+
+    def call_ms(n: int) -> float:  # the n^3 law from the call at 256
+        return ms * (n / PROBE_CALLS_N) ** 3
+
+    if call_ms(top) > max(budget_ms, SLOW_CALL_MS) and ms > SLOW_RATIO * _best_ms(
+        device, torch.float32, PROBE_CALLS_N
+    ):
+        n = PROBE_CALLS_N
+        while n < top and call_ms(2 * n) <= budget_ms / 10:
+            n *= 2
+        return n
+    n = top
+    while n > FLOOR_N and timing.Budget.min_samples * call_ms(n) > budget_ms:
+        n //= 2
     return n
 
 
@@ -101,7 +122,7 @@ def calibrate(device: str, dtypes: list[str], budget_ms: float = 1000.0) -> dict
     for name in dtypes:
         try:
             n = matmul_n(device, getattr(torch, name), budget_ms)
-            if n != MATMUL_N[device]:  # a slow dtype: its ceiling is taken on a smaller matmul
+            if n != MATMUL_N[device]:  # a slow dtype or a short budget: a smaller matmul
                 out.setdefault("matmul_n_by_dtype", {})[name] = n
             best, median = matmul_tflops(device, getattr(torch, name), budget, n)
             out["matmul_tflops"][name], out["matmul_tflops_median"][name] = best, median

@@ -107,28 +107,35 @@ class _FixedTimer:
 
 
 @pytest.mark.parametrize(
-    ("ms_at_256", "budget_ms", "n"),
+    ("ms_at_256", "fp32_ms_at_256", "budget_ms", "n"),
     [
-        (0.3, 1000, 2048),
-        (1.9, 1000, 2048),
-        (1.9, 200, 2048),
-        (4.0, 1000, 512),
-        (4.0, 5000, 2048),
-        (40, 1000, 256),
+        (0.3, 0.3, 1000, 2048),  # a 2-core VM's float32: 5 calls at 2048 take ~770 ms
+        (0.3, 0.3, 200, 1024),  # the tests' 200 ms: 5 calls at 2048 do not fit, 1024 does
+        (0.3, 0.3, 5, 1024),  # never under 1024 for a budget
+        (0.01, 0.01, 200, 2048),  # a big machine's 2048 call is short: the usual size
+        (16.0, 16.0, 1000, 1024),  # a busy machine slows both alike: float32 is no slow dtype
+        (1.9, 0.3, 1000, 1024),  # 6x float32 is no slow dtype either: the budget decides
+        (4.0, 0.3, 1000, 512),  # a slow dtype, its call at most a tenth of the budget
+        (4.0, 0.3, 5000, 1024),  # its 2048 call (2 s) fits under the budget: the budget decides
+        (40, 0.3, 1000, 256),  # bfloat16 without AVX-512 BF16 (2048: 20 s)
     ],
 )
-def test_the_calibration_matmul_shrinks_only_for_a_call_over_a_second_or_the_budget(
-    monkeypatch, ms_at_256, budget_ms, n
+def test_the_calibration_matmul_shrinks_for_a_slow_dtype_or_a_short_budget(
+    monkeypatch, ms_at_256, fp32_ms_at_256, budget_ms, n
 ):
-    """fp32 at 256 takes ~0.3 ms on a 2-core VM (2048: ~150 ms); bf16 without AVX-512 took ~40 ms
-    (2048: 20 s). A short budget (the tests' 200 ms) keeps the usual size: a smaller matmul reads a lower
-    ceiling."""
+    """fp32 at 256 takes ~0.3 ms on a 2-core VM (2048: ~150 ms); bf16 without AVX-512 took ~40 ms (2048:
+    20 s). A dtype is slow beside float32 measured then, not by its own time alone: under a busy suite,
+    float32 at 256 read 16 ms."""
     import torch
 
     from attnbench.harness.measure import calibrate as cal_mod
 
-    monkeypatch.setattr(cal_mod, "_timer", lambda device: _FixedTimer(ms_at_256))
-    assert cal_mod.matmul_n("cpu", torch.float32, budget_ms) == n
+    def best_ms(device, dtype, size):
+        return (fp32_ms_at_256 if dtype == torch.float32 else ms_at_256) * (size / 256) ** 3
+
+    monkeypatch.setattr(cal_mod, "_best_ms", best_ms)
+    dtype = torch.float32 if ms_at_256 == fp32_ms_at_256 else torch.bfloat16
+    assert cal_mod.matmul_n("cpu", dtype, budget_ms) == n
     # a GPU keeps the usual size whatever its launch-bound call at 256 reads (nothing is allocated to decide)
     assert cal_mod.matmul_n("cuda", torch.bfloat16, budget_ms) == cal_mod.MATMUL_N["cuda"]
 
