@@ -271,17 +271,30 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
 
 
 def _browser():
-    """playwright's sync API and an installed chromium, else skip."""
+    """playwright's sync API and a chromium: the system's (Debian's package, which .ci/run installs) where
+    there is one, else playwright's own download; skip, with the reason, where neither starts."""
     sync_api = pytest.importorskip("playwright.sync_api")
     try:
         pw = sync_api.sync_playwright().start()
     except Exception as exc:  # noqa: BLE001 (no driver: skip with its reason)
         pytest.skip(f"playwright cannot start: {exc}")
+    system = shutil.which("chromium") or shutil.which("chromium-browser")
     try:
-        return pw, pw.chromium.launch()
-    except Exception as exc:  # noqa: BLE001 (the browser download is not installed: skip with its reason)
+        return pw, pw.chromium.launch(executable_path=system)
+    except Exception as exc:  # noqa: BLE001 (no browser installed: skip with its reason)
         pw.stop()
         pytest.skip(f"no chromium for playwright: {str(exc).splitlines()[0]}")
+
+
+def _hrefs(page) -> list[str]:
+    return page.eval_on_selector_all("a", "els => els.map(e => e.getAttribute('href'))")
+
+
+def _drawn(page) -> bool:
+    """The page has images, and the browser decoded every one of them."""
+    widths = page.eval_on_selector_all("img", "els => els.map(e => e.complete && e.naturalWidth)")
+    assert all(w and w > 0 for w in widths), (page.url, widths)
+    return bool(widths)
 
 
 def test_a_headless_browser_opens_every_page_and_its_graphs(site):
@@ -289,7 +302,7 @@ def test_a_headless_browser_opens_every_page_and_its_graphs(site):
     try:
         page = browser.new_page()
         page.goto((site / "index.html").as_uri())
-        hrefs = page.eval_on_selector_all("a", "els => els.map(e => e.getAttribute('href'))")
+        hrefs = _hrefs(page)
         assert hrefs and all(h.endswith(".html") for h in hrefs)
         for href in hrefs:
             page.goto((site / "index.html").as_uri())
@@ -297,9 +310,13 @@ def test_a_headless_browser_opens_every_page_and_its_graphs(site):
             page.wait_for_load_state("load")
             assert page.url == (site / href).as_uri()
             assert page.title().startswith("attnbench history")
-            widths = page.eval_on_selector_all("img", "els => els.map(e => e.complete && e.naturalWidth)")
-            assert all(w and w > 0 for w in widths), (href, widths)
-            assert bool(widths) == href.startswith("machine-"), href
+            assert _drawn(page) == href.startswith("machine-"), href
+            runs = [h for h in _hrefs(page) if h.startswith(f"{dashboard.RUNS}/")]
+            assert bool(runs) == href.startswith("machine-"), href
+            if runs:  # a point's link: the run's copied report opens, its figures drawn
+                page.click(f"a[href='{runs[0]}']")
+                page.wait_for_load_state("load")
+                assert page.url == (site / runs[0]).as_uri() and _drawn(page), runs[0]
     finally:
         browser.close()
         pw.stop()
