@@ -402,9 +402,14 @@ def _group_section(
     if note is not None:
         figures.append(note)
     files = []
-    for kind, ftitle, (fig, data), caption in group_figures(gkey, group, meta, fits, base, head):
+    kinds = FIGURE_KINDS
+    if (group["status"] == "ok").all():  # the status figure would be one colour: a sentence says it
+        kinds = tuple(k for k in FIGURE_KINDS if k != "status")
+    for kind, ftitle, (fig, data), caption in group_figures(gkey, group, meta, fits, base, head, kinds):
         files.append(save(fig, data, out, f"{kind}-{stem}", ftitle, caption))
         figures.append(pg.Figure(files[-1]))
+    if "status" not in kinds:
+        figures.append(pg.Para(f"All {len(group)} cells of this group are ok: no status figure."))
     tables: list = [pg.Heading(f"Fastest variant · {head}"), best_table(group)]
     first = _first_call_table(group)
     if first.rows:

@@ -225,17 +225,19 @@ def test_a_plain_run_shows_no_workload_panel(tmp_path):
             {"naive": (2, 2), "chunked": (2, 1)}, [256, 512, 1024, 2048], causal=causal
         )
     rep = render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "out")
+    # every cell ok: no status figure (it would be one colour), a sentence instead
     assert [f.stem for f in rep.figures] == [
-        f"{k}-cpu-float32-fwd" for k in ("time", "memory", "throughput", "speedup", "status")
+        f"{k}-cpu-float32-fwd" for k in ("time", "memory", "throughput", "speedup")
     ]
     md = rep.readme.read_text()
+    assert "All 16 cells of this group are ok: no status figure." in md
     assert [ln for ln in md.splitlines() if ln.startswith("#")] == PLAIN_HEADINGS
     assert sorted(p.name for p in rep.out_dir.glob("*.csv")) == sorted(
         [
             "best.csv",
             "fits.csv",
             "ranking.csv",  # every N's full ranking beside the best variant (issue 25)
-            *[f"{k}-cpu-float32-fwd.csv" for k in ("time", "memory", "throughput", "speedup", "status")],
+            *[f"{k}-cpu-float32-fwd.csv" for k in ("time", "memory", "throughput", "speedup")],
         ]
     )
     header = (rep.out_dir / "time-cpu-float32-fwd.csv").read_text().splitlines()[0]
