@@ -60,9 +60,8 @@ def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
     def call_ms(n: int) -> float:  # the n^3 law from the call at 256
         return ms * (n / PROBE_CALLS_N) ** 3
 
-    if call_ms(top) > max(budget_ms, SLOW_CALL_MS) and ms > SLOW_RATIO * _best_ms(
-        device, torch.float32, PROBE_CALLS_N
-    ):
+    slow = call_ms(top) > max(budget_ms, SLOW_CALL_MS) and dtype != torch.float32  # float32: the yardstick
+    if slow and ms > SLOW_RATIO * _best_ms(device, torch.float32, PROBE_CALLS_N):
         n = PROBE_CALLS_N
         while n < top and call_ms(2 * n) <= budget_ms / 10:
             n *= 2
