@@ -57,15 +57,21 @@ def torch_helpers() -> set[int]:
 
 def torch_helper_threads() -> set[int]:
     """The idents of the Python threads torch keeps for itself in this process, from its own records:
-    inductor's compile thread pool (AsyncCompile.pool, once made), the prefetch executor of
-    torch.utils._functools, and tqdm's monitor (torch's compile progress bars start it). Nothing is
-    imported: a module not loaded has started nothing."""
+    inductor's compile thread pool (AsyncCompile.pool, once made), the threads of its pools of compile
+    workers (async_compile._pool_set: a SubprocPool's reader, "InductorSubproc", and its quiesce timer; a
+    process pool's manager thread), the prefetch executor of torch.utils._functools, and tqdm's monitor
+    (torch's compile progress bars start it). Nothing is imported: a module not loaded has started
+    nothing."""
     executors = [getattr(sys.modules.get("torch.utils._functools"), "_prefetch_executor", None)]
-    compile_class = getattr(sys.modules.get("torch._inductor.async_compile"), "AsyncCompile", None)
-    pool = getattr(compile_class, "pool", None)
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    pool = getattr(getattr(async_compile, "AsyncCompile", None), "pool", None)
     if pool is not None and getattr(pool, "cache_info", None) and pool.cache_info().currsize:
         executors.append(pool())  # the cached pool: made before, so this call makes nothing
     threads = [t for ex in executors for t in list(getattr(ex, "_threads", ()))]
+    for workers in list(getattr(async_compile, "_pool_set", None) or ()):  # made on a many-core machine
+        timer = getattr(workers, "timer", None)
+        threads += [getattr(workers, "read_thread", None), getattr(timer, "background_thread", None),
+                    getattr(workers, "_executor_manager_thread", None)]  # fmt: skip
     tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
     threads.append(getattr(tqdm, "monitor", None))
     return {t.ident for t in threads if getattr(t, "ident", None) is not None}

@@ -232,6 +232,38 @@ def test_kill_leftovers_kills_what_a_variant_left_and_spares_torchs_helpers():
         assert _gone(int(k.split()[1].rstrip(":")))
 
 
+COMPILE_POOL = """
+import json, threading, time
+import torch._inductor.config as config
+from torch._inductor import async_compile
+from attnbench.harness.workers import children
+
+before = set(children.python_threads())
+config.compile_threads, config.worker_start_method = 2, "subprocess"  # as on a GPU machine's many cores
+pool = async_compile.AsyncCompile.process_pool()
+mimic = threading.Thread(target=time.sleep, args=(30,), name="InductorSubproc", daemon=True)
+mimic.start()
+print(json.dumps({"left": children.threads_left(before), "reader": pool.read_thread.is_alive(),
+                  "helpers": sorted(children.torch_helpers()), "pid": pool.process.pid}))
+async_compile.shutdown_compile_workers()
+"""
+
+
+def test_the_threads_of_torchs_compile_workers_are_torchs_and_a_namesake_is_not():
+    """On a GPU machine's many cores inductor compiles in a SubprocPool, whose reader thread
+    ("InductorSubproc") and quiesce timer stay for every later compile: torch's, known from its records,
+    so a flex cell is not taken for leaving a thread (each replaced its worker on an H200). A thread a
+    variant names so is still its own."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", COMPILE_POOL], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["reader"] and got["left"] == ["InductorSubproc"], got  # the mimic alone
+    assert got["pid"] in got["helpers"]
+
+
 ATEXIT_CHILD = """
 import atexit, subprocess
 from attnbench import variants
