@@ -3,7 +3,8 @@
 A cell predicted not to fit in the device's free memory is skipped (never run), so that one cell
 cannot take the machine down. Prediction, per call (e = bytes per element; N_q = seq_len, N_k = seq_k;
 K and V have H_kv heads, which grouped-query variants read without repeating):
-  S  = B*H*N_q*N_k*e   one score-sized tensor
+  S  = B*H*N_q*N_k*e   one score-sized tensor (a packed batch's, score_elements: what its variant's
+                       varlen work holds at once, T x T masked, B x max(L)^2 padded, max(L)^2 exact)
   IO = B*H*N_q*(d_k+d_v)*e + B*H_kv*N_k*(d_k+d_v)*e   the inputs' size (q and the output, k and v)
   quadratic variants: forward 3*S (scores, weights, and one temporary, e.g. the masked or shifted
                       scores), forward+backward 6*S (saved scores and weights plus their gradients);
@@ -28,11 +29,14 @@ from attnbench.results.formulas import DTYPE_BYTES, bytes_text
 BLOCK_BUFFER_ELEMS = 256 * 512 * 3  # per (batch, head): a linear variant's score blocks (fp32)
 
 
-def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | None = None) -> int:
+def predict_peak_bytes(
+    spec: CellSpec, memory_class: str, settings: Settings | None = None, work: str = "masked"
+) -> int:
+    """A cell's predicted peak (the module doc); `work`, a packed cell's variant's capability varlen."""
     e = DTYPE_BYTES.get(spec.dtype, 4)
-    b, n_q, n_k = spec.dims  # a packed batch: one sequence of T tokens (a masked variant's T x T scores)
+    b, n_q, n_k = spec.dims  # a packed batch: one sequence of T tokens
     bh = b * spec.heads
-    scores = bh * n_q * n_k * e
+    scores = spec.heads * score_elements(spec, work) * e
     io = (bh * n_q + b * spec.kv_heads * n_k) * (spec.d_k + spec.d_v) * e
     backward = spec.pass_ == "fwdbwd"
     if memory_class == "quadratic":
@@ -49,6 +53,19 @@ def predict_peak_bytes(spec: CellSpec, memory_class: str, settings: Settings | N
     blocks = 3 + (spec.mod != "none")  # a mod's new scores beside the block's
     reference = min(bh * rows * n_k, REFERENCE_ROW_BLOCK) * 8 * blocks + bh * rows * spec.d_v * 8 + copies
     return int(work + inputs + reference)
+
+
+def score_elements(spec: CellSpec, work: str = "masked") -> int:
+    """The score elements per head a quadratic variant holds at once: B*N_q*N_k; in a packed batch
+    (variants.lengths) what its `work` computes in one go: a masked variant the T x T pack, a padded one
+    B x max(L)^2, one that runs each sequence alone (exact) its longest's max(L)^2."""
+    b, n_q, n_k = spec.dims
+    lengths = None if spec.paged else spec.seq_lens()
+    if lengths and work == "padded":
+        return len(lengths) * max(lengths) ** 2
+    if lengths and work == "exact":
+        return max(lengths) ** 2
+    return b * n_q * n_k
 
 
 def fits(predicted: int, available: int, fraction: float) -> str | None:

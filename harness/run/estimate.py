@@ -197,7 +197,9 @@ def forecast(
         if spec.device not in free:
             free[spec.device] = free_memory(spec.device)
         if free[spec.device] is not None:
-            predicted = guard.predict_peak_bytes(spec, memory_class(spec.variant), settings)
+            predicted = guard.predict_peak_bytes(
+                spec, memory_class(spec.variant), settings, varlen_work(spec.variant)
+            )
             reason = guard.fits(predicted, free[spec.device], settings.memory_guard)
             if reason:
                 guarded[_general(reason)] += 1

@@ -147,8 +147,8 @@ class CellRunner:
         try:
             worker = self._worker()
             available = worker.request({"op": "free_memory", "device": spec.device}, timeout=60)["value"]
-            memory = variants.get(spec.variant).cap.memory
-            predicted = guard.predict_peak_bytes(spec, memory, settings)
+            cap = variants.get(spec.variant).cap
+            predicted = guard.predict_peak_bytes(spec, cap.memory, settings, cap.varlen or "masked")
             reason = guard.fits(predicted, available, settings.memory_guard)
             if reason:
                 return finish(row, "skipped", reason, predicted_peak_bytes=predicted)

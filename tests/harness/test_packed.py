@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import DATA, load_plugin, run_cli
 
+from attnbench import variants
 from attnbench.harness.measure import correctness
 from attnbench.harness.measure.cell import measure_cell
 from attnbench.harness.sweep.settings import Settings
@@ -169,3 +170,23 @@ def test_a_packed_run_stores_its_lengths_and_its_report_shows_the_padding_tax(tm
     page = (report / "README.md").read_text()
     assert (report / "varlen-cpu-float32-fwd.png").exists() and "packed variable-length batches" in page
     assert "executes" in page and "useful work" in page
+
+
+@pytest.mark.parametrize("variant", ["sdpa_padded", "sdpa_loop", "naive"])
+def test_the_guard_predicts_a_packed_cell_from_the_work_its_variant_holds_at_once(variant):
+    """A packed cell's scores are what its variant's varlen work holds at once: the T x T pack under a mask
+    (naive), B x max(L)^2 padded, the longest sequence's max(L)^2 alone. On an H200 the T x T rule skipped
+    sdpa_padded and sdpa_loop at B=16, N=4,096 for 389 GiB. The prediction still covers the measured peak."""
+    from attnbench.harness.measure.guard import predict_peak_bytes, score_elements
+    from attnbench.harness.measure.memory import peak_cpu
+
+    spec = cell(variant, "longtail", batch=8, n=64, causal=False)
+    lengths, work = spec.seq_lens(), variants.get(variant).cap.varlen
+    expected = {"masked": sum(lengths) ** 2, "padded": 8 * max(lengths) ** 2, "exact": max(lengths) ** 2}
+    assert score_elements(spec, work) == expected[work]
+    assert score_elements(dataclasses.replace(spec, lengths="none")) == 8 * 64 * 64  # a batch, not a pack
+    q, k, v = (torch.randn(1, 2, sum(lengths), 16) for _ in range(3))
+    cu = torch.tensor(offsets(lengths), dtype=torch.int32)
+    with torch.no_grad():
+        measured = peak_cpu(lambda: variants.get(variant).fn(q, k, v, cu_seqlens=cu))
+    assert predict_peak_bytes(spec, variants.get(variant).cap.memory, QUICK, work) > measured > 0
