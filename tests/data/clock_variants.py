@@ -56,3 +56,16 @@ def clock_sneaky(q, k, v, **kw):
     elif where != _SEEN[key]:
         time.perf_counter = _REAL
     return _naive(q, k, v, **kw)
+
+
+@variants.register(
+    "clock_events", description="makes torch.cuda.Event.elapsed_time report 0.8x and leaves it so"
+)
+def clock_events(q, k, v, **kw):
+    """The CUDA timers' clock (tests/harness/test_cuda.py): the events' own elapsed_time, scaled."""
+    import torch
+
+    honest = getattr(torch.cuda.Event, "_honest_elapsed_time", torch.cuda.Event.elapsed_time)
+    torch.cuda.Event._honest_elapsed_time = honest
+    torch.cuda.Event.elapsed_time = lambda self, end: SLOW * honest(self, end)
+    return _naive(q, k, v, **kw)

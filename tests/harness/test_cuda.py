@@ -461,3 +461,27 @@ def test_cuda_rows_name_the_kernel_that_ran():
     )
     math = measure_cell(CellSpec("sdpa", "cuda", "float64", 1, 8, 256, 64, 64, False, 0.0, "fwd"), settings)
     assert math["kernel"] == "MATH", math["kernel"]  # no fused kernel takes float64
+
+
+def test_a_plugin_that_slows_the_cuda_events_is_named_and_its_neighbours_are_untouched(tmp_path):
+    """The instrument issue's clock check on CUDA: a plug-in that makes torch.cuda.Event.elapsed_time report
+    0.8x of the time changes nothing the CUDA timers read (they hold the methods pinned before plug-ins
+    load), its row is refused with the replacement named, and the cells after it run in a fresh worker."""
+    from conftest import DATA, run_cli
+
+    from attnbench.results import read_rows
+
+    out = tmp_path / "run"
+    done = run_cli("run", "--device", "cuda", "--dtype", "bfloat16", "--variant-file",
+                   str(DATA / "clock_variants.py"), "--variants", "clock_events,naive,sdpa",
+                   "--seq-len", "1024", "--heads", "8", "--budget-ms", "50", "--warmup-ms", "5",
+                   "--out", str(out), "-q", process=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = {r["variant"]: r for r in read_rows(out)}
+    offender = rows["clock_events"]
+    assert offender["status"] == "error", offender
+    assert "torch.cuda.Event.elapsed_time replaced" in offender["message"], offender["message"]
+    for name in ("naive", "sdpa"):
+        row = rows[name]
+        assert row["status"] == "ok" and "replaced" not in row["message"], row
+        assert row["clock_ratio"] == 1.0
