@@ -23,6 +23,8 @@
 #          /tmp/gs session; tar czf $OUT/gs.tgz -C /tmp gs` (first run 2026-11-25 on an H100:
 #          results/reference/gpu-checks-h100-2026-11-25/steps.txt has each step's time).
 # One device command per step keeps each under the 10-minute limit; install once per fresh machine.
+# The device tool carries the working tree and .whl/ (64 MiB at most): reports/reference (about 46 MB) is not
+# needed there, so move it out of the checkout for the call (`mv reports/reference /tmp/rr`) and back after.
 # xformers for a machine with no registry, fetched where pip works (0.0.35: 3.2 MB, needs torch >= 2.10):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 -d .whl xformers==0.0.35
