@@ -215,6 +215,10 @@ def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keyword
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
+    if keywords.get("executor", "local") == "local" and not (keywords.get("env") or keywords.get("dry_run")):
+        from attnbench.harness.workers.isolation import prestart
+
+        prestart()  # the workers' forkserver imports torch beside variant()'s own import of it
     measured = fn if isinstance(fn, str) else variant(fn, name=name)
     who = measured if isinstance(measured, str) else measured.name
     t0 = time.perf_counter()

@@ -28,6 +28,7 @@ from attnbench.harness.run.progress import Progress
 from attnbench.harness.run.request import RunRequest
 from attnbench.harness.sweep.affinity import check_cpu_affinity
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.workers import isolation
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift
@@ -172,6 +173,9 @@ def run(
     """
     got = request.resolve()
     out, resume, executor = request.out, request.resume, request.executor
+    if executor == "local" and got.sweep is not None and not request.dry_run:
+        if not got.sweep.settings.cpu_affinity:  # the forkserver's torch import beside this process's own
+            isolation.prestart(dict(got.sweep.settings.env))
     if resume:
         start = _resumed(out, request.force_resume, request.redo_drift)
     else:

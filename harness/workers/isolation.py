@@ -1,9 +1,10 @@
 """Parent side of the worker processes: start, ask with a deadline, notice crashes, replace.
 
 Workers start from a clean interpreter (no inherited CUDA context, locks or variant code) and talk over a
-multiprocessing Pipe. The first worker of a parent process starts multiprocessing's forkserver with torch
-and the harness's measuring modules imported (_FORKSERVER_PRELOAD: no variant, plug-in or CUDA context is
-ever loaded there), and every worker is forked from it: a worker then costs a fork (tens of ms) instead of
+multiprocessing Pipe. A run (or the first worker of a parent process) starts multiprocessing's forkserver
+with torch and the harness's measuring modules imported (_FORKSERVER_PRELOAD: no variant, plug-in or CUDA
+context is ever loaded there), before the parent imports torch itself (prestart), so that the two imports
+run side by side; every worker is forked from it: a worker then costs a fork (tens of ms) instead of
 a torch import (about 3 s), which a run that replaces workers (after a tainted cell, a timeout, a crash)
 and a test suite of many runs pay again and again. What a worker must see before torch loads decides the
 method: a worker pinned to CPUs (OpenMP sizes its pool from them as torch loads) or started under another
@@ -17,6 +18,7 @@ gets `crashed` or `timeout`. Killing a worker kills the processes below it too (
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.forkserver
 import multiprocessing.spawn
 import os
 import signal
@@ -66,6 +68,17 @@ def _context(config: dict[str, Any]):
     elif _FORKSERVER_ENVIRON[0] != environ:
         return mp.get_context("spawn")
     return mp.get_context("forkserver")
+
+
+def prestart(env: dict[str, str] | None = None) -> None:
+    """Start this process's forkserver now, for workers that will start under the run's `env`: its torch
+    import (about 3 s) then runs beside the parent's own (the variants, the plan) instead of after it. It is
+    the forkserver _context records, so a worker of another environment is still spawned; nothing where
+    workers are spawned anyway (not Linux)."""
+    with _SPAWN_LOCK, _environment(worker_env(env)), _without_main():
+        ctx = _context({})
+        if ctx.get_start_method() == "forkserver":
+            multiprocessing.forkserver.ensure_running()
 
 
 class WorkerDied(RuntimeError):

@@ -271,3 +271,35 @@ def test_worker_environment_is_restored_in_the_parent(monkeypatch):
     with _environment({"ATTNBENCH_KEPT": "new", "ATTNBENCH_NEW": "1"}):
         assert os.environ["ATTNBENCH_KEPT"] == "new" and os.environ["ATTNBENCH_NEW"] == "1"
     assert os.environ["ATTNBENCH_KEPT"] == "old" and "ATTNBENCH_NEW" not in os.environ
+
+
+PRESTART = """
+import json, multiprocessing.forkserver as fs, os, sys
+from attnbench.harness.workers import isolation
+from attnbench.harness.measure.allocator import worker_env
+
+isolation.prestart({"ATTNBENCH_PRESTART": "1"})
+started = fs._forkserver._forkserver_pid
+torch_then = "torch" in sys.modules
+import torch  # the parent's own import, while the forkserver makes its
+worker = isolation.Worker({"env": {"ATTNBENCH_PRESTART": "1"}, "log_path": os.devnull})
+with open(f"/proc/{worker.pid}/stat") as f:
+    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+other = isolation.Worker({"env": {"ATTNBENCH_PRESTART": "2"}, "log_path": os.devnull})
+with open(f"/proc/{other.pid}/stat") as f:
+    other_ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+print(json.dumps({"started": started, "torch_then": torch_then, "ppid": ppid, "other_ppid": other_ppid,
+                  "me": os.getpid()}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver is Linux's here")
+def test_the_forkserver_starts_before_the_parent_imports_torch_and_its_workers_fork_from_it():
+    """A run starts its forkserver (harness.workers.isolation.prestart) before the parent imports torch, so
+    that the two imports overlap; a worker of the same environment forks from it, one of another is
+    spawned by the parent itself."""
+    out = subprocess.run([sys.executable, "-c", PRESTART], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["started"] and not got["torch_then"]
+    assert got["ppid"] == got["started"] and got["other_ppid"] == got["me"]
