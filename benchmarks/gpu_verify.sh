@@ -169,9 +169,9 @@ measure)
         --out "$out/energy-run" > "$out/energy.log" 2>&1
     # the packed and paged workloads' CUDA sizes (varlen_attn, xformers' block-diagonal masks, flex's document
     # mask; varlen_attn's block_table where this torch has it): never measured on a GPU before
-    step varlen-run "${VARLEN_SECONDS:-90}" python3 -m attnbench run --preset varlen --device cuda \
+    step varlen-run "${VARLEN_SECONDS:-150}" python3 -m attnbench run --preset varlen --device cuda \
         --out "$out/varlen-run" > "$out/varlen.log" 2>&1
-    step paged-run "${PAGED_SECONDS:-60}" python3 -m attnbench run --preset paged --device cuda \
+    step paged-run "${PAGED_SECONDS:-120}" python3 -m attnbench run --preset paged --device cuda \
         --out "$out/paged-run" > "$out/paged.log" 2>&1
     step gpu-run $(( $(left) - 45 )) python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" \
         > "$out/run.log" 2>&1
