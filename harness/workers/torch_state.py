@@ -7,14 +7,15 @@ whose code ran last is the one that changed it, and is named. What is compared:
 
 - settings: intra-op and interop threads, grad, inference and anomaly mode, autocast, the default dtype
   and device, deterministic algorithms, float32 matmul precision, the TF32 / reduced-precision and cuDNN
-  flags, the SDPA backends enabled, oneDNN and opt_einsum (a getter this torch lacks is left out);
+  flags, the SDPA backends enabled and the FlashAttention implementation the flash one runs, oneDNN and
+  opt_einsum (a getter this torch lacks is left out);
 - identities: the torch functions and Tensor methods attention code and the float64 gate call, the clocks
   of `time` and CUDA's events and streams that the timers read (FUNCTIONS), and every function, class and
   module held by the harness modules that gate, time and measure a cell (HARNESS), with their classes'
   methods and every function's code object, so that a variant replacing torch.softmax, the gate itself,
   time.perf_counter, the timing module's `time`, a timer's method or its code is caught.
 
-A comparison reads 25 settings and about 600 identities: about a tenth of a millisecond on a 2-core VM.
+A comparison reads 26 settings and about 600 identities: about a tenth of a millisecond on a 2-core VM.
 `restore` puts the settings and identities back (the worker uses it after a variant file's import, where
 a fresh worker would import the same file again); interop threads cannot be set twice in a process.
 """
@@ -41,6 +42,20 @@ def _attr(owner: Any, name: str) -> tuple[Getter, Setter]:
 def _sdp(backend: str) -> tuple[Getter, Setter]:
     c = torch.backends.cuda
     return getattr(c, f"{backend}_sdp_enabled"), getattr(c, f"enable_{backend}_sdp")
+
+
+def _flash_impl() -> tuple[Getter, Setter]:
+    """The FlashAttention implementation SDPA's flash backend dispatches to (None: torch's built-in FA2; FA3
+    or FA4 once activated through torch.nn.attention), where this torch can switch it."""
+    attention = torch.nn.attention
+
+    def put(impl: str | None) -> None:
+        if impl is None:
+            attention.restore_flash_attention_impl(_raise_warn=False)
+        else:
+            attention.activate_flash_attention_impl(impl)
+
+    return (lambda: attention.current_flash_attention_impl()), put
 
 
 def _autocast(device: str) -> tuple[Getter, Setter]:
@@ -81,6 +96,7 @@ def _settings() -> dict[str, tuple[Getter, Setter]]:
         "sdp.cudnn": _sdp("cudnn"),
         "sdp.fp16_bf16_reduction_math": (
             c.fp16_bf16_reduction_math_sdp_allowed, c.allow_fp16_bf16_reduction_math_sdp),
+        "sdp.flash_impl": _flash_impl(),
         "mkldnn.enabled": _attr(b.mkldnn, "enabled"),
         "opt_einsum.enabled": _attr(b.opt_einsum, "enabled"),
     }  # fmt: skip

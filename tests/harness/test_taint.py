@@ -190,6 +190,34 @@ def test_state_snapshot_names_every_change_and_restore_puts_it_back():
     assert state.changes(before) == [] and torch.get_default_dtype() == torch.float32
 
 
+def test_a_flash_implementation_a_variant_activates_is_named_and_put_back():
+    """SDPA's flash backend runs the FlashAttention implementation activated process-wide (FA3 or FA4
+    through torch.nn.attention): a variant that activates one changes every later sdpa_flash cell's kernel.
+    The snapshot names it and restore puts torch's built-in back."""
+    import torch
+
+    from attnbench.harness.workers.torch_state import State
+
+    attention, removed = torch.nn.attention, []
+
+    class Handle:
+        def remove(self) -> None:
+            removed.append(True)
+
+    impls = attention.register_flash_attention_impl.__globals__["_FLASH_ATTENTION_IMPLS"]
+    state = State()
+    before = state.take()
+    attention.register_flash_attention_impl("attnbench-test", register_fn=Handle)
+    try:
+        attention.activate_flash_attention_impl("attnbench-test")
+        assert state.changes(before) == ["sdp.flash_impl None → attnbench-test"]
+        assert state.restore(before) == [] and removed == [True]
+        assert attention.current_flash_attention_impl() is None
+    finally:
+        impls.pop("attnbench-test", None)
+        state.restore(before)
+
+
 LEFTOVERS = """
 import json, subprocess, sys, time
 from attnbench.harness.workers import children
