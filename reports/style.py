@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import math
 import re
+import textwrap
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -277,11 +278,16 @@ def new_figure(n_panels: int, *, ncols: int = 2, panel_h: float = 4.2, width: fl
     return fig, axes[:n]
 
 
-def legend_below(ax, ncol: int = 2) -> None:
-    """A legend under the panel: inside, it would hide the lines that grow towards a corner."""
+def legend_below(ax, ncol: int = 2, axes=()) -> None:
+    """A legend under the panel: inside, it would hide the lines that grow towards a corner. With `axes`,
+    one legend for them all (each label once): a series absent from this panel is still named."""
     from matplotlib.transforms import offset_copy
 
-    handles, labels = ax.get_legend_handles_labels()
+    found = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    for other in axes:
+        for handle, label in zip(*other.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, handle)
+    labels, handles = list(found), list(found.values())
     if handles:
         # anchored a fixed distance below the axes (room for tick labels and the x label), whatever its height
         below = offset_copy(ax.transAxes, fig=ax.figure, y=-40, units="points")
@@ -294,6 +300,22 @@ def legend_below(ax, ncol: int = 2) -> None:
             ncol=ncol,
             frameon=False,
         )
+
+
+def fit_title(fig) -> None:
+    """A figure's title wider than the figure, wrapped onto more lines: centred, it would be cut at both
+    edges (the group heading of a run with many axes runs long). Measured with the figure's renderer."""
+    title = getattr(fig, "_suptitle", None)
+    text = title.get_text() if title is not None else ""
+    if not text or "\n" in text:
+        return
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    renderer = RendererAgg(fig.bbox.width, fig.bbox.height, fig.dpi)
+    width = title.get_window_extent(renderer).width
+    room = 0.96 * fig.bbox.width
+    if width > room:
+        title.set_text(textwrap.fill(text, max(20, int(len(text) * room / width)), break_long_words=False))
 
 
 def empty_panel(ax, text: str) -> None:
@@ -326,6 +348,7 @@ def save(fig, data, out_dir: Path, stem: str, title: str, caption: str = "") -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg, csv = (out_dir / f"{stem}.{ext}" for ext in ("png", "svg", "csv"))
     with mpl_style():
+        fit_title(fig)
         fig.savefig(png, dpi=DPI)
         # the PNG's draw placed every axes: the SVG keeps that layout rather than computing it again (a
         # constrained-layout pass is a whole extra draw, a fifth of a report's time); positions differ from
@@ -342,5 +365,6 @@ def png_bytes(fig) -> bytes:
 
     buf = io.BytesIO()
     with mpl_style():
+        fit_title(fig)
         fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()

@@ -225,8 +225,8 @@ def varlen_figure(rows, title: str):
         for i, (ax, (key, prow)) in enumerate(zip(axes, pans, strict=False)):
             _bars(ax, prow)
             ax.set_title(shape_text(key))
-            if i == len(pans) - 1:  # one legend, below the last panel: the variants are the same
-                legend_below(ax)
+            if i == len(pans) - 1:  # one legend below the last panel, for the variants of every panel
+                legend_below(ax, axes=axes)
         if not pans:
             empty_panel(axes[0], "no ok packed cells")
         fig.suptitle(title)

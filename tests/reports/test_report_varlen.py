@@ -184,3 +184,31 @@ def test_a_run_without_packed_cells_adds_nothing(tmp_path, column):
     assert not list(rep.out_dir.glob("varlen-*"))
     assert "Packed variable-length" not in rep.readme.read_text()
     assert not [p for p in rep.findings.panels if "packed" in p.title]
+
+
+def test_the_one_legend_names_a_variant_absent_from_the_last_panel_and_a_long_title_wraps(tmp_path):
+    """On an H200 the memory guard skipped sdpa_padded and sdpa_loop at the largest mean length: the legend,
+    drawn under the last panel, named neither; and the group heading of a run with many axes ran past both
+    edges of the figure."""
+    import pandas as pd
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    from attnbench.reports.style import save
+
+    rows = packed_rows()
+    for row in [dict(r) for r in rows if r["variant"] != "sdpa_padded"]:  # mean N = 1,024 without it
+        lens = [2 * n for n in row["seq_lens"]]
+        row.update(seq_len=2 * N, seq_k=2 * N, seq_lens=lens, cell_id=row["cell_id"] + "-2n")
+        rows.append(row)
+    title = "Packed variable-length batches · " + " · ".join(f"axis {i}=value {i}" for i in range(16))
+    fig, data = varlen.varlen_figure(pd.DataFrame(rows), title)
+    last = fig.axes[-1]
+    assert "sdpa_padded" not in set(pd.DataFrame(rows)[lambda d: d.seq_len == 2 * N]["variant"])
+    assert {"sdpa_padded", "sdpa_loop", "sdpa_masked"} <= {
+        t.get_text() for t in last.get_legend().get_texts()
+    }
+    save(fig, data, tmp_path, "varlen", "title")
+    wrapped = fig._suptitle
+    assert "\n" in wrapped.get_text() and wrapped.get_text().replace("\n", " ") == title
+    renderer = RendererAgg(fig.bbox.width, fig.bbox.height, fig.dpi)
+    assert wrapped.get_window_extent(renderer).width <= fig.bbox.width
