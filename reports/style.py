@@ -283,9 +283,9 @@ def legend_below(ax, ncol: int = 2, axes=()) -> None:
     one legend for them all (each label once): a series absent from this panel is still named."""
     from matplotlib.transforms import offset_copy
 
-    found = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
-    for other in axes:
-        for handle, label in zip(*other.get_legend_handles_labels(), strict=True):
+    found: dict[str, Any] = {}  # label -> its first handle
+    for each in (ax, *axes):
+        for handle, label in zip(*each.get_legend_handles_labels(), strict=True):
             found.setdefault(label, handle)
     labels, handles = list(found), list(found.values())
     if handles:

@@ -32,7 +32,8 @@ BLOCK_BUFFER_ELEMS = 256 * 512 * 3  # per (batch, head): a linear variant's scor
 def predict_peak_bytes(
     spec: CellSpec, memory_class: str, settings: Settings | None = None, work: str = "masked"
 ) -> int:
-    """A cell's predicted peak (the module doc); `work`, a packed cell's variant's capability varlen."""
+    """A cell's predicted peak (the module doc); `work`, a packed cell's variant's capability varlen
+    (score_elements: anything but padded or exact counts the whole pack)."""
     e = DTYPE_BYTES.get(spec.dtype, 4)
     b, n_q, n_k = spec.dims  # a packed batch: one sequence of T tokens
     bh = b * spec.heads

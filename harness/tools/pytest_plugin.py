@@ -207,7 +207,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     reason = variant.check(spec.problem())
     if reason:
         _untimed(state, finish(base_row(spec), "unsupported", reason))
-    predicted = guard.predict_peak_bytes(spec, variant.cap.memory, settings, variant.cap.varlen or "masked")
+    predicted = guard.predict_peak_bytes(spec, variant.cap.memory, settings, variant.cap.varlen)
     reason = guard.fits(predicted, free_memory(spec.device), settings.memory_guard)
     if reason:
         _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))

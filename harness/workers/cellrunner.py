@@ -148,7 +148,7 @@ class CellRunner:
             worker = self._worker()
             available = worker.request({"op": "free_memory", "device": spec.device}, timeout=60)["value"]
             cap = variants.get(spec.variant).cap
-            predicted = guard.predict_peak_bytes(spec, cap.memory, settings, cap.varlen or "masked")
+            predicted = guard.predict_peak_bytes(spec, cap.memory, settings, cap.varlen)
             reason = guard.fits(predicted, available, settings.memory_guard)
             if reason:
                 return finish(row, "skipped", reason, predicted_peak_bytes=predicted)

@@ -55,6 +55,7 @@ def _flash_impl() -> tuple[Getter, Setter]:
         else:
             attention.activate_flash_attention_impl(impl)
 
+    # looked up when read, not now: a torch without it fails the getter, and State leaves the setting out
     return (lambda: attention.current_flash_attention_impl()), put
 
 
