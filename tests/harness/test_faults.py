@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import synthetic
-from conftest import cli_env, on_a_pty, run_cli, wait_while_running
+from conftest import cli_env, ctrl_c_reaches_it, on_a_pty, run_cli, wait_while_running
 
 QUICK = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "-q")
 
@@ -106,6 +106,7 @@ def test_a_run_stopped_while_calibrating_is_reused_and_the_hint_says_so(tmp_path
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnbench", *args, "--calibrate-ms", "20000"],
         env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
     try:
         wait_while_running(lambda: (out / "worker.log").is_file(), proc, "the worker's start")
@@ -213,6 +214,7 @@ def test_a_probe_stopped_by_ctrl_c_is_measured_by_the_resume(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnbench", *args, *QUICK, "--out", str(out), "--calibrate-ms", "200"],
         env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
     try:
         wait_while_running(lambda: (out / "meta.json").is_file(), proc, "meta.json")

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli
+from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, ctrl_c_reaches_it, run_cli
 
 from attnbench.harness.run.executors.ray import cluster_slots
 from attnbench.results.formulas import where_key
@@ -129,8 +129,9 @@ def test_a_killed_actor_costs_its_cell_only_and_resume_loses_nothing(tmp_path, c
         *cluster, *TINY, "--out", str(out),
     ]  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attnbench", *args], cwd=ROOT, env=cli_env(), stderr=subprocess.PIPE, text=True
-    )
+        [sys.executable, "-m", "attnbench", *args], cwd=ROOT, env=cli_env(), stderr=subprocess.PIPE,
+        text=True, preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
     # the actor dies at kill_actor N=64; once two rows past it are in, stop the driver as Ctrl-C would
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
