@@ -53,13 +53,22 @@ _FORKSERVER_PRELOAD = [
     "attnbench.harness.measure.fingerprint",
 ]
 _FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's forkserver started under
+# Variables a host changes from one call to the next and no start-up code reads: pytest names the running
+# test in PYTEST_CURRENT_TEST. They do not count in comparing a worker's environment with the forkserver's
+# (a spawn is a fresh torch import, about 3 s, for every test of a pytest session); a forked worker sets
+# them as its parent has them (harness.workers.worker._start), so its environment is still the parent's.
+PER_CALL = ("PYTEST_CURRENT_TEST",)
+
+
+def _lasting(environ: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k not in PER_CALL}
 
 
 def _context(config: dict[str, Any]):
     """The multiprocessing context a worker of `config` starts with, called with its environment set
     (_environment): the forkserver, unless the worker is pinned to CPUs, or this environment is not the
     one the forkserver started under (its first worker's), or this is not Linux: spawn then."""
-    environ = dict(os.environ)
+    environ = _lasting(dict(os.environ))
     if config.get("cpu_affinity") or not sys.platform.startswith("linux"):
         return mp.get_context("spawn")
     if not _FORKSERVER_ENVIRON:
@@ -146,9 +155,11 @@ class Worker:
         with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
             ctx = _context(config)
             self.conn, child = ctx.Pipe()
+            per_call = {name: os.environ.get(name) for name in PER_CALL}
             self.proc = ctx.Process(
-                target=worker_main, args=(child, config), daemon=True, name="attnbench-worker"
-            )
+                target=worker_main, args=(child, {**config, "per_call": per_call}), daemon=True,
+                name="attnbench-worker",
+            )  # fmt: skip
             self.proc.start()
         child.close()
         hello = self._receive(STARTUP_TIMEOUT_S, "starting")

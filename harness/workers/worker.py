@@ -160,6 +160,11 @@ def _serve(conn, server: _Server, marks: list[tuple[float, float]]) -> None:
 def _start(config: dict[str, Any]) -> None:
     """The process's own set-up, before torch is imported: tied to its parent, deaf to Ctrl-C, output to
     the log, tracebacks on fatal signals, pinned to its CPUs."""
+    for name, value in config.get("per_call", {}).items():  # as the parent has them (isolation.PER_CALL)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     _die_with_parent()
     children.own_group()  # the parent kills the group with the worker (harness.workers.children.kill_tree)
     children.become_subreaper()  # what a variant starts and detaches stays the worker's child

@@ -10,8 +10,9 @@ import sys
 import time
 
 import pytest
-from conftest import FAULTS, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli
+from conftest import FAULTS, ROOT, TEST_CALIBRATE_MS, cli_env, ctrl_c_reaches_it, run_cli
 
+from attnbench.harness.workers import isolation
 from attnbench.results import read_rows
 
 
@@ -197,6 +198,7 @@ def _start(out, *extra):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
 
 
@@ -288,8 +290,12 @@ with open(f"/proc/{worker.pid}/stat") as f:
 other = isolation.Worker({"env": {"ATTNBENCH_PRESTART": "2"}, "log_path": os.devnull})
 with open(f"/proc/{other.pid}/stat") as f:
     other_ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+os.environ["PYTEST_CURRENT_TEST"] = "another test"  # what pytest changes from one test to the next
+third = isolation.Worker({"env": {"ATTNBENCH_PRESTART": "1"}, "log_path": os.devnull})
+with open(f"/proc/{third.pid}/stat") as f:
+    third_ppid = int(f.read().rsplit(")", 1)[1].split()[1])
 print(json.dumps({"started": started, "torch_then": torch_then, "ppid": ppid, "other_ppid": other_ppid,
-                  "me": os.getpid()}))
+                  "third_ppid": third_ppid, "me": os.getpid()}))
 """
 
 
@@ -297,9 +303,41 @@ print(json.dumps({"started": started, "torch_then": torch_then, "ppid": ppid, "o
 def test_the_forkserver_starts_before_the_parent_imports_torch_and_its_workers_fork_from_it():
     """A run starts its forkserver (harness.workers.isolation.prestart) before the parent imports torch, so
     that the two imports overlap; a worker of the same environment forks from it, one of another is
-    spawned by the parent itself."""
-    out = subprocess.run([sys.executable, "-c", PRESTART], capture_output=True, text=True, timeout=180)
+    spawned by the parent itself; one whose environment differs only in what pytest names the running test
+    by (isolation.PER_CALL) still forks from it."""
+    env = {k: v for k, v in cli_env().items() if k not in isolation.PER_CALL}
+    out = subprocess.run(
+        [sys.executable, "-c", PRESTART], capture_output=True, text=True, timeout=180, env=env
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.splitlines()[-1])
     assert got["started"] and not got["torch_then"]
-    assert got["ppid"] == got["started"] and got["other_ppid"] == got["me"]
+    assert got["ppid"] == got["third_ppid"] == got["started"] and got["other_ppid"] == got["me"]
+
+
+TELLS_ITS_TEST = """
+import os
+from attnbench import variants
+
+
+@variants.register("tells_its_test", description="notes the PYTEST_CURRENT_TEST its call sees")
+def tells_its_test(q, k, v, **kw):
+    with open({path!r}, "a") as f:
+        print(os.environ.get("PYTEST_CURRENT_TEST"), file=f)
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_worker_sees_the_per_call_variables_its_parent_has_now(tmp_path, monkeypatch):
+    """A worker forked from a forkserver started under another PYTEST_CURRENT_TEST still sees its parent's
+    (harness.workers.worker._start sets them): the two runs' calls note the values set before each."""
+    seen = tmp_path / "seen.txt"
+    plugin = tmp_path / "tells.py"
+    plugin.write_text(TELLS_ITS_TEST.format(path=str(seen)))
+    for name in ("first", "second"):
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", name)
+        run_cli("run", "--variant-file", str(plugin), "--variants", "tells_its_test", "--seq-len", "32",
+                "--heads", "1", "--budget-ms", "2", "--warmup-ms", "1", "-q", "--out", str(tmp_path / name),
+                check=True)  # fmt: skip
+        assert set(seen.read_text().split()) == {name}
+        seen.unlink()
