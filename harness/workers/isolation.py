@@ -53,11 +53,13 @@ _FORKSERVER_PRELOAD = [
     "attnbench.harness.measure.fingerprint",
 ]
 _FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's forkserver started under
-# Variables a host changes from one call to the next and no start-up code reads: pytest names the running
-# test in PYTEST_CURRENT_TEST. They do not count in comparing a worker's environment with the forkserver's
-# (a spawn is a fresh torch import, about 3 s, for every test of a pytest session); a forked worker sets
-# them as its parent has them (harness.workers.worker._start), so its environment is still the parent's.
-PER_CALL = ("PYTEST_CURRENT_TEST",)
+# Variables that change while a process runs and that nothing the forkserver imports reads: pytest names the
+# running test in PYTEST_CURRENT_TEST, and torch sets its compiler's cache folder and thread count once it
+# has imported torch._inductor (which _FORKSERVER_PRELOAD does not). They do not count in comparing a
+# worker's environment with the forkserver's (a spawn is a fresh torch import, about 3 s, for every later
+# run of a pytest session, or of any process that compiled); a forked worker sets them as its parent has
+# them (harness.workers.worker._start), so its environment is still the parent's.
+PER_CALL = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS")
 
 
 def _lasting(environ: dict[str, str]) -> dict[str, str]:

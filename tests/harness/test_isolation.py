@@ -315,6 +315,40 @@ def test_the_forkserver_starts_before_the_parent_imports_torch_and_its_workers_f
     assert got["ppid"] == got["third_ppid"] == got["started"] and got["other_ppid"] == got["me"]
 
 
+READS_AT_PRELOAD = """
+import importlib, json, os, sys
+from attnbench.harness.workers import isolation
+
+read = set()
+get, has = os._Environ.__getitem__, os._Environ.__contains__
+
+
+def named(key):  # a read of that name, not a walk over every variable (tqdm looks for its TQDM_* so)
+    caller = sys._getframe(2).f_code
+    if not (caller.co_name == "__iter__" and caller.co_filename.endswith("_collections_abc>")):
+        read.add(key)
+
+
+os._Environ.__getitem__ = lambda self, key: named(key) or get(self, key)
+os._Environ.__contains__ = lambda self, key: named(key) or has(self, key)
+for name in isolation._FORKSERVER_PRELOAD:
+    importlib.import_module(name)
+print(json.dumps({"read": sorted(read), "inductor": "torch._inductor" in sys.modules}))
+"""
+
+
+def test_nothing_the_forkserver_imports_reads_a_per_call_variable():
+    """The variables a forked worker sets for itself (isolation.PER_CALL) are read by nothing its
+    forkserver imported first: a worker forked from it sees their new values as a spawned one would."""
+    out = subprocess.run(
+        [sys.executable, "-c", READS_AT_PRELOAD], capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["read"] and not got["inductor"]  # it saw torch's own reads; the compiler is not imported
+    assert not set(got["read"]) & set(isolation.PER_CALL)
+
+
 TELLS_ITS_TEST = """
 import os
 from attnbench import variants
