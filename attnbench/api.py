@@ -215,10 +215,12 @@ def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keyword
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
-    if keywords.get("executor", "local") == "local" and not (keywords.get("env") or keywords.get("dry_run")):
-        from attnbench.harness.workers.isolation import prestart
+    if not keywords.get("env"):  # run() starts it for the run's env, once that is read
+        from attnbench.harness.workers.isolation import prestart_for
 
-        prestart()  # the workers' forkserver imports torch beside variant()'s own import of it
+        # the workers' forkserver imports torch beside variant()'s own import of it
+        prestart_for(keywords.get("executor", "local"), None, pinned=bool(keywords.get("cpu_affinity")),
+                     dry_run=bool(keywords.get("dry_run")))  # fmt: skip
     measured = fn if isinstance(fn, str) else variant(fn, name=name)
     who = measured if isinstance(measured, str) else measured.name
     t0 = time.perf_counter()

@@ -173,9 +173,9 @@ def run(
     """
     got = request.resolve()
     out, resume, executor = request.out, request.resume, request.executor
-    if executor == "local" and got.sweep is not None and not request.dry_run:
-        if not got.sweep.settings.cpu_affinity:  # the forkserver's torch import beside this process's own
-            isolation.prestart(dict(got.sweep.settings.env))
+    if got.sweep is not None:  # the forkserver's torch import beside this process's own
+        s = got.sweep.settings
+        isolation.prestart_for(executor, dict(s.env), pinned=bool(s.cpu_affinity), dry_run=request.dry_run)
     if resume:
         start = _resumed(out, request.force_resume, request.redo_drift)
     else:

@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ _FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's
 PER_CALL = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS")
 
 
-def _lasting(environ: dict[str, str]) -> dict[str, str]:
+def _lasting(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in PER_CALL}
 
 
@@ -70,7 +71,7 @@ def _context(config: dict[str, Any]):
     """The multiprocessing context a worker of `config` starts with, called with its environment set
     (_environment): the forkserver, unless the worker is pinned to CPUs, or this environment is not the
     one the forkserver started under (its first worker's), or this is not Linux: spawn then."""
-    environ = _lasting(dict(os.environ))
+    environ = _lasting(os.environ)
     if config.get("cpu_affinity") or not sys.platform.startswith("linux"):
         return mp.get_context("spawn")
     if not _FORKSERVER_ENVIRON:
@@ -90,6 +91,13 @@ def prestart(env: dict[str, str] | None = None) -> None:
         ctx = _context({})
         if ctx.get_start_method() == "forkserver":
             multiprocessing.forkserver.ensure_running()
+
+
+def prestart_for(executor: str, env: dict[str, str] | None, *, pinned: bool, dry_run: bool) -> None:
+    """prestart where a run's workers fork from this process's forkserver: local ones, not pinned to CPUs
+    (those are spawned), and only for a run that starts any (not a dry run)."""
+    if executor == "local" and not pinned and not dry_run:
+        prestart(env)
 
 
 class WorkerDied(RuntimeError):
