@@ -41,9 +41,21 @@ step() {  # step NAME SECONDS COMMAND...: bounded by SECONDS (SIGINT first, as C
     local name=$1 limit=$2 t0=$(date +%s) rc
     shift 2
     if [[ " ${SESSION_SKIP:-} " == *" $name "* ]]; then echo "$name: skipped (SESSION_SKIP)" >> "$out/steps.txt"; return; fi
-    timeout -s INT -k 10 "$limit" "$@"
+    if [ "$(type -t "$1")" = function ]; then  # a function of this script (stamped): in a bash of its own
+        timeout -s INT -k 10 "$limit" bash -c "$(declare -f "$1"); \"\$@\"" _ "$@"
+    else
+        timeout -s INT -k 10 "$limit" "$@"
+    fi
     rc=$?
     echo "$name: exit $rc after $(( $(date +%s) - t0 )) s (limit $limit s)" | tee -a "$out/steps.txt"
+}
+stamped() {  # stamped COMMAND...: COMMAND's output lines, each led by the seconds since it started
+    "$@" 2>&1 | python3 -u -c 'import signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command says its last lines after a Ctrl-C: kept
+t0 = time.time()
+for line in sys.stdin:
+    print(f"{time.time() - t0:7.2f} {line}", end="", flush=True)'
+    return "${PIPESTATUS[0]}"
 }
 case "$what" in
 install)
@@ -148,6 +160,8 @@ measure)
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1
     step env 60 python3 -m attnbench env > "$out/env.txt" 2>&1
+    step start-up 60 python3 -c "import time; t = time.time(); import torch; a = time.time(); torch.zeros(1, device='cuda'); b = time.time(); import attnbench.cli; c = time.time(); print(f'import torch {a - t:.2f} s, CUDA context {b - a:.2f} s, attnbench.cli {c - b:.2f} s')" \
+        > "$out/start-up.txt" 2>&1
     step xformers-info 60 python3 -c "from attnbench.variants import xformers_mea as x; print('runtime', x.load_cuda_runtime_12()); print('problem', x._extensions_problem()); import xformers.info as i; i.print_info()" \
         > "$out/xformers-info.txt" 2>&1
     # correctness side by side (nothing timed here is compared with anything else), then the timed runs alone
@@ -169,16 +183,23 @@ measure)
         --out "$out/energy-run" > "$out/energy.log" 2>&1
     # the packed and paged workloads' CUDA sizes (varlen_attn, xformers' block-diagonal masks, flex's document
     # mask; varlen_attn's block_table where this torch has it): never measured on a GPU before
-    step varlen-run "${VARLEN_SECONDS:-150}" python3 -m attnbench run --preset varlen --device cuda \
-        --out "$out/varlen-run" > "$out/varlen.log" 2>&1
-    step paged-run "${PAGED_SECONDS:-120}" python3 -m attnbench run --preset paged --device cuda \
-        --out "$out/paged-run" > "$out/paged.log" 2>&1
-    step gpu-run $(( $(left) - 45 )) python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" \
-        > "$out/run.log" 2>&1
-    for r in gpu-run energy-run xformers-axes varlen-run paged-run; do
-        [ -d "$out/$r" ] || continue
-        step "report-$r" 30 python3 -m attnbench report "$out/$r" --out "$out/$r-report" > "$out/report-$r.log" 2>&1
-    done
+    step varlen-run "${VARLEN_SECONDS:-150}" stamped python3 -m attnbench run --preset varlen --device cuda \
+        --out "$out/varlen-run" > "$out/varlen.log"
+    step paged-run "${PAGED_SECONDS:-120}" stamped python3 -m attnbench run --preset paged --device cuda \
+        --out "$out/paged-run" > "$out/paged.log"
+    # the gpu preset twice: on a fresh machine, then again with torch's compile caches (inductor's and
+    # Triton's, under /tmp) as that first run left them, as a user's second run finds them; each log line
+    # stamped with the seconds since the command started, so the time outside the cells is seen too
+    step gpu-run $(( $(left) - 45 )) stamped python3 -m attnbench run --preset gpu --out "$out/gpu-run" "${@:3}" \
+        > "$out/run.log"
+    step gpu-run-warm $(( $(left) - 15 )) stamped python3 -m attnbench run --preset gpu --out "$out/gpu-run-warm" \
+        "${@:3}" > "$out/run-warm.log"
+    if [ -n "${DEVICE_REPORTS:-}" ]; then  # reports need no GPU: made where the files come back, unless asked
+        for r in gpu-run gpu-run-warm energy-run xformers-axes varlen-run paged-run; do
+            [ -d "$out/$r" ] || continue
+            step "report-$r" 30 python3 -m attnbench report "$out/$r" --out "$out/$r-report" > "$out/report-$r.log" 2>&1
+        done
+    fi
     tail -n 20 "$out/steps.txt" "$out/pytest-cuda.txt"
     ;;
 preset)
