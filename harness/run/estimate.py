@@ -4,17 +4,23 @@ a sweep estimated over LONG_S.
 
 The time model, per measured cell (an estimate, not a promise; it ignores skip-ahead after an OOM or a
 timeout, which only shortens a sweep):
-    call     = FLOPs of one call (results.formulas.attention_flops) / an assumed attained throughput
-    cell     = R * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT * q/k/v elements + warm-up + sampling + extra
+    call     = FLOPs of one call (results.formulas.attention_flops) / an assumed attained throughput, or
+               q, k and v read once at ASSUMED_GBPS where that is longer (a decode cell: memory-bound)
+    cell     = R * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT[device] * q/k/v elements + warm-up + sampling
+               + extra
     warm-up  = max(warmup_ms, 1 call) in each of the R visits (Settings.rounds); a forward CPU cell without
                dropout: what of warmup_ms its first call leaves (harness.measure.cell.warmed_ms), and one call
                in each visit from the third (the second's warm-up is its fresh-input check:
                defers_fresh_check)
     extra    = EXTRA_CALLS calls (the first call, the memory measurement, the two after-checks); a forward
                CPU cell without dropout: FWD_EXTRA_CALLS (its peak is measured on the refill check's call)
-    sampling = max(min_samples calls, budget_ms): the whole sampling budget, as on a busy machine (a stable
-               spread stops earlier; max_samples rarely does, as the timer batches cheap calls)
-plus RUN_OVERHEAD_S for the run (worker start, calibration, numerics probe). Settle rounds
+    sampling = max(min_samples calls, budget_ms): on CPU the whole sampling budget, as on a busy machine
+               (a stable spread stops earlier; max_samples rarely does, as the timer batches cheap calls);
+               on CUDA, whose spread is stable, max(min_samples calls, min_ms), and CUDA_TIMER_CALLS more
+               for the timer's choice (harness.measure.timing.cuda_timer: a warm call, the sync check, the
+               launch probe)
+plus RUN_OVERHEAD_S[device] for the run (start, worker start, calibration, numerics probe), the most of
+its devices'. Settle rounds
 (Settings.settle_rounds) are not in the model: they visit again only the pairs a run could not rank (the
 quick preset's nine jobs of docs/method.md: 0 to 10 visits, up to about 5 s). The throughputs are what
 attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 and per GPU in bf16/fp16; on CPU a
@@ -23,7 +29,10 @@ quadratic-memory variant attains QUADRATIC_4K_FACTOR of it unless the run asks f
 Checked against the committed CPU runs of the 2-core VM (results/reference, each cell's elapsed_s summed
 against its estimate; 2026-11-25): llm 3409 s measured, 2932 estimated; cpu 955, 973; the quick preset in
 rounds 36 and 43 (two runs), 54; decode's first 256 cells 781, 339 (flex compiles a kernel per shape
-there, and sdpa_math is slow at N_q = 1: neither is in the model).
+there, and sdpa_math is slow at N_q = 1: neither is in the model). On an H200 (2026-11-28,
+results/reference/gpu-checks-h200-2026-11-28): the gpu preset 114 s measured on a fresh machine and 71 s
+with torch's compile caches warm, paged 78 s, varlen 120 s; the CUDA terms were fitted to those runs (the
+CPU model had said 352 s, 1033 s and 677 s).
 
 Reads nothing from a device: the parent decides this without a CUDA context, as it plans cells.
 """
@@ -39,19 +48,25 @@ from attnbench.harness.measure.allocator import worker_environ
 from attnbench.harness.measure.rows import executed_flops
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import attention_flops
+from attnbench.results.formulas import DTYPE_BYTES, attention_flops
 
 ASSUMED_TFLOPS = {"cpu": 0.035, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
+ASSUMED_GBPS = {"cpu": 10.0, "cuda": 1000.0}  # q, k and v read once: a memory-bound call's floor
 # a quadratic-memory variant on CPU (its N x N scores made and freed every call) attains this fraction of
 # ASSUMED_TFLOPS where each call faults its scores in 4 KiB at a time: without transparent huge pages
 QUADRATIC_4K_FACTOR = 0.2
 VISIT_OVERHEAD_S = 0.06  # a visit's worker round trip, speed probe and row (rounds: each visit pays it)
-INPUT_S_PER_ELEMENT = 4e-8  # inputs, copies, the float64 reference and fresh inputs, per q/k/v element
+# inputs, copies, the float64 reference and fresh inputs, per q/k/v element: made by the CPU, or on the GPU
+# (the H200 runs' time outside the timed calls: 0.2-2 ns an element)
+INPUT_S_PER_ELEMENT = {"cpu": 4e-8, "cuda": 2e-9}
+CUDA_TIMER_CALLS = 5  # a warm call, the sync check's call and the launch probe's three
 EXTRA_CALLS = 4  # the first (gated, compiling) call, the memory measurement, the refill and fresh checks
 FWD_EXTRA_CALLS = (
     3  # the same, the memory measured on the refill check's call (harness.measure.cell.peak_on_refill)
 )
-RUN_OVERHEAD_S = 10.0  # start a worker, calibrate, probe the numerics
+# start, start a worker, calibrate, probe the numerics: on an H200 4-5 s, 0.4-1.5, 1.9 and 5-21 s (every
+# variant's first CUDA call, flex's compile at the probe's shape)
+RUN_OVERHEAD_S = {"cpu": 10.0, "cuda": 25.0}
 LONG_S = 600.0  # a sweep estimated longer than this is warned about before it starts
 
 
@@ -79,15 +94,29 @@ def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear", wor
         spec.batch, spec.heads, spec.seq_len, spec.seq_k, spec.d_k, spec.d_v, causal=spec.causal,
         pass_=spec.pass_, key_lengths=spec.key_lengths(), causal_align=spec.causal_align, window=spec.window,
     )  # fmt: skip
-    call = flops / (assumed_tflops(spec.device, spec.dtype, memory, huge_pages(settings)) * 1e12)
+    elements = input_elements(spec)
+    call = max(
+        flops / (assumed_tflops(spec.device, spec.dtype, memory, huge_pages(settings)) * 1e12),
+        elements * DTYPE_BYTES.get(spec.dtype, 4) / (_on(ASSUMED_GBPS, spec.device) * 1e9),
+    )
     rounds = max(1, settings.rounds)
+    overhead = rounds * VISIT_OVERHEAD_S + _on(INPUT_S_PER_ELEMENT, spec.device) * elements
+    if spec.device != "cpu":  # a stable spread: sampling stops at min_ms; the timer's choice before it
+        sampling = max(settings.min_samples * call, settings.min_ms / 1e3) + CUDA_TIMER_CALLS * call
+        return (
+            overhead + rounds * max(settings.warmup_ms / 1e3 / rounds, call) + sampling + EXTRA_CALLS * call
+        )
     sampling = max(settings.min_samples * call, settings.budget_ms / 1e3)
-    overhead = rounds * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT * input_elements(spec)
     if spec.device == "cpu" and spec.pass_ == "fwd" and spec.dropout == 0:  # harness.measure.cell's shortcuts
         # the first call is the warm-up; in rounds the fresh-input check is the second visit's warm-up call
         warm = max(settings.warmup_ms / 1e3 - call, 0.0) + max(rounds - 2, 0) * call
         return overhead + warm + sampling + FWD_EXTRA_CALLS * call
     return overhead + rounds * max(settings.warmup_ms / 1e3 / rounds, call) + sampling + EXTRA_CALLS * call
+
+
+def _on(table: dict[str, float], device: str) -> float:
+    """A device's entry of one of the model's tables: cpu's, or cuda's for any accelerator."""
+    return table["cpu"] if device == "cpu" else table.get(device, table["cuda"])
 
 
 def input_elements(spec: CellSpec) -> int:
@@ -108,7 +137,7 @@ def run_seconds(
     and varlen_work(variant) as forecast's."""
     if not cells:
         return 0.0
-    return RUN_OVERHEAD_S + sum(
+    return max(_on(RUN_OVERHEAD_S, c.device) for c in cells) + sum(
         cell_seconds(c, settings, memory_class(c.variant), varlen_work(c.variant)) for c in cells
     )
 
@@ -161,8 +190,9 @@ def assumption() -> str:
     cpu = ASSUMED_TFLOPS["cpu"] * (os.cpu_count() or 1)
     return (
         f"assumes attention at {cpu:g} TFLOP/s on this CPU's {os.cpu_count()} cores "
-        f"({cpu * QUADRATIC_4K_FACTOR:g} for N x N scores without huge pages) or "
-        f"{ASSUMED_TFLOPS['cuda']:g} on a GPU, and each cell's whole sampling budget"
+        f"({cpu * QUADRATIC_4K_FACTOR:g} for N x N scores without huge pages) and each cell's whole "
+        f"sampling budget, or {ASSUMED_TFLOPS['cuda']:g} TFLOP/s and {ASSUMED_GBPS['cuda']:g} GB/s on a GPU, "
+        "where a cell samples its min_ms"
     )
 
 

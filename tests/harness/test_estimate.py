@@ -31,7 +31,7 @@ def test_a_cell_costs_its_overhead_and_budget_and_more_as_it_grows():
     assert floor <= small < floor + 0.1  # a tiny call: the overhead and the sampling budget
     assert large > 10 * small  # 8 heads x 16384^2 x 128 x 2 FLOPs a call, at least 5 calls sampled
     assert estimate.run_seconds([], s) == 0
-    assert estimate.run_seconds([_cell(64)], s) == estimate.RUN_OVERHEAD_S + small
+    assert estimate.run_seconds([_cell(64)], s) == estimate.RUN_OVERHEAD_S["cpu"] + small
 
 
 def test_forecast_sorts_cells_as_the_run_would():
@@ -105,3 +105,26 @@ def test_rounds_pay_each_visit_and_a_warm_up_from_the_third_and_huge_pages_speed
     four_k = Settings(env={"THP_MEM_ALLOC_ENABLE": "0"})
     slow = estimate.cell_seconds(cell, four_k, "quadratic") - estimate.cell_seconds(cell, four_k)
     assert slow > 0  # 4 KiB pages: N x N scores faulted in every call
+
+
+def _cuda(n: int, **kw) -> CellSpec:
+    shape = {"batch": 1, "heads": 16, **kw}
+    return CellSpec("sdpa", "cuda", "bfloat16", seq_len=n, d_k=128, d_v=128, causal=False, padding=0.0,
+                    pass_="fwd", **shape)  # fmt: skip
+
+
+def test_a_cuda_cell_stops_at_min_ms_and_a_decode_cell_is_paid_for_its_bytes():
+    # a GPU's spread is stable: a cell samples min_ms (and its timer's choice), not the whole budget
+    s, longer = Settings(budget_ms=200, min_ms=20), Settings(budget_ms=2000, min_ms=20)
+    assert estimate.cell_seconds(_cuda(1024), s) == estimate.cell_seconds(_cuda(1024), longer)
+    assert estimate.cell_seconds(_cuda(1024), s) < s.budget_ms / 1e3
+    # one query token against 32 sequences of 32,768 keys: 4 GiB of K and V a call, whatever its FLOPs
+    decode = _cuda(1, batch=32, heads=32, kv_heads=8, seq_k=32768)
+    call = 32 * 8 * 32768 * 256 * 2 / (estimate.ASSUMED_GBPS["cuda"] * 1e9)
+    fifty, forty_nine = Settings(min_samples=50, min_ms=1), Settings(min_samples=49, min_ms=1)
+    one_more = estimate.cell_seconds(decode, fifty) - estimate.cell_seconds(decode, forty_nine)
+    assert one_more == pytest.approx(call, rel=0.01)
+    both = estimate.cell_seconds(_cuda(1024), s) + estimate.cell_seconds(_cell(64), s)
+    assert estimate.run_seconds([_cuda(1024), _cell(64)], s) == pytest.approx(
+        estimate.RUN_OVERHEAD_S["cuda"] + both
+    )
