@@ -25,8 +25,11 @@ def _packed_only(p) -> str | None:
     return None if p.packed else PACKED_ONLY
 
 
-# not in default sweeps: they answer only packed cells
-_AXES = dict(gqa=True, window=True, padding=False, dropout=False, default=False, supports=_packed_only)
+# not in default sweeps: they answer only packed cells. SDPA's fused kernels stream the scores (linear, as
+# the sdpa variant); sdpa_padded's key mask is B x max(L)^2 booleans, which the memory guard counts
+_AXES = dict(
+    gqa=True, window=True, padding=False, dropout=False, default=False, supports=_packed_only, memory="linear"
+)
 
 
 def _gqa(q, k) -> dict:

@@ -12,7 +12,9 @@ K and V have H_kv heads, which grouped-query variants read without repeating):
                       with a score modification S more forward, 2*S forward+backward (the modded
                       scores beside the scaled ones, and what autograd saves of tanh), and for alibi
                       the (H, N_q, N_k) bias, S/B
-  linear variants:    forward 2*IO + block buffers, forward+backward 6*IO + block buffers
+  linear variants:    forward 2*IO + block buffers, forward+backward 6*IO + block buffers; a packed
+                      batch padded to its longest sequence (varlen work "padded") has IO over B x max(L)
+                      rows, and its key mask, B x max(L)^2 booleans (one byte each, shared by the heads)
 plus the cell's inputs (3 with gradients) and the float64 reference of the correctness gate (float64
 copies of q, k and v, k and v repeated to H heads for grouped-query cells, and its score blocks, one more
 with a mod). A linear variant's mod works in place on its blocks (chunked's softcap backward: one block).
@@ -45,7 +47,10 @@ def predict_peak_bytes(
         if spec.mod != "none":
             work += (2 if backward else 1) * scores + (scores // b if spec.mod == "alibi" else 0)
     else:
-        work = (6 if backward else 2) * io + bh * BLOCK_BUFFER_ELEMS * 4
+        padded = _padded(spec, work)  # (B, max L) of a pack padded to its longest sequence, else None
+        held = io if padded is None else io * padded[0] * padded[1] // (b * n_q)  # its padded copies
+        mask = 0 if padded is None else padded[0] * padded[1] ** 2
+        work = (6 if backward else 2) * held + bh * BLOCK_BUFFER_ELEMS * 4 + mask
     inputs = (2 if backward else 1) * io * 2
     rows = min(n_q, (settings or Settings()).check_rows)
     # the reference's float64 copies: q, k and v, and k and v repeated to H heads for grouped-query cells
@@ -67,6 +72,12 @@ def score_elements(spec: CellSpec, work: str = "masked") -> int:
     if lengths and work == "exact":
         return max(lengths) ** 2
     return b * n_q * n_k
+
+
+def _padded(spec: CellSpec, work: str) -> tuple[int, int] | None:
+    """(B, max L) of a packed cell whose variant pads the pack to its longest sequence, else None."""
+    lengths = None if spec.paged else spec.seq_lens()
+    return (len(lengths), max(lengths)) if lengths and work == "padded" else None
 
 
 def fits(predicted: int, available: int, fraction: float) -> str | None:

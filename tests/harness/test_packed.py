@@ -190,3 +190,25 @@ def test_the_guard_predicts_a_packed_cell_from_the_work_its_variant_holds_at_onc
     with torch.no_grad():
         measured = peak_cpu(lambda: variants.get(variant).fn(q, k, v, cu_seqlens=cu))
     assert predict_peak_bytes(spec, variants.get(variant).cap.memory, QUICK, work) > measured > 0
+
+
+def test_a_padded_pack_is_predicted_as_its_padded_copies_and_key_mask_not_its_heads_scores():
+    """SDPA's fused kernels take sdpa_padded's key mask and stream the scores: on an H200 its peaks were
+    0.3-5 GiB, while a prediction of H score tensors (298 GiB at B=16, mean 4,096, longtail, bf16) skipped
+    cells that fit. It holds its padded q, k, v and output (B x max(L) rows) and a B x max(L)^2 mask."""
+    from attnbench.harness.measure.guard import predict_peak_bytes
+
+    spec = dataclasses.replace(
+        CellSpec("sdpa_padded", "cuda", "bfloat16", 16, 16, 4096, 128, 128, True, 0.0, "fwd"),
+        lengths="longtail",
+    )
+    lengths = spec.seq_lens()
+    b, longest = len(lengths), max(lengths)
+    cap = variants.get("sdpa_padded").cap
+    assert cap.memory == "linear" and cap.varlen == "padded"
+    predicted = predict_peak_bytes(spec, cap.memory, QUICK, cap.varlen)
+    padded_io = 2 * b * 16 * longest * 256 * 2  # q and output, k and v: B x max(L) rows of d_k + d_v, bf16
+    assert predicted > 2 * padded_io + b * longest**2  # its forward's copies and its key mask
+    assert predicted < predict_peak_bytes(spec, "quadratic", QUICK, cap.varlen) / 10
+    exact = predict_peak_bytes(dataclasses.replace(spec, variant="sdpa_loop"), "linear", QUICK, "exact")
+    assert exact < predicted  # the loop holds no padding
