@@ -291,6 +291,7 @@ other = isolation.Worker({"env": {"ATTNBENCH_PRESTART": "2"}, "log_path": os.dev
 with open(f"/proc/{other.pid}/stat") as f:
     other_ppid = int(f.read().rsplit(")", 1)[1].split()[1])
 os.environ["PYTEST_CURRENT_TEST"] = "another test"  # what pytest changes from one test to the next
+os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = "1234"  # what torch sets once it has compiled
 third = isolation.Worker({"env": {"ATTNBENCH_PRESTART": "1"}, "log_path": os.devnull})
 with open(f"/proc/{third.pid}/stat") as f:
     third_ppid = int(f.read().rsplit(")", 1)[1].split()[1])
@@ -304,7 +305,7 @@ def test_the_forkserver_starts_before_the_parent_imports_torch_and_its_workers_f
     """A run starts its forkserver (harness.workers.isolation.prestart) before the parent imports torch, so
     that the two imports overlap; a worker of the same environment forks from it, one of another is
     spawned by the parent itself; one whose environment differs only in what pytest names the running test
-    by (isolation.PER_CALL) still forks from it."""
+    by and what torch sets once it has compiled (isolation.PER_CALL) still forks from it."""
     env = {k: v for k, v in cli_env().items() if k not in isolation.PER_CALL}
     out = subprocess.run(
         [sys.executable, "-c", PRESTART], capture_output=True, text=True, timeout=180, env=env
