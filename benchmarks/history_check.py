@@ -4,7 +4,10 @@
      visit drawn from the real visit medians of results/reference/cpu-epyc-2core-rounds and -settle (every ok
      cell's visit medians over its own median: the spread of a visit on this VM, its heavy tails included).
      With a 10% step planted at run STEP_AT, the step must be found at exactly that run in >= 9 of 10 seeds;
-     on the same series without it, no step in >= 9 of 10. The rates over 200 seeds are printed beside them.
+     on the same series without it, no step in >= 9 of 10. The rates over 200 seeds are printed beside them,
+     with how often the runs a step may be at (results.steps.location: the range to bisect) hold the planted
+     run and how wide they are, and the ceiling of any l1 fit of one step on run medians: the run of least
+     two-segment cost, told there is exactly one step.
   2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
      at batch 2), a 10% step planted at run 700 in every cell, written as run directories; then timed:
      `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
@@ -64,16 +67,34 @@ def series(noise: list[float], seed: int, step: float, visits: int = VISITS) -> 
 
 
 def rates(noise: list[float], visits: int, seeds: range) -> dict:
-    """Over `seeds`: the step found at its run, within one run of it, at all; no step in the flat series."""
-    found = [steps.breakpoints(series(noise, s, STEP, visits)) for s in seeds]
+    """Over `seeds`: the step found at its run, within one run of it, at all; its range holding the run, and
+    the range's mean width; no step in the flat series; the one-step l1 fit's ceiling at the run."""
+    stepped = [series(noise, s, STEP, visits) for s in seeds]
+    found = [steps.breakpoints(t) for t in stepped]
+    ranges = [steps.location(t, f[0], 0, len(t)) for t, f in zip(stepped, found, strict=True) if len(f) == 1]
     flat = [steps.breakpoints(series(noise, s, 1.0, visits)) for s in seeds]
     n = len(seeds)
     return {
         "at_the_run": sum(f == [STEP_AT] for f in found) / n,
         "within_one_run": sum(any(abs(b - STEP_AT) <= 1 for b in f) for f in found) / n,
         "found": sum(bool(f) for f in found) / n,
+        "range_holds_the_run": sum(lo <= STEP_AT <= hi for lo, hi in ranges) / n,
+        "mean_range_runs": round(sum(hi - lo + 1 for lo, hi in ranges) / max(len(ranges), 1), 2),
         "no_step_without_one": sum(f == [] for f in flat) / n,
+        "one_step_l1_ceiling_at_the_run": sum(_least_cost_run(t) == STEP_AT for t in stepped) / n,
     }
+
+
+def _least_cost_run(times: list[float]) -> int:
+    """The first run after the one step of least two-segment l1 cost on the logs (told there is one step)."""
+    cuts = range(steps.MIN_RUNS, len(times) - steps.MIN_RUNS + 1)
+    return min(cuts, key=lambda t: _l1(times[:t]) + _l1(times[t:]))
+
+
+def _l1(values: list[float]) -> float:
+    logs = sorted(math.log(v) for v in values)
+    mid = logs[len(logs) // 2]
+    return sum(abs(x - mid) for x in logs)
 
 
 def detection(seeds: int) -> dict:
@@ -83,6 +104,7 @@ def detection(seeds: int) -> dict:
         "noise_visits": len(noise),
         "series": f"{SERIES_RUNS} runs, a 10% step at run {STEP_AT}, each run the median of {VISITS} visits",
         "found_at_the_run": f"{round(target['at_the_run'] * seeds)}/{seeds}",
+        "range_holds_the_run": f"{round(target['range_holds_the_run'] * seeds)}/{seeds}",
         "no_step_without_one": f"{round(target['no_step_without_one'] * seeds)}/{seeds}",
         # the same over 200 seeds, and with runs of more visits each (quieter runs): where the target holds
         "over_200_seeds_by_visits": {k: rates(noise, k, range(200)) for k in (1, 3, 5, 9, 15)},

@@ -351,7 +351,10 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
             if s.calibration is None
             else f"x{s.calibration:.2f}" + (" (moved: the machine changed)" if s.calibration_moved else "")
         )
-        rows.append((s.cell_id, size, link, f"{s.at + 1} of {s.runs}", changed or "nothing recorded", cal))
+        place = f"{s.at + 1} of {s.runs}"
+        if s.first[0] != s.first[1]:  # the runs it may be at: the range to bisect
+            place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
+        rows.append((s.cell_id, size, link, place, changed or "nothing recorded", cal))
     headers = ("series", "step", "first run after", "place", "what changed", "calibration")
     return Table(headers, tuple(rows))
 

@@ -160,6 +160,30 @@ def test_a_planted_step_is_found_at_its_run_with_what_changed(tmp_path):
     assert line.startswith(f"{found[0].cell_id} on {MACHINE}: +")
     assert "at run 20261009-030000-synth (2026-10-09; run 9 of 14)" in line
     assert "torch 2.13.0+cpu -> 2.14.0+cpu" in line and "calibration steady (x1.00)" in line
+    # a 10% step in 1% noise: most series pin it to its run; each range holds it
+    assert all(s.first[0] <= 8 <= s.first[1] for s in found), [s.first for s in found]
+    assert sum(s.first == (8, 8) for s in found) >= 0.8 * len(found), [s.first for s in found]
+
+
+def test_a_step_the_noise_cannot_pin_to_one_run_says_the_runs_and_commits_to_bisect(tmp_path):
+    """The least-cost run is where a step is said to be; where a run beside it costs within LOCATION_SLACK x
+    the noise (a run halfway between the two levels), the step says every such run and the commits of the
+    last run surely before and the first surely after, the range to bisect."""
+    times = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.05, 1.1, 1.11, 1.09, 1.1, 1.12, 1.1]
+    at = steps.breakpoints(times)
+    assert len(at) == 1 and at[0] in (7, 8)
+    assert steps.location(times, at[0], 0, len(times)) == (7, 8)
+    assert steps.location([1.0] * 7 + [1.1] * 7, 7, 0, 14) == (7, 7)
+    paths = run_series(BASE, tmp_path / "runs", times, noise=0.0)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    found = steps.find(history.frame(store))
+    assert found and {s.first for s in found} == {(7, 8)}
+    s = found[0]
+    assert s.since["run_id"] == "20261007-030000-synth" and s.until["run_id"] == "20261009-030000-synth"
+    line = steps.describe(s)
+    commits = f"{steps._short(s.since['git_commit'])}..{steps._short(s.until['git_commit'])}"
+    assert f", or any run from 8 to 9 (bisect commits {commits})" in line
 
 
 def test_a_flat_series_has_no_step(tmp_path):
