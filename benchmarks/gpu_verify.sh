@@ -10,9 +10,10 @@
 #          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
 #          timing (--timing) on a small and a large cell.
 # preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
-# measure: xformers (load, gate, axes), an energy run and the gpu preset with its phases, in one command
+# measure: xformers (load, gate, axes), an energy run, the varlen and paged presets, and the gpu preset twice
+#          (fresh, then with torch's compile caches warm), each run's log lines stamped, in one command
 #          (SESSION_SKIP leaves steps out, PYTEST_K picks the CUDA tests, ENERGY_VARIANTS and ENERGY_SEQ size
-#          the energy run).
+#          the energy run; DEVICE_REPORTS=1 makes the reports there too).
 # session: all of the above in one device command (install, the CUDA tests and the gate table side by side,
 #          then the timed checks one at a time, then as much of a gpu-preset run as the time left allows, and
 #          its report), each step bounded so that the whole fits SESSION_SECONDS (default 530); steps.txt
@@ -153,7 +154,7 @@ measure)
     # xformers loaded (its wheel and nvidia-cuda-runtime-cu12's carried in .whl/) and gated in every dtype,
     # its axes (grouped-query, lower-right, windows, key padding) in both passes; a run of the fused kernels
     # with energy per call (--energy); the varlen and paged presets' CUDA sizes; the gpu preset with its phase
-    # columns and its report. The device tool
+    # columns, twice. The device tool
     # brings back 8 files: `timeout 520 bash benchmarks/gpu_verify.sh /tmp/gm measure; tar czf $OUT/gm.tgz -C /tmp gm`
     seconds=${SESSION_SECONDS:-480}
     bash "$0" "$out" install
