@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results.drift import is_busy
+from attnbench.results.drift import is_busy, own_spread, steady
 from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
@@ -306,9 +306,12 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     else:
         text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
         text += ", and none errored, crashed or timed out."
-    busy = int((flag_mask(ok, "drift") | flag_mask(ok, "noisy")).sum())
+    noisy = flag_mask(ok, "noisy")
+    probe_steady = steady(ok.to_dict("records"))
+    busy = int((flag_mask(ok, "drift") | (noisy & (not probe_steady))).sum())
     if not is_busy(busy, len(ok)):
-        return (text,)
+        own = own_spread(int(noisy.sum()), len(ok)) if probe_steady else None
+        return (text,) if own is None else (text, own[0].upper() + own[1:] + ".")
     busy_text = (
         f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "
         "times say as much about the machine as about the variants. "

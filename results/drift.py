@@ -58,20 +58,50 @@ def is_busy(flagged: int, ok: int) -> bool:
     return ok > 0 and flagged >= max(BUSY_MIN, BUSY_SHARE * ok)
 
 
+# The speed probes of a run that held within this (their 10th to 90th percentile, over their median) say the
+# machine kept its speed: a noisy cell then has a spread of its own (an H200's probes held within 0.1%
+# while a Python page loop's cells spread by 12-42%), and is no sign of a busy machine.
+STEADY = 0.02
+
+
+def steady(rows: list[dict[str, Any]]) -> bool:
+    """Whether the ok rows' speed probes held steady through the run (STEADY), at least 5 of them read."""
+    factors = [f for f in speed_factors([r for r in rows if r.get("status") == "ok"]) if math.isfinite(f)]
+    if len(factors) < 5:
+        return False
+    deciles = statistics.quantiles(factors, n=10)
+    return deciles[-1] - deciles[0] <= STEADY
+
+
 def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
-    """(ok cells measured during drift or flagged noisy, ok cells) of a run's rows (latest per cell)."""
+    """(ok cells measured during drift, or flagged noisy while the speed probes did not hold steady, ok
+    cells) of a run's rows (latest per cell)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     moved = {r["cell_id"] for r, f in zip(ok, speed_factors(ok), strict=True) if drifted(f)}
-    return sum(1 for r in ok if r["cell_id"] in moved or r.get("noisy") is True), len(ok)
+    noisy = not steady(ok)
+    return sum(1 for r in ok if r["cell_id"] in moved or (noisy and r.get("noisy") is True)), len(ok)
 
 
 def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
     """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy), as
-    reports.findings says it."""
+    reports.findings says it; or, where the speed probes held steady and as many cells were noisy, that
+    their spread is their own."""
     n, total = busy_cells(rows)
-    if not is_busy(n, total):
+    if is_busy(n, total):
+        return (
+            f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "
+            f"quiet machine or `attnbench run --resume --redo-drift --out {run_dir}`"
+        )
+    own = sum(1 for r in rows if r.get("status") == "ok" and r.get("noisy") is True)
+    return own_spread(own, total)
+
+
+def own_spread(noisy: int, ok: int) -> str | None:
+    """The sentence for as many noisy cells as make a busy machine (is_busy) while the machine held its speed
+    (steady): their spread is the variants' own; None otherwise."""
+    if not is_busy(noisy, ok):
         return None
     return (
-        f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "
-        f"quiet machine or `attnbench run --resume --redo-drift --out {run_dir}`"
+        f"{noisy} of {ok} cells were noisy while the machine held its speed (the speed probe steady all "
+        "run): their spread is their own calls', not the machine's; a larger --budget-ms samples more of it"
     )

@@ -68,7 +68,9 @@ def test_duration_text():
     assert [estimate.duration_text(s) for s in (40, 720, 3.5 * 3600)] == ["40 s", "12 min", "3.5 h"]
 
 
-def _row(i: int, speed: float = 1.0, noisy: bool = False, status: str = "ok") -> dict:
+def _row(i: int, speed: float | None = None, noisy: bool = False, status: str = "ok") -> dict:
+    """A row whose speed probe wanders within 3% (a shared machine's, never drift) unless `speed` is given."""
+    speed = 1.0 + 0.03 * (i % 3 - 1) if speed is None else speed
     return {"cell_id": f"c{i}", "run_id": "r", "device": "cpu", "host": "h", "status": status,
             "speed_tflops": speed, "noisy": noisy}  # fmt: skip
 
@@ -90,6 +92,21 @@ def test_a_busy_run_is_said_in_one_sentence_from_a_tenth_of_its_ok_cells():
     assert drift.busy_sentence([_row(0, status="error")], "runs/x") is None
     in_rounds = [{**r, "visit_medians_ms": [1.0, 1.2, 1.0]} for r in busy]  # one sentence, rounds or not
     assert drift.busy_sentence(in_rounds, "runs/x") == drift.busy_sentence(busy, "runs/x")
+
+
+def test_noisy_cells_on_a_machine_whose_speed_held_are_their_own_spread_not_a_busy_machine():
+    """An H200's speed probes held within 0.1% through a run whose Python page loop's cells spread by 12-42%:
+    their spread is theirs, and `rerun on a quiet machine` would be wrong advice."""
+    held = [_row(i, speed=50.4 + 0.01 * (i % 3), noisy=i < 3) for i in range(20)]
+    assert drift.steady(held) and not drift.steady([_row(i) for i in range(20)])
+    assert drift.busy_cells(held) == (0, 20)
+    assert drift.busy_sentence(held, "runs/x") == (
+        "3 of 20 cells were noisy while the machine held its speed (the speed probe steady all run): their "
+        "spread is their own calls', not the machine's; a larger --budget-ms samples more of it"
+    )
+    assert drift.busy_sentence(held[2:], "runs/x") is None  # 1 noisy cell: nothing to say
+    moved = [*held[:17], *(_row(i, speed=40.0) for i in range(17, 20))]  # three cells drifted: busy after all
+    assert drift.busy_cells(moved)[0] >= 3 and drift.busy_sentence(moved, "runs/x").startswith("the machine")
 
 
 def test_rounds_pay_each_visit_and_a_warm_up_from_the_third_and_huge_pages_speed_quadratic_cells():

@@ -119,6 +119,18 @@ def test_a_busy_run_counts_its_flags_and_says_what_to_do(tmp_path):
     assert md.index("The machine was busy") < md.index("## Runs")
 
 
+def test_noisy_cells_while_the_speed_probe_held_are_said_to_be_their_own_spread(tmp_path):
+    rows = _crossover_rows(speed_tflops=1.0)
+    for n in (256, 512, 1024):  # three of twelve cells spread wide; the machine's probe never moved
+        rows.append(
+            synthetic.cell("sdpa", n, sample_ms=synthetic.samples(5.0, spread=0.4, seed=n), speed_tflops=1.0)
+        )
+    rep = render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "report")
+    first, own = rep.findings.trust
+    assert "3 noisy" in first and "busy" not in own and "quiet machine" not in own
+    assert own.startswith("3 of 15 cells were noisy while the machine held its speed")
+
+
 def test_a_run_with_no_ok_cell_says_so(tmp_path):
     rows = [synthetic.cell("naive", n, status="oom", message="out of memory") for n in (256, 512)]
     rep = render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "report")
