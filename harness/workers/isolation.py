@@ -55,15 +55,17 @@ _FORKSERVER_PRELOAD = [
 ]
 _FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's forkserver started under
 # Variables that change while a process runs and that nothing the forkserver imports reads: pytest names the
-# running test in PYTEST_CURRENT_TEST, and torch sets its compiler's cache folder and thread count once it
-# has imported torch._inductor (which _FORKSERVER_PRELOAD does not), and the address its compiled C++
-# modules read a tensor's data through before it loads each of them. They do not count in comparing a
-# worker's environment with the forkserver's (a spawn is a fresh torch import, about 3 s, for every later
-# run of a pytest session, or of any process that compiled: in CI one test process that had compiled flex
-# spawned its 20 later workers); a forked worker sets them as its parent has them
-# (harness.workers.worker._start), so its environment is still the parent's.
+# running test in PYTEST_CURRENT_TEST; a shell says its terminal's size in COLUMNS and LINES; torch sets its
+# compiler's cache folder and thread count once it has imported torch._inductor (which _FORKSERVER_PRELOAD
+# does not), and the address its compiled C++ modules read a tensor's data through before it loads each of
+# them. They do not count in comparing a worker's environment with the forkserver's (a spawn is a fresh torch
+# import, about 3 s, for every later run of a pytest session, or of any process that compiled: in CI one
+# test process that had compiled flex spawned its 75 later workers); a forked worker sets them as its parent
+# has them (harness.workers.worker._start), so its environment is still the parent's.
 PER_CALL = (
     "PYTEST_CURRENT_TEST",
+    "COLUMNS",
+    "LINES",
     "TORCHINDUCTOR_CACHE_DIR",
     "TORCHINDUCTOR_COMPILE_THREADS",
     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
