@@ -33,6 +33,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
+
 import attnbench
 from attnbench.cli import main as cli
 from attnbench.results import steps
@@ -86,15 +88,13 @@ def rates(noise: list[float], visits: int, seeds: range) -> dict:
 
 
 def _least_cost_run(times: list[float]) -> int:
-    """The first run after the one step of least two-segment l1 cost on the logs (told there is one step)."""
-    cuts = range(steps.MIN_RUNS, len(times) - steps.MIN_RUNS + 1)
-    return min(cuts, key=lambda t: _l1(times[:t]) + _l1(times[t:]))
-
-
-def _l1(values: list[float]) -> float:
-    logs = sorted(math.log(v) for v in values)
-    mid = logs[len(logs) // 2]
-    return sum(abs(x - mid) for x in logs)
+    """The first run after the one step of least two-segment l1 cost on the logs (told there is one step):
+    ruptures' l1 cost, as results.steps uses it."""
+    cost = steps.ruptures().costs.CostL1().fit(np.log(np.asarray(times, dtype=float)).reshape(-1, 1))
+    n = len(times)
+    return min(
+        range(steps.MIN_RUNS, n - steps.MIN_RUNS + 1), key=lambda t: cost.error(0, t) + cost.error(t, n)
+    )
 
 
 def detection(seeds: int) -> dict:

@@ -132,8 +132,9 @@ def location(values: Sequence[float], at: int, lo: int, hi: int, min_runs: int =
     cost = ruptures().costs.CostL1().fit(x)
     slack = LOCATION_SLACK * noise(x[:, 0])
     cut = {t: cost.error(lo, t) + cost.error(t, hi) for t in range(lo + min_runs, hi - min_runs + 1)}
-    near = [t for t, c in cut.items() if c - cut.get(at, min(cut.values())) <= slack] or [at]
-    return min(near + [at]), max(near + [at])
+    least = cut.get(at, min(cut.values()))
+    near = [at, *(t for t, c in cut.items() if c - least <= slack)]
+    return min(near), max(near)
 
 
 def ruptures():

@@ -101,12 +101,10 @@ def cell_seconds(spec: CellSpec, settings: Settings, memory: str = "linear", wor
     )
     rounds = max(1, settings.rounds)
     overhead = rounds * VISIT_OVERHEAD_S + _on(INPUT_S_PER_ELEMENT, spec.device) * elements
-    if spec.device != "cpu":  # a stable spread: sampling stops at min_ms; the timer's choice before it
+    if spec.device == "cpu":
+        sampling = max(settings.min_samples * call, settings.budget_ms / 1e3)
+    else:  # a stable spread: sampling stops at min_ms; the timer's choice before it
         sampling = max(settings.min_samples * call, settings.min_ms / 1e3) + CUDA_TIMER_CALLS * call
-        return (
-            overhead + rounds * max(settings.warmup_ms / 1e3 / rounds, call) + sampling + EXTRA_CALLS * call
-        )
-    sampling = max(settings.min_samples * call, settings.budget_ms / 1e3)
     if spec.device == "cpu" and spec.pass_ == "fwd" and spec.dropout == 0:  # harness.measure.cell's shortcuts
         # the first call is the warm-up; in rounds the fresh-input check is the second visit's warm-up call
         warm = max(settings.warmup_ms / 1e3 - call, 0.0) + max(rounds - 2, 0) * call
