@@ -254,6 +254,17 @@ def carried_run(tmp_path_factory) -> Path:
     return root / "old"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _forkserver_under_the_suites_environment():
+    """Each test process starts its forkserver before any test sets a variable of its own: workers fork from
+    it only while os.environ is the one it started under, and are spawned otherwise (a fresh torch import:
+    harness.workers.isolation._context). Started by the first run of a test that had set ATTNBENCH_PLANT,
+    it made every later run of that test process spawn its workers (35 spawns in a suite)."""
+    from attnbench.harness.workers import isolation
+
+    isolation.prestart()
+
+
 def wait_while_running(cond, proc, what: str, timeout: float = 240) -> None:
     """Poll cond() until it holds, failing at once (with its output) if proc exits first, or after timeout."""
     deadline = time.time() + timeout

@@ -61,11 +61,14 @@ _FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's
 # them. They do not count in comparing a worker's environment with the forkserver's (a spawn is a fresh torch
 # import, about 3 s, for every later run of a pytest session, or of any process that compiled: in CI one
 # test process that had compiled flex spawned its 75 later workers); a forked worker sets them as its parent
-# has them (harness.workers.worker._start), so its environment is still the parent's.
+# has them (harness.workers.worker._start), so its environment is still the parent's. `import ray` sets
+# RAY_CLIENT_MODE in the importing process (a run with --executor ray, a notebook that imported it): every
+# later worker of that process spawned.
 PER_CALL = (
     "PYTEST_CURRENT_TEST",
     "COLUMNS",
     "LINES",
+    "RAY_CLIENT_MODE",
     "TORCHINDUCTOR_CACHE_DIR",
     "TORCHINDUCTOR_COMPILE_THREADS",
     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",

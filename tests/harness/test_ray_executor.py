@@ -82,7 +82,10 @@ def test_a_port_that_is_not_ray_is_one_line_within_the_bound_with_nothing_writte
 @pytest.fixture(scope="module")
 def cluster():
     """One local Ray cluster for the module (started here, on loopback; its start costs ~15 s), joined
-    by every `attnbench run` below through --ray-address; shut down with the module."""
+    by every `attnbench run` below through --ray-address; shut down with the module, and the variables
+    ray.init set in this process (RAY_*, PYTHONBREAKPOINT) taken back: left, they made every later run of
+    this test process spawn its workers instead of forking them (harness.workers.isolation._context)."""
+    saved = dict(os.environ)
     if "ray" not in sys.modules:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # see harness/run/executors/ray.py
     ray = pytest.importorskip("ray")
@@ -91,6 +94,8 @@ def cluster():
         yield ["--executor", "ray", "--ray-address", ray.get_runtime_context().gcs_address]
     finally:
         ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _statuses(out):
