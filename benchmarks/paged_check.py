@@ -129,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         if worker_env():  # not yet in a worker's memory settings: the same command again, in them
             env = {**os.environ, **worker_env()}
             return subprocess.run([sys.executable, __file__, *(argv or sys.argv[1:])], env=env).returncode
+    runs = [Path(r) for r in args.runs]
+    for run in runs:  # every folder checked before any is read
+        if not (run / "rows.jsonl").is_file() or not (run / "meta.json").is_file():
+            sys.exit(f"paged_check: {run} is not a run (no rows.jsonl and meta.json)")
     met = True
-    for run in map(Path, args.runs):
-        if not (run / "rows.jsonl").is_file():
-            sys.exit(f"paged_check: {run} is not a run (no rows.jsonl)")
+    for run in runs:
         met &= check(run)
         if args.measure and "cpu" in json.loads((run / "meta.json").read_text())["calibration"]:
             measure(run)
