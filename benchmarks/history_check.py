@@ -33,8 +33,6 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import numpy as np
-
 import attnbench
 from attnbench.cli import main as cli
 from attnbench.results import steps
@@ -90,7 +88,7 @@ def rates(noise: list[float], visits: int, seeds: range) -> dict:
 def _least_cost_run(times: list[float]) -> int:
     """The first run after the one step of least two-segment l1 cost on the logs (told there is one step):
     ruptures' l1 cost, as results.steps uses it."""
-    cost = steps.ruptures().costs.CostL1().fit(np.log(np.asarray(times, dtype=float)).reshape(-1, 1))
+    cost, _ = steps.l1_cost(times)
     n = len(times)
     return min(
         range(steps.MIN_RUNS, n - steps.MIN_RUNS + 1), key=lambda t: cost.error(0, t) + cost.error(t, n)

@@ -21,12 +21,13 @@ Exit status 0 when gather meets the target everywhere, 1 otherwise (as it is by 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from attnbench.results.store import latest_rows, read_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ["results/reference/paged-epyc-2core", "results/reference/h200-paged-2026-11-28"]
@@ -50,12 +51,12 @@ def largest(rows: list[dict], variant: str) -> list[dict]:
 
 
 def check(run_dir: Path) -> bool:
-    rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines() if line.strip()]
-    meta = json.loads((run_dir / "meta.json").read_text())
+    rows, meta = latest_rows(run_dir), read_meta(run_dir)
     met = True
     for row in largest(rows, "paged_gather"):
         copy = meta["calibration"][row["device"]]["copy_gbps"]
-        bound = copy * row["kv_bytes"] / (3 * gathered_bytes(row))
+        copied = gathered_bytes(row) / row["kv_bytes"]
+        bound = copy / (3 * copied)
         share = row["kv_gbps"] / copy
         met &= share >= TARGET
         others = ", ".join(
@@ -69,7 +70,7 @@ def check(run_dir: Path) -> bool:
             f"{row['page_size']}: paged_gather {row['kv_gbps']:.3g} GB/s = {share:.0%} of the copy bandwidth "
             f"{copy:.4g} GB/s (target {TARGET:.0%}: {'met' if share >= TARGET else 'MISSED'}); a gather's "
             f"ceiling {bound:.3g} GB/s ({bound / copy:.0%}: it copies "
-            f"{gathered_bytes(row) / row['kv_bytes']:.2f}x the K/V bytes), reached "
+            f"{copied:.2f}x the K/V bytes), reached "
             f"{row['kv_gbps'] / bound:.0%}; beside it: {others}"
         )
     return met
@@ -111,8 +112,7 @@ def split_call(row: dict, seconds: float = 1.0) -> dict[str, float]:
 
 def measure(run_dir: Path) -> None:
     """The CPU run's largest paged_gather cells, each call split into the gathers and the SDPA."""
-    rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines() if line.strip()]
-    for row in largest(rows, "paged_gather"):
+    for row in largest(latest_rows(run_dir), "paged_gather"):
         times = split_call(row)
         print(f"  measured here, pages of {row['page_size']}: "
               + ", ".join(f"{n} {t:.2f} ms" for n, t in times.items()))  # fmt: skip
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     met = True
     for run in runs:
         met &= check(run)
-        if args.measure and "cpu" in json.loads((run / "meta.json").read_text())["calibration"]:
+        if args.measure and "cpu" in read_meta(run)["calibration"]:
             measure(run)
     return 0 if met else 1
 

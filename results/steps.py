@@ -126,15 +126,20 @@ def breakpoints(values: Sequence[float], *, penalty: float = PENALTY, min_runs: 
 def location(values: Sequence[float], at: int, lo: int, hi: int, min_runs: int = MIN_RUNS) -> tuple[int, int]:
     """(earliest, latest) first run after a step found at `at` between segment edges lo and hi: every t whose
     two-segment l1 cost on the logs of values[lo:hi] is within LOCATION_SLACK x the series' noise of at's."""
-    import numpy as np
-
-    x = np.log(np.asarray(values, dtype=float)).reshape(-1, 1)
-    cost = ruptures().costs.CostL1().fit(x)
-    slack = LOCATION_SLACK * noise(x[:, 0])
+    cost, logs = l1_cost(values)
+    slack = LOCATION_SLACK * noise(logs)
     cut = {t: cost.error(lo, t) + cost.error(t, hi) for t in range(lo + min_runs, hi - min_runs + 1)}
     least = cut.get(at, min(cut.values()))
     near = [at, *(t for t, c in cut.items() if c - least <= slack)]
     return min(near), max(near)
+
+
+def l1_cost(values: Sequence[float]):
+    """ruptures' l1 cost fitted to the logs of values (what PELT segments here), and the logs."""
+    import numpy as np
+
+    logs = np.log(np.asarray(values, dtype=float))
+    return ruptures().costs.CostL1().fit(logs.reshape(-1, 1)), logs
 
 
 def ruptures():
