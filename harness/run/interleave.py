@@ -121,8 +121,13 @@ def read(out: Path) -> Plan:
 
 
 def dry_runs(plan: Plan) -> None:
-    """Every side's attnbench checks ARGS (`run ARGS --dry-run`): ValueError with the first refusal's line."""
+    """Every side's attnbench checks ARGS (`run ARGS --dry-run`): ValueError with the first refusal's line.
+    Sides with the same command (an A/A check) are checked once: the same program reads the same ARGS."""
+    checked: set[tuple[str, ...]] = set()
     for name, _ in plan.sides:
+        if tuple(plan.command(name)) in checked:
+            continue
+        checked.add(tuple(plan.command(name)))
         argv = [*plan.command(name), "run", *plan.args, "--dry-run", "--out", str(plan.run_dir(1, name))]
         try:
             done = subprocess.run(argv, capture_output=True, text=True)

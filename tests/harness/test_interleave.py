@@ -83,3 +83,13 @@ def test_the_runs_are_made_in_order_by_each_sides_command(tmp_path):
     assert json.loads((tmp_path / "set" / interleave.RECORD).read_text())["args"] == ["--heads", "1"]
     assert said[0] == f"run 1 of 3, side a: {tmp_path / 'set' / 'a' / 'run1'}"
     assert interleave.read(tmp_path / "set") == plan
+
+
+def test_sides_with_one_command_are_dry_run_once(tmp_path):
+    """An A/A check (two sides, one command) checks ARGS once; a side with another command checks it too."""
+    fake = tmp_path / "fake.py"
+    fake.write_text(FAKE)
+    same, other = f"{sys.executable} {fake}", f"env X=1 {sys.executable} {fake}"
+    plan = interleave.Plan(tmp_path / "set", 3, (("a", same), ("b", same), ("c", other)), ("--heads", "1"))
+    interleave.dry_runs(plan)
+    assert (tmp_path / "made.log").read_text().split() == ["set/a/run1", "set/c/run1"]
