@@ -16,46 +16,48 @@ from attnbench.harness.measure.allocator import MALLOC_DEFAULTS, WORKER_DEFAULTS
 from attnbench.harness.measure.fingerprint import resume_identity
 
 # naive at N (256: 2 MiB score tensors; 1024: 32 MiB), ten calls after five warm ones: the minor page
-# faults they cost, in a process that first frees `free_mib` MiB (0: nothing)
+# faults they cost, for each step FREE:N of one process in turn (FREE: the MiB it frees first, 0: nothing)
 FAULTS = """
 import resource, sys, torch
 from attnbench import variants
 torch.set_num_threads(1)
-free_mib, n = int(sys.argv[1]), int(sys.argv[2])
-if free_mib:
-    x = torch.empty(free_mib << 20, dtype=torch.uint8); x.fill_(1); del x
 fn = variants.get("naive").fn
-q, k, v = (torch.randn(1, 8, n, 64) for _ in range(3))
-for _ in range(5):
-    fn(q, k, v)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
-    fn(q, k, v)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+for step in sys.argv[1:]:
+    free_mib, n = map(int, step.split(":"))
+    if free_mib:
+        x = torch.empty(free_mib << 20, dtype=torch.uint8); x.fill_(1); del x
+    q, k, v = (torch.randn(1, 8, n, 64) for _ in range(3))
+    for _ in range(5):
+        fn(q, k, v)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        fn(q, k, v)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def _faults(env: dict[str, str], free_mib: int, n: int = 256) -> int:
+def _faults(env: dict[str, str], *steps: str) -> list[int]:
+    """The faults of each step (FREE:N), in one process started with `env`."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env = {**base, **env, "THP_MEM_ALLOC_ENABLE": "1", "PYTHONPATH": str(ROOT)}  # as the presets run
     done = subprocess.run(
-        [sys.executable, "-c", FAULTS, str(free_mib), str(n)], env=env,
-        capture_output=True, text=True, timeout=120, check=True,
+        [sys.executable, "-c", FAULTS, *steps], env=env, capture_output=True, text=True, timeout=120,
+        check=True,
     )  # fmt: skip
-    return int(done.stdout.split()[-1])
+    return [int(line) for line in done.stdout.split()]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_a_call_costs_the_same_whatever_its_process_freed_before_and_reuses_what_it_freed():
     # glibc's default: a fresh process maps (and faults in) every 2 MiB tensor anew (15,500 faults in ten
     # calls here), one that freed 16 MiB once serves them from its heap (none); a 32 MiB tensor is
-    # mapped afresh on every call whatever came before
-    dynamic_fresh, dynamic_after = _faults({}, 0), _faults({}, 16)
+    # mapped afresh on every call whatever came before. Each first step is a fresh process's.
+    [dynamic_fresh] = _faults({}, "0:256")
+    dynamic_after, mapped = _faults({}, "16:256", "0:1024")
     assert dynamic_fresh > 10 * max(dynamic_after, 100)
-    mapped = _faults({}, 16, n=1024)
     assert mapped > 1000
     fixed = worker_env({}, environ={})  # the workers': every call reuses the heap the last one freed
-    kept = [_faults(fixed, 0), _faults(fixed, 16), _faults(fixed, 0, n=1024)]
+    kept = _faults(fixed, "0:256", "16:256", "0:1024")
     assert max(kept) < min(dynamic_fresh, mapped) / 10, kept
 
 
