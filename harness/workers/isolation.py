@@ -61,35 +61,51 @@ _FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's
 # them. They do not count in comparing a worker's environment with the forkserver's (a spawn is a fresh torch
 # import, about 3 s, for every later run of a pytest session, or of any process that compiled: in CI one
 # test process that had compiled flex spawned its 75 later workers); a forked worker sets them as its parent
-# has them (harness.workers.worker._start), so its environment is still the parent's. `import ray` sets
-# RAY_CLIENT_MODE in the importing process (a run with --executor ray, a notebook that imported it): every
-# later worker of that process spawned.
+# has them (harness.workers.worker._start), so its environment is still the parent's. Ray sets variables
+# in the process that imports it and calls ray.init (a run with --executor ray, a notebook's own ray.init):
+# RAY_CLIENT_MODE, RAY_AUTH_MODE, RAY_USAGE_STATS_ENABLED and PYTHONBREAKPOINT with Ray 2.x, and they stay
+# after ray.shutdown; every later worker of that process spawned. Every RAY_* variable is per call
+# (PER_CALL_PREFIXES), whatever a Ray version names, and PYTHONBREAKPOINT (read when breakpoint() is called).
 PER_CALL = (
     "PYTEST_CURRENT_TEST",
     "COLUMNS",
     "LINES",
-    "RAY_CLIENT_MODE",
+    "PYTHONBREAKPOINT",
     "TORCHINDUCTOR_CACHE_DIR",
     "TORCHINDUCTOR_COMPILE_THREADS",
     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
 )
 
 
+PER_CALL_PREFIXES = ("RAY_",)
+
+
+def _per_call(name: str) -> bool:
+    return name in PER_CALL or name.startswith(PER_CALL_PREFIXES)
+
+
 def _lasting(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k not in PER_CALL}
+    return {k: v for k, v in environ.items() if not _per_call(k)}
+
+
+def per_call_values() -> dict[str, str | None]:
+    """The per-call variables a forked worker sets as this process has them now (None: unset), those the
+    forkserver started with included, so that one unset since is unset in the worker too."""
+    started = _FORKSERVER_ENVIRON[0] if _FORKSERVER_ENVIRON else {}
+    names = {*PER_CALL, *(k for k in (*os.environ, *started) if _per_call(k))}
+    return {name: os.environ.get(name) for name in sorted(names)}
 
 
 def _context(config: dict[str, Any]):
     """The multiprocessing context a worker of `config` starts with, called with its environment set
     (_environment): the forkserver, unless the worker is pinned to CPUs, or this environment is not the
     one the forkserver started under (its first worker's), or this is not Linux: spawn then."""
-    environ = _lasting(os.environ)
     if config.get("cpu_affinity") or not sys.platform.startswith("linux"):
         return mp.get_context("spawn")
     if not _FORKSERVER_ENVIRON:
-        _FORKSERVER_ENVIRON.append(environ)
+        _FORKSERVER_ENVIRON.append(dict(os.environ))
         mp.set_forkserver_preload(_FORKSERVER_PRELOAD)
-    elif _FORKSERVER_ENVIRON[0] != environ:
+    elif _lasting(_FORKSERVER_ENVIRON[0]) != _lasting(os.environ):
         return mp.get_context("spawn")
     return mp.get_context("forkserver")
 
@@ -177,7 +193,7 @@ class Worker:
         with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
             ctx = _context(config)
             self.conn, child = ctx.Pipe()
-            per_call = {name: os.environ.get(name) for name in PER_CALL}
+            per_call = per_call_values()
             self.proc = ctx.Process(
                 target=worker_main, args=(child, {**config, "per_call": per_call}), daemon=True,
                 name="attnbench-worker",

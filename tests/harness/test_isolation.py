@@ -306,7 +306,7 @@ def test_the_forkserver_starts_before_the_parent_imports_torch_and_its_workers_f
     that the two imports overlap; a worker of the same environment forks from it, one of another is
     spawned by the parent itself; one whose environment differs only in what pytest names the running test
     by and what torch sets once it has compiled (isolation.PER_CALL) still forks from it."""
-    env = {k: v for k, v in cli_env().items() if k not in isolation.PER_CALL}
+    env = isolation._lasting(cli_env())
     out = subprocess.run(
         [sys.executable, "-c", PRESTART], capture_output=True, text=True, timeout=180, env=env
     )
@@ -339,7 +339,7 @@ print(json.dumps({"read": sorted(read), "inductor": "torch._inductor" in sys.mod
 
 
 def test_nothing_the_forkserver_imports_reads_a_per_call_variable():
-    """The variables a forked worker sets for itself (isolation.PER_CALL) are read by nothing its
+    """The variables a forked worker sets for itself (isolation.PER_CALL, RAY_*) are read by nothing its
     forkserver imported first: a worker forked from it sees their new values as a spawned one would."""
     out = subprocess.run(
         [sys.executable, "-c", READS_AT_PRELOAD], capture_output=True, text=True, timeout=180
@@ -347,7 +347,26 @@ def test_nothing_the_forkserver_imports_reads_a_per_call_variable():
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.splitlines()[-1])
     assert got["read"] and not got["inductor"]  # it saw torch's own reads; the compiler is not imported
-    assert not set(got["read"]) & set(isolation.PER_CALL)
+    assert not [name for name in got["read"] if isolation._per_call(name)]
+
+
+def test_what_ray_leaves_set_still_forks_and_reaches_the_worker(monkeypatch):
+    """ray.init leaves RAY_* variables and PYTHONBREAKPOINT in its process (tests/harness/test_ray_executor.py
+    checks which): a later local worker still forks from the forkserver, and sets them as its parent has
+    them; one the forkserver started with and the parent has unset since is unset in the worker."""
+    monkeypatch.setenv("RAY_SEEN_AT_START", "1")
+    monkeypatch.setattr(isolation, "_FORKSERVER_ENVIRON", [dict(os.environ)])
+    monkeypatch.delenv("RAY_SEEN_AT_START")
+    for name, value in {"RAY_AUTH_MODE": "token", "RAY_CLIENT_MODE": "0", "PYTHONBREAKPOINT": "0"}.items():
+        monkeypatch.setenv(name, value)
+    assert isolation._context({}).get_start_method() == "forkserver"
+    sent = isolation.per_call_values()
+    assert sent["RAY_AUTH_MODE"] == "token" and sent["PYTHONBREAKPOINT"] == "0"
+    assert (
+        sent["RAY_SEEN_AT_START"] is None and sent["PYTEST_CURRENT_TEST"] == os.environ["PYTEST_CURRENT_TEST"]
+    )
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "1")  # a lasting variable: the worker must start under it
+    assert isolation._context({}).get_start_method() == "spawn"
 
 
 TELLS_ITS_TEST = """

@@ -83,19 +83,31 @@ def test_a_port_that_is_not_ray_is_one_line_within_the_bound_with_nothing_writte
 def cluster():
     """One local Ray cluster for the module (started here, on loopback; its start costs ~15 s), joined
     by every `attnbench run` below through --ray-address; shut down with the module, and the variables
-    ray.init set in this process (RAY_*, PYTHONBREAKPOINT) taken back: left, they made every later run of
-    this test process spawn its workers instead of forking them (harness.workers.isolation._context)."""
+    ray.init set in this process (RAY_*, PYTHONBREAKPOINT) taken back, as a test leaves what it found
+    (they no longer make a later worker spawn: test_what_ray_init_leaves_set_...)."""
     saved = dict(os.environ)
     if "ray" not in sys.modules:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # see harness/run/executors/ray.py
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    RAY_SET.update(k for k in os.environ if os.environ[k] != saved.get(k))
     try:
         yield ["--executor", "ray", "--ray-address", ray.get_runtime_context().gcs_address]
     finally:
         ray.shutdown()
         os.environ.clear()
         os.environ.update(saved)
+
+
+RAY_SET: set[str] = set()  # the variables ray.init set or changed in this process (the cluster fixture)
+
+
+def test_what_ray_init_leaves_set_does_not_make_later_workers_spawn(cluster):
+    """Each is per call (harness.workers.isolation): a local run after a Ray one in the same process (a
+    notebook) still forks its workers (tests/harness/test_isolation.py)."""
+    from attnbench.harness.workers import isolation
+
+    assert RAY_SET and all(isolation._per_call(name) for name in RAY_SET), sorted(RAY_SET)
 
 
 def _statuses(out):
