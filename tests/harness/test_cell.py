@@ -128,14 +128,23 @@ def test_a_failure_while_timing_is_the_rows_status_with_the_gate_kept():
 
 @pytest.mark.parametrize("pass_", ["fwd", "fwdbwd"])
 def test_the_phase_columns_add_up_to_the_cells_wall_time(pass_):
-    """Every second of a cell is in a phase column (the GPU issue's 5% target; here within 5% or 2 ms)."""
+    """Every second of a cell is in a phase column (the GPU issue's 5% target; here within 5% or 2 ms). The
+    code between phases takes well under a millisecond, but on a loaded machine the process can be
+    descheduled there for a time slice (20 ms seen in CI): a cell that misses is measured once more, and
+    time that no phase counts would miss both times."""
     for variant in ("naive", "sdpa"):
-        row = measure_cell(spec(variant, n=256, pass_=pass_), QUICK)
-        assert row["status"] == "ok"
-        phases = sum(row.get(col) or 0.0 for col in PHASE_COLUMNS)
-        assert phases <= row["elapsed_s"] * 1e3 + 1  # contiguous phases never overlap
-        assert phases >= row["elapsed_s"] * 1e3 * 0.95 - 2, {col: row.get(col) for col in PHASE_COLUMNS}
-        assert row["timing_ms"] >= sum(row["samples_ms"])  # the timed calls are inside the timing loop
+        gaps = []
+        for _ in range(2):
+            row = measure_cell(spec(variant, n=256, pass_=pass_), QUICK)
+            assert row["status"] == "ok"
+            phases = sum(row.get(col) or 0.0 for col in PHASE_COLUMNS)
+            assert phases <= row["elapsed_s"] * 1e3 + 1  # contiguous phases never overlap
+            assert row["timing_ms"] >= sum(row["samples_ms"])  # the timed calls are inside the timing loop
+            gaps.append((row["elapsed_s"] * 1e3 - phases, {col: row.get(col) for col in PHASE_COLUMNS}))
+            if phases >= row["elapsed_s"] * 1e3 * 0.95 - 2:
+                break
+        else:
+            raise AssertionError(f"{variant}: time in no phase, twice: {gaps}")
 
 
 def test_a_kernel_hook_names_the_kernel_and_never_fails_the_cell():
