@@ -125,10 +125,11 @@ def dry_runs(plan: Plan) -> None:
     Sides with the same command (an A/A check) are checked once: the same program reads the same ARGS."""
     checked: set[tuple[str, ...]] = set()
     for name, _ in plan.sides:
-        if tuple(plan.command(name)) in checked:
+        command = tuple(plan.command(name))
+        if command in checked:
             continue
-        checked.add(tuple(plan.command(name)))
-        argv = [*plan.command(name), "run", *plan.args, "--dry-run", "--out", str(plan.run_dir(1, name))]
+        checked.add(command)
+        argv = [*command, "run", *plan.args, "--dry-run", "--out", str(plan.run_dir(1, name))]
         try:
             done = subprocess.run(argv, capture_output=True, text=True)
         except OSError as exc:
