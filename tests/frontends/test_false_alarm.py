@@ -121,19 +121,20 @@ def test_the_kernels_and_environments_stories_end_to_end(measured):
 
 @pytest.mark.slow
 def test_the_plant_reaches_the_workers(tmp_path, monkeypatch):
-    """A run whose environment holds ATTNBENCH_PLANT=3 (as `env ATTNBENCH_PLANT=3 attnbench run` gives it,
+    """A run whose environment holds ATTNBENCH_PLANT=9 (as `env ATTNBENCH_PLANT=9 attnbench run` gives it,
     a planted side's command; here the command runs in this process, see conftest.run_cli, and its workers
-    are real spawned processes that inherit the variable) measures chunked_env about 4x chunked in its
-    worker processes, whatever the machine's load (the plant spins for 3 times as long as its own chunked
-    call took); unset, chunked_env is chunked."""
-    monkeypatch.setenv("ATTNBENCH_PLANT", "3")
+    are real spawned processes that inherit the variable) measures chunked_env about 10x chunked in its
+    worker processes, whatever the machine's load (the plant spins for 9 times as long as its own chunked
+    call took; the two cells' chunked calls at N = 64 differ by up to 2x between cells, so the bound is
+    3x); unset, chunked_env is chunked."""
+    monkeypatch.setenv("ATTNBENCH_PLANT", "9")
     run_cli("run", "--variants", "chunked,chunked_env", "--variant-file", str(ROOT / "benchmarks" /
             "planted_slowdown.py"), "--seq-len", "64", "--threads", "1", "-q", "--out", str(tmp_path / "run"),
             *RUN_TINY, check=True)  # fmt: skip
     rows = {
         r["variant"]: r for r in map(json.loads, (tmp_path / "run" / "rows.jsonl").read_text().splitlines())
     }
-    assert rows["chunked_env"]["time_ms_median"] > 2.5 * rows["chunked"]["time_ms_median"]
+    assert rows["chunked_env"]["time_ms_median"] > 3 * rows["chunked"]["time_ms_median"]
 
 
 @pytest.mark.slow

@@ -56,13 +56,15 @@ def test_large_scores_take_the_compiled_online_step(monkeypatch):
 
 
 @pytest.mark.slow
-def test_more_shapes_than_dynamos_limit_stay_compiled(monkeypatch):
+def test_more_shapes_than_dynamos_limit_stay_compiled(monkeypatch, request):
     """More step shapes than dynamo allows per code object (its default is 8; lowered to 2 here, so that 3
     compilations show it rather than 9) are compiled once each, then run again with recompilation
     forbidden: the variant raised the limit, and none fell back to eager or needs a new graph."""
     assert chunked_compiled.RECOMPILE_LIMIT > 8  # past dynamo's default, which the variant raises it from
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    monkeypatch.setattr(torch._dynamo.config, "accumulated_recompile_limit", 2)
+    # the config's own patch: monkeypatch's undo deletes a config module's attributes (flex then fails)
+    low = torch._dynamo.config.patch(recompile_limit=2, accumulated_recompile_limit=2)
+    low.__enter__()
+    request.addfinalizer(lambda: low.__exit__(None, None, None))
     monkeypatch.delitem(chunked_compiled._compiled, "step", raising=False)  # made again, under the low limit
     var = variants.get("chunked_compiled")
     shapes = [(1, 2, 2, 40 + 8 * i, 8) for i in range(3)]  # each one block: one step shape per problem
