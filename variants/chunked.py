@@ -50,12 +50,14 @@ multiplies dS by 1 - (modded / C)^2 (ALiBi's bias is a constant: dS is unchanged
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 
-import torch
-
+from . import lazy
 from .mods import NONE, apply_mod_block, grouped_alibi_slopes, mod_kind, softcap_grad
 from .registry import register
+
+torch = lazy.module("torch", globals())
 
 BLOCK_Q = 256  # query rows per block
 BLOCK_K = 512  # keys per block
@@ -412,35 +414,42 @@ def _backward(
     return dq, dk.view(b, h_kv, n_k, d_k).to(q.dtype), dv.view(b, h_kv, n_k, d_v).to(q.dtype)
 
 
-class _ChunkedAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p,
-        seed, cu_seqlens, step,
-    ):  # fmt: skip
-        args = (
-            causal,
-            key_lengths,
-            scale,
-            block_q,
-            block_k,
-            causal_align,
-            window,
-            mod,
-            dropout_p,
-            seed,
-            cu_seqlens,
-        )
-        out, lse = _forward(q, k, v, *args, step=step)  # step: chunked_compiled's block update, else None
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = args
-        return out
+@functools.cache
+def _function() -> type:
+    """The autograd Function of chunked, made at its first use (a subclass of torch's: torch is imported
+    then, not when the variant registers)."""
 
-    @staticmethod
-    def backward(ctx, d_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-        return dq, dk, dv, *([None] * 12)
+    class _ChunkedAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(
+            ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p,
+            seed, cu_seqlens, step,
+        ):  # fmt: skip
+            args = (
+                causal,
+                key_lengths,
+                scale,
+                block_q,
+                block_k,
+                causal_align,
+                window,
+                mod,
+                dropout_p,
+                seed,
+                cu_seqlens,
+            )
+            out, lse = _forward(q, k, v, *args, step=step)  # step: chunked_compiled's block update, else None
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.args = args
+            return out
+
+        @staticmethod
+        def backward(ctx, d_out):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
+            return dq, dk, dv, *([None] * 12)
+
+    return _ChunkedAttention
 
 
 @register(
@@ -499,5 +508,5 @@ def attention(q, k, v, *args, step=None):
     """_forward's arguments -> out, through the autograd Function when gradients are needed (its backward
     is the eager one whatever `step` did in the forward)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _ChunkedAttention.apply(q, k, v, *args, step)
+        return _function().apply(q, k, v, *args, step)
     return _forward(q, k, v, *args, step=step)[0]

@@ -57,12 +57,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from . import lazy
 from .masks import diagonal_offset
 from .mods import NONE, mod_kind, parse_mod, position_offset, softcap_value
 from .problem import Problem
 from .registry import UnsupportedError, register
+
+torch = lazy.module("torch", globals())
 
 # The score mods flex implements as score_mods (variants/mods.py fixes their rules), in its capability.
 MODS = ("alibi", "softcap")

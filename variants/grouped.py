@@ -9,7 +9,10 @@ broadcast matmul (which would expand K to H heads and copy it). With H_kv = H bo
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

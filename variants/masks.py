@@ -9,7 +9,9 @@ Which keys query i sees (the float64 reference in harness/measure/correctness.py
 
 from __future__ import annotations
 
-import torch
+from . import lazy
+
+torch = lazy.module("torch", globals())
 
 
 def diagonal_offset(n_q: int, n_k: int, causal_align: str = "top-left") -> int:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
-from . import grouped
+from . import grouped, lazy
 from .masks import attention_mask, fully_masked_rows
 from .mods import NONE, apply_mod
 from .registry import register
+
+torch = lazy.module("torch", globals())
+F = lazy.module("torch.nn.functional", globals(), "F")
 
 
 @register(

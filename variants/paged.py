@@ -25,12 +25,13 @@ from __future__ import annotations
 import functools
 import math
 
-import torch
-import torch.nn.functional as F
-
+from . import lazy
 from .lengths import PAGED_ONLY
 from .problem import Problem
 from .registry import UnsupportedError, register
+
+torch = lazy.module("torch", globals())
+F = lazy.module("torch.nn.functional", globals(), "F")
 
 
 def _paged_only(p: Problem) -> str | None:

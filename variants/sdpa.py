@@ -15,18 +15,23 @@ The axes beyond the first calling convention:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
+from . import lazy
 from .masks import attention_mask
 from .problem import Problem
 from .registry import UnsupportedError, register
 
 _ALL = ("float32", "float16", "bfloat16", "float64")
+
+
+# A backend is named as torch's SDPBackend names it ("MATH", "FLASH_ATTENTION", ...; None: torch's own
+# dispatch), and the enum is looked up at call time: registering these variants does not import torch.
+torch = lazy.module("torch", globals())
+F = lazy.module("torch.nn.functional", globals(), "F")
+attention = lazy.module("torch.nn.attention", globals())
 
 
 def _sdpa_takes(name: str) -> bool:
@@ -39,10 +44,15 @@ def _sdpa_takes(name: str) -> bool:
         return f"{name}=" in head or f"{name}:" in head
 
 
-_TAKES_GQA = _sdpa_takes("enable_gqa")
-_NO_GQA = (
-    f"this torch ({torch.__version__}) has no enable_gqa in F.scaled_dot_product_attention (torch >= 2.5)"
-)
+@functools.cache
+def _takes_gqa() -> bool:
+    return _sdpa_takes("enable_gqa")
+
+
+def _no_gqa() -> str:
+    return (
+        f"this torch ({torch.__version__}) has no enable_gqa in F.scaled_dot_product_attention (torch >= 2.5)"
+    )
 
 
 def _lower_right_bias(n_q: int, n_k: int):
@@ -57,7 +67,7 @@ def _mask(q, k, causal, key_lengths, backend, causal_align, window):
     """(attn_mask, is_causal) for this call: no mask when is_causal says it all."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     lower_right = causal and causal_align == "lower-right" and n_q != n_k  # equal lengths: the same mask
-    bias_ok = backend in (None, SDPBackend.FLASH_ATTENTION)  # where CausalBias's own kernel choice is right
+    bias_ok = backend in (None, "FLASH_ATTENTION")  # where CausalBias's own kernel choice is right
     if key_lengths is not None or window or (lower_right and not bias_ok):
         # SDPA refuses attn_mask with is_causal, so every combination becomes one boolean mask
         mask = attention_mask(
@@ -73,8 +83,8 @@ def _mask(q, k, causal, key_lengths, backend, causal_align, window):
 def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend, causal_align="top-left", window=0):
     extra = {}
     if k.shape[1] != q.shape[1]:
-        if not _TAKES_GQA:
-            raise UnsupportedError(_NO_GQA)
+        if not _takes_gqa():
+            raise UnsupportedError(_no_gqa())
         extra["enable_gqa"] = True
     mask, is_causal = _mask(q, k, causal, key_lengths, backend, causal_align, window)
     if backend is None:
@@ -84,9 +94,9 @@ def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend, causal_align=
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            if backend == SDPBackend.FLASH_ATTENTION and q.is_cuda and not isinstance(mask, torch.Tensor):
+            if backend == "FLASH_ATTENTION" and q.is_cuda and not isinstance(mask, torch.Tensor):
                 _check_cuda_flash(q, k, v, mask, dropout_p, is_causal, extra)
-            with sdpa_kernel(backend):
+            with attention.sdpa_kernel(getattr(attention.SDPBackend, backend)):
                 return F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **extra
                 )
@@ -95,9 +105,7 @@ def _call(q, k, v, causal, key_lengths, dropout_p, scale, backend, causal_align=
                 raise
             reasons = [str(w.message).split(" (Triggered internally")[0] for w in caught]
             reasons = [r for r in reasons if r and "kernel not used because:" not in r] or [str(exc)]
-            raise UnsupportedError(
-                f"torch refused the {backend.name} backend: " + "; ".join(reasons)
-            ) from None
+            raise UnsupportedError(f"torch refused the {backend} backend: " + "; ".join(reasons)) from None
 
 
 def flash_impl() -> str:
@@ -113,14 +121,14 @@ def flash_impl() -> str:
     return f"FA2 {version}".strip()
 
 
-def _named(backend: SDPBackend, q) -> str:
+def _named(backend: str, q) -> str:
     """A backend's name in the row's `kernel` column, with the flash implementation on CUDA."""
-    if backend == SDPBackend.FLASH_ATTENTION:
+    if backend == "FLASH_ATTENTION":
         return f"FLASH_ATTENTION ({flash_impl()})" if q.is_cuda else "FLASH_ATTENTION (CPU)"
-    return backend.name
+    return backend
 
 
-def _kernel(backend: SDPBackend | None):
+def _kernel(backend: str | None):
     """The kernel hook of a variant pinned to `backend`; of torch's own dispatch (None), the backend torch
     picks for these inputs (torch._fused_sdp_choice, the choice F.scaled_dot_product_attention makes)."""
 
@@ -131,14 +139,14 @@ def _kernel(backend: SDPBackend | None):
         if choose is None:
             return None
         mask, is_causal = _mask(q, k, causal, key_lengths, None, causal_align, window)
-        gqa = k.shape[1] != q.shape[1] and _TAKES_GQA
+        gqa = k.shape[1] != q.shape[1] and _takes_gqa()
         from torch.nn.attention.bias import CausalBias  # imports dynamo: never at `attnbench list`
 
         if isinstance(mask, CausalBias):  # it dispatches by itself, past _fused_sdp_choice
             return _lower_right_kernel(q, k, v, mask, gqa)
         extra = {"enable_gqa": True} if gqa else {}
         chosen = choose(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=None, **extra)
-        return _named(SDPBackend(chosen), q)
+        return _named(attention.SDPBackend(chosen).name, q)
 
     return kernel
 
@@ -152,13 +160,13 @@ def _lower_right_kernel(q, k, v, bias, gqa: bool) -> str:
     if q.is_cuda:
         params = SDPAParams(q, k, v, None, 0.0, True, gqa)
         if can_use_flash_attention(params):
-            return _named(SDPBackend.FLASH_ATTENTION, q)
+            return _named("FLASH_ATTENTION", q)
         if can_use_efficient_attention(params):
-            return _named(SDPBackend.EFFICIENT_ATTENTION, q)
+            return _named("EFFICIENT_ATTENTION", q)
     dense = bias._materialize(q.device)
     extra = {"enable_gqa": True} if gqa else {}
     chosen = torch._fused_sdp_choice(q, k, v, attn_mask=dense, dropout_p=0.0, is_causal=False, **extra)
-    return _named(SDPBackend(chosen), q)
+    return _named(attention.SDPBackend(chosen).name, q)
 
 
 def _check_cuda_flash(q, k, v, bias, dropout_p, is_causal, extra) -> None:
@@ -174,7 +182,7 @@ def _check_cuda_flash(q, k, v, bias, dropout_p, is_causal, extra) -> None:
 
 
 def _sdpa_supports(p: Problem) -> str | None:
-    return _NO_GQA if p.gqa and not _TAKES_GQA else None
+    return _no_gqa() if p.gqa and not _takes_gqa() else None
 
 
 def _cuda_capability() -> tuple[int, int] | None:
@@ -205,8 +213,8 @@ def _flash_supports(p: Problem) -> str | None:
         return "the CUDA flash kernel takes no attention mask (key padding)"
     if p.device == "cuda" and p.window:
         return "the CUDA flash kernel takes no attention mask (attnbench passes a sliding window as one)"
-    if p.gqa and not _TAKES_GQA:
-        return _NO_GQA
+    if p.gqa and not _takes_gqa():
+        return _no_gqa()
     if p.device == "cpu" and p.dropout:
         return "the CPU flash kernel does not implement dropout"
     return None
@@ -262,7 +270,7 @@ def sdpa(
 
 @register(
     "sdpa_math",
-    kernel=_kernel(SDPBackend.MATH),
+    kernel=_kernel("MATH"),
     description="SDPA pinned to the MATH backend (composite ops, materialises the scores)",
     dtypes=_ALL,
     memory="quadratic",
@@ -274,12 +282,12 @@ def sdpa(
 def sdpa_math(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
 ):
-    return _call(q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.MATH, causal_align, window)
+    return _call(q, k, v, causal, key_lengths, dropout_p, scale, "MATH", causal_align, window)
 
 
 @register(
     "sdpa_flash",
-    kernel=_kernel(SDPBackend.FLASH_ATTENTION),
+    kernel=_kernel("FLASH_ATTENTION"),
     description="SDPA pinned to FLASH_ATTENTION (FlashAttention-2 on CUDA, a fused flash kernel on CPU)",
     dtypes=("float32", "float16", "bfloat16", "float64"),
     max_head_dim=256,
@@ -293,14 +301,12 @@ def sdpa_math(
 def sdpa_flash(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
 ):
-    return _call(
-        q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.FLASH_ATTENTION, causal_align, window
-    )
+    return _call(q, k, v, causal, key_lengths, dropout_p, scale, "FLASH_ATTENTION", causal_align, window)
 
 
 @register(
     "sdpa_efficient",
-    kernel=_kernel(SDPBackend.EFFICIENT_ATTENTION),
+    kernel=_kernel("EFFICIENT_ATTENTION"),
     description="SDPA pinned to EFFICIENT_ATTENTION (xformers-derived cutlass kernel, CUDA)",
     devices=("cuda",),
     dtypes=("float32", "float16", "bfloat16"),
@@ -312,14 +318,12 @@ def sdpa_flash(
 def sdpa_efficient(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0
 ):
-    return _call(
-        q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.EFFICIENT_ATTENTION, causal_align, window
-    )
+    return _call(q, k, v, causal, key_lengths, dropout_p, scale, "EFFICIENT_ATTENTION", causal_align, window)
 
 
 @register(
     "sdpa_cudnn",
-    kernel=_kernel(SDPBackend.CUDNN_ATTENTION),
+    kernel=_kernel("CUDNN_ATTENTION"),
     description="SDPA pinned to CUDNN_ATTENTION (cuDNN fused flash attention, CUDA)",
     devices=("cuda",),
     dtypes=("float16", "bfloat16"),
@@ -328,4 +332,4 @@ def sdpa_efficient(
     supports=_cudnn_supports,
 )
 def sdpa_cudnn(q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None):
-    return _call(q, k, v, causal, key_lengths, dropout_p, scale, SDPBackend.CUDNN_ATTENTION)
+    return _call(q, k, v, causal, key_lengths, dropout_p, scale, "CUDNN_ATTENTION")

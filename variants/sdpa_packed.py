@@ -13,12 +13,13 @@ Both let SDPA pick its backend; the (1, H, T, d) packed convention is in variant
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
+from . import lazy
 from .lengths import PACKED_ONLY
 from .masks import causal_mask
 from .registry import register
+
+torch = lazy.module("torch", globals())
+F = lazy.module("torch.nn.functional", globals(), "F")
 
 
 def _packed_only(p) -> str | None:

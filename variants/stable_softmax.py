@@ -8,13 +8,13 @@ with default=False (left out of sweeps) and exists for the numerics probe.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
-from . import grouped
+from . import grouped, lazy
 from .masks import attention_mask
 from .mods import NONE, apply_mod
 from .registry import register
+
+torch = lazy.module("torch", globals())
+F = lazy.module("torch.nn.functional", globals(), "F")
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64")
 # grouped k/v heads, lower-right causal, windows, score modifications, packed batches (one T x T score matrix

@@ -41,12 +41,11 @@ from dataclasses import dataclass
 import torch
 
 from attnbench.harness.measure.contract import check_output
+from attnbench.harness.measure.guard import REFERENCE_ROW_BLOCK  # the reference's block, which guard counts
 from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE, sqnr_db  # reports draw them too
 from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
 from attnbench.variants.quant import dequantise
-
-REFERENCE_ROW_BLOCK = 1 << 24  # elements of (B, H, rows, N_k) float64 scores per reference block
 
 
 def key_interval(

@@ -291,7 +291,7 @@ def collect(*, with_gpu: bool = True) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "os": platform.platform(),
         "python": sys.version.split()[0],
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a str: torch's TorchVersion would make the parent unpickle torch
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "xformers": _pkg("xformers"),

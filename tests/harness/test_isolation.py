@@ -316,6 +316,37 @@ def test_the_forkserver_starts_before_the_parent_imports_torch_and_its_workers_f
     assert got["ppid"] == got["third_ppid"] == got["started"] and got["other_ppid"] == got["me"]
 
 
+PARENT = """
+import json, sys
+from attnbench.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_a_run_of_built_in_variants_imports_torch_in_its_workers_only(tmp_path):
+    """The parent of a run of built-in variants (their registration, the plan, the memory guard, the rows,
+    the worker's fingerprint reply) never imports torch: the run's one torch import is its forkserver's. A
+    bad variant name is refused without it too."""
+
+    def parent(*argv: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", PARENT, *argv], capture_output=True, text=True,
+                              timeout=180, env=cli_env())  # fmt: skip
+        assert done.stdout, done.stderr[-2000:]
+        return json.loads(done.stdout.splitlines()[-1])
+
+    ran = parent("run", "--variants", "naive,chunked,sdpa", "--seq-len", "64", "-q", "--out",
+                 str(tmp_path / "run"), "--heads", "2", "--budget-ms", "5", "--warmup-ms", "1",
+                 "--calibrate-ms", str(TEST_CALIBRATE_MS))  # fmt: skip
+    assert ran == {"code": 0, "torch": False}
+    statuses = [json.loads(line)["status"] for line in (tmp_path / "run" / "rows.jsonl").open()]
+    assert statuses == ["ok"] * 3
+    assert parent("run", "--variants", "nosuch", "--seq-len", "64") == {"code": 2, "torch": False}
+
+
 READS_AT_PRELOAD = """
 import importlib, json, os, sys
 from attnbench.harness.workers import isolation
