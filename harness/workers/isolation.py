@@ -45,13 +45,15 @@ _SPAWN_LOCK = threading.Lock()
 
 
 # What the forkserver imports once, before any worker forks from it: torch and the modules a worker's set-up
-# imports (harness.workers.worker._Server), none of which loads a variant or touches CUDA
+# imports (harness.workers.worker._Server), none of which loads a variant or touches CUDA; then preload, which
+# freezes them for the collector, once for every worker
 _FORKSERVER_PRELOAD = [
     "torch",
     "attnbench.harness.workers.worker",
     "attnbench.harness.measure.cell",
     "attnbench.harness.measure.calibrate",
     "attnbench.harness.measure.fingerprint",
+    "attnbench.harness.workers.preload",
 ]
 _FORKSERVER_ENVIRON: list[dict[str, str]] = []  # the environment this process's forkserver started under
 # Variables that change while a process runs and that nothing the forkserver imports reads: pytest names the

@@ -426,3 +426,26 @@ def test_a_worker_sees_the_per_call_variables_its_parent_has_now(tmp_path, monke
                 check=True)  # fmt: skip
         assert set(seen.read_text().split()) == {name}
         seen.unlink()
+
+
+def test_the_forkserver_freezes_its_imports_once_for_every_worker():
+    """preload comes last in what the forkserver imports, and freezing there moves torch's and the harness's
+    objects into the collector's permanent generation, which a forked worker inherits (its own
+    freeze_imports then has only its own objects left to collect)."""
+    assert isolation._FORKSERVER_PRELOAD[-1] == "attnbench.harness.workers.preload"
+    code = (
+        "import gc, json, os\n"
+        "import torch\n"
+        "from attnbench.harness.workers import preload\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    print(json.dumps([preload.FROZEN, gc.get_freeze_count()]), flush=True)\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=cli_env()
+    )
+    frozen, in_child = json.loads(out.stdout)
+    # torch's objects, frozen in the server, still frozen in its child (a few freed since by refcount)
+    assert frozen > 50_000 and in_child > 0.99 * frozen
