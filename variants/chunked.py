@@ -421,33 +421,19 @@ def _function() -> type:
 
     class _ChunkedAttention(torch.autograd.Function):
         @staticmethod
-        def forward(
-            ctx, q, k, v, causal, key_lengths, scale, block_q, block_k, causal_align, window, mod, dropout_p,
-            seed, cu_seqlens, step,
-        ):  # fmt: skip
-            args = (
-                causal,
-                key_lengths,
-                scale,
-                block_q,
-                block_k,
-                causal_align,
-                window,
-                mod,
-                dropout_p,
-                seed,
-                cu_seqlens,
-            )
-            out, lse = _forward(q, k, v, *args, step=step)  # step: chunked_compiled's block update, else None
+        def forward(ctx, q, k, v, *args):
+            # _forward's arguments as attention() passed them, then chunked_compiled's step (or None)
+            *args, step = args
+            out, lse = _forward(q, k, v, *args, step=step)
             ctx.save_for_backward(q, k, v, out, lse)
-            ctx.args = args
+            ctx.args = tuple(args)
             return out
 
         @staticmethod
         def backward(ctx, d_out):
             q, k, v, out, lse = ctx.saved_tensors
             dq, dk, dv = _backward(q, k, v, out, d_out, lse, *ctx.args)
-            return dq, dk, dv, *([None] * 12)
+            return dq, dk, dv, *([None] * (len(ctx.args) + 1))  # none for the arguments and the step
 
     return _ChunkedAttention
 
