@@ -22,6 +22,7 @@ nox.options.error_on_missing_interpreters = True
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 FALLBACK_TORCH = PYPROJECT["tool"]["attnbench"]["fallback-torch"]
+SOURCE_DIRS = ("attnbench", "harness", "variants", "results", "reports", "tests", "benchmarks")
 
 
 def _host_torch_site() -> str | None:
@@ -50,6 +51,10 @@ def _install(session: nox.Session, *extras: str) -> None:
         session.install(FALLBACK_TORCH)
     target = f".[{','.join(extras)}]" if extras else "."
     session.install("-e", target)
+    # the editable install imports from the source tree: its bytecode is written here, once, because a shell
+    # with PYTHONDONTWRITEBYTECODE set (as some containers and CI images have) would otherwise compile every
+    # module again in each process a session starts (about 0.2 CPU-s each; the suite starts a few hundred)
+    session.run("python", "-m", "compileall", "-q", *(str(ROOT / d) for d in SOURCE_DIRS), silent=True)
     session.run("python", "-c", "import torch; print('torch', torch.__version__, torch.__file__)")
 
 
