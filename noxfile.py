@@ -69,8 +69,10 @@ def tests(session: nox.Session) -> None:
     # the executors' and transformers' tests skip without them: CI has them
     _install(session, "dev", "ray", "slurm", "transformers")
     # two test processes, a test file each at a time (pytest-xdist): most tests wait on worker processes
-    # (a torch import, a calibration) more than they compute, and a file's fixtures stay in one process
-    session.run("python", "-m", "pytest", "-n", "2", "--dist", "loadfile", *(session.posargs or ["tests"]))
+    # (a torch import, a calibration) more than they compute, and a file's fixtures stay in one process; the
+    # files are handed out in collection order, the costliest first (tests/conftest.py: HEAVY_FIRST)
+    xdist = ("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
+    session.run("python", "-m", "pytest", *xdist, *(session.posargs or ["tests"]))
 
 
 @nox.session
