@@ -11,8 +11,9 @@
   2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
      at batch 2), a 10% step planted at run 700 in every cell, written as run directories; then timed:
      `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
-     results.steps.find (the detection), and `attnbench history check --fail-on-step 5%` whole (load, detect,
-     a repro line per step). Target: add + load + detect under 30 s on the 2-core VM.
+     results.steps.find (the detection), reports.dashboard.publish (the site from that frame and its steps),
+     and the commands `attnbench history check --fail-on-step 5%` and `attnbench history publish` whole (each
+     loads and detects again). Target: add + load + detect + publish under 30 s on the 2-core VM.
 
     python benchmarks/history_check.py [--runs 1000] [--seeds 10] [--json OUT.json]
 
@@ -26,6 +27,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -35,6 +37,8 @@ from pathlib import Path
 
 import attnbench
 from attnbench.cli import main as cli
+from attnbench.harness.measure import fingerprint
+from attnbench.reports import dashboard
 from attnbench.results import steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,21 +156,32 @@ def scale(n_runs: int) -> dict:
         t2 = time.perf_counter()
         found = steps.find(df)
         t3 = time.perf_counter()
+        pages = dashboard.publish(df, found, Path(tmp) / "site")
+        t4 = time.perf_counter()
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli(["history", "check", "--store", str(store), "--fail-on-step", "5%"])
-        t4 = time.perf_counter()
+        t5 = time.perf_counter()
+        with contextlib.redirect_stderr(io.StringIO()):
+            published = cli(["history", "publish", "--store", str(store), "--out", str(Path(tmp) / "site2")])
+        t6 = time.perf_counter()
+        figures = len(list((Path(tmp) / "site").rglob("*.png")))
     at = sorted({s.at for s in found})
-    total = t3 - t0
+    total = t4 - t0
     return {
         "runs": n_runs,
         "rows": len(df),
         "add_s": round(t1 - t0, 2),
         "load_s": round(t2 - t1, 2),
         "detect_s": round(t3 - t2, 2),
-        "add_load_detect_s": round(total, 2),
-        "check_command_s": round(t4 - t3, 2),
+        "publish_s": round(t4 - t3, 2),
+        "pages": len(pages),
+        "figures": figures,
+        "add_load_detect_publish_s": round(total, 2),
+        "check_command_s": round(t5 - t4, 2),
         "check_exit": code,
+        "publish_command_s": round(t6 - t5, 2),
+        "publish_exit": published,
         "steps": len(found),
         "steps_at": at,
         "summary": err.getvalue().strip(),
@@ -182,11 +197,13 @@ def main() -> int:
     args = parser.parse_args()
     load = Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").is_file() else None
     record = {"detection": detection(args.seeds), "scale": scale(args.runs)}
+    met = all(part["met"] for part in record.values())
+    record["machine"] = {"cpu": fingerprint.cpu_model(), "cores": os.cpu_count()}
     record["loadavg_before_after"] = [load, Path("/proc/loadavg").read_text().strip() if load else None]
     print(json.dumps(record, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
-    return 0 if all(part["met"] for part in record.values()) else 1
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -361,8 +361,9 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
 
 def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Table:
     rows = []
+    cells_of = df["run_key"].value_counts()  # counted once: a comparison per run is runs x rows
     for _, r in runs.iterrows():
-        cells = int((df["run_key"] == r["run_key"]).sum())
+        cells = int(cells_of.get(r["run_key"], 0))
         rows.append(
             (
                 str(number[r["run_key"]]),
