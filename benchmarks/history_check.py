@@ -7,7 +7,7 @@
      on the same series without it, no step in >= 9 of 10. The rates over 200 seeds are printed beside them,
      with how often the runs a step may be at (results.steps.location: the range to bisect) hold the planted
      run and how wide they are, and the ceiling of any l1 fit of one step on run medians: the run of least
-     two-segment cost, told there is exactly one step.
+     two-segment cost, told there is exactly one step (and the same ceiling with every visit in the fit).
   2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
      at batch 2), a 10% step planted at run 700 in every cell, written as run directories; then timed:
      `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
@@ -62,12 +62,15 @@ def visit_noise() -> list[float]:
 
 
 def series(noise: list[float], seed: int, step: float, visits: int = VISITS) -> list[float]:
+    """A run's time each: the median of its visits (visit_times)."""
+    return [2.0 * math.exp(sorted(logs)[visits // 2]) for logs in visit_times(noise, seed, step, visits)]
+
+
+def visit_times(noise: list[float], seed: int, step: float, visits: int = VISITS) -> list[list[float]]:
+    """Each run's visits as logs over the series' level: drawn from the pool, `step` added from STEP_AT."""
     rng = random.Random(seed)
-    times = []
-    for i in range(SERIES_RUNS):
-        drawn = sorted(rng.choice(noise) for _ in range(visits))
-        times.append(2.0 * math.exp(drawn[visits // 2]) * (step if i >= STEP_AT else 1.0))
-    return times
+    shift = [math.log(step) if i >= STEP_AT else 0.0 for i in range(SERIES_RUNS)]
+    return [[rng.choice(noise) + shift[i] for _ in range(visits)] for i in range(SERIES_RUNS)]
 
 
 def rates(noise: list[float], visits: int, seeds: range) -> dict:
@@ -86,6 +89,11 @@ def rates(noise: list[float], visits: int, seeds: range) -> dict:
         "mean_range_runs": round(sum(hi - lo + 1 for lo, hi in ranges) / max(len(ranges), 1), 2),
         "no_step_without_one": sum(f == [] for f in flat) / n,
         "one_step_l1_ceiling_at_the_run": sum(_least_cost_run(t) == STEP_AT for t in stepped) / n,
+        # the same with every visit in the l1 fit, not the run's median (what a store of visits could do)
+        "one_step_l1_ceiling_on_visits": sum(
+            _least_cost_visits(visit_times(noise, s, STEP, visits)) == STEP_AT for s in seeds
+        )
+        / n,
     }
 
 
@@ -96,6 +104,20 @@ def _least_cost_run(times: list[float]) -> int:
     n = len(times)
     return min(
         range(steps.MIN_RUNS, n - steps.MIN_RUNS + 1), key=lambda t: cost.error(0, t) + cost.error(t, n)
+    )
+
+
+def _least_cost_visits(runs: list[list[float]]) -> int:
+    """As _least_cost_run, with each segment the pooled visits of its runs around their median."""
+
+    def cost(logs: list[float]) -> float:
+        mid = sorted(logs)[len(logs) // 2]
+        return sum(abs(x - mid) for x in logs)
+
+    n = len(runs)
+    return min(
+        range(steps.MIN_RUNS, n - steps.MIN_RUNS + 1),
+        key=lambda t: cost([x for run in runs[:t] for x in run]) + cost([x for run in runs[t:] for x in run]),
     )
 
 
