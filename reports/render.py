@@ -466,6 +466,17 @@ def _numerics_section(numerics: dict[str, dict[str, Any]], multi: bool, out: Pat
     return Section(figures, tables, files)
 
 
+def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
+    """The report's findings, as render() puts them first, without drawing or writing anything (scaling:
+    fitmod.scaling_table of the inputs, when the caller has it)."""
+    if scaling is None:
+        scaling = fitmod.scaling_table(inputs.df, inputs.metas)
+    multi = len(inputs.metas) > 1
+    return findmod.build(
+        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs
+    )
+
+
 def render(inputs: Inputs, out_dir: str | Path) -> Report:
     """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir."""
     df, metas, numerics, base = inputs.df, inputs.metas, inputs.numerics, inputs.baseline
@@ -482,9 +493,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     devgroups = trust.device_groups(df, metas)
 
     # the findings first (issue 26): what the figures and tables below say, in sentences
-    report.findings = findmod.build(
-        df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs
-    )
+    report.findings = findings_of(inputs, scaling)
     page.add(*findmod.blocks(report.findings))
     # every section draws and saves its figures as it is built, in one palette: every variant of the report
     # keeps its colour across them all, plug-ins included

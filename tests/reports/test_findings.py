@@ -12,7 +12,7 @@ import synthetic
 from conftest import run_cli
 
 from attnbench.reports import findings, page, style
-from attnbench.reports.render import prepare, render
+from attnbench.reports.render import findings_of, prepare, render
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
 SEQ = [256, 512, 1024, 2048, 4096, 8192]
@@ -125,29 +125,29 @@ def test_noisy_cells_while_the_speed_probe_held_are_said_to_be_their_own_spread(
         rows.append(
             synthetic.cell("sdpa", n, sample_ms=synthetic.samples(5.0, spread=0.4, seed=n), speed_tflops=1.0)
         )
-    rep = render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "report")
-    first, own = rep.findings.trust
+    found = findings_of(prepare([synthetic.write_run(tmp_path / "run", rows)]))
+    first, own = found.trust
     assert "3 noisy" in first and "busy" not in own and "quiet machine" not in own
     assert own.startswith("3 of 15 cells were noisy while the machine held its speed")
 
 
 def test_a_run_with_no_ok_cell_says_so(tmp_path):
     rows = [synthetic.cell("naive", n, status="oom", message="out of memory") for n in (256, 512)]
-    rep = render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "report")
-    assert rep.findings.panels == ()
-    assert "No cell ran ok" in findings.text(rep.findings)
-    assert rep.findings.trust[0].startswith("Trust: 0 of 2 cells ran ok (2 oom)")
+    found = findings_of(prepare([synthetic.write_run(tmp_path / "run", rows)]))
+    assert found.panels == ()
+    assert "No cell ran ok" in findings.text(found)
+    assert found.trust[0].startswith("Trust: 0 of 2 cells ran ok (2 oom)")
 
 
-def test_the_fixture_has_findings_per_panel(tmp_path):
+def test_the_fixture_has_findings_per_panel():
     """tests/data/runs/cpu-small: causal and non-causal panels, a wrong variant; every panel is found."""
-    rep = render(prepare([FIXTURE]), tmp_path / "report")
-    titles = [p.title for p in rep.findings.panels]
+    found = findings_of(prepare([FIXTURE]))
+    titles = [p.title for p in found.panels]
     assert len(titles) == 2 and {t.split(" · ")[-1] for t in titles} == {"causal", "non-causal"}
-    for p in rep.findings.panels:
+    for p in found.panels:
         assert "is fastest" in p.sentences[0] or "cannot be told apart" in p.sentences[0]
         assert any("time grows as N^" in s for s in p.sentences)
-    assert "wrong (failed the float64 check)" in rep.findings.trust[0]
+    assert "wrong (failed the float64 check)" in found.trust[0]
 
 
 def test_the_terminal_gets_the_findings_within_100_columns_then_the_path(tmp_path):
@@ -159,12 +159,8 @@ def test_the_terminal_gets_the_findings_within_100_columns_then_the_path(tmp_pat
     assert max(len(ln) for ln in lines) <= 100 and len(lines) < 20
     assert "time exponent [95% CI]" not in p.stdout  # the wide fits table stays in the report
     assert p.stderr.strip().startswith("report: ")
-    text = findings.text(_findings_of(tmp_path / "report2", run), width=60)
+    text = findings.text(findings_of(prepare([run])), width=60)
     assert max(len(ln) for ln in text.splitlines()) <= 60
-
-
-def _findings_of(out, run):
-    return render(prepare([run]), out).findings
 
 
 def test_wide_tables_scroll_in_their_own_box(crossover_report):
