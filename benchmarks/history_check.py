@@ -66,6 +66,11 @@ def series(noise: list[float], seed: int, step: float, visits: int = VISITS) -> 
     return [2.0 * math.exp(sorted(logs)[visits // 2]) for logs in visit_times(noise, seed, step, visits)]
 
 
+def _visits(noise: list[float], seed: int, visits: int) -> list[list[float]]:
+    """The stepped series' visits as times (series() takes their medians)."""
+    return [[2.0 * math.exp(x) for x in run] for run in visit_times(noise, seed, STEP, visits)]
+
+
 def visit_times(noise: list[float], seed: int, step: float, visits: int = VISITS) -> list[list[float]]:
     """Each run's visits as logs over the series' level: drawn from the pool, `step` added from STEP_AT."""
     rng = random.Random(seed)
@@ -88,36 +93,24 @@ def rates(noise: list[float], visits: int, seeds: range) -> dict:
         "range_holds_the_run": sum(lo <= STEP_AT <= hi for lo, hi in ranges) / n,
         "mean_range_runs": round(sum(hi - lo + 1 for lo, hi in ranges) / max(len(ranges), 1), 2),
         "no_step_without_one": sum(f == [] for f in flat) / n,
-        "one_step_l1_ceiling_at_the_run": sum(_least_cost_run(t) == STEP_AT for t in stepped) / n,
+        "one_step_l1_ceiling_at_the_run": sum(_least_cost_run([[x] for x in t]) == STEP_AT for t in stepped)
+        / n,
         # the same with every visit in the l1 fit, not the run's median (what a store of visits could do)
         "one_step_l1_ceiling_on_visits": sum(
-            _least_cost_visits(visit_times(noise, s, STEP, visits)) == STEP_AT for s in seeds
+            _least_cost_run(_visits(noise, s, visits)) == STEP_AT for s in seeds
         )
         / n,
     }
 
 
-def _least_cost_run(times: list[float]) -> int:
+def _least_cost_run(runs: list[list[float]]) -> int:
     """The first run after the one step of least two-segment l1 cost on the logs (told there is one step):
-    ruptures' l1 cost, as results.steps uses it."""
-    cost, _ = steps.l1_cost(times)
-    n = len(times)
-    return min(
-        range(steps.MIN_RUNS, n - steps.MIN_RUNS + 1), key=lambda t: cost.error(0, t) + cost.error(t, n)
-    )
-
-
-def _least_cost_visits(runs: list[list[float]]) -> int:
-    """As _least_cost_run, with each segment the pooled visits of its runs around their median."""
-
-    def cost(logs: list[float]) -> float:
-        mid = sorted(logs)[len(logs) // 2]
-        return sum(abs(x - mid) for x in logs)
-
-    n = len(runs)
+    ruptures' l1 cost, as results.steps uses it, over each run's times (its median alone, or every visit)."""
+    per, n = len(runs[0]), len(runs)
+    cost, _ = steps.l1_cost([x for run in runs for x in run])
     return min(
         range(steps.MIN_RUNS, n - steps.MIN_RUNS + 1),
-        key=lambda t: cost([x for run in runs[:t] for x in run]) + cost([x for run in runs[t:] for x in run]),
+        key=lambda t: cost.error(0, t * per) + cost.error(t * per, n * per),
     )
 
 
