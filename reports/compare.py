@@ -361,7 +361,7 @@ def _load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
     (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
     same = Path(run_a).resolve() == Path(run_b).resolve()
     _check_sets(meta_a, meta_b, normalize, variant_a, same)
-    groups_a, groups_b = (devices.groups(m, x.to_dict("records")) for m, x in ((meta_a, a), (meta_b, b)))
+    groups_a, groups_b = (devices.groups(m, results.scalar_records(x)) for m, x in ((meta_a, a), (meta_b, b)))
     a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
     a, b = _picked(a, b, variant_a, variant_b, control_variant, same=same)
     _check_normalize(normalize, meta_a, meta_b)

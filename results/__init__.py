@@ -8,7 +8,7 @@ if __name__ != "attnbench.results":  # the folder imported by its own name, whic
         f"{__name__} is now attnbench.results: write `from attnbench import results`", name="results"
     )
 
-from .load import export, load, load_meta, load_numerics, machine_label
+from .load import export, load, load_meta, load_numerics, machine_label, scalar_records
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
 from .store import (
     RowWarning,
@@ -38,4 +38,5 @@ __all__ = [
     "merge_shards",
     "read_meta",
     "read_rows",
+    "scalar_records",
 ]

@@ -70,18 +70,25 @@ def load(*paths: str | Path | list[str | Path]):
             df[col] = df[col].fillna(AXIS_DEFAULTS[col])
     if len(df):
         _fill_axis_defaults(df)
-    records = df.to_dict("records") if len(df) else []
+    # the rules below read a row's scalar columns only (boxing its samples into records cost more than they)
+    records = scalar_records(df)
     df["where"] = pd.array([devices.where_of(r) for r in records], dtype="string")
     df["device_group"] = pd.array(_group_labels(records, metas), dtype="string")
     factors = drift.speed_factors(records)
     df["speed_factor"] = pd.array(factors, dtype="Float64")
     df["drift"] = pd.array([drift.drifted(f) for f in factors], dtype="boolean")
-    why = suspect.reasons(df, metas) if len(df) else []
+    why = suspect.reasons(records, metas)
     df["suspect_reason"] = pd.array(why, dtype="string")
     df["suspect"] = pd.array([w is not None for w in why], dtype="boolean")
     df = upgrade_lists(df)
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
+
+
+def scalar_records(df) -> list[dict[str, Any]]:
+    """A loaded frame's rows as records of its schema's typed columns (results.schema.COLUMNS), without its
+    list columns."""
+    return df[[c for c in COLUMNS if c in df.columns]].to_dict("records") if len(df) else []
 
 
 def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[str]:

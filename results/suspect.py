@@ -71,10 +71,9 @@ def matmul_ceiling(meta: dict[str, Any], device: str, dtype: str, where: str | N
     return matmul_tflops(calibration_for(meta, device, where), dtype)
 
 
-def reasons(df, metas: dict[str, dict[str, Any]]) -> list[str | None]:
-    """Per row of `df` (results.load's typed frame): why it is suspect, or None."""
+def reasons(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[str | None]:
+    """Per row (results.load's typed columns, as records): why it is suspect, or None."""
     same_cell = [a for a in CELL_AXES if a != "variant"]
-    records = df.to_dict("records")
     base_ms: dict[tuple, float] = {}
     for r in records:
         if r.get("variant") == BASELINE and r.get("status") == "ok" and _num(r.get("time_ms_median")):
