@@ -69,6 +69,8 @@ def fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
             if rec.get("calibration") not in (None, run_wide.get(rec.get("device")))
         }
         for dev, cal in [*run_wide.items(), *per_device.items()]:
+            if (cal or {}).get("budget_ms") == 0:
+                items.append((f"calibrated {dev}", "none (--calibrate-ms 0)"))
             for dt, tf in ((cal or {}).get("matmul_tflops") or {}).items():
                 text = f"{tf:.3g} TFLOP/s" if isinstance(tf, (int, float)) else str(tf)
                 items.append((f"calibrated {dev} matmul {dt}", text))

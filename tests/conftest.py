@@ -125,9 +125,11 @@ def on_a_pty(args: tuple[str, ...], cwd) -> tuple[int, str]:
     return proc.returncode, b"".join(chunks).decode(errors="replace")
 
 
-# The tests' runs calibrate with 50 ms of sampling instead of the default 1000 (about 2.5 s less a run, over
-# two minutes of the suite): their ceilings are only compared within the tests' own tiny runs.
-TEST_CALIBRATE_MS = "50"
+# The tests' runs take no calibration (--calibrate-ms 0) unless they name one: a calibration of 50 ms still
+# cost a tiny run 1.7 of its 4.4 CPU-s (the 256 MiB copy's pages), about 90 CPU-s over the suite. The
+# calibration itself is tested in tests/harness/test_timing.py, ceilings and the suspect rule on written runs
+# in tests/results/test_suspect.py, and a real run's in the runs that name --calibrate-ms.
+TEST_CALIBRATE_MS = "0"
 
 
 def _quick_calibration(args: tuple[str, ...]) -> tuple[str, ...]:

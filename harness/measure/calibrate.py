@@ -114,7 +114,10 @@ def calibrate(device: str, dtypes: list[str], budget_ms: float = 1000.0) -> dict
     """{'matmul_tflops': {dtype: best TFLOP/s}, 'matmul_tflops_median': {...}, 'copy_gbps': best GB/s,
     'speed_probe_tflops': the speed probe (speed_probe) right after them,
     'budget_ms': the sampling ms of each (Settings.calibrate_ms, after a tenth of it as warm-up, at most
-    100 ms)}. Fewer ms, fewer samples: a ceiling taken as the fastest call is then less sure."""
+    100 ms)}. Fewer ms, fewer samples: a ceiling taken as the fastest call is then less sure. budget_ms 0
+    measures nothing ({'budget_ms': 0.0}: a run without ceilings, whose cells have no share of them)."""
+    if budget_ms == 0:
+        return {"budget_ms": 0.0}
     budget = timing.Budget(warmup_ms=min(100.0, budget_ms / 10), budget_ms=budget_ms, min_ms=budget_ms)
     out: dict[str, Any] = {"matmul_tflops": {}, "matmul_tflops_median": {}, "matmul_n": MATMUL_N[device]}
     out["budget_ms"] = budget_ms

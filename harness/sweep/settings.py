@@ -61,6 +61,11 @@ def not_negative(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be 0 (default) or positive, got {value!r}")
 
 
+def none_or_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name} must be 0 (none) or a positive number, got {value!r}")
+
+
 def fraction_up_to_one(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
@@ -105,8 +110,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "calibrate_ms", 1000.0, "float",
-        "the run's calibration: sampling time for each dtype's matmul and for the copy (default 1000)", "MS",
-        rule=positive,
+        "the run's calibration: sampling time for each dtype's matmul and for the copy (default 1000; 0: "
+        "none, a quick look without ceilings)", "MS",
+        rule=none_or_positive,
     ),
     Setting("threads", 0, "int", "CPU threads for torch (default: torch's choice)", "N", not_negative),
     # the visits of each cell (harness.run.plan): R rounds over the whole sweep in alternating order, each

@@ -20,7 +20,7 @@ from attnbench.results.store import read_rows
 from tests.conftest import MINE, ROOT, as_a_fresh_process, run_cli
 from tests.frontends.test_readme import example
 
-QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=50)
+QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=0)
 
 # what a notebook cell holds: run in a namespace named __main__, as IPython runs cells
 CELL = """

@@ -69,6 +69,7 @@ BAD_RUNS = [
     (["--config", "/nonexistent.toml"], "does not exist"),
     (["--variant-file", "/nonexistent/mine.py"], "variant file '/nonexistent/mine.py' does not exist"),
     (["--budget-ms", "0"], "budget_ms must be a positive number"),
+    (["--calibrate-ms", "-1"], "calibrate-ms must be 0 (none) or a positive number, got -1"),
     (["--resume"], "does not exist"),
     (["--env", "NO_EQUALS_SIGN"], "--env takes NAME=VALUE, got 'NO_EQUALS_SIGN'"),
     (["--env", "1BAD=x"], "--env takes NAME=VALUE, got '1BAD=x'"),
@@ -232,6 +233,8 @@ def test_small_run_and_export(tmp_path):
         "0,0.25",
         "--batch",
         "2",
+        "--calibrate-ms",  # a real calibration, recorded below (the tests' other runs take none)
+        "50",
         "--out",
         str(out),
         check=True,

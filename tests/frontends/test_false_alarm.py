@@ -19,7 +19,7 @@ from conftest import load_benchmark, run_cli
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "false_alarm.py"
 # the smallest runs that still take every path: N=64, budgets of a few ms
-RUN_TINY = ["--budget-ms=6", "--warmup-ms=1", "--min-ms=1", "--calibrate-ms=5"]
+RUN_TINY = ["--budget-ms=6", "--warmup-ms=1", "--min-ms=1", "--calibrate-ms=0"]
 TINY = ["--seq-len", "64", *(f"--run-arg={a}" for a in RUN_TINY)]
 VERDICTS = {"faster", "slower", "same", "ambiguous"}
 CELL = {"variant", "seq_len", "ratio", "ci", "p", "p_holm", "verdict", "regression", "why"}

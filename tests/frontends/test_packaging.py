@@ -68,6 +68,7 @@ def test_every_command_runs_beside_decoy_packages(tmp_path, entry):
     cli("profile", "--variant", "naive", "--seq-len", "32", "--no-py-spy", "--iters", "1", "--out", "prof")
     cli("import-benchmark", _file(tmp_path, [_benchmark()]), "--out", "imported")
     assert (home / "report" / "report.html").is_file() and (home / "prof" / "index.html").is_file()
+    assert "| calibrated cpu | none (--calibrate-ms 0) |" in (home / "report" / "README.md").read_text()
     assert json.loads((home / "imported" / "meta.json").read_text())["run_id"]
 
 
