@@ -156,9 +156,12 @@ def test_past_the_recompile_limit_a_call_raises_instead_of_running_eager():
     opts = dict(causal=True, causal_align="lower-right", key_lengths=torch.tensor([48, 30]))  # compiled
     with torch.no_grad():
         FLEX.fn(q, k, v, **opts)  # at least one compiled version of flex_attention exists now
-        q, k, v = _qkv(h=2, h_kv=2, n_q=17, n_k=17)
+        # a new shape of the same kind of plan (static: padded keys), so that it is a recompile whatever
+        # this process compiled before (a symbolic plan's first shape was not, when no test had made one)
+        q, k, v = _qkv(h=2, h_kv=1, n_q=17, n_k=49)
+        opts["key_lengths"] = torch.tensor([49, 30])
         with torch._dynamo.config.patch(recompile_limit=1), pytest.raises(Exception, match="recompile"):
-            FLEX.fn(q, k, v)  # a new shape past the limit: an error (the cell's row), no compile, no eager
+            FLEX.fn(q, k, v, **opts)  # past the limit: an error (the cell's row), no compile, no eager
 
 
 def test_only_cpu_plans_without_a_mod_or_padding_compile_with_symbolic_sizes():
