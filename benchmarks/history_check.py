@@ -63,12 +63,16 @@ def visit_noise() -> list[float]:
 
 def series(noise: list[float], seed: int, step: float, visits: int = VISITS) -> list[float]:
     """A run's time each: the median of its visits (visit_times)."""
-    return [2.0 * math.exp(sorted(logs)[visits // 2]) for logs in visit_times(noise, seed, step, visits)]
+    return _medians(_times(visit_times(noise, seed, step, visits)))
 
 
-def _visits(noise: list[float], seed: int, visits: int) -> list[list[float]]:
-    """The stepped series' visits as times (series() takes their medians)."""
-    return [[2.0 * math.exp(x) for x in run] for run in visit_times(noise, seed, STEP, visits)]
+def _times(runs: list[list[float]]) -> list[list[float]]:
+    """Visits drawn as logs (visit_times), as times."""
+    return [[2.0 * math.exp(x) for x in run] for run in runs]
+
+
+def _medians(runs: list[list[float]]) -> list[float]:
+    return [sorted(run)[len(run) // 2] for run in runs]
 
 
 def visit_times(noise: list[float], seed: int, step: float, visits: int = VISITS) -> list[list[float]]:
@@ -81,7 +85,8 @@ def visit_times(noise: list[float], seed: int, step: float, visits: int = VISITS
 def rates(noise: list[float], visits: int, seeds: range) -> dict:
     """Over `seeds`: the step found at its run, within one run of it, at all; its range holding the run, and
     the range's mean width; no step in the flat series; the one-step l1 fit's ceiling at the run."""
-    stepped = [series(noise, s, STEP, visits) for s in seeds]
+    drawn = [_times(visit_times(noise, s, STEP, visits)) for s in seeds]  # each seed's visits, drawn once
+    stepped = [_medians(d) for d in drawn]
     found = [steps.breakpoints(t) for t in stepped]
     ranges = [steps.location(t, f[0], 0, len(t)) for t, f in zip(stepped, found, strict=True) if len(f) == 1]
     flat = [steps.breakpoints(series(noise, s, 1.0, visits)) for s in seeds]
@@ -96,10 +101,7 @@ def rates(noise: list[float], visits: int, seeds: range) -> dict:
         "one_step_l1_ceiling_at_the_run": sum(_least_cost_run([[x] for x in t]) == STEP_AT for t in stepped)
         / n,
         # the same with every visit in the l1 fit, not the run's median (what a store of visits could do)
-        "one_step_l1_ceiling_on_visits": sum(
-            _least_cost_run(_visits(noise, s, visits)) == STEP_AT for s in seeds
-        )
-        / n,
+        "one_step_l1_ceiling_on_visits": sum(_least_cost_run(d) == STEP_AT for d in drawn) / n,
     }
 
 

@@ -70,7 +70,7 @@ def load(*paths: str | Path | list[str | Path]):
             df[col] = df[col].fillna(AXIS_DEFAULTS[col])
     if len(df):
         _fill_axis_defaults(df)
-    # the rules below read a row's scalar columns only (boxing its samples into records cost more than they)
+    # the rules below read a row's scalar columns only: boxing every sample into records cost more than them
     records = scalar_records(df)
     df["where"] = pd.array([devices.where_of(r) for r in records], dtype="string")
     df["device_group"] = pd.array(_group_labels(records, metas), dtype="string")
