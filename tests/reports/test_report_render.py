@@ -247,6 +247,37 @@ def test_seq_axis_labels_powers_of_two_and_marks_the_steps_between():
     plt.close(fig)
 
 
+def test_one_layout_pass_draws_the_png_matplotlib_would_and_a_notebook_figure_keeps_its_engine(tmp_path):
+    """save() places the axes once and then draws each file (style.lay_out): the PNG is the one savefig
+    writes with the constrained-layout engine on, which draws the figure twice for it."""
+    import hashlib
+
+    import pandas as pd
+
+    from attnbench.reports.style import DPI, legend_below, mpl_style, new_figure, png_bytes, save
+
+    def figure():
+        with mpl_style():
+            fig, (a, b) = new_figure(2)
+            for ax, k in ((a, 1), (b, 2)):
+                ax.plot([1, 2, 4], [k, 4 * k, 16 * k], label=f"variant {k} with a long name")
+                ax.set_title(f"panel {k}")
+                ax.set_xlabel("seq_len")
+            legend_below(a, axes=[b])
+            fig.suptitle("a group heading")
+        return fig
+
+    theirs = figure()
+    with mpl_style():
+        theirs.savefig(tmp_path / "theirs.png", dpi=DPI)
+    save(figure(), pd.DataFrame({"x": [1]}), tmp_path, "ours", "ours")
+    digest = hashlib.sha256((tmp_path / "ours.png").read_bytes()).hexdigest()  # a short failure message
+    assert digest == hashlib.sha256((tmp_path / "theirs.png").read_bytes()).hexdigest()
+    shown = figure()
+    engine = shown.get_layout_engine()
+    assert hashlib.sha256(png_bytes(shown)).hexdigest() == digest and shown.get_layout_engine() is engine
+
+
 def _best_cells(tmp_path, cases):
     """Two variants per seq_len, sdpa's samples `factor` × naive's with the given spread and count."""
     from attnbench.reports.render import best_table

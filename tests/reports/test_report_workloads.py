@@ -11,7 +11,8 @@ import synthetic
 from conftest import run_cli
 
 from attnbench import results
-from attnbench.reports.panels import window
+from attnbench.reports import page
+from attnbench.reports.panels import gqa, window
 from attnbench.reports.panels.gqa import gqa_pairs
 from attnbench.reports.render import prepare, render
 
@@ -130,21 +131,27 @@ def test_gqa_pairs_pick_exactly_the_mha_counterpart(tmp_path):
         assert p["mem_ratio"] == pytest.approx(p["kv_heads"] / 8)
 
 
+def _gqa_markdown(tmp_path, name: str, rows) -> tuple[str, object]:
+    """The GQA section as the report's Markdown shows it, and its folder (the section alone: render()
+    draws every figure besides, and test_real_decode_gqa_and_window_runs_report checks it is in there)."""
+    inputs = prepare([synthetic.write_run(tmp_path / name, rows)])
+    out = tmp_path / f"out_{name}"
+    out.mkdir()
+    sec = gqa.section(inputs.df, inputs.metas, out)
+    return page.to_markdown(page.Page("report", [*sec.figures, *sec.tables])), out
+
+
 def test_gqa_table_in_the_report_and_a_missing_counterpart_is_said(tmp_path):
-    rep = render(prepare([synthetic.write_run(tmp_path / "a", _gqa_rows())]), tmp_path / "out_a")
-    md = rep.readme.read_text()
+    md, out = _gqa_markdown(tmp_path, "a", _gqa_rows())
     assert "## Grouped-query attention against MHA of the same shape" in md
-    assert (rep.out_dir / "gqa.csv").is_file()
+    assert (out / "gqa.csv").is_file()
     assert re.search(
         r"\| naive \| 64 \| 512 \| 8 \| 1 \| [\d.]+ ms \| [\d.]+ ms \| (1\.9\d*|2(\.0\d*)?)× \| yes "
         r"\| 0\.12× \| 0\.125× \|",
         md,
     )
     assert "no MHA cell" not in md
-    rep = render(
-        prepare([synthetic.write_run(tmp_path / "b", _gqa_rows(with_mha=False))]), tmp_path / "out_b"
-    )
-    md = rep.readme.read_text()
+    md, _ = _gqa_markdown(tmp_path, "b", _gqa_rows(with_mha=False))
     assert "no MHA cell (H\\_kv = H) of this shape in the run" in md
     assert "8 of 8 grouped-query cells have no ok MHA counterpart" in md
 
