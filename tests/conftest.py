@@ -87,7 +87,10 @@ def cli_env() -> dict[str, str]:
 
 
 def run_pytest_benchmarks(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m pytest benchmarks/ ARGS` from the repository root, as a real subprocess."""
+    """`python -m pytest benchmarks/ ARGS` from the repository root, as a real subprocess; its calibration
+    is TEST_CALIBRATE_MS unless ARGS name one (test_pytest_entry_point's session keeps a real one)."""
+    if not any(a.startswith("--attn-calibrate-ms") for a in args):
+        args = (*args, "--attn-calibrate-ms", TEST_CALIBRATE_MS)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks/", "-p", "no:cacheprovider", *args],
         cwd=ROOT,

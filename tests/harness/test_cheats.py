@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import DATA, ROOT, cli_env, load_plugin, run_cli
+from conftest import DATA, load_plugin, run_cli, run_pytest_benchmarks
 from fakes import calling_timer, tiny_cell
 
 from attnbench import variants
@@ -153,12 +151,10 @@ def test_a_mutating_plugin_first_leaves_every_later_variant_ok_in_attnbench_run(
 @pytest.mark.slow
 def test_the_pytest_plugin_runs_the_same_checks(tmp_path):
     out = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks/", "-p", "no:cacheprovider", "-q", "--benchmark-only",
-         "--benchmark-json", str(out), "--attn-variant-file", str(CHEATS),
-         "--attn-variants", "cheat_mutate,naive,cheat_cache,with_setup", "--attn-seq-len", "64",
-         "--attn-heads", "2", "--attn-d-k", "16", "--attn-pass", "fwd", "--benchmark-max-time", "0.01"],
-        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300,
+    proc = run_pytest_benchmarks(
+        "-q", "--benchmark-only", "--benchmark-json", str(out), "--attn-variant-file", str(CHEATS),
+        "--attn-variants", "cheat_mutate,naive,cheat_cache,with_setup", "--attn-seq-len", "64",
+        "--attn-heads", "2", "--attn-d-k", "16", "--attn-pass", "fwd", "--benchmark-max-time", "0.01",
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 failed, 2 passed" in proc.stdout
