@@ -18,6 +18,24 @@ from typing import Any
 from attnbench.harness.sweep.grammar import SETTING_READERS
 
 
+def number_rule(ok: Callable[[float], bool], must: str, types: tuple[type, ...] = (int, float)):
+    """A setting's rule: its value is a number of `types` (not a bool) for which ok() holds; else
+    ValueError "{name} must {must}, got {value!r}"."""
+
+    def rule(name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, types) or not ok(value):
+            raise ValueError(f"{name} must {must}, got {value!r}")
+
+    return rule
+
+
+positive = number_rule(lambda v: v > 0, "be a positive number")
+not_negative = number_rule(lambda v: v >= 0, "be 0 (default) or positive", types=(int,))
+none_or_positive = number_rule(lambda v: v >= 0, "be 0 (none) or a positive number")
+fraction_up_to_one = number_rule(lambda v: 0 < v <= 1, "lie in (0, 1]")
+_unsigned = number_rule(lambda v: not v < 0, "be 0 or a positive number")  # a NaN passes, as it always did
+
+
 @dataclass(frozen=True)
 class Budget:
     """How long to sample: warm-up and measurement budgets in ms, adaptive stop on a stable IQR."""
@@ -35,13 +53,9 @@ class Budget:
         """The one rule for these fields, wherever they come from (flags, a sweep file, the API, calibration):
         harness.sweep.settings.Settings checks its budget fields by building a Budget."""
         for name in ("warmup_ms", "min_ms"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be 0 or a positive number, got {value!r}")
+            _unsigned(name, getattr(self, name))
         for name in ("budget_ms", "target_rel_iqr"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            positive(name, getattr(self, name))
         lo, hi = self.min_samples, self.max_samples
         if not (isinstance(lo, int) and isinstance(hi, int) and 5 <= lo <= hi):
             raise ValueError(f"need 5 <= min_samples <= max_samples (at least 5 samples), got {lo!r}, {hi!r}")
@@ -49,26 +63,6 @@ class Budget:
 
 _BUDGET = Budget()
 BUDGET_FIELDS = tuple(f.name for f in dataclasses.fields(Budget))
-
-
-def positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def not_negative(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be 0 (default) or positive, got {value!r}")
-
-
-def none_or_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{name} must be 0 (none) or a positive number, got {value!r}")
-
-
-def fraction_up_to_one(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
 
 
 @dataclass(frozen=True)
