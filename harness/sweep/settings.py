@@ -19,11 +19,12 @@ from attnbench.harness.sweep.grammar import SETTING_READERS
 
 
 def number_rule(ok: Callable[[float], bool], must: str, types: tuple[type, ...] = (int, float)):
-    """A setting's rule: its value is a number of `types` (not a bool) for which ok() holds; else
-    ValueError "{name} must {must}, got {value!r}"."""
+    """A setting's rule: its value is a finite number of `types` (not a bool) for which ok() holds; else
+    ValueError "{name} must {must}, got {value!r}". A NaN or an infinity is refused whatever ok() says."""
 
     def rule(name: str, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, types) or not ok(value):
+        number = isinstance(value, types) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and ok(value)):
             raise ValueError(f"{name} must {must}, got {value!r}")
 
     return rule
@@ -33,7 +34,7 @@ positive = number_rule(lambda v: v > 0, "be a positive number")
 not_negative = number_rule(lambda v: v >= 0, "be 0 (default) or positive", types=(int,))
 none_or_positive = number_rule(lambda v: v >= 0, "be 0 (none) or a positive number")
 fraction_up_to_one = number_rule(lambda v: 0 < v <= 1, "lie in (0, 1]")
-_unsigned = number_rule(lambda v: not v < 0, "be 0 or a positive number")  # a NaN passes, as it always did
+_unsigned = number_rule(lambda v: v >= 0, "be 0 or a positive number")
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ BAD_RUNS = [
     (["--preset", "nope"], "unknown preset 'nope'"),
     (["--config", "/nonexistent.toml"], "does not exist"),
     (["--variant-file", "/nonexistent/mine.py"], "variant file '/nonexistent/mine.py' does not exist"),
-    (["--budget-ms", "0"], "budget_ms must be a positive number"),
+    (["--warmup-ms", "nan"], "warmup_ms must be 0 or a positive number, got nan"),
     (["--calibrate-ms", "-1"], "calibrate-ms must be 0 (none) or a positive number, got -1"),
     (["--resume"], "does not exist"),
     (["--env", "NO_EQUALS_SIGN"], "--env takes NAME=VALUE, got 'NO_EQUALS_SIGN'"),

@@ -66,6 +66,14 @@ def test_budget_validation():
         Budget(budget_ms=0)
 
 
+@pytest.mark.parametrize("field", ["warmup_ms", "budget_ms", "target_rel_iqr", "min_ms"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_budget_refuses_a_nan_or_an_infinity(field, value):
+    """A NaN warm-up once passed the rule (NaN < 0 is false); an infinity is no budget either."""
+    with pytest.raises(ValueError, match=f"{field} must be .*, got {value!r}"):
+        Budget(**{field: value})
+
+
 def test_cpu_timer_measures_real_calls():
     import time
 
