@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import pickle
 import sys
 from collections.abc import Callable
@@ -300,6 +301,7 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
             decl = adapt.declared(name, options)
         except ValueError as exc:
             raise VariantError(str(exc)) from None
+        check_takes_qkv(name, fn)
         call = fn
         if decl:  # fn in attnbench's calling convention, and the setup hook that makes its mask per cell
             call, options["setup"] = adapt.wrap(name, fn, decl, options.get("setup"))
@@ -308,6 +310,22 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
         return fn
 
     return decorate
+
+
+def check_takes_qkv(name: str, fn: Callable[..., Any]) -> None:
+    """VariantError, before any cell runs, when fn cannot be called fn(q, k, v): too few positional
+    parameters. A signature that cannot be read, or *args, passes; keywords are checked per cell."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind_partial(None, None, None)
+    except TypeError:
+        raise VariantError(
+            f"variant {name!r} is called as fn(q, k, v, ...), but its signature {sig} takes fewer than three "
+            "positional arguments (the calling convention: docs/variants.md, Adding a variant)"
+        ) from None
 
 
 def add(variant: Variant) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import adapt
 from .origin import by_value, source_of
-from .registry import Capability, UnsupportedError, Variant, VariantError, resolve
+from .registry import Capability, UnsupportedError, Variant, VariantError, check_takes_qkv, resolve
 
 FROM_FILE = "file "  # the source of a variant a variant file registered (registry.load_variant_file)
 
@@ -52,6 +52,7 @@ def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capabili
     if unknown:
         known = ", ".join(f.name for f in fields(Capability) if f.name != "name")
         raise VariantError(f"unknown capability {unknown[0]!r}; known: {known}")
+    check_takes_qkv(name, fn)
     source = source_of(fn)
     if decl:  # declared: the adapter calls fn its own way; its capabilities are those given
         fn, setup = adapt.wrap(name, fn, decl, capability.get("setup"))

@@ -123,6 +123,16 @@ def test_setup_must_be_callable_at_registration():
         variants.register("setup_not_callable", setup=3)(lambda q, k, v, **kw: q)
 
 
+def test_a_function_that_cannot_take_q_k_v_is_refused_at_registration():
+    """Not a row of errors per cell after the run began: `fn(q, k)` never takes the harness's call."""
+    with pytest.raises(variants.VariantError, match=r"'two_args' is called as fn\(q, k, v, ...\), but"):
+        variants.register("two_args")(lambda q, k: q)
+    variants.register("star_args")(lambda *a, **kw: a[0])  # *args takes them: checked per cell
+    names = set(variants.all_variants())
+    assert "star_args" in names and "two_args" not in names
+    variants.registry._REGISTRY.pop("star_args")
+
+
 @pytest.mark.slow
 def test_a_mutating_plugin_first_leaves_every_later_variant_ok_in_attnbench_run(tmp_path):
     out = tmp_path / "r"
