@@ -83,6 +83,8 @@ def find_runs(path: str | Path) -> list[Path]:
     if (p / META).is_file():
         read_meta(p)  # a damaged meta.json or another schema version: one line, before anything is written
         return [p]
+    if p.is_file():
+        raise RunDirError(f"{str(path)!r} is a file, not a run or a folder of runs{_what_file(p)}")
     if not p.is_dir():
         raise RunDirError(f"{str(path)!r} does not exist")
     found = list(runs_inside(p))
@@ -93,6 +95,16 @@ def find_runs(path: str | Path) -> list[Path]:
     for run in found:
         read_meta(run)
     return found
+
+
+def _what_file(p: Path) -> str:
+    """What a file given as a run is, when it is a history store: the words that say where it goes."""
+    try:
+        with p.open("rb") as fh:
+            store = fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return ""
+    return f": it is an SQLite file, as a history store is: give it as --store {str(p)!r}" if store else ""
 
 
 def _runs_below(p: Path) -> Iterable[Path]:

@@ -3,6 +3,8 @@ copies of a real run whose times are edited: the store, bad input in one line, s
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import DATA, run_cli
 from synthetic import run_series
@@ -35,7 +37,7 @@ def test_the_api_adds_what_it_is_given(tmp_path, runs):
     assert df["run_id"].nunique() == 2 and store.is_file()
 
 
-@pytest.mark.parametrize("case", ["not a run", "corrupt store", "another schema version"])
+@pytest.mark.parametrize("case", ["not a run", "the store as a run", "corrupt store", "another schema"])
 def test_bad_input_is_one_line_and_the_store_is_unchanged(tmp_path, runs, case):
     store = tmp_path / "h.sqlite"
     run_cli("history", "add", str(runs[0]), "--store", str(store), check=True)
@@ -43,6 +45,8 @@ def test_bad_input_is_one_line_and_the_store_is_unchanged(tmp_path, runs, case):
     if case == "not a run":
         (tmp_path / "empty").mkdir()
         target = str(tmp_path / "empty")
+    elif case == "the store as a run":  # attnbench.history("h.sqlite") for attnbench.history(store=...)
+        target = str(store)
     elif case == "corrupt store":
         store.write_bytes(b"garbage" * 50)
     else:
@@ -53,6 +57,12 @@ def test_bad_input_is_one_line_and_the_store_is_unchanged(tmp_path, runs, case):
     assert p.returncode == 2 and p.stdout == ""
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
     assert store.read_bytes() == data
+    if case == "the store as a run":
+        said = "not a run or a folder of runs: it is an SQLite file, as a history store is: give it as"
+        assert p.stderr.rstrip().endswith(f"{said} --store '{store}'"), p.stderr
+        in_python = re.escape(f"as a history store is: give it as store='{store}'") + "$"
+        with pytest.raises(ValueError, match=in_python):
+            attnbench.history(store)  # the API's spelling
 
 
 def _store_of(tmp_path, factors, **kw) -> str:
