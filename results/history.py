@@ -36,7 +36,17 @@ from typing import Any
 from . import devices
 from .axes import AXES, FOLLOWS, QUIET
 from .schema import COLUMNS
-from .store import META, ROWS, SHARDS, RunDirError, latest_rows, read_meta, runs_inside, uncollected_rows
+from .store import (
+    META,
+    ROWS,
+    SHARDS,
+    RunDirError,
+    latest_rows,
+    not_there,
+    read_meta,
+    runs_inside,
+    uncollected_rows,
+)
 
 DEFAULT_STORE = "runs/history.sqlite"
 FORMAT = "attnbench-history"
@@ -83,10 +93,8 @@ def find_runs(path: str | Path) -> list[Path]:
     if (p / META).is_file():
         read_meta(p)  # a damaged meta.json or another schema version: one line, before anything is written
         return [p]
-    if p.is_file():
-        raise RunDirError(f"{str(path)!r} is a file, not a run or a folder of runs{_what_file(p)}")
     if not p.is_dir():
-        raise RunDirError(f"{str(path)!r} does not exist")
+        raise not_there(path)
     found = list(runs_inside(p))
     for child in sorted(c for c in p.iterdir() if c.is_dir() and not (c / META).is_file()):
         found += [r for r in _runs_below(child)]
@@ -95,16 +103,6 @@ def find_runs(path: str | Path) -> list[Path]:
     for run in found:
         read_meta(run)
     return found
-
-
-def _what_file(p: Path) -> str:
-    """What a file given as a run is, when it is a history store: the words that say where it goes."""
-    try:
-        with p.open("rb") as fh:
-            store = fh.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return ""
-    return f": it is an SQLite file, as a history store is: give it as --store {str(p)!r}" if store else ""
 
 
 def _runs_below(p: Path) -> Iterable[Path]:

@@ -17,7 +17,7 @@ from .judge import RUN_COLUMNS, run_columns
 from .load import load as load_runs
 from .load import load_meta
 from .schema import LIST_COLUMNS, float_list
-from .store import META, RunDirError, runs_inside
+from .store import META, RunDirError, not_there, runs_inside
 
 MIN_RUNS = 2  # a set of one run is a run: say so rather than judge it as a set
 
@@ -29,7 +29,7 @@ def members(path: str | Path) -> list[Path] | None:
     if (p / META).is_file():
         return None
     if not p.is_dir():
-        raise RunDirError(f"{p}: no such run directory")
+        raise not_there(p)
     runs = runs_inside(p)
     if len(runs) < MIN_RUNS:
         found = f"{len(runs)} run" if runs else "no meta.json and no runs"

@@ -150,10 +150,25 @@ def is_unstarted(path: str | Path) -> bool:
     return _leftovers(Path(path)) is not None
 
 
+def not_there(path: str | Path) -> RunDirError:
+    """The one-line error for a run directory that is not a directory: it does not exist, or it is a file (a
+    history store given as a run says where a store goes)."""
+    p = Path(path)
+    if not p.is_file():
+        return RunDirError(f"run directory {str(path)!r} does not exist")
+    try:
+        with p.open("rb") as fh:
+            sqlite = fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        sqlite = False
+    store = f": it is an SQLite file, as a history store is: give a store as --store {str(path)!r}"
+    return RunDirError(f"{str(path)!r} is a file, not a run directory{store if sqlite else ''}")
+
+
 def read_meta(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_dir():
-        raise RunDirError(f"run directory {str(path)!r} does not exist")
+        raise not_there(path)
     if not (p / META).is_file():
         if is_unstarted(p) and any(p.iterdir()):
             raise RunDirError(

@@ -58,9 +58,9 @@ def test_bad_input_is_one_line_and_the_store_is_unchanged(tmp_path, runs, case):
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
     assert store.read_bytes() == data
     if case == "the store as a run":
-        said = "not a run or a folder of runs: it is an SQLite file, as a history store is: give it as"
+        said = "is a file, not a run directory: it is an SQLite file, as a history store is: give a store as"
         assert p.stderr.rstrip().endswith(f"{said} --store '{store}'"), p.stderr
-        in_python = re.escape(f"as a history store is: give it as store='{store}'") + "$"
+        in_python = re.escape(f"as a history store is: give a store as store='{store}'") + "$"
         with pytest.raises(ValueError, match=in_python):
             attnbench.history(store)  # the API's spelling
 

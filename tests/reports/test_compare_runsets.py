@@ -94,8 +94,10 @@ def test_what_is_not_a_run_set_is_refused_in_one_line(tmp_path):
     assert runset.members(single) is None and [p.name for p in runset.members(a)] == ["run1", "run2", "run3"]
     (tmp_path / "lonely" / "x").mkdir(parents=True)
     _run(tmp_path / "lonely" / "run1", 1.0, 3)
+    (tmp_path / "notes.txt").write_text("a file")
     for path, message in [
-        (tmp_path / "nowhere", "no such run directory"),
+        (tmp_path / "nowhere", "does not exist"),
+        (tmp_path / "notes.txt", "notes.txt' is a file, not a run directory"),
         (tmp_path / "lonely", "not a run (1 run in its subdirectories)"),
         (tmp_path / "lonely" / "x", "not a run (no meta.json and no runs in its subdirectories)"),
     ]:
