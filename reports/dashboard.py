@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from attnbench.results.store import is_run_dir
+
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
 from .style import empty_panel, log_axis, mpl_style, new_figure, save, slug, variant_color, variant_order
@@ -35,6 +37,9 @@ _LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
 REPORT_FILES = ("report.html", "README.md")  # a run's report, the first found
 RUN_FILES = ("README.md",)  # else the run folder's own page
 RUNS = "runs"  # the site's own folder of the runs' reports, copied: publish owns everything in it
+# in out/runs/, written by publish: the folder is publish's, to empty of what it did not copy. A runs/ folder
+# without it that holds anything (`--out .` beside the user's own runs/) is never touched: publish refuses it.
+SITE_MARK = ".attnbench-site"
 PAGES = (".html", ".md")  # a copied file whose own references are copied too
 
 
@@ -155,13 +160,23 @@ def report_files(page: Path) -> list[Path]:
     return sorted(found)
 
 
-def runs_folder_problem(out: Path) -> str | None:
-    """Why publish cannot use `out`/runs as its own folder (a file, or a link that may lead out of the
-    site), else None. Asked before anything is written."""
+def site_problem(out: Path) -> str | None:
+    """Why publish cannot write its site into `out`, else None; asked before anything is written. `out` is
+    a run directory; or `out`/runs, the folder publish empties of what it did not copy, is a file, a link
+    (which may lead out of the site), or a folder publish did not make (no SITE_MARK) that holds anything."""
+    if is_run_dir(out):
+        return "is a run directory; publish the site somewhere else"
     runs = out / RUNS
     what = "a link" if runs.is_symlink() else "a file" if runs.exists() and not runs.is_dir() else None
     if what:
         return f"has {RUNS} as {what}; publish keeps its copies of the runs' reports in a folder there"
+    held = sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
+    if held and SITE_MARK not in held:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        return (
+            f"has a {RUNS}/ folder that publish did not make (it holds {shown}); publish replaces what its "
+            f"{RUNS}/ holds, so publish the site somewhere else"
+        )
     return None
 
 
@@ -169,11 +184,12 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
     """Copy each run's report (report_of, with report_files) into out/runs/<site_name>/, anew, and remove
     whatever else out/runs holds (the copies of runs no longer in the store): publish owns that folder and
     never touches anything out of it. Returns {run path: the link from a page at the site's root}."""
-    why = runs_folder_problem(out)
+    why = site_problem(out)
     if why:
         raise ValueError(f"--out {out} {why}")
     root = out / RUNS
     root.mkdir(exist_ok=True)
+    (root / SITE_MARK).write_text("attnbench history publish made this folder; it replaces what it holds\n")
     links: dict[str, str] = {}
     for _, r in runs.drop_duplicates("run_key").iterrows():
         page = report_of(str(r["path"]))
@@ -186,7 +202,7 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(page.parent / rel, dest / rel)
         links[str(r["path"])] = f"{RUNS}/{name}/{page.name}"
-    kept = {href.split("/")[1] for href in links.values()}
+    kept = {href.split("/")[1] for href in links.values()} | {SITE_MARK}
     for entry in root.iterdir():
         if entry.name not in kept:
             _remove(entry)

@@ -130,7 +130,8 @@ def test_every_link_and_image_resolves_to_a_file_in_the_site(published):
         assert all((site / src).suffix == ".png" for src in found.images)
     # run 0 links its report.html, run 1 its README.md; the other four are named, not linked
     assert sorted(linked.values(), key=sorted) == [{"README.md"}, {"report.html"}], linked
-    assert sorted(linked) == sorted(p.name for p in (site / dashboard.RUNS).iterdir())
+    copies = sorted(p.name for p in (site / dashboard.RUNS).iterdir() if p.name != dashboard.SITE_MARK)
+    assert sorted(linked) == copies and (site / dashboard.RUNS / dashboard.SITE_MARK).is_file()
     machine = (site / "machine-AMD-EPYC-2-cores-on-vm.html").read_text()
     for run in runs[2:]:
         assert f"{_run_id(run)} (no report)" in machine, run
@@ -174,7 +175,7 @@ def test_publishing_again_is_idempotent_and_drops_runs_gone_from_the_store(publi
     store = str(tmp_path / "fewer.sqlite")
     run_cli("history", "add", *map(str, published["runs"][1:]), "--store", store, check=True)
     run_cli("history", "publish", "--store", store, "--out", str(site), check=True)
-    copies = [p.name for p in (site / dashboard.RUNS).iterdir()]
+    copies = [p.name for p in (site / dashboard.RUNS).iterdir() if p.name != dashboard.SITE_MARK]
     assert len(copies) == 1 and (site / dashboard.RUNS / copies[0] / "README.md").is_file(), copies
     assert (tmp_path / "beside.txt").read_text() == "not the site's"
     assert (site / "notes.txt").read_text() == "the user's own"
@@ -233,8 +234,10 @@ def _one_run(tmp_path, store) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file"]
-)
+    "case",
+    ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file",
+     "the user's runs/", "out is a run"],
+)  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     store, out = tmp_path / "h.sqlite", tmp_path / "site"
     if case == "empty store":
@@ -260,10 +263,23 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
             (out / dashboard.RUNS).symlink_to(tmp_path / "elsewhere")
         else:
             (out / dashboard.RUNS).write_text("a file")
+    elif case == "the user's runs/":  # `--out .` in a project: runs/ holds the user's runs and the store
+        out.mkdir()
+        store = out / dashboard.RUNS / "history.sqlite"
+        _one_run(out, store)
+        held = files_of(out)
+    elif case == "out is a run":
+        _one_run(tmp_path, store)
+        out = run_series(BASE, tmp_path / "more", [1.0])[0]
+        held = files_of(out)
     p = run_cli("history", "publish", "--store", str(store), "--out", str(out))
     assert p.returncode == 2 and p.stdout == "", p.stderr
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
-    if case.startswith("runs is"):
+    if case in ("the user's runs/", "out is a run"):
+        assert files_of(out) == held  # every byte of every run, and the store, as they were
+        said = "did not make (it holds history.sqlite," if case == "the user's runs/" else "is a run dir"
+        assert said in p.stderr, p.stderr
+    elif case.startswith("runs is"):
         assert [f.name for f in out.iterdir()] == [dashboard.RUNS]
         assert (tmp_path / "elsewhere" / "keep.txt").is_file()
     else:
