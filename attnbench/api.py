@@ -344,9 +344,11 @@ def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, basel
     return render(inputs, target)
 
 
-def report_dir(out: PathLike | None, default: str) -> Path:
-    """Where a report goes: `out`, or reports/out/<default>; ValueError (naming --out) if that is a file or
-    a run."""
+def report_dir(out: PathLike | None, default: str, kind: str = "report") -> Path:
+    """Where a `kind` page (reports.page.PAGE_FILES: report, compare, profile) goes: `out`, or
+    reports/out/<default>; ValueError (naming --out) if that is a file, a run, or holds a page of that
+    page's name that attnbench did not write (`--out .` beside your README.md)."""
+    from attnbench.reports.page import PAGE_FILES, written_by_attnbench
     from attnbench.results import is_run_dir
     from attnbench.results.writable import why_unwritable
 
@@ -356,6 +358,12 @@ def report_dir(out: PathLike | None, default: str) -> Path:
         raise ValueError(f"{said} exists and is not a directory")
     if is_run_dir(path):
         raise ValueError(f"{said} is a run directory; write the report somewhere else")
+    for name in PAGE_FILES[kind]:
+        if (path / name).exists() and not written_by_attnbench(path / name):
+            raise ValueError(
+                f"{said} holds a {name} that attnbench did not write, and the {kind} writes its own {name} "
+                "there; write it elsewhere"
+            )
     why = why_unwritable(path)
     if why:
         raise ValueError(f"{said} {why}")

@@ -46,9 +46,10 @@ def bad_input() -> Iterator[None]:
         raise BadInput(str(exc)) from None
 
 
-def out_dir(out: str | None, default: str) -> Path:
-    """--out DIR of a page (default reports/out/NAME, git-ignored); refused if it is a run or a file."""
+def out_dir(out: str | None, default: str, kind: str) -> Path:
+    """--out DIR of a `kind` page (default reports/out/NAME, git-ignored); refused if it is a run, a file,
+    or holds a page by that page's name that attnbench did not write."""
     from attnbench.api import report_dir
 
     with bad_input():
-        return report_dir(out, default)
+        return report_dir(out, default, kind)

@@ -86,7 +86,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from attnbench.reports.style import slug
     from attnbench.results import RunDirError
 
-    out = out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name))
+    out = out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name), "compare")
     try:
         threshold = parse_threshold(args.fail_above) if args.fail_above else None
         run_spread = parse_run_spread(args.run_spread) if args.run_spread is not None else None

@@ -180,7 +180,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:  # VariantError is one
         raise BadInput(str(exc)) from None
-    out = out_dir(args.out, plan.default_dir_name())
+    out = out_dir(args.out, plan.default_dir_name(), "profile")
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"--out {str(out)!r} already exists and is not empty; choose another --out")
     result = profile_cell(plan, out)

@@ -653,7 +653,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
     page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
     page.add(pg.Figure(files))
     page.add(pg.Heading("Per cell"), cell_table(cmp))
-    readme, html_path = out / "README.md", out / "compare.html"
+    readme, html_path = (out / name for name in pg.PAGE_FILES["compare"])
     readme.write_text(pg.to_markdown(page), encoding="utf-8")
     html_path.write_text(pg.to_html(page, out), encoding="utf-8")
     return readme, html_path

@@ -92,6 +92,32 @@ class Page:
         self.blocks.extend(blocks)
 
 
+# The pages each command writes into its --out folder, by name. A file of one of these names that attnbench
+# did not write (its title is not one of PAGE_TITLES) is never written over (attnbench.api.report_dir).
+PAGE_FILES = {
+    "report": ("README.md", "report.html"),
+    "compare": ("README.md", "compare.html"),
+    "profile": ("index.md", "index.html", "top_ops.md"),
+}
+PAGE_TITLES = ("attnbench report", "attnbench compare", "Profile: ", "Top operators by self time")
+_HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.S)
+
+
+def written_by_attnbench(path: Path) -> bool:
+    """Whether the page at `path` is one attnbench wrote: its Markdown heading or HTML title is a page
+    title of PAGE_TITLES."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    if path.suffix == ".md":
+        first = head.split("\n", 1)[0]
+        return first.startswith("# ") and first[2:].startswith(PAGE_TITLES)
+    title = _HTML_TITLE.search(head)
+    return bool(title) and html.unescape(title[1]).startswith(PAGE_TITLES)
+
+
 # ---- link targets -----------------------------------------------------------------------------------
 
 _FILE_NAME = re.compile(r"(?!\.)[A-Za-z0-9._-]+")  # beside the page: no folder, no scheme, not . or ..

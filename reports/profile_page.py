@@ -16,7 +16,20 @@ from typing import Any
 
 from attnbench.results.formulas import bytes_text
 
-from .page import Bullets, Heading, Link, Page, Para, SvgFigure, Table, Text, to_html, to_markdown, to_text
+from .page import (
+    PAGE_FILES,
+    Bullets,
+    Heading,
+    Link,
+    Page,
+    Para,
+    SvgFigure,
+    Table,
+    Text,
+    to_html,
+    to_markdown,
+    to_text,
+)
 
 TOP_OPS_SHOWN = 25  # rows of top_ops.md (top_ops.csv holds every operator)
 TOP_OPS_INDEX = 10  # rows on the index page
@@ -348,10 +361,10 @@ def write_pages(out_dir: str | Path) -> tuple[Path, Path]:
     out_dir = Path(out_dir)
     meta = json.loads((out_dir / "profile.json").read_text())
     ops = read_top_ops(out_dir / "top_ops.csv")
+    md, htm, top = (out_dir / name for name in PAGE_FILES["profile"])
     if ops:
-        (out_dir / "top_ops.md").write_text(to_markdown(top_ops_page(meta, ops)), encoding="utf-8")
+        top.write_text(to_markdown(top_ops_page(meta, ops)), encoding="utf-8")
     page = index_page(out_dir, meta)
-    md, htm = out_dir / "index.md", out_dir / "index.html"
     md.write_text(to_markdown(page), encoding="utf-8")
     htm.write_text(to_html(page, out_dir), encoding="utf-8")
     return md, htm

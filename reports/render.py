@@ -489,7 +489,8 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     _write_csvs(df, scaling, out)
     summary = summary_table(scaling)
     page = pg.Page("attnbench report: " + ", ".join(metas))
-    report = Report(out, out / "README.md", out / "report.html", summary=summary, baseline=base)
+    readme, html_page = (out / name for name in pg.PAGE_FILES["report"])
+    report = Report(out, readme, html_page, summary=summary, baseline=base)
     devgroups = trust.device_groups(df, metas)
 
     # the findings first (issue 26): what the figures and tables below say, in sentences

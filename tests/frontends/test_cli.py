@@ -124,6 +124,26 @@ def test_an_out_that_cannot_be_written_is_one_line_exit_2_before_any_work(tmp_pa
     assert sorted(x.name for x in tmp_path.iterdir()) == ["a-file"]
 
 
+PAGE_COMMANDS = {"report": ("report", "README.md"), "compare": ("compare", "compare.html"),
+                 "profile": ("profile", "index.md")}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", PAGE_COMMANDS)
+def test_an_out_beside_your_own_page_is_refused_and_the_page_kept(tmp_path, command):
+    """`--out .` in a project: a README.md (or index.md, compare.html) that attnbench did not write is never
+    written over; a page attnbench wrote there before is (tests/reports/test_page.py: its own pages)."""
+    kind, name = PAGE_COMMANDS[command]
+    (tmp_path / name).write_text("# My project\n\nmine, by hand\n")
+    p = run_cli(*OUT_COMMANDS[command], "--out", str(tmp_path), cwd=tmp_path)
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    said = f"--out {str(tmp_path)!r} holds a {name} that attnbench did not write, and the {kind} writes"
+    assert p.stderr.strip().splitlines() == [
+        f"attnbench: error: {said} its own {name} there; write it elsewhere"
+    ]
+    assert [x.name for x in tmp_path.iterdir()] == [name]
+    assert (tmp_path / name).read_text() == "# My project\n\nmine, by hand\n"
+
+
 def test_cuda_without_a_gpu_is_refused(tmp_path):
     import torch
 

@@ -8,8 +8,10 @@ import json
 import pytest
 from conftest import run_cli
 
+from attnbench.api import report_dir
 from attnbench.harness.tools.profile import single_cell
 from attnbench.harness.tools.py_spy import PY_SPY_ENV, find_py_spy
+from attnbench.reports.page import PAGE_FILES, written_by_attnbench
 from attnbench.reports.profile_page import speedscope_summary, write_pages
 
 HAS_PY_SPY = find_py_spy()[0] is not None
@@ -62,6 +64,8 @@ def test_no_py_spy_backward_of_chunked(tmp_path):
     assert not (out / "flame.svg").exists() and not (out / "profile.speedscope.json").exists()
     assert any("backward" in r["name"].lower() or "ChunkedAttention" in r["name"] for r in ops)
     assert "pip install" not in p.stderr  # asked for: no install hint
+    assert all(written_by_attnbench(out / name) for name in PAGE_FILES["profile"])
+    assert report_dir(out, "unused", "profile") == out  # a profile may be written again over its own pages
 
 
 def test_missing_py_spy_says_how_to_install_and_still_profiles(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from attnbench.reports import page as pg
@@ -100,3 +102,24 @@ def test_svg_figure_embeds_only_a_file_beside_the_page(tmp_path, file):
 def test_text_of_a_table_with_links_shows_the_link_text():
     table = pg.Table(("file", "n"), (((pg.Link("trace.json", "trace.json"), " (Chrome)"), "3"),))
     assert pg.to_text(table).splitlines()[2] == "trace.json (Chrome)  3"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("path", "ours"),
+    [
+        ("reports/reference/cpu-epyc-2core/README.md", True),
+        ("reports/reference/cpu-epyc-2core/report.html", True),
+        ("reports/reference/cpu-4k-pages-vs-thp/README.md", True),
+        ("reports/reference/cpu-4k-pages-vs-thp/compare.html", True),
+        ("README.md", False),  # "# attnbench": the project's own, not a page attnbench wrote
+        ("docs/index.md", False),
+        ("reports/reference/history/index.html", False),  # publish's site is its own (reports.dashboard)
+    ],
+)
+def test_its_own_pages_are_told_from_a_users(path, ours):
+    """A report, compare or profile may write over a page by its name only when attnbench wrote it
+    (attnbench.api.report_dir; the profile pages: tests/frontends/test_profile.py)."""
+    assert pg.written_by_attnbench(ROOT / path) is ours
