@@ -215,6 +215,12 @@ def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keyword
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
+    misplaced = sorted(set(keywords) & _capability_only())
+    if misplaced:
+        raise ValueError(
+            f"bench: {misplaced[0]}= says what fn takes, not what to sweep: give it with fn, as "
+            f"bench(attnbench.variant(fn, {misplaced[0]}=...))"
+        )
     if not keywords.get("env"):  # run() starts it for the run's env, once that is read
         from attnbench.harness.workers.isolation import prestart_for
 
@@ -247,6 +253,17 @@ def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: An
         raise ValueError(f"attnbench.variant: {exc}") from None
     _check_free(made.name, "name=")
     return made
+
+
+def _capability_only() -> set[str]:
+    """The keywords of attnbench.variant (a capability, a declared shape) that are not also sweep keywords."""
+    from attnbench.harness.sweep.sweeps import AXIS_KEYS, SETTING_KEYS
+    from attnbench.variants.adapt import DECLARED
+    from attnbench.variants.registry import Capability
+
+    return (
+        ({f.name for f in fields(Capability)} | set(DECLARED)) - set(AXIS_KEYS) - set(SETTING_KEYS) - {"name"}
+    )
 
 
 def _variant_names(value: Any, key: str) -> Any:

@@ -312,12 +312,22 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
     return decorate
 
 
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """fn's signature, read from forward() for a torch.nn.Module (whose own __call__ takes *args and
+    **kwargs); None when it has none to read (a builtin, such as torch's scaled_dot_product_attention)."""
+    if any(c.__name__ == "Module" and c.__module__ == "torch.nn.modules.module" for c in type(fn).__mro__):
+        fn = getattr(fn, "forward", fn)
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
 def check_takes_qkv(name: str, fn: Callable[..., Any]) -> None:
     """VariantError, before any cell runs, when fn cannot be called fn(q, k, v): too few positional
     parameters. A signature that cannot be read, or *args, passes; keywords are checked per cell."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
+    sig = signature_of(fn)
+    if sig is None:
         return
     try:
         sig.bind_partial(None, None, None)

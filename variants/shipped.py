@@ -18,7 +18,15 @@ from typing import Any
 
 from . import adapt
 from .origin import by_value, source_of
-from .registry import Capability, UnsupportedError, Variant, VariantError, check_takes_qkv, resolve
+from .registry import (
+    Capability,
+    UnsupportedError,
+    Variant,
+    VariantError,
+    check_takes_qkv,
+    resolve,
+    signature_of,
+)
 
 FROM_FILE = "file "  # the source of a variant a variant file registered (registry.load_variant_file)
 
@@ -57,22 +65,25 @@ def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capabili
     if decl:  # declared: the adapter calls fn its own way; its capabilities are those given
         fn, setup = adapt.wrap(name, fn, decl, capability.get("setup"))
         return Variant(fn=fn, cap=Capability(name=name, **{**capability, "setup": setup}), source=source)
-    taken = _keywords(fn)
+    taken = _keywords(fn, capability)
     if taken is not None:
         for keyword, flag in KEYWORD_FLAGS.items():
             if capability.setdefault(flag, keyword in taken) and keyword not in taken:
                 raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
         if not set(CONVENTION) <= taken:
             fn = Keywords(fn, name, frozenset(taken))
+            if capability.get("setup") is not None:  # what the hook returns is called as fn is
+                capability["setup"] = KeywordsSetup(capability["setup"], name, frozenset(taken))
     return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
 
 
-def _keywords(fn: Callable[..., Any]) -> set[str] | None:
-    """The keyword names fn accepts, None when it takes any (**kwargs) or has no signature to read."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
+def _keywords(fn: Callable[..., Any], declared: dict[str, Any]) -> set[str] | None:
+    """The keyword names fn accepts, None when it takes any (**kwargs). A signature that cannot be read
+    (a builtin) is taken to accept the keywords of the capabilities declared for it, and no others."""
+    sig = signature_of(fn)
+    if sig is None:
+        return {keyword for keyword, flag in KEYWORD_FLAGS.items() if declared.get(flag)}
+    params = sig.parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
     return {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
@@ -97,6 +108,19 @@ class Keywords:
         return self.fn(q, k, v, **given)
 
 
+@dataclass(frozen=True)
+class KeywordsSetup:
+    """The setup hook of a Keywords callable: what it returns takes the same keywords as the callable."""
+
+    setup: Callable[..., Any]
+    name: str
+    taken: frozenset[str]
+
+    def __call__(self, q, k, v, **options: Any):
+        bound = self.setup(q, k, v, **options)
+        return Keywords(bound, self.name, self.taken) if callable(bound) else bound
+
+
 def pack(names: Sequence[str]) -> bytes | None:
     """The named variants that travel by value, cloudpickled; None when none does. VariantError naming a
     variant that cannot be pickled, before a run writes anything."""
@@ -116,9 +140,24 @@ def pack(names: Sequence[str]) -> bytes | None:
         except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
             raise VariantError(
                 f"variant {variant.name!r} ({variant.source}) cannot be sent to the worker processes: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}{_compiled_hint(variant, exc)}"
             ) from None
     return cloudpickle.dumps(travel)
+
+
+def _compiled_hint(variant: Variant, exc: Exception) -> str:
+    """The way out when what cannot be pickled is torch.compile's (a compiled function, or one it calls)."""
+    fn = variant.fn.fn if isinstance(variant.fn, Keywords) else variant.fn
+    compiled = hasattr(fn, "_torchdynamo_orig_callable") or hasattr(fn, "_orig_mod")
+    if not compiled and "ConfigModuleInstance" not in str(exc):
+        return ""
+    plain = getattr(fn, "_torchdynamo_orig_callable", None) or getattr(fn, "_orig_mod", None)
+    fn_name = getattr(plain, "__name__", "fn")
+    return (
+        "; a torch.compile'd function does not pickle: give the plain function and compile it in the "
+        f"worker, in a setup hook: attnbench.variant({fn_name}, setup=lambda q, k, v, **_: "
+        f"torch.compile({fn_name}))"
+    )
 
 
 def files_of(names: Sequence[str], variant_files: Sequence[str]) -> list[str]:

@@ -99,10 +99,68 @@ def test_callables_are_refused_before_any_work(tmp_path):
             attnbench.variant(notebook_function(), name="naive")
         with pytest.raises(ValueError, match="unknown capability 'casual'; known: description, devices"):
             attnbench.variant(notebook_function(), casual=True)
+        with pytest.raises(ValueError, match=r"^bench: mask= says what fn takes, not what to sweep: give it"):
+            attnbench.bench(notebook_function(), mask="bool", out=out)  # a variant's keyword, given to bench
         declared = attnbench.variant(notebook_function(), name="mine", dtypes=("float32",), backward=False)
         assert (declared.name, declared.cap.dtypes, declared.cap.backward) == ("mine", ("float32",), False)
         assert (declared.cap.causal, declared.cap.padding) == (False, False)  # from its signature
     assert not out.exists()
+
+
+MODULE_CELL = """
+import torch
+
+class Attn(torch.nn.Module):  # a model's attention module: called as Attn()(q, k, v)
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+def plain(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+"""
+
+
+def test_code_written_elsewhere_is_handed_only_the_keywords_it_takes(tmp_path):
+    """torch's own SDPA (a builtin: no signature to read) and a torch.nn.Module (whose __call__ takes
+    *args, **kwargs; its forward says what it takes) run as they are, their causal cells `unsupported`; a
+    builtin is handed the keywords of what is declared for it. A torch.compile'd function, which cannot
+    travel to the workers, is refused in one line that gives the setup hook that compiles it there, and
+    that hook's callable is handed only the keywords the function takes."""
+    import torch
+
+    from attnbench.variants.shipped import pack
+
+    namespace = {"__name__": "__main__"}
+    exec(compile(MODULE_CELL, "<ipython-input-2>", "exec"), namespace)
+    sdpa_fn = torch.nn.functional.scaled_dot_product_attention
+    with as_a_fresh_process(tmp_path):
+        out = tmp_path / "run"
+        attnbench.run(variants={"torch_sdpa": sdpa_fn, "module": namespace["Attn"]()}, causal="both", out=out,
+                      **QUICK)  # fmt: skip
+        assert statuses(out) == {
+            ("torch_sdpa", False): "ok", ("torch_sdpa", True): "unsupported",
+            ("module", False): "ok", ("module", True): "unsupported",
+        }  # fmt: skip
+        with_dropout = attnbench.variant(sdpa_fn, name="torch_sdpa_dropout", dropout=True)
+        assert (with_dropout.cap.causal, with_dropout.cap.padding, with_dropout.cap.dropout) == (
+            False,
+            False,
+            True,
+        )
+        q = torch.randn(1, 1, 8, 4)
+        opts = dict(causal=False, key_lengths=None, dropout_p=0.0, scale=None)  # as a cell calls it
+        assert torch.allclose(with_dropout.fn(q, q, q, **opts), sdpa_fn(q, q, q))
+        plain = namespace["plain"]
+        hooked = attnbench.variant(plain, name="hooked", setup=lambda q, k, v, **_: plain)
+        assert torch.allclose(
+            hooked.bind(q, q, q, causal=False, key_lengths=None)(q, q, q, **opts), plain(q, q, q)
+        )
+        attnbench.variants.registry.add(attnbench.variant(torch.compile(plain), name="compiled"))
+        with pytest.raises(ValueError) as caught:
+            pack(["compiled"])
+        assert "\n" not in str(caught.value)
+        assert str(caught.value).endswith(
+            "attnbench.variant(plain, setup=lambda q, k, v, **_: torch.compile(plain))"
+        ), caught.value
 
 
 SCRIPT = """
