@@ -35,7 +35,7 @@ import torch
 
 from attnbench import variants
 from attnbench.harness.measure import contract, correctness, dropout_check, energy, memory, telemetry, timing
-from attnbench.harness.measure.failures import failure
+from attnbench.harness.measure.failures import arm_recompile_limit, failure
 from attnbench.harness.measure.inputs import (
     InputCache,
     call_options,
@@ -222,6 +222,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
         fn, setup_ms = timing.timed_once(spec.device, variant.bind, q, k, v, **opts)
     else:
         fn = variant.fn
+    arm_recompile_limit()
 
     # one validated forward call: refusals, OOMs and exceptions surface here; its output is gated exactly,
     # so without dropout (a dropout cell's random output is held to harness.measure.dropout_check's rules
@@ -597,6 +598,7 @@ def _again(
         fn, setup_ms = timing.timed_once(spec.device, variant.bind, q, k, v, **opts)
     else:
         fn = variant.fn
+    arm_recompile_limit()
     backward = spec.pass_ == "fwdbwd"
     call = timed_call(
         fn, q, k, v, backward=backward, vary=settings.seed + index, dropout_p=spec.dropout, **opts

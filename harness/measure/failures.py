@@ -7,6 +7,8 @@ harness.measure.outcomes.
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Protocol
 
 import torch
@@ -69,6 +71,8 @@ def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tupl
     one). The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
+    if type(exc).__name__ == "FailOnRecompileLimitHit":
+        return "error", _recompile_limit(exc)
     if is_poisoned(exc):  # before empty_cache, which would fail the same way
         return "crashed", POISONED_PREFIX + f"{type(exc).__name__}: {_one_line(exc)}"
     if device == "cuda":
@@ -86,3 +90,24 @@ def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tupl
 def _one_line(exc: BaseException, limit: int = 400) -> str:
     text = " ".join(str(exc).split())
     return text[:limit] + ("..." if len(text) > limit else "")
+
+
+def arm_recompile_limit() -> None:
+    """Past dynamo's recompile limit (8 compiled versions of a function by default) a torch.compile'd
+    function runs eager, silently, and would be timed as if compiled. Once this process has torch.compile
+    loaded, reaching the limit raises instead, and the cell's row says which limit (`failure`). Called
+    before each cell's first call, after its setup hook (which may be what compiles)."""
+    config = getattr(sys.modules.get("torch._dynamo"), "config", None)
+    if config is not None and hasattr(config, "fail_on_recompile_limit_hit"):
+        config.fail_on_recompile_limit_hit = True
+
+
+def _recompile_limit(exc: BaseException) -> str:
+    found = re.search(r"Limit type: (\w+)", str(exc.__cause__ or ""))
+    limit = found.group(1) if found else "recompile_limit"
+    value = getattr(sys.modules["torch._dynamo"].config, limit, "?")
+    return (
+        f"torch.compile reached its {limit} ({value}) on a function this cell calls: past it dynamo runs "
+        f"the function eager, which would be timed as if compiled; raise torch._dynamo.config.{limit} in the "
+        "variant's setup, or compile it with dynamic=True"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import FAULTS
 from fakes import FakeTimer
@@ -169,3 +171,29 @@ def test_a_kernel_hook_names_the_kernel_and_never_fails_the_cell():
 def test_sdpa_names_the_backend_torch_picks():
     assert measure_cell(spec("sdpa"), QUICK)["kernel"] in ("FLASH_ATTENTION (CPU)", "MATH")
     assert measure_cell(spec("sdpa_math"), QUICK)["kernel"] == "MATH"
+
+
+def test_a_compiled_function_past_its_recompile_limit_is_an_error_not_an_eager_time(monkeypatch):
+    """Past dynamo's recompile limit a torch.compile'd function runs eager, silently: each cell arms the
+    limit to raise (once torch.compile is loaded), and the row names the limit and how to raise it. Here
+    the limit is 1 and a float32 cell compiles; the bfloat16 cell would be a second version."""
+    import torch
+    import torch._dynamo
+
+    from attnbench.variants import registry
+
+    step = torch.compile(lambda q, k, v: variants.get("naive").fn(q, k, v), backend="eager")
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", False)  # restored after
+    variants.register("one_version", padding=False, causal=False, dropout=False)(
+        lambda q, k, v, **_: step(q, k, v)
+    )
+    torch._dynamo.reset()
+    first = measure_cell(spec("one_version"), QUICK)
+    second = measure_cell(dataclasses.replace(spec("one_version"), dtype="bfloat16"), QUICK)
+    torch._dynamo.reset()
+    assert first["status"] == "ok", first["message"]
+    assert second["status"] == "error", second["message"]
+    assert second["message"].startswith("torch.compile reached its recompile_limit (1) on a function"), second
+    assert "raise torch._dynamo.config.recompile_limit in the variant's setup" in second["message"]
