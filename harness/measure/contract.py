@@ -35,8 +35,10 @@ def check_output(out: Any, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     shape, dtype, device = expected_shape(q, v), _name(q.dtype), q.device
     if not isinstance(out, torch.Tensor):
         what = "None" if out is None else _article(type(out).__name__)
+        first = out[0] if isinstance(out, (tuple, list)) and out else None
+        way = '; declare returns="first" to take its first element' if isinstance(first, torch.Tensor) else ""
         raise OutputContractError(
-            f"{PREFIX}returned {what}; expected a {_shape(shape)} {dtype} tensor on {device}"
+            f"{PREFIX}returned {what}; expected a {_shape(shape)} {dtype} tensor on {device}{way}"
         )
     got = (_name(out.dtype), tuple(out.shape), out.device)
     if got == (dtype, shape, device):

@@ -192,6 +192,7 @@ class GateResult:
     grad_rel_err: float | None = None  # max over dq, dk, dv; None when gradients were not checked
     grad_passed: bool | None = None
     where: str = ""  # a packed batch's failing gate: the sequence that errs most ("sequence 3 of 8, ...")
+    hint: str = ""  # a failing gate's likely cause, when one is recognised (other_layout)
     # a quantising variant's recipe (Capability.quant; "" for the others): rel_err is then against the rounded
     # inputs' reference, quant_rel_err that reference against the original inputs', sqnr_db the output's
     quant: str = ""
@@ -209,7 +210,8 @@ class GateResult:
             text += f" against the {self.quant}-rounded inputs ({rounding})"
         if self.grad_rel_err is not None:
             text += f", grad rel_err {self.grad_rel_err:.2e}"
-        return f"{text}; worst: {self.where}" if self.where else text
+        text = f"{text}; worst: {self.where}" if self.where else text
+        return f"{self.hint}; {text}" if self.hint else text  # the cause first: a line cut short keeps it
 
 
 def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -298,9 +300,12 @@ def gate(
         keep = keep.expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
         got, refs = got[keep], [r[keep.to(r.device)] for r in refs]
     max_abs, rel = _errors(got, refs[0])
-    where = ""
+    where = hint = ""
     if cu_seqlens is not None and not rel <= tol:
         where = worst_sequence(out, refs[0], rows, cu_seqlens)
+    plain = not (causal or window or quant or mod != NONE) and key_lengths is None and block_table is None
+    if plain and cu_seqlens is None and not rel <= tol:
+        hint = other_layout(got, q, k, v, scale=scale, rows=rows, tol=tol)
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
@@ -309,8 +314,22 @@ def gate(
         masked_rows=masked,
         rows_checked=int(q.shape[2]) if rows is None else len(rows),  # the sample, empty rows among them
         where=where,
+        hint=hint,
         **(_rounding(got, *refs, quant) if quant else {}),
     )
+
+
+def other_layout(got: torch.Tensor, q, k, v, *, scale=None, rows=None, tol: float) -> str:
+    """Why an unmasked answer failed, when it is attention over the inputs read as (B, N, H, d), as
+    flash-attn's and xformers' functions take them: then the hint that declares it; else "". Asked only of
+    a failing gate, where N_q = N_k and K/V have q's heads (else no (B, N, H, d) reading exists)."""
+    if q.shape[2] != k.shape[2] or q.shape[1] != k.shape[1]:
+        return ""
+    alt = reference(*(t.transpose(1, 2) for t in (q, k, v)), scale=scale).transpose(1, 2)
+    alt = alt if rows is None else alt[:, :, rows.to(alt.device)]
+    if not _errors(got, alt)[1] <= tol:
+        return ""
+    return 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'
 
 
 def _rounding(got: torch.Tensor, rounded_ref: torch.Tensor, ref: torch.Tensor, quant: str) -> dict:

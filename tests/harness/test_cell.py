@@ -197,3 +197,31 @@ def test_a_compiled_function_past_its_recompile_limit_is_an_error_not_an_eager_t
     assert second["status"] == "error", second["message"]
     assert second["message"].startswith("torch.compile reached its recompile_limit (1) on a function"), second
     assert "raise torch._dynamo.config.recompile_limit in the variant's setup" in second["message"]
+
+
+def test_an_answer_over_the_inputs_read_as_bnhd_is_said_so_and_declaring_it_passes(monkeypatch):
+    """flash-attn's and xformers' functions take (B, N, H, d): handed (B, H, N, d), such a function computes
+    attention across heads. Its unmasked row is `wrong` and says what would add it, first (a line cut short
+    keeps it); declared takes="bnhd", the same function passes. A wrong answer of another kind, and a
+    masked cell, get no such hint."""
+    import torch
+
+    from attnbench.variants import registry
+
+    def bnhd(q, k, v, **_):  # (B, N, H, d) in and out, as flash_attn_func
+        return torch.nn.functional.scaled_dot_product_attention(
+            *(t.transpose(1, 2) for t in (q, k, v))
+        ).transpose(1, 2)
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    variants.register("as_bnhd", padding=False, dropout=False)(bnhd)
+    variants.register("declared_bnhd", takes="bnhd", padding=False, dropout=False)(bnhd)
+    row = measure_cell(spec("as_bnhd", n=32), QUICK)
+    assert row["status"] == "wrong", row
+    hint = 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'
+    assert row["message"].startswith(f"failed the float64 gate: {hint}; rel_err"), row["message"]
+    assert measure_cell(spec("declared_bnhd", n=32), QUICK)["status"] == "ok"
+    causal = measure_cell(dataclasses.replace(spec("as_bnhd", n=32), causal=True), QUICK)
+    assert causal["status"] == "wrong" and "(B, N, H, d)" not in causal["message"], causal["message"]
+    other = measure_cell(spec("fault_wrong"), QUICK)
+    assert other["status"] == "wrong" and "(B, N, H, d)" not in other["message"], other["message"]
