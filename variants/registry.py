@@ -198,9 +198,11 @@ class Variant:
                 hi = cap.max_head_dim if cap.max_head_dim is not None else "any"
                 return f"{self.name} supports head dims {cap.min_head_dim}..{hi}, not {dim}"
         if problem.causal and not cap.causal:
-            return f"{self.name} does not support causal masking (a variant that does takes causal=)"
+            how = _other_spelling(self.fn, "is_causal") or "(a variant that does takes causal=)"
+            return f"{self.name} does not support causal masking {how}"
         if problem.padding and not cap.padding:
-            return f"{self.name} does not support key padding (a variant that does takes key_lengths=)"
+            how = _other_spelling(self.fn, "") or "(a variant that does takes key_lengths=)"
+            return f"{self.name} does not support key padding {how}"
         if problem.dropout and not cap.dropout:
             return f"{self.name} does not support dropout (a variant that does takes dropout_p=)"
         if problem.backward and not cap.backward:
@@ -310,6 +312,18 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
         return fn
 
     return decorate
+
+
+def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
+    """How a callable handed only the keywords it takes (variants.shipped.Keywords) that spells a mask
+    another library's way would be handed it: a mask argument (attn_mask=, as SDPA) by declaring mask=
+    (variants.adapt), causal masking as is_causal= (flag) by renaming it; "" when it spells neither."""
+    taken = getattr(fn, "taken", frozenset())
+    if "attn_mask" in taken:
+        return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
+    if flag and flag in taken:
+        return f"(it takes {flag}=: attnbench hands causal=)"
+    return ""
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:

@@ -163,6 +163,27 @@ def test_code_written_elsewhere_is_handed_only_the_keywords_it_takes(tmp_path):
         ), caught.value
 
 
+def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_hands_it_over():
+    """A function with SDPA's keywords (attn_mask=, is_causal=) is handed neither, and its refusals say
+    how it would be: mask="bool" for attn_mask=, and that causal= is attnbench's name for is_causal=."""
+    from attnbench.variants.problem import Problem
+
+    def sdpa_like(q, k, v, attn_mask=None, is_causal=False):
+        return q
+
+    def flag_only(q, k, v, is_causal=False):
+        return q
+
+    causal, padded = Problem(device="cpu", causal=True), Problem(device="cpu", padding=0.25)
+    hint = '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
+    assert attnbench.variant(sdpa_like).check(causal) == f"sdpa_like does not support causal masking {hint}"
+    assert attnbench.variant(sdpa_like).check(padded) == f"sdpa_like does not support key padding {hint}"
+    assert attnbench.variant(flag_only).check(causal) == (
+        "flag_only does not support causal masking (it takes is_causal=: attnbench hands causal=)"
+    )
+    assert attnbench.variant(sdpa_like, mask="bool").check(causal) is None  # what the hint says works
+
+
 SCRIPT = """
 import attnbench
 import torch
