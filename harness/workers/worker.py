@@ -115,10 +115,23 @@ def end(code: int = 0) -> None:
     registered would otherwise run after this sweep (and could start a process that outlives the run)."""
     try:
         children.kill_leftovers(spare_helpers=False)
+        _release_semaphores()
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+def _release_semaphores() -> None:
+    """Unlink the named semaphores this process made (multiprocessing's locks, such as the one tqdm makes
+    while torch.compile traces): os._exit skips the finalizers that would, and the run's resource tracker
+    would then warn of "leaked semaphore objects" on the user's terminal as the run ends. Only
+    multiprocessing's own cleanup runs, never another finalizer (a variant may have registered one)."""
+    from multiprocessing import synchronize, util
+
+    for finalizer in list(util._finalizer_registry.values()):
+        if getattr(finalizer, "_callback", None) is synchronize.SemLock._cleanup:
+            finalizer()
 
 
 def _serve(conn, server: _Server, marks: list[tuple[float, float]]) -> None:

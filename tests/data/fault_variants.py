@@ -1,6 +1,7 @@
 """Test-only variants that fail in every way a cell can fail (loaded with --variant-file)."""
 
 import ctypes
+import multiprocessing
 import os
 import time
 
@@ -61,6 +62,9 @@ def fault_wrong(q, k, v, **kw):
 def fault_print(q, k, v, **kw):
     print("noise on stdout")
     os.write(2, b"noise on stderr\n")
+    global _LOCK  # a named semaphore, as tqdm makes for its progress bars while torch.compile traces
+    _LOCK = multiprocessing.get_context("forkserver").RLock()
+    print("made semaphore", _LOCK._semlock.name)  # named in worker.log, for tests/harness/test_isolation.py
     return _fine(q, k, v)
 
 
