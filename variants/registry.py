@@ -314,6 +314,10 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
     return decorate
 
 
+# what other libraries call the argument that takes a mask (SDPA's attn_mask= aside)
+MASK_NAMES = frozenset({"mask", "attention_mask", "attn_bias", "bias"})
+
+
 def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
     """How a callable handed only the keywords it takes (variants.shipped.Keywords) that spells a mask
     another library's way would be handed it: a mask argument (attn_mask=, as SDPA) by declaring mask=
@@ -321,6 +325,8 @@ def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
     taken = getattr(fn, "taken", frozenset())
     if "attn_mask" in taken:
         return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
+    for name in sorted(taken & MASK_NAMES):
+        return f'(it takes {name}=: declare mask="bool", mask_arg="{name}" to be handed the mask)'
     if flag and flag in taken:
         return f"(it takes {flag}=: attnbench hands causal=)"
     return ""

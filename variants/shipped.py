@@ -62,18 +62,23 @@ def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capabili
         raise VariantError(f"unknown capability {unknown[0]!r}; known: {known}")
     check_takes_qkv(name, fn)
     source = source_of(fn)
-    if decl:  # declared: the adapter calls fn its own way; its capabilities are those given
-        fn, setup = adapt.wrap(name, fn, decl, capability.get("setup"))
-        return Variant(fn=fn, cap=Capability(name=name, **{**capability, "setup": setup}), source=source)
-    taken = _keywords(fn, capability)
+    # a declared shape (variants.adapt) calls fn its own way: with a declared mask, causal masking and key
+    # padding reach it through the mask, and it is handed the mask, dropout_p= and scale=
+    masked = decl.get("mask", "flags") != "flags"
+    taken = None if decl and signature_of(fn) is None else _keywords(fn, capability)
     if taken is not None:
         for keyword, flag in KEYWORD_FLAGS.items():
+            if masked and keyword != "dropout_p":
+                continue
             if capability.setdefault(flag, keyword in taken) and keyword not in taken:
                 raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
-        if not set(CONVENTION) <= taken:
+        handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
+        if not handed <= taken:
             fn = Keywords(fn, name, frozenset(taken))
-            if capability.get("setup") is not None:  # what the hook returns is called as fn is
+            if not decl and capability.get("setup") is not None:  # what the hook returns is called as fn is
                 capability["setup"] = KeywordsSetup(capability["setup"], name, frozenset(taken))
+    if decl:
+        fn, capability["setup"] = adapt.wrap(name, fn, decl, capability.get("setup"))
     return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
 
 

@@ -184,6 +184,33 @@ def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_
     assert attnbench.variant(sdpa_like, mask="bool").check(causal) is None  # what the hint says works
 
 
+def test_a_declared_shape_is_handed_only_the_keywords_its_function_takes():
+    """What the hints say works, with functions that take no more than they need: one of flash-attn's
+    layout taking q, k, v alone (takes="bnhd": its causal cells unsupported, from its signature), one
+    taking its mask as mask= (mask="bool", mask_arg="mask"), each called as a cell calls it."""
+    import torch
+    import torch.nn.functional as F
+
+    def bnhd(q, k, v):  # (B, N, H, d), as flash_attn_func
+        return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+
+    def masked(q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 8, generator=g) for _ in range(3))
+    opts = dict(dropout_p=0.0, scale=None, key_lengths=None)
+    flash = attnbench.variant(bnhd, takes="bnhd")
+    assert (flash.cap.causal, flash.cap.padding, flash.cap.dropout) == (False, False, False)
+    assert torch.allclose(flash.fn(q, k, v, causal=False, **opts), F.scaled_dot_product_attention(q, k, v))
+    mine = attnbench.variant(masked, mask="bool", mask_arg="mask")
+    assert (mine.cap.causal, mine.cap.padding, mine.cap.dropout) == (True, True, False)  # through the mask
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(
+        mine.bind(q, k, v, causal=True, key_lengths=None)(q, k, v, causal=True, **opts), want
+    )
+
+
 SCRIPT = """
 import attnbench
 import torch
