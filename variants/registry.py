@@ -325,8 +325,9 @@ def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
     taken = getattr(fn, "taken", frozenset())
     if "attn_mask" in taken:
         return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
-    for name in sorted(taken & MASK_NAMES):
-        return f'(it takes {name}=: declare mask="bool", mask_arg="{name}" to be handed the mask)'
+    spelled = sorted(taken & MASK_NAMES)
+    if spelled:
+        return f'(it takes {spelled[0]}=: declare mask="bool", mask_arg="{spelled[0]}" to be handed the mask)'
     if flag and flag in taken:
         return f"(it takes {flag}=: attnbench hands causal=)"
     return ""
