@@ -337,11 +337,24 @@ def read_axis(axis: Axis, value: Any, name: str | None = None) -> tuple:
         values = grammar(axis).parse(name, value)
         if not values:
             raise ValueError(f"{name} needs at least one value, got {value!r}")
-    elif isinstance(value, (list, tuple)):
-        values = tuple(value)
+    elif isinstance(value, (list, tuple, range)):
+        values = tuple(_plain(v) for v in value)
+    elif getattr(value, "ndim", 0) >= 1 and hasattr(value, "tolist"):  # a numpy array, a torch tensor
+        values = tuple(value.tolist())
     else:
-        values = (value,)
+        values = (_plain(value),)
     return check_axis(axis, values, name)
+
+
+def _plain(value: Any) -> Any:
+    """A value as the axis rules read it: a torch.dtype or torch.device as its name ('float32', 'cuda'),
+    a numpy or torch scalar as the Python number it holds (no torch import: the parent may never make one)."""
+    kind = type(value)
+    if kind.__module__ == "torch" and kind.__name__ in ("dtype", "device"):
+        return str(value).removeprefix("torch.")
+    if not isinstance(value, (bool, int, float, str)) and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return value
 
 
 def write_axis(axis: Axis, value: Any) -> str:

@@ -29,6 +29,24 @@ def test_dtypes_read_the_names_reports_print_and_a_typo_gets_a_suggestion():
         read_axis(axis("dtype"), "bfloat61")
 
 
+def test_an_axis_takes_the_python_values_a_notebook_has_at_hand():
+    """range(...), a numpy array or a tensor of lengths, torch.float32, torch.device("cpu"), numpy's
+    integers: each read as the values they hold; a torch.device with an index is not a device attnbench
+    knows, and says so."""
+    import numpy as np
+    import torch
+
+    assert read_axis(axis("seq_len"), range(64, 257, 64)) == (64, 128, 192, 256)
+    assert read_axis(axis("seq_len"), np.array([64, 128])) == read_axis(
+        axis("seq_len"), torch.tensor([64, 128])
+    )
+    assert read_axis(axis("heads"), np.int64(8)) == read_axis(axis("heads"), [np.int64(8)]) == (8,)
+    assert read_axis(axis("dtype"), [torch.float32, torch.bfloat16]) == ("float32", "bfloat16")
+    assert read_axis(axis("device"), torch.device("cpu")) == ("cpu",)
+    with pytest.raises(ValueError, match="unknown device 'cuda:1'"):
+        read_axis(axis("device"), torch.device("cuda", 1))
+
+
 @pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "8..4", "16777217", "1.5k", "2g", "0k", "17m"])
 def test_an_axis_reader_rejects_naming_the_option(text):
     with pytest.raises(ValueError, match="--seq-len"):
