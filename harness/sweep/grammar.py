@@ -368,7 +368,7 @@ def write_axis(axis: Axis, value: Any) -> str:
 def parse_number(kind: type) -> Callable[[str, Any], Any]:
     def parse(name: str, value: Any) -> Any:
         if not isinstance(value, str):
-            return value  # already a number: the setting's rule checks it
+            return _plain(value)  # already a number (numpy's as Python's): the setting's rule checks it
         try:
             return kind(value)
         except ValueError:

@@ -45,6 +45,8 @@ def test_an_axis_takes_the_python_values_a_notebook_has_at_hand():
     assert read_axis(axis("device"), torch.device("cpu")) == ("cpu",)
     with pytest.raises(ValueError, match="unknown device 'cuda:1'"):
         read_axis(axis("device"), torch.device("cuda", 1))
+    settings = build_sweep({"rounds": np.int64(3), "budget_ms": np.float32(5.0)}).settings
+    assert (settings.rounds, settings.budget_ms) == (3, 5.0) and type(settings.rounds) is int
 
 
 @pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "", "8..4", "16777217", "1.5k", "2g", "0k", "17m"])
