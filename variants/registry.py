@@ -8,12 +8,11 @@ import inspect
 import pickle
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from . import adapt
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
@@ -290,25 +289,18 @@ _current_source = ["builtin"]
 
 def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register `fn` under `name` with the given Capability fields (setup=hook among them), and
-    the shapes of a function written for other code (takes=, returns=, mask=: variants.adapt). Returns fn
-    unchanged."""
+    the shapes of a function written for other code (takes=, returns=, mask=: variants.adapt). fn is handed
+    only the keywords it takes, and what it does not take it does not support (variants.shipped.inline).
+    Returns fn unchanged."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = _current_source[0]
         if source == "builtin" and not str(getattr(fn, "__module__", "")).startswith(__package__ + "."):
             source = source_of(fn)  # a notebook's or a script's: it travels to the workers by value
             _load_builtins()  # a clash with a built-in name is found here, not when they load later
-        options = dict(capability)
-        try:
-            decl = adapt.declared(name, options)
-        except ValueError as exc:
-            raise VariantError(str(exc)) from None
-        check_takes_qkv(name, fn)
-        call = fn
-        if decl:  # fn in attnbench's calling convention, and the setup hook that makes its mask per cell
-            call, options["setup"] = adapt.wrap(name, fn, decl, options.get("setup"))
-        cap = Capability(name=name, **options)
-        add(Variant(fn=call, cap=cap, source=source))
+        from .shipped import inline  # built on this module: what fn takes is read as for any callable
+
+        add(replace(inline(fn, name, **capability), source=source))
         return fn
 
     return decorate
