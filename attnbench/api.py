@@ -202,7 +202,7 @@ class Bench(Run):
         return self.answer.html()
 
 
-def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keywords: Any) -> Bench:
+def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keywords: Any) -> Bench:
     """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
     padding none/25%) and dtype (float32, bfloat16) it supports, each cell gated against the float64
     reference, across a scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
@@ -210,7 +210,8 @@ def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keyword
     also the Run (`.report()` for the whole story, `.table()` for every cell).
 
     `fn` is a callable (with its capabilities from its signature, or `attnbench.variant(fn, ...)`) or a
-    registered variant's name; what it cannot do is `unsupported`, with the reason. Every keyword of `run`
+    registered variant's name, and so is `baseline` (your previous version of fn, say); what it cannot do
+    is `unsupported`, with the reason. Every keyword of `run`
     goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset.
     """
     if "variants" in keywords or "variant" in keywords:
@@ -228,12 +229,17 @@ def bench(fn: Any, *, baseline: str = "sdpa", name: str | None = None, **keyword
         prestart_for(keywords.get("executor", "local"), None, pinned=bool(keywords.get("cpu_affinity")),
                      dry_run=bool(keywords.get("dry_run")))  # fmt: skip
     measured = fn if isinstance(fn, str) else variant(fn, name=name)
-    who = measured if isinstance(measured, str) else measured.name
+    against = baseline if isinstance(baseline, str) else variant(baseline)  # your previous version, say
+    who, base = (v if isinstance(v, str) else v.name for v in (measured, against))
+    if who == base:
+        raise ValueError(
+            f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"
+        )
     t0 = time.perf_counter()
-    ran = run(variants=[measured, baseline], **{"preset": "bench", **keywords})
+    ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
     took = time.perf_counter() - t0
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
-    return Bench(**same, variant=who, baseline=baseline, seconds=took)
+    return Bench(**same, variant=who, baseline=base, seconds=took)
 
 
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):

@@ -101,6 +101,10 @@ def test_callables_are_refused_before_any_work(tmp_path):
             attnbench.variant(notebook_function(), casual=True)
         with pytest.raises(ValueError, match=r"^bench: mask= says what fn takes, not what to sweep: give it"):
             attnbench.bench(notebook_function(), mask="bool", out=out)  # a variant's keyword, given to bench
+        with pytest.raises(ValueError, match=r"^bench: fn and baseline= are both named 'cell_attn': give fn"):
+            attnbench.bench(notebook_function(), baseline=notebook_function(), out=out)  # an edited cell
+        planned = attnbench.bench(notebook_function(), name="new", baseline=notebook_function(), dry_run=True)
+        assert (planned.variant, planned.baseline) == ("new", "cell_attn")  # your previous version, by name
         declared = attnbench.variant(notebook_function(), name="mine", dtypes=("float32",), backward=False)
         assert (declared.name, declared.cap.dtypes, declared.cap.backward) == ("mine", ("float32",), False)
         assert (declared.cap.causal, declared.cap.padding) == (False, False)  # from its signature
