@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import redefines, source_of
+from .origin import HASHED, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
 
@@ -417,12 +418,13 @@ def load_variant_file(path: str | Path) -> list[str]:
     before = set(_REGISTRY)
     mod_name = f"attnbench_variant_file_{abs(hash(str(p.resolve())))}"
     if mod_name in sys.modules:  # loaded already (the worker and the parent both load it once)
-        return [n for n, v in _REGISTRY.items() if v.source == f"file {p}"]
+        return [n for n, v in _REGISTRY.items() if v.source.split(HASHED)[0] == f"file {p}"]
     spec = importlib.util.spec_from_file_location(mod_name, p)
     if spec is None or spec.loader is None:
         raise VariantError(f"variant file {str(path)!r} cannot be imported")
     module = importlib.util.module_from_spec(spec)
-    _current_source[0] = f"file {p}"
+    # the file's sha256 beside its path: an edited kernel is another source to history and its steps
+    _current_source[0] = f"file {p}{HASHED}{hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
     try:
         sys.modules[mod_name] = module
         spec.loader.exec_module(module)

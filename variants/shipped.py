@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import adapt
-from .origin import by_value, source_of
+from .origin import HASHED, by_value, source_of
 from .registry import (
     Capability,
     UnsupportedError,
@@ -171,7 +171,7 @@ def files_of(names: Sequence[str], variant_files: Sequence[str]) -> list[str]:
     files = list(variant_files)
     for variant in resolve(list(names)):
         if variant.source.startswith(FROM_FILE):
-            path = str(Path(variant.source[len(FROM_FILE) :]).resolve())
+            path = str(Path(variant.source[len(FROM_FILE) :].split(HASHED)[0]).resolve())
             if path not in files:
                 files.append(path)
     return files
