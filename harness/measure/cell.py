@@ -35,7 +35,7 @@ import torch
 
 from attnbench import variants
 from attnbench.harness.measure import contract, correctness, dropout_check, energy, memory, telemetry, timing
-from attnbench.harness.measure.failures import arm_recompile_limit, failure
+from attnbench.harness.measure.failures import arm_recompile_limit, disarm_recompile_limit, failure
 from attnbench.harness.measure.inputs import (
     InputCache,
     call_options,
@@ -518,6 +518,8 @@ def measure_cell(
         raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
         return finish(row, *failure(exc, spec.device, held_ready[0] if held_ready else None))
+    finally:
+        disarm_recompile_limit()
 
 
 def _first(

@@ -92,14 +92,25 @@ def _one_line(exc: BaseException, limit: int = 400) -> str:
     return text[:limit] + ("..." if len(text) > limit else "")
 
 
+_BEFORE: list[bool] = []  # the setting arm_recompile_limit changed, to put back after the cell
+
+
 def arm_recompile_limit() -> None:
     """Past dynamo's recompile limit (8 compiled versions of a function by default) a torch.compile'd
     function runs eager, silently, and would be timed as if compiled. Once this process has torch.compile
     loaded, reaching the limit raises instead, and the cell's row says which limit (`failure`). Called
-    before each cell's first call, after its setup hook (which may be what compiles)."""
+    before each cell's first call, after its setup hook (which may be what compiles); measure_cell puts
+    the setting back after the cell (disarm_recompile_limit), as the pytest plugin's process had it."""
     config = getattr(sys.modules.get("torch._dynamo"), "config", None)
-    if config is not None and hasattr(config, "fail_on_recompile_limit_hit"):
+    if config is not None and getattr(config, "fail_on_recompile_limit_hit", True) is False:
         config.fail_on_recompile_limit_hit = True
+        _BEFORE.append(False)
+
+
+def disarm_recompile_limit() -> None:
+    if _BEFORE:
+        sys.modules["torch._dynamo"].config.fail_on_recompile_limit_hit = _BEFORE.pop()
+        _BEFORE.clear()
 
 
 def _recompile_limit(exc: BaseException) -> str:
