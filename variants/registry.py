@@ -9,11 +9,12 @@ import inspect
 import pickle
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from . import adapt
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import HASHED, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
@@ -299,9 +300,7 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
         if source == "builtin" and not str(getattr(fn, "__module__", "")).startswith(__package__ + "."):
             source = source_of(fn)  # a notebook's or a script's: it travels to the workers by value
             _load_builtins()  # a clash with a built-in name is found here, not when they load later
-        from .shipped import inline  # built on this module: what fn takes is read as for any callable
-
-        add(replace(inline(fn, name, **capability), source=source))
+        add(made(fn, name, capability, source))
         return fn
 
     return decorate
@@ -312,7 +311,7 @@ MASK_NAMES = frozenset({"mask", "attention_mask", "attn_bias", "bias"})
 
 
 def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
-    """How a callable handed only the keywords it takes (variants.shipped.Keywords) that spells a mask
+    """How a callable handed only the keywords it takes (Keywords) that spells a mask
     another library's way would be handed it: a mask argument (attn_mask=, as SDPA) by declaring mask=
     (variants.adapt), causal masking as is_causal= (flag) by renaming it; "" when it spells neither."""
     taken = getattr(fn, "taken", frozenset())
@@ -350,6 +349,92 @@ def check_takes_qkv(name: str, fn: Callable[..., Any]) -> None:
             f"variant {name!r} is called as fn(q, k, v, ...), but its signature {sig} takes fewer than three "
             "positional arguments (the calling convention: docs/variants.md, Adding a variant)"
         ) from None
+
+
+# the calling convention's keywords a bare callable may lack, and the capability each one gives
+KEYWORD_FLAGS = {"causal": "causal", "key_lengths": "padding", "dropout_p": "dropout"}
+CONVENTION = (*KEYWORD_FLAGS, "scale")
+
+
+def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: str) -> Variant:
+    """The Variant of fn under `name` with the Capability fields given (register's keywords, and the shapes
+    of code written for a model: variants.adapt), not registered: register() and attnbench.variant both
+    make theirs here. Of the calling convention's keywords (causal, key_lengths, dropout_p, scale) fn is
+    handed only those it takes; the capabilities it does not declare follow (no `causal` parameter, no
+    causal masking), and cells that need them are `unsupported` with the reason. VariantError naming what
+    is wrong (a declared capability it cannot take, an unknown capability, too few positional arguments)."""
+    capability = dict(capability)
+    try:  # takes=, returns=, mask=: the shapes of code written for a model (variants.adapt), as register()
+        decl = adapt.declared(name, capability)
+    except ValueError as exc:
+        raise VariantError(str(exc)) from None
+    unknown = sorted(set(capability) - {f.name for f in fields(Capability)})
+    if unknown:
+        known = ", ".join(f.name for f in fields(Capability) if f.name != "name")
+        raise VariantError(f"unknown capability {unknown[0]!r}; known: {known}")
+    check_takes_qkv(name, fn)
+    # a declared shape (variants.adapt) calls fn its own way: with a declared mask, causal masking and key
+    # padding reach it through the mask, and it is handed the mask, dropout_p= and scale=
+    masked = decl.get("mask", "flags") != "flags"
+    taken = None if decl and signature_of(fn) is None else _keywords(fn, capability)
+    if taken is not None:
+        for keyword, flag in KEYWORD_FLAGS.items():
+            if masked and keyword != "dropout_p":
+                continue
+            if capability.setdefault(flag, keyword in taken) and keyword not in taken:
+                raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
+        handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
+        if not handed <= taken:
+            fn = Keywords(fn, name, frozenset(taken))
+            if not decl and capability.get("setup") is not None:  # what the hook returns is called as fn is
+                capability["setup"] = KeywordsSetup(capability["setup"], name, frozenset(taken))
+    if decl:
+        fn, capability["setup"] = adapt.wrap(name, fn, decl, capability.get("setup"))
+    return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
+
+
+def _keywords(fn: Callable[..., Any], declared: dict[str, Any]) -> set[str] | None:
+    """The keyword names fn accepts, None when it takes any (**kwargs). A signature that cannot be read
+    (a builtin) is taken to accept the keywords of the capabilities declared for it, and no others."""
+    sig = signature_of(fn)
+    if sig is None:
+        return {keyword for keyword, flag in KEYWORD_FLAGS.items() if declared.get(flag)}
+    params = sig.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+
+
+@dataclass(frozen=True)
+class Keywords:
+    """A callable that takes only some of the calling convention's keywords: those at their defaults are
+    left out, any other is UnsupportedError (the cell's row says which)."""
+
+    fn: Callable[..., Any]
+    name: str
+    taken: frozenset[str]
+
+    def __call__(self, q, k, v, **options: Any):
+        given = {}
+        for key, value in options.items():
+            if key in self.taken:
+                given[key] = value
+            elif not (value is None or value is False or (isinstance(value, float) and value == 0.0)):
+                raise UnsupportedError(f"{self.name} takes no {key}= keyword (asked for {key}={value!r})")
+        return self.fn(q, k, v, **given)
+
+
+@dataclass(frozen=True)
+class KeywordsSetup:
+    """The setup hook of a Keywords callable: what it returns takes the same keywords as the callable."""
+
+    setup: Callable[..., Any]
+    name: str
+    taken: frozenset[str]
+
+    def __call__(self, q, k, v, **options: Any):
+        bound = self.setup(q, k, v, **options)
+        return Keywords(bound, self.name, self.taken) if callable(bound) else bound
 
 
 def add(variant: Variant) -> None:

@@ -8,31 +8,17 @@ a variant file does: resume only runs whose variants you trust.
 
 from __future__ import annotations
 
-import inspect
 import os
 import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from . import adapt
 from .origin import HASHED, by_value, source_of
-from .registry import (
-    Capability,
-    UnsupportedError,
-    Variant,
-    VariantError,
-    check_takes_qkv,
-    resolve,
-    signature_of,
-)
+from .registry import Keywords, Variant, VariantError, made, resolve
 
 FROM_FILE = "file "  # the source of a variant a variant file registered (registry.load_variant_file)
-
-# the calling convention's keywords a bare callable may lack, and the capability each one gives
-KEYWORD_FLAGS = {"causal": "causal", "key_lengths": "padding", "dropout_p": "dropout"}
-CONVENTION = (*KEYWORD_FLAGS, "scale")
 
 
 def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capability: Any) -> Variant:
@@ -52,78 +38,7 @@ def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capabili
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
     if name == "<lambda>":
         raise VariantError("a lambda has no name: give it one (variants={'mine': fn} or name='mine')")
-    try:  # takes=, returns=, mask=: the shapes of code written for a model (variants.adapt), as register()
-        decl = adapt.declared(name, capability)
-    except ValueError as exc:
-        raise VariantError(str(exc)) from None
-    unknown = sorted(set(capability) - {f.name for f in fields(Capability)})
-    if unknown:
-        known = ", ".join(f.name for f in fields(Capability) if f.name != "name")
-        raise VariantError(f"unknown capability {unknown[0]!r}; known: {known}")
-    check_takes_qkv(name, fn)
-    source = source_of(fn)
-    # a declared shape (variants.adapt) calls fn its own way: with a declared mask, causal masking and key
-    # padding reach it through the mask, and it is handed the mask, dropout_p= and scale=
-    masked = decl.get("mask", "flags") != "flags"
-    taken = None if decl and signature_of(fn) is None else _keywords(fn, capability)
-    if taken is not None:
-        for keyword, flag in KEYWORD_FLAGS.items():
-            if masked and keyword != "dropout_p":
-                continue
-            if capability.setdefault(flag, keyword in taken) and keyword not in taken:
-                raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
-        handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
-        if not handed <= taken:
-            fn = Keywords(fn, name, frozenset(taken))
-            if not decl and capability.get("setup") is not None:  # what the hook returns is called as fn is
-                capability["setup"] = KeywordsSetup(capability["setup"], name, frozenset(taken))
-    if decl:
-        fn, capability["setup"] = adapt.wrap(name, fn, decl, capability.get("setup"))
-    return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
-
-
-def _keywords(fn: Callable[..., Any], declared: dict[str, Any]) -> set[str] | None:
-    """The keyword names fn accepts, None when it takes any (**kwargs). A signature that cannot be read
-    (a builtin) is taken to accept the keywords of the capabilities declared for it, and no others."""
-    sig = signature_of(fn)
-    if sig is None:
-        return {keyword for keyword, flag in KEYWORD_FLAGS.items() if declared.get(flag)}
-    params = sig.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
-
-
-@dataclass(frozen=True)
-class Keywords:
-    """A callable that takes only some of the calling convention's keywords: those at their defaults are
-    left out, any other is UnsupportedError (the cell's row says which)."""
-
-    fn: Callable[..., Any]
-    name: str
-    taken: frozenset[str]
-
-    def __call__(self, q, k, v, **options: Any):
-        given = {}
-        for key, value in options.items():
-            if key in self.taken:
-                given[key] = value
-            elif not (value is None or value is False or (isinstance(value, float) and value == 0.0)):
-                raise UnsupportedError(f"{self.name} takes no {key}= keyword (asked for {key}={value!r})")
-        return self.fn(q, k, v, **given)
-
-
-@dataclass(frozen=True)
-class KeywordsSetup:
-    """The setup hook of a Keywords callable: what it returns takes the same keywords as the callable."""
-
-    setup: Callable[..., Any]
-    name: str
-    taken: frozenset[str]
-
-    def __call__(self, q, k, v, **options: Any):
-        bound = self.setup(q, k, v, **options)
-        return Keywords(bound, self.name, self.taken) if callable(bound) else bound
+    return made(fn, name, capability, source_of(fn))
 
 
 def pack(names: Sequence[str]) -> bytes | None:
