@@ -345,6 +345,11 @@ def check_takes_qkv(name: str, fn: Callable[..., Any]) -> None:
     try:
         sig.bind_partial(None, None, None)
     except TypeError:
+        if isinstance(fn, type):  # a Module's class, say, handed over instead of a module made from it
+            raise VariantError(
+                f"variant {name!r} is a class, whose signature {sig} makes one; give the callable it makes "
+                f"({fn.__name__}(...)), which is called as fn(q, k, v, ...)"
+            ) from None
         raise VariantError(
             f"variant {name!r} is called as fn(q, k, v, ...), but its signature {sig} takes fewer than three "
             "positional arguments (the calling convention: docs/variants.md, Adding a variant)"

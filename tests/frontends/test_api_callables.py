@@ -87,6 +87,10 @@ def test_callables_are_refused_before_any_work(tmp_path):
         (dict(variants=[lambda q, k, v: q]), "variants=: a lambda has no name"),
         (dict(variants=[holds_a_lock]), "variant 'holds_a_lock' (defined in __main__"),
         (dict(variants={"two": lambda q, k: q}), "variant 'two' is called as fn(q, k, v, ...), but its"),
+        (
+            dict(variants=[type("Attn", (), {"__init__": lambda self, heads=8: None})]),
+            "variant 'Attn' is a class",
+        ),
     ]
     with as_a_fresh_process(tmp_path):
         for kwargs, words in cases:
