@@ -22,12 +22,9 @@ FROM_FILE = "file "  # the source of a variant a variant file registered (regist
 
 
 def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capability: Any) -> Variant:
-    """A Variant of a callable, with the Capability fields given (register's keywords), not registered.
-
-    Of the calling convention's keywords (causal, key_lengths, dropout_p, scale), `fn` is handed only those
-    it takes; the capabilities it does not declare follow: no `causal` parameter, no causal masking (and so
-    for key_lengths and padding, dropout_p and dropout), and cells that need them are `unsupported` with
-    the reason. VariantError naming what is wrong (no usable name, a declared capability it cannot take).
+    """A Variant of a callable, with the Capability fields given (register's keywords), not registered:
+    named after the function (a lambda needs name=), its source where it was defined, made as register()
+    makes one (registry.made: fn is handed only the keywords it takes). VariantError naming what is wrong.
     """
     if isinstance(fn, Variant):
         if capability:
