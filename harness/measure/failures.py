@@ -92,7 +92,7 @@ def _one_line(exc: BaseException, limit: int = 400) -> str:
     return text[:limit] + ("..." if len(text) > limit else "")
 
 
-_BEFORE: list[bool] = []  # the setting arm_recompile_limit changed, to put back after the cell
+_ARMED: list[bool] = []  # [True] while a cell runs with the setting arm_recompile_limit turned on
 
 
 def arm_recompile_limit() -> None:
@@ -104,13 +104,14 @@ def arm_recompile_limit() -> None:
     config = getattr(sys.modules.get("torch._dynamo"), "config", None)
     if config is not None and getattr(config, "fail_on_recompile_limit_hit", True) is False:
         config.fail_on_recompile_limit_hit = True
-        _BEFORE.append(False)
+        _ARMED[:] = [True]
 
 
 def disarm_recompile_limit() -> None:
-    if _BEFORE:
-        sys.modules["torch._dynamo"].config.fail_on_recompile_limit_hit = _BEFORE.pop()
-        _BEFORE.clear()
+    """The setting as it was before the cell (off), where arm_recompile_limit turned it on."""
+    if _ARMED:
+        sys.modules["torch._dynamo"].config.fail_on_recompile_limit_hit = False
+        _ARMED.clear()
 
 
 def _recompile_limit(exc: BaseException) -> str:
