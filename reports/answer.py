@@ -83,7 +83,7 @@ def unsupported(mine) -> list[str]:
     out = []
     skipped = mine[mine["status"] == "unsupported"]
     for message, sub in skipped.groupby("message", sort=False):
-        out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), 110)}")
+        out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), 200)}")
     return out[:2]
 
 

@@ -313,8 +313,12 @@ MASK_NAMES = frozenset({"mask", "attention_mask", "attn_bias", "bias"})
 def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
     """How a callable handed only the keywords it takes (Keywords) that spells a mask
     another library's way would be handed it: a mask argument (attn_mask=, as SDPA) by declaring mask=
-    (variants.adapt), causal masking as is_causal= (flag) by renaming it; "" when it spells neither."""
+    (variants.adapt), causal masking as is_causal= (flag) by renaming it; for a builtin, both ways to declare
+    it; "" when it spells neither."""
     taken = getattr(fn, "taken", frozenset())
+    if getattr(fn, "unread", False):  # a builtin, such as torch's own SDPA
+        said = "causal=True if it takes causal=" if flag else "padding=True if it takes key_lengths="
+        return f'(its signature cannot be read: declare {said}, or mask="bool" if it takes attn_mask=)'
     if "attn_mask" in taken:
         return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
     spelled = sorted(taken & MASK_NAMES)
@@ -390,7 +394,7 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
                 raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
         handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
         if not handed <= taken:
-            fn = Keywords(fn, name, frozenset(taken))
+            fn = Keywords(fn, name, frozenset(taken), unread=signature_of(fn) is None)
             if not decl and capability.get("setup") is not None:  # what the hook returns is called as fn is
                 capability["setup"] = KeywordsSetup(capability["setup"], name, frozenset(taken))
     if decl:
@@ -418,6 +422,7 @@ class Keywords:
     fn: Callable[..., Any]
     name: str
     taken: frozenset[str]
+    unread: bool = False  # fn has no signature to read (a builtin): taken are the keywords declared for it
 
     def __call__(self, q, k, v, **options: Any):
         given = {}

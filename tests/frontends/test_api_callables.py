@@ -148,6 +148,9 @@ def test_code_written_elsewhere_is_handed_only_the_keywords_it_takes(tmp_path):
             ("torch_sdpa", False): "ok", ("torch_sdpa", True): "unsupported",
             ("module", False): "ok", ("module", True): "unsupported",
         }  # fmt: skip
+        builtin = {r["causal"]: r["message"] for r in read_rows(out) if r["variant"] == "torch_sdpa"}[True]
+        assert builtin.endswith('(its signature cannot be read: declare causal=True if it takes causal=, or '
+                                'mask="bool" if it takes attn_mask=)'), builtin  # fmt: skip
         with_dropout = attnbench.variant(sdpa_fn, name="torch_sdpa_dropout", dropout=True)
         assert (with_dropout.cap.causal, with_dropout.cap.padding, with_dropout.cap.dropout) == (
             False,
