@@ -292,7 +292,7 @@ _current_source = ["builtin"]
 def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register `fn` under `name` with the given Capability fields (setup=hook among them), and
     the shapes of a function written for other code (takes=, returns=, mask=: variants.adapt). fn is handed
-    only the keywords it takes, and what it does not take it does not support (variants.shipped.inline).
+    only the keywords it takes, and what it does not take it does not support (made).
     Returns fn unchanged."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -315,8 +315,10 @@ def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
     another library's way would be handed it: a mask argument (attn_mask=, as SDPA) by declaring mask=
     (variants.adapt), causal masking as is_causal= (flag) by renaming it; for a builtin, both ways to declare
     it; "" when it spells neither."""
-    taken = getattr(fn, "taken", frozenset())
-    if getattr(fn, "unread", False):  # a builtin, such as torch's own SDPA
+    if not isinstance(fn, Keywords):
+        return ""
+    taken = fn.taken
+    if fn.unread:  # a builtin, such as torch's own SDPA
         said = "causal=True if it takes causal=" if flag else "padding=True if it takes key_lengths="
         return f'(its signature cannot be read: declare {said}, or mask="bool" if it takes attn_mask=)'
     if "attn_mask" in taken:
@@ -340,10 +342,9 @@ def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-def check_takes_qkv(name: str, fn: Callable[..., Any]) -> None:
-    """VariantError, before any cell runs, when fn cannot be called fn(q, k, v): too few positional
-    parameters. A signature that cannot be read, or *args, passes; keywords are checked per cell."""
-    sig = signature_of(fn)
+def check_takes_qkv(name: str, fn: Callable[..., Any], sig: inspect.Signature | None) -> None:
+    """VariantError, before any cell runs, when fn (of signature `sig`) cannot be called fn(q, k, v): too
+    few positional parameters. A signature that cannot be read, or *args, passes."""
     if sig is None:
         return
     try:
@@ -381,11 +382,12 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     if unknown:
         known = ", ".join(f.name for f in fields(Capability) if f.name != "name")
         raise VariantError(f"unknown capability {unknown[0]!r}; known: {known}")
-    check_takes_qkv(name, fn)
+    sig = signature_of(fn)
+    check_takes_qkv(name, fn, sig)
     # a declared shape (variants.adapt) calls fn its own way: with a declared mask, causal masking and key
     # padding reach it through the mask, and it is handed the mask, dropout_p= and scale=
     masked = decl.get("mask", "flags") != "flags"
-    taken = None if decl and signature_of(fn) is None else _keywords(fn, capability)
+    taken = None if decl and sig is None else _keywords(sig, capability)
     if taken is not None:
         for keyword, flag in KEYWORD_FLAGS.items():
             if masked and keyword != "dropout_p":
@@ -394,7 +396,7 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
                 raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
         handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
         if not handed <= taken:
-            fn = Keywords(fn, name, frozenset(taken), unread=signature_of(fn) is None)
+            fn = Keywords(fn, name, frozenset(taken), unread=sig is None)
             if not decl and capability.get("setup") is not None:  # what the hook returns is called as fn is
                 capability["setup"] = KeywordsSetup(capability["setup"], name, frozenset(taken))
     if decl:
@@ -402,10 +404,10 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
 
 
-def _keywords(fn: Callable[..., Any], declared: dict[str, Any]) -> set[str] | None:
-    """The keyword names fn accepts, None when it takes any (**kwargs). A signature that cannot be read
-    (a builtin) is taken to accept the keywords of the capabilities declared for it, and no others."""
-    sig = signature_of(fn)
+def _keywords(sig: inspect.Signature | None, declared: dict[str, Any]) -> set[str] | None:
+    """The keyword names a function of signature `sig` accepts, None when it takes any (**kwargs). A
+    signature that cannot be read (None: a builtin) is taken to accept the keywords of the capabilities
+    declared for it, and no others."""
     if sig is None:
         return {keyword for keyword, flag in KEYWORD_FLAGS.items() if declared.get(flag)}
     params = sig.parameters.values()
