@@ -70,11 +70,11 @@ def correctness(mine) -> list[str]:
         )
     for dtype, sub in gated[gated["status"] == "wrong"].groupby("dtype", sort=True):
         first = str(sub.iloc[0]["message"])
-        lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, 110)}")
+        lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, 200)}")
     broken = mine[mine["status"].isin(["error", "crashed", "timeout", "oom"])]
     if len(broken):
         first = broken.iloc[0]
-        lines.append(f"{len(broken)} cells {first['status']}: {_short(str(first['message']), 100)}")
+        lines.append(f"{len(broken)} cells {first['status']}: {_short(str(first['message']), 200)}")
     return lines
 
 

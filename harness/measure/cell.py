@@ -25,7 +25,6 @@ The row itself is built by harness.measure.rows; the texts of its verdicts are h
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,10 +128,7 @@ class Prepared:
         if changed:
             reasons.append(mutation(changed))
         if not self.gate.passed or not self.grad_ok:
-            if math.isinf(self.gate.rel_err):
-                what = "non-finite output (NaN or inf)"
-                what += f"; worst: {self.gate.where}" if self.gate.where else ""
-            elif not self.gate.passed:
+            if not self.gate.passed:
                 what = self.gate.describe()
             else:
                 what = f"grad rel_err {self.grad_rel_err:.2e} > {self.grad_tolerance:.0e}"

@@ -51,7 +51,21 @@ def check_output(out: Any, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     ]
     raise OutputContractError(
         f"{PREFIX}returned {got[0]} {_shape(got[1])} on {got[2]}; expected {' '.join(w for w in wanted if w)}"
+        f"{_way_back(got[1], shape)}"
     )
+
+
+def _way_back(got: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    """How a wrapper turns a familiar other shape of the answer into (B, H, N_q, d_v): heads merged into the
+    last dimension (B, N_q, H * d_v), as a model's attention returns it, or (B, N_q, H, d_v); else ""."""
+    b, h, n, d = shape
+    if h == n:  # the two readings cannot be told apart
+        return ""
+    if got == (b, n, h * d):
+        return f" (its heads merged, (B, N, H * d_v)): return out.unflatten(-1, ({h}, {d})).transpose(1, 2)"
+    if got == (b, n, h, d):
+        return ' ((B, N, H, d_v)): return out.transpose(1, 2), or declare takes="bnhd" if it takes q, k, v so'
+    return ""
 
 
 def _name(dtype: torch.dtype) -> str:

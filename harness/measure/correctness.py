@@ -191,8 +191,10 @@ class GateResult:
     rows_checked: int
     grad_rel_err: float | None = None  # max over dq, dk, dv; None when gradients were not checked
     grad_passed: bool | None = None
-    where: str = ""  # a packed batch's failing gate: the sequence that errs most ("sequence 3 of 8, ...")
-    hint: str = ""  # a failing gate's likely cause, when one is recognised (other_layout)
+    # where a failing answer errs: a packed batch's worst sequence ("worst: sequence 3 of 8 ..."), or the
+    # query rows of a non-finite answer ("at query row 0 only")
+    where: str = ""
+    hint: str = ""  # a failing gate's likely cause, when one is recognised (likely_cause)
     # a quantising variant's recipe (Capability.quant; "" for the others): rel_err is then against the rounded
     # inputs' reference, quant_rel_err that reference against the original inputs', sqnr_db the output's
     quant: str = ""
@@ -204,13 +206,16 @@ class GateResult:
         return self.passed and self.grad_passed is not False
 
     def describe(self) -> str:
+        if math.isinf(self.rel_err):
+            text = "; ".join(filter(None, [self.hint, "non-finite output (NaN or inf)", self.where]))
+            return text
         text = f"rel_err {self.rel_err:.2e} (tol {self.tolerance:.0e}), max_abs_err {self.max_abs_err:.2e}"
         if self.quant:
             rounding = f"rounding alone: rel_err {self.quant_rel_err:.2e}"
             text += f" against the {self.quant}-rounded inputs ({rounding})"
         if self.grad_rel_err is not None:
             text += f", grad rel_err {self.grad_rel_err:.2e}"
-        text = f"{text}; worst: {self.where}" if self.where else text
+        text = f"{text}; {self.where}" if self.where else text
         return f"{self.hint}; {text}" if self.hint else text  # the cause first: a line cut short keeps it
 
 
@@ -301,11 +306,16 @@ def gate(
         got, refs = got[keep], [r[keep.to(r.device)] for r in refs]
     max_abs, rel = _errors(got, refs[0])
     where = hint = ""
+    sampled = out if rows is None else out[:, :, rows.to(out.device)]
     if cu_seqlens is not None and not rel <= tol:
-        where = worst_sequence(out, refs[0], rows, cu_seqlens)
-    plain = not (causal or window or quant or mod != NONE) and key_lengths is None and block_table is None
-    if plain and cu_seqlens is None and not rel <= tol:
-        hint = other_layout(got, q, k, v, scale=scale, rows=rows, tol=tol)
+        where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
+    elif not rel <= tol:
+        where = nonfinite_rows(sampled, rows)
+    readable = not (window or quant or mod != NONE) and block_table is None and cu_seqlens is None
+    if readable and not rel <= tol:
+        rules.pop("window"), rules.pop("cu_seqlens"), rules.pop("block_table")
+        rules.update(tol=tol, scale=scale, rows=rows, key_lengths=key_lengths)
+        hint = likely_cause(sampled, q, k, v, **rules)
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
@@ -319,17 +329,89 @@ def gate(
     )
 
 
-def other_layout(got: torch.Tensor, q, k, v, *, scale=None, rows=None, tol: float) -> str:
-    """Why an unmasked answer failed, when it is attention over the inputs read as (B, N, H, d), as
-    flash-attn's and xformers' functions take them: then the hint that declares it; else "". Asked only of
-    a failing gate, where N_q = N_k and K/V have q's heads (else no (B, N, H, d) reading exists)."""
-    if q.shape[2] != k.shape[2] or q.shape[1] != k.shape[1]:
+def likely_cause(
+    got: torch.Tensor, q, k, v, *, tol: float, scale=None, rows=None, causal=False, key_lengths=None,
+    causal_align: str = "top-left",
+) -> str:  # fmt: skip
+    """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
+    (B, N, H, d) (flash-attn's and xformers' layout), a mask ignored, the causal diagonal hidden or aligned
+    the other way, the scale left out or ignored. got: the variant's output on `rows` (every row when None),
+    before any row is left out. The first reading that explains it gives the sentence, else "". Asked only
+    of a failing gate on a cell without a window, mod, packed batch, paged cache or rounding recipe."""
+    rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align)
+    for text, (q2, k2, v2), changed, back in _readings(q, k, v, **rules):
+        alt_rules = {**rules, **changed}
+        if back is None:
+            alt = reference(q2, k2, v2, rows=rows, **alt_rules)
+        else:  # another layout: its rows are not q's; every row, then the sampled ones
+            alt = back(reference(q2, k2, v2, **alt_rules))
+            alt = alt if rows is None else alt[:, :, rows.to(alt.device)]
+        n_k = k2.shape[2]
+        alt_rules.pop("scale")
+        empty = empty_rows(q.shape[2], alt_rules.pop("key_lengths"), n_k=n_k, **alt_rules)
+        if _explains(got, alt, empty, rows, tol):
+            return text
+    return ""
+
+
+def _readings(q, k, v, *, causal, key_lengths, scale, causal_align):
+    """(sentence, the inputs as the mistake reads them, the rules it changes, its output back to (B, H, N,
+    d), or None when it is) for each mistake that can happen in this cell."""
+    same, keep = (q, k, v), None
+    n_q, n_k = q.shape[2], k.shape[2]
+    if not causal and key_lengths is None and n_q == n_k and q.shape[1] == k.shape[1]:
+        bnhd = tuple(t.transpose(1, 2) for t in same)
+        yield (
+            'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"',
+            bnhd,
+            {},
+            (lambda t: t.transpose(1, 2)),
+        )
+    if causal:
+        yield "it ignored causal=True: its answer is attention over every key", same, {"causal": False}, keep
+        other = "lower-right" if causal_align == "top-left" else "top-left"
+        if n_q != n_k:
+            said = f"its causal mask is aligned {other} where the cell asks {causal_align}"
+            yield said, same, {"causal_align": other}, keep
+        elif causal_align == "top-left":
+            hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys
+            said = "its causal mask hides each query's own key: query i sees keys 0..i"
+            said += " (mask triu(1), not triu(0))"
+            yield said, hidden, {"causal_align": "lower-right"}, keep
+    if key_lengths is not None:
+        yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, keep
+    if scale is None:
+        said = "it left out the scale: softmax(q kᵀ), not softmax(q kᵀ / sqrt(d_k))"
+        yield said, same, {"scale": 1.0}, keep
+    else:
+        yield f"it ignored scale={scale:g} and used 1/sqrt(d_k)", same, {"scale": None}, keep
+
+
+def _explains(got: torch.Tensor, alt: torch.Tensor, empty, rows, tol: float) -> bool:
+    """Whether a reading's reference `alt` explains the answer: equal within tol on every row the reading
+    gives a key, and no non-finite value elsewhere (a row it leaves without keys may hold anything)."""
+    seen = torch.ones(got.shape[:3] + (1,), dtype=torch.bool)
+    if empty is not None:
+        seen = ~(empty if rows is None else empty[:, :, rows.cpu()]).expand(got.shape[0], got.shape[1], -1, 1)
+    seen = seen.to(got.device)
+    finite = torch.isfinite(got).all(-1, keepdim=True)
+    if bool((seen & ~finite).any()) or not bool(seen.any()):
+        return False
+    pick = seen.expand_as(got)
+    return _errors(got[pick], alt[pick.to(alt.device)])[1] <= tol
+
+
+def nonfinite_rows(got: torch.Tensor, rows=None) -> str:
+    """Where an answer is NaN or inf: 'at query row 0 only' or 'at 3 of 64 query rows checked, the first
+    row 5'
+    (rows: the query rows got holds, every row when None); "" when it is finite."""
+    bad = (~torch.isfinite(got)).flatten(0, 1).any(0).any(-1).cpu()
+    ids = (torch.arange(got.shape[2]) if rows is None else rows.cpu())[bad]
+    if not len(ids):
         return ""
-    alt = reference(*(t.transpose(1, 2) for t in (q, k, v)), scale=scale).transpose(1, 2)
-    alt = alt if rows is None else alt[:, :, rows.to(alt.device)]
-    if not _errors(got, alt)[1] <= tol:
-        return ""
-    return 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'
+    if len(ids) == 1:
+        return f"at query row {int(ids[0])} only"
+    return f"at {len(ids)} of {got.shape[2]} query rows checked, the first row {int(ids[0])}"
 
 
 def _rounding(got: torch.Tensor, rounded_ref: torch.Tensor, ref: torch.Tensor, quant: str) -> dict:

@@ -27,6 +27,7 @@ TOLERANCE = correctness.TOLERANCE["float32"]
 
 
 FIRST = '; declare returns="first" to take its first element'  # what adds a function returning (out, ...)
+TRANSPOSED = ' ((B, N, H, d_v)): return out.transpose(1, 2), or declare takes="bnhd" if it takes q, k, v so'
 
 
 def broken(b: int = 1, h: int = 2, n: int = 32, d: int = 16) -> dict[str, str]:
@@ -37,7 +38,8 @@ def broken(b: int = 1, h: int = 2, n: int = 32, d: int = 16) -> dict[str, str]:
         "contract_float64": f"output contract: returned float64 {want} on cpu; expected float32",
         "contract_tuple": f"output contract: returned a tuple; expected a {tensor}" + FIRST,
         "contract_list": f"output contract: returned a list; expected a {tensor}" + FIRST,
-        "contract_transposed": f"output contract: returned float32 {transposed} on cpu; expected {want}",
+        "contract_transposed": f"output contract: returned float32 {transposed} on cpu; expected {want}"
+        + TRANSPOSED,
     }
 
 
@@ -79,6 +81,23 @@ def test_the_rule_takes_heads_from_q_and_width_from_v_whatever_the_layout():
     with pytest.raises(OutputContractError) as err:
         check_output(torch.zeros(3, dtype=torch.int64), q, v)
     assert str(err.value) == "output contract: returned int64 (3,) on cpu; expected float32 (2, 8, 5, 32)"
+
+
+def test_an_answer_in_a_familiar_other_shape_is_told_the_way_back():
+    """Heads merged into the last dimension, as a model's attention returns them, or (B, N, H, d_v): the
+    error says the wrapper's one line; where H = N the shapes cannot be told apart and nothing is said."""
+    q, v = torch.zeros(2, 8, 5, 16), torch.zeros(2, 2, 7, 32)
+    with pytest.raises(OutputContractError) as err:
+        check_output(torch.zeros(2, 5, 8 * 32), q, v)
+    way = "return out.unflatten(-1, (8, 32)).transpose(1, 2)"
+    assert str(err.value).endswith(f"expected (2, 8, 5, 32) (its heads merged, (B, N, H * d_v)): {way}")
+    with pytest.raises(OutputContractError) as err:
+        check_output(torch.zeros(2, 5, 8, 32), q, v)
+    assert str(err.value).endswith(TRANSPOSED)
+    square = torch.zeros(2, 8, 8, 16)
+    with pytest.raises(OutputContractError) as err:
+        check_output(torch.zeros(2, 8, 8 * 16), square, square)
+    assert str(err.value).endswith("expected (2, 8, 8, 16)")
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "fwdbwd"])

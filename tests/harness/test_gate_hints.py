@@ -1,0 +1,101 @@
+"""A failing float64 gate says the likely cause when the answer is exactly attention under a common mistake
+(correctness.likely_cause), and where a non-finite answer is NaN; a right answer, and a wrong one of no
+known kind, get no such sentence."""
+
+import math
+
+import pytest
+import torch
+
+from attnbench.harness.measure import correctness
+
+B, H, N, D = 2, 3, 40, 16
+
+
+def qkv(n_q=N, n_k=N, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, n_q, D, generator=g)
+    k, v = (torch.randn(B, H, n_k, D, generator=g) for _ in range(2))
+    return q, k, v
+
+
+def attention(q, k, v, *, scale=None, mask=None):
+    """Plain float32 attention; mask: True where a key is hidden."""
+    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if mask is not None:
+        s = s.masked_fill(mask, -math.inf)
+    return torch.softmax(s, dim=-1) @ v
+
+
+def no_scale(q, k, v):
+    return attention(q, k, v, scale=1.0)
+
+
+def over_heads(q, k, v):  # a (B, N, H, d) function handed (B, H, N, d)
+    return attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+
+
+def diagonal_hidden(q, k, v):
+    return attention(q, k, v, mask=torch.ones(N, N, dtype=torch.bool).triu(0))
+
+
+def lower_right(q, k, v):
+    n_q, n_k = q.shape[2], k.shape[2]
+    return attention(q, k, v, mask=torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q + 1))
+
+
+LENGTHS = torch.tensor([N, 25])
+
+
+@pytest.mark.parametrize(
+    "mistake, rules, said",
+    [
+        (no_scale, {}, "it left out the scale: softmax(q kᵀ), not softmax(q kᵀ / sqrt(d_k))"),
+        (attention, {"scale": 0.5}, "it ignored scale=0.5 and used 1/sqrt(d_k)"),
+        (over_heads, {}, 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'),
+        (attention, {"causal": True}, "it ignored causal=True: its answer is attention over every key"),
+        (attention, {"key_lengths": LENGTHS}, "it ignored key_lengths=: the padded keys took part"),
+        (diagonal_hidden, {"causal": True}, "its causal mask hides each query's own key"),
+    ],
+    ids=["no-scale", "scale-ignored", "bnhd", "causal-ignored", "padding-ignored", "diagonal-hidden"],
+)
+@pytest.mark.parametrize("max_rows", [None, 8], ids=["every-row", "sampled-rows"])
+def test_a_common_mistake_is_named_first(mistake, rules, said, max_rows):
+    q, k, v = qkv()
+    rows = correctness.sample_rows(N, max_rows)
+    result = correctness.gate(mistake(q, k, v), q, k, v, rows=rows, **rules)
+    assert not result.passed
+    assert result.describe().startswith(said), result.describe()
+
+
+def test_a_causal_mask_aligned_the_other_way_is_named_when_queries_and_keys_differ():
+    q, k, v = qkv(n_q=12, n_k=N)
+    result = correctness.gate(lower_right(q, k, v), q, k, v, causal=True)
+    assert result.describe().startswith("its causal mask is aligned lower-right where the cell asks top-left")
+
+
+def test_the_diagonal_hidden_says_where_its_answer_is_nan():
+    """The first query sees no key once its own is hidden: NaN there, and the row is named."""
+    q, k, v = qkv()
+    result = correctness.gate(diagonal_hidden(q, k, v), q, k, v, causal=True)
+    assert math.isinf(result.rel_err)
+    text = result.describe()
+    assert text.startswith("its causal mask hides each query's own key"), text
+    assert text.endswith("non-finite output (NaN or inf); at query row 0 only"), text
+
+
+def test_nan_rows_are_counted_and_the_first_named():
+    q, k, v = qkv()
+    out = attention(q, k, v)
+    out[1, 2, [5, 9, 30]] = math.nan
+    text = correctness.gate(out, q, k, v).describe()
+    assert text == "non-finite output (NaN or inf); at 3 of 40 query rows checked, the first row 5", text
+
+
+def test_right_answers_and_unknown_mistakes_get_no_cause():
+    q, k, v = qkv()
+    assert correctness.gate(attention(q, k, v), q, k, v).hint == ""
+    wrong = attention(q, k, v) + 0.1 * torch.randn(B, H, N, D, generator=torch.Generator().manual_seed(1))
+    for rules in ({}, {"causal": True}, {"key_lengths": LENGTHS}, {"scale": 0.5}):
+        result = correctness.gate(wrong, q, k, v, **rules)
+        assert not result.passed and result.hint == "", (rules, result.describe())
