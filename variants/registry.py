@@ -394,6 +394,8 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
                 continue
             if capability.setdefault(flag, keyword in taken) and keyword not in taken:
                 raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
+        if masked and sig is not None:
+            _check_mask_arg(name, decl.get("mask_arg", "attn_mask"), taken)
         handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
         if not handed <= taken:
             fn = Keywords(fn, name, frozenset(taken), unread=sig is None)
@@ -402,6 +404,18 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     if decl:
         fn, capability["setup"] = adapt.wrap(name, fn, decl, capability.get("setup"))
     return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
+
+
+def _check_mask_arg(name: str, mask_arg: str, taken: set[str]) -> None:
+    """A declared mask is handed as mask_arg=: VariantError, naming the parameter that looks like it, when
+    fn takes no such keyword."""
+    if mask_arg in taken:
+        return
+    spelled = sorted(taken & (MASK_NAMES | {"attn_mask"}))
+    way = f': declare mask_arg="{spelled[0]}"' if spelled else ": declare mask_arg= with its mask's name"
+    raise VariantError(
+        f"variant {name!r} declares a mask, handed as {mask_arg}=, but takes no {mask_arg}={way}"
+    )
 
 
 def _keywords(sig: inspect.Signature | None, declared: dict[str, Any]) -> set[str] | None:
@@ -432,8 +446,19 @@ class Keywords:
             if key in self.taken:
                 given[key] = value
             elif not (value is None or value is False or (isinstance(value, float) and value == 0.0)):
-                raise UnsupportedError(f"{self.name} takes no {key}= keyword (asked for {key}={value!r})")
+                raise UnsupportedError(
+                    f"{self.name} takes no {key}= keyword (asked for {key}={_shown(value)})"
+                )
         return self.fn(q, k, v, **given)
+
+
+def _shown(value: Any) -> str:
+    """A keyword's value in one short phrase: a tensor by its dtype and shape, anything else by a repr of at
+    most 60 characters."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,11 @@ def test_a_tuple_not_returned_is_named(plugin):
             "variant bad_decl: mask must be one of ('flags', 'bool', 'additive'), not 'float'",
         ),
         ({"mask": "bool", "mask_arg": "attn mask"}, "variant bad_decl: mask_arg must be a keyword name"),
+        (
+            {"mask": "bool"},
+            "variant 'bad_decl' declares a mask, handed as attn_mask=, but takes no attn_mask=: declare"
+            " mask_arg= with its mask's name",
+        ),
     ],
 )
 def test_a_bad_declaration_is_refused_at_registration_in_one_line(tmp_path, decl, message):
@@ -121,3 +126,20 @@ def test_attnbench_variant_takes_the_declarations_register_takes():
     assert correctness.check(made, q, k, v, causal=True).passed
     with pytest.raises(ValueError, match="mask must be one of"):
         attnbench.variant(model_attn, name="inline_bad", mask="float")
+
+
+def test_a_declared_mask_refuses_a_function_that_takes_it_under_another_name():
+    """The Annotated Transformer's attention takes mask=: declared mask="bool" alone, it would be handed
+    attn_mask= in every masked cell; it is refused at once with the name that fits."""
+    import attnbench
+
+    def annotated(query, key, value, mask=None, dropout=None):
+        return query, None
+
+    with pytest.raises(ValueError) as err:
+        attnbench.variant(annotated, mask="bool", returns="first")
+    assert str(err.value) == (
+        "attnbench.variant: variant 'annotated' declares a mask, handed as attn_mask=, but takes no"
+        ' attn_mask=: declare mask_arg="mask"'
+    )
+    assert attnbench.variant(annotated, mask="bool", mask_arg="mask", returns="first").cap.causal

@@ -181,3 +181,20 @@ def test_bad_dtypes_and_lengths():
         variants.get("naive")(q, q, q, key_lengths=torch.tensor([2.0]))
     with pytest.raises(ValueError, match="1-D tensor of 1"):
         variants.get("naive")(q, q, q, key_lengths=torch.tensor([2, 3]))
+
+
+def test_a_keyword_a_function_does_not_take_is_refused_with_its_value_in_a_few_words():
+    """A tensor handed where fn takes no such keyword is named by dtype and shape, not printed."""
+    from attnbench.variants.registry import Keywords, UnsupportedError
+
+    plain = Keywords(lambda q, k, v: q, "plain", frozenset())
+    q = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(UnsupportedError) as err:
+        plain(q, q, q, attn_mask=torch.ones(1, 1, 4, 4, dtype=torch.bool))
+    assert (
+        str(err.value) == "plain takes no attn_mask= keyword (asked for attn_mask=a bool tensor (1, 1, 4, 4))"
+    )
+    with pytest.raises(UnsupportedError) as err:
+        plain(q, q, q, scale="x" * 100)
+    assert str(err.value).endswith(f"(asked for scale='{'x' * 56}...)")
+    assert plain(q, q, q, causal=False, key_lengths=None, dropout_p=0.0) is q
