@@ -162,12 +162,14 @@ def _gate(variant, prob, qkv, key_lengths, row: dict) -> GateRow:
 
 
 def _fail_reason(r) -> str:
-    """Why a gate result failed, in one line: which error passed which tolerance."""
+    """Why a gate result failed, in one line: the likely cause where the gate recognised one, which error
+    passed which tolerance, and where a non-finite answer is NaN."""
     from attnbench.harness.measure.correctness import GRAD_TOLERANCE_FACTOR
 
-    parts = []
+    parts = [r.hint] if r.hint else []
     if not r.passed:
         parts.append(f"output rel_err {r.rel_err:.1e} > tolerance {r.tolerance:.0e}")
+        parts += [r.where] if r.where else []
     if r.grad_passed is False:
         grad_tol = r.tolerance * GRAD_TOLERANCE_FACTOR
         parts.append(f"gradient rel_err {r.grad_rel_err:.1e} > tolerance {grad_tol:.0e}")

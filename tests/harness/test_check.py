@@ -53,6 +53,16 @@ def test_a_wrong_plugin_fails_and_unsupported_cells_say_why(isolated_registry):
     assert by_dtype.status == "unsupported" and "does not support bfloat16" in by_dtype.reason
 
 
+def test_a_failure_says_its_likely_cause_first_and_where_a_nan_is():
+    from attnbench.harness.measure.correctness import GateResult
+
+    said = "it ignored causal=True: its answer is attention over every key"
+    result = GateResult(0.9, 0.5, 1e-4, False, "n/a", 16, hint=said)
+    assert check._fail_reason(result) == f"{said}; output rel_err 5.0e-01 > tolerance 1e-04"
+    nan = GateResult(float("inf"), float("inf"), 1e-4, False, "n/a", 16, where="at query row 0 only")
+    assert check._fail_reason(nan) == "output rel_err inf > tolerance 1e-04; at query row 0 only"
+
+
 def test_a_demo_only_failure_does_not_fail_the_check():
     row = check.GateRow("unstable_softmax", "cpu", "float32", False, True, "FAIL", 1e-7, float("inf"),
                         "nan", gating=False)  # fmt: skip
