@@ -22,8 +22,17 @@ from attnbench.cli_common import EXIT_INTERRUPTED, NO_ROOM, BadInput, fail
 from attnbench.results.formulas import printable
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's own errors (a missing argument, an unknown or ambiguous option) in one line, as the
+    commands' are, with where the usage is: argparse prints the whole usage block first. Every
+    subcommand's parser is of this class (add_subparsers makes its parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {printable(message)} (`{self.prog} -h` for usage)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnbench", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="attnbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
         cli_run.add_run,

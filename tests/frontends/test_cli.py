@@ -97,6 +97,28 @@ def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, messag
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["compare", "runs/a"], "attnbench compare: error: the following arguments are required: RUN_B"),
+        (["run", "--variant", "naive"], "attnbench run: error: ambiguous option: --variant could match"),
+        (["rnu"], "attnbench: error: argument COMMAND: invalid choice: 'rnu'"),
+        (["run", "--seq-len"], "attnbench run: error: argument --seq-len: expected one argument"),
+        (["history", "add"], "attnbench history add: error: the following arguments are required: RUN"),
+    ],
+)
+def test_argparses_own_errors_are_one_line_too(capsys, argv, says):
+    """A missing argument, an unknown command or an ambiguous option: one line that says where the usage
+    is, not argparse's usage block first."""
+    from attnbench import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and err.startswith(says), err
+    assert err.rstrip().endswith(f"(`{says.split(': error')[0]} -h` for usage)"), err
+
+
 REFERENCE_RUN = str(Path(__file__).resolve().parents[2] / "results" / "reference" / "quick-epyc-2core")
 OUT_COMMANDS = {
     "run": ["run", "--variants", "naive", "--seq-len", "64"],
