@@ -29,7 +29,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from attnbench.harness.sweep import settings as settings_table
-from attnbench.harness.sweep.grammar import format_cpus, read_axis, write_axis
+from attnbench.harness.sweep.grammar import format_cpus, read_axis, unknown, write_axis
 from attnbench.harness.sweep.models import MODEL_AXES, refuse_shape_beside_models
 from attnbench.harness.sweep.settings import REMOVED_OPTIONS, Setting, Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
@@ -136,7 +136,7 @@ def read_layer(given: Mapping[str, Any]) -> dict[str, Any]:
             out[axis.name] = read_axis(axis, value, flag_name(key))
         else:
             known = [a.option for a in SWEEP_AXES] + list(SETTING_KEYS)
-            raise ValueError(f"unknown sweep axis or setting {key!r}; known: {', '.join(known)}")
+            raise ValueError(unknown("sweep axis or setting", key, known, also=AXIS_KEYS))
     if out.get("model"):
         refuse_shape_beside_models([a for a in MODEL_AXES if a in out])
     if settings:

@@ -41,6 +41,11 @@ def test_every_run_flag_is_a_keyword():
         (dict(rerun="somewhere", cells="x", status="ok"), "choose cells by cells or by status, not both"),
         (dict(processes=3), "processes was removed: a worker process is where a visit runs"),
         (dict(repeat=3), "repeat was removed: runs made one after another share the machine's drift"),
+        (
+            dict(casual="yes"),
+            "unknown sweep axis or setting 'casual' (did you mean 'causal'?); known: variants",
+        ),
+        (dict(rouns=3), "unknown sweep axis or setting 'rouns' (did you mean 'rounds'?)"),
     ],
 )
 def test_errors_name_the_keyword(tmp_path, kwargs, words):
