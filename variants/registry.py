@@ -208,17 +208,22 @@ class Variant:
             return f"{self.name} does not support dropout (a variant that does takes dropout_p=)"
         if problem.backward and not cap.backward:
             return f"{self.name} does not support backward (declare it with backward=True)"
+        mine = self.source != "builtin"  # a user's function: say what declares the axis
         if problem.gqa and not cap.gqa:
+            way = "; declare gqa=True if it takes k and v with fewer heads than q" if mine else ""
             return (
                 f"{self.name} does not support grouped-query attention "
-                f"({problem.kv_heads} k/v heads for {problem.heads} query heads)"
+                f"({problem.kv_heads} k/v heads for {problem.heads} query heads{way})"
             )
         if problem.lower_right and not cap.lower_right:
-            return f"{self.name} does not support lower-right causal alignment"
+            way = ' (declare lower_right=True if it takes causal_align="lower-right")' if mine else ""
+            return f"{self.name} does not support lower-right causal alignment{way}"
         if problem.window and not cap.window:
-            return f"{self.name} does not support a sliding window (window {problem.window})"
+            way = "; declare window=True if it takes window=" if mine else ""
+            return f"{self.name} does not support a sliding window (window {problem.window}{way})"
         if problem.mod != NONE and mod_kind(problem.mod) not in cap.mods:
-            return f"{self.name} does not support score modification {problem.mod}"
+            way = f' (declare mods=("{mod_kind(problem.mod)}",) if it takes mod=)' if mine else ""
+            return f"{self.name} does not support score modification {problem.mod}{way}"
         if problem.page_size and not cap.paged:
             return (
                 f"{self.name} does not read a paged K/V cache (a variant that does declares paged=True and "

@@ -367,6 +367,11 @@ def _readings(q, k, v, *, causal, key_lengths, scale, causal_align):
             {},
             (lambda t: t.transpose(1, 2)),
         )
+    group = q.shape[1] // k.shape[1]
+    if group > 1:  # query head h reads k/v head h // group; tiled heads read h % H_kv
+        tiled = (q, k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1))
+        said = "it tiled the k/v heads (repeat) where query head h reads k/v head h // (H / H_kv)"
+        yield said + " (repeat_interleave)", tiled, {}, keep
     if causal:
         yield "it ignored causal=True: its answer is attention over every key", same, {"causal": False}, keep
         other = "lower-right" if causal_align == "top-left" else "top-left"

@@ -74,6 +74,16 @@ def test_a_causal_mask_aligned_the_other_way_is_named_when_queries_and_keys_diff
     assert result.describe().startswith("its causal mask is aligned lower-right where the cell asks top-left")
 
 
+def test_grouped_heads_tiled_instead_of_interleaved_are_named():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(1, 8, N, D, generator=g), *(torch.randn(1, 2, N, D, generator=g) for _ in range(2))
+    tiled = attention(q, k.repeat(1, 4, 1, 1), v.repeat(1, 4, 1, 1))
+    result = correctness.gate(tiled, q, k, v)
+    assert result.describe().startswith("it tiled the k/v heads (repeat) where query head h reads k/v head h")
+    right = attention(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
+    assert correctness.gate(right, q, k, v).passed
+
+
 def test_the_diagonal_hidden_says_where_its_answer_is_nan():
     """The first query sees no key once its own is hidden: NaN there, and the row is named."""
     q, k, v = qkv()

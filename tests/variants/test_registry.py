@@ -198,3 +198,23 @@ def test_a_keyword_a_function_does_not_take_is_refused_with_its_value_in_a_few_w
         plain(q, q, q, scale="x" * 100)
     assert str(err.value).endswith(f"(asked for scale='{'x' * 56}...)")
     assert plain(q, q, q, causal=False, key_lengths=None, dropout_p=0.0) is q
+
+
+def test_a_users_function_is_told_what_declares_each_newer_axis_and_a_builtin_is_not():
+    import attnbench
+    from attnbench.variants import Variant
+
+    mine = attnbench.variant(lambda q, k, v, causal=False: q, name="mine_axes")
+    shipped = Variant(mine.fn, Capability(name="shipped_axes"), source="builtin")
+    problems = {
+        "gqa=True if it takes k and v with fewer heads than q": Problem(heads=4, kv_heads=2),
+        'lower_right=True if it takes causal_align="lower-right"': Problem(
+            causal=True, causal_align="lower-right"
+        ),
+        "window=True if it takes window=": Problem(causal=True, window=8),
+        'mods=("alibi",) if it takes mod=': Problem(mod="alibi"),
+    }
+    for way, problem in problems.items():
+        assert f"declare {way}" in mine.check(problem), problem
+        refused = shipped.check(problem)
+        assert "does not support" in refused and "declare" not in refused, refused
