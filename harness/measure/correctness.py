@@ -329,6 +329,9 @@ def gate(
     )
 
 
+HINT_ROWS = 32  # the query rows (first and last among them) each reading of a failing answer is checked on
+
+
 def likely_cause(
     got: torch.Tensor, q, k, v, *, tol: float, scale=None, rows=None, causal=False, key_lengths=None,
     causal_align: str = "top-left",
@@ -339,6 +342,10 @@ def likely_cause(
     before any row is left out. The first reading that explains it gives the sentence, else "". Asked only
     of a failing gate on a cell without a window, mod, packed batch, paged cache or rounding recipe."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align)
+    ids = torch.arange(q.shape[2]) if rows is None else rows.cpu()
+    if len(ids) > HINT_ROWS:  # a reading that explains the answer explains it on any rows: fewer references
+        pick = torch.linspace(0, len(ids) - 1, HINT_ROWS).round().long().unique()
+        got, rows = got[:, :, pick.to(got.device)], ids[pick]
     for text, (q2, k2, v2), changed, back in _readings(q, k, v, **rules):
         alt_rules = {**rules, **changed}
         if back is None:

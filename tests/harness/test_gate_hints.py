@@ -109,3 +109,20 @@ def test_right_answers_and_unknown_mistakes_get_no_cause():
     for rules in ({}, {"causal": True}, {"key_lengths": LENGTHS}, {"scale": 0.5}):
         result = correctness.gate(wrong, q, k, v, **rules)
         assert not result.passed and result.hint == "", (rules, result.describe())
+
+
+def test_a_long_answer_is_read_on_a_few_of_its_rows(monkeypatch):
+    """Each reading's float64 reference is computed on at most HINT_ROWS rows, the first and last among
+    them, however many the gate checked."""
+    seen = []
+    real = correctness.reference
+    monkeypatch.setattr(
+        correctness, "reference", lambda *a, rows=None, **kw: seen.append(rows) or real(*a, rows=rows, **kw)
+    )
+    q, k, v = qkv()
+    result = correctness.gate(no_scale(q, k, v), q, k, v, causal=False)
+    assert result.hint.startswith("it left out the scale")
+    assert seen[0] is None  # the gate's own reference: every row
+    layout, hinted = [r for r in seen[1:] if r is None], [r for r in seen[1:] if r is not None]
+    assert len(layout) == 1  # the (B, N, H, d) reading: its "rows" are heads, every one of them
+    assert hinted and all(len(r) == correctness.HINT_ROWS and r[0] == 0 and r[-1] == N - 1 for r in hinted)
