@@ -15,8 +15,11 @@ not seen; the kernel's high-water mark (VmHWM) would see it but includes every o
 from __future__ import annotations
 
 import gc
+import os
+import sys
 import weakref
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 
 CPU_METHOD = "torch.profiler memory events"
 CUDA_METHOD = "torch.cuda.max_memory_allocated"
@@ -27,8 +30,14 @@ def peak_cpu(fn: Callable[[], object]) -> int:
     import torch
     from torch.autograd.profiler import profile
 
-    with profile(use_kineto=True, profile_memory=True, record_shapes=False) as prof:
-        fn()
+    prof = profile(use_kineto=True, profile_memory=True, record_shapes=False)
+    with _fd2_silenced():
+        prof.__enter__()
+    try:
+        fn()  # what the variant writes to stderr stays
+    finally:
+        with _fd2_silenced():
+            prof.__exit__(None, None, None)
     events = [e for e in prof.kineto_results.events() if e.name() == "[memory]"]
     cpu = torch._C._autograd.DeviceType.CPU if hasattr(torch._C._autograd, "DeviceType") else None
     level = peak = 0
@@ -38,6 +47,23 @@ def peak_cpu(fn: Callable[[], object]) -> int:
         level += e.nbytes()
         peak = max(peak, level)
     return int(peak)
+
+
+@contextmanager
+def _fd2_silenced():
+    """Kineto writes 'USDT:... profiler_start' and '... profiler_stop' to file descriptor 2 as the profiler
+    starts and stops (torch 2.13; KINETO_LOG_LEVEL does not filter them): two lines a cell in every
+    worker.log and in a failing pytest cell's captured stderr, saying nothing to the user. Only the start
+    and the stop are silenced, never the measured call."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def peak_cuda(fn: Callable[[], object], device=None) -> int:

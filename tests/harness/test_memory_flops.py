@@ -80,3 +80,17 @@ def test_flops_count_exactly_the_pairs_the_reference_mask_lets_through(causal, n
     kept = int((weights > 0).sum())
     flops = attention_flops(batch, 1, n_q, n_k, 4, n_k, causal=causal, key_lengths=lengths)
     assert flops == 2 * (4 + n_k) * kept
+
+
+def test_the_cpu_peak_keeps_the_calls_stderr_and_drops_the_profilers_own_lines(capfd):
+    """Kineto's 'USDT: ... profiler_start/stop' lines are not the user's: only they go; what the measured
+    call writes stays, and file descriptor 2 is put back."""
+    import os
+
+    def call():
+        os.write(2, b"the call's own line\n")
+        return torch.zeros(1024)
+
+    assert peak_cpu(call) >= 4096
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "the call's own line\nafter\n"
