@@ -305,6 +305,25 @@ def test_a_wrong_function_is_said_wrong_with_where_it_fails(tmp_path):
     assert not any(line.startswith("float32: ") for line in lines)  # a wrong cell is never raced
 
 
+def test_a_ratio_the_judge_did_not_call_carries_its_verdict():
+    """A race's ends are the judge's ratios; one it calls neither faster nor slower says so beside it."""
+    from types import SimpleNamespace as judged
+
+    from attnbench.reports.answer import _race
+
+    def key(n):
+        return {"seq_len": n, "causal": False, "padding": 0.0}
+
+    cells = [
+        (key(64), judged(ratio=2.0, verdict="slower")),
+        (key(512), judged(ratio=1.26, verdict="ambiguous")),
+    ]
+    assert _race(cells, "sdpa") == (
+        "2.00x slower at N 64 to 1.26x slower at N 512 (ambiguous) than sdpa (no mask);"
+        " of 2 cells slower in 1, ambiguous in 1"
+    )
+
+
 def test_the_docs_example_runs(tmp_path):
     """docs/api.md's callables example, as a script of its own (its function is __main__'s), prints what
     its comment says."""
