@@ -155,7 +155,8 @@ def _front_names(leader: str, pts: list[_Point]) -> list[str]:
 
 def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
     """'sdpa is fastest from N = 256 to 2,048 (1.05–1.16× ahead of sdpa_flash; tied with sdpa_flash at
-    N = 1,024).'"""
+    N = 1,024).', or where it is tied at most N: 'sdpa and sdpa_flash lead at every N measured, 256 to
+    2,560, tied at N = 512, ... (sdpa alone at N = 256: 1.09× ahead of sdpa_flash).'"""
     ns = [p.n for p in pts]
     clear = [p for p in pts if p.best == leader and not p.tied]
     ties = [p for p in pts if p not in clear]
@@ -168,8 +169,14 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
         detail = f"{ratio_range([p.lead for p in led])} ahead of {names_text(behind)}"
     else:
         detail = "the only variant with a ranked cell"
+    at = ", ".join(n_text(p.n) for p in ties)
+    if len(ties) > len(clear):  # mostly tied: the stretch is held together, the leader alone at a few N
+        alone = ", ".join(n_text(p.n) for p in clear)
+        return (
+            f"{names_text([leader, *partners])} lead {range_text(ns, every)}, tied at N = {at} "
+            f"({leader} alone at N = {alone}: {detail})."
+        )
     if ties:
-        at = ", ".join(n_text(p.n) for p in ties)
         detail += f"; tied with {names_text(partners)} at N = {at}"
     return f"{leader} is fastest {range_text(ns, every)} ({detail})."
 

@@ -69,6 +69,11 @@ def test_a_tie_inside_a_lead_does_not_break_it():
         "a is fastest at every N measured, 256 to 1,024 (1.20–1.30× ahead of b; tied with b at N = 512)."
     )
     assert findings.run_sentence("a", [pts[1]], every=False) == "a and b cannot be told apart at N = 512."
+    mostly_tied = [pts[0], pts[1], p(1024, "a", ("b",), "b", 1.01)]
+    assert findings.run_sentence("a", mostly_tied, every=True) == (
+        "a and b lead at every N measured, 256 to 1,024, tied at N = 512, 1,024 (a alone at N = 256: 1.20×"
+        " ahead of b)."
+    )
     runs = findings.leader_runs([p(256, "c", (), "a", 1.5), *pts[1:2]])
     assert [r[0] for r in runs] == ["c", "b"]  # b leads at 512 (a ties with it there)
     pts = [p(256, "c", (), "a", 1.5), p(512, "a", ("b",), "b", 1.01), p(1024, "b", ("a",), "a", 1.01)]
