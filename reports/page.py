@@ -169,11 +169,20 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _MD_LEADING = re.compile(r"^([#>+-])")  # only at the start of a line do these start a heading, quote or list
 
 
+_CODE = re.compile(r"`([^`]+)`")  # a command in a sentence, as `attnbench run --resume --out RUN`
+
+
 def md_escape(text: object) -> str:
     """Text that GitHub renders literally: HTML-escaped (it renders inline HTML), Markdown punctuation
-    backslash-escaped, newlines folded (a newline would end a table row)."""
-    s = html.escape(printable(text), quote=False)
-    s = _MD_SPECIAL.sub(r"\\\1", " ".join(s.split()))
+    backslash-escaped, newlines folded (a newline would end a table row); a span between two backticks
+    stays a code span (its | escaped, which a table cell needs)."""
+    parts = _CODE.split(" ".join(printable(text).split()))
+    s = "".join(
+        f"`{part.replace('|', chr(92) + '|')}`"
+        if i % 2
+        else _MD_SPECIAL.sub(r"\\\1", html.escape(part, quote=False))
+        for i, part in enumerate(parts)
+    )
     return _MD_LEADING.sub(r"\\\1", s)
 
 
@@ -283,10 +292,18 @@ def _href(link: Link, folder: str | None) -> str | None:
 
 
 def html_text(text: Text, folder: str | None = "") -> str:
-    """A Text as inline HTML; links to files beside the page go through `folder` (folder_href)."""
+    """A Text as inline HTML; links to files beside the page go through `folder` (folder_href); a span
+    between two backticks is <code>."""
     if not isinstance(text, tuple):  # a str (or, as before links, anything str() can show)
-        return _esc(text)
-    return "".join(_html_link(i.text, _href(i, folder)) if isinstance(i, Link) else _esc(i) for i in text)
+        return _esc_code(text)
+    return "".join(
+        _html_link(i.text, _href(i, folder)) if isinstance(i, Link) else _esc_code(i) for i in text
+    )
+
+
+def _esc_code(text: object) -> str:
+    parts = _CODE.split(printable(text))
+    return "".join(f"<code>{_esc(part)}</code>" if i % 2 else _esc(part) for i, part in enumerate(parts))
 
 
 def _data_uri(path: Path) -> str:

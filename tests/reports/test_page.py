@@ -123,3 +123,14 @@ def test_its_own_pages_are_told_from_a_users(path, ours):
     """A report, compare or profile may write over a page by its name only when attnbench wrote it
     (attnbench.api.report_dir; the profile pages: tests/frontends/test_profile.py)."""
     assert pg.written_by_attnbench(ROOT / path) is ours
+
+
+def test_a_command_between_backticks_is_code_in_both_pages_and_hostile_text_stays_text():
+    said = "measure again with `attnbench run --out a|b <x>` or rerun_it, `odd"
+    assert pg.md_escape(said) == ("measure again with `attnbench run --out a\\|b <x>` or rerun\\_it, \\`odd")
+    assert pg.html_text(said) == (
+        "measure again with <code>attnbench run --out a|b &lt;x&gt;</code> or rerun_it, `odd"
+    )
+    hostile = "`<img src=x onerror=alert(1)>` <script>"
+    assert "<img" not in pg.html_text(hostile) and "<script>" not in pg.html_text(hostile)
+    assert pg.md_escape(hostile).endswith(" &lt;script&gt;")
