@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -262,10 +263,16 @@ class Variant:
 
     def bind(self, q, k, v, **opts: Any) -> Callable[..., Any]:
         """The callable to gate and time on inputs of this shape: what the setup hook returns for them,
-        or fn itself when the variant has no hook. Whatever setup raises propagates (the cell's row)."""
+        or fn itself when the variant has no hook. Whatever setup raises propagates (the cell's row),
+        marked as the hook's (`attnbench_where`)."""
         if self.cap.setup is None:
             return self.fn
-        bound = self.cap.setup(q, k, v, **opts)
+        try:
+            bound = self.cap.setup(q, k, v, **opts)
+        except Exception as exc:  # the row says it was the hook, not the call (harness.measure.failures)
+            with contextlib.suppress(AttributeError, TypeError):
+                exc.attnbench_where = "its setup hook"
+            raise
         if not callable(bound):
             raise TypeError(f"setup of {self.name} returned {type(bound).__name__}, not a callable")
         return bound

@@ -73,18 +73,23 @@ def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tupl
         return "unsupported", str(exc)
     if type(exc).__name__ == "FailOnRecompileLimitHit":
         return "error", _recompile_limit(exc)
+    where = getattr(exc, "attnbench_where", "")  # raised in the setup hook (variants.Variant.bind)
     if is_poisoned(exc):  # before empty_cache, which would fail the same way
-        return "crashed", POISONED_PREFIX + f"{type(exc).__name__}: {_one_line(exc)}"
+        return "crashed", POISONED_PREFIX + _said(where, f"{type(exc).__name__}: {_one_line(exc)}")
     if device == "cuda":
         torch.cuda.empty_cache()
     if is_oom(exc):
-        return "oom", _one_line(exc)
+        return "oom", _said(where, _one_line(exc))
     message = _one_line(exc)
     if not isinstance(exc, OutputContractError):  # the contract's words say what was returned and expected
-        message = f"{type(exc).__name__}: {message}"
+        message = _said(where, f"{type(exc).__name__}: {message}")
     if ready is not None and ready.changed:
         return "wrong", f"{mutation(ready.changed)}; then {message}"
     return "error", message
+
+
+def _said(where: str, message: str) -> str:
+    return f"{where} raised {message}" if where else message
 
 
 def _one_line(exc: BaseException, limit: int = 400) -> str:

@@ -218,3 +218,26 @@ def test_a_users_function_is_told_what_declares_each_newer_axis_and_a_builtin_is
         assert f"declare {way}" in mine.check(problem), problem
         refused = shipped.check(problem)
         assert "does not support" in refused and "declare" not in refused, refused
+
+
+def test_what_a_setup_hook_raises_is_said_to_be_the_hooks():
+    """An error in the hook reads as the hook's, not the call's; an UnsupportedError stays the reason."""
+    import attnbench
+    from attnbench.harness.measure.failures import failure
+    from attnbench.variants import UnsupportedError
+
+    def broken(q, k, v, **_):
+        return 1 / 0
+
+    def refuses(q, k, v, **_):
+        raise UnsupportedError("no plan for this shape")
+
+    q = torch.zeros(1, 1, 4, 8)
+    for hook, said in [
+        (broken, ("error", "its setup hook raised ZeroDivisionError: division by zero")),
+        (refuses, ("unsupported", "no plan for this shape")),
+    ]:
+        made = attnbench.variant(lambda q, k, v: q, name=f"hooked_{hook.__name__}", setup=hook)
+        with pytest.raises(Exception) as err:
+            made.bind(q, q, q)
+        assert failure(err.value, "cpu") == said
