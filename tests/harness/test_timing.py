@@ -115,21 +115,25 @@ class _FixedTimer:
 
 
 @pytest.mark.parametrize(
-    ("ms_at_256", "fp32_ms_at_256", "budget_ms", "n"),
+    ("ms_at_256", "fp32_ms_at_256", "budget_ms", "n", "top_ms"),
     [
-        (0.3, 0.3, 1000, 2048),  # a 2-core VM's float32: 5 calls at 2048 take ~770 ms
-        (0.3, 0.3, 200, 1024),  # the tests' 200 ms: 5 calls at 2048 do not fit, 1024 does
-        (0.3, 0.3, 5, 1024),  # never under 1024 for a budget
-        (0.01, 0.01, 200, 2048),  # a big machine's 2048 call is short: the usual size
-        (16.0, 16.0, 1000, 1024),  # a busy machine slows both alike: float32 is no slow dtype
-        (1.9, 0.3, 1000, 1024),  # 6x float32 is no slow dtype either: the budget decides
-        (4.0, 0.3, 1000, 512),  # a slow dtype, its call at most a tenth of the budget
-        (4.0, 0.3, 5000, 1024),  # its 2048 call (2 s) fits under the budget: the budget decides
-        (40, 0.3, 1000, 256),  # bfloat16 without AVX-512 BF16 (2048: 20 s)
+        (0.3, 0.3, 1000, 2048, None),  # a 2-core VM's float32: 5 calls at 2048 take ~770 ms
+        (0.3, 0.3, 200, 1024, None),  # the tests' 200 ms: 5 calls at 2048 do not fit, 1024 does
+        (0.3, 0.3, 5, 1024, None),  # never under 1024 for a budget
+        (0.01, 0.01, 200, 2048, None),  # a big machine's 2048 call is short: the usual size
+        (16.0, 16.0, 1000, 1024, None),  # a busy machine slows both alike: float32 is no slow dtype
+        (1.9, 0.3, 1000, 1024, None),  # 6x float32 is no slow dtype either: the budget decides
+        (4.0, 0.3, 1000, 512, None),  # a slow dtype, its call at most a tenth of the budget
+        (4.0, 0.3, 5000, 1024, None),  # its 2048 call (2 s) fits under the budget: the budget decides
+        (40, 0.3, 1000, 256, None),  # bfloat16 without AVX-512 BF16 (2048: 20 s)
+        # bfloat16 with a fast kernel: its call at 256 read 0.376 ms (the law: 192 ms at 2048), and a real
+        # call at 2048 took 25 ms; five fit in 300 ms
+        (0.376, 0.2, 300, 2048, 25.0),
+        (0.376, 0.2, 300, 1024, 70.0),  # the real call is slow too: the budget decides
     ],
 )
 def test_the_calibration_matmul_shrinks_for_a_slow_dtype_or_a_short_budget(
-    monkeypatch, ms_at_256, fp32_ms_at_256, budget_ms, n
+    monkeypatch, ms_at_256, fp32_ms_at_256, budget_ms, n, top_ms
 ):
     """fp32 at 256 takes ~0.3 ms on a 2-core VM (2048: ~150 ms); bf16 without AVX-512 took ~40 ms (2048:
     20 s). A dtype is slow beside float32 measured then, not by its own time alone: under a busy suite,
@@ -142,6 +146,8 @@ def test_the_calibration_matmul_shrinks_for_a_slow_dtype_or_a_short_budget(
         return (fp32_ms_at_256 if dtype == torch.float32 else ms_at_256) * (size / 256) ** 3
 
     monkeypatch.setattr(cal_mod, "_best_ms", best_ms)
+    # a narrow dtype's size is checked against a real call at 2048 before it shrinks (the law, unless given)
+    monkeypatch.setattr(cal_mod, "_top_ms", lambda d, dt, size: top_ms or best_ms(d, dt, size))
     dtype = torch.float32 if ms_at_256 == fp32_ms_at_256 else torch.bfloat16
     assert cal_mod.matmul_n("cpu", dtype, budget_ms) == n
     # a GPU keeps the usual size whatever its launch-bound call at 256 reads (nothing is allocated to decide)
