@@ -62,16 +62,17 @@ def prepare(
     *,
     variant_files: Sequence[str] = (),
 ) -> CheckPlan:
-    """Validate everything before any work; names None: every registered variant. ValueError (VariantError
-    is one) naming the bad value."""
+    """Validate everything before any work; names None: the variants of `variant_files`, or every registered
+    variant when none is given. ValueError (VariantError is one) naming the bad value."""
     if seq_len < 1:
         raise ValueError(f"--seq-len must be a positive integer, got {seq_len}")
     from attnbench import variants
     from attnbench.variants import torch_dtype
 
-    for path in variant_files:
-        variants.load_variant_file(path)
-    names = list(variants.all_variants()) if names is None else list(names)
+    added = [name for path in variant_files for name in variants.load_variant_file(path)]
+    if names is None:  # the files' own variants where files are given: the kernel being written
+        names = added or list(variants.all_variants())
+    names = list(names)
     variants.resolve(names)
     for d in dtypes:
         torch_dtype(d)

@@ -63,6 +63,14 @@ def test_a_failure_says_its_likely_cause_first_and_where_a_nan_is():
     assert check._fail_reason(nan) == "output rel_err inf > tolerance 1e-04; at query row 0 only"
 
 
+def test_a_variant_file_without_variants_checks_that_files_variants_alone(isolated_registry):
+    """`attnbench check --variant-file mine.py` is about mine.py's kernels: the built-in ones are checked
+    only when named (or when no file is given)."""
+    plan = check.prepare(None, ["cpu"], ["float32"], 16, variant_files=[str(FAULTS)])
+    assert set(plan.names) == set(registry.load_variant_file(FAULTS)) and "naive" not in plan.names
+    assert "naive" in check.prepare(None, ["cpu"], ["float32"], 16).names
+
+
 def test_a_demo_only_failure_does_not_fail_the_check():
     row = check.GateRow("unstable_softmax", "cpu", "float32", False, True, "FAIL", 1e-7, float("inf"),
                         "nan", gating=False)  # fmt: skip
