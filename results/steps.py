@@ -266,10 +266,11 @@ def describe(step: Step) -> str:
     when = (step.after.get("created") or "?")[:10]
     where = f"at run {step.after.get('run_id')} ({when}; run {step.at + 1} of {step.runs})"
     if step.first[0] != step.first[1] and step.since and step.until:  # the noise allows more than one run
-        where += (
-            f", or any run from {step.first[0] + 1} to {step.first[1] + 1} (bisect commits "
-            f"{_short(step.since.get('git_commit'))}..{_short(step.until.get('git_commit'))})"
-        )
+        since, until = (_short(s.get("git_commit")) for s in (step.since, step.until))
+        bisect = (
+            f" (bisect commits {since}..{until})" if since != until else ""
+        )  # one commit: nothing to bisect
+        where += f", or any run from {step.first[0] + 1} to {step.first[1] + 1}{bisect}"
     changed = step.changed()
     commits = changed.pop("git_commit", None)
     parts = [f"commit {_short(commits[0])} -> {_short(commits[1])}"] if commits else ["same commit"]
