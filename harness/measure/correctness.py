@@ -207,8 +207,7 @@ class GateResult:
 
     def describe(self) -> str:
         if math.isinf(self.rel_err):
-            text = "; ".join(filter(None, [self.hint, "non-finite output (NaN or inf)", self.where]))
-            return text
+            return "; ".join(filter(None, [self.hint, "non-finite output (NaN or inf)", self.where]))
         text = f"rel_err {self.rel_err:.2e} (tol {self.tolerance:.0e}), max_abs_err {self.max_abs_err:.2e}"
         if self.quant:
             rounding = f"rounding alone: rel_err {self.quant_rel_err:.2e}"
@@ -313,9 +312,10 @@ def gate(
         where = nonfinite_rows(sampled, rows)
     readable = not (window or quant or mod != NONE) and block_table is None and cu_seqlens is None
     if readable and not rel <= tol:
-        rules.pop("window"), rules.pop("cu_seqlens"), rules.pop("block_table")
-        rules.update(tol=tol, scale=scale, rows=rows, key_lengths=key_lengths)
-        hint = likely_cause(sampled, q, k, v, **rules)
+        hint = likely_cause(
+            sampled, q, k, v, tol=tol, scale=scale, rows=rows, causal=causal, key_lengths=key_lengths,
+            causal_align=causal_align,
+        )  # fmt: skip
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
@@ -414,9 +414,8 @@ def _explains(got: torch.Tensor, alt: torch.Tensor, empty, rows, tol: float) -> 
 
 
 def nonfinite_rows(got: torch.Tensor, rows=None) -> str:
-    """Where an answer is NaN or inf: 'at query row 0 only' or 'at 3 of 64 query rows checked, the first
-    row 5'
-    (rows: the query rows got holds, every row when None); "" when it is finite."""
+    """Where an answer is NaN or inf, as 'at query row 0 only' or 'at 3 of 64 query rows checked, the first
+    row 5' (rows: the query rows got holds, every row when None); "" when it is finite."""
     bad = (~torch.isfinite(got)).flatten(0, 1).any(0).any(-1).cpu()
     ids = (torch.arange(got.shape[2]) if rows is None else rows.cpu())[bad]
     if not len(ids):
