@@ -149,13 +149,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def add_check(sub) -> None:
-    p = sub.add_parser("check", help="run the float64 correctness gate for every variant (+ numerics probe)")
-    p.add_argument("--variants", metavar="A,B")
+    p = sub.add_parser(
+        "check",
+        help="run the float64 correctness gate for every variant, or a --variant-file's (+ numerics probe)",
+    )
+    p.add_argument("--variants", metavar="A,B", help="default: the --variant-file's variants, else every one")
     p.add_argument("--device", default="cpu", metavar="cpu,cuda")
     p.add_argument("--dtype", default="float32,bfloat16", metavar="DTYPES")
     p.add_argument("--seq-len", type=int, default=100)
     p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
-    p.add_argument("--variant-file", action="append", metavar="PATH")
+    p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
     p.set_defaults(func=cmd_check)
 
 
