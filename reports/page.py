@@ -178,7 +178,7 @@ def md_escape(text: object) -> str:
     stays a code span (its | escaped, which a table cell needs)."""
     parts = _CODE.split(" ".join(printable(text).split()))
     s = "".join(
-        f"`{part.replace('|', chr(92) + '|')}`"
+        "`" + part.replace("|", r"\|") + "`"
         if i % 2
         else _MD_SPECIAL.sub(r"\\\1", html.escape(part, quote=False))
         for i, part in enumerate(parts)

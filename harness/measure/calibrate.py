@@ -39,11 +39,12 @@ FLOOR_N = 1024
 PROBE_CALLS_N = 256
 
 
-def _best_ms(device: str, dtype: torch.dtype, n: int) -> float:
-    """The fastest of three n x n x n matmuls after one warm-up, in ms."""
+def _best_ms(device: str, dtype: torch.dtype, n: int, calls: int = 3) -> float:
+    """The fastest of `calls` n x n x n matmuls after one warm-up (the first at a size pays for its
+    kernel's set-up), in ms."""
     a = torch.ones(n, n, device=device, dtype=dtype)
     torch.matmul(a, a)
-    return min(_timer(device).time_calls(lambda: torch.matmul(a, a), 3))
+    return min(_timer(device).time_calls(lambda: torch.matmul(a, a), calls))
 
 
 def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
@@ -67,21 +68,16 @@ def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
             n *= 2
         return n
     n = top
+    # the law from a call at 256 misjudges a narrow dtype, whose kernel is faster per FLOP at 2048: bfloat16's
+    # call at 256 varied 7x on a 2-core VM, and the law read 29 to 192 ms at 2048 where a call took 22 to 26,
+    # so that two runs calibrated it at 1024 and 2048 (0.38 and 0.70 TFLOP/s); before it shrinks, one real
+    # call at 2048 is asked. float32 keeps the law, which holds for it (12.9 ms at 1024, 95-111 at 2048), and
+    # its call at 2048 is the costly one.
     if dtype != torch.float32 and timing.Budget.min_samples * call_ms(top) > budget_ms:
-        ms = min(ms, _top_ms(device, dtype, top) / (top / PROBE_CALLS_N) ** 3)  # the law said shrink
+        ms = min(ms, _best_ms(device, dtype, top, calls=1) / (top / PROBE_CALLS_N) ** 3)
     while n > FLOOR_N and timing.Budget.min_samples * call_ms(n) > budget_ms:
         n //= 2
     return n
-
-
-def _top_ms(device: str, dtype: torch.dtype, n: int) -> float:
-    """The faster of two n x n x n matmuls, in ms (the first at a size pays for its kernel's set-up). The law
-    from a call at 256 misjudges a narrow dtype, whose kernel is faster per FLOP at 2048: bfloat16's call at
-    256 varied 7x on a 2-core VM, and the law read 29 to 192 ms at 2048 where a call took 22 to 26, so that
-    two runs calibrated it at 1024 and 2048 (0.38 and 0.70 TFLOP/s). float32 keeps the law, which holds for
-    it (12.9 ms at 1024, 95-111 at 2048), and its call at 2048 is the costly one."""
-    a = torch.ones(n, n, device=device, dtype=dtype)
-    return min(_timer(device).time_calls(lambda: torch.matmul(a, a), 2))
 
 
 def matmul_tflops(

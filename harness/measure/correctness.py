@@ -296,7 +296,7 @@ def gate(
     if quant:
         rounded = (dequantise(t, quant) for t in (q, k, v))  # what the variant computed on, in float32
         refs.insert(0, reference(*rounded, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules))
-    got = out if rows is None else out[:, :, rows.to(out.device)]
+    sampled = got = out if rows is None else out[:, :, rows.to(out.device)]  # sampled: before rows leave
     empty = empty_rows(q.shape[2], key_lengths, n_k=k.shape[2], **rules)
     masked = _masked_behaviour(out, empty, rows)
     if empty is not None:
@@ -305,7 +305,6 @@ def gate(
         got, refs = got[keep], [r[keep.to(r.device)] for r in refs]
     max_abs, rel = _errors(got, refs[0])
     where = hint = ""
-    sampled = out if rows is None else out[:, :, rows.to(out.device)]
     if cu_seqlens is not None and not rel <= tol:
         where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
     elif not rel <= tol:
@@ -353,9 +352,10 @@ def likely_cause(
         else:  # another layout: its rows are not q's; every row, then the sampled ones
             alt = back(reference(q2, k2, v2, **alt_rules))
             alt = alt if rows is None else alt[:, :, rows.to(alt.device)]
-        n_k = k2.shape[2]
-        alt_rules.pop("scale")
-        empty = empty_rows(q.shape[2], alt_rules.pop("key_lengths"), n_k=n_k, **alt_rules)
+        empty = empty_rows(
+            q.shape[2], alt_rules["key_lengths"], n_k=k2.shape[2], causal=alt_rules["causal"],
+            causal_align=alt_rules["causal_align"],
+        )  # fmt: skip
         if _explains(got, alt, empty, rows, tol):
             return text
     return ""
@@ -364,7 +364,7 @@ def likely_cause(
 def _readings(q, k, v, *, causal, key_lengths, scale, causal_align):
     """(sentence, the inputs as the mistake reads them, the rules it changes, its output back to (B, H, N,
     d), or None when it is) for each mistake that can happen in this cell."""
-    same, keep = (q, k, v), None
+    same, as_is = (q, k, v), None
     n_q, n_k = q.shape[2], k.shape[2]
     if not causal and key_lengths is None and n_q == n_k and q.shape[1] == k.shape[1]:
         bnhd = tuple(t.transpose(1, 2) for t in same)
@@ -378,25 +378,25 @@ def _readings(q, k, v, *, causal, key_lengths, scale, causal_align):
     if group > 1:  # query head h reads k/v head h // group; tiled heads read h % H_kv
         tiled = (q, k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1))
         said = "it tiled the k/v heads (repeat) where query head h reads k/v head h // (H / H_kv)"
-        yield said + " (repeat_interleave)", tiled, {}, keep
+        yield said + " (repeat_interleave)", tiled, {}, as_is
     if causal:
-        yield "it ignored causal=True: its answer is attention over every key", same, {"causal": False}, keep
+        yield "it ignored causal=True: its answer is attention over every key", same, {"causal": False}, as_is
         other = "lower-right" if causal_align == "top-left" else "top-left"
         if n_q != n_k:
             said = f"its causal mask is aligned {other} where the cell asks {causal_align}"
-            yield said, same, {"causal_align": other}, keep
+            yield said, same, {"causal_align": other}, as_is
         elif causal_align == "top-left":
             hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys
             said = "its causal mask hides each query's own key: query i sees keys 0..i"
             said += " (mask triu(1), not triu(0))"
-            yield said, hidden, {"causal_align": "lower-right"}, keep
+            yield said, hidden, {"causal_align": "lower-right"}, as_is
     if key_lengths is not None:
-        yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, keep
+        yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, as_is
     if scale is None:
         said = "it left out the scale: softmax(q kᵀ), not softmax(q kᵀ / sqrt(d_k))"
-        yield said, same, {"scale": 1.0}, keep
+        yield said, same, {"scale": 1.0}, as_is
     else:
-        yield f"it ignored scale={scale:g} and used 1/sqrt(d_k)", same, {"scale": None}, keep
+        yield f"it ignored scale={scale:g} and used 1/sqrt(d_k)", same, {"scale": None}, as_is
 
 
 def _explains(got: torch.Tensor, alt: torch.Tensor, empty, rows, tol: float) -> bool:
