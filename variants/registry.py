@@ -333,14 +333,19 @@ def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
     if fn.unread:  # a builtin, such as torch's own SDPA
         said = "causal=True if it takes causal=" if flag else "padding=True if it takes key_lengths="
         return f'(its signature cannot be read: declare {said}, or mask="bool" if it takes attn_mask=)'
-    if "attn_mask" in taken:
+    spelled = _mask_param(taken)
+    if spelled == "attn_mask":
         return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
-    spelled = sorted(taken & MASK_NAMES)
     if spelled:
-        return f'(it takes {spelled[0]}=: declare mask="bool", mask_arg="{spelled[0]}" to be handed the mask)'
+        return f'(it takes {spelled}=: declare mask="bool", mask_arg="{spelled}" to be handed the mask)'
     if flag and flag in taken:
         return f"(it takes {flag}=: attnbench hands causal=)"
     return ""
+
+
+def _mask_param(taken: set[str] | frozenset[str]) -> str:
+    """The keyword of fn's that takes a mask: attn_mask (SDPA's), else another library's name; "" if none."""
+    return "attn_mask" if "attn_mask" in taken else next(iter(sorted(taken & MASK_NAMES)), "")
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -423,8 +428,8 @@ def _check_mask_arg(name: str, mask_arg: str, taken: set[str]) -> None:
     fn takes no such keyword."""
     if mask_arg in taken:
         return
-    spelled = sorted(taken & (MASK_NAMES | {"attn_mask"}))
-    way = f': declare mask_arg="{spelled[0]}"' if spelled else ": declare mask_arg= with its mask's name"
+    spelled = _mask_param(taken)
+    way = f': declare mask_arg="{spelled}"' if spelled else ": declare mask_arg= with its mask's name"
     raise VariantError(
         f"variant {name!r} declares a mask, handed as {mask_arg}=, but takes no {mask_arg}={way}"
     )
