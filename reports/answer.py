@@ -20,6 +20,8 @@ from .findings import n_text, range_text
 from .tables import present
 
 MAX_LINES = 12
+# the most characters of a row's message a line quotes: its cause and the way out come first, and fit
+MESSAGE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,11 @@ def correctness(mine) -> list[str]:
         )
     for dtype, sub in gated[gated["status"] == "wrong"].groupby("dtype", sort=True):
         first = str(sub.iloc[0]["message"])
-        lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, 200)}")
+        lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, MESSAGE_CHARS)}")
     broken = mine[mine["status"].isin(["error", "crashed", "timeout", "oom"])]
     if len(broken):
         first = broken.iloc[0]
-        lines.append(f"{len(broken)} cells {first['status']}: {_short(str(first['message']), 200)}")
+        lines.append(f"{len(broken)} cells {first['status']}: {_short(str(first['message']), MESSAGE_CHARS)}")
     return lines
 
 
@@ -83,7 +85,7 @@ def unsupported(mine) -> list[str]:
     out = []
     skipped = mine[mine["status"] == "unsupported"]
     for message, sub in skipped.groupby("message", sort=False):
-        out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), 200)}")
+        out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), MESSAGE_CHARS)}")
     return out[:2]
 
 
