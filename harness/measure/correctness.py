@@ -309,12 +309,10 @@ def gate(
         where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
     elif not rel <= tol:
         where = nonfinite_rows(sampled, rows)
-    readable = not (window or quant or mod != NONE) and block_table is None and cu_seqlens is None
-    if readable and not rel <= tol:
+    if not quant and not rel <= tol:  # a rounding recipe's answer is judged on other inputs: no reading
         hint = likely_cause(
-            sampled, q, k, v, tol=tol, scale=scale, rows=rows, causal=causal, key_lengths=key_lengths,
-            causal_align=causal_align,
-        )  # fmt: skip
+            sampled, q, k, v, tol=tol, scale=scale, rows=rows, key_lengths=key_lengths, mod=mod, **rules
+        )
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
@@ -333,14 +331,16 @@ HINT_ROWS = 32  # the query rows (first and last among them) each reading of a f
 
 def likely_cause(
     got: torch.Tensor, q, k, v, *, tol: float, scale=None, rows=None, causal=False, key_lengths=None,
-    causal_align: str = "top-left",
+    causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None,
 ) -> str:  # fmt: skip
     """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
-    (B, N, H, d) (flash-attn's and xformers' layout), a mask ignored, the causal diagonal hidden or aligned
-    the other way, the scale left out or ignored. got: the variant's output on `rows` (every row when None),
-    before any row is left out. The first reading that explains it gives the sentence, else "". Asked only
-    of a failing gate on a cell without a window, mod, packed batch, paged cache or rounding recipe."""
-    rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align)
+    (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
+    packed batch's boundaries ignored, the causal diagonal hidden or aligned the other way, the window one
+    key wider, a paged cache read past its lengths or around its page table, the scale left out or ignored.
+    got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
+    that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
+    rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
+    rules.update(window=window, cu_seqlens=cu_seqlens, block_table=block_table)
     ids = torch.arange(q.shape[2]) if rows is None else rows.cpu()
     if len(ids) > HINT_ROWS:  # a reading that explains the answer explains it on any rows: fewer references
         pick = torch.linspace(0, len(ids) - 1, HINT_ROWS).round().long().unique()
@@ -352,51 +352,87 @@ def likely_cause(
         else:  # another layout: its rows are not q's; every row, then the sampled ones
             alt = back(reference(q2, k2, v2, **alt_rules))
             alt = alt if rows is None else alt[:, :, rows.to(alt.device)]
-        empty = empty_rows(
-            q.shape[2], alt_rules["key_lengths"], n_k=k2.shape[2], causal=alt_rules["causal"],
-            causal_align=alt_rules["causal_align"],
-        )  # fmt: skip
+        masks = {a: alt_rules[a] for a in ("causal", "causal_align", "window", "cu_seqlens", "block_table")}
+        empty = empty_rows(q.shape[2], alt_rules["key_lengths"], n_k=k2.shape[2], **masks)
         if _explains(got, alt, empty, rows, tol):
             return text
     return ""
 
 
-def _readings(q, k, v, *, causal, key_lengths, scale, causal_align):
+def _readings(q, k, v, **rules):
     """(sentence, the inputs as the mistake reads them, the rules it changes, its output back to (B, H, N,
     d), or None when it is) for each mistake that can happen in this cell."""
-    same, as_is = (q, k, v), None
-    n_q, n_k = q.shape[2], k.shape[2]
-    if not causal and key_lengths is None and n_q == n_k and q.shape[1] == k.shape[1]:
-        bnhd = tuple(t.transpose(1, 2) for t in same)
-        yield (
-            'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"',
-            bnhd,
-            {},
-            (lambda t: t.transpose(1, 2)),
-        )
+    if rules["block_table"] is not None:
+        yield from _paged_readings(q, k, v, **rules)
+    else:
+        yield from _layout_readings(q, k, v, **rules)
+        yield from _mask_readings(q, k, v, **rules)
+    if rules["mod"] != NONE:
+        yield f"it ignored the score mod {rules['mod']}", (q, k, v), {"mod": NONE}, None
+    if rules["scale"] is None:
+        said = "it left out the scale: softmax(q kᵀ), not softmax(q kᵀ / sqrt(d_k))"
+        yield said, (q, k, v), {"scale": 1.0}, None
+    else:
+        yield f"it ignored scale={rules['scale']:g} and used 1/sqrt(d_k)", (q, k, v), {"scale": None}, None
+
+
+def _layout_readings(q, k, v, *, causal, key_lengths, window, cu_seqlens, **_):
+    """The inputs read in another layout: (B, N, H, d), or the k/v heads tiled."""
+    plain = not (causal or window) and key_lengths is None and cu_seqlens is None
+    if plain and q.shape[2] == k.shape[2] and q.shape[1] == k.shape[1]:
+        bnhd = tuple(t.transpose(1, 2) for t in (q, k, v))
+        said = 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'
+        yield said, bnhd, {}, (lambda t: t.transpose(1, 2))
     group = q.shape[1] // k.shape[1]
     if group > 1:  # query head h reads k/v head h // group; tiled heads read h % H_kv
         tiled = (q, k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1))
         said = "it tiled the k/v heads (repeat) where query head h reads k/v head h // (H / H_kv)"
-        yield said + " (repeat_interleave)", tiled, {}, as_is
+        yield said + " (repeat_interleave)", tiled, {}, None
+
+
+def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seqlens, **_):
+    """A mask, window or packed batch's boundaries ignored, or the causal mask or window one key off."""
+    same, n_q, n_k = (q, k, v), q.shape[2], k.shape[2]
+    if cu_seqlens is not None:
+        said = "it ignored the packed batch's boundaries (cu_seqlens): queries saw other sequences' keys"
+        yield said, same, {"cu_seqlens": None}, None
+    if window:
+        yield f"it ignored window={window}: each query saw every key up to its own", same, {"window": 0}, None
+        said = f"its window holds {window + 1} keys, its own and {window} before it, where window={window}"
+        yield said + " counts its own key among them", same, {"window": window + 1}, None
     if causal:
-        yield "it ignored causal=True: its answer is attention over every key", same, {"causal": False}, as_is
+        said = "it ignored causal=True: its answer is attention over every key"
+        yield said, same, {"causal": False, "window": 0}, None
         other = "lower-right" if causal_align == "top-left" else "top-left"
         if n_q != n_k:
             said = f"its causal mask is aligned {other} where the cell asks {causal_align}"
-            yield said, same, {"causal_align": other}, as_is
-        elif causal_align == "top-left":
+            yield said, same, {"causal_align": other}, None
+        elif causal_align == "top-left" and not window and cu_seqlens is None:
             hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys
             said = "its causal mask hides each query's own key: query i sees keys 0..i"
             said += " (mask triu(1), not triu(0))"
-            yield said, hidden, {"causal_align": "lower-right"}, as_is
+            yield said, hidden, {"causal_align": "lower-right"}, None
     if key_lengths is not None:
-        yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, as_is
-    if scale is None:
-        said = "it left out the scale: softmax(q kᵀ), not softmax(q kᵀ / sqrt(d_k))"
-        yield said, same, {"scale": 1.0}, as_is
-    else:
-        yield f"it ignored scale={scale:g} and used 1/sqrt(d_k)", same, {"scale": None}, as_is
+        yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, None
+
+
+def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
+    """A paged cache (k, v: pools of pages) read past each context's length, in pool order instead of
+    through its page table, or without the causal mask among its query tokens."""
+    same, page = (q, k, v), k.shape[1]
+    full = -(-key_lengths // page) * page
+    if bool((full != key_lengths).any()):
+        said = "it read every slot of each sequence's last page: the context lengths (key_lengths=) ignored"
+        yield said, same, {"key_lengths": full}, None
+    pages = (full // page).tolist()  # each sequence's pages, read one after another through the pool
+    in_order = torch.zeros_like(block_table)
+    for b, (start, n) in enumerate(zip(torch.tensor([0, *pages]).cumsum(0).tolist(), pages, strict=False)):
+        in_order[b, :n] = torch.arange(start, start + n)
+    if not torch.equal(in_order, block_table):
+        said = "it read each sequence's pages one after another in the pool, not through block_table"
+        yield said, same, {"block_table": in_order}, None
+    if causal and q.shape[2] > 1:
+        yield "it ignored causal=True among the query tokens", same, {"causal": False}, None
 
 
 def _explains(got: torch.Tensor, alt: torch.Tensor, empty, rows, tol: float) -> bool:

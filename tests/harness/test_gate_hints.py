@@ -106,7 +106,8 @@ def test_right_answers_and_unknown_mistakes_get_no_cause():
     q, k, v = qkv()
     assert correctness.gate(attention(q, k, v), q, k, v).hint == ""
     wrong = attention(q, k, v) + 0.1 * torch.randn(B, H, N, D, generator=torch.Generator().manual_seed(1))
-    for rules in ({}, {"causal": True}, {"key_lengths": LENGTHS}, {"scale": 0.5}):
+    windowed, alibi = {"causal": True, "window": 6}, {"causal": True, "mod": "alibi"}
+    for rules in ({}, {"causal": True}, {"key_lengths": LENGTHS}, {"scale": 0.5}, windowed, alibi):
         result = correctness.gate(wrong, q, k, v, **rules)
         assert not result.passed and result.hint == "", (rules, result.describe())
 
@@ -126,3 +127,108 @@ def test_a_long_answer_is_read_on_a_few_of_its_rows(monkeypatch):
     layout, hinted = [r for r in seen[1:] if r is None], [r for r in seen[1:] if r is not None]
     assert len(layout) == 1  # the (B, N, H, d) reading: its "rows" are heads, every one of them
     assert hinted and all(len(r) == correctness.HINT_ROWS and r[0] == 0 and r[-1] == N - 1 for r in hinted)
+
+
+def windowed(q, k, v, *, window):
+    """Causal attention over the `window` keys up to each query's own."""
+    i, j = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
+    return attention(q, k, v, mask=(j > i) | (j <= i - window))
+
+
+def causal_mask(n):
+    return torch.ones(n, n, dtype=torch.bool).triu(1)
+
+
+@pytest.mark.parametrize(
+    "mistake, rules, said",
+    [
+        (lambda q, k, v: windowed(q, k, v, window=N), {"window": 6}, "it ignored window=6: each query saw"),
+        (
+            lambda q, k, v: windowed(q, k, v, window=7),
+            {"window": 6},
+            "its window holds 7 keys, its own and 6",
+        ),
+        (
+            lambda q, k, v: attention(q, k, v, mask=causal_mask(N)),
+            {"mod": "alibi"},
+            "it ignored the score mod",
+        ),
+        (
+            lambda q, k, v: attention(q, k, v, mask=causal_mask(N)),
+            {"mod": "softcap:2"},
+            "it ignored the score",
+        ),
+    ],
+    ids=["window-ignored", "window-one-wider", "alibi-ignored", "softcap-ignored"],
+)
+def test_a_window_or_mod_mistake_is_named(mistake, rules, said):
+    q, k, v = qkv()
+    result = correctness.gate(
+        mistake(q, k, v), q, k, v, causal=True, rows=correctness.sample_rows(N, 12), **rules
+    )
+    assert not result.passed and result.describe().startswith(said), result.describe()
+
+
+def test_a_packed_batch_whose_boundaries_were_ignored_is_named():
+    q, k, v = (t[:1] for t in qkv())
+    cu = torch.tensor([0, 7, 8, 25, N])
+    across = attention(q, k, v, mask=causal_mask(N))  # causal over the whole pack
+    result = correctness.gate(across, q, k, v, causal=True, cu_seqlens=cu)
+    text = result.describe()
+    assert (
+        text.startswith("it ignored the packed batch's boundaries (cu_seqlens)") and "worst: sequence" in text
+    )
+
+
+PAGE, CONTEXTS = 8, torch.tensor([29, 12, 40])
+
+
+def table_of(order: torch.Tensor) -> torch.Tensor:
+    """The page table that hands each sequence the next pages of `order`, as many as its context needs."""
+    counts = (-(-CONTEXTS // PAGE)).tolist()
+    table = torch.zeros(len(counts), max(counts), dtype=torch.long)
+    for b, (start, n) in enumerate(zip(torch.tensor([0, *counts]).cumsum(0).tolist(), counts, strict=False)):
+        table[b, :n] = order[start : start + n]
+    return table
+
+
+def paged(n_q=2, seed=3):
+    """Two query tokens per sequence, and a pool of exactly the pages the contexts need, scattered."""
+    g = torch.Generator().manual_seed(seed)
+    pages = int((-(-CONTEXTS // PAGE)).sum())
+    table = table_of(torch.randperm(pages, generator=g))
+    q = torch.randn(len(CONTEXTS), H, n_q, D, generator=g)
+    k, v = (torch.randn(pages, PAGE, H, D, generator=g) for _ in range(2))
+    return q, k, v, table
+
+
+def decode(q, k, v, table, contexts, *, causal=True):
+    """Each sequence's keys gathered page by page through table, its queries at the context's end."""
+    outs = []
+    for b, length in enumerate(contexts.tolist()):
+        ids = table[b, : -(-length // PAGE)]
+        kb, vb = (t[ids].flatten(0, 1)[:length].transpose(0, 1)[None] for t in (k, v))
+        n_q = q.shape[2]
+        hide = torch.ones(n_q, length, dtype=torch.bool).triu(length - n_q + 1) if causal else None
+        outs.append(attention(q[b : b + 1], kb, vb, mask=hide))
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize(
+    "mistake, said",
+    [
+        (lambda q, k, v, table: decode(q, k, v, table, -(-CONTEXTS // PAGE) * PAGE), "it read every slot of"),
+        (lambda q, k, v, table: decode(q, k, v, table_of(torch.arange(len(k))), CONTEXTS),
+         "it read each sequence's pages one after another in the pool"),
+        (lambda q, k, v, table: decode(q, k, v, table, CONTEXTS, causal=False), "it ignored causal=True"),
+    ],
+    ids=["last-page-whole", "pool-order", "causal-ignored"],
+)  # fmt: skip
+def test_a_paged_cache_read_wrongly_is_named(mistake, said):
+    q, k, v, table = paged()
+    right = correctness.gate(decode(q, k, v, table, CONTEXTS), q, k, v, causal=True, key_lengths=CONTEXTS,
+                             block_table=table, causal_align="lower-right")  # fmt: skip
+    assert right.passed, right.describe()
+    result = correctness.gate(mistake(q, k, v, table), q, k, v, causal=True, key_lengths=CONTEXTS,
+                              block_table=table, causal_align="lower-right")  # fmt: skip
+    assert not result.passed and result.describe().startswith(said), result.describe()

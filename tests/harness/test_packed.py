@@ -94,6 +94,7 @@ def test_a_sequence_left_unwritten_is_wrong_and_named(plugin):
 def test_attending_across_sequences_is_wrong(plugin):
     row = measure_cell(cell("attends_across_sequences", "longtail"), QUICK)
     assert row["status"] == "wrong" and "worst: sequence" in row["message"]
+    assert "gate: it ignored the packed batch's boundaries (cu_seqlens)" in row["message"], row["message"]
 
 
 @pytest.mark.parametrize("causal", [False, True])
