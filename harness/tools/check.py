@@ -148,7 +148,7 @@ def _gate(variant, prob, qkv, key_lengths, row: dict) -> GateRow:
     reason = variant.check(prob)
     backward = prob.backward
     if reason and "backward" in reason:  # no backward: gate the forward alone
-        backward, reason = False, variant.check(dataclasses.replace(prob, backward=False))
+        backward, reason = False, variant.check(dataclasses.replace(prob, pass_="fwd"))
     if reason:
         return GateRow(**row, status="unsupported", reason=str(reason))
     r = correctness.check(variant, *qkv, causal=prob.causal, key_lengths=key_lengths, backward=backward)

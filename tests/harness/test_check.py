@@ -71,6 +71,30 @@ def test_a_variant_file_without_variants_checks_that_files_variants_alone(isolat
     assert "naive" in check.prepare(None, ["cpu"], ["float32"], 16).names
 
 
+FORWARD_ONLY = """
+import torch
+from attnbench.variants import register
+
+@register("forward_only", backward=False)
+def forward_only(q, k, v, *, causal=False):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+"""
+
+
+def test_a_variant_without_a_backward_is_gated_forward_only(isolated_registry, tmp_path):
+    """Its capability refuses the backward pass: the check gates its forward (flex, the paged variants and
+    the FP8 recipes on CPU among the built-ins), never an error of check's own."""
+    (tmp_path / "fwd.py").write_text(FORWARD_ONLY)
+    rows = list(
+        check.gate_all(
+            check.prepare(None, ["cpu"], ["float32"], 16, variant_files=[str(tmp_path / "fwd.py")])
+        )
+    )
+    plain = [r for r in rows if not r.padding and not r.no_key]
+    assert [r.status for r in plain] == ["pass", "pass"] and all(r.grad_rel_err is None for r in plain)
+    assert check.exit_status(rows) == 0
+
+
 def test_a_demo_only_failure_does_not_fail_the_check():
     row = check.GateRow("unstable_softmax", "cpu", "float32", False, True, "FAIL", 1e-7, float("inf"),
                         "nan", gating=False)  # fmt: skip
