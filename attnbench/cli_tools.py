@@ -151,7 +151,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def add_check(sub) -> None:
     p = sub.add_parser(
         "check",
-        help="run the float64 correctness gate for every variant, or a --variant-file's (+ numerics probe)",
+        help="the float64 correctness gate for every variant, or a --variant-file's, over causal x padding "
+        "and each workload it declares (+ numerics probe)",
     )
     p.add_argument("--variants", metavar="A,B", help="default: the --variant-file's variants, else every one")
     p.add_argument("--device", default="cpu", metavar="cpu,cuda")

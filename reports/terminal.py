@@ -144,6 +144,7 @@ def print_variants(console: Console, rows: Sequence[Mapping[str, Any]], errors: 
 
 _GATE_DEFAULTS = {
     "rel_err": None, "grad_rel_err": None, "masked_rows": "", "reason": "", "gating": True, "no_key": False,
+    "workload": "",
 }  # fmt: skip
 _GATE_STYLE = {
     "pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "error": "[bold red]error[/]",
@@ -159,32 +160,38 @@ def _field(row: Any, name: str) -> Any:
 
 
 def gate_table(
-    rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, head_dim: int, width: int | None = None
-) -> Table:
+    rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, head_dim: int, width: int | None = None,
+    workloads: bool = False,
+) -> Table:  # fmt: skip
     """The float64 correctness gate, one line per GateRow (variant, device, dtype, causal, padding,
     status 'pass'/'FAIL'/'unsupported', rel_err, grad_rel_err, masked_rows, reason, gating), on inputs of
     shape (batch, heads, seq_len, head_dim) (harness.tools.check's BATCH, HEADS, HEAD_DIM). For a terminal
     `width` below WIDE the table is fitted: dtypes short, the device in the title when there is one, and a
-    reason by its number among gate_notes, in the `why` column (print_gate prints them below)."""
-    rows = [r for r in rows if not _field(r, "no_key")]  # no_key_table's
+    reason by its number among gate_notes, in the `why` column (print_gate prints them below). workloads:
+    the rows of the workloads the variants declare instead, a `workload` column for causal and padding."""
+    every = list(rows)  # the notes number the reasons of both tables
+    rows = [r for r in every if not _field(r, "no_key") and bool(_field(r, "workload")) == workloads]
     fitted = width is not None and width < WIDE
     devices = list(dict.fromkeys(str(_field(r, "device")) for r in rows))
     columns = list(GATE_COLUMNS)
     title = f"float64 correctness gate (B={batch}, H={heads}, N={seq_len}, d={head_dim})"
+    if workloads:
+        columns[columns.index("causal") : columns.index("pad") + 1] = ["workload"]
+        title = f"the workloads each variant declares, each a cell as a run makes it (N={seq_len})"
     if fitted and len(devices) == 1:
         columns.remove("device")
         title += f" on {_esc(devices[0])}"
     table = (
-        _fitted_table(title=title, caption=GATE_CAPTION)
+        _fitted_table(title=title, caption=None if workloads else GATE_CAPTION)
         if fitted
-        else Table(title=title, caption=GATE_CAPTION)
+        else Table(title=title, caption=None if workloads else GATE_CAPTION)
     )
     for col in columns:
         header = "grad" if fitted and col == "grad_rel" else col
         justify = "right" if col in ("rel_err", "grad_rel") else "left"
         table.add_column(header, no_wrap=col != "status", justify=justify)
     table.add_column("why" if fitted else "reason", overflow="fold", no_wrap=fitted)
-    notes = gate_notes(rows)
+    notes = gate_notes(every)
     for r in rows:
         status, rel_err, grad = _field(r, "status"), _field(r, "rel_err"), _field(r, "grad_rel_err")
         shown = _GATE_STYLE.get(status, f"[red]{_esc(status)}[/]")
@@ -199,6 +206,7 @@ def gate_table(
             ),
             "causal": "yes" if _field(r, "causal") else "no",
             "pad": "yes" if _field(r, "padding") else "no",
+            "workload": _esc(_field(r, "workload")),
             "status": shown,
             "rel_err": f"{rel_err:.1e}" if measured else "",
             "grad_rel": f"{grad:.1e}" if grad is not None else "-" if measured else "",
@@ -210,8 +218,10 @@ def gate_table(
 
 def gate_notes(rows: Iterable[Any]) -> dict[str, int]:
     """{reason: number} for each distinct reason of the gate's rows (not the no-key ones), numbered in
-    order of appearance: a fitted gate_table shows a row's reason by its number."""
-    reasons = (str(_field(r, "reason") or "") for r in rows if not _field(r, "no_key"))
+    order of appearance, the causal x padding rows' before the workloads': a fitted gate_table shows a row's
+    reason by its number."""
+    rows = sorted((r for r in rows if not _field(r, "no_key")), key=lambda r: bool(_field(r, "workload")))
+    reasons = (str(_field(r, "reason") or "") for r in rows)
     return {reason: n for n, reason in enumerate(dict.fromkeys(x for x in reasons if x), start=1)}
 
 
@@ -223,6 +233,10 @@ def print_gate(
     ({} when the table has room for the reasons), for no_key_table and probe_table to refer to."""
     width = console.width
     console.print(gate_table(rows, seq_len, batch=batch, heads=heads, head_dim=head_dim, width=width))
+    if any(_field(r, "workload") for r in rows):
+        console.print()
+        shape = dict(batch=batch, heads=heads, head_dim=head_dim, width=width, workloads=True)
+        console.print(gate_table(rows, seq_len, **shape))
     notes = gate_notes(rows) if width < WIDE else {}
     if notes:
         console.print("[bold]why, by number:[/]")

@@ -1,13 +1,18 @@
 """`attnbench check`: the float64 gate for every variant over causal x key padding, as plain records.
 
 `prepare` refuses unknown variants, dtypes and devices (ValueError naming them) before any tensor is made;
-`gate_all` yields one GateRow per (device, dtype, causal, padding, variant); `exit_status` is the verdict.
-Rendering is the front end's: this module prints nothing.
+`gate_all` yields one GateRow per (device, dtype, causal, padding, variant), then one per workload each
+variant declares (GateRow.workload); `exit_status` is the verdict. Rendering is the front end's: this module
+prints nothing.
 
 The gated problems are the ones a run makes: key padding by the run's own rule
 (harness.sweep.spec.padded_lengths, every batch element keeps at least one key). A batch element with no valid
 key at all, which no run cell ever holds, is tried once more per variant apart (`no_key` rows, forward only):
-it shows what a variant returns in rows that see no key, and never fails the check. Whatever a variant does
+it shows what a variant returns in rows that see no key, and never fails the check. Each workload a variant
+declares in its capability (grouped k/v heads, lower-right causal, a window, each mod kind, a packed batch, a
+paged cache) is one more problem, a cell of the run's own (harness.sweep.spec.CellSpec) with the inputs and
+options a run makes for it (harness.measure.inputs): a kernel that declares what it gets wrong fails here
+before a sweep reports it. Whatever a variant does
 (raise anything, return something that is not a tensor) becomes a row with a one-line reason; nothing a
 variant does ends `check`.
 """
@@ -52,6 +57,7 @@ class GateRow:
     reason: str = ""  # why it is unsupported, FAILed or errored: one line
     gating: bool = True  # a FAIL or error fails the check; False for demo-only variants and no_key rows
     no_key: bool = False  # the extra problem with a batch element that sees no key (no run makes it)
+    workload: str = ""  # the declared workload this problem checks (workload_cells), "" for causal x padding
 
 
 def prepare(
@@ -114,6 +120,64 @@ def gate_all(plan: CheckPlan) -> Iterator[GateRow]:
             no_key = torch.tensor([n // 3, 0], device=device)  # batch element 1 sees no key: no run makes it
             for name in plan.names:
                 yield gate_one(variants.get(name), qkv, causal=False, key_lengths=no_key, no_key=True)
+            for name in plan.names:
+                for label, spec in workload_cells(variants.get(name), device, dtype, n):
+                    yield gate_workload(variants.get(name), spec, label)
+
+
+SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs
+
+
+def span(n: int) -> int:
+    """The window and the page size of the workload cells at N = n (16 at the default 100): a window well
+    short of N, and several pages a context."""
+    return max(2, n // 6)
+
+
+def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, object]]:
+    """(label, CellSpec) for each workload `variant` declares: the run's cells of them at N = n, causal
+    where the workload is, forward+backward where a run may ask it (a paged cell is a decode step). A
+    variant that runs packed batches or paged caches only has its grouped heads checked there."""
+    from attnbench.harness.sweep.spec import CellSpec
+
+    cap, base = variant.cap, CellSpec(variant.name, device, dtype, BATCH, HEADS, n, HEAD_DIM, HEAD_DIM, True,
+                                      0.0, "fwdbwd")  # fmt: skip
+    decode = dict(seq_len=DECODE_QUERIES, seq_k=n, page_size=span(n), causal_align="lower-right", pass_="fwd")
+    homes = [
+        ("packed", "uniform lengths", cap.varlen, {}),
+        ("paged", f"pages of {span(n)}", cap.paged, decode),
+    ]
+    homes = [(word, said, dataclasses.replace(base, lengths="uniform", **change)) for word, said, declared,
+             change in homes if declared]  # fmt: skip
+    where, home = next(
+        ((w, c) for w, _, c in homes if _takes(variant, c) and not _takes(variant, base)), ("", base)
+    )
+    changes = [(f"{HEADS // 2} k/v heads for {HEADS}", {"kv_heads": HEADS // 2})] if cap.gqa else []
+    # a pack is self-attention over whole sequences (a window, no mod), a paged cell a decode step (neither)
+    short = {"seq_len": n // 4, "seq_k": n, "causal_align": "lower-right"}
+    changes += [(f"lower-right, N_q {n // 4} of N_k {n}", short)] if cap.lower_right and not where else []
+    changes += [(f"window {span(n)}", {"window": span(n)})] if cap.window and where != "paged" else []
+    mods = [mod for mod in ("alibi", SOFTCAP) if mod.partition(":")[0] in cap.mods and not where]
+    changes += [(mod, {"mod": mod}) for mod in mods]
+    cells = [(f"{where}, {said}" if where else said, dataclasses.replace(home, **c)) for said, c in changes]
+    return cells + [(f"{word}, {said}", cell) for word, said, cell in homes]
+
+
+def _takes(variant, spec) -> bool:
+    """Whether variant's capability takes spec's problem (a check that raises does not)."""
+    try:
+        return variant.check(spec.problem()) is None
+    except Exception:  # a plug-in's supports hook: its fault shows in its rows
+        return False
+
+
+def gate_workload(variant, spec, label: str) -> GateRow:
+    """One declared workload's problem (workload_cells), made as a run makes it, against float64."""
+    from attnbench.harness.measure.inputs import gate_axes, make_inputs
+
+    row = dict(variant=variant.name, device=spec.device, dtype=spec.dtype, causal=spec.causal, padding=False,
+               gating=variant.cap.default, workload=label)  # fmt: skip
+    return _recorded(row, lambda: _gate(variant, spec.problem(), make_inputs(spec, 0), row, gate_axes(spec)))
 
 
 def gate_one(variant, qkv, *, causal: bool, key_lengths, no_key: bool = False) -> GateRow:
@@ -130,8 +194,13 @@ def gate_one(variant, qkv, *, causal: bool, key_lengths, no_key: bool = False) -
     prob = variants.Problem(device=row["device"], dtype=row["dtype"], batch=b, heads=h, seq_len=n, seq_k=n,
                             d_k=d, d_v=d, causal=causal, padding=0.25 if padded else 0.0,
                             pass_="fwd" if no_key else "fwdbwd")  # fmt: skip
+    return _recorded(row, lambda: _gate(variant, prob, (*qkv, key_lengths), row))
+
+
+def _recorded(row: dict, gated) -> GateRow:
+    """gated()'s GateRow, or what it raised as the row's status and one-line reason."""
     try:
-        return _gate(variant, prob, qkv, key_lengths, row)
+        return gated()
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a plug-in's fault of any kind is its row, never the end of `check`
@@ -141,8 +210,9 @@ def gate_one(variant, qkv, *, causal: bool, key_lengths, no_key: bool = False) -
         return GateRow(**row, status="unsupported" if status == "unsupported" else "error", reason=message)
 
 
-def _gate(variant, prob, qkv, key_lengths, row: dict) -> GateRow:
-    """gate_one's work; what a variant raises here is gate_one's to record."""
+def _gate(variant, prob, inputs, row: dict, axes: dict | None = None) -> GateRow:
+    """The gate of one problem: inputs (q, k, v, key_lengths), axes the gate's keywords of the added axes
+    (harness.measure.inputs.gate_axes). What a variant raises here is _recorded's."""
     from attnbench.harness.measure import correctness
 
     reason = variant.check(prob)
@@ -151,7 +221,10 @@ def _gate(variant, prob, qkv, key_lengths, row: dict) -> GateRow:
         backward, reason = False, variant.check(dataclasses.replace(prob, pass_="fwd"))
     if reason:
         return GateRow(**row, status="unsupported", reason=str(reason))
-    r = correctness.check(variant, *qkv, causal=prob.causal, key_lengths=key_lengths, backward=backward)
+    q, k, v, key_lengths = inputs
+    r = correctness.check(
+        variant, q, k, v, causal=prob.causal, key_lengths=key_lengths, backward=backward, **(axes or {})
+    )
     return GateRow(
         **row,
         status="pass" if r.ok else "FAIL",

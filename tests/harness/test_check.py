@@ -29,7 +29,7 @@ def test_a_wrong_plugin_fails_and_unsupported_cells_say_why(isolated_registry):
         ["naive", "fault_wrong", "fault_unsupported"], ["cpu"], ["float32", "bfloat16"], 16,
         variant_files=[str(FAULTS)],
     )  # fmt: skip
-    rows = list(check.gate_all(plan))
+    rows = [r for r in check.gate_all(plan) if not r.workload]  # the workloads naive declares: below
     assert len(rows) == 3 * 2 * (2 * 2 + 1)  # variants x dtypes x (causal x padding, and the no-key problem)
     by = {(r.variant, r.dtype, r.causal, r.padding): r for r in rows if not r.no_key}
     no_key = {(r.variant, r.dtype): r for r in rows if r.no_key}
@@ -93,6 +93,46 @@ def test_a_variant_without_a_backward_is_gated_forward_only(isolated_registry, t
     plain = [r for r in rows if not r.padding and not r.no_key]
     assert [r.status for r in plain] == ["pass", "pass"] and all(r.grad_rel_err is None for r in plain)
     assert check.exit_status(rows) == 0
+
+
+WORKLOADS = """
+import torch
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from attnbench.variants import register
+
+@register("window_one_wider", window=True)
+def window_one_wider(q, k, v, *, causal=False, window=0):
+    i, j = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
+    hidden = (j > i) | (j < i - window)  # flash-attn's window_size=(W, 0): W keys before, and its own
+    return sdpa(q, k, v, attn_mask=~hidden) if window else sdpa(q, k, v, is_causal=causal)
+
+@register("across_sequences", varlen="masked")
+def across_sequences(q, k, v, *, causal=False, cu_seqlens=None):
+    return sdpa(q, k, v, is_causal=causal)  # one causal attention over the whole pack
+"""
+
+
+def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry, tmp_path):
+    """A variant is checked on each workload it declares; one that runs packed batches or paged caches
+    only has them checked there; a kernel wrong on its workload FAILs with the likely cause."""
+    (tmp_path / "w.py").write_text(WORKLOADS)
+    names = ["naive", "sdpa_loop", "paged_gather", "window_one_wider", "across_sequences"]
+    plan = check.prepare(names, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "w.py")])
+    rows = list(check.gate_all(plan))
+    by = {(r.variant, r.workload): r for r in rows if r.workload}
+    naive = {"2 k/v heads for 4", "lower-right, N_q 6 of N_k 24", "window 4", "alibi", "softcap:5",
+             "packed, uniform lengths"}  # fmt: skip
+    assert {w for v, w in by if v == "naive"} == naive
+    assert {w for v, w in by if v == "sdpa_loop"} == {"packed, 2 k/v heads for 4", "packed, window 4",
+                                                      "packed, uniform lengths"}  # fmt: skip
+    assert {w for v, w in by if v == "paged_gather"} == {"paged, 2 k/v heads for 4", "paged, pages of 4"}
+    honest = [r for r in by.values() if r.variant in names[:3]]
+    assert {r.status for r in honest} == {"pass"}, [r for r in honest if r.status != "pass"]
+    assert all(r.grad_rel_err is None for r in honest if r.variant == "paged_gather")  # a decode step
+    wider, across = by[("window_one_wider", "window 4")], by[("across_sequences", "packed, uniform lengths")]
+    assert wider.status == "FAIL" and wider.reason.startswith("its window holds 5 keys, its own and 4 before")
+    assert across.status == "FAIL" and across.reason.startswith("it ignored the packed batch's boundaries")
+    assert check.exit_status(rows) == 1
 
 
 def test_a_demo_only_failure_does_not_fail_the_check():
@@ -163,7 +203,7 @@ def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_regist
 def test_a_plugin_that_raises_or_returns_garbage_is_a_row_with_its_reason(isolated_registry):
     names = ["naive", "check_raise", "check_garbage", "check_supports_raise"]
     plan = check.prepare(names, ["cpu"], ["float32"], 16, variant_files=[str(CHECK_VARIANTS)])
-    rows = list(check.gate_all(plan))
+    rows = [r for r in check.gate_all(plan) if not r.workload]  # naive's workloads: test_each_declared_...
     assert len(rows) == 4 * 5
     for name, reason in [
         ("check_raise", "ValueError: deliberate failure with a second line"),

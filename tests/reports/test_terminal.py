@@ -162,6 +162,29 @@ def test_no_key_rows_have_their_own_table_and_errors_show_their_reason():
     assert terminal.no_key_table(rows[:1]) is None
 
 
+def test_workload_rows_have_their_own_table_and_the_notes_number_both(tmp_path):
+    """The workloads a variant declares are a second table, a `workload` column for causal and padding;
+    a fitted terminal numbers the reasons of both tables in one list, the gate's first."""
+    why_gate, why_window = "needs CUDA", "its window holds 5 keys, its own and 4 before it"
+    rows = [
+        _gate(variant="w", workload="window 4", status="FAIL", rel_err=0.2, reason=why_window),
+        _gate(variant="w", status="unsupported", rel_err=None, grad_rel_err=None, reason=why_gate),
+        _gate(variant="naive", workload="packed, uniform lengths"),
+    ]
+    plain = _text(terminal.gate_table(rows, 24, batch=2, heads=4, head_dim=64))
+    assert "window 4" not in plain and "packed" not in plain and why_gate in plain
+    table = terminal.gate_table(rows, 24, batch=2, heads=4, head_dim=64, workloads=True)
+    headers = [c.header for c in table.columns]
+    assert "workload" in headers and "causal" not in headers and "pad" not in headers
+    text = _text(table, width=300)
+    assert "window 4" in text and "packed, uniform lengths" in text and why_gate not in text
+    console = Console(file=io.StringIO(), width=80, record=True, no_color=True)
+    notes = terminal.print_gate(console, rows, 24, batch=2, heads=4, head_dim=64)
+    assert notes == {why_gate: 1, why_window: 2}
+    out = console.export_text()
+    assert [line.split()[-1] for line in out.splitlines() if line.startswith("w ")] == ["1", "2"]
+
+
 def test_gate_table_reads_dicts_as_objects_and_escapes():
     rows = [
         _gate(variant=HOSTILE, reason=HOSTILE),
