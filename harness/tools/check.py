@@ -142,7 +142,8 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
 
     cap, base = variant.cap, CellSpec(variant.name, device, dtype, BATCH, HEADS, n, HEAD_DIM, HEAD_DIM, True,
                                       0.0, "fwdbwd")  # fmt: skip
-    decode = dict(seq_len=DECODE_QUERIES, seq_k=n, page_size=span(n), causal_align="lower-right", pass_="fwd")
+    queries = max(1, min(DECODE_QUERIES, n // 2))  # never more than a context holds
+    decode = dict(seq_len=queries, seq_k=n, page_size=span(n), causal_align="lower-right", pass_="fwd")
     homes = [
         ("packed", "uniform lengths", cap.varlen, {}),
         ("paged", f"pages of {span(n)}", cap.paged, decode),
@@ -154,8 +155,9 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
     )
     changes = [(f"{HEADS // 2} k/v heads for {HEADS}", {"kv_heads": HEADS // 2})] if cap.gqa else []
     # a pack is self-attention over whole sequences (a window, no mod), a paged cell a decode step (neither)
-    short = {"seq_len": n // 4, "seq_k": n, "causal_align": "lower-right"}
-    changes += [(f"lower-right, N_q {n // 4} of N_k {n}", short)] if cap.lower_right and not where else []
+    short = {"seq_len": max(1, n // 4), "seq_k": n, "causal_align": "lower-right"}
+    said = f"lower-right, N_q {short['seq_len']} of N_k {n}"
+    changes += [(said, short)] if cap.lower_right and not where else []
     changes += [(f"window {span(n)}", {"window": span(n)})] if cap.window and where != "paged" else []
     mods = [mod for mod in ("alibi", SOFTCAP) if mod.partition(":")[0] in cap.mods and not where]
     changes += [(mod, {"mod": mod}) for mod in mods]

@@ -135,6 +135,14 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
     assert check.exit_status(rows) == 1
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_the_workloads_fit_the_shortest_sequences(n):
+    """At --seq-len 1 or 3 every workload cell is one a run could make: at least one query for lower-right
+    causal, no more queries than a paged context holds."""
+    rows = list(check.gate_all(check.prepare(["naive", "paged_gather"], ["cpu"], ["float32"], n)))
+    assert {r.status for r in rows if r.workload} == {"pass"}, [r for r in rows if r.status != "pass"]
+
+
 def test_a_demo_only_failure_does_not_fail_the_check():
     row = check.GateRow("unstable_softmax", "cpu", "float32", False, True, "FAIL", 1e-7, float("inf"),
                         "nan", gating=False)  # fmt: skip
