@@ -241,3 +241,30 @@ def test_what_a_setup_hook_raises_is_said_to_be_the_hooks():
         with pytest.raises(Exception) as err:
             made.bind(q, q, q)
         assert failure(err.value, "cpu") == said
+
+
+@pytest.mark.parametrize(
+    "declared, keyword",
+    [
+        (dict(window=True), "window"),
+        (dict(lower_right=True), "causal_align"),
+        (dict(mods=("alibi",)), "mod"),
+        (dict(varlen="masked"), "cu_seqlens"),
+        (dict(paged=True), "block_table"),
+    ],
+)
+def test_a_declared_workload_whose_keyword_fn_lacks_is_refused_at_declaration(declared, keyword):
+    """Declared, a workload's cells hand fn its keyword: fn without it is one line when it is declared, not
+    an `unsupported` row in every cell of it. With **kwargs, or the keyword, it is taken."""
+    from attnbench.variants.registry import made
+
+    def plain(q, k, v, *, causal=False):
+        return q
+
+    with pytest.raises(VariantError) as err:
+        made(plain, "plain", declared, "test")
+    flag, value = next(iter(declared.items()))
+    said = f"{flag}=True" if value is True else f"{flag}={value!r}"
+    assert str(err.value) == f"variant 'plain' declares {said}, but takes no {keyword}= keyword"
+    made(lambda q, k, v, **kw: q, "any", declared, "test")
+    made(eval(f"lambda q, k, v, *, causal=False, {keyword}=None: q"), "named", declared, "test")  # noqa: S307
