@@ -97,7 +97,8 @@ def prepare(
 def gate_all(plan: CheckPlan) -> Iterator[GateRow]:
     """Every variant on the same seeded inputs per (device, dtype), with and without causal masking and key
     padding (the run's rule), in that order, gradients too where the variant has a backward; then each
-    variant once on the no-key problem (non-gating, forward only)."""
+    variant once on the no-key problem (non-gating, forward only). Each device's workload rows come after
+    all of its dtypes' rows: a check cut short (Ctrl-C, a time limit) has the gate of every dtype first."""
     import torch
 
     from attnbench import variants
@@ -120,9 +121,9 @@ def gate_all(plan: CheckPlan) -> Iterator[GateRow]:
             no_key = torch.tensor([n // 3, 0], device=device)  # batch element 1 sees no key: no run makes it
             for name in plan.names:
                 yield gate_one(variants.get(name), qkv, causal=False, key_lengths=no_key, no_key=True)
-            for name in plan.names:
-                for label, spec in workload_cells(variants.get(name), device, dtype, n):
-                    yield gate_workload(variants.get(name), spec, label)
+        for dtype, name in itertools.product(plan.dtypes, plan.names):
+            for label, spec in workload_cells(variants.get(name), device, dtype, n):
+                yield gate_workload(variants.get(name), spec, label)
 
 
 SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs

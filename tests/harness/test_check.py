@@ -29,7 +29,9 @@ def test_a_wrong_plugin_fails_and_unsupported_cells_say_why(isolated_registry):
         ["naive", "fault_wrong", "fault_unsupported"], ["cpu"], ["float32", "bfloat16"], 16,
         variant_files=[str(FAULTS)],
     )  # fmt: skip
-    rows = [r for r in check.gate_all(plan) if not r.workload]  # the workloads naive declares: below
+    every = list(check.gate_all(plan))
+    rows = [r for r in every if not r.workload]  # the workloads naive declares come last, after both dtypes
+    assert every[: len(rows)] == rows and {r.dtype for r in every[len(rows) :]} == {"float32", "bfloat16"}
     assert len(rows) == 3 * 2 * (2 * 2 + 1)  # variants x dtypes x (causal x padding, and the no-key problem)
     by = {(r.variant, r.dtype, r.causal, r.padding): r for r in rows if not r.no_key}
     no_key = {(r.variant, r.dtype): r for r in rows if r.no_key}
