@@ -417,8 +417,9 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
 
 
 def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
-    """A paged cache (k, v: pools of pages) read past each context's length, in pool order instead of
-    through its page table, or without the causal mask among its query tokens."""
+    """A paged cache (k, v: pools of pages, (P, page, H_kv, d)) read past each context's length, in pool
+    order instead of through its page table, with its k/v heads tiled, or without the causal mask among its
+    query tokens."""
     same, page = (q, k, v), k.shape[1]
     full = -(-key_lengths // page) * page
     if bool((full != key_lengths).any()):
@@ -431,6 +432,11 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
     if not torch.equal(in_order, block_table):
         said = "it read each sequence's pages one after another in the pool, not through block_table"
         yield said, same, {"block_table": in_order}, None
+    group = q.shape[1] // k.shape[2]
+    if group > 1:  # the pools' heads tiled: query head h reads h % H_kv
+        tiled = (q, k.repeat(1, 1, group, 1), v.repeat(1, 1, group, 1))
+        said = "it tiled the k/v heads (repeat) where query head h reads k/v head h // (H / H_kv)"
+        yield said + " (repeat_interleave)", tiled, {}, None
     if causal and q.shape[2] > 1:
         yield "it ignored causal=True among the query tokens", same, {"causal": False}, None
 

@@ -192,13 +192,13 @@ def table_of(order: torch.Tensor) -> torch.Tensor:
     return table
 
 
-def paged(n_q=2, seed=3):
+def paged(n_q=2, seed=3, heads=H, kv_heads=H):
     """Two query tokens per sequence, and a pool of exactly the pages the contexts need, scattered."""
     g = torch.Generator().manual_seed(seed)
     pages = int((-(-CONTEXTS // PAGE)).sum())
     table = table_of(torch.randperm(pages, generator=g))
-    q = torch.randn(len(CONTEXTS), H, n_q, D, generator=g)
-    k, v = (torch.randn(pages, PAGE, H, D, generator=g) for _ in range(2))
+    q = torch.randn(len(CONTEXTS), heads, n_q, D, generator=g)
+    k, v = (torch.randn(pages, PAGE, kv_heads, D, generator=g) for _ in range(2))
     return q, k, v, table
 
 
@@ -232,3 +232,13 @@ def test_a_paged_cache_read_wrongly_is_named(mistake, said):
     result = correctness.gate(mistake(q, k, v, table), q, k, v, causal=True, key_lengths=CONTEXTS,
                               block_table=table, causal_align="lower-right")  # fmt: skip
     assert not result.passed and result.describe().startswith(said), result.describe()
+
+
+def test_a_paged_cache_whose_heads_were_tiled_is_named():
+    q, k, v, table = paged(heads=4, kv_heads=2)
+    rules = dict(causal=True, key_lengths=CONTEXTS, block_table=table, causal_align="lower-right")
+    grouped = (t.repeat_interleave(2, dim=2) for t in (k, v))
+    assert correctness.gate(decode(q, *grouped, table, CONTEXTS), q, k, v, **rules).passed
+    tiled = decode(q, k.repeat(1, 1, 2, 1), v.repeat(1, 1, 2, 1), table, CONTEXTS)
+    result = correctness.gate(tiled, q, k, v, **rules)
+    assert result.describe().startswith("it tiled the k/v heads (repeat)"), result.describe()
