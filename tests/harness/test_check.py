@@ -145,6 +145,20 @@ def test_the_workloads_fit_the_shortest_sequences(n):
     assert {r.status for r in rows if r.workload} == {"pass"}, [r for r in rows if r.status != "pass"]
 
 
+def test_the_docs_varlen_example_passes_its_pack(isolated_registry, tmp_path):
+    """docs/presets-and-workloads.md's kernel in flash-attn's layout passes the packed workload, forward and
+    backward; the same kernel over the whole pack at once would not (test_each_declared_workload_...)."""
+    from tests.frontends.test_readme import example
+
+    (tmp_path / "my_varlen.py").write_text(example("<!-- varlen-example"))
+    plan = check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "my_varlen.py")])
+    rows = list(check.gate_all(plan))
+    packed = [r for r in rows if r.workload]
+    assert [(r.workload, r.status) for r in packed] == [("packed, uniform lengths", "pass")], packed
+    assert packed[0].grad_rel_err is not None and check.exit_status(rows) == 0
+    assert {r.status for r in rows if not r.workload} == {"unsupported"}  # packed only; no padding
+
+
 def test_a_demo_only_failure_does_not_fail_the_check():
     row = check.GateRow("unstable_softmax", "cpu", "float32", False, True, "FAIL", 1e-7, float("inf"),
                         "nan", gating=False)  # fmt: skip
