@@ -118,10 +118,11 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
     """A variant is checked on each workload it declares; one that runs packed batches or paged caches
     only has them checked there; a kernel wrong on its workload FAILs with the likely cause."""
     (tmp_path / "w.py").write_text(WORKLOADS)
-    names = ["naive", "sdpa_loop", "paged_gather", "window_one_wider", "across_sequences"]
+    names = ["naive", "sdpa_loop", "paged_gather", "window_one_wider", "across_sequences", "sdpa_efficient"]
     plan = check.prepare(names, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "w.py")])
     rows = list(check.gate_all(plan))
     by = {(r.variant, r.workload): r for r in rows if r.workload}
+    assert not [w for v, w in by if v == "sdpa_efficient"]  # CUDA only: its gate rows say so, once each
     naive = {"2 k/v heads for 4", "lower-right, N_q 6 of N_k 24", "window 4", "alibi", "softcap:5",
              "packed, uniform lengths"}  # fmt: skip
     assert {w for v, w in by if v == "naive"} == naive
