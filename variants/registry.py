@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import adapt
+from .handed import axis_refusal, only_where_handed
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import HASHED, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
@@ -413,8 +414,10 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
                 raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
         if masked and sig is not None:
             _check_mask_arg(name, decl.get("mask_arg", "attn_mask"), taken)
-        elif sig is not None:
-            _check_axis_args(name, capability, taken)
+        elif sig is not None:  # a declared workload's keyword: fn takes it, and without a default only there
+            refusal = axis_refusal(name, capability, taken) or only_where_handed(name, sig, capability)
+            if refusal:
+                raise VariantError(refusal)
         handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
         if not handed <= taken:
             fn = Keywords(fn, name, frozenset(taken), unread=sig is None)
@@ -423,22 +426,6 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     if decl:
         fn, capability["setup"] = adapt.wrap(name, fn, decl, capability.get("setup"))
     return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
-
-
-# the workloads a capability declares, each with the keyword its cells hand the variant
-AXIS_KEYWORDS = {
-    "lower_right": "causal_align", "window": "window", "mods": "mod", "varlen": "cu_seqlens",
-    "paged": "block_table",
-}  # fmt: skip
-
-
-def _check_axis_args(name: str, capability: dict[str, Any], taken: set[str]) -> None:
-    """A declared workload is handed as its keyword (AXIS_KEYWORDS): VariantError when fn takes no such
-    keyword, at declaration instead of an `unsupported` row in every cell of it."""
-    for flag, keyword in AXIS_KEYWORDS.items():
-        if capability.get(flag) and keyword not in taken:
-            said = f"{flag}=True" if capability[flag] is True else f"{flag}={capability[flag]!r}"
-            raise VariantError(f"variant {name!r} declares {said}, but takes no {keyword}= keyword")
 
 
 def _check_mask_arg(name: str, mask_arg: str, taken: set[str]) -> None:

@@ -268,3 +268,32 @@ def test_a_declared_workload_whose_keyword_fn_lacks_is_refused_at_declaration(de
     assert str(err.value) == f"variant 'plain' declares {said}, but takes no {keyword}= keyword"
     made(lambda q, k, v, **kw: q, "any", declared, "test")
     made(eval(f"lambda q, k, v, *, causal=False, {keyword}=None: q"), "named", declared, "test")  # noqa: S307
+
+
+def test_a_function_that_needs_cu_seqlens_or_block_table_runs_that_workload_only():
+    """cu_seqlens= (block_table=) with no default: the variant's other cells are unsupported, saying so,
+    not a TypeError each; its own supports hook still judges the rest. Undeclared, it is refused."""
+    from attnbench.variants.lengths import PACKED_ONLY, PAGED_ONLY
+    from attnbench.variants.registry import made
+
+    def packs(q, k, v, *, causal=False, cu_seqlens):
+        return q
+
+    def pages(q, k, v, *, key_lengths=None, block_table):
+        return q
+
+    packed, paged, plain = Problem(lengths="uniform"), Problem(page_size=16, seq_len=1), Problem()
+    var = made(packs, "packs", dict(varlen="exact"), "test")
+    assert var.check(plain) == PACKED_ONLY and var.check(packed) is None
+    picky = made(
+        packs, "picky", dict(varlen="exact", supports=lambda p: "not causal" if p.causal else None), "t"
+    )
+    assert (
+        picky.check(plain) == PACKED_ONLY
+        and picky.check(Problem(lengths="uniform", causal=True)) == "not causal"
+    )
+    var = made(pages, "pages", dict(paged=True), "test")
+    assert var.check(plain) == PAGED_ONLY and var.check(paged) is None
+    with pytest.raises(VariantError) as err:
+        made(packs, "packs", {}, "test")
+    assert str(err.value).startswith("variant 'packs' takes cu_seqlens= with no default: declare varlen= (")

@@ -1,0 +1,69 @@
+"""The keywords a declared workload hands a variant, checked against its function's signature when it is
+declared: a workload declared for a keyword fn does not take is refused (axis_refusal), and a keyword fn
+takes with no default, cu_seqlens= or block_table=, makes it run that workload's cells only
+(only_where_handed). Each returns the one-line refusal, or None; variants.registry raises it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .lengths import PACKED_ONLY, PAGED_ONLY
+from .problem import Problem
+
+# the workloads a capability declares, each with the keyword its cells hand the variant
+AXIS_KEYWORDS = {
+    "lower_right": "causal_align", "window": "window", "mods": "mod", "varlen": "cu_seqlens",
+    "paged": "block_table",
+}  # fmt: skip
+# a keyword only one workload's cells hand: (its capability flag, packed batches (True) or paged caches)
+HANDED_ONLY = {"cu_seqlens": ("varlen", True), "block_table": ("paged", False)}
+_DECLARE = {"varlen": 'varlen= (the work it executes: "exact", "padded", "masked", "tiles:N" or "rows:N")',
+            "paged": "paged=True"}  # fmt: skip
+_NOT_BY_NAME = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.VAR_POSITIONAL,
+    inspect.Parameter.VAR_KEYWORD,
+)
+
+
+def axis_refusal(name: str, capability: dict[str, Any], taken: set[str]) -> str | None:
+    """A declared workload is handed as its keyword (AXIS_KEYWORDS): the refusal when fn takes no such
+    keyword, said at declaration instead of an `unsupported` row in every cell of it."""
+    for flag, keyword in AXIS_KEYWORDS.items():
+        if capability.get(flag) and keyword not in taken:
+            said = f"{flag}=True" if capability[flag] is True else f"{flag}={capability[flag]!r}"
+            return f"variant {name!r} declares {said}, but takes no {keyword}= keyword"
+    return None
+
+
+def only_where_handed(name: str, sig: inspect.Signature, capability: dict[str, Any]) -> str | None:
+    """fn that takes cu_seqlens= (or block_table=) with no default runs packed batches (paged caches) only:
+    its capability's supports hook becomes Only, so that its other cells are unsupported, saying so, where
+    they would raise a TypeError. The refusal when that workload is not declared: no cell would run."""
+    for keyword, (flag, packed) in HANDED_ONLY.items():
+        param = sig.parameters.get(keyword)
+        if param is None or param.default is not inspect.Parameter.empty or param.kind in _NOT_BY_NAME:
+            continue
+        if not capability.get(flag):
+            return f"variant {name!r} takes {keyword}= with no default: declare {_DECLARE[flag]}"
+        capability["supports"] = Only(packed, capability.get("supports"))
+    return None
+
+
+@dataclass(frozen=True)
+class Only:
+    """The supports hook of a variant that runs packed batches (packed) or paged caches only: the other
+    problems' reason, then the variant's own hook (then) on the rest."""
+
+    packed: bool
+    then: Callable[[Problem], str | None] | None = None
+
+    def __call__(self, problem: Problem) -> str | None:
+        if self.packed and not problem.packed:
+            return PACKED_ONLY
+        if not self.packed and not problem.page_size:
+            return PAGED_ONLY
+        return None if self.then is None else self.then(problem)
