@@ -190,15 +190,26 @@ class Bench(Run):
     def answer(self):
         from attnbench.reports.answer import answer
 
+        if self.forecast is not None:
+            raise ValueError(
+                "bench(dry_run=True) measured nothing: its forecast says what bench would measure"
+            )
         return answer(self.path, self.variant, self.baseline, self.seconds)
 
     def __str__(self) -> str:
+        if self.forecast is not None:  # a dry run: what bench would measure, and how long it would take
+            said = f"bench {self.variant} against {self.baseline}: a dry run, nothing measured"
+            return "\n".join([said, *self.forecast.lines()])
         return self.answer.text()
 
     def __repr__(self) -> str:
-        return self.answer.text()
+        return str(self)
 
     def _repr_html_(self) -> str:
+        if self.forecast is not None:
+            import html
+
+            return f"<pre>{html.escape(str(self))}</pre>"
         return self.answer.html()
 
 

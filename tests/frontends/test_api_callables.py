@@ -109,6 +109,9 @@ def test_callables_are_refused_before_any_work(tmp_path):
             attnbench.bench(notebook_function(), baseline=notebook_function(), out=out)  # an edited cell
         planned = attnbench.bench(notebook_function(), name="new", baseline=notebook_function(), dry_run=True)
         assert (planned.variant, planned.baseline) == ("new", "cell_attn")  # your previous version, by name
+        shown = (str(planned), repr(planned), planned._repr_html_())  # a notebook shows a dry run too
+        assert all("new against cell_attn: a dry run, nothing measured" in text for text in shown), shown
+        assert "estimated time: about" in str(planned) and str(planned).count("\n") >= 2
         declared = attnbench.variant(notebook_function(), name="mine", dtypes=("float32",), backward=False)
         assert (declared.name, declared.cap.dtypes, declared.cap.backward) == ("mine", ("float32",), False)
         assert (declared.cap.causal, declared.cap.padding) == (False, False)  # from its signature
