@@ -1,5 +1,5 @@
-"""The keywords a declared workload hands a variant, checked against its function's signature when it is
-declared: a workload declared for a keyword fn does not take is refused (axis_refusal), and a keyword fn
+"""The keywords a declared capability hands a variant, checked against its function's signature when it is
+declared: a capability declared for a keyword fn does not take is refused (keyword_refusal), and a keyword fn
 takes with no default, cu_seqlens= or block_table=, makes it run that workload's cells only
 (only_where_handed). Each returns the one-line refusal, or None; variants.registry raises it."""
 
@@ -29,10 +29,13 @@ _NOT_BY_NAME = (
 )
 
 
-def axis_refusal(name: str, capability: dict[str, Any], taken: set[str]) -> str | None:
-    """A declared workload is handed as its keyword (AXIS_KEYWORDS): the refusal when fn takes no such
-    keyword, said at declaration instead of an `unsupported` row in every cell of it."""
-    for flag, keyword in AXIS_KEYWORDS.items():
+def keyword_refusal(
+    name: str, capability: dict[str, Any], taken: set[str], checked: dict[str, str]
+) -> str | None:
+    """A declared capability is handed as its keyword (checked: flag -> keyword; the calling convention's
+    and AXIS_KEYWORDS): the refusal when fn takes no such keyword, said at declaration instead of an
+    `unsupported` row in every cell that needs it."""
+    for flag, keyword in checked.items():
         if capability.get(flag) and keyword not in taken:
             said = f"{flag}=True" if capability[flag] is True else f"{flag}={capability[flag]!r}"
             return f"variant {name!r} declares {said}, but takes no {keyword}= keyword"

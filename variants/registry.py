@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import adapt
-from .handed import axis_refusal, only_where_handed
+from .handed import AXIS_KEYWORDS, keyword_refusal, only_where_handed
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import HASHED, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
@@ -407,17 +407,20 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     masked = decl.get("mask", "flags") != "flags"
     taken = None if decl and sig is None else _keywords(sig, capability)
     if taken is not None:
+        checked = {}  # capability flag -> the keyword it is handed as, which fn must take when it is declared
         for keyword, flag in KEYWORD_FLAGS.items():
-            if masked and keyword != "dropout_p":
-                continue
-            if capability.setdefault(flag, keyword in taken) and keyword not in taken:
-                raise VariantError(f"variant {name!r} declares {flag}=True, but takes no {keyword}= keyword")
+            if not masked or keyword == "dropout_p":  # masked: causal and padding reach fn through its mask
+                capability.setdefault(flag, keyword in taken)
+                checked[flag] = keyword
+        if sig is not None and not masked:  # the workloads' keywords, and without a default only there
+            checked.update(AXIS_KEYWORDS)
+        refusal = keyword_refusal(name, capability, taken, checked)
+        if not refusal and sig is not None and not masked:
+            refusal = only_where_handed(name, sig, capability)
+        if refusal:
+            raise VariantError(refusal)
         if masked and sig is not None:
             _check_mask_arg(name, decl.get("mask_arg", "attn_mask"), taken)
-        elif sig is not None:  # a declared workload's keyword: fn takes it, and without a default only there
-            refusal = axis_refusal(name, capability, taken) or only_where_handed(name, sig, capability)
-            if refusal:
-                raise VariantError(refusal)
         handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
         if not handed <= taken:
             fn = Keywords(fn, name, frozenset(taken), unread=sig is None)

@@ -383,11 +383,18 @@ def _layout_readings(q, k, v, *, causal, key_lengths, window, cu_seqlens, **_):
         bnhd = tuple(t.transpose(1, 2) for t in (q, k, v))
         said = 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'
         yield said, bnhd, {}, (lambda t: t.transpose(1, 2))
-    group = q.shape[1] // k.shape[1]
-    if group > 1:  # query head h reads k/v head h // group; tiled heads read h % H_kv
-        tiled = (q, k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1))
+    yield from _tiled_heads(q, k, v, dim=1)
+
+
+def _tiled_heads(q, k, v, *, dim: int):
+    """The k/v heads (k's and v's dimension dim) tiled: query head h reads k/v head h % H_kv where it reads
+    h // (H / H_kv)."""
+    group = q.shape[1] // k.shape[dim]
+    if group > 1:
+        times = [group if i == dim else 1 for i in range(k.dim())]
+        tiled = (k.repeat(*times), v.repeat(*times))
         said = "it tiled the k/v heads (repeat) where query head h reads k/v head h // (H / H_kv)"
-        yield said + " (repeat_interleave)", tiled, {}, None
+        yield said + " (repeat_interleave)", (q, *tiled), {}, None
 
 
 def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seqlens, **_):
@@ -432,11 +439,7 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
     if not torch.equal(in_order, block_table):
         said = "it read each sequence's pages one after another in the pool, not through block_table"
         yield said, same, {"block_table": in_order}, None
-    group = q.shape[1] // k.shape[2]
-    if group > 1:  # the pools' heads tiled: query head h reads h % H_kv
-        tiled = (q, k.repeat(1, 1, group, 1), v.repeat(1, 1, group, 1))
-        said = "it tiled the k/v heads (repeat) where query head h reads k/v head h // (H / H_kv)"
-        yield said + " (repeat_interleave)", tiled, {}, None
+    yield from _tiled_heads(q, k, v, dim=2)  # a pool's heads: (P, page, H_kv, d)
     if causal and q.shape[2] > 1:
         yield "it ignored causal=True among the query tokens", same, {"causal": False}, None
 

@@ -146,15 +146,11 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
                                       0.0, "fwdbwd")  # fmt: skip
     queries = max(1, min(DECODE_QUERIES, n // 2))  # never more than a context holds
     decode = dict(seq_len=queries, seq_k=n, page_size=span(n), causal_align="lower-right", pass_="fwd")
-    homes = [
-        ("packed", "uniform lengths", cap.varlen, {}),
-        ("paged", f"pages of {span(n)}", cap.paged, decode),
-    ]
-    homes = [(word, said, dataclasses.replace(base, lengths="uniform", **change)) for word, said, declared,
-             change in homes if declared]  # fmt: skip
-    where, home = next(
-        ((w, c) for w, _, c in homes if _takes(variant, c) and not _takes(variant, base)), ("", base)
-    )
+    packed = dataclasses.replace(base, lengths="uniform")
+    homes = [("packed", "uniform lengths", packed)] if cap.varlen else []
+    homes += [("paged", f"pages of {span(n)}", dataclasses.replace(packed, **decode))] if cap.paged else []
+    plain = _takes(variant, base)  # else its packed or paged home holds its other workloads
+    where, home = next(((w, c) for w, _, c in homes if not plain and _takes(variant, c)), ("", base))
     changes = [(f"{HEADS // 2} k/v heads for {HEADS}", {"kv_heads": HEADS // 2})] if cap.gqa else []
     # a pack is self-attention over whole sequences (a window, no mod), a paged cell a decode step (neither)
     short = {"seq_len": max(1, n // 4), "seq_k": n, "causal_align": "lower-right"}
