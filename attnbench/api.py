@@ -185,6 +185,9 @@ class Bench(Run):
     variant: str = ""
     baseline: str = "sdpa"
     seconds: float | None = None  # the run's wall time, as bench timed it
+    # the float64 gate of each workload fn declares (grouped heads, a window, a pack, ...): GateRows of
+    # harness.tools.check, gated in this process after the run, as `attnbench check` gates them
+    workloads: tuple = ()
 
     @cached_property
     def answer(self):
@@ -194,7 +197,9 @@ class Bench(Run):
             raise ValueError(
                 "bench(dry_run=True) measured nothing: its forecast says what bench would measure"
             )
-        return answer(self.path, self.variant, self.baseline, self.seconds)
+        from attnbench.harness.tools.check import SEQ_LEN
+
+        return answer(self.path, self.variant, self.baseline, self.seconds, self.workloads, SEQ_LEN)
 
     def __str__(self) -> str:
         if self.forecast is not None:  # a dry run: what bench would measure, and how long it would take
@@ -248,9 +253,25 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
         )
     t0 = time.perf_counter()
     ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
+    gated = () if ran.forecast is not None else _gate_declared(who, ran.path)
     took = time.perf_counter() - t0
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
-    return Bench(**same, variant=who, baseline=base, seconds=took)
+    return Bench(**same, variant=who, baseline=base, seconds=took, workloads=gated)
+
+
+def _gate_declared(name: str, run_dir: Path) -> tuple:
+    """The gate of each workload variant `name` declares, at check's N, on each device and dtype its run
+    measured (harness.tools.check.gate_workloads): the sweep's masks do not reach a window or a pack."""
+    from attnbench.harness.tools.check import SEQ_LEN, gate_workloads
+
+    mine = load(run_dir)
+    mine = mine[mine["variant"] == name]
+    dtypes = sorted(set(mine["dtype"].astype(str)), key=lambda d: (d != "float32", d))
+    return tuple(
+        row
+        for device in sorted(set(mine["device"].astype(str)))
+        for row in gate_workloads([name], device, dtypes, SEQ_LEN)
+    )
 
 
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):

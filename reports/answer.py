@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,43 @@ def correctness(mine) -> list[str]:
         first = broken.iloc[0]
         lines.append(f"{len(broken)} cells {first['status']}: {_short(str(first['message']), MESSAGE_CHARS)}")
     return lines
+
+
+def workloads(gated: Sequence[Any], n: int) -> list[str]:
+    """The gate of the workloads fn declares (harness.tools.check's rows, at N = n): one line for those
+    right against float64, one for the first that is wrong or raised (and how many more are), one for the
+    first refused."""
+    if not gated:
+        return []
+    lines = []
+    right = [r for r in gated if r.status == "pass"]
+    if right:
+        labels = "; ".join(dict.fromkeys(r.workload for r in right))
+        worst = max((r.rel_err for r in right if r.rel_err is not None), default=float("nan"))
+        lines.append(
+            f"declared workloads correct against float64 at N {n_text(n)} "
+            f"({_dtype_list(right)}; worst relative error {worst:.1e}): {labels}"
+        )
+    bad = [r for r in gated if r.status in ("FAIL", "error")]
+    if bad:
+        first = bad[0]
+        more = len({(r.workload, r.dtype) for r in bad}) - 1
+        also = f" (and {more} more)" if more else ""
+        word = "WRONG" if first.status == "FAIL" else "ERROR"
+        lines.append(
+            f"{word} declared {first.workload} ({first.dtype}, N {n_text(n)}){also}: "
+            f"{_short(first.reason, MESSAGE_CHARS)}"
+        )
+    refused = [r for r in gated if r.status == "unsupported"]
+    if refused:
+        lines.append(
+            f"declared {refused[0].workload}, but refused it: {_short(refused[0].reason, MESSAGE_CHARS)}"
+        )
+    return lines
+
+
+def _dtype_list(rows: Sequence[Any]) -> str:
+    return ", ".join(_dtypes({r.dtype for r in rows}))
 
 
 def unsupported(mine) -> list[str]:
@@ -177,9 +215,17 @@ def _dtypes(names: set[str]) -> list[str]:
     return sorted(names, key=lambda d: (d != "float32", d))
 
 
-def answer(run_dir: str | Path, variant: str, baseline: str, seconds: float | None = None) -> Answer:
+def answer(
+    run_dir: str | Path,
+    variant: str,
+    baseline: str,
+    seconds: float | None = None,
+    gated: Sequence[Any] = (),
+    gated_n: int = 0,
+) -> Answer:
     """The answer for `variant` raced against `baseline` in the run at run_dir (`seconds`: how long the
-    run took, where the caller timed it)."""
+    run took, where the caller timed it; `gated`: the gate rows of the workloads it declares, at N =
+    gated_n, as `attnbench check` makes them)."""
     from attnbench.results import load, load_meta
 
     df = load(run_dir)
@@ -187,7 +233,7 @@ def answer(run_dir: str | Path, variant: str, baseline: str, seconds: float | No
     mine = df[df["variant"] == variant]
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
-    lines = [head, *correctness(mine), *unsupported(mine)]
+    lines = [head, *correctness(mine), *workloads(gated, gated_n), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · the full report: run.report() · every cell: run.table()")

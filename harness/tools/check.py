@@ -29,6 +29,8 @@ DEVICES = ("cpu", "cuda")
 BATCH, HEADS, HEAD_DIM = 2, 4, 64
 # the padding fraction of the padded problems: the heaviest a run takes, so batch element 1 keeps one key
 PADDING = 0.99
+# N of the gated problems: no power of two, so that a kernel's bug at a block's edge shows
+SEQ_LEN = 100
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class CheckPlan:
     names: tuple[str, ...]
     devices: tuple[str, ...]
     dtypes: tuple[str, ...]
-    seq_len: int = 100
+    seq_len: int = SEQ_LEN
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def prepare(
     names: Sequence[str] | None,
     devices: Sequence[str],
     dtypes: Sequence[str],
-    seq_len: int = 100,
+    seq_len: int = SEQ_LEN,
     *,
     variant_files: Sequence[str] = (),
 ) -> CheckPlan:
@@ -121,10 +123,7 @@ def gate_all(plan: CheckPlan) -> Iterator[GateRow]:
             no_key = torch.tensor([n // 3, 0], device=device)  # batch element 1 sees no key: no run makes it
             for name in plan.names:
                 yield gate_one(variants.get(name), qkv, causal=False, key_lengths=no_key, no_key=True)
-        runs_here = [name for name in plan.names if _available(variants.get(name), device)]
-        for dtype, name in itertools.product(plan.dtypes, runs_here):  # the others' rows above say why not
-            for label, spec in workload_cells(variants.get(name), device, dtype, n):
-                yield gate_workload(variants.get(name), spec, label)
+        yield from gate_workloads(plan.names, device, plan.dtypes, n)
 
 
 SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs
@@ -161,6 +160,17 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
     changes += [(mod, {"mod": mod}) for mod in mods]
     cells = [(f"{where}, {said}" if where else said, dataclasses.replace(home, **c)) for said, c in changes]
     return cells + [(f"{word}, {said}", cell) for word, said, cell in homes]
+
+
+def gate_workloads(names: Sequence[str], device: str, dtypes: Sequence[str], n: int) -> Iterator[GateRow]:
+    """Per dtype, each workload each variant declares (workload_cells) at N = n, gated as gate_workload does;
+    a variant that cannot run on device here has none (its causal x padding rows say why)."""
+    from attnbench import variants
+
+    runs_here = [name for name in names if _available(variants.get(name), device)]
+    for dtype, name in itertools.product(dtypes, runs_here):
+        for label, spec in workload_cells(variants.get(name), device, dtype, n):
+            yield gate_workload(variants.get(name), spec, label)
 
 
 def _available(variant, device: str) -> bool:

@@ -308,6 +308,55 @@ def test_a_wrong_function_is_said_wrong_with_where_it_fails(tmp_path):
     assert not any(line.startswith("float32: ") for line in lines)  # a wrong cell is never raced
 
 
+WINDOWED = """
+import torch
+
+def windowed(q, k, v, *, causal=False, window=0):
+    # flash-attn's window_size=(W, 0): W keys before a query and its own, one more than window=W holds
+    i, j = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
+    hidden = (j > i) | (j < i - window) if window else (j > i) if causal else torch.zeros_like(i > j)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=~hidden)
+"""
+
+
+def test_bench_gates_the_workloads_fn_declares(tmp_path):
+    """A function declared to take windows is gated on a window too, as `attnbench check` gates it, though
+    the bench sweep has none: its answer names the window it got wrong and why, beside the masks it got
+    right."""
+    namespace = {"__name__": "__main__"}
+    exec(WINDOWED, namespace)
+    fn = attnbench.variant(namespace["windowed"], window=True)
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "b", seq_len="64", dtype="float32")
+    lines = str(bench).splitlines()
+    assert lines[1].startswith("correct in 2 of 2 cells gated against float64"), lines
+    wrong = [line for line in lines if line.startswith("WRONG declared window 16 (float32, N 100): ")]
+    assert wrong and "holds 17 keys, its own and 16 before it" in wrong[0], lines
+    assert [(r.workload, r.status) for r in bench.workloads] == [("window 16", "FAIL")]
+
+
+def test_declared_workloads_answer_in_three_lines():
+    """A line for the right ones with the worst error, one for the first wrong one, one for a refused one."""
+    from types import SimpleNamespace as gated
+
+    from attnbench.reports.answer import workloads
+
+    def row(label, status, dtype="float32", rel_err=None, reason=""):
+        return gated(workload=label, status=status, dtype=dtype, rel_err=rel_err, reason=reason)
+
+    rows = [row("window 16", "pass", rel_err=2e-7), row("window 16", "pass", "bfloat16", 3e-3),
+            row("alibi", "FAIL", reason="it ignored the score mod"), row("alibi", "FAIL", "bfloat16"),
+            row("softcap:5", "error", reason="RuntimeError: boom"),
+            row("uniform lengths", "unsupported", reason="no cu_seqlens")]  # fmt: skip
+    assert workloads(rows, 100) == [
+        "declared workloads correct against float64 at N 100 (float32, bfloat16; worst relative error "
+        "3.0e-03): window 16",
+        "WRONG declared alibi (float32, N 100) (and 2 more): it ignored the score mod",
+        "declared uniform lengths, but refused it: no cu_seqlens",
+    ]
+    assert workloads([], 100) == []
+
+
 def test_a_ratio_the_judge_did_not_call_carries_its_verdict():
     """A race's ends are the judge's ratios; one it calls neither faster nor slower says so beside it."""
     from types import SimpleNamespace as judged
