@@ -77,7 +77,9 @@ def correctness(mine) -> list[str]:
     broken = mine[mine["status"].isin(["error", "crashed", "timeout", "oom"])]
     if len(broken):
         first = broken.iloc[0]
-        lines.append(f"{len(broken)} cells {first['status']}: {_short(str(first['message']), MESSAGE_CHARS)}")
+        where = f"{', '.join(_dtypes(set(broken['dtype'].astype(str))))}; {_masks(broken)}; {_ns(broken)}"
+        said = "/".join(dict.fromkeys(broken["status"].astype(str)))
+        lines.append(f"{len(broken)} cells {said} ({where}): {_short(str(first['message']), MESSAGE_CHARS)}")
     return lines
 
 

@@ -357,6 +357,22 @@ def test_declared_workloads_answer_in_three_lines():
     assert workloads([], 100) == []
 
 
+def test_cells_that_raised_are_said_with_where(tmp_path):
+    """A function that raises past some N: how many cells, which dtypes, masks and N, and what it raised."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    raised = "RuntimeError: shared memory exceeded: N > 256 not supported"
+    rows = [
+        cell("sdpa", n, dtype=d, time_ms=n / 100) for n in (128, 256, 512) for d in ("float32", "bfloat16")
+    ]
+    rows += [cell("limited", n, dtype=d, time_ms=n / 90) for n in (128, 256) for d in ("float32", "bfloat16")]
+    rows += [cell("limited", 512, dtype=d, status="error", message=raised) for d in ("float32", "bfloat16")]
+    lines = answer(write_run(tmp_path / "e", rows), "limited", "sdpa").lines
+    assert f"2 cells error (float32, bfloat16; no mask; at N = 512): {raised}" in lines, lines
+
+
 def test_a_ratio_the_judge_did_not_call_carries_its_verdict():
     """A race's ends are the judge's ratios; one it calls neither faster nor slower says so beside it."""
     from types import SimpleNamespace as judged
