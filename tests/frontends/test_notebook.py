@@ -57,7 +57,7 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     assert "ipywidgets" not in stderr and "Warning" not in stderr, stderr
 
     # the run: one progress output, redrawn in place to its end, and the Run's HTML
-    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.endswith("-report")]
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.endswith(("-report", "-bench"))]
     ran = _outputs(_cell(nb, "run = attnbench.run("))
     progress = [o for o in ran if o["output_type"] == "display_data"]
     assert len(progress) == 1, progress  # not a line per cell
@@ -69,6 +69,16 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     assert f"attnbench run runs/{run_dir.name}" in page and "6 cells: ok 6" in page
     assert "Findings" in page and "fastest" in page and "<table>" in page
     assert "my_attn" in page  # the notebook's own function, measured by the workers
+
+    # bench's answer: its few lines, as HTML and as text
+    (answer,) = [
+        o for o in _outputs(_cell(nb, "attnbench.bench(my_attn")) if o["output_type"] == "execute_result"
+    ]
+    lines = answer["data"]["text/plain"].splitlines()
+    assert lines[0].startswith("my_attn against sdpa: 12 cells of my_attn") and len(lines) <= 12, lines
+    assert lines[1].startswith("correct in 6 of 6 cells gated against float64"), lines
+    assert any(line.startswith("float32: ") and "than sdpa (no mask)" in line for line in lines), lines
+    assert answer["data"]["text/html"].startswith("<pre")
 
     # the rows: rel_err of a float32 cell (about 1e-7) as 3.0e-07, not 0.0
     (table,) = [o for o in _outputs(_cell(nb, "run.table()")) if o["output_type"] == "execute_result"]
