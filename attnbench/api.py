@@ -185,9 +185,9 @@ class Bench(Run):
     variant: str = ""
     baseline: str = "sdpa"
     seconds: float | None = None  # the run's wall time, as bench timed it
-    # the float64 gate of each workload fn declares (grouped heads, a window, a pack, ...): GateRows of
-    # harness.tools.check, gated in this process after the run, as `attnbench check` gates them
-    workloads: tuple = ()
+    # the float64 gate of each workload fn declares (grouped heads, a window, a pack, ...), gated in this
+    # process after the run as `attnbench check` gates them, and the workload keywords it takes undeclared
+    declared: Any = None  # reports.answer.Declared
 
     @cached_property
     def answer(self):
@@ -197,9 +197,7 @@ class Bench(Run):
             raise ValueError(
                 "bench(dry_run=True) measured nothing: its forecast says what bench would measure"
             )
-        from attnbench.harness.tools.check import SEQ_LEN
-
-        return answer(self.path, self.variant, self.baseline, self.seconds, self.workloads, SEQ_LEN)
+        return answer(self.path, self.variant, self.baseline, self.seconds, self.declared)
 
     def __str__(self) -> str:
         if self.forecast is not None:  # a dry run: what bench would measure, and how long it would take
@@ -253,25 +251,29 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
         )
     t0 = time.perf_counter()
     ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
-    gated = () if ran.forecast is not None else _gate_declared(who, ran.path)
+    declared = None if ran.forecast is not None else _declared(who, ran.path)
     took = time.perf_counter() - t0
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
-    return Bench(**same, variant=who, baseline=base, seconds=took, workloads=gated)
+    return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
 
 
-def _gate_declared(name: str, run_dir: Path) -> tuple:
-    """The gate of each workload variant `name` declares, at check's N, on each device and dtype its run
-    measured (harness.tools.check.gate_workloads): the sweep's masks do not reach a window or a pack."""
+def _declared(name: str, run_dir: Path):
+    """What variant `name` declares beyond the sweep's masks (reports.answer.Declared): the gate of each
+    workload it declares, at check's N, on each device and dtype its run measured
+    (harness.tools.check.gate_workloads), and the workload keywords its function takes undeclared."""
+    from attnbench import variants
     from attnbench.harness.tools.check import SEQ_LEN, gate_workloads
+    from attnbench.reports.answer import Declared
 
     mine = load(run_dir)
     mine = mine[mine["variant"] == name]
     dtypes = sorted(set(mine["dtype"].astype(str)), key=lambda d: (d != "float32", d))
-    return tuple(
+    gated = tuple(
         row
         for device in sorted(set(mine["device"].astype(str)))
         for row in gate_workloads([name], device, dtypes, SEQ_LEN)
     )
+    return Declared(gated, SEQ_LEN, variants.get(name).undeclared())
 
 
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):

@@ -132,6 +132,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if no_key is not None:
         console.print()
         console.print(no_key)
+    _say_undeclared(plan.names)
     if interrupted:
         made = f"{len(rows)} check{'' if len(rows) == 1 else 's'}"
         print(f"interrupted: the table holds the {made} made before it", file=sys.stderr)
@@ -146,6 +147,20 @@ def cmd_check(args: argparse.Namespace) -> int:
             )
         )
     return check.exit_status(rows)
+
+
+def _say_undeclared(names) -> None:
+    """A note for each variant whose function takes a workload keyword its capability does not declare:
+    no check (and no run) hands it one."""
+    from attnbench import variants
+
+    for name in names:
+        untaken = variants.get(name).undeclared()
+        if untaken:
+            keywords = ", ".join(f"{keyword}=" for keyword, _ in untaken)
+            how = ", ".join(how for _, how in untaken)
+            print(f"note: {name} takes {keywords} but declares no such workload, so no check hands it one: "
+                  f"register it with {how} to gate it")  # fmt: skip
 
 
 def add_check(sub) -> None:

@@ -26,6 +26,17 @@ MESSAGE_CHARS = 200
 
 
 @dataclass(frozen=True)
+class Declared:
+    """What fn declares beyond the sweep's masks: the gate rows of its declared workloads (GateRows of
+    harness.tools.check, at N = n) and the workload keywords it takes without declaring them ((keyword,
+    how to declare it): variants.handed.undeclared)."""
+
+    gated: tuple = ()
+    n: int = 0
+    undeclared: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Answer:
     """The answer's lines (at most MAX_LINES), as text or as a notebook's HTML."""
 
@@ -83,12 +94,11 @@ def correctness(mine) -> list[str]:
     return lines
 
 
-def workloads(gated: Sequence[Any], n: int) -> list[str]:
-    """The gate of the workloads fn declares (harness.tools.check's rows, at N = n): one line for those
-    right against float64, one for the first that is wrong or raised (and how many more are), one for the
-    first refused."""
-    if not gated:
-        return []
+def workloads(declared: Declared) -> list[str]:
+    """The gate of the workloads fn declares: one line for those right against float64, one for the first
+    that is wrong or raised (and how many more are), one for the first refused; then one for the workload
+    keywords it takes but does not declare, which no cell hands it."""
+    gated, n = declared.gated, declared.n
     lines = []
     right = [r for r in gated if r.status == "pass"]
     if right:
@@ -112,6 +122,13 @@ def workloads(gated: Sequence[Any], n: int) -> list[str]:
     if refused:
         lines.append(
             f"declared {refused[0].workload}, but refused it: {_short(refused[0].reason, MESSAGE_CHARS)}"
+        )
+    if declared.undeclared:
+        keywords = ", ".join(f"{keyword}=" for keyword, _ in declared.undeclared)
+        how = ", ".join(how for _, how in declared.undeclared)
+        lines.append(
+            f"takes {keywords} but declares no such workload, so no cell hands it one: "
+            f"attnbench.variant(fn, {how}) gates and measures it"
         )
     return lines
 
@@ -222,12 +239,10 @@ def answer(
     variant: str,
     baseline: str,
     seconds: float | None = None,
-    gated: Sequence[Any] = (),
-    gated_n: int = 0,
+    declared: Declared | None = None,
 ) -> Answer:
     """The answer for `variant` raced against `baseline` in the run at run_dir (`seconds`: how long the
-    run took, where the caller timed it; `gated`: the gate rows of the workloads it declares, at N =
-    gated_n, as `attnbench check` makes them)."""
+    run took, where the caller timed it; `declared`: what it declares beyond the sweep's masks)."""
     from attnbench.results import load, load_meta
 
     df = load(run_dir)
@@ -235,7 +250,7 @@ def answer(
     mine = df[df["variant"] == variant]
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
-    lines = [head, *correctness(mine), *workloads(gated, gated_n), *unsupported(mine)]
+    lines = [head, *correctness(mine), *workloads(declared or Declared()), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · the full report: run.report() · every cell: run.table()")

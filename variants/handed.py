@@ -1,7 +1,8 @@
 """The keywords a declared capability hands a variant, checked against its function's signature when it is
 declared: a capability declared for a keyword fn does not take is refused (keyword_refusal), and a keyword fn
 takes with no default, cu_seqlens= or block_table=, makes it run that workload's cells only
-(only_where_handed). Each returns the one-line refusal, or None; variants.registry raises it."""
+(only_where_handed). Each returns the one-line refusal, or None; variants.registry raises it. A workload
+keyword fn takes without declaring its capability is never handed (undeclared names them)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ _NOT_BY_NAME = (
     inspect.Parameter.VAR_POSITIONAL,
     inspect.Parameter.VAR_KEYWORD,
 )
+
+
+def undeclared(sig: inspect.Signature | None, capability: Any) -> list[tuple[str, str]]:
+    """(keyword, how to declare it) for each workload keyword fn of signature `sig` takes while `capability`
+    (a Capability) does not declare its workload: a window= that no cell will ever hand it, say. [] when
+    the signature cannot be read or takes **kwargs."""
+    if sig is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return []
+    how = {"lower_right": "lower_right=True", "window": "window=True", "mods": 'mods=("alibi", "softcap")',
+           "varlen": 'varlen="exact"', "paged": "paged=True"}  # fmt: skip
+    return [
+        (keyword, how[flag])
+        for flag, keyword in AXIS_KEYWORDS.items()
+        if keyword in sig.parameters and not getattr(capability, flag)
+    ]
 
 
 def keyword_refusal(

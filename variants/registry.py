@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import adapt
-from .handed import AXIS_KEYWORDS, keyword_refusal, only_where_handed
+from .handed import AXIS_KEYWORDS, keyword_refusal, only_where_handed, undeclared
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import HASHED, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
@@ -170,6 +170,12 @@ class Variant:
         """The capability as plain JSON data (what a run stores in meta.json for its reports)."""
         out = {f: list(v) if isinstance(v := getattr(self.cap, f), tuple) else v for f in RECORDED}
         return {**out, "source": self.source}
+
+    def undeclared(self) -> tuple[tuple[str, str], ...]:
+        """(keyword, how to declare it) for each workload keyword fn takes while its capability does not
+        declare the workload (handed.undeclared): read from fn itself, not the wrapper handing it keywords."""
+        fn = self.fn.fn if isinstance(self.fn, Keywords) else self.fn
+        return tuple(undeclared(signature_of(fn), self.cap))
 
     def availability(self, device: str) -> str | None:
         """None when this variant can run on `device` on this machine, else why not."""

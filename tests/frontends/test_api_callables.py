@@ -332,14 +332,18 @@ def test_bench_gates_the_workloads_fn_declares(tmp_path):
     assert lines[1].startswith("correct in 2 of 2 cells gated against float64"), lines
     wrong = [line for line in lines if line.startswith("WRONG declared window 16 (float32, N 100): ")]
     assert wrong and "holds 17 keys, its own and 16 before it" in wrong[0], lines
-    assert [(r.workload, r.status) for r in bench.workloads] == [("window 16", "FAIL")]
+    assert [(r.workload, r.status) for r in bench.declared.gated] == [("window 16", "FAIL")]
+    assert bench.declared.undeclared == ()
+    # the same function undeclared: no cell hands it a window, and the answer says how to declare one
+    plain = attnbench.variant(namespace["windowed"])
+    assert plain.undeclared() == (("window", "window=True"),)
 
 
 def test_declared_workloads_answer_in_three_lines():
     """A line for the right ones with the worst error, one for the first wrong one, one for a refused one."""
     from types import SimpleNamespace as gated
 
-    from attnbench.reports.answer import workloads
+    from attnbench.reports.answer import Declared, workloads
 
     def row(label, status, dtype="float32", rel_err=None, reason=""):
         return gated(workload=label, status=status, dtype=dtype, rel_err=rel_err, reason=reason)
@@ -348,13 +352,18 @@ def test_declared_workloads_answer_in_three_lines():
             row("alibi", "FAIL", reason="it ignored the score mod"), row("alibi", "FAIL", "bfloat16"),
             row("softcap:5", "error", reason="RuntimeError: boom"),
             row("uniform lengths", "unsupported", reason="no cu_seqlens")]  # fmt: skip
-    assert workloads(rows, 100) == [
+    assert workloads(Declared(tuple(rows), 100)) == [
         "declared workloads correct against float64 at N 100 (float32, bfloat16; worst relative error "
         "3.0e-03): window 16",
         "WRONG declared alibi (float32, N 100) (and 2 more): it ignored the score mod",
         "declared uniform lengths, but refused it: no cu_seqlens",
     ]
-    assert workloads([], 100) == []
+    assert workloads(Declared()) == []
+    untaken = (("window", "window=True"), ("mod", 'mods=("alibi", "softcap")'))
+    assert workloads(Declared(undeclared=untaken)) == [
+        "takes window=, mod= but declares no such workload, so no cell hands it one: "
+        'attnbench.variant(fn, window=True, mods=("alibi", "softcap")) gates and measures it'
+    ]
 
 
 def test_cells_that_raised_are_said_with_where(tmp_path):

@@ -160,6 +160,29 @@ def test_the_docs_varlen_example_passes_its_pack(isolated_registry, tmp_path):
     assert {r.status for r in rows if not r.workload} == {"unsupported"}  # packed only; no padding
 
 
+UNDECLARED = """
+import torch
+from attnbench.variants import register
+
+@register("takes_a_window")
+def takes_a_window(q, k, v, *, causal=False, window=0):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+"""
+
+
+def test_a_workload_keyword_taken_undeclared_is_named_with_its_declaration(tmp_path):
+    """A kernel that takes window= but registers no window=True is never handed one: check says so, and
+    how to declare it, below its table."""
+    plugin = tmp_path / "undeclared.py"
+    plugin.write_text(UNDECLARED)
+    proc = run_cli("check", "--variant-file", str(plugin), "--seq-len", "16", "--dtype", "float32")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "note: takes_a_window takes window= but declares no such workload, so no check hands it one: "
+        "register it with window=True to gate it"
+    ) in " ".join(proc.stdout.split())
+
+
 def test_a_demo_only_failure_does_not_fail_the_check():
     row = check.GateRow("unstable_softmax", "cpu", "float32", False, True, "FAIL", 1e-7, float("inf"),
                         "nan", gating=False)  # fmt: skip
