@@ -12,6 +12,7 @@ The Python API for notebooks and scripts (each imports what it needs when called
     attnbench.report("runs/mine", out="reports/out/mine")      # -> the report's files
     attnbench.run(variants=[my_attn, "sdpa"])                  # a callable is a variant (attnbench.variant)
     attnbench.bench(my_attn)                                   # gated, against sdpa, every mask and dtype
+    attnbench.profile(my_attn, seq_len=1024)                   # py-spy + torch.profiler of one cell
     attnbench.history("runs/mine")                             # -> DataFrame of every run in the store
 
 The pipeline lives in attnbench.variants -> attnbench.harness -> attnbench.results -> attnbench.reports.
@@ -36,7 +37,7 @@ def _from_the_checkout() -> None:
 
 _from_the_checkout()
 
-from attnbench.api import Run, bench, history, load, report, run, table, variant  # noqa: E402
+from attnbench.api import Run, bench, history, load, profile, report, run, table, variant  # noqa: E402
 from attnbench.variants import Problem, UnsupportedError, register  # noqa: E402
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "bench",
     "history",
     "load",
+    "profile",
     "register",
     "report",
     "run",

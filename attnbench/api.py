@@ -276,6 +276,90 @@ def _declared(name: str, run_dir: Path):
     return Declared(gated, SEQ_LEN, variants.get(name).undeclared())
 
 
+@dataclass(frozen=True)
+class Profile:
+    """What attnbench.profile wrote: its folder (index.html, index.md and the files they link) and the
+    error when the torch.profiler part failed. Prints as the top operators; a notebook shows its pages
+    linked, the calls and the top operators."""
+
+    path: Path
+    error: str = ""
+
+    def __str__(self) -> str:
+        from attnbench.reports.profile_page import top_ops_text
+
+        said = f"profile: {self.path / 'index.html'} and {self.path / 'index.md'}"
+        return "".join([top_ops_text(self.path), said, f"\nfailed: {self.error}" if self.error else ""])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        from attnbench.reports.profile_page import notebook_html
+
+        return notebook_html(self.path)
+
+
+def profile(
+    fn: Any,
+    *,
+    out: PathLike | None = None,
+    name: str | None = None,
+    seconds: float = 5.0,
+    rate: int = 100,
+    iters: int = 5,
+    threads: int | None = None,
+    native: bool = False,
+    py_spy: bool = True,
+    **cell: Any,
+) -> Profile:
+    """`attnbench profile` from Python: one cell of `fn` looped under py-spy (a flame graph and a speedscope
+    profile, when py-spy is installed), then `iters` calls under torch.profiler (a Chrome trace and the
+    operators by self time), with index.html beside them in `out` (default reports/out/profile-...).
+
+    `fn` is what `bench` takes: a callable (shipped to the profiled process by value, as `run` ships it),
+    `attnbench.variant(fn, ...)` or a registered variant's name. The cell is `run`'s axes as keywords, one
+    value each (`seq_len=1024` by default, `device=`, `dtype=`, `causal=`, `pass_=`, ...). Bad input is a
+    ValueError naming the keyword, before anything is written; a cell that fails in the profiled process
+    is the Profile's `error`, beside what was written."""
+    from dataclasses import replace
+
+    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell
+    from attnbench.reports.profile_page import write_pages
+    from attnbench.variants import shipped
+
+    known = {o.key: o for o in CELL_OPTIONS}
+    unknown = sorted(set(cell) - set(known) - {"pass_"})
+    if unknown:
+        raise ValueError(f"profile: unknown keyword {unknown[0]}=; a cell takes {', '.join(sorted(known))}")
+    given = {("pass" if k == "pass_" else k): _one_text(v) for k, v in cell.items()}
+    with in_keywords():
+        who = fn if isinstance(fn, str) else _variant_names(variant(fn, name=name), "variants")[0]
+        plan = prepare(who, given, threads=threads, seconds=seconds, rate=rate, iters=iters, native=native,
+                       use_py_spy=py_spy)  # fmt: skip
+        target = report_dir(out, plan.default_dir_name(), "profile")
+        if target.exists() and any(target.iterdir()):
+            raise ValueError(f"--out {str(target)!r} already exists and is not empty; choose another --out")
+    files = shipped.files_of([who], [])
+    packed = shipped.pack([who])  # a callable of this session: the profiled process loads it from here
+    if packed is not None:
+        target.mkdir(parents=True, exist_ok=True)
+        files = shipped.write(target / "variants.pkl", packed, files)
+    result = profile_cell(replace(plan, variant_files=tuple(files)), target)
+    write_pages(target)
+    return Profile(target, result.error)
+
+
+def _one_text(value: Any) -> Any:
+    """A cell keyword's value as the text `attnbench profile`'s flag takes (a list stays a list: refused
+    there as more than one value)."""
+    if isinstance(value, (list, tuple)):
+        return [_one_text(v) for v in value]
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):
     """A callable as a variant, with its capabilities given inline: the keywords `register` takes
     (`causal=True`, `dtypes=("float32",)`, `backward=False`, ...). Hand it to `run(variants=[...])`.

@@ -28,6 +28,7 @@ from .page import (
     Text,
     to_html,
     to_markdown,
+    to_notebook_html,
     to_text,
 )
 
@@ -374,3 +375,15 @@ def top_ops_text(out_dir: str | Path, limit: int = 5) -> str:
     """The first `limit` operators as aligned text for the terminal ("" when there are none)."""
     ops = read_top_ops(Path(out_dir) / "top_ops.csv")
     return to_text(top_ops_table(ops, limit)) if ops else ""
+
+
+def notebook_html(out_dir: str | Path) -> str:
+    """What a notebook shows of a profile: its pages, linked from the notebook's folder, its notes (py-spy
+    missing, a failed part), the calls and the top operators."""
+    out_dir = Path(out_dir)
+    meta = json.loads((out_dir / "profile.json").read_text())
+    ops = read_top_ops(out_dir / "top_ops.csv")
+    have = {p.name for p in out_dir.iterdir() if p.is_file()}
+    head = [Heading(_title(meta)), Para(("the whole profile: ", Link("index.html", "index.html")))]
+    blocks = [*head, *_notes(meta), *_files_blocks(have, meta, ops), *_calls_blocks(meta)]
+    return to_notebook_html([*blocks, *_top_ops_blocks(ops, meta)], out_dir)

@@ -132,3 +132,32 @@ def test_page_escapes_what_it_shows(tmp_path):
     assert "<script>" not in html.read_text() and "&lt;script&gt;" in html.read_text()
     assert "<script>" not in md.read_text() and "<script>" not in (tmp_path / "top_ops.md").read_text()
     assert "-2 KiB" in (tmp_path / "top_ops.md").read_text()
+
+
+def test_a_notebook_function_is_profiled_from_python(tmp_path):
+    """attnbench.profile(fn): a function defined in a notebook cell goes to the profiled process by value
+    (variants.pkl beside the pages, which its reproduce command names); it prints as the top operators, and a
+    notebook shows its pages linked. Bad input is a ValueError naming the keyword, with nothing written."""
+    import attnbench
+    from tests.conftest import as_a_fresh_process
+    from tests.frontends.test_api_callables import notebook_function
+
+    out = tmp_path / "prof"
+    with as_a_fresh_process(tmp_path):
+        with pytest.raises(
+            ValueError, match=r"^seq_len takes one value \(profile runs one cell\), got '64,128'"
+        ):
+            attnbench.profile(notebook_function(), seq_len="64,128", out=out)
+        with pytest.raises(ValueError, match=r"^profile: unknown keyword seqlen=; a cell takes batch, "):
+            attnbench.profile(notebook_function(), seqlen=64, out=out)
+        assert not out.exists()
+        prof = attnbench.profile(notebook_function(), seq_len=64, heads=2, py_spy=False, iters=2, out=out)
+    assert prof.error == "" and prof.path == out
+    ops = _torch_outputs_ok(out)
+    assert any(r["name"] == "aten::bmm" for r in ops) and "aten::bmm" in str(prof)
+    meta = json.loads((out / "profile.json").read_text())
+    assert meta["command"].endswith(f"--no-py-spy --variant-file {out / 'variants.pkl'}")
+    shown = prof._repr_html_()
+    assert (
+        "Profile: cell_attn" in shown and 'href="' in shown and "index.html" in shown and "aten::bmm" in shown
+    )
