@@ -57,7 +57,9 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     assert "ipywidgets" not in stderr and "Warning" not in stderr, stderr
 
     # the run: one progress output, redrawn in place to its end, and the Run's HTML
-    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.endswith(("-report", "-bench"))]
+    (run_dir,) = [
+        p for p in (tmp_path / "runs").iterdir() if not p.name.endswith(("-report", "-bench", "-profile"))
+    ]
     ran = _outputs(_cell(nb, "run = attnbench.run("))
     progress = [o for o in ran if o["output_type"] == "display_data"]
     assert len(progress) == 1, progress  # not a line per cell
@@ -79,6 +81,14 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     assert lines[1].startswith("correct in 6 of 6 cells gated against float64"), lines
     assert any(line.startswith("float32: ") and "than sdpa (no mask)" in line for line in lines), lines
     assert answer["data"]["text/html"].startswith("<pre")
+
+    # the profile: its pages linked from the notebook's folder, and the top operators
+    (prof,) = [
+        o for o in _outputs(_cell(nb, "attnbench.profile(my_attn")) if o["output_type"] == "execute_result"
+    ]
+    shown = prof["data"]["text/html"]
+    assert "Profile: my_attn" in shown and 'href="runs/' in shown and "aten::" in shown, shown
+    assert len(list((tmp_path / "runs").glob("*-profile/index.html"))) == 1
 
     # the rows: rel_err of a float32 cell (about 1e-7) as 3.0e-07, not 0.0
     (table,) = [o for o in _outputs(_cell(nb, "run.table()")) if o["output_type"] == "execute_result"]
