@@ -328,8 +328,8 @@ def profile(
     from attnbench.reports.profile_page import write_pages
     from attnbench.variants import shipped
 
-    known = {o.key: o for o in CELL_OPTIONS}
-    unknown = sorted(set(cell) - set(known) - {"pass_"})
+    known = {o.key for o in CELL_OPTIONS}
+    unknown = sorted(set(cell) - known - {"pass_"})
     if unknown:
         raise ValueError(f"profile: unknown keyword {unknown[0]}=; a cell takes {', '.join(sorted(known))}")
     given = {("pass" if k == "pass_" else k): _one_text(v) for k, v in cell.items()}
