@@ -262,18 +262,28 @@ def _declared(name: str, run_dir: Path):
     workload it declares, at check's N, on each device and dtype its run measured
     (harness.tools.check.gate_workloads), and the workload keywords its function takes undeclared."""
     from attnbench import variants
-    from attnbench.harness.tools.check import SEQ_LEN, gate_workloads
+    from attnbench.harness.tools.check import SEQ_LEN, gate_workloads, workload_cells
     from attnbench.reports.answer import Declared
 
     mine = load(run_dir)
     mine = mine[mine["variant"] == name]
     dtypes = sorted(set(mine["dtype"].astype(str)), key=lambda d: (d != "float32", d))
-    gated = tuple(
-        row
-        for device in sorted(set(mine["device"].astype(str)))
-        for row in gate_workloads([name], device, dtypes, SEQ_LEN)
+    devices = sorted(set(mine["device"].astype(str)))
+    gated = tuple(row for device in devices for row in gate_workloads([name], device, dtypes, SEQ_LEN))
+    v = variants.get(name)
+    # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
+    elsewhere = tuple(
+        (d, why) for d in devices if (why := _not_here(v, d)) and workload_cells(v, d, dtypes[0], 2)
     )
-    return Declared(gated, SEQ_LEN, variants.get(name).undeclared())
+    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere)
+
+
+def _not_here(v, device: str) -> str | None:
+    """Why variant v cannot run on device in this process (None when it can)."""
+    try:
+        return v.availability(device)
+    except Exception as exc:  # a plug-in's availability hook: its fault is its reason
+        return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)

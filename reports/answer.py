@@ -34,6 +34,9 @@ class Declared:
     gated: tuple = ()
     n: int = 0
     undeclared: tuple[tuple[str, str], ...] = ()
+    # (device, why not) for each device the run measured on where fn declares workloads but this process
+    # cannot run it (the run's cells were measured elsewhere: ray, slurm)
+    elsewhere: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,11 @@ def workloads(declared: Declared) -> list[str]:
     if refused:
         lines.append(
             f"declared {refused[0].workload}, but refused it: {_short(refused[0].reason, MESSAGE_CHARS)}"
+        )
+    for device, why in declared.elsewhere:
+        lines.append(
+            f"declared workloads not gated on {device}, which this process lacks ({why}): run "
+            f"`attnbench check --device {device}` where the cells ran"
         )
     if declared.undeclared:
         keywords = ", ".join(f"{keyword}=" for keyword, _ in declared.undeclared)

@@ -366,6 +366,29 @@ def test_declared_workloads_answer_in_three_lines():
     ]
 
 
+def test_declared_workloads_of_cells_measured_elsewhere_are_said_ungated(tmp_path):
+    """bench's cells measured on a device this process lacks (a cluster's GPU, through ray or slurm): its
+    declared workloads cannot be gated here, and the answer says so and where they can be, not nothing."""
+    from synthetic import cell, write_run
+
+    from attnbench.api import _declared
+    from attnbench.reports.answer import workloads
+    from attnbench.variants.registry import add
+
+    namespace = {"__name__": "__main__"}
+    exec(WINDOWED, namespace)
+    run = write_run(tmp_path / "gpu", [cell("windowed", 64, device="cuda", dtype="bfloat16", time_ms=0.1)])
+    with as_a_fresh_process(tmp_path):
+        add(attnbench.variant(namespace["windowed"], window=True))
+        declared = _declared("windowed", run)
+    assert declared.gated == () and [d for d, _ in declared.elsewhere] == ["cuda"]
+    (line,) = workloads(declared)
+    said = "declared workloads not gated on cuda, which this process lacks ("
+    assert line.startswith(said) and line.endswith(
+        "run `attnbench check --device cuda` where the cells ran"
+    ), line
+
+
 def test_cells_that_raised_are_said_with_where(tmp_path):
     """A function that raises past some N: how many cells, which dtypes, masks and N, and what it raised."""
     from synthetic import cell, write_run
