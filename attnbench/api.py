@@ -262,7 +262,7 @@ def _declared(name: str, run_dir: Path):
     workload it declares, at check's N, on each device and dtype its run measured
     (harness.tools.check.gate_workloads), and the workload keywords its function takes undeclared."""
     from attnbench import variants
-    from attnbench.harness.tools.check import SEQ_LEN, gate_workloads, workload_cells
+    from attnbench.harness.tools.check import SEQ_LEN, gate_workloads, unavailable, workload_cells
     from attnbench.reports.answer import Declared
 
     mine = load(run_dir)
@@ -273,17 +273,9 @@ def _declared(name: str, run_dir: Path):
     v = variants.get(name)
     # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
     elsewhere = tuple(
-        (d, why) for d in devices if (why := _not_here(v, d)) and workload_cells(v, d, dtypes[0], 2)
+        (d, why) for d in devices if (why := unavailable(v, d)) and workload_cells(v, d, dtypes[0], SEQ_LEN)
     )
     return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere)
-
-
-def _not_here(v, device: str) -> str | None:
-    """Why variant v cannot run on device in this process (None when it can)."""
-    try:
-        return v.availability(device)
-    except Exception as exc:  # a plug-in's availability hook: its fault is its reason
-        return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -342,7 +334,7 @@ def profile(
     unknown = sorted(set(cell) - known - {"pass_"})
     if unknown:
         raise ValueError(f"profile: unknown keyword {unknown[0]}=; a cell takes {', '.join(sorted(known))}")
-    given = {("pass" if k == "pass_" else k): _one_text(v) for k, v in cell.items()}
+    given = {("pass" if k == "pass_" else k): v for k, v in cell.items()}
     with in_keywords():
         who = fn if isinstance(fn, str) else _variant_names(variant(fn, name=name), "variants")[0]
         plan = prepare(who, given, threads=threads, seconds=seconds, rate=rate, iters=iters, native=native,
@@ -358,16 +350,6 @@ def profile(
     result = profile_cell(replace(plan, variant_files=tuple(files)), target)
     write_pages(target)
     return Profile(target, result.error)
-
-
-def _one_text(value: Any) -> Any:
-    """A cell keyword's value as the text `attnbench profile`'s flag takes (a list stays a list: refused
-    there as more than one value)."""
-    if isinstance(value, (list, tuple)):
-        return [_one_text(v) for v in value]
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
 
 
 def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: Any):

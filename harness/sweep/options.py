@@ -86,19 +86,18 @@ def single_cell(
     *,
     defaults: Mapping[str, str] | None = None,
 ) -> CellSpec:
-    """The one cell named by options that each take one value (`attnbench profile`): key -> the text given
-    (a list when a parser collects repeats; None = the default), over `defaults` (key -> text). ValueError
-    naming the option given more than one value, or a bad value (build_sweep's checks, as `attnbench run`
-    makes them)."""
+    """The one cell named by options that each take one value (`attnbench profile`, attnbench.profile): key
+    -> the text given or a Python value (a list when a parser collects repeats; None = the default), over
+    `defaults` (key -> text). ValueError naming the option given more than one value, or a bad value
+    (build_sweep's checks, as `attnbench run` makes them)."""
     texts: dict[str, Any] = dict(defaults or {})
     for key, value in given.items():
         if value is None:
             continue
-        values = [value] if isinstance(value, str) else list(value)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
         if len(values) != 1:
-            raise ValueError(
-                f"{flag_name(key)} takes one value (profile runs one cell), got {' and '.join(values)}"
-            )
+            said = " and ".join(map(str, values))
+            raise ValueError(f"{flag_name(key)} takes one value (profile runs one cell), got {said}")
         texts[key] = values[0]
     spec: SweepSpec = build_sweep(texts)
     for key, text in texts.items():

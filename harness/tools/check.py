@@ -167,18 +167,19 @@ def gate_workloads(names: Sequence[str], device: str, dtypes: Sequence[str], n: 
     a variant that cannot run on device here has none (its causal x padding rows say why)."""
     from attnbench import variants
 
-    runs_here = [name for name in names if _available(variants.get(name), device)]
+    runs_here = [name for name in names if unavailable(variants.get(name), device) is None]
     for dtype, name in itertools.product(dtypes, runs_here):
         for label, spec in workload_cells(variants.get(name), device, dtype, n):
             yield gate_workload(variants.get(name), spec, label)
 
 
-def _available(variant, device: str) -> bool:
-    """Whether variant can run on device here (an availability check that raises: no)."""
+def unavailable(variant, device: str) -> str | None:
+    """Why variant cannot run on device in this process, None when it can (an availability hook that raises:
+    what it raised; its fault shows in the variant's causal x padding rows too)."""
     try:
-        return variant.availability(device) is None
-    except Exception:  # a plug-in's available hook: its fault shows in its causal x padding rows
-        return False
+        return variant.availability(device)
+    except Exception as exc:  # a plug-in's available hook
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _takes(variant, spec) -> bool:
