@@ -21,8 +21,11 @@ AXIS_KEYWORDS = {
 }  # fmt: skip
 # a keyword only one workload's cells hand: (its capability flag, packed batches (True) or paged caches)
 HANDED_ONLY = {"cu_seqlens": ("varlen", True), "block_table": ("paged", False)}
-_DECLARE = {"varlen": 'varlen= (the work it executes: "exact", "padded", "masked", "tiles:N" or "rows:N")',
-            "paged": "paged=True"}  # fmt: skip
+# how to declare each workload: the short form a hint shows, and the refusal's (varlen's kinds spelled out)
+_HINT = {"lower_right": "lower_right=True", "window": "window=True", "mods": 'mods=("alibi", "softcap")',
+         "varlen": 'varlen="exact"', "paged": "paged=True"}  # fmt: skip
+_KINDS = '"exact", "padded", "masked", "tiles:N" or "rows:N"'
+_DECLARE = {**_HINT, "varlen": f"varlen= (the work it executes: {_KINDS})"}
 _NOT_BY_NAME = (
     inspect.Parameter.POSITIONAL_ONLY,
     inspect.Parameter.VAR_POSITIONAL,
@@ -36,10 +39,8 @@ def undeclared(sig: inspect.Signature | None, capability: Any) -> list[tuple[str
     the signature cannot be read or takes **kwargs."""
     if sig is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
         return []
-    how = {"lower_right": "lower_right=True", "window": "window=True", "mods": 'mods=("alibi", "softcap")',
-           "varlen": 'varlen="exact"', "paged": "paged=True"}  # fmt: skip
     return [
-        (keyword, how[flag])
+        (keyword, _HINT[flag])
         for flag, keyword in AXIS_KEYWORDS.items()
         if keyword in sig.parameters and not getattr(capability, flag)
     ]
