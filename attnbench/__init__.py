@@ -14,6 +14,7 @@ The Python API for notebooks and scripts (each imports what it needs when called
     attnbench.bench(my_attn)                                   # gated, against sdpa, every mask and dtype
     attnbench.profile(my_attn, seq_len=1024)                   # py-spy + torch.profiler of one cell
     attnbench.history("runs/mine")                             # -> DataFrame of every run in the store
+    attnbench.__version__                                      # the installed (or checkout's) version
 
 The pipeline lives in attnbench.variants -> attnbench.harness -> attnbench.results -> attnbench.reports.
 """
@@ -39,6 +40,17 @@ _from_the_checkout()
 
 from attnbench.api import Run, bench, history, load, profile, report, run, table, variant  # noqa: E402
 from attnbench.variants import Problem, UnsupportedError, register  # noqa: E402
+
+
+def __getattr__(name: str):
+    """`attnbench.__version__`, read when asked: the installed distribution's, else the checkout's
+    pyproject (the version the fingerprint records in every run)."""
+    if name == "__version__":
+        from attnbench.harness.measure.fingerprint import attnbench_version
+
+        return attnbench_version()
+    raise AttributeError(f"module 'attnbench' has no attribute {name!r}")
+
 
 __all__ = [
     "Problem",

@@ -31,8 +31,21 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {printable(message)} (`{self.prog} -h` for usage)\n")
 
 
+class _Version(argparse.Action):
+    """`attnbench --version`: the version the fingerprint records, and the checkout's commit where it runs
+    from one (read only when asked: git is a subprocess)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from attnbench.harness.measure.fingerprint import attnbench_version, git_commit
+
+        commit = git_commit()
+        print(f"attnbench {attnbench_version()}" + (f" (commit {commit})" if commit else ""))
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="attnbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_Version, nargs=0, help="print attnbench's version and commit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
         cli_run.add_run,

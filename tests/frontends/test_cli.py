@@ -46,6 +46,18 @@ def test_env_prints_the_fingerprint():
         assert key in fp
 
 
+def test_version_is_the_one_runs_record():
+    """`attnbench --version` and `attnbench.__version__` say the version every run's fingerprint records."""
+    import attnbench
+    from attnbench.harness.measure.fingerprint import attnbench_version
+
+    out = run_cli("--version", check=True).stdout
+    assert out.startswith(f"attnbench {attnbench_version()}") and len(out.splitlines()) == 1
+    assert attnbench.__version__ == attnbench_version() and attnbench.__version__.count(".") == 2
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        attnbench.nope  # noqa: B018
+
+
 def test_env_records_allocator_settings(monkeypatch):
     """Allocator and threading variables change timings (page faults, threads): the fingerprint keeps them."""
     monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
