@@ -13,13 +13,14 @@ from typing import Any
 
 from attnbench import variants
 from attnbench.harness.measure.outcomes import (
+    STATE_CHANGED,
     clock_fields,
     clock_mismatch,
     clock_readings,
     events_mismatch,
     threads_mismatch,
 )
-from attnbench.harness.measure.rows import base_row, blame, finish
+from attnbench.harness.measure.rows import base_row, blame, finish, noted
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers.isolation import Worker, WorkerDied, WorkerTimeout
@@ -164,7 +165,13 @@ class CellRunner:
             row.update(clock_fields(readings))
             wrong_clock = clock_mismatch(readings)
             wrong_threads = threads_mismatch(row, settings.threads or worker.threads)
-            blame(row, [w for w in (wrong_clock, events_mismatch(row), wrong_threads) if w])
+            # where the snapshot named what the variant changed (time.perf_counter replaced), that cause
+            # comes first and how far the clock ran off after it: a clipped message keeps the cause
+            named = wrong_clock is not None and STATE_CHANGED in str(row.get("message") or "")
+            offences = (None if named else wrong_clock, events_mismatch(row), wrong_threads)
+            blame(row, [w for w in offences if w])
+            if named:
+                noted(row, wrong_clock)
             # a poisoned CUDA context, a failed graph capture, torch's global state changed by the variant,
             # a clock that cannot be believed: a new worker for the next cell
             if reply.get("exiting") or wrong_clock:

@@ -66,6 +66,7 @@ class _Worker:
     """Stands in for harness.workers.isolation.Worker: answers every cell with a row whose clock ran slow."""
 
     instances: list[_Worker] = []
+    said: tuple[str, str] = ("ok", "")  # the worker's own verdict on the row (its snapshot's)
 
     def __init__(self, config) -> None:
         self.threads, self.killed = 1, False
@@ -74,7 +75,8 @@ class _Worker:
     def request(self, msg, timeout):
         if msg["op"] == "free_memory":
             return {"op": "free_memory", "value": 1 << 40}
-        row = {**msg["cell"], "status": "ok", "message": "", "threads": 1}
+        status, message = self.said
+        row = {**msg["cell"], "status": status, "message": message, "threads": 1}
         worker = [(0.0, 0.001), (0.8, 0.801)]  # one timing loop: 0.8 s on the worker's clock ...
         return {"op": "row", "row": row, "clock_s": 1.05, "parent_s": 1.1, "parent_marks": [5.0, 6.0],
                 "worker_marks": worker}  # ... 1 s on the parent's  # fmt: skip
@@ -94,6 +96,21 @@ def test_a_cell_whose_clock_ran_slow_is_an_error_and_its_worker_is_replaced(monk
     assert row["status"] == "error" and row["clock_ratio"] == pytest.approx(0.8, abs=0.01)
     assert row["message"].startswith("the worker's clock ran at 0.80x the parent's during this cell's timing")
     assert _Worker.instances[-1].killed and runner.worker is None  # the next cell gets a fresh worker
+
+
+def test_what_the_snapshot_named_comes_before_how_far_the_clock_ran_off(monkeypatch):
+    """A clipped message (bench's answer keeps 200 characters) keeps the cause: time.perf_counter replaced."""
+    from attnbench.harness.sweep.settings import Settings
+    from attnbench.harness.workers import cellrunner
+
+    monkeypatch.setattr(cellrunner, "Worker", _Worker)
+    monkeypatch.setattr(_Worker, "said", ("error", f"{outcomes.STATE_CHANGED}: time.perf_counter replaced"))
+    row = cellrunner.CellRunner({}, Settings()).run(tiny_cell("naive", n=64))
+    assert row["status"] == "error"
+    first, second = row["message"].split("; ", 1)
+    assert first == f"{outcomes.STATE_CHANGED}: time.perf_counter replaced"
+    assert second.startswith("the worker's clock ran at 0.80x") and second.endswith("worker replaced")
+    assert _Worker.instances[-1].killed
 
 
 # budgets long enough that a 0.8x clock is 40 ms short over a cell's timing loop, four times the slack
