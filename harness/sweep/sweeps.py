@@ -94,7 +94,7 @@ def build_sweep(
     if preset:
         known = presets()
         if preset not in known:
-            raise ValueError(f"unknown preset {preset!r}; known: {', '.join(known)}")
+            raise ValueError(unknown("preset", preset, known))
         base, below = read_sweep_file(known[preset]), f"the preset {preset}"
     elif config:
         base, below = read_sweep_file(config), f"the config {config}"

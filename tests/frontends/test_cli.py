@@ -78,6 +78,7 @@ BAD_RUNS = [
     (["--device", "tpu"], "unknown device 'tpu'"),
     (["--padding", "1.5"], "padding must be a fraction"),
     (["--preset", "nope"], "unknown preset 'nope'"),
+    (["--preset", "quik"], "unknown preset 'quik' (did you mean 'quick'?); known: bench, cpu"),
     (["--config", "/nonexistent.toml"], "does not exist"),
     (["--variant-file", "/nonexistent/mine.py"], "variant file '/nonexistent/mine.py' does not exist"),
     (["--warmup-ms", "nan"], "warmup_ms must be 0 or a positive number, got nan"),
