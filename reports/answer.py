@@ -18,7 +18,7 @@ from typing import Any
 from attnbench.results.judge import Cell, Design, Side, judge
 
 from .findings import n_text, range_text
-from .tables import present
+from .tables import length_axis, present
 
 MAX_LINES = 12
 # the most characters of a row's message a line quotes: its cause and the way out come first, and fit
@@ -66,7 +66,14 @@ def _masks(rows) -> str:
 
 
 def _ns(rows) -> str:
-    return range_text(sorted({int(n) for n in rows["seq_len"].dropna()}))
+    """'at N = 512', or 'from N_k = 1,024 to 4,096' where the rows grow the keys (decode: one N_q)."""
+    length = length_axis(rows)
+    text = range_text(sorted({int(n) for n in rows[length].dropna()}))
+    return text if length == "seq_len" else text.replace("N = ", "N_k = ")
+
+
+def _length_name(length: str) -> str:
+    return "N" if length == "seq_len" else "N_k"
 
 
 def correctness(mine) -> list[str]:
@@ -190,20 +197,24 @@ def speed(df, variant: str, baseline: str) -> list[str]:
 def _race(judged: list[tuple[Any, Any]], baseline: str) -> str:
     """'1.52x slower than sdpa (N 64) to 2.10x (N 512); slower in 8 of 8 cells' and the like."""
     plain = [(k, j) for k, j in judged if mask_text(k["causal"], k["padding"]) == "no mask"] or judged
-    plain.sort(key=lambda kj: int(kj[0]["seq_len"]))
+    from pandas import DataFrame
+
+    length = length_axis(DataFrame([k for k, _ in plain]))
+    plain.sort(key=lambda kj: int(kj[0][length]))
     (k0, j0), (k1, j1) = plain[0], plain[-1]
     counts = {v: sum(j.verdict == v for _, j in judged) for v in ("faster", "slower", "same", "ambiguous")}
     said = ", ".join(f"{v} in {n}" for v, n in counts.items() if n)
     mask = mask_text(k0["causal"], k0["padding"])
-    ends = _end(k0, j0) + (f" to {_end(k1, j1)}" if len(plain) > 1 else "")
+    ends = _end(k0, j0, length) + (f" to {_end(k1, j1, length)}" if len(plain) > 1 else "")
     return f"{ends} than {baseline} ({mask}); of {len(judged)} cells {said}"
 
 
-def _end(k: Any, j: Any) -> str:
-    """'2.05x slower at N 512', with the judge's verdict beside a ratio it did not call: one disturbed
-    visit of three moves a ratio of geometric means further than the verdict lets it claim."""
+def _end(k: Any, j: Any, length: str) -> str:
+    """'2.05x slower at N 512' (or 'at N_k 4,096' where the keys grow), with the judge's verdict beside a
+    ratio it did not call: one disturbed visit of three moves a ratio of geometric means further than the
+    verdict lets it claim."""
     said = "" if j.verdict in ("faster", "slower") else f" ({j.verdict})"
-    return f"{_ratio_text(j.ratio)} at N {n_text(k['seq_len'])}{said}"
+    return f"{_ratio_text(j.ratio)} at {_length_name(length)} {n_text(k[length])}{said}"
 
 
 def _ratio_text(ratio: float) -> str:
@@ -226,14 +237,15 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     if variant not in fits:
         return []
     mine, base = fits[variant], fits.get(baseline)
+    n = _length_name(length_axis(plain[(plain["dtype"] == dtype) & (plain["variant"] == variant)]))
     beside = (
-        f" ({baseline}: N^{base['time_exp']:.2f} and N^{base['mem_exp']:.2f})"
+        f" ({baseline}: {n}^{base['time_exp']:.2f} and {n}^{base['mem_exp']:.2f})"
         if base is not None and present(base["time_exp"]) and present(base["mem_exp"])
         else ""
     )
     return [
-        f"grows with N ({dtype}, no mask, fitted over N {mine['fit_seq_lens'].replace(' ', ', ')}): time as "
-        f"N^{mine['time_fit']}, peak memory as N^{mine['mem_fit']}{beside}"
+        f"grows with {n} ({dtype}, no mask, fitted over {n} {mine['fit_seq_lens'].replace(' ', ', ')}): "
+        f"time as {n}^{mine['time_fit']}, peak memory as {n}^{mine['mem_fit']}{beside}"
     ]
 
 

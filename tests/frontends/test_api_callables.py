@@ -405,6 +405,31 @@ def test_cells_that_raised_are_said_with_where(tmp_path):
     assert f"2 cells error (float32, bfloat16; no mask; at N = 512): {raised}" in lines, lines
 
 
+def test_a_decode_answer_speaks_of_the_keys_it_grows(tmp_path):
+    """A decode sweep (one query, N_k growing): where it is wrong, the race's ends and the growth are said at
+    N_k, not at the N = 1 every cell shares ('8.6x slower at N 1 to 3.9x slower at N 1', before)."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    ignored = "failed the float64 gate: it ignored causal=True: its answer is attention over every key"
+    rows = []
+    for nk in (1024, 2048, 4096):
+        rows += [cell("sdpa", 1, seq_k=nk, causal=c, time_ms=nk / 1000, peak_mem_bytes=nk,
+                      causal_align="lower-right" if c else "top-left") for c in (False, True)]  # fmt: skip
+        rows.append(cell("dec", 1, seq_k=nk, time_ms=nk / 500, peak_mem_bytes=nk * 64))
+        rows.append(cell("dec", 1, seq_k=nk, causal=True, causal_align="lower-right", status="wrong",
+                         message=ignored, rel_err=1.0))  # fmt: skip
+    lines = answer(write_run(tmp_path / "d", rows), "dec", "sdpa").lines
+    assert f"WRONG float32 (causal; from N_k = 1,024 to 4,096): {ignored}" in lines, lines
+    race = next(line for line in lines if line.startswith("float32: "))
+    assert race.startswith("float32: 2.00x slower at N_k 1,024 to 2.00x slower at N_k 4,096 than sdpa"), race
+    growth = next(line for line in lines if line.startswith("grows with"))
+    assert growth.startswith(
+        "grows with N_k (float32, no mask, fitted over N_k 1024, 2048, 4096): time as N_k^1"
+    )
+
+
 def test_a_ratio_the_judge_did_not_call_carries_its_verdict():
     """A race's ends are the judge's ratios; one it calls neither faster nor slower says so beside it."""
     from types import SimpleNamespace as judged
