@@ -14,6 +14,10 @@ differences seen most are declared to `register` and bridged here:
                      called fn(q, k, v, attn_mask=MASK, dropout_p=..., scale=...) (mask_arg= renames the
                      keyword), MASK None when nothing is masked; causal alignment and windows reach it
                      through the mask, so such a variant may declare lower_right=True and window=True.
+  causal="lower-right"  its causal=True aligns the mask to the last key (FlashAttention >= 2.1's, xformers'
+                     and most decode kernels' causal): it is handed causal=True in lower-right cells (no
+                     causal_align=), and a top-left causal cell with N_q != N_k is `unsupported` with the
+                     reason (with N_q = N_k the two masks are one).
 
 The mask is made once per cell by a setup hook (timed apart, setup_ms), as a model makes it once per
 forward pass, and reused for calls with the same shapes, options and the very key_lengths tensor it was made
@@ -23,12 +27,14 @@ from, unwritten since; any other call makes its own (the harness's fresh-input c
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 TAKES = ("bhnd", "bnhd")  # the shape q, k, v and the output have in the function's own convention
 RETURNS = ("tensor", "first")  # the output itself, or a tuple whose first element is the output
 MASKS = ("flags", "bool", "additive")  # attnbench's causal=/key_lengths= keywords, or one mask tensor
 DECLARED = ("takes", "returns", "mask", "mask_arg")  # the register() keywords this module owns
+LOWER_RIGHT = "lower-right"  # causal="lower-right": the function's own causal=True is aligned lower-right
 
 
 def declared(name: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +50,40 @@ def declared(name: str, options: dict[str, Any]) -> dict[str, Any]:
         options.setdefault("layout", "bnhd")  # (B, N, H, d) memory: the transposes below are free
     if decl.get("takes") == "bhnd" and decl.get("returns", "tensor") == "tensor" and "mask" not in decl:
         decl = {}
+    if isinstance(options.get("causal"), str):
+        decl["causal"] = _lower_right_causal(name, options, decl)
     return decl
+
+
+def _lower_right_causal(name: str, options: dict[str, Any], decl: dict[str, Any]) -> str:
+    """causal="lower-right" read into the capability it means: causal and lower-right cells, top-left ones
+    with N_q != N_k refused by its supports (LowerRightOnly). ValueError for another string, or beside a
+    declared mask (which carries the alignment itself)."""
+    if options["causal"] != LOWER_RIGHT:
+        raise ValueError(
+            f"variant {name}: causal must be True, False or {LOWER_RIGHT!r}, not {options['causal']!r}"
+        )
+    if decl.get("mask", "flags") != "flags":
+        raise ValueError(f'variant {name}: causal="lower-right" says how its causal= aligns; a declared mask '
+                         "carries the alignment itself (declare lower_right=True)")  # fmt: skip
+    options.update(causal=True, lower_right=True, supports=LowerRightOnly(options.get("supports")))
+    return LOWER_RIGHT
+
+
+@dataclass(frozen=True)
+class LowerRightOnly:
+    """The supports= of a variant whose causal=True is aligned lower-right (causal="lower-right"): a top-left
+    causal cell with N_q != N_k is not its; then its own supports=, if any."""
+
+    supports: Callable[..., str | None] | None = None
+
+    def __call__(self, problem) -> str | None:
+        if problem.causal and not problem.lower_right and problem.seq_q != problem.seq_k:
+            return (
+                'its causal=True is aligned lower-right (declared causal="lower-right"), where this cell '
+                "asks top-left with N_q != N_k: sweep causal lower-right to measure it"
+            )
+        return self.supports(problem) if self.supports is not None else None
 
 
 def make_mask(q, k, *, kind: str, causal: bool, key_lengths, causal_align: str = "top-left", window: int = 0):
@@ -106,6 +145,8 @@ class _Call:
             mask = self.mask_for(q, k, causal, key_lengths, extra)
             kwargs = {decl.get("mask_arg", "attn_mask"): mask, "dropout_p": dropout_p, "scale": scale}
         else:
+            if decl.get("causal") == LOWER_RIGHT:  # its own causal=True is the lower-right mask
+                extra.pop("causal_align", None)
             kwargs = dict(causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale, **extra)
         if decl.get("takes") == "bnhd":  # (B, H, N, d) -> (B, N, H, d): a view, contiguous in bnhd memory
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))

@@ -413,6 +413,8 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
         other = "lower-right" if causal_align == "top-left" else "top-left"
         if n_q != n_k:
             said = f"its causal mask is aligned {other} where the cell asks {causal_align}"
+            if other == "lower-right":  # FlashAttention's causal: its declaration (variants.adapt)
+                said += ' (if its causal=True is always lower-right, declare causal="lower-right")'
             yield said, same, {"causal_align": other}, None
         elif causal_align == "top-left" and not window and cu_seqlens is None:
             hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys

@@ -71,7 +71,9 @@ def test_a_common_mistake_is_named_first(mistake, rules, said, max_rows):
 def test_a_causal_mask_aligned_the_other_way_is_named_when_queries_and_keys_differ():
     q, k, v = qkv(n_q=12, n_k=N)
     result = correctness.gate(lower_right(q, k, v), q, k, v, causal=True)
-    assert result.describe().startswith("its causal mask is aligned lower-right where the cell asks top-left")
+    said = result.describe()
+    assert said.startswith("its causal mask is aligned lower-right where the cell asks top-left"), said
+    assert '(if its causal=True is always lower-right, declare causal="lower-right")' in said
 
 
 def test_grouped_heads_tiled_instead_of_interleaved_are_named():

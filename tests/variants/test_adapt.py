@@ -143,3 +143,46 @@ def test_a_declared_mask_refuses_a_function_that_takes_it_under_another_name():
         ' attn_mask=: declare mask_arg="mask"'
     )
     assert attnbench.variant(annotated, mask="bool", mask_arg="mask", returns="first").cap.causal
+
+
+def flash_causal(q, k, v, causal=False):
+    """FlashAttention's causal (>= 2.1) and most decode kernels': aligned to the last key when N_q != N_k."""
+    mask = None
+    if causal:
+        shift = k.shape[2] - q.shape[2]
+        mask = torch.arange(k.shape[2])[None, :] <= torch.arange(q.shape[2])[:, None] + shift
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_a_function_whose_causal_is_lower_right_declares_it_so():
+    """causal="lower-right": gated right in lower-right cells (handed causal=True, no causal_align=) and in
+    square ones; a top-left cell with N_q != N_k is unsupported with the reason, not wrong."""
+    register("flash_causal", causal="lower-right")(flash_causal)
+    try:
+        made = variants.get("flash_causal")
+        assert made.cap.causal and made.cap.lower_right
+        timer = FakeTimer(median_ms=1.0, seed=7, call=True)
+        for axes in ({"causal": True, "causal_align": "lower-right", "seq_k": 48}, {"causal": True}, {}):
+            row = measure_cell(cell("flash_causal", **axes), QUICK, InputCache(), timer=timer)
+            assert (row["status"], row["message"]) == ("ok", ""), (axes, row)
+        row = measure_cell(cell("flash_causal", causal=True, seq_k=48), QUICK, InputCache(), timer=timer)
+        assert row["status"] == "unsupported", row
+        assert row["message"].startswith(
+            'its causal=True is aligned lower-right (declared causal="lower-right")'
+        )
+    finally:
+        registry._REGISTRY.pop("flash_causal")
+
+
+@pytest.mark.parametrize(
+    "decl,message",
+    [
+        ({"causal": "top-right"}, "causal must be True, False or 'lower-right', not 'top-right'"),
+        ({"causal": "lower-right", "mask": "bool"}, "a declared mask carries the alignment itself"),
+    ],
+)
+def test_a_causal_alignment_declared_wrongly_is_refused(decl, message):
+    import attnbench
+
+    with pytest.raises(ValueError, match=message):
+        attnbench.variant(lambda q, k, v, causal=False, attn_mask=None: q, name="bad_causal", **decl)
