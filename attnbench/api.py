@@ -260,9 +260,10 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
 def _declared(name: str, run_dir: Path):
     """What variant `name` declares beyond the sweep's masks (reports.answer.Declared): the gate of each
     workload it declares, at check's N, on each device and dtype its run measured
-    (harness.tools.check.gate_workloads), and the workload keywords its function takes undeclared."""
+    (harness.tools.check.gate_workloads), the workload keywords its function takes undeclared, and, when
+    the sweep timed its forward alone, the gate of its backward over every mask (check.gate_masks)."""
     from attnbench import variants
-    from attnbench.harness.tools.check import SEQ_LEN, gate_workloads, unavailable, workload_cells
+    from attnbench.harness.tools.check import SEQ_LEN, gate_masks, gate_workloads, unavailable, workload_cells
     from attnbench.reports.answer import Declared
 
     mine = load(run_dir)
@@ -275,7 +276,10 @@ def _declared(name: str, run_dir: Path):
     elsewhere = tuple(
         (d, why) for d in devices if (why := unavailable(v, d)) and workload_cells(v, d, dtypes[0], SEQ_LEN)
     )
-    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere)
+    here = [d for d in devices if unavailable(v, d) is None]
+    untimed = v.cap.backward and not (mine["pass"] == "fwdbwd").any()  # its gradients never gated
+    grads = tuple(row for d in here for row in gate_masks([name], d, dtypes, SEQ_LEN)) if untimed else ()
+    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere, grads)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ class Declared:
     # (device, why not) for each device the run measured on where fn declares workloads but this process
     # cannot run it (the run's cells were measured elsewhere: ray, slurm)
     elsewhere: tuple[tuple[str, str], ...] = ()
+    # the gate of fn's forward and backward over every mask at N = n (GateRows), where it has a backward the
+    # sweep never ran (bench's preset times the forward alone)
+    backward: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,28 @@ def correctness(mine) -> list[str]:
         said = "/".join(dict.fromkeys(broken["status"].astype(str)))
         lines.append(f"{len(broken)} cells {said} ({where}): {_short(str(first['message']), MESSAGE_CHARS)}")
     return lines
+
+
+def backward(declared: Declared) -> list[str]:
+    """The gate of fn's backward, which its forward-only sweep never ran: one line for the masks whose
+    gradients are right against float64, or one for the first wrong (and how many more are)."""
+    gated = [r for r in declared.backward if r.status in ("pass", "FAIL", "error")]
+    bad = [r for r in gated if r.status != "pass"]
+    if bad:
+        first, more = bad[0], len(bad) - 1
+        word = "WRONG" if first.status == "FAIL" else "ERROR"
+        what = "forward and backward" if "output rel_err" in first.reason else "backward"
+        where = f"{first.dtype}, {mask_text(first.causal, first.padding)}, N {n_text(declared.n)}"
+        also = f" (and {more} more)" if more else ""
+        return [f"{word} {what} ({where}){also}: {_short(first.reason, MESSAGE_CHARS)}"]
+    grads = [r.grad_rel_err for r in gated if r.grad_rel_err is not None]
+    if not grads:
+        return []
+    masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
+    return [
+        f"backward correct against float64 at N {n_text(declared.n)} ({_dtype_list(gated)}; {masks}; "
+        f"worst gradient relative error {max(grads):.1e})"
+    ]
 
 
 def workloads(declared: Declared) -> list[str]:
@@ -270,7 +295,8 @@ def answer(
     mine = df[df["variant"] == variant]
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
-    lines = [head, *correctness(mine), *workloads(declared or Declared()), *unsupported(mine)]
+    declared = declared or Declared()
+    lines = [head, *correctness(mine), *backward(declared), *workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · the full report: run.report() · every cell: run.table()")

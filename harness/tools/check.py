@@ -104,26 +104,51 @@ def gate_all(plan: CheckPlan) -> Iterator[GateRow]:
     import torch
 
     from attnbench import variants
-    from attnbench.harness.sweep.spec import padded_lengths
-    from attnbench.variants import torch_dtype
 
     n = plan.seq_len
     for device in plan.devices:
-        g = torch.Generator(device=device).manual_seed(0)  # one stream per device: dtypes draw in turn
-        for dtype in plan.dtypes:
-            # q, k, v: (B, H, N, d), drawn in float32 and rounded to the dtype
-            qkv = [
-                torch.randn(BATCH, HEADS, n, HEAD_DIM, generator=g, device=device).to(torch_dtype(dtype))
-                for _ in range(3)
-            ]
-            padded = torch.tensor(padded_lengths(n, BATCH, PADDING), device=device)  # (B,): [n // 2, 1] or so
-            for causal, key_lengths in itertools.product((False, True), (None, padded)):
-                for name in plan.names:
-                    yield gate_one(variants.get(name), qkv, causal=causal, key_lengths=key_lengths)
+        for qkv in _inputs(device, plan.dtypes, n):
+            yield from _gate_masks(plan.names, qkv)
             no_key = torch.tensor([n // 3, 0], device=device)  # batch element 1 sees no key: no run makes it
             for name in plan.names:
                 yield gate_one(variants.get(name), qkv, causal=False, key_lengths=no_key, no_key=True)
         yield from gate_workloads(plan.names, device, plan.dtypes, n)
+
+
+def gate_masks(names: Sequence[str], device: str, dtypes: Sequence[str], n: int) -> Iterator[GateRow]:
+    """gate_all's rows of causal x key padding alone, forward and backward, on its inputs: what
+    attnbench.bench gates of a function's backward when its sweep times the forward only."""
+    for qkv in _inputs(device, dtypes, n):
+        yield from _gate_masks(names, qkv)
+
+
+def _inputs(device: str, dtypes: Sequence[str], n: int) -> Iterator[list]:
+    """Per dtype, q, k, v (B, H, N, d), drawn in float32 and rounded to the dtype, from one seeded stream per
+    device (dtypes draw in turn)."""
+    import torch
+
+    from attnbench.variants import torch_dtype
+
+    g = torch.Generator(device=device).manual_seed(0)
+    for dtype in dtypes:
+        yield [
+            torch.randn(BATCH, HEADS, n, HEAD_DIM, generator=g, device=device).to(torch_dtype(dtype))
+            for _ in range(3)
+        ]
+
+
+def _gate_masks(names: Sequence[str], qkv: list) -> Iterator[GateRow]:
+    """Each variant on qkv with and without causal masking and key padding (the run's rule)."""
+    import torch
+
+    from attnbench import variants
+    from attnbench.harness.sweep.spec import padded_lengths
+
+    n, device = qkv[0].shape[2], qkv[0].device
+    padded = torch.tensor(padded_lengths(n, BATCH, PADDING), device=device)  # (B,): [n // 2, 1] or so
+    for causal, key_lengths in itertools.product((False, True), (None, padded)):
+        for name in names:
+            yield gate_one(variants.get(name), qkv, causal=causal, key_lengths=key_lengths)
 
 
 SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs

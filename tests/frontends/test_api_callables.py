@@ -339,6 +339,57 @@ def test_bench_gates_the_workloads_fn_declares(tmp_path):
     assert plain.undeclared() == (("window", "window=True"),)
 
 
+ZERO_GRAD = """
+import torch
+
+class ZeroGrad(torch.autograd.Function):  # a hand-written backward that returns nothing of use
+    @staticmethod
+    def forward(ctx, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0, None, None
+
+def zero_grad(q, k, v):
+    return ZeroGrad.apply(q, k, v)
+"""
+
+
+def test_bench_gates_the_backward_its_forward_sweep_never_runs(tmp_path):
+    """bench's sweep times the forward alone: a function with a wrong hand-written backward was 'correct in
+    2 of 2 cells'. Its backward is gated over every mask it takes, as `attnbench check` gates it, and the
+    answer says it is wrong."""
+    namespace = {"__name__": "__main__"}
+    exec(ZERO_GRAD, namespace)
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(namespace["zero_grad"], out=tmp_path / "b", seq_len="64", dtype="float32")
+    lines = str(bench).splitlines()
+    assert lines[1].startswith("correct in 1 of 1 cells gated against float64"), lines
+    said = "WRONG backward (float32, no mask, N 100): gradient rel_err 1.0e+00 > tolerance 4e-04"
+    assert lines[2] == said, lines
+    assert {(r.causal, r.padding, r.status) for r in bench.declared.backward} == {
+        (False, False, "FAIL"), (True, False, "unsupported"), (False, True, "unsupported"),
+        (True, True, "unsupported")}  # fmt: skip
+
+
+def test_a_backward_right_on_every_mask_is_one_line():
+    from types import SimpleNamespace as gated
+
+    from attnbench.reports.answer import Declared, backward
+
+    def row(dtype, causal, grad, status="pass"):
+        return gated(dtype=dtype, causal=causal, padding=False, status=status, grad_rel_err=grad, reason="")
+
+    rows = (row("float32", False, 4e-7), row("float32", True, 5e-7), row("bfloat16", False, 3e-3))
+    assert backward(Declared(n=100, backward=rows)) == [
+        "backward correct against float64 at N 100 (float32, bfloat16; no mask; causal; worst gradient "
+        "relative error 3.0e-03)"
+    ]
+    assert backward(Declared(n=100, backward=(row("float32", False, None),))) == []  # no backward to gate
+    assert backward(Declared()) == []
+
+
 def test_declared_workloads_answer_in_three_lines():
     """A line for the right ones with the worst error, one for the first wrong one, one for a refused one."""
     from types import SimpleNamespace as gated
