@@ -260,8 +260,8 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
 def _declared(name: str, run_dir: Path):
     """What variant `name` declares beyond the sweep's masks (reports.answer.Declared): the gate of each
     workload it declares, at check's N, on each device and dtype its run measured
-    (harness.tools.check.gate_workloads), the workload keywords its function takes undeclared, and, when
-    the sweep timed its forward alone, the gate of its backward over every mask (check.gate_masks)."""
+    (harness.tools.check.gate_workloads), the gate of every mask at that N, forward and backward
+    (check.gate_masks), and the workload keywords its function takes undeclared."""
     from attnbench import variants
     from attnbench.harness.tools.check import SEQ_LEN, gate_masks, gate_workloads, unavailable, workload_cells
     from attnbench.reports.answer import Declared
@@ -272,14 +272,15 @@ def _declared(name: str, run_dir: Path):
     devices = sorted(set(mine["device"].astype(str)))
     gated = tuple(row for device in devices for row in gate_workloads([name], device, dtypes, SEQ_LEN))
     v = variants.get(name)
+    here = [device for device in devices if unavailable(v, device) is None]
+    masks = tuple(row for device in here for row in gate_masks([name], device, dtypes, SEQ_LEN))
     # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
     elsewhere = tuple(
-        (d, why) for d in devices if (why := unavailable(v, d)) and workload_cells(v, d, dtypes[0], SEQ_LEN)
+        (d, why, bool(workload_cells(v, d, dtypes[0], SEQ_LEN)))
+        for d in devices
+        if (why := unavailable(v, d))
     )
-    here = [d for d in devices if unavailable(v, d) is None]
-    untimed = v.cap.backward and not (mine["pass"] == "fwdbwd").any()  # its gradients never gated
-    grads = tuple(row for d in here for row in gate_masks([name], d, dtypes, SEQ_LEN)) if untimed else ()
-    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere, grads)
+    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere, masks)
 
 
 @dataclass(frozen=True)

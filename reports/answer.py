@@ -27,19 +27,19 @@ MESSAGE_CHARS = 200
 
 @dataclass(frozen=True)
 class Declared:
-    """What fn declares beyond the sweep's masks: the gate rows of its declared workloads (GateRows of
-    harness.tools.check, at N = n) and the workload keywords it takes without declaring them ((keyword,
+    """What bench gates of fn beyond its sweep's cells, at N = n with `attnbench check`'s own rows (GateRows
+    of harness.tools.check): every mask, forward and, where fn has one, backward (`masks`: a length no
+    power of two divides, where the sweep's N all are, and the backward its forward calls never run); each
+    workload it declares (`gated`); and the workload keywords it takes without declaring them ((keyword,
     how to declare it): variants.handed.undeclared)."""
 
     gated: tuple = ()
     n: int = 0
     undeclared: tuple[tuple[str, str], ...] = ()
-    # (device, why not) for each device the run measured on where fn declares workloads but this process
-    # cannot run it (the run's cells were measured elsewhere: ray, slurm)
-    elsewhere: tuple[tuple[str, str], ...] = ()
-    # the gate of fn's forward and backward over every mask at N = n (GateRows), where it has a backward the
-    # sweep never ran (bench's preset times the forward alone)
-    backward: tuple = ()
+    # (device, why not, whether fn declares workloads) for each device the run measured on that this process
+    # cannot run fn on (the run's cells were measured elsewhere: ray, slurm): nothing is gated there
+    elsewhere: tuple[tuple[str, str, bool], ...] = ()
+    masks: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -107,26 +107,36 @@ def correctness(mine) -> list[str]:
     return lines
 
 
-def backward(declared: Declared) -> list[str]:
-    """The gate of fn's backward, which its forward-only sweep never ran: one line for the masks whose
-    gradients are right against float64, or one for the first wrong (and how many more are)."""
-    gated = [r for r in declared.backward if r.status in ("pass", "FAIL", "error")]
+def at_n(declared: Declared) -> list[str]:
+    """The gate at N = n over every mask fn takes, forward and, where it has one, backward: one line for
+    the masks right against float64, or one for the first wrong (and how many more are); then one for each
+    device its cells ran on that this process lacks, where nothing is gated."""
+    gated = [r for r in declared.masks if r.status in ("pass", "FAIL", "error")]
+    n, lines = n_text(declared.n), []
     bad = [r for r in gated if r.status != "pass"]
     if bad:
         first, more = bad[0], len(bad) - 1
         word = "WRONG" if first.status == "FAIL" else "ERROR"
-        what = "forward and backward" if "output rel_err" in first.reason else "backward"
-        where = f"{first.dtype}, {mask_text(first.causal, first.padding)}, N {n_text(declared.n)}"
         also = f" (and {more} more)" if more else ""
-        return [f"{word} {what} ({where}){also}: {_short(first.reason, MESSAGE_CHARS)}"]
-    grads = [r.grad_rel_err for r in gated if r.grad_rel_err is not None]
-    if not grads:
-        return []
-    masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
-    return [
-        f"backward correct against float64 at N {n_text(declared.n)} ({_dtype_list(gated)}; {masks}; "
-        f"worst gradient relative error {max(grads):.1e})"
-    ]
+        where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
+        lines.append(f"{word} at N {n} ({where}){also}: {_short(first.reason, MESSAGE_CHARS)}")
+    elif gated:
+        masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
+        worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))
+        grads = [r.grad_rel_err for r in gated if r.grad_rel_err is not None]
+        also = f", gradients {max(grads):.1e}" if grads else ""
+        what = "forward and backward" if grads else "forward"
+        lines.append(
+            f"correct at N {n} too, {what} ({_dtype_list(gated)}; {masks}): worst relative error "
+            f"{worst:.1e}{also}"
+        )
+    for device, why, workloads in declared.elsewhere:
+        what = f"every mask at N {n}" + (" and each workload it declares" if workloads else "")
+        lines.append(
+            f"not gated on {device}, which this process lacks ({why}): `attnbench check --device {device}` "
+            f"gates {what} where the cells ran"
+        )
+    return lines
 
 
 def workloads(declared: Declared) -> list[str]:
@@ -157,11 +167,6 @@ def workloads(declared: Declared) -> list[str]:
     if refused:
         lines.append(
             f"declared {refused[0].workload}, but refused it: {_short(refused[0].reason, MESSAGE_CHARS)}"
-        )
-    for device, why in declared.elsewhere:
-        lines.append(
-            f"declared workloads not gated on {device}, which this process lacks ({why}): run "
-            f"`attnbench check --device {device}` where the cells ran"
         )
     if declared.undeclared:
         keywords = ", ".join(f"{keyword}=" for keyword, _ in declared.undeclared)
@@ -296,7 +301,7 @@ def answer(
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
     declared = declared or Declared()
-    lines = [head, *correctness(mine), *backward(declared), *workloads(declared), *unsupported(mine)]
+    lines = [head, *correctness(mine), *at_n(declared), *workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · the full report: run.report() · every cell: run.table()")

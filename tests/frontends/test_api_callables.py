@@ -353,41 +353,67 @@ class ZeroGrad(torch.autograd.Function):  # a hand-written backward that returns
 
 def zero_grad(q, k, v):
     return ZeroGrad.apply(q, k, v)
+
+def blocked(q, k, v):  # a kernel that assumes N % 64 == 0: the last rows of any other N are never written
+    out, n = torch.zeros_like(q), q.shape[2] // 64 * 64
+    out[:, :, :n] = torch.nn.functional.scaled_dot_product_attention(q[:, :, :n], k, v)
+    return out
 """
+
+
+def _bench_of(tmp_path, name: str, **capability):
+    namespace = {"__name__": "__main__"}
+    exec(ZERO_GRAD, namespace)
+    fn = attnbench.variant(namespace[name], **capability)
+    with as_a_fresh_process(tmp_path):
+        return attnbench.bench(fn, out=tmp_path / name, seq_len="64", dtype="float32")
 
 
 def test_bench_gates_the_backward_its_forward_sweep_never_runs(tmp_path):
     """bench's sweep times the forward alone: a function with a wrong hand-written backward was 'correct in
-    2 of 2 cells'. Its backward is gated over every mask it takes, as `attnbench check` gates it, and the
-    answer says it is wrong."""
-    namespace = {"__name__": "__main__"}
-    exec(ZERO_GRAD, namespace)
-    with as_a_fresh_process(tmp_path):
-        bench = attnbench.bench(namespace["zero_grad"], out=tmp_path / "b", seq_len="64", dtype="float32")
+    1 of 1 cells'. Every mask it takes is gated at N = 100 forward and backward, as `attnbench check` gates
+    it, and the answer says the gradients are wrong."""
+    bench = _bench_of(tmp_path, "zero_grad")
     lines = str(bench).splitlines()
     assert lines[1].startswith("correct in 1 of 1 cells gated against float64"), lines
-    said = "WRONG backward (float32, no mask, N 100): gradient rel_err 1.0e+00 > tolerance 4e-04"
-    assert lines[2] == said, lines
-    assert {(r.causal, r.padding, r.status) for r in bench.declared.backward} == {
+    assert lines[2] == "WRONG at N 100 (float32; no mask): gradient rel_err 1.0e+00 > tolerance 4e-04", lines
+    assert {(r.causal, r.padding, r.status) for r in bench.declared.masks} == {
         (False, False, "FAIL"), (True, False, "unsupported"), (False, True, "unsupported"),
         (True, True, "unsupported")}  # fmt: skip
 
 
-def test_a_backward_right_on_every_mask_is_one_line():
+def test_bench_gates_a_length_no_block_divides(tmp_path):
+    """The sweep's N are powers of two: a kernel that never writes the rows past the last full block of 64
+    passed all of them. At N = 100 it is wrong, forward alone too."""
+    bench = _bench_of(tmp_path, "blocked", backward=False)
+    lines = str(bench).splitlines()
+    assert lines[1].startswith("correct in 1 of 1 cells gated against float64"), lines
+    assert lines[2].startswith("WRONG at N 100 (float32; no mask): output rel_err "), lines
+    assert all(r.grad_rel_err is None for r in bench.declared.masks)
+
+
+def test_the_gate_at_n_right_on_every_mask_is_one_line():
     from types import SimpleNamespace as gated
 
-    from attnbench.reports.answer import Declared, backward
+    from attnbench.reports.answer import Declared, at_n
 
-    def row(dtype, causal, grad, status="pass"):
-        return gated(dtype=dtype, causal=causal, padding=False, status=status, grad_rel_err=grad, reason="")
+    def row(dtype, causal, err, grad):
+        return gated(dtype=dtype, causal=causal, padding=False, status="pass", rel_err=err, grad_rel_err=grad)
 
-    rows = (row("float32", False, 4e-7), row("float32", True, 5e-7), row("bfloat16", False, 3e-3))
-    assert backward(Declared(n=100, backward=rows)) == [
-        "backward correct against float64 at N 100 (float32, bfloat16; no mask; causal; worst gradient "
-        "relative error 3.0e-03)"
+    rows = (
+        row("float32", False, 3e-7, 4e-7),
+        row("float32", True, 2e-7, 5e-7),
+        row("bfloat16", False, 2e-3, 3e-3),
+    )
+    assert at_n(Declared(n=100, masks=rows)) == [
+        "correct at N 100 too, forward and backward (float32, bfloat16; no mask; causal): worst relative "
+        "error 2.0e-03, gradients 3.0e-03"
     ]
-    assert backward(Declared(n=100, backward=(row("float32", False, None),))) == []  # no backward to gate
-    assert backward(Declared()) == []
+    forward = (row("float32", False, 3e-7, None),)  # no backward to gate
+    assert at_n(Declared(n=100, masks=forward)) == [
+        "correct at N 100 too, forward (float32; no mask): worst relative error 3.0e-07"
+    ]
+    assert at_n(Declared()) == []
 
 
 def test_declared_workloads_answer_in_three_lines():
@@ -423,7 +449,7 @@ def test_declared_workloads_of_cells_measured_elsewhere_are_said_ungated(tmp_pat
     from synthetic import cell, write_run
 
     from attnbench.api import _declared
-    from attnbench.reports.answer import workloads
+    from attnbench.reports.answer import at_n, workloads
     from attnbench.variants.registry import add
 
     namespace = {"__name__": "__main__"}
@@ -432,11 +458,13 @@ def test_declared_workloads_of_cells_measured_elsewhere_are_said_ungated(tmp_pat
     with as_a_fresh_process(tmp_path):
         add(attnbench.variant(namespace["windowed"], window=True))
         declared = _declared("windowed", run)
-    assert declared.gated == () and [d for d, _ in declared.elsewhere] == ["cuda"]
-    (line,) = workloads(declared)
-    said = "declared workloads not gated on cuda, which this process lacks ("
+    assert declared.gated == declared.masks == () and [d for d, _, _ in declared.elsewhere] == ["cuda"]
+    assert workloads(declared) == []
+    (line,) = at_n(declared)
+    said = "not gated on cuda, which this process lacks ("
     assert line.startswith(said) and line.endswith(
-        "run `attnbench check --device cuda` where the cells ran"
+        "`attnbench check --device cuda` gates every mask at N 100 and each workload it declares where the "
+        "cells ran"
     ), line
 
 
