@@ -66,6 +66,10 @@ def _lower_right_causal(name: str, options: dict[str, Any], decl: dict[str, Any]
     if decl.get("mask", "flags") != "flags":
         raise ValueError(f'variant {name}: causal="lower-right" says how its causal= aligns; a declared mask '
                          "carries the alignment itself (declare lower_right=True)")  # fmt: skip
+    if options.get("lower_right") is False:
+        raise ValueError(
+            f'variant {name}: causal="lower-right" is lower-right causal; lower_right=False says not'
+        )
     options.update(causal=True, lower_right=True, supports=LowerRightOnly(options.get("supports")))
     return LOWER_RIGHT
 

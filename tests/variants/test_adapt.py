@@ -179,6 +179,7 @@ def test_a_function_whose_causal_is_lower_right_declares_it_so():
     [
         ({"causal": "top-right"}, "causal must be True, False or 'lower-right', not 'top-right'"),
         ({"causal": "lower-right", "mask": "bool"}, "a declared mask carries the alignment itself"),
+        ({"causal": "lower-right", "lower_right": False}, "lower_right=False says not"),
     ],
 )
 def test_a_causal_alignment_declared_wrongly_is_refused(decl, message):
