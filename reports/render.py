@@ -405,6 +405,11 @@ def _group_section(
     kinds = FIGURE_KINDS
     if (group["status"] == "ok").all():  # the status figure would be one colour: a sentence says it
         kinds = tuple(k for k in FIGURE_KINDS if k != "status")
+    elif not (group["status"] == "ok").any():  # time, memory and throughput would be empty axes
+        kinds = ("status",)
+        figures.append(
+            pg.Para(f"None of the {len(group)} cells of this group ran ok: its status figure alone.")
+        )
     for kind, ftitle, (fig, data), caption in group_figures(gkey, group, meta, fits, base, head, kinds):
         files.append(save(fig, data, out, f"{kind}-{stem}", ftitle, caption))
         figures.append(pg.Figure(files[-1]))

@@ -225,6 +225,16 @@ PLAIN_HEADINGS = [
 ]  # the sections of a plain report: no workload panel's heading among them
 
 
+def test_a_group_with_no_ok_cell_shows_its_status_figure_alone(tmp_path):
+    """A kernel that raised in every cell: no empty time, memory or throughput axes, a sentence and the
+    status figure that says why."""
+    raised = "RuntimeError: kernel not built for this GPU"
+    rows = [synthetic.cell("raiser", n, status="error", message=raised) for n in (64, 128)]
+    rep = render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "out")
+    assert [f.stem for f in rep.figures if f.stem.endswith("-cpu-float32-fwd")] == ["status-cpu-float32-fwd"]
+    assert "None of the 2 cells of this group ran ok: its status figure alone." in rep.readme.read_text()
+
+
 def test_a_plain_run_shows_no_workload_panel(tmp_path):
     rows = []
     for causal in (True, False):
