@@ -119,7 +119,7 @@ def _version_of(t) -> int | None:
     return getattr(t, "_version", None)
 
 
-class _Call:
+class Call:
     """fn with attnbench's calling convention, from its declaration; `mask`/`made_for` hold a mask made by
     setup for one shape, option set and key_lengths tensor."""
 
@@ -175,16 +175,16 @@ def wrap(name: str, fn: Callable[..., Any], decl: dict[str, Any], setup: Callabl
 
         def own_setup(q, k, v, **opts):
             args = (t.transpose(1, 2) for t in (q, k, v)) if takes_bnhd else (q, k, v)
-            return _Call(name, setup(*args, **opts), decl)
+            return Call(name, setup(*args, **opts), decl)
 
-        return _Call(name, fn, decl), own_setup
+        return Call(name, fn, decl), own_setup
     if decl.get("mask", "flags") == "flags":
-        return _Call(name, fn, decl), None
+        return Call(name, fn, decl), None
 
     def mask_setup(q, k, v, *, causal=False, key_lengths=None, **opts):
         extra = {o: opts[o] for o in ("causal_align", "window") if o in opts}
         mask = make_mask(q, k, kind=decl["mask"], causal=causal, key_lengths=key_lengths, **extra)
-        made_for = (key_lengths, _Call.key(q, k, causal, key_lengths, extra))
-        return _Call(name, fn, decl, mask=mask, made_for=made_for)
+        made_for = (key_lengths, Call.key(q, k, causal, key_lengths, extra))
+        return Call(name, fn, decl, mask=mask, made_for=made_for)
 
-    return _Call(name, fn, decl), mask_setup
+    return Call(name, fn, decl), mask_setup

@@ -174,7 +174,9 @@ class Variant:
     def undeclared(self) -> tuple[tuple[str, str], ...]:
         """(keyword, how to declare it) for each workload keyword fn takes while its capability does not
         declare the workload (handed.undeclared): read from fn itself, not the wrapper handing it keywords."""
-        fn = self.fn.fn if isinstance(self.fn, Keywords) else self.fn
+        fn = self.fn
+        while isinstance(fn, (Keywords, adapt.Call)):  # through a declared shape's bridge and the keywords'
+            fn = fn.fn
         return tuple(undeclared(signature_of(fn), self.cap))
 
     def availability(self, device: str) -> str | None:

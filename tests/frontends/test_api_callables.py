@@ -337,6 +337,9 @@ def test_bench_gates_the_workloads_fn_declares(tmp_path):
     # the same function undeclared: no cell hands it a window, and the answer says how to declare one
     plain = attnbench.variant(namespace["windowed"])
     assert plain.undeclared() == (("window", "window=True"),)
+    # read from the function through a declared shape's bridge too (variants.adapt)
+    for shape in ({"takes": "bnhd"}, {"causal": "lower-right"}):
+        assert attnbench.variant(namespace["windowed"], **shape).undeclared() == (("window", "window=True"),)
 
 
 ZERO_GRAD = """
