@@ -258,8 +258,8 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
 
 
 def _declared(name: str, run_dir: Path):
-    """What variant `name` declares beyond the sweep's masks (reports.answer.Declared): the gate of each
-    workload it declares, at check's N, on each device and dtype its run measured
+    """What bench gates of variant `name` beyond its sweep's cells (reports.answer.Declared): the gate of
+    each workload it declares, at check's N, on each device and dtype its run measured
     (harness.tools.check.gate_workloads), the gate of every mask at that N, forward and backward
     (check.gate_masks), and the workload keywords its function takes undeclared."""
     from attnbench import variants

@@ -107,20 +107,22 @@ def correctness(mine) -> list[str]:
     return lines
 
 
-def at_n(declared: Declared) -> list[str]:
+def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset()) -> list[str]:
     """The gate at N = n over every mask fn takes, forward and, where it has one, backward: one line for
-    the masks right against float64, or one for the first wrong (and how many more are); then one for each
+    the masks right against float64, or one for the first wrong (and how many more are) of those whose
+    (dtype, mask) the sweep did not find wrong already (`wrong`: its WRONG lines say so); then one for each
     device its cells ran on that this process lacks, where nothing is gated."""
     gated = [r for r in declared.masks if r.status in ("pass", "FAIL", "error")]
     n, lines = n_text(declared.n), []
-    bad = [r for r in gated if r.status != "pass"]
+    failed = [r for r in gated if r.status != "pass"]
+    bad = [r for r in failed if (r.dtype, mask_text(r.causal, r.padding)) not in wrong]
     if bad:
         first, more = bad[0], len(bad) - 1
         word = "WRONG" if first.status == "FAIL" else "ERROR"
         also = f" (and {more} more)" if more else ""
         where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
         lines.append(f"{word} at N {n} ({where}){also}: {_short(first.reason, MESSAGE_CHARS)}")
-    elif gated:
+    elif gated and not failed:
         masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
         worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))
         grads = [r.grad_rel_err for r in gated if r.grad_rel_err is not None]
@@ -226,9 +228,9 @@ def speed(df, variant: str, baseline: str) -> list[str]:
 
 def _race(judged: list[tuple[Any, Any]], baseline: str) -> str:
     """'1.52x slower than sdpa (N 64) to 2.10x (N 512); slower in 8 of 8 cells' and the like."""
-    plain = [(k, j) for k, j in judged if mask_text(k["causal"], k["padding"]) == "no mask"] or judged
     from pandas import DataFrame
 
+    plain = [(k, j) for k, j in judged if mask_text(k["causal"], k["padding"]) == "no mask"] or judged
     length = length_axis(DataFrame([k for k, _ in plain]))
     plain.sort(key=lambda kj: int(kj[0][length]))
     (k0, j0), (k1, j1) = plain[0], plain[-1]
@@ -301,7 +303,9 @@ def answer(
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
     declared = declared or Declared()
-    lines = [head, *correctness(mine), *at_n(declared), *workloads(declared), *unsupported(mine)]
+    wrong = mine[mine["status"] == "wrong"]  # (dtype, mask) pairs its WRONG lines name already
+    said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}
+    lines = [head, *correctness(mine), *at_n(declared, said), *workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · the full report: run.report() · every cell: run.table()")

@@ -117,7 +117,8 @@ def gate_all(plan: CheckPlan) -> Iterator[GateRow]:
 
 def gate_masks(names: Sequence[str], device: str, dtypes: Sequence[str], n: int) -> Iterator[GateRow]:
     """gate_all's rows of causal x key padding alone, forward and backward, on its inputs: what
-    attnbench.bench gates of a function's backward when its sweep times the forward only."""
+    attnbench.bench gates of a function at N = n beside its sweep (whose N are powers of two, and whose
+    calls are forward only)."""
     for qkv in _inputs(device, dtypes, n):
         yield from _gate_masks(names, qkv)
 

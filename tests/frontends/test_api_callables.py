@@ -417,6 +417,13 @@ def test_the_gate_at_n_right_on_every_mask_is_one_line():
         "correct at N 100 too, forward (float32; no mask): worst relative error 3.0e-07"
     ]
     assert at_n(Declared()) == []
+    # a mask wrong at N = 100 that the sweep found wrong already: its WRONG line says it, nothing more here
+    failed = gated(dtype="float32", causal=True, padding=False, status="FAIL", rel_err=1.0, grad_rel_err=None,
+                   reason="it ignored causal=True: its answer is attention over every key")  # fmt: skip
+    assert at_n(Declared(n=100, masks=(*rows, failed)), {("float32", "causal")}) == []
+    assert at_n(Declared(n=100, masks=(*rows, failed))) == [
+        "WRONG at N 100 (float32; causal): it ignored causal=True: its answer is attention over every key"
+    ]
 
 
 def test_declared_workloads_answer_in_three_lines():
