@@ -226,7 +226,9 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
     `fn` is a callable (with its capabilities from its signature, or `attnbench.variant(fn, ...)`) or a
     registered variant's name, and so is `baseline` (your previous version of fn, say); what it cannot do
     is `unsupported`, with the reason. Every keyword of `run`
-    goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset.
+    goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset;
+    with `seq_k=` (keys apart from the queries: a decode step) causal masking is aligned lower-right, as
+    decoding aligns it, unless `causal=` says otherwise.
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
@@ -249,6 +251,8 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
         raise ValueError(
             f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"
         )
+    if "seq_k" in keywords and "causal" not in keywords:  # keys apart from the queries: decode's alignment
+        keywords["causal"] = "no,lower-right"
     t0 = time.perf_counter()
     ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
     declared = None if ran.forecast is not None else _declared(who, ran.path)

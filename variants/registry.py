@@ -226,7 +226,12 @@ class Variant:
                 f"({problem.kv_heads} k/v heads for {problem.heads} query heads{way})"
             )
         if problem.lower_right and not cap.lower_right:
-            way = ' (declare lower_right=True if it takes causal_align="lower-right")' if mine else ""
+            way = (
+                ' (declare lower_right=True if it takes causal_align="lower-right", or causal="lower-right" '
+                "if its causal=True is aligned so)"
+                if mine
+                else ""
+            )
             return f"{self.name} does not support lower-right causal alignment{way}"
         if problem.window and not cap.window:
             way = "; declare window=True if it takes window=" if mine else ""

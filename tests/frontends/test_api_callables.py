@@ -395,6 +395,32 @@ def test_bench_gates_a_length_no_block_divides(tmp_path):
     assert all(r.grad_rel_err is None for r in bench.declared.masks)
 
 
+FLASH_CAUSAL = """
+import torch
+
+def flash_causal(q, k, v, causal=False):  # FlashAttention's causal: aligned to the last key
+    mask = None
+    if causal:
+        shift = k.shape[2] - q.shape[2]
+        mask = torch.arange(k.shape[2])[None, :] <= torch.arange(q.shape[2])[:, None] + shift
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+"""
+
+
+def test_a_decode_bench_aligns_causal_masking_as_decoding_does(tmp_path):
+    """bench(fn, seq_k=...): a decode step's causal cells are lower-right (top-left would show its queries
+    the first keys alone); a function whose causal=True is FlashAttention's, declared so, is right there."""
+    namespace = {"__name__": "__main__"}
+    exec(FLASH_CAUSAL, namespace)
+    fn = attnbench.variant(namespace["flash_causal"], causal="lower-right")
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "d", seq_len="4", seq_k="64", dtype="float32")
+    rows = [r for r in read_rows(tmp_path / "d") if r["variant"] == "flash_causal" and not r["padding"]]
+    assert {(r["causal"], r["causal_align"], r["status"]) for r in rows} == {
+        (False, "top-left", "ok"), (True, "lower-right", "ok")}  # fmt: skip
+    assert str(bench).splitlines()[1].startswith("correct in 2 of 2 cells gated against float64"), str(bench)
+
+
 def test_the_gate_at_n_right_on_every_mask_is_one_line():
     from types import SimpleNamespace as gated
 
