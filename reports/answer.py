@@ -56,16 +56,22 @@ class Answer:
         return f'<pre style="white-space: pre-wrap">{body}</pre>'
 
 
-def mask_text(causal: Any, padding: Any) -> str:
-    """'no mask', 'causal', 'padded keys', 'causal, padded keys'."""
+def mask_text(causal: Any, padding: Any, align: Any = "top-left") -> str:
+    """'no mask', 'causal', 'padded keys', 'causal, padded keys'; 'causal lower-right' where the causal mask
+    is aligned to the last key (a decode step's)."""
     causal = present(causal) and bool(causal)
-    parts = (["causal"] if causal else []) + (["padded keys"] if present(padding) and padding else [])
+    said = "causal lower-right" if align == "lower-right" else "causal"
+    parts = ([said] if causal else []) + (["padded keys"] if present(padding) and padding else [])
     return ", ".join(parts) or "no mask"
 
 
+def _aligns(rows) -> Any:
+    return rows["causal_align"] if "causal_align" in rows else ["top-left"] * len(rows)
+
+
 def _masks(rows) -> str:
-    masks = sorted({mask_text(c, p) for c, p in zip(rows["causal"], rows["padding"], strict=True)})
-    return "; ".join(masks)
+    cells = zip(rows["causal"], rows["padding"], _aligns(rows), strict=True)
+    return "; ".join(sorted({mask_text(c, p, a) for c, p, a in cells}))
 
 
 def _ns(rows) -> str:
@@ -236,7 +242,7 @@ def _race(judged: list[tuple[Any, Any]], baseline: str) -> str:
     (k0, j0), (k1, j1) = plain[0], plain[-1]
     counts = {v: sum(j.verdict == v for _, j in judged) for v in ("faster", "slower", "same", "ambiguous")}
     said = ", ".join(f"{v} in {n}" for v, n in counts.items() if n)
-    mask = mask_text(k0["causal"], k0["padding"])
+    mask = mask_text(k0["causal"], k0["padding"], k0.get("causal_align"))
     ends = _end(k0, j0, length) + (f" to {_end(k1, j1, length)}" if len(plain) > 1 else "")
     return f"{ends} than {baseline} ({mask}); of {len(judged)} cells {said}"
 
@@ -304,7 +310,7 @@ def answer(
     head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
     declared = declared or Declared()
     wrong = mine[mine["status"] == "wrong"]  # (dtype, mask) pairs its WRONG lines name already
-    said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}
+    said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     lines = [head, *correctness(mine), *at_n(declared, said), *workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)

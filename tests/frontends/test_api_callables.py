@@ -536,7 +536,7 @@ def test_a_decode_answer_speaks_of_the_keys_it_grows(tmp_path):
         rows.append(cell("dec", 1, seq_k=nk, causal=True, causal_align="lower-right", status="wrong",
                          message=ignored, rel_err=1.0))  # fmt: skip
     lines = answer(write_run(tmp_path / "d", rows), "dec", "sdpa").lines
-    assert f"WRONG float32 (causal; from N_k = 1,024 to 4,096): {ignored}" in lines, lines
+    assert f"WRONG float32 (causal lower-right; from N_k = 1,024 to 4,096): {ignored}" in lines, lines
     race = next(line for line in lines if line.startswith("float32: "))
     assert race.startswith("float32: 2.00x slower at N_k 1,024 to 2.00x slower at N_k 4,096 than sdpa"), race
     growth = next(line for line in lines if line.startswith("grows with"))
