@@ -9,6 +9,7 @@ Read off the run's rows and meta.json alone, as every report is; the full story 
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from .findings import n_text, range_text
 from .tables import length_axis, present
 
 MAX_LINES = 12
+PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
 # the most characters of a row's message a line quotes: its cause and the way out come first, and fit
 MESSAGE_CHARS = 200
 
@@ -220,16 +222,18 @@ def speed(df, variant: str, baseline: str) -> list[str]:
         keys.append(b)
     judged = judge(cells, Design(same_run=True))
     how = judged.basis
+    passes = [p for p in PASSES if any(k["pass"] == p for k in keys)]
     lines = []
-    for dtype in _dtypes({str(k["dtype"]) for k in keys}):
+    for dtype, pass_ in itertools.product(_dtypes({str(k["dtype"]) for k in keys}), passes):
         mine = [
             (k, j)
             for k, j in zip(keys, judged.cells, strict=True)
-            if k["dtype"] == dtype and j.verdict != "n/a"
+            if k["dtype"] == dtype and k["pass"] == pass_ and j.verdict != "n/a"
         ]
+        said = dtype if len(passes) == 1 else f"{dtype} {PASSES[pass_]}"
         if mine:
-            lines.append(f"{dtype}: {_race(mine, baseline)} ({how}, Holm over {judged.family} cells)")
-    return lines[:2]
+            lines.append(f"{said}: {_race(mine, baseline)} ({how}, Holm over {judged.family} cells)")
+    return lines[:4]
 
 
 def _race(judged: list[tuple[Any, Any]], baseline: str) -> str:
@@ -269,6 +273,9 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     plain = df[(df["causal"] == False) & (df["padding"].fillna(0) == 0)]  # noqa: E712 (pandas)
     if plain.empty:
         return []
+    first = next(p for p in [*PASSES, *plain["pass"].astype(str)] if (plain["pass"] == p).any())
+    said = "" if plain["pass"].nunique() == 1 else f", {PASSES.get(first, first)}"
+    plain = plain[plain["pass"] == first]  # one pass's series: the forward where it was timed
     dtype = _dtypes(set(plain["dtype"].dropna().astype(str)))[0]
     table = scaling_table(plain[plain["dtype"] == dtype], metas)
     fits = {str(r["variant"]): r for _, r in table.iterrows()}
@@ -281,8 +288,9 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
         if base is not None and present(base["time_exp"]) and present(base["mem_exp"])
         else ""
     )
+    over = mine["fit_seq_lens"].replace(" ", ", ")
     return [
-        f"grows with {n} ({dtype}, no mask, fitted over {n} {mine['fit_seq_lens'].replace(' ', ', ')}): "
+        f"grows with {n} ({dtype}{said}, no mask, fitted over {n} {over}): "
         f"time as {n}^{mine['time_fit']}, peak memory as {n}^{mine['mem_fit']}{beside}"
     ]
 

@@ -7,6 +7,7 @@ import io
 import json
 import linecache
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -502,6 +503,30 @@ def test_declared_workloads_of_cells_measured_elsewhere_are_said_ungated(tmp_pat
         "`attnbench check --device cuda` gates every mask at N 100 and each workload it declares where the "
         "cells ran"
     ), line
+
+
+def test_a_bench_of_both_passes_races_each_apart(tmp_path):
+    """bench(fn, pass_="both"): a race line per dtype and pass (one line over both read '1.42x slower at N 64
+    to 1.11x faster at N 512', which pass unsaid), and the growth of one pass's series, named."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    rows = []
+    for n in (128, 256, 512):
+        for p, slower in (("fwd", 2.0), ("fwdbwd", 0.5)):
+            rows.append(cell("sdpa", n, pass_=p, time_ms=n / 100, peak_mem_bytes=n * 64))
+            rows.append(cell("two", n, pass_=p, time_ms=n / 100 * slower, peak_mem_bytes=n * n))
+    lines = answer(write_run(tmp_path / "p", rows), "two", "sdpa").lines
+    races = [
+        re.sub(r"\d\.\d\dx", "Rx", line.split(" than sdpa")[0]) for line in lines if line.startswith("float")
+    ]
+    assert races == [
+        "float32 forward: Rx slower at N 128 to Rx slower at N 512",
+        "float32 forward+backward: Rx faster at N 128 to Rx faster at N 512",
+    ], lines
+    growth = next(line for line in lines if line.startswith("grows with"))
+    assert growth.startswith("grows with N (float32, forward, no mask, fitted over N "), growth
 
 
 def test_cells_that_raised_are_said_with_where(tmp_path):
