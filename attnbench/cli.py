@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
         cli_run.add_run,
+        cli_run.add_bench,
         cli_run.add_collect,
         cli_run.add_repro,
         cli_run.add_interleave,

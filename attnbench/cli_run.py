@@ -1,4 +1,4 @@
-"""`attnbench run`, `collect`, `repro` and `interleave`: commands that measure.
+"""`attnbench run`, `bench`, `collect`, `repro` and `interleave`: commands that measure.
 
 `attnbench run` translates its flags into one harness.run.request.RunRequest (the Python API builds the same
 request from its keywords), and the request's rules decide which modes go together.
@@ -19,16 +19,16 @@ from attnbench.harness.sweep.settings import REMOVED_OPTIONS
 from attnbench.harness.sweep.sweeps import flag_name
 
 
-def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
+def _add_sweep_flags(p: argparse.ArgumentParser, hidden: tuple[str, ...] = ()) -> None:
     """The sweep's axes and the measurement settings, one flag each, from the tables
-    (harness.sweep.options)."""
+    (harness.sweep.options); `hidden`: axes taken (so that a command can refuse them in its own words)
+    but not shown in its help."""
     g = p.add_argument_group("sweep (override the preset or config file)")
     g.add_argument("--preset", help="named sweep shipped with attnbench (see `attnbench list --presets`)")
     g.add_argument("--config", metavar="FILE", help="sweep TOML file ([sweep] and [settings] tables)")
     for option in AXIS_OPTIONS:
-        g.add_argument(
-            option.flag(), dest=option.key, metavar=option.metavar, help=option.help_with_default()
-        )
+        shown = argparse.SUPPRESS if option.key in hidden else option.help_with_default()
+        g.add_argument(option.flag(), dest=option.key, metavar=option.metavar, help=shown)
     t = p.add_argument_group("measurement")
     for option in SETTING_OPTIONS:
         action = "append" if option.repeat else "store"
@@ -133,6 +133,62 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("dry run: nothing was measured or written")
         return 0
     return _ended(summary, rerun=args.rerun)
+
+
+def add_bench(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="one variant against a baseline over every mask and dtype, gated against float64, answered "
+        "in a few lines (attnbench.bench)",
+    )
+    p.add_argument(
+        "variant", metavar="VARIANT", help="the variant measured: a registered name (--variant-file)"
+    )
+    p.add_argument(
+        "--baseline", default="sdpa", metavar="VARIANT", help="the variant it races (default: sdpa)"
+    )
+    p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--dry-run", action="store_true", help="what it would measure and for how long; nothing run"
+    )
+    p.add_argument("--executor", default="local", metavar="|".join(EXECUTORS), help="as `attnbench run`'s")
+    _add_sweep_flags(p, hidden=("variants",))
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """attnbench.bench(VARIANT, baseline=...) from the command line: its answer on stdout; exit status 1
+    when VARIANT was wrong (or raised) in a cell, at N = 100 or in a workload it declares."""
+    from attnbench.api import bench
+    from attnbench.harness.sweep.sweeps import build_sweep
+    from attnbench.reports.answer import BROKEN, answer
+    from attnbench.results import load
+
+    if args.variants:
+        raise BadInput("bench measures VARIANT against --baseline: give no --variants")
+    given = {key: value for key, value in _given(args).items() if value is not None}
+    with bad_input():  # the sweep's bad input said with the flags' names, before anything runs
+        build_sweep(given, preset=None if args.config else args.preset or "bench", config=args.config)
+        ran = bench(
+            args.variant, baseline=args.baseline, variant_files=args.variant_file or (), out=args.out,
+            dry_run=args.dry_run, progress=not args.quiet, executor=args.executor, config=args.config,
+            **({"preset": None} if args.config else {"preset": args.preset} if args.preset else {}), **given,
+        )  # fmt: skip
+    if args.dry_run:
+        for line in str(ran).splitlines():
+            say(line)
+        return 0
+    more = f"the full report: attnbench report {ran.path} · every cell: attnbench export {ran.path}"
+    for line in answer(ran.path, ran.variant, ran.baseline, ran.seconds, ran.declared, more).lines:
+        say(line)
+    rows = load(ran.path)
+    mine = rows[rows["variant"] == ran.variant]
+    declared = ran.declared
+    gated = [*declared.masks, *declared.gated] if declared is not None else []
+    failed = mine["status"].isin(["wrong", *BROKEN]).any()
+    return 1 if failed or any(r.status in ("FAIL", "error") for r in gated) else 0
 
 
 def _ended(summary, rerun: str | None) -> int:

@@ -23,6 +23,7 @@ from .tables import length_axis, present
 
 MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
+BROKEN = ("error", "crashed", "timeout", "oom")  # the statuses of a cell whose call raised, died or hung
 # the most characters of a row's message a line quotes: its cause and the way out come first, and fit
 MESSAGE_CHARS = 200
 
@@ -106,7 +107,7 @@ def correctness(mine) -> list[str]:
     for dtype, sub in gated[gated["status"] == "wrong"].groupby("dtype", sort=True):
         first = str(sub.iloc[0]["message"])
         lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, MESSAGE_CHARS)}")
-    broken = mine[mine["status"].isin(["error", "crashed", "timeout", "oom"])]
+    broken = mine[mine["status"].isin(BROKEN)]
     if len(broken):
         first = broken.iloc[0]
         where = f"{', '.join(_dtypes(set(broken['dtype'].astype(str))))}; {_masks(broken)}; {_ns(broken)}"
@@ -306,9 +307,11 @@ def answer(
     baseline: str,
     seconds: float | None = None,
     declared: Declared | None = None,
+    more: str = "the full report: run.report() · every cell: run.table()",
 ) -> Answer:
     """The answer for `variant` raced against `baseline` in the run at run_dir (`seconds`: how long the
-    run took, where the caller timed it; `declared`: what it declares beyond the sweep's masks)."""
+    run took, where the caller timed it; `declared`: what it declares beyond the sweep's masks; `more`:
+    where the rest is, after the run's path on the last line: the Python API's, or the commands')."""
     from attnbench.results import load, load_meta
 
     df = load(run_dir)
@@ -317,12 +320,12 @@ def answer(
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     head = f"{variant} against {baseline}: {len(mine)} cells of {variant}, {len(df)} in all, measured{took}"
     declared = declared or Declared()
-    wrong = mine[mine["status"] == "wrong"]  # (dtype, mask) pairs its WRONG lines name already
+    wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     lines = [head, *correctness(mine), *at_n(declared, said), *workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
-    lines.append(f"run: {run_dir} · the full report: run.report() · every cell: run.table()")
+    lines.append(f"run: {run_dir} · {more}")
     return Answer(tuple(lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines))
 
 

@@ -313,3 +313,59 @@ def test_small_run_and_export(tmp_path):
     keys = {where_key(r["host"], r["device"], r["gpu_uuid"]) for r in ok}
     assert keys == set(meta["devices"]) == {f"{ok[0]['host']}:cpu"}
     assert meta["devices"][keys.pop()]["calibration"] == meta["calibration"]["cpu"]
+
+
+BENCHED = """
+import torch
+from attnbench import register
+
+
+@register("right_attn")
+def right_attn(q, k, v, causal=False):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+@register("unscaled_attn")
+def unscaled_attn(q, k, v, causal=False):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0)
+"""
+QUICK_BENCH = ("--seq-len", "64", "--dtype", "float32", "--budget-ms", "5", "--min-ms", "1", "-q")
+
+
+def test_bench_on_the_command_line_answers_and_fails_a_wrong_variant(tmp_path):
+    """`attnbench bench VARIANT`: attnbench.bench's answer on stdout, exit status 0 when right, 1 when wrong
+    in a cell (a CI gate on a kernel)."""
+    mine = tmp_path / "mine.py"
+    mine.write_text(BENCHED)
+    right = run_cli(
+        "bench", "right_attn", "--variant-file", str(mine), *QUICK_BENCH, "--out", str(tmp_path / "r")
+    )
+    assert right.returncode == 0, right.stderr
+    lines = right.stdout.splitlines()
+    assert lines[0].startswith("right_attn against sdpa: 4 cells of right_attn"), lines
+    assert any(line.startswith("correct at N 100 too, forward and backward") for line in lines), lines
+    assert (
+        f"the full report: attnbench report {tmp_path / 'r'}" in right.stdout
+    )  # the commands, not run.report()
+    wrong = run_cli(
+        "bench", "unscaled_attn", "--variant-file", str(mine), *QUICK_BENCH, "--out", str(tmp_path / "w")
+    )
+    assert wrong.returncode == 1, wrong.stderr
+    assert any(
+        line.startswith("WRONG float32 (causal; no mask; at N = 64)") for line in wrong.stdout.splitlines()
+    )
+    assert "it left out the scale" in wrong.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--variants", "a,b"], "bench measures VARIANT against --baseline: give no --variants"),
+        (["--seq-len", "0"], "--seq-len must be positive integers, got 0"),
+        (["--baseline", "nope"], "unknown variant 'nope'"),
+    ],
+)
+def test_bench_refuses_bad_input_in_one_line_before_any_work(tmp_path, flags, said):
+    p = run_cli("bench", "sdpa_math", *flags, "--out", str(tmp_path / "b"))
+    assert p.returncode == 2 and p.stderr.startswith(f"attnbench: error: {said}"), p.stderr
+    assert len(p.stderr.splitlines()) == 1 and not (tmp_path / "b").exists()

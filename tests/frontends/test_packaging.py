@@ -60,6 +60,9 @@ def test_every_command_runs_beside_decoy_packages(tmp_path, entry):
         return
     cli("run", "--variants", "naive,chunked", *SMALL, "--calibrate-ms", TEST_CALIBRATE_MS, "--out", "run")
     assert "naive" in cli("export", "run").stdout
+    bench = cli("bench", "sdpa_math", "--seq-len", "32", "--dtype", "float32", "--budget-ms", "5",
+                "--min-ms", "1", "--calibrate-ms", TEST_CALIBRATE_MS, "-q", "--out", "bench")  # fmt: skip
+    assert bench.stdout.startswith("sdpa_math against sdpa: ")
     cell = "naive|cpu|float32|b1|h2|n32|dk64|dv64|full|pad0|fwd"
     assert cli("repro", "run", cell).stdout.startswith("attnbench run --variants naive ")
     assert "hostname" in cli("env").stdout
