@@ -19,11 +19,14 @@ from typing import Any
 from attnbench.results.judge import Cell, Design, Side, judge
 
 from .findings import n_text, range_text
-from .tables import length_axis, present
+from .tables import label, length_axis, present, varying
 
 MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
 BROKEN = ("error", "crashed", "timeout", "oom")  # the statuses of a cell whose call raised, died or hung
+# the axes of a cell's shape besides its lengths and mask: a race line each where fn's cells take several
+SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "dropout", "mod", "lengths",
+              "page_size")  # fmt: skip
 # the most characters of a row's message a line quotes: its cause and the way out come first, and fit
 MESSAGE_CHARS = 200
 
@@ -221,19 +224,27 @@ def speed(df, variant: str, baseline: str) -> list[str]:
             Cell(str(a["status"]), str(b["status"]), Side.of(a) if ok else None, Side.of(b) if ok else None)
         )
         keys.append(b)
+    from pandas import DataFrame
+
     judged = judge(cells, Design(same_run=True))
     how = judged.basis
     passes = [p for p in PASSES if any(k["pass"] == p for k in keys)]
+    shapes = varying(DataFrame(keys), SHAPE_AXES)  # a race per shape where fn's cells have several
+    ordered = DataFrame(keys)[shapes].sort_values(shapes).astype(str)  # numbers in their order: 64 before 128
+    combos = list(dict.fromkeys(ordered.itertuples(index=False, name=None)))
     lines = []
-    for dtype, pass_ in itertools.product(_dtypes({str(k["dtype"]) for k in keys}), passes):
+    for dtype, pass_, combo in itertools.product(_dtypes({str(k["dtype"]) for k in keys}), passes, combos):
         mine = [
             (k, j)
             for k, j in zip(keys, judged.cells, strict=True)
             if k["dtype"] == dtype and k["pass"] == pass_ and j.verdict != "n/a"
-        ]
-        said = dtype if len(passes) == 1 else f"{dtype} {PASSES[pass_]}"
+            and tuple(str(k[a]) for a in shapes) == combo
+        ]  # fmt: skip
+        said = " ".join([dtype, *([PASSES[pass_]] if len(passes) > 1 else [])])
+        where = label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes) if mine and shapes else ""
         if mine:
-            lines.append(f"{said}: {_race(mine, baseline)} ({how}, Holm over {judged.family} cells)")
+            line = f"{said}{' ' + where if where else ''}: {_race(mine, baseline)}"
+            lines.append(f"{line} ({how}, Holm over {judged.family} cells)")
     return lines[:4]
 
 
@@ -277,6 +288,11 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     first = next(p for p in [*PASSES, *plain["pass"].astype(str)] if (plain["pass"] == p).any())
     said = "" if plain["pass"].nunique() == 1 else f", {PASSES.get(first, first)}"
     plain = plain[plain["pass"] == first]  # one pass's series: the forward where it was timed
+    shapes = varying(plain, SHAPE_AXES)  # and one shape's: the first of each axis that takes several
+    for axis in shapes:
+        plain = plain[plain[axis] == plain[axis].sort_values().iloc[0]]
+    if shapes:
+        said += ", " + label({a: plain[a].iloc[0] for a in shapes}, shapes)
     dtype = _dtypes(set(plain["dtype"].dropna().astype(str)))[0]
     table = scaling_table(plain[plain["dtype"] == dtype], metas)
     fits = {str(r["variant"]): r for _, r in table.iterrows()}

@@ -529,6 +529,30 @@ def test_a_bench_of_both_passes_races_each_apart(tmp_path):
     assert growth.startswith("grows with N (float32, forward, no mask, fitted over N "), growth
 
 
+def test_a_bench_of_two_head_dims_races_each_apart(tmp_path):
+    """bench(fn, d_k=[64, 128]): a race line per head dim (one line over both mixed them at each N), in
+    their order, and the growth of the first's series, named."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    rows = []
+    for n in (128, 256, 512):
+        for d, slower in ((64, 2.0), (128, 0.5)):
+            rows.append(cell("sdpa", n, d_k=d, time_ms=n / 100, peak_mem_bytes=n * 64))
+            rows.append(cell("two", n, d_k=d, time_ms=n / 100 * slower, peak_mem_bytes=n * n))
+    lines = answer(write_run(tmp_path / "d", rows), "two", "sdpa").lines
+    races = [
+        re.sub(r"\d\.\d\dx", "Rx", line.split(" than sdpa")[0]) for line in lines if line.startswith("float")
+    ]
+    assert races == [
+        "float32 d_k=64: Rx slower at N 128 to Rx slower at N 512",
+        "float32 d_k=128: Rx faster at N 128 to Rx faster at N 512",
+    ], lines
+    growth = next(line for line in lines if line.startswith("grows with"))
+    assert growth.startswith("grows with N (float32, d_k=64, no mask, fitted over N "), growth
+
+
 def test_cells_that_raised_are_said_with_where(tmp_path):
     """A function that raises past some N: how many cells, which dtypes, masks and N, and what it raised."""
     from synthetic import cell, write_run
