@@ -208,6 +208,8 @@ def unsupported(mine) -> list[str]:
 def speed(df, variant: str, baseline: str) -> list[str]:
     """Per dtype: fn against the baseline, cell by cell over every mask and N both measured ok, judged as
     an A/B in one run (results.judge: visits paired by round where each has 3 or more)."""
+    from pandas import DataFrame
+
     from attnbench.results.schema import CELL_AXES
 
     shape = [a for a in CELL_AXES if a != "variant"]
@@ -224,8 +226,6 @@ def speed(df, variant: str, baseline: str) -> list[str]:
             Cell(str(a["status"]), str(b["status"]), Side.of(a) if ok else None, Side.of(b) if ok else None)
         )
         keys.append(b)
-    from pandas import DataFrame
-
     judged = judge(cells, Design(same_run=True))
     how = judged.basis
     passes = [p for p in PASSES if any(k["pass"] == p for k in keys)]
@@ -240,11 +240,11 @@ def speed(df, variant: str, baseline: str) -> list[str]:
             if k["dtype"] == dtype and k["pass"] == pass_ and j.verdict != "n/a"
             and tuple(str(k[a]) for a in shapes) == combo
         ]  # fmt: skip
-        said = " ".join([dtype, *([PASSES[pass_]] if len(passes) > 1 else [])])
-        where = label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes) if mine and shapes else ""
-        if mine:
-            line = f"{said}{' ' + where if where else ''}: {_race(mine, baseline)}"
-            lines.append(f"{line} ({how}, Holm over {judged.family} cells)")
+        if not mine:
+            continue
+        shown = [dtype, *([PASSES[pass_]] if len(passes) > 1 else [])]
+        shown += [label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes)] if shapes else []
+        lines.append(f"{' '.join(shown)}: {_race(mine, baseline)} ({how}, Holm over {judged.family} cells)")
     return lines[:4]
 
 

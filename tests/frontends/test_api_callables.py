@@ -505,52 +505,36 @@ def test_declared_workloads_of_cells_measured_elsewhere_are_said_ungated(tmp_pat
     ), line
 
 
-def test_a_bench_of_both_passes_races_each_apart(tmp_path):
-    """bench(fn, pass_="both"): a race line per dtype and pass (one line over both read '1.42x slower at N 64
-    to 1.11x faster at N 512', which pass unsaid), and the growth of one pass's series, named."""
+@pytest.mark.parametrize(
+    ("axis", "values", "said"),
+    [
+        ("pass_", ("fwd", "fwdbwd"), ("forward", "forward+backward")),
+        ("d_k", (64, 128), ("d_k=64", "d_k=128")),
+    ],
+)
+def test_a_bench_of_two_passes_or_shapes_races_each_apart(tmp_path, axis, values, said):
+    """bench(fn, pass_="both") or bench(fn, d_k=[64, 128]): a race line per pass or shape, in their order
+    (one line over both read '1.42x slower at N 64 to 1.11x faster at N 512', which of them unsaid), and the
+    growth of the first's series, named."""
     from synthetic import cell, write_run
 
     from attnbench.reports.answer import answer
 
     rows = []
     for n in (128, 256, 512):
-        for p, slower in (("fwd", 2.0), ("fwdbwd", 0.5)):
-            rows.append(cell("sdpa", n, pass_=p, time_ms=n / 100, peak_mem_bytes=n * 64))
-            rows.append(cell("two", n, pass_=p, time_ms=n / 100 * slower, peak_mem_bytes=n * n))
+        for value, slower in zip(values, (2.0, 0.5), strict=True):
+            rows.append(cell("sdpa", n, **{axis: value}, time_ms=n / 100, peak_mem_bytes=n * 64))
+            rows.append(cell("two", n, **{axis: value}, time_ms=n / 100 * slower, peak_mem_bytes=n * n))
     lines = answer(write_run(tmp_path / "p", rows), "two", "sdpa").lines
     races = [
         re.sub(r"\d\.\d\dx", "Rx", line.split(" than sdpa")[0]) for line in lines if line.startswith("float")
     ]
     assert races == [
-        "float32 forward: Rx slower at N 128 to Rx slower at N 512",
-        "float32 forward+backward: Rx faster at N 128 to Rx faster at N 512",
+        f"float32 {said[0]}: Rx slower at N 128 to Rx slower at N 512",
+        f"float32 {said[1]}: Rx faster at N 128 to Rx faster at N 512",
     ], lines
     growth = next(line for line in lines if line.startswith("grows with"))
-    assert growth.startswith("grows with N (float32, forward, no mask, fitted over N "), growth
-
-
-def test_a_bench_of_two_head_dims_races_each_apart(tmp_path):
-    """bench(fn, d_k=[64, 128]): a race line per head dim (one line over both mixed them at each N), in
-    their order, and the growth of the first's series, named."""
-    from synthetic import cell, write_run
-
-    from attnbench.reports.answer import answer
-
-    rows = []
-    for n in (128, 256, 512):
-        for d, slower in ((64, 2.0), (128, 0.5)):
-            rows.append(cell("sdpa", n, d_k=d, time_ms=n / 100, peak_mem_bytes=n * 64))
-            rows.append(cell("two", n, d_k=d, time_ms=n / 100 * slower, peak_mem_bytes=n * n))
-    lines = answer(write_run(tmp_path / "d", rows), "two", "sdpa").lines
-    races = [
-        re.sub(r"\d\.\d\dx", "Rx", line.split(" than sdpa")[0]) for line in lines if line.startswith("float")
-    ]
-    assert races == [
-        "float32 d_k=64: Rx slower at N 128 to Rx slower at N 512",
-        "float32 d_k=128: Rx faster at N 128 to Rx faster at N 512",
-    ], lines
-    growth = next(line for line in lines if line.startswith("grows with"))
-    assert growth.startswith("grows with N (float32, d_k=64, no mask, fitted over N "), growth
+    assert growth.startswith(f"grows with N (float32, {said[0]}, no mask, fitted over N "), growth
 
 
 def test_cells_that_raised_are_said_with_where(tmp_path):
