@@ -297,6 +297,7 @@ def gate(
         rounded = (dequantise(t, quant) for t in (q, k, v))  # what the variant computed on, in float32
         refs.insert(0, reference(*rounded, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules))
     sampled = got = out if rows is None else out[:, :, rows.to(out.device)]  # sampled: before rows leave
+    whole = refs[0]  # the kernel's reference on the rows checked, (B, H, R, d), before rows leave
     empty = empty_rows(q.shape[2], key_lengths, n_k=k.shape[2], **rules)
     masked = _masked_behaviour(out, empty, rows)
     if empty is not None:
@@ -308,7 +309,7 @@ def gate(
     if cu_seqlens is not None and not rel <= tol:
         where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
     elif not rel <= tol:
-        where = nonfinite_rows(sampled, rows)
+        where = nonfinite_rows(sampled, rows) or wrong_rows(sampled, whole, rows, tol, empty)
     if not quant and not rel <= tol:  # a rounding recipe's answer is judged on other inputs: no reading
         hint = likely_cause(
             sampled, q, k, v, tol=tol, scale=scale, rows=rows, key_lengths=key_lengths, mod=mod, **rules
@@ -470,6 +471,30 @@ def nonfinite_rows(got: torch.Tensor, rows=None) -> str:
     if len(ids) == 1:
         return f"at query row {int(ids[0])} only"
     return f"at {len(ids)} of {got.shape[2]} query rows checked, the first row {int(ids[0])}"
+
+
+def wrong_rows(got: torch.Tensor, ref: torch.Tensor, rows, tol: float, empty=None) -> str:
+    """Where a finite answer errs, by query row: 'at query rows 64 to 99 (36 of 100 checked)', 'at query row
+    99 only' or 'at 5 of 64 query rows checked, the first row 7'; "" where every row errs (nothing to point
+    at) or none does. A row errs where its error over the reference's typical row norm passes tol in any
+    batch element and head (got, ref: (B, H, R, d) on the rows checked); rows that see no key
+    (empty_rows) are left out."""
+    err = (got.detach().to(torch.float64) - ref).norm(dim=-1)  # (B, H, R)
+    norms = ref.norm(dim=-1)
+    err = err / norms.clamp_min(max(float(norms.mean()), 1e-30) * 1e-3)
+    if empty is not None:
+        hidden = (empty if rows is None else empty[:, :, rows.to(empty.device)])[..., 0]
+        err = err.masked_fill(hidden.to(err.device).expand_as(err), 0.0)
+    bad = (err > tol).flatten(0, 1).any(0).cpu()
+    ids, n = (torch.arange(got.shape[2]) if rows is None else rows.cpu())[bad], got.shape[2]
+    if not len(ids) or len(ids) == n:
+        return ""
+    if len(ids) == 1:
+        return f"at query row {int(ids[0])} only"
+    at = torch.nonzero(bad).flatten()
+    if int(at[-1] - at[0]) + 1 == len(at):  # one run of the rows checked
+        return f"at query rows {int(ids[0])} to {int(ids[-1])} ({len(ids)} of {n} checked)"
+    return f"at {len(ids)} of {n} query rows checked, the first row {int(ids[0])}"
 
 
 def _rounding(got: torch.Tensor, rounded_ref: torch.Tensor, ref: torch.Tensor, quant: str) -> dict:

@@ -244,3 +244,35 @@ def test_a_paged_cache_whose_heads_were_tiled_is_named():
     tiled = decode(q, k.repeat(1, 1, 2, 1), v.repeat(1, 1, 2, 1), table, CONTEXTS)
     result = correctness.gate(tiled, q, k, v, **rules)
     assert result.describe().startswith("it tiled the k/v heads (repeat)"), result.describe()
+
+
+def _tail_unwritten(q, k, v, block=32):
+    """A kernel that assumes N is a multiple of its block: the rows past the last full one stay zero."""
+    out = torch.zeros_like(q)
+    n = q.shape[2] // block * block
+    out[:, :, :n] = attention(q[:, :, :n], k, v)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("answer", "rows", "said"),
+    [
+        (_tail_unwritten, None, "at query rows 32 to 39 (8 of 40 checked)"),
+        (lambda q, k, v: _tail_unwritten(q, k, v, block=39), None, "at query row 39 only"),
+        (_tail_unwritten, torch.tensor([0, 5, 33, 39]), "at query rows 33 to 39 (2 of 4 checked)"),
+        (
+            lambda q, k, v: attention(q, k, v) * torch.tensor([1.0, 2.0] * (N // 2))[:, None],
+            None,
+            "at 20 of 40 query rows checked, the first row 1",
+        ),  # fmt: skip
+        (no_scale, None, None),  # every row wrong: nothing to point at (the hint says why)
+    ],
+)
+def test_a_wrong_answer_says_which_query_rows_err(answer, rows, said):
+    q, k, v = qkv()
+    result = correctness.gate(answer(q, k, v), q, k, v, rows=rows)
+    assert not result.passed
+    if said is None:
+        assert result.where == "" and result.hint.startswith("it left out the scale"), result.describe()
+    else:
+        assert result.where == said and result.describe().endswith(said), result.describe()
