@@ -306,14 +306,15 @@ def gate(
         got, refs = got[keep], [r[keep.to(r.device)] for r in refs]
     max_abs, rel = _errors(got, refs[0])
     where = hint = ""
-    if cu_seqlens is not None and not rel <= tol:
-        where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
-    elif not rel <= tol:
-        where = nonfinite_rows(sampled, rows) or wrong_rows(sampled, whole, rows, tol, empty)
     if not quant and not rel <= tol:  # a rounding recipe's answer is judged on other inputs: no reading
         hint = likely_cause(
             sampled, q, k, v, tol=tol, scale=scale, rows=rows, key_lengths=key_lengths, mod=mod, **rules
         )
+    if cu_seqlens is not None and not rel <= tol:
+        where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
+    elif not rel <= tol:  # the rows that err where no known mistake explains them
+        erring = "" if hint else wrong_rows(sampled, whole, rows, tol, empty)
+        where = nonfinite_rows(sampled, rows) or erring
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
