@@ -228,7 +228,9 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
     is `unsupported`, with the reason. Every keyword of `run`
     goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset;
     with `seq_k=` (keys apart from the queries: a decode step) causal masking is aligned lower-right, as
-    decoding aligns it, unless `causal=` says otherwise.
+    decoding aligns it, unless `causal=` says otherwise; with an executor that measures cells in parallel
+    (`executor="ray"` or `"slurm"`, `devices=`) each cell is visited once (`rounds=1`), and the race is
+    judged on its timed calls.
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
@@ -253,6 +255,9 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
         )
     if "seq_k" in keywords and "causal" not in keywords:  # keys apart from the queries: decode's alignment
         keywords["causal"] = "no,lower-right"
+    from attnbench.harness.run import plan
+
+    keywords = plan.once_in_parallel(keywords)  # cells measured in parallel follow no plan of the preset's
     t0 = time.perf_counter()
     ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
     declared = None if ran.forecast is not None else _declared(who, ran.path)

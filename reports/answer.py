@@ -299,6 +299,8 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     if variant not in fits:
         return []
     mine, base = fits[variant], fits.get(baseline)
+    if not present(mine["time_exp"]):  # one length (or none) ok: nothing grows
+        return []
     n = _length_name(length_axis(plain[(plain["dtype"] == dtype) & (plain["variant"] == variant)]))
     beside = (
         f" ({baseline}: {n}^{base['time_exp']:.2f} and {n}^{base['mem_exp']:.2f})"

@@ -77,6 +77,14 @@ def check(settings: Settings, executor: str, ordered: bool) -> None:
         )
 
 
+def once_in_parallel(options: dict) -> dict:
+    """A run's keywords (attnbench.bench's, over its preset's rounds) with one round each where its executor
+    measures cells in parallel (ray, slurm, --devices), which no plan of rounds can follow (check), and
+    the caller asked for no rounds of its own; unchanged otherwise."""
+    parallel = options.get("executor", "local") != "local" or options.get("devices")
+    return {**options, "rounds": 1} if parallel and "rounds" not in options else options
+
+
 def per_cell(settings: Settings) -> int:
     """The visits a cell gets before any settle round (the estimate's count)."""
     return max(1, settings.rounds)

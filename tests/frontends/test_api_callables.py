@@ -422,6 +422,18 @@ def test_a_decode_bench_aligns_causal_masking_as_decoding_does(tmp_path):
     assert str(bench).splitlines()[1].startswith("correct in 2 of 2 cells gated against float64"), str(bench)
 
 
+def test_a_bench_on_executors_that_measure_in_parallel_visits_each_cell_once(tmp_path):
+    """bench's preset visits in 3 rounds, which ray, slurm and --devices (cells in parallel) cannot follow:
+    there it visits each cell once instead of refusing the keyword its docs name (a dry run: the same
+    rules, nothing started)."""
+    with as_a_fresh_process(tmp_path):
+        for scale_out in ({"executor": "ray"}, {"executor": "slurm", "slurm_local": True}):
+            ran = attnbench.bench("sdpa_math", **scale_out, dry_run=True, seq_len=[64], out=tmp_path / "d")
+            assert str(ran).startswith("bench sdpa_math against sdpa: a dry run, nothing measured")
+        with pytest.raises(ValueError, match="rounds=3 visits the whole sweep in one order on one worker"):
+            attnbench.bench("sdpa_math", executor="ray", rounds=3, dry_run=True, seq_len=[64])
+
+
 def test_the_gate_at_n_right_on_every_mask_is_one_line():
     from types import SimpleNamespace as gated
 
