@@ -253,6 +253,8 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
         raise ValueError(
             f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"
         )
+    if "dtype" not in keywords:  # a kernel of neither preset dtype (fp16 alone, say): its own, not nothing
+        keywords.update(_own_dtypes(measured))
     if "seq_k" in keywords and "causal" not in keywords:  # keys apart from the queries: decode's alignment
         keywords["causal"] = "no,lower-right"
     from attnbench.harness.run import plan
@@ -264,6 +266,19 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
     took = time.perf_counter() - t0
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
+
+
+def _own_dtypes(measured: Any) -> dict:
+    """{"dtype": fn's dtypes} where fn (a Variant, or a registered name) supports none of the bench
+    preset's dtypes, so that bench measures it in its own rather than in none; {} otherwise, and for a
+    name a variant file registers later."""
+    from attnbench import variants
+    from attnbench.harness.sweep.sweeps import presets, read_sweep_file
+
+    v = measured if not isinstance(measured, str) else variants.all_variants().get(measured)
+    if v is None or set(v.cap.dtypes) & set(read_sweep_file(presets()["bench"])["dtype"]):
+        return {}
+    return {"dtype": list(v.cap.dtypes)}
 
 
 def _declared(name: str, run_dir: Path):

@@ -434,6 +434,19 @@ def test_a_bench_on_executors_that_measure_in_parallel_visits_each_cell_once(tmp
             attnbench.bench("sdpa_math", executor="ray", rounds=3, dry_run=True, seq_len=[64])
 
 
+def test_a_bench_of_a_kernel_of_other_dtypes_measures_it_in_its_own(tmp_path):
+    """A kernel declared float16 alone: the bench preset's float32 and bfloat16 would measure none of its
+    cells ('unsupported' twice); it is benched in float16 instead."""
+    namespace = {"__name__": "__main__"}
+    exec(FLASH_CAUSAL, namespace)
+    fn = attnbench.variant(namespace["flash_causal"], dtypes=("float16",))
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "h", seq_len="64", causal="no", padding="0")
+    assert {(r["variant"], r["dtype"], r["status"]) for r in read_rows(tmp_path / "h")} == {
+        ("flash_causal", "float16", "ok"), ("sdpa", "float16", "ok")}  # fmt: skip
+    assert str(bench).splitlines()[1].startswith("correct in 1 of 1 cells gated against float64"), str(bench)
+
+
 def test_the_gate_at_n_right_on_every_mask_is_one_line():
     from types import SimpleNamespace as gated
 
