@@ -218,8 +218,9 @@ class Bench(Run):
 
 def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keywords: Any) -> Bench:
     """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
-    padding none/25%) and dtype (float32, bfloat16) it supports, each cell gated against the float64
-    reference, across a scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
+    padding none/25%) and dtype (float32, bfloat16; its own where it supports neither) it supports, each
+    cell gated against the float64 reference (and once more at N = 100, forward and backward), across a
+    scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
     whose answer prints in a few lines: `print(attnbench.bench(fn))` (in a notebook it shows itself). It is
     also the Run (`.report()` for the whole story, `.table()` for every cell).
 
