@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
@@ -153,6 +154,21 @@ def keyword(key: str, value: str | None = None) -> str:
     return f"{key}=True" if key in _SWITCHES else key
 
 
+# True while a command line calls this API (`attnbench bench`): its messages keep the flags' names
+_AS_FLAGS: ContextVar[bool] = ContextVar("attnbench_as_flags", default=False)
+
+
+@contextmanager
+def as_flags():
+    """The API called by a command (`attnbench bench` calls bench): what the harness refuses is said with
+    the command's flags (`--out`, `--resume`), as `attnbench run` says it, not respelled (in_keywords)."""
+    token = _AS_FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)
+
+
 @contextmanager
 def in_keywords():
     """What the harness refuses (a ValueError naming the CLI's flags), said with this API's keywords: the one
@@ -162,7 +178,7 @@ def in_keywords():
     try:
         yield
     except ValueError as exc:
-        said = respell(str(exc), keyword)
+        said = str(exc) if _AS_FLAGS.get() else respell(str(exc), keyword)
         if said == str(exc):
             raise
         raise type(exc)(said) from None
@@ -218,9 +234,9 @@ class Bench(Run):
 
 def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keywords: Any) -> Bench:
     """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
-    padding none/25%) and dtype (float32, bfloat16; its own where it supports neither) it supports, each
-    cell gated against the float64 reference (and once more at N = 100, forward and backward), across a
-    scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
+    padding none/25%) and dtype it supports (float32 and bfloat16, or its own where it supports neither),
+    each cell gated against the float64 reference (and once more at N = 100, forward and backward), across
+    a scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
     whose answer prints in a few lines: `print(attnbench.bench(fn))` (in a notebook it shows itself). It is
     also the Run (`.report()` for the whole story, `.table()` for every cell).
 
@@ -254,19 +270,27 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
         raise ValueError(
             f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"
         )
-    if "dtype" not in keywords:  # a kernel of neither preset dtype (fp16 alone, say): its own, not nothing
-        keywords.update(_own_dtypes(measured))
-    if "seq_k" in keywords and "causal" not in keywords:  # keys apart from the queries: decode's alignment
-        keywords["causal"] = "no,lower-right"
-    from attnbench.harness.run import plan
-
-    keywords = plan.once_in_parallel(keywords)  # cells measured in parallel follow no plan of the preset's
     t0 = time.perf_counter()
-    ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
+    ran = run(variants=[measured, against], **{"preset": "bench", **_bench_keywords(measured, keywords)})
     declared = None if ran.forecast is not None else _declared(who, ran.path)
     took = time.perf_counter() - t0
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
+
+
+def _bench_keywords(measured: Any, keywords: dict[str, Any]) -> dict[str, Any]:
+    """bench's keywords for run, over its preset, where the caller gave none of these: fn's own dtypes
+    where it supports neither of the preset's (a float16 kernel), causal masking aligned lower-right for
+    a decode step (`seq_k=`: keys apart from the queries), and one visit a cell on an executor that
+    measures cells in parallel (harness.run.plan.once_in_parallel)."""
+    from attnbench.harness.run import plan
+
+    keywords = dict(keywords)
+    if "dtype" not in keywords:
+        keywords.update(_own_dtypes(measured))
+    if "seq_k" in keywords and "causal" not in keywords:
+        keywords["causal"] = "no,lower-right"
+    return plan.once_in_parallel(keywords)
 
 
 def _own_dtypes(measured: Any) -> dict:

@@ -161,7 +161,7 @@ def add_bench(sub) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     """attnbench.bench(VARIANT, baseline=...) from the command line: its answer on stdout; exit status 1
     when VARIANT was wrong (or raised) in a cell, at N = 100 or in a workload it declares."""
-    from attnbench.api import bench
+    from attnbench.api import as_flags, bench
     from attnbench.harness.sweep.sweeps import build_sweep
     from attnbench.reports.answer import BROKEN, answer
     from attnbench.results import load
@@ -169,7 +169,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.variants:
         raise BadInput("bench measures VARIANT against --baseline: give no --variants")
     given = {key: value for key, value in _given(args).items() if value is not None}
-    with bad_input():  # the sweep's bad input said with the flags' names, before anything runs
+    with bad_input(), as_flags():  # bad input said with the flags' names, before anything runs
         build_sweep(given, preset=None if args.config else args.preset or "bench", config=args.config)
         ran = bench(
             args.variant, baseline=args.baseline, variant_files=args.variant_file or (), out=args.out,

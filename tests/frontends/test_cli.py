@@ -369,3 +369,11 @@ def test_bench_refuses_bad_input_in_one_line_before_any_work(tmp_path, flags, sa
     p = run_cli("bench", "sdpa_math", *flags, "--out", str(tmp_path / "b"))
     assert p.returncode == 2 and p.stderr.startswith(f"attnbench: error: {said}"), p.stderr
     assert len(p.stderr.splitlines()) == 1 and not (tmp_path / "b").exists()
+
+
+def test_bench_says_what_the_run_refuses_with_its_flags(tmp_path):
+    """The API it calls says `out=`, `resume=True`; on the command line it is the flags' names."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("not a run")
+    p = run_cli("bench", "sdpa_math", "--out", str(tmp_path / "full"), "-q")
+    assert p.returncode == 2 and p.stderr.rstrip().endswith("pass --resume or choose another --out"), p.stderr
