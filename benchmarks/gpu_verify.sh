@@ -10,7 +10,7 @@
 #          the numerics probe, the harness-vs-triton.do_bench timing check, and events against CUDA-graph
 #          timing (--timing) on a small and a large cell.
 # preset:  the gpu preset into OUTDIR/gpu-run (bounded by GPU_RUN_SECONDS; resumable).
-# measure: xformers (load, gate, axes), an energy run, the varlen and paged presets, and the gpu preset twice
+# measure: xformers (load, gate, axes, attnbench bench), an energy run, the varlen and paged presets, and the gpu preset twice
 #          (fresh, then with torch's compile caches warm), each run's log lines stamped, in one command
 #          (SESSION_SKIP leaves steps out, PYTEST_K picks the CUDA tests, ENERGY_VARIANTS and ENERGY_SEQ size
 #          the energy run; DEVICE_REPORTS=1 makes the reports there too).
@@ -178,6 +178,10 @@ measure)
     step xformers-lower-right 50 python3 -m attnbench run "${ax[@]}" --seq-len 512 --seq-k 2048 \
         --causal lower-right --window 0,256 --out "$out/xformers-lower-right" > "$out/xformers-lower-right.log" 2>&1
     wait
+    # attnbench bench on CUDA: its N = 100 gate (forward and backward) and declared workloads on the device,
+    # and its exit status (0: right everywhere)
+    step bench-cuda 60 python3 -m attnbench bench xformers --device cuda --dtype bfloat16 -q \
+        --out "$out/bench-cuda" > "$out/bench-cuda.txt" 2>&1
     step energy 120 python3 -m attnbench run --energy --device cuda --dtype bfloat16 --heads 16 --d-k 128 \
         --variants "${ENERGY_VARIANTS:-sdpa_cudnn,sdpa_flash,sdpa_efficient,xformers,naive,sdpa_math}" \
         --seq-len "${ENERGY_SEQ:-4096,16384}" --pass fwd \
