@@ -54,6 +54,15 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "dtypes": ",".join(c.dtypes),
                 "head_dim": head,
                 "supports": caps,
+                # the workloads its cells may hold (check gates each): mods their kinds, varlen its work
+                "workloads": {
+                    "gqa": c.gqa,
+                    "lower_right": c.lower_right,
+                    "window": c.window,
+                    "mods": list(c.mods),
+                    "varlen": c.varlen,
+                    "paged": c.paged,
+                },  # fmt: skip
                 "layout": c.layout,
                 "default": c.default,
                 "source": v.source,

@@ -132,12 +132,44 @@ def print_variants(console: Console, rows: Sequence[Mapping[str, Any]], errors: 
         for r in rows:
             first = f"  {printable(r['name']):<{name_width}}  "
             _wrapped(console, str(r["description"]), first, " " * len(first))
+    taking = workloads_taken(rows)
+    if taking:
+        console.print("[bold]workloads, and the variants that take them:[/]")
+        for said, names in taking:
+            _wrapped(console, f"{said}: {', '.join(names)}", "  ", "      ")
     console.print("[bold]why not, on this machine:[/]")
     for (device, reason), names in unavailable(rows).items():
         who = "every variant" if len(names) == len(rows) > 1 else ", ".join(names)
         _wrapped(console, f"{who} on {device}: {reason}", "  ", "      ")
     for err in errors:
         _wrapped(console, str(err), "plug-in error: ", "  ", "[red]plug-in error:[/] ")
+
+
+# each workload of a Capability, as `list` names it with the flag that sweeps it
+WORKLOADS = (
+    ("gqa", "grouped k/v heads (--kv-heads)"), ("lower_right", "lower-right causal (--causal lower-right)"),
+    ("window", "a sliding window (--window)"), ("mods", "score mods (--mod)"),
+    ("varlen", "packed batches (--lengths), with the work each executes"),
+    ("paged", "a paged K/V cache (--page-size)"),
+)  # fmt: skip
+
+
+def workloads_taken(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(workload, the variants that take it) for each workload some variant of `list`'s rows takes; a mod's
+    kinds and a pack's work beside each name ('naive (alibi, softcap)', 'sdpa_loop (exact)')."""
+    out = []
+    for key, said in WORKLOADS:
+        names = []
+        for r in rows:
+            value = (r.get("workloads") or {}).get(key)
+            if value:
+                kinds = (
+                    ", ".join(value) if isinstance(value, list) else value if isinstance(value, str) else ""
+                )
+                names.append(printable(r["name"]) + (f" ({kinds})" if kinds else ""))
+        if names:
+            out.append((said, names))
+    return out
 
 
 # ---- attnbench check ----------------------------------------------------------------------------------

@@ -33,6 +33,12 @@ def test_list_shows_every_variant_with_reasons():
     assert rows["chunked"]["memory"] == "linear" and rows["naive"]["memory"] == "quadratic"
     table = run_cli("list", check=True).stdout
     assert "sdpa_cudnn" in table and "CUDA only" in table
+    # which variants take each workload, with the flag that sweeps it
+    assert rows["sdpa_loop"]["workloads"]["varlen"] == "exact" and rows["naive"]["workloads"]["gqa"]
+    assert "workloads, and the variants that take them:" in table
+    assert "a paged K/V cache (--page-size): paged_gather, paged_chunked, paged_flex" in " ".join(
+        table.split()
+    )
 
 
 def test_list_with_a_variant_file():
