@@ -18,7 +18,7 @@ from typing import Any
 
 from attnbench.results.judge import Cell, Design, Side, judge
 
-from .findings import n_text, range_text
+from .findings import n_text, names_text, range_text
 from .tables import label, length_axis, present, varying
 
 MAX_LINES = 12
@@ -151,6 +151,26 @@ def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset()) -> list[
             f"gates {what} where the cells ran"
         )
     return lines
+
+
+def large_logits(run_dir: str | Path, variant: str) -> list[str]:
+    """One line where the run's numerics probe (q scaled up, against the float64 reference) found fn wrong
+    or non-finite: per dtype, the smallest scale where it did; nothing where it held throughout."""
+    from attnbench.results import load_numerics
+
+    probe = [r for r in load_numerics(run_dir).get("probe", []) if r.get("variant") == variant]
+    failed = [r for r in probe if r.get("status") not in ("ok", "unsupported")]
+    if not failed:
+        return []
+    first = {
+        d: min(float(r["q_scale"]) for r in failed if r["dtype"] == d) for d in {r["dtype"] for r in failed}
+    }
+    at = ", ".join(f"{d} from q x {first[d]:g}" for d in _dtypes(set(first)))
+    raised = all(r.get("status") in BROKEN for r in failed)
+    nonfinite = any(r.get("finite") is False for r in failed)
+    what = "NaN or inf" if nonfinite else "it raised" if raised else "off the float64 reference"
+    scales = names_text([f"{s:g}" for s in sorted({float(r["q_scale"]) for r in probe})])
+    return [f"WRONG on large logits ({at}): {what}, where the numerics probe scales q by {scales}"]
 
 
 def workloads(declared: Declared) -> list[str]:
@@ -340,7 +360,8 @@ def answer(
     declared = declared or Declared()
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
-    lines = [head, *correctness(mine), *at_n(declared, said), *workloads(declared), *unsupported(mine)]
+    lines = [head, *correctness(mine), *at_n(declared, said), *large_logits(run_dir, variant)]
+    lines += [*workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · {more}")

@@ -562,6 +562,28 @@ def test_a_bench_of_two_passes_or_shapes_races_each_apart(tmp_path, axis, values
     assert growth.startswith(f"grows with N (float32, {said[0]}, no mask, fitted over N "), growth
 
 
+def test_a_kernel_that_overflows_on_large_logits_is_said_wrong_there(tmp_path):
+    """The run's numerics probe scales q by 1, 10 and 100: an unstable softmax, right in every cell of the
+    sweep, gives NaN at x 100; the answer says so (it said 'correct in 2 of 2 cells' and nothing more)."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    rows = [cell(v, n, time_ms=n / 100) for v in ("sdpa", "unstable") for n in (64, 128)]
+    run = write_run(tmp_path / "u", rows)
+    probe = [{"variant": v, "dtype": "float32", "q_scale": s, "status": "wrong" if bad else "ok",
+              "finite": not bad} for v in ("sdpa", "unstable") for s in (1.0, 10.0, 100.0)
+             for bad in [v == "unstable" and s == 100.0]]  # fmt: skip
+    (run / "numerics.json").write_text(json.dumps({"probe": probe}))
+    lines = answer(run, "unstable", "sdpa").lines
+    said = (
+        "WRONG on large logits (float32 from q x 100): NaN or inf, where the numerics probe scales q by 1, "
+        "10 and 100"
+    )
+    assert said in lines, lines
+    assert not any("large logits" in line for line in answer(run, "sdpa", "unstable").lines)
+
+
 def test_cells_that_raised_are_said_with_where(tmp_path):
     """A function that raises past some N: how many cells, which dtypes, masks and N, and what it raised."""
     from synthetic import cell, write_run
