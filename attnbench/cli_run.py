@@ -160,10 +160,11 @@ def add_bench(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """attnbench.bench(VARIANT, baseline=...) from the command line: its answer on stdout; exit status 1
-    when VARIANT was wrong (or raised) in a cell, at N = 100 or in a workload it declares."""
+    when VARIANT was wrong (or raised) in a cell, at N = 100, in a workload it declares or on large logits
+    (the numerics probe)."""
     from attnbench.api import as_flags, bench
     from attnbench.harness.sweep.sweeps import build_sweep
-    from attnbench.reports.answer import BROKEN, answer
+    from attnbench.reports.answer import BROKEN, answer, large_logits
     from attnbench.results import load
 
     if args.variants:
@@ -187,7 +188,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     mine = rows[rows["variant"] == ran.variant]
     declared = ran.declared
     gated = [*declared.masks, *declared.gated] if declared is not None else []
-    failed = mine["status"].isin(["wrong", *BROKEN]).any()
+    failed = mine["status"].isin(["wrong", *BROKEN]).any() or large_logits(ran.path, ran.variant)
     return 1 if failed or any(r.status in ("FAIL", "error") for r in gated) else 0
 
 
