@@ -164,8 +164,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     (the numerics probe)."""
     from attnbench.api import as_flags, bench
     from attnbench.harness.sweep.sweeps import build_sweep
-    from attnbench.reports.answer import BROKEN, answer, large_logits
-    from attnbench.results import load
+    from attnbench.reports.answer import answer
 
     if args.variants:
         raise BadInput("bench measures VARIANT against --baseline: give no --variants")
@@ -182,14 +181,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             say(line)
         return 0
     more = f"the full report: attnbench report {ran.path} · every cell: attnbench export {ran.path}"
-    for line in answer(ran.path, ran.variant, ran.baseline, ran.seconds, ran.declared, more).lines:
+    said = answer(ran.path, ran.variant, ran.baseline, ran.seconds, ran.declared, more)
+    for line in said.lines:
         say(line)
-    rows = load(ran.path)
-    mine = rows[rows["variant"] == ran.variant]
-    declared = ran.declared
-    gated = [*declared.masks, *declared.gated] if declared is not None else []
-    failed = mine["status"].isin(["wrong", *BROKEN]).any() or large_logits(ran.path, ran.variant)
-    return 1 if failed or any(r.status in ("FAIL", "error") for r in gated) else 0
+    return 1 if said.wrong else 0
 
 
 def _ended(summary, rerun: str | None) -> int:

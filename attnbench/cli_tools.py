@@ -40,6 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     _load_files(args.variant_file)
     from attnbench import variants
+    from attnbench.reports.terminal import WORKLOADS  # the workloads `list` names, in its order
 
     rows = []
     for name, v in variants.all_variants().items():
@@ -56,13 +57,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "supports": caps,
                 # the workloads its cells may hold (check gates each): mods their kinds, varlen its work
                 "workloads": {
-                    "gqa": c.gqa,
-                    "lower_right": c.lower_right,
-                    "window": c.window,
-                    "mods": list(c.mods),
-                    "varlen": c.varlen,
-                    "paged": c.paged,
-                },  # fmt: skip
+                    k: list(w) if isinstance(w := getattr(c, k), tuple) else w for k, _ in WORKLOADS
+                },
                 "layout": c.layout,
                 "default": c.default,
                 "source": v.source,

@@ -50,9 +50,11 @@ class Declared:
 
 @dataclass(frozen=True)
 class Answer:
-    """The answer's lines (at most MAX_LINES), as text or as a notebook's HTML."""
+    """The answer's lines (at most MAX_LINES), as text or as a notebook's HTML; `wrong`: whether fn was wrong
+    or raised anywhere it was gated (a cell, N = n, a declared workload, large logits)."""
 
     lines: tuple[str, ...]
+    wrong: bool = False
 
     def text(self) -> str:
         return "\n".join(self.lines)
@@ -249,8 +251,9 @@ def speed(df, variant: str, baseline: str) -> list[str]:
     judged = judge(cells, Design(same_run=True))
     how = judged.basis
     passes = [p for p in PASSES if any(k["pass"] == p for k in keys)]
-    shapes = varying(DataFrame(keys), SHAPE_AXES)  # a race per shape where fn's cells have several
-    ordered = DataFrame(keys)[shapes].sort_values(shapes).astype(str)  # numbers in their order: 64 before 128
+    frame = DataFrame(keys)
+    shapes = varying(frame, SHAPE_AXES)  # a race per shape where fn's cells have several
+    ordered = frame[shapes].sort_values(shapes).astype(str)  # numbers in their order: 64 before 128
     combos = list(dict.fromkeys(ordered.itertuples(index=False, name=None)))
     lines = []
     for dtype, pass_, combo in itertools.product(_dtypes({str(k["dtype"]) for k in keys}), passes, combos):
@@ -360,12 +363,16 @@ def answer(
     declared = declared or Declared()
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
-    lines = [head, *correctness(mine), *at_n(declared, said), *large_logits(run_dir, variant)]
+    overflows = large_logits(run_dir, variant)
+    lines = [head, *correctness(mine), *at_n(declared, said), *overflows]
     lines += [*workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · {more}")
-    return Answer(tuple(lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines))
+    gated = [*declared.masks, *declared.gated]
+    wrong_anywhere = bool(len(wrong) or overflows or any(r.status in ("FAIL", "error") for r in gated))
+    kept = lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines
+    return Answer(tuple(kept), wrong=wrong_anywhere)
 
 
 def _short(text: str, limit: int) -> str:

@@ -427,9 +427,8 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
                 checked[flag] = keyword
         if sig is not None and not masked:  # the workloads' keywords, and without a default only there
             checked.update(AXIS_KEYWORDS)
-            if (
-                decl.get("causal") == adapt.LOWER_RIGHT
-            ):  # lower-right through its own causal=, not causal_align=
+            # causal="lower-right": lower-right through its own causal=, not causal_align=
+            if decl.get("causal") == adapt.LOWER_RIGHT:
                 del checked["lower_right"]
         refusal = keyword_refusal(name, capability, taken, checked)
         if not refusal and sig is not None and not masked:

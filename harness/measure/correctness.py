@@ -313,8 +313,9 @@ def gate(
     if cu_seqlens is not None and not rel <= tol:
         where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
     elif not rel <= tol:  # the rows that err where no known mistake explains them
-        erring = "" if hint else wrong_rows(sampled, whole, rows, tol, empty)
-        where = nonfinite_rows(sampled, rows) or erring
+        where = nonfinite_rows(sampled, rows)
+        if not where and not hint:
+            where = wrong_rows(sampled, whole, rows, tol, empty)
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
