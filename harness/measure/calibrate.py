@@ -24,17 +24,22 @@ def _timer(device: str) -> timing.Timer:
     return timing.CudaTimer(flush_l2=False) if device == "cuda" else timing.CpuTimer()
 
 
-# A calibration matmul shrinks for two reasons, both read off the fastest of three calls at 256 after one
-# warm-up (a first call pays for the thread pool) and the n^3 law:
-# - a dtype with no fast kernel (bfloat16 on a CPU without AVX-512 BF16 ran 2048^3 in 20 s): its call at 256
-#   is over SLOW_RATIO x float32's, taken beside it (a busy machine slows both alike: a 2-core VM under a
-#   test suite read float32 at 256 in 16 ms, and an absolute rule then calibrated float32 at 256, a ceiling
-#   60x low), and its call at MATMUL_N would take over max(budget, SLOW_CALL_MS);
+# A calibration matmul shrinks for two reasons:
+# - a dtype with no fast kernel (bfloat16 on a CPU without AVX-512 BF16 ran 2048^3 in 20 s; float16 on a
+#   2-core EPYC VM 0.9 s at 1024): its size doubles from PROBE_CALLS_N, one real call at each size, while the
+#   n^3 law from the last call keeps the next call (and its warm-up) under max(budget, SLOW_CALL_MS). A dtype
+#   that cannot reach MATMUL_N so is slow, and is timed at the largest size measured whose min_samples calls
+#   fit in the budget. Each doubling is asked of a real call, never of the law from 256 alone: a narrow
+#   dtype's kernel is faster per FLOP at 2048 (bfloat16's call at 256 varied 7x on a 2-core VM, and the law
+#   read 29 to 192 ms at 2048 where a call took 22 to 26), and a busy machine slows a small call most
+#   (float32 at 256 read 16 ms under a test suite, 100x its quiet time; a rule that compared float16 with it
+#   then took float16 for a fast dtype and made one call at 2048: 66 s);
 # - a short budget: the budget's minimum samples at MATMUL_N would not fit in it. Never below FLOOR_N, which
 #   reaches the same ceiling as 2048 where the budget decides (a 2-core VM read 0.128-0.136 TFLOP/s at 1024,
-#   0.124-0.133 at 2048); a machine whose 2048 call is short keeps 2048.
+#   0.124-0.133 at 2048); a machine whose 2048 call is short keeps 2048. float32, the yardstick, keeps the
+#   law from its call at 256, which holds for it (12.9 ms at 1024, 95-111 at 2048): its call at 2048 is the
+#   costly one, and a float32 matmul has a fast kernel everywhere.
 SLOW_CALL_MS = 1000.0
-SLOW_RATIO = 8.0
 FLOOR_N = 1024
 PROBE_CALLS_N = 256
 
@@ -48,34 +53,26 @@ def _best_ms(device: str, dtype: torch.dtype, n: int, calls: int = 3) -> float:
 
 
 def matmul_n(device: str, dtype: torch.dtype, budget_ms: float) -> int:
-    """The matmul size the calibration times: MATMUL_N[device], smaller for a slow dtype (the largest power
-    of two whose call takes at most a tenth of the budget, at least 256) or a short budget (halved while
+    """The matmul size the calibration times: MATMUL_N[device], smaller for a slow dtype (the largest size
+    reached whose min_samples calls fit in the budget, at least 256) or a short budget (halved while
     min_samples calls would not fit, down to FLOOR_N). A GPU keeps the usual size: a call at 256 is
     launch-bound there, and the law read a 0.03 ms launch as 1 s at 8192 (an H200 calibrated bfloat16 at
     2048, 676 TFLOP/s against 782 at 8192)."""
     top = MATMUL_N[device]
     if device == "cuda":  # milliseconds in any dtype a GPU has; a call at 256 times the launch, not the work
         return top
-    ms = _best_ms(device, dtype, PROBE_CALLS_N)
-
-    def call_ms(n: int) -> float:  # the n^3 law from the call at 256
-        return ms * (n / PROBE_CALLS_N) ** 3
-
-    slow = call_ms(top) > max(budget_ms, SLOW_CALL_MS) and dtype != torch.float32  # float32: the yardstick
-    if slow and ms > SLOW_RATIO * _best_ms(device, torch.float32, PROBE_CALLS_N):
-        n = PROBE_CALLS_N
-        while n < top and call_ms(2 * n) <= budget_ms / 10:
-            n *= 2
-        return n
-    n = top
-    # the law from a call at 256 misjudges a narrow dtype, whose kernel is faster per FLOP at 2048: bfloat16's
-    # call at 256 varied 7x on a 2-core VM, and the law read 29 to 192 ms at 2048 where a call took 22 to 26,
-    # so that two runs calibrated it at 1024 and 2048 (0.38 and 0.70 TFLOP/s); before it shrinks, one real
-    # call at 2048 is asked. float32 keeps the law, which holds for it (12.9 ms at 1024, 95-111 at 2048), and
-    # its call at 2048 is the costly one.
-    if dtype != torch.float32 and timing.Budget.min_samples * call_ms(top) > budget_ms:
-        ms = min(ms, _best_ms(device, dtype, top, calls=1) / (top / PROBE_CALLS_N) ** 3)
-    while n > FLOOR_N and timing.Budget.min_samples * call_ms(n) > budget_ms:
+    samples = timing.Budget.min_samples
+    ms = {PROBE_CALLS_N: _best_ms(device, dtype, PROBE_CALLS_N)}
+    n = PROBE_CALLS_N
+    if dtype == torch.float32:  # the law holds for it
+        ms.update({m: ms[n] * (m / n) ** 3 for m in (2 * n, 4 * n, top)})
+        n = top
+    while n < top and 2 * ms[n] * 8 <= max(budget_ms, SLOW_CALL_MS):  # the next size's warm-up and call
+        ms[2 * n] = _best_ms(device, dtype, 2 * n, calls=1)
+        n *= 2
+    if n < top:  # slow: the largest size reached whose samples fit, if any does
+        return max([m for m in ms if samples * ms[m] <= budget_ms] or [PROBE_CALLS_N])
+    while n > FLOOR_N and samples * ms[n] > budget_ms:
         n //= 2
     return n
 
