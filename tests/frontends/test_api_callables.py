@@ -584,6 +584,35 @@ def test_a_kernel_that_overflows_on_large_logits_is_said_wrong_there(tmp_path):
     assert not any("large logits" in line for line in answer(run, "sdpa", "unstable").lines)
 
 
+@pytest.mark.parametrize("finite", [True, False])
+def test_large_logits_are_wrong_where_fn_overflows_and_less_accurate_where_it_stays_finite(tmp_path, finite):
+    """Scores rounded to bfloat16 before the softmax (naive, chunked, an eager kernel) miss bfloat16's
+    tolerance at q x 100 by a little, finite: that is said with the baseline's error, not as WRONG, and
+    the command exits 0; NaN there is WRONG."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    rows = [cell(v, n, dtype="bfloat16", time_ms=n / 100) for v in ("sdpa", "eager") for n in (64, 128)]
+    run = write_run(tmp_path / "u", rows)
+    probe = [{"variant": v, "dtype": "bfloat16", "q_scale": s, "status": "wrong" if bad else "ok",
+              "finite": finite or not bad, "tolerance": 0.025,
+              "rel_err": (0.034 if finite else float("inf")) if bad else 6e-4}
+             for v in ("sdpa", "eager") for s in (1.0, 10.0, 100.0)
+             for bad in [v == "eager" and s == 100.0]]  # fmt: skip
+    (run / "numerics.json").write_text(json.dumps({"probe": probe}))
+    said = answer(run, "eager", "sdpa")
+    line = next(line for line in said.lines if "large logits" in line)
+    if finite:
+        assert line.startswith(
+            "less accurate on large logits, though finite (bfloat16 from q x 100: relative error 3.4e-02 "
+            "over the tolerance 2.5e-02; sdpa 6.0e-04), where the numerics probe scales q by 1, 10 and 100"
+        ), line
+    else:
+        assert line.startswith("WRONG on large logits (bfloat16 from q x 100): NaN or inf"), line
+    assert said.wrong is not finite
+
+
 def test_cells_that_raised_are_said_with_where(tmp_path):
     """A function that raises past some N: how many cells, which dtypes, masks and N, and what it raised."""
     from synthetic import cell, write_run
