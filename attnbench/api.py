@@ -232,7 +232,7 @@ class Bench(Run):
         return self.answer.html()
 
 
-def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keywords: Any) -> Bench:
+def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords: Any) -> Bench:
     """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
     padding none/25%) and dtype it supports (float32 and bfloat16, or its own where it supports neither),
     each cell gated against the float64 reference (and once more at N = 100, forward and backward), across
@@ -241,8 +241,12 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
     also the Run (`.report()` for the whole story, `.table()` for every cell).
 
     `fn` is a callable (with its capabilities from its signature, or `attnbench.variant(fn, ...)`) or a
-    registered variant's name, and so is `baseline` (your previous version of fn, say); what it cannot do
-    is `unsupported`, with the reason. Every keyword of `run`
+    registered variant's name, and so is `baseline` (your previous version of fn, say; by default `sdpa`);
+    what it cannot do is `unsupported`, with the reason. A kernel that runs packed variable-length batches
+    only (its `cu_seqlens=` has no default), or given `lengths=`, is benched on packs of 8 sequences in the
+    uniform and long-tail patterns against `sdpa_loop`; one that reads paged K/V caches only, or given
+    `page_size=`, on decode steps against contexts of 256..2048 tokens in pages of 16 and 128 against
+    `paged_gather` (WORKLOAD_BENCH). Every keyword of `run`
     goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset;
     with `seq_k=` (keys apart from the queries: a decode step) causal masking is aligned lower-right, as
     decoding aligns it, unless `causal=` says otherwise; with an executor that measures cells in parallel
@@ -264,6 +268,7 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
         prestart_for(keywords.get("executor", "local"), None, pinned=bool(keywords.get("cpu_affinity")),
                      dry_run=bool(keywords.get("dry_run")))  # fmt: skip
     measured = fn if isinstance(fn, str) else variant(fn, name=name)
+    baseline, keywords = bench_plan(measured, baseline, keywords)
     against = baseline if isinstance(baseline, str) else variant(baseline)  # your previous version, say
     who, base = (v if isinstance(v, str) else v.name for v in (measured, against))
     if who == base:
@@ -271,11 +276,70 @@ def bench(fn: Any, *, baseline: Any = "sdpa", name: str | None = None, **keyword
             f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"
         )
     t0 = time.perf_counter()
-    ran = run(variants=[measured, against], **{"preset": "bench", **_bench_keywords(measured, keywords)})
+    ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
     declared = None if ran.forecast is not None else _declared(who, ran.path)
     took = time.perf_counter() - t0
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
+
+
+# bench's sweep for a pack or a paged cache: the axes it fills where the caller gave none, and the baseline
+# it races unless told another (torch's own way to run that workload on every device)
+WORKLOAD_BENCH = {
+    "packed": ("sdpa_loop", {"lengths": "uniform,longtail", "batch": 8, "padding": 0.0}),
+    "paged": (
+        "paged_gather",
+        {
+            "seq_len": 1,
+            "seq_k": "256..2048",
+            "lengths": "uniform",
+            "page_size": "16,128",
+            "batch": 8,
+            "padding": 0.0,
+            "causal": "no,lower-right",
+        },
+    ),  # fmt: skip
+}
+
+
+def bench_plan(measured: Any, baseline: Any, keywords: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """bench's baseline and its keywords for run, over the bench preset, where the caller gave none of
+    these. A kernel that runs packed batches or paged caches only (or given `lengths=` or `page_size=`) is
+    benched on that workload (WORKLOAD_BENCH) against sdpa_loop or paged_gather; any other against sdpa."""
+    workload = _workload(measured, keywords)
+    against, axes = WORKLOAD_BENCH.get(workload, ("sdpa", {}))
+    return (against if baseline is None else baseline), _bench_keywords(measured, {**axes, **keywords})
+
+
+def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:
+    """'paged' or 'packed' where the keywords ask for one (a page size, a length pattern) or fn (a Variant,
+    or a registered name, from a variant file too) runs that workload only; None otherwise."""
+    from attnbench import variants
+    from attnbench.variants.lengths import PACKED_ONLY, PAGED_ONLY
+    from attnbench.variants.problem import Problem
+
+    def asked(key: str, none: str) -> bool:
+        given = keywords.get(key, none)
+        words = str(given).split(",") if isinstance(given, str | int | float) else given
+        return any(str(w).strip().lower() not in (none, "") for w in words)
+
+    if asked("page_size", "0"):
+        return "paged"
+    if asked("lengths", "none"):
+        return "packed"
+    v = measured
+    if isinstance(measured, str):
+        try:
+            for path in keywords.get("variant_files", ()):
+                variants.load_variant_file(path)
+        except Exception:  # noqa: BLE001 - run says what is wrong with the file, in its own words
+            return None
+        v = variants.all_variants().get(measured)
+    try:
+        only = v.cap.supports(Problem(dtype=v.cap.dtypes[0])) if v is not None and v.cap.supports else None
+    except Exception:  # noqa: BLE001 - a supports hook that raises says so in its cells' rows
+        return None
+    return {PACKED_ONLY: "packed", PAGED_ONLY: "paged"}.get(only)
 
 
 def _bench_keywords(measured: Any, keywords: dict[str, Any]) -> dict[str, Any]:

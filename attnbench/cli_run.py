@@ -145,7 +145,9 @@ def add_bench(sub) -> None:
         "variant", metavar="VARIANT", help="the variant measured: a registered name (--variant-file)"
     )
     p.add_argument(
-        "--baseline", default="sdpa", metavar="VARIANT", help="the variant it races (default: sdpa)"
+        "--baseline",
+        metavar="VARIANT",
+        help="the variant it races (default: sdpa; sdpa_loop for a pack, paged_gather for a paged cache)",
     )
     p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/<timestamp>-<host>)")
@@ -162,7 +164,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """attnbench.bench(VARIANT, baseline=...) from the command line: its answer on stdout; exit status 1
     when VARIANT was wrong (or raised) in a cell, at N = 100, in a workload it declares or on large logits
     (the numerics probe)."""
-    from attnbench.api import as_flags, bench
+    from attnbench.api import as_flags, bench, bench_plan
     from attnbench.harness.sweep.sweeps import build_sweep
     from attnbench.reports.answer import answer
 
@@ -170,7 +172,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise BadInput("bench measures VARIANT against --baseline: give no --variants")
     given = {key: value for key, value in _given(args).items() if value is not None}
     with bad_input(), as_flags():  # bad input said with the flags' names, before anything runs
-        build_sweep(given, preset=None if args.config else args.preset or "bench", config=args.config)
+        files = {"variant_files": args.variant_file or ()}  # the plan reads the variant the files register
+        planned = {
+            k: v for k, v in bench_plan(args.variant, None, {**given, **files})[1].items() if k not in files
+        }
+        build_sweep(planned, preset=None if args.config else args.preset or "bench", config=args.config)
         ran = bench(
             args.variant, baseline=args.baseline, variant_files=args.variant_file or (), out=args.out,
             dry_run=args.dry_run, progress=not args.quiet, executor=args.executor, config=args.config,

@@ -19,7 +19,7 @@ from typing import Any
 from attnbench.results.judge import Cell, Design, Side, judge
 
 from .findings import n_text, names_text, range_text
-from .tables import label, length_axis, present, varying
+from .tables import axis_text, label, length_axis, present, varying
 
 MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
@@ -361,6 +361,38 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     ]
 
 
+def bandwidth(df, metas, variant: str, baseline: str) -> list[str]:
+    """Where fn's ok cells read a K/V cache (a decode step, a paged cache: their kv_gbps), how fast it reads
+    at its longest context: its fastest cell there, as a share of the device's calibrated copy bandwidth,
+    and the baseline's GB/s in the same cell."""
+    from attnbench.results.schema import CELL_AXES
+
+    from .tables import calibrated_copy
+
+    if "kv_gbps" not in df.columns:
+        return []
+    mine = df[(df["variant"] == variant) & (df["status"] == "ok")].dropna(subset=["kv_gbps"])
+    mine = mine[mine["seq_len"] < mine["seq_k"]]  # a decode step: a few queries read a longer context
+    if mine.empty:
+        return []
+    longest = mine[mine["seq_k"] == mine["seq_k"].max()]
+    best = longest.loc[longest["kv_gbps"].idxmax()]
+    shape = varying(mine, ("dtype", *SHAPE_AXES))
+    where = ", ".join([*(axis_text(a, best[a]) for a in shape), mask_text(best["causal"], best["padding"])])
+    copy = calibrated_copy(next(iter(metas.values()), {}), str(best["device"]), [best.get("where_key")])
+    share = (
+        f": {best['kv_gbps'] / copy:.0%} of the calibrated {best['device']} copy bandwidth ({copy:.3g} GB/s)"
+        if copy
+        else ""
+    )
+    axes = [a for a in CELL_AXES if a != "variant"]
+    same = df[(df["variant"] == baseline) & (df["status"] == "ok")]
+    same = same[(same[axes] == best[axes]).all(axis=1)].dropna(subset=["kv_gbps"])
+    beside = f"; {baseline} {same['kv_gbps'].iloc[0]:.3g} GB/s there" if len(same) else ""
+    at = f"{_length_name('seq_k')} {n_text(best['seq_k'])}"
+    return [f"reads its K/V cache at {best['kv_gbps']:.3g} GB/s at {at} ({where}){share}{beside}"]
+
+
 def _dtypes(names: set[str]) -> list[str]:
     """float32 first (the dtype a first look is about), then the others by name."""
     return sorted(names, key=lambda d: (d != "float32", d))
@@ -391,7 +423,8 @@ def answer(
     lines = [head, *correctness(mine), *at_n(declared, said), *overflows]
     lines += [*workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
-        lines += speed(df, variant, baseline) + growth(df, metas, variant, baseline)
+        lines += speed(df, variant, baseline) + bandwidth(df, metas, variant, baseline)
+        lines += growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · {more}")
     gated = [*declared.masks, *declared.gated]
     overflowed = any(line.startswith("WRONG") for line in overflows)

@@ -1,0 +1,103 @@
+"""attnbench.bench(fn) for a kernel of packed batches or paged caches: the sweep and the baseline its
+workload needs (api.bench_plan), and what the answer says of a decode kernel's bandwidth."""
+
+from __future__ import annotations
+
+import attnbench
+from attnbench.api import bench_plan
+from attnbench.results.store import read_rows
+from tests.conftest import as_a_fresh_process, run_cli
+
+VARLEN = """
+import torch
+import torch.nn.functional as F
+
+def my_varlen(q, k, v, *, causal=False, cu_seqlens):  # no default: packed cells only
+    out = torch.empty_like(q)
+    for a, b in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()):
+        out[:, :, a:b] = F.scaled_dot_product_attention(
+            q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=causal)
+    return out
+"""
+
+PAGED = """
+import torch
+import torch.nn.functional as F
+
+def my_paged(q, k, v, *, causal=False, key_lengths, block_table):  # pools of pages: paged cells only
+    out = q.new_empty(*q.shape[:3], v.shape[-1])
+    page = k.shape[1]
+    for b in range(q.shape[0]):
+        n = int(key_lengths[b])
+        pages = block_table[b, : (n + page - 1) // page].long()
+        kb, vb = (t[pages].flatten(0, 1)[:n].transpose(0, 1) for t in (k, v))  # (H_kv, n, d)
+        keys = torch.arange(n) <= torch.arange(q.shape[2])[:, None] + n - q.shape[2]
+        out[b] = F.scaled_dot_product_attention(q[b], kb, vb, attn_mask=keys if causal else None)
+    return out
+"""
+
+QUICK = dict(heads=1, seq_len="64", dtype="float32", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=0)
+
+
+def _fn(source: str, name: str, **capability):
+    namespace = {"__name__": "__main__"}
+    exec(source, namespace)
+    return attnbench.variant(namespace[name], **capability)
+
+
+def test_the_plan_follows_the_workload_and_the_caller_wins():
+    """A pack or a paged cache, from fn's own refusal of everything else or from the caller's lengths= or
+    page_size=, gets its axes and baseline; what the caller gives stays as given."""
+    against, axes = bench_plan("sdpa_padded", None, {})
+    assert against == "sdpa_loop" and axes["lengths"] == "uniform,longtail" and axes["padding"] == 0.0
+    against, axes = bench_plan("paged_chunked", "paged_flex", {"seq_k": "512"})
+    assert (against, axes["seq_k"], axes["page_size"], axes["seq_len"]) == ("paged_flex", "512", "16,128", 1)
+    assert bench_plan("naive", None, {"lengths": "longtail", "batch": 4})[1]["batch"] == 4
+    assert bench_plan("naive", None, {"page_size": [32]})[0] == "paged_gather"
+    assert bench_plan("naive", None, {"lengths": "none"}) == ("sdpa", {"lengths": "none"})
+    assert bench_plan("naive", None, {}) == ("sdpa", {})
+
+
+def test_a_packed_only_kernel_is_benched_on_packs_against_sdpa_loop(tmp_path):
+    """A kernel whose cu_seqlens= has no default ran none of bench's cells (all 'unsupported': packed
+    batches only) and raced sdpa, which takes no pack: now it is benched on packs against sdpa_loop."""
+    fn = _fn(VARLEN, "my_varlen", varlen="exact")
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "v", **QUICK)
+    rows = read_rows(tmp_path / "v")
+    assert {(r["variant"], r["lengths"], r["status"]) for r in rows if not r["causal"]} == {
+        (v, p, "ok") for v in ("my_varlen", "sdpa_loop") for p in ("uniform", "longtail")}  # fmt: skip
+    lines = str(bench).splitlines()
+    assert lines[0].startswith("my_varlen against sdpa_loop: 4 cells of my_varlen"), lines
+    assert lines[1].startswith("correct in 4 of 4 cells gated against float64"), lines
+    assert any(line.startswith("float32 longtail lengths: ") for line in lines), lines
+    assert not any(line.startswith("reads its K/V cache") for line in lines), lines  # no decode step
+
+
+def test_a_paged_only_kernel_is_benched_on_decode_steps_and_its_bandwidth_said(tmp_path):
+    """A kernel that reads paged caches only is benched on decode steps against paged_gather, and the
+    answer says how fast it reads its cache at the longest context, against the calibrated copy."""
+    fn = _fn(PAGED, "my_paged", paged=True, causal="lower-right")
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "p", **{**QUICK, "seq_k": "128", "calibrate_ms": 50})
+    rows = [r for r in read_rows(tmp_path / "p") if r["variant"] == "my_paged"]
+    assert {(r["page_size"], r["causal"], r["status"]) for r in rows} == {
+        (p, c, "ok") for p in (16, 128) for c in (False, True)}  # fmt: skip
+    lines = str(bench).splitlines()
+    assert lines[0].startswith("my_paged against paged_gather: 4 cells of my_paged"), lines
+    read = next(line for line in lines if line.startswith("reads its K/V cache at "))
+    assert " GB/s at N_k 128 (pages of " in read and "of the calibrated cpu copy bandwidth (" in read, read
+    assert read.endswith(" GB/s there") and "; paged_gather " in read, read
+
+
+def test_the_command_benches_a_variant_files_pack_against_sdpa_loop(tmp_path):
+    """`attnbench bench NAME --variant-file F`: the name is registered by the file, read before the plan;
+    a flag that a pack refuses is said in one line, before anything runs."""
+    (tmp_path / "mine.py").write_text(f"{VARLEN}\nimport attnbench\nattnbench.register('my_varlen', "
+                                      "varlen='exact')(my_varlen)\n")  # fmt: skip
+    args = ["bench", "my_varlen", "--variant-file", str(tmp_path / "mine.py"), "--seq-len", "64"]
+    dry = run_cli(*args, "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0 and dry.stdout.startswith("bench my_varlen against sdpa_loop: a dry run"), dry
+    bad = run_cli(*args, "--padding", "0.25", "--out", str(tmp_path / "b"), cwd=tmp_path)
+    assert bad.returncode == 2 and "does not go with --padding" in bad.stderr, bad
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
