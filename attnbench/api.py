@@ -268,9 +268,14 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
         prestart_for(keywords.get("executor", "local"), None, pinned=bool(keywords.get("cpu_affinity")),
                      dry_run=bool(keywords.get("dry_run")))  # fmt: skip
     measured = fn if isinstance(fn, str) else variant(fn, name=name)
-    baseline, keywords = bench_plan(measured, baseline, keywords)
+    given, (baseline, keywords) = baseline, bench_plan(measured, baseline, keywords)
     against = baseline if isinstance(baseline, str) else variant(baseline)  # your previous version, say
     who, base = (v if isinstance(v, str) else v.name for v in (measured, against))
+    with in_keywords():  # said with --baseline by `attnbench bench`, with baseline= here
+        if who == base and given is None:  # bench("sdpa"): the default baseline measured
+            raise ValueError(
+                f"bench: {who} is bench's default baseline here: race it against --baseline VARIANT"
+            )
     if who == base:
         raise ValueError(
             f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"

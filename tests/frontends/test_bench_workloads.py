@@ -3,6 +3,8 @@ workload needs (api.bench_plan), and what the answer says of a decode kernel's b
 
 from __future__ import annotations
 
+import pytest
+
 import attnbench
 from attnbench.api import bench_plan
 from attnbench.results.store import read_rows
@@ -101,3 +103,16 @@ def test_the_command_benches_a_variant_files_pack_against_sdpa_loop(tmp_path):
     bad = run_cli(*args, "--padding", "0.25", "--out", str(tmp_path / "b"), cwd=tmp_path)
     assert bad.returncode == 2 and "does not go with --padding" in bad.stderr, bad
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
+
+
+def test_benching_the_default_baseline_asks_for_another(tmp_path):
+    """bench("paged_gather") would race paged_gather against itself: one line asking for a baseline, in the
+    API's words and in the command's, before anything runs."""
+    with pytest.raises(ValueError, match=r"^bench: paged_gather is bench's default baseline here: race it "
+                       r"against baseline=VARIANT$"):  # fmt: skip
+        attnbench.bench("paged_gather", dry_run=True)
+    said = run_cli("bench", "sdpa", "--out", str(tmp_path / "s"), cwd=tmp_path)
+    assert said.returncode == 2 and not (tmp_path / "s").exists(), said
+    assert said.stderr.strip() == (
+        "attnbench: error: bench: sdpa is bench's default baseline here: race it against --baseline VARIANT"
+    )
