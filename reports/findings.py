@@ -240,13 +240,16 @@ def growth_sentences(fits) -> list[str]:
 
 def wall_sentence(fits, panel_rows) -> str | None:
     """The largest N that fits in the device's memory per variant (the memory fit read at the device's
-    memory, fit.scaling_table), grouped by that N, and the N where a variant did run out of memory."""
+    memory, fit.scaling_table), grouped by that N, and the N where a variant did run out of memory. A
+    variant whose memory exponent is too uncertain to say (growth_word) has no wall read off it."""
     walls: dict[int, list[str]] = {}
     beyond: dict[int, list[str]] = {}
     dev_mem = None
     for v in variant_order(str(x) for x in fits["variant"]):
         r = fits[fits["variant"] == v].iloc[0]
         if not present(r["n_max_fit"]) or not present(r["device_mem_bytes"]):
+            continue
+        if growth_word(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]) == "CI too wide to say":
             continue
         dev_mem = int(r["device_mem_bytes"])
         n, measured = int(r["n_max_fit"]), r["n_max_measured"]

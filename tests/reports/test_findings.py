@@ -60,6 +60,20 @@ def test_findings_give_the_exponents_in_words_and_the_memory_wall(crossover_repo
     assert "naive up to N = 8,192" in text and "chunked beyond N = 65,536 (8× the largest measured N" in text
 
 
+def test_no_memory_wall_is_read_off_a_memory_fit_too_uncertain_to_say(tmp_path):
+    """A memory exponent of 1.28 [-5.64, 8.21] (three N of a packed bench, each pack's longest sequence
+    moving its peak) said a wall 'beyond N = 4,096': its upper bound reaches the device at N = 1,000."""
+    rows = []
+    for n, noise in zip(SEQ, (1.0, 9.0, 0.2, 30.0, 0.05, 50.0), strict=True):
+        x = n / 256
+        rows.append(synthetic.cell("wild", n, time_ms=x**2, peak_mem_bytes=int(2**20 * x * noise)))
+        rows.append(synthetic.cell("naive", n, time_ms=x**2, peak_mem_bytes=int(2**20 * x**2)))
+    run = synthetic.write_run(tmp_path / "run", rows, memory_bytes=2 * synthetic.GIB)
+    text = " ".join(_sentences(render(prepare([run]), tmp_path / "report")))
+    assert "wild: time grows as" in text and "(CI too wide to say)" in text.split("wild:")[1], text
+    assert "Memory wall (2 GiB of device memory, memory fit extrapolated): naive up to N = 8,192." in text
+
+
 def test_a_tie_inside_a_lead_does_not_break_it():
     p = findings._Point
     pts = [p(256, "a", (), "b", 1.2), p(512, "b", ("a",), "a", 1.01), p(1024, "a", (), "b", 1.3)]
