@@ -172,8 +172,9 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
     queries = max(1, min(DECODE_QUERIES, n // 2))  # never more than a context holds
     decode = dict(seq_len=queries, seq_k=n, page_size=span(n), causal_align="lower-right", pass_="fwd")
     packed = dataclasses.replace(base, lengths="uniform")
-    homes = [("packed", "uniform lengths", packed)] if cap.varlen else []
-    homes += [("paged", f"pages of {span(n)}", dataclasses.replace(packed, **decode))] if cap.paged else []
+    homes = [("packed", "uniform lengths", _home(variant, packed))] if cap.varlen else []
+    paged = _home(variant, dataclasses.replace(packed, **decode))
+    homes += [("paged", f"pages of {span(n)}", paged)] if cap.paged else []
     plain = _takes(variant, base)  # else its packed or paged home holds its other workloads
     where, home = next(((w, c) for w, _, c in homes if not plain and _takes(variant, c)), ("", base))
     changes = [(f"{HEADS // 2} k/v heads for {HEADS}", {"kv_heads": HEADS // 2})] if cap.gqa else []
@@ -206,6 +207,14 @@ def unavailable(variant, device: str) -> str | None:
         return variant.availability(device)
     except Exception as exc:  # a plug-in's available hook
         return f"{type(exc).__name__}: {exc}"
+
+
+def _home(variant, spec):
+    """spec, a causal cell of a pack or a paged cache; its unmasked twin where variant takes that alone (a
+    kernel without causal masking, or without its lower-right alignment), so that the workload it declares
+    is gated rather than refused for a mask it never claimed."""
+    unmasked = dataclasses.replace(spec, causal=False, causal_align="top-left")
+    return spec if _takes(variant, spec) or not _takes(variant, unmasked) else unmasked
 
 
 def _takes(variant, spec) -> bool:

@@ -160,6 +160,30 @@ def test_the_docs_varlen_example_passes_its_pack(isolated_registry, tmp_path):
     assert {r.status for r in rows if not r.workload} == {"unsupported"}  # packed only; no padding
 
 
+UNMASKED_PAGED = """
+import torch
+from attnbench.variants import register
+from attnbench.variants.paged import gather_pages
+
+@register("unmasked_paged", paged=True, causal=False)
+def unmasked_paged(q, k, v, *, key_lengths, block_table):  # no causal masking at all
+    out = q.new_empty(*q.shape[:3], v.shape[-1])
+    for b, n in enumerate(key_lengths.tolist()):
+        kb, vb = (gather_pages(t, block_table[b : b + 1], n)[0] for t in (k, v))  # (H_kv, n, d)
+        out[b] = torch.nn.functional.scaled_dot_product_attention(q[b], kb, vb)
+    return out
+"""
+
+
+def test_a_paged_kernel_without_causal_masking_is_gated_on_its_pages_unmasked(isolated_registry, tmp_path):
+    """The paged workload's cell is a causal decode step (lower-right): a kernel that declares paged=True
+    and no causal masking was 'declared paged, but refused it' for a mask it never claimed."""
+    (tmp_path / "p.py").write_text(UNMASKED_PAGED)
+    plan = check.prepare(["unmasked_paged"], ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "p.py")])
+    (row,) = [r for r in check.gate_all(plan) if r.workload]
+    assert (row.workload, row.causal, row.status) == ("paged, pages of 4", False, "pass"), row
+
+
 UNDECLARED = """
 import torch
 from attnbench.variants import register
