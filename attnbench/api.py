@@ -320,8 +320,7 @@ def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:
     """'paged' or 'packed' where the keywords ask for one (a page size, a length pattern) or fn (a Variant,
     or a registered name, from a variant file too) runs that workload only; None otherwise."""
     from attnbench import variants
-    from attnbench.variants.lengths import PACKED_ONLY, PAGED_ONLY
-    from attnbench.variants.problem import Problem
+    from attnbench.variants.handed import only_workload
 
     def asked(key: str, none: str) -> bool:
         given = keywords.get(key, none)
@@ -340,11 +339,7 @@ def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:
         except Exception:  # noqa: BLE001 - run says what is wrong with the file, in its own words
             return None
         v = variants.all_variants().get(measured)
-    try:
-        only = v.cap.supports(Problem(dtype=v.cap.dtypes[0])) if v is not None and v.cap.supports else None
-    except Exception:  # noqa: BLE001 - a supports hook that raises says so in its cells' rows
-        return None
-    return {PACKED_ONLY: "packed", PAGED_ONLY: "paged"}.get(only)
+    return None if v is None else only_workload(v)
 
 
 def _bench_keywords(measured: Any, keywords: dict[str, Any]) -> dict[str, Any]:

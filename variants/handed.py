@@ -87,3 +87,14 @@ class Only:
         if not self.packed and not problem.page_size:
             return PAGED_ONLY
         return None if self.then is None else self.then(problem)
+
+
+def only_workload(variant) -> str | None:
+    """'packed' or 'paged' for a variant that runs packed batches or paged caches only (its supports hook
+    refuses every other problem so: Only, or a built-in's), None otherwise and where the hook raises."""
+    cap = variant.cap
+    try:
+        reason = cap.supports(Problem(dtype=cap.dtypes[0])) if cap.supports is not None else None
+    except Exception:  # noqa: BLE001 - a plug-in's hook: its fault shows in its cells' rows
+        return None
+    return {PACKED_ONLY: "packed", PAGED_ONLY: "paged"}.get(reason)

@@ -43,6 +43,15 @@ DEFAULT_SEQ_LEN = 1024  # a sweep's default is four lengths; a profile needs one
 CELL_OPTIONS = [o for o in options.axis_options() if o.key != "variants"]
 
 
+# the cell of a kernel that runs packed batches or paged caches only (variants.handed.only_workload), where
+# the flags name neither: a pack of 8 long-tail sequences, or a decode step against 8 contexts of 4,096 tokens
+# on average in pages of 16
+ONLY_CELL = {
+    "packed": {"lengths": "longtail", "batch": "8"},
+    "paged": {"seq_len": "1", "seq_k": "4096", "lengths": "uniform", "page_size": "16", "batch": "8"},
+}
+
+
 def single_cell(variant: str, given: Mapping[str, str | Sequence[str] | None], threads: int = 0) -> CellSpec:
     """The one cell named by run-style flags (option key -> the text given, None = default); ValueError naming
     the bad value, or the flag given more than one value."""
@@ -71,10 +80,16 @@ def prepare(
     if not 1 <= iters <= 1000:
         raise ValueError(f"--iters must be calls in 1..1000, got {iters!r}")
     from attnbench import variants
+    from attnbench.variants.handed import only_workload
 
     for path in variant_files:
         variants.load_variant_file(path)
-    reason = variants.get(variant).check(cell.problem())  # VariantError (a ValueError) when unknown
+    only = only_workload(variants.get(variant))  # VariantError (a ValueError) when unknown
+    if only and not any(given.get(axis) for axis in ("lengths", "page_size")):  # its workload's cell
+        cell = single_cell(
+            variant, {**ONLY_CELL[only], **{k: v for k, v in given.items() if v is not None}}, threads or 0
+        )
+    reason = variants.get(variant).check(cell.problem())
     if reason:
         raise ValueError(f"{variant} cannot run this cell here: {reason}")
     exe, note = spy.find_py_spy() if use_py_spy else (None, "skipped (--no-py-spy)")

@@ -117,6 +117,25 @@ def test_single_cell_defaults_and_values():
         single_cell("chunked", {"batch": "1..4"})
 
 
+def test_a_kernel_of_packs_or_paged_caches_only_is_profiled_on_its_workload():
+    """sdpa_loop runs packs only and paged_gather paged caches only: with no --lengths or --page-size their
+    profile refused the default cell ('runs packed variable-length batches only'); it profiles a pack of
+    8 long-tail sequences or a decode step in pages of 16, and a workload given keeps its own values."""
+    from attnbench.harness.tools.profile import prepare
+
+    def cell(variant, **given):
+        return prepare(variant, given, use_py_spy=False).cell
+
+    packed = cell("sdpa_loop")
+    assert (packed.lengths, packed.batch, packed.seq_len, packed.page_size) == ("longtail", 8, 1024, 0)
+    paged = cell("paged_gather", seq_k="2048")
+    assert (paged.page_size, paged.seq_len, paged.seq_k, paged.lengths) == (16, 1, 2048, "uniform")
+    assert cell("sdpa_loop", lengths="bimodal", batch="4").lengths == "bimodal"
+    assert cell("naive").lengths == "none"
+    with pytest.raises(ValueError, match="sdpa_loop cannot run this cell here: runs packed variable-length"):
+        cell("sdpa_loop", lengths="none")
+
+
 def test_page_escapes_what_it_shows(tmp_path):
     evil = "<script>alert(1)</script>"
     meta = {
