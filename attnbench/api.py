@@ -311,9 +311,24 @@ def bench_plan(measured: Any, baseline: Any, keywords: dict[str, Any]) -> tuple[
     """bench's baseline and its keywords for run, over the bench preset, where the caller gave none of
     these. A kernel that runs packed batches or paged caches only (or given `lengths=` or `page_size=`) is
     benched on that workload (WORKLOAD_BENCH) against sdpa_loop or paged_gather; any other against sdpa."""
-    workload = _workload(measured, keywords)
+    named = keywords.get("config") or keywords.get("preset")  # a sweep of the caller's: its axes stand
+    workload = _workload(measured, {**_sweep_axes(named), **keywords})
     against, axes = WORKLOAD_BENCH.get(workload, ("sdpa", {}))
+    axes = {} if named else axes
     return (against if baseline is None else baseline), _bench_keywords(measured, {**axes, **keywords})
+
+
+def _sweep_axes(named: Any) -> dict[str, Any]:
+    """The axes of a preset (by name) or sweep file (a path) a caller gave bench; {} for none, or one that
+    cannot be read (run says why, in its own words)."""
+    from attnbench.harness.sweep.sweeps import presets, read_sweep_file
+
+    if not named:
+        return {}
+    try:
+        return dict(read_sweep_file(presets().get(str(named)) or Path(named)))
+    except Exception:  # noqa: BLE001 - an unknown preset or a broken file: run refuses it in one line
+        return {}
 
 
 def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:

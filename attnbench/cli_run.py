@@ -172,9 +172,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise BadInput("bench measures VARIANT against --baseline: give no --variants")
     given = {key: value for key, value in _given(args).items() if value is not None}
     with bad_input(), as_flags():  # bad input said with the flags' names, before anything runs
-        files = {"variant_files": args.variant_file or ()}  # the plan reads the variant the files register
+        # the plan reads the variant the files register, and the axes of a sweep the flags name
+        extra = {"variant_files": args.variant_file or (), "preset": args.preset, "config": args.config}
         planned = {
-            k: v for k, v in bench_plan(args.variant, None, {**given, **files})[1].items() if k not in files
+            k: v for k, v in bench_plan(args.variant, None, {**given, **extra})[1].items() if k not in extra
         }
         build_sweep(planned, preset=None if args.config else args.preset or "bench", config=args.config)
         ran = bench(

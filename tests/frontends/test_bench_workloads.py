@@ -58,6 +58,9 @@ def test_the_plan_follows_the_workload_and_the_caller_wins():
     assert bench_plan("naive", None, {"page_size": [32]})[0] == "paged_gather"
     assert bench_plan("naive", None, {"lengths": "none"}) == ("sdpa", {"lengths": "none"})
     assert bench_plan("naive", None, {}) == ("sdpa", {})
+    # a preset of the caller's keeps its own axes; its workload still picks the baseline
+    assert bench_plan("naive", None, {"preset": "paged"}) == ("paged_gather", {"preset": "paged"})
+    assert bench_plan("sdpa_loop", None, {"preset": "varlen"}) == ("sdpa_loop", {"preset": "varlen"})
 
 
 def test_a_packed_only_kernel_is_benched_on_packs_against_sdpa_loop(tmp_path):
