@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -193,6 +194,7 @@ def run(
     if request.dry_run:
         done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
         return RunSummary(path=path, forecast=forecast(start, done))
+    fresh = not path.exists()
     writer = RunWriter(path, resume=resume)
     path.mkdir(parents=True, exist_ok=True)
     if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
@@ -206,13 +208,7 @@ def run(
         if on_forecast is not None:  # before a worker starts: a warning the user can act on at once
             on_forecast(forecast(start, writer.done))
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
-        try:
-            local = CellRunner(_worker_config(start, path), start.sweep.settings)
-        except WorkerDied:  # a worker that cannot write its log on a full disk dies before it can say so
-            full = no_room(path / "worker.log", path)
-            if full is not None:
-                raise full from None
-            raise
+        local = _start_worker(start, path)
         if not resume:
             summary.notes += _write_meta(writer, start, local, progress, executor, got.rerun_of)
         else:
@@ -220,12 +216,38 @@ def run(
         _measure(start, writer, summary, progress, local, chosen_executor)
     except KeyboardInterrupt:
         summary.interrupted = True
+    except variants.VariantError:  # the worker could not load them: nothing of the run was written
+        if fresh:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
     finally:
         progress.stop()
         writer.close()
         if local is not None:
             local.close(kill=summary.interrupted)
     return summary
+
+
+def _start_worker(start: _Start, path: Path) -> CellRunner:
+    """The run's local worker. A worker that dies starting is said in one line where it can be: a full disk
+    (it cannot write its log, so it cannot say so), or variants it cannot load that this process did (a
+    callable pickled by reference to a module that imports otherwise in a fresh process)."""
+    try:
+        return CellRunner(_worker_config(start, path), start.sweep.settings)
+    except WorkerDied as died:
+        full = no_room(path / "worker.log", path)
+        if full is not None:
+            raise full from None
+        said = str(died)
+        if "VariantError: " not in said:
+            raise
+        why = said.rsplit("VariantError: ", 1)[1].split(" | ")[0]
+        if f"{SHIPPED}' failed to load: " in why:  # this session's callables, pickled into the run
+            why = why.split(" failed to load: ", 1)[1] + (
+                " (a function defined in a module reaches the workers by reference: they import its module"
+                " afresh)"
+            )
+        raise variants.VariantError(f"the worker process cannot load the variants: {why}") from None
 
 
 def forecast(start: _Start, done: dict[str, dict[str, Any]]) -> estimate.Forecast:

@@ -462,3 +462,49 @@ def test_the_forkserver_freezes_its_imports_once_for_every_worker():
     frozen, in_child = json.loads(out.stdout)
     # torch's objects, frozen in the server, still frozen in its child (a few freed since by refcount)
     assert frozen > 50_000 and in_child > 0.99 * frozen
+
+
+def test_variants_the_worker_cannot_load_are_one_line_and_leave_nothing(tmp_path):
+    """A variant file that imports in this process but not in a fresh worker (here: it refuses to import in
+    a child process; in a notebook, a function of a module whose package imports what only the notebook has)
+    ended the run with WorkerDied's traceback and a run directory of a pickle, a log and a lock."""
+    (tmp_path / "mine.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.parent_process() is not None:\n"
+        "    raise ImportError('only in the notebook')\n"
+        "from attnbench import register\n"
+        "register('mine')(lambda q, k, v: q)\n"
+    )
+    out = tmp_path / "r"
+    p = run_cli("run", "--variant-file", str(tmp_path / "mine.py"), "--variants", "mine", "--seq-len", "64",
+                "--out", str(out), "-q")  # fmt: skip
+    assert p.returncode == 2 and not out.exists(), (p.stderr, list(out.iterdir()) if out.exists() else None)
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("attnbench: error: the worker process cannot load the variants: variant file ")
+    assert line.endswith("mine.py' failed to import: ImportError: only in the notebook"), line
+
+
+def test_a_callable_the_worker_cannot_import_is_one_error_naming_why(tmp_path, monkeypatch):
+    """A notebook's function from a module of its own reaches the workers by reference; where that module
+    does not import in a fresh process, run() raises one VariantError saying so, and leaves no directory."""
+    import attnbench
+    from attnbench.variants import VariantError
+    from tests.conftest import as_a_fresh_process
+
+    (tmp_path / "notebook_only.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.parent_process() is not None:\n"
+        "    raise ImportError('only in the notebook')\n"
+        "def mine(q, k, v):\n"
+        "    return q\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from notebook_only import mine
+
+    with as_a_fresh_process(tmp_path), pytest.raises(VariantError) as said:
+        attnbench.run(variants=[mine], seq_len=[64], out=tmp_path / "r", calibrate_ms=0)
+    assert str(said.value) == (
+        "the worker process cannot load the variants: ImportError: only in the notebook (a function defined "
+        "in a module reaches the workers by reference: they import its module afresh)"
+    )
+    assert not (tmp_path / "r").exists()
