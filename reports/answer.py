@@ -165,6 +165,8 @@ def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> list[
 
     probe = load_numerics(run_dir).get("probe", [])
     mine = [r for r in probe if r.get("variant") == variant]
+    at_one = _first_scales(mine)  # a dtype wrong at the smallest scale already is wrong, not large logits'
+    mine = [r for r in mine if at_one[r["dtype"]].get("status") in ("ok", "unsupported")]
     scales = names_text([f"{s:g}" for s in sorted({float(r["q_scale"]) for r in mine})] or ["none"])
     broken = [r for r in mine if r.get("status") in BROKEN or r.get("finite") is False]
     lines = []

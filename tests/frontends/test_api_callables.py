@@ -198,6 +198,18 @@ def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_
     )
     assert attnbench.variant(sdpa_like, mask="bool").check(causal) is None  # what the hint says works
 
+    def mask_and_bias(query, key, value, mask=None, bias=None):  # memory-efficient-attention's signature
+        return query
+
+    def bias_only(q, k, v, attn_bias=None):  # xformers'
+        return q
+
+    said = attnbench.variant(mask_and_bias).check(causal)  # it hinted mask_arg="bias", the first by name
+    assert said.endswith('(it takes mask=: declare mask="bool", mask_arg="mask" to be handed the mask)'), said
+    said = attnbench.variant(bias_only).check(causal)
+    assert said.endswith('(it takes attn_bias=: declare mask="additive", mask_arg="attn_bias" to be handed '
+                         "the mask)"), said  # fmt: skip
+
 
 def test_a_declared_shape_is_handed_only_the_keywords_its_function_takes():
     """What the hints say works, with functions that take no more than they need: one of flash-attn's
@@ -611,6 +623,22 @@ def test_large_logits_are_wrong_where_fn_overflows_and_less_accurate_where_it_st
     else:
         assert line.startswith("WRONG on large logits (bfloat16 from q x 100): NaN or inf"), line
     assert said.wrong is not finite
+
+
+def test_a_kernel_wrong_at_every_scale_has_no_large_logits_line(tmp_path):
+    """The probe's first scale is the sweep's own logits: a kernel wrong there (its inputs read in another
+    layout) is WRONG in its cells, and 'less accurate on large logits ... from q x 1' said nothing more."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import answer
+
+    rows = [cell("sdpa", 64, time_ms=1.0), cell("bnhd", 64, status="wrong", rel_err=4.0, message="wrong")]
+    run = write_run(tmp_path / "u", rows)
+    probe = [{"variant": "bnhd", "dtype": "float32", "q_scale": s, "status": "wrong", "finite": True,
+              "rel_err": 5.5, "tolerance": 1e-4} for s in (1.0, 10.0, 100.0)]  # fmt: skip
+    (run / "numerics.json").write_text(json.dumps({"probe": probe}))
+    said = answer(run, "bnhd", "sdpa")
+    assert not [line for line in said.lines if "large logits" in line] and said.wrong, said.lines
 
 
 def test_cells_that_raised_are_said_with_where(tmp_path):
