@@ -333,7 +333,8 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
 
 
 # what other libraries call the argument that takes a mask (SDPA's attn_mask= aside)
-MASK_NAMES = frozenset({"mask", "attention_mask", "attn_bias", "bias"})
+# another library's name for a mask argument, most likely first: a bias is added to the scores
+MASK_NAMES = ("mask", "attention_mask", "attn_bias", "bias")
 
 
 def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
@@ -351,7 +352,8 @@ def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
     if spelled == "attn_mask":
         return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
     if spelled:
-        return f'(it takes {spelled}=: declare mask="bool", mask_arg="{spelled}" to be handed the mask)'
+        kind = "additive" if spelled.endswith("bias") else "bool"
+        return f'(it takes {spelled}=: declare mask="{kind}", mask_arg="{spelled}" to be handed the mask)'
     if flag and flag in taken:
         return f"(it takes {flag}=: attnbench hands causal=)"
     return ""
@@ -359,7 +361,7 @@ def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
 
 def _mask_param(taken: set[str] | frozenset[str]) -> str:
     """The keyword of fn's that takes a mask: attn_mask (SDPA's), else another library's name; "" if none."""
-    return "attn_mask" if "attn_mask" in taken else next(iter(sorted(taken & MASK_NAMES)), "")
+    return next((name for name in ("attn_mask", *MASK_NAMES) if name in taken), "")
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
