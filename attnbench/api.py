@@ -346,6 +346,8 @@ def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:
         return "paged"
     if asked("lengths", "none"):
         return "packed"
+    if {"page_size", "lengths"} & set(keywords):  # page_size=0 or lengths="none": the caller's plain cells
+        return None
     v = measured
     if isinstance(measured, str):
         try:

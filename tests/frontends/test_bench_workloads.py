@@ -57,6 +57,7 @@ def test_the_plan_follows_the_workload_and_the_caller_wins():
     assert bench_plan("naive", None, {"lengths": "longtail", "batch": 4})[1]["batch"] == 4
     assert bench_plan("naive", None, {"page_size": [32]})[0] == "paged_gather"
     assert bench_plan("naive", None, {"lengths": "none"}) == ("sdpa", {"lengths": "none"})
+    assert bench_plan("paged_flex", None, {"page_size": 0}) == ("sdpa", {"page_size": 0})  # plain, as asked
     assert bench_plan("naive", None, {}) == ("sdpa", {})
     # a preset of the caller's keeps its own axes; its workload still picks the baseline
     assert bench_plan("naive", None, {"preset": "paged"}) == ("paged_gather", {"preset": "paged"})
