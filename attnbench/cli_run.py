@@ -393,7 +393,9 @@ def repro_argv(run_dir: str, cell_id: str, out: str | None = None, *, note=None)
     for key, text in texts.items():
         for value in text if isinstance(text, list) else [text]:
             argv += [flag_name(key), value]
-    for path in meta.get("variant_files", []):
+    source = str((meta.get("variant_capabilities") or {}).get(cell.variant, {}).get("source", ""))
+    installed = source == "builtin" or source.startswith("entry point ")  # no variant file registers it
+    for path in [] if installed else meta.get("variant_files", []):
         if not Path(path).is_file():
             note(f"attnbench: warning: variant file {path} is not there any more")
         argv += ["--variant-file", path]

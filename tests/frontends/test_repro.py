@@ -99,6 +99,16 @@ def test_bad_rerun_or_repro_is_one_line_exit_2_nothing_written(tmp_path, args, m
     assert p.stdout == "" and list(tmp_path.iterdir()) == []
 
 
+def test_a_built_in_cells_repro_carries_no_variant_file(old_run):
+    """naive beside a variant file's mine: naive's line named mine.py (or a notebook's variants.pkl) too,
+    so that it failed, and warned, wherever that file was gone; mine's keeps it."""
+    old = old_run / "old"
+    naive = run_cli("repro", str(old), "naive|cpu|float32|b1|h2|n64|dk64|dv64|full|pad0|fwd", check=True)
+    mine = run_cli("repro", str(old), "mine|cpu|float32|b1|h2|n64|dk64|dv64|full|pad0|fwd", check=True)
+    assert "--variant-file" not in shlex.split(naive.stdout) and not naive.stderr, naive
+    assert str(old_run / "mine.py") in shlex.split(mine.stdout)
+
+
 def test_repro_of_the_published_run_writes_every_setting_out():
     ref = DATA.parent.parent / "results" / "reference" / "cpu-epyc-2core"
     cell = "sdpa|cpu|float32|b1|h8|n4096|dk64|dv64|causal|pad0|fwd"
