@@ -303,7 +303,7 @@ WORKLOAD_BENCH = {
             "padding": 0.0,
             "causal": "no,lower-right",
         },
-    ),  # fmt: skip
+    ),
 }
 
 
