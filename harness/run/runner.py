@@ -216,8 +216,8 @@ def run(
         _measure(start, writer, summary, progress, local, chosen_executor)
     except KeyboardInterrupt:
         summary.interrupted = True
-    except variants.VariantError:  # the worker could not load them: nothing of the run was written
-        if fresh:
+    except variants.VariantError:
+        if fresh and local is None:  # the first worker could not load them: no row, no meta.json yet
             shutil.rmtree(path, ignore_errors=True)
         raise
     finally:
