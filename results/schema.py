@@ -12,6 +12,7 @@ READABLE_VERSIONS = (1,)  # file versions this code can load
 
 STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "crashed", "timeout", "skipped")
 RANKED_STATUSES = ("ok",)  # `wrong` cells are measured but never ranked
+GATE_FAILED = "failed the float64 gate"  # a wrong cell's message, before what the gate found
 NOISY_REL_IQR = 0.10  # a cell whose IQR/median exceeds this is flagged noisy (the `noisy` column)
 
 # column -> pandas dtype; the order is the export order. The list columns (LIST_COLUMNS: samples_ms, the raw
@@ -122,6 +123,9 @@ COLUMNS: dict[str, str] = {
     "quant_recipe": "string",
     "quant_rel_err": "Float64",
     "sqnr_db": "Float64",
+    # a variant declared approximate (Capability.approximate: random features, low rank, sparsity): the
+    # rel_err against float64 it is held to instead of its dtype's tolerance. NA for an exact kernel
+    "approximate": "Float64",
     "drop_frac": "Float64",  # dropout cells: the fraction of attention weights the variant zeroed (about p)
     "drop_mean_z": "Float64",  # dropout cells: |mean of K calls - float64| over its expected noise (about 1)
     "threads": "Int64",

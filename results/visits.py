@@ -30,6 +30,7 @@ FIRST_VISIT_CHECKS = (
     "quant_recipe",
     "quant_rel_err",
     "sqnr_db",
+    "approximate",
 )
 
 

@@ -95,6 +95,11 @@ class Capability:
     # reference of the inputs rounded by that recipe, and reports the rounding's own error apart
     # (quant_rel_err, sqnr_db; harness/measure/correctness.py).
     quant: str = ""
+    # An approximation by design (random features, low rank, sparsity, a KV cache it compresses): the rel_err
+    # against float64 it is held to instead of its dtype's tolerance, when larger (0 < approximate <= 1; an
+    # answer of zeros has rel_err 1). Its every gate (first call, fresh inputs, refilled inputs) holds it
+    # to that bound, and its rows carry it, so that reports and answers name it as approximate. 0: exact.
+    approximate: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -122,6 +127,12 @@ class Capability:
             )
         if self.quant and self.paged:  # a recipe's scales read (B, H, N, d) inputs, not pools of pages
             raise VariantError(f"variant {self.name}: a quantisation recipe cannot read a paged K/V cache")
+        bound = self.approximate
+        if isinstance(bound, bool) or not isinstance(bound, int | float) or not 0 <= bound <= 1:
+            raise VariantError(
+                f"variant {self.name}: approximate is the rel_err against float64 it is held to, a number "
+                f"in (0, 1] (an answer of zeros has rel_err 1), not {bound!r}"
+            )
         if self.varlen and not _known_work(self.varlen):
             raise VariantError(
                 f"variant {self.name}: varlen must be padded, masked, exact, tiles:N or rows:N, not "
@@ -216,6 +227,8 @@ class Variant:
             return f"{self.name} does not support key padding {how}"
         if problem.dropout and not cap.dropout:
             return f"{self.name} does not support dropout (a variant that does takes dropout_p=)"
+        if problem.dropout and cap.approximate:  # the dropout check reads exact weights through the output
+            return f"{self.name} is approximate: its dropout cannot be checked against float64"
         if problem.backward and not cap.backward:
             return f"{self.name} does not support backward (declare it with backward=True)"
         mine = self.source != "builtin"  # a user's function: say what declares the axis

@@ -41,8 +41,8 @@ from attnbench.harness.measure.inputs import (
     cu_seqlens,
     gate_axes,
     handed,
+    judged_as,
     make_inputs,
-    quant_recipe,
     timed_call,
 )
 from attnbench.harness.measure.outcomes import (
@@ -58,6 +58,7 @@ from attnbench.harness.measure.varied import Stale, varied_failure
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import gbps, rate, summarize, tflops
+from attnbench.results.schema import GATE_FAILED
 
 FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
 FRESH_SEED_OFFSET = 1  # the re-check's inputs: seed settings.seed + this, never the gated inputs' seed
@@ -101,7 +102,7 @@ class Prepared:
             "grad_rel_err": self.grad_rel_err,
             "masked_rows": self.gate.masked_rows,
             "rows_checked": self.gate.rows_checked,
-            **quant_fields(self.gate),
+            **judged_fields(self.gate),
             **(self.dropout.fields() if self.dropout is not None else {}),
         }
 
@@ -132,7 +133,7 @@ class Prepared:
                 what = self.gate.describe()
             else:
                 what = f"grad rel_err {self.grad_rel_err:.2e} > {self.grad_tolerance:.0e}"
-            reasons.append(f"failed the float64 gate: {what}")
+            reasons.append(f"{GATE_FAILED}: {what}")
         elif after is not None:  # right once, wrong on other values: an answer remembered
             seed = after.seed
             if after.fresh is not None and not after.fresh.passed:  # ... for a shape, or for values
@@ -146,12 +147,14 @@ class Prepared:
         return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
 
 
-def quant_fields(gate: correctness.GateResult) -> dict[str, Any]:
-    """A quantising variant's columns: its recipe, the rounding's own error and the output's SQNR against
-    the original inputs (correctness.gate); none for a variant that does not quantise."""
-    if not gate.quant:
-        return {}
-    return {"quant_recipe": gate.quant, "quant_rel_err": gate.quant_rel_err, "sqnr_db": gate.sqnr_db}
+def judged_fields(gate: correctness.GateResult) -> dict[str, Any]:
+    """How the gate judged the variant, as columns: a declared approximation's bound; a quantising
+    variant's recipe, the rounding's own error and the output's SQNR against the original inputs
+    (correctness.gate); none for an exact kernel that does not quantise."""
+    out: dict[str, Any] = {"approximate": gate.approximate} if gate.approximate else {}
+    if gate.quant:
+        out.update(quant_recipe=gate.quant, quant_rel_err=gate.quant_rel_err, sqnr_db=gate.sqnr_db)
+    return out
 
 
 def fresh_failure(fresh: correctness.GateResult, seed: int) -> str:
@@ -232,7 +235,7 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     pq, pk, pv, pkl = cache.pristine  # the gate reads the values the variant was given, not what it left
     gate = correctness.gate(
         out, pq, pk, pv, causal=spec.causal, key_lengths=pkl, rows=rows, ref=cache.reference(spec, rows),
-        quant=variant.cap.quant, **gate_axes(spec),
+        **judged_as(spec), **gate_axes(spec),
     )  # fmt: skip
     del out  # free the output before the gradient check allocates its own
     grad_rel = None
@@ -305,7 +308,7 @@ def fresh_check(fn: Callable[..., Any], layout: str, spec: CellSpec, settings: S
             spec.device, fn, *given[:3], dropout_p=0.0, scale=None, **call_options(spec, given[3])
         )
     contract.check_output(out, q, v)  # the timed callable may break the contract on other inputs
-    return correctness.gate(out, q, k, v, rows=rows, ref=ref, quant=quant_recipe(spec), **opts), ms
+    return correctness.gate(out, q, k, v, rows=rows, ref=ref, **judged_as(spec), **opts), ms
 
 
 def check_after(
@@ -336,7 +339,7 @@ def check_after(
         else:
             out = refill_in_place(ready, (q, k, v, kl))
         contract.check_output(out, q, v)
-        refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, quant=quant_recipe(spec), **opts)
+        refill = correctness.gate(out, q, k, v, rows=rows, ref=ref, **judged_as(spec), **opts)
         del out
     fresh_gate = fresh_check(ready.fn, ready.layout, spec, settings, made)[0] if fresh else None
     return AfterCheck(

@@ -24,7 +24,9 @@ ratio, 10 log10(||ref||^2 / ||out - ref||^2) = -20 log10 of that end-to-end rel_
 
 Error metric: rel_err = ||out - ref||_F / ||ref||_F over the compared rows (robust to the scale of the
 output, unlike an elementwise relative error near zero), plus max_abs_err. A variant passes when
-rel_err <= TOLERANCE[dtype] and every compared value is finite. The tolerances are set from what
+rel_err <= TOLERANCE[dtype] and every compared value is finite; a variant declared approximate
+(Capability.approximate: random features, low rank, sparsity) passes within its declared bound where that is
+larger, so that a remembered or stale answer still fails it. The tolerances are set from what
 each precision can achieve on this computation, with headroom for accumulation order:
 float32 arithmetic lands near 1e-7 (TF32 matmuls near 3e-4 would fail, on purpose); float16 keeps 11
 significant bits (unit roundoff 4.9e-4); bfloat16 keeps 8 (unit roundoff 3.9e-3), and P is rounded
@@ -200,6 +202,7 @@ class GateResult:
     quant: str = ""
     quant_rel_err: float | None = None
     sqnr_db: float | None = None
+    approximate: float = 0.0  # a declared approximation's bound (Capability.approximate): the tolerance here
 
     @property
     def ok(self) -> bool:
@@ -208,7 +211,8 @@ class GateResult:
     def describe(self) -> str:
         if math.isinf(self.rel_err):
             return "; ".join(filter(None, [self.hint, "non-finite output (NaN or inf)", self.where]))
-        text = f"rel_err {self.rel_err:.2e} (tol {self.tolerance:.0e}), max_abs_err {self.max_abs_err:.2e}"
+        bound = f"tol {self.tolerance:.0e}" + (", declared approximate" if self.approximate else "")
+        text = f"rel_err {self.rel_err:.2e} ({bound}), max_abs_err {self.max_abs_err:.2e}"
         if self.quant:
             rounding = f"rounding alone: rel_err {self.quant_rel_err:.2e}"
             text += f" against the {self.quant}-rounded inputs ({rounding})"
@@ -278,16 +282,19 @@ def gate(
     cu_seqlens=None,
     block_table=None,
     quant: str = "",
+    approximate: float = 0.0,
 ) -> GateResult:
     """Compare an output already computed by a variant with the float64 reference (forward only).
 
     ref: the reference of the original inputs on these rows, when the caller already has it. quant: the
     variant's recipe (Capability.quant): the kernel is then judged against the reference of the inputs it
-    rounded, and the rounding's error is reported apart (see the module docstring). In a packed batch
+    rounded, and the rounding's error is reported apart (see the module docstring). approximate: a
+    declared approximation's bound (Capability.approximate), the tolerance where it is larger than the
+    dtype's. In a packed batch
     (cu_seqlens) a failing gate names the sequence that errs most (GateResult.where).
     """
     dtype = str(q.dtype).removeprefix("torch.")
-    tol = TOLERANCE.get(dtype, TOLERANCE["float32"])
+    tol = max(TOLERANCE.get(dtype, TOLERANCE["float32"]), approximate)
     rules = dict(causal=causal, causal_align=causal_align, window=window)
     rules.update(cu_seqlens=cu_seqlens, block_table=block_table)
     if ref is None:
@@ -325,6 +332,7 @@ def gate(
         rows_checked=int(q.shape[2]) if rows is None else len(rows),  # the sample, empty rows among them
         where=where,
         hint=hint,
+        approximate=approximate,
         **(_rounding(got, *refs, quant) if quant else {}),
     )
 
@@ -617,7 +625,8 @@ def check(
 ) -> GateResult:
     """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
     window, mod, cu_seqlens and block_table reach the variant only when not at their default
-    (variants.extra_options); a registered Variant that quantises is gated by its recipe (gate's quant)."""
+    (variants.extra_options); a registered Variant that quantises is gated by its recipe (gate's quant), one
+    declared approximate at its bound."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
     axes = dict(
         causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table
@@ -625,8 +634,9 @@ def check(
     with torch.no_grad():
         out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)
-    quant = getattr(getattr(variant, "cap", None), "quant", "")  # a registered Variant's recipe
-    result = gate(out, q, k, v, rows=rows, quant=quant, **rules, **axes)
+    cap = getattr(variant, "cap", None)  # a registered Variant's recipe and declared approximation
+    judged = dict(quant=getattr(cap, "quant", ""), approximate=getattr(cap, "approximate", 0.0))
+    result = gate(out, q, k, v, rows=rows, **judged, **rules, **axes)
     if not backward:
         return result
     grad_rel = grad_errors(variant, q, k, v, **rules, **axes)

@@ -108,10 +108,12 @@ def gate_axes(spec: CellSpec) -> dict[str, Any]:
     return {**axes, "cu_seqlens": cu_seqlens(spec), "block_table": block_table(spec)}
 
 
-def quant_recipe(spec: CellSpec) -> str:
-    """The quantisation recipe of a cell's variant (Capability.quant), which its every gate reads (the
-    reference of the rounded inputs); "" for a variant that does not quantise."""
-    return variants.get(spec.variant).cap.quant
+def judged_as(spec: CellSpec) -> dict[str, Any]:
+    """How a cell's variant is judged, which its every gate reads (correctness.gate's keywords): its
+    quantisation recipe (Capability.quant: against the reference of the rounded inputs; "" for none) and
+    its declared approximation (Capability.approximate: the bound it is held to; 0 for an exact kernel)."""
+    cap = variants.get(spec.variant).cap
+    return {"quant": cap.quant, "approximate": cap.approximate}
 
 
 def cu_seqlens(spec: CellSpec) -> torch.Tensor | None:

@@ -1,0 +1,57 @@
+"""A kernel that approximates attention by design (random features, low rank, sparsity): declared
+approximate=R, it is held to rel_err R against float64 in every gate, measured as ok and named approximate;
+undeclared, it is wrong, and bench's answer says how to declare it; a remembered answer still fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnbench
+from attnbench.results.store import read_rows
+from attnbench.variants import Problem, VariantError
+from attnbench.variants.registry import Capability
+from tests.conftest import as_a_fresh_process
+
+QUICK = dict(heads=1, seq_len="64", dtype="float32", causal="no", padding=0.0)
+FAST = dict(budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=0)
+
+
+def rounded(q, k, v):
+    """Attention on q, k, v rounded to bfloat16 first: rel_err about 3e-3 in float32, over its 1e-4."""
+    q, k, v = (t.to(torch.bfloat16).to(t.dtype) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_a_remembered_answer_fails_its_bound_on_fresh_inputs(tmp_path):
+    """Within its bound on the inputs it was first given, and their answer again for any other inputs."""
+    kept = {}
+
+    def remembers(q, k, v):
+        if q.shape not in kept:
+            kept[q.shape] = rounded(q, k, v)
+        return kept[q.shape].clone()
+
+    fn = attnbench.variant(remembers, approximate=0.5)
+    with as_a_fresh_process(tmp_path):
+        attnbench.bench(fn, out=tmp_path / "r", **QUICK, **FAST)
+    (row,) = [r for r in read_rows(tmp_path / "r") if r["variant"] == "remembers"]
+    assert row["status"] == "wrong" and "does not follow the inputs" in row["message"], row["message"]
+    assert "declared approximate" in row["message"]
+
+
+@pytest.mark.parametrize("bound", [True, 1.5, -0.1, "0.5"])
+def test_a_bound_that_is_not_a_rel_err_is_refused(bound):
+    with pytest.raises(VariantError, match="approximate is the rel_err against float64 it is held to"):
+        Capability("mine", approximate=bound)
+
+
+def test_an_approximations_dropout_is_not_checked():
+    """The dropout check reads exact attention weights through the output: an approximation's cells with
+    dropout are unsupported, with the reason."""
+    from attnbench.variants.registry import Variant
+
+    approx = Variant(lambda q, k, v, **kw: q, Capability("mine", approximate=0.1))
+    reason = approx.check(Problem(device="cpu", dtype="float32", d_k=8, d_v=8, dropout=0.1))
+    assert reason == "mine is approximate: its dropout cannot be checked against float64"
