@@ -181,6 +181,20 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
     return f"{leader} is fastest {range_text(ns, every)} ({detail})."
 
 
+def _approximations(rows) -> dict[str, str]:
+    """{variant: how the ranking names it} for each variant declared approximate (its rows carry the rel_err
+    bound it is held to, Capability.approximate): its time is for another answer than the exact kernels'."""
+    if "approximate" not in rows.columns:
+        return {}
+    held = rows.dropna(subset=["approximate"]).groupby("variant")["approximate"].max()
+    return {str(v): f"{v} (approximate, rel_err <= {float(b):g})" for v, b in held.items()}
+
+
+def _relabel(p: _Point, named: dict[str, str]) -> _Point:
+    tied = tuple(named.get(v, v) for v in p.tied)
+    return _Point(p.n, named.get(p.best, p.best), tied, named.get(p.runner_up, p.runner_up), p.lead)
+
+
 def ranking_sentences(panel_rows) -> list[str]:
     """Who is fastest in which range of N (tables.best_variant and its tie rule), and where the lead
     changes hands."""
@@ -188,7 +202,10 @@ def ranking_sentences(panel_rows) -> list[str]:
     best = best_variant(panel_rows)
     if best.empty:
         return []
-    runs = leader_runs(_points(best, length))
+    named = _approximations(panel_rows)
+    runs = [
+        (named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(_points(best, length))
+    ]
     every = len(runs) == 1
     out = [run_sentence(leader, pts, every) for leader, pts in runs]
     for (a, before), (b, after) in zip(runs, runs[1:], strict=False):

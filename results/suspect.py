@@ -13,7 +13,10 @@ Two rules, applied when runs are loaded (so they hold for every run on disk, old
 - faster than the checked baseline by more than BASELINE_FACTOR: the median time of the same cell of
   BASELINE, the float64-gated naive implementation, over this cell's median (in a packed cell, naive's time
   scaled to the useful work: it computes the whole pack under a mask, executed_flops).
-Only `ok` rows are judged: `wrong` rows are never ranked anyway.
+Only `ok` rows are judged: `wrong` rows are never ranked anyway. Nor are the rows of a variant declared
+approximate (their `approximate` bound, Capability.approximate): a kernel that skips the N x N work its
+FLOPs count (random features, low rank, sparsity) may pass both the ceiling and the baseline honestly. The
+clock that times it is checked all the same (harness.measure.outcomes).
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ def _useful_ms(r: dict[str, Any]) -> float:
 def _reason(
     r: dict[str, Any], meta: dict[str, Any], base_ms: dict[tuple, float], same_cell, probe_factor: float
 ) -> str | None:
-    if r.get("status") != "ok":
+    if r.get("status") != "ok" or _num(r.get("approximate")):
         return None
     why = []
     device, dtype, achieved = str(r.get("device")), str(r.get("dtype")), r.get("tflops")

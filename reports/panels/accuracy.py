@@ -47,7 +47,9 @@ ACCURACY_RULE = (
     "and accurate; a point up and to the right is fast and less accurate. A quantising variant (FP8, "
     "labelled with its recipe) is drawn at its error against float64 of the inputs it was given, end to "
     "end, with a line back to its kernel's error against its rounded inputs, which is what the gate judges: "
-    "the line's length is what the rounding costs."
+    "the line's length is what the rounding costs. A variant declared approximate (random features, low "
+    "rank, sparsity) is held to its declared bound instead of its dtype's tolerance, and labelled with it "
+    "(≤ R): a filled point right of its dtype's line."
 )
 # marker per dtype (the colour is the variant's); a dtype not listed gets OTHER_MARKER
 DTYPE_MARKERS = {"float64": "D", "float32": "o", "float16": "s", "bfloat16": "^"}
@@ -56,7 +58,7 @@ OTHER_MARKER = "v"
 FIGURE_AXES = [a for a in GROUP_AXES if a != "dtype"]  # one figure holds every dtype of a group
 POINT_COLUMNS = [
     "tflops", "e2e_rel_err", "rel_err", "grad_rel_err", "tolerance", "status", "failing", "quant_recipe",
-    "quant_rel_err", "sqnr_db",
+    "quant_rel_err", "sqnr_db", "approximate",
 ]  # fmt: skip
 WORTH_SAYING = 2.0  # the fastest's error over the most accurate's that a finding names
 
@@ -87,6 +89,18 @@ def quantised(p) -> bool:
     return present(p.get("quant_recipe")) and bool(p.get("quant_recipe"))
 
 
+def bound(p) -> float:
+    """A point's declared approximation (Capability.approximate: the rel_err its gate holds it to), 0 for
+    an exact kernel."""
+    value = p.get("approximate")
+    return float(value) if present(value) else 0.0
+
+
+def named(p) -> str:
+    """A point's variant as a sentence names it: an approximation says so."""
+    return f"{p['variant']} (approximate, rel_err <= {bound(p):g})" if bound(p) else str(p["variant"])
+
+
 def points(rows):
     """Per panel, variant and dtype of `rows`: its cell at the largest length (N, or N_k for a decode
     series) it was measured at, with its dtype's tolerance, whether it failed (wrong, or a rel_err beyond
@@ -100,7 +114,7 @@ def points(rows):
         length = length_axis(prow)
         for _key, sub in grouped(measured, ["variant", "dtype"]):
             top = sub.sort_values(length, kind="stable").iloc[-1]
-            err, tol = float(top["rel_err"]), tolerance(str(top["dtype"]))
+            err, tol = float(top["rel_err"]), max(tolerance(str(top["dtype"])), bound(top))
             failing = top["status"] != "ok" or not math.isfinite(err) or err > tol
             e2e = end_to_end_rel_err(err, top.get("sqnr_db"))
             picked.append({**top.to_dict(), "tolerance": tol, "failing": bool(failing), "e2e_rel_err": e2e})
@@ -139,8 +153,8 @@ def sentence(rows) -> str | None:
             f"{fast_err / best_err:.3g}× the error of" if best_err > 0 else "against an exact answer from"
         )
         said.append(
-            f"Speed against accuracy: the fastest, {fastest['variant']} ({where(fastest)}), has rel_err "
-            f"{err_text(fast_err)}, {against} the most accurate, {accurate['variant']} "
+            f"Speed against accuracy: the fastest, {named(fastest)} ({where(fastest)}), has rel_err "
+            f"{err_text(fast_err)}, {against} the most accurate, {named(accurate)} "
             f"(rel_err {err_text(best_err)}, {where(accurate)})."
         )
     said += [fp8_sentence(p, ok, where) for _, p in ok.iterrows() if quantised(p)]
@@ -229,6 +243,9 @@ def _draw_panel(ax, pts, top_n: int, length: str) -> None:
         if quantised(p):  # back to its kernel's error: the line is what the rounding costs
             ax.plot([at(float(p["rel_err"])), x], [y, y], color=color, lw=1, ls=":", zorder=1)
             ax.annotate(str(p["quant_recipe"]), (x, y), xytext=(5, -10), textcoords="offset points",
+                        fontsize=7, color=color)  # fmt: skip
+        if bound(p):  # held to its own bound: filled right of its dtype's line
+            ax.annotate(f"≤ {bound(p):g}", (x, y), xytext=(5, -10), textcoords="offset points",
                         fontsize=7, color=color)  # fmt: skip
         if int(p[length]) < top_n:
             ax.annotate(f"N={seq_count(p[length])}", (x, y), xytext=(5, 4),
@@ -331,7 +348,8 @@ def accuracy_table(pts) -> pg.Table:
         headers,
         tuple(rows),
         "each variant and dtype at the largest N it was measured at, fastest first; rel_err: the forward "
-        "output's against float64, judged against the dtype's tolerance (gradients: "
+        "output's against float64, judged against the dtype's tolerance or a declared approximation's bound "
+        "(gradients: "
         f"{GRAD_TOLERANCE_FACTOR:g}× it){rounding}",
     )
 

@@ -24,6 +24,28 @@ def rounded(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 
 
+def test_declared_it_is_ok_within_its_bound_and_named_approximate(tmp_path):
+    fn = attnbench.variant(rounded, approximate=0.02)
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "a", **QUICK, **FAST)
+    mine = [r for r in read_rows(tmp_path / "a") if r["variant"] == "rounded"]
+    assert {r["status"] for r in mine} == {"ok"} and {r["approximate"] for r in mine} == {0.02}
+    assert all(1e-4 < r["rel_err"] < 0.02 for r in mine), [r["rel_err"] for r in mine]
+    lines = str(bench).splitlines()
+    assert lines[1].startswith("within its declared approximation (rel_err <= 0.02) in 1 of 1 cells"), lines
+    assert any(line.startswith("float32: ") and "than sdpa" in line for line in lines), lines
+    assert not bench.answer.wrong
+
+
+def test_undeclared_it_is_wrong_and_the_answer_says_how_to_declare_it(tmp_path):
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(rounded, out=tmp_path / "w", **QUICK, **FAST)
+    lines = str(bench).splitlines()
+    assert lines[1].startswith("WRONG float32 (no mask; at N = 64): failed the float64 gate: rel_err"), lines
+    assert lines[2].startswith("if it approximates attention by design, declare approximate=R"), lines
+    assert bench.answer.wrong
+
+
 def test_a_remembered_answer_fails_its_bound_on_fresh_inputs(tmp_path):
     """Within its bound on the inputs it was first given, and their answer again for any other inputs."""
     kept = {}

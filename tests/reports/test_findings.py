@@ -239,5 +239,5 @@ def test_a_leader_that_shared_the_front_takes_it_from_the_others_only(monkeypatc
     monkeypatch.setattr(findings, "best_variant", lambda rows: pd.DataFrame({"x": [1]}))
     monkeypatch.setattr(findings, "_points", lambda best, length: tied + alone)
     monkeypatch.setattr(findings, "leader_runs", lambda pts: [("sdpa", tied), ("sdpa_flash", alone)])
-    s = findings.ranking_sentences(None)
+    s = findings.ranking_sentences(pd.DataFrame())
     assert s[-1] == "Crossover between N = 1,536 and 2,048: sdpa_flash takes the lead from sdpa and naive."

@@ -155,3 +155,28 @@ def test_fp8_is_drawn_at_its_end_to_end_error_and_the_findings_say_what_it_gives
     ) in said
     plain = data[(data["variant"] == "sdpa") & (data["dtype"] == "float32")].iloc[0]
     assert plain["e2e_rel_err"] == plain["rel_err"] == pytest.approx(6e-7)  # an unrounded point: its rel_err
+
+
+def test_a_declared_approximation_is_held_to_its_bound_and_named_as_approximate(tmp_path):
+    """A variant declared approximate (its rows carry the bound it was held to) is ok beyond its dtype's
+    tolerance: a filled point labelled with its bound, the tolerance column its bound, and where it is
+    the fastest, the ranking and the speed-against-accuracy sentence name it as approximate."""
+    import pandas as pd
+
+    rows = _rows()
+    for n in SEQ:
+        rows.append(synthetic.cell("linear", n, time_ms=0.1 * (n / 256), rel_err=0.3, approximate=0.5))
+    df = prepare([synthetic.write_run(tmp_path / "run", rows)]).df
+    # it skips the N x N work its FLOPs count: over the calibrated ceiling, and not suspect for it
+    assert not df.loc[df["variant"] == "linear", "suspect"].any()
+    fig, data = accuracy.accuracy_figure(df, "t")
+    point = data[data["variant"] == "linear"].iloc[0]
+    assert point["tolerance"] == 0.5 and not point["failing"]
+    assert any(t.get_text() == "≤ 0.5" for t in fig.axes[0].texts)
+    table = accuracy.accuracy_table(accuracy.points(df[df["dtype"] == "float32"]))
+    (row,) = [r for r in table.rows if r[0] == "linear"]
+    assert row[4:] == ("0.3", "0.5", "ok")
+    found = findings.build(df, pd.DataFrame(), lambda gkey, group: str(gkey["dtype"]))
+    said = {p.title: " ".join(p.sentences) for p in found.panels}["float32"]
+    assert said.startswith("linear (approximate, rel_err <= 0.5) is fastest at every N measured"), said
+    assert "the fastest, linear (approximate, rel_err <= 0.5) (" in said
