@@ -46,6 +46,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name, v in variants.all_variants().items():
         c = v.cap
         caps = ",".join(k for k in ("causal", "padding", "dropout", "backward") if getattr(c, k))
+        caps += f",approx<={c.approximate:g}" if c.approximate else ""  # held to that rel_err
         head = f"{c.min_head_dim}..{c.max_head_dim or 'any'}"
         where = {d: _availability(v, d) for d in ("cpu", "cuda")}
         rows.append(

@@ -4,6 +4,8 @@ undeclared, it is wrong, and bench's answer says how to declare it; a remembered
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +14,7 @@ import attnbench
 from attnbench.results.store import read_rows
 from attnbench.variants import Problem, VariantError
 from attnbench.variants.registry import Capability
-from tests.conftest import as_a_fresh_process
+from tests.conftest import as_a_fresh_process, run_cli
 
 QUICK = dict(heads=1, seq_len="64", dtype="float32", causal="no", padding=0.0)
 FAST = dict(budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=0)
@@ -77,3 +79,29 @@ def test_an_approximations_dropout_is_not_checked():
     approx = Variant(lambda q, k, v, **kw: q, Capability("mine", approximate=0.1))
     reason = approx.check(Problem(device="cpu", dtype="float32", d_k=8, d_v=8, dropout=0.1))
     assert reason == "mine is approximate: its dropout cannot be checked against float64"
+
+
+APPROX_FILE = '''
+import torch
+import torch.nn.functional as F
+from attnbench import register
+
+
+@register("rounded", approximate=0.02, dropout=False)
+def rounded(q, k, v):
+    q, k, v = (t.to(torch.bfloat16).to(t.dtype) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v)
+'''
+
+
+def test_list_and_check_say_what_it_is_held_to(tmp_path):
+    """`attnbench list` shows the bound among what it supports; `attnbench check` passes it at that bound
+    and says so beside the pass, exit 0."""
+    path = tmp_path / "approx.py"
+    path.write_text(APPROX_FILE)
+    listed = run_cli("list", "--variant-file", str(path), "--json")
+    (mine,) = [r for r in json.loads(listed.stdout) if r["name"] == "rounded"]
+    assert mine["supports"] == "backward,approx<=0.02"
+    checked = run_cli("check", "--variant-file", str(path), "--variants", "rounded", "--dtype", "float32")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "declared approximate: held to rel_err 0.02" in checked.stdout
