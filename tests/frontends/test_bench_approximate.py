@@ -81,7 +81,7 @@ def test_an_approximations_dropout_is_not_checked():
     assert reason == "mine is approximate: its dropout cannot be checked against float64"
 
 
-APPROX_FILE = '''
+APPROX_FILE = """
 import torch
 import torch.nn.functional as F
 from attnbench import register
@@ -91,7 +91,7 @@ from attnbench import register
 def rounded(q, k, v):
     q, k, v = (t.to(torch.bfloat16).to(t.dtype) for t in (q, k, v))
     return F.scaled_dot_product_attention(q, k, v)
-'''
+"""
 
 
 def test_list_and_check_say_what_it_is_held_to(tmp_path):
