@@ -1,6 +1,6 @@
 """The keywords a declared capability hands a variant, checked against its function's signature when it is
 declared: a capability declared for a keyword fn does not take is refused (keyword_refusal), and a keyword fn
-takes with no default, cu_seqlens= or block_table=, makes it run that workload's cells only
+takes with no default, cu_seqlens=, block_table= or window=, makes it run that workload's cells only
 (only_where_handed). Each returns the one-line refusal, or None; variants.registry raises it. A workload
 keyword fn takes without declaring its capability is never handed (undeclared names them)."""
 
@@ -19,8 +19,15 @@ AXIS_KEYWORDS = {
     "lower_right": "causal_align", "window": "window", "mods": "mod", "varlen": "cu_seqlens",
     "paged": "block_table",
 }  # fmt: skip
-# a keyword only one workload's cells hand: (its capability flag, packed batches (True) or paged caches)
-HANDED_ONLY = {"cu_seqlens": ("varlen", True), "block_table": ("paged", False)}
+# a keyword only one workload's cells hand: (its capability flag, the workload: only_workload's names)
+HANDED_ONLY = {
+    "cu_seqlens": ("varlen", "packed"),
+    "block_table": ("paged", "paged"),
+    "window": ("window", "window"),
+}
+WINDOW_ONLY = "runs sliding-window cells only (--window W, with --causal yes)"
+# the refusal of every other problem, per workload
+ONLY = {"packed": PACKED_ONLY, "paged": PAGED_ONLY, "window": WINDOW_ONLY}
 # how to declare each workload: the short form a hint shows, and the refusal's (varlen's kinds spelled out)
 _HINT = {"lower_right": "lower_right=True", "window": "window=True", "mods": 'mods=("alibi", "softcap")',
          "varlen": 'varlen="exact"', "paged": "paged=True"}  # fmt: skip
@@ -60,41 +67,42 @@ def keyword_refusal(
 
 
 def only_where_handed(name: str, sig: inspect.Signature, capability: dict[str, Any]) -> str | None:
-    """fn that takes cu_seqlens= (or block_table=) with no default runs packed batches (paged caches) only:
-    its capability's supports hook becomes Only, so that its other cells are unsupported, saying so, where
-    they would raise a TypeError. The refusal when that workload is not declared: no cell would run."""
-    for keyword, (flag, packed) in HANDED_ONLY.items():
+    """fn that takes cu_seqlens= (block_table=, window=) with no default runs packed batches (paged caches,
+    sliding windows) only: its capability's supports hook becomes Only, so that its other cells are
+    unsupported, saying so, where they would raise a TypeError. The refusal when that workload is not
+    declared: no cell would run."""
+    for keyword, (flag, workload) in HANDED_ONLY.items():
         param = sig.parameters.get(keyword)
         if param is None or param.default is not inspect.Parameter.empty or param.kind in _NOT_BY_NAME:
             continue
         if not capability.get(flag):
             return f"variant {name!r} takes {keyword}= with no default: declare {_DECLARE[flag]}"
-        capability["supports"] = Only(packed, capability.get("supports"))
+        capability["supports"] = Only(workload, capability.get("supports"))
     return None
 
 
 @dataclass(frozen=True)
 class Only:
-    """The supports hook of a variant that runs packed batches (packed) or paged caches only: the other
-    problems' reason, then the variant's own hook (then) on the rest."""
+    """The supports hook of a variant that runs one workload only (ONLY's keys: packed batches, paged
+    caches, sliding windows): the other problems' reason, then the variant's own hook (then) on the rest."""
 
-    packed: bool
+    workload: str
     then: Callable[[Problem], str | None] | None = None
 
     def __call__(self, problem: Problem) -> str | None:
-        if self.packed and not problem.packed:
-            return PACKED_ONLY
-        if not self.packed and not problem.page_size:
-            return PAGED_ONLY
+        given = {"packed": problem.packed, "paged": problem.page_size, "window": problem.window}
+        if not given[self.workload]:
+            return ONLY[self.workload]
         return None if self.then is None else self.then(problem)
 
 
 def only_workload(variant) -> str | None:
-    """'packed' or 'paged' for a variant that runs packed batches or paged caches only (its supports hook
-    refuses every other problem so: Only, or a built-in's), None otherwise and where the hook raises."""
+    """'packed', 'paged' or 'window' for a variant that runs packed batches, paged caches or sliding windows
+    only (its supports hook refuses every other problem so: Only, or a built-in's), None otherwise and
+    where the hook raises."""
     cap = variant.cap
     try:
         reason = cap.supports(Problem(dtype=cap.dtypes[0])) if cap.supports is not None else None
     except Exception:  # noqa: BLE001 - a plug-in's hook: its fault shows in its cells' rows
         return None
-    return {PACKED_ONLY: "packed", PAGED_ONLY: "paged"}.get(reason)
+    return {refusal: workload for workload, refusal in ONLY.items()}.get(reason)

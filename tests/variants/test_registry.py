@@ -297,3 +297,21 @@ def test_a_function_that_needs_cu_seqlens_or_block_table_runs_that_workload_only
     with pytest.raises(VariantError) as err:
         made(packs, "packs", {}, "test")
     assert str(err.value).startswith("variant 'packs' takes cu_seqlens= with no default: declare varlen= (")
+
+
+def test_a_function_that_needs_window_runs_sliding_window_cells_only():
+    """window= with no default (local attention, which has no window of 0): its cells without a window are
+    unsupported, saying so, not a TypeError each, and bench and profile read it as that workload."""
+    from attnbench.variants.handed import WINDOW_ONLY, only_workload
+    from attnbench.variants.registry import made
+
+    def local(q, k, v, *, causal=True, window):
+        return q
+
+    var = made(local, "local", dict(window=True), "test")
+    assert var.check(Problem(causal=True)) == WINDOW_ONLY
+    assert var.check(Problem(causal=True, window=16)) is None and only_workload(var) == "window"
+    with pytest.raises(
+        VariantError, match="variant 'local' takes window= with no default: declare window=True"
+    ):
+        made(local, "local", {}, "test")
