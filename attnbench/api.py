@@ -288,9 +288,10 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
 
 
-# bench's sweep for a pack or a paged cache: the axes it fills where the caller gave none, and the baseline
-# it races unless told another (torch's own way to run that workload on every device)
+# bench's sweep for a pack, a paged cache or a sliding window: the axes it fills where the caller gave none,
+# and the baseline it races unless told another (torch's own way to run that workload on every device)
 WORKLOAD_BENCH = {
+    "window": ("sdpa", {"causal": "yes", "window": "16,64"}),
     "packed": ("sdpa_loop", {"lengths": "uniform,longtail", "batch": 8, "padding": 0.0}),
     "paged": (
         "paged_gather",
@@ -309,8 +310,9 @@ WORKLOAD_BENCH = {
 
 def bench_plan(measured: Any, baseline: Any, keywords: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """bench's baseline and its keywords for run, over the bench preset, where the caller gave none of
-    these. A kernel that runs packed batches or paged caches only (or given `lengths=` or `page_size=`) is
-    benched on that workload (WORKLOAD_BENCH) against sdpa_loop or paged_gather; any other against sdpa."""
+    these. A kernel that runs packed batches, paged caches or sliding windows only (or given `lengths=`,
+    `page_size=` or `window=`) is benched on that workload (WORKLOAD_BENCH) against sdpa_loop, paged_gather
+    or sdpa; any other against sdpa."""
     named = keywords.get("config") or keywords.get("preset")  # a sweep of the caller's: its axes stand
     workload = _workload(measured, {**_sweep_axes(named), **keywords})
     against, axes = WORKLOAD_BENCH.get(workload, ("sdpa", {}))
@@ -332,8 +334,9 @@ def _sweep_axes(named: Any) -> dict[str, Any]:
 
 
 def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:
-    """'paged' or 'packed' where the keywords ask for one (a page size, a length pattern) or fn (a Variant,
-    or a registered name, from a variant file too) runs that workload only; None otherwise."""
+    """'paged', 'packed' or 'window' where the keywords ask for one (a page size, a length pattern, a
+    window) or fn (a Variant, or a registered name, from a variant file too) runs that workload only; None
+    otherwise."""
     from attnbench import variants
     from attnbench.variants.handed import only_workload
 
@@ -346,7 +349,9 @@ def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:
         return "paged"
     if asked("lengths", "none"):
         return "packed"
-    if {"page_size", "lengths"} & set(keywords):  # page_size=0 or lengths="none": the caller's plain cells
+    if asked("window", "0"):
+        return "window"
+    if {"page_size", "lengths", "window"} & set(keywords):  # page_size=0, lengths="none", window=0: plain
         return None
     v = measured
     if isinstance(measured, str):

@@ -358,10 +358,15 @@ def _ratio_text(ratio: float) -> str:
 
 def growth(df, metas, variant: str, baseline: str) -> list[str]:
     """How fn's time and peak memory grow with N (the report's fits, over the first dtype's unmasked
-    series), with the baseline's exponents beside."""
+    series, or its causal one where fn measured no unmasked cell: a sliding-window kernel's), with the
+    baseline's exponents beside."""
     from .fit import scaling_table
 
-    plain = df[(df["causal"] == False) & (df["padding"].fillna(0) == 0)]  # noqa: E712 (pandas)
+    unpadded = df[df["padding"].fillna(0) == 0]
+    mask = "no mask"
+    plain = unpadded[unpadded["causal"] == False]  # noqa: E712 (pandas)
+    if not ((plain["variant"] == variant) & (plain["status"] == "ok")).any():
+        mask, plain = "causal", unpadded[unpadded["causal"] == True]  # noqa: E712 (pandas)
     if plain.empty:
         return []
     first = next(p for p in [*PASSES, *plain["pass"].astype(str)] if (plain["pass"] == p).any())
@@ -388,7 +393,7 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     )
     over = mine["fit_seq_lens"].replace(" ", ", ")
     return [
-        f"grows with {n} ({dtype}{said}, no mask, fitted over {n} {over}): "
+        f"grows with {n} ({dtype}{said}, {mask}, fitted over {n} {over}): "
         f"time as {n}^{mine['time_fit']}, peak memory as {n}^{mine['mem_fit']}{beside}"
     ]
 

@@ -43,10 +43,11 @@ DEFAULT_SEQ_LEN = 1024  # a sweep's default is four lengths; a profile needs one
 CELL_OPTIONS = [o for o in options.axis_options() if o.key != "variants"]
 
 
-# the cell of a kernel that runs packed batches or paged caches only (variants.handed.only_workload), where
-# the flags name neither: a pack of 8 long-tail sequences, or a decode step against 8 contexts of 4,096 tokens
-# on average in pages of 16
+# the cell of a kernel that runs packed batches, paged caches or sliding windows only
+# (variants.handed.only_workload), where the flags name none: a pack of 8 long-tail sequences, a decode step
+# against 8 contexts of 4,096 tokens on average in pages of 16, or a causal window of 256 keys
 ONLY_CELL = {
+    "window": {"causal": "yes", "window": "256"},
     "packed": {"lengths": "longtail", "batch": "8"},
     "paged": {"seq_len": "1", "seq_k": "4096", "lengths": "uniform", "page_size": "16", "batch": "8"},
 }
@@ -85,7 +86,7 @@ def prepare(
     for path in variant_files:
         variants.load_variant_file(path)
     only = only_workload(variants.get(variant))  # VariantError (a ValueError) when unknown
-    if only and not any(given.get(axis) for axis in ("lengths", "page_size")):  # its workload's cell
+    if only:  # its workload's cell, where the flags leave an axis of it at its default
         cell = single_cell(
             variant, {**ONLY_CELL[only], **{k: v for k, v in given.items() if v is not None}}, threads or 0
         )

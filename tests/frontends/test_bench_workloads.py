@@ -38,6 +38,16 @@ def my_paged(q, k, v, *, causal=False, key_lengths, block_table):  # pools of pa
     return out
 """
 
+WINDOW = """
+import torch
+import torch.nn.functional as F
+
+def my_window(q, k, v, *, causal=True, window):  # no default: sliding-window cells only
+    i = torch.arange(q.shape[2])[:, None]
+    j = torch.arange(k.shape[2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=(j <= i) & (j > i - window))
+"""
+
 QUICK = dict(heads=1, seq_len="64", dtype="float32", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=0)
 
 
@@ -59,6 +69,8 @@ def test_the_plan_follows_the_workload_and_the_caller_wins():
     assert bench_plan("naive", None, {"lengths": "none"}) == ("sdpa", {"lengths": "none"})
     assert bench_plan("paged_flex", None, {"page_size": 0}) == ("sdpa", {"page_size": 0})  # plain, as asked
     assert bench_plan("naive", None, {}) == ("sdpa", {})
+    assert bench_plan("naive", None, {"window": 32}) == ("sdpa", {"causal": "yes", "window": 32})
+    assert bench_plan("naive", None, {"window": 0}) == ("sdpa", {"window": 0})  # the caller's plain cells
     # a preset of the caller's keeps its own axes; its workload still picks the baseline
     assert bench_plan("naive", None, {"preset": "paged"}) == ("paged_gather", {"preset": "paged"})
     assert bench_plan("sdpa_loop", None, {"preset": "varlen"}) == ("sdpa_loop", {"preset": "varlen"})
@@ -119,4 +131,21 @@ def test_benching_the_default_baseline_asks_for_another(tmp_path):
     assert said.returncode == 2 and not (tmp_path / "s").exists(), said
     assert said.stderr.strip() == (
         "attnbench: error: bench: sdpa is bench's default baseline here: race it against --baseline VARIANT"
+    )
+
+
+def test_a_sliding_window_only_kernel_is_benched_on_causal_windows_and_its_growth_said(tmp_path):
+    """A kernel whose window= has no default errored in every bench cell (a TypeError each, no window
+    given): it is benched on causal windows of 16 and 64 keys against sdpa, and its growth is fitted over
+    its causal series, as it has no unmasked one."""
+    fn = _fn(WINDOW, "my_window", window=True)
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "w", **{**QUICK, "seq_len": "64,128", "padding": 0.0})
+    rows = [r for r in read_rows(tmp_path / "w") if r["variant"] == "my_window"]
+    assert {(r["window"], r["causal"], r["status"]) for r in rows} == {(16, True, "ok"), (64, True, "ok")}
+    lines = str(bench).splitlines()
+    assert lines[1].startswith("correct in 4 of 4 cells gated against float64"), lines
+    assert any(line.startswith("float32 window 16: ") and "than sdpa (causal)" in line for line in lines)
+    assert any(
+        line.startswith("grows with N (float32, window 16, causal, fitted over N 64, 128)") for line in lines
     )

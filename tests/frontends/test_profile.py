@@ -136,6 +136,24 @@ def test_a_kernel_of_packs_or_paged_caches_only_is_profiled_on_its_workload():
         cell("sdpa_loop", lengths="none")
 
 
+def test_a_kernel_of_sliding_windows_only_is_profiled_on_a_window(tmp_path):
+    """window= with no default: profile refused its default cell ('runs sliding-window cells only'); it
+    profiles a causal window of 256 keys, and a window given keeps its value."""
+    from attnbench.harness.tools.profile import prepare
+
+    path = tmp_path / "local.py"
+    path.write_text(
+        "from attnbench import register\n"
+        "@register('local_only', window=True)\n"
+        "def local_only(q, k, v, *, causal=True, window):\n"
+        "    return q\n"
+    )
+    cell = prepare("local_only", {}, use_py_spy=False, variant_files=[str(path)]).cell
+    assert (cell.causal, cell.window, cell.seq_len) == (True, 256, 1024)
+    given = {"window": "32", "causal": "yes"}  # a window given without --causal yes is refused, as in run
+    assert prepare("local_only", given, use_py_spy=False, variant_files=[str(path)]).cell.window == 32
+
+
 def test_page_escapes_what_it_shows(tmp_path):
     evil = "<script>alert(1)</script>"
     meta = {
