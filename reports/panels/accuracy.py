@@ -49,7 +49,7 @@ ACCURACY_RULE = (
     "end, with a line back to its kernel's error against its rounded inputs, which is what the gate judges: "
     "the line's length is what the rounding costs. A variant declared approximate (random features, low "
     "rank, sparsity) is held to its declared bound instead of its dtype's tolerance, and labelled with it "
-    "(≤ R): a filled point right of its dtype's line."
+    "(approximate ≤ R): a filled point right of its dtype's line."
 )
 # marker per dtype (the colour is the variant's); a dtype not listed gets OTHER_MARKER
 DTYPE_MARKERS = {"float64": "D", "float32": "o", "float16": "s", "bfloat16": "^"}
@@ -245,7 +245,7 @@ def _draw_panel(ax, pts, top_n: int, length: str) -> None:
             ax.annotate(str(p["quant_recipe"]), (x, y), xytext=(5, -10), textcoords="offset points",
                         fontsize=7, color=color)  # fmt: skip
         if bound(p):  # held to its own bound: filled right of its dtype's line
-            ax.annotate(f"≤ {bound(p):g}", (x, y), xytext=(5, -10), textcoords="offset points",
+            ax.annotate(f"approximate ≤ {bound(p):g}", (x, y), xytext=(5, -10), textcoords="offset points",
                         fontsize=7, color=color)  # fmt: skip
         if int(p[length]) < top_n:
             ax.annotate(f"N={seq_count(p[length])}", (x, y), xytext=(5, 4),

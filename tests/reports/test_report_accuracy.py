@@ -172,7 +172,7 @@ def test_a_declared_approximation_is_held_to_its_bound_and_named_as_approximate(
     fig, data = accuracy.accuracy_figure(df, "t")
     point = data[data["variant"] == "linear"].iloc[0]
     assert point["tolerance"] == 0.5 and not point["failing"]
-    assert any(t.get_text() == "≤ 0.5" for t in fig.axes[0].texts)
+    assert any(t.get_text() == "approximate ≤ 0.5" for t in fig.axes[0].texts)
     table = accuracy.accuracy_table(accuracy.points(df[df["dtype"] == "float32"]))
     (row,) = [r for r in table.rows if r[0] == "linear"]
     assert row[4:] == ("0.3", "0.5", "ok")
