@@ -16,6 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from attnbench.bench_sweep import bench_plan
+
 PathLike = str | Path
 
 
@@ -246,7 +248,8 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     only (its `cu_seqlens=` has no default), or given `lengths=`, is benched on packs of 8 sequences in the
     uniform and long-tail patterns against `sdpa_loop`; one that reads paged K/V caches only, or given
     `page_size=`, on decode steps against contexts of 256..2048 tokens in pages of 16 and 128 against
-    `paged_gather` (WORKLOAD_BENCH). Every keyword of `run`
+    `paged_gather`; one that runs sliding windows only (its `window=` has no default), or given `window=`,
+    on causal windows against `sdpa` (attnbench.bench_sweep). Every keyword of `run`
     goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset;
     with `seq_k=` (keys apart from the queries: a decode step) causal masking is aligned lower-right, as
     decoding aligns it, unless `causal=` says otherwise; with an executor that measures cells in parallel
@@ -286,110 +289,6 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     took = time.perf_counter() - t0
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
-
-
-# bench's sweep for a pack, a paged cache or a sliding window: the axes it fills where the caller gave none,
-# and the baseline it races unless told another (torch's own way to run that workload on every device)
-WORKLOAD_BENCH = {
-    "window": ("sdpa", {"causal": "yes", "window": "16,64"}),
-    "packed": ("sdpa_loop", {"lengths": "uniform,longtail", "batch": 8, "padding": 0.0}),
-    "paged": (
-        "paged_gather",
-        {
-            "seq_len": 1,
-            "seq_k": "256..2048",
-            "lengths": "uniform",
-            "page_size": "16,128",
-            "batch": 8,
-            "padding": 0.0,
-            "causal": "no,lower-right",
-        },
-    ),
-}
-
-
-def bench_plan(measured: Any, baseline: Any, keywords: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """bench's baseline and its keywords for run, over the bench preset, where the caller gave none of
-    these. A kernel that runs packed batches, paged caches or sliding windows only (or given `lengths=`,
-    `page_size=` or `window=`) is benched on that workload (WORKLOAD_BENCH) against sdpa_loop, paged_gather
-    or sdpa; any other against sdpa."""
-    named = keywords.get("config") or keywords.get("preset")  # a sweep of the caller's: its axes stand
-    workload = _workload(measured, {**_sweep_axes(named), **keywords})
-    against, axes = WORKLOAD_BENCH.get(workload, ("sdpa", {}))
-    axes = {} if named else axes
-    return (against if baseline is None else baseline), _bench_keywords(measured, {**axes, **keywords})
-
-
-def _sweep_axes(named: Any) -> dict[str, Any]:
-    """The axes of a preset (by name) or sweep file (a path) a caller gave bench; {} for none, or one that
-    cannot be read (run says why, in its own words)."""
-    from attnbench.harness.sweep.sweeps import presets, read_sweep_file
-
-    if not named:
-        return {}
-    try:
-        return dict(read_sweep_file(presets().get(str(named)) or Path(named)))
-    except Exception:  # noqa: BLE001 - an unknown preset or a broken file: run refuses it in one line
-        return {}
-
-
-def _workload(measured: Any, keywords: dict[str, Any]) -> str | None:
-    """'paged', 'packed' or 'window' where the keywords ask for one (a page size, a length pattern, a
-    window) or fn (a Variant, or a registered name, from a variant file too) runs that workload only; None
-    otherwise."""
-    from attnbench import variants
-    from attnbench.variants.handed import only_workload
-
-    def asked(key: str, none: str) -> bool:
-        given = keywords.get(key, none)
-        words = str(given).split(",") if isinstance(given, str | int | float) else given
-        return any(str(w).strip().lower() not in (none, "") for w in words)
-
-    if asked("page_size", "0"):
-        return "paged"
-    if asked("lengths", "none"):
-        return "packed"
-    if asked("window", "0"):
-        return "window"
-    if {"page_size", "lengths", "window"} & set(keywords):  # page_size=0, lengths="none", window=0: plain
-        return None
-    v = measured
-    if isinstance(measured, str):
-        try:
-            for path in keywords.get("variant_files", ()):
-                variants.load_variant_file(path)
-        except Exception:  # noqa: BLE001 - run says what is wrong with the file, in its own words
-            return None
-        v = variants.all_variants().get(measured)
-    return None if v is None else only_workload(v)
-
-
-def _bench_keywords(measured: Any, keywords: dict[str, Any]) -> dict[str, Any]:
-    """bench's keywords for run, over its preset, where the caller gave none of these: fn's own dtypes
-    where it supports neither of the preset's (a float16 kernel), causal masking aligned lower-right for
-    a decode step (`seq_k=`: keys apart from the queries), and one visit a cell on an executor that
-    measures cells in parallel (harness.run.plan.once_in_parallel)."""
-    from attnbench.harness.run import plan
-
-    keywords = dict(keywords)
-    if "dtype" not in keywords:
-        keywords.update(_own_dtypes(measured))
-    if "seq_k" in keywords and "causal" not in keywords:
-        keywords["causal"] = "no,lower-right"
-    return plan.once_in_parallel(keywords)
-
-
-def _own_dtypes(measured: Any) -> dict:
-    """{"dtype": fn's dtypes} where fn (a Variant, or a registered name) supports none of the bench
-    preset's dtypes, so that bench measures it in its own rather than in none; {} otherwise, and for a
-    name a variant file registers later."""
-    from attnbench import variants
-    from attnbench.harness.sweep.sweeps import presets, read_sweep_file
-
-    v = measured if not isinstance(measured, str) else variants.all_variants().get(measured)
-    if v is None or set(v.cap.dtypes) & set(read_sweep_file(presets()["bench"])["dtype"]):
-        return {}
-    return {"dtype": list(v.cap.dtypes)}
 
 
 def _declared(name: str, run_dir: Path):

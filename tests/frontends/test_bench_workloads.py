@@ -1,12 +1,12 @@
 """attnbench.bench(fn) for a kernel of packed batches or paged caches: the sweep and the baseline its
-workload needs (api.bench_plan), and what the answer says of a decode kernel's bandwidth."""
+workload needs (bench_sweep.bench_plan), and what the answer says of a decode kernel's bandwidth."""
 
 from __future__ import annotations
 
 import pytest
 
 import attnbench
-from attnbench.api import bench_plan
+from attnbench.bench_sweep import bench_plan
 from attnbench.results.store import read_rows
 from tests.conftest import as_a_fresh_process, run_cli
 
