@@ -55,8 +55,13 @@ ONLY_CELL = {
 
 def single_cell(variant: str, given: Mapping[str, str | Sequence[str] | None], threads: int = 0) -> CellSpec:
     """The one cell named by run-style flags (option key -> the text given, None = default); ValueError naming
-    the bad value, or the flag given more than one value."""
+    the bad value, or the flag given more than one value. A window given without --causal is causal
+    (top-left), as bench makes it: a window counts back from the diagonal."""
     defaults = {"seq_len": str(DEFAULT_SEQ_LEN), "threads": threads}
+    window = given.get("window")
+    window = window[0] if isinstance(window, list | tuple) and len(window) == 1 else window
+    if str(window).strip() not in ("None", "0", "") and given.get("causal") is None:
+        defaults["causal"] = "yes"
     return options.single_cell(variant, given, defaults=defaults)
 
 

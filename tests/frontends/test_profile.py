@@ -150,8 +150,12 @@ def test_a_kernel_of_sliding_windows_only_is_profiled_on_a_window(tmp_path):
     )
     cell = prepare("local_only", {}, use_py_spy=False, variant_files=[str(path)]).cell
     assert (cell.causal, cell.window, cell.seq_len) == (True, 256, 1024)
-    given = {"window": "32", "causal": "yes"}  # a window given without --causal yes is refused, as in run
-    assert prepare("local_only", given, use_py_spy=False, variant_files=[str(path)]).cell.window == 32
+    given = prepare("local_only", {"window": "32"}, use_py_spy=False, variant_files=[str(path)]).cell
+    assert (given.window, given.causal) == (32, True)  # causal filled in, as bench fills it
+    lower = prepare("naive", {"window": "32", "causal": "lower-right"}, use_py_spy=False).cell
+    assert (lower.causal, lower.causal_align) == (True, "lower-right")
+    with pytest.raises(ValueError, match="needs causal masking"):
+        prepare("naive", {"window": "32", "causal": "no"}, use_py_spy=False)
 
 
 def test_page_escapes_what_it_shows(tmp_path):
