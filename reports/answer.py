@@ -323,12 +323,14 @@ def speed(df, variant: str, baseline: str) -> list[str]:
             continue
         shown = [dtype, *([PASSES[pass_]] if len(passes) > 1 else [])]
         shown += [label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes)] if shapes else []
-        lines.append(f"{' '.join(shown)}: {_race(mine, baseline)} ({how}, Holm over {judged.family} cells)")
+        race = _race(mine, baseline, named="window" in shapes)
+        lines.append(f"{' '.join(shown)}: {race} ({how}, Holm over {judged.family} cells)")
     return lines[:4]
 
 
-def _race(judged: list[tuple[Any, Any]], baseline: str) -> str:
-    """'1.52x slower than sdpa (N 64) to 2.10x (N 512); slower in 8 of 8 cells' and the like."""
+def _race(judged: list[tuple[Any, Any]], baseline: str, named: bool = False) -> str:
+    """'1.52x slower than sdpa (N 64) to 2.10x (N 512); slower in 8 of 8 cells' and the like; the cells'
+    window beside their mask unless the line's shape names it already (`named`)."""
     from pandas import DataFrame
 
     plain = [(k, j) for k, j in judged if mask_text(k["causal"], k["padding"]) == "no mask"] or judged
@@ -338,8 +340,14 @@ def _race(judged: list[tuple[Any, Any]], baseline: str) -> str:
     counts = {v: sum(j.verdict == v for _, j in judged) for v in ("faster", "slower", "same", "ambiguous")}
     said = ", ".join(f"{v} in {n}" for v, n in counts.items() if n)
     mask = mask_text(k0["causal"], k0["padding"], k0.get("causal_align"))
+    mask += "" if named else _window(k0.get("window"))
     ends = _end(k0, j0, length) + (f" to {_end(k1, j1, length)}" if len(plain) > 1 else "")
     return f"{ends} than {baseline} ({mask}); of {len(judged)} cells {said}"
+
+
+def _window(window: Any) -> str:
+    """', window 64' for a sliding window's cells (a shape line names a window only where it varies)."""
+    return f", window {int(window)}" if present(window) and int(window) else ""
 
 
 def _end(k: Any, j: Any, length: str) -> str:
@@ -377,6 +385,8 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
         plain = plain[plain[axis] == plain[axis].sort_values().iloc[0]]
     if shapes:
         said += ", " + label({a: plain[a].iloc[0] for a in shapes}, shapes)
+    if "window" not in shapes and "window" in plain.columns and len(plain):
+        mask += _window(plain["window"].iloc[0])
     dtype = _dtypes(set(plain["dtype"].dropna().astype(str)))[0]
     table = scaling_table(plain[plain["dtype"] == dtype], metas)
     fits = {str(r["variant"]): r for _, r in table.iterrows()}

@@ -149,3 +149,15 @@ def test_a_sliding_window_only_kernel_is_benched_on_causal_windows_and_its_growt
     assert any(
         line.startswith("grows with N (float32, window 16, causal, fitted over N 64, 128)") for line in lines
     )
+
+
+def test_one_window_given_is_said_beside_the_mask(tmp_path):
+    """bench(fn, window=32) fills in causal masking, which a window needs, and with one window (no shape line
+    names it) the race and the growth say it beside the mask."""
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench("naive", window=32, out=tmp_path / "n", **{**QUICK, "seq_len": "64,128"})
+    lines = str(bench).splitlines()
+    assert any(line.startswith("float32: ") and "than sdpa (causal, window 32)" in line for line in lines), (
+        lines
+    )
+    assert any(line.startswith("grows with N (float32, causal, window 32, fitted") for line in lines), lines
