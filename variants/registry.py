@@ -96,7 +96,7 @@ class Capability:
     # (quant_rel_err, sqnr_db; harness/measure/correctness.py).
     quant: str = ""
     # An approximation by design (random features, low rank, sparsity, a KV cache it compresses): the rel_err
-    # against float64 it is held to instead of its dtype's tolerance, when larger (0 < approximate <= 1; an
+    # against float64 it is held to instead of its dtype's tolerance, when larger (0 < approximate < 1: an
     # answer of zeros has rel_err 1). Its every gate (first call, fresh inputs, refilled inputs) holds it
     # to that bound, and its rows carry it, so that reports and answers name it as approximate. 0: exact.
     approximate: float = 0.0
@@ -128,10 +128,10 @@ class Capability:
         if self.quant and self.paged:  # a recipe's scales read (B, H, N, d) inputs, not pools of pages
             raise VariantError(f"variant {self.name}: a quantisation recipe cannot read a paged K/V cache")
         bound = self.approximate
-        if isinstance(bound, bool) or not isinstance(bound, int | float) or not 0 <= bound <= 1:
+        if isinstance(bound, bool) or not isinstance(bound, int | float) or not 0 <= bound < 1:
             raise VariantError(
                 f"variant {self.name}: approximate is the rel_err against float64 it is held to, a number "
-                f"in (0, 1] (an answer of zeros has rel_err 1), not {bound!r}"
+                f"in (0, 1) (an answer of zeros has rel_err 1, which no bound passes), not {bound!r}"
             )
         if self.varlen and not _known_work(self.varlen):
             raise VariantError(

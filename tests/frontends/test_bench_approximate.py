@@ -65,7 +65,7 @@ def test_a_remembered_answer_fails_its_bound_on_fresh_inputs(tmp_path):
     assert "declared approximate" in row["message"]
 
 
-@pytest.mark.parametrize("bound", [True, 1.5, -0.1, "0.5"])
+@pytest.mark.parametrize("bound", [True, 1, 1.5, -0.1, "0.5"])
 def test_a_bound_that_is_not_a_rel_err_is_refused(bound):
     with pytest.raises(VariantError, match="approximate is the rel_err against float64 it is held to"):
         Capability("mine", approximate=bound)
