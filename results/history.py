@@ -50,7 +50,9 @@ from .store import (
 
 DEFAULT_STORE = "runs/history.sqlite"
 FORMAT = "attnbench-history"
-VERSION = 1  # the store's own layout; a store of another version is refused in one line
+# the store's own layout; a store of another version is refused in one line, and `rebuild` makes it again
+# (2: cells keep a declared approximation's bound, `approximate`)
+VERSION = 2
 
 # a run's columns: what it is, where it is, and its set-up as its fingerprint recorded it
 RUN_COLUMNS = (
@@ -62,7 +64,7 @@ AXIS_NAMES = tuple(a.name for a in AXES)
 CELL_COLUMNS = (
     "run_key", "cell_id", "machine", "where_key", "device_group", *AXIS_NAMES, "status", "time_ms_median",
     "time_ms_p25", "time_ms_p75", "tflops", "peak_mem_bytes", "variant_source", "cal_matmul_tflops",
-    "cal_copy_gbps", "finished_at",
+    "cal_copy_gbps", "finished_at", "approximate",
 )  # fmt: skip
 _SCHEMA = (
     "CREATE TABLE info (key TEXT PRIMARY KEY, value TEXT)",
@@ -117,9 +119,10 @@ def _runs_below(p: Path) -> Iterable[Path]:
             yield from _runs_below(c)
 
 
-def _connect(store: Path, *, create: bool) -> sqlite3.Connection:
-    """The store, checked: StoreError when the file is not an attnbench history store of this VERSION (the
-    file is left as it was). A missing store is created only when `create`."""
+def _connect(store: Path, *, create: bool, any_version: bool = False) -> sqlite3.Connection:
+    """The store, checked: StoreError when the file is not an attnbench history store of this VERSION (of
+    any version with `any_version`: what `rebuild` reads of an older one; the file is left as it was). A
+    missing store is created only when `create`."""
     if not store.exists():
         if not create:
             raise StoreError(f"no history store at {store} (`attnbench history add RUN...` makes one)")
@@ -141,7 +144,7 @@ def _connect(store: Path, *, create: bool) -> sqlite3.Connection:
     if info.get("format") != FORMAT:
         con.close()
         raise StoreError(f"{store} is not an attnbench history store (its format is {info.get('format')!r})")
-    if info.get("version") != str(VERSION):
+    if info.get("version") != str(VERSION) and not any_version:
         con.close()
         raise StoreError(
             f"{store} is a history store of version {info.get('version')}; this attnbench reads version "
@@ -237,6 +240,7 @@ def cell_records(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[t
             "cal_matmul_tflops": devices.matmul_tflops(cal, str(row.get("dtype"))),
             "cal_copy_gbps": devices.positive(cal.get("copy_gbps")),
             "finished_at": row.get("finished_at"),
+            "approximate": row.get("approximate"),  # its bound, so that pages name it as approximate
         }
         for axis, followed in FOLLOWS.items():  # rows written before the axis existed (results.load does so)
             if record[axis] is None:
@@ -300,7 +304,7 @@ def _digests(store: Path) -> dict[str, str]:
 def recorded_paths(store: str | Path) -> list[Path]:
     """The run directories the store recorded, as paths from here (in the order they were made)."""
     store = Path(store)
-    con = _connect(store, create=False)
+    con = _connect(store, create=False, any_version=True)  # every version's runs table holds them so
     try:
         paths = [p for (p,) in con.execute("SELECT path FROM runs ORDER BY created, run_id").fetchall()]
     finally:

@@ -113,7 +113,7 @@ def test_a_store_that_is_not_one_is_refused_and_left_as_it_was(tmp_path, runs):
     cases = [
         (corrupt, "not an attnbench history store"),
         (other, "not an attnbench history store"),
-        (old, "version 0; this attnbench reads version 1: make it again with"),
+        (old, f"version 0; this attnbench reads version {history.VERSION}: make it again with"),
     ]
     for store, said in cases:
         data = store.read_bytes()
@@ -123,6 +123,20 @@ def test_a_store_that_is_not_one_is_refused_and_left_as_it_was(tmp_path, runs):
             assert "\n" not in str(err.value) and store.read_bytes() == data
     with pytest.raises(history.StoreError, match="no history store at"):
         history.frame(tmp_path / "missing.sqlite")
+
+
+def test_a_store_of_an_older_version_is_rebuilt_as_its_refusal_says(tmp_path, runs):
+    """The refusal says `attnbench history rebuild`; rebuild read the recorded runs through the same check,
+    and so refused too: a store of an older version could not be made again but by hand."""
+    old = tmp_path / "old.sqlite"
+    history.add(old, runs)
+    with sqlite3.connect(old) as con:
+        con.execute("DROP TABLE cells")  # an older layout: only its runs table is read
+        con.execute("UPDATE info SET value = '1' WHERE key = 'version'")
+    with pytest.raises(history.StoreError, match="version 1; this attnbench reads"):
+        history.frame(old)
+    assert [a.state for a in history.rebuild(old)] == ["added"] * len(runs)
+    assert len(history.frame(old)) == len(runs) * CELLS
 
 
 def test_a_machine_is_named_by_a_part_of_its_name(tmp_path, runs):
