@@ -30,6 +30,7 @@ from attnbench.results.store import is_run_dir
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
 from .style import empty_panel, log_axis, mpl_style, new_figure, save, slug, variant_color, variant_order
+from .tables import present
 
 INDEX = "index.html"
 CROSS = "machines.html"
@@ -264,6 +265,13 @@ def _shape(cell_id: str, keep: int = 1) -> str:
     return "|".join(p for p in parts if not _LENGTH_PART.fullmatch(p))
 
 
+def _named(cell) -> str:
+    """A cell's variant as a page names it: one declared approximate (its bound, Capability.approximate)
+    says so, as its time is for another answer than the exact kernels' beside it."""
+    bound = cell.get("approximate")
+    return f"{cell['variant']} (approximate ≤ {float(bound):g})" if present(bound) else str(cell["variant"])
+
+
 def _ranges(winners: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
     """Consecutive lengths with the same fastest variant as (first N, last N, variant)."""
     out: list[tuple[int, int, str]] = []
@@ -289,6 +297,7 @@ def findings(ok, reports: dict[str, str]) -> list[Any]:
             (int(n), str(at.loc[at["time_ms_median"].idxmin(), "variant"]))
             for n, at in latest.groupby("seq_len", sort=True)
         ]
+        named = {str(r["variant"]): _named(r) for _, r in latest.iterrows()}
         run = latest.iloc[0]
         for lo, hi, v in _ranges(winners):
             mine = latest[latest["variant"] == v].sort_values("seq_len")
@@ -298,7 +307,7 @@ def findings(ok, reports: dict[str, str]) -> list[Any]:
                 (
                     shape,
                     f"{lo}" if lo == hi else f"{lo}..{hi}",
-                    v,
+                    named[v],
                     f"{float(best['time_ms_median']):.4g} ms",
                     fit.text(),
                     run_cell(str(run["run_id"]), run["path"], reports),
@@ -455,15 +464,15 @@ def lead_table(common, machines: list[str]) -> Table:
                 row.append("-")
                 continue
             best = mine.loc[mine["time_ms_median"].idxmin()]
-            row.append(f"{best['variant']} {_peak_text(best['tflops'], best['cal_matmul_tflops'])}")
+            row.append(f"{_named(best)} {_peak_text(best['tflops'], best['cal_matmul_tflops'])}")
         rows.append(tuple(row))
     return Table(("shape", "N", *machines), tuple(rows), "the fastest variant, its TFLOP/s (% of peak)")
 
 
 def variant_table(common, machines: list[str]) -> Table:
     rows = []
-    for (shape, n, variant), at in common.groupby(["shape", "seq", "variant"], sort=True):
-        row: list[Any] = [shape, str(n), str(variant)]
+    for (shape, n, _variant), at in common.groupby(["shape", "seq", "variant"], sort=True):
+        row: list[Any] = [shape, str(n), _named(at.iloc[0])]
         for m in machines:
             mine = at[at["machine"] == m]
             row.append(

@@ -366,3 +366,19 @@ def test_only_a_relative_link_made_as_one_leaves_the_folder(href, relative, link
 
     page = Page("t", [Para((Link("run", href, relative=relative),))])
     assert (f'href="{href}"' in to_html(page, Path("."))) is linked
+
+
+def test_an_approximation_is_named_where_a_page_says_who_is_fastest():
+    """A cell of a variant declared approximate (its bound in the store's `approximate`) is named so in the
+    machine page's findings and in the cross-machine tables: its time is for another answer."""
+    import pandas as pd
+
+    rows = [
+        {"cell_id": f"{v}|cpu|float32|n{n}", "variant": v, "seq_len": n, "created": "t", "run_id": "r",
+         "path": "runs/r", "time_ms_median": t, "approximate": b}
+        for v, b, f in (("performer", 0.9, 0.5), ("sdpa", None, 1.0))
+        for n, t in ((512, f * 1.0), (1024, f * 2.0))
+    ]  # fmt: skip
+    (table,) = dashboard.findings(pd.DataFrame(rows), {})
+    assert {r[2] for r in table.rows} == {"performer (approximate ≤ 0.9)"}
+    assert dashboard._named(pd.Series(rows[-1])) == "sdpa"
