@@ -124,7 +124,8 @@ COLUMNS: dict[str, str] = {
     "quant_rel_err": "Float64",
     "sqnr_db": "Float64",
     # a variant declared approximate (Capability.approximate: random features, low rank, sparsity): the
-    # rel_err against float64 it is held to instead of its dtype's tolerance. NA for an exact kernel
+    # rel_err against float64 its gates held it to, its declared bound or its dtype's tolerance where that
+    # is larger. NA for an exact kernel
     "approximate": "Float64",
     "drop_frac": "Float64",  # dropout cells: the fraction of attention weights the variant zeroed (about p)
     "drop_mean_z": "Float64",  # dropout cells: |mean of K calls - float64| over its expected noise (about 1)

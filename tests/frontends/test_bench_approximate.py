@@ -105,3 +105,14 @@ def test_list_and_check_say_what_it_is_held_to(tmp_path):
     checked = run_cli("check", "--variant-file", str(path), "--variants", "rounded", "--dtype", "float32")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "declared approximate: held to rel_err 0.02" in checked.stdout
+
+
+def test_a_bound_below_the_dtypes_tolerance_leaves_that_tolerance(tmp_path):
+    """approximate=0.005 in bfloat16, whose tolerance is 0.025: its cells are held to 0.025, and the row
+    says so, so that no line claims a bound its cells' errors pass."""
+    fn = attnbench.variant(rounded, approximate=0.005)
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=tmp_path / "b", **{**QUICK, "dtype": "float32,bfloat16"}, **FAST)
+    held = {r["dtype"]: r["approximate"] for r in read_rows(tmp_path / "b") if r["variant"] == "rounded"}
+    assert held == {"float32": 0.005, "bfloat16": 0.025}
+    assert str(bench).splitlines()[1].startswith("within its declared approximation (rel_err <= 0.025)")
