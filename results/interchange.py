@@ -2,7 +2,8 @@
 
 - **hud**: the PyTorch HUD's benchmark database records (the v3 format pytorch/test-infra uploads: a JSON
   list, one record per metric of a cell), each with `benchmark` (name "attnbench", mode inference for a
-  forward cell and training for forward+backward, dtype, the cell's axes in extra_info), `model` (the
+  forward cell and training for forward+backward, dtype, the cell's axes in extra_info, with a declared
+  approximation's bound as `approximate`), `model` (the
   variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate medians)
   and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
   Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps for a decode cell.
@@ -47,6 +48,8 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
     for r in _ok(df):
         fingerprint = metas.get(str(r.get("run_id")), {}).get("fingerprint", {})
         axes = {a: _plain(r.get(a)) for a in CELL_AXES if a != "variant"}
+        # a declared approximation's bound: its numbers are for another answer than the exact kernels'
+        held = {"approximate": float(r["approximate"])} if _num(r.get("approximate")) else {}
         runner = {
             "name": _plain(r.get("host")) or fingerprint.get("hostname"),
             "type": _plain(r.get("device")),
@@ -64,7 +67,7 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
                     "name": "attnbench",
                     "mode": "training" if r.get("pass") == "fwdbwd" else "inference",
                     "dtype": _plain(r.get("dtype")),
-                    "extra_info": {**axes, "cell_id": r.get("cell_id"), "run_id": r.get("run_id")},
+                    "extra_info": {**axes, "cell_id": r.get("cell_id"), "run_id": r.get("run_id"), **held},
                 },
                 "model": {"name": r.get("variant"), "type": "attention", "origins": ["attnbench"]},
                 "metric": {"name": name, "benchmark_values": values},

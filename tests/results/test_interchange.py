@@ -63,3 +63,17 @@ def test_a_bencher_report_of_two_runs_is_refused_in_one_line(tmp_path):
     assert (
         proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "one run at a time" in proc.stderr
     )
+
+
+def test_a_hud_record_of_an_approximation_carries_its_bound(rows):
+    """A cell of a variant declared approximate says so in its extra_info; an exact one does not."""
+    from attnbench.results import interchange
+
+    ok = rows[rows["status"] == "ok"].head(2).copy()
+    ok["approximate"] = [0.9, None]
+    records = json.loads(interchange.hud(ok, {}))
+    held = {
+        r["benchmark"]["extra_info"]["cell_id"]: r["benchmark"]["extra_info"].get("approximate")
+        for r in records
+    }
+    assert held == {ok["cell_id"].iloc[0]: 0.9, ok["cell_id"].iloc[1]: None}
