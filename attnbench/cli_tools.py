@@ -41,6 +41,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     _load_files(args.variant_file)
     from attnbench import variants
     from attnbench.reports.terminal import WORKLOADS  # the workloads `list` names, in its order
+    from attnbench.variants.handed import only_workload
 
     rows = []
     for name, v in variants.all_variants().items():
@@ -60,6 +61,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "workloads": {
                     k: list(w) if isinstance(w := getattr(c, k), tuple) else w for k, _ in WORKLOADS
                 },
+                "only": only_workload(v),  # the workload it runs alone: packed, paged, window, or None
                 "layout": c.layout,
                 "default": c.default,
                 "source": v.source,

@@ -154,9 +154,14 @@ WORKLOADS = (
 )  # fmt: skip
 
 
+# the capability flag of each workload a variant may run alone (variants.handed.only_workload's names)
+ONLY_OF = {"window": "window", "varlen": "packed", "paged": "paged"}
+
+
 def workloads_taken(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
     """(workload, the variants that take it) for each workload some variant of `list`'s rows takes; a mod's
-    kinds and a pack's work beside each name ('naive (alibi, softcap)', 'sdpa_loop (exact)')."""
+    kinds and a pack's work beside each name ('naive (alibi, softcap)', 'sdpa_loop (exact)'), and 'only'
+    beside one that runs that workload alone (its row's `only`: 'sdpa_loop (exact, only)')."""
     out = []
     for key, said in WORKLOADS:
         names = []
@@ -166,6 +171,8 @@ def workloads_taken(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[s
                 kinds = (
                     ", ".join(value) if isinstance(value, list) else value if isinstance(value, str) else ""
                 )
+                alone = key in ONLY_OF and ONLY_OF[key] == r.get("only")
+                kinds = ", ".join(filter(None, [kinds, "only" if alone else ""]))
                 names.append(printable(r["name"]) + (f" ({kinds})" if kinds else ""))
         if names:
             out.append((said, names))

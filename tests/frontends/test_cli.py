@@ -36,9 +36,14 @@ def test_list_shows_every_variant_with_reasons():
     # which variants take each workload, with the flag that sweeps it
     assert rows["sdpa_loop"]["workloads"]["varlen"] == "exact" and rows["naive"]["workloads"]["gqa"]
     assert "workloads, and the variants that take them:" in table
-    assert "a paged K/V cache (--page-size): paged_gather, paged_chunked, paged_flex" in " ".join(
-        table.split()
+    # and 'only' beside a variant that runs that workload alone (its other cells are unsupported)
+    assert rows["sdpa_loop"]["only"] == "packed" and rows["naive"]["only"] is None
+    said = " ".join(table.split())
+    assert (
+        "a paged K/V cache (--page-size): paged_gather (only), paged_chunked (only), paged_flex (only)"
+        in said
     )
+    assert "sdpa_loop (exact, only)" in said and "naive (only)" not in said
 
 
 def test_list_with_a_variant_file():
