@@ -117,10 +117,9 @@ def run(
     from attnbench.harness.sweep.spec import SweepSpec
 
     scale_out = dict(
-        devices=devices, ray_address=ray_address, slurm_partition=slurm_partition,
+        devices=devices, ray_address=ray_address, slurm_partition=slurm_partition, slurm_local=slurm_local,
         slurm_gpus_per_node=slurm_gpus_per_node, slurm_time=slurm_time,
         slurm_array_parallelism=slurm_array_parallelism, slurm_tasks=slurm_tasks, slurm_opt=slurm_opt,
-        slurm_local=slurm_local,
     )  # fmt: skip
     with in_keywords():
         if isinstance(sweep, (str, Path)):
@@ -129,6 +128,7 @@ def run(
             sweep, config = None, sweep
         spec = sweep if isinstance(sweep, SweepSpec) else None
         given = {**(dict(sweep or {}) if spec is None else {}), **axes}
+        _refuse_capabilities(given, GIVE_WITH_FN)  # approximate=, gqa=, takes=: what a function is
         for key in ("variants", "variant"):
             if key in given:
                 given[key] = _variant_names(given[key], key)
@@ -258,12 +258,8 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
-    misplaced = sorted(set(keywords) & _capability_only())
-    if misplaced:
-        raise ValueError(
-            f"bench: {misplaced[0]}= says what fn takes, not what to sweep: give it with fn, as "
-            f"bench(attnbench.variant(fn, {misplaced[0]}=...))"
-        )
+    _refuse_capabilities(keywords, "bench: {k}= says what fn takes, not what to sweep: give it with fn, as "
+                         "bench(attnbench.variant(fn, {k}=...))")  # fmt: skip
     if not keywords.get("env"):  # run() starts it for the run's env, once that is read
         from attnbench.harness.workers.isolation import prestart_for
 
@@ -408,6 +404,21 @@ def variant(fn: Callable[..., Any], *, name: str | None = None, **capability: An
         raise ValueError(f"attnbench.variant: {exc}") from None
     _check_free(made.name, "name=")
     return made
+
+
+# a capability's keyword given to run: where it goes instead
+GIVE_WITH_FN = (
+    "{k}= says what a variant takes, not what to sweep: give it with the function, as "
+    "attnbench.variant(fn, {k}=...)"
+)
+
+
+def _refuse_capabilities(given: Mapping[str, Any], how: str) -> None:
+    """ValueError, `how` with the keyword for {k}, where a keyword of a variant's capability (approximate=,
+    gqa=, takes=: what a function is) was given as one of a sweep's."""
+    misplaced = sorted(set(given) & _capability_only())
+    if misplaced:
+        raise ValueError(how.format(k=misplaced[0]))
 
 
 def _capability_only() -> set[str]:

@@ -106,6 +106,8 @@ def test_callables_are_refused_before_any_work(tmp_path):
             attnbench.variant(notebook_function(), casual=True)
         with pytest.raises(ValueError, match=r"^bench: mask= says what fn takes, not what to sweep: give it"):
             attnbench.bench(notebook_function(), mask="bool", out=out)  # a variant's keyword, given to bench
+        with pytest.raises(ValueError, match=r"^approximate= says what a variant takes, not what to sweep"):
+            attnbench.run(variants=[notebook_function()], approximate=0.9, out=out)  # ... and to run
         with pytest.raises(ValueError, match=r"^bench: fn and baseline= are both named 'cell_attn': give fn"):
             attnbench.bench(notebook_function(), baseline=notebook_function(), out=out)  # an edited cell
         planned = attnbench.bench(notebook_function(), name="new", baseline=notebook_function(), dry_run=True)
