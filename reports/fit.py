@@ -360,14 +360,20 @@ def fit_memory(seq_lens, values) -> PowerFit:
     return PowerFit(b, log_a, b - half, b + half, r2, tuple(sorted(set(used))), offset=c, scale=birge)
 
 
+def approximate(variant: str, meta: dict[str, Any]) -> bool:
+    """Whether the run recorded the variant as declared approximate (Capability.approximate)."""
+    return bool(((meta.get("variant_capabilities") or {}).get(variant) or {}).get("approximate"))
+
+
 def theory(variant: str, meta: dict[str, Any]) -> tuple[float | None, float | None, str]:
     """(time exponent, memory exponent, memory class) from the capability the run recorded; None where
-    unknown (a run from before attnbench 0.2 recorded none)."""
+    unknown (a run from before attnbench 0.2 recorded none). A variant declared approximate has no time
+    theory: exact attention's N^2 is the work it skips."""
     record = (meta.get("variant_capabilities") or {}).get(variant)
     mem_class = record.get("memory") if record else None
     if mem_class not in MEMORY_THEORY:
         return None, None, "unknown"
-    return 2.0, MEMORY_THEORY[mem_class], mem_class
+    return None if approximate(variant, meta) else 2.0, MEMORY_THEORY[mem_class], mem_class
 
 
 def agreement(fit: PowerFit, expected: float | None) -> str:
@@ -465,6 +471,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
                 "time_fit": tfit.text(),
                 "time_theory": t_theory,
                 "time_agreement": agreement(tfit, t_theory),
+                "approximate": approximate(str(key["variant"]), meta),
                 "mem_exp": mfit.exponent,
                 "mem_ci_low": mfit.ci_low,
                 "mem_ci_high": mfit.ci_high,

@@ -125,7 +125,7 @@ def summary_table(scaling) -> pg.Table:
                 *[axis_value(a, r[a]) for a in shown],
                 time_fit,
                 num_text(r["time_r2"], ".3f"),
-                _theory_text(r["time_theory"]),
+                "none (approximate)" if r.get("approximate") else _theory_text(r["time_theory"]),
                 mem_fit,
                 num_text(r["mem_r2"], ".3f"),
                 mem_th,

@@ -247,3 +247,25 @@ def test_a_run_in_rounds_is_fitted_through_every_visit_and_resists_one_busy_visi
     assert fit.ci_low < 2.0 < fit.ci_high and fit.ci_high - fit.ci_low < 0.3
     assert fit_visits(ns, [*visits[:3], [visits[3][0]]]) is None  # one visit: not a rounds fit
     assert fit_visits(ns[:2], visits[:2]) is None  # fewer than three lengths
+
+
+def test_an_approximation_has_no_time_theory_and_the_table_says_why(tmp_path):
+    """Exact attention's N^2 is the work an approximation by design skips: no time theory to agree with, and
+    the scaling table says 'none (approximate)' where an exact kernel's says N²."""
+    from attnbench.reports.render import summary_table
+
+    meta = {"variant_capabilities": {
+        "performer": {"memory": "linear", "approximate": 0.9}, "chunked": {"memory": "linear"},
+    }}  # fmt: skip
+    assert fit.theory("performer", meta) == (None, 1.0, "linear")
+    assert fit.theory("chunked", meta) == (2.0, 1.0, "linear")
+    rows = [
+        synthetic.cell(v, n, time_ms=t * n, peak_mem_bytes=1000 * n)
+        for v, t in (("performer", 0.01), ("chunked", 0.02))
+        for n in (256, 512, 1024)
+    ]
+    df = results.load(synthetic.write_run(tmp_path / "run", rows))
+    theory = {
+        row[0]: row[3] for row in summary_table(fit.scaling_table(df, {df["run_id"].iloc[0]: meta})).rows
+    }
+    assert theory == {"performer": "none (approximate)", "chunked": "N²"}
