@@ -21,7 +21,17 @@ from . import page as pg
 from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
 from .panels import accuracy, energy, varlen
 from .style import variant_order
-from .tables import GROUP_AXES, best_variant, flag_mask, groups, length_axis, ok_rows, panels, present
+from .tables import (
+    GROUP_AXES,
+    approximate_names,
+    best_variant,
+    flag_mask,
+    groups,
+    length_axis,
+    ok_rows,
+    panels,
+    present,
+)
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
 
@@ -181,15 +191,6 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
     return f"{leader} is fastest {range_text(ns, every)} ({detail})."
 
 
-def _approximations(rows) -> dict[str, str]:
-    """{variant: how the ranking names it} for each variant declared approximate (its rows carry the rel_err
-    bound it is held to, Capability.approximate): its time is for another answer than the exact kernels'."""
-    if "approximate" not in rows.columns:
-        return {}
-    held = rows.dropna(subset=["approximate"]).groupby("variant")["approximate"].max()
-    return {str(v): f"{v} (approximate, rel_err <= {float(b):g})" for v, b in held.items()}
-
-
 def _relabel(p: _Point, named: dict[str, str]) -> _Point:
     tied = tuple(named.get(v, v) for v in p.tied)
     return _Point(p.n, named.get(p.best, p.best), tied, named.get(p.runner_up, p.runner_up), p.lead)
@@ -202,7 +203,7 @@ def ranking_sentences(panel_rows) -> list[str]:
     best = best_variant(panel_rows)
     if best.empty:
         return []
-    named = _approximations(panel_rows)
+    named = approximate_names(panel_rows)
     runs = [
         (named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(_points(best, length))
     ]

@@ -16,6 +16,7 @@ from .section import Section, file_stem, group_head, ms_text, num_text, seq_coun
 from .style import palette, slug, variant_order
 from .tables import (
     COMBO_AXES,
+    approximate_names,
     axis_value,
     best_variant,
     calibrated_peak,
@@ -177,6 +178,7 @@ def _timing_note(group) -> pg.Para | None:
 def best_table(group) -> pg.Table:
     """Rows seq_len, columns the panels of a group: the fastest ok variant and its lead over the next."""
     best = best_variant(group)
+    named = approximate_names(group)  # an approximation by design says so where it ranks
     ranks = ranking(group)
     pans = panels(group)
     length = length_axis(group)  # a decode group ranks its variants per N_k
@@ -194,12 +196,14 @@ def best_table(group) -> pg.Table:
                 continue
             b = sel.iloc[0]
             if b["tied"]:  # the data cannot rank them: say so instead of "1.00× ahead"
-                text = f"tie: {' ≈ '.join([str(b['best']), *str(b['tied']).split()])} {ms_text(b['time_ms'])}"
+                tied = [named.get(v, v) for v in [str(b["best"]), *str(b["tied"]).split()]]
+                text = f"tie: {' ≈ '.join(tied)} {ms_text(b['time_ms'])}"
                 text += f" ({num_text(b['lead'])}×{_p_text(b['p_value'])})"
             else:
-                text = f"{b['best']} {ms_text(b['time_ms'])}"
+                text = f"{named.get(str(b['best']), b['best'])} {ms_text(b['time_ms'])}"
                 if b["runner_up"]:
-                    text += f" ({num_text(b['lead'])}× ahead of {b['runner_up']}{_p_text(b['p_value'])})"
+                    behind = named.get(str(b["runner_up"]), b["runner_up"])
+                    text += f" ({num_text(b['lead'])}× ahead of {behind}{_p_text(b['p_value'])})"
             order = ranks[ranks[length] == n]
             for axis, value in key.items():
                 order = order[order[axis] == value]

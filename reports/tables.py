@@ -301,3 +301,13 @@ def speedups(df, baseline: str):
     merged["speedup"] = merged["base_ms"].astype(float) / merged["time_ms_median"].astype(float)
     merged["baseline"] = baseline
     return pd.DataFrame(merged)
+
+
+def approximate_names(rows) -> dict[str, str]:
+    """{variant: how a ranking names it} for each variant of `rows` declared approximate (its rows carry the
+    rel_err bound it is held to, Capability.approximate): its time is for another answer than the exact
+    kernels' beside it."""
+    if "approximate" not in rows.columns:
+        return {}
+    held = rows.dropna(subset=["approximate"]).groupby("variant")["approximate"].max()
+    return {str(v): f"{v} (approximate, rel_err <= {float(b):g})" for v, b in held.items()}

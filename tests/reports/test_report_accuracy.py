@@ -180,3 +180,7 @@ def test_a_declared_approximation_is_held_to_its_bound_and_named_as_approximate(
     said = {p.title: " ".join(p.sentences) for p in found.panels}["float32"]
     assert said.startswith("linear (approximate, rel_err <= 0.5) is fastest at every N measured"), said
     assert "the fastest, linear (approximate, rel_err <= 0.5) (" in said
+    from attnbench.reports.render import best_table
+
+    cells = [c for row in best_table(df[df["dtype"] == "float32"]).rows for c in row[1:]]
+    assert cells and all(c.startswith("linear (approximate, rel_err <= 0.5) ") for c in cells), cells
