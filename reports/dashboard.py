@@ -269,7 +269,11 @@ def _named(cell) -> str:
     """A cell's variant as a page names it: one declared approximate (its bound, Capability.approximate)
     says so, as its time is for another answer than the exact kernels' beside it."""
     bound = cell.get("approximate")
-    return f"{cell['variant']} (approximate ≤ {float(bound):g})" if present(bound) else str(cell["variant"])
+    return (
+        f"{cell['variant']} (approximate, rel_err <= {float(bound):g})"
+        if present(bound)
+        else str(cell["variant"])
+    )
 
 
 def _ranges(winners: list[tuple[int, str]]) -> list[tuple[int, int, str]]:

@@ -380,5 +380,5 @@ def test_an_approximation_is_named_where_a_page_says_who_is_fastest():
         for n, t in ((512, f * 1.0), (1024, f * 2.0))
     ]  # fmt: skip
     (table,) = dashboard.findings(pd.DataFrame(rows), {})
-    assert {r[2] for r in table.rows} == {"performer (approximate ≤ 0.9)"}
+    assert {r[2] for r in table.rows} == {"performer (approximate, rel_err <= 0.9)"}
     assert dashboard._named(pd.Series(rows[-1])) == "sdpa"
