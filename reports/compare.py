@@ -224,7 +224,10 @@ def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant:
 
 # what each side of a paired cell keeps: what results.judge.Side.of reads (a run set's rows have the run
 # columns, judge.RUN_COLUMNS; a run's are [] here), and what the tables show
-_KEEP = ("run_id", "device", "where", "status", "message", "flops", "timing_mode", *judge.SIDE_COLUMNS)
+_KEEP = (
+    "run_id", "device", "where", "status", "message", "flops", "timing_mode", "rel_err", "approximate",
+    *judge.SIDE_COLUMNS,
+)  # fmt: skip
 
 
 def _paired(a, b, axes: list[str]):
@@ -233,6 +236,9 @@ def _paired(a, b, axes: list[str]):
         for col in judge.RUN_COLUMNS:
             if col not in df.columns:
                 df[col] = [[] for _ in range(len(df))]
+        for col in ("rel_err", "approximate"):  # a run of other code's rows may lack them
+            if col not in df.columns:
+                df[col] = math.nan
     keep = axes + [c for c in _KEEP if c not in axes]
     keep_a = a[keep].drop_duplicates(subset=axes, keep="last")
     keep_b = b[keep].drop_duplicates(subset=axes, keep="last")
@@ -309,6 +315,7 @@ def _record(
         "status_b": r["status_b"],
         "timing_mode_a": r["timing_mode_a"] if present(r["timing_mode_a"]) else None,
         "timing_mode_b": r["timing_mode_b"] if present(r["timing_mode_b"]) else None,
+        **{f"{c}_{side}": r[f"{c}_{side}"] for c in ("rel_err", "approximate") for side in "ab"},
         "time_ms_a": shown("a", 1.0, j.level_a),
         "time_ms_b": shown("b", scale if math.isfinite(scale) else 1.0, j.level_b),
         "control_ratio": j.control_ratio,
@@ -508,6 +515,28 @@ def cell_table(cmp: Comparison) -> pg.Table:
     )
 
 
+def accuracy_lines(cmp: Comparison) -> list[str]:
+    """A line per variant declared approximate on either side (its rows' `approximate` bound): its worst
+    rel_err against float64 over the cells ok on both sides, in A and in B. A faster approximation may
+    owe its speed to a coarser answer, which the time ratios alone do not say."""
+    cells = cmp.cells
+    if "approximate_a" not in cells.columns:
+        return []
+    ok = cells[(cells["status_a"] == "ok") & (cells["status_b"] == "ok")]
+    lines = []
+    for variant, sub in ok.groupby("variant", sort=True):
+        held = {s: sub[f"approximate_{s}"].dropna() for s in "ab"}
+        if not any(len(h) for h in held.values()):
+            continue
+        said = []
+        for s, label in (("a", "A"), ("b", "B")):
+            worst = sub[f"rel_err_{s}"].dropna()
+            bound = f" (held to {float(held[s].max()):g})" if len(held[s]) else " (exact)"
+            said.append(f"{float(worst.max()):.2g} in {label}{bound}" if len(worst) else f"n/a in {label}")
+        lines.append(f"{variant} is approximate: worst rel_err against float64 {', '.join(said)}")
+    return lines
+
+
 def verdict_rule(cmp: Comparison) -> str:
     """The one rule text this comparison was judged by (results.judge.rule_text)."""
     return cmp.rule
@@ -602,6 +631,7 @@ def text_report(cmp: Comparison) -> str:
     out.append(pg.to_text(cell_table(cmp), max_width=60))
     out.append(pg.to_text(variant_table(cmp)))
     out.append(verdict_counts(cmp))
+    out += accuracy_lines(cmp)
     for _, r in cmp.regressions.iterrows():
         out.append(f"REGRESSION {r['variant']} seq_len={r['seq_len']}: {r['why']}")
     out.append(verdict(cmp))
@@ -641,6 +671,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
                 cmp.match,
                 *cmp.pairing,
                 verdict_counts(cmp),
+                *accuracy_lines(cmp),
                 verdict(cmp),
             )
         )

@@ -13,6 +13,7 @@ from conftest import ROOT, run_cli
 from synthetic import rows_in_rounds
 
 from attnbench.reports.compare import (
+    accuracy_lines,
     compare_runs,
     parse_run_spread,
     parse_threshold,
@@ -663,3 +664,24 @@ def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
                 assert len(compare_runs(run, other, threshold=GATE).cells)
         write_page(compare_runs(runs[0], runs[1]), tmp_path / "page")
     assert (tmp_path / "page" / "README.md").read_text().count("Rule: Judged at the") == 1
+
+
+def test_an_approximation_compared_says_its_error_on_both_sides(tmp_path):
+    """A faster approximation may owe its speed to a coarser answer: compare says, per variant declared
+    approximate, its worst rel_err in A and in B beside the time ratios; an exact variant gets no line."""
+
+    def rows(err: float, factor: float):
+        out = _rows(factor)
+        for r in out:
+            r["rel_err"] = err if r["variant"] == "sdpa" else 1e-7
+            if r["variant"] == "sdpa":
+                r["approximate"] = 0.9
+        return out
+
+    a, b = _pair(tmp_path, rows(0.4, 1.0), rows(0.8, 0.5))
+    cmp = compare_runs(a, b, **STATED)
+    said = "sdpa is approximate: worst rel_err against float64 0.4 in A (held to 0.9), 0.8 in B (held to 0.9)"
+    assert accuracy_lines(cmp) == [said]
+    assert said in text_report(cmp)
+    readme, _ = write_page(cmp, tmp_path / "page")
+    assert said in readme.read_text().replace("\\_", "_")  # Markdown escapes rel_err
