@@ -107,7 +107,7 @@ def correctness(mine) -> list[str]:
     """One line for the cells right against float64 (worst error per dtype), one per dtype with a wrong
     cell (its masks and N, and what the first one failed), and where no known mistake explains a finite
     error, how an approximation by design says so; one for cells that errored or crashed."""
-    lines = []
+    lines, word = [], right_word(mine)
     gated = mine[mine["status"].isin(["ok", "wrong"])]
     right = gated[gated["status"] == "ok"]
     if len(right):
@@ -117,14 +117,14 @@ def correctness(mine) -> list[str]:
             if sub["rel_err"].notna().any()
         ]
         lines.append(
-            f"{right_word(mine)} in {len(right)} of {len(gated)} cells gated against float64 "
+            f"{word} in {len(right)} of {len(gated)} cells gated against float64 "
             f"(worst relative error: {', '.join(worst) or 'n/a'})"
         )
     wrong = gated[gated["status"] == "wrong"]
     for dtype, sub in wrong.groupby("dtype", sort=True):
         first = str(sub.iloc[0]["message"])
         lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, MESSAGE_CHARS)}")
-    lines += _by_design(wrong, right_word(mine) != "correct")
+    lines += _by_design(wrong, word != "correct")
     broken = mine[mine["status"].isin(BROKEN)]
     if len(broken):
         first = broken.iloc[0]

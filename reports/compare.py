@@ -236,9 +236,6 @@ def _paired(a, b, axes: list[str]):
         for col in judge.RUN_COLUMNS:
             if col not in df.columns:
                 df[col] = [[] for _ in range(len(df))]
-        for col in ("rel_err", "approximate"):  # a run of other code's rows may lack them
-            if col not in df.columns:
-                df[col] = math.nan
     keep = axes + [c for c in _KEEP if c not in axes]
     keep_a = a[keep].drop_duplicates(subset=axes, keep="last")
     keep_b = b[keep].drop_duplicates(subset=axes, keep="last")

@@ -30,7 +30,7 @@ from attnbench.results.store import is_run_dir
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
 from .style import empty_panel, log_axis, mpl_style, new_figure, save, slug, variant_color, variant_order
-from .tables import present
+from .tables import approximate_text
 
 INDEX = "index.html"
 CROSS = "machines.html"
@@ -268,12 +268,7 @@ def _shape(cell_id: str, keep: int = 1) -> str:
 def _named(cell) -> str:
     """A cell's variant as a page names it: one declared approximate (its bound, Capability.approximate)
     says so, as its time is for another answer than the exact kernels' beside it."""
-    bound = cell.get("approximate")
-    return (
-        f"{cell['variant']} (approximate, rel_err <= {float(bound):g})"
-        if present(bound)
-        else str(cell["variant"])
-    )
+    return approximate_text(cell["variant"], cell.get("approximate"))
 
 
 def _ranges(winners: list[tuple[int, str]]) -> list[tuple[int, int, str]]:

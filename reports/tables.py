@@ -310,4 +310,10 @@ def approximate_names(rows) -> dict[str, str]:
     if "approximate" not in rows.columns:
         return {}
     held = rows.dropna(subset=["approximate"]).groupby("variant")["approximate"].max()
-    return {str(v): f"{v} (approximate, rel_err <= {float(b):g})" for v, b in held.items()}
+    return {str(v): approximate_text(v, b) for v, b in held.items()}
+
+
+def approximate_text(variant: Any, bound: Any) -> str:
+    """'performer (approximate, rel_err <= 0.9)': a variant held to `bound` (its rows' `approximate`), as
+    every ranking, table and page names it; the name alone where bound is missing (an exact kernel)."""
+    return f"{variant} (approximate, rel_err <= {float(bound):g})" if present(bound) else str(variant)

@@ -29,6 +29,7 @@ from ..style import (
 from ..tables import (
     GROUP_AXES,
     PANEL_AXES,
+    approximate_text,
     axis_value,
     flag_mask,
     grouped,
@@ -98,7 +99,7 @@ def bound(p) -> float:
 
 def named(p) -> str:
     """A point's variant as a sentence names it: an approximation says so."""
-    return f"{p['variant']} (approximate, rel_err <= {bound(p):g})" if bound(p) else str(p["variant"])
+    return approximate_text(p["variant"], p.get("approximate"))
 
 
 def points(rows):
