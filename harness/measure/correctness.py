@@ -606,6 +606,13 @@ def _reference_autograd(
     return p @ v64
 
 
+def judged_by(cap) -> dict:
+    """The gate's keywords a variant's capability sets, which its every gate reads: its quantisation recipe
+    (Capability.quant: "" for none) and its declared approximation (Capability.approximate: 0 for an exact
+    kernel); neither for a plain callable (cap None)."""
+    return {"quant": getattr(cap, "quant", ""), "approximate": getattr(cap, "approximate", 0.0)}
+
+
 def check(
     variant,
     q,
@@ -634,9 +641,7 @@ def check(
     with torch.no_grad():
         out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)
-    cap = getattr(variant, "cap", None)  # a registered Variant's recipe and declared approximation
-    judged = dict(quant=getattr(cap, "quant", ""), approximate=getattr(cap, "approximate", 0.0))
-    result = gate(out, q, k, v, rows=rows, **judged, **rules, **axes)
+    result = gate(out, q, k, v, rows=rows, **judged_by(getattr(variant, "cap", None)), **rules, **axes)
     if not backward:
         return result
     grad_rel = grad_errors(variant, q, k, v, **rules, **axes)

@@ -109,11 +109,9 @@ def gate_axes(spec: CellSpec) -> dict[str, Any]:
 
 
 def judged_as(spec: CellSpec) -> dict[str, Any]:
-    """How a cell's variant is judged, which its every gate reads (correctness.gate's keywords): its
-    quantisation recipe (Capability.quant: against the reference of the rounded inputs; "" for none) and
-    its declared approximation (Capability.approximate: the bound it is held to; 0 for an exact kernel)."""
-    cap = variants.get(spec.variant).cap
-    return {"quant": cap.quant, "approximate": cap.approximate}
+    """How a cell's variant is judged, which its every gate reads (correctness.judged_by: its quantisation
+    recipe and its declared approximation)."""
+    return correctness.judged_by(variants.get(spec.variant).cap)
 
 
 def cu_seqlens(spec: CellSpec) -> torch.Tensor | None:
