@@ -310,7 +310,7 @@ def _declared(name: str, run_dir: Path):
         for d in devices
         if (why := unavailable(v, d))
     )
-    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere, masks)
+    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere, masks, v.mask_kind())
 
 
 @dataclass(frozen=True)

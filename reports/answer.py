@@ -47,6 +47,7 @@ class Declared:
     # cannot run fn on (the run's cells were measured elsewhere: ray, slurm): nothing is gated there
     elsewhere: tuple[tuple[str, str, bool], ...] = ()
     masks: tuple = ()
+    mask: str = "flags"  # the mask fn is declared to take (variants.adapt.MASKS)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,22 @@ def _by_design(wrong, declared: bool) -> list[str]:
     return [
         f"if it approximates attention by design, declare approximate=R, the rel_err against float64 it "
         f"is held to (worst here {err.max():.1e}): its cells are then measured as ok"
+    ]
+
+
+def mask_shape(mine, kind: str) -> list[str]:
+    """Where fn, declared to take one mask with every masked position in it (mask="bool" or "additive"),
+    raised in masked cells only and ran its unmasked ones: the line that says which shape it was handed,
+    and how a mask of one per key (a key padding mask, as lucidrains' code takes) is declared."""
+    if kind not in ("bool", "additive"):
+        return []
+    masked = mine["causal"].astype(bool) | mine["padding"].astype(bool)
+    raised, ran = mine["status"].isin(BROKEN), mine["status"].isin(["ok", "wrong"])
+    if not raised.any() or (raised & ~masked).any() or not (ran & ~masked).any():
+        return []
+    return [
+        f'it raised only where it is handed a mask, as (B, 1, N_q, N_k) (mask="{kind}"): if its mask is one '
+        'per key, (B, N_k), declare mask="keys" (causal masking then reaches it as causal=)'
     ]
 
 
@@ -467,7 +484,8 @@ def answer(
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     overflows = large_logits(run_dir, variant, baseline)
-    lines = [head, *correctness(mine), *at_n(declared, said, right_word(mine)), *overflows]
+    lines = [head, *correctness(mine), *mask_shape(mine, declared.mask)]
+    lines += [*at_n(declared, said, right_word(mine)), *overflows]
     lines += [*workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
         lines += speed(df, variant, baseline) + bandwidth(df, metas, variant, baseline)

@@ -14,6 +14,9 @@ differences seen most are declared to `register` and bridged here:
                      called fn(q, k, v, attn_mask=MASK, dropout_p=..., scale=...) (mask_arg= renames the
                      keyword), MASK None when nothing is masked; causal alignment and windows reach it
                      through the mask, so such a variant may declare lower_right=True and window=True.
+  mask="keys"        one mask per key instead of key_lengths=: (B, N_k), True = attend (the key padding mask
+                     of lucidrains' and x-transformers' attention); causal masking and the other workloads
+                     reach it through its own keywords (causal=, ...), as without a declaration.
   causal="lower-right"  its causal=True aligns the mask to the last key (FlashAttention >= 2.1's, xformers'
                      and most decode kernels' causal): it is handed causal=True in lower-right cells (no
                      causal_align=), and a top-left causal cell with N_q != N_k is `unsupported` with the
@@ -32,7 +35,8 @@ from typing import Any
 
 TAKES = ("bhnd", "bnhd")  # the shape q, k, v and the output have in the function's own convention
 RETURNS = ("tensor", "first")  # the output itself, or a tuple whose first element is the output
-MASKS = ("flags", "bool", "additive")  # attnbench's causal=/key_lengths= keywords, or one mask tensor
+MASKS = ("flags", "bool", "additive", "keys")  # attnbench's causal=/key_lengths= keywords, or a mask tensor
+WHOLE = ("bool", "additive")  # one mask carries every masked position, causal ones included
 DECLARED = ("takes", "returns", "mask", "mask_arg")  # the register() keywords this module owns
 LOWER_RIGHT = "lower-right"  # causal="lower-right": the function's own causal=True is aligned lower-right
 
@@ -63,7 +67,7 @@ def _lower_right_causal(name: str, options: dict[str, Any], decl: dict[str, Any]
         raise ValueError(
             f"variant {name}: causal must be True, False or {LOWER_RIGHT!r}, not {options['causal']!r}"
         )
-    if decl.get("mask", "flags") != "flags":
+    if decl.get("mask") in WHOLE:
         raise ValueError(f'variant {name}: causal="lower-right" says how its causal= aligns; a declared mask '
                          "carries the alignment itself (declare lower_right=True)")  # fmt: skip
     if options.get("lower_right") is False:
@@ -92,11 +96,17 @@ class LowerRightOnly:
 
 def make_mask(q, k, *, kind: str, causal: bool, key_lengths, causal_align: str = "top-left", window: int = 0):
     """The (B or 1, 1, N_q, N_k) mask of `kind` ("bool": True = attend; "additive": 0 or the lowest value of
-    q's dtype, as transformers makes it, so a row that sees nothing averages instead of giving NaN), or None
-    when nothing is masked. q and k are (B, H, N, d)."""
+    q's dtype, as transformers makes it, so a row that sees nothing averages instead of giving NaN), the
+    (B, N_k) key padding mask of "keys" (True = attend: causal masking is not its), or None when nothing is
+    masked. q and k are (B, H, N, d)."""
     import torch
 
-    from .masks import attention_mask  # imports torch: only when a mask is made
+    from .masks import attention_mask, key_padding_mask  # imports torch: only when a mask is made
+
+    if kind == "keys":
+        if key_lengths is None:
+            return None
+        return key_padding_mask(key_lengths.to(q.device), k.shape[2])[:, 0, 0]
 
     seen = attention_mask(
         q.shape[2], k.shape[2], causal=causal, key_lengths=key_lengths, device=q.device,
@@ -145,13 +155,16 @@ class Call:
     def __call__(self, q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, **opts):
         decl = self.decl
         extra = {o: opts.pop(o) for o in ("causal_align", "window") if o in opts}
-        if "mask" in decl and decl["mask"] != "flags":
+        mask_arg = decl.get("mask_arg", "attn_mask")
+        if decl.get("mask") in WHOLE:
             mask = self.mask_for(q, k, causal, key_lengths, extra)
-            kwargs = {decl.get("mask_arg", "attn_mask"): mask, "dropout_p": dropout_p, "scale": scale}
+            kwargs = {mask_arg: mask, "dropout_p": dropout_p, "scale": scale}
         else:
             if decl.get("causal") == LOWER_RIGHT:  # its own causal=True is the lower-right mask
                 extra.pop("causal_align", None)
             kwargs = dict(causal=causal, key_lengths=key_lengths, dropout_p=dropout_p, scale=scale, **extra)
+            if decl.get("mask") == "keys":  # key padding as its (B, N_k) mask, the rest as its keywords
+                kwargs[mask_arg] = self.mask_for(q, k, causal, kwargs.pop("key_lengths"), extra)
         if decl.get("takes") == "bnhd":  # (B, H, N, d) -> (B, N, H, d): a view, contiguous in bnhd memory
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         out = self.fn(q, k, v, **kwargs, **opts)

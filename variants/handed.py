@@ -1,8 +1,10 @@
 """The keywords a declared capability hands a variant, checked against its function's signature when it is
 declared: a capability declared for a keyword fn does not take is refused (keyword_refusal), and a keyword fn
 takes with no default, cu_seqlens=, block_table= or window=, makes it run that workload's cells only
-(only_where_handed). Each returns the one-line refusal, or None; variants.registry raises it. A workload
-keyword fn takes without declaring its capability is never handed (undeclared names them)."""
+(only_where_handed), and a declared mask's keyword it does not take is refused (mask_arg_refusal). Each
+returns the one-line refusal, or None; variants.registry raises it. A workload keyword fn takes without
+declaring its capability is never handed (undeclared names them), and a mask or causal flag spelled another
+library's way is named with the declaration that hands it (other_spelling)."""
 
 from __future__ import annotations
 
@@ -64,6 +66,52 @@ def keyword_refusal(
             said = f"{flag}=True" if capability[flag] is True else f"{flag}={capability[flag]!r}"
             return f"variant {name!r} declares {said}, but takes no {keyword}= keyword"
     return None
+
+
+# another library's name for a mask argument (SDPA's attn_mask= aside), most likely first: a bias is added to
+# the scores
+MASK_NAMES = ("mask", "attention_mask", "attn_bias", "bias")
+
+
+def other_spelling(taken: frozenset[str], unread: bool, flag: str) -> str:
+    """How a function that takes the keywords `taken` and spells a mask another library's way would be handed
+    it: a mask argument (attn_mask=, as SDPA) by declaring mask= (variants.adapt), a mask per key beside a
+    causal= of its own by mask="keys", causal masking as is_causal= (flag; "" where key padding is wanted)
+    by renaming it; for a builtin (unread: no signature), both ways to declare it; "" when it spells
+    neither."""
+    if unread:  # a builtin, such as torch's own SDPA
+        said = "causal=True if it takes causal=" if flag else "padding=True if it takes key_lengths="
+        return f'(its signature cannot be read: declare {said}, or mask="bool" if it takes attn_mask=)'
+    spelled = mask_param(taken)
+    if spelled == "attn_mask":
+        return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
+    if spelled and not flag and "causal" in taken and not spelled.endswith("bias"):
+        # key padding wanted from a function with a causal= of its own: its mask is most likely one per key
+        return (
+            f'(it takes {spelled}=: declare mask="keys", mask_arg="{spelled}" if its mask is one per key, '
+            '(B, N_k); mask="bool" if it is (B, 1, N_q, N_k))'
+        )
+    if spelled:
+        kind = "additive" if spelled.endswith("bias") else "bool"
+        return f'(it takes {spelled}=: declare mask="{kind}", mask_arg="{spelled}" to be handed the mask)'
+    if flag and flag in taken:
+        return f"(it takes {flag}=: attnbench hands causal=)"
+    return ""
+
+
+def mask_param(taken: set[str] | frozenset[str]) -> str:
+    """The keyword of fn's that takes a mask: attn_mask (SDPA's), else another library's name; "" if none."""
+    return next((name for name in ("attn_mask", *MASK_NAMES) if name in taken), "")
+
+
+def mask_arg_refusal(name: str, mask_arg: str, taken: set[str]) -> str | None:
+    """A declared mask is handed as mask_arg=: the refusal, naming the parameter that looks like it, when fn
+    takes no such keyword."""
+    if mask_arg in taken:
+        return None
+    spelled = mask_param(taken)
+    way = f': declare mask_arg="{spelled}"' if spelled else ": declare mask_arg= with its mask's name"
+    return f"variant {name!r} declares a mask, handed as {mask_arg}=, but takes no {mask_arg}={way}"
 
 
 def only_where_handed(name: str, sig: inspect.Signature, capability: dict[str, Any]) -> str | None:

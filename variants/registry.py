@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from . import adapt
-from .handed import AXIS_KEYWORDS, keyword_refusal, only_where_handed, undeclared
+from .handed import (
+    AXIS_KEYWORDS,
+    keyword_refusal,
+    mask_arg_refusal,
+    only_where_handed,
+    other_spelling,
+    undeclared,
+)
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import HASHED, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
@@ -190,6 +197,15 @@ class Variant:
             fn = fn.fn
         return tuple(undeclared(signature_of(fn), self.cap))
 
+    def mask_kind(self) -> str:
+        """The mask it was declared to take (variants.adapt.MASKS): "flags" where none was."""
+        fn = self.fn
+        while isinstance(fn, (Keywords, adapt.Call)):
+            if isinstance(fn, adapt.Call):
+                return fn.decl.get("mask", "flags")
+            fn = fn.fn
+        return "flags"
+
     def availability(self, device: str) -> str | None:
         """None when this variant can run on `device` on this machine, else why not."""
         if device not in self.cap.devices:
@@ -345,36 +361,10 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
     return decorate
 
 
-# what other libraries call the argument that takes a mask (SDPA's attn_mask= aside)
-# another library's name for a mask argument, most likely first: a bias is added to the scores
-MASK_NAMES = ("mask", "attention_mask", "attn_bias", "bias")
-
-
 def _other_spelling(fn: Callable[..., Any], flag: str) -> str:
-    """How a callable handed only the keywords it takes (Keywords) that spells a mask
-    another library's way would be handed it: a mask argument (attn_mask=, as SDPA) by declaring mask=
-    (variants.adapt), causal masking as is_causal= (flag) by renaming it; for a builtin, both ways to declare
-    it; "" when it spells neither."""
-    if not isinstance(fn, Keywords):
-        return ""
-    taken = fn.taken
-    if fn.unread:  # a builtin, such as torch's own SDPA
-        said = "causal=True if it takes causal=" if flag else "padding=True if it takes key_lengths="
-        return f'(its signature cannot be read: declare {said}, or mask="bool" if it takes attn_mask=)'
-    spelled = _mask_param(taken)
-    if spelled == "attn_mask":
-        return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
-    if spelled:
-        kind = "additive" if spelled.endswith("bias") else "bool"
-        return f'(it takes {spelled}=: declare mask="{kind}", mask_arg="{spelled}" to be handed the mask)'
-    if flag and flag in taken:
-        return f"(it takes {flag}=: attnbench hands causal=)"
-    return ""
-
-
-def _mask_param(taken: set[str] | frozenset[str]) -> str:
-    """The keyword of fn's that takes a mask: attn_mask (SDPA's), else another library's name; "" if none."""
-    return next((name for name in ("attn_mask", *MASK_NAMES) if name in taken), "")
+    """How a callable handed only the keywords it takes (Keywords) that spells a mask or causal masking
+    another library's way would be handed it (handed.other_spelling); "" for any other callable."""
+    return other_spelling(fn.taken, fn.unread, flag) if isinstance(fn, Keywords) else ""
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -431,13 +421,19 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     sig = signature_of(fn)
     check_takes_qkv(name, fn, sig)
     # a declared shape (variants.adapt) calls fn its own way: with a declared mask, causal masking and key
-    # padding reach it through the mask, and it is handed the mask, dropout_p= and scale=
-    masked = decl.get("mask", "flags") != "flags"
+    # padding reach it through the mask, and it is handed the mask, dropout_p= and scale=; with a mask per
+    # key (mask="keys") only key padding does, and the rest of the calling convention is its own keywords
+    masked = decl.get("mask") in adapt.WHOLE
+    keys = decl.get("mask") == "keys"
+    mask_arg = decl.get("mask_arg", "attn_mask")
     taken = None if decl and sig is None else _keywords(sig, capability)
     if taken is not None:
         checked = {}  # capability flag -> the keyword it is handed as, which fn must take when it is declared
         for keyword, flag in KEYWORD_FLAGS.items():
-            if not masked or keyword == "dropout_p":  # masked: causal and padding reach fn through its mask
+            if keys and keyword == "key_lengths":  # key padding reaches fn as its mask per key
+                capability.setdefault(flag, True)
+                checked[flag] = mask_arg
+            elif not masked or keyword == "dropout_p":  # masked: causal and padding reach fn through its mask
                 capability.setdefault(flag, keyword in taken)
                 checked[flag] = keyword
         if sig is not None and not masked:  # the workloads' keywords, and without a default only there
@@ -445,14 +441,15 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
             # causal="lower-right": lower-right through its own causal=, not causal_align=
             if decl.get("causal") == adapt.LOWER_RIGHT:
                 del checked["lower_right"]
-        refusal = keyword_refusal(name, capability, taken, checked)
+        refusal = mask_arg_refusal(name, mask_arg, taken) if (masked or keys) and sig is not None else None
+        refusal = refusal or keyword_refusal(name, capability, taken, checked)
         if not refusal and sig is not None and not masked:
             refusal = only_where_handed(name, sig, capability)
         if refusal:
             raise VariantError(refusal)
-        if masked and sig is not None:
-            _check_mask_arg(name, decl.get("mask_arg", "attn_mask"), taken)
-        handed = {decl.get("mask_arg", "attn_mask"), "dropout_p", "scale"} if masked else set(CONVENTION)
+        handed = {mask_arg, "dropout_p", "scale"} if masked else set(CONVENTION)
+        if keys:
+            handed = handed - {"key_lengths"} | {mask_arg}
         if not handed <= taken:
             fn = Keywords(fn, name, frozenset(taken), unread=sig is None)
             if not decl and capability.get("setup") is not None:  # what the hook returns is called as fn is
@@ -460,18 +457,6 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     if decl:
         fn, capability["setup"] = adapt.wrap(name, fn, decl, capability.get("setup"))
     return Variant(fn=fn, cap=Capability(name=name, **capability), source=source)
-
-
-def _check_mask_arg(name: str, mask_arg: str, taken: set[str]) -> None:
-    """A declared mask is handed as mask_arg=: VariantError, naming the parameter that looks like it, when
-    fn takes no such keyword."""
-    if mask_arg in taken:
-        return
-    spelled = _mask_param(taken)
-    way = f': declare mask_arg="{spelled}"' if spelled else ": declare mask_arg= with its mask's name"
-    raise VariantError(
-        f"variant {name!r} declares a mask, handed as {mask_arg}=, but takes no {mask_arg}={way}"
-    )
 
 
 def _keywords(sig: inspect.Signature | None, declared: dict[str, Any]) -> set[str] | None:

@@ -84,7 +84,7 @@ def test_a_tuple_not_returned_is_named(plugin):
         ({"takes": "bshd"}, "variant bad_decl: takes must be one of ('bhnd', 'bnhd'), not 'bshd'"),
         (
             {"mask": "float"},
-            "variant bad_decl: mask must be one of ('flags', 'bool', 'additive'), not 'float'",
+            "variant bad_decl: mask must be one of ('flags', 'bool', 'additive', 'keys'), not 'float'",
         ),
         ({"mask": "bool", "mask_arg": "attn mask"}, "variant bad_decl: mask_arg must be a keyword name"),
         (
