@@ -276,11 +276,10 @@ def wall_sentence(fits, panel_rows) -> str | None:
         else:
             walls.setdefault(n, []).append(v)
     parts = [f"{names_text(vs)} up to N = {n_text(n)}" for n, vs in sorted(walls.items())]
-    parts += [
-        f"{names_text(vs)} beyond N = {n_text(n)} ({EXTRAPOLATION_LIMIT}× the largest measured N, "
-        "as far as the fit is read)"
-        for n, vs in sorted(beyond.items())
-    ]
+    parts += [f"{names_text(vs)} none within N = {n_text(n)}" for n, vs in sorted(beyond.items())]
+    if beyond:  # the fit is not read further than that
+        each = "its" if len(beyond) > 1 else "the"
+        parts[-1] += f" ({EXTRAPOLATION_LIMIT}× {each} largest measured N, as far as the fit is read)"
     oom, length = panel_rows[panel_rows["status"] == "oom"], length_axis(panel_rows)
     ran_out = [
         f"{v} at N = {n_text(oom[oom['variant'] == v][length].min())}"
