@@ -34,6 +34,22 @@ def source_of(fn: Callable[..., Any]) -> str:
     return DEFINED_IN + where + (HASHED + digest if digest else "")
 
 
+def described(fn: Callable[..., Any]) -> str:
+    """What `attnbench list` says a callable registered without a description= is: its docstring's first
+    line, else where it comes from ('memory_efficient_attention_pytorch.memory_efficient_attention',
+    'x_transformers.attend.Attend (an object)'); its name alone where it was defined in __main__."""
+    target = getattr(fn, "func", fn)  # a functools.partial: the function it calls
+    is_object = not (inspect.isroutine(target) or inspect.isclass(target))
+    doc = type(target).__dict__.get("__doc__") if is_object else getattr(target, "__doc__", None)
+    if doc and doc.strip():
+        return doc.strip().splitlines()[0]
+    named = type(target) if is_object else target
+    module = getattr(named, "__module__", None) or ""
+    name = getattr(named, "__qualname__", None) or getattr(named, "__name__", "") or ""
+    where = name if module in ("", "__main__", "__mp_main__") else f"{module}.{name}"
+    return f"{where} (an object)" if is_object and where else where
+
+
 def _code_hash(fn: Callable[..., Any]) -> str | None:
     """The first 12 hex digits of the sha256 of fn's source text, None where there is none to read."""
     for target in (fn, getattr(fn, "func", None), type(fn)):  # a function, a functools.partial, an object

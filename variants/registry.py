@@ -25,7 +25,7 @@ from .handed import (
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import HASHED, redefines, source_of
+from .origin import HASHED, described, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
 
@@ -418,6 +418,7 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
     if unknown:
         known = ", ".join(f.name for f in fields(Capability) if f.name != "name")
         raise VariantError(f"unknown capability {unknown[0]!r}; known: {known}")
+    capability["description"] = capability.get("description") or described(fn)
     sig = signature_of(fn)
     check_takes_qkv(name, fn, sig)
     # a declared shape (variants.adapt) calls fn its own way: with a declared mask, causal masking and key

@@ -315,3 +315,35 @@ def test_a_function_that_needs_window_runs_sliding_window_cells_only():
         VariantError, match="variant 'local' takes window= with no default: declare window=True"
     ):
         made(local, "local", {}, "test")
+
+
+def test_a_variant_registered_without_a_description_is_described_by_its_docstring_or_origin():
+    """`attnbench list` says what each variant is: code registered without description= by its docstring's
+    first line, else by where it comes from (a third-party function's module, an object's class)."""
+    import functools
+
+    import torch.nn.functional as F
+
+    import attnbench
+
+    def documented(q, k, v):
+        """Attention in one line.
+
+        More lines that list does not show."""
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def plain(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    class Attn(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    here = (
+        f"{__name__}.test_a_variant_registered_without_a_description_is_described_by_its_docstring_or_origin"
+    )
+    assert attnbench.variant(documented).cap.description == "Attention in one line."
+    assert attnbench.variant(plain).cap.description == f"{here}.<locals>.plain"
+    assert attnbench.variant(functools.partial(plain), name="p").cap.description == f"{here}.<locals>.plain"
+    assert attnbench.variant(Attn(), name="m").cap.description == f"{here}.<locals>.Attn (an object)"
+    assert attnbench.variant(plain, description="mine").cap.description == "mine"
