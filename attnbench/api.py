@@ -293,24 +293,27 @@ def _declared(name: str, run_dir: Path):
     (harness.tools.check.gate_workloads), the gate of every mask at that N, forward and backward
     (check.gate_masks), and the workload keywords its function takes undeclared."""
     from attnbench import variants
-    from attnbench.harness.tools.check import SEQ_LEN, gate_masks, gate_workloads, unavailable, workload_cells
+    from attnbench.harness.tools import check
     from attnbench.reports.answer import Declared
 
     mine = load(run_dir)
     mine = mine[mine["variant"] == name]
     dtypes = sorted(set(mine["dtype"].astype(str)), key=lambda d: (d != "float32", d))
     devices = sorted(set(mine["device"].astype(str)))
-    gated = tuple(row for device in devices for row in gate_workloads([name], device, dtypes, SEQ_LEN))
+    n = check.SEQ_LEN
+    gated = tuple(row for device in devices for row in check.gate_workloads([name], device, dtypes, n))
     v = variants.get(name)
-    here = [device for device in devices if unavailable(v, device) is None]
-    masks = tuple(row for device in here for row in gate_masks([name], device, dtypes, SEQ_LEN))
+    here = [device for device in devices if check.unavailable(v, device) is None]
+    masks = tuple(row for device in here for row in check.gate_masks([name], device, dtypes, n))
+
+    def declares(device: str) -> bool:  # a workload of its own, beside causal's top-left cell
+        return any(
+            not label.startswith(check.TOP_LEFT) for label, _ in check.workload_cells(v, device, dtypes[0], n)
+        )
+
     # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
-    elsewhere = tuple(
-        (d, why, bool(workload_cells(v, d, dtypes[0], SEQ_LEN)))
-        for d in devices
-        if (why := unavailable(v, d))
-    )
-    return Declared(gated, SEQ_LEN, v.undeclared(), elsewhere, masks, v.mask_kind())
+    elsewhere = tuple((d, why, declares(d)) for d in devices if (why := check.unavailable(v, d)))
+    return Declared(gated, n, v.undeclared(), elsewhere, masks, v.mask_kind())
 
 
 @dataclass(frozen=True)

@@ -250,11 +250,14 @@ def _first_scales(records: list[dict]) -> dict[str, dict]:
 
 def workloads(declared: Declared) -> list[str]:
     """The gate of the workloads fn declares: one line for those right against float64, one for the first
-    that is wrong or raised (and how many more are), one for the first refused; then one for the workload
-    keywords it takes but does not declare, which no cell hands it."""
+    that is wrong or raised (and how many more are; causal=True's top-left cell with N_q < N_k among them,
+    said only there), one for the first refused; then one for the workload keywords it takes but does not
+    declare, which no cell hands it."""
     gated, n = declared.gated, declared.n
     lines = []
-    right = [r for r in gated if r.status == "pass"]
+    right = [
+        r for r in gated if r.status == "pass" and not _implied(r)
+    ]  # causal's own: said where wrong only
     if right:
         labels = "; ".join(dict.fromkeys(r.workload for r in right))
         worst = max((r.rel_err for r in right if r.rel_err is not None), default=float("nan"))
@@ -267,9 +270,9 @@ def workloads(declared: Declared) -> list[str]:
         first = bad[0]
         more = len({(r.workload, r.dtype) for r in bad}) - 1
         also = f" (and {more} more)" if more else ""
-        word = "WRONG" if first.status == "FAIL" else "ERROR"
+        word = ("WRONG" if first.status == "FAIL" else "ERROR") + ("" if _implied(first) else " declared")
         lines.append(
-            f"{word} declared {first.workload} ({first.dtype}, N {n_text(n)}){also}: "
+            f"{word} {first.workload} ({first.dtype}, N {n_text(n)}){also}: "
             f"{_short(first.reason, MESSAGE_CHARS)}"
         )
     refused = [r for r in gated if r.status == "unsupported"]
@@ -285,6 +288,11 @@ def workloads(declared: Declared) -> list[str]:
             f"attnbench.variant(fn, {how}) gates and measures it"
         )
     return lines
+
+
+def _implied(row) -> bool:
+    """Whether a gate row is a problem causal=True implies (GateRow.implied), not a declared workload."""
+    return bool(getattr(row, "implied", False))
 
 
 def _dtype_list(rows: Sequence[Any]) -> str:

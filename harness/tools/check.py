@@ -60,6 +60,7 @@ class GateRow:
     gating: bool = True  # a FAIL or error fails the check; False for demo-only variants and no_key rows
     no_key: bool = False  # the extra problem with a batch element that sees no key (no run makes it)
     workload: str = ""  # the declared workload this problem checks (workload_cells), "" for causal x padding
+    implied: bool = False  # a problem causal=True implies (TOP_LEFT), not a workload declared apart
 
 
 def prepare(
@@ -152,6 +153,7 @@ def _gate_masks(names: Sequence[str], qkv: list) -> Iterator[GateRow]:
             yield gate_one(variants.get(name), qkv, causal=causal, key_lengths=key_lengths)
 
 
+TOP_LEFT = "causal top-left"  # the label of causal=True's cell with N_q < N_k: implied, not declared apart
 SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs
 
 
@@ -182,6 +184,12 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
     short = {"seq_len": max(1, n // 4), "seq_k": n, "causal_align": "lower-right"}
     said = f"lower-right, N_q {short['seq_len']} of N_k {n}"
     changes += [(said, short)] if cap.lower_right and not where else []
+    # causal=True is top-left with N_q < N_k too (a kernel whose causal is FlashAttention's lower-right one
+    # passes every square cell and fails here); not where it declares its causal lower-right only
+    rect = {"seq_len": short["seq_len"], "seq_k": n}
+    top_left = (f"{TOP_LEFT}, N_q {short['seq_len']} of N_k {n}", rect)
+    takes_it = cap.causal and not where and home.causal and _takes(variant, dataclasses.replace(home, **rect))
+    changes += [top_left] if takes_it else []
     changes += [(f"window {span(n)}", {"window": span(n)})] if cap.window and where != "paged" else []
     mods = [mod for mod in ("alibi", SOFTCAP) if mod.partition(":")[0] in cap.mods and not where]
     changes += [(mod, {"mod": mod}) for mod in mods]
@@ -230,7 +238,7 @@ def gate_workload(variant, spec, label: str) -> GateRow:
     from attnbench.harness.measure.inputs import gate_axes, make_inputs
 
     row = dict(variant=variant.name, device=spec.device, dtype=spec.dtype, causal=spec.causal, padding=False,
-               gating=variant.cap.default, workload=label)  # fmt: skip
+               gating=variant.cap.default, workload=label, implied=label.startswith(TOP_LEFT))  # fmt: skip
     return _recorded(row, lambda: _gate(variant, spec.problem(), make_inputs(spec, 0), row, gate_axes(spec)))
 
 

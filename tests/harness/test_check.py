@@ -111,6 +111,14 @@ def window_one_wider(q, k, v, *, causal=False, window=0):
 @register("across_sequences", varlen="masked")
 def across_sequences(q, k, v, *, causal=False, cu_seqlens=None):
     return sdpa(q, k, v, is_causal=causal)  # one causal attention over the whole pack
+
+def flash_causal(q, k, v, *, causal=False):  # FlashAttention's causal: the last query sees the last key
+    n_q, n_k = q.shape[2], k.shape[2]
+    seen = torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + (n_k - n_q)
+    return sdpa(q, k, v, attn_mask=seen if causal else None)
+
+register("lower_right_causal")(flash_causal)
+register("lower_right_declared", causal="lower-right")(flash_causal)
 """
 
 
@@ -123,8 +131,8 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
     rows = list(check.gate_all(plan))
     by = {(r.variant, r.workload): r for r in rows if r.workload}
     assert not [w for v, w in by if v == "sdpa_efficient"]  # CUDA only: its gate rows say so, once each
-    naive = {"2 k/v heads for 4", "lower-right, N_q 6 of N_k 24", "window 4", "alibi", "softcap:5",
-             "packed, uniform lengths"}  # fmt: skip
+    naive = {"2 k/v heads for 4", "lower-right, N_q 6 of N_k 24", "causal top-left, N_q 6 of N_k 24",
+             "window 4", "alibi", "softcap:5", "packed, uniform lengths"}  # fmt: skip
     assert {w for v, w in by if v == "naive"} == naive
     assert {w for v, w in by if v == "sdpa_loop"} == {"packed, 2 k/v heads for 4", "packed, window 4",
                                                       "packed, uniform lengths"}  # fmt: skip
@@ -135,6 +143,30 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
     wider, across = by[("window_one_wider", "window 4")], by[("across_sequences", "packed, uniform lengths")]
     assert wider.status == "FAIL" and wider.reason.startswith("its window holds 5 keys, its own and 4 before")
     assert across.status == "FAIL" and across.reason.startswith("it ignored the packed batch's boundaries")
+    assert check.exit_status(rows) == 1
+
+
+def test_a_causal_aligned_lower_right_fails_top_left_with_fewer_queries_than_keys(
+    isolated_registry, tmp_path
+):
+    """causal=True is top-left: a kernel whose causal is FlashAttention's lower-right one passes every square
+    cell and FAILs the cell with N_q < N_k, saying how to declare it; so declared, it has no such cell."""
+    (tmp_path / "w.py").write_text(WORKLOADS)
+    names = ["lower_right_causal", "lower_right_declared"]
+    rows = list(
+        check.gate_all(check.prepare(names, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "w.py")]))
+    )
+    square = {(r.causal, r.status) for r in rows if not r.workload and not r.no_key}  # no padding taken
+    assert square == {(False, "pass"), (True, "pass"), (False, "unsupported"), (True, "unsupported")}
+    by = {(r.variant, r.workload): r for r in rows if r.workload}
+    assert set(by) == {("lower_right_causal", "causal top-left, N_q 6 of N_k 24"),
+                       ("lower_right_declared", "lower-right, N_q 6 of N_k 24")}  # fmt: skip
+    top = by[("lower_right_causal", "causal top-left, N_q 6 of N_k 24")]
+    assert top.status == "FAIL" and top.reason.startswith(
+        "its causal mask is aligned lower-right where the cell asks top-left (if its causal=True is always "
+        'lower-right, declare causal="lower-right")'
+    ), top.reason
+    assert by[("lower_right_declared", "lower-right, N_q 6 of N_k 24")].status == "pass"
     assert check.exit_status(rows) == 1
 
 
@@ -252,7 +284,7 @@ def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_regist
     plan = check.prepare(["nan_no_key"], ["cpu"], ["float32"], 16, variant_files=[str(CHECK_VARIANTS)])
     rows = list(check.gate_all(plan))
     gated = [r for r in rows if not r.no_key]
-    assert len(gated) == 4 and {r.status for r in gated} == {"pass"} and check.exit_status(rows) == 0
+    assert len(gated) == 5 and {r.status for r in gated} == {"pass"} and check.exit_status(rows) == 0
     (extra,) = [r for r in rows if r.no_key]
     assert extra.status == "pass" and extra.masked_rows == "nan" and not extra.gating
 
