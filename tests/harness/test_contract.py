@@ -162,7 +162,7 @@ def test_attnbench_check_fails_each_broken_variant_with_its_reason(plugin):
     names = ["checkpointed", *sorted(BROKEN)]
     rows = list(check.gate_all(check.prepare(names, ["cpu"], ["float32"], 16)))
     for name, message in broken(check.BATCH, check.HEADS, 16, check.HEAD_DIM).items():
-        mine = [r for r in rows if r.variant == name]
+        mine = [r for r in rows if r.variant == name and not r.workload]  # (2, 4, 16, 64) problems
         assert {(r.status, r.reason) for r in mine} == {("error", message)}
     passed = [r for r in rows if r.variant == "checkpointed"]
     assert {r.status for r in passed} == {"pass"}
