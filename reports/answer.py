@@ -187,7 +187,9 @@ def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset(), right: s
         masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
         worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))
         grads = [r.grad_rel_err for r in gated if r.grad_rel_err is not None]
-        also = f", gradients {max(grads):.1e}" if grads else ""
+        own = {getattr(r, "grad_against", "") for r in gated if r.grad_rel_err is not None} == {"own"}
+        own_text = " against its own forward's derivative" if own else ""
+        also = f", gradients {max(grads):.1e}{own_text}" if grads else ""
         what = "forward and backward" if grads else "forward"
         lines.append(
             f"{right} at N {n} too, {what} ({_dtype_list(gated)}; {masks}): worst relative error "

@@ -33,7 +33,16 @@ from typing import Any
 import torch
 
 from attnbench import variants
-from attnbench.harness.measure import contract, correctness, dropout_check, energy, memory, telemetry, timing
+from attnbench.harness.measure import (
+    contract,
+    correctness,
+    dropout_check,
+    energy,
+    memory,
+    own_gradient,
+    telemetry,
+    timing,
+)
 from attnbench.harness.measure.failures import arm_recompile_limit, disarm_recompile_limit, failure
 from attnbench.harness.measure.inputs import (
     InputCache,
@@ -85,6 +94,8 @@ class Prepared:
     kernel: str | None = None  # what the variant's kernel hook says a call runs (kernel_of)
     inputs_ms: float | None = None  # the inputs copied from the cache in the variant's layout, validated
     gate_ms: float | None = None  # the gate and its float64 reference, the gradient and dropout checks
+    grad_tol: float | None = None  # what grad_rel_err is held to (None: 4 x the gate's tolerance)
+    grad_against: str = ""  # a declared approximation's gradients: own_gradient.OWN or EXACT
 
     @property
     def grad_ok(self) -> bool:
@@ -92,7 +103,11 @@ class Prepared:
 
     @property
     def grad_tolerance(self) -> float:
-        return self.gate.tolerance * correctness.GRAD_TOLERANCE_FACTOR
+        return (
+            self.grad_tol
+            if self.grad_tol is not None
+            else self.gate.tolerance * correctness.GRAD_TOLERANCE_FACTOR
+        )
 
     def fields(self) -> dict[str, Any]:
         """The gate's columns of the result row."""
@@ -132,7 +147,9 @@ class Prepared:
             if not self.gate.passed:
                 what = self.gate.describe()
             else:
-                what = f"grad rel_err {self.grad_rel_err:.2e} > {self.grad_tolerance:.0e}"
+                tol = f"{self.grad_tolerance:.2g}" if self.grad_against else f"{self.grad_tolerance:.0e}"
+                what = f"grad rel_err {self.grad_rel_err:.2e} > {tol}"
+                what += f" {own_gradient.AGAINST[self.grad_against]}" if self.grad_against else ""
             reasons.append(f"{GATE_FAILED}: {what}")
         elif after is not None:  # right once, wrong on other values: an answer remembered
             seed = after.seed
@@ -184,6 +201,23 @@ class AfterCheck:
             "refill_rel_err": None if self.refill is None else self.refill.rel_err,
             "checks_ms": _ms(self.ms),
         }
+
+
+def _grad_error(
+    variant: variants.Variant, fn, q, k, v, opts: dict[str, Any], gate
+) -> tuple[float, float, str]:
+    """The gradient check: (its error, what it is held to, against what: "" for float64 attention's
+    gradients, or for a kernel declared approximate own_gradient's OWN or EXACT)."""
+    if not gate.approximate:
+        return (
+            correctness.grad_errors(fn, q, k, v, **opts),
+            gate.tolerance * correctness.GRAD_TOLERANCE_FACTOR,
+            "",
+        )
+    exact = lambda: correctness.grad_errors(fn, q, k, v, **opts)  # noqa: E731
+    dtypes = variant.cap.dtypes
+    judged = own_gradient.judge(fn, q, k, v, tolerance=gate.tolerance, dtypes=dtypes, exact=exact, **opts)
+    return judged.rel_err, judged.tolerance, judged.against
 
 
 def kernel_of(variant: variants.Variant, q, k, v, opts: dict[str, Any], backward: bool) -> str | None:
@@ -239,14 +273,14 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
         **judged_as(spec), **gate_axes(spec),
     )  # fmt: skip
     del out  # free the output before the gradient check allocates its own
-    grad_rel = None
+    grad_rel, grad_tol, grad_against = None, None, ""
     backward = spec.pass_ == "fwdbwd"
     changed = cache.changed(inputs)
     # a variant that writes into its inputs is wrong already; autograd would refuse its write into a leaf
     b, n_q, n_k = spec.dims
     scores = b * spec.heads * n_q * n_k
     if backward and not changed and scores <= settings.grad_check_elems:
-        grad_rel = correctness.grad_errors(fn, q, k, v, **opts)
+        grad_rel, grad_tol, grad_against = _grad_error(variant, fn, q, k, v, opts, gate)
         changed = cache.changed(inputs)
     dropped = None
     if spec.dropout > 0 and not changed:  # K + 2 more forward calls (see harness.measure.dropout_check)
@@ -266,6 +300,8 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
         fn=fn,
         gate=gate,
         grad_rel_err=grad_rel,
+        grad_tol=grad_tol,
+        grad_against=grad_against,
         changed=changed,
         setup_ms=setup_ms,
         first_call_ms=first_ms,

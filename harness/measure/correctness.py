@@ -42,8 +42,10 @@ from dataclasses import dataclass
 
 import torch
 
+from attnbench.harness.measure import own_gradient
 from attnbench.harness.measure.contract import check_output
 from attnbench.harness.measure.guard import REFERENCE_ROW_BLOCK  # the reference's block, which guard counts
+from attnbench.harness.measure.own_gradient import leaf_grads
 from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE, sqnr_db  # reports draw them too
 from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
@@ -203,6 +205,8 @@ class GateResult:
     quant_rel_err: float | None = None
     sqnr_db: float | None = None
     approximate: float = 0.0  # a declared approximation's bound (Capability.approximate): the tolerance here
+    grad_tolerance: float | None = None  # what grad_rel_err was held to (None: gradients not checked)
+    grad_against: str = ""  # an approximation's: own_gradient.OWN or EXACT ("": float64 attention's)
 
     @property
     def ok(self) -> bool:
@@ -559,21 +563,14 @@ def grad_errors(
     extra = extra_options(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
     out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
-    grads = _backward(out, leaves, d_out.to(out.dtype))
+    grads = leaf_grads(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
     ref = _reference_autograd(
         *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
         window=window, mod=mod, cu_seqlens=cu_seqlens,
     )  # fmt: skip
-    ref_grads = _backward(ref, ref_leaves, d_out)
+    ref_grads = leaf_grads(ref, ref_leaves, d_out)
     return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
-
-
-def _backward(out: torch.Tensor, leaves: list[torch.Tensor], d_out: torch.Tensor) -> list[torch.Tensor]:
-    """The leaves' gradients after out.backward(d_out). A leaf the output does not depend on gets none from
-    autograd, which is a zero gradient: the gate then compares zeros with the reference's."""
-    out.backward(d_out)
-    return [t.grad if t.grad is not None else torch.zeros_like(t) for t in leaves]
 
 
 def _reference_autograd(
@@ -644,6 +641,19 @@ def check(
     result = gate(out, q, k, v, rows=rows, **judged_by(getattr(variant, "cap", None)), **rules, **axes)
     if not backward:
         return result
+    if result.approximate:  # held to its own forward's derivative where that resolves (own_gradient)
+        dtypes = getattr(getattr(variant, "cap", None), "dtypes", ())
+        exact = lambda: grad_errors(variant, q, k, v, **rules, **axes)  # noqa: E731
+        judged = own_gradient.judge(
+            variant, q, k, v, tolerance=result.tolerance, dtypes=dtypes, exact=exact, **rules, **axes
+        )
+        grad = {
+            "grad_rel_err": judged.rel_err,
+            "grad_passed": judged.passed,
+            "grad_tolerance": judged.tolerance,
+        }
+        return GateResult(**{**result.__dict__, **grad, "grad_against": judged.against})
     grad_rel = grad_errors(variant, q, k, v, **rules, **axes)
     grad_tol = result.tolerance * GRAD_TOLERANCE_FACTOR
-    return GateResult(**{**result.__dict__, "grad_rel_err": grad_rel, "grad_passed": grad_rel <= grad_tol})
+    grad = {"grad_rel_err": grad_rel, "grad_passed": grad_rel <= grad_tol, "grad_tolerance": grad_tol}
+    return GateResult(**{**result.__dict__, **grad})

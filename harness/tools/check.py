@@ -61,6 +61,7 @@ class GateRow:
     no_key: bool = False  # the extra problem with a batch element that sees no key (no run makes it)
     workload: str = ""  # the declared workload this problem checks (workload_cells), "" for causal x padding
     implied: bool = False  # a problem causal=True implies (TOP_LEFT), not a workload declared apart
+    grad_against: str = ""  # a declared approximation's gradients: held to its own forward's ("own") or not
 
 
 def prepare(
@@ -292,6 +293,7 @@ def _gate(variant, prob, inputs, row: dict, axes: dict | None = None) -> GateRow
         status="pass" if r.ok else "FAIL",
         rel_err=r.rel_err,
         grad_rel_err=r.grad_rel_err,
+        grad_against=r.grad_against,
         masked_rows=r.masked_rows,
         reason=_fail_reason(r) if not r.ok else _held(r),
     )
@@ -305,15 +307,16 @@ def _held(r) -> str:
 def _fail_reason(r) -> str:
     """Why a gate result failed, in one line: the likely cause where the gate recognised one, which error
     passed which tolerance, and where a non-finite answer is NaN."""
-    from attnbench.harness.measure.correctness import GRAD_TOLERANCE_FACTOR
-
     parts = [r.hint] if r.hint else []
     if not r.passed:
         parts.append(f"output rel_err {r.rel_err:.1e} > tolerance {r.tolerance:.0e}")
         parts += [r.where] if r.where else []
     if r.grad_passed is False:
-        grad_tol = r.tolerance * GRAD_TOLERANCE_FACTOR
-        parts.append(f"gradient rel_err {r.grad_rel_err:.1e} > tolerance {grad_tol:.0e}")
+        from attnbench.harness.measure.own_gradient import AGAINST
+
+        against = f" {AGAINST[r.grad_against]}" if r.grad_against else ""
+        tol = f"{r.grad_tolerance:.2g}" if r.grad_against else f"{r.grad_tolerance:.0e}"  # 0.95, not 9e-01
+        parts.append(f"gradient rel_err {r.grad_rel_err:.1e} > tolerance {tol}{against}")
     return "; ".join(parts)  # a non-finite error reads "inf" or "nan"
 
 

@@ -116,3 +116,31 @@ def test_a_bound_below_the_dtypes_tolerance_leaves_that_tolerance(tmp_path):
     held = {r["dtype"]: r["approximate"] for r in read_rows(tmp_path / "b") if r["variant"] == "rounded"}
     assert held == {"float32": 0.005, "bfloat16": 0.025}
     assert str(bench).splitlines()[1].startswith("within its declared approximation (rel_err <= 0.025)")
+
+
+def test_a_run_holds_its_backward_to_its_own_forwards_derivative(tmp_path):
+    """A forward+backward cell of an approximation whose backward returns zeros: wrong, saying against
+    what (4 x its bound of 0.5 passed zeros before); the same forward with autograd's backward is ok."""
+
+    class Zeros(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            return F.scaled_dot_product_attention(q * 0.9, k, v)
+
+        @staticmethod
+        def backward(ctx, d_out):
+            return None, None, None
+
+    def zero_grads(q, k, v):
+        return Zeros.apply(q, k, v)
+
+    def tempered(q, k, v):
+        return F.scaled_dot_product_attention(q * 0.9, k, v)
+
+    fns = [attnbench.variant(f, approximate=0.5) for f in (zero_grads, tempered)]
+    with as_a_fresh_process(tmp_path):
+        attnbench.run(variants=fns, out=tmp_path / "r", pass_="fwdbwd", **QUICK, **FAST)
+    rows = {r["variant"]: r for r in read_rows(tmp_path / "r")}
+    assert rows["zero_grads"]["status"] == "wrong" and rows["zero_grads"]["grad_rel_err"] == 1.0
+    assert "> 0.01 against central differences of its own forward" in rows["zero_grads"]["message"]
+    assert rows["tempered"]["status"] == "ok" and rows["tempered"]["grad_rel_err"] < 1e-3
