@@ -380,7 +380,15 @@ def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
 
 def check_takes_qkv(name: str, fn: Callable[..., Any], sig: inspect.Signature | None) -> None:
     """VariantError, before any cell runs, when fn (of signature `sig`) cannot be called fn(q, k, v): too
-    few positional parameters. A signature that cannot be read, or *args, passes."""
+    few positional parameters, or a torch.nn.MultiheadAttention layer (projections and all, on (N, L, E)
+    inputs). A signature that cannot be read, or *args, passes."""
+    nn = sys.modules.get("torch.nn")  # loaded wherever fn is one of its modules
+    if nn is not None and isinstance(fn, nn.MultiheadAttention):
+        raise VariantError(
+            f"variant {name!r} is a torch.nn.MultiheadAttention layer, whose input and output projections "
+            "are part of its answer: give the attention it computes, over q, k, v of (B, H, N, d) "
+            "(F.scaled_dot_product_attention, as its forward calls it)"
+        )
     if sig is None:
         return
     try:

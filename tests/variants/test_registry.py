@@ -347,3 +347,16 @@ def test_a_variant_registered_without_a_description_is_described_by_its_docstrin
     assert attnbench.variant(functools.partial(plain), name="p").cap.description == f"{here}.<locals>.plain"
     assert attnbench.variant(Attn(), name="m").cap.description == f"{here}.<locals>.Attn (an object)"
     assert attnbench.variant(plain, description="mine").cap.description == "mine"
+
+
+def test_a_multihead_attention_layer_is_refused_with_what_to_give_instead():
+    """nn.MultiheadAttention takes (N, L, E) and projects them: its answer is not attention over q, k, v,
+    and every cell would raise on (B, H, N, d) inputs; refused before any work, naming what to give."""
+    import attnbench
+    from attnbench.variants import VariantError
+
+    layer = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+    with pytest.raises(
+        (VariantError, ValueError), match="is a torch.nn.MultiheadAttention layer, whose input"
+    ):
+        attnbench.variant(layer, name="mha")
