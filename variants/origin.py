@@ -36,18 +36,18 @@ def source_of(fn: Callable[..., Any]) -> str:
 
 def described(fn: Callable[..., Any]) -> str:
     """What `attnbench list` says a callable registered without a description= is: its docstring's first
-    line, else where it comes from ('memory_efficient_attention_pytorch.memory_efficient_attention',
-    'x_transformers.attend.Attend (an object)'); its name alone where it was defined in __main__."""
+    line, else what it is and where it comes from ('Attend object from x_transformers.attend', 'mea from
+    memory_efficient_attention_pytorch.memory_efficient_attention': words, which a narrow terminal wraps);
+    its name alone where it was defined in __main__."""
     target = getattr(fn, "func", fn)  # a functools.partial: the function it calls
     is_object = not (inspect.isroutine(target) or inspect.isclass(target))
     doc = type(target).__dict__.get("__doc__") if is_object else getattr(target, "__doc__", None)
     if doc and doc.strip():
         return doc.strip().splitlines()[0]
     named = type(target) if is_object else target
+    name = (getattr(named, "__name__", "") or "") + (" object" if is_object else "")
     module = getattr(named, "__module__", None) or ""
-    name = getattr(named, "__qualname__", None) or getattr(named, "__name__", "") or ""
-    where = name if module in ("", "__main__", "__mp_main__") else f"{module}.{name}"
-    return f"{where} (an object)" if is_object and where else where
+    return name if module in ("", "__main__", "__mp_main__") else f"{name} from {module}"
 
 
 def _code_hash(fn: Callable[..., Any]) -> str | None:

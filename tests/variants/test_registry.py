@@ -339,13 +339,10 @@ def test_a_variant_registered_without_a_description_is_described_by_its_docstrin
         def forward(self, q, k, v):
             return F.scaled_dot_product_attention(q, k, v)
 
-    here = (
-        f"{__name__}.test_a_variant_registered_without_a_description_is_described_by_its_docstring_or_origin"
-    )
     assert attnbench.variant(documented).cap.description == "Attention in one line."
-    assert attnbench.variant(plain).cap.description == f"{here}.<locals>.plain"
-    assert attnbench.variant(functools.partial(plain), name="p").cap.description == f"{here}.<locals>.plain"
-    assert attnbench.variant(Attn(), name="m").cap.description == f"{here}.<locals>.Attn (an object)"
+    assert attnbench.variant(plain).cap.description == f"plain from {__name__}"
+    assert attnbench.variant(functools.partial(plain), name="p").cap.description == f"plain from {__name__}"
+    assert attnbench.variant(Attn(), name="m").cap.description == f"Attn object from {__name__}"
     assert attnbench.variant(plain, description="mine").cap.description == "mine"
 
 
