@@ -302,12 +302,19 @@ def _dtype_list(rows: Sequence[Any]) -> str:
 
 
 def unsupported(mine) -> list[str]:
-    """One line per reason fn's cells were not measured (the reason names what would add it)."""
+    """One line per reason fn's cells were not measured (the reason names what would add it), and one for
+    the cells skipped ahead (a call predicted past max_call_ms, or a series that ran out of memory or
+    time at a shorter N): where, and the first one's reason."""
     out = []
-    skipped = mine[mine["status"] == "unsupported"]
-    for message, sub in skipped.groupby("message", sort=False):
+    refused = mine[mine["status"] == "unsupported"]
+    for message, sub in refused.groupby("message", sort=False):
         out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), MESSAGE_CHARS)}")
-    return out[:2]
+    skipped = mine[mine["status"] == "skipped"]
+    if len(skipped):
+        where = f"{', '.join(_dtypes(set(skipped['dtype'].astype(str))))}; {_masks(skipped)}; {_ns(skipped)}"
+        first = _short(str(skipped.iloc[0]["message"]).removeprefix("skipped: "), MESSAGE_CHARS)
+        out = out[:2] + [f"skipped in {len(skipped)} cells ({where}): {first}"]
+    return out[:3]
 
 
 def speed(df, variant: str, baseline: str) -> list[str]:

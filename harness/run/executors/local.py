@@ -111,7 +111,11 @@ class LocalExecutor:
         def measure(spec: CellSpec, options: dict[str, Any], worker: int) -> dict[str, Any]:
             while len(runners) <= worker:  # Settings.workers: started when first asked for
                 runners.append(CellRunner(worker_config(plan.config, len(runners)), plan.sweep.settings))
-            return runners[worker].run(spec, options)
+            row = runners[worker].run(spec, options)
+            # each visit feeds the skip-ahead: a cell's row comes in its last round, and the longer cells'
+            # first visits, which it decides, are all made in the first
+            skip.note(spec, row)
+            return row
 
         def done(row: dict[str, Any]) -> None:
             skip.note(CellSpec.from_dict(row), row)
