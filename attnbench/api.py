@@ -313,7 +313,7 @@ def _declared(name: str, run_dir: Path):
 
     # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
     elsewhere = tuple((d, why, declares(d)) for d in devices if (why := check.unavailable(v, d)))
-    return Declared(gated, n, v.undeclared(), elsewhere, masks, v.mask_kind())
+    return Declared(gated, n, v.undeclared(), elsewhere, masks, v.mask_kind(), v.foreign())
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,8 @@ def _say_undeclared(names) -> None:
             how = ", ".join(how for _, how in untaken)
             print(f"note: {name} takes {keywords} but declares no such workload, so no check hands it one: "
                   f"register it with {how} to gate it")  # fmt: skip
+        for sentence in variants.get(name).foreign():
+            print(f"note: {name} {sentence}")
 
 
 def add_check(sub) -> None:

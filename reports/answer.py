@@ -48,6 +48,7 @@ class Declared:
     elsewhere: tuple[tuple[str, str, bool], ...] = ()
     masks: tuple = ()
     mask: str = "flags"  # the mask fn is declared to take (variants.adapt.MASKS)
+    foreign: tuple[str, ...] = ()  # workload keywords it takes in another library's spelling (handed.foreign)
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,7 @@ def workloads(declared: Declared) -> list[str]:
             f"takes {keywords} but declares no such workload, so no cell hands it one: "
             f"attnbench.variant(fn, {how}) gates and measures it"
         )
-    return lines
+    return lines + list(declared.foreign)
 
 
 def _implied(row) -> bool:

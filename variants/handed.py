@@ -34,6 +34,17 @@ ONLY = {"packed": PACKED_ONLY, "paged": PAGED_ONLY, "window": WINDOW_ONLY}
 _HINT = {"lower_right": "lower_right=True", "window": "window=True", "mods": 'mods=("alibi", "softcap")',
          "varlen": 'varlen="exact"', "paged": "paged=True"}  # fmt: skip
 _KINDS = '"exact", "padded", "masked", "tiles:N" or "rows:N"'
+# a workload keyword of another library's, which attnbench hands under its own name: (the capability flag,
+# what the keyword is, how a wrapper hands it on, the declaration)
+FOREIGN = {
+    "window_size": (
+        "window",
+        "flash-attn's (left, right) window",
+        "window_size=(window - 1, 0)",
+        "window=True",
+    ),
+    "softcap": ("mods", "a logit soft-cap", 'softcap=C for mod="softcap:C"', 'mods=("softcap",)'),
+}
 _DECLARE = {**_HINT, "varlen": f"varlen= (the work it executes: {_KINDS})"}
 _NOT_BY_NAME = (
     inspect.Parameter.POSITIONAL_ONLY,
@@ -55,6 +66,20 @@ def undeclared(sig: inspect.Signature | None, capability: Any) -> list[tuple[str
     ]
 
 
+def foreign(sig: inspect.Signature | None, capability: Any) -> list[str]:
+    """A sentence for each workload keyword fn of signature `sig` takes in another library's spelling
+    (FOREIGN) while `capability` does not declare the workload: attnbench never hands it, and how a wrapper
+    would. [] when the signature cannot be read."""
+    if sig is None:
+        return []
+    return [
+        f"takes {keyword}= ({what}), which attnbench never hands: a wrapper that takes "
+        f"{AXIS_KEYWORDS[flag]}= and hands it {how}, declared {declared}, gates and measures it"
+        for keyword, (flag, what, how, declared) in FOREIGN.items()
+        if keyword in sig.parameters and not getattr(capability, flag)
+    ]
+
+
 def keyword_refusal(
     name: str, capability: dict[str, Any], taken: set[str], checked: dict[str, str]
 ) -> str | None:
@@ -64,7 +89,10 @@ def keyword_refusal(
     for flag, keyword in checked.items():
         if capability.get(flag) and keyword not in taken:
             said = f"{flag}=True" if capability[flag] is True else f"{flag}={capability[flag]!r}"
-            return f"variant {name!r} declares {said}, but takes no {keyword}= keyword"
+            spelled = [(k, what, how) for k, (f, what, how, _) in FOREIGN.items() if f == flag and k in taken]
+            also = "".join(f" (it takes {k}=, {what}: a wrapper that takes {keyword}= hands it {how})"
+                           for k, what, how in spelled)  # fmt: skip
+            return f"variant {name!r} declares {said}, but takes no {keyword}= keyword{also}"
     return None
 
 

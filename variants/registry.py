@@ -18,6 +18,7 @@ from typing import Any
 from . import adapt
 from .handed import (
     AXIS_KEYWORDS,
+    foreign,
     keyword_refusal,
     mask_arg_refusal,
     only_where_handed,
@@ -196,6 +197,14 @@ class Variant:
         while isinstance(fn, (Keywords, adapt.Call)):  # through a declared shape's bridge and the keywords'
             fn = fn.fn
         return tuple(undeclared(signature_of(fn), self.cap))
+
+    def foreign(self) -> tuple[str, ...]:
+        """A sentence for each workload keyword fn takes in another library's spelling, undeclared
+        (handed.foreign): how a wrapper hands it on."""
+        fn = self.fn
+        while isinstance(fn, (Keywords, adapt.Call)):
+            fn = fn.fn
+        return tuple(foreign(signature_of(fn), self.cap))
 
     def mask_kind(self) -> str:
         """The mask it was declared to take (variants.adapt.MASKS): "flags" where none was."""

@@ -765,3 +765,24 @@ def test_a_slow_kernel_skips_its_longer_cells_in_rounds_and_the_answer_says_so(t
         line for line in lines if line.startswith("skipped in 1 cells (float32; no mask; at N = 256): ")
     ]
     assert skipped and "over --max-call-ms 80" in skipped[0], lines
+
+
+def test_a_workload_keyword_in_flash_attns_spelling_is_named_with_the_wrapper_that_hands_it():
+    """flash-attn's window_size=(left, right) and softcap= are never handed (attnbench hands window= and
+    mod=): bench's answer and check's notes say how a wrapper hands them on, and declaring the workload on
+    the function itself is refused saying the same."""
+    from attnbench.reports.answer import Declared, workloads
+
+    def flash_like(q, k, v, causal=False, window_size=(-1, -1), softcap=0.0):
+        return q
+
+    said = attnbench.variant(flash_like).foreign()
+    assert said == (
+        "takes window_size= (flash-attn's (left, right) window), which attnbench never hands: a wrapper that "
+        "takes window= and hands it window_size=(window - 1, 0), declared window=True, gates and measures it",
+        "takes softcap= (a logit soft-cap), which attnbench never hands: a wrapper that takes mod= and "
+        'hands it softcap=C for mod="softcap:C", declared mods=("softcap",), gates and measures it',
+    )
+    assert workloads(Declared(foreign=said)) == list(said)
+    with pytest.raises(ValueError, match=r"takes no window= keyword \(it takes window_size=, flash-attn's"):
+        attnbench.variant(flash_like, window=True)
