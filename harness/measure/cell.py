@@ -147,9 +147,8 @@ class Prepared:
             if not self.gate.passed:
                 what = self.gate.describe()
             else:
-                tol = f"{self.grad_tolerance:.2g}" if self.grad_against else f"{self.grad_tolerance:.0e}"
-                what = f"grad rel_err {self.grad_rel_err:.2e} > {tol}"
-                what += f" {own_gradient.AGAINST[self.grad_against]}" if self.grad_against else ""
+                bound = own_gradient.bound_text(self.grad_tolerance, self.grad_against)
+                what = f"grad rel_err {self.grad_rel_err:.2e} > {bound}"
             reasons.append(f"{GATE_FAILED}: {what}")
         elif after is not None:  # right once, wrong on other values: an answer remembered
             seed = after.seed
@@ -201,23 +200,6 @@ class AfterCheck:
             "refill_rel_err": None if self.refill is None else self.refill.rel_err,
             "checks_ms": _ms(self.ms),
         }
-
-
-def _grad_error(
-    variant: variants.Variant, fn, q, k, v, opts: dict[str, Any], gate
-) -> tuple[float, float, str]:
-    """The gradient check: (its error, what it is held to, against what: "" for float64 attention's
-    gradients, or for a kernel declared approximate own_gradient's OWN or EXACT)."""
-    if not gate.approximate:
-        return (
-            correctness.grad_errors(fn, q, k, v, **opts),
-            gate.tolerance * correctness.GRAD_TOLERANCE_FACTOR,
-            "",
-        )
-    exact = lambda: correctness.grad_errors(fn, q, k, v, **opts)  # noqa: E731
-    dtypes = variant.cap.dtypes
-    judged = own_gradient.judge(fn, q, k, v, tolerance=gate.tolerance, dtypes=dtypes, exact=exact, **opts)
-    return judged.rel_err, judged.tolerance, judged.against
 
 
 def kernel_of(variant: variants.Variant, q, k, v, opts: dict[str, Any], backward: bool) -> str | None:
@@ -280,7 +262,8 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
     b, n_q, n_k = spec.dims
     scores = b * spec.heads * n_q * n_k
     if backward and not changed and scores <= settings.grad_check_elems:
-        grad_rel, grad_tol, grad_against = _grad_error(variant, fn, q, k, v, opts, gate)
+        judged = correctness.judged_gradients(fn, q, k, v, gate=gate, dtypes=variant.cap.dtypes, **opts)
+        grad_rel, grad_tol, grad_against = judged.rel_err, judged.tolerance, judged.against
         changed = cache.changed(inputs)
     dropped = None
     if spec.dropout > 0 and not changed:  # K + 2 more forward calls (see harness.measure.dropout_check)

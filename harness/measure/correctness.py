@@ -641,19 +641,20 @@ def check(
     result = gate(out, q, k, v, rows=rows, **judged_by(getattr(variant, "cap", None)), **rules, **axes)
     if not backward:
         return result
-    if result.approximate:  # held to its own forward's derivative where that resolves (own_gradient)
-        dtypes = getattr(getattr(variant, "cap", None), "dtypes", ())
-        exact = lambda: grad_errors(variant, q, k, v, **rules, **axes)  # noqa: E731
-        judged = own_gradient.judge(
-            variant, q, k, v, tolerance=result.tolerance, dtypes=dtypes, exact=exact, **rules, **axes
-        )
-        grad = {
-            "grad_rel_err": judged.rel_err,
-            "grad_passed": judged.passed,
-            "grad_tolerance": judged.tolerance,
-        }
-        return GateResult(**{**result.__dict__, **grad, "grad_against": judged.against})
-    grad_rel = grad_errors(variant, q, k, v, **rules, **axes)
-    grad_tol = result.tolerance * GRAD_TOLERANCE_FACTOR
-    grad = {"grad_rel_err": grad_rel, "grad_passed": grad_rel <= grad_tol, "grad_tolerance": grad_tol}
-    return GateResult(**{**result.__dict__, **grad})
+    dtypes = getattr(getattr(variant, "cap", None), "dtypes", ())
+    judged = judged_gradients(variant, q, k, v, gate=result, dtypes=dtypes, **rules, **axes)
+    grad = {"grad_rel_err": judged.rel_err, "grad_passed": judged.passed, "grad_tolerance": judged.tolerance}
+    return GateResult(**{**result.__dict__, **grad, "grad_against": judged.against})
+
+
+def judged_gradients(
+    variant, q, k, v, *, gate: GateResult, dtypes: tuple[str, ...], **opts
+) -> own_gradient.Judged:
+    """The gradient check of the variant `gate` judged: against float64 attention's gradients, by
+    GRAD_TOLERANCE_FACTOR x the gate's tolerance; for a kernel declared approximate, against its own
+    forward's derivative where that resolves (own_gradient.judge). opts: the calling convention's keywords
+    and the added axes, as grad_errors takes them."""
+    exact = lambda: grad_errors(variant, q, k, v, **opts)  # noqa: E731
+    if not gate.approximate:
+        return own_gradient.Judged(exact(), gate.tolerance * GRAD_TOLERANCE_FACTOR, "")
+    return own_gradient.judge(variant, q, k, v, tolerance=gate.tolerance, dtypes=dtypes, exact=exact, **opts)

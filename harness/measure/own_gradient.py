@@ -45,6 +45,12 @@ AGAINST = {
 }  # fmt: skip
 
 
+def bound_text(tolerance: float, against: str) -> str:
+    """What a failing gradient check was held to, as its message says it: '4e-04' for float64 attention's
+    gradients; '0.01 against central differences of its own forward (...)' for an approximation's."""
+    return f"{tolerance:.2g} {AGAINST[against]}" if against else f"{tolerance:.0e}"
+
+
 @dataclass(frozen=True)
 class Judged:
     """An approximation's gradient check: its error, what it is held to, and against what (OWN or EXACT)."""

@@ -312,11 +312,10 @@ def _fail_reason(r) -> str:
         parts.append(f"output rel_err {r.rel_err:.1e} > tolerance {r.tolerance:.0e}")
         parts += [r.where] if r.where else []
     if r.grad_passed is False:
-        from attnbench.harness.measure.own_gradient import AGAINST
+        from attnbench.harness.measure.own_gradient import bound_text
 
-        against = f" {AGAINST[r.grad_against]}" if r.grad_against else ""
-        tol = f"{r.grad_tolerance:.2g}" if r.grad_against else f"{r.grad_tolerance:.0e}"  # 0.95, not 9e-01
-        parts.append(f"gradient rel_err {r.grad_rel_err:.1e} > tolerance {tol}{against}")
+        bound = bound_text(r.grad_tolerance, r.grad_against)
+        parts.append(f"gradient rel_err {r.grad_rel_err:.1e} > tolerance {bound}")
     return "; ".join(parts)  # a non-finite error reads "inf" or "nan"
 
 
