@@ -307,9 +307,7 @@ def _declared(name: str, run_dir: Path):
     masks = tuple(row for device in here for row in check.gate_masks([name], device, dtypes, n))
 
     def declares(device: str) -> bool:  # a workload of its own, beside causal's top-left cell
-        return any(
-            not label.startswith(check.TOP_LEFT) for label, _ in check.workload_cells(v, device, dtypes[0], n)
-        )
+        return any(not check.implied(label) for label, _ in check.workload_cells(v, device, dtypes[0], n))
 
     # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
     elsewhere = tuple((d, why, declares(d)) for d in devices if (why := check.unavailable(v, d)))

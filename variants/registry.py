@@ -190,30 +190,28 @@ class Variant:
         out = {f: list(v) if isinstance(v := getattr(self.cap, f), tuple) else v for f in RECORDED}
         return {**out, "source": self.source}
 
+    def _layers(self) -> list[Callable[..., Any]]:
+        """self.fn, then each callable it wraps: through a declared shape's bridge (adapt.Call) and the
+        keywords' (Keywords) down to the function itself, last."""
+        layers = [self.fn]
+        while isinstance(layers[-1], (Keywords, adapt.Call)):
+            layers.append(layers[-1].fn)
+        return layers
+
     def undeclared(self) -> tuple[tuple[str, str], ...]:
         """(keyword, how to declare it) for each workload keyword fn takes while its capability does not
         declare the workload (handed.undeclared): read from fn itself, not the wrapper handing it keywords."""
-        fn = self.fn
-        while isinstance(fn, (Keywords, adapt.Call)):  # through a declared shape's bridge and the keywords'
-            fn = fn.fn
-        return tuple(undeclared(signature_of(fn), self.cap))
+        return tuple(undeclared(signature_of(self._layers()[-1]), self.cap))
 
     def foreign(self) -> tuple[str, ...]:
         """A sentence for each workload keyword fn takes in another library's spelling, undeclared
         (handed.foreign): how a wrapper hands it on."""
-        fn = self.fn
-        while isinstance(fn, (Keywords, adapt.Call)):
-            fn = fn.fn
-        return tuple(foreign(signature_of(fn), self.cap))
+        return tuple(foreign(signature_of(self._layers()[-1]), self.cap))
 
     def mask_kind(self) -> str:
         """The mask it was declared to take (variants.adapt.MASKS): "flags" where none was."""
-        fn = self.fn
-        while isinstance(fn, (Keywords, adapt.Call)):
-            if isinstance(fn, adapt.Call):
-                return fn.decl.get("mask", "flags")
-            fn = fn.fn
-        return "flags"
+        bridge = next((f for f in self._layers() if isinstance(f, adapt.Call)), None)
+        return "flags" if bridge is None else bridge.decl.get("mask", "flags")
 
     def availability(self, device: str) -> str | None:
         """None when this variant can run on `device` on this machine, else why not."""

@@ -155,6 +155,14 @@ def _gate_masks(names: Sequence[str], qkv: list) -> Iterator[GateRow]:
 
 
 TOP_LEFT = "causal top-left"  # the label of causal=True's cell with N_q < N_k: implied, not declared apart
+
+
+def implied(label: str) -> bool:
+    """Whether a workload_cells label is the problem causal=True implies (TOP_LEFT), not a workload the
+    variant declares apart."""
+    return label.startswith(TOP_LEFT)
+
+
 SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs
 
 
@@ -239,7 +247,7 @@ def gate_workload(variant, spec, label: str) -> GateRow:
     from attnbench.harness.measure.inputs import gate_axes, make_inputs
 
     row = dict(variant=variant.name, device=spec.device, dtype=spec.dtype, causal=spec.causal, padding=False,
-               gating=variant.cap.default, workload=label, implied=label.startswith(TOP_LEFT))  # fmt: skip
+               gating=variant.cap.default, workload=label, implied=implied(label))  # fmt: skip
     return _recorded(row, lambda: _gate(variant, spec.problem(), make_inputs(spec, 0), row, gate_axes(spec)))
 
 
