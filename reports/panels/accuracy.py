@@ -350,8 +350,8 @@ def accuracy_table(pts) -> pg.Table:
         tuple(rows),
         "each variant and dtype at the largest N it was measured at, fastest first; rel_err: the forward "
         "output's against float64, judged against the dtype's tolerance or a declared approximation's bound "
-        "(gradients: "
-        f"{GRAD_TOLERANCE_FACTOR:g}× it){rounding}",
+        f"(gradients: {GRAD_TOLERANCE_FACTOR:g}× it; a declared approximation's against its own forward's "
+        f"derivative){rounding}",
     )
 
 
