@@ -8,6 +8,10 @@
      with how often the runs a step may be at (results.steps.location: the range to bisect) hold the planted
      run and how wide they are, and the ceiling of any l1 fit of one step on run medians: the run of least
      two-segment cost, told there is exactly one step (and the same ceiling with every visit in the fit).
+     A change to a variant's code moves many of its cells: the same step planted in CELLS series of one
+     variant (each drawn apart, as the same visit of a variant's cells correlates 0.03 in the pool, printed as
+     same_visit_correlation) is placed where their summed cost is least (results.steps.place_shared); the
+     rates of that step at its run are printed beside the single series' for 2 to 10 cells.
   2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
      at batch 2), a 10% step planted at run 700 in every cell, written as run directories; then timed:
      `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -59,6 +64,69 @@ def visit_noise() -> list[float]:
             if row.get("status") == "ok" and len(medians) >= 2 and row.get("time_ms_median"):
                 out += [math.log(m / row["time_ms_median"]) for m in medians]
     return out
+
+
+def same_visit_correlation() -> float:
+    """The correlation of two cells of one variant in the same visit (round) of one run, over every pair in
+    NOISE_RUNS: log(visit median / the cell's median) of each."""
+    import numpy as np
+
+    xs, ys = [], []
+    for name in NOISE_RUNS:
+        cells = {}
+        for line in (ROOT / "results" / "reference" / name / "rows.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            medians = row.get("visit_medians_ms") or row.get("round_medians_ms") or []
+            if row.get("status") == "ok" and len(medians) >= 3 and row.get("time_ms_median"):
+                logs = [math.log(m / row["time_ms_median"]) for m in medians[:3]]
+                cells.setdefault(row["variant"], []).append(logs)
+        for rows in cells.values():
+            for a, b in itertools.combinations(rows, 2):
+                xs += a
+                ys += b
+    return round(float(np.corrcoef(xs, ys)[0, 1]), 3)
+
+
+def shared_rates(noise: list[float], cells: int, seeds: range) -> dict:
+    """Over `seeds`: a 10% step planted at STEP_AT in `cells` series of one variant on one machine, through
+    results.steps.find: placed at its run, its range holding it and how wide; no step in the flat ones."""
+    at = held = width = clean = 0
+    for seed in seeds:
+        found = steps.find(_frame([series(noise, seed * 1000 + k, STEP) for k in range(cells)]))
+        placed = {s.at for s in found}
+        at += placed == {STEP_AT}
+        held += bool(found) and all(s.first[0] <= STEP_AT <= s.first[1] for s in found)
+        width += sum(s.first[1] - s.first[0] + 1 for s in found) / max(len(found), 1)
+        clean += not steps.find(_frame([series(noise, seed * 1000 + k, 1.0) for k in range(cells)]))
+    n = len(seeds)
+    return {
+        "at_the_run": at / n,
+        "range_holds_the_run": held / n,
+        "mean_range_runs": round(width / n, 2),
+        "no_step_without_one": clean / n,
+    }
+
+
+def _frame(times: list[list[float]]):
+    """A history frame of one machine: a series of times per cell of one variant, in the same runs."""
+    import pandas as pd
+
+    rows = [
+        {
+            "machine": "vm",
+            "variant": "v",
+            "cell_id": f"v|cell{k}",
+            "run_id": f"run{i:03d}",
+            "created": f"2026-01-01T{i:03d}",
+            "status": "ok",
+            "time_ms_median": t,
+            "cal_matmul_tflops": None,
+            "cal_copy_gbps": None,
+        }
+        for k, ts in enumerate(times)
+        for i, t in enumerate(ts)
+    ]
+    return pd.DataFrame(rows)
 
 
 def series(noise: list[float], seed: int, step: float, visits: int = VISITS) -> list[float]:
@@ -128,6 +196,15 @@ def detection(seeds: int) -> dict:
         # the same over 200 seeds, and with runs of more visits each (quieter runs): where the target holds
         "over_200_seeds_by_visits": {k: rates(noise, k, range(200)) for k in (1, 3, 5, 9, 15)},
         "met": target["at_the_run"] >= 0.9 and target["no_step_without_one"] >= 0.9,
+        "same_visit_correlation": same_visit_correlation(),
+        # the step planted in that many cells of one variant, placed together: first 10 seeds, then 200
+        "shared_by_cells": {
+            k: {
+                "first_seeds": shared_rates(noise, k, range(seeds)),
+                "over_200": shared_rates(noise, k, range(200)),
+            }
+            for k in (2, 3, 5, 10)
+        },
     }
 
 

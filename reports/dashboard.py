@@ -376,6 +376,8 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
             else f"x{s.calibration:.2f}" + (" (moved: the machine changed)" if s.calibration_moved else "")
         )
         place = f"{s.at + 1} of {s.runs}"
+        if s.cells > 1:  # placed with the other cells of its variant that stepped there
+            place += f", with {s.cells - 1} other cells of {s.variant}"
         if s.first[0] != s.first[1]:  # the runs it may be at: the range to bisect
             place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
         rows.append((s.cell_id, size, link, place, changed or "nothing recorded", cal))

@@ -17,14 +17,21 @@ it may be at (every first run after it whose cost is within LOCATION_SLACK x the
 range to bisect, when the noise cannot pin one run), and
 whether the device's calibration moved by more than CALIBRATION_MOVED between the two segments (then the
 machine, not the code, may have changed).
+
+A change to a variant's code moves many of its cells at once. Steps in series of one machine and variant,
+measured in the same runs, whose ranges overlap are one step: it is placed where the sum of their l1 costs,
+each over its series' noise, is least, and its range is every run within LOCATION_SLACK of that. Each series'
+noise is nearly independent of its neighbours' (a variant's cells in one visit correlate 0.03 on the 2-core
+VM), so the more cells step together, the surer their run (benchmarks/history_check.py).
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .devices import SPLIT_CALIBRATION
@@ -66,6 +73,8 @@ class Step:
     # bisect between
     since: dict[str, Any] | None = None
     until: dict[str, Any] | None = None
+    variant: str = ""
+    cells: int = 1  # the series of this machine and variant placed with it, itself included (1: alone)
 
     @property
     def change(self) -> float:
@@ -199,22 +208,89 @@ def _missing(value: Any) -> bool:
         return True
 
 
-def series_steps(series, *, penalty: float = PENALTY) -> list[Step]:
-    """The steps of one series: the store's rows of one machine and cell_id, ok, in time order
-    (results.history.frame's columns)."""
+@dataclass
+class _Series:
+    """One series with its steps while they are placed: the first run after each, its range, how many
+    series share it."""
+
+    frame: Any
+    times: list[float]
+    cuts: list[int]
+    firsts: list[tuple[int, int]] = field(default_factory=list)
+    cells: list[int] = field(default_factory=list)
+
+    def edges(self, i: int) -> tuple[int, int]:
+        """The segment edges around step i: the previous step (or 0) and the next (or the series' end)."""
+        edges = [0, *self.cuts, len(self.times)]
+        return edges[i], edges[i + 2]
+
+    def key(self) -> tuple:
+        """What series must share to share a step: the machine, the variant, the runs."""
+        f = self.frame
+        return (str(f["machine"].iloc[0]), str(f["variant"].iloc[0]), tuple(f["run_id"].astype(str)))
+
+
+def _found(series, penalty: float) -> _Series:
     times = [float(t) for t in series["time_ms_median"]]
-    cuts = breakpoints(times, penalty=penalty)
-    if not cuts:
-        return []
+    found = _Series(series, times, breakpoints(times, penalty=penalty))
+    for i, at in enumerate(found.cuts):
+        found.firsts.append(location(times, at, *found.edges(i)))
+        found.cells.append(1)
+    return found
+
+
+def place_shared(found: Sequence[_Series]) -> None:
+    """Place every step that series of one machine and variant, measured in the same runs, share (their
+    ranges overlap) at the run of least summed cost, each cost over its series' noise (in place)."""
+    groups = defaultdict(list)
+    for s in found:
+        for i in range(len(s.cuts)):
+            groups[s.key()].append((s, i))
+    for members in groups.values():
+        members.sort(key=lambda m: m[0].firsts[m[1]][0])
+        cluster, reach = [members[0]], members[0][0].firsts[members[0][1]][1]
+        for s, i in members[1:]:
+            if s.firsts[i][0] <= reach:
+                cluster.append((s, i))
+                reach = max(reach, s.firsts[i][1])
+                continue
+            _place_jointly(cluster)
+            cluster, reach = [(s, i)], s.firsts[i][1]
+        _place_jointly(cluster)
+
+
+def _place_jointly(cluster: list[tuple[_Series, int]]) -> None:
+    if len(cluster) < 2 or len({id(s) for s, _ in cluster}) < len(cluster):
+        return  # alone, or two steps of one series: left where each series put them
+    terms, lo_t, hi_t = [], min(s.firsts[i][0] for s, i in cluster), max(s.firsts[i][1] for s, i in cluster)
+    for s, i in cluster:
+        lo, hi = s.edges(i)
+        cost, logs = l1_cost(s.times)
+        terms.append((cost, lo, hi, noise(logs)))
+        lo_t, hi_t = max(lo_t, lo + MIN_RUNS), min(hi_t, hi - MIN_RUNS)
+    if lo_t > hi_t:
+        return
+    joint = {
+        t: sum((cost.error(lo, t) + cost.error(t, hi)) / scale for cost, lo, hi, scale in terms)
+        for t in range(lo_t, hi_t + 1)
+    }
+    best = min(joint, key=joint.get)
+    near = [t for t, c in joint.items() if c - joint[best] <= LOCATION_SLACK]
+    for s, i in cluster:
+        s.cuts[i], s.firsts[i], s.cells[i] = best, (min(near), max(near)), len(cluster)
+
+
+def _steps(found: _Series) -> list[Step]:
+    """The Steps of a series whose steps are placed."""
+    series, times = found.frame, found.times
     machine, cell = str(series["machine"].iloc[0]), str(series["cell_id"].iloc[0])
-    edges = [0, *cuts, len(times)]
     steps = []
-    for i, at in enumerate(cuts):
-        lo, hi = edges[i], edges[i + 2]
+    for i, at in enumerate(found.cuts):
+        lo, hi = found.edges(i)
         before, after = times[lo:at], times[at:hi]
         seed = zlib.crc32(f"{machine}|{cell}|{at}".encode())
         low, high = interval(before, after, seed)
-        first = location(times, at, lo, hi)
+        first = found.firsts[i]
         steps.append(
             Step(
                 machine=machine,
@@ -227,26 +303,36 @@ def series_steps(series, *, penalty: float = PENALTY) -> list[Step]:
                 before=_run(series, at - 1),
                 after=_run(series, at),
                 calibration=_calibration(series, lo, at, hi),
-                latest=i == len(cuts) - 1,
+                latest=i == len(found.cuts) - 1,
                 runs_before=len(before),
                 runs_after=len(after),
                 first=first,
                 since=_run(series, first[0] - 1),
                 until=_run(series, first[1]),
+                variant=str(series["variant"].iloc[0]),
+                cells=found.cells[i],
             )
         )
     return steps
 
 
+def series_steps(series, *, penalty: float = PENALTY) -> list[Step]:
+    """The steps of one series alone: the store's rows of one machine and cell_id, ok, in time order
+    (results.history.frame's columns)."""
+    return _steps(_found(series, penalty))
+
+
 def find(df, *, penalty: float = PENALTY) -> list[Step]:
     """Every step of every series of a history frame (results.history.frame): per machine and cell_id, the ok
-    rows with a positive median time, in the order their runs were made."""
+    rows with a positive median time, in the order their runs were made; steps that series of one machine
+    and variant share placed together (place_shared)."""
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     ok = ok.sort_values(["machine", "cell_id", "created", "run_id"], kind="stable")
-    steps = []
-    for _, series in ok.groupby(["machine", "cell_id"], sort=True):
-        steps += series_steps(series.reset_index(drop=True), penalty=penalty)
-    return steps
+    found = [
+        _found(series.reset_index(drop=True), penalty) for _, series in ok.groupby(["machine", "cell_id"])
+    ]
+    place_shared(found)
+    return [step for s in found for step in _steps(s)]
 
 
 def _short(value: str | None) -> str:
@@ -271,6 +357,8 @@ def describe(step: Step) -> str:
             f" (bisect commits {since}..{until})" if since != until else ""
         )  # one commit: nothing to bisect
         where += f", or any run from {step.first[0] + 1} to {step.first[1] + 1}{bisect}"
+    if step.cells > 1:
+        where += f", with {step.cells - 1} other cells of {step.variant} that stepped there too"
     changed = step.changed()
     commits = changed.pop("git_commit", None)
     parts = [f"commit {_short(commits[0])} -> {_short(commits[1])}"] if commits else ["same commit"]

@@ -1,0 +1,71 @@
+"""A step that several cells of one variant share (results.steps.place_shared): placed where their summed
+cost is least, said once per cell with how many stepped there, and never merged across variants, machines
+or series measured in other runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from attnbench.results import steps
+
+# a 10% step from run 8 (0-based); run 7 is halfway, closer to after: alone, the step may be at 7
+HALFWAY = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.07, 1.1, 1.11, 1.09, 1.1, 1.12, 1.1]
+CLEAN = [1.0, 0.99, 1.01, 1.0, 0.98, 1.02, 1.0, 1.0, 1.1, 1.09, 1.11, 1.1, 1.08, 1.1]
+
+
+def frame(cells: dict[str, list[float]], variants: dict[str, str] | None = None, machine="vm", runs=None):
+    """A history frame's columns that steps.find reads: a series of times per cell, in the same runs."""
+    rows = []
+    for cell, times in cells.items():
+        for i, t in enumerate(times):
+            run = (runs or {}).get(cell, "r")
+            rows.append(
+                {
+                    "machine": machine,
+                    "variant": (variants or {}).get(cell, "v"),
+                    "cell_id": f"{(variants or {}).get(cell, 'v')}|{cell}",
+                    "run_id": f"{run}{i:02d}",
+                    "created": f"2026-01-{i + 1:02d}",
+                    "status": "ok",
+                    "time_ms_median": t,
+                    "cal_matmul_tflops": None,
+                    "cal_copy_gbps": None,
+                    "git_commit": f"{i:02x}" * 20,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def placed(found):
+    return {s.cell_id: (s.at, s.first, s.cells) for s in found}
+
+
+def test_alone_the_halfway_run_leaves_the_step_between_two_runs():
+    assert placed(steps.find(frame({"a": HALFWAY}))) == {"v|a": (7, (7, 8), 1)}
+    assert placed(steps.find(frame({"b": CLEAN}))) == {"v|b": (8, (8, 8), 1)}
+
+
+def test_cells_of_one_variant_that_step_together_are_placed_at_one_run():
+    found = steps.find(frame({"a": HALFWAY, "b": CLEAN, "c": CLEAN[:7] + [1.01] + CLEAN[8:]}))
+    assert placed(found) == {f"v|{c}": (8, (8, 8), 3) for c in "abc"}
+    line = steps.describe(next(s for s in found if s.cell_id == "v|a"))
+    assert (
+        "run 9 of 14), with 2 other cells of v that stepped there too; commit 0707070707 -> 0808080808"
+        in line
+    )
+    assert "or any run" not in line  # placed together, the run is one
+
+
+def test_other_variants_machines_and_runs_are_placed_alone():
+    other_variant = steps.find(frame({"a": HALFWAY, "b": CLEAN}, variants={"b": "w"}))
+    assert placed(other_variant) == {"v|a": (7, (7, 8), 1), "w|b": (8, (8, 8), 1)}
+    other_runs = steps.find(frame({"a": HALFWAY, "b": CLEAN}, runs={"b": "s"}))
+    assert placed(other_runs) == {"v|a": (7, (7, 8), 1), "v|b": (8, (8, 8), 1)}
+    machines = pd.concat([frame({"a": HALFWAY}), frame({"b": CLEAN}, machine="other")])
+    assert {(s.machine, s.at, s.cells) for s in steps.find(machines)} == {("vm", 7, 1), ("other", 8, 1)}
+
+
+def test_steps_far_apart_in_one_variant_stay_where_each_series_put_them():
+    late = [1.0] * 11 + [1.1] * 3
+    found = steps.find(frame({"a": HALFWAY, "b": late}))
+    assert placed(found) == {"v|a": (7, (7, 8), 1), "v|b": (11, (11, 11), 1)}
