@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from attnbench.results.steps import calibration_text
 from attnbench.results.store import is_run_dir
 
 from .fit import fit_power_law
@@ -370,16 +371,12 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
         after = s.after.get("run_id") or "?"
         link = run_cell(after, s.after.get("path"), reports)
         changed = "; ".join(f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in s.changed().items())
-        cal = (
-            "unknown"
-            if s.calibration is None
-            else f"x{s.calibration:.2f}" + (" (moved: the machine changed)" if s.calibration_moved else "")
-        )
         place = f"{s.at + 1} of {s.runs}"
         if s.cells > 1:  # placed with the other cells of its variant that stepped there
             place += f", with {s.cells - 1} other cells of {s.variant}"
         if s.first[0] != s.first[1]:  # the runs it may be at: the range to bisect
             place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
+        cal = calibration_text(s).removeprefix("calibration ")
         rows.append((s.cell_id, size, link, place, changed or "nothing recorded", cal))
     headers = ("series", "step", "first run after", "place", "what changed", "calibration")
     return Table(headers, tuple(rows))

@@ -15,8 +15,9 @@ Each step says its size (after / before, the ratio of the two segments' medians)
 interval, the last run before it and the first after (their commits, versions and variant source), the runs
 it may be at (every first run after it whose cost is within LOCATION_SLACK x the noise of the least: the
 range to bisect, when the noise cannot pin one run), and
-whether the device's calibration moved by more than CALIBRATION_MOVED between the two segments (then the
-machine, not the code, may have changed).
+whether the device's calibration moved by more than CALIBRATION_MOVED between the two segments, beyond its
+own noise (its bootstrap interval, as the step's, leaves out no change): then the machine, not the code, may
+have changed.
 
 A change to a variant's code moves many of its cells at once. Steps in series of one machine and variant,
 measured in the same runs, whose ranges overlap are one step: it is placed where the sum of their l1 costs,
@@ -74,6 +75,7 @@ class Step:
     since: dict[str, Any] | None = None
     until: dict[str, Any] | None = None
     variant: str = ""
+    calibration_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
     cells: int = 1  # the series of this machine and variant placed with it, itself included (1: alone)
 
     @property
@@ -83,7 +85,10 @@ class Step:
 
     @property
     def calibration_moved(self) -> bool:
-        return self.calibration is not None and abs(self.calibration - 1.0) > CALIBRATION_MOVED
+        """More than CALIBRATION_MOVED, and its interval leaves out no change (where a side has 3 runs)."""
+        low, high = self.calibration_interval
+        beyond = self.calibration is not None and abs(self.calibration - 1.0) > CALIBRATION_MOVED
+        return beyond and not low <= 1.0 <= high
 
     def changed(self) -> dict[str, tuple[Any, Any]]:
         """What differs between the last run before and the first after: {field: (before, after)}."""
@@ -185,15 +190,18 @@ def _median(values: Sequence[float]) -> float | None:
     return good[mid] if len(good) % 2 else (good[mid - 1] + good[mid]) / 2
 
 
-def _calibration(series, lo: int, mid: int, hi: int) -> float | None:
-    """The device's calibration after / before a step: the matmul ceiling for the cell's dtype where the runs
-    have it, else the copy bandwidth; the median over each segment."""
+def _calibration(series, lo: int, mid: int, hi: int, seed: int) -> tuple[float | None, tuple[float, float]]:
+    """The device's calibration after / before a step, and its interval (interval()): the matmul ceiling for
+    the cell's dtype where the runs have it, else the copy bandwidth; the median over each segment."""
     for col in ("cal_matmul_tflops", "cal_copy_gbps"):
         values = [None if v is None or v != v else float(v) for v in series[col].tolist()]
         a, b = _median(values[lo:mid]), _median(values[mid:hi])
         if a and b:
-            return b / a
-    return None
+            known = [
+                [v for v in side if v is not None and v > 0] for side in (values[lo:mid], values[mid:hi])
+            ]
+            return b / a, interval(*known, seed)
+    return None, (math.nan, math.nan)
 
 
 def _run(series, i: int) -> dict[str, Any]:
@@ -291,6 +299,7 @@ def _steps(found: _Series) -> list[Step]:
         seed = zlib.crc32(f"{machine}|{cell}|{at}".encode())
         low, high = interval(before, after, seed)
         first = found.firsts[i]
+        calibration, calibration_interval = _calibration(series, lo, at, hi, seed)
         steps.append(
             Step(
                 machine=machine,
@@ -302,7 +311,8 @@ def _steps(found: _Series) -> list[Step]:
                 high=high,
                 before=_run(series, at - 1),
                 after=_run(series, at),
-                calibration=_calibration(series, lo, at, hi),
+                calibration=calibration,
+                calibration_interval=calibration_interval,
                 latest=i == len(found.cuts) - 1,
                 runs_before=len(before),
                 runs_after=len(after),
@@ -363,10 +373,19 @@ def describe(step: Step) -> str:
     commits = changed.pop("git_commit", None)
     parts = [f"commit {_short(commits[0])} -> {_short(commits[1])}"] if commits else ["same commit"]
     parts += [f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in changed.items()]
+    return f"{step.cell_id} on {step.machine}: {size} {where}; {', '.join(parts)}; {calibration_text(step)}"
+
+
+def calibration_text(step: Step) -> str:
+    """The calibration across a step in words: unknown, moved (the machine changed), steady, or moved by more
+    than CALIBRATION_MOVED but within its own noise."""
     if step.calibration is None:
-        cal = "calibration unknown"
-    elif step.calibration_moved:
-        cal = f"calibration moved too (x{step.calibration:.2f}: the machine changed)"
-    else:
-        cal = f"calibration steady (x{step.calibration:.2f})"
-    return f"{step.cell_id} on {step.machine}: {size} {where}; {', '.join(parts)}; {cal}"
+        return "calibration unknown"
+    ratio = f"x{step.calibration:.2f}"
+    beyond = abs(step.calibration - 1.0) > CALIBRATION_MOVED
+    low, high = step.calibration_interval
+    if beyond and low == low:
+        ratio += f" [{low:.2f}, {high:.2f}]"
+    if step.calibration_moved:
+        return f"calibration moved too ({ratio}: the machine changed)"
+    return f"calibration steady within its own noise ({ratio})" if beyond else f"calibration steady ({ratio})"

@@ -221,7 +221,7 @@ def test_a_step_where_the_calibration_moved_says_so(tmp_path):
     history.add(store, paths)
     found = steps.find(history.frame(store))
     assert found and all(s.calibration_moved and s.calibration == pytest.approx(0.8) for s in found)
-    assert "calibration moved too (x0.80: the machine changed)" in steps.describe(found[0])
+    assert "calibration moved too (x0.80 [0.80, 0.80]: the machine changed)" in steps.describe(found[0])
     assert "same commit" not in steps.describe(found[0])
 
 
@@ -230,3 +230,21 @@ def test_a_long_series_is_searched_coarsely_then_placed_at_the_exact_run():
     times = [(1.0 if i < 237 else 1.1) * (1 + rng.gauss(0, 0.01)) for i in range(400)]
     assert steps.breakpoints(times) == [237]  # jump 4: 237 is no multiple of it
     assert steps.breakpoints([2.0] * 30) == [] and steps.breakpoints([1.0, 2.0, 3.0]) == []
+
+
+def test_a_calibration_that_moves_within_its_own_noise_is_no_machine_change(tmp_path):
+    """Two cold calibrations before a step put the medians 25% apart; the runs around them spread over no
+    change, so the step is the code's, as the line says."""
+    cold = {0: 0.6, 1: 0.6, 2: 0.6, 4: 1.05, 5: 1.05}
+
+    def cold_start(i, meta):
+        meta["calibration"]["cpu"]["matmul_tflops"]["float32"] *= cold.get(i, 1.0)
+
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 6, edit=cold_start)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    found = steps.find(history.frame(store))
+    low, high = found[0].calibration_interval
+    assert found[0].calibration == pytest.approx(1.25) and low <= 1.0 <= high
+    assert not any(s.calibration_moved for s in found)
+    assert "calibration steady within its own noise (x1.25 [" in steps.describe(found[0])
