@@ -8,10 +8,10 @@
      with how often the runs a step may be at (results.steps.location: the range to bisect) hold the planted
      run and how wide they are, and the ceiling of any l1 fit of one step on run medians: the run of least
      two-segment cost, told there is exactly one step (and the same ceiling with every visit in the fit).
-     A change to a variant's code moves many of its cells: the same step planted in CELLS series of one
+     A change to a variant's code moves many of its cells: the same step planted in 1 to 10 series of one
      variant (each drawn apart, as the same visit of a variant's cells correlates 0.03 in the pool, printed as
-     same_visit_correlation) is placed where their summed cost is least (results.steps.place_shared); the
-     rates of that step at its run are printed beside the single series' for 2 to 10 cells.
+     same_visit_correlation), found and placed together by results.steps.find (share_steps, place_shared):
+     the 10% step and a 5% one, and the 10% step in 1 cell of 5 (how many unchanged cells take it).
   2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
      at batch 2), a 10% step planted at run 700 in every cell, written as run directories; then timed:
      `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
@@ -52,6 +52,7 @@ SCALE_BASE = ROOT / "results" / "reference" / "quick-epyc-2core-2026-11-24"
 SERIES_RUNS, STEP_AT, STEP = 40, 20, 1.10
 VISITS = 3  # a run's median is the median of its visits (the noise runs were made in 3 rounds)
 LIMIT_S = 30.0
+SEEDS = range(200)  # the rates printed beside the target's first seeds
 
 
 def visit_noise() -> list[float]:
@@ -87,22 +88,34 @@ def same_visit_correlation() -> float:
     return round(float(np.corrcoef(xs, ys)[0, 1]), 3)
 
 
-def shared_rates(noise: list[float], cells: int, seeds: range) -> dict:
-    """Over `seeds`: a 10% step planted at STEP_AT in `cells` series of one variant on one machine, through
-    results.steps.find: placed at its run, its range holding it and how wide; no step in the flat ones."""
-    at = held = width = clean = 0
+def shared_rates(
+    noise: list[float], cells: int, seeds: range, step: float = STEP, stepping: int | None = None
+) -> dict:
+    """Over `seeds`: `step` planted at STEP_AT in `stepping` (all, by default) of `cells` series of one
+    variant on one machine, through results.steps.find. Per seed: every stepping series' one step at its
+    run; per stepping series: a step at its run, a step at all, its range holding the run and how wide; per
+    unchanged series: any step (a false one); and per seed, no step in `cells` flat series."""
+    stepping = cells if stepping is None else stepping
+    at = at_each = found_each = held = width = false = clean = 0
     for seed in seeds:
-        found = steps.find(_frame([series(noise, seed * 1000 + k, STEP) for k in range(cells)]))
-        placed = {s.at for s in found}
-        at += placed == {STEP_AT}
-        held += bool(found) and all(s.first[0] <= STEP_AT <= s.first[1] for s in found)
-        width += sum(s.first[1] - s.first[0] + 1 for s in found) / max(len(found), 1)
+        drawn = [series(noise, seed * 1000 + k, step if k < stepping else 1.0) for k in range(cells)]
+        found = steps.find(_frame(drawn))
+        mine = [[s for s in found if s.cell_id == f"v|cell{k}"] for k in range(cells)]
+        at += all([s.at for s in m] == [STEP_AT] for m in mine[:stepping])
+        at_each += sum(any(s.at == STEP_AT for s in m) for m in mine[:stepping])
+        found_each += sum(bool(m) for m in mine[:stepping])
+        held += sum(any(s.first[0] <= STEP_AT <= s.first[1] for s in m) for m in mine[:stepping])
+        width += sum(s.first[1] - s.first[0] + 1 for m in mine[:stepping] for s in m[:1])
+        false += sum(bool(m) for m in mine[stepping:])
         clean += not steps.find(_frame([series(noise, seed * 1000 + k, 1.0) for k in range(cells)]))
-    n = len(seeds)
+    n, each = len(seeds), len(seeds) * stepping
     return {
         "at_the_run": at / n,
-        "range_holds_the_run": held / n,
-        "mean_range_runs": round(width / n, 2),
+        "each_at_the_run": round(at_each / each, 3),
+        "each_found": round(found_each / each, 3),
+        "range_holds_the_run": round(held / each, 3),
+        "mean_range_runs": round(width / max(found_each, 1), 2),
+        "false_in_unchanged": round(false / (n * (cells - stepping)), 3) if cells > stepping else None,
         "no_step_without_one": clean / n,
     }
 
@@ -197,14 +210,18 @@ def detection(seeds: int) -> dict:
         "over_200_seeds_by_visits": {k: rates(noise, k, range(200)) for k in (1, 3, 5, 9, 15)},
         "met": target["at_the_run"] >= 0.9 and target["no_step_without_one"] >= 0.9,
         "same_visit_correlation": same_visit_correlation(),
-        # the step planted in that many cells of one variant, placed together: first 10 seeds, then 200
+        # the step planted in that many cells of one variant, found and placed together: the first seeds,
+        # then 200; a 5% step, which one series alone finds in under half the seeds; and the 10% step in one
+        # cell of 5 (do the other 4 take a step they did not make?)
         "shared_by_cells": {
             k: {
                 "first_seeds": shared_rates(noise, k, range(seeds)),
-                "over_200": shared_rates(noise, k, range(200)),
+                "over_200": shared_rates(noise, k, SEEDS),
             }
-            for k in (2, 3, 5, 10)
+            for k in (1, 2, 3, 5, 10)
         },
+        "five_percent_by_cells": {k: shared_rates(noise, k, SEEDS, step=1.05) for k in (1, 3, 5, 10)},
+        "one_cell_of_5": shared_rates(noise, 5, SEEDS, stepping=1),
     }
 
 

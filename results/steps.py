@@ -19,11 +19,15 @@ whether the device's calibration moved by more than CALIBRATION_MOVED between th
 own noise (its bootstrap interval, as the step's, leaves out no change): then the machine, not the code, may
 have changed.
 
-A change to a variant's code moves many of its cells at once. Steps in series of one machine and variant,
-measured in the same runs, whose ranges overlap are one step: it is placed where the sum of their l1 costs,
-each over its series' noise, is least, and its range is every run within LOCATION_SLACK of that. Each series'
-noise is nearly independent of its neighbours' (a variant's cells in one visit correlate 0.03 on the 2-core
-VM), so the more cells step together, the surer their run (benchmarks/history_check.py).
+A change to a variant's code moves many of its cells at once, and its series (one machine, one variant,
+the same runs) are searched together too: PELT on all of them at once, each over its own noise, penalised
+by (K + (PENALTY - 1) x sqrt K) x log(runs) for K series, PENALTY at one (share_steps). A step found there is
+given to each series with a step of its own about there, and to each whose own cost a cut there lowers by
+SHARED_SAVING x its noise x log(runs). Then steps of one machine and variant whose ranges overlap are one
+step: placed where the sum of their l1 costs, each over its series' noise, is least, its range every run
+within LOCATION_SLACK of that (place_shared). A variant's cells are noisy nearly independently (in one visit
+they correlate 0.03 on the 2-core VM), so the more cells step together, the smaller the step that is found
+and the surer its run (benchmarks/history_check.py).
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ BOOTSTRAP = 2000  # resamples for a step's interval
 LOCATION_SLACK = 3.0
 # what is compared on both sides of a step: the run's fingerprint and the variant's source
 SIDES = ("git_commit", "torch", "cuda", "driver", "python", "xformers", "attnbench_version", "variant_source")
+# a series takes a step its variant's series share where a cut there saves this x its noise x log(n) of its
+# own l1 cost (a third of PENALTY: the place is given, not searched). On the 2-core VM's visit noise, a 10%
+# step in 1 cell of 5 gave 0.3% of the other 4 a false step (a 95% bootstrap interval instead: 2.2%)
+SHARED_SAVING = 1.0
 RUN_FIELDS = ("run_id", "created", "path", *SIDES)
 
 
@@ -113,19 +121,35 @@ def noise(logs: Sequence[float]) -> float:
 def breakpoints(values: Sequence[float], *, penalty: float = PENALTY, min_runs: int = MIN_RUNS) -> list[int]:
     """Where each new segment of `values` (times, > 0) starts: ruptures' PELT with the l1 cost on their logs,
     penalised by `penalty` x noise x log(n); [] for a series too short to hold two segments."""
+    return joint_breakpoints([values], penalty=penalty, min_runs=min_runs)
+
+
+def joint_breakpoints(
+    series: Sequence[Sequence[float]], *, penalty: float = PENALTY, min_runs: int = MIN_RUNS
+) -> list[int]:
+    """Where K series of times measured in the same runs step together: ruptures' PELT with the l1 cost on
+    their logs, each over its own noise, penalised by (K + (penalty - 1) x sqrt K) x log(n) (`penalty` for
+    one series: the cost a step saves grows as K in flat series, its spread as sqrt K)."""
     import numpy as np
 
-    rpt = ruptures()
-    x = np.log(np.asarray(values, dtype=float)).reshape(-1, 1)
-    n = len(x)
+    z = np.column_stack([np.log(np.asarray(t, dtype=float)) for t in series])
+    z = z / np.array([noise(z[:, j]) for j in range(z.shape[1])])
+    n, k = z.shape
     if n < 2 * min_runs:
         return []
-    pen = penalty * noise(x[:, 0]) * math.log(n)
+    return _pelt(z, (k + (penalty - 1) * math.sqrt(k)) * math.log(n), min_runs)
+
+
+def _pelt(z, pen: float, min_runs: int) -> list[int]:
+    """PELT over every jump-th run (n // COARSE_POINTS), then each step placed where the same cost is least
+    within a jump of it."""
+    rpt = ruptures()
+    n = len(z)
     jump = max(1, n // COARSE_POINTS)
-    found = rpt.Pelt(model="l1", min_size=min_runs, jump=jump).fit(x).predict(pen=pen)[:-1]
+    found = rpt.Pelt(model="l1", min_size=min_runs, jump=jump).fit(z).predict(pen=pen)[:-1]
     if jump == 1 or not found:
         return [int(b) for b in found]
-    cost = rpt.costs.CostL1().fit(x)
+    cost = rpt.costs.CostL1().fit(z)
     edges = [0, *found, n]
     out = []
     for i, b in enumerate(found):  # the same cost's least point within a jump of each coarse step
@@ -247,6 +271,42 @@ def _found(series, penalty: float) -> _Series:
     return found
 
 
+def share_steps(found: Sequence[_Series], penalty: float) -> None:
+    """Steps that series of one machine and variant, measured in the same runs, take together
+    (joint_breakpoints), given to each series that has a step of its own within MIN_RUNS of one (moved
+    there) or whose own cost a cut there lowers by SHARED_SAVING x noise x log(n) (added), in place."""
+    groups = defaultdict(list)
+    for s in found:
+        groups[s.key()].append(s)
+    for members in groups.values():
+        if len(members) > 1:
+            for b in joint_breakpoints([s.times for s in members], penalty=penalty):
+                for s in members:
+                    _take(s, b)
+
+
+def _take(s: _Series, b: int) -> None:
+    near = [i for i, (lo, hi) in enumerate(s.firsts) if lo - MIN_RUNS < b < hi + MIN_RUNS]
+    if len(near) > 1:
+        return  # two steps of its own about there: left as they are
+    others = [c for i, c in enumerate(s.cuts) if i not in near]
+    lo = max((c for c in others if c < b), default=0)
+    hi = min((c for c in others if c > b), default=len(s.times))
+    if b - lo < MIN_RUNS or hi - b < MIN_RUNS:
+        return
+    if not near:  # a series without a step of its own there takes it where cutting there saves enough
+        cost, logs = l1_cost(s.times)
+        saved = (cost.error(lo, hi) - cost.error(lo, b) - cost.error(b, hi)) / noise(logs)
+        if saved < SHARED_SAVING * math.log(len(s.times)):
+            return
+    i = near[0] if near else sum(c < b for c in s.cuts)
+    if not near:
+        s.cuts.insert(i, b)
+        s.firsts.insert(i, (b, b))
+        s.cells.insert(i, 1)
+    s.cuts[i], s.firsts[i] = b, location(s.times, b, lo, hi)
+
+
 def place_shared(found: Sequence[_Series]) -> None:
     """Place every step that series of one machine and variant, measured in the same runs, share (their
     ranges overlap) at the run of least summed cost, each cost over its series' noise (in place)."""
@@ -341,6 +401,7 @@ def find(df, *, penalty: float = PENALTY) -> list[Step]:
     found = [
         _found(series.reset_index(drop=True), penalty) for _, series in ok.groupby(["machine", "cell_id"])
     ]
+    share_steps(found, penalty)
     place_shared(found)
     return [step for s in found for step in _steps(s)]
 

@@ -69,3 +69,33 @@ def test_steps_far_apart_in_one_variant_stay_where_each_series_put_them():
     late = [1.0] * 11 + [1.1] * 3
     found = steps.find(frame({"a": HALFWAY, "b": late}))
     assert placed(found) == {"v|a": (7, (7, 8), 1), "v|b": (11, (11, 11), 1)}
+
+
+# eight runs of a 2-core VM, 1 round each: a variant file made 25% more work from run 5 (0-based 4) in `mine`
+# (N 256, 512, 1024), and sdpa beside it unchanged
+MINE = {
+    "n256": [0.234, 0.283, 0.228, 0.281, 0.443, 0.319, 0.438, 0.443],
+    "n512": [1.072, 0.863, 0.881, 1.053, 1.417, 1.128, 1.376, 1.41],
+    "n1024": [3.909, 3.265, 3.463, 3.387, 4.645, 4.207, 4.733, 4.625],
+}
+SDPA = {
+    "n256": [0.257, 0.234, 0.227, 0.277, 0.276, 0.231, 0.28, 0.277],
+    "n512": [0.963, 0.856, 1.037, 1.055, 1.052, 0.858, 1.049, 1.034],
+}
+
+
+def test_steps_too_small_for_one_noisy_series_are_found_in_the_cells_that_took_them_together():
+    alone = {cell: [s.at for s in steps.find(frame({cell: times}))] for cell, times in MINE.items()}
+    assert alone == {"n256": [], "n512": [], "n1024": [4]}  # 8 runs of +-20% noise: one step of three
+    sdpa = {f"sdpa-{c}": t for c, t in SDPA.items()}
+    together = steps.find(frame({**MINE, **sdpa}, variants={c: "sdpa" for c in sdpa}))
+    assert placed(together) == {f"v|{c}": (4, (4, 4), 3) for c in MINE}  # sdpa, unchanged, takes none
+    sizes = {s.cell_id: s.change for s in together}
+    assert sizes["v|n256"] > 0.5 and 0.3 < sizes["v|n512"] < 0.5
+
+
+def test_a_step_one_cell_took_is_not_given_to_its_variants_other_cells():
+    late = [1.0] * 6 + [1.3] * 6
+    flat = [1.0, 1.02, 0.99, 1.01, 0.98, 1.0, 1.01, 0.99, 1.02, 1.0, 0.98, 1.01]
+    found = steps.find(frame({"late": late, "a": flat, "b": flat[::-1], "c": flat[1:] + flat[:1]}))
+    assert placed(found) == {"v|late": (6, (6, 6), 1)}
