@@ -67,7 +67,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(printable(f"{mark}{steps.describe(step)}; repro: {_repro(step)}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
-    said = f"history: {len(found)} steps in {series} series of {df['run_id'].nunique()} runs"
+    runs = df["run_id"].nunique()
+    said = f"history: {len(found)} step{'' if len(found) == 1 else 's'} in {series} series of {runs} runs"
     if limit is not None:
         said += f"; {len(failing)} series' latest step slower by more than {limit:.0%} (--fail-on-step)"
     print(said, file=sys.stderr)

@@ -30,7 +30,7 @@ from attnbench.results.store import is_run_dir
 
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
-from .style import empty_panel, log_axis, mpl_style, new_figure, save, slug, variant_color, variant_order
+from .style import empty_panel, mpl_style, new_figure, ratio_axis, save, slug, variant_color, variant_order
 from .tables import approximate_text
 
 INDEX = "index.html"
@@ -56,7 +56,10 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     pages = {m: f"machine-{slug(m)}.html" for m in machines}
     index = Page("attnbench history")
     index.add(
-        Para(f"{df['run_id'].nunique()} runs on {len(machines)} machines, {len(steps)} steps found."),
+        Para(
+            f"{counted(df['run_id'].nunique(), 'run')} on {counted(len(machines), 'machine')}, "
+            f"{counted(len(steps), 'step')} found."
+        ),
         Heading("Machines"),
         Table(
             ("machine", "runs", "series", "steps"),
@@ -233,7 +236,8 @@ def machine_page(machine: str, df, steps: Sequence[Any], out: Path, reports: dic
     number = {key: i + 1 for i, key in enumerate(runs["run_key"])}
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     page = Page(f"attnbench history: {machine}")
-    page.add(_back(), Para(f"{len(runs)} runs, {ok['cell_id'].nunique()} series, {len(steps)} steps."))
+    said = f"{counted(len(runs), 'run')}, {ok['cell_id'].nunique()} series, {counted(len(steps), 'step')}."
+    page.add(_back(), Para(said))
     page.add(Heading("Latest findings"), *findings(ok, reports))
     page.add(Heading("Every series over time"))
     page.add(
@@ -331,7 +335,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     with mpl_style():
         fig, axes = new_figure(len(variants), ncols=3, panel_h=2.4)
         for ax, variant in zip(axes, variants, strict=True):
-            drawn = 0
+            drawn, shown = 0, []
             for cell, series in group[group["variant"] == variant].groupby("cell_id", sort=True):
                 series = series.sort_values(["created", "run_id"], kind="stable")
                 ys = series["time_ms_median"].astype(float)
@@ -343,6 +347,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
                 if len(series) < 2:
                     continue
                 drawn += 1
+                shown += y
                 ax.plot(x, y, color=shade[int(series["seq_len"].iloc[0])], lw=1, marker=".", ms=3)
                 hits = [
                     (xi, yi) for xi, yi, r in zip(x, y, series["run_id"], strict=True) if (cell, r) in marked
@@ -351,7 +356,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
                     ax.plot([h[0] for h in hits], [h[1] for h in hits], "v", color="#d62728", ms=7, zorder=5)
             ax.set_title(variant, color=variant_color(variant), fontsize=9)
             if drawn:
-                log_axis(ax)
+                ratio_axis(ax, min(shown), max(shown))  # labelled 0.9x, 1x, 1.25x: a step reads off it
                 ax.set_xlabel("run", fontsize=8)
             else:
                 empty_panel(ax, "every cell measured once")
@@ -359,6 +364,11 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     frame = pd.DataFrame(data, columns=["cell_id", "run_id", "run", "time_ms_median", "over_series_median"])
     stem = slug("series", machine, title)
     return save(fig, frame, out, stem, f"{machine}: {title}", "Time over the series' median, per run.")
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 step', '2 steps'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:

@@ -104,7 +104,7 @@ def test_the_pages_are_written_and_name_what_they_show(site):
     pages = sorted(p.name for p in site.glob("*.html"))
     assert pages == ["index.html", "machine-AMD-EPYC-2-cores-on-vm.html", "machines.html"]
     index = (site / "index.html").read_text()
-    assert "6 runs on 1 machines" in index and 'href="machine-AMD-EPYC-2-cores-on-vm.html"' in index
+    assert "6 runs on 1 machine," in index and 'href="machine-AMD-EPYC-2-cores-on-vm.html"' in index
     machine = (site / "machine-AMD-EPYC-2-cores-on-vm.html").read_text()
     for said in ("Latest findings", "Every series over time", "Steps", "Runs", "20261004-030000-synth"):
         assert said in machine, said
