@@ -498,6 +498,25 @@ def history(
         return store_.frame(store, machine=machine)
 
 
+def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine: str | None = None):
+    """The steps in the history store's series (`attnbench history check`) as a pandas DataFrame, a row per
+    step: its series, size (`change`, +0.10 is 10% slower after it) with its 95% interval, the first run
+    after it and the runs it may be at, the cells of its variant that took it together, the commits on both
+    sides and what else changed, the calibration, the one line `check` prints and the command that measures
+    the cell again (`repro`). `frame` is attnbench.history()'s (or a part of it); without one, the store's
+    (`machine` keeps one machine's cells). Needs ruptures: pip install 'attnbench[history]'."""
+    from attnbench.harness.run.rerun import repro_text
+    from attnbench.results import history as store_
+    from attnbench.results import steps as steps_
+
+    with in_keywords():
+        df = store_.frame(store, machine=machine) if frame is None else frame
+        found = steps_.find(df)
+    out = steps_.as_frame(found)
+    out["repro"] = [repro_text(s.after.get("path"), s.cell_id) for s in found]
+    return out
+
+
 def table(df: Any, columns: Sequence[str] | None = None):
     """attnbench.load's frame for a notebook: a pandas Styler of the run, variant, the axes that vary and the
     main numbers (or `columns`), with readable formats: rel_err as 3.0e-07, bytes as 96.0 KiB, rel_iqr as a

@@ -52,6 +52,7 @@ def parse_step(text: str) -> float:
 def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), then the gate: exit 1 when the
     latest step of a series is a slowdown of more than --fail-on-step."""
+    from attnbench.harness.run import rerun
     from attnbench.results import history, steps
 
     with bad_input():
@@ -64,7 +65,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     failing = [s for s in found if s.latest and limit is not None and s.change > limit]
     for step in found:
         mark = "FAIL " if step in failing else ""
-        print(printable(f"{mark}{steps.describe(step)}; repro: {_repro(step)}"))
+        repro = rerun.repro_text(step.after.get("path"), step.cell_id)
+        print(printable(f"{mark}{steps.describe(step)}; repro: {repro}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
     runs = df["run_id"].nunique()
@@ -102,22 +104,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-def _repro(step) -> str:
-    """The command that measures the step's cell again, as its first run after the step measured it."""
-    import shlex
-    from pathlib import Path
-
-    from attnbench.cli_run import repro_argv
-
-    path = step.after.get("path")
-    if not path or not Path(path).is_dir():
-        return f"(the run directory {path} is gone)"
-    try:
-        return shlex.join(repro_argv(path, step.cell_id))
-    except ValueError as exc:  # a run whose sweep this attnbench cannot read any more
-        return f"(none: {exc})"
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:

@@ -362,45 +362,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
     measured under written out (settings, env, CPUs, variant files), so it needs nothing but itself."""
     import shlex
 
+    from attnbench.harness.run import rerun
+
     with bad_input():
-        argv = repro_argv(
+        argv = rerun.repro_argv(
             args.run_dir, args.cell_id, args.out, note=lambda text: print(text, file=sys.stderr)
         )
     print(shlex.join(argv))
     return 0
-
-
-def repro_argv(run_dir: str, cell_id: str, out: str | None = None, *, note=None) -> list[str]:
-    """`attnbench repro`'s command line for one cell of a run (`attnbench history check` prints it for each
-    step); `note(text)` hears what the line cannot carry. ValueError when the run has no such cell."""
-    from attnbench.harness.run import rerun
-    from attnbench.harness.sweep.spec import SweepSpec
-    from attnbench.harness.sweep.sweeps import cell_given, flag_name
-
-    note = note or (lambda text: None)
-    meta, cell = rerun.find_cell(run_dir, cell_id)
-    settings = SweepSpec.from_meta(meta["sweep"]).settings
-    slug = cell.cell_id.replace("|", "-")
-    out = out or f"runs/repro-{meta.get('run_id', Path(run_dir).name)}-{slug}"
-    texts, left = cell_given(cell, settings)
-    if left:
-        # a setting no flag can say: only the old run's meta.json says it, so measure again from there
-        note(
-            f"attnbench: note: {', '.join(left)} differ from the defaults and have no flag; "
-            "the command re-measures through --rerun, which needs the run directory"
-        )
-        return ["attnbench", "run", "--rerun", str(run_dir), "--cells", cell.cell_id, "--out", out]
-    argv = ["attnbench", "run"]
-    for key, text in texts.items():
-        for value in text if isinstance(text, list) else [text]:
-            argv += [flag_name(key), value]
-    source = str((meta.get("variant_capabilities") or {}).get(cell.variant, {}).get("source", ""))
-    installed = source == "builtin" or source.startswith("entry point ")  # no variant file registers it
-    for path in [] if installed else meta.get("variant_files", []):
-        if not Path(path).is_file():
-            note(f"attnbench: warning: variant file {path} is not there any more")
-        argv += ["--variant-file", path]
-    return [*argv, "--out", out]
 
 
 def add_repro(sub) -> None:

@@ -406,6 +406,47 @@ def find(df, *, penalty: float = PENALTY) -> list[Step]:
     return [step for s in found for step in _steps(s)]
 
 
+def as_frame(found: Sequence[Step]):
+    """Steps as a pandas DataFrame, a row each: the series, the size with its interval, the first run after
+    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, the
+    commits on both sides, what else changed, the calibration, whether it is its series' latest, its line."""
+    import pandas as pd
+
+    rows = [
+        {
+            "machine": s.machine,
+            "variant": s.variant,
+            "cell_id": s.cell_id,
+            "change": s.change,
+            "change_low": s.low - 1.0,
+            "change_high": s.high - 1.0,
+            "run_id": s.after.get("run_id"),
+            "created": s.after.get("created"),
+            "run": s.at + 1,
+            "runs": s.runs,
+            "may_be_from": s.first[0] + 1,
+            "may_be_to": s.first[1] + 1,
+            "cells": s.cells,
+            "commit_before": s.before.get("git_commit"),
+            "commit_after": s.after.get("git_commit"),
+            "changed": "; ".join(f"{k} {a} -> {b}" for k, (a, b) in s.changed().items() if k != "git_commit"),
+            "calibration": s.calibration,
+            "calibration_moved": s.calibration_moved,
+            "latest": s.latest,
+            "line": describe(s),
+        }
+        for s in found
+    ]
+    return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS))
+
+
+_FRAME_COLUMNS = (
+    "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
+    "runs", "may_be_from", "may_be_to", "cells", "commit_before", "commit_after", "changed", "calibration",
+    "calibration_moved", "latest", "line",
+)  # fmt: skip
+
+
 def _short(value: str | None) -> str:
     """A commit as its first 10 characters (and -dirty), anything else as it is; '?' when not recorded."""
     if value is None:

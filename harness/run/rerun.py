@@ -88,3 +88,48 @@ def find_cell(run_dir: str | Path, cell_id: str) -> tuple[dict[str, Any], CellSp
     if cell_id not in cells:
         raise ValueError(f"no cell {cell_id!r} in {str(run_dir)!r} (see `attnbench export {run_dir}`)")
     return meta, cells[cell_id]
+
+
+def repro_argv(run_dir: str, cell_id: str, out: str | None = None, *, note=None) -> list[str]:
+    """`attnbench repro`'s command line for one cell of a run (`attnbench history check` and
+    `attnbench.steps` give it for each step); `note(text)` hears what the line cannot carry. ValueError when
+    the run has no such cell."""
+    from attnbench.harness.sweep.sweeps import cell_given, flag_name
+
+    note = note or (lambda text: None)
+    meta, cell = find_cell(run_dir, cell_id)
+    settings = SweepSpec.from_meta(meta["sweep"]).settings
+    slug = cell.cell_id.replace("|", "-")
+    out = out or f"runs/repro-{meta.get('run_id', Path(run_dir).name)}-{slug}"
+    texts, left = cell_given(cell, settings)
+    if left:
+        # a setting no flag can say: only the old run's meta.json says it, so measure again from there
+        note(
+            f"attnbench: note: {', '.join(left)} differ from the defaults and have no flag; "
+            "the command re-measures through --rerun, which needs the run directory"
+        )
+        return ["attnbench", "run", "--rerun", str(run_dir), "--cells", cell.cell_id, "--out", out]
+    argv = ["attnbench", "run"]
+    for key, text in texts.items():
+        for value in text if isinstance(text, list) else [text]:
+            argv += [flag_name(key), value]
+    source = str((meta.get("variant_capabilities") or {}).get(cell.variant, {}).get("source", ""))
+    installed = source == "builtin" or source.startswith("entry point ")  # no variant file registers it
+    for path in [] if installed else meta.get("variant_files", []):
+        if not Path(path).is_file():
+            note(f"attnbench: warning: variant file {path} is not there any more")
+        argv += ["--variant-file", path]
+    return [*argv, "--out", out]
+
+
+def repro_text(run_dir: str | None, cell_id: str) -> str:
+    """repro_argv as one shell line, or in parentheses why there is none (the run directory is gone, or its
+    sweep cannot be read by this attnbench)."""
+    import shlex
+
+    if not run_dir or not Path(run_dir).is_dir():
+        return f"(the run directory {run_dir} is gone)"
+    try:
+        return shlex.join(repro_argv(run_dir, cell_id))
+    except ValueError as exc:
+        return f"(none: {exc})"

@@ -118,3 +118,19 @@ def test_check_refuses_bad_options_in_one_line(tmp_path, args, said):
 def test_check_without_a_store_says_how_to_make_one(tmp_path):
     p = run_cli("history", "check", "--store", str(tmp_path / "none.sqlite"))
     assert p.returncode == 2 and "history add RUN..." in p.stderr and not (tmp_path / "none.sqlite").exists()
+
+
+def test_the_api_gives_the_steps_as_a_frame_with_the_line_and_repro_check_prints(tmp_path):
+    store = _store_of(tmp_path, [1.0] * 5 + [1.1] * 4)
+    found = attnbench.steps(store=store, machine="EPYC")
+    assert len(found) == 49 and found["change"].between(0.08, 0.12).all()  # run_series adds 1% noise a run
+    row = found[found["cell_id"] == "naive|cpu|float32|b1|h8|n256|dk64|dv64|full|pad0|fwd"].iloc[0]
+    assert (row["run"], row["runs"], row["run_id"]) == (6, 9, "20261006-030000-synth")
+    assert row["cells"] == len(found[found["variant"] == "naive"]) > 1 and row["latest"]
+    assert row["change_low"] <= 0.1 <= row["change_high"] and row["commit_before"] != row["commit_after"]
+    printed = run_cli("history", "check", "--store", store).stdout.splitlines()
+    assert f"{row['line']}; repro: {row['repro']}" in printed
+    df = attnbench.history(store=store)  # a part of the frame: its steps alone
+    assert len(attnbench.steps(df[df["variant"] == "naive"])) == row["cells"]
+    with pytest.raises(ValueError, match="no history store at"):
+        attnbench.steps(store=tmp_path / "missing.sqlite")
