@@ -51,7 +51,8 @@ def parse_step(text: str) -> float:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), then the gate: exit 1 when the
-    latest step of a series is a slowdown of more than --fail-on-step."""
+    latest step of a series is a slowdown of more than --fail-on-step beyond its noise (its interval leaves
+    out no change). One with fewer than 3 runs on a side has no interval yet: PENDING, it fails nothing."""
     from attnbench.harness.run import rerun
     from attnbench.results import history, steps
 
@@ -62,9 +63,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
-    failing = [s for s in found if s.latest and limit is not None and s.change > limit]
+    slower = [s for s in found if s.latest and limit is not None and s.gated[0] - 1.0 > limit]
+    failing = [s for s in slower if s.beyond_noise]
+    pending = [s for s in slower if not s.judged]
     for step in found:
-        mark = "FAIL " if step in failing else ""
+        mark = "FAIL " if step in failing else "PENDING " if step in pending else ""
         repro = rerun.repro_text(step.after.get("path"), step.cell_id)
         print(printable(f"{mark}{steps.describe(step)}; repro: {repro}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
@@ -72,7 +75,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     runs = df["run_id"].nunique()
     said = f"history: {len(found)} step{'' if len(found) == 1 else 's'} in {series} series of {runs} runs"
     if limit is not None:
-        said += f"; {len(failing)} series' latest step slower by more than {limit:.0%} (--fail-on-step)"
+        said += f"; {len(failing)} series' latest step slower by more than {limit:.0%} beyond its noise"
+        within = len(slower) - len(failing) - len(pending)
+        if pending:
+            said += f", {len(pending)} more too new to judge (PENDING: fewer than 3 runs on a side)"
+        if within:
+            said += f", {within} more within their noise"
+        said += " (--fail-on-step)"
     print(said, file=sys.stderr)
     return 1 if failing else 0
 
@@ -137,7 +146,8 @@ def add_history(sub) -> None:
     c.add_argument(
         "--fail-on-step",
         metavar="N%",
-        help="exit 1 when the latest step of any series is a slowdown of more than N%% (e.g. 5%%)",
+        help="exit 1 when the latest step of any series is a slowdown of more than N%% (e.g. 5%%) beyond its "
+        "noise and beyond the machine's other variants",
     )
     c.set_defaults(func=cmd_check)
     pub = hist.add_parser(

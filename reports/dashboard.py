@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from attnbench.results.steps import calibration_text
+from attnbench.results.steps import calibration_text, others_text
 from attnbench.results.store import is_run_dir
 
 from .fit import fit_power_law
@@ -387,8 +387,17 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
         if s.first[0] != s.first[1]:  # the runs it may be at: the range to bisect
             place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
         cal = calibration_text(s).removeprefix("calibration ")
-        rows.append((s.cell_id, size, link, place, changed or "nothing recorded", cal))
-    headers = ("series", "step", "first run after", "place", "what changed", "calibration")
+        others = "unknown" if s.others is None else f"x{s.others:.2f}; this one {others_text(s)} beyond them"
+        rows.append((s.cell_id, size, link, place, changed or "nothing recorded", others, cal))
+    headers = (
+        "series",
+        "step",
+        "first run after",
+        "place",
+        "what changed",
+        "the other variants",
+        "calibration",
+    )
     return Table(headers, tuple(rows))
 
 

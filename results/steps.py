@@ -28,11 +28,19 @@ step: placed where the sum of their l1 costs, each over its series' noise, is le
 within LOCATION_SLACK of that (place_shared). A variant's cells are noisy nearly independently (in one visit
 they correlate 0.03 on the 2-core VM), so the more cells step together, the smaller the step that is found
 and the surer its run (benchmarks/history_check.py).
+
+A shared machine drifts: a slow spell moves every variant at once. Each step therefore also says how the
+machine's other variants moved across it (per run, the median over a variant's series of its time over the
+series' median; per run, the median over the other variants), and its size beyond them: the step of its
+times over that move. The gate (`attnbench history check --fail-on-step`) judges a step beyond the other
+variants where they were measured and none of ENVIRONMENT changed across it, and the step itself where it
+did (a torch upgrade may move every variant, and that is no drift).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
@@ -58,6 +66,9 @@ SIDES = ("git_commit", "torch", "cuda", "driver", "python", "xformers", "attnben
 # step in 1 cell of 5 gave 0.3% of the other 4 a false step (a 95% bootstrap interval instead: 2.2%)
 SHARED_SAVING = 1.0
 RUN_FIELDS = ("run_id", "created", "path", *SIDES)
+# the software under every variant: where any of it changed across a step, the other variants' move may be
+# it, so the gate judges the step itself
+ENVIRONMENT = ("torch", "cuda", "driver", "python", "xformers")
 
 
 @dataclass(frozen=True)
@@ -85,11 +96,38 @@ class Step:
     variant: str = ""
     calibration_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
     cells: int = 1  # the series of this machine and variant placed with it, itself included (1: alone)
+    others: float | None = None  # the machine's other variants' move across it (after / before), None unknown
+    beyond: float | None = None  # the step of its times over that move (after / before)
+    beyond_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
 
     @property
     def change(self) -> float:
         """The step as a fraction: +0.10 is 10% slower after it."""
         return self.ratio - 1.0
+
+    @property
+    def against_others(self) -> bool:
+        """The gate judges it beyond the other variants: they were measured, and no ENVIRONMENT changed."""
+        return self.beyond is not None and not any(k in self.changed() for k in ENVIRONMENT)
+
+    @property
+    def gated(self) -> tuple[float, float, float]:
+        """(ratio, low, high) that the gate judges: beyond the other variants (against_others), else its
+        own."""
+        if self.against_others:
+            return (self.beyond, *self.beyond_interval)
+        return self.ratio, self.low, self.high
+
+    @property
+    def judged(self) -> bool:
+        """What the gate judges has an interval: 3 runs or more on each side (interval())."""
+        return self.gated[1] == self.gated[1]
+
+    @property
+    def beyond_noise(self) -> bool:
+        """What the gate judges has an interval that leaves out no change."""
+        _, low, high = self.gated
+        return self.judged and not low <= 1.0 <= high
 
     @property
     def calibration_moved(self) -> bool:
@@ -250,6 +288,7 @@ class _Series:
     cuts: list[int]
     firsts: list[tuple[int, int]] = field(default_factory=list)
     cells: list[int] = field(default_factory=list)
+    others: list[float] | None = None  # per run, the other variants' move (log), None where one is missing
 
     def edges(self, i: int) -> tuple[int, int]:
         """The segment edges around step i: the previous step (or 0) and the next (or the series' end)."""
@@ -360,6 +399,7 @@ def _steps(found: _Series) -> list[Step]:
         low, high = interval(before, after, seed)
         first = found.firsts[i]
         calibration, calibration_interval = _calibration(series, lo, at, hi, seed)
+        others, beyond, beyond_interval = _beyond_others(found.others, times, lo, at, hi, seed)
         steps.append(
             Step(
                 machine=machine,
@@ -381,9 +421,50 @@ def _steps(found: _Series) -> list[Step]:
                 until=_run(series, first[1]),
                 variant=str(series["variant"].iloc[0]),
                 cells=found.cells[i],
+                others=others,
+                beyond=beyond,
+                beyond_interval=beyond_interval,
             )
         )
     return steps
+
+
+def _beyond_others(others, times, lo: int, at: int, hi: int, seed: int):
+    """(the other variants' move across a step, its times' step over that move, that step's interval); None,
+    None, (NaN, NaN) where the other variants were not measured in every run."""
+    if others is None:
+        return None, None, (math.nan, math.nan)
+    moved = math.exp(statistics.median(others[at:hi]) - statistics.median(others[lo:at]))
+    adjusted = [t / math.exp(o) for t, o in zip(times, others, strict=True)]
+    before, after = adjusted[lo:at], adjusted[at:hi]
+    return moved, _median(after) / _median(before), interval(before, after, seed)
+
+
+def machine_moves(ok) -> dict[tuple[str, str], dict[str, float]]:
+    """{(machine, run_id): {variant: its move that run}}: the median over the variant's series of log(time /
+    the series' median)."""
+    import numpy as np
+
+    logs = np.log(ok["time_ms_median"].astype(float))
+    rel = logs - logs.groupby([ok["machine"], ok["cell_id"]]).transform("median")
+    out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for (machine, run, variant), move in (
+        rel.groupby([ok["machine"], ok["run_id"], ok["variant"]]).median().items()
+    ):
+        out[(str(machine), str(run))][str(variant)] = float(move)
+    return out
+
+
+def _others(series, moves) -> list[float] | None:
+    """Per run of the series, the median move of the machine's other variants; None where a run has none."""
+    machine, variant = str(series["machine"].iloc[0]), str(series["variant"].iloc[0])
+    out = []
+    for run in series["run_id"].astype(str):
+        other = [m for v, m in moves.get((machine, run), {}).items() if v != variant]
+        if not other:
+            return None
+        out.append(statistics.median(other))
+    return out
 
 
 def series_steps(series, *, penalty: float = PENALTY) -> list[Step]:
@@ -401,6 +482,9 @@ def find(df, *, penalty: float = PENALTY) -> list[Step]:
     found = [
         _found(series.reset_index(drop=True), penalty) for _, series in ok.groupby(["machine", "cell_id"])
     ]
+    moves = machine_moves(ok) if len(ok) else {}
+    for s in found:
+        s.others = _others(s.frame, moves)
     share_steps(found, penalty)
     place_shared(found)
     return [step for s in found for step in _steps(s)]
@@ -427,6 +511,9 @@ def as_frame(found: Sequence[Step]):
             "may_be_from": s.first[0] + 1,
             "may_be_to": s.first[1] + 1,
             "cells": s.cells,
+            "others": s.others,
+            "beyond_others": None if s.beyond is None else s.beyond - 1.0,
+            "gated": s.gated[0] - 1.0,
             "commit_before": s.before.get("git_commit"),
             "commit_after": s.after.get("git_commit"),
             "changed": "; ".join(f"{k} {a} -> {b}" for k, (a, b) in s.changed().items() if k != "git_commit"),
@@ -442,8 +529,8 @@ def as_frame(found: Sequence[Step]):
 
 _FRAME_COLUMNS = (
     "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
-    "runs", "may_be_from", "may_be_to", "cells", "commit_before", "commit_after", "changed", "calibration",
-    "calibration_moved", "latest", "line",
+    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "commit_before",
+    "commit_after", "changed", "calibration", "calibration_moved", "latest", "line",
 )  # fmt: skip
 
 
@@ -471,11 +558,23 @@ def describe(step: Step) -> str:
         where += f", or any run from {step.first[0] + 1} to {step.first[1] + 1}{bisect}"
     if step.cells > 1:
         where += f", with {step.cells - 1} other cells of {step.variant} that stepped there too"
+    if step.others is not None:
+        where += (
+            f"; the other variants x{step.others:.2f} across it, this one {others_text(step)} beyond them"
+        )
     changed = step.changed()
     commits = changed.pop("git_commit", None)
     parts = [f"commit {_short(commits[0])} -> {_short(commits[1])}"] if commits else ["same commit"]
     parts += [f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in changed.items()]
     return f"{step.cell_id} on {step.machine}: {size} {where}; {', '.join(parts)}; {calibration_text(step)}"
+
+
+def others_text(step: Step) -> str:
+    """The step beyond the other variants' move, with its interval: '+2.6% [-3.1%, +13.2%]'."""
+    if step.beyond is None:
+        return "?"
+    low, high = step.beyond_interval
+    return f"{step.beyond - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
 
 
 def calibration_text(step: Step) -> str:

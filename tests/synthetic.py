@@ -281,11 +281,13 @@ def run_series(
     noise: float = 0.01,
     seed: int = 0,
     edit: Any = None,
+    only: Any = None,
 ) -> list[Path]:
     """len(factors) copies of the real run `base` as out/run-000, run-001, .., made a day apart, each with its
     own run_id, created time and git commit: run i's times (median, quartiles, samples; tflops follows) are
     the base's times factors[i], each cell's jittered by a seeded relative `noise` (gaussian, the same seed
-    makes the same runs). `edit(i, meta)` may change run i's meta.json (a torch version, a calibration)."""
+    makes the same runs). `edit(i, meta)` may change run i's meta.json (a torch version, a calibration).
+    `only` (variant names) scales those variants' cells by the factors and leaves the others' at 1."""
     import json
     from datetime import datetime, timedelta, timezone
 
@@ -305,7 +307,7 @@ def run_series(
             edit(i, meta)
         rows = []
         for row in rows0:
-            f = factor * (1 + rng.gauss(0, noise))
+            f = (factor if only is None or row["variant"] in only else 1.0) * (1 + rng.gauss(0, noise))
             row = {**row, "run_id": run_id}
             for col in ("time_ms_median", "time_ms_p25", "time_ms_p75"):
                 if isinstance(row.get(col), (int, float)):
