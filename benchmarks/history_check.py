@@ -13,7 +13,8 @@
      same_visit_correlation), found and placed together by results.steps.find (share_steps, place_shared):
      the 10% step and a 5% one, and the 10% step in 1 cell of 5 (how many unchanged cells take it).
   2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
-     at batch 2), a 10% step planted at run 700 in every cell, written as run directories; then timed:
+     at batch 2), a 10% step planted at run 700 in the cells of 3 of the 7 variants (SCALE_STEPPED), written
+     as run directories; then timed:
      `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
      results.steps.find (the detection), reports.dashboard.publish (the site from that frame and its steps),
      and the commands `attnbench history check --fail-on-step 5%` and `attnbench history publish` whole (each
@@ -50,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOISE_RUNS = ("cpu-epyc-2core-rounds", "cpu-epyc-2core-settle")
 SCALE_BASE = ROOT / "results" / "reference" / "quick-epyc-2core-2026-11-24"
 SERIES_RUNS, STEP_AT, STEP = 40, 20, 1.10
+SCALE_STEPPED = ("naive", "chunked", "sdpa")  # the scale series' step: 3 of its 7 variants, the others steady
 VISITS = 3  # a run's median is the median of its visits (the noise runs were made in 3 rounds)
 LIMIT_S = 30.0
 SEEDS = range(200)  # the rates printed beside the target's first seeds
@@ -226,7 +228,8 @@ def detection(seeds: int) -> dict:
 
 
 def write_runs(out: Path, n_runs: int, step_at: int) -> None:
-    """n_runs copies of SCALE_BASE, a day apart, 60 rows each, every time 10% slower from run step_at."""
+    """n_runs copies of SCALE_BASE, a day apart, 60 rows each, SCALE_STEPPED's times 10% slower from run
+    step_at."""
     meta0 = json.loads((SCALE_BASE / "meta.json").read_text())
     rows0 = [
         json.loads(line) for line in (SCALE_BASE / "rows.jsonl").read_text().splitlines() if line.strip()
@@ -244,7 +247,8 @@ def write_runs(out: Path, n_runs: int, step_at: int) -> None:
         (path / "meta.json").write_text(json.dumps(meta))
         lines = []
         for row in rows0:
-            f = (STEP if i >= step_at else 1.0) * math.exp(rng.gauss(0, 0.02))
+            stepped = i >= step_at and row["variant"] in SCALE_STEPPED
+            f = (STEP if stepped else 1.0) * math.exp(rng.gauss(0, 0.02))
             scaled = {k: row[k] * f for k in ("time_ms_median", "time_ms_p25", "time_ms_p75") if row.get(k)}
             lines.append(json.dumps({**row, **scaled, "run_id": run_id, "samples_ms": []}))
         (path / "rows.jsonl").write_text("\n".join(lines) + "\n")
