@@ -501,10 +501,12 @@ def history(
 def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine: str | None = None):
     """The steps in the history store's series (`attnbench history check`) as a pandas DataFrame, a row per
     step: its series, size (`change`, +0.10 is 10% slower after it) with its 95% interval, the first run
-    after it and the runs it may be at, the cells of its variant that took it together, the commits on both
-    sides and what else changed, the calibration, the one line `check` prints and the command that measures
-    the cell again (`repro`). `frame` is attnbench.history()'s (or a part of it); without one, the store's
-    (`machine` keeps one machine's cells). Needs ruptures: pip install 'attnbench[history]'."""
+    after it and the runs it may be at, the cells of its variant that took it together, the machine's other
+    variants' move across it and the step beyond it (`others`, `beyond_others`), what the gate judges
+    (`gated`), the commits on both sides and what else changed, the calibration, the one line `check` prints
+    and the command that measures the cell again (`repro`). `frame` is attnbench.history()'s (or a part of
+    it: the other variants are then those in the part); without one, the store's (`machine` keeps one
+    machine's cells). Needs ruptures: pip install 'attnbench[history]'."""
     from attnbench.harness.run.rerun import repro_text
     from attnbench.results import history as store_
     from attnbench.results import steps as steps_
