@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 
 from attnbench.cli_common import BadInput, bad_input
-from attnbench.results.formulas import printable
+from attnbench.results.formulas import counted, printable
 from attnbench.results.history import DEFAULT_STORE
 
 
@@ -63,7 +63,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
-    slower = [s for s in found if s.latest and limit is not None and s.gated[0] - 1.0 > limit]
+    slower = [s for s in found if s.latest and limit is not None and s.gated_change > limit]
     failing = [s for s in slower if s.beyond_noise]
     pending = [s for s in slower if not s.judged]
     for step in found:
@@ -73,7 +73,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
     runs = df["run_id"].nunique()
-    said = f"history: {len(found)} step{'' if len(found) == 1 else 's'} in {series} series of {runs} runs"
+    said = f"history: {counted(len(found), 'step')} in {series} series of {runs} runs"
     if limit is not None:
         said += f"; {len(failing)} series' latest step slower by more than {limit:.0%} beyond its noise"
         within = len(slower) - len(failing) - len(pending)

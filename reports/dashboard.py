@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from attnbench.results.formulas import counted
 from attnbench.results.steps import calibration_text, others_text
 from attnbench.results.store import is_run_dir
 
@@ -335,7 +336,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     with mpl_style():
         fig, axes = new_figure(len(variants), ncols=3, panel_h=2.4)
         for ax, variant in zip(axes, variants, strict=True):
-            drawn, shown = 0, []
+            shown = []
             for cell, series in group[group["variant"] == variant].groupby("cell_id", sort=True):
                 series = series.sort_values(["created", "run_id"], kind="stable")
                 ys = series["time_ms_median"].astype(float)
@@ -346,7 +347,6 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
                 ]
                 if len(series) < 2:
                     continue
-                drawn += 1
                 shown += y
                 ax.plot(x, y, color=shade[int(series["seq_len"].iloc[0])], lw=1, marker=".", ms=3)
                 hits = [
@@ -355,7 +355,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
                 if hits:
                     ax.plot([h[0] for h in hits], [h[1] for h in hits], "v", color="#d62728", ms=7, zorder=5)
             ax.set_title(variant, color=variant_color(variant), fontsize=9)
-            if drawn:
+            if shown:
                 ratio_axis(ax, min(shown), max(shown))  # labelled 0.9x, 1x, 1.25x: a step reads off it
                 ax.set_xlabel("run", fontsize=8)
             else:
@@ -364,11 +364,6 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     frame = pd.DataFrame(data, columns=["cell_id", "run_id", "run", "time_ms_median", "over_series_median"])
     stem = slug("series", machine, title)
     return save(fig, frame, out, stem, f"{machine}: {title}", "Time over the series' median, per run.")
-
-
-def counted(n: int, noun: str) -> str:
-    """'1 step', '2 steps'."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:

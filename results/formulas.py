@@ -416,3 +416,8 @@ def printable(text: object) -> str:
 def _escape(c: str) -> str:
     o = ord(c)
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 step', '2 steps'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -45,6 +45,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .devices import SPLIT_CALIBRATION
@@ -117,6 +118,11 @@ class Step:
         if self.against_others:
             return (self.beyond, *self.beyond_interval)
         return self.ratio, self.low, self.high
+
+    @property
+    def gated_change(self) -> float:
+        """What the gate judges as a fraction: +0.10 is 10% slower after it."""
+        return self.gated[0] - 1.0
 
     @property
     def judged(self) -> bool:
@@ -256,13 +262,12 @@ def _calibration(series, lo: int, mid: int, hi: int, seed: int) -> tuple[float |
     """The device's calibration after / before a step, and its interval (interval()): the matmul ceiling for
     the cell's dtype where the runs have it, else the copy bandwidth; the median over each segment."""
     for col in ("cal_matmul_tflops", "cal_copy_gbps"):
-        values = [None if v is None or v != v else float(v) for v in series[col].tolist()]
-        a, b = _median(values[lo:mid]), _median(values[mid:hi])
-        if a and b:
-            known = [
-                [v for v in side if v is not None and v > 0] for side in (values[lo:mid], values[mid:hi])
-            ]
-            return b / a, interval(*known, seed)
+        values = [None if _missing(v) else float(v) for v in series[col].tolist()]
+        before, after = (
+            [v for v in side if v is not None and v > 0] for side in (values[lo:mid], values[mid:hi])
+        )
+        if before and after:
+            return _median(after) / _median(before), interval(before, after, seed)
     return None, (math.nan, math.nan)
 
 
@@ -295,10 +300,17 @@ class _Series:
         edges = [0, *self.cuts, len(self.times)]
         return edges[i], edges[i + 2]
 
+    @cached_property
     def key(self) -> tuple:
         """What series must share to share a step: the machine, the variant, the runs."""
         f = self.frame
         return (str(f["machine"].iloc[0]), str(f["variant"].iloc[0]), tuple(f["run_id"].astype(str)))
+
+    @cached_property
+    def cost(self) -> tuple[Any, float]:
+        """ruptures' l1 cost fitted to the logs of its times, and its noise (what joint placing reads)."""
+        cost, logs = l1_cost(self.times)
+        return cost, noise(logs)
 
 
 def _found(series, penalty: float) -> _Series:
@@ -316,7 +328,7 @@ def share_steps(found: Sequence[_Series], penalty: float) -> None:
     there) or whose own cost a cut there lowers by SHARED_SAVING x noise x log(n) (added), in place."""
     groups = defaultdict(list)
     for s in found:
-        groups[s.key()].append(s)
+        groups[s.key].append(s)
     for members in groups.values():
         if len(members) > 1:
             for b in joint_breakpoints([s.times for s in members], penalty=penalty):
@@ -334,8 +346,8 @@ def _take(s: _Series, b: int) -> None:
     if b - lo < MIN_RUNS or hi - b < MIN_RUNS:
         return
     if not near:  # a series without a step of its own there takes it where cutting there saves enough
-        cost, logs = l1_cost(s.times)
-        saved = (cost.error(lo, hi) - cost.error(lo, b) - cost.error(b, hi)) / noise(logs)
+        cost, scale = s.cost
+        saved = (cost.error(lo, hi) - cost.error(lo, b) - cost.error(b, hi)) / scale
         if saved < SHARED_SAVING * math.log(len(s.times)):
             return
     i = near[0] if near else sum(c < b for c in s.cuts)
@@ -352,7 +364,7 @@ def place_shared(found: Sequence[_Series]) -> None:
     groups = defaultdict(list)
     for s in found:
         for i in range(len(s.cuts)):
-            groups[s.key()].append((s, i))
+            groups[s.key].append((s, i))
     for members in groups.values():
         members.sort(key=lambda m: m[0].firsts[m[1]][0])
         cluster, reach = [members[0]], members[0][0].firsts[members[0][1]][1]
@@ -372,13 +384,12 @@ def _place_jointly(cluster: list[tuple[_Series, int]]) -> None:
     terms, lo_t, hi_t = [], min(s.firsts[i][0] for s, i in cluster), max(s.firsts[i][1] for s, i in cluster)
     for s, i in cluster:
         lo, hi = s.edges(i)
-        cost, logs = l1_cost(s.times)
-        terms.append((cost, lo, hi, noise(logs)))
+        terms.append((*s.cost, lo, hi))
         lo_t, hi_t = max(lo_t, lo + MIN_RUNS), min(hi_t, hi - MIN_RUNS)
     if lo_t > hi_t:
         return
     joint = {
-        t: sum((cost.error(lo, t) + cost.error(t, hi)) / scale for cost, lo, hi, scale in terms)
+        t: sum((cost.error(lo, t) + cost.error(t, hi)) / scale for cost, scale, lo, hi in terms)
         for t in range(lo_t, hi_t + 1)
     }
     best = min(joint, key=joint.get)
@@ -513,7 +524,7 @@ def as_frame(found: Sequence[Step]):
             "cells": s.cells,
             "others": s.others,
             "beyond_others": None if s.beyond is None else s.beyond - 1.0,
-            "gated": s.gated[0] - 1.0,
+            "gated": s.gated_change,
             "commit_before": s.before.get("git_commit"),
             "commit_after": s.after.get("git_commit"),
             "changed": "; ".join(f"{k} {a} -> {b}" for k, (a, b) in s.changed().items() if k != "git_commit"),
