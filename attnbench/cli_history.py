@@ -51,8 +51,9 @@ def parse_step(text: str) -> float:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), then the gate: exit 1 when the
-    latest step of a series is a slowdown of more than --fail-on-step beyond its noise (its interval leaves
-    out no change). One with fewer than 3 runs on a side has no interval yet: PENDING, it fails nothing."""
+    latest step of a series is a slowdown of more than --fail-on-step that the judge calls slower, its p
+    Holm-adjusted over the series judged (steps.Step.fails). One with fewer than 3 runs on a side has no test
+    yet: PENDING, it fails nothing."""
     from attnbench.harness.run import rerun
     from attnbench.results import history, steps
 
@@ -64,12 +65,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
     slower = [s for s in found if s.latest and limit is not None and s.gated_change > limit]
-    failing = [s for s in slower if s.beyond_noise]
+    failing = [s for s in slower if s.fails(limit)]
     pending = [s for s in slower if not s.judged]
     for step in found:
         mark = "FAIL " if step in failing else "PENDING " if step in pending else ""
+        judged = f"; {steps.gate_text(step)}" if step in slower and step.judged else ""
         repro = rerun.repro_text(step.after.get("path"), step.cell_id)
-        print(printable(f"{mark}{steps.describe(step)}; repro: {repro}"))
+        print(printable(f"{mark}{steps.describe(step)}{judged}; repro: {repro}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
     runs = df["run_id"].nunique()
@@ -80,7 +82,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         if pending:
             said += f", {len(pending)} more too new to judge (PENDING: fewer than 3 runs on a side)"
         if within:
-            said += f", {within} more within their noise"
+            family = max((s.family for s in found), default=0)
+            said += f", {within} more within the noise (Holm-adjusted over the {family} series searched)"
         said += " (--fail-on-step)"
     print(said, file=sys.stderr)
     return 1 if failing else 0

@@ -11,13 +11,13 @@ Long series are searched in two passes, as `benchmarks/history_check.py` measure
 `jump`-th run (n // COARSE_POINTS), then each step placed at the run where the same cost is least within a
 jump of it; a series of up to COARSE_POINTS runs is searched at every run.
 
-Each step says its size (after / before, the ratio of the two segments' medians) with a seeded bootstrap 95%
-interval, the last run before it and the first after (their commits, versions and variant source), the runs
-it may be at (every first run after it whose cost is within LOCATION_SLACK x the noise of the least: the
-range to bisect, when the noise cannot pin one run), and
-whether the device's calibration moved by more than CALIBRATION_MOVED between the two segments, beyond its
-own noise (its bootstrap interval, as the step's, leaves out no change): then the machine, not the code, may
-have changed.
+Each step says its size (after / before, the ratio of the two segments' medians) with the judge's 95%
+interval (results.judge: Welch's t on the runs' log times, a run each replicate), the last run before it and
+the first after (their commits, versions and variant source), the runs it may be at (every first run after
+it whose cost is within LOCATION_SLACK x the noise of the least: the range to bisect, when the noise cannot
+pin one run), and whether the device's calibration moved by more than CALIBRATION_MOVED between the two
+segments, beyond its own noise (its interval, made as the step's, leaves out no change): then the machine,
+not the code, may have changed.
 
 A change to a variant's code moves many of its cells at once, and its series (one machine, one variant,
 the same runs) are searched together too: PELT on all of them at once, each over its own noise, penalised
@@ -34,28 +34,31 @@ machine's other variants moved across it (per run, the median over a variant's s
 series' median; per run, the median over the other variants), and its size beyond them: the step of its
 times over that move. The gate (`attnbench history check --fail-on-step`) judges a step beyond the other
 variants where they were measured and none of ENVIRONMENT changed across it, and the step itself where it
-did (a torch upgrade may move every variant, and that is no drift).
+did (a torch upgrade may move every variant, and that is no drift). It fails a latest step as compare's gate
+fails a cell (results.judge, 7): 'slower' by the judge's test, its p Holm-adjusted over every series searched
+(one test per series: the more series a store holds, the more noise steps one of them shows), below ALPHA,
+and more than --fail-on-step slower (`Step.fails`).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import zlib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from .devices import SPLIT_CALIBRATION
+from .judge import ALPHA, holm
+from .ttest import NO_TEST, Test, welch_test
 
 PENALTY = 3.0  # x noise x log(n): benchmarks/history_check.py's planted steps and flat series chose it
 MIN_RUNS = 2  # the fewest runs a segment holds (ruptures' min_size)
 COARSE_POINTS = 100  # longer series are searched over every (n // COARSE_POINTS)-th run, then refined
 NOISE_FLOOR = 1e-3  # the least noise assumed (0.1% in log): a series of identical times still has a scale
 CALIBRATION_MOVED = SPLIT_CALIBRATION  # a calibration more than 10% apart: another machine, as for groups
-BOOTSTRAP = 2000  # resamples for a step's interval
 # the runs a step may be at: cost within this x the series' noise of the least. On the 2-core VM's visit
 # noise (benchmarks/history_check.py: 40 runs, each the median of 3 visits, a 10% step) the range held the
 # planted run in 92% of 200 seeds, 3.7 runs wide on average; the least-cost run alone was it in 69%
@@ -81,7 +84,7 @@ class Step:
     at: int  # the first run after the step: its place in the series (0-based)
     runs: int  # the series' length
     ratio: float  # the segment after over the segment before, by their medians (1.1: 10% slower)
-    low: float  # the ratio's 95% interval (NaN when a side has fewer than 3 runs)
+    low: float  # the ratio's 95% interval (judged(): NaN when a side has fewer than 3 runs)
     high: float
     before: dict[str, Any]  # the last run before the step (RUN_FIELDS)
     after: dict[str, Any]  # the first run after it
@@ -100,6 +103,9 @@ class Step:
     others: float | None = None  # the machine's other variants' move across it (after / before), None unknown
     beyond: float | None = None  # the step of its times over that move (after / before)
     beyond_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
+    p: float = math.nan  # the judge's p of what the gate judges (gated), NaN with fewer than 3 runs a side
+    p_holm: float = math.nan  # that p Holm-adjusted over the family: the latest steps judged (holm_adjusted)
+    family: int = 0
 
     @property
     def change(self) -> float:
@@ -126,14 +132,14 @@ class Step:
 
     @property
     def judged(self) -> bool:
-        """What the gate judges has an interval: 3 runs or more on each side (interval())."""
-        return self.gated[1] == self.gated[1]
+        """What the gate judges has a test: 3 runs or more on each side (judged())."""
+        return self.p == self.p
 
-    @property
-    def beyond_noise(self) -> bool:
-        """What the gate judges has an interval that leaves out no change."""
-        _, low, high = self.gated
-        return self.judged and not low <= 1.0 <= high
+    def fails(self, limit: float) -> bool:
+        """The gate's verdict, as compare's (results.judge, 7): the series' latest step, over `limit` slower,
+        'slower' by the judge's test (its interval above 1, p < ALPHA), and its p Holm-adjusted over the
+        family below ALPHA."""
+        return self.latest and self.gated_change > limit and self.gated[1] > 1.0 and self.p_holm < ALPHA
 
     @property
     def calibration_moved(self) -> bool:
@@ -235,19 +241,15 @@ def ruptures():
     return rpt
 
 
-def interval(before: Sequence[float], after: Sequence[float], seed: int) -> tuple[float, float]:
-    """A 95% bootstrap interval of median(after) / median(before) (percentile, BOOTSTRAP resamples of each
-    side, seeded); (NaN, NaN) when a side has fewer than 3 values."""
-    import numpy as np
+def judged(before: Sequence[float], after: Sequence[float]) -> Test:
+    """The judge's test of the runs after a step against those before (results.judge: unpaired runs, Welch's
+    t on the logs); NO_TEST when a side has fewer than 3 runs."""
+    return welch_test(before, after)
 
-    if min(len(before), len(after)) < 3:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    a, b = np.log(np.asarray(before, dtype=float)), np.log(np.asarray(after, dtype=float))
-    da = np.median(rng.choice(a, (BOOTSTRAP, len(a))), axis=1)
-    db = np.median(rng.choice(b, (BOOTSTRAP, len(b))), axis=1)
-    low, high = np.percentile(db - da, [2.5, 97.5])
-    return math.exp(low), math.exp(high)
+
+def _interval(test: Test) -> tuple[float, float]:
+    """A test's 95% interval as a ratio (NaN, NaN without one)."""
+    return (math.exp(test.low), math.exp(test.high)) if test.p == test.p else (math.nan, math.nan)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -258,8 +260,8 @@ def _median(values: Sequence[float]) -> float | None:
     return good[mid] if len(good) % 2 else (good[mid - 1] + good[mid]) / 2
 
 
-def _calibration(series, lo: int, mid: int, hi: int, seed: int) -> tuple[float | None, tuple[float, float]]:
-    """The device's calibration after / before a step, and its interval (interval()): the matmul ceiling for
+def _calibration(series, lo: int, mid: int, hi: int) -> tuple[float | None, tuple[float, float]]:
+    """The device's calibration after / before a step, and its interval (judged()): the matmul ceiling for
     the cell's dtype where the runs have it, else the copy bandwidth; the median over each segment."""
     for col in ("cal_matmul_tflops", "cal_copy_gbps"):
         values = [None if _missing(v) else float(v) for v in series[col].tolist()]
@@ -267,7 +269,7 @@ def _calibration(series, lo: int, mid: int, hi: int, seed: int) -> tuple[float |
             [v for v in side if v is not None and v > 0] for side in (values[lo:mid], values[mid:hi])
         )
         if before and after:
-            return _median(after) / _median(before), interval(before, after, seed)
+            return _median(after) / _median(before), _interval(judged(before, after))
     return None, (math.nan, math.nan)
 
 
@@ -406,11 +408,11 @@ def _steps(found: _Series) -> list[Step]:
     for i, at in enumerate(found.cuts):
         lo, hi = found.edges(i)
         before, after = times[lo:at], times[at:hi]
-        seed = zlib.crc32(f"{machine}|{cell}|{at}".encode())
-        low, high = interval(before, after, seed)
+        own = judged(before, after)
+        low, high = _interval(own)
         first = found.firsts[i]
-        calibration, calibration_interval = _calibration(series, lo, at, hi, seed)
-        others, beyond, beyond_interval = _beyond_others(found.others, times, lo, at, hi, seed)
+        calibration, calibration_interval = _calibration(series, lo, at, hi)
+        others, beyond, against = _beyond_others(found.others, times, lo, at, hi)
         steps.append(
             Step(
                 machine=machine,
@@ -434,21 +436,24 @@ def _steps(found: _Series) -> list[Step]:
                 cells=found.cells[i],
                 others=others,
                 beyond=beyond,
-                beyond_interval=beyond_interval,
+                beyond_interval=_interval(against),
             )
         )
+        gated = against if steps[-1].against_others else own
+        steps[-1] = replace(steps[-1], p=gated.p)
     return steps
 
 
-def _beyond_others(others, times, lo: int, at: int, hi: int, seed: int):
-    """(the other variants' move across a step, its times' step over that move, that step's interval); None,
-    None, (NaN, NaN) where the other variants were not measured in every run."""
+def _beyond_others(others, times, lo: int, at: int, hi: int):
+    """(the other variants' move across a step, its times' step over that move, that step's test: each run
+    divided by the others' move that run, as compare's control divides); None, None, NO_TEST where the other
+    variants were not measured in every run."""
     if others is None:
-        return None, None, (math.nan, math.nan)
+        return None, None, NO_TEST
     moved = math.exp(statistics.median(others[at:hi]) - statistics.median(others[lo:at]))
     adjusted = [t / math.exp(o) for t, o in zip(times, others, strict=True)]
     before, after = adjusted[lo:at], adjusted[at:hi]
-    return moved, _median(after) / _median(before), interval(before, after, seed)
+    return moved, _median(after) / _median(before), judged(before, after)
 
 
 def machine_moves(ok) -> dict[tuple[str, str], dict[str, float]]:
@@ -498,13 +503,28 @@ def find(df, *, penalty: float = PENALTY) -> list[Step]:
         s.others = _others(s.frame, moves)
     share_steps(found, penalty)
     place_shared(found)
-    return [step for s in found for step in _steps(s)]
+    return holm_adjusted([step for s in found for step in _steps(s)], series=len(found))
+
+
+def holm_adjusted(found: Sequence[Step], series: int = 0) -> list[Step]:
+    """The steps, each latest one with a p given its p Holm-adjusted over the gate's family, and the family's
+    size: one test per series searched (`series` of them; a series without a step, or whose latest step has
+    no test yet, counts as a test that found nothing, p = 1), since any of them could have shown a noise step.
+    """
+    judged = [i for i, s in enumerate(found) if s.latest and s.judged]
+    family = max(series, len(judged))
+    ps = holm([found[i].p for i in judged] + [1.0] * (family - len(judged)))
+    adjusted = dict(zip(judged, ps, strict=False))
+    return [
+        replace(s, p_holm=adjusted[i], family=family) if i in adjusted else s for i, s in enumerate(found)
+    ]
 
 
 def as_frame(found: Sequence[Step]):
     """Steps as a pandas DataFrame, a row each: the series, the size with its interval, the first run after
-    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, the
-    commits on both sides, what else changed, the calibration, whether it is its series' latest, its line."""
+    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, what
+    the gate judges with the judge's p and (a latest step's) Holm-adjusted p, the commits on both sides, what
+    else changed, the calibration, whether it is its series' latest, its line."""
     import pandas as pd
 
     rows = [
@@ -525,6 +545,8 @@ def as_frame(found: Sequence[Step]):
             "others": s.others,
             "beyond_others": None if s.beyond is None else s.beyond - 1.0,
             "gated": s.gated_change,
+            "p": s.p,
+            "p_holm": s.p_holm,
             "commit_before": s.before.get("git_commit"),
             "commit_after": s.after.get("git_commit"),
             "changed": "; ".join(f"{k} {a} -> {b}" for k, (a, b) in s.changed().items() if k != "git_commit"),
@@ -540,7 +562,8 @@ def as_frame(found: Sequence[Step]):
 
 _FRAME_COLUMNS = (
     "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
-    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "commit_before",
+    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "p", "p_holm",
+    "commit_before",
     "commit_after", "changed", "calibration", "calibration_moved", "latest", "line",
 )  # fmt: skip
 
@@ -586,6 +609,11 @@ def others_text(step: Step) -> str:
         return "?"
     low, high = step.beyond_interval
     return f"{step.beyond - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
+
+
+def gate_text(step: Step) -> str:
+    """What the gate read of a latest step judged: 'the judge: p 0.027, Holm-adjusted 0.49 over 18 series'."""
+    return f"the judge: p {step.p:.2g}, Holm-adjusted {step.p_holm:.2g} over {step.family} series"
 
 
 def calibration_text(step: Step) -> str:

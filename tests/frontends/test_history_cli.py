@@ -167,3 +167,19 @@ def test_the_api_gives_the_steps_as_a_frame_with_the_line_and_repro_check_prints
     assert len(attnbench.steps(df[df["variant"] == "naive"])) == row["cells"]
     with pytest.raises(ValueError, match="no history store at"):
         attnbench.steps(store=tmp_path / "missing.sqlite")
+
+
+NIGHTS = DATA.parent.parent / "results" / "reference" / "history-nights-epyc-2core"
+
+
+def test_real_nights_fail_the_edited_variant_and_nothing_of_the_same_code(tmp_path):
+    """The committed nights of the 2-core VM (their README): ten of the same code while the machine slowed,
+    and eight with mine.py edited to do 25% more work from the fifth."""
+    for name, code, failing in (("same-code", 0, set()), ("edited-variant", 1, {"n256", "n512", "n1024"})):
+        store = str(tmp_path / f"{name}.sqlite")
+        run_cli("history", "add", str(NIGHTS / name), "--store", store, check=True)
+        p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+        marked = [line.split("|")[:6] for line in p.stdout.splitlines() if line.startswith("FAIL ")]
+        assert p.returncode == code and {m[5] for m in marked} == failing, p.stdout
+        assert all(m[0] == "FAIL mine" for m in marked)
+        assert ("0 series' latest step slower" in p.stderr) == (code == 0), p.stderr
