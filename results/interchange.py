@@ -6,7 +6,8 @@
   approximation's bound as `approximate`), `model` (the
   variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate medians)
   and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
-  Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps for a decode cell.
+  Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps (every cell's K/V bytes over its median time: a
+  decode cell's figure of merit).
 - **bencher**: the Bencher Metric Format (BMF: {benchmark: {measure: {value, lower_value, upper_value}}}),
   one benchmark per cell (its cell_id) with the measures latency (nanoseconds: the median, the p25 and p75
   as its bounds, as Bencher's built-in latency measure counts), tflops and peak-memory (bytes). A BMF
