@@ -52,9 +52,18 @@ class Run:
 
         return figures([self.path], kinds, baseline)
 
+    def __str__(self) -> str:
+        if self.forecast is not None:  # a dry run: what it would measure, and how long it would take
+            return "\n".join([f"run {self.path}: a dry run, nothing measured", *self.forecast.lines()])
+        return repr(self)
+
     def _repr_html_(self) -> str:
         """In a notebook: the run directory, its cells by status, the findings and the fastest variant per N,
-        as the report words them."""
+        as the report words them; a dry run's forecast."""
+        if self.forecast is not None:
+            import html
+
+            return f"<pre>{html.escape(str(self))}</pre>"
         from attnbench.reports.notebook import run_html
 
         return run_html(self.path, self.interrupted, self.resumed)

@@ -86,6 +86,13 @@ def test_pass_keyword_and_dry_run(tmp_path, spelled):
         run = attnbench.run(variants="naive", seq_len="64,128", heads=1, out=out, dry_run=True, **spelled)
     assert not out.exists() and run.counts == {}
     assert [c.pass_ for c in run.forecast.measured] == ["fwdbwd", "fwdbwd"], run.forecast
+    # printed, and shown in a notebook, it reads as what it would measure, not a dataclass nor a missing run
+    said = str(run).splitlines()
+    assert said[0] == f"run {out}: a dry run, nothing measured" and said[1:] == run.forecast.lines()
+    assert (
+        run._repr_html_().startswith(f"<pre>run {out}: a dry run")
+        and "does not exist" not in run._repr_html_()
+    )
 
 
 def test_executor_keywords_reach_the_executor(tmp_path):
