@@ -228,7 +228,10 @@ def gate_table(
     for col in columns:
         header = "grad" if fitted and col == "grad_rel" else col
         justify = "right" if col in ("rel_err", "grad_rel") else "left"
-        table.add_column(header, no_wrap=col != "status", justify=justify)
+        # the status never shrinks away (pass, FAIL: the row's verdict); a long workload wraps instead
+        table.add_column(
+            header, no_wrap=col != "workload", min_width=4 if col == "status" else None, justify=justify
+        )
     table.add_column("why" if fitted else "reason", overflow="fold", no_wrap=fitted)
     notes = gate_notes(every)
     for r in rows:

@@ -265,3 +265,19 @@ def test_check_tables_fit_with_reasons_by_number(width):
     assert "on cpu" in text.splitlines()[0] and " bf16 " in text
     wide = _text(terminal.gate_table(rows, 16, batch=2, heads=4, head_dim=64, width=200), width=200)
     assert wide.count(why) == 2  # a wide terminal keeps the reasons in their rows
+
+
+@pytest.mark.parametrize("width", [60, 70, 80])
+def test_a_narrow_workloads_table_keeps_each_rows_verdict_and_wraps_the_workload(width):
+    """At 70 columns a long workload ("causal top-left, N_q 25 of N_k 100") once squeezed the status column
+    out of the table: a failing row read as the passing ones."""
+    rows = [
+        _gate(variant="wrong", workload="causal top-left, N_q 25 of N_k 100", status="FAIL", rel_err=1.2),
+        _gate(variant="wrong", workload="window 4"),
+    ]
+    console = Console(file=io.StringIO(), width=width, record=True, no_color=True)
+    terminal.print_gate(console, rows, 100, batch=2, heads=4, head_dim=64)
+    lines = console.export_text().splitlines()
+    table = lines[[i for i, line in enumerate(lines) if line.startswith("variant")][-1] :]
+    assert "status" in table[0] and table[2].split()[:2] == ["wrong", "f32"] and " FAIL " in table[2]
+    assert "1.2e+00" in table[2] and max(map(len, lines)) <= width
