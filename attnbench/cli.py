@@ -30,6 +30,30 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {printable(message)} (`{self.prog} -h` for usage)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """An option no parser knows is the chosen command's mistake: said by that command's parser (its
+        usage is `attnbench run -h`, not `attnbench -h`), with the option it most likely meant."""
+        import difflib
+
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = _chosen(self, parsed)
+            known = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+            meant = [m for x in extras for m in difflib.get_close_matches(x.split("=")[0], known, n=1)]
+            hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+
+def _chosen(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest subcommand's parser that `parsed` chose (attnbench history add: history's add)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(parsed, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
 
 class _Version(argparse.Action):
     """`attnbench --version`: the version the fingerprint records, and the checkout's commit where it runs

@@ -129,6 +129,16 @@ def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, messag
         (["rnu"], "attnbench: error: argument COMMAND: invalid choice: 'rnu'"),
         (["run", "--seq-len"], "attnbench run: error: argument --seq-len: expected one argument"),
         (["history", "add"], "attnbench history add: error: the following arguments are required: RUN"),
+        # a misspelt option: said by its command, with the option it most likely meant
+        (
+            ["run", "--varaints", "naive"],
+            "attnbench run: error: unrecognized arguments: --varaints naive (did you mean --variants?)",
+        ),
+        (
+            ["history", "check", "--fail-on-stp", "5%"],
+            "attnbench history check: error: unrecognized "
+            "arguments: --fail-on-stp 5% (did you mean --fail-on-step?)",
+        ),
     ],
 )
 def test_argparses_own_errors_are_one_line_too(capsys, argv, says):
