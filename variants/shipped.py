@@ -32,9 +32,13 @@ def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capabili
         return fn if name in (None, fn.name) else replace(fn, cap=replace(fn.cap, name=name))
     if not callable(fn):
         raise VariantError(f"a variant is a callable or a registered name, not {type(fn).__name__}")
+    if name is not None and not (isinstance(name, str) and name.strip()):
+        raise VariantError(f"name={name!r} names no variant: give it a name such as name='mine'")
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
     if name == "<lambda>":
-        raise VariantError("a lambda has no name: give it one (variants={'mine': fn} or name='mine')")
+        raise VariantError(
+            "a lambda has no name: give it one, name='mine' (or, among run's variants, {'mine': fn})"
+        )
     return made(fn, name, capability, source_of(fn))
 
 

@@ -180,6 +180,17 @@ def test_code_written_elsewhere_is_handed_only_the_keywords_it_takes(tmp_path):
         ), caught.value
 
 
+def test_bench_of_a_lambda_is_told_the_keyword_bench_takes(tmp_path):
+    """bench takes no variants=: a nameless lambda is told name=, and an empty name is no name."""
+    for kw, words in (
+        ({}, "a lambda has no name: give it one, name='mine'"),
+        ({"name": ""}, "name='' names"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            attnbench.bench(lambda q, k, v: q, out=tmp_path / "never", dry_run=True, **kw)
+    assert not (tmp_path / "never").exists()
+
+
 def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_hands_it_over():
     """A function with SDPA's keywords (attn_mask=, is_causal=) is handed neither, and its refusals say
     how it would be: mask="bool" for attn_mask=, and that causal= is attnbench's name for is_causal=."""
