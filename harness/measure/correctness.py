@@ -344,6 +344,9 @@ def gate(
 HINT_ROWS = 32  # the query rows (first and last among them) each reading of a failing answer is checked on
 
 
+OVER_QUERIES_LIMIT = 1 << 24  # scores the softmax-over-queries reading holds (128 MiB in float64)
+
+
 def likely_cause(
     got: torch.Tensor, q, k, v, *, tol: float, scale=None, rows=None, causal=False, key_lengths=None,
     causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None,
@@ -351,7 +354,8 @@ def likely_cause(
     """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
     (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
     packed batch's boundaries ignored, the causal diagonal hidden or aligned the other way, the window one
-    key wider, a paged cache read past its lengths or around its page table, the scale left out or ignored.
+    key wider, a paged cache read past its lengths or around its page table, the scale left out or ignored,
+    the softmax taken over the queries.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
@@ -371,7 +375,33 @@ def likely_cause(
         empty = empty_rows(q.shape[2], alt_rules["key_lengths"], n_k=k2.shape[2], **masks)
         if _explains(got, alt, empty, rows, tol):
             return text
+    alt = _over_queries(q, k, v, rows=rows, **rules)
+    if alt is not None and _explains(got, alt, None, rows, tol):
+        return "it took the softmax over the queries (dim=-2), not over the keys (dim=-1)"
     return ""
+
+
+def _over_queries(
+    q, k, v, *, rows, scale, causal, causal_align, key_lengths, window, mod, cu_seqlens, block_table, **_
+):
+    """Attention with its softmax over the queries (each key's column) where the keys' is meant, float64, on
+    `rows`: in a cell without key padding, a window, a mod or a pack (causal or not), whose scores fit in
+    OVER_QUERIES_LIMIT; else None (every row's score is in each column's softmax, so it is computed whole)."""
+    plain = not window and key_lengths is None and cu_seqlens is None and block_table is None
+    b, h, n_q, d_k = q.shape
+    n_k = k.shape[2]
+    if not plain or mod != NONE or b * h * n_q * n_k > OVER_QUERIES_LIMIT:
+        return None
+    q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
+    group = _group(h, k64.shape[1])
+    k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)
+    scores = q64 @ k64.transpose(-2, -1) * (d_k**-0.5 if scale is None else scale)
+    if causal:  # key j is seen from query i + offset on (0 top-left, N_k - N_q lower-right)
+        offset = n_k - n_q if causal_align == "lower-right" else 0
+        i, j = torch.arange(n_q, device=q.device)[:, None], torch.arange(n_k, device=q.device)
+        scores = scores.masked_fill(j > i + offset, -torch.inf)
+    out = scores.softmax(dim=-2).nan_to_num(0.0) @ v64  # a key no query sees: its column is no weight
+    return out if rows is None else out[:, :, rows.to(out.device)]
 
 
 def _readings(q, k, v, **rules):

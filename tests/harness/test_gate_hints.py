@@ -44,7 +44,15 @@ def lower_right(q, k, v):
     return attention(q, k, v, mask=torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q + 1))
 
 
+def over_queries(q, k, v, causal=False):  # softmax(dim=-2): each key's column sums to 1, not each query's row
+    s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), -math.inf)
+    return torch.softmax(s, dim=-2) @ v
+
+
 LENGTHS = torch.tensor([N, 25])
+OVER_QUERIES = "it took the softmax over the queries (dim=-2), not over the keys (dim=-1)"
 
 
 @pytest.mark.parametrize(
@@ -56,8 +64,19 @@ LENGTHS = torch.tensor([N, 25])
         (attention, {"causal": True}, "it ignored causal=True: its answer is attention over every key"),
         (attention, {"key_lengths": LENGTHS}, "it ignored key_lengths=: the padded keys took part"),
         (diagonal_hidden, {"causal": True}, "its causal mask hides each query's own key"),
+        (over_queries, {}, OVER_QUERIES),
+        (lambda q, k, v: over_queries(q, k, v, causal=True), {"causal": True}, OVER_QUERIES),
     ],
-    ids=["no-scale", "scale-ignored", "bnhd", "causal-ignored", "padding-ignored", "diagonal-hidden"],
+    ids=[
+        "no-scale",
+        "scale-ignored",
+        "bnhd",
+        "causal-ignored",
+        "padding-ignored",
+        "diagonal-hidden",
+        "softmax-over-queries",
+        "causal-softmax-over-queries",
+    ],  # fmt: skip
 )
 @pytest.mark.parametrize("max_rows", [None, 8], ids=["every-row", "sampled-rows"])
 def test_a_common_mistake_is_named_first(mistake, rules, said, max_rows):
