@@ -12,7 +12,13 @@
      variant (each drawn apart, as the same visit of a variant's cells correlates 0.03 in the pool, printed as
      same_visit_correlation), found and placed together by results.steps.find (share_steps, place_shared):
      the 10% step and a 5% one, and the 10% step in 1 cell of 5 (how many unchanged cells take it).
-  2. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
+  2. The gate. A store of one machine as the quick preset makes it: GATE_VARIANTS variants of GATE_CELLS
+     cells, GATE_RUNS runs of 3 visits each drawn from the same pool. With nothing changed, how often a night
+     fails (`history check --fail-on-step 5%`: any Step.fails) and how many series; with a 10% step in every
+     cell of one variant 3, 5 and 8 runs before the latest, how often the night fails and how many of its
+     cells. Beside each, the same without Holm's adjustment (the judge's p alone below ALPHA): what one test
+     per series costs a store of 42.
+  3. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
      at batch 2), a 10% step planted at run 700 in the cells of 3 of the 7 variants (SCALE_STEPPED), written
      as run directories; then timed:
      `attnbench history add` of the folder into a new store, `attnbench.history()` (the load),
@@ -55,6 +61,7 @@ SCALE_STEPPED = ("naive", "chunked", "sdpa")  # the scale series' step: 3 of its
 VISITS = 3  # a run's median is the median of its visits (the noise runs were made in 3 rounds)
 LIMIT_S = 30.0
 SEEDS = range(200)  # the rates printed beside the target's first seeds
+GATE_VARIANTS, GATE_CELLS, GATE_RUNS, GATE_SEEDS = 7, 6, 20, range(100)  # the quick preset's 42 series
 
 
 def visit_noise() -> list[float]:
@@ -227,6 +234,75 @@ def detection(seeds: int) -> dict:
     }
 
 
+def gate_rates(noise: list[float], after: int | None) -> dict:
+    """Over GATE_SEEDS stores (gate() above): a night failed by an unchanged series, and the share of them
+    failed; where `after` runs end the series after a 10% step in variant v0's cells, a night failed by them
+    at the step, and the share of them; each with the judge's p Holm-adjusted, and alone."""
+    import pandas as pd
+
+    nights = nights_raw = failed = failed_raw = caught = caught_raw = red = red_raw = 0
+    step_at = GATE_RUNS - after if after else GATE_RUNS
+    for seed in GATE_SEEDS:
+        rows = []
+        for v, k in itertools.product(range(GATE_VARIANTS), range(GATE_CELLS)):
+            rng = random.Random(seed * 10_000 + v * 100 + k)
+            shift = math.log(STEP) if v == 0 and after else 0.0
+            for i in range(GATE_RUNS):
+                logs = sorted(rng.choice(noise) + (shift if i >= step_at else 0.0) for _ in range(VISITS))
+                rows.append(_row(f"v{v}", f"v{v}|cell{k}", i, 2.0 * math.exp(logs[VISITS // 2])))
+        latest = [s for s in steps.find(pd.DataFrame(rows)) if s.latest]
+        fails = [s for s in latest if s.fails(0.05)]
+        raw = [s for s in latest if s.gated_change > 0.05 and s.gated[1] > 1.0 and s.p < 0.05]
+        stepped = (lambda s: s.variant == "v0") if after else (lambda s: False)
+        nights += any(not stepped(s) for s in fails)
+        nights_raw += any(not stepped(s) for s in raw)
+        failed += sum(not stepped(s) for s in fails)
+        failed_raw += sum(not stepped(s) for s in raw)
+        caught += sum(stepped(s) and s.at == step_at for s in fails)
+        caught_raw += sum(stepped(s) and s.at == step_at for s in raw)
+        red += any(stepped(s) and s.at == step_at for s in fails)
+        red_raw += any(stepped(s) and s.at == step_at for s in raw)
+    n, series = len(GATE_SEEDS), GATE_VARIANTS * GATE_CELLS - (GATE_CELLS if after else 0)
+    out = {
+        "nights_failed_by_unchanged_series": nights / n,
+        "unchanged_series_failed": round(failed / (n * series), 4),
+        "without_holm": {
+            "nights_failed_by_unchanged_series": nights_raw / n,
+            "unchanged_series_failed": round(failed_raw / (n * series), 4),
+        },
+    }
+    if after:
+        out["nights_failed_by_the_step"] = red / n
+        out["stepped_cells_failed_at_the_step"] = round(caught / (n * GATE_CELLS), 3)
+        out["without_holm"]["nights_failed_by_the_step"] = red_raw / n
+        out["without_holm"]["stepped_cells_failed_at_the_step"] = round(caught_raw / (n * GATE_CELLS), 3)
+    return out
+
+
+def gate() -> dict:
+    noise = visit_noise()
+    return {
+        "store": f"{GATE_VARIANTS} variants x {GATE_CELLS} cells, {GATE_RUNS} runs of {VISITS} visits, "
+        f"{len(GATE_SEEDS)} seeds, --fail-on-step 5%",
+        "nothing_changed": gate_rates(noise, None),
+        **{f"10%_step_{k}_runs_before_the_latest": gate_rates(noise, k) for k in (3, 5, 8)},
+    }
+
+
+def _row(variant: str, cell: str, i: int, t: float) -> dict:
+    return {
+        "machine": "vm",
+        "variant": variant,
+        "cell_id": cell,
+        "run_id": f"run{i:03d}",
+        "created": f"2026-01-01T{i:03d}",
+        "status": "ok",
+        "time_ms_median": t,
+        "cal_matmul_tflops": None,
+        "cal_copy_gbps": None,
+    }
+
+
 def write_runs(out: Path, n_runs: int, step_at: int) -> None:
     """n_runs copies of SCALE_BASE, a day apart, 60 rows each, SCALE_STEPPED's times 10% slower from run
     step_at."""
@@ -311,8 +387,8 @@ def main() -> int:
     parser.add_argument("--json", metavar="OUT", help="write the figures there too")
     args = parser.parse_args()
     load = Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").is_file() else None
-    record = {"detection": detection(args.seeds), "scale": scale(args.runs)}
-    met = all(part["met"] for part in record.values())
+    record = {"detection": detection(args.seeds), "gate": gate(), "scale": scale(args.runs)}
+    met = all(part.get("met", True) for part in record.values())
     record["machine"] = {"cpu": fingerprint.cpu_model(), "cores": os.cpu_count()}
     record["loadavg_before_after"] = [load, Path("/proc/loadavg").read_text().strip() if load else None]
     print(json.dumps(record, indent=1))
