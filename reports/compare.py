@@ -289,16 +289,17 @@ def _scales(m, axes: list[str], normalize: str | None, meta_a, meta_b) -> list[t
 def _record(
     r: Any, axes: list[str], j: judge.Judged, scale: float, bound: str, normalize, alpha: float
 ) -> dict[str, Any]:
-    """One row of the cells table: the cell's axes, where it ran, its statuses, and the judge's answer; A
-    ms and B ms are the judge's levels where it was judged (their ratio is B/A), else the stored medians."""
+    """One row of the cells table: the cell's axes, where it ran, its statuses, and the judge's answer;
+    time_ms_a and time_ms_b are the judge's levels where it was judged (geometric means: their ratio is
+    B/A), else the stored medians; median_ms_a and median_ms_b the stored medians (B's times `scale`)."""
     import pandas as pd
 
+    def median(side: str, factor: float) -> float:
+        m = r[f"time_ms_median_{side}"]
+        return float(m) * factor if present(m) else math.nan
+
     def shown(side: str, factor: float, level: float) -> float:
-        if math.isfinite(level):
-            return level
-        return (
-            float(r[f"time_ms_median_{side}"]) * factor if present(r[f"time_ms_median_{side}"]) else math.nan
-        )
+        return level if math.isfinite(level) else median(side, factor)
 
     significant = (j.p_value < alpha) if math.isfinite(j.p_value) else None
     ok = r["status_a"] == "ok" and r["status_b"] == "ok"
@@ -315,6 +316,8 @@ def _record(
         **{f"{c}_{side}": r[f"{c}_{side}"] for c in ("rel_err", "approximate") for side in "ab"},
         "time_ms_a": shown("a", 1.0, j.level_a),
         "time_ms_b": shown("b", scale if math.isfinite(scale) else 1.0, j.level_b),
+        "median_ms_a": median("a", 1.0),
+        "median_ms_b": median("b", scale if math.isfinite(scale) else 1.0),
         "control_ratio": j.control_ratio,
         "bound": bound,
         "norm_factor": scale if normalize else math.nan,
@@ -475,8 +478,8 @@ def cell_table(cmp: Comparison) -> pg.Table:
         "variant",
         *shown,
         "seq_len",
-        "A ms",
-        "B ms",
+        "A median ms",
+        "B median ms",
         "B/A",
         "B/A 95% CI",
         "p",
@@ -492,8 +495,8 @@ def cell_table(cmp: Comparison) -> pg.Table:
                 str(r["variant"]),
                 *[axis_value(a, r[a]) for a in shown],
                 str(r["seq_len"]),
-                _fmt(r["time_ms_a"]),
-                _fmt(r["time_ms_b"]),
+                _fmt(r["median_ms_a"]),
+                _fmt(r["median_ms_b"]),
                 _fmt(r["ratio"], ".3f"),
                 _ci_text(r["ratio_ci_low"], r["ratio_ci_high"]),
                 _fmt(r["p_value"], ".2g"),
@@ -506,9 +509,11 @@ def cell_table(cmp: Comparison) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        f"A ms, B ms: the geometric means of the {cmp.judgement.level}s judged (in A's units), B/A their "
-        "ratio (>1: B slower) with its 95% CI; p the cell's test, p_holm Holm-adjusted over the cells "
-        "judged; verdicts and the gate by the rule above.",
+        "A median ms, B median ms: each run's median of the cell (time_ms_median, as run and report show "
+        "it; B's rescaled by --normalize), what --fail-above median:N% compares (with --control, B's "
+        "relative to it); B/A the judge's ratio (>1: B slower), of the geometric means of the "
+        f"{cmp.judgement.level}s judged, not of the medians, with its 95% CI; p the cell's test, p_holm "
+        "Holm-adjusted over the cells judged; verdicts and the gate by the rule above.",
     )
 
 

@@ -263,6 +263,28 @@ def test_gate_ignores_a_slowdown_it_cannot_tell(tmp_path):
     assert len(cmp.regressions) == 0
 
 
+def test_the_gates_median_is_the_rows_median_and_is_shown_as_one(tmp_path):
+    """B's calls: 16 at 1.6x A's and 14 at 4x (a heavy tail): the judge's B/A (geometric means) is about
+    2.4, the rows' medians (time_ms_median, as run and report show them) 1.6x apart. median:80% does not
+    fail; median:50% does, and the REGRESSION line and the table's median columns show the rows' medians."""
+    sa = synthetic.samples(1.0, n=30, spread=0.01, seed=1)
+    pair = _verdict_pair(tmp_path, sa, [1.6] * 16 + [4.0] * 14)
+    from attnbench import results
+
+    medians = [float(results.load(run)["time_ms_median"].iloc[0]) for run in pair]
+    cmp = compare_runs(*pair, threshold=parse_threshold("median:80%"), **STATED)
+    row = cmp.cells.iloc[0]
+    assert row["verdict"] == "slower" and row["ratio"] > 2.2 and cmp.regressions.empty
+    assert [row["median_ms_a"], row["median_ms_b"]] == pytest.approx(medians)
+    assert medians[1] / medians[0] == pytest.approx(1.6, rel=0.02)
+    args = ("compare", *map(str, pair), "--run-spread", "0", "--fail-above")
+    proc = run_cli(*args, "median:50%", "--out", str(tmp_path / "o"), timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    said = f"REGRESSION naive seq_len=1024: median {medians[0]:.4g} -> {medians[1]:.4g} ms (+60%)"
+    assert said in proc.stdout and "A median ms" in proc.stdout
+    assert "its median (each side's time_ms_median" in proc.stdout
+
+
 # ---- calibration: the machine's speed apart from the code's --------------------------------------
 
 
