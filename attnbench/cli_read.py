@@ -130,7 +130,8 @@ def add_compare(sub) -> None:
         metavar="STAT:N%",
         help="exit 1 if a cell's verdict is 'slower' (significant after Holm's adjustment over the cells, "
         "and the ratio's CI above 1: the rule compare prints) and B is slower than A by "
-        "more than this (median, mean, min or max; N%% relative, "
+        "more than this (median: each run's median of the cell, as the table shows it; mean, min or max of "
+        "its samples; N%% relative, "
         "which is also the band of 'same', or a number of ms), or a cell ok in A is "
         "wrong/error/crashed/timeout in B",
     )

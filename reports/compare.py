@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.results import devices, judge
+from attnbench.results.formulas import counted
 from attnbench.results.judge import BROKEN, STATS, VERDICTS, Threshold  # noqa: F401 (compare's names)
-from attnbench.results.schema import CELL_AXES
+from attnbench.results.schema import CELL_AXES, STATUSES
 
-from . import calibration
+from . import calibration, compare_load
 from . import page as pg
 from .tables import axis_value, present, varying
 
@@ -73,6 +74,8 @@ class Comparison:
     ceilings: list = field(default_factory=list)  # reports.calibration.Ceiling of both runs, side by side
     normalize: str | None = None  # 'calibration': B's times were rescaled to A's machine
     pairing: list[str] = field(default_factory=list)  # runs of several devices: which group met which
+    only_a: Any = None  # DataFrame (cell_id, status): the cells only A has, never compared
+    only_b: Any = None  # and those only B has
 
     @property
     def threshold(self) -> Threshold | None:
@@ -138,16 +141,6 @@ def _match_axes(a, b) -> tuple[list[str], str]:
     ), f"cells matched by cell_id on the devices both runs used ({', '.join(common) or 'none'})"
 
 
-def _with_device_model(rows, groups: list):
-    """The run's rows with `device_model`: the device group each row was measured on (results.devices).
-    Not `model`: the rows' own `model` column is the published model a cell's shape is from."""
-    import pandas as pd
-
-    of = devices.group_of(groups)
-    rows["device_model"] = pd.array([of[w].model for w in rows["where"]], dtype="string")
-    return rows
-
-
 def _cell_axes(a, b, split: bool) -> tuple[list[str], str]:
     """The axes a cell pairs on, and how to say it. A run that mixes device models or speeds (split)
     pairs a cell only with the same cell on the same model."""
@@ -155,71 +148,6 @@ def _cell_axes(a, b, split: bool) -> tuple[list[str], str]:
         axes = [*CELL_AXES, "device_model"]
         return axes, "cells matched by cell_id within one device model (runs of several device groups)"
     return _match_axes(a, b)
-
-
-def _check_normalize(normalize: str | None, meta_a: dict[str, Any], meta_b: dict[str, Any]) -> None:
-    if normalize not in (None, "calibration"):
-        raise ValueError(f"--normalize takes 'calibration', got {normalize!r}")
-    if normalize and not (calibration.has_calibration(meta_a) and calibration.has_calibration(meta_b)):
-        raise ValueError("--normalize calibration needs both runs' calibration (meta.json has none)")
-
-
-def _check_sets(meta_a: dict[str, Any], meta_b: dict[str, Any], normalize, variant_a, same: bool) -> None:
-    """ValueError (one line) for what run sets (results.runset) cannot be compared by: a set with a single
-    run, --normalize (one calibration per run), an A/B inside one set (made in one run, its rounds pair)."""
-    sets = [m.get("runset") for m in (meta_a, meta_b)]
-    if not any(sets):
-        return
-    if not all(sets):
-        which = "RUN_A" if sets[0] else "RUN_B"
-        n = len((sets[0] or sets[1])["runs"])
-        raise ValueError(
-            f"{which} is a run set ({n} runs) and the other a single run: compare a set with a set, each "
-            "made the same way (the spread between a side's runs is what the verdict is judged by)"
-        )
-    if normalize:
-        raise ValueError("--normalize rescales one run by its calibration: use --control with run sets")
-    if same and variant_a is not None:
-        raise ValueError(
-            "--variant-a/--variant-b in one run set: compare them in one of its runs, whose rounds pair them"
-        )
-
-
-def require_variant(df, name: str, flag: str, side: str) -> None:
-    """ValueError (one line, naming the run's variants) unless `name` is a variant of run `side`."""
-    names = set(df["variant"].dropna().astype(str))
-    if name not in names:
-        known = ", ".join(sorted(names)) or "none"
-        raise ValueError(f"{flag} {name!r} is not a variant of run {side} (it has: {known})")
-
-
-def _check_control(control: str | None, normalize: str | None, a, b) -> None:
-    """ValueError (one line) unless the control is a variant of both runs, and not with --normalize."""
-    if control is None:
-        return
-    if normalize:
-        raise ValueError("--control and --normalize both rescale B's times: choose one")
-    require_variant(a, control, "--control", "A")
-    require_variant(b, control, "--control", "B")
-
-
-def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant: str | None, same: bool):
-    """--variant-a/--variant-b: A's rows of variant_a (labelled variant_b, so that cells pair) and B's of
-    variant_b; ValueError (one line) for one without the other, with --control, a variant a run lacks,
-    or a variant compared with itself in one run."""
-    if variant_a is None and variant_b is None:
-        return a, b
-    if variant_a is None or variant_b is None:
-        raise ValueError("--variant-a and --variant-b go together: name the variant of each run compared")
-    if control_variant is not None:
-        raise ValueError("--variant-a/--variant-b compare one variant with another: --control does not apply")
-    if same and variant_a == variant_b:
-        raise ValueError(f"--variant-a and --variant-b are both {variant_a!r} in one run: nothing to compare")
-    require_variant(a, variant_a, "--variant-a", "A")
-    require_variant(b, variant_b, "--variant-b", "B")
-    a = a[a["variant"] == variant_a].copy()
-    a["variant"] = variant_b
-    return a, b[b["variant"] == variant_b]
 
 
 # what each side of a paired cell keeps: what results.judge.Side.of reads (a run set's rows have the run
@@ -240,6 +168,13 @@ def _paired(a, b, axes: list[str]):
     keep_a = a[keep].drop_duplicates(subset=axes, keep="last")
     keep_b = b[keep].drop_duplicates(subset=axes, keep="last")
     return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
+
+
+def _unmatched(x, y, axes: list[str]):
+    """The cells of x that y lacks (the last row of a cell measured twice): their cell_id and status."""
+    x = x.drop_duplicates(subset=axes, keep="last")
+    m = x[[*axes, "cell_id", "status"]].merge(y[axes].drop_duplicates(), on=axes, how="left", indicator=True)
+    return m.loc[m["_merge"] == "left_only", ["cell_id", "status"]].reset_index(drop=True)
 
 
 def _shape(r: Any, axes: list[str]) -> tuple:
@@ -289,16 +224,17 @@ def _scales(m, axes: list[str], normalize: str | None, meta_a, meta_b) -> list[t
 def _record(
     r: Any, axes: list[str], j: judge.Judged, scale: float, bound: str, normalize, alpha: float
 ) -> dict[str, Any]:
-    """One row of the cells table: the cell's axes, where it ran, its statuses, and the judge's answer; A
-    ms and B ms are the judge's levels where it was judged (their ratio is B/A), else the stored medians."""
+    """One row of the cells table: the cell's axes, where it ran, its statuses, and the judge's answer;
+    time_ms_a and time_ms_b are the judge's levels where it was judged (geometric means: their ratio is
+    B/A), else the stored medians; median_ms_a and median_ms_b the stored medians (B's times `scale`)."""
     import pandas as pd
 
+    def median(side: str, factor: float) -> float:
+        m = r[f"time_ms_median_{side}"]
+        return float(m) * factor if present(m) else math.nan
+
     def shown(side: str, factor: float, level: float) -> float:
-        if math.isfinite(level):
-            return level
-        return (
-            float(r[f"time_ms_median_{side}"]) * factor if present(r[f"time_ms_median_{side}"]) else math.nan
-        )
+        return level if math.isfinite(level) else median(side, factor)
 
     significant = (j.p_value < alpha) if math.isfinite(j.p_value) else None
     ok = r["status_a"] == "ok" and r["status_b"] == "ok"
@@ -315,6 +251,8 @@ def _record(
         **{f"{c}_{side}": r[f"{c}_{side}"] for c in ("rel_err", "approximate") for side in "ab"},
         "time_ms_a": shown("a", 1.0, j.level_a),
         "time_ms_b": shown("b", scale if math.isfinite(scale) else 1.0, j.level_b),
+        "median_ms_a": median("a", 1.0),
+        "median_ms_b": median("b", scale if math.isfinite(scale) else 1.0),
         "control_ratio": j.control_ratio,
         "bound": bound,
         "norm_factor": scale if normalize else math.nan,
@@ -356,24 +294,6 @@ def _per_variant(cells):
     return pd.DataFrame(per)
 
 
-def _load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
-    """Both sides' rows (with their device model), metas, labels and device groups, checked: ValueError or
-    RunDirError (one line) for what cannot be compared."""
-    from attnbench import results
-    from attnbench.results import runset
-
-    (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
-    same = Path(run_a).resolve() == Path(run_b).resolve()
-    _check_sets(meta_a, meta_b, normalize, variant_a, same)
-    groups_a, groups_b = (devices.groups(m, results.scalar_records(x)) for m, x in ((meta_a, a), (meta_b, b)))
-    a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
-    a, b = _picked(a, b, variant_a, variant_b, control_variant, same=same)
-    _check_normalize(normalize, meta_a, meta_b)
-    _check_control(control_variant, normalize, a, b)
-    labels = (f"{name_a} ({results.machine_label(meta_a)})", f"{name_b} ({results.machine_label(meta_b)})")
-    return a, b, meta_a, meta_b, labels, (groups_a, groups_b), same
-
-
 def compare_runs(
     run_a: str | Path,
     run_b: str | Path,
@@ -394,7 +314,7 @@ def compare_runs(
     runs move on this machine (a fraction), for comparisons that cannot see it."""
     from attnbench.results import runset
 
-    a, b, meta_a, meta_b, labels, (groups_a, groups_b), same = _load(
+    a, b, meta_a, meta_b, labels, (groups_a, groups_b), same = compare_load.load(
         run_a, run_b, normalize, control_variant, variant_a, variant_b
     )
     split = any(g.label for g in groups_a + groups_b)
@@ -423,6 +343,7 @@ def compare_runs(
     return Comparison(
         str(run_a), str(run_b), *labels, how, axes, cells, _per_variant(cells), judgement,
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
+        _unmatched(a, b, axes), _unmatched(b, a, axes),
     )  # fmt: skip
 
 
@@ -475,8 +396,8 @@ def cell_table(cmp: Comparison) -> pg.Table:
         "variant",
         *shown,
         "seq_len",
-        "A ms",
-        "B ms",
+        "A median ms",
+        "B median ms",
         "B/A",
         "B/A 95% CI",
         "p",
@@ -492,8 +413,8 @@ def cell_table(cmp: Comparison) -> pg.Table:
                 str(r["variant"]),
                 *[axis_value(a, r[a]) for a in shown],
                 str(r["seq_len"]),
-                _fmt(r["time_ms_a"]),
-                _fmt(r["time_ms_b"]),
+                _fmt(r["median_ms_a"]),
+                _fmt(r["median_ms_b"]),
                 _fmt(r["ratio"], ".3f"),
                 _ci_text(r["ratio_ci_low"], r["ratio_ci_high"]),
                 _fmt(r["p_value"], ".2g"),
@@ -506,9 +427,11 @@ def cell_table(cmp: Comparison) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        f"A ms, B ms: the geometric means of the {cmp.judgement.level}s judged (in A's units), B/A their "
-        "ratio (>1: B slower) with its 95% CI; p the cell's test, p_holm Holm-adjusted over the cells "
-        "judged; verdicts and the gate by the rule above.",
+        "A median ms, B median ms: each run's median of the cell (time_ms_median, as run and report show "
+        "it; B's rescaled by --normalize), what --fail-above median:N% compares (with --control, B's "
+        "relative to it); B/A the judge's ratio (>1: B slower), of the geometric means of the "
+        f"{cmp.judgement.level}s judged, not of the medians, with its 95% CI; p the cell's test, p_holm "
+        "Holm-adjusted over the cells judged; verdicts and the gate by the rule above.",
     )
 
 
@@ -531,6 +454,31 @@ def accuracy_lines(cmp: Comparison) -> list[str]:
             bound = f" (held to {float(held[s].max()):g})" if len(held[s]) else " (exact)"
             said.append(f"{float(worst.max()):.2g} in {label}{bound}" if len(worst) else f"n/a in {label}")
         lines.append(f"{variant} is approximate: worst rel_err against float64 {', '.join(said)}")
+    return lines
+
+
+def unmatched_lines(cmp: Comparison, named: int = 10) -> list[str]:
+    """How many cells only one run has (never compared) and their statuses, and B's broken ones by name: a
+    cell only in B has no A to regress from, so it never fails the gate, but it is not hidden."""
+    sides = [(side, x) for side, x in (("A", cmp.only_a), ("B", cmp.only_b)) if x is not None and len(x)]
+    if not sides:
+        return []
+
+    def statuses(x) -> str:
+        counts = x["status"].value_counts()
+        return ", ".join(
+            f"{int(counts[s])} {s}" for s in dict.fromkeys((*STATUSES, *counts.index)) if s in counts.index
+        )
+
+    said = [f"{counted(len(x), 'cell')} only in {side} ({statuses(x)})" for side, x in sides]
+    lines = [f"not compared, the other run has no such cell: {' and '.join(said)}"]
+    broken = cmp.only_b[cmp.only_b["status"].isin(BROKEN)] if cmp.only_b is not None else []
+    if len(broken):
+        names = [f"{cid} ({st})" for cid, st in zip(broken["cell_id"], broken["status"], strict=True)]
+        more = f", and {len(names) - named} more" if len(names) > named else ""
+        lines.append(
+            f"broken only in B, not gated (no cell of A to regress from): {', '.join(names[:named])}{more}"
+        )
     return lines
 
 
@@ -562,12 +510,15 @@ def variant_table(cmp: Comparison) -> pg.Table:
 
 
 def verdict(cmp: Comparison) -> str:
-    """The last line: how many regressions beyond the threshold (or that no threshold was given)."""
+    """The last line: how many regressions beyond the threshold (or that no threshold was given), and how
+    many cells only B has are broken (never gated: unmatched_lines)."""
+    n_broken = int(cmp.only_b["status"].isin(BROKEN).sum()) if cmp.only_b is not None else 0
+    also = f"; {counted(n_broken, 'cell')} broken only in B, not gated (above)" if n_broken else ""
     if cmp.threshold is None:
-        return "no --fail-above given: nothing can fail"
+        return "no --fail-above given: nothing can fail" + also
     n = int(cmp.cells["regression"].sum())
     what = f"--fail-above {cmp.threshold.text}"
-    return f"{what}: {n} regression{'s' * (n != 1)}" if n else f"{what}: no regression"
+    return (f"{what}: {n} regression{'s' * (n != 1)}" if n else f"{what}: no regression") + also
 
 
 def verdict_counts(cmp: Comparison) -> str:
@@ -620,6 +571,7 @@ def text_report(cmp: Comparison) -> str:
         f"B: {cmp.label_b}  [{cmp.run_b}]",
         cmp.match,
         *cmp.pairing,
+        *unmatched_lines(cmp),
         "",
     ]
     out.append(pg.to_text(calibration_table(cmp)))
@@ -667,6 +619,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
                 f"B: {cmp.label_b} ({cmp.run_b})",
                 cmp.match,
                 *cmp.pairing,
+                *unmatched_lines(cmp),
                 verdict_counts(cmp),
                 *accuracy_lines(cmp),
                 verdict(cmp),

@@ -50,6 +50,7 @@ class Findings:
 
     panels: tuple[PanelFindings, ...]
     trust: tuple[str, ...]
+    unfinished: tuple[str, ...] = ()  # first of all: a run that stopped before every cell it planned
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
@@ -358,10 +359,15 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 
 def build(
-    df, scaling, head: Callable[[dict[str, Any], Any], str], run_dirs: tuple[str, ...] = ()
+    df,
+    scaling,
+    head: Callable[[dict[str, Any], Any], str],
+    run_dirs: tuple[str, ...] = (),
+    unfinished: tuple[str, ...] = (),
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
-    group's own section below), and the run-wide trust sentences."""
+    group's own section below), and the run-wide trust sentences; `unfinished` (reports.trust's sentences
+    on runs stopped early) comes first."""
     out = []
     for gkey, group in groups(df):
         pans = panels(group)
@@ -386,12 +392,12 @@ def build(
         packed = varlen.sentences(group)  # packed variable-length cells: per pattern, across its panels
         if packed:
             out.append(PanelFindings(f"{head(gkey, group)} · packed variable-length batches", tuple(packed)))
-    return Findings(tuple(out), trust_sentences(df, run_dirs))
+    return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished)
 
 
 def blocks(f: Findings) -> list[pg.Block]:
     """The page's first section: a heading, per panel its title and its sentences, then the trust."""
-    out: list[pg.Block] = [pg.Heading("Findings")]
+    out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in f.unfinished)]
     if not f.panels:
         out.append(
             pg.Para("No cell ran ok: nothing is ranked or fitted (see 'Cells that are not ok' below).")
@@ -402,10 +408,12 @@ def blocks(f: Findings) -> list[pg.Block]:
 
 
 def headline(f: Findings) -> str:
-    """The first finding, for a one-line summary (a Report's repr): who is fastest where, first panel."""
+    """The first finding, for a one-line summary (a Report's repr): who is fastest where, first panel; after
+    '(unfinished)' where a run stopped before every cell it planned."""
+    lead = "(unfinished) " if f.unfinished else ""
     if not f.panels:
-        return "No cell ran ok: nothing is ranked or fitted."
-    return f.panels[0].sentences[0] if f.panels[0].sentences else f.panels[0].title
+        return lead + "No cell ran ok: nothing is ranked or fitted."
+    return lead + (f.panels[0].sentences[0] if f.panels[0].sentences else f.panels[0].title)
 
 
 def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
@@ -417,6 +425,8 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
         return wrap_text(s, width, rest, first)
 
     lines = ["Findings"]
+    for t in f.unfinished:
+        lines += wrap(t)
     if not f.panels:
         lines.append("  No cell ran ok: nothing is ranked or fitted.")
     for p in f.panels:

@@ -481,8 +481,9 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     if scaling is None:
         scaling = fitmod.scaling_table(inputs.df, inputs.metas)
     multi = len(inputs.metas) > 1
+    left = trust.unfinished_sentences(inputs.df, inputs.metas, inputs.run_dirs)
     return findmod.build(
-        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs
+        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs, left
     )
 
 
@@ -523,7 +524,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     page.add(*_scaling_blocks(df, summary, metas))
     for section in sections:
         page.add(*section.tables)
-    page.add(*trust.blocks(df, metas, devgroups))
+    page.add(*trust.blocks(df, metas, devgroups, inputs.run_dirs))
 
     report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
     report.html.write_text(pg.to_html(page, out), encoding="utf-8")

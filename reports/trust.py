@@ -3,10 +3,12 @@ cells that are not ok or are flagged (suspect, drift, throttled), the machine, a
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from attnbench.results import devices
 from attnbench.results.formulas import bytes_text
+from attnbench.results.store import unfinished
 
 from . import page as pg
 from .calibration import group_notes
@@ -23,13 +25,38 @@ def device_groups(df, metas: dict[str, dict[str, Any]]) -> dict[str, list]:
     }
 
 
-def blocks(df, metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
-    """The page's last sections, in order: the runs (machine, when, cells by status), where a run measured
-    on several devices measured its cells, the cells that are not ok, the flagged ones (each section only
-    when some cell is flagged), the machine, and, for several runs, each run's calibration against the
-    first's."""
+def unfinished_sentences(
+    df, metas: dict[str, dict[str, Any]], run_dirs: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """One sentence per run that stopped before it measured every cell it planned (results.store.unfinished:
+    runs that record their plan), with the command that finishes it; the run is named where there are
+    several."""
+    out = []
+    dirs = dict(zip(metas, run_dirs, strict=False))
+    for rid, meta in metas.items():
+        left = unfinished(meta, df.loc[df["run_id"] == rid, "cell_id"])
+        if left is None:
+            continue
+        who = f" run {rid}" if len(metas) > 1 else ""
+        target = shlex.quote(str(dirs[rid])) if rid in dirs else "RUN"
+        out.append(
+            f"Unfinished{who}: {left[0]} of {left[1]} planned cells measured; finish with "
+            f"`attnbench run --resume --out {target}`."
+        )
+    return tuple(out)
+
+
+def blocks(
+    df, metas: dict[str, dict[str, Any]], devgroups: dict[str, list], run_dirs: tuple[str, ...] = ()
+) -> list:
+    """The page's last sections, in order: the runs (machine, when, cells by status, and whether a run is
+    unfinished), where a run measured on several devices measured its cells, the cells that are not ok,
+    the flagged ones (each section only when some cell is flagged), the machine, and, for several runs,
+    each run's calibration against the first's."""
+    left = unfinished_sentences(df, metas, run_dirs)
     return [
         *_runs_blocks(df, metas),
+        *([pg.Bullets(left)] if left else []),
         *_where_blocks(devgroups),
         *_failures_blocks(df),
         *_suspect_blocks(df),

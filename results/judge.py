@@ -30,7 +30,10 @@ visits do not show what moves between runs.
    only within ±(tolerance - that spread).
 7. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
    judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
-   than N% (median: the judge's ratio; mean, min, max: of the samples). In a blind comparison the floor
+   than N%: median, each side's median (the row's time_ms_median, which run, report and export show; a
+   run set's, the median of its runs' medians); mean, min, max, of each side's samples; B's over the
+   control's median on each side, in A's units, where the cell was judged relative to it. The verdict is
+   the judge's (its ratio of geometric means), the size is the STAT's. In a blind comparison the floor
    takes Holm's place: a cell 'slower' there cleared the largest ratio identical runs showed. A cell ok in
    A and wrong, error, crashed or timeout in B fails whatever the statistics.
 
@@ -383,20 +386,22 @@ def _judge_cell(cell: Cell, design: Design, level: str) -> Judged:
     )
 
 
-def _stat(cell: Cell, judged: Judged, stat: str, design: Design) -> tuple[float, float]:
-    """The gate's statistic on each side: the judge's levels for the median, else of the samples (each side
-    over the control's median on that side, in A's units, where the cell was judged relative to it)."""
-    if stat == "median":
-        return judged.level_a, judged.level_b
+def _stat(cell: Cell, stat: str, design: Design) -> tuple[float, float]:
+    """The gate's statistic on each side (module docstring, 7): its median (the row's time_ms_median, the
+    median run and report show, never the judge's geometric mean), or the mean, min or max of its samples;
+    B's over the control's median on each side, in A's units, where the cell was judged relative to it."""
     assert cell.a is not None and cell.b is not None
-    fn = {"mean": statistics.fmean, "min": min, "max": max}[stat]
-    sa, sb = list(cell.a.samples), list(cell.b.samples)
-    if not (sa and sb):
-        return math.nan, math.nan
+    if stat == "median":
+        va, vb = cell.a.median, cell.b.median
+    else:
+        fn = {"mean": statistics.fmean, "min": min, "max": max}[stat]
+        if not (cell.a.samples and cell.b.samples):
+            return math.nan, math.nan
+        va, vb = float(fn(cell.a.samples)), float(fn(cell.b.samples))
     if design.control is not None and not cell.is_control and cell.has_control:
         assert cell.control_a is not None and cell.control_b is not None
-        sb = [s * cell.control_a.median / cell.control_b.median for s in sb]
-    return float(fn(sa)), float(fn(sb))
+        vb *= cell.control_a.median / cell.control_b.median
+    return va, vb
 
 
 def _gate(cell: Cell, judged: Judged, design: Design, family: int) -> tuple[bool, str]:
@@ -413,7 +418,7 @@ def _gate(cell: Cell, judged: Judged, design: Design, family: int) -> tuple[bool
         return True, f"status ok -> {cell.status_b}"
     if judged.verdict != "slower":
         return False, note
-    va, vb = _stat(cell, judged, t.stat, design)
+    va, vb = _stat(cell, t.stat, design)
     if not (math.isfinite(va) and math.isfinite(vb) and t.exceeded(va, vb)):
         return False, note
     # a blind cell that is 'slower' cleared the floor, the largest ratio identical runs ever showed: that is
@@ -421,7 +426,8 @@ def _gate(cell: Cell, judged: Judged, design: Design, family: int) -> tuple[bool
     if not judged.blind and not judged.p_holm < design.alpha:
         adjusted = f"Holm-adjusted {judged.p_holm:.2g} over {family} cells"
         return False, f"not over the family: p {judged.p_value:.2g}, {adjusted}"
-    return True, f"{t.stat} {va:.4g} -> {vb:.4g} ms"
+    relative = f", B's relative to {design.control}" if math.isfinite(judged.control_ratio) else ""
+    return True, f"{t.stat} {va:.4g} -> {vb:.4g} ms ({vb / va - 1:+.0%}{relative})"
 
 
 @dataclass(frozen=True)
@@ -476,6 +482,16 @@ _REPLICATE = {
     "run": "each run's median (the runs of a run set)",
     "visit": "each visit's median (a run visits every cell once per round, round-robin over the sweep)",
     "sample": "each timed call",
+}
+
+
+# what the gate's STAT is on each side (module docstring, 7): the verdict is the judge's, the size the STAT's
+_STAT_TEXT = {
+    "median": "its median (each side's time_ms_median, the median run and report show, not the geometric "
+    "means of the test)",
+    "mean": "the mean of its samples",
+    "min": "the min of its samples",
+    "max": "the max of its samples",
 }
 
 
@@ -557,8 +573,9 @@ def rule_text(j: Judgement) -> str:
     gate = (
         f"Gate (--fail-above {d.threshold.text}): a cell fails when it is 'slower', its p Holm-adjusted "
         f"over {family} is below {d.alpha:g} (in a blind comparison the floor below takes Holm's place), and "
-        f"its {d.threshold.stat} grew by more than the threshold; a cell ok in A and wrong, error, crashed "
-        "or timeout in B fails whatever the statistics."
+        f"{_STAT_TEXT[d.threshold.stat]} grew by more than the threshold"
+        + (" (B's over the control's median on each side)" if d.control else "")
+        + "; a cell ok in A and wrong, error, crashed or timeout in B fails whatever the statistics."
         if d.threshold is not None
         else f"No gate (no --fail-above); p_holm is Holm's step-down over {family}."
     )

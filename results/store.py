@@ -223,6 +223,7 @@ META_KINDS: dict[str, type] = {
     "devices": dict,
     "worker_threads": int,
     "cells": list,
+    "planned_cells": int,
     "rerun_of": dict,
     "cpu_affinity": dict,
     "cwd": str,
@@ -281,6 +282,17 @@ def _read_lines(p: Path, *, rows: bool = True) -> list[tuple[int, dict[str, Any]
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Every complete row; a torn or corrupt line is skipped with a warning naming it."""
     return [row for _, row in _read_lines(Path(path) / ROWS)]
+
+
+def unfinished(meta: dict[str, Any], cell_ids: Any) -> tuple[int, int] | None:
+    """(cells with a row, cells planned) of a run that stopped before it measured every cell it planned
+    (Ctrl-C, a kill, a crash: `attnbench run --resume` finishes it), from meta.json's `planned_cells`; None
+    for a run that measured them all, or whose meta.json does not say (runs made before it did)."""
+    planned = meta.get("planned_cells")
+    if not isinstance(planned, int) or isinstance(planned, bool):
+        return None
+    measured = len({str(c) for c in cell_ids})
+    return (measured, planned) if measured < planned else None
 
 
 def latest_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -298,6 +298,8 @@ def _write_meta(
     """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe; the
     notes for the user (a variant whose probe left something behind)."""
     meta = _meta(start.sweep, start.names, start.variant_files, local, progress, executor)
+    # how many cells the run sets out to measure: a report of a run stopped early says how many it lacks
+    meta["planned_cells"] = len({c.cell_id for c in start.cells()})
     if start.chosen is not None:
         meta["cells"] = start.chosen
     if rerun_of is not None:

@@ -95,6 +95,7 @@ def test_what_is_not_a_run_set_is_refused_in_one_line(tmp_path):
     (tmp_path / "lonely" / "x").mkdir(parents=True)
     _run(tmp_path / "lonely" / "run1", 1.0, 3)
     (tmp_path / "notes.txt").write_text("a file")
+    other = _set(tmp_path / "other", OFFSETS_B[:3], 20)
     for path, message in [
         (tmp_path / "nowhere", "does not exist"),
         (tmp_path / "notes.txt", "notes.txt' is a file, not a run directory"),
@@ -105,8 +106,9 @@ def test_what_is_not_a_run_set_is_refused_in_one_line(tmp_path):
             runset.members(path)
     for kw, message in [
         ({"run_b": single}, "RUN_A is a run set (3 runs) and the other a single run"),
-        ({"normalize": "calibration"}, "--normalize rescales one run by its calibration"),
+        ({"run_b": other, "normalize": "calibration"}, "--normalize rescales one run by its calibration"),
         ({"run_b": a, "variant_a": "naive", "variant_b": "sdpa"}, "--variant-a/--variant-b in one run set"),
+        ({"run_b": tmp_path / "." / "a"}, "the same run is given twice"),
     ]:
         args = {"run_b": a, **kw}
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

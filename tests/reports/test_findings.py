@@ -4,6 +4,7 @@ terminal; wide tables scroll in their own box; every variant has its own colour.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -157,6 +158,60 @@ def test_a_run_with_no_ok_cell_says_so(tmp_path):
     assert found.panels == ()
     assert "No cell ran ok" in findings.text(found)
     assert found.trust[0].startswith("Trust: 0 of 2 cells ran ok (2 oom)")
+
+
+def _planned(run: Path, planned: int | None) -> Path:
+    """The run's meta.json saying it planned `planned` cells (None: as runs made before they said so)."""
+    meta = json.loads((run / "meta.json").read_text())
+    meta.pop("planned_cells", None)
+    if planned is not None:
+        meta["planned_cells"] = planned
+    (run / "meta.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_an_unfinished_run_says_so_first_and_in_its_trust_section(tmp_path):
+    """A run that stopped after 2 of the 15 cells it planned: the findings open with it and the command
+    that finishes it, and the page's Runs section says it; a run of every planned cell, or one whose
+    meta.json does not say what it planned (made before runs did), says nothing."""
+    rows = _crossover_rows()[:2]
+    run = _planned(synthetic.write_run(tmp_path / "intr", rows), 15)
+    said = f"Unfinished: 2 of 15 planned cells measured; finish with `attnbench run --resume --out {run}`."
+    rep = render(prepare([run]), tmp_path / "report")
+    assert rep.findings.unfinished == (said,) and findings.headline(rep.findings).startswith("(unfinished)")
+    assert findings.text(rep.findings).splitlines()[1].startswith("Unfinished: 2 of 15 planned cells")
+    md = rep.readme.read_text().replace("\\", "")
+    runs = md.index("## Runs")
+    assert md.index("Unfinished: 2 of 15") < md.index("## cpu") and "Unfinished: 2 of 15" in md[runs:]
+    for planned in (2, None):
+        done = _planned(synthetic.write_run(tmp_path / f"done-{planned}", rows), planned)
+        found = findings_of(prepare([done]))
+        assert found.unfinished == () and "nfinished" not in findings.text(found)
+    # several runs: each unfinished one is named
+    other = _planned(synthetic.write_run(tmp_path / "other", rows, run_id="other"), 4)
+    both = findings_of(prepare([run, other]))
+    assert [t.split(":")[0] for t in both.unfinished] == ["Unfinished run synthetic", "Unfinished run other"]
+
+
+def test_a_run_stopped_early_is_reported_unfinished_until_resumed(tmp_path):
+    """A real run records the cells it planned; killed after its first cell (its rows.jsonl holds that
+    row alone), `attnbench report` says so first, and once `--resume` finished it, no more."""
+    out = tmp_path / "run"
+    args = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "--calibrate-ms", "20")
+    made = run_cli("run", "--variants", "naive", "--seq-len", "32,64", *args, "-q", "--out", str(out))
+    assert made.returncode == 0, made.stderr
+    assert json.loads((out / "meta.json").read_text())["planned_cells"] == 2
+    first = (out / "rows.jsonl").read_text().splitlines()[0]
+    (out / "rows.jsonl").write_text(first + "\n")
+    (out / "visits.jsonl").unlink(missing_ok=True)
+    report = run_cli("report", str(out), "--out", str(tmp_path / "rep"))
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.splitlines()[1].startswith("Unfinished: 1 of 2 planned cells measured; finish with")
+    assert f"`attnbench run --resume --out {out}`" in " ".join(report.stdout.split())
+    resumed = run_cli("run", "--resume", "--out", str(out), "-q")
+    assert resumed.returncode == 0, resumed.stderr
+    again = run_cli("report", str(out), "--out", str(tmp_path / "rep2"))
+    assert again.returncode == 0 and "nfinished" not in again.stdout
 
 
 def test_the_fixture_has_findings_per_panel():

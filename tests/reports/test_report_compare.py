@@ -216,6 +216,48 @@ def test_cli_compare_bad_input(tmp_path, case):
     assert proc.stdout == "" and not out.exists()
 
 
+def test_cells_only_one_run_has_are_counted_and_b_s_broken_ones_named(tmp_path):
+    """A: naive and chunked at 3 N; B: naive at one of them, and a variant A never ran, broken at 3 N and
+    ok at a fourth. The one shared cell is judged; the rest are counted by side and status, B's broken
+    ones named by cell_id, in the terminal and on the page; they cannot regress against A: no failure."""
+    rows_a = [synthetic.cell(v, n, time_ms=n / 100) for v in ("naive", "chunked") for n in (128, 256, 512)]
+    broken = [("error", 128), ("timeout", 256), ("wrong", 512)]
+    rows_b = [synthetic.cell("naive", 128, time_ms=1.28), synthetic.cell("sdpa", 1024, time_ms=3.0)]
+    rows_b += [synthetic.cell("sdpa", n, status=st, message="boom") for st, n in broken]
+    a, b = _pair(tmp_path, rows_a, rows_b)
+    cmp = compare_runs(a, b, threshold=GATE)
+    assert len(cmp.cells) == 1 and (len(cmp.only_a), len(cmp.only_b)) == (5, 4) and cmp.regressions.empty
+    named = [f"{r['cell_id']} ({r['status']})" for r in rows_b[2:]]
+    lines = [
+        "not compared, the other run has no such cell: 5 cells only in A (5 ok) and 4 cells only in B (1 ok, "
+        "1 wrong, 1 error, 1 timeout)",
+        "broken only in B, not gated (no cell of A to regress from): " + ", ".join(named),
+    ]
+    text = text_report(cmp)
+    assert all(line in text for line in lines)
+    assert text.rstrip().endswith("no regression; 3 cells broken only in B, not gated (above)")
+    readme, _ = write_page(cmp, tmp_path / "page")
+    assert "5 cells only in A (5 ok)" in readme.read_text() and "(timeout)" in readme.read_text()
+    # the same cells both sides: no such line
+    assert "not compared" not in text_report(compare_runs(*_pair(tmp_path / "same", _rows(), _rows())))
+
+
+def test_a_run_compared_with_itself_is_refused(tmp_path):
+    """compare RUN RUN (the same directory, however spelled) would judge every cell at 1.000 against itself:
+    refused in one line, as report refuses it; an A/B of two of its variants is still the way to compare in
+    one run."""
+    run = synthetic.write_run(tmp_path / "run", _rows())
+    with pytest.raises(ValueError, match="the same run is given twice"):
+        compare_runs(run, run)
+    out = tmp_path / "out"
+    proc = run_cli("compare", str(run), str(tmp_path / "." / "run" / ".." / "run"), "--out", str(out))
+    assert (
+        proc.returncode == 2 and proc.stderr.count("\n") == 1 and "the same run is given twice" in proc.stderr
+    )
+    assert proc.stdout == "" and not out.exists()
+    assert len(compare_runs(run, run, variant_a="naive", variant_b="sdpa").cells) == len(SEQ)
+
+
 def _verdict_pair(tmp_path, samples_a, samples_b):
     """One naive cell at N=1024 in each run, with the given raw samples."""
     a = synthetic.write_run(tmp_path / "a", [synthetic.cell("naive", 1024, sample_ms=samples_a)], run_id="a")
@@ -261,6 +303,28 @@ def test_gate_ignores_a_slowdown_it_cannot_tell(tmp_path):
     row = cmp.cells.iloc[0]
     assert row["ratio"] > 1.05 and row["verdict"] == "ambiguous"
     assert len(cmp.regressions) == 0
+
+
+def test_the_gates_median_is_the_rows_median_and_is_shown_as_one(tmp_path):
+    """B's calls: 16 at 1.6x A's and 14 at 4x (a heavy tail): the judge's B/A (geometric means) is about
+    2.4, the rows' medians (time_ms_median, as run and report show them) 1.6x apart. median:80% does not
+    fail; median:50% does, and the REGRESSION line and the table's median columns show the rows' medians."""
+    sa = synthetic.samples(1.0, n=30, spread=0.01, seed=1)
+    pair = _verdict_pair(tmp_path, sa, [1.6] * 16 + [4.0] * 14)
+    from attnbench import results
+
+    medians = [float(results.load(run)["time_ms_median"].iloc[0]) for run in pair]
+    cmp = compare_runs(*pair, threshold=parse_threshold("median:80%"), **STATED)
+    row = cmp.cells.iloc[0]
+    assert row["verdict"] == "slower" and row["ratio"] > 2.2 and cmp.regressions.empty
+    assert [row["median_ms_a"], row["median_ms_b"]] == pytest.approx(medians)
+    assert medians[1] / medians[0] == pytest.approx(1.6, rel=0.02)
+    args = ("compare", *map(str, pair), "--run-spread", "0", "--fail-above")
+    proc = run_cli(*args, "median:50%", "--out", str(tmp_path / "o"), timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    said = f"REGRESSION naive seq_len=1024: median {medians[0]:.4g} -> {medians[1]:.4g} ms (+60%)"
+    assert said in proc.stdout and "A median ms" in proc.stdout
+    assert "its median (each side's time_ms_median" in proc.stdout
 
 
 # ---- calibration: the machine's speed apart from the code's --------------------------------------
@@ -641,8 +705,10 @@ def test_a_compare_records_holm_adjusted_p_values(tmp_path):
 
 
 def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
-    """Every run under results/reference/ (old columns and all) compares with itself, with every judged cell
-    at B/A 1 and nothing failing, and with the next run that shares cells with it; one page is written."""
+    """Every run under results/reference/ (old columns and all) compares with a copy of itself, with every
+    judged cell at B/A 1 and nothing failing, and with the next run that shares cells with it; one page is
+    written."""
+    import shutil
     import warnings
 
     from attnbench import results
@@ -654,7 +720,7 @@ def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
         # second full load of every run, with its derived columns, cost seconds for these sets alone)
         cells = {run: {r["cell_id"] for r in results.read_rows(run)} for run in runs}
         for i, run in enumerate(runs):
-            itself = compare_runs(run, run, threshold=GATE)
+            itself = compare_runs(run, shutil.copytree(run, tmp_path / "copies" / run.name), threshold=GATE)
             judged = itself.cells.dropna(subset=["ratio"])
             assert (
                 len(judged) and judged["ratio"].to_numpy() == pytest.approx(1.0) and itself.regressions.empty

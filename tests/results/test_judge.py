@@ -9,6 +9,7 @@ import glob
 import json
 import math
 import random
+import statistics
 import subprocess
 import sys
 from dataclasses import replace
@@ -304,6 +305,26 @@ def test_the_gate_fails_a_broken_cell_and_holds_its_alpha_over_the_family():
                                                  same_run=True)).cells[0].regression is False  # fmt: skip
     by_max = Design(threshold=Threshold("max", 0.3, True, "max:30%"), same_run=True)
     assert judge.judge([_ok(a, clearly)], by_max).cells[0].why.startswith("max ")
+
+
+def test_the_gates_median_is_each_sides_median_not_the_judges_geometric_mean():
+    """B's calls: 16 at 1.6 ms and 14 at 4 ms (a heavy tail), A's all at 1 ms: the judge's ratio of
+    geometric means is about 2.4, the medians' 1.6. --fail-above median:80% reads the medians (60%: no
+    failure) and says them; median:50% fails, naming the medians and their rise."""
+    a = Side(1.0, tuple(1.0 * (1 + 0.001 * (i % 5 - 2)) for i in range(30)))
+    b_samples = (1.6,) * 16 + (4.0,) * 14
+    b = Side(statistics.median(b_samples), b_samples)
+    stated = {"run_spread": 0.0}
+    at_80 = judge.judge([_ok(a, b)], Design(threshold=Threshold("median", 0.8, True, "median:80%"), **stated))
+    cell = at_80.cells[0]
+    assert at_80.level == "sample" and cell.verdict == "slower" and cell.ratio > 2.2
+    assert not cell.regression
+    assert "its median (each side's time_ms_median" in at_80.rule
+    at_50 = judge.judge([_ok(a, b)], Design(threshold=Threshold("median", 0.5, True, "median:50%"), **stated))
+    assert at_50.cells[0].regression and at_50.cells[0].why == "median 1 -> 1.6 ms (+60%)"
+    # the mean is of the samples, and says so
+    by_mean = judge.judge([_ok(a, b)], Design(threshold=Threshold("mean", 0.8, True, "mean:80%"), **stated))
+    assert by_mean.cells[0].regression and "the mean of its samples" in by_mean.rule
 
 
 # ---- separated: two variants of one shape in one run ------------------------------------------------------

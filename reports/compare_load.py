@@ -1,0 +1,110 @@
+"""What `attnbench compare` is given, loaded and checked before anything is judged: both runs' (or run
+sets') rows with their device model, and a one-line refusal for what cannot be compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnbench.results import devices
+
+from . import calibration
+
+
+def _with_device_model(rows, groups: list):
+    """The run's rows with `device_model`: the device group each row was measured on (results.devices).
+    Not `model`: the rows' own `model` column is the published model a cell's shape is from."""
+    import pandas as pd
+
+    of = devices.group_of(groups)
+    rows["device_model"] = pd.array([of[w].model for w in rows["where"]], dtype="string")
+    return rows
+
+
+def _check_normalize(normalize: str | None, meta_a: dict[str, Any], meta_b: dict[str, Any]) -> None:
+    if normalize not in (None, "calibration"):
+        raise ValueError(f"--normalize takes 'calibration', got {normalize!r}")
+    if normalize and not (calibration.has_calibration(meta_a) and calibration.has_calibration(meta_b)):
+        raise ValueError("--normalize calibration needs both runs' calibration (meta.json has none)")
+
+
+def _check_sets(meta_a: dict[str, Any], meta_b: dict[str, Any], normalize, variant_a, same: bool) -> None:
+    """ValueError (one line) for what run sets (results.runset) cannot be compared by: a set with a single
+    run, --normalize (one calibration per run), an A/B inside one set (made in one run, its rounds pair)."""
+    sets = [m.get("runset") for m in (meta_a, meta_b)]
+    if not any(sets):
+        return
+    if not all(sets):
+        which = "RUN_A" if sets[0] else "RUN_B"
+        n = len((sets[0] or sets[1])["runs"])
+        raise ValueError(
+            f"{which} is a run set ({n} runs) and the other a single run: compare a set with a set, each "
+            "made the same way (the spread between a side's runs is what the verdict is judged by)"
+        )
+    if normalize:
+        raise ValueError("--normalize rescales one run by its calibration: use --control with run sets")
+    if same and variant_a is not None:
+        raise ValueError(
+            "--variant-a/--variant-b in one run set: compare them in one of its runs, whose rounds pair them"
+        )
+
+
+def require_variant(df, name: str, flag: str, side: str) -> None:
+    """ValueError (one line, naming the run's variants) unless `name` is a variant of run `side`."""
+    names = set(df["variant"].dropna().astype(str))
+    if name not in names:
+        known = ", ".join(sorted(names)) or "none"
+        raise ValueError(f"{flag} {name!r} is not a variant of run {side} (it has: {known})")
+
+
+def _check_control(control: str | None, normalize: str | None, a, b) -> None:
+    """ValueError (one line) unless the control is a variant of both runs, and not with --normalize."""
+    if control is None:
+        return
+    if normalize:
+        raise ValueError("--control and --normalize both rescale B's times: choose one")
+    require_variant(a, control, "--control", "A")
+    require_variant(b, control, "--control", "B")
+
+
+def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant: str | None, same: bool):
+    """--variant-a/--variant-b: A's rows of variant_a (labelled variant_b, so that cells pair) and B's of
+    variant_b; ValueError (one line) for one without the other, with --control, a variant a run lacks,
+    or a variant compared with itself in one run."""
+    if variant_a is None and variant_b is None:
+        return a, b
+    if variant_a is None or variant_b is None:
+        raise ValueError("--variant-a and --variant-b go together: name the variant of each run compared")
+    if control_variant is not None:
+        raise ValueError("--variant-a/--variant-b compare one variant with another: --control does not apply")
+    if same and variant_a == variant_b:
+        raise ValueError(f"--variant-a and --variant-b are both {variant_a!r} in one run: nothing to compare")
+    require_variant(a, variant_a, "--variant-a", "A")
+    require_variant(b, variant_b, "--variant-b", "B")
+    a = a[a["variant"] == variant_a].copy()
+    a["variant"] = variant_b
+    return a, b[b["variant"] == variant_b]
+
+
+def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
+    """Both sides' rows (with their device model), metas, labels and device groups, checked: ValueError or
+    RunDirError (one line) for what cannot be compared, a run with itself among them (but for an A/B of
+    two of its variants)."""
+    from attnbench import results
+    from attnbench.results import runset
+
+    (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
+    same = Path(run_a).resolve() == Path(run_b).resolve()
+    if same and variant_a is None and variant_b is None:
+        raise ValueError(
+            f"the same run is given twice ({run_a}): compare two runs, or two variants of one run with "
+            "--variant-a and --variant-b"
+        )
+    _check_sets(meta_a, meta_b, normalize, variant_a, same)
+    groups_a, groups_b = (devices.groups(m, results.scalar_records(x)) for m, x in ((meta_a, a), (meta_b, b)))
+    a, b = _with_device_model(a, groups_a), _with_device_model(b, groups_b)
+    a, b = _picked(a, b, variant_a, variant_b, control_variant, same=same)
+    _check_normalize(normalize, meta_a, meta_b)
+    _check_control(control_variant, normalize, a, b)
+    labels = (f"{name_a} ({results.machine_label(meta_a)})", f"{name_b} ({results.machine_label(meta_b)})")
+    return a, b, meta_a, meta_b, labels, (groups_a, groups_b), same
