@@ -205,30 +205,42 @@ def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset(), right: s
     return lines
 
 
-def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> list[str]:
+def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> tuple[list[str], bool]:
     """Where the run's numerics probe (q scaled up, against the float64 reference) found fn wrong: a WRONG
     line where it turned NaN or inf or raised (an unstable softmax's overflow), per dtype from the smallest
     scale where it did; a 'less accurate' line, with the baseline's error beside, where it stayed finite but
     over its dtype's tolerance (scores rounded to bfloat16 before the softmax lose digits as the logits
-    grow: not a wrong answer); nothing where it held throughout."""
+    grow: not a wrong answer); one where fn crashed or hung the probe's worker (its record has no scale:
+    the probe went on without fn); nothing where it held throughout. With whether fn failed there (a WRONG
+    line, or its worker crashed or hung: a failure, as a crashed cell is)."""
     from attnbench.results import load_numerics
 
     probe = load_numerics(run_dir).get("probe", [])
     mine = [r for r in probe if r.get("variant") == variant]
+    lines = [
+        f"{variant} {'timed out' if r.get('status') == 'timeout' else r.get('status')} in the numerics probe "
+        f"(q scaled up, against float64), so large logits are not gated: "
+        f"{_short(str(r.get('message') or ''), MESSAGE_CHARS)}"
+        for r in mine
+        if "q_scale" not in r and r.get("status") in BROKEN
+    ][:1]  # a probe whose worker died or hung records no scale: none of fn's answers there is known
+    failed = bool(lines)
+    mine = [r for r in mine if "q_scale" in r and "dtype" in r]
     at_one = _first_scales(mine)  # a dtype wrong at the smallest scale already is wrong, not large logits'
     mine = [r for r in mine if at_one[r["dtype"]].get("status") in ("ok", "unsupported")]
     scales = names_text([f"{s:g}" for s in sorted({float(r["q_scale"]) for r in mine})] or ["none"])
     broken = [r for r in mine if r.get("status") in BROKEN or r.get("finite") is False]
-    lines = []
     if broken:
         first = _first_scales(broken)
         at = ", ".join(f"{d} from q x {first[d]['q_scale']:g}" for d in _dtypes(set(first)))
         what = "it raised" if all(r.get("status") in BROKEN for r in broken) else "NaN or inf"
         lines.append(f"WRONG on large logits ({at}): {what}, where the numerics probe scales q by {scales}")
+        failed = True
     off = [r for r in mine if r.get("status") == "wrong" and r["dtype"] not in {b["dtype"] for b in broken}]
     if off:
         first = _first_scales(off)
-        theirs = {(r["dtype"], r["q_scale"]): r.get("rel_err") for r in probe if r.get("variant") == baseline}
+        base_records = [r for r in probe if r.get("variant") == baseline]
+        theirs = {(r.get("dtype"), r.get("q_scale")): r.get("rel_err") for r in base_records}
         said = []
         for d in _dtypes(set(first)):
             r = first[d]
@@ -240,7 +252,7 @@ def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> list[
             )
         lines.append(f"less accurate on large logits, though finite ({'; '.join(said)}), where the numerics "
                      f"probe scales q by {scales}")  # fmt: skip
-    return lines
+    return lines, failed
 
 
 def _first_scales(records: list[dict]) -> dict[str, dict]:
@@ -501,7 +513,7 @@ def answer(
     declared = declared or Declared()
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
-    overflows = large_logits(run_dir, variant, baseline)
+    overflows, overflowed = large_logits(run_dir, variant, baseline)
     lines = [head, *correctness(mine), *mask_shape(mine, declared.mask)]
     lines += [*at_n(declared, said, right_word(mine)), *overflows]
     lines += [*workloads(declared), *unsupported(mine)]
@@ -510,7 +522,6 @@ def answer(
         lines += growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · {more}")
     gated = [*declared.masks, *declared.gated]
-    overflowed = any(line.startswith("WRONG") for line in overflows)
     wrong_anywhere = bool(len(wrong) or overflowed or any(r.status in ("FAIL", "error") for r in gated))
     kept = lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines
     return Answer(tuple(kept), wrong=wrong_anywhere)

@@ -1,0 +1,72 @@
+"""What bench's answer says where its run went wrong in ways the cells alone do not show: a kernel that
+crashed or hung the numerics probe, a busy machine, wrong cells of several causes, a baseline that was not
+ok, a race whose tally counts more masks than its ends; and its wording (counts, an option's spelling)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch.nn.functional as F
+
+import attnbench
+from attnbench.reports.answer import answer
+from tests.conftest import as_a_fresh_process
+
+GATE = "failed the float64 gate"
+
+
+def aborts(q, k, v):
+    """Right at N 64, and kills its process from N 128 on: the numerics probe's N among them."""
+    if q.shape[-2] >= 128:
+        os.abort()
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_a_kernel_that_crashes_the_numerics_probe_still_gets_its_answer(tmp_path):
+    """The probe's record of a crashed worker has no q_scale: the answer raised KeyError: 'q_scale' after the
+    whole run, and the user saw a traceback instead of it. Now the crashed cells are counted, the probe's
+    crash is said (large logits not gated) and the answer is wrong."""
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(
+            aborts, out=tmp_path / "a", seq_len="64,128", dtype="float32", causal="no", padding=0.0,
+            budget_ms=5, warmup_ms=1, calibrate_ms=0,
+        )  # fmt: skip
+        lines = str(bench).splitlines()
+    assert lines[1].startswith("correct in 1 of 1 cells gated against float64"), lines
+    crashed = "1 cells crashed (float32; no mask; at N = 128): worker killed by SIGABRT"
+    assert any(line.startswith(crashed) for line in lines), lines
+    probe = (
+        "aborts crashed in the numerics probe (q scaled up, against float64), so large logits are not gated: "
+    )
+    assert any(line.startswith(probe) for line in lines), lines
+    assert bench.answer.wrong and len(lines) <= 12
+
+
+def probe_run(tmp_path, probe: list[dict]):
+    from synthetic import cell, write_run
+
+    run = write_run(tmp_path / "p", [cell(v, n, time_ms=n / 100) for v in ("sdpa", "fn") for n in (64, 128)])
+    (run / "numerics.json").write_text(json.dumps({"probe": probe}))
+    return run
+
+
+def test_a_probe_that_timed_out_for_either_side_is_read_without_its_scale(tmp_path):
+    """A timed-out probe record (no dtype, no q_scale) of fn or of the baseline: the answer reads the rest
+    of the probe, and says fn's."""
+    scaled = [{"variant": "fn", "dtype": "float32", "q_scale": s, "status": "wrong", "finite": True,
+               "rel_err": 2e-3, "tolerance": 1e-4} for s in (10.0, 100.0)]  # fmt: skip
+    scaled.append({"variant": "fn", "dtype": "float32", "q_scale": 1.0, "status": "ok", "finite": True})
+    hung = {"status": "timeout", "message": "no answer after 300 s (numerics); worker killed"}
+    run = probe_run(tmp_path, [{"variant": "sdpa", **hung}, *scaled])
+    said = answer(run, "fn", "sdpa")
+    less = "less accurate on large logits, though finite (float32 from q x 10: relative error 2.0e-03"
+    assert any(line.startswith(less) for line in said.lines), said.lines
+    assert not said.wrong
+    run = probe_run(tmp_path / "2", [{"variant": "fn", **hung}])
+    said = answer(run, "fn", "sdpa")
+    assert (
+        "fn timed out in the numerics probe (q scaled up, against float64), so large logits are not gated: "
+        "no answer after 300 s (numerics); worker killed"
+    ) in said.lines, said.lines
+    assert said.wrong
