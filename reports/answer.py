@@ -19,7 +19,7 @@ from typing import Any
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
 
-from .findings import n_text, names_text, range_text
+from .findings import machine_busy, n_text, names_text, range_text
 from .tables import axis_text, label, length_axis, present, varying
 
 MAX_LINES = 12
@@ -518,6 +518,8 @@ def answer(
     lines += [*at_n(declared, said, right_word(mine)), *overflows]
     lines += [*workloads(declared), *unsupported(mine)]
     if (mine["status"] == "ok").any():
+        busy = machine_busy(df)  # before the race and the growth it puts in doubt
+        lines += [f"{busy} Bench again on a quiet machine."] if busy else []
         lines += speed(df, variant, baseline) + bandwidth(df, metas, variant, baseline)
         lines += growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · {more}")

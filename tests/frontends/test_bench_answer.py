@@ -70,3 +70,30 @@ def test_a_probe_that_timed_out_for_either_side_is_read_without_its_scale(tmp_pa
         "no answer after 300 s (numerics); worker killed"
     ) in said.lines, said.lines
     assert said.wrong
+
+
+def busy_rows(drifted: int):
+    """fn twice sdpa's time at 4 N; the first `drifted` cells measured at half the machine's usual speed."""
+    from synthetic import cell
+
+    rows = [cell(v, n, time_ms=n / 100 * slower) for n in (64, 128, 256, 512)
+            for v, slower in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
+    return [{**r, "speed_tflops": 0.5 if i < drifted else 1.0} for i, r in enumerate(rows)]
+
+
+def test_a_busy_machine_is_said_before_the_race(tmp_path):
+    """Half the cells measured at half the machine's usual speed (drift): the answer says the machine was
+    busy in the report's words, and how to measure again, before the race and the growth it puts in doubt;
+    on a steady machine it says nothing of it."""
+    from synthetic import write_run
+
+    said = answer(write_run(tmp_path / "busy", busy_rows(3)), "fn", "sdpa").lines
+    busy = [i for i, line in enumerate(said) if line.startswith("The machine was busy while this ran: ")]
+    race = [i for i, line in enumerate(said) if line.startswith("float32: ")]
+    assert busy and race and busy[0] < race[0], said
+    assert said[busy[0]] == (
+        "The machine was busy while this ran: 3 of 8 ok cells drifted or were noisy, so their times say as "
+        "much about the machine as about the variants. Bench again on a quiet machine."
+    )
+    steady = answer(write_run(tmp_path / "steady", busy_rows(0)), "fn", "sdpa").lines
+    assert not any("machine was busy" in line for line in steady), steady
