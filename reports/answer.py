@@ -11,11 +11,13 @@ from __future__ import annotations
 import html
 import itertools
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import counted
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
 
@@ -30,6 +32,8 @@ SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "d
               "page_size")  # fmt: skip
 # the most characters of a row's message a line quotes: its cause and the way out come first, and fit
 MESSAGE_CHARS = 200
+MAX_CAUSES = 3  # the most WRONG lines of the sweep's cells: a line per cause, the last one for the rest
+_NUMBER = re.compile(r"[-+]?\d[\d.,]*(?:e[-+]?\d+)?")  # a message's numbers, left out of its cause
 
 
 @dataclass(frozen=True)
@@ -81,8 +85,17 @@ def _aligns(rows) -> Any:
 
 
 def _masks(rows) -> str:
+    """'causal; no mask', or where the rows' masks share a part and differ by the other, the shared part
+    'with or without' the other ('padded keys, with or without causal': not 'causal, padded keys; padded
+    keys')."""
     cells = zip(rows["causal"], rows["padding"], _aligns(rows), strict=True)
-    return "; ".join(sorted({mask_text(c, p, a) for c, p, a in cells}))
+    masks = {mask_text(c, p, a) for c, p, a in cells}
+    parts = [set(m.split(", ")) - {"no mask"} for m in masks]
+    shared, every = set.intersection(*parts), set.union(*parts)
+    if len(masks) == 2 and len(shared) == 1 and len(every) == 2:  # {X, X + Y}
+        (common,), (other,) = shared, every - shared
+        return f"{common}, with or without {other}"
+    return "; ".join(sorted(masks))
 
 
 def _ns(rows) -> str:
@@ -106,9 +119,9 @@ def right_word(mine) -> str:
 
 
 def correctness(mine) -> list[str]:
-    """One line for the cells right against float64 (worst error per dtype), one per dtype with a wrong
-    cell (its masks and N, and what the first one failed), and where no known mistake explains a finite
-    error, how an approximation by design says so; one for cells that errored or crashed."""
+    """One line for the cells right against float64 (worst error per dtype), one per cause of fn's wrong
+    cells (_wrong_lines), and where no known mistake explains a finite error, how an approximation by
+    design says so; one for cells that errored or crashed."""
     lines, word = [], right_word(mine)
     gated = mine[mine["status"].isin(["ok", "wrong"])]
     right = gated[gated["status"] == "ok"]
@@ -123,9 +136,7 @@ def correctness(mine) -> list[str]:
             f"(worst relative error: {', '.join(worst) or 'n/a'})"
         )
     wrong = gated[gated["status"] == "wrong"]
-    for dtype, sub in wrong.groupby("dtype", sort=True):
-        first = str(sub.iloc[0]["message"])
-        lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, MESSAGE_CHARS)}")
+    lines += _wrong_lines(wrong)
     lines += _by_design(wrong, word != "correct")
     broken = mine[mine["status"].isin(BROKEN)]
     if len(broken):
@@ -134,6 +145,34 @@ def correctness(mine) -> list[str]:
         said = "/".join(dict.fromkeys(broken["status"].astype(str)))
         lines.append(f"{len(broken)} cells {said} ({where}): {_short(str(first['message']), MESSAGE_CHARS)}")
     return lines
+
+
+def _wrong_lines(wrong) -> list[str]:
+    """One WRONG line per cause (a message with its numbers left out: the gate's errors differ by cell,
+    its cause does not), with the dtypes, masks and N of its cells and its first cell's message: 'it
+    ignored causal=True' said of the causal cells and 'it ignored key_lengths=' of the padded ones, not
+    one cell's cause for all. Past MAX_CAUSES causes, the last line counts the cells of the rest."""
+    from pandas import concat
+
+    if wrong.empty:
+        return []
+    first_dtype = wrong["dtype"].astype(str).map(lambda d: ("1" if d == "float32" else "2") + d)  # _dtypes'
+    ordered = wrong.assign(_first=first_dtype)
+    ordered = ordered.sort_values(["_first", "padding", "causal", length_axis(wrong)], kind="stable")
+    causes = ordered["message"].astype(str).map(lambda m: _NUMBER.sub("#", " ".join(m.split())))
+    groups = [sub for _, sub in ordered.groupby(causes, sort=False)]
+    shown = groups if len(groups) <= MAX_CAUSES else groups[: MAX_CAUSES - 1]
+    lines = [f"WRONG {_where(sub)}: {_short(str(sub.iloc[0]['message']), MESSAGE_CHARS)}" for sub in shown]
+    if len(groups) > len(shown):  # the rest in one line: how many causes, and the first's message
+        rest = concat(groups[len(shown) :])
+        more = counted(len(groups) - len(shown), "more cause")
+        lines.append(f"WRONG {_where(rest)}, {more}: {_short(str(rest.iloc[0]['message']), MESSAGE_CHARS)}")
+    return lines
+
+
+def _where(rows) -> str:
+    """'float32, bfloat16 (causal; from N = 64 to 512)': the dtypes, masks and N of rows."""
+    return f"{', '.join(_dtypes(set(rows['dtype'].astype(str))))} ({_masks(rows)}; {_ns(rows)})"
 
 
 def _by_design(wrong, declared: bool) -> list[str]:

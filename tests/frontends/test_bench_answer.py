@@ -10,7 +10,7 @@ import os
 import torch.nn.functional as F
 
 import attnbench
-from attnbench.reports.answer import answer
+from attnbench.reports.answer import _masks, answer
 from tests.conftest import as_a_fresh_process
 
 GATE = "failed the float64 gate"
@@ -97,3 +97,52 @@ def test_a_busy_machine_is_said_before_the_race(tmp_path):
     )
     steady = answer(write_run(tmp_path / "steady", busy_rows(0)), "fn", "sdpa").lines
     assert not any("machine was busy" in line for line in steady), steady
+
+
+def test_wrong_cells_are_said_by_cause(tmp_path):
+    """A function that ignores both causal= and key_lengths=: the causal cells' cause is said of them and
+    the padded ones' of them (one line gave the padded cells' cause for every mask); a fourth cause and
+    more are counted in the last WRONG line."""
+    from synthetic import cell, write_run
+
+    causes = {
+        (True, 0.0): f"{GATE}: it ignored causal=True: its answer is attention over every key; rel_err {{e}}",
+        (False, 0.25): f"{GATE}: it ignored key_lengths=: the padded keys took part; rel_err {{e}}",
+        (True, 0.25): f"{GATE}: rel_err {{e}}",
+    }
+    rows = []
+    for n in (64, 128):
+        for (c, p), message in causes.items():
+            rows.append(cell("sdpa", n, causal=c, padding=p, time_ms=n / 100))
+            rows.append(cell("kw", n, causal=c, padding=p, status="wrong", rel_err=n / 200,
+                             message=message.format(e=n / 200)))  # fmt: skip
+    run = write_run(tmp_path / "w", rows)
+    wrong = [line for line in answer(run, "kw", "sdpa").lines if line.startswith("WRONG")]
+    assert wrong == [
+        f"WRONG float32 (causal; from N = 64 to 128): {GATE}: it ignored causal=True: its answer is "
+        "attention over every key; rel_err 0.32",
+        f"WRONG float32 (padded keys; from N = 64 to 128): {GATE}: it ignored key_lengths=: the padded keys "
+        "took part; rel_err 0.32",
+        f"WRONG float32 (causal, padded keys; from N = 64 to 128): {GATE}: rel_err 0.32",
+    ], wrong
+    rows = [r for r in rows if not (r["variant"] == "kw" and r["seq_len"] == 128)]
+    rows.append(cell("kw", 128, status="wrong", rel_err=1.0, message=f"{GATE}: its output is all zeros"))
+    wrong = [line for line in answer(write_run(tmp_path / "m", rows), "kw", "sdpa").lines if "WRONG" in line]
+    assert len(wrong) == 3 and wrong[-1].startswith(
+        "WRONG float32 (padded keys, with or without causal; at N = 64), 2 more causes: "
+    ), wrong
+
+
+def test_masks_that_share_a_part_say_it_once():
+    """'unsupported in 16 cells (causal, padded keys; padded keys)' repeated itself."""
+    from pandas import DataFrame
+
+    def rows(*masks):
+        return DataFrame([{"causal": c, "padding": p} for c, p in masks])
+
+    assert _masks(rows((True, 0.25), (False, 0.25))) == "padded keys, with or without causal"
+    assert _masks(rows((True, 0.0), (True, 0.25))) == "causal, with or without padded keys"
+    assert _masks(rows((True, 0.0), (False, 0.0))) == "causal; no mask"
+    assert (
+        _masks(rows((True, 0.0), (False, 0.25), (True, 0.25))) == "causal; causal, padded keys; padded keys"
+    )
