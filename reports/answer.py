@@ -382,9 +382,10 @@ def speed(df, variant: str, baseline: str) -> list[str]:
     common = [k for k in b_rows.index if k in a_rows.index]
     if not common:
         return [f"no cell that both {variant} and {baseline} measured: nothing to race"]
-    cells, keys = [], []
+    cells, keys, pairs = [], [], []
     for k in common:
         a, b = a_rows.loc[k], b_rows.loc[k]
+        pairs.append((a, b))
         ok = a["status"] == "ok" and b["status"] == "ok"
         cells.append(
             Cell(str(a["status"]), str(b["status"]), Side.of(a) if ok else None, Side.of(b) if ok else None)
@@ -411,7 +412,21 @@ def speed(df, variant: str, baseline: str) -> list[str]:
         shown += [label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes)] if shapes else []
         race = _race(mine, baseline, named="window" in shapes)
         lines.append(f"{' '.join(shown)}: {race} ({how}, Holm over {judged.family} cells)")
-    return lines[:4]
+    return lines[:4] or _unraced(pairs, variant, baseline)
+
+
+def _unraced(pairs: list[tuple[Any, Any]], variant: str, baseline: str) -> list[str]:
+    """Why there is no race where fn ran ok: the baseline was not ok in those cells (one that left out the
+    scale is wrong in every one), with how many of each status and the first one's message."""
+    ran = [a for a, b in pairs if b["status"] == "ok"]
+    theirs = [a for a in ran if a["status"] != "ok"]
+    if not theirs:
+        return []
+    statuses = dict.fromkeys(str(a["status"]) for a in theirs)
+    said = ", ".join(f"{s} in {sum(str(a['status']) == s for a in theirs)}" for s in statuses)
+    first = _short(str(theirs[0]["message"]), MESSAGE_CHARS) if present(theirs[0]["message"]) else ""
+    return [f"not raced against {baseline}: it was {said} of the {counted(len(ran), 'cell')} {variant} ran "
+            f"ok in" + (f": {first}" if first else "")]  # fmt: skip
 
 
 def _race(judged: list[tuple[Any, Any]], baseline: str, named: bool = False) -> str:

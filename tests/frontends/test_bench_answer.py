@@ -146,3 +146,20 @@ def test_masks_that_share_a_part_say_it_once():
     assert (
         _masks(rows((True, 0.0), (False, 0.25), (True, 0.25))) == "causal; causal, padded keys; padded keys"
     )
+
+
+def test_a_baseline_that_was_not_ok_says_why_there_is_no_race(tmp_path):
+    """bench(good, baseline=noscale), the baseline missing the 1/sqrt(d) scale: no speed line, and before
+    no reason either."""
+    from synthetic import cell, write_run
+
+    left_out = f"{GATE}: it left out the 1/sqrt(d_k) scale; rel_err 0.9"
+    rows = [cell("good", n, time_ms=n / 100) for n in (64, 128, 256)]
+    rows += [cell("noscale", n, time_ms=n / 100, status="wrong", rel_err=0.9, message=left_out)
+             for n in (64, 128)]  # fmt: skip
+    rows.append(cell("noscale", 256, status="error", message="RuntimeError: boom"))
+    said = answer(write_run(tmp_path / "b", rows), "good", "noscale").lines
+    assert (
+        f"not raced against noscale: it was wrong in 2, error in 1 of the 3 cells good ran ok in: {left_out}"
+        in (said)
+    ), said
