@@ -12,7 +12,7 @@ import html
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from .tables import axis_text, label, length_axis, present, varying
 MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
 BROKEN = ("error", "crashed", "timeout", "oom")  # the statuses of a cell whose call raised, died or hung
+BROKEN_WORDS = {"timeout": "timed out"}  # a status, as a line says what its cells did
 # the axes of a cell's shape besides its lengths and mask: a race line each where fn's cells take several
 SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "dropout", "mod", "lengths",
               "page_size")  # fmt: skip
@@ -118,10 +119,11 @@ def right_word(mine) -> str:
     return f"within its declared approximation (rel_err <= {float(bound.max()):.2g})"
 
 
-def correctness(mine) -> list[str]:
+def correctness(mine, spell: Callable[[str], str] = str) -> list[str]:
     """One line for the cells right against float64 (worst error per dtype), one per cause of fn's wrong
     cells (_wrong_lines), and where no known mistake explains a finite error, how an approximation by
-    design says so; one for cells that errored or crashed."""
+    design says so; one for cells that errored, crashed or timed out (a timeout's message, the harness's,
+    in the caller's spelling by `spell`)."""
     lines, word = [], right_word(mine)
     gated = mine[mine["status"].isin(["ok", "wrong"])]
     right = gated[gated["status"] == "ok"]
@@ -132,7 +134,7 @@ def correctness(mine) -> list[str]:
             if sub["rel_err"].notna().any()
         ]
         lines.append(
-            f"{word} in {len(right)} of {len(gated)} cells gated against float64 "
+            f"{word} in {len(right)} of {counted(len(gated), 'cell')} gated against float64 "
             f"(worst relative error: {', '.join(worst) or 'n/a'})"
         )
     wrong = gated[gated["status"] == "wrong"]
@@ -142,8 +144,10 @@ def correctness(mine) -> list[str]:
     if len(broken):
         first = broken.iloc[0]
         where = f"{', '.join(_dtypes(set(broken['dtype'].astype(str))))}; {_masks(broken)}; {_ns(broken)}"
-        said = "/".join(dict.fromkeys(broken["status"].astype(str)))
-        lines.append(f"{len(broken)} cells {said} ({where}): {_short(str(first['message']), MESSAGE_CHARS)}")
+        said = "/".join(dict.fromkeys(BROKEN_WORDS.get(s, s) for s in broken["status"].astype(str)))
+        message = str(first["message"])  # a timeout's is the harness's (--cell-timeout), an error's fn's own
+        message = spell(message) if first["status"] == "timeout" else message
+        lines.append(f"{counted(len(broken), 'cell')} {said} ({where}): {_short(message, MESSAGE_CHARS)}")
     return lines
 
 
@@ -353,19 +357,21 @@ def _dtype_list(rows: Sequence[Any]) -> str:
     return ", ".join(_dtypes({r.dtype for r in rows}))
 
 
-def unsupported(mine) -> list[str]:
+def unsupported(mine, spell: Callable[[str], str] = str) -> list[str]:
     """One line per reason fn's cells were not measured (the reason names what would add it), and one for
     the cells skipped ahead (a call predicted past max_call_ms, or a series that ran out of memory or
-    time at a shorter N): where, and the first one's reason."""
+    time at a shorter N): where, and the first one's reason, the options it names put in the caller's
+    spelling by `spell` (the harness writes them as the CLI's flags: `--max-call-ms 1000`)."""
     out = []
     refused = mine[mine["status"] == "unsupported"]
     for message, sub in refused.groupby("message", sort=False):
-        out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), MESSAGE_CHARS)}")
+        said = _short(spell(str(message)), MESSAGE_CHARS)
+        out.append(f"unsupported in {counted(len(sub), 'cell')} ({_masks(sub)}): {said}")
     skipped = mine[mine["status"] == "skipped"]
     if len(skipped):
         where = f"{', '.join(_dtypes(set(skipped['dtype'].astype(str))))}; {_masks(skipped)}; {_ns(skipped)}"
-        first = _short(str(skipped.iloc[0]["message"]).removeprefix("skipped: "), MESSAGE_CHARS)
-        out = out[:2] + [f"skipped in {len(skipped)} cells ({where}): {first}"]
+        first = _short(spell(str(skipped.iloc[0]["message"]).removeprefix("skipped: ")), MESSAGE_CHARS)
+        out = out[:2] + [f"skipped in {counted(len(skipped), 'cell')} ({where}): {first}"]
     return out[:3]
 
 
@@ -411,7 +417,7 @@ def speed(df, variant: str, baseline: str) -> list[str]:
         shown = [dtype, *([PASSES[pass_]] if len(passes) > 1 else [])]
         shown += [label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes)] if shapes else []
         race = _race(mine, baseline, named="window" in shapes)
-        lines.append(f"{' '.join(shown)}: {race} ({how}, Holm over {judged.family} cells)")
+        lines.append(f"{' '.join(shown)}: {race} ({how}, Holm over {counted(judged.family, 'cell')})")
     return lines[:4] or _unraced(pairs, variant, baseline)
 
 
@@ -430,20 +436,24 @@ def _unraced(pairs: list[tuple[Any, Any]], variant: str, baseline: str) -> list[
 
 
 def _race(judged: list[tuple[Any, Any]], baseline: str, named: bool = False) -> str:
-    """'1.52x slower than sdpa (N 64) to 2.10x (N 512); slower in 8 of 8 cells' and the like; the cells'
-    window beside their mask unless the line's shape names it already (`named`)."""
+    """'1.52x slower at N 64 to 2.10x slower at N 512 than sdpa (no mask); of 8 cells slower in 8' and the
+    like: the ends are the unmasked cells' where there are some, and a tally over more masks than that says
+    each verdict's masks ('of 4 cells slower in 2 (no mask), faster in 2 (causal)'); the cells' window
+    beside their mask unless the line's shape names it already (`named`)."""
     from pandas import DataFrame
 
     plain = [(k, j) for k, j in judged if mask_text(k["causal"], k["padding"]) == "no mask"] or judged
     length = length_axis(DataFrame([k for k, _ in plain]))
     plain.sort(key=lambda kj: int(kj[0][length]))
     (k0, j0), (k1, j1) = plain[0], plain[-1]
-    counts = {v: sum(j.verdict == v for _, j in judged) for v in ("faster", "slower", "same", "ambiguous")}
-    said = ", ".join(f"{v} in {n}" for v, n in counts.items() if n)
+    counts = {v: [k for k, j in judged if j.verdict == v] for v in ("faster", "slower", "same", "ambiguous")}
+    # where the ends are the unmasked cells' and the tally counts other masks too, it names each verdict's
+    where = (lambda ks: f" ({_masks(DataFrame(ks))})") if len(plain) < len(judged) else (lambda ks: "")
+    said = ", ".join(f"{v} in {len(ks)}{where(ks)}" for v, ks in counts.items() if ks)
     mask = mask_text(k0["causal"], k0["padding"], k0.get("causal_align"))
     mask += "" if named else _window(k0.get("window"))
     ends = _end(k0, j0, length) + (f" to {_end(k1, j1, length)}" if len(plain) > 1 else "")
-    return f"{ends} than {baseline} ({mask}); of {len(judged)} cells {said}"
+    return f"{ends} than {baseline} ({mask}); of {counted(len(judged), 'cell')} {said}"
 
 
 def _window(window: Any) -> str:
@@ -553,10 +563,12 @@ def answer(
     seconds: float | None = None,
     declared: Declared | None = None,
     more: str = "the full report: run.report() · every cell: run.table()",
+    spell: Callable[[str], str] = str,
 ) -> Answer:
     """The answer for `variant` raced against `baseline` in the run at run_dir (`seconds`: how long the
     run took, where the caller timed it; `declared`: what it declares beyond the sweep's masks; `more`:
-    where the rest is, after the run's path on the last line: the Python API's, or the commands')."""
+    where the rest is, after the run's path on the last line: the Python API's, or the commands'; `spell`:
+    the options the rows' messages name as the CLI's flags, in the caller's spelling)."""
     from attnbench.results import load, load_meta
 
     df = load(run_dir)
@@ -568,9 +580,9 @@ def answer(
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     overflows, overflowed = large_logits(run_dir, variant, baseline)
-    lines = [head, *correctness(mine), *mask_shape(mine, declared.mask)]
+    lines = [head, *correctness(mine, spell), *mask_shape(mine, declared.mask)]
     lines += [*at_n(declared, said, right_word(mine)), *overflows]
-    lines += [*workloads(declared), *unsupported(mine)]
+    lines += [*workloads(declared), *unsupported(mine, spell)]
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
         lines += [f"{busy} Bench again on a quiet machine."] if busy else []
@@ -578,6 +590,7 @@ def answer(
         lines += growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · {more}")
     gated = [*declared.masks, *declared.gated]
+
     wrong_anywhere = bool(len(wrong) or overflowed or any(r.status in ("FAIL", "error") for r in gated))
     kept = lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines
     return Answer(tuple(kept), wrong=wrong_anywhere)

@@ -10,7 +10,7 @@ import os
 import torch.nn.functional as F
 
 import attnbench
-from attnbench.reports.answer import _masks, answer
+from attnbench.reports.answer import _masks, _race, answer
 from tests.conftest import as_a_fresh_process
 
 GATE = "failed the float64 gate"
@@ -33,8 +33,8 @@ def test_a_kernel_that_crashes_the_numerics_probe_still_gets_its_answer(tmp_path
             budget_ms=5, warmup_ms=1, calibrate_ms=0,
         )  # fmt: skip
         lines = str(bench).splitlines()
-    assert lines[1].startswith("correct in 1 of 1 cells gated against float64"), lines
-    crashed = "1 cells crashed (float32; no mask; at N = 128): worker killed by SIGABRT"
+    assert lines[1].startswith("correct in 1 of 1 cell gated against float64"), lines
+    crashed = "1 cell crashed (float32; no mask; at N = 128): worker killed by SIGABRT"
     assert any(line.startswith(crashed) for line in lines), lines
     probe = (
         "aborts crashed in the numerics probe (q scaled up, against float64), so large logits are not gated: "
@@ -133,21 +133,6 @@ def test_wrong_cells_are_said_by_cause(tmp_path):
     ), wrong
 
 
-def test_masks_that_share_a_part_say_it_once():
-    """'unsupported in 16 cells (causal, padded keys; padded keys)' repeated itself."""
-    from pandas import DataFrame
-
-    def rows(*masks):
-        return DataFrame([{"causal": c, "padding": p} for c, p in masks])
-
-    assert _masks(rows((True, 0.25), (False, 0.25))) == "padded keys, with or without causal"
-    assert _masks(rows((True, 0.0), (True, 0.25))) == "causal, with or without padded keys"
-    assert _masks(rows((True, 0.0), (False, 0.0))) == "causal; no mask"
-    assert (
-        _masks(rows((True, 0.0), (False, 0.25), (True, 0.25))) == "causal; causal, padded keys; padded keys"
-    )
-
-
 def test_a_baseline_that_was_not_ok_says_why_there_is_no_race(tmp_path):
     """bench(good, baseline=noscale), the baseline missing the 1/sqrt(d) scale: no speed line, and before
     no reason either."""
@@ -163,3 +148,58 @@ def test_a_baseline_that_was_not_ok_says_why_there_is_no_race(tmp_path):
         f"not raced against noscale: it was wrong in 2, error in 1 of the 3 cells good ran ok in: {left_out}"
         in (said)
     ), said
+
+
+def test_a_race_over_several_masks_says_where_each_verdict_is():
+    """A decode kernel slower than its baseline unmasked and faster causal: the line's ends are the unmasked
+    cells', and its tally, over every mask, says which masks were faster ('of 4 cells faster in 2', where
+    unsaid, before)."""
+    from types import SimpleNamespace as judged
+
+    def key(n, causal):
+        return {"seq_len": 1, "seq_k": n, "causal": causal, "padding": 0.0,
+                "causal_align": "lower-right" if causal else "top-left"}  # fmt: skip
+
+    ratios = {256: 2.47, 2048: 2.23}  # unmasked: slower; causal: twice as fast
+    cells = [(key(n, c), judged(ratio=ratios[n] if not c else 0.5, verdict="faster" if c else "slower"))
+             for n in (256, 2048) for c in (False, True)]  # fmt: skip
+    assert _race(cells, "sdpa") == (
+        "2.47x slower at N_k 256 to 2.23x slower at N_k 2,048 than sdpa (no mask); of 4 cells faster in 2 "
+        "(causal lower-right), slower in 2 (no mask)"
+    )
+
+
+def test_masks_that_share_a_part_say_it_once():
+    """'unsupported in 16 cells (causal, padded keys; padded keys)' repeated itself."""
+    from pandas import DataFrame
+
+    def rows(*masks):
+        return DataFrame([{"causal": c, "padding": p} for c, p in masks])
+
+    assert _masks(rows((True, 0.25), (False, 0.25))) == "padded keys, with or without causal"
+    assert _masks(rows((True, 0.0), (True, 0.25))) == "causal, with or without padded keys"
+    assert _masks(rows((True, 0.0), (False, 0.0))) == "causal; no mask"
+    assert (
+        _masks(rows((True, 0.0), (False, 0.25), (True, 0.25))) == "causal; causal, padded keys; padded keys"
+    )
+
+
+def test_skipped_cells_are_counted_and_their_option_said_in_the_callers_spelling(tmp_path):
+    """A row's message names max_call_ms as the CLI's flag: the Python API's answer says `max_call_ms=`, the
+    command's keeps the flag; one cell is '1 cell'."""
+    from synthetic import cell, write_run
+
+    from attnbench.api import Bench
+
+    skip = "skipped: fn would take about 1,600 ms a call here (400.0 ms at N 128), over --max-call-ms 1000"
+    rows = [cell(v, n, time_ms=n / 100) for v in ("sdpa", "fn") for n in (64, 128)]
+    rows += [cell("sdpa", 256, time_ms=2.56), cell("fn", 256, status="skipped", message=skip)]
+    run = write_run(tmp_path / "s", rows)
+    bench = Bench(run, {}, variant="fn", baseline="sdpa")
+    api = [line for line in str(bench).splitlines() if line.startswith("skipped")]
+    assert api == [
+        "skipped in 1 cell (float32; no mask; at N = 256): fn would take about 1,600 ms a call here "
+        "(400.0 ms at N 128), over max_call_ms=1000"
+    ], api
+    cli = [line for line in answer(run, "fn", "sdpa").lines if line.startswith("skipped")]
+    assert cli and cli[0].endswith("over --max-call-ms 1000"), cli
