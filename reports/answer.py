@@ -11,25 +11,30 @@ from __future__ import annotations
 import html
 import itertools
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import counted
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
 
-from .findings import n_text, names_text, range_text
+from .findings import machine_busy, n_text, names_text, range_text
 from .tables import axis_text, label, length_axis, present, varying
 
 MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
 BROKEN = ("error", "crashed", "timeout", "oom")  # the statuses of a cell whose call raised, died or hung
+BROKEN_WORDS = {"timeout": "timed out"}  # a status, as a line says what its cells did
 # the axes of a cell's shape besides its lengths and mask: a race line each where fn's cells take several
 SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "dropout", "mod", "lengths",
               "page_size")  # fmt: skip
 # the most characters of a row's message a line quotes: its cause and the way out come first, and fit
 MESSAGE_CHARS = 200
+MAX_CAUSES = 3  # the most WRONG lines of the sweep's cells: a line per cause, the last one for the rest
+_NUMBER = re.compile(r"[-+]?\d[\d.,]*(?:e[-+]?\d+)?")  # a message's numbers, left out of its cause
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,17 @@ def _aligns(rows) -> Any:
 
 
 def _masks(rows) -> str:
+    """'causal; no mask', or where the rows' masks share a part and differ by the other, the shared part
+    'with or without' the other ('padded keys, with or without causal': not 'causal, padded keys; padded
+    keys')."""
     cells = zip(rows["causal"], rows["padding"], _aligns(rows), strict=True)
-    return "; ".join(sorted({mask_text(c, p, a) for c, p, a in cells}))
+    masks = {mask_text(c, p, a) for c, p, a in cells}
+    parts = [set(m.split(", ")) - {"no mask"} for m in masks]
+    shared, every = set.intersection(*parts), set.union(*parts)
+    if len(masks) == 2 and len(shared) == 1 and len(every) == 2:  # {X, X + Y}
+        (common,), (other,) = shared, every - shared
+        return f"{common}, with or without {other}"
+    return "; ".join(sorted(masks))
 
 
 def _ns(rows) -> str:
@@ -105,10 +119,11 @@ def right_word(mine) -> str:
     return f"within its declared approximation (rel_err <= {float(bound.max()):.2g})"
 
 
-def correctness(mine) -> list[str]:
-    """One line for the cells right against float64 (worst error per dtype), one per dtype with a wrong
-    cell (its masks and N, and what the first one failed), and where no known mistake explains a finite
-    error, how an approximation by design says so; one for cells that errored or crashed."""
+def correctness(mine, spell: Callable[[str], str] = str) -> list[str]:
+    """One line for the cells right against float64 (worst error per dtype), one per cause of fn's wrong
+    cells (_wrong_lines), and where no known mistake explains a finite error, how an approximation by
+    design says so; one for cells that errored, crashed or timed out (a timeout's message, the harness's,
+    in the caller's spelling by `spell`)."""
     lines, word = [], right_word(mine)
     gated = mine[mine["status"].isin(["ok", "wrong"])]
     right = gated[gated["status"] == "ok"]
@@ -119,21 +134,49 @@ def correctness(mine) -> list[str]:
             if sub["rel_err"].notna().any()
         ]
         lines.append(
-            f"{word} in {len(right)} of {len(gated)} cells gated against float64 "
+            f"{word} in {len(right)} of {counted(len(gated), 'cell')} gated against float64 "
             f"(worst relative error: {', '.join(worst) or 'n/a'})"
         )
     wrong = gated[gated["status"] == "wrong"]
-    for dtype, sub in wrong.groupby("dtype", sort=True):
-        first = str(sub.iloc[0]["message"])
-        lines.append(f"WRONG {dtype} ({_masks(sub)}; {_ns(sub)}): {_short(first, MESSAGE_CHARS)}")
+    lines += _wrong_lines(wrong)
     lines += _by_design(wrong, word != "correct")
     broken = mine[mine["status"].isin(BROKEN)]
     if len(broken):
         first = broken.iloc[0]
         where = f"{', '.join(_dtypes(set(broken['dtype'].astype(str))))}; {_masks(broken)}; {_ns(broken)}"
-        said = "/".join(dict.fromkeys(broken["status"].astype(str)))
-        lines.append(f"{len(broken)} cells {said} ({where}): {_short(str(first['message']), MESSAGE_CHARS)}")
+        said = "/".join(dict.fromkeys(BROKEN_WORDS.get(s, s) for s in broken["status"].astype(str)))
+        message = str(first["message"])  # a timeout's is the harness's (--cell-timeout), an error's fn's own
+        message = spell(message) if first["status"] == "timeout" else message
+        lines.append(f"{counted(len(broken), 'cell')} {said} ({where}): {_short(message, MESSAGE_CHARS)}")
     return lines
+
+
+def _wrong_lines(wrong) -> list[str]:
+    """One WRONG line per cause (a message with its numbers left out: the gate's errors differ by cell,
+    its cause does not), with the dtypes, masks and N of its cells and its first cell's message: 'it
+    ignored causal=True' said of the causal cells and 'it ignored key_lengths=' of the padded ones, not
+    one cell's cause for all. Past MAX_CAUSES causes, the last line counts the cells of the rest."""
+    from pandas import concat
+
+    if wrong.empty:
+        return []
+    first_dtype = wrong["dtype"].astype(str).map(lambda d: ("1" if d == "float32" else "2") + d)  # _dtypes'
+    ordered = wrong.assign(_first=first_dtype)
+    ordered = ordered.sort_values(["_first", "padding", "causal", length_axis(wrong)], kind="stable")
+    causes = ordered["message"].astype(str).map(lambda m: _NUMBER.sub("#", " ".join(m.split())))
+    groups = [sub for _, sub in ordered.groupby(causes, sort=False)]
+    shown = groups if len(groups) <= MAX_CAUSES else groups[: MAX_CAUSES - 1]
+    lines = [f"WRONG {_where(sub)}: {_short(str(sub.iloc[0]['message']), MESSAGE_CHARS)}" for sub in shown]
+    if len(groups) > len(shown):  # the rest in one line: how many causes, and the first's message
+        rest = concat(groups[len(shown) :])
+        more = counted(len(groups) - len(shown), "more cause")
+        lines.append(f"WRONG {_where(rest)}, {more}: {_short(str(rest.iloc[0]['message']), MESSAGE_CHARS)}")
+    return lines
+
+
+def _where(rows) -> str:
+    """'float32, bfloat16 (causal; from N = 64 to 512)': the dtypes, masks and N of rows."""
+    return f"{', '.join(_dtypes(set(rows['dtype'].astype(str))))} ({_masks(rows)}; {_ns(rows)})"
 
 
 def _by_design(wrong, declared: bool) -> list[str]:
@@ -205,30 +248,42 @@ def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset(), right: s
     return lines
 
 
-def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> list[str]:
+def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> tuple[list[str], bool]:
     """Where the run's numerics probe (q scaled up, against the float64 reference) found fn wrong: a WRONG
     line where it turned NaN or inf or raised (an unstable softmax's overflow), per dtype from the smallest
     scale where it did; a 'less accurate' line, with the baseline's error beside, where it stayed finite but
     over its dtype's tolerance (scores rounded to bfloat16 before the softmax lose digits as the logits
-    grow: not a wrong answer); nothing where it held throughout."""
+    grow: not a wrong answer); one where fn crashed or hung the probe's worker (its record has no scale:
+    the probe went on without fn); nothing where it held throughout. With whether fn failed there (a WRONG
+    line, or its worker crashed or hung: a failure, as a crashed cell is)."""
     from attnbench.results import load_numerics
 
     probe = load_numerics(run_dir).get("probe", [])
     mine = [r for r in probe if r.get("variant") == variant]
+    lines = [
+        f"{variant} {'timed out' if r.get('status') == 'timeout' else r.get('status')} in the numerics probe "
+        f"(q scaled up, against float64), so large logits are not gated: "
+        f"{_short(str(r.get('message') or ''), MESSAGE_CHARS)}"
+        for r in mine
+        if "q_scale" not in r and r.get("status") in BROKEN
+    ][:1]  # a probe whose worker died or hung records no scale: none of fn's answers there is known
+    failed = bool(lines)
+    mine = [r for r in mine if "q_scale" in r and "dtype" in r]
     at_one = _first_scales(mine)  # a dtype wrong at the smallest scale already is wrong, not large logits'
     mine = [r for r in mine if at_one[r["dtype"]].get("status") in ("ok", "unsupported")]
     scales = names_text([f"{s:g}" for s in sorted({float(r["q_scale"]) for r in mine})] or ["none"])
     broken = [r for r in mine if r.get("status") in BROKEN or r.get("finite") is False]
-    lines = []
     if broken:
         first = _first_scales(broken)
         at = ", ".join(f"{d} from q x {first[d]['q_scale']:g}" for d in _dtypes(set(first)))
         what = "it raised" if all(r.get("status") in BROKEN for r in broken) else "NaN or inf"
         lines.append(f"WRONG on large logits ({at}): {what}, where the numerics probe scales q by {scales}")
+        failed = True
     off = [r for r in mine if r.get("status") == "wrong" and r["dtype"] not in {b["dtype"] for b in broken}]
     if off:
         first = _first_scales(off)
-        theirs = {(r["dtype"], r["q_scale"]): r.get("rel_err") for r in probe if r.get("variant") == baseline}
+        base_records = [r for r in probe if r.get("variant") == baseline]
+        theirs = {(r.get("dtype"), r.get("q_scale")): r.get("rel_err") for r in base_records}
         said = []
         for d in _dtypes(set(first)):
             r = first[d]
@@ -240,7 +295,7 @@ def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> list[
             )
         lines.append(f"less accurate on large logits, though finite ({'; '.join(said)}), where the numerics "
                      f"probe scales q by {scales}")  # fmt: skip
-    return lines
+    return lines, failed
 
 
 def _first_scales(records: list[dict]) -> dict[str, dict]:
@@ -302,19 +357,21 @@ def _dtype_list(rows: Sequence[Any]) -> str:
     return ", ".join(_dtypes({r.dtype for r in rows}))
 
 
-def unsupported(mine) -> list[str]:
+def unsupported(mine, spell: Callable[[str], str] = str) -> list[str]:
     """One line per reason fn's cells were not measured (the reason names what would add it), and one for
     the cells skipped ahead (a call predicted past max_call_ms, or a series that ran out of memory or
-    time at a shorter N): where, and the first one's reason."""
+    time at a shorter N): where, and the first one's reason, the options it names put in the caller's
+    spelling by `spell` (the harness writes them as the CLI's flags: `--max-call-ms 1000`)."""
     out = []
     refused = mine[mine["status"] == "unsupported"]
     for message, sub in refused.groupby("message", sort=False):
-        out.append(f"unsupported in {len(sub)} cells ({_masks(sub)}): {_short(str(message), MESSAGE_CHARS)}")
+        said = _short(spell(str(message)), MESSAGE_CHARS)
+        out.append(f"unsupported in {counted(len(sub), 'cell')} ({_masks(sub)}): {said}")
     skipped = mine[mine["status"] == "skipped"]
     if len(skipped):
         where = f"{', '.join(_dtypes(set(skipped['dtype'].astype(str))))}; {_masks(skipped)}; {_ns(skipped)}"
-        first = _short(str(skipped.iloc[0]["message"]).removeprefix("skipped: "), MESSAGE_CHARS)
-        out = out[:2] + [f"skipped in {len(skipped)} cells ({where}): {first}"]
+        first = _short(spell(str(skipped.iloc[0]["message"]).removeprefix("skipped: ")), MESSAGE_CHARS)
+        out = out[:2] + [f"skipped in {counted(len(skipped), 'cell')} ({where}): {first}"]
     return out[:3]
 
 
@@ -331,9 +388,10 @@ def speed(df, variant: str, baseline: str) -> list[str]:
     common = [k for k in b_rows.index if k in a_rows.index]
     if not common:
         return [f"no cell that both {variant} and {baseline} measured: nothing to race"]
-    cells, keys = [], []
+    cells, keys, pairs = [], [], []
     for k in common:
         a, b = a_rows.loc[k], b_rows.loc[k]
+        pairs.append((a, b))
         ok = a["status"] == "ok" and b["status"] == "ok"
         cells.append(
             Cell(str(a["status"]), str(b["status"]), Side.of(a) if ok else None, Side.of(b) if ok else None)
@@ -359,25 +417,43 @@ def speed(df, variant: str, baseline: str) -> list[str]:
         shown = [dtype, *([PASSES[pass_]] if len(passes) > 1 else [])]
         shown += [label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes)] if shapes else []
         race = _race(mine, baseline, named="window" in shapes)
-        lines.append(f"{' '.join(shown)}: {race} ({how}, Holm over {judged.family} cells)")
-    return lines[:4]
+        lines.append(f"{' '.join(shown)}: {race} ({how}, Holm over {counted(judged.family, 'cell')})")
+    return lines[:4] or _unraced(pairs, variant, baseline)
+
+
+def _unraced(pairs: list[tuple[Any, Any]], variant: str, baseline: str) -> list[str]:
+    """Why there is no race where fn ran ok: the baseline was not ok in those cells (one that left out the
+    scale is wrong in every one), with how many of each status and the first one's message."""
+    ran = [a for a, b in pairs if b["status"] == "ok"]
+    theirs = [a for a in ran if a["status"] != "ok"]
+    if not theirs:
+        return []
+    statuses = dict.fromkeys(str(a["status"]) for a in theirs)
+    said = ", ".join(f"{s} in {sum(str(a['status']) == s for a in theirs)}" for s in statuses)
+    first = _short(str(theirs[0]["message"]), MESSAGE_CHARS) if present(theirs[0]["message"]) else ""
+    return [f"not raced against {baseline}: it was {said} of the {counted(len(ran), 'cell')} {variant} ran "
+            f"ok in" + (f": {first}" if first else "")]  # fmt: skip
 
 
 def _race(judged: list[tuple[Any, Any]], baseline: str, named: bool = False) -> str:
-    """'1.52x slower than sdpa (N 64) to 2.10x (N 512); slower in 8 of 8 cells' and the like; the cells'
-    window beside their mask unless the line's shape names it already (`named`)."""
+    """'1.52x slower at N 64 to 2.10x slower at N 512 than sdpa (no mask); of 8 cells slower in 8' and the
+    like: the ends are the unmasked cells' where there are some, and a tally over more masks than that says
+    each verdict's masks ('of 4 cells slower in 2 (no mask), faster in 2 (causal)'); the cells' window
+    beside their mask unless the line's shape names it already (`named`)."""
     from pandas import DataFrame
 
     plain = [(k, j) for k, j in judged if mask_text(k["causal"], k["padding"]) == "no mask"] or judged
     length = length_axis(DataFrame([k for k, _ in plain]))
     plain.sort(key=lambda kj: int(kj[0][length]))
     (k0, j0), (k1, j1) = plain[0], plain[-1]
-    counts = {v: sum(j.verdict == v for _, j in judged) for v in ("faster", "slower", "same", "ambiguous")}
-    said = ", ".join(f"{v} in {n}" for v, n in counts.items() if n)
+    counts = {v: [k for k, j in judged if j.verdict == v] for v in ("faster", "slower", "same", "ambiguous")}
+    # where the ends are the unmasked cells' and the tally counts other masks too, it names each verdict's
+    where = (lambda ks: f" ({_masks(DataFrame(ks))})") if len(plain) < len(judged) else (lambda ks: "")
+    said = ", ".join(f"{v} in {len(ks)}{where(ks)}" for v, ks in counts.items() if ks)
     mask = mask_text(k0["causal"], k0["padding"], k0.get("causal_align"))
     mask += "" if named else _window(k0.get("window"))
     ends = _end(k0, j0, length) + (f" to {_end(k1, j1, length)}" if len(plain) > 1 else "")
-    return f"{ends} than {baseline} ({mask}); of {len(judged)} cells {said}"
+    return f"{ends} than {baseline} ({mask}); of {counted(len(judged), 'cell')} {said}"
 
 
 def _window(window: Any) -> str:
@@ -487,10 +563,12 @@ def answer(
     seconds: float | None = None,
     declared: Declared | None = None,
     more: str = "the full report: run.report() · every cell: run.table()",
+    spell: Callable[[str], str] = str,
 ) -> Answer:
     """The answer for `variant` raced against `baseline` in the run at run_dir (`seconds`: how long the
     run took, where the caller timed it; `declared`: what it declares beyond the sweep's masks; `more`:
-    where the rest is, after the run's path on the last line: the Python API's, or the commands')."""
+    where the rest is, after the run's path on the last line: the Python API's, or the commands'; `spell`:
+    the options the rows' messages name as the CLI's flags, in the caller's spelling)."""
     from attnbench.results import load, load_meta
 
     df = load(run_dir)
@@ -501,16 +579,18 @@ def answer(
     declared = declared or Declared()
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
-    overflows = large_logits(run_dir, variant, baseline)
-    lines = [head, *correctness(mine), *mask_shape(mine, declared.mask)]
+    overflows, overflowed = large_logits(run_dir, variant, baseline)
+    lines = [head, *correctness(mine, spell), *mask_shape(mine, declared.mask)]
     lines += [*at_n(declared, said, right_word(mine)), *overflows]
-    lines += [*workloads(declared), *unsupported(mine)]
+    lines += [*workloads(declared), *unsupported(mine, spell)]
     if (mine["status"] == "ok").any():
+        busy = machine_busy(df)  # before the race and the growth it puts in doubt
+        lines += [f"{busy} Bench again on a quiet machine."] if busy else []
         lines += speed(df, variant, baseline) + bandwidth(df, metas, variant, baseline)
         lines += growth(df, metas, variant, baseline)
     lines.append(f"run: {run_dir} · {more}")
     gated = [*declared.masks, *declared.gated]
-    overflowed = any(line.startswith("WRONG") for line in overflows)
+
     wrong_anywhere = bool(len(wrong) or overflowed or any(r.status in ("FAIL", "error") for r in gated))
     kept = lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines
     return Answer(tuple(kept), wrong=wrong_anywhere)

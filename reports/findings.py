@@ -309,6 +309,22 @@ def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
 # ---- (4) trust -----------------------------------------------------------------------------------------
 
 
+def machine_busy(df) -> str | None:
+    """'The machine was busy while this ran: 38 of 48 ok cells drifted or were noisy, so ...' where the ok
+    cells that drifted, or were noisy while the speed probes did not hold steady, make a busy machine
+    (results.drift.is_busy, the one rule); None otherwise. The report's trust sentence and bench's answer
+    say it so."""
+    ok = ok_rows(df)
+    noisy = flag_mask(ok, "noisy") & (not steady(ok.to_dict("records")))
+    busy = int((flag_mask(ok, "drift") | noisy).sum())
+    if not is_busy(busy, len(ok)):
+        return None
+    return (
+        f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "
+        "times say as much about the machine as about the variants."
+    )
+
+
 def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     """One sentence that counts every flagged row; a second, plain one when the machine was busy (many
     ok cells drifted or noisy), with the command that measures the drifted cells again."""
@@ -334,16 +350,12 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     else:
         text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
         text += ", and none errored, crashed or timed out."
-    noisy = flag_mask(ok, "noisy")
-    probe_steady = steady(ok.to_dict("records"))
-    busy = int((flag_mask(ok, "drift") | (noisy & (not probe_steady))).sum())
-    if not is_busy(busy, len(ok)):
-        own = own_spread(int(noisy.sum()), len(ok)) if probe_steady else None
+    busy_text = machine_busy(df)
+    if busy_text is None:
+        noisy = flag_mask(ok, "noisy")
+        own = own_spread(int(noisy.sum()), len(ok)) if steady(ok.to_dict("records")) else None
         return (text,) if own is None else (text, own[0].upper() + own[1:] + ".")
-    busy_text = (
-        f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "
-        "times say as much about the machine as about the variants. "
-    )
+    busy_text += " "
     if flags["drifted"]:
         target = shlex.quote(run_dirs[0]) if len(run_dirs) == 1 else "RUN"
         busy_text += (

@@ -405,7 +405,7 @@ def test_bench_gates_the_backward_its_forward_sweep_never_runs(tmp_path):
     it, and the answer says the gradients are wrong."""
     bench = _bench_of(tmp_path, "zero_grad")
     lines = str(bench).splitlines()
-    assert lines[1].startswith("correct in 1 of 1 cells gated against float64"), lines
+    assert lines[1].startswith("correct in 1 of 1 cell gated against float64"), lines
     assert lines[2] == "WRONG at N 100 (float32; no mask): gradient rel_err 1.0e+00 > tolerance 4e-04", lines
     assert {(r.causal, r.padding, r.status) for r in bench.declared.masks} == {
         (False, False, "FAIL"), (True, False, "unsupported"), (False, True, "unsupported"),
@@ -417,7 +417,7 @@ def test_bench_gates_a_length_no_block_divides(tmp_path):
     passed all of them. At N = 100 it is wrong, forward alone too."""
     bench = _bench_of(tmp_path, "blocked", backward=False)
     lines = str(bench).splitlines()
-    assert lines[1].startswith("correct in 1 of 1 cells gated against float64"), lines
+    assert lines[1].startswith("correct in 1 of 1 cell gated against float64"), lines
     assert lines[2].startswith("WRONG at N 100 (float32; no mask): output rel_err "), lines
     assert all(r.grad_rel_err is None for r in bench.declared.masks)
 
@@ -470,7 +470,7 @@ def test_a_bench_of_a_kernel_of_other_dtypes_measures_it_in_its_own(tmp_path):
         bench = attnbench.bench(fn, out=tmp_path / "h", seq_len="64", causal="no", padding="0")
     assert {(r["variant"], r["dtype"], r["status"]) for r in read_rows(tmp_path / "h")} == {
         ("flash_causal", "float16", "ok"), ("sdpa", "float16", "ok")}  # fmt: skip
-    assert str(bench).splitlines()[1].startswith("correct in 1 of 1 cells gated against float64"), str(bench)
+    assert str(bench).splitlines()[1].startswith("correct in 1 of 1 cell gated against float64"), str(bench)
 
 
 def test_the_gate_at_n_right_on_every_mask_is_one_line():
@@ -774,9 +774,9 @@ def test_a_slow_kernel_skips_its_longer_cells_in_rounds_and_the_answer_says_so(t
     assert [rows[n]["status"] for n in (64, 128, 256)] == ["ok", "ok", "skipped"], rows
     lines = str(bench).splitlines()
     skipped = [
-        line for line in lines if line.startswith("skipped in 1 cells (float32; no mask; at N = 256): ")
+        line for line in lines if line.startswith("skipped in 1 cell (float32; no mask; at N = 256): ")
     ]
-    assert skipped and "over --max-call-ms 150" in skipped[0], lines
+    assert skipped and "over max_call_ms=150" in skipped[0], lines  # the API's keyword, not the CLI's flag
 
 
 def test_a_workload_keyword_in_flash_attns_spelling_is_named_with_the_wrapper_that_hands_it():

@@ -34,7 +34,7 @@ def test_declared_it_is_ok_within_its_bound_and_named_approximate(tmp_path):
     assert {r["status"] for r in mine} == {"ok"} and {r["approximate"] for r in mine} == {0.02}
     assert all(1e-4 < r["rel_err"] < 0.02 for r in mine), [r["rel_err"] for r in mine]
     lines = str(bench).splitlines()
-    assert lines[1].startswith("within its declared approximation (rel_err <= 0.02) in 1 of 1 cells"), lines
+    assert lines[1].startswith("within its declared approximation (rel_err <= 0.02) in 1 of 1 cell"), lines
     assert any(line.startswith("float32: ") and "than sdpa" in line for line in lines), lines
     assert not bench.answer.wrong
 

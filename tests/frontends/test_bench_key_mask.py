@@ -61,7 +61,7 @@ def test_declared_bool_instead_the_answer_says_which_shape_it_was_handed(tmp_pat
     with as_a_fresh_process(tmp_path):
         bench = attnbench.bench(fn, out=tmp_path / "b", **QUICK, **FAST)
     lines = str(bench).splitlines()
-    assert lines[1].startswith("correct in 1 of 1 cells"), lines  # its unmasked cell
+    assert lines[1].startswith("correct in 1 of 1 cell"), lines  # its unmasked cell
     assert lines[2].startswith("3 cells error (float32; causal; causal, padded keys; padded keys"), lines
     assert lines[3] == (
         'it raised only where it is handed a mask, as (B, 1, N_q, N_k) (mask="bool"): if its mask is one per '

@@ -1,0 +1,205 @@
+"""What bench's answer says where its run went wrong in ways the cells alone do not show: a kernel that
+crashed or hung the numerics probe, a busy machine, wrong cells of several causes, a baseline that was not
+ok, a race whose tally counts more masks than its ends; and its wording (counts, an option's spelling)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch.nn.functional as F
+
+import attnbench
+from attnbench.reports.answer import _masks, _race, answer
+from tests.conftest import as_a_fresh_process
+
+GATE = "failed the float64 gate"
+
+
+def aborts(q, k, v):
+    """Right at N 64, and kills its process from N 128 on: the numerics probe's N among them."""
+    if q.shape[-2] >= 128:
+        os.abort()
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_a_kernel_that_crashes_the_numerics_probe_still_gets_its_answer(tmp_path):
+    """The probe's record of a crashed worker has no q_scale: the answer raised KeyError: 'q_scale' after the
+    whole run, and the user saw a traceback instead of it. Now the crashed cells are counted, the probe's
+    crash is said (large logits not gated) and the answer is wrong."""
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(
+            aborts, out=tmp_path / "a", seq_len="64,128", dtype="float32", causal="no", padding=0.0,
+            budget_ms=5, warmup_ms=1, calibrate_ms=0,
+        )  # fmt: skip
+        lines = str(bench).splitlines()
+    assert lines[1].startswith("correct in 1 of 1 cell gated against float64"), lines
+    crashed = "1 cell crashed (float32; no mask; at N = 128): worker killed by SIGABRT"
+    assert any(line.startswith(crashed) for line in lines), lines
+    probe = (
+        "aborts crashed in the numerics probe (q scaled up, against float64), so large logits are not gated: "
+    )
+    assert any(line.startswith(probe) for line in lines), lines
+    assert bench.answer.wrong and len(lines) <= 12
+
+
+def probe_run(tmp_path, probe: list[dict]):
+    from synthetic import cell, write_run
+
+    run = write_run(tmp_path / "p", [cell(v, n, time_ms=n / 100) for v in ("sdpa", "fn") for n in (64, 128)])
+    (run / "numerics.json").write_text(json.dumps({"probe": probe}))
+    return run
+
+
+def test_a_probe_that_timed_out_for_either_side_is_read_without_its_scale(tmp_path):
+    """A timed-out probe record (no dtype, no q_scale) of fn or of the baseline: the answer reads the rest
+    of the probe, and says fn's."""
+    scaled = [{"variant": "fn", "dtype": "float32", "q_scale": s, "status": "wrong", "finite": True,
+               "rel_err": 2e-3, "tolerance": 1e-4} for s in (10.0, 100.0)]  # fmt: skip
+    scaled.append({"variant": "fn", "dtype": "float32", "q_scale": 1.0, "status": "ok", "finite": True})
+    hung = {"status": "timeout", "message": "no answer after 300 s (numerics); worker killed"}
+    run = probe_run(tmp_path, [{"variant": "sdpa", **hung}, *scaled])
+    said = answer(run, "fn", "sdpa")
+    less = "less accurate on large logits, though finite (float32 from q x 10: relative error 2.0e-03"
+    assert any(line.startswith(less) for line in said.lines), said.lines
+    assert not said.wrong
+    run = probe_run(tmp_path / "2", [{"variant": "fn", **hung}])
+    said = answer(run, "fn", "sdpa")
+    assert (
+        "fn timed out in the numerics probe (q scaled up, against float64), so large logits are not gated: "
+        "no answer after 300 s (numerics); worker killed"
+    ) in said.lines, said.lines
+    assert said.wrong
+
+
+def busy_rows(drifted: int):
+    """fn twice sdpa's time at 4 N; the first `drifted` cells measured at half the machine's usual speed."""
+    from synthetic import cell
+
+    rows = [cell(v, n, time_ms=n / 100 * slower) for n in (64, 128, 256, 512)
+            for v, slower in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
+    return [{**r, "speed_tflops": 0.5 if i < drifted else 1.0} for i, r in enumerate(rows)]
+
+
+def test_a_busy_machine_is_said_before_the_race(tmp_path):
+    """Half the cells measured at half the machine's usual speed (drift): the answer says the machine was
+    busy in the report's words, and how to measure again, before the race and the growth it puts in doubt;
+    on a steady machine it says nothing of it."""
+    from synthetic import write_run
+
+    said = answer(write_run(tmp_path / "busy", busy_rows(3)), "fn", "sdpa").lines
+    busy = [i for i, line in enumerate(said) if line.startswith("The machine was busy while this ran: ")]
+    race = [i for i, line in enumerate(said) if line.startswith("float32: ")]
+    assert busy and race and busy[0] < race[0], said
+    assert said[busy[0]] == (
+        "The machine was busy while this ran: 3 of 8 ok cells drifted or were noisy, so their times say as "
+        "much about the machine as about the variants. Bench again on a quiet machine."
+    )
+    steady = answer(write_run(tmp_path / "steady", busy_rows(0)), "fn", "sdpa").lines
+    assert not any("machine was busy" in line for line in steady), steady
+
+
+def test_wrong_cells_are_said_by_cause(tmp_path):
+    """A function that ignores both causal= and key_lengths=: the causal cells' cause is said of them and
+    the padded ones' of them (one line gave the padded cells' cause for every mask); a fourth cause and
+    more are counted in the last WRONG line."""
+    from synthetic import cell, write_run
+
+    causes = {
+        (True, 0.0): f"{GATE}: it ignored causal=True: its answer is attention over every key; rel_err {{e}}",
+        (False, 0.25): f"{GATE}: it ignored key_lengths=: the padded keys took part; rel_err {{e}}",
+        (True, 0.25): f"{GATE}: rel_err {{e}}",
+    }
+    rows = []
+    for n in (64, 128):
+        for (c, p), message in causes.items():
+            rows.append(cell("sdpa", n, causal=c, padding=p, time_ms=n / 100))
+            rows.append(cell("kw", n, causal=c, padding=p, status="wrong", rel_err=n / 200,
+                             message=message.format(e=n / 200)))  # fmt: skip
+    run = write_run(tmp_path / "w", rows)
+    wrong = [line for line in answer(run, "kw", "sdpa").lines if line.startswith("WRONG")]
+    assert wrong == [
+        f"WRONG float32 (causal; from N = 64 to 128): {GATE}: it ignored causal=True: its answer is "
+        "attention over every key; rel_err 0.32",
+        f"WRONG float32 (padded keys; from N = 64 to 128): {GATE}: it ignored key_lengths=: the padded keys "
+        "took part; rel_err 0.32",
+        f"WRONG float32 (causal, padded keys; from N = 64 to 128): {GATE}: rel_err 0.32",
+    ], wrong
+    rows = [r for r in rows if not (r["variant"] == "kw" and r["seq_len"] == 128)]
+    rows.append(cell("kw", 128, status="wrong", rel_err=1.0, message=f"{GATE}: its output is all zeros"))
+    wrong = [line for line in answer(write_run(tmp_path / "m", rows), "kw", "sdpa").lines if "WRONG" in line]
+    assert len(wrong) == 3 and wrong[-1].startswith(
+        "WRONG float32 (padded keys, with or without causal; at N = 64), 2 more causes: "
+    ), wrong
+
+
+def test_a_baseline_that_was_not_ok_says_why_there_is_no_race(tmp_path):
+    """bench(good, baseline=noscale), the baseline missing the 1/sqrt(d) scale: no speed line, and before
+    no reason either."""
+    from synthetic import cell, write_run
+
+    left_out = f"{GATE}: it left out the 1/sqrt(d_k) scale; rel_err 0.9"
+    rows = [cell("good", n, time_ms=n / 100) for n in (64, 128, 256)]
+    rows += [cell("noscale", n, time_ms=n / 100, status="wrong", rel_err=0.9, message=left_out)
+             for n in (64, 128)]  # fmt: skip
+    rows.append(cell("noscale", 256, status="error", message="RuntimeError: boom"))
+    said = answer(write_run(tmp_path / "b", rows), "good", "noscale").lines
+    assert (
+        f"not raced against noscale: it was wrong in 2, error in 1 of the 3 cells good ran ok in: {left_out}"
+        in (said)
+    ), said
+
+
+def test_a_race_over_several_masks_says_where_each_verdict_is():
+    """A decode kernel slower than its baseline unmasked and faster causal: the line's ends are the unmasked
+    cells', and its tally, over every mask, says which masks were faster ('of 4 cells faster in 2', where
+    unsaid, before)."""
+    from types import SimpleNamespace as judged
+
+    def key(n, causal):
+        return {"seq_len": 1, "seq_k": n, "causal": causal, "padding": 0.0,
+                "causal_align": "lower-right" if causal else "top-left"}  # fmt: skip
+
+    ratios = {256: 2.47, 2048: 2.23}  # unmasked: slower; causal: twice as fast
+    cells = [(key(n, c), judged(ratio=ratios[n] if not c else 0.5, verdict="faster" if c else "slower"))
+             for n in (256, 2048) for c in (False, True)]  # fmt: skip
+    assert _race(cells, "sdpa") == (
+        "2.47x slower at N_k 256 to 2.23x slower at N_k 2,048 than sdpa (no mask); of 4 cells faster in 2 "
+        "(causal lower-right), slower in 2 (no mask)"
+    )
+
+
+def test_masks_that_share_a_part_say_it_once():
+    """'unsupported in 16 cells (causal, padded keys; padded keys)' repeated itself."""
+    from pandas import DataFrame
+
+    def rows(*masks):
+        return DataFrame([{"causal": c, "padding": p} for c, p in masks])
+
+    assert _masks(rows((True, 0.25), (False, 0.25))) == "padded keys, with or without causal"
+    assert _masks(rows((True, 0.0), (True, 0.25))) == "causal, with or without padded keys"
+    assert _masks(rows((True, 0.0), (False, 0.0))) == "causal; no mask"
+    assert (
+        _masks(rows((True, 0.0), (False, 0.25), (True, 0.25))) == "causal; causal, padded keys; padded keys"
+    )
+
+
+def test_skipped_cells_are_counted_and_their_option_said_in_the_callers_spelling(tmp_path):
+    """A row's message names max_call_ms as the CLI's flag: the Python API's answer says `max_call_ms=`, the
+    command's keeps the flag; one cell is '1 cell'."""
+    from synthetic import cell, write_run
+
+    from attnbench.api import Bench
+
+    skip = "skipped: fn would take about 1,600 ms a call here (400.0 ms at N 128), over --max-call-ms 1000"
+    rows = [cell(v, n, time_ms=n / 100) for v in ("sdpa", "fn") for n in (64, 128)]
+    rows += [cell("sdpa", 256, time_ms=2.56), cell("fn", 256, status="skipped", message=skip)]
+    run = write_run(tmp_path / "s", rows)
+    bench = Bench(run, {}, variant="fn", baseline="sdpa")
+    api = [line for line in str(bench).splitlines() if line.startswith("skipped")]
+    assert api == [
+        "skipped in 1 cell (float32; no mask; at N = 256): fn would take about 1,600 ms a call here "
+        "(400.0 ms at N 128), over max_call_ms=1000"
+    ], api
+    cli = [line for line in answer(run, "fn", "sdpa").lines if line.startswith("skipped")]
+    assert cli and cli[0].endswith("over --max-call-ms 1000"), cli
