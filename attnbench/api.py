@@ -307,6 +307,7 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
+    switches(**{k: keywords[k] for k in _SWITCHES + ("progress",) if k in keywords})
     for key in ("out", "config", "rerun"):  # read by bench's plan before run: `~` expanded first
         if keywords.get(key) is not None:
             keywords[key] = as_path(keywords[key], f"{key}=", run=key != "config")
@@ -420,6 +421,7 @@ def profile(
     from attnbench.reports.profile_page import write_pages
     from attnbench.variants import shipped
 
+    switches(native=native, py_spy=py_spy)
     known = {o.key for o in CELL_OPTIONS}
     unknown = sorted(set(cell) - known - {"pass_"})
     if unknown:

@@ -84,3 +84,29 @@ def test_a_value_of_the_wrong_type_is_one_clear_line(tmp_path, call, said):
     message = str(caught.value)
     assert said in message and "\n" not in message, message
     assert list(Path(tmp_path).iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (dict(dry_run="False"), "dry_run= takes True or False, not str 'False'"),
+        (dict(resume="no"), "resume= takes True or False, not str 'no'"),
+        (dict(progress="yes"), "progress= takes True or False or None, not str 'yes'"),
+        (dict(slurm_local=1), "slurm_local= takes True or False, not int 1"),
+    ],
+)
+def test_a_switch_given_text_is_refused(tmp_path, given, said):
+    """A string is true to Python: dry_run="False" made a dry run. A switch takes True or False only."""
+    out = tmp_path / "never"
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError) as caught:
+        attnbench.run(variants="naive", seq_len=64, heads=1, out=out, **given)
+    assert str(caught.value) == said
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError, match=f"^{said}$"):
+        attnbench.bench("naive", out=out, **given)
+    assert not out.exists()
+
+
+def test_a_profile_switch_given_text_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="^py_spy= takes True or False, not str 'no'$"):
+        attnbench.profile("naive", out=tmp_path / "p", py_spy="no")
+    assert not (tmp_path / "p").exists()
