@@ -110,3 +110,13 @@ def test_a_profile_switch_given_text_is_refused(tmp_path):
     with pytest.raises(TypeError, match="^py_spy= takes True or False, not str 'no'$"):
         attnbench.profile("naive", out=tmp_path / "p", py_spy="no")
     assert not (tmp_path / "p").exists()
+
+
+def test_no_variants_is_refused_not_every_default_variant(tmp_path):
+    """variants=[] ran the whole default set (11 variants) where variants="" is refused."""
+    for empty in ([], "", {}):
+        with (
+            as_a_fresh_process(tmp_path),
+            pytest.raises(ValueError, match="^variants needs at least one value"),
+        ):
+            attnbench.run(variants=empty, seq_len=64, out=tmp_path / "never", dry_run=True)
