@@ -19,11 +19,11 @@ def check_cpu_affinity(cpus: tuple[int, ...]) -> None:
     if not cpus:
         return
     if not hasattr(os, "sched_setaffinity"):
-        raise ValueError("cpu_affinity needs os.sched_setaffinity, which this OS does not have")
+        raise ValueError("--cpu-affinity needs os.sched_setaffinity, which this OS does not have")
     allowed = cpus_allowed()
     missing = [c for c in cpus if c not in allowed]
     if missing:
         raise ValueError(
-            f"cpu_affinity asks for CPU {', '.join(map(str, missing))}, but this process may run only on "
+            f"--cpu-affinity asks for CPU {', '.join(map(str, missing))}, but this process may run only on "
             f"CPUs {format_cpus(sorted(allowed))}"
         )
