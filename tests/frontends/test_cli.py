@@ -92,6 +92,8 @@ BAD_RUNS = [
     (["--preset", "quik"], "unknown preset 'quik' (did you mean 'quick'?); known: bench, cpu"),
     (["--config", "/nonexistent.toml"], "does not exist"),
     (["--variant-file", "/nonexistent/mine.py"], "variant file '/nonexistent/mine.py' does not exist"),
+    (["--variant-file", "/"], "variant file '/' is a directory, not a file"),
+    (["--config", "/"], "config file '/' is a directory, not a file"),
     (["--warmup-ms", "nan"], "--warmup-ms must be 0 or a positive number, got nan"),
     (["--calibrate-ms", "-1"], "calibrate-ms must be 0 (none) or a positive number, got -1"),
     (["--resume"], "does not exist"),
