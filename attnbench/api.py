@@ -7,6 +7,7 @@ directory) instead of one line on stderr. Nothing heavy is imported until a func
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
@@ -130,11 +131,10 @@ def run(
         slurm_gpus_per_node=slurm_gpus_per_node, slurm_time=slurm_time,
         slurm_array_parallelism=slurm_array_parallelism, slurm_tasks=slurm_tasks, slurm_opt=slurm_opt,
     )  # fmt: skip
+    switches(resume=resume, redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
+             slurm_local=slurm_local, progress=progress)  # fmt: skip
     with in_keywords():
-        if isinstance(sweep, (str, Path)):
-            if config is not None:
-                raise ValueError("give the sweep file as `sweep` or as `config`, not both")
-            sweep, config = None, sweep
+        sweep, config, out, rerun, variant_files = _run_paths_given(sweep, config, out, rerun, variant_files)
         spec = sweep if isinstance(sweep, SweepSpec) else None
         given = {**(dict(sweep or {}) if spec is None else {}), **axes}
         _refuse_capabilities(given, GIVE_WITH_FN)  # approximate=, gqa=, takes=: what a function is
@@ -193,6 +193,55 @@ def in_keywords():
         if said == str(exc):
             raise
         raise type(exc)(said) from None
+
+
+def as_path(value: Any, keyword: str, *, run: bool = False) -> Path:
+    """A path given to this API, a leading `~` expanded as a shell would (taken literally, `out="~/x"` would
+    make a folder named `~`); `run`: a Run stands for its directory. TypeError, `keyword` (`out=`) naming
+    what was given, for anything else (a number, a list)."""
+    if run and isinstance(value, Run):
+        return value.path
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            return Path(value).expanduser()
+        except (TypeError, RuntimeError):  # a bytes path; a ~user that names no user
+            pass
+    kinds = "a path (str or pathlib.Path)" + (" or a Run" if run else "")
+    raise TypeError(f"{keyword} takes {kinds}, not {type(value).__name__} {_short(value)}")
+
+
+def _run_paths_given(sweep: Any, config: Any, out: Any, rerun: Any, variant_files: Any) -> tuple:
+    """run()'s paths, `~` expanded (as_path): the sweep file (given as `sweep` or `config`), out and rerun (a
+    Run for either), variant_files."""
+    if isinstance(sweep, (str, os.PathLike)):
+        if config is not None:
+            raise ValueError("give the sweep file as `sweep` or as `config`, not both")
+        sweep, config = None, sweep
+    config, out, rerun = (
+        None if value is None else as_path(value, f"{key}=", run=key != "config")
+        for key, value in (("config", config), ("out", out), ("rerun", rerun))
+    )
+    return sweep, config, out, rerun, paths_of(variant_files, "variant_files=")
+
+
+def paths_of(value: Any, keyword: str, *, run: bool = False) -> list[Path]:
+    """as_path of each of a sequence of paths (or of one path given alone)."""
+    return [as_path(v, keyword, run=run) for v in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def switches(**given: Any) -> None:
+    """TypeError naming the keyword where a switch (resume=, dry_run=, ...) is given anything but True or
+    False: a string such as "False" is true to Python, and would do what it says not to. `progress` may
+    also be None (its default: shown in a notebook only)."""
+    for key, value in given.items():
+        if not isinstance(value, bool) and not (key == "progress" and value is None):
+            also = " or None" if key == "progress" else ""
+            raise TypeError(f"{key}= takes True or False{also}, not {type(value).__name__} {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _finished(summary) -> Run:
@@ -272,6 +321,12 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
+    switches(**{k: keywords[k] for k in _SWITCHES + ("progress",) if k in keywords})
+    for key in ("out", "config", "rerun"):  # read by bench's plan before run: `~` expanded first
+        if keywords.get(key) is not None:
+            keywords[key] = as_path(keywords[key], f"{key}=", run=key != "config")
+    if "variant_files" in keywords:
+        keywords["variant_files"] = paths_of(keywords["variant_files"], "variant_files=")
     _refuse_capabilities(keywords, "bench: {k}= says what fn takes, not what to sweep: give it with fn, as "
                          "bench(attnbench.variant(fn, {k}=...))")  # fmt: skip
     if not keywords.get("env"):  # run() starts it for the run's env, once that is read
@@ -380,6 +435,7 @@ def profile(
     from attnbench.reports.profile_page import write_pages
     from attnbench.variants import shipped
 
+    switches(native=native, py_spy=py_spy)
     known = {o.key for o in CELL_OPTIONS}
     unknown = sorted(set(cell) - known - {"pass_"})
     if unknown:
@@ -389,7 +445,7 @@ def profile(
         who = fn if isinstance(fn, str) else _variant_names(variant(fn, name=name), "variants")[0]
         plan = prepare(who, given, threads=threads, seconds=seconds, rate=rate, iters=iters, native=native,
                        use_py_spy=py_spy)  # fmt: skip
-        target = report_dir(out, plan.default_dir_name(), "profile")
+        target = report_dir(None if out is None else as_path(out, "out="), plan.default_dir_name(), "profile")
         if target.exists() and any(target.iterdir()):
             raise ValueError(f"--out {str(target)!r} already exists and is not empty; choose another --out")
     files = shipped.files_of([who], [])
@@ -489,11 +545,17 @@ def _check_free(name: str, keyword: str) -> None:
         raise ValueError(f"{keyword} {name!r} is the name of {whose}; give yours another name")
 
 
-def load(*run_dirs: PathLike | Sequence[PathLike]):
-    """Every row of the given runs as one typed pandas DataFrame (see the README's results schema)."""
+def load(*run_dirs: PathLike | Run | Sequence[PathLike | Run]):
+    """Every row of the given runs (run directories or Runs, or lists of them) as one typed pandas DataFrame
+    (see the README's results schema)."""
     from attnbench.results import load as load_runs
 
-    return load_runs(*run_dirs)
+    return load_runs(*_run_paths(run_dirs, "load: each run"))
+
+
+def _run_paths(args: Sequence[Any], keyword: str) -> list[Path]:
+    """Run directories given as paths, Runs, or lists of them, as paths (as_path)."""
+    return [p for arg in args for p in paths_of(arg, keyword, run=True)]
 
 
 def history(
@@ -505,7 +567,8 @@ def history(
     does; `machine` keeps one machine's cells (its name, or a part of it that names one machine)."""
     from attnbench.results import history as store_
 
-    paths = [p for arg in runs for p in (arg if isinstance(arg, (list, tuple)) else [arg])]
+    paths = _run_paths(runs, "history: each run")
+    store = as_path(store, "store=")
     with in_keywords():
         if paths:
             store_.add(store, paths)
@@ -527,6 +590,13 @@ def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine
     from attnbench.results import history as store_
     from attnbench.results import steps as steps_
 
+    if frame is not None and not _is_frame(frame):
+        said = f"store={frame!r}" if isinstance(frame, (str, os.PathLike)) else "store=PATH"
+        raise TypeError(
+            f"steps: frame is a DataFrame of attnbench.history(), not {type(frame).__name__} "
+            f"{_short(frame)}; a history store is given as steps({said})"
+        )
+    store = as_path(store, "store=")
     with in_keywords():
         df = store_.frame(store, machine=machine) if frame is None else frame
         found = steps_.find(df)
@@ -539,10 +609,27 @@ def table(df: Any, columns: Sequence[str] | None = None):
     """attnbench.load's frame for a notebook: a pandas Styler of the run, variant, the axes that vary and the
     main numbers (or `columns`), with readable formats: rel_err as 3.0e-07, bytes as 96.0 KiB, rel_iqr as a
     percentage (pandas shows a nullable float such as 3e-07 as 0.0). The frame and its dtypes are unchanged;
-    `.data` is the frame shown."""
+    `.data` is the frame shown. `df` may be a run instead (its directory, or a Run): its rows are loaded;
+    `columns` a list of names, or one name or a comma list of them as text ('variant,time_ms_median')."""
     from attnbench.reports.notebook import styled
 
+    if isinstance(df, (str, os.PathLike, Run)):
+        df = load(df)
+    elif not _is_frame(df):
+        raise TypeError(
+            f"table takes attnbench.load()'s DataFrame, a run directory or a Run, not {type(df).__name__}"
+        )
+    if isinstance(columns, str):
+        columns = [c.strip() for c in columns.split(",") if c.strip()]
     return styled(df, columns)
+
+
+def _is_frame(value: Any) -> bool:
+    """Whether `value` is a pandas DataFrame (pandas imported only where one may be)."""
+    import sys
+
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(value, pd.DataFrame)
 
 
 def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str | None = None):
@@ -550,8 +637,10 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
 
     `out` defaults to reports/out/<run ids>; a run directory or a file is refused as `out`.
     """
+    dirs = _run_paths(run_dirs, "report: each run")
+    out = None if out is None else as_path(out, "out=")
     with in_keywords():
-        return write_report(run_dirs, out, baseline)
+        return write_report(dirs, out, baseline)
 
 
 def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, baseline: str | None):

@@ -18,7 +18,7 @@ import sys
 from contextlib import contextmanager
 
 from attnbench import cli_history, cli_read, cli_run, cli_tools
-from attnbench.cli_common import EXIT_INTERRUPTED, NO_ROOM, BadInput, fail
+from attnbench.cli_common import EXIT_INTERRUPTED, NO_ROOM, BadInput, expand_paths, fail
 from attnbench.results.formulas import printable
 
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["interleave"] and "--" in argv:  # what follows -- is every run's: not interleave's
         cut = argv.index("--")
         argv, run_args = argv[:cut], argv[cut + 1 :]
-    args = build_parser().parse_args(argv)
+    args = expand_paths(build_parser().parse_args(argv))
     if run_args is not None:
         args.run_args = run_args
     try:

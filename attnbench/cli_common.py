@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import errno
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,23 @@ def tell(text: str) -> None:
 def say(text: str) -> None:
     """A line of what a command found, on stdout, wrapped to the terminal's width."""
     print("\n".join(wrap_text(printable(text), sentence_columns(), "    ")))
+
+
+# every command's arguments that name a file or a folder (argparse's dest): `--out=~/x` reaches argparse with
+# its `~` unexpanded (a shell expands a `~` only at a word's start), and a `~` taken literally makes `./~`
+PATH_ARGS = ("out", "store", "run_dir", "run_dirs", "run_a", "run_b", "json_file", "config", "rerun",
+             "variant_file")  # fmt: skip
+
+
+def expand_paths(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with a leading `~` (or `~user`) of each path expanded, as a shell would have."""
+    for dest in PATH_ARGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str):
+            setattr(args, dest, os.path.expanduser(value))
+        elif isinstance(value, list):
+            setattr(args, dest, [os.path.expanduser(v) if isinstance(v, str) else v for v in value])
+    return args
 
 
 @contextmanager

@@ -120,7 +120,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             split(args.variants) if args.variants else None,
             read_axis(axis("device"), args.device, "--device"),  # the words `run` reads (bf16 too)
             read_axis(axis("dtype"), args.dtype, "--dtype"),
-            args.seq_len,
+            _one_length(args.seq_len),
             variant_files=args.variant_file or [],
         )
     except ValueError as exc:  # VariantError is one
@@ -157,6 +157,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check.exit_status(rows)
 
 
+def _one_length(text: str) -> int:
+    """check's --seq-len: one N, read as `run` reads lengths (1k too); ValueError naming the flag."""
+    from attnbench.harness.sweep.grammar import read_axis
+    from attnbench.results.axes import axis
+
+    lengths = read_axis(axis("seq_len"), text, "--seq-len")
+    if len(lengths) != 1:
+        raise ValueError(f"--seq-len takes one length here (check gates at one N), got {text!r}")
+    return lengths[0]
+
+
 def _say_undeclared(names) -> None:
     """A note for each variant whose function takes a workload keyword its capability does not declare:
     no check (and no run) hands it one."""
@@ -182,7 +193,7 @@ def add_check(sub) -> None:
     p.add_argument("--variants", metavar="A,B", help="default: the --variant-file's variants, else every one")
     p.add_argument("--device", default="cpu", metavar="cpu,cuda")
     p.add_argument("--dtype", default="float32,bfloat16", metavar="DTYPES")
-    p.add_argument("--seq-len", type=int, default=100)
+    p.add_argument("--seq-len", default="100", metavar="N", help="the one N each check runs at (default 100)")
     p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
     p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
     p.set_defaults(func=cmd_check)

@@ -47,6 +47,7 @@ from .store import (
     runs_inside,
     uncollected_rows,
 )
+from .writable import why_unwritable
 
 DEFAULT_STORE = "runs/history.sqlite"
 FORMAT = "attnbench-history"
@@ -260,6 +261,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     con = _connect(store, create=False) if store.exists() else None  # a bad store is refused before reading
     if con is not None:
         con.close()
+    _check_writable(store)
     known = _digests(store) if store.exists() else {}
     work = []
     for run in runs:
@@ -273,6 +275,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
         )
         rows = latest_rows(run) + uncollected_rows(run) if state != "unchanged" else []
         work.append((run, meta, digest, state, rows))
+    made = not store.exists()
     con = _connect(store, create=True)
     try:
         with con:
@@ -288,9 +291,24 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
                     f"INSERT INTO cells VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
                     cell_records(meta, rows),
                 )
+    except sqlite3.OperationalError as exc:  # the transaction was rolled back: the store is as it was
+        if made:
+            store.unlink(missing_ok=True)
+        raise StoreError(f"--store {str(store)!r} cannot be written: {exc}") from None
     finally:
         con.close()
     return [Added(run, str(meta.get("run_id")), len(rows), state) for run, meta, _, state, rows in work]
+
+
+def _check_writable(store: Path) -> None:
+    """StoreError naming --store when the store (or, where it is not yet, its folder) cannot be written:
+    SQLite writes its journal beside the file, so the folder is asked either way (results.writable)."""
+    folder = store.parent
+    why = why_unwritable(folder)
+    if why:
+        raise StoreError(f"--store {str(store)!r}: its folder {str(folder)!r} {why}")
+    if store.exists() and not os.access(store, os.W_OK):
+        raise StoreError(f"--store {str(store)!r} is read-only: the store cannot be written")
 
 
 def _digests(store: Path) -> dict[str, str]:

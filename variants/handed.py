@@ -142,6 +142,22 @@ def mask_arg_refusal(name: str, mask_arg: str, taken: set[str]) -> str | None:
     return f"variant {name!r} declares a mask, handed as {mask_arg}=, but takes no {mask_arg}={way}"
 
 
+def required_unhanded(name: str, sig: inspect.Signature, handed: set[str]) -> str | None:
+    """The refusal when fn has a parameter after q, k, v with no default that no cell ever hands it
+    (`handed`: the calling convention's keywords, the workloads', a declared mask's): every call would
+    raise a missing-argument TypeError, found only after a sweep's worth of cells."""
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for param in positional[3:] + [p for p in params if p.kind is p.KEYWORD_ONLY]:
+        if param.default is inspect.Parameter.empty and param.name not in handed:
+            return (
+                f"variant {name!r} takes {param.name} with no default, which attnbench never hands it (it "
+                f"calls fn(q, k, v, causal=..., ...)): give {param.name} a default, or bind it, "
+                f"functools.partial(fn, {param.name}=...)"
+            )
+    return None
+
+
 def only_where_handed(name: str, sig: inspect.Signature, capability: dict[str, Any]) -> str | None:
     """fn that takes cu_seqlens= (block_table=, window=) with no default runs packed batches (paged caches,
     sliding windows) only: its capability's supports hook becomes Only, so that its other cells are

@@ -23,6 +23,7 @@ from .handed import (
     mask_arg_refusal,
     only_where_handed,
     other_spelling,
+    required_unhanded,
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
@@ -459,6 +460,8 @@ def made(fn: Callable[..., Any], name: str, capability: dict[str, Any], source: 
                 del checked["lower_right"]
         refusal = mask_arg_refusal(name, mask_arg, taken) if (masked or keys) and sig is not None else None
         refusal = refusal or keyword_refusal(name, capability, taken, checked)
+        if not refusal and sig is not None and capability.get("setup") is None:  # a setup calls fn its way
+            refusal = required_unhanded(name, sig, set(CONVENTION) | set(AXIS_KEYWORDS.values()) | {mask_arg})
         if not refusal and sig is not None and not masked:
             refusal = only_where_handed(name, sig, capability)
         if refusal:
@@ -538,7 +541,7 @@ def add(variant: Variant) -> None:
         if old.source == "builtin":  # an upgrade brought a built-in of a plug-in's name: say the way out
             raise VariantError(
                 f"variant name {variant.name!r} is attnbench's own ({old.cap.description or 'built in'}); "
-                f'register yours under another name (@variants.register("my_{variant.name}", ...)) or '
+                f'register yours under another name (@attnbench.register("my_{variant.name}", ...)) or '
                 "drop it and use the built-in (`attnbench list` describes it)"
             )
         raise VariantError(f"variant name {variant.name!r} is already registered (by {old.source})")
@@ -584,11 +587,20 @@ def _load_entry_points() -> None:
             _current_source[0] = "builtin"
 
 
+def not_a_file(path: str | Path) -> str | None:
+    """Why `path` is no file to read ("'adir' is a directory, not a file"), None when it is one."""
+    p = Path(path)
+    if p.is_file():
+        return None
+    return f"{str(path)!r} is a directory, not a file" if p.is_dir() else f"{str(path)!r} does not exist"
+
+
 def load_variant_file(path: str | Path) -> list[str]:
     """Import a Python file whose @register decorators add variants; returns the names it added."""
     p = Path(path)
-    if not p.is_file():
-        raise VariantError(f"variant file {str(path)!r} does not exist")
+    why = not_a_file(path)
+    if why:
+        raise VariantError(f"variant file {why}")
     if p.suffix == ".pkl":  # a run's variants.pkl: variants shipped by value (variants.shipped)
         return _load_pickled(p)
     if p.suffix != ".py":

@@ -23,6 +23,7 @@ from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.sweep.sweeps import build_sweep, flag_name
 from attnbench.results.store import is_unstarted
 from attnbench.results.writable import why_unwritable
+from attnbench.variants.registry import not_a_file
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,9 @@ class RunRequest:
             self._check_rerun(given)
         self._check_modes(given)
         for path in self.variant_files:
-            if not Path(path).is_file():
-                raise ValueError(f"variant file {str(path)!r} does not exist")
+            why = not_a_file(path)
+            if why:
+                raise ValueError(f"variant file {why}")
         executor_choice.options(self.executor, self.executor_options)
 
     def _check_rerun(self, given: list[str]) -> None:

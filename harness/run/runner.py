@@ -27,7 +27,7 @@ from attnbench.harness.measure.outcomes import left_behind
 from attnbench.harness.run import estimate, executor_choice, executors, plan
 from attnbench.harness.run.progress import Progress
 from attnbench.harness.run.request import RunRequest
-from attnbench.harness.sweep.affinity import check_cpu_affinity
+from attnbench.harness.sweep.affinity import check_cpu_affinity, warn_threads
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.workers import isolation
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
@@ -77,6 +77,7 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
 
         if not torch.cuda.is_available():
             raise ValueError("device cuda was asked for, but torch sees no CUDA device on this machine")
+    warn_threads(sweep.settings.threads, sweep.settings.cpu_affinity)
     return names
 
 

@@ -55,7 +55,9 @@ class Grammar:
     parse: Callable[[str, str], tuple]  # (name, text) -> values; errors name `name`
     check: Callable[[str, tuple], tuple]  # (name, values) -> the canonical values; errors name `name`
     write: Callable[[Any], str] = str  # one value -> text that parse reads back
-    unique: bool = True  # a value given twice is refused (False: counts, whose repeats are harmless)
+    # a value given twice is refused by the sweep itself (False: counts, which a run's meta.json written
+    # before front ends refused repeats may hold twice); read_axis, what front ends read with, refuses any
+    unique: bool = True
     choices: tuple[str, ...] = ()  # the words it knows, for help texts ('cpu', 'cuda')
 
 
@@ -70,8 +72,14 @@ def parse_names(name: str, text: str) -> tuple[str, ...]:
     return tuple(split(text))
 
 
+class RangeEndError(ValueError):
+    """A doubling range whose doubling never lands on its end."""
+
+
 def parse_ints(name: str, text: str) -> tuple[int, ...]:
-    """'512,1024' -> (512, 1024); 'a..b' -> powers-of-two steps from a to b ('256..4096')."""
+    """'512,1024' -> (512, 1024); 'a..b' -> a doubling range from a to b, both included ('256..4096': 256,
+    512, ..., 4096); a range whose doubling never lands on its end ('128..500') is refused, saying the ends
+    it could have, rather than stop short of the end it was given."""
     out: list[int] = []
     for part in split(text):
         if ".." in part:
@@ -83,6 +91,12 @@ def parse_ints(name: str, text: str) -> tuple[int, ...]:
             while v <= hi:
                 out.append(v)
                 v *= 2
+            if out[-1] != hi:
+                listed = ",".join(map(str, [*out, hi])) if len(out) < 4 else f"{lo},...,{out[-1]},{hi}"
+                raise RangeEndError(
+                    f"{name} range {part!r} doubles from {lo} and never lands on {hi} ({out[-1]}, then {v}): "
+                    f"end it at {out[-1]} or {v}, or list the values ({listed})"
+                )
         else:
             out.append(_int(name, part))
     return tuple(out)
@@ -118,6 +132,8 @@ def parse_window(name: str, text: str) -> tuple[int, ...]:
             continue
         try:
             out += parse_ints(name, part)
+        except RangeEndError:  # says what is wrong with the range, and what would do
+            raise
         except ValueError:
             raise ValueError(f"{name} must be 0 (none) or a positive number of keys, got {part!r}") from None
     return tuple(out)
@@ -331,7 +347,8 @@ def check_axis(axis: Axis, values: tuple, name: str | None = None) -> tuple:
 
 def read_axis(axis: Axis, value: Any, name: str | None = None) -> tuple:
     """Text ('256..4096', 'both', 'none,alibi') or Python values (a list, or one value) -> the axis's
-    checked values. Text must give at least one value."""
+    checked values. Text and lists must give at least one value: an axis left at its default is one not
+    given (None), never an empty one."""
     name = name or axis.name
     if isinstance(value, str):
         values = grammar(axis).parse(name, value)
@@ -343,7 +360,12 @@ def read_axis(axis: Axis, value: Any, name: str | None = None) -> tuple:
         values = tuple(value.tolist())
     else:
         values = (_plain(value),)
-    return check_axis(axis, values, name)
+    if not values:  # as empty text: [] is no choice (variants=[] is not "every default variant")
+        raise ValueError(f"{name} needs at least one value, got {list(values)}")
+    values = check_axis(axis, values, name)
+    if len(set(values)) != len(values):  # given twice: a typo, or a range overlapping a list
+        raise ValueError(f"{name} lists a value twice: {list(values)}")
+    return values
 
 
 def _plain(value: Any) -> Any:

@@ -31,6 +31,7 @@ def number_rule(ok: Callable[[float], bool], must: str, types: tuple[type, ...] 
 
 
 positive = number_rule(lambda v: v > 0, "be a positive number")
+at_least_5 = number_rule(lambda v: v >= 5, "be at least 5 (samples)", types=(int,))
 not_negative = number_rule(lambda v: v >= 0, "be 0 (default) or positive", types=(int,))
 none_or_positive = number_rule(lambda v: v >= 0, "be 0 (none) or a positive number")
 fraction_up_to_one = number_rule(lambda v: 0 < v <= 1, "lie in (0, 1]")
@@ -52,16 +53,20 @@ class Budget:
 
     def __post_init__(self) -> None:
         """The one rule for these fields, wherever they come from (flags, a sweep file, the API, calibration):
-        harness.sweep.settings.Settings checks its budget fields by building a Budget."""
-        for name in ("warmup_ms", "min_ms"):
-            _unsigned(name, getattr(self, name))
-        for name in ("budget_ms", "target_rel_iqr"):
-            positive(name, getattr(self, name))
+        each field's (BUDGET_RULES, which the settings table reads each value with too, naming its flag),
+        then the two sample counts together (named as flags: the front ends respell them)."""
+        for name, rule in BUDGET_RULES.items():
+            rule(name, getattr(self, name))
         lo, hi = self.min_samples, self.max_samples
-        if not (isinstance(lo, int) and isinstance(hi, int) and 5 <= lo <= hi):
-            raise ValueError(f"need 5 <= min_samples <= max_samples (at least 5 samples), got {lo!r}, {hi!r}")
+        if lo > hi:
+            raise ValueError(f"--min-samples {lo} is more than --max-samples {hi}")
 
 
+# each sampling budget field's own rule (Budget's, and its setting's, so that a flag's error names the flag)
+BUDGET_RULES = {
+    "warmup_ms": _unsigned, "budget_ms": positive, "min_samples": at_least_5, "max_samples": at_least_5,
+    "target_rel_iqr": positive, "min_ms": _unsigned,
+}  # fmt: skip
 _BUDGET = Budget()
 BUDGET_FIELDS = tuple(f.name for f in dataclasses.fields(Budget))
 
@@ -75,7 +80,7 @@ class Setting:
     grammar: str  # harness.sweep.grammar.SETTING_READERS: 'float', 'int', 'cpus', 'timing', 'env', 'bool'
     help: str
     metavar: str | None = None
-    rule: Callable[[str, Any], None] | None = None  # one value's rule (budget fields: Budget's, together)
+    rule: Callable[[str, Any], None] | None = None  # one value's rule (budget fields: BUDGET_RULES')
     flag: bool = True  # has a flag and a text form; False: a sweep file's [settings] and the API only
 
     def read(self, value: Any, name: str | None = None) -> Any:
@@ -88,16 +93,17 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("warmup_ms", _BUDGET.warmup_ms, "float", "warm-up budget per cell (ms)", "MS"),
-    Setting("budget_ms", _BUDGET.budget_ms, "float", "sampling budget per cell (ms)", "MS"),
-    Setting("min_samples", _BUDGET.min_samples, "int", "fewest timed calls per cell (>= 5)", "N"),
-    Setting("max_samples", _BUDGET.max_samples, "int", "most timed calls per cell", "N"),
+    Setting("warmup_ms", _BUDGET.warmup_ms, "float", "warm-up budget per cell (ms)", "MS", _unsigned),
+    Setting("budget_ms", _BUDGET.budget_ms, "float", "sampling budget per cell (ms)", "MS", positive),
+    Setting("min_samples", _BUDGET.min_samples, "int", "fewest timed calls per cell (>= 5)", "N", at_least_5),
+    Setting("max_samples", _BUDGET.max_samples, "int", "most timed calls per cell", "N", at_least_5),
     Setting(
-        "target_rel_iqr", _BUDGET.target_rel_iqr, "float", "stop sampling once IQR/median is under this", "F"
+        "target_rel_iqr", _BUDGET.target_rel_iqr, "float", "stop sampling once IQR/median is under this", "F",
+        positive,
     ),
     Setting(
         "min_ms", _BUDGET.min_ms, "float",
-        "sampled time needed before a stable spread may stop sampling (ms)", "MS",
+        "sampled time needed before a stable spread may stop sampling (ms)", "MS", _unsigned,
     ),
     Setting(
         "cell_timeout", 600.0, "float", "kill a cell after this long (gate, timing and memory)", "SECONDS",

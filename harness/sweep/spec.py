@@ -166,20 +166,20 @@ class _Sweep:
             for h in self.heads:
                 if h % kv:
                     raise ValueError(
-                        f"kv_heads {kv} does not divide heads {h}: each k/v head serves heads / kv_heads "
-                        "query heads"
+                        f"--kv-heads {kv} does not divide --heads {h}: each k/v head serves an equal share "
+                        "of the query heads"
                     )
         windows = [w for w in self.window if w > 0]
         if windows and False in self.causal:
             raise ValueError(
-                f"window {windows[0]} needs causal masking (it counts back from the diagonal); give --causal "
-                "yes or lower-right, not no or both"
+                f"--window {windows[0]} needs causal masking (it counts back from the diagonal); give "
+                "--causal yes or lower-right, not no or both"
             )
         windowed = [m for m in self.models() if m.window]
         if windowed and False in self.causal:
             m = windowed[0]
             raise ValueError(
-                f"model {m.name} has a sliding window of {m.window} keys, which needs causal masking; give "
+                f"--model {m.name} has a sliding window of {m.window} keys, which needs causal masking; give "
                 "--causal yes or lower-right, not no or both"
             )
         if self.model:
@@ -189,7 +189,7 @@ class _Sweep:
         self._check_packed()
         if self.settings.timing != "auto" and "cuda" not in self.devices:
             raise ValueError(
-                f"timing {self.settings.timing!r} chooses how CUDA cells are timed, but the sweep has no "
+                f"--timing {self.settings.timing!r} chooses how CUDA cells are timed, but the sweep has no "
                 "cuda device: CPU cells are always timed with perf_counter; drop --timing or add --device "
                 "cuda"
             )

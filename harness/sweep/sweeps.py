@@ -34,6 +34,7 @@ from attnbench.harness.sweep.models import MODEL_AXES, refuse_shape_beside_model
 from attnbench.harness.sweep.settings import REMOVED_OPTIONS, Setting, Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.results.axes import SWEEP_AXES, Axis
+from attnbench.variants.registry import not_a_file
 
 PRESET_DIR = Path(__file__).parent / "presets"
 FILE_TABLES = ("sweep", "settings", "env", "description")
@@ -162,8 +163,9 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
     """A sweep file as a layer for build_sweep: its [sweep] axes, its [sweep.cuda] under 'cuda', and its
     [settings] and [env] under 'settings'; ValueError naming the file and what is wrong."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
+    why = not_a_file(path)
+    if why:
+        raise ValueError(f"config file {why}")
     try:
         data = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.harness.sweep import options
+from attnbench.harness.sweep.affinity import warn_threads
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.tools import py_spy as spy
 from attnbench.harness.tools import torch_trace
@@ -99,6 +100,7 @@ def prepare(
     if reason:
         raise ValueError(f"{variant} cannot run this cell here: {reason}")
     exe, note = spy.find_py_spy() if use_py_spy else (None, "skipped (--no-py-spy)")
+    warn_threads(threads or 0)
     return Plan(cell, threads or 0, seconds, rate, iters, native, exe, note, tuple(variant_files))
 
 

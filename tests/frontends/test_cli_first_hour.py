@@ -138,3 +138,29 @@ def test_a_long_sweep_is_warned_about_and_runs_and_a_busy_one_says_so(tmp_path, 
     assert f"attnbench run --resume --redo-drift --out {out}`" in said
     again = run_cli("run", "--resume", "--out", str(out), "--dry-run", check=True)
     assert again.stdout.startswith("4 cells, 4 measured already: 0 to measure")
+
+
+def test_more_threads_than_cores_is_warned_about_in_one_line_and_goes_on(tmp_path, capsys):
+    """--threads 64 on 2 cores ran 20x slower without a word: one warning line on stderr, the run goes on
+    (a dry run here); threads that fit, or torch's own choice, say nothing. attnbench.run says the same."""
+    import os
+
+    import attnbench
+
+    cores = len(os.sched_getaffinity(0))
+    out = tmp_path / "run"
+    proc = run_cli("run", *TINY, "--threads", str(cores + 1), "--out", str(out), "--dry-run", check=True)
+    warned = [line for line in proc.stderr.splitlines() if "warning" in line]
+    said = f"attnbench: warning: threads {cores + 1} is more than the {cores} CPU{'s' * (cores != 1)} this"
+    assert len(warned) == 1 and warned[0].startswith(said), proc.stderr
+    assert "cell may run many times slower" in warned[0] and proc.stdout.startswith("4 cells")
+    pinned = run_cli("run", *TINY, "--threads", "2", "--cpu-affinity", "0", "--out", str(out), "--dry-run")
+    assert "threads 2 is more than the 1 CPU the workers are pinned to" in pinned.stderr, pinned.stderr
+    for fits in (str(cores), "0"):
+        assert (
+            "warning" not in run_cli("run", *TINY, "--threads", fits, "--out", str(out), "--dry-run").stderr
+        )
+    capsys.readouterr()
+    attnbench.run(variants="naive", seq_len=16, heads=1, threads=cores + 1, out=out, dry_run=True)
+    assert capsys.readouterr().err.startswith(f"attnbench: warning: threads {cores + 1} is more than")
+    assert not out.exists()

@@ -4,6 +4,7 @@ copies of a real run whose times are edited: the store, bad input in one line, s
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from conftest import DATA, run_cli
@@ -63,6 +64,28 @@ def test_bad_input_is_one_line_and_the_store_is_unchanged(tmp_path, runs, case):
         in_python = re.escape(f"as a history store is: give a store as store='{store}'") + "$"
         with pytest.raises(ValueError, match=in_python):
             attnbench.history(store)  # the API's spelling
+
+
+@pytest.mark.parametrize("where", ["under a file", "in /proc"])
+def test_a_store_that_cannot_be_written_is_one_line_and_nothing_is_written(tmp_path, runs, where):
+    """--store under a file, or where no file can be made: one line, exit 2, no traceback, nothing written;
+    attnbench.history says it with store=."""
+    if where == "under a file":
+        (tmp_path / "afile").write_text("mine")
+        store, said = tmp_path / "afile" / "h.sqlite", "is a file, not a directory"
+    else:
+        if not Path("/proc/self").is_dir():
+            pytest.skip("no /proc here")
+        store, said = Path("/proc/h.sqlite"), "cannot be written"
+    p = run_cli("history", "add", str(runs[0]), "--store", str(store))
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith(
+        f"attnbench: error: --store '{store}': "
+    ), p.stderr
+    assert said in p.stderr and not store.exists()
+    assert (tmp_path / "afile").read_text() == "mine" if where == "under a file" else True
+    with pytest.raises(ValueError, match=f"^store='{re.escape(str(store))}': its folder"):
+        attnbench.history(runs[0], store=store)
 
 
 def _store_of(tmp_path, factors, **kw) -> str:

@@ -321,6 +321,19 @@ def test_a_plugin_that_raises_or_returns_garbage_is_a_row_with_its_reason(isolat
     assert check.exit_status([r for r in rows if r.variant == "naive"]) == 0
 
 
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        ("64,128", "--seq-len takes one length here (check gates at one N), got '64,128'"),
+        ("abc", "--seq-len must be positive integers, got 'abc'"),
+    ],
+)
+def test_check_refuses_a_seq_len_in_the_projects_words(given, said):
+    """Not argparse's "invalid int value": one line, as `run` says a bad --seq-len, exit 2."""
+    proc = run_cli("check", "--variants", "naive", "--dtype", "float32", "--seq-len", given)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == f"attnbench: error: {said}\n"
+
+
 def test_check_cli_never_crashes_and_says_why(tmp_path):
     """The CLI: a table row per failure with its reason, no traceback, exit 1 (a default variant errored);
     a variant that passes on the run's problems and NaNs where no key is visible exits 0."""

@@ -155,7 +155,7 @@ def test_a_report_has_a_section_per_model_and_none_without(tmp_path):
         (["--model", "gpt2", "--heads", "4"], "attnbench: error: --heads conflicts with --model"),
         (["--model", "gpt2", "--kv-heads", "4"], "attnbench: error: --kv-heads conflicts with --model"),
         (["--model", "nope"], "attnbench: error: unknown model 'nope'; known: llama3-8b"),
-        (["--model", "mistral-7b", "--causal", "no"], "attnbench: error: model mistral-7b has a sliding"),
+        (["--model", "mistral-7b", "--causal", "no"], "attnbench: error: --model mistral-7b has a sliding"),
     ],
 )
 def test_cli_refuses_in_one_line_and_writes_nothing(tmp_path, args, message):

@@ -16,8 +16,45 @@ from attnbench.results.axes import axis
 def test_parse_ints_lists_and_doubling_ranges():
     assert parse_ints("seq-len", "512,1024") == (512, 1024)
     assert parse_ints("seq-len", "256..2048") == (256, 512, 1024, 2048)
-    assert parse_ints("seq-len", "100..500") == (100, 200, 400)
     assert parse_ints("seq-len", "1k..4k,1m") == (1024, 2048, 4096, 1 << 20)  # as plots label them
+    assert parse_ints("seq-len", "64..64") == (64,)
+
+
+@pytest.mark.parametrize("text", ["128..500", "100..500"])
+def test_a_doubling_range_that_never_lands_on_its_end_is_refused(text):
+    """The range's end is one of its values: '128..500' used to stop at 256, dropping the 500 asked for."""
+    with pytest.raises(
+        ValueError, match=rf"^--seq-len range '{text}' doubles from \d+ and never lands on 500 "
+    ):
+        read_axis(axis("seq_len"), text, "--seq-len")
+    with pytest.raises(
+        ValueError, match=r"^--window range '16..100' doubles .* or list the values \(16,32,64,100\)$"
+    ):
+        read_axis(axis("window"), "16..100", "--window")
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("seq_len", "100,100"),
+        ("seq_len", "64..256,128"),
+        ("heads", [8, 8]),
+        ("window", "0,0"),
+        ("dtype", "fp32,float32"),
+    ],
+)
+def test_a_value_given_twice_is_refused_on_every_axis(key, value):
+    """--seq-len 100,100 was measured once without a word while --dtype float32,float32 was refused."""
+    with pytest.raises(ValueError, match=f"^--{key.replace('_', '-')} lists a value twice: "):
+        build_sweep({key: value})
+
+
+@pytest.mark.parametrize("key", ["variants", "seq_len", "seq_k", "model"])
+def test_an_empty_list_is_refused_as_empty_text_is(key):
+    """variants=[] ran every default variant where variants="" is refused: an empty list is no choice."""
+    for empty in ([], ""):
+        with pytest.raises(ValueError, match=f"^--{key.replace('_', '-')} needs at least one value"):
+            build_sweep({key: empty})
 
 
 def test_dtypes_read_the_names_reports_print_and_a_typo_gets_a_suggestion():

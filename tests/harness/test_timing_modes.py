@@ -31,7 +31,7 @@ def test_events_or_graph_on_a_cpu_only_sweep_is_refused_with_one_line():
         with pytest.raises(ValueError) as exc:
             build_sweep({"device": "cpu", "timing": word})
         text = str(exc.value)
-        assert "\n" not in text and text.startswith(f"timing '{word}' chooses how CUDA cells are timed")
+        assert "\n" not in text and text.startswith(f"--timing '{word}' chooses how CUDA cells are timed")
     # a sweep with a cuda device takes it (its CPU cells still use perf_counter); auto is fine anywhere
     assert build_sweep({"device": "cpu,cuda", "timing": "graph"}).settings.timing == "graph"
     assert build_sweep({"device": "cpu", "timing": "auto"}).settings.timing == "auto"
@@ -55,7 +55,7 @@ def test_toml_settings_table_and_meta_round_trip(tmp_path):
     del kept["settings"]["timing"]  # a run written before the setting existed: auto (what it amounts to)
     assert SweepSpec.from_dict(kept).settings.timing == "auto"
     f.write_text('[sweep]\nseq_len = [256]\n[settings]\ntiming = "graph"\n')  # devices: cpu
-    with pytest.raises(ValueError, match="timing 'graph' chooses how CUDA cells are timed"):
+    with pytest.raises(ValueError, match="--timing 'graph' chooses how CUDA cells are timed"):
         build_sweep(config=str(f))
 
 
@@ -434,6 +434,6 @@ def test_a_run_written_before_the_setting_keeps_events_on_cuda_when_measured_aga
 def test_the_python_api_takes_timing_and_refuses_it_on_a_cpu_sweep(tmp_path):
     import attnbench
 
-    with pytest.raises(ValueError, match="^timing 'graph' chooses how CUDA cells are timed"):
+    with pytest.raises(ValueError, match="^timing='graph' chooses how CUDA cells are timed"):
         attnbench.run(variants="naive", seq_len=64, timing="graph", out=tmp_path / "r")
     assert not (tmp_path / "r").exists()

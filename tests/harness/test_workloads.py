@@ -93,12 +93,12 @@ def test_cell_given_round_trip_the_new_axes():
 @pytest.mark.parametrize(
     "texts,message",
     [
-        ({"heads": "8", "kv_heads": "3"}, "kv_heads 3 does not divide heads 8"),
-        ({"heads": "8,6", "kv_heads": "4"}, "kv_heads 4 does not divide heads 6"),
+        ({"heads": "8", "kv_heads": "3"}, "--kv-heads 3 does not divide --heads 8"),
+        ({"heads": "8,6", "kv_heads": "4"}, "--kv-heads 4 does not divide --heads 6"),
         ({"kv_heads": "0"}, "kv-heads must be positive integers"),
         ({"seq_k": "0"}, "seq-k must be positive integers"),
-        ({"window": "16"}, "window 16 needs causal masking"),
-        ({"window": "16", "causal": "both"}, "window 16 needs causal masking"),
+        ({"window": "16"}, "--window 16 needs causal masking"),
+        ({"window": "16", "causal": "both"}, "--window 16 needs causal masking"),
         ({"window": "-1", "causal": "yes"}, "window must be 0 (none) or a positive number of keys, got '-1'"),
         ({"window": "wide", "causal": "yes"}, "got 'wide'"),
         ({"causal": "sideways"}, "causal must be one of no, yes, both, lower-right"),
@@ -457,8 +457,8 @@ def test_old_runs_load_with_the_defaults(tmp_path):
 # ---- the CLI ------------------------------------------------------------------------------------------
 
 BAD_FLAGS = [  # the rest of the bad values are refused by the same build_sweep: test_bad_values_are_named
-    (["--heads", "8", "--kv-heads", "3"], "kv_heads 3 does not divide heads 8"),
-    (["--window", "16"], "window 16 needs causal masking"),
+    (["--heads", "8", "--kv-heads", "3"], "--kv-heads 3 does not divide --heads 8"),
+    (["--window", "16"], "--window 16 needs causal masking"),
     (["--causal", "sideways"], "causal must be one of no, yes, both, lower-right"),
 ]
 

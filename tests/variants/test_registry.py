@@ -103,6 +103,8 @@ def test_bad_variant_files(tmp_path):
     boom.write_text("raise RuntimeError('kaboom')\n")
     with pytest.raises(VariantError, match="failed to import: RuntimeError: kaboom"):
         variants.load_variant_file(boom)
+    with pytest.raises(VariantError, match=f"^variant file '{tmp_path}' is a directory, not a file$"):
+        variants.load_variant_file(tmp_path)
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")
     with pytest.raises(VariantError, match="registered no variant"):
@@ -110,9 +112,9 @@ def test_bad_variant_files(tmp_path):
     clash = tmp_path / "clash.py"
     clash.write_text("import attnbench\n@attnbench.register('naive')\ndef f(q, k, v, **kw):\n    return q\n")
     # issue 40: an upgrade that adds a built-in of a plug-in's name says how out ("already registered (by
-    # builtin)" did not)
+    # builtin)" did not), in today's spelling: @variants.register is 0.1's, which a plug-in file is refused
     said = r"variant name 'naive' is attnbench's own \(.+\); register yours under another name "
-    with pytest.raises(VariantError, match=said + r"\(@variants.register\(\"my_naive\", ...\)\) or drop it"):
+    with pytest.raises(VariantError, match=said + r"\(@attnbench.register\(\"my_naive\", ...\)\) or drop it"):
         variants.load_variant_file(clash)
     assert variants.get("naive").source == "builtin"
 
@@ -297,6 +299,37 @@ def test_a_function_that_needs_cu_seqlens_or_block_table_runs_that_workload_only
     with pytest.raises(VariantError) as err:
         made(packs, "packs", {}, "test")
     assert str(err.value).startswith("variant 'packs' takes cu_seqlens= with no default: declare varlen= (")
+
+
+def test_a_parameter_no_cell_hands_without_a_default_is_refused_at_declaration(tmp_path):
+    """fn(q, k, v, block_size, *, causal=False) was measured for a sweep's worth of cells, each an error
+    ("missing 1 required positional argument"): refused when declared, naming the parameter and the ways
+    out. A default, a partial, **kwargs or a keyword a cell hands is taken."""
+    import functools
+
+    from attnbench.variants.registry import made
+
+    def blocked(q, k, v, block_size, *, causal=False):
+        return q
+
+    def tiled(q, k, v, *, causal=False, tile):
+        return q
+
+    for fn, param in ((blocked, "block_size"), (tiled, "tile")):
+        with pytest.raises(VariantError) as err:
+            made(fn, fn.__name__, {}, "test")
+        said = str(err.value)
+        assert said.startswith(
+            f"variant '{fn.__name__}' takes {param} with no default, which attnbench never"
+        )
+        assert f"functools.partial(fn, {param}=...)" in said and "\n" not in said
+    made(functools.partial(blocked, block_size=64), "bound", {}, "test")
+    made(lambda q, k, v, block_size=64, **kw: q, "defaulted", {}, "test")
+    made(lambda q, k, v, causal, key_lengths, dropout_p, scale: q, "handed", dict(dropout=True), "test")
+    mine = tmp_path / "mine.py"
+    mine.write_text("import attnbench\n@attnbench.register('blocked2')\ndef f(q, k, v, bs):\n    return q\n")
+    with pytest.raises(VariantError, match="variant 'blocked2' takes bs with no default"):
+        variants.load_variant_file(mine)
 
 
 def test_a_function_that_needs_window_runs_sliding_window_cells_only():

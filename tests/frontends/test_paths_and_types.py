@@ -1,0 +1,122 @@
+"""Paths and runs as the CLI and the API are given them: a `~` is the home folder wherever a path is taken,
+a Run stands for its directory wherever a run directory does, and a value of the wrong type is one clear
+line naming the keyword, never an error from deep inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import DATA, run_cli
+
+import attnbench
+from tests.conftest import as_a_fresh_process
+
+RUN = DATA / "runs" / "cpu-small"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A home folder of the test's own, and a working directory apart from it."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home, here
+
+
+def test_the_cli_expands_a_tilde_argparse_is_given(home):
+    """`--store=~/h.sqlite` and `--out=~/x` reach argparse with the `~` (the shell expands one only at a
+    word's start): it is the home folder, never a folder named `~` in the working directory."""
+    home, here = home
+    run_cli("history", "add", str(RUN), "--store=~/h.sqlite", cwd=here, check=True)
+    p = run_cli(
+        "run", "--variants", "naive", "--seq-len", "64", "--heads", "1", "--out=~", "--dry-run", cwd=here
+    )
+    assert p.returncode == 2 and f"'{home}' already exists and is not empty" in p.stderr, p.stderr
+    assert (home / "h.sqlite").is_file() and list(here.iterdir()) == []
+
+
+def test_the_api_expands_a_tilde_in_every_path(home):
+    home, here = home
+    with as_a_fresh_process(here):
+        df = attnbench.history(RUN, store="~/h.sqlite")
+        assert len(df) and len(attnbench.steps(store="~/h.sqlite").columns)
+        ran = attnbench.run(variants="naive", seq_len=64, heads=1, out="~/run", dry_run=True)
+        assert ran.path == home / "run"
+        with pytest.raises(ValueError, match=f"^config file '{home}/nope.toml' does not exist"):
+            attnbench.run(config="~/nope.toml", out="~/run", dry_run=True)
+        with pytest.raises(ValueError, match=f"variant file '{home}/nope.py' does not exist"):
+            attnbench.run(variant_files="~/nope.py", out="~/run", dry_run=True)
+    assert (home / "h.sqlite").is_file() and list(here.iterdir()) == []
+
+
+def test_a_run_is_taken_wherever_a_run_directory_is(tmp_path):
+    """load, history, table and report take a Run as they take its directory; table takes a run's
+    directory too, and `columns` as text."""
+    run = attnbench.Run(RUN)
+    assert len(attnbench.load(run)) == len(attnbench.load(RUN)) == len(attnbench.load([run])) > 0
+    assert len(attnbench.history(run, store=tmp_path / "h.sqlite")) == len(attnbench.load(RUN))
+    assert list(attnbench.table(run, columns="variant").data.columns) == ["variant"]
+    shown = attnbench.table(str(RUN), columns="variant, dtype").data
+    assert list(shown.columns) == ["variant", "dtype"] and len(shown) == len(attnbench.load(RUN))
+
+
+@pytest.mark.parametrize(
+    "call, said",
+    [
+        (
+            lambda: attnbench.run(variants="naive", seq_len=64, out=123),
+            "out= takes a path (str or pathlib.Path)",
+        ),
+        (lambda: attnbench.run(variants="naive", seq_len=64, config=1.5), "config= takes a path"),
+        (lambda: attnbench.load(3), "load: each run takes a path (str or pathlib.Path) or a Run, not int 3"),
+        (lambda: attnbench.history(RUN, store=7), "store= takes a path"),
+        (lambda: attnbench.steps("runs/h0"), "a history store is given as steps(store='runs/h0')"),
+        (lambda: attnbench.table(5), "table takes attnbench.load()'s DataFrame, a run directory or a Run"),
+        (lambda: attnbench.report(RUN, out=["x"]), "out= takes a path"),
+    ],
+    ids=["run out", "run config", "load", "history store", "steps", "table", "report out"],
+)
+def test_a_value_of_the_wrong_type_is_one_clear_line(tmp_path, call, said):
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError) as caught:
+        call()
+    message = str(caught.value)
+    assert said in message and "\n" not in message, message
+    assert list(Path(tmp_path).iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (dict(dry_run="False"), "dry_run= takes True or False, not str 'False'"),
+        (dict(resume="no"), "resume= takes True or False, not str 'no'"),
+        (dict(progress="yes"), "progress= takes True or False or None, not str 'yes'"),
+        (dict(slurm_local=1), "slurm_local= takes True or False, not int 1"),
+    ],
+)
+def test_a_switch_given_text_is_refused(tmp_path, given, said):
+    """A string is true to Python: dry_run="False" made a dry run. A switch takes True or False only."""
+    out = tmp_path / "never"
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError) as caught:
+        attnbench.run(variants="naive", seq_len=64, heads=1, out=out, **given)
+    assert str(caught.value) == said
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError, match=f"^{said}$"):
+        attnbench.bench("naive", out=out, **given)
+    assert not out.exists()
+
+
+def test_a_profile_switch_given_text_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="^py_spy= takes True or False, not str 'no'$"):
+        attnbench.profile("naive", out=tmp_path / "p", py_spy="no")
+    assert not (tmp_path / "p").exists()
+
+
+def test_no_variants_is_refused_not_every_default_variant(tmp_path):
+    """variants=[] ran the whole default set (11 variants) where variants="" is refused."""
+    for empty in ([], "", {}):
+        with (
+            as_a_fresh_process(tmp_path),
+            pytest.raises(ValueError, match="^variants needs at least one value"),
+        ):
+            attnbench.run(variants=empty, seq_len=64, out=tmp_path / "never", dry_run=True)
