@@ -67,7 +67,7 @@ def test_every_command_runs_beside_decoy_packages(tmp_path, entry):
     assert cli("repro", "run", cell).stdout.startswith("attnbench run --variants naive ")
     assert "hostname" in cli("env").stdout
     cli("report", "run", "--out", "report")
-    cli("compare", "run", "run", "--out", "compare")
+    cli("compare", "run", "run", "--variant-a", "naive", "--variant-b", "chunked", "--out", "compare")
     cli("profile", "--variant", "naive", "--seq-len", "32", "--no-py-spy", "--iters", "1", "--out", "prof")
     cli("import-benchmark", _file(tmp_path, [_benchmark()]), "--out", "imported")
     assert (home / "report" / "report.html").is_file() and (home / "prof" / "index.html").is_file()
