@@ -19,6 +19,9 @@ import pytest
 from conftest import ROOT, cli_env, ctrl_c_reaches_it
 
 from attnbench.harness.workers import children, interrupts
+from attnbench.results import read_rows
+
+RUN = ("run", "--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "--min-ms", "1", "--calibrate-ms", "0")
 
 
 @pytest.fixture
@@ -124,3 +127,80 @@ def test_the_exit_does_not_wait_for_a_stopped_worker(tmp_path):
     done = _script(EXIT_WITH_A_STOPPED_WORKER, timeout=90)
     assert done.returncode == 0, done.stderr
     assert _dead(int(done.stdout.split()[0]))
+
+
+# A real `attnbench run`: SIGINT after its first row, then again inside every kill_tree, after the worker was
+# stopped (as `timeout -s INT` sends two: to the command, then to its group)
+CTRL_C_TWICE = """
+import os, signal, sys
+from attnbench.harness.workers import children
+from attnbench.results import store
+
+write, stop = store.RunWriter.append, children.descendants
+
+def append(self, row):
+    write(self, row)
+    os.kill(os.getpid(), signal.SIGINT)
+
+def descendants(pid, *found):
+    os.kill(os.getpid(), signal.SIGINT)
+    return stop(pid, *found)
+
+store.RunWriter.append, children.descendants = append, descendants
+from attnbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_while_the_worker_is_killed_leaves_nothing_stopped(tmp_path):
+    out = tmp_path / "run"
+    args = (*RUN, "--variants", "naive,sdpa", "--seq-len", "32,64", "-q", "--out", str(out))
+    done = _script(CTRL_C_TWICE, *args)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"interrupted: finished rows are kept in {out} (1 ok); finish with: attnbench run --resume" in (
+        done.stderr
+    )
+    assert len(read_rows(out)) == 1
+    log = (out / "worker.log").read_text().splitlines()
+    pids = [int(line.split()[2]) for line in log if line.startswith("attnbench worker")]
+    assert pids and all(_dead(pid) for pid in pids)
+
+
+# SIGINT once a resume has written its line in resumes.jsonl (before its worker starts), or as a run closes
+CTRL_C_AT = """
+import os, signal, sys
+from attnbench.harness.run import runner
+from attnbench.results import store
+
+where = {where!r}
+patched = store.RunWriter if where == "log_resume" else runner.Progress
+real = getattr(patched, where)
+
+def then_ctrl_c(self, *args):
+    real(self, *args)
+    os.kill(os.getpid(), signal.SIGINT)
+
+setattr(patched, where, then_ctrl_c)
+from attnbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_ctrl_c_as_a_run_starts_or_closes_says_how_to_finish_it(tmp_path):
+    """The run directory exists: `finish with: attnbench run --resume`, exit 130, whether the Ctrl-C came as
+    a resume started or as a finished run closed (they used to reach the command's bare `interrupted`)."""
+    out = tmp_path / "run"
+    args = (*RUN, "--variants", "naive", "--seq-len", "32,64", "-q", "--out", str(out))
+    done = _script(CTRL_C_AT.format(where="stop"), *args)
+    assert done.returncode == 130, done.stderr
+    assert f"interrupted: finished rows are kept in {out} (2 ok); finish with: attnbench run --resume" in (
+        done.stderr
+    )
+    (out / "rows.jsonl").write_text((out / "rows.jsonl").read_text().splitlines()[0] + "\n")  # one to do
+
+    done = _script(CTRL_C_AT.format(where="log_resume"), "run", "--resume", "--out", str(out))
+    assert done.returncode == 130, done.stderr
+    assert f"interrupted: finished rows are kept in {out} (no cells run); finish with:" in done.stderr
+    assert len(read_rows(out)) == 1
+    assert len((out / "resumes.jsonl").read_text().splitlines()) == 1
