@@ -95,7 +95,7 @@ def run(
         attnbench.run(preset="quick", variants="naive,sdpa", seq_len="256..1024", out="runs/nb")
         attnbench.run({"seq_len": [256, 512], "causal": "both"}, budget_ms=200, out="runs/nb")
         attnbench.run(variants="naive,chunked", mod=["none", "alibi", "softcap:30"], out="runs/mods")
-        attnbench.run(out="runs/nb", resume=True)      # finish an interrupted run
+        attnbench.run(out="runs/nb", resume=True)      # finish a run Ctrl-C stopped (RunInterrupted)
         attnbench.run(rerun="runs/old", status="ok", out="runs/again")  # measure a run's cells again
 
     Every option of `attnbench run` is a keyword, its flag's name with '_' for '-' (`pass_` for --pass, since
@@ -140,6 +140,32 @@ def run(
         )  # fmt: skip
         summary = run_sweep(request, progress=progress_for(progress))
     return _finished(summary)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped attnbench.run (or bench) once its run directory existed: every finished row is kept and
+    the directory closed; `run` is the Run (interrupted=True), and the message says how to finish it. A
+    KeyboardInterrupt, so that a script's loop of runs stops with it."""
+
+    def __init__(self, run: Run) -> None:
+        from attnbench.results.store import is_run_dir
+
+        self.run = run
+        where = str(run.path)
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(run.counts.items())) or "no cells run"
+        flags = _AS_FLAGS.get()  # `attnbench bench`: said as `attnbench run` says it
+        if not is_run_dir(run.path):
+            again = "run the same command again" if flags else "call attnbench.run again as before"
+            said = (
+                "interrupted while starting, before the run's meta.json was written: nothing was measured; "
+                f"{again} (it reuses {where})"
+            )
+        else:
+            finish = f"attnbench run --resume --out {where}" if flags else (
+                f"attnbench.run(out={where!r}, resume=True)"
+            )  # fmt: skip
+            said = f"interrupted: finished rows are kept in {where} ({counts}); finish with: {finish}"
+        super().__init__(said)
 
 
 # the keywords of attnbench.run that take no value: a message's --resume is `resume=True` here
@@ -187,11 +213,15 @@ def in_keywords():
 
 
 def _finished(summary) -> Run:
-    """The Run of a harness.run.runner.RunSummary."""
-    return Run(
+    """The Run of a harness.run.runner.RunSummary; RunInterrupted where Ctrl-C stopped it (the directory is
+    closed, its finished rows kept: the Ctrl-C goes on to the caller, a script's loop of runs included)."""
+    ran = Run(
         summary.path, dict(summary.counts), summary.interrupted, summary.resumed,
         tuple(summary.notes), summary.forecast,
     )  # fmt: skip
+    if ran.interrupted:
+        raise RunInterrupted(ran)
+    return ran
 
 
 @dataclass(frozen=True)

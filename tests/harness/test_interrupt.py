@@ -9,6 +9,7 @@ line runs), so nothing depends on timing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -204,3 +205,41 @@ def test_a_ctrl_c_as_a_run_starts_or_closes_says_how_to_finish_it(tmp_path):
     assert f"interrupted: finished rows are kept in {out} (no cells run); finish with:" in done.stderr
     assert len(read_rows(out)) == 1
     assert len((out / "resumes.jsonl").read_text().splitlines()) == 1
+
+
+API_LOOP = """
+import json, os, signal, sys
+import attnbench
+from attnbench.results import store
+
+write = store.RunWriter.append
+
+def append(self, row):
+    write(self, row)
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C once the first row is written
+
+store.RunWriter.append = append
+started = []
+try:
+    for n in ("32,64", "128"):
+        out = os.path.join(sys.argv[1], n)
+        started.append(out)
+        attnbench.run(variants="naive", seq_len=n, heads=2, budget_ms=5, warmup_ms=1, min_ms=1,
+                      calibrate_ms=0, out=out)
+except KeyboardInterrupt as exc:
+    print(json.dumps({"type": type(exc).__name__, "said": str(exc), "path": str(exc.run.path),
+                      "counts": exc.run.counts, "interrupted": exc.run.interrupted, "started": started}))
+"""
+
+
+def test_an_interrupted_api_run_raises_keyboard_interrupt_after_keeping_its_rows(tmp_path):
+    """attnbench.run stopped by Ctrl-C raises (a script's loop of runs stops), once its finished rows are
+    written; the exception says how to finish the run and carries it."""
+    done = _script(API_LOOP, str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    first = str(tmp_path / "32,64")
+    assert got["started"] == [first]  # the loop stopped
+    assert got["type"] == "RunInterrupted" and got["interrupted"] and got["counts"] == {"ok": 1}
+    assert got["path"] == first and len(read_rows(first)) == 1
+    assert f"finish with: attnbench.run(out={first!r}, resume=True)" in got["said"]
