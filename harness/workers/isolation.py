@@ -195,6 +195,7 @@ class Worker:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
+        self.parent_pid = os.getpid()
         with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
             ctx = _context(config)
             self.conn, child = ctx.Pipe()
@@ -291,6 +292,8 @@ def _kill_left_workers() -> None:
     waits for every child without a limit: kill each worker still there, and its tree (a worker a Ctrl-C left
     stopped never exits by itself), each wait bounded (Worker.kill)."""
     for worker in list(_LIVE):
+        if worker.parent_pid != os.getpid():  # a forked copy of this process exits: not its workers
+            continue
         try:
             if worker.proc.is_alive():  # one that died alone: its pid, as a group's id, may be another's now
                 worker.kill()
