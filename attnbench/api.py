@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.bench_sweep import bench_plan
+from attnbench.interrupted import RunInterrupted
 
 PathLike = str | Path
 
@@ -142,32 +143,6 @@ def run(
     return _finished(summary)
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped attnbench.run (or bench) once its run directory existed: every finished row is kept and
-    the directory closed; `run` is the Run (interrupted=True), and the message says how to finish it. A
-    KeyboardInterrupt, so that a script's loop of runs stops with it."""
-
-    def __init__(self, run: Run) -> None:
-        from attnbench.results.store import is_run_dir
-
-        self.run = run
-        where = str(run.path)
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(run.counts.items())) or "no cells run"
-        flags = _AS_FLAGS.get()  # `attnbench bench`: said as `attnbench run` says it
-        if not is_run_dir(run.path):
-            again = "run the same command again" if flags else "call attnbench.run again as before"
-            said = (
-                "interrupted while starting, before the run's meta.json was written: nothing was measured; "
-                f"{again} (it reuses {where})"
-            )
-        else:
-            finish = f"attnbench run --resume --out {where}" if flags else (
-                f"attnbench.run(out={where!r}, resume=True)"
-            )  # fmt: skip
-            said = f"interrupted: finished rows are kept in {where} ({counts}); finish with: {finish}"
-        super().__init__(said)
-
-
 # the keywords of attnbench.run that take no value: a message's --resume is `resume=True` here
 _SWITCHES = ("resume", "redo_drift", "force_resume", "dry_run", "slurm_local")
 _RENAMED = {"pass": "pass_", "variant_file": "variant_files", "quiet": "progress"}
@@ -220,7 +195,7 @@ def _finished(summary) -> Run:
         tuple(summary.notes), summary.forecast,
     )  # fmt: skip
     if ran.interrupted:
-        raise RunInterrupted(ran)
+        raise RunInterrupted(ran, flags=_AS_FLAGS.get())  # `attnbench bench`: said as `attnbench run` says it
     return ran
 
 
