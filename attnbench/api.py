@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.bench_sweep import bench_plan
+from attnbench.interrupted import RunInterrupted
 
 PathLike = str | Path
 
@@ -105,7 +106,7 @@ def run(
         attnbench.run(preset="quick", variants="naive,sdpa", seq_len="256..1024", out="runs/nb")
         attnbench.run({"seq_len": [256, 512], "causal": "both"}, budget_ms=200, out="runs/nb")
         attnbench.run(variants="naive,chunked", mod=["none", "alibi", "softcap:30"], out="runs/mods")
-        attnbench.run(out="runs/nb", resume=True)      # finish an interrupted run
+        attnbench.run(out="runs/nb", resume=True)      # finish a run Ctrl-C stopped (RunInterrupted)
         attnbench.run(rerun="runs/old", status="ok", out="runs/again")  # measure a run's cells again
 
     Every option of `attnbench run` is a keyword, its flag's name with '_' for '-' (`pass_` for --pass, since
@@ -245,11 +246,15 @@ def _short(value: Any) -> str:
 
 
 def _finished(summary) -> Run:
-    """The Run of a harness.run.runner.RunSummary."""
-    return Run(
+    """The Run of a harness.run.runner.RunSummary; RunInterrupted where Ctrl-C stopped it (the directory is
+    closed, its finished rows kept: the Ctrl-C goes on to the caller, a script's loop of runs included)."""
+    ran = Run(
         summary.path, dict(summary.counts), summary.interrupted, summary.resumed,
         tuple(summary.notes), summary.forecast,
     )  # fmt: skip
+    if ran.interrupted:
+        raise RunInterrupted(ran, flags=_AS_FLAGS.get())  # `attnbench bench`: said as `attnbench run` says it
+    return ran
 
 
 @dataclass(frozen=True)

@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args)
     except BadInput as exc:
         return fail(str(exc))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a run's own says how to finish it (attnbench.api.RunInterrupted)
+        print(printable(str(exc)) or "interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `attnbench export ... | head`
         return 0

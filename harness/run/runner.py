@@ -29,12 +29,12 @@ from attnbench.harness.run.progress import Progress
 from attnbench.harness.run.request import RunRequest
 from attnbench.harness.sweep.affinity import check_cpu_affinity, warn_threads
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
-from attnbench.harness.workers import isolation
+from attnbench.harness.workers import interrupts, isolation
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift
 from attnbench.results.formulas import where_key
-from attnbench.results.store import SHIPPED, no_room, read_meta, read_rows
+from attnbench.results.store import SHIPPED, is_run_dir, is_unstarted, no_room, read_meta, read_rows
 from attnbench.variants import shipped
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -94,6 +94,7 @@ class _Start:
     redo_drift: bool = False
     identity: dict[str, Any] = field(default_factory=dict)  # a resume: fingerprint.resume_identity here
     differs: dict[str, list[Any]] = field(default_factory=dict)  # ... and how it differs from the run's
+    rerun_of: dict[str, Any] | None = None  # a rerun: the run its cells were chosen from
 
     def cells(self) -> list[CellSpec]:
         """The run's cells, in order (the chosen ones of a rerun)."""
@@ -172,46 +173,85 @@ def run(
     estimated time) without starting a worker or writing anything. Otherwise `on_forecast` is handed the
     same forecast once the cells left are known, before the first is measured (the CLI warns there about
     a long sweep).
+
+    Ctrl-C (KeyboardInterrupt in the main thread) ends the run with every finished row kept, its worker
+    processes killed and the directory closed, and the summary says `interrupted`; so does one that comes
+    before anything was written where the run directory is there already (a resume's, an unstarted one).
+    Before that it is raised. A second Ctrl-C does not cut the stopping run short (interrupts.first_only).
     """
+    out, resume = request.out, request.resume
+    path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
+    with interrupts.first_only():  # a second Ctrl-C does not cut the stopping run's cleanup short
+        try:
+            start, chosen_executor, packed = _checked(request)
+            if request.dry_run:
+                done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
+                return RunSummary(path=path, forecast=forecast(start, done))
+            fresh = not path.exists()
+            writer = RunWriter(path, resume=resume)
+        except KeyboardInterrupt:
+            # nothing measured or written yet: said as a stopped start where the directory is there
+            if request.dry_run or not (is_run_dir(path) if resume else is_unstarted(path)):
+                raise
+            return RunSummary(path=path, interrupted=True)
+        return _write(request, start, chosen_executor, packed, writer, fresh, progress, on_forecast)
+
+
+def _checked(request: RunRequest) -> tuple[_Start, executors.Executor, Any]:
+    """What the run measures, where, and the callables it ships, all checked before anything is written (a
+    resume's set-up against its run's); the workers' forkserver started meanwhile."""
     got = request.resolve()
-    out, resume, executor = request.out, request.resume, request.executor
     if got.sweep is not None:  # the forkserver's torch import beside this process's own
         s = got.sweep.settings
-        isolation.prestart_for(executor, dict(s.env), pinned=bool(s.cpu_affinity), dry_run=request.dry_run)
-    if resume:
-        start = _resumed(out, request.force_resume, request.redo_drift)
+        isolation.prestart_for(
+            request.executor, dict(s.env), pinned=bool(s.cpu_affinity), dry_run=request.dry_run
+        )
+    if request.resume:
+        start = _resumed(request.out, request.force_resume, request.redo_drift)
     else:
         start = _fresh(got.sweep, got.variant_files, got.only)
-    chosen_executor = executor_choice.chosen_executor(executor, got.executor_options, start.sweep)
-    plan.check(start.sweep.settings, executor, chosen_executor.ordered)
+        start.rerun_of = got.rerun_of
+    chosen_executor = executor_choice.chosen_executor(request.executor, got.executor_options, start.sweep)
+    plan.check(start.sweep.settings, request.executor, chosen_executor.ordered)
     # every variant measured must reach the workers: the files of those a file registered, and those
     # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before
     # anything is written (a resume's are in its variant files already)
     packed = None
-    if not resume:
+    if not request.resume:
         start.variant_files = shipped.files_of(start.names, start.variant_files)
         packed = shipped.pack(start.names)
-    path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
-    if request.dry_run:
-        done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
-        return RunSummary(path=path, forecast=forecast(start, done))
-    fresh = not path.exists()
-    writer = RunWriter(path, resume=resume)
-    path.mkdir(parents=True, exist_ok=True)
-    if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
-        start.variant_files = shipped.write(path / SHIPPED, packed, start.variant_files)
-    if resume:  # under the lock: the session that adds rows to the run says when, where and how it differed
-        writer.log_resume(start.resume_record())
+    return start, chosen_executor, packed
+
+
+def _write(
+    request: RunRequest,
+    start: _Start,
+    chosen_executor: executors.Executor,
+    packed: Any,
+    writer: RunWriter,
+    fresh: bool,
+    progress: Progress | None,
+    on_forecast: Callable[[estimate.Forecast], None] | None,
+) -> RunSummary:
+    """The run itself, into the directory `writer` holds: its worker started, meta.json and the numerics
+    probe (a new run), the cells measured. A Ctrl-C anywhere here ends it with every finished row kept and the
+    directory closed (summary.interrupted); the closing itself is not cut short by one (interrupts.held)."""
+    path = writer.path
     progress = progress or Progress(enabled=False)
     summary = RunSummary(path=path)
     local: CellRunner | None = None
     try:
+        path.mkdir(parents=True, exist_ok=True)
+        if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
+            start.variant_files = shipped.write(path / SHIPPED, packed, start.variant_files)
+        if request.resume:  # under the lock: the session that adds rows says when, where and how it differed
+            writer.log_resume(start.resume_record())
         if on_forecast is not None:  # before a worker starts: a warning the user can act on at once
             on_forecast(forecast(start, writer.done))
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
         local = _start_worker(start, path)
-        if not resume:
-            summary.notes += _write_meta(writer, start, local, progress, executor, got.rerun_of)
+        if not request.resume:
+            summary.notes += _write_meta(writer, start, local, progress, request.executor)
         else:
             summary.notes += _finish_probe(writer, start, local, progress)
         _measure(start, writer, summary, progress, local, chosen_executor)
@@ -222,10 +262,14 @@ def run(
             shutil.rmtree(path, ignore_errors=True)
         raise
     finally:
-        progress.stop()
-        writer.close()
-        if local is not None:
-            local.close(kill=summary.interrupted)
+        try:
+            with interrupts.held():  # a Ctrl-C while closing comes after it: no worker is left half-killed
+                progress.stop()
+                writer.close()
+                if local is not None:
+                    local.close(kill=summary.interrupted)
+        except KeyboardInterrupt:  # the first Ctrl-C came while a finished run was closing
+            summary.interrupted = True
     return summary
 
 
@@ -289,12 +333,7 @@ def _worker_config(start: _Start, path: Path) -> dict[str, Any]:
 
 
 def _write_meta(
-    writer: RunWriter,
-    start: _Start,
-    local: CellRunner,
-    progress: Progress,
-    executor: str,
-    rerun_of: dict[str, Any] | None,
+    writer: RunWriter, start: _Start, local: CellRunner, progress: Progress, executor: str
 ) -> list[str]:
     """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe; the
     notes for the user (a variant whose probe left something behind)."""
@@ -303,8 +342,8 @@ def _write_meta(
     meta["planned_cells"] = len({c.cell_id for c in start.cells()})
     if start.chosen is not None:
         meta["cells"] = start.chosen
-    if rerun_of is not None:
-        meta["rerun_of"] = rerun_of
+    if start.rerun_of is not None:
+        meta["rerun_of"] = start.rerun_of
     writer.write_meta(meta)
     progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
     numerics = _numerics(start.sweep, start.names, local)
@@ -354,8 +393,9 @@ def _measure(
 
     def on_row(row: dict[str, Any]) -> None:
         row["run_id"] = run_id
-        writer.append(row)
-        summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
+        with interrupts.held():  # a finished cell's row is written whole, then Ctrl-C stops the run
+            writer.append(row)
+            summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
         progress.cell_done(row)
 
     order = plan.for_run(path, todo, start.sweep.settings, set(writer.done))
@@ -384,8 +424,9 @@ def _take_left_rows(path: Path, writer: RunWriter, run_id: str, summary: RunSumm
 
     def on_row(row: dict[str, Any]) -> None:
         row["run_id"] = run_id
-        writer.append(row)
-        summary.collected += 1
+        with interrupts.held():
+            writer.append(row)
+            summary.collected += 1
 
     notes = []
     for name in executors.EXECUTORS:

@@ -194,9 +194,9 @@ class CellRunner:
     def replace(self) -> None:
         """Kill the worker; the next request starts a fresh one (lazily, so a runner that is closing
         does not start a process it will never use)."""
-        if self.worker is not None:
-            self.worker.kill()
-            self.worker = None
+        worker, self.worker = self.worker, None  # let go of first: a Ctrl-C after the kill leaves none behind
+        if worker is not None:
+            worker.kill()
 
     @property
     def threads(self) -> int:
@@ -211,6 +211,6 @@ class CellRunner:
         return self._worker().gc_frozen
 
     def close(self, *, kill: bool = False) -> None:
-        if self.worker is not None:
-            self.worker.kill() if kill else self.worker.stop()
-            self.worker = None
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.kill() if kill else worker.stop()

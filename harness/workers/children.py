@@ -15,7 +15,8 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
   what the thread does happens in no neighbour's cell.
 - In the parent, `kill_tree(pid)` (harness.workers.isolation.Worker.kill): the worker is stopped, its
   descendants are found and killed, then the worker, then its process group (the worker leads its own:
-  `own_group`), so nothing outlives a worker killed for a timeout or a crash either.
+  `own_group`), so nothing outlives a worker killed for a timeout or a crash either; a Ctrl-C meanwhile
+  waits until they are dead (harness.workers.interrupts), so no process is left stopped.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from attnbench.harness.workers import interrupts
 
 PR_SET_CHILD_SUBREAPER = 36
 LINUX = sys.platform.startswith("linux")
@@ -199,9 +202,11 @@ def kill_leftovers(passes: int = 8, spare_helpers: bool = True) -> list[str]:
     return killed
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, each stopped (SIGSTOP) as it is found so that none forks more meanwhile."""
-    found: list[int] = []
+def descendants(pid: int, found: list[int] | None = None) -> list[int]:
+    """Every process below `pid`, each stopped (SIGSTOP) as it is found so that none forks more meanwhile;
+    each is added to `found` (a list of the caller's) as it is stopped, so that a caller cut short still
+    knows every process it stopped."""
+    found = [] if found is None else found
     todo = [pid]
     while todo:
         for child in children(todo.pop()):
@@ -209,8 +214,8 @@ def descendants(pid: int) -> list[int]:
                 continue
             if _state(child) in ("", "Z"):
                 continue
+            found.append(child)  # before the signal: whatever comes after it, it is killed
             _signal(child, signal.SIGSTOP)
-            found.append(child)
             todo.append(child)
     return found
 
@@ -219,19 +224,29 @@ def kill_tree(pid: int, *, alive: bool, group: bool) -> None:
     """The parent's side: kill the worker `pid` (alive: not yet reaped) with its descendants, stopped
     first, and (group: it leads its own process group) whatever is left in that group, e.g. the children
     of a worker that died by itself. A group's id is never given to a new process while the group has
-    members, so the signal reaches only the worker's own."""
+    members, so the signal reaches only the worker's own.
+
+    A process stopped here is always killed: Ctrl-C is held while the tree is stopped and killed
+    (harness.workers.interrupts.held: delivered once it is dead), and the kills are in a `finally`. A stopped
+    worker left alive would never exit, and multiprocessing's exit handler waits for it to."""
     if not LINUX:
         return
-    if alive:
-        _signal(pid, signal.SIGSTOP)
-        for child in descendants(pid):
-            _signal(child, signal.SIGKILL)
-        _signal(pid, signal.SIGKILL)
-    if group:
+    stopped: list[int] = []
+    with interrupts.held():
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            if alive:
+                _signal(pid, signal.SIGSTOP)
+                descendants(pid, stopped)
+        finally:
+            for child in stopped:
+                _signal(child, signal.SIGKILL)
+            if alive:
+                _signal(pid, signal.SIGKILL)
+            if group:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -17,6 +17,7 @@ gets `crashed` or `timeout`. Killing a worker kills the processes below it too (
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import multiprocessing.forkserver
 import multiprocessing.spawn
@@ -32,10 +33,12 @@ from typing import Any
 
 from attnbench.harness.measure.allocator import worker_env
 from attnbench.harness.measure.outcomes import MARK
+from attnbench.harness.workers import interrupts
 from attnbench.harness.workers.children import kill_tree
 from attnbench.harness.workers.worker import worker_main
 
 STARTUP_TIMEOUT_S = 180.0
+JOIN_S = 10.0  # the longest a worker is waited for once it was asked to stop or killed
 # The parent's clock, taken when this module is imported (before any variant file): what it times each request
 # and each mark of a timing loop with, against the worker's report of the same (outcomes.clock_mismatch)
 _CLOCK = time.monotonic
@@ -192,6 +195,7 @@ class Worker:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
+        self.parent_pid = os.getpid()
         with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
             ctx = _context(config)
             self.conn, child = ctx.Pipe()
@@ -201,8 +205,13 @@ class Worker:
                 name="attnbench-worker",
             )  # fmt: skip
             self.proc.start()
+            _LIVE.add(self)
         child.close()
-        hello = self._receive(STARTUP_TIMEOUT_S, "starting")
+        try:
+            hello = self._receive(STARTUP_TIMEOUT_S, "starting")
+        except BaseException:  # Ctrl-C while it starts, say: nobody else holds it to kill it
+            self.kill()
+            raise
         self.pid = hello["pid"]
         self.threads = hello["threads"]
         self.cpu_affinity = hello.get("cpu_affinity")  # the CPUs the worker may run on, as it reports them
@@ -245,7 +254,7 @@ class Worker:
             raise WorkerDied(self._death_note()) from None
 
     def _death_note(self) -> str:
-        self.proc.join(timeout=10)
+        self.proc.join(timeout=JOIN_S)
         note = describe_exit(self.proc.exitcode)
         tail = log_tail(self.config.get("log_path"), offset=getattr(self, "log_offset", 0))
         return f"{note}; {tail}" if tail else note
@@ -255,12 +264,15 @@ class Worker:
 
     def kill(self) -> None:
         """Kill the worker and every process below it (harness.workers.children.kill_tree: what a variant
-        started and detached, too), whether it is still running or died by itself."""
-        kill_tree(self.proc.pid, alive=self.proc.is_alive(), group=getattr(self, "own_group", False))
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(timeout=10)
-        self.conn.close()
+        started and detached, too), whether it is still running or died by itself; a Ctrl-C meanwhile comes
+        once it is dead and reaped (harness.workers.interrupts.held)."""
+        with interrupts.held():
+            kill_tree(self.proc.pid, alive=self.proc.is_alive(), group=getattr(self, "own_group", False))
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join(timeout=JOIN_S)
+            self.conn.close()
+            _LIVE.discard(self)
 
     def stop(self) -> None:
         """Ask politely, then kill."""
@@ -271,8 +283,28 @@ class Worker:
                     self.conn.recv()
             except (BrokenPipeError, EOFError, OSError):
                 pass
-            self.proc.join(timeout=10)
+            self.proc.join(timeout=JOIN_S)
         self.kill()
+
+
+def _kill_left_workers() -> None:
+    """At exit, before multiprocessing's own exit handler (atexit runs the later registered first), which
+    waits for every child without a limit: kill each worker still there, and its tree (a worker a Ctrl-C left
+    stopped never exits by itself), each wait bounded (Worker.kill)."""
+    for worker in list(_LIVE):
+        if worker.parent_pid != os.getpid():  # a forked copy of this process exits: not its workers
+            continue
+        try:
+            if worker.proc.is_alive():  # one that died alone: its pid, as a group's id, may be another's now
+                worker.kill()
+        except Exception:  # at exit: the next worker still goes
+            pass
+
+
+# The workers started and not yet killed, for _kill_left_workers; registered after multiprocessing's exit
+# handler (multiprocessing.forkserver, imported above, registered it), so that it runs before it
+_LIVE: set[Worker] = set()
+atexit.register(_kill_left_workers)
 
 
 def _size(path: str | None) -> int:

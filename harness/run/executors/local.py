@@ -18,6 +18,7 @@ from attnbench.harness.measure.rows import base_row, finish
 from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say
 from attnbench.harness.run.executors.dispatch import Dispatcher
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.workers import interrupts
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 
@@ -127,10 +128,11 @@ class LocalExecutor:
         except KeyboardInterrupt:
             interrupted = True
             raise
-        finally:  # the runner closes the run's own worker
-            for runner in runners:
-                if runner is not plan.local:
-                    runner.close(kill=interrupted)
+        finally:  # the runner closes the run's own worker; a Ctrl-C meanwhile comes after (interrupts.held)
+            with interrupts.held():
+                for runner in runners:
+                    if runner is not plan.local:
+                        runner.close(kill=interrupted)
 
 
 def worker_config(config: dict[str, Any], index: int) -> dict[str, Any]:

@@ -1,0 +1,245 @@
+"""Ctrl-C never leaves a worker behind, nor the run without its resume line, however the SIGINTs fall.
+
+`timeout -s INT T attnbench run ...` once printed a bare `interrupted` and then waited 17 minutes: timeout
+signals the command, then its whole process group, so the run got a second SIGINT while it was killing its
+worker; that KeyboardInterrupt cut harness.workers.children.kill_tree between its SIGSTOP and its SIGKILL,
+and multiprocessing's exit handler waited for the stopped worker forever. Each SIGINT here is a real one,
+sent by the process to itself at the exact point under test (os.kill to oneself is handled before the next
+line runs), so nothing depends on timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, cli_env, ctrl_c_reaches_it
+
+from attnbench.harness.workers import children, interrupts
+from attnbench.results import read_rows
+
+RUN = ("run", "--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "--min-ms", "1", "--calibrate-ms", "0")
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt in this process for the test's length (a test process started as a
+    background job has it ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def _ctrl_c() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _dead(pid: int) -> bool:
+    return children._state(pid) in ("", "Z")
+
+
+def test_a_ctrl_c_while_a_tree_is_being_stopped_still_kills_all_of_it(ctrl_c_raises, monkeypatch):
+    """The Ctrl-C comes after the worker was stopped and while its children are found: the whole tree is
+    still killed (none is left stopped), and the Ctrl-C comes after."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(children.children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        below = children.children(proc.pid)
+        assert len(below) == 2
+        real = children.children
+
+        def children_then_ctrl_c(pid="self"):
+            found = real(pid)
+            _ctrl_c()  # the worker (pid) is stopped by now, and nothing is killed yet
+            return found
+
+        monkeypatch.setattr(children, "children", children_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            children.kill_tree(proc.pid, alive=True, group=False)
+        monkeypatch.undo()
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while not all(_dead(pid) for pid in below) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [children._state(pid) for pid in below if not _dead(pid)] == []
+    finally:
+        for pid in [proc.pid, *children.children(proc.pid)]:
+            children._signal(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_held_delivers_a_ctrl_c_after_the_block_and_first_only_drops_the_later_ones(ctrl_c_raises):
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held():
+            _ctrl_c()
+            done.append("the rest of the block")
+    assert done == ["the rest of the block"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    with interrupts.first_only() as came:
+        with pytest.raises(KeyboardInterrupt):
+            _ctrl_c()
+            time.sleep(1)  # never reached: the first one raises
+        with interrupts.held():
+            _ctrl_c()  # the second, held, then handed to first_only: dropped
+        _ctrl_c()  # the third: dropped
+    assert len(came) == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _script(body: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`body` run by a fresh interpreter (`python -c` in the checkout: this checkout's attnbench) with
+    Ctrl-C's default handling; a process still there after `timeout` (waiting for a stopped worker, say) is
+    killed and the test fails."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", body, *args], cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # all of it: a stopped worker keeps its forkserver alive, and both hold the process's stdout
+        children.kill_tree(proc.pid, alive=True, group=False)
+        out, err = proc.communicate()
+        pytest.fail(f"still running after {timeout} s (waiting for a stopped worker?)\n{out}\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+EXIT_WITH_A_STOPPED_WORKER = """
+import os, signal
+from attnbench.harness.workers import isolation
+
+worker = isolation.Worker({"log_path": os.devnull})
+os.kill(worker.proc.pid, signal.SIGSTOP)  # as a kill cut short between its SIGSTOP and SIGKILL left it
+print(worker.proc.pid, flush=True)
+"""
+
+
+def test_the_exit_does_not_wait_for_a_stopped_worker(tmp_path):
+    """multiprocessing's exit handler waits for every child without a limit; a worker still there as the
+    process exits is killed first, stopped or not."""
+    done = _script(EXIT_WITH_A_STOPPED_WORKER, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert _dead(int(done.stdout.split()[0]))
+
+
+# A real `attnbench run`: SIGINT after its first row, then again inside every kill_tree, after the worker was
+# stopped (as `timeout -s INT` sends two: to the command, then to its group)
+CTRL_C_TWICE = """
+import os, signal, sys
+from attnbench.harness.workers import children
+from attnbench.results import store
+
+write, stop = store.RunWriter.append, children.descendants
+
+def append(self, row):
+    write(self, row)
+    os.kill(os.getpid(), signal.SIGINT)
+
+def descendants(pid, *found):
+    os.kill(os.getpid(), signal.SIGINT)
+    return stop(pid, *found)
+
+store.RunWriter.append, children.descendants = append, descendants
+from attnbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_while_the_worker_is_killed_leaves_nothing_stopped(tmp_path):
+    out = tmp_path / "run"
+    args = (*RUN, "--variants", "naive,sdpa", "--seq-len", "32,64", "-q", "--out", str(out))
+    done = _script(CTRL_C_TWICE, *args)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"interrupted: finished rows are kept in {out} (1 ok); finish with: attnbench run --resume" in (
+        done.stderr
+    )
+    assert len(read_rows(out)) == 1
+    log = (out / "worker.log").read_text().splitlines()
+    pids = [int(line.split()[2]) for line in log if line.startswith("attnbench worker")]
+    assert pids and all(_dead(pid) for pid in pids)
+
+
+# SIGINT once a resume has written its line in resumes.jsonl (before its worker starts), or as a run closes
+CTRL_C_AT = """
+import os, signal, sys
+from attnbench.harness.run import runner
+from attnbench.results import store
+
+where = {where!r}
+patched = store.RunWriter if where == "log_resume" else runner.Progress
+real = getattr(patched, where)
+
+def then_ctrl_c(self, *args):
+    real(self, *args)
+    os.kill(os.getpid(), signal.SIGINT)
+
+setattr(patched, where, then_ctrl_c)
+from attnbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_ctrl_c_as_a_run_starts_or_closes_says_how_to_finish_it(tmp_path):
+    """The run directory exists: `finish with: attnbench run --resume`, exit 130, whether the Ctrl-C came as
+    a resume started or as a finished run closed (they used to reach the command's bare `interrupted`)."""
+    out = tmp_path / "run"
+    args = (*RUN, "--variants", "naive", "--seq-len", "32,64", "-q", "--out", str(out))
+    done = _script(CTRL_C_AT.format(where="stop"), *args)
+    assert done.returncode == 130, done.stderr
+    assert f"interrupted: finished rows are kept in {out} (2 ok); finish with: attnbench run --resume" in (
+        done.stderr
+    )
+    (out / "rows.jsonl").write_text((out / "rows.jsonl").read_text().splitlines()[0] + "\n")  # one to do
+
+    done = _script(CTRL_C_AT.format(where="log_resume"), "run", "--resume", "--out", str(out))
+    assert done.returncode == 130, done.stderr
+    assert f"interrupted: finished rows are kept in {out} (no cells run); finish with:" in done.stderr
+    assert len(read_rows(out)) == 1
+    assert len((out / "resumes.jsonl").read_text().splitlines()) == 1
+
+
+API_LOOP = """
+import json, os, signal, sys
+import attnbench
+from attnbench.results import store
+
+write = store.RunWriter.append
+
+def append(self, row):
+    write(self, row)
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C once the first row is written
+
+store.RunWriter.append = append
+started = []
+try:
+    for n in ("32,64", "128"):
+        out = os.path.join(sys.argv[1], n)
+        started.append(out)
+        attnbench.run(variants="naive", seq_len=n, heads=2, budget_ms=5, warmup_ms=1, min_ms=1,
+                      calibrate_ms=0, out=out)
+except KeyboardInterrupt as exc:
+    print(json.dumps({"type": type(exc).__name__, "said": str(exc), "path": str(exc.run.path),
+                      "counts": exc.run.counts, "interrupted": exc.run.interrupted, "started": started}))
+"""
+
+
+def test_an_interrupted_api_run_raises_keyboard_interrupt_after_keeping_its_rows(tmp_path):
+    """attnbench.run stopped by Ctrl-C raises (a script's loop of runs stops), once its finished rows are
+    written; the exception says how to finish the run and carries it."""
+    done = _script(API_LOOP, str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    first = str(tmp_path / "32,64")
+    assert got["started"] == [first]  # the loop stopped
+    assert got["type"] == "RunInterrupted" and got["interrupted"] and got["counts"] == {"ok": 1}
+    assert got["path"] == first and len(read_rows(first)) == 1
+    assert f"finish with: attnbench.run(out={first!r}, resume=True)" in got["said"]
