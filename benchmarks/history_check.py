@@ -133,21 +133,7 @@ def _frame(times: list[list[float]]):
     """A history frame of one machine: a series of times per cell of one variant, in the same runs."""
     import pandas as pd
 
-    rows = [
-        {
-            "machine": "vm",
-            "variant": "v",
-            "cell_id": f"v|cell{k}",
-            "run_id": f"run{i:03d}",
-            "created": f"2026-01-01T{i:03d}",
-            "status": "ok",
-            "time_ms_median": t,
-            "cal_matmul_tflops": None,
-            "cal_copy_gbps": None,
-        }
-        for k, ts in enumerate(times)
-        for i, t in enumerate(ts)
-    ]
+    rows = [_row("v", f"v|cell{k}", i, t) for k, ts in enumerate(times) for i, t in enumerate(ts)]
     return pd.DataFrame(rows)
 
 
