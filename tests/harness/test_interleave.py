@@ -93,3 +93,42 @@ def test_sides_with_one_command_are_dry_run_once(tmp_path):
     plan = interleave.Plan(tmp_path / "set", 3, (("a", same), ("b", same), ("c", other)), ("--heads", "1"))
     interleave.dry_runs(plan)
     assert (tmp_path / "made.log").read_text().split() == ["set/a/run1", "set/c/run1"]
+
+
+SLOW_TO_STOP = """
+import signal, sys, time
+from pathlib import Path
+
+def stop(signum, frame):
+    time.sleep(1.0)  # a run closing its directory after a Ctrl-C
+    Path(sys.argv[1]).write_text("closed")
+    sys.exit(130)
+
+signal.signal(signal.SIGINT, stop)
+Path(sys.argv[1] + ".ready").write_text("")
+time.sleep(60)
+"""
+
+
+def test_a_ctrl_c_lets_the_sides_run_close_before_the_set_stops(tmp_path):
+    """subprocess.run killed the side's run 0.25 s after the parent's KeyboardInterrupt, in the middle of its
+    own stopping, and the interrupt left the command as a bare 'interrupted'. The run is handed the SIGINT
+    and waited for; a second Ctrl-C meanwhile is ignored; the set's status is 130."""
+    import os
+    import signal
+    import threading
+    import time
+
+    script, marker = tmp_path / "side.py", tmp_path / "closed"
+    script.write_text(SLOW_TO_STOP)
+
+    def ctrl_c_twice():
+        while not (tmp_path / "closed.ready").exists():
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_twice, daemon=True).start()
+    assert interleave.run_side([sys.executable, str(script), str(marker)]) == 130
+    assert marker.read_text() == "closed"
