@@ -47,10 +47,12 @@ _CLOCK = time.monotonic
 _SPAWN_LOCK = threading.Lock()
 
 
-# What the forkserver imports once, before any worker forks from it: torch and the modules a worker's set-up
-# imports (harness.workers.worker._Server), none of which loads a variant or touches CUDA; then preload, which
-# freezes them for the collector, once for every worker
+# What the forkserver imports once, before any worker forks from it: first sigint_ignored (a terminal's Ctrl-C
+# reaches the server too), then torch and the modules a worker's set-up imports (harness.workers.worker
+# ._Server), none of which loads a variant or touches CUDA; then preload, which freezes them for the
+# collector, once for every worker
 _FORKSERVER_PRELOAD = [
+    "attnbench.harness.workers.sigint_ignored",
     "torch",
     "attnbench.harness.workers.worker",
     "attnbench.harness.measure.cell",

@@ -243,3 +243,41 @@ def test_an_interrupted_api_run_raises_keyboard_interrupt_after_keeping_its_rows
     assert got["type"] == "RunInterrupted" and got["interrupted"] and got["counts"] == {"ok": 1}
     assert got["path"] == first and len(read_rows(first)) == 1
     assert f"finish with: attnbench.run(out={first!r}, resume=True)" in got["said"]
+
+
+SERVER_SIGNALLED = """
+import multiprocessing as mp, multiprocessing.forkserver as fs, os, signal, sys, time
+from attnbench.harness.workers import isolation
+
+def hello(q):
+    q.put(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+
+if __name__ == "__main__":
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(isolation._FORKSERVER_PRELOAD)
+    fs.ensure_running()
+    pid, start = fs._forkserver._forkserver_pid, time.monotonic()
+    while "libtorch" not in open(f"/proc/{pid}/maps").read():  # the server is importing torch
+        assert time.monotonic() - start < 60
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGINT)
+    q = ctx.Queue()
+    p = ctx.Process(target=hello, args=(q,))
+    p.start()
+    print("ignored" if q.get(timeout=60) else "handled")
+    p.join()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's /proc/PID/maps")
+def test_a_ctrl_c_while_the_forkserver_imports_torch_neither_kills_it_nor_prints_a_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches the forkserver too; while it imported torch it was Python's, and a run's
+    first seconds printed the server's KeyboardInterrupt traceback (and lost the server). The first preload
+    ignores it, and the workers forked from the server start with it ignored."""
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_SIGNALLED)
+    p = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=cli_env()
+    )
+    assert p.returncode == 0 and p.stdout.strip() == "ignored", p.stdout + p.stderr
+    assert "KeyboardInterrupt" not in p.stderr, p.stderr
