@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from attnbench.cli_common import EXIT_INTERRUPTED, BadInput, bad_input, say, tell
@@ -17,6 +18,7 @@ from attnbench.harness.run.executors import EXECUTORS
 from attnbench.harness.sweep import options
 from attnbench.harness.sweep.settings import REMOVED_OPTIONS
 from attnbench.harness.sweep.sweeps import flag_name
+from attnbench.results.formulas import counted
 
 
 def _add_sweep_flags(p: argparse.ArgumentParser, hidden: tuple[str, ...] = ()) -> None:
@@ -217,8 +219,13 @@ def _ended(summary, rerun: str | None) -> int:
             f"finish with: attnbench run --resume --out {summary.path}"
         )
         return EXIT_INTERRUPTED
+    rows = latest_rows(summary.path)
+    if summary.resumed:  # what this resume ran, and then the whole run's cells (a resume ran only the rest)
+        whole = Counter(str(r.get("status")) for r in rows)
+        counts += f" this time; the run's {counted(len(rows), 'cell')}: "
+        counts += ", ".join(f"{n} {s}" for s, n in sorted(whole.items()))
     tell(f"run complete: {summary.path} ({counts})")
-    busy = busy_sentence(latest_rows(summary.path), str(summary.path))
+    busy = busy_sentence(rows, str(summary.path))
     if busy:
         tell(busy)
     if rerun:

@@ -76,6 +76,10 @@ def test_force_resume_proceeds_and_logs_both_fingerprints(tmp_path):
     p = run_cli("run", "--resume", "--force-resume", "--out", str(out), "-q")
     assert p.returncode == 0, p.stderr
     assert (out / "rows.jsonl").read_bytes() == rows  # every cell was done: nothing measured again
+    # the closing line counts this resume's cells, then the whole run's (it said 'no cells run' alone)
+    done = read_rows(out)
+    whole = f"the run's {len(done)} cells: "
+    assert f"(no cells run this time; {whole}" in p.stderr and p.stderr.count(" ok") >= 1, p.stderr
     (log,) = [json.loads(line) for line in (out / "resumes.jsonl").read_text().splitlines()]
     assert log["forced"] is True and log["host"] == socket.gethostname()
     assert log["fingerprint_diff"]["torch"] == ["1.0.0+other", log["fingerprint"]["torch"]]
