@@ -199,8 +199,8 @@ def test_freeze_imports_freezes_what_is_alive_and_later_cycles_are_still_collect
     old.self = old  # a cycle alive at the freeze
     try:
         frozen = timing.freeze_imports()
-        # what it froze, counted as it returned: another thread of this test process (a compile pool's) may
-        # freeze more right after (CI saw 2 objects more), never fewer
+        # what it froze, counted as it returned: something else in the test process may freeze more right
+        # after (CI saw 2 objects more; what, unknown), never fewer
         assert 0 < frozen <= gc.get_freeze_count()
         young = Node()
         young.self = young  # a cycle made after the freeze, then dropped: still garbage to collect
