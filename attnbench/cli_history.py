@@ -52,8 +52,8 @@ def parse_step(text: str) -> float:
 def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), then the gate: exit 1 when the
     latest step of a series is a slowdown of more than --fail-on-step that the judge calls slower, its p
-    Holm-adjusted over the series judged (steps.Step.fails). One with fewer than 3 runs on a side has no test
-    yet: PENDING, it fails nothing."""
+    Holm-adjusted over every series searched (steps.Step.fails). One with fewer than 3 runs on a side has no
+    test yet: PENDING, it fails nothing."""
     from attnbench.harness.run import rerun
     from attnbench.results import history, steps
 

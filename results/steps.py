@@ -84,7 +84,8 @@ class Step:
     at: int  # the first run after the step: its place in the series (0-based)
     runs: int  # the series' length
     ratio: float  # the segment after over the segment before, by their medians (1.1: 10% slower)
-    low: float  # the ratio's 95% interval (judged(): NaN when a side has fewer than 3 runs)
+    low: float  # the ratio's 95% interval (the judge's: Welch's t of the runs after against those
+    # before, welch_test; NaN when a side has fewer than 3 runs)
     high: float
     before: dict[str, Any]  # the last run before the step (RUN_FIELDS)
     after: dict[str, Any]  # the first run after it
@@ -104,7 +105,7 @@ class Step:
     beyond: float | None = None  # the step of its times over that move (after / before)
     beyond_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
     p: float = math.nan  # the judge's p of what the gate judges (gated), NaN with fewer than 3 runs a side
-    p_holm: float = math.nan  # that p Holm-adjusted over the family: the latest steps judged (holm_adjusted)
+    p_holm: float = math.nan  # that p Holm-adjusted over every series searched (holm_adjusted)
     family: int = 0
 
     @property
@@ -132,7 +133,7 @@ class Step:
 
     @property
     def judged(self) -> bool:
-        """What the gate judges has a test: 3 runs or more on each side (judged())."""
+        """What the gate judges has a test: 3 runs or more on each side (welch_test)."""
         return self.p == self.p
 
     def fails(self, limit: float) -> bool:
@@ -241,12 +242,6 @@ def ruptures():
     return rpt
 
 
-def judged(before: Sequence[float], after: Sequence[float]) -> Test:
-    """The judge's test of the runs after a step against those before (results.judge: unpaired runs, Welch's
-    t on the logs); NO_TEST when a side has fewer than 3 runs."""
-    return welch_test(before, after)
-
-
 def _interval(test: Test) -> tuple[float, float]:
     """A test's 95% interval as a ratio (NaN, NaN without one)."""
     return (math.exp(test.low), math.exp(test.high)) if test.p == test.p else (math.nan, math.nan)
@@ -261,7 +256,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def _calibration(series, lo: int, mid: int, hi: int) -> tuple[float | None, tuple[float, float]]:
-    """The device's calibration after / before a step, and its interval (judged()): the matmul ceiling for
+    """The device's calibration after / before a step, and its interval (welch_test): the matmul ceiling for
     the cell's dtype where the runs have it, else the copy bandwidth; the median over each segment."""
     for col in ("cal_matmul_tflops", "cal_copy_gbps"):
         values = [None if _missing(v) else float(v) for v in series[col].tolist()]
@@ -269,7 +264,7 @@ def _calibration(series, lo: int, mid: int, hi: int) -> tuple[float | None, tupl
             [v for v in side if v is not None and v > 0] for side in (values[lo:mid], values[mid:hi])
         )
         if before and after:
-            return _median(after) / _median(before), _interval(judged(before, after))
+            return _median(after) / _median(before), _interval(welch_test(before, after))
     return None, (math.nan, math.nan)
 
 
@@ -408,7 +403,7 @@ def _steps(found: _Series) -> list[Step]:
     for i, at in enumerate(found.cuts):
         lo, hi = found.edges(i)
         before, after = times[lo:at], times[at:hi]
-        own = judged(before, after)
+        own = welch_test(before, after)
         low, high = _interval(own)
         first = found.firsts[i]
         calibration, calibration_interval = _calibration(series, lo, at, hi)
@@ -453,7 +448,7 @@ def _beyond_others(others, times, lo: int, at: int, hi: int):
     moved = math.exp(statistics.median(others[at:hi]) - statistics.median(others[lo:at]))
     adjusted = [t / math.exp(o) for t, o in zip(times, others, strict=True)]
     before, after = adjusted[lo:at], adjusted[at:hi]
-    return moved, _median(after) / _median(before), judged(before, after)
+    return moved, _median(after) / _median(before), welch_test(before, after)
 
 
 def machine_moves(ok) -> dict[tuple[str, str], dict[str, float]]:
