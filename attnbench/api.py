@@ -585,8 +585,9 @@ def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine
     step: its series, size (`change`, +0.10 is 10% slower after it) with its 95% interval, the first run
     after it and the runs it may be at, the cells of its variant that took it together, the machine's other
     variants' move across it and the step beyond it (`others`, `beyond_others`), what the gate judges
-    (`gated`) with the judge's p and, for a series' latest step, that p Holm-adjusted over the series
-    searched (`p`, `p_holm`: the gate fails a step below 0.05), the commits on both sides and what else
+    (`gated`, with `gated_low` and `gated_high`: the cells' step as one where cells took it together) with
+    the judge's p and, for a series' latest step, that p Holm-adjusted over the series searched (`p`,
+    `p_holm`: the gate fails a step below 0.05), the commits on both sides and what else
     changed, the calibration, the one line `check` prints and the command that measures the cell again
     (`repro`). `frame` is attnbench.history()'s (or a part of it: the other variants, and the series Holm's
     adjustment counts, are then those in the part); without one, the store's (`machine` keeps one machine's

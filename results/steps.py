@@ -52,7 +52,7 @@ from typing import Any
 
 from .devices import SPLIT_CALIBRATION
 from .judge import ALPHA, holm
-from .ttest import NO_TEST, Test, welch_test
+from .ttest import NO_TEST, Test, student_test, welch_test
 
 PENALTY = 3.0  # x noise x log(n): benchmarks/history_check.py's planted steps and flat series chose it
 MIN_RUNS = 2  # the fewest runs a segment holds (ruptures' min_size)
@@ -104,6 +104,10 @@ class Step:
     others: float | None = None  # the machine's other variants' move across it (after / before), None unknown
     beyond: float | None = None  # the step of its times over that move (after / before)
     beyond_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
+    # a step its variant's cells took together (cells > 1): the cells' step as one, per run the median of
+    # their times over their medians before it (and over the other variants' move, where the gate judges
+    # beyond them): (ratio, low, high), Student's t (pool_shared); None alone or with fewer than 3 runs a side
+    pooled: tuple[float, float, float] | None = None
     p: float = math.nan  # the judge's p of what the gate judges (gated), NaN with fewer than 3 runs a side
     p_holm: float = math.nan  # that p Holm-adjusted over every series searched (holm_adjusted)
     family: int = 0
@@ -120,8 +124,10 @@ class Step:
 
     @property
     def gated(self) -> tuple[float, float, float]:
-        """(ratio, low, high) that the gate judges: beyond the other variants (against_others), else its
-        own."""
+        """(ratio, low, high) that the gate judges: the step of the cells that took it together (pooled),
+        else its own; beyond the other variants (against_others), else as it is."""
+        if self.pooled is not None:
+            return self.pooled
         if self.against_others:
             return (self.beyond, *self.beyond_interval)
         return self.ratio, self.low, self.high
@@ -498,7 +504,44 @@ def find(df, *, penalty: float = PENALTY) -> list[Step]:
         s.others = _others(s.frame, moves)
     share_steps(found, penalty)
     place_shared(found)
-    return holm_adjusted([step for s in found for step in _steps(s)], series=len(found))
+    return holm_adjusted(pool_shared([(s, _steps(s)) for s in found]), series=len(found))
+
+
+def pool_shared(found: Sequence[tuple[_Series, list[Step]]]) -> list[Step]:
+    """Every step, those that cells of one variant took together (placed at one run, cells > 1) each given
+    the cells' step as one (Step.pooled) and its p: per run the median over the cells of its time over the
+    cell's median before the step (over the other variants' move too, where against_others), in the runs
+    every cell's segments hold; Student's t on those medians, the run-to-run spread pooled over both sides
+    (student_test). A run is the unit, so cells that move together in a run count as one; the median of
+    several cells is steadier than one cell, and its spread is read over every run around the step."""
+    groups = defaultdict(list)
+    for s, its in found:
+        for step in its:
+            if step.cells > 1:
+                groups[(s.key, step.at)].append((s, step))
+    pooled = {}
+    for members in groups.values():
+        if len(members) > 1:
+            ratio, test = _pooled_test(members)
+            for _, step in members:
+                pooled[id(step)] = replace(step, pooled=(ratio, *_interval(test)), p=test.p)
+    return [pooled.get(id(step), step) for _, its in found for step in its]
+
+
+def _pooled_test(members: Sequence[tuple[_Series, Step]]) -> tuple[float, Test]:
+    """The cells' step as one: the ratio of the medians of the runs' values after and before, and its test."""
+    at = members[0][1].at
+    lo = max(step.at - step.runs_before for _, step in members)
+    hi = min(step.at + step.runs_after for _, step in members)
+    against = members[0][1].against_others
+    cells = []
+    for s, _ in members:
+        logs = [math.log(t) - (s.others[r] if against else 0.0) for r, t in enumerate(s.times)]
+        centre = statistics.median(logs[lo:at])
+        cells.append([x - centre for x in logs])
+    runs = [math.exp(statistics.median(cell[r] for cell in cells)) for r in range(lo, hi)]
+    before, after = runs[: at - lo], runs[at - lo :]
+    return _median(after) / _median(before), student_test(before, after)
 
 
 def holm_adjusted(found: Sequence[Step], series: int = 0) -> list[Step]:
@@ -518,8 +561,8 @@ def holm_adjusted(found: Sequence[Step], series: int = 0) -> list[Step]:
 def as_frame(found: Sequence[Step]):
     """Steps as a pandas DataFrame, a row each: the series, the size with its interval, the first run after
     (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, what
-    the gate judges with the judge's p and (a latest step's) Holm-adjusted p, the commits on both sides, what
-    else changed, the calibration, whether it is its series' latest, its line."""
+    the gate judges with its interval, the judge's p and (a latest step's) Holm-adjusted p, the commits on
+    both sides, what else changed, the calibration, whether it is its series' latest, its line."""
     import pandas as pd
 
     rows = [
@@ -540,6 +583,8 @@ def as_frame(found: Sequence[Step]):
             "others": s.others,
             "beyond_others": None if s.beyond is None else s.beyond - 1.0,
             "gated": s.gated_change,
+            "gated_low": s.gated[1] - 1.0,
+            "gated_high": s.gated[2] - 1.0,
             "p": s.p,
             "p_holm": s.p_holm,
             "commit_before": s.before.get("git_commit"),
@@ -557,8 +602,8 @@ def as_frame(found: Sequence[Step]):
 
 _FRAME_COLUMNS = (
     "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
-    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "p", "p_holm",
-    "commit_before",
+    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "gated_low",
+    "gated_high", "p", "p_holm", "commit_before",
     "commit_after", "changed", "calibration", "calibration_moved", "latest", "line",
 )  # fmt: skip
 
@@ -607,8 +652,14 @@ def others_text(step: Step) -> str:
 
 
 def gate_text(step: Step) -> str:
-    """What the gate read of a latest step judged: 'the judge: p 0.027, Holm-adjusted 0.49 over 18 series'."""
-    return f"the judge: p {step.p:.2g}, Holm-adjusted {step.p_holm:.2g} over {step.family} series"
+    """What the gate read of a latest step judged: 'the judge: p 0.027, Holm-adjusted 0.49 over 18 series',
+    with the step it judged where the cells that took it together were judged as one."""
+    head = "the judge"
+    if step.pooled is not None:
+        ratio, low, high = step.pooled
+        size = f"{ratio - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
+        head += f" of its {step.cells} cells as one, {size}"
+    return f"{head}: p {step.p:.2g}, Holm-adjusted {step.p_holm:.2g} over {step.family} series"
 
 
 def calibration_text(step: Step) -> str:

@@ -141,3 +141,16 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> Test:
         return _t_test(d, 0.0, 1.0)
     df = (wa + wb) ** 2 / (wa**2 / (len(la) - 1) + wb**2 / (len(lb) - 1))
     return _t_test(d, math.sqrt(wa + wb), df)
+
+
+def student_test(a: Sequence[float], b: Sequence[float]) -> Test:
+    """Student's t on log(b) against log(a), one variance pooled over both sides (n_a + n_b - 2 degrees of
+    freedom): for two segments of one series, whose spread the longer side estimates for both; NO_TEST with
+    fewer than MIN_REPLICATES a side or a value <= 0."""
+    la, lb = logs(a), logs(b)
+    if la is None or lb is None or min(len(la), len(lb)) < MIN_REPLICATES:
+        return NO_TEST
+    df = len(la) + len(lb) - 2
+    pooled = ((len(la) - 1) * statistics.variance(la) + (len(lb) - 1) * statistics.variance(lb)) / df
+    d = statistics.fmean(lb) - statistics.fmean(la)
+    return _t_test(d, math.sqrt(pooled * (1 / len(la) + 1 / len(lb))), df)

@@ -370,3 +370,18 @@ def test_the_judge_needs_neither_numpy_nor_scipy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_students_t_pools_both_sides_spread_as_scipy_does():
+    from scipy import stats
+
+    from attnbench.results.ttest import student_test
+
+    rng = random.Random(2)
+    a = [10 * (1 + rng.uniform(-0.1, 0.1)) for _ in range(17)]
+    b = [11 * (1 + rng.uniform(-0.1, 0.1)) for _ in range(3)]
+    ref = stats.ttest_ind(_logs(b), _logs(a), equal_var=True)
+    ci = ref.confidence_interval(0.95)
+    mine = student_test(a, b)
+    assert (mine.p, mine.low, mine.high) == pytest.approx((ref.pvalue, ci.low, ci.high), rel=1e-8)
+    assert student_test(a, b[:2]) is judge.NO_TEST and student_test([2.0] * 3, [2.0] * 3).p == 1.0

@@ -40,3 +40,56 @@ def test_the_gate_wants_the_interval_above_one_and_the_size_above_the_limit():
     (low,) = steps.holm_adjusted([step(0.01, low=0.99)])
     (small,) = steps.holm_adjusted([step(0.01, ratio=1.04)])
     assert not low.fails(0.05) and not small.fails(0.05) and small.fails(0.03)
+
+
+def _store(cells_noise, *, stepped=("mine",), others=("a", "b"), runs=20, after=3, step=1.10, cells=6):
+    """A frame of one machine: `cells` series of each variant over `runs` runs, `stepped` variants `step`
+    slower in their last `after` runs; each run's time 1 x exp of cells_noise(variant, cell, run)."""
+    import pandas as pd
+
+    rows = []
+    for v in (*stepped, *others):
+        for k in range(cells):
+            for i in range(runs):
+                slower = step if v in stepped and i >= runs - after else 1.0
+                rows.append(
+                    {
+                        "machine": "vm", "variant": v, "cell_id": f"{v}|n{k}", "run_id": f"r{i:02d}",
+                        "created": f"2026-01-01T{i:02d}", "status": "ok",
+                        "time_ms_median": slower * math.exp(cells_noise(v, k, i)),
+                        "cal_matmul_tflops": None, "cal_copy_gbps": None,
+                    }
+                )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_cells_that_stepped_together_are_judged_as_one_step_surer_than_any_cell_alone():
+    import random
+
+    rng = random.Random(7)
+    noise = {(v, k, i): rng.gauss(0, 0.03) for v in "mab" for k in range(6) for i in range(20)}
+    found = steps.find(_store(lambda v, k, i: noise[(v[0], k, i)]))
+    mine = [s for s in found if s.variant == "mine" and s.latest]
+    assert len(mine) == 6 and all(s.cells == 6 and s.at == 17 and s.pooled is not None for s in mine)
+    assert len({s.pooled for s in mine}) == 1 and all(s.fails(0.05) for s in mine)
+    assert not any(s.fails(0.05) for s in found if s.variant != "mine")
+    # the cells' step as one has a narrower interval than any cell's own
+    alone = [s.beyond_interval for s in mine]
+    ratio, low, high = mine[0].pooled
+    assert 1.0 < low < ratio < high and high - low < min(h - lo for lo, h in alone)
+    assert "of its 6 cells as one, +" in steps.gate_text(mine[0])
+
+
+def test_cells_that_move_together_in_every_run_count_as_one_run_not_six():
+    import random
+
+    from attnbench.results.ttest import student_test
+
+    rng = random.Random(3)
+    shared = [rng.gauss(0, 0.03) for _ in range(20)]  # every cell of a run the same: no more than one cell
+    found = steps.find(_store(lambda v, k, i: shared[i], others=(), step=1.3, after=5))
+    mine = [s for s in found if s.latest]
+    assert len(mine) == 6 and all(s.cells == 6 and s.at == 15 for s in mine)
+    times = [math.exp(x) for x in shared]
+    times = times[:15] + [1.3 * t for t in times[15:]]
+    assert math.isclose(mine[0].p, student_test(times[:15], times[15:]).p, rel_tol=1e-9)
