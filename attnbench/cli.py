@@ -27,14 +27,20 @@ class OneLineParser(argparse.ArgumentParser):
     commands' are, with where the usage is: argparse prints the whole usage block first. Every
     subcommand's parser is of this class (add_subparsers makes its parent's)."""
 
+    given: tuple[str, ...] = ()  # the words parse_args was given: what an error can point at
+
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {printable(message)} (`{self.prog} -h` for usage)\n")
+        self.exit(
+            2,
+            f"{self.prog}: error: {printable(message + _dash_hint(message))} (`{self.prog} -h` for usage)\n",
+        )
 
     def parse_args(self, args=None, namespace=None):
         """An option no parser knows is the chosen command's mistake: said by that command's parser (its
         usage is `attnbench run -h`, not `attnbench -h`), with the option it most likely meant."""
         import difflib
 
+        OneLineParser.given = tuple(sys.argv[1:] if args is None else args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             parser = _chosen(self, parsed)
@@ -43,6 +49,23 @@ class OneLineParser(argparse.ArgumentParser):
             hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
             parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed
+
+
+def _dash_hint(message: str) -> str:
+    """For argparse's 'argument --x: expected one argument' where the word after --x starts with '-' (a value
+    such as -5%, which argparse reads as an option): how to give it."""
+    import re
+
+    said = re.fullmatch(r"argument (\S+): expected one argument", message)
+    if not said:
+        return ""
+    words = OneLineParser.given
+    for flag in said.group(1).split("/"):
+        at = [i for i, w in enumerate(words[:-1]) if w == flag]
+        if at and words[at[0] + 1].startswith("-"):
+            value = words[at[0] + 1]
+            return f" ({value!r} reads as an option: write {flag}={value})"
+    return ""
 
 
 def _chosen(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:

@@ -50,12 +50,13 @@ def parse_step(text: str) -> float:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """One line per step of every series (a cell on one machine over time), then the gate: exit 1 when the
-    latest step of a series is a slowdown of more than --fail-on-step that the judge calls slower, its p
-    Holm-adjusted over every series searched (steps.Step.fails). One with fewer than 3 runs on a side has no
-    test yet: PENDING, it fails nothing."""
+    """One line per step of every series (a cell on one machine over time), one per series broken in its
+    latest run (results.breaks), then the gate: exit 1 when the latest step of a series is a slowdown of more
+    than --fail-on-step that the judge calls slower, its p Holm-adjusted over every series searched
+    (steps.Step.fails), when a series is broken, or when the store holds nothing ok to judge. A step with
+    fewer than 3 runs on a side has no test yet: PENDING, it fails nothing."""
     from attnbench.harness.run import rerun
-    from attnbench.results import history, steps
+    from attnbench.results import breaks, history, steps
 
     with bad_input():
         limit = parse_step(args.fail_on_step) if args.fail_on_step is not None else None
@@ -72,12 +73,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         judged = f"; {steps.gate_text(step)}" if step in slower and step.judged else ""
         repro = rerun.repro_text(step.after.get("path"), step.cell_id)
         print(printable(f"{mark}{steps.describe(step)}{judged}; repro: {repro}"))
+    broken = breaks.find(df) if len(df) else []
+    for b in broken:
+        repro = rerun.repro_text(b.latest.get("path"), b.cell_id)
+        print(printable(f"BROKEN {breaks.describe(b)}; repro: {repro}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
     runs = df["run_id"].nunique()
-    said = f"history: {counted(len(found), 'step')} in {series} series of {runs} runs"
+    said = f"history: {counted(len(found), 'step')} in {series} series of {counted(runs, 'run')}"
+    if broken:
+        said += f"; {len(broken)} series broken in its latest run (BROKEN)"
+    if limit is not None and not series:
+        said += "; nothing ok to judge (--fail-on-step fails)"
     if limit is not None:
-        said += f"; {len(failing)} series' latest step slower by more than {limit:.0%} beyond its noise"
+        said += f"; {len(failing)} series' latest step slower by more than {percent(limit)} beyond its noise"
         within = len(slower) - len(failing) - len(pending)
         if pending:
             said += f", {len(pending)} more too new to judge (PENDING: fewer than 3 runs on a side)"
@@ -86,7 +95,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             said += f", {within} more within the noise (Holm-adjusted over the {family} series searched)"
         said += " (--fail-on-step)"
     print(said, file=sys.stderr)
-    return 1 if failing else 0
+    return 1 if limit is not None and (failing or broken or not series) else 0
+
+
+def percent(fraction: float) -> str:
+    """A --fail-on-step limit as the user gave it: 0.005 -> '0.5%', 0.055 -> '5.5%', 0.05 -> '5%'."""
+    return f"{fraction * 100:.4g}%"
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

@@ -208,3 +208,50 @@ def test_real_nights_fail_the_edited_variant_and_nothing_of_the_same_code(tmp_pa
         assert p.returncode == code and {m[5] for m in marked} == failing, p.stdout
         assert all(m[0] == "FAIL mine" for m in marked)
         assert ("0 series' latest step slower" in p.stderr) == (code == 0), p.stderr
+
+
+def _set_status(run: Path, status: str, keep=lambda row: False) -> str:
+    """Every row of a run's rows.jsonl not kept given `status`; the first such cell_id."""
+    import json
+
+    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
+    changed = [r for r in rows if r["status"] == "ok" and not keep(r)]
+    for r in changed:
+        r["status"] = status
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return changed[0]["cell_id"]
+
+
+def test_a_cell_broken_in_its_latest_run_is_said_and_fails_the_gate(tmp_path, runs):
+    first = {}
+
+    def keep(row):  # one ok cell of naive goes wrong in the latest run, everything else stays ok
+        first.setdefault("id", row["cell_id"]) if row["variant"] == "naive" else None
+        return row["cell_id"] != first.get("id")
+
+    broken = _set_status(runs[-1], "wrong", keep)
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("BROKEN")]
+    assert p.returncode == 0 and len(lines) == 1 and lines[0].startswith(f"BROKEN {broken} on ")
+    assert "wrong in its latest run 20261004-030000-synth (2026-10-04); ok last in run 20261003" in lines[0]
+    assert "the run before; repro: attnbench run " in lines[0]
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    assert p.returncode == 1 and "; 1 series broken in its latest run (BROKEN)" in p.stderr
+
+
+def test_a_store_with_nothing_ok_fails_the_gate_and_a_limit_is_said_as_given(tmp_path, runs):
+    for run in runs:
+        _set_status(run, "crashed")
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "0.5%")
+    assert p.returncode == 1 and "0 series of 4 runs; nothing ok to judge (--fail-on-step fails)" in p.stderr
+    assert "slower by more than 0.5% beyond" in p.stderr
+    assert run_cli("history", "check", "--store", store).returncode == 0  # no gate asked: nothing fails
+
+
+def test_a_value_starting_with_a_dash_is_said_how_to_give(tmp_path):
+    p = run_cli("history", "check", "--fail-on-step", "-5%")
+    assert p.returncode == 2 and "('-5%' reads as an option: write --fail-on-step=-5%)" in p.stderr

@@ -1,0 +1,72 @@
+"""Cells that broke in the history store: a series (a cell on one machine over its runs in time) whose latest
+run is one of results.judge.BROKEN (wrong, error, crashed, timeout) while an earlier run of it was ok. That is
+compare's rule for a cell ok in A and broken in B, over a series: `attnbench history check` says each, and its
+gate (--fail-on-step) fails on them, since a gate on slowdowns that passed a kernel gone wrong would be no
+gate. A cell that was never ok, or is ok again in its latest run, is not broken; one out of memory or
+unsupported is not either, as in compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .judge import BROKEN
+
+RUN_FIELDS = ("run_id", "created", "path", "git_commit")
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A series whose latest run is broken: what it is now, and its last ok run."""
+
+    machine: str
+    cell_id: str
+    variant: str
+    status: str  # its latest run's (one of BROKEN)
+    latest: dict[str, Any]  # that run (RUN_FIELDS)
+    last_ok: dict[str, Any]  # its last run that was ok
+    runs_broken: int  # its runs since the last ok one, the latest included
+
+
+def find(df) -> list[Broken]:
+    """Every series of a history frame (results.history.frame) whose latest run is broken after an ok one, in
+    the order of machine and cell_id; each series' runs in the order they were made."""
+    out = []
+    ordered = df.sort_values(["machine", "cell_id", "created", "run_id"], kind="stable")
+    for (machine, cell), series in ordered.groupby(["machine", "cell_id"], sort=True):
+        statuses = [str(s) for s in series["status"]]
+        oks = [i for i, s in enumerate(statuses) if s == "ok"]
+        if statuses[-1] not in BROKEN or not oks:
+            continue
+        out.append(
+            Broken(
+                machine=str(machine),
+                cell_id=str(cell),
+                variant=str(series["variant"].iloc[-1]),
+                status=statuses[-1],
+                latest=_run(series.iloc[-1]),
+                last_ok=_run(series.iloc[oks[-1]]),
+                runs_broken=len(statuses) - 1 - oks[-1],
+            )
+        )
+    return out
+
+
+def _run(row) -> dict[str, Any]:
+    return {
+        k: (None if row.get(k) is None or row.get(k) != row.get(k) else str(row.get(k))) for k in RUN_FIELDS
+    }
+
+
+def describe(broken: Broken) -> str:
+    """One line: 'naive|cpu|...|fwd on AMD EPYC (2 cores) on vm: wrong in run R (2026-12-06), the latest; ok
+    last in run Q (2026-12-05), 1 run before'."""
+    when = (broken.latest.get("created") or "?")[:10]
+    last = (broken.last_ok.get("created") or "?")[:10]
+    since = "the run before" if broken.runs_broken == 1 else f"{broken.runs_broken} runs before"
+    latest, ok = broken.latest.get("run_id"), broken.last_ok.get("run_id")
+    return (
+        f"{broken.cell_id} on {broken.machine}: {broken.status} in its latest run {latest} ({when}); "
+        f"ok last in run {ok} ({last}), {since}"
+    )
