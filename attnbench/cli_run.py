@@ -228,10 +228,23 @@ def _ended(summary, rerun: str | None) -> int:
     busy = busy_sentence(rows, str(summary.path))
     if busy:
         tell(busy)
+    _again(rows, summary.path)
     if rerun:
         tell(f"compare with: attnbench compare {rerun} {summary.path}")
     print(summary.path)
     return 0
+
+
+def _again(rows, path) -> None:
+    """A line per status of cells that may measure otherwise another time (crashed, timeout: a killed worker,
+    a busy machine), with the command that measures only them again; --resume keeps a finished row."""
+    for status, word in (("crashed", "crashed"), ("timeout", "timed out")):
+        n = sum(1 for r in rows if r.get("status") == status)
+        if n:
+            tell(
+                f"{counted(n, 'cell')} {word}; measure {'it' if n == 1 else 'them'} again with: "
+                f"attnbench run --rerun {path} --status {status} --out NEW_DIR"
+            )
 
 
 def _counts(summary) -> str:

@@ -80,6 +80,9 @@ def test_every_fault_becomes_its_row(tmp_path):
     assert wrong["time_ms_median"] > 0 and "failed the float64 gate" in wrong["message"]  # measured, flagged
     assert "noise on stdout" in (out / "worker.log").read_text()  # variant output kept out of the protocol
     assert "run complete" in p.stderr
+    again = f"again with: attnbench run --rerun {out} --status"
+    assert f"6 cells crashed; measure them {again} crashed" in p.stderr
+    assert f"1 cell timed out; measure it {again} timeout" in p.stderr
     # the numerics probe (N = 128, where fault_abort and fault_hang answer) lost fault_segv's worker: that
     # variant's records say so, and the variants after it were probed in a new worker
     probe = json.loads((out / "numerics.json").read_text())["probe"]
