@@ -202,6 +202,8 @@ def as_path(value: Any, keyword: str, *, run: bool = False) -> Path:
     what was given, for anything else (a number, a list)."""
     if run and isinstance(value, Run):
         return value.path
+    if isinstance(value, str) and not value.strip():  # Path("") is ".": the current directory, unasked
+        raise ValueError(f"{keyword} is empty: name a path")
     if isinstance(value, (str, os.PathLike)):
         try:
             return Path(value).expanduser()

@@ -104,6 +104,8 @@ class RunRequest:
             raise ValueError(
                 "--force-resume finishes a run on another set-up: give it with --resume --out DIR"
             )
+        if self.out is not None and not str(self.out).strip():
+            raise ValueError("--out is empty: name the run's directory, such as --out runs/mine")
         why = why_unwritable(self.out) if self.out is not None else None
         if why:
             raise ValueError(f"--out {str(self.out)!r} {why}")

@@ -120,3 +120,13 @@ def test_no_variants_is_refused_not_every_default_variant(tmp_path):
             pytest.raises(ValueError, match="^variants needs at least one value"),
         ):
             attnbench.run(variants=empty, seq_len=64, out=tmp_path / "never", dry_run=True)
+
+
+def test_an_empty_path_is_refused_not_taken_as_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("the user's own folder")
+    p = run_cli("run", "--out", "", "--dry-run")
+    assert p.returncode == 2 and "--out is empty: name the run's directory" in p.stderr
+    with pytest.raises(ValueError, match="^out= is empty: name a path$"):
+        attnbench.run(out="", dry_run=True)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["mine.txt"]
