@@ -31,6 +31,7 @@ from typing import Any
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results import visits as visit_rows
+from attnbench.results.formulas import counted
 
 SETTLE_RATIO = 1.1  # a pair this far apart by median is visited again while the ranking ties it
 
@@ -64,7 +65,8 @@ def check(settings: Settings, executor: str, ordered: bool) -> None:
     if settings.workers > settings.rounds:
         raise ValueError(
             f"--workers {settings.workers} with --rounds {settings.rounds}: visit i of a cell is made in "
-            f"worker (i - 1) mod K, so at most {settings.rounds} (e.g. --rounds {settings.workers})"
+            f"worker (i - 1) mod K, so at most {counted(settings.rounds, 'worker')} can be used: give "
+            f"--workers {settings.rounds}, or --rounds {settings.workers} for every worker to make a visit"
         )
     if settings.rounds > 1 and not ordered:
         raise ValueError(

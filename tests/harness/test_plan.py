@@ -339,3 +339,13 @@ def test_in_rounds_the_fresh_input_check_is_the_second_visits_warm_up(tmp_path):
     assert len(bound["samples_ms"]) > 0  # timed, as a wrong cell is
     memo = rows["memo_id"]  # remembered per tensor object: caught by the refill, in the first visit
     assert memo["status"] == "wrong" and "refilled" in memo["message"]
+
+
+def test_more_workers_than_rounds_are_refused_with_both_ways_out(tmp_path):
+    p = run_cli("run", "--variants", "naive", "--seq-len", "16", "--workers", "100000", "--out",
+                str(tmp_path / "r"))  # fmt: skip
+    assert p.returncode == 2 and p.stderr.strip().endswith(
+        "so at most 1 worker can be used: give --workers 1, or --rounds 100000 for every worker to make a "
+        "visit"
+    )
+    assert not (tmp_path / "r").exists()
