@@ -557,6 +557,8 @@ def load(*run_dirs: PathLike | Run | Sequence[PathLike | Run]):
     (see the README's results schema)."""
     from attnbench.results import load as load_runs
 
+    if not run_dirs:  # an empty frame would read as runs that measured nothing
+        raise TypeError("load() takes one or more run directories or Runs: attnbench.load('runs/mine')")
     return load_runs(*_run_paths(run_dirs, "load: each run"))
 
 

@@ -130,3 +130,9 @@ def test_an_empty_path_is_refused_not_taken_as_the_current_directory(tmp_path, m
     with pytest.raises(ValueError, match="^out= is empty: name a path$"):
         attnbench.run(out="", dry_run=True)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_load_without_a_run_is_refused_not_an_empty_frame():
+    with pytest.raises(TypeError, match=r"^load\(\) takes one or more run directories or Runs: "):
+        attnbench.load()
+    assert len(attnbench.load(RUN)) and len(attnbench.load([])) == 0  # an empty list is a caller's choice
