@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from attnbench.results.formulas import counted
 from attnbench.results.steps import calibration_text, others_text
-from attnbench.results.store import is_run_dir
+from attnbench.results.store import is_run_dir, runs_inside
 
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
@@ -166,10 +166,12 @@ def report_files(page: Path) -> list[Path]:
     return sorted(found)
 
 
-def site_problem(out: Path) -> str | None:
+def site_problem(out: Path, store: Path | None = None) -> str | None:
     """Why publish cannot write its site into `out`, else None; asked before anything is written. `out` is
     a run directory; or `out`/runs, the folder publish empties of what it did not copy, is a file, a link
-    (which may lead out of the site), or a folder publish did not make (no SITE_MARK) that holds anything."""
+    (which may lead out of the site), or a folder publish did not make (no SITE_MARK) that holds anything;
+    or `out` holds the user's runs (a run directory in it, or in a folder in it: a run set) or the history
+    `store`: publish would write its pages and figures among them."""
     if is_run_dir(out):
         return "is a run directory; publish the site somewhere else"
     runs = out / RUNS
@@ -183,7 +185,27 @@ def site_problem(out: Path) -> str | None:
             f"has a {RUNS}/ folder that publish did not make (it holds {shown}); publish replaces what its "
             f"{RUNS}/ holds, so publish the site somewhere else"
         )
+    if store is not None and out.is_dir() and store.resolve().is_relative_to(out.resolve()):
+        return f"holds the history store {store}; publish the site into a folder of its own"
+    found = _runs_in(out)
+    if found:
+        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        return f"holds run directories ({shown}); publish the site into a folder of its own"
     return None
+
+
+def _runs_in(out: Path) -> list[str]:
+    """The run directories in `out` and in its folders (a run set's runs), by their path below `out`."""
+    if not out.is_dir() or out.is_symlink():
+        return []
+    found = []
+    for child in sorted(c for c in out.iterdir() if c.is_dir() and not c.is_symlink()):
+        try:
+            inside = [child] if is_run_dir(child) else runs_inside(child)
+        except OSError:  # a folder it may not read holds nothing publish would write among
+            continue
+        found += [str(r.relative_to(out)) for r in inside]
+    return found
 
 
 def copy_reports(runs, out: Path) -> dict[str, str]:

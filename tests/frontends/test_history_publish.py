@@ -236,7 +236,7 @@ def _one_run(tmp_path, store) -> None:
 @pytest.mark.parametrize(
     "case",
     ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file",
-     "the user's runs/", "out is a run"],
+     "the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     store, out = tmp_path / "h.sqlite", tmp_path / "site"
@@ -272,12 +272,26 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
         _one_run(tmp_path, store)
         out = run_series(BASE, tmp_path / "more", [1.0])[0]
         held = files_of(out)
+    elif case == "out holds the runs and store":  # `--out runs`: the pages would land among the runs
+        out = tmp_path / "runs"
+        store = out / "history.sqlite"
+        _one_run(tmp_path, store)
+        held = files_of(out)
+    elif case == "out holds a run set":  # a run set (`attnbench interleave`) in a folder of --out
+        _one_run(tmp_path, store)
+        run_series(BASE, tmp_path / "site" / "set", [1.0, 1.0])
+        held = files_of(out)
     p = run_cli("history", "publish", "--store", str(store), "--out", str(out))
     assert p.returncode == 2 and p.stdout == "", p.stderr
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
-    if case in ("the user's runs/", "out is a run"):
+    if case in ("the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set"):
         assert files_of(out) == held  # every byte of every run, and the store, as they were
-        said = "did not make (it holds history.sqlite," if case == "the user's runs/" else "is a run dir"
+        said = {
+            "the user's runs/": "did not make (it holds history.sqlite,",
+            "out is a run": "is a run dir",
+            "out holds the runs and store": "holds the history store",
+            "out holds a run set": "holds run directories (set/run-000, set/run-001)",
+        }[case]
         assert said in p.stderr, p.stderr
     elif case.startswith("runs is"):
         assert [f.name for f in out.iterdir()] == [dashboard.RUNS]
