@@ -8,10 +8,10 @@ results.steps found marked), the steps, and the runs, each linked to its report.
 variant's TFLOP/s and % of its device's calibrated matmul peak per machine, at the shapes (every axis but the
 device and dtype) that two or more machines measured, and which variant leads each shape on each machine.
 
-Pages are reports.page Pages. The site is self-contained: a run's report (`reports/<...>/<run>/report.html`,
-else its README.md, for a run in `results/<...>/<run>`, as the project publishes them; else the run folder's
-own README.md) is copied into the site's `runs/<run>/` with the files it references, and every link points
-at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked.
+Pages are reports.page Pages. The site is self-contained: a run's report (report_of: where the project
+publishes it, in the run's own report/ folder, where `attnbench report RUN` writes it by default, or the
+run folder's README.md) is copied into the site's `runs/<run>/` with the files it references, and every
+link points at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ CROSS = "machines.html"
 _LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
 REPORT_FILES = ("report.html", "README.md")  # a run's report, the first found
 RUN_FILES = ("README.md",)  # else the run folder's own page
+OWN_REPORT = "report"  # a run's report in its own folder: `attnbench report RUN --out RUN/report`
+# where `attnbench report RUN` writes by default (attnbench.api.report_dir: reports/out/<run id>), from the
+# folder the command runs in: publish, run from the same folder, finds it there
+DEFAULT_REPORTS = Path("reports") / "out"
 RUNS = "runs"  # the site's own folder of the runs' reports, copied: publish owns everything in it
 # in out/runs/, written by publish: the folder is publish's, to empty of what it did not copy. A runs/ folder
 # without it that holds anything (`--out .` beside the user's own runs/) is never touched: publish refuses it.
@@ -97,14 +101,22 @@ def _back() -> Para:
 # ---- a run's report, copied into the site -----------------------------------------------------------
 
 
-def report_of(run_path: str | Path) -> Path | None:
-    """The page a run links to: its report where the project publishes one (results/X/run -> reports/X/run:
-    report.html, else README.md), else the run folder's own README.md; None where it has neither."""
+def report_of(run_path: str | Path, run_id: Any = None) -> Path | None:
+    """The page a run links to (report.html, else README.md, in the first folder that has one): its report
+    where the project publishes one (results/X/run -> reports/X/run); the report written into the run's own
+    OWN_REPORT folder (`attnbench report RUN --out RUN/report`); the one `attnbench report RUN` writes by
+    default, DEFAULT_REPORTS/<run_id> from the folder publish runs in; else the run folder's own README.md.
+    None where it has none of them."""
     run = Path(run_path)
     parts = run.parts
+    folders = []
     if "results" in parts:
         at = len(parts) - 1 - parts[::-1].index("results")
-        folder = Path(*parts[:at], "reports", *parts[at + 1 :])
+        folders.append(Path(*parts[:at], "reports", *parts[at + 1 :]))
+    folders.append(run / OWN_REPORT)
+    if run_id is not None and str(run_id):
+        folders.append(DEFAULT_REPORTS / slug(run_id))
+    for folder in folders:
         for name in REPORT_FILES:
             if (folder / name).is_file():
                 return folder / name
@@ -220,7 +232,7 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
     (root / SITE_MARK).write_text("attnbench history publish made this folder; it replaces what it holds\n")
     links: dict[str, str] = {}
     for _, r in runs.drop_duplicates("run_key").iterrows():
-        page = report_of(str(r["path"]))
+        page = report_of(str(r["path"]), r["run_id"])
         if page is None:
             continue
         name = site_name(r["run_id"], r["run_key"])

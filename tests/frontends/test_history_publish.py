@@ -201,6 +201,26 @@ def test_a_run_links_to_its_published_report(tmp_path):
     assert dashboard.run_cell("r2", str(tmp_path / "r2"), reports) == ("r2 (no report)",)
 
 
+def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path):
+    """A user's runs in runs/ (not the project's results/ layout): the report `attnbench report RUN` writes
+    by default (reports/out/<run id>, from the same folder) and one written into the run's own report/
+    folder are linked; a run with neither is named, not linked."""
+    runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0, 1.0])
+    run_cli("report", str(runs[0].relative_to(tmp_path)), cwd=tmp_path, check=True)
+    default = tmp_path / dashboard.DEFAULT_REPORTS / _run_id(runs[0])
+    assert (default / "report.html").is_file()  # where `attnbench report` put it, with no --out
+    shutil.copytree(default, runs[1] / dashboard.OWN_REPORT)  # as `--out runs/run-001/report` writes it
+    run_cli("history", "add", "runs", cwd=tmp_path, check=True)
+    run_cli("history", "publish", "--out", "site", cwd=tmp_path, check=True)
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    for run in runs[:2]:
+        assert f"{_run_id(run)} (no report)" not in machine, run
+    assert f"{_run_id(runs[2])} (no report)" in machine
+    copies = [c for c in (tmp_path / "site" / dashboard.RUNS).iterdir() if c.name != dashboard.SITE_MARK]
+    assert sorted((c / "report.html").is_file() for c in copies) == [True, True]
+    assert dashboard.report_of(runs[1], _run_id(runs[1])) == runs[1] / "report" / "report.html"
+
+
 def test_a_copy_takes_only_the_files_inside_the_report_folder(tmp_path):
     """What a report names out of its folder, as a URL, hidden, or missing, is never copied; a page it links
     brings its own files."""
