@@ -416,3 +416,62 @@ def test_an_approximation_is_named_where_a_page_says_who_is_fastest():
     (table,) = dashboard.findings(pd.DataFrame(rows), {})
     assert {r[2] for r in table.rows} == {"performer (approximate, rel_err <= 0.9)"}
     assert dashboard._named(pd.Series(rows[-1])) == "sdpa"
+
+
+def test_the_latest_findings_of_a_busy_run_say_the_machine_was_busy(tmp_path):
+    """The latest run measured while the machine ran at half its speed for a fifth of its cells: the
+    machine page marks that run where its findings are and says why in the report's own sentence
+    (reports.findings.machine_busy); the quiet run before it is not marked."""
+    import json
+
+    runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0])
+    rows_file = runs[1] / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    for i, row in enumerate(rows):  # every cell probed; one in five at half the machine's usual speed
+        row["speed_tflops"] = 0.5 if i % 5 == 0 else 1.0
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    assert f"{_run_id(runs[1])} (no report) (machine busy)" in machine
+    assert "The machine was busy while this ran" in machine
+    assert f"{_run_id(runs[0])} (no report) (machine busy)" not in machine
+
+
+def test_who_leads_names_no_winner_the_ranking_would_call_a_tie():
+    """On one machine two variants under 1% apart (420 against 417 TFLOP/s), on the other 1.5x apart: the
+    first is a tie (under judge.TOLERANCE, the report's ranking's floor; the runs' folders are gone, so the
+    store's medians decide), the second has one leader."""
+    import pandas as pd
+
+    rows = [
+        {"machine": m, "shape": "b1|h8|dk128|fwd", "seq": 1024, "cell_id": f"{v}|cuda|bfloat16|n1024|{m}",
+         "variant": v, "path": f"/gone/{m}", "time_ms_median": t, "tflops": 420 / t, "cal_matmul_tflops": 700}
+        for m, times in (("H100", {"sdpa_cudnn": 1.0, "sdpa": 1.007}), ("A100", {"sdpa": 1.0, "naive": 1.5}))
+        for v, t in times.items()
+    ]  # fmt: skip
+    table = dashboard.lead_table(pd.DataFrame(rows), ["A100", "H100"], dashboard.RunRows())
+    ((_, _, a100, h100),) = table.rows
+    assert h100.startswith("sdpa_cudnn 420") and h100.endswith(", tied with sdpa"), h100
+    assert a100.startswith("sdpa 420") and "tied" not in a100, a100
+
+
+def test_who_leads_ties_as_the_report_ranks_a_run(published):
+    """With the runs' folders there, the page's front at each shape (the leader and those tied with it) is
+    the report's (reports.tables.best_variant: results.judge.separated on the cells' own samples)."""
+    from attnbench.reports.tables import best_variant
+    from attnbench.results import history, load
+
+    df = history.frame(published["store"])
+    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+    common = dashboard.latest_cells(ok)
+    machine = str(common["machine"].iloc[0])
+    table = dashboard.lead_table(common, [machine], dashboard.RunRows())
+    fronts = sorted(
+        sorted([cell.split(" ")[0], *(cell.split(", tied with ")[1].split(", ") if "tied" in cell else [])])
+        for *_, cell in table.rows
+    )
+    best = best_variant(load(published["runs"][-1]))
+    report = sorted(sorted([b, *str(t).split()]) for b, t in zip(best["best"], best["tied"], strict=True))
+    assert fronts == report and any(len(f) > 1 for f in fronts) and any(len(f) == 1 for f in fronts)
