@@ -114,7 +114,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     with bad_input():
-        why = why_unwritable(out) or dashboard.site_problem(out)
+        why = why_unwritable(out) or dashboard.site_problem(out, Path(args.store))
         if why:
             raise ValueError(f"--out {printable(str(out))} {why}")
         df = history.frame(args.store)

@@ -4,14 +4,17 @@ page across machines, plain HTML files and PNGs that open from disk (file://) or
 A machine's page: the latest findings (per shape, the fastest variant over each range of N, from the latest
 run that measured the shape, with its fitted exponent), every series over time (one small-multiple figure
 per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median, each step
-results.steps found marked), the steps, and the runs, each linked to its report. The cross-machine page: each
-variant's TFLOP/s and % of its device's calibrated matmul peak per machine, at the shapes (every axis but the
-device and dtype) that two or more machines measured, and which variant leads each shape on each machine.
+results.steps found marked), the steps, and the runs, each linked to its report; a latest run measured on a
+busy machine says so (reports.findings.machine_busy). The cross-machine page: each variant's TFLOP/s and % of
+its device's calibrated matmul peak per machine, at the shapes (every axis but the device and dtype) that two
+or more machines measured, and which variant leads each shape on each machine, with those the report's
+ranking could not tell from it (results.judge.separated). What the store does not keep (speed probes,
+samples) is read from the runs' folders (RunRows).
 
-Pages are reports.page Pages. The site is self-contained: a run's report (`reports/<...>/<run>/report.html`,
-else its README.md, for a run in `results/<...>/<run>`, as the project publishes them; else the run folder's
-own README.md) is copied into the site's `runs/<run>/` with the files it references, and every link points
-at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked.
+Pages are reports.page Pages. The site is self-contained: a run's report (report_of: where the project
+publishes it, in the run's own report/ folder, where `attnbench report RUN` writes it by default, or the
+run folder's README.md) is copied into the site's `runs/<run>/` with the files it references, and every
+link points at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import warnings
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
@@ -26,9 +30,12 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from attnbench.results.formulas import counted
+from attnbench.results.judge import TOLERANCE, separated
+from attnbench.results.load import load
 from attnbench.results.steps import calibration_text, others_text
-from attnbench.results.store import is_run_dir
+from attnbench.results.store import RunDirError, is_run_dir, runs_inside
 
+from .findings import machine_busy
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
 from .style import empty_panel, mpl_style, new_figure, ratio_axis, save, slug, variant_color, variant_order
@@ -39,6 +46,10 @@ CROSS = "machines.html"
 _LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
 REPORT_FILES = ("report.html", "README.md")  # a run's report, the first found
 RUN_FILES = ("README.md",)  # else the run folder's own page
+OWN_REPORT = "report"  # a run's report in its own folder: `attnbench report RUN --out RUN/report`
+# where `attnbench report RUN` writes by default (attnbench.api.report_dir: reports/out/<run id>), from the
+# folder the command runs in: publish, run from the same folder, finds it there
+DEFAULT_REPORTS = Path("reports") / "out"
 RUNS = "runs"  # the site's own folder of the runs' reports, copied: publish owns everything in it
 # in out/runs/, written by publish: the folder is publish's, to empty of what it did not copy. A runs/ folder
 # without it that holds anything (`--out .` beside the user's own runs/) is never touched: publish refuses it.
@@ -52,6 +63,7 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     out/runs/ (copy_reports), so the folder is the whole site."""
     out.mkdir(parents=True, exist_ok=True)
     reports = copy_reports(df, out)
+    loaded = RunRows()
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
     pages = {m: f"machine-{slug(m)}.html" for m in machines}
@@ -80,8 +92,10 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     written = [_write(index, out / INDEX)]
     for m in machines:
         mine = [s for s in steps if s.machine == m]
-        written.append(_write(machine_page(m, df[df["machine"] == m], mine, out, reports), out / pages[m]))
-    written.append(_write(cross_page(ok), out / CROSS))
+        written.append(
+            _write(machine_page(m, df[df["machine"] == m], mine, out, reports, loaded), out / pages[m])
+        )
+    written.append(_write(cross_page(ok, loaded), out / CROSS))
     return written
 
 
@@ -97,14 +111,22 @@ def _back() -> Para:
 # ---- a run's report, copied into the site -----------------------------------------------------------
 
 
-def report_of(run_path: str | Path) -> Path | None:
-    """The page a run links to: its report where the project publishes one (results/X/run -> reports/X/run:
-    report.html, else README.md), else the run folder's own README.md; None where it has neither."""
+def report_of(run_path: str | Path, run_id: Any = None) -> Path | None:
+    """The page a run links to (report.html, else README.md, in the first folder that has one): its report
+    where the project publishes one (results/X/run -> reports/X/run); the report written into the run's own
+    OWN_REPORT folder (`attnbench report RUN --out RUN/report`); the one `attnbench report RUN` writes by
+    default, DEFAULT_REPORTS/<run_id> from the folder publish runs in; else the run folder's own README.md.
+    None where it has none of them."""
     run = Path(run_path)
     parts = run.parts
+    folders = []
     if "results" in parts:
         at = len(parts) - 1 - parts[::-1].index("results")
-        folder = Path(*parts[:at], "reports", *parts[at + 1 :])
+        folders.append(Path(*parts[:at], "reports", *parts[at + 1 :]))
+    folders.append(run / OWN_REPORT)
+    if run_id is not None and str(run_id):
+        folders.append(DEFAULT_REPORTS / slug(run_id))
+    for folder in folders:
         for name in REPORT_FILES:
             if (folder / name).is_file():
                 return folder / name
@@ -166,10 +188,12 @@ def report_files(page: Path) -> list[Path]:
     return sorted(found)
 
 
-def site_problem(out: Path) -> str | None:
+def site_problem(out: Path, store: Path | None = None) -> str | None:
     """Why publish cannot write its site into `out`, else None; asked before anything is written. `out` is
     a run directory; or `out`/runs, the folder publish empties of what it did not copy, is a file, a link
-    (which may lead out of the site), or a folder publish did not make (no SITE_MARK) that holds anything."""
+    (which may lead out of the site), or a folder publish did not make (no SITE_MARK) that holds anything;
+    or `out` holds the user's runs (a run directory in it, or in a folder in it: a run set) or the history
+    `store`: publish would write its pages and figures among them."""
     if is_run_dir(out):
         return "is a run directory; publish the site somewhere else"
     runs = out / RUNS
@@ -183,7 +207,27 @@ def site_problem(out: Path) -> str | None:
             f"has a {RUNS}/ folder that publish did not make (it holds {shown}); publish replaces what its "
             f"{RUNS}/ holds, so publish the site somewhere else"
         )
+    if store is not None and out.is_dir() and store.resolve().is_relative_to(out.resolve()):
+        return f"holds the history store {store}; publish the site into a folder of its own"
+    found = _runs_in(out)
+    if found:
+        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        return f"holds run directories ({shown}); publish the site into a folder of its own"
     return None
+
+
+def _runs_in(out: Path) -> list[str]:
+    """The run directories in `out` and in its folders (a run set's runs), by their path below `out`."""
+    if not out.is_dir() or out.is_symlink():
+        return []
+    found = []
+    for child in sorted(c for c in out.iterdir() if c.is_dir() and not c.is_symlink()):
+        try:
+            inside = [child] if is_run_dir(child) else runs_inside(child)
+        except OSError:  # a folder it may not read holds nothing publish would write among
+            continue
+        found += [str(r.relative_to(out)) for r in inside]
+    return found
 
 
 def copy_reports(runs, out: Path) -> dict[str, str]:
@@ -198,7 +242,7 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
     (root / SITE_MARK).write_text("attnbench history publish made this folder; it replaces what it holds\n")
     links: dict[str, str] = {}
     for _, r in runs.drop_duplicates("run_key").iterrows():
-        page = report_of(str(r["path"]))
+        page = report_of(str(r["path"]), r["run_id"])
         if page is None:
             continue
         name = site_name(r["run_id"], r["run_key"])
@@ -229,17 +273,58 @@ def run_cell(text: str, run_path: Any, reports: dict[str, str]) -> tuple[Any, ..
     return (Link(text, href, relative=True),) if href else (f"{text} (no report)",)
 
 
+class RunRows:
+    """Each run's own rows (results.load: its samples, visits and trust flags, which the store does not keep),
+    read from its folder once, when a page asks; None where the folder cannot be read (moved or removed)."""
+
+    def __init__(self) -> None:
+        self._frames: dict[str, Any] = {}
+        self._cells: dict[str, dict[str, Any]] = {}
+
+    def frame(self, path: Any) -> Any:
+        """The run's loaded rows (results.load), or None."""
+        key = str(path)
+        if key not in self._frames:
+            try:
+                with warnings.catch_warnings():  # a torn tail or uncollected shards: the rows read are enough
+                    warnings.simplefilter("ignore")
+                    self._frames[key] = load(key)
+            except (RunDirError, OSError, ValueError):
+                self._frames[key] = None
+        return self._frames[key]
+
+    def row(self, path: Any, cell_id: Any) -> Any:
+        """A cell's loaded row, or None."""
+        key = str(path)
+        if key not in self._cells:
+            df = self.frame(key)
+            self._cells[key] = {} if df is None else {str(r["cell_id"]): r for _, r in df.iterrows()}
+        return self._cells[key].get(str(cell_id))
+
+    def busy(self, path: Any, cell_ids) -> str | None:
+        """reports.findings.machine_busy's sentence for the run's cells `cell_ids` (one machine's), or None:
+        not busy, or the run's folder cannot be read."""
+        df = self.frame(path)
+        if df is None:
+            return None
+        mine = df[df["cell_id"].isin({str(c) for c in cell_ids})]
+        return machine_busy(mine) if len(mine) else None
+
+
 # ---- a machine's page ------------------------------------------------------------------------------
 
 
-def machine_page(machine: str, df, steps: Sequence[Any], out: Path, reports: dict[str, str]) -> Page:
+def machine_page(
+    machine: str, df, steps: Sequence[Any], out: Path, reports: dict[str, str], loaded: RunRows | None = None
+) -> Page:
+    """A machine's page; `loaded` reads its runs' own rows (the latest findings' busy machine)."""
     runs = df.drop_duplicates("run_key").sort_values(["created", "run_id"], kind="stable")
     number = {key: i + 1 for i, key in enumerate(runs["run_key"])}
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     page = Page(f"attnbench history: {machine}")
     said = f"{counted(len(runs), 'run')}, {ok['cell_id'].nunique()} series, {counted(len(steps), 'step')}."
     page.add(_back(), Para(said))
-    page.add(Heading("Latest findings"), *findings(ok, reports))
+    page.add(Heading("Latest findings"), *findings(ok, reports, loaded))
     page.add(Heading("Every series over time"))
     page.add(
         Para(
@@ -288,14 +373,15 @@ def _ranges(winners: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
     return out
 
 
-def findings(ok, reports: dict[str, str]) -> list[Any]:
+def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[Any]:
     """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
     the run linked (reports: copy_reports's links) and the variant's fitted exponent (time ~ N^b) over that
-    run's lengths."""
+    run's lengths; a run whose cells here drifted or were noisy enough to make a busy machine (`runs`:
+    reports.findings.machine_busy over its own rows) is marked, and its sentence follows the table."""
     if not len(ok):
         return [Para("No ok cells.")]
     ok = ok.assign(shape=[_shape(c) for c in ok["cell_id"]])
-    rows = []
+    rows, busy = [], {}
     for shape, group in ok.groupby("shape", sort=True):
         latest = group[group["created"] == group["created"].max()]
         winners = [
@@ -304,6 +390,10 @@ def findings(ok, reports: dict[str, str]) -> list[Any]:
         ]
         named = {str(r["variant"]): _named(r) for _, r in latest.iterrows()}
         run = latest.iloc[0]
+        said = runs.busy(run["path"], ok[ok["path"] == run["path"]]["cell_id"]) if runs else None
+        if said:
+            busy[str(run["run_id"])] = said
+        linked = run_cell(str(run["run_id"]), run["path"], reports) + ((" (machine busy)",) if said else ())
         for lo, hi, v in _ranges(winners):
             mine = latest[latest["variant"] == v].sort_values("seq_len")
             fit = fit_power_law(mine["seq_len"].astype(float), mine["time_ms_median"].astype(float))
@@ -315,11 +405,14 @@ def findings(ok, reports: dict[str, str]) -> list[Any]:
                     named[v],
                     f"{float(best['time_ms_median']):.4g} ms",
                     fit.text(),
-                    run_cell(str(run["run_id"]), run["path"], reports),
+                    linked,
                 )
             )
     headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
-    return [Table(headers, tuple(rows))]
+    return [
+        Table(headers, tuple(rows)),
+        *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
+    ]
 
 
 def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, int], out: Path, title: str):
@@ -434,9 +527,9 @@ def latest_cells(ok):
     )
 
 
-def cross_page(ok) -> Page:
+def cross_page(ok, loaded: RunRows | None = None) -> Page:
     """Each variant's TFLOP/s and % of calibrated peak per machine at the shapes two or more machines
-    measured, and which variant leads each shape where."""
+    measured, and which variant leads each shape where (`loaded`: the runs' own rows, for the tie rule)."""
     page = Page("attnbench history: across machines")
     page.add(_back())
     if not len(ok):
@@ -461,24 +554,42 @@ def cross_page(ok) -> Page:
     if apart:
         page.add(Para(f"Measured no shape another machine measured (not shown): {', '.join(apart)}."))
     machines = [m for m in machines if m not in apart]
-    page.add(Heading("Who leads where"), lead_table(common, machines))
+    page.add(Heading("Who leads where"), lead_table(common, machines, loaded or RunRows()))
     page.add(Heading("Every variant at the shared shapes"), variant_table(common, machines))
     return page
 
 
-def lead_table(common, machines: list[str]) -> Table:
+def tied(first, other, loaded: RunRows) -> bool:
+    """Whether the report's ranking could not tell `other` from the faster `first` (results.judge.separated,
+    as reports.tables.best_variant asks it: under judge.TOLERANCE slower by median, or not judged slower by
+    its test on the two cells' samples, read from their runs' folders); where a run's folder cannot be read,
+    the store's medians decide alone: under TOLERANCE is a tie."""
+    a, b = loaded.row(first["path"], first["cell_id"]), loaded.row(other["path"], other["cell_id"])
+    if a is not None and b is not None:
+        return not separated(a, b)
+    return not float(other["time_ms_median"]) >= (1 + TOLERANCE) * float(first["time_ms_median"])
+
+
+def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
+    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it."""
     rows = []
     for (shape, n), at in common.groupby(["shape", "seq"], sort=True):
         row: list[Any] = [shape, str(n)]
         for m in machines:
-            mine = at[at["machine"] == m]
+            mine = at[at["machine"] == m].sort_values("time_ms_median", kind="stable")
             if not len(mine):
                 row.append("-")
                 continue
-            best = mine.loc[mine["time_ms_median"].idxmin()]
-            row.append(f"{_named(best)} {_peak_text(best['tflops'], best['cal_matmul_tflops'])}")
+            best = mine.iloc[0]
+            ties = [_named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
+            text = f"{_named(best)} {_peak_text(best['tflops'], best['cal_matmul_tflops'])}"
+            row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
         rows.append(tuple(row))
-    return Table(("shape", "N", *machines), tuple(rows), "the fastest variant, its TFLOP/s (% of peak)")
+    caption = (
+        "the fastest variant, its TFLOP/s (% of peak), and the variants the report's ranking cannot tell "
+        f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test)"
+    )
+    return Table(("shape", "N", *machines), tuple(rows), caption)
 
 
 def variant_table(common, machines: list[str]) -> Table:

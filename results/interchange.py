@@ -3,17 +3,23 @@
 - **hud**: the PyTorch HUD's benchmark database records (the v3 format pytorch/test-infra uploads: a JSON
   list, one record per metric of a cell), each with `benchmark` (name "attnbench", mode inference for a
   forward cell and training for forward+backward, dtype, the cell's axes in extra_info, with a declared
-  approximation's bound as `approximate`), `model` (the
-  variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate medians)
-  and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
-  Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps (every cell's K/V bytes over its median time: a
-  decode cell's figure of merit).
+  approximation's bound as `approximate` and the cell's trust flags, TRUST: `drift` with its
+  `speed_factor`, `noisy`, `suspect` with its `suspect_reason`, `throttled`, as results.load derives them),
+  `model` (the variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate
+  medians) and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
+  Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps (every cell's K/V bytes over its median time:
+  a decode cell's figure of merit).
 - **bencher**: the Bencher Metric Format (BMF: {benchmark: {measure: {value, lower_value, upper_value}}}),
   one benchmark per cell (its cell_id) with the measures latency (nanoseconds: the median, the p25 and p75
-  as its bounds, as Bencher's built-in latency measure counts), tflops and peak-memory (bytes). A BMF
-  report is one run's: rows of several runs are refused.
+  as its bounds, as Bencher's built-in latency measure counts), tflops and peak-memory (bytes), each
+  rounded to SIGNIFICANT digits; and the trust flags as measures of their own (BMF has no other room, and
+  Bencher makes a measure it does not know): speed-factor (the cell's speed probe over its run's median,
+  1 = the machine's usual speed), and drift, noisy, suspect and throttled, each 1 where the cell is
+  flagged and 0 where it is not. The benchmark's name stays its cell_id, so a flagged cell keeps its series.
+  A BMF report is one run's: rows of several runs are refused.
 
-Only ok cells are exported: a wrong, failed or skipped cell has no number another tool should plot.
+Only ok cells are exported: a wrong, failed or skipped cell has no number another tool should plot. Rows
+with no ok cell are refused (ValueError: there is nothing to export).
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ from .axes import CELL_AXES
 from .schema import medians_of
 
 METRICS = ("time_ms_median", "tflops", "peak_mem_bytes", "kv_gbps")
+# a row's flags that say its number may not be the variant's own (results.drift, results.suspect, the worker's
+# noisy and throttled columns): carried with every exported record
+TRUST = ("drift", "noisy", "suspect", "throttled")
+# Bencher's values, in significant digits: a timer resolves a nanosecond at best, a sub-millisecond median
+# holds 6 digits of it, and digits past them are float noise from the unit's scaling (268692.99999999994 ns)
+SIGNIFICANT = 6
 
 
 def _num(v: Any) -> bool:
@@ -40,7 +52,35 @@ def _plain(v: Any) -> Any:
 
 
 def _ok(df) -> list[dict[str, Any]]:
-    return [r for r in df.to_dict("records") if r.get("status") == "ok" and _num(r.get("time_ms_median"))]
+    """The ok cells' records; ValueError where there is none (an export of nothing is no export)."""
+    ok = [r for r in df.to_dict("records") if r.get("status") == "ok" and _num(r.get("time_ms_median"))]
+    if not ok:
+        status = df["status"].value_counts() if "status" in df.columns and len(df) else {}
+        held = ", ".join(f"{n} {s}" for s, n in status.items()) or "no cells"
+        raise ValueError(
+            f"nothing to export: no ok cell in the rows given ({held}); only ok cells are exported"
+        )
+    return ok
+
+
+def trust(r: dict[str, Any]) -> dict[str, Any]:
+    """A row's trust flags (TRUST) as JSON values, with the speed factor beside drift and the reason beside
+    suspect; a flag the row does not know (NA: an old run, a CPU's clock) is left out."""
+    out: dict[str, Any] = {}
+    for flag in TRUST:
+        value = r.get(flag)
+        if _num(value):
+            out[flag] = bool(value)
+    if _num(r.get("speed_factor")):
+        out["speed_factor"] = round(float(r["speed_factor"]), 4)
+    if out.get("suspect") and _num(r.get("suspect_reason")):
+        out["suspect_reason"] = str(r["suspect_reason"])
+    return out
+
+
+def rounded(value: float) -> float:
+    """`value` to SIGNIFICANT digits, as a float."""
+    return float(f"{float(value):.{SIGNIFICANT}g}")
 
 
 def hud(df, metas: dict[str, dict[str, Any]]) -> str:
@@ -51,6 +91,7 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
         axes = {a: _plain(r.get(a)) for a in CELL_AXES if a != "variant"}
         # a declared approximation's bound: its numbers are for another answer than the exact kernels'
         held = {"approximate": float(r["approximate"])} if _num(r.get("approximate")) else {}
+        flags = trust(r)
         runner = {
             "name": _plain(r.get("host")) or fingerprint.get("hostname"),
             "type": _plain(r.get("device")),
@@ -68,7 +109,8 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
                     "name": "attnbench",
                     "mode": "training" if r.get("pass") == "fwdbwd" else "inference",
                     "dtype": _plain(r.get("dtype")),
-                    "extra_info": {**axes, "cell_id": r.get("cell_id"), "run_id": r.get("run_id"), **held},
+                    "extra_info": {**axes, "cell_id": r.get("cell_id"), "run_id": r.get("run_id"), **held,
+                                   **flags},
                 },
                 "model": {"name": r.get("variant"), "type": "attention", "origins": ["attnbench"]},
                 "metric": {"name": name, "benchmark_values": values},
@@ -85,13 +127,19 @@ def bencher(df) -> str:
     out: dict[str, dict[str, Any]] = {}
     for r in _ok(df):
         ns = 1e6  # Bencher's latency measure counts nanoseconds
-        measures: dict[str, Any] = {"latency": {"value": float(r["time_ms_median"]) * ns}}
+        measures: dict[str, Any] = {"latency": {"value": rounded(float(r["time_ms_median"]) * ns)}}
         if _num(r.get("time_ms_p25")) and _num(r.get("time_ms_p75")):
-            measures["latency"]["lower_value"] = float(r["time_ms_p25"]) * ns
-            measures["latency"]["upper_value"] = float(r["time_ms_p75"]) * ns
+            measures["latency"]["lower_value"] = rounded(float(r["time_ms_p25"]) * ns)
+            measures["latency"]["upper_value"] = rounded(float(r["time_ms_p75"]) * ns)
         if _num(r.get("tflops")):
-            measures["tflops"] = {"value": float(r["tflops"])}
+            measures["tflops"] = {"value": rounded(r["tflops"])}
         if _num(r.get("peak_mem_bytes")):
             measures["peak-memory"] = {"value": float(r["peak_mem_bytes"])}
+        flags = trust(r)
+        if "speed_factor" in flags:
+            measures["speed-factor"] = {"value": flags["speed_factor"]}
+        for flag in TRUST:
+            if flag in flags:
+                measures[flag] = {"value": 1.0 if flags[flag] else 0.0}
         out[str(r["cell_id"])] = measures
     return json.dumps(out, indent=1)

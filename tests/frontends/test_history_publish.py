@@ -201,6 +201,26 @@ def test_a_run_links_to_its_published_report(tmp_path):
     assert dashboard.run_cell("r2", str(tmp_path / "r2"), reports) == ("r2 (no report)",)
 
 
+def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path):
+    """A user's runs in runs/ (not the project's results/ layout): the report `attnbench report RUN` writes
+    by default (reports/out/<run id>, from the same folder) and one written into the run's own report/
+    folder are linked; a run with neither is named, not linked."""
+    runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0, 1.0])
+    run_cli("report", str(runs[0].relative_to(tmp_path)), cwd=tmp_path, check=True)
+    default = tmp_path / dashboard.DEFAULT_REPORTS / _run_id(runs[0])
+    assert (default / "report.html").is_file()  # where `attnbench report` put it, with no --out
+    shutil.copytree(default, runs[1] / dashboard.OWN_REPORT)  # as `--out runs/run-001/report` writes it
+    run_cli("history", "add", "runs", cwd=tmp_path, check=True)
+    run_cli("history", "publish", "--out", "site", cwd=tmp_path, check=True)
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    for run in runs[:2]:
+        assert f"{_run_id(run)} (no report)" not in machine, run
+    assert f"{_run_id(runs[2])} (no report)" in machine
+    copies = [c for c in (tmp_path / "site" / dashboard.RUNS).iterdir() if c.name != dashboard.SITE_MARK]
+    assert sorted((c / "report.html").is_file() for c in copies) == [True, True]
+    assert dashboard.report_of(runs[1], _run_id(runs[1])) == runs[1] / "report" / "report.html"
+
+
 def test_a_copy_takes_only_the_files_inside_the_report_folder(tmp_path):
     """What a report names out of its folder, as a URL, hidden, or missing, is never copied; a page it links
     brings its own files."""
@@ -236,7 +256,7 @@ def _one_run(tmp_path, store) -> None:
 @pytest.mark.parametrize(
     "case",
     ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file",
-     "the user's runs/", "out is a run"],
+     "the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     store, out = tmp_path / "h.sqlite", tmp_path / "site"
@@ -272,12 +292,26 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
         _one_run(tmp_path, store)
         out = run_series(BASE, tmp_path / "more", [1.0])[0]
         held = files_of(out)
+    elif case == "out holds the runs and store":  # `--out runs`: the pages would land among the runs
+        out = tmp_path / "runs"
+        store = out / "history.sqlite"
+        _one_run(tmp_path, store)
+        held = files_of(out)
+    elif case == "out holds a run set":  # a run set (`attnbench interleave`) in a folder of --out
+        _one_run(tmp_path, store)
+        run_series(BASE, tmp_path / "site" / "set", [1.0, 1.0])
+        held = files_of(out)
     p = run_cli("history", "publish", "--store", str(store), "--out", str(out))
     assert p.returncode == 2 and p.stdout == "", p.stderr
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
-    if case in ("the user's runs/", "out is a run"):
+    if case in ("the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set"):
         assert files_of(out) == held  # every byte of every run, and the store, as they were
-        said = "did not make (it holds history.sqlite," if case == "the user's runs/" else "is a run dir"
+        said = {
+            "the user's runs/": "did not make (it holds history.sqlite,",
+            "out is a run": "is a run dir",
+            "out holds the runs and store": "holds the history store",
+            "out holds a run set": "holds run directories (set/run-000, set/run-001)",
+        }[case]
         assert said in p.stderr, p.stderr
     elif case.startswith("runs is"):
         assert [f.name for f in out.iterdir()] == [dashboard.RUNS]
@@ -382,3 +416,62 @@ def test_an_approximation_is_named_where_a_page_says_who_is_fastest():
     (table,) = dashboard.findings(pd.DataFrame(rows), {})
     assert {r[2] for r in table.rows} == {"performer (approximate, rel_err <= 0.9)"}
     assert dashboard._named(pd.Series(rows[-1])) == "sdpa"
+
+
+def test_the_latest_findings_of_a_busy_run_say_the_machine_was_busy(tmp_path):
+    """The latest run measured while the machine ran at half its speed for a fifth of its cells: the
+    machine page marks that run where its findings are and says why in the report's own sentence
+    (reports.findings.machine_busy); the quiet run before it is not marked."""
+    import json
+
+    runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0])
+    rows_file = runs[1] / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    for i, row in enumerate(rows):  # every cell probed; one in five at half the machine's usual speed
+        row["speed_tflops"] = 0.5 if i % 5 == 0 else 1.0
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    assert f"{_run_id(runs[1])} (no report) (machine busy)" in machine
+    assert "The machine was busy while this ran" in machine
+    assert f"{_run_id(runs[0])} (no report) (machine busy)" not in machine
+
+
+def test_who_leads_names_no_winner_the_ranking_would_call_a_tie():
+    """On one machine two variants under 1% apart (420 against 417 TFLOP/s), on the other 1.5x apart: the
+    first is a tie (under judge.TOLERANCE, the report's ranking's floor; the runs' folders are gone, so the
+    store's medians decide), the second has one leader."""
+    import pandas as pd
+
+    rows = [
+        {"machine": m, "shape": "b1|h8|dk128|fwd", "seq": 1024, "cell_id": f"{v}|cuda|bfloat16|n1024|{m}",
+         "variant": v, "path": f"/gone/{m}", "time_ms_median": t, "tflops": 420 / t, "cal_matmul_tflops": 700}
+        for m, times in (("H100", {"sdpa_cudnn": 1.0, "sdpa": 1.007}), ("A100", {"sdpa": 1.0, "naive": 1.5}))
+        for v, t in times.items()
+    ]  # fmt: skip
+    table = dashboard.lead_table(pd.DataFrame(rows), ["A100", "H100"], dashboard.RunRows())
+    ((_, _, a100, h100),) = table.rows
+    assert h100.startswith("sdpa_cudnn 420") and h100.endswith(", tied with sdpa"), h100
+    assert a100.startswith("sdpa 420") and "tied" not in a100, a100
+
+
+def test_who_leads_ties_as_the_report_ranks_a_run(published):
+    """With the runs' folders there, the page's front at each shape (the leader and those tied with it) is
+    the report's (reports.tables.best_variant: results.judge.separated on the cells' own samples)."""
+    from attnbench.reports.tables import best_variant
+    from attnbench.results import history, load
+
+    df = history.frame(published["store"])
+    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+    common = dashboard.latest_cells(ok)
+    machine = str(common["machine"].iloc[0])
+    table = dashboard.lead_table(common, [machine], dashboard.RunRows())
+    fronts = sorted(
+        sorted([cell.split(" ")[0], *(cell.split(", tied with ")[1].split(", ") if "tied" in cell else [])])
+        for *_, cell in table.rows
+    )
+    best = best_variant(load(published["runs"][-1]))
+    report = sorted(sorted([b, *str(t).split()]) for b, t in zip(best["best"], best["tied"], strict=True))
+    assert fronts == report and any(len(f) > 1 for f in fronts) and any(len(f) == 1 for f in fronts)

@@ -26,10 +26,13 @@ def test_bencher_has_one_benchmark_per_ok_cell_with_latency_in_nanoseconds(rows)
     assert set(bmf) == set(ok["cell_id"])
     for _, r in ok.iterrows():
         latency = bmf[r["cell_id"]]["latency"]
-        assert latency["value"] == pytest.approx(r["time_ms_median"] * 1e6)
+        assert latency["value"] == pytest.approx(r["time_ms_median"] * 1e6, rel=1e-5)
         assert latency["lower_value"] <= latency["value"] <= latency["upper_value"]
-        assert bmf[r["cell_id"]]["tflops"]["value"] == pytest.approx(r["tflops"])
+        assert bmf[r["cell_id"]]["tflops"]["value"] == pytest.approx(r["tflops"], rel=1e-5)
         assert all(set(m) <= {"value", "lower_value", "upper_value"} for m in bmf[r["cell_id"]].values())
+        for name in ("latency", "tflops"):  # no float noise from the unit's scaling (268692.99999999994)
+            values = bmf[r["cell_id"]][name].values()
+            assert all(len(f"{v:.15g}".replace(".", "").strip("0")) <= 6 for v in values), (name, values)
 
 
 def test_hud_records_carry_the_benchmark_model_metric_and_runner(rows):
@@ -77,3 +80,49 @@ def test_a_hud_record_of_an_approximation_carries_its_bound(rows):
         for r in records
     }
     assert held == {ok["cell_id"].iloc[0]: 0.9, ok["cell_id"].iloc[1]: None}
+
+
+def _edited(tmp_path, edit):
+    """A copy of RUN with each row of rows.jsonl passed through edit(i, row)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    rows_file = run / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    rows_file.write_text("".join(json.dumps(edit(i, r)) + "\n" for i, r in enumerate(rows)))
+    return run
+
+
+def test_a_drifted_or_noisy_cell_is_exported_with_its_flags(tmp_path):
+    """The machine at 8% of its speed for one cell, another cell noisy: both formats say so, per cell, as
+    the loaded rows flag every cell; Bencher keeps the cell_id as the benchmark's name (its series)."""
+
+    def edit(i, row):
+        if i == 0:
+            row["speed_tflops"] = 0.08 * row["speed_tflops"]
+        if i == 1:
+            row["noisy"] = True
+        return row
+
+    run = _edited(tmp_path, edit)
+    rows = load(run)
+    drifted, noisy = rows["cell_id"].iloc[0], rows["cell_id"].iloc[1]
+    records = json.loads(run_cli("export", str(run), "--format", "hud", check=True).stdout)
+    extra = {r["benchmark"]["extra_info"]["cell_id"]: r["benchmark"]["extra_info"] for r in records}
+    assert extra[drifted]["drift"] is True and extra[drifted]["speed_factor"] == pytest.approx(0.08, rel=0.1)
+    assert extra[noisy]["noisy"] is True and extra[noisy]["drift"] is False
+    bmf = json.loads(run_cli("export", str(run), "--format", "bencher", check=True).stdout)
+    assert bmf[drifted]["drift"] == {"value": 1.0} and bmf[drifted]["speed-factor"]["value"] < 0.1
+    assert bmf[noisy]["noisy"] == {"value": 1.0} and bmf[noisy]["drift"] == {"value": 0.0}
+    for _, r in rows.iterrows():  # every cell as flagged when loaded, and clean ones said clean
+        for flag in ("drift", "noisy", "suspect"):
+            assert extra[r["cell_id"]][flag] is bool(r[flag]), (r["cell_id"], flag)
+            assert bmf[r["cell_id"]][flag] == {"value": float(bool(r[flag]))}, (r["cell_id"], flag)
+    assert not rows["drift"].iloc[2:].all() and not rows["noisy"].iloc[2:].all()
+
+
+@pytest.mark.parametrize("fmt", ["hud", "bencher"])
+def test_a_run_with_no_ok_cell_has_nothing_to_export(tmp_path, fmt):
+    run = _edited(tmp_path, lambda i, row: {**row, "status": "wrong"})
+    proc = run_cli("export", str(run), "--format", fmt)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.count("\n") == 1 and "nothing to export" in proc.stderr and "18 wrong" in proc.stderr
