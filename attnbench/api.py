@@ -677,7 +677,11 @@ def report_dir(out: PathLike | None, default: str, kind: str = "report") -> Path
     if path.exists() and not path.is_dir():
         raise ValueError(f"{said} exists and is not a directory")
     if is_run_dir(path):
-        raise ValueError(f"{said} is a run directory; write the report somewhere else")
+        where = f"--out {str(path / 'report')!r} (`attnbench history publish` finds it there)"
+        raise ValueError(
+            f"{said} is a run directory; write the {kind} somewhere else"
+            + (f", such as {where}" if kind == "report" else "")
+        )
     for name in PAGE_FILES[kind]:
         if (path / name).exists() and not written_by_attnbench(path / name):
             raise ValueError(

@@ -136,3 +136,13 @@ def test_load_without_a_run_is_refused_not_an_empty_frame():
     with pytest.raises(TypeError, match=r"^load\(\) takes one or more run directories or Runs: "):
         attnbench.load()
     assert len(attnbench.load(RUN)) and len(attnbench.load([])) == 0  # an empty list is a caller's choice
+
+
+def test_a_report_into_its_run_directory_is_pointed_at_the_runs_report_folder(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    p = run_cli("report", str(run), "--out", str(run))
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
+    assert f"such as --out {str(run / 'report')!r} (`attnbench history publish` finds it there)" in p.stderr
