@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from attnbench.results import breaks
 from attnbench.results.formulas import counted
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.load import load
@@ -325,6 +326,9 @@ def machine_page(
     said = f"{counted(len(runs), 'run')}, {ok['cell_id'].nunique()} series, {counted(len(steps), 'step')}."
     page.add(_back(), Para(said))
     page.add(Heading("Latest findings"), *findings(ok, reports, loaded))
+    broken = breaks.find(df)
+    if broken:
+        page.add(Heading("Broken in their latest run"), broken_table(broken, reports))
     page.add(Heading("Every series over time"))
     page.add(
         Para(
@@ -348,6 +352,23 @@ def machine_page(
     page.add(Heading("Steps"), steps_table(steps, reports))
     page.add(Heading("Runs"), runs_table(runs, df, number, reports))
     return page
+
+
+def broken_table(broken: Sequence[Any], reports: dict[str, str]) -> Table:
+    """The series broken in their latest run after an ok one (results.breaks: `history check` fails on them),
+    each with that run and its last ok run linked."""
+    rows = [
+        (
+            b.cell_id,
+            b.status,
+            run_cell(str(b.latest.get("run_id")), b.latest.get("path"), reports),
+            run_cell(str(b.last_ok.get("run_id")), b.last_ok.get("path"), reports),
+            str(b.runs_broken),
+        )
+        for b in broken
+    ]
+    headers = ("cell", "status", "its latest run", "its last ok run", "runs since")
+    return Table(headers, tuple(rows), "ok in an earlier run, broken in the latest: `history check` fails")
 
 
 def _shape(cell_id: str, keep: int = 1) -> str:

@@ -475,3 +475,20 @@ def test_who_leads_ties_as_the_report_ranks_a_run(published):
     best = best_variant(load(published["runs"][-1]))
     report = sorted(sorted([b, *str(t).split()]) for b, t in zip(best["best"], best["tied"], strict=True))
     assert fronts == report and any(len(f) > 1 for f in fronts) and any(len(f) == 1 for f in fronts)
+
+
+def test_a_machine_page_lists_the_series_broken_in_their_latest_run(tmp_path):
+    import json
+
+    runs = run_series(BASE, tmp_path / "runs", [1.0] * 3)
+    rows = [json.loads(line) for line in (runs[-1] / "rows.jsonl").read_text().splitlines() if line.strip()]
+    cell = next(r for r in rows if r["status"] == "ok" and r["variant"] == "naive")
+    cell["status"] = "crashed"
+    (runs[-1] / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    (page,) = (tmp_path / "site").glob("machine-*.html")
+    html = page.read_text(encoding="utf-8")
+    assert "Broken in their latest run" in html and html.count(cell["cell_id"]) >= 1
+    assert "crashed" in html.split("Broken in their latest run", 1)[1].split("Every series", 1)[0]
