@@ -208,3 +208,48 @@ def test_real_nights_fail_the_edited_variant_and_nothing_of_the_same_code(tmp_pa
         assert p.returncode == code and {m[5] for m in marked} == failing, p.stdout
         assert all(m[0] == "FAIL mine" for m in marked)
         assert ("0 series' latest step slower" in p.stderr) == (code == 0), p.stderr
+
+
+def test_add_says_one_run_and_each_note_and_refuses_a_run_being_written(tmp_path, runs):
+    """'1 runs' read wrong; an unfinished run went in without a word; a run still being written was added."""
+    import json
+
+    from attnbench.results.store import RunWriter
+
+    store = str(tmp_path / "h.sqlite")
+    meta = json.loads((runs[0] / "meta.json").read_text())
+    (runs[0] / "meta.json").write_text(json.dumps({**meta, "planned_cells": 90}))
+    p = run_cli("history", "add", str(runs[0]), "--store", store, check=True)
+    assert p.stderr.splitlines() == [
+        f"history: 1 run (1 added; 80 cells read) in {store}",
+        f"{runs[0]} is unfinished: 80 of 90 planned cells (`attnbench run --resume --out {runs[0]}` finishes "
+        "it; add it again then)",
+    ]
+    data = Path(store).read_bytes()
+    writer = RunWriter(runs[1], resume=True)
+    try:
+        p = run_cli("history", "add", str(tmp_path / "runs"), "--store", store)
+    finally:
+        writer.close()
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"attnbench: error: {runs[1]} is still being written (by pid ")
+    assert Path(store).read_bytes() == data
+
+
+def test_rebuild_keeps_or_drops_the_runs_that_are_gone_as_gone_says(tmp_path, runs):
+    import shutil
+
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    shutil.rmtree(runs[3])
+    p = run_cli("history", "rebuild", "--store", store)
+    assert p.returncode == 2 and "1 run the store recorded is gone" in p.stderr and "--gone keep" in p.stderr
+    p = run_cli("history", "rebuild", "--store", store, "--gone", "keep", check=True)
+    said = "3 added, 1 kept as the store held them, their directories gone; 240 cells read"
+    assert p.stderr.strip() == f"rebuilt: 4 runs ({said}) in {store}"
+    p = run_cli("history", "rebuild", "--store", store, "--gone", "drop", check=True)
+    assert (
+        p.stderr.strip()
+        == f"rebuilt: 4 runs (3 added, 1 dropped, their directories gone; 240 cells read) in {store}"
+    )
+    assert attnbench.history(store=store)["run_id"].nunique() == 3
