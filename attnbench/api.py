@@ -563,20 +563,27 @@ def _run_paths(args: Sequence[Any], keyword: str) -> list[Path]:
     return [p for arg in args for p in paths_of(arg, keyword, run=True)]
 
 
-def history(
-    *runs: PathLike | Sequence[PathLike], store: PathLike = "runs/history.sqlite", machine: str | None = None
-):
+def history(*runs: PathLike | Sequence[PathLike], store: PathLike | None = None, machine: str | None = None):
     """The history store (`attnbench history`) as one pandas DataFrame: a row per cell per run, with the run's
-    time, commit, versions and path beside it, ordered by machine, cell and time. Runs given (run
-    directories, run sets, folders of runs) are recorded into the store first, as `attnbench history add`
-    does; `machine` keeps one machine's cells (its name, or a part of it that names one machine)."""
+    time, commit, versions and path beside it, ordered by machine, cell and time. With runs given (run
+    directories, run sets, folders of runs) and `store`, the runs are recorded into that store first, as
+    `attnbench history add` does (a note on an unfinished run, or an older copy, is a warning); with runs and
+    no `store`, the frame is of those runs alone, and nothing is written. Without runs, `store` is read
+    (default: runs/history.sqlite, from the current directory). `machine` keeps one machine's cells (its
+    name, or a part of it that names one machine)."""
+    import warnings
+
     from attnbench.results import history as store_
 
     paths = _run_paths(runs, "history: each run")
-    store = as_path(store, "store=")
+    if paths and store is None:
+        with in_keywords():
+            return store_.frame_of(paths, machine=machine)
+    store = as_path(store_.DEFAULT_STORE if store is None else store, "store=")
     with in_keywords():
         if paths:
-            store_.add(store, paths)
+            for note in (n for a in store_.add(store, paths) for n in a.notes):
+                warnings.warn(note, UserWarning, stacklevel=2)
         return store_.frame(store, machine=machine)
 
 

@@ -663,6 +663,17 @@ def frame(store: str | Path, *, machine: str | None = None):
     return df
 
 
+def frame_of(paths: Sequence[str | Path], *, machine: str | None = None):
+    """`frame` of the runs `paths` alone, read through a temporary store that is removed: nothing is written
+    where the runs or the caller are (attnbench.history(RUN) without store=)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="attnbench-history-") as tmp:
+        store = Path(tmp) / "history.sqlite"
+        add(store, paths)
+        return frame(store, machine=machine)
+
+
 # the frame's typed columns: the axes and measurements as results.load types them, the rest as text
 _TYPES = {
     **{c: "string" for c in (*CELL_COLUMNS, *RUN_COLUMNS) if c not in ("digest", "origin")},

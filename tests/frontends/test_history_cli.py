@@ -253,3 +253,16 @@ def test_rebuild_keeps_or_drops_the_runs_that_are_gone_as_gone_says(tmp_path, ru
         == f"rebuilt: 4 runs (3 added, 1 dropped, their directories gone; 240 cells read) in {store}"
     )
     assert attnbench.history(store=store)["run_id"].nunique() == 3
+
+
+def test_the_api_given_runs_and_no_store_reads_them_and_writes_nothing(tmp_path, runs, monkeypatch):
+    """attnbench.history(RUN) from a notebook's folder made ./runs/history.sqlite there."""
+    notebook = tmp_path / "notebook"
+    notebook.mkdir()
+    monkeypatch.chdir(notebook)
+    df = attnbench.history(runs[:2])
+    assert df["run_id"].nunique() == 2 and list(notebook.iterdir()) == []
+    assert not (runs[0].parent / "history.sqlite").exists() and set(df["path"]) == {str(r) for r in runs[:2]}
+    with pytest.raises(ValueError, match="no history store at runs/history.sqlite"):
+        attnbench.history()  # the default store is read, never made
+    assert list(notebook.iterdir()) == []
