@@ -38,7 +38,8 @@ def _from_the_checkout() -> None:
 
 _from_the_checkout()
 
-from attnbench.api import Run, bench, history, load, profile, report, run, steps, table, variant  # noqa: E402
+from attnbench.api import Run, bench, load, profile, report, run, table, variant  # noqa: E402
+from attnbench.api_history import history, steps  # noqa: E402
 from attnbench.variants import Problem, UnsupportedError, register  # noqa: E402
 
 

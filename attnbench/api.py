@@ -567,54 +567,6 @@ def _run_paths(args: Sequence[Any], keyword: str) -> list[Path]:
     return [p for arg in args for p in paths_of(arg, keyword, run=True)]
 
 
-def history(
-    *runs: PathLike | Sequence[PathLike], store: PathLike = "runs/history.sqlite", machine: str | None = None
-):
-    """The history store (`attnbench history`) as one pandas DataFrame: a row per cell per run, with the run's
-    time, commit, versions and path beside it, ordered by machine, cell and time. Runs given (run
-    directories, run sets, folders of runs) are recorded into the store first, as `attnbench history add`
-    does; `machine` keeps one machine's cells (its name, or a part of it that names one machine)."""
-    from attnbench.results import history as store_
-
-    paths = _run_paths(runs, "history: each run")
-    store = as_path(store, "store=")
-    with in_keywords():
-        if paths:
-            store_.add(store, paths)
-        return store_.frame(store, machine=machine)
-
-
-def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine: str | None = None):
-    """The steps in the history store's series (`attnbench history check`) as a pandas DataFrame, a row per
-    step: its series, size (`change`, +0.10 is 10% slower after it) with its 95% interval, the first run
-    after it and the runs it may be at, the cells of its variant that took it together, the machine's other
-    variants' move across it and the step beyond it (`others`, `beyond_others`), what the gate judges
-    (`gated`, with `gated_low` and `gated_high`: the cells' step as one where cells took it together) with
-    the judge's p and, for a series' latest step, that p Holm-adjusted over the series searched (`p`,
-    `p_holm`: the gate fails a step below 0.05), the commits on both sides and what else
-    changed, the calibration, the one line `check` prints and the command that measures the cell again
-    (`repro`). `frame` is attnbench.history()'s (or a part of it: the other variants, and the series Holm's
-    adjustment counts, are then those in the part); without one, the store's (`machine` keeps one machine's
-    cells). Needs ruptures: pip install 'attnbench[history]'."""
-    from attnbench.harness.run.rerun import repro_text
-    from attnbench.results import history as store_
-    from attnbench.results import steps as steps_
-
-    if frame is not None and not _is_frame(frame):
-        said = f"store={frame!r}" if isinstance(frame, (str, os.PathLike)) else "store=PATH"
-        raise TypeError(
-            f"steps: frame is a DataFrame of attnbench.history(), not {type(frame).__name__} "
-            f"{_short(frame)}; a history store is given as steps({said})"
-        )
-    store = as_path(store, "store=")
-    with in_keywords():
-        df = store_.frame(store, machine=machine) if frame is None else frame
-        found = steps_.find(df)
-    out = steps_.as_frame(found)
-    out["repro"] = [repro_text(s.after.get("path"), s.cell_id) for s in found]
-    return out
-
-
 def table(df: Any, columns: Sequence[str] | None = None):
     """attnbench.load's frame for a notebook: a pandas Styler of the run, variant, the axes that vary and the
     main numbers (or `columns`), with readable formats: rel_err as 3.0e-07, bytes as 96.0 KiB, rel_iqr as a

@@ -22,17 +22,25 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def _summary(verb: str, added, store: str) -> None:
+    """One line of counts (runs by what was done with them, cells written), then a line for each note: an
+    unfinished run, another run of the same run_id, an older copy, a run without cells."""
+    from attnbench.results.history import STATES
+
     counts = Counter(a.state for a in added)
-    parts = ", ".join(f"{counts[s]} {s}" for s in ("added", "updated", "unchanged") if counts[s])
-    cells = sum(a.cells for a in added)
-    print(f"{verb}: {len(added)} runs ({parts}; {cells} cells read) in {printable(store)}", file=sys.stderr)
+    parts = ", ".join(f"{counts[s]} {said}" for s, said in STATES.items() if counts[s])
+    read = sum(a.cells for a in added if a.state not in ("kept", "dropped"))  # from the runs' own files
+    cells = counted(read, "cell")
+    said = f"{verb}: {counted(len(added), 'run')} ({parts}; {cells} read) in {printable(store)}"
+    print(said, file=sys.stderr)
+    for note in (n for a in added for n in a.notes):
+        print(printable(note), file=sys.stderr)
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from attnbench.results import history
 
     with bad_input():
-        added = history.rebuild(args.store)
+        added = history.rebuild(args.store, gone=args.gone)
     _summary("rebuilt", added, args.store)
     return 0
 
@@ -154,6 +162,12 @@ def add_history(sub) -> None:
     a.set_defaults(func=cmd_add)
     r = hist.add_parser("rebuild", help="make the store again from the run directories it recorded")
     _store_option(r)
+    r.add_argument(
+        "--gone",
+        choices=("keep", "drop"),
+        help="what to do with a recorded run whose directory is gone (by default rebuild refuses): keep what "
+        "the store holds of it, or drop it",
+    )
     r.set_defaults(func=cmd_rebuild)
     c = hist.add_parser(
         "check", help="the steps in each cell's series over time (one line each); a CI gate over the latest"

@@ -2,10 +2,11 @@
 
 The store is an index, not the data: each run's raw rows stay in its own directory (meta.json + rows.jsonl),
 and `rebuild` makes the store again from the paths it recorded. What it keeps per run: where the run is, when
-it was made, its fingerprint's versions (torch, CUDA, the GPU driver, Python, attnbench) and the project's
-commit; per cell: its identity (cell_id and the axes), the machine (the device's model and host, as
-`results.devices` names it; the where key and the device group beside it), its status and median time with
-quartiles, the variant's source, and the calibration of the device that measured it.
+it was made, its origin (what tells two runs of one run_id apart), its fingerprint's versions (torch, CUDA,
+the GPU driver, Python, attnbench) and the project's commit; per cell: its identity (cell_id and the axes),
+the machine (the device's model and host, as `results.devices` names it; the where key and the device group
+beside it), its status and median time with quartiles, the variant's source, and the calibration of the
+device that measured it.
 
 Why SQLite (measured 2026-11-27 on the 2-core EPYC VM, 1,000 synthetic runs of 60 rows, SQLite 3.40 against
 DuckDB 2.0.1; `benchmarks/history_storage.py`):
@@ -23,42 +24,48 @@ unpacks to 69 MB), and one file with transactions makes `add` all or nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from . import devices
 from .axes import AXES, FOLLOWS, QUIET
+from .formulas import counted
 from .schema import COLUMNS
 from .store import (
     META,
     ROWS,
     SHARDS,
     RunDirError,
-    latest_rows,
     not_there,
     read_meta,
+    read_rows,
     runs_inside,
     uncollected_rows,
+    unfinished,
+    writer_holder,
 )
 from .writable import why_unwritable
 
 DEFAULT_STORE = "runs/history.sqlite"
 FORMAT = "attnbench-history"
-# the store's own layout; a store of another version is refused in one line, and `rebuild` makes it again
-# (2: cells keep a declared approximation's bound, `approximate`)
-VERSION = 2
+# the store's own layout. A store of an older one is refused in one line, and `rebuild` makes it again in this
+# one; a store of a newer one was made by a newer attnbench, and is refused with what to upgrade.
+# (2: cells keep a declared approximation's bound, `approximate`; 3: runs keep their `origin`, so that two
+# runs with one run_id and created time are told apart)
+VERSION = 3
 
 # a run's columns: what it is, where it is, and its set-up as its fingerprint recorded it
 RUN_COLUMNS = (
     "run_key", "run_id", "created", "path", "schema_version", "host", "git_commit", "attnbench_version",
-    "torch", "cuda", "driver", "python", "xformers", "digest", "added_at",
+    "torch", "cuda", "driver", "python", "xformers", "digest", "origin", "added_at",
 )  # fmt: skip
 # a cell's columns: its identity, the machine that measured it, what was measured, that device's calibration
 AXIS_NAMES = tuple(a.name for a in AXES)
@@ -81,12 +88,28 @@ class StoreError(ValueError):
 
 @dataclass(frozen=True)
 class Added:
-    """What `add` did with one run: 'added', 'updated' (its rows changed: a resume) or 'unchanged'."""
+    """What `add` did with one run: 'added', 'updated' (its rows changed: a resume), 'unchanged', 'older' (a
+    copy of a run the store holds more of: not written) or 'empty' (no cells: not recorded); what `rebuild`
+    did with a run whose directory is gone: 'kept' (the cells the store held) or 'dropped'. `notes` are
+    sentences for the user: an unfinished run, another run of the same run_id, an older copy."""
 
     path: Path
     run_id: str
     cells: int
     state: str
+    notes: tuple[str, ...] = ()
+
+
+# how a summary names each state, in this order
+STATES = {
+    "added": "added",
+    "updated": "updated",
+    "unchanged": "unchanged",
+    "older": "older copy left out",
+    "empty": "with no cells left out",
+    "kept": "kept as the store held them, their directories gone",
+    "dropped": "dropped, their directories gone",
+}
 
 
 def find_runs(path: str | Path) -> list[Path]:
@@ -122,10 +145,17 @@ def _runs_below(p: Path) -> Iterable[Path]:
 
 def _connect(store: Path, *, create: bool, any_version: bool = False) -> sqlite3.Connection:
     """The store, checked: StoreError when the file is not an attnbench history store of this VERSION (of
-    any version with `any_version`: what `rebuild` reads of an older one; the file is left as it was). A
-    missing store is created only when `create`."""
-    if not store.exists():
+    this or an older version with `any_version`: what `rebuild` reads; the file is left as it was). A missing
+    store, or an empty file (nothing in it to lose: `touch`ed, or made by SQLite itself), is made a new store
+    only when `create`."""
+    empty = store.is_file() and store.stat().st_size == 0
+    if not store.exists() or empty:
         if not create:
+            if empty:
+                raise StoreError(
+                    f"{store} is an empty file, not a history store yet (`attnbench history add RUN... "
+                    f"--store {store}` makes one there)"
+                )
             raise StoreError(f"no history store at {store} (`attnbench history add RUN...` makes one)")
         store.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(store)
@@ -142,16 +172,33 @@ def _connect(store: Path, *, create: bool, any_version: bool = False) -> sqlite3
     except sqlite3.DatabaseError as exc:  # not a database, or a database without our tables
         con.close()
         raise StoreError(f"{store} is not an attnbench history store ({exc})") from None
-    if info.get("format") != FORMAT:
+    problem = _version_problem(store, info, any_version)
+    if problem:
         con.close()
-        raise StoreError(f"{store} is not an attnbench history store (its format is {info.get('format')!r})")
-    if info.get("version") != str(VERSION) and not any_version:
-        con.close()
-        raise StoreError(
-            f"{store} is a history store of version {info.get('version')}; this attnbench reads version "
-            f"{VERSION}: make it again with `attnbench history rebuild --store {store}`"
-        )
+        raise StoreError(problem)
     return con
+
+
+def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> str | None:
+    """Why the store's info is not one this attnbench reads (another format, a newer version, an older one
+    unless `any_version`), or None."""
+    if info.get("format") != FORMAT:
+        return f"{store} is not an attnbench history store (its format is {info.get('format')!r})"
+    version = str(info.get("version"))
+    if not version.isdigit():
+        return f"{store} is not an attnbench history store (its version is {info.get('version')!r})"
+    if int(version) > VERSION:
+        return (
+            f"{store} was made by a newer attnbench (a history store of version {version}; this attnbench "
+            f"reads version {VERSION} and older): upgrade attnbench to read it (pip install -U attnbench)"
+        )
+    if int(version) < VERSION and not any_version:
+        return (
+            f"{store} is a history store of version {version}; this attnbench reads version {VERSION}: make "
+            f"it again with `attnbench history rebuild --store {store}`, which reads each recorded run again "
+            "(`--gone keep` keeps what the store holds of runs whose directories are gone)"
+        )
+    return None
 
 
 def _digest(run: Path) -> str:
@@ -164,8 +211,17 @@ def _digest(run: Path) -> str:
 
 
 def run_key(meta: dict[str, Any]) -> str:
-    """A run's identity in the store: its run_id and when it was made (a copy of a run is the same run)."""
+    """A run's key in the store: its run_id and when it was made (a copy of a run is the same run). Another
+    run made in the same second on a host of the same name (CI containers started by one cron) has the
+    same run_id: it is keyed with its origin beside it (`add`)."""
     return f"{meta.get('run_id')}@{meta.get('created')}"
+
+
+def origin(meta: dict[str, Any]) -> str:
+    """The sha256 of a run's meta.json as its first session wrote it (a later session adds only `devices`):
+    its fingerprint, plan and measured calibration, which tell two runs of one run_id apart."""
+    first = {k: v for k, v in meta.items() if k != "devices"}
+    return hashlib.sha256(json.dumps(first, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _relative(run: Path, store: Path) -> str:
@@ -174,10 +230,10 @@ def _relative(run: Path, store: Path) -> str:
     return os.path.relpath(run.resolve(), store.resolve().parent)
 
 
-def _run_record(meta: dict[str, Any], path: str, digest: str) -> tuple[Any, ...]:
+def _run_record(meta: dict[str, Any], path: str, digest: str, key: str) -> tuple[Any, ...]:
     fp = meta.get("fingerprint") or {}
     record = {
-        "run_key": run_key(meta),
+        "run_key": key,
         "run_id": meta.get("run_id"),
         "created": meta.get("created"),
         "path": path,
@@ -191,6 +247,7 @@ def _run_record(meta: dict[str, Any], path: str, digest: str) -> tuple[Any, ...]
         "python": fp.get("python"),
         "xformers": fp.get("xformers"),
         "digest": digest,
+        "origin": origin(meta),
         "added_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     return tuple(_plain(record[c]) for c in RUN_COLUMNS)
@@ -215,9 +272,11 @@ def machine_of(meta: dict[str, Any], where: str, row: dict[str, Any]) -> str:
     return f"{model} on {host}"
 
 
-def cell_records(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """The store's cell records of one run's rows (CELL_COLUMNS' order)."""
-    key = run_key(meta)
+def cell_records(
+    meta: dict[str, Any], rows: Sequence[dict[str, Any]], key: str | None = None
+) -> list[tuple[Any, ...]]:
+    """The store's cell records of one run's rows (CELL_COLUMNS' order), under its key in the store."""
+    key = run_key(meta) if key is None else key
     group = {w: g.label for g in devices.groups(meta, rows) for w in g.wheres}
     sources = {v: c.get("source") for v, c in (meta.get("variant_capabilities") or {}).items()}
     out = []
@@ -252,52 +311,221 @@ def cell_records(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[t
 
 def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     """Record runs (a run, a run set, a folder of runs) into the store, creating it: all of them in one
-    transaction, or none (every path is read and checked before the store is touched). A run already there
-    with the same rows is 'unchanged'; one whose rows changed since (a resume) is 'updated'."""
+    transaction, or none (every path is read and checked before the store is touched; a run a live process
+    is still writing is refused). A run already there with the same rows is 'unchanged'; one whose rows
+    grew since (a resume) is 'updated'; a copy of it with fewer rows is 'older' and not written. Another run
+    with the same run_id and created time is kept beside it; one that cannot be told from it is refused
+    naming both paths (_same_run)."""
     store = Path(store)
     runs = list(dict.fromkeys(r.resolve() for p in paths for r in find_runs(p)))
     if not runs:
         raise RunDirError("no run given")
-    con = _connect(store, create=False) if store.exists() else None  # a bad store is refused before reading
-    if con is not None:
-        con.close()
-    _check_writable(store)
-    known = _digests(store) if store.exists() else {}
-    work = []
     for run in runs:
-        meta, digest = read_meta(run), _digest(run)
-        state = (
-            "unchanged"
-            if known.get(run_key(meta)) == digest
-            else "updated"
-            if run_key(meta) in known
-            else "added"
-        )
-        rows = latest_rows(run) + uncollected_rows(run) if state != "unchanged" else []
-        work.append((run, meta, digest, state, rows))
-    made = not store.exists()
+        holder = writer_holder(run)
+        if holder:
+            raise RunDirError(
+                f"{run} is still being written (by {holder}): add it once that run has finished"
+            )
+    known = _Known.of(store)  # a bad store is refused before any run is read
+    try:
+        _check_writable(store)
+        work = [_plan(run, known) for run in runs]
+    finally:
+        known.close()
+    existed = store.exists()
+    new = not existed or store.stat().st_size == 0
     con = _connect(store, create=True)
     try:
         with con:
-            for run, meta, digest, state, rows in work:
-                record = _run_record(meta, _relative(run, store), digest)
-                con.execute(
-                    f"INSERT OR REPLACE INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", record
-                )
-                if state == "unchanged":
-                    continue
-                con.execute("DELETE FROM cells WHERE run_key = ?", (run_key(meta),))
-                con.executemany(
-                    f"INSERT INTO cells VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
-                    cell_records(meta, rows),
-                )
+            for w in work:
+                if w.write:
+                    _record(con, store, w)
     except sqlite3.OperationalError as exc:  # the transaction was rolled back: the store is as it was
-        if made:
-            store.unlink(missing_ok=True)
+        if new:  # as it was: no file, or the empty file it was
+            with contextlib.suppress(OSError):
+                store.write_bytes(b"") if existed else store.unlink()
         raise StoreError(f"--store {str(store)!r} cannot be written: {exc}") from None
     finally:
         con.close()
-    return [Added(run, str(meta.get("run_id")), len(rows), state) for run, meta, _, state, rows in work]
+    return [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
+
+
+def _pair(row: dict[str, Any]) -> tuple[str, str]:
+    """A row as the store can tell it again: its cell and when it finished (to the millisecond)."""
+    return (str(row.get("cell_id")), str(row.get("finished_at")))
+
+
+def _last(pairs: frozenset[tuple[str, str]]) -> str:
+    return max((f for _, f in pairs if f != "None"), default="")
+
+
+@dataclass
+class _Work:
+    """What `add` writes of one run given: its run record and cells under `key`, unless not `write`."""
+
+    run: Path
+    meta: dict[str, Any]
+    digest: str
+    rows: list[dict[str, Any]]
+    state: str
+    key: str
+    write: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    """A run the store holds, or that this `add` writes (`work`): what tells a run given the same run."""
+
+    key: str
+    origin: str | None  # None: recorded by a store of version 2 or older
+    digest: str
+    path: str
+    pairs: frozenset[tuple[str, str]] | None  # its cells' _pair; None until read from the store
+    work: _Work | None = None
+
+
+class _Known:
+    """The store's runs by (run_id, created), and each run this `add` writes as it is planned."""
+
+    def __init__(self) -> None:
+        self.con: sqlite3.Connection | None = None
+        self.runs: dict[tuple[str, str], list[_Run]] = {}
+
+    @classmethod
+    def of(cls, store: Path) -> _Known:
+        known = cls()
+        if not store.exists() or (store.is_file() and store.stat().st_size == 0):  # a new store
+            return known
+        known.con = _connect(store, create=False)
+        for key, rid, created, path, digest, orig in known.con.execute(
+            "SELECT run_key, run_id, created, path, digest, origin FROM runs"
+        ).fetchall():
+            where = os.path.normpath(store.parent / path)
+            known.runs.setdefault((str(rid), str(created)), []).append(_Run(key, orig, digest, where, None))
+        return known
+
+    def pairs(self, run: _Run) -> frozenset[tuple[str, str]]:
+        if run.pairs is None:
+            query = "SELECT cell_id, finished_at FROM cells WHERE run_key = ?"
+            run.pairs = frozenset((str(c), str(f)) for c, f in self.con.execute(query, (run.key,)).fetchall())
+        return run.pairs
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+
+
+def _plan(run: Path, known: _Known) -> _Work:
+    """What to write of `run`: a new run (beside another of its run_id, keyed with its origin), or what it
+    is to the same run the store holds or this add writes (_same_run): 'unchanged', 'updated' (it has every
+    row that run has, and more), or 'older' (a copy with fewer rows: not written). RunDirError naming both
+    paths when neither holds all the other's rows."""
+    meta, digest = read_meta(run), _digest(run)
+    every = read_rows(run)
+    extra = uncollected_rows(run)
+    rows = list({r["cell_id"]: r for r in every}.values()) + extra  # a later row of a cell is its row
+    pairs = frozenset(_pair(r) for r in every + extra)
+    rid, created = str(meta.get("run_id")), str(meta.get("created"))
+    cands = known.runs.setdefault((rid, created), [])
+    w = _Work(run, meta, digest, rows, "added", run_key(meta))
+    same = _same_run(w, pairs, cands, known)
+    if same is None:
+        if not rows:
+            planned = meta.get("planned_cells")
+            of = f" (0 of {planned} planned)" if isinstance(planned, int) and planned else ""
+            w.state, w.write, w.notes = "empty", False, [f"{run} has no cells{of}: not added"]
+            return w
+        if any(c.key == w.key for c in cands):
+            w.key = f"{w.key}#{origin(meta)[:8]}"
+        if cands:
+            w.notes.append(
+                f"{run} is another run than {cands[0].path} with the same run_id {rid} and created time "
+                "(made in the same second on a host of the same name): both are kept"
+            )
+        cands.append(_Run(w.key, origin(meta), digest, str(run), pairs, w))
+    else:
+        _relate(w, pairs, same, known)
+    left = unfinished(meta, [r["cell_id"] for r in rows]) if w.state in ("added", "updated") else None
+    if left:
+        w.notes.append(
+            f"{run} is unfinished: {left[0]} of {left[1]} planned cells (`attnbench run --resume --out "
+            f"{run}` finishes it; add it again then)"
+        )
+    return w
+
+
+def _same_run(w: _Work, pairs: frozenset[tuple[str, str]], cands: list[_Run], known: _Known) -> _Run | None:
+    """The run of `cands` (the store's and this add's runs with w's run_id and created time) that w is:
+    the one of the same origin (meta.json as first written), or, of a store too old to record origins, the
+    one that shares rows with it. RunDirError where the origins differ but the rows are shared: two runs
+    that cannot be told apart (a copy whose meta.json was edited)."""
+    mine = origin(w.meta)
+    for c in cands:
+        if c.origin == mine:
+            return c
+        shared = c.digest == w.digest or bool(pairs & known.pairs(c))
+        if shared and c.origin is None:
+            return c
+        if shared:
+            raise RunDirError(
+                f"{w.run} and {c.path} are both run {w.meta.get('run_id')} with cells that finished at the "
+                "same times, but their meta.json differ (one was edited?): add only the one to keep"
+            )
+    return None
+
+
+def _relate(w: _Work, pairs: frozenset[tuple[str, str]], same: _Run, known: _Known) -> None:
+    """w's state as the same run as `same`: what to write, and `same` then stands for w."""
+    w.key = same.key
+    theirs = known.pairs(same)
+    rid = w.meta.get("run_id")
+    if same.digest == w.digest:
+        w.state, w.rows = "unchanged", []
+        if same.work is not None:  # the same files twice in one add: written once
+            w.write = False
+            w.notes.append(f"{w.run} is the same run as {same.path}: recorded once")
+            return
+    elif theirs <= pairs:  # every row it has, and more: a resume, or a fuller copy
+        w.state = "updated"
+        if same.work is not None:
+            w.state = "added" if same.work.state == "added" else "updated"
+            _older(same.work, w.run, len(w.rows))
+    elif _last(pairs) <= _last(theirs):
+        w.notes.append(
+            f"{w.run} is an older copy of run {rid} ({counted(len(w.rows), 'cell')} of the {len(theirs)} of "
+            f"{same.path}): not added, the store keeps {same.path}'s"
+        )
+        w.state, w.write, w.rows = "older", False, []
+        return
+    else:
+        raise RunDirError(
+            f"{w.run} and {same.path} are both run {rid}, and each has cells the other lacks: add only the "
+            "one to keep"
+        )
+    same.digest, same.pairs, same.path, same.work = w.digest, pairs, str(w.run), w
+
+
+def _older(w: _Work, newer: Path, cells: int) -> None:
+    """An earlier run of this add that a later one given holds more of: not written."""
+    w.notes.append(
+        f"{w.run} is an older copy of run {w.meta.get('run_id')} ({counted(len(w.rows), 'cell')} of the "
+        f"{cells} of {newer}): not added, the store keeps {newer}'s"
+    )
+    w.state, w.write, w.rows = "older", False, []
+
+
+def _record(con: sqlite3.Connection, store: Path, w: _Work) -> None:
+    """Write w's run record (its path as now) and, unless unchanged, its cells."""
+    record = _run_record(w.meta, _relative(w.run, store), w.digest, w.key)
+    con.execute(f"INSERT OR REPLACE INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", record)
+    if w.state == "unchanged":
+        return
+    con.execute("DELETE FROM cells WHERE run_key = ?", (w.key,))
+    con.executemany(
+        f"INSERT INTO cells VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
+        cell_records(w.meta, w.rows, w.key),
+    )
 
 
 def _check_writable(store: Path) -> None:
@@ -311,47 +539,81 @@ def _check_writable(store: Path) -> None:
         raise StoreError(f"--store {str(store)!r} is read-only: the store cannot be written")
 
 
-def _digests(store: Path) -> dict[str, str]:
-    con = _connect(store, create=False)
+GONE = ("keep", "drop")  # what `rebuild --gone` does with a recorded run whose directory is gone
+
+
+def rebuild(store: str | Path, *, gone: str | None = None) -> list[Added]:
+    """Make the store again from its runs' own directories, in this version (a store of an older version, or
+    one to trust again): written beside it and moved into place, so that a rebuild that fails leaves the old
+    store. A recorded run whose directory is gone (a retention policy removed it) is refused in one line
+    naming the first, unless `gone` says what to do: 'keep' keeps what the store holds of it (its run record
+    and cells, the columns an older store lacked left empty), 'drop' leaves it out."""
+    store = Path(store)
+    if gone not in (None, *GONE):
+        raise ValueError(f"--gone takes {' or '.join(GONE)}, not {gone!r}")
+    con = _connect(store, create=False, any_version=True)
     try:
-        return dict(con.execute("SELECT run_key, digest FROM runs").fetchall())
+        recorded = con.execute("SELECT run_key, run_id, path FROM runs ORDER BY created, run_id").fetchall()
     finally:
         con.close()
-
-
-def recorded_paths(store: str | Path) -> list[Path]:
-    """The run directories the store recorded, as paths from here (in the order they were made)."""
-    store = Path(store)
-    con = _connect(store, create=False, any_version=True)  # every version's runs table holds them so
-    try:
-        paths = [p for (p,) in con.execute("SELECT path FROM runs ORDER BY created, run_id").fetchall()]
-    finally:
-        con.close()
-    return [Path(os.path.normpath(store.parent / p)) for p in paths]
-
-
-def rebuild(store: str | Path) -> list[Added]:
-    """Make the store again from its runs' own directories (a new version of the store, or one to trust
-    again): written beside it and moved into place, so that a rebuild that fails leaves the old store. Every
-    recorded run must still be there (one line naming the first that is not)."""
-    store = Path(store)
-    paths = recorded_paths(store)
-    gone = [p for p in paths if not (p / META).is_file()]
-    if gone:
+    paths = {key: Path(os.path.normpath(store.parent / p)) for key, _, p in recorded}
+    missing = [(key, rid) for key, rid, _ in recorded if not (paths[key] / META).is_file()]
+    if missing and gone is None:
+        first = paths[missing[0][0]]
         raise RunDirError(
-            f"{len(gone)} run(s) the store recorded are gone, e.g. {gone[0]}: the store cannot be rebuilt "
-            "without them (put them back, or make a new store with `attnbench history add`)"
+            f"{counted(len(missing), 'run')} the store recorded {'is' if len(missing) == 1 else 'are'} gone, "
+            f"e.g. {first}: rebuild reads each run from its directory; put them back, or pass --gone keep "
+            "(keep what the store holds of them) or --gone drop (leave them out)"
         )
+    gone_keys = {key for key, _ in missing}
+    present = [paths[key] for key, _, _ in recorded if key not in gone_keys]
     fresh = store.with_name(store.name + ".rebuild")
     fresh.unlink(missing_ok=True)
     try:
-        added = add(fresh, paths) if paths else []
-        if not paths:
-            _connect(fresh, create=True).close()
+        _connect(fresh, create=True).close()
+        kept = _copy_runs(store, fresh, [key for key, _ in missing]) if gone == "keep" else {}
+        added = add(fresh, list(dict.fromkeys(present))) if present else []
         os.replace(fresh, store)
     finally:
         fresh.unlink(missing_ok=True)
-    return added
+    left = [Added(paths[key], str(rid), kept.get(key, 0), "kept" if gone == "keep" else "dropped")
+            for key, rid in missing]  # fmt: skip
+    return added + left
+
+
+def _copy_runs(old: Path, fresh: Path, keys: list[str]) -> dict[str, int]:
+    """Copy the runs `keys` (run records and cells) from the store `old`, of this or an older version, into
+    `fresh`: the columns `old` has, the others empty (an axis it lacks at its quiet value); {key: cells}."""
+    src = _connect(old, create=False, any_version=True)
+    dst = _connect(fresh, create=False)
+    counts = {}
+    try:
+        with dst:
+            for table, columns in (("runs", RUN_COLUMNS), ("cells", CELL_COLUMNS)):
+                have = {r[1] for r in src.execute(f"PRAGMA table_info({table})").fetchall()}
+                for key in keys:
+                    found = src.execute(f"SELECT * FROM {table} WHERE run_key = ?", (key,))
+                    names = [d[0] for d in found.description]
+                    rows = [dict(zip(names, r, strict=True)) for r in found.fetchall()]
+                    out = [_filled(r, have, columns) for r in rows]
+                    marks = ", ".join("?" * len(columns))
+                    dst.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", out)
+                    if table == "cells":
+                        counts[key] = len(out)
+    finally:
+        src.close()
+        dst.close()
+    return counts
+
+
+def _filled(record: dict[str, Any], have: set[str], columns: Sequence[str]) -> tuple[Any, ...]:
+    """A record of an older store in `columns`' order: a column it lacks empty, an axis at its quiet value
+    (or the axis it follows), as cell_records reads a row written before the axis existed."""
+    out = {c: record.get(c) if c in have else QUIET.get(c) for c in columns}
+    for axis, followed in FOLLOWS.items():
+        if axis in out and out[axis] is None:
+            out[axis] = out.get(followed)
+    return tuple(out[c] for c in columns)
 
 
 def machines(store: str | Path) -> list[str]:
@@ -384,7 +646,7 @@ def frame(store: str | Path, *, machine: str | None = None):
 
     store = Path(store)
     chosen = pick_machine(store, machine) if machine is not None else None
-    run_cols = [c for c in RUN_COLUMNS if c not in ("run_key", "digest")]
+    run_cols = [c for c in RUN_COLUMNS if c not in ("run_key", "digest", "origin")]
     query = (
         f"SELECT cells.*, {', '.join('runs.' + c for c in run_cols)} FROM cells JOIN runs USING (run_key)"
         + (" WHERE cells.machine = ?" if chosen else "")
@@ -401,9 +663,20 @@ def frame(store: str | Path, *, machine: str | None = None):
     return df
 
 
+def frame_of(paths: Sequence[str | Path], *, machine: str | None = None):
+    """`frame` of the runs `paths` alone, read through a temporary store that is removed: nothing is written
+    where the runs or the caller are (attnbench.history(RUN) without store=)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="attnbench-history-") as tmp:
+        store = Path(tmp) / "history.sqlite"
+        add(store, paths)
+        return frame(store, machine=machine)
+
+
 # the frame's typed columns: the axes and measurements as results.load types them, the rest as text
 _TYPES = {
-    **{c: "string" for c in (*CELL_COLUMNS, *RUN_COLUMNS) if c != "digest"},
+    **{c: "string" for c in (*CELL_COLUMNS, *RUN_COLUMNS) if c not in ("digest", "origin")},
     **{c: COLUMNS[c] for c in CELL_COLUMNS if c in COLUMNS and c not in ("machine", "host")},
     "cal_matmul_tflops": "Float64",
     "cal_copy_gbps": "Float64",

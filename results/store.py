@@ -445,6 +445,27 @@ def _acquire(path: Path):
     return fh
 
 
+def writer_holder(path: str | Path) -> str | None:
+    """Who is writing the run `path` now ('pid 12 on host vm since ...', as its writer.lock names it), or None
+    when no live process holds its lock: the kernel drops a writer's flock however it exits, so a lock file
+    a killed run left is no writer. Asked with a shared flock, let go at once (a writer starting in that
+    instant is refused as by a second writer)."""
+    lock = Path(path) / LOCK
+    if fcntl is None or not lock.is_file():
+        return None
+    try:
+        fh = lock.open("r")
+    except OSError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return fh.read().strip() or "another process"
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return None
+
+
 def read_resumes(path: str | Path) -> list[dict[str, Any]]:
     """The run's resumes.jsonl records, oldest first ([] for a run never resumed)."""
     return [rec for _, rec in _read_lines(Path(path) / RESUMES, rows=False)]

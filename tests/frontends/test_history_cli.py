@@ -255,3 +255,61 @@ def test_a_store_with_nothing_ok_fails_the_gate_and_a_limit_is_said_as_given(tmp
 def test_a_value_starting_with_a_dash_is_said_how_to_give(tmp_path):
     p = run_cli("history", "check", "--fail-on-step", "-5%")
     assert p.returncode == 2 and "('-5%' reads as an option: write --fail-on-step=-5%)" in p.stderr
+
+
+def test_add_says_one_run_and_each_note_and_refuses_a_run_being_written(tmp_path, runs):
+    """'1 runs' read wrong; an unfinished run went in without a word; a run still being written was added."""
+    import json
+
+    from attnbench.results.store import RunWriter
+
+    store = str(tmp_path / "h.sqlite")
+    meta = json.loads((runs[0] / "meta.json").read_text())
+    (runs[0] / "meta.json").write_text(json.dumps({**meta, "planned_cells": 90}))
+    p = run_cli("history", "add", str(runs[0]), "--store", store, check=True)
+    assert p.stderr.splitlines() == [
+        f"history: 1 run (1 added; 80 cells read) in {store}",
+        f"{runs[0]} is unfinished: 80 of 90 planned cells (`attnbench run --resume --out {runs[0]}` finishes "
+        "it; add it again then)",
+    ]
+    data = Path(store).read_bytes()
+    writer = RunWriter(runs[1], resume=True)
+    try:
+        p = run_cli("history", "add", str(tmp_path / "runs"), "--store", store)
+    finally:
+        writer.close()
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"attnbench: error: {runs[1]} is still being written (by pid ")
+    assert Path(store).read_bytes() == data
+
+
+def test_rebuild_keeps_or_drops_the_runs_that_are_gone_as_gone_says(tmp_path, runs):
+    import shutil
+
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    shutil.rmtree(runs[3])
+    p = run_cli("history", "rebuild", "--store", store)
+    assert p.returncode == 2 and "1 run the store recorded is gone" in p.stderr and "--gone keep" in p.stderr
+    p = run_cli("history", "rebuild", "--store", store, "--gone", "keep", check=True)
+    said = "3 added, 1 kept as the store held them, their directories gone; 240 cells read"
+    assert p.stderr.strip() == f"rebuilt: 4 runs ({said}) in {store}"
+    p = run_cli("history", "rebuild", "--store", store, "--gone", "drop", check=True)
+    assert (
+        p.stderr.strip()
+        == f"rebuilt: 4 runs (3 added, 1 dropped, their directories gone; 240 cells read) in {store}"
+    )
+    assert attnbench.history(store=store)["run_id"].nunique() == 3
+
+
+def test_the_api_given_runs_and_no_store_reads_them_and_writes_nothing(tmp_path, runs, monkeypatch):
+    """attnbench.history(RUN) from a notebook's folder made ./runs/history.sqlite there."""
+    notebook = tmp_path / "notebook"
+    notebook.mkdir()
+    monkeypatch.chdir(notebook)
+    df = attnbench.history(runs[:2])
+    assert df["run_id"].nunique() == 2 and list(notebook.iterdir()) == []
+    assert not (runs[0].parent / "history.sqlite").exists() and set(df["path"]) == {str(r) for r in runs[:2]}
+    with pytest.raises(ValueError, match="no history store at runs/history.sqlite"):
+        attnbench.history()  # the default store is read, never made
+    assert list(notebook.iterdir()) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import shutil
 import sqlite3
 
@@ -248,3 +249,175 @@ def test_a_calibration_that_moves_within_its_own_noise_is_no_machine_change(tmp_
     assert found[0].calibration == pytest.approx(1.25) and low <= 1.0 <= high
     assert not any(s.calibration_moved for s in found)
     assert "calibration steady within its own noise (x1.25 [" in steps.describe(found[0])
+
+
+# ---- a run's identity, runs still being written, store versions ------------------------------------------
+
+
+def _rewrite(run, *, meta=None, rows=None, keep=None):
+    """Edit a run directory's files: meta(dict) and rows(row) in place; keep the first `keep` rows only."""
+    if meta is not None:
+        data = json.loads((run / "meta.json").read_text())
+        meta(data)
+        (run / "meta.json").write_text(json.dumps(data))
+    lines = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
+    for row in lines if rows is not None else ():
+        rows(row)
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:keep]))
+
+
+def _other_machine(meta):
+    meta["fingerprint"]["cpu_model"] = "Intel Xeon"
+
+
+def _later(row):
+    row["finished_at"] = row["finished_at"].replace("T13:", "T14:")  # measured an hour apart
+    if isinstance(row.get("time_ms_median"), float):
+        row["time_ms_median"] *= 1.1
+
+
+def test_two_runs_of_one_run_id_are_both_kept_and_a_copy_is_the_same_run(tmp_path):
+    """CI containers of one hostname started in the same second make one run_id: `add` said '2 added' and kept
+    only the last; a shorter copy of a run replaced its cells. A run is its run_id, created time, origin."""
+    a, b = tmp_path / "coll" / "machineA", tmp_path / "coll" / "machineB"
+    shutil.copytree(BASE, a)
+    shutil.copytree(BASE, b)
+    _rewrite(b, meta=_other_machine, rows=_later)
+    store = tmp_path / "h.sqlite"
+    added = history.add(store, [tmp_path / "coll"])
+    assert [x.state for x in added] == ["added", "added"] and added[0].notes == ()
+    assert added[1].notes == (
+        f"{b} is another run than {a} with the same run_id 20261122-135800-vm and created time (made in the "
+        "same second on a host of the same name): both are kept",
+    )
+    df = history.frame(store)
+    assert len(df) == 2 * CELLS and df["machine"].nunique() == 2
+    assert [x.state for x in history.add(store, [b, a])] == ["unchanged", "unchanged"]
+    moved = tmp_path / "moved"
+    a.rename(moved)  # a moved run is the same run, at its new path
+    assert [x.state for x in history.add(store, [moved])] == ["unchanged"]
+    assert set(history.frame(store)["path"]) == {str(moved), str(b)}
+    short = tmp_path / "short"
+    shutil.copytree(moved, short)
+    _rewrite(short, keep=2)  # a copy made while it ran, say
+    data = store.read_bytes()
+    (older,) = history.add(store, [short])
+    assert older.state == "older" and older.cells == 0 and store.read_bytes() == data
+    assert older.notes[0].startswith(
+        f"{short} is an older copy of run 20261122-135800-vm (2 cells of the {CELLS}"
+    )
+    assert len(history.frame(store)) == 2 * CELLS
+
+
+def test_copies_given_together_are_recorded_once_and_the_fullest_is_kept(tmp_path):
+    full, short, same = tmp_path / "full", tmp_path / "short", tmp_path / "same"
+    for p in (full, short, same):
+        shutil.copytree(BASE, p)
+    _rewrite(short, keep=3)
+    store = tmp_path / "h.sqlite"
+    added = history.add(store, [short, full, same])
+    assert [x.state for x in added] == ["older", "added", "unchanged"]
+    assert added[0].notes[0].endswith(f"not added, the store keeps {full}'s")
+    assert added[2].notes == (f"{same} is the same run as {full}: recorded once",)
+    assert sum(x.cells for x in added) == CELLS and len(history.frame(store)) == CELLS
+
+
+def test_two_runs_that_cannot_be_told_apart_are_refused_naming_both(tmp_path):
+    """Same run_id, created time and rows but an edited meta.json, or two copies that each lack rows the
+    other has: one line naming both paths, the store unchanged."""
+    a, edited, diverged = tmp_path / "a", tmp_path / "edited", tmp_path / "diverged"
+    for p in (a, edited, diverged):
+        shutil.copytree(BASE, p)
+    _rewrite(a, keep=CELLS - 1)
+    _rewrite(edited, meta=_other_machine)
+    _rewrite(diverged, rows=lambda r: r.update(finished_at="2026-11-22T15:00:00.000+00:00") if "naive" in
+             r["cell_id"] else None)  # fmt: skip
+    store = tmp_path / "h.sqlite"
+    history.add(store, [a])
+    data = store.read_bytes()
+    for other, said in ((edited, "but their meta.json differ"), (diverged, "each has cells the other lacks")):
+        with pytest.raises(RunDirError, match=f"^{other} and {a} are both run 20261122-135800-vm") as err:
+            history.add(store, [other])
+        assert said in str(err.value) and "\n" not in str(err.value) and store.read_bytes() == data
+
+
+def test_a_run_still_being_written_is_refused_and_an_unfinished_one_says_so(tmp_path, runs):
+    from attnbench.results.store import RunWriter
+
+    store = tmp_path / "h.sqlite"
+    history.add(store, [runs[0]])
+    data = store.read_bytes()
+    writer = RunWriter(runs[1], resume=True)  # a live writer holds its writer.lock
+    try:
+        with pytest.raises(RunDirError, match=f"^{runs[1]} is still being written \\(by pid ") as err:
+            history.add(store, [runs[1], runs[2]])
+        assert "\n" not in str(err.value) and store.read_bytes() == data
+    finally:
+        writer.close()
+    _rewrite(runs[1], meta=lambda m: m.update(planned_cells=CELLS + 2), keep=CELLS - 1)  # killed mid-way
+    _rewrite(runs[2], meta=lambda m: m.update(planned_cells=1), keep=0)  # killed before its first row
+    unfinished, empty = history.add(store, [runs[1], runs[2]])  # the lock a dead writer left holds nothing
+    assert (unfinished.state, unfinished.cells, empty.state, empty.cells) == ("added", CELLS - 1, "empty", 0)
+    assert unfinished.notes == (
+        f"{runs[1]} is unfinished: {CELLS - 1} of {CELLS + 2} planned cells (`attnbench run --resume --out "
+        f"{runs[1]}` finishes it; add it again then)",
+    )
+    assert empty.notes == (f"{runs[2]} has no cells (0 of 1 planned): not added",)
+    assert history.frame(store)["run_key"].nunique() == 2  # what check and publish count
+
+
+def _older_store(tmp_path, runs):
+    """A store of version 2, the layout before runs kept their origin."""
+    store = tmp_path / "old.sqlite"
+    history.add(store, runs)
+    with sqlite3.connect(store) as con:
+        con.execute("ALTER TABLE runs DROP COLUMN origin")
+        con.execute("UPDATE info SET value = '2' WHERE key = 'version'")
+    con.close()
+    return store
+
+
+@pytest.mark.parametrize("gone", ["keep", "drop"])
+def test_an_older_store_whose_runs_are_partly_gone_is_rebuilt_with_gone(tmp_path, runs, gone):
+    """rebuild refused while any recorded run was gone: with a retention policy, an older store could never
+    be read again. --gone keep keeps what the store holds of them, --gone drop leaves them out."""
+    store = _older_store(tmp_path, runs)
+    shutil.rmtree(runs[0])
+    data = store.read_bytes()
+    with pytest.raises(RunDirError, match="1 run the store recorded is gone, e.g. .*run-000: .* --gone keep"):
+        history.rebuild(store)
+    assert store.read_bytes() == data
+    added = history.rebuild(store, gone=gone)
+    assert [x.state for x in added] == ["added", "added", "kept" if gone == "keep" else "dropped"]
+    df = history.frame(store)
+    assert len(df) == (3 if gone == "keep" else 2) * CELLS
+    if gone == "keep":
+        assert str(runs[0]) in set(df["path"]) and df["time_ms_median"].notna().any()
+        assert [x.state for x in history.add(store, runs[1:])] == ["unchanged", "unchanged"]
+
+
+def test_a_store_of_a_newer_version_says_to_upgrade_attnbench(tmp_path, runs):
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    with sqlite3.connect(store) as con:
+        con.execute("UPDATE info SET value = '99' WHERE key = 'version'")
+    con.close()
+    data = store.read_bytes()
+    said = (
+        "made by a newer attnbench (a history store of version 99; this attnbench reads version 3 and older)"
+    )
+    for action in (history.frame, history.rebuild, lambda s: history.add(s, runs)):
+        with pytest.raises(history.StoreError, match=re.escape(said) + ": upgrade attnbench") as err:
+            action(store)
+        assert "rebuild" not in str(err.value) and store.read_bytes() == data
+
+
+def test_an_empty_file_is_no_store_to_read_and_a_new_store_to_add_to(tmp_path, runs):
+    """A touched store said '(no such table: info)'. It holds nothing to lose: add makes a store in it."""
+    store = tmp_path / "h.sqlite"
+    store.touch()
+    with pytest.raises(history.StoreError, match="h.sqlite is an empty file, not a history store yet"):
+        history.frame(store)
+    assert store.read_bytes() == b""
+    assert [x.state for x in history.add(store, runs[:1])] == ["added"]
+    assert len(history.frame(store)) == CELLS

@@ -1,0 +1,66 @@
+"""The Python API's history: attnbench.history() (the store, or given runs, as a DataFrame) and
+attnbench.steps() (the steps `attnbench history check` prints, as a DataFrame); results.history and
+results.steps do the work."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from attnbench.api import PathLike, _is_frame, _run_paths, _short, as_path, in_keywords
+
+
+def history(*runs: PathLike | Sequence[PathLike], store: PathLike | None = None, machine: str | None = None):
+    """The history store (`attnbench history`) as one pandas DataFrame: a row per cell per run, with the run's
+    time, commit, versions and path beside it, ordered by machine, cell and time. With runs given (run
+    directories, run sets, folders of runs) and `store`, the runs are recorded into that store first, as
+    `attnbench history add` does (a note on an unfinished run, or an older copy, is a warning); with runs and
+    no `store`, the frame is of those runs alone, and nothing is written. Without runs, `store` is read
+    (default: runs/history.sqlite, from the current directory). `machine` keeps one machine's cells (its
+    name, or a part of it that names one machine)."""
+    import warnings
+
+    from attnbench.results import history as store_
+
+    paths = _run_paths(runs, "history: each run")
+    if paths and store is None:
+        with in_keywords():
+            return store_.frame_of(paths, machine=machine)
+    store = as_path(store_.DEFAULT_STORE if store is None else store, "store=")
+    with in_keywords():
+        if paths:
+            for note in (n for a in store_.add(store, paths) for n in a.notes):
+                warnings.warn(note, UserWarning, stacklevel=2)
+        return store_.frame(store, machine=machine)
+
+
+def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine: str | None = None):
+    """The steps in the history store's series (`attnbench history check`) as a pandas DataFrame, a row per
+    step: its series, size (`change`, +0.10 is 10% slower after it) with its 95% interval, the first run
+    after it and the runs it may be at, the cells of its variant that took it together, the machine's other
+    variants' move across it and the step beyond it (`others`, `beyond_others`), what the gate judges
+    (`gated`, with `gated_low` and `gated_high`: the cells' step as one where cells took it together) with
+    the judge's p and, for a series' latest step, that p Holm-adjusted over the series searched (`p`,
+    `p_holm`: the gate fails a step below 0.05), the commits on both sides and what else
+    changed, the calibration, the one line `check` prints and the command that measures the cell again
+    (`repro`). `frame` is attnbench.history()'s (or a part of it: the other variants, and the series Holm's
+    adjustment counts, are then those in the part); without one, the store's (`machine` keeps one machine's
+    cells). Needs ruptures: pip install 'attnbench[history]'."""
+    from attnbench.harness.run.rerun import repro_text
+    from attnbench.results import history as store_
+    from attnbench.results import steps as steps_
+
+    if frame is not None and not _is_frame(frame):
+        said = f"store={frame!r}" if isinstance(frame, (str, os.PathLike)) else "store=PATH"
+        raise TypeError(
+            f"steps: frame is a DataFrame of attnbench.history(), not {type(frame).__name__} "
+            f"{_short(frame)}; a history store is given as steps({said})"
+        )
+    store = as_path(store, "store=")
+    with in_keywords():
+        df = store_.frame(store, machine=machine) if frame is None else frame
+        found = steps_.find(df)
+    out = steps_.as_frame(found)
+    out["repro"] = [repro_text(s.after.get("path"), s.cell_id) for s in found]
+    return out
