@@ -87,7 +87,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(printable(f"BROKEN {breaks.describe(b)}; repro: {repro}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
-    runs = df["run_id"].nunique()
+    runs = df["run_key"].nunique()
     said = f"history: {counted(len(found), 'step')} in {series} series of {counted(runs, 'run')}"
     if broken:
         said += f"; {len(broken)} series broken in its latest run (BROKEN)"

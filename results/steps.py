@@ -307,7 +307,7 @@ class _Series:
     def key(self) -> tuple:
         """What series must share to share a step: the machine, the variant, the runs."""
         f = self.frame
-        return (str(f["machine"].iloc[0]), str(f["variant"].iloc[0]), tuple(f["run_id"].astype(str)))
+        return (str(f["machine"].iloc[0]), str(f["variant"].iloc[0]), tuple(f[run_column(f)].astype(str)))
 
     @cached_property
     def cost(self) -> tuple[Any, float]:
@@ -457,8 +457,14 @@ def _beyond_others(others, times, lo: int, at: int, hi: int):
     return moved, _median(after) / _median(before), welch_test(before, after)
 
 
+def run_column(df) -> str:
+    """What tells a frame's runs apart: results.history's run_key (two runs of one run_id made in the same
+    second are two keys), else the run_id."""
+    return "run_key" if "run_key" in df.columns else "run_id"
+
+
 def machine_moves(ok) -> dict[tuple[str, str], dict[str, float]]:
-    """{(machine, run_id): {variant: its move that run}}: the median over the variant's series of log(time /
+    """{(machine, run): {variant: its move that run}}: the median over the variant's series of log(time /
     the series' median)."""
     import numpy as np
 
@@ -466,7 +472,7 @@ def machine_moves(ok) -> dict[tuple[str, str], dict[str, float]]:
     rel = logs - logs.groupby([ok["machine"], ok["cell_id"]]).transform("median")
     out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for (machine, run, variant), move in (
-        rel.groupby([ok["machine"], ok["run_id"], ok["variant"]]).median().items()
+        rel.groupby([ok["machine"], ok[run_column(ok)], ok["variant"]]).median().items()
     ):
         out[(str(machine), str(run))][str(variant)] = float(move)
     return out
@@ -476,7 +482,7 @@ def _others(series, moves) -> list[float] | None:
     """Per run of the series, the median move of the machine's other variants; None where a run has none."""
     machine, variant = str(series["machine"].iloc[0]), str(series["variant"].iloc[0])
     out = []
-    for run in series["run_id"].astype(str):
+    for run in series[run_column(series)].astype(str):
         other = [m for v, m in moves.get((machine, run), {}).items() if v != variant]
         if not other:
             return None

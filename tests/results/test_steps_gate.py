@@ -93,3 +93,13 @@ def test_cells_that_move_together_in_every_run_count_as_one_run_not_six():
     times = [math.exp(x) for x in shared]
     times = times[:15] + [1.3 * t for t in times[15:]]
     assert math.isclose(mine[0].p, student_test(times[:15], times[15:]).p, rel_tol=1e-9)
+
+
+def test_two_runs_of_one_run_id_are_two_runs_to_the_other_variants_move():
+    """results.history keeps two runs made in the same second on hosts of one name under two run_keys."""
+    df = _store(lambda v, k, i: 0.0, runs=4, after=0, cells=2)
+    df["run_key"] = df["run_id"] + "@t"
+    df.loc[df["run_id"] == "r03", "run_key"] = "r02@t#other"
+    df.loc[df["run_id"] == "r03", "run_id"] = "r02"  # same run_id, another run
+    moves = steps.machine_moves(df)
+    assert {run for _, run in moves} == {"r00@t", "r01@t", "r02@t", "r02@t#other"}
