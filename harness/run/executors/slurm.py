@@ -9,6 +9,11 @@ rows; `collect` (called by `attnbench collect` and `run --resume`) gathers the s
 went away, waiting for the tasks still alive. The run directory must be on a filesystem the nodes share:
 each task first looks for the driver's marker file there and fails with a message saying so if it is not.
 
+On Slurm the cpu cells are an array of their own whose tasks each hold a node (`--exclusive`: two CPU
+cells timed at once on one machine corrupt each other), and the cuda cells one whose tasks ask for their
+GPUs; `check` gives sbatch the very scripts with `--test-only` first, so that options Slurm refuses are one
+line before anything is written.
+
 submitit is optional (`pip install attnbench[slurm]`) and imported only when this executor is used;
 `local=True` (`--slurm-local`) runs the tasks with submitit's LocalExecutor, as processes on this machine,
 all at once: there every cpu cell goes to one task (`chunk_cells`), so CPU cells are timed one at a time.
