@@ -219,6 +219,7 @@ META_KINDS: dict[str, type] = {
     "variant_files": list,
     "fingerprint": dict,
     "executor": str,
+    "executor_options": dict,
     "calibration": dict,
     "devices": dict,
     "worker_threads": int,

@@ -11,6 +11,7 @@ then finishes the remaining cells.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -95,6 +96,8 @@ class _Start:
     identity: dict[str, Any] = field(default_factory=dict)  # a resume: fingerprint.resume_identity here
     differs: dict[str, list[Any]] = field(default_factory=dict)  # ... and how it differs from the run's
     rerun_of: dict[str, Any] | None = None  # a rerun: the run its cells were chosen from
+    executor: str | None = None  # a resume: the executor the run was started with (meta.json `executor`)
+    executor_options: dict[str, Any] = field(default_factory=dict)  # ... and its options, as given then
 
     def cells(self) -> list[CellSpec]:
         """The run's cells, in order (the chosen ones of a rerun)."""
@@ -146,7 +149,9 @@ def _resumed(out: str | Path, force_resume: bool, redo_drift: bool) -> _Start:
     files = shipped.relocated(meta.get("variant_files", []), Path(out) / SHIPPED)
     names = prepare(sweep, files)  # loads the variant files and checks the CPUs and devices, as for a new run
     names = meta.get("variants", names)
-    return _Start(sweep, names, files, meta.get("cells"), True, redo_drift, current, differs)
+    resumed = _Start(sweep, names, files, meta.get("cells"), True, redo_drift, current, differs)
+    resumed.executor, resumed.executor_options = meta.get("executor"), meta.get("executor_options") or {}
+    return resumed
 
 
 def run(
@@ -181,12 +186,15 @@ def run(
     """
     out, resume = request.out, request.resume
     path = Path(out) if out is not None else DEFAULT_RUNS_DIR / new_run_id()
-    with interrupts.first_only():  # a second Ctrl-C does not cut the stopping run's cleanup short
+    # a second Ctrl-C does not cut the stopping run's cleanup short; the executor's session ends with the run
+    with interrupts.first_only(), contextlib.ExitStack() as held:
         try:
             start, chosen_executor, packed = _checked(request)
             if request.dry_run:
                 done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
                 return RunSummary(path=path, forecast=forecast(start, done))
+            # what the executor needs that can still fail (a private Ray cluster), before anything is written
+            held.enter_context(chosen_executor.session())
             fresh = not path.exists()
             writer = RunWriter(path, resume=resume)
         except KeyboardInterrupt:
@@ -211,7 +219,12 @@ def _checked(request: RunRequest) -> tuple[_Start, executors.Executor, Any]:
     else:
         start = _fresh(got.sweep, got.variant_files, got.only)
         start.rerun_of = got.rerun_of
-    chosen_executor = executor_choice.chosen_executor(request.executor, got.executor_options, start.sweep)
+    options = got.executor_options
+    if request.resume and start.executor == request.executor:
+        # the options the run was started with, those given again replacing theirs (docs/scale-out.md)
+        given = {k: v for k, v in request.executor_options.items() if v is not None and v is not False}
+        options = executor_choice.options(request.executor, {**start.executor_options, **given})
+    chosen_executor = executor_choice.chosen_executor(request.executor, options, start.sweep)
     plan.check(start.sweep.settings, request.executor, chosen_executor.ordered)
     # every variant measured must reach the workers: the files of those a file registered, and those
     # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before
@@ -251,7 +264,7 @@ def _write(
         progress.message(f"starting a worker process (log: {path / 'worker.log'})")
         local = _start_worker(start, path)
         if not request.resume:
-            summary.notes += _write_meta(writer, start, local, progress, request.executor)
+            summary.notes += _write_meta(writer, start, local, progress, request)
         else:
             summary.notes += _finish_probe(writer, start, local, progress)
         _measure(start, writer, summary, progress, local, chosen_executor)
@@ -333,11 +346,17 @@ def _worker_config(start: _Start, path: Path) -> dict[str, Any]:
 
 
 def _write_meta(
-    writer: RunWriter, start: _Start, local: CellRunner, progress: Progress, executor: str
+    writer: RunWriter, start: _Start, local: CellRunner, progress: Progress, request: RunRequest
 ) -> list[str]:
     """A new run's meta.json (fingerprint and calibration from the worker), then its numerics probe; the
     notes for the user (a variant whose probe left something behind)."""
-    meta = _meta(start.sweep, start.names, start.variant_files, local, progress, executor)
+    meta = _meta(start.sweep, start.names, start.variant_files, local, progress, request.executor)
+    # the executor's options as given (--slurm-partition ...), which a resume with the same executor reuses
+    meta["executor_options"] = {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in request.executor_options.items()
+        if value is not None and value is not False
+    }
     # how many cells the run sets out to measure: a report of a run stopped early says how many it lacks
     meta["planned_cells"] = len({c.cell_id for c in start.cells()})
     if start.chosen is not None:

@@ -55,6 +55,9 @@ def flag_name(key: str) -> str:
 # a flag, and the value that follows it where it is a number, quoted text or a placeholder (--out DIR)
 _FLAG = re.compile(r"--([a-z][a-z-]*[a-z])(?: (\d[\w.:%]*|'[^']*'|[A-Z][A-Z_]*(?:,\.\.\.)?)(?![\w']))?")
 
+# a span in backticks: a command line quoted; one of another program's (`ray start --head`) is not respelled
+_QUOTED = re.compile(r"(`[^`\n]*`)")
+
 Spelling = Callable[[str, "str | None"], str]  # (option key, the value after its flag or None) -> words
 
 
@@ -63,7 +66,13 @@ def respell(message: str, spelling: Spelling) -> str:
     front end's words: each flag (and the value after it, where one follows) becomes spelling(key, value),
     key as the option's key ('seq_len', 'pass', 'redo_drift'). The one way errors are spelled: every rule
     words its message once, with flags, and each front end respells it where its user reads it."""
-    return _FLAG.sub(lambda m: spelling(m.group(1).replace("-", "_"), m.group(2)), message)
+
+    def spell(text: str) -> str:
+        if text.startswith("`") and not text.startswith(("`attnbench", "`--")):
+            return text  # another program's command line, quoted (`ray start --head`): not ours to respell
+        return _FLAG.sub(lambda m: spelling(m.group(1).replace("-", "_"), m.group(2)), text)
+
+    return "".join(spell(part) for part in _QUOTED.split(message))
 
 
 def in_table(where: str) -> Spelling:

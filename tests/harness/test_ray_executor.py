@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, ctrl_c_reaches_it, run_cli
@@ -43,8 +45,15 @@ def test_missing_ray_is_one_line(tmp_path, monkeypatch):
     assert "install 'attnbench[ray]'" in p.stderr and not out.exists()
 
 
+UNREACHABLE = {
+    "127.0.0.1:1": "nothing answers at 127.0.0.1:1 (Connection refused)",
+    "no-such-host.invalid:6379": "nothing answers at",
+    "127.0.0.1:99999": "99999 is not a port number (1 to 65535)",
+}
+
+
 # Before the tests that join the module's cluster: a process that has joined one is not probed again.
-@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"], ids=["refused", "no-host"])
+@pytest.mark.parametrize("address", list(UNREACHABLE), ids=["refused", "no-host", "bad-port"])
 def test_an_unreachable_ray_address_is_one_line_at_once_with_nothing_written(tmp_path, address):
     pytest.importorskip("ray")
     out = tmp_path / "r"
@@ -53,10 +62,79 @@ def test_an_unreachable_ray_address_is_one_line_at_once_with_nothing_written(tmp
                 "16", "--out", str(out))  # fmt: skip
     assert time.monotonic() - started < 30
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert (
-        p.stderr.startswith(f"attnbench: error: --ray-address {address}: nothing answers at")
-        and not out.exists()
-    )
+    assert p.stderr.startswith(f"attnbench: error: --ray-address {address}: {UNREACHABLE[address]}"), p.stderr
+    assert not out.exists()
+
+
+def test_the_api_says_ray_start_head_as_it_is(tmp_path):
+    """The keyword respelling leaves another program's command line alone: `ray start --head`."""
+    pytest.importorskip("ray")
+    import attnbench
+
+    with pytest.raises(ValueError) as caught:
+        attnbench.run(
+            variants="naive", seq_len=16, executor="ray", ray_address="127.0.0.1:1", out=tmp_path / "r"
+        )
+    message = str(caught.value)
+    assert message.startswith("ray_address=127.0.0.1:1: nothing answers") and "(`ray start --head`" in message
+
+
+def test_rays_advice_is_said_in_attnbench_words():
+    from attnbench.harness.run.executors.ray import _ray_said
+
+    said = _ray_said([
+        "2026-12-06 08:37:40,133\tINFO worker.py:1691 -- Connecting to existing Ray cluster",
+        "ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by "
+        "setting `--address` flag or `RAY_ADDRESS` environment variable.",
+        "[2026-12-06 08:39:49,796 W 31352 31352] gcs_client.cc:210: Failed to get cluster ID from GCS server",
+    ])  # fmt: skip
+    assert said[0] == "Connecting to existing Ray cluster"
+    assert "--address` flag" not in said[1] and said[1].endswith("Give it as --ray-address.")
+    assert said[2] == "Failed to get cluster ID from GCS server"
+
+
+class _FakeRay(types.ModuleType):
+    """`ray` as far as the executor's session asks it: ray.init's keywords kept, or its refusal raised."""
+
+    def __init__(self, refusal=None):
+        super().__init__("ray")
+        self.__spec__ = importlib.machinery.ModuleSpec("ray", None)
+        self.calls, self.refusal, self.up = [], refusal, False
+
+    def is_initialized(self):
+        return self.up
+
+    def init(self, **kw):
+        self.calls.append(kw)
+        if self.refusal:
+            raise ValueError(self.refusal)
+        self.up = True
+
+    def shutdown(self):
+        self.up = False
+
+
+def test_without_an_address_the_cluster_is_private_whatever_ray_address_says(monkeypatch):
+    """address="local": a new cluster here, never RAY_ADDRESS's (even a dead one) nor one running here."""
+    from attnbench.harness.run.executors.ray import RayExecutor
+
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6399")
+    with RayExecutor().session():
+        assert fake.up
+    (kw,) = fake.calls
+    assert kw["address"] == "local" and kw["_node_ip_address"] == "127.0.0.1" and not fake.up
+
+
+def test_a_ray_refusal_comes_before_anything_is_written(tmp_path, monkeypatch):
+    """What Ray refuses when the cluster starts is one line, before calibration, meta.json or a row."""
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(refusal="the object store needs more /dev/shm"))
+    out = tmp_path / "r"
+    p = run_cli("run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "a private Ray cluster on this machine: Ray refused: the object store needs" in p.stderr
+    assert not out.exists()
 
 
 def test_a_port_that_is_not_ray_is_one_line_within_the_bound_with_nothing_written(tmp_path, monkeypatch):
@@ -89,7 +167,8 @@ def cluster():
     if "ray" not in sys.modules:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # see harness/run/executors/ray.py
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a new cluster, never one `ray start` left on this machine (ray_current_cluster)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     RAY_SET.update(k for k in os.environ if os.environ[k] != saved.get(k))
     try:
         yield ["--executor", "ray", "--ray-address", ray.get_runtime_context().gcs_address]
@@ -108,6 +187,19 @@ def test_what_ray_init_leaves_set_does_not_make_later_workers_spawn(cluster):
     from attnbench.harness.workers import isolation
 
     assert RAY_SET and all(isolation._per_call(name) for name in RAY_SET), sorted(RAY_SET)
+
+
+def test_a_cluster_that_wants_a_token_says_so_in_one_line(tmp_path, cluster, monkeypatch):
+    """The cluster (started with Ray's default, token authentication) refuses a process without its token:
+    Ray retries for 20 s saying why each second; the one line says it at its first word."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    out = tmp_path / "r"
+    started = time.monotonic()
+    p = run_cli("run", "--variants", "naive", "--seq-len", "16", *cluster, "--out", str(out), process=True)
+    assert time.monotonic() - started < 15
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "refused this process (" in p.stderr and "RAY_AUTH_MODE=token" in p.stderr, p.stderr
+    assert not out.exists()
 
 
 def _statuses(out):

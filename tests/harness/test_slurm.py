@@ -176,3 +176,111 @@ def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(t
     p = run_cli("collect", str(out), check=True, timeout=300)
     assert f"cell {twice['cell_id']} came back twice: kept the first finished row" in p.stderr
     assert read_rows(out) == rows
+
+
+def test_cpu_cells_get_a_node_each_and_cuda_cells_their_gpus():
+    """On Slurm, cpu cells are an array of their own whose tasks each hold a whole node (sbatch
+    --exclusive): two CPU tasks on one node corrupt each other's times. cuda cells run one process per GPU
+    of their task, asking for the GPUs, and share nodes."""
+    from attnbench.harness.run.executors.slurm import SlurmExecutor
+
+    sweep = build_sweep({"variants": "naive,chunked", "seq_len": "16..64", "devices": "cpu,cuda"})
+    cells = sweep.cells(["naive", "chunked"])
+    ex = SlurmExecutor(partition="ci", gpus_per_node=2, time="10")
+    (cpu_params, cpu_procs, cpu_chunks), (gpu_params, gpu_procs, gpu_chunks) = ex._arrays(cells)
+    assert cpu_params["exclusive"] is True and "gpus_per_node" not in cpu_params and cpu_procs == 1
+    assert cpu_params["ntasks_per_node"] == 1 and cpu_params["partition"] == "ci"
+    assert all(c.device == "cpu" for chunk in cpu_chunks for c in chunk) and len(cpu_chunks) == 2
+    assert "exclusive" not in gpu_params and gpu_params["gpus_per_node"] == 2 and gpu_procs == 2
+    assert all(c.device == "cuda" for chunk in gpu_chunks for c in chunk)
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    assert "#SBATCH --exclusive" in _make_sbatch_string(command="x", folder="/tmp/f", **cpu_params)
+
+
+def test_a_refused_submission_is_one_line_naming_the_option(tmp_path, monkeypatch):
+    import submitit
+
+    from attnbench.harness.run.executors.slurm import SlurmExecutor
+
+    said = "sbatch: error: invalid partition specified: gpu\nsbatch: error: Batch job submission failed"
+
+    def refused(self, fn, args):
+        raise submitit.core.utils.FailedJobError(said)
+
+    monkeypatch.setattr(submitit.SlurmExecutor, "map_array", refused)
+    ex = SlurmExecutor(partition="gpu")
+    with pytest.raises(ValueError) as caught:
+        ex._submit(tmp_path, ex._params(cpu=True), [{}])
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and "Traceback" not in message
+    assert message.startswith("--slurm-partition gpu: sbatch refuses it (sbatch: error: invalid partition")
+
+
+def test_a_cluster_without_accounting_is_never_asked_through_sacct(monkeypatch):
+    """sacct there prints 'Slurm accounting storage is disabled' at every poll (and submitit warns
+    'Bypassing sacct error' twice): a job is over once squeue no longer lists it."""
+    from attnbench.harness.run.executors import slurm
+
+    class Job:
+        job_id = "7_0"
+
+        class paths:
+            class result_pickle:
+                @staticmethod
+                def exists():
+                    return False
+
+        def done(self):
+            raise AssertionError("sacct asked")
+
+        state = property(done)
+
+    monkeypatch.setattr(slurm, "_accounting", lambda: False)
+    monkeypatch.setattr(slurm, "_unlisted", lambda job_id: job_id == "7_0")
+    assert slurm._ended(Job())
+
+
+def test_a_task_describes_a_host_the_run_has_not_and_only_that(tmp_path):
+    """A task on another node than the driver's calibrates its device (shards/<chunk>.device.json, then
+    meta.json `devices`); one on a host the run has described already (the driver's own) writes []."""
+    from attnbench.harness.run.executors.slurm import _describe
+
+    class Runner:
+        def request(self, msg, timeout):
+            return {"value": {"host": "node7"}}
+
+        def describe(self, device, dtypes):
+            return {"host": "node7", "device": device, "calibration": {"float32": 1.0}}
+
+    _describe(Runner(), ["cpu"], ["float32"], {"devices": {"login:cpu": {}}}, tmp_path / "s1-0000")
+    (record,) = json.loads((tmp_path / "s1-0000.device.json").read_text())
+    assert record["host"] == "node7" and record["calibration"]
+    _describe(Runner(), ["cpu"], ["float32"], {"devices": {"node7:cpu": {}}}, tmp_path / "s1-0001")
+    assert json.loads((tmp_path / "s1-0001.device.json").read_text()) == []
+
+
+def test_a_resume_reuses_the_executor_options_the_run_was_started_with(tmp_path):
+    """meta.json keeps the executor's options as given; a resume with the same executor and none of them
+    given (`attnbench collect` of a run that never submitted, `run --resume --executor slurm`) uses them,
+    those given again replacing theirs, instead of submitting with Slurm's defaults."""
+    from attnbench.harness.run.request import RunRequest
+    from attnbench.harness.run.runner import _checked
+
+    out = tmp_path / "r"
+    run_cli("run", "--variants", "naive", "--seq-len", "16", *TINY, "--devices", "cpu", "--out", str(out),
+            "-q", check=True)  # fmt: skip
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["executor_options"] == {"devices": "cpu"}
+    meta["executor"] = "slurm"  # as a Slurm run whose driver stopped before it submitted
+    meta["executor_options"] = {"slurm_local": True, "slurm_time": "30", "slurm_opt": ["account=a"]}
+    (out / "meta.json").write_text(json.dumps(meta))
+    _, chosen, _ = _checked(RunRequest(out=out, resume=True, executor="slurm"))
+    assert (
+        chosen.options["local"] and chosen.options["time"] == "30" and chosen.options["opts"] == ["account=a"]
+    )
+    given = {"slurm_time": "45"}
+    _, chosen, _ = _checked(RunRequest(out=out, resume=True, executor="slurm", executor_options=given))
+    assert chosen.options["local"] and chosen.options["time"] == "45"
+    _, chosen, _ = _checked(RunRequest(out=out, resume=True, executor="local"))  # another executor: its own
+    assert chosen.devices is None

@@ -44,6 +44,31 @@ def _partition() -> str:
     return answer
 
 
+PREFLIGHT = {
+    "bad-partition": (
+        ["--slurm-partition", "nosuch"],
+        "--slurm-partition nosuch: sbatch refuses it (sbatch: ",
+    ),
+    "bad-opt": (["--slurm-opt", "foo=bar"], "--slurm-opt foo=bar: sbatch refuses it (sbatch: unrecognized"),
+    "gpus-for-cpu": (["--slurm-gpus-per-node", "8"], "--slurm-gpus-per-node 8 gives GPUs to cuda cells"),
+}
+
+
+@pytest.mark.parametrize("name", list(PREFLIGHT))
+def test_options_sbatch_refuses_are_one_line_before_anything_is_written(tmp_path, name):
+    """`sbatch --test-only` on the script submitit would submit: before calibration, meta.json or shards."""
+    partition = _partition()
+    given, said = PREFLIGHT[name]
+    given = given if "--slurm-partition" in given else ["--slurm-partition", partition, *given]
+    out = tmp_path / "r"
+    p = run_cli(
+        "run", "--executor", "slurm", *given, "--variants", "naive", "--seq-len", "16", "--out", str(out)
+    )
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"attnbench: error: {said}"), p.stderr
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(tmp_path):
     partition = _partition()
@@ -64,6 +89,10 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
     subprocess.run(["scancel", victim_task["job_id"]], check=True, timeout=30)  # Slurm stops it mid-sweep
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
+    # no accounting here: sacct is never asked (it said so at every poll, and submitit warned twice)
+    assert "sacct" not in stderr and "accounting storage is disabled" not in stderr, stderr
+    scripts = list((out / "shards" / "submitit").glob("*_submission.sh"))
+    assert scripts and all("#SBATCH --exclusive" in s.read_text() for s in scripts)  # a CPU task per node
     assert f"array task {victim_task['job_id']}" in stderr and "ended before its cells were done" in stderr
     kept = [json.loads(line) for line in victim.read_text().splitlines() if line.endswith("}")]
     assert 1 <= len(kept) < 3  # the cancelled task kept its finished rows and left cells undone

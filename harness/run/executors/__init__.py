@@ -4,7 +4,8 @@ Every executor measures cells with `harness.workers.cellrunner.CellRunner` (a wo
 row per cell, a fresh worker after a crash) and hands each row back through `on_row`; only the runner's single
 `RunWriter` writes to the run directory. A new executor is a module here with a class that has what the
 `Executor` protocol (base.py) names: `name`, `notes` (for the user, once the run ends), `check(sweep)`
-(refuse what it cannot do, before any directory exists), `resume(...)` (before a resume: hand over what
+(refuse what it cannot do, before any directory exists), `session()` (what it needs that can fail, set up
+before anything is written: a private Ray cluster), `resume(...)` (before a resume: hand over what
 its earlier sessions left outside rows.jsonl; nothing, for most) and `run(plan, on_row, on_device)`; and
 an entry in `EXECUTORS`. The runner reaches executors only through these.
 """

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +46,11 @@ class Executor(Protocol):
     def check(self, sweep: SweepSpec) -> None:
         """ValueError (one line) when this executor cannot run `sweep` here; called before any work."""
 
+    def session(self) -> AbstractContextManager[None]:
+        """What run() needs that can fail and outlives one call (a private Ray cluster), set up on entry,
+        before anything is written and only for a run that measures (not a dry run): ValueError (one line)
+        when it cannot be; taken down on exit. Nothing, for most (contextlib.nullcontext())."""
+
     def resume(
         self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
     ) -> list[str]:
@@ -56,3 +63,18 @@ class Executor(Protocol):
         """Measure plan.cells; call on_row(row) for each finished row (from this thread: the runner writes
         it at once) and on_device(record) for each device first used that the runner has not described
         yet. KeyboardInterrupt propagates after the executor's own workers are stopped."""
+
+
+@contextmanager
+def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
+    """Third-party loggers (submitit's, Ray's) held at `level` while a run uses them: their INFO lines and
+    warnings of retries are not the user's; their errors still show. Their own levels come back after."""
+    loggers = [logging.getLogger(name) for name in names]
+    saved = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(level, logger.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        for logger, old in zip(loggers, saved, strict=True):
+            logger.setLevel(old)

@@ -8,6 +8,7 @@ that this (the runner's) thread drains and hands to on_row, so the runner's RunW
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -95,6 +96,9 @@ class LocalExecutor:
         self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
     ) -> list[str]:
         return []  # nothing is left outside rows.jsonl: rows reach the runner as they are measured
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # nothing outlives one call here
 
     def check(self, sweep: SweepSpec) -> None:
         if self.devices is None:

@@ -19,19 +19,24 @@ Every node needs attnbench (the same version) and the run's variant files at the
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnbench import variants
 from attnbench.harness.measure.rows import base_row, finish
-from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say
+from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say, quiet_loggers
 from attnbench.harness.run.executors.dispatch import Dispatcher
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
@@ -69,14 +74,25 @@ def host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+# what Ray's token authentication says when this process has no token, or the wrong one, for the cluster
+AUTH_WORDS = ("Unauthenticated", "InvalidAuthToken", "AuthenticationError")
+AUTH_HELP = (
+    "Ray's token authentication: set RAY_AUTH_MODE=token here with the cluster's token (~/.ray/auth_token, "
+    "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH), or start the cluster with RAY_AUTH_MODE=disabled"
+)
+
+
 def reach(address: str, timeout: float) -> None:
-    """Return when a Ray cluster answers at `address` within `timeout` seconds; else ValueError in one line.
-    Nothing of Ray is imported here (it reads its environment when imported): the join is tried in a child."""
+    """Return when a Ray cluster answers at `address` within `timeout` seconds; else ValueError in one line
+    that says Ray's own cause. Nothing of Ray is imported here (it reads its environment when imported):
+    the join is tried in a child."""
     start = time.monotonic()
     where = address
     if address not in ("auto", "local"):  # auto: the cluster this machine started; local: a new one
         host, port = host_port(address)
         where = f"{host}:{port}"
+        if not 0 < port < 65536:
+            raise ValueError(f"--ray-address {address}: {port} is not a port number (1 to 65535)")
         try:
             socket.create_connection((host, port), timeout=min(TCP_TIMEOUT_S, timeout)).close()
         except OSError as exc:
@@ -85,22 +101,64 @@ def reach(address: str, timeout: float) -> None:
                 f"--ray-address {address}: nothing answers at {where} ({why}); start the cluster there "
                 "(`ray start --head` listens on 6379) or leave --ray-address out for a private one here"
             ) from None
-    code = "import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')"
-    left = max(1.0, timeout - (time.monotonic() - start))
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code, address], capture_output=True, text=True, timeout=left,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
+    joined, lines = _join_in_child(address, max(1.0, timeout - (time.monotonic() - start)))
+    said = _ray_said(lines)
+    if not joined and any(word in line for line in lines for word in AUTH_WORDS):
+        auth = next(line for line in reversed(said) if any(word in line for word in AUTH_WORDS))
+        why = f"the cluster at {where} refused this process ({auth[:200]})"
+        raise ValueError(f"--ray-address {address}: {why}: {AUTH_HELP}")
+    if joined is None:
+        last = f"; Ray said: {said[-1][:200]}" if said else ""
         raise ValueError(
             f"--ray-address {address}: {where} accepts connections but no Ray cluster answered within "
             f"{timeout:g} s (is it Ray's GCS port, 6379 by default, or ray://host:10001 for Ray Client?)"
-        ) from None
-    if proc.returncode != 0:
-        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        said = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "no message")
-        raise ValueError(f"--ray-address {address}: Ray could not join the cluster at {where}: {said[:300]}")
+            + last
+        )
+    if not joined:
+        cause = next((ln for ln in reversed(said) if "Error" in ln), said[-1] if said else "no message")
+        if "Could not find any running Ray instance" in cause:
+            cause = "Ray found no cluster started on this machine; give its head as --ray-address HOST:6379"
+        raise ValueError(f"--ray-address {address}: Ray could not join the cluster at {where}: {cause[:300]}")
+
+
+def _join_in_child(address: str, timeout: float) -> tuple[bool | None, list[str]]:
+    """ray.init(address) in a child process: (whether it joined, None when it was still trying after
+    `timeout` s or gave up for want of a token; the lines Ray wrote to stderr). Ray retries a token it lacks
+    for 20 s, saying so each second: the first such line ends the try."""
+    code = "import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, address], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, errors="replace",
+    )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(word in line for line in list(lines) for word in AUTH_WORDS):
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    reader.join(timeout=5)
+    return (None if proc.returncode < 0 else proc.returncode == 0), lines
+
+
+# Ray's advice to use its own CLI's flag, which is not attnbench's
+ADVICE = r"Please specify .*?(`--address`|--address) flag or `?RAY_ADDRESS`? environment variable\.?"
+
+
+def _ray_said(lines: list[str]) -> list[str]:
+    """Ray's lines, without their log prefixes (`[time W pid tid] file.cc:210: `, `time INFO file.py:1 -- `),
+    and with its advice to use "the `--address` flag" (its own CLI's) in attnbench's words."""
+    out = []
+    for line in lines:
+        line = re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*|^\S+ \S+\s+[A-Z]+ \S+:\d+ -- ", "", line.strip())
+        line = re.sub(ADVICE, "Give it as --ray-address.", line)
+        if line and not line.startswith(("File ", "Traceback", "^", "~")):
+            out.append(line)
+    return out
 
 
 class CellActor:
@@ -191,25 +249,44 @@ class RayExecutor:
         if self.address and not (ray is not None and ray.is_initialized()):  # not joined by this process yet
             reach(self.address, CONNECT_TIMEOUT_S)
 
-    def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """The Ray cluster this run measures on, joined (--ray-address, checked by `check`) or started here
+        (without it: a private one on loopback, `address="local"`, whatever RAY_ADDRESS says or other
+        clusters run on this machine), before anything is written: Ray's refusal is one line; left at the
+        end. A process that has joined one already (the API after the user's ray.init) keeps it."""
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            yield
+            return
         ray = _ray(local=not self.address)
-        started = not ray.is_initialized()
-        if started:
+        quiet = dict(log_to_driver=False, logging_level=logging.ERROR)  # Ray's INFO lines: not the user's
+        try:
             if self.address:
-                ray.init(address=self.address, log_to_driver=False)
+                ray.init(address=self.address, **quiet)
             else:
-                # a private cluster on this machine, reachable on loopback only
                 ray.init(
+                    address="local",
                     num_cpus=os.cpu_count(),
                     include_dashboard=False,
                     _node_ip_address="127.0.0.1",
-                    log_to_driver=False,
+                    **quiet,
                 )
+        except (ValueError, RuntimeError, ConnectionError, OSError) as exc:  # Ray's own, said in one line
+            said = _ray_said(str(exc).splitlines()) or [type(exc).__name__]
+            where = (
+                f"--ray-address {self.address}" if self.address else "a private Ray cluster on this machine"
+            )
+            raise ValueError(f"--executor ray: {where}: Ray refused: {said[-1][:300]}") from None
         try:
-            _Driver(ray, plan, on_row, on_device).run()
+            with quiet_loggers("ray"):
+                yield
         finally:
-            if started:
-                ray.shutdown()
+            ray.shutdown()
+
+    def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
+        with self.session():  # the runner's session already (this one then joins nothing)
+            _Driver(sys.modules["ray"], plan, on_row, on_device).run()
 
 
 class _Driver:

@@ -9,6 +9,11 @@ rows; `collect` (called by `attnbench collect` and `run --resume`) gathers the s
 went away, waiting for the tasks still alive. The run directory must be on a filesystem the nodes share:
 each task first looks for the driver's marker file there and fails with a message saying so if it is not.
 
+On Slurm the cpu cells are an array of their own whose tasks each hold a node (`--exclusive`: two CPU
+cells timed at once on one machine corrupt each other), and the cuda cells one whose tasks ask for their
+GPUs; `check` gives sbatch the very scripts with `--test-only` first, so that options Slurm refuses are one
+line before anything is written.
+
 submitit is optional (`pip install attnbench[slurm]`) and imported only when this executor is used;
 `local=True` (`--slurm-local`) runs the tasks with submitit's LocalExecutor, as processes on this machine,
 all at once: there every cpu cell goes to one task (`chunk_cells`), so CPU cells are timed one at a time.
@@ -16,6 +21,8 @@ all at once: there every cpu cell goes to one task (`chunk_cells`), so CPU cells
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import secrets
@@ -23,12 +30,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say
+from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say, quiet_loggers
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.results.store import SHARDS, append_record, shard_rows_to_add
@@ -93,18 +101,79 @@ class SlurmExecutor:
         self.notes: list[str] = []  # what the command should tell the user (failed tasks, duplicates)
 
     def check(self, sweep: SweepSpec) -> None:
+        """Refused in one line before anything is written: no submitit, no sbatch, GPUs asked for a sweep of
+        no cuda cells (or none for one of cuda cells), and options sbatch refuses: `sbatch --test-only` is
+        given the very script submitit would submit, once per kind of array the sweep needs."""
         _submitit()
-        if not self.options["local"] and shutil.which("sbatch") is None:
+        if self.options["local"]:
+            return
+        if shutil.which("sbatch") is None:
             raise ValueError(
                 "--executor slurm: no sbatch on PATH (no Slurm here); --slurm-local runs the array tasks "
                 "as processes on this machine"
             )
+        gpus = self.options["gpus_per_node"]
+        if gpus and "cuda" not in sweep.devices:
+            raise ValueError(
+                f"--slurm-gpus-per-node {gpus} gives GPUs to cuda cells, and the sweep has none "
+                f"(--devices {','.join(sweep.devices)}): CPU cells get a node each (sbatch --exclusive)"
+            )
+        if "cuda" in sweep.devices and not gpus:
+            raise ValueError("the sweep's cuda cells need GPUs on Slurm: give --slurm-gpus-per-node N")
+        for cpu in sorted({d == "cpu" for d in sweep.devices}):
+            self._test_only(self._params(cpu=cpu))
+
+    def _test_only(self, params: dict[str, Any]) -> None:
+        """`sbatch --test-only` on the script submitit writes for `params` (running nothing): ValueError
+        naming the option sbatch refuses, with sbatch's own words."""
+        from submitit.slurm.slurm import _make_sbatch_string
+
+        with tempfile.TemporaryDirectory() as tmp:
+            script = Path(tmp) / "test.sh"
+            script.write_text(_make_sbatch_string(command="true", folder=tmp, **params))
+            try:
+                p = subprocess.run(
+                    ["sbatch", "--test-only", str(script)], capture_output=True, text=True, timeout=60
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ValueError(f"--executor slurm: `sbatch --test-only` did not answer ({exc})") from None
+        if p.returncode != 0:
+            raise ValueError(self._refused(p.stderr or p.stdout))
+
+    def _refused(self, said: str) -> str:
+        """One line for what sbatch refused (`said`: its stderr), naming the option that caused it where
+        its words tell, else every --slurm-* option given."""
+        lines = [ln.strip() for ln in said.splitlines() if ln.strip() and not ln.startswith("Try ")]
+        error = next((ln for ln in lines if "error" in ln.lower() or "unrecognized" in ln), None)
+        error = error or (lines[0] if lines else "no message")
+        text, o = error.lower(), self.options
+        if "partition" in text and o["partition"]:
+            culprit = f"--slurm-partition {o['partition']}"
+        elif ("gres" in text or "gpu" in text) and o["gpus_per_node"]:
+            culprit = f"--slurm-gpus-per-node {o['gpus_per_node']}"
+        elif "time limit" in text and o["time"]:
+            culprit = f"--slurm-time {o['time']}"
+        else:
+            opts = [t for t in o["opts"] if f"--{t.partition('=')[0].strip()}" in error]
+            culprit = " ".join(f"--slurm-opt {t}" for t in opts) or self._given() or "the default options"
+        return f"{culprit}: sbatch refuses it ({error[:300]})"
+
+    def _given(self) -> str:
+        """The --slurm-* options given, as flags."""
+        o = self.options
+        flags = [f"--slurm-{k.replace('_', '-')} {o[k]}" for k in ("partition", "time") if o[k]]
+        flags += [f"--slurm-gpus-per-node {o['gpus_per_node']}"] if o["gpus_per_node"] else []
+        return " ".join(flags + [f"--slurm-opt {t}" for t in o["opts"]])
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # each submission is its own
 
     def resume(
         self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say
     ) -> list[str]:
         """The rows array tasks wrote to shards/ after their driver went away (or still write): `collect`."""
-        return collect(run_dir, done, on_row, on_device, poll_s=self.poll_s, message=message)
+        with quiet_loggers("submitit"):
+            return collect(run_dir, done, on_row, on_device, poll_s=self.poll_s, message=message)
 
     # ---- the driver ---------------------------------------------------------------------------------
 
@@ -119,45 +188,91 @@ class SlurmExecutor:
                 on_row(row)
         if not todo:
             return
-        procs = max(1, self.options["gpus_per_node"])  # one process (one CellRunner) per GPU of a node
-        n_tasks = self.options["tasks"] or min(DEFAULT_MAX_TASKS, len(_series(todo)))
-        chunks = chunk_cells(todo, n_tasks * procs, local=self.options["local"])
         shards = plan.run_dir.resolve() / SHARDS  # absolute: the tasks, and a later collect, start elsewhere
         shards.mkdir(exist_ok=True)
         submission = 1 + len(list(shards.glob("submission-*.json")))
-        names = [f"s{submission}-{i:04d}" for i in range(len(chunks))]
         token = secrets.token_hex(8)
         # the shared-filesystem check: every task must find this file in the run directory it was given
         (shards / f"marker-{submission}").write_text(token + "\n")
-        seeds = [r for r in plan.done if r.get("status") in ("oom", "timeout")]
-        # one array task per `procs` chunks: its process of local rank r measures the task's r-th chunk
-        groups = [
-            [(names[i], [c.to_dict() for c in chunks[i]]) for i in range(t, min(t + procs, len(chunks)))]
-            for t in range(0, len(chunks), procs)
-        ]
-        run_dir = str(plan.run_dir.resolve())
-        args = [
-            {"run_dir": run_dir, "submission": submission, "token": token, "group": group}
-            | {"config": plan.config, "seeds": seeds, "gpus": self.options["gpus_per_node"]}
-            for group in groups
-        ]
-        executor = self._submitit_executor(shards / "submitit", procs)
-        jobs = executor.map_array(run_task, args)
-        tasks = [
-            {"job_id": str(job.job_id), "chunks": [name for name, _ in group]}
-            for job, group in zip(jobs, groups, strict=True)
-        ]
+        common = {"run_dir": str(plan.run_dir.resolve()), "submission": submission, "token": token}
+        common |= {"config": plan.config, "gpus": self.options["gpus_per_node"]}
+        common["seeds"] = [r for r in plan.done if r.get("status") in ("oom", "timeout")]
         record = {
             "submission": submission,
             "backend": "local" if self.options["local"] else "slurm",
             "host": socket.gethostname(),
             "folder": str(shards / "submitit"),
             "options": self.options,
-            "tasks": tasks,
+            "tasks": [],
         }
-        _write_json(shards / f"submission-{submission}.json", record)
+        jobs, groups = [], []
+        with quiet_loggers("submitit"):
+            for params, procs, chunks in self._arrays(todo):
+                first = sum(len(g) for g in groups)  # chunk names run on across the submission's arrays
+                names = [f"s{submission}-{first + i:04d}" for i in range(len(chunks))]
+                # one array task per `procs` chunks: its process of local rank r measures the task's r-th
+                array = [
+                    [
+                        (names[i], [c.to_dict() for c in chunks[i]])
+                        for i in range(t, min(t + procs, len(chunks)))
+                    ]
+                    for t in range(0, len(chunks), procs)
+                ]
+                submitted = self._submit(shards / "submitit", params, [common | {"group": g} for g in array])
+                jobs += submitted
+                groups += array
+                record["tasks"] += [
+                    {"job_id": str(job.job_id), "chunks": [name for name, _ in group]}
+                    for job, group in zip(submitted, array, strict=True)
+                ]
+                _write_json(shards / f"submission-{submission}.json", record)
+            self._wait(plan, jobs, groups, shards, on_row, on_device)
+
+    def _arrays(self, todo: list[CellSpec]) -> list[tuple[dict[str, Any] | None, int, list[list[CellSpec]]]]:
+        """(submitit parameters, processes per task, chunks) of each array to submit. On Slurm, cpu cells
+        are an array of their own whose tasks each have a node to themselves (--exclusive: two CPU cells
+        timed at once on one machine corrupt each other; on several nodes they still run at once, one per
+        node), and cuda cells one whose tasks run a process per GPU they are given. Locally (--slurm-local:
+        every task a process here), one array, all cpu cells in one chunk (chunk_cells)."""
+        gpus, tasks = self.options["gpus_per_node"], self.options["tasks"]
+        if self.options["local"]:
+            procs = max(1, gpus)
+            n = tasks or min(DEFAULT_MAX_TASKS, len(_series(todo)))
+            return [(None, procs, chunk_cells(todo, n * procs, local=True))]
+        arrays = []
+        for cpu in (True, False):
+            cells = [c for c in todo if (c.device == "cpu") == cpu]
+            if cells:
+                procs = 1 if cpu else max(1, gpus)
+                n = tasks or min(DEFAULT_MAX_TASKS, len(_series(cells)))
+                arrays.append((self._params(cpu=cpu), procs, split(cells, n * procs)))
+        return arrays
+
+    def _submit(self, folder: Path, params: dict[str, Any] | None, args: list[dict[str, Any]]) -> list:
+        """One array of tasks through submitit; sbatch's refusal as a ValueError in one line."""
+        submitit = _submitit()
+        if params is None:  # --slurm-local
+            ex = submitit.LocalExecutor(folder=folder)
+            o = self.options
+            minutes = _minutes(o["time"]) if o["time"] else None
+            # submitit's local default is a 2-minute limit: a sweep gets a week unless --slurm-time says
+            procs = max(1, o["gpus_per_node"])
+            ex.update_parameters(tasks_per_node=procs, nodes=1, timeout_min=minutes or 7 * 24 * 60)
+        else:
+            ex = submitit.SlurmExecutor(folder=folder)
+            ex.update_parameters(**params)
+        try:
+            return ex.map_array(run_task, args)
+        except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) as exc:
+            raise ValueError(self._refused(str(exc)) + "; the run is kept: finish it with `attnbench run "
+                             "--resume --executor slurm` and the options fixed") from None  # fmt: skip
+
+    def _wait(self, plan: Plan, jobs: list, groups: list, shards: Path, on_row: OnRow, on_device: OnDevice):
+        """Poll this submission's shards into on_row and on_device until its tasks have ended; a note for
+        each task that ended before its cells were done."""
         # a cell planned again (--redo-drift) is not a duplicate when it comes back
         seen = {r["cell_id"] for r in plan.done} - {c.cell_id for c in plan.cells}
+        names = [name for group in groups for name, _ in group]
         reader = ShardReader(shards, names)  # this submission's shards: earlier ones are collect's
         while True:
             finished = all(_ended(job) for job in jobs)  # asked before reading: no last row is missed
@@ -188,27 +303,23 @@ class SlurmExecutor:
             seen.add(item["cell_id"])
             on_row(item)
 
-    def _submitit_executor(self, folder: Path, procs: int):
-        submitit = _submitit()
+    def _params(self, *, cpu: bool) -> dict[str, Any]:
+        """submitit's SlurmExecutor parameters for the array of cpu cells (`cpu`) or of cuda cells."""
         o = self.options
-        minutes = _minutes(o["time"]) if o["time"] else None
-        if o["local"]:
-            ex = submitit.LocalExecutor(folder=folder)
-            # submitit's local default is a 2-minute limit: a sweep gets a week unless --slurm-time says
-            ex.update_parameters(tasks_per_node=procs, nodes=1, timeout_min=minutes or 7 * 24 * 60)
-            return ex
-        ex = submitit.SlurmExecutor(folder=folder)
-        params = {"ntasks_per_node": procs, "nodes": 1, "additional_parameters": dict(self.sbatch_opts)}
+        procs = 1 if cpu else max(1, o["gpus_per_node"])
+        params: dict[str, Any] = {"ntasks_per_node": procs, "nodes": 1}
+        params["additional_parameters"] = dict(self.sbatch_opts)
+        if cpu:  # the node to itself: no other task, ours or anyone's, times anything beside it
+            params["exclusive"] = True
         if o["partition"]:
             params["partition"] = o["partition"]
-        if o["gpus_per_node"]:
+        if o["gpus_per_node"] and not cpu:
             params["gpus_per_node"] = o["gpus_per_node"]
         if o["time"]:
-            params["time"] = o["time"] if ":" in o["time"] else minutes
+            params["time"] = o["time"] if ":" in o["time"] else _minutes(o["time"])
         if o["array_parallelism"]:
             params["array_parallelism"] = o["array_parallelism"]
-        ex.update_parameters(**params)
-        return ex
+        return params
 
 
 def chunk_cells(cells: list[CellSpec], n: int, *, local: bool) -> list[list[CellSpec]]:
@@ -441,20 +552,40 @@ def _job_alive(record: dict[str, Any], job_id: str, chunks: list[str], shards: P
 
 
 def _ended(job) -> bool:
-    """Whether a submitit job has ended. submitit asks sacct; a cluster without accounting answers nothing
-    (state UNKNOWN), and a task killed before writing its result would then run forever: there, a job that
-    squeue no longer lists has ended."""
+    """Whether a submitit job has ended. submitit asks sacct; a cluster without accounting has nothing to
+    answer (sacct says so on the terminal at every poll, and a task killed before writing its result would
+    seem to run forever): there, a job that has written its result or that squeue no longer lists has
+    ended, and sacct is not asked."""
+    local = getattr(job, "_process", None) is not None
+    if not local and not _accounting():
+        return job.paths.result_pickle.exists() or _unlisted(job.job_id)
     if job.done():
         return True
-    if getattr(job, "_process", None) is not None or job.state.upper() != "UNKNOWN":
+    if local or job.state.upper() != "UNKNOWN":
         return False  # a local job (its process said), or one sacct knows is still on its way
+    return _unlisted(job.job_id)
+
+
+def _unlisted(job_id: str) -> bool:
+    """Whether squeue no longer lists a Slurm job (False when squeue does not answer)."""
     try:
         out = subprocess.run(
-            ["squeue", "-h", "-o", "%T", "-j", str(job.job_id)], capture_output=True, text=True, timeout=60
+            ["squeue", "-h", "-o", "%T", "-j", str(job_id)], capture_output=True, text=True, timeout=60
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return (out.returncode == 0 and not out.stdout.strip()) or "Invalid job id" in out.stderr
+
+
+@functools.cache
+def _accounting() -> bool:
+    """Whether this Slurm keeps accounting (sacct answers), asked once per process."""
+    try:
+        p = subprocess.run(["sacct", "-n", "-X", "-j", "1", "-o", "JobID"], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -481,7 +612,11 @@ def _job_error(job) -> str:
     except OSError:
         lines = []
     last = next((ln.strip() for ln in reversed(lines) if not ln.startswith(" ")), None)
-    return f"{last}; log: {job.paths.stderr}" if last else f"state {job.state}, log: {job.paths.stderr}"
+    if last:
+        return f"{last}; log: {job.paths.stderr}"
+    local = getattr(job, "_process", None) is not None
+    state = f"state {job.state}, " if local or _accounting() else ""  # sacct asked only where it answers
+    return f"{state}log: {job.paths.stderr}"
 
 
 def _write_json(path: Path, data: Any) -> None:
