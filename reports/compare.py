@@ -48,10 +48,14 @@ def parse_run_spread(text: str) -> float:
 
 
 def change_text(ratio: float, significant: bool | None) -> str:
-    """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not."""
-    if not math.isfinite(ratio):
+    """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not; a ratio
+    that shows as 1.00x either way reads 'no change (1.00x)', never faster or slower."""
+    if not math.isfinite(ratio) or ratio <= 0:
         return "n/a"
-    word = f"{ratio:.2f}x slower" if ratio >= 1 else f"{1 / ratio:.2f}x faster"
+    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
+        word = "no change (1.00x)"
+    else:
+        word = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
     if significant is None:
         return f"{word} (no test)"
     return word if significant else f"{word}, not significant"
@@ -390,20 +394,31 @@ def _ci_text(lo: float, hi: float) -> str:
     return f"[{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "n/a"
 
 
+def _judged_ms(r: Any, side: str) -> float:
+    """What a row shows of one side beside its B/A: the geometric mean of the replicates judged (time_ms_a,
+    time_ms_b: the ratio is of these), so the two times, the ratio and the change are one quantity."""
+    return float(r[f"time_ms_{side}"]) if present(r[f"time_ms_{side}"]) else math.nan
+
+
 def cell_table(cmp: Comparison) -> pg.Table:
+    """One row per cell: both sides' judged geometric means, B/A (their ratio), its CI, p, the verdict and
+    the change in words, all of one quantity; the rows' medians beside them only where --fail-above
+    median:N% gates on them (labelled as the gate's)."""
     shown = [x for x in varying(cmp.cells, [a for a in cmp.axes if a not in ("variant", "seq_len")])]
+    medians = cmp.threshold is not None and cmp.threshold.stat == "median"
     headers = (
         "variant",
         *shown,
         "seq_len",
-        "A median ms",
-        "B median ms",
+        "A ms",
+        "B ms",
         "B/A",
         "B/A 95% CI",
         "p",
         "p_holm",
         "verdict",
         "change",
+        *(("gate: A median ms", "gate: B median ms") if medians else ()),
         *(("regression",) if cmp.threshold else ()),
     )
     rows = []
@@ -413,25 +428,33 @@ def cell_table(cmp: Comparison) -> pg.Table:
                 str(r["variant"]),
                 *[axis_value(a, r[a]) for a in shown],
                 str(r["seq_len"]),
-                _fmt(r["median_ms_a"]),
-                _fmt(r["median_ms_b"]),
+                _fmt(_judged_ms(r, "a")),
+                _fmt(_judged_ms(r, "b")),
                 _fmt(r["ratio"], ".3f"),
                 _ci_text(r["ratio_ci_low"], r["ratio_ci_high"]),
                 _fmt(r["p_value"], ".2g"),
                 _fmt(r["p_holm"], ".2g"),
                 str(r["verdict"]),
                 str(r["change"]),
+                *((_fmt(r["median_ms_a"]), _fmt(r["median_ms_b"])) if medians else ()),
                 *((("REGRESSION: " + r["why"]) if r["regression"] else "",) if cmp.threshold else ()),
             )
         )
+    level = cmp.judgement.level
+    gate = (
+        "; gate: A median ms, gate: B median ms: each run's median of the cell (time_ms_median, as run and "
+        "report show it; B's rescaled by --normalize), what --fail-above median:N% compares (with "
+        "--control, B's relative to it): a heavy tail can set them apart from the geometric means"
+        if medians
+        else ""
+    )
     return pg.Table(
         headers,
         tuple(rows),
-        "A median ms, B median ms: each run's median of the cell (time_ms_median, as run and report show "
-        "it; B's rescaled by --normalize), what --fail-above median:N% compares (with --control, B's "
-        "relative to it); B/A the judge's ratio (>1: B slower), of the geometric means of the "
-        f"{cmp.judgement.level}s judged, not of the medians, with its 95% CI; p the cell's test, p_holm "
-        "Holm-adjusted over the cells judged; verdicts and the gate by the rule above.",
+        f"A ms, B ms: the geometric mean of each side's {level}s judged (B's rescaled by --normalize, "
+        "relative to the control with --control; a cell not judged: its median), what B/A is the ratio of "
+        "(>1: B slower), with its 95% CI, and what the change says in words; p the cell's test, p_holm "
+        f"Holm-adjusted over the cells judged; verdicts and the gate by the rule above{gate}.",
     )
 
 

@@ -14,6 +14,8 @@ from synthetic import rows_in_rounds
 
 from attnbench.reports.compare import (
     accuracy_lines,
+    cell_table,
+    change_text,
     compare_runs,
     parse_run_spread,
     parse_threshold,
@@ -323,8 +325,36 @@ def test_the_gates_median_is_the_rows_median_and_is_shown_as_one(tmp_path):
     proc = run_cli(*args, "median:50%", "--out", str(tmp_path / "o"), timeout=120)
     assert proc.returncode == 1, proc.stderr
     said = f"REGRESSION naive seq_len=1024: median {medians[0]:.4g} -> {medians[1]:.4g} ms (+60%)"
-    assert said in proc.stdout and "A median ms" in proc.stdout
+    assert said in proc.stdout and "gate: A median ms" in proc.stdout
     assert "its median (each side's time_ms_median" in proc.stdout
+
+
+def test_a_rows_times_and_its_change_are_one_quantity(tmp_path):
+    """A's calls: 16 at 1 ms and 14 at 4 ms (a heavy tail), B's all at 1.2 ms: the medians rose (1 -> 1.2)
+    while the geometric means the judge compares fell (1.9 -> 1.2). The row shows the geometric means beside
+    B/A and the change, so 'faster' stands beside a lower B; without a median gate no median column."""
+    pair = _verdict_pair(tmp_path, [1.0] * 16 + [4.0] * 14, [1.2] * 30)
+    table = cell_table(compare_runs(*pair, **STATED))
+    row = dict(zip(table.headers, table.rows[0], strict=True))
+    assert float(row["B ms"]) < float(row["A ms"]) and "faster" in row["change"]
+    assert float(row["B ms"]) / float(row["A ms"]) == pytest.approx(float(row["B/A"]), abs=1e-3)
+    assert not any("median" in h for h in table.headers)
+    gated = cell_table(compare_runs(*pair, threshold=GATE, **STATED))
+    assert "gate: A median ms" in gated.headers and "gate: B median ms" in gated.headers
+
+
+@pytest.mark.parametrize(
+    "ratio, significant, said",
+    [
+        (1.003, False, "no change (1.00x), not significant"),
+        (0.998, None, "no change (1.00x) (no test)"),
+        (1.0, True, "no change (1.00x)"),
+        (1.006, True, "1.01x slower"),
+        (0.5, True, "2.00x faster"),
+    ],
+)
+def test_a_change_that_shows_as_1_00x_is_no_change(ratio, significant, said):
+    assert change_text(ratio, significant) == said
 
 
 # ---- calibration: the machine's speed apart from the code's --------------------------------------
