@@ -99,11 +99,12 @@ def growth_word(exp: Any, lo: Any, hi: Any) -> str:
 
 
 def exponent_text(exp: Any, lo: Any, hi: Any) -> str:
-    """'N^1.98 [1.95, 2.01] (quadratic)', 'N^1.98 (no CI, quadratic)'."""
-    word = growth_word(exp, lo, hi)
+    """'N^1.98 [1.95, 2.01] (quadratic)'; without a CI (a fit through 2 points) 'N^1.98 (no CI)' and no
+    word for the growth: two noisy points name no class (an O(N²) kernel read 'N^0.16, flat' so)."""
     if present(lo) and present(hi):
+        word = growth_word(exp, lo, hi)
         return f"N^{float(exp):.2f} [{float(lo):.2f}, {float(hi):.2f}] ({word})"
-    return f"N^{float(exp):.2f} (no CI, {word})"
+    return f"N^{float(exp):.2f} (no CI)"
 
 
 # ---- (1) who is fastest where ------------------------------------------------------------------------
@@ -309,14 +310,22 @@ def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
 # ---- (4) trust -----------------------------------------------------------------------------------------
 
 
+def unsettled(df):
+    """Per row, whether its time is the machine's as much as its variant's: an ok cell that drifted, or that
+    was noisy while the run's speed probes did not hold steady (results.drift.busy_cells' rule). What
+    makes a busy machine (machine_busy), and what marks a ratio read off such a cell (bench's race)."""
+    ok = (df["status"] == "ok").fillna(False)
+    noisy = flag_mask(df, "noisy") & (not steady(df[ok].to_dict("records")))
+    return ok & (flag_mask(df, "drift") | noisy)
+
+
 def machine_busy(df) -> str | None:
     """'The machine was busy while this ran: 38 of 48 ok cells drifted or were noisy, so ...' where the ok
-    cells that drifted, or were noisy while the speed probes did not hold steady, make a busy machine
-    (results.drift.is_busy, the one rule); None otherwise. The report's trust sentence and bench's answer
-    say it so."""
+    cells that drifted, or were noisy while the speed probes did not hold steady (unsettled), make a busy
+    machine (results.drift.is_busy, the one rule); None otherwise. The report's trust sentence and bench's
+    answer say it so."""
     ok = ok_rows(df)
-    noisy = flag_mask(ok, "noisy") & (not steady(ok.to_dict("records")))
-    busy = int((flag_mask(ok, "drift") | noisy).sum())
+    busy = int(unsettled(df).sum())
     if not is_busy(busy, len(ok)):
         return None
     return (

@@ -76,6 +76,24 @@ def test_no_memory_wall_is_read_off_a_memory_fit_too_uncertain_to_say(tmp_path):
     assert "Memory wall (2 GiB of device memory, memory fit extrapolated): naive up to N = 8,192." in text
 
 
+def test_an_exponent_without_a_ci_names_no_growth(tmp_path):
+    """Two N: 'blk_new: time grows as N^0.16 (no CI, flat)' of an O(N²) kernel. Two noisy points name no
+    class: the exponent is given with '(no CI)' and no word for the growth."""
+    times = {"blk": (10.0, 11.2), "naive": (1.0, 4.0)}
+    rows = [
+        synthetic.cell(v, n, time_ms=t, peak_mem_bytes=2**20 * n // 256)
+        for v, ts in times.items()
+        for n, t in zip((256, 512), ts, strict=True)
+    ]
+    text = " ".join(
+        _sentences(render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "r"))
+    )
+    assert re.search(r"blk: time grows as N\^0\.16 \(no CI\), memory as N\^1\.00 \(no CI\)\.", text), text
+    assert re.search(r"naive: time grows as N\^[12]\.\d\d \(no CI\),", text), text
+    for word in ("flat", "quadratic", "linear"):
+        assert word not in text.split("blk:")[1], text
+
+
 def test_a_tie_inside_a_lead_does_not_break_it():
     p = findings._Point
     pts = [p(256, "a", (), "b", 1.2), p(512, "b", ("a",), "a", 1.01), p(1024, "a", (), "b", 1.3)]
