@@ -260,6 +260,27 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
     assert len(compare_runs(run, run, variant_a="naive", variant_b="sdpa").cells) == len(SEQ)
 
 
+def test_a_copy_of_a_run_compared_with_it_is_refused(tmp_path):
+    """compare runs/n1 /tmp/n1copy (a copied directory: the same run_id and created in meta.json) printed
+    a comparison of identical data: refused in one line, exit 2, as the same directory is; an A/B of two
+    of its variants still pairs by round."""
+    import shutil
+
+    run = synthetic.write_run(tmp_path / "run", _rows())
+    copy = shutil.copytree(run, tmp_path / "elsewhere" / "copy")
+    with pytest.raises(
+        ValueError, match=r"copy is a copy of the run .*\(the run_id \S+ and created \S+ in meta\.json\)"
+    ):
+        compare_runs(run, copy)
+    out = tmp_path / "out"
+    proc = run_cli("compare", str(run), str(copy), "--out", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "is a copy of the run" in proc.stderr and "in meta.json" in proc.stderr
+    assert proc.stdout == "" and not out.exists()
+    ab = compare_runs(run, copy, variant_a="naive", variant_b="sdpa")
+    assert len(ab.cells) == len(SEQ) and ab.judgement.design.same_run
+
+
 def _verdict_pair(tmp_path, samples_a, samples_b):
     """One naive cell at N=1024 in each run, with the given raw samples."""
     a = synthetic.write_run(tmp_path / "a", [synthetic.cell("naive", 1024, sample_ms=samples_a)], run_id="a")
@@ -734,11 +755,24 @@ def test_a_compare_records_holm_adjusted_p_values(tmp_path):
 # ---- every published run ----------------------------------------------------------------------------------
 
 
+def _rerun_of(run, to):
+    """A copy of `run` made at another moment (its meta.json's created one second on): the same data as
+    another run, which compare judges (a copy with the same created is refused)."""
+    import shutil
+    from datetime import datetime, timedelta
+
+    copy = shutil.copytree(run, to)
+    meta = json.loads((copy / "meta.json").read_text())
+    if meta.get("created"):
+        meta["created"] = (datetime.fromisoformat(meta["created"]) + timedelta(seconds=1)).isoformat()
+        (copy / "meta.json").write_text(json.dumps(meta))
+    return copy
+
+
 def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
     """Every run under results/reference/ (old columns and all) compares with a copy of itself, with every
     judged cell at B/A 1 and nothing failing, and with the next run that shares cells with it; one page is
     written."""
-    import shutil
     import warnings
 
     from attnbench import results
@@ -750,7 +784,7 @@ def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
         # second full load of every run, with its derived columns, cost seconds for these sets alone)
         cells = {run: {r["cell_id"] for r in results.read_rows(run)} for run in runs}
         for i, run in enumerate(runs):
-            itself = compare_runs(run, shutil.copytree(run, tmp_path / "copies" / run.name), threshold=GATE)
+            itself = compare_runs(run, _rerun_of(run, tmp_path / "copies" / run.name), threshold=GATE)
             judged = itself.cells.dropna(subset=["ratio"])
             assert (
                 len(judged) and judged["ratio"].to_numpy() == pytest.approx(1.0) and itself.regressions.empty
