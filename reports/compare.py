@@ -80,6 +80,9 @@ class Comparison:
     pairing: list[str] = field(default_factory=list)  # runs of several devices: which group met which
     only_a: Any = None  # DataFrame (cell_id, status): the cells only A has, never compared
     only_b: Any = None  # and those only B has
+    sampling_warnings: list[str] = field(
+        default_factory=list
+    )  # the runs' sampling settings, where they differ
 
     @property
     def threshold(self) -> Threshold | None:
@@ -123,11 +126,42 @@ class Comparison:
 
     @property
     def warnings(self) -> list[str]:
-        return self.calibration_warnings + self.timing_warnings
+        return self.calibration_warnings + self.sampling_warnings + self.timing_warnings
 
     @property
     def regressions(self):
         return self.cells[self.cells["regression"]]
+
+
+# the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them
+SAMPLING = ("warmup_ms", "budget_ms", "min_ms", "min_samples", "max_samples", "target_rel_iqr", "rounds")
+
+
+def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
+    """One line where the two runs sampled their cells differently ('--warmup-ms 50 in A, 20 in B; ...'): a
+    longer budget or warm-up reaches more of a cell's slow tail or warms it further, so such ratios are
+    partly the settings'. A setting a run does not record (older runs, a run set's first run) is not said."""
+
+    def settings(meta: dict[str, Any]) -> dict[str, Any]:
+        sweep = meta.get("sweep") if isinstance(meta, dict) else None
+        found = sweep.get("settings") if isinstance(sweep, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    a, b = settings(meta_a), settings(meta_b)
+    differ = [
+        f"--{name.replace('_', '-')} {a[name]:g} in A, {b[name]:g} in B"
+        for name in SAMPLING
+        if isinstance(a.get(name), (int, float))
+        and isinstance(b.get(name), (int, float))
+        and a[name] != b[name]
+    ]
+    if not differ:
+        return []
+    return [
+        f"sampling settings differ: {'; '.join(differ)}: a cell's time depends on how it is sampled (its "
+        "warm-up, how much of its slow tail a budget reaches), so the ratios are partly the settings'; run "
+        "both with the same ones"
+    ]
 
 
 def _match_axes(a, b) -> tuple[list[str], str]:
@@ -347,7 +381,7 @@ def compare_runs(
     return Comparison(
         str(run_a), str(run_b), *labels, how, axes, cells, _per_variant(cells), judgement,
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
-        _unmatched(a, b, axes), _unmatched(b, a, axes),
+        _unmatched(a, b, axes), _unmatched(b, a, axes), sampling_warnings(meta_a, meta_b),
     )  # fmt: skip
 
 

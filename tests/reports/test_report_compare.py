@@ -73,14 +73,16 @@ def test_two_single_runs_of_identical_code_pass_both_ways_and_a_2x_slowdown_fail
         ("rounds", lambda s: rows_in_rounds(VARIANTS, 2, speed=s), {"naive": 2.0, "sdpa": 0.8}),
         ("samples", lambda s: _rows(s, seed=7), None),
     ]:
-        a = synthetic.write_run(tmp_path / kind / "a", rows_in_rounds(VARIANTS, 1) if slow else _rows())
-        b = synthetic.write_run(tmp_path / kind / "b", same(shift))
+        a = synthetic.write_run(
+            tmp_path / kind / "a", rows_in_rounds(VARIANTS, 1) if slow else _rows(), run_id="a"
+        )
+        b = synthetic.write_run(tmp_path / kind / "b", same(shift), run_id="b")
         for x, y in ((a, b), (b, a)):
             cmp = compare_runs(x, y, threshold=GATE)
             assert cmp.regressions.empty and cmp.judgement.blind, cmp.cells[["ratio", "ratio_ci_low"]]
             assert cmp.judgement.level == ("visit" if slow else "sample")
         rows = rows_in_rounds(slow, 3, speed=shift) if slow else _rows(2.0 * shift, seed=9)
-        doubled = synthetic.write_run(tmp_path / kind / "2x", rows)
+        doubled = synthetic.write_run(tmp_path / kind / "2x", rows, run_id="2x")
         assert len(compare_runs(a, doubled, threshold=GATE).regressions) == 8
         assert len(compare_runs(b, doubled, threshold=GATE).regressions) == 8  # 2x of the shifted run
     report = text_report(compare_runs(a, b, threshold=GATE))
@@ -258,6 +260,28 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
     )
     assert proc.stdout == "" and not out.exists()
     assert len(compare_runs(run, run, variant_a="naive", variant_b="sdpa").cells) == len(SEQ)
+
+
+def test_runs_sampled_with_different_settings_are_warned_about(tmp_path):
+    """One run with warm-up 50 / budget 1000 / min_ms 100 ms, the other 20 / 300 / 50: compare said nothing,
+    as it says when the calibrations differ. One warning line names each setting on both sides."""
+    a, b = _pair(tmp_path, _rows(), _rows())
+
+    def settings(run, **values):
+        meta = json.loads((run / "meta.json").read_text())
+        meta["sweep"]["settings"] = {"warmup_ms": 20, "budget_ms": 300, "min_ms": 50, "seed": 0, **values}
+        (run / "meta.json").write_text(json.dumps(meta))
+
+    settings(a, warmup_ms=50, budget_ms=1000, min_ms=100)
+    settings(b, seed=1)  # not a sampling setting
+    report = text_report(compare_runs(a, b))
+    (line,) = [x for x in report.splitlines() if "sampling settings differ" in x]
+    assert line.startswith(
+        "WARNING sampling settings differ: --warmup-ms 50 in A, 20 in B; --budget-ms 1000 in A, 300 in B; "
+        "--min-ms 100 in A, 50 in B: "
+    ), line
+    settings(a)
+    assert "sampling settings differ" not in text_report(compare_runs(a, b))
 
 
 def test_a_copy_of_a_run_compared_with_it_is_refused(tmp_path):
