@@ -134,7 +134,7 @@ class Comparison:
 
 
 # the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them
-SAMPLING = ("warmup_ms", "budget_ms", "min_ms", "min_samples", "max_samples", "target_rel_iqr", "rounds")
+SAMPLING = ("warmup_ms", "budget_ms", "min_ms", "min_samples", "max_samples", "target_rel_iqr")
 
 
 def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
