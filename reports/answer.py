@@ -21,7 +21,7 @@ from attnbench.results.formulas import counted
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
 
-from .findings import machine_busy, n_text, names_text, range_text
+from .findings import machine_busy, n_text, names_text, range_text, unsettled
 from .tables import axis_text, label, length_axis, present, varying
 
 MAX_LINES = 12
@@ -383,6 +383,7 @@ def speed(df, variant: str, baseline: str) -> list[str]:
     from attnbench.results.schema import CELL_AXES
 
     shape = [a for a in CELL_AXES if a != "variant"]
+    df = df.assign(_unsettled=unsettled(df))  # a cell whose time is the machine's as much as the kernel's
     a_rows = df[df["variant"] == baseline].set_index(shape, drop=False)
     b_rows = df[df["variant"] == variant].set_index(shape, drop=False)
     common = [k for k in b_rows.index if k in a_rows.index]
@@ -392,6 +393,8 @@ def speed(df, variant: str, baseline: str) -> list[str]:
     for k in common:
         a, b = a_rows.loc[k], b_rows.loc[k]
         pairs.append((a, b))
+        b = b.copy()
+        b["_unsettled"] = bool(a["_unsettled"] or b["_unsettled"])  # either side of the ratio
         ok = a["status"] == "ok" and b["status"] == "ok"
         cells.append(
             Cell(str(a["status"]), str(b["status"]), Side.of(a) if ok else None, Side.of(b) if ok else None)
@@ -464,8 +467,12 @@ def _window(window: Any) -> str:
 def _end(k: Any, j: Any, length: str) -> str:
     """'2.05x slower at N 512' (or 'at N_k 4,096' where the keys grow), with the judge's verdict beside a
     ratio it did not call: one disturbed visit of three moves a ratio of geometric means further than the
-    verdict lets it claim."""
-    said = "" if j.verdict in ("faster", "slower") else f" ({j.verdict})"
+    verdict lets it claim; and 'drifted or noisy' where fn's cell or the baseline's drifted, or was noisy
+    while the machine did not hold its speed (findings.unsettled, the rule of the busy-machine line): its
+    size is the machine's as much as the kernels'."""
+    notes = [] if j.verdict in ("faster", "slower") else [j.verdict]
+    notes += ["drifted or noisy"] if bool(k.get("_unsettled", False)) else []
+    said = f" ({', '.join(notes)})" if notes else ""
     return f"{_ratio_text(j.ratio)} at {_length_name(length)} {n_text(k[length])}{said}"
 
 
@@ -507,8 +514,8 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     if not present(mine["time_exp"]):  # one length (or none) ok: nothing grows
         return []
     n = _length_name(length_axis(plain[(plain["dtype"] == dtype) & (plain["variant"] == variant)]))
-    beside = (
-        f" ({baseline}: {n}^{base['time_exp']:.2f} and {n}^{base['mem_exp']:.2f})"
+    beside = (  # the baseline's exponents as fn's are said: with their CIs, or "(no CI)" where none
+        f" ({baseline}: {n}^{base['time_fit']} and {n}^{base['mem_fit']})"
         if base is not None and present(base["time_exp"]) and present(base["mem_exp"])
         else ""
     )

@@ -48,10 +48,14 @@ def parse_run_spread(text: str) -> float:
 
 
 def change_text(ratio: float, significant: bool | None) -> str:
-    """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not."""
-    if not math.isfinite(ratio):
+    """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not; a ratio
+    that shows as 1.00x either way reads 'no change (1.00x)', never faster or slower."""
+    if not math.isfinite(ratio) or ratio <= 0:
         return "n/a"
-    word = f"{ratio:.2f}x slower" if ratio >= 1 else f"{1 / ratio:.2f}x faster"
+    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
+        word = "no change (1.00x)"
+    else:
+        word = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
     if significant is None:
         return f"{word} (no test)"
     return word if significant else f"{word}, not significant"
@@ -76,6 +80,9 @@ class Comparison:
     pairing: list[str] = field(default_factory=list)  # runs of several devices: which group met which
     only_a: Any = None  # DataFrame (cell_id, status): the cells only A has, never compared
     only_b: Any = None  # and those only B has
+    sampling_warnings: list[str] = field(
+        default_factory=list
+    )  # the runs' sampling settings, where they differ
 
     @property
     def threshold(self) -> Threshold | None:
@@ -119,11 +126,42 @@ class Comparison:
 
     @property
     def warnings(self) -> list[str]:
-        return self.calibration_warnings + self.timing_warnings
+        return self.calibration_warnings + self.sampling_warnings + self.timing_warnings
 
     @property
     def regressions(self):
         return self.cells[self.cells["regression"]]
+
+
+# the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them
+SAMPLING = ("warmup_ms", "budget_ms", "min_ms", "min_samples", "max_samples", "target_rel_iqr")
+
+
+def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
+    """One line where the two runs sampled their cells differently ('--warmup-ms 50 in A, 20 in B; ...'): a
+    longer budget or warm-up reaches more of a cell's slow tail or warms it further, so such ratios are
+    partly the settings'. A setting a run does not record (older runs, a run set's first run) is not said."""
+
+    def settings(meta: dict[str, Any]) -> dict[str, Any]:
+        sweep = meta.get("sweep") if isinstance(meta, dict) else None
+        found = sweep.get("settings") if isinstance(sweep, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    a, b = settings(meta_a), settings(meta_b)
+    differ = [
+        f"--{name.replace('_', '-')} {a[name]:g} in A, {b[name]:g} in B"
+        for name in SAMPLING
+        if isinstance(a.get(name), (int, float))
+        and isinstance(b.get(name), (int, float))
+        and a[name] != b[name]
+    ]
+    if not differ:
+        return []
+    return [
+        f"sampling settings differ: {'; '.join(differ)}: a cell's time depends on how it is sampled (its "
+        "warm-up, how much of its slow tail a budget reaches), so the ratios are partly the settings'; run "
+        "both with the same ones"
+    ]
 
 
 def _match_axes(a, b) -> tuple[list[str], str]:
@@ -343,7 +381,7 @@ def compare_runs(
     return Comparison(
         str(run_a), str(run_b), *labels, how, axes, cells, _per_variant(cells), judgement,
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
-        _unmatched(a, b, axes), _unmatched(b, a, axes),
+        _unmatched(a, b, axes), _unmatched(b, a, axes), sampling_warnings(meta_a, meta_b),
     )  # fmt: skip
 
 
@@ -390,20 +428,31 @@ def _ci_text(lo: float, hi: float) -> str:
     return f"[{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "n/a"
 
 
+def _judged_ms(r: Any, side: str) -> float:
+    """What a row shows of one side beside its B/A: the geometric mean of the replicates judged (time_ms_a,
+    time_ms_b: the ratio is of these), so the two times, the ratio and the change are one quantity."""
+    return float(r[f"time_ms_{side}"]) if present(r[f"time_ms_{side}"]) else math.nan
+
+
 def cell_table(cmp: Comparison) -> pg.Table:
+    """One row per cell: both sides' judged geometric means, B/A (their ratio), its CI, p, the verdict and
+    the change in words, all of one quantity; the rows' medians beside them only where --fail-above
+    median:N% gates on them (labelled as the gate's)."""
     shown = [x for x in varying(cmp.cells, [a for a in cmp.axes if a not in ("variant", "seq_len")])]
+    medians = cmp.threshold is not None and cmp.threshold.stat == "median"
     headers = (
         "variant",
         *shown,
         "seq_len",
-        "A median ms",
-        "B median ms",
+        "A ms",
+        "B ms",
         "B/A",
         "B/A 95% CI",
         "p",
         "p_holm",
         "verdict",
         "change",
+        *(("gate: A median ms", "gate: B median ms") if medians else ()),
         *(("regression",) if cmp.threshold else ()),
     )
     rows = []
@@ -413,25 +462,33 @@ def cell_table(cmp: Comparison) -> pg.Table:
                 str(r["variant"]),
                 *[axis_value(a, r[a]) for a in shown],
                 str(r["seq_len"]),
-                _fmt(r["median_ms_a"]),
-                _fmt(r["median_ms_b"]),
+                _fmt(_judged_ms(r, "a")),
+                _fmt(_judged_ms(r, "b")),
                 _fmt(r["ratio"], ".3f"),
                 _ci_text(r["ratio_ci_low"], r["ratio_ci_high"]),
                 _fmt(r["p_value"], ".2g"),
                 _fmt(r["p_holm"], ".2g"),
                 str(r["verdict"]),
                 str(r["change"]),
+                *((_fmt(r["median_ms_a"]), _fmt(r["median_ms_b"])) if medians else ()),
                 *((("REGRESSION: " + r["why"]) if r["regression"] else "",) if cmp.threshold else ()),
             )
         )
+    level = cmp.judgement.level
+    gate = (
+        "; gate: A median ms, gate: B median ms: each run's median of the cell (time_ms_median, as run and "
+        "report show it; B's rescaled by --normalize), what --fail-above median:N% compares (with "
+        "--control, B's relative to it): a heavy tail can set them apart from the geometric means"
+        if medians
+        else ""
+    )
     return pg.Table(
         headers,
         tuple(rows),
-        "A median ms, B median ms: each run's median of the cell (time_ms_median, as run and report show "
-        "it; B's rescaled by --normalize), what --fail-above median:N% compares (with --control, B's "
-        "relative to it); B/A the judge's ratio (>1: B slower), of the geometric means of the "
-        f"{cmp.judgement.level}s judged, not of the medians, with its 95% CI; p the cell's test, p_holm "
-        "Holm-adjusted over the cells judged; verdicts and the gate by the rule above.",
+        f"A ms, B ms: the geometric mean of each side's {level}s judged (B's rescaled by --normalize, "
+        "relative to the control with --control; a cell not judged: its median), what B/A is the ratio of "
+        "(>1: B slower), with its 95% CI, and what the change says in words; p the cell's test, p_holm "
+        f"Holm-adjusted over the cells judged; verdicts and the gate by the rule above{gate}.",
     )
 
 

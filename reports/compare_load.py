@@ -86,19 +86,41 @@ def _picked(a, b, variant_a: str | None, variant_b: str | None, control_variant:
     return a, b[b["variant"] == variant_b]
 
 
+def _identity(meta: dict[str, Any]) -> tuple | None:
+    """What makes a run itself wherever its directory is: its run_id and created (a run set's, every run's);
+    None where meta.json lacks either."""
+    record = meta.get("runset")
+    if record:
+        return tuple(zip(record.get("run_ids", []), record.get("created", []), strict=False)) or None
+    run_id, created = meta.get("run_id"), meta.get("created")
+    return (run_id, created) if run_id and created else None
+
+
+def _same_run(run_a, run_b, meta_a: dict[str, Any], meta_b: dict[str, Any]) -> tuple[bool, str]:
+    """(whether A and B are one run, how it is said): the same directory however spelled, or a copy of it
+    (the same run_id and created in meta.json)."""
+    if Path(run_a).resolve() == Path(run_b).resolve():
+        return True, f"the same run is given twice ({run_a})"
+    ident = _identity(meta_a)
+    if ident is not None and ident == _identity(meta_b):
+        what = "run set" if meta_a.get("runset") else "run"
+        said = f"the run_id {meta_a.get('run_id')} and created {meta_a.get('created')}"
+        return True, f"{run_b} is a copy of the {what} {run_a} ({said} in meta.json)"
+    return False, ""
+
+
 def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
     """Both sides' rows (with their device model), metas, labels and device groups, checked: ValueError or
-    RunDirError (one line) for what cannot be compared, a run with itself among them (but for an A/B of
-    two of its variants)."""
+    RunDirError (one line) for what cannot be compared, a run with itself or a copy of itself among them
+    (but for an A/B of two of its variants)."""
     from attnbench import results
     from attnbench.results import runset
 
     (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
-    same = Path(run_a).resolve() == Path(run_b).resolve()
+    same, said = _same_run(run_a, run_b, meta_a, meta_b)
     if same and variant_a is None and variant_b is None:
         raise ValueError(
-            f"the same run is given twice ({run_a}): compare two runs, or two variants of one run with "
-            "--variant-a and --variant-b"
+            f"{said}: compare two runs, or two variants of one run with --variant-a and --variant-b"
         )
     _check_sets(meta_a, meta_b, normalize, variant_a, same)
     groups_a, groups_b = (devices.groups(m, results.scalar_records(x)) for m, x in ((meta_a, a), (meta_b, b)))

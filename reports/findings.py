@@ -31,6 +31,7 @@ from .tables import (
     ok_rows,
     panels,
     present,
+    ranked_rows,
 )
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
@@ -99,11 +100,12 @@ def growth_word(exp: Any, lo: Any, hi: Any) -> str:
 
 
 def exponent_text(exp: Any, lo: Any, hi: Any) -> str:
-    """'N^1.98 [1.95, 2.01] (quadratic)', 'N^1.98 (no CI, quadratic)'."""
-    word = growth_word(exp, lo, hi)
+    """'N^1.98 [1.95, 2.01] (quadratic)'; without a CI (a fit through 2 points) 'N^1.98 (no CI)' and no
+    word for the growth: two noisy points name no class (an O(N²) kernel read 'N^0.16, flat' so)."""
     if present(lo) and present(hi):
+        word = growth_word(exp, lo, hi)
         return f"N^{float(exp):.2f} [{float(lo):.2f}, {float(hi):.2f}] ({word})"
-    return f"N^{float(exp):.2f} (no CI, {word})"
+    return f"N^{float(exp):.2f} (no CI)"
 
 
 # ---- (1) who is fastest where ------------------------------------------------------------------------
@@ -118,20 +120,48 @@ class _Point:
     tied: tuple[str, ...]
     runner_up: str
     lead: float
+    ranked: frozenset[str] | None = None  # every variant with a ranked (ok) cell at this N; None: not known
 
     @property
     def front(self) -> tuple[str, ...]:
         """The variants at the front at this N: the fastest and those tied with it, fastest first."""
         return (self.best, *self.tied)
 
+    def ran(self, variant: str) -> bool:
+        """Whether `variant` has a ranked cell at this N (where that is known)."""
+        return self.ranked is None or variant in self.ranked
 
-def _points(best, length: str) -> list[_Point]:
+
+def _points(best, length: str, ranked: dict[int, frozenset[str]] | None = None) -> list[_Point]:
+    """The ranking's points, each with the variants ranked at its N (`ranked`, where given)."""
     out = []
     for _, b in best.sort_values(length).iterrows():
         lead = float(b["lead"]) if present(b["lead"]) else math.nan
         tied = tuple(str(b["tied"]).split()) if present(b["tied"]) else ()
-        out.append(_Point(int(b[length]), str(b["best"]), tied, str(b["runner_up"] or ""), lead))
+        n = int(b[length])
+        at = ranked.get(n) if ranked is not None else None
+        out.append(_Point(n, str(b["best"]), tied, str(b["runner_up"] or ""), lead, at))
     return out
+
+
+def _ranked_at(panel_rows, length: str) -> dict[int, frozenset[str]] | None:
+    """Per N, the variants with a ranked cell there (tables.ranked_rows, as best_variant ranks them); None
+    for rows without the columns to say."""
+    if not {"status", "variant", "time_ms_median", length} <= set(panel_rows.columns):
+        return None
+    ok = ranked_rows(panel_rows).dropna(subset=["time_ms_median", length])
+    return {int(n): frozenset(str(v) for v in sub["variant"]) for n, sub in ok.groupby(length)}
+
+
+def _by_n(names: list[str], pts: list[_Point]) -> str:
+    """'a and b at N = 128, c at N = 128 and 256': each variant with the N of pts where it is at the front,
+    those of the same N together."""
+    at: dict[tuple[int, ...], list[str]] = {}
+    for v in names:
+        at.setdefault(tuple(p.n for p in pts if v in p.front), []).append(v)
+    return ", ".join(
+        f"{names_text(vs)} at N = {names_text([n_text(n) for n in ns])}" for ns, vs in at.items()
+    )
 
 
 def _reach(points: list[_Point], i: int, variant: str) -> int:
@@ -172,8 +202,15 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
     clear = [p for p in pts if p.best == leader and not p.tied]
     ties = [p for p in pts if p not in clear]
     partners = variant_order({v for p in ties for v in p.front if v != leader})
+    # a partner at the front at only some of the tied N (one that errored or was not run at the others) is
+    # named with its own N, never over the whole range
+    throughout = [v for v in partners if all(v in p.front for p in ties)]
+    some = [v for v in partners if v not in throughout]
     if not clear:
-        return f"{names_text(_front_names(leader, pts))} cannot be told apart {range_text(ns, every)}."
+        if not throughout:
+            return f"{leader} leads {range_text(ns, every)}, tied with {_by_n(partners, pts)}."
+        also = f" (with them: {_by_n(some, pts)})" if some else ""
+        return f"{names_text([leader, *throughout])} cannot be told apart {range_text(ns, every)}{also}."
     led = [p for p in clear if p.runner_up and math.isfinite(p.lead)]
     if led:
         behind = variant_order({p.runner_up for p in led})
@@ -181,20 +218,27 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
     else:
         detail = "the only variant with a ranked cell"
     at = ", ".join(n_text(p.n) for p in ties)
-    if len(ties) > len(clear):  # mostly tied: the stretch is held together, the leader alone at a few N
+    if (
+        len(ties) > len(clear) and not some
+    ):  # mostly tied: the stretch held together, the leader alone at a few N
         alone = ", ".join(n_text(p.n) for p in clear)
         return (
             f"{names_text([leader, *partners])} lead {range_text(ns, every)}, tied at N = {at} "
             f"({leader} alone at N = {alone}: {detail})."
         )
     if ties:
-        detail += f"; tied with {names_text(partners)} at N = {at}"
+        detail += (
+            f"; tied with {names_text(partners)} at N = {at}"
+            if not some
+            else f"; tied with {_by_n(partners, ties)}"
+        )
     return f"{leader} is fastest {range_text(ns, every)} ({detail})."
 
 
 def _relabel(p: _Point, named: dict[str, str]) -> _Point:
     tied = tuple(named.get(v, v) for v in p.tied)
-    return _Point(p.n, named.get(p.best, p.best), tied, named.get(p.runner_up, p.runner_up), p.lead)
+    ranked = frozenset(named.get(v, v) for v in p.ranked) if p.ranked is not None else None
+    return _Point(p.n, named.get(p.best, p.best), tied, named.get(p.runner_up, p.runner_up), p.lead, ranked)
 
 
 def ranking_sentences(panel_rows) -> list[str]:
@@ -205,17 +249,20 @@ def ranking_sentences(panel_rows) -> list[str]:
     if best.empty:
         return []
     named = approximate_names(panel_rows)
-    runs = [
-        (named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(_points(best, length))
-    ]
+    points = _points(best, length, _ranked_at(panel_rows, length))
+    runs = [(named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(points)]
     every = len(runs) == 1
     out = [run_sentence(leader, pts, every) for leader, pts in runs]
     for (a, before), (b, after) in zip(runs, runs[1:], strict=False):
-        new = _front_names(b, after)
+        last, first = before[-1], after[0]
+        # who is overtaken between the two N: at the front at the last N before and ranked at the first N
+        # after (a variant that did not run there stopped, it was not overtaken), and who overtakes: at the
+        # front at that first N and ranked at that last N before
+        new = [v for v in _front_names(b, after) if v in first.front and last.ran(v)]
         # a new leader that shared the front before takes it from the others only (the quick preset's
         # report once said "sdpa_flash takes the lead from sdpa, naive and sdpa_flash")
-        old = [name for name in _front_names(a, before) if name not in new]
-        if not old:
+        old = [v for v in _front_names(a, before) if v in last.front and first.ran(v) and v not in new]
+        if not new or not old:
             continue
         takes = "takes" if len(new) == 1 else "take"
         out.append(
@@ -309,14 +356,22 @@ def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
 # ---- (4) trust -----------------------------------------------------------------------------------------
 
 
+def unsettled(df):
+    """Per row, whether its time is the machine's as much as its variant's: an ok cell that drifted, or that
+    was noisy while the run's speed probes did not hold steady (results.drift.busy_cells' rule). What
+    makes a busy machine (machine_busy), and what marks a ratio read off such a cell (bench's race)."""
+    ok = (df["status"] == "ok").fillna(False)
+    noisy = flag_mask(df, "noisy") & (not steady(df[ok].to_dict("records")))
+    return ok & (flag_mask(df, "drift") | noisy)
+
+
 def machine_busy(df) -> str | None:
     """'The machine was busy while this ran: 38 of 48 ok cells drifted or were noisy, so ...' where the ok
-    cells that drifted, or were noisy while the speed probes did not hold steady, make a busy machine
-    (results.drift.is_busy, the one rule); None otherwise. The report's trust sentence and bench's answer
-    say it so."""
+    cells that drifted, or were noisy while the speed probes did not hold steady (unsettled), make a busy
+    machine (results.drift.is_busy, the one rule); None otherwise. The report's trust sentence and bench's
+    answer say it so."""
     ok = ok_rows(df)
-    noisy = flag_mask(ok, "noisy") & (not steady(ok.to_dict("records")))
-    busy = int((flag_mask(ok, "drift") | noisy).sum())
+    busy = int(unsettled(df).sum())
     if not is_busy(busy, len(ok)):
         return None
     return (

@@ -51,6 +51,15 @@ def rel_iqr(p25: float, median: float, p75: float) -> float:
     return (p75 - p25) / median if median > 0 else math.inf
 
 
+NOISY_NOTE = "noisy: IQR/median"  # how an ok row's message says its spread is over NOISY_REL_IQR
+
+
+def noisy_note(spread: float) -> str:
+    """An ok row's message for its spread (IQR/median over every sample it keeps): 'noisy: IQR/median 34%'
+    where it is flagged noisy, else ''."""
+    return f"{NOISY_NOTE} {spread:.0%}" if spread > NOISY_REL_IQR else ""
+
+
 def summarize(samples_ms: Sequence[float]) -> dict[str, float | int | bool]:
     """The timing columns of a result row, derived from its raw per-call samples (ms)."""
     p25, median, p75 = quartiles(samples_ms)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .formulas import gbps, summarize, tflops
+from .formulas import NOISY_NOTE, gbps, noisy_note, summarize, tflops
 from .store import _read_lines, append_record
 
 VISITS = "visits.jsonl"
@@ -60,6 +60,12 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
     if samples:
         merged["samples_ms"] = samples
         merged.update(summarize(samples))
+        # the note of its spread is the pooled samples', as rel_iqr and noisy are now, not the first visit's
+        kept = [p for p in str(merged.get("message") or "").split("; ") if p and not p.startswith(NOISY_NOTE)]
+        note = noisy_note(merged["rel_iqr"]) if merged.get("noisy") else ""
+        message = "; ".join([*kept, *([note] if note else [])])
+        if message != str(merged.get("message") or ""):
+            merged["message"] = message
         median = merged["time_ms_median"]
         merged["tflops"] = tflops(merged.get("flops"), median)
         if merged.get("kv_bytes") is not None:

@@ -66,7 +66,7 @@ from attnbench.harness.measure.rows import executed_flops, finish, start_row
 from attnbench.harness.measure.varied import Stale, varied_failure
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import gbps, rate, summarize, tflops
+from attnbench.results.formulas import gbps, noisy_note, rate, summarize, tflops
 from attnbench.results.schema import GATE_FAILED
 
 FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
@@ -160,7 +160,7 @@ class Prepared:
             reasons.append(f"failed the dropout check: {self.dropout.describe()}")
         if reasons:
             return "wrong", "; ".join(reasons)
-        return "ok", f"noisy: IQR/median {m.rel_iqr:.0%}" if m is not None and m.noisy else ""
+        return "ok", noisy_note(m.rel_iqr) if m is not None and m.noisy else ""
 
 
 def judged_fields(gate: correctness.GateResult) -> dict[str, Any]:

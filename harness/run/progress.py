@@ -9,6 +9,7 @@ from typing import Any
 from attnbench.results.axes import IDENTITY, filled
 from attnbench.results.formulas import (
     COMPACT_BELOW,
+    NOISY_NOTE,
     bytes_text,
     printable,
     sentence_columns,
@@ -62,29 +63,60 @@ def _shape(row: dict[str, Any]) -> str:
     )
 
 
+def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
+    """A measured cell's numbers, each with when it is left out of a line too long (1 first; 0: kept): its
+    median and spread (±N%: half its IQR over its median, the row's rel_iqr / 2, over every timed call of
+    every visit; 'noisy' beside it where that IQR/median is over 10%, the row's `noisy` flag), its peak
+    memory, TFLOP/s and rel_err; `tight`: without the padding that lines the columns up."""
+    spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
+    spread += " noisy" if row.get("noisy") is True else ""
+    time_ms, peak = f"{row['time_ms_median']:.3f}", bytes_text(row.get("peak_mem_bytes"))
+    if not tight:
+        time_ms, spread, peak = f"{time_ms:>8}", f"{spread:>5}", f"{peak:>9}"
+    return [
+        (f"{time_ms} ms {spread}".rstrip(), 0),
+        (f" {peak}", 3),
+        (f" {row.get('tflops', float('nan')):{'' if tight else '6'}.3f} TFLOP/s", 2),
+        (f" rel_err {row.get('rel_err', float('nan')):.1e}", 1 if row["status"] == "ok" else 4),
+    ]
+
+
+def _without_noisy_note(message: str) -> str:
+    """A row's message without the note of its spread (NOISY_NOTE), which the line says beside its time."""
+    parts = [p for p in message.split("; ") if not p.startswith(NOISY_NOTE)]
+    return "; ".join(parts)
+
+
 def cell_line(row: dict[str, Any], width: int | None = None) -> str:
     """A finished cell for a person watching the sweep, in lines of at most `width` columns (None: one
     line with every number). What is kept is what they watch for: status, variant, shape, time and spread;
     then, while the line is too long, rel_err (of an ok cell: the gate passed), TFLOP/s and peak memory
-    are left out in that order; a message that does not fit goes on the lines below, indented."""
+    are left out in that order; a line whose shape is already longer than its column (a causal cell's, a
+    long name's: it is pushed along, out of line with the others) drops its columns' padding first. A
+    message that does not fit goes on the lines below, indented."""
     form = "compact" if width is not None and width < COMPACT_BELOW else "normal"
     pad_status, pad_variant, pad_shape = PADDING[form]
-    head = f"{row['status']:<{pad_status}} {row['variant']:<{pad_variant}} {_shape(row)}"
-    message = str(row.get("message") or "")
+    shape = _shape(row)
+    head = f"{row['status']:<{pad_status}} {row['variant']:<{pad_variant}} {shape}"
+    message = _without_noisy_note(str(row.get("message") or ""))
     if row.get("time_ms_median") is None:
         parts: list[str] = []
     else:
+        pushed = len(head) > pad_status + pad_variant + pad_shape + 2
         head = f"{head:<{pad_status + pad_variant + pad_shape + 2}}"
-        spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
-        numbers = [  # (text, dropped in this order while the line is too long; 0: kept)
-            (f"{row['time_ms_median']:8.3f} ms {spread:>5}", 0),
-            (f" {bytes_text(row.get('peak_mem_bytes')):>9}", 3),
-            (f" {row.get('tflops', float('nan')):6.3f} TFLOP/s", 2),
-            (f" rel_err {row.get('rel_err', float('nan')):.1e}", 1 if row["status"] == "ok" else 4),
-        ]
+        numbers = _numbers(row, tight=False)
+
+        def fits(head: str, numbers: list[tuple[str, int]]) -> bool:
+            return width is None or len(head) + 1 + sum(len(t) for t, _ in numbers) <= width
+
         for drop in (1, 2, 3, 4):
-            if width is None or len(head) + 1 + sum(len(t) for t, _ in numbers) <= width:
+            if fits(head, numbers):
                 break
+            if drop == 2 and pushed:  # out of line already: its padding goes before a number does
+                head = f"{row['status']} {row['variant']:<{pad_variant}} {shape}"
+                numbers = [(t, d) for t, d in _numbers(row, tight=True) if d != 1]
+                if fits(head, numbers):
+                    break
             numbers = [(t, d) for t, d in numbers if d != drop]
         parts = [t for t, _ in numbers]
     line = f"{head} {''.join(parts)}" if parts else head

@@ -234,7 +234,7 @@ class Worker:
             raise WorkerDied(self._death_note()) from None
         marks = []
         while True:
-            reply = self._receive(max(0.0, start + timeout - _CLOCK()), msg.get("op", "?"))
+            reply = self._receive(max(0.0, start + timeout - _CLOCK()), msg.get("op", "?"), start)
             if reply.get("op") != MARK:
                 break
             marks.append(_CLOCK())
@@ -244,12 +244,17 @@ class Worker:
                 raise WorkerDied(self._death_note()) from None
         return {**reply, "parent_s": _CLOCK() - start, "parent_marks": marks}
 
-    def _receive(self, timeout: float, what: str) -> dict[str, Any]:
+    def _receive(self, timeout: float, what: str, since: float | None = None) -> dict[str, Any]:
+        """The next reply within `timeout` seconds; WorkerTimeout (the worker killed) where none came, saying
+        how long the request went unanswered from `since` (its start: a request's last wait is only what
+        is left of its timeout after the marks answered on the way), rounded."""
+        started = _CLOCK() if since is None else since
         if not self.conn.poll(timeout):
             if not self.proc.is_alive():
                 raise WorkerDied(self._death_note())
+            waited = _CLOCK() - started
             self.kill()
-            raise WorkerTimeout(f"no answer after {timeout:g} s ({what}); worker killed")
+            raise WorkerTimeout(f"no answer after {waited:.1f} s ({what}); worker killed")
         try:
             return self.conn.recv()
         except (EOFError, OSError):

@@ -161,11 +161,42 @@ def sentence(rows) -> str | None:
     said += [fp8_sentence(p, ok, where) for _, p in ok.iterrows() if quantised(p)]
     wrong = pts[(pts["status"] != "ok") & (pts["tflops"].astype(float) > float(fastest["tflops"]))]
     for _, w in wrong.iterrows():
-        said.append(
-            f"{w['variant']} is faster than every ok variant ({where(w)}) but fails the float64 gate "
-            f"(rel_err {err_text(w['rel_err'])}, tolerance {w['tolerance']:g})."
-        )
+        said.append(f"{w['variant']} is faster than every ok variant ({where(w)}) but {failed_check(w)}.")
     return " ".join(said) or None
+
+
+# the checks after timing, in the order harness.measure.cell's verdict says them: their column and words
+AFTER_CHECKS = (
+    ("fresh_rel_err", "on fresh inputs after timing"),
+    ("refill_rel_err", "on the timed tensors refilled in place with fresh values after timing"),
+)
+
+
+def _over(err: Any, tol: float) -> bool:
+    return present(err) and not float(err) <= tol
+
+
+def failed_check(w) -> str:
+    """Which float64 check a wrong point failed, with the error that failed it: the gate on its first call
+    (rel_err), its gradients (grad_rel_err), or, where its first call passed, the checks after timing (an
+    answer remembered: fresh_rel_err, refill_rel_err), with the gate's passing error beside; else the row's
+    own message (inputs modified in place, the dropout check)."""
+    tol = float(w["tolerance"])
+    if _over(w["rel_err"], tol):
+        return f"fails the float64 gate (rel_err {err_text(w['rel_err'])}, tolerance {tol:g})"
+    grad_tol = tol * GRAD_TOLERANCE_FACTOR
+    if _over(w.get("grad_rel_err"), grad_tol):
+        err = err_text(w["grad_rel_err"])
+        return f"fails the float64 gate on its gradients (grad rel_err {err}, tolerance {grad_tol:g})"
+    for column, check in AFTER_CHECKS:
+        if _over(w.get(column), tol):
+            return (
+                f"fails the float64 check {check} (rel_err {err_text(w[column])}, tolerance {tol:g}): its "
+                f"gated first call passed (rel_err {err_text(w['rel_err'])}), so its answer does not follow "
+                "its inputs"
+            )
+    message = str(w.get("message") or "") if present(w.get("message")) else ""
+    return f"is wrong: {message}" if message else "is wrong"
 
 
 def _where(length: str):

@@ -99,6 +99,31 @@ def test_a_busy_machine_is_said_before_the_race(tmp_path):
     assert not any("machine was busy" in line for line in steady), steady
 
 
+def test_a_race_end_read_off_a_drifted_or_noisy_cell_is_marked(tmp_path):
+    """On a busy machine the race led with a ratio whose baseline cell was 16x its calm time, unmarked: an
+    end whose cell (fn's or the baseline's) drifted, or was noisy while the machine did not hold its speed,
+    says so (the busy-machine line's rule); a calm end does not."""
+    from synthetic import write_run
+
+    said = answer(write_run(tmp_path / "busy", busy_rows(3)), "fn", "sdpa").lines
+    (race,) = [line for line in said if line.startswith("float32: ")]
+    assert "at N 64 (drifted or noisy) to " in race and "at N 512 than sdpa" in race, race
+    calm = answer(write_run(tmp_path / "calm", busy_rows(0)), "fn", "sdpa").lines
+    assert not any("drifted or noisy" in line for line in calm), calm
+
+
+def test_two_points_give_the_baselines_exponents_no_ci_either(tmp_path):
+    """'(plug_old: N^5.70 and N^0.29)' beside fn's 'N^1.01 (no CI)': the baseline's exponents from two N
+    have no CI either, and say so."""
+    from synthetic import cell, write_run
+
+    rows = [cell(v, n, time_ms=n / 100 * s, peak_mem_bytes=n * 1000)
+            for n in (128, 256) for v, s in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
+    (grows,) = [line for line in answer(write_run(tmp_path / "two", rows), "fn", "sdpa").lines
+                if line.startswith("grows with N")]  # fmt: skip
+    assert grows.endswith("(sdpa: N^1.00 (no CI) and N^1.00 (no CI))"), grows
+
+
 def test_wrong_cells_are_said_by_cause(tmp_path):
     """A function that ignores both causal= and key_lengths=: the causal cells' cause is said of them and
     the padded ones' of them (one line gave the padded cells' cause for every mask); a fourth cause and

@@ -131,6 +131,39 @@ def test_a_probe_that_hangs_or_kills_its_worker_costs_only_its_own_records():
     ]
 
 
+def test_a_timeout_says_how_long_the_request_went_unanswered_rounded():
+    """'exceeded --cell-timeout 8 s: no answer after 7.80468 s': the marks a timing loop sends on the way
+    are answered, and the wait after the last of them is what the timeout has left, which the message
+    gave, unrounded, as if it were the whole wait. It gives the time since the request, rounded."""
+    from attnbench.harness.measure.outcomes import MARK
+
+    class Conn:  # one mark 0.3 s into the request, then nothing
+        polls = 0
+
+        def send(self, msg):
+            pass
+
+        def poll(self, timeout):
+            self.polls += 1
+            time.sleep(0.3 if self.polls == 1 else timeout)
+            return self.polls == 1
+
+        def recv(self):
+            return {"op": MARK}
+
+    class Proc:
+        def is_alive(self):
+            return True
+
+    worker = object.__new__(isolation.Worker)
+    worker.conn, worker.proc, worker.config, worker.kill = Conn(), Proc(), {}, lambda: None
+    with pytest.raises(isolation.WorkerTimeout) as raised:
+        worker.request({"op": "cell"}, timeout=1.0)
+    said = str(raised.value)
+    waited = float(re.search(r"no answer after (\d+\.\d) s \(cell\); worker killed", said)[1])
+    assert 1.0 <= waited < 1.5, said
+
+
 @pytest.fixture(scope="module")
 def poison_and_guard_run(tmp_path_factory):
     """One real run for the two tests below (each was a worker start, a calibration and a probe of its

@@ -349,3 +349,18 @@ def test_more_workers_than_rounds_are_refused_with_both_ways_out(tmp_path):
         "visit"
     )
     assert not (tmp_path / "r").exists()
+
+
+def test_a_rows_noisy_note_is_its_pooled_samples_spread():
+    """plug_new's visits at 31.3, 0.37 and 0.31 ms: the row is noisy (pooled IQR/median) but carried the
+    first visit's message; plug_old's first visit said 'noisy: IQR/median 34%' under a row of 536%. The
+    row's note is the pooled samples', as its rel_iqr and noisy flag are."""
+
+    def visit(times, message=""):
+        return {"cell_id": "c", "status": "ok", "message": message, "samples_ms": times, **summarize(times)}
+
+    calm_first = [visit([31.3, 31.4, 31.2]), visit([0.37, 0.36, 0.38]), visit([0.31, 0.30, 0.32])]
+    row = visits.summary(calm_first)
+    assert row["noisy"] and row["message"] == f"noisy: IQR/median {row['rel_iqr']:.0%}", row["message"]
+    noisy_first = [visit([1.0, 1.4, 0.9], "noisy: IQR/median 34%"), visit([1.0, 1.0, 1.01])]
+    assert not visits.summary(noisy_first)["noisy"] and visits.summary(noisy_first)["message"] == ""

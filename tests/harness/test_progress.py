@@ -46,3 +46,27 @@ def test_a_wrong_cells_error_outlasts_its_memory_and_a_long_message_goes_below()
     unsupported = {**ROW, "status": "unsupported", "time_ms_median": None, "message": why}
     lines = cell_line(unsupported, 72).splitlines()
     assert lines[0].startswith("unsupported naive") and "xformers is not installed" in lines[1]
+
+
+CAUSAL = {**ROW, "variant": "plug_new", "dtype": "bfloat16", "heads": 8, "seq_len": 4096, "d_k": 64,
+          "d_v": 64,
+          "causal": True, "time_ms_median": 6.786, "rel_iqr": 2.74, "noisy": True,
+          "message": "noisy: IQR/median 34%"}  # fmt: skip
+
+
+def test_a_causal_line_keeps_its_tflops_in_100_columns():
+    """'ok plug_new ... causal fwd 6.786 ms ±137% 646 KiB': a causal shape is 7 columns longer, pushed out
+    of line already; it drops its padding before a number, and its TFLOP/s stays."""
+    line = cell_line(CAUSAL, 100)
+    assert len(line) <= 100 and "causal fwd" in line and "TFLOP/s" in line and "KiB" in line, line
+
+
+def test_the_spread_is_said_once_from_the_row():
+    """'±268%' (the row's rel_iqr / 2) with 'noisy: IQR/median 34%' (one visit's) under it: the line gives
+    the row's spread once, and says noisy beside it where the row is flagged noisy."""
+    line = cell_line(CAUSAL)
+    assert "±137% noisy" in line and "IQR/median" not in line, line
+    calm = cell_line({**CAUSAL, "rel_iqr": 0.04, "noisy": False, "message": ""})
+    assert "±2%" in calm and "noisy" not in calm, calm
+    kept = cell_line({**CAUSAL, "message": "noisy: IQR/median 34%; a note of its own"}, 100)
+    assert "a note of its own" in kept and "IQR/median" not in kept, kept

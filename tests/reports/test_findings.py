@@ -76,6 +76,59 @@ def test_no_memory_wall_is_read_off_a_memory_fit_too_uncertain_to_say(tmp_path):
     assert "Memory wall (2 GiB of device memory, memory fit extrapolated): naive up to N = 8,192." in text
 
 
+def test_an_exponent_without_a_ci_names_no_growth(tmp_path):
+    """Two N: 'blk_new: time grows as N^0.16 (no CI, flat)' of an O(N²) kernel. Two noisy points name no
+    class: the exponent is given with '(no CI)' and no word for the growth."""
+    times = {"blk": (10.0, 11.2), "naive": (1.0, 4.0)}
+    rows = [
+        synthetic.cell(v, n, time_ms=t, peak_mem_bytes=2**20 * n // 256)
+        for v, ts in times.items()
+        for n, t in zip((256, 512), ts, strict=True)
+    ]
+    text = " ".join(
+        _sentences(render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "r"))
+    )
+    assert re.search(r"blk: time grows as N\^0\.16 \(no CI\), memory as N\^1\.00 \(no CI\)\.", text), text
+    assert re.search(r"naive: time grows as N\^[12]\.\d\d \(no CI\),", text), text
+    for word in ("flat", "quadratic", "linear"):
+        assert word not in text.split("blk:")[1], text
+
+
+def _ran_until(variant: str, last: int, times: dict[int, dict[str, float]]) -> list[dict]:
+    """`times` (N -> variant -> ms) as rows, `variant` an error past N = `last`."""
+    rows = []
+    for n, at in times.items():
+        for v, t in at.items():
+            broken = v == variant and n > last
+            rows.append(
+                synthetic.cell(v, n, status="error", message="boom")
+                if broken
+                else synthetic.cell(v, n, time_ms=t)
+            )
+    return rows
+
+
+def test_a_tie_names_a_variant_only_at_the_n_where_it_ran_ok(tmp_path):
+    """'m_nocausal, sdpa, m_crash, m_detach, m_raises and m_tail cannot be told apart from N = 128 to 256',
+    with m_raises an error at 256: a variant at the front at only some N of the stretch is named with
+    those N."""
+    rows = _ran_until("z", 128, {n: {"x": n / 100, "y": n / 100, "z": n / 100} for n in (128, 256)})
+    (first, *_) = _sentences(render(prepare([synthetic.write_run(tmp_path / "r", rows)]), tmp_path / "o"))
+    assert (
+        first == "y and x cannot be told apart at every N measured, 128 to 256 (with them: z at N = 128)."
+    ), first
+
+
+def test_a_crossover_names_only_variants_ranked_on_both_sides_of_it(tmp_path):
+    """'Crossover between N = 256 and 512: m_sleepy and sdpa take the lead from ... m_crash ... m_raises',
+    neither of them run at 512: a variant that stopped was not overtaken."""
+    rows = _ran_until(
+        "gone", 256, {256: {"a": 1.0, "gone": 1.0, "b": 1.5}, 512: {"a": 8.0, "b": 4.0, "gone": 0}}
+    )
+    text = _sentences(render(prepare([synthetic.write_run(tmp_path / "r", rows)]), tmp_path / "o"))
+    assert "Crossover between N = 256 and 512: b takes the lead from a." in text, text
+
+
 def test_a_tie_inside_a_lead_does_not_break_it():
     p = findings._Point
     pts = [p(256, "a", (), "b", 1.2), p(512, "b", ("a",), "a", 1.01), p(1024, "a", (), "b", 1.3)]
@@ -293,7 +346,7 @@ def test_a_leader_that_shared_the_front_takes_it_from_the_others_only(monkeypatc
     alone = [P(n, "sdpa_flash", (), "sdpa", 1.05) for n in (2048, 2560)]
     monkeypatch.setattr(findings, "length_axis", lambda rows: "seq_len")
     monkeypatch.setattr(findings, "best_variant", lambda rows: pd.DataFrame({"x": [1]}))
-    monkeypatch.setattr(findings, "_points", lambda best, length: tied + alone)
+    monkeypatch.setattr(findings, "_points", lambda best, length, ranked=None: tied + alone)
     monkeypatch.setattr(findings, "leader_runs", lambda pts: [("sdpa", tied), ("sdpa_flash", alone)])
     s = findings.ranking_sentences(pd.DataFrame())
     assert s[-1] == "Crossover between N = 1,536 and 2,048: sdpa_flash takes the lead from sdpa and naive."

@@ -102,6 +102,30 @@ def test_the_findings_say_the_fastest_is_less_accurate(drawn):
     assert "fails the float64 gate (rel_err 0.02, tolerance 0.005)" in said["float16"]
 
 
+def test_a_memoising_kernel_is_said_to_fail_the_check_it_failed_with_its_error(tmp_path):
+    """'m_memo ... fails the float64 gate (rel_err 4.2e-07, tolerance 0.0001)': its gated first call passed,
+    the check on fresh inputs after timing failed (rel_err 1.4). The sentence names that check and quotes
+    its error, the passing gate's beside."""
+    import pandas as pd
+
+    rows = _rows()
+    for n in SEQ:
+        rows.append(synthetic.cell(
+            "memo", n, time_ms=0.1 * (n / 256) ** 2, status="wrong", rel_err=4.2e-7, fresh_rel_err=1.4,
+            message="answer does not follow the inputs: on fresh inputs (seed 1) rel_err 1.40e+00",
+        ))  # fmt: skip
+    df = prepare([synthetic.write_run(tmp_path / "run", rows)]).df
+    found = findings.build(df, pd.DataFrame(), lambda gkey, group: str(gkey["dtype"]))
+    said = " ".join(dict((p.title, " ".join(p.sentences)) for p in found.panels)["float32"].split())
+    assert "memo is faster than every ok variant" in said, said
+    tol = TOLERANCE["float32"]
+    assert (
+        f"fails the float64 check on fresh inputs after timing (rel_err 1.4, tolerance {tol:g}): its gated "
+        "first call passed (rel_err 4.2e-07)"
+    ) in said, said
+    assert "fails the float64 gate (rel_err 4.2e-07" not in said
+
+
 def test_a_run_without_an_ok_error_adds_nothing(tmp_path):
     failed = [synthetic.cell("naive", n, status="error", message="boom") for n in SEQ]
     untested = synthetic.power_law_rows({"naive": (2, 2), "chunked": (2, 1)}, list(SEQ))  # no rel_err

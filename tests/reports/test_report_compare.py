@@ -14,6 +14,8 @@ from synthetic import rows_in_rounds
 
 from attnbench.reports.compare import (
     accuracy_lines,
+    cell_table,
+    change_text,
     compare_runs,
     parse_run_spread,
     parse_threshold,
@@ -71,14 +73,16 @@ def test_two_single_runs_of_identical_code_pass_both_ways_and_a_2x_slowdown_fail
         ("rounds", lambda s: rows_in_rounds(VARIANTS, 2, speed=s), {"naive": 2.0, "sdpa": 0.8}),
         ("samples", lambda s: _rows(s, seed=7), None),
     ]:
-        a = synthetic.write_run(tmp_path / kind / "a", rows_in_rounds(VARIANTS, 1) if slow else _rows())
-        b = synthetic.write_run(tmp_path / kind / "b", same(shift))
+        a = synthetic.write_run(
+            tmp_path / kind / "a", rows_in_rounds(VARIANTS, 1) if slow else _rows(), run_id="a"
+        )
+        b = synthetic.write_run(tmp_path / kind / "b", same(shift), run_id="b")
         for x, y in ((a, b), (b, a)):
             cmp = compare_runs(x, y, threshold=GATE)
             assert cmp.regressions.empty and cmp.judgement.blind, cmp.cells[["ratio", "ratio_ci_low"]]
             assert cmp.judgement.level == ("visit" if slow else "sample")
         rows = rows_in_rounds(slow, 3, speed=shift) if slow else _rows(2.0 * shift, seed=9)
-        doubled = synthetic.write_run(tmp_path / kind / "2x", rows)
+        doubled = synthetic.write_run(tmp_path / kind / "2x", rows, run_id="2x")
         assert len(compare_runs(a, doubled, threshold=GATE).regressions) == 8
         assert len(compare_runs(b, doubled, threshold=GATE).regressions) == 8  # 2x of the shifted run
     report = text_report(compare_runs(a, b, threshold=GATE))
@@ -258,6 +262,49 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
     assert len(compare_runs(run, run, variant_a="naive", variant_b="sdpa").cells) == len(SEQ)
 
 
+def test_runs_sampled_with_different_settings_are_warned_about(tmp_path):
+    """One run with warm-up 50 / budget 1000 / min_ms 100 ms, the other 20 / 300 / 50: compare said nothing,
+    as it says when the calibrations differ. One warning line names each setting on both sides."""
+    a, b = _pair(tmp_path, _rows(), _rows())
+
+    def settings(run, **values):
+        meta = json.loads((run / "meta.json").read_text())
+        meta["sweep"]["settings"] = {"warmup_ms": 20, "budget_ms": 300, "min_ms": 50, "seed": 0, **values}
+        (run / "meta.json").write_text(json.dumps(meta))
+
+    settings(a, warmup_ms=50, budget_ms=1000, min_ms=100)
+    settings(b, seed=1)  # not a sampling setting
+    report = text_report(compare_runs(a, b))
+    (line,) = [x for x in report.splitlines() if "sampling settings differ" in x]
+    assert line.startswith(
+        "WARNING sampling settings differ: --warmup-ms 50 in A, 20 in B; --budget-ms 1000 in A, 300 in B; "
+        "--min-ms 100 in A, 50 in B: "
+    ), line
+    settings(a)
+    assert "sampling settings differ" not in text_report(compare_runs(a, b))
+
+
+def test_a_copy_of_a_run_compared_with_it_is_refused(tmp_path):
+    """compare runs/n1 /tmp/n1copy (a copied directory: the same run_id and created in meta.json) printed
+    a comparison of identical data: refused in one line, exit 2, as the same directory is; an A/B of two
+    of its variants still pairs by round."""
+    import shutil
+
+    run = synthetic.write_run(tmp_path / "run", _rows())
+    copy = shutil.copytree(run, tmp_path / "elsewhere" / "copy")
+    with pytest.raises(
+        ValueError, match=r"copy is a copy of the run .*\(the run_id \S+ and created \S+ in meta\.json\)"
+    ):
+        compare_runs(run, copy)
+    out = tmp_path / "out"
+    proc = run_cli("compare", str(run), str(copy), "--out", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "is a copy of the run" in proc.stderr and "in meta.json" in proc.stderr
+    assert proc.stdout == "" and not out.exists()
+    ab = compare_runs(run, copy, variant_a="naive", variant_b="sdpa")
+    assert len(ab.cells) == len(SEQ) and ab.judgement.design.same_run
+
+
 def _verdict_pair(tmp_path, samples_a, samples_b):
     """One naive cell at N=1024 in each run, with the given raw samples."""
     a = synthetic.write_run(tmp_path / "a", [synthetic.cell("naive", 1024, sample_ms=samples_a)], run_id="a")
@@ -323,8 +370,36 @@ def test_the_gates_median_is_the_rows_median_and_is_shown_as_one(tmp_path):
     proc = run_cli(*args, "median:50%", "--out", str(tmp_path / "o"), timeout=120)
     assert proc.returncode == 1, proc.stderr
     said = f"REGRESSION naive seq_len=1024: median {medians[0]:.4g} -> {medians[1]:.4g} ms (+60%)"
-    assert said in proc.stdout and "A median ms" in proc.stdout
+    assert said in proc.stdout and "gate: A median ms" in proc.stdout
     assert "its median (each side's time_ms_median" in proc.stdout
+
+
+def test_a_rows_times_and_its_change_are_one_quantity(tmp_path):
+    """A's calls: 16 at 1 ms and 14 at 4 ms (a heavy tail), B's all at 1.2 ms: the medians rose (1 -> 1.2)
+    while the geometric means the judge compares fell (1.9 -> 1.2). The row shows the geometric means beside
+    B/A and the change, so 'faster' stands beside a lower B; without a median gate no median column."""
+    pair = _verdict_pair(tmp_path, [1.0] * 16 + [4.0] * 14, [1.2] * 30)
+    table = cell_table(compare_runs(*pair, **STATED))
+    row = dict(zip(table.headers, table.rows[0], strict=True))
+    assert float(row["B ms"]) < float(row["A ms"]) and "faster" in row["change"]
+    assert float(row["B ms"]) / float(row["A ms"]) == pytest.approx(float(row["B/A"]), abs=1e-3)
+    assert not any("median" in h for h in table.headers)
+    gated = cell_table(compare_runs(*pair, threshold=GATE, **STATED))
+    assert "gate: A median ms" in gated.headers and "gate: B median ms" in gated.headers
+
+
+@pytest.mark.parametrize(
+    "ratio, significant, said",
+    [
+        (1.003, False, "no change (1.00x), not significant"),
+        (0.998, None, "no change (1.00x) (no test)"),
+        (1.0, True, "no change (1.00x)"),
+        (1.006, True, "1.01x slower"),
+        (0.5, True, "2.00x faster"),
+    ],
+)
+def test_a_change_that_shows_as_1_00x_is_no_change(ratio, significant, said):
+    assert change_text(ratio, significant) == said
 
 
 # ---- calibration: the machine's speed apart from the code's --------------------------------------
@@ -704,11 +779,24 @@ def test_a_compare_records_holm_adjusted_p_values(tmp_path):
 # ---- every published run ----------------------------------------------------------------------------------
 
 
+def _rerun_of(run, to):
+    """A copy of `run` made at another moment (its meta.json's created one second on): the same data as
+    another run, which compare judges (a copy with the same created is refused)."""
+    import shutil
+    from datetime import datetime, timedelta
+
+    copy = shutil.copytree(run, to)
+    meta = json.loads((copy / "meta.json").read_text())
+    if meta.get("created"):
+        meta["created"] = (datetime.fromisoformat(meta["created"]) + timedelta(seconds=1)).isoformat()
+        (copy / "meta.json").write_text(json.dumps(meta))
+    return copy
+
+
 def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
     """Every run under results/reference/ (old columns and all) compares with a copy of itself, with every
     judged cell at B/A 1 and nothing failing, and with the next run that shares cells with it; one page is
     written."""
-    import shutil
     import warnings
 
     from attnbench import results
@@ -720,7 +808,7 @@ def test_every_reference_run_compares_with_itself_and_with_another(tmp_path):
         # second full load of every run, with its derived columns, cost seconds for these sets alone)
         cells = {run: {r["cell_id"] for r in results.read_rows(run)} for run in runs}
         for i, run in enumerate(runs):
-            itself = compare_runs(run, shutil.copytree(run, tmp_path / "copies" / run.name), threshold=GATE)
+            itself = compare_runs(run, _rerun_of(run, tmp_path / "copies" / run.name), threshold=GATE)
             judged = itself.cells.dropna(subset=["ratio"])
             assert (
                 len(judged) and judged["ratio"].to_numpy() == pytest.approx(1.0) and itself.regressions.empty
