@@ -477,9 +477,13 @@ def _end(k: Any, j: Any, length: str) -> str:
 
 
 def _ratio_text(ratio: float) -> str:
-    if not math.isfinite(ratio):
+    if not math.isfinite(ratio) or ratio <= 0:
         return "n/a"
-    return f"{ratio:.2f}x slower" if ratio >= 1 else f"{1 / ratio:.2f}x faster"
+    if (
+        f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00"
+    ):  # as compare says it: never faster or slower
+        return "as fast (1.00x)"
+    return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
 
 
 def growth(df, metas, variant: str, baseline: str) -> list[str]:
@@ -514,16 +518,15 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     if not present(mine["time_exp"]):  # one length (or none) ok: nothing grows
         return []
     n = _length_name(length_axis(plain[(plain["dtype"] == dtype) & (plain["variant"] == variant)]))
+    memory = present(mine["mem_exp"])  # rows without a peak (a device that cannot measure it): time alone
     beside = (  # the baseline's exponents as fn's are said: with their CIs, or "(no CI)" where none
-        f" ({baseline}: {n}^{base['time_fit']} and {n}^{base['mem_fit']})"
-        if base is not None and present(base["time_exp"]) and present(base["mem_exp"])
+        f" ({baseline}: {n}^{base['time_fit']}" + (f" and {n}^{base['mem_fit']})" if memory else ")")
+        if base is not None and present(base["time_exp"]) and (present(base["mem_exp"]) or not memory)
         else ""
     )
     over = mine["fit_seq_lens"].replace(" ", ", ")
-    return [
-        f"grows with {n} ({dtype}{said}, {mask}, fitted over {n} {over}): "
-        f"time as {n}^{mine['time_fit']}, peak memory as {n}^{mine['mem_fit']}{beside}"
-    ]
+    grows = f"time as {n}^{mine['time_fit']}" + (f", peak memory as {n}^{mine['mem_fit']}" if memory else "")
+    return [f"grows with {n} ({dtype}{said}, {mask}, fitted over {n} {over}): {grows}{beside}"]
 
 
 def bandwidth(df, metas, variant: str, baseline: str) -> list[str]:

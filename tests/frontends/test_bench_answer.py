@@ -228,3 +228,18 @@ def test_skipped_cells_are_counted_and_their_option_said_in_the_callers_spelling
     ], api
     cli = [line for line in answer(run, "fn", "sdpa").lines if line.startswith("skipped")]
     assert cli and cli[0].endswith("over --max-call-ms 1000"), cli
+
+
+def test_rows_without_peak_memory_say_time_alone_and_an_even_race_is_as_fast(tmp_path):
+    """'peak memory as N^n/a (ok at 0 seq_lens)' where no row had a peak; '1.00x slower' at a ratio of 1."""
+    from synthetic import cell, write_run
+
+    from attnbench.reports.answer import _ratio_text
+
+    rows = [cell(v, n, time_ms=n * n / 1e4 * s, peak_mem_bytes=None)
+            for n in (128, 256, 512) for v, s in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
+    (grows,) = [line for line in answer(write_run(tmp_path / "nomem", rows), "fn", "sdpa").lines
+                if line.startswith("grows with N")]  # fmt: skip
+    assert "peak memory" not in grows and "n/a" not in grows, grows
+    assert "(sdpa: N^" in grows and " and N^" not in grows, grows
+    assert _ratio_text(1.001) == "as fast (1.00x)" and _ratio_text(1.01) == "1.01x slower"
