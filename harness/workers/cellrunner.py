@@ -13,11 +13,11 @@ from typing import Any
 
 from attnbench import variants
 from attnbench.harness.measure.outcomes import (
-    STATE_CHANGED,
     clock_fields,
     clock_mismatch,
     clock_readings,
     events_mismatch,
+    names_a_change,
     threads_mismatch,
 )
 from attnbench.harness.measure.rows import base_row, blame, finish, noted
@@ -167,7 +167,7 @@ class CellRunner:
             wrong_threads = threads_mismatch(row, settings.threads or worker.threads)
             # where the snapshot named what the variant changed (time.perf_counter replaced), that cause
             # comes first and how far the clock ran off after it: a clipped message keeps the cause
-            named = wrong_clock is not None and STATE_CHANGED in str(row.get("message") or "")
+            named = wrong_clock is not None and names_a_change(str(row.get("message") or ""))
             offences = (None if named else wrong_clock, events_mismatch(row), wrong_threads)
             blame(row, [w for w in offences if w])
             if named:
