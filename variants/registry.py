@@ -30,6 +30,7 @@ from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import HASHED, described, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
+from .unknown import unknown_names
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 # The top-level import names attnbench had before 0.2 (now attnbench.variants, ...): a plug-in that still
@@ -671,14 +672,7 @@ def load_errors() -> list[str]:
 
 
 def _unknown(names: list[str], reg: dict[str, Variant]) -> str:
-    """'unknown variant 'naiv' (did you mean 'naive'?); known: ...', every unknown name at once."""
-    import difflib
-
-    def one(n: str) -> str:
-        near = difflib.get_close_matches(n, list(reg), n=1, cutoff=0.6)
-        return repr(n) + (f" (did you mean {near[0]!r}?)" if near else "")
-
-    return f"unknown variant{'s' * (len(names) > 1)} {', '.join(map(one, names))}; known: {', '.join(reg)}"
+    return unknown_names(names, list(reg), _LOAD_ERRORS)
 
 
 def get(name: str) -> Variant:
