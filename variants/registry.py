@@ -27,7 +27,7 @@ from .handed import (
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import HASHED, described, redefines, source_of
+from .origin import HASHED, VARIANT_FILE_MODULE, described, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
 from .unknown import unknown_names
@@ -608,7 +608,7 @@ def load_variant_file(path: str | Path) -> list[str]:
         raise VariantError(f"variant file {str(path)!r} is not a .py file (nor a run's variants.pkl)")
     _load_builtins()
     before = set(_REGISTRY)
-    mod_name = f"attnbench_variant_file_{abs(hash(str(p.resolve())))}"
+    mod_name = f"{VARIANT_FILE_MODULE}{abs(hash(str(p.resolve())))}"
     if mod_name in sys.modules:  # loaded already (the worker and the parent both load it once)
         return [n for n, v in _REGISTRY.items() if v.source.split(HASHED)[0] == f"file {p}"]
     spec = importlib.util.spec_from_file_location(mod_name, p)

@@ -152,6 +152,19 @@ def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
     sys.modules.pop("thirdparty_attn", None)
 
 
+def test_a_variant_files_function_without_a_docstring_is_described_by_its_file(tmp_path, monkeypatch):
+    """Not by the module the file is imported as ("blocked_v1 from attnbench_variant_file_7756...")."""
+    from attnbench.variants import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    path = tmp_path / "blocked.py"
+    path.write_text(
+        "import attnbench\n@attnbench.register('blocked_v1')\ndef blocked_v1(q, k, v):\n    return q\n"
+    )
+    assert variants.load_variant_file(path) == ["blocked_v1"]
+    assert variants.get("blocked_v1").cap.description == "blocked_v1 from blocked.py"
+
+
 def test_an_unknown_name_names_the_plugins_that_failed_to_load(tmp_path, monkeypatch):
     """The plug-in that would have registered `my_flash` failed to import: `run --variants my_flash`, `bench
     my_flash` and the API said only "unknown variant 'my_flash' (did you mean 'sdpa_flash'?)"; the same
