@@ -8,7 +8,7 @@ task one: the same code decides every cell's fate everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from attnbench import variants
@@ -117,6 +117,22 @@ class CellRunner:
         if reply.get("exiting"):  # a variant probed there changed torch's global state: a fresh worker
             self.replace()
         return reply
+
+    def numerics(
+        self, names: Sequence[str], devices: Sequence[str], dtypes: Sequence[str], timeout: float
+    ) -> list[dict[str, Any]]:
+        """The numerics probe's records, one variant per request so that a variant that crashes or hangs
+        its worker costs only its own records: one record then, {variant, status crashed or timeout,
+        message}, with no device, dtype or scale (the worker is replaced for the next)."""
+        records = []
+        for name in names:
+            msg = {"op": "numerics", "variants": [name], "devices": list(devices), "dtypes": list(dtypes)}
+            try:
+                records += self.request(msg, timeout=timeout)["value"]
+            except (WorkerTimeout, WorkerDied) as exc:
+                status = "timeout" if isinstance(exc, WorkerTimeout) else "crashed"
+                records.append({"variant": name, "status": status, "message": str(exc)})
+        return records
 
     def describe(self, device: str, dtypes: list[str], known: Collection[str] = ()) -> dict[str, Any] | None:
         """Where this runner's worker measures `device`, with that device's calibration: one entry of
