@@ -116,17 +116,20 @@ STATUSES_FAILED = ("FAIL", "error", "crashed", "timeout")  # a gating row of one
 class Isolated:
     """The check's worker process (a CellRunner, with the variant files and entry points loaded) and each
     problem asked of it with the deadline `cell_timeout`; its log in a folder of its own, removed on close.
-    A worker that cannot start raises WorkerDied or WorkerTimeout (harness.workers.isolation)."""
+    A worker that cannot start at all makes every problem `crashed`, saying why (`unstarted`)."""
 
     def __init__(self, variant_files: Sequence[str], cell_timeout: float) -> None:
         from attnbench.harness.sweep.settings import Settings
         from attnbench.harness.workers.cellrunner import CellRunner
+        from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 
-        self.timeout = cell_timeout
+        self.timeout, self.runner, self.unstarted = cell_timeout, None, ""
         self.folder = Path(tempfile.mkdtemp(prefix="attnbench-check-"))
         config = {"variant_files": list(variant_files), "log_path": str(self.folder / "worker.log")}
         try:
             self.runner = CellRunner(config, Settings(cell_timeout=cell_timeout))
+        except (WorkerDied, WorkerTimeout) as exc:  # the files loaded here: one the worker cannot load, say
+            self.unstarted = f"the check's worker process did not start: {exc}"
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
@@ -139,7 +142,8 @@ class Isolated:
 
     def close(self) -> None:
         try:
-            self.runner.close(kill=True)
+            if self.runner is not None:
+                self.runner.close(kill=True)
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -152,6 +156,9 @@ class Isolated:
         hung: set[tuple[str, str]] = set()
         for problem in todo:
             if (problem.variant, problem.device) in hung:
+                continue
+            if self.runner is None:
+                yield problem.row("crashed", self.unstarted)
                 continue
             try:
                 asked = {"op": "gate", "problem": dataclasses.asdict(problem)}
@@ -168,6 +175,8 @@ class Isolated:
 
     def probe(self, names: Sequence[str], devices: Sequence[str], dtypes: Sequence[str]) -> list[dict]:
         """The large-logit numerics probe of each variant in the worker (CellRunner.numerics)."""
+        if self.runner is None:
+            return [{"variant": name, "status": "crashed", "message": self.unstarted} for name in names]
         return self.runner.numerics(names, devices, dtypes, self.timeout)
 
 

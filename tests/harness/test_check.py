@@ -518,3 +518,25 @@ def test_a_variant_files_function_without_a_docstring_names_the_file(isolated_fi
     listed = run_cli("list", "--variant-file", isolated_file, "--json")
     (row,) = [r for r in json.loads(listed.stdout) if r["name"] == "blocked_v1"]
     assert row["description"] == "blocked_v1 from blocked.py"
+
+
+WORKER_REFUSES = """
+import multiprocessing
+from attnbench import register
+
+if multiprocessing.current_process().name == "attnbench-worker":
+    raise ImportError("this file imports in the check's process only")
+
+@register("parent_only")
+def parent_only(q, k, v, *, causal=False):
+    return q
+"""
+
+
+def test_a_worker_that_cannot_start_is_every_rows_crash_not_a_traceback(tmp_path):
+    plugin = tmp_path / "parent_only.py"
+    plugin.write_text(WORKER_REFUSES)
+    proc = run_cli("check", "--variant-file", str(plugin), "--seq-len", "16", "--dtype", "float32")
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert set(_statuses(proc.stdout, "parent_only")) == {"crashed"}, proc.stdout
+    assert "the check's worker process did not start" in " ".join(proc.stdout.split())
