@@ -365,22 +365,16 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
 
 def _declared(name: str, run_dir: Path):
     """What bench gates of variant `name` beyond its sweep's cells (reports.answer.Declared): the gate of
-    each workload it declares, at check's N, on each device and dtype its run measured
-    (harness.tools.check.gate_workloads), the gate of every mask at that N, forward and backward
-    (check.gate_masks), and the workload keywords its function takes undeclared."""
+    each workload it declares and of every mask, forward and backward, at check's N, on each device and
+    dtype its run measured, each in a worker process (harness.tools.check.bench_gates), and the workload
+    keywords its function takes undeclared."""
     from attnbench import variants
     from attnbench.harness.tools import check
     from attnbench.reports.answer import Declared
 
-    mine = load(run_dir)
-    mine = mine[mine["variant"] == name]
-    dtypes = sorted(set(mine["dtype"].astype(str)), key=lambda d: (d != "float32", d))
-    devices = sorted(set(mine["device"].astype(str)))
-    n = check.SEQ_LEN
-    gated = tuple(row for device in devices for row in check.gate_workloads([name], device, dtypes, n))
-    v = variants.get(name)
-    here = [device for device in devices if check.unavailable(v, device) is None]
-    masks = tuple(row for device in here for row in check.gate_masks([name], device, dtypes, n))
+    v, n = variants.get(name), check.SEQ_LEN
+    devices, dtypes = check.measured(run_dir, name)
+    gated, masks = check.bench_gates(run_dir, name, devices, dtypes)
 
     def declares(device: str) -> bool:  # a workload of its own, beside causal's top-left cell
         return any(not check.implied(label) for label, _ in check.workload_cells(v, device, dtypes[0], n))

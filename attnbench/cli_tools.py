@@ -110,12 +110,14 @@ def add_env(sub) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """The correctness gate for every variant over causal x padding (and the numerics probe), as tables."""
+    """The correctness gate for every variant over causal x padding (and the numerics probe), as tables;
+    each problem gated in a worker process, as `run` measures a cell (harness.tools.check.Isolated)."""
     from attnbench.harness.sweep.grammar import read_axis, split
     from attnbench.harness.tools import check
     from attnbench.results.axes import axis
 
     try:
+        timeout = _cell_timeout(args.cell_timeout)
         plan = check.prepare(
             split(args.variants) if args.variants else None,
             read_axis(axis("device"), args.device, "--device"),  # the words `run` reads (bf16 too)
@@ -125,13 +127,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:  # VariantError is one
         raise BadInput(str(exc)) from None
+    from attnbench.harness.workers.isolation import prestart
+
+    prestart()  # the worker's torch import beside this process's own
     from attnbench.reports import terminal
 
     console = terminal.fitted_console()
-    rows, interrupted = [], False
+    rows, interrupted, records = [], False, None
     try:
-        for row in check.gate_all(plan):
-            rows.append(row)
+        with check.Isolated(plan.variant_files, timeout) as isolated:
+            for row in isolated.gates(plan.problems()):
+                rows.append(row)
+            if args.probe:
+                records = isolated.probe(list(plan.names), list(plan.devices), list(plan.dtypes))
     except KeyboardInterrupt:  # Ctrl-C or a time limit: what was checked is still shown (a GPU session's
         interrupted = True  # check cut at 195 s by flex's compiles printed nothing)
     shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
@@ -145,16 +153,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         made = f"{len(rows)} check{'' if len(rows) == 1 else 's'}"
         print(f"interrupted: the table holds the {made} made before it", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if args.probe:
-        from attnbench.harness.measure import numerics
-
+    if records is not None:
         console.print()
-        console.print(
-            terminal.probe_table(
-                numerics.probe(list(plan.names), list(plan.devices), list(plan.dtypes)), console.width, notes
-            )
-        )
+        console.print(terminal.probe_table(records, console.width, notes))
     return check.exit_status(rows)
+
+
+def _cell_timeout(text: str) -> float:
+    """check's --cell-timeout, read and checked as `run` reads it (the setting's own rule); ValueError naming
+    the flag."""
+    from attnbench.harness.sweep.settings import SETTINGS
+
+    (setting,) = [s for s in SETTINGS if s.name == "cell_timeout"]
+    return float(setting.read(text, "--cell-timeout"))
 
 
 def _one_length(text: str) -> int:
@@ -196,6 +207,13 @@ def add_check(sub) -> None:
     p.add_argument("--seq-len", default="100", metavar="N", help="the one N each check runs at (default 100)")
     p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
     p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
+    from attnbench.harness.sweep.settings import SETTINGS
+
+    (timeout,) = [s for s in SETTINGS if s.name == "cell_timeout"]  # run's flag: its default, help, metavar
+    p.add_argument(
+        "--cell-timeout", default=str(timeout.default), metavar=timeout.metavar,
+        help=f"kill a problem's worker after this long, as `run` a cell's (default {timeout.default:g})",
+    )  # fmt: skip
     p.set_defaults(func=cmd_check)
 
 

@@ -28,6 +28,8 @@ MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
 BROKEN = ("error", "crashed", "timeout", "oom")  # the statuses of a cell whose call raised, died or hung
 BROKEN_WORDS = {"timeout": "timed out"}  # a status, as a line says what its cells did
+# a gate row's verdicts that are failures (harness.tools.check's GateRow), and each one's word in a line
+GATE_VERDICTS = {"FAIL": "WRONG", "error": "ERROR", "crashed": "CRASHED", "timeout": "TIMED OUT"}
 # the axes of a cell's shape besides its lengths and mask: a race line each where fn's cells take several
 SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "dropout", "mod", "lengths",
               "page_size")  # fmt: skip
@@ -217,13 +219,13 @@ def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset(), right: s
     how many more are) of those whose (dtype, mask) the sweep did not find wrong already (`wrong`: its
     WRONG lines say so); then one for each device its cells ran on that this process lacks, where nothing
     is gated."""
-    gated = [r for r in declared.masks if r.status in ("pass", "FAIL", "error")]
+    gated = [r for r in declared.masks if r.status == "pass" or r.status in GATE_VERDICTS]
     n, lines = n_text(declared.n), []
     failed = [r for r in gated if r.status != "pass"]
     bad = [r for r in failed if (r.dtype, mask_text(r.causal, r.padding)) not in wrong]
     if bad:
         first, more = bad[0], len(bad) - 1
-        word = "WRONG" if first.status == "FAIL" else "ERROR"
+        word = GATE_VERDICTS[first.status]
         also = f" (and {more} more)" if more else ""
         where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
         lines.append(f"{word} at N {n} ({where}){also}: {_short(first.reason, MESSAGE_CHARS)}")
@@ -323,12 +325,12 @@ def workloads(declared: Declared) -> list[str]:
             f"declared workloads correct against float64 at N {n_text(n)} "
             f"({_dtype_list(right)}; worst relative error {worst:.1e}): {labels}"
         )
-    bad = [r for r in gated if r.status in ("FAIL", "error")]
+    bad = [r for r in gated if r.status in GATE_VERDICTS]
     if bad:
         first = bad[0]
         more = len({(r.workload, r.dtype) for r in bad}) - 1
         also = f" (and {more} more)" if more else ""
-        word = ("WRONG" if first.status == "FAIL" else "ERROR") + ("" if _implied(first) else " declared")
+        word = GATE_VERDICTS[first.status] + ("" if _implied(first) else " declared")
         lines.append(
             f"{word} {first.workload} ({first.dtype}, N {n_text(n)}){also}: "
             f"{_short(first.reason, MESSAGE_CHARS)}"
@@ -601,7 +603,7 @@ def answer(
     lines.append(f"run: {run_dir} · {more}")
     gated = [*declared.masks, *declared.gated]
 
-    wrong_anywhere = bool(len(wrong) or overflowed or any(r.status in ("FAIL", "error") for r in gated))
+    wrong_anywhere = bool(len(wrong) or overflowed or any(r.status in GATE_VERDICTS for r in gated))
     kept = lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines
     return Answer(tuple(kept), wrong=wrong_anywhere)
 

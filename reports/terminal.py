@@ -27,12 +27,12 @@ LIST_TITLE = "attnbench variants (memory: how peak memory grows with N)"
 LIST_COLUMNS = ("variant", "description", "memory", "dtypes", "head dim", "supports", "layout", "cpu", "cuda")
 LIST_NARROW = ("variant", "cpu", "cuda", "memory", "dtypes", "head dim", "supports", "layout")
 LIST_COMPACT = ("variant", "cpu", "cuda", "memory", "dtypes", "supports")
+NOT_DEFAULT = "(not in default sweeps)"  # `list`'s mark of a variant a sweep runs only when named
 LIST_LEFT_OUT = "head dims and layouts: attnbench list --json, or 100 columns"
 SHORT = {**SHORT_DTYPE, "padding": "pad", "dropout": "drop", "backward": "bwd"}  # dtypes and supports
 GATE_COLUMNS = ("variant", "device", "dtype", "causal", "pad", "status", "rel_err", "grad_rel")
-GATE_CAPTION = (
-    "exit status 1 when a default variant FAILs or errors; demo-only and unsupported rows do not count"
-)
+# named: with --variants or registered by a --variant-file; unsupported rows never count
+GATE_CAPTION = "exit status 1 when a variant named or in default sweeps FAILs, errors, crashes or times out"
 NO_KEY_TITLE = "rows that see no key (a batch element with key length 0): what each variant returns there"
 NO_KEY_CAPTION = (
     "no run makes this problem (every padded cell keeps at least one key), so it is shown and never gated"
@@ -81,8 +81,8 @@ def _short(csv_text: str) -> str:
 def variant_table(rows: Sequence[Mapping[str, Any]], width: int | None = None) -> Table:
     """One line per variant, from the rows `attnbench list --json` prints (name, description, memory,
     dtypes, head_dim, supports, layout, default, available: {device: bool}): yes/no per device, and
-    '(demo only)' under a variant that is not run by default. For a terminal `width` below WIDE the
-    description is left to print_variants, and below COMPACT_BELOW the head dims and layout too."""
+    '(not in default sweeps)' under a variant that a sweep runs only when named. For a terminal `width` below
+    WIDE the description is left to print_variants, and below COMPACT_BELOW the head dims and layout too."""
     columns = LIST_COLUMNS if width is None or width >= WIDE else LIST_NARROW
     columns = LIST_COMPACT if width is not None and width < COMPACT_BELOW else columns
     table = Table(title=LIST_TITLE) if columns == LIST_COLUMNS else _fitted_table(title=LIST_TITLE)
@@ -93,7 +93,8 @@ def variant_table(rows: Sequence[Mapping[str, Any]], width: int | None = None) -
     for r in rows:
         marks = ["[green]yes[/]" if r["available"][d] else "[red]no[/]" for d in ("cpu", "cuda")]
         cells = {
-            "variant": f"[bold]{_esc(r['name'])}[/]" + ("" if r["default"] else "\n[yellow](demo only)[/]"),
+            "variant": f"[bold]{_esc(r['name'])}[/]"
+            + ("" if r["default"] else f"\n[yellow]{NOT_DEFAULT}[/]"),
             "description": _esc(r["description"]),
             "memory": _esc(r["memory"]),
             "dtypes": _short(r["dtypes"]),
@@ -187,8 +188,12 @@ _GATE_DEFAULTS = {
 }  # fmt: skip
 _GATE_STYLE = {
     "pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "error": "[bold red]error[/]",
+    "crashed": "[bold red]crashed[/]", "timeout": "[bold red]timeout[/]",
     "unsupported": "[yellow]unsupported[/]",
 }  # fmt: skip
+# a row's verdicts that fail a check where it counts
+GATE_FAILED = ("FAIL", "error", "crashed", "timeout")
+NOT_COUNTED = " (not in default sweeps)"  # a failure of a variant check ran unnamed, which does not count
 
 
 def _field(row: Any, name: str) -> Any:
@@ -237,7 +242,7 @@ def gate_table(
     for r in rows:
         status, rel_err, grad = _field(r, "status"), _field(r, "rel_err"), _field(r, "grad_rel_err")
         shown = _GATE_STYLE.get(status, f"[red]{_esc(status)}[/]")
-        shown += "" if _field(r, "gating") or status not in ("FAIL", "error") else " (demo only)"
+        shown += "" if _field(r, "gating") or status not in GATE_FAILED else NOT_COUNTED
         measured = rel_err is not None
         reason = str(_field(r, "reason") or "")
         cells = {
@@ -337,8 +342,8 @@ def probe_table(
             f"{rec['rel_err']:.1e}" if "rel_err" in rec else _noted(str(rec.get("message", "")), notes or {})
         )
         status = style.get(rec["status"], f"[red]{_esc(rec['status'])}[/]")
-        dtype = SHORT_DTYPE.get(rec["dtype"], rec["dtype"]) if fitted else rec["dtype"]
-        table.add_row(
-            _esc(rec["variant"]), _esc(rec["device"]), _esc(dtype), f"x{rec['q_scale']:g}", status, err
-        )
+        dtype = str(rec.get("dtype", ""))  # a variant whose worker crashed or hung: one record, no dtype
+        dtype = SHORT_DTYPE.get(dtype, dtype) if fitted else dtype
+        scale = f"x{rec['q_scale']:g}" if "q_scale" in rec else ""
+        table.add_row(_esc(rec["variant"]), _esc(rec.get("device", "")), _esc(dtype), scale, status, err)
     return table

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 DEFINED_IN = "defined in "
+# the prefix of the module name registry.load_variant_file imports a variant file as (its path's hash after)
+VARIANT_FILE_MODULE = "attnbench_variant_file_"
 HASHED = ", source sha256 "
 
 
@@ -47,6 +49,9 @@ def described(fn: Callable[..., Any]) -> str:
     named = type(target) if is_object else target
     name = (getattr(named, "__name__", "") or "") + (" object" if is_object else "")
     module = getattr(named, "__module__", None) or ""
+    if module.startswith(VARIANT_FILE_MODULE):  # a --variant-file's: the file, not the module it is loaded as
+        file = getattr(sys.modules.get(module), "__file__", None)
+        return f"{name} from {Path(file).name}" if file else name
     return name if module in ("", "__main__", "__mp_main__") else f"{name} from {module}"
 
 

@@ -27,9 +27,10 @@ from .handed import (
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import HASHED, described, redefines, source_of
+from .origin import HASHED, VARIANT_FILE_MODULE, described, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
+from .unknown import unknown_names
 
 ENTRY_POINT_GROUP = "attnbench.variants"
 # The top-level import names attnbench had before 0.2 (now attnbench.variants, ...): a plug-in that still
@@ -607,7 +608,7 @@ def load_variant_file(path: str | Path) -> list[str]:
         raise VariantError(f"variant file {str(path)!r} is not a .py file (nor a run's variants.pkl)")
     _load_builtins()
     before = set(_REGISTRY)
-    mod_name = f"attnbench_variant_file_{abs(hash(str(p.resolve())))}"
+    mod_name = f"{VARIANT_FILE_MODULE}{abs(hash(str(p.resolve())))}"
     if mod_name in sys.modules:  # loaded already (the worker and the parent both load it once)
         return [n for n, v in _REGISTRY.items() if v.source.split(HASHED)[0] == f"file {p}"]
     spec = importlib.util.spec_from_file_location(mod_name, p)
@@ -671,14 +672,7 @@ def load_errors() -> list[str]:
 
 
 def _unknown(names: list[str], reg: dict[str, Variant]) -> str:
-    """'unknown variant 'naiv' (did you mean 'naive'?); known: ...', every unknown name at once."""
-    import difflib
-
-    def one(n: str) -> str:
-        near = difflib.get_close_matches(n, list(reg), n=1, cutoff=0.6)
-        return repr(n) + (f" (did you mean {near[0]!r}?)" if near else "")
-
-    return f"unknown variant{'s' * (len(names) > 1)} {', '.join(map(one, names))}; known: {', '.join(reg)}"
+    return unknown_names(names, list(reg), _LOAD_ERRORS)
 
 
 def get(name: str) -> Variant:

@@ -6,7 +6,10 @@ Every place that receives a variant's output (harness.measure.cell's gated call 
 harness.measure.correctness's gate and gradient check, the dropout check) calls `check_output` first, so a
 float64 answer to float32 inputs is never gated as if it were float32, and a tuple or a transposed tensor is
 named as such instead of failing later with whatever a tensor method says about it. OutputContractError is
-turned into an `error` row with its message as it is (harness.measure.failures).
+turned into an `error` row with its message as it is (harness.measure.failures). Where its gradients are
+checked, the output must also be in its inputs' graph (`check_graph`): one detached, or an answer kept from an
+earlier call, is named as such instead of by autograd's words. Nor may a variant write into its inputs
+(`changed_inputs`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,32 @@ def check_output(out: Any, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         f"{PREFIX}returned {got[0]} {_shape(got[1])} on {got[2]}; expected {' '.join(w for w in wanted if w)}"
         f"{_way_back(got[1], shape)}"
     )
+
+
+def changed_inputs(given, pristine) -> tuple[str, ...]:
+    """The names (outcomes.INPUT_NAMES, in order) of the inputs `given` whose values, shape or dtype no longer
+    equal their `pristine` copies (None: not handed): what a variant modified in place, which it must not."""
+    from attnbench.harness.measure.outcomes import INPUT_NAMES
+
+    return tuple(
+        name for name, t, p in zip(INPUT_NAMES, given, pristine, strict=False)
+        if p is not None and not (t.shape == p.shape and t.dtype == p.dtype and torch.equal(t.detach(), p))
+    )  # fmt: skip
+
+
+NO_GRAPH = (
+    f"{PREFIX}its output has no grad_fn: it is cut from the inputs' graph (detached, computed under no_grad, "
+    "or an answer kept from an earlier call); declare backward=False if it has no backward"
+)
+
+
+def check_graph(out: torch.Tensor) -> torch.Tensor:
+    """out itself when autograd can take its gradient back to the inputs it was computed from (called on an
+    output of inputs that require grad); else OutputContractError (NO_GRAPH), in place of autograd's "element
+    0 of tensors does not require grad and does not have a grad_fn"."""
+    if not out.requires_grad:
+        raise OutputContractError(NO_GRAPH)
+    return out
 
 
 def _way_back(got: tuple[int, ...], shape: tuple[int, ...]) -> str:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from attnbench.harness.measure import own_gradient
-from attnbench.harness.measure.contract import check_output
+from attnbench.harness.measure.contract import changed_inputs, check_graph, check_output
 from attnbench.harness.measure.guard import REFERENCE_ROW_BLOCK  # the reference's block, which guard counts
 from attnbench.harness.measure.own_gradient import leaf_grads
 from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE, sqnr_db  # reports draw them too
@@ -207,10 +207,12 @@ class GateResult:
     approximate: float = 0.0  # a declared approximation's bound (Capability.approximate): the tolerance here
     grad_tolerance: float | None = None  # what grad_rel_err was held to (None: gradients not checked)
     grad_against: str = ""  # an approximation's: own_gradient.OWN or EXACT ("": float64 attention's)
+    # the inputs (outcomes.INPUT_NAMES) the variant modified in place (check): wrong whatever its answer
+    changed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.passed and self.grad_passed is not False
+        return self.passed and self.grad_passed is not False and not self.changed
 
     def describe(self) -> str:
         if math.isinf(self.rel_err):
@@ -592,6 +594,7 @@ def grad_errors(
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # clone keeps the layout
     extra = extra_options(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
     out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
+    check_graph(out)
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
     grads = leaf_grads(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
@@ -665,10 +668,14 @@ def check(
     axes = dict(
         causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table
     )
+    pristine = [t.clone() for t in (q, k, v)]  # the gate reads these, not what the variant left in q, k, v
     with torch.no_grad():
         out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)
-    result = gate(out, q, k, v, rows=rows, **judged_by(getattr(variant, "cap", None)), **rules, **axes)
+    result = gate(out, *pristine, rows=rows, **judged_by(getattr(variant, "cap", None)), **rules, **axes)
+    changed = changed_inputs((q, k, v), pristine)
+    if changed:  # wrong already, as a run's cell is (outcomes.mutation); autograd would refuse its write
+        return GateResult(**{**result.__dict__, "changed": changed})
     if not backward:
         return result
     dtypes = getattr(getattr(variant, "cap", None), "dtypes", ())

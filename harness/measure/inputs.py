@@ -11,7 +11,7 @@ import torch
 
 from attnbench import variants
 from attnbench.harness.measure import correctness
-from attnbench.harness.measure.outcomes import INPUT_NAMES
+from attnbench.harness.measure.contract import changed_inputs
 from attnbench.harness.measure.varied import Varied
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.variants import in_layout, torch_dtype
@@ -85,12 +85,7 @@ class InputCache:
     def changed(self, given) -> tuple[str, ...]:
         """The names of the inputs in `given` (q, k, v, key_lengths as handed to a cell) that no longer
         equal the pristine copy: values, shape or dtype (a tensor a variant modified in place)."""
-        return tuple(
-            name
-            for name, t, p in zip(INPUT_NAMES, given, self.pristine, strict=True)
-            if p is not None
-            and not (t.shape == p.shape and t.dtype == p.dtype and torch.equal(t.detach(), p))
-        )
+        return changed_inputs(given, self.pristine)
 
     def reference(self, spec: CellSpec, rows) -> torch.Tensor:
         """The float64 reference of this shape's pristine inputs on `rows` (computed once per shape)."""

@@ -43,7 +43,9 @@ def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0
                     except UnsupportedError as exc:
                         out.append({**rec, "status": "unsupported", "message": str(exc)})
                         continue
-                    except Exception as exc:  # record (one line, as a cell's), never abort the probe
+                    except KeyboardInterrupt:
+                        raise
+                    except BaseException as exc:  # one line, as a cell's (SystemExit too); the probe goes on
                         out.append({**rec, "status": "error", "message": failure(exc, device)[1]})
                         continue
                     finite = not math.isinf(result.rel_err)

@@ -33,7 +33,12 @@ CAPTURE_EXIT = "a CUDA graph capture failed in this process (torch's allocator m
 # A variant that changed torch's process-wide state (harness.workers.torch_state) has its row say so, and the
 # worker that ran it exits: the next cell gets a fresh one, whatever the order of the variants
 STATE_CHANGED = "changed torch's global state"
-STATE_EXIT = "a variant changed torch's global state in this process"
+# what harness.workers.torch_state also compares, which is not torch's: the clocks of `time` the timers read,
+# and attnbench's own measuring modules
+CLOCK_CHANGED = "changed the process's clock"
+HARNESS_CHANGED = "changed attnbench's measuring code"
+CHANGED = (STATE_CHANGED, CLOCK_CHANGED, HARNESS_CHANGED)
+STATE_EXIT = "a variant changed torch's global state, the process's clock or attnbench's code in this process"
 KILLED = "— killed"  # the end of the words for processes a variant left running (processes_left)
 # A thread a variant's cell left running could act in a later cell of another variant (start a process, take
 # the CPU): its row says so (threads_running) and the worker exits after it
@@ -42,8 +47,19 @@ THREADS_EXIT = "a variant left threads running in this process"
 
 def state_changed(changes: list[str]) -> str:
     """A row's words for what its variant changed (harness.workers.torch_state's phrases, 'num_threads 2 →
-    1')."""
-    return f"{STATE_CHANGED}: {'; '.join(changes)}"
+    1', 'time.perf_counter replaced'), each said as what it is: torch's global state, the process's clock
+    (time's functions), attnbench's measuring code (its harness modules)."""
+    said: dict[str, list[str]] = {}
+    for change in changes:
+        kind = CLOCK_CHANGED if change.startswith("time.") else STATE_CHANGED
+        kind = HARNESS_CHANGED if change.startswith("attnbench.") else kind
+        said.setdefault(kind, []).append(change)
+    return "; ".join(f"{kind}: {'; '.join(words)}" for kind, words in said.items())
+
+
+def names_a_change(message: str) -> bool:
+    """Whether a row's message says what its variant changed in the process (state_changed)."""
+    return any(kind in message for kind in CHANGED)
 
 
 def processes_left(killed: list[str]) -> str:
@@ -60,7 +76,7 @@ def threads_running(names: list[str]) -> str:
 
 def left_behind(message: str) -> bool:
     """Whether a row's (or a probe record's) message says its variant left something behind."""
-    return STATE_CHANGED in message or (" running (" in message and KILLED in message)
+    return names_a_change(message) or (" running (" in message and KILLED in message)
 
 
 def threads_mismatch(row: dict[str, Any], asked: int) -> str | None:

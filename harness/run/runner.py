@@ -524,20 +524,9 @@ def _probe_written(path: Path) -> bool:
 
 def _numerics(sweep: SweepSpec, names: list[str], local: CellRunner) -> dict[str, Any]:
     """The probe, one variant per request so that a crashing or hanging variant costs only its own records."""
-    records = []
-    for name in names + [n for n in NUMERICS_EXTRA if n not in names]:
-        msg = {
-            "op": "numerics",
-            "variants": [name],
-            "devices": list(sweep.devices),
-            "dtypes": list(sweep.dtypes),
-        }
-        try:
-            records += local.request(msg, timeout=min(sweep.settings.cell_timeout, 300))["value"]
-        except (WorkerTimeout, WorkerDied) as exc:
-            status = "timeout" if isinstance(exc, WorkerTimeout) else "crashed"
-            records.append({"variant": name, "status": status, "message": str(exc)})
-    value: dict[str, Any] = {"probe": records}
+    probed = names + [n for n in NUMERICS_EXTRA if n not in names]
+    timeout = min(sweep.settings.cell_timeout, 300)
+    value: dict[str, Any] = {"probe": local.numerics(probed, sweep.devices, sweep.dtypes, timeout)}
     try:
         value["example_weights"] = local.request({"op": "example_weights"}, timeout=120)["value"]
     except (WorkerTimeout, WorkerDied):

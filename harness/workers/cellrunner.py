@@ -8,16 +8,16 @@ task one: the same code decides every cell's fate everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from attnbench import variants
 from attnbench.harness.measure.outcomes import (
-    STATE_CHANGED,
     clock_fields,
     clock_mismatch,
     clock_readings,
     events_mismatch,
+    names_a_change,
     threads_mismatch,
 )
 from attnbench.harness.measure.rows import base_row, blame, finish, noted
@@ -118,6 +118,22 @@ class CellRunner:
             self.replace()
         return reply
 
+    def numerics(
+        self, names: Sequence[str], devices: Sequence[str], dtypes: Sequence[str], timeout: float
+    ) -> list[dict[str, Any]]:
+        """The numerics probe's records, one variant per request so that a variant that crashes or hangs
+        its worker costs only its own records: one record then, {variant, status crashed or timeout,
+        message}, with no device, dtype or scale (the worker is replaced for the next)."""
+        records = []
+        for name in names:
+            msg = {"op": "numerics", "variants": [name], "devices": list(devices), "dtypes": list(dtypes)}
+            try:
+                records += self.request(msg, timeout=timeout)["value"]
+            except (WorkerTimeout, WorkerDied) as exc:
+                status = "timeout" if isinstance(exc, WorkerTimeout) else "crashed"
+                records.append({"variant": name, "status": status, "message": str(exc)})
+        return records
+
     def describe(self, device: str, dtypes: list[str], known: Collection[str] = ()) -> dict[str, Any] | None:
         """Where this runner's worker measures `device`, with that device's calibration: one entry of
         meta.json `devices` (ARCHITECTURE.md, "Where a row was measured"). None when its `where_key` is in
@@ -167,7 +183,7 @@ class CellRunner:
             wrong_threads = threads_mismatch(row, settings.threads or worker.threads)
             # where the snapshot named what the variant changed (time.perf_counter replaced), that cause
             # comes first and how far the clock ran off after it: a clipped message keeps the cause
-            named = wrong_clock is not None and STATE_CHANGED in str(row.get("message") or "")
+            named = wrong_clock is not None and names_a_change(str(row.get("message") or ""))
             offences = (None if named else wrong_clock, events_mismatch(row), wrong_threads)
             blame(row, [w for w in offences if w])
             if named:

@@ -7,13 +7,14 @@ traceback there on a fatal signal, it ignores Ctrl-C (the parent decides), and o
 parent, leads a process group of its own and adopts the processes its variants detach
 (harness.workers.children).
 
-What a variant's code leaves behind is its own row's, never a neighbour's: after every cell and every
-numerics-probe request the worker compares torch's process-wide state with the one it was set up with
-(harness.workers.torch_state) and kills the processes left running; the row says what was found (rows.blame),
-and after a change of state the worker exits so that the next cell gets a clean one. A plug-in's import is
-compared too: what it changed is put back, and its variants' rows say so. A cell that leaves a thread running
-(not torch's own) has its row say so, and the worker exits after it too: the thread cannot act (start a
-process, take the CPU) in a later cell of another variant.
+What a variant's code leaves behind is its own row's, never a neighbour's: after every cell, every
+numerics-probe request and every problem `attnbench check` gates (harness.measure.gate_rows) the worker
+compares torch's process-wide state with the one it was set up with (harness.workers.torch_state) and
+kills the processes left running; the row says what was found (rows.blame), and after a change of state the
+worker exits so that the next cell gets a clean one. A plug-in's import is compared too: what it changed is
+put back, and its variants' rows say so. A cell that leaves a thread running (not torch's own) has its row
+say so, and the worker exits after it too: the thread cannot act (start a process, take the CPU) in a later
+cell of another variant.
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ def _serve(conn, server: _Server, marks: list[tuple[float, float]]) -> None:
                 return
             if msg.get("op") == "numerics":
                 reply, why = server.numerics(msg)
+            elif msg.get("op") == "gate":
+                reply, why = server.gate(msg)
             elif msg.get("op") == "cell":
                 start = timing.timer_clock()  # the timer's clock, for the parent to check (clock_mismatch)
                 row, left = server.cell(CellSpec.from_dict(msg["cell"]), msg.get("options") or {})
@@ -315,6 +318,22 @@ class _Server:
             records += [blame(noted(record, note), words) for record in mine]
             exit_why = exit_why or why
         return {"op": "numerics", "value": records}, exit_why
+
+    def gate(self, msg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """`attnbench check`'s gate of one problem (harness.measure.gate_rows.GateProblem, as a dict): its
+        GateRow as a dict, blamed for what the variant left behind as a cell is (left_behind); and why this
+        worker must exit, or None."""
+        import dataclasses
+
+        from attnbench.harness.measure.gate_rows import GateProblem, gate_request
+
+        problem = GateProblem(**{**msg["problem"], "dtypes": tuple(msg["problem"]["dtypes"])})
+        threads = set(children.python_threads())
+        row = dataclasses.asdict(gate_request(problem))
+        words, note, why = self.left_behind(problem.variant, threads)
+        said = blame(noted({"status": row["status"], "message": row["reason"]}, note), words)
+        row.update(status=said["status"], reason=said["message"])
+        return {"op": "gate", "value": row}, why
 
     def refreeze(self) -> None:
         """After a cell that imported modules (torch.compile brings dynamo and inductor: ~290k objects):

@@ -43,6 +43,54 @@ def test_a_kernel_that_crashes_the_numerics_probe_still_gets_its_answer(tmp_path
     assert bench.answer.wrong and len(lines) <= 12
 
 
+def exits(q, k, v):
+    """What a kernel's sys.exit() raises: bench's gate at N = 100 ran in the caller's process, where it ended
+    the CLI with exit 0 and no answer (and would have ended a notebook's kernel)."""
+    raise SystemExit(0)
+
+
+def test_a_kernel_that_exits_gets_its_answer_and_it_is_wrong(tmp_path):
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(
+            exits, out=tmp_path / "e", seq_len="64", dtype="float32", causal="no", padding=0.0, budget_ms=5,
+            warmup_ms=1, calibrate_ms=0,
+        )  # fmt: skip
+    lines = str(bench).splitlines()
+    assert lines[1] == "1 cell error (float32; no mask; at N = 64): SystemExit: 0", lines
+    assert bench.answer.wrong
+
+
+HANGS = """
+import time
+import torch
+from attnbench import register
+
+@register("hangs_ragged")
+def hangs_ragged(q, k, v, *, causal=False):
+    while q.shape[2] % 64:  # a ragged last block: never leaves
+        time.sleep(0.05)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+"""
+
+
+def test_a_kernel_that_hangs_at_n_100_times_out_under_cell_timeout(tmp_path):
+    """Every cell of the sweep (N = 64) was written, then bench hung in the N = 100 gate whatever
+    --cell-timeout said; now that gate is a worker's, killed after --cell-timeout, and the answer says so."""
+    import time
+
+    from conftest import run_cli
+
+    (tmp_path / "hangs.py").write_text(HANGS)
+    t0 = time.monotonic()
+    proc = run_cli("bench", "hangs_ragged", "--variant-file", str(tmp_path / "hangs.py"), "--seq-len", "64",
+                   "--dtype", "float32", "--padding", "0", "--causal", "no", "--budget-ms", "5",
+                   "--warmup-ms", "1", "--cell-timeout", "3", "--out", str(tmp_path / "h"), "-q")  # fmt: skip
+    assert time.monotonic() - t0 < 90, proc.stdout
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    timed_out = "TIMED OUT at N 100 (float32; no mask): exceeded --cell-timeout 3 s: no answer after "
+    assert any(line.startswith(timed_out) for line in proc.stdout.splitlines()), proc.stdout
+
+
 def probe_run(tmp_path, probe: list[dict]):
     from synthetic import cell, write_run
 

@@ -56,13 +56,18 @@ def test_a_wrong_plugin_fails_and_unsupported_cells_say_why(isolated_registry):
 
 
 def test_a_failure_says_its_likely_cause_first_and_where_a_nan_is():
+    """As a run's row says it: a NaN or inf answer is non-finite (rel_err inf passes no tolerance), with its
+    rows; inputs written in place come first."""
     from attnbench.harness.measure.correctness import GateResult
+    from attnbench.harness.measure.gate_rows import fail_reason
 
     said = "it ignored causal=True: its answer is attention over every key"
     result = GateResult(0.9, 0.5, 1e-4, False, "n/a", 16, hint=said)
-    assert check._fail_reason(result) == f"{said}; output rel_err 5.0e-01 > tolerance 1e-04"
+    assert fail_reason(result) == f"{said}; output rel_err 5.0e-01 > tolerance 1e-04"
     nan = GateResult(float("inf"), float("inf"), 1e-4, False, "n/a", 16, where="at query row 0 only")
-    assert check._fail_reason(nan) == "output rel_err inf > tolerance 1e-04; at query row 0 only"
+    assert fail_reason(nan) == "non-finite output (NaN or inf); at query row 0 only"
+    wrote = GateResult(0.0, 0.0, 1e-4, True, "n/a", 16, changed=("q",))
+    assert not wrote.ok and fail_reason(wrote) == "modifies its inputs in place (q changed)"
 
 
 def test_a_variant_file_without_variants_checks_that_files_variants_alone(isolated_registry):
@@ -374,22 +379,164 @@ def test_list_and_check_show_an_availability_check_that_raises():
     assert checked.returncode == 1 and "RuntimeError: an available() hook that raises" in checked.stdout
 
 
-INTERRUPT = """
+WAITS = """
+import os, time
+from pathlib import Path
 from attnbench import variants
 
-@variants.register("check_interrupt", description="Ctrl-C arrives while it runs")
-def check_interrupt(q, k, v, **kw):
-    raise KeyboardInterrupt
+@variants.register("check_waits", description="tells the test it runs, then waits for Ctrl-C")
+def check_waits(q, k, v, **kw):
+    Path(os.environ["CHECK_MARK"]).write_text("running")
+    time.sleep(120)
 """
 
 
 def test_an_interrupted_check_shows_what_it_checked(tmp_path):
     """A check cut short (Ctrl-C, or a time limit's SIGINT: a GPU session's check with flex's compiles
-    printed only 'interrupted' after 195 s) prints the table of the checks made before it, exit 130."""
-    plugin = tmp_path / "interrupt.py"
-    plugin.write_text(INTERRUPT)
-    proc = run_cli("check", "--variant-file", str(plugin), "--variants", "naive,check_interrupt",
-                   "--seq-len", "16", "--dtype", "float32")  # fmt: skip
-    assert proc.returncode == 130 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    assert "naive" in proc.stdout and "pass" in proc.stdout and "check_interrupt" not in proc.stdout
-    assert proc.stderr.strip() == "interrupted: the table holds the 1 check made before it"
+    printed only 'interrupted' after 195 s) prints the table of the checks made before it, exit 130; the
+    Ctrl-C reaches the check's own process, never the worker, which is killed."""
+    import signal
+    import subprocess
+
+    from conftest import cli_env, ctrl_c_reaches_it, wait_while_running
+
+    plugin, mark = tmp_path / "waits.py", tmp_path / "mark"
+    plugin.write_text(WAITS)
+    args = ["check", "--variant-file", str(plugin), "--variants", "naive,check_waits", "--seq-len", "16",
+            "--dtype", "float32"]  # fmt: skip
+    env = {**cli_env(), "CHECK_MARK": str(mark)}
+    proc = subprocess.Popen([sys.executable, "-m", "attnbench", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it)  # fmt: skip
+    wait_while_running(mark.exists, proc, "check_waits to start")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in out + err, err
+    assert "naive" in out and "pass" in out and "check_waits" not in out
+    assert err.strip() == "interrupted: the table holds the 1 check made before it"
+
+
+ISOLATED = """
+import os, time
+import torch
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from attnbench import register
+
+@register("m_exit")
+def m_exit(q, k, v, *, causal=False, scale=None):
+    raise SystemExit(0)
+
+@register("m_crash")
+def m_crash(q, k, v, *, causal=False, scale=None):
+    if k.shape[2] >= 24:
+        os._exit(3)
+    return sdpa(q, k, v, is_causal=causal, scale=scale)
+
+@register("m_hang")
+def m_hang(q, k, v, *, causal=False, scale=None):
+    while q.shape[2] % 8:  # a ragged last block: never leaves
+        time.sleep(0.05)
+    return sdpa(q, k, v, is_causal=causal, scale=scale)
+
+@register("m_ok")
+def m_ok(q, k, v, *, causal=False, scale=None):
+    return sdpa(q, k, v, is_causal=causal, scale=scale)
+
+@register("m_wrong_nondefault", default=False)
+def m_wrong_nondefault(q, k, v, *, causal=False, scale=None):
+    return sdpa(q, k, v, is_causal=causal, scale=1.0)
+
+def blocked_v1(q, k, v, *, causal=False, scale=None):
+    return sdpa(q, k, v, is_causal=causal, scale=scale)
+
+register("blocked_v1")(blocked_v1)
+"""
+
+
+@pytest.fixture
+def isolated_file(tmp_path):
+    path = tmp_path / "blocked.py"
+    path.write_text(ISOLATED)
+    return str(path)
+
+
+STATUS_WORDS = {"pass", "FAIL", "error", "crashed", "timeout", "unsupported"}
+
+
+def _statuses(stdout: str, name: str) -> list[str]:
+    """The status of each table row of variant `name` in check's output (fitted or framed), in order."""
+    rows = [line.replace("│", " ").split() for line in stdout.splitlines()]
+    return [next(w for w in r if w in STATUS_WORDS) for r in rows if r[:1] == [name]]
+
+
+def test_a_kernel_that_exits_or_crashes_is_its_rows_and_the_check_fails(isolated_file):
+    """`check` gates each problem in a worker, as `run` measures a cell: SystemExit is the variant's error
+    (it printed nothing and exited 0), os._exit its crash (it printed nothing and exited 3), and the other
+    variants are still gated."""
+    exits = run_cli("check", "--variant-file", isolated_file, "--variants", "m_exit", "--dtype", "float32",
+                    "--seq-len", "16")  # fmt: skip
+    assert exits.returncode == 1 and "Traceback" not in exits.stdout + exits.stderr, exits.stderr
+    said = _statuses(exits.stdout, "m_exit")  # it takes no key_lengths: its padded problems are unsupported
+    assert said.count("error") == 3 and set(said) == {"error", "unsupported"}, exits.stdout
+    assert "SystemExit: 0" in exits.stdout
+    crash = run_cli("check", "--variant-file", isolated_file, "--variants", "m_crash,m_ok", "--dtype",
+                    "float32", "--seq-len", "24")  # fmt: skip
+    assert crash.returncode == 1 and "Traceback" not in crash.stdout + crash.stderr, crash.stderr
+    assert set(_statuses(crash.stdout, "m_crash")) == {"crashed", "unsupported"}, crash.stdout
+    assert "worker exited with status 3" in crash.stdout
+    assert set(_statuses(crash.stdout, "m_ok")) == {"pass", "unsupported"}, crash.stdout
+
+
+def test_a_kernel_that_hangs_times_out_under_cell_timeout(isolated_file):
+    """A hang is a timeout row after --cell-timeout (run's flag, its default and rule), and that variant's
+    later problems on the device are left out; the others are gated."""
+    import time
+
+    t0 = time.monotonic()
+    hung = run_cli("check", "--variant-file", isolated_file, "--variants", "m_hang,m_ok", "--dtype",
+                   "float32", "--seq-len", "12", "--cell-timeout", "3")  # fmt: skip
+    assert time.monotonic() - t0 < 60
+    assert hung.returncode == 1 and "Traceback" not in hung.stdout + hung.stderr, hung.stderr
+    assert _statuses(hung.stdout, "m_hang") == ["timeout"], hung.stdout  # its later problems: not run
+    assert "exceeded --cell-timeout 3 s" in " ".join(hung.stdout.split())
+    assert set(_statuses(hung.stdout, "m_ok")) == {"pass", "unsupported"}
+    bad = run_cli("check", "--variants", "naive", "--cell-timeout", "0")
+    assert bad.returncode == 2 and "--cell-timeout must be a positive number" in bad.stderr, bad.stderr
+
+
+def test_a_wrong_kernel_named_fails_the_check_though_not_in_default_sweeps(isolated_file):
+    """default=False keeps a variant out of default sweeps; a check that names it (--variants, or its
+    --variant-file) counts its failures: it FAILed and exited 0. No row says "demo only"."""
+    named = run_cli("check", "--variant-file", isolated_file, "--variants", "m_wrong_nondefault", "--dtype",
+                    "float32", "--seq-len", "16")  # fmt: skip
+    assert named.returncode == 1, named.stdout
+    assert "demo" not in named.stdout and "(not in default sweeps)" not in named.stdout
+    plan = check.prepare(None, ["cpu"], ["float32"], 16)  # every variant: one not named does not count
+    assert not plan.counted("sdpa_loop") and plan.counted("naive")
+
+
+def test_a_variant_files_function_without_a_docstring_names_the_file(isolated_file):
+    listed = run_cli("list", "--variant-file", isolated_file, "--json")
+    (row,) = [r for r in json.loads(listed.stdout) if r["name"] == "blocked_v1"]
+    assert row["description"] == "blocked_v1 from blocked.py"
+
+
+WORKER_REFUSES = """
+import multiprocessing
+from attnbench import register
+
+if multiprocessing.current_process().name == "attnbench-worker":
+    raise ImportError("this file imports in the check's process only")
+
+@register("parent_only")
+def parent_only(q, k, v, *, causal=False):
+    return q
+"""
+
+
+def test_a_worker_that_cannot_start_is_every_rows_crash_not_a_traceback(tmp_path):
+    plugin = tmp_path / "parent_only.py"
+    plugin.write_text(WORKER_REFUSES)
+    proc = run_cli("check", "--variant-file", str(plugin), "--seq-len", "16", "--dtype", "float32")
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert set(_statuses(proc.stdout, "parent_only")) == {"crashed"}, proc.stdout
+    assert "the check's worker process did not start" in " ".join(proc.stdout.split())

@@ -98,17 +98,28 @@ def test_a_cell_whose_clock_ran_slow_is_an_error_and_its_worker_is_replaced(monk
     assert _Worker.instances[-1].killed and runner.worker is None  # the next cell gets a fresh worker
 
 
+def test_a_replaced_clock_is_said_to_be_the_processs_not_torchs():
+    """time.perf_counter is no torch state: the row says what each change is."""
+    said = outcomes.state_changed(["time.perf_counter replaced", "num_threads 2 → 1"])
+    assert said == "changed the process's clock: time.perf_counter replaced; changed torch's global state: " \
+        "num_threads 2 → 1"  # fmt: skip
+    timing = "attnbench.harness.measure.timing.time replaced"
+    assert outcomes.state_changed([timing]) == f"changed attnbench's measuring code: {timing}"
+    assert all(outcomes.left_behind(outcomes.state_changed([c])) for c in ("time.time replaced", timing))
+
+
 def test_what_the_snapshot_named_comes_before_how_far_the_clock_ran_off(monkeypatch):
     """A clipped message (bench's answer keeps 200 characters) keeps the cause: time.perf_counter replaced."""
     from attnbench.harness.sweep.settings import Settings
     from attnbench.harness.workers import cellrunner
 
+    said = outcomes.state_changed(["time.perf_counter replaced"])
     monkeypatch.setattr(cellrunner, "Worker", _Worker)
-    monkeypatch.setattr(_Worker, "said", ("error", f"{outcomes.STATE_CHANGED}: time.perf_counter replaced"))
+    monkeypatch.setattr(_Worker, "said", ("error", said))
     row = cellrunner.CellRunner({}, Settings()).run(tiny_cell("naive", n=64))
     assert row["status"] == "error"
     first, second = row["message"].split("; ", 1)
-    assert first == f"{outcomes.STATE_CHANGED}: time.perf_counter replaced"
+    assert first == "changed the process's clock: time.perf_counter replaced"
     assert second.startswith("the worker's clock ran at 0.80x") and second.endswith("worker replaced")
     assert _Worker.instances[-1].killed
 

@@ -174,3 +174,44 @@ def test_attnbench_check_fails_each_broken_variant_with_its_reason(plugin):
     shown = " ".join(proc.stdout.split())  # the reasons as `check` wraps them to the terminal
     for message in broken(check.BATCH, check.HEADS, 16, check.HEAD_DIM).values():
         assert message in shown
+
+
+def _sdpa(q, k, v, **kw):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(kw.get("causal")))
+
+
+def detached(q, k, v, **kw):
+    return _sdpa(q, k, v, **kw).detach()  # or an answer kept from an earlier call: no grad_fn either
+
+
+def in_place(q, k, v, **kw):
+    out = _sdpa(q, k, v, **kw)
+    q.mul_(2.0)  # q as scratch space, after its answer
+    return out
+
+
+def test_a_cut_graph_and_an_in_place_write_are_said_as_what_they_are():
+    """The gradient check of a detached answer said autograd's "element 0 of tensors does not require grad
+    and does not have a grad_fn", and an in-place q.mul_ autograd's "a leaf Variable that requires grad is
+    being used in an in-place operation": what each means, in the words a run's row says it with."""
+    from attnbench.harness.measure.contract import NO_GRAPH
+    from attnbench.harness.measure.gate_rows import gate_one
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 8, generator=g) for _ in range(3))
+    with pytest.raises(OutputContractError) as err:
+        correctness.check(detached, q, k, v, backward=True)
+    assert str(err.value) == NO_GRAPH and "declare backward=False if it has no backward" in NO_GRAPH
+    wrote = correctness.check(in_place, q.clone(), k, v, backward=True)
+    assert wrote.changed == ("q",) and not wrote.ok and wrote.passed  # judged on the inputs it was handed
+
+    for fn, status, reason in [(detached, "error", NO_GRAPH), (in_place, "FAIL", "modifies its inputs in "
+                               "place (q changed)")]:  # fmt: skip
+        row = gate_one(attnbench_variant(fn), [q.clone(), k, v], causal=False, key_lengths=None)
+        assert (row.status, row.reason) == (status, reason)
+
+
+def attnbench_variant(fn):
+    import attnbench
+
+    return attnbench.variant(fn, name=fn.__name__, padding=False)

@@ -56,14 +56,17 @@ def _gate(**kw) -> SimpleNamespace:
 
 
 def test_variant_table_shows_every_column_and_marks():
-    rows = [_variant(), _variant("demo", default=False, available={"cpu": False, "cuda": True}, supports="")]
+    optional = _variant("optional", default=False, available={"cpu": False, "cuda": True}, supports="")
+    rows = [_variant(), optional]
     table = terminal.variant_table(rows)
     assert [c.header for c in table.columns] == list(terminal.LIST_COLUMNS)
     assert table.row_count == 2
     text = _text(table)
     for header in terminal.LIST_COLUMNS:
         assert header in text
-    assert "(demo only)" in text and "f32 f16 bf16" in text and "causal pad drop bwd" in text
+    # default=False is "not in default sweeps" (docs/variants.md), never "demo only": hf_* are no demos
+    assert "(not in default sweeps)" in text and "demo only" not in text
+    assert "f32 f16 bf16" in text and "causal pad drop bwd" in text
     naive_line = next(line for line in text.splitlines() if "naive" in line)
     assert naive_line.split("│")[-3:-1] == [" yes ", " no   "]  # cpu, cuda
 
@@ -141,7 +144,7 @@ def test_gate_table_columns_statuses_and_shape():
     # what a variant returns in rows that see no key is no_key_table's: the gate shows reasons only
     assert cells[0] == ["naive", "cpu", "float32", "no", "no", "pass", "1.5e-07", "2.5e-07", ""]
     assert cells[1][3:] == ["yes", "yes", "pass", "1.5e-07", "-", ""]  # measured, no backward: "-"
-    assert cells[2][5] == "FAIL (demo only)" and cells[3][5] == "FAIL"
+    assert cells[2][5] == "FAIL (not in default sweeps)" and cells[3][5] == "FAIL"
     assert cells[4][5:] == ["unsupported", "", "", "needs CUDA"]
 
 
@@ -210,7 +213,8 @@ def test_gate_defaults_follow_the_harness_gaterow():
     }
     assert defaults == terminal._GATE_DEFAULTS
     row = GateRow("naive", "cpu", "float32", True, False, "FAIL", 0.1, gating=False)
-    assert "FAIL (demo only)" in _text(terminal.gate_table([row], 8, batch=1, heads=1, head_dim=8))
+    shown = _text(terminal.gate_table([row], 8, batch=1, heads=1, head_dim=8))
+    assert "FAIL (not in default sweeps)" in shown
 
 
 def test_probe_table_escapes_messages_and_statuses():

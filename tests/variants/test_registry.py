@@ -152,6 +152,48 @@ def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
     sys.modules.pop("thirdparty_attn", None)
 
 
+def test_a_variant_files_function_without_a_docstring_is_described_by_its_file(tmp_path, monkeypatch):
+    """Not by the module the file is imported as ("blocked_v1 from attnbench_variant_file_7756...")."""
+    from attnbench.variants import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    path = tmp_path / "blocked.py"
+    path.write_text(
+        "import attnbench\n@attnbench.register('blocked_v1')\ndef blocked_v1(q, k, v):\n    return q\n"
+    )
+    assert variants.load_variant_file(path) == ["blocked_v1"]
+    assert variants.get("blocked_v1").cap.description == "blocked_v1 from blocked.py"
+
+
+def test_an_unknown_name_names_the_plugins_that_failed_to_load(tmp_path, monkeypatch):
+    """The plug-in that would have registered `my_flash` failed to import: `run --variants my_flash`, `bench
+    my_flash` and the API said only "unknown variant 'my_flash' (did you mean 'sdpa_flash'?)"; the same
+    line names each failed plug-in and its error."""
+    from conftest import run_cli
+
+    from attnbench.variants import registry
+
+    broken = tmp_path / "my_flash_attn-1.0.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: my-flash-attn\nVersion: 1.0\n")
+    (broken / "entry_points.txt").write_text("[attnbench.variants]\nmy_flash = my_flash_missing_module\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry._LOADED, "entry_points", False)
+    monkeypatch.setattr(registry, "_LOAD_ERRORS", [])
+    said = (
+        "unknown variant 'my_flash' (did you mean 'sdpa_flash'?); 1 plug-in failed to load: my_flash "
+        "(ModuleNotFoundError: No module named 'my_flash_missing_module'): see attnbench list; known: "
+    )
+    with pytest.raises(VariantError) as err:
+        variants.get("my_flash")
+    assert str(err.value).startswith(said)
+    for args in (("run", "--variants", "my_flash", "--dry-run"), ("bench", "my_flash", "--dry-run")):
+        proc = run_cli(*args)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"attnbench: error: {said}"), proc.stderr
+        assert len(proc.stderr.splitlines()) == 1
+    assert "failed to load" not in registry.unknown_names(["x"], ["naive"], [])
+
+
 @pytest.mark.parametrize(
     "shapes,match",
     [
