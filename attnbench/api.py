@@ -268,8 +268,8 @@ class Bench(Run):
     variant: str = ""
     baseline: str = "sdpa"
     seconds: float | None = None  # the run's wall time, as bench timed it
-    # the float64 gate of each workload fn declares (grouped heads, a window, a pack, ...), gated in this
-    # process after the run as `attnbench check` gates them, and the workload keywords it takes undeclared
+    # the float64 gate of each workload fn declares (grouped heads, a window, a pack, ...), gated in a worker
+    # after the run as `attnbench check` gates them, and the workload keywords it takes undeclared
     declared: Any = None  # reports.answer.Declared
 
     @cached_property

@@ -213,12 +213,17 @@ def mask_shape(mine, kind: str) -> list[str]:
     ]
 
 
-def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset(), right: str = "correct") -> list[str]:
+def at_n(
+    declared: Declared,
+    wrong: set[tuple[str, str]] = frozenset(),
+    right: str = "correct",
+    spell: Callable[[str], str] = str,
+) -> list[str]:
     """The gate at N = n over every mask fn takes, forward and, where it has one, backward: one line for
     the masks right against float64 (`right`: what that is, right_word), or one for the first wrong (and
     how many more are) of those whose (dtype, mask) the sweep did not find wrong already (`wrong`: its
     WRONG lines say so); then one for each device its cells ran on that this process lacks, where nothing
-    is gated."""
+    is gated; a reason's options in the caller's spelling (`spell`: a timeout's --cell-timeout)."""
     gated = [r for r in declared.masks if r.status == "pass" or r.status in GATE_VERDICTS]
     n, lines = n_text(declared.n), []
     failed = [r for r in gated if r.status != "pass"]
@@ -228,7 +233,7 @@ def at_n(declared: Declared, wrong: set[tuple[str, str]] = frozenset(), right: s
         word = GATE_VERDICTS[first.status]
         also = f" (and {more} more)" if more else ""
         where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
-        lines.append(f"{word} at N {n} ({where}){also}: {_short(first.reason, MESSAGE_CHARS)}")
+        lines.append(f"{word} at N {n} ({where}){also}: {_short(spell(first.reason), MESSAGE_CHARS)}")
     elif gated and not failed:
         masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
         worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))
@@ -308,7 +313,7 @@ def _first_scales(records: list[dict]) -> dict[str, dict]:
     return first
 
 
-def workloads(declared: Declared) -> list[str]:
+def workloads(declared: Declared, spell: Callable[[str], str] = str) -> list[str]:
     """The gate of the workloads fn declares: one line for those right against float64, one for the first
     that is wrong or raised (and how many more are; causal=True's top-left cell with N_q < N_k among them,
     said only there), one for the first refused; then one for the workload keywords it takes but does not
@@ -333,13 +338,12 @@ def workloads(declared: Declared) -> list[str]:
         word = GATE_VERDICTS[first.status] + ("" if _implied(first) else " declared")
         lines.append(
             f"{word} {first.workload} ({first.dtype}, N {n_text(n)}){also}: "
-            f"{_short(first.reason, MESSAGE_CHARS)}"
+            f"{_short(spell(first.reason), MESSAGE_CHARS)}"
         )
     refused = [r for r in gated if r.status == "unsupported"]
     if refused:
-        lines.append(
-            f"declared {refused[0].workload}, but refused it: {_short(refused[0].reason, MESSAGE_CHARS)}"
-        )
+        why = _short(spell(refused[0].reason), MESSAGE_CHARS)
+        lines.append(f"declared {refused[0].workload}, but refused it: {why}")
     if declared.undeclared:
         keywords = ", ".join(f"{keyword}=" for keyword, _ in declared.undeclared)
         how = ", ".join(how for _, how in declared.undeclared)
@@ -593,8 +597,8 @@ def answer(
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     overflows, overflowed = large_logits(run_dir, variant, baseline)
     lines = [head, *correctness(mine, spell), *mask_shape(mine, declared.mask)]
-    lines += [*at_n(declared, said, right_word(mine)), *overflows]
-    lines += [*workloads(declared), *unsupported(mine, spell)]
+    lines += [*at_n(declared, said, right_word(mine), spell), *overflows]
+    lines += [*workloads(declared, spell), *unsupported(mine, spell)]
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
         lines += [f"{busy} Bench again on a quiet machine."] if busy else []

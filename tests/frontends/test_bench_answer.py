@@ -291,3 +291,22 @@ def test_rows_without_peak_memory_say_time_alone_and_an_even_race_is_as_fast(tmp
     assert "peak memory" not in grows and "n/a" not in grows, grows
     assert "(sdpa: N^" in grows and " and N^" not in grows, grows
     assert _ratio_text(1.001) == "as fast (1.00x)" and _ratio_text(1.01) == "1.01x slower"
+
+
+def test_a_timeout_at_n_100_is_said_in_the_callers_spelling():
+    """bench(fn)'s answer said `--cell-timeout` to a Python caller, whose keyword is cell_timeout=."""
+    from attnbench.api import keyword
+    from attnbench.harness.measure.gate_rows import GateRow
+    from attnbench.harness.sweep.sweeps import respell
+    from attnbench.reports.answer import Declared, at_n, workloads
+
+    why = "exceeded --cell-timeout 3 s: no answer after 3.0 s"
+    hung = GateRow("fn", "cpu", "float32", False, False, "timeout", reason=why)
+    declared = Declared(gated=(GateRow("fn", "cpu", "float32", False, False, "timeout", reason=why,
+                                       workload="kv_heads=2"),), n=100, masks=(hung,))  # fmt: skip
+    spell = lambda text: respell(text, keyword)  # noqa: E731 (as Bench.answer spells)
+    (line,) = at_n(declared, spell=spell)
+    assert "cell_timeout=3" in line and "--cell-timeout" not in line, line
+    (line,) = workloads(declared, spell)
+    assert "cell_timeout=3" in line and "--cell-timeout" not in line, line
+    assert "--cell-timeout 3" in at_n(declared)[0]  # the command line's own
