@@ -98,11 +98,14 @@ def test_a_probe_that_hangs_or_kills_its_worker_costs_only_its_own_records():
     real timeout, a cell's: fault_hang)."""
     from attnbench.harness.run import runner
     from attnbench.harness.sweep.spec import Settings, SweepSpec
+    from attnbench.harness.workers.cellrunner import CellRunner
     from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 
     asked = []
 
-    class Local:  # the runner's CellRunner, as far as the probe uses it
+    class Local:  # the runner's CellRunner as the probe uses it: its requests faked, its numerics real
+        numerics = CellRunner.numerics
+
         def request(self, msg, timeout):
             asked.append((msg["op"], msg.get("variants"), timeout))
             if msg.get("variants") == ["hangs"]:
