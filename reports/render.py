@@ -214,7 +214,9 @@ def best_table(group) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        "fastest ok variant per seq_len (median time); 'tie: A ≈ B' when B is less than 2% slower than A "
+        "fastest ok variant per seq_len (median time); variants whose cells there ran the same kernel "
+        "(the rows' kernel column) are one, 'sdpa (= sdpa_cudnn: CUDNN_ATTENTION)', at the faster's time; "
+        "'tie: A ≈ B' when B is less than 2% slower than A "
         "or the judge cannot call it slower at p < 0.05 (results.judge.separated: the visits of each round "
         "paired, in a run visited 3 or more times, else the samples); "
         "'ranking': every ok variant, fastest first, '≈' within a group the same rule cannot tell from its "
