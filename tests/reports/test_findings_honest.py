@@ -127,3 +127,20 @@ def test_a_workloads_own_findings_come_before_growth_and_fits_that_say_nothing_a
     assert growth == [
         "Growth not measured (see the scaling table) for: naive, chunked and sdpa_loop (two N each)."
     ]
+
+
+def test_the_method_paragraph_says_what_the_fit_does_and_links_what_can_be_linked(tmp_path):
+    """It ended 'Every rule in full: docs/method.md ... in attnbench's documentation' with no link (the page
+    had no href at all), and said 'the top 2 octaves' where the fit also keeps at least 3 N and fits
+    memory over the top octaves whatever time_fit_from says."""
+    from attnbench.reports import fit
+
+    run = synthetic.write_run(tmp_path / "run", _one_kernel_rows())
+    rep = render(prepare([run]), tmp_path / "report")
+    html = rep.html.read_text()
+    assert 'href="fits.csv"' in html and (rep.html.parent / "fits.csv").exists()
+    md = rep.readme.read_text()
+    (para,) = [ln for ln in md.splitlines() if ln.startswith("Method, in short")]
+    assert f"at least {fit.MIN_FIT_POINTS} N" in para and "time\\_fit\\_from" in para, para
+    assert "[fits.csv](fits.csv)" in para, para
+    assert "docs/method.md" in para and "no documentation URL" in para and len(para.split()) < 150, para
