@@ -283,7 +283,7 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
 
 METHOD = (
     "Method, in short: only ok cells enter fits, rankings and speed-ups; a cell's time is the median of its "
-    "timed calls (p25–p75: spread). A time exponent is a weighted power-law fit over the ok N within "
+    "timed calls (p25–p75: spread). Time is fitted by a weighted power law over the ok N within "
     f"the top {fitmod.ASYMPTOTIC_OCTAVES} octaves (N ≥ the largest / {2**fitmod.ASYMPTOTIC_OCTAVES}, at "
     f"least {fitmod.MIN_FIT_POINTS} N), or from the run's time_fit_from up; in rounds, Theil-Sen through "
     f"every visit. Memory fits c + a·N^b over the top {fitmod.MEMORY_OCTAVES} octaves. CIs are 95% (none "
