@@ -27,8 +27,10 @@ from .tables import (
     best_variant,
     flag_mask,
     groups,
+    kernel_members,
     length_axis,
     ok_rows,
+    one_per_kernel,
     panels,
     present,
     ranked_rows,
@@ -52,6 +54,8 @@ class Findings:
     panels: tuple[PanelFindings, ...]
     trust: tuple[str, ...]
     unfinished: tuple[str, ...] = ()  # first of all: a run that stopped before every cell it planned
+    # then, before any winner is named: the machine was busy (machine_busy), and what to do about it
+    busy: tuple[str, ...] = ()
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
@@ -150,7 +154,9 @@ def _ranked_at(panel_rows, length: str) -> dict[int, frozenset[str]] | None:
     if not {"status", "variant", "time_ms_median", length} <= set(panel_rows.columns):
         return None
     ok = ranked_rows(panel_rows).dropna(subset=["time_ms_median", length])
-    return {int(n): frozenset(str(v) for v in sub["variant"]) for n, sub in ok.groupby(length)}
+    return {
+        int(n): frozenset(str(v) for v in one_per_kernel(sub)["variant"]) for n, sub in ok.groupby(length)
+    }
 
 
 def _by_n(names: list[str], pts: list[_Point]) -> str:
@@ -195,9 +201,9 @@ def _front_names(leader: str, pts: list[_Point]) -> list[str]:
 
 
 def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
-    """'sdpa is fastest from N = 256 to 2,048 (1.05–1.16× ahead of sdpa_flash; tied with sdpa_flash at
-    N = 1,024).', or where it is tied at most N: 'sdpa and sdpa_flash lead at every N measured, 256 to
-    2,560, tied at N = 512, ... (sdpa alone at N = 256: 1.09× ahead of sdpa_flash).'"""
+    """'sdpa is fastest from N = 256 to 2,048 (1.05–1.16× ahead of sdpa_flash), except at N = 1,024, where
+    it ties with sdpa_flash.', or where it is tied at most N: 'sdpa and sdpa_flash lead at every N
+    measured, 256 to 2,560, tied at N = 512, ... (sdpa alone at N = 256: 1.09× ahead of sdpa_flash).'"""
     ns = [p.n for p in pts]
     clear = [p for p in pts if p.best == leader and not p.tied]
     ties = [p for p in pts if p not in clear]
@@ -226,13 +232,13 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
             f"{names_text([leader, *partners])} lead {range_text(ns, every)}, tied at N = {at} "
             f"({leader} alone at N = {alone}: {detail})."
         )
-    if ties:
-        detail += (
-            f"; tied with {names_text(partners)} at N = {at}"
-            if not some
-            else f"; tied with {_by_n(partners, ties)}"
-        )
-    return f"{leader} is fastest {range_text(ns, every)} ({detail})."
+    # fastest over a range with a tie inside it says where it is not fastest: 'fastest at every N' and
+    # 'tied at N = 256' in one sentence contradict each other
+    if not ties:
+        return f"{leader} is fastest {range_text(ns, every)} ({detail})."
+    where = f"at N = {at}, where it ties with {names_text(partners)}" if not some else ""
+    where = where or f"where it ties with {_by_n(partners, ties)}"
+    return f"{leader} is fastest {range_text(ns, every)} ({detail}), except {where}."
 
 
 def _relabel(p: _Point, named: dict[str, str]) -> _Point:
@@ -241,9 +247,30 @@ def _relabel(p: _Point, named: dict[str, str]) -> _Point:
     return _Point(p.n, named.get(p.best, p.best), tied, named.get(p.runner_up, p.runner_up), p.lead, ranked)
 
 
-def ranking_sentences(panel_rows) -> list[str]:
+SHAKY = "Read off drifted or noisy cells: "  # a ranking sentence of a busy machine whose cells were unsettled
+
+
+def _shaky_cells(panel_rows, length: str) -> set[tuple[str, int]]:
+    """(variant, N) of the panel's unsettled cells (drifted, or noisy while the probes did not hold)."""
+    rows = panel_rows[unsettled(panel_rows).to_numpy(dtype=bool)]
+    return {(str(r["variant"]), int(r[length])) for _, r in rows.iterrows() if present(r[length])}
+
+
+def _read_off(pts: list[_Point], shaky: set[tuple[str, int]], named: dict[str, str]) -> bool:
+    """Whether a sentence about pts compares an unsettled cell: its front's or its runner-up's at one of
+    its N (a merged kernel's every name)."""
+    back = {shown: v for v, shown in named.items()}
+    for p in pts:
+        for name in (*p.front, p.runner_up):
+            if any((m, p.n) in shaky for m in kernel_members(back.get(name, name)) if name):
+                return True
+    return False
+
+
+def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
     """Who is fastest in which range of N (tables.best_variant and its tie rule), and where the lead
-    changes hands."""
+    changes hands. On a busy machine (`busy`: machine_busy said so), a sentence that compares a cell that
+    drifted or was noisy (unsettled) opens with SHAKY: its winner may be the machine's."""
     length = length_axis(panel_rows)
     best = best_variant(panel_rows)
     if best.empty:
@@ -252,7 +279,12 @@ def ranking_sentences(panel_rows) -> list[str]:
     points = _points(best, length, _ranked_at(panel_rows, length))
     runs = [(named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(points)]
     every = len(runs) == 1
-    out = [run_sentence(leader, pts, every) for leader, pts in runs]
+    shaky = _shaky_cells(panel_rows, length) if busy else set()
+
+    def said(text: str, pts: list[_Point]) -> str:
+        return SHAKY + text if _read_off(pts, shaky, named) else text
+
+    out = [said(run_sentence(leader, pts, every), pts) for leader, pts in runs]
     for (a, before), (b, after) in zip(runs, runs[1:], strict=False):
         last, first = before[-1], after[0]
         # who is overtaken between the two N: at the front at the last N before and ranked at the first N
@@ -262,13 +294,18 @@ def ranking_sentences(panel_rows) -> list[str]:
         # a new leader that shared the front before takes it from the others only (the quick preset's
         # report once said "sdpa_flash takes the lead from sdpa, naive and sdpa_flash")
         old = [v for v in _front_names(a, before) if v in last.front and first.ran(v) and v not in new]
+        # one kernel under two names (sdpa with sdpa_flash below, with sdpa_cudnn above) takes no lead from
+        # itself
+        mine = {m for v in new for m in kernel_members(v)}
+        old = [v for v in old if not mine & set(kernel_members(v))]
         if not new or not old:
             continue
         takes = "takes" if len(new) == 1 else "take"
-        out.append(
+        text = (
             f"Crossover between N = {n_text(before[-1].n)} and {n_text(after[0].n)}: "
             f"{names_text(new)} {takes} the lead from {names_text(old)}."
         )
+        out.append(said(text, [last, first]))
     if length != "seq_len":
         out = [s.replace("N = ", "N_k = ") for s in out]
     return out
@@ -280,24 +317,44 @@ def ranking_sentences(panel_rows) -> list[str]:
 CONSTANT_SHOWN = 1 << 20  # a memory fit's N-independent part worth a word (chunked's block: about 5 MiB)
 
 
+def _says_nothing(exp: Any, lo: Any, hi: Any) -> str | None:
+    """Why an exponent says nothing of how a variant grows: 'two N' (a fit through two points, no CI) or
+    'CI too wide to say' (growth_word); None for one that says something."""
+    if not present(exp):
+        return None
+    if not (present(lo) and present(hi)):
+        return "two N"
+    return "CI too wide to say" if growth_word(exp, lo, hi) == "CI too wide to say" else None
+
+
 def growth_sentences(fits) -> list[str]:
-    """Per variant with a fit: its time and memory exponents with their CIs, in words; the variants with
-    no fit in one sentence."""
+    """Per variant whose time fit says something: its time and memory exponents with their CIs, in words
+    (a memory exponent that says nothing left out); the variants whose time fit says nothing (two N, no
+    CI; a CI too wide to say) in one sentence, their exponents in the scaling table; those with no fit in
+    another."""
     out: list[str] = []
     unfit: dict[str, list[str]] = {}  # statuses -> the variants with no fit
+    unsaid: dict[str, list[str]] = {}  # why the time fit says nothing -> the variants
     by_name = {str(r["variant"]): r for _, r in fits.iterrows()}
     for v in variant_order(by_name):
         r = by_name[v]
         if not present(r["time_exp"]):
             unfit.setdefault(str(r["statuses"]), []).append(v)
             continue
+        why = _says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"])
+        if why:
+            unsaid.setdefault(why, []).append(v)
+            continue
         text = f"{v}: time grows as {exponent_text(r['time_exp'], r['time_ci_low'], r['time_ci_high'])}"
-        if present(r["mem_exp"]):
+        if present(r["mem_exp"]) and not _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):
             text += f", memory as {exponent_text(r['mem_exp'], r['mem_ci_low'], r['mem_ci_high'])}"
             const = r.get("mem_const_bytes")
             if present(const) and float(const) >= CONSTANT_SHOWN:  # the fit's c + a·N^b
                 text += f" above {bytes_text(int(const))} that does not grow with N"
         out.append(text + ".")
+    if unsaid:
+        each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unsaid.items()]
+        out.append(f"Growth not measured (see the scaling table) for: {'; '.join(each)}.")
     if unfit:
         each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unfit.items()]
         out.append(f"No fit (ok at fewer than two N): {'; '.join(each)}.")
@@ -307,7 +364,8 @@ def growth_sentences(fits) -> list[str]:
 def wall_sentence(fits, panel_rows) -> str | None:
     """The largest N that fits in the device's memory per variant (the memory fit read at the device's
     memory, fit.scaling_table), grouped by that N, and the N where a variant did run out of memory. A
-    variant whose memory exponent is too uncertain to say (growth_word) has no wall read off it."""
+    variant whose memory exponent says nothing (_says_nothing: two N, or a CI too wide to say) has no wall
+    read off it."""
     walls: dict[int, list[str]] = {}
     beyond: dict[int, list[str]] = {}
     dev_mem = None
@@ -315,7 +373,7 @@ def wall_sentence(fits, panel_rows) -> str | None:
         r = fits[fits["variant"] == v].iloc[0]
         if not present(r["n_max_fit"]) or not present(r["device_mem_bytes"]):
             continue
-        if growth_word(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]) == "CI too wide to say":
+        if _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):  # two N, or a CI too wide
             continue
         dev_mem = int(r["device_mem_bytes"])
         n, measured = int(r["n_max_fit"]), r["n_max_measured"]
@@ -323,8 +381,12 @@ def wall_sentence(fits, panel_rows) -> str | None:
             beyond.setdefault(EXTRAPOLATION_LIMIT * int(measured), []).append(v)
         else:
             walls.setdefault(n, []).append(v)
-    parts = [f"{names_text(vs)} up to N = {n_text(n)}" for n, vs in sorted(walls.items())]
-    parts += [f"{names_text(vs)} none within N = {n_text(n)}" for n, vs in sorted(beyond.items())]
+
+    def fit(vs: list[str]) -> str:
+        return f"{names_text(vs)} {'fits' if len(vs) == 1 else 'fit'}"
+
+    parts = [f"{fit(vs)} up to N = {n_text(n)}" for n, vs in sorted(walls.items())]
+    parts += [f"{fit(vs)} past N = {n_text(n)}" for n, vs in sorted(beyond.items())]
     if beyond:  # the fit is not read further than that
         each = "its" if len(beyond) > 1 else "the"
         parts[-1] += f" ({EXTRAPOLATION_LIMIT}× {each} largest measured N, as far as the fit is read)"
@@ -381,8 +443,8 @@ def machine_busy(df) -> str | None:
 
 
 def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """One sentence that counts every flagged row; a second, plain one when the machine was busy (many
-    ok cells drifted or noisy), with the command that measures the drifted cells again."""
+    """One sentence that counts every flagged row; a second, plain one where noisy cells were their own
+    spread (the machine held its speed). A busy machine is said apart, before the winners (busy_sentences)."""
     ok = ok_rows(df)
     status = df["status"].value_counts()
     flags = {
@@ -405,13 +467,21 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     else:
         text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
         text += ", and none errored, crashed or timed out."
+    if machine_busy(df) is not None:
+        return (text,)
+    noisy = flag_mask(ok, "noisy")
+    own = own_spread(int(noisy.sum()), len(ok)) if steady(ok.to_dict("records")) else None
+    return (text,) if own is None else (text, own[0].upper() + own[1:] + ".")
+
+
+def busy_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Where the machine was busy (machine_busy), its sentence with the command that measures the drifted
+    cells again: the findings open with it, since every winner after it may be the machine's."""
     busy_text = machine_busy(df)
     if busy_text is None:
-        noisy = flag_mask(ok, "noisy")
-        own = own_spread(int(noisy.sum()), len(ok)) if steady(ok.to_dict("records")) else None
-        return (text,) if own is None else (text, own[0].upper() + own[1:] + ".")
+        return ()
     busy_text += " "
-    if flags["drifted"]:
+    if flag_mask(ok_rows(df), "drift").any():
         target = shlex.quote(run_dirs[0]) if len(run_dirs) == 1 else "RUN"
         busy_text += (
             f"Measure the drifted cells again with `attnbench run --resume --redo-drift --out {target}`, "
@@ -419,7 +489,7 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
         )
     else:
         busy_text += "Rerun the sweep on a quiet machine."
-    return text, busy_text
+    return (busy_text + f" A winner below read off such cells opens with '{SHAKY.strip()}'.",)
 
 
 # ---- all of it -----------------------------------------------------------------------------------------
@@ -434,37 +504,39 @@ def build(
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
     group's own section below), and the run-wide trust sentences; `unfinished` (reports.trust's sentences
-    on runs stopped early) comes first."""
+    on runs stopped early) comes first, then a busy machine's sentence (busy_sentences)."""
     out = []
+    said_busy = busy_sentences(df, run_dirs)
+    busy = bool(said_busy)
     for gkey, group in groups(df):
+        packed = varlen.sentences(group)  # packed variable-length cells: per pattern, across its panels
+        if packed:  # the padding tax before each pattern's ranking and growth
+            out.append(PanelFindings(f"{head(gkey, group)} · packed variable-length batches", tuple(packed)))
         pans = panels(group)
         for pkey, ptitle, rows in pans:
             if ok_rows(rows).empty:
                 continue
             fits = _panel_fits(scaling, gkey, pkey) if not scaling.empty else scaling
-            sentences = ranking_sentences(rows)
-            if not fits.empty:
-                sentences += growth_sentences(fits)
-                wall = wall_sentence(fits, rows)
-                if wall:
-                    sentences.append(wall)
+            sentences = ranking_sentences(rows, busy)
             joules = energy.sentence(rows)  # runs made with --energy
             if joules:
                 sentences.append(joules)
             traded = accuracy.sentence(rows)  # the fastest against the most accurate
             if traded:
                 sentences.append(traded)
+            if not fits.empty:  # growth last: the workload's own findings first
+                sentences += growth_sentences(fits)
+                wall = wall_sentence(fits, rows)
+                if wall:
+                    sentences.append(wall)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
-        packed = varlen.sentences(group)  # packed variable-length cells: per pattern, across its panels
-        if packed:
-            out.append(PanelFindings(f"{head(gkey, group)} · packed variable-length batches", tuple(packed)))
-    return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished)
+    return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished, said_busy)
 
 
 def blocks(f: Findings) -> list[pg.Block]:
     """The page's first section: a heading, per panel its title and its sentences, then the trust."""
-    out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in f.unfinished)]
+    out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in (*f.unfinished, *f.busy))]
     if not f.panels:
         out.append(
             pg.Para("No cell ran ok: nothing is ranked or fitted (see 'Cells that are not ok' below).")
@@ -476,8 +548,8 @@ def blocks(f: Findings) -> list[pg.Block]:
 
 def headline(f: Findings) -> str:
     """The first finding, for a one-line summary (a Report's repr): who is fastest where, first panel; after
-    '(unfinished)' where a run stopped before every cell it planned."""
-    lead = "(unfinished) " if f.unfinished else ""
+    '(unfinished)' where a run stopped before every cell it planned, '(busy machine)' where it was busy."""
+    lead = ("(unfinished) " if f.unfinished else "") + ("(busy machine) " if f.busy else "")
     if not f.panels:
         return lead + "No cell ran ok: nothing is ranked or fitted."
     return lead + (f.panels[0].sentences[0] if f.panels[0].sentences else f.panels[0].title)
@@ -492,7 +564,7 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
         return wrap_text(s, width, rest, first)
 
     lines = ["Findings"]
-    for t in f.unfinished:
+    for t in (*f.unfinished, *f.busy):
         lines += wrap(t)
     if not f.panels:
         lines.append("  No cell ran ok: nothing is ranked or fitted.")

@@ -214,7 +214,9 @@ def best_table(group) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        "fastest ok variant per seq_len (median time); 'tie: A ≈ B' when B is less than 2% slower than A "
+        "fastest ok variant per seq_len (median time); variants whose cells there ran the same kernel "
+        "(the rows' kernel column) are one, 'sdpa (= sdpa_cudnn: CUDNN_ATTENTION)', at the faster's time; "
+        "'tie: A ≈ B' when B is less than 2% slower than A "
         "or the judge cannot call it slower at p < 0.05 (results.judge.separated: the visits of each round "
         "paired, in a run visited 3 or more times, else the samples); "
         "'ranking': every ok variant, fastest first, '≈' within a group the same rule cannot tell from its "
@@ -280,14 +282,26 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
 # saved); render() lays them out. A part with nothing to show adds no blocks, and its heading stays off.
 
 METHOD = (
-    "Method, in short: only ok cells enter fits, rankings and speed-ups, and a cell's time is the median "
-    "of its timed calls (p25–p75: its spread). An exponent is a power-law fit over the largest N measured "
-    f"(the top {fitmod.ASYMPTOTIC_OCTAVES} octaves, or from the run's time_fit_from up) with its 95% CI; "
-    "'vs theory' sets it against N² for time and N or N² for memory. 'largest N that fits' reads the "
-    f"memory fit up to the device's memory, never beyond {fitmod.EXTRAPOLATION_LIMIT}× the largest N "
-    "measured, and '% of peak' is the TFLOP/s at the largest ok N over the run's calibrated matmul. Every "
-    "rule in full: docs/method.md ('Reading a report') in attnbench's documentation."
+    "Method, in short: only ok cells enter fits, rankings and speed-ups; a cell's time is the median of its "
+    "timed calls (p25–p75: spread). Time is fitted by a weighted power law over the ok N within "
+    f"the top {fitmod.ASYMPTOTIC_OCTAVES} octaves (N ≥ the largest / {2**fitmod.ASYMPTOTIC_OCTAVES}, at "
+    f"least {fitmod.MIN_FIT_POINTS} N), or from the run's time_fit_from up; in rounds, Theil-Sen through "
+    f"every visit. Memory fits c + a·N^b over the top {fitmod.MEMORY_OCTAVES} octaves. CIs are 95% (none "
+    "from two N); each fit's N: {fits}. 'vs theory': against N² for time, N or N² for memory. 'largest N "
+    "that fits' reads the memory fit to the device's memory, never beyond "
+    f"{fitmod.EXTRAPOLATION_LIMIT}× the largest N measured; '% of peak' is the TFLOP/s at the largest ok N "
+    "over the run's calibrated matmul. In full: docs/method.md ('Fits', 'Reading a report') in attnbench's "
+    "source repository (no documentation URL is configured)."
 )
+
+
+def method_para(has_fits: bool) -> pg.Para:
+    """The method in one paragraph, its fits.csv linked where the report wrote one (a file beside the page
+    is the one link that works wherever the report folder is copied)."""
+    head, tail = METHOD.split("{fits}")
+    if not has_fits:
+        return pg.Para(head + "the fits table's fit_seq_lens" + tail)
+    return pg.Para((head, pg.Link("fits.csv", "fits.csv"), " (fit_seq_lens)" + tail))
 
 
 def _write_csvs(df, scaling, out: Path) -> None:
@@ -306,10 +320,10 @@ def _write_csvs(df, scaling, out: Path) -> None:
     ranking(df).drop(columns=unsplit).to_csv(out / "ranking.csv", index=False)
 
 
-def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]]) -> list:
+def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]], has_fits: bool = True) -> list:
     """The first of the tables: fitted exponents against theory, after the method in short, the axes every
     cell shares and where a run's time fits start (when its preset says)."""
-    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory"), pg.Para(METHOD)]
+    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory"), method_para(has_fits)]
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
         blocks.append(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
@@ -521,7 +535,7 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     for section in sections:
         page.add(*section.figures)
         report.figures.extend(section.files)
-    page.add(*_scaling_blocks(df, summary, metas))
+    page.add(*_scaling_blocks(df, summary, metas, has_fits=not scaling.empty))
     for section in sections:
         page.add(*section.tables)
     page.add(*trust.blocks(df, metas, devgroups, inputs.run_dirs))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,8 @@ from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
 from attnbench.results.judge import separated, separation
+
+from .style import variant_order
 
 # one figure (and one page section) per group; device_group is '' unless a run mixes devices that may not
 # be averaged together (results.devices), and then splits that run's cells by device group; model is ''
@@ -200,16 +203,57 @@ def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> floa
     return max((p for p in found if p), default=None)
 
 
+def one_per_kernel(cell_rows):
+    """The ranked rows of one combination and N (one cell per variant) with the variants that ran the same
+    kernel there made one: where two or more rows record the same non-empty `kernel` (a variant's kernel
+    hook: SDPA's backend, xformers' operator), they become the fastest of them, named 'sdpa (= sdpa_cudnn:
+    CUDNN_ATTENTION)' (kernel_name). One kernel timed under two names is one contestant: a lead or a
+    crossover between its names would be noise named a winner. Rows without a kernel stay as they are."""
+    if "kernel" not in cell_rows.columns or len(cell_rows) < 2:
+        return cell_rows
+    kernels = cell_rows["kernel"].astype("string").fillna("").str.strip()
+    drop, names = [], {}
+    for kernel, sub in cell_rows[kernels != ""].groupby(kernels[kernels != ""], sort=False):
+        variants = variant_order(str(v) for v in sub["variant"])
+        if len(variants) < 2:
+            continue
+        fastest = sub.sort_values("time_ms_median", kind="stable").index[0]
+        names[fastest] = kernel_name(variants, str(kernel))
+        drop += [i for i in sub.index if i != fastest]
+    if not names:
+        return cell_rows
+    out = cell_rows.drop(index=drop).copy()
+    for i, name in names.items():
+        out.loc[i, "variant"] = name
+    return out
+
+
+def kernel_name(variants: list[str], kernel: str) -> str:
+    """'sdpa (= sdpa_cudnn: CUDNN_ATTENTION)': variants that ran one kernel, as rankings name them (the
+    first in variant order, then the others and the kernel)."""
+    return f"{variants[0]} (= {', '.join(variants[1:])}: {kernel})"
+
+
+_KERNEL_NAME = re.compile(r"^(\S+) \(= (.+?): .*\)$")
+
+
+def kernel_members(name: str) -> tuple[str, ...]:
+    """The variants a ranked name stands for: ('sdpa', 'sdpa_cudnn') for kernel_name's 'sdpa (= sdpa_cudnn:
+    CUDNN_ATTENTION)', (name,) for any other."""
+    found = _KERNEL_NAME.match(str(name))
+    return (found.group(1), *found.group(2).split(", ")) if found else (str(name),)
+
+
 def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
     the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`,
-    see separated)."""
+    see separated). Variants that ran the same kernel there are one (one_per_kernel)."""
     import pandas as pd
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     records = []
     for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
-        ranked = sub.sort_values("time_ms_median", kind="stable")
+        ranked = one_per_kernel(sub).sort_values("time_ms_median", kind="stable")
         first = ranked.iloc[0]
         rec = {
             **key,
@@ -243,13 +287,14 @@ def ranking(df):
     the axes, `variant`, `time_ms`, `ratio` (its median over the fastest's), `group` (0 for the front) and
     `p_value` (separation's p against its group's fastest, or the previous group's for a group's first).
     The best-variant table says only who leads; this says where every other variant stands, so that a
-    variant 1.5× behind is ranked behind even where the two at the front are tied."""
+    variant 1.5× behind is ranked behind even where the two at the front are tied. Variants that ran the
+    same kernel there are one (one_per_kernel)."""
     import pandas as pd
 
     ok = ranked_rows(df).dropna(subset=["time_ms_median"])
     records = []
     for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
-        ranked = sub.sort_values("time_ms_median", kind="stable")
+        ranked = one_per_kernel(sub).sort_values("time_ms_median", kind="stable")
         fastest = float(ranked.iloc[0]["time_ms_median"])
         leader, group = ranked.iloc[0], 0
         for i, (_, r) in enumerate(ranked.iterrows()):

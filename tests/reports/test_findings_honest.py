@@ -1,0 +1,146 @@
+"""Findings a newcomer can choose an attention implementation from: no lead between two names of one kernel,
+no winner named off a busy machine's cells without saying so, no fit that says nothing in the way of the
+workload's own findings."""
+
+from __future__ import annotations
+
+import synthetic
+
+from attnbench.reports import findings
+from attnbench.reports.render import best_table, findings_of, prepare, render
+from attnbench.results import load
+
+SEQ = [256, 512, 1024, 2048, 4096, 8192]
+
+
+def _sentences(rep) -> list[str]:
+    (panel,) = rep.findings.panels
+    return list(panel.sentences)
+
+
+def _one_kernel_rows() -> list[dict]:
+    """sdpa dispatched to cuDNN at every N, as sdpa_cudnn is pinned to: one kernel, whose two names trade
+    places by 5% from N to N (the H100 reference's 'Crossover: sdpa takes the lead from sdpa_cudnn');
+    naive, with no kernel hook, 3× behind."""
+    rows = []
+    for i, n in enumerate(SEQ):
+        x = n / 256
+        a, b = (1.0, 1.05) if i % 2 else (1.05, 1.0)
+        for v, t in (("sdpa", a * x**2), ("sdpa_cudnn", b * x**2)):
+            rows.append(
+                synthetic.cell(v, n, time_ms=t, peak_mem_bytes=2**20 * int(x), kernel="CUDNN_ATTENTION")
+            )
+        rows.append(synthetic.cell("naive", n, time_ms=3 * x**2, peak_mem_bytes=int(2**20 * x**2)))
+    return rows
+
+
+def test_variants_that_ran_one_kernel_are_ranked_as_one(tmp_path):
+    run = synthetic.write_run(tmp_path / "run", _one_kernel_rows())
+    rep = render(prepare([run]), tmp_path / "report")
+    ranking = [s for s in _sentences(rep) if "fastest" in s or "Crossover" in s or "lead" in s]
+    (only,) = ranking  # one sentence: no lead, no crossover between sdpa and sdpa_cudnn
+    assert only.startswith("sdpa (= sdpa_cudnn: CUDNN_ATTENTION) is fastest at every N measured"), only
+    assert only.endswith("× ahead of naive)."), only
+    # the fastest-per-N table names them as one, and never one ahead of the other
+    table = best_table(load(run))
+    for row in table.rows:
+        assert row[1].startswith("sdpa (= sdpa_cudnn: CUDNN_ATTENTION) "), row
+        assert "ahead of naive" in row[1] and "ahead of sdpa" not in row[1], row
+
+
+def test_one_kernel_under_two_names_takes_no_lead_from_itself(tmp_path):
+    """sdpa ran the flash kernel up to N = 1,024 (as sdpa_flash does) and cuDNN above it (as sdpa_cudnn
+    does): its twin changes, it takes no lead from itself."""
+    rows = []
+    for n in SEQ:
+        x = n / 256
+        kernel = "FLASH_ATTENTION" if n <= 1024 else "CUDNN_ATTENTION"
+        flash, cudnn = (1.0, 1.5) if n <= 1024 else (1.5, 1.0)
+        rows.append(synthetic.cell("sdpa", n, time_ms=x**2, kernel=kernel))
+        rows.append(synthetic.cell("sdpa_flash", n, time_ms=flash * x**2 * 1.01, kernel="FLASH_ATTENTION"))
+        rows.append(synthetic.cell("sdpa_cudnn", n, time_ms=cudnn * x**2 * 1.01, kernel="CUDNN_ATTENTION"))
+    run = synthetic.write_run(tmp_path / "run", rows)
+    text = " ".join(findings.ranking_sentences(load(run)))
+    assert "sdpa (= sdpa_flash: FLASH_ATTENTION) is fastest from N = 256 to 1,024" in text, text
+    assert "sdpa (= sdpa_cudnn: CUDNN_ATTENTION) is fastest from N = 2,048 to 8,192" in text, text
+    assert "Crossover" not in text, text
+
+
+def _busy_rows() -> list[dict]:
+    """naive 4× ahead of chunked at every N, every cell of N = 256 and 512 measured while the machine ran at
+    half its usual speed (drifted), those from 1,024 to 8,192 at its usual speed."""
+    rows = []
+    for n in SEQ:
+        x = n / 256
+        speed = 0.5 if n <= 512 else 1.0
+        rows.append(synthetic.cell("naive", n, time_ms=x**2, peak_mem_bytes=2**20, speed_tflops=speed))
+        rows.append(synthetic.cell("chunked", n, time_ms=4 * x**2, peak_mem_bytes=2**20, speed_tflops=speed))
+    return rows
+
+
+def test_a_busy_machine_is_said_before_any_winner_and_marks_the_winners_read_off_its_cells(tmp_path):
+    run = synthetic.write_run(tmp_path / "run", _busy_rows())
+    found = findings_of(prepare([run]))
+    (busy,) = found.busy
+    assert busy.startswith("The machine was busy while this ran: 4 of 12 ok cells drifted or were noisy")
+    said = findings.text(found)
+    assert said.index("The machine was busy") < said.index("naive is fastest"), said
+    assert not any("busy" in t for t in found.trust)  # said once, first
+    assert findings.headline(found).startswith("(busy machine) ")
+    (panel,) = found.panels
+    first = panel.sentences[0]
+    assert first.startswith(findings.SHAKY + "naive is fastest"), first  # its N = 256 and 512 drifted
+    md = render(prepare([run]), tmp_path / "report").readme.read_text()
+    assert md.index("The machine was busy") < md.index(findings.SHAKY + "naive is fastest")
+
+
+def test_a_winner_on_settled_cells_of_a_busy_run_is_not_marked(tmp_path):
+    """Only the sentences that compare a drifted or noisy cell are marked: where `other` leads, on the
+    drifted cells of N = 256 and 512, the sentence is marked; naive's lead over chunked from N = 1,024 on,
+    measured at the machine's usual speed, is said plainly."""
+    rows = _busy_rows()
+    for n in (256, 512):
+        rows.append(
+            synthetic.cell("other", n, time_ms=0.5 * (n / 256) ** 2, peak_mem_bytes=2**20, speed_tflops=0.5)
+        )
+    found = findings_of(prepare([synthetic.write_run(tmp_path / "run", rows)]))
+    assert found.busy, found
+    (panel,) = found.panels
+    assert panel.sentences[0].startswith(findings.SHAKY + "other is fastest from N = 256 to 512"), panel
+    assert panel.sentences[1].startswith("naive is fastest from N = 1,024 to 8,192"), panel
+
+
+def test_a_workloads_own_findings_come_before_growth_and_fits_that_say_nothing_are_one_sentence(tmp_path):
+    """A packed variable-length run of two N: the padding tax first, then per pattern its ranking, and its
+    two-point fits in one sentence, never 'chunked: time grows as N^-2.44 (no CI)' each."""
+    rows = []
+    for n in (128, 256):
+        for v, t in (("sdpa_loop", 1.0), ("chunked", 2.0), ("naive", 3.0)):
+            rows.append(
+                synthetic.cell(v, n, time_ms=t * n / 128, peak_mem_bytes=2**20 * n, lengths="uniform")
+            )
+    run = synthetic.write_run(tmp_path / "run", rows)
+    found = findings_of(prepare([run]))
+    titles = [p.title for p in found.panels]
+    assert titles[0].endswith("packed variable-length batches"), titles
+    growth = [s for p in found.panels for s in p.sentences if "grows as" in s or "Growth" in s]
+    assert growth == [
+        "Growth not measured (see the scaling table) for: naive, chunked and sdpa_loop (two N each)."
+    ]
+
+
+def test_the_method_paragraph_says_what_the_fit_does_and_links_what_can_be_linked(tmp_path):
+    """It ended 'Every rule in full: docs/method.md ... in attnbench's documentation' with no link (the page
+    had no href at all), and said 'the top 2 octaves' where the fit also keeps at least 3 N and fits
+    memory over the top octaves whatever time_fit_from says."""
+    from attnbench.reports import fit
+
+    run = synthetic.write_run(tmp_path / "run", _one_kernel_rows())
+    rep = render(prepare([run]), tmp_path / "report")
+    html = rep.html.read_text()
+    assert 'href="fits.csv"' in html and (rep.html.parent / "fits.csv").exists()
+    md = rep.readme.read_text()
+    (para,) = [ln for ln in md.splitlines() if ln.startswith("Method, in short")]
+    assert f"at least {fit.MIN_FIT_POINTS} N" in para and "time\\_fit\\_from" in para, para
+    assert "[fits.csv](fits.csv)" in para, para
+    assert "docs/method.md" in para and "no documentation URL" in para and len(para.split()) < 150, para
