@@ -342,19 +342,23 @@ def growth_sentences(fits) -> list[str]:
             unfit.setdefault(str(r["statuses"]), []).append(v)
             continue
         why = _says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"])
-        if why:
+        parts = []
+        if why:  # its time in the one sentence below; a memory fit that says something is still said
             unsaid.setdefault(why, []).append(v)
-            continue
-        text = f"{v}: time grows as {exponent_text(r['time_exp'], r['time_ci_low'], r['time_ci_high'])}"
+        else:
+            parts.append(f"time grows as {exponent_text(r['time_exp'], r['time_ci_low'], r['time_ci_high'])}")
         if present(r["mem_exp"]) and not _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):
-            text += f", memory as {exponent_text(r['mem_exp'], r['mem_ci_low'], r['mem_ci_high'])}"
+            memory = f"memory {'as' if parts else 'grows as'} "
+            memory += exponent_text(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"])
             const = r.get("mem_const_bytes")
             if present(const) and float(const) >= CONSTANT_SHOWN:  # the fit's c + a·N^b
-                text += f" above {bytes_text(int(const))} that does not grow with N"
-        out.append(text + ".")
+                memory += f" above {bytes_text(int(const))} that does not grow with N"
+            parts.append(memory)
+        if parts:
+            out.append(f"{v}: {', '.join(parts)}.")
     if unsaid:
         each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unsaid.items()]
-        out.append(f"Growth not measured (see the scaling table) for: {'; '.join(each)}.")
+        out.append(f"Time's growth not measured (see the scaling table) for: {'; '.join(each)}.")
     if unfit:
         each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unfit.items()]
         out.append(f"No fit (ok at fewer than two N): {'; '.join(each)}.")

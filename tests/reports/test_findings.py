@@ -93,7 +93,7 @@ def test_an_exponent_without_a_ci_names_no_growth(tmp_path):
     text = " ".join(
         _sentences(render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "r"))
     )
-    assert "Growth not measured (see the scaling table) for: naive and blk (two N each)." in text, text
+    assert "Time's growth not measured (see the scaling table) for: naive and blk (two N each)." in text, text
     assert "grows as" not in text and "N^" not in text, text
     assert "Memory wall" not in text, text  # nor a wall read off a memory fit through two points
 
@@ -280,7 +280,7 @@ def test_the_fixture_has_findings_per_panel():
     assert len(titles) == 2 and {t.split(" · ")[-1] for t in titles} == {"causal", "non-causal"}
     for p in found.panels:
         assert "is fastest" in p.sentences[0] or "cannot be told apart" in p.sentences[0]
-        assert any("time grows as N^" in s or s.startswith("Growth not measured") for s in p.sentences)
+        assert any("time grows as N^" in s or s.startswith("Time's growth not measured") for s in p.sentences)
     assert "wrong (failed the float64 check)" in found.trust[0]
 
 
