@@ -1,0 +1,90 @@
+"""What the report's figures show a reader: marks no variant uses, series that do not hide each other,
+axes and guides that fit the theory of their panel, titles that fit."""
+
+from __future__ import annotations
+
+import itertools
+
+import synthetic
+from matplotlib.collections import PathCollection
+from matplotlib.colors import to_hex
+
+from attnbench import results
+from attnbench.reports import plots, style
+
+SEQ = [256, 512, 1024, 2048]
+
+
+def _group(tmp_path, rows):
+    return results.load(synthetic.write_run(tmp_path / "run", rows))
+
+
+def _flagged_rows():
+    rows = synthetic.power_law_rows({"stable_softmax": (2, 2), "sdpa_math": (2, 2), "naive": (2, 2)}, SEQ)
+    for r in rows:
+        r["speed_tflops"] = 0.5 if r["seq_len"] == 512 else 1.0  # half the run's usual speed: drift
+        if r["seq_len"] == 1024:
+            r["throttled"] = True
+    return rows
+
+
+def _rings(fig):
+    return [c for ax in fig.axes for c in ax.collections if isinstance(c, PathCollection)]
+
+
+def test_drift_rings_use_no_variant_colour_and_have_their_own_legend(tmp_path):
+    df = _group(tmp_path, _flagged_rows())
+    with style.palette(df["variant"].unique()):
+        fig, _ = plots.time_figure(df, {}, "t")
+        variant_colours = {style.variant_color(v) for v in df["variant"].unique()}
+    rings = _rings(fig)
+    assert rings, "the drifted and throttled cells are ringed"
+    edge = {to_hex(c) for ring in rings for c in ring.get_edgecolors()}
+    assert not edge & variant_colours
+    # the rings are named in a legend of the figure's own, not in a panel's variant legend
+    panel_labels = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()}
+    assert plots.DRIFT_LABEL not in panel_labels and plots.THROTTLED_LABEL not in panel_labels
+    ring_labels = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    assert {plots.DRIFT_LABEL, plots.THROTTLED_LABEL} <= ring_labels
+    # the two kinds of ring differ in style, not only in size
+    assert len({str(r.get_linestyle()) for r in rings}) == 2
+
+
+def test_memory_figures_ring_nothing(tmp_path):
+    df = _group(tmp_path, _flagged_rows())
+    fig, _ = plots.memory_figure(df, {}, "m", None)
+    assert not _rings(fig) and not fig.legends
+    labels = {line.get_label() for ax in fig.axes for line in ax.get_lines()}
+    assert not labels & {plots.DRIFT_LABEL, plots.THROTTLED_LABEL, plots.SUSPECT_LABEL}
+    # ... and at most one line per variant (no hollow ring markers drawn as lines)
+    assert len([ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "o"]) <= 1
+
+
+def test_a_report_palette_keeps_neighbours_apart():
+    # a varlen run's variants: plug-ins beside xformers' grey and stable_softmax's orange
+    for names in (
+        ["chunked", "flex", "sdpa_loop", "sdpa_padded", "varlen_attn", "xformers"],
+        ["chunked", "flex", "naive", "sdpa_loop", "sdpa_padded", "stable_softmax"],
+        ["sdpa", "sdpa_flash", "sdpa_math", "xformers", "naive", "chunked"],
+    ):
+        with style.palette(names) as colours:
+            gaps = [style.color_distance(colours[a], colours[b]) for a, b in itertools.combinations(names, 2)]
+        assert min(gaps) > 20, colours
+    # the pale tints (a light grey, a peach) read as the built-in beside them
+    assert style.color_distance("#7f7f7f", "#c7c7c7") < 25 and style.color_distance("#ff7f0e", "#ffbb78") < 20
+    assert style.color_distance(style.variant_color("sdpa"), style.variant_color("sdpa_flash")) > 30
+
+
+def test_a_series_under_another_is_named_in_the_legend(tmp_path):
+    rows = [
+        synthetic.cell(v, n, time_ms=k * n**2 / 1e5, peak_mem_bytes=2**10 * n**p)
+        for v, k, p in (("sdpa", 1, 1), ("sdpa_flash", 3, 1), ("naive", 2, 2))
+        for n in SEQ
+    ]  # sdpa's bytes those of sdpa_flash, its times not
+    fig, _ = plots.memory_figure(_group(tmp_path, rows), {}, "m", None)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(t.startswith("sdpa ") and "(= sdpa_flash, under it)" in t for t in labels), labels
+    assert not any("under it" in t for t in labels if not t.startswith("sdpa "))
+    fig, _ = plots.time_figure(_group(tmp_path / "t", rows), {}, "t")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert not any("under it" in t for t in labels)
