@@ -199,13 +199,18 @@ def length_xaxis(ax, lengths, length: str) -> None:
         ax.set_xlabel("keys N_k (K/V cache length, log₂ axis)")
 
 
-def guides(ax, seq_lens: list[int], ys: list[float]) -> None:
-    """Dashed ∝N and ∝N² lines from below the lowest point: the two slopes a reader compares with."""
+GUIDES = ((1, "∝N"), (2, "∝N²"))
+DECODE_GUIDES = ((1, "∝N_k"),)  # a decode step reads its K/V cache once: linear in N_k, never N_k²
+
+
+def guides(ax, seq_lens: list[int], ys: list[float], powers=GUIDES) -> None:
+    """Dashed lines of `powers` ((exponent, label), by default ∝N and ∝N²) from below the lowest point:
+    the slopes a reader compares with, those the theory of the panel names."""
     if len(seq_lens) < 2 or not ys:
         return
     n0, n1 = min(seq_lens), max(seq_lens)
     y0 = min(ys) / 1.5
-    for power, text in ((1, "∝N"), (2, "∝N²")):
+    for power, text in powers:
         y1 = y0 * (n1 / n0) ** power
         ax.plot([n0, n1], [y0, y1], ls="--", lw=1, color="#555555", alpha=0.7, zorder=0)
         ax.annotate(
@@ -238,7 +243,7 @@ def time_figure(group, fits: Fits, title: str):
             ys = _variant_lines(ax, rows, "time_ms_median", fits, 0, band=band, rings=seen)
             if ys:
                 log_axis(ax)
-                guides(ax, seq_lens, ys)
+                guides(ax, seq_lens, ys, DECODE_GUIDES if length == "seq_k" else GUIDES)
             else:
                 empty_panel(ax, "no ok cells")
             length_xaxis(ax, seq_lens, length)
@@ -265,7 +270,7 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
             if ys:
                 hi = max(ys + ([device_mem] if device_mem else []))
                 bytes_axis(ax, min(ys), hi)
-                guides(ax, seq_lens, ys)
+                guides(ax, seq_lens, ys, DECODE_GUIDES if length == "seq_k" else GUIDES)
             else:
                 empty_panel(ax, "no ok cells")
             if device_mem:

@@ -88,3 +88,44 @@ def test_a_series_under_another_is_named_in_the_legend(tmp_path):
     fig, _ = plots.time_figure(_group(tmp_path / "t", rows), {}, "t")
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert not any("under it" in t for t in labels)
+
+
+def _decode_rows(tmp_path):
+    rows = [
+        synthetic.cell(v, 1, seq_k=n, time_ms=k * n / 1e3, peak_mem_bytes=2**12 * n, causal=True)
+        for v, k in (("sdpa", 1.0), ("naive", 100.0))
+        for n in SEQ
+    ]
+    return _group(tmp_path, rows)
+
+
+def _notes(fig) -> set[str]:
+    return {t.get_text() for ax in fig.axes for t in ax.texts}
+
+
+def test_decode_bandwidth_is_on_a_log_axis_under_its_labelled_ceiling(tmp_path):
+    from attnbench.reports.panels import decode
+
+    fig, _ = decode.kv_bandwidth_figure(_decode_rows(tmp_path), "k", 50.0)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"  # a kernel 100x slower is not flat at 0
+    assert any(t.startswith("calibrated copy bandwidth 50 GB/s") for t in _notes(fig))
+    lo, hi = ax.get_ylim()
+    assert hi > 50.0 and lo < min(
+        min(line.get_ydata()) for line in ax.get_lines() if line.get_label() == "naive"
+    )
+
+
+def test_decode_figures_draw_the_linear_guide_and_never_n_squared(tmp_path):
+    from attnbench.reports.panels import decode
+
+    df = _decode_rows(tmp_path)
+    for fig in (
+        decode.decode_time_figure(df, "t")[0],
+        plots.time_figure(df, {}, "t")[0],
+        plots.memory_figure(df, {}, "m", None)[0],
+    ):
+        assert "∝N_k" in _notes(fig) and not {"∝N²", "∝N"} & _notes(fig)
+    # a plain run keeps both guides
+    plain = _group(tmp_path / "plain", synthetic.power_law_rows({"naive": (2, 2)}, SEQ))
+    assert {"∝N", "∝N²"} <= _notes(plots.time_figure(plain, {}, "t")[0])
