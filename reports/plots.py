@@ -408,7 +408,7 @@ def speedup_figure(group, title: str, baseline: str):
         if image is not None:
             ticks = [t for t in range(-int(lim), int(lim) + 1)]
             cb = fig.colorbar(image, ax=axes, shrink=0.8, ticks=ticks)
-            cb.ax.set_yticklabels([f"{2.0**t:g}×" for t in ticks])
+            cb.ax.set_yticklabels([ratio_text(2.0**t) for t in ticks])
             cb.set_label(f"speed-up over {baseline} (log scale)")
         fig.suptitle(title)
     data = pd.DataFrame(sp)
@@ -416,6 +416,11 @@ def speedup_figure(group, title: str, baseline: str):
     if "seq_k" in data.columns and bool((data["seq_k"] == data["seq_len"]).fillna(True).all()):
         data = data.drop(columns=["seq_k"])  # named only where some cell's keys are not its queries
     return fig, data
+
+
+def ratio_text(r: float) -> str:
+    """A colour bar's speed-up tick: '1/64×' below 1 (not '0.015625×'), '4×' above."""
+    return f"1/{1 / r:.3g}×" if r < 1 else f"{r:.3g}×"
 
 
 def statuses_of(rows, length: str = "seq_len") -> dict[tuple[str, int], str]:

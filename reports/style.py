@@ -374,20 +374,52 @@ def under_text(label: str, top: str | None) -> str:
     return label if top is None else f"{label} ({top}, under it)"
 
 
+def trim_title(text: str, drop: Iterable[str] = ()) -> str:
+    """A title without the parts another part repeats, 'causal' beside 'lower-right causal' (the group
+    heading names both the causal axis and its alignment), nor the parts in `drop` (those that do not
+    apply to the figure: 'no padding' over a figure of the padding tax)."""
+    parts = {p.strip() for p in re.split(r" · |\(|\)|\n", text) if p.strip()}
+    for part in parts:
+        if part in drop or any(other.endswith(" " + part) for other in parts - {part}):
+            word = re.escape(part)
+            text = re.sub(rf"(?<=\(){word} · | · {word}(?= · |\)|\n|$)|^{word} · | \({word}\)", "", text)
+    return text
+
+
+def wrap_title(text: str, width: int) -> str:
+    """Lines of at most about `width` characters, broken before the ' (' of the fixed axes where what comes
+    before fits, then after a ' · ' (never inside a part such as 'lower-right causal'); a part longer than a
+    line is broken at its spaces."""
+    head, paren, rest = text.partition(" (")
+    if paren and len(head) <= width and len(text) > width:
+        return head + "\n" + wrap_title("(" + rest, width)
+    pieces = [p for p in re.split(r"(?<= · )", text) if p]
+    lines: list[str] = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(textwrap.fill(line.rstrip(), width, break_long_words=False) for line in lines)
+
+
 def fit_title(fig) -> None:
-    """A figure's title wider than the figure, wrapped onto more lines: centred, it would be cut at both
-    edges (the group heading of a run with many axes runs long). Measured with the figure's renderer."""
+    """A figure's title without repeated parts (trim_title), each line wider than the figure wrapped at
+    its separators: centred, it would be cut at both edges (the group heading of a run with many axes runs
+    long). Measured with the figure's renderer."""
     title = getattr(fig, "_suptitle", None)
     text = title.get_text() if title is not None else ""
-    if not text or "\n" in text:
+    if not text:
         return
     from matplotlib.backends.backend_agg import RendererAgg
 
     renderer = RendererAgg(fig.bbox.width, fig.bbox.height, fig.dpi)
-    width = title.get_window_extent(renderer).width
     room = 0.96 * fig.bbox.width
-    if width > room:
-        title.set_text(textwrap.fill(text, max(20, int(len(text) * room / width)), break_long_words=False))
+    lines = []
+    for line in trim_title(text).split("\n"):
+        title.set_text(line)
+        width = title.get_window_extent(renderer).width
+        lines.append(wrap_title(line, max(20, int(len(line) * room / width))) if width > room else line)
+    title.set_text("\n".join(lines))
 
 
 def empty_panel(ax, text: str) -> None:

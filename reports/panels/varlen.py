@@ -11,7 +11,7 @@ from attnbench.results.formulas import tflops
 
 from .. import page as pg
 from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
-from ..style import empty_panel, legend_below, mpl_style, new_figure, variant_color, variant_order
+from ..style import empty_panel, legend_below, mpl_style, new_figure, trim_title, variant_color, variant_order
 from ..tables import (
     GROUP_AXES,
     PANEL_AXES,
@@ -295,7 +295,9 @@ def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
     files = []
     for gkey, group in grouped(packed, VARLEN_GROUP_AXES):
         head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
-        fig, data = varlen_figure(group, f"Packed variable-length batches · {head}")
+        # a packed cell pads nothing: its padding tax is the figure's, the 'no padding' axis not
+        title = trim_title(f"Packed variable-length batches · {head}", drop=("no padding",))
+        fig, data = varlen_figure(group, title)
         caption = (
             "One panel per B and mean N. Solid: useful TFLOP/s (the real lengths); hatched: executed "
             "TFLOP/s; ×: executed / useful, the padding tax."

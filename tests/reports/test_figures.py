@@ -129,3 +129,45 @@ def test_decode_figures_draw_the_linear_guide_and_never_n_squared(tmp_path):
     # a plain run keeps both guides
     plain = _group(tmp_path / "plain", synthetic.power_law_rows({"naive": (2, 2)}, SEQ))
     assert {"∝N", "∝N²"} <= _notes(plots.time_figure(plain, {}, "t")[0])
+
+
+LONG = (
+    "K/V read bandwidth · cuda · bfloat16 · forward (causal · d_k=128 · B=32 · H=32 · no padding · H_kv=8 · "
+    "lower-right causal · uniform lengths)"
+)
+
+
+def test_a_long_title_fits_the_figure_wrapped_at_its_separators_without_repeats(tmp_path):
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    fig, data = plots.time_figure(
+        _group(tmp_path, synthetic.power_law_rows({"naive": (2, 2)}, SEQ)), {}, LONG
+    )
+    style.save(fig, data, tmp_path, "t", "t")
+    text = fig._suptitle.get_text()
+    lines = text.split("\n")
+    assert len(lines) > 1 and "lower-right causal" in lines[-1]  # not 'lower-right' / 'causal'
+    assert lines[0] == "K/V read bandwidth · cuda · bfloat16 · forward"  # broken before the '('
+    assert "(causal ·" not in text and text.count("causal") == 1  # said once, by its alignment
+    box = fig._suptitle.get_window_extent(RendererAgg(fig.bbox.width, fig.bbox.height, fig.dpi))
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width
+
+
+def test_a_title_drops_what_does_not_apply():
+    assert style.trim_title("Packed · fwd (causal · B=16 · no padding)", drop=("no padding",)) == (
+        "Packed · fwd (causal · B=16)"
+    )
+    assert style.trim_title("t (a · causal · b)") == "t (a · causal · b)"  # nothing repeats it
+
+
+def test_the_speed_up_colour_bar_reads_as_fractions(tmp_path):
+    rows = [
+        synthetic.cell(v, n, time_ms=k * n**2 / 1e5, peak_mem_bytes=n)
+        for v, k in (("naive", 1.0), ("sdpa", 1 / 64), ("chunked", 64.0))
+        for n in SEQ
+    ]
+    fig, _ = plots.speedup_figure(_group(tmp_path, rows), "s", "naive")
+    bar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"][0]
+    ticks = [t.get_text() for t in bar.get_yticklabels()]
+    assert "1/64×" in ticks and "64×" in ticks and "1×" in ticks
+    assert not any(t.startswith("0.") for t in ticks)
