@@ -171,3 +171,38 @@ def test_the_speed_up_colour_bar_reads_as_fractions(tmp_path):
     ticks = [t.get_text() for t in bar.get_yticklabels()]
     assert "1/64×" in ticks and "64×" in ticks and "1×" in ticks
     assert not any(t.startswith("0.") for t in ticks)
+
+
+def _packed(tmp_path, rates):
+    import json
+
+    rows = []
+    for pattern in ("longtail", "bimodal", "constant", "uniform"):  # not in their order
+        for variant, rate in rates.items():
+            for n in (256, 512):
+                row = synthetic.cell(variant, n, batch=2, time_ms=1e3 / rate)
+                row.update(cell_id=f"{row['cell_id']}-{pattern}", lengths=pattern,
+                           seq_lens=json.dumps([n, n]), executed_flops=row["flops"])  # fmt: skip
+                rows.append(row)
+    return _group(tmp_path, rows)
+
+
+def test_packed_panels_and_bars_follow_the_pattern_order_and_a_tiny_bar_has_its_value(tmp_path):
+    from attnbench.reports.panels import varlen
+
+    df = _packed(tmp_path, {"flex": 500.0, "chunked": 2.0})
+    fig, _ = plots.time_figure(df, {}, "t")
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [
+        f"{p} lengths" for p in ("constant", "uniform", "bimodal", "longtail")
+    ]
+    fig, _ = varlen.varlen_figure(df, "v")
+    ax = fig.axes[0]
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == [
+        "constant",
+        "uniform",
+        "bimodal",
+        "longtail",
+    ]
+    assert any(
+        "TFLOP/s" in t.get_text() for t in ax.texts
+    )  # chunked's bar, 250x below flex's, says its value
