@@ -206,3 +206,27 @@ def test_packed_panels_and_bars_follow_the_pattern_order_and_a_tiny_bar_has_its_
     assert any(
         "TFLOP/s" in t.get_text() for t in ax.texts
     )  # chunked's bar, 250x below flex's, says its value
+
+
+def test_a_history_series_figure_names_its_axes_and_its_colours_on_one_y_range(tmp_path, monkeypatch):
+    import pandas as pd
+    from matplotlib.colors import to_hex
+
+    from attnbench.reports import dashboard
+
+    rows = [
+        {"variant": v, "seq_len": n, "cell_id": f"{v}-n{n}", "created": f"2026-01-0{r}", "run_id": f"r{r}",
+         "run_key": f"r{r}", "time_ms_median": n * (1 + (0.5 if v == "naive" and r == 3 else 0.01 * r))}
+        for v in ("naive", "sdpa_cudnn") for n in (256, 1024) for r in (1, 2, 3)
+    ]  # fmt: skip
+    drawn = {}
+    monkeypatch.setattr(dashboard, "save", lambda fig, *a, **k: drawn.setdefault("fig", fig))
+    dashboard.series_figure("m", pd.DataFrame(rows), [], {f"r{r}": r for r in (1, 2, 3)}, tmp_path, "t")
+    fig = drawn["fig"]
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["naive", "sdpa_cudnn"]
+    assert {to_hex(ax.title.get_color()) for ax in panels} == {"#000000"}  # not a pale variant colour
+    assert panels[0].get_ylabel()
+    assert panels[0].get_ylim() == panels[1].get_ylim()  # naive's 1.5x does not rescale one panel alone
+    bar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"][0]
+    assert [t.get_text() for t in bar.get_yticklabels()] == ["256", "1k"]
