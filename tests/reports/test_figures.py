@@ -230,3 +230,22 @@ def test_a_history_series_figure_names_its_axes_and_its_colours_on_one_y_range(t
     assert panels[0].get_ylim() == panels[1].get_ylim()  # naive's 1.5x does not rescale one panel alone
     bar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"][0]
     assert [t.get_text() for t in bar.get_yticklabels()] == ["256", "1k"]
+
+
+def test_decode_speed_against_accuracy_plots_gb_s_on_one_scale(tmp_path):
+    from attnbench.reports.panels import accuracy
+
+    rows = [
+        synthetic.cell(
+            v, 1, seq_k=n, time_ms=k * n / 1e3, causal=causal, rel_err=1e-3, causal_align="lower-right"
+        )
+        for causal, slow in ((False, 100.0), (True, 1.5))  # one panel 100x apart, the other not
+        for v, k in (("sdpa", 1.0), ("naive", slow))
+        for n in SEQ
+    ]
+    fig, data = accuracy.accuracy_figure(_group(tmp_path, rows), "a")
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == 2
+    assert all("GB/s" in ax.get_ylabel() for ax in panels)  # a decode step's speed is its K/V read rate
+    assert {ax.get_yscale() for ax in panels} == {"log"} and panels[0].get_ylim() == panels[1].get_ylim()
+    assert "kv_gbps" in data.columns
