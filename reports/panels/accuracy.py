@@ -43,14 +43,15 @@ ACCURACY_RULE = (
     "Speed against accuracy: one point per variant and dtype, the cell at the largest N that variant was "
     "measured at in that dtype (ok or wrong; a point from a smaller N than its panel's largest is labelled "
     "with its N). Across: the forward output's rel_err against float64 (log axis), the error the float64 "
-    "gate judges; up: its TFLOP/s. Each dtype's marker, and its tolerance as a vertical line: a hollow point "
-    "failed the gate, and one right of its dtype's line failed it on this error. Up and to the left is fast "
-    "and accurate; a point up and to the right is fast and less accurate. A quantising variant (FP8, "
-    "labelled with its recipe) is drawn at its error against float64 of the inputs it was given, end to "
-    "end, with a line back to its kernel's error against its rounded inputs, which is what the gate judges: "
-    "the line's length is what the rounding costs. A variant declared approximate (random features, low "
-    "rank, sparsity) is held to its declared bound instead of its dtype's tolerance, and labelled with it "
-    "(approximate ≤ R): a filled point right of its dtype's line."
+    "gate judges; up: its TFLOP/s (a decode cell's K/V GB/s), one scale in every panel. Each dtype's "
+    "marker, and its tolerance as a vertical line: a hollow point failed the gate, and one right of its "
+    "dtype's line failed it on this error. Up and to the left is fast and accurate; a point up and to the "
+    "right is fast and less accurate. A quantising variant (FP8, labelled with its recipe) is drawn at its "
+    "error against float64 of the inputs it was given, end to end, with a line back to its kernel's error "
+    "against its rounded inputs, which is what the gate judges: the line's length is what the rounding "
+    "costs. A variant declared approximate (random features, low rank, sparsity) is held to its declared "
+    "bound instead of its dtype's tolerance, and labelled with it (approximate ≤ R): a filled point right "
+    "of its dtype's line."
 )
 # marker per dtype (the colour is the variant's); a dtype not listed gets OTHER_MARKER
 DTYPE_MARKERS = {"float64": "D", "float32": "o", "float16": "s", "bfloat16": "^"}
