@@ -39,7 +39,16 @@ from attnbench.results.store import RunDirError, is_run_dir, runs_inside
 from .findings import machine_busy
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html
-from .style import empty_panel, mpl_style, new_figure, ratio_axis, save, slug, variant_color, variant_order
+from .style import (
+    empty_panel,
+    mpl_style,
+    new_figure,
+    ratio_axis,
+    save,
+    seq_text,
+    slug,
+    variant_order,
+)
 from .tables import approximate_text
 
 INDEX = "index.html"
@@ -332,10 +341,10 @@ def machine_page(
     page.add(Heading("Every series over time"))
     page.add(
         Para(
-            "A panel per variant, a line per cell (its shape; colour: N, dark short, light long): each run's "
-            "median time over the series' median, against the run's number on this machine (the runs table "
-            "below). A red triangle marks the first run after a step. Cells measured in one run only are "
-            "counted, not drawn."
+            "A panel per variant, a line per cell (its shape; colour: N, dark short, light long, named by "
+            "the colour bar): each run's median time over the series' median, against the run's number on "
+            "this machine (the runs table below), on one y range in every panel of a figure. A red triangle "
+            "marks the first run after a step. Cells measured in one run only are counted, not drawn."
         )
     )
     for (device, dtype, pass_), group in ok.groupby(["device", "dtype", "pass"], sort=True):
@@ -437,7 +446,8 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
 
 
 def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, int], out: Path, title: str):
-    """One small-multiple figure: a panel per variant, a line per cell over the machine's runs."""
+    """One small-multiple figure: a panel per variant, a line per cell over the machine's runs, coloured by
+    its N (a colour bar says which), on one y range in every panel."""
     import matplotlib as mpl
     import pandas as pd
 
@@ -446,11 +456,12 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     lengths = sorted({int(n) for n in group["seq_len"]})
     shade = {n: cmap(0.85 * i / max(1, len(lengths) - 1)) for i, n in enumerate(lengths)}
     marked = {(s.cell_id, s.after.get("run_id")) for s in steps}
-    data = []
+    data, shown = [], []
     with mpl_style():
         fig, axes = new_figure(len(variants), ncols=3, panel_h=2.4)
+        drawn = []
         for ax, variant in zip(axes, variants, strict=True):
-            shown = []
+            here = len(shown)
             for cell, series in group[group["variant"] == variant].groupby("cell_id", sort=True):
                 series = series.sort_values(["created", "run_id"], kind="stable")
                 ys = series["time_ms_median"].astype(float)
@@ -468,16 +479,35 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
                 ]
                 if hits:
                     ax.plot([h[0] for h in hits], [h[1] for h in hits], "v", color="#d62728", ms=7, zorder=5)
-            ax.set_title(variant, color=variant_color(variant), fontsize=9)
-            if shown:
+            ax.set_title(variant, fontsize=9, fontweight="bold")  # black: a pale variant colour is unreadable
+            drawn.append(len(shown) > here)
+        for i, (ax, has) in enumerate(zip(axes, drawn, strict=True)):
+            if has:  # one range in every panel, so a step reads the same size in each
                 ratio_axis(ax, min(shown), max(shown))  # labelled 0.9x, 1x, 1.25x: a step reads off it
                 ax.set_xlabel("run", fontsize=8)
+                if i % 3 == 0:
+                    ax.set_ylabel("time / series median", fontsize=8)
             else:
                 empty_panel(ax, "every cell measured once")
+        _length_bar(fig, axes, lengths, shade)
         fig.suptitle(f"{machine}: {title}", fontsize=10)
     frame = pd.DataFrame(data, columns=["cell_id", "run_id", "run", "time_ms_median", "over_series_median"])
     stem = slug("series", machine, title)
     return save(fig, frame, out, stem, f"{machine}: {title}", "Time over the series' median, per run.")
+
+
+def _length_bar(fig, axes, lengths: list[int], shade: dict[int, Any]) -> None:
+    """A colour bar naming the N of each line's colour (dark: short, light: long)."""
+    if not lengths:
+        return
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    cmap = ListedColormap([shade[n] for n in lengths])
+    norm = BoundaryNorm(range(len(lengths) + 1), cmap.N)
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8, aspect=30)
+    bar.set_ticks([i + 0.5 for i in range(len(lengths))], labels=[seq_text(n) for n in lengths])
+    bar.set_label("sequence length N of the line")
 
 
 def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:

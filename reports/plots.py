@@ -15,6 +15,7 @@ from .fit import PowerFit, combo_key
 from .style import (
     STATUS_COLORS,
     bytes_axis,
+    coincident,
     empty_panel,
     legend_below,
     log_axis,
@@ -24,6 +25,7 @@ from .style import (
     ratio_axis,
     seq_axis,
     seq_text,
+    under_text,
     variant_color,
     variant_marker,
     variant_order,
@@ -82,51 +84,103 @@ def exponent_label(variant: str, fit: PowerFit | None) -> str:
 SUSPECT, SUSPECT_LABEL = "suspect", "suspect (never ranked)"
 DRIFT_LABEL = "machine drifted > 10%"
 THROTTLED_LABEL = "GPU clock fell > 10%"
-# (row flag, legend label, colour, ring size) of the cells a plot rings: suspect (results.suspect), measured
-# while the machine drifted (results.drift), or while the GPU's SM clock fell (harness.measure.telemetry)
+# (row flag, legend label, edge colour, line style, ring size) of the cells a time plot rings: suspect
+# (results.suspect), measured while the machine drifted (results.drift), or while the GPU's SM clock fell
+# (harness.measure.telemetry). Black and dark grey, solid, dashed and dotted: no variant's colour, and named
+# in a legend of their own (ring_legend), apart from the variants'.
 RINGS = (
-    (SUSPECT, SUSPECT_LABEL, "#e41a1c", 11),
-    ("drift", DRIFT_LABEL, "#ff7f00", 14),
-    ("throttled", THROTTLED_LABEL, "#984ea3", 17),
+    (SUSPECT, SUSPECT_LABEL, "#000000", "-", 11),
+    ("drift", DRIFT_LABEL, "#333333", "--", 15),
+    ("throttled", THROTTLED_LABEL, "#333333", ":", 19),
 )
+RING_FLAGS = tuple(r[0] for r in RINGS)
+
+
+def _ring(ax, x, y, colour: str, style: str, size: float):
+    """Hollow rings at (x, y), drawn as a scatter so that their edge may be dashed or dotted."""
+    return ax.scatter(
+        x, y, s=size**2, facecolors="none", edgecolors=colour, linestyles=style, linewidths=1.4, zorder=4
+    )
+
+
+def ring_legend(fig, seen: set[str]) -> None:
+    """The rings' legend, below the figure and apart from every panel's variant legend."""
+    rings = [r for r in RINGS if r[0] in seen]
+    if not rings:
+        return
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec=c, mew=1.4) for _, _, c, _, _ in rings
+    ]
+    for handle, (_, _, _, style, _) in zip(handles, rings, strict=True):
+        handle._attnbench_ring_style = style  # noqa: SLF001 - read back by tests, not by matplotlib
+    fig.legend(
+        handles,
+        [label for _, label, _, _, _ in rings],
+        loc="outside lower center",
+        ncol=len(rings),
+        title="ringed cells",
+        frameon=True,
+        handler_map={h: _RingHandler(style) for h, (_, _, _, style, _) in zip(handles, rings, strict=True)},
+    )
+
+
+class _RingHandler:
+    """Draws a legend's ring with its dashes (a Line2D marker's edge is always solid)."""
+
+    def __init__(self, style: str):
+        self.style = style
+
+    def legend_artist(self, legend, orig_handle, fontsize, handlebox):
+        from matplotlib.patches import Circle
+
+        x0, y0, w, h = handlebox.xdescent, handlebox.ydescent, handlebox.width, handlebox.height
+        circle = Circle(
+            (x0 + w / 2, y0 + h / 2),
+            radius=min(w, h) * 0.55,
+            fill=False,
+            edgecolor=orig_handle.get_markeredgecolor(),
+            linestyle=self.style,
+            linewidth=1.4,
+            transform=handlebox.get_transform(),
+        )
+        handlebox.add_artist(circle)
+        return circle
 
 
 def _variant_lines(
-    ax, rows, column: str, fits: Fits, which: int, band: tuple[str, str] | None = None
+    ax,
+    rows,
+    column: str,
+    fits: Fits,
+    which: int,
+    band: tuple[str, str] | None = None,
+    rings: set[str] | None = None,
 ) -> list[float]:
-    """One line per ok variant of a panel, with an optional p25-p75 band; returns the y values plotted."""
+    """One line per ok variant of a panel, with an optional p25-p75 band; returns the y values plotted.
+    With `rings` (a set), the flagged cells are ringed and their flags added to it: a time plot's."""
     ys: list[float] = []
     ok = ok_rows(rows).dropna(subset=[column])
+    drawn = {}
     for variant in variant_order(ok["variant"].unique()):
         length = length_axis(ok[ok["variant"] == variant])  # seq_k for a decode series
-        v = ok[ok["variant"] == variant].sort_values(length)
+        drawn[variant] = (length, ok[ok["variant"] == variant].sort_values(length))
+    under = coincident({k: (floats(v[n]), floats(v[column])) for k, (n, v) in drawn.items()})
+    for variant, (length, v) in drawn.items():
         n, y = floats(v[length]), floats(v[column])
         fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
         color = variant_color(variant)
-        ax.plot(
-            n,
-            y,
-            marker=variant_marker(variant),
-            ms=4,
-            lw=1.6,
-            color=color,
-            label=exponent_label(variant, fit),
-        )
+        label = under_text(exponent_label(variant, fit), under.get(variant))
+        ax.plot(n, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color, label=label)
         if band is not None:
             lo, hi = floats(v[band[0]]), floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
-        for flag, label, colour, size in RINGS:
+        for flag, _label, colour, style, size in RINGS if rings is not None else ():
             marked = flagged(v, flag)
             if len(marked):  # suspect, measured during drift, or on a throttled GPU: ringed
-                seen = label in ax.get_legend_handles_labels()[1]
-                ring = dict(ms=size, mfc="none", mec=colour, mew=1.6)
-                ax.plot(
-                    floats(marked[length]),
-                    floats(marked[column]),
-                    "o",
-                    label=None if seen else label,
-                    **ring,
-                )
+                _ring(ax, floats(marked[length]), floats(marked[column]), colour, style, size)
+                rings.add(flag)
         ys.extend(y)
     return [y for y in ys if math.isfinite(y) and y > 0]
 
@@ -145,13 +199,18 @@ def length_xaxis(ax, lengths, length: str) -> None:
         ax.set_xlabel("keys N_k (K/V cache length, log₂ axis)")
 
 
-def guides(ax, seq_lens: list[int], ys: list[float]) -> None:
-    """Dashed ∝N and ∝N² lines from below the lowest point: the two slopes a reader compares with."""
+GUIDES = ((1, "∝N"), (2, "∝N²"))
+DECODE_GUIDES = ((1, "∝N_k"),)  # a decode step reads its K/V cache once: linear in N_k, never N_k²
+
+
+def guides(ax, seq_lens: list[int], ys: list[float], powers=GUIDES) -> None:
+    """Dashed lines of `powers` ((exponent, label), by default ∝N and ∝N²) from below the lowest point:
+    the slopes a reader compares with, those the theory of the panel names."""
     if len(seq_lens) < 2 or not ys:
         return
     n0, n1 = min(seq_lens), max(seq_lens)
     y0 = min(ys) / 1.5
-    for power, text in ((1, "∝N"), (2, "∝N²")):
+    for power, text in powers:
         y1 = y0 * (n1 / n0) ** power
         ax.plot([n0, n1], [y0, y1], ls="--", lw=1, color="#555555", alpha=0.7, zorder=0)
         ax.annotate(
@@ -177,18 +236,21 @@ def time_figure(group, fits: Fits, title: str):
     pans = panels(group)
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=5.0)
+        seen: set[str] = set()
         for ax, (_key, ptitle, rows) in zip(axes, pans, strict=True):
             seq_lens, length = _panel_lengths(group, rows)
-            ys = _variant_lines(ax, rows, "time_ms_median", fits, 0, band=("time_ms_p25", "time_ms_p75"))
+            band = ("time_ms_p25", "time_ms_p75")
+            ys = _variant_lines(ax, rows, "time_ms_median", fits, 0, band=band, rings=seen)
             if ys:
                 log_axis(ax)
-                guides(ax, seq_lens, ys)
+                guides(ax, seq_lens, ys, DECODE_GUIDES if length == "seq_k" else GUIDES)
             else:
                 empty_panel(ax, "no ok cells")
             length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("time per call (ms, median; band p25–p75)")
             ax.set_title(ptitle)
             legend_below(ax)
+        ring_legend(fig, seen)
         fig.suptitle(title)
     data = ok_rows(group)[
         keys_of(group)
@@ -208,7 +270,7 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
             if ys:
                 hi = max(ys + ([device_mem] if device_mem else []))
                 bytes_axis(ax, min(ys), hi)
-                guides(ax, seq_lens, ys)
+                guides(ax, seq_lens, ys, DECODE_GUIDES if length == "seq_k" else GUIDES)
             else:
                 empty_panel(ax, "no ok cells")
             if device_mem:
@@ -346,7 +408,7 @@ def speedup_figure(group, title: str, baseline: str):
         if image is not None:
             ticks = [t for t in range(-int(lim), int(lim) + 1)]
             cb = fig.colorbar(image, ax=axes, shrink=0.8, ticks=ticks)
-            cb.ax.set_yticklabels([f"{2.0**t:g}×" for t in ticks])
+            cb.ax.set_yticklabels([ratio_text(2.0**t) for t in ticks])
             cb.set_label(f"speed-up over {baseline} (log scale)")
         fig.suptitle(title)
     data = pd.DataFrame(sp)
@@ -354,6 +416,11 @@ def speedup_figure(group, title: str, baseline: str):
     if "seq_k" in data.columns and bool((data["seq_k"] == data["seq_len"]).fillna(True).all()):
         data = data.drop(columns=["seq_k"])  # named only where some cell's keys are not its queries
     return fig, data
+
+
+def ratio_text(r: float) -> str:
+    """A colour bar's speed-up tick: '1/64×' below 1 (not '0.015625×'), '4×' above."""
+    return f"1/{1 / r:.3g}×" if r < 1 else f"{r:.3g}×"
 
 
 def statuses_of(rows, length: str = "seq_len") -> dict[tuple[str, int], str]:

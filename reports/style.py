@@ -19,9 +19,10 @@ WIDTH_IN = 10.0  # 1100 px at DPI: GitHub shows about 880 px, so text is scaled 
 DPI = 110
 
 # One colour (and marker) per variant in every plot of every report, so a reader learns them once: a fixed
-# colour for each built-in variant (tab10, then two of tab20b), and for any other (a plug-in) one of
-# EXTRA_COLORS, none of which a built-in uses. Inside `palette(names)` (a report draws all its figures in
-# one) the others' colours are also told apart from each other; outside, each is derived from its name.
+# colour for each built-in variant (tab10, then two of tab20b; sdpa_flash a turquoise further from sdpa's blue
+# than tab10's cyan), and for any other (a plug-in) one of EXTRA_COLORS, none of which a built-in uses. Inside
+# `palette(names)` (a report draws all its figures in one) the others' colours are chosen to stand apart from
+# the palette's other colours (color_distance); outside, each is derived from its name.
 VARIANT_COLORS = {
     "naive": "#d62728",
     "stable_softmax": "#ff7f0e",
@@ -29,7 +30,7 @@ VARIANT_COLORS = {
     "chunked": "#2ca02c",
     "sdpa": "#1f77b4",
     "sdpa_math": "#9467bd",
-    "sdpa_flash": "#17becf",
+    "sdpa_flash": "#00ced1",
     "sdpa_efficient": "#bcbd22",
     "sdpa_cudnn": "#e377c2",
     "xformers": "#7f7f7f",
@@ -37,7 +38,9 @@ VARIANT_COLORS = {
     "chunked_compiled": "#8c6d31",
     "flex": "#393b79",
 }
-# tab20b's middle shades, then tab20's light ones: 20 colours, none a built-in's
+# saturated enough to read on white (no pale tints of the built-ins' colours: a light grey beside xformers'
+# grey, a peach beside stable_softmax's orange, read as one variant): tab20b's middle shades, then Dark2's and
+# others, 20 colours, none a built-in's
 EXTRA_COLORS = (
     "#5254a3",
     "#637939",
@@ -49,16 +52,16 @@ EXTRA_COLORS = (
     "#6b6ecf",
     "#8ca252",
     "#d6616b",
-    "#aec7e8",
-    "#ffbb78",
-    "#98df8a",
-    "#ff9896",
-    "#c5b0d5",
-    "#c49c94",
-    "#f7b6d2",
-    "#c7c7c7",
-    "#dbdb8d",
-    "#9edae5",
+    "#1b9e77",
+    "#e7298a",
+    "#e6ab02",
+    "#66a61e",
+    "#d95f02",
+    "#7570b3",
+    "#008080",
+    "#b15928",
+    "#000080",
+    "#c51b7d",
 )
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*")
 
@@ -84,16 +87,61 @@ _PALETTE: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar
 )
 
 
+def _lab(color: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of a '#rrggbb' colour."""
+    rgb = [int(color.lstrip("#")[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
+    xyz = (
+        (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047,
+        0.2126 * r + 0.7152 * g + 0.0722 * b,
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883,
+    )
+    fx, fy, fz = (t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in xyz)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def color_distance(c1: str, c2: str) -> float:
+    """CIEDE2000 ΔE between two '#rrggbb' colours (Sharma, Wu and Dalal 2005): about 2 is just noticeable,
+    under about 15 two thin lines read as one colour."""
+    (l1, a1, b1), (l2, a2, b2) = _lab(c1), _lab(c2)
+    cb = (math.hypot(a1, b1) + math.hypot(a2, b2)) / 2
+    g = 0.5 * (1 - math.sqrt(cb**7 / (cb**7 + 25**7)))
+    a1, a2 = (1 + g) * a1, (1 + g) * a2
+    c1p, c2p = math.hypot(a1, b1), math.hypot(a2, b2)
+    h1, h2 = math.degrees(math.atan2(b1, a1)) % 360, math.degrees(math.atan2(b2, a2)) % 360
+    dh = 0.0 if c1p * c2p == 0 else (h2 - h1 + 180) % 360 - 180
+    d_l, d_c = l2 - l1, c2p - c1p
+    d_h = 2 * math.sqrt(c1p * c2p) * math.sin(math.radians(dh / 2))
+    lb, cbp = (l1 + l2) / 2, (c1p + c2p) / 2
+    if c1p * c2p == 0:
+        hb = h1 + h2
+    elif abs(h1 - h2) <= 180:
+        hb = (h1 + h2) / 2
+    else:
+        hb = (h1 + h2 + (360 if h1 + h2 < 360 else -360)) / 2
+    cos = lambda deg: math.cos(math.radians(deg))  # noqa: E731
+    t = 1 - 0.17 * cos(hb - 30) + 0.24 * cos(2 * hb) + 0.32 * cos(3 * hb + 6) - 0.20 * cos(4 * hb - 63)
+    rc = 2 * math.sqrt(cbp**7 / (cbp**7 + 25**7))
+    rt = -math.sin(math.radians(60 * math.exp(-(((hb - 275) / 25) ** 2)))) * rc
+    sl = 1 + 0.015 * (lb - 50) ** 2 / math.sqrt(20 + (lb - 50) ** 2)
+    sc, sh = 1 + 0.045 * cbp, 1 + 0.015 * cbp * t
+    return math.sqrt((d_l / sl) ** 2 + (d_c / sc) ** 2 + (d_h / sh) ** 2 + rt * (d_c / sc) * (d_h / sh))
+
+
 def assign_colors(names: Iterable[str]) -> dict[str, str]:
-    """A colour per name: a built-in's own; each other name, alphabetically, the first EXTRA_COLORS entry
-    not yet taken from the one its name hashes to, so no two share one while EXTRA_COLORS lasts (a name
-    alone keeps the colour variant_color gives it anywhere)."""
+    """A colour per name: a built-in's own; each other name, alphabetically, the free EXTRA_COLORS entry
+    farthest (color_distance) from every colour already given, searched from the one its name hashes to,
+    so no two share one while EXTRA_COLORS lasts and none sits beside a neighbour's hue (a name alone keeps
+    the colour variant_color gives it anywhere)."""
     out = {n: VARIANT_COLORS[n] for n in names if n in VARIANT_COLORS}
     taken: set[int] = set()
     for name in sorted({str(n) for n in names} - set(VARIANT_COLORS)):
         i = _stable_index(name, len(EXTRA_COLORS))
-        free = [j for j in range(len(EXTRA_COLORS)) if (i + j) % len(EXTRA_COLORS) not in taken]
-        i = (i + free[0]) % len(EXTRA_COLORS) if free else i  # beyond 20 plug-ins colours repeat
+        order = [(i + j) % len(EXTRA_COLORS) for j in range(len(EXTRA_COLORS))]
+        free = [j for j in order if j not in taken] or order  # beyond 20 plug-ins colours repeat
+        used = list(out.values())
+        # max keeps the first of equals: with nothing used yet, the name's own colour
+        i = max(free, key=lambda j: min((color_distance(EXTRA_COLORS[j], c) for c in used), default=0.0))
         taken.add(i)
         out[name] = EXTRA_COLORS[i]
     return out
@@ -304,20 +352,74 @@ def legend_below(ax, ncol: int = 2, axes=()) -> None:
         )
 
 
+def coincident(series: dict[str, tuple[list[float], list[float]]], tol: float = 0.05) -> dict[str, str]:
+    """{variant: how the legend says what hides it} for each series (in draw order) that another drawn
+    later covers: the same x and every y within `tol` of it (on a log axis, a pixel or two apart): '= flex'
+    where every y is the same, '≈ flex' where only close. Six linear-memory kernels would otherwise read as
+    one line."""
+    names, out = list(series), {}
+    for i, v in enumerate(names):
+        xv, yv = series[v]
+        for w in reversed(names[i + 1 :]):  # the topmost one that covers it
+            xw, yw = series[w]
+            ratios = [a / b if b > 0 else math.nan for a, b in zip(yv, yw, strict=True)] if xv == xw else []
+            if ratios and all(abs(r - 1) <= tol for r in ratios):  # a NaN is never within tol
+                out[v] = f"{'=' if all(r == 1 for r in ratios) else '≈'} {w}"
+                break
+    return out
+
+
+def under_text(label: str, top: str | None) -> str:
+    """A legend entry, with '(= top, under it)' where another series hides this one (coincident)."""
+    return label if top is None else f"{label} ({top}, under it)"
+
+
+def trim_title(text: str, drop: Iterable[str] = ()) -> str:
+    """A title without the parts another part repeats, 'causal' beside 'lower-right causal' (the group
+    heading names both the causal axis and its alignment), nor the parts in `drop` (those that do not
+    apply to the figure: 'no padding' over a figure of the padding tax)."""
+    parts = {p.strip() for p in re.split(r" · |\(|\)|\n", text) if p.strip()}
+    for part in parts:
+        if part in drop or any(other.endswith(" " + part) for other in parts - {part}):
+            word = re.escape(part)
+            text = re.sub(rf"(?<=\(){word} · | · {word}(?= · |\)|\n|$)|^{word} · | \({word}\)", "", text)
+    return text
+
+
+def wrap_title(text: str, width: int) -> str:
+    """Lines of at most about `width` characters, broken before the ' (' of the fixed axes where what comes
+    before fits, then after a ' · ' (never inside a part such as 'lower-right causal'); a part longer than a
+    line is broken at its spaces."""
+    head, paren, rest = text.partition(" (")
+    if paren and len(head) <= width and len(text) > width:
+        return head + "\n" + wrap_title("(" + rest, width)
+    pieces = [p for p in re.split(r"(?<= · )", text) if p]
+    lines: list[str] = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(textwrap.fill(line.rstrip(), width, break_long_words=False) for line in lines)
+
+
 def fit_title(fig) -> None:
-    """A figure's title wider than the figure, wrapped onto more lines: centred, it would be cut at both
-    edges (the group heading of a run with many axes runs long). Measured with the figure's renderer."""
+    """A figure's title without repeated parts (trim_title), each line wider than the figure wrapped at
+    its separators: centred, it would be cut at both edges (the group heading of a run with many axes runs
+    long). Measured with the figure's renderer."""
     title = getattr(fig, "_suptitle", None)
     text = title.get_text() if title is not None else ""
-    if not text or "\n" in text:
+    if not text:
         return
     from matplotlib.backends.backend_agg import RendererAgg
 
     renderer = RendererAgg(fig.bbox.width, fig.bbox.height, fig.dpi)
-    width = title.get_window_extent(renderer).width
     room = 0.96 * fig.bbox.width
-    if width > room:
-        title.set_text(textwrap.fill(text, max(20, int(len(text) * room / width)), break_long_words=False))
+    lines = []
+    for line in trim_title(text).split("\n"):
+        title.set_text(line)
+        width = title.get_window_extent(renderer).width
+        lines.append(wrap_title(line, max(20, int(len(line) * room / width))) if width > room else line)
+    title.set_text("\n".join(lines))
 
 
 def empty_panel(ax, text: str) -> None:

@@ -137,12 +137,33 @@ def groups(df) -> list[tuple[dict[str, Any], Any]]:
     return list(grouped(df, list(GROUP_AXES)))
 
 
+PATTERN_ORDER = ("constant", "uniform", "bimodal", "longtail")  # then any other pattern, alphabetically
+
+
+def pattern_key(pattern: str) -> tuple:
+    """The order of the length patterns: constant, uniform, bimodal, longtail, then others; a capped
+    pattern ('uniform:2048') after its uncapped one, by its cap."""
+    base, _, cap = str(pattern).partition(":")
+    rank = PATTERN_ORDER.index(base) if base in PATTERN_ORDER else len(PATTERN_ORDER)
+    return rank, base, int(cap) if cap.isdigit() else -1, str(pattern)
+
+
 def panels(group_df, axes: tuple[str, ...] = PANEL_AXES) -> list[tuple[dict[str, Any], str, Any]]:
-    """(key, title, rows) per panel of one group: each combination of the axes that vary inside it."""
+    """(key, title, rows) per panel of one group: each combination of the axes that vary inside it, in
+    their sorted order but the length patterns in theirs (pattern_key: constant, uniform, bimodal,
+    longtail, as the docs and the packed figure's bars)."""
     axes = varying(group_df, axes)
     if not axes:
         return [({}, "", group_df)]
-    return [(key, label(key, axes), sub) for key, sub in grouped(group_df, axes)]
+    pans = list(grouped(group_df, axes))
+    rank = {a: {} for a in axes}  # each value's place in groupby's sorted order
+    for key, _ in pans:
+        for a in axes:
+            rank[a].setdefault(key[a], len(rank[a]))
+    pans.sort(
+        key=lambda p: tuple(pattern_key(p[0][a]) if a == "lengths" else (rank[a][p[0][a]],) for a in axes)
+    )
+    return [(key, label(key, axes), sub) for key, sub in pans]
 
 
 def length_axis(rows) -> str:

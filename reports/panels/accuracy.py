@@ -43,14 +43,15 @@ ACCURACY_RULE = (
     "Speed against accuracy: one point per variant and dtype, the cell at the largest N that variant was "
     "measured at in that dtype (ok or wrong; a point from a smaller N than its panel's largest is labelled "
     "with its N). Across: the forward output's rel_err against float64 (log axis), the error the float64 "
-    "gate judges; up: its TFLOP/s. Each dtype's marker, and its tolerance as a vertical line: a hollow point "
-    "failed the gate, and one right of its dtype's line failed it on this error. Up and to the left is fast "
-    "and accurate; a point up and to the right is fast and less accurate. A quantising variant (FP8, "
-    "labelled with its recipe) is drawn at its error against float64 of the inputs it was given, end to "
-    "end, with a line back to its kernel's error against its rounded inputs, which is what the gate judges: "
-    "the line's length is what the rounding costs. A variant declared approximate (random features, low "
-    "rank, sparsity) is held to its declared bound instead of its dtype's tolerance, and labelled with it "
-    "(approximate ≤ R): a filled point right of its dtype's line."
+    "gate judges; up: its TFLOP/s (a decode cell's K/V GB/s), one scale in every panel. Each dtype's "
+    "marker, and its tolerance as a vertical line: a hollow point failed the gate, and one right of its "
+    "dtype's line failed it on this error. Up and to the left is fast and accurate; a point up and to the "
+    "right is fast and less accurate. A quantising variant (FP8, labelled with its recipe) is drawn at its "
+    "error against float64 of the inputs it was given, end to end, with a line back to its kernel's error "
+    "against its rounded inputs, which is what the gate judges: the line's length is what the rounding "
+    "costs. A variant declared approximate (random features, low rank, sparsity) is held to its declared "
+    "bound instead of its dtype's tolerance, and labelled with it (approximate ≤ R): a filled point right "
+    "of its dtype's line."
 )
 # marker per dtype (the colour is the variant's); a dtype not listed gets OTHER_MARKER
 DTYPE_MARKERS = {"float64": "D", "float32": "o", "float16": "s", "bfloat16": "^"}
@@ -255,8 +256,9 @@ def _legend(ax, variants: list[str], dtypes: list[str], quantising: bool = False
               frameon=False)  # fmt: skip
 
 
-def _draw_panel(ax, pts, top_n: int, length: str) -> None:
-    """One panel's points, its dtypes' tolerance lines and, where some error is not finite, a band for it."""
+def _draw_panel(ax, pts, top_n: int, length: str, speed: str = "tflops") -> None:
+    """One panel's points (up: their `speed` column), its dtypes' tolerance lines and, where some error is
+    not finite, a band for it."""
     shown = floats(pts["e2e_rel_err"])
     errs = [e for e in shown + floats(pts["rel_err"]) if math.isfinite(e)]
     tols = sorted({float(t) for t in pts["tolerance"]})
@@ -268,7 +270,7 @@ def _draw_panel(ax, pts, top_n: int, length: str) -> None:
         return floor if err == 0 else err if math.isfinite(err) else bad_x
 
     for err, (_, p) in zip(shown, pts.iterrows(), strict=True):
-        dtype, variant, y = str(p["dtype"]), str(p["variant"]), float(p["tflops"])
+        dtype, variant, y = str(p["dtype"]), str(p["variant"]), float(p[speed])
         x, color = at(err), variant_color(variant)
         ax.plot([x], [y], ls="none", marker=DTYPE_MARKERS.get(dtype, OTHER_MARKER), ms=8,
                 color=color, mfc="none" if p["failing"] else color, mew=2 if p["failing"] else 1)  # fmt: skip
@@ -293,23 +295,42 @@ def _draw_panel(ax, pts, top_n: int, length: str) -> None:
         ax.annotate("not finite", (bad_x, 0.02), xycoords=("data", "axes fraction"), ha="center", fontsize=7)
     log_axis(ax, "x")
     ax.set_xlim(floor / 3, bad_x * 3)
-    tf = [t for t in floats(pts["tflops"]) if t > 0]
-    if max(tf) / min(tf) > 30:  # dtypes, or a reference beside a fused kernel, far apart: every one readable
-        from matplotlib.ticker import FuncFormatter, LogLocator
-
-        log_axis(ax)
-        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2, 5)))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: number_text(v)))
-    else:
-        ax.set_ylim(0, max(tf) * 1.15)
     exact = " (0: drawn at the left edge)" if 0 in errs else ""
     ax.set_xlabel(f"rel_err against float64 of the inputs given, log axis{exact}")
 
 
+def speed_of(rows) -> tuple[str, str]:
+    """The speed a figure plots up, and its axis label: K/V GB/s for decode rows (a decode step is bound by
+    reading its cache: its TFLOP/s says nothing), else TFLOP/s."""
+    if length_axis(rows) == "seq_k" and "kv_gbps" in rows.columns and rows["kv_gbps"].notna().any():
+        return "kv_gbps", "K/V read GB/s (kv_bytes / median time)"
+    return "tflops", "achieved TFLOP/s"
+
+
+def _speed_axis(axes, values: list[float]) -> None:
+    """One y scale and range on every panel: log where the speeds are more than 30x apart (dtypes, or a
+    reference beside a fused kernel: every one readable), else linear from 0."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    for ax in axes:
+        if hi / lo > 30:
+            log_axis(ax)
+            ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2, 5)))
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: number_text(v)))
+            ax.set_ylim(lo / 1.5, hi * 1.5)
+        else:
+            ax.set_ylim(0, hi * 1.15)
+
+
 def accuracy_figure(rows, title: str):
-    """TFLOP/s against rel_err (log) per panel of a group that holds every dtype; (figure, its points)."""
+    """Speed (TFLOP/s, or K/V GB/s for decode rows: speed_of) against rel_err (log) per panel of a group
+    that holds every dtype, on one y scale; (figure, its points)."""
     pans = panels(rows)
-    drawn = []
+    speed, speed_label = speed_of(rows)
+    drawn, drawn_axes = [], []
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=5.2)
         for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
@@ -318,18 +339,23 @@ def accuracy_figure(rows, title: str):
             if pts.empty:
                 empty_panel(ax, "no measured cell with an error")
             else:
-                _draw_panel(ax, pts, int(pts[length].max()), length)
+                _draw_panel(ax, pts, int(pts[length].max()), length, speed)
                 drawn.append(pts)
-            ax.set_ylabel("achieved TFLOP/s")
+                drawn_axes.append(ax)
+            ax.set_ylabel(speed_label)
             ax.set_title(ptitle)
             dtypes = sorted({str(d) for d in pts["dtype"]})
             quantising = any(quantised(p) for _, p in pts.iterrows())
             _legend(ax, variant_order(pts["variant"].unique()), dtypes, quantising)
+        _speed_axis(drawn_axes, [y for pts in drawn for y in floats(pts[speed]) if y > 0])
         fig.suptitle(title)
     import pandas as pd
 
     data = pd.concat(drawn) if drawn else points(rows)
-    return fig, data[keys_of(rows) + [c for c in POINT_COLUMNS if c not in keys_of(rows)]]
+    columns = [c for c in POINT_COLUMNS if c not in keys_of(rows)]
+    if speed != "tflops" and speed in data.columns:
+        columns.insert(1, speed)
+    return fig, data[keys_of(rows) + columns]
 
 
 # ---- the page's blocks ---------------------------------------------------------------------------------

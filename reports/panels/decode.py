@@ -10,7 +10,7 @@ from attnbench.results.formulas import bytes_text, gbps
 
 from .. import fit as fitmod
 from .. import page as pg
-from ..plots import band_line, exponent_label, floats, guides, keys_of, length_xaxis
+from ..plots import DECODE_GUIDES, band_line, exponent_label, floats, guides, keys_of, length_xaxis
 from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
 from ..style import empty_panel, legend_below, log_axis, mpl_style, new_figure, variant_order
 from ..tables import (
@@ -29,8 +29,9 @@ from ..tables import (
 DECODE_RULE = (
     "Decode cells (N_q queries against N_k ≠ N_q keys) read the whole K/V cache for a few queries: they are "
     "bound by memory, not FLOPs. K/V GB/s is kv_bytes (B · H_kv · N_k · (d_k + d_v) · itemsize, K and V "
-    "each read once) over the median time, its band from the p25 and p75 times; the dashed line is the "
-    "device's calibrated copy bandwidth. Time is fitted against N_k over every ok point of a series."
+    "each read once) over the median time, its band from the p25 and p75 times, on a log axis; the dashed "
+    "line is the device's calibrated copy bandwidth. Time is fitted against N_k over every ok point of a "
+    "series."
 )
 DECODE_PANEL_AXES = (*PANEL_AXES, "seq_len")  # a decode series holds N_q fixed: one panel per N_q
 
@@ -99,7 +100,7 @@ def decode_fit(rows) -> fitmod.PowerFit:
 
 def decode_time_figure(rows, title: str):
     """Median time against N_k (log-log) per decode series, p25–p75 band, exponent against N_k in the
-    legend."""
+    legend, and the ∝N_k guide (a decode step reads its cache once: no N² term to compare with)."""
     ok = ok_rows(rows).dropna(subset=["time_ms_median"])
     pans = panels(rows, DECODE_PANEL_AXES)
     with mpl_style():
@@ -123,7 +124,7 @@ def decode_time_figure(rows, title: str):
             n_ks = [int(n) for n in prow["seq_k"].dropna().unique()]
             if ys:
                 log_axis(ax)
-                guides(ax, n_ks, ys)
+                guides(ax, n_ks, ys, DECODE_GUIDES)
             else:
                 empty_panel(ax, "no ok cells")
             length_xaxis(ax, n_ks, "seq_k")
@@ -136,11 +137,13 @@ def decode_time_figure(rows, title: str):
 
 
 def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
-    """K/V bytes read per second against N_k, band from the p25–p75 times, and the calibrated copy
-    bandwidth as a horizontal line (with % of it on the right): how close a decode step gets to memory
-    speed."""
+    """K/V bytes read per second against N_k (log axis), band from the p25–p75 times, and the calibrated
+    copy bandwidth as a labelled line (dotted: 10% and 1% of it): how close a decode step gets to memory
+    speed. Log, because kernels a hundred times apart share a panel: on a linear axis up to the ceiling the
+    slow one lies flat at 0."""
     rated = kv_rates(rows)
     pans = panels(rows, DECODE_PANEL_AXES)
+    every = [y for y in floats(rated["kv_gbps_lo"]) + floats(rated["kv_gbps"]) if math.isfinite(y) and y > 0]
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=4.8)
         for ax, (key, ptitle, _prow) in zip(axes, pans, strict=True):
@@ -152,17 +155,33 @@ def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
                 x = floats(v["seq_k"])
                 band_line(ax, x, floats(v["kv_gbps"]), floats(v["kv_gbps_lo"]), floats(v["kv_gbps_hi"]),
                           variant, variant)  # fmt: skip
+            rates = [
+                y for y in floats(sel["kv_gbps_lo"]) + floats(sel["kv_gbps"]) if math.isfinite(y) and y > 0
+            ]
             if sel.empty:
                 empty_panel(ax, "no ok cells")
             if copy_gbps:
-                ax.axhline(copy_gbps, color="black", lw=1.2, ls="--",
-                           label=f"calibrated copy bandwidth {copy_gbps:.3g} GB/s")  # fmt: skip
-                sec = ax.secondary_yaxis(
-                    "right",
-                    functions=(lambda g, c=copy_gbps: g / c * 100, lambda p, c=copy_gbps: p * c / 100),
+                ax.axhline(copy_gbps, color="black", lw=1.2, ls="--")
+                ax.annotate(
+                    f"calibrated copy bandwidth {copy_gbps:,.0f} GB/s",
+                    (0.01, copy_gbps),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(0, -4),
+                    textcoords="offset points",
+                    va="top",
+                    fontsize=9,
                 )
-                sec.set_ylabel("% of calibrated copy bandwidth")
-            ax.set_ylim(bottom=0)
+            if rates:  # log: a kernel at 1% of the ceiling is as readable as one at 80%
+                log_axis(ax)
+                top = max([*every, copy_gbps or 0.0])
+                ax.set_ylim(min(every) / 2, top * 2)  # one range in every panel
+                for pct in (10, 1) if copy_gbps else ():  # on a log axis, % of the ceiling as lines
+                    level = copy_gbps * pct / 100
+                    if level >= min(every) / 2:
+                        ax.axhline(level, color="#888888", lw=0.8, ls=":")
+                        ax.annotate(f"{pct}% of copy", (0.99, level), xycoords=("axes fraction", "data"),
+                                    xytext=(0, 2), textcoords="offset points", ha="right", fontsize=8,
+                                    color="#555555")  # fmt: skip
             length_xaxis(ax, [int(n) for n in _prow["seq_k"].dropna().unique()], "seq_k")
             ax.set_ylabel("K/V read GB/s (kv_bytes / median time)")
             ax.set_title(ptitle or "decode")

@@ -11,7 +11,7 @@ from attnbench.results.formulas import tflops
 
 from .. import page as pg
 from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
-from ..style import empty_panel, legend_below, mpl_style, new_figure, variant_color, variant_order
+from ..style import empty_panel, legend_below, mpl_style, new_figure, trim_title, variant_color, variant_order
 from ..tables import (
     GROUP_AXES,
     PANEL_AXES,
@@ -19,6 +19,7 @@ from ..tables import (
     grouped,
     label,
     ok_rows,
+    pattern_key,
     present,
     ranked_rows,
     varying,
@@ -33,8 +34,8 @@ VARLEN_RULE = (
     "whole tiles). Executed / useful is the padding tax: the hatched bar above the solid one. Tokens/s is "
     "T over the median time."
 )
-PATTERN_ORDER = ("constant", "uniform", "bimodal", "longtail")  # then any other pattern, alphabetically
 TAX_SHOWN = 1.05  # executed / useful worth a word in the findings and a label on the bar
+SMALL_BAR = 0.05  # a bar under this fraction of its panel's tallest has its value written above it
 NONE_VALUES = ("", "none", "nan", "<NA>")  # the `lengths` of a cell that is not packed
 # a group holds its dtype, pass, device and run; inside it one panel per B, mean N and any other axis that
 # varies. lengths is left out of both: the patterns are the panel's x
@@ -56,14 +57,6 @@ def packed_rows(df):
     text = df["lengths"].astype("string").fillna("none").str.strip()
     paged = df["page_size"].fillna(0).astype(int) > 0 if "page_size" in df.columns else False
     return df[~text.isin(NONE_VALUES) & ~paged]
-
-
-def pattern_key(pattern: str) -> tuple:
-    """The x order of the patterns: constant, uniform, bimodal, longtail, then others; a capped pattern
-    ('uniform:2048') after its uncapped one, by its cap."""
-    base, _, cap = str(pattern).partition(":")
-    rank = PATTERN_ORDER.index(base) if base in PATTERN_ORDER else len(PATTERN_ORDER)
-    return rank, base, int(cap) if cap.isdigit() else -1, str(pattern)
 
 
 def pattern_order(patterns) -> list[str]:
@@ -188,6 +181,8 @@ def _bars(ax, rows) -> None:
     patterns = pattern_order(rows["pattern"])
     variants = variant_order(rows["variant"].unique())
     width = 0.8 / max(len(variants), 1)
+    tallest = max([float(t) for t in rows["executed_tflops"].tolist() + rows["useful_tflops"].tolist()
+                   if present(t) and math.isfinite(float(t))] or [1.0])  # fmt: skip
     for j, variant in enumerate(variants):
         color, named = variant_color(variant), False
         v = rows[rows["variant"] == variant]
@@ -199,9 +194,14 @@ def _bars(ax, rows) -> None:
             useful, executed = float(r["useful_tflops"]), float(r["executed_tflops"])
             if math.isfinite(executed) and executed > useful:
                 ax.bar(x, executed, width, facecolor="none", edgecolor=color, hatch="///", lw=0.8)
-            if present(r["tax"]) and float(r["tax"]) >= TAX_SHOWN:
-                ax.text(x, max(executed, useful), f"{float(r['tax']):.1f}×", ha="center", va="bottom",
-                        fontsize=7, color="#333333")  # fmt: skip
+            taxed = present(r["tax"]) and float(r["tax"]) >= TAX_SHOWN
+            words = [f"{float(r['tax']):.1f}×"] if taxed else []
+            if useful < tallest * SMALL_BAR:  # a bar of a few pixels: its value written above it
+                words.insert(0, f"{useful:.2g} TFLOP/s")
+            if words:
+                top = max(executed, useful) if math.isfinite(executed) else useful
+                ax.text(x, top + tallest * 0.01, " ".join(words), ha="center", va="bottom", fontsize=7,
+                        color="#333333", rotation=90 if len(words) > 1 or not taxed else 0)  # fmt: skip
             ax.bar(x, useful, width, color=color, label=None if named else variant)
             named = True
     # the hatched bar's meaning in the legend (a patch of no size: it draws nothing in the panel)
@@ -211,7 +211,7 @@ def _bars(ax, rows) -> None:
     ax.set_xticks(range(len(patterns)))
     ax.set_xticklabels([f"{p}\nmax L={seq_count(max_lens[p])}" for p in patterns])
     ax.set_xlim(-0.6, len(patterns) - 0.4)
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.06)  # room for the × labels above the tallest bars
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)  # room for the labels above the tallest bars
     ax.set_ylabel("useful TFLOP/s (solid), executed (hatched)")
 
 
@@ -295,7 +295,9 @@ def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
     files = []
     for gkey, group in grouped(packed, VARLEN_GROUP_AXES):
         head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
-        fig, data = varlen_figure(group, f"Packed variable-length batches · {head}")
+        # a packed cell pads nothing: its padding tax is the figure's, the 'no padding' axis not
+        title = trim_title(f"Packed variable-length batches · {head}", drop=("no padding",))
+        fig, data = varlen_figure(group, title)
         caption = (
             "One panel per B and mean N. Solid: useful TFLOP/s (the real lengths); hatched: executed "
             "TFLOP/s; ×: executed / useful, the padding tax."
