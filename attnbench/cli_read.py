@@ -70,7 +70,9 @@ def add_report(sub) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", metavar="DIR", help="where to write the report (default: reports/out/<run id>)")
     p.add_argument(
-        "--baseline", metavar="VARIANT", help="variant the speed-up map is relative to (default: naive)"
+        "--baseline",
+        metavar="VARIANT",
+        help="variant the speed-up map is relative to (default: sdpa where it ran ok, else naive)",
     )
     p.set_defaults(func=cmd_report)
 

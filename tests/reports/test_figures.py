@@ -249,3 +249,15 @@ def test_decode_speed_against_accuracy_plots_gb_s_on_one_scale(tmp_path):
     assert all("GB/s" in ax.get_ylabel() for ax in panels)  # a decode step's speed is its K/V read rate
     assert {ax.get_yscale() for ax in panels} == {"log"} and panels[0].get_ylim() == panels[1].get_ylim()
     assert "kv_gbps" in data.columns
+
+
+def test_the_speed_up_map_is_over_sdpa_where_it_ran_ok_else_naive():
+    """Over naive, naive's own odd cells (H100: 76 -> 110 TFLOP/s from 8k to 16k) made every row dip."""
+    import pandas as pd
+
+    from attnbench.reports.render import resolve_baseline
+
+    df = pd.DataFrame({"variant": ["naive", "sdpa", "flex"], "status": ["ok", "ok", "ok"]})
+    assert resolve_baseline(df, None) == "sdpa" and resolve_baseline(df, "flex") == "flex"
+    df.loc[df["variant"] == "sdpa", "status"] = "unsupported"
+    assert resolve_baseline(df, None) == "naive"
