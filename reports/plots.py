@@ -15,6 +15,7 @@ from .fit import PowerFit, combo_key
 from .style import (
     STATUS_COLORS,
     bytes_axis,
+    ceiling_line,
     coincident,
     empty_panel,
     legend_below,
@@ -274,16 +275,7 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
             else:
                 empty_panel(ax, "no ok cells")
             if device_mem:
-                ax.axhline(device_mem, color="black", lw=1.2)
-                ax.annotate(
-                    f"device memory {bytes_text(device_mem)}",
-                    (0.01, device_mem),
-                    xycoords=("axes fraction", "data"),
-                    xytext=(0, -4),
-                    textcoords="offset points",
-                    va="top",
-                    fontsize=9,
-                )
+                ceiling_line(ax, device_mem, f"device memory {bytes_text(device_mem)}")
             length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("peak memory (bytes, log₂ axis)")
             ax.set_title(ptitle)

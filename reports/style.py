@@ -422,6 +422,21 @@ def fit_title(fig) -> None:
     title.set_text("\n".join(lines))
 
 
+def ceiling_line(ax, y: float, text: str, ls: str = "-") -> None:
+    """A horizontal black line at `y` (a device's memory, a calibrated bandwidth) with its label just under
+    it at the panel's left edge."""
+    ax.axhline(y, color="black", lw=1.2, ls=ls)
+    ax.annotate(
+        text,
+        (0.01, y),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, -4),
+        textcoords="offset points",
+        va="top",
+        fontsize=9,
+    )
+
+
 def empty_panel(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
 

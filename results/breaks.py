@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .judge import BROKEN
-
-RUN_FIELDS = ("run_id", "created", "path", "git_commit")
+from .steps import run_fields
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class Broken:
     cell_id: str
     variant: str
     status: str  # its latest run's (one of BROKEN)
-    latest: dict[str, Any]  # that run (RUN_FIELDS)
+    latest: dict[str, Any]  # that run, as a step names its sides (steps.run_fields)
     last_ok: dict[str, Any]  # its last run that was ok
     runs_broken: int  # its runs since the last ok one, the latest included
 
@@ -45,18 +44,12 @@ def find(df) -> list[Broken]:
                 cell_id=str(cell),
                 variant=str(series["variant"].iloc[-1]),
                 status=statuses[-1],
-                latest=_run(series.iloc[-1]),
-                last_ok=_run(series.iloc[oks[-1]]),
+                latest=run_fields(series, -1),
+                last_ok=run_fields(series, oks[-1]),
                 runs_broken=len(statuses) - 1 - oks[-1],
             )
         )
     return out
-
-
-def _run(row) -> dict[str, Any]:
-    return {
-        k: (None if row.get(k) is None or row.get(k) != row.get(k) else str(row.get(k))) for k in RUN_FIELDS
-    }
 
 
 def describe(broken: Broken) -> str:

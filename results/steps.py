@@ -274,7 +274,8 @@ def _calibration(series, lo: int, mid: int, hi: int) -> tuple[float | None, tupl
     return None, (math.nan, math.nan)
 
 
-def _run(series, i: int) -> dict[str, Any]:
+def run_fields(series, i: int) -> dict[str, Any]:
+    """The i-th run of a series as a step names its sides (RUN_FIELDS, each None where not recorded)."""
     row = series.iloc[i]
     return {k: (None if _missing(row.get(k)) else str(row.get(k))) for k in RUN_FIELDS}
 
@@ -423,16 +424,16 @@ def _steps(found: _Series) -> list[Step]:
                 ratio=_median(after) / _median(before),
                 low=low,
                 high=high,
-                before=_run(series, at - 1),
-                after=_run(series, at),
+                before=run_fields(series, at - 1),
+                after=run_fields(series, at),
                 calibration=calibration,
                 calibration_interval=calibration_interval,
                 latest=i == len(found.cuts) - 1,
                 runs_before=len(before),
                 runs_after=len(after),
                 first=first,
-                since=_run(series, first[0] - 1),
-                until=_run(series, first[1]),
+                since=run_fields(series, first[0] - 1),
+                until=run_fields(series, first[1]),
                 variant=str(series["variant"].iloc[0]),
                 cells=found.cells[i],
                 others=others,

@@ -12,7 +12,7 @@ from .. import fit as fitmod
 from .. import page as pg
 from ..plots import DECODE_GUIDES, band_line, exponent_label, floats, guides, keys_of, length_xaxis
 from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
-from ..style import empty_panel, legend_below, log_axis, mpl_style, new_figure, variant_order
+from ..style import ceiling_line, empty_panel, legend_below, log_axis, mpl_style, new_figure, variant_order
 from ..tables import (
     COMBO_AXES,
     PANEL_AXES,
@@ -161,16 +161,7 @@ def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
             if sel.empty:
                 empty_panel(ax, "no ok cells")
             if copy_gbps:
-                ax.axhline(copy_gbps, color="black", lw=1.2, ls="--")
-                ax.annotate(
-                    f"calibrated copy bandwidth {copy_gbps:,.0f} GB/s",
-                    (0.01, copy_gbps),
-                    xycoords=("axes fraction", "data"),
-                    xytext=(0, -4),
-                    textcoords="offset points",
-                    va="top",
-                    fontsize=9,
-                )
+                ceiling_line(ax, copy_gbps, f"calibrated copy bandwidth {copy_gbps:,.0f} GB/s", ls="--")
             if rates:  # log: a kernel at 1% of the ceiling is as readable as one at 80%
                 log_axis(ax)
                 top = max([*every, copy_gbps or 0.0])

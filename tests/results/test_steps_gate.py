@@ -103,3 +103,18 @@ def test_two_runs_of_one_run_id_are_two_runs_to_the_other_variants_move():
     df.loc[df["run_id"] == "r03", "run_id"] = "r02"  # same run_id, another run
     moves = steps.machine_moves(df)
     assert {run for _, run in moves} == {"r00@t", "r01@t", "r02@t", "r02@t#other"}
+
+
+def test_a_broken_series_whose_run_fields_are_missing_is_said_not_raised():
+    """breaks had its own copy of run_fields, which asked `bool(pd.NA != pd.NA)` of a run without a path."""
+    import pandas as pd
+
+    from attnbench.results import breaks
+
+    df = pd.DataFrame({
+        "machine": ["vm"] * 2, "cell_id": ["c"] * 2, "variant": ["v"] * 2, "status": ["ok", "wrong"],
+        "run_id": ["r0", "r1"], "created": ["t0", "t1"],
+        "path": pd.array([pd.NA, pd.NA], dtype="string"), "git_commit": [None, None],
+    })  # fmt: skip
+    (broken,) = breaks.find(df)
+    assert broken.latest["path"] is None and broken.last_ok["run_id"] == "r0"
