@@ -162,10 +162,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _cell_timeout(text: str) -> float:
     """check's --cell-timeout, read and checked as `run` reads it (the setting's own rule); ValueError naming
     the flag."""
-    from attnbench.harness.sweep.settings import SETTINGS
+    from attnbench.harness.sweep.settings import BY_NAME
 
-    (setting,) = [s for s in SETTINGS if s.name == "cell_timeout"]
-    return float(setting.read(text, "--cell-timeout"))
+    return float(BY_NAME["cell_timeout"].read(text, "--cell-timeout"))
 
 
 def _one_length(text: str) -> int:
@@ -207,9 +206,9 @@ def add_check(sub) -> None:
     p.add_argument("--seq-len", default="100", metavar="N", help="the one N each check runs at (default 100)")
     p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
     p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
-    from attnbench.harness.sweep.settings import SETTINGS
+    from attnbench.harness.sweep.settings import BY_NAME
 
-    (timeout,) = [s for s in SETTINGS if s.name == "cell_timeout"]  # run's flag: its default, help, metavar
+    timeout = BY_NAME["cell_timeout"]  # run's setting: its default and metavar
     p.add_argument(
         "--cell-timeout", default=str(timeout.default), metavar=timeout.metavar,
         help=f"kill a problem's worker after this long, as `run` a cell's (default {timeout.default:g})",
