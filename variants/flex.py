@@ -443,6 +443,19 @@ def setup(
     return bound
 
 
+def _compile_key(p: Problem) -> tuple:
+    """The kernel a cell compiles (estimate's compile key): its dtype, pass and masks, and its shape where
+    the kernel is static (not Plan.dynamic), so that a worker's cells of one key share a compile. A packed
+    batch's pattern is not in it: the patterns of one mean length hold the same tokens (variants.lengths)."""
+    key = (p.device, p.dtype, p.pass_, p.causal, p.causal_align, p.window, p.mod, p.padding > 0, p.lengths)
+    if p.device == "cpu" and p.mod == NONE and not p.padding and p.lengths == "none":
+        # dynamo specialises a size of 1, the query heads a K/V head serves and the lower-right diagonal's
+        # offset (an int the mask_mod holds)
+        offset = p.seq_k - p.seq_len if p.causal_align == "lower-right" else 0
+        return key + (p.seq_len == 1, p.heads // (p.kv_heads or p.heads), offset)
+    return key[:-1] + (p.batch, p.heads, p.kv_heads, p.seq_len, p.seq_k, p.d_k, p.d_v)
+
+
 @register(
     "flex",
     description="torch.nn.attention.flex_attention under torch.compile (block mask + score_mod, per shape)",
@@ -458,6 +471,7 @@ def setup(
     window=True,
     mods=MODS,
     varlen="tiles:128",  # the block mask's 128 x 128 blocks that hold a pair of one sequence
+    compiles=_compile_key,
 )
 def flex(
     q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left", window=0,

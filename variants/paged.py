@@ -211,6 +211,7 @@ def _flex_available(device: str) -> str | None:
     memory="linear",
     available=_flex_available,
     supports=_flex_paged_supports,
+    compiles=True,  # a paged block mask per shape: its own static kernel
     **_PAGED,
 )
 def paged_flex(

@@ -110,6 +110,9 @@ class Capability:
     # answer of zeros has rel_err 1). Its every gate (first call, fresh inputs, refilled inputs) holds it
     # to that bound, and its rows carry it, so that reports and answers name it as approximate. 0: exact.
     approximate: float = 0.0
+    # A kernel compiled in setup or at the first call (torch.compile): True, every cell shape its own; or
+    # compiles(problem) -> a key, a worker's cells of one key sharing a compile. Only the dry run reads it.
+    compiles: bool | Callable[[Problem], Any] = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -117,6 +120,10 @@ class Capability:
         if self.memory not in MEMORY_CLASSES:
             raise VariantError(
                 f"variant {self.name}: memory must be one of {MEMORY_CLASSES}, not {self.memory!r}"
+            )
+        if not (isinstance(self.compiles, bool) or callable(self.compiles)):
+            raise VariantError(
+                f"variant {self.name}: compiles must be True, False or a function of a Problem"
             )
         if self.layout not in LAYOUTS:
             raise VariantError(f"variant {self.name}: layout must be one of {LAYOUTS}, not {self.layout!r}")

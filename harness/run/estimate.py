@@ -20,7 +20,9 @@ timeout, which only shortens a sweep):
                for the timer's choice (harness.measure.timing.cuda_timer: a warm call, the sync check, the
                launch probe)
 plus RUN_OVERHEAD_S[device] for the run (start, worker start, calibration, numerics probe), the most of
-its devices'. Settle rounds
+its devices', and COMPILE_S[device] for each kernel the run compiles: each distinct compile key of a variant
+that declares one (Capability.compiles: flex's per dtype where its kernel has symbolic sizes, per shape
+otherwise), as one worker runs them all. Settle rounds
 (Settings.settle_rounds) are not in the model: they visit again only the pairs a run could not rank (the
 quick preset's nine jobs of docs/method.md: 0 to 10 visits, up to about 5 s). The throughputs are what
 attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 and per GPU in bf16/fp16; on CPU a
@@ -29,7 +31,8 @@ quadratic-memory variant attains QUADRATIC_4K_FACTOR of it unless the run asks f
 Checked against the committed CPU runs of the 2-core VM (results/reference, each cell's elapsed_s summed
 against its estimate; 2026-11-25): llm 3409 s measured, 2932 estimated; cpu 955, 973; the quick preset in
 rounds 36 and 43 (two runs), 54; decode's first 256 cells 781, 339 (flex compiles a kernel per shape
-there, and sdpa_math is slow at N_q = 1: neither is in the model). On an H200 (2026-11-28,
+there, and sdpa_math is slow at N_q = 1: neither was in the model then). With compiles counted
+(2026-12-06): paged 72 s measured, 54 estimated (18 without them); varlen 37, 37 (25). On an H200 (2026-11-28,
 results/reference/gpu-checks-h200-2026-11-28): the gpu preset 114 s measured on a fresh machine and 71 s
 with torch's compile caches warm, paged 78 s, varlen 120 s; the CUDA terms were fitted to those runs (the
 CPU model had said 352 s, 1033 s and 677 s).
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from attnbench.harness.measure.allocator import worker_environ
@@ -49,6 +52,7 @@ from attnbench.harness.measure.rows import executed_flops
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import DTYPE_BYTES, attention_flops
+from attnbench.variants import Problem
 
 ASSUMED_TFLOPS = {"cpu": 0.035, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
 ASSUMED_GBPS = {"cpu": 10.0, "cuda": 1000.0}  # q, k and v read once: a memory-bound call's floor
@@ -67,6 +71,9 @@ FWD_EXTRA_CALLS = (
 # start, start a worker, calibrate, probe the numerics: on an H200 4-5 s, 0.4-1.5, 1.9 and 5-21 s (every
 # variant's first CUDA call, flex's compile at the probe's shape)
 RUN_OVERHEAD_S = {"cpu": 10.0, "cuda": 25.0}
+# one torch.compile of a kernel (dynamo, inductor, a C++ or Triton build): first calls of the flex variants
+# on the 2-core VM 4.5-9.7 s (quick, decode, paged references); on an H100 a static flex compile 1-4 s
+COMPILE_S = {"cpu": 6.0, "cuda": 2.5}
 LONG_S = 600.0  # a sweep estimated longer than this is warned about before it starts
 
 
@@ -130,14 +137,26 @@ def run_seconds(
     settings: Settings,
     memory_class: Callable[[str], str] = lambda name: "linear",
     varlen_work: Callable[[str], str] = lambda name: "masked",
+    compile_key: Callable[[CellSpec], Hashable | None] = lambda spec: None,
 ) -> float:
-    """The estimated wall time of a run that measures `cells` (0 when there are none); memory_class(variant)
-    and varlen_work(variant) as forecast's."""
+    """The estimated wall time of a run that measures `cells` (0 when there are none); memory_class(variant),
+    varlen_work(variant) and compile_key(spec) as forecast's."""
     if not cells:
         return 0.0
-    return max(_on(RUN_OVERHEAD_S, c.device) for c in cells) + sum(
-        cell_seconds(c, settings, memory_class(c.variant), varlen_work(c.variant)) for c in cells
+    compiles = {(c.variant, c.device, key) for c in cells if (key := compile_key(c)) is not None}
+    return (
+        max(_on(RUN_OVERHEAD_S, c.device) for c in cells)
+        + sum(_on(COMPILE_S, device) for _, device, _ in compiles)
+        + sum(cell_seconds(c, settings, memory_class(c.variant), varlen_work(c.variant)) for c in cells)
     )
+
+
+def compile_key(compiles: bool | Callable[[Problem], Hashable], spec: CellSpec) -> Hashable | None:
+    """The key of the kernel a cell of a variant with Capability.compiles `compiles` compiles (None: none):
+    its shape's problem where `compiles` is True."""
+    if not compiles:
+        return None
+    return spec.problem() if compiles is True else compiles(spec.problem())
 
 
 def duration_text(seconds: float) -> str:
@@ -202,12 +221,14 @@ def forecast(
     free_memory: Callable[[str], int | None],
     memory_class: Callable[[str], str],
     varlen_work: Callable[[str], str] = lambda name: "masked",
+    compile_key: Callable[[CellSpec], Hashable | None] = lambda spec: None,
     done: int = 0,
 ) -> Forecast:
     """What becomes of each cell: `unsupported(spec)` is the parent's capability check (a reason or None),
     `free_memory(device)` the bytes the guard compares with (None: unknown here, the worker decides), and
     `memory_class(variant)` the variant's, `varlen_work(variant)` the work it executes on a packed batch
-    (its capability's varlen; "masked", the most, where it declares none); the guard's rule is
+    (its capability's varlen; "masked", the most, where it declares none), `compile_key(spec)` the kernel a
+    cell compiles (None: none; cells of one key share a compile); the guard's rule is
     harness.measure.guard's, applied as a worker would. `done`: the cells of a resumed run measured already,
     beside these."""
     from attnbench.harness.measure import guard
@@ -234,7 +255,7 @@ def forecast(
                 guarded_from[spec.variant] = min(guarded_from.get(spec.variant, spec.seq_len), spec.seq_len)
                 continue
         measured.append(spec)
-    seconds = run_seconds(measured, settings, memory_class, varlen_work)
+    seconds = run_seconds(measured, settings, memory_class, varlen_work, compile_key)
     return Forecast(
         len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done, settings.settle_rounds
     )

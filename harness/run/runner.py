@@ -329,6 +329,7 @@ def forecast(start: _Start, done: dict[str, dict[str, Any]]) -> estimate.Forecas
         free_memory=lambda device: free_memory(device) if device == "cpu" else None,
         memory_class=lambda name: variants.get(name).cap.memory,
         varlen_work=lambda name: variants.get(name).cap.varlen or "masked",
+        compile_key=lambda spec: estimate.compile_key(variants.get(spec.variant).cap.compiles, spec),
         done=len(cells) - len(todo),
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from attnbench.harness.run import estimate
@@ -145,3 +147,26 @@ def test_a_cuda_cell_stops_at_min_ms_and_a_decode_cell_is_paid_for_its_bytes():
     assert estimate.run_seconds([_cuda(1024), _cell(64)], s) == pytest.approx(
         estimate.RUN_OVERHEAD_S["cuda"] + both
     )
+
+
+def test_a_compiling_variant_pays_one_compile_a_kernel_its_cells_share():
+    from attnbench import variants
+
+    s, flex, paged = Settings(), variants.get("flex").cap, variants.get("paged_flex").cap
+    key = lambda spec: estimate.compile_key(variants.get(spec.variant).cap.compiles, spec)  # noqa: E731
+    plain = [_cell(n, "flex") for n in (256, 512, 1024)]
+    base = estimate.run_seconds(plain, s)
+    # flex on CPU without padding: one symbolic kernel serves every length, so three lengths compile once
+    assert estimate.run_seconds(plain, s, compile_key=key) == base + estimate.COMPILE_S["cpu"]
+    assert len({estimate.compile_key(flex.compiles, c) for c in plain}) == 1
+    # key padding gives every shape its own static kernel; a variant that compiles per shape (True) as well
+    padded = [dataclasses.replace(c, padding=0.5) for c in plain]
+    assert len({estimate.compile_key(flex.compiles, c) for c in padded}) == 3
+    assert paged.compiles is True and estimate.compile_key(paged.compiles, plain[0]) == plain[0].problem()
+    assert estimate.compile_key(variants.get("sdpa").cap.compiles, plain[0]) is None
+    # the lower-right diagonal's offset is a constant of the compiled kernel: one compile per offset
+    decode = [dataclasses.replace(c, seq_len=1, seq_k=k, causal=True, causal_align="lower-right")
+              for c in plain for k in (1024, 2048)]  # fmt: skip
+    assert len({estimate.compile_key(flex.compiles, c) for c in decode}) == 2
+    with pytest.raises(variants.VariantError, match="compiles must be True, False or a function"):
+        variants.Capability("mine", compiles="yes")
