@@ -250,7 +250,7 @@ def _relabel(p: _Point, named: dict[str, str]) -> _Point:
 SHAKY = "Read off drifted or noisy cells: "  # a ranking sentence of a busy machine whose cells were unsettled
 
 
-def _shaky_cells(panel_rows, length: str) -> set[tuple[str, int]]:
+def shaky_cells(panel_rows, length: str) -> set[tuple[str, int]]:
     """(variant, N) of the panel's unsettled cells (drifted, or noisy while the probes did not hold)."""
     rows = panel_rows[unsettled(panel_rows).to_numpy(dtype=bool)]
     return {(str(r["variant"]), int(r[length])) for _, r in rows.iterrows() if present(r[length])}
@@ -279,7 +279,7 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
     points = _points(best, length, _ranked_at(panel_rows, length))
     runs = [(named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(points)]
     every = len(runs) == 1
-    shaky = _shaky_cells(panel_rows, length) if busy else set()
+    shaky = shaky_cells(panel_rows, length) if busy else set()
 
     def said(text: str, pts: list[_Point]) -> str:
         return SHAKY + text if _read_off(pts, shaky, named) else text

@@ -23,6 +23,7 @@ from .tables import (
     device_memory,
     fixed_axes,
     groups,
+    kernel_members,
     label,
     length_axis,
     ok_rows,
@@ -188,6 +189,7 @@ def best_table(group) -> pg.Table:
     pans = panels(group)
     length = length_axis(group)  # a decode group ranks its variants per N_k
     seq_lens = sorted(int(n) for n in group[length].dropna().unique())
+    shaky = findmod.shaky_cells(group, length)
     headers = ("seq_len" if length == "seq_len" else "N_k", *[(t or "best variant") for _, t, _ in pans])
     rows = []
     for n in seq_lens:
@@ -209,6 +211,9 @@ def best_table(group) -> pg.Table:
                 if b["runner_up"]:
                     behind = named.get(str(b["runner_up"]), b["runner_up"])
                     text += f" ({num_text(b['lead'])}× ahead of {behind}{_p_text(b['p_value'])})"
+            compared = [str(b["best"]), *str(b["tied"] or "").split(), str(b["runner_up"] or "")]
+            if any((m, n) in shaky for name in compared if name for m in kernel_members(name)):
+                text += " [read off a drifted or noisy cell]"
             order = ranks[ranks[length] == n]
             for axis, value in key.items():
                 order = order[order[axis] == value]
@@ -219,7 +224,9 @@ def best_table(group) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        "fastest ok variant per seq_len (median time); variants whose cells there ran the same kernel "
+        "fastest ok variant per seq_len (median time); '[read off a drifted or noisy cell]' where a cell it "
+        "compares drifted, or was noisy while the speed probes did not hold (its lead may be the machine's); "
+        "variants whose cells there ran the same kernel "
         "(the rows' kernel column) are one, 'sdpa (= sdpa_cudnn: CUDNN_ATTENTION)', at the faster's time; "
         "'tie: A ≈ B' when B is less than 2% slower than A "
         "or the judge cannot call it slower at p < 0.05 (results.judge.separated: the visits of each round "

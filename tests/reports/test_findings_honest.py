@@ -92,6 +92,13 @@ def test_a_busy_machine_is_said_before_any_winner_and_marks_the_winners_read_off
     assert first.startswith(findings.SHAKY + "naive is fastest"), first  # its N = 256 and 512 drifted
     md = render(prepare([run]), tmp_path / "report").readme.read_text()
     assert md.index("The machine was busy") < md.index(findings.SHAKY + "naive is fastest")
+    # the fastest-variant table marks the same cells' leads, and only theirs
+    from attnbench.reports.render import best_table
+
+    text = {int(r[0]): r[1] for r in best_table(load(run)).rows}
+    assert [n for n, t in text.items() if t.endswith("[read off a drifted or noisy cell]")] == [256, 512], (
+        text
+    )
 
 
 def test_a_winner_on_settled_cells_of_a_busy_run_is_not_marked(tmp_path):
