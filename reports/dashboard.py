@@ -392,9 +392,20 @@ def _named(cell) -> str:
     return approximate_text(cell["variant"], cell.get("approximate"))
 
 
-def _ranges(winners: list[tuple[int, str]]) -> list[tuple[int, int, str]]:
-    """Consecutive lengths with the same fastest variant as (first N, last N, variant)."""
-    out: list[tuple[int, int, str]] = []
+def _front(at, loaded: RunRows) -> tuple[str, ...]:
+    """The fastest variant of one run's cells at one N, and those the report's ranking cannot tell from it
+    (tied), in time order."""
+    at = at.sort_values(["time_ms_median", "variant"], kind="stable")
+    first = at.iloc[0]
+    return (
+        str(first["variant"]),
+        *(str(r["variant"]) for _, r in at.iloc[1:].iterrows() if tied(first, r, loaded)),
+    )
+
+
+def _ranges(winners: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, tuple[str, ...]]]:
+    """Consecutive lengths with the same front (fastest variant and its ties) as (first N, last N, front)."""
+    out: list[tuple[int, int, tuple[str, ...]]] = []
     for n, v in winners:
         if out and out[-1][2] == v:
             out[-1] = (out[-1][0], n, v)
@@ -414,17 +425,15 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
     rows, busy = [], {}
     for shape, group in ok.groupby("shape", sort=True):
         latest = group[group["created"] == group["created"].max()]
-        winners = [
-            (int(n), str(at.loc[at["time_ms_median"].idxmin(), "variant"]))
-            for n, at in latest.groupby("seq_len", sort=True)
-        ]
+        winners = [(int(n), _front(at, runs or RunRows())) for n, at in latest.groupby("seq_len", sort=True)]
         named = {str(r["variant"]): _named(r) for _, r in latest.iterrows()}
         run = latest.iloc[0]
         said = runs.busy(run["path"], ok[ok["path"] == run["path"]]["cell_id"]) if runs else None
         if said:
             busy[str(run["run_id"])] = said
         linked = run_cell(str(run["run_id"]), run["path"], reports) + ((" (machine busy)",) if said else ())
-        for lo, hi, v in _ranges(winners):
+        for lo, hi, front in _ranges(winners):
+            v = front[0]  # the fastest; the others tied with it at every N of the range
             mine = latest[latest["variant"] == v].sort_values("seq_len")
             fit = fit_power_law(mine["seq_len"].astype(float), mine["time_ms_median"].astype(float))
             best = mine[mine["seq_len"] == hi].iloc[0]
@@ -432,7 +441,7 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
                 (
                     shape,
                     f"{lo}" if lo == hi else f"{lo}..{hi}",
-                    named[v],
+                    " ≈ ".join(named[t] for t in front),
                     f"{float(best['time_ms_median']):.4g} ms",
                     fit.text(),
                     linked,
@@ -440,7 +449,13 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
             )
     headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
     return [
-        Table(headers, tuple(rows)),
+        Table(
+            headers,
+            tuple(rows),
+            "the fastest variant over each range of N, 'A ≈ B' where the report's ranking cannot tell B "
+            f"from A at every N of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
+            "test); the time and the exponent are A's",
+        ),
         *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
     ]
 

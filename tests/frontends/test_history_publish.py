@@ -419,6 +419,20 @@ def test_an_approximation_is_named_where_a_page_says_who_is_fastest():
     assert dashboard._named(pd.Series(rows[-1])) == "sdpa"
 
 
+def test_the_latest_findings_name_the_variants_the_ranking_cannot_tell_apart():
+    """At N = 512 sdpa is 1% behind chunked (a tie by the ranking's rule), at N = 1024 10% behind: the
+    machine page says 'chunked ≈ sdpa' for the first and chunked alone for the second, as a report would."""
+    import pandas as pd
+
+    rows = [
+        {"cell_id": f"{v}|cpu|float32|n{n}", "variant": v, "seq_len": n, "created": "t", "run_id": "r",
+         "path": "runs/gone", "time_ms_median": t}
+        for v, n, t in (("chunked", 512, 1.0), ("sdpa", 512, 1.01), ("chunked", 1024, 2), ("sdpa", 1024, 2.2))
+    ]  # fmt: skip
+    table, *_ = dashboard.findings(pd.DataFrame(rows), {})
+    assert [(r[1], r[2]) for r in table.rows] == [("512", "chunked ≈ sdpa"), ("1024", "chunked")]
+
+
 def test_the_latest_findings_of_a_busy_run_say_the_machine_was_busy(tmp_path):
     """The latest run measured while the machine ran at half its speed for a fifth of its cells: the
     machine page marks that run where its findings are and says why in the report's own sentence
