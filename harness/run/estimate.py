@@ -21,8 +21,8 @@ timeout, which only shortens a sweep):
                launch probe)
 plus RUN_OVERHEAD_S[device] for the run (start, worker start, calibration, numerics probe), the most of
 its devices', and COMPILE_S[device] for each kernel the run compiles: each distinct compile key of a variant
-that declares one (Capability.compiles: flex's per dtype where its kernel has symbolic sizes, per shape
-otherwise), as one worker runs them all. Settle rounds
+that declares one (Capability.compiles: flex's one per dtype, pass and mask on plain cells, one per shape
+on padded, packed or paged ones), as one worker runs them all. Settle rounds
 (Settings.settle_rounds) are not in the model: they visit again only the pairs a run could not rank (the
 quick preset's nine jobs of docs/method.md: 0 to 10 visits, up to about 5 s). The throughputs are what
 attention, not matmul, attains: ASSUMED_TFLOPS per CPU core in fp32 and per GPU in bf16/fp16; on CPU a
