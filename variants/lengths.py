@@ -9,7 +9,8 @@ the times of one (B, N) compare across patterns (FlashAttention-4's varlen bench
   none        not packed: B sequences of one length N in a (B, H, N, d) batch (every cell before this axis)
   constant    packed, every sequence N long
   uniform     lengths drawn from U(0, 2N], then scaled to T
-  bimodal     a quarter of the sequences about 2.5 N long, the rest about N / 2 (jittered by 10%)
+  bimodal     each sequence long (weight 2.5) with probability 1/4, else short (0.5), jittered by 10%, then
+              scaled to T with the others: a pack holds a quarter long ones on average, not in each draw
   longtail    log-normal (sigma 1.5) lengths: most short, a few long
   NAME:MAX    any pattern with its longest sequence at most MAX tokens (default 4 N, and N for constant)
 

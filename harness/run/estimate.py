@@ -51,7 +51,7 @@ from attnbench.harness.measure.allocator import worker_environ
 from attnbench.harness.measure.rows import executed_flops
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import DTYPE_BYTES, attention_flops
+from attnbench.results.formulas import DTYPE_BYTES, attention_flops, counted
 from attnbench.variants import Problem
 
 ASSUMED_TFLOPS = {"cpu": 0.035, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
@@ -186,8 +186,8 @@ class Forecast:
         n_unsup, n_guard = sum(self.unsupported.values()), sum(self.guarded.values())
         done = f", {self.done} measured already" if self.done else ""
         out = [
-            f"{self.cells} cells{done}: {len(self.measured)} to measure, {n_guard} the memory guard would "
-            f"skip, {n_unsup} unsupported here"
+            f"{counted(self.cells, 'cell')}{done}: {len(self.measured)} to measure, {n_guard} the memory "
+            f"guard would skip, {n_unsup} unsupported here"
         ]
         where = ", ".join(f"{v} from N = {n}" for v, n in self.guarded_from.items())
         out += [f"  skipped by the memory guard ({n}): {where}; {r}" for r, n in self.guarded.most_common()]
