@@ -24,6 +24,7 @@ def history(*runs: PathLike | Sequence[PathLike], store: PathLike | None = None,
     from attnbench.results import history as store_
 
     paths = _run_paths(runs, "history: each run")
+    _machine_text(machine, "history")
     if paths and store is None:
         with in_keywords():
             return store_.frame_of(paths, machine=machine)
@@ -57,10 +58,39 @@ def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine
             f"steps: frame is a DataFrame of attnbench.history(), not {type(frame).__name__} "
             f"{_short(frame)}; a history store is given as steps({said})"
         )
+    if frame is not None:
+        _history_frame(frame)
+    _machine_text(machine, "steps")
     store = as_path(store, "store=")
     with in_keywords():
         df = store_.frame(store, machine=machine) if frame is None else frame
         found = steps_.find(df)
     out = steps_.as_frame(found)
+    out["created"] = store_.as_times(out["created"])  # the first run after it, as the history frame's
     out["repro"] = [repro_text(s.after.get("path"), s.cell_id) for s in found]
     return out
+
+
+# what the steps are read from: a history frame's series (machine, cell), their runs' order and statuses
+_STEP_COLUMNS = ("machine", "cell_id", "variant", "run_id", "created", "status", "time_ms_median")
+
+
+def _history_frame(frame: Any) -> None:
+    """ValueError where `frame` lacks the columns attnbench.history()'s frame gives the steps (the frame of
+    attnbench.load() has no run times, an empty DataFrame no columns at all)."""
+    lacks = [c for c in _STEP_COLUMNS if c not in frame.columns]
+    if lacks:
+        kind = "attnbench.load()'s frame, which" if "samples_ms" in frame.columns else "a frame that"
+        raise ValueError(
+            f"steps: frame is attnbench.history()'s DataFrame (a row per cell per run), not {kind} lacks "
+            f"{', '.join(lacks)}; give attnbench.history(RUN...) of the runs, or steps(store=PATH)"
+        )
+
+
+def _machine_text(machine: Any, name: str) -> None:
+    """TypeError where `machine` is given and is not text (a machine's name, or a part of one)."""
+    if machine is not None and not isinstance(machine, str):
+        raise TypeError(
+            f"{name}: machine= takes a machine's name or a part of one (str, such as 'H100'), not "
+            f"{type(machine).__name__} {_short(machine)}"
+        )

@@ -122,12 +122,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     with bad_input():
-        why = why_unwritable(out) or dashboard.site_problem(out, Path(args.store))
+        why = why_unwritable(out)
         if why:
             raise ValueError(f"--out {printable(str(out))} {why}")
         df = history.frame(args.store)
         if not len(df):
             raise ValueError(f"the history store {printable(args.store)} holds no runs; add some first")
+        machines = [str(m) for m in df["machine"].unique()]  # the machines' pages are named by them
+        why = dashboard.site_problem(out, Path(args.store), machines)
+        if why:
+            raise ValueError(f"--out {printable(str(out))} {why}")
     try:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install

@@ -163,7 +163,8 @@ def add_compare(sub) -> None:
         metavar="VARIANT",
         help="a variant whose code is the same in both runs: every other variant is judged relative to its "
         "change at the same shape (visit by visit in runs made in rounds), so that a machine that ran "
-        "slower through all of B is not taken for slower code; its own cells never fail the gate",
+        "slower through all of B is not taken for slower code; its own cells never fail the gate (across two "
+        "machines, whose change moves each variant by what bounds it, use --normalize calibration)",
     )
     p.add_argument(
         "--variant-a",

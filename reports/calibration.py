@@ -195,3 +195,18 @@ def match_groups(first: list[DeviceGroup], other: list[DeviceGroup]) -> list[tup
         if model or same:
             pairs.append(((model or same)[0], g))
     return pairs
+
+
+def control_moved(control: str, machines: tuple[str, str], move: float, tolerance: float) -> list[str]:
+    """One line where a --control crosses machines and its own time moved with the machine (`move`, the
+    control's B/A, by more than `tolerance`): a control cancels what moves every variant alike (a machine
+    slower through a whole run), but a change of machine moves each variant by what bounds it, and the
+    control by its own bound (a memory-bound control follows the copy bandwidth)."""
+    if not math.isfinite(move) or abs(move - 1) <= tolerance:
+        return []
+    return [
+        f"--control {control} crosses machines ({machines[0]} in A, {machines[1]} in B) and {control}'s own "
+        f"time moved {move:.2f}x with the machine: every cell is judged over that move, which follows what "
+        f"bounds {control} on each machine, not what bounds the cell; across machines use --normalize "
+        "calibration, which rescales each cell by the ceiling that bounds it"
+    ]

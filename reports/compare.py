@@ -83,6 +83,7 @@ class Comparison:
     sampling_warnings: list[str] = field(
         default_factory=list
     )  # the runs' sampling settings, where they differ
+    machines: tuple[str, str] | None = None  # A's machine and B's, where they are two
 
     @property
     def threshold(self) -> Threshold | None:
@@ -125,43 +126,23 @@ class Comparison:
         ]
 
     @property
+    def control_warnings(self) -> list[str]:
+        """A line where the control crosses machines and its own time moved with them."""
+        if self.control is None or self.machines is None:
+            return []
+        own = self.cells[self.cells["variant"] == self.control]["ratio"].dropna().to_numpy(dtype=float)
+        move = math.exp(sum(math.log(r) for r in own) / len(own)) if len(own) else math.nan
+        return calibration.control_moved(self.control, self.machines, move, self.tolerance)
+
+    @property
     def warnings(self) -> list[str]:
-        return self.calibration_warnings + self.sampling_warnings + self.timing_warnings
+        return (
+            self.calibration_warnings + self.sampling_warnings + self.timing_warnings + self.control_warnings
+        )
 
     @property
     def regressions(self):
         return self.cells[self.cells["regression"]]
-
-
-# the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them
-SAMPLING = ("warmup_ms", "budget_ms", "min_ms", "min_samples", "max_samples", "target_rel_iqr")
-
-
-def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
-    """One line where the two runs sampled their cells differently ('--warmup-ms 50 in A, 20 in B; ...'): a
-    longer budget or warm-up reaches more of a cell's slow tail or warms it further, so such ratios are
-    partly the settings'. A setting a run does not record (older runs, a run set's first run) is not said."""
-
-    def settings(meta: dict[str, Any]) -> dict[str, Any]:
-        sweep = meta.get("sweep") if isinstance(meta, dict) else None
-        found = sweep.get("settings") if isinstance(sweep, dict) else None
-        return found if isinstance(found, dict) else {}
-
-    a, b = settings(meta_a), settings(meta_b)
-    differ = [
-        f"--{name.replace('_', '-')} {a[name]:g} in A, {b[name]:g} in B"
-        for name in SAMPLING
-        if isinstance(a.get(name), (int, float))
-        and isinstance(b.get(name), (int, float))
-        and a[name] != b[name]
-    ]
-    if not differ:
-        return []
-    return [
-        f"sampling settings differ: {'; '.join(differ)}: a cell's time depends on how it is sampled (its "
-        "warm-up, how much of its slow tail a budget reaches), so the ratios are partly the settings'; run "
-        "both with the same ones"
-    ]
 
 
 def _match_axes(a, b) -> tuple[list[str], str]:
@@ -361,7 +342,7 @@ def compare_runs(
         how += f"; {variant_b} in B against {variant_a} in A"
     m = _paired(a, b, axes)
     if m.empty:
-        raise ValueError(f"{run_a} and {run_b} have no cell in common ({how}); compare needs the same cells")
+        raise ValueError(compare_load.no_common(run_a, run_b, a, b, axes, how))
     interleaved = runset.interleaved(meta_a, meta_b)
     if interleaved:
         how += "; runs paired: the two sets were made interleaved (run i of each back to back)"
@@ -381,7 +362,8 @@ def compare_runs(
     return Comparison(
         str(run_a), str(run_b), *labels, how, axes, cells, _per_variant(cells), judgement,
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
-        _unmatched(a, b, axes), _unmatched(b, a, axes), sampling_warnings(meta_a, meta_b),
+        _unmatched(a, b, axes), _unmatched(b, a, axes), compare_load.sampling_warnings(meta_a, meta_b),
+        compare_load.machines(meta_a, meta_b),
     )  # fmt: skip
 
 
@@ -440,12 +422,17 @@ def cell_table(cmp: Comparison) -> pg.Table:
     median:N% gates on them (labelled as the gate's)."""
     shown = [x for x in varying(cmp.cells, [a for a in cmp.axes if a not in ("variant", "seq_len")])]
     medians = cmp.threshold is not None and cmp.threshold.stat == "median"
+    scaled = cmp.normalize == "calibration"  # B's times were rescaled before judging, as with a control
     headers = (
         "variant",
         *shown,
         "seq_len",
         "A ms",
-        "B ms",
+        f"B ms rescaled by {cmp.control}"
+        if cmp.control
+        else "B ms rescaled by calibration"
+        if scaled
+        else "B ms",
         "B/A",
         "B/A 95% CI",
         "p",

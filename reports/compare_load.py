@@ -57,6 +57,39 @@ def require_variant(df, name: str, flag: str, side: str) -> None:
         raise ValueError(f"{flag} {name!r} is not a variant of run {side} (it has: {known})")
 
 
+def no_common(run_a, run_b, a, b, axes: list[str], how: str) -> str:
+    """The one line for two runs that share no cell: how cells were matched, and every axis whose values in
+    A and in B do not overlap (a CPU run against a GPU run differs in dtype and shapes too, not only in
+    device)."""
+    apart = []
+    for x in axes:
+        va, vb = (sorted(set(df[x].dropna().tolist())) for df in (a, b))
+        if va and vb and not set(va) & set(vb):
+            apart.append(f"{x} ({_few(va)} in A, {_few(vb)} in B)")
+    said = (
+        f"; no value in common on {'; '.join(apart)}"
+        if apart
+        else "; every axis has a value in both, but no cell has them all"
+    )
+    return f"{run_a} and {run_b} have no cell in common ({how}{said}); compare needs the same cells"
+
+
+def _few(values: list[Any], shown: int = 3) -> str:
+    return ", ".join(str(v) for v in values[:shown]) + (", ..." if len(values) > shown else "")
+
+
+def machines(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> tuple[str, str] | None:
+    """The machines of A and B ('NVIDIA H200 on vm') where they are two (another model, or another host),
+    else None."""
+    from attnbench import results
+
+    named = []
+    for meta in (meta_a, meta_b):
+        host = (meta.get("fingerprint") or {}).get("hostname")
+        named.append(results.machine_label(meta) + (f" on {host}" if host else ""))
+    return (named[0], named[1]) if named[0] != named[1] else None
+
+
 def _check_control(control: str | None, normalize: str | None, a, b) -> None:
     """ValueError (one line) unless the control is a variant of both runs, and not with --normalize."""
     if control is None:
@@ -130,3 +163,34 @@ def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
     _check_control(control_variant, normalize, a, b)
     labels = (f"{name_a} ({results.machine_label(meta_a)})", f"{name_b} ({results.machine_label(meta_b)})")
     return a, b, meta_a, meta_b, labels, (groups_a, groups_b), same
+
+
+# the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them
+SAMPLING = ("warmup_ms", "budget_ms", "min_ms", "min_samples", "max_samples", "target_rel_iqr")
+
+
+def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
+    """One line where the two runs sampled their cells differently ('--warmup-ms 50 in A, 20 in B; ...'): a
+    longer budget or warm-up reaches more of a cell's slow tail or warms it further, so such ratios are
+    partly the settings'. A setting a run does not record (older runs, a run set's first run) is not said."""
+
+    def settings(meta: dict[str, Any]) -> dict[str, Any]:
+        sweep = meta.get("sweep") if isinstance(meta, dict) else None
+        found = sweep.get("settings") if isinstance(sweep, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    a, b = settings(meta_a), settings(meta_b)
+    differ = [
+        f"--{name.replace('_', '-')} {a[name]:g} in A, {b[name]:g} in B"
+        for name in SAMPLING
+        if isinstance(a.get(name), (int, float))
+        and isinstance(b.get(name), (int, float))
+        and a[name] != b[name]
+    ]
+    if not differ:
+        return []
+    return [
+        f"sampling settings differ: {'; '.join(differ)}: a cell's time depends on how it is sampled (its "
+        "warm-up, how much of its slow tail a budget reaches), so the ratios are partly the settings'; run "
+        "both with the same ones"
+    ]

@@ -38,7 +38,7 @@ from attnbench.results.store import RunDirError, is_run_dir, runs_inside
 
 from .findings import machine_busy
 from .fit import fit_power_law
-from .page import Figure, Heading, Link, Page, Para, Table, to_html
+from .page import Figure, Heading, Link, Page, Para, Table, to_html, written_by_attnbench
 from .style import (
     empty_panel,
     mpl_style,
@@ -76,7 +76,7 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     loaded = RunRows()
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
-    pages = {m: f"machine-{slug(m)}.html" for m in machines}
+    pages = machine_pages(machines)
     index = Page("attnbench history")
     index.add(
         Para(
@@ -198,14 +198,27 @@ def report_files(page: Path) -> list[Path]:
     return sorted(found)
 
 
-def site_problem(out: Path, store: Path | None = None) -> str | None:
+def machine_pages(machines: Sequence[str]) -> dict[str, str]:
+    """Each machine's page in the site, by machine: machine-<slug>.html."""
+    return {m: f"machine-{slug(m)}.html" for m in machines}
+
+
+def site_problem(out: Path, store: Path | None = None, machines: Sequence[str] = ()) -> str | None:
     """Why publish cannot write its site into `out`, else None; asked before anything is written. `out` is
-    a run directory; or `out`/runs, the folder publish empties of what it did not copy, is a file, a link
-    (which may lead out of the site), or a folder publish did not make (no SITE_MARK) that holds anything;
-    or `out` holds the user's runs (a run directory in it, or in a folder in it: a run set) or the history
-    `store`: publish would write its pages and figures among them."""
+    a run directory; or it holds a page of the site's names (index.html, machines.html, a page of one of
+    `machines`) that attnbench did not write (reports.page.written_by_attnbench: the user's own index.html);
+    or `out`/runs, the folder publish empties of what it did not copy, is a file, a link (which may lead out
+    of the site), or a folder publish did not make (no SITE_MARK) that holds anything; or `out` holds the
+    user's runs (a run directory in it, or in a folder in it: a run set) or the history `store`: publish
+    would write its pages and figures among them."""
     if is_run_dir(out):
         return "is a run directory; publish the site somewhere else"
+    for name in (INDEX, CROSS, *machine_pages(machines).values()):
+        if (out / name).exists() and not written_by_attnbench(out / name):
+            return (
+                f"holds a page {name} that attnbench did not write, and publish writes its own {name} there; "
+                "publish the site somewhere else"
+            )
     runs = out / RUNS
     what = "a link" if runs.is_symlink() else "a file" if runs.exists() and not runs.is_dir() else None
     if what:

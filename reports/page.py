@@ -93,13 +93,20 @@ class Page:
 
 
 # The pages each command writes into its --out folder, by name. A file of one of these names that attnbench
-# did not write (its title is not one of PAGE_TITLES) is never written over (attnbench.api.report_dir).
+# did not write (its title is not one of PAGE_TITLES) is never written over (attnbench.api.report_dir;
+# `history publish`'s pages, whose names depend on the store: reports.dashboard.site_problem).
 PAGE_FILES = {
     "report": ("README.md", "report.html"),
     "compare": ("README.md", "compare.html"),
     "profile": ("index.md", "index.html", "top_ops.md"),
 }
-PAGE_TITLES = ("attnbench report", "attnbench compare", "Profile: ", "Top operators by self time")
+PAGE_TITLES = (
+    "attnbench report",
+    "attnbench compare",
+    "Profile: ",
+    "Top operators by self time",
+    "attnbench history",
+)
 _HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.S)
 
 

@@ -105,6 +105,20 @@ def model_of(meta: dict[str, Any], where: str, row: dict[str, Any]) -> str:
     return f"{device} of {host}"  # another host whose CPU model meta.json does not record
 
 
+def machine_of(meta: dict[str, Any], where: str, row: dict[str, Any]) -> str:
+    """The machine of a row: the device's model on its host ('NVIDIA H200 on vm', 'AMD EPYC (2 cores) on
+    vm'), so that one host's CPU and GPU, or two GPU models, are separate machines. The `machine` column of
+    results.load's frame and of the history store's (where it keys a series), one meaning in both."""
+    fp = meta.get("fingerprint") or {}
+    named = device_record(meta, where).get("host") or _text(row.get("host"))
+    host = named or fp.get("hostname") or "?"
+    model = model_of(meta, where, row)
+    cores = fp.get("physical_cores")
+    if row.get("device") != "cuda" and cores and named in (None, fp.get("hostname")):  # the fingerprint's CPU
+        model = f"{model} ({cores} cores)"
+    return f"{model} on {host}"
+
+
 def _close(cal: dict[str, Any], ref: dict[str, Any]) -> tuple[bool, str]:
     """(whether cal is within SPLIT_CALIBRATION of ref on every dtype both calibrated, why not)."""
     for dtype in sorted(set(cal.get("matmul_tflops") or {}) & set(ref.get("matmul_tflops") or {})):

@@ -260,18 +260,6 @@ def _plain(value: Any) -> Any:
     return json.dumps(value, sort_keys=True)
 
 
-def machine_of(meta: dict[str, Any], where: str, row: dict[str, Any]) -> str:
-    """The machine of a row, as a series is keyed: the device's model on its host ('NVIDIA H200 on vm', 'AMD
-    EPYC (2 cores) on vm'), so that one host's CPU and GPU, or two GPU models, are separate series."""
-    fp = meta.get("fingerprint") or {}
-    host = devices.device_record(meta, where).get("host") or row.get("host") or fp.get("hostname") or "?"
-    model = devices.model_of(meta, where, row)
-    cores = fp.get("physical_cores")
-    if row.get("device") != "cuda" and cores and host == fp.get("hostname"):
-        model = f"{model} ({cores} cores)"
-    return f"{model} on {host}"
-
-
 def cell_records(
     meta: dict[str, Any], rows: Sequence[dict[str, Any]], key: str | None = None
 ) -> list[tuple[Any, ...]]:
@@ -287,7 +275,7 @@ def cell_records(
             **{a: row.get(a, QUIET.get(a)) for a in AXIS_NAMES},
             "run_key": key,
             "cell_id": row["cell_id"],
-            "machine": machine_of(meta, where, row),
+            "machine": devices.machine_of(meta, where, row),
             "where_key": where,
             "device_group": group.get(where, ""),
             "status": row.get("status"),
@@ -640,13 +628,13 @@ def pick_machine(store: str | Path, machine: str) -> str:
 
 def frame(store: str | Path, *, machine: str | None = None):
     """The store as one pandas DataFrame: a row per cell per run, with its run's columns (when, commit,
-    versions, path) beside it, ordered by machine, cell and time. `machine` keeps one machine's cells
-    (pick_machine's rule)."""
+    versions, path, origin) beside it, ordered by machine, cell and time; the times tz-aware (as_times).
+    `machine` keeps one machine's cells (pick_machine's rule)."""
     import pandas as pd
 
     store = Path(store)
     chosen = pick_machine(store, machine) if machine is not None else None
-    run_cols = [c for c in RUN_COLUMNS if c not in ("run_key", "digest", "origin")]
+    run_cols = [c for c in RUN_COLUMNS if c not in ("run_key", "digest")]
     query = (
         f"SELECT cells.*, {', '.join('runs.' + c for c in run_cols)} FROM cells JOIN runs USING (run_key)"
         + (" WHERE cells.machine = ?" if chosen else "")
@@ -660,7 +648,17 @@ def frame(store: str | Path, *, machine: str | None = None):
     df["path"] = [os.path.normpath(store.parent / p) for p in df["path"]]
     for col, dtype in _TYPES.items():
         df[col] = df[col].astype(dtype)
+    for col in TIMES:
+        df[col] = as_times(df[col])
     return df
+
+
+def as_times(values):
+    """ISO 8601 texts (a run's `created`, a row's `finished_at`) as tz-aware datetimes in UTC; one without an
+    offset (a pytest-benchmark import's) is read as UTC, and one that is not a time is NaT."""
+    import pandas as pd
+
+    return pd.to_datetime(values, utc=True, format="ISO8601", errors="coerce")
 
 
 def frame_of(paths: Sequence[str | Path], *, machine: str | None = None):
@@ -674,9 +672,11 @@ def frame_of(paths: Sequence[str | Path], *, machine: str | None = None):
         return frame(store, machine=machine)
 
 
-# the frame's typed columns: the axes and measurements as results.load types them, the rest as text
+# the frame's typed columns: the axes and measurements as results.load types them, the times as datetimes
+# (TIMES), the rest as text
+TIMES = ("created", "finished_at", "added_at")
 _TYPES = {
-    **{c: "string" for c in (*CELL_COLUMNS, *RUN_COLUMNS) if c not in ("digest", "origin")},
+    **{c: "string" for c in (*CELL_COLUMNS, *RUN_COLUMNS) if c not in ("digest", *TIMES)},
     **{c: COLUMNS[c] for c in CELL_COLUMNS if c in COLUMNS and c not in ("machine", "host")},
     "cal_matmul_tflops": "Float64",
     "cal_copy_gbps": "Float64",

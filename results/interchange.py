@@ -7,6 +7,9 @@
   `speed_factor`, `noisy`, `suspect` with its `suspect_reason`, `throttled`, as results.load derives them),
   `model` (the variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate
   medians) and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
+  The table's schema (pytorch/test-infra's oss_ci_benchmark_v3 schema.sql) declares every extra_info a
+  Map(String, String) and a runner's gpu_info a String: their values are written as text ('64', '0.9',
+  'true', and '' for a runner without a GPU).
   Metrics: time_ms_median, tflops, peak_mem_bytes, and kv_gbps (every cell's K/V bytes over its median time:
   a decode cell's figure of merit).
 - **bencher**: the Bencher Metric Format (BMF: {benchmark: {measure: {value, lower_value, upper_value}}}),
@@ -83,21 +86,36 @@ def rounded(value: float) -> float:
     return float(f"{float(value):.{SIGNIFICANT}g}")
 
 
+def _text(v: Any) -> str:
+    """A value where the HUD's table (oss_ci_benchmark_v3's schema.sql) declares a String, or a
+    Map(String, String)'s value: text as it is, a number or a flag as its JSON text ('64', '0.9', 'true'),
+    nothing as ''."""
+    v = _plain(v)
+    return "" if v is None else v if isinstance(v, str) else json.dumps(v)
+
+
+def _texts(d: dict[str, Any]) -> dict[str, str]:
+    return {k: _text(v) for k, v in d.items()}
+
+
 def hud(df, metas: dict[str, dict[str, Any]]) -> str:
-    """The PyTorch HUD records of `df`'s ok cells, as JSON text."""
+    """The PyTorch HUD records of `df`'s ok cells, as JSON text: every String of the HUD's table and every
+    value of its extra_info maps as text (_text)."""
     records = []
     for r in _ok(df):
         fingerprint = metas.get(str(r.get("run_id")), {}).get("fingerprint", {})
-        axes = {a: _plain(r.get(a)) for a in CELL_AXES if a != "variant"}
+        axes = {a: r.get(a) for a in CELL_AXES if a != "variant"}
         # a declared approximation's bound: its numbers are for another answer than the exact kernels'
         held = {"approximate": float(r["approximate"])} if _num(r.get("approximate")) else {}
         flags = trust(r)
         runner = {
-            "name": _plain(r.get("host")) or fingerprint.get("hostname"),
-            "type": _plain(r.get("device")),
-            "gpu_info": _plain(r.get("gpu_name")),
-            "cpu_info": fingerprint.get("cpu_model") or fingerprint.get("cpu"),
-            "extra_info": {"torch": fingerprint.get("torch"), "commit": fingerprint.get("git_commit")},
+            "name": _text(_plain(r.get("host")) or fingerprint.get("hostname")),
+            "type": _text(r.get("device")),
+            "gpu_info": _text(r.get("gpu_name")),  # '' off a GPU
+            "cpu_info": _text(fingerprint.get("cpu_model") or fingerprint.get("cpu")),
+            "extra_info": _texts(
+                {"torch": fingerprint.get("torch"), "commit": fingerprint.get("git_commit")}
+            ),
         }
         for name in METRICS:
             value = r.get(name)
@@ -108,9 +126,9 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
                 "benchmark": {
                     "name": "attnbench",
                     "mode": "training" if r.get("pass") == "fwdbwd" else "inference",
-                    "dtype": _plain(r.get("dtype")),
-                    "extra_info": {**axes, "cell_id": r.get("cell_id"), "run_id": r.get("run_id"), **held,
-                                   **flags},
+                    "dtype": _text(r.get("dtype")),
+                    "extra_info": _texts({**axes, "cell_id": r.get("cell_id"), "run_id": r.get("run_id"),
+                                          **held, **flags}),
                 },
                 "model": {"name": r.get("variant"), "type": "attention", "origins": ["attnbench"]},
                 "metric": {"name": name, "benchmark_values": values},

@@ -23,7 +23,8 @@ from .store import (
 
 
 def machine_label(meta: dict[str, Any]) -> str:
-    """A short name for the machine a run was made on: the GPU if it used one, else the CPU."""
+    """A short name for the machine a run was made on, the GPU if it used one, else the CPU, as pages name a
+    run ('NVIDIA H200'); a row's `machine` column is devices.machine_of's (its device's model on its host)."""
     fp = meta.get("fingerprint", {})
     gpu = (fp.get("gpu") or {}).get("name")
     devices = (meta.get("sweep") or {}).get("devices", [])
@@ -59,7 +60,8 @@ def load(*paths: str | Path | list[str | Path]):
             )
         df = pd.DataFrame(rows + loose)
         df["run_id"] = meta.get("run_id", Path(path).name)
-        df["machine"] = machine_label(meta)
+        # the device's model on its host, per row (devices.machine_of), as the history store names it
+        df["machine"] = [devices.machine_of(meta, devices.where_of(r), r) for r in rows + loose]
         frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     for col, dtype in COLUMNS.items():

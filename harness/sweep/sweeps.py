@@ -64,12 +64,15 @@ Spelling = Callable[[str, "str | None"], str]  # (option key, the value after it
 def respell(message: str, spelling: Spelling) -> str:
     """A message that names options as the CLI's flags (`--causal`, `--out DIR`, `--rounds 3`) in another
     front end's words: each flag (and the value after it, where one follows) becomes spelling(key, value),
-    key as the option's key ('seq_len', 'pass', 'redo_drift'). The one way errors are spelled: every rule
-    words its message once, with flags, and each front end respells it where its user reads it."""
+    key as the option's key ('seq_len', 'pass', 'redo_drift'). A command line quoted in backticks is what to
+    type in a shell, and keeps its flags. The one way errors are spelled: every rule words its message once,
+    with flags, and each front end respells it where its user reads it."""
 
     def spell(text: str) -> str:
-        if text.startswith("`") and not text.startswith(("`attnbench", "`--")):
-            return text  # another program's command line, quoted (`ray start --head`): not ours to respell
+        if text.startswith("`") and not text.startswith("`--"):
+            # a command line, quoted (`attnbench history add RUN... --store PATH`, `ray start --head`): what
+            # to type in a shell, in the shell's words; a flag quoted alone (`--out`) is an option, respelled
+            return text
         return _FLAG.sub(lambda m: spelling(m.group(1).replace("-", "_"), m.group(2)), text)
 
     return "".join(spell(part) for part in _QUOTED.split(message))

@@ -174,6 +174,8 @@ def test_check_without_a_store_says_how_to_make_one(tmp_path):
 
 
 def test_the_api_gives_the_steps_as_a_frame_with_the_line_and_repro_check_prints(tmp_path):
+    import pandas as pd
+
     store = _store_of(tmp_path, [1.0] * 5 + [1.1] * 4, only={"naive", "sdpa"})
     found = attnbench.steps(store=store, machine="EPYC")
     assert len(found) == 16 and found["change"].between(0.08, 0.12).all()
@@ -184,6 +186,7 @@ def test_the_api_gives_the_steps_as_a_frame_with_the_line_and_repro_check_prints
     )  # run_series adds 1% noise a run
     row = found[found["cell_id"] == "naive|cpu|float32|b1|h8|n256|dk64|dv64|full|pad0|fwd"].iloc[0]
     assert (row["run"], row["runs"], row["run_id"]) == (6, 9, "20261006-030000-synth")
+    assert row["created"] == pd.Timestamp("2026-10-06T03:00:00+00:00")  # a datetime, as the history frame's
     assert row["cells"] == len(found[found["variant"] == "naive"]) > 1 and row["latest"]
     assert row["change_low"] <= 0.1 <= row["change_high"] and row["commit_before"] != row["commit_after"]
     printed = run_cli("history", "check", "--store", store).stdout.splitlines()
@@ -313,3 +316,52 @@ def test_the_api_given_runs_and_no_store_reads_them_and_writes_nothing(tmp_path,
     with pytest.raises(ValueError, match="no history store at runs/history.sqlite"):
         attnbench.history()  # the default store is read, never made
     assert list(notebook.iterdir()) == []
+
+
+def test_the_apis_mistakes_are_one_line_naming_what_was_wanted(tmp_path, runs):
+    """steps() of attnbench.load()'s frame raised KeyError: 'created', of an empty frame KeyError: 'status';
+    machine=5 raised AttributeError: 'int' object has no attribute 'lower'."""
+    import pandas as pd
+
+    store = tmp_path / "h.sqlite"
+    attnbench.history(runs, store=store)
+    named = "machine= takes a machine's name or a part of one (str, such as 'H100'), not int 5"
+    cases = [
+        (lambda: attnbench.steps(attnbench.load(runs[0])), ValueError, "not attnbench.load()'s frame, which "
+         "lacks created; give attnbench.history(RUN...) of the runs, or steps(store=PATH)"),
+        (lambda: attnbench.steps(pd.DataFrame()), ValueError, "frame is attnbench.history()'s DataFrame"),
+        (lambda: attnbench.history(store=store, machine=5), TypeError, f"history: {named}"),
+        (lambda: attnbench.history(runs[0], machine=5), TypeError, f"history: {named}"),
+        (lambda: attnbench.steps(store=store, machine=5), TypeError, f"steps: {named}"),
+    ]  # fmt: skip
+    for call, kind, said in cases:
+        with pytest.raises(kind) as caught:
+            call()
+        assert said in str(caught.value) and "\n" not in str(caught.value), caught.value
+
+
+def test_the_api_says_a_command_line_as_the_shell_takes_it(tmp_path):
+    """An empty file as the store: the Python message named `... store PATH`, the `--` of --store lost."""
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    with pytest.raises(ValueError) as caught:
+        attnbench.history(store=empty)
+    assert f"(`attnbench history add RUN... --store {empty}` makes one there)" in str(caught.value)
+    p = run_cli("history", "check", "--store", str(empty))
+    assert f"`attnbench history add RUN... --store {empty}`" in p.stderr, p.stderr
+
+
+def test_the_frame_is_typed_as_documented_and_joins_load(tmp_path, runs):
+    """origin is kept per run; the times are tz-aware datetimes; `machine` means what attnbench.load()'s
+    does (the device's model on its host), so the two frames join on run, cell and machine."""
+    import pandas as pd
+
+    df = attnbench.history(runs, store=tmp_path / "h.sqlite")
+    assert df["origin"].str.fullmatch(r"[0-9a-f]{64}").all() and df["origin"].nunique() == len(runs)
+    for col in ("created", "finished_at", "added_at"):
+        assert isinstance(df[col].dtype, pd.DatetimeTZDtype), (col, df[col].dtype)
+    assert df.groupby(["machine", "cell_id"])["created"].is_monotonic_increasing.all()  # in time order
+    loaded = attnbench.load(*runs)
+    joined = loaded.merge(df, on=["run_id", "cell_id", "machine"], suffixes=("", "_h"))
+    assert len(joined) == len(loaded) == len(df)
+    assert (joined["time_ms_median"] == joined["time_ms_median_h"]).all()

@@ -249,6 +249,12 @@ def test_the_site_names_of_runs_are_safe_and_their_own():
     assert not dashboard.site_name("..", "k").startswith(".")
 
 
+def _machines(store) -> list[str]:
+    from attnbench.results import history
+
+    return [str(m) for m in history.frame(store)["machine"].unique()]
+
+
 def _one_run(tmp_path, store) -> None:
     run = run_series(BASE, tmp_path / "runs", [1.0])[0]
     run_cli("history", "add", str(run), "--store", str(store), check=True)
@@ -257,7 +263,8 @@ def _one_run(tmp_path, store) -> None:
 @pytest.mark.parametrize(
     "case",
     ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file",
-     "the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set"],
+     "the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set",
+     "the user's index.html", "the user's machines.html", "the user's machine page"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     store, out = tmp_path / "h.sqlite", tmp_path / "site"
@@ -302,12 +309,22 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
         _one_run(tmp_path, store)
         run_series(BASE, tmp_path / "site" / "set", [1.0, 1.0])
         held = files_of(out)
+    elif case.startswith("the user's") and case.endswith(("html", "page")):  # a folder of the user's pages
+        _one_run(tmp_path, store)
+        out.mkdir()
+        name = {"index.html": dashboard.INDEX, "machines.html": dashboard.CROSS}.get(case.split()[-1])
+        name = name or next(iter(dashboard.machine_pages(_machines(store)).values()))
+        (out / name).write_text("<html><head><title>team portal</title></head><h1>team portal</h1></html>")
+        held = files_of(out)
     p = run_cli("history", "publish", "--store", str(store), "--out", str(out))
     assert p.returncode == 2 and p.stdout == "", p.stderr
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
-    if case in ("the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set"):
+    if case.startswith("the user's") or case.startswith("out holds") or case == "out is a run":
         assert files_of(out) == held  # every byte of every run, and the store, as they were
         said = {
+            "the user's index.html": "holds a page index.html that attnbench did not write",
+            "the user's machines.html": "holds a page machines.html that attnbench did not write",
+            "the user's machine page": "holds a page machine-",
             "the user's runs/": "did not make (it holds history.sqlite,",
             "out is a run": "is a run dir",
             "out holds the runs and store": "holds the history store",

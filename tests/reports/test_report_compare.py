@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import synthetic
@@ -174,8 +175,24 @@ def test_cpu_vs_gpu_matches_all_axes_but_device(tmp_path):
 
 def test_no_common_cells_is_an_error(tmp_path):
     a, b = _pair(tmp_path, _rows(), [synthetic.cell("naive", 99, time_ms=1.0)])
-    with pytest.raises(ValueError, match="no cell in common"):
+    with pytest.raises(ValueError, match="no cell in common") as caught:
         compare_runs(a, b)
+    assert "no value in common on seq_len (256, 512, 1024, ... in A, 99 in B)" in str(caught.value)
+
+
+def test_no_common_cells_names_every_axis_whose_values_do_not_overlap(tmp_path):
+    """A CPU run against a GPU one of other dtypes and shapes read 'matched on every axis except device
+    (cpu in A, cuda in B)', as if only the device differed."""
+    gpu = [synthetic.cell(v, n, device="cuda", dtype="bfloat16", heads=16, d_k=128, time_ms=0.1)
+           for v in VARIANTS for n in SEQ]  # fmt: skip
+    a, b = _pair(tmp_path, _rows(), gpu, gpu={"name": "Synthetic GPU", "memory_bytes": 2**34})
+    with pytest.raises(ValueError) as caught:
+        compare_runs(a, b)
+    said = str(caught.value)
+    assert "except device (cpu in A, cuda in B)" in said and "\n" not in said, said
+    for axis in ("dtype (float32 in A, bfloat16 in B)", "heads (8 in A, 16 in B)", "d_k (64 in A, 128 in B)"):
+        assert axis in said, said
+    assert "variant (" not in said and "seq_len (" not in said  # those overlap
 
 
 def test_cli_compare_exit_statuses_and_the_one_rule(tmp_path):
@@ -634,6 +651,29 @@ def test_a_control_variant_takes_out_a_machine_that_ran_slower_through_a_whole_r
     judged = caught.regressions
     assert (judged["ratio"] > 1.07).all()
     assert ((judged["ratio_ci_low"] <= judged["ratio"]) & (judged["ratio"] <= judged["ratio_ci_high"])).all()
+
+
+def test_a_control_across_machines_says_its_own_time_moved_with_the_machine(tmp_path):
+    """H100 against H200 --control naive: the memory-bound control ran 1.4x faster on B's bandwidth, so
+    every other cell, the same time on both, read 1.4x slower. compare says, in one line, that the control
+    crossed machines and moved with the machine; the table's B column says it is rescaled, not measured."""
+    moved = {"naive": 1.0 / 1.4, "sdpa": 0.4}
+    a = synthetic.write_run(tmp_path / "a", rows_in_rounds(VARIANTS, 1), run_id="a", hostname="h100-box")
+    b = synthetic.write_run(tmp_path / "b", rows_in_rounds(moved, 2), run_id="b", hostname="h200-box")
+    cmp = compare_runs(a, b, control_variant="naive")
+    (line,) = [w for w in cmp.warnings if w.startswith("--control naive crosses machines")]
+    assert "on h100-box in A" in line and "on h200-box in B" in line, line
+    assert re.search(r"naive's own time moved 0\.7\dx with the machine", line), line
+    assert "--normalize calibration" in line
+    assert "B ms rescaled by naive" in cell_table(cmp).headers and "B ms" not in cell_table(cmp).headers
+    assert f"WARNING {line}" in text_report(cmp)
+    # one machine whose control moved (a slower run throughout): what a control is for, said nothing of
+    same = synthetic.write_run(tmp_path / "c", rows_in_rounds(VARIANTS, 2, speed=1.15), run_id="c",
+                               hostname="h100-box")  # fmt: skip
+    assert not compare_runs(a, same, control_variant="naive").control_warnings
+    assert not compare_runs(a, b).control_warnings and "B ms" in cell_table(compare_runs(a, b)).headers
+    normalized = compare_runs(a, b, normalize="calibration")
+    assert "B ms rescaled by calibration" in cell_table(normalized).headers
 
 
 def test_a_control_without_a_cell_of_a_shape_leaves_that_cell_as_measured(tmp_path):

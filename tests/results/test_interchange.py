@@ -50,6 +50,22 @@ def test_hud_records_carry_the_benchmark_model_metric_and_runner(rows):
     assert {r["metric"]["name"] for r in records} >= {"time_ms_median", "tflops", "peak_mem_bytes", "kv_gbps"}
 
 
+def test_hud_records_are_of_the_types_the_huds_table_declares(rows):
+    """oss_ci_benchmark_v3's schema.sql declares benchmark.extra_info and runners[].extra_info as
+    Map(String, String) and a runner's name, type, cpu_info and gpu_info as String: the export wrote JSON
+    bools, ints and floats there, and a null gpu_info on CPU."""
+    records = json.loads(run_cli("export", str(RUN), "--format", "hud", check=True).stdout)
+    for rec in records:
+        for info in (rec["benchmark"]["extra_info"], rec["runners"][0]["extra_info"]):
+            assert all(isinstance(v, str) for v in info.values()), info
+        runner = rec["runners"][0]
+        assert all(isinstance(runner[k], str) for k in ("name", "type", "cpu_info", "gpu_info")), runner
+        assert runner["gpu_info"] == "" and isinstance(rec["benchmark"]["dtype"], str)
+        assert all(isinstance(v, (int, float)) for v in rec["metric"]["benchmark_values"])
+    extra = records[0]["benchmark"]["extra_info"]
+    assert extra["batch"] == "8" and extra["causal"] in ("true", "false") and extra["padding"] == "0.0"
+
+
 def test_a_bencher_report_of_two_runs_is_refused_in_one_line(tmp_path):
     other = tmp_path / "copy"
     shutil.copytree(RUN, other)
@@ -79,7 +95,7 @@ def test_a_hud_record_of_an_approximation_carries_its_bound(rows):
         r["benchmark"]["extra_info"]["cell_id"]: r["benchmark"]["extra_info"].get("approximate")
         for r in records
     }
-    assert held == {ok["cell_id"].iloc[0]: 0.9, ok["cell_id"].iloc[1]: None}
+    assert held == {ok["cell_id"].iloc[0]: "0.9", ok["cell_id"].iloc[1]: None}
 
 
 def _edited(tmp_path, edit):
@@ -108,14 +124,15 @@ def test_a_drifted_or_noisy_cell_is_exported_with_its_flags(tmp_path):
     drifted, noisy = rows["cell_id"].iloc[0], rows["cell_id"].iloc[1]
     records = json.loads(run_cli("export", str(run), "--format", "hud", check=True).stdout)
     extra = {r["benchmark"]["extra_info"]["cell_id"]: r["benchmark"]["extra_info"] for r in records}
-    assert extra[drifted]["drift"] is True and extra[drifted]["speed_factor"] == pytest.approx(0.08, rel=0.1)
-    assert extra[noisy]["noisy"] is True and extra[noisy]["drift"] is False
+    assert extra[drifted]["drift"] == "true"
+    assert float(extra[drifted]["speed_factor"]) == pytest.approx(0.08, rel=0.1)
+    assert extra[noisy]["noisy"] == "true" and extra[noisy]["drift"] == "false"
     bmf = json.loads(run_cli("export", str(run), "--format", "bencher", check=True).stdout)
     assert bmf[drifted]["drift"] == {"value": 1.0} and bmf[drifted]["speed-factor"]["value"] < 0.1
     assert bmf[noisy]["noisy"] == {"value": 1.0} and bmf[noisy]["drift"] == {"value": 0.0}
     for _, r in rows.iterrows():  # every cell as flagged when loaded, and clean ones said clean
         for flag in ("drift", "noisy", "suspect"):
-            assert extra[r["cell_id"]][flag] is bool(r[flag]), (r["cell_id"], flag)
+            assert extra[r["cell_id"]][flag] == json.dumps(bool(r[flag])), (r["cell_id"], flag)
             assert bmf[r["cell_id"]][flag] == {"value": float(bool(r[flag]))}, (r["cell_id"], flag)
     assert not rows["drift"].iloc[2:].all() and not rows["noisy"].iloc[2:].all()
 
