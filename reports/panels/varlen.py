@@ -29,10 +29,11 @@ VARLEN_RULE = (
     "A packed cell holds B sequences of different lengths, T = B · mean N tokens in all; every length "
     "pattern at one (B, mean N) has the same T, so their times compare directly. Useful TFLOP/s counts only "
     "the pairs each sequence attends within itself (flops, from the real lengths) over the median time; "
-    "executed TFLOP/s counts what the kernel computes (executed_flops: a padded kernel B · max L² pairs, a "
-    "block-diagonal mask over a dense kernel T², a loop over the sequences the useful pairs, a tiled kernel "
-    "whole tiles). Executed / useful is the padding tax: the hatched bar above the solid one. Tokens/s is "
-    "T over the median time."
+    "executed TFLOP/s counts what the kernel computes (executed_flops: a padded kernel B · max L² pairs, "
+    "B · max L(max L + 1)/2 causal; a block-diagonal mask over a dense kernel T², causal or not, since it "
+    "computes every score before the mask hides it; a loop over the sequences the useful pairs; a tiled or "
+    "row-blocked kernel the whole blocks it visits). Executed / useful is the padding tax: the hatched bar "
+    "above the solid one. Tokens/s is T over the median time."
 )
 TAX_SHOWN = 1.05  # executed / useful worth a word in the findings and a label on the bar
 SMALL_BAR = 0.05  # a bar under this fraction of its panel's tallest has its value written above it
