@@ -189,7 +189,6 @@ def best_table(group) -> pg.Table:
     pans = panels(group)
     length = length_axis(group)  # a decode group ranks its variants per N_k
     seq_lens = sorted(int(n) for n in group[length].dropna().unique())
-    shaky = findmod.shaky_cells(group, length)
     headers = ("seq_len" if length == "seq_len" else "N_k", *[(t or "best variant") for _, t, _ in pans])
     rows = []
     for n in seq_lens:
@@ -212,6 +211,7 @@ def best_table(group) -> pg.Table:
                     behind = named.get(str(b["runner_up"]), b["runner_up"])
                     text += f" ({num_text(b['lead'])}× ahead of {behind}{_p_text(b['p_value'])})"
             compared = [str(b["best"]), *str(b["tied"] or "").split(), str(b["runner_up"] or "")]
+            shaky = findmod.shaky_cells(_rows, length)  # this panel's: a drifted cell of another pattern
             if any((m, n) in shaky for name in compared if name for m in kernel_members(name)):
                 text += " [read off a drifted or noisy cell]"
             order = ranks[ranks[length] == n]

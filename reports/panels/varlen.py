@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,21 +125,24 @@ def shape_text(key: dict[str, Any], max_len: Any = None) -> str:
 # ---- the findings' sentences ---------------------------------------------------------------------------
 
 
-def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> str:
+def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> tuple[str, list[Any]]:
     """'On longtail lengths (B=8, mean N=512, max L=1,900) sdpa_loop is fastest at 0.81 useful TFLOP/s,
     1.52× ahead of flex; padded executes 3.4× the useful work and runs at 0.41× the useful TFLOP/s of
-    sdpa_loop.' Every variant of one pattern does the same useful work, so the most useful TFLOP/s is the
-    shortest time."""
+    sdpa_loop.', and the index labels of the rows it compares (the fastest, the one it is ahead of or tied
+    with, the most taxed it names). Every variant of one pattern does the same useful work, so the most
+    useful TFLOP/s is the shortest time."""
     from attnbench.results.judge import separated
 
     ranked = rows.sort_values("time_ms_median", kind="stable")
     best = ranked.iloc[0]
+    compared = [ranked.index[0]]
     name = str(best["variant"])
     max_len = rows["max_len"].max()
     text = f"On {pattern} lengths ({shape_text(key, max_len)}) {name} is fastest at "
     text += f"{num_text(best['useful_tflops'], '.3g')} useful TFLOP/s"
     if len(ranked) > 1:
         second = ranked.iloc[1]
+        compared.append(ranked.index[1])
         if separated(best, second):
             lead = float(second["time_ms_median"]) / float(best["time_ms_median"])
             text += f", {lead:.2f}× ahead of {second['variant']}"
@@ -146,7 +150,8 @@ def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> str:
             text += f", tied with {second['variant']} (within the spread)"
     taxed = rows.dropna(subset=["tax"])
     if not taxed.empty:
-        worst = taxed.loc[taxed["tax"].astype(float).idxmax()]
+        worst_at = taxed["tax"].astype(float).idxmax()
+        worst = taxed.loc[worst_at]
         tax = float(worst["tax"])
         if tax >= TAX_SHOWN and str(worst["variant"]) == name:
             text += f"; it executes {tax:.1f}× the useful work"
@@ -156,18 +161,22 @@ def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> str:
                 f"; {worst['variant']} executes {tax:.1f}× the useful work and runs at {ratio:.2f}× the "
                 f"useful TFLOP/s of {name}"
             )
-    return text + "."
+            compared.append(worst_at)
+    return text + ".", compared
 
 
-def sentences(df) -> list[str]:
+def sentences(df, mark: Callable[[str, list[Any]], str] | None = None) -> list[str]:
     """The findings' sentences for packed cells: per B, mean N and pattern, the fastest variant, and the
     variant with the largest padding tax (executed / useful) against it; [] without packed cells. Cells
-    flagged suspect (too fast to believe) are left out, as from every ranking."""
+    flagged suspect (too fast to believe) are left out, as from every ranking. `mark(text, labels)`, where
+    given, rewords a sentence by the index labels (of df) of the rows it compares: the findings' busy-machine
+    rule (findings.SHAKY) for a sentence read off drifted or noisy cells."""
     rated = ranked_rows(varlen_rates(df))
     out = []
     for key, shape in shape_panels(rated):
         for pattern in pattern_order(shape["pattern"]):
-            out.append(pattern_sentence(pattern, key, shape[shape["pattern"] == pattern]))
+            text, compared = pattern_sentence(pattern, key, shape[shape["pattern"] == pattern])
+            out.append(mark(text, compared) if mark is not None else text)
     return out
 
 
