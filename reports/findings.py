@@ -9,6 +9,7 @@ their own, only words.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -542,6 +543,8 @@ def build(
                 wall = wall_sentence(fits, rows)
                 if wall:
                     sentences.append(wall)
+            if length_axis(rows) == "seq_k":  # a decode panel's N is its N_k, as its table and figures say
+                sentences = [re.sub(r"\bN\b", "N_k", t) for t in sentences]
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
     return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished, said_busy)
