@@ -87,3 +87,22 @@ def test_the_decode_figures_ring_the_drifted_cells_as_the_text_says(tmp_path):
     # 'causal' is said once beside 'lower-right causal', in every heading
     headings = [line for line in md.splitlines() if line.startswith("#") and "lower-right causal" in line]
     assert headings and not any(re.search(r"[(·] causal ·", h) for h in headings), headings
+
+
+def test_the_speed_accuracy_table_of_a_decode_run_shows_what_its_figure_draws(tmp_path):
+    """The figure's y is K/V GB/s and its length N_k: the 'points drawn' table says the same, not TFLOP/s
+    at N = 1 (the queries)."""
+    from attnbench.reports.panels import accuracy
+
+    rows = [{**r, "rel_err": 1e-7} for r in _decode_rows()]
+    run = synthetic.write_run(tmp_path / "run", rows)
+    df = results.load(run)
+    table = accuracy.accuracy_table(accuracy.points(df), accuracy.speed_of(df)[0])
+    assert table.headers[2:4] == ("N_k", "K/V GB/s"), table.headers
+    drawn = accuracy.accuracy_figure(df, "a")[1]
+    for r in table.rows:
+        point = drawn[drawn["variant"] == r[0]].iloc[0]
+        assert r[2] == "8,192" and float(r[3]) == float(f"{point['kv_gbps']:.3g}"), (r, point)
+    md = render(prepare([run]), tmp_path / "out").readme.read_text()
+    part = md.split("## Speed against accuracy: the points drawn")[1]
+    assert "| N\\_k | K/V GB/s |" in part and "| TFLOP/s |" not in part
