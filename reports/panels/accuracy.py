@@ -427,29 +427,45 @@ def accuracy_table(pts, speed: str = "tflops") -> pg.Table:
     )
 
 
-def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
-    """Speed against accuracy per group of every dtype among the figures, its points among the tables;
-    nothing in a run without an ok cell with a finite rel_err."""
-    from ..style import save
-
+def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tuple[dict, Any, str, list]]:
+    """Per group of every dtype with an error to draw: (key, rows, title, [(file kind, figure title,
+    (figure, data), caption)]), drawn and not yet saved: what section saves and
+    attnbench.Run.plot('speed-accuracy') shows."""
+    out = []
     if not has_accuracy(df):
-        return Section()
-    multi = len(metas) > 1
-    figures: list = [pg.Heading("Speed against accuracy"), pg.Para(ACCURACY_RULE)]
-    tables: list = [pg.Heading("Speed against accuracy: the points drawn")]
-    files = []
+        return out
     for gkey, group in grouped(df, FIGURE_AXES):
         if not has_accuracy(group):
             continue
-        head, stem = group_head(gkey, group, multi), file_stem({**gkey, "dtype": ""}, multi)
-        fig, data = accuracy_figure(group, f"Speed against accuracy · {head}")
+        head = group_head(gkey, group, multi)
         speed = speed_of(group)[0]
         caption = (
             f"{'K/V GB/s' if speed == 'kv_gbps' else 'TFLOP/s'} against rel_err vs float64 at each variant's "
             f"and dtype's largest measured {'N_k' if length_axis(group) == 'seq_k' else 'N'}."
         )
-        saved = save(fig, data, out, f"speed-accuracy-{stem}", "Speed against accuracy", caption)
-        files.append(saved)
-        figures += [pg.Heading(head, 3), pg.Figure(saved)]
-        tables += [pg.Heading(head, 3), accuracy_table(points(group), speed)]
+        figure = accuracy_figure(group, f"Speed against accuracy · {head}")
+        out.append((gkey, group, head, [("speed-accuracy", "Speed against accuracy", figure, caption)]))
+    return out
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Speed against accuracy per group of every dtype among the figures (drawn), its points among the
+    tables; nothing in a run without an ok cell with a finite rel_err."""
+    from ..style import save
+
+    multi = len(metas) > 1
+    groups_drawn = drawn(df, metas, multi)
+    if not groups_drawn:
+        return Section()
+    figures: list = [pg.Heading("Speed against accuracy"), pg.Para(ACCURACY_RULE)]
+    tables: list = [pg.Heading("Speed against accuracy: the points drawn")]
+    files = []
+    for gkey, group, head, figs in groups_drawn:
+        stem = file_stem({**gkey, "dtype": ""}, multi)
+        figures.append(pg.Heading(head, 3))
+        for kind, ftitle, (fig, data), caption in figs:
+            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
+            files.append(saved)
+            figures.append(pg.Figure(saved))
+        tables += [pg.Heading(head, 3), accuracy_table(points(group), speed_of(group)[0])]
     return Section(figures, tables, files)

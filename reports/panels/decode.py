@@ -222,26 +222,19 @@ def _kv_table(group, copy: float | None) -> pg.Table:
     )
 
 
-def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
-    """Decode: time and K/V GB/s against N_k per group among the figures; the GB/s at each series' largest
-    N_k among the tables."""
-    from ..style import save
-
+def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tuple[dict, Any, str, list]]:
+    """Per group of decode cells: (key, rows, title, its figures drawn and not yet saved, each (file kind,
+    figure title, (figure, data), caption)): what section saves and attnbench.Run.plot('decode') shows."""
     dec = decode_rows(df)
     if dec.empty:
-        return Section()
-    multi = len(metas) > 1
-    figures: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
-    tables: list = [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")]
-    files = []
+        return []
     # each series' one fit, as the time figure, the scaling table and the findings read it
     fits = fitmod.fit_index(fitmod.scaling_table(dec, metas))
+    out = []
     for gkey, group in groups(dec):
-        meta = metas.get(str(gkey["run_id"]), {})
-        copy = calibrated_copy(meta, str(gkey["device"]), list(group["where"].dropna().unique()))
-        head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
-        figures.append(pg.Heading(head, 3))
-        for kind, ftitle, (fig, data), caption in (
+        copy = _copy_of(gkey, group, metas)
+        head = group_head(gkey, group, multi)
+        figs = [
             (
                 "decode-time",
                 "Decode time vs N_k",
@@ -256,9 +249,35 @@ def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
                 "kv_bytes / median time (band: p25–p75 times); dashed: calibrated copy bandwidth; rings: "
                 "drifted, suspect or throttled cells.",
             ),
-        ):
+        ]
+        out.append((gkey, group, head, figs))
+    return out
+
+
+def _copy_of(gkey: dict[str, Any], group, metas: dict[str, dict[str, Any]]) -> float | None:
+    """The calibrated copy bandwidth of a group's device (tables.calibrated_copy)."""
+    meta = metas.get(str(gkey["run_id"]), {})
+    return calibrated_copy(meta, str(gkey["device"]), list(group["where"].dropna().unique()))
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Decode: time and K/V GB/s against N_k per group among the figures (drawn); the GB/s at each series'
+    largest N_k among the tables."""
+    from ..style import save
+
+    multi = len(metas) > 1
+    groups_drawn = drawn(df, metas, multi)
+    if not groups_drawn:
+        return Section()
+    figures: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
+    tables: list = [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")]
+    files = []
+    for gkey, group, head, figs in groups_drawn:
+        stem = file_stem(gkey, multi)
+        figures.append(pg.Heading(head, 3))
+        for kind, ftitle, (fig, data), caption in figs:
             saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
             files.append(saved)
             figures.append(pg.Figure(saved))
-        tables += [pg.Heading(head, 3), _kv_table(group, copy)]
+        tables += [pg.Heading(head, 3), _kv_table(group, _copy_of(gkey, group, metas))]
     return Section(figures, tables, files)

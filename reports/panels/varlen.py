@@ -290,31 +290,45 @@ def varlen_table(rated) -> pg.Table:
     return pg.Table(headers, rows, "useful: flops (the real lengths) / time; executed: executed_flops / time")
 
 
-def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
-    """Packed variable-length batches: useful and executed TFLOP/s per pattern and variant per group among
-    the figures; every packed cell's numbers among the tables; nothing in a run without packed cells."""
-    from ..style import save
-
+def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tuple[dict, Any, str, list]]:
+    """Per group of packed cells: (key, rows, title, [(file kind, figure title, (figure, data), caption)]),
+    drawn and not yet saved: what section saves and attnbench.Run.plot('varlen') shows."""
     packed = packed_rows(df)
-    if packed.empty:
-        return Section()
-    multi = len(metas) > 1
-    figures: list = [pg.Heading("Packed variable-length batches: useful TFLOP/s per length pattern"),
-                     pg.Para(VARLEN_RULE)]  # fmt: skip
-    tables: list = [pg.Heading("Packed variable-length batches: the padding tax")]
-    files = []
-    for gkey, group in grouped(packed, VARLEN_GROUP_AXES):
-        head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
+    out = []
+    for gkey, group in grouped(packed, VARLEN_GROUP_AXES) if not packed.empty else ():
+        head = group_head(gkey, group, multi)
         # a packed cell pads nothing: its padding tax is the figure's, the 'no padding' axis not
         title = trim_title(f"Packed variable-length batches · {head}", drop=("no padding",))
-        fig, data = varlen_figure(group, title)
         caption = (
             "One panel per B and mean N. Solid: useful TFLOP/s (the real lengths); hatched: executed "
             "TFLOP/s; ×: executed / useful, the padding tax."
         )
-        saved = save(fig, data, out, f"varlen-{stem}", "Useful TFLOP/s per length pattern", caption)
-        files.append(saved)
-        figures += [pg.Heading(head, 3), pg.Figure(saved)]
+        figure = varlen_figure(group, title)
+        out.append((gkey, group, head, [("varlen", "Useful TFLOP/s per length pattern", figure, caption)]))
+    return out
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Packed variable-length batches: useful and executed TFLOP/s per pattern and variant per group among
+    the figures (drawn); every packed cell's numbers among the tables; nothing in a run without packed
+    cells."""
+    from ..style import save
+
+    multi = len(metas) > 1
+    groups_drawn = drawn(df, metas, multi)
+    if not groups_drawn:
+        return Section()
+    figures: list = [pg.Heading("Packed variable-length batches: useful TFLOP/s per length pattern"),
+                     pg.Para(VARLEN_RULE)]  # fmt: skip
+    tables: list = [pg.Heading("Packed variable-length batches: the padding tax")]
+    files = []
+    for gkey, group, head, figs in groups_drawn:
+        stem = file_stem(gkey, multi)
+        figures.append(pg.Heading(head, 3))
+        for kind, ftitle, (fig, data), caption in figs:
+            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
+            files.append(saved)
+            figures.append(pg.Figure(saved))
         rated = varlen_rates(group)
         tables += [pg.Heading(head, 3)]
         tables.append(varlen_table(rated) if not rated.empty else pg.Para("No packed cell ran ok."))
