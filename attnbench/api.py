@@ -48,8 +48,9 @@ class Run:
 
     def plot(self, kinds: str | Sequence[str] = ("time", "memory"), *, baseline: str | None = None):
         """The report's figures of this run, per device, dtype and pass: time and peak memory vs N unless
-        `kinds` names others ('throughput', 'speedup', 'status'). A list of matplotlib Figures, shown
-        inline when a notebook cell ends with it; saved nowhere (report() writes them with their CSVs)."""
+        `kinds` names others ('throughput', 'speedup', 'status', and the workload panels' 'varlen',
+        'decode', 'speed-accuracy'). A list of matplotlib Figures, shown inline when a notebook cell ends
+        with it; saved nowhere (report() writes them with their CSVs)."""
         from attnbench.reports.notebook import figures
 
         return figures([self.path], kinds, baseline)

@@ -9,6 +9,7 @@ their own, only words.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -513,7 +514,16 @@ def build(
     said_busy = busy_sentences(df, run_dirs)
     busy = bool(said_busy)
     for gkey, group in groups(df):
-        packed = varlen.sentences(group)  # packed variable-length cells: per pattern, across its panels
+        # packed variable-length cells: per pattern, across its panels; on a busy machine a sentence that
+        # compares an unsettled cell (judged per panel, as ranking_sentences judges) opens with SHAKY
+        shaky = {
+            i for _k, _t, rows in panels(group) for i in rows.index[unsettled(rows).to_numpy(dtype=bool)]
+        }
+
+        def mark(text: str, labels: list[Any], shaky: set[Any] = shaky if busy else set()) -> str:
+            return SHAKY + text[0].lower() + text[1:] if shaky.intersection(labels) else text
+
+        packed = varlen.sentences(group, mark)
         if packed:  # the padding tax before each pattern's ranking and growth
             out.append(PanelFindings(f"{head(gkey, group)} · packed variable-length batches", tuple(packed)))
         pans = panels(group)
@@ -533,6 +543,8 @@ def build(
                 wall = wall_sentence(fits, rows)
                 if wall:
                     sentences.append(wall)
+            if length_axis(rows) == "seq_k":  # a decode panel's N is its N_k, as its table and figures say
+                sentences = [re.sub(r"\bN\b", "N_k", t) for t in sentences]
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
     return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished, said_busy)

@@ -61,7 +61,9 @@ FIT_RULE = (
 EXTRAPOLATION_LIMIT = 8  # a fit is read at most 8× beyond the largest measured seq_len; further is a guess
 TIME_BUDGET_MS = 1000.0  # "largest N within a time budget" for linear-memory variants: 1 s per call
 
-# Time: every registered variant is exact attention, so Θ(N²) work. Memory: its capability record.
+# Time: every registered variant is exact attention, so Θ(N_q · N_k) work: N² where both grow with the
+# series' length, N_k in a decode series (a few queries held against N_k keys). Memory: its capability
+# record, "quadratic" (the N_q × N_k scores held: as the work) or "linear" (O(N_q + N_k): N either way).
 MEMORY_THEORY = {"quadratic": 2.0, "linear": 1.0}
 
 
@@ -365,15 +367,30 @@ def approximate(variant: str, meta: dict[str, Any]) -> bool:
     return bool(((meta.get("variant_capabilities") or {}).get(variant) or {}).get("approximate"))
 
 
-def theory(variant: str, meta: dict[str, Any]) -> tuple[float | None, float | None, str]:
-    """(time exponent, memory exponent, memory class) from the capability the run recorded; None where
-    unknown (a run from before attnbench 0.2 recorded none). A variant declared approximate has no time
-    theory: exact attention's N^2 is the work it skips."""
+def pair_exponent(rows, length: str) -> float:
+    """How the (query, key) pairs of a series' cells, N_q · N_k, grow along its length: 2.0 where both grow
+    with it (N_q = N_k = N; a packed cell's sequences with mean N), 1.0 where one is held (a decode series:
+    N_q queries against a growing N_k; tables.length_axis's 'seq_k')."""
+    if length == "seq_k":
+        return 1.0
+    if "seq_k" not in rows.columns:
+        return 2.0
+    held = rows["seq_k"].nunique() == 1 and (rows["seq_k"] != rows["seq_len"]).fillna(False).any()
+    return 1.0 if held and rows["seq_len"].nunique() > 1 else 2.0
+
+
+def theory(variant: str, meta: dict[str, Any], pairs: float = 2.0) -> tuple[float | None, float | None, str]:
+    """(time exponent, memory exponent, memory class) from the capability the run recorded and the cells'
+    shape (`pairs`: pair_exponent, 2 for N², 1 for a decode series); None where unknown (a run from before
+    attnbench 0.2 recorded none). Time grows as the pairs; memory as the pairs for a quadratic variant (its
+    N_q × N_k scores), as N for a linear one. A variant declared approximate has no time theory: exact
+    attention's pairs are the work it skips."""
     record = (meta.get("variant_capabilities") or {}).get(variant)
     mem_class = record.get("memory") if record else None
     if mem_class not in MEMORY_THEORY:
         return None, None, "unknown"
-    return None if approximate(variant, meta) else 2.0, MEMORY_THEORY[mem_class], mem_class
+    memory = pairs if mem_class == "quadratic" else MEMORY_THEORY[mem_class]
+    return None if approximate(variant, meta) else pairs, memory, mem_class
 
 
 def agreement(fit: PowerFit, expected: float | None) -> str:
@@ -451,7 +468,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         start = time_fit_from(meta)
         tfit = fit_visits(n, list(visits), fit_from=start) or fit_power_law(n, t, log_se=se, fit_from=start)
         mfit = fit_memory(n, m)
-        t_theory, m_theory, m_class = theory(str(key["variant"]), meta)
+        t_theory, m_theory, m_class = theory(str(key["variant"]), meta, pair_exponent(sub, length))
         dev_mem = device_memory(meta, str(key["device"]), sub["gpu_name"].dropna().unique())
         n_max_raw = mfit.solve(dev_mem) if dev_mem else None
         ok_n = n[~pd.isna(n)]
@@ -462,6 +479,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         records.append(
             {
                 **key,
+                "length": length,  # what N counts here: seq_len, or seq_k (N_k) for a decode series
                 "ok_seq_lens": len(set(n[~pd.isna(n)].astype(int).tolist())),
                 "statuses": ", ".join(f"{c} {s}" for s, c in statuses.items()),
                 "time_exp": tfit.exponent,

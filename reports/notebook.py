@@ -85,20 +85,36 @@ class Figures(list):
         return f"<{len(self)} figures: {'; '.join(titles)}>" if titles else "<no figures: no cells>"
 
 
+def _panel_kinds() -> dict[str, Callable[..., list]]:
+    """The workload panels' figures run.plot draws, by kind: each panel's own `drawn`, the code its report
+    section saves from (varlen: useful TFLOP/s per length pattern; decode: time and K/V GB/s against N_k;
+    speed-accuracy: speed against rel_err)."""
+    from .panels import accuracy, decode, varlen
+
+    return {"varlen": varlen.drawn, "decode": decode.drawn, "speed-accuracy": accuracy.drawn}
+
+
+PANEL_KINDS = ("varlen", "decode", "speed-accuracy")  # _panel_kinds' keys, in the report's page order
+KINDS = (*FIGURE_KINDS, *PANEL_KINDS)
+
+
 def plot_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
-    """'time,memory' or ['time', 'memory'] as kinds of render.FIGURE_KINDS; ValueError naming an unknown."""
+    """'time,memory' or ['time', 'memory'] as kinds of KINDS (render.FIGURE_KINDS, a group's, and
+    PANEL_KINDS, the workload panels'); ValueError naming an unknown."""
     given = [k.strip() for k in kinds.split(",")] if isinstance(kinds, str) else [str(k) for k in kinds]
-    unknown = [k for k in given if k not in FIGURE_KINDS]
+    unknown = [k for k in given if k not in KINDS]
     if unknown or not given:
-        raise ValueError(f"unknown plot kind {(unknown or [''])[0]!r}; known: {', '.join(FIGURE_KINDS)}")
+        raise ValueError(f"unknown plot kind {(unknown or [''])[0]!r}; known: {', '.join(KINDS)}")
     return tuple(given)
 
 
 def figures(
     run_dirs: Sequence[str | Path], kinds: str | Sequence[str] = PLOT_KINDS, baseline: str | None = None
 ) -> Figures:
-    """The report's figures of `kinds` for the given runs, per group, in the report's colours; saved
-    nowhere (attnbench.report writes them with their CSVs)."""
+    """The report's figures of `kinds` for the given runs, per group, in the report's colours, drawn by the
+    code the report draws them with (render.group_figures, a panel's `drawn`): a group's figures first, then
+    the workload panels' in the report's order; saved nowhere (attnbench.report writes them with their
+    CSVs). A run without such cells (no packed cell for 'varlen') draws none of that kind."""
     from . import fit as fitmod
     from .render import group_figures, prepare
     from .section import group_head
@@ -117,6 +133,10 @@ def figures(
             meta = metas.get(str(gkey["run_id"]), {})
             drawn = group_figures(gkey, group, meta, fits, inputs.baseline, head, chosen)
             out.extend(fig for _kind, _title, (fig, _data), _caption in drawn)
+        panel = _panel_kinds()
+        for kind in (k for k in PANEL_KINDS if k in chosen):
+            for _gkey, _group, _head, figs in panel[kind](df, metas, multi):
+                out.extend(fig for _kind, _title, (fig, _data), _caption in figs)
     return out
 
 

@@ -104,6 +104,17 @@ def _ring(ax, x, y, colour: str, style: str, size: float):
     )
 
 
+def ring_cells(ax, rows, x: str, y: str, seen: set[str]) -> None:
+    """Rings the flagged cells of one series at (x, y), columns of `rows` (RINGS: suspect, measured during
+    drift, or on a throttled GPU), and adds their flags to `seen` for ring_legend: every figure that rings
+    draws the same rings."""
+    for flag, _label, colour, style, size in RINGS:
+        marked = flagged(rows, flag)
+        if len(marked):
+            _ring(ax, floats(marked[x]), floats(marked[y]), colour, style, size)
+            seen.add(flag)
+
+
 def ring_legend(fig, seen: set[str]) -> None:
     """The rings' legend, below the figure and apart from every panel's variant legend."""
     rings = [r for r in RINGS if r[0] in seen]
@@ -172,16 +183,16 @@ def _variant_lines(
         n, y = floats(v[length]), floats(v[column])
         fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
         color = variant_color(variant)
-        label = under_text(exponent_label(variant, fit), under.get(variant))
+        label = exponent_label(variant, fit)
+        if length == "seq_k":  # a decode series' exponent is in its keys, as the decode figure says
+            label = label.replace("N^", "N_k^")
+        label = under_text(label, under.get(variant))
         ax.plot(n, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color, label=label)
         if band is not None:
             lo, hi = floats(v[band[0]]), floats(v[band[1]])
             ax.fill_between(n, lo, hi, color=color, alpha=0.2, lw=0)
-        for flag, _label, colour, style, size in RINGS if rings is not None else ():
-            marked = flagged(v, flag)
-            if len(marked):  # suspect, measured during drift, or on a throttled GPU: ringed
-                _ring(ax, floats(marked[length]), floats(marked[column]), colour, style, size)
-                rings.add(flag)
+        if rings is not None:
+            ring_cells(ax, v, length, column, rings)
         ys.extend(y)
     return [y for y in ys if math.isfinite(y) and y > 0]
 

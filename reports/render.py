@@ -13,7 +13,7 @@ from . import page as pg
 from . import trust
 from .panels import PANELS, decode
 from .section import Section, file_stem, group_head, ms_text, num_text, seq_count
-from .style import palette, slug, variant_order
+from .style import palette, slug, trim_title, variant_order
 from .tables import (
     COMBO_AXES,
     approximate_names,
@@ -74,8 +74,23 @@ class Report:
         return pg.to_notebook_html([*blocks, *found], self.out_dir)
 
 
-def _theory_text(exp: Any) -> str:
-    return {1.0: "N", 2.0: "N²"}.get(float(exp), f"N^{float(exp):g}") if present(exp) else "unknown"
+def _theory_text(exp: Any, n: str = "N") -> str:
+    """A theory's exponent against the series' length `n` (N, or N_k for a decode series): N, N², N^1.5."""
+    return {1.0: n, 2.0: f"{n}²"}.get(float(exp), f"{n}^{float(exp):g}") if present(exp) else "unknown"
+
+
+def _class_text(mem_class: str, exp: Any) -> str:
+    """A memory class as the theory beside it reads: a quadratic variant's scores grow only as N_k in a
+    decode series, so they are named, not called quadratic there."""
+    scores = mem_class == "quadratic" and present(exp) and float(exp) != 2.0
+    return "N_q × N_k scores" if scores else mem_class
+
+
+def _length_names(scaling) -> tuple[str, str]:
+    """(what N counts in the table's headers, in each row's theory): 'N_k' where every series is a decode
+    series, else 'N' (a decode row of a mixed table names its N_k in its theory)."""
+    lengths = set(scaling["length"]) if "length" in scaling.columns else {"seq_len"}
+    return ("N_k" if lengths == {"seq_k"} else "N"), ("N_k" if "seq_k" in lengths else "N")
 
 
 def resolve_baseline(df, requested: str | None) -> str | None:
@@ -97,6 +112,7 @@ def summary_table(scaling) -> pg.Table:
     if scaling is None or scaling.empty:
         return pg.Table(("variant",), (), "no cells")
     shown = varying(scaling, COMBO_AXES)
+    n = _length_names(scaling)[0]
     headers = (
         "variant",
         *shown,
@@ -107,9 +123,9 @@ def summary_table(scaling) -> pg.Table:
         "R²",
         "theory",
         "vs theory",
-        "largest N measured",
-        "largest N that fits",
-        f"largest N within {fitmod.TIME_BUDGET_MS / 1000:g} s/call",
+        f"largest {n} measured",
+        f"largest {n} that fits",
+        f"largest {n} within {fitmod.TIME_BUDGET_MS / 1000:g} s/call",
         "% of peak",
     )
     rows = []
@@ -118,9 +134,10 @@ def summary_table(scaling) -> pg.Table:
         for what, col in (("time", "time_agreement"), ("memory", "mem_agreement")):
             if r[col]:
                 verdict.append(f"{what} {r[col]}")
-        mem_th = _theory_text(r["mem_theory"])
+        rn = "N_k" if r.get("length") == "seq_k" else "N"  # this row's N
+        mem_th = _theory_text(r["mem_theory"], rn)
         if present(r["mem_theory"]):
-            mem_th += f" ({r['mem_class']})"
+            mem_th += f" ({_class_text(str(r['mem_class']), r['mem_theory'])})"
         frac = r["peak_fraction_at_max"]
         # a variant that never ran ok says why (e.g. "n/a: 5 unsupported") instead of "ok at 0 seq_lens"
         time_fit, mem_fit = str(r["time_fit"]), str(r["mem_fit"])
@@ -132,7 +149,7 @@ def summary_table(scaling) -> pg.Table:
                 *[axis_value(a, r[a]) for a in shown],
                 time_fit,
                 num_text(r["time_r2"], ".3f"),
-                "none (approximate)" if r.get("approximate") else _theory_text(r["time_theory"]),
+                "none (approximate)" if r.get("approximate") else _theory_text(r["time_theory"], rn),
                 mem_fit,
                 num_text(r["mem_r2"], ".3f"),
                 mem_th,
@@ -189,7 +206,6 @@ def best_table(group) -> pg.Table:
     pans = panels(group)
     length = length_axis(group)  # a decode group ranks its variants per N_k
     seq_lens = sorted(int(n) for n in group[length].dropna().unique())
-    shaky = findmod.shaky_cells(group, length)
     headers = ("seq_len" if length == "seq_len" else "N_k", *[(t or "best variant") for _, t, _ in pans])
     rows = []
     for n in seq_lens:
@@ -212,6 +228,7 @@ def best_table(group) -> pg.Table:
                     behind = named.get(str(b["runner_up"]), b["runner_up"])
                     text += f" ({num_text(b['lead'])}× ahead of {behind}{_p_text(b['p_value'])})"
             compared = [str(b["best"]), *str(b["tied"] or "").split(), str(b["runner_up"] or "")]
+            shaky = findmod.shaky_cells(_rows, length)  # this panel's: a drifted cell of another pattern
             if any((m, n) in shaky for name in compared if name for m in kernel_members(name)):
                 text += " [read off a drifted or noisy cell]"
             order = ranks[ranks[length] == n]
@@ -299,7 +316,8 @@ METHOD = (
     f"the top {fitmod.ASYMPTOTIC_OCTAVES} octaves (N ≥ the largest / {2**fitmod.ASYMPTOTIC_OCTAVES}, at "
     f"least {fitmod.MIN_FIT_POINTS} N), or from the run's time_fit_from up; in rounds, Theil-Sen through "
     f"every visit. Memory fits c + a·N^b over the top {fitmod.MEMORY_OCTAVES} octaves. CIs are 95% (none "
-    "from two N); each fit's N: {fits}. 'vs theory': against N² for time, N or N² for memory. 'largest N "
+    "from two N); each fit's N: {fits}. 'vs theory': N² (decode: N_k) for time, N or N² (decode: N_k) for "
+    "memory. 'largest N "
     "that fits' reads the memory fit to the device's memory, never beyond "
     f"{fitmod.EXTRAPOLATION_LIMIT}× the largest N measured; '% of peak' is the TFLOP/s at the largest ok N "
     "over the run's calibrated matmul. In full: docs/method.md ('Fits', 'Reading a report') in attnbench's "
@@ -338,7 +356,8 @@ def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]], has
     blocks: list = [pg.Heading("Scaling: fitted exponents vs theory"), method_para(has_fits)]
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
-        blocks.append(pg.Para("Every cell here: " + label({a: df.iloc[0][a] for a in fixed}) + "."))
+        every = trim_title(label({a: df.iloc[0][a] for a in fixed}))  # 'causal' said once
+        blocks.append(pg.Para(f"Every cell here: {every}."))
     starts = {rid: fitmod.time_fit_from(meta) for rid, meta in metas.items()}
     said = [
         f"{rid if len(metas) > 1 else 'This run'}'s time fits start at N = {n} (its time_fit_from setting)."

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .style import slug
+from .style import slug, trim_title
 from .tables import GROUP_AXES, fixed_text, label, present
 
 
@@ -61,4 +61,5 @@ def group_head(gkey: dict[str, Any], group, multi: bool) -> str:
     """A group's section title: 'cpu · float32 · forward (d_k=64 · B=1 · H=8 · no padding)'."""
     gtitle = label(gkey, [a for a in GROUP_AXES if multi or a != "run_id"])
     fixed_g = fixed_text(group)
-    return f"{gtitle} ({fixed_g})" if fixed_g else gtitle
+    # 'causal' said once: 'lower-right causal' beside it names the same mask with its alignment
+    return trim_title(f"{gtitle} ({fixed_g})") if fixed_g else gtitle

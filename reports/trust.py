@@ -112,17 +112,19 @@ def fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
 
 SUSPECT_RULE = (
     "An ok cell is suspect when its achieved TFLOP/s exceeds 1.25x the run's calibrated matmul ceiling (on a "
-    "GPU with a known datasheet, that datasheet's peak), or "
-    "when it is more than 10x faster than the float64-checked naive variant on the same cell. Suspect cells "
-    "stay in the plots (ringed in red) and the fits, and are left out of every ranking and speed-up."
+    "GPU with a known datasheet, that datasheet's peak), or when it is more than 10x faster than the "
+    "float64-checked naive variant on the same cell. Suspect cells stay in the plots (ringed with a solid "
+    "black circle on the time and decode figures) and the fits, and are left out of every ranking and "
+    "speed-up."
 )
 
 
 DRIFT_RULE = (
     "Before every cell the worker times a small matmul. A cell whose probe ran more than 10% off its run's "
     "median probe was measured on a machine running faster or slower than usual (another tenant, a "
-    "throttled clock): its time is shown (ringed in orange on the plots) but says as much about that moment "
-    "as about the variant. `attnbench run --resume --redo-drift --out RUN` measures them again."
+    "throttled clock): its time is shown (ringed with a dashed circle on the time and decode figures) but "
+    "says as much about that moment as about the variant. `attnbench run --resume --redo-drift --out RUN` "
+    "measures them again."
 )
 
 
@@ -138,8 +140,8 @@ def _drift_table(df) -> pg.Table:
 THROTTLE_RULE = (
     "While a CUDA cell is timed, attnbench reads the GPU's SM clock, power and temperature through NVML "
     "every 20 ms. A cell whose SM clock fell more than 10% below its earlier high was timed on a GPU that "
-    "slowed down (power cap, heat, another tenant): its time is shown, ringed in purple on the plots, but it "
-    "says as much about the clock as about the kernel."
+    "slowed down (power cap, heat, another tenant): its time is shown, ringed with a dotted circle on the "
+    "time and decode figures, but it says as much about the clock as about the kernel."
 )
 
 

@@ -166,14 +166,19 @@ def attention_flops(
 # keys of its own sequence. The useful pairs are those, per sequence (the `flops` column counts them, as
 # for every cell). What a kernel executes depends on how it handles the pack (its capability's `varlen`):
 #   padded    every sequence padded to the longest:  B * pairs(max L)
-#   masked    one T x T score matrix under a block-diagonal mask: pairs(T)
+#   masked    one dense T x T score matrix under a block-diagonal mask: T^2, causal or not (a dense kernel,
+#             naive's and stable_softmax's, computes every score before the mask hides it)
 #   exact     each sequence alone: the useful pairs
 #   tiles:N   whole N x N tiles of the T x T matrix that hold at least one visible pair (a block-sparse
 #             kernel: FlexAttention's block mask)
 #   rows:N    blocks of N query rows, each computing every key from its first row's sequence start to its
 #             last row's sequence end (up to its last row with causal masking): a chunked loop over the pack
-# pairs(L) is L^2, or L(L+1)/2 with causal masking (a kernel that skips the masked half is credited with
-# the half it computes). executed / useful is the padding tax.
+# pairs(L) is L^2, or L(L+1)/2 with causal masking: padded and exact credit a causal cell with the half a
+# kernel that skips the masked blocks computes (FlashAttention's causal flag; torch's CPU SDPA skips the
+# blocks past the diagonal under is_causal, as sdpa_loop calls it, but computes every block of an explicit
+# mask, as sdpa_padded's, so there the padded count is a lower bound), and tiles and rows count the blocks
+# the kernel visits. executed / useful is the padding tax: B * max(L)^2 / sum L_i^2 for padded (its causal
+# equivalent, B * pairs(max L) / sum pairs(L_i), for causal cells).
 
 
 def packed_pairs(lengths: Sequence[int], *, causal: bool, window: int = 0) -> int:
@@ -190,8 +195,8 @@ def executed_pairs(lengths: Sequence[int], *, causal: bool, work: str, window: i
         return packed_pairs(lengths, causal=causal, window=window)
     if kind == "padded":
         return len(lengths) * attended_pairs(max(lengths), max(lengths), causal=causal, window=window)
-    if kind == "masked":
-        return attended_pairs(sum(lengths), sum(lengths), causal=causal, window=window)
+    if kind == "masked":  # every score of the dense T x T matrix, whatever the mask then hides
+        return sum(lengths) ** 2
     if kind == "tiles" and size.isdigit() and int(size) > 0:
         return _tile_pairs(lengths, int(size), causal=causal, window=window)
     if kind == "rows" and size.isdigit() and int(size) > 0:

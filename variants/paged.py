@@ -74,6 +74,9 @@ def visible_keys(key_lengths: torch.Tensor, n_q: int, n_k: int, causal: bool) ->
 @register(
     "paged_gather",
     description="a paged K/V cache gathered into a contiguous batch, then one SDPA call: pays for the copy",
+    # its (B, H_kv, group x N_q, N_k) key mask (and the float copy SDPA makes of it) grows as N_q x N_k, on
+    # top of the contexts it copies: quadratic, which a decode series (N_q held) sees as linear in N_k
+    memory="quadratic",
     supports=_paged_only,
     **_PAGED,
 )

@@ -89,9 +89,9 @@ class Capability:
     mods: tuple[str, ...] = ()  # score modifications it applies (kinds of variants.mods: alibi, softcap)
     # packed variable-length batches (variants.lengths: (1, H, T, d) inputs and cu_seqlens=), and how much
     # work the kernel does for them (results.formulas.executed_pairs): "padded" (each sequence padded to the
-    # longest: B * max(L)^2 pairs), "masked" (one T x T score matrix under a block-diagonal mask), "exact"
-    # (each sequence alone: the useful pairs), "tiles:N" (N x N tiles that touch a sequence's pairs) or
-    # "rows:N" (blocks of N query rows over the keys their sequences span)
+    # longest: B * max(L)^2 pairs), "masked" (one dense T x T score matrix under a block-diagonal mask: T^2
+    # pairs, causal or not), "exact" (each sequence alone: the useful pairs), "tiles:N" (N x N tiles that
+    # touch a sequence's pairs) or "rows:N" (blocks of N query rows over the keys their sequences span)
     varlen: str = ""
     # a paged K/V cache (variants/paged.py: k, v pools of pages, key_lengths contexts, block_table=)
     paged: bool = False

@@ -106,8 +106,9 @@ def named(p) -> str:
 def points(rows):
     """Per panel, variant and dtype of `rows`: its cell at the largest length (N, or N_k for a decode
     series) it was measured at, with its dtype's tolerance, whether it failed (wrong, or a rel_err beyond
-    the tolerance or not finite) and its error end to end (e2e_rel_err: rel_err, or a quantising variant's
-    against its original inputs). One DataFrame, fastest first within each panel."""
+    the tolerance or not finite), its error end to end (e2e_rel_err: rel_err, or a quantising variant's
+    against its original inputs) and `length`, the axis its panel's series grow (tables.length_axis: a
+    point alone cannot tell). One DataFrame, fastest first within each panel."""
     import pandas as pd
 
     picked = []
@@ -119,9 +120,17 @@ def points(rows):
             err, tol = float(top["rel_err"]), max(tolerance(str(top["dtype"])), bound(top))
             failing = top["status"] != "ok" or not math.isfinite(err) or err > tol
             e2e = end_to_end_rel_err(err, top.get("sqnr_db"))
-            picked.append({**top.to_dict(), "tolerance": tol, "failing": bool(failing), "e2e_rel_err": e2e})
+            picked.append(
+                {
+                    **top.to_dict(),
+                    "tolerance": tol,
+                    "failing": bool(failing),
+                    "e2e_rel_err": e2e,
+                    "length": length,
+                }
+            )
     if not picked:
-        return pd.DataFrame(columns=[*rows.columns, "tolerance", "failing", "e2e_rel_err"])
+        return pd.DataFrame(columns=[*rows.columns, "tolerance", "failing", "e2e_rel_err", "length"])
     out = pd.DataFrame(picked)
     order = [a for a in PANEL_AXES if a in out.columns]
     return out.sort_values([*order, "tflops"], ascending=[True] * len(order) + [False], kind="stable")
@@ -361,12 +370,16 @@ def accuracy_figure(rows, title: str):
 # ---- the page's blocks ---------------------------------------------------------------------------------
 
 
-def accuracy_table(pts) -> pg.Table:
-    """One row per variant, dtype and panel: the point drawn, fastest first within a panel."""
+KV_SPEED = "; K/V GB/s: kv_bytes / median time, the figure's y (a decode step is bound by its cache reads)"
+
+
+def accuracy_table(pts, speed: str = "tflops") -> pg.Table:
+    """One row per variant, dtype and panel: the point drawn, fastest first within a panel, at its length
+    (N, or N_k for a decode series: the figure's) and its speed (`speed`: the figure's y, speed_of)."""
     shown = varying(pts, list(PANEL_AXES))
     grads = "grad_rel_err" in pts.columns and pts["grad_rel_err"].notna().any()
     quant = any(quantised(p) for _, p in pts.iterrows())
-    length = length_axis(pts)
+    lengths = set(pts["length"]) if "length" in pts.columns and len(pts) else {length_axis(pts)}
     rows = []
     for _, p in pts.iterrows():
         verdict = "wrong" if p["status"] != "ok" else "beyond tolerance" if p["failing"] else "ok"
@@ -376,8 +389,8 @@ def accuracy_table(pts) -> pg.Table:
                 str(p["variant"]),
                 str(p["dtype"]),
                 *[axis_value(a, p[a]) for a in shown],
-                seq_count(p[length]),
-                num_text(p["tflops"], ".3g"),
+                seq_count(p[p["length"] if "length" in p else next(iter(lengths))]),
+                num_text(p[speed], ".3g"),
                 err_text(p["e2e_rel_err"]),
                 *(
                     [
@@ -393,7 +406,8 @@ def accuracy_table(pts) -> pg.Table:
                 verdict,
             )
         )
-    headers = ("variant", "dtype", *shown, "N_k" if length == "seq_k" else "N", "TFLOP/s", "rel_err",
+    speed_head = "K/V GB/s" if speed == "kv_gbps" else "TFLOP/s"
+    headers = ("variant", "dtype", *shown, "N_k" if lengths == {"seq_k"} else "N", speed_head, "rel_err",
                *(["kernel rel_err", "recipe", "SQNR dB"] if quant else []), "tolerance",
                *(["grad rel_err"] if grads else []), "status")  # fmt: skip
     rounding = (
@@ -405,32 +419,53 @@ def accuracy_table(pts) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        "each variant and dtype at the largest N it was measured at, fastest first; rel_err: the forward "
+        f"each variant and dtype at the largest {headers[2 + len(shown)]} it was measured at, fastest first"
+        f"{KV_SPEED if speed == 'kv_gbps' else ''}; rel_err: the forward "
         "output's against float64, judged against the dtype's tolerance or a declared approximation's bound "
         f"(gradients: {GRAD_TOLERANCE_FACTOR:g}× it; a declared approximation's against its own forward's "
         f"derivative){rounding}",
     )
 
 
-def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
-    """Speed against accuracy per group of every dtype among the figures, its points among the tables;
-    nothing in a run without an ok cell with a finite rel_err."""
-    from ..style import save
-
+def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tuple[dict, Any, str, list]]:
+    """Per group of every dtype with an error to draw: (key, rows, title, [(file kind, figure title,
+    (figure, data), caption)]), drawn and not yet saved: what section saves and
+    attnbench.Run.plot('speed-accuracy') shows."""
+    out = []
     if not has_accuracy(df):
-        return Section()
-    multi = len(metas) > 1
-    figures: list = [pg.Heading("Speed against accuracy"), pg.Para(ACCURACY_RULE)]
-    tables: list = [pg.Heading("Speed against accuracy: the points drawn")]
-    files = []
+        return out
     for gkey, group in grouped(df, FIGURE_AXES):
         if not has_accuracy(group):
             continue
-        head, stem = group_head(gkey, group, multi), file_stem({**gkey, "dtype": ""}, multi)
-        fig, data = accuracy_figure(group, f"Speed against accuracy · {head}")
-        caption = "TFLOP/s against rel_err vs float64 at each variant's and dtype's largest measured N."
-        saved = save(fig, data, out, f"speed-accuracy-{stem}", "Speed against accuracy", caption)
-        files.append(saved)
-        figures += [pg.Heading(head, 3), pg.Figure(saved)]
-        tables += [pg.Heading(head, 3), accuracy_table(points(group))]
+        head = group_head(gkey, group, multi)
+        speed = speed_of(group)[0]
+        caption = (
+            f"{'K/V GB/s' if speed == 'kv_gbps' else 'TFLOP/s'} against rel_err vs float64 at each variant's "
+            f"and dtype's largest measured {'N_k' if length_axis(group) == 'seq_k' else 'N'}."
+        )
+        figure = accuracy_figure(group, f"Speed against accuracy · {head}")
+        out.append((gkey, group, head, [("speed-accuracy", "Speed against accuracy", figure, caption)]))
+    return out
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Speed against accuracy per group of every dtype among the figures (drawn), its points among the
+    tables; nothing in a run without an ok cell with a finite rel_err."""
+    from ..style import save
+
+    multi = len(metas) > 1
+    groups_drawn = drawn(df, metas, multi)
+    if not groups_drawn:
+        return Section()
+    figures: list = [pg.Heading("Speed against accuracy"), pg.Para(ACCURACY_RULE)]
+    tables: list = [pg.Heading("Speed against accuracy: the points drawn")]
+    files = []
+    for gkey, group, head, figs in groups_drawn:
+        stem = file_stem({**gkey, "dtype": ""}, multi)
+        figures.append(pg.Heading(head, 3))
+        for kind, ftitle, (fig, data), caption in figs:
+            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
+            files.append(saved)
+            figures.append(pg.Figure(saved))
+        tables += [pg.Heading(head, 3), accuracy_table(points(group), speed_of(group)[0])]
     return Section(figures, tables, files)

@@ -10,7 +10,18 @@ from attnbench.results.formulas import bytes_text, gbps
 
 from .. import fit as fitmod
 from .. import page as pg
-from ..plots import DECODE_GUIDES, band_line, exponent_label, floats, guides, keys_of, length_xaxis
+from ..plots import (
+    DECODE_GUIDES,
+    Fits,
+    band_line,
+    exponent_label,
+    floats,
+    guides,
+    keys_of,
+    length_xaxis,
+    ring_cells,
+    ring_legend,
+)
 from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
 from ..style import ceiling_line, empty_panel, legend_below, log_axis, mpl_style, new_figure, variant_order
 from ..tables import (
@@ -30,8 +41,9 @@ DECODE_RULE = (
     "Decode cells (N_q queries against N_k ≠ N_q keys) read the whole K/V cache for a few queries: they are "
     "bound by memory, not FLOPs. K/V GB/s is kv_bytes (B · H_kv · N_k · (d_k + d_v) · itemsize, K and V "
     "each read once) over the median time, its band from the p25 and p75 times, on a log axis; the dashed "
-    "line is the device's calibrated copy bandwidth. Time is fitted against N_k over every ok point of a "
-    "series."
+    "line is the device's calibrated copy bandwidth. Time is fitted against N_k as every series is (the "
+    "scaling table's fit: one exponent per series in every figure, table and sentence); cells measured while "
+    "the machine drifted are ringed (dashed), as in the time figure."
 )
 DECODE_PANEL_AXES = (*PANEL_AXES, "seq_len")  # a decode series holds N_q fixed: one panel per N_q
 
@@ -86,23 +98,19 @@ def decode_table(rows, copy_gbps: float | None):
     return pd.DataFrame(records, columns=[*cols, "copy_gbps", "pct_of_copy"])
 
 
-def decode_fit(rows) -> fitmod.PowerFit:
-    """Time against N_k of one decode series (ok rows of one variant and N_q): exponent over all points
-    (a decode series is short, and time ∝ N_k from its first points when K/V reads dominate)."""
-    ok = ok_rows(rows).dropna(subset=["time_ms_median"])
-    return fitmod.fit_power_law(
-        ok["seq_k"].astype(float), ok["time_ms_median"].astype(float), asymptotic=False
-    )
-
-
 # ---- figures -------------------------------------------------------------------------------------------
 
 
-def decode_time_figure(rows, title: str):
+def decode_time_figure(rows, title: str, fits: Fits | None = None):
     """Median time against N_k (log-log) per decode series, p25–p75 band, exponent against N_k in the
-    legend, and the ∝N_k guide (a decode step reads its cache once: no N² term to compare with)."""
+    legend (`fits`: fit.fit_index of the report's scaling table, the one fit of each series that the time
+    figure, the table and the findings give; made from `rows` where not given), cells flagged drifted,
+    suspect or throttled ringed as in the time figure, and the ∝N_k guide (a decode step reads its cache
+    once: no N² term to compare with)."""
     ok = ok_rows(rows).dropna(subset=["time_ms_median"])
     pans = panels(rows, DECODE_PANEL_AXES)
+    fits = fitmod.fit_index(fitmod.scaling_table(rows, {})) if fits is None else fits
+    seen: set[str] = set()
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=4.8)
         for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
@@ -110,7 +118,7 @@ def decode_time_figure(rows, title: str):
             ys: list[float] = []
             for variant in variant_order(pok["variant"].unique()):
                 v = pok[pok["variant"] == variant].sort_values("seq_k")
-                fit = decode_fit(v)
+                fit = fits.get(fitmod.combo_key(v.iloc[0], variant), (None, None))[0]
                 band_line(
                     ax,
                     floats(v["seq_k"]),
@@ -120,6 +128,7 @@ def decode_time_figure(rows, title: str):
                     variant,
                     exponent_label(variant, fit).replace("N^", "N_k^"),
                 )
+                ring_cells(ax, v, "seq_k", "time_ms_median", seen)
                 ys += [y for y in floats(v["time_ms_median"]) if math.isfinite(y) and y > 0]
             n_ks = [int(n) for n in prow["seq_k"].dropna().unique()]
             if ys:
@@ -131,6 +140,7 @@ def decode_time_figure(rows, title: str):
             ax.set_ylabel("time per call (ms, median; band p25–p75)")
             ax.set_title(ptitle or "decode")
             legend_below(ax)
+        ring_legend(fig, seen)
         fig.suptitle(title)
     data = ok[keys_of(rows) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "n_samples"]]
     return fig, data
@@ -144,6 +154,7 @@ def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
     rated = kv_rates(rows)
     pans = panels(rows, DECODE_PANEL_AXES)
     every = [y for y in floats(rated["kv_gbps_lo"]) + floats(rated["kv_gbps"]) if math.isfinite(y) and y > 0]
+    seen: set[str] = set()
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=4.8)
         for ax, (key, ptitle, _prow) in zip(axes, pans, strict=True):
@@ -155,6 +166,7 @@ def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
                 x = floats(v["seq_k"])
                 band_line(ax, x, floats(v["kv_gbps"]), floats(v["kv_gbps_lo"]), floats(v["kv_gbps_hi"]),
                           variant, variant)  # fmt: skip
+                ring_cells(ax, v, "seq_k", "kv_gbps", seen)
             rates = [
                 y for y in floats(sel["kv_gbps_lo"]) + floats(sel["kv_gbps"]) if math.isfinite(y) and y > 0
             ]
@@ -177,6 +189,7 @@ def kv_bandwidth_figure(rows, title: str, copy_gbps: float | None):
             ax.set_ylabel("K/V read GB/s (kv_bytes / median time)")
             ax.set_title(ptitle or "decode")
             legend_below(ax)
+        ring_legend(fig, seen)
         fig.suptitle(title)
     data = rated[keys_of(rows) + ["kv_bytes", "time_ms_median", "kv_gbps", "kv_gbps_lo", "kv_gbps_hi"]]
     return fig, data.assign(copy_gbps=copy_gbps)
@@ -209,39 +222,62 @@ def _kv_table(group, copy: float | None) -> pg.Table:
     )
 
 
-def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
-    """Decode: time and K/V GB/s against N_k per group among the figures; the GB/s at each series' largest
-    N_k among the tables."""
-    from ..style import save
-
+def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tuple[dict, Any, str, list]]:
+    """Per group of decode cells: (key, rows, title, its figures drawn and not yet saved, each (file kind,
+    figure title, (figure, data), caption)): what section saves and attnbench.Run.plot('decode') shows."""
     dec = decode_rows(df)
     if dec.empty:
-        return Section()
-    multi = len(metas) > 1
-    figures: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
-    tables: list = [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")]
-    files = []
+        return []
+    # each series' one fit, as the time figure, the scaling table and the findings read it
+    fits = fitmod.fit_index(fitmod.scaling_table(dec, metas))
+    out = []
     for gkey, group in groups(dec):
-        meta = metas.get(str(gkey["run_id"]), {})
-        copy = calibrated_copy(meta, str(gkey["device"]), list(group["where"].dropna().unique()))
-        head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
-        figures.append(pg.Heading(head, 3))
-        for kind, ftitle, (fig, data), caption in (
+        copy = _copy_of(gkey, group, metas)
+        head = group_head(gkey, group, multi)
+        figs = [
             (
                 "decode-time",
                 "Decode time vs N_k",
-                decode_time_figure(group, f"Decode time per call · {head}"),
-                "Median time with its p25–p75 band against the K/V cache length; legend: exponent in N_k.",
+                decode_time_figure(group, f"Decode time per call · {head}", fits),
+                "Median time with its p25–p75 band against the K/V cache length; legend: the fitted "
+                "exponent in N_k (the scaling table's); rings: drifted, suspect or throttled cells.",
             ),
             (
                 "decode-kv-gbps",
                 "Decode K/V GB/s vs N_k",
                 kv_bandwidth_figure(group, f"K/V read bandwidth · {head}", copy),
-                "kv_bytes / median time (band: p25–p75 times); dashed: calibrated copy bandwidth.",
+                "kv_bytes / median time (band: p25–p75 times); dashed: calibrated copy bandwidth; rings: "
+                "drifted, suspect or throttled cells.",
             ),
-        ):
+        ]
+        out.append((gkey, group, head, figs))
+    return out
+
+
+def _copy_of(gkey: dict[str, Any], group, metas: dict[str, dict[str, Any]]) -> float | None:
+    """The calibrated copy bandwidth of a group's device (tables.calibrated_copy)."""
+    meta = metas.get(str(gkey["run_id"]), {})
+    return calibrated_copy(meta, str(gkey["device"]), list(group["where"].dropna().unique()))
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Decode: time and K/V GB/s against N_k per group among the figures (drawn); the GB/s at each series'
+    largest N_k among the tables."""
+    from ..style import save
+
+    multi = len(metas) > 1
+    groups_drawn = drawn(df, metas, multi)
+    if not groups_drawn:
+        return Section()
+    figures: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
+    tables: list = [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")]
+    files = []
+    for gkey, group, head, figs in groups_drawn:
+        stem = file_stem(gkey, multi)
+        figures.append(pg.Heading(head, 3))
+        for kind, ftitle, (fig, data), caption in figs:
             saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
             files.append(saved)
             figures.append(pg.Figure(saved))
-        tables += [pg.Heading(head, 3), _kv_table(group, copy)]
+        tables += [pg.Heading(head, 3), _kv_table(group, _copy_of(gkey, group, metas))]
     return Section(figures, tables, files)

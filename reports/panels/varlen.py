@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,11 @@ VARLEN_RULE = (
     "A packed cell holds B sequences of different lengths, T = B · mean N tokens in all; every length "
     "pattern at one (B, mean N) has the same T, so their times compare directly. Useful TFLOP/s counts only "
     "the pairs each sequence attends within itself (flops, from the real lengths) over the median time; "
-    "executed TFLOP/s counts what the kernel computes (executed_flops: a padded kernel B · max L² pairs, a "
-    "block-diagonal mask over a dense kernel T², a loop over the sequences the useful pairs, a tiled kernel "
-    "whole tiles). Executed / useful is the padding tax: the hatched bar above the solid one. Tokens/s is "
-    "T over the median time."
+    "executed TFLOP/s counts what the kernel computes (executed_flops: a padded kernel B · max L² pairs, "
+    "B · max L(max L + 1)/2 causal; a block-diagonal mask over a dense kernel T², causal or not, since it "
+    "computes every score before the mask hides it; a loop over the sequences the useful pairs; a tiled or "
+    "row-blocked kernel the whole blocks it visits). Executed / useful is the padding tax: the hatched bar "
+    "above the solid one. Tokens/s is T over the median time."
 )
 TAX_SHOWN = 1.05  # executed / useful worth a word in the findings and a label on the bar
 SMALL_BAR = 0.05  # a bar under this fraction of its panel's tallest has its value written above it
@@ -123,21 +125,24 @@ def shape_text(key: dict[str, Any], max_len: Any = None) -> str:
 # ---- the findings' sentences ---------------------------------------------------------------------------
 
 
-def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> str:
+def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> tuple[str, list[Any]]:
     """'On longtail lengths (B=8, mean N=512, max L=1,900) sdpa_loop is fastest at 0.81 useful TFLOP/s,
     1.52× ahead of flex; padded executes 3.4× the useful work and runs at 0.41× the useful TFLOP/s of
-    sdpa_loop.' Every variant of one pattern does the same useful work, so the most useful TFLOP/s is the
-    shortest time."""
+    sdpa_loop.', and the index labels of the rows it compares (the fastest, the one it is ahead of or tied
+    with, the most taxed it names). Every variant of one pattern does the same useful work, so the most
+    useful TFLOP/s is the shortest time."""
     from attnbench.results.judge import separated
 
     ranked = rows.sort_values("time_ms_median", kind="stable")
     best = ranked.iloc[0]
+    compared = [ranked.index[0]]
     name = str(best["variant"])
     max_len = rows["max_len"].max()
     text = f"On {pattern} lengths ({shape_text(key, max_len)}) {name} is fastest at "
     text += f"{num_text(best['useful_tflops'], '.3g')} useful TFLOP/s"
     if len(ranked) > 1:
         second = ranked.iloc[1]
+        compared.append(ranked.index[1])
         if separated(best, second):
             lead = float(second["time_ms_median"]) / float(best["time_ms_median"])
             text += f", {lead:.2f}× ahead of {second['variant']}"
@@ -145,7 +150,8 @@ def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> str:
             text += f", tied with {second['variant']} (within the spread)"
     taxed = rows.dropna(subset=["tax"])
     if not taxed.empty:
-        worst = taxed.loc[taxed["tax"].astype(float).idxmax()]
+        worst_at = taxed["tax"].astype(float).idxmax()
+        worst = taxed.loc[worst_at]
         tax = float(worst["tax"])
         if tax >= TAX_SHOWN and str(worst["variant"]) == name:
             text += f"; it executes {tax:.1f}× the useful work"
@@ -155,18 +161,22 @@ def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> str:
                 f"; {worst['variant']} executes {tax:.1f}× the useful work and runs at {ratio:.2f}× the "
                 f"useful TFLOP/s of {name}"
             )
-    return text + "."
+            compared.append(worst_at)
+    return text + ".", compared
 
 
-def sentences(df) -> list[str]:
+def sentences(df, mark: Callable[[str, list[Any]], str] | None = None) -> list[str]:
     """The findings' sentences for packed cells: per B, mean N and pattern, the fastest variant, and the
     variant with the largest padding tax (executed / useful) against it; [] without packed cells. Cells
-    flagged suspect (too fast to believe) are left out, as from every ranking."""
+    flagged suspect (too fast to believe) are left out, as from every ranking. `mark(text, labels)`, where
+    given, rewords a sentence by the index labels (of df) of the rows it compares: the findings' busy-machine
+    rule (findings.SHAKY) for a sentence read off drifted or noisy cells."""
     rated = ranked_rows(varlen_rates(df))
     out = []
     for key, shape in shape_panels(rated):
         for pattern in pattern_order(shape["pattern"]):
-            out.append(pattern_sentence(pattern, key, shape[shape["pattern"] == pattern]))
+            text, compared = pattern_sentence(pattern, key, shape[shape["pattern"] == pattern])
+            out.append(mark(text, compared) if mark is not None else text)
     return out
 
 
@@ -280,31 +290,45 @@ def varlen_table(rated) -> pg.Table:
     return pg.Table(headers, rows, "useful: flops (the real lengths) / time; executed: executed_flops / time")
 
 
-def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
-    """Packed variable-length batches: useful and executed TFLOP/s per pattern and variant per group among
-    the figures; every packed cell's numbers among the tables; nothing in a run without packed cells."""
-    from ..style import save
-
+def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tuple[dict, Any, str, list]]:
+    """Per group of packed cells: (key, rows, title, [(file kind, figure title, (figure, data), caption)]),
+    drawn and not yet saved: what section saves and attnbench.Run.plot('varlen') shows."""
     packed = packed_rows(df)
-    if packed.empty:
-        return Section()
-    multi = len(metas) > 1
-    figures: list = [pg.Heading("Packed variable-length batches: useful TFLOP/s per length pattern"),
-                     pg.Para(VARLEN_RULE)]  # fmt: skip
-    tables: list = [pg.Heading("Packed variable-length batches: the padding tax")]
-    files = []
-    for gkey, group in grouped(packed, VARLEN_GROUP_AXES):
-        head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
+    out = []
+    for gkey, group in grouped(packed, VARLEN_GROUP_AXES) if not packed.empty else ():
+        head = group_head(gkey, group, multi)
         # a packed cell pads nothing: its padding tax is the figure's, the 'no padding' axis not
         title = trim_title(f"Packed variable-length batches · {head}", drop=("no padding",))
-        fig, data = varlen_figure(group, title)
         caption = (
             "One panel per B and mean N. Solid: useful TFLOP/s (the real lengths); hatched: executed "
             "TFLOP/s; ×: executed / useful, the padding tax."
         )
-        saved = save(fig, data, out, f"varlen-{stem}", "Useful TFLOP/s per length pattern", caption)
-        files.append(saved)
-        figures += [pg.Heading(head, 3), pg.Figure(saved)]
+        figure = varlen_figure(group, title)
+        out.append((gkey, group, head, [("varlen", "Useful TFLOP/s per length pattern", figure, caption)]))
+    return out
+
+
+def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
+    """Packed variable-length batches: useful and executed TFLOP/s per pattern and variant per group among
+    the figures (drawn); every packed cell's numbers among the tables; nothing in a run without packed
+    cells."""
+    from ..style import save
+
+    multi = len(metas) > 1
+    groups_drawn = drawn(df, metas, multi)
+    if not groups_drawn:
+        return Section()
+    figures: list = [pg.Heading("Packed variable-length batches: useful TFLOP/s per length pattern"),
+                     pg.Para(VARLEN_RULE)]  # fmt: skip
+    tables: list = [pg.Heading("Packed variable-length batches: the padding tax")]
+    files = []
+    for gkey, group, head, figs in groups_drawn:
+        stem = file_stem(gkey, multi)
+        figures.append(pg.Heading(head, 3))
+        for kind, ftitle, (fig, data), caption in figs:
+            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
+            files.append(saved)
+            figures.append(pg.Figure(saved))
         rated = varlen_rates(group)
         tables += [pg.Heading(head, 3)]
         tables.append(varlen_table(rated) if not rated.empty else pg.Para("No packed cell ran ok."))

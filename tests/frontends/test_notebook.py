@@ -200,13 +200,58 @@ def test_run_plot_returns_the_reports_time_and_memory_figures_shown_as_images(tm
     assert [f.get_suptitle().split(" · ")[0] for f in figs] == ["Time per call", "Peak memory"]
     assert repr(figs).startswith("<2 figures: Time per call")
     assert len(run.plot("status")) == 1 and len(run.plot(["time", "speedup"])) == 2
-    with pytest.raises(ValueError, match="unknown plot kind 'speed'; known: time, memory, throughput"):
+    with pytest.raises(
+        ValueError,
+        match="unknown plot kind 'speed'; known: time, memory, throughput, speedup, status, varlen, decode",
+    ):
         run.plot("time,speed")
     _needs_ipython()  # shown in a notebook: through IPython's display
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     figs._ipython_display_()
     assert [bytes(img.data[:4]) for img in shown] == [b"\x89PNG", b"\x89PNG"]
+
+
+def test_run_plot_draws_the_workload_panels_figures_with_the_reports_code(tmp_path):
+    """'varlen', 'decode' and 'speed-accuracy' draw what attnbench report draws (the panel's own `drawn`),
+    once per group; a run without such cells draws none of that kind."""
+    import attnbench
+    from attnbench.reports.panels import decode
+    from tests import synthetic
+
+    packed = []
+    for pattern in ("uniform", "bimodal"):
+        for n in (128, 256):
+            row = synthetic.cell(
+                "naive", n, time_ms=n / 128, peak_mem_bytes=2**20, lengths=pattern, rel_err=3e-7
+            )
+            row.update(
+                cell_id=f"{row['cell_id']}-{pattern}", executed_flops=2 * row["flops"], seq_lens=[n] * 1
+            )
+            packed.append(row)
+    varlen_run = attnbench.Run(synthetic.write_run(tmp_path / "varlen", packed))
+    (fig,) = varlen_run.plot("varlen")
+    assert fig.get_suptitle().startswith("Packed variable-length batches")
+    assert varlen_run.plot("decode") == []  # no decode cell in it
+    decode_rows = [
+        synthetic.cell(
+            v, 1, seq_k=nk, causal=True, time_ms=k * nk / 256, peak_mem_bytes=2**12 * nk, rel_err=3e-7
+        )
+        for v, k in (("naive", 1.0), ("chunked", 0.5))
+        for nk in (256, 512, 1024)
+    ]
+    decode_path = synthetic.write_run(tmp_path / "decode", decode_rows)
+    figs = attnbench.Run(decode_path).plot("decode,speed-accuracy")
+    titles = [f.get_suptitle().split(" · ")[0] for f in figs]
+    assert titles == ["Decode time per call", "K/V read bandwidth", "Speed against accuracy"], titles
+    # the very figure the report's panel draws: its legend's exponents
+    df, metas = attnbench.load(decode_path), attnbench.results.load_meta(decode_path)
+    ((_k, _g, _h, panel),) = decode.drawn(df, metas)
+
+    def legend(f):
+        return [t.get_text() for ax in f.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+    assert legend(figs[0]) == legend(panel[0][2][0])
 
 
 class _Handle:

@@ -101,7 +101,7 @@ def test_attending_across_sequences_is_wrong(plugin):
 def test_rows_count_useful_work_from_the_real_lengths_and_the_work_each_kernel_executes(causal):
     """flops counts each sequence's pairs alone; executed_flops what the variant's declared work computes:
     the padded kernel's B * pairs(max L) (B max(L)^2 / sum L_i^2 of the useful work, non-causal), the
-    loop's exactly the useful, naive's the whole pack's T x T."""
+    loop's exactly the useful, naive's the whole pack's T x T (causal too: it computes every score)."""
     rows = {
         v: measure_cell(cell(v, "longtail", causal=causal), QUICK)
         for v in ("sdpa_padded", "sdpa_loop", "naive")
@@ -118,10 +118,8 @@ def test_rows_count_useful_work_from_the_real_lengths_and_the_work_each_kernel_e
         tax = len(lengths) * max(lengths) ** 2 / sum(n * n for n in lengths)
         assert rows["sdpa_padded"]["executed_flops"] / useful == pytest.approx(tax, rel=1e-12)
     assert rows["sdpa_loop"]["executed_flops"] == useful
-    assert (
-        rows["naive"]["executed_flops"]
-        == attended_pairs(sum(lengths), sum(lengths), causal=causal) * per_pair
-    )
+    # naive computes the whole T x T scores before its mask hides any: T^2 pairs, causal or not
+    assert rows["naive"]["executed_flops"] == sum(lengths) ** 2 * per_pair
     assert rows["naive"]["tokens_per_s"] == pytest.approx(
         sum(lengths) / (rows["naive"]["time_ms_median"] / 1e3)
     )
@@ -133,6 +131,24 @@ def test_tile_and_row_block_work_cover_the_useful_pairs_and_at_most_the_pack():
     for work in ("tiles:16", "tiles:128", "rows:16", "rows:256"):
         assert useful <= executed_pairs(lengths, causal=False, work=work) <= whole, work
     assert executed_pairs(lengths, causal=False, work="tiles:1") == useful  # one pair a tile: exact
+
+
+def test_causal_work_counts_what_each_kind_of_kernel_computes():
+    """A dense kernel under a block-diagonal mask (masked) computes all T^2 scores whatever the causal mask
+    hides; padded and exact are credited with the causal half; row blocks stop at their last row."""
+    lengths = draw_lengths("bimodal", 8, 100)
+    t = sum(lengths)
+    assert executed_pairs(lengths, causal=True, work="masked") == t * t
+    assert executed_pairs(lengths, causal=True, work="masked") == executed_pairs(
+        lengths, causal=False, work="masked"
+    )
+    longest = max(lengths)
+    assert executed_pairs(lengths, causal=True, work="padded") == len(lengths) * longest * (longest + 1) // 2
+    useful = packed_pairs(lengths, causal=True)
+    assert executed_pairs(lengths, causal=True, work="exact") == useful
+    for work in ("tiles:16", "rows:16"):
+        causal = executed_pairs(lengths, causal=True, work=work)
+        assert useful <= causal < executed_pairs(lengths, causal=False, work=work), work
 
 
 def test_chunked_with_small_blocks_over_a_pack_is_exact_forward_and_backward():

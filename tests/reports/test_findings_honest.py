@@ -168,3 +168,34 @@ def test_a_memory_fit_that_says_something_is_said_when_time_says_nothing(tmp_pat
     memory = [s for s in sentences if s.startswith("chunked: memory grows as N^1.00")]
     assert len(memory) == 1 and "time grows" not in memory[0], sentences
     assert any(s.startswith("Time's growth not measured") and "chunked" in s for s in sentences), sentences
+
+
+def test_a_packed_sentence_read_off_a_busy_machines_cells_says_so(tmp_path):
+    """The packed-batch findings follow the busy-machine rule of the rankings: where the cells a pattern's
+    sentence compares drifted (bimodal lengths at mean N = 128, measured at half the machine's speed), it
+    opens with SHAKY; the sentences of settled cells are said plainly."""
+    rows = []
+    for pattern in ("uniform", "bimodal"):
+        for n in (128, 256):
+            speed = 0.5 if (pattern, n) == ("bimodal", 128) else 1.0
+            for v, t in (("sdpa_loop", 1.0), ("chunked", 2.0), ("naive", 3.0)):
+                row = synthetic.cell(
+                    v, n, time_ms=t * n / 128, peak_mem_bytes=2**20 * n, lengths=pattern, speed_tflops=speed
+                )
+                row["cell_id"] += f"-{pattern}"
+                rows.append(row)
+    run = synthetic.write_run(tmp_path / "run", rows)
+    found = findings_of(prepare([run]))
+    assert found.busy, found
+    # the fastest-variant table marks the drifted pattern's lead only, not every pattern's at that N
+    table = best_table(load(run))
+    flagged = {
+        (int(r[0]), head): "[read off a drifted or noisy cell]" in cell
+        for r in table.rows
+        for head, cell in zip(table.headers[1:], r[1:], strict=True)
+    }
+    assert [k for k, v in flagged.items() if v] == [(128, "bimodal lengths")], flagged
+    packed = next(p for p in found.panels if p.title.endswith("packed variable-length batches"))
+    marked = [s for s in packed.sentences if s.startswith(findings.SHAKY)]
+    assert len(packed.sentences) == 4 and len(marked) == 1, packed.sentences
+    assert marked[0].startswith(findings.SHAKY + "on bimodal lengths (B=1, mean N=128"), marked

@@ -1,0 +1,108 @@
+"""A decode (paged) report that agrees with itself: the theory of a decode series is the work its shape
+does (linear in N_k), one fitted exponent per series in every figure, table and sentence, the drifted cells
+ringed in the decode figures as the text says, and the length axis named for what it is."""
+
+from __future__ import annotations
+
+import re
+
+import synthetic
+from matplotlib.collections import PathCollection
+
+from attnbench import results
+from attnbench.reports import fit as fitmod
+from attnbench.reports import plots
+from attnbench.reports.panels import decode
+from attnbench.reports.render import prepare, render, summary_table
+
+NK = [256, 512, 1024, 2048, 4096, 8192]
+
+
+def _decode_rows(drift_at: int | None = None) -> list[dict]:
+    """naive (quadratic class) and chunked (linear) decode steps, 1 query against N_k keys: time bends from
+    a constant towards ∝ N_k, so a fit over every point and one over the top octaves differ; memory ∝ N_k."""
+    rows = []
+    for v, base in (("naive", 0.5), ("chunked", 0.2)):
+        for nk in NK:
+            row = synthetic.cell(
+                v, 1, seq_k=nk, causal=True, causal_align="lower-right", kv_heads=2,
+                time_ms=base * (1 + nk / 1024), peak_mem_bytes=2**16 * nk // 256,
+                speed_tflops=0.5 if nk == drift_at else 1.0,
+            )  # fmt: skip
+            rows.append(row)
+    return rows
+
+
+def test_a_decode_series_is_held_to_linear_work_and_its_table_names_n_k(tmp_path):
+    """A decode cell (a few queries against N_k keys) does work linear in N_k: its time theory is N_k, and a
+    quadratic variant's N_q × N_k scores grow as N_k too; a square series keeps N²."""
+    df = results.load(synthetic.write_run(tmp_path / "run", _decode_rows()))
+    metas = results.load_meta(tmp_path / "run")
+    table = fitmod.scaling_table(df, metas).set_index("variant")
+    for v in ("naive", "chunked"):
+        assert table.loc[v, "time_theory"] == 1.0 and table.loc[v, "mem_theory"] == 1.0, table.loc[v]
+        assert table.loc[v, "time_agreement"] == "agrees" and table.loc[v, "mem_agreement"] == "agrees"
+    shown = summary_table(fitmod.scaling_table(df, metas))
+    assert "largest N_k measured" in shown.headers and "largest N measured" not in shown.headers
+    row = {r[0]: dict(zip(shown.headers, r, strict=True)) for r in shown.rows}["naive"]
+    assert row["theory"] == "N_k (N_q × N_k scores)" and row["largest N_k measured"] == "8,192", row
+    square = results.load(
+        synthetic.write_run(tmp_path / "sq", synthetic.power_law_rows({"naive": (2, 2)}, [256, 512, 1024]))
+    )
+    sq = fitmod.scaling_table(square, results.load_meta(tmp_path / "sq")).iloc[0]
+    assert sq["time_theory"] == 2.0 and sq["mem_theory"] == 2.0
+
+
+def _legend_exponents(fig) -> dict[str, str]:
+    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    return dict(re.match(r"(\S+)\s+N_k\^(\S+)", t).groups() for t in texts if "N_k^" in t)
+
+
+def test_a_decode_series_has_one_fitted_exponent_in_every_figure_and_sentence(tmp_path):
+    run = synthetic.write_run(tmp_path / "run", _decode_rows())
+    rep = render(prepare([run]), tmp_path / "out")
+    df, metas = results.load(run), results.load_meta(run)
+    fits = fitmod.scaling_table(df, metas).set_index("variant")
+    expected = {v: f"{fits.loc[v, 'time_exp']:.2f}" for v in ("naive", "chunked")}
+    # the decode figure, made as the report makes it, and the time figure give the table's exponent
+    assert _legend_exponents(decode.decode_time_figure(df, "t")[0]) == expected
+    assert _legend_exponents(plots.time_figure(df, fitmod.fit_index(fits.reset_index()), "t")[0]) == expected
+    said = " ".join(s for p in rep.findings.panels for s in p.sentences)
+    for v, e in expected.items():
+        assert f"{v}: time grows as N_k^{e}" in said, said
+    # and the decode panel's N is N_k in its findings, never a bare N
+    assert not re.search(r"\bN\b", said), said
+
+
+def test_the_decode_figures_ring_the_drifted_cells_as_the_text_says(tmp_path):
+    run = synthetic.write_run(tmp_path / "run", _decode_rows(drift_at=2048))
+    df = results.load(run)
+    assert df["drift"].sum() == 2
+    for fig in (decode.decode_time_figure(df, "t")[0], decode.kv_bandwidth_figure(df, "k", 10.0)[0]):
+        rings = [c for ax in fig.axes for c in ax.collections if isinstance(c, PathCollection)]
+        assert sum(len(r.get_offsets()) for r in rings) == 2, fig
+        assert plots.DRIFT_LABEL in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    md = render(prepare([run]), tmp_path / "out").readme.read_text()
+    assert "orange" not in md and "in red" not in md and "ringed with a dashed circle" in md
+    # 'causal' is said once beside 'lower-right causal', in every heading
+    headings = [line for line in md.splitlines() if line.startswith("#") and "lower-right causal" in line]
+    assert headings and not any(re.search(r"[(·] causal ·", h) for h in headings), headings
+
+
+def test_the_speed_accuracy_table_of_a_decode_run_shows_what_its_figure_draws(tmp_path):
+    """The figure's y is K/V GB/s and its length N_k: the 'points drawn' table says the same, not TFLOP/s
+    at N = 1 (the queries)."""
+    from attnbench.reports.panels import accuracy
+
+    rows = [{**r, "rel_err": 1e-7} for r in _decode_rows()]
+    run = synthetic.write_run(tmp_path / "run", rows)
+    df = results.load(run)
+    table = accuracy.accuracy_table(accuracy.points(df), accuracy.speed_of(df)[0])
+    assert table.headers[2:4] == ("N_k", "K/V GB/s"), table.headers
+    drawn = accuracy.accuracy_figure(df, "a")[1]
+    for r in table.rows:
+        point = drawn[drawn["variant"] == r[0]].iloc[0]
+        assert r[2] == "8,192" and float(r[3]) == float(f"{point['kv_gbps']:.3g}"), (r, point)
+    md = render(prepare([run]), tmp_path / "out").readme.read_text()
+    part = md.split("## Speed against accuracy: the points drawn")[1]
+    assert "| N\\_k | K/V GB/s |" in part and "| TFLOP/s |" not in part
