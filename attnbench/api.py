@@ -529,9 +529,28 @@ def _variant_names(value: Any, key: str) -> Any:
         except VariantError as exc:
             raise ValueError(f"{key}=: {exc}") from None
         _check_free(made.name, f"{key}=")
+        _check_apart(made, names, key)
         add(made)
         names.append(made.name)
     return names
+
+
+def _check_apart(made: Any, names: list[str], key: str) -> None:
+    """ValueError where `made` is another function than the variant of its name listed before it (two
+    functions of one __name__: the second would replace the first), naming the ways to tell them apart."""
+    from attnbench.variants import all_variants
+
+    earlier = all_variants().get(made.name) if made.name in names else None
+    if earlier is not None and earlier.fn is not made.fn and _function(earlier) is not _function(made):
+        raise ValueError(
+            f"{key}=: two functions share the name {made.name!r}: give them names apart, "
+            f"{key}={{'v1': fn_v1, 'v2': fn}} or attnbench.variant(fn, name='v2')"
+        )
+
+
+def _function(v: Any) -> Any:
+    """The user's function of a variant (registry.Keywords wraps it to hand only the keywords it takes)."""
+    return getattr(v.fn, "fn", v.fn)
 
 
 def _check_free(name: str, keyword: str) -> None:
