@@ -16,7 +16,7 @@ from typing import Any
 
 from .formulas import NOISY_NOTE, gbps, noisy_note, rate, summarize, tflops
 from .schema import PHASE_COLUMNS
-from .store import _read_lines, append_record
+from .store import _read_lines, append_record, read_rows
 
 VISITS = "visits.jsonl"
 
@@ -184,3 +184,10 @@ def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
             rows.append(by_index[len(rows) + 1])
         out[cell_id] = rows
     return out
+
+
+def unfinished(path: str | Path) -> dict[str, int]:
+    """cell_id -> how many of its visits visits.jsonl keeps, for each cell of the run at `path` that has no
+    row yet (a run stopped mid-rounds: a cell's row is written once its last visit ends)."""
+    done = {row.get("cell_id") for row in read_rows(path)}
+    return {cell: len(rows) for cell, rows in read_visits(path).items() if rows and cell not in done}
