@@ -17,8 +17,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from attnbench.bench_sweep import bench_plan
-from attnbench.interrupted import RunInterrupted
+from attnbench.bench_sweep import bench_plan, resumed_baseline
+from attnbench.interrupted import RunInterrupted, bench_interrupted
 
 PathLike = str | Path
 
@@ -28,7 +28,7 @@ class Run:
     """A finished (or interrupted) run: its directory and how many cells ended in each status."""
 
     path: Path
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # the run's cells by status, a resume's earlier too
     interrupted: bool = False
     resumed: int = 0  # cells already done before a resume
     notes: tuple[str, ...] = ()  # what the run tells its user (the CLI's "note:" lines)
@@ -252,12 +252,25 @@ def _finished(summary) -> Run:
     """The Run of a harness.run.runner.RunSummary; RunInterrupted where Ctrl-C stopped it (the directory is
     closed, its finished rows kept: the Ctrl-C goes on to the caller, a script's loop of runs included)."""
     ran = Run(
-        summary.path, dict(summary.counts), summary.interrupted, summary.resumed,
-        tuple(summary.notes), summary.forecast,
+        summary.path, _counts(summary), summary.interrupted, summary.resumed, tuple(summary.notes),
+        summary.forecast,
     )  # fmt: skip
     if ran.interrupted:
         raise RunInterrupted(ran, flags=_AS_FLAGS.get())  # `attnbench bench`: said as `attnbench run` says it
     return ran
+
+
+def _counts(summary) -> dict[str, int]:
+    """The run's cells by status, read off its rows: every cell it has measured, those a resume found done
+    included (the session's own counts, harness.run.runner.RunSummary's, are what this session measured);
+    the session's where there are no rows to read (a dry run, a start stopped before meta.json)."""
+    from collections import Counter
+
+    from attnbench.results.store import is_run_dir, latest_rows
+
+    if summary.forecast is not None or not is_run_dir(summary.path):
+        return dict(summary.counts)
+    return dict(Counter(str(row.get("status")) for row in latest_rows(summary.path)))
 
 
 @dataclass(frozen=True)
@@ -325,7 +338,8 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     with `seq_k=` (keys apart from the queries: a decode step) causal masking is aligned lower-right, as
     decoding aligns it, unless `causal=` says otherwise; with an executor that measures cells in parallel
     (`executor="ray"` or `"slurm"`, `devices=`) each cell is visited once (`rounds=1`), and the race is
-    judged on its timed calls.
+    judged on its timed calls. `bench(fn, out=..., resume=True)` finishes a bench Ctrl-C stopped
+    (RunInterrupted says so) with the run's own sweep and baseline, and answers.
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
@@ -344,7 +358,13 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
         prestart_for(keywords.get("executor", "local"), None, pinned=bool(keywords.get("cpu_affinity")),
                      dry_run=bool(keywords.get("dry_run")))  # fmt: skip
     measured = fn if isinstance(fn, str) else variant(fn, name=name)
-    given, (baseline, keywords) = baseline, bench_plan(measured, baseline, keywords)
+    resume = keywords.get("resume", False)  # the run's own sweep and variants, from its meta.json
+    if resume:
+        given = baseline = resumed_baseline(
+            getattr(measured, "name", measured), baseline, keywords.get("out")
+        )
+    else:
+        given, (baseline, keywords) = baseline, bench_plan(measured, baseline, keywords)
     against = baseline if isinstance(baseline, str) else variant(baseline)  # your previous version, say
     who, base = (v if isinstance(v, str) else v.name for v in (measured, against))
     with in_keywords():  # said with --baseline by `attnbench bench`, with baseline= here
@@ -356,10 +376,16 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
         raise ValueError(
             f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"
         )
-    t0 = time.perf_counter()
-    ran = run(variants=[measured, against], **{"preset": "bench", **keywords})
-    declared = None if ran.forecast is not None else _declared(who, ran.path)
-    took = time.perf_counter() - t0
+    t0, flags = time.perf_counter(), _AS_FLAGS.get()
+    try:
+        ran = run(**{**({} if resume else {"variants": [measured, against], "preset": "bench"}), **keywords})
+    except RunInterrupted as stop:  # said as bench's resume, which answers too
+        raise bench_interrupted(stop.run, fn, name, flags) from None
+    try:
+        declared = None if ran.forecast is not None else _declared(who, ran.path)
+    except KeyboardInterrupt:  # in the gate at N = 100, after the sweep: the same resume answers
+        raise bench_interrupted(ran, fn, name, flags, stage="the gate at N = 100, after the sweep") from None
+    took = None if resume else time.perf_counter() - t0  # a resume's time is not the bench's
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
 
@@ -530,9 +556,28 @@ def _variant_names(value: Any, key: str) -> Any:
         except VariantError as exc:
             raise ValueError(f"{key}=: {exc}") from None
         _check_free(made.name, f"{key}=")
+        _check_apart(made, names, key)
         add(made)
         names.append(made.name)
     return names
+
+
+def _check_apart(made: Any, names: list[str], key: str) -> None:
+    """ValueError where `made` is another function than the variant of its name listed before it (two
+    functions of one __name__: the second would replace the first), naming the ways to tell them apart."""
+    from attnbench.variants import all_variants
+
+    earlier = all_variants().get(made.name) if made.name in names else None
+    if earlier is not None and earlier.fn is not made.fn and _function(earlier) is not _function(made):
+        raise ValueError(
+            f"{key}=: two functions share the name {made.name!r}: give them names apart, "
+            f"{key}={{'v1': fn_v1, 'v2': fn}} or attnbench.variant(fn, name='v2')"
+        )
+
+
+def _function(v: Any) -> Any:
+    """The user's function of a variant (registry.Keywords wraps it to hand only the keywords it takes)."""
+    return getattr(v.fn, "fn", v.fn)
 
 
 def _check_free(name: str, keyword: str) -> None:

@@ -110,3 +110,24 @@ def _own_dtypes(measured: Any) -> dict:
     if v is None or set(v.cap.dtypes) & set(read_sweep_file(presets()["bench"])["dtype"]):
         return {}
     return {"dtype": list(v.cap.dtypes)}
+
+
+def resumed_baseline(who: str, baseline: Any, out: Any) -> str:
+    """The baseline of the bench run at `out` that bench(fn, out=..., resume=True) finishes: the variant its
+    meta.json names beside fn (a resume takes the sweep, settings and variants from the run, as run's does).
+    ValueError where fn, or a baseline= given, is not the run's; bench's default where there is no run to
+    read (run refuses the resume then, in its own words)."""
+    from attnbench.results.store import is_run_dir, read_meta
+
+    given = baseline if baseline is None or isinstance(baseline, str) else getattr(baseline, "name", None)
+    if out is None or not is_run_dir(out):
+        return given or "sdpa"
+    names = [str(n) for n in read_meta(out).get("variants") or []]
+    others = [n for n in names if n != who]
+    if who not in names or (given is not None and given not in others) or not others:
+        said = f"{who!r}" + ("" if given is None else f" against {given!r}")
+        raise ValueError(
+            f"bench: the run in {str(out)!r} measured {' and '.join(map(repr, names))}, not {said}: resume "
+            "it with the fn it benched (and its name=)"
+        )
+    return given or others[0]

@@ -157,6 +157,7 @@ def add_bench(sub) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="what it would measure and for how long; nothing run"
     )
+    p.add_argument("--resume", action="store_true", help="finish the bench run in --out DIR and answer")
     p.add_argument("--executor", default="local", metavar="|".join(EXECUTORS), help="as `attnbench run`'s")
     _add_sweep_flags(p, hidden=("variants",))
     p.set_defaults(func=cmd_bench)
@@ -183,7 +184,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         build_sweep(planned, preset=None if args.config else args.preset or "bench", config=args.config)
         ran = bench(
             args.variant, baseline=args.baseline, variant_files=args.variant_file or (), out=args.out,
-            dry_run=args.dry_run, progress=not args.quiet, executor=args.executor, config=args.config,
+            dry_run=args.dry_run, resume=args.resume, progress=not args.quiet, executor=args.executor,
+            config=args.config,
             **({"preset": None} if args.config else {"preset": args.preset} if args.preset else {}), **given,
         )  # fmt: skip
     if args.dry_run:
@@ -199,6 +201,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _ended(summary, rerun: str | None) -> int:
     """What a run says when it ends: notes, how it ended, a busy machine; the run's path on stdout."""
+    from attnbench.interrupted import kept_text
     from attnbench.results.drift import busy_sentence
     from attnbench.results.store import is_run_dir, latest_rows
 
@@ -213,7 +216,10 @@ def _ended(summary, rerun: str | None) -> int:
             f"run the same command again (it reuses {summary.path})"
         )
         return EXIT_INTERRUPTED
-    if summary.interrupted:
+    if summary.interrupted:  # with rounds, the visits of cells not finished are kept too
+        counts = counts.removesuffix(_counts(summary)) + kept_text(
+            summary.path, summary.counts, "no cells run"
+        )
         tell(
             f"interrupted: finished rows are kept in {summary.path} ({counts}); "
             f"finish with: attnbench run --resume --out {summary.path}"

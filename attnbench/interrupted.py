@@ -4,15 +4,18 @@ stops there too, as at any other Ctrl-C. The command line says the same in its o
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped attnbench.run (or bench) once its directory was there: `run` is the Run
     (interrupted=True), and the message says how to finish it, with the API's keywords or, for a command
-    (`flags`: `attnbench bench`), with `attnbench run`'s flags."""
+    (`flags`: `attnbench bench`), with `attnbench run`'s flags. `finish`: the call that finishes it where
+    it is not run's (bench's, which answers too); `stage`: what was stopped where it was not the sweep
+    (bench's gate at N = 100, after every cell's row was written)."""
 
-    def __init__(self, run: Any, *, flags: bool = False) -> None:
+    def __init__(self, run: Any, *, flags: bool = False, finish: str | None = None, stage: str = "") -> None:
         from attnbench.results.store import is_run_dir
 
         self.run = run
@@ -24,9 +27,42 @@ class RunInterrupted(KeyboardInterrupt):
                 f"{again} (it reuses {where})"
             )
         else:
-            finish = f"attnbench run --resume --out {where}" if flags else (
+            finish = finish or (f"attnbench run --resume --out {where}" if flags else (
                 f"attnbench.run(out={str(where)!r}, resume=True)"
-            )  # fmt: skip
-            counts = ", ".join(f"{n} {s}" for s, n in sorted(run.counts.items())) or "no cells run"
-            said = f"interrupted: finished rows are kept in {where} ({counts}); finish with: {finish}"
+            ))  # fmt: skip
+            kept = kept_text(where, run.counts)
+            said = f"interrupted: finished rows are kept in {where} ({kept}); finish with: {finish}"
+            if stage:  # after the sweep: the run is whole, and its answer is what the call gives
+                said = f"interrupted during {stage}: rows kept in {where} ({kept}); answer with: {finish}"
         super().__init__(said)
+
+
+def kept_text(path: str | Path, counts: dict[str, int], none: str = "no cell finished") -> str:
+    """What a stopped run keeps, in words: its cells by status (`counts`; `none` where there are none) and,
+    with rounds, the visits of cells not finished yet (results.visits.unfinished: a resume makes only the
+    visits missing): '3 ok; 7 visits of 4 cells not finished'."""
+    from attnbench.results.visits import unfinished
+
+    said = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or none
+    pending = unfinished(path)
+    if pending:
+        made, cells = sum(pending.values()), len(pending)
+        plural = ("" if made == 1 else "s", "" if cells == 1 else "s")
+        said += f"; {made} visit{plural[0]} of {cells} cell{plural[1]} not finished"
+    return said
+
+
+def bench_interrupted(run: Any, fn: Any, name: str | None, flags: bool, stage: str = "") -> RunInterrupted:
+    """The RunInterrupted of attnbench.bench (or `attnbench bench`, `flags`): finished, and answered, by
+    bench's own resume, not run's, which would leave the run without its gate at N = 100 and its answer."""
+    from dataclasses import replace
+
+    where = run.path
+    if flags:
+        again = f"attnbench bench {fn} --resume --out {where}"
+    else:
+        called = fn if isinstance(fn, str) else getattr(fn, "__name__", "fn")
+        spelled = repr(called) if isinstance(fn, str) else called if called.isidentifier() else "fn"
+        named = f", name={name!r}" if name else ""
+        again = f"attnbench.bench({spelled}, out={str(where)!r}, resume=True{named})"
+    return RunInterrupted(replace(run, interrupted=True), flags=flags, finish=again, stage=stage)

@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .formulas import NOISY_NOTE, gbps, noisy_note, summarize, tflops
-from .store import _read_lines, append_record
+from .formulas import NOISY_NOTE, gbps, noisy_note, rate, summarize, tflops
+from .schema import PHASE_COLUMNS
+from .store import _read_lines, append_record, read_rows
 
 VISITS = "visits.jsonl"
 
@@ -41,11 +42,11 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
     - A visit that is not ok ends its cell: its row is the cell's, its message says which visit ("in visit 2
       of 3: ..."), with the first visit's gate columns where it lacks them.
     - Otherwise the first visit's row (its gate, checks, memory and first-call costs), with every visit's
-      samples pooled in `samples_ms` and the timing columns recomputed from them (results.formulas),
+      samples pooled in `samples_ms` and the timing columns and every rate recomputed from them (_rates),
       `visit_medians_ms` and `visit_samples` per visit, the largest peak and retained memory of any visit,
-      the fresh-input check wherever it ran (the worst), the clock check's worst visit, every visit's
-      checks_ms and timing_ms summed, the later visits' warm-up calls and setup hooks in `rewarm_ms`, and
-      the wall time of all of them.
+      the fresh-input check wherever it ran (the worst), the clock check's worst visit, and the wall time
+      of all of them with each phase summed over the visits (_phases: a later visit's warm-up call and
+      setup hook in `rewarm_ms`).
     """
     if not rows:
         raise ValueError("a cell's row needs at least one visit")
@@ -66,21 +67,13 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
         message = "; ".join([*kept, *([note] if note else [])])
         if message != str(merged.get("message") or ""):
             merged["message"] = message
-        median = merged["time_ms_median"]
-        merged["tflops"] = tflops(merged.get("flops"), median)
-        if merged.get("kv_bytes") is not None:
-            merged["kv_gbps"] = gbps(merged["kv_bytes"], median)
+        _rates(merged, merged["time_ms_median"])
     for col in ("peak_mem_bytes", "retained_mem_bytes"):
         values = [row[col] for row in rows if row.get(col) is not None]
         if values:
             merged[col] = max(values)
-    if all(row.get("elapsed_s") is not None for row in rows):
-        merged["elapsed_s"] = round(sum(row["elapsed_s"] for row in rows), 3)
+    _phases(merged, rows)
     merged["finished_at"] = rows[-1].get("finished_at", merged.get("finished_at"))
-    if len(rows) > 1:
-        merged["rewarm_ms"] = round(
-            sum((row.get("first_call_ms") or 0.0) + (row.get("setup_ms") or 0.0) for row in rows[1:]), 6
-        )
     clocks = [row for row in rows if row.get("clock_ratio") is not None]
     if clocks:  # the visit whose worker clock was furthest from the parent's
         worst = max(clocks, key=lambda row: abs(1.0 - row["clock_ratio"]))
@@ -91,11 +84,38 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
     fresh = [row["fresh_rel_err"] for row in rows if row.get("fresh_rel_err") is not None]
     if fresh:
         merged["fresh_rel_err"] = max(fresh)
-    for col in ("checks_ms", "timing_ms"):  # phases every visit has: the cell's are their sums
-        values = [row[col] for row in rows if row.get(col) is not None]
-        if values:
-            merged[col] = round(sum(values), 6)
     return merged
+
+
+def _rates(merged: dict[str, Any], median: float) -> None:
+    """Every rate of the cell's median call (docs/results-schema.md), from the pooled median, not the first
+    visit's: useful and executed TFLOP/s, query tokens per second, K/V and paged-decode GB/s. (Energy per
+    call and TFLOP/s per W are read off the first visit's own energy window, not off the median.)"""
+    merged["tflops"] = tflops(merged.get("flops"), median)
+    derived = (("executed_tflops", "executed_flops", tflops), ("kv_gbps", "kv_bytes", gbps),
+               ("io_gbps", "io_bytes", gbps))  # fmt: skip
+    for col, amount, per in derived:
+        if merged.get(amount) is not None:
+            merged[col] = per(merged[amount], median)
+    tokens = (merged.get("batch"), merged.get("seq_len"))
+    if "tokens_per_s" in merged and all(isinstance(t, int) for t in tokens):  # query tokens (a pack's T)
+        merged["tokens_per_s"] = rate(tokens[0] * tokens[1], median)
+
+
+def _phases(merged: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """The cell's wall time and its phases, each summed over the visits, so that the phases add up to
+    elapsed_s as each visit's do (results.schema.PHASE_COLUMNS); a later visit's setup hook and warm-up call
+    are in `rewarm_ms` (setup_ms and first_call_ms stay the first visit's, outside the timed calls)."""
+    if all(row.get("elapsed_s") is not None for row in rows):
+        merged["elapsed_s"] = round(sum(row["elapsed_s"] for row in rows), 3)
+    for col in PHASE_COLUMNS:
+        values = [row[col] for row in rows if row.get(col) is not None]
+        if col not in ("setup_ms", "first_call_ms", "rewarm_ms") and values:
+            merged[col] = round(sum(values), 6)
+    if len(rows) > 1:
+        merged["rewarm_ms"] = round(
+            sum((row.get("first_call_ms") or 0.0) + (row.get("setup_ms") or 0.0) for row in rows[1:]), 6
+        )
 
 
 def _ended(rows: list[dict[str, Any]], i: int, planned: int) -> dict[str, Any]:
@@ -164,3 +184,10 @@ def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
             rows.append(by_index[len(rows) + 1])
         out[cell_id] = rows
     return out
+
+
+def unfinished(path: str | Path) -> dict[str, int]:
+    """cell_id -> how many of its visits visits.jsonl keeps, for each cell of the run at `path` that has no
+    row yet (a run stopped mid-rounds: a cell's row is written once its last visit ends)."""
+    done = {row.get("cell_id") for row in read_rows(path)}
+    return {cell: len(rows) for cell, rows in read_visits(path).items() if rows and cell not in done}

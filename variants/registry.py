@@ -127,17 +127,11 @@ class Capability:
             )
         if self.layout not in LAYOUTS:
             raise VariantError(f"variant {self.name}: layout must be one of {LAYOUTS}, not {self.layout!r}")
-        bad = [d for d in self.devices if d not in DEVICES]
-        if bad:
-            raise VariantError(f"variant {self.name}: unknown device(s) {bad}; known: {list(DEVICES)}")
-        bad = [d for d in self.dtypes if d not in DTYPES]
-        if bad:
-            raise VariantError(f"variant {self.name}: unknown dtype(s) {bad}; known: {list(DTYPES)}")
-        bad = [m for m in self.mods if m not in MOD_KINDS]
-        if isinstance(self.mods, str) or bad:
-            raise VariantError(
-                f"variant {self.name}: mods must be a tuple of {list(MOD_KINDS)}, not {self.mods!r}"
-            )
+        for key, known in (("devices", DEVICES), ("dtypes", DTYPES), ("mods", MOD_KINDS)):
+            given = getattr(self, key)  # a str is refused: dtypes="float32" would read as 'f', 'l', 'o', ...
+            if isinstance(given, str) or not set(given) <= set(known):
+                raise VariantError(f"variant {self.name}: {key} must be a tuple of {list(known)}, such as "
+                                   f"({known[0]!r},), not {given!r}")  # fmt: skip
         if self.quant and self.quant not in QUANT_RECIPES:
             raise VariantError(
                 f"variant {self.name}: quant must be one of {list(QUANT_RECIPES)} or '', not {self.quant!r}"
@@ -397,7 +391,13 @@ def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
 def check_takes_qkv(name: str, fn: Callable[..., Any], sig: inspect.Signature | None) -> None:
     """VariantError, before any cell runs, when fn (of signature `sig`) cannot be called fn(q, k, v): too
     few positional parameters, or a torch.nn.MultiheadAttention layer (projections and all, on (N, L, E)
-    inputs). A signature that cannot be read, or *args, passes."""
+    inputs). A signature that cannot be read, or *args, passes. TypeError for an async def or a generator
+    function (or an object whose __call__ is one): its call returns no tensor."""
+    for kind in ("coroutine", "asyncgen", "generator"):
+        if any(getattr(inspect, f"is{kind}function")(f) for f in (fn, vars(type(fn)).get("__call__"))):
+            word = kind.replace("asyncgen", "async generator")
+            raise TypeError(f"variant {name!r} returns a {word} when called, not the output tensor: give a "
+                            "plain def that returns it")  # fmt: skip
     nn = sys.modules.get("torch.nn")  # loaded wherever fn is one of its modules
     if nn is not None and isinstance(fn, nn.MultiheadAttention):
         raise VariantError(

@@ -24,14 +24,15 @@ FROM_FILE = "file "  # the source of a variant a variant file registered (regist
 def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capability: Any) -> Variant:
     """A Variant of a callable, with the Capability fields given (register's keywords), not registered:
     named after the function (a lambda needs name=), its source where it was defined, made as register()
-    makes one (registry.made: fn is handed only the keywords it takes). VariantError naming what is wrong.
+    makes one (registry.made: fn is handed only the keywords it takes). VariantError naming what is wrong;
+    TypeError for what is no callable (a number, a tensor, a list) or one whose call returns no tensor.
     """
     if isinstance(fn, Variant):
         if capability:
             raise VariantError(f"variant {fn.name!r} has its capabilities already; give them to register()")
         return fn if name in (None, fn.name) else replace(fn, cap=replace(fn.cap, name=name))
-    if not callable(fn):
-        raise VariantError(f"a variant is a callable or a registered name, not {type(fn).__name__}")
+    if not callable(fn):  # bench(42), bench(a tensor), bench([fn]): a mistake of type
+        raise TypeError(f"a variant is a callable or a registered name, not {type(fn).__name__}")
     if name is not None and not (isinstance(name, str) and name.strip()):
         raise VariantError(f"name={name!r} names no variant: give it a name such as name='mine'")
     name = name or getattr(fn, "__name__", None) or type(fn).__name__

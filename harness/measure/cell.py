@@ -608,11 +608,13 @@ def _again(
     visit: tuple[int, int],
     variant: Any,
 ) -> tuple[str, str, timing.Measurement]:
-    """A later visit: the same inputs, the setup hook again (setup_ms), one untimed warm-up call
+    """A later visit: the same inputs (inputs_ms), the setup hook again (setup_ms), one untimed warm-up call
     (first_call_ms) or, in the second visit of a cell that deferred it, the fresh-input check as that
     call (checks_ms, fresh_rel_err), then its share of the budget; (status, message, the measurement)."""
     index, rounds = visit
+    t_inputs = time.perf_counter()  # made again where the worker's cache holds another shape's by now
     q, k, v, kl = cache.get(spec, settings.seed, variant.cap.layout)
+    inputs_ms = (time.perf_counter() - t_inputs) * 1e3
     opts = call_options(spec, kl)
     setup_ms = None
     if variant.cap.setup is not None:
@@ -648,6 +650,7 @@ def _again(
         checks_ms = (checks_ms or 0.0) + varied_ms
     row.update(
         layout=variant.cap.layout,
+        inputs_ms=_ms(inputs_ms),
         setup_ms=_ms(setup_ms),
         first_call_ms=_ms(first_ms),
         checks_ms=_ms(checks_ms),

@@ -135,6 +135,7 @@ def read_layer(given: Mapping[str, Any]) -> dict[str, Any]:
     bad key or value as its flag."""
     out: dict[str, Any] = {}
     settings: dict[str, Any] = {}
+    keys: dict[str, str] = {}  # axis name -> the key it was given as (pass, pass_, passes)
     for key, value in given.items():
         if value is None:
             continue
@@ -144,9 +145,9 @@ def read_layer(given: Mapping[str, Any]) -> dict[str, Any]:
             settings[key] = SETTING_KEYS[key].read(value, flag_name(key))
         elif key in AXIS_KEYS:
             axis = AXIS_KEYS[key]
-            if axis.name in out:
-                raise ValueError(f"{flag_name(key)} is given twice (as {axis.option} and {axis.sweep_field})")
-            out[axis.name] = read_axis(axis, value, flag_name(key))
+            if axis.name in out:  # the two spellings given, as given
+                raise ValueError(f"{flag_name(key)} is given twice (as {keys[axis.name]} and {key})")
+            out[axis.name], keys[axis.name] = read_axis(axis, value, flag_name(key)), key
         else:
             known = [a.option for a in SWEEP_AXES] + list(SETTING_KEYS)
             raise ValueError(unknown("sweep axis or setting", key, known, also=AXIS_KEYS))

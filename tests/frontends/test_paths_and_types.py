@@ -146,3 +146,75 @@ def test_a_report_into_its_run_directory_is_pointed_at_the_runs_report_folder(tm
     p = run_cli("report", str(run), "--out", str(run))
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
     assert f"such as --out {str(run / 'report')!r} (`attnbench history publish` finds it there)" in p.stderr
+
+
+async def _async_attn(q, k, v):
+    return q
+
+
+def _generator_attn(q, k, v):
+    yield q
+
+
+@pytest.mark.parametrize(
+    "fn, said",
+    [
+        (42, "a variant is a callable or a registered name, not int"),
+        ([lambda q, k, v: q], "a variant is a callable or a registered name, not list"),
+        (_async_attn, "variant '_async_attn' returns a coroutine when called, not the output tensor"),
+        (_generator_attn, "variant '_generator_attn' returns a generator when called, not the output tensor"),
+    ],
+    ids=["int", "list", "async def", "generator"],
+)
+def test_a_bench_of_no_function_is_a_type_error_before_any_work(tmp_path, fn, said):
+    """bench(42), bench([fn]) are mistakes of type; an async def or a generator function returns no tensor,
+    which the output contract found only after seconds of measuring: each one line, before anything runs."""
+    out = tmp_path / "never"
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError) as caught:
+        attnbench.bench(fn, out=out, seq_len=64)
+    assert str(caught.value).startswith(said) and "\n" not in str(caught.value), caught.value
+    assert not out.exists()
+    if callable(fn):  # declared, the same: attnbench.variant and @register
+        with pytest.raises(TypeError, match="^variant 'x' returns a"):
+            attnbench.variant(fn, name="x")
+        with pytest.raises(TypeError, match="returns a"):
+            attnbench.register("x37")(fn)
+
+
+def test_a_bench_of_a_tensor_is_a_type_error():
+    import torch
+
+    with pytest.raises(TypeError, match="^a variant is a callable or a registered name, not Tensor$"):
+        attnbench.bench(torch.zeros(2), dry_run=True)
+
+
+def test_a_capabilitys_names_given_as_one_string_are_refused_as_such():
+    """dtypes="float32" was read letter by letter ("unknown dtype(s) ['f', 'l', ...]")."""
+    with pytest.raises(
+        ValueError, match=r"dtypes must be a tuple of \[.*\], such as \('float32',\), not 'float32'"
+    ):
+        attnbench.variant(lambda q, k, v: q, name="x", dtypes="float32")
+    with pytest.raises(ValueError, match=r"devices must be a tuple of \['cpu', 'cuda'\], such as \('cpu',\)"):
+        attnbench.variant(lambda q, k, v: q, name="x", devices="cpu")
+
+
+def test_an_axis_given_twice_names_the_two_spellings_given(tmp_path):
+    with pytest.raises(ValueError, match=r"^pass_ is given twice \(as pass and pass_\)$"):
+        attnbench.bench("naive", **{"pass": "fwdbwd", "pass_": "fwd"}, dry_run=True, out=tmp_path / "d")
+
+
+def test_two_functions_of_one_name_are_told_apart_not_listed_twice(tmp_path):
+    namespace = {"__name__": "__main__"}
+    exec("def attn(q, k, v):\n    return q", namespace)
+    attn_v1 = namespace["attn"]
+
+    def attn(q, k, v):
+        return k
+
+    with as_a_fresh_process(tmp_path), pytest.raises(ValueError) as caught:
+        attnbench.run(variants=[attn_v1, attn], seq_len=64, dry_run=True)
+    said = str(caught.value)
+    assert "two functions share the name 'attn'" in said and "variants={'v1': " in said, said
+    assert "name=" in said and "lists a value twice" not in said
+    with as_a_fresh_process(tmp_path):
+        assert attnbench.run(variants={"v1": attn_v1, "v2": attn}, seq_len=64, dry_run=True).forecast

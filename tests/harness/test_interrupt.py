@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -202,7 +203,11 @@ def test_a_ctrl_c_as_a_run_starts_or_closes_says_how_to_finish_it(tmp_path):
 
     done = _script(CTRL_C_AT.format(where="log_resume"), "run", "--resume", "--out", str(out))
     assert done.returncode == 130, done.stderr
-    assert f"interrupted: finished rows are kept in {out} (no cells run); finish with:" in done.stderr
+    # this session's cells, and the visit of the cell whose row was cut (a resume makes its row of it)
+    said = (
+        f"interrupted: finished rows are kept in {out} (no cells run; 1 visit of 1 cell not finished); finish"
+    )
+    assert said in done.stderr, done.stderr
     assert len(read_rows(out)) == 1
     assert len((out / "resumes.jsonl").read_text().splitlines()) == 1
 
@@ -281,3 +286,117 @@ def test_a_ctrl_c_while_the_forkserver_imports_torch_neither_kills_it_nor_prints
     )
     assert p.returncode == 0 and p.stdout.strip() == "ignored", p.stdout + p.stderr
     assert "KeyboardInterrupt" not in p.stderr, p.stderr
+
+
+BENCH_STOPPED = """
+import json, os, signal, sys
+import attnbench
+from attnbench.harness.tools import check
+from attnbench.harness.workers import isolation
+from attnbench.interrupted import RunInterrupted
+from attnbench.results import visits
+
+def attn(q, k, v, *, scale=None):
+    return ((q @ k.transpose(-2, -1)) * (scale or q.shape[-1] ** -0.5)).softmax(-1) @ v
+
+def ctrl_c_after(cls, name, n):
+    real, calls = getattr(cls, name), []
+
+    def then_ctrl_c(self, *args, **kwargs):
+        got = real(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGINT)
+        return got
+
+    setattr(cls, name, then_ctrl_c)
+    return lambda: setattr(cls, name, real)
+
+out, said = sys.argv[1], {}
+undo = ctrl_c_after(visits.VisitLog, "append", 3)  # in the sweep's first round: no cell has its row yet
+try:
+    attnbench.bench(attn, out=out, seq_len="64", dtype="float32", causal="no", padding="0", budget_ms=5,
+                    warmup_ms=1, min_ms=1, calibrate_ms=0, progress=False)
+except RunInterrupted as exc:
+    said["sweep"] = str(exc)
+undo()
+gates = check.bench_gates
+
+def gates_stopped(*args, **kwargs):  # Ctrl-C while a gate's worker is awaited (isolation._receive)
+    ctrl_c_after(isolation.Worker, "_receive", 1)
+    return gates(*args, **kwargs)
+
+check.bench_gates = gates_stopped
+try:
+    attnbench.bench(attn, out=out, resume=True, progress=False)
+except RunInterrupted as exc:
+    said["gate"] = str(exc)
+check.bench_gates = gates
+ran = attnbench.bench(attn, out=out, resume=True, progress=False)
+said["answer"], said["counts"] = str(ran).splitlines()[0], ran.counts
+print(json.dumps(said))
+"""
+
+
+def test_a_bench_stopped_in_its_sweep_or_its_gate_is_finished_and_answered_by_benchs_resume(tmp_path):
+    """Ctrl-C in bench's sweep pointed at run's resume, which left the run without its answer (and bench's
+    own resume was refused: "drop preset"); with rounds it said "no cells run" beside visits kept; in the
+    gate at N = 100 after the sweep it raised a bare KeyboardInterrupt. Each says bench's resume now, which
+    finishes the run and answers, with every cell of the run counted."""
+    out = tmp_path / "b"
+    done = _script(BENCH_STOPPED, str(out), timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = json.loads(done.stdout.splitlines()[-1])
+    again = f"attnbench.bench(attn, out={str(out)!r}, resume=True)"
+    assert said["sweep"].startswith(f"interrupted: finished rows are kept in {out} (no cell finished; ")
+    assert re.search(r"; \d+ visits? of \d cells? not finished\); finish with: ", said["sweep"]), said[
+        "sweep"
+    ]
+    assert said["sweep"].endswith(again), said["sweep"]
+    assert said["gate"] == (
+        f"interrupted during the gate at N = 100, after the sweep: rows kept in {out} (2 ok); answer with: "
+        f"{again}"
+    )
+    assert said["answer"].startswith("attn against sdpa: "), said["answer"]
+    assert said["counts"] == {"ok": 2}
+
+
+def test_a_stopped_runs_visits_are_said_and_bench_on_the_command_line_says_its_own_resume(tmp_path):
+    """What a stopped run kept, from its files: cells by status, and the visits of cells without a row yet;
+    `attnbench bench`'s Ctrl-C says its own --resume, which answers (run's would not)."""
+    from synthetic import cell, write_run
+
+    from attnbench.api import Run
+    from attnbench.interrupted import bench_interrupted, kept_text
+    from attnbench.results.visits import VisitLog
+
+    path = write_run(tmp_path / "r", [cell("mine", 64)])
+    log = VisitLog(path)
+    for cell_id, visit in (("a", 1), ("b", 1), ("a", 2)):
+        log.append(cell_id, visit, {"status": "ok"})
+    log.close()
+    assert kept_text(path, {"ok": 1}) == "1 ok; 3 visits of 2 cells not finished"
+    assert kept_text(path, {}) == "no cell finished; 3 visits of 2 cells not finished"
+    said = str(bench_interrupted(Run(path, {"ok": 1}), "mine", None, flags=True))
+    assert said.endswith(f"finish with: attnbench bench mine --resume --out {path}"), said
+
+
+def test_benchs_resume_of_a_run_of_other_variants_is_refused_before_any_work(tmp_path):
+    from synthetic import cell, write_run
+
+    import attnbench
+
+    path = write_run(tmp_path / "r", [cell("mine", 64), cell("sdpa", 64)])
+    before = sorted(p.name for p in path.iterdir())
+    with pytest.raises(
+        ValueError, match=r"^bench: the run in .* measured 'mine' and 'sdpa', not 'other': resume"
+    ):
+        attnbench.bench("other", out=path, resume=True)
+    with pytest.raises(ValueError, match=r"measured 'mine' and 'sdpa', not 'mine' against 'naive'"):
+        attnbench.bench("mine", baseline="naive", out=path, resume=True)
+    with pytest.raises(
+        ValueError,
+        match=r"^resume=True takes the sweep and its settings from the run's meta.json; drop seq_len",
+    ):
+        attnbench.bench("mine", out=path, resume=True, seq_len=64)
+    assert sorted(p.name for p in path.iterdir()) == before
