@@ -586,7 +586,7 @@ def _time_growth(fit: Any, rows: Any, n: str) -> str:
 
 
 def _peak(rows: Any, variant: str, baseline: str) -> str:
-    """'; peak 130 MiB at N 512: 242x sdpa's, 65x the N×N scores (2 MiB)': fn's peak at the largest N of
+    """'; peak 130 MiB at N 512: 242x sdpa's, 64.9x the N×N scores (2 MiB)': fn's peak at the largest N of
     its series (`rows`: one dtype, mask, pass and shape), beside the baseline's in the same cell and one
     score matrix's analytic size (formulas.scores_bytes): two kernels of one exponent differ here."""
     from attnbench.results.formulas import bytes_text, scores_bytes
@@ -601,11 +601,10 @@ def _peak(rows: Any, variant: str, baseline: str) -> str:
     theirs = ok[(ok["variant"] == baseline) & (ok[length] == top[length])]["peak_mem_bytes"]
     said = [f"{peak / float(theirs.iloc[0]):.3g}x {baseline}'s"] if len(theirs) and theirs.iloc[0] > 0 else []
     n_k = top.get("seq_k") if present(top.get("seq_k")) else top["seq_len"]
-    scores = scores_bytes(
-        int(top["batch"]), int(top["heads"]), int(top["seq_len"]), int(n_k), str(top["dtype"])
-    )
-    shape = "N×N" if length == "seq_len" else "N_q×N_k"
-    said += [f"{peak / scores:.3g}x the {shape} scores ({bytes_text(scores)})"] if scores > 0 else []
+    dims = [top.get(a) for a in ("batch", "heads", "seq_len")] + [n_k]
+    scores = scores_bytes(*map(int, dims), str(top["dtype"])) if all(map(present, dims)) else 0
+    matrix = "N×N" if length == "seq_len" else "N_q×N_k"
+    said += [f"{peak / scores:.3g}x the {matrix} scores ({bytes_text(scores)})"] if scores > 0 else []
     at = f"{_length_name(length)} {n_text(top[length])}"
     return f"; peak {bytes_text(peak)} at {at}" + (f": {', '.join(said)}" if said else "")
 
