@@ -21,6 +21,12 @@ from attnbench.results.formulas import counted
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
 
+from .answer_text import MESSAGE_CHARS
+from .answer_text import dtypes_first as _dtypes
+from .answer_text import length_name as _length_name
+from .answer_text import ratio_text as _ratio_text
+from .answer_text import short as _short
+from .answer_text import shown as _shown
 from .findings import machine_busy, n_text, names_text, range_text, unsettled
 from .tables import axis_text, label, length_axis, present, varying
 
@@ -33,8 +39,6 @@ GATE_VERDICTS = {"FAIL": "WRONG", "error": "ERROR", "crashed": "CRASHED", "timeo
 # the axes of a cell's shape besides its lengths and mask: a race line each where fn's cells take several
 SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "dropout", "mod", "lengths",
               "page_size")  # fmt: skip
-# the most characters of a row's message a line quotes: its cause and the way out come first, and fit
-MESSAGE_CHARS = 200
 MAX_CAUSES = 3  # the most WRONG lines of the sweep's cells: a line per cause, the last one for the rest
 _NUMBER = re.compile(r"[-+]?\d[\d.,]*(?:e[-+]?\d+)?")  # a message's numbers, left out of its cause
 
@@ -61,16 +65,19 @@ class Declared:
 @dataclass(frozen=True)
 class Answer:
     """The answer's lines (at most MAX_LINES), as text or as a notebook's HTML; `wrong`: whether fn was wrong
-    or raised anywhere it was gated (a cell, N = n, a declared workload, large logits)."""
+    or raised anywhere it was gated (a cell, N = n, a declared workload, large logits). A message longer
+    than MESSAGE_CHARS ends ' ...' in `lines`, at a word's end; `full`: the same lines with every message
+    whole, which the notebook's HTML shows (it wraps them)."""
 
     lines: tuple[str, ...]
     wrong: bool = False
+    full: tuple[str, ...] = ()
 
     def text(self) -> str:
         return "\n".join(self.lines)
 
     def html(self) -> str:
-        body = "\n".join(html.escape(line) for line in self.lines)
+        body = "\n".join(html.escape(line) for line in self.full or self.lines)
         return f'<pre style="white-space: pre-wrap">{body}</pre>'
 
 
@@ -108,10 +115,6 @@ def _ns(rows) -> str:
     return text if length == "seq_len" else text.replace("N = ", "N_k = ")
 
 
-def _length_name(length: str) -> str:
-    return "N" if length == "seq_len" else "N_k"
-
-
 def right_word(mine) -> str:
     """What passing the gate means for fn: 'correct', or for a variant declared approximate (its rows carry
     the bound it is held to, Capability.approximate) 'within its declared approximation (rel_err <= R)'."""
@@ -121,11 +124,11 @@ def right_word(mine) -> str:
     return f"within its declared approximation (rel_err <= {float(bound.max()):.2g})"
 
 
-def correctness(mine, spell: Callable[[str], str] = str) -> list[str]:
+def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) -> list[str]:
     """One line for the cells right against float64 (worst error per dtype), one per cause of fn's wrong
-    cells (_wrong_lines), and where no known mistake explains a finite error, how an approximation by
-    design says so; one for cells that errored, crashed or timed out (a timeout's message, the harness's,
-    in the caller's spelling by `spell`)."""
+    cells (_wrong_lines), and where no known mistake explains a finite error (`named`: a gate at N = n
+    named one), how an approximation by design says so; one for cells that errored, crashed or timed out
+    (a timeout's message, the harness's, in the caller's spelling by `spell`)."""
     lines, word = [], right_word(mine)
     gated = mine[mine["status"].isin(["ok", "wrong"])]
     right = gated[gated["status"] == "ok"]
@@ -141,7 +144,7 @@ def correctness(mine, spell: Callable[[str], str] = str) -> list[str]:
         )
     wrong = gated[gated["status"] == "wrong"]
     lines += _wrong_lines(wrong)
-    lines += _by_design(wrong, word != "correct")
+    lines += _by_design(wrong, word != "correct" or named or _masked_only(mine))
     broken = mine[mine["status"].isin(BROKEN)]
     if len(broken):
         first = broken.iloc[0]
@@ -181,11 +184,12 @@ def _where(rows) -> str:
     return f"{', '.join(_dtypes(set(rows['dtype'].astype(str))))} ({_masks(rows)}; {_ns(rows)})"
 
 
-def _by_design(wrong, declared: bool) -> list[str]:
+def _by_design(wrong, ruled_out: bool) -> list[str]:
     """How an approximation by design (random features, low rank, sparsity) is measured, where fn's wrong
     cells all err finitely, less than zeros would (rel_err < 1), with no known mistake named (the
-    gate's message goes straight to the error): nothing where fn declared one already."""
-    if declared or wrong.empty or wrong["rel_err"].isna().any():
+    gate's message goes straight to the error): nothing where it is `ruled_out` (fn declared one already,
+    a gate at N = n named a mistake, or fn is wrong only where masked: a masking bug to fix, not hide)."""
+    if ruled_out or wrong.empty or wrong["rel_err"].isna().any():
         return []
     err = wrong["rel_err"].astype(float)
     plain = wrong["message"].astype(str).str.startswith(f"{GATE_FAILED}: rel_err").all()
@@ -195,6 +199,25 @@ def _by_design(wrong, declared: bool) -> list[str]:
         f"if it approximates attention by design, declare approximate=R, the rel_err against float64 it "
         f"is held to (worst here {err.max():.1e}): its cells are then measured as ok"
     ]
+
+
+def _masked_only(mine) -> bool:
+    """Whether fn is wrong only where a mask is applied while its unmasked cells are right: a mistake in its
+    masking, which no approximation by design explains (one errs unmasked too)."""
+    masked = mine["causal"].astype(bool) | mine["padding"].fillna(0).astype(bool)
+    wrong = mine["status"] == "wrong"
+    return bool(wrong.any() and not (wrong & ~masked).any() and ((mine["status"] == "ok") & ~masked).any())
+
+
+# how a gate row's reason (harness.measure.gate_rows.fail_reason) opens where the gate named no cause
+NO_CAUSE = ("output rel_err", "non-finite output", "gradient rel_err")
+
+
+def cause_named(declared: Declared) -> bool:
+    """Whether a gate at N = n (a mask or a declared workload) failed on a mistake it named: a masking bug
+    found there is never to be declared an approximation by design."""
+    rows = [*declared.masks, *declared.gated]
+    return any(r.status == "FAIL" and not str(r.reason).startswith(NO_CAUSE) for r in rows)
 
 
 def mask_shape(mine, kind: str) -> list[str]:
@@ -446,7 +469,8 @@ def _unraced(pairs: list[tuple[Any, Any]], variant: str, baseline: str) -> list[
 
 def _race(judged: list[tuple[Any, Any]], baseline: str, named: bool = False) -> str:
     """'1.52x slower at N 64 to 2.10x slower at N 512 than sdpa (no mask); of 8 cells slower in 8' and the
-    like: the ends are the unmasked cells' where there are some, and a tally over more masks than that says
+    like: the ends are the unmasked cells' where there are some, the largest slowdown and speed-up named
+    where they are no end (_extremes), and a tally over more masks than that says
     each verdict's masks ('of 4 cells slower in 2 (no mask), faster in 2 (causal)'); the cells' window
     beside their mask unless the line's shape names it already (`named`)."""
     from pandas import DataFrame
@@ -462,7 +486,27 @@ def _race(judged: list[tuple[Any, Any]], baseline: str, named: bool = False) -> 
     mask = mask_text(k0["causal"], k0["padding"], k0.get("causal_align"))
     mask += "" if named else _window(k0.get("window"))
     ends = _end(k0, j0, length) + (f" to {_end(k1, j1, length)}" if len(plain) > 1 else "")
-    return f"{ends} than {baseline} ({mask}); of {counted(len(judged), 'cell')} {said}"
+    far = _extremes(judged, [k0, k1], length)
+    return f"{ends} than {baseline} ({mask}){far}; of {counted(len(judged), 'cell')} {said}"
+
+
+def _extremes(judged: list[tuple[Any, Any]], ends: list[Any], length: str) -> str:
+    """'; the largest slowdown: 20.13x slower at N 256' and the largest speed-up, each where it is not one of
+    the line's `ends` (their cells): a cell 20x slower between two ends about as fast as the baseline is
+    the race's news, not a detail of its tally. Its mask where it is not the ends'."""
+    ratios = [(k, j) for k, j in judged if math.isfinite(j.ratio) and j.ratio > 0]
+    said = ""
+    if not ratios:
+        return said
+    for word, (k, j) in (("slowdown", max(ratios, key=lambda kj: kj[1].ratio)),
+                         ("speed-up", min(ratios, key=lambda kj: kj[1].ratio))):  # fmt: skip
+        shown = _ratio_text(j.ratio)
+        if any(k is e for e in ends) or not shown.endswith("slower" if word == "slowdown" else "faster"):
+            continue
+        where = mask_text(k["causal"], k["padding"], k.get("causal_align"))
+        same = where == mask_text(ends[0]["causal"], ends[0]["padding"], ends[0].get("causal_align"))
+        said += f"; the largest {word}{'' if same else ', ' + where}: {_end(k, j, length)}"
+    return said
 
 
 def _window(window: Any) -> str:
@@ -480,16 +524,6 @@ def _end(k: Any, j: Any, length: str) -> str:
     notes += ["drifted or noisy"] if bool(k.get("_unsettled", False)) else []
     said = f" ({', '.join(notes)})" if notes else ""
     return f"{_ratio_text(j.ratio)} at {_length_name(length)} {n_text(k[length])}{said}"
-
-
-def _ratio_text(ratio: float) -> str:
-    if not math.isfinite(ratio) or ratio <= 0:
-        return "n/a"
-    if (
-        f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00"
-    ):  # as compare says it: never faster or slower
-        return "as fast (1.00x)"
-    return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
 
 
 def growth(df, metas, variant: str, baseline: str) -> list[str]:
@@ -531,8 +565,48 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
         else ""
     )
     over = mine["fit_seq_lens"].replace(" ", ", ")
-    grows = f"time as {n}^{mine['time_fit']}" + (f", peak memory as {n}^{mine['mem_fit']}" if memory else "")
-    return [f"grows with {n} ({dtype}{said}, {mask}, fitted over {n} {over}): {grows}{beside}"]
+    series = plain[plain["dtype"] == dtype]
+    grows = _time_growth(mine, series[series["variant"] == variant], n)
+    grows += f", peak memory as {n}^{mine['mem_fit']}" if memory else ""
+    peak = _peak(series, variant, baseline) if memory else ""
+    return [f"grows with {n} ({dtype}{said}, {mask}, fitted over {n} {over}): {grows}{beside}{peak}"]
+
+
+def _time_growth(fit: Any, rows: Any, n: str) -> str:
+    """'time as N^1.98 [1.95, 2.01]', or where a point lies far off the fit's line (fit.off_line: a kernel
+    20x slower at N 256 alone, which the race line names), that no power law fits: its exponent is noise."""
+    from .fit import off_line
+
+    ok = rows[rows["status"] == "ok"]
+    length = length_axis(rows)
+    off = off_line(fit["_time_fit"], ok[length].astype(float), ok["time_ms_median"].astype(float))
+    if off is None:
+        return f"time as {n}^{fit['time_fit']}"
+    return f"time fits no power law of {n} (a point {off:.3g}x off its line, R² {fit['time_r2']:.2f})"
+
+
+def _peak(rows: Any, variant: str, baseline: str) -> str:
+    """'; peak 130 MiB at N 512: 242x sdpa's, 64.9x the N×N scores (2 MiB)': fn's peak at the largest N of
+    its series (`rows`: one dtype, mask, pass and shape), beside the baseline's in the same cell and one
+    score matrix's analytic size (formulas.scores_bytes): two kernels of one exponent differ here."""
+    from attnbench.results.formulas import bytes_text, scores_bytes
+
+    length = length_axis(rows)
+    ok = rows[(rows["status"] == "ok") & rows["peak_mem_bytes"].notna()]
+    mine = ok[ok["variant"] == variant]
+    if mine.empty:
+        return ""
+    top = mine.loc[mine[length].astype(float).idxmax()]
+    peak = float(top["peak_mem_bytes"])
+    theirs = ok[(ok["variant"] == baseline) & (ok[length] == top[length])]["peak_mem_bytes"]
+    said = [f"{peak / float(theirs.iloc[0]):.3g}x {baseline}'s"] if len(theirs) and theirs.iloc[0] > 0 else []
+    n_k = top.get("seq_k") if present(top.get("seq_k")) else top["seq_len"]
+    dims = [top.get(a) for a in ("batch", "heads", "seq_len")] + [n_k]
+    scores = scores_bytes(*map(int, dims), str(top["dtype"])) if all(map(present, dims)) else 0
+    matrix = "N×N" if length == "seq_len" else "N_q×N_k"
+    said += [f"{peak / scores:.3g}x the {matrix} scores ({bytes_text(scores)})"] if scores > 0 else []
+    at = f"{_length_name(length)} {n_text(top[length])}"
+    return f"; peak {bytes_text(peak)} at {at}" + (f": {', '.join(said)}" if said else "")
 
 
 def bandwidth(df, metas, variant: str, baseline: str) -> list[str]:
@@ -567,11 +641,6 @@ def bandwidth(df, metas, variant: str, baseline: str) -> list[str]:
     return [f"reads its K/V cache at {best['kv_gbps']:.3g} GB/s at {at} ({where}){share}{beside}"]
 
 
-def _dtypes(names: set[str]) -> list[str]:
-    """float32 first (the dtype a first look is about), then the others by name."""
-    return sorted(names, key=lambda d: (d != "float32", d))
-
-
 def answer(
     run_dir: str | Path,
     variant: str,
@@ -596,7 +665,7 @@ def answer(
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     overflows, overflowed = large_logits(run_dir, variant, baseline)
-    lines = [head, *correctness(mine, spell), *mask_shape(mine, declared.mask)]
+    lines = [head, *correctness(mine, spell, cause_named(declared)), *mask_shape(mine, declared.mask)]
     lines += [*at_n(declared, said, right_word(mine), spell), *overflows]
     lines += [*workloads(declared, spell), *unsupported(mine, spell)]
     if (mine["status"] == "ok").any():
@@ -609,9 +678,5 @@ def answer(
 
     wrong_anywhere = bool(len(wrong) or overflowed or any(r.status in GATE_VERDICTS for r in gated))
     kept = lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines
-    return Answer(tuple(kept), wrong=wrong_anywhere)
-
-
-def _short(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    full = tuple(_shown(line, full=True) for line in kept)
+    return Answer(tuple(_shown(line) for line in kept), wrong=wrong_anywhere, full=full)

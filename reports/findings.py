@@ -257,6 +257,13 @@ def shaky_cells(panel_rows, length: str) -> set[tuple[str, int]]:
     return {(str(r["variant"]), int(r[length])) for _, r in rows.iterrows() if present(r[length])}
 
 
+def shaky_said(panel_rows, busy: bool) -> Callable[[str, list[tuple[str, int]]], str]:
+    """How a panel's other sentence that compares cells opens (accuracy.sentence's), as a ranking sentence
+    does: with SHAKY on a busy machine where one of its (variant, N) cells is unsettled (shaky_cells)."""
+    shaky = shaky_cells(panel_rows, length_axis(panel_rows)) if busy else set()
+    return lambda text, cells: SHAKY + text if any(cell in shaky for cell in cells) else text
+
+
 def _read_off(pts: list[_Point], shaky: set[tuple[str, int]], named: dict[str, str]) -> bool:
     """Whether a sentence about pts compares an unsettled cell: its front's or its runner-up's at one of
     its N (a merged kernel's every name)."""
@@ -535,7 +542,7 @@ def build(
             joules = energy.sentence(rows)  # runs made with --energy
             if joules:
                 sentences.append(joules)
-            traded = accuracy.sentence(rows)  # the fastest against the most accurate
+            traded = accuracy.sentence(rows, shaky_said(rows, busy))  # the fastest against the most accurate
             if traded:
                 sentences.append(traded)
             if not fits.empty:  # growth last: the workload's own findings first

@@ -362,6 +362,27 @@ def fit_memory(seq_lens, values) -> PowerFit:
     return PowerFit(b, log_a, b - half, b + half, r2, tuple(sorted(set(used))), offset=c, scale=birge)
 
 
+# a fit this poor (R² below POOR_R2) with a point OFF_LINE times or more off its line names no growth: one N
+# far off the others (a kernel 20x slower at one N) bends the line through them, and its exponent is noise
+POOR_R2 = 0.9
+OFF_LINE = 1.5
+
+
+def off_line(fit: PowerFit, seq_lens, values) -> float | None:
+    """The largest factor between a value at one of the fit's own N and its line there, where the fit is
+    poor (R² < POOR_R2 and that factor >= OFF_LINE): its exponent then says nothing of how the series grows
+    (which point is the odd one, a line through three cannot tell). None for a fit that holds, or no fit."""
+    if fit.exponent is None or fit.r2 is None or fit.r2 >= POOR_R2:
+        return None
+    off = [
+        max(y / fit.predict(n), fit.predict(n) / y)
+        for n, y in zip(seq_lens, values, strict=True)
+        if int(n) in fit.seq_lens and math.isfinite(y) and y > 0 and fit.predict(n) > 0
+    ]
+    worst = max(off, default=0.0)
+    return worst if worst >= OFF_LINE else None
+
+
 def approximate(variant: str, meta: dict[str, Any]) -> bool:
     """Whether the run recorded the variant as declared approximate (Capability.approximate)."""
     return bool(((meta.get("variant_capabilities") or {}).get(variant) or {}).get("approximate"))

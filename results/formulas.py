@@ -315,6 +315,13 @@ def kv_bytes(batch: int, kv_heads: int, seq_k: int, d_k: int, d_v: int, dtype: s
     return batch * kv_heads * seq_k * (d_k + d_v) * DTYPE_BYTES.get(dtype, 4)
 
 
+def scores_bytes(batch: int, heads: int, n_q: int, n_k: int, dtype: str) -> int:
+    """Bytes of one score matrix, (B, H, N_q, N_k) in the dtype: what a kernel that builds the scores holds
+    at least once, against which bench's answer reads a peak (a plain kernel holds a few of them; one that
+    builds a (B, H, N, N, d) temporary, d_k times more)."""
+    return batch * heads * n_q * n_k * DTYPE_BYTES.get(dtype, 4)
+
+
 def decode_bytes(
     heads: int, kv_heads: int, n_q: int, contexts: Sequence[int], d_k: int, d_v: int, dtype: str, table: int
 ) -> int:

@@ -355,9 +355,9 @@ def likely_cause(
 ) -> str:  # fmt: skip
     """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
     (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
-    packed batch's boundaries ignored, the causal diagonal hidden or aligned the other way, the window one
-    key wider, a paged cache read past its lengths or around its page table, the scale left out or ignored,
-    the softmax taken over the queries.
+    packed batch's boundaries ignored, the causal diagonal hidden or aligned the other way, the window or the
+    key padding mask one key wider, a paged cache read past its lengths or around its page table, the scale
+    left out or ignored, the softmax taken over the queries.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
@@ -445,7 +445,7 @@ def _tiled_heads(q, k, v, *, dim: int):
 
 
 def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seqlens, **_):
-    """A mask, window or packed batch's boundaries ignored, or the causal mask or window one key off."""
+    """A mask, window or packed batch's boundaries ignored, or a causal mask, window or padding one off."""
     same, n_q, n_k = (q, k, v), q.shape[2], k.shape[2]
     if cu_seqlens is not None:
         said = "it ignored the packed batch's boundaries (cu_seqlens): queries saw other sequences' keys"
@@ -470,6 +470,9 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
             yield said, hidden, {"causal_align": "lower-right"}, None
     if key_lengths is not None:
         yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, None
+        if not torch.equal(wider := torch.clamp(key_lengths + 1, max=n_k), key_lengths):  # `j > key_lengths`
+            said = "its key padding mask shows one key past each length: key j is seen where j <= "
+            yield said + "key_lengths[b], not j < key_lengths[b]", same, {"key_lengths": wider}, None
 
 
 def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):

@@ -9,6 +9,7 @@ kernel's error: the length of that line is what the rounding costs."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ from ..style import (
 from ..tables import (
     GROUP_AXES,
     PANEL_AXES,
+    approximate_names,
     approximate_text,
     axis_value,
+    best_variant,
     flag_mask,
     grouped,
     length_axis,
@@ -144,9 +147,11 @@ def err_text(err: Any) -> str:
     return "0 (exact)" if err == 0 else f"{err:.2g}" if math.isfinite(err) else str(err)
 
 
-def sentence(rows) -> str | None:
+def sentence(rows, said: Callable[[str, list[tuple[str, int]]], str] | None = None) -> str | None:
     """The findings' sentences for one panel's rows (one dtype): the fastest ok variant's error against the
-    most accurate's (end to end: what a user gets), where it is at least WORTH_SAYING times larger; what
+    most accurate's (end to end: what a user gets), where it is at least WORTH_SAYING times larger, the
+    fastest as the ranking has it (_trade: variants it cannot tell apart are named together), opened by
+    `said(text, cells)` (findings: SHAKY where a compared (variant, N) cell drifted or was noisy); what
     each quantising variant gives up (fp8_sentence); and a wrong cell faster than every ok one. None when
     there is nothing to say."""
     pts = points(rows)
@@ -157,22 +162,57 @@ def sentence(rows) -> str | None:
     accurate = ok.loc[ok["e2e_rel_err"].astype(float).idxmin()]
     where = _where(length_axis(rows))
 
-    said = []
-    fast_err, best_err = float(fastest["e2e_rel_err"]), float(accurate["e2e_rel_err"])
-    if fastest["variant"] != accurate["variant"] and fast_err > 0 and fast_err >= WORTH_SAYING * best_err:
-        against = (
-            f"{fast_err / best_err:.3g}× the error of" if best_err > 0 else "against an exact answer from"
-        )
-        said.append(
-            f"Speed against accuracy: the fastest, {named(fastest)} ({where(fastest)}), has rel_err "
-            f"{err_text(fast_err)}, {against} the most accurate, {named(accurate)} "
-            f"(rel_err {err_text(best_err)}, {where(accurate)})."
-        )
-    said += [fp8_sentence(p, ok, where) for _, p in ok.iterrows() if quantised(p)]
+    traded = _trade(rows, ok, fastest, accurate, where)
+    out = [] if traded is None else [said(*traded) if said else traded[0]]
+    out += [fp8_sentence(p, ok, where) for _, p in ok.iterrows() if quantised(p)]
     wrong = pts[(pts["status"] != "ok") & (pts["tflops"].astype(float) > float(fastest["tflops"]))]
     for _, w in wrong.iterrows():
-        said.append(f"{w['variant']} is faster than every ok variant ({where(w)}) but {failed_check(w)}.")
-    return " ".join(said) or None
+        out.append(f"{w['variant']} is faster than every ok variant ({where(w)}) but {failed_check(w)}.")
+    return " ".join(out) or None
+
+
+def _front(rows, fastest) -> list[str]:
+    """The variants the ranking cannot tell apart from the fastest point's at its N (tables.best_variant
+    and its tie rule), the fastest first; the fastest alone where it leads alone."""
+    length, name = length_axis(rows), str(fastest["variant"])
+    best = best_variant(rows)
+    for _, b in best[best[length] == fastest[length]].iterrows():
+        front = [str(b["best"]), *(str(b["tied"]).split() if present(b["tied"]) else [])]
+        if name in front:
+            return [name, *(v for v in front if v != name)]
+    return [name]
+
+
+def _trade(rows, ok, fastest, accurate, where) -> tuple[str, list[tuple[str, int]]] | None:
+    """The speed-against-accuracy sentence and the (variant, N) cells it compares: the fastest's error
+    against the most accurate's; where the ranking ties the fastest with others (a noisy cell of one of them
+    made the other look 50x faster), those variants together, and the most accurate of them standing for
+    their speed. None where the error it would name is under WORTH_SAYING times the most accurate's."""
+    length = length_axis(rows)
+    front = _front(rows, fastest)
+    tied = [p for _, p in ok.iterrows() if str(p["variant"]) in front]
+    best_err = float(accurate["e2e_rel_err"])
+    pick = max if str(accurate["variant"]) in front else min  # the front's worst beside it, or its best
+    fast = pick(tied, key=lambda p: float(p["e2e_rel_err"]))
+    fast_err = float(fast["e2e_rel_err"])
+    if fast["variant"] == accurate["variant"] or fast_err <= 0 or fast_err < WORTH_SAYING * best_err:
+        return None
+    times = f"{fast_err / best_err:.3g}× the error of" if best_err > 0 else "against an exact answer from"
+    cells = [(v, int(fastest[length])) for v in front] + [(str(accurate["variant"]), int(accurate[length]))]
+    versus = f"the most accurate, {named(accurate)} (rel_err {err_text(best_err)}, {where(accurate)})"
+    has = f"has rel_err {err_text(fast_err)}, {times} {versus}."
+    if len(front) == 1:
+        return f"Speed against accuracy: the fastest, {named(fast)} ({where(fast)}), {has}", cells
+    shown = [approximate_names(rows).get(v, v) for v in front]
+    at = f"{'N_k' if length == 'seq_k' else 'N'} = {seq_count(fastest[length])}"
+    lead = f"Speed against accuracy: {', '.join(shown[:-1])} and {shown[-1]} lead at {at}"
+    lead += " and cannot be told apart (the ranking's tie rule)"
+    if pick is min:
+        return f"{lead}; the most accurate of them, {named(fast)}, {has}", cells
+    among = (
+        f"{named(accurate)} (rel_err {err_text(best_err)}); {named(fast)} has rel_err {err_text(fast_err)}"
+    )
+    return f"{lead}, and the most accurate variant is among them: {among}.", cells
 
 
 # the checks after timing, in the order harness.measure.cell's verdict says them: their column and words

@@ -144,3 +144,27 @@ def test_a_run_holds_its_backward_to_its_own_forwards_derivative(tmp_path):
     assert rows["zero_grads"]["status"] == "wrong" and rows["zero_grads"]["grad_rel_err"] == 1.0
     assert "> 0.01 against central differences of its own forward" in rows["zero_grads"]["message"]
     assert rows["tempered"]["status"] == "ok" and rows["tempered"]["grad_rel_err"] < 1e-3
+
+
+def one_past(q, k, v, *, key_lengths=None):
+    """Key padding one key off: key j seen where j <= key_lengths[b], not j < key_lengths[b]."""
+    mask = None
+    if key_lengths is not None:
+        j = torch.arange(k.shape[-2], device=k.device)
+        mask = (j[None, :] <= key_lengths[:, None])[:, None, None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_a_padding_mask_one_key_past_is_named_and_not_offered_as_an_approximation(tmp_path):
+    """Its padded cells err finitely (rel_err < 1) with no cause the gate knew, so the answer suggested
+    declaring approximate=R, 'its cells are then measured as ok': the mistake is named instead, as the
+    window's one key too many is, and no approximation is offered for it."""
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(one_past, out=tmp_path / "p", **{**QUICK, "padding": "0,0.25"}, **FAST)
+    lines = str(bench).splitlines()
+    wrong = (
+        "WRONG float32 (padded keys; at N = 64): failed the float64 gate: its key padding mask shows one key "
+    )
+    assert any(line.startswith(wrong) for line in lines), lines
+    assert not any("approximate=R" in line for line in lines), lines
+    assert bench.answer.wrong

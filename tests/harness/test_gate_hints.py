@@ -190,6 +190,25 @@ def test_a_window_or_mod_mistake_is_named(mistake, rules, said):
     assert not result.passed and result.describe().startswith(said), result.describe()
 
 
+def test_a_key_padding_mask_one_key_past_each_length_is_named_as_the_windows_is():
+    """`j <= key_lengths` where `j < key_lengths` is meant: each padded sequence sees its first padded key
+    too, and the gate named no cause (so bench's answer offered approximate=R for a masking bug); named now,
+    causal or not, and never for a batch whose sequences are all unpadded."""
+    q, k, v = qkv()
+    j = torch.arange(N)
+
+    def one_past(lengths, causal=False):
+        hidden = (j[None, :] > lengths[:, None])[:, None, None, :]  # (B, 1, 1, N_k): j <= length seen
+        return attention(q, k, v, mask=hidden | causal_mask(N) if causal else hidden)
+
+    said = "its key padding mask shows one key past each length: key j is seen where j <= key_lengths[b], not"
+    for causal in (False, True):
+        result = correctness.gate(one_past(LENGTHS, causal), q, k, v, causal=causal, key_lengths=LENGTHS)
+        assert not result.passed and result.describe().startswith(said), result.describe()
+    whole = torch.tensor([N, N])  # no padded key to see: the reading is not tried, and the answer is right
+    assert correctness.gate(one_past(whole), q, k, v, key_lengths=whole).passed
+
+
 def test_a_packed_batch_whose_boundaries_were_ignored_is_named():
     q, k, v = (t[:1] for t in qkv())
     cu = torch.tensor([0, 7, 8, 25, N])

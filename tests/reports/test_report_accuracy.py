@@ -208,3 +208,50 @@ def test_a_declared_approximation_is_held_to_its_bound_and_named_as_approximate(
 
     cells = [c for row in best_table(df[df["dtype"] == "float32"]).rows for c in row[1:]]
     assert cells and all(c.startswith("linear (approximate, rel_err <= 0.5) ") for c in cells), cells
+
+
+def _tied_rows(drifted: bool):
+    """sdpa (rel_err 4e-7) and bf16_softmax (2e-5, 50x it) at N = 64 and 128 in three visits, naive twice as
+    slow at N = 32 to 128: sdpa's cell at 128 met a busy moment in two visits (0.09 ms, then 20 ms twice),
+    so its median is 200x bf16_softmax's while the ranking cannot tell the two apart; `drifted`: that cell's
+    speed probe saw the machine at half speed, and those of sdpa's and bf16_softmax's at 64 (a busy
+    machine: three of seven cells)."""
+    rows = []
+    series = [("sdpa", 4e-7, (64, 128)), ("bf16_softmax", 2e-5, (64, 128)), ("naive", 1e-6, (32, 64, 128))]
+    for variant, err, ns in series:
+        for n in ns:
+            visits = (
+                [0.09, 20.0, 20.0]
+                if (variant, n) == ("sdpa", 128)
+                else [0.2 if variant == "naive" else 0.1] * 3
+            )
+            samples = [m * (1 + 0.01 * i) for m in visits for i in range(4)]
+            slow = drifted and variant != "naive" and (variant, n) != ("bf16_softmax", 128)
+            rows.append(synthetic.cell(
+                variant, n, sample_ms=samples, visit_medians_ms=visits, visit_samples=[4] * 3, rel_err=err,
+                speed_tflops=0.5 if slow else 1.0,
+            ))  # fmt: skip
+    return rows
+
+
+def test_the_fastest_is_never_named_where_the_ranking_ties_it_and_a_shaky_one_says_so(tmp_path):
+    """'Speed against accuracy: the fastest, bf16_softmax (0.0109 TFLOP/s at N = 128) ... sdpa (...
+    0.000215 TFLOP/s)' beside 'sdpa and bf16_softmax cannot be told apart': the 50x came from a noisy sdpa
+    cell. The sentence follows the ranking's tie rule (the two together, and the most accurate among them),
+    and on a busy machine it opens with the ranking's SHAKY prefix where it reads an unsettled cell."""
+    import pandas as pd
+
+    def said(run, drifted):
+        df = prepare([synthetic.write_run(tmp_path / run, _tied_rows(drifted))]).df
+        found = findings.build(df, pd.DataFrame(), lambda gkey, group: str(gkey["dtype"]))
+        return [s for p in found.panels for s in p.sentences if "Speed against accuracy" in s]
+
+    (calm,) = said("calm", False)
+    assert "the fastest" not in calm, calm
+    assert calm == (
+        "Speed against accuracy: bf16_softmax and sdpa lead at N = 128 and cannot be told apart (the "
+        "ranking's tie rule), and the most accurate variant is among them: sdpa (rel_err 4e-07); "
+        "bf16_softmax has rel_err 2e-05."
+    ), calm
+    (busy,) = said("busy", True)
+    assert busy == findings.SHAKY + calm, busy

@@ -1,0 +1,50 @@
+"""How bench's answer (reports.answer) words its parts: a message shortened at a word's end with its full text
+kept, a ratio against the baseline, the dtypes in their order, the name of a series' length."""
+
+from __future__ import annotations
+
+import math
+import re
+
+# the most characters of a row's message a line quotes: its cause and the way out come first, and fit
+MESSAGE_CHARS = 200
+# where short cut a message, and where the part it cut ends: an Answer's lines say " ..." there, its full
+# lines the whole message (private-use characters, taken out of a message first)
+CUT, CUT_END = "\ue000", "\ue001"
+_CUT_PART = re.compile(f"{CUT}[^{CUT_END}]*{CUT_END}")
+
+
+def short(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """text on one line, its first `limit` characters or fewer up to a word's end (never inside a word or a
+    number: 'gradient rel_...' read as a token), the rest marked as cut (shown). A first word longer than
+    `limit` (a path) is kept whole."""
+    text = " ".join(text.replace(CUT, "").replace(CUT_END, "").split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - 3)
+    cut = cut if cut > 0 else text.find(" ", limit - 3)
+    return text if cut < 0 else f"{text[:cut]}{CUT}{text[cut:]}{CUT_END}"
+
+
+def shown(line: str, full: bool = False) -> str:
+    """A line as shown: its cut messages ending ' ...', or whole (`full`)."""
+    return line.replace(CUT, "").replace(CUT_END, "") if full else _CUT_PART.sub(" ...", line)
+
+
+def length_name(length: str) -> str:
+    return "N" if length == "seq_len" else "N_k"
+
+
+def dtypes_first(names: set[str]) -> list[str]:
+    """float32 first (the dtype a first look is about), then the others by name."""
+    return sorted(names, key=lambda d: (d != "float32", d))
+
+
+def ratio_text(ratio: float) -> str:
+    """'2.05x slower', '1.52x faster', 'as fast (1.00x)' (as compare says it: never faster or slower at
+    1.00x either way), 'n/a'."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return "n/a"
+    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
+        return "as fast (1.00x)"
+    return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
