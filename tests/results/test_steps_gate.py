@@ -1,6 +1,6 @@
 """The history gate judges as compare's gate does (results.judge, 7): a latest step fails when the judge's
-test calls it slower and its p, Holm-adjusted over every series searched (one test per series), is below
-ALPHA."""
+test calls it slower and its p, Holm-adjusted over its machine's series that could have been judged (one
+test per series), is below ALPHA."""
 
 from __future__ import annotations
 
