@@ -42,15 +42,17 @@ def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine
     after it and the runs it may be at, the cells of its variant that took it together, the machine's other
     variants' move across it and the step beyond it (`others`, `beyond_others`), what the gate judges
     (`gated`, with `gated_low` and `gated_high`: the cells' step as one where cells took it together) with
-    the judge's p and, for a series' latest step, that p Holm-adjusted over the series searched (`p`,
-    `p_holm`: the gate fails a step below 0.05), the commits on both sides and what else
-    changed, the calibration, the one line `check` prints and the command that measures the cell again
-    (`repro`). `frame` is attnbench.history()'s (or a part of it: the other variants, and the series Holm's
-    adjustment counts, are then those in the part); without one, the store's (`machine` keeps one machine's
-    cells). Needs ruptures: pip install 'attnbench[history]'."""
+    the judge's p and, for a series' latest step, that p Holm-adjusted over its machine's series that could
+    have been judged (`p`, `p_holm`: the gate fails a step below 0.05), the commits on both sides and what
+    else changed (`changed`), what changed a run or so from it (`nearby`), the calibration, the one line
+    `check` prints and the command that measures the cell again (`repro`). `frame` is attnbench.history()'s
+    (or a part of it: the other variants, and the series Holm's adjustment counts, are then those in the
+    part); without one, the store's (`machine` keeps one machine's cells). Needs ruptures: pip install
+    'attnbench[history]'."""
     from attnbench.harness.run.rerun import repro_text
     from attnbench.results import history as store_
     from attnbench.results import steps as steps_
+    from attnbench.results import steps_text
 
     if frame is not None and not _is_frame(frame):
         said = f"store={frame!r}" if isinstance(frame, (str, os.PathLike)) else "store=PATH"
@@ -65,7 +67,7 @@ def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine
     with in_keywords():
         df = store_.frame(store, machine=machine) if frame is None else frame
         found = steps_.find(df)
-    out = steps_.as_frame(found)
+    out = steps_text.as_frame(found)
     out["created"] = store_.as_times(out["created"])  # the first run after it, as the history frame's
     out["repro"] = [repro_text(s.after.get("path"), s.cell_id) for s in found]
     return out

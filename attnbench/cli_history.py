@@ -57,14 +57,18 @@ def parse_step(text: str) -> float:
     return value
 
 
+MARKS = {"fails": "FAIL ", "pending": "PENDING ", "untestable": "UNJUDGED "}  # a line's start, by its verdict
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), one per series broken in its
     latest run (results.breaks), then the gate: exit 1 when the latest step of a series is a slowdown of more
-    than --fail-on-step that the judge calls slower, its p Holm-adjusted over every series searched
-    (steps.Step.fails), when a series is broken, or when the store holds nothing ok to judge. A step with
-    fewer than 3 runs on a side has no test yet: PENDING, it fails nothing."""
+    than --fail-on-step that the judge calls slower, its p Holm-adjusted over its machine's series that could
+    be judged (steps.Step.fails), when a series is broken, or when the store holds nothing ok to judge. A step
+    with fewer than 3 runs after it has no test yet: PENDING, it fails nothing; one with fewer than 3 runs
+    before it in its whole series never will: UNJUDGED, said and counted, and it fails nothing."""
     from attnbench.harness.run import rerun
-    from attnbench.results import breaks, history, steps
+    from attnbench.results import breaks, history, steps, steps_text
 
     with bad_input():
         limit = parse_step(args.fail_on_step) if args.fail_on_step is not None else None
@@ -73,14 +77,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
-    slower = [s for s in found if s.latest and limit is not None and s.gated_change > limit]
-    failing = [s for s in slower if s.fails(limit)]
-    pending = [s for s in slower if not s.judged]
+    verdicts = {id(s): s.verdict(limit) for s in found} if limit is not None else {}
     for step in found:
-        mark = "FAIL " if step in failing else "PENDING " if step in pending else ""
-        judged = f"; {steps.gate_text(step)}" if step in slower and step.judged else ""
+        verdict = verdicts.get(id(step))
+        judged = f"; {steps_text.verdict_text(step, limit)}" if verdict else ""
         repro = rerun.repro_text(step.after.get("path"), step.cell_id)
-        print(printable(f"{mark}{steps.describe(step)}{judged}; repro: {repro}"))
+        print(printable(f"{MARKS.get(verdict, '')}{steps_text.describe(step)}{judged}; repro: {repro}"))
     broken = breaks.find(df) if len(df) else []
     for b in broken:
         repro = rerun.repro_text(b.latest.get("path"), b.cell_id)
@@ -90,20 +92,43 @@ def cmd_check(args: argparse.Namespace) -> int:
     runs = df["run_key"].nunique()
     said = f"history: {counted(len(found), 'step')} in {series} series of {counted(runs, 'run')}"
     if broken:
-        said += f"; {len(broken)} series broken in its latest run (BROKEN)"
+        said += (
+            f"; {len(broken)} series broken in {'its' if len(broken) == 1 else 'their'} latest run (BROKEN)"
+        )
     if limit is not None and not series:
         said += "; nothing ok to judge (--fail-on-step fails)"
     if limit is not None:
-        said += f"; {len(failing)} series' latest step slower by more than {percent(limit)} beyond its noise"
-        within = len(slower) - len(failing) - len(pending)
-        if pending:
-            said += f", {len(pending)} more too new to judge (PENDING: fewer than 3 runs on a side)"
-        if within:
-            family = max((s.family for s in found), default=0)
-            said += f", {within} more within the noise (Holm-adjusted over the {family} series searched)"
-        said += " (--fail-on-step)"
+        said += _gate_summary(found, verdicts, limit)
     print(said, file=sys.stderr)
+    failing = "fails" in verdicts.values()
     return 1 if limit is not None and (failing or broken or not series) else 0
+
+
+def _gate_summary(found, verdicts: dict[int, str | None], limit: float) -> str:
+    """The gate's counts: the series failed, pending, that no test can judge, not significant after Holm's
+    adjustment (over how many series of their machine), within their noise."""
+    count = Counter(verdicts.values())
+    said = f"; {count['fails']} series' latest step slower by more than {percent(limit)} beyond its noise"
+    if count["pending"]:
+        said += f", {count['pending']} more not judged yet (PENDING: fewer than 3 runs after it)"
+    if count["untestable"]:
+        said += (
+            f", {count['untestable']} more that no test can ever judge (UNJUDGED: fewer than 3 runs before"
+        )
+        said += " it in its whole series; they fail nothing, look at them)"
+    if count["holm"]:
+        families = sorted({(s.machine, s.family) for s in found if verdicts.get(id(s)) == "holm"})
+        over = ", ".join(f"{n} of {printable(m)}" for m, n in families)
+        over = (
+            f"the {families[0][1]} series of {printable(families[0][0])}"
+            if len(families) == 1
+            else f"each machine's series ({over})"
+        )
+        said += f", {count['holm']} more slower by their own test, not significant after Holm over {over}"
+        said += " that could be judged"
+    if count["noise"]:
+        said += f", {count['noise']} more within their noise"
+    return said + " (--fail-on-step)"
 
 
 def percent(fraction: float) -> str:

@@ -16,8 +16,9 @@
      cells, GATE_RUNS runs of 3 visits each drawn from the same pool. With nothing changed, how often a night
      fails (`history check --fail-on-step 5%`: any Step.fails) and how many series; with a 10% step in every
      cell of one variant 3, 5 and 8 runs before the latest, how often the night fails and how many of its
-     cells. Beside each, the same without Holm's adjustment (the judge's p alone below ALPHA): what one test
-     per series costs a store of 42.
+     cells, and how often a night says a step no test can ever judge (UNJUDGED: it fails nothing). Beside
+     each, the same without Holm's adjustment (the judge's p alone below ALPHA): what one test per series
+     costs a store of 42.
   3. Scale. 1,000 runs of 60 rows (results/reference/quick-epyc-2core-2026-11-24's 50 rows, 10 of them again
      at batch 2), a 10% step planted at run 700 in the cells of 3 of the 7 variants (SCALE_STEPPED), written
      as run directories; then timed:
@@ -226,7 +227,7 @@ def gate_rates(noise: list[float], after: int | None) -> dict:
     at the step, and the share of them; each with the judge's p Holm-adjusted, and alone."""
     import pandas as pd
 
-    nights = nights_raw = failed = failed_raw = caught = caught_raw = red = red_raw = 0
+    nights = nights_raw = failed = failed_raw = caught = caught_raw = red = red_raw = unjudged = 0
     step_at = GATE_RUNS - after if after else GATE_RUNS
     for seed in GATE_SEEDS:
         rows = []
@@ -241,6 +242,7 @@ def gate_rates(noise: list[float], after: int | None) -> dict:
         raw = [s for s in latest if s.gated_change > 0.05 and s.gated[1] > 1.0 and s.p < 0.05]
         stepped = (lambda s: s.variant == "v0") if after else (lambda s: False)
         nights += any(not stepped(s) for s in fails)
+        unjudged += any(s.verdict(0.05) == "untestable" for s in latest)  # said, failing nothing
         nights_raw += any(not stepped(s) for s in raw)
         failed += sum(not stepped(s) for s in fails)
         failed_raw += sum(not stepped(s) for s in raw)
@@ -252,6 +254,7 @@ def gate_rates(noise: list[float], after: int | None) -> dict:
     out = {
         "nights_failed_by_unchanged_series": nights / n,
         "unchanged_series_failed": round(failed / (n * series), 4),
+        "nights_with_an_unjudged_step": unjudged / n,
         "without_holm": {
             "nights_failed_by_unchanged_series": nights_raw / n,
             "unchanged_series_failed": round(failed_raw / (n * series), 4),

@@ -33,7 +33,7 @@ from attnbench.results import breaks
 from attnbench.results.formulas import counted
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.load import load
-from attnbench.results.steps import calibration_text, others_text
+from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
 from attnbench.results.store import RunDirError, is_run_dir, runs_inside
 
 from .findings import machine_busy
@@ -547,10 +547,10 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
         size = f"{s.change:+.1%}" + (f" [{s.low - 1:+.1%}, {s.high - 1:+.1%}]" if s.low == s.low else "")
         after = s.after.get("run_id") or "?"
         link = run_cell(after, s.after.get("path"), reports)
-        changed = "; ".join(f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in s.changed().items())
+        changed = "; ".join([*changes(s.changed()), *nearby_text(s)])
         place = f"{s.at + 1} of {s.runs}"
         if s.cells > 1:  # placed with the other cells of its variant that stepped there
-            place += f", with {s.cells - 1} other cells of {s.variant}"
+            place += f", with {counted(s.cells - 1, 'other cell')} of {s.variant}"
         if s.first[0] != s.first[1]:  # the runs it may be at: the range to bisect
             place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
         cal = calibration_text(s).removeprefix("calibration ")

@@ -34,10 +34,16 @@ machine's other variants moved across it (per run, the median over a variant's s
 series' median; per run, the median over the other variants), and its size beyond them: the step of its
 times over that move. The gate (`attnbench history check --fail-on-step`) judges a step beyond the other
 variants where they were measured and none of ENVIRONMENT changed across it, and the step itself where it
-did (a torch upgrade may move every variant, and that is no drift). It fails a latest step as compare's gate
-fails a cell (results.judge, 7): 'slower' by the judge's test, its p Holm-adjusted over every series searched
-(one test per series: the more series a store holds, the more noise steps one of them shows), below ALPHA,
-and more than --fail-on-step slower (`Step.fails`).
+did (a torch upgrade may move every variant, and that is no drift), or a run from it (`Step.nearby`: noise can
+place a step a run off the change that made it). A step is judged against its segment before it, or where
+that holds fewer than MIN_REPLICATES runs (a short segment between two steps, which never grows), against the
+nearest earlier segment that holds as many (`Step.against`). It fails a latest step as compare's gate fails a
+cell (results.judge, 7): 'slower' by the judge's test, its p Holm-adjusted over its machine's series that
+could have been judged (2 x MIN_REPLICATES runs or more: one test per series, the more series, the more noise
+steps one of them shows; another machine's series are another question), below ALPHA, and more than
+--fail-on-step slower (`Step.fails`). A step with fewer than MIN_REPLICATES runs before it in its whole series
+can never be judged (`Step.untestable`): `check` says it, and it fails nothing. Its words are
+results.steps_text's.
 """
 
 from __future__ import annotations
@@ -45,14 +51,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from .devices import SPLIT_CALIBRATION
 from .judge import ALPHA, holm
-from .ttest import NO_TEST, Test, student_test, welch_test
+from .ttest import MIN_REPLICATES, NO_TEST, Test, student_test, welch_test
 
 PENALTY = 3.0  # x noise x log(n): benchmarks/history_check.py's planted steps and flat series chose it
 MIN_RUNS = 2  # the fewest runs a segment holds (ruptures' min_size)
@@ -83,15 +89,17 @@ class Step:
     cell_id: str
     at: int  # the first run after the step: its place in the series (0-based)
     runs: int  # the series' length
-    ratio: float  # the segment after over the segment before, by their medians (1.1: 10% slower)
+    ratio: float  # the segment after over the runs it is judged against (against), by their medians (1.1:
+    # 10% slower): its segment before it, or where that holds fewer than MIN_REPLICATES runs, the nearest
+    # earlier segment that holds as many (short_before), so that the judge can test it
     low: float  # the ratio's 95% interval (the judge's: Welch's t of the runs after against those
     # before, welch_test; NaN when a side has fewer than 3 runs)
     high: float
     before: dict[str, Any]  # the last run before the step (RUN_FIELDS)
     after: dict[str, Any]  # the first run after it
-    calibration: float | None  # the device's calibration after / before (segments' medians), None unknown
+    calibration: float | None  # the device's calibration after / before (the sides' medians), None unknown
     latest: bool  # the series' last step
-    runs_before: int = 0  # the runs in the segments on each side
+    runs_before: int = 0  # the runs on each side: those it is judged against, its segment after it
     runs_after: int = 0
     first: tuple[int, int] = (0, 0)  # the earliest and latest place the first run after it may have
     # the last run surely before it (before first[0]) and the first surely after it (first[1]): the commits to
@@ -109,8 +117,16 @@ class Step:
     # beyond them): (ratio, low, high), Student's t (pool_shared); None alone or with fewer than 3 runs a side
     pooled: tuple[float, float, float] | None = None
     p: float = math.nan  # the judge's p of what the gate judges (gated), NaN with fewer than 3 runs a side
-    p_holm: float = math.nan  # that p Holm-adjusted over every series searched (holm_adjusted)
+    p_holm: float = math.nan  # that p Holm-adjusted over its machine's family (holm_adjusted)
     family: int = 0
+    against: tuple[int, int] = (0, 0)  # the runs it is judged against (0-based, the end left out)
+    # where its own segment before it is too short to judge (fewer than MIN_REPLICATES runs, so that it is
+    # judged against an earlier segment): those runs, and the step over them alone; 0 and None otherwise
+    short_before: int = 0
+    short_ratio: float | None = None
+    # what changed between two runs near it but not across it (within its range, or a run from it):
+    # ((t, {field: (before, after)}), ...) with t the first run after that change (0-based), as changed()
+    nearby: tuple[tuple[int, dict[str, tuple[Any, Any]]], ...] = ()
 
     @property
     def change(self) -> float:
@@ -120,7 +136,8 @@ class Step:
     @property
     def against_others(self) -> bool:
         """The gate judges it beyond the other variants: they were measured, and no ENVIRONMENT changed."""
-        return self.beyond is not None and not any(k in self.changed() for k in ENVIRONMENT)
+        near = [k for _, changed in self.nearby for k in changed]
+        return self.beyond is not None and not any(k in (*self.changed(), *near) for k in ENVIRONMENT)
 
     @property
     def gated(self) -> tuple[float, float, float]:
@@ -142,11 +159,31 @@ class Step:
         """What the gate judges has a test: 3 runs or more on each side (welch_test)."""
         return self.p == self.p
 
+    @property
+    def untestable(self) -> bool:
+        """No test can ever judge it: fewer than MIN_REPLICATES runs before it in its whole series, and as
+        many after it (until then it is pending: the next runs may still move it)."""
+        return self.runs_before < MIN_REPLICATES <= self.runs_after
+
+    def verdict(self, limit: float) -> str | None:
+        """What the gate says of it (VERDICTS' keys), None for a step it does not judge: not its series'
+        latest, or not over `limit` slower."""
+        if not self.latest or not self.gated_change > limit:
+            return None
+        if self.untestable:
+            return "untestable"
+        if not self.judged:
+            return "pending"
+        if not self.gated[1] > 1.0:
+            return "noise"
+        return "holm" if not self.p_holm < ALPHA else "fails"
+
     def fails(self, limit: float) -> bool:
         """The gate's verdict, as compare's (results.judge, 7): the series' latest step, over `limit` slower,
         'slower' by the judge's test (its interval above 1, p < ALPHA), and its p Holm-adjusted over the
-        family below ALPHA."""
-        return self.latest and self.gated_change > limit and self.gated[1] > 1.0 and self.p_holm < ALPHA
+        family below ALPHA. A step no test can ever judge (untestable) fails nothing: `check` marks it
+        UNJUDGED and counts it, since failing it would fail every night after it, on two runs' word."""
+        return self.verdict(limit) == "fails"
 
     @property
     def calibration_moved(self) -> bool:
@@ -261,13 +298,14 @@ def _median(values: Sequence[float]) -> float | None:
     return good[mid] if len(good) % 2 else (good[mid - 1] + good[mid]) / 2
 
 
-def _calibration(series, lo: int, mid: int, hi: int) -> tuple[float | None, tuple[float, float]]:
+def _calibration(series, before_runs: tuple[int, int], after_runs: tuple[int, int]):
     """The device's calibration after / before a step, and its interval (welch_test): the matmul ceiling for
-    the cell's dtype where the runs have it, else the copy bandwidth; the median over each segment."""
+    the cell's dtype where the runs have it, else the copy bandwidth; the median over each side's runs
+    ((first, end) each)."""
     for col in ("cal_matmul_tflops", "cal_copy_gbps"):
         values = [None if _missing(v) else float(v) for v in series[col].tolist()]
         before, after = (
-            [v for v in side if v is not None and v > 0] for side in (values[lo:mid], values[mid:hi])
+            [v for v in values[a:b] if v is not None and v > 0] for a, b in (before_runs, after_runs)
         )
         if before and after:
             return _median(after) / _median(before), _interval(welch_test(before, after))
@@ -303,6 +341,17 @@ class _Series:
         """The segment edges around step i: the previous step (or 0) and the next (or the series' end)."""
         edges = [0, *self.cuts, len(self.times)]
         return edges[i], edges[i + 2]
+
+    def against(self, i: int) -> tuple[int, int]:
+        """The runs step i is judged against: its segment before it, or where that holds fewer than
+        MIN_REPLICATES runs, the nearest earlier segment that holds as many (a short segment between two
+        steps never grows, and the judge needs 3 a side; the runs between are a passing level, left out), or
+        where none does, every run before it."""
+        edges = [0, *self.cuts, len(self.times)]
+        for k in range(i, -1, -1):
+            if edges[k + 1] - edges[k] >= MIN_REPLICATES:
+                return edges[k], edges[k + 1]
+        return 0, edges[i + 1]
 
     @cached_property
     def key(self) -> tuple:
@@ -409,12 +458,14 @@ def _steps(found: _Series) -> list[Step]:
     steps = []
     for i, at in enumerate(found.cuts):
         lo, hi = found.edges(i)
-        before, after = times[lo:at], times[at:hi]
+        judged = found.against(i)
+        before, after = times[judged[0] : judged[1]], times[at:hi]
+        short = at - lo if judged != (lo, at) else 0
         own = welch_test(before, after)
         low, high = _interval(own)
         first = found.firsts[i]
-        calibration, calibration_interval = _calibration(series, lo, at, hi)
-        others, beyond, against = _beyond_others(found.others, times, lo, at, hi)
+        calibration, calibration_interval = _calibration(series, judged, (at, hi))
+        others, beyond, against = _beyond_others(found.others, times, judged, (at, hi))
         steps.append(
             Step(
                 machine=machine,
@@ -439,6 +490,10 @@ def _steps(found: _Series) -> list[Step]:
                 others=others,
                 beyond=beyond,
                 beyond_interval=_interval(against),
+                against=judged,
+                short_before=short,
+                short_ratio=_median(after) / _median(times[at - short : at]) if short else None,
+                nearby=_nearby(series, at, first),
             )
         )
         gated = against if steps[-1].against_others else own
@@ -446,15 +501,29 @@ def _steps(found: _Series) -> list[Step]:
     return steps
 
 
-def _beyond_others(others, times, lo: int, at: int, hi: int):
+def _nearby(series, at: int, first: tuple[int, int]) -> tuple[tuple[int, dict[str, tuple[Any, Any]]], ...]:
+    """What changed between two runs other than across the step, within the runs it may be at (first) or one
+    run from it: noise can place a step a run off the change that made it."""
+    near = []
+    for t in range(max(1, min(first[0], at - 1)), min(len(series) - 1, max(first[1], at + 1)) + 1):
+        a, b = run_fields(series, t - 1), run_fields(series, t)
+        changed = {k: (a[k], b[k]) for k in SIDES if a[k] != b[k]}
+        if t != at and changed:
+            near.append((t, changed))
+    return tuple(near)
+
+
+def _beyond_others(others, times, before_runs: tuple[int, int], after_runs: tuple[int, int]):
     """(the other variants' move across a step, its times' step over that move, that step's test: each run
-    divided by the others' move that run, as compare's control divides); None, None, NO_TEST where the other
-    variants were not measured in every run."""
+    divided by the others' move that run, as compare's control divides), each side its runs ((first, end));
+    None, None, NO_TEST where the other variants were not measured in every run."""
     if others is None:
         return None, None, NO_TEST
-    moved = math.exp(statistics.median(others[at:hi]) - statistics.median(others[lo:at]))
-    adjusted = [t / math.exp(o) for t, o in zip(times, others, strict=True)]
-    before, after = adjusted[lo:at], adjusted[at:hi]
+    sides = [range(*before_runs), range(*after_runs)]
+    moved = math.exp(
+        statistics.median(others[r] for r in sides[1]) - statistics.median(others[r] for r in sides[0])
+    )
+    before, after = ([times[r] / math.exp(others[r]) for r in side] for side in sides)
     return moved, _median(after) / _median(before), welch_test(before, after)
 
 
@@ -511,7 +580,16 @@ def find(df, *, penalty: float = PENALTY) -> list[Step]:
         s.others = _others(s.frame, moves)
     share_steps(found, penalty)
     place_shared(found)
-    return holm_adjusted(pool_shared([(s, _steps(s)) for s in found]), series=len(found))
+    return holm_adjusted(pool_shared([(s, _steps(s)) for s in found]), series=judgeable(found))
+
+
+def judgeable(found: Sequence[_Series]) -> dict[str, int]:
+    """{machine: its series that could have been judged}: those with MIN_REPLICATES runs or more on both
+    sides of a place a step could be (2 x MIN_REPLICATES runs): a shorter series can hold no test."""
+    out: dict[str, int] = defaultdict(int)
+    for s in found:
+        out[s.key[0]] += len(s.times) >= 2 * MIN_REPLICATES
+    return dict(out)
 
 
 def pool_shared(found: Sequence[tuple[_Series, list[Step]]]) -> list[Step]:
@@ -530,6 +608,8 @@ def pool_shared(found: Sequence[tuple[_Series, list[Step]]]) -> list[Step]:
     for members in groups.values():
         if len(members) > 1:
             ratio, test = _pooled_test(members)
+            if test.p != test.p and ratio != ratio:
+                continue  # the cells are judged against runs none of them shares: each alone
             for _, step in members:
                 pooled[id(step)] = replace(step, pooled=(ratio, *_interval(test)), p=test.p)
     return [pooled.get(id(step), step) for _, its in found for step in its]
@@ -538,147 +618,41 @@ def pool_shared(found: Sequence[tuple[_Series, list[Step]]]) -> list[Step]:
 def _pooled_test(members: Sequence[tuple[_Series, Step]]) -> tuple[float, Test]:
     """The cells' step as one: the ratio of the medians of the runs' values after and before, and its test."""
     at = members[0][1].at
-    lo = max(step.at - step.runs_before for _, step in members)
+    lo = max(step.against[0] for _, step in members)  # the runs every cell is judged against
+    end = min(step.against[1] for _, step in members)
     hi = min(step.at + step.runs_after for _, step in members)
     against = members[0][1].against_others
     cells = []
     for s, _ in members:
         logs = [math.log(t) - (s.others[r] if against else 0.0) for r, t in enumerate(s.times)]
-        centre = statistics.median(logs[lo:at])
+        centre = statistics.median(logs[lo:end]) if end > lo else 0.0
         cells.append([x - centre for x in logs])
-    runs = [math.exp(statistics.median(cell[r] for cell in cells)) for r in range(lo, hi)]
-    before, after = runs[: at - lo], runs[at - lo :]
+    before, after = (
+        [math.exp(statistics.median(cell[r] for cell in cells)) for r in side]
+        for side in (range(lo, end), range(at, hi))
+    )
+    if not before:
+        return math.nan, NO_TEST
     return _median(after) / _median(before), student_test(before, after)
 
 
-def holm_adjusted(found: Sequence[Step], series: int = 0) -> list[Step]:
-    """The steps, each latest one with a p given its p Holm-adjusted over the gate's family, and the family's
-    size: one test per series searched (`series` of them; a series without a step, or whose latest step has
-    no test yet, counts as a test that found nothing, p = 1), since any of them could have shown a noise step.
+def holm_adjusted(found: Sequence[Step], series: Mapping[str, int] | None = None) -> list[Step]:
+    """The steps, each latest one with a p given its p Holm-adjusted over its machine's family, and the
+    family's size. A machine's steps are a question of their own, so each machine is a family: one test per
+    series of it that could have been judged (`series`: {machine: how many}; a series without a step, or
+    whose latest step has no test yet, counts as a test that found nothing, p = 1), since any of them could
+    have shown a noise step. A series too short for any test, or another machine's, is no test here.
     """
-    judged = [i for i, s in enumerate(found) if s.latest and s.judged]
-    family = max(series, len(judged))
-    ps = holm([found[i].p for i in judged] + [1.0] * (family - len(judged)))
-    adjusted = dict(zip(judged, ps, strict=False))
+    judged = defaultdict(list)
+    for i, s in enumerate(found):
+        if s.latest and s.judged:
+            judged[s.machine].append(i)
+    adjusted = {}
+    for machine, steps_ in judged.items():
+        family = max((series or {}).get(machine, 0), len(steps_))
+        ps = holm([found[i].p for i in steps_] + [1.0] * (family - len(steps_)))
+        adjusted.update({i: (p, family) for i, p in zip(steps_, ps, strict=False)})
     return [
-        replace(s, p_holm=adjusted[i], family=family) if i in adjusted else s for i, s in enumerate(found)
+        replace(s, p_holm=adjusted[i][0], family=adjusted[i][1]) if i in adjusted else s
+        for i, s in enumerate(found)
     ]
-
-
-def as_frame(found: Sequence[Step]):
-    """Steps as a pandas DataFrame, a row each: the series, the size with its interval, the first run after
-    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, what
-    the gate judges with its interval, the judge's p and (a latest step's) Holm-adjusted p, the commits on
-    both sides, what else changed, the calibration, whether it is its series' latest, its line."""
-    import pandas as pd
-
-    rows = [
-        {
-            "machine": s.machine,
-            "variant": s.variant,
-            "cell_id": s.cell_id,
-            "change": s.change,
-            "change_low": s.low - 1.0,
-            "change_high": s.high - 1.0,
-            "run_id": s.after.get("run_id"),
-            "created": s.after.get("created"),
-            "run": s.at + 1,
-            "runs": s.runs,
-            "may_be_from": s.first[0] + 1,
-            "may_be_to": s.first[1] + 1,
-            "cells": s.cells,
-            "others": s.others,
-            "beyond_others": None if s.beyond is None else s.beyond - 1.0,
-            "gated": s.gated_change,
-            "gated_low": s.gated[1] - 1.0,
-            "gated_high": s.gated[2] - 1.0,
-            "p": s.p,
-            "p_holm": s.p_holm,
-            "commit_before": s.before.get("git_commit"),
-            "commit_after": s.after.get("git_commit"),
-            "changed": "; ".join(f"{k} {a} -> {b}" for k, (a, b) in s.changed().items() if k != "git_commit"),
-            "calibration": s.calibration,
-            "calibration_moved": s.calibration_moved,
-            "latest": s.latest,
-            "line": describe(s),
-        }
-        for s in found
-    ]
-    return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS))
-
-
-_FRAME_COLUMNS = (
-    "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
-    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "gated_low",
-    "gated_high", "p", "p_holm", "commit_before",
-    "commit_after", "changed", "calibration", "calibration_moved", "latest", "line",
-)  # fmt: skip
-
-
-def _short(value: str | None) -> str:
-    """A commit as its first 10 characters (and -dirty), anything else as it is; '?' when not recorded."""
-    if value is None:
-        return "?"
-    head, dirty = (value[:-6], "-dirty") if value.endswith("-dirty") else (value, "")
-    return head[:10] + dirty if len(head) == 40 and all(c in "0123456789abcdef" for c in head) else value
-
-
-def describe(step: Step) -> str:
-    """One line for a step: the series, its size and interval, the first run after it, what changed across
-    it, and the calibration."""
-    size = f"{step.change:+.1%}"
-    if step.low == step.low:
-        size += f" [{step.low - 1:+.1%}, {step.high - 1:+.1%}]"
-    when = (step.after.get("created") or "?")[:10]
-    where = f"at run {step.after.get('run_id')} ({when}; run {step.at + 1} of {step.runs})"
-    if step.first[0] != step.first[1] and step.since and step.until:  # the noise allows more than one run
-        since, until = (_short(s.get("git_commit")) for s in (step.since, step.until))
-        bisect = (
-            f" (bisect commits {since}..{until})" if since != until else ""
-        )  # one commit: nothing to bisect
-        where += f", or any run from {step.first[0] + 1} to {step.first[1] + 1}{bisect}"
-    if step.cells > 1:
-        where += f", with {step.cells - 1} other cells of {step.variant} that stepped there too"
-    if step.others is not None:
-        where += (
-            f"; the other variants x{step.others:.2f} across it, this one {others_text(step)} beyond them"
-        )
-    changed = step.changed()
-    commits = changed.pop("git_commit", None)
-    parts = [f"commit {_short(commits[0])} -> {_short(commits[1])}"] if commits else ["same commit"]
-    parts += [f"{k} {a or '?'} -> {b or '?'}" for k, (a, b) in changed.items()]
-    return f"{step.cell_id} on {step.machine}: {size} {where}; {', '.join(parts)}; {calibration_text(step)}"
-
-
-def others_text(step: Step) -> str:
-    """The step beyond the other variants' move, with its interval: '+2.6% [-3.1%, +13.2%]'."""
-    if step.beyond is None:
-        return "?"
-    low, high = step.beyond_interval
-    return f"{step.beyond - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
-
-
-def gate_text(step: Step) -> str:
-    """What the gate read of a latest step judged: 'the judge: p 0.027, Holm-adjusted 0.49 over 18 series',
-    with the step it judged where the cells that took it together were judged as one."""
-    head = "the judge"
-    if step.pooled is not None:
-        ratio, low, high = step.pooled
-        size = f"{ratio - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
-        head += f" of its {step.cells} cells as one, {size}"
-    return f"{head}: p {step.p:.2g}, Holm-adjusted {step.p_holm:.2g} over {step.family} series"
-
-
-def calibration_text(step: Step) -> str:
-    """The calibration across a step in words: unknown, moved (the machine changed), steady, or moved by more
-    than CALIBRATION_MOVED but within its own noise."""
-    if step.calibration is None:
-        return "calibration unknown"
-    ratio = f"x{step.calibration:.2f}"
-    beyond = abs(step.calibration - 1.0) > CALIBRATION_MOVED
-    low, high = step.calibration_interval
-    if beyond and low == low:
-        ratio += f" [{low:.2f}, {high:.2f}]"
-    if step.calibration_moved:
-        return f"calibration moved too ({ratio}: the machine changed)"
-    return f"calibration steady within its own noise ({ratio})" if beyond else f"calibration steady ({ratio})"

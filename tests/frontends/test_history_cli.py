@@ -142,7 +142,34 @@ def test_a_step_with_fewer_than_3_runs_after_it_is_pending_and_fails_nothing(tmp
     assert (
         p.returncode == 0 and len(marked) == 8 and all(line.startswith("PENDING naive|") for line in marked)
     )
-    assert "8 more too new to judge (PENDING: fewer than 3 runs on a side)" in p.stderr
+    assert "8 more not judged yet (PENDING: fewer than 3 runs after it)" in p.stderr
+    assert all(
+        "; no test yet: 2 runs after it, the judge needs 3 (the next runs decide it); " in m for m in marked
+    )
+
+
+def test_a_step_after_a_two_run_segment_is_judged_and_one_before_two_runs_is_said_unjudged(tmp_path):
+    """A latest step after a 2-run segment stayed PENDING for ever ("too new to judge" with 5 runs after it):
+    the segment between two steps never grows. It is judged against the segment of 3 runs before that; a step
+    with 2 runs before it in its whole series can never be judged, and is said, not passed in silence."""
+    store = _store_of(tmp_path / "short", [1.0] * 3 + [0.6] * 2 + [1.5] * 5, only={"naive"})
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    marked = [line for line in p.stdout.splitlines() if line.startswith(("PENDING", "FAIL", "UNJUDGED"))]
+    assert p.returncode == 1 and len(marked) == 8 and all(m.startswith("FAIL naive|") for m in marked), (
+        p.stdout
+    )
+    assert all(
+        "] against runs 1 to 3 (the 2 runs just before it, between two steps, are too few" in m
+        for m in marked
+    )
+    assert "PENDING" not in p.stderr and "8 series' latest step slower" in p.stderr
+    store = _store_of(tmp_path / "early", [1.0] * 2 + [1.5] * 6, only={"naive"})
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    marked = [line for line in p.stdout.splitlines() if line.startswith(("PENDING", "FAIL", "UNJUDGED"))]
+    assert p.returncode == 0 and len(marked) == 8 and all(m.startswith("UNJUDGED naive|") for m in marked)
+    assert all("; no test can ever judge it: 2 runs before it in its whole series, the judge needs 3; " in m
+               for m in marked)  # fmt: skip
+    assert "8 more that no test can ever judge (UNJUDGED: fewer than 3 runs before it" in p.stderr
 
 
 def test_a_slowdown_that_recovered_passes_the_gate(tmp_path):
@@ -213,6 +240,44 @@ def test_real_nights_fail_the_edited_variant_and_nothing_of_the_same_code(tmp_pa
         assert ("0 series' latest step slower" in p.stderr) == (code == 0), p.stderr
 
 
+def test_another_machines_runs_do_not_hide_a_regression(tmp_path):
+    """Holm counted every series of the store: two H200 runs (240 series that cannot hold a test, on another
+    machine) took the edited variant's p 0.00078 to 0.096, and the gate passed. Each machine is its own
+    family of the series that could have been judged."""
+    store = str(tmp_path / "h.sqlite")
+    reference = NIGHTS.parent
+    run_cli("history", "add", str(NIGHTS / "edited-variant"), "--store", store, check=True)
+    alone = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    run_cli("history", "add", str(reference / "h200-2026-11-26"), str(reference / "h200-2026-11-27"),
+            "--store", store, check=True)  # fmt: skip
+    together = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    assert alone.returncode == together.returncode == 1, together.stderr
+    failed = [line for line in together.stdout.splitlines() if line.startswith("FAIL ")]
+    assert len(failed) == 3 and all(
+        "p 0.00078, Holm-adjusted 0.0047 over 6 series of this machine; repro: " in line for line in failed
+    )
+    assert [line for line in alone.stdout.splitlines() if line.startswith("FAIL ")] == failed
+
+
+def test_a_step_that_fails_only_holms_adjustment_is_said_so_not_within_the_noise():
+    from attnbench.results import steps, steps_text
+
+    step = steps.Step(
+        machine="vm", cell_id="c", at=5, runs=9, ratio=1.3, low=1.2, high=1.4, before={}, after={},
+        calibration=None, latest=True, p=0.001,
+    )  # fmt: skip
+    (step,) = steps.holm_adjusted([step], series={"vm": 100})
+    assert step.verdict(0.05) == "holm" and not step.fails(0.05)
+    said = steps_text.verdict_text(step, 0.05)
+    said = said.split("over 100 series of this machine: ")[1]
+    assert said == "slower by its own test, not significant after Holm's adjustment"
+    from attnbench.cli_history import _gate_summary
+
+    summary = _gate_summary([step], {id(step): "holm"}, 0.05)
+    assert "1 more slower by their own test, not significant after Holm over the 100 series of vm" in summary
+    assert "within" not in summary
+
+
 def _set_status(run: Path, status: str, keep=lambda row: False) -> str:
     """Every row of a run's rows.jsonl not kept given `status`; the first such cell_id."""
     import json
@@ -242,6 +307,12 @@ def test_a_cell_broken_in_its_latest_run_is_said_and_fails_the_gate(tmp_path, ru
     assert "the run before; repro: attnbench run " in lines[0]
     p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
     assert p.returncode == 1 and "; 1 series broken in its latest run (BROKEN)" in p.stderr
+    _set_status(
+        runs[-1], "wrong", lambda row: row["variant"] != "naive"
+    )  # every naive cell: their latest run
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store)
+    assert " series broken in their latest run (BROKEN)" in p.stderr and "1 series" not in p.stderr
 
 
 def test_a_store_with_nothing_ok_fails_the_gate_and_a_limit_is_said_as_given(tmp_path, runs):

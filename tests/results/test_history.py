@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA
 from synthetic import run_series
 
-from attnbench.results import history, steps
+from attnbench.results import history, steps, steps_text
 from attnbench.results.store import RunDirError
 
 BASE = DATA / "runs" / "cpu-small"
@@ -172,7 +172,7 @@ def test_a_planted_step_is_found_at_its_run_with_what_changed(tmp_path):
         assert s.after["run_id"] == "20261009-030000-synth" and s.before["run_id"] == "20261008-030000-synth"
         assert s.changed()["torch"] == ("2.13.0+cpu", "2.14.0+cpu") and "git_commit" in s.changed()
         assert not s.calibration_moved and s.calibration == pytest.approx(1.0)
-    line = steps.describe(found[0])
+    line = steps_text.describe(found[0])
     assert line.startswith(f"{found[0].cell_id} on {MACHINE}: +")
     assert "at run 20261009-030000-synth (2026-10-09; run 9 of 14)" in line
     assert "torch 2.13.0+cpu -> 2.14.0+cpu" in line and "calibration steady (x1.00)" in line
@@ -197,11 +197,11 @@ def test_a_step_the_noise_cannot_pin_to_one_run_says_the_runs_and_commits_to_bis
     assert found and {s.first for s in found} == {(7, 8)}
     s = found[0]
     assert s.since["run_id"] == "20261007-030000-synth" and s.until["run_id"] == "20261009-030000-synth"
-    line = steps.describe(s)
-    commits = f"{steps._short(s.since['git_commit'])}..{steps._short(s.until['git_commit'])}"
+    line = steps_text.describe(s)
+    commits = f"{steps_text._short(s.since['git_commit'])}..{steps_text._short(s.until['git_commit'])}"
     assert f", or any run from 8 to 9 (bisect commits {commits})" in line
     one_commit = dataclasses.replace(s, until={**s.until, "git_commit": s.since["git_commit"]})
-    line = steps.describe(one_commit)  # the runs measured one commit: nothing to bisect
+    line = steps_text.describe(one_commit)  # the runs measured one commit: nothing to bisect
     assert ", or any run from 8 to 9" in line and "bisect" not in line, line
 
 
@@ -222,8 +222,8 @@ def test_a_step_where_the_calibration_moved_says_so(tmp_path):
     history.add(store, paths)
     found = steps.find(history.frame(store))
     assert found and all(s.calibration_moved and s.calibration == pytest.approx(0.8) for s in found)
-    assert "calibration moved too (x0.80 [0.80, 0.80]: the machine changed)" in steps.describe(found[0])
-    assert "same commit" not in steps.describe(found[0])
+    assert "calibration moved too (x0.80 [0.80, 0.80]: the machine changed)" in steps_text.describe(found[0])
+    assert "same commit" not in steps_text.describe(found[0])
 
 
 def test_a_long_series_is_searched_coarsely_then_placed_at_the_exact_run():
@@ -248,7 +248,7 @@ def test_a_calibration_that_moves_within_its_own_noise_is_no_machine_change(tmp_
     low, high = found[0].calibration_interval
     assert found[0].calibration == pytest.approx(1.25) and low <= 1.0 <= high
     assert not any(s.calibration_moved for s in found)
-    assert "calibration steady within its own noise (x1.25 [" in steps.describe(found[0])
+    assert "calibration steady within its own noise (x1.25 [" in steps_text.describe(found[0])
 
 
 # ---- a run's identity, runs still being written, store versions ------------------------------------------

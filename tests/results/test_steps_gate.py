@@ -1,12 +1,13 @@
 """The history gate judges as compare's gate does (results.judge, 7): a latest step fails when the judge's
-test calls it slower and its p, Holm-adjusted over every series searched (one test per series), is below
-ALPHA."""
+test calls it slower and its p, Holm-adjusted over its machine's series that could have been judged (one
+test per series), is below ALPHA."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from attnbench.results import steps
+from attnbench.results import steps, steps_text
 from attnbench.results.judge import ALPHA
 
 
@@ -24,8 +25,87 @@ def test_a_step_the_judge_calls_slower_fails_alone_and_passes_among_many_series_
     assert crowd[0].family == 10 and math.isclose(crowd[0].p_holm, 0.1) and not crowd[0].fails(0.05)
     assert crowd[0].p_holm >= ALPHA > crowd[0].p
     # 42 series searched, one with a step: the 41 without one are tests that found nothing
-    (searched,) = steps.holm_adjusted([step(0.01)], series=42)
+    (searched,) = steps.holm_adjusted([step(0.01)], series={"vm": 42})
     assert searched.family == 42 and math.isclose(searched.p_holm, 0.42) and not searched.fails(0.05)
+
+
+def test_each_machine_is_a_family_of_its_own():
+    """Another machine's series, and its steps, are another question: they never dilute this machine's."""
+    mine, theirs = step(0.001), replace(step(0.5, cell="d"), machine="gpu")
+    found = steps.holm_adjusted([mine, theirs], series={"vm": 6, "gpu": 900})
+    assert [s.family for s in found] == [6, 900] and math.isclose(found[0].p_holm, 0.006)
+    assert found[0].fails(0.05) and "Holm-adjusted 0.006 over 6 series of this machine" in (
+        steps_text.gate_text(found[0])
+    )
+
+
+def test_the_family_is_the_series_that_could_have_been_judged():
+    """A series of fewer than 6 runs can hold no step with 3 runs a side: it is no test in the family, as a
+    store of every machine's few runs made it (the edited variant's 3 cells passed beside 2 H200 runs)."""
+    import pandas as pd
+
+    df = _store(lambda v, k, i: 0.01 * ((i * 7 + k * 3 + len(v)) % 5), runs=9, cells=3, step=1.3, after=4)
+    short = _store(lambda v, k, i: 0.0, stepped=(), others=("gpu_v",), runs=2, cells=200).assign(
+        machine="gpu"
+    )
+    short5 = _store(lambda v, k, i: 0.0, stepped=(), others=("few",), runs=5, cells=50)
+    alone = steps.find(df)
+    together = steps.find(pd.concat([df, short, short5], ignore_index=True))
+    judged = [s for s in together if s.latest and s.judged]
+    assert judged and [(s.p_holm, s.family) for s in judged] == [
+        (s.p_holm, s.family) for s in alone if s.latest and s.judged
+    ]
+    assert {s.family for s in judged} == {9}  # mine, a and b: 3 cells each, 9 runs
+
+
+def test_a_step_after_a_short_segment_is_judged_against_the_runs_before_it():
+    """3 runs at 1.0, 2 at 0.6, then 5 at 1.5: the 2-run segment between the steps never grows, so the latest
+    step is judged against the 3-run segment before it, not left without a test for ever."""
+    df = _series([1.0] * 3 + [0.6] * 2 + [1.5] * 5)
+    *_, latest = steps.find(df)
+    assert latest.latest and latest.at == 5 and latest.short_before == 2 and latest.against == (0, 3)
+    assert latest.judged and latest.verdict(0.05) == "fails" and latest.fails(0.05)
+    assert 1.4 < latest.ratio < 1.6 and 2.4 < latest.short_ratio < 2.6 and latest.low > 1.4
+    line = steps_text.describe(latest)
+    assert line.startswith(f"v|a on vm: {latest.change:+.1%} [{latest.low - 1:+.1%}, ")
+    assert "] against runs 1 to 3 (the 2 runs just before it, between two steps, are too few" in line
+    assert f"over them alone it is {latest.short_ratio - 1:+.1%}) at run r05" in line
+
+
+def test_a_step_no_test_can_ever_judge_is_said_and_pending_only_while_runs_after_it_are_few():
+    *_, new = steps.find(_series([1.0] * 2 + [1.5] * 2))
+    assert new.verdict(0.05) == "pending" and "the next runs decide it" in steps_text.verdict_text(new, 0.05)
+    *_, old = steps.find(_series([1.0] * 2 + [1.5] * 8))
+    assert old.verdict(0.05) == "untestable" and not old.fails(0.05) and not old.judged
+    assert "no test can ever judge it: 2 runs before it in its whole series" in steps_text.verdict_text(
+        old, 0.05
+    )
+
+
+def _series(levels, *, noise=0.01, seed=1, **columns):
+    """A frame of one series ("v|a" on "vm"): run i at levels[i] x a seeded jitter; `columns` each a list of
+    per-run values (a variant_source, a torch version)."""
+    import random
+
+    import pandas as pd
+
+    rng = random.Random(seed)
+    rows = [
+        {
+            "machine": "vm",
+            "variant": "v",
+            "cell_id": "v|a",
+            "run_id": f"r{i:02d}",
+            "created": f"2026-01-01T{i:02d}",
+            "status": "ok",
+            "time_ms_median": level * math.exp(rng.gauss(0, noise)),
+            "cal_matmul_tflops": None,
+            "cal_copy_gbps": None,
+            **{k: v[i] for k, v in columns.items()},
+        }  # fmt: skip
+        for i, level in enumerate(levels)
+    ]
+    return pd.DataFrame(rows)
 
 
 def test_only_latest_steps_with_a_test_are_the_family_and_only_they_fail():
@@ -77,7 +157,7 @@ def test_cells_that_stepped_together_are_judged_as_one_step_surer_than_any_cell_
     alone = [s.beyond_interval for s in mine]
     ratio, low, high = mine[0].pooled
     assert 1.0 < low < ratio < high and high - low < min(h - lo for lo, h in alone)
-    assert "of its 6 cells as one, +" in steps.gate_text(mine[0])
+    assert "of its 6 cells as one, +" in steps_text.gate_text(mine[0])
 
 
 def test_cells_that_move_together_in_every_run_count_as_one_run_not_six():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnbench.results import steps
+from attnbench.results import steps, steps_text
 
 # a 10% step from run 8 (0-based); run 7 is halfway, closer to after: alone, the step may be at 7
 HALFWAY = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.07, 1.1, 1.11, 1.09, 1.1, 1.12, 1.1]
@@ -48,7 +48,7 @@ def test_alone_the_halfway_run_leaves_the_step_between_two_runs():
 def test_cells_of_one_variant_that_step_together_are_placed_at_one_run():
     found = steps.find(frame({"a": HALFWAY, "b": CLEAN, "c": CLEAN[:7] + [1.01] + CLEAN[8:]}))
     assert placed(found) == {f"v|{c}": (8, (8, 8), 3) for c in "abc"}
-    line = steps.describe(next(s for s in found if s.cell_id == "v|a"))
+    line = steps_text.describe(next(s for s in found if s.cell_id == "v|a"))
     assert (
         "run 9 of 14), with 2 other cells of v that stepped there too; commit 0707070707 -> 0808080808"
         in line

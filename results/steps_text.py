@@ -1,0 +1,178 @@
+"""Steps in words: the one line `attnbench history check` prints for each step (describe), what changed across
+it and near it, what the gate read of it (gate_text, verdict_text), the calibration, and the steps as a
+DataFrame (as_frame, `attnbench.steps()`); results.steps finds and judges them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .formulas import counted
+from .steps import CALIBRATION_MOVED, Step
+
+
+def as_frame(found: Sequence[Step]):
+    """Steps as a pandas DataFrame, a row each: the series, the size with its interval, the first run after
+    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, what
+    the gate judges with its interval, the judge's p and (a latest step's) Holm-adjusted p, the commits on
+    both sides, what else changed across it and near it (nearby_text), the calibration, whether it is its
+    series' latest, its line."""
+    import pandas as pd
+
+    rows = [
+        {
+            "machine": s.machine,
+            "variant": s.variant,
+            "cell_id": s.cell_id,
+            "change": s.change,
+            "change_low": s.low - 1.0,
+            "change_high": s.high - 1.0,
+            "run_id": s.after.get("run_id"),
+            "created": s.after.get("created"),
+            "run": s.at + 1,
+            "runs": s.runs,
+            "may_be_from": s.first[0] + 1,
+            "may_be_to": s.first[1] + 1,
+            "cells": s.cells,
+            "others": s.others,
+            "beyond_others": None if s.beyond is None else s.beyond - 1.0,
+            "gated": s.gated_change,
+            "gated_low": s.gated[1] - 1.0,
+            "gated_high": s.gated[2] - 1.0,
+            "p": s.p,
+            "p_holm": s.p_holm,
+            "commit_before": s.before.get("git_commit"),
+            "commit_after": s.after.get("git_commit"),
+            "changed": "; ".join(changes({k: v for k, v in s.changed().items() if k != "git_commit"})),
+            "nearby": "; ".join(nearby_text(s)),
+            "calibration": s.calibration,
+            "calibration_moved": s.calibration_moved,
+            "latest": s.latest,
+            "line": describe(s),
+        }
+        for s in found
+    ]
+    return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS))
+
+
+_FRAME_COLUMNS = (
+    "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
+    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "gated_low",
+    "gated_high", "p", "p_holm", "commit_before",
+    "commit_after", "changed", "nearby", "calibration", "calibration_moved", "latest", "line",
+)  # fmt: skip
+
+
+def _short(value: str | None) -> str:
+    """A commit as its first 10 characters (and -dirty), anything else as it is; '?' when not recorded."""
+    if value is None:
+        return "?"
+    head, dirty = (value[:-6], "-dirty") if value.endswith("-dirty") else (value, "")
+    return head[:10] + dirty if len(head) == 40 and all(c in "0123456789abcdef" for c in head) else value
+
+
+def describe(step: Step) -> str:
+    """One line for a step: the series, its size and interval (and what it is judged against, where its own
+    segment before it is too short), the first run after it, what changed across it and near it, and the
+    calibration."""
+    size = f"{step.change:+.1%}"
+    if step.low == step.low:
+        size += f" [{step.low - 1:+.1%}, {step.high - 1:+.1%}]"
+    if step.short_before:
+        size += (
+            f" against runs {step.against[0] + 1} to {step.against[1]} (the {step.short_before} runs just"
+            f" before it, between two steps, are too few to judge it against; over them alone it is"
+            f" {step.short_ratio - 1:+.1%})"
+        )
+    when = (step.after.get("created") or "?")[:10]
+    where = f"at run {step.after.get('run_id')} ({when}; run {step.at + 1} of {step.runs})"
+    if step.first[0] != step.first[1] and step.since and step.until:  # the noise allows more than one run
+        since, until = (_short(s.get("git_commit")) for s in (step.since, step.until))
+        bisect = (
+            f" (bisect commits {since}..{until})" if since != until else ""
+        )  # one commit: nothing to bisect
+        where += f", or any run from {step.first[0] + 1} to {step.first[1] + 1}{bisect}"
+    if step.cells > 1:
+        where += f", with {counted(step.cells - 1, 'other cell')} of {step.variant} that stepped there too"
+    if step.others is not None:
+        where += (
+            f"; the other variants x{step.others:.2f} across it, this one {others_text(step)} beyond them"
+        )
+    changed = step.changed()
+    parts = changes(changed) if "git_commit" in changed else ["same commit", *changes(changed)]
+    said = "; ".join([", ".join(parts), *nearby_text(step)])
+    return f"{step.cell_id} on {step.machine}: {size} {where}; {said}; {calibration_text(step)}"
+
+
+def changes(changed: dict[str, tuple[Any, Any]]) -> list[str]:
+    """What changed (Step.changed), in words: 'commit 1a2b3c4d5e -> 9f8e7d6c5b', 'torch 2.13.0 -> 2.14.0',
+    '?' for a value not recorded."""
+    return [
+        f"commit {_short(a)} -> {_short(b)}" if k == "git_commit" else f"{k} {a or '?'} -> {b or '?'}"
+        for k, (a, b) in changed.items()
+    ]
+
+
+def nearby_text(step: Step) -> list[str]:
+    """Each change near a step but not across it (Step.nearby), where it is against the placed step:
+    'variant_source ? -> builtin between runs 4 and 5, one run after the placed step'."""
+    out = []
+    for t, changed in step.nearby:
+        d = t - step.at
+        far = "one run" if abs(d) == 1 else f"{abs(d)} runs"
+        out.append(
+            f"{', '.join(changes(changed))} between runs {t} and {t + 1}, {far} "
+            f"{'after' if d > 0 else 'before'} the placed step"
+        )
+    return out
+
+
+def others_text(step: Step) -> str:
+    """The step beyond the other variants' move, with its interval: '+2.6% [-3.1%, +13.2%]'."""
+    if step.beyond is None:
+        return "?"
+    low, high = step.beyond_interval
+    return f"{step.beyond - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
+
+
+def gate_text(step: Step) -> str:
+    """What the gate read of a latest step judged: 'the judge: p 0.027, Holm-adjusted 0.49 over 18 series',
+    with the step it judged where the cells that took it together were judged as one."""
+    head = "the judge"
+    if step.pooled is not None:
+        ratio, low, high = step.pooled
+        size = f"{ratio - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
+        head += f" of its {step.cells} cells as one, {size}"
+    family = f"{step.family} series of this machine"
+    return f"{head}: p {step.p:.2g}, Holm-adjusted {step.p_holm:.2g} over {family}"
+
+
+def verdict_text(step: Step, limit: float) -> str:
+    """The gate's word on a latest step over `limit` slower (Step.verdict), after what the judge read."""
+    verdict = step.verdict(limit)
+    if verdict == "pending":
+        after = counted(step.runs_after, "run")
+        return f"no test yet: {after} after it, the judge needs 3 (the next runs decide it)"
+    if verdict == "untestable":
+        before = counted(step.runs_before, "run")
+        return f"no test can ever judge it: {before} before it in its whole series, the judge needs 3"
+    said = {
+        "noise": "within its noise",
+        "holm": "slower by its own test, not significant after Holm's adjustment",
+    }
+    return gate_text(step) + (f": {said[verdict]}" if verdict in said else "")
+
+
+def calibration_text(step: Step) -> str:
+    """The calibration across a step in words: unknown, moved (the machine changed), steady, or moved by more
+    than CALIBRATION_MOVED but within its own noise."""
+    if step.calibration is None:
+        return "calibration unknown"
+    ratio = f"x{step.calibration:.2f}"
+    beyond = abs(step.calibration - 1.0) > CALIBRATION_MOVED
+    low, high = step.calibration_interval
+    if beyond and low == low:
+        ratio += f" [{low:.2f}, {high:.2f}]"
+    if step.calibration_moved:
+        return f"calibration moved too ({ratio}: the machine changed)"
+    return f"calibration steady within its own noise ({ratio})" if beyond else f"calibration steady ({ratio})"

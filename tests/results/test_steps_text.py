@@ -1,0 +1,43 @@
+"""A step's words (results.steps_text): what changed across it and near it, its cells counted in good
+English, and one spelling of a value not recorded in the line, the frame and the dashboard."""
+
+from __future__ import annotations
+
+from test_steps_gate import _series
+
+from attnbench.reports.dashboard import steps_table
+from attnbench.results import steps, steps_text
+
+# a step placed at run 4 (the first run after it) whose variant's source changed between runs 4 and 5: noise
+# can place a step one run off the change that made it
+LEVELS = [1.0] * 3 + [1.3] * 6
+SOURCES = ["file mine.py, source sha256 aaa"] * 4 + ["file mine.py, source sha256 bbb"] * 5
+
+
+def test_a_change_one_run_from_the_placed_step_is_named_in_the_line_the_frame_and_the_dashboard():
+    (step,) = steps.find(_series(LEVELS, variant_source=SOURCES))
+    assert step.at == 3 and step.changed() == {}
+    said = "variant_source file mine.py, source sha256 aaa -> file mine.py, source sha256 bbb"
+    said += " between runs 4 and 5, one run after the placed step"
+    assert f"; same commit; {said}; calibration" in steps_text.describe(step)
+    assert steps_text.as_frame([step])["nearby"].tolist() == [said]
+    assert steps_table([step], {}).rows[0][4] == said  # not "nothing recorded"
+
+
+def test_software_that_changed_a_run_from_the_step_makes_the_gate_judge_the_step_itself():
+    torch = ["2.13.0"] * 4 + ["2.14.0"] * 5
+    (step,) = steps.find(_series(LEVELS, torch=torch))
+    assert step.nearby == ((4, {"torch": ("2.13.0", "2.14.0")}),)
+    moved = steps.Step(**{**step.__dict__, "beyond": 1.0, "beyond_interval": (0.9, 1.1)})
+    assert not moved.against_others and moved.gated == (moved.ratio, moved.low, moved.high)
+
+
+def test_one_spelling_of_a_value_not_recorded_and_one_other_cell_counted():
+    sources = [None] * 3 + ["builtin"] * 6
+    (step,) = steps.find(_series(LEVELS, variant_source=sources))
+    assert "; same commit, variant_source ? -> builtin; " in steps_text.describe(step)
+    assert steps_text.as_frame([step])["changed"].tolist() == ["variant_source ? -> builtin"]
+    assert steps_table([step], {}).rows[0][4] == "variant_source ? -> builtin"
+    two = steps.Step(**{**step.__dict__, "cells": 2})
+    assert ", with 1 other cell of v that stepped there too" in steps_text.describe(two)
+    assert steps_table([two], {}).rows[0][3] == "4 of 9, with 1 other cell of v"
