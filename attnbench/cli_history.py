@@ -128,6 +128,8 @@ def _gate_summary(found, verdicts: dict[int, str | None], limit: float) -> str:
         said += " that could be judged"
     if count["noise"]:
         said += f", {count['noise']} more within their noise"
+    if count["fell"]:
+        said += f", {count['fell']} more slower only beyond the other variants while their own time fell"
     return said + " (--fail-on-step)"
 
 

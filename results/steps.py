@@ -176,13 +176,17 @@ class Step:
             return "pending"
         if not self.gated[1] > 1.0:
             return "noise"
+        if self.ratio < 1.0:  # slower only beside the others' larger fall: its own time did not rise
+            return "fell"
         return "holm" if not self.p_holm < ALPHA else "fails"
 
     def fails(self, limit: float) -> bool:
         """The gate's verdict, as compare's (results.judge, 7): the series' latest step, over `limit` slower,
-        'slower' by the judge's test (its interval above 1, p < ALPHA), and its p Holm-adjusted over the
-        family below ALPHA. A step no test can ever judge (untestable) fails nothing: `check` marks it
-        UNJUDGED and counts it, since failing it would fail every night after it, on two runs' word."""
+        'slower' by the judge's test (its interval above 1, p < ALPHA), its own time risen (a step slower only
+        beyond the other variants while its own time fell, as when a setting speeds the others more, is
+        'fell': said, not failed), and its p Holm-adjusted over the family below ALPHA. A step no test can
+        ever judge (untestable) fails nothing: `check` marks it UNJUDGED and counts it, since failing it
+        would fail every night after it, on two runs' word."""
         return self.verdict(limit) == "fails"
 
     @property

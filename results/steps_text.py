@@ -159,6 +159,9 @@ def verdict_text(step: Step, limit: float) -> str:
     said = {
         "noise": "within its noise",
         "holm": "slower by its own test, not significant after Holm's adjustment",
+        "fell": (
+            f"slower only beyond the other variants, its own time fell ({step.change:+.1%}): not a slowdown"
+        ),
     }
     return gate_text(step) + (f": {said[verdict]}" if verdict in said else "")
 

@@ -29,6 +29,20 @@ def test_a_step_the_judge_calls_slower_fails_alone_and_passes_among_many_series_
     assert searched.family == 42 and math.isclose(searched.p_holm, 0.42) and not searched.fails(0.05)
 
 
+def test_a_step_slower_only_beyond_the_others_while_its_own_time_fell_is_said_not_failed():
+    """The reference store's sdpa_flash at N 2,048: its own time -21% across a step where the other variants
+    went x0.59 (a setting that sped them far more), so +31% beyond them. Its time did not rise: no slowdown
+    to fail a night on; the line says why."""
+    (fell,) = steps.holm_adjusted(
+        [replace(step(0.0001, ratio=0.787, low=0.46), runs_before=4, runs_after=11, against=(0, 4),
+                 others=0.59, beyond=1.314, beyond_interval=(1.08, 1.53), p_holm=0.0001)]
+    )  # fmt: skip
+    assert fell.gated_change > 0.05 and fell.verdict(0.05) == "fell" and not fell.fails(0.05)
+    assert "its own time fell (-21.3%): not a slowdown" in steps_text.verdict_text(fell, 0.05)
+    rose = replace(fell, ratio=1.02, low=0.95)  # the same move beyond the others, its own time up: fails
+    assert rose.verdict(0.05) == "fails"
+
+
 def test_each_machine_is_a_family_of_its_own():
     """Another machine's series, and its steps, are another question: they never dilute this machine's."""
     mine, theirs = step(0.001), replace(step(0.5, cell="d"), machine="gpu")
