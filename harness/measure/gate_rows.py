@@ -28,6 +28,9 @@ from dataclasses import dataclass
 
 # small enough for every variant on CPU; two batch rows, padded unequally
 BATCH, HEADS, HEAD_DIM = 2, 4, 64
+# the sequences of a packed or paged problem: the varlen preset's batch, so that a pack has a first, a last
+# and several middle sequences (a kernel that skips the middle ones fails), at N = 100 still 800 tokens
+SEQUENCES = 8
 # the padding fraction of the padded problems: the heaviest a run takes, so batch element 1 keeps one key
 PADDING = 0.99
 # the parts of a check: causal x padding, the no-key problem, the declared workloads
@@ -169,14 +172,15 @@ def span(n: int) -> int:
 def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, object]]:
     """(label, CellSpec) for each workload `variant` declares: the run's cells of them at N = n, causal
     where the workload is, forward+backward where a run may ask it (a paged cell is a decode step). A
-    variant that runs packed batches or paged caches only has its grouped heads checked there."""
+    variant that runs packed batches or paged caches only has its grouped heads checked there. A pack or a
+    paged cache holds SEQUENCES sequences, a first, a last and the ones between."""
     from attnbench.harness.sweep.spec import CellSpec
 
     cap, base = variant.cap, CellSpec(variant.name, device, dtype, BATCH, HEADS, n, HEAD_DIM, HEAD_DIM, True,
                                       0.0, "fwdbwd")  # fmt: skip
     queries = max(1, min(DECODE_QUERIES, n // 2))  # never more than a context holds
     decode = dict(seq_len=queries, seq_k=n, page_size=span(n), causal_align="lower-right", pass_="fwd")
-    packed = dataclasses.replace(base, lengths="uniform")
+    packed = dataclasses.replace(base, batch=SEQUENCES, lengths="uniform")
     homes = [("packed", "uniform lengths", _home(variant, packed))] if cap.varlen else []
     paged = _home(variant, dataclasses.replace(packed, **decode))
     homes += [("paged", f"pages of {span(n)}", paged)] if cap.paged else []
@@ -303,6 +307,7 @@ def fail_reason(r) -> str:
     likely cause where the gate recognised one, a non-finite output and its rows, or which error passed
     which tolerance."""
     from attnbench.harness.measure.outcomes import mutation
+    from attnbench.results.formulas import tolerance_text
 
     parts = [mutation(r.changed)] if r.changed else []
     parts += [r.hint] if r.hint else []
@@ -310,7 +315,7 @@ def fail_reason(r) -> str:
         parts.append("non-finite output (NaN or inf)")
         parts += [r.where] if r.where else []
     elif not r.passed:
-        parts.append(f"output rel_err {r.rel_err:.1e} > tolerance {r.tolerance:.0e}")
+        parts.append(f"output rel_err {r.rel_err:.1e} > tolerance {tolerance_text(r.tolerance)}")
         parts += [r.where] if r.where else []
     if r.grad_passed is False:
         from attnbench.harness.measure.own_gradient import bound_text
