@@ -278,6 +278,12 @@ def tolerance(dtype: str) -> float:
     return TOLERANCE.get(str(dtype).removeprefix("torch."), TOLERANCE["float32"])
 
 
+def tolerance_text(tol: float) -> str:
+    """A tolerance as a message prints it, exactly and in the fewest digits: '1e-04', '2.5e-02' (never
+    bfloat16's 2.5e-02 rounded to '3e-02')."""
+    return next((t for t in (f"{tol:.{p}e}" for p in range(16)) if float(t) == tol), f"{tol!r}")
+
+
 # A quantising variant (FP8) is gated against the reference of its rounded inputs; how far its answer is from
 # the original inputs' reference, end to end, is kept as a signal-to-quantisation-noise ratio: the reference's
 # power over the error's, in dB. With rel_err = ||out - ref||_F / ||ref||_F it is -20 log10(rel_err), so each

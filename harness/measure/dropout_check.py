@@ -51,6 +51,7 @@ import torch
 
 from attnbench.harness.measure import correctness
 from attnbench.harness.measure.contract import check_output
+from attnbench.results.formulas import tolerance_text
 from attnbench.variants.mods import NONE
 from attnbench.variants.problem import extra_options
 
@@ -151,7 +152,7 @@ def _mask_rules(
             worst = float(((got - want).abs() / want).max())
             reasons.append(
                 f"kept weights are scaled by {scale:.4g}, expected 1/(1 - p) = {1 / (1 - p):.4g} "
-                f"(worst relative error {worst:.1e} > tol {tol:.0e})"
+                f"(worst relative error {worst:.1e} > tol {tolerance_text(tol)})"
             )
     if reasons:  # independence means nothing when the fraction is wrong already
         return frac, n, reasons

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from attnbench.harness.measure.contract import check_output
-from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR
+from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, tolerance_text
 from attnbench.variants.problem import extra_options
 
 DIRECTIONS = 3  # per input: the closest counts
@@ -48,7 +48,7 @@ AGAINST = {
 def bound_text(tolerance: float, against: str) -> str:
     """What a failing gradient check was held to, as its message says it: '4e-04' for float64 attention's
     gradients; '0.01 against central differences of its own forward (...)' for an approximation's."""
-    return f"{tolerance:.2g} {AGAINST[against]}" if against else f"{tolerance:.0e}"
+    return f"{tolerance:.2g} {AGAINST[against]}" if against else tolerance_text(tolerance)
 
 
 @dataclass(frozen=True)
