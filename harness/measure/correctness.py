@@ -42,11 +42,11 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbench.harness.measure import own_gradient
+from attnbench.harness.measure import located, own_gradient
 from attnbench.harness.measure.contract import changed_inputs, check_graph, check_output
 from attnbench.harness.measure.guard import REFERENCE_ROW_BLOCK  # the reference's block, which guard counts
 from attnbench.harness.measure.own_gradient import leaf_grads
-from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE, sqnr_db  # reports draw them too
+from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE, sqnr_db, tolerance_text  # shared
 from attnbench.variants.mods import NONE, apply_mod
 from attnbench.variants.problem import extra_options
 from attnbench.variants.quant import dequantise
@@ -217,7 +217,7 @@ class GateResult:
     def describe(self) -> str:
         if math.isinf(self.rel_err):
             return "; ".join(filter(None, [self.hint, "non-finite output (NaN or inf)", self.where]))
-        bound = f"tol {self.tolerance:.0e}" + (", declared approximate" if self.approximate else "")
+        bound = f"tol {tolerance_text(self.tolerance)}" + (", declared approximate" * bool(self.approximate))
         text = f"rel_err {self.rel_err:.2e} ({bound}), max_abs_err {self.max_abs_err:.2e}"
         if self.quant:
             rounding = f"rounding alone: rel_err {self.quant_rel_err:.2e}"
@@ -299,7 +299,7 @@ def gate(
     dtype's. In a packed batch
     (cu_seqlens) a failing gate names the sequence that errs most (GateResult.where).
     """
-    dtype = str(q.dtype).removeprefix("torch.")
+    dtype, packed = str(q.dtype).removeprefix("torch."), cu_seqlens is not None
     tol = max(TOLERANCE.get(dtype, TOLERANCE["float32"]), approximate)
     rules = dict(causal=causal, causal_align=causal_align, window=window)
     rules.update(cu_seqlens=cu_seqlens, block_table=block_table)
@@ -312,28 +312,35 @@ def gate(
     sampled = got = out if rows is None else out[:, :, rows.to(out.device)]  # sampled: before rows leave
     whole = refs[0]  # the kernel's reference on the rows checked, (B, H, R, d), before rows leave
     empty = empty_rows(q.shape[2], key_lengths, n_k=k.shape[2], **rules)
+    hidden = None if empty is None else empty if rows is None else empty[:, :, rows.to(empty.device)]
     masked = _masked_behaviour(out, empty, rows)
     if empty is not None:
-        keep = ~(empty if rows is None else empty[:, :, rows.to(empty.device)])
-        keep = keep.expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
+        keep = (~hidden).expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
         got, refs = got[keep], [r[keep.to(r.device)] for r in refs]
     max_abs, rel = _errors(got, refs[0])
+    # a pack's sequences each against their own reference: one sequence wrong among long right ones fails
+    worst = located.worst(located.sequences(sampled, whole, rows, cu_seqlens, hidden) if packed else [])
+    rel = max(rel, worst.rel_err) if worst else rel
+    # rows left unwritten fail however little they weigh (an approximation may leave a row without keys)
+    bad = located.unwritten(sampled, whole, hidden) if not approximate else torch.zeros(0, dtype=torch.bool)
+    failed = not rel <= tol or bool(bad.any())
     where = hint = ""
-    if not quant and not rel <= tol:  # a rounding recipe's answer is judged on other inputs: no reading
+    if not quant and failed:  # a rounding recipe's answer is judged on other inputs: no reading
         hint = likely_cause(
             sampled, q, k, v, tol=tol, scale=scale, rows=rows, key_lengths=key_lengths, mod=mod, **rules
         )
-    if cu_seqlens is not None and not rel <= tol:
-        where = f"worst: {worst_sequence(out, refs[0], rows, cu_seqlens)}"
-    elif not rel <= tol:  # the rows that err where no known mistake explains them
-        where = nonfinite_rows(sampled, rows)
+    if worst and failed:
+        where = f"worst: {worst.describe()}"
+    elif failed:  # the rows that err where no known mistake explains them
+        where = located.nonfinite_rows(sampled, rows)
         if not where and not hint:
-            where = wrong_rows(sampled, whole, rows, tol, empty)
+            where = located.wrong_rows(sampled, whole, rows, tol, empty)
+    hint = hint or located.unwritten_text(bad, rows, cu_seqlens)
     return GateResult(
         max_abs_err=max_abs,
         rel_err=rel,
         tolerance=tol,
-        passed=rel <= tol,
+        passed=not failed,
         masked_rows=masked,
         rows_checked=int(q.shape[2]) if rows is None else len(rows),  # the sample, empty rows among them
         where=where,
@@ -510,42 +517,6 @@ def _explains(got: torch.Tensor, alt: torch.Tensor, empty, rows, tol: float) -> 
     return _errors(got[pick], alt[pick.to(alt.device)])[1] <= tol
 
 
-def nonfinite_rows(got: torch.Tensor, rows=None) -> str:
-    """Where an answer is NaN or inf, as 'at query row 0 only' or 'at 3 of 64 query rows checked, the first
-    row 5' (rows: the query rows got holds, every row when None); "" when it is finite."""
-    bad = (~torch.isfinite(got)).flatten(0, 1).any(0).any(-1).cpu()
-    ids = (torch.arange(got.shape[2]) if rows is None else rows.cpu())[bad]
-    if not len(ids):
-        return ""
-    if len(ids) == 1:
-        return f"at query row {int(ids[0])} only"
-    return f"at {len(ids)} of {got.shape[2]} query rows checked, the first row {int(ids[0])}"
-
-
-def wrong_rows(got: torch.Tensor, ref: torch.Tensor, rows, tol: float, empty=None) -> str:
-    """Where a finite answer errs, by query row: 'at query rows 64 to 99 (36 of 100 checked)', 'at query row
-    99 only' or 'at 5 of 64 query rows checked, the first row 7'; "" where every row errs (nothing to point
-    at) or none does. A row errs where its error over the reference's typical row norm passes tol in any
-    batch element and head (got, ref: (B, H, R, d) on the rows checked); rows that see no key
-    (empty_rows) are left out."""
-    err = (got.detach().to(torch.float64) - ref).norm(dim=-1)  # (B, H, R)
-    norms = ref.norm(dim=-1)
-    err = err / norms.clamp_min(max(float(norms.mean()), 1e-30) * 1e-3)
-    if empty is not None:
-        hidden = (empty if rows is None else empty[:, :, rows.to(empty.device)])[..., 0]
-        err = err.masked_fill(hidden.to(err.device).expand_as(err), 0.0)
-    bad = (err > tol).flatten(0, 1).any(0).cpu()
-    ids, n = (torch.arange(got.shape[2]) if rows is None else rows.cpu())[bad], got.shape[2]
-    if not len(ids) or len(ids) == n:
-        return ""
-    if len(ids) == 1:
-        return f"at query row {int(ids[0])} only"
-    at = torch.nonzero(bad).flatten()
-    if int(at[-1] - at[0]) + 1 == len(at):  # one run of the rows checked
-        return f"at query rows {int(ids[0])} to {int(ids[-1])} ({len(ids)} of {n} checked)"
-    return f"at {len(ids)} of {n} query rows checked, the first row {int(ids[0])}"
-
-
 def _rounding(got: torch.Tensor, rounded_ref: torch.Tensor, ref: torch.Tensor, quant: str) -> dict:
     """A quantising variant's GateResult fields: its recipe, the rounded inputs' reference against the
     original inputs' (quant_rel_err), and the output against the original inputs' as SQNR in dB."""
@@ -554,31 +525,6 @@ def _rounding(got: torch.Tensor, rounded_ref: torch.Tensor, ref: torch.Tensor, q
         "quant_rel_err": _errors(rounded_ref, ref)[1],
         "sqnr_db": sqnr_db(_errors(got, ref)[1]),
     }
-
-
-def worst_sequence(out: torch.Tensor, ref: torch.Tensor, rows, cu_seqlens) -> str:
-    """Which sequence of a packed batch errs most against the reference (rows: the sampled query rows, or
-    None for all), as 'sequence 3 of 8 (rows 517..1023, 507 tokens): rel_err 1e+00' or '... non-finite'."""
-    cu = cu_seqlens.cpu().tolist()
-    ids = torch.arange(out.shape[2]) if rows is None else rows.cpu()
-    got = (out if rows is None else out[:, :, rows.to(out.device)]).detach().to(torch.float64).cpu()
-    ref = ref.cpu()
-    worst, text = -1.0, ""
-    for s, (a, b) in enumerate(zip(cu, cu[1:], strict=False)):
-        mine = (ids >= a) & (ids < b)
-        if not bool(mine.any()):
-            continue
-        o, r = got[:, :, mine], ref[:, :, mine]
-        finite = bool(torch.isfinite(o).all())
-        err = (
-            math.inf
-            if not finite
-            else float(torch.linalg.vector_norm(o - r)) / max(float(torch.linalg.vector_norm(r)), 1e-300)
-        )
-        if err > worst:
-            what = "non-finite (NaN or inf)" if not finite else f"rel_err {err:.1e}"
-            worst, text = err, f"sequence {s} of {len(cu) - 1} (rows {a}..{b - 1}, {b - a} tokens): {what}"
-    return text
 
 
 def grad_errors(

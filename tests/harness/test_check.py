@@ -66,6 +66,9 @@ def test_a_failure_says_its_likely_cause_first_and_where_a_nan_is():
     assert fail_reason(result) == f"{said}; output rel_err 5.0e-01 > tolerance 1e-04"
     nan = GateResult(float("inf"), float("inf"), 1e-4, False, "n/a", 16, where="at query row 0 only")
     assert fail_reason(nan) == "non-finite output (NaN or inf); at query row 0 only"
+    bf16 = GateResult(0.9, 0.5, 2.5e-2, False, "n/a", 16)  # bfloat16's tolerance, exactly
+    assert fail_reason(bf16) == "output rel_err 5.0e-01 > tolerance 2.5e-02"
+    assert bf16.describe().startswith("rel_err 5.00e-01 (tol 2.5e-02)"), bf16.describe()
     wrote = GateResult(0.0, 0.0, 1e-4, True, "n/a", 16, changed=("q",))
     assert not wrote.ok and fail_reason(wrote) == "modifies its inputs in place (q changed)"
 
@@ -195,6 +198,41 @@ def test_the_docs_varlen_example_passes_its_pack(isolated_registry, tmp_path):
     assert [(r.workload, r.status) for r in packed] == [("packed, uniform lengths", "pass")], packed
     assert packed[0].grad_rel_err is not None and check.exit_status(rows) == 0
     assert {r.status for r in rows if not r.workload} == {"unsupported"}  # packed only; no padding
+
+
+MIDDLE = """
+import torch, torch.nn.functional as F
+from attnbench import register
+
+@register("middle", varlen="exact")
+def middle(q, k, v, *, causal=False, cu_seqlens):  # only the first and the last sequence: zeros between
+    out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
+    b = cu_seqlens.tolist()
+    for i, (a, e) in enumerate(zip(b[:-1], b[1:])):
+        if 0 < i < len(b) - 2:
+            continue
+        one = (t[:, :, a:e] for t in (q, k, v))
+        out[:, :, a:e] = F.scaled_dot_product_attention(*one, is_causal=causal)
+    return out
+"""
+
+
+def test_a_pack_holds_middle_sequences_and_a_kernel_that_skips_them_fails(isolated_registry, tmp_path):
+    """check's pack (and paged cache) holds more than a first and a last sequence: a kernel that writes
+    only those two FAILs, naming a middle sequence."""
+    from attnbench.harness.measure.gate_rows import workload_cells
+
+    cells = dict(workload_cells(variants.get("sdpa_loop"), "cpu", "float32", 24))
+    cells.update(workload_cells(variants.get("paged_gather"), "cpu", "float32", 24))
+    assert all(cells[w].batch >= 4 for w in ("packed, uniform lengths", "paged, pages of 4"))
+    (tmp_path / "middle.py").write_text(MIDDLE)
+    plan = check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "middle.py")])
+    rows = list(check.gate_all(plan))
+    (packed,) = [r for r in rows if r.workload]
+    assert packed.status == "FAIL" and "worst: sequence " in packed.reason, packed
+    worst = int(packed.reason.split("worst: sequence ")[1].split(" of ")[0])
+    assert 1 < worst < cells["packed, uniform lengths"].batch  # numbered from 1: a middle one
+    assert check.exit_status(rows) == 1
 
 
 UNMASKED_PAGED = """

@@ -87,7 +87,7 @@ def test_a_sequence_left_unwritten_is_wrong_and_named(plugin):
     a = offsets(lengths)[2]
     assert row["status"] == "wrong"
     assert (
-        f"sequence 2 of 4 (rows {a}..{a + lengths[2] - 1}, {lengths[2]} tokens): non-finite" in row["message"]
+        f"sequence 3 of 4 (rows {a}..{a + lengths[2] - 1}, {lengths[2]} tokens): non-finite" in row["message"]
     )
 
 
@@ -95,6 +95,57 @@ def test_attending_across_sequences_is_wrong(plugin):
     row = measure_cell(cell("attends_across_sequences", "longtail"), QUICK)
     assert row["status"] == "wrong" and "worst: sequence" in row["message"]
     assert "gate: it ignored the packed batch's boundaries (cu_seqlens)" in row["message"], row["message"]
+
+
+def _pack(lengths: list[int], *, heads: int = 2, d: int = 16, dtype=torch.bfloat16):
+    """q, k, v (1, H, T, d) of dtype, the pack's cu_seqlens, and its float64 reference rounded to dtype (a
+    right answer in dtype)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, sum(lengths), d, generator=g).to(dtype) for _ in range(3))
+    cu = torch.tensor(offsets(lengths), dtype=torch.int32)
+    return q, k, v, cu
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_each_sequence_is_judged_alone_and_the_worst_is_the_gates(causal):
+    """One sequence 6% off among seven right ones is 2% over the whole pack, under bfloat16's 2.5e-2: the
+    gate's rel_err is its worst sequence's, named (from 1: the third is 'sequence 3 of 8')."""
+    lengths = [64] * 8
+    q, k, v, cu = _pack(lengths)
+    right = correctness.reference(q, k, v, causal=causal, cu_seqlens=cu)
+    assert correctness.gate(right.to(q.dtype), q, k, v, causal=causal, cu_seqlens=cu).passed
+    off = right.clone()
+    off[:, :, 128:192] *= 1.06  # the third sequence
+    result = correctness.gate(off.to(q.dtype), q, k, v, causal=causal, cu_seqlens=cu)
+    assert not result.passed and result.rel_err == pytest.approx(0.06, rel=0.1), result.describe()
+    said = "worst: sequence 3 of 8 (rows 128..191, 64 tokens): rel_err 6"
+    assert result.where.startswith(said), result.where
+
+
+@pytest.mark.parametrize(("lengths", "causal"), [([32] * 7 + [2048], False), ([96] * 8, True)])
+def test_a_row_left_unwritten_fails_the_gate_and_names_its_sequence(lengths, causal):
+    """The pack's last row zeroed errs under bfloat16's tolerance even within its own sequence (one row of
+    2048 alike rows is 2.2%; a causal last row weighs little): it fails as unwritten, naming the sequence."""
+    q, k, v, cu = _pack(lengths)
+    out = correctness.reference(q, k, v, causal=causal, cu_seqlens=cu).to(q.dtype)
+    out[:, :, -1] = 0
+    result = correctness.gate(out, q, k, v, causal=causal, cu_seqlens=cu)
+    last, a = sum(lengths) - 1, sum(lengths) - lengths[-1]
+    said = f"it left query row {last} unwritten (zeros where the answer is not), in sequence 8 of 8 (rows {a}"
+    assert not result.passed and result.describe().startswith(said), result.describe()
+
+
+def test_a_last_row_left_unwritten_is_a_plain_gate_failure_in_a_run(plugin):
+    """docs' my_varlen with its last row zeroed, in bfloat16: the first (gated) call fails the float64 gate,
+    naming the sequence; not first caught on fresh inputs as an answer that does not follow them."""
+    spec = dataclasses.replace(cell("zeroes_its_last_row", "uniform", batch=8, n=256), dtype="bfloat16")
+    row = measure_cell(spec, QUICK)
+    last, first = sum(row["seq_lens"]) - 1, sum(row["seq_lens"][:-1])
+    assert row["status"] == "wrong" and row["message"].startswith(
+        f"failed the float64 gate: it left query row {last} unwritten (zeros where the answer is not), "
+        f"in sequence 8 of 8 (rows {first}..{last})"
+    ), row["message"]
+    assert "does not follow" not in row["message"]
 
 
 @pytest.mark.parametrize("causal", [False, True])
