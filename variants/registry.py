@@ -157,10 +157,10 @@ class Capability:
                 )
 
 
-def _known_work(varlen: str) -> bool:
-    kind, colon, size = varlen.partition(":")
+def _known_work(varlen) -> bool:  # anything but a str (varlen=True) is not
+    kind, colon, size = str(varlen).partition(":")
     sized = kind in ("tiles", "rows") and size.isdigit() and int(size) > 0
-    return varlen in ("padded", "masked", "exact") or sized
+    return isinstance(varlen, str) and (varlen in ("padded", "masked", "exact") or sized)
 
 
 def _recorded() -> tuple[str, ...]:

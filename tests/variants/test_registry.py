@@ -25,6 +25,15 @@ def test_capability_rejects_bad_values():
         Capability(name="bad name!")
 
 
+@pytest.mark.parametrize("varlen", ["bogus", True, 1, "tiles:0"])
+def test_a_varlen_not_a_known_work_is_one_line_whatever_its_type(varlen):
+    """varlen=True (a flag, as paged=True is) gets the line varlen="bogus" gets, not an AttributeError."""
+    said = f"variant x: varlen must be padded, masked, exact, tiles:N or rows:N, not {varlen!r}"
+    with pytest.raises(VariantError) as err:
+        Capability(name="x", varlen=varlen)
+    assert str(err.value) == said
+
+
 def test_capabilities_are_frozen():
     cap = variants.get("naive").cap
     with pytest.raises(AttributeError):
