@@ -59,6 +59,9 @@ class Grammar:
     # before front ends refused repeats may hold twice); read_axis, what front ends read with, refuses any
     unique: bool = True
     choices: tuple[str, ...] = ()  # the words it knows, for help texts ('cpu', 'cuda')
+    # what a front end may give, where that is less than a sweep may hold (read_axis, before check): a page
+    # size of 0, contiguous K/V, is the default a sweep holds and never a value given
+    given: Callable[[str, tuple], None] | None = None
 
 
 # ---- readers of text ------------------------------------------------------------------------------------
@@ -167,13 +170,27 @@ def parse_patterns(name: str, text: str) -> tuple[str, ...]:
     return tuple(split(text))  # each checked (and made canonical) by variants.lengths.parse_lengths
 
 
+def _pages_refused(name: str, got: Any) -> ValueError:
+    """The one refusal of a page size, in every front end's words."""
+    return ValueError(f"{name} must be positive integers, tokens per page, got {got!r}")
+
+
 def parse_page_sizes(name: str, text: str) -> tuple[int, ...]:
     """'16' or '16,64' (parse_ints' forms): tokens per page, each positive. 0, contiguous K/V, is the
     default and not written."""
-    sizes = parse_ints(name, text)
-    if any(p < 1 for p in sizes):
-        raise ValueError(f"{name} must be positive numbers of tokens per page, got {text!r}")
-    return sizes
+    for part in split(text):
+        found = LENGTH.fullmatch(part)
+        if ".." not in part and not (found and int(found[1]) > 0):
+            raise _pages_refused(name, part)
+    return parse_ints(name, text)  # a range's own refusal says what is wrong with it
+
+
+def given_page_sizes(name: str, values: tuple) -> None:
+    """Page sizes given as Python values (the API, a sweep file) as --page-size takes them: positive
+    integers; 0, contiguous K/V, is what giving none means."""
+    for p in values:
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise _pages_refused(name, p)
 
 
 def parse_mods(name: str, text: str) -> tuple[str, ...]:
@@ -267,8 +284,8 @@ def check_window(name: str, values: tuple) -> tuple:
 
 def check_page_sizes(name: str, values: tuple) -> tuple:
     for p in values:
-        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-            raise ValueError(f"{name} must be positive numbers of tokens per page (0: contiguous), got {p!r}")
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0:  # 0: contiguous, the default
+            raise _pages_refused(name, p)
     if 0 in values and len(values) > 1:
         raise ValueError(f"{name} takes page sizes or 0 (contiguous K/V), not both: got {list(values)}")
     return tuple(values)
@@ -313,7 +330,7 @@ GRAMMARS: dict[str, Grammar] = {
     "window": Grammar(parse_window, check_window, unique=False),
     "mods": Grammar(parse_mods, check_mods),
     "patterns": Grammar(parse_patterns, check_patterns),
-    "page sizes": Grammar(parse_page_sizes, check_page_sizes),
+    "page sizes": Grammar(parse_page_sizes, check_page_sizes, given=given_page_sizes),
     "models": Grammar(parse_names, check_models, choices=tuple(MODELS)),
 }
 
@@ -362,6 +379,8 @@ def read_axis(axis: Axis, value: Any, name: str | None = None) -> tuple:
         values = (_plain(value),)
     if not values:  # as empty text: [] is no choice (variants=[] is not "every default variant")
         raise ValueError(f"{name} needs at least one value, got {list(values)}")
+    if grammar(axis).given is not None:
+        grammar(axis).given(name, values)
     values = check_axis(axis, values, name)
     if len(set(values)) != len(values):  # given twice: a typo, or a range overlapping a list
         raise ValueError(f"{name} lists a value twice: {list(values)}")

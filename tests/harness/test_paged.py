@@ -62,6 +62,23 @@ def test_bad_paged_cells_are_one_line_and_exit_2_with_nothing_written(tmp_path, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("page_size", [0, [0], "0", 16.0, True, [16, 0]])
+def test_the_api_refuses_a_page_size_as_the_cli_does_in_its_words(tmp_path, page_size):
+    """page_size=0 ran (one unsupported row written) where --page-size 0 is refused; page_size=16.0 was
+    told 'positive numbers of tokens per page (0: contiguous)'. Both now say what --page-size says."""
+    import attnbench
+
+    out = tmp_path / "run"
+    with pytest.raises(ValueError) as err:
+        attnbench.run(variants="paged_gather", page_size=page_size, seq_len=1, seq_k=256, batch=2, out=out)
+    assert str(err.value).startswith("page_size must be positive integers, tokens per page, got "), err.value
+    assert not out.exists()
+    if page_size == 16.0:  # the same words as the flag's
+        proc = run_cli("run", "--variants", "paged_gather", "--page-size", "16.0", "--out", str(out))
+        said = "attnbench: error: --page-size must be positive integers, tokens per page, got '16.0'"
+        assert proc.returncode == 2 and proc.stderr.strip() == said and not out.exists(), proc.stderr
+
+
 def test_the_reference_reads_each_context_in_table_order_with_its_queries_at_the_end():
     spec = cell("paged_gather")
     q, k, v, contexts = (t.to(torch.float64) if t.is_floating_point() else t for t in make_inputs(spec, 0))
