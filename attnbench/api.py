@@ -377,6 +377,8 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
             f"bench: fn and baseline= are both named {who!r}: give fn another, bench(fn, name=...)"
         )
     t0, flags = time.perf_counter(), _AS_FLAGS.get()
+    if not (resume or keywords.get("rerun")):  # the run's own cells: measured before
+        _refuse_none_measured(measured, who, keywords)
     try:
         ran = run(**{**({} if resume else {"variants": [measured, against], "preset": "bench"}), **keywords})
     except RunInterrupted as stop:  # said as bench's resume, which answers too
@@ -388,6 +390,19 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     took = None if resume else time.perf_counter() - t0  # a resume's time is not the bench's
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
+
+
+def _refuse_none_measured(measured: Any, who: str, keywords: dict[str, Any]) -> None:
+    """ValueError, in one line before any work, where every cell of bench's sweep is unsupported for fn (a
+    kernel of packs only given page_size=, one without a window given window=): its race would measure
+    the baseline alone. The cells and their reasons are the run's own, from its dry run of fn alone."""
+    alone = {**keywords, "dry_run": True, "progress": False}
+    plan = run(variants=[measured], **{"preset": "bench", **alone}).forecast
+    if plan is not None and plan.cells and sum(plan.unsupported.values()) == plan.cells:
+        why = "; ".join(plan.unsupported)  # the capability's reasons, the commonest first
+        raise ValueError(
+            f"bench: {who} would measure none of its {plan.cells} cells, every one unsupported: {why}"
+        )
 
 
 def _declared(name: str, run_dir: Path):

@@ -121,6 +121,25 @@ def test_the_command_benches_a_variant_files_pack_against_sdpa_loop(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ({"page_size": 16}, "my_varlen does not read a paged K/V cache (a variant that does declares paged="),
+        ({"window": 8}, "my_varlen does not support a sliding window (window 8; declare window=True"),
+    ],
+)
+def test_a_workload_fn_cannot_run_is_refused_before_any_work(tmp_path, given, why):
+    """A kernel of packs only, given page_size= (or window=), had every cell unsupported and raced nothing:
+    bench planned 16 baseline cells beside 16 unsupported ones. It is refused in one line, saying why."""
+    fn = _fn(VARLEN, "my_varlen", varlen="exact")
+    with as_a_fresh_process(tmp_path), pytest.raises(ValueError) as err:
+        attnbench.bench(fn, out=tmp_path / "b", **given, **QUICK)
+    said = str(err.value)
+    assert said.startswith("bench: my_varlen would measure none of its "), said
+    assert "cells, every one unsupported: " in said
+    assert why in said and "\n" not in said and not (tmp_path / "b").exists(), said
+
+
 def test_benching_the_default_baseline_asks_for_another(tmp_path):
     """bench("paged_gather") would race paged_gather against itself: one line asking for a baseline, in the
     API's words and in the command's, before anything runs."""
