@@ -26,6 +26,7 @@ the keys of its own sequence only (with causal masking, those up to its own posi
 
 from __future__ import annotations
 
+import difflib
 import random
 
 NONE = "none"
@@ -44,8 +45,10 @@ def parse_lengths(text: str) -> str:
         return word
     kind, colon, cap = word.partition(":")
     if kind not in PATTERNS:
+        near = difflib.get_close_matches(kind, [NONE, *PATTERNS], n=1, cutoff=0.6)  # long-tail: longtail
+        hint = f" (did you mean {near[0] + colon + cap!r}?)" if near else ""
         raise ValueError(f"lengths must be none or one of {', '.join(PATTERNS)} (as uniform or uniform:MAX), "
-                         f"got {text!r}")  # fmt: skip
+                         f"got {text!r}{hint}")  # fmt: skip
     if not colon:
         return kind
     if not cap.isdigit() or int(cap) < 1:

@@ -49,6 +49,7 @@ def test_the_patterns_differ_as_named():
     ("flags", "says"),
     [
         (["--lengths", "zipf"], "--lengths must be none or one of constant"),
+        (["--lengths", "uniform,long-tail"], "got 'long-tail' (did you mean 'longtail'?)"),  # README's prose
         (["--lengths", "uniform:100", "--batch", "4", "--seq-len", "256"], "cannot hold the 1024 tokens"),
         (["--lengths", "uniform", "--padding", "0.25"], "does not go with --padding"),
         (["--lengths", "bimodal", "--seq-k", "512"], "does not go with --seq-k"),
