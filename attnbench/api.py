@@ -393,13 +393,12 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
 
 
 def _refuse_none_measured(measured: Any, who: str, keywords: dict[str, Any]) -> None:
-    """ValueError, in one line before any work, where every cell of bench's sweep is unsupported for fn (a
-    kernel of packs only given page_size=, one without a window given window=): its race would measure
-    the baseline alone. The cells and their reasons are the run's own, from its dry run of fn alone."""
+    """ValueError, before any work, where fn would measure no cell of bench's sweep, every one unsupported
+    (a kernel of packs only given page_size= or window=): the reasons of a dry run of fn alone."""
     alone = {**keywords, "dry_run": True, "progress": False}
     plan = run(variants=[measured], **{"preset": "bench", **alone}).forecast
     if plan is not None and plan.cells and sum(plan.unsupported.values()) == plan.cells:
-        why = "; ".join(plan.unsupported)  # the capability's reasons, the commonest first
+        why = "; ".join(r for r, _ in plan.unsupported.most_common())  # the capability's, commonest first
         raise ValueError(
             f"bench: {who} would measure none of its {plan.cells} cells, every one unsupported: {why}"
         )
