@@ -12,7 +12,7 @@ from . import fit as fitmod
 from . import page as pg
 from . import trust
 from .panels import PANELS, decode
-from .section import Section, file_stem, group_head, ms_text, num_text, seq_count
+from .section import Section, file_stem, group_head, ms_text, num_text, saved_figures, seq_count
 from .style import palette, slug, trim_title, variant_order
 from .tables import (
     COMBO_AXES,
@@ -443,14 +443,11 @@ def _group_section(
     """One group (device, dtype, pass, ...): its figures (after the timing note, when it was timed in two
     ways) among the figures; the fastest variant per N and the first call against the steady state among
     the tables."""
-    from .style import save
-
     head, stem = group_head(gkey, group, multi), file_stem(gkey, multi)
     figures: list = [pg.Heading(head)]
     note = _timing_note(group)
     if note is not None:
         figures.append(note)
-    files = []
     kinds = FIGURE_KINDS
     if (group["status"] == "ok").all():  # the status figure would be one colour: a sentence says it
         kinds = tuple(k for k in FIGURE_KINDS if k != "status")
@@ -459,9 +456,8 @@ def _group_section(
         figures.append(
             pg.Para(f"None of the {len(group)} cells of this group ran ok: its status figure alone.")
         )
-    for kind, ftitle, (fig, data), caption in group_figures(gkey, group, meta, fits, base, head, kinds):
-        files.append(save(fig, data, out, f"{kind}-{stem}", ftitle, caption))
-        figures.append(pg.Figure(files[-1]))
+    drawn_figures, files = saved_figures(group_figures(gkey, group, meta, fits, base, head, kinds), out, stem)
+    figures += drawn_figures
     if "status" not in kinds:
         figures.append(pg.Para(f"All {len(group)} cells of this group are ok: no status figure."))
     tables: list = [pg.Heading(f"Fastest variant · {head}"), best_table(group)]

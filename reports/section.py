@@ -63,3 +63,30 @@ def group_head(gkey: dict[str, Any], group, multi: bool) -> str:
     fixed_g = fixed_text(group)
     # 'causal' said once: 'lower-right causal' beside it names the same mask with its alignment
     return trim_title(f"{gtitle} ({fixed_g})") if fixed_g else gtitle
+
+
+def saved_figures(figs, out, stem: str) -> tuple[list, list]:
+    """Each drawn figure (kind, title, (fig, data), caption) saved under `out` as KIND-STEM (style.save):
+    the page's Figures, in order, and the files written."""
+    from . import page as pg
+    from .style import save
+
+    files = [
+        save(fig, data, out, f"{kind}-{stem}", title, caption) for kind, title, (fig, data), caption in figs
+    ]
+    return [pg.Figure(f) for f in files], files
+
+
+def panel_section(figures: list, tables: list, groups_drawn, out, table, stem_of) -> Section:
+    """A workload panel's section: after its own headings (`figures`, `tables`), per drawn group (gkey, rows,
+    head, figs) its heading and saved figures (saved_figures, named by stem_of(gkey)) among the figures, its
+    heading and table(gkey, rows) among the tables."""
+    from . import page as pg
+
+    figures, tables, files = list(figures), list(tables), []
+    for gkey, group, head, figs in groups_drawn:
+        drawn_figures, saved = saved_figures(figs, out, stem_of(gkey))
+        figures += [pg.Heading(head, 3), *drawn_figures]
+        files += saved
+        tables += [pg.Heading(head, 3), table(gkey, group)]
+    return Section(figures, tables, files)

@@ -17,7 +17,7 @@ from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, end_to_end_rel_err
 
 from .. import page as pg
 from ..plots import floats, keys_of
-from ..section import Section, file_stem, group_head, num_text, seq_count
+from ..section import Section, file_stem, group_head, num_text, panel_section, seq_count
 from ..style import (
     empty_panel,
     log_axis,
@@ -491,21 +491,15 @@ def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tup
 def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
     """Speed against accuracy per group of every dtype among the figures (drawn), its points among the
     tables; nothing in a run without an ok cell with a finite rel_err."""
-    from ..style import save
-
     multi = len(metas) > 1
     groups_drawn = drawn(df, metas, multi)
     if not groups_drawn:
         return Section()
-    figures: list = [pg.Heading("Speed against accuracy"), pg.Para(ACCURACY_RULE)]
-    tables: list = [pg.Heading("Speed against accuracy: the points drawn")]
-    files = []
-    for gkey, group, head, figs in groups_drawn:
-        stem = file_stem({**gkey, "dtype": ""}, multi)
-        figures.append(pg.Heading(head, 3))
-        for kind, ftitle, (fig, data), caption in figs:
-            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
-            files.append(saved)
-            figures.append(pg.Figure(saved))
-        tables += [pg.Heading(head, 3), accuracy_table(points(group), speed_of(group)[0])]
-    return Section(figures, tables, files)
+    return panel_section(
+        [pg.Heading("Speed against accuracy"), pg.Para(ACCURACY_RULE)],
+        [pg.Heading("Speed against accuracy: the points drawn")],
+        groups_drawn,
+        out,
+        lambda gkey, group: accuracy_table(points(group), speed_of(group)[0]),
+        lambda gkey: file_stem({**gkey, "dtype": ""}, multi),
+    )

@@ -22,7 +22,7 @@ from ..plots import (
     ring_cells,
     ring_legend,
 )
-from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
+from ..section import Section, file_stem, group_head, ms_text, num_text, panel_section, seq_count
 from ..style import ceiling_line, empty_panel, legend_below, log_axis, mpl_style, new_figure, variant_order
 from ..tables import (
     COMBO_AXES,
@@ -263,21 +263,15 @@ def _copy_of(gkey: dict[str, Any], group, metas: dict[str, dict[str, Any]]) -> f
 def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
     """Decode: time and K/V GB/s against N_k per group among the figures (drawn); the GB/s at each series'
     largest N_k among the tables."""
-    from ..style import save
-
     multi = len(metas) > 1
     groups_drawn = drawn(df, metas, multi)
     if not groups_drawn:
         return Section()
-    figures: list = [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)]
-    tables: list = [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")]
-    files = []
-    for gkey, group, head, figs in groups_drawn:
-        stem = file_stem(gkey, multi)
-        figures.append(pg.Heading(head, 3))
-        for kind, ftitle, (fig, data), caption in figs:
-            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
-            files.append(saved)
-            figures.append(pg.Figure(saved))
-        tables += [pg.Heading(head, 3), _kv_table(group, _copy_of(gkey, group, metas))]
-    return Section(figures, tables, files)
+    return panel_section(
+        [pg.Heading("Decode: time and K/V bandwidth against N_k"), pg.Para(DECODE_RULE)],
+        [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")],
+        groups_drawn,
+        out,
+        lambda gkey, group: _kv_table(group, _copy_of(gkey, group, metas)),
+        lambda gkey: file_stem(gkey, multi),
+    )

@@ -11,7 +11,7 @@ from typing import Any
 from attnbench.results.formulas import tflops
 
 from .. import page as pg
-from ..section import Section, file_stem, group_head, ms_text, num_text, seq_count
+from ..section import Section, file_stem, group_head, ms_text, num_text, panel_section, seq_count
 from ..style import empty_panel, legend_below, mpl_style, new_figure, trim_title, variant_color, variant_order
 from ..tables import (
     GROUP_AXES,
@@ -312,24 +312,24 @@ def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
     """Packed variable-length batches: useful and executed TFLOP/s per pattern and variant per group among
     the figures (drawn); every packed cell's numbers among the tables; nothing in a run without packed
     cells."""
-    from ..style import save
-
     multi = len(metas) > 1
     groups_drawn = drawn(df, metas, multi)
     if not groups_drawn:
         return Section()
-    figures: list = [pg.Heading("Packed variable-length batches: useful TFLOP/s per length pattern"),
-                     pg.Para(VARLEN_RULE)]  # fmt: skip
-    tables: list = [pg.Heading("Packed variable-length batches: the padding tax")]
-    files = []
-    for gkey, group, head, figs in groups_drawn:
-        stem = file_stem(gkey, multi)
-        figures.append(pg.Heading(head, 3))
-        for kind, ftitle, (fig, data), caption in figs:
-            saved = save(fig, data, out, f"{kind}-{stem}", ftitle, caption)
-            files.append(saved)
-            figures.append(pg.Figure(saved))
-        rated = varlen_rates(group)
-        tables += [pg.Heading(head, 3)]
-        tables.append(varlen_table(rated) if not rated.empty else pg.Para("No packed cell ran ok."))
-    return Section(figures, tables, files)
+    return panel_section(
+        [
+            pg.Heading("Packed variable-length batches: useful TFLOP/s per length pattern"),
+            pg.Para(VARLEN_RULE),
+        ],
+        [pg.Heading("Packed variable-length batches: the padding tax")],
+        groups_drawn,
+        out,
+        lambda gkey, group: _padding_tax_table(group),
+        lambda gkey: file_stem(gkey, multi),
+    )
+
+
+def _padding_tax_table(group):
+    """A group's packed cells' numbers (varlen_table), or a line where none ran ok."""
+    rated = varlen_rates(group)
+    return varlen_table(rated) if not rated.empty else pg.Para("No packed cell ran ok.")
