@@ -16,6 +16,7 @@ import sys
 import textwrap
 import unicodedata
 from collections.abc import Sequence
+from typing import Any
 
 from .schema import NOISY_REL_IQR
 
@@ -359,6 +360,21 @@ def tflops(flops: float | None, time_ms: float) -> float:
     if flops is None or not time_ms or time_ms <= 0:
         return math.nan
     return flops / (time_ms * 1e-3) / 1e12
+
+
+def median_rates(row: dict[str, Any], median_ms: float) -> dict[str, float]:
+    """Every rate of a cell's median call (docs/results-schema.md) from the row's amounts: useful and executed
+    TFLOP/s, query tokens per second (B x N_q; a pack's T), K/V and paged-decode GB/s. A visit's row
+    (harness.measure.cell) and a cell's merged visits (results.visits) both take theirs from here."""
+    batch, seq_len = row.get("batch"), row.get("seq_len")
+    tokens = batch * seq_len if isinstance(batch, int) and isinstance(seq_len, int) else None
+    return {
+        "tflops": tflops(row.get("flops"), median_ms),
+        "executed_tflops": tflops(row.get("executed_flops"), median_ms),
+        "tokens_per_s": rate(tokens, median_ms),
+        "kv_gbps": gbps(row.get("kv_bytes"), median_ms),
+        "io_gbps": gbps(row.get("io_bytes"), median_ms),
+    }
 
 
 # ---- text for people ------------------------------------------------------------------------------

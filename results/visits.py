@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .formulas import NOISY_NOTE, gbps, noisy_note, rate, summarize, tflops
+from .formulas import NOISY_NOTE, median_rates, noisy_note, summarize
 from .schema import PHASE_COLUMNS
 from .store import _read_lines, append_record, read_rows
 
@@ -88,18 +88,10 @@ def summary(rows: list[dict[str, Any]], planned: int | None = None) -> dict[str,
 
 
 def _rates(merged: dict[str, Any], median: float) -> None:
-    """Every rate of the cell's median call (docs/results-schema.md), from the pooled median, not the first
-    visit's: useful and executed TFLOP/s, query tokens per second, K/V and paged-decode GB/s. (Energy per
-    call and TFLOP/s per W are read off the first visit's own energy window, not off the median.)"""
-    merged["tflops"] = tflops(merged.get("flops"), median)
-    derived = (("executed_tflops", "executed_flops", tflops), ("kv_gbps", "kv_bytes", gbps),
-               ("io_gbps", "io_bytes", gbps))  # fmt: skip
-    for col, amount, per in derived:
-        if merged.get(amount) is not None:
-            merged[col] = per(merged[amount], median)
-    tokens = (merged.get("batch"), merged.get("seq_len"))
-    if "tokens_per_s" in merged and all(isinstance(t, int) for t in tokens):  # query tokens (a pack's T)
-        merged["tokens_per_s"] = rate(tokens[0] * tokens[1], median)
+    """Every rate of the cell's median call (results.formulas.median_rates), from the pooled median, not the
+    first visit's; a column an older row lacks stays absent. (Energy per call and TFLOP/s per W are read off
+    the first visit's own energy window, not off the median.)"""
+    merged.update({k: v for k, v in median_rates(merged, median).items() if k == "tflops" or k in merged})
 
 
 def _phases(merged: dict[str, Any], rows: list[dict[str, Any]]) -> None:

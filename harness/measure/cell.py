@@ -66,7 +66,7 @@ from attnbench.harness.measure.rows import executed_flops, finish, start_row
 from attnbench.harness.measure.varied import Stale, varied_failure
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import gbps, noisy_note, rate, summarize, tflops
+from attnbench.results.formulas import median_rates, noisy_note, summarize
 from attnbench.results.schema import GATE_FAILED
 
 FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
@@ -525,11 +525,7 @@ def measure_cell(
             visit_medians_ms=[m.median],
             visit_samples=[len(m.samples_ms)],
             stop_reason=m.stop_reason,
-            tflops=tflops(row["flops"], m.median),
-            executed_tflops=tflops(row["executed_flops"], m.median),
-            tokens_per_s=rate(spec.batch * spec.seq_len, m.median),  # query tokens (a pack's T)
-            kv_gbps=gbps(row["kv_bytes"], m.median),
-            io_gbps=gbps(row.get("io_bytes"), m.median),
+            **median_rates(row, m.median),
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )
         return finish(row, status, message)
