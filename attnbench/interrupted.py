@@ -41,15 +41,11 @@ def kept_text(path: str | Path, counts: dict[str, int], none: str = "no cell fin
     """What a stopped run keeps, in words: its cells by status (`counts`; `none` where there are none) and,
     with rounds, the visits of cells not finished yet (results.visits.unfinished: a resume makes only the
     visits missing): '3 ok; 7 visits of 4 cells not finished'."""
-    from attnbench.results.visits import unfinished
+    from attnbench.results.visits import unfinished_text
 
     said = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or none
-    pending = unfinished(path)
-    if pending:
-        made, cells = sum(pending.values()), len(pending)
-        plural = ("" if made == 1 else "s", "" if cells == 1 else "s")
-        said += f"; {made} visit{plural[0]} of {cells} cell{plural[1]} not finished"
-    return said
+    pending = unfinished_text(path)
+    return f"{said}; {pending}" if pending else said
 
 
 def bench_interrupted(run: Any, fn: Any, name: str | None, flags: bool, stage: str = "") -> RunInterrupted:

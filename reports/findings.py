@@ -314,8 +314,6 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
             f"{names_text(new)} {takes} the lead from {names_text(old)}."
         )
         out.append(said(text, [last, first]))
-    if length != "seq_len":
-        out = [s.replace("N = ", "N_k = ") for s in out]
     return out
 
 

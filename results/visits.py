@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .formulas import NOISY_NOTE, median_rates, noisy_note, summarize
+from .formulas import NOISY_NOTE, counted, median_rates, noisy_note, summarize
 from .schema import PHASE_COLUMNS
 from .store import _read_lines, append_record, read_rows
 
@@ -176,6 +176,14 @@ def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
             rows.append(by_index[len(rows) + 1])
         out[cell_id] = rows
     return out
+
+
+def unfinished_text(path: str | Path) -> str:
+    """unfinished in words, '7 visits of 4 cells not finished', or "" where every cell has its row."""
+    pending = unfinished(path)
+    if not pending:
+        return ""
+    return f"{counted(sum(pending.values()), 'visit')} of {counted(len(pending), 'cell')} not finished"
 
 
 def unfinished(path: str | Path) -> dict[str, int]:
