@@ -198,11 +198,7 @@ class Step:
 
     def changed(self) -> dict[str, tuple[Any, Any]]:
         """What differs between the last run before and the first after: {field: (before, after)}."""
-        return {
-            k: (self.before.get(k), self.after.get(k))
-            for k in SIDES
-            if self.before.get(k) != self.after.get(k)
-        }
+        return differ(self.before, self.after)
 
 
 def noise(logs: Sequence[float]) -> float:
@@ -505,13 +501,17 @@ def _steps(found: _Series) -> list[Step]:
     return steps
 
 
+def differ(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The run fields (SIDES: commits, versions, sources, device) that differ from run a to run b."""
+    return {k: (a.get(k), b.get(k)) for k in SIDES if a.get(k) != b.get(k)}
+
+
 def _nearby(series, at: int, first: tuple[int, int]) -> tuple[tuple[int, dict[str, tuple[Any, Any]]], ...]:
     """What changed between two runs other than across the step, within the runs it may be at (first) or one
     run from it: noise can place a step a run off the change that made it."""
     near = []
     for t in range(max(1, min(first[0], at - 1)), min(len(series) - 1, max(first[1], at + 1)) + 1):
-        a, b = run_fields(series, t - 1), run_fields(series, t)
-        changed = {k: (a[k], b[k]) for k in SIDES if a[k] != b[k]}
+        changed = differ(run_fields(series, t - 1), run_fields(series, t))
         if t != at and changed:
             near.append((t, changed))
     return tuple(near)
