@@ -142,7 +142,12 @@ def cmd_check(args: argparse.Namespace) -> int:
                 records = isolated.probe(list(plan.names), list(plan.devices), list(plan.dtypes))
     except KeyboardInterrupt:  # Ctrl-C or a time limit: what was checked is still shown (a GPU session's
         interrupted = True  # check cut at 195 s by flex's compiles printed nothing)
-    shape = {"batch": check.BATCH, "heads": check.HEADS, "head_dim": check.HEAD_DIM}
+    shape = {
+        "batch": check.BATCH,
+        "heads": check.HEADS,
+        "head_dim": check.HEAD_DIM,
+        "sequences": check.SEQUENCES,
+    }
     notes = terminal.print_gate(console, rows, plan.seq_len, **shape) if rows else {}
     no_key = terminal.no_key_table(rows, console.width, notes)
     if no_key is not None:

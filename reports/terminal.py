@@ -205,14 +205,15 @@ def _field(row: Any, name: str) -> Any:
 
 def gate_table(
     rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, head_dim: int, width: int | None = None,
-    workloads: bool = False,
+    workloads: bool = False, sequences: int | None = None,
 ) -> Table:  # fmt: skip
     """The float64 correctness gate, one line per GateRow (variant, device, dtype, causal, padding,
     status 'pass'/'FAIL'/'unsupported', rel_err, grad_rel_err, masked_rows, reason, gating), on inputs of
     shape (batch, heads, seq_len, head_dim) (harness.tools.check's BATCH, HEADS, HEAD_DIM). For a terminal
     `width` below WIDE the table is fitted: dtypes short, the device in the title when there is one, and a
     reason by its number among gate_notes, in the `why` column (print_gate prints them below). workloads:
-    the rows of the workloads the variants declare instead, a `workload` column for causal and padding."""
+    the rows of the workloads the variants declare instead, a `workload` column for causal and padding; its
+    title says that a pack or a paged cache holds `sequences` sequences where a row is one."""
     every = list(rows)  # the notes number the reasons of both tables
     rows = [r for r in every if not _field(r, "no_key") and bool(_field(r, "workload")) == workloads]
     fitted = width is not None and width < WIDE
@@ -221,7 +222,9 @@ def gate_table(
     title = f"float64 correctness gate (B={batch}, H={heads}, N={seq_len}, d={head_dim})"
     if workloads:
         columns[columns.index("causal") : columns.index("pad") + 1] = ["workload"]
-        title = f"the workloads each variant declares, each a cell as a run makes it (N={seq_len})"
+        title = f"the workloads each variant declares, each a cell as a run makes it (N={seq_len}"
+        packs = any(str(_field(r, "workload")).startswith(("packed", "paged")) for r in rows)
+        title += f"; a pack or a paged cache of {sequences} sequences)" if sequences and packs else ")"
     if fitted and len(devices) == 1:
         columns.remove("device")
         title += f" on {_esc(devices[0])}"
@@ -273,8 +276,9 @@ def gate_notes(rows: Iterable[Any]) -> dict[str, int]:
 
 
 def print_gate(
-    console: Console, rows: Sequence[Any], seq_len: int, *, batch: int, heads: int, head_dim: int
-) -> dict[str, int]:
+    console: Console, rows: Sequence[Any], seq_len: int, *, batch: int, heads: int, head_dim: int,
+    sequences: int | None = None,
+) -> dict[str, int]:  # fmt: skip
     """What `attnbench check` prints for the gate, in lines of the console's width: the table, and under
     a fitted one its numbered reasons (each said once, however many rows share it). Returns those notes
     ({} when the table has room for the reasons), for no_key_table and probe_table to refer to."""
@@ -282,7 +286,9 @@ def print_gate(
     console.print(gate_table(rows, seq_len, batch=batch, heads=heads, head_dim=head_dim, width=width))
     if any(_field(r, "workload") for r in rows):
         console.print()
-        shape = dict(batch=batch, heads=heads, head_dim=head_dim, width=width, workloads=True)
+        shape = dict(
+            batch=batch, heads=heads, head_dim=head_dim, width=width, workloads=True, sequences=sequences
+        )
         console.print(gate_table(rows, seq_len, **shape))
     notes = gate_notes(rows) if width < WIDE else {}
     if notes:

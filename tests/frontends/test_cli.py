@@ -380,9 +380,7 @@ def test_bench_on_the_command_line_answers_and_fails_a_wrong_variant(tmp_path):
     assert any(
         line.startswith("WRONG float32 (causal; no mask; at N = 64)") for line in wrong.stdout.splitlines()
     )
-    assert "it left out the scale" in wrong.stdout
-    overflows = run_cli("bench", "unstable_softmax", *QUICK_BENCH, "--out", str(tmp_path / "u"))  # at q x 100
-    assert overflows.returncode == 1 and "WRONG on large logits (float32 from q x 100)" in overflows.stdout
+    assert "it left out the scale" in wrong.stdout  # the numerics probe's WRONG: test_api_callables.py
 
 
 @pytest.mark.parametrize(

@@ -182,9 +182,10 @@ def test_workload_rows_have_their_own_table_and_the_notes_number_both(tmp_path):
     text = _text(table, width=300)
     assert "window 4" in text and "packed, uniform lengths" in text and why_gate not in text
     console = Console(file=io.StringIO(), width=80, record=True, no_color=True)
-    notes = terminal.print_gate(console, rows, 24, batch=2, heads=4, head_dim=64)
+    notes = terminal.print_gate(console, rows, 24, batch=2, heads=4, head_dim=64, sequences=8)
     assert notes == {why_gate: 1, why_window: 2}
     out = console.export_text()
+    assert "(N=24; a pack or a paged cache of 8 sequences)" in " ".join(out.split())  # what N is of a pack
     assert [line.split()[-1] for line in out.splitlines() if line.startswith("w ")] == ["1", "2"]
 
 
