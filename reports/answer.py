@@ -23,12 +23,11 @@ from attnbench.results.schema import GATE_FAILED
 
 from .answer_text import MESSAGE_CHARS
 from .answer_text import dtypes_first as _dtypes
-from .answer_text import length_name as _length_name
 from .answer_text import ratio_text as _ratio_text
 from .answer_text import short as _short
 from .answer_text import shown as _shown
 from .findings import machine_busy, n_text, names_text, range_text, unsettled
-from .tables import axis_text, label, length_axis, present, varying
+from .tables import axis_text, label, length_axis, length_name, present, varying
 
 MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
@@ -111,8 +110,7 @@ def _masks(rows) -> str:
 def _ns(rows) -> str:
     """'at N = 512', or 'from N_k = 1,024 to 4,096' where the rows grow the keys (decode: one N_q)."""
     length = length_axis(rows)
-    text = range_text(sorted({int(n) for n in rows[length].dropna()}))
-    return text if length == "seq_len" else text.replace("N = ", "N_k = ")
+    return range_text(sorted({int(n) for n in rows[length].dropna()}), name=length_name(length))
 
 
 def right_word(mine) -> str:
@@ -523,7 +521,7 @@ def _end(k: Any, j: Any, length: str) -> str:
     notes = [] if j.verdict in ("faster", "slower") else [j.verdict]
     notes += ["drifted or noisy"] if bool(k.get("_unsettled", False)) else []
     said = f" ({', '.join(notes)})" if notes else ""
-    return f"{_ratio_text(j.ratio)} at {_length_name(length)} {n_text(k[length])}{said}"
+    return f"{_ratio_text(j.ratio)} at {length_name(length)} {n_text(k[length])}{said}"
 
 
 def growth(df, metas, variant: str, baseline: str) -> list[str]:
@@ -557,7 +555,7 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     mine, base = fits[variant], fits.get(baseline)
     if not present(mine["time_exp"]):  # one length (or none) ok: nothing grows
         return []
-    n = _length_name(length_axis(plain[(plain["dtype"] == dtype) & (plain["variant"] == variant)]))
+    n = length_name(length_axis(plain[(plain["dtype"] == dtype) & (plain["variant"] == variant)]))
     memory = present(mine["mem_exp"])  # rows without a peak (a device that cannot measure it): time alone
     beside = (  # the baseline's exponents as fn's are said: with their CIs, or "(no CI)" where none
         f" ({baseline}: {n}^{base['time_fit']}" + (f" and {n}^{base['mem_fit']})" if memory else ")")
@@ -605,7 +603,7 @@ def _peak(rows: Any, variant: str, baseline: str) -> str:
     scores = scores_bytes(*map(int, dims), str(top["dtype"])) if all(map(present, dims)) else 0
     matrix = "N×N" if length == "seq_len" else "N_q×N_k"
     said += [f"{peak / scores:.3g}x the {matrix} scores ({bytes_text(scores)})"] if scores > 0 else []
-    at = f"{_length_name(length)} {n_text(top[length])}"
+    at = f"{length_name(length)} {n_text(top[length])}"
     return f"; peak {bytes_text(peak)} at {at}" + (f": {', '.join(said)}" if said else "")
 
 
@@ -637,7 +635,7 @@ def bandwidth(df, metas, variant: str, baseline: str) -> list[str]:
     same = df[(df["variant"] == baseline) & (df["status"] == "ok")]
     same = same[(same[axes] == best[axes]).all(axis=1)].dropna(subset=["kv_gbps"])
     beside = f"; {baseline} {same['kv_gbps'].iloc[0]:.3g} GB/s there" if len(same) else ""
-    at = f"{_length_name('seq_k')} {n_text(best['seq_k'])}"
+    at = f"{length_name('seq_k')} {n_text(best['seq_k'])}"
     return [f"reads its K/V cache at {best['kv_gbps']:.3g} GB/s at {at} ({where}){share}{beside}"]
 
 

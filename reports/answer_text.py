@@ -1,5 +1,5 @@
 """How bench's answer (reports.answer) words its parts: a message shortened at a word's end with its full text
-kept, a ratio against the baseline, the dtypes in their order, the name of a series' length."""
+kept, a ratio against the baseline, the dtypes in their order."""
 
 from __future__ import annotations
 
@@ -29,10 +29,6 @@ def short(text: str, limit: int = MESSAGE_CHARS) -> str:
 def shown(line: str, full: bool = False) -> str:
     """A line as shown: its cut messages ending ' ...', or whole (`full`)."""
     return line.replace(CUT, "").replace(CUT_END, "") if full else _CUT_PART.sub(" ...", line)
-
-
-def length_name(length: str) -> str:
-    return "N" if length == "seq_len" else "N_k"
 
 
 def dtypes_first(names: set[str]) -> list[str]:

@@ -9,7 +9,6 @@ their own, only words.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from .tables import (
     groups,
     kernel_members,
     length_axis,
+    length_name,
     ok_rows,
     one_per_kernel,
     panels,
@@ -75,13 +75,14 @@ def names_text(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def range_text(ns: list[int], every: bool = False) -> str:
-    """'at N = 4,096', 'from N = 256 to 2,048', 'at every N measured, 256 to 4,096'."""
+def range_text(ns: list[int], every: bool = False, name: str = "N") -> str:
+    """'at N = 4,096', 'from N = 256 to 2,048', 'at every N measured, 256 to 4,096' (`name`: what the
+    length is called, tables.length_name: 'N_k' for a decode series)."""
     if len(ns) == 1:
-        return f"at N = {n_text(ns[0])}"
+        return f"at {name} = {n_text(ns[0])}"
     if every:
-        return f"at every N measured, {n_text(ns[0])} to {n_text(ns[-1])}"
-    return f"from N = {n_text(ns[0])} to {n_text(ns[-1])}"
+        return f"at every {name} measured, {n_text(ns[0])} to {n_text(ns[-1])}"
+    return f"from {name} = {n_text(ns[0])} to {n_text(ns[-1])}"
 
 
 def ratio_range(ratios: list[float]) -> str:
@@ -104,13 +105,14 @@ def growth_word(exp: Any, lo: Any, hi: Any) -> str:
     return "between linear and quadratic" if e < 2 else "faster than quadratic"
 
 
-def exponent_text(exp: Any, lo: Any, hi: Any) -> str:
+def exponent_text(exp: Any, lo: Any, hi: Any, name: str = "N") -> str:
     """'N^1.98 [1.95, 2.01] (quadratic)'; without a CI (a fit through 2 points) 'N^1.98 (no CI)' and no
-    word for the growth: two noisy points name no class (an O(N²) kernel read 'N^0.16, flat' so)."""
+    word for the growth: two noisy points name no class (an O(N²) kernel read 'N^0.16, flat' so). `name`:
+    the length's (tables.length_name), 'N_k^1.02' for a decode series."""
     if present(lo) and present(hi):
         word = growth_word(exp, lo, hi)
-        return f"N^{float(exp):.2f} [{float(lo):.2f}, {float(hi):.2f}] ({word})"
-    return f"N^{float(exp):.2f} (no CI)"
+        return f"{name}^{float(exp):.2f} [{float(lo):.2f}, {float(hi):.2f}] ({word})"
+    return f"{name}^{float(exp):.2f} (no CI)"
 
 
 # ---- (1) who is fastest where ------------------------------------------------------------------------
@@ -160,14 +162,14 @@ def _ranked_at(panel_rows, length: str) -> dict[int, frozenset[str]] | None:
     }
 
 
-def _by_n(names: list[str], pts: list[_Point]) -> str:
+def _by_n(names: list[str], pts: list[_Point], name: str = "N") -> str:
     """'a and b at N = 128, c at N = 128 and 256': each variant with the N of pts where it is at the front,
-    those of the same N together."""
+    those of the same N together (`name`: the length's, tables.length_name)."""
     at: dict[tuple[int, ...], list[str]] = {}
     for v in names:
         at.setdefault(tuple(p.n for p in pts if v in p.front), []).append(v)
     return ", ".join(
-        f"{names_text(vs)} at N = {names_text([n_text(n) for n in ns])}" for ns, vs in at.items()
+        f"{names_text(vs)} at {name} = {names_text([n_text(n) for n in ns])}" for ns, vs in at.items()
     )
 
 
@@ -201,10 +203,11 @@ def _front_names(leader: str, pts: list[_Point]) -> list[str]:
     return [leader, *variant_order({v for p in pts for v in p.front if v != leader})]
 
 
-def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
+def run_sentence(leader: str, pts: list[_Point], every: bool, name: str = "N") -> str:
     """'sdpa is fastest from N = 256 to 2,048 (1.05–1.16× ahead of sdpa_flash), except at N = 1,024, where
     it ties with sdpa_flash.', or where it is tied at most N: 'sdpa and sdpa_flash lead at every N
-    measured, 256 to 2,560, tied at N = 512, ... (sdpa alone at N = 256: 1.09× ahead of sdpa_flash).'"""
+    measured, 256 to 2,560, tied at N = 512, ... (sdpa alone at N = 256: 1.09× ahead of sdpa_flash).'
+    `name`: the length's (tables.length_name), 'N_k' for a decode panel."""
     ns = [p.n for p in pts]
     clear = [p for p in pts if p.best == leader and not p.tied]
     ties = [p for p in pts if p not in clear]
@@ -215,9 +218,11 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
     some = [v for v in partners if v not in throughout]
     if not clear:
         if not throughout:
-            return f"{leader} leads {range_text(ns, every)}, tied with {_by_n(partners, pts)}."
-        also = f" (with them: {_by_n(some, pts)})" if some else ""
-        return f"{names_text([leader, *throughout])} cannot be told apart {range_text(ns, every)}{also}."
+            return f"{leader} leads {range_text(ns, every, name)}, tied with {_by_n(partners, pts, name)}."
+        also = f" (with them: {_by_n(some, pts, name)})" if some else ""
+        return (
+            f"{names_text([leader, *throughout])} cannot be told apart {range_text(ns, every, name)}{also}."
+        )
     led = [p for p in clear if p.runner_up and math.isfinite(p.lead)]
     if led:
         behind = variant_order({p.runner_up for p in led})
@@ -230,16 +235,16 @@ def run_sentence(leader: str, pts: list[_Point], every: bool) -> str:
     ):  # mostly tied: the stretch held together, the leader alone at a few N
         alone = ", ".join(n_text(p.n) for p in clear)
         return (
-            f"{names_text([leader, *partners])} lead {range_text(ns, every)}, tied at N = {at} "
-            f"({leader} alone at N = {alone}: {detail})."
+            f"{names_text([leader, *partners])} lead {range_text(ns, every, name)}, tied at {name} = {at} "
+            f"({leader} alone at {name} = {alone}: {detail})."
         )
     # fastest over a range with a tie inside it says where it is not fastest: 'fastest at every N' and
     # 'tied at N = 256' in one sentence contradict each other
     if not ties:
-        return f"{leader} is fastest {range_text(ns, every)} ({detail})."
-    where = f"at N = {at}, where it ties with {names_text(partners)}" if not some else ""
-    where = where or f"where it ties with {_by_n(partners, ties)}"
-    return f"{leader} is fastest {range_text(ns, every)} ({detail}), except {where}."
+        return f"{leader} is fastest {range_text(ns, every, name)} ({detail})."
+    where = f"at {name} = {at}, where it ties with {names_text(partners)}" if not some else ""
+    where = where or f"where it ties with {_by_n(partners, ties, name)}"
+    return f"{leader} is fastest {range_text(ns, every, name)} ({detail}), except {where}."
 
 
 def _relabel(p: _Point, named: dict[str, str]) -> _Point:
@@ -280,6 +285,7 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
     changes hands. On a busy machine (`busy`: machine_busy said so), a sentence that compares a cell that
     drifted or was noisy (unsettled) opens with SHAKY: its winner may be the machine's."""
     length = length_axis(panel_rows)
+    name = length_name(length)  # a decode panel ranks its N_k
     best = best_variant(panel_rows)
     if best.empty:
         return []
@@ -292,7 +298,7 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
     def said(text: str, pts: list[_Point]) -> str:
         return SHAKY + text if _read_off(pts, shaky, named) else text
 
-    out = [said(run_sentence(leader, pts, every), pts) for leader, pts in runs]
+    out = [said(run_sentence(leader, pts, every, name), pts) for leader, pts in runs]
     for (a, before), (b, after) in zip(runs, runs[1:], strict=False):
         last, first = before[-1], after[0]
         # who is overtaken between the two N: at the front at the last N before and ranked at the first N
@@ -310,7 +316,7 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
             continue
         takes = "takes" if len(new) == 1 else "take"
         text = (
-            f"Crossover between N = {n_text(before[-1].n)} and {n_text(after[0].n)}: "
+            f"Crossover between {name} = {n_text(before[-1].n)} and {n_text(after[0].n)}: "
             f"{names_text(new)} {takes} the lead from {names_text(old)}."
         )
         out.append(said(text, [last, first]))
@@ -323,21 +329,22 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
 CONSTANT_SHOWN = 1 << 20  # a memory fit's N-independent part worth a word (chunked's block: about 5 MiB)
 
 
-def _says_nothing(exp: Any, lo: Any, hi: Any) -> str | None:
-    """Why an exponent says nothing of how a variant grows: 'two N' (a fit through two points, no CI) or
-    'CI too wide to say' (growth_word); None for one that says something."""
+def _says_nothing(exp: Any, lo: Any, hi: Any, name: str = "N") -> str | None:
+    """Why an exponent says nothing of how a variant grows: 'two N' (a fit through two points, no CI; `name`:
+    the length's) or 'CI too wide to say' (growth_word); None for one that says something."""
     if not present(exp):
         return None
     if not (present(lo) and present(hi)):
-        return "two N"
+        return f"two {name}"
     return "CI too wide to say" if growth_word(exp, lo, hi) == "CI too wide to say" else None
 
 
-def growth_sentences(fits) -> list[str]:
+def growth_sentences(fits, length: str = "seq_len") -> list[str]:
     """Per variant whose time fit says something: its time and memory exponents with their CIs, in words
     (a memory exponent that says nothing left out); the variants whose time fit says nothing (two N, no
     CI; a CI too wide to say) in one sentence, their exponents in the scaling table; those with no fit in
-    another."""
+    another. `length`: the panel's (tables.length_axis), which names N (N_k for a decode panel)."""
+    name = length_name(length)
     out: list[str] = []
     unfit: dict[str, list[str]] = {}  # statuses -> the variants with no fit
     unsaid: dict[str, list[str]] = {}  # why the time fit says nothing -> the variants
@@ -347,18 +354,19 @@ def growth_sentences(fits) -> list[str]:
         if not present(r["time_exp"]):
             unfit.setdefault(str(r["statuses"]), []).append(v)
             continue
-        why = _says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"])
+        why = _says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
         parts = []
         if why:  # its time in the one sentence below; a memory fit that says something is still said
             unsaid.setdefault(why, []).append(v)
         else:
-            parts.append(f"time grows as {exponent_text(r['time_exp'], r['time_ci_low'], r['time_ci_high'])}")
+            time = exponent_text(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
+            parts.append(f"time grows as {time}")
         if present(r["mem_exp"]) and not _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):
             memory = f"memory {'as' if parts else 'grows as'} "
-            memory += exponent_text(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"])
+            memory += exponent_text(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"], name)
             const = r.get("mem_const_bytes")
             if present(const) and float(const) >= CONSTANT_SHOWN:  # the fit's c + a·N^b
-                memory += f" above {bytes_text(int(const))} that does not grow with N"
+                memory += f" above {bytes_text(int(const))} that does not grow with {name}"
             parts.append(memory)
         if parts:
             out.append(f"{v}: {', '.join(parts)}.")
@@ -367,7 +375,7 @@ def growth_sentences(fits) -> list[str]:
         out.append(f"Time's growth not measured (see the scaling table) for: {'; '.join(each)}.")
     if unfit:
         each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unfit.items()]
-        out.append(f"No fit (ok at fewer than two N): {'; '.join(each)}.")
+        out.append(f"No fit (ok at fewer than two {name}): {'; '.join(each)}.")
     return out
 
 
@@ -375,7 +383,9 @@ def wall_sentence(fits, panel_rows) -> str | None:
     """The largest N that fits in the device's memory per variant (the memory fit read at the device's
     memory, fit.scaling_table), grouped by that N, and the N where a variant did run out of memory. A
     variant whose memory exponent says nothing (_says_nothing: two N, or a CI too wide to say) has no wall
-    read off it."""
+    read off it. A decode panel's N is its N_k (tables.length_name)."""
+    length = length_axis(panel_rows)
+    name = length_name(length)
     walls: dict[int, list[str]] = {}
     beyond: dict[int, list[str]] = {}
     dev_mem = None
@@ -395,14 +405,14 @@ def wall_sentence(fits, panel_rows) -> str | None:
     def fit(vs: list[str]) -> str:
         return f"{names_text(vs)} {'fits' if len(vs) == 1 else 'fit'}"
 
-    parts = [f"{fit(vs)} up to N = {n_text(n)}" for n, vs in sorted(walls.items())]
-    parts += [f"{fit(vs)} past N = {n_text(n)}" for n, vs in sorted(beyond.items())]
+    parts = [f"{fit(vs)} up to {name} = {n_text(n)}" for n, vs in sorted(walls.items())]
+    parts += [f"{fit(vs)} past {name} = {n_text(n)}" for n, vs in sorted(beyond.items())]
     if beyond:  # the fit is not read further than that
         each = "its" if len(beyond) > 1 else "the"
-        parts[-1] += f" ({EXTRAPOLATION_LIMIT}× {each} largest measured N, as far as the fit is read)"
-    oom, length = panel_rows[panel_rows["status"] == "oom"], length_axis(panel_rows)
+        parts[-1] += f" ({EXTRAPOLATION_LIMIT}× {each} largest measured {name}, as far as the fit is read)"
+    oom = panel_rows[panel_rows["status"] == "oom"]
     ran_out = [
-        f"{v} at N = {n_text(oom[oom['variant'] == v][length].min())}"
+        f"{v} at {name} = {n_text(oom[oom['variant'] == v][length].min())}"
         for v in variant_order(str(x) for x in oom["variant"].unique())
     ]
     if not parts and not ran_out:
@@ -544,12 +554,10 @@ def build(
             if traded:
                 sentences.append(traded)
             if not fits.empty:  # growth last: the workload's own findings first
-                sentences += growth_sentences(fits)
+                sentences += growth_sentences(fits, length_axis(rows))
                 wall = wall_sentence(fits, rows)
                 if wall:
                     sentences.append(wall)
-            if length_axis(rows) == "seq_k":  # a decode panel's N is its N_k, as its table and figures say
-                sentences = [re.sub(r"\bN\b", "N_k", t) for t in sentences]
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
     return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished, said_busy)

@@ -31,7 +31,7 @@ from .style import (
     variant_marker,
     variant_order,
 )
-from .tables import PANEL_AXES, flagged, length_axis, ok_rows, panels, present, quiet_columns
+from .tables import PANEL_AXES, flagged, length_axis, length_name, ok_rows, panels, present, quiet_columns
 
 Fits = dict[str, tuple[PowerFit, PowerFit]]
 # the identity columns every figure's CSV starts with: the run, the group axes and the panel axes a CSV always
@@ -75,11 +75,12 @@ def floats(series) -> list[float]:
     return [float(x) for x in series.astype("Float64").to_numpy(dtype=float, na_value=math.nan)]
 
 
-def exponent_label(variant: str, fit: PowerFit | None) -> str:
-    """A legend entry with the fitted exponent: 'chunked  N^1.98', or '(fit n/a)'."""
+def exponent_label(variant: str, fit: PowerFit | None, name: str = "N") -> str:
+    """A legend entry with the fitted exponent: 'chunked  N^1.98' ('N_k^1.02' for a decode series: `name`,
+    tables.length_name), or '(fit n/a)'."""
     if fit is None or not fit.available:
         return f"{variant} (fit n/a)"
-    return f"{variant}  N^{fit.exponent:.2f}"
+    return f"{variant}  {name}^{fit.exponent:.2f}"
 
 
 SUSPECT, SUSPECT_LABEL = "suspect", "suspect (never ranked)"
@@ -183,10 +184,8 @@ def _variant_lines(
         n, y = floats(v[length]), floats(v[column])
         fit = fits.get(combo_key(v.iloc[0], variant), (None, None))[which]
         color = variant_color(variant)
-        label = exponent_label(variant, fit)
-        if length == "seq_k":  # a decode series' exponent is in its keys, as the decode figure says
-            label = label.replace("N^", "N_k^")
-        label = under_text(label, under.get(variant))
+        # a decode series' exponent is in its keys (N_k^1.02), as the decode figure says
+        label = under_text(exponent_label(variant, fit, length_name(length)), under.get(variant))
         ax.plot(n, y, marker=variant_marker(variant), ms=4, lw=1.6, color=color, label=label)
         if band is not None:
             lo, hi = floats(v[band[0]]), floats(v[band[1]])

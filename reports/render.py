@@ -26,6 +26,7 @@ from .tables import (
     kernel_members,
     label,
     length_axis,
+    length_name,
     ok_rows,
     panels,
     present,
@@ -90,7 +91,8 @@ def _length_names(scaling) -> tuple[str, str]:
     """(what N counts in the table's headers, in each row's theory): 'N_k' where every series is a decode
     series, else 'N' (a decode row of a mixed table names its N_k in its theory)."""
     lengths = set(scaling["length"]) if "length" in scaling.columns else {"seq_len"}
-    return ("N_k" if lengths == {"seq_k"} else "N"), ("N_k" if "seq_k" in lengths else "N")
+    every = next(iter(lengths)) if len(lengths) == 1 else "seq_len"  # the table's: one length, or N
+    return length_name(every), length_name("seq_k" if "seq_k" in lengths else "seq_len")
 
 
 def resolve_baseline(df, requested: str | None) -> str | None:
@@ -134,7 +136,7 @@ def summary_table(scaling) -> pg.Table:
         for what, col in (("time", "time_agreement"), ("memory", "mem_agreement")):
             if r[col]:
                 verdict.append(f"{what} {r[col]}")
-        rn = "N_k" if r.get("length") == "seq_k" else "N"  # this row's N
+        rn = length_name(r.get("length"))  # this row's N
         mem_th = _theory_text(r["mem_theory"], rn)
         if present(r["mem_theory"]):
             mem_th += f" ({_class_text(str(r['mem_class']), r['mem_theory'])})"

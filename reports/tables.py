@@ -175,6 +175,12 @@ def length_axis(rows) -> str:
     return "seq_k" if one_q and rows["seq_k"].nunique() > 1 else "seq_len"
 
 
+def length_name(length: str) -> str:
+    """What the reports' words call a series' length (length_axis): 'N_k' for a decode series' keys, else
+    'N' ('at N_k = 4,096', 'N_k^1.02')."""
+    return "N_k" if length == "seq_k" else "N"
+
+
 def fixed_text(group_df) -> str:
     """The panel axes that do not vary in a group, e.g. 'B=1 · H=8 · d_k=64 · no padding'."""
     if group_df.empty:

@@ -37,6 +37,7 @@ from ..tables import (
     flag_mask,
     grouped,
     length_axis,
+    length_name,
     panels,
     present,
     varying,
@@ -204,7 +205,7 @@ def _trade(rows, ok, fastest, accurate, where) -> tuple[str, list[tuple[str, int
     if len(front) == 1:
         return f"Speed against accuracy: the fastest, {named(fast)} ({where(fast)}), {has}", cells
     shown = [approximate_names(rows).get(v, v) for v in front]
-    at = f"{'N_k' if length == 'seq_k' else 'N'} = {seq_count(fastest[length])}"
+    at = f"{length_name(length)} = {seq_count(fastest[length])}"
     lead = f"Speed against accuracy: {', '.join(shown[:-1])} and {shown[-1]} lead at {at}"
     lead += " and cannot be told apart (the ranking's tie rule)"
     if pick is min:
@@ -251,7 +252,7 @@ def failed_check(w) -> str:
 
 def _where(length: str):
     """A point's place: '1.2 TFLOP/s at N = 4,096' (N_k for a decode series)."""
-    name = "N_k" if length == "seq_k" else "N"
+    name = length_name(length)
     return lambda p: f"{num_text(p['tflops'], '.3g')} TFLOP/s at {name} = {seq_count(p[length])}"
 
 
@@ -447,7 +448,8 @@ def accuracy_table(pts, speed: str = "tflops") -> pg.Table:
             )
         )
     speed_head = "K/V GB/s" if speed == "kv_gbps" else "TFLOP/s"
-    headers = ("variant", "dtype", *shown, "N_k" if lengths == {"seq_k"} else "N", speed_head, "rel_err",
+    n = length_name(next(iter(lengths)) if len(lengths) == 1 else "seq_len")  # N_k where every point's is
+    headers = ("variant", "dtype", *shown, n, speed_head, "rel_err",
                *(["kernel rel_err", "recipe", "SQNR dB"] if quant else []), "tolerance",
                *(["grad rel_err"] if grads else []), "status")  # fmt: skip
     rounding = (
@@ -481,7 +483,7 @@ def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tup
         speed = speed_of(group)[0]
         caption = (
             f"{'K/V GB/s' if speed == 'kv_gbps' else 'TFLOP/s'} against rel_err vs float64 at each variant's "
-            f"and dtype's largest measured {'N_k' if length_axis(group) == 'seq_k' else 'N'}."
+            f"and dtype's largest measured {length_name(length_axis(group))}."
         )
         figure = accuracy_figure(group, f"Speed against accuracy · {head}")
         out.append((gkey, group, head, [("speed-accuracy", "Speed against accuracy", figure, caption)]))

@@ -31,6 +31,7 @@ from ..tables import (
     calibrated_copy,
     grouped,
     groups,
+    length_name,
     ok_rows,
     panels,
     present,
@@ -126,7 +127,7 @@ def decode_time_figure(rows, title: str, fits: Fits | None = None):
                     floats(v["time_ms_p25"]),
                     floats(v["time_ms_p75"]),
                     variant,
-                    exponent_label(variant, fit).replace("N^", "N_k^"),
+                    exponent_label(variant, fit, length_name("seq_k")),
                 )
                 ring_cells(ax, v, "seq_k", "time_ms_median", seen)
                 ys += [y for y in floats(v["time_ms_median"]) if math.isfinite(y) and y > 0]

@@ -19,7 +19,7 @@ from ..style import (
     variant_marker,
     variant_order,
 )
-from ..tables import groups, length_axis, ok_rows, panels, present
+from ..tables import groups, length_axis, length_name, ok_rows, panels, present
 
 ENERGY_RULE = (
     "Energy per call: NVML's energy counter of the whole board (memory included) read edge to edge over at "
@@ -57,7 +57,7 @@ def sentence(rows) -> str | None:
     length = length_axis(rated)
     top = rated[rated[length] == rated[length].max()]
     best = top.loc[top["tflops_per_w"].astype(float).idxmax()]
-    name = "N_k" if length == "seq_k" else "N"
+    name = length_name(length)
     idle = [float(w) for w in rated["idle_power_w"] if present(w)]
     idle_text = f" above the board's idle draw of {watts_text(idle)}, subtracted" if idle else " above idle"
     return (

@@ -356,3 +356,37 @@ def test_a_leader_that_shared_the_front_takes_it_from_the_others_only(monkeypatc
     monkeypatch.setattr(findings, "leader_runs", lambda pts: [("sdpa", tied), ("sdpa_flash", alone)])
     s = findings.ranking_sentences(pd.DataFrame())
     assert s[-1] == "Crossover between N = 1,536 and 2,048: sdpa_flash takes the lead from sdpa and naive."
+
+
+def test_a_decode_panels_sentences_name_n_k_where_they_are_built(tmp_path):
+    """A decode panel's length is its keys: its ranking, growth and memory-wall sentences say N_k as each
+    builder writes them (from the panel's length axis), with no rewrite of the finished text after."""
+    from attnbench import results
+    from attnbench.reports import fit as fitmod
+
+    rows = []
+    for nk in SEQ:  # naive ∝ N_k², chunked ∝ N_k^1.5: naive leads up to 2,048, chunked from 4,096
+        x, decode = nk / 256, {"seq_k": nk, "causal": True, "causal_align": "lower-right", "kv_heads": 2}
+        rows.append(synthetic.cell("naive", 1, time_ms=x**2, peak_mem_bytes=int(2**20 * x**2), **decode))
+        rows.append(synthetic.cell("chunked", 1, time_ms=3 * x**1.5, peak_mem_bytes=int(2**20 * x), **decode))
+    rows.append(synthetic.cell("flex", 1, seq_k=256, causal=True, causal_align="lower-right", kv_heads=2,
+                               time_ms=50.0))  # fmt: skip
+    rows.append(synthetic.cell("flex", 1, seq_k=512, causal=True, causal_align="lower-right", kv_heads=2,
+                               status="oom"))  # fmt: skip
+    run = synthetic.write_run(tmp_path / "run", rows, memory_bytes=2 * synthetic.GIB)
+    df = results.load(run)
+    fits = fitmod.scaling_table(df, results.load_meta(run))
+    ranking = findings.ranking_sentences(df)
+    growth = findings.growth_sentences(fits, "seq_k")
+    wall = findings.wall_sentence(fits, df)
+    assert ranking[0].startswith("naive is fastest from N_k = 256 to 2,048 (")
+    assert ranking[2] == "Crossover between N_k = 2,048 and 4,096: chunked takes the lead from naive."
+    assert growth[0].startswith("naive: time grows as N_k^2.00 [")
+    assert "No fit (ok at fewer than two N_k): flex (1 ok, 1 oom)." in growth
+    assert "naive fits up to N_k = 8,192" in wall and "(8× the largest measured N_k," in wall
+    assert "Measured out of memory: flex at N_k = 512." in wall
+    for sentence in (*ranking, *growth, wall):
+        assert not re.search(r"\bN\b", sentence), sentence  # never a bare N in a decode panel
+    # the same builders on a square panel say N
+    assert findings.growth_sentences(fits)[0].startswith("naive: time grows as N^2.00 [")
+    assert findings.range_text([256, 512], name="N_k") == "from N_k = 256 to 512"
