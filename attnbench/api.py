@@ -97,6 +97,7 @@ def run(
     slurm_tasks: int | None = None,
     slurm_opt: Sequence[str] | None = None,
     slurm_local: bool = False,
+    _race: tuple[str, str] | None = None,  # bench's (fn, baseline): RunRequest.race
     **axes: Any,
 ) -> Run:
     """Run a sweep into a run directory and return it.
@@ -147,7 +148,7 @@ def run(
             options=given, preset=preset, config=config, sweep=spec, out=out, resume=resume,
             redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
             variant_files=tuple(str(p) for p in variant_files), rerun=rerun, cells=cells, status=status,
-            executor=executor, executor_options=scale_out,
+            executor=executor, executor_options=scale_out, race=_race,
         )  # fmt: skip
         summary = run_sweep(request, progress=progress_for(progress))
     return _finished(summary)
@@ -310,12 +311,8 @@ class Bench(Run):
     def __repr__(self) -> str:
         return str(self)
 
-    def _repr_html_(self) -> str:
-        if self.forecast is not None:
-            import html
-
-            return f"<pre>{html.escape(str(self))}</pre>"
-        return self.answer.html()
+    def _repr_html_(self) -> str:  # a dry run's forecast as Run shows it
+        return super()._repr_html_() if self.forecast is not None else self.answer.html()
 
 
 def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords: Any) -> Bench:
@@ -380,7 +377,9 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     if not (resume or keywords.get("rerun")):  # the run's own cells: measured before
         _refuse_none_measured(measured, who, keywords)
     try:
-        ran = run(**{**({} if resume else {"variants": [measured, against], "preset": "bench"}), **keywords})
+        # the baseline measured only in the cells fn runs: one beside fn's unsupported row races nothing
+        raced = {"variants": [measured, against], "preset": "bench", "_race": (who, base)}
+        ran = run(**{**({} if resume else raced), **keywords})
     except RunInterrupted as stop:  # said as bench's resume, which answers too
         raise bench_interrupted(stop.run, fn, name, flags) from None
     try:

@@ -45,6 +45,8 @@ class RunRequest:
     status: str | None = None  # of the rerun: the cells whose row has this status
     executor: str = "local"
     executor_options: Mapping[str, Any] = field(default_factory=dict)  # devices, ray_address, slurm_*
+    # attnbench.bench's (fn, baseline): the baseline measured only in the cells fn runs (runner.raced)
+    race: tuple[str, str] | None = None
 
     def given(self) -> list[str]:
         """The option keys of the sweep given beside the modes (preset, config, the axes and settings with

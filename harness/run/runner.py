@@ -126,13 +126,31 @@ class _Start:
         }
 
 
-def _fresh(sweep: SweepSpec, variant_files: Sequence[str | Path], only: Sequence[CellSpec] | None) -> _Start:
+def _fresh(
+    sweep: SweepSpec,
+    variant_files: Sequence[str | Path],
+    only: Sequence[CellSpec] | None,
+    race: tuple[str, str] | None = None,
+) -> _Start:
     files = [str(Path(p).resolve()) for p in variant_files]
     names = prepare(sweep, files)
     if only is not None:  # the chosen cells' variants, whether or not they are default ones now
         names = list(dict.fromkeys(c.variant for c in only))
         variants.resolve(names)
-    return _Start(sweep, names, files, chosen=None if only is None else [c.cell_id for c in only])
+    start = _Start(sweep, names, files, chosen=None if only is None else [c.cell_id for c in only])
+    if race is not None:  # kept in meta.json's `cells`, which a resume measures
+        start.chosen = raced(start.cells(), *race)
+    return start
+
+
+def raced(cells: Sequence[CellSpec], fn: str, baseline: str) -> list[str]:
+    """The cell_ids of attnbench.bench's race of fn against baseline: every cell of fn, and the baseline's
+    only where fn runs, decided before the sweep as each cell's row is (cellrunner.precheck: fn's
+    capability check), not by running it. A baseline's row beside fn's `unsupported` one races nothing:
+    measuring it only cost the caller time; fn's own row stays, and says why it did not run."""
+    rows = {c.rank_key: precheck(c, SkipAhead()) for c in cells if c.variant == fn}
+    refused = {key for key, row in rows.items() if row is not None and row["status"] == "unsupported"}
+    return [c.cell_id for c in cells if c.variant != baseline or c.rank_key not in refused]
 
 
 def _resumed(out: str | Path, force_resume: bool, redo_drift: bool) -> _Start:
@@ -217,7 +235,7 @@ def _checked(request: RunRequest) -> tuple[_Start, executors.Executor, Any]:
     if request.resume:
         start = _resumed(request.out, request.force_resume, request.redo_drift)
     else:
-        start = _fresh(got.sweep, got.variant_files, got.only)
+        start = _fresh(got.sweep, got.variant_files, got.only, request.race)
         start.rerun_of = got.rerun_of
     options = got.executor_options
     if request.resume and start.executor == request.executor:

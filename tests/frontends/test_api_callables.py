@@ -476,6 +476,34 @@ def test_a_bench_of_a_kernel_of_other_dtypes_measures_it_in_its_own(tmp_path):
     assert str(bench).splitlines()[1].startswith("correct in 1 of 1 cell gated against float64"), str(bench)
 
 
+def test_bench_measures_the_baseline_only_in_the_cells_fn_runs(tmp_path):
+    """A function without causal= or key_lengths=, declared float32 alone: every causal, padded or bfloat16
+    cell is unsupported for it, and bench measured sdpa there all the same, rows its answer races against
+    nothing, at the caller's time. The baseline runs only where fn does, decided by fn's capabilities before
+    the sweep; fn's own rows, and the answer's unsupported lines, still name every cell it could not run. A
+    resume keeps the run's cells."""
+    fn = attnbench.variant(notebook_function(), dtypes=("float32",))
+    out, small = tmp_path / "b", dict(seq_len="64", dtype="float32,bfloat16", budget_ms=5, warmup_ms=1)
+    with as_a_fresh_process(tmp_path):
+        bench = attnbench.bench(fn, out=out, calibrate_ms=0, **small)
+    rows = [(r["variant"], r["dtype"], r["causal"], r["padding"] > 0, r["status"]) for r in read_rows(out)]
+    assert sorted(r for r in rows if r[0] == "sdpa") == [("sdpa", "float32", False, False, "ok")]
+    mine = {r[1:] for r in rows if r[0] == "cell_attn"}
+    ran = ("float32", False, False, "ok")
+    masks = {(d, c, p) for d in ("float32", "bfloat16") for c in (False, True) for p in (False, True)}
+    assert mine == {ran} | {(*m, "unsupported") for m in masks if m != ran[:3]}
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["planned_cells"] == len(meta["cells"]) == len(rows) == 9
+    lines = str(bench).splitlines()
+    assert lines[0].startswith("cell_attn against sdpa: 8 cells of cell_attn, 9 in all, measured"), lines
+    unsupported = [line for line in lines if line.startswith("unsupported in ")]
+    assert any(line.startswith("unsupported in 4 cells (") and "bfloat16" in line for line in unsupported)
+    assert any("takes causal=" in line for line in unsupported), lines
+    assert any(line.startswith("float32: ") and "than sdpa (no mask)" in line for line in lines), lines
+    with as_a_fresh_process(tmp_path):  # nothing left to measure: the run's own cells, not the sweep's
+        assert attnbench.run(out=out, resume=True, progress=False).resumed == 9
+
+
 def test_the_gate_at_n_right_on_every_mask_is_one_line():
     from types import SimpleNamespace as gated
 
