@@ -20,6 +20,7 @@ from .tables import (
     axis_value,
     best_variant,
     calibrated_peak,
+    common_length_name,
     device_memory,
     fixed_axes,
     groups,
@@ -91,8 +92,7 @@ def _length_names(scaling) -> tuple[str, str]:
     """(what N counts in the table's headers, in each row's theory): 'N_k' where every series is a decode
     series, else 'N' (a decode row of a mixed table names its N_k in its theory)."""
     lengths = set(scaling["length"]) if "length" in scaling.columns else {"seq_len"}
-    every = next(iter(lengths)) if len(lengths) == 1 else "seq_len"  # the table's: one length, or N
-    return length_name(every), length_name("seq_k" if "seq_k" in lengths else "seq_len")
+    return common_length_name(lengths), length_name("seq_k" if "seq_k" in lengths else "seq_len")
 
 
 def resolve_baseline(df, requested: str | None) -> str | None:

@@ -181,6 +181,12 @@ def length_name(length: str) -> str:
     return "N_k" if length == "seq_k" else "N"
 
 
+def common_length_name(lengths: set[str]) -> str:
+    """The name a table of series of these lengths (length_axis each) gives its N column: N_k where every
+    series is a decode series, else N."""
+    return length_name("seq_k") if lengths == {"seq_k"} else length_name("seq_len")
+
+
 def fixed_text(group_df) -> str:
     """The panel axes that do not vary in a group, e.g. 'B=1 · H=8 · d_k=64 · no padding'."""
     if group_df.empty:

@@ -34,6 +34,7 @@ from ..tables import (
     approximate_text,
     axis_value,
     best_variant,
+    common_length_name,
     flag_mask,
     grouped,
     length_axis,
@@ -448,8 +449,7 @@ def accuracy_table(pts, speed: str = "tflops") -> pg.Table:
             )
         )
     speed_head = "K/V GB/s" if speed == "kv_gbps" else "TFLOP/s"
-    n = length_name(next(iter(lengths)) if len(lengths) == 1 else "seq_len")  # N_k where every point's is
-    headers = ("variant", "dtype", *shown, n, speed_head, "rel_err",
+    headers = ("variant", "dtype", *shown, common_length_name(lengths), speed_head, "rel_err",
                *(["kernel rel_err", "recipe", "SQNR dB"] if quant else []), "tolerance",
                *(["grad rel_err"] if grads else []), "status")  # fmt: skip
     rounding = (
