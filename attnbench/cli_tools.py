@@ -112,21 +112,9 @@ def add_env(sub) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     """The correctness gate for every variant over causal x padding (and the numerics probe), as tables;
     each problem gated in a worker process, as `run` measures a cell (harness.tools.check.Isolated)."""
-    from attnbench.harness.sweep.grammar import read_axis, split
     from attnbench.harness.tools import check
-    from attnbench.results.axes import axis
 
-    try:
-        timeout = _cell_timeout(args.cell_timeout)
-        plan = check.prepare(
-            split(args.variants) if args.variants else None,
-            read_axis(axis("device"), args.device, "--device"),  # the words `run` reads (bf16 too)
-            read_axis(axis("dtype"), args.dtype, "--dtype"),
-            _one_length(args.seq_len),
-            variant_files=args.variant_file or [],
-        )
-    except ValueError as exc:  # VariantError is one
-        raise BadInput(str(exc)) from None
+    plan, timeout = check_plan(args)
     from attnbench.harness.workers.isolation import prestart
 
     prestart()  # the worker's torch import beside this process's own
@@ -162,6 +150,27 @@ def cmd_check(args: argparse.Namespace) -> int:
         console.print()
         console.print(terminal.probe_table(records, console.width, notes))
     return check.exit_status(rows)
+
+
+def check_plan(args: argparse.Namespace):
+    """check's flags read and checked before any work (benchmarks/gpu_rehearse.py checks gpu_verify.sh's
+    with it too): (harness.tools.check.CheckPlan, --cell-timeout); BadInput naming the flag."""
+    from attnbench.harness.sweep.grammar import read_axis, split
+    from attnbench.harness.tools import check
+    from attnbench.results.axes import axis
+
+    try:
+        timeout = _cell_timeout(args.cell_timeout)
+        plan = check.prepare(
+            split(args.variants) if args.variants else None,
+            read_axis(axis("device"), args.device, "--device"),  # the words `run` reads (bf16 too)
+            read_axis(axis("dtype"), args.dtype, "--dtype"),
+            _one_length(args.seq_len),
+            variant_files=args.variant_file or [],
+        )
+    except ValueError as exc:  # VariantError is one
+        raise BadInput(str(exc)) from None
+    return plan, timeout
 
 
 def _cell_timeout(text: str) -> float:
