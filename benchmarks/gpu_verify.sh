@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Verify attnbench's CUDA paths on a GPU machine in one go; everything lands in the folder given ($1).
-#   bash benchmarks/gpu_verify.sh OUTDIR [install|suite|checks|preset|resume RUN_DIR]
+#   bash benchmarks/gpu_verify.sh OUTDIR [install|suite|flex|checks|preset|measure|session|resume RUN_DIR]
 # install: attnbench itself (a wheel of this checkout in .whl/, made here with
 #          `python3 -m pip wheel --no-deps --no-build-isolation . -w .whl`, else an editable install) and any wheels carried in .whl/ (xformers: pip download it where pip works,
 #          see the device notes), offline: --no-deps --no-build-isolation, into /tmp/site and the image's env.
@@ -31,7 +31,7 @@
 #       --platform manylinux_2_28_x86_64 -d .whl xformers==0.0.35
 # Rehearse a mode on the CPU before a GPU session: `GPU_VERIFY_REHEARSE=1 bash benchmarks/gpu_verify.sh /tmp/gv MODE`.
 set -uo pipefail
-out=${1:?usage: gpu_verify.sh OUTDIR [checks|preset|resume RUN_DIR]}
+out=${1:?usage: gpu_verify.sh OUTDIR [install|suite|flex|checks|preset|measure|session|resume RUN_DIR]}
 what=${2:-checks}
 mkdir -p "$out"
 # Every python3 of the GPU's work runs as "${py[@]}" (the stamp filter and the list of variants are the script's
@@ -232,10 +232,16 @@ resume)
         | grep -v USDT > "$out/run.log"
     echo "run exit status ${PIPESTATUS[0]}" >> "$out/run.log"
     ;;
+*)  # a misspelt mode: said at once, not a machine start that does nothing
+    echo "gpu_verify.sh: unknown mode '$what' (install, suite, flex, checks, preset, measure, session, resume)" >&2
+    exit 2
+    ;;
 esac
+status=$?  # the mode's last command's, as the script's
 if [ -n "$rehearsal" ]; then  # GPU_VERIFY_REHEARSE=1: what was rehearsed, and exit status 1 where any failed
     echo "rehearsal of $what: $(grep -c '^ok' "$rehearsal") ok, $(grep -c '^FAIL' "$rehearsal") failed in" \
         "$(( $(date +%s) - start )) s ($rehearsal)"
     cut -c1-200 "$rehearsal"
     if grep -q '^FAIL' "$rehearsal"; then exit 1; fi
 fi
+exit "$status"

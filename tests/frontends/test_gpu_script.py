@@ -10,6 +10,7 @@ benchmarks/gpu_rehearse.py, as `GPU_VERIFY_REHEARSE=1 bash benchmarks/gpu_verify
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -30,15 +31,17 @@ KNOBS = ("SESSION_SKIP", "SESSION_SECONDS", "PYTEST_K", "ENERGY_VARIANTS", "ENER
 # each run measure reports under DEVICE_REPORTS=1 (made here, so that the reports are asked for)
 MEASURED = ("gpu-run", "gpu-run-warm", "energy-run", "xformers-axes", "varlen-run", "paged-run")
 
+# the script's own python3 (not "${py[@]}"): the stamp filter and the list of variants the gate takes, run as
+# they are (CPU work) where the rest is recorded only
+PLUMBING = ("import signal, sys, time", "variants.all_variants()")
 RECORDER = """#!/bin/bash
-# python3 as gpu_verify.sh calls it: each argv recorded (NUL-separated); only the script's own -c plumbing
-# (the stamp filter, the list of variants) runs
+# python3 as gpu_verify.sh calls it: each argv recorded (NUL-separated); only the script's own plumbing runs,
+# anything else ends with exit status $GV_STATUS
 printf '%s\\0' "$@" > "$(mktemp "$GV_CALLS/call.XXXXXX")"
-case "$1" in
--c|-u) exec {python} "$@" ;;
-{routed}) exit 0 ;;
-*) exit 1 ;;
+case "$*" in
+{plumbing}) exec {python} "$@" ;;
 esac
+exit "${{GV_STATUS:-0}}"
 """
 
 
@@ -48,33 +51,71 @@ def rehearsal():
 
 
 @pytest.fixture(scope="module")
-def calls(tmp_path_factory) -> dict[str, list[list[str]]]:
-    """Each mode's python3 argvs, as the script gives them under GPU_VERIFY_REHEARSE=1."""
+def scripted(tmp_path_factory):
+    """script(mode, rehearse, status) -> (exit status, output, the python3 argvs the script gave): each mode
+    run with a recording python3 first on PATH, its knobs unset (their defaults), under GPU_VERIFY_REHEARSE=1
+    or as on a GPU, each command ending with `status`."""
     root = tmp_path_factory.mktemp("gpu-script")
     shims = root / "bin"
     shims.mkdir()
-    (shims / "python3").write_text(RECORDER.format(python=shlex.quote(sys.executable), routed=ROUTED))
+    plumbing = "|".join(f"*{shlex.quote(code)}*" for code in PLUMBING)
+    (shims / "python3").write_text(RECORDER.format(python=shlex.quote(sys.executable), plumbing=plumbing))
     (shims / "python3").chmod(0o755)
-    recorded = {}
-    for mode in MODES:
-        out, where = root / mode, root / f"calls-{mode}"
+
+    def script(mode: str, rehearse: bool, status: int = 0):
+        out, where = root / mode, root / f"calls-{mode}-{rehearse}"
         where.mkdir()
         env = {k: v for k, v in os.environ.items() if k not in KNOBS}
-        env.update(GPU_VERIFY_REHEARSE="1", GV_CALLS=str(where), PATH=f"{shims}{os.pathsep}{env['PATH']}")
+        env.update(GV_CALLS=str(where), GV_STATUS=str(status), PATH=f"{shims}{os.pathsep}{env['PATH']}")
+        if rehearse:
+            env["GPU_VERIFY_REHEARSE"] = "1"
         if mode == "measure":
             env["DEVICE_REPORTS"] = "1"
             for name in MEASURED:
-                (out / name).mkdir(parents=True)
+                (out / name).mkdir(parents=True, exist_ok=True)
         extra = [str(root / "a-gpu-run")] if mode == "resume" else []
         done = subprocess.run(
             ["bash", str(SCRIPT), str(out), mode, *extra], cwd=ROOT, env=env, capture_output=True,
             text=True, timeout=120,
         )  # fmt: skip
-        assert done.returncode == 0, (
-            f"gpu_verify.sh {mode}: exit {done.returncode}\n{done.stdout}{done.stderr}"
-        )
-        recorded[mode] = [f.read_bytes().decode().split("\0")[:-1] for f in sorted(where.iterdir())]
+        argvs = [f.read_bytes().decode().split("\0")[:-1] for f in sorted(where.iterdir())]
+        return done.returncode, done.stdout + done.stderr, argvs
+
+    return script
+
+
+@pytest.fixture(scope="module")
+def calls(scripted) -> dict[str, list[list[str]]]:
+    """Each mode's python3 argvs, as the script gives them under GPU_VERIFY_REHEARSE=1."""
+    recorded = {}
+    for mode in MODES:
+        status, said, recorded[mode] = scripted(mode, rehearse=True)
+        assert status == 0, f"gpu_verify.sh {mode}: exit {status}\n{said}"
     return recorded
+
+
+def test_a_gpu_runs_the_commands_rehearsed(calls, scripted):
+    """Without GPU_VERIFY_REHEARSE the script gives python3 the very argvs the rehearsal checks (less
+    benchmarks/gpu_rehearse.py), and its exit status is still its mode's last command's."""
+    for mode in MODES:
+        status, said, argvs = scripted(mode, rehearse=False, status=3 if mode == "checks" else 0)
+        assert status == (3 if mode == "checks" else 0), f"{mode}: exit {status}\n{said}"
+        rehearsed = [argv[1:] if argv[:1] == [ROUTED] else argv for argv in calls[mode]]
+        assert sorted(argvs) == sorted(rehearsed), mode
+        assert not any(ROUTED in argv for argv in argvs)
+
+
+def test_every_mode_of_the_script_is_rehearsed_and_a_misspelt_one_refused(tmp_path):
+    """The modes here are the script's `case` labels (a new mode is rehearsed too); a misspelt mode says so
+    with exit status 2 instead of a machine start that does nothing."""
+    labels = re.findall(r"^([a-z-]+)\)$", SCRIPT.read_text(), flags=re.M)
+    assert sorted(labels) == sorted(MODES)
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "sesion"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown mode 'sesion'" in done.stderr
+
+
+def _plumbing(argv: list[str]) -> bool:
+    return "-c" in argv and any(code in " ".join(argv) for code in PLUMBING)
 
 
 def _routed(calls: list[list[str]]) -> list[list[str]]:
@@ -85,7 +126,7 @@ def test_every_gpu_command_runs_through_py(calls):
     """A python3 the script runs itself (not "${py[@]}") is only its `-c` plumbing: a GPU command added
     without py would run on the CPU in a rehearsal, and would not be rehearsed."""
     for mode, argvs in calls.items():
-        unrouted = [argv for argv in argvs if argv[:1] != [ROUTED] and argv[0] not in ("-c", "-u")]
+        unrouted = [argv for argv in argvs if argv[:1] != [ROUTED] and not _plumbing(argv)]
         assert not unrouted, f'{mode}: python3 not through "${{py[@]}}": {unrouted}'
         assert _routed(argvs), f"{mode}: no command recorded"
 
@@ -117,7 +158,12 @@ def test_every_command_of_the_mode_is_accepted(calls, rehearsal, mode, monkeypat
     failed = []
     for argv in calls[mode]:
         routed = argv[1:] if argv[:1] == [ROUTED] else None
-        ok, said = rehearsal.rehearse(routed) if routed else rehearsal.snippet(argv[argv.index("-c") + 1])
+        if routed:
+            ok, said = rehearsal.rehearse(routed)
+        elif _plumbing(argv):  # its code is checked as a GPU command's is
+            ok, said = rehearsal.snippet(argv[argv.index("-c") + 1])
+        else:
+            ok, said = False, 'not run through "${py[@]}", so not rehearsed'
         if not ok:
             failed.append(f"python3 {shlex.join(routed or argv)}: {said}")
     assert not failed, "\n".join(failed)
