@@ -27,7 +27,8 @@ def evil_tol(q, k, v, *, causal=False):
     """50% wrong, and loosens the gate for everyone: the tolerance table is read-only, so through the dict
     behind it."""
     if IN_WORKER:
-        (table,) = gc.get_referents(formulas.TOLERANCE)  # the mapping proxy's dict
+        table = formulas.TOLERANCE  # a dict as it was, else the mapping proxy's dict:
+        (table,) = [table] if isinstance(table, dict) else gc.get_referents(table)
         table["float32"] = 100.0
     return _attention(q, k, v) * 1.5
 
