@@ -8,16 +8,27 @@ whose code ran last is the one that changed it, and is named. What is compared:
 - settings: intra-op and interop threads, grad, inference and anomaly mode, autocast, the default dtype
   and device, deterministic algorithms, float32 matmul precision, the TF32 / reduced-precision and cuDNN
   flags, the SDPA backends enabled and the FlashAttention implementation the flash one runs, oneDNN and
-  opt_einsum (a getter this torch lacks is left out);
+  opt_einsum (a getter this torch lacks is left out), and the depth of torch's function-mode and
+  dispatch-mode stacks (a TorchFunctionMode entered and never left runs on every later torch call);
 - identities: the torch functions and Tensor methods attention code and the float64 gate call, the clocks
-  of `time` and CUDA's events and streams that the timers read (FUNCTIONS), and every function, class and
-  module held by the harness modules that gate, time and measure a cell (HARNESS), with their classes'
-  methods and every function's code object, so that a variant replacing torch.softmax, the gate itself,
-  time.perf_counter, the timing module's `time`, a timer's method or its code is caught.
+  of `time` and CUDA's events and streams that the timers read (FUNCTIONS), and every function, class,
+  module and constant (a global named in capitals: TOLERANCE, PROBE_N) held by the modules that gate, time
+  and measure a cell and the formulas they read (HARNESS) and by every module of the built-in variants'
+  package (VARIANTS), with their classes' methods and every function's code object, so that a variant
+  replacing torch.softmax, the gate itself, a tolerance, time.perf_counter, the timing module's `time`, a
+  timer's method or its code, or the helper a built-in variant calls (grouped.scores) is caught;
+- tables: those constants that hold a dict, list, set or mapping, by value too (the gate's tolerances, the
+  calibration's sizes: read-only mappings, whose dict a variant can still reach), so that a table changed
+  in place is caught as well as one rebound;
+- kernels: the kernels registered for each aten operator attention code and the gate run (KERNELS: softmax,
+  the matmuls, exp, the copy to float64, SDPA and its backends), as torch's dispatcher dumps them, so that a
+  kernel a variant registers over aten's (torch.library, any dispatch key) is caught.
 
-A comparison reads 26 settings and about 600 identities: about a tenth of a millisecond on a 2-core VM.
-`restore` puts the settings and identities back (the worker uses it after a variant file's import, where
-a fresh worker would import the same file again); interop threads cannot be set twice in a process.
+A comparison reads 28 settings, about 1,900 identities, 25 tables and 14 operators' kernels: about 0.35 ms on
+a 2-core VM (0.05 ms with the settings and the harness's identities alone; the kernels' dumps are half of it).
+`restore` puts the settings, identities and mode stacks back (the worker uses it after a variant file's
+import, where a fresh worker would import the same file again); interop threads cannot be set twice in a
+process, and neither a table changed in place nor a kernel registered is put back.
 """
 
 from __future__ import annotations
