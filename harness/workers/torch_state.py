@@ -176,7 +176,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
 
 # attnbench's own modules that gate, time and measure a cell (and the gate's helpers and formulas), and the
 # worker that reports its clock: their functions and classes must stay ours, and so must the modules they hold
-# (a timer reading a `time` another module swapped in reads another clock) and their constants (TABLES)
+# (a timer reading a `time` another module swapped in reads another clock) and their constants and tables
 HARNESS = tuple(f"attnbench.harness.measure.{short}" for short in (
     "cell", "correctness", "timing", "memory", "dropout_check", "rows", "failures", "outcomes", "calibrate",
     "telemetry", "contract", "guard", "located", "own_gradient", "inputs", "varied", "numerics",
@@ -212,9 +212,10 @@ def _owner(path: str) -> Any:
 
 
 def _modules() -> list[str]:
-    """HARNESS and every module of the built-in variants' package, imported (importing one registers no
-    variant and imports no torch: registry._load_builtins imports the same ones)."""
+    """HARNESS and every module of the built-in variants' package, imported: the built-in variants first, by
+    the registry, in its order (which is their order in every listing), then the package's other modules."""
     package = importlib.import_module(VARIANTS)
+    importlib.import_module(f"{VARIANTS}.registry")._load_builtins()
     found = [f"{VARIANTS}.{m.name}" for m in pkgutil.iter_modules(package.__path__)]
     return [*HARNESS[-1:], *HARNESS[:-1], VARIANTS, *found]  # formulas first: a table's home names it
 
