@@ -16,11 +16,12 @@ import sys
 import textwrap
 import unicodedata
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 from .schema import NOISY_REL_IQR
 
-SHORT_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+SHORT_DTYPE = MappingProxyType({"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"})
 
 
 def where_key(host: str | None, device: str, gpu_uuid: str | None = None) -> str:
@@ -93,7 +94,7 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float | int | bool]:
 # Every variant is credited with the same work for a cell, so TFLOP/s compare like with like, and a kernel
 # that skips masked work is not credited with work it skipped.
 
-PASS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
+PASS_FACTOR = MappingProxyType({"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5})
 CAUSAL_ALIGNS = ("top-left", "lower-right")
 
 
@@ -270,7 +271,8 @@ def flops_formula(*, causal: bool, padded: bool, causal_align: str = "top-left",
 # The most rel_err against float64 (||out - ref||_F / ||ref||_F) a cell of each dtype may have and pass; why
 # these values: harness/measure/correctness.py, which gates with them. Here so that reports read the same
 # numbers (the speed-against-accuracy panel draws them) without importing the harness.
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
+# read-only (as every table here): the gate of every cell reads it, and no variant may loosen it
+TOLERANCE = MappingProxyType({"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2})
 GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
 
 
@@ -313,7 +315,7 @@ def end_to_end_rel_err(rel_err: float | None, sqnr: float | None) -> float | Non
 # A decode step (few queries, many keys) is bound by reading K and V, not by FLOPs: it is judged by the
 # bandwidth at which it reads them against the calibrated copy bandwidth (harness.measure.calibrate).
 
-DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = MappingProxyType({"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2})
 
 
 def kv_bytes(batch: int, kv_heads: int, seq_k: int, d_k: int, d_v: int, dtype: str) -> int:

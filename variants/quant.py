@@ -21,8 +21,14 @@ Importing this module does not import torch.
 
 from __future__ import annotations
 
-FORMATS = {"e4m3fn": ("float8_e4m3fn", 448.0)}  # format -> (torch dtype name, largest finite value)
-SCALINGS = {"tensor": "one scale per tensor", "head": "one scale per batch element and head"}
+from types import MappingProxyType
+
+FORMATS = MappingProxyType(
+    {"e4m3fn": ("float8_e4m3fn", 448.0)}
+)  # format -> (torch dtype name, largest finite value)
+SCALINGS = MappingProxyType(
+    {"tensor": "one scale per tensor", "head": "one scale per batch element and head"}
+)
 RECIPES = tuple(f"{f}:{s}" for f in FORMATS for s in SCALINGS)
 
 

@@ -9,6 +9,7 @@ in the same run. The median is kept beside it.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -16,8 +17,8 @@ import torch
 from attnbench.harness.measure import timing
 
 # Square matmul sizes: large enough to reach the device's plateau, small enough to take well under a second.
-MATMUL_N = {"cpu": 2048, "cuda": 8192}
-COPY_BYTES = {"cpu": 256 << 20, "cuda": 2 << 30}
+MATMUL_N = MappingProxyType({"cpu": 2048, "cuda": 8192})
+COPY_BYTES = MappingProxyType({"cpu": 256 << 20, "cuda": 2 << 30})
 
 
 def _timer(device: str) -> timing.Timer:
@@ -102,7 +103,7 @@ def copy_gbps(device: str, budget: timing.Budget) -> float:
 
 # The speed probe before every cell: a small float32 matmul, best of about PROBE_MS of calls. It is the
 # machine's speed at that moment (another tenant, a throttled clock), compared later with the run's median.
-PROBE_N = {"cpu": 512, "cuda": 2048}
+PROBE_N = MappingProxyType({"cpu": 512, "cuda": 2048})
 PROBE_BUDGET = timing.Budget(warmup_ms=5, budget_ms=30, min_samples=5, max_samples=200, min_ms=20)
 
 

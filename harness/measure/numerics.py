@@ -8,6 +8,7 @@ exp overflows once a logit passes ~11 (float16) or ~88 (float32, bfloat16) and t
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from attnbench.harness.measure.failures import failure
 from attnbench.variants import UnsupportedError, torch_dtype
 
 PROBE_SCALES = (1.0, 10.0, 100.0)
-PROBE_SHAPE = dict(batch=1, heads=2, seq_len=128, d=64)
+PROBE_SHAPE = MappingProxyType(dict(batch=1, heads=2, seq_len=128, d=64))
 
 
 def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0) -> list[dict[str, Any]]:

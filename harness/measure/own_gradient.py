@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 
@@ -35,14 +36,16 @@ DIRECTIONS = 3  # per input: the closest counts
 # the differences at h and 2 h of a smooth forward agree within its roundoff (1e-4) and the kinks crossed
 # (Performer's feature map takes a maximum: a few 1e-2); a rounding forward's disagree by O(1)
 STEPPED = 0.1
-STEP = {torch.float32: 1e-3, torch.float64: 1e-6}  # h against inputs of unit scale: roundoff ~1e-4 at most
+STEP = MappingProxyType(
+    {torch.float32: 1e-3, torch.float64: 1e-6}
+)  # h against inputs of unit scale: roundoff ~1e-4 at most
 TOLERANCE = 1e-2  # a wrong backward errs by O(1); float32's central differences by under 1e-3
 OWN, EXACT = "own", "exact"  # what an approximation's gradients were held to (GateResult.grad_against)
-AGAINST = {
+AGAINST = MappingProxyType({
     OWN: "against central differences of its own forward (declared approximate)",
     EXACT: "against float64 attention's gradients (declared approximate; its forward is not smooth enough "
     "for central differences)",
-}  # fmt: skip
+})  # fmt: skip
 
 
 def bound_text(tolerance: float, against: str) -> str:
