@@ -104,21 +104,21 @@ def python_threads() -> dict[int, str]:
 def threads_left(before: set[int]) -> list[str]:
     """The names of the Python threads alive now that were not in `before` (python_threads as a cell
     began), torch's helpers (torch_helper_threads) left out."""
-    now, helpers = python_threads(), torch_helper_threads()
-    return [name for ident, name in now.items() if ident not in before and ident not in helpers]
+    born = {ident: name for ident, name in python_threads().items() if ident not in before}
+    helpers = torch_helper_threads() if born else set()
+    return [name for ident, name in born.items() if ident not in helpers]
 
 
-def os_threads() -> dict[int, str]:
-    """{tid: name} of every thread of this process, Python's or not (/proc/self/task)."""
-    out: dict[int, str] = {}
-    if not LINUX:
-        return out
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            out[int(tid)] = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-        except OSError:  # ended meanwhile
-            continue
-    return out
+def os_threads() -> set[int]:
+    """The tids of every thread of this process, Python's or not (/proc/self/task)."""
+    return {int(tid) for tid in os.listdir("/proc/self/task")} if LINUX else set()
+
+
+def _thread_name(tid: int) -> str:
+    try:
+        return Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+    except OSError:  # ended meanwhile
+        return ""
 
 
 # the names torch's and CUDA's own native threads give themselves (c10's pools, autograd's device threads,
@@ -130,9 +130,16 @@ def native_threads_left(before: set[int], python_left: int) -> list[str]:
     """'thread <tid> (<name>)' for each thread of the OS alive now that was not in `before` (os_threads as
     a cell began), is none of threading's, nor named as torch's and CUDA's are, beyond the `python_left`
     Python threads already named (a thread started with _thread has a tid threading does not know)."""
-    known = {t.native_id for t in threading.enumerate()}
-    new = [f"thread {tid} ({name})" for tid, name in os_threads().items()
-           if tid not in before and tid not in known and not name.startswith(NATIVE_HELPERS)]  # fmt: skip
+    born = os_threads() - before
+    if not born:
+        return []
+    born -= {t.native_id for t in threading.enumerate()}
+    names = {tid: _thread_name(tid) for tid in sorted(born)}
+    new = [
+        f"thread {tid} ({name})"
+        for tid, name in names.items()
+        if name and not name.startswith(NATIVE_HELPERS)
+    ]
     return new[python_left:]
 
 

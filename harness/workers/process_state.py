@@ -23,6 +23,7 @@ raise it again, which it says.
 
 from __future__ import annotations
 
+import _signal
 import ctypes
 import gc
 import operator
@@ -91,7 +92,7 @@ class State:
     def take(self) -> Snapshot:
         threads = _threads()
         return Snapshot(
-            tuple(map(signal.getsignal, self.signals)),
+            tuple(map(_signal.getsignal, self.signals)),  # signal's own wrapper makes each an enum: slower
             tuple((value > 0, interval) for value, interval in (signal.getitimer(w) for _, w in TIMERS)),
             frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, [])) if LINUX else frozenset(),
             tuple(gc.callbacks),
@@ -119,7 +120,7 @@ class State:
         now, out = self.take(), []
         for sig, a, b in zip(self.signals, before.handlers, now.handlers, strict=True):
             if a is not b and a != b:
-                out.append(f"{_name(sig)} handler {_text(a)} → {_text(b)}")
+                out.append(f"{_name(sig)} handler {_handler(a)} → {_handler(b)}")
         for (name, _), a, b in zip(TIMERS, before.timers, now.timers, strict=True):
             if a != b:
                 out.append(
@@ -242,6 +243,11 @@ def _text(value: Any) -> str:
     if isinstance(value, int | float | bool | str):
         return str(value)
     return getattr(value, "__qualname__", None) or type(value).__name__
+
+
+def _handler(value: Any) -> str:
+    """A handler as _signal.getsignal gives it: SIG_DFL and SIG_IGN as plain ints."""
+    return signal.Handlers(value).name if isinstance(value, int) and value in (0, 1) else _text(value)
 
 
 def _signals(sigs: frozenset[int]) -> str:

@@ -414,7 +414,7 @@ class _Server:
 
 def _threads_now() -> tuple[set[int], set[int]]:
     """The Python threads' idents and the OS threads' tids alive now (harness.workers.children)."""
-    return set(children.python_threads()), set(children.os_threads())
+    return set(children.python_threads()), children.os_threads()
 
 
 def _threads_left(before: tuple[set[int], set[int]]) -> list[str]:
