@@ -16,7 +16,8 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
 - A variant can switch its worker's subreaper flag off (prctl) before it detaches a process: the worker
   names that in the cell's row (harness.workers.process_state) and is replaced, and the process lands on
   the forkserver the worker was forked from, a subreaper as well (harness.workers.preload), where the
-  parent kills it as it kills a worker (`kill_adopted`: every child of the server that is no live worker).
+  parent kills it as it kills a worker (`kill_adopted`: every child of the server in a session of its own
+  that is no live worker; one left in the worker's process group dies with the group).
   A worker spawned instead (pinned to CPUs) has the run's own process as its parent, which is not made a
   subreaper (it is the user's): such a process escapes.
 - In the parent, `kill_tree(pid)` (harness.workers.isolation.Worker.kill): the worker is stopped, its
@@ -203,11 +204,17 @@ def _steady_cmdline(pid: int, wait_s: float = 0.2) -> str:
 
 def parent_of(pid: int) -> int | None:
     """The process's parent's pid, None when it is gone."""
+    return _stat(pid, 0)
+
+
+def _stat(pid: int, field: int) -> int | None:
+    """A number of /proc/<pid>/stat's, counted from the one after the state (0: the parent, 2: the session);
+    None when the process is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(text.rsplit(")", 1)[-1].split()[1])
+    return int(text.rsplit(")", 1)[-1].split()[field + 1])
 
 
 def _state(pid: int) -> str:
@@ -264,12 +271,16 @@ def kill_leftovers(passes: int = 8, spare_helpers: bool = True) -> list[str]:
 
 def kill_adopted(server: int, workers: set[int]) -> list[str]:
     """The parent's side, for the forkserver `server` its workers fork from, a subreaper too
-    (harness.workers.preload): kill each of its children that is not one of `workers` (the live ones), with
-    what is below it: a process a variant detached after switching its own worker's subreaper flag off
-    (prctl) landed there, not on init. One 'pid N: cmdline' for each process killed."""
+    (harness.workers.preload): kill each of its children in a session of its own that is not one of
+    `workers` (the live ones), with what is below it: a process a variant detached (setsid) after switching
+    its own worker's subreaper flag off (prctl) landed there, not on init. What the server forked itself
+    (a worker, or a process of the user's own pool where the user's code shares the server) is in its
+    session; a detached process left in a worker's group dies with the group (kill_tree). One 'pid N:
+    cmdline' for each process killed."""
     killed: list[str] = []
+    session = _stat(server, 2)
     for pid in children(server):
-        if pid in workers or _state(pid) in ("", "Z"):
+        if pid in workers or _state(pid) in ("", "Z") or _stat(pid, 2) in (None, session):
             continue
         line = cmdline(pid)
         stopped: list[int] = []

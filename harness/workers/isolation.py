@@ -304,8 +304,12 @@ def _kill_adopted(log_path: str | None = None) -> None:
     server = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
     if not server or parent_of(server) != os.getpid():
         return
-    with _SPAWN_LOCK:
+    if not _SPAWN_LOCK.acquire(timeout=JOIN_S):  # held by a thread that will never let go (at exit): skip
+        return
+    try:
         killed = kill_adopted(server, {w.proc.pid for w in _LIVE})
+    finally:
+        _SPAWN_LOCK.release()
     if killed and log_path:
         with open(log_path, "a") as log:
             log.writelines(

@@ -51,6 +51,8 @@ from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers import children
 from attnbench.harness.workers.process_state import State as ProcessState
 
+Threads = tuple[set[int], set[int], bool]  # _threads_now: Python's, the OS's, CUDA initialised
+
 # what the requests use beside harness.measure.cell, imported with torch before freeze_imports so that the
 # collector never scans it again (the methods below import from these modules, found in sys.modules)
 MEASURING = ("attnbench.harness.measure.calibrate", "attnbench.harness.measure.fingerprint")
@@ -249,7 +251,7 @@ class _Server:
             names = load()
             self._compare_import(f"variant file {path}" if path else "entry-point plug-ins", names, threads)
 
-    def _compare_import(self, where: str, names: list[str], threads: tuple[set[int], set[int]]) -> None:
+    def _compare_import(self, where: str, names: list[str], threads: Threads) -> None:
         """After one import step (`where`, which registered `names`): what it changed is put back and named
         in its variants' rows; what cannot be is named in every row, and a thread it left running (it
         cannot be stopped, and runs beside every cell of every worker) is noted in every row."""
@@ -278,9 +280,7 @@ class _Server:
             self.import_threads = f"importing {where} {said}, beside every cell"
             print(self.import_threads, flush=True)
 
-    def left_behind(
-        self, variant: str, threads: tuple[set[int], set[int]]
-    ) -> tuple[list[str], str, str | None]:
+    def left_behind(self, variant: str, threads: Threads) -> tuple[list[str], str, str | None]:
         """What `variant`'s code left in this process, in its row's words (torch's or the process's state
         changed; processes left running, now killed); a note for the threads it left running (`threads`:
         _threads_now as its cell or probe began); and why the worker must exit, or None."""
@@ -412,15 +412,24 @@ class _Server:
         return {"op": "error", "message": f"unknown op {op!r}"}
 
 
-def _threads_now() -> tuple[set[int], set[int]]:
-    """The Python threads' idents and the OS threads' tids alive now (harness.workers.children)."""
-    return set(children.python_threads()), children.os_threads()
+def _threads_now() -> Threads:
+    """The Python threads' idents, the OS threads' tids alive now (harness.workers.children), and whether
+    CUDA is initialised in this process."""
+    return set(children.python_threads()), children.os_threads(), _cuda_initialized()
 
 
-def _threads_left(before: tuple[set[int], set[int]]) -> list[str]:
+def _cuda_initialized() -> bool:
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    return bool(cuda is not None and cuda.is_initialized())
+
+
+def _threads_left(before: Threads) -> list[str]:
     """The threads alive now that were not `before` (_threads_now), torch's own left out: Python's, by name,
-    then the OS's that run no Python code (one a C library or ctypes started)."""
+    then the OS's that run no Python code (one a C library or ctypes started), except where CUDA was
+    initialised meanwhile: its driver's threads are born then, and are not told apart by name everywhere."""
     running = children.threads_left(before[0])
+    if not before[2] and _cuda_initialized():
+        return running
     raw = sum(name.endswith(children.STARTED_RAW) for name in running)  # these have a tid threading lacks
     return running + children.native_threads_left(before[1], raw)
 
