@@ -37,8 +37,14 @@ STATE_CHANGED = "changed torch's global state"
 # and attnbench's own measuring modules
 CLOCK_CHANGED = "changed the process's clock"
 HARNESS_CHANGED = "changed attnbench's measuring code"
-CHANGED = (STATE_CHANGED, CLOCK_CHANGED, HARNESS_CHANGED)
+# what harness.workers.process_state compares: signals, the garbage collector, the interpreter's hooks, the
+# threads' CPUs and priority, the worker's subreaper flag
+PROCESS_CHANGED = "changed the worker process's state"
+CHANGED = (STATE_CHANGED, CLOCK_CHANGED, HARNESS_CHANGED, PROCESS_CHANGED)
 STATE_EXIT = "a variant changed torch's global state, the process's clock or attnbench's code in this process"
+PROCESS_EXIT = (
+    "a variant changed this process's state (signals, garbage collector, hooks, threads, subreaper)"
+)
 KILLED = "— killed"  # the end of the words for processes a variant left running (processes_left)
 # A thread a variant's cell left running could act in a later cell of another variant (start a process, take
 # the CPU): its row says so (threads_running) and the worker exits after it
@@ -55,6 +61,12 @@ def state_changed(changes: list[str]) -> str:
         kind = HARNESS_CHANGED if change.startswith("attnbench.") else kind
         said.setdefault(kind, []).append(change)
     return "; ".join(f"{kind}: {'; '.join(words)}" for kind, words in said.items())
+
+
+def process_changed(changes: list[str]) -> str:
+    """A row's words for what its variant changed in the worker process (harness.workers.process_state's
+    phrases: 'ITIMER_REAL armed', 'gc threshold 700/10/10 → 1/1/1')."""
+    return f"{PROCESS_CHANGED}: {'; '.join(changes)}"
 
 
 def names_a_change(message: str) -> bool:

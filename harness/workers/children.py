@@ -13,6 +13,13 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
   after it, not one of torch's helpers, known from torch's records: `torch_helper_threads`) could start a
   process, or take the CPU, during a later cell of another variant: the worker exits after that cell, so
   what the thread does happens in no neighbour's cell.
+- A variant can switch its worker's subreaper flag off (prctl) before it detaches a process: the worker
+  names that in the cell's row (harness.workers.process_state) and is replaced, and the process lands on
+  the forkserver the worker was forked from, a subreaper as well (harness.workers.preload), where the
+  parent kills it as it kills a worker (`kill_adopted`: every child of the server in a session of its own
+  that is no live worker; one left in the worker's process group dies with the group).
+  A worker spawned instead (pinned to CPUs) has the run's own process as its parent, which is not made a
+  subreaper (it is the user's): such a process escapes.
 - In the parent, `kill_tree(pid)` (harness.workers.isolation.Worker.kill): the worker is stopped, its
   descendants are found and killed, then the worker, then its process group (the worker leads its own:
   `own_group`), so nothing outlives a worker killed for a timeout or a crash either; a Ctrl-C meanwhile
@@ -80,16 +87,61 @@ def torch_helper_threads() -> set[int]:
     return {t.ident for t in threads if getattr(t, "ident", None) is not None}
 
 
+STARTED_RAW = ", started with _thread"  # the end of the name of a thread threading does not list
+
+
 def python_threads() -> dict[int, str]:
-    """{ident: name} of this process's live Python threads."""
-    return {t.ident: t.name for t in threading.enumerate() if t.ident is not None and t.is_alive()}
+    """{ident: name} of this process's live Python threads: threading's, and those started with _thread,
+    which threading does not list (sys._current_frames does: named by the function they run)."""
+    out = {t.ident: t.name for t in threading.enumerate() if t.ident is not None and t.is_alive()}
+    for ident, frame in sys._current_frames().items():
+        if ident not in out:
+            while frame.f_back is not None:
+                frame = frame.f_back
+            out[ident] = f"{frame.f_code.co_name}{STARTED_RAW}"
+    return out
 
 
 def threads_left(before: set[int]) -> list[str]:
     """The names of the Python threads alive now that were not in `before` (python_threads as a cell
     began), torch's helpers (torch_helper_threads) left out."""
-    now, helpers = python_threads(), torch_helper_threads()
-    return [name for ident, name in now.items() if ident not in before and ident not in helpers]
+    born = {ident: name for ident, name in python_threads().items() if ident not in before}
+    helpers = torch_helper_threads() if born else set()
+    return [name for ident, name in born.items() if ident not in helpers]
+
+
+def os_threads() -> set[int]:
+    """The tids of every thread of this process, Python's or not (/proc/self/task)."""
+    return {int(tid) for tid in os.listdir("/proc/self/task")} if LINUX else set()
+
+
+def _thread_name(tid: int) -> str:
+    try:
+        return Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+    except OSError:  # ended meanwhile
+        return ""
+
+
+# the names torch's and CUDA's own native threads give themselves (c10's pools, autograd's device threads,
+# the CUDA driver's): born when a cell first needs them
+NATIVE_HELPERS = ("pt_", "cuda", "torch")
+
+
+def native_threads_left(before: set[int], python_left: int) -> list[str]:
+    """'thread <tid> (<name>)' for each thread of the OS alive now that was not in `before` (os_threads as
+    a cell began), is none of threading's, nor named as torch's and CUDA's are, beyond the `python_left`
+    Python threads already named (a thread started with _thread has a tid threading does not know)."""
+    born = os_threads() - before
+    if not born:
+        return []
+    born -= {t.native_id for t in threading.enumerate()}
+    names = {tid: _thread_name(tid) for tid in sorted(born)}
+    new = [
+        f"thread {tid} ({name})"
+        for tid, name in names.items()
+        if name and not name.startswith(NATIVE_HELPERS)
+    ]
+    return new[python_left:]
 
 
 def become_subreaper() -> bool:
@@ -150,6 +202,21 @@ def _steady_cmdline(pid: int, wait_s: float = 0.2) -> str:
     return line
 
 
+def parent_of(pid: int) -> int | None:
+    """The process's parent's pid, None when it is gone."""
+    return _stat(pid, 0)
+
+
+def _stat(pid: int, field: int) -> int | None:
+    """A number of /proc/<pid>/stat's, counted from the one after the state (0: the parent, 2: the session);
+    None when the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text.rsplit(")", 1)[-1].split()[field + 1])
+
+
 def _state(pid: int) -> str:
     """The process's one-letter state (Z: a zombie), '' when it is gone."""
     try:
@@ -199,6 +266,31 @@ def kill_leftovers(passes: int = 8, spare_helpers: bool = True) -> list[str]:
             _reap(pid, 1.0)
         if not found:
             break
+    return killed
+
+
+def kill_adopted(server: int, workers: set[int]) -> list[str]:
+    """The parent's side, for the forkserver `server` its workers fork from, a subreaper too
+    (harness.workers.preload): kill each of its children in a session of its own that is not one of
+    `workers` (the live ones), with what is below it: a process a variant detached (setsid) after switching
+    its own worker's subreaper flag off (prctl) landed there, not on init. What the server forked itself
+    (a worker, or a process of the user's own pool where the user's code shares the server) is in its
+    session; a detached process left in a worker's group dies with the group (kill_tree). One 'pid N:
+    cmdline' for each process killed."""
+    killed: list[str] = []
+    session = _stat(server, 2)
+    for pid in children(server):
+        if pid in workers or _state(pid) in ("", "Z") or _stat(pid, 2) in (None, session):
+            continue
+        line = cmdline(pid)
+        stopped: list[int] = []
+        _signal(pid, signal.SIGSTOP)
+        try:
+            descendants(pid, stopped)
+        finally:
+            for child in (*stopped, pid):
+                _signal(child, signal.SIGKILL)
+        killed.append(f"pid {pid}: {line}")
     return killed
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from attnbench.harness.measure.allocator import worker_env
 from attnbench.harness.measure.outcomes import MARK
 from attnbench.harness.workers import interrupts
-from attnbench.harness.workers.children import kill_tree
+from attnbench.harness.workers.children import kill_adopted, kill_tree, parent_of
 from attnbench.harness.workers.worker import worker_main
 
 STARTUP_TIMEOUT_S = 180.0
@@ -280,6 +280,7 @@ class Worker:
             self.proc.join(timeout=JOIN_S)
             self.conn.close()
             _LIVE.discard(self)
+            _kill_adopted(self.config.get("log_path"))
 
     def stop(self) -> None:
         """Ask politely, then kill."""
@@ -294,6 +295,28 @@ class Worker:
         self.kill()
 
 
+def _kill_adopted(log_path: str | None = None) -> None:
+    """Kill what this process's forkserver adopted (harness.workers.children.kill_adopted): the processes a
+    variant detached from a worker whose subreaper flag it had switched off; each is said in `log_path`
+    (the run's worker.log). Under _SPAWN_LOCK: no worker is being started meanwhile, so every child of the
+    server that is not in _LIVE is such a process. Only the server this process started (a forked copy of
+    this process knows its parent's)."""
+    server = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if not server or parent_of(server) != os.getpid():
+        return
+    if not _SPAWN_LOCK.acquire(timeout=JOIN_S):  # held by a thread that will never let go (at exit): skip
+        return
+    try:
+        killed = kill_adopted(server, {w.proc.pid for w in _LIVE})
+    finally:
+        _SPAWN_LOCK.release()
+    if killed and log_path:
+        with open(log_path, "a") as log:
+            log.writelines(
+                f"attnbench: killed {line}, detached from a worker by a variant\n" for line in killed
+            )
+
+
 def _kill_left_workers() -> None:
     """At exit, before multiprocessing's own exit handler (atexit runs the later registered first), which
     waits for every child without a limit: kill each worker still there, and its tree (a worker a Ctrl-C left
@@ -306,6 +329,7 @@ def _kill_left_workers() -> None:
                 worker.kill()
         except Exception:  # at exit: the next worker still goes
             pass
+    _kill_adopted()
 
 
 # The workers started and not yet killed, for _kill_left_workers; registered after multiprocessing's exit

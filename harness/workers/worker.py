@@ -9,12 +9,16 @@ parent, leads a process group of its own and adopts the processes its variants d
 
 What a variant's code leaves behind is its own row's, never a neighbour's: after every cell, every
 numerics-probe request and every problem `attnbench check` gates (harness.measure.gate_rows) the worker
-compares torch's process-wide state with the one it was set up with (harness.workers.torch_state) and
-kills the processes left running; the row says what was found (rows.blame), and after a change of state the
-worker exits so that the next cell gets a clean one. A plug-in's import is compared too: what it changed is
-put back, and its variants' rows say so. A cell that leaves a thread running (not torch's own) has its row
-say so, and the worker exits after it too: the thread cannot act (start a process, take the CPU) in a later
-cell of another variant.
+compares torch's process-wide state and the process's own (signals, timers, the garbage collector, the
+interpreter's hooks, its threads' CPUs and priority, its subreaper flag) with the ones it was set up with
+(harness.workers.torch_state, harness.workers.process_state) and kills the processes left running; the row
+says what was found (rows.blame), and after a change of state the worker exits so that the next cell gets a
+clean one (the process's state is put back at once, so that an alarm armed cannot end it before the row is
+sent). A plug-in's import is compared too: what it changed is put back, and its variants' rows say so. A cell
+that leaves a thread running (not torch's own; one threading does not list, or one running no Python, too)
+has its row say so, and the worker exits after it too: the thread cannot act (start a process, take the CPU)
+in a later cell of another variant. A thread an import leaves running runs in every worker: its file's
+variants' rows name it, and every other row notes it.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from typing import Any
 from attnbench.harness.measure import timing
 from attnbench.harness.measure.outcomes import (
     MARK,
+    PROCESS_EXIT,
     STATE_EXIT,
     THREADS_EXIT,
     exit_reason,
     is_poisoned_row,
+    process_changed,
     processes_left,
     state_changed,
     threads_running,
@@ -43,6 +49,9 @@ from attnbench.harness.measure.rows import base_row, blame, finish, noted
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers import children
+from attnbench.harness.workers.process_state import State as ProcessState
+
+Threads = tuple[set[int], set[int], bool]  # _threads_now: Python's, the OS's, CUDA initialised
 
 # what the requests use beside harness.measure.cell, imported with torch before freeze_imports so that the
 # collector never scans it again (the methods below import from these modules, found in sys.modules)
@@ -209,8 +218,16 @@ class _Server:
         pin_cuda_events()  # the timers' CUDA events, as torch made them, before any plug-in is imported
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))
-        self.state = State()
+        # torch's own native threads are born now, not in a first cell that would seem to leave them: OpenMP's
+        # pool (a parallel region) and Kineto's (the profiler CPU memory peaks are read under)
+        from attnbench.harness.measure.memory import peak_cpu
+
+        peak_cpu(lambda: torch.ones(1 << 17).sum())
+        self.state, self.process = State(), ProcessState()
         self.clean = self.state.take()  # torch's global state as the run asked: every cell must leave it so
+        self.process_clean = self.process.take()  # and the process's own (signals, gc, hooks, threads' CPUs)
+        self.import_threads = ""  # the threads a plug-in's import left running (in every worker): a note
+        self.threads_importers: set[str] = set()  # the variants of the file(s) that started them: blamed
         self.imported: dict[str, str] = {}  # variant -> what importing its plug-in changed (then put back)
         self.unrestored = ""  # what an import changed and could not be put back: no cell here is clean
         self._load_plugins(config.get("variant_files", []))
@@ -230,34 +247,60 @@ class _Server:
         steps = [(None, lambda: [n for n, v in variants.all_variants().items() if v.source != "builtin"])]
         steps += [(path, lambda path=path: variants.load_variant_file(path)) for path in files]
         for path, load in steps:
+            threads = _threads_now()
             names = load()
-            changes = self.state.changes(self.clean)
-            if not changes:
-                continue
-            left = self.state.restore(self.clean)
-            where = f"variant file {path}" if path else "entry-point plug-ins"
-            restored = "not all put back" if left else "put back"
-            for name in names:
-                self.imported[name] = f"{state_changed(changes)} when imported ({restored})"
-            print(f"importing {where} {state_changed(changes)}", flush=True)
-            if left:  # every cell of every worker runs so: each row says so; the comparisons start from here
-                self.unrestored = f"importing {where} {state_changed(left)} for good (it cannot be put back)"
-                self.clean = self.state.take()
+            self._compare_import(f"variant file {path}" if path else "entry-point plug-ins", names, threads)
 
-    def left_behind(self, variant: str, threads: set[int]) -> tuple[list[str], str, str | None]:
-        """What `variant`'s code left in this process, in its row's words (torch's global state changed;
-        processes left running, now killed); a note for the threads it left running (`threads`: the
-        Python threads alive as its cell or probe began); and why the worker must exit, or None."""
+    def _compare_import(self, where: str, names: list[str], threads: Threads) -> None:
+        """After one import step (`where`, which registered `names`): what it changed is put back and named
+        in its variants' rows; what cannot be is named in every row, and a thread it left running (it
+        cannot be stopped, and runs beside every cell of every worker) is noted in every row."""
+        changes, process = self.state.changes(self.clean), self.process.changes(self.process_clean)
+        if changes or process:
+            left, left_process = self.state.restore(self.clean), self.process.restore(self.process_clean)
+            said = _changed(changes, process)
+            restored = "not all put back" if left or left_process else "put back"
+            for name in names:
+                self.imported[name] = f"{said} when imported ({restored})"
+            print(f"importing {where} {said}", flush=True)
+            if left or left_process:  # every cell of every worker runs so: each row says so
+                self.unrestored = (
+                    f"importing {where} {_changed(left, left_process)} for good (it cannot be put back)"
+                )
+                self.clean, self.process_clean = self.state.take(), self.process.take()
+        running = _threads_left(threads)
+        if running:
+            n = len(running)
+            said = f"left {n} thread{'s' if n != 1 else ''} running ({', '.join(running)})"
+            for name in names:
+                self.imported[name] = "; ".join(
+                    w for w in (self.imported.get(name), f"{said} when imported") if w
+                )
+            self.threads_importers.update(names)
+            self.import_threads = f"importing {where} {said}, beside every cell"
+            print(self.import_threads, flush=True)
+
+    def left_behind(self, variant: str, threads: Threads) -> tuple[list[str], str, str | None]:
+        """What `variant`'s code left in this process, in its row's words (torch's or the process's state
+        changed; processes left running, now killed); a note for the threads it left running (`threads`:
+        _threads_now as its cell or probe began); and why the worker must exit, or None."""
         words = [w for w in [self.imported.get(variant) or self.unrestored] if w]
         changes = self.state.changes(self.clean)
-        if changes:
-            words.append(state_changed(changes))
+        process = self.process.changes(self.process_clean)
+        if process:  # at once: an alarm it armed must not end the worker before this row is sent
+            self.process.restore(self.process_clean)
+        if changes or process:
+            words.append(_changed(changes, process))
         killed = children.kill_leftovers()
         if killed:
             words.append(processes_left(killed))
-        running = children.threads_left(threads)
-        note = threads_running(running) if running else ""
-        return words, note, STATE_EXIT if changes else THREADS_EXIT if running else None
+        running = _threads_left(threads)
+        notes = [
+            self.import_threads if variant not in self.threads_importers else "",
+            threads_running(running) if running else "",
+        ]
+        why = STATE_EXIT if changes else PROCESS_EXIT if process else THREADS_EXIT if running else None
+        return words, "; ".join(n for n in notes if n), why
 
     def hello(self) -> dict[str, Any]:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
@@ -273,7 +316,7 @@ class _Server:
         """The cell's row, whatever happens (measured, or a harness error as the row's status), blamed for
         what its variant left behind (left_behind); and whether torch's global state changed. options: the
         parent's keywords for harness.measure.cell.measure_cell, as they came."""
-        threads = set(children.python_threads())
+        threads = _threads_now()
         row = self._measure(spec, options)
         words, note, why = self.left_behind(spec.variant, threads)
         return blame(noted(row, note), words), why
@@ -311,7 +354,7 @@ class _Server:
 
         records, exit_why = [], None
         for name in msg["variants"]:
-            before, threads = HOLDINGS.mark(), set(children.python_threads())
+            before, threads = HOLDINGS.mark(), _threads_now()
             mine = probe([name], msg["devices"], msg["dtypes"])
             HOLDINGS.attribute(name, before)  # what its first calls made and keep: its cells' retained bytes
             words, note, why = self.left_behind(name, threads)
@@ -328,7 +371,7 @@ class _Server:
         from attnbench.harness.measure.gate_rows import GateProblem, gate_request
 
         problem = GateProblem(**{**msg["problem"], "dtypes": tuple(msg["problem"]["dtypes"])})
-        threads = set(children.python_threads())
+        threads = _threads_now()
         row = dataclasses.asdict(gate_request(problem))
         words, note, why = self.left_behind(problem.variant, threads)
         said = blame(noted({"status": row["status"], "message": row["reason"]}, note), words)
@@ -367,3 +410,31 @@ class _Server:
         if op == "free_memory":
             return {"op": "free_memory", "value": free_memory(msg["device"])}
         return {"op": "error", "message": f"unknown op {op!r}"}
+
+
+def _threads_now() -> Threads:
+    """The Python threads' idents, the OS threads' tids alive now (harness.workers.children), and whether
+    CUDA is initialised in this process."""
+    return set(children.python_threads()), children.os_threads(), _cuda_initialized()
+
+
+def _cuda_initialized() -> bool:
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    return bool(cuda is not None and cuda.is_initialized())
+
+
+def _threads_left(before: Threads) -> list[str]:
+    """The threads alive now that were not `before` (_threads_now), torch's own left out: Python's, by name,
+    then the OS's that run no Python code (one a C library or ctypes started), except where CUDA was
+    initialised meanwhile: its driver's threads are born then, and are not told apart by name everywhere."""
+    running = children.threads_left(before[0])
+    if not before[2] and _cuda_initialized():
+        return running
+    raw = sum(name.endswith(children.STARTED_RAW) for name in running)  # these have a tid threading lacks
+    return running + children.native_threads_left(before[1], raw)
+
+
+def _changed(torch_changes: list[str], process_changes: list[str]) -> str:
+    """A row's words for what changed in torch's state and in the process's."""
+    return "; ".join(w for w in (torch_changes and state_changed(torch_changes),
+                                 process_changes and process_changed(process_changes)) if w)  # fmt: skip
