@@ -122,11 +122,12 @@ def _one_line_warnings():
     import warnings
 
     from attnbench.results import RowWarning, UncollectedWarning
+    from attnbench.results.integrity import ChangedWarning
 
     show = warnings.showwarning
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, (RowWarning, UncollectedWarning)):
+        if issubclass(category, (RowWarning, UncollectedWarning, ChangedWarning)):
             print(f"attnbench: warning: {printable(str(message))}", file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)

@@ -57,6 +57,8 @@ class Findings:
     unfinished: tuple[str, ...] = ()  # first of all: a run that stopped before every cell it planned
     # then, before any winner is named: the machine was busy (machine_busy), and what to do about it
     busy: tuple[str, ...] = ()
+    # before all of them: a run's files changed by something other than attnbench (results.integrity)
+    changed: tuple[str, ...] = ()
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
@@ -521,10 +523,12 @@ def build(
     head: Callable[[dict[str, Any], Any], str],
     run_dirs: tuple[str, ...] = (),
     unfinished: tuple[str, ...] = (),
+    changed: tuple[str, ...] = (),
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
     group's own section below), and the run-wide trust sentences; `unfinished` (reports.trust's sentences
-    on runs stopped early) comes first, then a busy machine's sentence (busy_sentences)."""
+    on runs stopped early) comes first, after `changed` (reports.trust's sentences on runs whose files
+    something else changed), then a busy machine's sentence (busy_sentences)."""
     out = []
     said_busy = busy_sentences(df, run_dirs)
     busy = bool(said_busy)
@@ -560,12 +564,13 @@ def build(
                     sentences.append(wall)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
-    return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished, said_busy)
+    return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished, said_busy, changed)
 
 
 def blocks(f: Findings) -> list[pg.Block]:
     """The page's first section: a heading, per panel its title and its sentences, then the trust."""
-    out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in (*f.unfinished, *f.busy))]
+    first = (*f.changed, *f.unfinished, *f.busy)
+    out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in first)]
     if not f.panels:
         out.append(
             pg.Para("No cell ran ok: nothing is ranked or fitted (see 'Cells that are not ok' below).")
@@ -577,8 +582,10 @@ def blocks(f: Findings) -> list[pg.Block]:
 
 def headline(f: Findings) -> str:
     """The first finding, for a one-line summary (a Report's repr): who is fastest where, first panel; after
-    '(unfinished)' where a run stopped before every cell it planned, '(busy machine)' where it was busy."""
-    lead = ("(unfinished) " if f.unfinished else "") + ("(busy machine) " if f.busy else "")
+    '(changed)' where something other than attnbench changed a run's files, '(unfinished)' where a run stopped
+    before every cell it planned, '(busy machine)' where it was busy."""
+    lead = ("(changed) " if f.changed else "") + ("(unfinished) " if f.unfinished else "")
+    lead += "(busy machine) " if f.busy else ""
     if not f.panels:
         return lead + "No cell ran ok: nothing is ranked or fitted."
     return lead + (f.panels[0].sentences[0] if f.panels[0].sentences else f.panels[0].title)
@@ -593,7 +600,7 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
         return wrap_text(s, width, rest, first)
 
     lines = ["Findings"]
-    for t in (*f.unfinished, *f.busy):
+    for t in (*f.changed, *f.unfinished, *f.busy):
         lines += wrap(t)
     if not f.panels:
         lines.append("  No cell ran ok: nothing is ranked or fitted.")

@@ -525,8 +525,9 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
         scaling = fitmod.scaling_table(inputs.df, inputs.metas)
     multi = len(inputs.metas) > 1
     left = trust.unfinished_sentences(inputs.df, inputs.metas, inputs.run_dirs)
+    changed = trust.changed_sentences(inputs.run_dirs)
     return findmod.build(
-        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs, left
+        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs, left, changed
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from attnbench.results import devices
 from attnbench.results.formulas import bytes_text
+from attnbench.results.load import changes
 from attnbench.results.store import unfinished
 
 from . import page as pg
@@ -23,6 +24,12 @@ def device_groups(df, metas: dict[str, dict[str, Any]]) -> dict[str, list]:
     return {
         rid: devices.groups(meta, df[df["run_id"] == rid].to_dict("records")) for rid, meta in metas.items()
     }
+
+
+def changed_sentences(run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """One sentence per thing that changed a run's files other than attnbench (a plug-in that forged rows,
+    an editor: results.integrity), and per run whose rows.jsonl repeats cells unexplained."""
+    return tuple(f"Changed by something other than attnbench: {s}." for d in run_dirs for s in changes(d))
 
 
 def unfinished_sentences(

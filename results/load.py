@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import devices, drift, interchange, suspect
+from . import devices, drift, integrity, interchange, suspect
 from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, gbps
 from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS, upgrade_lists
@@ -15,9 +15,10 @@ from .store import (
     SHARDS,
     RowWarning,
     UncollectedWarning,
-    latest_rows,
+    latest,
     read_meta,
     read_resumes,
+    read_rows,
     uncollected_rows,
 )
 
@@ -49,7 +50,10 @@ def load(*paths: str | Path | list[str | Path]):
     for path in paths:
         meta = read_meta(path)
         metas[meta.get("run_id", Path(path).name)] = meta
-        rows = latest_rows(path)
+        every = read_rows(path)
+        for said in integrity.sentences(path, every, read_resumes(path)):  # loud: its numbers may be forged
+            warnings.warn(said, integrity.ChangedWarning, 2)
+        rows = latest(every)
         loose = uncollected_rows(path)
         if loose:  # an array job still running, or finished but not merged: read them, and say so
             warnings.warn(
@@ -123,6 +127,12 @@ def _fill_axis_defaults(df) -> None:
         for b, t in zip(df["kv_bytes"], df["time_ms_median"], strict=True)
     ]
     df["kv_gbps"] = df["kv_gbps"].fillna(pd.Series(rate, index=df.index, dtype="Float64"))
+
+
+def changes(path: str | Path) -> list[str]:
+    """What changed the run at `path` other than attnbench, and the cells its rows.jsonl repeats unexplained
+    (results.integrity), one sentence each; [] for a run that holds only what attnbench wrote."""
+    return integrity.sentences(path, read_rows(path), read_resumes(path))
 
 
 def load_meta(*paths: str | Path) -> dict[str, dict[str, Any]]:

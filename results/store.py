@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .integrity import WRITTEN, Tracked
 from .schema import READABLE_VERSIONS, SCHEMA_VERSION
 
 try:
@@ -299,7 +300,12 @@ def unfinished(meta: dict[str, Any], cell_ids: Any) -> tuple[int, int] | None:
 def latest_rows(path: str | Path) -> list[dict[str, Any]]:
     """One row per cell: a later row of a cell is a deliberate re-measurement (--resume --redo-drift) and
     replaces the earlier one, in the earlier one's place."""
-    return list({r["cell_id"]: r for r in read_rows(path)}.values())
+    return latest(read_rows(path))
+
+
+def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """latest_rows of rows already read."""
+    return list({r["cell_id"]: r for r in rows}.values())
 
 
 class RunWriter:
@@ -326,6 +332,11 @@ class RunWriter:
             self._refuse_taken()  # again under the lock: another writer may have started in between
             self._clear_leftovers()
             self.done = {}
+        try:  # every byte this writer appends, to see what else changed the file
+            self._rows = Tracked(self.path, ROWS)
+        except OSError as exc:
+            self.close()
+            raise _write_error(self.path / WRITTEN, exc) from None
 
     def _refuse_taken(self) -> None:
         if self.path.exists() and not is_unstarted(self.path):
@@ -379,10 +390,26 @@ class RunWriter:
         no torn line) when the disk is full or the write fails otherwise."""
         if self._fh is None:
             self._fh = (self.path / ROWS).open("ab", buffering=0)
+            self._guarded(self._rows.before, self._fh.fileno(), b"")  # what changed it since the writer began
             self._repair_tail()
+            self._rows.rebase()
         data = (json.dumps(row, separators=(",", ":")) + "\n").encode()
+        self._guarded(self._rows.before, self._fh.fileno(), data)
         _append_all(self._fh.fileno(), data, self.path / ROWS)
+        self._rows.after(data)
         self.done[row["cell_id"]] = row
+
+    @property
+    def changes(self) -> list[str]:
+        """What changed rows.jsonl while this writer had it, other than its own writes (results.integrity)."""
+        return list(self._rows.changes)
+
+    def _guarded(self, check, *args) -> None:
+        """A row's record in written.json that cannot be written (a full disk) is the row that cannot be."""
+        try:
+            check(*args)
+        except OSError as exc:
+            raise _write_error(self.path / ROWS, exc) from None
 
     def _repair_tail(self) -> None:
         """A last line without its newline is a write a kill interrupted. A complete row (only the
@@ -413,6 +440,8 @@ class RunWriter:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+            with contextlib.suppress(OSError):  # a full disk was said by the append that met it
+                self._rows.close()
         if self._lock is not None:
             self._lock.close()  # closing the descriptor releases the flock
             self._lock = None

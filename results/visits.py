@@ -11,12 +11,15 @@ visit's gate, checks and memory. A cell visited once is the summary of one visit
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
 from .formulas import NOISY_NOTE, counted, median_rates, noisy_note, summarize
+from .integrity import WRITTEN, Tracked
 from .schema import PHASE_COLUMNS
-from .store import _read_lines, append_record, read_rows
+from .store import _append_all, _read_lines, _write_error, read_rows
 
 VISITS = "visits.jsonl"
 
@@ -148,18 +151,32 @@ class VisitLog:
     def __init__(self, path: str | Path) -> None:
         self.target = Path(path) / VISITS
         self.run = Path(path)
+        try:  # every byte appended here, to see what else changed the file (results.integrity)
+            self.tracked = Tracked(self.run, VISITS)
+        except OSError as exc:
+            raise _write_error(self.run / WRITTEN, exc) from None
         if self.target.is_file():  # a torn last line (a crash mid-write) is cut, so the next line is whole
             data = self.target.read_bytes()
             if data and not data.endswith(b"\n"):
                 with self.target.open("r+b") as fh:
                     fh.truncate(data.rfind(b"\n") + 1)
+                self.tracked.rebase()
         self.fh = self.target.open("ab", buffering=0)
 
     def append(self, cell_id: str, visit: int, row: dict[str, Any]) -> None:
-        append_record(self.fh, {"cell_id": cell_id, "visit": visit, "row": row}, self.target, self.run)
+        record = {"cell_id": cell_id, "visit": visit, "row": row}
+        data = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        try:  # its record in written.json first: where that cannot be written, neither can the visit
+            self.tracked.before(self.fh.fileno(), data)
+        except OSError as exc:
+            raise _write_error(self.target, exc) from None
+        _append_all(self.fh.fileno(), data, self.target, self.run)
+        self.tracked.after(data)
 
     def close(self) -> None:
         self.fh.close()
+        with contextlib.suppress(OSError):  # a full disk was said by the append that met it
+            self.tracked.close()
 
 
 def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:

@@ -33,7 +33,7 @@ from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.workers import interrupts, isolation
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
-from attnbench.results import RunWriter, drift
+from attnbench.results import RunWriter, drift, integrity
 from attnbench.results.formulas import where_key
 from attnbench.results.store import SHIPPED, is_run_dir, is_unstarted, no_room, read_meta, read_rows
 from attnbench.variants import shipped
@@ -121,6 +121,7 @@ class _Start:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "forced": bool(self.differs),
+            "redo_drift": self.redo_drift,  # its cells measured again have a second row (results.integrity)
             "fingerprint": self.identity,
             "fingerprint_diff": self.differs,
         }
@@ -301,6 +302,9 @@ def _write(
                     local.close(kill=summary.interrupted)
         except KeyboardInterrupt:  # the first Ctrl-C came while a finished run was closing
             summary.interrupted = True
+        summary.notes += [
+            f"{what}: this run's numbers cannot be trusted" for what in integrity.changed_files(path)
+        ]
     return summary
 
 
