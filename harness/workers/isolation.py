@@ -33,12 +33,13 @@ from typing import Any
 
 from attnbench.harness.measure.allocator import worker_env
 from attnbench.harness.measure.outcomes import MARK
-from attnbench.harness.workers import interrupts
+from attnbench.harness.workers import interrupts, logcap
 from attnbench.harness.workers.children import kill_adopted, kill_tree, parent_of
 from attnbench.harness.workers.worker import worker_main
 
 STARTUP_TIMEOUT_S = 180.0
 JOIN_S = 10.0  # the longest a worker is waited for once it was asked to stop or killed
+DRAIN_S = 2.0  # the longest its output is waited for once it is gone (what it started may hold the pipe)
 # The parent's clock, taken when this module is imported (before any variant file): what it times each request
 # and each mark of a timing loop with, against the worker's report of the same (outcomes.clock_mismatch)
 _CLOCK = time.monotonic
@@ -198,15 +199,20 @@ class Worker:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.parent_pid = os.getpid()
+        self.drain, log_pipe = _drain(config.get("log_path"))  # its output, capped (logcap)
         with _SPAWN_LOCK, _environment(worker_env(config.get("env"))), _without_main():
             ctx = _context(config)
             self.conn, child = ctx.Pipe()
             per_call = per_call_values()
             self.proc = ctx.Process(
-                target=worker_main, args=(child, {**config, "per_call": per_call}), daemon=True,
-                name="attnbench-worker",
+                target=worker_main, args=(child, {**config, "per_call": per_call, "log_pipe": log_pipe}),
+                daemon=True, name="attnbench-worker",
             )  # fmt: skip
-            self.proc.start()
+            try:
+                self.proc.start()
+            finally:
+                if log_pipe is not None:  # the worker has its own end now; the pipe ends when it does
+                    log_pipe.close()
             _LIVE.add(self)
         child.close()
         try:
@@ -262,6 +268,8 @@ class Worker:
 
     def _death_note(self) -> str:
         self.proc.join(timeout=JOIN_S)
+        if self.drain is not None:  # its last words, still in the pipe, into its log
+            self.drain.wait(DRAIN_S)
         note = describe_exit(self.proc.exitcode)
         tail = log_tail(self.config.get("log_path"), offset=getattr(self, "log_offset", 0))
         return f"{note}; {tail}" if tail else note
@@ -281,6 +289,8 @@ class Worker:
             self.conn.close()
             _LIVE.discard(self)
             _kill_adopted(self.config.get("log_path"))
+            if self.drain is not None:  # its output written whole (what it detached, and held the pipe, is
+                self.drain.wait(DRAIN_S)  # dead now) before a next worker appends to the same log
 
     def stop(self) -> None:
         """Ask politely, then kill."""
@@ -338,20 +348,48 @@ _LIVE: set[Worker] = set()
 atexit.register(_kill_left_workers)
 
 
+def _drain(log_path: str | None) -> tuple[logcap.Drain | None, Any]:
+    """The thread that copies a worker's output into `log_path`, capped, and the pipe's end the worker
+    writes to; (None, None) without a log, or where the log cannot be opened here (the worker then opens it
+    itself, and dies saying why where it cannot)."""
+    if not log_path:
+        return None, None
+    read, write = logcap.open_pipe()
+    try:
+        return logcap.Drain(read, log_path), write
+    except OSError:
+        os.close(read)
+        write.close()
+        return None, None
+
+
 def _size(path: str | None) -> int:
     return Path(path).stat().st_size if path and Path(path).is_file() else 0
 
 
+def _exception_line(text: list[str]) -> list[str]:
+    """The exception the last Python traceback in `text` ends with, as [its line], or [] without one: a
+    traceback's frames and source lines are indented, its exception line is not."""
+    starts = [i for i, t in enumerate(text) if t.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return []
+    ends = [t.strip() for t in text[starts[-1] + 1 :] if t.strip() and not t[:1].isspace()]
+    return ends[:1]
+
+
 def log_tail(log_path: str | None, lines: int = 3, offset: int = 0) -> str:
-    """The last meaningful lines the worker logged since `offset` (e.g. 'Fatal Python error: Aborted')."""
+    """The last meaningful lines the worker logged since `offset`, as one line: a fatal error's ('Fatal
+    Python error: Aborted'), else a Python traceback's last (its exception: 'KeyboardInterrupt: stop'), else
+    the last `lines` joined by ' | '."""
     if not log_path or not Path(log_path).is_file():
         return ""
     with open(log_path, "rb") as fh:
-        fh.seek(offset)
+        size = fh.seek(0, os.SEEK_END)  # an offset past the end: logcap cut the log back since then
+        fh.seek(offset if offset <= size else max(0, size - (1 << 16)))
         text = fh.read().decode(errors="replace").splitlines()
     keep = [
         t.strip() for t in text if t.strip() and "USDT:" not in t and not t.startswith("attnbench worker")
     ]
     fatal = [t for t in keep if t.startswith("Fatal Python error")]
-    picked = fatal[-1:] or keep[-lines:]
+    picked = fatal[-1:] or _exception_line(text) or keep[-lines:]
     return " | ".join(picked)[:400]

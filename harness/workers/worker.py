@@ -67,10 +67,16 @@ def _die_with_parent() -> None:
             pass
 
 
-def _redirect_output(log_path: str | None) -> None:
-    if not log_path:
+def _redirect_output(log_path: str | None, pipe: Any = None) -> None:
+    """stdout and stderr (this process's and every C library's in it) into the pipe whose other end the
+    parent copies into the log (harness.workers.logcap: capped), or into the log itself without one."""
+    if pipe is not None:
+        fd = os.dup(pipe.fileno())
+        pipe.close()
+    elif log_path:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    else:
         return
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -194,7 +200,7 @@ def _start(config: dict[str, Any]) -> None:
     children.own_group()  # the parent kills the group with the worker (harness.workers.children.kill_tree)
     children.become_subreaper()  # what a variant starts and detaches stays the worker's child
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _redirect_output(config.get("log_path"))
+    _redirect_output(config.get("log_path"), config.get("log_pipe"))
     faulthandler.enable(all_threads=True)
     print(f"attnbench worker {os.getpid()} starting", flush=True)
     if config.get("cpu_affinity"):
