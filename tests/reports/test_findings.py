@@ -263,6 +263,7 @@ def test_a_run_stopped_early_is_reported_unfinished_until_resumed(tmp_path):
     first = (out / "rows.jsonl").read_text().splitlines()[0]
     (out / "rows.jsonl").write_text(first + "\n")
     (out / "visits.jsonl").unlink(missing_ok=True)
+    (out / "written.json").unlink()  # the cut stands in for a kill, not an edit: as a run made before it
     report = run_cli("report", str(out), "--out", str(tmp_path / "rep"))
     assert report.returncode == 0, report.stderr
     assert report.stdout.splitlines()[1].startswith("Unfinished: 1 of 2 planned cells measured; finish with")
