@@ -1,7 +1,9 @@
 """The output contract: what a variant must return before the harness reads its answer.
 
-A variant returns one torch.Tensor of its inputs' dtype and device, shaped (B, H, N_q, d_v): q's batch, heads
-and query length, v's value width (with grouped-query attention k and v have fewer heads; the output has q's).
+A variant returns one plain torch.Tensor (never a subclass, whose dispatch could compute the answer only when
+the harness reads it, outside the timed window) of its inputs' dtype and device, shaped (B, H, N_q, d_v): q's
+batch, heads and query length, v's value width (with grouped-query attention k and v have fewer heads; the
+output has q's).
 Every place that receives a variant's output (harness.measure.cell's gated call and fresh-input call,
 harness.measure.correctness's gate and gradient check, the dropout check) calls `check_output` first, so a
 float64 answer to float32 inputs is never gated as if it were float32, and a tuple or a transposed tensor is
@@ -33,7 +35,8 @@ def expected_shape(q: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
 
 
 def check_output(out: Any, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """out itself when it is a torch.Tensor of q's dtype and device shaped (B, H, N_q, d_v); else
+    """out itself when it is a plain torch.Tensor (no subclass) of q's dtype and device shaped (B, H, N_q,
+    d_v); else
     OutputContractError, e.g. "output contract: returned float64 (1, 8, 256, 64) on cpu; expected float32"."""
     shape, dtype, device = expected_shape(q, v), _name(q.dtype), q.device
     if not isinstance(out, torch.Tensor):
@@ -42,6 +45,11 @@ def check_output(out: Any, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         way = '; declare returns="first" to take its first element' if isinstance(first, torch.Tensor) else ""
         raise OutputContractError(
             f"{PREFIX}returned {what}; expected a {_shape(shape)} {dtype} tensor on {device}{way}"
+        )
+    if type(out) is not torch.Tensor:  # a subclass can compute when read, outside the timed window
+        raise OutputContractError(
+            f"{PREFIX}returned {_article(type(out).__name__)}, a torch.Tensor subclass; expected a plain "
+            "torch.Tensor (a subclass can run its work when its answer is read, outside the timed window)"
         )
     got = (_name(out.dtype), tuple(out.shape), out.device)
     if got == (dtype, shape, device):
