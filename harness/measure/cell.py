@@ -63,7 +63,7 @@ from attnbench.harness.measure.outcomes import (
     retains,
 )
 from attnbench.harness.measure.rows import executed_flops, finish, start_row
-from attnbench.harness.measure.varied import Stale, varied_failure
+from attnbench.harness.measure.varied import Stale, secret_seed, varied_failure
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import median_rates, noisy_note, summarize
@@ -275,7 +275,9 @@ def prepare(spec: CellSpec, settings: Settings, cache: InputCache | None = None)
 
     # the timed callable: the variant's own function (no registry wrapper), inputs already validated; with
     # dropout, every timed call draws its mask: that is part of the work measured
-    call = timed_call(fn, q, k, v, backward=backward, vary=settings.seed, dropout_p=spec.dropout, **opts)
+    call = timed_call(
+        fn, q, k, v, backward=backward, vary=True, judged=judged_as(spec), dropout_p=spec.dropout, **opts
+    )
     kernel = kernel_of(variant, q, k, v, opts, backward)
     took_ms = (time.perf_counter() - t_start) * 1e3
     return Prepared(
@@ -308,12 +310,12 @@ def defers_fresh_check(spec: CellSpec, rounds: int) -> bool:
 
 def fresh_inputs(spec: CellSpec, settings: Settings):
     """(q, k, v, key_lengths), the query rows to check and their float64 reference, of the checks after
-    timing: inputs of the same shape from seed settings.seed + FRESH_SEED_OFFSET, FRESH_ROWS rows."""
-    seed = settings.seed + FRESH_SEED_OFFSET
-    q, k, v, kl = make_inputs(spec, seed)
+    timing: inputs of the same shape from seed settings.seed + FRESH_SEED_OFFSET, FRESH_ROWS rows drawn
+    from a seed no variant can know (varied.secret_seed), so that none can compute those rows alone."""
+    q, k, v, kl = make_inputs(spec, settings.seed + FRESH_SEED_OFFSET)
     n_rows = FRESH_ROWS if settings.check_rows is None else min(FRESH_ROWS, settings.check_rows)
     opts = {"causal": spec.causal, "key_lengths": kl, **gate_axes(spec)}
-    rows = correctness.sample_rows(spec.dims[1], n_rows, seed=seed, cu_seqlens=opts["cu_seqlens"])
+    rows = correctness.sample_rows(spec.dims[1], n_rows, seed=secret_seed(), cu_seqlens=opts["cu_seqlens"])
     return (q, k, v, kl), rows, correctness.reference(q, k, v, rows=rows, **opts), opts
 
 
@@ -620,7 +622,7 @@ def _again(
     arm_recompile_limit()
     backward = spec.pass_ == "fwdbwd"
     call = timed_call(
-        fn, q, k, v, backward=backward, vary=settings.seed + index, dropout_p=spec.dropout, **opts
+        fn, q, k, v, backward=backward, vary=True, judged=judged_as(spec), dropout_p=spec.dropout, **opts
     )
     fresh = checks_ms = first_ms = None
     if index == 2 and defers_fresh_check(spec, rounds):  # the check is the warm-up call

@@ -12,7 +12,7 @@ import torch
 from attnbench import variants
 from attnbench.harness.measure import correctness
 from attnbench.harness.measure.contract import changed_inputs
-from attnbench.harness.measure.varied import Varied
+from attnbench.harness.measure.varied import ROW_BOUND, Varied
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.variants import in_layout, torch_dtype
 from attnbench.variants.lengths import offsets
@@ -130,23 +130,23 @@ def call_options(spec: CellSpec, key_lengths) -> dict[str, Any]:
     return {"causal": spec.causal, "key_lengths": key_lengths, **spec.options(), **packed}
 
 
-def timed_call(fn, q, k, v, *, backward: bool, vary: int | None = None, **opts) -> Callable[[], None]:
+def timed_call(
+    fn, q, k, v, *, backward: bool, vary: bool = False, judged: dict | None = None, **opts
+) -> Callable[[], None]:
     """The call a cell times: fn forward under no_grad, or forward + backward with gradients reset
     inside the call. Used by the harness, `attnbench profile` and the pytest-benchmark plugin alike;
     call.reset_grads() frees the last call's gradients (before a peak-memory measurement), call.inputs are
     the (q, k, v, key_lengths) the timed calls pass to fn (to check they stay unchanged, and to refill in
     place after timing: check_after), call.kwargs the keywords they pass with them, call.backward whether
     they run under autograd, and call.owned every tensor the harness made for them (the inputs, dO, the
-    varied rows' signs): not the variant's memory (retained_bytes). vary: a seed, for a forward call
-    without dropout whose query rows are varied between calls (harness.measure.varied; call.varied,
-    call.between)."""
-    varied = None
-    if vary is not None and not backward and not opts.get("dropout_p"):
-        varied = Varied(q, vary)
+    varied query's sign vectors): not the variant's memory (retained_bytes). vary: whether q is varied
+    between calls, in a call without dropout (harness.measure.varied; call.varied, call.between); judged:
+    how the variant's answers are judged (correctness.judged_by), which the varied calls' rows are held to."""
     if backward:
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
         with torch.no_grad():
             d_out = torch.randn_like(fn(q, k, v, **opts))
+        varied = _varied(leaves[0], *leaves[1:], vary, True, opts, judged)
 
         def reset_grads() -> None:
             for t in leaves:
@@ -154,11 +154,15 @@ def timed_call(fn, q, k, v, *, backward: bool, vary: int | None = None, **opts) 
 
         def call() -> None:
             reset_grads()  # gradients reset between calls, inside the call: cheap and always done
-            fn(*leaves, **opts).backward(d_out)
+            out = fn(*leaves, **opts)
+            out.backward(d_out)
+            if varied is not None:
+                varied.keep(out)  # and reads q's gradient before the next call resets it
 
         call.inputs = (*leaves, opts.get("key_lengths"))  # type: ignore[attr-defined]
-        call.owned = (*call.inputs, d_out)  # type: ignore[attr-defined]
+        owned: tuple = (*call.inputs, d_out)
     else:
+        varied = _varied(q, k, v, vary, False, opts, judged)
 
         def reset_grads() -> None:
             pass
@@ -169,12 +173,60 @@ def timed_call(fn, q, k, v, *, backward: bool, vary: int | None = None, **opts) 
             if varied is not None:
                 varied.keep(out)
 
-        if varied is not None:
-            call.between = varied.between  # type: ignore[attr-defined]
         call.inputs = (q, k, v, opts.get("key_lengths"))  # type: ignore[attr-defined]
-        call.owned = (*call.inputs, *(() if varied is None else (varied.signs,)))  # type: ignore[attr-defined]
+        owned = call.inputs
+    if varied is not None:
+        call.between = varied.between  # type: ignore[attr-defined]
+        owned = (*owned, *varied.owned)
+    call.owned = owned  # type: ignore[attr-defined]
     call.kwargs = opts  # type: ignore[attr-defined]
     call.varied = varied  # type: ignore[attr-defined]
     call.backward = backward  # type: ignore[attr-defined]
     call.reset_grads = reset_grads  # type: ignore[attr-defined]
     return call
+
+
+def _varied(q, k, v, vary: bool, backward: bool, opts: dict[str, Any], judged: dict | None) -> Varied | None:
+    """q's variation between timed calls (harness.measure.varied), where asked and without dropout, told
+    which query rows see no key (those may hold NaN or zeros) and which see two keys or more in every
+    sequence (those compared: a row that sees one key has the same answer whatever its query), and how a
+    timed answer's row is held to float64 (`_row_judge`)."""
+    if not vary or opts.get("dropout_p"):
+        return None
+    n_q, n_k, kl = q.shape[2], k.shape[2], opts.get("key_lengths")
+    rules = {name: opts[name] for name in ("causal_align", "window", "cu_seqlens") if name in opts}
+    rules["causal"] = opts.get("causal", False)
+    judge = _row_judge(q, k, v, opts, judged or {})
+    if opts.get("block_table") is not None:  # a paged cell: every query sees its context's keys
+        return Varied(q, None, list(range(n_q)), grads=backward, judge=judge)
+    empty = correctness.empty_rows(n_q, kl, n_k=n_k, **rules)
+    lo, hi = correctness.key_interval(torch.arange(n_q), n_q, n_k, **rules)
+    hi = hi[None, :] if kl is None else torch.minimum(hi[None, :], kl.cpu()[:, None] - 1)  # (B or 1, N_q)
+    rows = torch.nonzero((hi - lo[None, :] >= 1).all(0)).flatten().tolist()
+    return Varied(q, empty, rows, grads=backward, judge=judge)
+
+
+def _row_judge(q, k, v, opts: dict[str, Any], judged: dict) -> Callable | None:
+    """judge(q, out, row): a device bool, whether row `row` of the answer `out` is off the float64
+    reference of (q, k, v) under the cell's rules by more than ROW_BOUND (or 4x the gate's tolerance, for a
+    declared approximation): an older answer, which differs by about its own size, is; rounding is not.
+    Queued on q's device with no copy from the host (a copy from pageable memory would synchronise a CUDA
+    device between calls). None for a quantising variant (judged against its rounded inputs), an
+    approximation bound near 1, or a paged cell (whose reference reads its page table on the host)."""
+    rules = {n: opts[n] for n in ("causal", "key_lengths", "causal_align", "window", "mod") if n in opts}
+    rules["cu_seqlens"] = opts.get("cu_seqlens")
+    bound = max(ROW_BOUND, 4 * float(judged.get("approximate") or 0.0))
+    if judged.get("quant") or bound >= 1 or opts.get("block_table") is not None:
+        return None
+    index = torch.arange(q.shape[2], device=q.device)  # a row's index: a view of it, never a host copy
+
+    def judge(q, out, row: int):
+        with torch.no_grad():
+            ref = correctness.reference(
+                q.detach(), k.detach(), v.detach(), rows=index[row : row + 1], **rules
+            )
+            diff = torch.linalg.vector_norm(out[:, :, row : row + 1].to(torch.float64) - ref)
+            return ~(diff <= bound * torch.linalg.vector_norm(ref))  # NaN: wrong
+
+    judge.owned = (index,)  # type: ignore[attr-defined]
+    return judge

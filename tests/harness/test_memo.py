@@ -60,8 +60,9 @@ def test_an_answer_remembered_for_the_timed_tensors_is_wrong(plugin, name, causa
 
 def test_an_answer_remembered_by_a_fingerprint_of_values_is_wrong(plugin):
     """Issue 40: a memo keyed on a few sampled values is right on the gated inputs, on fresh ones and on
-    the refill (each new values: a new key), and was `ok`, flagged only by its throughput. With half of one
-    query row's signs flipped before each timed call (harness.measure.varied) its timed answers are stale."""
+    the refill (each new values: a new key), and was `ok`, flagged only by its throughput. With q multiplied
+    by a random sign vector before each timed call (harness.measure.varied) its timed answers are older
+    ones: unchanged, or changed but off float64."""
     row = measure_cell(spec("memo_fingerprint"), QUICK)  # the real timer: it flips between calls
     assert row["rel_err"] <= TOL and row["fresh_rel_err"] <= TOL and row["refill_rel_err"] <= TOL
     assert row["status"] == "wrong" and row["message"].startswith(VARIED), row["message"]
@@ -72,8 +73,8 @@ def test_an_answer_remembered_by_a_fingerprint_of_values_is_wrong(plugin):
 def test_a_decode_cells_timed_calls_cannot_be_answered_from_a_few_remembered_ones(plugin):
     """A decode cell has one query row: flipping its sign between calls gave two states, and a memo of the
     last two answers by exact value answered every timed call after the second from memory, each answer
-    changed from the one before and right. Half the row's signs flipped from 16 random patterns that
-    compose leave it almost nothing to remember: it computes."""
+    changed from the one before and right. The row multiplied by 16 random sign vectors that compose
+    leaves it almost nothing to remember: it computes."""
     decode = dataclasses.replace(spec("memo_recent"), seq_len=1, seq_k=256)
     plugin.RECENT_HITS[:] = [0, 0]
     # at least 40 timed calls whatever the machine or its clock: a count of calls, not of milliseconds (CI
