@@ -276,6 +276,19 @@ def _forkserver_under_the_suites_environment():
     isolation.prestart()
 
 
+def process_gone(pid: int, wait_s: float = 2.0) -> bool:
+    """The process has ended within `wait_s` (a zombie waiting for init to collect it counts as ended)."""
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def wait_while_running(cond, proc, what: str, timeout: float = 240) -> None:
     """Poll cond() until it holds, failing at once (with its output) if proc exits first, or after timeout."""
     deadline = time.time() + timeout

@@ -13,10 +13,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import DATA, run_cli
+from conftest import DATA, process_gone, run_cli
 
 from attnbench.results import read_rows
 
@@ -34,18 +33,6 @@ def _rows(out):
     return {r["variant"]: r for r in read_rows(out)}
 
 
-def _gone(pid: int, wait_s: float = 3.0) -> bool:
-    deadline = time.time() + wait_s
-    while time.time() < deadline:
-        try:
-            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0] == "Z":
-                return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A run of every offender with honest neighbours after them, and a clean run of the neighbours."""
@@ -59,7 +46,9 @@ def runs(tmp_path_factory):
                         f"ATTNBENCH_TEST_PIDS={pids}", "--out", str(root / "dirty"), check=True,
                         process=True)  # fmt: skip
         escaped = [int(p.name) for p in pids.iterdir()]
-        alive = [pid for pid in escaped if not _gone(pid)]  # read before the clean run: killed by the harness
+        alive = [
+            pid for pid in escaped if not process_gone(pid, 3.0)
+        ]  # read before the clean run: killed by the harness
         run_cli("run", "--variants", ",".join(NEIGHBOURS), *SMALL, "--out", str(root / "clean"), check=True)
         yield root, dirty, escaped, alive
     finally:

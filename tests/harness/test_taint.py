@@ -7,11 +7,10 @@ that changes torch's state, a file written here."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import torch
-from conftest import DATA, run_cli
+from conftest import DATA, process_gone, run_cli
 
 from attnbench.results import read_rows
 
@@ -102,19 +101,6 @@ def test_the_probes_offender_is_named_in_its_records_and_by_run(runs):
     assert "note: numerics probe: taint_child: left 1 process running (pid" in dirty.stderr
 
 
-def _gone(pid: int, wait_s: float = 2.0) -> bool:
-    """The process has ended (a zombie waiting for init to collect it counts as ended)."""
-    deadline = time.time() + wait_s
-    while time.time() < deadline:
-        try:
-            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0] == "Z":
-                return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_process_left_running_is_killed_and_its_cell_named(runs):
     """taint_child starts a sleeper in a session of its own; taint_orphan's sleeper loses its parent (a
     double fork), once per worker process. Without the worker as their subreaper both outlived the run."""
@@ -128,7 +114,7 @@ def test_a_process_left_running_is_killed_and_its_cell_named(runs):
         for record in said:
             message = record["message"]
             assert message.startswith("left 1 process running (pid ") and "sleep 300) — killed" in message
-            assert _gone(int(message.split("(pid ")[1].split(":")[0]))
+            assert process_gone(int(message.split("(pid ")[1].split(":")[0]))
     assert _rows(root / "dirty")["taint_child"]["status"] == "error"
 
 
@@ -144,7 +130,7 @@ def test_a_killed_worker_takes_its_childrens_processes_with_it(tmp_path):
     started = [int(p.stem) for p in pids.iterdir()]
     assert started
     for pid in started:
-        assert _gone(pid), pid
+        assert process_gone(pid), pid
 
 
 def test_a_row_on_other_threads_than_asked_is_flagged():
@@ -257,7 +243,7 @@ def test_kill_leftovers_kills_what_a_variant_left_and_spares_torchs_helpers():
     assert f"pid {got['mimic']}: sh -c" in " ".join(got["killed"])
     assert got["left"] == [got["helper"]] and json.loads(at_end) == []
     for k in got["killed"]:
-        assert _gone(int(k.split()[1].rstrip(":")))
+        assert process_gone(int(k.split()[1].rstrip(":")))
 
 
 COMPILE_POOL = """
@@ -357,7 +343,7 @@ def test_a_thread_a_variant_leaves_running_acts_in_no_neighbours_cell(tmp_path):
     log = (tmp_path / "r" / "worker.log").read_text()
     assert "exiting: a variant left threads running in this process" in log
     for pid in [int(p.name) for p in pids.iterdir()]:
-        assert _gone(pid), pid
+        assert process_gone(pid), pid
 
 
 INTEROP_TAINT = """
