@@ -6,6 +6,7 @@ the row it gets in a clean run (tests/data/reach_variants.py: the hostile plug-i
 from __future__ import annotations
 
 import gc
+import warnings
 
 import pytest
 import torch
@@ -93,7 +94,8 @@ def test_an_aten_kernel_registered_over_is_named(state):
     state, before = state
     lib = torch.library.Library("aten", "IMPL")
     try:
-        with pytest.warns(UserWarning, match="Overriding a previously registered kernel"):
+        with warnings.catch_warnings():  # torch warns of the override once a process, so not asserted
+            warnings.simplefilter("ignore")
             lib.impl("_softmax", lambda x, dim, half: x, "CPU")
         assert state.changes(before) == ["aten::_softmax kernel for CPU replaced"]
     finally:
