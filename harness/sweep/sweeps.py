@@ -251,8 +251,9 @@ def cell_given(cell: CellSpec, settings: Settings) -> tuple[dict[str, Any], list
             continue  # a label: the cell's shape is given by its axes
         if a.name == "page_size" and not values[a.name]:
             continue  # contiguous K/V, the default: --page-size takes positive sizes only
-        if a.name == "seq_k" and values.get("lengths", "none") != "none":
-            continue  # a packed batch's sequences hold their own keys: --lengths takes no --seq-k
+        if a.name == "seq_k" and values.get("lengths", "none") != "none" and not values.get("page_size"):
+            continue  # a packed batch's sequences hold their own keys: --lengths takes no --seq-k (a paged
+            # cell's --lengths draws its contexts around --seq-k, which it needs)
         if a.name == "causal":  # the sweep's causal value says the alignment too
             value: Any = "lower-right" if cell.causal and cell.causal_align == "lower-right" else cell.causal
         else:

@@ -226,3 +226,14 @@ def test_cell_given_read_back_as_exactly_that_cell_and_its_settings():
     assert sweep.cells([cell.variant]) == [cell] and sweep.settings == settings
     _, left = cell_given(cell, Settings(check_rows=7, memory_guard=0.5))
     assert left == ["check_rows", "memory_guard"]  # no flag says these: the caller must not pretend it does
+
+
+def test_cell_given_of_a_paged_cell_keeps_its_context_length():
+    """A paged cell's --lengths draws its contexts around --seq-k: cell_given left --seq-k out (as a pack's
+    must be), so a repro line gave another cell and a profile's command raised KeyError."""
+    sweep = build_sweep(
+        {"seq_len": "1", "seq_k": "512", "lengths": "uniform", "page_size": "16", "batch": "2"}
+    )
+    (cell,) = sweep.cells(["paged_gather"])
+    texts, _ = cell_given(cell, sweep.settings)
+    assert texts["seq_k"] == "512" and build_sweep(texts).cells(["paged_gather"]) == [cell]
