@@ -472,7 +472,7 @@ def profile(
     is the Profile's `error`, beside what was written."""
     from dataclasses import replace
 
-    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell
+    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell, removed_if_interrupted
     from attnbench.reports.profile_page import write_pages
     from attnbench.variants import shipped
 
@@ -491,11 +491,12 @@ def profile(
             raise ValueError(f"--out {str(target)!r} already exists and is not empty; choose another --out")
     files = shipped.files_of([who], [])
     packed = shipped.pack([who])  # a callable of this session: the profiled process loads it from here
-    if packed is not None:
-        target.mkdir(parents=True, exist_ok=True)
-        files = shipped.write(target / "variants.pkl", packed, files)
-    result = profile_cell(replace(plan, variant_files=tuple(files)), target)
-    write_pages(target)
+    with removed_if_interrupted(target):  # KeyboardInterrupt: what it wrote removed, and said
+        if packed is not None:
+            target.mkdir(parents=True, exist_ok=True)
+            files = shipped.write(target / "variants.pkl", packed, files)
+        result = profile_cell(replace(plan, variant_files=tuple(files)), target)
+        write_pages(target)
     return Profile(target, result.error)
 
 
@@ -689,9 +690,9 @@ def report_dir(out: PathLike | None, default: str, kind: str = "report") -> Path
         )
     for name in PAGE_FILES[kind]:
         if (path / name).exists() and not written_by_attnbench(path / name):
-            raise ValueError(
-                f"{said} holds a {name} that attnbench did not write, and the {kind} writes its own {name} "
-                "there; write it elsewhere"
+            raise ValueError(  # an index.md, a README.md
+                f"{said} holds {'an' if name[0] in 'aeiou' else 'a'} {name} that attnbench did not write, "
+                f"and the {kind} writes its own {name} there; write it elsewhere"
             )
     why = why_unwritable(path)
     if why:

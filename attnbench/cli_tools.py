@@ -232,7 +232,7 @@ def add_check(sub) -> None:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """One cell looped under py-spy, then a few calls under torch.profiler; an index page beside the files."""
-    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell
+    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell, removed_if_interrupted
     from attnbench.reports.profile_page import top_ops_text, write_pages
 
     if len(args.variant) != 1:
@@ -254,10 +254,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     out = out_dir(args.out, plan.default_dir_name(), "profile")
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"--out {str(out)!r} already exists and is not empty; choose another --out")
-    result = profile_cell(plan, out)
-    md, html_path = write_pages(out)
+    with removed_if_interrupted(out):  # Ctrl-C: nothing half-written left, the same command runs again
+        result = profile_cell(plan, out)
+        md, html_path = write_pages(out)
     sys.stdout.write(top_ops_text(out))
-    print(f"profile: {html_path} and {md}", file=sys.stderr)
+    if not result.profiled_nothing:
+        print(f"profile: {html_path} and {md}", file=sys.stderr)
     if result.error:
         print(f"attnbench: {result.error}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.axes import BY_NAME, IDENTITY, filled
 from attnbench.results.formulas import bytes_text
 
 from .page import (
@@ -40,6 +41,7 @@ TOP_FRAMES = 15
 CELL_FRAME = "timed_call.<locals>.call"
 SPEEDSCOPE_URL = "https://www.speedscope.app"
 PERFETTO_URL = "https://ui.perfetto.dev"
+LOG = "child.log"  # the profiled process's traceback, when the variant raised (harness.tools.profiled_child)
 
 
 # ---- reading what the profile left -------------------------------------------------------------------
@@ -167,22 +169,34 @@ def _flat(d: dict[str, Any] | None, prefix: str = "") -> list[tuple[str, str]]:
 
 
 def _title(meta: dict[str, Any]) -> str:
-    c = meta.get("cell") or {}
-    shape = f"B={c.get('batch')} H={c.get('heads')} N={c.get('seq_len')} d_k={c.get('d_k')}"
-    shape += f" d_v={c.get('d_v')}" if c.get("d_v") != c.get("d_k") else ""
-    mask = " causal" if c.get("causal") else ""
-    mask += f" padding {c.get('padding'):g}" if c.get("padding") else ""
-    mask += f" dropout {c.get('dropout'):g}" if c.get("dropout") else ""
-    mask += f" {c.get('mod')}" if c.get("mod", "none") != "none" else ""
-    return f"Profile: {c.get('variant')} · {c.get('device')} {c.get('dtype')} {shape}{mask} {c.get('pass')}"
+    """The cell in words: its shape, then every axis off its quiet value (results.axes: N_k, H_kv, a window,
+    a score mod, a pack's lengths, a paged cache's pages, ...), in the table's words, then the pass."""
+    c = filled({k: v for k, v in (meta.get("cell") or {}).items() if k in BY_NAME})
+    said = [f"B={c.get('batch')} H={c.get('heads')} N={c.get('seq_len')} d_k={c.get('d_k')}"]
+    said += [f"d_v={c.get('d_v')}"] if c.get("d_v") != c.get("d_k") else []
+    if c.get("causal"):
+        lower = c.get("causal_align") == "lower-right"
+        said.append(BY_NAME["causal_align"].show("lower-right") if lower else "causal")
+    said += [BY_NAME["padding"].show(c["padding"])] if c.get("padding") else []
+    for a in IDENTITY:
+        if a.core or a.name in ("d_v", "causal_align") or a.name not in c:
+            continue
+        if c[a.name] != (c.get(a.follows) if a.follows else a.quiet):
+            said.append(a.show(c[a.name]))
+    where = f"{c.get('device')} {c.get('dtype')}"
+    return f"Profile: {c.get('variant')} · {where} {' '.join(said)} {c.get('pass')}"
 
 
 def _notes(meta: dict[str, Any]) -> list:
-    """Under the title: the command that reproduces the profile, and what failed or was left out."""
+    """Under the title: the command that reproduces the profile, and what failed, was wrong or left out."""
     spy = meta.get("py_spy") or {}
     blocks: list = [Para(("Reproduce with: ", meta.get("command", "")))]
     if meta.get("error"):
-        blocks.append(Para(f"torch.profiler part failed: {meta['error']}"))
+        log = (meta.get("failed") or {}).get("log")
+        blocks.append(Para(("Failed: ", meta["error"], *((" ", Link(log, log)) if log else ()))))
+    wrong = (meta.get("warmup") or {}).get("wrong")
+    if wrong:
+        blocks.append(Para(f"Wrong answer (profiled anyway; `attnbench run` measures it as wrong): {wrong}"))
     if spy.get("error") or (not spy.get("used") and spy.get("note")):
         blocks.append(Para(f"py-spy: {spy.get('error') or spy.get('note')}"))
     return blocks
@@ -236,6 +250,8 @@ def _file_items(have: set[str], meta: dict[str, Any], ops: list[dict[str, str]])
             )
         )
     files.append((Link("profile.json", "profile.json"), " the cell, settings, timings and machine as data"))
+    if LOG in have:
+        files.append((Link(LOG, LOG), " the traceback of what the variant raised"))
     return files
 
 
@@ -286,15 +302,27 @@ def _top_ops_blocks(ops: list[dict[str, str]], meta: dict[str, Any]) -> list:
 
 
 def _calls_blocks(meta: dict[str, Any]) -> list:
-    """How many calls each profiler looped over, and their time per call (with its overhead)."""
-    loop, tp = meta.get("loop") or {}, meta.get("torch_profiler") or {}
+    """How many calls each part made, and their time per call: un-profiled in the warm-up, then under each
+    profiler (whose overhead is theirs)."""
+    warm, loop, tp = meta.get("warmup") or {}, meta.get("loop") or {}, meta.get("torch_profiler") or {}
     timing = []
+    if warm:
+        timing.append(
+            (
+                "warm-up, not profiled",
+                f"{warm.get('calls')} calls, {warm.get('ms_per_call')} ms per call (median of the last half)",
+            )
+        )
     if loop:
+        ratio = ""
+        if warm.get("ms_per_call") and loop.get("ms_per_call"):
+            ratio = f", {float(loop['ms_per_call']) / float(warm['ms_per_call']):.1f}x the un-profiled call"
         timing.append(
             (
                 "looped under py-spy",
-                f"{loop.get('calls')} calls in {loop.get('seconds')} s, "
-                f"{loop.get('ms_per_call')} ms per call (sampling adds some overhead)",
+                f"{loop.get('calls')} calls in {loop.get('seconds')} s, {loop.get('ms_per_call')} ms per call"
+                f"{ratio} (py-spy stops the process for each sample: with many torch threads, or on a busy "
+                "machine, each stop costs more)",
             )
         )
     if tp:

@@ -18,9 +18,12 @@ Nothing here imports torch; the child does.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +35,7 @@ from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.tools import py_spy as spy
 from attnbench.harness.tools import torch_trace
 from attnbench.harness.tools.profile_plan import Plan
-from attnbench.harness.tools.profiled_child import Child
+from attnbench.harness.tools.profiled_child import WARMUP, Child
 
 SCHEMA = 1
 # every file a profile leaves; py-spy and torch.profiler name their own, profile.json is this module's
@@ -101,7 +104,8 @@ def prepare(
         raise ValueError(f"{variant} cannot run this cell here: {reason}")
     exe, note = spy.find_py_spy() if use_py_spy else (None, "skipped (--no-py-spy)")
     warn_threads(threads or 0)
-    return Plan(cell, threads or 0, seconds, rate, iters, native, exe, note, tuple(variant_files))
+    files = tuple(os.path.abspath(path) for path in variant_files)  # its command runs from any folder
+    return Plan(cell, threads or 0, seconds, rate, iters, native, exe, note, files)
 
 
 # ---- the parent: the child, py-spy, and what they leave -------------------------------------------------
@@ -115,7 +119,33 @@ class Outcome:
     plan: Plan
     meta: dict[str, Any] = field(default_factory=dict)  # what profile.json holds
     messages: list[str] = field(default_factory=list)  # one line each, also printed on stderr
-    error: str = ""  # the torch.profiler part failed (exit status 1)
+    error: str = ""  # the profiled cell failed, in the phase it names (exit status 1)
+
+    @property
+    def profiled_nothing(self) -> bool:
+        """Whether the cell failed before anything was profiled (in its warm-up call)."""
+        return bool(self.error) and (self.meta.get("failed") or {}).get("phase") == WARMUP
+
+
+@contextmanager
+def removed_if_interrupted(out: Path) -> Iterator[None]:
+    """Ctrl-C (KeyboardInterrupt) inside: what this profile wrote into `out` removed, the folder too where
+    this profile made it, and KeyboardInterrupt raised again with one line saying so (`attnbench profile`
+    prints it), so that the same command can be given again. The caller kills its processes first (the
+    child and py-spy end in profile_cell's and py_spy.record's own `finally`)."""
+    made = not out.exists()
+    before = set() if made else set(out.iterdir())
+    try:
+        yield
+    except KeyboardInterrupt:
+        if made:
+            shutil.rmtree(out, ignore_errors=True)
+            said = f"interrupted: removed the unfinished profile {out}"
+        else:
+            for path in set(out.iterdir()) - before if out.is_dir() else ():
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            said = f"interrupted: removed what the profile had written into {out}"
+        raise KeyboardInterrupt(said) from None
 
 
 def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None) -> Outcome:
@@ -127,10 +157,10 @@ def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None
         res.messages.append(f"{plan.py_spy_note}; writing the torch.profiler part only")
         say(res.messages[-1])
     py_spy: dict[str, Any] = {"used": plan.py_spy is not None, "note": plan.py_spy_note, "records": []}
-    loop_stats = None
+    seen: dict[str, Any] = {}  # the child's messages by name: warmed, looped, failed
     child = Child(plan, out, loop=plan.py_spy is not None)
     try:
-        name, data = child.read()
+        name, data = _warmed(child, plan, res, seen, say)
         if name == "ready" and plan.py_spy is not None:
             half = plan.seconds / 2
             say(f"py-spy: sampling {plan.cell.variant} at {plan.rate} Hz, 2 x {half:g} s (pid {data['pid']})")
@@ -144,7 +174,7 @@ def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None
             child.proc.send_signal(signal.SIGUSR1)  # stop looping, go on to torch.profiler
             name, data = child.read()
         if name == "looped":
-            loop_stats = data
+            seen["looped"] = data
             name, data = child.read()
         if name == "started_profiler":
             say(f"torch.profiler: recording {plan.iters} call(s)")
@@ -152,7 +182,7 @@ def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None
         if name == "done":
             res.meta = data
         else:
-            res.error = child.failure(data if name == "exit" else -1)
+            res.error = _failure(child, plan, name, data, seen)
     finally:
         child.stop()
     res.meta = {
@@ -163,9 +193,44 @@ def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None
         "cell_id": plan.cell.cell_id,
         "command": plan.command(),
         "py_spy": py_spy,
-        "loop": loop_stats,
+        "warmup": seen.get("warmed"),
+        "loop": seen.get("looped"),
         **res.meta,
+        "failed": seen.get("failed"),
         "error": res.error,
     }
+    if res.error and (seen.get("failed") or {}).get("log"):  # the line printed says where the traceback is
+        res.error += f" (traceback in {out / seen['failed']['log']})"
     (out / FILES["meta"]).write_text(json.dumps(res.meta, indent=1, default=str) + "\n")
     return res
+
+
+def _warmed(
+    child: Child, plan: Plan, res: Outcome, seen: dict[str, Any], say: Callable[[str], None]
+) -> tuple[str, Any]:
+    """The child's first message, its warm-up's (the un-profiled time per call, and whether the answer
+    passed the gate: a wrong one is said in one line and profiled anyway, as `attnbench run` measures a
+    wrong cell); then the next message."""
+    name, data = child.read()
+    if name != "warmed":
+        return name, data
+    seen["warmed"] = data
+    if data.get("wrong"):
+        res.messages.append(
+            f"warning: {plan.cell.variant}'s answer is wrong ({data['wrong']}); profiled anyway, as "
+            "`attnbench run` measures a wrong cell and never ranks it"
+        )
+        say(f"attnbench: {res.messages[-1]}")
+    return child.read()
+
+
+def _failure(child: Child, plan: Plan, name: str, data: Any, seen: dict[str, Any]) -> str:
+    """The one line of a profile whose cell failed: the phase and what the variant raised, as the child
+    sent them, or the child's exit status and last line when it died."""
+    if name != "failed":
+        return child.failure(data if name == "exit" else -1)
+    seen["failed"] = data
+    phase = data["phase"] + (" (nothing was profiled)" if data["phase"] == WARMUP else "")
+    if data.get("status") == "unsupported":
+        return f"{plan.cell.variant} refused this cell in its {phase}: {data['message']}"
+    return f"the profiled cell failed in its {phase}: {data['message']}"

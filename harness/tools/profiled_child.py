@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -47,6 +48,7 @@ class Child:
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
+        self.out = out
         self.tail: list[str] = []
         self._err = threading.Thread(target=self._forward_stderr, daemon=True)
         self._err.start()
@@ -84,20 +86,23 @@ class Child:
 # ---- the child: one cell, looped, then torch.profiler ----------------------------------------------------
 
 
-def make_call(cell: CellSpec, seed: int) -> Callable[[], None]:
-    """The cell's call exactly as harness.measure.cell times it, on harness.measure.cell.make_inputs' inputs
-    in the variant's layout: for a variant with a setup hook, the callable the hook returns (its setup runs
-    here, before any profiling)."""
-    from attnbench import variants
-    from attnbench.harness.measure.inputs import call_options, handed, make_inputs, timed_call
+def make_call(cell: CellSpec, seed: int) -> tuple[Callable[[], None], str]:
+    """The cell's call as harness.measure.cell builds it, and "" or why its answer is wrong: the cell is
+    prepared exactly as `attnbench run` prepares it (harness.measure.cell.prepare: inputs in the variant's
+    layout, its setup hook, one call whose answer must keep the output contract and is gated against
+    float64, the gradient and dropout checks), then the call is built on those inputs without the varied
+    query (the profile loops the kernel, not the harness's check of it). What the variant raises, an output
+    contract broken among it, propagates."""
+    from attnbench.harness.measure.cell import prepare
+    from attnbench.harness.measure.inputs import timed_call
+    from attnbench.harness.sweep.settings import Settings
 
-    variant = variants.get(cell.variant)
-    # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v), (B,)
-    q, k, v, kl = handed(make_inputs(cell, seed), variant.cap.layout, cell.paged)
-    opts = call_options(cell, kl)
-    fn = variant.bind(q, k, v, **opts)
-    opts["dropout_p"] = cell.dropout
-    return timed_call(fn, q, k, v, backward=cell.pass_ == "fwdbwd", **opts)
+    ready = prepare(cell, Settings(seed=seed))
+    status, message = ready.verdict()
+    q, k, v, _ = ready.call.inputs  # (B, H, N_q, d_k), (B, H_kv, N_k, d_k), (B, H_kv, N_k, d_v)
+    opts = dict(ready.call.kwargs)
+    call = timed_call(ready.fn, q.detach(), k.detach(), v.detach(), backward=cell.pass_ == "fwdbwd", **opts)
+    return call, (message if status == "wrong" else "")
 
 
 def _send(name: str, data: Any = None) -> None:
@@ -116,6 +121,11 @@ def _allow_any_tracer() -> None:
             )
         except (OSError, AttributeError):
             pass
+
+
+# the phases of the child, as its failure names them
+WARMUP, LOOP, PROFILER = "warm-up call", "loop under py-spy", "torch.profiler part"
+LOG = "child.log"  # in the profile's folder: the traceback of what the variant raised, when it raised
 
 
 def child_main(argv: list[str] | None = None) -> int:
@@ -143,19 +153,35 @@ def child_main(argv: list[str] | None = None) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     cell = CellSpec.from_dict(json.loads(a.cell))
-    sync = torch.cuda.synchronize if cell.device == "cuda" else (lambda: None)
-    t0, n = time.perf_counter(), 0
+    phase = [WARMUP]
     try:
-        call = make_call(cell, a.seed)
-        while n < 2 or time.perf_counter() - t0 < WARMUP_S:
-            call()
-            n += 1
+        _profiled(cell, a, phase)
+    except Exception as exc:  # the cell boundary: what the variant raised is the profile's one line
+        _failed(exc, cell, phase[0], Path(a.out))
+        return 1
+    return 0
+
+
+def _profiled(cell: CellSpec, a: argparse.Namespace, phase: list[str]) -> None:
+    """The warm-up (the cell prepared and gated, then called for WARMUP_S: its un-profiled time per call),
+    the loop under py-spy when asked, then torch.profiler; `phase` says which is running."""
+    import torch
+
+    sync = torch.cuda.synchronize if cell.device == "cuda" else (lambda: None)
+    call, wrong = make_call(cell, a.seed)
+    t0, took = time.perf_counter(), []
+    while len(took) < 2 or time.perf_counter() - t0 < WARMUP_S:
+        t = time.perf_counter()
+        call()
         sync()
-    except variants.UnsupportedError as exc:  # the backend refused this shape: a reason, not a traceback
-        print(f"{cell.variant} refused this cell: {exc}", file=sys.stderr, flush=True)
-        return 3
+        took.append(time.perf_counter() - t)
+    # the un-profiled time per call: the median of the later half (the first calls pay one-time costs)
+    n = len(took)
+    plain_ms = round(1e3 * statistics.median(took[n // 2 :]), 3)
+    _send("warmed", {"calls": n, "ms_per_call": plain_ms, "wrong": wrong})
 
     if a.loop > 0:
+        phase[0] = LOOP
         stop = []
         signal.signal(signal.SIGUSR1, lambda *_: stop.append(1))
         _send("ready", {"pid": os.getpid(), "warmup_calls": n})
@@ -170,10 +196,28 @@ def child_main(argv: list[str] | None = None) -> int:
     from attnbench.harness.measure.fingerprint import collect
     from attnbench.harness.tools import torch_trace
 
+    phase[0] = PROFILER
     _send("started_profiler")
     recorded = torch_trace.record(call, a.iters, cell.device, Path(a.out), sync)
     _send("done", {"torch_profiler": recorded, "threads": torch.get_num_threads(), "fingerprint": collect()})
-    return 0
+
+
+def _failed(exc: Exception, cell: CellSpec, phase: str, out: Path) -> None:
+    """What the variant raised, as `attnbench run` words it in a row (harness.measure.failures.failure), sent
+    to the parent with the phase it was raised in; its traceback in LOG, where it says more than the line
+    (not for a refusal or a broken output contract, whose line is all there is)."""
+    import traceback
+
+    from attnbench.harness.measure.contract import OutputContractError
+    from attnbench.harness.measure.failures import failure
+    from attnbench.variants import UnsupportedError
+
+    status, message = failure(exc, cell.device)
+    log = ""
+    if not isinstance(exc, UnsupportedError | OutputContractError):
+        (out / LOG).write_text("".join(traceback.format_exception(exc)))
+        log = LOG
+    _send("failed", {"phase": phase, "status": status, "message": message, "log": log})
 
 
 if __name__ == "__main__":

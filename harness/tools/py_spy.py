@@ -96,6 +96,24 @@ def record(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    try:
+        _stopped(proc, sampling, seconds)
+    except BaseException:  # Ctrl-C in the parent: py-spy (which a terminal's Ctrl-C reached too) goes now,
+        proc.kill()  # before the caller removes what the profile wrote, so that it writes nothing after
+        proc.wait()
+        raise
+    reader.join(timeout=5)
+    samples = re.search(r"Samples: (\d+) Errors: (\d+)", "\n".join(lines))
+    if samples:
+        info["samples"], info["errors"] = int(samples[1]), int(samples[2])
+    if proc.returncode != 0 or not path.is_file():
+        said = [ln for ln in lines if ln]
+        return info, f"py-spy failed ({said[-1] if said else f'exit status {proc.returncode}'})"
+    return info, ""
+
+
+def _stopped(proc: subprocess.Popen, sampling: threading.Event, seconds: float) -> None:
+    """Wait for py-spy's "Sampling process" line, give it `seconds`, then Ctrl-C, on which it writes."""
     deadline = time.monotonic() + SPY_START_S
     while not sampling.wait(0.05) and proc.poll() is None and time.monotonic() < deadline:
         pass
@@ -110,11 +128,3 @@ def record(
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    reader.join(timeout=5)
-    samples = re.search(r"Samples: (\d+) Errors: (\d+)", "\n".join(lines))
-    if samples:
-        info["samples"], info["errors"] = int(samples[1]), int(samples[2])
-    if proc.returncode != 0 or not path.is_file():
-        said = [ln for ln in lines if ln]
-        return info, f"py-spy failed ({said[-1] if said else f'exit status {proc.returncode}'})"
-    return info, ""

@@ -197,7 +197,8 @@ def test_an_out_beside_your_own_page_is_refused_and_the_page_kept(tmp_path, comm
     (tmp_path / name).write_text("# My project\n\nmine, by hand\n")
     p = run_cli(*OUT_COMMANDS[command], "--out", str(tmp_path), cwd=tmp_path)
     assert p.returncode == 2 and p.stdout == "", p.stderr
-    said = f"--out {str(tmp_path)!r} holds a {name} that attnbench did not write, and the {kind} writes"
+    a = {"README.md": "a", "compare.html": "a"}.get(name, "an")  # an index.md
+    said = f"--out {str(tmp_path)!r} holds {a} {name} that attnbench did not write, and the {kind} writes"
     assert p.stderr.strip().splitlines() == [
         f"attnbench: error: {said} its own {name} there; write it elsewhere"
     ]

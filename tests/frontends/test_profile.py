@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
-from conftest import run_cli
+from conftest import cli_env, run_cli
 
 from attnbench.api import report_dir
 from attnbench.harness.tools.profile import single_cell
@@ -202,3 +209,166 @@ def test_a_notebook_function_is_profiled_from_python(tmp_path):
     assert (
         "Profile: cell_attn" in shown and 'href="' in shown and "index.html" in shown and "aten::bmm" in shown
     )
+
+
+PROFILE_VARIANTS = str(Path(__file__).resolve().parents[1] / "data" / "profile_variants.py")
+TINY = ("--no-py-spy", "--iters", "2")
+
+
+def _stderr_lines(p) -> list[str]:
+    """What the command said, less the progress line a profile always prints."""
+    return [line for line in p.stderr.splitlines() if line and not line.startswith("torch.profiler:")]
+
+
+@pytest.mark.parametrize(
+    "variant, given",
+    [
+        ("paged_gather", {}),
+        ("paged_chunked", {"seq_k": "1024"}),
+        ("sdpa_loop", {}),
+        ("naive", {"window": "16"}),
+        ("naive", {"kv_heads": "2", "seq_k": "128", "causal": "lower-right"}),
+        ("naive", {"lengths": "uniform", "batch": "2"}),
+        ("naive", {"mod": "softcap:30", "padding": "0.25", "dropout": "0.1"}),
+    ],
+)
+def test_the_reproduce_command_of_every_workload_gives_the_cell_again(variant, given):
+    """Plan.command() of a paged cell raised KeyError 'seq_k' after the cell was profiled (cell_given left
+    out a paged cell's --seq-k, as it must a pack's): the command of every workload family's cell is read
+    back by `attnbench profile`'s own parser as exactly that cell."""
+    from attnbench.cli import build_parser
+    from attnbench.harness.sweep import options
+    from attnbench.harness.tools.profile import CELL_OPTIONS, prepare
+
+    plan = prepare(variant, given, use_py_spy=False)
+    args = build_parser().parse_args(shlex.split(plan.command())[1:])
+    again = prepare(args.variant[0], options.given_options(vars(args), CELL_OPTIONS), use_py_spy=False)
+    assert again.cell == plan.cell
+
+
+def test_a_paged_cache_variant_profiles_a_decode_step(tmp_path):
+    out = tmp_path / "prof"
+    p = run_cli("profile", "--variant", "paged_gather", "--seq-k", "64", "--batch", "2", *SMALL[2:], *TINY,
+                "--out", str(out))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    _torch_outputs_ok(out)
+    md = (out / "index.md").read_text()
+    title = md.splitlines()[0]
+    assert "N=1 " in title and "N\\_k=64" in title and "pages of 16" in title and "uniform lengths" in title
+    assert "warm-up, not profiled" in md  # the un-profiled time per call beside the profiled ones
+
+
+def test_the_title_names_every_axis_off_its_default(tmp_path):
+    """A w16 cell's title said 'N=256 d_k=64 causal fwd': every axis off its quiet value is named."""
+    from attnbench.reports.profile_page import _title
+
+    cell = {"variant": "v", "device": "cpu", "dtype": "float32", "batch": 1, "heads": 8, "seq_len": 256,
+            "d_k": 64, "d_v": 64, "causal": True, "padding": 0.0, "pass": "fwd", "window": 16, "kv_heads": 2,
+            "seq_k": 256, "causal_align": "top-left", "dropout": 0.0, "mod": "alibi", "lengths": "none",
+            "page_size": 0}  # fmt: skip
+    assert (
+        _title({"cell": cell})
+        == "Profile: v · cpu float32 B=1 H=8 N=256 d_k=64 causal H_kv=2 window 16 ALiBi fwd"
+    )
+    lower = _title(
+        {"cell": {**cell, "seq_k": 512, "causal_align": "lower-right", "window": 0, "kv_heads": 8}}
+    )
+    assert lower.endswith("N=256 d_k=64 lower-right causal N_k=512 ALiBi fwd")
+
+
+def test_an_answer_of_the_wrong_shape_is_refused_in_one_line(tmp_path):
+    """profile_scores returns (B, H, N, N): `attnbench run` makes it an error row; profile exited 0 with a
+    full page. It fails in its warm-up call with the output contract's words, and nothing is profiled."""
+    out = tmp_path / "prof"
+    p = run_cli("profile", "--variant", "profile_scores", "--variant-file", PROFILE_VARIANTS, *SMALL,
+                "--d-k", "16", *TINY, "--out", str(out))  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    said = _stderr_lines(p)
+    assert len(said) == 1 and said[0].startswith(
+        "attnbench: the profiled cell failed in its warm-up call (nothing was profiled): output contract: "
+        "returned float32 (1, 2, 64, 64) on cpu; expected (1, 2, 64, 16)"
+    ), p.stderr
+    assert not (out / "trace.json").exists() and not (out / "top_ops.csv").exists()
+    assert "output contract" in (out / "index.md").read_text()
+
+
+def test_a_wrong_answer_is_profiled_with_a_warning(tmp_path):
+    """An answer off the float64 gate is profiled, as `attnbench run` measures a wrong cell, and said in one
+    line on stderr and on the page."""
+    out = tmp_path / "prof"
+    fault = str(Path(PROFILE_VARIANTS).with_name("fault_variants.py"))
+    p = run_cli(
+        "profile", "--variant", "fault_wrong", "--variant-file", fault, *SMALL, *TINY, "--out", str(out)
+    )
+    assert p.returncode == 0, p.stderr
+    warned = [line for line in _stderr_lines(p) if "answer is wrong" in line]
+    assert len(warned) == 1 and "fault_wrong's answer is wrong (failed the float64 gate: rel_err" in warned[0]
+    assert "Wrong answer (profiled anyway" in (out / "index.md").read_text()
+    _torch_outputs_ok(out)
+
+
+def test_a_kernel_that_raises_is_one_line_naming_the_phase(tmp_path, capfd):
+    """The child's whole traceback was printed before the line, and the page blamed torch.profiler: one
+    line names the warm-up call, and the traceback is in child.log only; from Python too."""
+    import attnbench
+    from tests.conftest import as_a_fresh_process
+
+    out = tmp_path / "prof"
+    p = run_cli("profile", "--variant", "profile_boom", "--variant-file", PROFILE_VARIANTS, *SMALL, *TINY,
+                "--out", str(out))  # fmt: skip
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert _stderr_lines(p) == [
+        "attnbench: the profiled cell failed in its warm-up call (nothing was profiled): RuntimeError: boom "
+        f"in the kernel (traceback in {out / 'child.log'})"
+    ], p.stderr
+    assert "Traceback" in (out / "child.log").read_text()
+    md = (out / "index.md").read_text()
+    assert "torch.profiler part failed" not in md and "Failed: the profiled cell failed in its warm-up" in md
+
+    def boom(q, k, v):
+        raise RuntimeError("boom in a notebook")
+
+    capfd.readouterr()
+    with as_a_fresh_process(tmp_path):
+        prof = attnbench.profile(boom, seq_len=64, heads=2, py_spy=False, iters=2, out=tmp_path / "py")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "RuntimeError: boom in a notebook" in prof.error
+    assert "warm-up call" in prof.error
+
+
+def test_a_relative_variant_file_is_absolute_in_the_reproduce_command(tmp_path, monkeypatch):
+    from attnbench.harness.tools.profile import prepare
+
+    (tmp_path / "mine.py").write_text(
+        "from attnbench import register, variants\n"
+        "@register('mine_rel')\n"
+        "def mine_rel(q, k, v, **kw):\n"
+        "    return variants.get('naive').fn(q, k, v, **kw)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    plan = prepare("mine_rel", {}, use_py_spy=False, variant_files=["mine.py"])
+    assert plan.command().endswith(f"--variant-file {tmp_path / 'mine.py'}")
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_ctrl_c_leaves_no_partial_profile(tmp_path, made):
+    """Ctrl-C left DIR/flame.svg, and the same command was then refused (--out not empty): what the profile
+    wrote is removed (the folder too, when it made it), and one line says so."""
+    out = tmp_path / "prof"
+    if not made:
+        out.mkdir()
+    cmd = [sys.executable, "-m", "attnbench", "profile", "--variant", "profile_sleepy", "--variant-file",
+           PROFILE_VARIANTS, *SMALL, *TINY, "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not psutil.Process(proc.pid).children():  # the profiled child started: it sleeps in its warm-up
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # the parent only, as a notebook's interrupt: the child ignores it anyway
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    said = "removed the unfinished profile" if made else "removed what the profile had written into"
+    assert err.strip().splitlines() == [f"interrupted: {said} {out}"]
+    assert not out.exists() if made else list(out.iterdir()) == []

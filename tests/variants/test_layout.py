@@ -115,7 +115,7 @@ def test_in_layout_always_copies_and_keeps_values():
 def test_the_profiled_call_is_handed_the_variants_layout(plugin):
     from attnbench.harness.tools.profiled_child import make_call
 
-    q, k, v, _ = make_call(spec("layout_bnhd"), seed=0).inputs
+    q, k, v, _ = make_call(spec("layout_bnhd"), seed=0)[0].inputs
     assert q.stride() == k.stride() == v.stride() == BNHD
 
 
