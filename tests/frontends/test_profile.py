@@ -88,7 +88,7 @@ def test_missing_py_spy_says_how_to_install_and_still_profiles(tmp_path, monkeyp
         (["--variant", "naive", "--seq-len", "64,128"], "--seq-len takes one value"),
         (["--variant", "naive", "--seq-len", "64", "--seq-len", "128"], "--seq-len takes one value"),
         (["--variant", "naive", "--causal", "both"], "--causal takes one value"),
-        (["--variant", "naive", "--dtype", "float8"], "unknown dtype 'float8'"),
+        (["--variant", "naive", "--dtype", "float8"], "--dtype 'float8': float8 is not a dtype of a sweep"),
         (["--variant", "naive", "--seconds", "0"], "--seconds must be"),
     ],
 )
