@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from attnbench.api_keywords import RUN_KINDS, executor_options, given_as, refuse_unknown, switches, typed
 from attnbench.bench_sweep import bench_plan, resumed_baseline
 from attnbench.interrupted import RunInterrupted, bench_interrupted
 
@@ -119,28 +120,28 @@ def run(
     (harness.sweep.settings), as text a flag takes ('256..4096', 'both') or as Python values. `variants`
     takes names, callables, `attnbench.variant(...)`s or a {name: callable} mapping: a callable is shipped
     to the worker processes by value (docs/api.md). The rules are `attnbench run`'s
-    (harness.run.request.RunRequest), and errors name the keyword.
-
+    (harness.run.request.RunRequest), and errors name the keyword (a wrong type: attnbench.api_keywords).
     `progress`: None (the default) shows one display in a notebook, redrawn in place, and nothing in a
-    script; True shows it anywhere (rich's bar and a line per cell on stderr, as `attnbench run`).
-    """
+    script; True shows it anywhere (rich's bar and a line per cell on stderr, as `attnbench run`)."""
     from attnbench.harness.run.progress import progress_for
     from attnbench.harness.run.request import RunRequest
     from attnbench.harness.run.runner import run as run_sweep
     from attnbench.harness.sweep.spec import SweepSpec
 
-    scale_out = dict(
+    scale_out = executor_options(dict(
         devices=devices, ray_address=ray_address, slurm_partition=slurm_partition, slurm_local=slurm_local,
         slurm_gpus_per_node=slurm_gpus_per_node, slurm_time=slurm_time,
         slurm_array_parallelism=slurm_array_parallelism, slurm_tasks=slurm_tasks, slurm_opt=slurm_opt,
-    )  # fmt: skip
+    ))  # fmt: skip
     switches(resume=resume, redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
-             slurm_local=slurm_local, progress=progress)  # fmt: skip
+             progress=progress)  # fmt: skip
+    typed(executor=executor, preset=preset, status=status, cells=cells)
     with in_keywords():
         sweep, config, out, rerun, variant_files = _run_paths_given(sweep, config, out, rerun, variant_files)
         spec = sweep if isinstance(sweep, SweepSpec) else None
         given = {**(dict(sweep or {}) if spec is None else {}), **axes}
         _refuse_capabilities(given, GIVE_WITH_FN)  # approximate=, gqa=, takes=: what a function is
+        refuse_unknown(given, run)  # slurm_partion=: did you mean slurm_partition?
         for key in ("variants", "variant"):
             if key in given:
                 given[key] = _variant_names(given[key], key)
@@ -212,7 +213,7 @@ def as_path(value: Any, keyword: str, *, run: bool = False) -> Path:
         except (TypeError, RuntimeError):  # a bytes path; a ~user that names no user
             pass
     kinds = "a path (str or pathlib.Path)" + (" or a Run" if run else "")
-    raise TypeError(f"{keyword} takes {kinds}, not {type(value).__name__} {_short(value)}")
+    raise TypeError(f"{keyword} takes {kinds}, not {given_as(value)}")
 
 
 def _run_paths_given(sweep: Any, config: Any, out: Any, rerun: Any, variant_files: Any) -> tuple:
@@ -232,21 +233,6 @@ def _run_paths_given(sweep: Any, config: Any, out: Any, rerun: Any, variant_file
 def paths_of(value: Any, keyword: str, *, run: bool = False) -> list[Path]:
     """as_path of each of a sequence of paths (or of one path given alone)."""
     return [as_path(v, keyword, run=run) for v in (value if isinstance(value, (list, tuple)) else [value])]
-
-
-def switches(**given: Any) -> None:
-    """TypeError naming the keyword where a switch (resume=, dry_run=, ...) is given anything but True or
-    False: a string such as "False" is true to Python, and would do what it says not to. `progress` may
-    also be None (its default: shown in a notebook only)."""
-    for key, value in given.items():
-        if not isinstance(value, bool) and not (key == "progress" and value is None):
-            also = " or None" if key == "progress" else ""
-            raise TypeError(f"{key}= takes True or False{also}, not {type(value).__name__} {_short(value)}")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _finished(summary) -> Run:
@@ -341,6 +327,7 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
     switches(**{k: keywords[k] for k in _SWITCHES + ("progress",) if k in keywords})
+    typed(**{k: v for k, v in keywords.items() if k in RUN_KINDS})  # read by bench's plan before run
     for key in ("out", "config", "rerun"):  # read by bench's plan before run: `~` expanded first
         if keywords.get(key) is not None:
             keywords[key] = as_path(keywords[key], f"{key}=", run=key != "config")
@@ -477,10 +464,8 @@ def profile(
     from attnbench.variants import shipped
 
     switches(native=native, py_spy=py_spy)
-    known = {o.key for o in CELL_OPTIONS}
-    unknown = sorted(set(cell) - known - {"pass_"})
-    if unknown:
-        raise ValueError(f"profile: unknown keyword {unknown[0]}=; a cell takes {', '.join(sorted(known))}")
+    typed(name=name, seconds=seconds, rate=rate, iters=iters, threads=threads)
+    refuse_unknown(sorted(cell), profile, sorted(o.key for o in CELL_OPTIONS), also=["pass_"])
     given = {("pass" if k == "pass_" else k): v for k, v in cell.items()}
     with in_keywords():
         who = fn if isinstance(fn, str) else _variant_names(variant(fn, name=name), "variants")[0]

@@ -8,7 +8,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from attnbench.api import PathLike, _is_frame, _run_paths, _short, as_path, in_keywords
+from attnbench.api import PathLike, _is_frame, _run_paths, as_path, in_keywords
+from attnbench.api_keywords import given_as
 
 
 def history(*runs: PathLike | Sequence[PathLike], store: PathLike | None = None, machine: str | None = None):
@@ -57,8 +58,8 @@ def steps(frame: Any = None, *, store: PathLike = "runs/history.sqlite", machine
     if frame is not None and not _is_frame(frame):
         said = f"store={frame!r}" if isinstance(frame, (str, os.PathLike)) else "store=PATH"
         raise TypeError(
-            f"steps: frame is a DataFrame of attnbench.history(), not {type(frame).__name__} "
-            f"{_short(frame)}; a history store is given as steps({said})"
+            f"steps: frame is a DataFrame of attnbench.history(), not {given_as(frame)}; a history store is "
+            f"given as steps({said})"
         )
     if frame is not None:
         _history_frame(frame)
@@ -94,5 +95,5 @@ def _machine_text(machine: Any, name: str) -> None:
     if machine is not None and not isinstance(machine, str):
         raise TypeError(
             f"{name}: machine= takes a machine's name or a part of one (str, such as 'H100'), not "
-            f"{type(machine).__name__} {_short(machine)}"
+            f"{given_as(machine)}"
         )

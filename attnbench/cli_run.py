@@ -236,9 +236,25 @@ def _ended(summary, rerun: str | None) -> int:
         tell(busy)
     _again(rows, summary.path)
     if rerun:
-        tell(f"compare with: attnbench compare {rerun} {summary.path}")
+        tell(_after_rerun(rerun, rows, summary.path))
     print(summary.path)
     return 0
+
+
+def _after_rerun(rerun: str, rows, path) -> str:
+    """What to do with a rerun: compare it with the run it measured again where a cell was ok there (compare
+    judges its time, or its status changed: ok -> crashed fails the gate); cells crashed or timed out there
+    have no time to judge, and their new rows are read in this run's report."""
+    from attnbench.results.store import latest_rows
+
+    before = {r.get("cell_id"): str(r.get("status")) for r in latest_rows(rerun)}
+    if any(before.get(r.get("cell_id")) == "ok" for r in rows):
+        return f"compare with: attnbench compare {rerun} {path}"
+    were = sorted({before[r.get("cell_id")] for r in rows if r.get("cell_id") in before})
+    return (
+        f"no cell measured again was ok in {rerun} ({', '.join(were) or 'none found'} there): compare would "
+        f"judge none; read the new rows with: attnbench report {path}"
+    )
 
 
 def _again(rows, path) -> None:

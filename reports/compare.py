@@ -47,9 +47,10 @@ def parse_run_spread(text: str) -> float:
     return float(m["num"]) / 100
 
 
-def change_text(ratio: float, significant: bool | None) -> str:
+def change_text(ratio: float, significant: bool | None, judged: judge.Judged | None = None) -> str:
     """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not; a ratio
-    that shows as 1.00x either way reads 'no change (1.00x)', never faster or slower."""
+    that shows as 1.00x either way reads 'no change (1.00x)'. A significant change the judge calls
+    'ambiguous' (a blind one whose CI excludes 1: not past the run-to-run spread) or 'same' says so."""
     if not math.isfinite(ratio) or ratio <= 0:
         return "n/a"
     if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
@@ -58,7 +59,14 @@ def change_text(ratio: float, significant: bool | None) -> str:
         word = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
     if significant is None:
         return f"{word} (no test)"
-    return word if significant else f"{word}, not significant"
+    if not significant:
+        return f"{word}, not significant"
+    if judged is not None and judged.verdict == "ambiguous":
+        floor = judged.blind and (judged.ci_low > 1 or judged.ci_high < 1)
+        return f"{word}, ambiguous" + (" (within the run-to-run spread)" if floor else "")
+    if judged is not None and judged.verdict == "same" and not word.startswith("no change"):
+        return f"{word}, same (within the tolerance)"
+    return word
 
 
 @dataclass
@@ -149,7 +157,10 @@ def _match_axes(a, b) -> tuple[list[str], str]:
     """Axes to match cells on: all of them when both runs used the same devices, else all but device."""
     da, db = sorted(set(a["device"].dropna())), sorted(set(b["device"].dropna()))
     if da == db:
-        return list(CELL_AXES), "cells matched by cell_id (same devices in both runs)"
+        ma, mb = (sorted(set(df["device_model"].dropna())) if "device_model" in df else [] for df in (a, b))
+        other = f"{', '.join(da)} in both runs, on other models: {', '.join(ma)} in A, {', '.join(mb)} in B"
+        said = "same devices in both runs" if ma == mb else other
+        return list(CELL_AXES), f"cells matched by cell_id ({said})"
     if len(da) == 1 and len(db) == 1:
         return [
             x for x in CELL_AXES if x != "device"
@@ -286,7 +297,7 @@ def _record(
         "p_holm": j.p_holm,
         "significant": bool(significant) if significant is not None else pd.NA,
         "verdict": j.verdict,
-        "change": change_text(j.ratio, significant) if ok else f"{r['status_a']} -> {r['status_b']}",
+        "change": change_text(j.ratio, significant, j) if ok else f"{r['status_a']} -> {r['status_b']}",
         "regression": j.regression,
         "why": j.why,
     }

@@ -255,9 +255,10 @@ class Variant:
             return f"{self.name} does not support dropout (a variant that does takes dropout_p=)"
         if problem.dropout and cap.approximate:  # the dropout check reads exact weights through the output
             return f"{self.name} is approximate: its dropout cannot be checked against float64"
-        if problem.backward and not cap.backward:
-            return f"{self.name} does not support backward (declare it with backward=True)"
         mine = self.source != "builtin"  # a user's function: say what declares the axis
+        if problem.backward and not cap.backward:
+            way = "(declare it with backward=True)" if mine else "(a built-in variant with no backward)"
+            return f"{self.name} does not support backward {way}"
         if problem.gqa and not cap.gqa:
             way = "; declare gqa=True if it takes k and v with fewer heads than q" if mine else ""
             return (

@@ -249,6 +249,23 @@ def check_known(
     return check
 
 
+# FP8 is a recipe of the inputs' rounding inside a cell of another dtype (variants/fp8.py), not a dtype cells
+# are made in: a float8 name given as one says so, never "did you mean 'float64'?"
+FLOAT8 = re.compile(r"(?:torch\.)?(?:float8|fp8|f8|e4m3|e5m2)", re.I)
+
+
+def check_dtypes(name: str, values: tuple) -> tuple:
+    """Each a dtype of DTYPES or an alias of one; a float8 dtype is refused with where FP8 is measured."""
+    for v in values:
+        if isinstance(v, str) and FLOAT8.match(v):
+            raise ValueError(
+                f"{name} {v!r}: float8 is not a dtype of a sweep's cells; FP8 is measured by the variants "
+                "fp8_emulated, fp8_emulated_head and fp8_sdpa, which round q, k, v to float8_e4m3fn inside a "
+                "cell of float32, float16 or bfloat16 (docs/variants.md, quantised inputs)"
+            )
+    return check_known(DTYPES, "dtype", DTYPE_ALIASES)(name, values)
+
+
 def check_names(name: str, values: tuple) -> tuple:
     for v in values:
         if not isinstance(v, str) or not v:
@@ -320,7 +337,7 @@ def _causal_text(value: Any) -> str:
 GRAMMARS: dict[str, Grammar] = {
     "variants": Grammar(parse_names, check_names),
     "devices": Grammar(parse_names, check_known(DEVICES, "device"), choices=DEVICES),
-    "dtypes": Grammar(parse_names, check_known(DTYPES, "dtype", DTYPE_ALIASES), choices=DTYPES),
+    "dtypes": Grammar(parse_names, check_dtypes, choices=DTYPES),
     "ints": Grammar(parse_ints, check_ints(), unique=False),
     "lengths": Grammar(parse_ints, check_ints(MAX_SEQ_LEN), unique=False),
     "fractions": Grammar(parse_floats, check_fractions("a fraction"), write=lambda v: repr(float(v))),

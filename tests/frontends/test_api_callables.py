@@ -748,12 +748,18 @@ def test_a_ratio_the_judge_did_not_call_carries_its_verdict():
 
 def test_the_docs_example_runs(tmp_path):
     """docs/api.md's callables example, as a script of its own (its function is __main__'s), prints what
-    its comment says."""
+    its comment says, and its function passes bench's gate: the run's cells have N_q = N_k, where a causal
+    mask built n x n from q alone is right; bench's gate at N = 100 adds N_q 25 of N_k 100: it raised."""
     code = compile(example("<!-- callables-example"), "docs/api.md (callables-example)", "exec")
+    script = {"__name__": "__main__"}
     with as_a_fresh_process(tmp_path), redirect_stdout(io.StringIO()) as out:
-        exec(code, {"__name__": "__main__"})
+        exec(code, script)
+        bench = attnbench.bench(script["my_attn"], out=tmp_path / "bench", dtype="float32", **QUICK)
     assert "{'ok': 12, 'unsupported': 4}" in out.getvalue()
     assert (tmp_path / "runs" / "mine" / "variants.pkl").is_file()
+    gated = dict((r.workload, r.status) for r in bench.declared.gated)
+    assert gated.get("causal top-left, N_q 25 of N_k 100") == "pass", (gated, str(bench))
+    assert not bench.answer.wrong and "ERROR" not in str(bench), str(bench)
 
 
 REGISTERED_CELL = """

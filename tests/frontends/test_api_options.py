@@ -46,11 +46,15 @@ def test_every_run_flag_is_a_keyword():
         (dict(rerun="somewhere", cells="x", status="ok"), "choose cells by cells or by status, not both"),
         (dict(processes=3), "processes was removed: a worker process is where a visit runs"),
         (dict(repeat=3), "repeat was removed: runs made one after another share the machine's drift"),
+        (dict(casual="yes"), "unknown keyword 'casual' (did you mean 'causal'?); known: variants"),
+        (dict(rouns=3), "unknown keyword 'rouns' (did you mean 'rounds'?)"),
+        # run's own keywords are known too, and suggested: where the cells are measured among them
         (
-            dict(casual="yes"),
-            "unknown sweep axis or setting 'casual' (did you mean 'causal'?); known: variants",
+            dict(executor="slurm", slurm_partion="ci"),
+            "unknown keyword 'slurm_partion' (did you mean 'slurm_partition'?)",
         ),
-        (dict(rouns=3), "unknown sweep axis or setting 'rouns' (did you mean 'rounds'?)"),
+        (dict(executor="ray", ray_adress="x:1"), "(did you mean 'ray_address'?); known: variants, device"),
+        (dict(executor="ray", ray_adress="x:1"), ", executor, devices, ray_address, slurm_partition, "),
     ],
 )
 def test_errors_name_the_keyword(tmp_path, kwargs, words):

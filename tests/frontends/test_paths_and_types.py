@@ -4,6 +4,7 @@ line naming the keyword, never an error from deep inside."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -75,8 +76,12 @@ def test_a_run_is_taken_wherever_a_run_directory_is(tmp_path):
         (lambda: attnbench.steps("runs/h0"), "a history store is given as steps(store='runs/h0')"),
         (lambda: attnbench.table(5), "table takes attnbench.load()'s DataFrame, a run directory or a Run"),
         (lambda: attnbench.report(RUN, out=["x"]), "out= takes a path"),
+        (
+            lambda: attnbench.load(attnbench.load(RUN)),
+            "load: each run takes a path (str or pathlib.Path) or a Run, not DataFrame",
+        ),
     ],
-    ids=["run out", "run config", "load", "history store", "steps", "table", "report out"],
+    ids=["run out", "run config", "load", "history store", "steps", "table", "report out", "load a frame"],
 )
 def test_a_value_of_the_wrong_type_is_one_clear_line(tmp_path, call, said):
     with as_a_fresh_process(tmp_path), pytest.raises(TypeError) as caught:
@@ -110,6 +115,83 @@ def test_a_profile_switch_given_text_is_refused(tmp_path):
     with pytest.raises(TypeError, match="^py_spy= takes True or False, not str 'no'$"):
         attnbench.profile("naive", out=tmp_path / "p", py_spy="no")
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (dict(seconds="2"), "seconds= takes a number of seconds (int or float), not str '2'"),
+        (dict(seconds=True), "seconds= takes a number of seconds (int or float), not bool True"),
+        (dict(iters="3"), "iters= takes a number of calls (int), not str '3'"),
+        (dict(rate="fast"), "rate= takes samples per second (int), not str 'fast'"),
+        (dict(threads="2"), "threads= takes a whole number (int), not str '2'"),
+        (dict(name=5), "name= takes text (str), not int 5"),
+    ],
+)
+def test_a_profile_keyword_of_the_wrong_type_is_refused(tmp_path, given, said):
+    """`seconds="2"` failed inside with "'>' not supported between instances of 'str' and 'int'"."""
+    with pytest.raises(TypeError) as caught:
+        attnbench.profile("naive", seq_len=128, out=tmp_path / "p", **given)
+    assert str(caught.value) == said
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (
+            dict(executor="ray", ray_address=6379),
+            "ray_address= takes the cluster's address as text, such as ",
+        ),
+        (dict(executor="slurm", slurm_partition=5), "slurm_partition= takes text (str), not int 5"),
+        (dict(executor="slurm", slurm_gpus_per_node="2"), "slurm_gpus_per_node= takes a whole number (int)"),
+        (dict(executor="slurm", slurm_time=1.5), "slurm_time= takes minutes (int) or text such as '90' or "),
+        (
+            dict(executor="slurm", slurm_array_parallelism="2"),
+            "slurm_array_parallelism= takes a whole number",
+        ),
+        (dict(executor="slurm", slurm_tasks=True), "slurm_tasks= takes a whole number (int), not bool True"),
+        (
+            dict(executor="slurm", slurm_opt=["a=b", 3]),
+            "slurm_opt= takes KEY=VALUE text, or a list of them, not",
+        ),
+        (dict(devices=0), "devices= takes text such as 'cuda:0,cuda:1' (str), not int 0"),
+        (dict(executor=5), "executor= takes text (str), not int 5"),
+        (dict(preset=["quick"]), "preset= takes text (str), not list ['quick']"),
+    ],
+)
+def test_an_executor_keyword_of_the_wrong_type_is_refused(tmp_path, given, said):
+    """`ray_address=6379` failed inside with "'int' object has no attribute 'startswith'", before bench's
+    plan and run alike."""
+    out = tmp_path / "never"
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError) as caught:
+        attnbench.run(variants="naive", seq_len=64, heads=1, out=out, **given)
+    assert str(caught.value).startswith(said) and "\n" not in str(caught.value), caught.value
+    with as_a_fresh_process(tmp_path), pytest.raises(TypeError, match=f"^{re.escape(said)}"):
+        attnbench.bench("naive", out=out, **given)
+    assert not out.exists()
+
+
+def test_slurm_time_in_minutes_and_one_slurm_opt_as_text_are_taken(tmp_path):
+    """`slurm_time=30` (docs: minutes) failed inside ('int' object has no attribute 'rpartition'), and
+    `slurm_opt="account=x"` was read a character at a time ("got 'a'"): they are --slurm-time 30 and one
+    --slurm-opt account=x."""
+    pytest.importorskip("submitit")
+    from attnbench.api_keywords import executor_options
+
+    given = dict(slurm_time=30, slurm_opt="account=x", slurm_local=True)
+    assert executor_options(given) == dict(slurm_time="30", slurm_opt=["account=x"], slurm_local=True)
+    with as_a_fresh_process(tmp_path):
+        ran = attnbench.run(
+            variants="naive",
+            seq_len=64,
+            heads=1,
+            out=tmp_path / "dry",
+            dry_run=True,
+            executor="slurm",
+            **given,
+        )
+    assert ran.forecast is not None
 
 
 def test_no_variants_is_refused_not_every_default_variant(tmp_path):

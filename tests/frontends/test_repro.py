@@ -147,3 +147,25 @@ def test_the_repro_line_of_a_packed_or_paged_cell_is_one_run_accepts(run, cell, 
     assert "--seq-k" not in argv or "--lengths" not in argv, argv
     dry = run_cli(*argv[1:], "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0 and "1 cell: 1 to measure" in dry.stdout, dry.stderr
+
+
+def test_a_rerun_of_cells_not_ok_before_points_at_its_report_not_at_compare(tmp_path):
+    """`--rerun RUN --status crashed` said `compare with: attnbench compare RUN NEW`, which judges nothing
+    (`crashed -> ok; verdicts: no cell ok in both runs`): the line names what reads the new rows instead."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(FIXTURE, old)
+    rows = _rows(old)
+    for row in rows:
+        if row["cell_id"] == CELL:
+            row.update(status="crashed", message="the worker died (signal 9)")
+    (old / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    new = tmp_path / "new"
+    p = run_cli("run", "--rerun", str(old), "--status", "crashed", "--out", str(new), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "attnbench compare" not in p.stderr, p.stderr
+    assert (
+        f"no cell measured again was ok in {old} (crashed there): compare would judge none; read the new "
+        f"rows with: attnbench report {new}"
+    ) in p.stderr, p.stderr

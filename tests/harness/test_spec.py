@@ -66,6 +66,20 @@ def test_dtypes_read_the_names_reports_print_and_a_typo_gets_a_suggestion():
         read_axis(axis("dtype"), "bfloat61")
 
 
+@pytest.mark.parametrize("given", ["float8", "fp8", "float8_e5m2", "torch.float8_e4m3fn"])
+def test_a_float8_dtype_says_where_fp8_is_measured(given):
+    """dtype=torch.float8_e4m3fn got "did you mean 'float64'?": FP8 is a variant's rounding of its inputs
+    inside a cell of another dtype, and the message says which variants."""
+    import torch
+
+    value = torch.float8_e4m3fn if given.startswith("torch.") else given
+    with pytest.raises(ValueError) as caught:
+        read_axis(axis("dtype"), value, "--dtype")
+    said = str(caught.value)
+    assert said.startswith(f"--dtype {given.removeprefix('torch.')!r}: float8 is not a dtype of a sweep's")
+    assert "fp8_emulated" in said and "did you mean" not in said, said
+
+
 def test_an_axis_takes_the_python_values_a_notebook_has_at_hand():
     """range(...), a numpy array or a tensor of lengths, torch.float32, torch.device("cpu"), numpy's
     integers: each read as the values they hold; a torch.device with an index is not a device attnbench
@@ -97,7 +111,7 @@ def test_an_axis_reader_rejects_naming_the_option(text):
     [
         (dict(seq_len=(0,)), "seq_len must be positive"),
         (dict(batch=(-1,)), "batch must be positive"),
-        (dict(dtypes=("float8",)), "unknown dtype 'float8'"),
+        (dict(dtypes=("float16x",)), "unknown dtype 'float16x'"),
         (dict(devices=("tpu",)), "unknown device 'tpu'"),
         (dict(passes=("bwd",)), "unknown pass 'bwd'"),
         (dict(padding=(1.0,)), "padding must be a fraction"),

@@ -24,6 +24,7 @@ from attnbench.reports.compare import (
     verdict_rule,
     write_page,
 )
+from attnbench.results import judge
 from attnbench.results.judge import RUN_SPREAD_FLOOR
 
 SEQ = [256, 512, 1024, 2048]
@@ -102,6 +103,8 @@ def test_a_known_shift_is_significant_once_the_run_spread_is_stated(tmp_path):
     assert "stated with --run-spread" in verdict_rule(cmp)
     blind = compare_runs(a, b)  # the same 10%, and no figure for the spread between runs: can't tell
     assert set(blind.cells["verdict"]) == {"ambiguous"} and (blind.per_variant["ambiguous"] == 4).all()
+    # and its change says so, as a change that is not significant does: never a bare "1.10x slower"
+    assert set(blind.cells["change"]) == {"1.10x slower, ambiguous (within the run-to-run spread)"}
 
 
 def test_no_shift_is_not_significant(tmp_path):
@@ -417,6 +420,50 @@ def test_a_rows_times_and_its_change_are_one_quantity(tmp_path):
 )
 def test_a_change_that_shows_as_1_00x_is_no_change(ratio, significant, said):
     assert change_text(ratio, significant) == said
+
+
+@pytest.mark.parametrize(
+    "verdict, blind, ci, said",
+    [
+        ("slower", False, (1.5, 1.9), "1.69x slower"),
+        ("ambiguous", True, (1.509, 1.889), "1.69x slower, ambiguous (within the run-to-run spread)"),
+        ("ambiguous", False, (0.99, 2.9), "1.69x slower, ambiguous"),
+        ("same", False, (1.001, 1.012), "1.01x slower, same (within the tolerance)"),
+    ],
+)
+def test_a_significant_change_the_verdict_does_not_confirm_says_its_verdict(verdict, blind, ci, said):
+    """The trial's row: ratio 1.689, CI [1.509, 1.889], ambiguous under the blind floor, read '1.69x slower'
+    beside rows that say '..., not significant'."""
+    ratio = 1.689 if verdict != "same" else 1.006
+    judged = judge.Judged(ratio=ratio, ci_low=ci[0], ci_high=ci[1], verdict=verdict, blind=blind)
+    assert change_text(ratio, True, judged) == said
+    assert change_text(ratio, False, judged).endswith(", not significant")
+
+
+def test_runs_on_two_gpu_models_say_so_in_how_cells_were_matched(tmp_path):
+    """An H100 run against an H200 run said 'cells matched by cell_id (same devices in both runs)'."""
+
+    def rows(factor: float) -> list[dict]:
+        return [
+            synthetic.cell(v, n, device="cuda", time_ms=factor * n / 256)
+            for v in VARIANTS
+            for n in (256, 512)
+        ]
+
+    runs = {
+        name: synthetic.write_run(
+            tmp_path / name, rows(1.0), run_id=name, gpu={"name": gpu, "memory_bytes": 2**34}
+        )
+        for name, gpu in (("h100", "NVIDIA H100"), ("h200", "NVIDIA H200"), ("h100b", "NVIDIA H100"))
+    }
+    across = compare_runs(runs["h100"], runs["h200"])
+    assert across.match == (
+        "cells matched by cell_id (cuda in both runs, on other models: NVIDIA H100 in A, NVIDIA H200 in B)"
+    )
+    assert (
+        compare_runs(runs["h100"], runs["h100b"]).match
+        == "cells matched by cell_id (same devices in both runs)"
+    )
 
 
 # ---- calibration: the machine's speed apart from the code's --------------------------------------

@@ -83,6 +83,15 @@ def test_check_names_the_unsupported_feature():
     assert variants.get("chunked").check(dropout) is None
     assert "head dims" in variants.get("sdpa_flash").check(Problem(d_k=512, d_v=512))
     assert variants.get("naive").check(Problem(causal=True, padding=0.25, pass_="fwdbwd")) is None
+    # a built-in without backward is no plug-in its user could declare backward=True for
+    backward = Problem(pass_="fwdbwd")
+    said = variants.get("fp8_emulated").check(backward)
+    assert said == "fp8_emulated does not support backward (a built-in variant with no backward)", said
+    from attnbench.variants.shipped import inline
+
+    assert inline(lambda q, k, v: q, name="mine_fwd", backward=False).check(backward) == (
+        "mine_fwd does not support backward (declare it with backward=True)"
+    )
 
 
 def test_variant_file_registers_and_runs(tmp_path):
