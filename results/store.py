@@ -558,6 +558,18 @@ def uncollected_rows(path: str | Path) -> list[dict[str, Any]]:
     return [row for cid, (_, row) in chosen.items() if cid not in collected]
 
 
+def same_row(collected: Mapping[str, Any], shard_row: Mapping[str, Any]) -> bool:
+    """Whether a shard row is the row rows.jsonl already holds for its cell (collected there, by the driver
+    or an earlier collect): every field the task wrote reads back the same, run_id aside (the collector
+    sets it). Compared as JSON text, as both were written: a CPU row's NaN (executed_tflops, io_gbps) is
+    the same NaN, where NaN != NaN would call every such row a second measurement."""
+
+    def text(value: Any) -> str:
+        return json.dumps(value, sort_keys=True)
+
+    return all(k == "run_id" or text(collected.get(k)) == text(v) for k, v in shard_row.items())
+
+
 def shard_rows_to_add(
     path: str | Path, done: Mapping[str, dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[Duplicate]]:
@@ -569,7 +581,7 @@ def shard_rows_to_add(
     add = []
     for cid, (src, row) in chosen.items():
         if cid in done:
-            if any(done[cid].get(k) != v for k, v in row.items() if k != "run_id"):
+            if not same_row(done[cid], row):
                 duplicates.append(Duplicate(cid, ROWS, src))
             continue
         add.append(row)

@@ -236,6 +236,24 @@ def test_merge_shards_keeps_the_first_finished_row_and_says_which_it_dropped(tmp
     assert len(read_rows(run)) == 3
 
 
+def test_a_shard_row_already_collected_is_no_duplicate_even_with_nan(tmp_path):
+    """A CPU row carries NaN (executed_tflops, io_gbps): the driver collected it into rows.jsonl, and a later
+    collect finds the same row in its shard. NaN is the same NaN there, not a second measurement."""
+    from attnbench.results.store import same_row, shard_rows_to_add
+
+    row = _at("s1", "2026-01-01T10:00:05+00:00", executed_tflops=float("nan"), io_gbps=float("nan"))
+    assert same_row({**row, "run_id": "other"}, row)  # the collector sets run_id
+    assert not same_row({**row, "time_ms_median": 2.0}, {**row, "time_ms_median": 1.0})
+    assert not same_row({**row, "io_gbps": 1.0}, row)
+    run = _run(tmp_path, n=1)
+    _shard(run, "task-0", [row])
+    assert merge_shards(run).added == ["s1"]
+    again = merge_shards(run)
+    assert again.added == [] and again.duplicates == []
+    _, duplicates = shard_rows_to_add(run, {"s1": {**row, "time_ms_median": 99.0}})
+    assert [(d.cell_id, d.kept) for d in duplicates] == [("s1", "rows.jsonl")]  # a different row is named
+
+
 def test_a_run_still_in_shards_loads_with_a_warning(tmp_path):
     run = _run(tmp_path, n=1)
     _shard(run, "task-0", [_at("s1", "2026-01-01T10:00:05+00:00"), _at("s2", "2026-01-01T10:00:06+00:00")])
