@@ -34,6 +34,7 @@ class Run:
     resumed: int = 0  # cells already done before a resume
     notes: tuple[str, ...] = ()  # what the run tells its user (the CLI's "note:" lines)
     forecast: Any = None  # dry_run=True: the cells and the estimated time (harness.run.estimate.Forecast)
+    missing: int = 0  # the run's cells still without a row (a Slurm array task cancelled): resume to finish
 
     def load(self):
         """This run's rows as a pandas DataFrame (attnbench.load)."""
@@ -240,7 +241,7 @@ def _finished(summary) -> Run:
     closed, its finished rows kept: the Ctrl-C goes on to the caller, a script's loop of runs included)."""
     ran = Run(
         summary.path, _counts(summary), summary.interrupted, summary.resumed, tuple(summary.notes),
-        summary.forecast,
+        summary.forecast, summary.missing,
     )  # fmt: skip
     if ran.interrupted:
         raise RunInterrupted(ran, flags=_AS_FLAGS.get())  # `attnbench bench`: said as `attnbench run` says it

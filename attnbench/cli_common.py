@@ -14,6 +14,7 @@ from attnbench.results.formulas import printable, sentence_columns, wrap_text
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_INCOMPLETE = 3  # a run that ended with cells it planned not measured (an array task cancelled)
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not the command, got wrong
 
 

@@ -53,6 +53,11 @@ class RunSummary:
     resumed: int = 0
     collected: int = 0  # rows gathered from array tasks' shards by a resume (harness.run.executors.slurm)
     notes: list[str] = field(default_factory=list)  # what the command tells the user (duplicates, lost tasks)
+    executor: str = (
+        "local"  # the executor this session measured with (its finish command: slurm's is collect)
+    )
+    missing: int = 0  # the run's cells with no row when it ended (not interrupted): an array task cancelled
+    running: list[str] = field(default_factory=list)  # Slurm jobs still queued or running when stopped
     forecast: estimate.Forecast | None = (
         None  # the cells left and their estimated time (dry_run: nothing else)
     )
@@ -270,7 +275,7 @@ def _write(
     directory closed (summary.interrupted); the closing itself is not cut short by one (interrupts.held)."""
     path = writer.path
     progress = progress or Progress(enabled=False)
-    summary = RunSummary(path=path)
+    summary = RunSummary(path=path, executor=chosen_executor.name)
     local: CellRunner | None = None
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -456,6 +461,10 @@ def _measure(
     finally:
         order.close()
         summary.notes += chosen.notes
+        summary.running = list(chosen.running)
+    # a cell can end without a row where its array task was cancelled (scancel, a time limit): the run
+    # is then incomplete, and says so (its finish command gathers the rest)
+    summary.missing = sum(1 for c in cells if c.cell_id not in writer.done)
 
 
 def _take_left_rows(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:

@@ -175,6 +175,7 @@ def test_killed_task_and_driver_then_collect_loses_nothing_and_doubles_nothing(t
     (out / "shards" / "s9-0000.jsonl").write_text(json.dumps(twice) + "\n")
     p = run_cli("collect", str(out), check=True, timeout=300)
     assert f"cell {twice['cell_id']} came back twice: kept the first finished row" in p.stderr
+    assert p.stderr.count("came back twice") == 1, p.stderr  # the rows already collected are no duplicates
     assert read_rows(out) == rows
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli, wait_while_running
 
+from attnbench.cli_common import EXIT_INCOMPLETE
 from attnbench.results.store import read_rows
 
 pytest.importorskip("submitit")
@@ -88,7 +90,11 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
     wait_while_running(lambda: victim.is_file() and victim.read_text().count("\n") >= 1, proc, "a first row")
     subprocess.run(["scancel", victim_task["job_id"]], check=True, timeout=30)  # Slurm stops it mid-sweep
     stdout, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == EXIT_INCOMPLETE, stderr  # a CI job does not pass an incomplete run
+    missing = 6 - len(read_rows(out))
+    said = f"run incomplete: {out} ({6 - missing} ok, {missing} not measured: attnbench collect {out})"
+    assert said in stderr and "run complete" not in stderr, stderr
+    assert stdout.strip() == str(out)
     # no accounting here: sacct is never asked (it said so at every poll, and submitit warned twice)
     assert "sacct" not in stderr and "accounting storage is disabled" not in stderr, stderr
     scripts = list((out / "shards" / "submitit").glob("*_submission.sh"))
@@ -98,16 +104,35 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
     assert 1 <= len(kept) < 3  # the cancelled task kept its finished rows and left cells undone
     assert len(read_rows(out)) < 6
 
-    # a second array for the missing cells (from a real CLI process, as the rest of this file's commands)
+    # a second array for the missing cells, its collector stopped by Ctrl-C once it is submitted: the tasks
+    # go on on Slurm, and the line says so, with the job id to scancel and the command that gathers them
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", "collect", str(out), "-q"],
+        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    sub2 = out / "shards" / "submission-2.json"
+    wait_while_running(sub2.is_file, proc, "the second submission")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    job = json.loads(sub2.read_text())["tasks"][0]["job_id"].split("_")[0]
+    assert (
+        f"; the array tasks of Slurm job {job} are still queued or running (to stop them: scancel {job}); "
+        f"finish with: attnbench collect {out}" in stderr
+    ), stderr
+    assert "came back twice" not in stderr, stderr  # the rows the driver collected are not duplicates
+
+    # gathered by collect (from a real CLI process, as the rest of this file's commands)
     p = run_cli("collect", str(out), check=True, timeout=600, process=True)
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 2 * 3, p.stderr  # 0 lost, 0 duplicates
+    assert "came back twice" not in p.stderr and "run complete" in p.stderr, p.stderr
     assert all(r["status"] == "ok" for r in rows), [(r["cell_id"], r["message"]) for r in rows]
     by_id = {r["cell_id"]: r for r in rows}
     for row in kept:  # the cancelled task's finished rows are kept, not measured again
         assert by_id[row["cell_id"]]["finished_at"] == row["finished_at"]
-    again = json.loads((out / "shards" / "submission-2.json").read_text())
+    again = json.loads(sub2.read_text())
     assert again["backend"] == "slurm" and again["options"]["partition"] == partition
     meta = json.loads((out / "meta.json").read_text())
     assert meta["executor"] == "slurm" and len(meta["devices"]) == 1  # one node, described once

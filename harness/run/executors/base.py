@@ -41,6 +41,7 @@ class Plan:
 class Executor(Protocol):
     name: str
     notes: list[str]  # what the command tells the user once the run ends (lost tasks, duplicates), in order
+    running: list[str]  # jobs left queued or running on a scheduler when run() was stopped (Ctrl-C): Slurm's
     ordered: bool  # carries out plan.order (one worker, in order); False: cells in parallel, one visit each
 
     def check(self, sweep: SweepSpec) -> None:

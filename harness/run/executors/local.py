@@ -91,6 +91,7 @@ class LocalExecutor:
         self.devices = devices
         self.slots: list[Slot] | None = None
         self.notes: list[str] = []  # none: every row comes back through on_row
+        self.running: list[str] = []  # none: its workers stop with the run
 
     def resume(
         self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say

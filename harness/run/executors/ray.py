@@ -235,6 +235,7 @@ class RayExecutor:
     def __init__(self, address: str | None = None) -> None:
         self.address = address
         self.notes: list[str] = []  # none: every row comes back through on_row
+        self.running: list[str] = []  # none: its workers stop with the run
 
     def resume(
         self, run_dir: Path, done: dict[str, dict[str, Any]], on_row: OnRow, on_device: OnDevice, message: Say

@@ -99,6 +99,7 @@ class SlurmExecutor:
         self.sbatch_opts = parse_opts(opts)
         self.poll_s = poll_s
         self.notes: list[str] = []  # what the command should tell the user (failed tasks, duplicates)
+        self.running: list[str] = []  # the Slurm jobs left queued or running when the driver was stopped
 
     def check(self, sweep: SweepSpec) -> None:
         """Refused in one line before anything is written: no submitit, no sbatch, GPUs asked for a sweep of
@@ -189,6 +190,21 @@ class SlurmExecutor:
         if not todo:
             return
         shards = plan.run_dir.resolve() / SHARDS  # absolute: the tasks, and a later collect, start elsewhere
+        jobs: list = []  # the jobs submitted, as they are, each with its chunks in `groups`
+        groups: list = []
+        try:
+            self._submit_and_wait(plan, todo, shards, jobs, groups, on_row, on_device)
+        except KeyboardInterrupt:  # the driver stops; the tasks submitted go on, and a collect gathers them
+            if not self.options["local"]:
+                self.running = _left_running(jobs, groups, shards)
+            raise
+
+    def _submit_and_wait(
+        self, plan: Plan, todo: list[CellSpec], shards: Path, jobs: list, groups: list, on_row: OnRow,
+        on_device: OnDevice,
+    ) -> None:  # fmt: skip
+        """Submit `todo`'s arrays, recorded in shards/submission-N.json (each job into `jobs` and its chunks
+        into `groups` as it goes out: a Ctrl-C knows what did), then wait for their rows."""
         shards.mkdir(exist_ok=True)
         submission = 1 + len(list(shards.glob("submission-*.json")))
         token = secrets.token_hex(8)
@@ -205,7 +221,6 @@ class SlurmExecutor:
             "options": self.options,
             "tasks": [],
         }
-        jobs, groups = [], []
         with quiet_loggers("submitit"):
             for params, procs, chunks in self._arrays(todo):
                 first = sum(len(g) for g in groups)  # chunk names run on across the submission's arrays
@@ -520,6 +535,19 @@ def collect(
         f"cell {d.cell_id} came back twice: kept the first finished row ({d.kept}), dropped {d.dropped}"
         for d in duplicates
     ]
+
+
+def _left_running(jobs: list, groups: list, shards: Path) -> list[str]:
+    """The Slurm array jobs (their ids, as `scancel` takes them) with a task still queued or running, among
+    those submitted (`jobs`, each with its chunks in `groups`): what a stopped driver leaves behind."""
+    left: list[str] = []
+    for job, group in zip(jobs, groups, strict=False):
+        if all((shards / f"{name}.done").exists() for name, _ in group) or _ended(job):
+            continue
+        array = str(job.job_id).split("_")[0]
+        if array not in left:
+            left.append(array)
+    return left
 
 
 def _alive_tasks(shards: Path) -> list[str]:
