@@ -144,12 +144,15 @@ class Progress:
             self._console = Console(stderr=True, highlight=False, width=terminal_columns(sys.stderr))
         return self._console
 
+    def _width(self) -> int | None:
+        """The columns a line may take: a terminal's width; None in a log (stderr redirected), where every
+        line stays whole, to grep (a long run directory once split "4 cells already done" over two lines,
+        and a plug-in's long error a cell's line over three)."""
+        return self.console.width if sentence_columns(sys.stderr) else None
+
     def message(self, text: str) -> None:
         if self.enabled:
-            # wrapped to a terminal's width; in a log one whole line, to grep (a long run directory once
-            # split "4 cells already done" over two lines)
-            width = self.console.width if sentence_columns(sys.stderr) else None
-            lines = wrap_text(printable(text), width, "  ")
+            lines = wrap_text(printable(text), self._width(), "  ")
             self.console.print("\n".join(lines), markup=False, soft_wrap=True)
 
     def start(self, total: int, done_before: int, run_dir: Path) -> None:
@@ -184,7 +187,7 @@ class Progress:
         if not self.enabled:
             return
         style = STATUS_STYLE.get(row["status"], "")
-        text = printable(cell_line(row, self.console.width))
+        text = printable(cell_line(row, self._width()))
         self.console.print(text, style=style, markup=False, soft_wrap=True)
         if self._bar is not None:
             self._bar.advance(self._task)

@@ -70,3 +70,33 @@ def test_the_spread_is_said_once_from_the_row():
     assert "±2%" in calm and "noisy" not in calm, calm
     kept = cell_line({**CAUSAL, "message": "noisy: IQR/median 34%; a note of its own"}, 100)
     assert "a note of its own" in kept and "IQR/median" not in kept, kept
+
+
+def _printed(monkeypatch, row, columns: str | None) -> str:
+    """What Progress prints for a finished cell into a log (stderr redirected), or a terminal of `columns`."""
+    import io
+    import sys
+
+    from rich.console import Console
+
+    from attnbench.harness.run.progress import Progress
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # no terminal
+    out = io.StringIO()
+    Progress(console=Console(file=out, width=100, highlight=False)).cell_done(row)
+    return out.getvalue()
+
+
+def test_a_long_message_stays_one_line_in_a_log(monkeypatch):
+    """docs/cli.md: a message stays one line whatever its length, so that grep finds it whole; a terminal's
+    line is still wrapped to its width."""
+    long = "RuntimeError: " + "the plug-in could not find its kernel for this shape " * 5
+    error = {**ROW, "status": "error", "time_ms_median": None, "message": long.strip()}
+    logged = _printed(monkeypatch, error, None)
+    assert logged.count("\n") == 1 and long.strip() in logged, logged
+    shown = _printed(monkeypatch, error, "100")
+    assert shown.count("\n") > 1 and all(len(line) <= 100 for line in shown.splitlines()), shown

@@ -36,6 +36,19 @@ def test_one_cpu_actor_per_node_and_one_per_gpu():
     assert [(s.node_id, s.label, s.num_gpus) for s in gpu] == [("a", "cuda0", 1), ("a", "cuda1", 1)]
 
 
+def test_a_long_ray_reason_is_cut_at_a_word_with_an_ellipsis():
+    """Ray's crash reason kept to 300 characters: never cut mid-word ("...killed by the OOM k"), which reads
+    as the message itself; a short one is kept whole."""
+    from attnbench.harness.run.executors.ray import _reason
+
+    said = ("The actor died unexpectedly before finishing this task: the worker was killed by the OOM killer "
+            "because the node ran low on memory, ") * 3  # fmt: skip
+    reason = _reason(RuntimeError(said + "\nActor ID: 1234\nWorker ID: abcd"))
+    assert len(reason) <= 300 and reason.endswith("...") and said.startswith(reason[:-3]), reason
+    assert said[len(reason) - 3] == " ", reason  # the cut is at a word boundary
+    assert _reason(RuntimeError("The actor died: exit code 9")) == "The actor died: exit code 9"
+
+
 def test_missing_ray_is_one_line(tmp_path, monkeypatch):
     """Without ray installed, --executor ray is refused before any work, naming the extra to install."""
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is missing

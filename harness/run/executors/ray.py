@@ -387,14 +387,24 @@ class _Driver:
 
 
 def _failed(spec: CellSpec, status: str, message: str) -> dict[str, Any]:
-    return finish(base_row(spec), status, message[:400])
+    return finish(base_row(spec), status, _clipped(message, 400))
 
 
 def _reason(exc: BaseException) -> str:
     """Ray's reason in one line (its messages run to a dozen lines of ids)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     keep = [line for line in lines if "died" in line or "exit" in line.lower() or "killed" in line.lower()]
-    return " ".join((keep or lines or [type(exc).__name__])[:2])[:300]
+    return _clipped(" ".join((keep or lines or [type(exc).__name__])[:2]), 300)
+
+
+def _clipped(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: where longer, cut at the last word boundary before it, with
+    "..." saying so (a cut mid-word read as the message itself: "...killed by the OOM k")."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 3]
+    word = head.rsplit(" ", 1)[0] if " " in head and not text[limit - 3].isspace() else head
+    return word.rstrip(" ,;:") + "..."
 
 
 def _key(record: dict[str, Any]) -> str:
