@@ -279,15 +279,38 @@ class RayExecutor:
                 f"--ray-address {self.address}" if self.address else "a private Ray cluster on this machine"
             )
             raise ValueError(f"--executor ray: {where}: Ray refused: {said[-1][:300]}") from None
-        try:
-            with quiet_loggers("ray"):
-                yield
-        finally:
-            ray.shutdown()
+        with _held_back():  # until Ray is shut down: its listener prints what comes late, too
+            try:
+                with quiet_loggers("ray"):
+                    yield
+            finally:
+                ray.shutdown()
 
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
-        with self.session():  # the runner's session already (this one then joins nothing)
+        # the runner's session already (this one then joins nothing); held back again for a cluster the
+        # caller had joined (the API after the user's ray.init), whose session is not ours
+        with self.session(), _held_back():
             _Driver(sys.modules["ray"], plan, on_row, on_device).run()
+
+
+@contextmanager
+def _held_back() -> Iterator[None]:
+    """Ray's own lines to the driver held back while a run uses Ray. `log_to_driver=False` stops the actors'
+    output, but not the driver's error listener (ray._private.worker.listen_error_messages), which prints
+    what the raylet publishes (a killed actor's "(raylet) A worker died or was killed ... Worker ID ...",
+    some 900 characters) to stdout whatever log_to_driver says; the cell's `crashed` row says it, with Ray's
+    reason. Its printer's one switch is the one Ray's own debugger turns off (ray.util.rpdb); where a Ray
+    version lacks it, nothing is held back."""
+    worker = getattr(getattr(sys.modules.get("ray"), "_private", None), "worker", None)
+    if worker is None or not hasattr(worker, "_worker_logs_enabled"):
+        yield
+        return
+    was = worker._worker_logs_enabled
+    worker._worker_logs_enabled = False
+    try:
+        yield
+    finally:
+        worker._worker_logs_enabled = was
 
 
 class _Driver:
