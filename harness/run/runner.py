@@ -458,12 +458,15 @@ def _measure(
     )
     try:
         chosen.run(job, on_row, writer.add_device)
+    except executors.CellsLeft as exc:  # the run ends incomplete (below), saying why
+        summary.notes.append(str(exc))
     finally:
         order.close()
         summary.notes += chosen.notes
         summary.running = list(chosen.running)
-    # a cell can end without a row where its array task was cancelled (scancel, a time limit): the run
-    # is then incomplete, and says so (its finish command gathers the rest)
+    # a cell can end without a row where its array task was cancelled (scancel, a time limit) or the
+    # executor could measure no more (CellsLeft): the run is then incomplete, and says so (its finish
+    # command measures the rest)
     summary.missing = sum(1 for c in cells if c.cell_id not in writer.done)
 
 

@@ -152,3 +152,21 @@ def test_pool_describes_each_device_and_writes_from_one_thread(tmp_path):
     keys = [where_key(d["host"], d["device"], d["gpu_uuid"]) for d in devices]
     assert 1 <= len(keys) <= 2 and set(keys) == {where_key(rows[0]["host"], "cpu")}
     assert devices[0]["calibration"] == {"budget_ms": 0.0}  # as FAST asks: none
+
+
+def test_a_pool_whose_workers_cannot_start_ends_the_run_incomplete(tmp_path, monkeypatch):
+    """Cells left unmeasured for any reason end a run the same way: a note saying why, `run incomplete` with
+    the cells not measured and the command that finishes them, and exit status 3 (not a traceback)."""
+    from attnbench.harness.workers.isolation import WorkerDied
+
+    def no_worker(*args, **kwargs):
+        raise WorkerDied("worker exited with code 1 before it was ready")
+
+    _fake_gpus(monkeypatch)
+    monkeypatch.setattr(local, "CellRunner", no_worker)  # the pool's workers; the run's own starts as usual
+    out = tmp_path / "r"
+    p = run_cli("run", "--devices", "x", "--variants", "naive", "--seq-len", "16,32", "--out", str(out))
+    assert p.returncode == 3 and "Traceback" not in p.stderr, p.stderr
+    assert "attnbench: note: no worker of the pool could start; the cells left are not measured" in p.stderr
+    said = f"run incomplete: {out} (no cells run, 2 not measured: attnbench run --resume --out {out})"
+    assert said in p.stderr and "run complete" not in p.stderr, p.stderr

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attnbench.harness.run.executors.base import Executor, Plan
+from attnbench.harness.run.executors.base import CellsLeft, Executor, Plan
 
 # name -> "module:Class", imported only when chosen (ray and submitit are optional dependencies)
 EXECUTORS = {
@@ -33,4 +33,4 @@ def get(name: str, options: dict[str, Any] | None = None) -> Executor:
     return getattr(importlib.import_module(module), cls)(**(options or {}))
 
 
-__all__ = ["EXECUTORS", "Executor", "Plan", "get"]
+__all__ = ["EXECUTORS", "CellsLeft", "Executor", "Plan", "get"]

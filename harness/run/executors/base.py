@@ -38,6 +38,12 @@ class Plan:
     order: VisitPlan | None = None
 
 
+class CellsLeft(RuntimeError):
+    """An executor that can measure no more of the plan's cells (no worker of its pool could start, every
+    Ray actor of a device gone): the runner ends the run incomplete, with this message as a note and the
+    cells left for a resume, as an array task cancelled on Slurm leaves them."""
+
+
 class Executor(Protocol):
     name: str
     notes: list[str]  # what the command tells the user once the run ends (lost tasks, duplicates), in order
@@ -63,7 +69,8 @@ class Executor(Protocol):
     def run(self, plan: Plan, on_row: OnRow, on_device: OnDevice) -> None:
         """Measure plan.cells; call on_row(row) for each finished row (from this thread: the runner writes
         it at once) and on_device(record) for each device first used that the runner has not described
-        yet. KeyboardInterrupt propagates after the executor's own workers are stopped."""
+        yet. KeyboardInterrupt propagates after the executor's own workers are stopped; CellsLeft where it
+        can measure no more of the cells."""
 
 
 @contextmanager

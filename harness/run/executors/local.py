@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.harness.measure.rows import base_row, finish
-from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say
+from attnbench.harness.run.executors.base import CellsLeft, OnDevice, OnRow, Plan, Say
 from attnbench.harness.run.executors.dispatch import Dispatcher
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.workers import interrupts
@@ -227,7 +227,7 @@ def run_pool(plan: Plan, slots: list[Slot], on_row: OnRow, on_device: OnDevice) 
             if dispatcher.finished:
                 break
             if not busy and not {t.slot.device for t in alive} & dispatcher.devices_left():
-                raise RuntimeError("no worker of the pool could start; the cells left are not measured")
+                raise CellsLeft("no worker of the pool could start; the cells left are not measured")
             kind, t, payload = _get(outbox)
             if kind == "device":
                 plan.described.add(_key(payload))

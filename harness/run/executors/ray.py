@@ -36,7 +36,7 @@ from typing import Any
 
 from attnbench import variants
 from attnbench.harness.measure.rows import base_row, finish
-from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say, quiet_loggers
+from attnbench.harness.run.executors.base import CellsLeft, OnDevice, OnRow, Plan, Say, quiet_loggers
 from attnbench.harness.run.executors.dispatch import Dispatcher
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
@@ -357,7 +357,7 @@ class _Driver:
                     break
                 if not self.waiting:
                     left = ", ".join(sorted(self.dispatcher.devices_left()))
-                    raise RuntimeError(
+                    raise CellsLeft(
                         f"every Ray actor for the {left} cells is gone; cells are left unmeasured"
                     )
                 # a bounded wait, so that Ctrl-C reaches the driver between polls
