@@ -229,7 +229,7 @@ def _ended(summary, rerun: str | None) -> int:
         whole = Counter(str(r.get("status")) for r in rows)
         counts += f" this time; the run's {counted(len(rows), 'cell')}: "
         counts += ", ".join(f"{n} {s}" for s, n in sorted(whole.items()))
-    if summary.missing:  # an array task cancelled: its cells are for the finish command, and CI fails
+    if summary.missing:  # an array task cancelled, CellsLeft: the finish command measures them; CI fails
         tell(f"run incomplete: {summary.path} ({counts}, {summary.missing} not measured: {finish})")
     else:
         tell(f"run complete: {summary.path} ({counts})")
