@@ -484,9 +484,12 @@ def _take_left_rows(path: Path, writer: RunWriter, run_id: str, summary: RunSumm
 
     notes = []
     for name in executors.EXECUTORS:
-        notes += executors.get(name).resume(
-            path, dict(writer.done), on_row, writer.add_device, progress.message
-        )
+        executor = executors.get(name)
+        try:
+            notes += executor.resume(path, dict(writer.done), on_row, writer.add_device, progress.message)
+        except KeyboardInterrupt:  # stopped while it waits for array tasks: the line names them
+            summary.running = list(executor.running)
+            raise
     return notes
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 
@@ -136,3 +137,37 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
     assert again["backend"] == "slurm" and again["options"]["partition"] == partition
     meta = json.loads((out / "meta.json").read_text())
     assert meta["executor"] == "slurm" and len(meta["devices"]) == 1  # one node, described once
+
+
+def test_a_collect_stopped_while_it_waits_names_the_slurm_jobs_it_leaves(tmp_path):
+    """Ctrl-C while `collect` waits for array tasks still queued: the tasks go on (a later collect gathers
+    them), and the executor knows their array job, for the interrupted line's `scancel`."""
+    from attnbench.harness.run.executors.slurm import SlurmExecutor, _array_ids
+
+    assert _array_ids(["4242_0", "4242_[1-3%4]", "77", "4242_5"]) == ["4242", "77"]
+    partition = _partition()
+    # an array of one task, held: queued until cancelled
+    sbatch = ["sbatch", "--hold", "--array=0", "--parsable", "-p", partition, "--wrap", "true"]
+    sbatch += ["-o", str(tmp_path / "held-%a.out")]
+    held = subprocess.run(sbatch, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    held = held.split(";")[0]
+    try:
+        shards = tmp_path / "shards"
+        shards.mkdir()
+        record = {"submission": 1, "backend": "slurm", "host": socket.gethostname(),
+                  "folder": str(shards / "submitit"), "options": {},
+                  "tasks": [{"job_id": f"{held}_0", "chunks": ["s1-0000"]}]}  # fmt: skip
+        (shards / "submission-1.json").write_text(json.dumps(record))
+        said = []
+
+        def ctrl_c(text):  # the Ctrl-C comes while it waits
+            said.append(text)
+            raise KeyboardInterrupt
+
+        executor = SlurmExecutor()
+        with pytest.raises(KeyboardInterrupt):
+            executor.resume(tmp_path, {}, lambda row: None, lambda record: None, ctrl_c)
+        assert said == [f"waiting for 1 array task(s) still running: {held}_0"]
+        assert executor.running == [held]
+    finally:
+        subprocess.run(["scancel", held], timeout=30)

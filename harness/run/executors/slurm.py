@@ -32,7 +32,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,11 @@ class SlurmExecutor:
     ) -> list[str]:
         """The rows array tasks wrote to shards/ after their driver went away (or still write): `collect`."""
         with quiet_loggers("submitit"):
-            return collect(run_dir, done, on_row, on_device, poll_s=self.poll_s, message=message)
+            try:
+                return collect(run_dir, done, on_row, on_device, poll_s=self.poll_s, message=message)
+            except KeyboardInterrupt:  # stopped while it waits for tasks: they go on, and are said
+                self.running = _array_ids(_alive_tasks(run_dir / SHARDS, slurm_only=True))
+                raise
 
     # ---- the driver ---------------------------------------------------------------------------------
 
@@ -540,22 +544,28 @@ def collect(
 def _left_running(jobs: list, groups: list, shards: Path) -> list[str]:
     """The Slurm array jobs (their ids, as `scancel` takes them) with a task still queued or running, among
     those submitted (`jobs`, each with its chunks in `groups`): what a stopped driver leaves behind."""
-    left: list[str] = []
-    for job, group in zip(jobs, groups, strict=False):
-        if all((shards / f"{name}.done").exists() for name, _ in group) or _ended(job):
-            continue
-        array = str(job.job_id).split("_")[0]
-        if array not in left:
-            left.append(array)
-    return left
+    return _array_ids(
+        str(job.job_id)
+        for job, group in zip(jobs, groups, strict=False)
+        if not all((shards / f"{name}.done").exists() for name, _ in group) and not _ended(job)
+    )
 
 
-def _alive_tasks(shards: Path) -> list[str]:
+def _array_ids(job_ids: Iterable[str]) -> list[str]:
+    """The array jobs of array tasks ("4242_0", "4242_[1-3%4]" -> "4242"), once each, in order: what
+    `scancel` takes to stop them all."""
+    return list(dict.fromkeys(str(job_id).split("_")[0] for job_id in job_ids))
+
+
+def _alive_tasks(shards: Path, slurm_only: bool = False) -> list[str]:
     """Job ids of the submitted array tasks that have not written all their .done files and that the
-    scheduler (Slurm's sacct, or for local tasks the process table) says are still running."""
+    scheduler (Slurm's sacct, or for local tasks the process table) says are still running (`slurm_only`:
+    those on Slurm, not --slurm-local's)."""
     alive = []
     for path in sorted(shards.glob("submission-*.json")):
         record = json.loads(path.read_text())
+        if slurm_only and record["backend"] != "slurm":
+            continue
         for task in record["tasks"]:
             if all((shards / f"{c}.done").exists() for c in task["chunks"]):
                 continue
