@@ -53,9 +53,8 @@ class RunSummary:
     resumed: int = 0
     collected: int = 0  # rows gathered from array tasks' shards by a resume (harness.run.executors.slurm)
     notes: list[str] = field(default_factory=list)  # what the command tells the user (duplicates, lost tasks)
-    executor: str = (
-        "local"  # the executor this session measured with (its finish command: slurm's is collect)
-    )
+    # the executor this session measured with (its finish command: slurm's is collect)
+    executor: str = "local"
     missing: int = 0  # the run's cells with no row when it ended (not interrupted): an array task cancelled
     running: list[str] = field(default_factory=list)  # Slurm jobs still queued or running when stopped
     forecast: estimate.Forecast | None = (
