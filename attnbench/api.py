@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -34,7 +35,7 @@ class Run:
     resumed: int = 0  # cells already done before a resume
     notes: tuple[str, ...] = ()  # what the run tells its user (the CLI's "note:" lines)
     forecast: Any = None  # dry_run=True: the cells and the estimated time (harness.run.estimate.Forecast)
-    missing: int = 0  # the run's cells still without a row (a Slurm array task cancelled): resume to finish
+    missing: int = 0  # the run's cells without a row (a Slurm array task cancelled): warned; resume to finish
 
     def load(self):
         """This run's rows as a pandas DataFrame (attnbench.load)."""
@@ -245,6 +246,13 @@ def _finished(summary) -> Run:
     )  # fmt: skip
     if ran.interrupted:
         raise RunInterrupted(ran, flags=_AS_FLAGS.get())  # `attnbench bench`: said as `attnbench run` says it
+    if ran.missing:  # the CLI's "run incomplete" (exit 3), said where a script or a notebook sees it
+        again = ", executor='slurm'" if summary.executor == "slurm" else ""
+        warnings.warn(
+            f"run incomplete: {ran.path} ({ran.missing} of its cells not measured); finish with: "
+            f"attnbench.run(out={str(ran.path)!r}, resume=True{again})",
+            stacklevel=3,
+        )
     return ran
 
 

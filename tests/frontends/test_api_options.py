@@ -4,6 +4,7 @@ keyword, never a flag. One real run; every other case is refused, or a dry run."
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import pytest
 
@@ -122,3 +123,19 @@ def test_executor_keywords_reach_the_executor(tmp_path):
         )  # fmt: skip
     assert run.counts == {"ok": 2}, run
     assert list((out / "shards").glob("*.jsonl"))
+
+
+def test_an_incomplete_run_warns_with_the_call_that_finishes_it(tmp_path):
+    """The CLI says `run incomplete` and exits 3 where cells have no row (a Slurm array task cancelled); the
+    API returns the Run with its `missing` and warns the same, naming the resume that measures them."""
+    from attnbench import api
+    from attnbench.harness.run.runner import RunSummary
+
+    summary = RunSummary(path=tmp_path / "r", executor="slurm", missing=2)
+    with pytest.warns(UserWarning, match=r"run incomplete: .*\(2 of its cells not measured\); finish with: "
+                      r"attnbench.run\(out='.*r', resume=True, executor='slurm'\)"):  # fmt: skip
+        ran = api._finished(summary)
+    assert ran.missing == 2 and not ran.interrupted
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert api._finished(RunSummary(path=tmp_path / "r")).missing == 0  # a whole run: no warning
