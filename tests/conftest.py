@@ -142,9 +142,12 @@ TEST_CALIBRATE_MS = "0"
 
 
 def _quick_calibration(args: tuple[str, ...]) -> tuple[str, ...]:
-    """A fresh `run` gets --calibrate-ms TEST_CALIBRATE_MS unless it names one; a resume or rerun takes
-    the settings of the run it finishes (adding a flag there would be refused)."""
-    if args[:1] != ("run",) or any(a.startswith(("--calibrate-ms", "--resume", "--rerun")) for a in args):
+    """A fresh `run` or `bench` gets --calibrate-ms TEST_CALIBRATE_MS unless it names one (bench's preset
+    calibrates for 300 ms: 4-8 s of a small bench on the 2-core VM); a resume or rerun takes the settings of
+    the run it finishes (adding a flag there would be refused)."""
+    if args[:1] not in (("run",), ("bench",)) or any(
+        a.startswith(("--calibrate-ms", "--resume", "--rerun")) for a in args
+    ):
         return args
     return (*args, "--calibrate-ms", TEST_CALIBRATE_MS)
 

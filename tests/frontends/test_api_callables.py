@@ -18,7 +18,7 @@ import pytest
 
 import attnbench
 from attnbench.results.store import read_rows
-from tests.conftest import MINE, ROOT, as_a_fresh_process, run_cli
+from tests.conftest import MINE, ROOT, TEST_CALIBRATE_MS, as_a_fresh_process, run_cli
 from tests.frontends.test_readme import example
 
 QUICK = dict(heads=1, seq_len="64", budget_ms=3, warmup_ms=1, min_ms=1, calibrate_ms=0)
@@ -301,7 +301,9 @@ def test_bench_answers_in_a_few_lines_what_a_kernel_author_asks(tmp_path):
     how time and memory grow; in a notebook the same lines."""
     out = tmp_path / "bench"
     with as_a_fresh_process(tmp_path):
-        bench = attnbench.bench(notebook_function(), out=out, seq_len="64,128,256", dtype="float32")
+        bench = attnbench.bench(
+            notebook_function(), out=out, seq_len="64,128,256", dtype="float32", calibrate_ms=0
+        )
         lines = str(bench).splitlines()
         html = bench._repr_html_()
     seen = {(r["variant"], r["causal"], r["padding"] > 0, r["status"]) for r in read_rows(out)}
@@ -355,7 +357,7 @@ def test_bench_gates_the_workloads_fn_declares(tmp_path):
     exec(WINDOWED, namespace)
     fn = attnbench.variant(namespace["windowed"], window=True)
     with as_a_fresh_process(tmp_path):
-        bench = attnbench.bench(fn, out=tmp_path / "b", seq_len="64", dtype="float32")
+        bench = attnbench.bench(fn, out=tmp_path / "b", seq_len="64", dtype="float32", calibrate_ms=0)
     lines = str(bench).splitlines()
     assert lines[1].startswith("correct in 2 of 2 cells gated against float64"), lines
     wrong = [line for line in lines if line.startswith("WRONG declared window 16 (float32, N 100): ")]
@@ -398,7 +400,7 @@ def _bench_of(tmp_path, name: str, **capability):
     exec(ZERO_GRAD, namespace)
     fn = attnbench.variant(namespace[name], **capability)
     with as_a_fresh_process(tmp_path):
-        return attnbench.bench(fn, out=tmp_path / name, seq_len="64", dtype="float32")
+        return attnbench.bench(fn, out=tmp_path / name, seq_len="64", dtype="float32", calibrate_ms=0)
 
 
 def test_bench_gates_the_backward_its_forward_sweep_never_runs(tmp_path):
@@ -444,7 +446,9 @@ def test_a_decode_bench_aligns_causal_masking_as_decoding_does(tmp_path):
     exec(FLASH_CAUSAL, namespace)
     fn = attnbench.variant(namespace["flash_causal"], causal="lower-right")
     with as_a_fresh_process(tmp_path):
-        bench = attnbench.bench(fn, out=tmp_path / "d", seq_len="4", seq_k="64", dtype="float32")
+        bench = attnbench.bench(
+            fn, out=tmp_path / "d", seq_len="4", seq_k="64", dtype="float32", calibrate_ms=0
+        )
     rows = [r for r in read_rows(tmp_path / "d") if r["variant"] == "flash_causal" and not r["padding"]]
     assert {(r["causal"], r["causal_align"], r["status"]) for r in rows} == {
         (False, "top-left", "ok"), (True, "lower-right", "ok")}  # fmt: skip
@@ -470,7 +474,9 @@ def test_a_bench_of_a_kernel_of_other_dtypes_measures_it_in_its_own(tmp_path):
     exec(FLASH_CAUSAL, namespace)
     fn = attnbench.variant(namespace["flash_causal"], dtypes=("float16",))
     with as_a_fresh_process(tmp_path):
-        bench = attnbench.bench(fn, out=tmp_path / "h", seq_len="64", causal="no", padding="0")
+        bench = attnbench.bench(
+            fn, out=tmp_path / "h", seq_len="64", causal="no", padding="0", calibrate_ms=0
+        )
     assert {(r["variant"], r["dtype"], r["status"]) for r in read_rows(tmp_path / "h")} == {
         ("flash_causal", "float16", "ok"), ("sdpa", "float16", "ok")}  # fmt: skip
     assert str(bench).splitlines()[1].startswith("correct in 1 of 1 cell gated against float64"), str(bench)
@@ -750,7 +756,11 @@ def test_the_docs_example_runs(tmp_path):
     """docs/api.md's callables example, as a script of its own (its function is __main__'s), prints what
     its comment says, and its function passes bench's gate: the run's cells have N_q = N_k, where a causal
     mask built n x n from q alone is right; bench's gate at N = 100 adds N_q 25 of N_k 100: it raised."""
-    code = compile(example("<!-- callables-example"), "docs/api.md (callables-example)", "exec")
+    # the tests' runs take no calibration (conftest.TEST_CALIBRATE_MS): the default 1000 ms was 6 s of its 10
+    source = example("<!-- callables-example")
+    assert "budget_ms=5," in source
+    source = source.replace("budget_ms=5,", f"budget_ms=5, calibrate_ms={TEST_CALIBRATE_MS},")
+    code = compile(source, "docs/api.md (callables-example)", "exec")
     script = {"__name__": "__main__"}
     with as_a_fresh_process(tmp_path), redirect_stdout(io.StringIO()) as out:
         exec(code, script)

@@ -40,7 +40,13 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
     monkeypatch.delenv("ATTNBENCH_RUNS", raising=False)  # the notebook's default: runs/ beside it
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    # the tests' runs calibrate with TEST_CALIBRATE_MS of sampling, as conftest.run_cli's do (2 s less)
+    # the tests' runs calibrate with TEST_CALIBRATE_MS of sampling, as conftest.run_cli's do (2 s less), and
+    # so does the bench (its preset's 300 ms)
+    bench_cell = _cell(nb, "attnbench.bench(my_attn")
+    assert 'dtype="float32",' in bench_cell.source
+    bench_cell.source = bench_cell.source.replace(
+        'dtype="float32",', f'dtype="float32", calibrate_ms={TEST_CALIBRATE_MS},'
+    )
     run_cell = _cell(nb, "run = attnbench.run(")
     assert "budget_ms=20," in run_cell.source
     run_cell.source = run_cell.source.replace(
