@@ -256,7 +256,7 @@ def test_a_run_stopped_early_is_reported_unfinished_until_resumed(tmp_path):
     """A real run records the cells it planned; killed after its first cell (its rows.jsonl holds that
     row alone), `attnbench report` says so first, and once `--resume` finished it, no more."""
     out = tmp_path / "run"
-    args = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "--calibrate-ms", "20")
+    args = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1")  # uncalibrated
     made = run_cli("run", "--variants", "naive", "--seq-len", "32,64", *args, "-q", "--out", str(out))
     assert made.returncode == 0, made.stderr
     assert json.loads((out / "meta.json").read_text())["planned_cells"] == 2
