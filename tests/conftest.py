@@ -155,8 +155,8 @@ def _quick_calibration(args: tuple[str, ...]) -> tuple[str, ...]:
 def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 300, check: bool = False, process: bool = False
 ) -> subprocess.CompletedProcess:
-    """`attnbench ARGS`; returns a CompletedProcess with text output. A fresh run calibrates for
-    TEST_CALIBRATE_MS (see _quick_calibration).
+    """`attnbench ARGS`; returns a CompletedProcess with text output. A fresh run or bench calibrates
+    for TEST_CALIBRATE_MS (see _quick_calibration).
 
     By default the command runs in this process (`attnbench.cli.main(ARGS)`, stdout and stderr captured, the
     exit status as returncode, an uncaught exception as its traceback on stderr and status 1): that saves
