@@ -140,11 +140,12 @@ def test_api_rerun_refuses_what_it_would_ignore():
     ],
 )
 def test_the_repro_line_of_a_packed_or_paged_cell_is_one_run_accepts(run, cell, tmp_path):
-    """A packed cell's line said --seq-k, which --lengths refuses: the line must run as printed."""
+    """A packed cell's line said --seq-k, which --lengths refuses there (a pack's sequences hold their own
+    keys); a paged cell's keeps it (its context length): the line must run as printed."""
     ref = DATA.parent.parent / "results" / "reference" / run
     cell = cell or json.loads((ref / "rows.jsonl").read_text().splitlines()[0])["cell_id"]
     argv = shlex.split(run_cli("repro", str(ref), cell, check=True).stdout)
-    assert "--seq-k" not in argv or "--lengths" not in argv, argv
+    assert ("--seq-k" in argv) == ("--page-size" in argv), argv
     dry = run_cli(*argv[1:], "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0 and "1 cell: 1 to measure" in dry.stdout, dry.stderr
 
