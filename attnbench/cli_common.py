@@ -54,6 +54,19 @@ def expand_paths(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+class Once(argparse.Action):
+    """An option that may be given once: a repeat is refused (one line, exit 2), not taken as the last value,
+    so that `--fail-above median:5% --fail-above median:500%` is never a 500% gate by accident."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = f"_given_{self.dest}"
+        if hasattr(namespace, given):
+            before = getattr(namespace, self.dest)
+            parser.error(f"{option_string} given twice ({before} and {values}): give it once")
+        setattr(namespace, given, True)
+        setattr(namespace, self.dest, values)
+
+
 @contextmanager
 def bad_input() -> Iterator[None]:
     """What the harness refuses (a ValueError: RunDirError, VariantError and the rules' errors are ones),

@@ -7,9 +7,10 @@ import argparse
 import sys
 from collections import Counter
 
-from attnbench.cli_common import BadInput, bad_input
+from attnbench.cli_common import BadInput, Once, bad_input
 from attnbench.results.formulas import counted, printable
 from attnbench.results.history import DEFAULT_STORE
+from attnbench.results.thresholds import parse_step
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -45,18 +46,6 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_step(text: str) -> float:
-    """--fail-on-step's N% (or N) as a fraction; ValueError naming the flag."""
-    number = text.strip().removesuffix("%")
-    try:
-        value = float(number) / 100
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"--fail-on-step wants a positive percentage such as 5%, not {text!r}")
-    return value
-
-
 MARKS = {"fails": "FAIL ", "pending": "PENDING ", "untestable": "UNJUDGED "}  # a line's start, by its verdict
 
 
@@ -64,15 +53,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), one per series broken in its
     latest run (results.breaks), then the gate: exit 1 when the latest step of a series is a slowdown of more
     than --fail-on-step that the judge calls slower, its p Holm-adjusted over its machine's series that could
-    be judged (steps.Step.fails), when a series is broken, or when the store holds nothing ok to judge. A step
+    be judged (steps.Step.fails), when a series is broken, when one ok in the machine's run before the latest
+    has no row in the latest (MISSING), or when the store holds nothing ok to judge. A step
     with fewer than 3 runs after it has no test yet: PENDING, it fails nothing; one with fewer than 3 runs
     before it in its whole series never will: UNJUDGED, said and counted, and it fails nothing."""
     from attnbench.harness.run import rerun
     from attnbench.results import breaks, history, steps, steps_text
 
     with bad_input():
-        limit = parse_step(args.fail_on_step) if args.fail_on_step is not None else None
+        limit, note = parse_step(args.fail_on_step) if args.fail_on_step is not None else (None, None)
         df = history.frame(args.store, machine=args.machine)
+    if note:
+        print(printable(note), file=sys.stderr)
     try:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
@@ -87,6 +79,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     for b in broken:
         repro = rerun.repro_text(b.latest.get("path"), b.cell_id)
         print(printable(f"BROKEN {breaks.describe(b)}; repro: {repro}"))
+    gone = breaks.missing(df) if len(df) else []
+    for g in gone:
+        repro = rerun.repro_text(g.before.get("path"), g.cell_id)
+        print(printable(f"MISSING {breaks.describe_missing(g)}; repro: {repro}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
     runs = df["run_key"].nunique()
@@ -95,13 +91,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         said += (
             f"; {len(broken)} series broken in {'its' if len(broken) == 1 else 'their'} latest run (BROKEN)"
         )
+    if gone:
+        said += f"; {len(gone)} series ok in the run before with no row in the latest run (MISSING)"
     if limit is not None and not series:
         said += "; nothing ok to judge (--fail-on-step fails)"
     if limit is not None:
         said += _gate_summary(found, verdicts, limit)
     print(said, file=sys.stderr)
     failing = "fails" in verdicts.values()
-    return 1 if limit is not None and (failing or broken or not series) else 0
+    return 1 if limit is not None and (failing or broken or gone or not series) else 0
 
 
 def _gate_summary(found, verdicts: dict[int, str | None], limit: float) -> str:
@@ -208,8 +206,11 @@ def add_history(sub) -> None:
     c.add_argument(
         "--fail-on-step",
         metavar="N%",
-        help="exit 1 when the latest step of any series is a slowdown of more than N%% (e.g. 5%%) beyond its "
-        "noise and beyond the machine's other variants",
+        action=Once,
+        help="exit 1 when the latest step of any series is a slowdown of more than N%% (e.g. 5%%; a bare "
+        "N is a percent too; 0%% fails any step the judge calls slower) beyond its noise and beyond the "
+        "machine's other variants, when a series is broken in the latest run, or when one ok in the run "
+        "before has no row in it (MISSING); given once",
     )
     c.set_defaults(func=cmd_check)
     pub = hist.add_parser(

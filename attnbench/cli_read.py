@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from attnbench.cli_common import NO_ROOM, BadInput, out_dir
+from attnbench.cli_common import NO_ROOM, BadInput, Once, out_dir
 from attnbench.results.formulas import printable, terminal_columns
 
 
@@ -78,20 +78,16 @@ def add_report(sub) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from attnbench.reports.compare import (
-        compare_runs,
-        parse_run_spread,
-        parse_threshold,
-        text_report,
-        write_page,
-    )
+    from attnbench.reports.compare import compare_runs, text_report, write_page
     from attnbench.reports.style import slug
-    from attnbench.results import RunDirError
+    from attnbench.results import RunDirError, thresholds
 
     out = out_dir(args.out, "compare-" + slug(Path(args.run_a).name, "vs", Path(args.run_b).name), "compare")
     try:
-        threshold = parse_threshold(args.fail_above) if args.fail_above else None
-        run_spread = parse_run_spread(args.run_spread) if args.run_spread is not None else None
+        threshold = thresholds.parse_threshold(args.fail_above) if args.fail_above is not None else None
+        run_spread, spread_note = (
+            thresholds.parse_run_spread(args.run_spread) if args.run_spread is not None else (None, None)
+        )
         if not 0 < args.alpha < 1:
             raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
         cmp = compare_runs(
@@ -107,10 +103,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
+    for note in (threshold.note if threshold else None, spread_note):
+        if note:
+            print(printable(note), file=sys.stderr)
     sys.stdout.write(text_report(cmp))
     readme, html_path = write_page(cmp, out)
     print(f"compare: {readme} and {html_path}", file=sys.stderr)
-    return 1 if len(cmp.regressions) else 0
+    return 1 if cmp.fails else 0
 
 
 def add_compare(sub) -> None:
@@ -130,12 +129,14 @@ def add_compare(sub) -> None:
     p.add_argument(
         "--fail-above",
         metavar="STAT:N%",
+        action=Once,
         help="exit 1 if a cell's verdict is 'slower' (significant after Holm's adjustment over the cells, "
         "and the ratio's CI above 1: the rule compare prints) and B is slower than A by "
         "more than this (median: each run's median of the cell, as the table shows it; mean, min or max of "
         "its samples; N%% relative, "
-        "which is also the band of 'same', or a number of ms), or a cell ok in A is "
-        "wrong/error/crashed/timeout in B",
+        "which is also the band of 'same', or a number of ms: STAT:Xms or a bare STAT:X, as "
+        "pytest-benchmark; 0%% fails any slowdown the judge calls slower), or a cell ok in A is "
+        "wrong/error/crashed/timeout in B or has no row in B (MISSING); given once",
     )
     p.add_argument(
         "--alpha",
@@ -147,6 +148,7 @@ def add_compare(sub) -> None:
     p.add_argument(
         "--run-spread",
         metavar="PCT",
+        action=Once,
         help="how far whole runs of identical code move on your machine, in per cent (e.g. 8; measure it "
         "with benchmarks/false_alarm.py): two single runs with no control and nothing paired cannot see "
         "it, and call a cell slower or faster only beyond it; default: the figure measured on the "

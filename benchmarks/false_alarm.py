@@ -349,7 +349,7 @@ def judged(work: Path, a: Path, b: Path, args: argparse.Namespace, **how: str) -
         "a": str(a.relative_to(work)),
         "b": str(b.relative_to(work)),
         **({"how": how} if how else {}),
-        "failed": bool(len(cmp.regressions)),
+        "failed": cmp.fails,
         "level": j.level,
         "paired": j.paired,
         "blind": j.blind,

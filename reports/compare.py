@@ -4,7 +4,6 @@ pages: ratios with CIs, verdicts, a gate, both runs' calibration, and which devi
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,38 +12,13 @@ from attnbench.results import devices, judge
 from attnbench.results.formulas import counted
 from attnbench.results.judge import BROKEN, STATS, VERDICTS, Threshold  # noqa: F401 (compare's names)
 from attnbench.results.schema import CELL_AXES, STATUSES
+from attnbench.results.thresholds import parse_threshold  # noqa: F401 (compare's name)
 
 from . import calibration, compare_load
 from . import page as pg
 from .tables import axis_value, present, varying
 
 DEFAULT_ALPHA = judge.ALPHA  # --alpha changes it
-_SPEC = re.compile(r"^(?P<stat>[a-z]+):(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(?P<pct>%?)$")
-_PCT = re.compile(r"^(?P<num>[0-9]*\.?[0-9]+)%?$")
-
-
-def parse_threshold(spec: str) -> Threshold:
-    """'median:5%' -> Threshold, as pytest-benchmark's --benchmark-compare-fail; ValueError if malformed."""
-    m = _SPEC.match(spec.strip())
-    if not m or m["stat"] not in STATS:
-        raise ValueError(
-            f"bad --fail-above {spec!r}: expected STAT:N% or STAT:MS with STAT one of "
-            f"{', '.join(STATS)} (e.g. median:5%)"
-        )
-    value = float(m["num"])
-    relative = bool(m["pct"])
-    return Threshold(m["stat"], value / 100 if relative else value, relative, spec.strip())
-
-
-def parse_run_spread(text: str) -> float:
-    """'8' or '8%' -> 0.08: --run-spread, how far whole runs of identical code move on one's own machine
-    (what benchmarks/false_alarm.py measures there); ValueError (one line) unless 0 <= it < 100."""
-    m = _PCT.match(str(text).strip())
-    if not m or not float(m["num"]) < 100:
-        raise ValueError(
-            f"bad --run-spread {text!r}: expected a percentage from 0 to below 100 (e.g. 8 or 8%)"
-        )
-    return float(m["num"]) / 100
 
 
 def change_text(ratio: float, significant: bool | None, judged: judge.Judged | None = None) -> str:
@@ -152,6 +126,24 @@ class Comparison:
     def regressions(self):
         return self.cells[self.cells["regression"]]
 
+    @property
+    def missing(self) -> list[str]:
+        """The cells ok in A that B has no row of: with --fail-above each fails the gate (MISSING), as a cell
+        ok in A and broken in B does, so that a sweep that shrank is no pass; [] without --fail-above."""
+        x = self.only_a
+        return [] if self.threshold is None or x is None else list(x.loc[x["status"] == "ok", "cell_id"])
+
+    @property
+    def fails(self) -> bool:
+        """Whether the gate fails: a regression (REGRESSION) or a cell ok in A missing from B (MISSING)."""
+        return bool(len(self.regressions) or self.missing)
+
+    @property
+    def lacking(self) -> tuple[int, int]:
+        """(cells of A with no ok row in B, cells of A): B's row missing, or not ok."""
+        only = len(self.only_a) if self.only_a is not None else 0
+        return only + int((self.cells["status_b"] != "ok").sum()), only + len(self.cells)
+
 
 def _match_axes(a, b) -> tuple[list[str], str]:
     """Axes to match cells on: all of them when both runs used the same devices, else all but device."""
@@ -183,7 +175,8 @@ def _cell_axes(a, b, split: bool) -> tuple[list[str], str]:
 # what each side of a paired cell keeps: what results.judge.Side.of reads (a run set's rows have the run
 # columns, judge.RUN_COLUMNS; a run's are [] here), and what the tables show
 _KEEP = (
-    "run_id", "device", "where", "status", "message", "flops", "timing_mode", "rel_err", "approximate",
+    "run_id", "cell_id", "device", "where", "status", "message", "flops", "timing_mode", "rel_err",
+    "approximate",
     *judge.SIDE_COLUMNS,
 )  # fmt: skip
 
@@ -198,13 +191,6 @@ def _paired(a, b, axes: list[str]):
     keep_a = a[keep].drop_duplicates(subset=axes, keep="last")
     keep_b = b[keep].drop_duplicates(subset=axes, keep="last")
     return keep_a.merge(keep_b, on=axes, how="inner", suffixes=("_a", "_b"))
-
-
-def _unmatched(x, y, axes: list[str]):
-    """The cells of x that y lacks (the last row of a cell measured twice): their cell_id and status."""
-    x = x.drop_duplicates(subset=axes, keep="last")
-    m = x[[*axes, "cell_id", "status"]].merge(y[axes].drop_duplicates(), on=axes, how="left", indicator=True)
-    return m.loc[m["_merge"] == "left_only", ["cell_id", "status"]].reset_index(drop=True)
 
 
 def _shape(r: Any, axes: list[str]) -> tuple:
@@ -270,6 +256,7 @@ def _record(
     ok = r["status_a"] == "ok" and r["status_b"] == "ok"
     return {
         **{x: r[x] for x in axes},
+        "cell_id": r["cell_id_b"],  # B's: the cell a REGRESSION names (A's differs in an A/B's variant)
         "device_a": r["device_a"] if "device_a" in r else r["device"],
         "device_b": r["device_b"] if "device_b" in r else r["device"],
         "where_a": r["where_a"],
@@ -373,8 +360,8 @@ def compare_runs(
     return Comparison(
         str(run_a), str(run_b), *labels, how, axes, cells, _per_variant(cells), judgement,
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
-        _unmatched(a, b, axes), _unmatched(b, a, axes), compare_load.sampling_warnings(meta_a, meta_b),
-        compare_load.machines(meta_a, meta_b),
+        *(compare_load.unmatched(x, y, axes) for x, y in ((a, b), (b, a))),
+        compare_load.sampling_warnings(meta_a, meta_b), compare_load.machines(meta_a, meta_b),
     )  # fmt: skip
 
 
@@ -565,15 +552,23 @@ def variant_table(cmp: Comparison) -> pg.Table:
 
 
 def verdict(cmp: Comparison) -> str:
-    """The last line: how many regressions beyond the threshold (or that no threshold was given), and how
-    many cells only B has are broken (never gated: unmatched_lines)."""
+    """The last line: how many regressions beyond the threshold (or that no threshold was given), how many
+    cells ok in A are missing from B (MISSING, with a threshold), how many of A's cells have no ok row in B,
+    and how many cells only B has are broken (never gated: unmatched_lines)."""
     n_broken = int(cmp.only_b["status"].isin(BROKEN).sum()) if cmp.only_b is not None else 0
     also = f"; {counted(n_broken, 'cell')} broken only in B, not gated (above)" if n_broken else ""
+    lacking, of = cmp.lacking
+    if lacking:
+        has = "has" if lacking == 1 else "have"
+        also = f"; {lacking} of A's {counted(of, 'cell')} {has} no ok row in B" + also
     if cmp.threshold is None:
         return "no --fail-above given: nothing can fail" + also
     n = int(cmp.cells["regression"].sum())
     what = f"--fail-above {cmp.threshold.text}"
-    return (f"{what}: {n} regression{'s' * (n != 1)}" if n else f"{what}: no regression") + also
+    said = f"{what}: {n} regression{'s' * (n != 1)}" if n else f"{what}: no regression"
+    if cmp.missing:
+        said += f", {counted(len(cmp.missing), 'cell')} ok in A missing from B (MISSING)"
+    return said + also
 
 
 def verdict_counts(cmp: Comparison) -> str:
@@ -637,9 +632,15 @@ def text_report(cmp: Comparison) -> str:
     out.append(verdict_counts(cmp))
     out += accuracy_lines(cmp)
     for _, r in cmp.regressions.iterrows():
-        out.append(f"REGRESSION {r['variant']} seq_len={r['seq_len']}: {r['why']}")
+        out.append(f"REGRESSION {r['cell_id']}: {r['why']}")
+    out += missing_lines(cmp)
     out.append(verdict(cmp))
     return "\n".join(out) + "\n"
+
+
+def missing_lines(cmp: Comparison) -> list[str]:
+    """A line per cell ok in A that B has no row of, which fails --fail-above (Comparison.missing)."""
+    return [f"MISSING {cid}: ok in A, no row in B" for cid in cmp.missing]
 
 
 def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
@@ -677,6 +678,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
                 *unmatched_lines(cmp),
                 verdict_counts(cmp),
                 *accuracy_lines(cmp),
+                *missing_lines(cmp),
                 verdict(cmp),
             )
         )

@@ -194,3 +194,10 @@ def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[st
         "warm-up, how much of its slow tail a budget reaches), so the ratios are partly the settings'; run "
         "both with the same ones"
     ]
+
+
+def unmatched(x, y, axes: list[str]):
+    """The cells of x that y lacks (the last row of a cell measured twice): their cell_id and status."""
+    x = x.drop_duplicates(subset=axes, keep="last")
+    m = x[[*axes, "cell_id", "status"]].merge(y[axes].drop_duplicates(), on=axes, how="left", indicator=True)
+    return m.loc[m["_merge"] == "left_only", ["cell_id", "status"]].reset_index(drop=True)

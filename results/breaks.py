@@ -63,3 +63,53 @@ def describe(broken: Broken) -> str:
         f"{broken.cell_id} on {broken.machine}: {broken.status} in its latest run {latest} ({when}); "
         f"ok last in run {ok} ({last}), {since}"
     )
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A series ok in its machine's run before the latest that the latest run has no row of: a sweep that
+    shrank, or a kernel no longer run. `check` says each (MISSING); its gate fails on them, as on BROKEN."""
+
+    machine: str
+    cell_id: str
+    variant: str
+    latest: dict[str, Any]  # the machine's latest run (steps.run_fields)
+    before: dict[str, Any]  # the run before it, where the series was ok
+
+
+def missing(df) -> list[Missing]:
+    """Every series of a history frame ok in its machine's second latest run and without a row in the latest,
+    in the order of machine and cell_id (a machine's runs in the order they were made)."""
+    out = []
+    for machine, rows in df.groupby("machine", sort=True):
+        ordered = rows.sort_values(["created", "run_id", "cell_id"], kind="stable")
+        runs = ordered.drop_duplicates("run_key", keep="first")
+        if len(runs) < 2:
+            continue
+        latest, before = runs["run_key"].iloc[-1], runs["run_key"].iloc[-2]
+        now = set(ordered.loc[ordered["run_key"] == latest, "cell_id"])
+        was = ordered[(ordered["run_key"] == before) & (ordered["status"] == "ok").fillna(False).astype(bool)]
+        was = was.sort_values("cell_id", kind="stable")
+        for i, cell in enumerate(was["cell_id"]):
+            if cell not in now:
+                out.append(
+                    Missing(
+                        machine=str(machine),
+                        cell_id=str(cell),
+                        variant=str(was["variant"].iloc[i]),
+                        latest=run_fields(runs, -1),
+                        before=run_fields(was, i),
+                    )
+                )
+    return out
+
+
+def describe_missing(gone: Missing) -> str:
+    """One line: 'naive|cpu|...|fwd on AMD EPYC ...: ok in run Q (2026-12-05), no row in the latest run R
+    (2026-12-06)'."""
+    when = (gone.latest.get("created") or "?")[:10]
+    was = (gone.before.get("created") or "?")[:10]
+    return (
+        f"{gone.cell_id} on {gone.machine}: ok in run {gone.before.get('run_id')} ({was}), no row in the "
+        f"latest run {gone.latest.get('run_id')} ({when})"
+    )

@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .schema import float_list
+from .thresholds import STATS, Threshold  # noqa: F401 (the judge's names: the grammar is results.thresholds)
 from .ttest import (  # noqa: F401 (the tests, part of the judge's word)
     CI_LEVEL,
     MIN_REPLICATES,
@@ -71,7 +72,6 @@ TOLERANCE = 0.02  # a ratio whose CI stays within ±2% of 1 is 'same' (without a
 LEVELS = ("run", "visit", "sample")  # coarsest first
 VERDICTS = ("faster", "slower", "same", "ambiguous")
 BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B fails the gate
-STATS = ("median", "mean", "min", "max")
 
 # How far a whole run of identical code moves from the next on the reference machine: the largest |B/A - 1|
 # of any cell over the pairs of identical single runs (every file without a set_size: its pairs are two
@@ -114,19 +114,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 # ---- what is judged ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """--fail-above STAT:N% (B slower than A by more than N percent) or STAT:X (by more than X ms)."""
-
-    stat: str
-    value: float
-    relative: bool
-    text: str
-
-    def exceeded(self, a: float, b: float) -> bool:
-        return (b - a) / a > self.value if self.relative else (b - a) > self.value
 
 
 # the list columns a Side reads, in its fields' order

@@ -191,10 +191,12 @@ class Step:
 
     @property
     def calibration_moved(self) -> bool:
-        """More than CALIBRATION_MOVED, and its interval leaves out no change (where a side has 3 runs)."""
+        """More than CALIBRATION_MOVED, and its interval leaves out no change. Without an interval (a side
+        with too few runs) it is not said to have moved: a VM's calibration alone can move that much between
+        two runs (calibration_text says there are too few runs to tell)."""
         low, high = self.calibration_interval
         beyond = self.calibration is not None and abs(self.calibration - 1.0) > CALIBRATION_MOVED
-        return beyond and not low <= 1.0 <= high
+        return beyond and low == low and not low <= 1.0 <= high
 
     def changed(self) -> dict[str, tuple[Any, Any]]:
         """What differs between the last run before and the first after: {field: (before, after)}."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from .formulas import counted
 from .steps import CALIBRATION_MOVED, Step
+from .ttest import MIN_REPLICATES
 
 
 def as_frame(found: Sequence[Step]):
@@ -167,14 +168,17 @@ def verdict_text(step: Step, limit: float) -> str:
 
 
 def calibration_text(step: Step) -> str:
-    """The calibration across a step in words: unknown, moved (the machine changed), steady, or moved by more
-    than CALIBRATION_MOVED but within its own noise."""
+    """The calibration across a step in words: unknown, moved (the machine changed), steady, moved by more
+    than CALIBRATION_MOVED but within its own noise, or moved by more with too few runs on a side to tell."""
     if step.calibration is None:
         return "calibration unknown"
     ratio = f"x{step.calibration:.2f}"
     beyond = abs(step.calibration - 1.0) > CALIBRATION_MOVED
     low, high = step.calibration_interval
-    if beyond and low == low:
+    if beyond and low != low:  # no interval: a side has too few runs to tell its noise from a move
+        side = "after" if step.runs_after < MIN_REPLICATES else "before"
+        return f"calibration {ratio}: too few runs {side} the step to tell"
+    if beyond:
         ratio += f" [{low:.2f}, {high:.2f}]"
     if step.calibration_moved:
         return f"calibration moved too ({ratio}: the machine changed)"

@@ -183,8 +183,11 @@ def test_a_slowdown_that_recovered_passes_the_gate(tmp_path):
     ("args", "said"),
     [
         (["--machine", "H100"], "--machine 'H100' is no machine of the store; the store has: AMD EPYC"),
-        (["--fail-on-step", "five"], "--fail-on-step wants a positive percentage such as 5%, not 'five'"),
-        (["--fail-on-step=-5%"], "--fail-on-step wants a positive percentage such as 5%, not '-5%'"),
+        (
+            ["--fail-on-step", "five"],
+            "bad --fail-on-step 'five': expected a percentage of 0 or more, such as 5%",
+        ),
+        (["--fail-on-step=-5%"], "bad --fail-on-step '-5%': expected a percentage of 0 or more, such as 5%"),
     ],
 )
 def test_check_refuses_bad_options_in_one_line(tmp_path, args, said):
@@ -436,3 +439,38 @@ def test_the_frame_is_typed_as_documented_and_joins_load(tmp_path, runs):
     joined = loaded.merge(df, on=["run_id", "cell_id", "machine"], suffixes=("", "_h"))
     assert len(joined) == len(loaded) == len(df)
     assert (joined["time_ms_median"] == joined["time_ms_median_h"]).all()
+
+
+def test_a_series_the_latest_run_lacks_is_missing_and_fails_the_gate(tmp_path, runs):
+    """A nightly whose sweep shrank (or whose kernel stopped being run) has no row of a series ok the night
+    before: said as MISSING, and --fail-on-step fails on it, as on a BROKEN series; without the gate, said."""
+    import json
+
+    rows = [json.loads(line) for line in (runs[-1] / "rows.jsonl").read_text().splitlines() if line.strip()]
+    gone = next(r["cell_id"] for r in rows if r["status"] == "ok")
+    (runs[-1] / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["cell_id"] != gone))
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    lines = [line for line in p.stdout.splitlines() if line.startswith("MISSING")]
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"MISSING {gone} on "), p.stdout
+    assert ": ok in run 20261003-030000-synth (2026-10-03), no row in the latest run 20261004" in lines[0]
+    assert "; 1 series ok in the run before with no row in the latest run (MISSING)" in p.stderr
+    p = run_cli("history", "check", "--store", store)
+    assert p.returncode == 0 and sum(line.startswith("MISSING") for line in p.stdout.splitlines()) == 1
+
+
+def test_thresholds_read_as_documented_with_a_note_where_a_bare_fraction_is_likely_a_mistake(tmp_path):
+    """A bare --fail-on-step 0.05 is 0.05% (a percent, as 5 is 5%): said on stderr; 0% is accepted (any
+    step the judge calls slower), as compare accepts median:0%; a repeat is refused, not the last taken."""
+    store = _store_of(tmp_path, [1.0] * 4)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "0.05")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines()[0] == "note: --fail-on-step 0.05 is 0.05%; for 5% write 5%"
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "0%")
+    assert p.returncode == 0 and "note" not in p.stderr and "slower by more than 0% beyond" in p.stderr
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "1e9%")
+    assert p.returncode == 0 and "note: --fail-on-step 1e9% fails only a slowdown of more than" in p.stderr
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%", "--fail-on-step", "500%")
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1
+    assert "--fail-on-step given twice (5% and 500%): give it once" in p.stderr

@@ -18,7 +18,6 @@ from attnbench.reports.compare import (
     cell_table,
     change_text,
     compare_runs,
-    parse_run_spread,
     parse_threshold,
     text_report,
     verdict_rule,
@@ -26,6 +25,7 @@ from attnbench.reports.compare import (
 )
 from attnbench.results import judge
 from attnbench.results.judge import RUN_SPREAD_FLOOR
+from attnbench.results.thresholds import parse_run_spread
 
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}
@@ -139,8 +139,9 @@ def test_parse_threshold_rejects(spec):
 
 
 def test_parse_run_spread():
-    assert parse_run_spread("8") == pytest.approx(0.08) and parse_run_spread("12.5%") == pytest.approx(0.125)
-    assert parse_run_spread("0") == 0.0
+    assert parse_run_spread("8")[0] == pytest.approx(0.08)
+    assert parse_run_spread("12.5%")[0] == pytest.approx(0.125)
+    assert parse_run_spread("0") == (0.0, None)
     for bad in ("-3", "abc", "100", "8%%", ""):
         with pytest.raises(ValueError, match="--run-spread"):
             parse_run_spread(bad)
@@ -162,6 +163,8 @@ def test_ok_to_wrong_is_a_regression(tmp_path):
     reg = cmp.regressions
     assert list(zip(reg["variant"], reg["seq_len"], strict=True)) == [("sdpa", 1024)]
     assert "ok -> wrong" in reg["why"].iloc[0]
+    assert f"REGRESSION {reg['cell_id'].iloc[0]}: status ok -> wrong" in text_report(cmp)
+    assert reg["cell_id"].iloc[0].startswith("sdpa|") and "|n1024|" in reg["cell_id"].iloc[0]
     assert int(cmp.per_variant.set_index("variant").loc["sdpa", "status_changed"]) == 2
 
 
@@ -259,7 +262,11 @@ def test_cells_only_one_run_has_are_counted_and_b_s_broken_ones_named(tmp_path):
     ]
     text = text_report(cmp)
     assert all(line in text for line in lines)
-    assert text.rstrip().endswith("no regression; 3 cells broken only in B, not gated (above)")
+    assert text.rstrip().endswith(
+        "no regression, 5 cells ok in A missing from B (MISSING); 5 of A's 6 cells have no ok row in B; "
+        "3 cells broken only in B, not gated (above)"
+    )
+    assert all(f"MISSING {r['cell_id']}: ok in A, no row in B" in text for r in rows_a[1:])
     readme, _ = write_page(cmp, tmp_path / "page")
     assert "5 cells only in A (5 ok)" in readme.read_text() and "(timeout)" in readme.read_text()
     # the same cells both sides: no such line
@@ -389,7 +396,8 @@ def test_the_gates_median_is_the_rows_median_and_is_shown_as_one(tmp_path):
     args = ("compare", *map(str, pair), "--run-spread", "0", "--fail-above")
     proc = run_cli(*args, "median:50%", "--out", str(tmp_path / "o"), timeout=120)
     assert proc.returncode == 1, proc.stderr
-    said = f"REGRESSION naive seq_len=1024: median {medians[0]:.4g} -> {medians[1]:.4g} ms (+60%)"
+    said = f"REGRESSION naive|cpu|float32|b1|h8|n1024|dk64|dv64|full|pad0|fwd: median {medians[0]:.4g} -> "
+    said += f"{medians[1]:.4g} ms (+60%)"
     assert said in proc.stdout and "gate: A median ms" in proc.stdout
     assert "its median (each side's time_ms_median" in proc.stdout
 
@@ -926,3 +934,50 @@ def test_an_approximation_compared_says_its_error_on_both_sides(tmp_path):
     assert said in text_report(cmp)
     readme, _ = write_page(cmp, tmp_path / "page")
     assert said in readme.read_text().replace("\\_", "_")  # Markdown escapes rel_err
+
+
+def test_a_cell_ok_in_a_that_b_lacks_fails_the_gate_and_a_regression_names_its_cell(tmp_path):
+    """A nightly whose sweep shrank passed the gate (the lost cell said only near the top): a cell ok in A
+    with no row in B is MISSING, a line naming it, and fails --fail-above; the last line counts A's cells
+    with no ok row in B. A REGRESSION names its cell_id (dtype, causal, pass...), not its variant and N."""
+    rows_a = [
+        synthetic.cell("naive", n, sample_ms=synthetic.samples(n / 100, n=30, seed=n)) for n in (128, 256)
+    ]
+    rows_b = [
+        synthetic.cell("naive", 128, sample_ms=[2 * x for x in synthetic.samples(1.28, n=30, seed=128)])
+    ]
+    a, b = _pair(tmp_path, rows_a, rows_b)
+    proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--run-spread", "0", "--out",
+                   str(tmp_path / "o1"), timeout=120)  # fmt: skip
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout
+    assert f"REGRESSION {rows_a[0]['cell_id']}: median " in proc.stdout
+    assert f"MISSING {rows_a[1]['cell_id']}: ok in A, no row in B" in lines
+    assert lines[-1] == (
+        "--fail-above median:5%: 1 regression, 1 cell ok in A missing from B (MISSING); 1 of A's 2 cells has "
+        "no ok row in B"
+    )
+    same = [synthetic.cell("naive", 128, sample_ms=synthetic.samples(1.28, n=30, seed=128))]
+    a, b = _pair(tmp_path / "lost", rows_a, same)
+    proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(tmp_path / "o2"),
+                   timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and "no regression, 1 cell ok in A missing from B (MISSING)" in proc.stdout
+    proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "o3"), timeout=120)
+    assert proc.returncode == 0 and "MISSING" not in proc.stdout
+    assert (
+        proc.stdout.splitlines()[-1]
+        == "no --fail-above given: nothing can fail; 1 of A's 2 cells has no ok row in B"
+    )
+
+
+def test_cli_compare_notes_a_bare_fraction_and_refuses_a_repeated_gate(tmp_path):
+    a, b = _pair(tmp_path, _rows(), _rows(shuffle=True))
+    base = ("compare", str(a), str(b), "--out", str(tmp_path / "o"))
+    proc = run_cli(*base, "--fail-above", "median:0.05", "--run-spread", "0.1", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: --fail-above median:0.05 is 0.05 ms; for 5% write median:5%" in proc.stderr.splitlines()
+    assert "note: --run-spread 0.1 is 0.1%; for 10% write 10%" in proc.stderr.splitlines()
+    assert run_cli(*base, "--fail-above", "median:0.01ms", timeout=120).returncode == 0
+    proc = run_cli(*base, "--fail-above", "median:5%", "--fail-above", "median:500%", timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
+    assert "--fail-above given twice (median:5% and median:500%): give it once" in proc.stderr

@@ -421,3 +421,21 @@ def test_an_empty_file_is_no_store_to_read_and_a_new_store_to_add_to(tmp_path, r
     assert store.read_bytes() == b""
     assert [x.state for x in history.add(store, runs[:1])] == ["added"]
     assert len(history.frame(store)) == CELLS
+
+
+def test_a_calibration_judged_on_too_few_runs_after_the_step_is_not_said_to_be_a_machine_change(tmp_path):
+    """A PENDING step (2 runs after it) with the calibration 20% down across it: a VM's own calibration moves
+    that much between two runs, and with no interval on that side the line cannot tell; it says so instead of
+    'the machine changed'."""
+
+    def slower(i, meta):
+        if i >= 6:
+            meta["calibration"]["cpu"]["matmul_tflops"]["float32"] *= 0.8
+
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 2, edit=slower)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    found = steps.find(history.frame(store))
+    assert found and all(s.runs_after == 2 and not s.calibration_moved for s in found)
+    line = steps_text.describe(found[0])
+    assert "calibration x0.80: too few runs after the step to tell" in line and "machine changed" not in line
