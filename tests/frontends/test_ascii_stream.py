@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import DATA, TEST_CALIBRATE_MS, cli_env
+from conftest import DATA, TEST_CALIBRATE_MS, cli_env
 
 SMALL = DATA / "runs" / "cpu-small"
 
