@@ -107,6 +107,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
+    for warning in cmp.warnings:  # on stderr, as every command's warnings are; the report is stdout's
+        print(f"attnbench: warning: {printable(warning)}", file=sys.stderr)
+    sys.stderr.flush()  # before the report, so that a log of both keeps the order
     sys.stdout.write(text_report(cmp))
     readme, html_path = write_page(cmp, out)
     print(f"compare: {readme} and {html_path}", file=sys.stderr)
