@@ -18,7 +18,15 @@ import sys
 from contextlib import contextmanager
 
 from attnbench import cli_history, cli_read, cli_run, cli_tools
-from attnbench.cli_common import EXIT_INTERRUPTED, NO_ROOM, BadInput, expand_paths, fail
+from attnbench.cli_common import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    NO_ROOM,
+    BadInput,
+    escape_unencodable,
+    expand_paths,
+    fail,
+)
 from attnbench.results.formulas import printable
 
 
@@ -145,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["interleave"] and "--" in argv:  # what follows -- is every run's: not interleave's
         cut = argv.index("--")
         argv, run_args = argv[:cut], argv[cut + 1 :]
+    escape_unencodable()
     args = expand_paths(build_parser().parse_args(argv))
     if run_args is not None:
         args.run_args = run_args
@@ -160,6 +169,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
         if exc.errno not in NO_ROOM:
-            raise
+            return _internal_error()
         where = exc.filename or getattr(args, "out", None) or "the output"
         return fail(f"cannot write {where}: {os.strerror(exc.errno).lower()}")
+    except Exception:
+        return _internal_error()
+
+
+def _internal_error() -> int:
+    """An exception no command expected (attnbench's bug): its traceback, and EXIT_INTERNAL, not the 1 by
+    which check, bench and compare --fail-above say a wrong kernel or a regression (Python's own status for
+    an uncaught exception), which a CI gate would take for their verdict."""
+    import traceback
+
+    traceback.print_exc()
+    said = f"internal error (exit status {EXIT_INTERNAL}): please report it with the traceback above"
+    print(f"attnbench: {said}", file=sys.stderr)
+    sys.stderr.flush()
+    return EXIT_INTERNAL

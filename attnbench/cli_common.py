@@ -15,6 +15,7 @@ from attnbench.results.formulas import printable, sentence_columns, wrap_text
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_INCOMPLETE = 3  # a run that ended with cells it planned not measured (an array task cancelled)
+EXIT_INTERNAL = 70  # attnbench's own bug (sysexits' EX_SOFTWARE): never 1, which check, bench and compare say
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not the command, got wrong
 
 
@@ -25,6 +26,15 @@ class BadInput(ValueError):
 def fail(msg: str) -> int:
     print(f"attnbench: error: {printable(msg)}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def escape_unencodable() -> None:
+    """Every command's stdout writes a character its encoding cannot hold (the ± of compare's rule on an
+    ASCII-only stream: PYTHONIOENCODING=ascii, LANG=C) as its escape (\\xb1), as Python's stderr always
+    does: the one place for it, called once by attnbench.cli.main before a command runs."""
+    stream = sys.stdout
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        stream.reconfigure(errors="backslashreplace")
 
 
 def tell(text: str) -> None:

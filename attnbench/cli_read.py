@@ -106,6 +106,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for note in (threshold.note if threshold else None, spread_note):
         if note:
             print(printable(note), file=sys.stderr)
+    for warning in cmp.warnings:  # on stderr, as every command's warnings are; the report is stdout's
+        print(f"attnbench: warning: {printable(warning)}", file=sys.stderr)
+    sys.stderr.flush()  # before the report, so that a log of both keeps the order
     sys.stdout.write(text_report(cmp))
     readme, html_path = write_page(cmp, out)
     print(f"compare: {readme} and {html_path}", file=sys.stderr)

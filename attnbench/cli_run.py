@@ -391,7 +391,31 @@ def cmd_collect(args: argparse.Namespace) -> int:
         if args.executor == "slurm":
             for dest, key in SLURM_FLAGS.items():
                 setattr(args, dest, _last_slurm_options(args.run_dir).get(key))
+    cells = _complete(args)
+    if cells is not None:  # no worker started, nothing appended to resumes.jsonl
+        tell(f"nothing to collect: {args.run_dir} is complete ({counted(cells, 'cell')})")
+        print(args.run_dir)
+        return 0
     return cmd_run(args)
+
+
+def _complete(args: argparse.Namespace) -> int | None:
+    """The number of cells of the run `collect` was given where nothing is left to collect (every cell it
+    plans has its row, no shard holds a row to merge or to name twice, its numerics probe is written), else
+    None: decided by a dry run of the resume, which starts no worker and writes nothing (forced: a run with
+    nothing left is complete whatever machine asks; one with cells left is refused by the resume itself)."""
+    from attnbench.harness.run.runner import probe_written, run
+    from attnbench.results.store import read_rows, shard_rows_to_add
+
+    dry = argparse.Namespace(**{**vars(args), "dry_run": True, "force_resume": True})
+    with bad_input():
+        planned = run(request_of(dry)).forecast
+    path = Path(args.run_dir)
+    if planned.done < planned.cells or not probe_written(path):
+        return None
+    # a shard row to merge, or one that came back twice (collect says so): there is something to collect
+    shard_rows, twice = shard_rows_to_add(path, {r["cell_id"]: r for r in read_rows(path)})
+    return None if shard_rows or twice else planned.cells
 
 
 def add_collect(sub) -> None:

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import sys
 
-from attnbench.cli_common import EXIT_INTERRUPTED, BadInput, out_dir
+from attnbench.cli_common import EXIT_INTERRUPTED, BadInput, out_dir, say
 from attnbench.harness.sweep import options
 from attnbench.results.formulas import sentence_columns, wrap_text
 
@@ -140,7 +140,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     no_key = terminal.no_key_table(rows, console.width, notes)
     if no_key is not None:
         console.print()
-        console.print(no_key)
+        terminal.show(console, no_key)
     _say_undeclared(plan.names)
     if interrupted:
         made = f"{len(rows)} check{'' if len(rows) == 1 else 's'}"
@@ -148,7 +148,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     if records is not None:
         console.print()
-        console.print(terminal.probe_table(records, console.width, notes))
+        terminal.show(console, terminal.probe_table(records, console.width, notes))
+    say(check.verdict(rows))  # the last line of a log, as bench's: what failed and the exit status
     return check.exit_status(rows)
 
 

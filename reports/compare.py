@@ -615,7 +615,8 @@ def normalize_note(cmp: Comparison) -> str:
 
 
 def text_report(cmp: Comparison) -> str:
-    """What `attnbench compare` prints: the rule once, then the tables."""
+    """What `attnbench compare` prints on stdout: the rule once, then the tables (cmp.warnings, each one
+    `attnbench: warning:` line on stderr, are the command's to say, as every command's warnings are)."""
     out = [
         f"A: {cmp.label_a}  [{cmp.run_a}]",
         f"B: {cmp.label_b}  [{cmp.run_b}]",
@@ -624,8 +625,7 @@ def text_report(cmp: Comparison) -> str:
         *unmatched_lines(cmp),
         "",
     ]
-    out.append(pg.to_text(calibration_table(cmp)))
-    out += [f"WARNING {w}" for w in cmp.warnings]
+    out.append(pg.to_text(calibration_table(cmp)))  # its warnings are the command's, on stderr (cmp.warnings)
     out += [normalize_note(cmp), "", f"Rule: {cmp.rule}", ""]
     out.append(pg.to_text(cell_table(cmp), max_width=60))
     out.append(pg.to_text(variant_table(cmp)))

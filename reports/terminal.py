@@ -17,7 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.results.formulas import COMPACT_BELOW, SHORT_DTYPE, printable, terminal_columns, wrap_text
+from attnbench.results.formulas import (
+    COMPACT_BELOW,
+    SHORT_DTYPE,
+    printable,
+    sentence_columns,
+    terminal_columns,
+    wrap_text,
+)
 
 # Each table is laid out for the terminal's width (terminal_columns: 100 where the output is no terminal):
 # from WIDE columns `list` keeps each description in its table (all its columns fit unfolded at 150); below,
@@ -47,10 +54,20 @@ def _esc(text: Any) -> str:
     return escape(printable(text))
 
 
-def fitted_console() -> Console:
+class FittedConsole(Console):
     """A console for stdout as wide as the terminal (terminal_columns: $COLUMNS, the terminal's width, or
-    100 where stdout is no terminal)."""
-    return Console(width=terminal_columns())
+    100 where stdout is no terminal); `one_line` where stdout is a log (no terminal, no $COLUMNS: the rule
+    of run's lines, results.formulas.sentence_columns, as harness.run.progress.Progress reads it), where a
+    sentence (a table's title or caption, a note) stays one line, for grep to find whole."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(width=terminal_columns(), **kw)
+        self.one_line = sentence_columns() is None
+
+
+def fitted_console() -> Console:
+    """A FittedConsole for stdout."""
+    return FittedConsole()
 
 
 def _fitted_table(**kw) -> Table:
@@ -59,10 +76,36 @@ def _fitted_table(**kw) -> Table:
     return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), **kw)
 
 
-def _wrapped(console: Console, text: str, first: str, indent: str, markup: str | None = None) -> None:
+def _sentence_width(console: Console) -> int | None:
+    """The columns a sentence (a caption, a note) may take on `console`: its width, or None (one line) on a
+    FittedConsole of a log."""
+    return None if getattr(console, "one_line", False) else console.width
+
+
+def show(console: Console, table: Table) -> None:
+    """`table` on `console`; in a log (no terminal, no $COLUMNS) its title and caption are each one line,
+    above and below it, not wrapped and centred over the table's width on several lines."""
+    title, caption = table.title, table.caption
+    if _sentence_width(console) is not None:
+        console.print(table)
+        return
+    table.title = table.caption = None
+    if title is not None:
+        console.print(title, style="italic", soft_wrap=True)
+    console.print(table)
+    if caption is not None:
+        console.print(caption, style="dim", soft_wrap=True)
+    table.title, table.caption = title, caption
+
+
+def _wrapped(
+    console: Console, text: str, first: str, indent: str, markup: str | None = None, whole: bool = False
+) -> None:
     """Plain `text` after `first`, in lines of the console's width with `indent` before the others (words
-    kept whole, so a path can be copied); every line escaped, `first` shown as `markup` (ours) if given."""
-    for i, line in enumerate(wrap_text(printable(text), console.width, indent, printable(first))):
+    kept whole, so a path can be copied); whole: one line on a FittedConsole of a log (check's reasons),
+    as a sentence is there. Every line escaped, `first` shown as `markup` (ours) if given."""
+    width = _sentence_width(console) if whole else console.width
+    for i, line in enumerate(wrap_text(printable(text), width, indent, printable(first))):
         if i == 0 and markup is not None:
             line = markup + escape(line[len(printable(first)) :])
         else:
@@ -283,18 +326,18 @@ def print_gate(
     a fitted one its numbered reasons (each said once, however many rows share it). Returns those notes
     ({} when the table has room for the reasons), for no_key_table and probe_table to refer to."""
     width = console.width
-    console.print(gate_table(rows, seq_len, batch=batch, heads=heads, head_dim=head_dim, width=width))
+    show(console, gate_table(rows, seq_len, batch=batch, heads=heads, head_dim=head_dim, width=width))
     if any(_field(r, "workload") for r in rows):
         console.print()
         shape = dict(
             batch=batch, heads=heads, head_dim=head_dim, width=width, workloads=True, sequences=sequences
         )
-        console.print(gate_table(rows, seq_len, **shape))
+        show(console, gate_table(rows, seq_len, **shape))
     notes = gate_notes(rows) if width < WIDE else {}
     if notes:
         console.print("[bold]why, by number:[/]")
     for reason, n in notes.items():
-        _wrapped(console, reason, f"{n:>3}  ", "     ")
+        _wrapped(console, reason, f"{n:>3}  ", "     ", whole=True)
     return notes
 
 

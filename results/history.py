@@ -50,6 +50,7 @@ from .store import (
     runs_inside,
     uncollected_rows,
     unfinished,
+    unstarted_below,
     writer_holder,
 )
 from .writable import why_unwritable
@@ -314,6 +315,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
             raise RunDirError(
                 f"{run} is still being written (by {holder}): add it once that run has finished"
             )
+    unstarted = list(dict.fromkeys(d.resolve() for p in paths for d in unstarted_below(p)))
     known = _Known.of(store)  # a bad store is refused before any run is read
     try:
         _check_writable(store)
@@ -335,7 +337,11 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
         raise StoreError(f"--store {str(store)!r} cannot be written: {exc}") from None
     finally:
         con.close()
-    return [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
+    said = [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
+    return said + [
+        Added(d, "", 0, "empty", (f"{d} has no cells (stopped before its meta.json was written): not added",))
+        for d in unstarted
+    ]
 
 
 def _pair(row: dict[str, Any]) -> tuple[str, str]:

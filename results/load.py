@@ -168,6 +168,13 @@ def load_numerics(path: str | Path) -> dict[str, Any]:
 
 
 EXPORT_FORMATS = ("csv", "json", "hud", "bencher")
+CSV_DIGITS = 15  # significant digits a double holds whole: past them, a sum's or a product's binary noise
+
+
+def _csv_float(value: float) -> str:
+    """A float of the CSV export: the shortest text that reads back as `value` to CSV_DIGITS significant
+    digits (0.470938, not the 0.47093799999999997 a computed median is): every digit a double holds."""
+    return repr(float(f"{value:.{CSV_DIGITS}g}"))
 
 
 def export(df, fmt: str, metas: dict[str, dict[str, Any]] | None = None) -> str:
@@ -175,7 +182,9 @@ def export(df, fmt: str, metas: dict[str, dict[str, Any]] | None = None) -> str:
     PyTorch HUD's benchmark records or Bencher's metric format (results.interchange; metas: load_meta's,
     for the HUD's runners)."""
     if fmt == "csv":
-        return df.drop(columns=list(LIST_COLUMNS), errors="ignore").to_csv(index=False)
+        return df.drop(columns=list(LIST_COLUMNS), errors="ignore").to_csv(
+            index=False, float_format=_csv_float
+        )
     if fmt == "json":
         return df.to_json(orient="records", indent=1)
     if fmt == "hud":

@@ -151,6 +151,26 @@ def is_unstarted(path: str | Path) -> bool:
     return _leftovers(Path(path)) is not None
 
 
+def unstarted_below(path: str | Path) -> list[Path]:
+    """The directories below the folder `path` that a run stopped before its meta.json was written left
+    (its start's files alone: is_unstarted, not empty): no run and no cells, which `history add` names
+    as it names a run without cells."""
+    p = Path(path)
+    if (p / META).is_file() or not p.is_dir():
+        return []
+    try:
+        children = sorted(c for c in p.iterdir() if c.is_dir() and not (c / META).is_file())
+    except OSError:
+        return []
+    found = []
+    for c in children:
+        if is_unstarted(c) and any(c.iterdir()) and not writer_holder(c):  # a live one is still starting
+            found.append(c)
+        else:
+            found += unstarted_below(c)
+    return found
+
+
 def not_there(path: str | Path) -> RunDirError:
     """The one-line error for a run directory that is not a directory: it does not exist, or it is a file (a
     history store given as a run says where a store goes)."""

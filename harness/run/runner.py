@@ -541,7 +541,7 @@ def _meta(
 def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress: Progress) -> list[str]:
     """A resume measures the numerics probe when the run's first session stopped (Ctrl-C, a full disk)
     before numerics.json was written whole; the probe's notes, as _write_meta's."""
-    if _probe_written(writer.path):
+    if probe_written(writer.path):
         return []
     progress.message("numerics probe: missing or torn in this run; measuring it now")
     (writer.path / NUMERICS_FILE).unlink(missing_ok=True)
@@ -550,7 +550,7 @@ def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress:
     return _probe_notes(numerics["probe"])
 
 
-def _probe_written(path: Path) -> bool:
+def probe_written(path: Path) -> bool:
     """Whether the run's numerics.json is there and whole (an object with its `probe` list)."""
     try:
         value = json.loads((path / NUMERICS_FILE).read_text())

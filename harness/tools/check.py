@@ -224,3 +224,30 @@ def exit_status(rows: Iterable[GateRow]) -> int:
     """1 when a counted row (GateRow.gating: a variant named, or one in default sweeps) FAILed, errored,
     crashed or timed out on a problem a run makes, else 0 (unsupported and the no-key rows do not count)."""
     return 1 if any(r.status in STATUSES_FAILED and r.gating for r in rows) else 0
+
+
+def verdict(rows: Iterable[GateRow]) -> str:
+    """check's closing line, one line whatever its length (as bench's): the variants that failed, each with
+    its failed problems by status, or that every counted variant passed, and the exit status exit_status
+    gives (`check: mine FAILED (8 FAIL); exit status 1`)."""
+    rows = list(rows)
+    failed: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r.gating and r.status in STATUSES_FAILED:
+            by_status = failed.setdefault(r.variant, {})
+            by_status[r.status] = by_status.get(r.status, 0) + 1
+    code = exit_status(rows)
+    if failed:
+        said = ", ".join(
+            f"{name} FAILED ({', '.join(f'{n} {status}' for status, n in by_status.items())})"
+            for name, by_status in failed.items()
+        )
+        return f"check: {said}; exit status {code}"
+    gated = [r for r in rows if r.gating and not r.no_key and r.status != "unsupported"]
+    names = list(dict.fromkeys(r.variant for r in gated))
+    ignored = len({r.variant for r in rows if not r.gating and r.status in STATUSES_FAILED and not r.no_key})
+    more = f"; {ignored} not in default sweeps failed, not counted" if ignored else ""
+    return (
+        f"check: passed ({len(names)} variant{'' if len(names) == 1 else 's'}, {len(gated)} problems{more}); "
+        f"exit status {code}"
+    )

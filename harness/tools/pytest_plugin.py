@@ -175,11 +175,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """A grid that could not be built ends the session in one line with pytest's usage-error status (an
-    exception inside collection would be a collection error with a traceback)."""
+    """A grid that could not be built ends the session in one line, `ERROR: attnbench: ...`, with pytest's
+    usage-error status, as a bad option refused in pytest_configure is (an exception inside collection would
+    be a collection error with a traceback; pytest.exit, a `! _pytest.outcomes.Exit: ...` banner)."""
     state = session.config.stash.get(_KEY, None)
     if state is not None and state.error:
-        pytest.exit(state.error, returncode=pytest.ExitCode.USAGE_ERROR)
+        raise pytest.UsageError(state.error)
 
 
 @pytest.fixture

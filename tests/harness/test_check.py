@@ -10,6 +10,7 @@ from conftest import DATA, FAULTS, run_cli
 
 from attnbench import variants
 from attnbench.harness.tools import check
+from attnbench.reports import terminal
 from attnbench.variants import registry
 
 
@@ -403,6 +404,7 @@ def test_check_cli_never_crashes_and_says_why(tmp_path):
     )  # fmt: skip
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "rows that see no key" in ok.stdout and "nan" in ok.stdout
+    assert ok.stdout.splitlines()[-1].startswith("check: passed (2 variants, "), ok.stdout
 
 
 def test_list_and_check_show_an_availability_check_that_raises():
@@ -548,6 +550,12 @@ def test_a_wrong_kernel_named_fails_the_check_though_not_in_default_sweeps(isola
                     "float32", "--seq-len", "16")  # fmt: skip
     assert named.returncode == 1, named.stdout
     assert "demo" not in named.stdout and "(not in default sweeps)" not in named.stdout
+    # a log (stdout no terminal) ends on the verdict in one line, as bench's does, and each caption and
+    # title is one line whole, to grep, not wrapped and centred over the table
+    failed = _statuses(named.stdout, "m_wrong_nondefault").count("FAIL")
+    lines = named.stdout.splitlines()
+    assert lines[-1] == f"check: m_wrong_nondefault FAILED ({failed} FAIL); exit status 1", named.stdout
+    assert terminal.GATE_CAPTION in lines and terminal.NO_KEY_CAPTION in lines, named.stdout
     plan = check.prepare(None, ["cpu"], ["float32"], 16)  # every variant: one not named does not count
     assert not plan.counted("sdpa_loop") and plan.counted("naive")
 

@@ -120,3 +120,22 @@ def test_two_resumes_of_one_run_one_proceeds_the_other_is_refused(tmp_path):
     assert len(ids) == len(set(ids)) == 2  # each cell exactly once
     resumes = (out / "resumes.jsonl").read_text().splitlines()
     assert len(resumes) == 1 and json.loads(resumes[0])["pid"] == first.pid  # the refused one logged nothing
+
+
+def test_collect_of_a_complete_run_says_so_and_writes_nothing(carried_run, tmp_path):
+    """`collect` of a finished local run: every cell has its row, its probe is written, no shard waits. It
+    says so in one line and exits 0, without a worker (worker.log untouched) or a line in resumes.jsonl."""
+    run = tmp_path / "run"
+    shutil.copytree(carried_run, run)
+    before = _files(run)
+    proc = run_cli("collect", str(run), cwd=carried_run.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == f"nothing to collect: {run} is complete (4 cells)\n"
+    assert proc.stdout == f"{run}\n"
+    assert _files(run) == before and not (run / "resumes.jsonl").exists()
+    # a cell without its row is collected as before: measured, and the resume logged
+    rows = (run / "rows.jsonl").read_text().splitlines()
+    (run / "rows.jsonl").write_text("\n".join(rows[:-1]) + "\n")
+    again = run_cli("collect", str(run), "-q", cwd=carried_run.parent)
+    assert again.returncode == 0 and "run complete" in again.stderr, again.stderr
+    assert len(read_rows(run)) == 4 and (run / "resumes.jsonl").exists()

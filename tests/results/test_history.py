@@ -366,6 +366,22 @@ def test_a_run_still_being_written_is_refused_and_an_unfinished_one_says_so(tmp_
     assert history.frame(store)["run_key"].nunique() == 2  # what check and publish count
 
 
+def test_a_run_stopped_before_its_meta_json_is_named_as_one_without_cells(tmp_path, runs):
+    """A directory a run stopped while starting left (its lock and worker log, no meta.json) is no run and
+    has no cells: named in one note as a run without cells is, not an error; an empty folder is nothing."""
+    stopped = tmp_path / "runs" / "stopped"
+    stopped.mkdir()
+    (stopped / "writer.lock").write_text("")
+    (stopped / "worker.log").write_text("starting\n")
+    (tmp_path / "runs" / "nothing").mkdir()
+    added = history.add(tmp_path / "h.sqlite", [tmp_path / "runs"])
+    assert [a.state for a in added] == ["added"] * 3 + ["empty"]
+    assert added[-1].notes == (
+        f"{stopped} has no cells (stopped before its meta.json was written): not added",
+    )
+    assert history.frame(tmp_path / "h.sqlite")["run_key"].nunique() == 3
+
+
 def _older_store(tmp_path, runs):
     """A store of version 2, the layout before runs kept their origin."""
     store = tmp_path / "old.sqlite"

@@ -124,6 +124,13 @@ def test_not_a_run(tmp_path):
         load(tmp_path)
 
 
+def csv_rows(text: str) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    return list(csv.DictReader(io.StringIO(text)))
+
+
 def test_loader_types_and_merge(tmp_path):
     a = _run(tmp_path / "a")
     b = _run(tmp_path / "b", n=2)
@@ -137,6 +144,12 @@ def test_loader_types_and_merge(tmp_path):
     csv = export(df, "csv")
     assert csv.splitlines()[0].startswith("run_id,machine,cell_id,variant")
     assert "samples_ms" not in csv.splitlines()[0]
+    # a computed float is written as the number it is, not its binary noise (0.1 + 0.2: 0.30000000000000004),
+    # and every digit a double holds survives
+    noisy = df.assign(time_ms_median=0.1 + 0.2, rel_err=1 / 3, tflops=1.0)
+    (row,) = csv_rows(export(noisy.head(1), "csv"))
+    assert row["time_ms_median"] == "0.3" and row["tflops"] == "1.0"
+    assert row["rel_err"] == "0.333333333333333"
     assert json.loads(export(df, "json"))[0]["samples_ms"] == [1.4, 1.5, 1.6]
 
 
