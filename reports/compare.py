@@ -566,8 +566,9 @@ def verdict(cmp: Comparison) -> str:
     n = int(cmp.cells["regression"].sum())
     what = f"--fail-above {cmp.threshold.text}"
     said = f"{what}: {n} regression{'s' * (n != 1)}" if n else f"{what}: no regression"
-    if cmp.missing:
-        said += f", {counted(len(cmp.missing), 'cell')} ok in A missing from B (MISSING)"
+    if cmp.missing:  # the gate fails on them alone: said first, so that the line does not read as a pass
+        lost = f"{counted(len(cmp.missing), 'cell')} ok in A missing from B (MISSING)"
+        said = f"{what}: FAILED: {lost}, " + (f"and {n} regression{'s' * (n != 1)}" if n else "no regression")
     return said + also
 
 

@@ -263,8 +263,8 @@ def test_cells_only_one_run_has_are_counted_and_b_s_broken_ones_named(tmp_path):
     text = text_report(cmp)
     assert all(line in text for line in lines)
     assert text.rstrip().endswith(
-        "no regression, 5 cells ok in A missing from B (MISSING); 5 of A's 6 cells have no ok row in B; "
-        "3 cells broken only in B, not gated (above)"
+        "FAILED: 5 cells ok in A missing from B (MISSING), no regression; 5 of A's 6 cells have no ok row "
+        "in B; 3 cells broken only in B, not gated (above)"
     )
     assert all(f"MISSING {r['cell_id']}: ok in A, no row in B" in text for r in rows_a[1:])
     readme, _ = write_page(cmp, tmp_path / "page")
@@ -957,14 +957,15 @@ def test_a_cell_ok_in_a_that_b_lacks_fails_the_gate_and_a_regression_names_its_c
     assert f"REGRESSION {rows_a[0]['cell_id']}: median " in proc.stdout
     assert f"MISSING {rows_a[1]['cell_id']}: ok in A, no row in B" in lines
     assert lines[-1] == (
-        "--fail-above median:5%: 1 regression, 1 cell ok in A missing from B (MISSING); 1 of A's 2 cells has "
-        "no ok row in B"
+        "--fail-above median:5%: FAILED: 1 cell ok in A missing from B (MISSING), and 1 regression; "
+        "1 of A's 2 cells has no ok row in B"
     )
     same = [synthetic.cell("naive", 128, sample_ms=synthetic.samples(1.28, n=30, seed=128))]
     a, b = _pair(tmp_path / "lost", rows_a, same)
     proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(tmp_path / "o2"),
                    timeout=120)  # fmt: skip
-    assert proc.returncode == 1 and "no regression, 1 cell ok in A missing from B (MISSING)" in proc.stdout
+    assert proc.returncode == 1
+    assert "FAILED: 1 cell ok in A missing from B (MISSING), no regression" in proc.stdout
     proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "o3"), timeout=120)
     assert proc.returncode == 0 and "MISSING" not in proc.stdout
     assert (
