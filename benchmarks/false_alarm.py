@@ -153,7 +153,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 "group_runs": " (attnbench interleave and the run level need 3 or more)",
             }.get(name, "")
             p.error(f"--{name.replace('_', '-')} must be at least {low}{why}, got {getattr(args, name)}")
-    from attnbench.reports.compare import parse_threshold
+    from attnbench.results.thresholds import parse_threshold
 
     try:
         args.threshold = parse_threshold(args.fail_above)

@@ -10,9 +10,9 @@ from typing import Any
 
 from attnbench.results import devices, judge
 from attnbench.results.formulas import counted
-from attnbench.results.judge import BROKEN, STATS, VERDICTS, Threshold  # noqa: F401 (compare's names)
+from attnbench.results.judge import BROKEN, VERDICTS
 from attnbench.results.schema import CELL_AXES, STATUSES
-from attnbench.results.thresholds import parse_threshold  # noqa: F401 (compare's name)
+from attnbench.results.thresholds import Threshold
 
 from . import calibration, compare_load
 from . import page as pg

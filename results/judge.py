@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .schema import float_list
-from .thresholds import STATS, Threshold  # noqa: F401 (the judge's names: the grammar is results.thresholds)
+from .thresholds import Threshold  # the gate's threshold (its grammar: results.thresholds)
 from .ttest import (  # noqa: F401 (the tests, part of the judge's word)
     CI_LEVEL,
     MIN_REPLICATES,

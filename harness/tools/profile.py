@@ -143,7 +143,10 @@ def removed_if_interrupted(out: Path) -> Iterator[None]:
             said = f"interrupted: removed the unfinished profile {out}"
         else:
             for path in set(out.iterdir()) - before if out.is_dir() else ():
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
             said = f"interrupted: removed what the profile had written into {out}"
         raise KeyboardInterrupt(said) from None
 

@@ -11,8 +11,9 @@ import synthetic
 from conftest import run_cli
 from synthetic import rows_in_rounds
 
-from attnbench.reports.compare import compare_runs, parse_threshold, text_report, verdict_rule
+from attnbench.reports.compare import compare_runs, text_report, verdict_rule
 from attnbench.results import RunDirError, runset
+from attnbench.results.thresholds import parse_threshold
 
 GATE = parse_threshold("median:5%")
 SEQ = (256, 512, 1024)

@@ -18,14 +18,13 @@ from attnbench.reports.compare import (
     cell_table,
     change_text,
     compare_runs,
-    parse_threshold,
     text_report,
     verdict_rule,
     write_page,
 )
 from attnbench.results import judge
 from attnbench.results.judge import RUN_SPREAD_FLOOR
-from attnbench.results.thresholds import parse_run_spread
+from attnbench.results.thresholds import parse_run_spread, parse_threshold
 
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}

@@ -212,12 +212,14 @@ def test_a_flat_series_has_no_step(tmp_path):
     assert steps.find(history.frame(store)) == []
 
 
-def test_a_step_where_the_calibration_moved_says_so(tmp_path):
-    def slower_machine(i, meta):
-        if i >= 6:
-            meta["calibration"]["cpu"]["matmul_tflops"]["float32"] *= 0.8
+def _calibration_down_from_run_6(i, meta):
+    """run_series' edit: the machine's matmul calibration 20% lower from the seventh run on."""
+    if i >= 6:
+        meta["calibration"]["cpu"]["matmul_tflops"]["float32"] *= 0.8
 
-    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 6, edit=slower_machine)
+
+def test_a_step_where_the_calibration_moved_says_so(tmp_path):
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 6, edit=_calibration_down_from_run_6)
     store = tmp_path / "h.sqlite"
     history.add(store, paths)
     found = steps.find(history.frame(store))
@@ -443,12 +445,7 @@ def test_a_calibration_judged_on_too_few_runs_after_the_step_is_not_said_to_be_a
     """A PENDING step (2 runs after it) with the calibration 20% down across it: a VM's own calibration moves
     that much between two runs, and with no interval on that side the line cannot tell; it says so instead of
     'the machine changed'."""
-
-    def slower(i, meta):
-        if i >= 6:
-            meta["calibration"]["cpu"]["matmul_tflops"]["float32"] *= 0.8
-
-    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 2, edit=slower)
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 6 + [1.25] * 2, edit=_calibration_down_from_run_6)
     store = tmp_path / "h.sqlite"
     history.add(store, paths)
     found = steps.find(history.frame(store))
