@@ -255,6 +255,40 @@ def _relabel(p: _Point, named: dict[str, str]) -> _Point:
     return _Point(p.n, named.get(p.best, p.best), tied, named.get(p.runner_up, p.runner_up), p.lead, ranked)
 
 
+def _suspect_at(panel_rows, length: str) -> dict[int, dict[str, str]]:
+    """Per N, the variants whose ok cells there are suspect (results.suspect), each with its reason."""
+    if not {"status", "variant", "suspect", length} <= set(panel_rows.columns):
+        return {}
+    ok = ok_rows(panel_rows)
+    out: dict[int, dict[str, str]] = {}
+    for _, r in ok[flag_mask(ok, "suspect")].iterrows():
+        if present(r[length]):
+            why = r.get("suspect_reason")
+            out.setdefault(int(r[length]), {})[str(r["variant"])] = str(why) if present(why) else ""
+    return out
+
+
+def _only_ranked_sentences(
+    alone: list[_Point], suspects: dict[int, dict[str, str]], named: dict[str, str], name: str
+) -> list[str]:
+    """'At N = 256 and 512 naive is the only variant ranked: chunked and sdpa are suspect there, never
+    ranked (chunked: 42.8x faster than naive ...; sdpa: ...).' per variant alone and the variants suspect
+    beside it, each reason read at the first of its N: nobody is called fastest among one."""
+    by: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for p in alone:
+        by.setdefault((p.best, tuple(variant_order(suspects[p.n]))), []).append(p.n)
+    out = []
+    for (best, others), ns in by.items():
+        why = "; ".join(f"{v}: {suspects[ns[0]][v]}" for v in others if suspects[ns[0]][v])
+        are = "is" if len(others) == 1 else "are"
+        out.append(
+            f"At {name} = {names_text([n_text(n) for n in ns])} {named.get(best, best)} is the only variant "
+            f"ranked: {names_text(list(others))} {are} suspect there, never ranked"
+            + (f" ({why})." if why else ".")
+        )
+    return out
+
+
 SHAKY = "Read off drifted or noisy cells: "  # a ranking sentence of a busy machine whose cells were unsettled
 
 
@@ -293,14 +327,20 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
         return []
     named = approximate_names(panel_rows)
     points = _points(best, length, _ranked_at(panel_rows, length))
+    # an N where the fastest is the only one ranked because the others there are suspect crowns nobody:
+    # the sentence says they are suspect instead, and the N takes no part in a stretch or a crossover
+    suspects = _suspect_at(panel_rows, length)
+    alone = [p for p in points if not p.runner_up and suspects.get(p.n)]
+    points = [p for p in points if p not in alone]
     runs = [(named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(points)]
-    every = len(runs) == 1
+    every = len(runs) == 1 and not alone
     shaky = shaky_cells(panel_rows, length) if busy else set()
 
     def said(text: str, pts: list[_Point]) -> str:
         return SHAKY + text if _read_off(pts, shaky, named) else text
 
     out = [said(run_sentence(leader, pts, every, name), pts) for leader, pts in runs]
+    out += _only_ranked_sentences(alone, suspects, named, name)
     for (a, before), (b, after) in zip(runs, runs[1:], strict=False):
         last, first = before[-1], after[0]
         # who is overtaken between the two N: at the front at the last N before and ranked at the first N

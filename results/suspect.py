@@ -12,7 +12,16 @@ Two rules, applied when runs are loaded (so they hold for every run on disk, old
   calibration's long matmul calls more than the probe's short ones;
 - faster than the checked baseline by more than BASELINE_FACTOR: the median time of the same cell of
   BASELINE, the float64-gated naive implementation, over this cell's median (in a packed cell, naive's time
-  scaled to the useful work: it computes the whole pack under a mask, executed_flops).
+  scaled to the useful work: it computes the whole pack under a mask, executed_flops). Only a baseline
+  row measured at the machine's usual speed judges its neighbours: one that drifted (results.drift: its
+  speed factor more than DRIFT off its run's median probe) or was itself noisy (IQR/median above
+  NOISY_REL_IQR) says how busy the machine was at that moment, not how fast naive is, and makes no cell
+  suspect (issue: two CPU-burning processes slowed naive's N=256 cell to 36 ms, and honest chunked and
+  sdpa, 43x and 117x faster, went unranked; the report crowned naive). Its time is not corrected by its
+  speed factor instead: the probe is one short matmul taken just before the cell, and a memory-bound
+  naive cell sharing two cores with a busy loop slows by another factor than it (the probe may even miss
+  a tenant that arrived during the cell, which only the row's own spread shows). The ceiling rule still
+  holds every cell of that N.
 Only `ok` rows are judged: `wrong` rows are never ranked anyway. Nor are the rows of a variant declared
 approximate (their `approximate` bound, Capability.approximate): a kernel that skips the N x N work its
 FLOPs count (random features, low rank, sparsity) may pass both the ceiling and the baseline honestly. The
@@ -25,6 +34,7 @@ import math
 from typing import Any
 
 from .devices import calibration_for, matmul_tflops, where_of
+from .drift import drifted, speed_factors
 from .schema import CELL_AXES
 
 PEAK_FACTOR = 1.25
@@ -78,8 +88,14 @@ def reasons(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> 
     """Per row (results.load's typed columns, as records): why it is suspect, or None."""
     same_cell = [a for a in CELL_AXES if a != "variant"]
     base_ms: dict[tuple, float] = {}
-    for r in records:
-        if r.get("variant") == BASELINE and r.get("status") == "ok" and _num(r.get("time_ms_median")):
+    for r, speed in zip(records, speed_factors(records), strict=True):
+        usual = not drifted(speed) and r.get("noisy") is not True  # see the docstring
+        if (
+            r.get("variant") == BASELINE
+            and r.get("status") == "ok"
+            and _num(r.get("time_ms_median"))
+            and usual
+        ):
             base_ms[(r.get("run_id"), *(r.get(a) for a in same_cell))] = _useful_ms(r)
     factors = probe_factors(records, metas)
     return [
@@ -151,8 +167,6 @@ def probe_factors(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) 
     """Per row: its speed probe (speed_tflops) over the probe its device's calibration took, or, where the
     calibration has none (runs written before it), over the median probe of its run and device; NaN
     without a probe."""
-    from .drift import speed_factors
-
     by_median = speed_factors(rows)
     out = []
     for r, median_factor in zip(rows, by_median, strict=True):

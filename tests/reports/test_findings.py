@@ -391,3 +391,28 @@ def test_a_decode_panels_sentences_name_n_k_where_they_are_built(tmp_path):
     # the same builders on a square panel say N
     assert findings.growth_sentences(fits)[0].startswith("naive: time grows as N^2.00 [")
     assert findings.range_text([256, 512], name="N_k") == "from N_k = 256 to 512"
+
+
+def test_a_variant_alone_among_suspects_is_never_called_fastest(tmp_path):
+    """An outside trial: chunked and sdpa marked suspect at N = 256 left naive the only ranked variant
+    there, and the findings said "naive is fastest ... (the only variant with a ranked cell)" and that sdpa
+    took the lead from naive. At such an N the sentence says the others are suspect, never ranked, and why;
+    the N takes no part in a lead or a crossover."""
+    from attnbench import results
+
+    rows = []
+    for n in (256, 512, 1024):
+        usual = 10.0 * (n / 256) ** 2
+        naive_ms = usual * 8 if n == 256 else usual  # steady, so its word holds: 32x and 48x are suspect
+        rows.append(synthetic.cell("naive", n, time_ms=naive_ms))
+        rows += [synthetic.cell(v, n, time_ms=usual / f) for v, f in (("chunked", 4.0), ("sdpa", 6.0))]
+    df = results.load(synthetic.write_run(tmp_path / "run", rows, peak_tflops=100.0))
+    said = findings.ranking_sentences(df)
+    text = " ".join(said)
+    assert "naive is fastest" not in text and "only variant with a ranked cell" not in text, said
+    assert "from naive" not in text, said  # no crossover out of an N nobody won
+    alone = [s for s in said if s.startswith("At N = 256 naive is the only variant ranked")]
+    assert len(alone) == 1, said
+    assert "chunked and sdpa are suspect there, never ranked" in alone[0]
+    assert "faster than naive on the same cell" in alone[0]
+    assert any(s.startswith("sdpa is fastest from N = 512 to 1,024") for s in said), said
