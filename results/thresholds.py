@@ -25,7 +25,7 @@ class Threshold:
     stat: str
     value: float
     relative: bool
-    text: str
+    text: str  # as written, with its unit: 'median:5%', 'median:5ms', and a bare 'median:5' as 'median:5 ms'
     note: str | None = None  # one line for stderr: how a likely mistake was read (None when none)
 
     def exceeded(self, a: float, b: float) -> bool:
@@ -55,7 +55,10 @@ def parse_threshold(spec: str) -> Threshold:
     elif m["unit"] is None and 0 < value < 1:
         pct = f"{value * 100:.4g}%"
         note = f"note: --fail-above {text} is {m['num']} ms; for {pct} write {m['stat']}:{pct}"
-    return Threshold(m["stat"], value / 100 if relative else value, relative, text, note)
+    # echoed with its unit wherever it is printed (the rule, the last line): a bare X is X ms, and
+    # 'median:5' alone reads as 5% to most readers
+    shown = f"{m['stat']}:{m['num']} ms" if m["unit"] is None else text
+    return Threshold(m["stat"], value / 100 if relative else value, relative, shown, note)
 
 
 def _percent(flag: str, text: str, example: str) -> tuple[float, str | None]:
