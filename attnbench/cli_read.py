@@ -78,7 +78,8 @@ def add_report(sub) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from attnbench.reports.compare import compare_runs, text_report, write_page
+    from attnbench.reports.compare import compare_runs
+    from attnbench.reports.compare_page import text_report, write_page
     from attnbench.reports.style import slug
     from attnbench.results import RunDirError, thresholds
 

@@ -66,6 +66,7 @@ class Comparison:
         default_factory=list
     )  # the runs' sampling settings, where they differ
     machines: tuple[str, str] | None = None  # A's machine and B's, where they are two
+    busy: list[str] = field(default_factory=list)  # a run measured on a busy machine (results.drift.is_busy)
 
     @property
     def threshold(self) -> Threshold | None:
@@ -119,7 +120,11 @@ class Comparison:
     @property
     def warnings(self) -> list[str]:
         return (
-            self.calibration_warnings + self.sampling_warnings + self.timing_warnings + self.control_warnings
+            self.busy
+            + self.calibration_warnings
+            + self.sampling_warnings
+            + self.timing_warnings
+            + self.control_warnings
         )
 
     @property
@@ -331,7 +336,7 @@ def compare_runs(
     runs move on this machine (a fraction), for comparisons that cannot see it."""
     from attnbench.results import runset
 
-    a, b, meta_a, meta_b, labels, (groups_a, groups_b), same = compare_load.load(
+    a, b, meta_a, meta_b, labels, (groups_a, groups_b), same, busy = compare_load.load(
         run_a, run_b, normalize, control_variant, variant_a, variant_b
     )
     split = any(g.label for g in groups_a + groups_b)
@@ -361,7 +366,7 @@ def compare_runs(
         str(run_a), str(run_b), *labels, how, axes, cells, _per_variant(cells), judgement,
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
         *(compare_load.unmatched(x, y, axes) for x, y in ((a, b), (b, a))),
-        compare_load.sampling_warnings(meta_a, meta_b), compare_load.machines(meta_a, meta_b),
+        compare_load.sampling_warnings(meta_a, meta_b), compare_load.machines(meta_a, meta_b), busy,
     )  # fmt: skip
 
 
@@ -473,7 +478,7 @@ def cell_table(cmp: Comparison) -> pg.Table:
         f"A ms, B ms: the geometric mean of each side's {level}s judged (B's rescaled by --normalize, "
         "relative to the control with --control; a cell not judged: its median), what B/A is the ratio of "
         "(>1: B slower), with its 95% CI, and what the change says in words; p the cell's test, p_holm "
-        f"Holm-adjusted over the cells judged; verdicts and the gate by the rule above{gate}.",
+        f"Holm-adjusted over the cells judged; verdicts and the gate by the rule below{gate}.",
     )
 
 
@@ -615,84 +620,6 @@ def normalize_note(cmp: Comparison) -> str:
     )
 
 
-def text_report(cmp: Comparison) -> str:
-    """What `attnbench compare` prints on stdout: the rule once, then the tables (cmp.warnings, each one
-    `attnbench: warning:` line on stderr, are the command's to say, as every command's warnings are)."""
-    out = [
-        f"A: {cmp.label_a}  [{cmp.run_a}]",
-        f"B: {cmp.label_b}  [{cmp.run_b}]",
-        cmp.match,
-        *cmp.pairing,
-        *unmatched_lines(cmp),
-        "",
-    ]
-    out.append(pg.to_text(calibration_table(cmp)))  # its warnings are the command's, on stderr (cmp.warnings)
-    out += [normalize_note(cmp), "", f"Rule: {cmp.rule}", ""]
-    out.append(pg.to_text(cell_table(cmp), max_width=60))
-    out.append(pg.to_text(variant_table(cmp)))
-    out.append(verdict_counts(cmp))
-    out += accuracy_lines(cmp)
-    for _, r in cmp.regressions.iterrows():
-        out.append(f"REGRESSION {r['cell_id']}: {r['why']}")
-    out += missing_lines(cmp)
-    out.append(verdict(cmp))
-    return "\n".join(out) + "\n"
-
-
 def missing_lines(cmp: Comparison) -> list[str]:
     """A line per cell ok in A that B has no row of, which fails --fail-above (Comparison.missing)."""
     return [f"MISSING {cid}: ok in A, no row in B" for cid in cmp.missing]
-
-
-def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
-    """compare.png/.svg/.csv, per_variant.csv, README.md and compare.html in out_dir."""
-    from .plots import compare_figure
-    from .style import save
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    fig, data = compare_figure(
-        cmp.cells,
-        "Run B vs run A",
-        cmp.label_a,
-        cmp.label_b,
-        cmp.threshold.value if cmp.threshold and cmp.threshold.relative else None,
-    )
-    files = save(
-        fig,
-        data,
-        out,
-        "compare",
-        "Time ratio B/A per cell",
-        "Vertical lines: the ratio's 95% CI (by the rule on the page); filled markers: faster or slower, "
-        "hollow: same or ambiguous.",
-    )
-    cmp.per_variant.to_csv(out / "per_variant.csv", index=False)
-    page = pg.Page("attnbench compare")
-    page.add(
-        pg.Bullets(
-            (
-                f"A: {cmp.label_a} ({cmp.run_a})",
-                f"B: {cmp.label_b} ({cmp.run_b})",
-                cmp.match,
-                *cmp.pairing,
-                *unmatched_lines(cmp),
-                verdict_counts(cmp),
-                *accuracy_lines(cmp),
-                *missing_lines(cmp),
-                verdict(cmp),
-            )
-        )
-    )
-    page.add(pg.Para(f"Rule: {cmp.rule}"))
-    page.add(pg.Heading("Calibration of both runs"), calibration_table(cmp))
-    if cmp.warnings:
-        page.add(pg.Bullets(tuple(cmp.warnings)))
-    page.add(pg.Para(normalize_note(cmp)))
-    page.add(pg.Heading("Per variant (geometric mean of B/A over cells ok in both)"), variant_table(cmp))
-    page.add(pg.Figure(files))
-    page.add(pg.Heading("Per cell"), cell_table(cmp))
-    readme, html_path = (out / name for name in pg.PAGE_FILES["compare"])
-    readme.write_text(pg.to_markdown(page), encoding="utf-8")
-    html_path.write_text(pg.to_html(page, out), encoding="utf-8")
-    return readme, html_path

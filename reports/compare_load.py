@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.results import devices
+from attnbench.results.store import no_cells_text
 
 from . import calibration
 
@@ -150,6 +151,9 @@ def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
     from attnbench.results import runset
 
     (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
+    for run, rows, meta in ((run_a, a, meta_a), (run_b, b, meta_b)):
+        if rows.empty:  # said as `history add` says it, not as a cell that no axis matched
+            raise ValueError(no_cells_text(run, meta))
     same, said = _same_run(run_a, run_b, meta_a, meta_b)
     if same and variant_a is None and variant_b is None:
         raise ValueError(
@@ -162,7 +166,30 @@ def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
     _check_normalize(normalize, meta_a, meta_b)
     _check_control(control_variant, normalize, a, b)
     labels = (f"{name_a} ({results.machine_label(meta_a)})", f"{name_b} ({results.machine_label(meta_b)})")
-    return a, b, meta_a, meta_b, labels, (groups_a, groups_b), same
+    busy = busy_lines(("A", run_a, a, meta_a), ("B", run_b, b, meta_b))
+    return a, b, meta_a, meta_b, labels, (groups_a, groups_b), same, busy
+
+
+def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any]]) -> list[str]:
+    """A line per run of a side (a run set's every run) measured on a busy machine, by the one rule that
+    run, report and bench say it by (results.drift.is_busy, busy_sentence): a regression on its cells may
+    be the machine's, so the line comes before the gate's result."""
+    from attnbench import results
+    from attnbench.results import drift
+
+    out = []
+    for side, path, rows, meta in sides:
+        runs = (meta.get("runset") or {}).get("runs")
+        for run in runs or [path]:
+            records = results.scalar_records(results.load(run) if runs else rows)
+            if not drift.is_busy(*drift.busy_cells(records)):
+                continue
+            said = drift.busy_sentence(records, str(run))
+            out.append(
+                f"run {side} ({run}): {said}; its ratios, and any regression the gate finds, may be the "
+                "machine's rather than the code's"
+            )
+    return out
 
 
 # the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them

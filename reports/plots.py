@@ -605,7 +605,10 @@ def compare_figure(table, title: str, label_a: str, label_b: str, threshold: flo
                 v = ok[ok["variant"] == variant].sort_values("seq_len")
                 color = variant_color(variant)
                 n, r = floats(v["seq_len"]), floats(v["ratio"])
-                ax.plot(n, r, color=color, lw=1.4, label=variant)
+                ax.plot(n, r, color=color, lw=1.4)
+                # the legend's entry: the line with the variant's marker, as the points below draw it (a
+                # marker on the line itself would fill the hollow points of same and ambiguous cells)
+                ax.plot([], [], color=color, lw=1.4, marker=variant_marker(variant), ms=6, label=variant)
                 lo, hi = floats(v["ratio_ci_low"]), floats(v["ratio_ci_high"])
                 for x, y, verdict, a, b in zip(n, r, v["verdict"], lo, hi, strict=True):
                     if math.isfinite(a) and math.isfinite(b):  # the judge's CI of the ratio

@@ -44,6 +44,7 @@ from .store import (
     ROWS,
     SHARDS,
     RunDirError,
+    no_cells_text,
     not_there,
     read_meta,
     read_rows,
@@ -426,9 +427,7 @@ def _plan(run: Path, known: _Known) -> _Work:
     same = _same_run(w, pairs, cands, known)
     if same is None:
         if not rows:
-            planned = meta.get("planned_cells")
-            of = f" (0 of {planned} planned)" if isinstance(planned, int) and planned else ""
-            w.state, w.write, w.notes = "empty", False, [f"{run} has no cells{of}: not added"]
+            w.state, w.write, w.notes = "empty", False, [f"{no_cells_text(run, meta)}: not added"]
             return w
         if any(c.key == w.key for c in cands):
             w.key = f"{w.key}#{origin(meta)[:8]}"

@@ -317,6 +317,15 @@ def unfinished(meta: dict[str, Any], cell_ids: Any) -> tuple[int, int] | None:
     return (measured, planned) if measured < planned else None
 
 
+def no_cells_text(run: Any, meta: dict[str, Any]) -> str:
+    """'runs/empty has no measured cells (unfinished: 0 of 12 planned)': a run stopped before its first cell,
+    as `history add` and `compare` say it (the planned count from meta.json's `planned_cells`, where it
+    says)."""
+    planned = meta.get("planned_cells")
+    known = isinstance(planned, int) and not isinstance(planned, bool) and planned > 0
+    return f"{run} has no measured cells" + (f" (unfinished: 0 of {planned} planned)" if known else "")
+
+
 def latest_rows(path: str | Path) -> list[dict[str, Any]]:
     """One row per cell: a later row of a cell is a deliberate re-measurement (--resume --redo-drift) and
     replaces the earlier one, in the earlier one's place."""

@@ -11,7 +11,8 @@ import synthetic
 from conftest import run_cli
 from synthetic import rows_in_rounds
 
-from attnbench.reports.compare import compare_runs, text_report, verdict_rule
+from attnbench.reports.compare import compare_runs, verdict_rule
+from attnbench.reports.compare_page import text_report
 from attnbench.results import RunDirError, runset
 from attnbench.results.thresholds import parse_threshold
 

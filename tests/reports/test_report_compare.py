@@ -18,10 +18,9 @@ from attnbench.reports.compare import (
     cell_table,
     change_text,
     compare_runs,
-    text_report,
     verdict_rule,
-    write_page,
 )
+from attnbench.reports.compare_page import text_report, write_page
 from attnbench.results import judge
 from attnbench.results.judge import RUN_SPREAD_FLOOR
 from attnbench.results.thresholds import parse_run_spread, parse_threshold
@@ -984,3 +983,103 @@ def test_cli_compare_notes_a_bare_fraction_and_refuses_a_repeated_gate(tmp_path)
     proc = run_cli(*base, "--fail-above", "median:5%", "--fail-above", "median:500%", timeout=120)
     assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
     assert "--fail-above given twice (median:5% and median:500%): give it once" in proc.stderr
+
+
+# ---- a busy machine, a run with no cells, the page's order (an outside trial) ----------------------------
+
+
+def _busy_rows(factor: float = 1.0):
+    """_rows with every cell's speed probe read: 3 of the 8 ok cells measured while the machine ran at half
+    its usual speed (drift: a busy machine by results.drift.is_busy), the others at its usual 0.1."""
+    rows = _rows(factor)
+    for i, r in enumerate(rows):
+        r["speed_tflops"] = 0.05 if i < 3 else 0.1
+    return rows
+
+
+def test_cli_compare_says_which_run_was_measured_on_a_busy_machine(tmp_path):
+    """An outside trial: compare of a run that `report` calls busy printed 10 REGRESSION lines and FAILED
+    and said "busy" nowhere. One warning line on stderr, before the report and its gate's result, and the
+    page's first sentence, say which run the machine was busy for (the one rule: results.drift.is_busy);
+    the gate's exit status stays."""
+    from attnbench.results import drift
+
+    a, b = _pair(tmp_path, _rows(), _busy_rows(2.0))
+    assert drift.is_busy(*drift.busy_cells(synthetic_records(b)))  # the rule that run and report say it by
+    out = tmp_path / "out"
+    proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr  # still FAILED: a busy machine never passes a gate
+    busy = [line for line in proc.stderr.splitlines() if "busy" in line]
+    assert len(busy) == 1 and busy[0].startswith("attnbench: warning: run B ("), proc.stderr
+    assert str(b) in busy[0] and "the machine was busy during this run (3 of 8 cells drifted" in busy[0], busy
+    assert "busy" not in proc.stderr.split(busy[0])[0]  # only B's
+    first = (out / "README.md").read_text().replace("\\_", "_").split("\n- ", 1)[1]
+    assert first.startswith(f"run B ({b}): the machine was busy during this run"), first[:200]
+    # a quiet pair says nothing of the kind
+    quiet = run_cli("compare", str(a), str(_pair(tmp_path / "q", _rows(), _rows(2.0))[1]), "--out", str(out))
+    assert "busy" not in quiet.stderr + quiet.stdout
+
+
+def synthetic_records(run) -> list[dict]:
+    from attnbench import results
+
+    return results.scalar_records(results.load(run))
+
+
+def test_compare_with_a_run_of_no_cells_says_so(tmp_path):
+    """An outside trial: a run stopped before its first cell, compared, was refused as 'no cell in common
+    (... on the devices both runs used (none); every axis has a value in both ...)'. It is said as `history
+    add` says it (results.store.no_cells_text), whichever side it is on."""
+    a = synthetic.write_run(tmp_path / "good", _rows(), run_id="good")
+    empty = synthetic.write_run(tmp_path / "empty", [], run_id="empty")
+    meta = json.loads((empty / "meta.json").read_text())
+    (empty / "meta.json").write_text(json.dumps({**meta, "planned_cells": 12}))
+    for x, y in ((a, empty), (empty, a)):
+        proc = run_cli("compare", str(x), str(y), "--out", str(tmp_path / "out"))
+        assert proc.returncode == 2, proc.stderr
+        assert f"{empty} has no measured cells (unfinished: 0 of 12 planned)" in proc.stderr, proc.stderr
+        assert "in common" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_compare_page_reads_verdict_figure_tables_then_method(tmp_path):
+    """The report rule (issue: the page opened with a 230-word 'Rule:' paragraph, then two tables, and
+    only then the figure): the verdict first, then the figure, then the tables, then the rule as one
+    paragraph naming the docs' section; and the legend shows each variant's marker, as the plot draws it."""
+    from attnbench.reports.plots import compare_figure
+    from attnbench.reports.style import variant_marker
+
+    cmp = compare_runs(*_pair(tmp_path, _rows(), _rows(2.0)), threshold=GATE)
+    readme, html = write_page(cmp, tmp_path / "page")
+    for text in (readme.read_text(), html.read_text()):
+        order = [
+            text.index("verdicts: "),  # the verdict's lines
+            text.index("compare.png" if text.startswith("#") else "<figure>"),
+            text.index("Per variant"),
+            text.index("Per cell"),
+            text.index("Rule: Judged at the"),
+            text.index("docs/reports-and-compare.md#how-compare-judges"),
+        ]
+        assert order == sorted(order), order
+    fig, _ = compare_figure(cmp.cells, "t", "A", "B")
+    legend = fig.axes[0].get_legend()
+    markers = {
+        t.get_text(): h.get_marker() for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True)
+    }
+    assert markers == {v: variant_marker(v) for v in VARIANTS}, markers
+
+
+def test_a_bare_fail_above_number_is_echoed_with_its_unit(tmp_path):
+    """An outside trial: `--fail-above median:5` (5 ms, pytest-benchmark's reading) was echoed as
+    `median:5` in the last line and the rule, which reads as 5%. Wherever it is printed it carries its
+    unit: `median:5 ms`; a threshold written with its unit is echoed as written."""
+    a, b = _pair(tmp_path, _rows(), _rows(2.0, shuffle=True))
+    proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5", "--out", str(tmp_path / "out"))
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("--fail-above median:5 ms: "), last
+    assert "Gate (--fail-above median:5 ms)" in proc.stdout
+    assert "median:5:" not in proc.stdout and "median:5)" not in proc.stdout
+    assert parse_threshold("median:5").text == "median:5 ms"
+    assert (
+        parse_threshold("median:5ms").text == "median:5ms"
+        and parse_threshold("median:5%").text == "median:5%"
+    )

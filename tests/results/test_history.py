@@ -364,7 +364,7 @@ def test_a_run_still_being_written_is_refused_and_an_unfinished_one_says_so(tmp_
         f"{runs[1]} is unfinished: {CELLS - 1} of {CELLS + 2} planned cells (`attnbench run --resume --out "
         f"{runs[1]}` finishes it; add it again then)",
     )
-    assert empty.notes == (f"{runs[2]} has no cells (0 of 1 planned): not added",)
+    assert empty.notes == (f"{runs[2]} has no measured cells (unfinished: 0 of 1 planned): not added",)
     assert history.frame(store)["run_key"].nunique() == 2  # what check and publish count
 
 
