@@ -478,6 +478,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     its N (a colour bar says which), on one y range in every panel."""
     import matplotlib as mpl
     import pandas as pd
+    from matplotlib.ticker import MaxNLocator
 
     variants = variant_order(group["variant"].unique())
     cmap = mpl.colormaps["viridis"]
@@ -512,6 +513,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
         for i, (ax, has) in enumerate(zip(axes, drawn, strict=True)):
             if has:  # one range in every panel, so a step reads the same size in each
                 ratio_axis(ax, min(shown), max(shown))  # labelled 0.9x, 1x, 1.25x: a step reads off it
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a run's number: no run 1.25
                 ax.set_xlabel("run", fontsize=8)
                 if i % 3 == 0:
                     ax.set_ylabel("time / series median", fontsize=8)

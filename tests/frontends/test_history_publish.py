@@ -524,3 +524,23 @@ def test_a_machine_page_lists_the_series_broken_in_their_latest_run(tmp_path):
     html = page.read_text(encoding="utf-8")
     assert "Broken in their latest run" in html and html.count(cell["cell_id"]) >= 1
     assert "crashed" in html.split("Broken in their latest run", 1)[1].split("Every series", 1)[0]
+
+
+def test_the_run_axis_of_a_series_figure_has_whole_runs_only(tmp_path, monkeypatch):
+    """Two runs drew ticks at 1.00, 1.25, ... 2.00 on the run axis: a run's number is whole."""
+    import pandas as pd
+
+    drawn = []
+    monkeypatch.setattr(dashboard, "save", lambda fig, *a, **k: drawn.append(fig) or [])
+    group = pd.DataFrame(
+        [
+            {"variant": "sdpa", "cell_id": f"sdpa|cpu|float32|n{n}", "seq_len": n, "created": f"t{k}",
+             "run_id": f"r{k}", "run_key": f"r{k}", "time_ms_median": float(n * (1 + k / 10))}
+            for k in (1, 2)
+            for n in (256, 512)
+        ]
+    )  # fmt: skip
+    dashboard.series_figure("m", group, [], {"r1": 1, "r2": 2}, tmp_path, "cpu float32 fwd")
+    (fig,) = drawn
+    ticks = [t for ax in fig.axes if ax.get_xlabel() == "run" for t in ax.get_xticks()]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
