@@ -36,6 +36,7 @@ from attnbench.results.load import load
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
 from attnbench.results.store import RunDirError, is_run_dir, runs_inside
 
+from . import site_files
 from .findings import machine_busy
 from .fit import fit_power_law
 from .page import Figure, Heading, Link, Page, Para, Table, to_html, written_by_attnbench
@@ -70,7 +71,8 @@ PAGES = (".html", ".md")  # a copied file whose own references are copied too
 def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame) and its
     steps (results.steps.find); returns the pages written, the index first. Each run's report is copied into
-    out/runs/ (copy_reports), so the folder is the whole site."""
+    out/runs/ (copy_reports), so the folder is the whole site; the pages and figures an earlier publish wrote
+    there that this one does not (a machine gone from the store) are removed (site_files), nothing else."""
     out.mkdir(parents=True, exist_ok=True)
     reports = copy_reports(df, out)
     loaded = RunRows()
@@ -99,14 +101,15 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
         Heading("Across machines"),
         Para((Link("Each variant's TFLOP/s and % of calibrated peak per machine, and who leads", CROSS),)),
     )
-    written = [_write(index, out / INDEX)]
+    written = [(index, out / INDEX)]
     for m in machines:
         mine = [s for s in steps if s.machine == m]
-        written.append(
-            _write(machine_page(m, df[df["machine"] == m], mine, out, reports, loaded), out / pages[m])
-        )
-    written.append(_write(cross_page(ok, loaded), out / CROSS))
-    return written
+        written.append((machine_page(m, df[df["machine"] == m], mine, out, reports, loaded), out / pages[m]))
+    written.append((cross_page(ok, loaded), out / CROSS))
+    for page, path in written:
+        _write(page, path)
+    site_files.replace(out, site_files.page_files(written))  # what the last publish wrote, and this one not
+    return [path for _, path in written]
 
 
 def _write(page: Page, path: Path) -> Path:

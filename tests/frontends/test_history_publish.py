@@ -544,3 +544,54 @@ def test_the_run_axis_of_a_series_figure_has_whole_runs_only(tmp_path, monkeypat
     (fig,) = drawn
     ticks = [t for ax in fig.axes if ax.get_xlabel() == "run" for t in ax.get_xticks()]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_publishing_another_store_removes_the_pages_and_figures_it_no_longer_writes(tmp_path):
+    """A site published from a store of one machine, then from a store of another: the first machine's page
+    and series figures (listed in the site's manifest) go; the user's own files, one named like a figure
+    among them, stay; every page left links only to files that are there."""
+    from attnbench.reports import site_files
+
+    def hosted(host):
+        return lambda i, meta: meta["fingerprint"].update(hostname=host)
+
+    site = tmp_path / "site"
+    for name, host in (("a", "box1"), ("b", "box2")):
+        runs = run_series(BASE, tmp_path / name, [1.0, 1.0], edit=hosted(host))
+        store = str(tmp_path / f"{name}.sqlite")
+        run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+        run_cli("history", "publish", "--store", store, "--out", str(site), check=True)
+        if name == "a":
+            first = {p.name for p in site.iterdir() if p.is_file()}
+            (site / "notes.txt").write_text("the user's own")
+            (site / "series-mine.png").write_bytes(b"the user's own figure")
+    now = {p.name for p in site.iterdir() if p.is_file()}
+    assert any("box1" in n for n in first) and any(n.startswith("series-") and "box1" in n for n in first)
+    assert not any("box1" in n for n in now), sorted(now)
+    assert any(n.startswith("machine-") and "box2" in n for n in now)
+    assert (site / "notes.txt").read_text() == "the user's own"
+    assert (site / "series-mine.png").read_bytes() == b"the user's own figure"
+    assert now - {"notes.txt", "series-mine.png"} == set(site_files.listed(site)) | {site_files.MANIFEST}
+    assert_self_contained(site)
+
+
+def test_the_manifest_removes_only_publishs_own_files(tmp_path):
+    """A manifest edited to name a user's file, a path out of the site, a link or a page attnbench did not
+    write: none of them is removed; a figure it listed that the new site leaves out is."""
+    import os
+
+    from attnbench.reports import site_files
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (tmp_path / "outside.png").write_bytes(b"x")
+    for name in ("notes.txt", "series-old.png", "machine-mine.html", "series-kept.csv"):
+        (site / name).write_text("<title>my own page</title>" if name.endswith(".html") else "x")
+    os.symlink(tmp_path / "outside.png", site / "series-link.png")
+    names = ["notes.txt", "../outside.png", "series-link.png", "machine-mine.html", "series-old.png"]
+    (site / site_files.MANIFEST).write_text("\n".join(names) + "\n")
+    assert site_files.replace(site, ["series-kept.csv"]) == ["series-old.png"]
+    assert sorted(p.name for p in site.iterdir()) == sorted(
+        [site_files.MANIFEST, "notes.txt", "series-link.png", "machine-mine.html", "series-kept.csv"]
+    )
+    assert (tmp_path / "outside.png").exists() and site_files.listed(site) == ["series-kept.csv"]
