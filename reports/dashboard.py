@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import warnings
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
@@ -32,14 +31,13 @@ from urllib.parse import unquote, urlsplit
 from attnbench.results import breaks
 from attnbench.results.formulas import counted
 from attnbench.results.judge import TOLERANCE, separated
-from attnbench.results.load import load
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
-from attnbench.results.store import RunDirError, is_run_dir, runs_inside
+from attnbench.results.store import is_run_dir, runs_inside
 
 from . import site_files
-from .findings import machine_busy
-from .fit import fit_power_law
+from .findings import exponent_said
 from .page import Figure, Heading, Link, Page, Para, Table, to_html, written_by_attnbench
+from .run_rows import RunRows
 from .style import (
     empty_panel,
     mpl_style,
@@ -299,44 +297,6 @@ def run_cell(text: str, run_path: Any, reports: dict[str, str]) -> tuple[Any, ..
     return (Link(text, href, relative=True),) if href else (f"{text} (no report)",)
 
 
-class RunRows:
-    """Each run's own rows (results.load: its samples, visits and trust flags, which the store does not keep),
-    read from its folder once, when a page asks; None where the folder cannot be read (moved or removed)."""
-
-    def __init__(self) -> None:
-        self._frames: dict[str, Any] = {}
-        self._cells: dict[str, dict[str, Any]] = {}
-
-    def frame(self, path: Any) -> Any:
-        """The run's loaded rows (results.load), or None."""
-        key = str(path)
-        if key not in self._frames:
-            try:
-                with warnings.catch_warnings():  # a torn tail or uncollected shards: the rows read are enough
-                    warnings.simplefilter("ignore")
-                    self._frames[key] = load(key)
-            except (RunDirError, OSError, ValueError):
-                self._frames[key] = None
-        return self._frames[key]
-
-    def row(self, path: Any, cell_id: Any) -> Any:
-        """A cell's loaded row, or None."""
-        key = str(path)
-        if key not in self._cells:
-            df = self.frame(key)
-            self._cells[key] = {} if df is None else {str(r["cell_id"]): r for _, r in df.iterrows()}
-        return self._cells[key].get(str(cell_id))
-
-    def busy(self, path: Any, cell_ids) -> str | None:
-        """reports.findings.machine_busy's sentence for the run's cells `cell_ids` (one machine's), or None:
-        not busy, or the run's folder cannot be read."""
-        df = self.frame(path)
-        if df is None:
-            return None
-        mine = df[df["cell_id"].isin({str(c) for c in cell_ids})]
-        return machine_busy(mine) if len(mine) else None
-
-
 # ---- a machine's page ------------------------------------------------------------------------------
 
 
@@ -451,7 +411,7 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
         for lo, hi, front in _ranges(winners):
             v = front[0]  # the fastest; the others tied with it at every N of the range
             mine = latest[latest["variant"] == v].sort_values("seq_len")
-            fit = fit_power_law(mine["seq_len"].astype(float), mine["time_ms_median"].astype(float))
+            fit = (runs or RunRows()).time_fit(run["path"], mine["cell_id"], mine)
             best = mine[mine["seq_len"] == hi].iloc[0]
             rows.append(
                 (
@@ -459,7 +419,7 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
                     f"{lo}" if lo == hi else f"{lo}..{hi}",
                     " ≈ ".join(named[t] for t in front),
                     f"{float(best['time_ms_median']):.4g} ms",
-                    fit.text(),
+                    exponent_said(fit),
                     linked,
                 )
             )

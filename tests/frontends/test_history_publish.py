@@ -595,3 +595,48 @@ def test_the_manifest_removes_only_publishs_own_files(tmp_path):
         [site_files.MANIFEST, "notes.txt", "series-link.png", "machine-mine.html", "series-kept.csv"]
     )
     assert (tmp_path / "outside.png").exists() and site_files.listed(site) == ["series-kept.csv"]
+
+
+def test_the_latest_findings_give_each_exponent_as_the_runs_report_does():
+    """The machine page's exponent of a run is the report's (reports.fit.time_fit: the same weighted points
+    from the run's time_fit_from), and one that says nothing says so in the findings' words: a plain fit of
+    the store's medians gave 2.00 [1.83, 2.16] where the report gives 1.98 [1.90, 2.06], and 1.98 [1.32,
+    2.63] where the report says its 2.01 [1.32, 2.70] is too wide to say."""
+    from conftest import ROOT
+
+    from attnbench.reports.findings import exponent_said
+    from attnbench.reports.fit import combo_key, fit_index, scaling_table
+    from attnbench.results import history, load, load_meta
+
+    run = ROOT / "results" / "reference" / "cpu-epyc-2core"
+    df = history.frame_of([run])
+    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+    table, *_ = dashboard.findings(ok, {}, dashboard.RunRows())
+    rows = load(run)
+    fits = fit_index(scaling_table(rows, load_meta(run)))
+    shapes = rows["cell_id"].map(dashboard._shape)
+    seen = set()
+    for shape, _, fastest, _, exponent, _ in table.rows:
+        variant = fastest.split(" ≈ ")[0]
+        cell = rows[(shapes == shape) & (rows["variant"] == variant)].iloc[0]
+        assert exponent == exponent_said(fits[combo_key(cell, variant)][0]), (shape, variant)
+        seen.add(exponent.endswith(": CI too wide to say"))
+    assert seen == {True, False}  # both kinds checked
+
+
+def test_an_exponent_of_a_run_whose_folder_is_gone_says_when_it_says_nothing():
+    """From the store's medians alone (the run's folder gone): two N is a line with no CI, and three N that
+    scatter give a CI too wide to say, in the findings' words."""
+    import pandas as pd
+
+    def rows(times):
+        return [
+            {"cell_id": f"sdpa|cpu|float32|n{n}", "variant": "sdpa", "seq_len": n, "created": "t",
+             "run_id": "r", "path": "runs/gone", "time_ms_median": t}
+            for n, t in times.items()
+        ]  # fmt: skip
+
+    (two,) = dashboard.findings(pd.DataFrame(rows({512: 1.0, 1024: 0.8})), {})
+    assert two.rows[0][4].endswith("(no CI): two N"), two.rows
+    (three,) = dashboard.findings(pd.DataFrame(rows({256: 1.0, 512: 0.5, 1024: 3.0})), {})
+    assert {r[4].split(": ")[-1] for r in three.rows} == {"CI too wide to say"}, three.rows
