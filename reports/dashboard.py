@@ -34,7 +34,7 @@ from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
 from attnbench.results.store import is_run_dir, runs_inside
 
-from . import site_files
+from . import site_calibration, site_files
 from .findings import exponent_said
 from .page import Figure, Heading, Link, Page, Para, Table, to_html, written_by_attnbench
 from .run_rows import RunRows
@@ -554,10 +554,14 @@ def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Tab
 # ---- across machines -------------------------------------------------------------------------------
 
 
-def _peak_text(tflops: Any, peak: Any) -> str:
+def _peak_text(cell: Any) -> str:
+    """A cell's '633 (81.5%)': its TFLOP/s and % of its calibrated peak, marked where that calibration is not
+    comparable with the others' on the page (its `cal_note`: site_calibration's)."""
+    tflops, peak, note = cell["tflops"], cell["cal_matmul_tflops"], cell.get("cal_note")
     if tflops is None or tflops != tflops or not tflops > 0:
         return "-"
-    pct = f" ({100 * float(tflops) / float(peak):.1f}%)" if peak == peak and peak and peak > 0 else ""
+    mark = site_calibration.MARK if isinstance(note, str) and note else ""
+    pct = f" ({100 * float(tflops) / float(peak):.1f}%{mark})" if peak == peak and peak and peak > 0 else ""
     return f"{float(tflops):.3g}{pct}"
 
 
@@ -588,7 +592,10 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
         Para(
             f"{len(keys)} shapes (every axis but device and dtype, with N) measured on two or more of "
             f"{len(machines)} machines, each machine's latest run of each. TFLOP/s, and in brackets the % "
-            "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration)."
+            "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration). The "
+            "calibrations table below gives each peak and the N of the matmul that measured it; "
+            f"{site_calibration.MARK} marks a % against a smaller matmul than its device's usual one or "
+            "another machine's here, which reads high beside theirs."
         )
     )
     if not keys:
@@ -598,8 +605,13 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     if apart:
         page.add(Para(f"Measured no shape another machine measured (not shown): {', '.join(apart)}."))
     machines = [m for m in machines if m not in apart]
-    page.add(Heading("Who leads where"), lead_table(common, machines, loaded or RunRows()))
+    loaded = loaded or RunRows()
+    cals, notes = site_calibration.calibrations(common, loaded.meta)
+    keys = zip(*(common[c].astype(str) for c in ("path", "where_key", "dtype")), strict=True)
+    common = common.assign(cal_note=[notes[k] for k in keys])
+    page.add(Heading("Who leads where"), lead_table(common, machines, loaded))
     page.add(Heading("Every variant at the shared shapes"), variant_table(common, machines))
+    page.add(Heading("The calibrations"), cals)
     return page
 
 
@@ -626,11 +638,12 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
                 continue
             best = mine.iloc[0]
             ties = [_named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
-            text = f"{_named(best)} {_peak_text(best['tflops'], best['cal_matmul_tflops'])}"
+            text = f"{_named(best)} {_peak_text(best)}"
             row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
         rows.append(tuple(row))
     caption = (
-        "the fastest variant, its TFLOP/s (% of peak), and the variants the report's ranking cannot tell "
+        f"the fastest variant, its TFLOP/s (% of peak; {site_calibration.MARK}: its calibration is not "
+        "comparable, below), and the variants the report's ranking cannot tell "
         f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test)"
     )
     return Table(("shape", "N", *machines), tuple(rows), caption)
@@ -642,8 +655,9 @@ def variant_table(common, machines: list[str]) -> Table:
         row: list[Any] = [shape, str(n), _named(at.iloc[0])]
         for m in machines:
             mine = at[at["machine"] == m]
-            row.append(
-                _peak_text(mine["tflops"].iloc[0], mine["cal_matmul_tflops"].iloc[0]) if len(mine) else "-"
-            )
+            row.append(_peak_text(mine.iloc[0]) if len(mine) else "-")
         rows.append(tuple(row))
-    return Table(("shape", "N", "variant", *machines), tuple(rows), "TFLOP/s (% of calibrated peak)")
+    caption = (
+        f"TFLOP/s (% of calibrated peak; {site_calibration.MARK}: its calibration is not comparable, below)"
+    )
+    return Table(("shape", "N", "variant", *machines), tuple(rows), caption)

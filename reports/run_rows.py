@@ -53,15 +53,21 @@ class RunRows:
         if key not in self._probed:
             df = self.frame(key)
             self._probed[key] = None if df is None else with_probe_after(df)
+        df = self._probed[key]
+        if df is not None:
+            rows = df[df["cell_id"].isin({str(c) for c in cell_ids})]
+            return time_fit(ok_rows(rows), length_axis(rows), self.meta(key))
+        return time_fit(rows, length_axis(rows), self.meta(key))
+
+    def meta(self, path: Any) -> dict[str, Any]:
+        """The run's meta.json (results.store.read_meta), or {} where it cannot be read."""
+        key = str(path)
+        if key not in self._metas:
             try:
                 self._metas[key] = read_meta(key)
             except (RunDirError, OSError, ValueError):
                 self._metas[key] = {}
-        df = self._probed[key]
-        if df is not None:
-            rows = df[df["cell_id"].isin({str(c) for c in cell_ids})]
-            return time_fit(ok_rows(rows), length_axis(rows), self._metas[key])
-        return time_fit(rows, length_axis(rows), self._metas[key])
+        return self._metas[key]
 
     def busy(self, path: Any, cell_ids) -> str | None:
         """reports.findings.machine_busy's sentence for the run's cells `cell_ids` (one machine's), or None:

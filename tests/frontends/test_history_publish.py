@@ -640,3 +640,64 @@ def test_an_exponent_of_a_run_whose_folder_is_gone_says_when_it_says_nothing():
     assert two.rows[0][4].endswith("(no CI): two N"), two.rows
     (three,) = dashboard.findings(pd.DataFrame(rows({256: 1.0, 512: 0.5, 1024: 3.0})), {})
     assert {r[4].split(": ")[-1] for r in three.rows} == {"CI too wide to say"}, three.rows
+
+
+def test_a_percent_of_peak_against_a_smaller_calibration_is_marked_and_each_calibration_shown(tmp_path):
+    """Two machines, one calibrated on a 512 matmul instead of its usual 2048 (a smaller matmul runs below
+    the peak, so its % reads high): machines.html shows each machine's calibration with its matmul N, and
+    marks that machine's % and says why; the other machine's % is not marked."""
+    import html as html_
+
+    from attnbench.reports import site_calibration
+
+    def edited(host, n=None):
+        def edit(i, meta):
+            meta["fingerprint"].update(hostname=host)
+            if n:  # and an hour later: another run than box1's
+                meta["calibration"]["cpu"]["matmul_n_by_dtype"] = {"float32": n}
+                meta["created"] = meta["created"].replace("T03:", "T04:")
+
+        return edit
+
+    store = str(tmp_path / "h.sqlite")
+    for name, edit in (("a", edited("box1")), ("b", edited("box2", 512))):
+        runs = run_series(BASE, tmp_path / name, [1.0], edit=edit)
+        run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    page = html_.unescape((tmp_path / "site" / "machines.html").read_text(encoding="utf-8"))
+    every = page.split("Every variant at the shared shapes", 1)[1].split("The calibrations", 1)[0]
+    cals = page.split("The calibrations", 1)[1]
+    rows = re.findall(r"<tr>(.*?)</tr>", every, re.S)[1:]
+    cells = [re.findall(r"<td>(.*?)</td>", r, re.S) for r in rows]  # shape, N, variant, box1, box2
+    assert cells and all(c[4].endswith(f"%{site_calibration.MARK})") for c in cells if c[4] != "-"), cells
+    assert not any(site_calibration.MARK in c[3] for c in cells), cells
+    box1, box2 = (
+        re.search(rf"<tr><td>[^<]*{b}[^<]*</td>(.*?)</tr>", cals, re.S)[1] for b in ("box1", "box2")
+    )
+    assert "<td>2048</td>" in box1 and site_calibration.MARK not in box1, box1
+    assert "<td>512</td>" in box2 and "below the N = 2048" in box2, box2
+
+
+def test_a_calibration_smaller_than_another_machines_is_noted_and_an_unknown_one_said():
+    """Both at their device's usual size, but one machine's usual size larger (4096 against 2048): the
+    smaller is noted; a run whose meta.json cannot be read has an unknown size, and says so."""
+    import pandas as pd
+
+    from attnbench.reports import site_calibration
+
+    metas = {
+        "/r/a": {"calibration": {"cpu": {"matmul_n": 2048}}},
+        "/r/b": {"calibration": {"cpu": {"matmul_n": 4096}}},
+    }
+    common = pd.DataFrame(
+        [
+            {"machine": m, "run_id": p[-1], "path": p, "where_key": "?:cpu", "device": "cpu",
+             "dtype": "float32", "cal_matmul_tflops": 1.0}
+            for m, p in (("A", "/r/a"), ("B", "/r/b"), ("C", "/gone"))
+        ]
+    )  # fmt: skip
+    table, notes = site_calibration.calibrations(common, lambda path: metas.get(path, {}))
+    assert notes[("/r/b", "?:cpu", "float32")] == ""
+    assert "another machine here on N = 4096" in notes[("/r/a", "?:cpu", "float32")]
+    assert "unknown" in notes[("/gone", "?:cpu", "float32")]
+    assert [r[4] for r in table.rows] == ["2048", "4096", "?"]
