@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import warnings
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
@@ -32,13 +31,13 @@ from urllib.parse import unquote, urlsplit
 from attnbench.results import breaks
 from attnbench.results.formulas import counted
 from attnbench.results.judge import TOLERANCE, separated
-from attnbench.results.load import load
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
-from attnbench.results.store import RunDirError, is_run_dir, runs_inside
+from attnbench.results.store import is_run_dir, runs_inside
 
-from .findings import machine_busy
-from .fit import fit_power_law
+from . import site_calibration, site_files
+from .findings import exponent_said
 from .page import Figure, Heading, Link, Page, Para, Table, to_html, written_by_attnbench
+from .run_rows import RunRows
 from .style import (
     empty_panel,
     mpl_style,
@@ -70,7 +69,8 @@ PAGES = (".html", ".md")  # a copied file whose own references are copied too
 def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame) and its
     steps (results.steps.find); returns the pages written, the index first. Each run's report is copied into
-    out/runs/ (copy_reports), so the folder is the whole site."""
+    out/runs/ (copy_reports), so the folder is the whole site; the pages and figures an earlier publish wrote
+    there that this one does not (a machine gone from the store) are removed (site_files), nothing else."""
     out.mkdir(parents=True, exist_ok=True)
     reports = copy_reports(df, out)
     loaded = RunRows()
@@ -99,14 +99,15 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
         Heading("Across machines"),
         Para((Link("Each variant's TFLOP/s and % of calibrated peak per machine, and who leads", CROSS),)),
     )
-    written = [_write(index, out / INDEX)]
+    written = [(index, out / INDEX)]
     for m in machines:
         mine = [s for s in steps if s.machine == m]
-        written.append(
-            _write(machine_page(m, df[df["machine"] == m], mine, out, reports, loaded), out / pages[m])
-        )
-    written.append(_write(cross_page(ok, loaded), out / CROSS))
-    return written
+        written.append((machine_page(m, df[df["machine"] == m], mine, out, reports, loaded), out / pages[m]))
+    written.append((cross_page(ok, loaded), out / CROSS))
+    for page, path in written:
+        _write(page, path)
+    site_files.replace(out, site_files.page_files(written))  # what the last publish wrote, and this one not
+    return [path for _, path in written]
 
 
 def _write(page: Page, path: Path) -> Path:
@@ -296,44 +297,6 @@ def run_cell(text: str, run_path: Any, reports: dict[str, str]) -> tuple[Any, ..
     return (Link(text, href, relative=True),) if href else (f"{text} (no report)",)
 
 
-class RunRows:
-    """Each run's own rows (results.load: its samples, visits and trust flags, which the store does not keep),
-    read from its folder once, when a page asks; None where the folder cannot be read (moved or removed)."""
-
-    def __init__(self) -> None:
-        self._frames: dict[str, Any] = {}
-        self._cells: dict[str, dict[str, Any]] = {}
-
-    def frame(self, path: Any) -> Any:
-        """The run's loaded rows (results.load), or None."""
-        key = str(path)
-        if key not in self._frames:
-            try:
-                with warnings.catch_warnings():  # a torn tail or uncollected shards: the rows read are enough
-                    warnings.simplefilter("ignore")
-                    self._frames[key] = load(key)
-            except (RunDirError, OSError, ValueError):
-                self._frames[key] = None
-        return self._frames[key]
-
-    def row(self, path: Any, cell_id: Any) -> Any:
-        """A cell's loaded row, or None."""
-        key = str(path)
-        if key not in self._cells:
-            df = self.frame(key)
-            self._cells[key] = {} if df is None else {str(r["cell_id"]): r for _, r in df.iterrows()}
-        return self._cells[key].get(str(cell_id))
-
-    def busy(self, path: Any, cell_ids) -> str | None:
-        """reports.findings.machine_busy's sentence for the run's cells `cell_ids` (one machine's), or None:
-        not busy, or the run's folder cannot be read."""
-        df = self.frame(path)
-        if df is None:
-            return None
-        mine = df[df["cell_id"].isin({str(c) for c in cell_ids})]
-        return machine_busy(mine) if len(mine) else None
-
-
 # ---- a machine's page ------------------------------------------------------------------------------
 
 
@@ -448,7 +411,7 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
         for lo, hi, front in _ranges(winners):
             v = front[0]  # the fastest; the others tied with it at every N of the range
             mine = latest[latest["variant"] == v].sort_values("seq_len")
-            fit = fit_power_law(mine["seq_len"].astype(float), mine["time_ms_median"].astype(float))
+            fit = (runs or RunRows()).time_fit(run["path"], mine["cell_id"], mine)
             best = mine[mine["seq_len"] == hi].iloc[0]
             rows.append(
                 (
@@ -456,7 +419,7 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
                     f"{lo}" if lo == hi else f"{lo}..{hi}",
                     " ≈ ".join(named[t] for t in front),
                     f"{float(best['time_ms_median']):.4g} ms",
-                    fit.text(),
+                    exponent_said(fit),
                     linked,
                 )
             )
@@ -478,6 +441,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
     its N (a colour bar says which), on one y range in every panel."""
     import matplotlib as mpl
     import pandas as pd
+    from matplotlib.ticker import MaxNLocator
 
     variants = variant_order(group["variant"].unique())
     cmap = mpl.colormaps["viridis"]
@@ -512,6 +476,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
         for i, (ax, has) in enumerate(zip(axes, drawn, strict=True)):
             if has:  # one range in every panel, so a step reads the same size in each
                 ratio_axis(ax, min(shown), max(shown))  # labelled 0.9x, 1x, 1.25x: a step reads off it
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a run's number: no run 1.25
                 ax.set_xlabel("run", fontsize=8)
                 if i % 3 == 0:
                     ax.set_ylabel("time / series median", fontsize=8)
@@ -589,10 +554,14 @@ def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Tab
 # ---- across machines -------------------------------------------------------------------------------
 
 
-def _peak_text(tflops: Any, peak: Any) -> str:
+def _peak_text(cell: Any) -> str:
+    """A cell's '633 (81.5%)': its TFLOP/s and % of its calibrated peak, marked where that calibration is not
+    comparable with the others' on the page (its `cal_note`: site_calibration's)."""
+    tflops, peak, note = cell["tflops"], cell["cal_matmul_tflops"], cell.get("cal_note")
     if tflops is None or tflops != tflops or not tflops > 0:
         return "-"
-    pct = f" ({100 * float(tflops) / float(peak):.1f}%)" if peak == peak and peak and peak > 0 else ""
+    mark = site_calibration.MARK if isinstance(note, str) and note else ""
+    pct = f" ({100 * float(tflops) / float(peak):.1f}%{mark})" if peak == peak and peak and peak > 0 else ""
     return f"{float(tflops):.3g}{pct}"
 
 
@@ -623,7 +592,10 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
         Para(
             f"{len(keys)} shapes (every axis but device and dtype, with N) measured on two or more of "
             f"{len(machines)} machines, each machine's latest run of each. TFLOP/s, and in brackets the % "
-            "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration)."
+            "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration). The "
+            "calibrations table below gives each peak and the N of the matmul that measured it; "
+            f"{site_calibration.MARK} marks a % against a smaller matmul than its device's usual one or "
+            "another machine's here, which reads high beside theirs."
         )
     )
     if not keys:
@@ -633,8 +605,13 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     if apart:
         page.add(Para(f"Measured no shape another machine measured (not shown): {', '.join(apart)}."))
     machines = [m for m in machines if m not in apart]
-    page.add(Heading("Who leads where"), lead_table(common, machines, loaded or RunRows()))
+    loaded = loaded or RunRows()
+    cals, notes = site_calibration.calibrations(common, loaded.meta)
+    keys = zip(*(common[c].astype(str) for c in ("path", "where_key", "dtype")), strict=True)
+    common = common.assign(cal_note=[notes[k] for k in keys])
+    page.add(Heading("Who leads where"), lead_table(common, machines, loaded))
     page.add(Heading("Every variant at the shared shapes"), variant_table(common, machines))
+    page.add(Heading("The calibrations"), cals)
     return page
 
 
@@ -661,11 +638,12 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
                 continue
             best = mine.iloc[0]
             ties = [_named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
-            text = f"{_named(best)} {_peak_text(best['tflops'], best['cal_matmul_tflops'])}"
+            text = f"{_named(best)} {_peak_text(best)}"
             row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
         rows.append(tuple(row))
     caption = (
-        "the fastest variant, its TFLOP/s (% of peak), and the variants the report's ranking cannot tell "
+        f"the fastest variant, its TFLOP/s (% of peak; {site_calibration.MARK}: its calibration is not "
+        "comparable, below), and the variants the report's ranking cannot tell "
         f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test)"
     )
     return Table(("shape", "N", *machines), tuple(rows), caption)
@@ -677,8 +655,9 @@ def variant_table(common, machines: list[str]) -> Table:
         row: list[Any] = [shape, str(n), _named(at.iloc[0])]
         for m in machines:
             mine = at[at["machine"] == m]
-            row.append(
-                _peak_text(mine["tflops"].iloc[0], mine["cal_matmul_tflops"].iloc[0]) if len(mine) else "-"
-            )
+            row.append(_peak_text(mine.iloc[0]) if len(mine) else "-")
         rows.append(tuple(row))
-    return Table(("shape", "N", "variant", *machines), tuple(rows), "TFLOP/s (% of calibrated peak)")
+    caption = (
+        f"TFLOP/s (% of calibrated peak; {site_calibration.MARK}: its calibration is not comparable, below)"
+    )
+    return Table(("shape", "N", "variant", *machines), tuple(rows), caption)

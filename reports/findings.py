@@ -381,6 +381,14 @@ def _says_nothing(exp: Any, lo: Any, hi: Any, name: str = "N") -> str | None:
     return "CI too wide to say" if growth_word(exp, lo, hi) == "CI too wide to say" else None
 
 
+def exponent_said(fit: Any, name: str = "N") -> str:
+    """A fitted exponent (fit.PowerFit) as a table shows it, '1.98 [1.90, 2.06]', with why it says nothing
+    of the growth where it does not, in the words the findings use (_says_nothing): '2.01 [1.32, 2.70]: CI
+    too wide to say', '-0.35 (no CI): two N'; 'n/a (...)' without a fit."""
+    why = _says_nothing(fit.exponent, fit.ci_low, fit.ci_high, name)
+    return f"{fit.text()}: {why}" if why else fit.text()
+
+
 def growth_sentences(fits, length: str = "seq_len") -> list[str]:
     """Per variant whose time fit says something: its time and memory exponents with their CIs, in words
     (a memory exponent that says nothing left out); the variants whose time fit says nothing (two N, no

@@ -457,6 +457,35 @@ def time_fit_from(meta: dict[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def time_fit(ok, length: str, meta: dict[str, Any]) -> PowerFit:
+    """A series' time exponent as the report gives it (FIT_RULE): `ok`, the ok rows of one variant and
+    combination of the other axes of one run (with_probe_after applied over the whole run), fitted against
+    `length` (tables.length_axis) from the run's time_fit_from (`meta`: its meta.json): through every visit
+    of a run measured in rounds (fit_visits), else weighted by each cell's uncertainty (cell_log_se). A
+    column the rows lack (a history store's, which keeps no spreads or probes) counts as unknown. The one
+    fit of a run's time exponent: the report's scaling table and the history site both call it."""
+
+    def column(name: str) -> list[Any]:
+        return list(ok[name]) if name in ok else [None] * len(ok)
+
+    n = ok[length].to_numpy(dtype=float, na_value=math.nan)
+    t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
+    visits = column("visit_medians_ms")
+    se = [
+        cell_log_se(*cell)
+        for cell in zip(
+            column("rel_iqr"),
+            column("n_samples"),
+            column("speed_factor"),
+            column("speed_factor_after"),
+            visits,
+            strict=True,
+        )
+    ]
+    start = time_fit_from(meta)
+    return fit_visits(n, visits, fit_from=start) or fit_power_law(n, t, log_se=se, fit_from=start)
+
+
 def scaling_table(df, metas: dict[str, dict[str, Any]]):
     """One row per variant and combination of the other axes: time and memory exponents against theory.
 
@@ -476,18 +505,9 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         ok = ok_rows(sub)
         length = length_axis(sub)  # a decode series (one seq_len, growing seq_k) is fitted against N_k
         n = ok[length].to_numpy(dtype=float, na_value=math.nan)
-        t = ok["time_ms_median"].to_numpy(dtype=float, na_value=math.nan)
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
-        before = ok["speed_factor"] if "speed_factor" in ok else [None] * len(ok)
-        after = ok["speed_factor_after"] if "speed_factor_after" in ok else [None] * len(ok)
-        visits = ok["visit_medians_ms"] if "visit_medians_ms" in ok else [None] * len(ok)
-        se = [
-            cell_log_se(r, k, f, g, v)
-            for r, k, f, g, v in zip(ok["rel_iqr"], ok["n_samples"], before, after, visits, strict=True)
-        ]
         meta = metas.get(str(key["run_id"]), {})
-        start = time_fit_from(meta)
-        tfit = fit_visits(n, list(visits), fit_from=start) or fit_power_law(n, t, log_se=se, fit_from=start)
+        tfit = time_fit(ok, length, meta)
         mfit = fit_memory(n, m)
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta, pair_exponent(sub, length))
         dev_mem = device_memory(meta, str(key["device"]), sub["gpu_name"].dropna().unique())

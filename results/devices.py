@@ -69,6 +69,13 @@ def matmul_tflops(cal: dict[str, Any], dtype: str) -> float | None:
     return positive((cal.get("matmul_tflops") or {}).get(dtype))
 
 
+def matmul_n(cal: dict[str, Any], dtype: str) -> int | None:
+    """The size of the square matmul a calibration timed for `dtype`: its `matmul_n_by_dtype` entry (a slow
+    dtype or a short calibrate_ms: a smaller matmul), else its `matmul_n`; None where it records neither."""
+    n = (cal.get("matmul_n_by_dtype") or {}).get(dtype, cal.get("matmul_n"))
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 @dataclass(frozen=True)
 class DeviceGroup:
     """Devices of one run that may be averaged together: one model, calibrations within 10%."""

@@ -618,27 +618,35 @@ def machines(store: str | Path) -> list[str]:
         con.close()
 
 
-def pick_machine(store: str | Path, machine: str) -> str:
+# what holds the machines pick_machine chooses among, as its error names it: the store, or the runs given
+# directly (frame_of: attnbench.history(RUN) without store=, read through a temporary store)
+IN_STORE = ("no machine of the store", "the store has")
+IN_RUNS = ("no machine of the runs given", "they have")
+
+
+def pick_machine(store: str | Path, machine: str, among: tuple[str, str] = IN_STORE) -> str:
     """The one machine of the store that `machine` names (its whole name, or a part of it found in one
-    machine's name only); a ValueError in one line naming the known ones when none or several match."""
+    machine's name only); a ValueError in one line naming the known ones when none or several match, in
+    the words of `among` (IN_STORE, or IN_RUNS where the store holds the runs given and no more)."""
     known = machines(store)
     if machine in known:
         return machine
     found = [m for m in known if machine.lower() in m.lower()]
     if len(found) == 1:
         return found[0]
-    what = "matches several machines" if found else "is no machine of the store"
-    raise ValueError(f"--machine {machine!r} {what}; the store has: {', '.join(found or known) or 'none'}")
+    none, have = among
+    what = "matches several machines" if found else f"is {none}"
+    raise ValueError(f"--machine {machine!r} {what}; {have}: {', '.join(found or known) or 'none'}")
 
 
-def frame(store: str | Path, *, machine: str | None = None):
+def frame(store: str | Path, *, machine: str | None = None, among: tuple[str, str] = IN_STORE):
     """The store as one pandas DataFrame: a row per cell per run, with its run's columns (when, commit,
     versions, path, origin) beside it, ordered by machine, cell and time; the times tz-aware (as_times).
-    `machine` keeps one machine's cells (pick_machine's rule)."""
+    `machine` keeps one machine's cells (pick_machine's rule; `among`: its error's words)."""
     import pandas as pd
 
     store = Path(store)
-    chosen = pick_machine(store, machine) if machine is not None else None
+    chosen = pick_machine(store, machine, among) if machine is not None else None
     run_cols = [c for c in RUN_COLUMNS if c not in ("run_key", "digest")]
     query = (
         f"SELECT cells.*, {', '.join('runs.' + c for c in run_cols)} FROM cells JOIN runs USING (run_key)"
@@ -674,7 +682,7 @@ def frame_of(paths: Sequence[str | Path], *, machine: str | None = None):
     with tempfile.TemporaryDirectory(prefix="attnbench-history-") as tmp:
         store = Path(tmp) / "history.sqlite"
         add(store, paths)
-        return frame(store, machine=machine)
+        return frame(store, machine=machine, among=IN_RUNS)
 
 
 # the frame's typed columns: the axes and measurements as results.load types them, the times as datetimes

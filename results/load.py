@@ -47,8 +47,10 @@ def load(*paths: str | Path | list[str | Path]):
 
     paths = tuple(p for arg in paths for p in (arg if isinstance(arg, (list, tuple)) else [arg]))
     frames, metas = [], {}
+    seen: dict[Any, str | Path] = {}  # a run's resolved folder and its run_id -> the path it was given as
     for path in paths:
         meta = read_meta(path)
+        _refuse_twice(path, meta, seen)
         metas[meta.get("run_id", Path(path).name)] = meta
         every = read_rows(path)
         for said in integrity.sentences(path, every, read_resumes(path)):  # loud: its numbers may be forged
@@ -89,6 +91,21 @@ def load(*paths: str | Path | list[str | Path]):
     df = upgrade_lists(df)
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
+
+
+def _refuse_twice(path: str | Path, meta: dict[str, Any], seen: dict[Any, str | Path]) -> None:
+    """A ValueError (one line) where `path` is a run already given (`seen`): the same folder however spelled,
+    or a run with the same run_id in meta.json (a copy of it); its rows would be in the frame twice."""
+    run_id = meta.get("run_id", Path(path).name)
+    here = Path(path).resolve()
+    if ("dir", here) in seen:
+        raise ValueError(f"the same run is given twice ({seen['dir', here]} and {path}): give each run once")
+    if ("run_id", run_id) in seen:
+        raise ValueError(
+            f"the same run is given twice: {path} has the run_id {run_id} of {seen['run_id', run_id]} in "
+            "meta.json (a copy of it?): give each run once"
+        )
+    seen[("dir", Path(path).resolve())] = seen[("run_id", run_id)] = path
 
 
 def scalar_records(df) -> list[dict[str, Any]]:

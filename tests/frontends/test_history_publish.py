@@ -524,3 +524,180 @@ def test_a_machine_page_lists_the_series_broken_in_their_latest_run(tmp_path):
     html = page.read_text(encoding="utf-8")
     assert "Broken in their latest run" in html and html.count(cell["cell_id"]) >= 1
     assert "crashed" in html.split("Broken in their latest run", 1)[1].split("Every series", 1)[0]
+
+
+def test_the_run_axis_of_a_series_figure_has_whole_runs_only(tmp_path, monkeypatch):
+    """Two runs drew ticks at 1.00, 1.25, ... 2.00 on the run axis: a run's number is whole."""
+    import pandas as pd
+
+    drawn = []
+    monkeypatch.setattr(dashboard, "save", lambda fig, *a, **k: drawn.append(fig) or [])
+    group = pd.DataFrame(
+        [
+            {"variant": "sdpa", "cell_id": f"sdpa|cpu|float32|n{n}", "seq_len": n, "created": f"t{k}",
+             "run_id": f"r{k}", "run_key": f"r{k}", "time_ms_median": float(n * (1 + k / 10))}
+            for k in (1, 2)
+            for n in (256, 512)
+        ]
+    )  # fmt: skip
+    dashboard.series_figure("m", group, [], {"r1": 1, "r2": 2}, tmp_path, "cpu float32 fwd")
+    (fig,) = drawn
+    ticks = [t for ax in fig.axes if ax.get_xlabel() == "run" for t in ax.get_xticks()]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_publishing_another_store_removes_the_pages_and_figures_it_no_longer_writes(tmp_path):
+    """A site published from a store of one machine, then from a store of another: the first machine's page
+    and series figures (listed in the site's manifest) go; the user's own files, one named like a figure
+    among them, stay; every page left links only to files that are there."""
+    from attnbench.reports import site_files
+
+    def hosted(host):
+        return lambda i, meta: meta["fingerprint"].update(hostname=host)
+
+    site = tmp_path / "site"
+    for name, host in (("a", "box1"), ("b", "box2")):
+        runs = run_series(BASE, tmp_path / name, [1.0, 1.0], edit=hosted(host))
+        store = str(tmp_path / f"{name}.sqlite")
+        run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+        run_cli("history", "publish", "--store", store, "--out", str(site), check=True)
+        if name == "a":
+            first = {p.name for p in site.iterdir() if p.is_file()}
+            (site / "notes.txt").write_text("the user's own")
+            (site / "series-mine.png").write_bytes(b"the user's own figure")
+    now = {p.name for p in site.iterdir() if p.is_file()}
+    assert any("box1" in n for n in first) and any(n.startswith("series-") and "box1" in n for n in first)
+    assert not any("box1" in n for n in now), sorted(now)
+    assert any(n.startswith("machine-") and "box2" in n for n in now)
+    assert (site / "notes.txt").read_text() == "the user's own"
+    assert (site / "series-mine.png").read_bytes() == b"the user's own figure"
+    assert now - {"notes.txt", "series-mine.png"} == set(site_files.listed(site)) | {site_files.MANIFEST}
+    assert_self_contained(site)
+
+
+def test_the_manifest_removes_only_publishs_own_files(tmp_path):
+    """A manifest edited to name a user's file, a path out of the site, a link or a page attnbench did not
+    write: none of them is removed; a figure it listed that the new site leaves out is."""
+    import os
+
+    from attnbench.reports import site_files
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (tmp_path / "outside.png").write_bytes(b"x")
+    for name in ("notes.txt", "series-old.png", "machine-mine.html", "series-kept.csv"):
+        (site / name).write_text("<title>my own page</title>" if name.endswith(".html") else "x")
+    os.symlink(tmp_path / "outside.png", site / "series-link.png")
+    names = ["notes.txt", "../outside.png", "series-link.png", "machine-mine.html", "series-old.png"]
+    (site / site_files.MANIFEST).write_text("\n".join(names) + "\n")
+    assert site_files.replace(site, ["series-kept.csv"]) == ["series-old.png"]
+    assert sorted(p.name for p in site.iterdir()) == sorted(
+        [site_files.MANIFEST, "notes.txt", "series-link.png", "machine-mine.html", "series-kept.csv"]
+    )
+    assert (tmp_path / "outside.png").exists() and site_files.listed(site) == ["series-kept.csv"]
+
+
+def test_the_latest_findings_give_each_exponent_as_the_runs_report_does():
+    """The machine page's exponent of a run is the report's (reports.fit.time_fit: the same weighted points
+    from the run's time_fit_from), and one that says nothing says so in the findings' words: a plain fit of
+    the store's medians gave 2.00 [1.83, 2.16] where the report gives 1.98 [1.90, 2.06], and 1.98 [1.32,
+    2.63] where the report says its 2.01 [1.32, 2.70] is too wide to say."""
+    from conftest import ROOT
+
+    from attnbench.reports.findings import exponent_said
+    from attnbench.reports.fit import combo_key, fit_index, scaling_table
+    from attnbench.results import history, load, load_meta
+
+    run = ROOT / "results" / "reference" / "cpu-epyc-2core"
+    df = history.frame_of([run])
+    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+    table, *_ = dashboard.findings(ok, {}, dashboard.RunRows())
+    rows = load(run)
+    fits = fit_index(scaling_table(rows, load_meta(run)))
+    shapes = rows["cell_id"].map(dashboard._shape)
+    seen = set()
+    for shape, _, fastest, _, exponent, _ in table.rows:
+        variant = fastest.split(" ≈ ")[0]
+        cell = rows[(shapes == shape) & (rows["variant"] == variant)].iloc[0]
+        assert exponent == exponent_said(fits[combo_key(cell, variant)][0]), (shape, variant)
+        seen.add(exponent.endswith(": CI too wide to say"))
+    assert seen == {True, False}  # both kinds checked
+
+
+def test_an_exponent_of_a_run_whose_folder_is_gone_says_when_it_says_nothing():
+    """From the store's medians alone (the run's folder gone): two N is a line with no CI, and three N that
+    scatter give a CI too wide to say, in the findings' words."""
+    import pandas as pd
+
+    def rows(times):
+        return [
+            {"cell_id": f"sdpa|cpu|float32|n{n}", "variant": "sdpa", "seq_len": n, "created": "t",
+             "run_id": "r", "path": "runs/gone", "time_ms_median": t}
+            for n, t in times.items()
+        ]  # fmt: skip
+
+    (two,) = dashboard.findings(pd.DataFrame(rows({512: 1.0, 1024: 0.8})), {})
+    assert two.rows[0][4].endswith("(no CI): two N"), two.rows
+    (three,) = dashboard.findings(pd.DataFrame(rows({256: 1.0, 512: 0.5, 1024: 3.0})), {})
+    assert {r[4].split(": ")[-1] for r in three.rows} == {"CI too wide to say"}, three.rows
+
+
+def test_a_percent_of_peak_against_a_smaller_calibration_is_marked_and_each_calibration_shown(tmp_path):
+    """Two machines, one calibrated on a 512 matmul instead of its usual 2048 (a smaller matmul runs below
+    the peak, so its % reads high): machines.html shows each machine's calibration with its matmul N, and
+    marks that machine's % and says why; the other machine's % is not marked."""
+    import html as html_
+
+    from attnbench.reports import site_calibration
+
+    def edited(host, n=None):
+        def edit(i, meta):
+            meta["fingerprint"].update(hostname=host)
+            if n:  # and an hour later: another run than box1's
+                meta["calibration"]["cpu"]["matmul_n_by_dtype"] = {"float32": n}
+                meta["created"] = meta["created"].replace("T03:", "T04:")
+
+        return edit
+
+    store = str(tmp_path / "h.sqlite")
+    for name, edit in (("a", edited("box1")), ("b", edited("box2", 512))):
+        runs = run_series(BASE, tmp_path / name, [1.0], edit=edit)
+        run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    page = html_.unescape((tmp_path / "site" / "machines.html").read_text(encoding="utf-8"))
+    every = page.split("Every variant at the shared shapes", 1)[1].split("The calibrations", 1)[0]
+    cals = page.split("The calibrations", 1)[1]
+    rows = re.findall(r"<tr>(.*?)</tr>", every, re.S)[1:]
+    cells = [re.findall(r"<td>(.*?)</td>", r, re.S) for r in rows]  # shape, N, variant, box1, box2
+    assert cells and all(c[4].endswith(f"%{site_calibration.MARK})") for c in cells if c[4] != "-"), cells
+    assert not any(site_calibration.MARK in c[3] for c in cells), cells
+    box1, box2 = (
+        re.search(rf"<tr><td>[^<]*{b}[^<]*</td>(.*?)</tr>", cals, re.S)[1] for b in ("box1", "box2")
+    )
+    assert "<td>2048</td>" in box1 and site_calibration.MARK not in box1, box1
+    assert "<td>512</td>" in box2 and "below the N = 2048" in box2, box2
+
+
+def test_a_calibration_smaller_than_another_machines_is_noted_and_an_unknown_one_said():
+    """Both at their device's usual size, but one machine's usual size larger (4096 against 2048): the
+    smaller is noted; a run whose meta.json cannot be read has an unknown size, and says so."""
+    import pandas as pd
+
+    from attnbench.reports import site_calibration
+
+    metas = {
+        "/r/a": {"calibration": {"cpu": {"matmul_n": 2048}}},
+        "/r/b": {"calibration": {"cpu": {"matmul_n": 4096}}},
+    }
+    common = pd.DataFrame(
+        [
+            {"machine": m, "run_id": p[-1], "path": p, "where_key": "?:cpu", "device": "cpu",
+             "dtype": "float32", "cal_matmul_tflops": 1.0}
+            for m, p in (("A", "/r/a"), ("B", "/r/b"), ("C", "/gone"))
+        ]
+    )  # fmt: skip
+    table, notes = site_calibration.calibrations(common, lambda path: metas.get(path, {}))
+    assert notes[("/r/b", "?:cpu", "float32")] == ""
+    assert "another machine here on N = 4096" in notes[("/r/a", "?:cpu", "float32")]
+    assert "unknown" in notes[("/gone", "?:cpu", "float32")]
+    assert [r[4] for r in table.rows] == ["2048", "4096", "?"]

@@ -29,6 +29,33 @@ def _cell(nb, source_start: str):
     return cell
 
 
+def explained_out_of_place(cells) -> list[str]:
+    """The calls a markdown cell explains (the first `name(` it names in backticks) that the code cell right
+    after it does not make: an explanation placed before someone else's code."""
+    wrong = []
+    for i, cell in enumerate(cells[:-1]):
+        words = cell["source"] if cell["cell_type"] == "markdown" else ""
+        named = re.search(r"`([A-Za-z_][\w.]*)\(", words)
+        after = cells[i + 1]
+        if named and not (after["cell_type"] == "code" and f"{named[1]}(" in after["source"]):
+            wrong.append(f"{named[1]} explained in cell {i}, not called by cell {i + 1}")
+    return wrong
+
+
+def test_each_explanation_is_right_before_its_code():
+    """The markdown that explains a call (`attnbench.bench`, `attnbench.profile`, `run.table()`) comes right
+    before the cell that makes it, so that a reader reads each call's words before its output."""
+    import json
+
+    cells = [
+        {**c, "source": "".join(c["source"])}
+        for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    ]
+    assert explained_out_of_place(cells) == []
+    calls = [c["source"].split("(")[0] for c in cells if c["cell_type"] == "code"]
+    assert calls.index("attnbench.bench") < calls.index("attnbench.profile")  # as the first cell says
+
+
 def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_report(tmp_path, monkeypatch):
     """The notebook as a user opens it: its own folder is the working directory (here tmp_path, so its runs/
     and the report's links land there), attnbench this checkout (PYTHONPATH)."""

@@ -149,6 +149,18 @@ def test_a_machine_is_named_by_a_part_of_its_name(tmp_path, runs):
         history.frame(store, machine="H100")
 
 
+def test_a_machine_the_runs_given_lack_is_said_of_those_runs(runs):
+    """attnbench.history(RUN, machine=...) without a store reads the runs alone: its error names the runs
+    given, not a store the caller never gave."""
+    import attnbench
+
+    assert len(attnbench.history(runs[0], machine="epyc")) == CELLS
+    said = r"^machine='H100' is no machine of the runs given; they have: AMD"
+    with pytest.raises(ValueError, match=said) as e:
+        attnbench.history(runs[0], machine="H100")
+    assert "store" not in str(e.value)
+
+
 # ---- steps: ruptures' PELT over each series of the store ---------------------------------------------------
 
 

@@ -43,11 +43,11 @@ ROW = {
 }
 
 
-def _run(tmp_path, n=3):
+def _run(tmp_path, n=3, run_id="r1"):
     w = RunWriter(tmp_path / "run")
     w.write_meta(
         {
-            "run_id": "r1",
+            "run_id": run_id,
             "sweep": {"devices": ["cpu"]},
             "fingerprint": {"cpu_model": "X", "physical_cores": 2},
         }
@@ -133,7 +133,7 @@ def csv_rows(text: str) -> list[dict[str, str]]:
 
 def test_loader_types_and_merge(tmp_path):
     a = _run(tmp_path / "a")
-    b = _run(tmp_path / "b", n=2)
+    b = _run(tmp_path / "b", n=2, run_id="r2")
     df = load(a, b)
     assert len(df) == 5
     assert load([a, b]).equals(df)  # a list of runs is the same as several arguments
@@ -151,6 +151,27 @@ def test_loader_types_and_merge(tmp_path):
     assert row["time_ms_median"] == "0.3" and row["tflops"] == "1.0"
     assert row["rel_err"] == "0.333333333333333"
     assert json.loads(export(df, "json"))[0]["samples_ms"] == [1.4, 1.5, 1.6]
+
+
+def test_the_same_run_given_twice_is_refused_in_one_line(tmp_path):
+    """Its rows would be in the frame twice (a later pivot fails): the same folder however spelled, or a copy
+    of it (the same run_id in meta.json), is refused as report and compare refuse it."""
+    import shutil
+
+    a = _run(tmp_path / "a")
+    assert len(load(a)) == 3
+    copy = tmp_path / "copy"
+    shutil.copytree(a, copy)
+    for twice in ((a, a), (a, f"{a}/"), (a, tmp_path / "a" / ".." / "a" / "run"), (a, copy)):
+        with pytest.raises(ValueError, match=r"^the same run is given twice.*: give each run once$") as e:
+            load(*twice)
+        assert "\n" not in str(e.value) and str(twice[1]).rstrip("/") in str(e.value)
+    with pytest.raises(ValueError, match="run_id r1"):
+        load([a, copy])
+    import attnbench
+
+    with pytest.raises(ValueError, match="the same run is given twice"):
+        attnbench.load(a, a)
 
 
 def test_committed_fixture_loads():
