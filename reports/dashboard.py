@@ -34,7 +34,8 @@ from attnbench.results.formulas import counted
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.load import load
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
-from attnbench.results.store import RunDirError, is_run_dir, runs_inside
+from attnbench.results.store import RunDirError, is_run_dir, runs_held
+from attnbench.results.writable import written_whole
 
 from .findings import machine_busy
 from .fit import fit_power_law
@@ -70,7 +71,15 @@ PAGES = (".html", ".md")  # a copied file whose own references are copied too
 def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame) and its
     steps (results.steps.find); returns the pages written, the index first. Each run's report is copied into
-    out/runs/ (copy_reports), so the folder is the whole site."""
+    out/runs/ (copy_reports), so the folder is the whole site. The site is written whole or not at all
+    (results.writable.written_whole): Ctrl-C or a failure leaves `out` as it was."""
+    with written_whole(out, "the site") as partial:
+        written = _publish(df, steps, partial)
+    return [out / page.relative_to(partial) for page in written]
+
+
+def _publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
+    """publish, into the folder `out` (a temporary one, moved into place when complete)."""
     out.mkdir(parents=True, exist_ok=True)
     reports = copy_reports(df, out)
     loaded = RunRows()
@@ -232,25 +241,11 @@ def site_problem(out: Path, store: Path | None = None, machines: Sequence[str] =
         )
     if store is not None and out.is_dir() and store.resolve().is_relative_to(out.resolve()):
         return f"holds the history store {store}; publish the site into a folder of its own"
-    found = _runs_in(out)
+    found = runs_held(out)
     if found:
         shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
         return f"holds run directories ({shown}); publish the site into a folder of its own"
     return None
-
-
-def _runs_in(out: Path) -> list[str]:
-    """The run directories in `out` and in its folders (a run set's runs), by their path below `out`."""
-    if not out.is_dir() or out.is_symlink():
-        return []
-    found = []
-    for child in sorted(c for c in out.iterdir() if c.is_dir() and not c.is_symlink()):
-        try:
-            inside = [child] if is_run_dir(child) else runs_inside(child)
-        except OSError:  # a folder it may not read holds nothing publish would write among
-            continue
-        found += [str(r.relative_to(out)) for r in inside]
-    return found
 
 
 def copy_reports(runs, out: Path) -> dict[str, str]:

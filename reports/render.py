@@ -531,11 +531,13 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     )
 
 
-def render(inputs: Inputs, out_dir: str | Path) -> Report:
-    """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir."""
+def render(inputs: Inputs, out_dir: str | Path, into: str | Path | None = None) -> Report:
+    """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir, or into `into`
+    where the caller moves them to out_dir once complete (results.writable.written_whole): the Report and
+    its links name out_dir."""
     df, metas, numerics, base = inputs.df, inputs.metas, inputs.numerics, inputs.baseline
     multi = len(metas) > 1
-    out = Path(out_dir)
+    out = Path(out_dir if into is None else into)
     out.mkdir(parents=True, exist_ok=True)
 
     scaling = fitmod.scaling_table(df, metas)
@@ -544,7 +546,8 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     summary = summary_table(scaling)
     page = pg.Page("attnbench report: " + ", ".join(metas))
     readme, html_page = (out / name for name in pg.PAGE_FILES["report"])
-    report = Report(out, readme, html_page, summary=summary, baseline=base)
+    final = Path(out_dir)
+    report = Report(final, final / readme.name, final / html_page.name, summary=summary, baseline=base)
     devgroups = trust.device_groups(df, metas)
 
     # the findings first (issue 26): what the figures and tables below say, in sentences
@@ -570,6 +573,6 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
         page.add(*section.tables)
     page.add(*trust.blocks(df, metas, devgroups, inputs.run_dirs))
 
-    report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
-    report.html.write_text(pg.to_html(page, out), encoding="utf-8")
+    readme.write_text(pg.to_markdown(page), encoding="utf-8")
+    html_page.write_text(pg.to_html(page, out), encoding="utf-8")
     return report

@@ -183,6 +183,23 @@ def test_publishing_again_is_idempotent_and_drops_runs_gone_from_the_store(publi
     assert_self_contained(site)
 
 
+def test_an_interrupted_publish_leaves_the_site_as_it_was(published, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    shutil.copytree(published["site"], site)
+    before = files_of(site)
+    store = str(tmp_path / "fewer.sqlite")
+    run_cli("history", "add", *map(str, published["runs"][1:]), "--store", store, check=True)
+
+    def interrupted(*_args, **_kw):
+        raise KeyboardInterrupt  # Ctrl-C at the last page: runs/ and the other pages already rewritten
+
+    monkeypatch.setattr(dashboard, "cross_page", interrupted)
+    p = run_cli("history", "publish", "--store", store, "--out", str(site))
+    assert p.returncode == 130
+    assert p.stderr.strip() == f"interrupted: the site was not written; {str(site)!r} is as it was"
+    assert files_of(site) == before and sorted(x.name for x in tmp_path.iterdir()) == ["fewer.sqlite", "site"]
+
+
 def test_a_run_links_to_its_published_report(tmp_path):
     run = tmp_path / "results" / "reference" / "r1"
     run.mkdir(parents=True)
