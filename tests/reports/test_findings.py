@@ -252,6 +252,25 @@ def test_an_unfinished_run_says_so_first_and_in_its_trust_section(tmp_path):
     assert [t.split(":")[0] for t in both.unfinished] == ["Unfinished run synthetic", "Unfinished run other"]
 
 
+def test_a_run_still_being_written_says_who_writes_it_not_how_to_resume_it(tmp_path):
+    """A run whose writer lock a live process holds (a run still measuring): its report says so, with the
+    cells so far, and gives no `--resume` that the lock would refuse; once the lock is let go, the resume."""
+    import fcntl
+
+    run = _planned(synthetic.write_run(tmp_path / "live", _crossover_rows()[:2]), 15)
+    with (run / "writer.lock").open("w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # as RunWriter holds it while it writes
+        lock.write("pid 4242 on host box since 2026-01-01T00:00:00+00:00\n")
+        lock.flush()
+        live = findings_of(prepare([run]))
+        md = render(prepare([run]), tmp_path / "rep").readme.read_text().replace("\\", "")
+    said = "Still being written: by pid 4242 on host box since 2026-01-01T00:00:00+00:00 (2 of 15 planned"
+    assert live.unfinished[0].startswith(said) and "--resume" not in findings.text(live)
+    assert "--resume" not in md and md.count("(2 of 15 planned cells so far)") == 2  # findings and Runs
+    after = findings_of(prepare([run]))
+    assert after.unfinished[0].startswith("Unfinished: 2 of 15 planned cells measured; finish with")
+
+
 def test_a_run_stopped_early_is_reported_unfinished_until_resumed(tmp_path):
     """A real run records the cells it planned; killed after its first cell (its rows.jsonl holds that
     row alone), `attnbench report` says so first, and once `--resume` finished it, no more."""
