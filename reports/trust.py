@@ -194,7 +194,7 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
     from .calibration import group_ceilings, match_groups, warnings_for
 
     first, *others = metas
-    rows, warnings = [], []
+    rows, warnings, apart = [], [], []
     for rid in others:
         cs = group_ceilings(match_groups(devgroups[first], devgroups[rid]))
         rows += [
@@ -202,8 +202,22 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
             for c in cs
         ]
         warnings += warnings_for(cs, a=first, b=rid)
-    table = pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
-    return [table, pg.Bullets(tuple(warnings))] if warnings else [table]
+        if not cs:  # a CPU run beside a GPU run: no ceiling of one device to set side by side
+            apart.append(rid)
+    blocks: list = []
+    if rows:
+        blocks.append(
+            pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
+        )
+    if apart:
+        who = f"Run {apart[0]} shares" if len(apart) == 1 else f"Runs {', '.join(apart)} share"
+        blocks.append(
+            pg.Para(
+                f"{who} no calibrated device with {first}: there is no ceiling to compare, and their times "
+                "are each their own machine's."
+            )
+        )
+    return [*blocks, pg.Bullets(tuple(warnings))] if warnings else blocks
 
 
 def _failures_table(df) -> pg.Table:
