@@ -20,6 +20,7 @@ link points at the copy, so the folder opens anywhere on its own. A run with no 
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 import shutil
 import warnings
@@ -268,13 +269,33 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
         _remove(dest)
         for rel in report_files(page):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(page.parent / rel, dest / rel)
+            if rel.suffix in PAGES:  # its links out of its folder (docs/method.md in a checkout) lead nowhere
+                text = (page.parent / rel).read_text(encoding="utf-8")
+                (dest / rel).write_text(unlinked_outside(text, rel), encoding="utf-8")
+            else:
+                shutil.copyfile(page.parent / rel, dest / rel)
         links[str(r["path"])] = f"{RUNS}/{name}/{page.name}"
     kept = {href.split("/")[1] for href in links.values()} | {SITE_MARK}
     for entry in root.iterdir():
         if entry.name not in kept:
             _remove(entry)
     return links
+
+
+_OUT_HTML = re.compile(r'<a href="(\.\./[^"]*)">(.*?)</a>')  # a link up, maybe out of the report's folder
+_OUT_MD = re.compile(r"(?<!!)\[([^\]]*)\]\((\.\./[^)]*)\)")
+
+
+def unlinked_outside(text: str, page: Path) -> str:
+    """A copied report page (`page`: its path inside the report's folder) with each link out of that folder
+    (a report in the project's checkout links its docs/method.md so) as its text alone: the copy in the
+    site has nothing there to lead to."""
+
+    def out(href: str) -> bool:
+        return posixpath.normpath(posixpath.join(page.parent.as_posix(), href)).startswith("..")
+
+    text = _OUT_HTML.sub(lambda m: m[2] if out(m[1]) else m[0], text)
+    return _OUT_MD.sub(lambda m: m[1] if out(m[2]) else m[0], text)
 
 
 def _remove(path: Path) -> None:
