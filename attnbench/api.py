@@ -645,8 +645,9 @@ def _is_frame(value: Any) -> bool:
 def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str | None = None):
     """Fits, figures, README.md and report.html of one or more runs; returns the written report.
 
-    `out` defaults to reports/out/<run ids>; a run directory or a file is refused as `out`.
-    """
+    `out` defaults to reports/out/<run ids>; a run directory, a file, a page's name (x.html) or the folder of
+    the runs is refused as `out`. The report is written whole or not at all: KeyboardInterrupt or a failure
+    leaves `out` as it was."""
     dirs = _run_paths(run_dirs, "report: each run")
     out = None if out is None else as_path(out, "out=")
     with in_keywords():

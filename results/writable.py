@@ -69,15 +69,10 @@ def written_whole(target: str | os.PathLike, what: str) -> Iterator[Path]:
     one is not made); the moves themselves run with SIGINT held, so no Ctrl-C cuts them in two. An entry of
     `target` that the new folder does not hold is kept (a user's file beside a report). A KeyboardInterrupt
     is raised again with a line saying that nothing was changed (`what`: 'the report', 'the site')."""
-    said, final = str(target), Path(os.path.abspath(target))  # '.' has a name and a parent so
+    said, final = str(target), Path(os.path.realpath(target))  # '.' has a name and a parent so
     made = [p for p in (final, *final.parents) if not p.exists()]  # the folders this call would make
     final.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
-    except OSError:
-        if not final.is_dir():  # the parent cannot be written in, and there is no target to write inside
-            raise
-        tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=final))  # moved out of before it is removed
+    tmp = _partial_dir(final)
     try:
         yield tmp
     except BaseException as exc:
@@ -91,6 +86,19 @@ def written_whole(target: str | os.PathLike, what: str) -> Iterator[Path]:
             _move_into(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _partial_dir(final: Path) -> Path:
+    """The temporary folder: beside `final`, in its file system (so that moving in is renames only); inside
+    it (moved out of before it is removed) where `final` is a mount point of its own or its parent cannot
+    be written in."""
+    if not (final.is_dir() and final.stat().st_dev != final.parent.stat().st_dev):
+        try:
+            return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+        except OSError:
+            if not final.is_dir():  # no target to write inside either
+                raise
+    return Path(tempfile.mkdtemp(prefix=".partial-", dir=final))
 
 
 def _move_into(tmp: Path, final: Path) -> None:
