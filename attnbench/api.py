@@ -645,8 +645,9 @@ def _is_frame(value: Any) -> bool:
 def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str | None = None):
     """Fits, figures, README.md and report.html of one or more runs; returns the written report.
 
-    `out` defaults to reports/out/<run ids>; a run directory or a file is refused as `out`.
-    """
+    `out` defaults to reports/out/<run ids>; a run directory, a file, a page's name (x.html) or the folder of
+    the runs is refused as `out`. The report is written whole or not at all: KeyboardInterrupt or a failure
+    leaves `out` as it was."""
     dirs = _run_paths(run_dirs, "report: each run")
     out = None if out is None else as_path(out, "out=")
     with in_keywords():
@@ -657,20 +658,23 @@ def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, basel
     """report(), for `attnbench report` too (its errors name --out)."""
     from attnbench.reports.render import prepare, render
     from attnbench.reports.style import slug
+    from attnbench.results.writable import written_whole
 
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
     inputs = prepare(dirs, baseline)
     target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
-    return render(inputs, target)
+    with written_whole(target, "the report") as partial:  # Ctrl-C or a failure leaves `target` as it was
+        return render(inputs, target, into=partial)
 
 
 def report_dir(out: PathLike | None, default: str, kind: str = "report") -> Path:
     """Where a `kind` page (reports.page.PAGE_FILES: report, compare, profile) goes: `out`, or
-    reports/out/<default>; ValueError (naming --out) if that is a file, a run, or holds a page of that
-    page's name that attnbench did not write (`--out .` beside your README.md)."""
+    reports/out/<default>; ValueError (naming --out) if that is a file, named as a page's file (x.html, x.md)
+    and no folder, a run, a folder holding runs (`--out runs`), or holds a page of that page's name that
+    attnbench did not write (`--out .` beside your README.md)."""
     from attnbench.reports.page import PAGE_FILES, written_by_attnbench
     from attnbench.results import is_run_dir
-    from attnbench.results.writable import why_unwritable
+    from attnbench.results.writable import why_no_page_folder, why_unwritable
 
     path = Path(out) if out else Path("reports") / "out" / default
     said = f"--out {str(path)!r}"
@@ -688,7 +692,7 @@ def report_dir(out: PathLike | None, default: str, kind: str = "report") -> Path
                 f"{said} holds {'an' if name[0] in 'aeiou' else 'a'} {name} that attnbench did not write, "
                 f"and the {kind} writes its own {name} there; write it elsewhere"
             )
-    why = why_unwritable(path)
+    why = why_no_page_folder(path, kind) or why_unwritable(path)
     if why:
         raise ValueError(f"{said} {why}")
     return path

@@ -20,6 +20,7 @@ link points at the copy, so the folder opens anywhere on its own. A run with no 
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 import shutil
 from collections.abc import Sequence
@@ -32,7 +33,8 @@ from attnbench.results import breaks
 from attnbench.results.formulas import counted
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
-from attnbench.results.store import is_run_dir, runs_inside
+from attnbench.results.store import is_run_dir, runs_held
+from attnbench.results.writable import written_whole
 
 from . import site_calibration, site_files
 from .findings import exponent_said
@@ -69,8 +71,20 @@ PAGES = (".html", ".md")  # a copied file whose own references are copied too
 def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame) and its
     steps (results.steps.find); returns the pages written, the index first. Each run's report is copied into
-    out/runs/ (copy_reports), so the folder is the whole site; the pages and figures an earlier publish wrote
-    there that this one does not (a machine gone from the store) are removed (site_files), nothing else."""
+    out/runs/ (copy_reports), so the folder is the whole site. The site is written whole or not at all
+    (results.writable.written_whole): Ctrl-C or a failure leaves `out` as it was. Then the pages and figures
+    an earlier publish wrote there that this one does not (a machine gone from the store) are removed
+    (site_files), nothing else."""
+    with written_whole(out, "the site") as partial:
+        written = _publish(df, steps, partial)
+    names = site_files.page_files(written)
+    site_files.replace(out, names)  # what the last publish wrote, and this one not
+    return [out / path.relative_to(partial) for _, path in written]
+
+
+def _publish(df, steps: Sequence[Any], out: Path) -> list[tuple[Page, Path]]:
+    """publish, into the folder `out` (a temporary one, moved into place when complete): each page written
+    and its path there."""
     out.mkdir(parents=True, exist_ok=True)
     reports = copy_reports(df, out)
     loaded = RunRows()
@@ -106,8 +120,7 @@ def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
     written.append((cross_page(ok, loaded), out / CROSS))
     for page, path in written:
         _write(page, path)
-    site_files.replace(out, site_files.page_files(written))  # what the last publish wrote, and this one not
-    return [path for _, path in written]
+    return written
 
 
 def _write(page: Page, path: Path) -> Path:
@@ -233,25 +246,11 @@ def site_problem(out: Path, store: Path | None = None, machines: Sequence[str] =
         )
     if store is not None and out.is_dir() and store.resolve().is_relative_to(out.resolve()):
         return f"holds the history store {store}; publish the site into a folder of its own"
-    found = _runs_in(out)
+    found = runs_held(out)
     if found:
         shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
         return f"holds run directories ({shown}); publish the site into a folder of its own"
     return None
-
-
-def _runs_in(out: Path) -> list[str]:
-    """The run directories in `out` and in its folders (a run set's runs), by their path below `out`."""
-    if not out.is_dir() or out.is_symlink():
-        return []
-    found = []
-    for child in sorted(c for c in out.iterdir() if c.is_dir() and not c.is_symlink()):
-        try:
-            inside = [child] if is_run_dir(child) else runs_inside(child)
-        except OSError:  # a folder it may not read holds nothing publish would write among
-            continue
-        found += [str(r.relative_to(out)) for r in inside]
-    return found
 
 
 def copy_reports(runs, out: Path) -> dict[str, str]:
@@ -274,13 +273,33 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
         _remove(dest)
         for rel in report_files(page):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(page.parent / rel, dest / rel)
+            if rel.suffix in PAGES:  # its links out of its folder (docs/method.md in a checkout) lead nowhere
+                text = (page.parent / rel).read_text(encoding="utf-8")
+                (dest / rel).write_text(unlinked_outside(text, rel), encoding="utf-8")
+            else:
+                shutil.copyfile(page.parent / rel, dest / rel)
         links[str(r["path"])] = f"{RUNS}/{name}/{page.name}"
     kept = {href.split("/")[1] for href in links.values()} | {SITE_MARK}
     for entry in root.iterdir():
         if entry.name not in kept:
             _remove(entry)
     return links
+
+
+_OUT_HTML = re.compile(r'<a href="(\.\./[^"]*)">(.*?)</a>')  # a link up, maybe out of the report's folder
+_OUT_MD = re.compile(r"(?<!!)\[([^\]]*)\]\((\.\./[^)]*)\)")
+
+
+def unlinked_outside(text: str, page: Path) -> str:
+    """A copied report page (`page`: its path inside the report's folder) with each link out of that folder
+    (a report in the project's checkout links its docs/method.md so) as its text alone: the copy in the
+    site has nothing there to lead to."""
+
+    def out(href: str) -> bool:
+        return posixpath.normpath(posixpath.join(page.parent.as_posix(), href)).startswith("..")
+
+    text = _OUT_HTML.sub(lambda m: m[2] if out(m[1]) else m[0], text)
+    return _OUT_MD.sub(lambda m: m[1] if out(m[2]) else m[0], text)
 
 
 def _remove(path: Path) -> None:

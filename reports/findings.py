@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -429,15 +429,43 @@ def growth_sentences(fits, length: str = "seq_len") -> list[str]:
     return out
 
 
+GUARD_PREFIX = "memory guard:"  # a row the memory guard skipped opens its message so (harness.measure.guard)
+
+
+def _refused(panel_rows, length: str):
+    """The rows refused for memory: out of memory, or skipped by the memory guard."""
+    guard = (
+        panel_rows["message"].astype(str).str.startswith(GUARD_PREFIX) if "message" in panel_rows else False
+    )
+    return panel_rows[(panel_rows["status"] == "oom") | ((panel_rows["status"] == "skipped") & guard)]
+
+
+def _measured_wall(rows, length: str, n_fit: int) -> int | None:
+    """A variant's largest ok N where its own rows contradict its memory fit's wall `n_fit`: refused for
+    memory (out of memory, the memory guard) at an N the fit says fits, or ok at an N beyond it; None where
+    the rows agree with the fit (or it ran ok nowhere below its refusal)."""
+    refused = _refused(rows, length)[length].dropna()
+    ok = ok_rows(rows)[length].dropna()
+    first_refused = int(refused.min()) if len(refused) else None
+    if first_refused is not None:
+        ok = ok[ok < first_refused]
+    largest = int(ok.max()) if len(ok) else None
+    contradicted = (first_refused is not None and n_fit >= first_refused) or (largest or 0) > n_fit
+    return largest if contradicted else None
+
+
 def wall_sentence(fits, panel_rows) -> str | None:
     """The largest N that fits in the device's memory per variant (the memory fit read at the device's
-    memory, fit.scaling_table), grouped by that N, and the N where a variant did run out of memory. A
+    memory, fit.scaling_table), grouped by that N, and the N where a variant was refused for memory (out of
+    memory, or skipped by the memory guard). Where a variant's own rows contradict its fit (refused at an N
+    the fit says fits, or ok beyond the fit's wall), the largest N it ran ok is said instead, as measured. A
     variant whose memory exponent says nothing (_says_nothing: two N, or a CI too wide to say) has no wall
     read off it. A decode panel's N is its N_k (tables.length_name)."""
     length = length_axis(panel_rows)
     name = length_name(length)
     walls: dict[int, list[str]] = {}
     beyond: dict[int, list[str]] = {}
+    measured: dict[int, list[str]] = {}
     dev_mem = None
     for v in variant_order(str(x) for x in fits["variant"]):
         r = fits[fits["variant"] == v].iloc[0]
@@ -445,10 +473,14 @@ def wall_sentence(fits, panel_rows) -> str | None:
             continue
         if _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):  # two N, or a CI too wide
             continue
+        n, top = int(r["n_max_fit"]), r["n_max_measured"]
+        ran = _measured_wall(panel_rows[panel_rows["variant"] == v], length, n)
+        if ran is not None:
+            measured.setdefault(ran, []).append(v)
+            continue
         dev_mem = int(r["device_mem_bytes"])
-        n, measured = int(r["n_max_fit"]), r["n_max_measured"]
-        if present(measured) and n > EXTRAPOLATION_LIMIT * int(measured):
-            beyond.setdefault(EXTRAPOLATION_LIMIT * int(measured), []).append(v)
+        if present(top) and n > EXTRAPOLATION_LIMIT * int(top):
+            beyond.setdefault(EXTRAPOLATION_LIMIT * int(top), []).append(v)
         else:
             walls.setdefault(n, []).append(v)
 
@@ -460,20 +492,42 @@ def wall_sentence(fits, panel_rows) -> str | None:
     if beyond:  # the fit is not read further than that
         each = "its" if len(beyond) > 1 else "the"
         parts[-1] += f" ({EXTRAPOLATION_LIMIT}× {each} largest measured {name}, as far as the fit is read)"
-    oom = panel_rows[panel_rows["status"] == "oom"]
+    said = []
+    if parts:
+        said.append(
+            f"Memory wall ({bytes_text(dev_mem)} of device memory, memory fit extrapolated): "
+            + "; ".join(parts)
+            + "."
+        )
+    if measured:
+        ran = [f"{names_text(vs)} ran ok up to {name} = {n_text(n)}" for n, vs in sorted(measured.items())]
+        said.append(f"Measured, where the cells contradict the memory fit: {'; '.join(ran)}.")
+    said += _refused_sentences(panel_rows, length, name, {v for vs in measured.values() for v in vs})
+    return " ".join(said) or None
+
+
+def _refused_sentences(panel_rows, length: str, name: str, guarded: set[str]) -> list[str]:
+    """'Skipped by the memory guard: naive at N = 16,384.' (for the variants of `guarded`: those whose wall
+    was read off their cells) and 'Measured out of memory: ...': each variant at the smallest N it was
+    refused."""
+    refused = _refused(panel_rows, length)
+    refused = refused[(refused["status"] == "oom") | refused["variant"].astype(str).isin(guarded)]
+    out = []
+    skipped = refused[refused["status"] == "skipped"]
+    first: dict[int, list[str]] = {}
+    for v in variant_order(str(x) for x in skipped["variant"].unique()):
+        first.setdefault(int(skipped[skipped["variant"] == v][length].min()), []).append(v)
+    if first:
+        at = [f"{names_text(vs)} at {name} = {n_text(n)}" for n, vs in sorted(first.items())]
+        out.append(f"Skipped by the memory guard: {'; '.join(at)}.")
+    oom = refused[refused["status"] == "oom"]
     ran_out = [
         f"{v} at {name} = {n_text(oom[oom['variant'] == v][length].min())}"
         for v in variant_order(str(x) for x in oom["variant"].unique())
     ]
-    if not parts and not ran_out:
-        return None
-    text = ""
-    if parts:
-        text = f"Memory wall ({bytes_text(dev_mem)} of device memory, memory fit extrapolated): "
-        text += "; ".join(parts) + "."
     if ran_out:
-        text += (" " if text else "") + f"Measured out of memory: {names_text(ran_out)}."
-    return text
+        out.append(f"Measured out of memory: {names_text(ran_out)}.")
+    return out
 
 
 def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
@@ -497,22 +551,29 @@ def unsettled(df):
     return ok & (flag_mask(df, "drift") | noisy)
 
 
-def machine_busy(df) -> str | None:
+def machine_busy(df, run: str | None = None) -> str | None:
     """'The machine was busy while this ran: 38 of 48 ok cells drifted or were noisy, so ...' where the ok
     cells that drifted, or were noisy while the speed probes did not hold steady (unsettled), make a busy
-    machine (results.drift.is_busy, the one rule); None otherwise. The report's trust sentence and bench's
-    answer say it so."""
+    machine (results.drift.is_busy, the one rule); None otherwise. `run` names the run ('while run X ran')
+    where a report has several. The report's trust sentence and bench's answer say it so."""
     ok = ok_rows(df)
     busy = int(unsettled(df).sum())
     if not is_busy(busy, len(ok)):
         return None
     return (
-        f"The machine was busy while this ran: {busy} of {len(ok)} ok cells drifted or were noisy, so their "
-        "times say as much about the machine as about the variants."
+        f"The machine was busy while {'this' if run is None else f'run {run}'} ran: {busy} of {len(ok)} ok "
+        "cells drifted or were noisy, so their times say as much about the machine as about the variants."
     )
 
 
-def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
+def _runs(df) -> list[tuple[str | None, Any]]:
+    """(run id, its rows) per run of `df`, in its order; (None, df) where its rows name no run."""
+    if "run_id" not in df.columns or df["run_id"].isna().all():
+        return [(None, df)]
+    return [(str(rid), df[df["run_id"] == rid]) for rid in dict.fromkeys(df["run_id"].dropna())]
+
+
+def trust_sentences(df) -> tuple[str, ...]:
     """One sentence that counts every flagged row; a second, plain one where noisy cells were their own
     spread (the machine held its speed). A busy machine is said apart, before the winners (busy_sentences)."""
     ok = ok_rows(df)
@@ -537,29 +598,40 @@ def trust_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     else:
         text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
         text += ", and none errored, crashed or timed out."
-    if machine_busy(df) is not None:
+    if any(machine_busy(rows) is not None for _rid, rows in _runs(df)):
         return (text,)
     noisy = flag_mask(ok, "noisy")
     own = own_spread(int(noisy.sum()), len(ok)) if steady(ok.to_dict("records")) else None
     return (text,) if own is None else (text, own[0].upper() + own[1:] + ".")
 
 
-def busy_sentences(df, run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Where the machine was busy (machine_busy), its sentence with the command that measures the drifted
-    cells again: the findings open with it, since every winner after it may be the machine's."""
-    busy_text = machine_busy(df)
-    if busy_text is None:
-        return ()
-    busy_text += " "
-    if flag_mask(ok_rows(df), "drift").any():
-        target = shlex.quote(run_dirs[0]) if len(run_dirs) == 1 else "RUN"
-        busy_text += (
-            f"Measure the drifted cells again with `attnbench run --resume --redo-drift --out {target}`, "
-            "or rerun the sweep on a quiet machine."
-        )
-    else:
-        busy_text += "Rerun the sweep on a quiet machine."
-    return (busy_text + f" A winner below read off such cells opens with '{SHAKY.strip()}'.",)
+def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Per run where the machine was busy (machine_busy over that run's own rows: two runs may be two
+    machines, and one's drift says nothing of the other), its sentence with the command that measures its
+    drifted cells again (`run_dirs`: run id -> the folder as given); the findings open with them, since
+    every winner after them may be the machine's."""
+    dirs = dict(run_dirs or {})
+    runs = _runs(df)
+    named = len(runs) > 1 or len(dirs) > 1  # 'while run X ran' where the report has several
+    out = []
+    for rid, rows in runs:
+        busy_text = machine_busy(rows, rid if named else None)
+        if busy_text is None:
+            continue
+        folder = dirs.get(rid) if rid is not None else None
+        if flag_mask(ok_rows(rows), "drift").any():
+            target = shlex.quote(folder) if folder is not None else "RUN"
+            busy_text += (
+                " Measure the drifted cells again with "
+                f"`attnbench run --resume --redo-drift --out {target}`, or rerun the sweep on a quiet "
+                "machine."
+            )
+        else:
+            busy_text += " Rerun the sweep on a quiet machine."
+        out.append(busy_text)
+    if out:
+        out[-1] += f" A winner below read off such cells opens with '{SHAKY.strip()}'."
+    return tuple(out)
 
 
 # ---- all of it -----------------------------------------------------------------------------------------
@@ -569,12 +641,13 @@ def build(
     df,
     scaling,
     head: Callable[[dict[str, Any], Any], str],
-    run_dirs: tuple[str, ...] = (),
+    run_dirs: Mapping[str, str] | None = None,
     unfinished: tuple[str, ...] = (),
     changed: tuple[str, ...] = (),
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
-    group's own section below), and the run-wide trust sentences; `unfinished` (reports.trust's sentences
+    group's own section below), and the run-wide trust sentences (`run_dirs`: run id -> its folder as
+    given, for the commands they name); `unfinished` (reports.trust's sentences
     on runs stopped early) comes first, after `changed` (reports.trust's sentences on runs whose files
     something else changed), then a busy machine's sentence (busy_sentences)."""
     out = []
@@ -612,7 +685,7 @@ def build(
                     sentences.append(wall)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
-    return Findings(tuple(out), trust_sentences(df, run_dirs), unfinished, said_busy, changed)
+    return Findings(tuple(out), trust_sentences(df), unfinished, said_busy, changed)
 
 
 def blocks(f: Findings) -> list[pg.Block]:

@@ -48,7 +48,7 @@ def run_blocks(path: str | Path, interrupted: bool = False, resumed: int = 0) ->
     if df.empty:
         return blocks
     scaling = fitmod.scaling_table(df, inputs.metas)
-    found = findmod.build(df, scaling, lambda gkey, group: group_head(gkey, group, False), inputs.run_dirs)
+    found = findmod.build(df, scaling, lambda gkey, group: group_head(gkey, group, False), inputs.dirs)
     blocks += findmod.blocks(found)
     for gkey, group in groups(df):
         blocks += [pg.Heading(group_head(gkey, group, False), 3), best_table(group)]

@@ -373,7 +373,9 @@ def _html_blocks(blocks: list[Block], base_dir: Path, folder: str | None, top: i
             )
         elif isinstance(b, Figure):
             f = b.files
-            cap = _esc(f"{f.caption} " if f.caption else "") + _esc(f"(data: {f.csv})")
+            csv = _file(f.csv)  # the CSV it was drawn from, linked where the page's files are reachable
+            data = _html_link(f.csv, folder + csv) if csv is not None and folder is not None else _esc(f.csv)
+            cap = _esc(f"{f.caption} " if f.caption else "") + f"(data: {data})"
             beside = not b.embed and folder is not None and _file(f.png) is not None
             src = folder + f.png if beside else _data_uri(base_dir / f.png)
             out.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,11 @@ class Inputs:
     baseline: str | None
     run_dirs: tuple[str, ...] = ()  # as given: the findings name them in the command that reruns drift
 
+    @property
+    def dirs(self) -> dict[str, str]:
+        """Run id -> its folder as given (metas and run_dirs are in the same order)."""
+        return dict(zip(self.metas, self.run_dirs, strict=False))
+
 
 def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     """Load the runs (results.RunDirError for a bad run dir), resolve the baseline (ValueError if unknown)."""
@@ -322,18 +328,35 @@ METHOD = (
     "memory. 'largest N "
     "that fits' reads the memory fit to the device's memory, never beyond "
     f"{fitmod.EXTRAPOLATION_LIMIT}× the largest N measured; '% of peak' is the TFLOP/s at the largest ok N "
-    "over the run's calibrated matmul. In full: docs/method.md ('Fits', 'Reading a report') in attnbench's "
-    "source repository (no documentation URL is configured)."
+    "over the run's calibrated matmul. In full: {docs} ('Fits', 'Reading a report'){where}."
 )
+METHOD_DOC = "docs/method.md"
+# the docs beside this code in a checkout (an editable install): reports/render.py -> the project's root
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-def method_para(has_fits: bool) -> pg.Para:
+def method_href(out_dir: str | Path) -> str | None:
+    """The link from a report in `out_dir` to docs/method.md: relative where the report lies inside the
+    project checkout that holds the docs (reports/reference/...), so that it works in the repository and in
+    any copy of it; None elsewhere (no documentation URL is configured: the page names the file)."""
+    doc, out = PROJECT_ROOT / METHOD_DOC, Path(out_dir).resolve()
+    if not doc.is_file() or not out.is_relative_to(PROJECT_ROOT):
+        return None
+    return Path(os.path.relpath(doc, out)).as_posix()
+
+
+def method_para(has_fits: bool, docs_href: str | None = None) -> pg.Para:
     """The method in one paragraph, its fits.csv linked where the report wrote one (a file beside the page
-    is the one link that works wherever the report folder is copied)."""
+    is the one link that works wherever the report folder is copied), and docs/method.md where `docs_href`
+    (method_href) reaches it."""
     head, tail = METHOD.split("{fits}")
+    middle, end = tail.split("{docs}")
+    where = "" if docs_href else " in attnbench's source repository (no documentation URL is configured)"
+    end = end.replace("{where}", where)
+    docs: tuple = (pg.Link(METHOD_DOC, docs_href, relative=True),) if docs_href else (METHOD_DOC,)
     if not has_fits:
-        return pg.Para(head + "the fits table's fit_seq_lens" + tail)
-    return pg.Para((head, pg.Link("fits.csv", "fits.csv"), " (fit_seq_lens)" + tail))
+        return pg.Para((head + "the fits table's fit_seq_lens" + middle, *docs, end))
+    return pg.Para((head, pg.Link("fits.csv", "fits.csv"), " (fit_seq_lens)" + middle, *docs, end))
 
 
 def _write_csvs(df, scaling, out: Path) -> None:
@@ -352,10 +375,16 @@ def _write_csvs(df, scaling, out: Path) -> None:
     ranking(df).drop(columns=unsplit).to_csv(out / "ranking.csv", index=False)
 
 
-def _scaling_blocks(df, summary: pg.Table, metas: dict[str, dict[str, Any]], has_fits: bool = True) -> list:
+def _scaling_blocks(
+    df,
+    summary: pg.Table,
+    metas: dict[str, dict[str, Any]],
+    has_fits: bool = True,
+    docs_href: str | None = None,
+) -> list:
     """The first of the tables: fitted exponents against theory, after the method in short, the axes every
     cell shares and where a run's time fits start (when its preset says)."""
-    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory"), method_para(has_fits)]
+    blocks: list = [pg.Heading("Scaling: fitted exponents vs theory"), method_para(has_fits, docs_href)]
     fixed = fixed_axes(df, COMBO_AXES)
     if fixed and len(df):
         every = trim_title(label({a: df.iloc[0][a] for a in fixed}))  # 'causal' said once
@@ -527,15 +556,17 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     left = trust.unfinished_sentences(inputs.df, inputs.metas, inputs.run_dirs)
     changed = trust.changed_sentences(inputs.run_dirs)
     return findmod.build(
-        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.run_dirs, left, changed
+        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed
     )
 
 
-def render(inputs: Inputs, out_dir: str | Path) -> Report:
-    """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir."""
+def render(inputs: Inputs, out_dir: str | Path, into: str | Path | None = None) -> Report:
+    """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir, or into `into`
+    where the caller moves them to out_dir once complete (results.writable.written_whole): the Report and
+    its links name out_dir."""
     df, metas, numerics, base = inputs.df, inputs.metas, inputs.numerics, inputs.baseline
     multi = len(metas) > 1
-    out = Path(out_dir)
+    out = Path(out_dir if into is None else into)
     out.mkdir(parents=True, exist_ok=True)
 
     scaling = fitmod.scaling_table(df, metas)
@@ -544,7 +575,8 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     summary = summary_table(scaling)
     page = pg.Page("attnbench report: " + ", ".join(metas))
     readme, html_page = (out / name for name in pg.PAGE_FILES["report"])
-    report = Report(out, readme, html_page, summary=summary, baseline=base)
+    final = Path(out_dir)
+    report = Report(final, final / readme.name, final / html_page.name, summary=summary, baseline=base)
     devgroups = trust.device_groups(df, metas)
 
     # the findings first (issue 26): what the figures and tables below say, in sentences
@@ -565,11 +597,11 @@ def render(inputs: Inputs, out_dir: str | Path) -> Report:
     for section in sections:
         page.add(*section.figures)
         report.figures.extend(section.files)
-    page.add(*_scaling_blocks(df, summary, metas, has_fits=not scaling.empty))
+    page.add(*_scaling_blocks(df, summary, metas, not scaling.empty, method_href(final)))
     for section in sections:
         page.add(*section.tables)
     page.add(*trust.blocks(df, metas, devgroups, inputs.run_dirs))
 
-    report.readme.write_text(pg.to_markdown(page), encoding="utf-8")
-    report.html.write_text(pg.to_html(page, out), encoding="utf-8")
+    readme.write_text(pg.to_markdown(page), encoding="utf-8")
+    html_page.write_text(pg.to_html(page, out), encoding="utf-8")
     return report

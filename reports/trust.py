@@ -9,7 +9,7 @@ from typing import Any
 from attnbench.results import devices
 from attnbench.results.formulas import bytes_text
 from attnbench.results.load import changes
-from attnbench.results.store import unfinished
+from attnbench.results.store import unfinished, writer_holder
 
 from . import page as pg
 from .calibration import group_notes
@@ -37,7 +37,8 @@ def unfinished_sentences(
 ) -> tuple[str, ...]:
     """One sentence per run that stopped before it measured every cell it planned (results.store.unfinished:
     runs that record their plan), with the command that finishes it; the run is named where there are
-    several."""
+    several. A run whose writer lock a live process holds (results.store.writer_holder: it is still being
+    measured, and a resume would be refused) says who writes it instead."""
     out = []
     dirs = dict(zip(metas, run_dirs, strict=False))
     for rid, meta in metas.items():
@@ -45,6 +46,13 @@ def unfinished_sentences(
         if left is None:
             continue
         who = f" run {rid}" if len(metas) > 1 else ""
+        holder = writer_holder(dirs[rid]) if rid in dirs else None
+        if holder is not None:
+            out.append(
+                f"Still being written{who}: by {holder} ({left[0]} of {left[1]} planned cells so far); "
+                "report it again once the run ends."
+            )
+            continue
         target = shlex.quote(str(dirs[rid])) if rid in dirs else "RUN"
         out.append(
             f"Unfinished{who}: {left[0]} of {left[1]} planned cells measured; finish with "
@@ -186,7 +194,7 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
     from .calibration import group_ceilings, match_groups, warnings_for
 
     first, *others = metas
-    rows, warnings = [], []
+    rows, warnings, apart = [], [], []
     for rid in others:
         cs = group_ceilings(match_groups(devgroups[first], devgroups[rid]))
         rows += [
@@ -194,8 +202,22 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
             for c in cs
         ]
         warnings += warnings_for(cs, a=first, b=rid)
-    table = pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
-    return [table, pg.Bullets(tuple(warnings))] if warnings else [table]
+        if not cs:  # a CPU run beside a GPU run: no ceiling of one device to set side by side
+            apart.append(rid)
+    blocks: list = []
+    if rows:
+        blocks.append(
+            pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
+        )
+    if apart:
+        who = f"Run {apart[0]} shares" if len(apart) == 1 else f"Runs {', '.join(apart)} share"
+        blocks.append(
+            pg.Para(
+                f"{who} no calibrated device with {first}: there is no ceiling to compare, and their times "
+                "are each their own machine's."
+            )
+        )
+    return [*blocks, pg.Bullets(tuple(warnings))] if warnings else blocks
 
 
 def _failures_table(df) -> pg.Table:

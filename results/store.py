@@ -134,6 +134,22 @@ def runs_inside(path: str | Path) -> list[Path]:
     return sorted((c for c in Path(path).iterdir() if c.is_dir() and is_run_dir(c)), key=lambda c: c.name)
 
 
+def runs_held(folder: str | Path) -> list[str]:
+    """The run directories in `folder` and in its folders (a run set's runs), by their path below it: a
+    folder of the user's runs, which a report or a site refuses to be written among."""
+    out = Path(folder)
+    if not out.is_dir() or out.is_symlink():
+        return []
+    found = []
+    for child in sorted(c for c in out.iterdir() if c.is_dir() and not c.is_symlink()):
+        try:
+            inside = [child] if is_run_dir(child) else runs_inside(child)
+        except OSError:  # a folder it may not read holds nothing to be written among
+            continue
+        found += [str(r.relative_to(out)) for r in inside]
+    return found
+
+
 def _leftovers(path: Path) -> list[Path] | None:
     """The files of a directory that a run's start left (START_LEFTOVERS), or None when it holds anything
     else, meta.json among it, or is no directory."""

@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import pandas as pd
 import pytest
 from conftest import DATA, run_cli
 from synthetic import run_series
@@ -153,8 +154,11 @@ def test_the_site_copied_alone_keeps_every_link_and_figure(published, tmp_path):
     copies = sorted((alone / dashboard.RUNS).iterdir())
     html = next(c for c in copies if (c / "report.html").is_file())
     md = next(c for c in copies if (c / "README.md").is_file() and not (c / "report.html").exists())
-    # figures embedded: nothing else to copy but the fits.csv its method paragraph links
-    assert sorted(f.name for f in html.iterdir()) == ["fits.csv", "report.html"]
+    # figures embedded: nothing else to copy but the fits.csv its method paragraph links and the CSV each
+    # figure's caption links
+    names = sorted(f.name for f in html.iterdir())
+    assert "fits.csv" in names and "report.html" in names and any(n.startswith("time-") for n in names)
+    assert all(n.endswith(".csv") for n in names if n != "report.html"), names
     # the README's figures (PNG, SVG and CSV each) are in the copy, and nothing it does not reference is
     source = published["reports"][1]
     wanted = {"README.md"} | {r for r in dashboard.references(source / "README.md") if (source / r).is_file()}
@@ -181,6 +185,23 @@ def test_publishing_again_is_idempotent_and_drops_runs_gone_from_the_store(publi
     assert (tmp_path / "beside.txt").read_text() == "not the site's"
     assert (site / "notes.txt").read_text() == "the user's own"
     assert_self_contained(site)
+
+
+def test_an_interrupted_publish_leaves_the_site_as_it_was(published, tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    shutil.copytree(published["site"], site)
+    before = files_of(site)
+    store = str(tmp_path / "fewer.sqlite")
+    run_cli("history", "add", *map(str, published["runs"][1:]), "--store", store, check=True)
+
+    def interrupted(*_args, **_kw):
+        raise KeyboardInterrupt  # Ctrl-C at the last page: runs/ and the other pages already rewritten
+
+    monkeypatch.setattr(dashboard, "cross_page", interrupted)
+    p = run_cli("history", "publish", "--store", store, "--out", str(site))
+    assert p.returncode == 130
+    assert p.stderr.strip() == f"interrupted: the site was not written; {str(site)!r} is as it was"
+    assert files_of(site) == before and sorted(x.name for x in tmp_path.iterdir()) == ["fewer.sqlite", "site"]
 
 
 def test_a_run_links_to_its_published_report(tmp_path):
@@ -239,6 +260,28 @@ def test_a_copy_takes_only_the_files_inside_the_report_folder(tmp_path):
     )
     got = [str(p) for p in dashboard.report_files(folder / "README.md")]
     assert got == ["README.md", "fig.csv", "fig.png", "sub/deep.svg", "sub/more.md"]
+
+
+def test_a_copied_report_keeps_no_link_out_of_its_folder(tmp_path):
+    """A report in the project's checkout links docs/method.md relatively (reports.render.method_href); its
+    copy in the site has nothing there, so the link becomes its text; a link up inside the folder stays."""
+    run = tmp_path / "results" / "ref" / "run"
+    run.mkdir(parents=True)
+    folder = tmp_path / "reports" / "ref" / "run"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "fits.csv").write_text("x\n")
+    (folder / "sub" / "more.md").write_text("[up](../fits.csv) [docs](../../../../docs/method.md)")
+    (folder / "report.html").write_text(
+        '<p>In full: <a href="../../../docs/method.md">docs/method.md</a>; <a href="fits.csv">fits.csv</a>; '
+        '<a href="sub/more.md">more</a></p>'
+    )
+    runs = pd.DataFrame([{"run_key": "k", "path": str(run), "run_id": "run"}])
+    (tmp_path / "site").mkdir()
+    links = dashboard.copy_reports(runs, tmp_path / "site")
+    copy = tmp_path / "site" / links[str(run)]
+    assert "In full: docs/method.md;" in copy.read_text() and '<a href="fits.csv">' in copy.read_text()
+    assert (copy.parent / "sub" / "more.md").read_text() == "[up](../fits.csv) docs"
+    assert_self_contained(tmp_path / "site")
 
 
 def test_the_site_names_of_runs_are_safe_and_their_own():

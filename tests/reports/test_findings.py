@@ -80,6 +80,25 @@ def test_no_memory_wall_is_read_off_a_memory_fit_too_uncertain_to_say(tmp_path):
     )
 
 
+def test_the_memory_wall_never_contradicts_the_cells_that_ran_or_were_refused(tmp_path):
+    """'naive fits up to N = 16,384' beside a memory-guard skip of naive at 16,384 (reports/reference/
+    cpu-epyc-2core): where a variant's own cells contradict its memory fit (refused at an N the fit says
+    fits, or ok beyond the fit's wall), the wall is the largest N it ran ok, said as measured."""
+    guard = "memory guard: predicted peak 2.10 GiB exceeds 90% of the 1.80 GiB available"
+    rows = [r for r in _crossover_rows() if (r["variant"], r["seq_len"]) != ("naive", 8192)]
+    rows.append(synthetic.cell("naive", 8192, status="skipped", message=guard))
+    run = synthetic.write_run(tmp_path / "guarded", rows, memory_bytes=2 * synthetic.GIB)
+    text = " ".join(s for p in findings_of(prepare([run])).panels for s in p.sentences)
+    assert "naive fits up to" not in text, text  # its fit reads 8,192, where the guard skipped it
+    assert "Measured, where the cells contradict the memory fit: naive ran ok up to N = 4,096." in text
+    assert "Skipped by the memory guard: naive at N = 8,192." in text
+    assert "chunked fits past N = 65,536" in text  # a fit no cell contradicts is read as before
+    # the other way: ok at N = 8,192 (1 GiB) on a device whose fit reads the wall lower (0.5 GiB)
+    small = synthetic.write_run(tmp_path / "small", _crossover_rows(), memory_bytes=synthetic.GIB // 2)
+    text = " ".join(s for p in findings_of(prepare([small])).panels for s in p.sentences)
+    assert "naive fits up to" not in text and "naive ran ok up to N = 8,192" in text, text
+
+
 def test_an_exponent_without_a_ci_names_no_growth(tmp_path):
     """Two N: 'blk_new: time grows as N^0.16 (no CI, flat)' of an O(N²) kernel. Two noisy points name no
     class, and no exponent either (the varlen findings opened with 28 of them, 'chunked: N^-2.44 (no CI)'):
@@ -199,6 +218,29 @@ def test_a_busy_run_counts_its_flags_and_says_what_to_do(tmp_path):
     assert md.index("The machine was busy") < md.index("## Runs")
 
 
+def test_two_runs_on_two_machines_get_a_busy_verdict_each(tmp_path):
+    """A quiet GPU run beside a busy CPU run: the busy sentence names the CPU run alone, with its own folder
+    in the command (not a literal RUN), counts its cells alone, and the calibration section says the two
+    share no device instead of an empty table."""
+    busy_rows = _crossover_rows()
+    for i, r in enumerate(busy_rows):
+        r["speed_tflops"] = 0.5 if i % 3 == 0 else 1.0  # 4 of 12 cells measured at half the usual speed
+    busy = synthetic.write_run(tmp_path / "runs" / "busy-cpu-run", busy_rows, run_id="busy-cpu")
+    gpu = {"name": "Synthetic GPU", "memory_bytes": 80 * synthetic.GIB, "capability": "9.0", "count": 1}
+    quiet_rows = [{**r, "device": "cuda"} for r in _crossover_rows(speed_tflops=1.0)]
+    quiet = synthetic.write_run(tmp_path / "gpu", quiet_rows, run_id="h100", gpu=gpu)
+    rep = render(prepare([quiet, busy]), tmp_path / "report")
+    (said,) = rep.findings.busy
+    assert said.startswith(
+        "The machine was busy while run busy-cpu ran: 4 of 12 ok cells drifted or were noisy"
+    )
+    assert f"`attnbench run --resume --redo-drift --out {busy}`" in said and "--out RUN" not in said
+    md = rep.readme.read_text().replace("\\", "")
+    calibration = md[md.index("## Calibration of each run, against the first") :]
+    assert "| run | device |" not in calibration
+    assert "Run busy-cpu shares no calibrated device with h100: there is no ceiling to compare" in calibration
+
+
 def test_noisy_cells_while_the_speed_probe_held_are_said_to_be_their_own_spread(tmp_path):
     rows = _crossover_rows(speed_tflops=1.0)
     for n in (256, 512, 1024):  # three of twelve cells spread wide; the machine's probe never moved
@@ -250,6 +292,25 @@ def test_an_unfinished_run_says_so_first_and_in_its_trust_section(tmp_path):
     other = _planned(synthetic.write_run(tmp_path / "other", rows, run_id="other"), 4)
     both = findings_of(prepare([run, other]))
     assert [t.split(":")[0] for t in both.unfinished] == ["Unfinished run synthetic", "Unfinished run other"]
+
+
+def test_a_run_still_being_written_says_who_writes_it_not_how_to_resume_it(tmp_path):
+    """A run whose writer lock a live process holds (a run still measuring): its report says so, with the
+    cells so far, and gives no `--resume` that the lock would refuse; once the lock is let go, the resume."""
+    import fcntl
+
+    run = _planned(synthetic.write_run(tmp_path / "live", _crossover_rows()[:2]), 15)
+    with (run / "writer.lock").open("w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # as RunWriter holds it while it writes
+        lock.write("pid 4242 on host box since 2026-01-01T00:00:00+00:00\n")
+        lock.flush()
+        live = findings_of(prepare([run]))
+        md = render(prepare([run]), tmp_path / "rep").readme.read_text().replace("\\", "")
+    said = "Still being written: by pid 4242 on host box since 2026-01-01T00:00:00+00:00 (2 of 15 planned"
+    assert live.unfinished[0].startswith(said) and "--resume" not in findings.text(live)
+    assert "--resume" not in md and md.count("(2 of 15 planned cells so far)") == 2  # findings and Runs
+    after = findings_of(prepare([run]))
+    assert after.unfinished[0].startswith("Unfinished: 2 of 15 planned cells measured; finish with")
 
 
 def test_a_run_stopped_early_is_reported_unfinished_until_resumed(tmp_path):

@@ -4,6 +4,8 @@ workload's own findings."""
 
 from __future__ import annotations
 
+import re
+
 import synthetic
 
 from attnbench.reports import findings
@@ -151,6 +153,26 @@ def test_the_method_paragraph_says_what_the_fit_does_and_links_what_can_be_linke
     assert f"at least {fit.MIN_FIT_POINTS} N" in para and "time\\_fit\\_from" in para, para
     assert "[fits.csv](fits.csv)" in para, para
     assert "docs/method.md" in para and "no documentation URL" in para and len(para.split()) < 150, para
+
+
+def test_a_report_in_the_checkout_links_the_method_and_every_figure_links_its_data(tmp_path, monkeypatch):
+    """'In full: docs/method.md' was plain text even in reports/reference/, and each figure's '(data: X.csv)'
+    too: inside the project checkout the docs are linked relatively (in the repository and in a copy of it);
+    outside it the page names the file."""
+    from attnbench.reports import render as render_mod
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "method.md").write_text("# Method\n")
+    monkeypatch.setattr(render_mod, "PROJECT_ROOT", tmp_path)
+    run = synthetic.write_run(tmp_path / "results" / "run", _one_kernel_rows())
+    rep = render(prepare([run]), tmp_path / "reports" / "reference" / "run")
+    (para,) = [ln for ln in rep.readme.read_text().splitlines() if ln.startswith("Method, in short")]
+    assert "In full: [docs/method.md](../../../docs/method.md) ('Fits', 'Reading a report')." in para, para
+    html = rep.html.read_text()
+    assert '<a href="../../../docs/method.md">docs/method.md</a>' in html
+    csvs = re.findall(r'\(data: <a href="([^"]+)">([^<]+)</a>\)', html)
+    assert csvs and all(href == name and (rep.out_dir / href).is_file() for href, name in csvs), csvs
+    assert "(data: " not in re.sub(r'\(data: <a href="[^"]+">[^<]+</a>\)', "", html)  # every one linked
 
 
 def test_a_memory_fit_that_says_something_is_said_when_time_says_nothing(tmp_path):

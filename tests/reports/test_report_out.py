@@ -1,0 +1,111 @@
+"""Where a report goes: written whole or not at all (Ctrl-C, a failure), and the --out mistakes refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import synthetic
+from conftest import run_cli
+
+import attnbench
+from attnbench.reports import render as render_mod
+from attnbench.results.writable import written_whole
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+def _two_runs(tmp_path: Path) -> tuple[Path, Path]:
+    a = synthetic.write_run(
+        tmp_path / "runs" / "a",
+        synthetic.power_law_rows({"naive": (2, 2), "chunked": (2, 1)}, [128, 256, 512]),
+        run_id="run-a",
+    )
+    b = synthetic.write_run(
+        tmp_path / "runs" / "b",
+        synthetic.power_law_rows({"naive": (2, 2), "sdpa": (2, 1)}, [256, 512, 1024, 2048]),
+        run_id="run-b",
+    )
+    return a, b
+
+
+def _late_interrupt(*_args, **_kw):
+    raise KeyboardInterrupt  # as Ctrl-C at the end: every figure and CSV of the new report already written
+
+
+@pytest.mark.parametrize("where", ["over an old report", "into a new folder"])
+def test_an_interrupted_report_leaves_the_old_one_whole_and_a_new_folder_unmade(tmp_path, monkeypatch, where):
+    a, b = _two_runs(tmp_path)
+    out = tmp_path / "rep" / "x"
+    if where == "over an old report":
+        run_cli("report", str(a), "--out", str(out), check=True)
+    before = files_of(out) if out.exists() else None
+    monkeypatch.setattr(render_mod.trust, "blocks", _late_interrupt)
+    proc = run_cli("report", str(b), "--out", str(out))
+    assert proc.returncode == 130
+    said = "was not made" if before is None else "is as it was"
+    assert proc.stderr.strip() == f"interrupted: the report was not written; {str(out)!r} {said}"
+    if before is None:
+        assert not (tmp_path / "rep").exists()  # nor the folder made for it
+    else:
+        assert files_of(out) == before  # README.md, report.html, CSVs and figures: all run a's
+        assert sorted(p.name for p in out.parent.iterdir()) == ["x"]  # no temporary folder left
+    monkeypatch.undo()
+    run_cli("report", str(b), "--out", str(out), check=True)  # then a complete one replaces it
+    assert "run-b" in (out / "README.md").read_text() and "run-a" not in (out / "report.html").read_text()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["x"]
+
+
+def test_the_api_report_is_written_whole_too(tmp_path, monkeypatch):
+    a, b = _two_runs(tmp_path)
+    out = tmp_path / "rep"
+    attnbench.report(a, out=out)
+    before = files_of(out)
+
+    def fail(*_args, **_kw):
+        raise RuntimeError("a figure failed")
+
+    monkeypatch.setattr(render_mod.trust, "blocks", fail)
+    with pytest.raises(RuntimeError, match="a figure failed"):
+        attnbench.report(b, out=out)
+    assert files_of(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["rep", "runs"]
+    monkeypatch.setattr(render_mod.trust, "blocks", _late_interrupt)
+    with pytest.raises(KeyboardInterrupt, match="the report was not written"):
+        attnbench.report(b, out=out)
+    assert files_of(out) == before
+    monkeypatch.undo()
+    rep = attnbench.report(b, out=out)
+    assert rep.out_dir == out and rep.readme == out / "README.md" and rep.html.is_file()
+
+
+def test_written_whole_keeps_the_users_own_files_and_replaces_a_folder_whole(tmp_path):
+    out = tmp_path / "site"
+    (out / "runs" / "old").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    (out / "index.html").write_text("old")
+    with written_whole(out, "the site") as partial:
+        (partial / "runs" / "new").mkdir(parents=True)
+        (partial / "index.html").write_text("new")
+    assert (out / "notes.txt").read_text() == "mine" and (out / "index.html").read_text() == "new"
+    assert [p.name for p in (out / "runs").iterdir()] == ["new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+@pytest.mark.parametrize("case", ["the folder of the runs", "a page's name", "a markdown name"])
+def test_an_out_that_is_no_report_folder_is_refused_before_anything_is_written(tmp_path, case):
+    a, _b = _two_runs(tmp_path)
+    out = {
+        "the folder of the runs": tmp_path / "runs",
+        "a page's name": tmp_path / "rep" / "myreport.html",
+        "a markdown name": tmp_path / "myreport.md",
+    }[case]
+    before = files_of(tmp_path)
+    proc = run_cli("report", str(a), "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("attnbench: error: --out")
+    assert ("holds run directories (a, b)" if "runs" in case else "names a file") in proc.stderr
+    assert files_of(tmp_path) == before and not (tmp_path / "rep").exists()
+    with pytest.raises(ValueError, match="out="):
+        attnbench.report(a, out=out)
