@@ -193,6 +193,31 @@ def test_bench_of_a_lambda_is_told_the_keyword_bench_takes(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"rounds": 1.5},
+        {"settle_rounds": 1.5},
+        {"threads": 1.5},
+        {"workers": 2.0},
+        {"seed": 0.5},
+        {"max_call_ms": 2.5},
+        {"check_rows": 3.5},
+    ],  # fmt: skip
+)
+def test_a_fraction_for_a_whole_number_setting_is_refused_before_any_work(tmp_path, kw):
+    """rounds=1.5 passed its rule (>= 1), calibrated, wrote meta.json, numerics.json, an empty visits.jsonl
+    and a writer.lock, then died in the planner with a traceback: every whole-number setting is refused in
+    one line naming its keyword, by run and bench alike, and nothing is written."""
+    (key, value) = next(iter(kw.items()))
+    said = f"{key} must be an integer, got {value!r}"
+    with pytest.raises(ValueError, match=re.escape(said)):
+        attnbench.run(variants="sdpa", seq_len="64,128", out=tmp_path / "run", **kw)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        attnbench.bench("sdpa_math", out=tmp_path / "bench", dry_run=True, **kw)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "bench").exists()
+
+
 def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_hands_it_over():
     """A function with SDPA's keywords (attn_mask=, is_causal=) is handed neither, and its refusals say
     how it would be: mask="bool" for attn_mask=, and that causal= is attnbench's name for is_causal=."""
