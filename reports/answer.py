@@ -20,6 +20,7 @@ from typing import Any
 from attnbench.results.formulas import counted
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
+from attnbench.results.verdicts import holm_verdict
 
 from .answer_text import MESSAGE_CHARS
 from .answer_text import dtypes_first as _dtypes
@@ -427,8 +428,6 @@ def speed(df, variant: str, baseline: str) -> list[str]:
             Cell(str(a["status"]), str(b["status"]), Side.of(a) if ok else None, Side.of(b) if ok else None)
         )
         keys.append(b)
-    judged = judge(cells, Design(same_run=True))
-    how = judged.basis
     passes = [p for p in PASSES if any(k["pass"] == p for k in keys)]
     frame = DataFrame(keys)
     shapes = varying(frame, SHAPE_AXES)  # a race per shape where fn's cells have several
@@ -436,18 +435,23 @@ def speed(df, variant: str, baseline: str) -> list[str]:
     combos = list(dict.fromkeys(ordered.itertuples(index=False, name=None)))
     lines = []
     for dtype, pass_, combo in itertools.product(_dtypes({str(k["dtype"]) for k in keys}), passes, combos):
-        mine = [
-            (k, j)
-            for k, j in zip(keys, judged.cells, strict=True)
-            if k["dtype"] == dtype and k["pass"] == pass_ and j.verdict != "n/a"
-            and tuple(str(k[a]) for a in shapes) == combo
+        line = [
+            (k, c) for k, c in zip(keys, cells, strict=True)
+            if k["dtype"] == dtype and k["pass"] == pass_ and tuple(str(k[a]) for a in shapes) == combo
         ]  # fmt: skip
+        # the line's cells are Holm's family, and the verdicts it counts are the Holm-adjusted ones
+        judged = judge([c for _, c in line], Design(same_run=True))
+        mine = [
+            (k, holm_verdict(j)) for (k, _), j in zip(line, judged.cells, strict=True) if j.verdict != "n/a"
+        ]
         if not mine:
             continue
         shown = [dtype, *([PASSES[pass_]] if len(passes) > 1 else [])]
         shown += [label(dict(zip(shapes, mine[0][0][shapes], strict=True)), shapes)] if shapes else []
         race = _race(mine, baseline, named="window" in shapes)
-        lines.append(f"{' '.join(shown)}: {race} ({how}, Holm over {counted(judged.family, 'cell')})")
+        lines.append(
+            f"{' '.join(shown)}: {race} ({judged.basis}, Holm over {counted(judged.family, 'cell')})"
+        )
     return lines[:4] or _unraced(pairs, variant, baseline)
 
 
@@ -565,6 +569,10 @@ def growth(df, metas, variant: str, baseline: str) -> list[str]:
     over = mine["fit_seq_lens"].replace(" ", ", ")
     series = plain[plain["dtype"] == dtype]
     grows = _time_growth(mine, series[series["variant"] == variant], n)
+    # a fit through cells that drifted or were noisy is marked as the race's ends are (_end)
+    grows += (
+        " (drifted or noisy)" if unsettled(df).loc[series.index[series["variant"] == variant]].any() else ""
+    )
     grows += f", peak memory as {n}^{mine['mem_fit']}" if memory else ""
     peak = _peak(series, variant, baseline) if memory else ""
     return [f"grows with {n} ({dtype}{said}, {mask}, fitted over {n} {over}): {grows}{beside}{peak}"]

@@ -93,14 +93,39 @@ def ceilings(meta_a: dict[str, Any], meta_b: dict[str, Any], pairs: list[tuple[s
     return out
 
 
-def warnings_for(cs: list[Ceiling], a: str = "A", b: str = "B") -> list[str]:
-    """One line per ceiling that differs by more than CALIBRATION_WARN between the runs (named a and b)."""
+def warnings_for(cs: list[Ceiling], a: str = "A", b: str = "B", same_machine: bool = False) -> list[str]:
+    """One line per ceiling that differs by more than CALIBRATION_WARN between the runs (named a and b).
+    Two machines: --normalize calibration takes the machines' speed out. One machine (`same_machine`): its
+    calibration moved because it was loaded during one of them, a load the cells need not have felt alike
+    (a 1 s calibration on every core against cells on one thread), so it recommends no --normalize."""
+    why = (
+        "the same machine calibrated at another speed, so it was loaded during one run: raw ratios carry "
+        "that load, and --normalize would divide by a load the cells need not have felt; measure again on a "
+        "quiet machine, or judge relative to a --control variant"
+        if same_machine
+        else "raw ratios mix the machine's speed with the code's; see --normalize calibration"
+    )
     return [
         f"calibration differs: {c.device} {c.what} is {c.b:.3g} in {b} against {c.a:.3g} in {a} "
-        f"({c.ratio:.2f}x): raw ratios mix the machine's speed with the code's; see --normalize calibration"
+        f"({c.ratio:.2f}x): {why}"
         for c in cs
         if c.differs
     ]
+
+
+def normalized_text(factors: list[float]) -> str:
+    """compare --normalize calibration's note: what B's times were multiplied by, and how far the
+    calibrations they were divided by lie apart (a ratio that moved with them is theirs as much as the
+    code's)."""
+    seen = sorted(f for f in factors if math.isfinite(f) and f > 0)
+    span = f"{seen[0]:.3g}x" + (f" to {seen[-1]:.3g}x" if seen[-1] != seen[0] else "") if seen else ""
+    return (
+        "Normalised by calibration: each of B's times is multiplied by ceiling_B / ceiling_A for the ceiling "
+        "that bounds the cell on A (matmul TFLOP/s when compute-bound, copy GB/s when memory-bound; column "
+        "'bound'), so the ratios say how the code differs once the machines' speed is taken out."
+        + (f" The calibrations differ by {span} (B's over A's): every ratio here is the measured one times "
+           "that, as much the calibrations' as the code's." if seen else "")
+    )  # fmt: skip
 
 
 def bound(row: dict[str, Any], meta: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ DEFAULT_ALPHA = judge.ALPHA  # --alpha changes it
 def change_text(ratio: float, significant: bool | None, judged: judge.Judged | None = None) -> str:
     """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not; a ratio
     that shows as 1.00x either way reads 'no change (1.00x)'. A significant change the judge calls
-    'ambiguous' (a blind one whose CI excludes 1: not past the run-to-run spread) or 'same' says so."""
+    'ambiguous' (CI excluding 1, not past the run-to-run or visit-to-visit floor) or 'same' says so."""
     if not math.isfinite(ratio) or ratio <= 0:
         return "n/a"
     if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
@@ -36,10 +36,10 @@ def change_text(ratio: float, significant: bool | None, judged: judge.Judged | N
     if not significant:
         return f"{word}, not significant"
     if judged is not None and judged.verdict == "ambiguous":
-        floor = judged.blind and (judged.ci_low > 1 or judged.ci_high < 1)
-        return f"{word}, ambiguous" + (" (within the run-to-run spread)" if floor else "")
+        words = judge.verdict_words(judged)
+        return f"{word}, ambiguous" + (f" ({words})" if words else "")
     if judged is not None and judged.verdict == "same" and not word.startswith("no change"):
-        return f"{word}, same (within the tolerance)"
+        return f"{word}, {judge.verdict_words(judged) or 'same (within the tolerance)'}"
     return word
 
 
@@ -90,7 +90,7 @@ class Comparison:
 
     @property
     def calibration_warnings(self) -> list[str]:
-        return calibration.warnings_for(self.ceilings)
+        return calibration.warnings_for(self.ceilings, same_machine=self.machines is None)
 
     @property
     def timing_warnings(self) -> list[str]:
@@ -259,6 +259,7 @@ def _record(
 
     significant = (j.p_value < alpha) if math.isfinite(j.p_value) else None
     ok = r["status_a"] == "ok" and r["status_b"] == "ok"
+    ctrl = j.control_ratio if j.control_ratio > 0 else 1.0  # the gate's B median: over its control's
     return {
         **{x: r[x] for x in axes},
         "cell_id": r["cell_id_b"],  # B's: the cell a REGRESSION names (A's differs in an A/B's variant)
@@ -274,7 +275,7 @@ def _record(
         "time_ms_a": shown("a", 1.0, j.level_a),
         "time_ms_b": shown("b", scale if math.isfinite(scale) else 1.0, j.level_b),
         "median_ms_a": median("a", 1.0),
-        "median_ms_b": median("b", scale if math.isfinite(scale) else 1.0),
+        "median_ms_b": median("b", (scale if math.isfinite(scale) else 1.0) / ctrl),
         "control_ratio": j.control_ratio,
         "bound": bound,
         "norm_factor": scale if normalize else math.nan,
@@ -327,13 +328,14 @@ def compare_runs(
     variant_a: str | None = None,
     variant_b: str | None = None,
     run_spread: float | None = None,
+    sample_spread: float | None = None,
 ) -> Comparison:
     """Load two runs (or run sets) and judge their common cells (results.judge). RunDirError for a bad run
     dir; ValueError (one line) when they share no cell or cannot be compared as asked. normalize=
     'calibration' rescales B's times to A's machine (reports.calibration); control_variant judges the
     others relative to that variant; variant_a and variant_b compare one variant of run B with another of
-    run A (the same run: an A/B in one run, its visits paired by round); run_spread states how far whole
-    runs move on this machine (a fraction), for comparisons that cannot see it."""
+    run A (the same run: an A/B in one run, its visits paired by round); run_spread (sample_spread) how far
+    whole runs (visits) move on this machine (a fraction), for comparisons that cannot see it."""
     from attnbench.results import runset
 
     a, b, meta_a, meta_b, labels, (groups_a, groups_b), same, busy = compare_load.load(
@@ -351,7 +353,7 @@ def compare_runs(
         how += "; runs paired: the two sets were made interleaved (run i of each back to back)"
     if run_spread is not None and not 0 <= run_spread < 1:
         raise ValueError(f"--run-spread must be from 0 to below 100%, got {run_spread:.0%}")
-    design = judge.Design(alpha, threshold, control_variant, same, interleaved, run_spread)
+    design = judge.Design(alpha, threshold, control_variant, same, interleaved, run_spread, sample_spread)
     scales = _scales(m, axes, normalize, meta_a, meta_b)
     judgement = judge.judge(_cells(m, axes, control_variant, [s for s, _ in scales]), design)
     cells = _table(m, axes, judgement, scales, normalize)
@@ -613,11 +615,7 @@ def normalize_note(cmp: Comparison) -> str:
         return seen
     if cmp.normalize != "calibration":
         return "Times are compared as measured (--normalize calibration rescales B to A's machine)."
-    return (
-        "Normalised by calibration: each of B's times is multiplied by ceiling_B / ceiling_A for the ceiling "
-        "that bounds the cell on A (matmul TFLOP/s when compute-bound, copy GB/s when memory-bound; column "
-        "'bound'), so the ratios say how the code differs once the machines' speed is taken out."
-    )
+    return calibration.normalized_text(list(cmp.cells["norm_factor"].astype(float)))
 
 
 def missing_lines(cmp: Comparison) -> list[str]:

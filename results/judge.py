@@ -19,7 +19,8 @@ visits do not show what moves between runs.
    V's median on that side) and multiplied by V's median in A, so the numbers stay in A's units.
 4. **One test** on the logs: a paired t-test of the log ratios, or Welch's t-test of the log replicates.
    The ratio shown is exp(mean log difference), a ratio of geometric means; its CI is exp of the t interval.
-5. **Verdict.** 'same' when the CI lies within ±tolerance of 1 (the --fail-above percentage, else 2%);
+5. **Verdict.** 'same' when the CI lies from 1 / (1 + tolerance) to 1 + tolerance (the --fail-above
+   percentage, else 2%; a ratio and its inverse alike);
    'slower' ('faster') when p < alpha and the whole CI lies above (below) 1; else 'ambiguous'.
 6. **Blind comparisons.** Two different single runs, no control, nothing paired: no interval here holds
    how much a whole run moves, which on a shared machine is far more than a run's own visits show. The
@@ -27,8 +28,14 @@ visits do not show what moves between runs.
    1 / (1 + s)), s the run-to-run spread measured for identical code (RUN_SPREAD_FLOOR: the largest ratio
    of identical single runs as measured; or the figure stated with --run-spread), times the factor by
    which the speed probe found the machine off its usual speed during either cell (drift), and 'same'
-   only within ±(tolerance - that spread).
-7. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
+   only from 1 / b to b, b = (1 + tolerance) / (1 + that spread), where b > 1.
+7. **Few visits.** At the sample level a cell not judged relative to a control is judged by the samples of
+   fewer than 3 visits a side, which do not show how far the next visit of the same code moves (far more
+   than one visit's samples spread). Like 6, with v for s: v the visit-to-visit spread of identical code
+   (VISIT_SPREAD_FLOOR: the largest ratio between two visits of one cell of one run as measured; or
+   compare_runs(sample_spread=)); in a blind comparison the larger factor of the two applies (the run
+   floor was measured on runs of one visit a cell, so it holds their visits' spread).
+8. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
    judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
    than N%: median, each side's median (the row's time_ms_median, which run, report and export show; a
    run set's, the median of its runs' medians); mean, min, max, of each side's samples; B's over the
@@ -53,6 +60,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .schema import float_list
+from .spreads import (  # noqa: F401
+    RUN_SPREAD_FLOOR,
+    RUN_SPREAD_SOURCE,
+    VISIT_SPREAD_FLOOR,
+    VISIT_SPREAD_SOURCE,
+    band_text,
+    same_band,
+)
 from .thresholds import Threshold  # the gate's threshold (its grammar: results.thresholds)
 from .ttest import (  # noqa: F401 (the tests, part of the judge's word)
     CI_LEVEL,
@@ -73,25 +88,16 @@ LEVELS = ("run", "visit", "sample")  # coarsest first
 VERDICTS = ("faster", "slower", "same", "ambiguous")
 BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B fails the gate
 
-# How far a whole run of identical code moves from the next on the reference machine: the largest |B/A - 1|
-# of any cell over the pairs of identical single runs (every file without a set_size: its pairs are two
-# runs, not two run sets) in results/reference/false-alarm-*.json, as compare judged them as measured,
-# rounded up to a whole per cent. tests/results/test_judge.py recomputes it from those files.
-RUN_SPREAD_FLOOR = 0.48
-RUN_SPREAD_SOURCE = (
-    "the largest |B/A - 1| of a cell over the pairs of identical single runs in "
-    "results/reference/false-alarm-*.json (benchmarks/false_alarm.py, a shared 2-core EPYC VM), rounded up"
-)
-
 
 def verdict(test: Test, *, tolerance: float = TOLERANCE, alpha: float = ALPHA, unseen: float = 0.0) -> str:
-    """same, slower, faster or ambiguous (module docstring, 5 and 6); `unseen` is the spread the evidence
-    cannot see (a blind comparison's floor), which the ratio must clear as well: the floor is the largest
-    ratio identical code showed as measured, its within-run noise in it already."""
+    """same, slower, faster or ambiguous (module docstring, 5 to 7); `unseen` is the spread the evidence
+    cannot see (a blind comparison's floor, the visit-to-visit floor of samples of few visits), which the
+    ratio must clear as well: each floor is the largest ratio identical code showed as measured."""
     lo, hi = math.exp(test.low), math.exp(test.high)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "ambiguous"
-    if unseen < tolerance and 1 - tolerance + unseen <= lo and hi <= 1 + tolerance - unseen:
+    band = same_band(tolerance, unseen)
+    if band > 1 and 1 / band <= lo and hi <= band:
         return "same"  # practically equal, even where a huge sample makes a 1% shift significant
     significant = math.isfinite(test.p) and test.p < alpha
     if significant and lo > 1 and test.ratio > 1 + unseen:
@@ -99,6 +105,23 @@ def verdict(test: Test, *, tolerance: float = TOLERANCE, alpha: float = ALPHA, u
     if significant and hi < 1 and test.ratio < 1 / (1 + unseen):  # as far below 1, in log terms
         return "faster"
     return "ambiguous"
+
+
+def verdict_words(j: Judged) -> str:
+    """What a verdict must say beside a CI that excludes 1 (compare's change text): why an 'ambiguous' one
+    is not slower (faster), where a floor held it back, and that a 'same' one is significant but within
+    the tolerance; '' otherwise."""
+    if not (j.ci_low > 1 or j.ci_high < 1):
+        return ""
+    if j.verdict == "same":  # a CI excluding 1 is never 'same' without saying so
+        band = f" ({band_text(j.band)})" if math.isfinite(j.band) else ""
+        return f"significant but within the tolerance{band}: same"
+    if j.verdict != "ambiguous":
+        return ""
+    words = ["within the run-to-run spread"] if j.blind else []
+    if j.few_visits:
+        words.append("fewer than 3 visits a side: within the visit-to-visit spread; measure with --rounds 3")
+    return "; ".join(words)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -214,6 +237,7 @@ class Design:
     same_run: bool = False  # A and B are one run (or one run set): visits (runs) pair by index
     interleaved: bool = False  # two run sets made interleaved (results.runset.interleaved): runs pair
     run_spread: float | None = None  # compare --run-spread: this machine's figure instead of the floor
+    sample_spread: float | None = None  # compare_runs(sample_spread=): this machine's figure between visits
 
     @property
     def tolerance(self) -> float:
@@ -228,6 +252,12 @@ class Design:
     def floor_source(self) -> str:
         return RUN_SPREAD_SOURCE if self.run_spread is None else "stated with --run-spread"
 
+    @property
+    def sample_floor(self) -> float:
+        if self.sample_spread is not None and not self.sample_spread >= 0:  # checked where read
+            raise ValueError(f"sample_spread must be 0 or more, got {self.sample_spread!r}")
+        return VISIT_SPREAD_FLOOR if self.sample_spread is None else self.sample_spread
+
     def pairs(self, level: str) -> bool:
         return (self.same_run and level in ("run", "visit")) or (self.interleaved and level == "run")
 
@@ -235,7 +265,9 @@ class Design:
 @dataclass(frozen=True)
 class Judged:
     """One cell's answer. level_a, level_b: the geometric means of the replicates tested (ms, A's units);
-    ratio = level_b / level_a. blind: no control, pairing or run level let it see the spread between runs."""
+    ratio = level_b / level_a. blind: no control, pairing or run level let it see the spread between runs;
+    few_visits: judged by the samples of fewer than 3 visits a side, no control, blind to the spread between
+    visits."""
 
     ratio: float = math.nan
     ci_low: float = math.nan
@@ -249,6 +281,8 @@ class Judged:
     n_b: int = 0
     paired: bool = False
     blind: bool = False
+    few_visits: bool = False  # judged by samples, no control: the visit-to-visit spread unseen (docstring 7)
+    band: float = math.nan  # the top of its 'same' band (same_band)
     control_ratio: float = math.nan  # the control's B/A at this shape, where it divided this cell
     regression: bool = False
     why: str = ""
@@ -349,9 +383,14 @@ def _judge_cell(cell: Cell, design: Design, level: str) -> Judged:
     reps = _replicates(cell, design, level)
     test = paired_test(reps.a, reps.b) if reps.paired else welch_test(reps.a, reps.b)
     blind = not design.same_run and level != "run" and not reps.by_control
+    few_visits = level == "sample" and not reps.by_control
     # what a blind comparison cannot see: the spread between runs, and more where the speed probe found
-    # the machine off its usual speed during either cell (drift, which moves the cell's time by as much)
-    unseen = (1 + design.floor) * max(cell.a.off, cell.b.off) - 1 if blind else 0.0
+    # the machine off its usual speed during either cell (drift, which moves the cell's time by as much);
+    # what samples of few visits cannot see: the spread between visits (module docstring, 6 and 7)
+    # (the run floor was measured on runs of one visit a cell, so it holds their visits' spread: the larger
+    # of the two applies, not their product)
+    unseen = (1 + design.floor) * max(cell.a.off, cell.b.off) if blind else 1.0
+    unseen = max(unseen, 1 + design.sample_floor if few_visits else 1.0) - 1
     control_ratio = math.nan
     if reps.by_control:
         assert cell.control_a is not None and cell.control_b is not None
@@ -369,12 +408,14 @@ def _judge_cell(cell: Cell, design: Design, level: str) -> Judged:
         n_b=len(reps.b),
         paired=reps.paired,
         blind=blind,
+        few_visits=few_visits,
+        band=same_band(design.tolerance, unseen),
         control_ratio=control_ratio,
     )
 
 
 def _stat(cell: Cell, stat: str, design: Design) -> tuple[float, float]:
-    """The gate's statistic on each side (module docstring, 7): its median (the row's time_ms_median, the
+    """The gate's statistic on each side (module docstring, 8): its median (the row's time_ms_median, the
     median run and report show, never the judge's geometric mean), or the mean, min or max of its samples;
     B's over the control's median on each side, in A's units, where the cell was judged relative to it."""
     assert cell.a is not None and cell.b is not None
@@ -392,7 +433,7 @@ def _stat(cell: Cell, stat: str, design: Design) -> tuple[float, float]:
 
 
 def _gate(cell: Cell, judged: Judged, design: Design, family: int) -> tuple[bool, str]:
-    """(fails, why), module docstring 7; the control's own cells never fail."""
+    """(fails, why), module docstring 8; the control's own cells never fail."""
     if cell.is_control:
         return False, "the control (its change is the machine's)"
     note = ""
@@ -425,6 +466,7 @@ class Judgement:
     level: str
     cells: tuple[Judged, ...]
     family: int  # cells in Holm's family: judged, with a p, not the control's own
+    runs: tuple[int, int] = (1, 1)  # the runs a side holds (a run set's), most over the cells judged
 
     @property
     def paired(self) -> bool:
@@ -433,6 +475,10 @@ class Judgement:
     @property
     def blind(self) -> bool:
         return any(c.blind for c in self.cells)
+
+    @property
+    def few_visits(self) -> bool:
+        return any(c.few_visits for c in self.cells)
 
     @property
     def rule(self) -> str:
@@ -460,7 +506,9 @@ def judge(cells: Sequence[Cell], design: Design) -> Judgement:
         j = replace(j, p_holm=ph)
         regression, why = _gate(cell, j, design, family)
         out.append(replace(j, regression=regression, why=why))
-    return Judgement(design, level, tuple(out), family)
+    ok = [c for c in cells if c.ok]
+    runs = (max([1, *(len(c.a.runs) for c in ok if c.a)]), max([1, *(len(c.b.runs) for c in ok if c.b)]))
+    return Judgement(design, level, tuple(out), family, runs)
 
 
 # ---- the rule text ---------------------------------------------------------------------------------------
@@ -472,7 +520,7 @@ _REPLICATE = {
 }
 
 
-# what the gate's STAT is on each side (module docstring, 7): the verdict is the judge's, the size the STAT's
+# what the gate's STAT is on each side (module docstring, 8): the verdict is the judge's, the size the STAT's
 _STAT_TEXT = {
     "median": "its median (each side's time_ms_median, the median run and report show, not the geometric "
     "means of the test)",
@@ -511,6 +559,14 @@ def _control_text(j: Judgement) -> str:
     )
 
 
+def _sides_text(j: Judgement) -> str:
+    """What each side held: one run, or a run set of too few runs to judge by runs."""
+    held = [f"a run set of {n} runs" if n > 1 else "one run" for n in j.runs]
+    if j.runs == (1, 1):
+        return "A and B are different runs, one a side"
+    return f"A is {held[0]} and B {held[1]}, too few to judge by runs ({MIN_REPLICATES} a side)"
+
+
 def _blind_text(j: Judgement) -> str:
     d = j.design
     who = (
@@ -518,9 +574,10 @@ def _blind_text(j: Judgement) -> str:
         if d.control
         else "This comparison is"
     )
-    same = f"'same' only within ±{d.tolerance - d.floor:.0%} of 1" if d.floor < d.tolerance else "none 'same'"
+    band = same_band(d.tolerance, d.floor)
+    same = f"'same' only from {band_text(band)}" if band > 1 else "none 'same'"
     return (
-        f"{who} BLIND to the spread between runs: A and B are different runs, one a side, with nothing "
+        f"{who} BLIND to the spread between runs: {_sides_text(j)}, with nothing "
         "paired, so no interval here holds how much a whole run moves. Identical code moved by up to "
         f"±{d.floor:.0%} between runs ({d.floor_source}), so a cell is called slower (faster) only where, "
         f"besides the verdict rule, its ratio lies above {1 + d.floor:.2f} (below {1 / (1 + d.floor):.2f}), "
@@ -532,6 +589,24 @@ def _blind_text(j: Judgement) -> str:
             else " To see more: both kernels as variants of one run (--variant-a/--variant-b), a --control, "
             "or interleaved run sets of 3 or more runs; --run-spread PCT states your own machine's figure."
         )
+    )
+
+
+def _few_visits_text(j: Judgement) -> str:
+    d = j.design
+    v = d.sample_floor
+    who = "Cells compared as measured are" if d.control else "This comparison is"
+    both = " (or past the run-to-run floor below, where that is larger)" if j.blind else ""
+    band = same_band(d.tolerance, v)
+    same = f"'same' only from {band_text(band)}" if band > 1 else "none 'same'"
+    return (
+        f"{who} BLIND to the spread between visits: judged by the samples of fewer than {MIN_REPLICATES} "
+        "visits a side, nothing paired by round, so no interval here holds how much the next visit of the "
+        f"same code moves. Identical code's visits of one run moved by up to ±{v:.0%} "
+        f"({VISIT_SPREAD_SOURCE if d.sample_spread is None else 'stated with sample_spread'}), "
+        f"so a cell is called slower (faster) only where, besides the verdict rule, its ratio lies above "
+        f"{1 + v:.2f} (below {1 / (1 + v):.2f}){both}, and {same}. To see more: --rounds "
+        f"{MIN_REPLICATES} or more."
     )
 
 
@@ -548,6 +623,8 @@ def _unseen_text(j: Judgement) -> str:
         seen = ""
     if d.control is not None:
         seen += " It cannot see a change of the control's own speed, which the other verdicts are divided by."
+    if j.few_visits:
+        seen += " " + _few_visits_text(j)
     return (seen + " " + _blind_text(j)) if j.blind else seen
 
 
@@ -574,7 +651,8 @@ def rule_text(j: Judgement) -> str:
             _control_text(j).strip(),
             f"Test: {test}; B/A is exp(mean log difference), a ratio of geometric means, and its "
             f"{CI_LEVEL:.0%} CI exp of the t interval.",
-            f"Verdict: 'same' when the CI lies within ±{d.tolerance:.0%} of 1; 'slower' ('faster') when "
+            f"Verdict: 'same' when the CI lies from {band_text(same_band(d.tolerance))} "
+            f"({d.tolerance:.0%} either way, as a ratio); 'slower' ('faster') when "
             f"p < {d.alpha:g} and the whole CI lies above (below) 1; else 'ambiguous'.",
             gate,
             _unseen_text(j),

@@ -426,7 +426,10 @@ def write_axis(axis: Axis, value: Any) -> str:
 def parse_number(kind: type) -> Callable[[str, Any], Any]:
     def parse(name: str, value: Any) -> Any:
         if not isinstance(value, str):
-            return _plain(value)  # already a number (numpy's as Python's): the setting's rule checks it
+            value = _plain(value)  # already a number (numpy's as Python's): the setting's rule checks it
+            if kind is int and isinstance(value, float):  # rounds=1.5 would pass a rule of >= 1
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            return value
         try:
             return kind(value)
         except ValueError:

@@ -26,8 +26,9 @@ def test_compare_on_an_ascii_stream_prints_its_rule_with_an_escape(tmp_path):
         "compare", str(SMALL), str(SMALL), "--variant-a", "naive", "--variant-b", "stable_softmax",
         "--fail-above", "median:5%", "--out", "c2", cwd=tmp_path,
     )  # fmt: skip
-    # stable_softmax is slower than naive in that run: status 1 is the gate's verdict, said in the last line
-    assert proc.returncode == 1, proc.stderr
+    # stable_softmax is 1.2-1.9x slower than naive in that run's one visit a cell: within the visit-to-visit
+    # spread, so the gate passes (status 0), said in the last line
+    assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip().splitlines()[-1].startswith("--fail-above median:5%: ")
     assert "\\xb1" in proc.stdout  # the ± of the rule's band
     assert "Traceback" not in proc.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import torch.nn.functional as F
 
@@ -121,11 +122,12 @@ def test_a_probe_that_timed_out_for_either_side_is_read_without_its_scale(tmp_pa
 
 
 def busy_rows(drifted: int):
-    """fn twice sdpa's time at 4 N; the first `drifted` cells measured at half the machine's usual speed."""
+    """fn three times sdpa's time at 4 N (one visit a cell: past the visit-to-visit floor); the first
+    `drifted` cells measured at half the machine's usual speed."""
     from synthetic import cell
 
     rows = [cell(v, n, time_ms=n / 100 * slower) for n in (64, 128, 256, 512)
-            for v, slower in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
+            for v, slower in (("sdpa", 1.0), ("fn", 3.0))]  # fmt: skip
     return [{**r, "speed_tflops": 0.5 if i < drifted else 1.0} for i, r in enumerate(rows)]
 
 
@@ -150,12 +152,16 @@ def test_a_busy_machine_is_said_before_the_race(tmp_path):
 def test_a_race_end_read_off_a_drifted_or_noisy_cell_is_marked(tmp_path):
     """On a busy machine the race led with a ratio whose baseline cell was 16x its calm time, unmarked: an
     end whose cell (fn's or the baseline's) drifted, or was noisy while the machine did not hold its speed,
-    says so (the busy-machine line's rule); a calm end does not."""
+    says so (the busy-machine line's rule), and so does the growth line fitted through such a cell; a calm
+    run's lines do not."""
     from synthetic import write_run
 
     said = answer(write_run(tmp_path / "busy", busy_rows(3)), "fn", "sdpa").lines
     (race,) = [line for line in said if line.startswith("float32: ")]
     assert "at N 64 (drifted or noisy) to " in race and "at N 512 than sdpa" in race, race
+    # the growth line's fit runs through fn's drifted cell at N 64: its interval is marked the same way
+    (grows,) = [line for line in said if line.startswith("grows with N")]
+    assert re.search(r"time as N\^[-0-9.]+ \[[^]]*\] \(drifted or noisy\)", grows), grows
     calm = answer(write_run(tmp_path / "calm", busy_rows(0)), "fn", "sdpa").lines
     assert not any("drifted or noisy" in line for line in calm), calm
 
@@ -432,3 +438,20 @@ def test_a_long_message_is_cut_at_a_words_end_and_kept_whole_beside(tmp_path):
     (whole,) = [line for line in said.full if line.startswith("WRONG at N 100")]
     assert whole == f"WRONG at N 100 (float32; no mask): {reason}"
     assert reason.replace(">", "&gt;") in said.html() and len(said.full) == len(said.lines)
+
+
+def test_the_race_counts_the_verdicts_holm_allows_over_the_family_it_names(tmp_path):
+    """fn about 15% slower than sdpa in each of 3 rounds at 4 N, each cell's paired p about 0.03: 'slower'
+    cell by cell, but not one survives Holm over the 4 cells the line names; the race counted them
+    'slower in 4 (..., Holm over 4 cells)'. It counts what Holm allows: ambiguous in 4."""
+    from synthetic import cell, write_run
+
+    rows = []
+    for n in (64, 128, 256, 512):
+        for variant, ratios in (("sdpa", (1.0, 1.0, 1.0)), ("fn", (1.10, 1.20, 1.15))):
+            medians = [n / 100 * r for r in ratios]
+            samples = [m * f for m in medians for f in (0.995, 1.0, 1.005)]
+            rows.append(cell(variant, n, sample_ms=samples, visit_medians_ms=medians, visit_samples=[3] * 3))
+    said = answer(write_run(tmp_path / "run", rows), "fn", "sdpa").lines
+    (race,) = [line for line in said if line.startswith("float32: ")]
+    assert race.endswith("of 4 cells ambiguous in 4 (visits paired by round, Holm over 4 cells)"), race

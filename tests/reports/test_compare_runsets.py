@@ -64,6 +64,17 @@ def test_single_runs_cry_wolf_where_run_sets_do_not(tmp_path):
     assert len(measured.regressions) == 6 and "which a --control takes out" in verdict_rule(measured)
 
 
+def test_a_blind_comparison_of_run_sets_of_two_says_what_it_compared(tmp_path):
+    """Two run sets of two runs each (too few to judge by runs) read 'A and B are different runs, one a
+    side'; the rule says what each side held, and two single runs still read as before."""
+    a, b = _set(tmp_path / "a", OFFSETS_A[:2], 10), _set(tmp_path / "b", OFFSETS_B[:2], 20)
+    rule = verdict_rule(compare_runs(a, b, threshold=GATE))
+    assert "BLIND to the spread between runs" in rule and "different runs, one a side" not in rule
+    assert "A is a run set of 2 runs and B a run set of 2 runs, too few to judge by runs (3 a side)" in rule
+    one = verdict_rule(compare_runs(a / "run1", b / "run1", threshold=GATE))
+    assert "A and B are different runs, one a side, with nothing paired" in one
+
+
 def test_a_planted_slowdown_beyond_the_runs_spread_is_caught(tmp_path):
     a = _set(tmp_path / "a", OFFSETS_A, 10)
     b = _set(tmp_path / "b", OFFSETS_B, 20, slower=1.10)

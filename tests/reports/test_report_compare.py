@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import statistics
 
 import pytest
 import synthetic
@@ -18,6 +19,7 @@ from attnbench.reports.compare import (
     cell_table,
     change_text,
     compare_runs,
+    normalize_note,
     verdict_rule,
 )
 from attnbench.reports.compare_page import text_report, write_page
@@ -28,9 +30,10 @@ from attnbench.results.thresholds import parse_run_spread, parse_threshold
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}
 GATE = parse_threshold("median:5%")
-# two single runs cannot see how far whole runs move (results.judge: blind); the tests of what their own
-# samples or visits tell state that this synthetic machine has no such spread
-STATED = {"run_spread": 0.0}
+# two single runs cannot see how far whole runs move (results.judge: blind), nor samples of one visit how far
+# the next visit moves; the tests of what their own samples or visits tell state that this synthetic machine
+# has no such spread
+STATED = {"run_spread": 0.0, "sample_spread": 0.0}
 
 
 def _rows(factor: float = 1.0, seed: int = 0, device: str = "cpu", shuffle: bool = False, **status):
@@ -55,6 +58,19 @@ def _rows(factor: float = 1.0, seed: int = 0, device: str = "cpu", shuffle: bool
     return rows
 
 
+def _visited(rows, k: int = 3):
+    """The rows as measured in k visits of equal shares of their samples (--rounds k)."""
+    out = []
+    for r in rows:
+        s = r.get("samples_ms")
+        if s:
+            share = len(s) // k
+            medians = [statistics.median(s[i * share : (i + 1) * share]) for i in range(k)]
+            r = dict(r, visit_medians_ms=medians, visit_samples=[share] * k)
+        out.append(r)
+    return out
+
+
 def _pair(tmp_path, rows_a, rows_b, **kw_b):
     a = synthetic.write_run(tmp_path / "a", rows_a, run_id="run-a")
     b = synthetic.write_run(tmp_path / "b", rows_b, run_id="run-b", **kw_b)
@@ -68,7 +84,8 @@ def _pair(tmp_path, rows_a, rows_b, **kw_b):
 def test_two_single_runs_of_identical_code_pass_both_ways_and_a_2x_slowdown_fails(tmp_path, shift):
     """Identical code, run B on a machine `shift` times slower throughout (what moves between whole runs on
     a shared machine, far beyond each run's own visits): blind, neither order fails median:5%; a 2x
-    slowdown on top does, in runs made in rounds and in runs without."""
+    slowdown on top does in runs made in rounds, and a 3x one (past the largest visit-to-visit ratio
+    measured) in runs of one visit a cell."""
     for kind, same, slow in [
         ("rounds", lambda s: rows_in_rounds(VARIANTS, 2, speed=s), {"naive": 2.0, "sdpa": 0.8}),
         ("samples", lambda s: _rows(s, seed=7), None),
@@ -81,8 +98,8 @@ def test_two_single_runs_of_identical_code_pass_both_ways_and_a_2x_slowdown_fail
             cmp = compare_runs(x, y, threshold=GATE)
             assert cmp.regressions.empty and cmp.judgement.blind, cmp.cells[["ratio", "ratio_ci_low"]]
             assert cmp.judgement.level == ("visit" if slow else "sample")
-        rows = rows_in_rounds(slow, 3, speed=shift) if slow else _rows(2.0 * shift, seed=9)
-        doubled = synthetic.write_run(tmp_path / kind / "2x", rows, run_id="2x")
+        rows = rows_in_rounds(slow, 3, speed=shift) if slow else _rows(3.0 * shift, seed=9)
+        doubled = synthetic.write_run(tmp_path / kind / "slow", rows, run_id="slow")
         assert len(compare_runs(a, doubled, threshold=GATE).regressions) == 8
         assert len(compare_runs(b, doubled, threshold=GATE).regressions) == 8  # 2x of the shifted run
     report = text_report(compare_runs(a, b, threshold=GATE))
@@ -102,7 +119,8 @@ def test_a_known_shift_is_significant_once_the_run_spread_is_stated(tmp_path):
     blind = compare_runs(a, b)  # the same 10%, and no figure for the spread between runs: can't tell
     assert set(blind.cells["verdict"]) == {"ambiguous"} and (blind.per_variant["ambiguous"] == 4).all()
     # and its change says so, as a change that is not significant does: never a bare "1.10x slower"
-    assert set(blind.cells["change"]) == {"1.10x slower, ambiguous (within the run-to-run spread)"}
+    words = "within the run-to-run spread; fewer than 3 visits a side: within the visit-to-visit spread"
+    assert set(blind.cells["change"]) == {f"1.10x slower, ambiguous ({words}; measure with --rounds 3)"}
 
 
 def test_no_shift_is_not_significant(tmp_path):
@@ -200,18 +218,19 @@ def test_no_common_cells_names_every_axis_whose_values_do_not_overlap(tmp_path):
 
 
 def test_cli_compare_exit_statuses_and_the_one_rule(tmp_path):
-    a, b = _pair(tmp_path, _rows(), _rows(2.0, shuffle=True))
+    a, b = _pair(tmp_path, _rows(), _rows(4.0, shuffle=True))
     out = tmp_path / "out"
     proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(out), timeout=120)
     assert proc.returncode == 1, proc.stderr
-    assert "2.00x slower" in proc.stdout and "8 regressions" in proc.stdout
+    assert "4.00x slower" in proc.stdout and "8 regressions" in proc.stdout
     assert proc.stdout.count("Rule: Judged at the sample level") == 1 and "BLIND" in proc.stdout
     assert (out / "compare.html").stat().st_size > 0 and (out / "compare.png").stat().st_size > 0
     page = (out / "README.md").read_text()
-    assert page.count("Judged at the sample level") == 1 and page.count("BLIND to the spread") == 1
+    assert (
+        page.count("Judged at the sample level") == 1 and page.count("BLIND to the spread between runs") == 1
+    )
     assert "Cliff" not in page and "bootstrap" not in page
-    c = tmp_path / "c"
-    synthetic.write_run(c, _rows(1.10, shuffle=True), run_id="run-c")
+    a, c = _pair(tmp_path / "visited", _visited(_rows()), _visited(_rows(1.10, shuffle=True)))
     args = ("compare", str(a), str(c), "--fail-above", "median:5%")
     blind = run_cli(*args, "--out", str(tmp_path / "o2"), timeout=120)
     assert blind.returncode == 0 and "no regression" in blind.stdout
@@ -370,6 +389,21 @@ def test_same_band_follows_the_threshold(tmp_path):
     assert gated.cells.iloc[0]["verdict"] == "same" and len(gated.regressions) == 0
 
 
+def test_a_significant_change_within_a_wide_gate_says_it_is_one(tmp_path):
+    """SLOW_FRAC=0.3 against its twin under median:50%: B/A 1.32, CI [1.27, 1.38], p 0.001, a bare 'same'. A
+    CI that excludes 1 is 'same' only saying so; a tolerance of 100% or more is a band in ratio terms (from
+    1 / (1 + t) to 1 + t), so a 20x speed-up under median:1500% is 'faster', not 'same' (1 - 15 < 0.05)."""
+    sa = synthetic.samples(10.0, n=30, spread=0.01, seed=5)
+    pair = _verdict_pair(tmp_path, sa, synthetic.samples(13.2, n=30, spread=0.01, seed=6))
+    row = compare_runs(*pair, threshold=parse_threshold("median:50%"), **STATED).cells.iloc[0]
+    assert row["verdict"] == "same" and row["ratio_ci_low"] > 1.2, row
+    assert row["change"] == "1.32x slower, significant but within the tolerance (0.667 to 1.5): same"
+    fast = _verdict_pair(tmp_path / "fast", sa, synthetic.samples(0.5, n=30, spread=0.01, seed=7))
+    wide = compare_runs(*fast, threshold=parse_threshold("median:1500%"), **STATED)
+    assert wide.cells.iloc[0]["verdict"] == "faster"
+    assert "'same' when the CI lies from 0.0625 to 16 (1500% either way, as a ratio)" in verdict_rule(wide)
+
+
 def test_gate_ignores_a_slowdown_it_cannot_tell(tmp_path):
     # +30% on the median, but 4 wide samples a side: the CI spans 1, so --fail-above does not fire
     sa = [10.0, 6.0, 14.0, 9.0]
@@ -381,17 +415,18 @@ def test_gate_ignores_a_slowdown_it_cannot_tell(tmp_path):
 
 
 def test_the_gates_median_is_the_rows_median_and_is_shown_as_one(tmp_path):
-    """B's calls: 16 at 1.6x A's and 14 at 4x (a heavy tail): the judge's B/A (geometric means) is about
-    2.4, the rows' medians (time_ms_median, as run and report show them) 1.6x apart. median:80% does not
-    fail; median:50% does, and the REGRESSION line and the table's median columns show the rows' medians."""
+    """B's calls: 16 at 1.6x A's and 14 at 10x (a heavy tail): the judge's B/A (geometric means) is about
+    3.8 (past the visit-to-visit floor), the rows' medians (time_ms_median, as run and report show them)
+    1.6x apart. median:80% does not fail; median:50% does, and the REGRESSION line and the table's median
+    columns show the rows' medians."""
     sa = synthetic.samples(1.0, n=30, spread=0.01, seed=1)
-    pair = _verdict_pair(tmp_path, sa, [1.6] * 16 + [4.0] * 14)
+    pair = _verdict_pair(tmp_path, sa, [1.6] * 16 + [10.0] * 14)
     from attnbench import results
 
     medians = [float(results.load(run)["time_ms_median"].iloc[0]) for run in pair]
     cmp = compare_runs(*pair, threshold=parse_threshold("median:80%"), **STATED)
     row = cmp.cells.iloc[0]
-    assert row["verdict"] == "slower" and row["ratio"] > 2.2 and cmp.regressions.empty
+    assert row["verdict"] == "slower" and row["ratio"] > 3.5 and cmp.regressions.empty
     assert [row["median_ms_a"], row["median_ms_b"]] == pytest.approx(medians)
     assert medians[1] / medians[0] == pytest.approx(1.6, rel=0.02)
     args = ("compare", *map(str, pair), "--run-spread", "0", "--fail-above")
@@ -437,7 +472,8 @@ def test_a_change_that_shows_as_1_00x_is_no_change(ratio, significant, said):
         ("slower", False, (1.5, 1.9), "1.69x slower"),
         ("ambiguous", True, (1.509, 1.889), "1.69x slower, ambiguous (within the run-to-run spread)"),
         ("ambiguous", False, (0.99, 2.9), "1.69x slower, ambiguous"),
-        ("same", False, (1.001, 1.012), "1.01x slower, same (within the tolerance)"),
+        ("same", False, (1.001, 1.012), "1.01x slower, significant but within the tolerance: same"),
+        ("same", False, (0.99, 1.012), "1.01x slower, same (within the tolerance)"),
     ],
 )
 def test_a_significant_change_the_verdict_does_not_confirm_says_its_verdict(verdict, blind, ci, said):
@@ -507,6 +543,21 @@ def test_a_slower_machine_is_not_a_slower_code_once_normalised(tmp_path):
     )
     assert set(norm.cells["verdict"]) == {"same"} and len(norm.regressions) == 0
     assert norm.cells["ratio"].tolist() == pytest.approx([1.0] * 3, rel=0.03)
+
+
+def test_a_calibration_that_moved_on_one_machine_does_not_recommend_normalising(tmp_path):
+    """Identical code, one host, its 1 s calibration run while the machine was loaded (0.8x): the warning
+    recommended --normalize calibration, which then called the code 1.25x faster. On one machine it says
+    the machine was loaded and recommends no --normalize; on two it still points there; and a normalised
+    comparison says how far apart the calibrations it multiplied by lie."""
+    same = _machine_pair(tmp_path / "same", "chunked", 1.0, peak_tflops=0.04)
+    (said,) = compare_runs(*same, **STATED).calibration_warnings
+    assert "0.80x" in said and "--normalize calibration" not in said and "same machine" in said, said
+    other = _machine_pair(tmp_path / "other", "chunked", 1.0, peak_tflops=0.04, hostname="another-host")
+    (there,) = compare_runs(*other, **STATED).calibration_warnings
+    assert there.endswith("see --normalize calibration"), there
+    norm = compare_runs(*same, normalize="calibration", **STATED)
+    assert "The calibrations differ by 0.8x (B's over A's)" in normalize_note(norm), normalize_note(norm)
 
 
 def test_memory_bound_cells_are_priced_by_copy_bandwidth(tmp_path):
@@ -755,8 +806,25 @@ def test_a_control_that_is_not_in_both_runs_is_refused(tmp_path, kw, message):
         compare_runs(*_pair(tmp_path, _rows(), _rows()), **kw)
 
 
+def test_with_a_control_the_gates_median_columns_show_what_the_gate_judged(tmp_path):
+    """The machine 1.3x slower through B (the control naive moved so) and sdpa 1.2x slower besides: the
+    table's gate columns showed B's median as measured (1.56x A's) beside a REGRESSION of B's relative to
+    the control (1.2x); they show the gate's values, B's over the control's median in A's units."""
+    rows_b = [dict(r) for r in _rows(1.3, shuffle=True)]
+    for r in rows_b:
+        if r["variant"] == "sdpa":
+            r.update(synthetic.cell("sdpa", r["seq_len"], sample_ms=[x * 1.2 for x in r["samples_ms"]]))
+    cmp = compare_runs(*_pair(tmp_path, _rows(), rows_b), threshold=GATE, control_variant="naive")
+    reg = cmp.regressions
+    assert len(reg) == 4 and set(reg["variant"]) == {"sdpa"}
+    for _, row in reg.iterrows():
+        assert row["median_ms_b"] / row["median_ms_a"] == pytest.approx(1.2, rel=0.03)
+        said = f"median {row['median_ms_a']:.4g} -> {row['median_ms_b']:.4g} ms (+20%, B's relative to naive)"
+        assert row["why"] == said, (row["why"], said)
+
+
 def test_cli_compare_control(tmp_path):
-    a, b = _pair(tmp_path, _rows(), _rows(1.3, shuffle=True))
+    a, b = _pair(tmp_path, _rows(), _rows(3.0, shuffle=True))  # past the visit-to-visit floor, as measured
     gate = ("--fail-above", "median:5%")
     as_measured = run_cli(
         "compare", str(a), str(b), *gate, "--run-spread", "0", "--out", str(tmp_path / "o1")
@@ -945,7 +1013,7 @@ def test_a_cell_ok_in_a_that_b_lacks_fails_the_gate_and_a_regression_names_its_c
         synthetic.cell("naive", n, sample_ms=synthetic.samples(n / 100, n=30, seed=n)) for n in (128, 256)
     ]
     rows_b = [
-        synthetic.cell("naive", 128, sample_ms=[2 * x for x in synthetic.samples(1.28, n=30, seed=128)])
+        synthetic.cell("naive", 128, sample_ms=[3 * x for x in synthetic.samples(1.28, n=30, seed=128)])
     ]
     a, b = _pair(tmp_path, rows_a, rows_b)
     proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--run-spread", "0", "--out",

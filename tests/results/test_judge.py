@@ -236,6 +236,52 @@ def test_the_floor_is_recomputed_from_its_files():
     assert "results/reference/false-alarm-*.json" in judge.RUN_SPREAD_SOURCE
 
 
+def test_the_sample_floor_is_recomputed_from_its_runs():
+    """VISIT_SPREAD_FLOOR is the largest ratio between two visits of one ok cell of one run in the reference
+    runs made in rounds, as measured, rounded up to a per cent."""
+    from attnbench.results.load import load
+
+    ratios = []
+    for name in ("cpu-epyc-2core-rounds", "cpu-epyc-2core-settle"):
+        df = load(ROOT / "results" / "reference" / name)
+        for status, visits in zip(df["status"], df["visit_medians_ms"], strict=True):
+            if status == "ok" and isinstance(visits, list) and len(visits) >= 2:
+                ratios.append(max(visits) / min(visits))
+    assert len(ratios) > 100
+    assert judge.VISIT_SPREAD_FLOOR == math.ceil((max(ratios) - 1) * 100) / 100
+    assert "cpu-epyc-2core-rounds" in judge.VISIT_SPREAD_SOURCE
+
+
+def _one_visit(scale: float, seed: int, n: int = 200) -> Side:
+    """A cell measured in one visit of n calls, each ±1% around `scale`: tight samples of one moment."""
+    rng = random.Random(seed)
+    samples = tuple(scale * (1 + rng.uniform(-0.01, 0.01)) for _ in range(n))
+    return Side(statistics.median(samples), samples, (statistics.median(samples),), (n,))
+
+
+def test_one_visit_a_side_is_held_to_the_visit_to_sample_spread():
+    """Identical code met 8% apart in its one visit each (--rounds 1, one run, two variants): its tight
+    samples give a tiny p, yet the next visit could move it by as much; it is not 'slower', does not fail
+    the gate (nor 'same'); a 3x slowdown, past the largest visit-to-visit ratio measured, still fails."""
+    design = Design(threshold=Threshold("median", 0.0, True, "median:0%"), same_run=True)
+    j = judge.judge([_ok(_one_visit(1.0, i), _one_visit(1.08, 50 + i)) for i in range(4)], design)
+    assert j.level == "sample" and j.few_visits and not j.blind
+    assert all(c.p_holm < 1e-6 for c in j.cells)  # what the samples alone say
+    assert {c.verdict for c in j.cells} == {"ambiguous"} and not any(c.regression for c in j.cells)
+    assert "BLIND to the spread between visits" in j.rule and judge.VISIT_SPREAD_SOURCE in j.rule
+    assert f"above {1 + judge.VISIT_SPREAD_FLOOR:.2f}" in j.rule and "--rounds 3" in j.rule
+    near = judge.judge([_ok(_one_visit(1.0, 1), _one_visit(1.0, 2))], design)
+    assert near.cells[0].verdict == "ambiguous"  # never 'same': the CI cannot hold the visits' spread
+    slow = judge.judge([_ok(_one_visit(1.0, 1), _one_visit(3.0, 2))], design)
+    assert slow.cells[0].verdict == "slower" and slow.cells[0].regression
+    # relative to a control, the control's median on each side takes the machine's move out, as before
+    ctrl = {"control_a": _one_visit(2.0, 7), "control_b": _one_visit(2.0, 8)}
+    by_control = judge.judge(
+        [_ok(_one_visit(1.0, 1), _one_visit(1.08, 2), **ctrl)], replace(design, control="c")
+    )
+    assert not by_control.few_visits and by_control.cells[0].verdict == "slower"
+
+
 def _run_of(scale: float, seed: int, rounds: int = 6) -> Side:
     """A cell of one single run on a shared machine: the whole run `scale` off, each visit ±5% around it."""
     rng = random.Random(seed)
@@ -308,16 +354,17 @@ def test_the_gate_fails_a_broken_cell_and_holds_its_alpha_over_the_family():
 
 
 def test_the_gates_median_is_each_sides_median_not_the_judges_geometric_mean():
-    """B's calls: 16 at 1.6 ms and 14 at 4 ms (a heavy tail), A's all at 1 ms: the judge's ratio of
-    geometric means is about 2.4, the medians' 1.6. --fail-above median:80% reads the medians (60%: no
-    failure) and says them; median:50% fails, naming the medians and their rise."""
+    """B's calls: 16 at 1.6 ms and 14 at 10 ms (a heavy tail), A's all at 1 ms: the judge's ratio of
+    geometric means is about 3.8 (past the visit-to-visit floor of one visit a side), the medians' 1.6.
+    --fail-above median:80% reads the medians (60%: no failure) and says them; median:50% fails, naming
+    the medians and their rise."""
     a = Side(1.0, tuple(1.0 * (1 + 0.001 * (i % 5 - 2)) for i in range(30)))
-    b_samples = (1.6,) * 16 + (4.0,) * 14
+    b_samples = (1.6,) * 16 + (10.0,) * 14
     b = Side(statistics.median(b_samples), b_samples)
     stated = {"run_spread": 0.0}
     at_80 = judge.judge([_ok(a, b)], Design(threshold=Threshold("median", 0.8, True, "median:80%"), **stated))
     cell = at_80.cells[0]
-    assert at_80.level == "sample" and cell.verdict == "slower" and cell.ratio > 2.2
+    assert at_80.level == "sample" and cell.verdict == "slower" and cell.ratio > 3.5
     assert not cell.regression
     assert "its median (each side's time_ms_median" in at_80.rule
     at_50 = judge.judge([_ok(a, b)], Design(threshold=Threshold("median", 0.5, True, "median:50%"), **stated))
