@@ -1072,7 +1072,7 @@ def test_cli_compare_says_which_run_was_measured_on_a_busy_machine(tmp_path):
     the gate's exit status stays."""
     from attnbench.results import drift
 
-    a, b = _pair(tmp_path, _rows(), _busy_rows(2.0))
+    a, b = _pair(tmp_path, _rows(), _busy_rows(4.0))  # 4x: past the visit floor of one visit a side
     assert drift.is_busy(*drift.busy_cells(synthetic_records(b)))  # the rule that run and report say it by
     out = tmp_path / "out"
     proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(out))
