@@ -96,12 +96,13 @@ def ceilings(meta_a: dict[str, Any], meta_b: dict[str, Any], pairs: list[tuple[s
 def warnings_for(cs: list[Ceiling], a: str = "A", b: str = "B", same_machine: bool = False) -> list[str]:
     """One line per ceiling that differs by more than CALIBRATION_WARN between the runs (named a and b).
     Two machines: --normalize calibration takes the machines' speed out. One machine (`same_machine`): its
-    calibration moved because it was loaded during one of them, a load the cells need not have felt alike
-    (a 1 s calibration on every core against cells on one thread), so it recommends no --normalize."""
+    calibration moved because it was loaded during one of them, or set up otherwise (huge pages, clocks),
+    which the cells need not have felt alike (a 1 s calibration on every core against cells on one thread),
+    so it recommends no --normalize."""
     why = (
-        "the same machine calibrated at another speed, so it was loaded during one run: raw ratios carry "
-        "that load, and --normalize would divide by a load the cells need not have felt; measure again on a "
-        "quiet machine, or judge relative to a --control variant"
+        "the same machine calibrated at another speed: it was loaded during one run, or set up otherwise "
+        "(huge pages, clocks); raw ratios carry that, and --normalize would divide by a change the cells "
+        "need not have felt alike; measure again on a quiet machine, or judge relative to a --control variant"
         if same_machine
         else "raw ratios mix the machine's speed with the code's; see --normalize calibration"
     )
