@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS, ROOT, TEST_CALIBRATE_MS, cli_env, ctrl_c_reaches_it, run_cli
+from conftest import FAULTS, ROOT, TEST_CALIBRATE_MS, cli_env, ctrl_c_reaches_it, process_gone, run_cli
 
 from attnbench.harness.workers import isolation
 from attnbench.results import read_rows
@@ -291,9 +291,8 @@ def test_a_second_writer_is_refused_then_sigkill_and_resume_complete_without_dup
     proc.wait()
     done = read_rows(out)
     assert len(done) >= 4 and all(r["status"] for r in done)
-    time.sleep(0.5)
-    for pid in _worker_pids(out):  # the worker died with its parent (PR_SET_PDEATHSIG)
-        assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    for pid in _worker_pids(out):  # the worker died with its parent (PR_SET_PDEATHSIG), within 0.5 s
+        assert process_gone(pid, 0.5), pid
     p = run_cli("run", "--resume", "--out", str(out), check=True)  # the lock died with its holder
     assert "cells already done" in p.stderr
     rows = read_rows(out)
