@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import warnings
 
 from . import lazy
@@ -140,9 +141,10 @@ def _kernel(backend: str | None):
             return None
         mask, is_causal = _mask(q, k, causal, key_lengths, None, causal_align, window)
         gqa = k.shape[1] != q.shape[1] and _takes_gqa()
-        from torch.nn.attention.bias import CausalBias  # imports dynamo: never at `attnbench list`
-
-        if isinstance(mask, CausalBias):  # it dispatches by itself, past _fused_sdp_choice
+        # a CausalBias dispatches by itself, past _fused_sdp_choice. Its module imports dynamo (about 1 CPU-s
+        # in every worker): looked up, not imported, since _mask imported it wherever it made one
+        bias = sys.modules.get("torch.nn.attention.bias")
+        if bias is not None and isinstance(mask, bias.CausalBias):
             return _lower_right_kernel(q, k, v, mask, gqa)
         extra = {"enable_gqa": True} if gqa else {}
         chosen = choose(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=is_causal, scale=None, **extra)

@@ -252,3 +252,35 @@ def test_sdpa_backend_refusal_is_unsupported_with_torch_reason():
     q, k, v = _inputs(b=1, h=1, n_q=8, n_k=8, d_k=8, d_v=16)  # the CPU flash kernel wants d_k == d_v
     with pytest.raises(UnsupportedError, match="FLASH_ATTENTION"):
         variants.get("sdpa_flash")(q, k, v)
+
+
+SDPA_KERNELS = """
+import json, sys, torch
+from attnbench import variants
+
+q = torch.ones(1, 2, 8, 16)
+kernel = variants.get("sdpa").cap.kernel
+said = [kernel(q, q, q), kernel(q, q, q, causal=True), kernel(q, q, q, key_lengths=torch.tensor([5]))]
+dynamo = "torch._dynamo" in sys.modules
+k = torch.ones(1, 2, 12, 16)
+said.append(kernel(q, k, k, causal=True, causal_align="lower-right"))
+from attnbench.variants import sdpa
+from torch.nn.attention.bias import causal_lower_right
+
+bias = sdpa._lower_right_kernel(q, k, k, causal_lower_right(8, 12), False)  # CausalBias's own dispatch
+print(json.dumps({"said": said, "dynamo": dynamo, "bias": bias}))
+"""
+
+
+def test_sdpas_kernel_hook_imports_dynamo_only_for_a_lower_right_call():
+    """The kernel hook (the row's `kernel`, asked at every cell's first call) told a lower-right CausalBias
+    apart by importing torch.nn.attention.bias, which imports torch._dynamo: about 1 CPU-s in every worker
+    of a run with sdpa (every bench's baseline). Now only a lower-right call, whose mask is one, imports
+    it, and it still names the kernel CausalBias's own dispatch picks."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SDPA_KERNELS], capture_output=True, text=True, timeout=120)
+    got = json.loads(done.stdout.splitlines()[-1]) if done.stdout else done.stderr[-2000:]
+    assert got["dynamo"] is False and all(got["said"]) and got["said"][3] == got["bias"], got
