@@ -27,7 +27,8 @@ from .answer_text import dtypes_first as _dtypes
 from .answer_text import ratio_text as _ratio_text
 from .answer_text import short as _short
 from .answer_text import shown as _shown
-from .findings import machine_busy, n_text, names_text, range_text, unsettled
+from .busy import machine_busy, unsettled
+from .findings import n_text, names_text, range_text
 from .tables import axis_text, label, length_axis, length_name, present, varying
 
 MAX_LINES = 12
@@ -520,7 +521,7 @@ def _end(k: Any, j: Any, length: str) -> str:
     """'2.05x slower at N 512' (or 'at N_k 4,096' where the keys grow), with the judge's verdict beside a
     ratio it did not call: one disturbed visit of three moves a ratio of geometric means further than the
     verdict lets it claim; and 'drifted or noisy' where fn's cell or the baseline's drifted, or was noisy
-    while the machine did not hold its speed (findings.unsettled, the rule of the busy-machine line): its
+    while the machine did not hold its speed (busy.unsettled, the rule of the busy-machine line): its
     size is the machine's as much as the kernels'."""
     notes = [] if j.verdict in ("faster", "slower") else [j.verdict]
     notes += ["drifted or noisy"] if bool(k.get("_unsettled", False)) else []

@@ -5,7 +5,7 @@ A machine's page: the latest findings (per shape, the fastest variant over each 
 run that measured the shape, with its fitted exponent), every series over time (one small-multiple figure
 per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median, each step
 results.steps found marked), the steps, and the runs, each linked to its report; a latest run measured on a
-busy machine says so (reports.findings.machine_busy). The cross-machine page: each variant's TFLOP/s and % of
+busy machine says so (reports.busy.machine_busy). The cross-machine page: each variant's TFLOP/s and % of
 its device's calibrated matmul peak per machine, at the shapes (every axis but the device and dtype) that two
 or more machines measured, and which variant leads each shape on each machine, with those the report's
 ranking could not tell from it (results.judge.separated). What the store does not keep (speed probes,
@@ -413,7 +413,7 @@ def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[A
     """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
     the run linked (reports: copy_reports's links) and the variant's fitted exponent (time ~ N^b) over that
     run's lengths; a run whose cells here drifted or were noisy enough to make a busy machine (`runs`:
-    reports.findings.machine_busy over its own rows) is marked, and its sentence follows the table."""
+    reports.busy.machine_busy over its own rows) is marked, and its sentence follows the table."""
     if not len(ok):
         return [Para("No ok cells.")]
     ok = ok.assign(shape=[_shape(c) for c in ok["cell_id"]])

@@ -9,15 +9,15 @@ their own, only words.
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results.drift import is_busy, own_spread, steady
+from attnbench.results.drift import own_spread, steady
 from attnbench.results.formulas import bytes_text, wrap_text
 
 from . import page as pg
+from .busy import SHAKY, busy_sentences, machine_busy, runs_of, unsettled  # noqa: F401 (said here too)
 from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
 from .panels import accuracy, energy, varlen
 from .style import variant_order
@@ -289,9 +289,6 @@ def _only_ranked_sentences(
     return out
 
 
-SHAKY = "Read off drifted or noisy cells: "  # a ranking sentence of a busy machine whose cells were unsettled
-
-
 def shaky_cells(panel_rows, length: str) -> set[tuple[str, int]]:
     """(variant, N) of the panel's unsettled cells (drifted, or noisy while the probes did not hold)."""
     rows = panel_rows[unsettled(panel_rows).to_numpy(dtype=bool)]
@@ -542,37 +539,6 @@ def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
 # ---- (4) trust -----------------------------------------------------------------------------------------
 
 
-def unsettled(df):
-    """Per row, whether its time is the machine's as much as its variant's: an ok cell that drifted, or that
-    was noisy while the run's speed probes did not hold steady (results.drift.busy_cells' rule). What
-    makes a busy machine (machine_busy), and what marks a ratio read off such a cell (bench's race)."""
-    ok = (df["status"] == "ok").fillna(False)
-    noisy = flag_mask(df, "noisy") & (not steady(df[ok].to_dict("records")))
-    return ok & (flag_mask(df, "drift") | noisy)
-
-
-def machine_busy(df, run: str | None = None) -> str | None:
-    """'The machine was busy while this ran: 38 of 48 ok cells drifted or were noisy, so ...' where the ok
-    cells that drifted, or were noisy while the speed probes did not hold steady (unsettled), make a busy
-    machine (results.drift.is_busy, the one rule); None otherwise. `run` names the run ('while run X ran')
-    where a report has several. The report's trust sentence and bench's answer say it so."""
-    ok = ok_rows(df)
-    busy = int(unsettled(df).sum())
-    if not is_busy(busy, len(ok)):
-        return None
-    return (
-        f"The machine was busy while {'this' if run is None else f'run {run}'} ran: {busy} of {len(ok)} ok "
-        "cells drifted or were noisy, so their times say as much about the machine as about the variants."
-    )
-
-
-def _runs(df) -> list[tuple[str | None, Any]]:
-    """(run id, its rows) per run of `df`, in its order; (None, df) where its rows name no run."""
-    if "run_id" not in df.columns or df["run_id"].isna().all():
-        return [(None, df)]
-    return [(str(rid), df[df["run_id"] == rid]) for rid in dict.fromkeys(df["run_id"].dropna())]
-
-
 def trust_sentences(df) -> tuple[str, ...]:
     """One sentence that counts every flagged row; a second, plain one where noisy cells were their own
     spread (the machine held its speed). A busy machine is said apart, before the winners (busy_sentences)."""
@@ -598,40 +564,11 @@ def trust_sentences(df) -> tuple[str, ...]:
     else:
         text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
         text += ", and none errored, crashed or timed out."
-    if any(machine_busy(rows) is not None for _rid, rows in _runs(df)):
+    if any(machine_busy(rows) is not None for _rid, rows in runs_of(df)):
         return (text,)
     noisy = flag_mask(ok, "noisy")
     own = own_spread(int(noisy.sum()), len(ok)) if steady(ok.to_dict("records")) else None
     return (text,) if own is None else (text, own[0].upper() + own[1:] + ".")
-
-
-def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """Per run where the machine was busy (machine_busy over that run's own rows: two runs may be two
-    machines, and one's drift says nothing of the other), its sentence with the command that measures its
-    drifted cells again (`run_dirs`: run id -> the folder as given); the findings open with them, since
-    every winner after them may be the machine's."""
-    dirs = dict(run_dirs or {})
-    runs = _runs(df)
-    named = len(runs) > 1 or len(dirs) > 1  # 'while run X ran' where the report has several
-    out = []
-    for rid, rows in runs:
-        busy_text = machine_busy(rows, rid if named else None)
-        if busy_text is None:
-            continue
-        folder = dirs.get(rid) if rid is not None else None
-        if flag_mask(ok_rows(rows), "drift").any():
-            target = shlex.quote(folder) if folder is not None else "RUN"
-            busy_text += (
-                " Measure the drifted cells again with "
-                f"`attnbench run --resume --redo-drift --out {target}`, or rerun the sweep on a quiet "
-                "machine."
-            )
-        else:
-            busy_text += " Rerun the sweep on a quiet machine."
-        out.append(busy_text)
-    if out:
-        out[-1] += f" A winner below read off such cells opens with '{SHAKY.strip()}'."
-    return tuple(out)
 
 
 # ---- all of it -----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 from attnbench.results.load import load
 from attnbench.results.store import RunDirError, read_meta
 
-from .findings import machine_busy
+from .busy import machine_busy
 from .fit import time_fit, with_probe_after
 from .tables import length_axis, ok_rows
 
@@ -70,7 +70,7 @@ class RunRows:
         return self._metas[key]
 
     def busy(self, path: Any, cell_ids) -> str | None:
-        """reports.findings.machine_busy's sentence for the run's cells `cell_ids` (one machine's), or None:
+        """reports.busy.machine_busy's sentence for the run's cells `cell_ids` (one machine's), or None:
         not busy, or the run's folder cannot be read."""
         df = self.frame(path)
         if df is None:

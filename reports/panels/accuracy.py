@@ -153,7 +153,7 @@ def sentence(rows, said: Callable[[str, list[tuple[str, int]]], str] | None = No
     """The findings' sentences for one panel's rows (one dtype): the fastest ok variant's error against the
     most accurate's (end to end: what a user gets), where it is at least WORTH_SAYING times larger, the
     fastest as the ranking has it (_trade: variants it cannot tell apart are named together), opened by
-    `said(text, cells)` (findings: SHAKY where a compared (variant, N) cell drifted or was noisy); what
+    `said(text, cells)` (busy.SHAKY where a compared (variant, N) cell drifted or was noisy); what
     each quantising variant gives up (fp8_sentence); and a wrong cell faster than every ok one. None when
     there is nothing to say."""
     pts = points(rows)

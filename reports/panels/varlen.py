@@ -170,7 +170,7 @@ def sentences(df, mark: Callable[[str, list[Any]], str] | None = None) -> list[s
     variant with the largest padding tax (executed / useful) against it; [] without packed cells. Cells
     flagged suspect (too fast to believe) are left out, as from every ranking. `mark(text, labels)`, where
     given, rewords a sentence by the index labels (of df) of the rows it compares: the findings' busy-machine
-    rule (findings.SHAKY) for a sentence read off drifted or noisy cells."""
+    rule (busy.SHAKY) for a sentence read off drifted or noisy cells."""
     rated = ranked_rows(varlen_rates(df))
     out = []
     for key, shape in shape_panels(rated):

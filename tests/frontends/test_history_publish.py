@@ -496,7 +496,7 @@ def test_the_latest_findings_name_the_variants_the_ranking_cannot_tell_apart():
 def test_the_latest_findings_of_a_busy_run_say_the_machine_was_busy(tmp_path):
     """The latest run measured while the machine ran at half its speed for a fifth of its cells: the
     machine page marks that run where its findings are and says why in the report's own sentence
-    (reports.findings.machine_busy); the quiet run before it is not marked."""
+    (reports.busy.machine_busy); the quiet run before it is not marked."""
     import json
 
     runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0])
