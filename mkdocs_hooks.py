@@ -3,8 +3,9 @@
 The docs/ pages link to them as the repository lays them out (`../results/reference/cpu-epyc-2core`), which
 works on a code host and in an editor but points outside docs_dir, which strict mode refuses. `on_files` adds
 a copy of each (a reference report's README.md renders as a page; a folder without one gets a generated
-index page listing its files), and `on_page_markdown` points the links at those copies. Any other link
-outside docs/ is left alone, so strict mode still fails on it.
+index page listing its files), and `on_page_markdown` points the links at those copies, and a published
+report's links to the manual (`../../../docs/method.md`) at the manual's page. Any other link outside docs/
+is left alone, so strict mode still fails on it.
 """
 
 from __future__ import annotations
@@ -69,9 +70,16 @@ def on_files(files: Files, config) -> Files:
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
     depth = page.file.src_uri.count("/")
 
+    shared_page = _shared(page.file.src_uri)  # a published report's page: its links are repository paths
+
     def point(m: re.Match) -> str:
         ups, rest, anchor = m.group(1), m.group(2), m.group(3) or ""
         here = posixpath.dirname(page.file.src_uri)
+        if shared_page:  # a report in reports/reference linking the manual (../../../docs/method.md)
+            rel = posixpath.normpath(posixpath.join(here, ups + rest))
+            if rel.startswith("docs/"):
+                return f"]({'../' * depth}{rel[len('docs/') :]}{anchor})"
+            return m.group(0)
         rel = posixpath.normpath(posixpath.join("docs", here, ups + rest))
         if not _shared(rel):
             return m.group(0)
