@@ -33,7 +33,7 @@ visits do not show what moves between runs.
    fewer than 3 visits a side, which do not show how far the next visit of the same code moves (far more
    than one visit's samples spread). Like 6, with v for s: v the visit-to-visit spread of identical code
    (VISIT_SPREAD_FLOOR: the largest ratio between two visits of one cell of one run as measured; or
-   compare_runs(sample_spread=)); in a blind comparison the larger factor of the two applies (the run
+   --visit-spread, sample_spread=); in a blind comparison the larger factor of the two applies (the run
    floor was measured on runs of one visit a cell, so it holds their visits' spread).
 8. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
    judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
@@ -237,7 +237,7 @@ class Design:
     same_run: bool = False  # A and B are one run (or one run set): visits (runs) pair by index
     interleaved: bool = False  # two run sets made interleaved (results.runset.interleaved): runs pair
     run_spread: float | None = None  # compare --run-spread: this machine's figure instead of the floor
-    sample_spread: float | None = None  # compare_runs(sample_spread=): this machine's figure between visits
+    sample_spread: float | None = None  # compare --visit-spread: this machine's figure between visits
 
     @property
     def tolerance(self) -> float:
