@@ -89,6 +89,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         run_spread, spread_note = (
             thresholds.parse_run_spread(args.run_spread) if args.run_spread is not None else (None, None)
         )
+        sample_spread, sample_note = (
+            thresholds.parse_sample_spread(args.sample_spread)
+            if args.sample_spread is not None
+            else (None, None)
+        )
         if not 0 < args.alpha < 1:
             raise ValueError(f"--alpha must be in (0, 1), got {args.alpha}")
         cmp = compare_runs(
@@ -101,10 +106,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             variant_a=args.variant_a,
             variant_b=args.variant_b,
             run_spread=run_spread,
+            sample_spread=sample_spread,
         )
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
-    for note in (threshold.note if threshold else None, spread_note):
+    for note in (threshold.note if threshold else None, spread_note, sample_note):
         if note:
             print(printable(note), file=sys.stderr)
     for warning in cmp.warnings:  # on stderr, as every command's warnings are; the report is stdout's
@@ -157,6 +163,16 @@ def add_compare(sub) -> None:
         "with benchmarks/false_alarm.py): two single runs with no control and nothing paired cannot see "
         "it, and call a cell slower or faster only beyond it; default: the figure measured on the "
         "reference VM (results.judge.RUN_SPREAD_FLOOR)",
+    )
+    p.add_argument(
+        "--visit-spread",
+        dest="sample_spread",  # compare_runs(sample_spread=)
+        metavar="PCT",
+        action=Once,
+        help="how far one visit of a cell moves from the next in a run on your machine, in per cent (e.g. "
+        "30; 158 is 2.58x): a comparison judged by the samples of fewer than 3 visits a side cannot see it, "
+        "and calls a cell slower or faster only beyond it; default: the figure measured on the reference VM "
+        "(results.spreads.VISIT_SPREAD_FLOOR)",
     )
     p.add_argument(
         "--normalize",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results import devices, judge
+from attnbench.results import devices, judge, spreads
 from attnbench.results.formulas import counted
 from attnbench.results.judge import BROKEN, VERDICTS
 from attnbench.results.schema import CELL_AXES, STATUSES
@@ -86,7 +86,14 @@ class Comparison:
 
     @property
     def rule(self) -> str:
-        return self.judgement.rule
+        return " ".join(t for t in (self.judgement.rule, self.foreign_floor) if t)
+
+    @property
+    def foreign_floor(self) -> str:
+        """A sentence where a floor measured on the CPU reference VM judged cells of another device kind."""
+        kinds = [*self.cells.get("device_a", ()), *self.cells.get("device_b", ())]
+        run, sample = self.judgement.reference_floors
+        return spreads.foreign_floor_text(kinds, run=run, sample=sample)
 
     @property
     def calibration_warnings(self) -> list[str]:

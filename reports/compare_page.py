@@ -89,6 +89,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
         *accuracy_lines(cmp),
         *missing_lines(cmp),
         verdict(cmp),
+        *([cmp.foreign_floor] if cmp.foreign_floor else []),  # the floors behind it are another device's
     )
     page.add(pg.Bullets(said))
     others = [w for w in cmp.warnings if w not in cmp.busy]

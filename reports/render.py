@@ -227,6 +227,8 @@ def best_table(group) -> pg.Table:
                 text += f" ({num_text(b['lead'])}×{_p_text(b['p_value'])})"
             else:
                 text = f"{named.get(str(b['best']), b['best'])} {ms_text(b['time_ms'])}"
+                if b["only_ranked"]:  # the others there are suspect: fastest of one crowns nobody
+                    text += f" (only one ranked; {', '.join(str(b['suspect']).split())} suspect)"
                 if b["runner_up"]:
                     behind = named.get(str(b["runner_up"]), b["runner_up"])
                     text += f" ({num_text(b['lead'])}× ahead of {behind}{_p_text(b['p_value'])})"
@@ -244,7 +246,9 @@ def best_table(group) -> pg.Table:
     return pg.Table(
         headers,
         tuple(rows),
-        "fastest ok variant per seq_len (median time); '[read off a drifted or noisy cell]' where a cell it "
+        "fastest ok variant per seq_len (median time); '(only one ranked; B suspect)' where every other "
+        "variant there is suspect (too fast to believe, never ranked), so it is fastest of one; "
+        "'[read off a drifted or noisy cell]' where a cell it "
         "compares drifted, or was noisy while the speed probes did not hold (its lead may be the machine's); "
         "variants whose cells there ran the same kernel "
         "(the rows' kernel column) are one, 'sdpa (= sdpa_cudnn: CUDNN_ATTENTION)', at the faster's time; "

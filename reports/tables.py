@@ -280,14 +280,20 @@ def kernel_members(name: str) -> tuple[str, ...]:
 def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
     the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`,
-    see separated). Variants that ran the same kernel there are one (one_per_kernel)."""
+    see separated). Variants that ran the same kernel there are one (one_per_kernel). `suspect`: the
+    variants whose ok cells there are suspect (never ranked); `only_ranked`: the best is the only variant
+    ranked there because every other is suspect, so it is fastest of one (the findings say so too)."""
     import pandas as pd
 
-    ok = ranked_rows(df).dropna(subset=["time_ms_median"])
+    ok = ok_rows(df).dropna(subset=["time_ms_median"])
     records = []
-    for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
-        ranked = one_per_kernel(sub).sort_values("time_ms_median", kind="stable")
+    for key, every in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
+        sus = flag_mask(every, "suspect")
+        if sus.all():
+            continue
+        ranked = one_per_kernel(every[~sus]).sort_values("time_ms_median", kind="stable")
         first = ranked.iloc[0]
+        suspect = variant_order(set(map(str, every[sus]["variant"])) - set(map(str, every[~sus]["variant"])))
         rec = {
             **key,
             "best": first["variant"],
@@ -296,6 +302,8 @@ def best_variant(df):
             "lead": math.nan,
             "p_value": math.nan,
             "tied": "",
+            "only_ranked": len(ranked) == 1 and bool(suspect),
+            "suspect": " ".join(suspect),
         }
         if len(ranked) > 1:
             second = ranked.iloc[1]
@@ -309,7 +317,8 @@ def best_variant(df):
         records.append(rec)
     return pd.DataFrame(
         records,
-        columns=[*COMBO_AXES, *LENGTHS, "best", "time_ms", "runner_up", "lead", "p_value", "tied"],
+        columns=[*COMBO_AXES, *LENGTHS, "best", "time_ms", "runner_up", "lead", "p_value", "tied"]
+        + ["only_ranked", "suspect"],
     )
 
 

@@ -190,8 +190,10 @@ def _suspect_table(df) -> pg.Table:
 def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, list]) -> list:
     """Every run's calibrated ceilings beside the first run's, with a warning where they differ by >10%:
     time differences between such runs are partly the machines'. A run of several device groups is
-    compared group by group (calibration.match_groups)."""
+    compared group by group (calibration.match_groups). Runs of one machine (compare_load.machines, as
+    compare judges it) are worded as compare words them: no --normalize; measure again, or a --control."""
     from .calibration import group_ceilings, match_groups, warnings_for
+    from .compare_load import machines
 
     first, *others = metas
     rows, warnings, apart = [], [], []
@@ -201,7 +203,8 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
             (rid, c.device, c.what, num_text(c.a, ".3g"), num_text(c.b, ".3g"), num_text(c.ratio, ".3f"))
             for c in cs
         ]
-        warnings += warnings_for(cs, a=first, b=rid)
+        one = machines(metas[first], metas[rid]) is None
+        warnings += warnings_for(cs, a=first, b=rid, same_machine=one)
         if not cs:  # a CPU run beside a GPU run: no ceiling of one device to set side by side
             apart.append(rid)
     blocks: list = []

@@ -33,7 +33,7 @@ visits do not show what moves between runs.
    fewer than 3 visits a side, which do not show how far the next visit of the same code moves (far more
    than one visit's samples spread). Like 6, with v for s: v the visit-to-visit spread of identical code
    (VISIT_SPREAD_FLOOR: the largest ratio between two visits of one cell of one run as measured; or
-   compare_runs(sample_spread=)); in a blind comparison the larger factor of the two applies (the run
+   --visit-spread, sample_spread=); in a blind comparison the larger factor of the two applies (the run
    floor was measured on runs of one visit a cell, so it holds their visits' spread).
 8. **Gate.** `--fail-above STAT:N%` fails a cell that is 'slower', whose p, Holm-adjusted over the cells
    judged (the control's own excluded: they never fail it), is below alpha, and whose STAT grew by more
@@ -237,20 +237,15 @@ class Design:
     same_run: bool = False  # A and B are one run (or one run set): visits (runs) pair by index
     interleaved: bool = False  # two run sets made interleaved (results.runset.interleaved): runs pair
     run_spread: float | None = None  # compare --run-spread: this machine's figure instead of the floor
-    sample_spread: float | None = None  # compare_runs(sample_spread=): this machine's figure between visits
+    sample_spread: float | None = None  # compare --visit-spread: this machine's figure between visits
 
     @property
     def tolerance(self) -> float:
-        t = self.threshold
-        return t.value if t is not None and t.relative else TOLERANCE
+        return self.threshold.value if self.threshold is not None and self.threshold.relative else TOLERANCE
 
     @property
     def floor(self) -> float:
         return RUN_SPREAD_FLOOR if self.run_spread is None else self.run_spread
-
-    @property
-    def floor_source(self) -> str:
-        return RUN_SPREAD_SOURCE if self.run_spread is None else "stated with --run-spread"
 
     @property
     def sample_floor(self) -> float:
@@ -481,6 +476,11 @@ class Judgement:
         return any(c.few_visits for c in self.cells)
 
     @property
+    def reference_floors(self) -> tuple[bool, bool]:  # whether the run and visit floors applied are the VM's
+        d = self.design
+        return self.blind and d.run_spread is None, self.few_visits and d.sample_spread is None
+
+    @property
     def rule(self) -> str:
         return rule_text(self)
 
@@ -577,12 +577,12 @@ def _blind_text(j: Judgement) -> str:
     band = same_band(d.tolerance, d.floor)
     same = f"'same' only from {band_text(band)}" if band > 1 else "none 'same'"
     return (
-        f"{who} BLIND to the spread between runs: {_sides_text(j)}, with nothing "
-        "paired, so no interval here holds how much a whole run moves. Identical code moved by up to "
-        f"±{d.floor:.0%} between runs ({d.floor_source}), so a cell is called slower (faster) only where, "
-        f"besides the verdict rule, its ratio lies above {1 + d.floor:.2f} (below {1 / (1 + d.floor):.2f}), "
-        f"and {same}; a cell measured while the speed probe found the machine off its usual speed (drift) "
-        "must clear that factor as well."
+        f"{who} BLIND to the spread between runs: {_sides_text(j)}, with nothing paired, so no interval here "
+        f"holds how much a whole run moves. Identical code moved by up to ±{d.floor:.0%} between runs ("
+        + (RUN_SPREAD_SOURCE if d.run_spread is None else "stated with --run-spread")
+        + "), so a cell is called slower (faster) only where, besides the verdict rule, its ratio lies above "
+        f"{1 + d.floor:.2f} (below {1 / (1 + d.floor):.2f}), and {same}; a cell measured while the speed "
+        "probe found the machine off its usual speed (drift) must clear that factor as well."
         + (
             ""
             if d.control
@@ -603,7 +603,7 @@ def _few_visits_text(j: Judgement) -> str:
         f"{who} BLIND to the spread between visits: judged by the samples of fewer than {MIN_REPLICATES} "
         "visits a side, nothing paired by round, so no interval here holds how much the next visit of the "
         f"same code moves. Identical code's visits of one run moved by up to ±{v:.0%} "
-        f"({VISIT_SPREAD_SOURCE if d.sample_spread is None else 'stated with sample_spread'}), "
+        f"({VISIT_SPREAD_SOURCE if d.sample_spread is None else 'stated with --visit-spread'}), "
         f"so a cell is called slower (faster) only where, besides the verdict rule, its ratio lies above "
         f"{1 + v:.2f} (below {1 / (1 + v):.2f}){both}, and {same}. To see more: --rounds "
         f"{MIN_REPLICATES} or more."

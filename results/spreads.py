@@ -34,3 +34,30 @@ def same_band(tolerance: float, unseen: float = 0.0) -> float:
 def band_text(band: float) -> str:
     """'0.98 to 1.02': the 'same' band as the rule and a change text say it."""
     return f"{1 / band:.3g} to {band:.3g}"
+
+
+# Both floors above were measured on the CPU reference VM: applied to another device kind's cells, they are
+# that VM's figures, not the device's, and the rule says so (foreign_floor_text).
+FLOORS_DEVICE = "cpu"
+
+
+def foreign_floor_text(devices, run: bool, sample: bool) -> str:
+    """One sentence where a reference floor (`run`: the run-to-run floor was applied, not one stated with
+    --run-spread; `sample`: the visit floor, not one stated with --visit-spread) judged cells of a device kind
+    other than FLOORS_DEVICE ('cuda'), with how to measure and state one's own figure; else ''.
+    benchmarks/false_alarm.py's quick story measures the run-to-run spread; the visit floor is stated with
+    --visit-spread, or left out of the judge by measuring in rounds."""
+    kinds = sorted({str(d) for d in devices if d == d and d is not None and str(d) != FLOORS_DEVICE})
+    if not kinds or not (run or sample):
+        return ""
+    where = f"measured on a shared 2-core CPU VM, not on {' or '.join(kinds)}"
+    if not run:
+        return (
+            f"The visit floor was {where}; give your machine's with --visit-spread, or measure with "
+            "--rounds 3 so that the spread between visits is in the test."
+        )
+    return (
+        f"The floors were {where}; measure your machine's with `python benchmarks/false_alarm.py --story "
+        f"quick --run-arg=--device={kinds[0]}` and give it with --run-spread"
+        + (" (the visit floor's with --visit-spread)." if sample else ".")
+    )

@@ -1,7 +1,8 @@
 """The gates' thresholds as the user writes them: `compare --fail-above STAT:N%` (or `STAT:X` / `STAT:Xms`,
-X in ms, pytest-benchmark's convention), `compare --run-spread PCT` and `history check --fail-on-step N%`
-(a bare N is a percent there). One grammar, one place: each parser answers the value and, where a bare
-number is likely a mistake or a percent so large the gate can hardly fire, a note, one line for stderr.
+X in ms, pytest-benchmark's convention), `compare --run-spread PCT` and `--visit-spread PCT`, and `history
+check --fail-on-step N%` (a bare N is a percent there). One grammar, one place: each parser answers the
+value and, where a bare number is likely a mistake or a percent so large the gate can hardly fire, a note,
+one line for stderr.
 
 0 is accepted everywhere and means the same thing: any slowdown the judge calls slower fails the gate."""
 
@@ -89,3 +90,10 @@ def parse_run_spread(text: str) -> tuple[float, str | None]:
             f"bad --run-spread {text!r}: expected a percentage from 0 to below 100 (e.g. 8 or 8%)"
         )
     return value, note
+
+
+def parse_sample_spread(text: str) -> tuple[float, str | None]:
+    """'30' or '30%' -> (0.30, note): --visit-spread, how far one visit of a cell moves from the next in a run
+    of identical code on one's own machine (the visit floor, results.spreads.VISIT_SPREAD_FLOOR, may pass
+    100%); ValueError (one line) naming the flag for anything but a percentage of 0 or more."""
+    return _percent("--visit-spread", text, "30%")

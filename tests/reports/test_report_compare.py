@@ -25,7 +25,7 @@ from attnbench.reports.compare import (
 from attnbench.reports.compare_page import text_report, write_page
 from attnbench.results import judge
 from attnbench.results.judge import RUN_SPREAD_FLOOR
-from attnbench.results.thresholds import parse_run_spread, parse_threshold
+from attnbench.results.thresholds import parse_run_spread, parse_sample_spread, parse_threshold
 
 SEQ = [256, 512, 1024, 2048]
 VARIANTS = {"naive": 1.0, "sdpa": 0.4}
@@ -163,6 +163,33 @@ def test_parse_run_spread():
             parse_run_spread(bad)
 
 
+def test_parse_sample_spread():
+    assert parse_sample_spread("158")[0] == pytest.approx(1.58)  # the visit floor may pass 100%
+    assert parse_sample_spread("30%")[0] == pytest.approx(0.30)
+    for bad in ("-3", "abc", "8%%", ""):
+        with pytest.raises(ValueError, match="--visit-spread"):
+            parse_sample_spread(bad)
+
+
+def test_floors_of_the_cpu_vm_applied_to_cuda_cells_say_so(tmp_path):
+    """The floors were measured on the CPU reference VM: two blind CUDA runs judged by them say so in the
+    rule and beside the page's verdict, with the command that measures one's own; a CPU pair, or floors
+    stated with --run-spread and --visit-spread, say nothing of it."""
+    said = "The floors were measured on a shared 2-core CPU VM, not on cuda"
+    a, b = _pair(tmp_path / "gpu", _rows(device="cuda"), _rows(device="cuda", seed=9))
+    cmp = compare_runs(a, b, threshold=GATE)
+    assert said in cmp.rule
+    assert "`python benchmarks/false_alarm.py --story quick --run-arg=--device=cuda`" in cmp.rule
+    write_page(cmp, tmp_path / "page")
+    readme = (tmp_path / "page" / "README.md").read_text()
+    assert said in readme.split("## ")[0]  # in the verdict section, before the figure and the tables
+    assert said not in compare_runs(a, b, threshold=GATE, **STATED).rule
+    visit_only = compare_runs(a, b, threshold=GATE, run_spread=0.0).rule  # the visit floor still the VM's
+    assert "The visit floor was measured on a shared 2-core CPU VM, not on cuda" in visit_only
+    c, d = _pair(tmp_path / "cpu", _rows(), _rows(seed=9))
+    assert "not on" not in compare_runs(c, d, threshold=GATE).rule
+
+
 def test_fail_above_gate(tmp_path):
     a, b = _pair(tmp_path, _rows(), _rows(1.10, shuffle=True))
     assert len(compare_runs(a, b, threshold=GATE, **STATED).regressions) == 8
@@ -242,7 +269,7 @@ def test_cli_compare_exit_statuses_and_the_one_rule(tmp_path):
     )
 
 
-@pytest.mark.parametrize("case", ["spec", "missing", "not_a_run", "alpha", "run_spread"])
+@pytest.mark.parametrize("case", ["spec", "missing", "not_a_run", "alpha", "run_spread", "visit_spread"])
 def test_cli_compare_bad_input(tmp_path, case):
     a, b = _pair(tmp_path, _rows(), _rows())
     (tmp_path / "empty").mkdir()
@@ -253,6 +280,7 @@ def test_cli_compare_bad_input(tmp_path, case):
         "not_a_run": [str(tmp_path / "empty"), str(b)],
         "alpha": [str(a), str(b), "--alpha", "2"],
         "run_spread": [str(a), str(b), "--run-spread", "lots"],
+        "visit_spread": [str(a), str(b), "--visit-spread=-5%"],
     }[case]
     proc = run_cli("compare", *args, "--out", str(out), timeout=120)
     assert proc.returncode == 2

@@ -534,3 +534,14 @@ def test_rows_no_device_measured_are_no_device_and_one_calibration_is_listed_onc
     md = render(prepare([run]), tmp_path / "out").readme.read_text()
     assert "2 devices" not in md and "?:cpu" not in md
     assert md.count("| calibrated cpu matmul float32 |") == 1 and "calibrated vm:cpu" not in md
+
+
+def test_a_multi_run_reports_calibration_advice_follows_compares_same_machine_rule(tmp_path):
+    rows = synthetic.power_law_rows({"naive": (2.0, 2.0)}, [256, 512])
+    a = synthetic.write_run(tmp_path / "a", rows, run_id="quiet", peak_tflops=0.5)
+    b = synthetic.write_run(tmp_path / "b", rows, run_id="loaded", peak_tflops=0.4)  # one host: loaded
+    c = synthetic.write_run(tmp_path / "c", rows, run_id="other", peak_tflops=0.4, hostname="elsewhere")
+    md = render(prepare([a, b, c]), tmp_path / "report").readme.read_text()
+    one, two = (next(ln for ln in md.splitlines() if f"in {r} against" in ln) for r in ("loaded", "other"))
+    assert "the same machine calibrated at another speed" in one and "see --normalize calibration" not in one
+    assert "see --normalize calibration" in two  # two machines: normalising takes their speed out

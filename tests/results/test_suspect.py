@@ -258,3 +258,25 @@ def test_a_slowed_baseline_makes_no_neighbour_suspect(tmp_path, naive_probe, nai
     steady = results.load(_slowed_naive_run(tmp_path, "steady", naive_probe=0.1))
     flagged = steady[steady["suspect"].astype(bool)]
     assert set(zip(flagged["variant"], flagged["seq_len"], strict=True)) == {("chunked", 256), ("sdpa", 256)}
+
+
+def test_the_best_table_marks_a_variant_alone_among_suspects(tmp_path):
+    """At N = 256 chunked and sdpa are suspect, leaving naive the only one ranked: the fastest-per-N table
+    and best.csv say it is fastest of one, as the findings do, not plainly 'naive'."""
+    import csv
+
+    rows = []
+    for n in (256, 512):
+        usual = 10.0 * (n / 256) ** 2
+        rows.append(synthetic.cell("naive", n, time_ms=usual * 8 if n == 256 else usual))
+        rows += [synthetic.cell(v, n, time_ms=usual / f) for v, f in (("chunked", 4.0), ("sdpa", 6.0))]
+    run = synthetic.write_run(tmp_path / "run", rows, peak_tflops=100.0)
+    best = best_variant(results.load(run)).set_index("seq_len")
+    assert best.loc[256, "only_ranked"] and best.loc[256, "suspect"] == "chunked sdpa"
+    assert not best.loc[512, "only_ranked"]
+    report = render(prepare([run]), tmp_path / "report")
+    assert "naive" in report.readme.read_text() and "(only one ranked; chunked, sdpa suspect)" in (
+        report.readme.read_text()
+    )
+    table = {r["seq_len"]: r for r in csv.DictReader((report.out_dir / "best.csv").open())}
+    assert table["256"]["only_ranked"] == "True" and table["512"]["only_ranked"] == "False"
