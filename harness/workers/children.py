@@ -15,8 +15,8 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
   what the thread does happens in no neighbour's cell. A native pool a numerical library starts as it is
   loaded (scipy's OpenBLAS, which transformers imports) runs no Python code and takes the process's name,
   as a plug-in's native thread does, and nothing in /proc says which library runs it: the worker loads
-  those libraries as it starts (`start_blas_pools`), before its first snapshot, so the pool is its own and
-  a thread born in a cell is still the cell's.
+  those libraries and starts their pools as it starts (`start_blas_pools`), before its first snapshot, so
+  the pool is its own and a thread born in a cell is still the cell's.
 - A variant can switch its worker's subreaper flag off (prctl) before it detaches a process: the worker
   names that in the cell's row (harness.workers.process_state) and is replaced, and the process lands on
   the forkserver the worker was forked from, a subreaper as well (harness.workers.preload), where the
@@ -137,12 +137,15 @@ BLAS_WHEELS = ("numpy", "scipy")
 
 
 def start_blas_pools() -> list[str]:
-    """Load the OpenBLAS each installed numerical wheel bundles (BLAS_WHEELS), so that the native pool it
-    starts as it is loaded is born now, in the worker's own set-up, not in the cell or plug-in import that
-    first imports the package (scipy.linalg takes 0.5 s; loading its OpenBLAS alone, a few ms). The package
-    itself is not imported: when it is, it loads the same file, already loaded, and starts no thread. Those
-    threads run no Python code and take the process's name, so no later check could tell them from a
-    plug-in's; born before the first snapshot, they are never compared. The files loaded."""
+    """Load the OpenBLAS each installed numerical wheel bundles (BLAS_WHEELS) and start its native pool (its
+    own blas_thread_init, which starts none where one runs), so that the pool is born now, in the worker's
+    own set-up, not in the cell or plug-in import that first imports the package (scipy.linalg takes 0.5 s;
+    loading its OpenBLAS alone, a few ms), nor in the first cell that multiplies numpy arrays: OpenBLAS
+    stops its pool as a process forks, so a worker forked from a server that imported numpy (torch does)
+    has none until a large enough product starts it. The package itself is not imported: when it is, it
+    loads the same file, already loaded, and starts no thread. Those threads run no Python code and take
+    the process's name, so no later check could tell them from a plug-in's; born before the first
+    snapshot, they are never compared. The files loaded."""
     import importlib.util
 
     loaded = []
@@ -155,9 +158,12 @@ def start_blas_pools() -> list[str]:
             libs = Path(where).parent / f"{name}.libs"
             for path in sorted(libs.glob("*openblas*.so*")) if libs.is_dir() else ():
                 try:
-                    ctypes.CDLL(str(path))
+                    lib = ctypes.CDLL(str(path))
                 except OSError:  # built for another machine: the package's own import would fail alike
                     continue
+                init = getattr(lib, "blas_thread_init", None)
+                if init is not None:
+                    init()
                 loaded.append(str(path))
     return loaded
 

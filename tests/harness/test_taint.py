@@ -309,6 +309,41 @@ def test_the_pool_scipys_openblas_starts_is_the_workers_and_a_plugins_native_thr
     assert got["blas"] == [] and len(got["plugin"]) == 1, got
 
 
+NATIVE_THREADS = """
+import ctypes
+import numpy as np
+from attnbench import variants
+
+@variants.register("numpy_product", description="naive, after a threaded numpy product")
+def numpy_product(q, k, v, **kw):
+    a = np.ones((256, 256))
+    a @ a
+    return variants.get("naive").fn(q, k, v, **kw)
+
+@variants.register("native_sleeper", description="naive, that starts a native thread (no Python) once")
+def native_sleeper(q, k, v, **kw):
+    if not hasattr(native_sleeper, "tid"):
+        libc, native_sleeper.tid = ctypes.CDLL(None), ctypes.c_ulong()
+        libc.pthread_create(ctypes.byref(native_sleeper.tid), None, libc.sleep, ctypes.c_void_p(300))
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_numpy_product_leaves_no_thread_and_a_plugins_native_thread_is_caught(tmp_path):
+    """OpenBLAS stops its pool as a process forks: a worker forked from the server (which imported numpy
+    with torch) started numpy's pool in the first cell that multiplied arrays, and was replaced for it. The
+    worker starts it as it starts; a native thread a plug-in starts in a cell is still caught."""
+    (tmp_path / "native.py").write_text(NATIVE_THREADS)
+    names = "numpy_product,native_sleeper"
+    run_cli("run", "--variant-file", str(tmp_path / "native.py"), "--variants", names, "--seq-len", "32",
+            "--budget-ms", "5", "--warmup-ms", "1", "--min-ms", "1", "-q", "--out", str(tmp_path / "run"),
+            check=True)  # fmt: skip
+    rows = {r["variant"]: r["message"] for r in read_rows(tmp_path / "run")}
+    assert "thread" not in rows["numpy_product"], rows
+    assert "left 1 thread running (thread " in rows["native_sleeper"], rows
+    assert "its worker was replaced" in rows["native_sleeper"], rows
+
+
 ATEXIT_CHILD = """
 import atexit, subprocess
 from attnbench import variants
