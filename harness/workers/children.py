@@ -12,7 +12,11 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
 - A thread a variant's cell leaves running (`threads_left`: a Python thread born during the cell, alive
   after it, not one of torch's helpers, known from torch's records: `torch_helper_threads`) could start a
   process, or take the CPU, during a later cell of another variant: the worker exits after that cell, so
-  what the thread does happens in no neighbour's cell.
+  what the thread does happens in no neighbour's cell. A native pool a numerical library starts as it is
+  loaded (scipy's OpenBLAS, which transformers imports) runs no Python code and takes the process's name,
+  as a plug-in's native thread does, and nothing in /proc says which library runs it: the worker loads
+  those libraries and starts their pools as it starts (`start_blas_pools`), before its first snapshot, so
+  the pool is its own and a thread born in a cell is still the cell's.
 - A variant can switch its worker's subreaper flag off (prctl) before it detaches a process: the worker
   names that in the cell's row (harness.workers.process_state) and is replaced, and the process lands on
   the forkserver the worker was forked from, a subreaper as well (harness.workers.preload), where the
@@ -125,6 +129,43 @@ def _thread_name(tid: int) -> str:
 # the names torch's and CUDA's own native threads give themselves (c10's pools, autograd's device threads,
 # the CUDA driver's): born when a cell first needs them
 NATIVE_HELPERS = ("pt_", "cuda", "torch")
+
+
+# the numerical wheels whose bundled OpenBLAS (in <site-packages>/<name>.libs/) starts a native thread pool
+# as it is loaded: numpy's (torch imports numpy) and scipy's, a second copy (transformers imports scipy)
+BLAS_WHEELS = ("numpy", "scipy")
+
+
+def start_blas_pools() -> list[str]:
+    """Load the OpenBLAS each installed numerical wheel bundles (BLAS_WHEELS) and start its native pool (its
+    own blas_thread_init, which starts none where one runs), so that the pool is born now, in the worker's
+    own set-up, not in the cell or plug-in import that first imports the package (scipy.linalg takes 0.5 s;
+    loading its OpenBLAS alone, a few ms), nor in the first cell that multiplies numpy arrays: OpenBLAS
+    stops its pool as a process forks, so a worker forked from a server that imported numpy (torch does)
+    has none until a large enough product starts it. The package itself is not imported: when it is, it
+    loads the same file, already loaded, and starts no thread. Those threads run no Python code and take
+    the process's name, so no later check could tell them from a plug-in's; born before the first
+    snapshot, they are never compared. The files loaded."""
+    import importlib.util
+
+    loaded = []
+    for name in BLAS_WHEELS:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # a broken install, or one blocked in sys.modules
+            continue
+        for where in (spec and spec.submodule_search_locations) or ():
+            libs = Path(where).parent / f"{name}.libs"
+            for path in sorted(libs.glob("*openblas*.so*")) if libs.is_dir() else ():
+                try:
+                    lib = ctypes.CDLL(str(path))
+                except OSError:  # built for another machine: the package's own import would fail alike
+                    continue
+                init = getattr(lib, "blas_thread_init", None)
+                if init is not None:
+                    init()
+                loaded.append(str(path))
+    return loaded
 
 
 def native_threads_left(before: set[int], python_left: int) -> list[str]:

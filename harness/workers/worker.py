@@ -221,6 +221,9 @@ class _Server:
 
         for name in MEASURING:
             importlib.import_module(name)
+        # the native pools numerical libraries start as they are loaded (scipy's OpenBLAS, which transformers
+        # imports) are born now, the worker's own, not taken for threads a first cell or import left
+        children.start_blas_pools()
         pin_cuda_events()  # the timers' CUDA events, as torch made them, before any plug-in is imported
         if config.get("threads"):
             torch.set_num_threads(int(config["threads"]))

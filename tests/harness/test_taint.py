@@ -278,6 +278,72 @@ def test_the_threads_of_torchs_compile_workers_are_torchs_and_a_namesake_is_not(
     assert got["pid"] in got["helpers"]
 
 
+BLAS_POOL = """
+import ctypes, json
+import torch
+from attnbench.harness.workers import children
+
+loaded = children.start_blas_pools()  # as a worker starts
+before = children.os_threads()
+import scipy.linalg  # as transformers' modeling_utils imports it, in an hf cell: its OpenBLAS starts a pool
+blas = children.native_threads_left(before, 0)
+libc, tid = ctypes.CDLL(None), ctypes.c_ulong()  # a plug-in's native thread: no Python, the process's name
+assert libc.pthread_create(ctypes.byref(tid), None, libc.sleep, ctypes.c_void_p(30)) == 0
+print(json.dumps({"loaded": loaded, "blas": blas, "plugin": children.native_threads_left(before, 0)}))
+"""
+
+
+def test_the_pool_scipys_openblas_starts_is_the_workers_and_a_plugins_native_thread_is_not():
+    """transformers imports scipy, whose OpenBLAS starts a native thread pool as it is loaded: every hf cell
+    and probe was taken for leaving a thread, and replaced its worker. The worker loads that OpenBLAS as it
+    starts (children.start_blas_pools), so the pool is born before any snapshot; a native thread a plug-in
+    starts, named as the pool's threads are, is still its own."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("scipy")
+    out = subprocess.run([sys.executable, "-c", BLAS_POOL], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert any("scipy.libs" in path for path in got["loaded"]), got
+    assert got["blas"] == [] and len(got["plugin"]) == 1, got
+
+
+NATIVE_THREADS = """
+import ctypes
+import numpy as np
+from attnbench import variants
+
+@variants.register("numpy_product", description="naive, after a threaded numpy product")
+def numpy_product(q, k, v, **kw):
+    a = np.ones((256, 256))
+    a @ a
+    return variants.get("naive").fn(q, k, v, **kw)
+
+@variants.register("native_sleeper", description="naive, that starts a native thread (no Python) once")
+def native_sleeper(q, k, v, **kw):
+    if not hasattr(native_sleeper, "tid"):
+        libc, native_sleeper.tid = ctypes.CDLL(None), ctypes.c_ulong()
+        libc.pthread_create(ctypes.byref(native_sleeper.tid), None, libc.sleep, ctypes.c_void_p(300))
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_numpy_product_leaves_no_thread_and_a_plugins_native_thread_is_caught(tmp_path):
+    """OpenBLAS stops its pool as a process forks: a worker forked from the server (which imported numpy
+    with torch) started numpy's pool in the first cell that multiplied arrays, and was replaced for it. The
+    worker starts it as it starts; a native thread a plug-in starts in a cell is still caught."""
+    (tmp_path / "native.py").write_text(NATIVE_THREADS)
+    names = "numpy_product,native_sleeper"
+    run_cli("run", "--variant-file", str(tmp_path / "native.py"), "--variants", names, "--seq-len", "32",
+            "--budget-ms", "5", "--warmup-ms", "1", "--min-ms", "1", "-q", "--out", str(tmp_path / "run"),
+            check=True)  # fmt: skip
+    rows = {r["variant"]: r["message"] for r in read_rows(tmp_path / "run")}
+    assert "thread" not in rows["numpy_product"], rows
+    assert "left 1 thread running (thread " in rows["native_sleeper"], rows
+    assert "its worker was replaced" in rows["native_sleeper"], rows
+
+
 ATEXIT_CHILD = """
 import atexit, subprocess
 from attnbench import variants

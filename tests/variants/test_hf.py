@@ -131,6 +131,10 @@ def test_the_hf_preset_answers_for_a_model_in_a_tiny_run(tmp_path):
         ("hf_eager", "ok", 32, 8, True),
         ("hf_sdpa", "ok", 32, 8, True),
     }
+    # scipy's OpenBLAS pool (transformers imports scipy) is the worker's: no cell is noted for it, and one
+    # worker runs both cells and their probes
+    assert not any("thread" in r["message"] for r in rows), rows
+    assert (out / "worker.log").read_text().count(" starting") == 1
 
 
 def test_without_transformers_the_variants_say_how_to_install_it(monkeypatch):
