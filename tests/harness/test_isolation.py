@@ -49,7 +49,8 @@ def test_every_fault_becomes_its_row(tmp_path):
         "--warmup-ms",
         "5",
         "--cell-timeout",
-        "3",  # the hang's cost; every other cell here takes well under a second
+        "5",  # the hang's cost; every other cell takes well under a second on a quiet machine (at 3 s, a
+        # wrong cell, gated then timed, timed out on a runner loaded twice over)
         "--out",
         str(out),
         timeout=600,
