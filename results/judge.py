@@ -444,9 +444,9 @@ def _gate(cell: Cell, judged: Judged, design: Design, family: int) -> tuple[bool
     va, vb = _stat(cell, t.stat, design)
     if not (math.isfinite(va) and math.isfinite(vb) and t.exceeded(va, vb)):
         return False, note
-    # a blind cell that is 'slower' cleared the floor, the largest ratio identical runs ever showed: that is
-    # what keeps identical code from failing there, and Holm's adjustment is not laid on top of it
-    if not judged.blind and not judged.p_holm < design.alpha:
+    from .verdicts import holm_verdict  # Holm's rule for a family's verdict (a blind cell: the floor's)
+
+    if holm_verdict(judged, design.alpha).verdict != "slower":
         adjusted = f"Holm-adjusted {judged.p_holm:.2g} over {family} cells"
         return False, f"not over the family: p {judged.p_value:.2g}, {adjusted}"
     relative = f", B's relative to {design.control}" if math.isfinite(judged.control_ratio) else ""

@@ -85,7 +85,7 @@ def load(*paths: str | Path | list[str | Path]):
     factors = drift.speed_factors(records)
     df["speed_factor"] = pd.array(factors, dtype="Float64")
     df["drift"] = pd.array([drift.drifted(f) for f in factors], dtype="boolean")
-    why = suspect.reasons(records, metas)
+    why = suspect.reasons(records, metas, factors)
     df["suspect_reason"] = pd.array(why, dtype="string")
     df["suspect"] = pd.array([w is not None for w in why], dtype="boolean")
     df = upgrade_lists(df)

@@ -84,11 +84,15 @@ def matmul_ceiling(meta: dict[str, Any], device: str, dtype: str, where: str | N
     return matmul_tflops(calibration_for(meta, device, where), dtype)
 
 
-def reasons(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[str | None]:
-    """Per row (results.load's typed columns, as records): why it is suspect, or None."""
+def reasons(
+    records: list[dict[str, Any]], metas: dict[str, dict[str, Any]], speeds: list[float] | None = None
+) -> list[str | None]:
+    """Per row (results.load's typed columns, as records): why it is suspect, or None. `speeds`: the rows'
+    results.drift.speed_factors, where the caller has them already (results.load)."""
     same_cell = [a for a in CELL_AXES if a != "variant"]
+    speeds = speed_factors(records) if speeds is None else speeds
     base_ms: dict[tuple, float] = {}
-    for r, speed in zip(records, speed_factors(records), strict=True):
+    for r, speed in zip(records, speeds, strict=True):
         usual = not drifted(speed) and r.get("noisy") is not True  # see the docstring
         if (
             r.get("variant") == BASELINE
@@ -97,7 +101,7 @@ def reasons(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> 
             and usual
         ):
             base_ms[(r.get("run_id"), *(r.get(a) for a in same_cell))] = _useful_ms(r)
-    factors = probe_factors(records, metas)
+    factors = probe_factors(records, metas, speeds)
     return [
         _reason(r, metas.get(str(r.get("run_id")), {}), base_ms, same_cell, f)
         for r, f in zip(records, factors, strict=True)
@@ -163,11 +167,13 @@ def _calibration_probe(r: dict[str, Any], meta: dict[str, Any]) -> Any:
     return calibration_for(meta, str(r.get("device")), where_of(r)).get("speed_probe_tflops")
 
 
-def probe_factors(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> list[float]:
+def probe_factors(
+    rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]], by_median: list[float] | None = None
+) -> list[float]:
     """Per row: its speed probe (speed_tflops) over the probe its device's calibration took, or, where the
-    calibration has none (runs written before it), over the median probe of its run and device; NaN
-    without a probe."""
-    by_median = speed_factors(rows)
+    calibration has none (runs written before it), over the median probe of its run and device (`by_median`:
+    results.drift.speed_factors, computed here where not given); NaN without a probe."""
+    by_median = speed_factors(rows) if by_median is None else by_median
     out = []
     for r, median_factor in zip(rows, by_median, strict=True):
         meta = metas.get(str(r.get("run_id")), {})
