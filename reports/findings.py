@@ -130,6 +130,7 @@ class _Point:
     runner_up: str
     lead: float
     ranked: frozenset[str] | None = None  # every variant with a ranked (ok) cell at this N; None: not known
+    only_ranked: bool = False  # the best is ranked alone, every other variant here suspect (best_variant's)
 
     @property
     def front(self) -> tuple[str, ...]:
@@ -149,7 +150,8 @@ def _points(best, length: str, ranked: dict[int, frozenset[str]] | None = None) 
         tied = tuple(str(b["tied"]).split()) if present(b["tied"]) else ()
         n = int(b[length])
         at = ranked.get(n) if ranked is not None else None
-        out.append(_Point(n, str(b["best"]), tied, str(b["runner_up"] or ""), lead, at))
+        alone = bool(b.get("only_ranked", False))
+        out.append(_Point(n, str(b["best"]), tied, str(b["runner_up"] or ""), lead, at, alone))
     return out
 
 
@@ -326,8 +328,8 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
     points = _points(best, length, _ranked_at(panel_rows, length))
     # an N where the fastest is the only one ranked because the others there are suspect crowns nobody:
     # the sentence says they are suspect instead, and the N takes no part in a stretch or a crossover
-    suspects = _suspect_at(panel_rows, length)
-    alone = [p for p in points if not p.runner_up and suspects.get(p.n)]
+    suspects = _suspect_at(panel_rows, length)  # their reasons; which N crown nobody is best_variant's rule
+    alone = [p for p in points if p.only_ranked]
     points = [p for p in points if p not in alone]
     runs = [(named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(points)]
     every = len(runs) == 1 and not alone

@@ -70,6 +70,7 @@ from .spreads import (  # noqa: F401
 )
 from .thresholds import Threshold  # the gate's threshold (its grammar: results.thresholds)
 from .ttest import (  # noqa: F401 (the tests, part of the judge's word)
+    ALPHA,
     CI_LEVEL,
     MIN_REPLICATES,
     NO_TEST,
@@ -81,8 +82,8 @@ from .ttest import (  # noqa: F401 (the tests, part of the judge's word)
     welch_test,
 )
 from .ttest import logs as ttest_logs
+from .verdicts import holm_verdict  # Holm's rule for a family's verdict (a blind cell: the floor's)
 
-ALPHA = 0.05
 TOLERANCE = 0.02  # a ratio whose CI stays within ±2% of 1 is 'same' (without a relative --fail-above)
 LEVELS = ("run", "visit", "sample")  # coarsest first
 VERDICTS = ("faster", "slower", "same", "ambiguous")
@@ -444,8 +445,6 @@ def _gate(cell: Cell, judged: Judged, design: Design, family: int) -> tuple[bool
     va, vb = _stat(cell, t.stat, design)
     if not (math.isfinite(va) and math.isfinite(vb) and t.exceeded(va, vb)):
         return False, note
-    from .verdicts import holm_verdict  # Holm's rule for a family's verdict (a blind cell: the floor's)
-
     if holm_verdict(judged, design.alpha).verdict != "slower":
         adjusted = f"Holm-adjusted {judged.p_holm:.2g} over {family} cells"
         return False, f"not over the family: p {judged.p_value:.2g}, {adjusted}"

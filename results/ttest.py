@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 MIN_REPLICATES = 3  # a side: fewer gives no test (t with 2 has one degree of freedom per side: too wild)
 CI_LEVEL = 0.95
+ALPHA = 0.05  # the judge's significance level (results.judge, results.verdicts)
 
 
 # ---- the t distribution: regularized incomplete beta (Numerical Recipes 6.4, Lentz's continued fraction)
