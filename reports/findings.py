@@ -15,6 +15,7 @@ from typing import Any
 
 from attnbench.results.drift import own_spread, steady
 from attnbench.results.formulas import bytes_text, wrap_text
+from attnbench.results.visits import blind_lead_text
 
 from . import page as pg
 from .busy import SHAKY, busy_sentences, machine_busy, runs_of, unsettled  # noqa: F401 (said here too)
@@ -566,11 +567,12 @@ def trust_sentences(df) -> tuple[str, ...]:
     else:
         text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
         text += ", and none errored, crashed or timed out."
+    blind = tuple(filter(None, [blind_lead_text(ok)]))
     if any(machine_busy(rows) is not None for _rid, rows in runs_of(df)):
-        return (text,)
+        return (text, *blind)
     noisy = flag_mask(ok, "noisy")
     own = own_spread(int(noisy.sum()), len(ok)) if steady(ok.to_dict("records")) else None
-    return (text,) if own is None else (text, own[0].upper() + own[1:] + ".")
+    return (text, *blind) if own is None else (text, own[0].upper() + own[1:] + ".", *blind)
 
 
 # ---- all of it -----------------------------------------------------------------------------------------

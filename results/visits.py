@@ -18,8 +18,10 @@ from typing import Any
 
 from .formulas import NOISY_NOTE, counted, median_rates, noisy_note, summarize
 from .integrity import WRITTEN, Tracked
-from .schema import PHASE_COLUMNS
+from .schema import PHASE_COLUMNS, float_list
+from .spreads import VISIT_SPREAD_FLOOR
 from .store import _append_all, _read_lines, _write_error, read_rows
+from .ttest import MIN_REPLICATES
 
 VISITS = "visits.jsonl"
 
@@ -208,3 +210,22 @@ def unfinished(path: str | Path) -> dict[str, int]:
     row yet (a run stopped mid-rounds: a cell's row is written once its last visit ends)."""
     done = {row.get("cell_id") for row in read_rows(path)}
     return {cell: len(rows) for cell, rows in read_visits(path).items() if rows and cell not in done}
+
+
+def blind_lead_text(ok) -> str | None:
+    """Where a report ranks variants (two or more ok) and no ok cell was visited MIN_REPLICATES times, the
+    sentence that says what its leads rest on: each cell's own timed calls, blind to how far a cell moves
+    between visits (the judge's visit floor, results.spreads.VISIT_SPREAD_FLOOR, is the reference CPU VM's
+    largest), with the option that ranks across visits. compare's judge holds such cells to that floor; a
+    report says this after its trust line (reports.findings.trust_sentences)."""
+    if "variant" not in ok.columns or ok["variant"].nunique() < 2:
+        return None
+    column = ok["visit_medians_ms"] if "visit_medians_ms" in ok.columns else ()
+    if any(len(float_list(v)) >= MIN_REPLICATES for v in column):
+        return None
+    return (
+        f"Each cell was measured in fewer than {MIN_REPLICATES} visits: the leads in these findings are "
+        "judged on each cell's own timed calls, blind to how far a cell moves from one visit to the next "
+        f"(up to {1 + VISIT_SPREAD_FLOOR:.2f}× between two visits of one cell on the shared 2-core "
+        f"reference VM); `attnbench run --rounds {MIN_REPLICATES}` ranks across visits."
+    )

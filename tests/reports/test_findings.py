@@ -14,6 +14,7 @@ from conftest import run_cli
 
 from attnbench.reports import findings, page, style
 from attnbench.reports.render import findings_of, prepare, render
+from attnbench.results.spreads import VISIT_SPREAD_FLOOR
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
 SEQ = [256, 512, 1024, 2048, 4096, 8192]
@@ -188,11 +189,23 @@ def test_findings_are_the_first_section_of_both_pages(crossover_report):
 
 
 def test_a_clean_run_says_nothing_is_flagged(crossover_report):
-    (trust,) = crossover_report.findings.trust
+    trust, visits = crossover_report.findings.trust
     assert trust == (
         "Trust: 12 of 12 cells ran ok; none is suspect, drifted, throttled, noisy or wrong, "
         "and none errored, crashed or timed out."
     )
+    assert visits.startswith("Each cell was measured in fewer than 3 visits: the leads in these findings")
+    assert f"up to {1 + VISIT_SPREAD_FLOOR:.2f}×" in visits and "--rounds 3` ranks across visits" in visits
+
+
+def test_a_run_in_rounds_or_of_one_variant_has_no_one_visit_sentence(tmp_path):
+    """The leads of a run in rounds are judged across its visits (results.judge.separation), and a run of
+    one variant ranks nothing: neither says what one visit cannot see."""
+    rounds = synthetic.rows_in_rounds({"naive": 1.0, "chunked": 1.5}, seed=3)
+    alone = [r for r in _crossover_rows() if r["variant"] == "naive"]
+    for name, rows in (("rounds", rounds), ("alone", alone)):
+        rep = render(prepare([synthetic.write_run(tmp_path / name, rows)]), tmp_path / f"{name}-report")
+        assert not any("fewer than 3 visits" in t for t in rep.findings.trust), name
 
 
 def test_a_busy_run_counts_its_flags_and_says_what_to_do(tmp_path):
@@ -205,7 +218,8 @@ def test_a_busy_run_counts_its_flags_and_says_what_to_do(tmp_path):
     rows.append(synthetic.cell("sdpa", 4096, status="unsupported", message="no"))
     run = synthetic.write_run(tmp_path / "busy run", rows)
     rep = render(prepare([run]), tmp_path / "report")
-    (first,) = rep.findings.trust
+    first, visits = rep.findings.trust
+    assert visits.startswith("Each cell was measured in fewer than 3 visits")
     (busy,) = rep.findings.busy  # said before the winners (test_findings_honest)
     assert first == (
         "Trust: 13 of 15 cells ran ok (1 unsupported); flagged: 4 drifted, "
@@ -248,7 +262,7 @@ def test_noisy_cells_while_the_speed_probe_held_are_said_to_be_their_own_spread(
             synthetic.cell("sdpa", n, sample_ms=synthetic.samples(5.0, spread=0.4, seed=n), speed_tflops=1.0)
         )
     found = findings_of(prepare([synthetic.write_run(tmp_path / "run", rows)]))
-    first, own = found.trust
+    first, own, _visits = found.trust
     assert "3 noisy" in first and "busy" not in own and "quiet machine" not in own
     assert own.startswith("3 of 15 cells were noisy while the machine held its speed")
 
