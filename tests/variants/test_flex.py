@@ -119,6 +119,12 @@ def test_the_reference_mods_differ_from_none():
         assert (plain - _reference(q, k, v, causal=True, mod=mod)).abs().max() > 1e-3
 
 
+# key padding with full blocks of 128 x 128 where nothing else masks (2 x 2 of them), GQA: the problem of
+# the tests of a plan's reuse, of the recompile limit and of the folded block mask (which then reuses the
+# kernel compiled here: the same shapes, and a block mask of the same structure)
+PADDED = dict(h=2, h_kv=1, n_q=256, n_k=256)
+
+
 @needs_flex
 @pytest.mark.slow  # one compilation
 def test_same_shape_reuses_plan_and_kernel_and_follows_key_lengths():
@@ -126,21 +132,20 @@ def test_same_shape_reuses_plan_and_kernel_and_follows_key_lengths():
     nothing and builds no block mask, and its answer follows the values it is given."""
     from torch._dynamo.utils import counters
 
-    opts = dict(causal=True, causal_align="lower-right")
-    q, k, v = _qkv(h=2, h_kv=1, n_q=16, n_k=48, seed=1)
+    q, k, v = _qkv(**PADDED, seed=1)
     with torch.no_grad():
         t0 = time.perf_counter()
-        FLEX.fn(q, k, v, key_lengths=torch.tensor([48, 30]), **opts)
+        FLEX.fn(q, k, v, key_lengths=torch.tensor([256, 100]))
         first = time.perf_counter() - t0
     graphs, plans = counters["stats"]["unique_graphs"], len(flex_mod._PLANS)
-    q2, k2, v2 = _qkv(h=2, h_kv=1, n_q=16, n_k=48, seed=2)
-    kl2 = torch.tensor([5, 48])  # other lengths: the block mask must not have remembered the first ones
+    q2, k2, v2 = _qkv(**PADDED, seed=2)
+    kl2 = torch.tensor([5, 256])  # other lengths: the block mask must not have remembered the first ones
     with torch.no_grad():
         t0 = time.perf_counter()
-        out = FLEX.fn(q2, k2, v2, key_lengths=kl2, **opts)
+        out = FLEX.fn(q2, k2, v2, key_lengths=kl2)
         second = time.perf_counter() - t0
     assert counters["stats"]["unique_graphs"] == graphs and len(flex_mod._PLANS) == plans
-    r = correctness.gate(out, q2, k2, v2, key_lengths=kl2, **opts)
+    r = correctness.gate(out, q2, k2, v2, key_lengths=kl2)
     assert r.passed, r.describe()
     assert second * 10 < first  # compiled once: the second call is the kernel alone
 
@@ -156,14 +161,14 @@ def test_recompile_limit_is_raised_and_reaching_it_fails_loudly():
 @needs_flex
 @pytest.mark.slow  # at most one compilation (none when another test compiled flex in this process)
 def test_past_the_recompile_limit_a_call_raises_instead_of_running_eager():
-    q, k, v = _qkv(h=2, h_kv=1, n_q=16, n_k=48)  # test_same_shape_reuses_plan_and_kernel_...'s problem:
-    opts = dict(causal=True, causal_align="lower-right", key_lengths=torch.tensor([48, 30]))  # compiled
+    q, k, v = _qkv(**PADDED)  # test_same_shape_reuses_plan_and_kernel_...'s problem: compiled
+    opts = dict(key_lengths=torch.tensor([256, 100]))
     with torch.no_grad():
         FLEX.fn(q, k, v, **opts)  # at least one compiled version of flex_attention exists now
         # a new shape of the same kind of plan (static: padded keys), so that it is a recompile whatever
         # this process compiled before (a symbolic plan's first shape was not, when no test had made one)
-        q, k, v = _qkv(h=2, h_kv=1, n_q=17, n_k=49)
-        opts["key_lengths"] = torch.tensor([49, 30])
+        q, k, v = _qkv(h=2, h_kv=1, n_q=257, n_k=257)
+        opts["key_lengths"] = torch.tensor([257, 100])
         with torch._dynamo.config.patch(recompile_limit=1), pytest.raises(Exception, match="recompile"):
             FLEX.fn(q, k, v, **opts)  # past the limit: an error (the cell's row), no compile, no eager
 
@@ -296,11 +301,14 @@ def test_without_separate_full_blocks_the_block_mask_is_the_same(monkeypatch, n_
 
 
 @needs_flex
-@pytest.mark.slow  # one compilation
+@pytest.mark.slow  # at most one compilation (none after test_same_shape_... in this process)
 def test_key_padding_through_the_folded_block_mask_passes_the_gate(monkeypatch):
+    """Key padding through a block mask whose full blocks are folded into its partial ones (2 x 2 blocks, all
+    full without the padding): PADDED's problem, so the kernel test_same_shape_... compiled in this process
+    runs it (a fresh plan, and so a fresh block mask)."""
     monkeypatch.setattr(flex_mod, "_has_separate_full_blocks", lambda: False)
     monkeypatch.setattr(flex_mod, "_PLANS", {})
-    q, k, v = _qkv(h=2, h_kv=2, n_q=256, n_k=256, seed=3)
+    q, k, v = _qkv(**PADDED, seed=3)
     kl = torch.tensor([256, 100])
     with torch.no_grad():
         out = FLEX.fn(q, k, v, key_lengths=kl)
