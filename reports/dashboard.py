@@ -33,8 +33,8 @@ from attnbench.results import breaks
 from attnbench.results.formulas import counted
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
-from attnbench.results.store import is_run_dir, runs_held
-from attnbench.results.writable import written_whole
+from attnbench.results.store import is_run_dir
+from attnbench.results.writable import why_no_page_folder, written_whole
 
 from . import site_calibration, site_files
 from .findings import exponent_said
@@ -224,7 +224,8 @@ def site_problem(out: Path, store: Path | None = None, machines: Sequence[str] =
     or `out`/runs, the folder publish empties of what it did not copy, is a file, a link (which may lead out
     of the site), or a folder publish did not make (no SITE_MARK) that holds anything; or `out` holds the
     user's runs (a run directory in it, or in a folder in it: a run set) or the history `store`: publish
-    would write its pages and figures among them."""
+    would write its pages and figures among them; or it is named as a page's file (`--out site.html`), which
+    `report` refuses alike (results.writable.why_no_page_folder)."""
     if is_run_dir(out):
         return "is a run directory; publish the site somewhere else"
     for name in (INDEX, CROSS, *machine_pages(machines).values()):
@@ -246,11 +247,7 @@ def site_problem(out: Path, store: Path | None = None, machines: Sequence[str] =
         )
     if store is not None and out.is_dir() and store.resolve().is_relative_to(out.resolve()):
         return f"holds the history store {store}; publish the site into a folder of its own"
-    found = runs_held(out)
-    if found:
-        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
-        return f"holds run directories ({shown}); publish the site into a folder of its own"
-    return None
+    return why_no_page_folder(out, "site")  # named as a page's file (`--out site.html`), or holding runs
 
 
 def copy_reports(runs, out: Path) -> dict[str, str]:

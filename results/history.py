@@ -38,7 +38,7 @@ from typing import Any
 from . import devices
 from .axes import AXES, FOLLOWS, QUIET
 from .formulas import counted
-from .schema import COLUMNS
+from .schema import COLUMNS, UPGRADE
 from .store import (
     META,
     ROWS,
@@ -192,7 +192,7 @@ def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> st
     if int(version) > VERSION:
         return (
             f"{store} was made by a newer attnbench (a history store of version {version}; this attnbench "
-            f"reads version {VERSION} and older): upgrade attnbench to read it (pip install -U attnbench)"
+            f"reads version {VERSION}): {UPGRADE}"
         )
     if int(version) < VERSION and not any_version:
         return (

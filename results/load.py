@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Any
 
 from . import devices, drift, integrity, interchange, suspect
 from .axes import FOLLOWS
-from .formulas import DTYPE_BYTES, gbps
+from .formulas import DTYPE_BYTES, median_rates
 from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS, upgrade_lists
 from .store import (
     ROWS,
@@ -131,7 +132,8 @@ def _group_labels(records: list[dict[str, Any]], metas: dict[str, dict[str, Any]
 def _fill_axis_defaults(df) -> None:
     """Rows written before an axis existed hold its default: an axis that follows another takes its value
     (kv_heads = heads, seq_k = seq_len: axes.FOLLOWS; the fixed defaults are schema.AXIS_DEFAULTS); their
-    kv_bytes and kv_gbps follow from those (results.formulas), as for new rows."""
+    kv_bytes follows from those, and the rates written after them (kv_gbps, tokens_per_s) from the row's
+    amounts and median time by results.formulas.median_rates, as for new rows."""
     import pandas as pd
 
     for axis, followed in FOLLOWS.items():
@@ -139,11 +141,22 @@ def _fill_axis_defaults(df) -> None:
     itemsize = df["dtype"].map(lambda d: DTYPE_BYTES.get(d, 4) if isinstance(d, str) else pd.NA)
     derived = df["batch"] * df["kv_heads"] * df["seq_k"] * (df["d_k"] + df["d_v"]) * itemsize.astype("Int64")
     df["kv_bytes"] = df["kv_bytes"].fillna(derived)
-    rate = [
-        gbps(float(b), float(t)) if pd.notna(b) and pd.notna(t) else None
-        for b, t in zip(df["kv_bytes"], df["time_ms_median"], strict=True)
+    rates = [
+        median_rates({"batch": _int(b), "seq_len": _int(n), "kv_bytes": _int(kv)}, float(t))
+        if pd.notna(t)
+        else {}
+        for b, n, kv, t in zip(df["batch"], df["seq_len"], df["kv_bytes"], df["time_ms_median"], strict=True)
     ]
-    df["kv_gbps"] = df["kv_gbps"].fillna(pd.Series(rate, index=df.index, dtype="Float64"))
+    for column in ("kv_gbps", "tokens_per_s"):
+        derived = pd.Series([r.get(column, math.nan) for r in rates], index=df.index, dtype="Float64")
+        df[column] = df[column].fillna(derived)
+
+
+def _int(value: Any) -> int | None:
+    """A whole amount of a loaded row as an int (pandas gives numpy's), None where it is missing."""
+    import pandas as pd
+
+    return None if pd.isna(value) else int(value)
 
 
 def changes(path: str | Path) -> list[str]:

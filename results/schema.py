@@ -9,6 +9,8 @@ from .axes import AXES
 
 SCHEMA_VERSION = 1
 READABLE_VERSIONS = (1,)  # file versions this code can load
+# How to get an attnbench that reads a newer file: attnbench is installed from a clone (README), not PyPI.
+UPGRADE = "update attnbench: `git pull` in the clone it was installed from, then `pip install -e .` there"
 
 STATUSES = ("ok", "wrong", "unsupported", "oom", "error", "crashed", "timeout", "skipped")
 RANKED_STATUSES = ("ok",)  # `wrong` cells are measured but never ranked

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .integrity import WRITTEN, Tracked
-from .schema import READABLE_VERSIONS, SCHEMA_VERSION
+from .schema import READABLE_VERSIONS, SCHEMA_VERSION, UPGRADE
 
 try:
     import fcntl
@@ -236,13 +236,23 @@ def read_meta(path: str | Path) -> dict[str, Any]:
                 f"{p / META} has schema_version {json.dumps(version)}, a string; attnbench writes it as a "
                 f"number ({version.strip()}) and reads {list(READABLE_VERSIONS)}"
             )
-        raise RunDirError(
-            f"{p / META} has schema version {version!r}; this attnbench reads {list(READABLE_VERSIONS)}"
-        )
+        raise RunDirError(f"{p / META} {_version_text(version)}")
     problem = _meta_problem(meta)
     if problem:
         raise RunDirError(f"{p / META} is damaged: {problem}")
     return meta
+
+
+def _version_text(version: object) -> str:
+    """What is wrong with a meta.json's schema_version that this attnbench does not read, and what to do."""
+    reads = f"this attnbench reads {list(READABLE_VERSIONS)}"
+    if version is None:
+        return f"has no schema_version, which every run attnbench writes records ({reads})"
+    if isinstance(version, int) and not isinstance(version, bool):
+        if version > max(READABLE_VERSIONS):
+            return f"has schema version {version}: a newer attnbench made it ({reads}); {UPGRADE}"
+        return f"has schema version {version}: an older attnbench made it ({reads})"
+    return f"has schema version {version!r}; {reads}"
 
 
 # The JSON kinds of meta.json's fields that commands read (RunWriter writes them so); `sweep` is required.

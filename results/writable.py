@@ -47,7 +47,7 @@ PAGE_SUFFIXES = (".html", ".htm", ".md")  # an --out so named is a page's file n
 def why_no_page_folder(path: str | os.PathLike, kind: str = "report") -> str | None:
     """Why `path` is no folder for a `kind` page's files, else None: it is named as a page's file
     (`--out rep/x.html`, not a folder yet), or it holds the user's runs (`--out runs`, the folder of the
-    runs, as `history publish` refuses it: results.store.runs_held)."""
+    runs: results.store.runs_held). `report` and `history publish` ask it."""
     target = Path(path)
     if target.suffix.lower() in PAGE_SUFFIXES and not target.is_dir():
         return (

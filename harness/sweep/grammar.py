@@ -309,24 +309,24 @@ def check_page_sizes(name: str, values: tuple) -> tuple:
 
 
 def check_mods(name: str, values: tuple) -> tuple:
-    out = []
-    for m in values:
-        try:
-            out.append(parse_mod(m))  # canonical text: one cell_id per meaning
-        except ValueError as exc:  # variants.mods says "mod must be ...": named as the front end names it
-            text = str(exc)
-            raise ValueError(name + text[3:] if text.startswith("mod ") else f"{name}: {text}") from None
-    return tuple(out)
+    return _canonical(name, values, parse_mod, "mod")
 
 
 def check_patterns(name: str, values: tuple) -> tuple:
+    return _canonical(name, values, parse_lengths, "lengths")
+
+
+def _canonical(name: str, values: tuple, parse: Callable[[Any], str], word: str) -> tuple:
+    """Each value in its canonical text (one cell_id per meaning), by `parse`, whose errors say "`word`
+    must be ..." (variants.mods, variants.lengths): named as the front end names the option, `name`."""
     out = []
-    for p in values:
+    for value in values:
         try:
-            out.append(parse_lengths(p))  # canonical text: one cell_id per meaning
-        except ValueError as exc:  # "lengths must be ...": named as the front end names it
+            out.append(parse(value))
+        except ValueError as exc:
             text = str(exc)
-            raise ValueError(name + text[7:] if text.startswith("lengths") else f"{name}: {text}") from None
+            said = name + text[len(word) :] if text.startswith(f"{word} ") else f"{name}: {text}"
+            raise ValueError(said) from None
     return tuple(out)
 
 

@@ -307,7 +307,7 @@ def _one_run(tmp_path, store) -> None:
     "case",
     ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file",
      "the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set",
-     "the user's index.html", "the user's machines.html", "the user's machine page"],
+     "the user's index.html", "the user's machines.html", "the user's machine page", "out named as a page"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     store, out = tmp_path / "h.sqlite", tmp_path / "site"
@@ -324,6 +324,9 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     elif case == "out is a file":
         _one_run(tmp_path, store)
         out.write_text("not a folder")
+    elif case == "out named as a page":  # `--out site.html` made a folder site.html; `report` refuses it
+        _one_run(tmp_path, store)
+        out = tmp_path / "site.html"
     elif case.startswith("runs is"):
         # publish would empty runs/ of what it did not copy: through a link, that would be out of the site
         _one_run(tmp_path, store)
@@ -379,6 +382,9 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
         assert (tmp_path / "elsewhere" / "keep.txt").is_file()
     else:
         assert out.is_file() if case == "out is a file" else not out.exists()
+    if case == "out named as a page":
+        assert f"--out {out} names a file, but --out is the folder the site's pages go into" in p.stderr
+        assert f"such as --out '{tmp_path / 'site'}'" in p.stderr, p.stderr
 
 
 def _browser():

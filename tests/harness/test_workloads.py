@@ -444,7 +444,8 @@ def test_old_runs_load_with_the_defaults(tmp_path):
            "time_ms_median": 0.5}  # fmt: skip
     w.append(old)
     w.append({**old, "cell_id": "d", "kv_heads": 1, "seq_k": 128, "causal_align": "lower-right", "window": 4,
-              "kv_bytes": 999, "kv_gbps": 1.0})  # fmt: skip
+              "kv_bytes": 999, "kv_gbps": 1.0, "tokens_per_s": 7.0})  # fmt: skip
+    w.append({**old, "cell_id": "e", "status": "unsupported", "time_ms_median": None})
     w.close()
     df = load(tmp_path / "old").set_index("cell_id")
     c = df.loc["c"]
@@ -452,6 +453,11 @@ def test_old_runs_load_with_the_defaults(tmp_path):
     assert df.loc["c", "kv_bytes"] == 2 * 4 * 64 * 24 * 2
     assert df.loc["c", "kv_gbps"] == pytest.approx(2 * 4 * 64 * 24 * 2 / 0.5e-3 / 1e9)
     assert (df.loc["d", "kv_heads"], df.loc["d", "seq_k"], df.loc["d", "kv_bytes"]) == (1, 128, 999)
+    # tokens_per_s, "in every cell" (results-schema.md), follows from B x N_q and the median as kv_gbps does;
+    # a rate a row recorded is its own, and a cell without a time has none
+    assert df.loc["c", "tokens_per_s"] == pytest.approx(2 * 64 / 0.5e-3)
+    assert (df.loc["d", "kv_gbps"], df.loc["d", "tokens_per_s"]) == (1.0, 7.0)
+    assert df.loc[["e"], ["kv_gbps", "tokens_per_s"]].isna().all(axis=None)
 
 
 # ---- the CLI ------------------------------------------------------------------------------------------

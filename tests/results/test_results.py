@@ -107,8 +107,18 @@ def test_unknown_schema_version_is_refused(tmp_path):
     meta = json.loads((path / "meta.json").read_text())
     meta["schema_version"] = 99
     (path / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(RunDirError, match="schema version 99"):
+    with pytest.raises(RunDirError, match="schema version 99: a newer attnbench made it") as err:
         load(path)
+    assert "update attnbench: `git pull`" in str(err.value)
+    meta["schema_version"] = 0
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(RunDirError, match=r"schema version 0: an older attnbench made it \(this attnbench"):
+        load(path)
+    del meta["schema_version"]  # read as "has schema version None"
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(RunDirError, match="has no schema_version, which every run attnbench writes") as err:
+        load(path)
+    assert "None" not in str(err.value)
     meta["schema_version"] = "1"  # issue 40: read as "has schema version '1'; this attnbench reads [1]"
     (path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(
