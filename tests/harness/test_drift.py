@@ -57,8 +57,9 @@ def test_resume_redo_drift_measures_the_drifted_cells_again(tmp_path, carried_ru
     out = tmp_path / "run"
     shutil.copytree(carried_run, out)  # a real run of four cells, finished (conftest's: copied, not changed)
     meta = json.loads((out / "meta.json").read_text())
-    meta["fingerprint"]["git_commit"] = fingerprint.git_commit()  # the checkout may have changed since
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))  # the session began: not this test's subject
+    # the checkout may have changed since the session began: not this test's subject
+    meta["fingerprint"].update(git_commit=fingerprint.git_commit(), code_sha256=fingerprint.code_sha256())
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
     lines = (out / "rows.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     for r, speed in zip(rows, (0.2, 0.1, 0.2, 0.2), strict=True):  # as if another tenant halved the machine
