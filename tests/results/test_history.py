@@ -453,7 +453,8 @@ def test_a_store_of_a_newer_version_says_to_upgrade_attnbench(tmp_path, runs):
     data = store.read_bytes()
     # Not "version N and older": an older store is refused too (rebuild it). attnbench is installed from a
     # clone, not PyPI: the hint was `pip install -U attnbench`, which fails.
-    said = f"made by a newer attnbench (a history store of version 99; this attnbench reads version {history.VERSION})"
+    said = "made by a newer attnbench (a history store of version 99; this attnbench reads version "
+    said += f"{history.VERSION})"
     said = re.escape(said) + ": update attnbench: `git pull`"
     for action in (history.frame, history.rebuild, lambda s: history.add(s, runs)):
         with pytest.raises(history.StoreError, match=said) as err:
