@@ -123,9 +123,10 @@ def cpu_model() -> str:
     return (found[0] if found else None) or platform.processor() or platform.machine()
 
 
-def cpu_info() -> dict[str, Any]:
+def cpu_info(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """CPU model and features (/proc/cpuinfo, else py-cpuinfo), cores and memory (psutil), and the knobs
-    that move timings."""
+    that move timings: those of this process's environment, or of `environ`."""
+    environ = os.environ if environ is None else environ
     import psutil
 
     found = _proc_cpuinfo()
@@ -142,8 +143,8 @@ def cpu_info() -> dict[str, Any]:
         "logical_cpus": os.cpu_count(),
         "memory_bytes": int(psutil.virtual_memory().total),
         "transparent_hugepages": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
-        "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
-        "allocator_env": allocator_env(),
+        "THP_MEM_ALLOC_ENABLE": environ.get("THP_MEM_ALLOC_ENABLE"),
+        "allocator_env": allocator_env(environ),
     }
 
 
@@ -252,8 +253,9 @@ def gpu_info() -> dict[str, Any] | None:
     return info
 
 
-def collect(*, with_gpu: bool = True) -> dict[str, Any]:
-    """The fingerprint: software versions, CPU, memory, GPU and the settings that move timings."""
+def collect(*, with_gpu: bool = True, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The fingerprint: software versions, CPU, memory, GPU and the settings that move timings (the
+    environment's: this process's, or `environ`, such as the one a run's workers start with)."""
     import torch
 
     fp: dict[str, Any] = {
@@ -270,6 +272,6 @@ def collect(*, with_gpu: bool = True) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
     }
-    fp.update(cpu_info())
+    fp.update(cpu_info(environ))
     fp["gpu"] = gpu_info() if with_gpu else None
     return fp
