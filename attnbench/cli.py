@@ -87,14 +87,16 @@ def _chosen(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argp
 
 
 class _Version(argparse.Action):
-    """`attnbench --version`: the version the fingerprint records, and the checkout's commit where it runs
-    from one (read only when asked: git is a subprocess)."""
+    """`attnbench --version`: the version the fingerprint records, the commit where it knows one (a
+    checkout's, or the one pip installed from; read only when asked: git is a subprocess) and the sha256 of
+    the code, which tells two installs of one version apart."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from attnbench.harness.measure.fingerprint import attnbench_version, git_commit
+        from attnbench.harness.measure.fingerprint import attnbench_version, code_sha256, git_commit
 
         commit = git_commit()
-        print(f"attnbench {attnbench_version()}" + (f" (commit {commit})" if commit else ""))
+        said = [f"commit {commit}"] if commit else []
+        print(f"attnbench {attnbench_version()} ({', '.join([*said, f'code sha256 {code_sha256()}'])})")
         parser.exit(0)
 
 

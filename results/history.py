@@ -3,10 +3,10 @@
 The store is an index, not the data: each run's raw rows stay in its own directory (meta.json + rows.jsonl),
 and `rebuild` makes the store again from the paths it recorded. What it keeps per run: where the run is, when
 it was made, its origin (what tells two runs of one run_id apart), its fingerprint's versions (torch, CUDA,
-the GPU driver, Python, attnbench) and the project's commit; per cell: its identity (cell_id and the axes),
-the machine (the device's model and host, as `results.devices` names it; the where key and the device group
-beside it), its status and median time with quartiles, the variant's source, and the calibration of the
-device that measured it.
+the GPU driver, Python, attnbench), the project's commit and the sha256 of its code; per cell: its identity
+(cell_id and the axes), the machine (the device's model and host, as `results.devices` names it; the where
+key and the device group beside it), its status and median time with quartiles, the variant's source, and
+the calibration of the device that measured it.
 
 Why SQLite (measured 2026-11-27 on the 2-core EPYC VM, 1,000 synthetic runs of 60 rows, SQLite 3.40 against
 DuckDB 2.0.1; `benchmarks/history_storage.py`):
@@ -61,13 +61,14 @@ FORMAT = "attnbench-history"
 # the store's own layout. A store of an older one is refused in one line, and `rebuild` makes it again in this
 # one; a store of a newer one was made by a newer attnbench, and is refused with what to upgrade.
 # (2: cells keep a declared approximation's bound, `approximate`; 3: runs keep their `origin`, so that two
-# runs with one run_id and created time are told apart)
-VERSION = 3
+# runs with one run_id and created time are told apart; 4: runs keep the sha256 of attnbench's code,
+# `code_sha256`, which tells two installs apart where no commit is recorded)
+VERSION = 4
 
 # a run's columns: what it is, where it is, and its set-up as its fingerprint recorded it
 RUN_COLUMNS = (
-    "run_key", "run_id", "created", "path", "schema_version", "host", "git_commit", "attnbench_version",
-    "torch", "cuda", "driver", "python", "xformers", "digest", "origin", "added_at",
+    "run_key", "run_id", "created", "path", "schema_version", "host", "git_commit", "code_sha256",
+    "attnbench_version", "torch", "cuda", "driver", "python", "xformers", "digest", "origin", "added_at",
 )  # fmt: skip
 # a cell's columns: its identity, the machine that measured it, what was measured, that device's calibration
 AXIS_NAMES = tuple(a.name for a in AXES)
@@ -242,6 +243,7 @@ def _run_record(meta: dict[str, Any], path: str, digest: str, key: str) -> tuple
         "schema_version": meta.get("schema_version"),
         "host": fp.get("hostname"),
         "git_commit": fp.get("git_commit"),
+        "code_sha256": fp.get("code_sha256"),
         "attnbench_version": fp.get("attnbench_version"),
         "torch": fp.get("torch"),
         "cuda": fp.get("cuda"),

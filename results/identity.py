@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 # What a resume must share with the run it finishes, or its rows would mix two set-ups under one run:
-# the hosts, the torch and the attnbench code measured with, and the environment that moves timings.
-RESUME_KEYS = ("hosts", "torch", "git_commit", "allocator_env", "THP_MEM_ALLOC_ENABLE")
+# the hosts, the torch and the attnbench code measured with (its commit, and the sha256 of its files, which
+# tells two installs apart where no commit is recorded), and the environment that moves timings.
+RESUME_KEYS = ("hosts", "torch", "git_commit", "code_sha256", "allocator_env", "THP_MEM_ALLOC_ENABLE")
 
 
 def recorded_identity(meta: dict[str, Any]) -> dict[str, Any]:
@@ -23,8 +24,9 @@ def recorded_identity(meta: dict[str, Any]) -> dict[str, Any]:
 
 def identity_diff(recorded: dict[str, Any], current: dict[str, Any]) -> dict[str, list[Any]]:
     """{key: [recorded, current]} for each RESUME_KEY that differs. A key the run did not record is not
-    compared, nor torch or git_commit when this process cannot tell them (None: no git checkout)."""
-    unknown = {k for k in ("torch", "git_commit") if current.get(k) is None}
+    compared, nor torch, git_commit or code_sha256 when this process cannot tell them (None: no git checkout,
+    no commit recorded by pip)."""
+    unknown = {k for k in ("torch", "git_commit", "code_sha256") if current.get(k) is None}
     return {
         k: [recorded[k], current.get(k)]
         for k in RESUME_KEYS

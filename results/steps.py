@@ -69,8 +69,12 @@ CALIBRATION_MOVED = SPLIT_CALIBRATION  # a calibration more than 10% apart: anot
 # noise (benchmarks/history_check.py: 40 runs, each the median of 3 visits, a 10% step) the range held the
 # planted run in 92% of 200 seeds, 3.7 runs wide on average; the least-cost run alone was it in 69%
 LOCATION_SLACK = 3.0
-# what is compared on both sides of a step: the run's fingerprint and the variant's source
-SIDES = ("git_commit", "torch", "cuda", "driver", "python", "xformers", "attnbench_version", "variant_source")
+# what is compared on both sides of a step: the run's fingerprint (the code's commit and sha256, versions)
+# and the variant's source
+SIDES = (
+    "git_commit", "code_sha256", "torch", "cuda", "driver", "python", "xformers", "attnbench_version",
+    "variant_source",
+)  # fmt: skip
 # a series takes a step its variant's series share where a cut there saves this x its noise x log(n) of its
 # own l1 cost (a third of PENALTY: the place is given, not searched). On the 2-core VM's visit noise, a 10%
 # step in 1 cell of 5 gave 0.3% of the other 4 a false step (a 95% bootstrap interval instead: 2.2%)

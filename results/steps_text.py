@@ -100,9 +100,26 @@ def describe(step: Step) -> str:
             f"; the other variants x{step.others:.2f} across it, this one {others_text(step)} beyond them"
         )
     changed = step.changed()
-    parts = changes(changed) if "git_commit" in changed else ["same commit", *changes(changed)]
+    parts = (
+        changes(changed) if CODE & set(changed) else [same_code(step.before, step.after), *changes(changed)]
+    )
     said = "; ".join([", ".join(parts), *nearby_text(step)])
     return f"{step.cell_id} on {step.machine}: {size} {where}; {said}; {calibration_text(step)}"
+
+
+# the fields that say which attnbench code a run was measured with
+CODE = {"git_commit", "code_sha256"}
+
+
+def same_code(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """What a step's two sides that differ in neither CODE field share: 'same commit' where both recorded
+    it, 'same code (sha256 ...)' where only the code's sha256 tells (a `pip install` of a folder records no
+    commit), 'commit ? -> ?' where neither side recorded either: unknown, not the same."""
+    if before.get("git_commit") is not None:
+        return "same commit"
+    if before.get("code_sha256") is not None:
+        return f"same code (sha256 {before['code_sha256']})"
+    return "commit ? -> ?"
 
 
 def changes(changed: dict[str, tuple[Any, Any]]) -> list[str]:

@@ -6,10 +6,12 @@ meta.json names it honestly and the runner knows it must travel to the workers b
 from __future__ import annotations
 
 import builtins
+import contextlib
+import dataclasses
 import hashlib
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +78,29 @@ def redefines(old: str, new: str) -> bool:
     """Whether a variant of source `new` is one of source `old` defined again in the same place (a notebook
     cell run again after an edit): it replaces the old one instead of clashing with it."""
     return by_value(old) and by_value(new) and old.split(HASHED)[0] == new.split(HASHED)[0]
+
+
+def entry_point_sources(registered: MutableMapping[str, Any], before: set[str], ep: Any) -> None:
+    """Give each variant the entry point `ep` registered (those of `registered` not in `before`) its source:
+    'entry point mykern (mykern) of mykern 0.2.0, source sha256 1a2b3c4d5e6f': its distribution's version and
+    the sha256 of the module that defines it, as a variant file's, so that an edited or upgraded plug-in is
+    another source to history and its steps."""
+    dist = getattr(ep, "dist", None)
+    of = f" of {dist.name} {dist.version}" if dist is not None and dist.version else ""
+    for name in [n for n in registered if n not in before]:
+        variant = registered[name]
+        digest = module_sha256(variant._layers()[-1], ep.module)
+        source = f"entry point {ep.name} ({ep.value}){of}" + (HASHED + digest if digest else "")
+        registered[name] = dataclasses.replace(variant, source=source)
+
+
+def module_sha256(fn: Callable[..., Any], fallback: str) -> str | None:
+    """The first 12 hex digits of the sha256 of the file of the module that defines `fn` (a plug-in's own,
+    not attnbench's: else the module `fallback`, its entry point's), None where there is none to read."""
+    module = getattr(getattr(fn, "func", fn), "__module__", None) or ""  # a functools.partial: what it calls
+    for name in (module, fallback) if not module.startswith("attnbench.") else (fallback,):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            with contextlib.suppress(OSError):
+                return hashlib.sha256(Path(file).read_bytes()).hexdigest()[:12]
+    return None

@@ -27,7 +27,7 @@ from .handed import (
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import HASHED, VARIANT_FILE_MODULE, described, redefines, source_of
+from .origin import HASHED, VARIANT_FILE_MODULE, described, entry_point_sources, redefines, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
 from .unknown import unknown_names
@@ -358,8 +358,7 @@ _current_source = ["builtin"]
 def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register `fn` under `name` with the given Capability fields (setup=hook among them), and
     the shapes of a function written for other code (takes=, returns=, mask=: variants.adapt). fn is handed
-    only the keywords it takes, and what it does not take it does not support (made).
-    Returns fn unchanged."""
+    only the keywords it takes, and what it does not take it does not support (made). Returns fn unchanged."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = _current_source[0]
@@ -583,11 +582,12 @@ def _load_entry_points() -> None:
         return
     _LOADED["entry_points"] = True
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        _current_source[0] = f"entry point {ep.name} ({ep.value})"
+        _current_source[0], before = f"entry point {ep.name} ({ep.value})", set(_REGISTRY)
         try:
             obj = ep.load()
             if isinstance(obj, Variant):
                 add(obj)
+            entry_point_sources(_REGISTRY, before, ep)  # its version, the sha256 of each one's module
         except Exception as exc:  # a broken plug-in must not take the tool down: report it instead
             _LOAD_ERRORS.append(
                 f"entry point {ep.name} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import platform
 import re
@@ -14,7 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +81,11 @@ def attnbench_version() -> str | None:
 
 
 def git_commit() -> str | None:
-    """HEAD of the checkout attnbench runs from, with '-dirty' when it has uncommitted changes."""
+    """HEAD of the checkout attnbench runs from, with '-dirty' when it has uncommitted changes; for an
+    installed attnbench (no checkout), the commit pip recorded when it installed it from a git repository
+    (installed_commit); None where neither tells."""
     if not (REPO / ".git").exists():
-        return None
+        return installed_commit()
     try:
         res = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "HEAD"],
@@ -100,6 +105,67 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (head + ("-dirty" if dirty else "")) or None
+
+
+def installed_commit(dist: Any = None, here: str | Path = __file__) -> str | None:
+    """The commit of the git repository pip installed attnbench from (its direct_url.json's
+    vcs_info.commit_id: `pip install git+URL@REF`), None where pip recorded none (a folder or a wheel) or
+    the installed distribution (`dist`, default attnbench's) does not hold the code running (`here`: this
+    file)."""
+    try:
+        dist = distribution("attnbench") if dist is None else dist
+        theirs = Path(dist.locate_file("attnbench/harness/measure/fingerprint.py")).resolve()
+        if theirs != Path(here).resolve():  # another attnbench's metadata (a checkout run beside it)
+            return None
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+    except (PackageNotFoundError, OSError, ValueError):
+        return None
+    commit = (info.get("vcs_info") or {}).get("commit_id") if isinstance(info, dict) else None
+    return str(commit) if commit else None
+
+
+# the folders of the code that runs, by the import names they install as (pyproject.toml's package-dir)
+CODE_PACKAGES = (
+    "attnbench",
+    "attnbench.variants",
+    "attnbench.harness",
+    "attnbench.results",
+    "attnbench.reports",
+)
+
+
+@functools.cache
+def code_sha256() -> str | None:
+    """The first 16 hex digits of the sha256 of the attnbench code this process runs: every .py and .toml
+    file (the presets) of its packages, each by its path under its import name, so that a checkout and a
+    `pip install` of it hash alike. What tells two installs apart where no commit is recorded (a
+    `pip install` of a folder carries its version, which many commits share, and no commit)."""
+    return code_digest(CODE_PACKAGES)
+
+
+def code_digest(packages: Sequence[str]) -> str | None:
+    """code_sha256 over the import packages `packages`: the first one's own files (the top package, whose
+    subpackages are named after it), every file below each other one's folder; None where none is found."""
+    import importlib.util
+
+    files: dict[str, Path] = {}
+    for i, name in enumerate(packages):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
+            continue
+        root = Path(spec.origin).parent  # not its __path__: a checkout's attnbench adds the checkout to it
+        for path in root.rglob("*") if i else root.glob("*"):
+            if path.suffix in (".py", ".toml") and "__pycache__" not in path.parts and path.is_file():
+                files["/".join((*name.split("."), *path.relative_to(root).parts))] = path
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for key in sorted(files):
+        digest.update(key.encode() + b"\0" + files[key].read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 # CPU features that decide which kernels torch's CPU backends can use (vector width, bf16/fp16 matmul units)
@@ -175,6 +241,7 @@ def resume_identity(
         "hosts": sorted(hosts or [socket.gethostname()]),
         "torch": torch_version(),
         "git_commit": git_commit(),
+        "code_sha256": code_sha256(),
         "allocator_env": allocator_env(environ),
         "THP_MEM_ALLOC_ENABLE": environ.get("THP_MEM_ALLOC_ENABLE"),
     }
@@ -261,6 +328,7 @@ def collect(*, with_gpu: bool = True, environ: Mapping[str, str] | None = None) 
     fp: dict[str, Any] = {
         "attnbench_version": attnbench_version(),
         "git_commit": git_commit(),
+        "code_sha256": code_sha256(),
         "hostname": socket.gethostname(),
         "os": platform.platform(),
         "python": sys.version.split()[0],

@@ -60,10 +60,11 @@ def test_env_prints_the_fingerprint():
 def test_version_is_the_one_runs_record():
     """`attnbench --version` and `attnbench.__version__` say the version every run's fingerprint records."""
     import attnbench
-    from attnbench.harness.measure.fingerprint import attnbench_version
+    from attnbench.harness.measure.fingerprint import attnbench_version, code_sha256
 
     out = run_cli("--version", check=True).stdout
     assert out.startswith(f"attnbench {attnbench_version()}") and len(out.splitlines()) == 1
+    assert f"code sha256 {code_sha256()}" in out  # what tells two installs of one version apart
     assert attnbench.__version__ == attnbench_version() and attnbench.__version__.count(".") == 2
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         attnbench.nope  # noqa: B018

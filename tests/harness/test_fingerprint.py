@@ -139,3 +139,98 @@ def test_a_checkout_records_its_commit():
         pytest.skip("not a git checkout")
     assert (REPO / "harness" / "measure" / "fingerprint.py").is_file()
     assert git_commit() is not None
+
+
+# a package laid out as attnbench is: its top folder, and a subpackage folder that a checkout keeps beside it
+# (found through the top package's __path__) and an install keeps inside it
+_TOP = """import os
+_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isdir(os.path.join(_root, "kern69")):
+    __path__.append(_root)
+"""
+
+
+def _code_of(site, monkeypatch, edit: str = "") -> str | None:
+    """code_digest of the package `fakebench69` (and fakebench69.kern69) as imported from `site`."""
+    import importlib
+
+    for name in [m for m in sys.modules if m.startswith("fakebench69")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    try:
+        return fingerprint.code_digest(("fakebench69", "fakebench69.kern69"))
+    finally:
+        sys.path.remove(str(site))
+        for name in [m for m in sys.modules if m.startswith("fakebench69")]:
+            del sys.modules[name]
+
+
+def _write(files: dict) -> None:
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_code_sha256_is_the_same_for_a_checkout_and_its_install_and_moves_with_any_edit(
+    tmp_path, monkeypatch
+):
+    """A `pip install` of a folder records its version and no commit: the sha256 of the code's files, by
+    their import paths, tells two installs apart, and names a checkout and its install alike (a checkout's
+    other files, tests and tools beside its packages, are not the code)."""
+    checkout, site = tmp_path / "checkout", tmp_path / "site"
+    kernel = "def attend(q, k, v):\n    return v\n"
+    _write({checkout / "fakebench69" / "__init__.py": _TOP, checkout / "kern69" / "__init__.py": "",
+            checkout / "kern69" / "deep" / "k.py": kernel,
+            checkout / "kern69" / "presets" / "p.toml": "a = 1\n",
+            checkout / "noxfile.py": "x = 1\n", checkout / "tests" / "test_x.py": "x = 2\n"})  # fmt: skip
+    _write({site / "fakebench69" / "__init__.py": _TOP, site / "fakebench69" / "kern69" / "__init__.py": "",
+            site / "fakebench69" / "kern69" / "deep" / "k.py": kernel,
+            site / "fakebench69" / "kern69" / "presets" / "p.toml": "a = 1\n"})  # fmt: skip
+    before = _code_of(checkout, monkeypatch)
+    assert before is not None and len(before) == 16
+    assert _code_of(site, monkeypatch) == before
+    (checkout / "tests" / "test_x.py").write_text("x = 3\n")  # not the code
+    assert _code_of(checkout, monkeypatch) == before
+    (site / "fakebench69" / "kern69" / "deep" / "k.py").write_text(kernel.replace("v\n", "v * 1\n"))
+    assert _code_of(site, monkeypatch) != before  # an edited kernel of the same version
+    (checkout / "kern69" / "presets" / "p.toml").write_text("a = 2\n")
+    assert _code_of(checkout, monkeypatch) != before  # a preset is code too: it says what a run measures
+    assert fingerprint.code_digest(("no_such_package_69",)) is None
+
+
+def test_an_install_from_a_git_url_records_the_commit_pip_recorded(tmp_path, monkeypatch):
+    """`pip install git+URL@REF` writes the commit into direct_url.json: the fingerprint's git_commit where no
+    checkout is there to ask; a folder's install (dir_info) or another install's metadata gives none."""
+    import json
+    from importlib.metadata import PathDistribution
+
+    info = tmp_path / "site" / "attnbench-0.2.0.dist-info"
+    here = tmp_path / "site" / "attnbench" / "harness" / "measure" / "fingerprint.py"
+    _write({info / "METADATA": "Metadata-Version: 2.1\nName: attnbench\nVersion: 0.2.0\n", here: ""})
+    commit = "8907a81" + "0" * 33
+    url = {"url": "https://example.org/attnbench.git", "vcs_info": {"vcs": "git", "commit_id": commit}}
+    (info / "direct_url.json").write_text(json.dumps(url))
+    dist = PathDistribution(info)
+    assert fingerprint.installed_commit(dist, here) == commit
+    assert fingerprint.installed_commit(dist, tmp_path / "elsewhere.py") is None  # not the code running
+    (info / "direct_url.json").write_text(json.dumps({"url": "file:///tmp/trial", "dir_info": {}}))
+    assert fingerprint.installed_commit(dist, here) is None
+    (info / "direct_url.json").unlink()
+    assert fingerprint.installed_commit(dist, here) is None  # installed from a wheel
+    monkeypatch.setattr(fingerprint, "REPO", tmp_path / "site" / "attnbench")  # no .git: an install
+    monkeypatch.setattr(fingerprint, "installed_commit", lambda: commit)
+    assert fingerprint.git_commit() == commit
+
+
+def test_a_resume_compares_the_code_sha256():
+    """Two installs without a commit (None on both sides) differ by their code's sha256: a resume refuses."""
+    now = fingerprint.resume_identity()
+    assert now["code_sha256"] == fingerprint.code_sha256() is not None
+    meta = {"fingerprint": {"hostname": "a", "git_commit": None, "code_sha256": "0" * 16}}
+    recorded = fingerprint.recorded_identity(meta)
+    diff = fingerprint.identity_diff(recorded, {**now, "hosts": ["a"], "git_commit": None})
+    assert diff == {"code_sha256": ["0" * 16, now["code_sha256"]]}
+    assert (
+        fingerprint.identity_diff({"hosts": ["a"]}, {**now, "hosts": ["a"]}) == {}
+    )  # an older run: not recorded

@@ -47,6 +47,20 @@ def test_resume_on_another_setup_is_refused_with_one_line_and_nothing_written(tm
     assert _files(out) == before  # not even the lock file was touched
 
 
+def test_resume_by_another_install_of_the_same_version_is_refused(tmp_path):
+    """A `pip install` of a folder records no commit: the run's code sha256 tells the install that started it
+    from the one resuming it (an upgrade of the same version number), and the resume is refused."""
+    out = _fixture_on_another_torch(tmp_path)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["fingerprint"].update(git_commit=None, code_sha256="0" * 16)
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    before = _files(out)
+    p = run_cli("run", "--resume", "--out", str(out))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert f"code_sha256 {'0' * 16} -> {fingerprint.code_sha256()}" in p.stderr
+    assert _files(out) == before
+
+
 def test_force_resume_needs_resume(tmp_path):
     p = run_cli("run", "--force-resume", "--out", str(tmp_path / "r"))
     assert p.returncode == 2 and "--force-resume finishes a run on another set-up" in p.stderr

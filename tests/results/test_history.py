@@ -44,6 +44,24 @@ def test_a_folder_of_runs_is_one_frame_of_every_cell_of_every_run(tmp_path, runs
     assert all(p.startswith(str(tmp_path)) for p in df["path"])
 
 
+def test_the_store_keeps_the_code_sha256_that_tells_installs_without_a_commit_apart(tmp_path, runs):
+    """Runs of a `pip install` of a folder record no commit; the store keeps their code's sha256, which a
+    step's sides compare (results.steps.SIDES)."""
+    for i, run in enumerate(runs):
+        meta = json.loads((run / "meta.json").read_text())
+        meta["fingerprint"].update(git_commit=None, code_sha256=f"{i // 2:016x}")
+        (run / "meta.json").write_text(json.dumps(meta))
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    df = history.frame(store)
+    assert df["git_commit"].isna().all()
+    cell = df[df["cell_id"] == df["cell_id"].iloc[0]].reset_index(drop=True)
+    assert list(cell["code_sha256"]) == [f"{0:016x}", f"{0:016x}", f"{1:016x}"]
+    sides = [steps.run_fields(cell, i) for i in range(3)]
+    assert steps.differ(sides[0], sides[1]) == {}
+    assert steps.differ(sides[1], sides[2]) == {"code_sha256": (f"{0:016x}", f"{1:016x}")}
+
+
 def test_adding_a_run_again_changes_nothing(tmp_path, runs):
     store = tmp_path / "h.sqlite"
     history.add(store, runs)
@@ -434,7 +452,8 @@ def test_a_store_of_a_newer_version_says_to_upgrade_attnbench(tmp_path, runs):
     con.close()
     data = store.read_bytes()
     said = (
-        "made by a newer attnbench (a history store of version 99; this attnbench reads version 3 and older)"
+        "made by a newer attnbench (a history store of version 99; this attnbench reads version "
+        f"{history.VERSION} and older)"
     )
     for action in (history.frame, history.rebuild, lambda s: history.add(s, runs)):
         with pytest.raises(history.StoreError, match=re.escape(said) + ": upgrade attnbench") as err:

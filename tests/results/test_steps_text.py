@@ -12,10 +12,11 @@ from attnbench.results import steps, steps_text
 # can place a step one run off the change that made it
 LEVELS = [1.0] * 3 + [1.3] * 6
 SOURCES = ["file mine.py, source sha256 aaa"] * 4 + ["file mine.py, source sha256 bbb"] * 5
+COMMITS = ["1a2b3c4d5e" * 4] * 9
 
 
 def test_a_change_one_run_from_the_placed_step_is_named_in_the_line_the_frame_and_the_dashboard():
-    (step,) = steps.find(_series(LEVELS, variant_source=SOURCES))
+    (step,) = steps.find(_series(LEVELS, variant_source=SOURCES, git_commit=COMMITS))
     assert step.at == 3 and step.changed() == {}
     said = "variant_source file mine.py, source sha256 aaa -> file mine.py, source sha256 bbb"
     said += " between runs 4 and 5, one run after the placed step"
@@ -34,10 +35,24 @@ def test_software_that_changed_a_run_from_the_step_makes_the_gate_judge_the_step
 
 def test_one_spelling_of_a_value_not_recorded_and_one_other_cell_counted():
     sources = [None] * 3 + ["builtin"] * 6
-    (step,) = steps.find(_series(LEVELS, variant_source=sources))
+    (step,) = steps.find(_series(LEVELS, variant_source=sources, git_commit=COMMITS))
     assert "; same commit, variant_source ? -> builtin; " in steps_text.describe(step)
     assert steps_text.as_frame([step])["changed"].tolist() == ["variant_source ? -> builtin"]
     assert steps_table([step], {}).rows[0][4] == "variant_source ? -> builtin"
     two = steps.Step(**{**step.__dict__, "cells": 2})
     assert ", with 1 other cell of v that stepped there too" in steps_text.describe(two)
     assert steps_table([two], {}).rows[0][3] == "4 of 9, with 1 other cell of v"
+
+
+def test_runs_that_recorded_no_commit_are_told_apart_by_their_code_never_called_the_same_commit():
+    """A `pip install` of a folder records no commit: two runs without one are not 'same commit'. Their
+    code's sha256 tells whether the code stayed (same code) or changed (its two values); neither recorded:
+    unknown."""
+    (step,) = steps.find(_series(LEVELS))  # runs from before either field
+    assert "; commit ? -> ?; " in steps_text.describe(step) and "same commit" not in steps_text.describe(step)
+    (step,) = steps.find(_series(LEVELS, code_sha256=["c0de" * 4] * 9))
+    assert f"; same code (sha256 {'c0de' * 4}); " in steps_text.describe(step)
+    (step,) = steps.find(_series(LEVELS, code_sha256=["aaaa" * 4] * 3 + ["bbbb" * 4] * 6))
+    said = steps_text.describe(step)
+    assert f"; code_sha256 {'aaaa' * 4} -> {'bbbb' * 4}; " in said and "same" not in said
+    assert step.changed() == {"code_sha256": ("aaaa" * 4, "bbbb" * 4)}

@@ -170,6 +170,55 @@ def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
     sys.modules.pop("thirdparty_attn", None)
 
 
+def _plugin_site(site, version: str, kernel: str):
+    """An installed plug-in distribution `mykern69` at `version`: its entry point names the package, whose
+    kernels module (`kernel`: its body) defines and registers the variant."""
+    (site / "mykern69").mkdir(parents=True)
+    (site / "mykern69" / "__init__.py").write_text("from . import kernels  # noqa: F401\n")
+    (site / "mykern69" / "kernels.py").write_text(
+        "from attnbench import variants\n\n"
+        '@variants.register("mykern69", description="a plug-in", devices=("cpu",))\n'
+        f"def mykern69(q, k, v, **kw):\n    {kernel}\n"
+    )
+    dist = site / f"mykern69-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mykern69\nVersion: {version}\n")
+    (dist / "entry_points.txt").write_text("[attnbench.variants]\nmykern69 = mykern69\n")
+    return site
+
+
+def test_an_entry_point_variant_records_its_version_and_its_modules_sha256(tmp_path, monkeypatch):
+    """As a variant file's source carries its sha256, an entry point's carries its distribution's version
+    and the sha256 of the module that defines the variant: an edited, upgraded plug-in is another source to
+    history (history.md), not the same 'entry point mykern (mykern)' on a step's two sides."""
+    import hashlib
+
+    from attnbench.variants import registry
+
+    clean = dict(registry._REGISTRY)
+
+    def source(site):
+        monkeypatch.setattr(registry, "_REGISTRY", dict(clean))
+        monkeypatch.setitem(registry._LOADED, "entry_points", False)
+        monkeypatch.setattr(registry, "_LOAD_ERRORS", [])
+        for name in [m for m in sys.modules if m.startswith("mykern69")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.syspath_prepend(str(site))
+        try:
+            return variants.all_variants()["mykern69"].source
+        finally:
+            sys.path.remove(str(site))
+
+    old = _plugin_site(tmp_path / "old", "0.1.0", "return v")
+    new = _plugin_site(tmp_path / "new", "0.2.0", "return v * 1.0")
+    digest = hashlib.sha256((old / "mykern69" / "kernels.py").read_bytes()).hexdigest()[:12]
+    before = source(old)
+    assert before == f"entry point mykern69 (mykern69) of mykern69 0.1.0, source sha256 {digest}"
+    after = source(new)
+    assert after.startswith("entry point mykern69 (mykern69) of mykern69 0.2.0, source sha256 ")
+    assert after.split("sha256 ")[1] != digest  # the kernel edited: its module's sha256 moved
+
+
 def test_a_variant_files_function_without_a_docstring_is_described_by_its_file(tmp_path, monkeypatch):
     """Not by the module the file is imported as ("blocked_v1 from attnbench_variant_file_7756...")."""
     from attnbench.variants import registry
