@@ -88,9 +88,13 @@ def add_list(sub) -> None:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    """The fingerprint a run started here records: taken in its workers, so with the environment they
+    start with (harness.measure.allocator: its malloc and huge-page defaults where unset), not this
+    process's own."""
+    from attnbench.harness.measure.allocator import worker_environ
     from attnbench.harness.measure.fingerprint import collect
 
-    fp = collect()
+    fp = collect(environ=worker_environ())
     if args.json:
         print(json.dumps(fp, indent=1))
         return 0
@@ -104,7 +108,10 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def add_env(sub) -> None:
-    p = sub.add_parser("env", help="print this machine's fingerprint")
+    p = sub.add_parser(
+        "env",
+        help="print the fingerprint a run started here records (its workers' environment, before --env)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_env)
 

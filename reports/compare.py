@@ -67,6 +67,7 @@ class Comparison:
     )  # the runs' sampling settings, where they differ
     machines: tuple[str, str] | None = None  # A's machine and B's, where they are two
     busy: list[str] = field(default_factory=list)  # a run measured on a busy machine (results.drift.is_busy)
+    setup: list[str] = field(default_factory=list)  # the runs' set-ups, where they differ (compare_load)
 
     @property
     def threshold(self) -> Threshold | None:
@@ -128,6 +129,7 @@ class Comparison:
     def warnings(self) -> list[str]:
         return (
             self.busy
+            + self.setup
             + self.calibration_warnings
             + self.sampling_warnings
             + self.timing_warnings
@@ -376,6 +378,7 @@ def compare_runs(
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
         *(compare_load.unmatched(x, y, axes) for x, y in ((a, b), (b, a))),
         compare_load.sampling_warnings(meta_a, meta_b), compare_load.machines(meta_a, meta_b), busy,
+        compare_load.setup_lines(meta_a, meta_b),
     )  # fmt: skip
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnbench.results import devices
+from attnbench.results import devices, identity
 from attnbench.results.store import no_cells_text
 
 from . import calibration
@@ -89,6 +89,22 @@ def machines(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> tuple[str, str] 
         host = (meta.get("fingerprint") or {}).get("hostname")
         named.append(results.machine_label(meta) + (f" on {host}" if host else ""))
     return (named[0], named[1]) if named[0] != named[1] else None
+
+
+def setup_lines(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
+    """One line where the runs' set-ups differ by what a resume refuses to mix (results.identity: torch,
+    the attnbench commit, the allocator and huge-page environment; the hosts are `machines`'): B/A then
+    measures the whole change, not the code alone. A key either run does not record (older runs) is not
+    said."""
+    a, b = (identity.recorded_identity(m) for m in (meta_a, meta_b))
+    both = (set(a) & set(b)) - {"hosts"}
+    diff = identity.identity_diff(*({k: x[k] for k in both} for x in (a, b)))
+    if not diff:
+        return []
+    return [
+        f"set-up differs: {identity.diff_text(diff)}: each ratio measures the whole change, torch, "
+        "environment and code together, not the code alone; to time one change, keep the others the same"
+    ]
 
 
 def _check_control(control: str | None, normalize: str | None, a, b) -> None:

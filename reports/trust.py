@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from attnbench.results import devices
+from attnbench.results import devices, identity
 from attnbench.results.formulas import bytes_text
 from attnbench.results.load import changes
 from attnbench.results.store import unfinished, writer_holder
@@ -82,15 +82,27 @@ def blocks(
     ]
 
 
+# the fingerprint keys every run has recorded since the first schema, and what a resume must share
+# (results.identity): shown for every run, 'not recorded' where its meta.json lacks one
+RECORDED = ("attnbench_version", "hostname", "python", *(k for k in identity.RESUME_KEYS if k != "hosts"))
+NOT_RECORDED = "not recorded"
+
+
 def fingerprint_table(metas: dict[str, dict[str, Any]]) -> pg.Table:
-    """Every fingerprint key (gpu flattened), one column per run, memory in binary units."""
+    """Every fingerprint key (gpu flattened), one column per run, memory in binary units; a key a run did
+    not record reads 'not recorded', never a value made up from its absence."""
     flat: dict[str, dict[str, str]] = {}
+    # a key one run records and another does not (older runs, an edited meta.json) reads 'not recorded'
+    shown = dict.fromkeys(
+        [*(k for m in metas.values() for k in (m.get("fingerprint") or {}) if k != "gpu"), *RECORDED]
+    )
     for run_id, meta in metas.items():
         fp = dict(meta.get("fingerprint") or {})
-        gpu = fp.pop("gpu", None)
-        items = list(fp.items()) + [(f"gpu.{k}", v) for k, v in (gpu or {}).items()]
-        if not gpu:
-            items.append(("gpu", "none"))
+        recorded_gpu, gpu = "gpu" in fp, fp.pop("gpu", None)
+        items = [(k, fp[k] if k in fp else NOT_RECORDED) for k in shown]
+        items += [(f"gpu.{k}", v) for k, v in (gpu or {}).items()]
+        if not gpu:  # a run's "gpu": null is a run without one; no key is not knowing
+            items.append(("gpu", "none" if recorded_gpu else NOT_RECORDED))
         items.append(("created", meta.get("created", "")))
         for i, rec in enumerate(meta.get("resumes") or [], 1):  # resumes.jsonl, through results.load_meta
             diff = ", ".join(

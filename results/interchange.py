@@ -103,7 +103,7 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
     value of its extra_info maps as text (_text)."""
     records = []
     for r in _ok(df):
-        fingerprint = metas.get(str(r.get("run_id")), {}).get("fingerprint", {})
+        fingerprint = metas.get(str(r.get("run_id")), {}).get("fingerprint") or {}
         axes = {a: r.get(a) for a in CELL_AXES if a != "variant"}
         # a declared approximation's bound: its numbers are for another answer than the exact kernels'
         held = {"approximate": float(r["approximate"])} if _num(r.get("approximate")) else {}
@@ -113,8 +113,13 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
             "type": _text(r.get("device")),
             "gpu_info": _text(r.get("gpu_name")),  # '' off a GPU
             "cpu_info": _text(fingerprint.get("cpu_model") or fingerprint.get("cpu")),
+            # a version the run did not record is left out, not written as '' (the HUD reads a key as known)
             "extra_info": _texts(
-                {"torch": fingerprint.get("torch"), "commit": fingerprint.get("git_commit")}
+                {
+                    k: fingerprint[key]
+                    for k, key in (("torch", "torch"), ("commit", "git_commit"))
+                    if fingerprint.get(key) is not None
+                }
             ),
         }
         for name in METRICS:

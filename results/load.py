@@ -37,6 +37,16 @@ def machine_label(meta: dict[str, Any]) -> str:
     return f"{cpu} ({cores} cores)" if cores else str(cpu)
 
 
+def _host_of_old_rows(df, meta: dict[str, Any]) -> None:
+    """Rows written before rows carried their `host` (runs without meta.json `devices`, all on one host)
+    were measured on the host that wrote the fingerprint: their `host`, so that `where` names it as
+    `machine` does ('vm:cpu', not '?:cpu')."""
+    host = (meta.get("fingerprint") or {}).get("hostname")
+    if meta.get("devices") or not host or not len(df):
+        return
+    df["host"] = df["host"].where(df["host"].notna(), host) if "host" in df.columns else host
+
+
 def load(*paths: str | Path | list[str | Path]):
     """DataFrame of every row of the given runs, with run_id and machine columns, typed per the schema.
 
@@ -67,6 +77,7 @@ def load(*paths: str | Path | list[str | Path]):
             )
         df = pd.DataFrame(rows + loose)
         df["run_id"] = meta.get("run_id", Path(path).name)
+        _host_of_old_rows(df, meta)
         # the device's model on its host, per row (devices.machine_of), as the history store names it
         df["machine"] = [devices.machine_of(meta, devices.where_of(r), r) for r in rows + loose]
         frames.append(df)

@@ -23,6 +23,12 @@ from typing import Any
 
 from attnbench.harness.measure import telemetry
 from attnbench.harness.measure.allocator import worker_environ
+from attnbench.results.identity import (  # noqa: F401 (the resume check reads them here)
+    RESUME_KEYS,
+    diff_text,
+    identity_diff,
+    recorded_identity,
+)
 
 REPO = Path(__file__).resolve().parents[2]  # harness/measure/fingerprint.py -> the checkout
 
@@ -183,9 +189,10 @@ def cpu_model() -> str:
     return (found[0] if found else None) or platform.processor() or platform.machine()
 
 
-def cpu_info() -> dict[str, Any]:
+def cpu_info(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """CPU model and features (/proc/cpuinfo, else py-cpuinfo), cores and memory (psutil), and the knobs
-    that move timings."""
+    that move timings: those of this process's environment, or of `environ`."""
+    environ = os.environ if environ is None else environ
     import psutil
 
     found = _proc_cpuinfo()
@@ -202,8 +209,8 @@ def cpu_info() -> dict[str, Any]:
         "logical_cpus": os.cpu_count(),
         "memory_bytes": int(psutil.virtual_memory().total),
         "transparent_hugepages": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
-        "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
-        "allocator_env": allocator_env(),
+        "THP_MEM_ALLOC_ENABLE": environ.get("THP_MEM_ALLOC_ENABLE"),
+        "allocator_env": allocator_env(environ),
     }
 
 
@@ -222,12 +229,6 @@ def allocator_env(environ: Mapping[str, str] | None = None) -> str:
     return " ".join(found) or "none"
 
 
-# What a resume must share with the run it finishes, or its rows would mix two set-ups under one run:
-# the hosts, the torch and the attnbench code measured with (its commit, and the sha256 of its files, which
-# tells two installs apart where no commit is recorded), and the environment that moves timings.
-RESUME_KEYS = ("hosts", "torch", "git_commit", "code_sha256", "allocator_env", "THP_MEM_ALLOC_ENABLE")
-
-
 def resume_identity(
     env: Mapping[str, str] | None = None, hosts: Sequence[str] | None = None
 ) -> dict[str, Any]:
@@ -244,37 +245,6 @@ def resume_identity(
         "allocator_env": allocator_env(environ),
         "THP_MEM_ALLOC_ENABLE": environ.get("THP_MEM_ALLOC_ENABLE"),
     }
-
-
-def recorded_identity(meta: dict[str, Any]) -> dict[str, Any]:
-    """RESUME_KEYS of the run that wrote meta.json: its fingerprint, and its hosts (those of its `devices`
-    records, else the fingerprint's hostname). A key the run did not record (older runs) is missing."""
-    fp = meta.get("fingerprint") or {}
-    hosts = {str(d.get("host")) for d in (meta.get("devices") or {}).values() if d.get("host")}
-    out: dict[str, Any] = {"hosts": sorted(hosts or ([fp["hostname"]] if fp.get("hostname") else []))}
-    out.update({k: fp[k] for k in RESUME_KEYS if k in fp})
-    return out if out["hosts"] else {k: v for k, v in out.items() if k != "hosts"}
-
-
-def identity_diff(recorded: dict[str, Any], current: dict[str, Any]) -> dict[str, list[Any]]:
-    """{key: [recorded, current]} for each RESUME_KEY that differs. A key the run did not record is not
-    compared, nor torch, git_commit or code_sha256 when this process cannot tell them (None: no git checkout,
-    no commit recorded by pip)."""
-    unknown = {k for k in ("torch", "git_commit", "code_sha256") if current.get(k) is None}
-    return {
-        k: [recorded[k], current.get(k)]
-        for k in RESUME_KEYS
-        if k in recorded and k not in unknown and recorded[k] != current.get(k)
-    }
-
-
-def diff_text(diff: dict[str, list[Any]]) -> str:
-    """'torch 2.12.0 -> 2.13.0, hosts a -> b' for one line of an error."""
-
-    def text(v: Any) -> str:
-        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
-
-    return ", ".join(f"{k} {text(old)} -> {text(new)}" for k, (old, new) in diff.items())
 
 
 def nvml_info(uuid: str) -> dict[str, Any]:
@@ -350,8 +320,9 @@ def gpu_info() -> dict[str, Any] | None:
     return info
 
 
-def collect(*, with_gpu: bool = True) -> dict[str, Any]:
-    """The fingerprint: software versions, CPU, memory, GPU and the settings that move timings."""
+def collect(*, with_gpu: bool = True, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The fingerprint: software versions, CPU, memory, GPU and the settings that move timings (the
+    environment's: this process's, or `environ`, such as the one a run's workers start with)."""
     import torch
 
     fp: dict[str, Any] = {
@@ -369,6 +340,6 @@ def collect(*, with_gpu: bool = True) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
     }
-    fp.update(cpu_info())
+    fp.update(cpu_info(environ))
     fp["gpu"] = gpu_info() if with_gpu else None
     return fp

@@ -79,6 +79,26 @@ def test_env_records_allocator_settings(monkeypatch):
     assert "MALLOC_ARENA_MAX=2" in recorded.split() and "OMP_NUM_THREADS=1" in recorded.split()
 
 
+def test_env_shows_the_allocator_environment_a_run_records(monkeypatch):
+    """A run's fingerprint is taken in its workers, which start with MALLOC_MMAP_MAX_=0 and
+    THP_MEM_ALLOC_ENABLE=1 where unset (harness.measure.allocator); `attnbench env` showed this process's
+    own (THP None, allocator_env none) while every run recorded 1 and MALLOC_MMAP_MAX_=0. What the
+    environment sets itself holds, in env as in a run."""
+    from attnbench.harness.measure.fingerprint import resume_identity
+
+    for name in ("THP_MEM_ALLOC_ENABLE", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    fp = json.loads(run_cli("env", "--json", check=True).stdout)
+    assert fp["THP_MEM_ALLOC_ENABLE"] == "1" and "MALLOC_MMAP_MAX_=0" in fp["allocator_env"].split()
+    run = resume_identity()  # what a run started now records (and a resume must share)
+    assert (fp["THP_MEM_ALLOC_ENABLE"], fp["allocator_env"]) == (
+        run["THP_MEM_ALLOC_ENABLE"],
+        run["allocator_env"],
+    )
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
+    assert json.loads(run_cli("env", "--json", check=True).stdout)["THP_MEM_ALLOC_ENABLE"] == "0"
+
+
 BAD_RUNS = [
     (["--variants", "naive,nope"], "unknown variant 'nope'"),
     (["--variants", "naiv,sdpa_mth"], "unknown variants 'naiv' (did you mean 'naive'?), 'sdpa_mth' (did you"),

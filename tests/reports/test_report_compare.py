@@ -359,6 +359,37 @@ def test_runs_sampled_with_different_settings_are_warned_about(tmp_path):
     assert not any("sampling settings differ" in w for w in compare_runs(a, b).warnings)
 
 
+def test_runs_on_another_set_up_say_so_as_a_resume_would_refuse_them(tmp_path):
+    """A new torch, another commit, huge pages and an allocator tunable on B's side: --resume refuses to mix
+    them (results.identity), yet compare said nothing. One warning line names each, on stderr and on the
+    page, with what it means for the ratios; the same set-up (or a key one run did not record) says none."""
+    a, b = _pair(tmp_path, _rows(), _rows())
+
+    def setup(run, **fp):
+        meta = json.loads((run / "meta.json").read_text())
+        meta["fingerprint"].update(fp)
+        (run / "meta.json").write_text(json.dumps(meta))
+
+    setup(a, git_commit="ffcbb917-dirty", allocator_env="none", THP_MEM_ALLOC_ENABLE=None)
+    setup(b, torch="2.14.0+cpu", git_commit="deadbeef", allocator_env="MALLOC_MMAP_MAX_=0")
+    setup(b, THP_MEM_ALLOC_ENABLE="1")
+    said = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "page"))
+    assert said.returncode == 0, said.stderr
+    (line,) = [x for x in said.stderr.splitlines() if "set-up differs" in x]
+    assert line.startswith(
+        "attnbench: warning: set-up differs: torch 0.0 -> 2.14.0+cpu, git_commit ffcbb917-dirty -> deadbeef, "
+        "allocator_env none -> MALLOC_MMAP_MAX_=0, THP_MEM_ALLOC_ENABLE None -> 1: "
+    ), line
+    assert "not the code alone" in line
+    assert "set-up differs" in (tmp_path / "page" / "README.md").read_text()
+    setup(b, torch="0.0", git_commit="ffcbb917-dirty", allocator_env="none", THP_MEM_ALLOC_ENABLE=None)
+    assert not any("set-up differs" in w for w in compare_runs(a, b).warnings)
+    meta = json.loads((b / "meta.json").read_text())
+    meta["fingerprint"] = {"hostname": "synthetic-host"}  # an old run that recorded none of them
+    (b / "meta.json").write_text(json.dumps(meta))
+    assert not any("set-up differs" in w for w in compare_runs(a, b).warnings)
+
+
 def test_a_copy_of_a_run_compared_with_it_is_refused(tmp_path):
     """compare runs/n1 /tmp/n1copy (a copied directory: the same run_id and created in meta.json) printed
     a comparison of identical data: refused in one line, exit 2, as the same directory is; an A/B of two

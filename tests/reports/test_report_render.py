@@ -488,6 +488,30 @@ def test_a_forced_resume_is_shown_beside_the_fingerprint(tmp_path):
     assert rows["resumed 1"] == "2026-01-02T00:00:00+00:00 on h2 (forced: torch 2.12.0 -> 2.13.0)"
 
 
+def test_a_fingerprint_key_a_run_did_not_record_reads_not_recorded(tmp_path):
+    """An old or edited meta.json without torch had no torch row; without a fingerprint the table dropped
+    attnbench's version, the commit, torch and python, yet said `gpu | none` from nothing. A key the run
+    did not record reads 'not recorded'; a recorded "gpu": null is still none."""
+    import json
+
+    from attnbench.reports.trust import fingerprint_table
+
+    run = synthetic.write_run(tmp_path / "run", [synthetic.cell("naive", 256, time_ms=1.0)])
+    rows = dict(fingerprint_table(results.load_meta(run)).rows)
+    assert rows["torch"] == "0.0" and rows["gpu"] == "none" and rows["hostname"] == "synthetic-host"
+    assert rows["git_commit"] == "not recorded"  # the synthetic run records no commit
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["fingerprint"]["torch"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    rows = dict(fingerprint_table(results.load_meta(run)).rows)
+    assert rows["torch"] == "not recorded" and rows["gpu"] == "none"
+    del meta["fingerprint"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    rows = dict(fingerprint_table(results.load_meta(run)).rows)
+    for key in ("attnbench_version", "git_commit", "torch", "python", "hostname", "gpu"):
+        assert rows[key] == "not recorded", key
+
+
 def test_a_group_timed_in_two_ways_says_so_and_its_time_csv_has_each_cells_mode(tmp_path):
     """--timing auto on CUDA may time a series' short cells with CUDA graphs and its long ones with events:
     the group's section says so in one line, and the time figure's CSV names each cell's mode."""

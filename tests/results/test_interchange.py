@@ -50,6 +50,20 @@ def test_hud_records_carry_the_benchmark_model_metric_and_runner(rows):
     assert {r["metric"]["name"] for r in records} >= {"time_ms_median", "tflops", "peak_mem_bytes", "kv_gbps"}
 
 
+def test_a_version_the_run_did_not_record_is_left_out_of_the_hud_runner(tmp_path):
+    """A meta.json without fingerprint.torch (an old or edited run) exported "torch": "", a known-empty
+    version to the HUD; a value not recorded is left out of the runner's extra_info."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["fingerprint"]["torch"]
+    meta["fingerprint"]["git_commit"] = None
+    (run / "meta.json").write_text(json.dumps(meta))
+    (run / "written.json").unlink(missing_ok=True)  # the edit is ours, not a forgery
+    records = json.loads(run_cli("export", str(run), "--format", "hud", check=True).stdout)
+    assert records and all(r["runners"][0]["extra_info"] == {} for r in records)
+
+
 def test_hud_records_are_of_the_types_the_huds_table_declares(rows):
     """oss_ci_benchmark_v3's schema.sql declares benchmark.extra_info and runners[].extra_info as
     Map(String, String) and a runner's name, type, cpu_info and gpu_info as String: the export wrote JSON

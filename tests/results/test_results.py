@@ -215,6 +215,27 @@ def test_published_reference_run_loads():
     assert ok["peak_mem_bytes"].notna().all() and (ok["tflops"] > 0).all()
 
 
+def test_rows_of_a_run_before_per_row_hosts_are_where_its_fingerprint_was_taken(tmp_path):
+    """quick-epyc-2core's rows carry no `host`: `where` read '?:cpu' while `machine` read '... on vm' from
+    the fingerprint. A run without meta.json `devices` ran on one host, the fingerprint's: both name it.
+    A run that lists its devices keeps a host-less row's '?'."""
+    import shutil
+
+    from conftest import ROOT
+
+    run = ROOT / "results" / "reference" / "quick-epyc-2core"
+    assert all("host" not in json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines())
+    df = load(run)
+    assert set(df["where"]) == {"vm:cpu"} and set(df["host"]) == {"vm"}
+    assert all(m.endswith(" on vm") for m in df["machine"])
+    listed = tmp_path / "listed"
+    shutil.copytree(run, listed)
+    meta = json.loads((listed / "meta.json").read_text())
+    meta["devices"] = {"other:cpu": {"host": "other", "device": "cpu"}}
+    (listed / "meta.json").write_text(json.dumps(meta))
+    assert set(load(listed)["where"]) == {"?:cpu"}
+
+
 def test_cli_reports_a_skipped_row_as_one_line_without_python_source(tmp_path):
     import shutil
 
