@@ -364,3 +364,35 @@ def test_appending_until_the_disk_is_full_leaves_whole_lines_only(tmp_path):
         lines = target.read_bytes().split(b"\n")
         assert lines[-1] == b"" and [json.loads(x)["n"] for x in lines[:-1]] == list(range(written))
         assert str(err.value).startswith(f"cannot write {target}: no space left on device; nothing was")
+
+
+REMOVER = """
+import shutil
+
+from attnbench import variants
+
+
+@variants.register("rm_out", description="naive, which removes the run's folder at N = 64")
+def rm_out(q, k, v, **kw):
+    if q.shape[2] == 64:
+        shutil.rmtree({out!r}, ignore_errors=True)
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_run_folder_removed_mid_run_is_said_so_not_a_full_disk(tmp_path):
+    """Was "nothing was measured yet: make room, then run the same command again" (the folder's meta.json
+    was gone with it) after cells had been measured, with no disk full."""
+    out = tmp_path / "run"
+    plugin = tmp_path / "rm_out.py"
+    plugin.write_text(REMOVER.format(out=str(out)))
+    proc = run_cli("run", "--variant-file", str(plugin), "--variants", "naive,rm_out", "--seq-len", "32,64",
+                   "--calibrate-ms", "0", *QUICK, "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"attnbench: error: cannot write {out}{'/'}"), line
+    assert line.endswith(
+        f"the run folder {out} disappeared while the run wrote it (removed or moved away): the rows measured "
+        "so far went with it; run the same command again for a new run"
+    ), line
+    assert "Traceback" not in proc.stderr
