@@ -122,10 +122,18 @@ def request_of(args: argparse.Namespace):
     )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, verb: str = "resume") -> int:
+    """`attnbench run`; a --resume (or `collect`, verb) of a run with nothing left to do says it is complete
+    and starts nothing: no worker, no line in resumes.jsonl."""
     from attnbench.harness.run.progress import Progress
     from attnbench.harness.run.runner import run
 
+    if args.resume and not args.dry_run:
+        cells = _complete(args, forced=verb == "collect")
+        if cells is not None:
+            tell(f"nothing to {verb}: {args.out} is complete ({counted(cells, 'cell')})")
+            print(args.out)
+            return 0
     progress = Progress(enabled=not args.quiet)
     with bad_input():
         summary = run(request_of(args), progress=progress, on_forecast=_warn_if_long)
@@ -391,26 +399,23 @@ def cmd_collect(args: argparse.Namespace) -> int:
         if args.executor == "slurm":
             for dest, key in SLURM_FLAGS.items():
                 setattr(args, dest, _last_slurm_options(args.run_dir).get(key))
-    cells = _complete(args)
-    if cells is not None:  # no worker started, nothing appended to resumes.jsonl
-        tell(f"nothing to collect: {args.run_dir} is complete ({counted(cells, 'cell')})")
-        print(args.run_dir)
-        return 0
-    return cmd_run(args)
+    return cmd_run(args, verb="collect")
 
 
-def _complete(args: argparse.Namespace) -> int | None:
-    """The number of cells of the run `collect` was given where nothing is left to collect (every cell it
-    plans has its row, no shard holds a row to merge or to name twice, its numerics probe is written), else
-    None: decided by a dry run of the resume, which starts no worker and writes nothing (forced: a run with
-    nothing left is complete whatever machine asks; one with cells left is refused by the resume itself)."""
+def _complete(args: argparse.Namespace, forced: bool) -> int | None:
+    """The number of cells of the run a resume (or `collect`) was given where nothing is left to do (every
+    cell it plans has its row, no shard holds a row to merge or to name twice, its numerics probe is written,
+    and with --redo-drift no row drifted), else None: decided by a dry run of the resume, which starts no
+    worker and writes nothing. `collect`'s is forced: a run with nothing left is complete whatever machine
+    asks (one with cells left is refused by the resume itself); `run --resume` on another set-up is refused
+    as before unless --force-resume."""
     from attnbench.harness.run.runner import probe_written, run
     from attnbench.results.store import read_rows, shard_rows_to_add
 
-    dry = argparse.Namespace(**{**vars(args), "dry_run": True, "force_resume": True})
+    dry = argparse.Namespace(**{**vars(args), "dry_run": True, "force_resume": forced or args.force_resume})
     with bad_input():
         planned = run(request_of(dry)).forecast
-    path = Path(args.run_dir)
+    path = Path(args.out)
     if planned.done < planned.cells or not probe_written(path):
         return None
     # a shard row to merge, or one that came back twice (collect says so): there is something to collect

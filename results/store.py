@@ -48,10 +48,15 @@ class RunWriteError(RunDirError):
 
 def _write_error(target: Path, exc: OSError, run: Path | None = None) -> RunWriteError:
     """'cannot write PATH: no space left on device; ...' for an OSError raised writing a file of the run
-    directory `run` (target's folder unless given)."""
+    directory `run` (target's folder unless given); 'the run folder ... disappeared' where `run` is gone."""
     cause = (exc.strerror or str(exc)).strip()
     cause = cause[:1].lower() + cause[1:]
     run = target.parent if run is None else run
+    if not run.is_dir():  # removed (or moved away) while the run wrote it: no disk is full, nothing to resume
+        return RunWriteError(
+            f"cannot write {target}: the run folder {run} disappeared while the run wrote it (removed or "
+            "moved away): the rows measured so far went with it; run the same command again for a new run"
+        )
     if (run / META).is_file():
         then = f"every row written before is kept: make room, then `attnbench run --resume --out {run}`"
     else:  # nothing measured yet: the directory is what a stopped start leaves (START_LEFTOVERS)

@@ -18,12 +18,17 @@ from typing import Any
 
 from attnbench.harness.run import executor_choice, rerun
 from attnbench.harness.sweep.grammar import split
-from attnbench.harness.sweep.settings import REMOVED_OPTIONS
+from attnbench.harness.sweep.settings import BY_NAME, REMOVED_OPTIONS
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.sweep.sweeps import build_sweep, flag_name
 from attnbench.results.store import is_unstarted
 from attnbench.results.writable import why_unwritable
 from attnbench.variants.registry import not_a_file
+
+# the settings a resume may give again: the cell timeout decides only when a cell is given up on, never what
+# a row measures (a sweep started with the default 600 s and a hanging kernel would cost 10 minutes on every
+# resume); recorded in resumes.jsonl. Every other setting changes the rows: the run's own is kept
+RESUME_SETTINGS = ("cell_timeout",)
 
 
 @dataclass(frozen=True)
@@ -91,10 +96,11 @@ class RunRequest:
         """A resume takes its sweep and settings from the run and needs `out`; --redo-drift and
         --force-resume change a resume only; a new run goes into no file and no non-empty directory."""
         if self.resume:
-            if given:
+            fixed = [k for k in given if k not in RESUME_SETTINGS]
+            if fixed:
                 raise ValueError(
                     f"--resume takes the sweep and its settings from the run's meta.json; drop "
-                    f"{flag_name(given[0])}"
+                    f"{flag_name(fixed[0])} (of its settings, a resume may give only --cell-timeout again)"
                 )
             if self.out is None:
                 raise ValueError("--resume needs --out DIR naming the run to finish")
@@ -130,7 +136,10 @@ class RunRequest:
             plan = rerun.plan(self.rerun, cell_ids=None if ids is None else list(ids), status=self.status)
             return Resolved(plan.sweep, list(plan.variant_files), executor_kw, list(plan.cells), plan.origin)
         if self.resume:
-            return Resolved(None, files, executor_kw)
+            timeout = self.options.get("cell_timeout")
+            if timeout is not None:
+                timeout = float(BY_NAME["cell_timeout"].read(timeout, "--cell-timeout"))
+            return Resolved(None, files, executor_kw, cell_timeout=timeout)
         sweep = self.sweep or build_sweep(dict(self.options), preset=self.preset, config=self.config)
         return Resolved(sweep, files, executor_kw)
 
@@ -144,3 +153,4 @@ class Resolved:
     executor_options: dict[str, Any]
     only: list[CellSpec] | None = None  # a rerun's cells
     rerun_of: dict[str, Any] | None = None  # a rerun's origin: {"run_dir", "run_id"}
+    cell_timeout: float | None = None  # a resume's --cell-timeout, given again (RESUME_SETTINGS)

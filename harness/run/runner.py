@@ -12,6 +12,7 @@ then finishes the remaining cells.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -102,6 +103,7 @@ class _Start:
     rerun_of: dict[str, Any] | None = None  # a rerun: the run its cells were chosen from
     executor: str | None = None  # a resume: the executor the run was started with (meta.json `executor`)
     executor_options: dict[str, Any] = field(default_factory=dict)  # ... and its options, as given then
+    cell_timeout: float | None = None  # a resume's --cell-timeout, given again: the sweep's settings hold it
 
     def cells(self) -> list[CellSpec]:
         """The run's cells, in order (the chosen ones of a rerun)."""
@@ -128,6 +130,7 @@ class _Start:
             "redo_drift": self.redo_drift,  # its cells measured again have a second row (results.integrity)
             "fingerprint": self.identity,
             "fingerprint_diff": self.differs,
+            "cell_timeout": self.sweep.settings.cell_timeout,  # this session's (--cell-timeout, given again)
         }
 
 
@@ -239,6 +242,10 @@ def _checked(request: RunRequest) -> tuple[_Start, executors.Executor, Any]:
         )
     if request.resume:
         start = _resumed(request.out, request.force_resume, request.redo_drift)
+        if got.cell_timeout is not None:  # when a cell is given up on, never what a row measures
+            settings = dataclasses.replace(start.sweep.settings, cell_timeout=got.cell_timeout)
+            start.sweep = dataclasses.replace(start.sweep, settings=settings)
+            start.cell_timeout = got.cell_timeout
     else:
         start = _fresh(got.sweep, got.variant_files, got.only, request.race)
         start.rerun_of = got.rerun_of
@@ -369,6 +376,8 @@ def _worker_config(start: _Start, path: Path) -> dict[str, Any]:
         "variant_files": start.variant_files,
         "cpu_affinity": list(settings.cpu_affinity),
         "log_path": str(path / "worker.log"),
+        # a resume's --cell-timeout, for array tasks, which read the other settings from meta.json
+        **({"cell_timeout": start.cell_timeout} if start.cell_timeout is not None else {}),
     }
 
 

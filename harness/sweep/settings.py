@@ -20,11 +20,14 @@ from attnbench.harness.sweep.grammar import SETTING_READERS
 
 def number_rule(ok: Callable[[float], bool], must: str, types: tuple[type, ...] = (int, float)):
     """A setting's rule: its value is a finite number of `types` (not a bool) for which ok() holds; else
-    ValueError "{name} must {must}, got {value!r}". A NaN or an infinity is refused whatever ok() says."""
+    ValueError "{name} must {must}, got {value!r}". A NaN or an infinity is refused whatever ok() says, and
+    said to be one ("got inf, not a finite number")."""
 
     def rule(name: str, value: Any) -> None:
         number = isinstance(value, types) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and ok(value)):
+        if number and not math.isfinite(value):
+            raise ValueError(f"{name} must {must}, got {value!r}, not a finite number")
+        if not (number and ok(value)):
             raise ValueError(f"{name} must {must}, got {value!r}")
 
     return rule
@@ -36,6 +39,14 @@ not_negative = number_rule(lambda v: v >= 0, "be 0 (default) or positive", types
 none_or_positive = number_rule(lambda v: v >= 0, "be 0 (none) or a positive number")
 fraction_up_to_one = number_rule(lambda v: 0 < v <= 1, "lie in (0, 1]")
 _unsigned = number_rule(lambda v: v >= 0, "be 0 or a positive number")
+# the longest a cell may run: the parent waits for its worker's answer with poll(), which takes at most
+# 2**31 - 1 ms (about 24.8 days); longer raised OverflowError after the run's folder was started
+MAX_CELL_TIMEOUT_S = 2_000_000
+_cell_timeout = number_rule(
+    lambda v: 0 < v <= MAX_CELL_TIMEOUT_S,
+    f"be a positive number of seconds up to {MAX_CELL_TIMEOUT_S} (about 23 days, the longest wait the "
+    "OS's poll() takes)",
+)
 
 
 @dataclass(frozen=True)
@@ -106,8 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
         "sampled time needed before a stable spread may stop sampling (ms)", "MS", _unsigned,
     ),
     Setting(
-        "cell_timeout", 600.0, "float", "kill a cell after this long (gate, timing and memory)", "SECONDS",
-        rule=positive,
+        "cell_timeout", 600.0, "float",
+        f"kill a cell after this long (gate, timing and memory; at most {MAX_CELL_TIMEOUT_S})", "SECONDS",
+        rule=_cell_timeout,
     ),
     Setting(
         "calibrate_ms", 1000.0, "float",

@@ -13,12 +13,16 @@ What is compared:
 - the interpreter: the profile and trace hooks (sys's for this thread, threading's for new ones), the switch
   interval and the recursion limit (lowered: torch's compiler raises it itself);
 - the OS: each thread's CPU affinity and nice value (a thread born later must have the process's: it
-  inherits them), and whether the worker is still its orphans' subreaper (harness.workers.children).
+  inherits them), and whether the worker is still its orphans' subreaper (harness.workers.children);
+- the resource limits (`resource.getrlimit` of every RLIMIT_*: address space, data, open files, CPU time,
+  stack, ...): an address space capped by one variant makes every later cell of its worker `oom`.
 
 The threads a variant leaves running are not state: harness.workers.children names them. A comparison reads
 some 60 signal handlers, three timers and two syscalls a thread: about 25 µs (median) on the 2-core
-reference VM with a worker's five threads. `restore` puts back all of it but a nice value lowered without
-the privilege to raise it again, and an armed timer the snapshot had (never re-armed), which it says.
+reference VM with a worker's five threads; the 15 resource limits add about 8 µs (getrlimit each, the same
+VM, 2026-12). `restore` puts back all of it but a nice value lowered without the privilege to raise it
+again, a hard resource limit lowered likewise, and an armed timer the snapshot had (never re-armed), which
+it says.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import ctypes
 import gc
 import operator
 import os
+import resource
 import signal
 import sys
 import threading
@@ -40,6 +45,11 @@ TIMERS = tuple(
     (name, getattr(signal, name)) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
     if hasattr(signal, name)
 )  # fmt: skip
+# (which, name) of every resource limit, one name each (RLIMIT_OFILE is RLIMIT_NOFILE's other name)
+LIMITS = tuple(sorted(
+    {getattr(resource, name): name for name in sorted(dir(resource), reverse=True)
+     if name.startswith("RLIMIT_")}.items()
+))  # fmt: skip
 # OpenMP's own binding (these variables) gives each of its threads a CPU of its own: only the threads there
 # at the snapshot are then compared
 _BINDING = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
@@ -79,6 +89,7 @@ class Snapshot:
     threads: dict[int, tuple[frozenset[int], int]]  # tid -> (CPU affinity, nice)
     own: tuple[frozenset[int], int]  # this (main) thread's: what a thread born later inherits
     subreaper: int | None
+    limits: tuple[tuple[int, int], ...]  # (soft, hard) of each of LIMITS
 
 
 class State:
@@ -104,6 +115,7 @@ class State:
             threads,
             threads.get(threading.get_native_id(), (frozenset(), 0)),
             self._subreaper(),
+            _limits(),
         )
 
     def _subreaper(self) -> int | None:
@@ -140,6 +152,9 @@ class State:
             out.append(f"sys.recursionlimit {before.recursion_limit} → {now.recursion_limit}")
         out += self._thread_changes(before, now)
         out += _differ("child subreaper", before.subreaper, now.subreaper)
+        for (_, name), a, b in zip(LIMITS, before.limits, now.limits, strict=True):
+            if a != b:
+                out.append(f"{name} {_limit(a)} → {_limit(b)}")
         return out
 
     def _thread_changes(self, before: Snapshot, now: Snapshot) -> list[str]:
@@ -188,6 +203,9 @@ class State:
                 _quietly(os.setpriority, os.PRIO_PROCESS, tid, old_nice)
         if self.libc is not None and before.subreaper is not None and now.subreaper != before.subreaper:
             self.libc.prctl(PR_SET_CHILD_SUBREAPER, before.subreaper, 0, 0, 0)
+        for (which, _), a, b in zip(LIMITS, before.limits, now.limits, strict=True):
+            if a != b:  # a hard limit lowered cannot be raised again without the privilege: said as left
+                _quietly(resource.setrlimit, which, a)
         return self.changes(before)
 
 
@@ -212,6 +230,21 @@ def _threads() -> dict[int, tuple[frozenset[int], int]]:
         except OSError:  # the thread ended meanwhile
             continue
     return out
+
+
+def _limits() -> tuple[tuple[int, int], ...]:
+    out = []
+    for which, _ in LIMITS:
+        try:
+            out.append(resource.getrlimit(which))
+        except (OSError, ValueError):  # one this kernel does not know
+            out.append((-2, -2))
+    return tuple(out)
+
+
+def _limit(pair: tuple[int, int]) -> str:
+    """'unlimited' or the number, soft/hard: 'unlimited/unlimited', '1073741824/unlimited'."""
+    return "/".join("unlimited" if v == resource.RLIM_INFINITY else str(v) for v in pair)
 
 
 def _quietly(put: Any, *args: Any) -> None:

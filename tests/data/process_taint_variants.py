@@ -1,13 +1,14 @@
 """Test-only variants that change their worker process outside torch (loaded with --variant-file), each once
 per process, on its first call, answering correctly itself: signals, the garbage collector, the interpreter's
-hooks, a thread threading does not list, the threads' CPUs and priority, the subreaper flag. What each leaves
-would change a later neighbour's row if the harness let it (tests/harness/test_process_state.py; the same
-as the hostile plug-ins of a trial did)."""
+hooks, a thread threading does not list, the threads' CPUs and priority, the subreaper flag, a resource
+limit. What each leaves would change a later neighbour's row if the harness let it
+(tests/harness/test_process_state.py; the same as the hostile plug-ins of a trial did)."""
 
 import _thread
 import ctypes
 import gc
 import os
+import resource
 import signal
 import sys
 import time
@@ -109,4 +110,13 @@ def ptaint_escape(q, k, v, **kw):
                 open(os.path.join(folder, str(grandchild)), "w").close()
             os._exit(0)
         os.waitpid(pid, 0)
+    return _naive(q, k, v, **kw)
+
+
+@variants.register("ptaint_rlimit", description="its address space capped at its size then + 48 MiB")
+def ptaint_rlimit(q, k, v, **kw):
+    if _once("rlimit"):
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (size + 48 * 2**20, resource.RLIM_INFINITY))
     return _naive(q, k, v, **kw)

@@ -128,6 +128,10 @@ BAD_RUNS = [
     (["--min-samples", "600"], "--min-samples 600 is more than --max-samples 500"),
     (["--budget-ms", "-5"], "--budget-ms must be a positive number, got -5.0"),
     (["--target-rel-iqr", "0"], "--target-rel-iqr must be a positive number, got 0.0"),
+    # past poll()'s longest wait: an OverflowError with a traceback once the run's folder was half-written
+    (["--cell-timeout", "3000000"], "--cell-timeout must be a positive number of seconds up to 2000000"),
+    (["--cell-timeout", "1e12"], "--cell-timeout must be a positive number of seconds up to 2000000"),
+    (["--cell-timeout", "inf"], "got inf, not a finite number"),
     (["--executor", "nope"], "unknown executor 'nope'; known: local, ray"),
     (["--timing", "graph"], "--timing 'graph' chooses how CUDA cells are timed, but the sweep has no cuda"),
     (["--timing", "events"], "--timing 'events' chooses how CUDA cells are timed"),

@@ -364,3 +364,89 @@ def test_appending_until_the_disk_is_full_leaves_whole_lines_only(tmp_path):
         lines = target.read_bytes().split(b"\n")
         assert lines[-1] == b"" and [json.loads(x)["n"] for x in lines[:-1]] == list(range(written))
         assert str(err.value).startswith(f"cannot write {target}: no space left on device; nothing was")
+
+
+REMOVER = """
+import shutil
+
+from attnbench import variants
+
+
+@variants.register("rm_out", description="naive, which removes the run's folder at N = 64")
+def rm_out(q, k, v, **kw):
+    if q.shape[2] == 64:
+        shutil.rmtree({out!r}, ignore_errors=True)
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_run_folder_removed_mid_run_is_said_so_not_a_full_disk(tmp_path):
+    """Was "nothing was measured yet: make room, then run the same command again" (the folder's meta.json
+    was gone with it) after cells had been measured, with no disk full."""
+    out = tmp_path / "run"
+    plugin = tmp_path / "rm_out.py"
+    plugin.write_text(REMOVER.format(out=str(out)))
+    proc = run_cli("run", "--variant-file", str(plugin), "--variants", "naive,rm_out", "--seq-len", "32,64",
+                   "--calibrate-ms", "0", *QUICK, "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"attnbench: error: cannot write {out}{'/'}"), line
+    assert line.endswith(
+        f"the run folder {out} disappeared while the run wrote it (removed or moved away): the rows measured "
+        "so far went with it; run the same command again for a new run"
+    ), line
+    assert "Traceback" not in proc.stderr
+
+
+HANG = """
+import time
+
+from attnbench import variants
+
+
+@variants.register("hang64", description="naive, hanging at N = 64")
+def hang64(q, k, v, **kw):
+    if q.shape[2] == 64:
+        time.sleep(3600)
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_a_resume_takes_a_lower_cell_timeout_and_a_complete_run_starts_nothing(tmp_path):
+    """A run started with the default 600 s and a hanging kernel cost 10 minutes on every resume, which
+    refused --cell-timeout ('drop --cell-timeout'); a resume of a complete run started a worker and added a
+    line to resumes.jsonl."""
+    variant_file, out = tmp_path / "hang.py", tmp_path / "run"
+    variant_file.write_text(HANG)
+    args = ["run", "--variant-file", str(variant_file), "--variants", "naive,hang64", "--seq-len", "32,64"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *args, *QUICK, "--out", str(out), "--calibrate-ms", "0"],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
+    log = out / "worker.log"
+    try:
+        hanging = re.compile(r"^cell hang64\|.*\|n64\|", re.M)
+        wait_while_running(lambda: log.is_file() and hanging.search(log.read_text()), proc, "hang64 at 64")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    again = run_cli("run", "--resume", "--out", str(out), "--cell-timeout", "2", "-q")
+    assert again.returncode == 0, again.stderr
+    rows = {
+        (r["variant"], r["seq_len"]): r
+        for r in map(json.loads, (out / "rows.jsonl").read_text().splitlines())
+    }
+    assert len(rows) == 4 and rows["hang64", 64]["status"] == "timeout"
+    assert "cell exceeded --cell-timeout 2 s" in rows["hang64", 64]["message"]
+    (record,) = map(json.loads, (out / "resumes.jsonl").read_text().splitlines())
+    assert record["cell_timeout"] == 2.0
+    size = log.stat().st_size
+    done = run_cli("run", "--resume", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == f"nothing to resume: {out} is complete (4 cells)"
+    assert len((out / "resumes.jsonl").read_text().splitlines()) == 1 and log.stat().st_size == size

@@ -1,7 +1,7 @@
 """One variant never changes another's result through the worker process itself, outside torch: signals, the
 garbage collector, the interpreter's hooks, threads threading does not list, the threads' CPUs and priority,
-the subreaper flag (harness.workers.process_state, harness.workers.children). The offender is named in its
-own row; an honest neighbour measured after it in the same run is as in a clean run.
+the subreaper flag, the resource limits (harness.workers.process_state, harness.workers.children). The
+offender is named in its own row; an honest neighbour measured after it in the same run is as in a clean run.
 
 The hostile plug-ins are tests/data/process_taint_variants.py and, for imports, a file written here."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ TAINTS = DATA / "process_taint_variants.py"
 # each offender followed by an honest neighbour, so that what it left would land in a neighbour's cell
 ORDER = ",".join(["ptaint_alarm", "naive", "ptaint_itimer", "ptaint_gc", "chunked", "ptaint_profile",
                   "ptaint_rawthread", "ptaint_affinity", "ptaint_nice", "ptaint_escape",
-                  "stable_softmax"])  # fmt: skip
+                  "ptaint_rlimit", "stable_softmax"])  # fmt: skip
 SMALL = ("--seq-len", "32", "--heads", "2", "--threads", "2", "--budget-ms", "5", "--warmup-ms", "1",
          "--min-ms", "2", "-q")  # fmt: skip
 NEIGHBOURS = ("naive", "chunked", "stable_softmax")
@@ -91,6 +92,8 @@ def test_each_offender_is_named_in_its_own_row(runs):
         "<lambda>; sys.switchinterval 0.005 → 1e-06",
         "ptaint_nice": "changed the worker process's state: nice 0 → 19 on ",
         "ptaint_escape": "changed the worker process's state: child subreaper 1 → 0",
+        # without the comparison, every later cell of its worker was `oom` (a trial's, at N = 4096)
+        "ptaint_rlimit": "changed the worker process's state: RLIMIT_AS unlimited/unlimited → ",
     }
     if len(os.sched_getaffinity(0)) > 1:
         cpus = sorted(os.sched_getaffinity(0))  # contiguous on a test machine: '0-1'
@@ -156,7 +159,7 @@ def test_an_imports_change_is_put_back_and_its_thread_noted_in_every_row(tmp_pat
 
 
 SNAPSHOT = """
-import ctypes, gc, json, os, signal, sys, threading
+import ctypes, gc, json, os, resource, signal, sys, threading
 from attnbench.harness.workers.children import become_subreaper
 from attnbench.harness.workers.process_state import State
 
@@ -176,12 +179,15 @@ cpus = sorted(os.sched_getaffinity(0))
 os.sched_setaffinity(0, cpus[:1])
 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
 ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))  # soft only: raised back without a privilege
 changes = state.changes(before)
 sys.settrace(None)
 left = state.restore(before)
 print(json.dumps({"changes": changes, "left": left, "after": state.changes(before),
                   "gc": gc.isenabled(), "timer": signal.getitimer(signal.ITIMER_PROF)[0],
-                  "cpus": sorted(os.sched_getaffinity(0)) == cpus, "root": os.geteuid() == 0}))
+                  "cpus": sorted(os.sched_getaffinity(0)) == cpus, "root": os.geteuid() == 0,
+                  "nofile": resource.getrlimit(resource.RLIMIT_NOFILE) == (soft, hard)}))
 """
 
 
@@ -191,10 +197,13 @@ def test_the_snapshot_names_each_change_and_restore_puts_it_back():
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.splitlines()[-1])
     changes = got["changes"]
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft_text, hard_text = ("unlimited" if v == resource.RLIM_INFINITY else str(v) for v in limits)
     for words in ("SIGUSR1 handler SIG_DFL → <lambda>", "ITIMER_PROF armed", "blocked signals none → SIGUSR2",
                   "gc.callbacks changed (0 → 1)", "gc enabled True → False", "sys.trace none → <lambda>",
                   "threading.profile none → <lambda>", "nice 0 → 5 on 1 thread",
-                  "child subreaper 1 → 0"):  # fmt: skip
+                  "child subreaper 1 → 0",
+                  f"RLIMIT_NOFILE {soft_text}/{hard_text} → 64/{hard_text}"):  # fmt: skip
         assert words in changes, changes
     assert any(c.startswith("sys.recursionlimit ") for c in changes)
     if got["cpus"] is not None and len(os.sched_getaffinity(0)) > 1:
@@ -202,4 +211,4 @@ def test_the_snapshot_names_each_change_and_restore_puts_it_back():
     # a raised priority needs the privilege to raise it back: without it, restore says so
     expected_left = [] if got["root"] else ["nice 0 → 5 on 1 thread"]
     assert got["left"] == expected_left and got["after"] == expected_left
-    assert got["gc"] is True and got["timer"] == 0.0 and got["cpus"] is True
+    assert got["gc"] is True and got["timer"] == 0.0 and got["cpus"] is True and got["nofile"] is True

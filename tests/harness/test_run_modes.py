@@ -24,7 +24,8 @@ def test_the_rules_name_the_cli_flags(tmp_path):
     out = tmp_path / "r"
     assert (
         _refused(out=out, resume=True, options={"seq_len": "16", "pass": None, "heads": "2"})
-        == "--resume takes the sweep and its settings from the run's meta.json; drop --seq-len"
+        == "--resume takes the sweep and its settings from the run's meta.json; drop --seq-len (of its "
+        "settings, a resume may give only --cell-timeout again)"
     )
     assert _refused(resume=True) == "--resume needs --out DIR naming the run to finish"
     assert (

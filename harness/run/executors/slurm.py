@@ -22,6 +22,7 @@ all at once: there every cpu cell goes to one task (`chunk_cells`), so CPU cells
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -398,6 +399,8 @@ def run_task(task: dict[str, Any]) -> int:
     meta = json.loads((Path(run_dir) / "meta.json").read_text())
     sweep = SweepSpec.from_meta(meta["sweep"])
     settings = sweep.settings
+    if config.get("cell_timeout"):  # a resume's --cell-timeout, given again (harness.run.request)
+        settings = dataclasses.replace(settings, cell_timeout=config["cell_timeout"])
     config = {**config, "log_path": str(shards / f"{name}.worker.log"), "env": dict(config.get("env") or {})}
     gpus = task.get("gpus", 0)
     if gpus:  # one GPU per process: this rank's entry of what Slurm made visible (or, locally, GPU rank)
