@@ -66,7 +66,7 @@ class Comparison:
         default_factory=list
     )  # the runs' sampling settings, where they differ
     machines: tuple[str, str] | None = None  # A's machine and B's, where they are two
-    busy: list[str] = field(default_factory=list)  # a run measured on a busy machine (results.drift.is_busy)
+    busy: list[str] = field(default_factory=list)  # a run on a busy machine (drift.is_busy), or unprobed
     setup: list[str] = field(default_factory=list)  # the runs' set-ups, where they differ (compare_load)
 
     @property

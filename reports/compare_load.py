@@ -189,7 +189,8 @@ def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
 def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any]]) -> list[str]:
     """A line per run of a side (a run set's every run) measured on a busy machine, by the one rule that
     run, report and bench say it by (results.drift.is_busy, busy_sentence): a regression on its cells may
-    be the machine's, so the line comes before the gate's result."""
+    be the machine's, so the line comes before the gate's result; and one per run with no speed probe (made
+    before them), whose drift no one measured."""
     from attnbench import results
     from attnbench.results import drift
 
@@ -198,6 +199,12 @@ def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any]]) -> list[str]:
         runs = (meta.get("runset") or {}).get("runs")
         for run in runs or [path]:
             records = results.scalar_records(results.load(run) if runs else rows)
+            if _unprobed(records):
+                out.append(
+                    f"run {side} ({run}) has no speed probes (made before them): whether the machine "
+                    "drifted during it was not measured, so a cell timed while the machine slowed reads as "
+                    "the code's"
+                )
             if not drift.is_busy(*drift.busy_cells(records)):
                 continue
             said = drift.busy_sentence(records, str(run))
@@ -206,6 +213,14 @@ def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any]]) -> list[str]:
                 "machine's rather than the code's"
             )
     return out
+
+
+def _unprobed(records: list[dict[str, Any]]) -> bool:
+    """Whether a run has ok cells and none of them a speed probe (results.load: speed_factor NA)."""
+    import pandas as pd
+
+    ok = [r for r in records if r.get("status") == "ok"]
+    return bool(ok) and all(pd.isna(r.get("speed_factor")) for r in ok)
 
 
 # the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them

@@ -562,17 +562,34 @@ def trust_sentences(df) -> tuple[str, ...]:
     ]
     head = f"Trust: {len(ok)} of {len(df)} cells ran ok" + (f" ({', '.join(others)})" if others else "")
     found = [f"{c} {what}" for what, c in flags.items() if c]
+    unprobed, probed = _unprobed_text(ok, len(runs_of(df)))
     if found:
-        text = f"{head}; flagged: {', '.join(found)}."
+        text = f"{head}; flagged: {', '.join(found)}"
     else:
-        text = f"{head}; none is suspect, drifted, throttled, noisy or wrong"
-        text += ", and none errored, crashed or timed out."
+        text = f"{head}; none is suspect, {'drifted, ' if probed else ''}throttled, noisy or wrong"
+        text += ", and none errored, crashed or timed out"
+    text += f"; {unprobed}." if unprobed else "."
     blind = tuple(filter(None, [blind_lead_text(ok)]))
     if any(machine_busy(rows) is not None for _rid, rows in runs_of(df)):
         return (text, *blind)
     noisy = flag_mask(ok, "noisy")
     own = own_spread(int(noisy.sum()), len(ok)) if steady(ok.to_dict("records")) else None
     return (text, *blind) if own is None else (text, own[0].upper() + own[1:] + ".", *blind)
+
+
+def _unprobed_text(ok, runs: int) -> tuple[str | None, bool]:
+    """The words for ok cells that no speed probe judged (results.load leaves their `drift` NA: runs made
+    before the probe): drift was not measured on them, which is not "none drifted" (None where every ok
+    cell was probed); and whether any ok cell was."""
+    n = int(ok["drift"].isna().sum()) if "drift" in ok.columns else len(ok)
+    if not n:
+        return None, True
+    if n == len(ok):
+        return (
+            f"drift was not measured (no speed probes in {'this run' if runs == 1 else 'these runs'})",
+            False,
+        )
+    return f"drift was not measured on {n} of them (no speed probe)", True
 
 
 # ---- all of it -----------------------------------------------------------------------------------------

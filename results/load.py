@@ -96,7 +96,10 @@ def load(*paths: str | Path | list[str | Path]):
     df["device_group"] = pd.array(_group_labels(records, metas), dtype="string")
     factors = drift.speed_factors(records)
     df["speed_factor"] = pd.array(factors, dtype="Float64")
-    df["drift"] = pd.array([drift.drifted(f) for f in factors], dtype="boolean")
+    # a row without a speed probe (an old run's) was not judged for drift: NA, never "not drifted"
+    df["drift"] = pd.array(
+        [drift.drifted(f) if math.isfinite(f) else pd.NA for f in factors], dtype="boolean"
+    )
     why = suspect.reasons(records, metas, factors)
     df["suspect_reason"] = pd.array(why, dtype="string")
     df["suspect"] = pd.array([w is not None for w in why], dtype="boolean")

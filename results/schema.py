@@ -84,7 +84,7 @@ COLUMNS: dict[str, str] = {
     "kv_gbps": "Float64",  # kv_bytes / median time, GB/s: a decode cell against the calibrated copy bandwidth
     "speed_tflops": "Float64",  # the speed probe just before the cell (harness.measure.calibrate.speed_probe)
     "speed_factor": "Float64",  # derived when loading: speed_tflops / the run's median probe on that device
-    "drift": "boolean",  # derived when loading: speed_factor more than 10% off 1 (results.drift)
+    "drift": "boolean",  # derived when loading: speed_factor more than 10% off 1 (results.drift); NA unprobed
     # CUDA cells: NVML readings during the timed calls (harness.measure.telemetry); NA on CPU or without NVML
     "sm_clock_min_mhz": "Int64",
     "sm_clock_max_mhz": "Int64",

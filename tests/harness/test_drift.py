@@ -40,7 +40,7 @@ def test_a_cell_measured_off_the_runs_usual_speed_is_flagged(tmp_path):
 def test_rows_without_a_probe_are_not_flagged(tmp_path):
     rows = [synthetic.cell("naive", n, time_ms=1.0) for n in (256, 512)]
     df = results.load(synthetic.write_run(tmp_path / "run", rows))
-    assert not df["drift"].any() and df["speed_factor"].isna().all()
+    assert df["drift"].isna().all() and df["speed_factor"].isna().all()  # not judged: NA, not False
 
 
 def test_every_measured_row_of_a_real_run_carries_its_probe(carried_run):

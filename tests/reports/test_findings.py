@@ -34,7 +34,9 @@ def _crossover_rows(**extra):
 @pytest.fixture(scope="module")
 def crossover_report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("crossover")
-    run = synthetic.write_run(tmp / "run", _crossover_rows(), memory_bytes=2 * synthetic.GIB)
+    # every cell with its speed probe, at the machine's usual speed: judged for drift, and none drifted
+    rows = _crossover_rows(speed_tflops=1.0)
+    run = synthetic.write_run(tmp / "run", rows, memory_bytes=2 * synthetic.GIB)
     return render(prepare([run]), tmp / "report")
 
 
@@ -196,6 +198,23 @@ def test_a_clean_run_says_nothing_is_flagged(crossover_report):
     )
     assert visits.startswith("Each cell was measured in fewer than 3 visits: the leads in these findings")
     assert f"up to {1 + VISIT_SPREAD_FLOOR:.2f}×" in visits and "--rounds 3` ranks across visits" in visits
+
+
+def test_a_run_without_speed_probes_says_drift_was_not_measured(tmp_path):
+    """A run made before the speed probe was never judged for drift: its Trust line said "none is ...
+    drifted"; it says drift was not measured, and names the cells where only some were probed."""
+    run = synthetic.write_run(tmp_path / "run", _crossover_rows(), memory_bytes=2 * synthetic.GIB)
+    trust = render(prepare([run]), tmp_path / "report").findings.trust[0]
+    assert trust == (
+        "Trust: 12 of 12 cells ran ok; none is suspect, throttled, noisy or wrong, and none errored, "
+        "crashed or timed out; drift was not measured (no speed probes in this run)."
+    )
+    rows = _crossover_rows()
+    for r in rows[3:]:
+        r["speed_tflops"] = 1.0
+    run = synthetic.write_run(tmp_path / "some", rows, memory_bytes=2 * synthetic.GIB)
+    trust = render(prepare([run]), tmp_path / "some-report").findings.trust[0]
+    assert "drifted" in trust and trust.endswith("; drift was not measured on 3 of them (no speed probe).")
 
 
 def test_a_run_in_rounds_or_of_one_variant_has_no_one_visit_sentence(tmp_path):

@@ -1124,6 +1124,11 @@ def _busy_rows(factor: float = 1.0):
     return rows
 
 
+def _probed_rows(factor: float = 1.0):
+    """_rows with every cell's speed probe read at the machine's usual 0.1: judged for drift, none drifted."""
+    return [{**r, "speed_tflops": 0.1} for r in _rows(factor)]
+
+
 def test_cli_compare_says_which_run_was_measured_on_a_busy_machine(tmp_path):
     """An outside trial: compare of a run that `report` calls busy printed 10 REGRESSION lines and FAILED
     and said "busy" nowhere. One warning line on stderr, before the report and its gate's result, and the
@@ -1131,7 +1136,7 @@ def test_cli_compare_says_which_run_was_measured_on_a_busy_machine(tmp_path):
     the gate's exit status stays."""
     from attnbench.results import drift
 
-    a, b = _pair(tmp_path, _rows(), _busy_rows(4.0))  # 4x: past the visit floor of one visit a side
+    a, b = _pair(tmp_path, _probed_rows(), _busy_rows(4.0))  # 4x: past the visit floor of one visit a side
     assert drift.is_busy(*drift.busy_cells(synthetic_records(b)))  # the rule that run and report say it by
     out = tmp_path / "out"
     proc = run_cli("compare", str(a), str(b), "--fail-above", "median:5%", "--out", str(out))
@@ -1145,6 +1150,25 @@ def test_cli_compare_says_which_run_was_measured_on_a_busy_machine(tmp_path):
     # a quiet pair says nothing of the kind
     quiet = run_cli("compare", str(a), str(_pair(tmp_path / "q", _rows(), _rows(2.0))[1]), "--out", str(out))
     assert "busy" not in quiet.stderr + quiet.stdout
+
+
+def test_cli_compare_says_which_run_has_no_speed_probes(tmp_path):
+    """An outside trial: a run made before the speed probe (the reference quick-epyc-2core) compared with a
+    new one said nothing of it, as if neither had drifted. One warning line on stderr and on the page names
+    the side whose drift was not measured; two probed runs say nothing of the kind."""
+    a, b = _pair(tmp_path, _rows(), _probed_rows(1.02))
+    out = tmp_path / "out"
+    proc = run_cli("compare", str(a), str(b), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "speed probes" in line]
+    assert said == [
+        f"attnbench: warning: run A ({a}) has no speed probes (made before them): whether the machine "
+        "drifted during it was not measured, so a cell timed while the machine slowed reads as the code's"
+    ], proc.stderr
+    assert f"run A ({a}) has no speed probes" in (out / "README.md").read_text().replace("\\_", "_")
+    probed = run_cli("compare", *map(str, _pair(tmp_path / "p", _probed_rows(), _probed_rows(1.02))), "--out",
+                     str(tmp_path / "out2"))  # fmt: skip
+    assert probed.returncode == 0 and "speed probes" not in probed.stderr + probed.stdout
 
 
 def synthetic_records(run) -> list[dict]:

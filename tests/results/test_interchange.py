@@ -3,8 +3,10 @@ Bencher's metric format, read back and checked against the run's own rows (resul
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+from csv import DictReader
 
 import pytest
 from conftest import ROOT, run_cli
@@ -149,6 +151,27 @@ def test_a_drifted_or_noisy_cell_is_exported_with_its_flags(tmp_path):
             assert extra[r["cell_id"]][flag] == json.dumps(bool(r[flag])), (r["cell_id"], flag)
             assert bmf[r["cell_id"]][flag] == {"value": float(bool(r[flag]))}, (r["cell_id"], flag)
     assert not rows["drift"].iloc[2:].all() and not rows["noisy"].iloc[2:].all()
+
+
+def test_a_run_without_speed_probes_is_not_said_undrifted(tmp_path):
+    """A run made before the speed probe (no speed_tflops) was never judged for drift: its rows load with
+    drift NA, not False, and no export says "drift": false or 0 of it (the flag a run does not record is
+    left out); a CSV cell is empty. It read False everywhere."""
+
+    def edit(i, row):
+        row.pop("speed_tflops", None)
+        return row
+
+    run = _edited(tmp_path, edit)
+    rows = load(run)
+    assert rows["speed_factor"].isna().all() and rows["drift"].isna().all()
+    records = json.loads(run_cli("export", str(run), "--format", "hud", check=True).stdout)
+    assert records and not any("drift" in r["benchmark"]["extra_info"] for r in records)
+    assert all("noisy" in r["benchmark"]["extra_info"] for r in records)  # the flags it records stay
+    bmf = json.loads(run_cli("export", str(run), "--format", "bencher", check=True).stdout)
+    assert bmf and not any("drift" in m or "speed-factor" in m for m in bmf.values())
+    csv = run_cli("export", str(run), "--format", "csv", check=True).stdout
+    assert {r["drift"] for r in DictReader(io.StringIO(csv))} == {""}
 
 
 @pytest.mark.parametrize("fmt", ["hud", "bencher"])
