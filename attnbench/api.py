@@ -656,12 +656,12 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
 
 def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, baseline: str | None):
     """report(), for `attnbench report` too (its errors name --out)."""
-    from attnbench.reports.render import prepare, render
+    from attnbench.reports.render import prepare, refuse_empty, render
     from attnbench.reports.style import slug
     from attnbench.results.writable import written_whole
 
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
-    inputs = prepare(dirs, baseline)
+    inputs = refuse_empty(prepare(dirs, baseline))
     target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
     with written_whole(target, "the report") as partial:  # Ctrl-C or a failure leaves `target` as it was
         return render(inputs, target, into=partial)

@@ -317,6 +317,18 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     return Inputs(df, metas, numerics, resolve_baseline(df, baseline), tuple(str(d) for d in run_dirs))
 
 
+def refuse_empty(inputs: Inputs) -> Inputs:
+    """`inputs`, or a ValueError (one line) naming a run of them with no measured cell (no rows.jsonl, or an
+    empty one), as compare and `history add` say it (results.store.no_cells_text): a report of it would
+    draw nothing and count '0 of 0 cells'."""
+    from attnbench.results.store import no_cells_text
+
+    for rid, d in inputs.dirs.items():
+        if not (inputs.df["run_id"] == rid).any():
+            raise ValueError(no_cells_text(d, inputs.metas[rid]))
+    return inputs
+
+
 # ---- the sections of the page --------------------------------------------------------------------------
 # A report is for looking: its findings, then every section's figures, then every section's tables. Each
 # builder returns a section.Section (its blocks among the figures and among the tables, and the figures it

@@ -327,19 +327,20 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
         known.close()
     existed = store.exists()
     new = not existed or store.stat().st_size == 0
-    con = _connect(store, create=True)
-    try:
-        with con:
-            for w in work:
-                if w.write:
-                    _record(con, store, w)
-    except sqlite3.OperationalError as exc:  # the transaction was rolled back: the store is as it was
-        if new:  # as it was: no file, or the empty file it was
-            with contextlib.suppress(OSError):
-                store.write_bytes(b"") if existed else store.unlink()
-        raise StoreError(f"--store {str(store)!r} cannot be written: {exc}") from None
-    finally:
-        con.close()
+    if existed or any(w.write for w in work):  # nothing to add makes no store where there was none
+        con = _connect(store, create=True)
+        try:
+            with con:
+                for w in work:
+                    if w.write:
+                        _record(con, store, w)
+        except sqlite3.OperationalError as exc:  # the transaction was rolled back: the store is as it was
+            if new:  # as it was: no file, or the empty file it was
+                with contextlib.suppress(OSError):
+                    store.write_bytes(b"") if existed else store.unlink()
+            raise StoreError(f"--store {str(store)!r} cannot be written: {exc}") from None
+        finally:
+            con.close()
     said = [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
     return said + [
         Added(d, "", 0, "empty", (f"{d} has no cells (stopped before its meta.json was written): not added",))

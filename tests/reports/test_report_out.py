@@ -109,3 +109,21 @@ def test_an_out_that_is_no_report_folder_is_refused_before_anything_is_written(t
     assert files_of(tmp_path) == before and not (tmp_path / "rep").exists()
     with pytest.raises(ValueError, match="out="):
         attnbench.report(a, out=out)
+
+
+@pytest.mark.parametrize("rows", ["missing", "empty"])
+def test_a_run_with_no_measured_cell_is_refused_as_compare_refuses_it(tmp_path, rows):
+    """An outside trial: a run whose rows.jsonl was missing was reported (exit 0, 'Trust: 0 of 0 cells ran
+    ok; none is suspect...') while compare refused it. Refused in one line, as compare and `history add`
+    say it (results.store.no_cells_text), nothing written; beside a run with cells too."""
+    a, b = _two_runs(tmp_path)
+    (b / "rows.jsonl").unlink() if rows == "missing" else (b / "rows.jsonl").write_text("")
+    before = files_of(tmp_path)
+    for given in ([b], [a, b]):
+        proc = run_cli("report", *map(str, given), "--out", str(tmp_path / "rep"))
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        # (after the warning that rows.jsonl is not what attnbench wrote)
+        assert proc.stderr.splitlines()[-1] == f"attnbench: error: {b} has no measured cells"
+        assert files_of(tmp_path) == before and not (tmp_path / "rep").exists()
+    with pytest.raises(ValueError, match=f"^{b} has no measured cells$"):
+        attnbench.report(b, out=tmp_path / "rep")

@@ -396,6 +396,9 @@ def test_a_run_still_being_written_is_refused_and_an_unfinished_one_says_so(tmp_
     )
     assert empty.notes == (f"{runs[2]} has no measured cells (unfinished: 0 of 1 planned): not added",)
     assert history.frame(store)["run_key"].nunique() == 2  # what check and publish count
+    # nothing added makes no store where there was none (an outside trial: an empty h.sqlite was left)
+    (added,) = history.add(tmp_path / "new.sqlite", [runs[2]])
+    assert added.state == "empty" and not (tmp_path / "new.sqlite").exists()
 
 
 def test_a_run_stopped_before_its_meta_json_is_named_as_one_without_cells(tmp_path, runs):
