@@ -128,17 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
 def _one_line_warnings():
     """A skipped row (torn or corrupt) or uncollected shards reach the user as one line, as errors do:
     Python's default format adds the file and source line of the warnings.warn call, which says nothing
-    to them."""
+    to them. Each is said once: a command that reads a run's rows twice (a report: its rows, then what
+    changed them) said a skipped row twice."""
     import warnings
 
     from attnbench.results import RowWarning, UncollectedWarning
     from attnbench.results.integrity import ChangedWarning
 
     show = warnings.showwarning
+    said: set[str] = set()
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, (RowWarning, UncollectedWarning, ChangedWarning)):
-            print(f"attnbench: warning: {printable(str(message))}", file=sys.stderr)
+            text = f"attnbench: warning: {printable(str(message))}"
+            if text not in said:
+                said.add(text)
+                print(text, file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)
 

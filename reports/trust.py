@@ -9,7 +9,7 @@ from typing import Any
 from attnbench.results import devices, identity
 from attnbench.results.formulas import bytes_text
 from attnbench.results.load import changes
-from attnbench.results.store import unfinished, writer_holder
+from attnbench.results.store import skipped_rows, unfinished, writer_holder
 
 from . import page as pg
 from .calibration import group_notes
@@ -28,8 +28,15 @@ def device_groups(df, metas: dict[str, dict[str, Any]]) -> dict[str, list]:
 
 def changed_sentences(run_dirs: tuple[str, ...] = ()) -> tuple[str, ...]:
     """One sentence per thing that changed a run's files other than attnbench (a plug-in that forged rows,
-    an editor: results.integrity), and per run whose rows.jsonl repeats cells unexplained."""
-    return tuple(f"Changed by something other than attnbench: {s}." for d in run_dirs for s in changes(d))
+    an editor: results.integrity), per run whose rows.jsonl repeats cells unexplained, and per line of a
+    rows.jsonl that could not be read (results.store.skipped_rows): its cell is in no count of the report."""
+    return tuple(
+        f"Changed by something other than attnbench: {s}." for d in run_dirs for s in changes(d)
+    ) + tuple(
+        f"Not read: {s}; any cell it held is in no count of this report."
+        for d in run_dirs
+        for s in skipped_rows(d)
+    )
 
 
 def unfinished_sentences(

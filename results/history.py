@@ -48,6 +48,7 @@ from .store import (
     not_there,
     read_meta,
     read_rows,
+    readable_bytes,
     runs_inside,
     uncollected_rows,
     unfinished,
@@ -205,11 +206,12 @@ def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> st
 
 
 def _digest(run: Path) -> str:
-    """What a run's rows are: the sha256 of rows.jsonl and its shards, so that an unchanged run is skipped."""
+    """What a run's rows are: the sha256 of rows.jsonl and its shards less the lines a reader skips (a
+    corrupt line adds no row), so that an unchanged run is skipped."""
     h = hashlib.sha256()
     for f in [run / ROWS, *sorted((run / SHARDS).glob("*.jsonl"))]:
         if f.is_file():
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
+            h.update(f.name.encode() + b"\0" + readable_bytes(f))
     return h.hexdigest()
 
 

@@ -311,25 +311,52 @@ def _meta_problem(meta: dict[str, Any]) -> str | None:
 def _read_lines(p: Path, *, rows: bool = True) -> list[tuple[int, dict[str, Any]]]:
     """(line number, record) of every complete line of a JSONL file; a torn or corrupt line is skipped
     with a warning naming it (with rows=True, so is a record without a cell_id)."""
-    if not p.is_file():
-        return []
-    out = []
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                warnings.warn(f"{p}:{lineno}: skipped an unreadable row (torn write?)", RowWarning, 3)
-                continue
-            if isinstance(rec, dict) and (not rows or "cell_id" in rec):
-                out.append((lineno, rec))
-            else:  # valid JSON but not a result row: corrupt, or not written by attnbench
-                warnings.warn(
-                    f"{p}:{lineno}: skipped a line that is not a result row (no cell_id)", RowWarning, 3
-                )
+    out, skipped = _scan(p, rows=rows)
+    for _lineno, said in skipped:
+        warnings.warn(said, RowWarning, 3)
     return out
+
+
+def _scan(p: Path, *, rows: bool = True) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """_read_lines' records, and (line number, what is wrong) of every line skipped: one that is
+    not JSON is a torn write only where it is the last line (a kill mid-write); before other rows, it is
+    corrupt."""
+    if not p.is_file():
+        return [], []
+    with p.open("rb") as fh:
+        lines = fh.readlines()
+    last = max((i for i, raw in enumerate(lines, 1) if raw.strip()), default=0)
+    out, skipped = [], []
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            why = "torn write?" if lineno == last else "corrupt: not the last line, so no torn write"
+            skipped.append((lineno, f"{p}:{lineno}: skipped an unreadable row ({why})"))
+            continue
+        if isinstance(rec, dict) and (not rows or "cell_id" in rec):
+            out.append((lineno, rec))
+        else:  # valid JSON but not a result row: corrupt, or not written by attnbench
+            skipped.append((lineno, f"{p}:{lineno}: skipped a line that is not a result row (no cell_id)"))
+    return out, skipped
+
+
+def skipped_rows(path: str | Path) -> list[str]:
+    """What _read_lines says of each line of the run's rows.jsonl it skips, without warning."""
+    return [said for _lineno, said in _scan(Path(path) / ROWS)[1]]
+
+
+def readable_bytes(p: Path) -> bytes:
+    """A JSONL file's bytes less the lines a reader skips (_scan): what its rows are, whatever else a
+    line in it holds."""
+    if not p.is_file():
+        return b""
+    with p.open("rb") as fh:
+        lines = fh.readlines()  # the lines _scan numbers
+    drop = {lineno for lineno, _said in _scan(p)[1]}
+    return b"".join(raw for i, raw in enumerate(lines, 1) if i not in drop)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from conftest import DATA
 from synthetic import run_series
 
 from attnbench.results import history, steps, steps_text
-from attnbench.results.store import RunDirError
+from attnbench.results.store import RowWarning, RunDirError
 
 BASE = DATA / "runs" / "cpu-small"
 CELLS = sum(1 for line in (BASE / "rows.jsonl").read_text().splitlines() if line.strip())
@@ -371,6 +371,26 @@ def test_two_runs_that_cannot_be_told_apart_are_refused_naming_both(tmp_path):
         with pytest.raises(RunDirError, match=f"^{other} and {a} are both run 20261122-135800-vm") as err:
             history.add(store, [other])
         assert said in str(err.value) and "\n" not in str(err.value) and store.read_bytes() == data
+
+
+def test_a_copy_with_a_corrupt_line_and_the_same_rows_is_unchanged(tmp_path, runs):
+    """An outside trial: a copy of a run with a garbage line in the middle of rows.jsonl, added over the
+    clean run, read '1 updated' though not a row changed (the digest was the file's bytes). The lines a
+    reader skips add no row: 'unchanged', said with the skipped line's warning; a changed row updates."""
+    store = tmp_path / "h.sqlite"
+    history.add(store, [runs[0]])
+    copy = tmp_path / "copy"
+    shutil.copytree(runs[0], copy)
+    lines = (copy / "rows.jsonl").read_text().splitlines(keepends=True)
+    (copy / "rows.jsonl").write_text("".join(lines[:2] + ["garbage{not json\n"] + lines[2:]))
+    with pytest.warns(RowWarning, match=r"rows.jsonl:3: skipped an unreadable row \(corrupt"):
+        (added,) = history.add(store, [copy])
+    assert added.state == "unchanged"
+    row = json.loads(lines[2])
+    edited = json.dumps({**row, "time_ms_median": 2 * row["time_ms_median"]}) + "\n"
+    (copy / "rows.jsonl").write_text("".join(lines[:2] + ["garbage{not json\n", edited] + lines[3:]))
+    with pytest.warns(RowWarning):
+        assert [a.state for a in history.add(store, [copy])] == ["updated"]
 
 
 def test_a_run_still_being_written_is_refused_and_an_unfinished_one_says_so(tmp_path, runs):

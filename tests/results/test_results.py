@@ -251,13 +251,41 @@ def test_cli_reports_a_skipped_row_as_one_line_without_python_source(tmp_path):
     assert len(p.stdout.splitlines()) == 1 + 80  # every real row still there
     lines = p.stderr.splitlines()
     assert lines == [
-        f"attnbench: warning: {path / 'rows.jsonl'}:4: skipped an unreadable row (torn write?)",
+        f"attnbench: warning: {path / 'rows.jsonl'}:4: skipped an unreadable row (corrupt: not the last "
+        "line, so no torn write)",
         f"attnbench: warning: {path / 'rows.jsonl'}:6: skipped a line that is not a result row (no cell_id)",
     ], p.stderr
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert len(read_rows(path)) == 80
     assert [w.category for w in caught] == [RowWarning, RowWarning]
+
+
+def test_a_report_says_a_skipped_row_once_and_names_it_in_its_findings(tmp_path):
+    """An outside trial: a garbage line in the middle of rows.jsonl, or its last line cut short, and report
+    warned twice (read for the rows, then for what changed them), called a middle line a torn write, and its
+    page had no trace of the lost row ("30 of 44 cells" and nothing else). Once each, a torn write only at
+    the end, and a findings sentence on the page naming the line."""
+    import shutil
+
+    from conftest import DATA, run_cli
+
+    for where in ("middle", "end"):
+        path = tmp_path / where
+        shutil.copytree(DATA / "runs" / "cpu-small", path)
+        rows = (path / "rows.jsonl").read_text().splitlines()
+        if where == "middle":
+            rows.insert(3, "garbage{not json")
+        else:
+            rows[-1] = rows[-1][:-30]  # cut short, as a kill mid-write leaves it
+        (path / "rows.jsonl").write_text("\n".join(rows) + ("\n" if where == "middle" else ""))
+        line = 4 if where == "middle" else len(rows)
+        why = "corrupt: not the last line, so no torn write" if where == "middle" else "torn write?"
+        said = f"{path / 'rows.jsonl'}:{line}: skipped an unreadable row ({why})"
+        p = run_cli("report", str(path), "--out", str(tmp_path / f"rep-{where}"), check=True)
+        assert [ln for ln in p.stderr.splitlines() if "warning" in ln] == [f"attnbench: warning: {said}"]
+        readme = (tmp_path / f"rep-{where}" / "README.md").read_text().replace("\\_", "_")
+        assert f"Not read: {said}; any cell it held is in no count of this report." in readme
 
 
 def _shard(run, name, rows, tail=b""):
