@@ -206,12 +206,10 @@ def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> st
 
 
 def _digest(run: Path) -> str:
-    """What a run's rows are: the sha256 of rows.jsonl and its shards less the lines a reader skips (a
-    corrupt line adds no row), so that an unchanged run is skipped."""
+    """The sha256 of rows.jsonl and its shards less the lines a reader skips: an unchanged run is skipped."""
     h = hashlib.sha256()
-    for f in [run / ROWS, *sorted((run / SHARDS).glob("*.jsonl"))]:
-        if f.is_file():
-            h.update(f.name.encode() + b"\0" + readable_bytes(f))
+    for f in filter(Path.is_file, [run / ROWS, *sorted((run / SHARDS).glob("*.jsonl"))]):
+        h.update(f.name.encode() + b"\0" + readable_bytes(f))  # a corrupt line adds no row
     return h.hexdigest()
 
 
