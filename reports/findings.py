@@ -566,7 +566,9 @@ def trust_sentences(df) -> tuple[str, ...]:
     if found:
         text = f"{head}; flagged: {', '.join(found)}"
     else:
-        text = f"{head}; none is suspect, {'drifted, ' if probed else ''}throttled, noisy or wrong"
+        clocked = "throttled" in ok.columns and ok["throttled"].notna().any()  # GPU clocks: not on a CPU
+        text = f"{head}; none is suspect, {'drifted, ' if probed else ''}{'throttled, ' if clocked else ''}"
+        text += "noisy or wrong"
         text += ", and none errored, crashed or timed out"
     text += f"; {unprobed}." if unprobed else "."
     blind = tuple(filter(None, [blind_lead_text(ok)]))

@@ -193,11 +193,19 @@ def test_findings_are_the_first_section_of_both_pages(crossover_report):
 def test_a_clean_run_says_nothing_is_flagged(crossover_report):
     trust, visits = crossover_report.findings.trust
     assert trust == (
-        "Trust: 12 of 12 cells ran ok; none is suspect, drifted, throttled, noisy or wrong, "
+        "Trust: 12 of 12 cells ran ok; none is suspect, drifted, noisy or wrong, "
         "and none errored, crashed or timed out."
-    )
+    )  # no 'throttled': a CPU run records no clock (a GPU run's rows do: test_a_gpu_run_says_none_throttled)
     assert visits.startswith("Each cell was measured in fewer than 3 visits: the leads in these findings")
     assert f"up to {1 + VISIT_SPREAD_FLOOR:.2f}×" in visits and "--rounds 3` ranks across visits" in visits
+
+
+def test_a_gpu_run_says_none_throttled(tmp_path):
+    """Where rows record the clock (a GPU's telemetry: `throttled`), a clean Trust line says none throttled;
+    where none does (a CPU), it claims nothing of a clock it never read."""
+    run = synthetic.write_run(tmp_path / "run", _crossover_rows(speed_tflops=1.0, throttled=False))
+    trust = render(prepare([run]), tmp_path / "report").findings.trust[0]
+    assert "none is suspect, drifted, throttled, noisy or wrong" in trust
 
 
 def test_a_run_without_speed_probes_says_drift_was_not_measured(tmp_path):
@@ -206,7 +214,7 @@ def test_a_run_without_speed_probes_says_drift_was_not_measured(tmp_path):
     run = synthetic.write_run(tmp_path / "run", _crossover_rows(), memory_bytes=2 * synthetic.GIB)
     trust = render(prepare([run]), tmp_path / "report").findings.trust[0]
     assert trust == (
-        "Trust: 12 of 12 cells ran ok; none is suspect, throttled, noisy or wrong, and none errored, "
+        "Trust: 12 of 12 cells ran ok; none is suspect, noisy or wrong, and none errored, "
         "crashed or timed out; drift was not measured (no speed probes in this run)."
     )
     rows = _crossover_rows()
