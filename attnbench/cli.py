@@ -27,6 +27,7 @@ from attnbench.cli_common import (
     expand_paths,
     fail,
 )
+from attnbench.harness.workers import interrupts
 from attnbench.results.formulas import printable
 
 
@@ -164,14 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     args = expand_paths(build_parser().parse_args(argv))
     if run_args is not None:
         args.run_args = run_args
-    try:
-        with _one_line_warnings():
-            return args.func(args)
+    try:  # SIGTERM and SIGHUP end a command as Ctrl-C does: its clean-up runs, its line is said
+        with interrupts.stops_as_ctrl_c(), _one_line_warnings():
+            return _stopped_by(args.func(args))
     except BadInput as exc:
         return fail(str(exc))
     except KeyboardInterrupt as exc:  # a run's own says how to finish it (attnbench.api.RunInterrupted)
         print(printable(str(exc)) or "interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _stopped_by(EXIT_INTERRUPTED)
     except BrokenPipeError:  # `attnbench export ... | head`
         return 0
     except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
@@ -181,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"cannot write {where}: {os.strerror(exc.errno).lower()}")
     except Exception:
         return _internal_error()
+
+
+def _stopped_by(code: int) -> int:
+    """A command's exit status, where it was interrupted (EXIT_INTERRUPTED, 130: 128 + SIGINT) 128 plus
+    the signal that stopped it, as a shell says: 143 after SIGTERM, 129 after SIGHUP."""
+    return 128 + interrupts.stop_signal() if code == EXIT_INTERRUPTED else code
 
 
 def _internal_error() -> int:

@@ -59,12 +59,30 @@ MEASURING = ("attnbench.harness.measure.calibrate", "attnbench.harness.measure.f
 
 
 def _die_with_parent() -> None:
-    """prctl(PR_SET_PDEATHSIG, SIGKILL): a killed parent must not leave a worker computing on."""
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): a killed parent must not leave a worker computing on. A forked
+    worker's parent is the forkserver, which ends with the run process (_let_the_server_go)."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
         except OSError:
             pass
+
+
+def _let_the_server_go() -> None:
+    """Close this worker's copy of its forkserver's "alive" pipe. multiprocessing hands every process the
+    server forks a copy of the pipe whose closing ends the server (its run process holds the other), so the
+    server lived on while a worker did, and a worker, tied to the server (_die_with_parent), lived on while
+    its cell did: a run killed (kill -9, the OOM killer) left both computing on for good with a hung
+    kernel, beside a later --resume. Without the copy, the server ends as the run process does, and the
+    worker with it. A variant that starts processes from a forkserver gets one of the worker's own."""
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = server._forkserver_address = server._forkserver_pid = None
 
 
 def _redirect_output(log_path: str | None, pipe: Any = None) -> None:
@@ -197,6 +215,7 @@ def _start(config: dict[str, Any]) -> None:
         else:
             os.environ[name] = value
     _die_with_parent()
+    _let_the_server_go()  # after: a server that ends from now on takes the worker with it
     children.own_group()  # the parent kills the group with the worker (harness.workers.children.kill_tree)
     children.become_subreaper()  # what a variant starts and detaches stays the worker's child
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, cli_env, ctrl_c_reaches_it
@@ -400,3 +401,64 @@ def test_benchs_resume_of_a_run_of_other_variants_is_refused_before_any_work(tmp
     ):
         attnbench.bench("mine", out=path, resume=True, seq_len=64)
     assert sorted(p.name for p in path.iterdir()) == before
+
+
+HANGS = """
+import time
+from pathlib import Path
+from attnbench import register
+
+@register("hangs", description="a kernel that never returns")
+def hangs(q, k, v):
+    Path(__file__).with_suffix(".busy").touch()
+    while True:
+        time.sleep(0.05)
+"""
+
+
+def _until(done, what: str, deadline_s: float = 120) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not done():
+        assert time.monotonic() < deadline, f"still waiting after {deadline_s} s: {what}"
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux's death signal")
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_a_run_stopped_by_a_signal_while_a_kernel_hangs_leaves_no_process_behind(tmp_path, signame):
+    """`timeout` (SIGTERM), a closed terminal or lost ssh session (SIGHUP) stop a run as Ctrl-C does: the
+    interrupted line, exit 128 + the signal, its worker killed. A run killed outright (kill -9, the OOM
+    killer) cannot kill it: its forkserver ends with it and takes the worker along, where both used to
+    live on for good beside a hung kernel (the worker held the server's "alive" pipe; the server was the
+    worker's parent, which its death signal is tied to)."""
+    plugin = tmp_path / "hangs.py"
+    plugin.write_text(HANGS)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", "run", "--variant-file", str(plugin), "--variants", "hangs",
+         "--seq-len", "32", "--heads", "1", "--calibrate-ms", "0", "-q", "--out", str(out)],
+        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    left: list[int] = []
+    try:
+        _until(lambda: plugin.with_suffix(".busy").exists() or proc.poll() is not None, "the kernel to start")
+        assert proc.poll() is None, proc.communicate()
+        log = (out / "worker.log").read_text().splitlines()
+        workers = [int(line.split()[2]) for line in log if line.startswith("attnbench worker")]
+        servers = [
+            p for p in children.children(proc.pid) if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        left = [*workers, *servers]
+        assert workers and servers
+        proc.send_signal(getattr(signal, signame))
+        _, err = proc.communicate(timeout=180)
+        if signame != "SIGKILL":
+            assert proc.returncode == 128 + getattr(signal, signame), err
+            assert f"interrupted: finished rows are kept in {out}" in err and "Traceback" not in err
+        _until(lambda: all(_dead(pid) for pid in left), "the forkserver and worker to end", 60)
+    finally:
+        for pid in [proc.pid, *left]:
+            if not _dead(pid):
+                children._signal(pid, signal.SIGKILL)
+        proc.communicate()
