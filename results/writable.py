@@ -8,11 +8,14 @@ special file systems all answer the same way, root or not.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,6 +75,7 @@ def written_whole(target: str | os.PathLike, what: str) -> Iterator[Path]:
     said, final = str(target), Path(os.path.realpath(target))  # '.' has a name and a parent so
     made = [p for p in (final, *final.parents) if not p.exists()]  # the folders this call would make
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(final)
     tmp = _partial_dir(final)
     try:
         yield tmp
@@ -91,14 +95,54 @@ def written_whole(target: str | os.PathLike, what: str) -> Iterator[Path]:
 def _partial_dir(final: Path) -> Path:
     """The temporary folder: beside `final`, in its file system (so that moving in is renames only); inside
     it (moved out of before it is removed) where `final` is a mount point of its own or its parent cannot
-    be written in."""
+    be written in. Its name says which process writes it (_writer_tag)."""
+    tag = _writer_tag(os.getpid())
     if not (final.is_dir() and final.stat().st_dev != final.parent.stat().st_dev):
         try:
-            return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+            return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-{tag}-", dir=final.parent))
         except OSError:
             if not final.is_dir():  # no target to write inside either
                 raise
-    return Path(tempfile.mkdtemp(prefix=".partial-", dir=final))
+    return Path(tempfile.mkdtemp(prefix=f".partial-{tag}-", dir=final))
+
+
+def _writer_tag(pid: int) -> str:
+    """'HOST-PID-START': the machine (a hash of its name: a shared file system), the process and when it
+    started (the kernel's clock ticks since boot, from /proc; 0 elsewhere), so that a pid used again by
+    another process is not taken for the writer."""
+    host = zlib.crc32(socket.gethostname().encode()) & 0xFFFFFF
+    try:
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = "0"
+    return f"{host:06x}-{pid}-{start}"
+
+
+def _remove_abandoned(final: Path) -> None:
+    """Remove the temporary folders of `final` whose writer is gone: a report or site stopped by kill -9
+    (or the OOM killer) before it could remove its own. Only those this machine's processes made, each
+    checked by pid and start time (_writer_tag); one of another machine, or of a live writer, is kept."""
+    host = _writer_tag(0).split("-")[0]
+    found = [*final.parent.glob(f".{glob.escape(final.name)}.partial-{host}-*")]
+    if final.is_dir():
+        found += final.glob(f".partial-{host}-*")
+    for tmp in found:
+        parts = tmp.name.rsplit(".partial-", 1)[1].split("-")
+        if len(parts) < 4 or not parts[1].isdigit() or not tmp.is_dir() or tmp.is_symlink():
+            continue
+        pid = int(parts[1])
+        if _writer_tag(pid) != "-".join(parts[:3]) or not _alive(pid):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: there
+        return True
+    return True
 
 
 def _move_into(tmp: Path, final: Path) -> None:
@@ -128,12 +172,14 @@ def _discard(tmp: Path, made: list[Path]) -> None:
 
 @contextmanager
 def _sigint_held() -> Iterator[None]:
-    """SIGINT blocked for the block (in the main thread, where Python takes it), delivered after it."""
+    """Ctrl-C, SIGTERM and SIGHUP blocked for the block (in the main thread, where Python takes them: the
+    command line takes the last two as Ctrl-C), delivered after it."""
     held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    stops = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
     if held:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
         yield
     finally:
         if held:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import synthetic
-from conftest import run_cli
+from conftest import ROOT, cli_env, run_cli
 
 import attnbench
 from attnbench.reports import render as render_mod
+from attnbench.results import writable
 from attnbench.results.writable import written_whole
 
 
@@ -127,3 +132,77 @@ def test_a_run_with_no_measured_cell_is_refused_as_compare_refuses_it(tmp_path, 
         assert files_of(tmp_path) == before and not (tmp_path / "rep").exists()
     with pytest.raises(ValueError, match=f"^{b} has no measured cells$"):
         attnbench.report(b, out=tmp_path / "rep")
+
+
+# `attnbench report` that signals itself once every figure and CSV of the new report is written (the point a
+# long report is most often stopped at), before the report is moved into --out
+SIGNALLED_REPORT = """
+import os, signal, sys
+from attnbench.reports import render
+
+def stopped(*args, **kwargs):
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    raise AssertionError("not stopped")
+
+render.trust.blocks = stopped
+from attnbench.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _signalled_report(signame: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", SIGNALLED_REPORT, signame, "report", *args],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
+def test_a_report_stopped_by_sigterm_or_killed_leaves_no_partial_folder_behind(tmp_path):
+    """SIGTERM (`timeout`, a batch system's limit) and SIGHUP stop a report as Ctrl-C does: nothing written,
+    said, exit 128 + the signal. A report killed outright (kill -9, the OOM killer) cannot clean up: its
+    temporary folder is removed by the next report into the same --out, once its writer is gone."""
+    a, b = _two_runs(tmp_path)
+    out = tmp_path / "rep" / "x"
+    run_cli("report", str(a), "--out", str(out), check=True)
+    before = files_of(out)
+    for signame, code in (("SIGTERM", 143), ("SIGHUP", 129)):
+        done = _signalled_report(signame, str(b), "--out", str(out))
+        assert done.returncode == code, done.stderr
+        assert done.stderr.strip() == f"interrupted: the report was not written; {str(out)!r} is as it was"
+        assert files_of(out) == before and sorted(p.name for p in out.parent.iterdir()) == ["x"]
+    left = []
+    for _ in range(2):  # they used to pile up: each report removes the last one's
+        done = _signalled_report("SIGKILL", str(b), "--out", str(out))
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        left.append([p.name for p in out.parent.iterdir() if p.name != "x"])
+    assert len(left[0]) == len(left[1]) == 1 and left[0] != left[1]
+    assert left[1][0].startswith(".x.partial-")
+    assert files_of(out) == before
+    run_cli("report", str(b), "--out", str(out), check=True)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["x"]
+    assert "run-b" in (out / "README.md").read_text()
+
+
+def test_written_whole_keeps_the_temporary_folder_of_a_live_writer_or_another_machine(tmp_path):
+    """Only a writer known gone loses its folder: this process's own (alive), one named as another
+    machine's, or one of an older attnbench (no writer in its name) are kept; one of a process that ended is
+    removed, and so is one whose pid now belongs to another process (its start time differs)."""
+    out = tmp_path / "site"
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    tag = writable._writer_tag(ended.pid)
+    ended.wait()
+    host, pid, start = writable._writer_tag(os.getpid()).split("-")
+    folders = {
+        "alive": f".site.partial-{host}-{pid}-{start}-abc",
+        "other machine": f".site.partial-{int(host, 16) ^ 1:06x}-{pid}-{start}-abc",
+        "older attnbench": ".site.partial-abc123",
+        "ended": f".site.partial-{tag}-abc",
+        "pid reused": f".site.partial-{host}-{pid}-{int(start) + 1}-abc",
+    }
+    for name in folders.values():
+        (tmp_path / name).mkdir()
+    with written_whole(out, "the site") as partial:
+        (partial / "index.html").write_text("new")
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == sorted(["site", folders["alive"], folders["other machine"], folders["older attnbench"]])
