@@ -71,7 +71,9 @@ def written_whole(target: str | os.PathLike, what: str) -> Iterator[Path]:
     Ctrl-C or any failure before then removes the temporary folder and leaves `target` as it was (a new
     one is not made); the moves themselves run with SIGINT held, so no Ctrl-C cuts them in two. An entry of
     `target` that the new folder does not hold is kept (a user's file beside a report). A KeyboardInterrupt
-    is raised again with a line saying that nothing was changed (`what`: 'the report', 'the site')."""
+    is raised again with a line saying that nothing was changed (`what`: 'the report', 'the site'). The
+    temporary folders of `target` left by a writer killed outright (kill -9) are removed first
+    (_remove_abandoned)."""
     said, final = str(target), Path(os.path.realpath(target))  # '.' has a name and a parent so
     made = [p for p in (final, *final.parents) if not p.exists()]  # the folders this call would make
     final.parent.mkdir(parents=True, exist_ok=True)
