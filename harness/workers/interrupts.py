@@ -75,7 +75,8 @@ def _taken(sig: int, previous: Any, defaults: bool) -> bool:
     with `defaults`, where they would end the process at once (a run from the Python API)."""
     if sig == signal.SIGINT:
         return callable(previous)
-    return previous is as_ctrl_c or (defaults and previous == signal.SIG_DFL)
+    ours = previous is as_ctrl_c or getattr(previous, "stops_as_ctrl_c", False)  # an outer block's
+    return ours or (defaults and previous == signal.SIG_DFL)
 
 
 @contextmanager
@@ -104,8 +105,14 @@ def held() -> Iterator[None]:
     raised."""
     came: list[int] = []
     previous: dict[int, Any] = {}
+
+    def hold(signum: int, frame: Any) -> None:
+        came.append(signum)
+
+    # a held block inside takes it over, as it does an outer one's
+    hold.stops_as_ctrl_c = True  # type: ignore[attr-defined]
     try:
-        with _handler(lambda signum, frame: came.append(signum)) as previous:
+        with _handler(hold) as previous:
             yield
     finally:  # put back first: the handler it is delivered to is the one in place again
         if came and came[0] in previous:
@@ -128,5 +135,7 @@ def first_only() -> Iterator[list[int]]:
         if len(came) == 1:
             raise KeyboardInterrupt
 
+    # a held block inside takes it over
+    handler.stops_as_ctrl_c = True  # type: ignore[attr-defined]
     with _handler(handler, defaults=True):
         yield came

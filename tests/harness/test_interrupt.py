@@ -96,6 +96,30 @@ def test_held_delivers_a_ctrl_c_after_the_block_and_first_only_drops_the_later_o
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_are_held_and_dropped_as_ctrl_c_is_within_a_run(signame):
+    """Where they would end the process at once, a run (first_only) takes SIGTERM and SIGHUP as Ctrl-C: the
+    first raises, one inside a held block (a row being written, a worker being killed) comes after it,
+    later ones are dropped; both are put back after; the command line's exit status names the first."""
+    sig = getattr(signal, signame)
+    before = signal.signal(sig, signal.SIG_DFL)
+    try:
+        done = []
+        interrupts.STOPPED.clear()
+        with interrupts.first_only() as came:
+            with pytest.raises(KeyboardInterrupt):
+                with interrupts.held():
+                    os.kill(os.getpid(), sig)
+                    done.append("the rest of the block")
+            os.kill(os.getpid(), sig)  # the second: dropped
+        assert done == ["the rest of the block"] and came == [sig, sig]
+        assert signal.getsignal(sig) == signal.SIG_DFL and interrupts.stop_signal() == sig
+        interrupts.STOPPED.clear()
+    finally:
+        signal.signal(sig, before)
+
+
 def _script(body: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`body` run by a fresh interpreter (`python -c` in the checkout: this checkout's attnbench) with
     Ctrl-C's default handling; a process still there after `timeout` (waiting for a stopped worker, say) is
