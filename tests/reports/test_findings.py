@@ -41,7 +41,8 @@ def crossover_report(tmp_path_factory):
 
 
 def _sentences(rep) -> list[str]:
-    (panel,) = rep.findings.panels
+    """The one panel's sentences of a rendered report, or of findings_of's findings (no figures drawn)."""
+    (panel,) = getattr(rep, "findings", rep).panels
     return list(panel.sentences)
 
 
@@ -74,7 +75,7 @@ def test_no_memory_wall_is_read_off_a_memory_fit_too_uncertain_to_say(tmp_path):
         rows.append(synthetic.cell("wild", n, time_ms=x**2, peak_mem_bytes=int(2**20 * x * noise)))
         rows.append(synthetic.cell("naive", n, time_ms=x**2, peak_mem_bytes=int(2**20 * x**2)))
     run = synthetic.write_run(tmp_path / "run", rows, memory_bytes=2 * synthetic.GIB)
-    text = " ".join(_sentences(render(prepare([run]), tmp_path / "report")))
+    text = " ".join(_sentences(findings_of(prepare([run]))))
     # its time says something, its memory nothing: the sentence leaves the memory out
     wild = text.split("wild: ")[1].split(". ")[0]
     assert wild.startswith("time grows as") and "memory" not in wild, text
@@ -112,9 +113,7 @@ def test_an_exponent_without_a_ci_names_no_growth(tmp_path):
         for v, ts in times.items()
         for n, t in zip((256, 512), ts, strict=True)
     ]
-    text = " ".join(
-        _sentences(render(prepare([synthetic.write_run(tmp_path / "run", rows)]), tmp_path / "r"))
-    )
+    text = " ".join(_sentences(findings_of(prepare([synthetic.write_run(tmp_path / "run", rows)]))))
     assert "Time's growth not measured (see the scaling table) for: naive and blk (two N each)." in text, text
     assert "grows as" not in text and "N^" not in text, text
     assert "Memory wall" not in text, text  # nor a wall read off a memory fit through two points
@@ -139,7 +138,7 @@ def test_a_tie_names_a_variant_only_at_the_n_where_it_ran_ok(tmp_path):
     with m_raises an error at 256: a variant at the front at only some N of the stretch is named with
     those N."""
     rows = _ran_until("z", 128, {n: {"x": n / 100, "y": n / 100, "z": n / 100} for n in (128, 256)})
-    (first, *_) = _sentences(render(prepare([synthetic.write_run(tmp_path / "r", rows)]), tmp_path / "o"))
+    (first, *_) = _sentences(findings_of(prepare([synthetic.write_run(tmp_path / "r", rows)])))
     assert (
         first == "y and x cannot be told apart at every N measured, 128 to 256 (with them: z at N = 128)."
     ), first
@@ -151,7 +150,7 @@ def test_a_crossover_names_only_variants_ranked_on_both_sides_of_it(tmp_path):
     rows = _ran_until(
         "gone", 256, {256: {"a": 1.0, "gone": 1.0, "b": 1.5}, 512: {"a": 8.0, "b": 4.0, "gone": 0}}
     )
-    text = _sentences(render(prepare([synthetic.write_run(tmp_path / "r", rows)]), tmp_path / "o"))
+    text = _sentences(findings_of(prepare([synthetic.write_run(tmp_path / "r", rows)])))
     assert "Crossover between N = 256 and 512: b takes the lead from a." in text, text
 
 
@@ -204,7 +203,7 @@ def test_a_gpu_run_says_none_throttled(tmp_path):
     """Where rows record the clock (a GPU's telemetry: `throttled`), a clean Trust line says none throttled;
     where none does (a CPU), it claims nothing of a clock it never read."""
     run = synthetic.write_run(tmp_path / "run", _crossover_rows(speed_tflops=1.0, throttled=False))
-    trust = render(prepare([run]), tmp_path / "report").findings.trust[0]
+    trust = findings_of(prepare([run])).trust[0]
     assert "none is suspect, drifted, throttled, noisy or wrong" in trust
 
 
@@ -212,7 +211,7 @@ def test_a_run_without_speed_probes_says_drift_was_not_measured(tmp_path):
     """A run made before the speed probe was never judged for drift: its Trust line said "none is ...
     drifted"; it says drift was not measured, and names the cells where only some were probed."""
     run = synthetic.write_run(tmp_path / "run", _crossover_rows(), memory_bytes=2 * synthetic.GIB)
-    trust = render(prepare([run]), tmp_path / "report").findings.trust[0]
+    trust = findings_of(prepare([run])).trust[0]
     assert trust == (
         "Trust: 12 of 12 cells ran ok; none is suspect, noisy or wrong, and none errored, "
         "crashed or timed out; drift was not measured (no speed probes in this run)."
@@ -221,7 +220,7 @@ def test_a_run_without_speed_probes_says_drift_was_not_measured(tmp_path):
     for r in rows[3:]:
         r["speed_tflops"] = 1.0
     run = synthetic.write_run(tmp_path / "some", rows, memory_bytes=2 * synthetic.GIB)
-    trust = render(prepare([run]), tmp_path / "some-report").findings.trust[0]
+    trust = findings_of(prepare([run])).trust[0]
     assert "drifted" in trust and trust.endswith("; drift was not measured on 3 of them (no speed probe).")
 
 
@@ -231,8 +230,8 @@ def test_a_run_in_rounds_or_of_one_variant_has_no_one_visit_sentence(tmp_path):
     rounds = synthetic.rows_in_rounds({"naive": 1.0, "chunked": 1.5}, seed=3)
     alone = [r for r in _crossover_rows() if r["variant"] == "naive"]
     for name, rows in (("rounds", rounds), ("alone", alone)):
-        rep = render(prepare([synthetic.write_run(tmp_path / name, rows)]), tmp_path / f"{name}-report")
-        assert not any("fewer than 3 visits" in t for t in rep.findings.trust), name
+        found = findings_of(prepare([synthetic.write_run(tmp_path / name, rows)]))
+        assert not any("fewer than 3 visits" in t for t in found.trust), name
 
 
 def test_a_busy_run_counts_its_flags_and_says_what_to_do(tmp_path):

@@ -270,6 +270,8 @@ def test_a_report_says_a_skipped_row_once_and_names_it_in_its_findings(tmp_path)
 
     from conftest import DATA, run_cli
 
+    from attnbench.results.store import RowWarning, read_rows
+
     for where in ("middle", "end"):
         path = tmp_path / where
         shutil.copytree(DATA / "runs" / "cpu-small", path)
@@ -282,6 +284,11 @@ def test_a_report_says_a_skipped_row_once_and_names_it_in_its_findings(tmp_path)
         line = 4 if where == "middle" else len(rows)
         why = "corrupt: not the last line, so no torn write" if where == "middle" else "torn write?"
         said = f"{path / 'rows.jsonl'}:{line}: skipped an unreadable row ({why})"
+        with pytest.warns(RowWarning) as caught:
+            read_rows(path)
+        assert [str(w.message) for w in caught] == [said]
+        if where == "end":
+            continue  # the whole report once, for the middle line: its page and its one warning
         p = run_cli("report", str(path), "--out", str(tmp_path / f"rep-{where}"), check=True)
         assert [ln for ln in p.stderr.splitlines() if "warning" in ln] == [f"attnbench: warning: {said}"]
         readme = (tmp_path / f"rep-{where}" / "README.md").read_text().replace("\\_", "_")
