@@ -6,7 +6,8 @@
   approximation's bound as `approximate` and the cell's trust flags, TRUST: `drift` with its
   `speed_factor`, `noisy`, `suspect` with its `suspect_reason`, `throttled`, as results.load derives them),
   `model` (the variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate
-  medians) and `runners` (where it ran: host, device, GPU name, torch version, commit from meta.json).
+  medians) and `runners` (where it ran: host, device, GPU name, torch version, commit and code sha256 from
+  meta.json).
   The table's schema (pytorch/test-infra's oss_ci_benchmark_v3 schema.sql) declares every extra_info a
   Map(String, String) and a runner's gpu_info a String: their values are written as text ('64', '0.9',
   'true', and '' for a runner without a GPU).
@@ -117,7 +118,11 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
             "extra_info": _texts(
                 {
                     k: fingerprint[key]
-                    for k, key in (("torch", "torch"), ("commit", "git_commit"))
+                    for k, key in (
+                        ("torch", "torch"),
+                        ("commit", "git_commit"),
+                        ("code_sha256", "code_sha256"),
+                    )
                     if fingerprint.get(key) is not None
                 }
             ),

@@ -60,10 +60,16 @@ def test_a_version_the_run_did_not_record_is_left_out_of_the_hud_runner(tmp_path
     meta = json.loads((run / "meta.json").read_text())
     del meta["fingerprint"]["torch"]
     meta["fingerprint"]["git_commit"] = None
+    meta["fingerprint"].pop("code_sha256", None)
     (run / "meta.json").write_text(json.dumps(meta))
     (run / "written.json").unlink(missing_ok=True)  # the edit is ours, not a forgery
     records = json.loads(run_cli("export", str(run), "--format", "hud", check=True).stdout)
     assert records and all(r["runners"][0]["extra_info"] == {} for r in records)
+    # a pip install of a folder records no commit but its code's sha256: what tells two installs apart
+    meta["fingerprint"]["code_sha256"] = "0123456789abcdef"
+    (run / "meta.json").write_text(json.dumps(meta))
+    records = json.loads(run_cli("export", str(run), "--format", "hud", check=True).stdout)
+    assert all(r["runners"][0]["extra_info"] == {"code_sha256": "0123456789abcdef"} for r in records)
 
 
 def test_hud_records_are_of_the_types_the_huds_table_declares(rows):
