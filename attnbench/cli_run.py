@@ -409,18 +409,12 @@ def _complete(args: argparse.Namespace, forced: bool) -> int | None:
     worker and writes nothing. `collect`'s is forced: a run with nothing left is complete whatever machine
     asks (one with cells left is refused by the resume itself); `run --resume` on another set-up is refused
     as before unless --force-resume."""
-    from attnbench.harness.run.runner import probe_written, run
-    from attnbench.results.store import read_rows, shard_rows_to_add
+    from attnbench.harness.run.runner import complete_cells, run
 
     dry = argparse.Namespace(**{**vars(args), "dry_run": True, "force_resume": forced or args.force_resume})
     with bad_input():
         planned = run(request_of(dry)).forecast
-    path = Path(args.out)
-    if planned.done < planned.cells or not probe_written(path):
-        return None
-    # a shard row to merge, or one that came back twice (collect says so): there is something to collect
-    shard_rows, twice = shard_rows_to_add(path, {r["cell_id"]: r for r in read_rows(path)})
-    return None if shard_rows or twice else planned.cells
+    return complete_cells(Path(args.out), planned)
 
 
 def add_collect(sub) -> None:

@@ -36,7 +36,15 @@ from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift, integrity
 from attnbench.results.formulas import where_key
-from attnbench.results.store import SHIPPED, is_run_dir, is_unstarted, no_room, read_meta, read_rows
+from attnbench.results.store import (
+    SHIPPED,
+    is_run_dir,
+    is_unstarted,
+    no_room,
+    read_meta,
+    read_rows,
+    shard_rows_to_add,
+)
 from attnbench.variants import shipped
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -216,9 +224,12 @@ def run(
     with interrupts.first_only(), contextlib.ExitStack() as held:
         try:
             start, chosen_executor, packed = _checked(request)
+            done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
             if request.dry_run:
-                done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
                 return RunSummary(path=path, forecast=forecast(start, done))
+            cells = complete_cells(path, forecast(start, done)) if resume else None
+            if cells is not None:  # no worker started, nothing written (the CLI says so before it gets here)
+                return RunSummary(path=path, resumed=cells, notes=[f"nothing to resume: {path} is complete"])
             # what the executor needs that can still fail (a private Ray cluster), before anything is written
             held.enter_context(chosen_executor.session())
             fresh = not path.exists()
@@ -557,6 +568,16 @@ def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress:
     numerics = _numerics(start.sweep, start.names, local)
     writer.write_json(NUMERICS_FILE, numerics)
     return _probe_notes(numerics["probe"])
+
+
+def complete_cells(path: Path, planned: estimate.Forecast) -> int | None:
+    """The number of cells of the run at `path` where a resume has nothing left to do (every cell `planned`
+    has its row, no shard holds a row to merge or to name twice, its numerics probe is written), else None:
+    `run --resume`, `collect` and attnbench.run(resume=True) then start no worker and write nothing."""
+    if planned.done < planned.cells or not probe_written(path):
+        return None
+    shard_rows, twice = shard_rows_to_add(path, {r["cell_id"]: r for r in read_rows(path)})
+    return None if shard_rows or twice else planned.cells
 
 
 def probe_written(path: Path) -> bool:

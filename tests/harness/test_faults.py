@@ -450,3 +450,8 @@ def test_a_resume_takes_a_lower_cell_timeout_and_a_complete_run_starts_nothing(t
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == f"nothing to resume: {out} is complete (4 cells)"
     assert len((out / "resumes.jsonl").read_text().splitlines()) == 1 and log.stat().st_size == size
+    import attnbench
+
+    again = attnbench.run(out=out, resume=True, progress=False)  # the API alike: it started a worker
+    assert again.resumed == 4 and again.counts == {"ok": 3, "timeout": 1}
+    assert len((out / "resumes.jsonl").read_text().splitlines()) == 1 and log.stat().st_size == size
