@@ -324,7 +324,13 @@ def _scan(p: Path, *, rows: bool = True) -> tuple[list[tuple[int, dict[str, Any]
     if not p.is_file():
         return [], []
     with p.open("rb") as fh:
-        lines = fh.readlines()
+        return _scan_lines(p, fh.readlines(), rows=rows)
+
+
+def _scan_lines(
+    p: Path, lines: list[bytes], *, rows: bool = True
+) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """_scan of the lines of `p` already read."""
     last = max((i for i, raw in enumerate(lines, 1) if raw.strip()), default=0)
     out, skipped = [], []
     for lineno, raw in enumerate(lines, 1):
@@ -354,8 +360,8 @@ def readable_bytes(p: Path) -> bytes:
     if not p.is_file():
         return b""
     with p.open("rb") as fh:
-        lines = fh.readlines()  # the lines _scan numbers
-    drop = {lineno for lineno, _said in _scan(p)[1]}
+        lines = fh.readlines()  # read once: the lines _scan_lines numbers
+    drop = {lineno for lineno, _said in _scan_lines(p, lines)[1]}
     return b"".join(raw for i, raw in enumerate(lines, 1) if i not in drop)
 
 

@@ -112,19 +112,23 @@ def _writer_tag(pid: int) -> str:
     """'HOST-PID-START': the machine (a hash of its name: a shared file system), the process and when it
     started (the kernel's clock ticks since boot, from /proc; 0 elsewhere), so that a pid used again by
     another process is not taken for the writer."""
-    host = zlib.crc32(socket.gethostname().encode()) & 0xFFFFFF
     try:
         start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         start = "0"
-    return f"{host:06x}-{pid}-{start}"
+    return f"{_host_tag()}-{pid}-{start}"
+
+
+def _host_tag() -> str:
+    """This machine in a temporary folder's name: a hash of its host name (a shared file system)."""
+    return f"{zlib.crc32(socket.gethostname().encode()) & 0xFFFFFF:06x}"
 
 
 def _remove_abandoned(final: Path) -> None:
     """Remove the temporary folders of `final` whose writer is gone: a report or site stopped by kill -9
     (or the OOM killer) before it could remove its own. Only those this machine's processes made, each
     checked by pid and start time (_writer_tag); one of another machine, or of a live writer, is kept."""
-    host = _writer_tag(0).split("-")[0]
+    host = _host_tag()
     found = [*final.parent.glob(f".{glob.escape(final.name)}.partial-{host}-*")]
     if final.is_dir():
         found += final.glob(f".partial-{host}-*")
