@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 from attnbench.results import breaks
 from attnbench.results.formulas import counted
+from attnbench.results.identity import short_hash
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
 from attnbench.results.store import is_run_dir
@@ -559,7 +560,7 @@ def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Tab
                 str(number[r["run_key"]]),
                 run_cell(str(r["run_id"]), r["path"], reports),
                 str(r["created"])[:19],
-                str(r["git_commit"] or "?")[:12],
+                short_hash(r["git_commit"]),
                 str(r["torch"] or "?"),
                 str(cells),
             )

@@ -56,3 +56,18 @@ def test_runs_that_recorded_no_commit_are_told_apart_by_their_code_never_called_
     said = steps_text.describe(step)
     assert f"; code_sha256 {'aaaa' * 4} -> {'bbbb' * 4}; " in said and "same" not in said
     assert step.changed() == {"code_sha256": ("aaaa" * 4, "bbbb" * 4)}
+
+
+def test_commits_and_code_hashes_are_said_short_in_steps_and_in_compare_s_set_up_line():
+    """A 40-character commit reads as its first 10 characters and a sha256 as its first 12, in a step's
+    words and in compare's 'set-up differs' line alike (the line printed whole hashes while history's steps
+    printed short ones); a value that is no hash is said as it is."""
+    from attnbench.results.identity import diff_text, short_hash
+
+    commit, sha = "1a2b3c4d5e" * 4, "c0de" * 16
+    assert (short_hash(commit), short_hash(commit + "-dirty")) == ("1a2b3c4d5e", "1a2b3c4d5e-dirty")
+    assert (short_hash(sha), short_hash(None), short_hash("2.13.0")) == ("c0dec0dec0de", "?", "2.13.0")
+    (step,) = steps.find(_series(LEVELS, code_sha256=[sha] * 3 + ["b" * 64] * 6))
+    assert "; code_sha256 c0dec0dec0de -> bbbbbbbbbbbb; " in steps_text.describe(step)
+    said = diff_text({"git_commit": [commit, "f" * 40], "torch": ["2.12.0", "2.13.0"]})
+    assert said == "git_commit 1a2b3c4d5e -> ffffffffff, torch 2.12.0 -> 2.13.0"
