@@ -199,7 +199,8 @@ def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any]]) -> list[str]:
         runs = (meta.get("runset") or {}).get("runs")
         for run in runs or [path]:
             records = results.scalar_records(results.load(run) if runs else rows)
-            if _unprobed(records):
+            missed, ok = drift.unprobed(records)
+            if ok and missed == ok:
                 out.append(
                     f"run {side} ({run}) has no speed probes (made before them): whether the machine "
                     "drifted during it was not measured, so a cell timed while the machine slowed reads as "
@@ -213,14 +214,6 @@ def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any]]) -> list[str]:
                 "machine's rather than the code's"
             )
     return out
-
-
-def _unprobed(records: list[dict[str, Any]]) -> bool:
-    """Whether a run has ok cells and none of them a speed probe (results.load: speed_factor NA)."""
-    import pandas as pd
-
-    ok = [r for r in records if r.get("status") == "ok"]
-    return bool(ok) and all(pd.isna(r.get("speed_factor")) for r in ok)
 
 
 # the settings that decide how a cell is sampled (its meta.json's sweep settings), as their flags name them

@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 from attnbench.results import breaks
 from attnbench.results.formulas import counted
+from attnbench.results.identity import short_hash
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
 from attnbench.results.store import is_run_dir
@@ -559,12 +560,21 @@ def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Tab
                 str(number[r["run_key"]]),
                 run_cell(str(r["run_id"]), r["path"], reports),
                 str(r["created"])[:19],
-                str(r["git_commit"] or "?")[:12],
+                _code_text(r.get("git_commit"), r.get("code_sha256")),
                 str(r["torch"] or "?"),
                 str(cells),
             )
         )
-    return Table(("#", "run (its report)", "made", "commit", "torch", "cells"), tuple(rows))
+    return Table(("#", "run (its report)", "made", "code", "torch", "cells"), tuple(rows))
+
+
+def _code_text(commit: Any, sha: Any) -> str:
+    """The code a run was measured with: its commit, else its code's sha256 (a `pip install` of a folder
+    records no commit), else '?'."""
+    known = [v for v in (commit, sha) if isinstance(v, str) and v]
+    if not known:
+        return "?"
+    return ("" if known[0] is commit else "sha256 ") + short_hash(known[0])
 
 
 # ---- across machines -------------------------------------------------------------------------------

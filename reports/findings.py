@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results.drift import own_spread, steady
+from attnbench.results.drift import own_spread, steady, unprobed
 from attnbench.results.formulas import bytes_text, wrap_text
 from attnbench.results.visits import blind_lead_text
 
@@ -583,7 +583,7 @@ def _unprobed_text(ok, runs: int) -> tuple[str | None, bool]:
     """The words for ok cells that no speed probe judged (results.load leaves their `drift` NA: runs made
     before the probe): drift was not measured on them, which is not "none drifted" (None where every ok
     cell was probed); and whether any ok cell was."""
-    n = int(ok["drift"].isna().sum()) if "drift" in ok.columns else len(ok)
+    n, _ = unprobed(ok.reindex(columns=["status", "speed_factor"]).to_dict("records"))
     if not n:
         return None, True
     if n == len(ok):

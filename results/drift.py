@@ -38,6 +38,18 @@ def drifted_cells(rows: list[dict[str, Any]]) -> set[str]:
     return {r["cell_id"] for r, f in zip(rows, speed_factors(rows), strict=True) if drifted(f)}
 
 
+def unprobed(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """(ok rows that no speed probe judged, ok rows) of rows as results.load gives them (speed_factor NA):
+    a run made before the probes has all its ok rows unprobed, and its drift was not measured, which is not
+    "none drifted". The one rule that compare and the report's trust line say it by."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    return sum(not _finite(r.get("speed_factor")) for r in ok), len(ok)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 

@@ -34,10 +34,24 @@ def identity_diff(recorded: dict[str, Any], current: dict[str, Any]) -> dict[str
     }
 
 
+def short_hash(value: Any) -> str:
+    """A commit as its first 10 characters (and -dirty), a sha256 as its first 12, anything else as it is;
+    '?' when not recorded: how every line that names the code a run was measured with says it."""
+    if value is None:
+        return "?"
+    text = str(value)
+    head, dirty = (text[:-6], "-dirty") if text.endswith("-dirty") else (text, "")
+    if len(head) in (40, 64) and all(c in "0123456789abcdef" for c in head):
+        return head[: 10 if len(head) == 40 else 12] + dirty
+    return text
+
+
 def diff_text(diff: dict[str, list[Any]]) -> str:
-    """'torch 2.12.0 -> 2.13.0, hosts a -> b' for one line of an error."""
+    """'torch 2.12.0 -> 2.13.0, hosts a -> b' for one line of an error (commits and hashes short_hash)."""
 
     def text(v: Any) -> str:
-        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+        if isinstance(v, list):
+            return ",".join(map(str, v))
+        return "None" if v is None else short_hash(v)  # None is a value here (a variable not set)
 
     return ", ".join(f"{k} {text(old)} -> {text(new)}" for k, (old, new) in diff.items())

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .formulas import counted
+from .identity import short_hash
 from .steps import CALIBRATION_MOVED, Step
 from .ttest import MIN_REPLICATES
 
@@ -64,14 +65,6 @@ _FRAME_COLUMNS = (
 )  # fmt: skip
 
 
-def _short(value: str | None) -> str:
-    """A commit as its first 10 characters (and -dirty), anything else as it is; '?' when not recorded."""
-    if value is None:
-        return "?"
-    head, dirty = (value[:-6], "-dirty") if value.endswith("-dirty") else (value, "")
-    return head[:10] + dirty if len(head) == 40 and all(c in "0123456789abcdef" for c in head) else value
-
-
 def describe(step: Step) -> str:
     """One line for a step: the series, its size and interval (and what it is judged against, where its own
     segment before it is too short), the first run after it, what changed across it and near it, and the
@@ -88,7 +81,7 @@ def describe(step: Step) -> str:
     when = (step.after.get("created") or "?")[:10]
     where = f"at run {step.after.get('run_id')} ({when}; run {step.at + 1} of {step.runs})"
     if step.first[0] != step.first[1] and step.since and step.until:  # the noise allows more than one run
-        since, until = (_short(s.get("git_commit")) for s in (step.since, step.until))
+        since, until = (short_hash(s.get("git_commit")) for s in (step.since, step.until))
         bisect = (
             f" (bisect commits {since}..{until})" if since != until else ""
         )  # one commit: nothing to bisect
@@ -118,7 +111,7 @@ def same_code(before: dict[str, Any], after: dict[str, Any]) -> str:
     if before.get("git_commit") is not None:
         return "same commit"
     if before.get("code_sha256") is not None:
-        return f"same code (sha256 {before['code_sha256']})"
+        return f"same code (sha256 {short_hash(before['code_sha256'])})"
     return "commit ? -> ?"
 
 
@@ -126,7 +119,7 @@ def changes(changed: dict[str, tuple[Any, Any]]) -> list[str]:
     """What changed (Step.changed), in words: 'commit 1a2b3c4d5e -> 9f8e7d6c5b', 'torch 2.13.0 -> 2.14.0',
     '?' for a value not recorded."""
     return [
-        f"commit {_short(a)} -> {_short(b)}" if k == "git_commit" else f"{k} {a or '?'} -> {b or '?'}"
+        f"{'commit' if k == 'git_commit' else k} {short_hash(a)} -> {short_hash(b)}"
         for k, (a, b) in changed.items()
     ]
 

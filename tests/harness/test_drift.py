@@ -16,6 +16,7 @@ from attnbench import results
 from attnbench.harness.measure import fingerprint
 from attnbench.harness.measure.calibrate import speed_probe
 from attnbench.reports.render import prepare, render
+from attnbench.results import drift
 
 
 def test_the_probe_measures_a_matmul():
@@ -41,6 +42,10 @@ def test_rows_without_a_probe_are_not_flagged(tmp_path):
     rows = [synthetic.cell("naive", n, time_ms=1.0) for n in (256, 512)]
     df = results.load(synthetic.write_run(tmp_path / "run", rows))
     assert df["drift"].isna().all() and df["speed_factor"].isna().all()  # not judged: NA, not False
+    # compare and the report's trust line count them by the one rule: 2 of 2 ok rows unprobed
+    assert drift.unprobed(results.scalar_records(df)) == (2, 2)
+    probed = [dict(r, speed_factor=1.0) for r in results.scalar_records(df)]
+    assert drift.unprobed(probed + [dict(probed[0], status="error", speed_factor=None)]) == (0, 2)
 
 
 def test_every_measured_row_of_a_real_run_carries_its_probe(carried_run):

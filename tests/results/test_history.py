@@ -15,6 +15,7 @@ from conftest import DATA
 from synthetic import run_series
 
 from attnbench.results import history, steps, steps_text
+from attnbench.results.identity import short_hash
 from attnbench.results.store import RowWarning, RunDirError
 
 BASE = DATA / "runs" / "cpu-small"
@@ -228,7 +229,7 @@ def test_a_step_the_noise_cannot_pin_to_one_run_says_the_runs_and_commits_to_bis
     s = found[0]
     assert s.since["run_id"] == "20261007-030000-synth" and s.until["run_id"] == "20261009-030000-synth"
     line = steps_text.describe(s)
-    commits = f"{steps_text._short(s.since['git_commit'])}..{steps_text._short(s.until['git_commit'])}"
+    commits = f"{short_hash(s.since['git_commit'])}..{short_hash(s.until['git_commit'])}"
     assert f", or any run from 8 to 9 (bisect commits {commits})" in line
     one_commit = dataclasses.replace(s, until={**s.until, "git_commit": s.since["git_commit"]})
     line = steps_text.describe(one_commit)  # the runs measured one commit: nothing to bisect

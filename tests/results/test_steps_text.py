@@ -56,3 +56,41 @@ def test_runs_that_recorded_no_commit_are_told_apart_by_their_code_never_called_
     said = steps_text.describe(step)
     assert f"; code_sha256 {'aaaa' * 4} -> {'bbbb' * 4}; " in said and "same" not in said
     assert step.changed() == {"code_sha256": ("aaaa" * 4, "bbbb" * 4)}
+
+
+def test_commits_and_code_hashes_are_said_short_in_steps_and_in_compare_s_set_up_line():
+    """A 40-character commit reads as its first 10 characters and a sha256 as its first 12, in a step's
+    words and in compare's 'set-up differs' line alike (the line printed whole hashes while history's steps
+    printed short ones); a value that is no hash is said as it is."""
+    from attnbench.results.identity import diff_text, short_hash
+
+    commit, sha = "1a2b3c4d5e" * 4, "c0de" * 16
+    assert (short_hash(commit), short_hash(commit + "-dirty")) == ("1a2b3c4d5e", "1a2b3c4d5e-dirty")
+    assert (short_hash(sha), short_hash(None), short_hash("2.13.0")) == ("c0dec0dec0de", "?", "2.13.0")
+    (step,) = steps.find(_series(LEVELS, code_sha256=[sha] * 3 + ["b" * 64] * 6))
+    assert "; code_sha256 c0dec0dec0de -> bbbbbbbbbbbb; " in steps_text.describe(step)
+    said = diff_text({"git_commit": [commit, "f" * 40], "torch": ["2.12.0", "2.13.0"]})
+    assert said == "git_commit 1a2b3c4d5e -> ffffffffff, torch 2.12.0 -> 2.13.0"
+
+
+def test_the_dashboard_s_runs_table_names_a_pip_install_s_code_by_its_sha256():
+    """A run with no commit recorded (a `pip install` of a folder) is told apart by its code's sha256 in the
+    published runs table, not shown as '?' beside another install's '?'."""
+    import pandas as pd
+
+    from attnbench.reports.dashboard import runs_table
+
+    runs = pd.DataFrame(
+        {
+            "run_key": ["a", "b", "c"],
+            "run_id": ["ra", "rb", "rc"],
+            "path": ["/x/ra", "/x/rb", "/x/rc"],
+            "created": ["2026-12-01T00:00:00"] * 3,
+            "git_commit": ["1a2b3c4d5e" * 4, None, None],
+            "code_sha256": ["c0de" * 16, "beef" * 16, None],
+            "torch": ["2.13.0"] * 3,
+        }
+    )
+    table = runs_table(runs, pd.DataFrame({"run_key": ["a", "b"]}), {"a": 1, "b": 2, "c": 3}, {})
+    assert table.headers[3] == "code"
+    assert [row[3] for row in table.rows] == ["1a2b3c4d5e", "sha256 beefbeefbeef", "?"]
