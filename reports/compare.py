@@ -24,10 +24,15 @@ DEFAULT_ALPHA = judge.ALPHA  # --alpha changes it
 def change_text(ratio: float, significant: bool | None, judged: judge.Judged | None = None) -> str:
     """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not; a ratio
     that shows as 1.00x either way reads 'no change (1.00x)'. A significant change the judge calls
-    'ambiguous' (CI excluding 1, not past the run-to-run or visit-to-visit floor) or 'same' says so."""
+    'ambiguous' (CI excluding 1, not past the run-to-run or visit-to-visit floor) or 'same' says so. Where
+    the cell's medians point the other way (judge.disagreement), it says that instead of a direction, so
+    that the change never reads one way beside the gate's medians reading the other."""
     if not math.isfinite(ratio) or ratio <= 0:
         return "n/a"
-    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
+    apart = judge.disagreement(judged) if judged is not None else ""
+    if apart:
+        word = apart
+    elif f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
         word = "no change (1.00x)"
     else:
         word = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
@@ -40,7 +45,7 @@ def change_text(ratio: float, significant: bool | None, judged: judge.Judged | N
         return f"{word}, ambiguous" + (f" ({words})" if words else "")
     if judged is not None and judged.verdict == "same" and not word.startswith("no change"):
         return f"{word}, {judge.verdict_words(judged) or 'same (within the tolerance)'}"
-    return word
+    return f"{word}; judged {judged.verdict} by the test" if apart and judged is not None else word
 
 
 @dataclass
@@ -490,7 +495,9 @@ def cell_table(cmp: Comparison) -> pg.Table:
         f"A ms, B ms: the geometric mean of each side's {level}s judged (B's rescaled by --normalize, "
         "relative to the control with --control; a cell not judged: its median), what B/A is the ratio of "
         "(>1: B slower), with its 95% CI, and what the change says in words; p the cell's test, p_holm "
-        f"Holm-adjusted over the cells judged; verdicts and the gate by the rule below{gate}.",
+        f"Holm-adjusted over the cells judged; verdicts and the gate by the rule below{gate}. A change that "
+        f"reads 'medians and {level}s disagree (M vs G)' has no direction: B/A by the medians is M and by "
+        "the geometric means G, one above 1 and the other below.",
     )
 
 

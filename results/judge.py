@@ -42,7 +42,8 @@ visits do not show what moves between runs.
    control's median on each side, in A's units, where the cell was judged relative to it. The verdict is
    the judge's (its ratio of geometric means), the size is the STAT's. In a blind comparison the floor
    takes Holm's place: a cell 'slower' there cleared the largest ratio identical runs showed. A cell ok in
-   A and wrong, error, crashed or timeout in B fails whatever the statistics.
+   A and wrong, error, crashed or timeout in B fails whatever the statistics. A cell whose medians point
+   the other way from its ratio names no direction: `disagreement` says so, with both ratios.
 
 `Judgement.rule` is this, filled in for one comparison: the one text a compare page and terminal print.
 `history check`'s gate judges a step by the same test and Holm (results.steps: the runs after it against
@@ -82,30 +83,16 @@ from .ttest import (  # noqa: F401 (the tests, part of the judge's word)
     welch_test,
 )
 from .ttest import logs as ttest_logs
-from .verdicts import holm_verdict  # Holm's rule for a family's verdict (a blind cell: the floor's)
+from .verdicts import (  # a cell's verdict, Holm's step-down and Holm's rule for a family's verdict
+    TOLERANCE,
+    holm,
+    holm_verdict,
+    verdict,
+)
 
-TOLERANCE = 0.02  # a ratio whose CI stays within ±2% of 1 is 'same' (without a relative --fail-above)
 LEVELS = ("run", "visit", "sample")  # coarsest first
 VERDICTS = ("faster", "slower", "same", "ambiguous")
 BROKEN = ("wrong", "error", "crashed", "timeout")  # ok in A and one of these in B fails the gate
-
-
-def verdict(test: Test, *, tolerance: float = TOLERANCE, alpha: float = ALPHA, unseen: float = 0.0) -> str:
-    """same, slower, faster or ambiguous (module docstring, 5 to 7); `unseen` is the spread the evidence
-    cannot see (a blind comparison's floor, the visit-to-visit floor of samples of few visits), which the
-    ratio must clear as well: each floor is the largest ratio identical code showed as measured."""
-    lo, hi = math.exp(test.low), math.exp(test.high)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "ambiguous"
-    band = same_band(tolerance, unseen)
-    if band > 1 and 1 / band <= lo and hi <= band:
-        return "same"  # practically equal, even where a huge sample makes a 1% shift significant
-    significant = math.isfinite(test.p) and test.p < alpha
-    if significant and lo > 1 and test.ratio > 1 + unseen:
-        return "slower"
-    if significant and hi < 1 and test.ratio < 1 / (1 + unseen):  # as far below 1, in log terms
-        return "faster"
-    return "ambiguous"
 
 
 def verdict_words(j: Judged) -> str:
@@ -125,16 +112,21 @@ def verdict_words(j: Judged) -> str:
     return "; ".join(words)
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given: the i-th smallest of the m finite ones times
-    (m - i + 1), made monotone, at most 1; NaN stays NaN and is not counted in m."""
-    finite = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
-    out = [math.nan] * len(p_values)
-    running = 0.0
-    for rank, (p, i) in enumerate(finite):
-        running = max(running, min(1.0, p * (len(finite) - rank)))
-        out[i] = running
-    return out
+def _direction(ratio: float) -> int:
+    """1 slower, -1 faster, 0 where a ratio shows as 1.00x either way or is none (compare's change text)."""
+    if not (math.isfinite(ratio) and ratio > 0) or f"{ratio:.2f}" == f"{1 / ratio:.2f}" == "1.00":
+        return 0
+    return 1 if ratio > 1 else -1
+
+
+def disagreement(j: Judged) -> str:
+    """The words a cell says in place of a direction where its medians (each side's time_ms_median: what
+    run and report show and the gate's median:N% sizes) point the other way from the ratio judged (of the
+    geometric means of its replicates); '' where they agree. A heavy tail, or one slow visit of three, can
+    set them apart (trial L: B/A 1.46 by the geometric means of the visits, 0.58 by the medians)."""
+    if _direction(j.ratio) * _direction(j.median_ratio) >= 0:
+        return ""
+    return f"medians and {j.level}s disagree ({j.median_ratio:.2f} vs {j.ratio:.2f})"  # B/A each, as named
 
 
 # ---- what is judged ----------------------------------------------------------------------------------------
@@ -282,6 +274,8 @@ class Judged:
     control_ratio: float = math.nan  # the control's B/A at this shape, where it divided this cell
     regression: bool = False
     why: str = ""
+    level: str = ""  # the level its replicates were judged at (run, visit, sample)
+    median_ratio: float = math.nan  # the gate's median:N% figures, B's over A's (_stat): run and report's
 
 
 @dataclass(frozen=True)
@@ -392,6 +386,7 @@ def _judge_cell(cell: Cell, design: Design, level: str) -> Judged:
         assert cell.control_a is not None and cell.control_b is not None
         control_ratio = cell.control_b.median / cell.control_a.median
     level_a, level_b = _geomean(reps.a), _geomean(reps.b)  # exp(test.d) = level_b / level_a
+    median_a, median_b = _stat(cell, "median", design)  # what the gate's median:N% and a report show
     return Judged(
         ratio=level_b / level_a,
         ci_low=math.exp(test.low) if math.isfinite(test.low) else math.nan,
@@ -407,6 +402,8 @@ def _judge_cell(cell: Cell, design: Design, level: str) -> Judged:
         few_visits=few_visits,
         band=same_band(design.tolerance, unseen),
         control_ratio=control_ratio,
+        level=level,
+        median_ratio=median_b / median_a,
     )
 
 

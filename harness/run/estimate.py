@@ -2,8 +2,9 @@
 here, and how long the rest should take. One model, for `attnbench run --dry-run` and for the warning before
 a sweep estimated over LONG_S.
 
-The time model, per measured cell (an estimate, not a promise; it ignores skip-ahead after an OOM or a
-timeout, which only shortens a sweep):
+The time model, per measured cell (an estimate, not a promise; it ignores skip-ahead after an OOM, a
+timeout or a call predicted past --max-call-ms (harness.workers.cellrunner.SkipAhead, which predicts from
+measured calls, not this model), which only shortens a sweep):
     call     = FLOPs of one call (results.formulas.attention_flops) / an assumed attained throughput, or
                q, k and v read once at ASSUMED_GBPS where that is longer (a decode cell: memory-bound)
     cell     = R * VISIT_OVERHEAD_S + INPUT_S_PER_ELEMENT[device] * q/k/v elements + warm-up + sampling

@@ -24,6 +24,8 @@ from attnbench.harness.measure.rows import base_row, blame, finish, noted
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers.isolation import Worker, WorkerDied, WorkerTimeout
+from attnbench.results.devices import where_of
+from attnbench.results.visits import fastest_ms
 
 
 class SkipAhead:
@@ -31,18 +33,20 @@ class SkipAhead:
     (N_q, N_k), every cell of that series at least as long in both is skipped: a scaling sweep grows both
     together, a decode sweep grows N_k at a fixed N_q, a prefill sweep N_q at a fixed N_k.
 
-    With max_call_ms (settings.max_call_ms > 0), a cell is skipped too when its call is predicted to take
-    longer: the series' longest ok cell so far that it is at least as long as, its median scaled by the
-    score count (N_q x N_k over that cell's). Attention's work grows with the score count; a call whose
-    time grows slower (launch-bound) is predicted long, so the guard errs towards skipping only where the
-    series is already slow."""
+    With max_call_ms (settings.max_call_ms > 0), a cell is skipped too when its call would surely take
+    longer: the series' longest ok cell so far that it is at least as long as, the least its call can be
+    taken to cost (results.visits.fastest_ms: its fastest sample, or its median corrected by the speed
+    probe where the machine ran slow; over every row of it noted: a cell visited in rounds is noted once a
+    visit) scaled by the score count (N_q x N_k over that cell's). Attention's work grows with the score
+    count; a call whose time grows slower (launch-bound) is predicted long, so the guard errs towards
+    skipping only where the series is already slow. One slow moment of a busy machine must not cost a sweep
+    its largest N: trial L lost flash_v1's N 512 to a 225 ms median at N 256 of two calls, one of 2.6 ms."""
 
     def __init__(self, rows: list[dict[str, Any]] = (), max_call_ms: int = 0) -> None:
         self.max_call_ms = max_call_ms
         self.limits: dict[tuple, list[tuple[int, int, str]]] = {}
-        self.timed: dict[
-            tuple, list[tuple[int, int, float]]
-        ] = {}  # series -> (N_q, N_k, median ms) of ok cells
+        self.timed: dict[tuple, dict[tuple[int, int], list[dict[str, Any]]]] = {}  # series -> ok rows by N
+        self.probes: dict[str, float] = {}  # where_key -> the fastest speed probe of a row measured there
         for row in rows:
             self.note(CellSpec.from_dict(row), row)
 
@@ -51,9 +55,12 @@ class SkipAhead:
         if status in ("oom", "timeout"):
             what = "ran out of memory" if status == "oom" else "timed out"
             self.limits.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, what))
-        median = row.get("time_ms_median")
-        if status == "ok" and median is not None and median == median:  # NA reads as NaN from a frame
-            self.timed.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, float(median)))
+        probe = row.get("speed_tflops")
+        if isinstance(probe, (int, float)) and probe > 0:
+            where = where_of(row)
+            self.probes[where] = max(self.probes.get(where, 0.0), float(probe))
+        if status == "ok" and fastest_ms(row) is not None:
+            self.timed.setdefault(spec.group_key, {}).setdefault((spec.seq_len, spec.seq_k), []).append(row)
 
     def reason(self, spec: CellSpec) -> str | None:
         for n_q, n_k, what in self.limits.get(spec.group_key, ()):
@@ -64,18 +71,20 @@ class SkipAhead:
 
     def _too_slow(self, spec: CellSpec) -> str | None:
         here = (spec.seq_len, spec.seq_k)
-        shorter = [(n_q, n_k, ms) for n_q, n_k, ms in self.timed.get(spec.group_key, ())
+        shorter = [(n_q, n_k) for n_q, n_k in self.timed.get(spec.group_key, {})
                    if here[0] >= n_q and here[1] >= n_k and here != (n_q, n_k)]  # fmt: skip
         if not shorter:
             return None
-        n_q, n_k, ms = max(shorter, key=lambda t: t[0] * t[1])
+        n_q, n_k = max(shorter, key=lambda n: n[0] * n[1])
+        rows = self.timed[spec.group_key][(n_q, n_k)]  # every row of it noted: each has a median (note)
+        ms, how = min(e for r in rows if (e := fastest_ms(r, self.probes.get(where_of(r)))) is not None)
         predicted = ms * (spec.seq_len * spec.seq_k) / (n_q * n_k)
         if predicted <= self.max_call_ms:
             return None
         at = f"seq_len {n_q}" if n_k == n_q else f"seq_len {n_q}, seq_k {n_k}"
         return (
             f"skipped: {spec.variant} would take about {predicted:,.0f} ms a call here ({ms:,.1f} ms at "
-            f"{at}, scaled by the score count N_q x N_k), over --max-call-ms {self.max_call_ms:g}"
+            f"{at}: {how}, scaled by the score count N_q x N_k), over --max-call-ms {self.max_call_ms:g}"
         )
 
 

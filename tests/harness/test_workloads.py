@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import statistics
 
 import pytest
 import torch
@@ -391,8 +392,8 @@ def test_max_call_ms_skips_a_series_predicted_past_it_by_its_score_count():
     skip.note(cell(16384), {"status": "ok", "time_ms_median": 113.0})
     reason = skip.reason(cell(32768))  # from the longest ok cell: 113 x 4
     assert reason == (
-        "skipped: chunked would take about 452 ms a call here (113.0 ms at seq_len 16384, scaled by the "
-        "score count N_q x N_k), over --max-call-ms 200"
+        "skipped: chunked would take about 452 ms a call here (113.0 ms at seq_len 16384: its median, scaled "
+        "by the score count N_q x N_k), over --max-call-ms 200"
     )
     assert skip.reason(cell(32768, variant="sdpa")) is None  # another series: nothing known yet
     assert skip.reason(cell(2048)) is None  # shorter than every ok cell
@@ -400,6 +401,53 @@ def test_max_call_ms_skips_a_series_predicted_past_it_by_its_score_count():
     assert "at seq_len 1, seq_k 8192" in skip.reason(cell(1, 32768))  # 60 x 4 = 240
     off = SkipAhead([{**cell(16384).to_dict(), "status": "ok", "time_ms_median": 113.0}])  # max_call_ms 0
     assert off.reason(cell(32768)) is None
+
+
+def test_max_call_ms_predicts_from_a_cells_fastest_evidence_not_one_slow_moment():
+    """Trial L (2 cores at load 6): flash_v1's N 256 cell took two calls, 447.8 and 2.6 ms, while the speed
+    probe ran at 0.11 of its N 128 reading; its 225 ms median skipped N 512 at --max-call-ms 300 (901 ms
+    predicted). The guard extrapolates from the fastest call instead, and where every call was slow with the
+    machine (causal: 364 and 347 ms, the probe at 0.07), from the median times the probe's share of the
+    run's fastest; the skip line says which. A row of several visits pools calls made under several probes:
+    its probe (the first visit's) corrects nothing."""
+    from attnbench.harness.workers.cellrunner import SkipAhead
+
+    def cell(n, causal=False):
+        return CellSpec("flash_v1", "cpu", "float32", 1, 2, n, 64, 64, causal, 0.0, "fwd")
+
+    def row(samples, probe, **kw):
+        return {"status": "ok", "time_ms_median": statistics.median(samples), "samples_ms": samples,
+                "speed_tflops": probe, "host": "vm", "device": "cpu", **kw}  # fmt: skip
+
+    skip = SkipAhead(max_call_ms=300)
+    skip.note(cell(128), row([0.81, 0.59, 80.9, 0.65, 0.55, 135.8], 0.198404))
+    skip.note(cell(256), row([447.789279, 2.553821], 0.022343))
+    assert skip.reason(cell(512)) is None  # 2.55 ms x 4, not 225.2 x 4
+    assert SkipAhead(max_call_ms=5).reason(cell(512)) is None  # nothing noted: nothing known
+    tight = SkipAhead(max_call_ms=5)
+    tight.note(cell(256), row([447.789279, 2.553821], 0.022343))
+    assert tight.reason(cell(512)) == (
+        "skipped: flash_v1 would take about 10 ms a call here (2.6 ms at seq_len 256: the fastest of its 2 "
+        "calls, scaled by the score count N_q x N_k), over --max-call-ms 5"
+    )
+    skip.note(cell(128, True), row([0.55, 0.51, 93.2, 0.98], 0.204705))
+    slow = row([364.174517, 347.123498], 0.015303)
+    skip.note(cell(256, True), slow)
+    factor = 0.015303 / 0.204705  # its probe over the fastest the run has seen on this device
+    assert skip.reason(cell(512, True)) is None  # 355.6 x 0.075 x 4 = 106 ms, not 1,423
+    skip.max_call_ms = 100
+    assert skip.reason(cell(512, True)) == (
+        f"skipped: flash_v1 would take about {slow['time_ms_median'] * factor * 4:,.0f} ms a call here "
+        f"({slow['time_ms_median'] * factor:.1f} ms at seq_len 256: its median 355.6 ms x 0.07 (its speed "
+        "probe over the run's fastest), scaled by the score count N_q x N_k), over --max-call-ms 100"
+    )
+    pooled = SkipAhead([{**cell(128).to_dict(), **row([0.55, 0.6], 0.2)}], max_call_ms=300)
+    pooled.note(cell(256), row([364.174517, 347.123498], 0.015303, visit_medians_ms=[355.6, 355.7]))
+    assert "347.1 ms at seq_len 256: the fastest of its 2 calls" in pooled.reason(cell(512))
+    # another device's probe is not this one's reference
+    elsewhere = SkipAhead([{**cell(128).to_dict(), **row([0.55, 0.6], 0.2, host="other")}], max_call_ms=300)
+    elsewhere.note(cell(256), row([364.174517, 347.123498], 0.015303))
+    assert "the fastest of its 2 calls" in elsewhere.reason(cell(512))
 
 
 def test_a_decode_cell_is_bound_by_memory_on_the_roofline():

@@ -8,6 +8,7 @@ import json
 import random
 import re
 import statistics
+from dataclasses import replace
 
 import pytest
 import synthetic
@@ -500,15 +501,21 @@ def test_the_gates_median_is_the_rows_median_and_is_shown_as_one(tmp_path):
 def test_a_rows_times_and_its_change_are_one_quantity(tmp_path):
     """A's calls: 16 at 1 ms and 14 at 4 ms (a heavy tail), B's all at 1.2 ms: the medians rose (1 -> 1.2)
     while the geometric means the judge compares fell (1.9 -> 1.2). The row shows the geometric means beside
-    B/A and the change, so 'faster' stands beside a lower B; without a median gate no median column."""
+    B/A; its change names no direction (trial L read '1.46x slower' beside gate medians that fell): it says
+    the medians and the samples disagree, with both ratios. Without a median gate no median column."""
     pair = _verdict_pair(tmp_path, [1.0] * 16 + [4.0] * 14, [1.2] * 30)
     table = cell_table(compare_runs(*pair, **STATED))
     row = dict(zip(table.headers, table.rows[0], strict=True))
-    assert float(row["B ms"]) < float(row["A ms"]) and "faster" in row["change"]
+    assert float(row["B ms"]) < float(row["A ms"])
     assert float(row["B ms"]) / float(row["A ms"]) == pytest.approx(float(row["B/A"]), abs=1e-3)
+    assert row["change"].startswith(f"medians and samples disagree (1.20 vs {float(row['B/A']):.2f})")
+    assert not re.search(r"x (faster|slower)", row["change"]), row["change"]  # the verdict only, named as one
     assert not any("median" in h for h in table.headers)
     gated = cell_table(compare_runs(*pair, threshold=GATE, **STATED))
+    row = dict(zip(gated.headers, gated.rows[0], strict=True))
     assert "gate: A median ms" in gated.headers and "gate: B median ms" in gated.headers
+    assert float(row["gate: B median ms"]) / float(row["gate: A median ms"]) == pytest.approx(1.2, rel=0.01)
+    assert row["change"].startswith("medians and samples disagree (1.20 vs")
 
 
 @pytest.mark.parametrize(
@@ -542,6 +549,23 @@ def test_a_significant_change_the_verdict_does_not_confirm_says_its_verdict(verd
     judged = judge.Judged(ratio=ratio, ci_low=ci[0], ci_high=ci[1], verdict=verdict, blind=blind)
     assert change_text(ratio, True, judged) == said
     assert change_text(ratio, False, judged).endswith(", not significant")
+
+
+@pytest.mark.parametrize(
+    "verdict, significant, said",
+    [
+        ("ambiguous", False, "medians and visits disagree (0.58 vs 1.46), not significant"),
+        ("ambiguous", True, "medians and visits disagree (0.58 vs 1.46), ambiguous"),
+        ("slower", True, "medians and visits disagree (0.58 vs 1.46); judged slower by the test"),
+    ],
+)
+def test_a_change_whose_medians_point_the_other_way_names_no_direction(verdict, significant, said):
+    """Trial L's row read '1.46x slower' while its gate columns read 1.174 -> 0.6861 ms."""
+    judged = judge.Judged(
+        ratio=1.464, ci_low=0.5, ci_high=4.0, verdict=verdict, level="visit", median_ratio=0.6861 / 1.174
+    )
+    assert change_text(1.464, significant, judged) == said
+    assert change_text(1.464, significant, replace(judged, median_ratio=1.1)).startswith("1.46x slower")
 
 
 def test_runs_on_two_gpu_models_say_so_in_how_cells_were_matched(tmp_path):

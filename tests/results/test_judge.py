@@ -374,6 +374,32 @@ def test_the_gates_median_is_each_sides_median_not_the_judges_geometric_mean():
     assert by_mean.cells[0].regression and "the mean of its samples" in by_mean.rule
 
 
+def test_a_cell_whose_medians_point_against_its_judged_ratio_says_they_disagree():
+    """Trial L's row (flash_v1 against flash_v2 in one run, non-causal N 128): its visits' medians, paired by
+    round, have a geometric-mean B/A of 1.46 (slower), while the rows' medians (1.174 -> 0.686, what the
+    gate's median:5% reads) fell. The cell says the two disagree, with both ratios, medians first; a cell
+    whose medians point the way its ratio does says nothing more."""
+    a = Side(1.174428, visits=(0.797306, 1.287226, 7.593272), visit_samples=(14, 11, 12))
+    b = Side(0.686082, visits=(62.378164, 0.558922, 0.701685), visit_samples=(10, 19, 19))
+    gated = Design(threshold=GATE, same_run=True)
+    cell = judge.judge([_ok(a, b)], gated).cells[0]
+    geomean = math.exp(statistics.fmean(math.log(y / x) for x, y in zip(a.visits, b.visits, strict=True)))
+    assert cell.level == "visit" and cell.ratio == pytest.approx(geomean) and cell.ratio > 1
+    assert cell.median_ratio == pytest.approx(b.median / a.median) and cell.median_ratio < 1
+    said = f"medians and visits disagree ({b.median / a.median:.2f} vs {geomean:.2f})"
+    assert judge.disagreement(cell) == said == "medians and visits disagree (0.58 vs 1.46)"
+    assert not cell.regression  # the gate's median did not grow
+    agreeing = replace(b, median=a.median * 1.3)
+    assert judge.disagreement(judge.judge([_ok(a, agreeing)], gated).cells[0]) == ""
+    # with a control, the medians are B's relative to it, as the gate reads them
+    control = Side(1.0, visits=(1.0, 1.0, 1.0), visit_samples=(5, 5, 5))
+    halved = replace(control, median=0.4, visits=(0.4, 0.4, 0.4))
+    by_control = judge.judge(
+        [_ok(a, agreeing, control_a=control, control_b=halved)], replace(gated, control="c")
+    ).cells[0]
+    assert by_control.median_ratio == pytest.approx(1.3 / 0.4)
+
+
 # ---- separated: two variants of one shape in one run ------------------------------------------------------
 
 
