@@ -4,7 +4,6 @@ variant is right, and where a cell's time goes."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
@@ -279,12 +278,10 @@ def add_profile(sub) -> None:
         "profile", help="profile one cell: py-spy flame graph + speedscope, torch.profiler trace"
     )
     p.add_argument("--variant", action="append", required=True, metavar="NAME", help="the variant to profile")
-    from attnbench.harness.tools.profile import CELL_OPTIONS, DEFAULT_SEQ_LEN
+    from attnbench.harness.tools.profile import CELL_OPTIONS
 
     g = p.add_argument_group("cell (one value each, checked as `attnbench run` checks them)")
     for option in CELL_OPTIONS:  # one value each: `attnbench run`'s flags, a profile's seq_len default
-        if option.key == "seq_len":
-            option = dataclasses.replace(option, default=str(DEFAULT_SEQ_LEN))
         g.add_argument(
             option.flag(), dest=option.key, action="append", metavar=option.one_metavar(),
             help=option.help_with_default(),

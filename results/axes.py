@@ -47,6 +47,10 @@ class Axis:
     csv: bool = False  # every figure CSV names it; False: only where some row is off its quiet value
     identity: bool = True  # part of cell_id and of a cell's equality; False: a label (model)
     flag: str = ""  # the option's name when it is not `name` ('variants': --variants, --attn-variants)
+    # the flags' help and placeholder where a front end takes one value (`attnbench profile`): '' = `help`,
+    # and `metavar` with its ',...' dropped
+    one_help: str = ""
+    one_metavar: str = ""
 
     @property
     def field(self) -> str:
@@ -106,19 +110,23 @@ AXES: tuple[Axis, ...] = (
     Axis("heads", "Int64", "ints", "head counts", "N,...", default=(8,), id="h{}", order=5, csv=True,
          text=lambda v: f"H={v}"),
     Axis("seq_len", "Int64", "lengths", "sequence lengths: 512,1024 or a doubling range 256..8192", "N,...",
-         default=(256, 512, 1024, 2048), id="n{}", role="length", text=lambda v: f"N_q={v}"),
+         default=(256, 512, 1024, 2048), id="n{}", role="length", text=lambda v: f"N_q={v}",
+         one_help="sequence length"),
     Axis("d_k", "Int64", "ints", "query/key head dims", "N,...", default=(64,), id="dk{}", order=2, csv=True),
     Axis("d_v", "Int64", "ints", "value head dims", "N,...", follows="d_k", id="dv{}",
          order=3, csv=True),
     Axis("causal", "boolean", "causal",
          "causal masking: yes is top-left (query i sees keys j <= i), lower-right aligns the last query with "
          "the last key (j <= i + N_k - N_q); a comma list takes several", "no|yes|both|lower-right",
-         default=(False,), id=_mask, order=1, csv=True, text=lambda v: "causal" if v else "non-causal"),
+         default=(False,), id=_mask, order=1, csv=True, text=lambda v: "causal" if v else "non-causal",
+         one_help="causal masking: yes is top-left (query i sees keys j <= i), lower-right aligns the last "
+         "query with the last key (j <= i + N_k - N_q)", one_metavar="no|yes|lower-right"),
     Axis("padding", "Float64", "fractions", "key padding fractions in [0, 1) (0 = none)", "F,...",
          default=(0.0,), id="pad{:g}", order=6, csv=True,
          text=lambda v: "no padding" if float(v) == 0 else f"padding {float(v):g}"),
     Axis("pass", "string", "passes", "forward or forward+backward", "fwd|fwdbwd|both", default=("fwd",),
-         sweep="passes", attr="pass_", role="group", text=lambda v: PASS_NAMES.get(str(v), str(v))),
+         sweep="passes", attr="pass_", role="group", text=lambda v: PASS_NAMES.get(str(v), str(v)),
+         one_metavar="fwd|fwdbwd"),
     # ---- axes added later: at their quiet value they add nothing to cell_id, so older ids stay the same
     Axis("kv_heads", "Int64", "ints",
          "key/value heads, each dividing every --heads value: grouped-query attention",
@@ -126,7 +134,9 @@ AXES: tuple[Axis, ...] = (
     Axis("seq_k", "Int64", "lengths",
          "key lengths N_k apart from the query lengths (--seq-len), e.g. decode: --seq-len 1 --seq-k "
          "1024..65536", "N,...", quiet=None, follows="seq_len", id="nk{}",
-         role="length", text=lambda v: f"N_k={v}"),
+         role="length", text=lambda v: f"N_k={v}",
+         one_help="key length N_k apart from the query length (--seq-len), e.g. decode: --seq-len 1 "
+         "--seq-k 4096"),
     # lower-right is a value of the causal axis in a sweep; a cell holds it here (its mask word in cell_id)
     Axis("causal_align", "string", "-", "what causal means when N_q != N_k", "top-left|lower-right",
          quiet="top-left", id=None, sweep="-", order=8, text=lambda v: f"{v} causal"),
@@ -142,7 +152,8 @@ AXES: tuple[Axis, ...] = (
          "score modifications before masking: none, alibi (ALiBi's linear distance bias) or softcap:C "
          "(C * tanh(s / C), C > 0); a comma list takes several", "none|alibi|softcap:C,...",
          default=("none",), quiet="none", id=lambda c: str(c["mod"]).replace(":", ""), order=11,
-         text=_mod_text),
+         text=_mod_text, one_help="score modification before masking: none, alibi (ALiBi's linear distance "
+         "bias) or softcap:C (C * tanh(s / C), C > 0)"),
     Axis("lengths", "string", "patterns",
          "packed variable-length batches: B sequences whose lengths follow a seeded pattern and average "
          "--seq-len (constant, uniform, bimodal, longtail; PATTERN:MAX caps the longest); none: one length",

@@ -7,7 +7,7 @@ parser and hands what it was given to harness.sweep.sweeps.build_sweep, keyed by
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnbench.harness.sweep.grammar import grammar, write_axis
@@ -28,14 +28,29 @@ class Option:
     repeat: bool = False  # given once per value (--env NAME=VALUE ...)
     setting: bool = False  # a measurement setting, not an axis
     switch: bool = False  # a yes/no setting: its flag alone says yes (--energy), or it takes yes or no
+    one_help: str = ""  # the help where a front end takes one value; '' = help (results.axes.Axis.one_help)
+    one_placeholder: str = ""  # the metavar where a front end takes one value; '' = metavar without ',...'
 
     def flag(self, prefix: str = "--") -> str:
         """'--seq-len' (prefix '--'), '--attn-seq-len' (prefix '--attn-')."""
         return prefix + self.key.replace("_", "-")
 
     def one_metavar(self) -> str | None:
-        """The placeholder of a flag that takes one value ('N,...' -> 'N', 'cpu,cuda' -> 'cpu|cuda')."""
+        """The placeholder of a flag that takes one value ('N,...' -> 'N', 'cpu,cuda' -> 'cpu|cuda'; the
+        axis's own where its words include several values: 'no|yes|lower-right', without 'both')."""
+        if self.one_placeholder:
+            return self.one_placeholder
         return None if self.metavar is None else self.metavar.replace(",...", "").replace(",", "|")
+
+    def one_value(self, default: str | None = None) -> Option:
+        """This option as a front end that takes one value shows it (`attnbench profile`): the help and
+        placeholder say no comma list, range or 'both'; `default`, where given, is that front end's."""
+        return replace(
+            self,
+            help=self.one_help or self.help,
+            metavar=self.one_metavar(),
+            default=self.default if default is None else default,
+        )
 
     def help_with_default(self) -> str:
         """The help, with what it is when not given: '(default: 64)', '(default: = d_k)'."""
@@ -48,13 +63,19 @@ class Option:
 
 def axis_options() -> list[Option]:
     """One option per axis a sweep gives values for, in the table's order."""
-    return [Option(a.option, _help(a), a.metavar, default=_default_text(a)) for a in SWEEP_AXES]
+    return [
+        Option(
+            a.option, _help(a, a.help), a.metavar, default=_default_text(a),
+            one_help=_help(a, a.one_help) if a.one_help else "", one_placeholder=a.one_metavar,
+        )
+        for a in SWEEP_AXES
+    ]  # fmt: skip
 
 
-def _help(axis) -> str:
-    """An axis's help, with the words its grammar knows ('devices: cpu, cuda')."""
+def _help(axis, text: str) -> str:
+    """An axis's help text, with the words its grammar knows ('devices: cpu, cuda')."""
     choices = grammar(axis).choices
-    return f"{axis.help}: {', '.join(choices)}" if choices else axis.help
+    return f"{text}: {', '.join(choices)}" if choices else text
 
 
 def setting_options() -> list[Option]:

@@ -43,8 +43,13 @@ FILES = {**spy.FILES, **torch_trace.FILES, "meta": "profile.json"}
 
 
 DEFAULT_SEQ_LEN = 1024  # a sweep's default is four lengths; a profile needs one
-# `attnbench profile`'s cell flags: every axis of `attnbench run` but --variants, one value each
-CELL_OPTIONS = [o for o in options.axis_options() if o.key != "variants"]
+# `attnbench profile`'s cell flags: every axis of `attnbench run` but --variants, one value each, as its help
+# shows them (no comma list, range or 'both'), with a profile's seq_len default
+CELL_OPTIONS = [
+    o.one_value(str(DEFAULT_SEQ_LEN) if o.key == "seq_len" else None)
+    for o in options.axis_options()
+    if o.key != "variants"
+]
 
 
 # the cell of a kernel that runs packed batches, paged caches or sliding windows only

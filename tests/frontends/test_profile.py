@@ -375,3 +375,46 @@ def test_ctrl_c_leaves_no_partial_profile(tmp_path, made):
     said = "removed the unfinished profile" if made else "removed what the profile had written into"
     assert err.strip().splitlines() == [f"interrupted: {said} {out}"]
     assert not out.exists() if made else list(out.iterdir()) == []
+
+
+def _subcommand_help(name: str) -> str:
+    """`attnbench NAME --help` as the parser writes it, wide enough that no flag's help is wrapped."""
+    import argparse
+    import os
+
+    from attnbench.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "1000"
+    try:
+        return sub.choices[name].format_help()
+    finally:
+        os.environ.pop("COLUMNS") if old is None else os.environ.__setitem__("COLUMNS", old)
+
+
+def test_profile_help_shows_only_the_forms_profile_takes():
+    """`profile --help` showed run's forms, which profile refuses: `--pass fwd|fwdbwd|both`, `--causal
+    ...|both|...; a comma list takes several`, `--seq-len 512,1024 or a doubling range`. Every word its
+    placeholders offer is one cell, and no help names a list, a range or 'both'."""
+    import re
+
+    from attnbench.harness.tools.profile import CELL_OPTIONS
+
+    text = _subcommand_help("profile")
+    cell = text.split("cell (one value each", 1)[1].split("profilers:", 1)[0]
+    for said in ("comma list", "doubling range", "..", "both"):
+        assert said not in cell.replace("...", ""), (said, cell)
+    for option in CELL_OPTIONS:
+        assert f"{option.flag()} {option.metavar}" in text
+        for word in (w for w in (option.metavar or "").split("|") if re.fullmatch(r"[a-z-]+", w)):
+            single_cell("naive", {option.key: word})  # 'no', 'lower-right', 'fwdbwd', 'alibi', ...
+
+
+def test_profile_help_shows_the_seq_len_a_profile_measures():
+    """The help's default is the cell profile makes when --seq-len is not given."""
+    import re
+
+    shown = re.search(r"--seq-len N .*\(default: (\d+)\)", _subcommand_help("profile"))
+    assert shown and int(shown.group(1)) == single_cell("naive", {}).seq_len
