@@ -21,17 +21,38 @@ from attnbench.harness.sweep.sweeps import flag_name
 from attnbench.results.formulas import counted
 
 
-def _add_sweep_flags(p: argparse.ArgumentParser, hidden: tuple[str, ...] = ()) -> None:
+def _add_sweep_flags(
+    p: argparse.ArgumentParser, hidden: tuple[str, ...] = (), preset: str | None = None
+) -> None:
     """The sweep's axes and the measurement settings, one flag each, from the tables
     (harness.sweep.options); `hidden`: axes taken (so that a command can refuse them in its own words)
-    but not shown in its help."""
-    g = p.add_argument_group("sweep (override the preset or config file)")
-    g.add_argument("--preset", help="named sweep shipped with attnbench (see `attnbench list --presets`)")
+    but not shown in its help; `preset`: the command's own preset (bench's), whose values its help shows as
+    the defaults."""
+    axis_options, preset_settings = AXIS_OPTIONS, ""
+    if preset:
+        axis_options, preset_settings = options.preset_defaults(AXIS_OPTIONS, preset)
+    g = p.add_argument_group(
+        "sweep (override the preset or config file)",
+        f"the defaults below are the {preset} preset's (a kernel that runs packs, paged caches or windows "
+        "only is measured on its workload's: --dry-run says what a bench measures)"
+        if preset
+        else None,
+    )
+    g.add_argument(
+        "--preset",
+        help="named sweep shipped with attnbench (see `attnbench list --presets`)"
+        + (f" (default: {preset})" if preset else ""),
+    )
     g.add_argument("--config", metavar="FILE", help="sweep TOML file ([sweep] and [settings] tables)")
-    for option in AXIS_OPTIONS:
+    for option in axis_options:
         shown = argparse.SUPPRESS if option.key in hidden else option.help_with_default()
         g.add_argument(option.flag(), dest=option.key, metavar=option.metavar, help=shown)
-    t = p.add_argument_group("measurement")
+    t = p.add_argument_group(
+        "measurement",
+        f"the {preset} preset sets {preset_settings}; a default named below is `attnbench run`'s"
+        if preset_settings
+        else None,
+    )
     for option in SETTING_OPTIONS:
         action = "append" if option.repeat else "store"
         alone = {"nargs": "?", "const": "yes"} if option.switch else {}  # `--energy` is `--energy yes`
@@ -167,7 +188,7 @@ def add_bench(sub) -> None:
     )
     p.add_argument("--resume", action="store_true", help="finish the bench run in --out DIR and answer")
     p.add_argument("--executor", default="local", metavar="|".join(EXECUTORS), help="as `attnbench run`'s")
-    _add_sweep_flags(p, hidden=("variants",))
+    _add_sweep_flags(p, hidden=("variants",), preset="bench")
     p.set_defaults(func=cmd_bench)
 
 

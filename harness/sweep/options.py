@@ -13,7 +13,7 @@ from typing import Any
 from attnbench.harness.sweep.grammar import grammar, write_axis
 from attnbench.harness.sweep.settings import SETTINGS
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
-from attnbench.harness.sweep.sweeps import AXIS_KEYS, build_sweep, flag_name
+from attnbench.harness.sweep.sweeps import AXIS_KEYS, build_sweep, flag_name, presets, read_sweep_file
 from attnbench.results.axes import SWEEP_AXES
 
 
@@ -94,6 +94,32 @@ def _default_text(axis) -> str | None:
     if axis.follows:
         return f"= {axis.follows}"
     return ",".join(write_axis(axis, v) for v in axis.default) if axis.default else None
+
+
+def preset_defaults(options: Sequence[Option], preset: str) -> tuple[list[Option], str]:
+    """These options as a front end whose sweep is a preset shows them (`attnbench bench`, the bench
+    preset): each axis the preset sets with the preset's values as its default, and the settings it sets as
+    flags ('--rounds 3, --budget-ms 15'), for that front end's help to say."""
+    layer = read_sweep_file(presets()[preset])
+    axes = {a.name: values for a, values in ((AXIS_KEYS[k], v) for k, v in layer.items() if k in AXIS_KEYS)}
+    shown = []
+    for option in options:
+        axis = AXIS_KEYS.get(option.key)
+        if axis is not None and axis.name in axes:
+            option = replace(option, default=",".join(write_axis(axis, v) for v in axes[axis.name]))
+        shown.append(option)
+    settings = layer.get("settings", {})
+    said = ", ".join(
+        f"{flag_name(name)} {_setting_text(value)}" for name, value in settings.items() if name != "env"
+    )
+    return shown, said
+
+
+def _setting_text(value: Any) -> str:
+    """A setting's value as its flag takes it: 3, 2, 0.05, yes."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def given_options(values: Mapping[str, Any], options: Sequence[Option], prefix: str = "") -> dict[str, Any]:

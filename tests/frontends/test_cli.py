@@ -430,3 +430,30 @@ def test_bench_says_what_the_run_refuses_with_its_flags(tmp_path):
     (tmp_path / "full" / "mine.txt").write_text("not a run")
     p = run_cli("bench", "sdpa_math", "--out", str(tmp_path / "full"), "-q")
     assert p.returncode == 2 and p.stderr.rstrip().endswith("pass --resume or choose another --out"), p.stderr
+
+
+def test_bench_help_shows_the_bench_presets_defaults(monkeypatch):
+    """`bench --help` showed run's defaults (--seq-len 256,512,1024,2048, --dtype float32) for a command
+    whose sweep is the bench preset (N = 64..512, float32 and bfloat16): every default it shows is the
+    sweep bench builds when the flag is not given, and the settings the preset sets are named."""
+    import re
+
+    from attnbench.harness.sweep.options import axis_options
+    from attnbench.harness.sweep.sweeps import AXIS_KEYS, build_sweep
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per flag
+    text = run_cli("bench", "--help", check=True).stdout
+    bench = build_sweep(preset="bench")
+    checked = 0
+    for option in axis_options():
+        shown = re.search(rf"^  {option.flag()} \S+ .*\(default: ([^=)][^)]*)\)$", text, re.M)
+        if shown:
+            field = AXIS_KEYS[option.key].sweep_field
+            given = {} if shown.group(1) == option.default else {option.key: shown.group(1)}  # page size 0
+            said = getattr(build_sweep(given), field)
+            assert said == getattr(bench, field), (option.key, shown.group(1))
+            checked += 1
+    assert checked >= 8 and "(default: 64,128,256,512)" in text and "(default: float32,bfloat16)" in text
+    for flag, value in re.findall(r"(--[a-z-]+) (\d+)[,;]", text.split("preset sets", 1)[1]):
+        assert float(value) == getattr(bench.settings, flag[2:].replace("-", "_")), flag
+    assert "--rounds 3" in " ".join(text.split())

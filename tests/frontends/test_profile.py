@@ -377,24 +377,7 @@ def test_ctrl_c_leaves_no_partial_profile(tmp_path, made):
     assert not out.exists() if made else list(out.iterdir()) == []
 
 
-def _subcommand_help(name: str) -> str:
-    """`attnbench NAME --help` as the parser writes it, wide enough that no flag's help is wrapped."""
-    import argparse
-    import os
-
-    from attnbench.cli import build_parser
-
-    parser = build_parser()
-    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "1000"
-    try:
-        return sub.choices[name].format_help()
-    finally:
-        os.environ.pop("COLUMNS") if old is None else os.environ.__setitem__("COLUMNS", old)
-
-
-def test_profile_help_shows_only_the_forms_profile_takes():
+def test_profile_help_shows_only_the_forms_profile_takes(monkeypatch):
     """`profile --help` showed run's forms, which profile refuses: `--pass fwd|fwdbwd|both`, `--causal
     ...|both|...; a comma list takes several`, `--seq-len 512,1024 or a doubling range`. Every word its
     placeholders offer is one cell, and no help names a list, a range or 'both'."""
@@ -402,7 +385,8 @@ def test_profile_help_shows_only_the_forms_profile_takes():
 
     from attnbench.harness.tools.profile import CELL_OPTIONS
 
-    text = _subcommand_help("profile")
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per flag
+    text = run_cli("profile", "--help", check=True).stdout
     cell = text.split("cell (one value each", 1)[1].split("profilers:", 1)[0]
     for said in ("comma list", "doubling range", "..", "both"):
         assert said not in cell.replace("...", ""), (said, cell)
@@ -412,9 +396,10 @@ def test_profile_help_shows_only_the_forms_profile_takes():
             single_cell("naive", {option.key: word})  # 'no', 'lower-right', 'fwdbwd', 'alibi', ...
 
 
-def test_profile_help_shows_the_seq_len_a_profile_measures():
+def test_profile_help_shows_the_seq_len_a_profile_measures(monkeypatch):
     """The help's default is the cell profile makes when --seq-len is not given."""
     import re
 
-    shown = re.search(r"--seq-len N .*\(default: (\d+)\)", _subcommand_help("profile"))
+    monkeypatch.setenv("COLUMNS", "1000")
+    shown = re.search(r"--seq-len N .*\(default: (\d+)\)", run_cli("profile", "--help", check=True).stdout)
     assert shown and int(shown.group(1)) == single_cell("naive", {}).seq_len
