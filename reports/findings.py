@@ -19,7 +19,7 @@ from attnbench.results.visits import blind_lead_text
 
 from . import page as pg
 from .busy import SHAKY, busy_sentences, machine_busy, runs_of, unsettled  # noqa: F401 (said here too)
-from .fit import EXTRAPOLATION_LIMIT, MAX_CI_HALF
+from .fit import EXTRAPOLATION_LIMIT, agrees, too_wide
 from .panels import accuracy, energy, varlen
 from .style import variant_order
 from .tables import (
@@ -94,15 +94,20 @@ def ratio_range(ratios: list[float]) -> str:
     return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
 
 
+GROWTH_WORDS = (("flat", 0.0), ("linear", 1.0), ("quadratic", 2.0), ("cubic", 3.0))  # a power's word
+
+
 def growth_word(exp: Any, lo: Any, hi: Any) -> str:
-    """An exponent in words: 'linear', 'quadratic', ... or 'CI too wide to say' for a CI wider than ±0.5
-    (fit.MAX_CI_HALF, the same bound the fits table's 'uncertain' uses)."""
-    if present(lo) and present(hi) and (float(hi) - float(lo)) / 2 > MAX_CI_HALF:
+    """An exponent in words: a power's ('quadratic') only where it agrees with it by the scaling table's rule
+    (fit.agrees), so that no word says more than the CI, else where it lies ('between linear and
+    quadratic'), or 'CI too wide to say' (the table's 'uncertain'). A CI holding two powers names neither."""
+    lo, hi = (float(lo), float(hi)) if present(lo) and present(hi) else (None, None)
+    if too_wide(lo, hi):
         return "CI too wide to say"
     e = float(exp)
-    for word, centre in (("flat", 0.0), ("linear", 1.0), ("quadratic", 2.0), ("cubic", 3.0)):
-        if abs(e - centre) <= 0.3:
-            return word
+    named = [w for w, power in GROWTH_WORDS if agrees(e, lo, hi, power)]
+    if len(named) == 1:
+        return named[0]
     if e < 1:
         return "sub-linear"
     return "between linear and quadratic" if e < 2 else "faster than quadratic"

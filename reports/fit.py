@@ -421,14 +421,25 @@ def agreement(fit: PowerFit, expected: float | None) -> str:
     """
     if expected is None or fit.exponent is None:
         return ""
-    wide = fit.ci_low is not None and fit.ci_high is not None and (fit.ci_high - fit.ci_low) / 2 > MAX_CI_HALF
-    if wide:
+    if too_wide(fit.ci_low, fit.ci_high):
         return "uncertain"
-    if abs(fit.exponent - expected) <= AGREE_TOLERANCE:
-        return "agrees"
-    if fit.ci_low is not None and fit.ci_high is not None and fit.ci_low <= expected <= fit.ci_high:
+    if agrees(fit.exponent, fit.ci_low, fit.ci_high, expected):
         return "agrees"
     return "above" if fit.exponent > expected else "below"
+
+
+def too_wide(lo: float | None, hi: float | None) -> bool:
+    """Whether a CI is wider than ±MAX_CI_HALF: too uncertain to agree or disagree with anything."""
+    return lo is not None and hi is not None and (hi - lo) / 2 > MAX_CI_HALF
+
+
+def agrees(exponent: float, lo: float | None, hi: float | None, expected: float) -> bool:
+    """The one rule by which a fitted exponent (CI [lo, hi], None without one) is `expected`: within
+    AGREE_TOLERANCE of it, or its CI contains it. The scaling table's 'agrees' and the findings' growth word
+    ('quadratic' only where the exponent agrees with 2) both read it; a CI too wide is the caller's."""
+    if abs(exponent - expected) <= AGREE_TOLERANCE:
+        return True
+    return lo is not None and hi is not None and lo <= expected <= hi
 
 
 def largest_pow2(n: float | None) -> int | None:

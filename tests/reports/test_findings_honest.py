@@ -221,3 +221,21 @@ def test_a_packed_sentence_read_off_a_busy_machines_cells_says_so(tmp_path):
     marked = [s for s in packed.sentences if s.startswith(findings.SHAKY)]
     assert len(packed.sentences) == 4 and len(marked) == 1, packed.sentences
     assert marked[0].startswith(findings.SHAKY + "on bimodal lengths (B=1, mean N=128"), marked
+
+
+def test_a_growth_word_names_a_power_only_where_the_scaling_table_agrees_with_it():
+    """'naive: time grows as N^1.73 [1.58, 1.89] (quadratic)' and 'N^1.23 [1.01, 1.60] (linear)' named a
+    power their CI excludes, one the scaling table's 'vs theory' calls `below` and `above`: the word names a
+    power only where fit.agreement says `agrees` with it."""
+    from attnbench.reports.fit import PowerFit, agreement
+
+    assert findings.growth_word(1.73, 1.58, 1.89) == "between linear and quadratic"
+    assert findings.growth_word(1.23, 1.01, 1.60) == "between linear and quadratic"
+    assert findings.growth_word(1.98, 1.95, 2.01) == "quadratic"
+    assert findings.growth_word(1.85, 1.84, 1.86) == "quadratic"  # within the table's 0.2
+    assert findings.growth_word(1.30, 0.95, 1.35) == "linear"  # its CI holds 1
+    for exp, lo, hi in [(1.73, 1.58, 1.89), (1.23, 1.01, 1.60), (1.98, 1.95, 2.01), (0.9, 0.7, 1.05)]:
+        fit = PowerFit(exponent=exp, ci_low=lo, ci_high=hi)
+        for word, power in findings.GROWTH_WORDS:
+            named = findings.growth_word(exp, lo, hi) == word
+            assert named == (agreement(fit, power) == "agrees"), (exp, lo, hi, word)
