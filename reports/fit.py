@@ -414,6 +414,20 @@ def theory(variant: str, meta: dict[str, Any], pairs: float = 2.0) -> tuple[floa
     return None if approximate(variant, meta) else pairs, memory, mem_class
 
 
+def no_theory_text(metas: dict[str, dict[str, Any]]) -> str | None:
+    """Why the scaling table's theory is unknown, once for the table, where a run recorded no variant
+    capabilities (theory() has nothing to read: attnbench before 0.2 recorded none); None where every run
+    did."""
+    without = [rid for rid, meta in metas.items() if not meta.get("variant_capabilities")]
+    if not without:
+        return None
+    why = "recorded no variant capabilities (made before attnbench 0.2), so 'vs theory' says nothing"
+    who = "runs" if len(without) > 1 else "run"
+    if len(without) == len(metas):
+        return f"Theory unknown for every variant: the {who} {why}."
+    return f"Theory unknown for the cells of {', '.join(without)}: the {who} {why} there."
+
+
 def agreement(fit: PowerFit, expected: float | None) -> str:
     """'agrees', 'above' or 'below' theory; 'uncertain' when the CI is too wide to say; '' when unknown.
 

@@ -411,7 +411,8 @@ def _scaling_blocks(
         for rid, n in starts.items()
         if n
     ]
-    return [*blocks, *(pg.Para(s) for s in said), summary]
+    unknown = fitmod.no_theory_text(metas)
+    return [*blocks, *(pg.Para(s) for s in [*said, *([unknown] if unknown else [])]), summary]
 
 
 FIGURE_KINDS = ("time", "memory", "throughput", "speedup", "status")  # a group's figures, in page order

@@ -269,3 +269,33 @@ def test_an_approximation_has_no_time_theory_and_the_table_says_why(tmp_path):
         row[0]: row[3] for row in summary_table(fit.scaling_table(df, {df["run_id"].iloc[0]: meta})).rows
     }
     assert theory == {"performer": "none (approximate)", "chunked": "N²"}
+
+
+def test_a_run_without_capabilities_says_once_why_theory_is_unknown(tmp_path):
+    """The CPU reference (made before attnbench 0.2) showed theory 'unknown' and vs theory '–' in every row
+    and never said why: the scaling section says it once, beside the table, and a run that recorded its
+    variants' capabilities says nothing of it."""
+    import json
+
+    from attnbench.reports.render import prepare, render
+
+    rows = [synthetic.cell(v, n, time_ms=0.01 * n * n, peak_mem_bytes=1000 * n)
+            for v in ("naive", "chunked") for n in (256, 512, 1024)]  # fmt: skip
+    pages = {}
+    for name, recorded in (("old", False), ("new", True)):
+        run = synthetic.write_run(tmp_path / name, rows, run_id=name)
+        if not recorded:
+            meta = json.loads((run / "meta.json").read_text())
+            del meta["variant_capabilities"]
+            (run / "meta.json").write_text(json.dumps(meta))
+        render(prepare([run]), tmp_path / f"report-{name}")
+        pages[name] = (tmp_path / f"report-{name}" / "README.md").read_text()
+    said = "Theory unknown for every variant: the run recorded no variant capabilities (made before "
+    said += "attnbench 0.2)"
+    scaling = pages["old"].split("## Scaling: fitted exponents vs theory", 1)[1].split("\n## ", 1)[0]
+    assert pages["old"].count(said) == 1 and said in scaling.split("| variant |", 1)[0]
+    assert "Theory unknown" not in pages["new"]
+    assert fit.no_theory_text({"a": {}, "b": {"variant_capabilities": {"x": {}}}}) == (
+        "Theory unknown for the cells of a: the run recorded no variant capabilities (made before attnbench "
+        "0.2), so 'vs theory' says nothing there."
+    )
