@@ -177,7 +177,8 @@ class Forecast:
     measured: list[CellSpec]
     unsupported: Counter = field(default_factory=Counter)  # reason -> cells
     guarded: Counter = field(default_factory=Counter)  # memory guard's reason -> cells
-    guarded_from: dict[str, int] = field(default_factory=dict)  # variant -> the shortest N_q it skips
+    # variant -> where its skipped cells start, on the axes that grew: 'N = 4096', 'N_k = 16384 at batch 16'
+    guarded_from: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     done: int = 0  # cells a resumed run measured already (counted in `cells`)
     settle: int = 0  # Settings.settle_rounds: visits the model leaves out, said beside the estimate
@@ -190,7 +191,7 @@ class Forecast:
             f"{counted(self.cells, 'cell')}{done}: {len(self.measured)} to measure, {n_guard} the memory "
             f"guard would skip, {n_unsup} unsupported here"
         ]
-        where = ", ".join(f"{v} from N = {n}" for v, n in self.guarded_from.items())
+        where = ", ".join(f"{v} from {n}" for v, n in self.guarded_from.items())
         out += [f"  skipped by the memory guard ({n}): {where}; {r}" for r, n in self.guarded.most_common()]
         out += [f"  unsupported ({n}): {reason}" for reason, n in self.unsupported.most_common()]
         out.append(f"estimated time: about {duration_text(self.seconds)} ({assumption()})")
@@ -237,7 +238,7 @@ def forecast(
     measured: list[CellSpec] = []
     unsup: Counter = Counter()
     guarded: Counter = Counter()
-    guarded_from: dict[str, int] = {}
+    skipped: list[CellSpec] = []
     free: dict[str, int | None] = {}
     for spec in cells:
         reason = unsupported(spec)
@@ -253,13 +254,33 @@ def forecast(
             reason = guard.fits(predicted, free[spec.device], settings.memory_guard)
             if reason:
                 guarded[_general(reason)] += 1
-                guarded_from[spec.variant] = min(guarded_from.get(spec.variant, spec.seq_len), spec.seq_len)
+                skipped.append(spec)
                 continue
         measured.append(spec)
     seconds = run_seconds(measured, settings, memory_class, varlen_work, compile_key)
     return Forecast(
-        len(cells) + done, measured, unsup, guarded, guarded_from, seconds, done, settings.settle_rounds
-    )
+        len(cells) + done, measured, unsup, guarded, skips_start(skipped, cells), seconds, done,
+        settings.settle_rounds,
+    )  # fmt: skip
+
+
+def skips_start(skipped: Sequence[CellSpec], cells: Sequence[CellSpec]) -> dict[str, str]:
+    """Per variant, where the memory guard's skips start, named by the axes that grew: the length a series
+    grows (N, or N_k where the cells hold N_q apart from N_k: a decode step's N_q is 1 whatever is skipped),
+    and the batches skipped where the variant's other batches ran ('N_k = 16384 at batch 16')."""
+    out: dict[str, str] = {}
+    for variant in dict.fromkeys(c.variant for c in skipped):
+        mine = [c for c in skipped if c.variant == variant]
+        decode = any(c.seq_k != c.seq_len for c in cells if c.variant == variant)
+        name, length = ("N_k", "seq_k") if decode else ("N", "seq_len")
+        batches = sorted({c.batch for c in mine})
+        every = {c.batch for c in cells if c.variant == variant} == set(batches)
+        starts = []
+        for b in [None] if every else batches:
+            n = min(getattr(c, length) for c in mine if b is None or c.batch == b)
+            starts.append(f"{name} = {n}" + ("" if b is None else f" at batch {b}"))
+        out[variant] = " and from ".join(starts)
+    return out
 
 
 def _general(reason: str) -> str:

@@ -46,7 +46,7 @@ def test_forecast_sorts_cells_as_the_run_would():
         memory_class=lambda name: "quadratic",
     )
     assert [c.seq_len for c in f.measured] == [64] and f.unsupported == {"CUDA only": 1}
-    assert sum(f.guarded.values()) == 1 and f.guarded_from == {"naive": 4096}
+    assert sum(f.guarded.values()) == 1 and f.guarded_from == {"naive": "N = 4096"}
     assert f.lines()[0] == "3 cells: 1 to measure, 1 the memory guard would skip, 1 unsupported here"
     assert f.seconds == estimate.run_seconds(f.measured, Settings(), lambda name: "quadratic")
     unknown = estimate.forecast(
@@ -170,3 +170,23 @@ def test_a_compiling_variant_pays_one_compile_a_kernel_its_cells_share():
     assert len({estimate.compile_key(flex.compiles, c) for c in decode}) == 2
     with pytest.raises(variants.VariantError, match="compiles must be True, False or a function"):
         variants.Capability("mine", compiles="yes")
+
+
+def test_the_guards_line_names_the_axes_that_grew_in_a_decode_sweep():
+    """A decode sweep's skipped cells are its batch-16, long-N_k ones, N_q being 1 throughout: the dry run
+    said 'sdpa from N = 1', which names neither; it names N_k and the batch."""
+    cells = [
+        dataclasses.replace(_cell(1, variant), batch=b, seq_k=k)
+        for variant in ("sdpa", "chunked") for b in (1, 16) for k in (1024, 2048, 4096, 8192)
+    ]  # fmt: skip
+    from attnbench.harness.measure.guard import predict_peak_bytes
+
+    s = Settings()
+    kw = dict(unsupported=lambda c: None, memory_class=lambda name: "linear")
+    peaks = [predict_peak_bytes(c, "linear", s, "masked") for c in cells[5:7]]  # batch 16, N_k 2048, 4096
+    room = sum(peaks) / 2 / s.memory_guard  # every batch-1 cell fits, and batch 16 up to N_k = 2048
+    f = estimate.forecast(cells, s, free_memory=lambda d: int(room), **kw)
+    assert f.guarded_from == {"sdpa": "N_k = 4096 at batch 16", "chunked": "N_k = 4096 at batch 16"}
+    assert "sdpa from N_k = 4096 at batch 16, chunked from N_k = 4096 at batch 16;" in f.lines()[1]
+    every = estimate.forecast([c for c in cells if c.batch == 16], s, free_memory=lambda d: int(room), **kw)
+    assert every.guarded_from["sdpa"] == "N_k = 4096"  # every batch skips: no batch to name
