@@ -9,7 +9,7 @@ their own, only words.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -547,7 +547,7 @@ def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
 # ---- (4) trust -----------------------------------------------------------------------------------------
 
 
-def trust_sentences(df) -> tuple[str, ...]:
+def trust_sentences(df, imported: Collection[str] = ()) -> tuple[str, ...]:
     """One sentence that counts every flagged row; a second, plain one where noisy cells were their own
     spread (the machine held its speed). A busy machine is said apart, before the winners (busy_sentences)."""
     ok = ok_rows(df)
@@ -576,7 +576,7 @@ def trust_sentences(df) -> tuple[str, ...]:
         text += "noisy or wrong"
         text += ", and none errored, crashed or timed out"
     text += f"; {unprobed}." if unprobed else "."
-    blind = tuple(filter(None, [blind_lead_text(ok)]))
+    blind = tuple(filter(None, [blind_lead_text(ok, imported)]))  # imported: pytest-benchmark runs
     if any(machine_busy(rows) is not None for _rid, rows in runs_of(df)):
         return (text, *blind)
     noisy = flag_mask(ok, "noisy")
@@ -609,12 +609,13 @@ def build(
     run_dirs: Mapping[str, str] | None = None,
     unfinished: tuple[str, ...] = (),
     changed: tuple[str, ...] = (),
+    imported: Collection[str] = (),
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
     group's own section below), and the run-wide trust sentences (`run_dirs`: run id -> its folder as
-    given, for the commands they name); `unfinished` (reports.trust's sentences
-    on runs stopped early) comes first, after `changed` (reports.trust's sentences on runs whose files
-    something else changed), then a busy machine's sentence (busy_sentences)."""
+    given, for the commands they name; `imported`: the ids from pytest-benchmark); `unfinished` (trust's
+    sentences on runs stopped early) comes first, after `changed` (reports.trust's sentences on runs whose
+    files something else changed), then a busy machine's sentence (busy_sentences)."""
     out = []
     said_busy = busy_sentences(df, run_dirs)
     busy = bool(said_busy)
@@ -650,7 +651,7 @@ def build(
                     sentences.append(wall)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
-    return Findings(tuple(out), trust_sentences(df), unfinished, said_busy, changed)
+    return Findings(tuple(out), trust_sentences(df, imported), unfinished, said_busy, changed)
 
 
 def blocks(f: Findings) -> list[pg.Block]:

@@ -33,6 +33,8 @@ def counts_text(df, interrupted: bool = False, resumed: int = 0) -> str:
 def run_blocks(path: str | Path, interrupted: bool = False, resumed: int = 0) -> list[pg.Block]:
     """A run as a notebook shows it: where it is, its cells by status, the findings, and per group (device,
     dtype, pass) the fastest variant at each N, as the report's first sections say them."""
+    from attnbench.results.pytest_benchmark import imported_runs
+
     from . import findings as findmod
     from . import fit as fitmod
     from .render import best_table, prepare
@@ -48,7 +50,8 @@ def run_blocks(path: str | Path, interrupted: bool = False, resumed: int = 0) ->
     if df.empty:
         return blocks
     scaling = fitmod.scaling_table(df, inputs.metas)
-    found = findmod.build(df, scaling, lambda gkey, group: group_head(gkey, group, False), inputs.dirs)
+    head = lambda gkey, group: group_head(gkey, group, False)  # noqa: E731
+    found = findmod.build(df, scaling, head, inputs.dirs, imported=imported_runs(inputs.metas))
     blocks += findmod.blocks(found)
     for gkey, group in groups(df):
         blocks += [pg.Heading(group_head(gkey, group, False), 3), best_table(group)]

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.pytest_benchmark import imported_runs
+
 from . import findings as findmod
 from . import fit as fitmod
 from . import page as pg
@@ -573,8 +575,9 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     left = trust.unfinished_sentences(inputs.df, inputs.metas, inputs.run_dirs)
     changed = trust.changed_sentences(inputs.run_dirs)
     return findmod.build(
-        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed
-    )
+        inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,
+        imported_runs(inputs.metas),
+    )  # fmt: skip
 
 
 def render(inputs: Inputs, out_dir: str | Path, into: str | Path | None = None) -> Report:

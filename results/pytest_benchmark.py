@@ -34,6 +34,7 @@ from .formulas import gbps, quartiles, rel_iqr, tflops
 from .schema import AXIS_DEFAULTS, COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
 
+FORMAT = "pytest-benchmark"  # meta.json's imported_from.format
 READABLE_FORMATS = (1,)  # harness.tools.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
 TIMING_COLUMNS = (
     "time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops", "kv_gbps",
@@ -246,7 +247,7 @@ def meta_from(
         "run_id": _run_id(data),
         "created": data.get("datetime") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "imported_from": {
-            "format": "pytest-benchmark",
+            "format": FORMAT,
             "file": str(Path(source).resolve()),
             "pytest_benchmark_version": data.get("version"),
             "timing_options": options or {},
@@ -264,6 +265,11 @@ def meta_from(
         "machine_info": data["machine_info"],
         "commit_info": data.get("commit_info") or {},
     }
+
+
+def imported_runs(metas: dict[str, dict[str, Any]]) -> set[str]:
+    """The ids of the runs among `metas` (run id -> meta.json) imported from a pytest-benchmark file."""
+    return {rid for rid, meta in metas.items() if (meta.get("imported_from") or {}).get("format") == FORMAT}
 
 
 def import_file(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -239,20 +240,25 @@ def unfinished(path: str | Path) -> dict[str, int]:
     return {cell: len(rows) for cell, rows in read_visits(path).items() if rows and cell not in done}
 
 
-def blind_lead_text(ok) -> str | None:
+def blind_lead_text(ok, imported: Collection[str] = ()) -> str | None:
     """Where a report ranks variants (two or more ok) and no ok cell was visited MIN_REPLICATES times, the
     sentence that says what its leads rest on: each cell's own timed calls, blind to how far a cell moves
     between visits (the judge's visit floor, results.spreads.VISIT_SPREAD_FLOOR, is the reference CPU VM's
     largest), with the option that ranks across visits. compare's judge holds such cells to that floor; a
-    report says this after its trust line (reports.findings.trust_sentences)."""
+    report says this after its trust line (reports.findings.trust_sentences). `imported`: the run ids of
+    pytest-benchmark files (results.pytest_benchmark), to which no attnbench option adds a visit: where every
+    ok cell is theirs, the sentence says so and names the command that measures in visits."""
     if "variant" not in ok.columns or ok["variant"].nunique() < 2:
         return None
     column = ok["visit_medians_ms"] if "visit_medians_ms" in ok.columns else ()
     if any(len(float_list(v)) >= MIN_REPLICATES for v in column):
         return None
+    ranks = f"`attnbench run --rounds {MIN_REPLICATES}` ranks across visits"
+    if "run_id" in ok.columns and len(ok) and ok["run_id"].astype(str).isin(set(imported)).all():
+        ranks = f"a pytest-benchmark session visits each cell once, and {ranks} (measuring the cells again)"
     return (
         f"Each cell was measured in fewer than {MIN_REPLICATES} visits: the leads in these findings are "
         "judged on each cell's own timed calls, blind to how far a cell moves from one visit to the next "
         f"(up to {1 + VISIT_SPREAD_FLOOR:.2f}× between two visits of one cell on the shared 2-core "
-        f"reference VM); `attnbench run --rounds {MIN_REPLICATES}` ranks across visits."
+        f"reference VM); {ranks}."
     )

@@ -365,3 +365,24 @@ def test_ordinary_benchmarks_are_skipped_with_one_line_each_and_old_files_get_kn
     # a file without the plugin's capability records: the registry's, for the variants it knows
     assert set(meta["variant_capabilities"]) == {"naive"}
     assert meta["variant_capabilities"]["naive"]["memory"] == "quadratic" and meta["calibration"] == {}
+
+
+def test_an_imported_runs_report_names_no_option_that_cannot_apply_to_it(tmp_path):
+    """A pytest-benchmark file's report said `attnbench run --rounds 3` ranks across visits, as if the
+    import could be given visits: it says a pytest-benchmark session visits each cell once, and where the
+    rounds would come from (measuring the cells again); an attnbench run's report says what it said."""
+    import synthetic
+
+    from attnbench.reports.notebook import run_blocks
+    from attnbench.reports.page import Page, to_markdown
+    from attnbench.reports.render import findings_of, prepare
+
+    out, _ = pb.import_file(_file(tmp_path, [_benchmark("naive"), _benchmark("sdpa")]), tmp_path / "run")
+    said = " ".join(findings_of(prepare([out])).trust)
+    notebook = Page("run")
+    notebook.add(*run_blocks(out))  # a notebook's view of the run says it too
+    assert "a pytest-benchmark session visits each cell once" in said, said
+    assert "(measuring the cells again)" in said and "pytest-benchmark session" in to_markdown(notebook)
+    rows = [synthetic.cell(v, n, time_ms=0.01 * n) for v in ("naive", "sdpa") for n in (64, 128, 256)]
+    own = " ".join(findings_of(prepare([synthetic.write_run(tmp_path / "own", rows)])).trust)
+    assert "`attnbench run --rounds 3` ranks across visits." in own and "pytest-benchmark" not in own
