@@ -162,6 +162,22 @@ def test_presets_load_and_validate():
     assert set(gpu.d_k) == {128} and set(gpu.passes) == {"fwd", "fwdbwd"} and set(gpu.dtypes) == {"bfloat16"}
 
 
+def test_preset_descriptions_say_what_a_preset_is_not_what_a_run_of_it_once_did():
+    """`list --presets` said decode's history ('364 of 960 cells took 14.5 min, all batch 1'), llm's and
+    gpu's measured times: a description is present tense, and a time it gives is an estimate ('about'),
+    or it points to --dry-run, which estimates it on the user's machine."""
+    import re
+
+    from attnbench.harness.sweep.sweeps import preset_description
+
+    for name, path in presets().items():
+        said = preset_description(path)
+        history = re.search(r"\b(took|measured|was|were)\b|\d{4}-\d\d-\d\d| of \d+ cells", said)
+        assert not history, (name, history.group(0))
+        for time in re.finditer(r"(\S+ )(\S+ )\d+(\.\d+)? (s|min|h)\b|an hour", said):
+            assert "about" in time.group(0) or "--dry-run" in said, (name, time.group(0))
+
+
 def test_flags_override_the_preset():
     s = build_sweep({"seq_len": (128,), "budget_ms": 10.0}, preset="quick")
     assert s.seq_len == (128,) and s.settings.budget_ms == 10.0 and s.settings.warmup_ms == 20
