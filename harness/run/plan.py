@@ -23,11 +23,13 @@ the settle decisions, made from the visits alone, are made again the same way.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.harness.run.estimate import duration_text
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results import visits as visit_rows
@@ -98,7 +100,8 @@ class VisitPlan:
     Iterating gives the next Visit; `record(visit, row)` takes its row; `ready()` hands out the cells' rows
     whose last visit has ended (in the order they ended). `made` holds visits of an earlier session of the
     run (a resume): they are not made again. `journal(cell_id, index, row)` is called for every visit
-    recorded (the run's VisitLog)."""
+    recorded (the run's VisitLog); `say(line)`, where given, is told as each round but the last ends
+    (round_line), since a cell's own line waits for its last visit."""
 
     def __init__(
         self,
@@ -108,8 +111,11 @@ class VisitPlan:
         made: dict[str, list[Row]] | None = None,
         journal: Callable[[str, int, Row], None] | None = None,
         workers: int = 1,
+        say: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cells, self.rounds, self.settle = list(cells), max(1, rounds), settle
+        self.say, self.clock = say, clock
         self.workers = max(1, workers)
         ids = {c.cell_id for c in self.cells}
         self.made = {cid: list(rows) for cid, rows in (made or {}).items() if cid in ids}
@@ -151,14 +157,36 @@ class VisitPlan:
     ) -> None:
         """Make every visit in order: `precheck(cell)` first for a cell's first visit (a row: the cell ends
         there, unmeasured), else `measure(cell, visit.options(), visit.worker)`; each cell's row to on_row
-        once ready."""
+        once ready; `say` told as each round but the last ends."""
+        # the round of the visit made last, and this session's visits measured: in it, and in all
+        began, index, in_round, made = self.clock(), None, 0, 0
         for visit in self:
+            if index is not None and visit.index != index:
+                if index < self.rounds and in_round and self.say is not None:
+                    self.say(self.round_line(index, in_round, (self.clock() - began) / made))
+                in_round = 0
+            index = visit.index
             self._hand(on_row)
             first = precheck(visit.cell) if visit.index == 1 else None
             row = first or measure(visit.cell, visit.options(), visit.worker)
             self.record(visit, row)
+            in_round, made = in_round + (first is None), made + (first is None)
             self._hand(on_row)
         self._hand(on_row)
+
+    def round_line(self, index: int, visited: int, per_visit_s: float) -> str:
+        """The line said as round `index` ends, before any cell's own line (those wait for its last visit):
+        'visit 1 of 3 done: 20 cells, ~40 s left' (`visited`: the cells it measured; the visits left, settle
+        rounds not counted, at this session's time per visit so far)."""
+        left = sum(
+            self.rounds - len(self.made.get(spec.cell_id, []))
+            for spec in self.cells
+            if spec.cell_id not in self.ended
+        )
+        return (
+            f"visit {index} of {self.rounds} done: {counted(visited, 'cell')}, "
+            f"~{duration_text(per_visit_s * max(0, left))} left"
+        )
 
     def _hand(self, on_row: Callable[[Row], None]) -> None:
         for row in self.ready():
@@ -196,13 +224,22 @@ class VisitPlan:
         self._ready.append(visit_rows.summary(self.made[spec.cell_id], self.rounds))
 
 
-def for_run(run_dir: Path, cells: list[CellSpec], settings: Settings, written: set[str]) -> VisitPlan:
+def for_run(
+    run_dir: Path,
+    cells: list[CellSpec],
+    settings: Settings,
+    written: set[str],
+    say: Callable[[str], None] | None = None,
+) -> VisitPlan:
     """The plan of a run's cells left to measure, journalled in its visits.jsonl (results.visits.VisitLog),
     with the visits an earlier session made of the cells without a row (`written`: the cell_ids with
-    one; a cell measured again, --redo-drift, starts its visits afresh). Close it (`close()`) when done."""
+    one; a cell measured again, --redo-drift, starts its visits afresh), telling `say` as each round ends.
+    Close it (`close()`) when done."""
     made = {cid: rows for cid, rows in visit_rows.read_visits(run_dir).items() if cid not in written}
     log = visit_rows.VisitLog(run_dir)
-    order = VisitPlan(cells, settings.rounds, settings.settle_rounds, made, log.append, settings.workers)
+    order = VisitPlan(
+        cells, settings.rounds, settings.settle_rounds, made, log.append, settings.workers, say=say
+    )
     order.close = log.close
     return order
 

@@ -464,7 +464,7 @@ def _measure(
             summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
         progress.cell_done(row)
 
-    order = plan.for_run(path, todo, start.sweep.settings, set(writer.done))
+    order = plan.for_run(path, todo, start.sweep.settings, set(writer.done), say=progress.message)
     job = executors.Plan(
         sweep=start.sweep,
         cells=todo,

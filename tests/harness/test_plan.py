@@ -99,6 +99,27 @@ def test_a_failed_visit_ends_its_cell_and_a_precheck_row_ends_it_unmeasured():
     assert written[0]["message"] == "boom" and written[2]["message"] == "in visit 2 of 3: boom"
 
 
+def test_each_round_but_the_last_says_it_ended_with_the_time_left():
+    """In rounds a cell's line waits for its last visit, so for two thirds of a `--rounds 3` run only
+    `unsupported` lines appeared: as each round but the last ends, the plan says so, before any row of
+    its cells, with the visits left at this session's time per visit."""
+    a, b, c, d = (_spec(v) for v in ("naive", "sdpa", "chunked", "flex"))
+    events: list = []
+    times = iter([0.0, 30.0, 60.0])  # the start, then the end of rounds 1 and 2: 10 s a visit
+    skipped = {"cell_id": d.cell_id, "status": "unsupported", "message": "no"}
+    order = VisitPlan([a, b, c, d], 3, say=events.append, clock=lambda: next(times))
+    order.carry_out(Fake(), lambda row: events.append(row["status"]), lambda s: skipped if s == d else None)
+    assert events == [
+        "unsupported",
+        "visit 1 of 3 done: 3 cells, ~60 s left",  # 3 cells x 2 visits left x 10 s
+        "visit 2 of 3 done: 3 cells, ~30 s left",
+        "ok", "ok", "ok",
+    ]  # fmt: skip
+    quiet: list = []
+    VisitPlan([a, b], 1, say=quiet.append).carry_out(Fake(), lambda row: None)
+    assert quiet == []  # one round: each cell's line is the sign of life
+
+
 def test_resume_makes_only_the_visits_missing(tmp_path):
     a, b, c = _spec("naive"), _spec("sdpa"), _spec("chunked")
     first = Fake()
@@ -237,9 +258,13 @@ def test_a_real_run_in_rounds(tmp_path):
     p = run_cli(
         "run", "--variants", "naive,sdpa", "--seq-len", "16,32", "--heads", "1", "--d-k", "8",
         "--rounds", "3", "--threads", "1", "--warmup-ms", "1", "--budget-ms", "3", "--min-ms", "1",
-        "--out", str(out), "-q",
+        "--out", str(out),
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
+    # a sign of life as each round but the last ends, in the piped output, before any cell's own line
+    said = [line for line in p.stderr.splitlines() if re.match(r"(visit \d of 3 done|ok )", line)]
+    assert [line[:22] for line in said[:2]] == ["visit 1 of 3 done: 4 c", "visit 2 of 3 done: 4 c"], said
+    assert re.fullmatch(r"visit 1 of 3 done: 4 cells, ~\d+ s left", said[0]) and len(said) == 6, said
     rows = store.read_rows(out)
     order = re.findall(r"^cell (\S+)$", (out / "worker.log").read_text(), re.M)
     ids = [r["cell_id"] for r in rows]
