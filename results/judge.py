@@ -123,7 +123,7 @@ def disagreement(j: Judged) -> str:
     """The words a cell says in place of a direction where its medians (each side's time_ms_median: what
     run and report show and the gate's median:N% sizes) point the other way from the ratio judged (of the
     geometric means of its replicates); '' where they agree. A heavy tail, or one slow visit of three, can
-    set them apart (trial L: B/A 1.46 by the geometric means of the visits, 0.58 by the medians)."""
+    set them apart (B/A 1.46 by the geometric means of the visits, 0.58 by the medians)."""
     if _direction(j.ratio) * _direction(j.median_ratio) >= 0:
         return ""
     return f"medians and {j.level}s disagree ({j.median_ratio:.2f} vs {j.ratio:.2f})"  # B/A each, as named

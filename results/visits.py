@@ -153,8 +153,8 @@ def fastest_ms(row: dict[str, Any], probe_best: float | None = None) -> tuple[fl
     speed probe taken just before it (speed_tflops) ran more than DRIFT below `probe_best` (the fastest the
     run's probe showed on that device), its median times that factor, whichever is less; its median where
     it has neither; None without a median. What --max-call-ms extrapolates from
-    (harness.workers.cellrunner.SkipAhead): trial L's N 256 cell of two calls, 447.8 and 2.6 ms, measured at
-    a moment the probe ran at 0.11 of its fastest, had a median of 225 ms and skipped N 512 on it."""
+    (harness.workers.cellrunner.SkipAhead): a cell of two calls, 447.8 and 2.6 ms, timed while the machine
+    ran at a tenth of its speed, has a median of 225 ms, which alone would skip the next N."""
     median = row.get("time_ms_median")
     if not (isinstance(median, (int, float)) and 0 < median < math.inf):
         return None
