@@ -59,3 +59,21 @@ def _unknowable(device):
 )
 def check_available_raise(q, k, v, **kw):
     return variants.get("naive").fn(q, k, v, **kw)
+
+
+@variants.register(
+    "tail_128", description="128-wide key tiles, counted as N // 128: drops a partial last one"
+)
+def tail_128(q, k, v, *, causal=False, key_lengths=None, scale=None, **kw):
+    n_q, n_k = q.shape[2], k.shape[2]
+    kept = min(n_k, max(1, n_k // 128) * 128)  # the keys past the last full tile are never read
+    scores = (q @ k[:, :, :kept].transpose(-2, -1)) * (
+        scale or 1 / math.sqrt(q.shape[-1])
+    )  # (B, H, N_q, kept)
+    keep = torch.ones(n_q, kept, dtype=torch.bool, device=q.device)
+    if causal:
+        keep = keep.tril()
+    keep = keep[None, None]
+    if key_lengths is not None:
+        keep = keep & (torch.arange(kept, device=q.device)[None, :] < key_lengths[:, None])[:, None, None, :]
+    return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v[:, :, :kept]

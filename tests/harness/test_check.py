@@ -306,10 +306,26 @@ def test_bad_input_is_refused_before_any_work(names, devices, dtypes, seq_len, m
 
 def test_every_registered_variant_by_default():
     plan = check.prepare(None, ["cpu"], ["float32"])
-    assert set(plan.names) == set(variants.all_variants()) and plan.seq_len == 100
+    assert set(plan.names) == set(variants.all_variants()) and plan.seq_lens == check.SEQ_LENS
 
 
 CHECK_VARIANTS = DATA / "check_variants.py"
+
+
+def test_a_partial_last_tile_of_128_fails_the_default_check(isolated_registry):
+    """A kernel whose 128-wide key tiles are counted as N // 128 reads every key at N = 100 (one tile holds
+    them all) and at every power of two, and drops keys at N = 300: check's default N gates the masks there
+    too (a partial last block after full ones of 64, 128 and 256), the no-key problem at the first N alone."""
+    assert all(300 % tile and 300 > tile for tile in (64, 128, 256)) and 300 in check.SEQ_LENS
+    plan = check.prepare(["tail_128"], ["cpu"], ["float32"], variant_files=[str(CHECK_VARIANTS)])
+    rows = [r for r in check.gate_all(plan) if not r.workload]
+    # the padded rows at 300 pass: their keys past 256 are padding (key_lengths [150, 1])
+    by_n = {
+        n: {r.status for r in rows if r.n == n and not r.no_key and not r.padding} for n in check.SEQ_LENS
+    }
+    assert by_n == {100: {"pass"}, 300: {"FAIL"}} and check.exit_status(rows) == 1
+    assert len([r for r in rows if not r.no_key]) == 2 * 2 * len(check.SEQ_LENS)  # causal x padding at each N
+    assert [r.n for r in rows if r.no_key] == [check.SEQ_LEN]
 
 
 def test_the_padded_problems_are_the_ones_a_run_makes():
@@ -368,7 +384,7 @@ def test_a_plugin_that_raises_or_returns_garbage_is_a_row_with_its_reason(isolat
 @pytest.mark.parametrize(
     "given, said",
     [
-        ("64,128", "--seq-len takes one length here (check gates at one N), got '64,128'"),
+        ("100,100", "--seq-len lists a value twice: [100, 100]"),
         ("abc", "--seq-len must be positive integers, got 'abc'"),
     ],
 )
