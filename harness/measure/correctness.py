@@ -501,6 +501,22 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
     yield from _tiled_heads(q, k, v, dim=2)  # a pool's heads: (P, page, H_kv, d)
     if causal and q.shape[2] > 1:
         yield "it ignored causal=True among the query tokens", same, {"causal": False}, None
+    if causal:  # query i saw its context's keys 0..i: each context gathered, masked top-left
+        gathered = tuple(_gathered(t, key_lengths, block_table) for t in (k, v))
+        said = "its causal mask is aligned top-left where the cell asks lower-right"
+        said += " (its queries end the context)"
+        yield said, (q, *gathered), {"block_table": None, "causal_align": "top-left"}, None
+
+
+def _gathered(pool: torch.Tensor, key_lengths, block_table) -> torch.Tensor:
+    """Each sequence's keys (or values) of a pool of pages (P, page, H_kv, d), read in table order up to its
+    context length and zero-padded to the longest: (B, H_kv, max L, d), with key_lengths its mask."""
+    page, longest = pool.shape[1], int(key_lengths.max())
+    out = pool.new_zeros(len(key_lengths), pool.shape[2], longest, pool.shape[3])
+    for b, length in enumerate(key_lengths.tolist()):
+        ids = block_table[b, : -(-length // page)].long()
+        out[b, :, :length] = pool[ids].flatten(0, 1)[:length].transpose(0, 1)
+    return out
 
 
 def _explains(got: torch.Tensor, alt: torch.Tensor, empty, rows, tol: float) -> bool:

@@ -206,8 +206,20 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
     changes += [(f"window {span(n)}", {"window": span(n)})] if cap.window and where != "paged" else []
     mods = [mod for mod in ("alibi", SOFTCAP) if mod.partition(":")[0] in cap.mods and not where]
     changes += [(mod, {"mod": mod}) for mod in mods]
-    cells = [(f"{where}, {said}" if where else said, dataclasses.replace(home, **c)) for said, c in changes]
-    return cells + [(f"{word}, {said}", cell) for word, said, cell in homes]
+    # a home with fewer queries than keys (a paged decode step) names its causal alignment: a kernel masking
+    # the other way fails each of its cells, which must not read as the grouped heads' fault
+    at = ", ".join(w for w in (where, _aligned(home)) if w)
+    cells = [(f"{at}, {said}" if at else said, dataclasses.replace(home, **c)) for said, c in changes]
+    return cells + [
+        (", ".join(w for w in (word, _aligned(cell), said) if w), cell) for word, said, cell in homes
+    ]
+
+
+def _aligned(spec) -> str:
+    """'causal lower-right' for a causal cell with fewer queries than keys (where the alignment matters),
+    else ''."""
+    n_k = spec.seq_k or spec.seq_len
+    return f"causal {spec.causal_align}" if spec.causal and n_k != spec.seq_len else ""
 
 
 def unavailable(variant, device: str) -> str | None:

@@ -77,3 +77,17 @@ def tail_128(q, k, v, *, causal=False, key_lengths=None, scale=None, **kw):
     if key_lengths is not None:
         keep = keep & (torch.arange(kept, device=q.device)[None, :] < key_lengths[:, None])[:, None, None, :]
     return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v[:, :, :kept]
+
+
+@variants.register("top_left_paged", paged=True, causal="lower-right", gqa=True, backward=False)
+def top_left_paged(q, k, v, *, causal=False, key_lengths, block_table):
+    """Declares FlashAttention's causal (lower-right) and masks top-left: each query sees its context's first
+    keys, where a decode step's queries end the context."""
+    from attnbench.variants.paged import gather_pages
+
+    out = q.new_empty(*q.shape[:3], v.shape[-1])
+    for b, n in enumerate(key_lengths.tolist()):
+        kb, vb = (gather_pages(t, block_table[b : b + 1], n)[0] for t in (k, v))  # (H_kv, n, d)
+        kb, vb = (t.repeat_interleave(q.shape[1] // t.shape[0], 0) for t in (kb, vb))  # (H, n, d)
+        out[b] = torch.nn.functional.scaled_dot_product_attention(q[b], kb, vb, is_causal=causal)
+    return out

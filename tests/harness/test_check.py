@@ -145,7 +145,10 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
     assert {w for v, w in by if v == "naive"} == naive
     assert {w for v, w in by if v == "sdpa_loop"} == {"packed, 2 k/v heads for 4", "packed, window 4",
                                                       "packed, uniform lengths"}  # fmt: skip
-    assert {w for v, w in by if v == "paged_gather"} == {"paged, 2 k/v heads for 4", "paged, pages of 4"}
+    assert {w for v, w in by if v == "paged_gather"} == {
+        "paged, causal lower-right, 2 k/v heads for 4",
+        "paged, causal lower-right, pages of 4",
+    }
     honest = [r for r in by.values() if r.variant in names[:3]]
     assert {r.status for r in honest} == {"pass"}, [r for r in honest if r.status != "pass"]
     assert all(r.grad_rel_err is None for r in honest if r.variant == "paged_gather")  # a decode step
@@ -225,7 +228,9 @@ def test_a_pack_holds_middle_sequences_and_a_kernel_that_skips_them_fails(isolat
 
     cells = dict(workload_cells(variants.get("sdpa_loop"), "cpu", "float32", 24))
     cells.update(workload_cells(variants.get("paged_gather"), "cpu", "float32", 24))
-    assert all(cells[w].batch >= 4 for w in ("packed, uniform lengths", "paged, pages of 4"))
+    assert all(
+        cells[w].batch >= 4 for w in ("packed, uniform lengths", "paged, causal lower-right, pages of 4")
+    )
     (tmp_path / "middle.py").write_text(MIDDLE)
     plan = check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "middle.py")])
     rows = list(check.gate_all(plan))
@@ -335,6 +340,20 @@ def test_the_padded_problems_are_the_ones_a_run_makes():
 
     assert padded_lengths(100, check.BATCH, check.PADDING) == [50, 1]
     assert min(padded_lengths(16, check.BATCH, check.PADDING)) == 1
+
+
+def test_a_paged_kernel_masking_top_left_is_named_and_its_label_says_the_alignment(isolated_registry):
+    """A paged kernel that declares causal="lower-right" and masks top-left fails each paged cell: the
+    reason names the alignment (as a square cell's names the opposite mistake), and the label says the
+    cell's causal alignment, so that its grouped heads' cell does not read as a GQA fault."""
+    plan = check.prepare(["top_left_paged"], ["cpu"], ["float32"], 24, variant_files=[str(CHECK_VARIANTS)])
+    rows = {r.workload: r for r in check.gate_all(plan) if r.workload}
+    assert set(rows) == {
+        "paged, causal lower-right, 2 k/v heads for 4",
+        "paged, causal lower-right, pages of 4",
+    }
+    said = "its causal mask is aligned top-left where the cell asks lower-right (its queries end the context)"
+    assert all(r.status == "FAIL" and r.reason.startswith(said) for r in rows.values()), rows
 
 
 def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_registry, tmp_path):
