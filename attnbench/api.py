@@ -313,8 +313,8 @@ class Bench(Run):
 def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords: Any) -> Bench:
     """The one line a kernel author wants: `fn` against `baseline` over every mask (causal no/yes, key
     padding none/25%) and dtype it supports (float32 and bfloat16, or its own where it supports neither),
-    each cell gated against the float64 reference (and once more at N = 100, forward and backward), across
-    a scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
+    each cell gated against the float64 reference (and once more at N = 100 and 300, forward and
+    backward), across a scaling sweep of N (64..512) in three rounds (the `bench` preset); returns a Bench,
     whose answer prints in a few lines: `print(attnbench.bench(fn))` (in a notebook it shows itself). It is
     also the Run (`.report()` for the whole story, `.table()` for every cell).
 
@@ -380,8 +380,10 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
         raise bench_interrupted(stop.run, fn, name, flags) from None
     try:
         declared = None if ran.forecast is not None else _declared(who, ran.path)
-    except KeyboardInterrupt:  # in the gate at N = 100, after the sweep: the same resume answers
-        raise bench_interrupted(ran, fn, name, flags, stage="the gate at N = 100, after the sweep") from None
+    except KeyboardInterrupt:  # in the gate at N = 100 and 300, after the sweep: the same resume answers
+        raise bench_interrupted(
+            ran, fn, name, flags, stage="the gate at N = 100 and 300, after the sweep"
+        ) from None
     took = None if resume else time.perf_counter() - t0  # a resume's time is not the bench's
     same = {f.name: getattr(ran, f.name) for f in fields(Run)}
     return Bench(**same, variant=who, baseline=base, seconds=took, declared=declared)
@@ -417,7 +419,7 @@ def _declared(name: str, run_dir: Path):
 
     # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
     elsewhere = tuple((d, why, declares(d)) for d in devices if (why := check.unavailable(v, d)))
-    return Declared(gated, n, v.undeclared(), elsewhere, masks, v.mask_kind(), v.foreign())
+    return Declared(gated, n, v.undeclared(), elsewhere, masks, v.mask_kind(), v.foreign(), check.SEQ_LENS)
 
 
 @dataclass(frozen=True)

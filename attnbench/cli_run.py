@@ -194,8 +194,8 @@ def add_bench(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """attnbench.bench(VARIANT, baseline=...) from the command line: its answer on stdout; exit status 1
-    when VARIANT was wrong (or raised) in a cell, at N = 100, in a workload it declares or on large logits
-    (the numerics probe)."""
+    when VARIANT was wrong (or raised) in a cell, at N = 100 or 300, in a workload it declares or on large
+    logits (the numerics probe)."""
     from attnbench.api import as_flags, bench
     from attnbench.bench_sweep import bench_plan
     from attnbench.harness.sweep.sweeps import build_sweep

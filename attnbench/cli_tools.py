@@ -142,7 +142,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         "head_dim": check.HEAD_DIM,
         "sequences": check.SEQUENCES,
     }
-    notes = terminal.print_gate(console, rows, plan.seq_len, **shape) if rows else {}
+    notes = terminal.print_gate(console, rows, plan.seq_lens, **shape) if rows else {}
     no_key = terminal.no_key_table(rows, console.width, notes)
     if no_key is not None:
         console.print()
@@ -172,7 +172,7 @@ def check_plan(args: argparse.Namespace):
             split(args.variants) if args.variants else None,
             read_axis(axis("device"), args.device, "--device"),  # the words `run` reads (bf16 too)
             read_axis(axis("dtype"), args.dtype, "--dtype"),
-            _one_length(args.seq_len),
+            _lengths(args.seq_len),
             variant_files=args.variant_file or [],
         )
     except ValueError as exc:  # VariantError is one
@@ -188,15 +188,14 @@ def _cell_timeout(text: str) -> float:
     return float(BY_NAME["cell_timeout"].read(text, "--cell-timeout"))
 
 
-def _one_length(text: str) -> int:
-    """check's --seq-len: one N, read as `run` reads lengths (1k too); ValueError naming the flag."""
+def _lengths(text: str | None) -> tuple[int, ...]:
+    """check's --seq-len: the N the masks are gated at, read as `run` reads lengths (1k too), check's own
+    (harness.tools.check.SEQ_LENS) when not given; ValueError naming the flag."""
     from attnbench.harness.sweep.grammar import read_axis
+    from attnbench.harness.tools import check
     from attnbench.results.axes import axis
 
-    lengths = read_axis(axis("seq_len"), text, "--seq-len")
-    if len(lengths) != 1:
-        raise ValueError(f"--seq-len takes one length here (check gates at one N), got {text!r}")
-    return lengths[0]
+    return check.SEQ_LENS if text is None else tuple(read_axis(axis("seq_len"), text, "--seq-len"))
 
 
 def _say_undeclared(names) -> None:
@@ -224,7 +223,11 @@ def add_check(sub) -> None:
     p.add_argument("--variants", metavar="A,B", help="default: the --variant-file's variants, else every one")
     p.add_argument("--device", default="cpu", metavar="cpu,cuda")
     p.add_argument("--dtype", default="float32,bfloat16", metavar="DTYPES")
-    p.add_argument("--seq-len", default="100", metavar="N", help="the one N each check runs at (default 100)")
+    p.add_argument(
+        "--seq-len", metavar="N,N",
+        help="the N the masks are gated at; the no-key problem and the workloads at the first "
+        "(default 100,300)",
+    )  # fmt: skip
     p.add_argument("--probe", action="store_true", help="also run the large-logit numerics probe")
     p.add_argument("--variant-file", action="append", metavar="PATH", help="python file registering variants")
     from attnbench.harness.sweep.settings import BY_NAME

@@ -13,7 +13,7 @@ class RunInterrupted(KeyboardInterrupt):
     (interrupted=True), and the message says how to finish it, with the API's keywords or, for a command
     (`flags`: `attnbench bench`), with `attnbench run`'s flags. `finish`: the call that finishes it where
     it is not run's (bench's, which answers too); `stage`: what was stopped where it was not the sweep
-    (bench's gate at N = 100, after every cell's row was written)."""
+    (bench's gate at N = 100 and 300, after every cell's row was written)."""
 
     def __init__(self, run: Any, *, flags: bool = False, finish: str | None = None, stage: str = "") -> None:
         from attnbench.results.store import is_run_dir
@@ -50,7 +50,8 @@ def kept_text(path: str | Path, counts: dict[str, int], none: str = "no cell fin
 
 def bench_interrupted(run: Any, fn: Any, name: str | None, flags: bool, stage: str = "") -> RunInterrupted:
     """The RunInterrupted of attnbench.bench (or `attnbench bench`, `flags`): finished, and answered, by
-    bench's own resume, not run's, which would leave the run without its gate at N = 100 and its answer."""
+    bench's own resume, not run's, which would leave the run without its gate at N = 100 and 300 and its
+    answer."""
     from dataclasses import replace
 
     where = run.path

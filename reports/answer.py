@@ -53,7 +53,7 @@ class Declared:
     how to declare it): variants.handed.undeclared)."""
 
     gated: tuple = ()
-    n: int = 0
+    n: int = 0  # the workloads' N, and the masks' where `mask_ns` is not given
     undeclared: tuple[tuple[str, str], ...] = ()
     # (device, why not, whether fn declares workloads) for each device the run measured on that this process
     # cannot run fn on (the run's cells were measured elsewhere: ray, slurm): nothing is gated there
@@ -61,6 +61,12 @@ class Declared:
     masks: tuple = ()
     mask: str = "flags"  # the mask fn is declared to take (variants.adapt.MASKS)
     foreign: tuple[str, ...] = ()  # workload keywords it takes in another library's spelling (handed.foreign)
+    mask_ns: tuple[int, ...] = ()  # the N every mask is gated at (harness.tools.check.SEQ_LENS); () is (n,)
+
+
+def _ns_text(ns) -> str:
+    """'100', '100 and 300': the N a gate ran at, in order."""
+    return names_text([n_text(n) for n in sorted(set(ns))])
 
 
 @dataclass(frozen=True)
@@ -248,7 +254,8 @@ def at_n(
     WRONG lines say so); then one for each device its cells ran on that this process lacks, where nothing
     is gated; a reason's options in the caller's spelling (`spell`: a timeout's --cell-timeout)."""
     gated = [r for r in declared.masks if r.status == "pass" or r.status in GATE_VERDICTS]
-    n, lines = n_text(declared.n), []
+    asked = declared.mask_ns or (declared.n,)
+    n, lines = _ns_text({getattr(r, "n", 0) or declared.n for r in gated} or asked), []
     failed = [r for r in gated if r.status != "pass"]
     bad = [r for r in failed if (r.dtype, mask_text(r.causal, r.padding)) not in wrong]
     if bad:
@@ -256,7 +263,8 @@ def at_n(
         word = GATE_VERDICTS[first.status]
         also = f" (and {more} more)" if more else ""
         where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
-        lines.append(f"{word} at N {n} ({where}){also}: {_short(spell(first.reason), MESSAGE_CHARS)}")
+        at = n_text(getattr(first, "n", 0) or declared.n)
+        lines.append(f"{word} at N {at} ({where}){also}: {_short(spell(first.reason), MESSAGE_CHARS)}")
     elif gated and not failed:
         masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
         worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))
@@ -270,7 +278,7 @@ def at_n(
             f"{worst:.1e}{also}"
         )
     for device, why, workloads in declared.elsewhere:
-        what = f"every mask at N {n}" + (" and each workload it declares" if workloads else "")
+        what = f"every mask at N {_ns_text(asked)}" + (" and each workload it declares" if workloads else "")
         lines.append(
             f"not gated on {device}, which this process lacks ({why}): `attnbench check --device {device}` "
             f"gates {what} where the cells ran"

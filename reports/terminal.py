@@ -227,7 +227,7 @@ def workloads_taken(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[s
 
 _GATE_DEFAULTS = {
     "rel_err": None, "grad_rel_err": None, "masked_rows": "", "reason": "", "gating": True, "no_key": False,
-    "workload": "", "implied": False, "grad_against": "",
+    "workload": "", "implied": False, "grad_against": "", "n": 0,
 }  # fmt: skip
 _GATE_STYLE = {
     "pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "error": "[bold red]error[/]",
@@ -247,8 +247,8 @@ def _field(row: Any, name: str) -> Any:
 
 
 def gate_table(
-    rows: Iterable[Any], seq_len: int, *, batch: int, heads: int, head_dim: int, width: int | None = None,
-    workloads: bool = False, sequences: int | None = None,
+    rows: Iterable[Any], seq_len: int | Sequence[int], *, batch: int, heads: int, head_dim: int,
+    width: int | None = None, workloads: bool = False, sequences: int | None = None,
 ) -> Table:  # fmt: skip
     """The float64 correctness gate, one line per GateRow (variant, device, dtype, causal, padding,
     status 'pass'/'FAIL'/'unsupported', rel_err, grad_rel_err, masked_rows, reason, gating), on inputs of
@@ -256,16 +256,20 @@ def gate_table(
     `width` below WIDE the table is fitted: dtypes short, the device in the title when there is one, and a
     reason by its number among gate_notes, in the `why` column (print_gate prints them below). workloads:
     the rows of the workloads the variants declare instead, a `workload` column for causal and padding; its
-    title says that a pack or a paged cache holds `sequences` sequences where a row is one."""
+    title says that a pack or a paged cache holds `sequences` sequences where a row is one. seq_len: the N
+    the masks are gated at (several: an `N` column says each row's), the first the workloads'."""
+    ns = (seq_len,) if isinstance(seq_len, int) else tuple(seq_len)
     every = list(rows)  # the notes number the reasons of both tables
     rows = [r for r in every if not _field(r, "no_key") and bool(_field(r, "workload")) == workloads]
     fitted = width is not None and width < WIDE
     devices = list(dict.fromkeys(str(_field(r, "device")) for r in rows))
     columns = list(GATE_COLUMNS)
-    title = f"float64 correctness gate (B={batch}, H={heads}, N={seq_len}, d={head_dim})"
+    if len(ns) > 1 and not workloads:  # each row's N, after the mask it is gated on
+        columns.insert(columns.index("pad") + 1, "N")
+    title = f"float64 correctness gate (B={batch}, H={heads}, N={', '.join(map(str, ns))}, d={head_dim})"
     if workloads:
         columns[columns.index("causal") : columns.index("pad") + 1] = ["workload"]
-        title = f"the workloads each variant declares, each a cell as a run makes it (N={seq_len}"
+        title = f"the workloads each variant declares, each a cell as a run makes it (N={ns[0]}"
         packs = any(str(_field(r, "workload")).startswith(("packed", "paged")) for r in rows)
         title += f"; a pack or a paged cache of {sequences} sequences)" if sequences and packs else ")"
     if fitted and len(devices) == 1:
@@ -278,7 +282,7 @@ def gate_table(
     )
     for col in columns:
         header = "grad" if fitted and col == "grad_rel" else col
-        justify = "right" if col in ("rel_err", "grad_rel") else "left"
+        justify = "right" if col in ("rel_err", "grad_rel", "N") else "left"
         # the status never shrinks away (pass, FAIL: the row's verdict); a long workload wraps instead
         table.add_column(
             header, no_wrap=col != "workload", min_width=4 if col == "status" else None, justify=justify
@@ -299,6 +303,7 @@ def gate_table(
             ),
             "causal": "yes" if _field(r, "causal") else "no",
             "pad": "yes" if _field(r, "padding") else "no",
+            "N": str(_field(r, "n") or ""),
             "workload": _esc(_field(r, "workload")),
             "status": shown,
             "rel_err": f"{rel_err:.1e}" if measured else "",
@@ -319,8 +324,8 @@ def gate_notes(rows: Iterable[Any]) -> dict[str, int]:
 
 
 def print_gate(
-    console: Console, rows: Sequence[Any], seq_len: int, *, batch: int, heads: int, head_dim: int,
-    sequences: int | None = None,
+    console: Console, rows: Sequence[Any], seq_len: int | Sequence[int], *, batch: int, heads: int,
+    head_dim: int, sequences: int | None = None,
 ) -> dict[str, int]:  # fmt: skip
     """What `attnbench check` prints for the gate, in lines of the console's width: the table, and under
     a fitted one its numbered reasons (each said once, however many rows share it). Returns those notes

@@ -362,9 +362,9 @@ def likely_cause(
 ) -> str:  # fmt: skip
     """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
     (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
-    packed batch's boundaries ignored, the causal diagonal hidden or aligned the other way, the window or the
-    key padding mask one key wider, a paged cache read past its lengths or around its page table, the scale
-    left out or ignored, the softmax taken over the queries.
+    packed batch's boundaries ignored, the causal diagonal hidden, the next key shown or the mask aligned the
+    other way, the window or the key padding mask one key wider, a paged cache read past its lengths or
+    around its page table, the scale left out or ignored, the softmax taken over the queries.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
@@ -471,15 +471,27 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
                 said += ' (if its causal=True is always lower-right, declare causal="lower-right")'
             yield said, same, {"causal_align": other}, None
         elif causal_align == "top-left" and not window and cu_seqlens is None:
-            hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys
-            said = "its causal mask hides each query's own key: query i sees keys 0..i"
-            said += " (mask triu(1), not triu(0))"
-            yield said, hidden, {"causal_align": "lower-right"}, None
+            yield from _diagonal_off_by_one(q, k, v, key_lengths)
     if key_lengths is not None:
         yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, None
         if not torch.equal(wider := torch.clamp(key_lengths + 1, max=n_k), key_lengths):  # `j > key_lengths`
             said = "its key padding mask shows one key past each length: key j is seen where j <= "
             yield said + "key_lengths[b], not j < key_lengths[b]", same, {"key_lengths": wider}, None
+
+
+def _diagonal_off_by_one(q, k, v, key_lengths):
+    """A square causal cell's mask one key off: each query's own key hidden, or the next one shown. The mask
+    is what hides key j from query i (scores.masked_fill(ones.triu(d), -inf)): triu(1) is the cell's."""
+    hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys
+    said = "its causal mask hides each query's own key: query i saw keys 0..i-1 where it sees 0..i"
+    yield said + " (it masked triu(0), where triu(1) is meant)", hidden, {"causal_align": "lower-right"}, None
+    # query i sees keys 0..i+1: lower-right over N + 1 keys, the one added (zeros) hidden by its length
+    b, n = q.shape[0], k.shape[2]
+    shown = (q, *(torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[3])], dim=2) for t in (k, v)))
+    lengths = torch.full((b,), n, device=k.device) if key_lengths is None else key_lengths
+    said = "its causal mask shows each query the next key too: query i saw keys 0..i+1 where it sees 0..i"
+    changed = {"causal_align": "lower-right", "key_lengths": lengths}
+    yield said + " (it masked triu(2), where triu(1) is meant)", shown, changed, None
 
 
 def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
@@ -501,6 +513,22 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
     yield from _tiled_heads(q, k, v, dim=2)  # a pool's heads: (P, page, H_kv, d)
     if causal and q.shape[2] > 1:
         yield "it ignored causal=True among the query tokens", same, {"causal": False}, None
+    if causal:  # query i saw its context's keys 0..i: each context gathered, masked top-left
+        gathered = tuple(_gathered(t, key_lengths, block_table) for t in (k, v))
+        said = "its causal mask is aligned top-left where the cell asks lower-right"
+        said += " (its queries end the context)"
+        yield said, (q, *gathered), {"block_table": None, "causal_align": "top-left"}, None
+
+
+def _gathered(pool: torch.Tensor, key_lengths, block_table) -> torch.Tensor:
+    """Each sequence's keys (or values) of a pool of pages (P, page, H_kv, d), read in table order up to its
+    context length and zero-padded to the longest: (B, H_kv, max L, d), with key_lengths its mask."""
+    page, longest = pool.shape[1], int(key_lengths.max())
+    out = pool.new_zeros(len(key_lengths), pool.shape[2], longest, pool.shape[3])
+    for b, length in enumerate(key_lengths.tolist()):
+        ids = block_table[b, : -(-length // page)].long()
+        out[b, :, :length] = pool[ids].flatten(0, 1)[:length].transpose(0, 1)
+    return out
 
 
 def _explains(got: torch.Tensor, alt: torch.Tensor, empty, rows, tol: float) -> bool:

@@ -60,6 +60,7 @@ class GateRow:
     workload: str = ""  # the declared workload this problem checks (workload_cells), "" for causal x padding
     implied: bool = False  # a problem causal=True implies (TOP_LEFT), not a workload declared apart
     grad_against: str = ""  # a declared approximation's gradients: held to its own forward's ("own") or not
+    n: int = 0  # the problem's N (a decode step's N_k); 0 where unknown (a row of an older worker)
 
 
 @dataclass(frozen=True)
@@ -84,26 +85,30 @@ class GateProblem:
         padding = self.padding or self.no_key  # the no-key problem's rows are padded, as gate_one makes them
         return GateRow(self.variant, self.device, self.dtype, self.causal, padding, status, reason=reason,
                        gating=self.counted and not self.no_key, no_key=self.no_key, workload=self.workload,
-                       implied=implied(self.workload))  # fmt: skip
+                       implied=implied(self.workload), n=self.n)  # fmt: skip
 
 
 def problems(
-    names: Sequence[str], devices: Sequence[str], dtypes: Sequence[str], n: int, *,
+    names: Sequence[str], devices: Sequence[str], dtypes: Sequence[str], ns: int | Sequence[int], *,
     counted: Callable[[str], bool], parts: Sequence[str] = (MASKS, NO_KEY, WORKLOADS),
 ) -> Iterator[GateProblem]:  # fmt: skip
     """A check's problems in its order: per device, per dtype, each variant with and without causal masking
-    and key padding, then each variant on the no-key problem; then each device's workloads, per dtype and
-    variant (a check cut short has the gate of every dtype first). A variant that cannot run on a device
-    has no workload there (its causal x padding rows say why). counted(name): whether its failures count."""
+    and key padding at each N of `ns` (one N, or several: a kernel's partial last block shows at an N its
+    tile does not divide), then each variant on the no-key problem; then each device's workloads, per dtype
+    and variant (a check cut short has the gate of every dtype first). The no-key problem and the workloads
+    are gated at the first N only. A variant that cannot run on a device has no workload there (its causal x
+    padding rows say why). counted(name): whether its failures count."""
     from attnbench import variants
 
-    dtypes = tuple(dtypes)
+    dtypes, ns = tuple(dtypes), (ns,) if isinstance(ns, int) else tuple(ns)
+    n = ns[0]
     for device in devices:
         for dtype in dtypes:
-            at = dict(device=device, dtypes=dtypes, dtype=dtype, n=n)
-            masks = itertools.product((False, True), (False, True)) if MASKS in parts else []
-            for (causal, padding), name in itertools.product(masks, names):
+            masks = itertools.product(ns, (False, True), (False, True)) if MASKS in parts else []
+            for (each, causal, padding), name in itertools.product(masks, names):
+                at = dict(device=device, dtypes=dtypes, dtype=dtype, n=each)
                 yield GateProblem(name, **at, causal=causal, padding=padding, counted=counted(name))
+            at = dict(device=device, dtypes=dtypes, dtype=dtype, n=n)
             for name in names if NO_KEY in parts else []:
                 yield GateProblem(name, **at, no_key=True, counted=counted(name))
         if WORKLOADS not in parts:
@@ -124,7 +129,8 @@ def gate_request(problem: GateProblem) -> GateRow:
     variant, p = variants.get(problem.variant), problem
     if p.workload:
         cells = dict(workload_cells(variant, p.device, p.dtype, p.n))
-        return gate_workload(variant, cells[p.workload], p.workload, counted=p.counted)
+        gated = gate_workload(variant, cells[p.workload], p.workload, counted=p.counted)
+        return dataclasses.replace(gated, n=p.n)
     qkv = _inputs(p.device, p.dtypes, p.dtype, p.n)
     key_lengths = None
     if p.no_key:  # batch element 1 sees no key: no run makes it
@@ -200,8 +206,20 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
     changes += [(f"window {span(n)}", {"window": span(n)})] if cap.window and where != "paged" else []
     mods = [mod for mod in ("alibi", SOFTCAP) if mod.partition(":")[0] in cap.mods and not where]
     changes += [(mod, {"mod": mod}) for mod in mods]
-    cells = [(f"{where}, {said}" if where else said, dataclasses.replace(home, **c)) for said, c in changes]
-    return cells + [(f"{word}, {said}", cell) for word, said, cell in homes]
+    # a home with fewer queries than keys (a paged decode step) names its causal alignment: a kernel masking
+    # the other way fails each of its cells, which must not read as the grouped heads' fault
+    at = ", ".join(w for w in (where, _aligned(home)) if w)
+    cells = [(f"{at}, {said}" if at else said, dataclasses.replace(home, **c)) for said, c in changes]
+    return cells + [
+        (", ".join(w for w in (word, _aligned(cell), said) if w), cell) for word, said, cell in homes
+    ]
+
+
+def _aligned(spec) -> str:
+    """'causal lower-right' for a causal cell with fewer queries than keys (where the alignment matters),
+    else ''."""
+    n_k = spec.seq_k or spec.seq_len
+    return f"causal {spec.causal_align}" if spec.causal and n_k != spec.seq_len else ""
 
 
 def unavailable(variant, device: str) -> str | None:
@@ -250,7 +268,7 @@ def gate_one(
     b, h, n, d = q.shape
     padded = key_lengths is not None
     row = dict(variant=variant.name, device=q.device.type, dtype=dtype_name(q.dtype), causal=causal,
-               padding=padded, gating=counted and not no_key, no_key=no_key)  # fmt: skip
+               padding=padded, gating=counted and not no_key, no_key=no_key, n=n)  # fmt: skip
     prob = variants.Problem(device=row["device"], dtype=row["dtype"], batch=b, heads=h, seq_len=n, seq_k=n,
                             d_k=d, d_v=d, causal=causal, padding=0.25 if padded else 0.0,
                             pass_="fwd" if no_key else "fwdbwd")  # fmt: skip

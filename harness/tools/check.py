@@ -42,20 +42,25 @@ from attnbench.harness.measure.gate_rows import (  # noqa: F401  (check's names,
 )
 
 DEVICES = ("cpu", "cuda")
-# N of the gated problems: no power of two, so that a kernel's bug at a block's edge shows
-SEQ_LEN = 100
+# the N the masks are gated at, the one source of check's and bench's default: no power of two, so that a
+# kernel's bug at a block's edge shows; 100 is short of one tile of 128 or 256, and 300 leaves a partial last
+# block after full ones of 64, 128 and 256 (a kernel that counts its key blocks as N // 128 passes N = 100).
+# The no-key problem and the declared workloads are gated at the first alone (SEQ_LEN).
+SEQ_LENS = (100, 300)
+SEQ_LEN = SEQ_LENS[0]
 
 
 @dataclass(frozen=True)
 class CheckPlan:
     """What a check gates, validated by `prepare`: `named` the variants whose failures count whether or not
     they are in default sweeps (those named with --variants, or registered by a --variant-file);
-    `variant_files` the files the worker loads (absolute paths)."""
+    `variant_files` the files the worker loads (absolute paths); `seq_lens` the N the masks are gated at, the
+    first the no-key problem's and the workloads' too."""
 
     names: tuple[str, ...]
     devices: tuple[str, ...]
     dtypes: tuple[str, ...]
-    seq_len: int = SEQ_LEN
+    seq_lens: tuple[int, ...] = SEQ_LENS
     named: tuple[str, ...] = ()
     variant_files: tuple[str, ...] = ()
 
@@ -66,21 +71,26 @@ class CheckPlan:
         return name in self.named or variants.get(name).cap.default
 
     def problems(self) -> Iterator[GateProblem]:
-        return problems(self.names, self.devices, self.dtypes, self.seq_len, counted=self.counted)
+        return problems(self.names, self.devices, self.dtypes, self.seq_lens, counted=self.counted)
 
 
 def prepare(
     names: Sequence[str] | None,
     devices: Sequence[str],
     dtypes: Sequence[str],
-    seq_len: int = SEQ_LEN,
+    seq_len: int | Sequence[int] = SEQ_LENS,
     *,
     variant_files: Sequence[str] = (),
 ) -> CheckPlan:
     """Validate everything before any work; names None: the variants of `variant_files`, or every registered
-    variant when none is given. ValueError (VariantError is one) naming the bad value."""
-    if seq_len < 1:
-        raise ValueError(f"--seq-len must be a positive integer, got {seq_len}")
+    variant when none is given; seq_len one N or several (the masks gated at each). ValueError (VariantError
+    is one) naming the bad value."""
+    seq_lens = (seq_len,) if isinstance(seq_len, int) else tuple(seq_len)
+    if not seq_lens:
+        raise ValueError("--seq-len needs at least one length")
+    for n in seq_lens:
+        if n < 1:
+            raise ValueError(f"--seq-len must be a positive integer, got {n}")
     from attnbench import variants
     from attnbench.variants import torch_dtype
 
@@ -101,7 +111,9 @@ def prepare(
             if not torch.cuda.is_available():
                 raise ValueError("device cuda was asked for, but torch sees no CUDA device on this machine")
     files = tuple(str(Path(path).resolve()) for path in variant_files)
-    return CheckPlan(tuple(names), tuple(devices), tuple(dtypes), seq_len, tuple(dict.fromkeys(named)), files)
+    return CheckPlan(
+        tuple(names), tuple(devices), tuple(dtypes), seq_lens, tuple(dict.fromkeys(named)), files
+    )
 
 
 def gate_all(plan: CheckPlan) -> Iterator[GateRow]:
@@ -194,11 +206,12 @@ def measured(run_dir: str | Path, name: str) -> tuple[list[str], list[str]]:
 def bench_gates(
     run_dir: str | Path, name: str, devices: Sequence[str], dtypes: Sequence[str]
 ) -> tuple[tuple[GateRow, ...], tuple[GateRow, ...]]:
-    """What attnbench.bench gates of variant `name` beside the sweep of its run at run_dir, at N = SEQ_LEN
-    (whose N are powers of two, and whose calls are forward only), on each device and dtype the run measured
-    it (`measured`): (each workload it declares, on every device; every mask, forward and backward, on the
-    devices it can run on here). Each problem in a worker that loads the run's variant files, with the run's
-    --cell-timeout, as check gates it (Isolated): a kernel that exits, crashes or hangs there is its row."""
+    """What attnbench.bench gates of variant `name` beside the sweep of its run at run_dir (whose N are powers
+    of two, and whose calls are forward only), on each device and dtype the run measured it (`measured`):
+    (each workload it declares, at N = SEQ_LEN, on every device; every mask, forward and backward, at each N
+    of SEQ_LENS, on the devices it can run on here). Each problem in a worker that loads the run's variant
+    files, with the run's --cell-timeout, as check gates it (Isolated): a kernel that exits, crashes or
+    hangs there is its row."""
     from attnbench import variants
     from attnbench.harness.sweep.spec import SweepSpec
     from attnbench.results import read_meta
@@ -211,7 +224,7 @@ def bench_gates(
     files = shipped.relocated(meta.get("variant_files", []), Path(run_dir) / SHIPPED)
     every = lambda _: True  # noqa: E731  (bench's fn: its every failure counts)
     # the masks first, as check orders them: a kernel that hangs there leaves its workloads out
-    todo = [*problems([name], here, dtypes, SEQ_LEN, counted=every, parts=(MASKS,)),
+    todo = [*problems([name], here, dtypes, SEQ_LENS, counted=every, parts=(MASKS,)),
             *problems([name], devices, dtypes, SEQ_LEN, counted=every, parts=(WORKLOADS,))]  # fmt: skip
     if not todo:
         return (), ()

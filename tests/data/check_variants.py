@@ -59,3 +59,35 @@ def _unknowable(device):
 )
 def check_available_raise(q, k, v, **kw):
     return variants.get("naive").fn(q, k, v, **kw)
+
+
+@variants.register(
+    "tail_128", description="128-wide key tiles, counted as N // 128: drops a partial last one"
+)
+def tail_128(q, k, v, *, causal=False, key_lengths=None, scale=None, **kw):
+    n_q, n_k = q.shape[2], k.shape[2]
+    kept = min(n_k, max(1, n_k // 128) * 128)  # the keys past the last full tile are never read
+    scores = (q @ k[:, :, :kept].transpose(-2, -1)) * (
+        scale or 1 / math.sqrt(q.shape[-1])
+    )  # (B, H, N_q, kept)
+    keep = torch.ones(n_q, kept, dtype=torch.bool, device=q.device)
+    if causal:
+        keep = keep.tril()
+    keep = keep[None, None]
+    if key_lengths is not None:
+        keep = keep & (torch.arange(kept, device=q.device)[None, :] < key_lengths[:, None])[:, None, None, :]
+    return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v[:, :, :kept]
+
+
+@variants.register("top_left_paged", paged=True, causal="lower-right", gqa=True, backward=False)
+def top_left_paged(q, k, v, *, causal=False, key_lengths, block_table):
+    """Declares FlashAttention's causal (lower-right) and masks top-left: each query sees its context's first
+    keys, where a decode step's queries end the context."""
+    from attnbench.variants.paged import gather_pages
+
+    out = q.new_empty(*q.shape[:3], v.shape[-1])
+    for b, n in enumerate(key_lengths.tolist()):
+        kb, vb = (gather_pages(t, block_table[b : b + 1], n)[0] for t in (k, v))  # (H_kv, n, d)
+        kb, vb = (t.repeat_interleave(q.shape[1] // t.shape[0], 0) for t in (kb, vb))  # (H, n, d)
+        out[b] = torch.nn.functional.scaled_dot_product_attention(q[b], kb, vb, is_causal=causal)
+    return out

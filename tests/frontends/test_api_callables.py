@@ -430,12 +430,14 @@ def _bench_of(tmp_path, name: str, **capability):
 
 def test_bench_gates_the_backward_its_forward_sweep_never_runs(tmp_path):
     """bench's sweep times the forward alone: a function with a wrong hand-written backward was 'correct in
-    1 of 1 cells'. Every mask it takes is gated at N = 100 forward and backward, as `attnbench check` gates
-    it, and the answer says the gradients are wrong."""
+    1 of 1 cells'. Every mask it takes is gated at N = 100 and 300 forward and backward, as `attnbench check`
+    gates it, and the answer says the gradients are wrong (at both N: the first named, the other counted)."""
     bench = _bench_of(tmp_path, "zero_grad")
     lines = str(bench).splitlines()
     assert lines[1].startswith("correct in 1 of 1 cell gated against float64"), lines
-    assert lines[2] == "WRONG at N 100 (float32; no mask): gradient rel_err 1.0e+00 > tolerance 4e-04", lines
+    said = "WRONG at N 100 (float32; no mask) (and 1 more): gradient rel_err 1.0e+00 > tolerance 4e-04"
+    assert lines[2] == said, lines
+    assert sorted(r.n for r in bench.declared.masks if r.status == "FAIL") == [100, 300]
     assert {(r.causal, r.padding, r.status) for r in bench.declared.masks} == {
         (False, False, "FAIL"), (True, False, "unsupported"), (False, True, "unsupported"),
         (True, True, "unsupported")}  # fmt: skip
@@ -447,7 +449,8 @@ def test_bench_gates_a_length_no_block_divides(tmp_path):
     bench = _bench_of(tmp_path, "blocked", backward=False)
     lines = str(bench).splitlines()
     assert lines[1].startswith("correct in 1 of 1 cell gated against float64"), lines
-    said = "WRONG at N 100 (float32; no mask): it left query rows unwritten (zeros where the answer is not); "
+    said = "WRONG at N 100 (float32; no mask) (and 1 more): it left query rows unwritten (zeros where the "
+    said += "answer is not); "
     assert lines[2].startswith(said + "output rel_err ") and "at query rows 64 to 99" in lines[2], lines
     assert all(r.grad_rel_err is None for r in bench.declared.masks)
 
@@ -557,6 +560,20 @@ def test_the_gate_at_n_right_on_every_mask_is_one_line():
         "correct at N 100 too, forward (float32; no mask): worst relative error 3.0e-07"
     ]
     assert at_n(Declared()) == []
+    # check's N (harness.tools.check.SEQ_LENS): a tile's partial last block shows at 300, not at 100
+    at_both = (
+        row("float32", False, 3e-7, None),
+        gated(**{**vars(row("float32", False, 4e-7, None)), "n": 300}),
+    )
+    assert at_n(Declared(n=100, masks=at_both, mask_ns=(100, 300))) == [
+        "correct at N 100 and 300 too, forward (float32; no mask): worst relative error 4.0e-07"
+    ]
+    late = gated(
+        **{**vars(at_both[1]), "status": "FAIL", "reason": "output rel_err 5.0e-01 > tolerance 1e-04"}
+    )
+    assert at_n(Declared(n=100, masks=(at_both[0], late), mask_ns=(100, 300))) == [
+        "WRONG at N 300 (float32; no mask): output rel_err 5.0e-01 > tolerance 1e-04"
+    ]
     # a mask wrong at N = 100 that the sweep found wrong already: its WRONG line says it, nothing more here
     failed = gated(dtype="float32", causal=True, padding=False, status="FAIL", rel_err=1.0, grad_rel_err=None,
                    reason="it ignored causal=True: its answer is attention over every key")  # fmt: skip
@@ -613,8 +630,8 @@ def test_declared_workloads_of_cells_measured_elsewhere_are_said_ungated(tmp_pat
     (line,) = at_n(declared)
     said = "not gated on cuda, which this process lacks ("
     assert line.startswith(said) and line.endswith(
-        "`attnbench check --device cuda` gates every mask at N 100 and each workload it declares where the "
-        "cells ran"
+        "`attnbench check --device cuda` gates every mask at N 100 and 300 and each workload it declares "
+        "where the cells ran"
     ), line
 
 

@@ -145,7 +145,10 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
     assert {w for v, w in by if v == "naive"} == naive
     assert {w for v, w in by if v == "sdpa_loop"} == {"packed, 2 k/v heads for 4", "packed, window 4",
                                                       "packed, uniform lengths"}  # fmt: skip
-    assert {w for v, w in by if v == "paged_gather"} == {"paged, 2 k/v heads for 4", "paged, pages of 4"}
+    assert {w for v, w in by if v == "paged_gather"} == {
+        "paged, causal lower-right, 2 k/v heads for 4",
+        "paged, causal lower-right, pages of 4",
+    }
     honest = [r for r in by.values() if r.variant in names[:3]]
     assert {r.status for r in honest} == {"pass"}, [r for r in honest if r.status != "pass"]
     assert all(r.grad_rel_err is None for r in honest if r.variant == "paged_gather")  # a decode step
@@ -225,7 +228,9 @@ def test_a_pack_holds_middle_sequences_and_a_kernel_that_skips_them_fails(isolat
 
     cells = dict(workload_cells(variants.get("sdpa_loop"), "cpu", "float32", 24))
     cells.update(workload_cells(variants.get("paged_gather"), "cpu", "float32", 24))
-    assert all(cells[w].batch >= 4 for w in ("packed, uniform lengths", "paged, pages of 4"))
+    assert all(
+        cells[w].batch >= 4 for w in ("packed, uniform lengths", "paged, causal lower-right, pages of 4")
+    )
     (tmp_path / "middle.py").write_text(MIDDLE)
     plan = check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "middle.py")])
     rows = list(check.gate_all(plan))
@@ -306,10 +311,26 @@ def test_bad_input_is_refused_before_any_work(names, devices, dtypes, seq_len, m
 
 def test_every_registered_variant_by_default():
     plan = check.prepare(None, ["cpu"], ["float32"])
-    assert set(plan.names) == set(variants.all_variants()) and plan.seq_len == 100
+    assert set(plan.names) == set(variants.all_variants()) and plan.seq_lens == check.SEQ_LENS
 
 
 CHECK_VARIANTS = DATA / "check_variants.py"
+
+
+def test_a_partial_last_tile_of_128_fails_the_default_check(isolated_registry):
+    """A kernel whose 128-wide key tiles are counted as N // 128 reads every key at N = 100 (one tile holds
+    them all) and at every power of two, and drops keys at N = 300: check's default N gates the masks there
+    too (a partial last block after full ones of 64, 128 and 256), the no-key problem at the first N alone."""
+    assert all(300 % tile and 300 > tile for tile in (64, 128, 256)) and 300 in check.SEQ_LENS
+    plan = check.prepare(["tail_128"], ["cpu"], ["float32"], variant_files=[str(CHECK_VARIANTS)])
+    rows = [r for r in check.gate_all(plan) if not r.workload]
+    # the padded rows at 300 pass: their keys past 256 are padding (key_lengths [150, 1])
+    by_n = {
+        n: {r.status for r in rows if r.n == n and not r.no_key and not r.padding} for n in check.SEQ_LENS
+    }
+    assert by_n == {100: {"pass"}, 300: {"FAIL"}} and check.exit_status(rows) == 1
+    assert len([r for r in rows if not r.no_key]) == 2 * 2 * len(check.SEQ_LENS)  # causal x padding at each N
+    assert [r.n for r in rows if r.no_key] == [check.SEQ_LEN]
 
 
 def test_the_padded_problems_are_the_ones_a_run_makes():
@@ -319,6 +340,20 @@ def test_the_padded_problems_are_the_ones_a_run_makes():
 
     assert padded_lengths(100, check.BATCH, check.PADDING) == [50, 1]
     assert min(padded_lengths(16, check.BATCH, check.PADDING)) == 1
+
+
+def test_a_paged_kernel_masking_top_left_is_named_and_its_label_says_the_alignment(isolated_registry):
+    """A paged kernel that declares causal="lower-right" and masks top-left fails each paged cell: the
+    reason names the alignment (as a square cell's names the opposite mistake), and the label says the
+    cell's causal alignment, so that its grouped heads' cell does not read as a GQA fault."""
+    plan = check.prepare(["top_left_paged"], ["cpu"], ["float32"], 24, variant_files=[str(CHECK_VARIANTS)])
+    rows = {r.workload: r for r in check.gate_all(plan) if r.workload}
+    assert set(rows) == {
+        "paged, causal lower-right, 2 k/v heads for 4",
+        "paged, causal lower-right, pages of 4",
+    }
+    said = "its causal mask is aligned top-left where the cell asks lower-right (its queries end the context)"
+    assert all(r.status == "FAIL" and r.reason.startswith(said) for r in rows.values()), rows
 
 
 def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_registry, tmp_path):
@@ -368,7 +403,7 @@ def test_a_plugin_that_raises_or_returns_garbage_is_a_row_with_its_reason(isolat
 @pytest.mark.parametrize(
     "given, said",
     [
-        ("64,128", "--seq-len takes one length here (check gates at one N), got '64,128'"),
+        ("100,100", "--seq-len lists a value twice: [100, 100]"),
         ("abc", "--seq-len must be positive integers, got 'abc'"),
     ],
 )

@@ -39,6 +39,23 @@ def diagonal_hidden(q, k, v):
     return attention(q, k, v, mask=torch.ones(N, N, dtype=torch.bool).triu(0))
 
 
+def next_key_shown(q, k, v, key_lengths=None):
+    mask = torch.ones(N, N, dtype=torch.bool).triu(2)
+    if key_lengths is not None:  # (B, 1, 1, N): the padded keys hidden too
+        mask = mask | (torch.arange(N)[None, :] >= key_lengths[:, None])[:, None, None, :]
+    return attention(q, k, v, mask=mask)
+
+
+HIDDEN = (
+    "its causal mask hides each query's own key: query i saw keys 0..i-1 where it sees 0..i (it masked "
+    "triu(0), where triu(1) is meant)"
+)
+SHOWN = (
+    "its causal mask shows each query the next key too: query i saw keys 0..i+1 where it sees 0..i (it "
+    "masked triu(2), where triu(1) is meant)"
+)
+
+
 def lower_right(q, k, v):
     n_q, n_k = q.shape[2], k.shape[2]
     return attention(q, k, v, mask=torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q + 1))
@@ -63,7 +80,9 @@ OVER_QUERIES = "it took the softmax over the queries (dim=-2), not over the keys
         (over_heads, {}, 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'),
         (attention, {"causal": True}, "it ignored causal=True: its answer is attention over every key"),
         (attention, {"key_lengths": LENGTHS}, "it ignored key_lengths=: the padded keys took part"),
-        (diagonal_hidden, {"causal": True}, "its causal mask hides each query's own key"),
+        (diagonal_hidden, {"causal": True}, HIDDEN),
+        (next_key_shown, {"causal": True}, SHOWN),
+        (lambda q, k, v: next_key_shown(q, k, v, LENGTHS), {"causal": True, "key_lengths": LENGTHS}, SHOWN),
         (over_queries, {}, OVER_QUERIES),
         (lambda q, k, v: over_queries(q, k, v, causal=True), {"causal": True}, OVER_QUERIES),
     ],
@@ -74,6 +93,8 @@ OVER_QUERIES = "it took the softmax over the queries (dim=-2), not over the keys
         "causal-ignored",
         "padding-ignored",
         "diagonal-hidden",
+        "next-key-shown",
+        "next-key-shown-padded",
         "softmax-over-queries",
         "causal-softmax-over-queries",
     ],  # fmt: skip

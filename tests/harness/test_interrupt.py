@@ -379,8 +379,8 @@ def test_a_bench_stopped_in_its_sweep_or_its_gate_is_finished_and_answered_by_be
     ]
     assert said["sweep"].endswith(again), said["sweep"]
     assert said["gate"] == (
-        f"interrupted during the gate at N = 100, after the sweep: rows kept in {out} (2 ok); answer with: "
-        f"{again}"
+        f"interrupted during the gate at N = 100 and 300, after the sweep: rows kept in {out} (2 ok); "
+        f"answer with: {again}"
     )
     assert said["answer"].startswith("attn against sdpa: "), said["answer"]
     assert said["counts"] == {"ok": 2}

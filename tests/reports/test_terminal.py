@@ -148,6 +148,21 @@ def test_gate_table_columns_statuses_and_shape():
     assert cells[4][5:] == ["unsupported", "", "", "needs CUDA"]
 
 
+def test_a_gate_at_several_n_says_each_rows_n():
+    """check gates the masks at N 100 and 300 (harness.tools.check.SEQ_LENS): the title names both, an N
+    column each row's, and the workloads' table the first N alone."""
+    rows = [_gate(n=100), _gate(n=300, status="FAIL", rel_err=0.5), _gate(n=100, workload="window 16")]
+    table = terminal.gate_table(rows, (100, 300), batch=2, heads=4, head_dim=64)
+    assert [c.header for c in table.columns] == ["variant", "device", "dtype", "causal", "pad", "N", "status",
+                                                 "rel_err", "grad_rel", "reason"]  # fmt: skip
+    text = _text(table)
+    assert "(B=2, H=4, N=100, 300, d=64)" in text
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in text.splitlines() if "│" in line]
+    assert [row[5:7] for row in cells if row[0] == "naive"] == [["100", "pass"], ["300", "FAIL"]]
+    workloads = terminal.gate_table(rows, (100, 300), batch=2, heads=4, head_dim=64, workloads=True)
+    assert "N" not in [c.header for c in workloads.columns] and "(N=100)" in _text(workloads)
+
+
 def test_no_key_rows_have_their_own_table_and_errors_show_their_reason():
     rows = [
         _gate(variant="boom", status="error", rel_err=None, grad_rel_err=None, reason="ValueError: no"),
