@@ -27,7 +27,7 @@ from .handed import (
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import HASHED, VARIANT_FILE_MODULE, described, entry_point_sources, redefines, source_of
+from .origin import HASHED, VARIANT_FILE_MODULE, clash, described, entry_point_sources, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
 from .unknown import unknown_names
@@ -543,16 +543,11 @@ class KeywordsSetup:
 
 
 def add(variant: Variant) -> None:
-    """Register a Variant; a second, different variant under a taken name is an error."""
+    """Register a Variant; a second, different variant under a taken name is an error (origin.clash)."""
     old = _REGISTRY.get(variant.name)
-    if old is not None and old.source != variant.source and not redefines(old.source, variant.source):
-        if old.source == "builtin":  # an upgrade brought a built-in of a plug-in's name: say the way out
-            raise VariantError(
-                f"variant name {variant.name!r} is attnbench's own ({old.cap.description or 'built in'}); "
-                f'register yours under another name (@attnbench.register("my_{variant.name}", ...)) or '
-                "drop it and use the built-in (`attnbench list` describes it)"
-            )
-        raise VariantError(f"variant name {variant.name!r} is already registered (by {old.source})")
+    refused = None if old is None else clash(old, variant)
+    if refused:
+        raise VariantError(refused)
     _REGISTRY[variant.name] = variant
 
 
