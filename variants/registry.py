@@ -125,6 +125,9 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: compiles must be True, False or a function of a Problem"
             )
+        for flag in (f.name for f in fields(self) if f.type == "bool"):  # gqa="yes" would read as True
+            if not isinstance(value := getattr(self, flag), bool):
+                raise VariantError(f"variant {self.name}: {flag} must be True or False, not {value!r}")
         if self.layout not in LAYOUTS:
             raise VariantError(f"variant {self.name}: layout must be one of {LAYOUTS}, not {self.layout!r}")
         for key, known in (("devices", DEVICES), ("dtypes", DTYPES), ("mods", MOD_KINDS)):

@@ -26,6 +26,26 @@ def test_capability_rejects_bad_values():
         Capability(name="bad name!")
 
 
+@pytest.mark.parametrize("flag", ["gqa", "window", "paged", "backward", "default"])
+def test_a_capability_flag_that_is_no_bool_is_refused_in_one_line(flag, monkeypatch):
+    """Trial L: register(..., gqa="yes") and attnbench.variant(f, gqa="maybe") were accepted ("maybe" read as
+    True). A flag is True or False, refused as the other bad declarations are."""
+    import attnbench
+    from attnbench.variants import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    def f(q, k, v, *, causal=False, window=None, block_table=None):
+        return q
+
+    said = f"^variant flagged: {flag} must be True or False, not 'yes'$"
+    with pytest.raises(VariantError, match=said):
+        variants.register("flagged", **{flag: "yes"})(f)
+    with pytest.raises(ValueError, match=f"{flag} must be True or False, not 'maybe'$"):
+        attnbench.variant(f, name="flagged", **{flag: "maybe"})
+    assert "flagged" not in registry._REGISTRY
+
+
 @pytest.mark.parametrize("varlen", ["bogus", True, 1, "tiles:0"])
 def test_a_varlen_not_a_known_work_is_one_line_whatever_its_type(varlen):
     """varlen=True (a flag, as paged=True is) gets the line varlen="bogus" gets, not an AttributeError."""
