@@ -149,7 +149,8 @@ class Prepared:
                 what = self.gate.describe()
             else:
                 bound = own_gradient.bound_text(self.grad_tolerance, self.grad_against)
-                what = f"grad rel_err {self.grad_rel_err:.2e} > {bound}"
+                which = own_gradient.erring(self.grad_rel_err, self.grad_tolerance)  # dq, dk or dv
+                what = f"grad rel_err {self.grad_rel_err:.2e} > {bound}{which}"
             reasons.append(f"{GATE_FAILED}: {what}")
         elif after is not None:  # right once, wrong on other values: an answer remembered
             seed = after.seed

@@ -543,7 +543,8 @@ def grad_errors(
     variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
     causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None,
 ) -> float:  # fmt: skip
-    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO.
+    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO, with
+    each one's (own_gradient.Gradients).
 
     Both sides get their gradients as a training loop does, out.backward(dO) into fresh leaves' .grad
     (`_backward`), not torch.autograd.grad: reentrant activation checkpointing
@@ -564,7 +565,8 @@ def grad_errors(
         window=window, mod=mod, cu_seqlens=cu_seqlens,
     )  # fmt: skip
     ref_grads = leaf_grads(ref, ref_leaves, d_out)
-    return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
+    errs = (_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
+    return own_gradient.Gradients(dict(zip(("dq", "dk", "dv"), errs, strict=True)))  # a float: the worst
 
 
 def _reference_autograd(

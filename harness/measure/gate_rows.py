@@ -324,8 +324,8 @@ def fail_reason(r) -> str:
         parts.append(f"output rel_err {r.rel_err:.1e} > tolerance {tolerance_text(r.tolerance)}")
         parts += [r.where] if r.where else []
     if r.grad_passed is False:
-        from attnbench.harness.measure.own_gradient import bound_text
+        from attnbench.harness.measure.own_gradient import bound_text, erring
 
-        bound = bound_text(r.grad_tolerance, r.grad_against)
+        bound = bound_text(r.grad_tolerance, r.grad_against) + erring(r.grad_rel_err, r.grad_tolerance)
         parts.append(f"gradient rel_err {r.grad_rel_err:.1e} > tolerance {bound}")
     return "; ".join(parts)
