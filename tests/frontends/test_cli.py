@@ -165,6 +165,17 @@ def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, messag
             ["run", "--varaints", "naive"],
             "attnbench run: error: unrecognized arguments: --varaints naive (did you mean --variants?)",
         ),
+        # a .py file after an option nobody knows is a file of variants: --variant-file, not --variants
+        (
+            ["run", "--variants-from", "kvars.py"],
+            "attnbench run: error: unrecognized arguments: --variants-from kvars.py (did you mean "
+            "--variant-file?)",
+        ),
+        (
+            ["check", "--variants-from=kvars.py"],
+            "attnbench check: error: unrecognized arguments: --variants-from=kvars.py (did you mean "
+            "--variant-file?)",
+        ),
         (
             ["history", "check", "--fail-on-stp", "5%"],
             "attnbench history check: error: unrecognized "
