@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts.stops_as_ctrl_c(), _one_line_warnings():
             return _stopped_by(args.func(args))
     except BadInput as exc:
-        return fail(str(exc))
+        return fail(_file_hint(str(exc), args))
     except KeyboardInterrupt as exc:  # a run's own says how to finish it (attnbench.api.RunInterrupted)
         print(printable(str(exc)) or "interrupted", file=sys.stderr)
         return _stopped_by(EXIT_INTERRUPTED)
@@ -194,6 +194,15 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"cannot write {where}: {os.strerror(exc.errno).lower()}")
     except Exception:
         return _internal_error()
+
+
+def _file_hint(message: str, args: argparse.Namespace) -> str:
+    """An unknown variant's line, where the command takes --variant-file and was given none, with how a
+    variant defined in a file is named: its name alone finds nothing the file did not register."""
+    if not message.startswith("unknown variant") or not hasattr(args, "variant_file") or args.variant_file:
+        return message
+    head, sep, known = message.partition("; known: ")
+    return f"{head} (a variant defined in a file needs --variant-file FILE){sep}{known}"
 
 
 def _stopped_by(code: int) -> int:

@@ -138,6 +138,21 @@ BAD_RUNS = [
 ]
 
 
+@pytest.mark.parametrize("command", [["run", "--variants"], ["bench"], ["check", "--variants"]])
+def test_an_unknown_variant_says_a_files_variant_needs_the_file(tmp_path, command):
+    """Trial L: `bench flash_v1` (registered in a file) said "unknown variant 'flash_v1'; known: ..." and
+    nothing of --variant-file. Said where none was given; not where one was (the name is not in it)."""
+    said = "unknown variant 'flash_v1' (a variant defined in a file needs --variant-file FILE); known: naive,"
+    out = [] if command[0] == "check" else ["--out", str(tmp_path / "r")]
+    p = run_cli(*command, "flash_v1", *out)
+    assert p.returncode == 2 and p.stderr.startswith(f"attnbench: error: {said}"), p.stderr
+    p = run_cli(*command, "flash_v1", "--variant-file", str(FAULTS), *out)
+    assert p.returncode == 2 and p.stderr.startswith(
+        "attnbench: error: unknown variant 'flash_v1'; known:"
+    ), p.stderr
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("args,message", BAD_RUNS, ids=[" ".join(a) for a, _ in BAD_RUNS])
 def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
     out = tmp_path / "run"
