@@ -238,7 +238,17 @@ class Variant:
         reason = self.availability(problem.device)
         if reason:
             return reason
-        cap = self.cap
+        cap = self.cap  # the workload first: a paged cell's other axes (lower-right, GQA) are its cache's
+        if problem.page_size and not cap.paged:
+            return (
+                f"{self.name} does not read a paged K/V cache (a variant that does declares paged=True and "
+                "takes block_table=)"
+            )
+        if problem.packed and not cap.varlen:
+            return (
+                f"{self.name} does not take packed variable-length batches (a variant that does declares "
+                "varlen= and takes cu_seqlens=)"
+            )
         if problem.dtype not in cap.dtypes:
             return (
                 f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(cap.dtypes)}; declare "
@@ -282,16 +292,6 @@ class Variant:
         if problem.mod != NONE and mod_kind(problem.mod) not in cap.mods:
             way = f' (declare mods=("{mod_kind(problem.mod)}",) if it takes mod=)' if mine else ""
             return f"{self.name} does not support score modification {problem.mod}{way}"
-        if problem.page_size and not cap.paged:
-            return (
-                f"{self.name} does not read a paged K/V cache (a variant that does declares paged=True and "
-                "takes block_table=)"
-            )
-        if problem.packed and not cap.varlen:
-            return (
-                f"{self.name} does not take packed variable-length batches (a variant that does declares "
-                "varlen= and takes cu_seqlens=)"
-            )
         if cap.supports is not None:
             return cap.supports(problem)
         return None

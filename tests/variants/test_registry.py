@@ -115,6 +115,24 @@ def test_check_names_the_unsupported_feature():
     )
 
 
+def test_a_cell_of_a_workload_it_does_not_read_says_the_workload_first():
+    """Trial L: a paged cell (a decode step: causal lower-right, grouped heads) on a variant that reads no
+    paged cache said "does not support lower-right causal alignment" first; the workload comes first, as a
+    packed batch's does."""
+    from attnbench.variants.shipped import inline
+
+    def plain(q, k, v, *, causal=False, scale=None):
+        return q
+
+    mine = inline(plain, name="plain_kv", dtypes=("float32",))
+    paged = Problem(dtype="bfloat16", heads=4, kv_heads=2, seq_len=4, seq_k=100, causal=True,
+                    causal_align="lower-right", page_size=16, lengths="uniform")  # fmt: skip
+    assert mine.check(paged).startswith("plain_kv does not read a paged K/V cache")
+    packed = Problem(dtype="bfloat16", heads=4, kv_heads=2, seq_len=100, seq_k=100, causal=True,
+                     lengths="uniform")  # fmt: skip
+    assert mine.check(packed).startswith("plain_kv does not take packed variable-length batches")
+
+
 def test_variant_file_registers_and_runs(tmp_path):
     f = tmp_path / "mine.py"
     f.write_text(
