@@ -92,13 +92,14 @@ def function_name(fn: Callable[..., Any]) -> str:
     return name if mine else f"{module}.{name}"
 
 
-def clash(old: Any, new: Any) -> str | None:
+def clash(old: Any, new: Any, replaces: bool = False) -> str | None:
     """Why the Variant `new` may not take the name the registered Variant `old` holds, None where it replaces
     it: the same function from the same place, defined again (a module imported again or reloaded, a
     notebook cell run again after an edit: the same module and qualified name). Refused: a name of another
     place's (a built-in's, another file's), and another function of the same file or process ('registered
     twice in file dup.py: to kern.flash_v1, then to kern.flash_v2'), which would replace the first without a
-    word."""
+    word. `replaces`: another function defined at run time may replace the old one (a run's own variants,
+    which attnbench.run names apart within one call)."""
     if old.source != new.source and not redefines(old.source, new.source):
         if old.source == "builtin":  # an upgrade brought a built-in of a plug-in's name: say the way out
             return (
@@ -108,7 +109,7 @@ def clash(old: Any, new: Any) -> str | None:
             )
         return f"variant name {new.name!r} is already registered (by {old.source})"
     first, then = function_name(old._layers()[-1]), function_name(new._layers()[-1])
-    if first == then:
+    if first == then or replaces:
         return None
     where = "in one process" if by_value(old.source) else f"in {old.source.split(HASHED)[0]}"
     return (f"variant name {new.name!r} is registered twice {where}: to {first}, then to {then}; register "

@@ -545,10 +545,11 @@ class KeywordsSetup:
         return Keywords(bound, self.name, self.taken) if callable(bound) else bound
 
 
-def add(variant: Variant) -> None:
-    """Register a Variant; a second, different variant under a taken name is an error (origin.clash)."""
+def add(variant: Variant, replaces: bool = False) -> None:
+    """Register a Variant; a second, different variant under a taken name is an error (origin.clash), but
+    where it `replaces` one defined at run time (attnbench.run's variants: the call names its own)."""
     old = _REGISTRY.get(variant.name)
-    refused = None if old is None else clash(old, variant)
+    refused = None if old is None else clash(old, variant, replaces)
     if refused:
         raise VariantError(refused)
     _REGISTRY[variant.name] = variant

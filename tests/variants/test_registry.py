@@ -229,6 +229,10 @@ def test_one_process_refuses_two_functions_under_one_name_but_not_one_defined_ag
     said = "^variant name 'nb80' is registered twice in one process: to attn, then to other; register each"
     with pytest.raises(VariantError, match=said):
         variants.register("nb80")(other)
+    from attnbench.api import _variant_names  # a run's own variants, named by the call: another call's go
+
+    assert _variant_names({"nb80": other}, "variants") == ["nb80"]
+    assert variants.get("nb80")._layers()[-1] is other
 
 
 def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
