@@ -198,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _file_hint(message: str, args: argparse.Namespace) -> str:
     """An unknown variant's line, where the command takes --variant-file and was given none, with how a
-    variant defined in a file is named: its name alone finds nothing the file did not register."""
+    variant defined in a file is named: its name alone finds nothing the file did not register. Not where a
+    plug-in failed to load, which the line names as the likelier cause."""
     if not message.startswith("unknown variant") or not hasattr(args, "variant_file") or args.variant_file:
         return message
-    head, sep, known = message.partition("; known: ")
-    return f"{head} (a variant defined in a file needs --variant-file FILE){sep}{known}"
+    names, sep, rest = message.partition("; ")  # the names, then the failed plug-ins or the known names
+    if " failed to load: " in rest.partition("known: ")[0]:
+        return message
+    return f"{names} (a variant defined in a file needs --variant-file FILE){sep}{rest}"
 
 
 def _stopped_by(code: int) -> int:
