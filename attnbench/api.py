@@ -567,7 +567,7 @@ def _variant_names(value: Any, key: str) -> Any:
             raise ValueError(f"{key}=: {exc}") from None
         _check_free(made.name, f"{key}=")
         _check_apart(made, names, key)
-        add(made)
+        add(made, replaces=True)  # a later call may name another function so (_check_apart: not this one)
         names.append(made.name)
     return names
 

@@ -47,17 +47,29 @@ class OneLineParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):
         """An option no parser knows is the chosen command's mistake: said by that command's parser (its
         usage is `attnbench run -h`, not `attnbench -h`), with the option it most likely meant."""
-        import difflib
-
         OneLineParser.given = tuple(sys.argv[1:] if args is None else args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             parser = _chosen(self, parsed)
             known = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
-            meant = [m for x in extras for m in difflib.get_close_matches(x.split("=")[0], known, n=1)]
+            meant = [_meant(x, extras[i + 1 : i + 2], known) for i, x in enumerate(extras)]
+            meant = [m for m in meant if m]
             hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
             parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed
+
+
+def _meant(word: str, after: list[str], known: list[str]) -> str:
+    """The option an unknown `word` most likely meant: --variant-file where its value (after: the next
+    word) is a .py file (--variants-from kvars.py: a file of variants, not --variants), else the nearest
+    known; "" for none."""
+    import difflib
+
+    option, _, value = word.partition("=")
+    value = value or (after[0] if after and not after[0].startswith("-") else "")
+    if option.startswith("-") and value.endswith(".py") and "--variant-file" in known:
+        return "--variant-file"
+    return next(iter(difflib.get_close_matches(option, known, n=1)), "")
 
 
 def _dash_hint(message: str) -> str:
@@ -169,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts.stops_as_ctrl_c(), _one_line_warnings():
             return _stopped_by(args.func(args))
     except BadInput as exc:
-        return fail(str(exc))
+        return fail(_file_hint(str(exc), args))
     except KeyboardInterrupt as exc:  # a run's own says how to finish it (attnbench.api.RunInterrupted)
         print(printable(str(exc)) or "interrupted", file=sys.stderr)
         return _stopped_by(EXIT_INTERRUPTED)
@@ -182,6 +194,18 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"cannot write {where}: {os.strerror(exc.errno).lower()}")
     except Exception:
         return _internal_error()
+
+
+def _file_hint(message: str, args: argparse.Namespace) -> str:
+    """An unknown variant's line, where the command takes --variant-file and was given none, with how a
+    variant defined in a file is named: its name alone finds nothing the file did not register. Not where a
+    plug-in failed to load, which the line names as the likelier cause."""
+    if not message.startswith("unknown variant") or not hasattr(args, "variant_file") or args.variant_file:
+        return message
+    names, sep, rest = message.partition("; ")  # the names, then the failed plug-ins or the known names
+    if " failed to load: " in rest.partition("known: ")[0]:
+        return message
+    return f"{names} (a variant defined in a file needs --variant-file FILE){sep}{rest}"
 
 
 def _stopped_by(code: int) -> int:

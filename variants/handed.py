@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .adapt import LowerRightOnly
 from .lengths import PACKED_ONLY, PAGED_ONLY
+from .mods import NONE
 from .problem import Problem
 
 # the workloads a capability declares, each with the keyword its cells hand the variant
@@ -198,3 +200,31 @@ def only_workload(variant) -> str | None:
     except Exception:  # noqa: BLE001 - a plug-in's hook: its fault shows in its cells' rows
         return None
     return {refusal: workload for workload, refusal in ONLY.items()}.get(reason)
+
+
+def exercised(variant: Any, problem: Problem) -> str:
+    """The declarations of a user's variant (a plug-in's, a file's, a notebook's) that a cell of `problem`
+    exercises, each with what the cell asks of it: "in a cell of its declared gqa=True (2 k/v heads for 4)",
+    for the row of a cell that raised, where a wrong declaration is a likelier cause than the kernel's
+    message (a broadcast error) says. "" for a built-in and for a cell that exercises none."""
+    cap = variant.cap
+    if variant.source == "builtin":
+        return ""
+    hooks = (cap.supports, getattr(cap.supports, "then", None))
+    lower_right = (
+        'causal="lower-right"' if any(isinstance(h, LowerRightOnly) for h in hooks) else "lower_right=True"
+    )
+    said = [
+        (problem.page_size and cap.paged, "paged=True", f"pages of {problem.page_size}"),
+        (
+            problem.packed and cap.varlen,
+            f"varlen={cap.varlen!r}",
+            f"a packed batch, {problem.lengths} lengths",
+        ),
+        (problem.gqa and cap.gqa, "gqa=True", f"{problem.kv_heads} k/v heads for {problem.heads}"),
+        (problem.lower_right and cap.lower_right, lower_right, f"N_q {problem.seq_q} of N_k {problem.seq_k}"),
+        (problem.window and cap.window, "window=True", f"window {problem.window}"),
+        (problem.mod != NONE and cap.mods, f"mods={cap.mods!r}", f"mod {problem.mod}"),
+    ]
+    parts = [f"{declared} ({asked})" for given, declared, asked in said if given]
+    return f"in a cell of its declared {' and '.join(parts)}" if parts else ""

@@ -80,6 +80,42 @@ def redefines(old: str, new: str) -> bool:
     return by_value(old) and by_value(new) and old.split(HASHED)[0] == new.split(HASHED)[0]
 
 
+def function_name(fn: Callable[..., Any]) -> str:
+    """fn's name as a person wrote it: 'kern.flash_v1', or 'flash_v1' where it was defined in a variant file
+    or __main__ (a module name no one wrote); a functools.partial by the function it calls, an object by its
+    class."""
+    target = getattr(fn, "func", fn)
+    named = target if inspect.isroutine(target) or inspect.isclass(target) else type(target)
+    name = getattr(named, "__qualname__", None) or getattr(named, "__name__", None) or repr(named)
+    module = getattr(named, "__module__", None) or ""
+    mine = module.startswith(VARIANT_FILE_MODULE) or module in ("", "__main__", "__mp_main__")
+    return name if mine else f"{module}.{name}"
+
+
+def clash(old: Any, new: Any, replaces: bool = False) -> str | None:
+    """Why the Variant `new` may not take the name the registered Variant `old` holds, None where it replaces
+    it: the same function from the same place, defined again (a module imported again or reloaded, a
+    notebook cell run again after an edit: the same module and qualified name). Refused: a name of another
+    place's (a built-in's, another file's), and another function of the same file or process ('registered
+    twice in file dup.py: to kern.flash_v1, then to kern.flash_v2'), which would replace the first without a
+    word. `replaces`: another function defined at run time may replace the old one (a run's own variants,
+    which attnbench.run names apart within one call)."""
+    if old.source != new.source and not redefines(old.source, new.source):
+        if old.source == "builtin":  # an upgrade brought a built-in of a plug-in's name: say the way out
+            return (
+                f"variant name {new.name!r} is attnbench's own ({old.cap.description or 'built in'}); "
+                f'register yours under another name (@attnbench.register("my_{new.name}", ...)) or '
+                "drop it and use the built-in (`attnbench list` describes it)"
+            )
+        return f"variant name {new.name!r} is already registered (by {old.source})"
+    first, then = function_name(old._layers()[-1]), function_name(new._layers()[-1])
+    if first == then or replaces:
+        return None
+    where = "in one process" if by_value(old.source) else f"in {old.source.split(HASHED)[0]}"
+    return (f"variant name {new.name!r} is registered twice {where}: to {first}, then to {then}; register "
+            "each under its own name")  # fmt: skip
+
+
 def entry_point_sources(registered: MutableMapping[str, Any], before: set[str], ep: Any) -> None:
     """Give each variant the entry point `ep` registered (those of `registered` not in `before`) its source:
     'entry point mykern (mykern) of mykern 0.2.0, source sha256 1a2b3c4d5e6f': its distribution's version and

@@ -27,7 +27,7 @@ from .handed import (
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import HASHED, VARIANT_FILE_MODULE, described, entry_point_sources, redefines, source_of
+from .origin import HASHED, VARIANT_FILE_MODULE, clash, described, entry_point_sources, source_of
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
 from .unknown import unknown_names
@@ -125,6 +125,9 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: compiles must be True, False or a function of a Problem"
             )
+        for flag in (f.name for f in fields(self) if f.type == "bool"):  # gqa="yes" would read as True
+            if not isinstance(value := getattr(self, flag), bool):
+                raise VariantError(f"variant {self.name}: {flag} must be True or False, not {value!r}")
         if self.layout not in LAYOUTS:
             raise VariantError(f"variant {self.name}: layout must be one of {LAYOUTS}, not {self.layout!r}")
         for key, known in (("devices", DEVICES), ("dtypes", DTYPES), ("mods", MOD_KINDS)):
@@ -235,7 +238,17 @@ class Variant:
         reason = self.availability(problem.device)
         if reason:
             return reason
-        cap = self.cap
+        cap = self.cap  # the workload first: a paged cell's other axes (lower-right, GQA) are its cache's
+        if problem.page_size and not cap.paged:
+            return (
+                f"{self.name} does not read a paged K/V cache (a variant that does declares paged=True and "
+                "takes block_table=)"
+            )
+        if problem.packed and not cap.varlen:
+            return (
+                f"{self.name} does not take packed variable-length batches (a variant that does declares "
+                "varlen= and takes cu_seqlens=)"
+            )
         if problem.dtype not in cap.dtypes:
             return (
                 f"{self.name} does not support {problem.dtype} (dtypes: {', '.join(cap.dtypes)}; declare "
@@ -279,16 +292,6 @@ class Variant:
         if problem.mod != NONE and mod_kind(problem.mod) not in cap.mods:
             way = f' (declare mods=("{mod_kind(problem.mod)}",) if it takes mod=)' if mine else ""
             return f"{self.name} does not support score modification {problem.mod}{way}"
-        if problem.page_size and not cap.paged:
-            return (
-                f"{self.name} does not read a paged K/V cache (a variant that does declares paged=True and "
-                "takes block_table=)"
-            )
-        if problem.packed and not cap.varlen:
-            return (
-                f"{self.name} does not take packed variable-length batches (a variant that does declares "
-                "varlen= and takes cu_seqlens=)"
-            )
         if cap.supports is not None:
             return cap.supports(problem)
         return None
@@ -542,17 +545,13 @@ class KeywordsSetup:
         return Keywords(bound, self.name, self.taken) if callable(bound) else bound
 
 
-def add(variant: Variant) -> None:
-    """Register a Variant; a second, different variant under a taken name is an error."""
+def add(variant: Variant, replaces: bool = False) -> None:
+    """Register a Variant; a second, different variant under a taken name is an error (origin.clash), but
+    where it `replaces` one defined at run time (attnbench.run's variants: the call names its own)."""
     old = _REGISTRY.get(variant.name)
-    if old is not None and old.source != variant.source and not redefines(old.source, variant.source):
-        if old.source == "builtin":  # an upgrade brought a built-in of a plug-in's name: say the way out
-            raise VariantError(
-                f"variant name {variant.name!r} is attnbench's own ({old.cap.description or 'built in'}); "
-                f'register yours under another name (@attnbench.register("my_{variant.name}", ...)) or '
-                "drop it and use the built-in (`attnbench list` describes it)"
-            )
-        raise VariantError(f"variant name {variant.name!r} is already registered (by {old.source})")
+    refused = None if old is None else clash(old, variant, replaces)
+    if refused:
+        raise VariantError(refused)
     _REGISTRY[variant.name] = variant
 
 

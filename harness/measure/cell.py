@@ -68,6 +68,7 @@ from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import median_rates, noisy_note, summarize
 from attnbench.results.schema import GATE_FAILED
+from attnbench.variants.handed import exercised
 
 FRESH_ROWS = 64  # query rows of the fresh-input re-check: enough to catch a remembered answer, cheap
 FRESH_SEED_OFFSET = 1  # the re-check's inputs: seed settings.seed + this, never the gated inputs' seed
@@ -148,7 +149,8 @@ class Prepared:
                 what = self.gate.describe()
             else:
                 bound = own_gradient.bound_text(self.grad_tolerance, self.grad_against)
-                what = f"grad rel_err {self.grad_rel_err:.2e} > {bound}"
+                which = own_gradient.erring(self.grad_rel_err, self.grad_tolerance)  # dq, dk or dv
+                what = f"grad rel_err {self.grad_rel_err:.2e} > {bound}{which}"
             reasons.append(f"{GATE_FAILED}: {what}")
         elif after is not None:  # right once, wrong on other values: an answer remembered
             seed = after.seed
@@ -534,7 +536,8 @@ def measure_cell(
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
-        return finish(row, *failure(exc, spec.device, held_ready[0] if held_ready else None))
+        declared = exercised(variant, spec.problem())  # a wrong declaration may be why
+        return finish(row, *failure(exc, spec.device, held_ready[0] if held_ready else None, declared))
     finally:
         disarm_recompile_limit()
 

@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from attnbench.harness.measure import located, own_gradient
+from attnbench.harness.measure import located, lowered, own_gradient
 from attnbench.harness.measure.contract import changed_inputs, check_graph, check_output
 from attnbench.harness.measure.guard import REFERENCE_ROW_BLOCK  # the reference's block, which guard counts
 from attnbench.harness.measure.own_gradient import leaf_grads
@@ -326,9 +327,8 @@ def gate(
     failed = not rel <= tol or bool(bad.any())
     where = hint = ""
     if not quant and failed:  # a rounding recipe's answer is judged on other inputs: no reading
-        hint = likely_cause(
-            sampled, q, k, v, tol=tol, scale=scale, rows=rows, key_lengths=key_lengths, mod=mod, **rules
-        )
+        hint = _cause(sampled, q, k, v, (tol, rel, approximate), whole, hidden, scale=scale, rows=rows,
+                      key_lengths=key_lengths, mod=mod, **rules)  # fmt: skip
     if worst and failed:
         where = f"worst: {worst.describe()}"
     elif failed:  # the rows that err where no known mistake explains them
@@ -348,6 +348,18 @@ def gate(
         approximate=approximate,
         **(_rounding(got, *refs, quant) if quant else {}),
     )
+
+
+def _cause(got, q, k, v, judged: tuple, whole, hidden, **rules) -> str:
+    """likely_cause of a failing answer (judged: its tolerance, rel_err and declared approximation); where
+    it finds none, a lower precision's (lowered.hint): an error about its rounding, or a known mistake to
+    within its tolerance (not for a declared approximation, which errs by design)."""
+    tol, rel, approximate = judged
+    cause = partial(likely_cause, got, q, k, v, **rules)
+    said = cause(tol=tol)
+    if said or approximate:
+        return said
+    return lowered.hint(str(q.dtype).removeprefix("torch."), rel, cause, reference, whole, hidden)
 
 
 HINT_ROWS = 32  # the query rows (first and last among them) each reading of a failing answer is checked on
@@ -559,7 +571,8 @@ def grad_errors(
     variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
     causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None,
 ) -> float:  # fmt: skip
-    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO.
+    """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO, with
+    each one's (own_gradient.Gradients).
 
     Both sides get their gradients as a training loop does, out.backward(dO) into fresh leaves' .grad
     (`_backward`), not torch.autograd.grad: reentrant activation checkpointing
@@ -580,7 +593,8 @@ def grad_errors(
         window=window, mod=mod, cu_seqlens=cu_seqlens,
     )  # fmt: skip
     ref_grads = leaf_grads(ref, ref_leaves, d_out)
-    return max(_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
+    errs = (_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
+    return own_gradient.Gradients(dict(zip(("dq", "dk", "dv"), errs, strict=True)))  # a float: the worst
 
 
 def _reference_autograd(

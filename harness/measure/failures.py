@@ -62,20 +62,25 @@ def is_poisoned(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _POISONED)
 
 
-def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tuple[str, str]:
+def failure(
+    exc: BaseException, device: str, ready: Ready | None = None, declared: str = ""
+) -> tuple[str, str]:
     """(status, message) for what the variant raised in prepare, time_call or peak: unsupported, oom or
     error (an output that breaks harness.measure.contract's rule: an error with that rule's words alone);
     `wrong` when prepare had already found that it modifies its inputs (the error follows from that, as
     autograd refusing an in-place write into a leaf in a fwdbwd call); `crashed` for a CUDA error that
     poisoned the context (is_poisoned: the worker that sends such a row exits, and the next cell gets a new
-    one). The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
+    one). declared: the user's declarations the cell exercised (variants.handed.exercised), said after an
+    error or a crash, which a wrong declaration (gqa=True on a kernel that repeats no k/v head) may be.
+    The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
     if type(exc).__name__ == "FailOnRecompileLimitHit":
         return "error", _recompile_limit(exc)
     where = getattr(exc, "attnbench_where", "")  # raised in the setup hook (variants.Variant.bind)
+    declared = f"; {declared}" if declared else ""
     if is_poisoned(exc):  # before empty_cache, which would fail the same way
-        return "crashed", POISONED_PREFIX + _said(where, f"{type(exc).__name__}: {_one_line(exc)}")
+        return "crashed", POISONED_PREFIX + _said(where, f"{type(exc).__name__}: {_one_line(exc)}") + declared
     if device == "cuda":
         torch.cuda.empty_cache()
     if is_oom(exc):
@@ -85,7 +90,7 @@ def failure(exc: BaseException, device: str, ready: Ready | None = None) -> tupl
         message = _said(where, f"{type(exc).__name__}: {message}")
     if ready is not None and ready.changed:
         return "wrong", f"{mutation(ready.changed)}; then {message}"
-    return "error", message
+    return "error", message + declared
 
 
 def _said(where: str, message: str) -> str:

@@ -250,10 +250,14 @@ def _takes(variant, spec) -> bool:
 def gate_workload(variant, spec, label: str, *, counted: bool = True) -> GateRow:
     """One declared workload's problem (workload_cells), made as a run makes it, against float64."""
     from attnbench.harness.measure.inputs import gate_axes, make_inputs
+    from attnbench.variants.handed import exercised
 
     row = dict(variant=variant.name, device=spec.device, dtype=spec.dtype, causal=spec.causal, padding=False,
                gating=counted, workload=label, implied=implied(label))  # fmt: skip
-    return _recorded(row, lambda: _gate(variant, spec.problem(), make_inputs(spec, 0), row, gate_axes(spec)))
+    declared = exercised(variant, spec.problem())  # said where it raises: a wrong declaration may be why
+    return _recorded(
+        row, lambda: _gate(variant, spec.problem(), make_inputs(spec, 0), row, gate_axes(spec)), declared
+    )
 
 
 def gate_one(
@@ -275,9 +279,10 @@ def gate_one(
     return _recorded(row, lambda: _gate(variant, prob, (*qkv, key_lengths), row))
 
 
-def _recorded(row: dict, gated) -> GateRow:
-    """gated()'s GateRow, or what it raised as the row's status and one-line reason: anything but a
-    KeyboardInterrupt, SystemExit too, as a run's cell boundary takes it (harness.measure.cell)."""
+def _recorded(row: dict, gated, declared: str = "") -> GateRow:
+    """gated()'s GateRow, or what it raised as the row's status and one-line reason (with the declarations
+    the problem exercised: failures.failure): anything but a KeyboardInterrupt, SystemExit too, as a run's
+    cell boundary takes it (harness.measure.cell)."""
     try:
         return gated()
     except KeyboardInterrupt:
@@ -285,7 +290,8 @@ def _recorded(row: dict, gated) -> GateRow:
     except BaseException as exc:  # a plug-in's fault of any kind is its row, never the end of the check
         from attnbench.harness.measure.failures import failure
 
-        status, message = failure(exc, row["device"])  # UnsupportedError (refused at call time): unsupported
+        # UnsupportedError (refused at call time): unsupported
+        status, message = failure(exc, row["device"], declared=declared)
         return GateRow(**row, status="unsupported" if status == "unsupported" else "error", reason=message)
 
 
@@ -336,8 +342,8 @@ def fail_reason(r) -> str:
         parts.append(f"output rel_err {r.rel_err:.1e} > tolerance {tolerance_text(r.tolerance)}")
         parts += [r.where] if r.where else []
     if r.grad_passed is False:
-        from attnbench.harness.measure.own_gradient import bound_text
+        from attnbench.harness.measure.own_gradient import bound_text, erring
 
-        bound = bound_text(r.grad_tolerance, r.grad_against)
+        bound = bound_text(r.grad_tolerance, r.grad_against) + erring(r.grad_rel_err, r.grad_tolerance)
         parts.append(f"gradient rel_err {r.grad_rel_err:.1e} > tolerance {bound}")
     return "; ".join(parts)

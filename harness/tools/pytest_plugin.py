@@ -200,6 +200,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     from attnbench.harness.measure.failures import failure
     from attnbench.harness.measure.rows import base_row, finish, start_row
     from attnbench.harness.workers.worker import free_memory
+    from attnbench.variants.handed import exercised
 
     state = config.stash[_KEY]
     settings = state.settings
@@ -222,7 +223,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
-        _untimed(state, finish(row, *failure(exc, spec.device, ready)))
+        _untimed(state, finish(row, *failure(exc, spec.device, ready, exercised(variant, spec.problem()))))
     # tflops, kv_gbps and elapsed_s keep their place in the row (measure_cell's order) until timing fills them
     row = finish(
         row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, kv_gbps=None,
@@ -253,7 +254,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the variant failed on fresh inputs: this cell's row, as in measure_cell
-        status, message = failure(exc, spec.device, ready)
+        status, message = failure(exc, spec.device, ready, exercised(variant, spec.problem()))
     benchmark.extra_info.update(status=status, message=message)
     benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)
     if status == "wrong":

@@ -138,6 +138,21 @@ BAD_RUNS = [
 ]
 
 
+@pytest.mark.parametrize("command", [["run", "--variants"], ["bench"], ["check", "--variants"]])
+def test_an_unknown_variant_says_a_files_variant_needs_the_file(tmp_path, command):
+    """Trial L: `bench flash_v1` (registered in a file) said "unknown variant 'flash_v1'; known: ..." and
+    nothing of --variant-file. Said where none was given; not where one was (the name is not in it)."""
+    said = "unknown variant 'flash_v1' (a variant defined in a file needs --variant-file FILE); known: "
+    out = [] if command[0] == "check" else ["--out", str(tmp_path / "r")]
+    p = run_cli(*command, "flash_v1", *out)
+    assert p.returncode == 2 and p.stderr.startswith(f"attnbench: error: {said}"), p.stderr
+    p = run_cli(*command, "flash_v1", "--variant-file", str(FAULTS), *out)
+    assert p.returncode == 2 and p.stderr.startswith(
+        "attnbench: error: unknown variant 'flash_v1'; known:"
+    ), p.stderr
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("args,message", BAD_RUNS, ids=[" ".join(a) for a, _ in BAD_RUNS])
 def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
     out = tmp_path / "run"
@@ -164,6 +179,17 @@ def test_bad_run_input_is_one_line_exit_2_nothing_written(tmp_path, args, messag
         (
             ["run", "--varaints", "naive"],
             "attnbench run: error: unrecognized arguments: --varaints naive (did you mean --variants?)",
+        ),
+        # a .py file after an option nobody knows is a file of variants: --variant-file, not --variants
+        (
+            ["run", "--variants-from", "kvars.py"],
+            "attnbench run: error: unrecognized arguments: --variants-from kvars.py (did you mean "
+            "--variant-file?)",
+        ),
+        (
+            ["check", "--variants-from=kvars.py"],
+            "attnbench check: error: unrecognized arguments: --variants-from=kvars.py (did you mean "
+            "--variant-file?)",
         ),
         (
             ["history", "check", "--fail-on-stp", "5%"],

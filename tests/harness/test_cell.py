@@ -242,3 +242,24 @@ def test_an_answer_over_the_inputs_read_as_bnhd_is_said_so_and_declaring_it_pass
     assert causal["status"] == "wrong" and "(B, N, H, d)" not in causal["message"], causal["message"]
     other = measure_cell(spec("fault_wrong"), QUICK)
     assert other["status"] == "wrong" and "(B, N, H, d)" not in other["message"], other["message"]
+
+
+def test_a_cell_that_raises_names_the_declaration_it_exercised(monkeypatch):
+    """Trial L: gqa=True declared on a kernel that repeats no k/v head gave a bare broadcast RuntimeError,
+    with no pointer to the declaration. The row of a cell that raises says which of the user's declarations
+    it exercised, as bench's WRONG lines do; a cell that exercises none, and a built-in, say nothing more."""
+    import torch
+
+    from attnbench.variants import registry
+
+    def plain(q, k, v, *, causal=False, scale=None):  # repeats no k/v head: a broadcast error under GQA
+        return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, -1) @ v
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    variants.register("says_gqa", gqa=True, padding=False, dropout=False)(plain)
+    row = measure_cell(dataclasses.replace(spec("says_gqa", heads=4), kv_heads=2), QUICK)
+    assert row["status"] == "error", row
+    assert row["message"].startswith("RuntimeError: The size of tensor a (4) must match"), row["message"]
+    assert row["message"].endswith("; in a cell of its declared gqa=True (2 k/v heads for 4)"), row["message"]
+    broken = measure_cell(spec("fault_raise"), QUICK)  # a cell of no workload: the kernel's words alone
+    assert broken["status"] == "error" and "declared" not in broken["message"], broken["message"]

@@ -241,6 +241,29 @@ def test_a_pack_holds_middle_sequences_and_a_kernel_that_skips_them_fails(isolat
     assert check.exit_status(rows) == 1
 
 
+NO_GQA = """
+import torch
+from attnbench import register
+
+@register("no_gqa", gqa=True, padding=False, dropout=False)
+def no_gqa(q, k, v, *, causal=False, scale=None):  # declares gqa, repeats no k/v head
+    return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, -1) @ v
+"""
+
+
+def test_a_declared_workload_that_raises_names_its_declaration(isolated_registry, tmp_path):
+    """Trial L: check's row of a kernel declared gqa=True that repeats no k/v head said only "RuntimeError:
+    The size of tensor a (4) must match ...": it says which declaration the problem exercised too."""
+    (tmp_path / "no_gqa.py").write_text(NO_GQA)
+    plan = check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "no_gqa.py")])
+    rows = [r for r in check.gate_all(plan) if r.workload]
+    (grouped,) = [r for r in rows if "k/v heads" in r.workload]
+    assert grouped.status == "error", grouped
+    assert grouped.reason.startswith("RuntimeError: The size of tensor"), grouped
+    assert grouped.reason.endswith("; in a cell of its declared gqa=True (2 k/v heads for 4)"), grouped.reason
+    assert all("declared" not in r.reason for r in rows if r is not grouped)
+
+
 UNMASKED_PAGED = """
 import torch
 from attnbench.variants import register

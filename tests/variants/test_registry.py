@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 import textwrap
 
@@ -23,6 +24,26 @@ def test_capability_rejects_bad_values():
         Capability(name="x", dtypes=("float8",))
     with pytest.raises(VariantError, match="name"):
         Capability(name="bad name!")
+
+
+@pytest.mark.parametrize("flag", ["gqa", "window", "paged", "backward", "default"])
+def test_a_capability_flag_that_is_no_bool_is_refused_in_one_line(flag, monkeypatch):
+    """Trial L: register(..., gqa="yes") and attnbench.variant(f, gqa="maybe") were accepted ("maybe" read as
+    True). A flag is True or False, refused as the other bad declarations are."""
+    import attnbench
+    from attnbench.variants import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    def f(q, k, v, *, causal=False, window=None, block_table=None):
+        return q
+
+    said = f"^variant flagged: {flag} must be True or False, not 'yes'$"
+    with pytest.raises(VariantError, match=said):
+        variants.register("flagged", **{flag: "yes"})(f)
+    with pytest.raises(ValueError, match=f"{flag} must be True or False, not 'maybe'$"):
+        attnbench.variant(f, name="flagged", **{flag: "maybe"})
+    assert "flagged" not in registry._REGISTRY
 
 
 @pytest.mark.parametrize("varlen", ["bogus", True, 1, "tiles:0"])
@@ -94,6 +115,24 @@ def test_check_names_the_unsupported_feature():
     )
 
 
+def test_a_cell_of_a_workload_it_does_not_read_says_the_workload_first():
+    """Trial L: a paged cell (a decode step: causal lower-right, grouped heads) on a variant that reads no
+    paged cache said "does not support lower-right causal alignment" first; the workload comes first, as a
+    packed batch's does."""
+    from attnbench.variants.shipped import inline
+
+    def plain(q, k, v, *, causal=False, scale=None):
+        return q
+
+    mine = inline(plain, name="plain_kv", dtypes=("float32",))
+    paged = Problem(dtype="bfloat16", heads=4, kv_heads=2, seq_len=4, seq_k=100, causal=True,
+                    causal_align="lower-right", page_size=16, lengths="uniform")  # fmt: skip
+    assert mine.check(paged).startswith("plain_kv does not read a paged K/V cache")
+    packed = Problem(dtype="bfloat16", heads=4, kv_heads=2, seq_len=100, seq_k=100, causal=True,
+                     lengths="uniform")  # fmt: skip
+    assert mine.check(packed).startswith("plain_kv does not take packed variable-length batches")
+
+
 def test_variant_file_registers_and_runs(tmp_path):
     f = tmp_path / "mine.py"
     f.write_text(
@@ -135,6 +174,65 @@ def test_bad_variant_files(tmp_path):
     with pytest.raises(VariantError, match=said + r"\(@attnbench.register\(\"my_naive\", ...\)\) or drop it"):
         variants.load_variant_file(clash)
     assert variants.get("naive").source == "builtin"
+
+
+def test_one_file_registering_two_functions_under_one_name_is_refused(tmp_path, monkeypatch):
+    """Trial L: a file that registered flash_v1, then (copy-paste) flash_v2 as "flash" kept v2 and said
+    nothing, while the same clash across two files was refused. One line names both functions and the file,
+    and the file leaves nothing registered."""
+    from attnbench.variants import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    kernels = "def flash_v1(q, k, v):\n    return v\n\n\ndef flash_v2(q, k, v):\n    return q\n"
+    (tmp_path / "kern80.py").write_text(kernels)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kern80", raising=False)
+    dup = tmp_path / "dup.py"
+    dup.write_text(
+        "from attnbench import register\nimport kern80\n"
+        'register("flash80", memory="linear")(kern80.flash_v1)\n'
+        'register("flash80", memory="linear")(kern80.flash_v2)\n'
+    )
+    said = f"variant name 'flash80' is registered twice in file {dup}: to kern80.flash_v1, then to "
+    said += "kern80.flash_v2; register each under its own name"
+    with pytest.raises(VariantError, match="^" + re.escape(said)):
+        variants.load_variant_file(dup)
+    assert "flash80" not in registry._REGISTRY
+
+
+def test_one_process_refuses_two_functions_under_one_name_but_not_one_defined_again(tmp_path, monkeypatch):
+    """@register in a script or a notebook: another function under a name the process gave already is
+    refused; the same function registered again (its module reloaded, a notebook cell run again after an
+    edit) replaces the old one, as before."""
+    import importlib
+
+    from attnbench.variants import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    def cell(code: str):  # what a notebook cell defines: its module is __main__
+        namespace = {"__name__": "__main__"}
+        exec(code, namespace)
+        return namespace
+
+    first = cell("def attn(q, k, v):\n    return v\n")["attn"]
+    variants.register("nb80")(first)
+    variants.register("nb80")(cell("def attn(q, k, v):\n    return v * 1.0\n")["attn"])  # edited, run again
+    assert variants.get("nb80").fn is not first
+    (tmp_path / "kern80b.py").write_text("def flash(q, k, v):\n    return v\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kern80b", raising=False)
+    kern = importlib.import_module("kern80b")
+    variants.register("mod80")(kern.flash)
+    variants.register("mod80")(importlib.reload(kern).flash)
+    other = cell("def other(q, k, v):\n    return q\n")["other"]
+    said = "^variant name 'nb80' is registered twice in one process: to attn, then to other; register each"
+    with pytest.raises(VariantError, match=said):
+        variants.register("nb80")(other)
+    from attnbench.api import _variant_names  # a run's own variants, named by the call: another call's go
+
+    assert _variant_names({"nb80": other}, "variants") == ["nb80"]
+    assert variants.get("nb80")._layers()[-1] is other
 
 
 def test_entry_point_plugin_is_discovered(tmp_path, monkeypatch):
