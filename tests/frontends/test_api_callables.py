@@ -435,7 +435,8 @@ def test_bench_gates_the_backward_its_forward_sweep_never_runs(tmp_path):
     bench = _bench_of(tmp_path, "zero_grad")
     lines = str(bench).splitlines()
     assert lines[1].startswith("correct in 1 of 1 cell gated against float64"), lines
-    said = "WRONG at N 100 (float32; no mask) (and 1 more): gradient rel_err 1.0e+00 > tolerance 4e-04, in dq, dk and dv"
+    said = "WRONG at N 100 (float32; no mask) (and 1 more): gradient rel_err 1.0e+00 > tolerance 4e-04, "
+    said += "in dq, dk and dv"
     assert lines[2] == said, lines
     assert sorted(r.n for r in bench.declared.masks if r.status == "FAIL") == [100, 300]
     assert {(r.causal, r.padding, r.status) for r in bench.declared.masks} == {
