@@ -18,7 +18,6 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from .drift import drifted
 from .formulas import NOISY_NOTE, counted, median_rates, noisy_note, summarize
 from .integrity import WRITTEN, Tracked
 from .schema import PHASE_COLUMNS, float_list
@@ -147,29 +146,19 @@ def split(samples: list[float], counts: Any) -> list[list[float]] | None:
     return out
 
 
-def fastest_ms(row: dict[str, Any], probe_best: float | None = None) -> tuple[float, str] | None:
+def fastest_ms(row: dict[str, Any]) -> tuple[float, str] | None:
     """The least a cell's call can be taken to cost from its ok row, with the words that say how: the
-    fastest of its samples (a busy machine only adds to a call), or, where the row is one visit's and the
-    speed probe taken just before it (speed_tflops) ran more than DRIFT below `probe_best` (the fastest the
-    run's probe showed on that device), its median times that factor, whichever is less; its median where
-    it has neither; None without a median. What --max-call-ms extrapolates from
-    (harness.workers.cellrunner.SkipAhead): a cell of two calls, 447.8 and 2.6 ms, timed while the machine
-    ran at a tenth of its speed, has a median of 225 ms, which alone would skip the next N."""
+    fastest of its samples (a busy machine only adds to a call), else its median; None without a median.
+    What --max-call-ms extrapolates from (harness.workers.cellrunner.SkipAhead). The speed probe does not
+    correct it: one descheduled probe read 0.06 of the run's fastest and would have predicted 2.9 ms for a
+    call that sleeps 41 ms."""
     median = row.get("time_ms_median")
     if not (isinstance(median, (int, float)) and 0 < median < math.inf):
         return None
-    best = (float(median), "its median")
     samples = [s for s in float_list(row.get("samples_ms")) if 0 < s < math.inf]
-    if samples and min(samples) < best[0]:
-        best = (min(samples), f"the fastest of its {counted(len(samples), 'call')}")
-    probe = row.get("speed_tflops")
-    one_visit = len(float_list(row.get("visit_medians_ms"))) <= 1  # a row of several: its first visit's probe
-    if one_visit and isinstance(probe, (int, float)) and probe > 0 and probe_best and probe_best > probe:
-        factor = probe / probe_best
-        if drifted(factor) and median * factor < best[0]:
-            said = f"its median {median:,.1f} ms x {factor:.2f} (its speed probe over the run's fastest)"
-            best = (median * factor, said)
-    return best
+    if samples and min(samples) < median:
+        return min(samples), f"the fastest of its {counted(len(samples), 'call')}"
+    return float(median), "its median"
 
 
 class VisitLog:

@@ -24,7 +24,6 @@ from attnbench.harness.measure.rows import base_row, blame, finish, noted
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers.isolation import Worker, WorkerDied, WorkerTimeout
-from attnbench.results.devices import where_of
 from attnbench.results.visits import fastest_ms
 
 
@@ -35,18 +34,16 @@ class SkipAhead:
 
     With max_call_ms (settings.max_call_ms > 0), a cell is skipped too when its call would surely take
     longer: the series' longest ok cell so far that it is at least as long as, the least its call can be
-    taken to cost (results.visits.fastest_ms: its fastest sample, or its median corrected by the speed
-    probe where the machine ran slow; over every row of it noted: a cell visited in rounds is noted once a
-    visit) scaled by the score count (N_q x N_k over that cell's). Attention's work grows with the score
-    count; a call whose time grows slower (launch-bound) is predicted long, so the guard errs towards
-    skipping only where the series is already slow. One slow moment of a busy machine must not cost a sweep
-    its largest N (a 225 ms median of two calls, one of them 2.6 ms, would have skipped the next N)."""
+    taken to cost (results.visits.fastest_ms: its fastest sample, over every row of it noted: a cell
+    visited in rounds is noted once a visit) scaled by the score count (N_q x N_k over that cell's).
+    Attention's work grows with the score count; a call whose time grows slower (launch-bound) is predicted
+    long, so the guard errs towards skipping only where the series is already slow. One slow moment of a
+    busy machine must not cost a sweep its largest N (a 225 ms median of two calls, one of them 2.6 ms, would have skipped the next N)."""
 
     def __init__(self, rows: list[dict[str, Any]] = (), max_call_ms: int = 0) -> None:
         self.max_call_ms = max_call_ms
         self.limits: dict[tuple, list[tuple[int, int, str]]] = {}
         self.timed: dict[tuple, dict[tuple[int, int], list[dict[str, Any]]]] = {}  # series -> ok rows by N
-        self.probes: dict[str, float] = {}  # where_key -> the fastest speed probe of a row measured there
         for row in rows:
             self.note(CellSpec.from_dict(row), row)
 
@@ -55,10 +52,6 @@ class SkipAhead:
         if status in ("oom", "timeout"):
             what = "ran out of memory" if status == "oom" else "timed out"
             self.limits.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, what))
-        probe = row.get("speed_tflops")
-        if isinstance(probe, (int, float)) and probe > 0:
-            where = where_of(row)
-            self.probes[where] = max(self.probes.get(where, 0.0), float(probe))
         if status == "ok" and fastest_ms(row) is not None:
             self.timed.setdefault(spec.group_key, {}).setdefault((spec.seq_len, spec.seq_k), []).append(row)
 
@@ -77,7 +70,7 @@ class SkipAhead:
             return None
         n_q, n_k = max(shorter, key=lambda n: n[0] * n[1])
         rows = self.timed[spec.group_key][(n_q, n_k)]  # every row of it noted: each has a median (note)
-        ms, how = min(e for r in rows if (e := fastest_ms(r, self.probes.get(where_of(r)))) is not None)
+        ms, how = min(e for r in rows if (e := fastest_ms(r)) is not None)
         predicted = ms * (spec.seq_len * spec.seq_k) / (n_q * n_k)
         if predicted <= self.max_call_ms:
             return None

@@ -813,7 +813,7 @@ def test_the_docs_example_runs(tmp_path):
         exec(code, script)
         bench = attnbench.bench(script["my_attn"], out=tmp_path / "bench", dtype="float32", **QUICK)
     assert "{'ok': 12, 'unsupported': 4}" in out.getvalue()
-    assert (tmp_path / "runs" / "mine" / "variants.pkl").is_file()
+    assert (tmp_path / "runs" / "from-python" / "variants.pkl").is_file()
     gated = dict((r.workload, r.status) for r in bench.declared.gated)
     assert gated.get("causal top-left, N_q 25 of N_k 100") == "pass", (gated, str(bench))
     assert not bench.answer.wrong and "ERROR" not in str(bench), str(bench)

@@ -422,7 +422,7 @@ def test_bench_on_the_command_line_answers_and_fails_a_wrong_variant(tmp_path):
     assert right.returncode == 0, right.stderr
     lines = right.stdout.splitlines()
     assert lines[0].startswith("right_attn against sdpa: 4 cells of right_attn"), lines
-    assert any(line.startswith("correct at N 100 too, forward and backward") for line in lines), lines
+    assert any(line.startswith("correct at N 100 and 300 too, forward and backward") for line in lines), lines
     assert (
         f"the full report: attnbench report {tmp_path / 'r'}" in right.stdout
     )  # the commands, not run.report()
