@@ -38,7 +38,8 @@ class SkipAhead:
     visited in rounds is noted once a visit) scaled by the score count (N_q x N_k over that cell's).
     Attention's work grows with the score count; a call whose time grows slower (launch-bound) is predicted
     long, so the guard errs towards skipping only where the series is already slow. One slow moment of a
-    busy machine must not cost a sweep its largest N (a 225 ms median of two calls, one of them 2.6 ms, would have skipped the next N)."""
+    busy machine must not cost a sweep its largest N (a 225 ms median of two calls, one of them 2.6 ms,
+    would have skipped the next N)."""
 
     def __init__(self, rows: list[dict[str, Any]] = (), max_call_ms: int = 0) -> None:
         self.max_call_ms = max_call_ms
