@@ -497,7 +497,7 @@ def cell_table(cmp: Comparison) -> pg.Table:
         "(>1: B slower), with its 95% CI, and what the change says in words; p the cell's test, p_holm "
         f"Holm-adjusted over the cells judged; verdicts and the gate by the rule below{gate}. A change that "
         f"reads 'medians and {level}s disagree (M vs G)' has no direction: B/A by the medians is M and by "
-        "the geometric means G, one above 1 and the other below.",
+        "the geometric means G, one above 1 and the other below, each more than 5% from it.",
     )
 
 

@@ -119,12 +119,16 @@ def _direction(ratio: float) -> int:
     return 1 if ratio > 1 else -1
 
 
+DISAGREE = 0.05  # how far from 1 each of a cell's two ratios must be for their opposite directions to be said
+
+
 def disagreement(j: Judged) -> str:
     """The words a cell says in place of a direction where its medians (each side's time_ms_median: what
     run and report show and the gate's median:N% sizes) point the other way from the ratio judged (of the
     geometric means of its replicates); '' where they agree. A heavy tail, or one slow visit of three, can
-    set them apart (B/A 1.46 by the geometric means of the visits, 0.58 by the medians)."""
-    if _direction(j.ratio) * _direction(j.median_ratio) >= 0:
+    set them apart (B/A 1.46 by the geometric means of visits, 0.58 by the medians); each past DISAGREE."""
+    apart = _direction(j.ratio) * _direction(j.median_ratio) < 0
+    if not apart or min(abs(math.log(j.ratio)), abs(math.log(j.median_ratio))) <= math.log1p(DISAGREE):
         return ""
     return f"medians and {j.level}s disagree ({j.median_ratio:.2f} vs {j.ratio:.2f})"  # B/A each, as named
 

@@ -391,6 +391,8 @@ def test_a_cell_whose_medians_point_against_its_judged_ratio_says_they_disagree(
     assert not cell.regression  # the gate's median did not grow
     agreeing = replace(b, median=a.median * 1.3)
     assert judge.disagreement(judge.judge([_ok(a, agreeing)], gated).cells[0]) == ""
+    near = replace(b, median=a.median * 0.97)  # within 5% of 1: no direction to disagree with
+    assert judge.disagreement(judge.judge([_ok(a, near)], gated).cells[0]) == ""
     # with a control, the medians are B's relative to it, as the gate reads them
     control = Side(1.0, visits=(1.0, 1.0, 1.0), visit_samples=(5, 5, 5))
     halved = replace(control, median=0.4, visits=(0.4, 0.4, 0.4))
