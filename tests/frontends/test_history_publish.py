@@ -6,7 +6,6 @@ file:// in a real headless browser."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from html.parser import HTMLParser
@@ -16,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 import pandas as pd
 import pytest
 from conftest import DATA, run_cli
-from synthetic import run_series
+from synthetic import part_of, run_series
 
 from attnbench.reports import dashboard
 
@@ -224,23 +223,13 @@ def test_a_run_links_to_its_published_report(tmp_path):
     assert dashboard.run_cell("r2", str(tmp_path / "r2"), reports) == ("r2 (no report)",)
 
 
-def _one_group(out: Path) -> Path:
-    """BASE with only its naive and chunked cells without causal masking (its numerics probe kept)."""
-    shutil.copytree(BASE, out)
-    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
-    keep = [r for r in rows if r["variant"] in ("naive", "chunked") and not r["causal"]]
-    assert keep
-    (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep))
-    return out
-
-
 def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path):
     """A user's runs in runs/ (not the project's results/ layout): the report `attnbench report RUN` writes
     by default (reports/out/<run id>, from the same folder) and one written into the run's own report/
-    folder are linked; a run with neither is named, not linked. The runs are one group of the base run, two
-    variants (its report draws 7 figures, not the base's 17: 3.5 CPU-s against 8; what is linked is the
-    point here, and the published module's report of the whole base run is checked figure by figure)."""
-    runs = run_series(_one_group(tmp_path / "base"), tmp_path / "runs", [1.0, 1.0, 1.0])
+    folder are linked; a run with neither is named, not linked. The runs are two variants of one group of
+    the base run (their report takes 3.5 CPU-s, the whole base run's 8; what is linked is the point here, and
+    the published fixture's report of the whole base run is checked link by link and figure by figure)."""
+    runs = run_series(part_of(BASE, tmp_path / "base"), tmp_path / "runs", [1.0, 1.0, 1.0])
     run_cli("report", str(runs[0].relative_to(tmp_path)), cwd=tmp_path, check=True)
     default = tmp_path / dashboard.DEFAULT_REPORTS / _run_id(runs[0])
     assert (default / "report.html").is_file()  # where `attnbench report` put it, with no --out
