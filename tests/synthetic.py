@@ -323,3 +323,18 @@ def run_series(
         (path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         paths.append(path)
     return paths
+
+
+def part_of(base: str | Path, out: str | Path, variants=("naive", "chunked"), causal: bool = False) -> Path:
+    """A copy of the real run `base` (meta.json, numerics.json, ...) at `out` whose rows.jsonl keeps only the
+    rows of `variants` with `causal`: one group of two variants, whose report costs less than half of what
+    cpu-small's ten variants in two groups cost (for tests of where a report goes or how it is said)."""
+    import json
+    import shutil
+
+    shutil.copytree(base, out)
+    rows = [json.loads(line) for line in (Path(out) / "rows.jsonl").read_text().splitlines() if line.strip()]
+    keep = [r for r in rows if r["variant"] in variants and bool(r["causal"]) == causal]
+    assert keep, f"{base} has no rows of {variants} with causal={causal}"
+    (Path(out) / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep))
+    return Path(out)

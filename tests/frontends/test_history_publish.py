@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 import pandas as pd
 import pytest
 from conftest import DATA, run_cli
-from synthetic import run_series
+from synthetic import part_of, run_series
 
 from attnbench.reports import dashboard
 
@@ -50,14 +50,23 @@ def refs(page: Path) -> _Refs:
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory):
+def part(tmp_path_factory) -> Path:
+    """Two variants of one group of BASE (synthetic.part_of): the runs the pages are published from. What a
+    page says and links is the same for them as for the whole run's ten variants in two groups, whose
+    series figures and report cost several times as much to draw (a publish of six runs 2.9 CPU-s, of six
+    of these 0.4)."""
+    return part_of(BASE, tmp_path_factory.mktemp("part") / "base")
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, part):
     """A store of 6 runs with a 20% step after the third, laid out as the project publishes reports: the runs
     in results/hist/, run 0's report (`attnbench report`: report.html, README.md, figures) in reports/hist/,
     run 1's the same report without its report.html (so its README.md and the figures it shows are linked),
     the other four with none; published into site/."""
     tmp = tmp_path_factory.mktemp("publish")
     store = str(tmp / "h.sqlite")
-    runs = run_series(BASE, tmp / "results" / "hist", [1.0] * 3 + [1.2] * 3)
+    runs = run_series(part, tmp / "results" / "hist", [1.0] * 3 + [1.2] * 3)
     reports = [tmp / "reports" / "hist" / r.name for r in runs]
     run_cli("report", str(runs[0]), "--out", str(reports[0]), check=True)
     shutil.copytree(reports[0], reports[1])
@@ -223,11 +232,13 @@ def test_a_run_links_to_its_published_report(tmp_path):
     assert dashboard.run_cell("r2", str(tmp_path / "r2"), reports) == ("r2 (no report)",)
 
 
-def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path):
+def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path, part):
     """A user's runs in runs/ (not the project's results/ layout): the report `attnbench report RUN` writes
     by default (reports/out/<run id>, from the same folder) and one written into the run's own report/
-    folder are linked; a run with neither is named, not linked."""
-    runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0, 1.0])
+    folder are linked; a run with neither is named, not linked. The runs are two variants of one group of
+    the base run (their report takes 3.5 CPU-s, the whole base run's 8; what is linked is the point here, and
+    the published fixture's report of the whole base run is checked link by link and figure by figure)."""
+    runs = run_series(part, tmp_path / "runs", [1.0, 1.0, 1.0])
     run_cli("report", str(runs[0].relative_to(tmp_path)), cwd=tmp_path, check=True)
     default = tmp_path / dashboard.DEFAULT_REPORTS / _run_id(runs[0])
     assert (default / "report.html").is_file()  # where `attnbench report` put it, with no --out
@@ -505,7 +516,7 @@ def test_the_latest_findings_of_a_busy_run_say_the_machine_was_busy(tmp_path):
     (reports.busy.machine_busy); the quiet run before it is not marked."""
     import json
 
-    runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0])
+    runs = run_series(BASE, tmp_path / "runs", [1.0, 1.0])  # the busy rule counts its cells
     rows_file = runs[1] / "rows.jsonl"
     rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
     for i, row in enumerate(rows):  # every cell probed; one in five at half the machine's usual speed
@@ -558,10 +569,10 @@ def test_who_leads_ties_as_the_report_ranks_a_run(published):
     assert fronts == report and any(len(f) > 1 for f in fronts) and any(len(f) == 1 for f in fronts)
 
 
-def test_a_machine_page_lists_the_series_broken_in_their_latest_run(tmp_path):
+def test_a_machine_page_lists_the_series_broken_in_their_latest_run(tmp_path, part):
     import json
 
-    runs = run_series(BASE, tmp_path / "runs", [1.0] * 3)
+    runs = run_series(part, tmp_path / "runs", [1.0] * 3)
     rows = [json.loads(line) for line in (runs[-1] / "rows.jsonl").read_text().splitlines() if line.strip()]
     cell = next(r for r in rows if r["status"] == "ok" and r["variant"] == "naive")
     cell["status"] = "crashed"
@@ -595,7 +606,7 @@ def test_the_run_axis_of_a_series_figure_has_whole_runs_only(tmp_path, monkeypat
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
 
 
-def test_publishing_another_store_removes_the_pages_and_figures_it_no_longer_writes(tmp_path):
+def test_publishing_another_store_removes_the_pages_and_figures_it_no_longer_writes(tmp_path, part):
     """A site published from a store of one machine, then from a store of another: the first machine's page
     and series figures (listed in the site's manifest) go; the user's own files, one named like a figure
     among them, stay; every page left links only to files that are there."""
@@ -606,7 +617,7 @@ def test_publishing_another_store_removes_the_pages_and_figures_it_no_longer_wri
 
     site = tmp_path / "site"
     for name, host in (("a", "box1"), ("b", "box2")):
-        runs = run_series(BASE, tmp_path / name, [1.0, 1.0], edit=hosted(host))
+        runs = run_series(part, tmp_path / name, [1.0, 1.0], edit=hosted(host))
         store = str(tmp_path / f"{name}.sqlite")
         run_cli("history", "add", *map(str, runs), "--store", store, check=True)
         run_cli("history", "publish", "--store", store, "--out", str(site), check=True)
@@ -691,7 +702,7 @@ def test_an_exponent_of_a_run_whose_folder_is_gone_says_when_it_says_nothing():
     assert {r[4].split(": ")[-1] for r in three.rows} == {"CI too wide to say"}, three.rows
 
 
-def test_a_percent_of_peak_against_a_smaller_calibration_is_marked_and_each_calibration_shown(tmp_path):
+def test_a_percent_of_peak_against_a_smaller_calibration_is_marked_and_each_calibration_shown(tmp_path, part):
     """Two machines, one calibrated on a 512 matmul instead of its usual 2048 (a smaller matmul runs below
     the peak, so its % reads high): machines.html shows each machine's calibration with its matmul N, and
     marks that machine's % and says why; the other machine's % is not marked."""
@@ -710,7 +721,7 @@ def test_a_percent_of_peak_against_a_smaller_calibration_is_marked_and_each_cali
 
     store = str(tmp_path / "h.sqlite")
     for name, edit in (("a", edited("box1")), ("b", edited("box2", 512))):
-        runs = run_series(BASE, tmp_path / name, [1.0], edit=edit)
+        runs = run_series(part, tmp_path / name, [1.0], edit=edit)
         run_cli("history", "add", *map(str, runs), "--store", store, check=True)
     run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
     page = html_.unescape((tmp_path / "site" / "machines.html").read_text(encoding="utf-8"))
