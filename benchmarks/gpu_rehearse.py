@@ -99,7 +99,8 @@ def _attnbench(words: list[str]) -> tuple[bool, str]:
             plan, _ = check_plan(args)
         except BadInput as exc:
             return False, f"refused: {exc}"
-        return True, f"check's plan: {len(plan.names)} variants, {', '.join(plan.dtypes)}, N = {plan.seq_len}"
+        lengths = ", ".join(map(str, plan.seq_lens))
+        return True, f"check's plan: {len(plan.names)} variants, {', '.join(plan.dtypes)}, N = {lengths}"
     return True, f"parsed: attnbench {shlex.join(words)}"
 
 
