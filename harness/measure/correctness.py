@@ -147,15 +147,21 @@ def _weighted(
 def _paged(q, k, v, key_lengths, block_table, *, causal, scale, rows) -> torch.Tensor:
     """The float64 reference of a paged decode call: each sequence's pages read in table order up to its
     context length L_b, its N_q queries at positions L_b - N_q .. L_b - 1 (causal: lower-right)."""
-    page, outs = k.shape[1], []
+    outs = []
     for b, length in enumerate(key_lengths.tolist()):
-        ids = block_table[b, : -(-length // page)].long()
-        kb, vb = (t[ids].flatten(0, 1)[:length].transpose(0, 1)[None] for t in (k, v))  # (1, H_kv, L, d)
+        kb, vb = (_context(t, block_table, b, length)[None] for t in (k, v))  # (1, H_kv, L, d)
         outs.append(_weighted(
             q[b : b + 1], kb, vb, causal=causal, key_lengths=None, scale=scale, rows=rows, power=1,
             causal_align="lower-right", window=0,
         ))  # fmt: skip
     return torch.cat(outs, dim=0)
+
+
+def _context(pool: torch.Tensor, block_table, b: int, length: int) -> torch.Tensor:
+    """Sequence b's keys (or values) of a pool of pages (P, page, H_kv, d), read through its row of the page
+    table up to its context length: (H_kv, length, d)."""
+    ids = block_table[b, : -(-length // pool.shape[1])].long()
+    return pool[ids].flatten(0, 1)[:length].transpose(0, 1)
 
 
 def _group(heads: int, kv_heads: int) -> int:
@@ -535,11 +541,9 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
 def _gathered(pool: torch.Tensor, key_lengths, block_table) -> torch.Tensor:
     """Each sequence's keys (or values) of a pool of pages (P, page, H_kv, d), read in table order up to its
     context length and zero-padded to the longest: (B, H_kv, max L, d), with key_lengths its mask."""
-    page, longest = pool.shape[1], int(key_lengths.max())
-    out = pool.new_zeros(len(key_lengths), pool.shape[2], longest, pool.shape[3])
+    out = pool.new_zeros(len(key_lengths), pool.shape[2], int(key_lengths.max()), pool.shape[3])
     for b, length in enumerate(key_lengths.tolist()):
-        ids = block_table[b, : -(-length // page)].long()
-        out[b, :, :length] = pool[ids].flatten(0, 1)[:length].transpose(0, 1)
+        out[b, :, :length] = _context(pool, block_table, b, length)
     return out
 
 
