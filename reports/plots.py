@@ -176,9 +176,10 @@ def _variant_lines(
     ys: list[float] = []
     ok = ok_rows(rows).dropna(subset=[column])
     drawn = {}
-    for variant in variant_order(ok["variant"].unique()):
-        length = length_axis(ok[ok["variant"] == variant])  # seq_k for a decode series
-        drawn[variant] = (length, ok[ok["variant"] == variant].sort_values(length))
+    series = dict(iter(ok.groupby("variant", sort=False)))  # one filter of the wide rows, not one a variant
+    for variant in variant_order(series):
+        length = length_axis(series[variant])  # seq_k for a decode series
+        drawn[variant] = (length, series[variant].sort_values(length))
     under = coincident({k: (floats(v[n]), floats(v[column])) for k, (n, v) in drawn.items()})
     for variant, (length, v) in drawn.items():
         n, y = floats(v[length]), floats(v[column])

@@ -11,6 +11,7 @@ from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
 from attnbench.results.judge import separated, separation
+from attnbench.results.schema import LIST_COLUMNS
 
 from .style import variant_order
 
@@ -277,6 +278,19 @@ def kernel_members(name: str) -> tuple[str, ...]:
     return (found.group(1), *found.group(2).split(", ")) if found else (str(name),)
 
 
+# What a ranking reads of a row: its axes, name, kernel, median, suspect flag, and the sample lists that
+# judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these columns alone: a run's
+# rows carry a hundred more, and every filter, group and sort of a wide frame copies them all (most of a
+# ranking's time).
+RANKED_COLUMNS = ("status", "variant", "kernel", "time_ms_median", "suspect", *LIST_COLUMNS)
+
+
+def _narrow(df):
+    """df with only the columns a ranking reads (RANKED_COLUMNS and the axes), in df's order."""
+    keep = {*COMBO_AXES, *LENGTHS, *RANKED_COLUMNS}
+    return df[[c for c in df.columns if c in keep]]
+
+
 def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
     the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`,
@@ -285,7 +299,7 @@ def best_variant(df):
     ranked there because every other is suspect, so it is fastest of one (the findings say so too)."""
     import pandas as pd
 
-    ok = ok_rows(df).dropna(subset=["time_ms_median"])
+    ok = ok_rows(_narrow(df)).dropna(subset=["time_ms_median"])
     records = []
     for key, every in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
         sus = flag_mask(every, "suspect")
@@ -333,7 +347,7 @@ def ranking(df):
     same kernel there are one (one_per_kernel)."""
     import pandas as pd
 
-    ok = ranked_rows(df).dropna(subset=["time_ms_median"])
+    ok = ranked_rows(_narrow(df)).dropna(subset=["time_ms_median"])
     records = []
     for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
         ranked = one_per_kernel(sub).sort_values("time_ms_median", kind="stable")
