@@ -654,11 +654,13 @@ def check(
     mod: str = NONE,
     cu_seqlens=None,
     block_table=None,
+    ref=None,
 ) -> GateResult:
     """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
     window, mod, cu_seqlens and block_table reach the variant only when not at their default
     (variants.extra_options); a registered Variant that quantises is gated by its recipe (gate's quant), one
-    declared approximate at its bound."""
+    declared approximate at its bound. ref: the float64 reference of these inputs on every query row
+    (`reference`), where the caller gates several variants on the same inputs."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
     axes = dict(
         causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table
@@ -667,7 +669,10 @@ def check(
     with torch.no_grad():
         out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
     rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)
-    result = gate(out, *pristine, rows=rows, **judged_by(getattr(variant, "cap", None)), **rules, **axes)
+    if ref is not None and rows is not None:
+        ref = ref[:, :, rows.to(ref.device)]
+    judged = judged_by(getattr(variant, "cap", None))
+    result = gate(out, *pristine, rows=rows, ref=ref, **judged, **rules, **axes)
     changed = changed_inputs((q, k, v), pristine)
     if changed:  # wrong already, as a run's cell is (outcomes.mutation); autograd would refuse its write
         return GateResult(**{**result.__dict__, "changed": changed})

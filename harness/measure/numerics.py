@@ -3,6 +3,9 @@
 Probe: q is scaled by 1, 10 and 100 (logits grow by the same factor) and every variant, including
 the unstable softmax twin, is gated against float64 in each dtype. Without the max subtraction,
 exp overflows once a logit passes ~11 (float16) or ~88 (float32, bfloat16) and the output turns NaN.
+Each variant is handed its own copy of the inputs, so one that writes into them changes no later
+variant's (it is `wrong` itself, as a cell is); the float64 reference is computed once per input, from
+the inputs as made, and judges every variant.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from attnbench import variants
 from attnbench.harness.measure import correctness
 from attnbench.harness.measure.failures import failure
+from attnbench.harness.measure.outcomes import mutation
 from attnbench.variants import UnsupportedError, torch_dtype
 
 PROBE_SCALES = (1.0, 10.0, 100.0)
@@ -31,8 +35,10 @@ def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0
         base = [torch.randn(b, h, n, d, generator=g, device=device) for _ in range(3)]
         for dtype in dtypes:
             for scale in PROBE_SCALES:
-                q, k, v = (t.to(torch_dtype(dtype)) for t in (base[0] * scale, base[1], base[2]))
+                inputs = [t.to(torch_dtype(dtype)) for t in (base[0] * scale, base[1], base[2])]
+                ref = correctness.reference(*inputs)
                 for name in names:
+                    q, k, v = (t.clone() for t in inputs)  # its own: a write into them harms no later variant
                     variant = variants.get(name)
                     rec = {"variant": name, "device": device, "dtype": dtype, "q_scale": scale}
                     try:  # a plug-in's capability check may raise too: recorded like its call
@@ -40,7 +46,7 @@ def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0
                         if reason:
                             out.append({**rec, "status": "unsupported", "message": str(reason)})
                             continue
-                        result = correctness.check(variant, q, k, v)
+                        result = correctness.check(variant, q, k, v, ref=ref)
                     except UnsupportedError as exc:
                         out.append({**rec, "status": "unsupported", "message": str(exc)})
                         continue
@@ -53,7 +59,8 @@ def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0
                     out.append(
                         {
                             **rec,
-                            "status": "ok" if result.passed else "wrong",
+                            "status": "ok" if result.ok else "wrong",
+                            **({"message": mutation(result.changed)} if result.changed else {}),
                             "rel_err": result.rel_err,
                             "max_abs_err": result.max_abs_err,
                             "finite": finite,

@@ -48,6 +48,19 @@ def test_a_variant_that_scales_q_after_answering_is_wrong_and_harms_no_later_cel
     assert torch.equal(q, pristine[0]) and torch.equal(k, pristine[1]) and torch.equal(v, pristine[2])
 
 
+def test_the_numerics_probe_hands_each_variant_its_own_inputs(plugin):
+    """A variant that scales q in place after answering is `wrong` in the probe (as its cells are), and the
+    variants probed after it get the records they get without it: the probe's inputs are not shared."""
+    from attnbench.harness.measure import numerics
+
+    alone = numerics.probe(["naive", "stable_softmax"], ["cpu"], ["float32"])
+    after = numerics.probe(["cheat_mutate", "naive", "stable_softmax"], ["cpu"], ["float32"])
+    cheat = [r for r in after if r["variant"] == "cheat_mutate"]
+    assert len(cheat) == len(numerics.PROBE_SCALES)
+    assert all(r["status"] == "wrong" and r["message"] == f"{MUTATES} (q changed)" for r in cheat)
+    assert [r for r in after if r["variant"] != "cheat_mutate"] == alone
+
+
 def test_key_lengths_are_inputs_too(plugin):
     cache = InputCache()
     padded = dict(batch=2, padding=0.25)
