@@ -81,13 +81,7 @@ def load(*paths: str | Path | list[str | Path]):
         # the device's model on its host, per row (devices.machine_of), as the history store names it
         df["machine"] = [devices.machine_of(meta, devices.where_of(r), r) for r in rows + loose]
         frames.append(df)
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    for col, dtype in COLUMNS.items():
-        if col not in df.columns:
-            df[col] = pd.NA
-        df[col] = df[col].astype(dtype) if len(df) else pd.Series(dtype=dtype)
-        if col in AXIS_DEFAULTS:  # a run written before the axis existed measured it at its default
-            df[col] = df[col].fillna(AXIS_DEFAULTS[col])
+    df = _typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
     if len(df):
         _fill_axis_defaults(df)
     # the rules below read a row's scalar columns only: boxing every sample into records cost more than them
@@ -106,6 +100,17 @@ def load(*paths: str | Path | list[str | Path]):
     df = upgrade_lists(df)
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
+
+
+def _typed(df):
+    """df with every schema column (results.schema.COLUMNS), NA where its rows lack it, each of the schema's
+    dtype, and an axis's NA at its default (a run written before the axis existed measured it there): one
+    pass over the frame, not one per column."""
+    import pandas as pd
+
+    missing = [c for c in COLUMNS if c not in df.columns]
+    df = df.reindex(columns=[*df.columns, *missing], fill_value=pd.NA).astype(dict(COLUMNS))
+    return df.fillna({col: AXIS_DEFAULTS[col] for col in COLUMNS if col in AXIS_DEFAULTS})
 
 
 def _refuse_twice(path: str | Path, meta: dict[str, Any], seen: dict[Any, str | Path]) -> None:
