@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import cli_env, run_cli
+from conftest import cli_env, ctrl_c_reaches_it, run_cli
 
 from attnbench.api import report_dir
 from attnbench.harness.tools.profile import single_cell
@@ -363,14 +363,22 @@ def test_ctrl_c_leaves_no_partial_profile(tmp_path, made):
         out.mkdir()
     cmd = [sys.executable, "-m", "attnbench", "profile", "--variant", "profile_sleepy", "--variant-file",
            PROFILE_VARIANTS, *SMALL, *TINY, "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not psutil.Process(proc.pid).children():  # the profiled child started: it sleeps in its warm-up
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)  # the parent only, as a notebook's interrupt: the child ignores it anyway
-    _, err = proc.communicate(timeout=60)
+    proc = subprocess.Popen(cmd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_reaches_it)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not psutil.Process(proc.pid).children():  # the profiled child started: it sleeps in its warm-up
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # the parent only, as a notebook's interrupt: the child ignores it
+        _, err = proc.communicate(timeout=60)
+    finally:  # a profile that missed the signal sleeps on: not past this test
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     said = "removed the unfinished profile" if made else "removed what the profile had written into"
     assert err.strip().splitlines() == [f"interrupted: {said} {out}"]

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, run_cli, wait_while_running
+from conftest import DATA, ROOT, TEST_CALIBRATE_MS, cli_env, ctrl_c_reaches_it, run_cli, wait_while_running
 
 from attnbench.cli_common import EXIT_INCOMPLETE
 from attnbench.results.store import read_rows
@@ -110,6 +110,7 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnbench", "collect", str(out), "-q"],
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
     sub2 = out / "shards" / "submission-2.json"
     wait_while_running(sub2.is_file, proc, "the second submission")
