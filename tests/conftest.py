@@ -303,6 +303,32 @@ def wait_while_running(cond, proc, what: str, timeout: float = 240) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def stopped_by_ctrl_c(argv: list[str], ready, what: str, settle: float = 0.0) -> tuple[int, str]:
+    """(exit status, stderr) of `python -m attnbench ARGV` sent Ctrl-C once ready(process) holds and
+    `settle` s more have passed; killed, with every process below it, if it outlives the test."""
+    import signal
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *argv],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
+    try:
+        wait_while_running(lambda: ready(proc), proc, what)
+        time.sleep(settle)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err
+
+
 # The test files that cost most (busy CPU-s each, run alone on the 2-core VM: 88, 57, 52, 49, 38, 37, 35, 34,
 # 33, 28, 28, 26, 25), first. `nox -s tests` hands whole files to its two test processes in collection order
 # (--no-loadscope-reorder; xdist's own order is by number of tests, which put these last), so the files handed

@@ -5,15 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import shlex
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import cli_env, ctrl_c_reaches_it, run_cli
+from conftest import run_cli, stopped_by_ctrl_c
 
 from attnbench.api import report_dir
 from attnbench.harness.tools.profile import single_cell
@@ -361,25 +357,13 @@ def test_ctrl_c_leaves_no_partial_profile(tmp_path, made):
     out = tmp_path / "prof"
     if not made:
         out.mkdir()
-    cmd = [sys.executable, "-m", "attnbench", "profile", "--variant", "profile_sleepy", "--variant-file",
-           PROFILE_VARIANTS, *SMALL, *TINY, "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=ctrl_c_reaches_it)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not psutil.Process(proc.pid).children():  # the profiled child started: it sleeps in its warm-up
-            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)  # the parent only, as a notebook's interrupt: the child ignores it
-        _, err = proc.communicate(timeout=60)
-    finally:  # a profile that missed the signal sleeps on: not past this test
-        if proc.poll() is None:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, err
+    argv = ["profile", "--variant", "profile_sleepy", "--variant-file", PROFILE_VARIANTS, *SMALL, *TINY,
+            "--out", str(out)]  # fmt: skip
+    # the parent only, as a notebook's interrupt, once the profiled child sleeps in its warm-up (it ignores
+    # the signal anyway)
+    started = lambda proc: bool(psutil.Process(proc.pid).children())  # noqa: E731
+    returncode, err = stopped_by_ctrl_c(argv, started, "the profiled child", 0.5)
+    assert returncode == 130, err
     said = "removed the unfinished profile" if made else "removed what the profile had written into"
     assert err.strip().splitlines() == [f"interrupted: {said} {out}"]
     assert not out.exists() if made else list(out.iterdir()) == []

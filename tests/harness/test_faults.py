@@ -7,16 +7,14 @@ import contextlib
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import synthetic
-from conftest import cli_env, ctrl_c_reaches_it, on_a_pty, run_cli, wait_while_running
+from conftest import cli_env, on_a_pty, run_cli, stopped_by_ctrl_c
 
 QUICK = ("--heads", "2", "--warmup-ms", "1", "--budget-ms", "5", "--min-ms", "1", "-q")
 
@@ -97,34 +95,17 @@ def test_a_full_disk_stops_the_run_with_one_line_and_resume_finishes_it(tmp_path
         assert len({r["cell_id"] for r in rows}) == 6
 
 
-def _stopped_by_ctrl_c(argv: list[str], ready, what: str, settle: float = 0.0) -> tuple[int, str]:
-    """(exit status, stderr) of `python -m attnbench ARGV` sent Ctrl-C once ready() holds and `settle` s
-    more have passed; killed if it outlives the test."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attnbench", *argv],
-        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=ctrl_c_reaches_it,
-    )  # fmt: skip
-    try:
-        wait_while_running(ready, proc, what)
-        time.sleep(settle)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
-
-
 def test_a_run_stopped_while_calibrating_is_reused_and_the_hint_says_so(tmp_path):
     """Ctrl-C before meta.json (here: during a long calibration) leaves the lock and the worker's log; the
     hint names what works, --resume says why there is nothing to resume, and the same command runs again
     into that directory."""
     out = tmp_path / "run"
     args = ["run", "--variants", "naive", "--seq-len", "32", *QUICK, "--out", str(out)]
-    returncode, err = _stopped_by_ctrl_c(
-        [*args, "--calibrate-ms", "20000"], lambda: (out / "worker.log").is_file(), "the worker's start", 0.5
+    returncode, err = stopped_by_ctrl_c(
+        [*args, "--calibrate-ms", "20000"],
+        lambda _: (out / "worker.log").is_file(),
+        "the worker's start",
+        0.5,
     )
     assert returncode == 130, err
     assert not (out / "meta.json").exists() and (out / "worker.log").is_file()
@@ -222,7 +203,7 @@ def test_a_probe_stopped_by_ctrl_c_is_measured_by_the_resume(tmp_path):
     args = ["run", "--variant-file", str(variant_file), "--variants", "naive,slow_probe", "--seq-len", "32"]
     argv = [*args, *QUICK, "--out", str(out), "--calibrate-ms", "200"]
     # a second after meta.json: inside slow_probe's probe call
-    returncode, err = _stopped_by_ctrl_c(argv, lambda: (out / "meta.json").is_file(), "meta.json", 1.0)
+    returncode, err = stopped_by_ctrl_c(argv, lambda _: (out / "meta.json").is_file(), "meta.json", 1.0)
     assert returncode == 130 and not (out / "numerics.json").exists(), err
     marker.touch()
     again = run_cli("run", "--resume", "--out", str(out), "-q")
@@ -418,9 +399,9 @@ def test_a_resume_takes_a_lower_cell_timeout_and_a_complete_run_starts_nothing(t
     variant_file.write_text(HANG)
     args = ["run", "--variant-file", str(variant_file), "--variants", "naive,hang64", "--seq-len", "32,64"]
     log, hanging = out / "worker.log", re.compile(r"^cell hang64\|.*\|n64\|", re.M)
-    returncode, err = _stopped_by_ctrl_c(
+    returncode, err = stopped_by_ctrl_c(
         [*args, *QUICK, "--out", str(out), "--calibrate-ms", "0"],
-        lambda: log.is_file() and hanging.search(log.read_text()), "hang64 at 64",
+        lambda _: log.is_file() and hanging.search(log.read_text()), "hang64 at 64",
     )  # fmt: skip
     assert returncode == 130, err
     again = run_cli("run", "--resume", "--out", str(out), "--cell-timeout", "2", "-q")
