@@ -39,6 +39,7 @@ from .tables import (
 )
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
+NOTHING_OK = "No cell ran ok: nothing is ranked or fitted"
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Findings:
     busy: tuple[str, ...] = ()
     # before all of them: a run's files changed by something other than attnbench (results.integrity)
     changed: tuple[str, ...] = ()
+    wrong: tuple[str, ...] = ()  # then a variant wrong at the N a run's gate adds (results.tile_sentences)
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
@@ -592,10 +594,8 @@ def _unprobed_text(ok, runs: int) -> tuple[str | None, bool]:
     if not n:
         return None, True
     if n == len(ok):
-        return (
-            f"drift was not measured (no speed probes in {'this run' if runs == 1 else 'these runs'})",
-            False,
-        )
+        where = "this run" if runs == 1 else "these runs"
+        return f"drift was not measured (no speed probes in {where})", False
     return f"drift was not measured on {n} of them (no speed probe)", True
 
 
@@ -610,12 +610,13 @@ def build(
     unfinished: tuple[str, ...] = (),
     changed: tuple[str, ...] = (),
     imported: Collection[str] = (),
+    wrong: tuple[str, ...] = (),
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
     group's own section below), and the run-wide trust sentences (`run_dirs`: run id -> its folder as
-    given, for the commands they name; `imported`: the ids from pytest-benchmark); `unfinished` (trust's
-    sentences on runs stopped early) comes first, after `changed` (reports.trust's sentences on runs whose
-    files something else changed), then a busy machine's sentence (busy_sentences)."""
+    given, for the commands they name; `imported`: the ids from pytest-benchmark); `changed` (reports.trust's
+    sentences on runs whose files something else changed) comes first, then `wrong` (a variant wrong at the
+    N a run's gate adds), `unfinished` (runs stopped early) and a busy machine's sentence (busy_sentences)."""
     out = []
     said_busy = busy_sentences(df, run_dirs)
     busy = bool(said_busy)
@@ -651,17 +652,15 @@ def build(
                     sentences.append(wall)
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
-    return Findings(tuple(out), trust_sentences(df, imported), unfinished, said_busy, changed)
+    return Findings(tuple(out), trust_sentences(df, imported), unfinished, said_busy, changed, wrong)
 
 
 def blocks(f: Findings) -> list[pg.Block]:
     """The page's first section: a heading, per panel its title and its sentences, then the trust."""
-    first = (*f.changed, *f.unfinished, *f.busy)
+    first = (*f.changed, *f.wrong, *f.unfinished, *f.busy)
     out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in first)]
     if not f.panels:
-        out.append(
-            pg.Para("No cell ran ok: nothing is ranked or fitted (see 'Cells that are not ok' below).")
-        )
+        out.append(pg.Para(f"{NOTHING_OK} (see 'Cells that are not ok' below)."))
     for p in f.panels:
         out += [pg.Heading(p.title, 3), pg.Bullets(p.sentences)]
     return [*out, *(pg.Para(t) for t in f.trust)]
@@ -669,12 +668,13 @@ def blocks(f: Findings) -> list[pg.Block]:
 
 def headline(f: Findings) -> str:
     """The first finding, for a one-line summary (a Report's repr): who is fastest where, first panel; after
-    '(changed)' where something other than attnbench changed a run's files, '(unfinished)' where a run stopped
-    before every cell it planned, '(busy machine)' where it was busy."""
-    lead = ("(changed) " if f.changed else "") + ("(unfinished) " if f.unfinished else "")
-    lead += "(busy machine) " if f.busy else ""
+    '(changed)' where something other than attnbench changed a run's files, '(wrong at another N)' where a
+    variant failed the run's gate at N = TILE_N, '(unfinished)' where a run stopped before every cell it
+    planned, '(busy machine)' where it was busy."""
+    lead = ("(changed) " if f.changed else "") + ("(wrong at another N) " if f.wrong else "")
+    lead += ("(unfinished) " if f.unfinished else "") + ("(busy machine) " if f.busy else "")
     if not f.panels:
-        return lead + "No cell ran ok: nothing is ranked or fitted."
+        return lead + NOTHING_OK + "."
     return lead + (f.panels[0].sentences[0] if f.panels[0].sentences else f.panels[0].title)
 
 
@@ -687,10 +687,10 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
         return wrap_text(s, width, rest, first)
 
     lines = ["Findings"]
-    for t in (*f.changed, *f.unfinished, *f.busy):
+    for t in (*f.changed, *f.wrong, *f.unfinished, *f.busy):
         lines += wrap(t)
     if not f.panels:
-        lines.append("  No cell ran ok: nothing is ranked or fitted.")
+        lines.append(f"  {NOTHING_OK}.")
     for p in f.panels:
         lines += wrap(p.title, "", "  ")
         for s in p.sentences:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.load import tile_sentences
 from attnbench.results.pytest_benchmark import imported_runs
 
 from . import findings as findmod
@@ -268,8 +269,17 @@ def _p_text(p: Any) -> str:
     return ", p < 0.001" if float(p) < 0.001 else f", p = {float(p):.2g}"
 
 
+def _probed_at(rec: dict[str, Any]) -> str:
+    """A probe record's problem: its q scale (×10), or the N of the gate past full tiles and its mask."""
+    if isinstance(rec.get("q_scale"), (int, float)):
+        return f"q ×{rec['q_scale']:g}"
+    if isinstance(rec.get("seq_len"), int):
+        return f"N {rec['seq_len']}" + (", causal" if rec.get("causal") else "")
+    return ""
+
+
 def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
-    """The numerics probe's results (variant, device, dtype, q scale) with their status and error."""
+    """The numerics probe's results (variant, device, dtype, q scale or N) with their status and error."""
     rows = []
     for rec in probe:
         err = rec.get("rel_err")
@@ -279,13 +289,13 @@ def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
                 str(rec.get("variant", "")),
                 str(rec.get("device", "")),
                 str(rec.get("dtype", "")),
-                f"×{rec.get('q_scale', ''):g}" if isinstance(rec.get("q_scale"), (int, float)) else "",
+                _probed_at(rec),
                 str(rec.get("status", "")),
                 err_t,
                 str(rec.get("message", ""))[:200],
             )
         )
-    headers = ("variant", "device", "dtype", "q scale", "status", "rel_err", "message")
+    headers = ("variant", "device", "dtype", "problem", "status", "rel_err", "message")
     return pg.Table(headers, tuple(rows), caption)
 
 
@@ -542,11 +552,11 @@ def _numerics_section(numerics: dict[str, dict[str, Any]], multi: bool, out: Pat
                 )
             )
             figures.append(pg.Figure(files[-1]))
-            bad = [r for r in probe if r.get("status") != "ok"]
-            if bad:
-                tables.append(_probe_table(bad, rid if multi else ""))
         else:
             figures.append(pg.Para(f"{rid}: no numerics probe in this run."))
+        bad = [r for r in (*probe, *(num.get("tiles") or [])) if r.get("status") != "ok"]
+        if bad:
+            tables.append(_probe_table(bad, rid if multi else ""))
         example = num.get("example_weights")
         if example and example.get("weights"):
             fig, data = plots.weights_figure(example, f"Attention weights (naive, one head) · {rid}")
@@ -574,9 +584,14 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     multi = len(inputs.metas) > 1
     left = trust.unfinished_sentences(inputs.df, inputs.metas, inputs.run_dirs)
     changed = trust.changed_sentences(inputs.run_dirs)
+    wrong = tuple(
+        said
+        for rid, num in inputs.numerics.items()
+        for said in tile_sentences(num.get("tiles") or [], rid if multi else "")
+    )
     return findmod.build(
         inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,
-        imported_runs(inputs.metas),
+        imported_runs(inputs.metas), wrong,
     )  # fmt: skip
 
 

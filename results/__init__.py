@@ -8,7 +8,7 @@ if __name__ != "attnbench.results":  # the folder imported by its own name, whic
         f"{__name__} is now attnbench.results: write `from attnbench import results`", name="results"
     )
 
-from .load import export, load, load_meta, load_numerics, machine_label, scalar_records
+from .load import export, load, load_meta, load_numerics, machine_label, scalar_records, tile_sentences
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
 from .store import (
     RowWarning,
@@ -39,4 +39,5 @@ __all__ = [
     "read_meta",
     "read_rows",
     "scalar_records",
+    "tile_sentences",
 ]

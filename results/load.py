@@ -197,7 +197,8 @@ def load_meta(*paths: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def load_numerics(path: str | Path) -> dict[str, Any]:
-    """The run's numerics.json ({'probe': [...], 'example_weights': {...}}), or {} when it has none."""
+    """The run's numerics.json ({'probe': [...], 'tiles': [...], 'example_weights': {...}}), or {} when it
+    has none."""
     import json
 
     read_meta(path)
@@ -214,6 +215,41 @@ def load_numerics(path: str | Path) -> dict[str, Any]:
         )
         return {}
     return value
+
+
+# a failed gate at N = TILE_N in words, by its status
+TILE_FAILED = {
+    "wrong": "answers wrong",
+    "error": "raises",
+    "crashed": "crashes its worker",
+    "timeout": "hangs",
+}
+
+
+def tile_sentences(tiles: list[dict[str, Any]], run: str = "") -> list[str]:
+    """Per variant that a run's gate at an N past full tiles (numerics.json `tiles`: harness.measure.numerics
+    .tiles) found wrong or raising: one sentence with the masks and dtypes it failed in, the first one's why,
+    and the command that gates every mask there; `run` names the run where a report has several."""
+    failed: dict[str, list[dict[str, Any]]] = {}
+    for record in tiles:
+        if record.get("status") in TILE_FAILED:
+            failed.setdefault(str(record.get("variant")), []).append(record)
+    out = []
+    for name, records in failed.items():
+        n, status = records[0].get("seq_len"), records[0].get("status")
+        what = TILE_FAILED["wrong" if any(r.get("status") == "wrong" for r in records) else status]
+        where = f" (run {run})" if run else ""
+        if "dtype" in records[0]:  # a crash or a hang records no problem: it was the worker's
+            masks = " and ".join(dict.fromkeys("causal" if r.get("causal") else "no mask" for r in records))
+            where += f" ({masks}; {', '.join(dict.fromkeys(str(r.get('dtype')) for r in records))})"
+        why = str(records[0].get("message") or "").rstrip(".")
+        out.append(
+            f"{name} {what} at N {n}{where}: {why}. At N {n} "
+            "the last tile of 64, 128 or 256 keys is partial: a kernel that drops or misreads it is right at "
+            "every N its tile divides (powers of two), so ok cells there do not clear it; "
+            f"`attnbench check --variants {name} --seq-len {n}` gates every mask at N {n}."
+        )
+    return out
 
 
 EXPORT_FORMATS = ("csv", "json", "hud", "bencher")

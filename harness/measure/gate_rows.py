@@ -35,6 +35,9 @@ SEQUENCES = 8
 PADDING = 0.99
 # the parts of a check: causal x padding, the no-key problem, the declared workloads
 MASKS, NO_KEY, WORKLOADS = "masks", "no_key", "workloads"
+# an N past full tiles of 64, 128 and 256 with a partial last one (300 = 256 + 44 = 2 * 128 + 44): a kernel
+# that drops or misreads its partial last block answers wrong here, and right at every N its tile divides
+TILE_N = 300
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch
 from attnbench import variants
 from attnbench.harness.measure import correctness
 from attnbench.harness.measure.failures import failure
-from attnbench.harness.measure.outcomes import mutation
+from attnbench.harness.measure.gate_rows import TILE_N, fail_reason
 from attnbench.variants import UnsupportedError, torch_dtype
 
 PROBE_SCALES = (1.0, 10.0, 100.0)
@@ -37,37 +37,61 @@ def probe(names: list[str], devices: list[str], dtypes: list[str], seed: int = 0
             for scale in PROBE_SCALES:
                 inputs = [t.to(torch_dtype(dtype)) for t in (base[0] * scale, base[1], base[2])]
                 ref = correctness.reference(*inputs)
+                problem = variants.Problem(device=device, dtype=dtype, d_k=d, d_v=d)
                 for name in names:
-                    q, k, v = (t.clone() for t in inputs)  # its own: a write into them harms no later variant
-                    variant = variants.get(name)
                     rec = {"variant": name, "device": device, "dtype": dtype, "q_scale": scale}
-                    try:  # a plug-in's capability check may raise too: recorded like its call
-                        reason = variant.check(variants.Problem(device=device, dtype=dtype, d_k=d, d_v=d))
-                        if reason:
-                            out.append({**rec, "status": "unsupported", "message": str(reason)})
-                            continue
-                        result = correctness.check(variant, q, k, v, ref=ref)
-                    except UnsupportedError as exc:
-                        out.append({**rec, "status": "unsupported", "message": str(exc)})
-                        continue
-                    except KeyboardInterrupt:
-                        raise
-                    except BaseException as exc:  # one line, as a cell's (SystemExit too); the probe goes on
-                        out.append({**rec, "status": "error", "message": failure(exc, device)[1]})
-                        continue
-                    finite = not math.isinf(result.rel_err)
-                    out.append(
-                        {
-                            **rec,
-                            "status": "ok" if result.ok else "wrong",
-                            **({"message": mutation(result.changed)} if result.changed else {}),
-                            "rel_err": result.rel_err,
-                            "max_abs_err": result.max_abs_err,
-                            "finite": finite,
-                            "tolerance": result.tolerance,
-                        }
-                    )
+                    out.append(_gated(name, rec, problem, inputs, ref))
     return out
+
+
+def tiles(
+    names: list[str], devices: list[str], dtypes: list[str], causal: list[bool], seed: int = 0
+) -> list[dict[str, Any]]:
+    """One record per (variant, device, dtype, causal) at N = TILE_N, the probe's shape otherwise, q
+    unscaled: whether a kernel whose last tile is partial there answers as it does at N its tile divides
+    (a sweep's N are often all multiples of 128). Its failures say why in one line, as a cell's row."""
+    out = []
+    b, h, d = (PROBE_SHAPE[k] for k in ("batch", "heads", "d"))
+    for device in devices:
+        g = torch.Generator(device=device).manual_seed(seed)
+        base = [torch.randn(b, h, TILE_N, d, generator=g, device=device) for _ in range(3)]
+        for dtype, masked in ((dtype, masked) for dtype in dtypes for masked in causal):
+            inputs = [t.to(torch_dtype(dtype)) for t in base]
+            ref = correctness.reference(*inputs, causal=masked)
+            shape = dict(batch=b, heads=h, seq_len=TILE_N, seq_k=TILE_N, d_k=d, d_v=d, causal=masked)
+            problem = variants.Problem(device=device, dtype=dtype, **shape)
+            for name in names:
+                rec = {"variant": name, "device": device, "dtype": dtype, "seq_len": TILE_N, "causal": masked}
+                out.append(_gated(name, rec, problem, inputs, ref, causal=masked))
+    return out
+
+
+def _gated(name: str, rec: dict, problem, inputs: list, ref, **rules) -> dict[str, Any]:
+    """`rec` with the gate of variant `name` on its own copy of `inputs` (a write into them harms no later
+    variant) against `ref`: ok, wrong (with why, where the gate says), unsupported or error."""
+    q, k, v = (t.clone() for t in inputs)
+    variant = variants.get(name)
+    try:  # a plug-in's capability check may raise too: recorded like its call
+        reason = variant.check(problem)
+        if reason:
+            return {**rec, "status": "unsupported", "message": str(reason)}
+        result = correctness.check(variant, q, k, v, ref=ref, **rules)
+    except UnsupportedError as exc:
+        return {**rec, "status": "unsupported", "message": str(exc)}
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # one line, as a cell's (SystemExit too); the probe goes on
+        return {**rec, "status": "error", "message": failure(exc, problem.device)[1]}
+    why = fail_reason(result) if not result.ok else ""
+    return {
+        **rec,
+        "status": "ok" if result.ok else "wrong",
+        **({"message": why} if why else {}),
+        "rel_err": result.rel_err,
+        "max_abs_err": result.max_abs_err,
+        "finite": not math.isinf(result.rel_err),
+        "tolerance": result.tolerance,
+    }
 
 
 def example_weights(seq_len: int = 24, valid: int = 18, seed: int = 0) -> dict[str, Any]:

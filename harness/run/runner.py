@@ -36,6 +36,7 @@ from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift, integrity
 from attnbench.results.formulas import where_key
+from attnbench.results.load import tile_sentences
 from attnbench.results.store import (
     SHIPPED,
     is_run_dir,
@@ -414,14 +415,14 @@ def _write_meta(
     progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
     numerics = _numerics(start.sweep, start.names, local)
     writer.write_json(NUMERICS_FILE, numerics)
-    return _probe_notes(numerics["probe"])
+    return _probe_notes(numerics["probe"], numerics["tiles"])
 
 
-def _probe_notes(records: list[dict[str, Any]]) -> list[str]:
+def _probe_notes(records: list[dict[str, Any]], tiles: list[dict[str, Any]] = ()) -> list[str]:
     """One note per thing the numerics probe found left behind (torch's global state changed, a process left
     running), naming the variants whose records say it (the worker blamed them; the variants after one that
-    changed the state were probed in a fresh worker); and one per variant whose probe timed out or crashed
-    its worker (the probe went on without it)."""
+    changed the state were probed in a fresh worker); one per variant whose probe timed out or crashed
+    its worker (the probe went on without it); and one per variant wrong at N = TILE_N (`tiles`)."""
     said: dict[str, list[str]] = {}
     for record in records:
         message = str(record.get("message") or "")
@@ -435,7 +436,7 @@ def _probe_notes(records: list[dict[str, Any]]) -> list[str]:
             notes.append(
                 f"numerics probe: {what}; the probe went on without it, and its cells are measured as usual"
             )
-    return notes
+    return notes + [f"numerics probe: {said}" for said in tile_sentences(tiles)]
 
 
 def _measure(
@@ -567,7 +568,7 @@ def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress:
     (writer.path / NUMERICS_FILE).unlink(missing_ok=True)
     numerics = _numerics(start.sweep, start.names, local)
     writer.write_json(NUMERICS_FILE, numerics)
-    return _probe_notes(numerics["probe"])
+    return _probe_notes(numerics["probe"], numerics["tiles"])
 
 
 def complete_cells(path: Path, planned: estimate.Forecast) -> int | None:
@@ -590,10 +591,16 @@ def probe_written(path: Path) -> bool:
 
 
 def _numerics(sweep: SweepSpec, names: list[str], local: CellRunner) -> dict[str, Any]:
-    """The probe, one variant per request so that a crashing or hanging variant costs only its own records."""
+    """The probe, one variant per request so that a crashing or hanging variant costs only its own records;
+    with it, the run's variants gated at N = TILE_N under the sweep's masks (`tiles`: numerics.tiles)."""
     probed = names + [n for n in NUMERICS_EXTRA if n not in names]
     timeout = min(sweep.settings.cell_timeout, 300)
-    value: dict[str, Any] = {"probe": local.numerics(probed, sweep.devices, sweep.dtypes, timeout)}
+    masks = sorted({bool(causal) for causal in sweep.causal})  # lower-right is causal, and top-left at N x N
+    records = local.numerics(probed, sweep.devices, sweep.dtypes, timeout, dict.fromkeys(names, masks))
+    value: dict[str, Any] = {
+        "probe": [r for r in records if "seq_len" not in r],
+        "tiles": [r for r in records if "seq_len" in r],
+    }
     try:
         value["example_weights"] = local.request({"op": "example_weights"}, timeout=120)["value"]
     except (WorkerTimeout, WorkerDied):

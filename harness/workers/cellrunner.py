@@ -8,10 +8,11 @@ task one: the same code decides every cell's fate everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from attnbench import variants
+from attnbench.harness.measure.gate_rows import TILE_N
 from attnbench.harness.measure.outcomes import (
     clock_fields,
     clock_mismatch,
@@ -122,19 +123,30 @@ class CellRunner:
         return reply
 
     def numerics(
-        self, names: Sequence[str], devices: Sequence[str], dtypes: Sequence[str], timeout: float
+        self,
+        names: Sequence[str],
+        devices: Sequence[str],
+        dtypes: Sequence[str],
+        timeout: float,
+        tiles: Mapping[str, Sequence[bool]] | None = None,
     ) -> list[dict[str, Any]]:
         """The numerics probe's records, one variant per request so that a variant that crashes or hangs
         its worker costs only its own records: one record then, {variant, status crashed or timeout,
-        message}, with no device, dtype or scale (the worker is replaced for the next)."""
+        message}, with no device, dtype or scale (the worker is replaced for the next). tiles: variant ->
+        the causal values it is gated under at N = TILE_N too, a request of its own (numerics.tiles: records
+        with a seq_len, a crash's or a hang's too)."""
         records = []
         for name in names:
             msg = {"op": "numerics", "variants": [name], "devices": list(devices), "dtypes": list(dtypes)}
-            try:
-                records += self.request(msg, timeout=timeout)["value"]
-            except (WorkerTimeout, WorkerDied) as exc:
-                status = "timeout" if isinstance(exc, WorkerTimeout) else "crashed"
-                records.append({"variant": name, "status": status, "message": str(exc)})
+            parts = [({}, {})]  # (what the request adds, what a crash's or a hang's record says)
+            if tiles and tiles.get(name):
+                parts.append(({"part": "tiles", "causal": list(tiles[name])}, {"seq_len": TILE_N}))
+            for part, said in parts:
+                try:
+                    records += self.request({**msg, **part}, timeout=timeout)["value"]
+                except (WorkerTimeout, WorkerDied) as exc:
+                    status = "timeout" if isinstance(exc, WorkerTimeout) else "crashed"
+                    records.append({"variant": name, **said, "status": status, "message": str(exc)})
         return records
 
     def describe(self, device: str, dtypes: list[str], known: Collection[str] = ()) -> dict[str, Any] | None:

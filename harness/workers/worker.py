@@ -374,16 +374,20 @@ class _Server:
             return finish(base_row(spec), "error", f"harness error: {type(exc).__name__}: {exc}")
 
     def numerics(self, msg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-        """The numerics probe of msg's variants, one after another, each one's records blamed as its cells
-        would be (left_behind); and why this worker must exit, or None. The runner asks for one variant a
+        """The numerics probe of msg's variants, one after another (its `part` "tiles": their gate at N =
+        TILE_N under each of msg's `causal` values instead), each one's records blamed as its cells would be
+        (left_behind); and why this worker must exit, or None. The runner asks for one variant and part a
         request, so that the next is probed in a fresh worker after one that changed torch's state."""
         from attnbench.harness.measure.memory import HOLDINGS
-        from attnbench.harness.measure.numerics import probe
+        from attnbench.harness.measure.numerics import probe, tiles
 
         records, exit_why = [], None
         for name in msg["variants"]:
             before, threads = HOLDINGS.mark(), _threads_now()
-            mine = probe([name], msg["devices"], msg["dtypes"])
+            if msg.get("part") == "tiles":
+                mine = tiles([name], msg["devices"], msg["dtypes"], msg["causal"])
+            else:
+                mine = probe([name], msg["devices"], msg["dtypes"])
             HOLDINGS.attribute(name, before)  # what its first calls made and keep: its cells' retained bytes
             words, note, why = self.left_behind(name, threads)
             records += [blame(noted(record, note), words) for record in mine]

@@ -26,16 +26,16 @@ def fault_oom(q, k, v, **kw):
     return _fine(q, k, v)
 
 
-# The numerics probe of a run calls every variant at N = 128 (harness.measure.numerics.PROBE_SHAPE):
-# fault_abort and fault_hang answer there and fail on the sweep's cells only, so that a run of them restarts
-# its worker for the cells and not also for the probe (fault_segv still crashes in the probe: a probe's dead
-# worker is real).
-PROBE_N = 128
+# The numerics probe of a run calls every variant at N = 128 (harness.measure.numerics.PROBE_SHAPE), and
+# gates it at N = 300 (gate_rows.TILE_N): fault_abort and fault_hang answer there and fail on the sweep's
+# cells only, so that a run of them restarts its worker for the cells and not also for the probe (fault_segv
+# still crashes in the probe and its gate: a probe's dead worker is real).
+PROBE_NS = (128, 300)
 
 
-@variants.register("fault_abort", description="os.abort(): SIGABRT (answers at the probe's N = 128)")
+@variants.register("fault_abort", description="os.abort(): SIGABRT (answers at the probe's N = 128 and 300)")
 def fault_abort(q, k, v, **kw):
-    if q.shape[2] == PROBE_N:
+    if q.shape[2] in PROBE_NS:
         return _fine(q, k, v)
     os.abort()
 
@@ -45,9 +45,9 @@ def fault_segv(q, k, v, **kw):
     ctypes.string_at(0)
 
 
-@variants.register("fault_hang", description="never returns (answers at the probe's N = 128)")
+@variants.register("fault_hang", description="never returns (answers at the probe's N = 128 and 300)")
 def fault_hang(q, k, v, **kw):
-    if q.shape[2] == PROBE_N:
+    if q.shape[2] in PROBE_NS:
         return _fine(q, k, v)
     while True:
         time.sleep(0.05)

@@ -73,14 +73,14 @@ def taint_orphan(q, k, v, **kw):
     return _naive(q, k, v, **kw)
 
 
-PROBE_N = (
-    128  # the numerics probe's N (harness.measure.numerics.PROBE_SHAPE): answered there, so the probe goes on
-)
+# the numerics probe's N (harness.measure.numerics.PROBE_SHAPE) and its gate's (gate_rows.TILE_N): answered
+# there, so the probe goes on
+PROBE_NS = (128, 300)
 
 
 @variants.register("taint_child_hang", description="starts a detached sleeper, then never returns")
 def taint_child_hang(q, k, v, **kw):
-    if q.shape[2] == PROBE_N:
+    if q.shape[2] in PROBE_NS:
         return _naive(q, k, v, **kw)
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     with open(os.path.join(os.environ["ATTNBENCH_TEST_PIDS"], f"{child.pid}.pid"), "w"):

@@ -356,6 +356,37 @@ def test_a_partial_last_tile_of_128_fails_the_default_check(isolated_registry):
     assert [r.n for r in rows if r.no_key] == [check.SEQ_LEN]
 
 
+def test_a_run_gates_its_variants_where_their_last_tile_is_partial_and_says_who_fails(
+    isolated_registry, tmp_path
+):
+    """A run whose N are all multiples of 128 measures tail_128 ok in every cell; the run's gate at N = TILE_N
+    (with the numerics probe, under the sweep's masks) finds it wrong: numerics.json's tiles, the run's
+    closing note, and the report's first finding and its table of what is not ok say it; naive passes."""
+    import attnbench
+    from attnbench.harness.measure.gate_rows import TILE_N
+    from attnbench.results import read_rows
+
+    out = tmp_path / "run"
+    proc = run_cli("run", "--variants", "tail_128,naive", "--variant-file", str(CHECK_VARIANTS), "--seq-len",
+                   "128,256", "--heads", "1", "--causal", "both", "--warmup-ms", "1", "--budget-ms", "2",
+                   "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert {r["status"] for r in read_rows(out)} == {"ok"}
+    tiles = json.loads((out / "numerics.json").read_text())["tiles"]
+    assert {(r["variant"], r["causal"], r["status"], r["seq_len"]) for r in tiles} == {
+        ("tail_128", False, "wrong", TILE_N), ("tail_128", True, "wrong", TILE_N),
+        ("naive", False, "ok", TILE_N), ("naive", True, "ok", TILE_N),
+    }  # fmt: skip
+    said = f"tail_128 answers wrong at N {TILE_N} (no mask and causal; float32): output rel_err "
+    assert said in proc.stderr and "naive answers" not in proc.stderr
+    rep = attnbench.report(out, out=tmp_path / "rep")
+    assert rep.findings.wrong == (rep.findings.wrong[0],) and rep.findings.wrong[0].startswith(said)
+    readme = rep.readme.read_text().replace("\\_", "_")
+    assert readme.index("tail_128 answers wrong at N") < readme.index("Trust:")
+    assert f"| N {TILE_N}, causal | wrong |" in readme
+    assert repr(rep).count("(wrong at another N)") == 1
+
+
 def test_the_padded_problems_are_the_ones_a_run_makes():
     """check pads by the run's own rule (harness.sweep.spec.padded_lengths): every batch element keeps a
     key."""

@@ -94,9 +94,10 @@ def test_every_fault_becomes_its_row(tmp_path):
 
 
 def test_a_probe_that_hangs_or_kills_its_worker_costs_only_its_own_records():
-    """runner._numerics asks for one variant at a time: a timeout or a dead worker becomes that variant's
-    record and the probe goes on (the real crash is test_every_fault_becomes_its_row's fault_segv; the
-    real timeout, a cell's: fault_hang)."""
+    """runner._numerics asks for one variant at a time, and for its gate at N = TILE_N apart: a timeout or a
+    dead worker becomes that variant's record of that part and the probe goes on (the real crash is
+    test_every_fault_becomes_its_row's fault_segv, and fault_abort's at N = 300; the real timeout, a
+    cell's: fault_hang)."""
     from attnbench.harness.run import runner
     from attnbench.harness.sweep.spec import Settings, SweepSpec
     from attnbench.harness.workers.cellrunner import CellRunner
@@ -111,28 +112,39 @@ def test_a_probe_that_hangs_or_kills_its_worker_costs_only_its_own_records():
             asked.append((msg["op"], msg.get("variants"), timeout))
             if msg.get("variants") == ["hangs"]:
                 raise WorkerTimeout("the worker did not answer within 7 s")
-            if msg.get("variants") == ["dies"]:
+            tiles = msg.get("part") == "tiles"
+            if msg.get("variants") == ["dies"] or (tiles and msg.get("variants") == ["dies_at_300"]):
                 raise WorkerDied("worker killed by SIGSEGV (signal 11)")
             if msg["op"] == "example_weights":
                 return {"value": {"seq_len": 1}}
-            return {"value": [{"variant": msg["variants"][0], "status": "ok"}]}
+            at = {"seq_len": 300} if tiles else {}
+            return {"value": [{"variant": msg["variants"][0], "status": "ok", **at}]}
 
     sweep = SweepSpec(variants=("naive",), settings=Settings(cell_timeout=7))
-    value = runner._numerics(sweep, ["hangs", "dies", "naive"], Local())
+    value = runner._numerics(sweep, ["hangs", "dies", "dies_at_300", "naive"], Local())
     assert [(r["variant"], r["status"]) for r in value["probe"]] == [
-        ("hangs", "timeout"), ("dies", "crashed"), ("naive", "ok"), ("unstable_softmax", "ok")
+        ("hangs", "timeout"), ("dies", "crashed"), ("dies_at_300", "ok"), ("naive", "ok"),
+        ("unstable_softmax", "ok"),
+    ]  # fmt: skip
+    # the unstable twin is probed, never swept: no gate at N = 300
+    assert [(r["variant"], r["status"], r["seq_len"]) for r in value["tiles"]] == [
+        ("hangs", "timeout", 300), ("dies", "crashed", 300), ("dies_at_300", "crashed", 300),
+        ("naive", "ok", 300),
     ]  # fmt: skip
     assert "did not answer" in value["probe"][0]["message"] and "SIGSEGV" in value["probe"][1]["message"]
     assert value["example_weights"] == {"seq_len": 1}
     assert {t for op, _, t in asked if op == "numerics"} == {7}  # each request under the cell timeout
     # and the terminal hears of both (issue 40: a probe's timeout was never shown)
-    notes = runner._probe_notes(value["probe"])
-    assert notes == [
+    notes = runner._probe_notes(value["probe"], value["tiles"])
+    assert notes[:2] == [
         "numerics probe: hangs: timeout (the worker did not answer within 7 s); the probe went on without "
         "it, and its cells are measured as usual",
         "numerics probe: dies: crashed (worker killed by SIGSEGV (signal 11)); the probe went on without it, "
         "and its cells are measured as usual",
     ]
+    assert [note.split(": ", 2)[1] for note in notes[2:]] == [
+        "hangs hangs at N 300", "dies crashes its worker at N 300", "dies_at_300 crashes its worker at N 300"
+    ]  # fmt: skip
 
 
 def test_a_timeout_says_how_long_the_request_went_unanswered_rounded():
