@@ -6,6 +6,10 @@ exp overflows once a logit passes ~11 (float16) or ~88 (float32, bfloat16) and t
 Each variant is handed its own copy of the inputs, so one that writes into them changes no later
 variant's (it is `wrong` itself, as a cell is); the float64 reference is computed once per input, from
 the inputs as made, and judges every variant.
+
+Tiles: a run's variants are gated at N = TILE_N (300) too, forward, under the sweep's masks: a kernel whose
+tiles of 64, 128 or 256 keys leave a partial last one there answers right at every power of two, the N most
+sweeps take, and its cells there cannot show that it drops or misreads that tile.
 """
 
 from __future__ import annotations
