@@ -58,8 +58,14 @@ def file_stem(gkey: dict[str, Any], multi: bool) -> str:
 
 
 def group_head(gkey: dict[str, Any], group, multi: bool) -> str:
-    """A group's section title: 'cpu · float32 · forward (d_k=64 · B=1 · H=8 · no padding)'."""
+    """A group's section title: 'cpu · float32 · forward (d_k=64 · B=1 · H=8 · no padding)'; in a report of
+    several runs, its run and the machine it ran on first ('20261126-062822-vm · NVIDIA H100 80GB HBM3 on vm
+    · cuda · ...'), since a run id alone does not say which machine is which."""
     gtitle = label(gkey, [a for a in GROUP_AXES if multi or a != "run_id"])
+    machines = group["machine"].dropna().unique() if multi and "machine" in group.columns else []
+    if len(machines) == 1 and str(machines[0]) and str(gkey.get("run_id")) in gtitle:
+        run = str(gkey["run_id"])
+        gtitle = gtitle.replace(run, f"{run} · {machines[0]}", 1)
     fixed_g = fixed_text(group)
     # 'causal' said once: 'lower-right causal' beside it names the same mask with its alignment
     return trim_title(f"{gtitle} ({fixed_g})") if fixed_g else gtitle

@@ -569,3 +569,22 @@ def test_a_multi_run_reports_calibration_advice_follows_compares_same_machine_ru
     one, two = (next(ln for ln in md.splitlines() if f"in {r} against" in ln) for r in ("loaded", "other"))
     assert "the same machine calibrated at another speed" in one and "see --normalize calibration" not in one
     assert "see --normalize calibration" in two  # two machines: normalising takes their speed out
+
+
+def test_a_report_of_several_runs_names_the_machine_of_each_section():
+    """A section of a report of several runs, and its findings, open with the run and the machine it ran on
+    (a run id alone does not tell an H100 run from an H200 one); a report of one run names neither."""
+    from conftest import ROOT
+
+    from attnbench.reports.render import findings_of
+
+    runs = [ROOT / "results" / "reference" / name for name in ("quick-epyc-2core", "h100-sxm-2026-11-26")]
+    inputs = prepare(runs)
+    machine = {rid: set(rows["machine"]) for rid, rows in inputs.df.groupby("run_id")}
+    assert [len(m) for m in machine.values()] == [1, 1] and len(set.union(*machine.values())) == 2
+    heads = [f"{rid} · {m} · " for rid, ms in machine.items() for m in ms]
+    titles = [p.title for p in findings_of(inputs).panels]
+    assert titles and all(t.startswith(tuple(heads)) for t in titles)
+    assert {h for h in heads if any(t.startswith(h) for t in titles)} == set(heads)  # each run's sections
+    alone = [p.title for p in findings_of(prepare(runs[:1])).panels]
+    assert alone and not any(m in t for t in alone for ms in machine.values() for m in ms)
