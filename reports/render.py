@@ -587,7 +587,7 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     wrong = tuple(
         said
         for rid, num in inputs.numerics.items()
-        for said in tile_sentences(num.get("tiles") or [], rid if multi else "")
+        for said in tile_sentences(num.get("tiles") or [], num.get("probe") or [], rid if multi else "")
     )
     return findmod.build(
         inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,

@@ -226,13 +226,21 @@ TILE_FAILED = {
 }
 
 
-def tile_sentences(tiles: list[dict[str, Any]], run: str = "") -> list[str]:
+def tile_sentences(tiles: list[dict[str, Any]], probe: list[dict[str, Any]], run: str = "") -> list[str]:
     """Per variant that a run's gate at an N past full tiles (numerics.json `tiles`: harness.measure.numerics
-    .tiles) found wrong or raising: one sentence with the masks and dtypes it failed in, the first one's why,
-    and the command that gates every mask there; `run` names the run where a report has several."""
+    .tiles) found wrong or raising where the numerics `probe` (at N = 128) found it right: one sentence with
+    the masks and dtypes it failed in, the first one's why, and the command that gates every mask there (a
+    variant that fails at 128 too fails its cells as well: they say it); `run` names the run where a report
+    has several."""
+    right = {
+        (r.get("variant"), r.get("dtype")) for r in probe if r.get("q_scale") == 1 and r.get("status") == "ok"
+    }
     failed: dict[str, list[dict[str, Any]]] = {}
     for record in tiles:
-        if record.get("status") in TILE_FAILED:
+        dtypes = (
+            [record["dtype"]] if "dtype" in record else [d for v, d in right if v == record.get("variant")]
+        )
+        if record.get("status") in TILE_FAILED and any((record.get("variant"), d) in right for d in dtypes):
             failed.setdefault(str(record.get("variant")), []).append(record)
     out = []
     for name, records in failed.items():

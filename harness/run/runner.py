@@ -303,7 +303,10 @@ def _write(
             writer.log_resume(start.resume_record())
         if on_forecast is not None:  # before a worker starts: a warning the user can act on at once
             on_forecast(forecast(start, writer.done))
-        progress.message(f"starting a worker process (log: {path / 'worker.log'})")
+        logs = f"log: {path / 'worker.log'}"
+        if chosen_executor.name != "local":  # it calibrates and probes; the executor's own workers measure
+            logs += f"; the cells' {chosen_executor.name} workers log to {path / 'worker-*.log'}"
+        progress.message(f"starting a worker process ({logs})")
         local = _start_worker(start, path)
         if not request.resume:
             summary.notes += _write_meta(writer, start, local, progress, request)
@@ -436,7 +439,7 @@ def _probe_notes(records: list[dict[str, Any]], tiles: list[dict[str, Any]] = ()
             notes.append(
                 f"numerics probe: {what}; the probe went on without it, and its cells are measured as usual"
             )
-    return notes + [f"numerics probe: {said}" for said in tile_sentences(tiles)]
+    return notes + [f"numerics probe: {said}" for said in tile_sentences(tiles, records)]
 
 
 def _measure(
