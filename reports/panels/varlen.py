@@ -11,6 +11,7 @@ from typing import Any
 from attnbench.results.formulas import tflops
 
 from .. import page as pg
+from ..plots import ring_cells, ring_legend
 from ..section import Section, file_stem, group_head, ms_text, num_text, panel_section, seq_count
 from ..style import empty_panel, legend_below, mpl_style, new_figure, trim_title, variant_color, variant_order
 from ..tables import (
@@ -183,9 +184,10 @@ def sentences(df, mark: Callable[[str, list[Any]], str] | None = None) -> list[s
 # ---- the figure ----------------------------------------------------------------------------------------
 
 
-def _bars(ax, rows) -> None:
+def _bars(ax, rows, seen: set[str]) -> None:
     """One panel: per pattern (x) a bar per variant, solid to its useful TFLOP/s, hatched on to its executed
-    TFLOP/s, with the padding tax written above where it is worth a word."""
+    TFLOP/s, with the padding tax written above where it is worth a word; a flagged cell (drifted, suspect,
+    throttled) ringed at its bar's top as the time figure rings it, its flag added to `seen`."""
     from matplotlib.patches import Rectangle
 
     patterns = pattern_order(rows["pattern"])
@@ -213,6 +215,7 @@ def _bars(ax, rows) -> None:
                 ax.text(x, top + tallest * 0.01, " ".join(words), ha="center", va="bottom", fontsize=7,
                         color="#333333", rotation=90 if len(words) > 1 or not taxed else 0)  # fmt: skip
             ax.bar(x, useful, width, color=color, label=None if named else variant)
+            ring_cells(ax, cell.iloc[:1].assign(bar_x=x), "bar_x", "useful_tflops", seen)
             named = True
     # the hatched bar's meaning in the legend (a patch of no size: it draws nothing in the panel)
     ax.add_patch(Rectangle((0, 0), 0, 0, facecolor="none", edgecolor="#555555", hatch="///",
@@ -230,15 +233,17 @@ def varlen_figure(rows, title: str):
     panel per B and mean N (and any other axis that varies); the data: every bar's numbers."""
     rated = varlen_rates(rows)
     pans = shape_panels(rated)
+    seen: set[str] = set()
     with mpl_style():
         fig, axes = new_figure(len(pans), ncols=1, panel_h=4.2)  # one wide panel a row: many bars
         for i, (ax, (key, prow)) in enumerate(zip(axes, pans, strict=False)):
-            _bars(ax, prow)
+            _bars(ax, prow, seen)
             ax.set_title(shape_text(key))
             if i == len(pans) - 1:  # one legend below the last panel, for the variants of every panel
                 legend_below(ax, axes=axes)
         if not pans:
             empty_panel(axes[0], "no ok packed cells")
+        ring_legend(fig, seen)
         fig.suptitle(title)
     keys = [c for c in [*VARLEN_GROUP_AXES, *VARLEN_PANEL_AXES, "batch", "seq_len", "variant"] if c in rated]
     data = rated[[*dict.fromkeys(keys), *RATE_COLUMNS]].copy()
@@ -301,7 +306,7 @@ def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tup
         title = trim_title(f"Packed variable-length batches · {head}", drop=("no padding",))
         caption = (
             "One panel per B and mean N. Solid: useful TFLOP/s (the real lengths); hatched: executed "
-            "TFLOP/s; ×: executed / useful, the padding tax."
+            "TFLOP/s; ×: executed / useful, the padding tax; rings: drifted, suspect or throttled cells."
         )
         figure = varlen_figure(group, title)
         out.append((gkey, group, head, [("varlen", "Useful TFLOP/s per length pattern", figure, caption)]))

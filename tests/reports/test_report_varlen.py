@@ -212,3 +212,30 @@ def test_the_one_legend_names_a_variant_absent_from_the_last_panel_and_a_long_ti
     assert "\n" in wrapped.get_text() and wrapped.get_text().replace("\n", " ") == title
     renderer = RendererAgg(fig.bbox.width, fig.bbox.height, fig.dpi)
     assert wrapped.get_window_extent(renderer).width <= fig.bbox.width
+
+
+def test_a_drifted_packed_cell_is_ringed_at_its_bar_as_the_time_figure_rings_it():
+    """A packed cell measured while the machine ran slower (its speed probe off the run's) is drawn with a
+    drift ring at its useful bar's top and the rings' legend below, as the time figure marks it: a
+    single-pass varlen run on a busy machine showed a drifted loop's bar as any other."""
+    import pandas as pd
+    from matplotlib.collections import PathCollection
+
+    from attnbench.reports import plots
+
+    rows = pd.DataFrame(packed_rows())
+    drifted = (rows["variant"] == "sdpa_loop") & (rows["lengths"] == "uniform")
+    rows["drift"] = drifted
+    rated = varlen.varlen_rates(rows)
+    fig, _ = varlen.varlen_figure(rows, "t")
+    rings = [c for ax in fig.axes for c in ax.collections if isinstance(c, PathCollection)]
+    assert len(rings) == 1 and {t.get_text() for leg in fig.legends for t in leg.get_texts()} == {
+        plots.DRIFT_LABEL
+    }
+    ((x, y),) = rings[0].get_offsets()
+    assert y == pytest.approx(float(rated[rated["variant"].eq("sdpa_loop") & rated["pattern"].eq("uniform")][
+        "useful_tflops"].iloc[0]))  # fmt: skip
+    clean, _ = varlen.varlen_figure(rows.assign(drift=False), "t")
+    assert not clean.legends and not [
+        c for ax in clean.axes for c in ax.collections if isinstance(c, PathCollection)
+    ]
