@@ -128,13 +128,16 @@ def cell_line(row: dict[str, Any], width: int | None = None) -> str:
 
 
 class Progress:
-    """rich progress bar + per-cell lines; enabled=False prints nothing (library and test use)."""
+    """rich progress bar + per-cell lines; enabled=False prints nothing (library and test use). An
+    unsupported cell's line is printed once per variant, device and reason: the quick preset's four
+    CUDA-only variants said it 24 times on a CPU, among the results; stop() counts the others."""
 
     def __init__(self, enabled: bool = True, console=None) -> None:
         self.enabled = enabled
         self._console = console
         self._bar = None
         self._task = None
+        self._unsupported: dict[tuple, int] = {}  # (variant, device, reason) -> its cells not listed
 
     @property
     def console(self):
@@ -186,9 +189,18 @@ class Progress:
     def cell_done(self, row: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        style = STATUS_STYLE.get(row["status"], "")
-        text = printable(cell_line(row, self._width()))
-        self.console.print(text, style=style, markup=False, soft_wrap=True)
+        key, unsupported = (
+            (row.get("variant"), row.get("device"), row.get("message")),
+            row["status"] == "unsupported",
+        )
+        if unsupported and key in self._unsupported:
+            self._unsupported[key] += 1
+        else:
+            if unsupported:
+                self._unsupported[key] = 0
+            style = STATUS_STYLE.get(row["status"], "")
+            text = printable(cell_line(row, self._width()))
+            self.console.print(text, style=style, markup=False, soft_wrap=True)
         if self._bar is not None:
             self._bar.advance(self._task)
 
@@ -196,6 +208,16 @@ class Progress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        left: dict[str, int] = {}  # variant -> its unsupported cells not listed
+        for (name, _device, _why), n in self._unsupported.items():
+            if n:
+                left[name] = left.get(name, 0) + n
+        if left:
+            said = ", ".join(f"{n} of {name}" for name, n in left.items())
+            self.message(
+                f"and {sum(left.values())} more unsupported cells ({said}), each for the reason said above"
+            )
+        self._unsupported.clear()
 
 
 def in_notebook() -> bool:

@@ -99,6 +99,37 @@ def decode_table(rows, copy_gbps: float | None):
     return pd.DataFrame(records, columns=[*cols, "copy_gbps", "pct_of_copy"])
 
 
+def kv_sentence(rows, copy_gbps: float | None) -> tuple[str | None, list[Any]]:
+    """The decode figure of merit in words, for one panel's rows: each variant's K/V read bandwidth at its
+    largest N_k (decode_table), the fastest first, with its % of the calibrated copy bandwidth where the
+    device has one ('K/V read at N_k = 4,096 (N_q = 1): paged_gather 12.3 GB/s, 45% of the calibrated copy
+    bandwidth (27.4 GB/s); paged_flex 8.1 GB/s, 30%.'); and the index labels of the rows it reads (for the
+    findings' busy-machine mark). None where the panel has no ok decode cell."""
+    rated = kv_rates(decode_rows(rows))
+    if rated.empty:
+        return None, []
+    labels, said = [], []
+    for n_q, sub in rated.groupby("seq_len", sort=True):
+        tops = sub.loc[sub.groupby("variant")["seq_k"].idxmax()].sort_values("kv_gbps", ascending=False)
+        labels += list(tops.index)
+        same = tops["seq_k"].nunique() == 1
+        parts = []
+        for i, (_, r) in enumerate(tops.iterrows()):
+            part = f"{r['variant']} {num_text(r['kv_gbps'], '.3g')} GB/s"
+            part += "" if same else f" at N_k = {seq_count(r['seq_k'])}"
+            if copy_gbps:
+                pct = f"{num_text(float(r['kv_gbps']) / copy_gbps * 100, '.2g')}%"
+                part += (
+                    f", {pct} of the calibrated copy bandwidth ({num_text(copy_gbps, '.3g')} GB/s)"
+                    if not i
+                    else f", {pct}"
+                )
+            parts.append(part)
+        where = f"N_k = {seq_count(tops['seq_k'].iloc[0])}" if same else "each variant's largest N_k"
+        said.append(f"K/V read at {where} (N_q = {int(n_q)}): {'; '.join(parts)}.")
+    return " ".join(said), labels
+
+
 # ---- figures -------------------------------------------------------------------------------------------
 
 

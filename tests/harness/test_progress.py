@@ -100,3 +100,30 @@ def test_a_long_message_stays_one_line_in_a_log(monkeypatch):
     assert logged.count("\n") == 1 and long.strip() in logged, logged
     shown = _printed(monkeypatch, error, "100")
     assert shown.count("\n") > 1 and all(len(line) <= 100 for line in shown.splitlines()), shown
+
+
+def test_an_unsupported_line_is_printed_once_per_variant_and_reason_and_the_rest_counted():
+    """The quick preset on a CPU printed one unsupported line per cell of its four CUDA-only variants (24),
+    among the results; each is said once per variant, device and reason, and the end counts the others."""
+    import io
+
+    from rich.console import Console
+
+    from attnbench.harness.run.progress import Progress
+
+    out = io.StringIO()
+    progress = Progress(console=Console(file=out, width=200))
+    why = "torch has no CPU kernel for the cuDNN SDPA backend (CUDA only)"
+    other = "the run's memory guard: too large"
+    for n in (64, 128, 256):
+        progress.cell_done({**ROW, "seq_len": n})
+        progress.cell_done(
+            {**ROW, "variant": "sdpa_cudnn", "seq_len": n, "status": "unsupported", "message": why}
+        )
+    progress.cell_done(
+        {**ROW, "variant": "sdpa_cudnn", "seq_len": 512, "status": "unsupported", "message": other}
+    )
+    progress.stop()
+    lines = out.getvalue().splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == ["ok", "unsupported", "ok", "ok", "unsupported"]
+    assert lines[-1] == "and 2 more unsupported cells (2 of sdpa_cudnn), each for the reason said above"
