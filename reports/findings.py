@@ -36,6 +36,7 @@ from .tables import (
     panels,
     present,
     ranked_rows,
+    tied_names,
 )
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
@@ -154,11 +155,9 @@ def _points(best, length: str, ranked: dict[int, frozenset[str]] | None = None) 
     """The ranking's points, each with the variants ranked at its N (`ranked`, where given)."""
     out = []
     for _, b in best.sort_values(length).iterrows():
-        lead = float(b["lead"]) if present(b["lead"]) else math.nan
-        tied = tuple(str(b["tied"]).split()) if present(b["tied"]) else ()
-        n = int(b[length])
+        n, lead = int(b[length]), float(b["lead"]) if present(b["lead"]) else math.nan
         at = ranked.get(n) if ranked is not None else None
-        alone = bool(b.get("only_ranked", False))
+        tied, alone = tuple(tied_names(b["tied"])), bool(b.get("only_ranked", False))  # a label kept whole
         out.append(_Point(n, str(b["best"]), tied, str(b["runner_up"] or ""), lead, at, alone))
     return out
 
@@ -217,7 +216,7 @@ def _front_names(leader: str, pts: list[_Point]) -> list[str]:
 
 def run_sentence(leader: str, pts: list[_Point], every: bool, name: str = "N") -> str:
     """'sdpa is fastest from N = 256 to 2,048 (1.05–1.16× ahead of sdpa_flash), except at N = 1,024, where
-    it ties with sdpa_flash.', or where it is tied at most N: 'sdpa and sdpa_flash lead at every N
+    it ties with sdpa_flash.', or where it is tied at half its N or more: 'sdpa and sdpa_flash lead at every N
     measured, 256 to 2,560, tied at N = 512, ... (sdpa alone at N = 256: 1.09× ahead of sdpa_flash).'
     `name`: the length's (tables.length_name), 'N_k' for a decode panel."""
     ns = [p.n for p in pts]
@@ -229,12 +228,12 @@ def run_sentence(leader: str, pts: list[_Point], every: bool, name: str = "N") -
     throughout = [v for v in partners if all(v in p.front for p in ties)]
     some = [v for v in partners if v not in throughout]
     if not clear:
-        if not throughout:
-            return f"{leader} leads {range_text(ns, every, name)}, tied with {_by_n(partners, pts, name)}."
-        also = f" (with them: {_by_n(some, pts, name)})" if some else ""
-        return (
-            f"{names_text([leader, *throughout])} cannot be told apart {range_text(ns, every, name)}{also}."
-        )
+        if not throughout:  # 'leads' only where the table ranks it first at every N, else the tie
+            leads = "leads" if all(p.best == leader for p in pts) else "ties for the lead"
+            tied = ", tied with " if leads == "leads" else ": with "
+            return f"{leader} {leads} {range_text(ns, every, name)}{tied}{_by_n(partners, pts, name)}."
+        also, front = f" (with them: {_by_n(some, pts, name)})" if some else "", [leader, *throughout]
+        return f"{names_text(front)} cannot be told apart {range_text(ns, every, name)}{also}."
     led = [p for p in clear if p.runner_up and math.isfinite(p.lead)]
     if led:
         behind = variant_order({p.runner_up for p in led})
@@ -242,13 +241,12 @@ def run_sentence(leader: str, pts: list[_Point], every: bool, name: str = "N") -
     else:
         detail = "the only variant with a ranked cell"
     at = ", ".join(n_text(p.n) for p in ties)
-    if (
-        len(ties) > len(clear) and not some
-    ):  # mostly tied: the stretch held together, the leader alone at a few N
+    if len(ties) >= len(clear) and throughout:  # tied at half its N or more: never 'fastest' over them
         alone = ", ".join(n_text(p.n) for p in clear)
+        also = f"with them: {_by_n(some, ties, name)}; " if some else ""
         return (
-            f"{names_text([leader, *partners])} lead {range_text(ns, every, name)}, tied at {name} = {at} "
-            f"({leader} alone at {name} = {alone}: {detail})."
+            f"{names_text([leader, *throughout])} lead {range_text(ns, every, name)}, tied at {name} = {at} "
+            f"({also}{leader} alone at {name} = {alone}: {detail})."
         )
     # fastest over a range with a tie inside it says where it is not fastest: 'fastest at every N' and
     # 'tied at N = 256' in one sentence contradict each other
@@ -352,8 +350,10 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
         last, first = before[-1], after[0]
         # who is overtaken between the two N: at the front at the last N before and ranked at the first N
         # after (a variant that did not run there stopped, it was not overtaken), and who overtakes: at the
-        # front at that first N and ranked at that last N before
-        new = [v for v in _front_names(b, after) if v in first.front and last.ran(v)]
+        # front at that first N and ranked at that last N before, the fastest there first (a leader that
+        # only ties with it there does not take the lead alone)
+        new = [v for v in dict.fromkeys([first.best, *_front_names(b, after)]) if v in first.front]
+        new = [v for v in new if last.ran(v)]
         # a new leader that shared the front before takes it from the others only (the quick preset's
         # report once said "sdpa_flash takes the lead from sdpa, naive and sdpa_flash")
         old = [v for v in _front_names(a, before) if v in last.front and first.ran(v) and v not in new]

@@ -38,6 +38,7 @@ from .tables import (
     quiet_columns,
     ranking,
     ranking_text,
+    tied_names,
     varying,
 )
 
@@ -225,7 +226,7 @@ def best_table(group) -> pg.Table:
                 continue
             b = sel.iloc[0]
             if b["tied"]:  # the data cannot rank them: say so instead of "1.00× ahead"
-                tied = [named.get(v, v) for v in [str(b["best"]), *str(b["tied"]).split()]]
+                tied = [named.get(v, v) for v in [str(b["best"]), *tied_names(b["tied"])]]
                 text = f"tie: {' ≈ '.join(tied)} {ms_text(b['time_ms'])}"
                 text += f" ({num_text(b['lead'])}×{_p_text(b['p_value'])})"
             else:
@@ -235,7 +236,7 @@ def best_table(group) -> pg.Table:
                 if b["runner_up"]:
                     behind = named.get(str(b["runner_up"]), b["runner_up"])
                     text += f" ({num_text(b['lead'])}× ahead of {behind}{_p_text(b['p_value'])})"
-            compared = [str(b["best"]), *str(b["tied"] or "").split(), str(b["runner_up"] or "")]
+            compared = [str(b["best"]), *tied_names(b["tied"]), str(b["runner_up"] or "")]
             shaky = findmod.shaky_cells(_rows, length)  # this panel's: a drifted cell of another pattern
             if any((m, n) in shaky for name in compared if name for m in kernel_members(name)):
                 text += " [read off a drifted or noisy cell]"

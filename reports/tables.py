@@ -278,6 +278,22 @@ def kernel_members(name: str) -> tuple[str, ...]:
     return (found.group(1), *found.group(2).split(", ")) if found else (str(name),)
 
 
+def tied_names(tied: Any) -> list[str]:
+    """The names in best_variant's `tied` (joined by spaces), fastest first, each kernel_name label whole:
+    'chunked sdpa (= sdpa_flash: FLASH_ATTENTION (CPU))' is ['chunked', 'sdpa (= sdpa_flash: FLASH_ATTENTION
+    (CPU))'], never split at the spaces inside its parentheses (a variant name has none: letters, digits,
+    '_' and '-')."""
+    out: list[str] = []
+    depth = 0  # how many of the label's parentheses are still open
+    for word in str(tied).split() if present(tied) else []:
+        if out and (depth or word.startswith("(")):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+        depth = max(0, depth + word.count("(") - word.count(")"))
+    return out
+
+
 # What a ranking reads of a row: its axes, name, kernel, median, suspect flag, and the sample lists that
 # judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these columns alone: a run's
 # rows carry a hundred more, and every filter, group and sort of a wide frame copies them all (most of a

@@ -37,10 +37,12 @@ from ..tables import (
     common_length_name,
     flag_mask,
     grouped,
+    kernel_members,
     length_axis,
     length_name,
     panels,
     present,
+    tied_names,
     varying,
 )
 
@@ -179,7 +181,7 @@ def _front(rows, fastest) -> list[str]:
     length, name = length_axis(rows), str(fastest["variant"])
     best = best_variant(rows)
     for _, b in best[best[length] == fastest[length]].iterrows():
-        front = [str(b["best"]), *(str(b["tied"]).split() if present(b["tied"]) else [])]
+        front = [m for v in (str(b["best"]), *tied_names(b["tied"])) for m in kernel_members(v)]
         if name in front:
             return [name, *(v for v in front if v != name)]
     return [name]

@@ -8,7 +8,7 @@ import re
 
 import synthetic
 
-from attnbench.reports import findings
+from attnbench.reports import findings, tables
 from attnbench.reports.render import best_table, findings_of, prepare, render
 from attnbench.results import load
 
@@ -66,6 +66,88 @@ def test_one_kernel_under_two_names_takes_no_lead_from_itself(tmp_path):
     assert "sdpa (= sdpa_flash: FLASH_ATTENTION) is fastest from N = 256 to 1,024" in text, text
     assert "sdpa (= sdpa_cudnn: CUDNN_ATTENTION) is fastest from N = 2,048 to 8,192" in text, text
     assert "Crossover" not in text, text
+
+
+CPU_FLASH = "FLASH_ATTENTION (CPU)"  # the kernel sdpa and sdpa_flash both run on a CPU: a label with spaces
+MERGED = f"sdpa (= sdpa_flash: {CPU_FLASH})"
+
+
+def _tied_with_one_kernel_rows() -> list[dict]:
+    """An outside trial's quick run: sdpa (= sdpa_flash) fastest at N = 256 tied with naive, naive fastest at
+    512 tied with sdpa and chunked, sdpa alone at 1,024. The tie list split the label at its spaces ('sdpa,
+    (=, (CPU)), FLASH_ATTENTION and sdpa_flash:'), and so said 'naive leads from N = 256 to 512' where the
+    table ranks sdpa first at 256."""
+    times = {
+        256: {"sdpa": 1.0, "sdpa_flash": 1.005, "naive": 1.01, "chunked": 1.5},
+        512: {"naive": 4.0, "sdpa": 4.02, "sdpa_flash": 4.03, "chunked": 4.04},
+        1024: {"sdpa": 10.0, "sdpa_flash": 10.05, "naive": 16.0, "chunked": 14.0},
+    }
+    one = {"kernel": CPU_FLASH}
+    return [
+        synthetic.cell(v, n, time_ms=t, **(one if v.startswith("sdpa") else {}))
+        for n, at in times.items()
+        for v, t in at.items()
+    ]
+
+
+def test_a_label_of_one_kernel_stays_whole_in_a_list_of_ties(tmp_path):
+    assert tables.tied_names(f"chunked {MERGED} naive") == ["chunked", MERGED, "naive"]
+    assert tables.tied_names("") == [] and tables.tied_names(float("nan")) == []
+    run = synthetic.write_run(tmp_path / "run", _tied_with_one_kernel_rows())
+    rep = render(prepare([run]), tmp_path / "report")
+    ranking = [s for s in _sentences(rep) if "lead" in s or "fastest" in s or "apart" in s]
+    table = {row[0]: row[1] for row in best_table(load(run)).rows}
+    assert table["512"].startswith(f"tie: naive ≈ {MERGED} ≈ chunked "), table["512"]
+    pages = {"terminal": str(rep.findings), "README.md": rep.readme.read_text(), "html": rep.html.read_text()}
+    for where, text in [*pages.items(), *((s, s) for s in ranking), ("table", table["512"])]:
+        assert "(=," not in text and "(= ≈" not in text and "sdpa_flash: ≈" not in text, (where, text)
+    # the sentence and the table agree on who is first at every N: sdpa at 256, where naive only ties with it
+    together = f"{MERGED} and naive lead at every N measured, 256 to 1,024, tied at N = 256, 512 (with them:"
+    assert ranking[0].startswith(together + " chunked at N = 512;"), ranking
+    assert table["256"].startswith(f"tie: {MERGED} ≈ naive "), table["256"]
+    assert not any(s.startswith("naive leads") for s in ranking), ranking
+
+
+def test_a_variant_the_table_ranks_second_is_never_said_to_lead_there(tmp_path):
+    """Where a tie's second reaches further along the front than its first, it leads the stretch, but never
+    'leads' at the N where the table ranks it second, nor 'takes the lead' there alone."""
+    p = findings._Point
+    pts = [p(256, "a", ("b", "c"), "b", 1.01), p(512, "b", ("d",), "d", 1.01)]
+    (run,) = findings.leader_runs(pts)
+    assert findings.run_sentence(*run, every=True) == (
+        "b ties for the lead at every N measured, 256 to 512: with a and c at N = 256, d at N = 512."
+    )
+    pts = [p(256, "a", ("b",), "b", 1.01), p(512, "a", ("c",), "c", 1.01)]
+    assert findings.run_sentence("a", pts, every=True) == (
+        "a leads at every N measured, 256 to 512, tied with b at N = 256, c at N = 512."
+    )  # first at every N: it leads
+    times = {
+        256: {"a": 1.0, "b": 1.5, "c": 1.5},
+        512: {"c": 4.0, "b": 4.02, "a": 6.0},
+        1024: {"b": 10.0, "c": 13.0},
+        2048: {"b": 40.0, "c": 52.0},
+    }
+    run = synthetic.write_run(tmp_path / "run", [synthetic.cell(v, n, time_ms=t) for n, at in times.items()
+                                                 for v, t in at.items()])  # fmt: skip
+    text = findings.ranking_sentences(load(run))
+    (b,) = [t for t in text if t.startswith("b is fastest from N = 512 to 2,048 (")]
+    assert b.endswith("), except at N = 512, where it ties with c."), b
+    assert "Crossover between N = 256 and 512: c and b take the lead from a." in text, (
+        text
+    )  # c is first at 512
+    assert {row[0]: row[1] for row in best_table(load(run)).rows}["512"].startswith("tie: c ≈ b ")
+
+
+def test_a_leader_tied_at_half_its_n_is_not_called_fastest_over_them():
+    """'sdpa is fastest from N = 1,024 to 2,560 (1.08–1.25× ahead of chunked), except at N = 2,048, 2,560,
+    where it ties': tied at half of the range, the sentence opened with 'fastest'."""
+    p = findings._Point
+    pts = [p(1024, "sdpa", (), "chunked", 1.25), p(1536, "sdpa", (), "chunked", 1.08)]
+    pts += [p(2048, "sdpa", ("chunked",), "chunked", 1.01), p(2560, "chunked", ("sdpa",), "sdpa", 1.01)]
+    assert findings.run_sentence("sdpa", pts, every=False) == (
+        "sdpa and chunked lead from N = 1,024 to 2,560, tied at N = 2,048, 2,560 (sdpa alone at N = 1,024, "
+        "1,536: 1.08–1.25× ahead of chunked)."
+    )
 
 
 def _busy_rows() -> list[dict]:

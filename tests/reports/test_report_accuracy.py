@@ -255,3 +255,24 @@ def test_the_fastest_is_never_named_where_the_ranking_ties_it_and_a_shaky_one_sa
     ), calm
     (busy,) = said("busy", True)
     assert busy == findings.SHAKY + calm, busy
+
+
+def test_a_tie_with_a_label_of_one_kernel_names_its_variants_whole(tmp_path):
+    """bf16_softmax tied with sdpa (= sdpa_flash: FLASH_ATTENTION (CPU)), the kernel both ran: the sentence
+    named 'bf16_softmax, sdpa, (=, sdpa_flash:, FLASH_ATTENTION and (CPU)) lead', the label split at its
+    spaces. The front is the label's variants, each named as the accuracy panel names its points."""
+    import pandas as pd
+
+    kernel = {"kernel": "FLASH_ATTENTION (CPU)"}
+    rows = [
+        synthetic.cell(
+            v, n, time_ms=t * (n / 64) ** 2, rel_err=err, **(kernel if v.startswith("sdpa") else {})
+        )
+        for n in (64, 128)
+        for v, t, err in (("bf16_softmax", 0.099, 2e-5), ("sdpa", 0.1, 4e-7), ("sdpa_flash", 0.1005, 5e-7))
+    ]
+    df = prepare([synthetic.write_run(tmp_path / "run", rows)]).df
+    found = findings.build(df, pd.DataFrame(), lambda gkey, group: str(gkey["dtype"]))
+    (said,) = [s for p in found.panels for s in p.sentences if "Speed against accuracy" in s]
+    assert said.startswith("Speed against accuracy: bf16_softmax, sdpa and sdpa_flash lead at N = "), said
+    assert "the most accurate variant is among them: sdpa (rel_err 4e-07)" in said, said
