@@ -20,7 +20,7 @@ from attnbench.results.visits import blind_lead_text
 from . import page as pg
 from .busy import SHAKY, busy_sentences, machine_busy, runs_of, unsettled  # noqa: F401 (said here too)
 from .fit import EXTRAPOLATION_LIMIT, agrees, too_wide
-from .panels import accuracy, energy, varlen
+from .panels import accuracy, decode, energy, varlen
 from .style import variant_order
 from .tables import (
     GROUP_AXES,
@@ -611,12 +611,14 @@ def build(
     changed: tuple[str, ...] = (),
     imported: Collection[str] = (),
     wrong: tuple[str, ...] = (),
+    copy_of: Callable[[dict[str, Any], Any], float | None] | None = None,
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
     group's own section below), and the run-wide trust sentences (`run_dirs`: run id -> its folder as
     given, for the commands they name; `imported`: the ids from pytest-benchmark); `changed` (reports.trust's
     sentences on runs whose files something else changed) comes first, then `wrong` (a variant wrong at the
-    N a run's gate adds), `unfinished` (runs stopped early) and a busy machine's sentence (busy_sentences)."""
+    N a run's gate adds), `unfinished` (runs stopped early) and a busy machine's sentence (busy_sentences).
+    copy_of(group key, rows): a group's calibrated copy bandwidth, for a decode panel's K/V read."""
     out = []
     said_busy = busy_sentences(df, run_dirs)
     busy = bool(said_busy)
@@ -633,23 +635,19 @@ def build(
         packed = varlen.sentences(group, mark)
         if packed:  # the padding tax before each pattern's ranking and growth
             out.append(PanelFindings(f"{head(gkey, group)} · packed variable-length batches", tuple(packed)))
-        pans = panels(group)
-        for pkey, ptitle, rows in pans:
-            if ok_rows(rows).empty:
-                continue
+        for pkey, ptitle, rows in (p for p in panels(group) if not ok_rows(p[2]).empty):
             fits = _panel_fits(scaling, gkey, pkey) if not scaling.empty else scaling
-            sentences = ranking_sentences(rows, busy)
-            joules = energy.sentence(rows)  # runs made with --energy
-            if joules:
-                sentences.append(joules)
-            traded = accuracy.sentence(rows, shaky_said(rows, busy))  # the fastest against the most accurate
-            if traded:
-                sentences.append(traded)
+            kv, read = decode.kv_sentence(rows, copy_of(gkey, rows) if copy_of else None)
+            # a decode panel's K/V read, joules (--energy), and the fastest against the most accurate
+            extra = [
+                mark(kv, read) if kv else "",
+                energy.sentence(rows),
+                accuracy.sentence(rows, shaky_said(rows, busy)),
+            ]
+            sentences = ranking_sentences(rows, busy) + extra
             if not fits.empty:  # growth last: the workload's own findings first
-                sentences += growth_sentences(fits, length_axis(rows))
-                wall = wall_sentence(fits, rows)
-                if wall:
-                    sentences.append(wall)
+                sentences += [*growth_sentences(fits, length_axis(rows)), wall_sentence(fits, rows)]
+            sentences = [s for s in sentences if s]
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
     return Findings(tuple(out), trust_sentences(df, imported), unfinished, said_busy, changed, wrong)

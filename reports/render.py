@@ -592,7 +592,7 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     )
     return findmod.build(
         inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,
-        imported_runs(inputs.metas), wrong,
+        imported_runs(inputs.metas), wrong, lambda gkey, rows: decode.copy_of(gkey, rows, inputs.metas),
     )  # fmt: skip
 
 

@@ -102,7 +102,7 @@ def decode_table(rows, copy_gbps: float | None):
 def kv_sentence(rows, copy_gbps: float | None) -> tuple[str | None, list[Any]]:
     """The decode figure of merit in words, for one panel's rows: each variant's K/V read bandwidth at its
     largest N_k (decode_table), the fastest first, with its % of the calibrated copy bandwidth where the
-    device has one ('K/V read at N_k = 4,096 (N_q = 1): paged_gather 12.3 GB/s, 45% of the calibrated copy
+    device has one ('At N_k = 4,096 (N_q = 1), K/V is read at: paged_gather 12.3 GB/s, 45% of the calibrated copy
     bandwidth (27.4 GB/s); paged_flex 8.1 GB/s, 30%.'); and the index labels of the rows it reads (for the
     findings' busy-machine mark). None where the panel has no ok decode cell."""
     rated = kv_rates(decode_rows(rows))
@@ -126,7 +126,7 @@ def kv_sentence(rows, copy_gbps: float | None) -> tuple[str | None, list[Any]]:
                 )
             parts.append(part)
         where = f"N_k = {seq_count(tops['seq_k'].iloc[0])}" if same else "each variant's largest N_k"
-        said.append(f"K/V read at {where} (N_q = {int(n_q)}): {'; '.join(parts)}.")
+        said.append(f"At {where} (N_q = {int(n_q)}), K/V is read at: {'; '.join(parts)}.")
     return " ".join(said), labels
 
 
@@ -264,7 +264,7 @@ def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tup
     fits = fitmod.fit_index(fitmod.scaling_table(dec, metas))
     out = []
     for gkey, group in groups(dec):
-        copy = _copy_of(gkey, group, metas)
+        copy = copy_of(gkey, group, metas)
         head = group_head(gkey, group, multi)
         figs = [
             (
@@ -286,7 +286,7 @@ def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tup
     return out
 
 
-def _copy_of(gkey: dict[str, Any], group, metas: dict[str, dict[str, Any]]) -> float | None:
+def copy_of(gkey: dict[str, Any], group, metas: dict[str, dict[str, Any]]) -> float | None:
     """The calibrated copy bandwidth of a group's device (tables.calibrated_copy)."""
     meta = metas.get(str(gkey["run_id"]), {})
     return calibrated_copy(meta, str(gkey["device"]), list(group["where"].dropna().unique()))
@@ -304,6 +304,6 @@ def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
         [pg.Heading("Decode: K/V bandwidth at each series' largest N_k")],
         groups_drawn,
         out,
-        lambda gkey, group: _kv_table(group, _copy_of(gkey, group, metas)),
+        lambda gkey, group: _kv_table(group, copy_of(gkey, group, metas)),
         lambda gkey: file_stem(gkey, multi),
     )

@@ -106,3 +106,29 @@ def test_the_speed_accuracy_table_of_a_decode_run_shows_what_its_figure_draws(tm
     md = render(prepare([run]), tmp_path / "out").readme.read_text()
     part = md.split("## Speed against accuracy: the points drawn")[1]
     assert "| N\\_k | K/V GB/s |" in part and "| TFLOP/s |" not in part
+
+
+def test_a_decode_panels_findings_say_its_kv_read_as_its_table_has_it():
+    """The decode figure of merit in the findings, as the bandwidth table has it: each variant's K/V GB/s at
+    its largest N_k and its % of the calibrated copy bandwidth, fastest first (the paged preset's report
+    named only who was fastest, not how near the memory it ran)."""
+    from conftest import ROOT
+
+    from attnbench.reports.render import findings_of
+    from attnbench.reports.tables import groups, panels
+
+    run = ROOT / "results" / "reference" / "paged-epyc-2core"
+    inputs = prepare([run])
+    said = [s for p in findings_of(inputs).panels for s in p.sentences if "K/V is read at: " in s]
+    pans = [(gkey, rows) for gkey, group in groups(inputs.df) for _k, _t, rows in panels(group)]
+    assert len(said) == len(pans) == 2
+    for text, (gkey, rows) in zip(said, pans, strict=True):
+        copy = decode.copy_of(gkey, rows, inputs.metas)
+        table = decode.decode_table(rows, copy).sort_values("kv_gbps", ascending=False)
+        assert copy and f"t N_k = {int(table['seq_k'].max()):,} (N_q = 1), K/V is read at: " in text
+        named = re.findall(r"([a-z_]+) ([\d.]+) GB/s, ([\d.]+)%", text)
+        assert [n for n, _g, _p in named] == list(table["variant"])
+        for (_n, gb, pct), (_, r) in zip(named, table.iterrows(), strict=True):
+            assert float(gb) == float(f"{r['kv_gbps']:.3g}") and float(pct) == float(
+                f"{r['pct_of_copy']:.2g}"
+            )
