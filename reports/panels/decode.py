@@ -102,9 +102,9 @@ def decode_table(rows, copy_gbps: float | None):
 def kv_sentence(rows, copy_gbps: float | None) -> tuple[str | None, list[Any]]:
     """The decode figure of merit in words, for one panel's rows: each variant's K/V read bandwidth at its
     largest N_k (decode_table), the fastest first, with its % of the calibrated copy bandwidth where the
-    device has one ('At N_k = 4,096 (N_q = 1), K/V is read at: paged_gather 12.3 GB/s, 45% of the calibrated copy
-    bandwidth (27.4 GB/s); paged_flex 8.1 GB/s, 30%.'); and the index labels of the rows it reads (for the
-    findings' busy-machine mark). None where the panel has no ok decode cell."""
+    device has one ('At N_k = 4,096 (N_q = 1), K/V is read at: paged_gather 12.3 GB/s, 45% of the calibrated
+    copy bandwidth (27.4 GB/s); paged_flex 8.1 GB/s, 30%.'); and the index labels of the rows it reads (for
+    the findings' busy-machine mark). None where the panel has no ok decode cell."""
     rated = kv_rates(decode_rows(rows))
     if rated.empty:
         return None, []
