@@ -96,5 +96,5 @@ def missing_table(gone: Sequence[Any], reports: dict[str, str]) -> Table:
         for g in gone
     ]
     headers = ("cell", "the latest run of its sweep (no row)", "the run of its sweep before (ok)")
-    caption = "ok in the run before of their sweep, no row in its latest run: `history check` fails"
+    caption = "ok in the run of their sweep before its latest, no row in the latest: `history check` fails"
     return Table(headers, tuple(rows), caption)
