@@ -2,14 +2,15 @@
 page across machines, plain HTML files and PNGs that open from disk (file://) or any static host.
 
 A machine's page: the latest findings (per shape, the fastest variant over each range of N, from the latest
-run that measured the shape, with its fitted exponent), every series over time (one small-multiple figure
-per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median, each step
-results.steps found marked), the steps, and the runs, each linked to its report; a latest run measured on a
-busy machine says so (reports.busy.machine_busy). The cross-machine page: each variant's TFLOP/s and % of
-its device's calibrated matmul peak per machine, at the shapes (every axis but the device and dtype) that two
-or more machines measured, and which variant leads each shape on each machine, with those the report's
-ranking could not tell from it (results.judge.separated). What the store does not keep (speed probes,
-samples) is read from the runs' folders (RunRows).
+run that measured the shape, with its fitted exponent), the series `history check` fails on besides steps
+(BROKEN and MISSING, reports.site_gate; the index counts them), every series over time (one small-multiple
+figure per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median,
+each step results.steps found marked), the steps, and the runs, each linked to its report; a latest run
+measured on a busy machine says so (reports.busy.machine_busy). The cross-machine page: each variant's
+TFLOP/s and % of its device's calibrated matmul peak per machine, at the shapes (every axis but the device
+and dtype) that two or more machines measured, and which variant leads each shape on each machine, with
+those the report's ranking could not tell from it (results.judge.separated). What the store does not keep
+(speed probes, samples) is read from the runs' folders (RunRows).
 
 Pages are reports.page Pages. The site is self-contained: a run's report (report_of: where the project
 publishes it, in the run's own report/ folder, where `attnbench report RUN` writes it by default, or the
