@@ -53,10 +53,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), one per series broken in its
     latest run (results.breaks), then the gate: exit 1 when the latest step of a series is a slowdown of more
     than --fail-on-step that the judge calls slower, its p Holm-adjusted over its machine's series that could
-    be judged (steps.Step.fails), when a series is broken, when one ok in the machine's run before the latest
-    has no row in the latest (MISSING), or when the store holds nothing ok to judge. A step
-    with fewer than 3 runs after it has no test yet: PENDING, it fails nothing; one with fewer than 3 runs
-    before it in its whole series never will: UNJUDGED, said and counted, and it fails nothing."""
+    be judged (steps.Step.fails), when a series is broken, when one ok in the run before the latest of a sweep
+    on its machine has no row in that latest run (MISSING: results.breaks.missing), or when the store holds
+    nothing ok to judge. A step with fewer than 3 runs after it has no test yet: PENDING, it fails nothing;
+    one with fewer than 3 runs before it in its whole series never will: UNJUDGED, said and counted, and it
+    fails nothing."""
     from attnbench.harness.run import rerun
     from attnbench.results import breaks, history, steps, steps_text
 
@@ -92,7 +93,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"; {len(broken)} series broken in {'its' if len(broken) == 1 else 'their'} latest run (BROKEN)"
         )
     if gone:
-        said += f"; {len(gone)} series ok in the run before with no row in the latest run (MISSING)"
+        said += (
+            f"; {len(gone)} series ok in the run before with no row in the latest run of its sweep (MISSING)"
+        )
     if limit is not None and not series:
         said += "; nothing ok to judge (--fail-on-step fails)"
     if limit is not None:
@@ -210,7 +213,7 @@ def add_history(sub) -> None:
         help="exit 1 when the latest step of any series is a slowdown of more than N%% (e.g. 5%%; a bare "
         "N is a percent too; 0%% fails any step the judge calls slower) beyond its noise and beyond the "
         "machine's other variants, when a series is broken in the latest run, or when one ok in the run "
-        "before has no row in it (MISSING); given once",
+        "before the latest of its sweep has no row in that run (MISSING); given once",
     )
     c.set_defaults(func=cmd_check)
     pub = hist.add_parser(

@@ -2,14 +2,15 @@
 page across machines, plain HTML files and PNGs that open from disk (file://) or any static host.
 
 A machine's page: the latest findings (per shape, the fastest variant over each range of N, from the latest
-run that measured the shape, with its fitted exponent), every series over time (one small-multiple figure
-per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median, each step
-results.steps found marked), the steps, and the runs, each linked to its report; a latest run measured on a
-busy machine says so (reports.busy.machine_busy). The cross-machine page: each variant's TFLOP/s and % of
-its device's calibrated matmul peak per machine, at the shapes (every axis but the device and dtype) that two
-or more machines measured, and which variant leads each shape on each machine, with those the report's
-ranking could not tell from it (results.judge.separated). What the store does not keep (speed probes,
-samples) is read from the runs' folders (RunRows).
+run that measured the shape, with its fitted exponent), the series `history check` fails on besides steps
+(BROKEN and MISSING, reports.site_gate; the index counts them), every series over time (one small-multiple
+figure per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median,
+each step results.steps found marked), the steps, and the runs, each linked to its report; a latest run
+measured on a busy machine says so (reports.busy.machine_busy). The cross-machine page: each variant's
+TFLOP/s and % of its device's calibrated matmul peak per machine, at the shapes (every axis but the device
+and dtype) that two or more machines measured, and which variant leads each shape on each machine, with
+those the report's ranking could not tell from it (results.judge.separated). What the store does not keep
+(speed probes, samples) is read from the runs' folders (RunRows).
 
 Pages are reports.page Pages. The site is self-contained: a run's report (report_of: where the project
 publishes it, in the run's own report/ folder, where `attnbench report RUN` writes it by default, or the
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from attnbench.results import breaks
 from attnbench.results.formulas import counted
 from attnbench.results.identity import short_hash
 from attnbench.results.judge import TOLERANCE, separated
@@ -41,6 +41,7 @@ from . import site_calibration, site_files
 from .findings import exponent_said
 from .page import Figure, Heading, Link, Page, Para, Table, to_html, written_by_attnbench
 from .run_rows import RunRows
+from .site_gate import Gate, run_cell
 from .style import (
     empty_panel,
     mpl_style,
@@ -92,21 +93,24 @@ def _publish(df, steps: Sequence[Any], out: Path) -> list[tuple[Page, Path]]:
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
     pages = machine_pages(machines)
+    gate = Gate.of(df)  # what `history check` fails on besides steps: the same series, the same functions
     index = Page("attnbench history")
     index.add(
         Para(
             f"{counted(df['run_id'].nunique(), 'run')} on {counted(len(machines), 'machine')}, "
             f"{counted(len(steps), 'step')} found."
         ),
+        Para(gate.sentence()),
         Heading("Machines"),
         Table(
-            ("machine", "runs", "series", "steps"),
+            ("machine", "runs", "series", "steps", "broken", "missing"),
             tuple(
                 (
                     (Link(m, pages[m]),),
                     str(df[df["machine"] == m]["run_id"].nunique()),
                     str(ok[ok["machine"] == m]["cell_id"].nunique()),
                     str(sum(s.machine == m for s in steps)),
+                    *map(str, gate.count(m)),
                 )
                 for m in machines
             ),
@@ -117,7 +121,8 @@ def _publish(df, steps: Sequence[Any], out: Path) -> list[tuple[Page, Path]]:
     written = [(index, out / INDEX)]
     for m in machines:
         mine = [s for s in steps if s.machine == m]
-        written.append((machine_page(m, df[df["machine"] == m], mine, out, reports, loaded), out / pages[m]))
+        page = machine_page(m, df[df["machine"] == m], mine, out, reports, loaded, gate)
+        written.append((page, out / pages[m]))
     written.append((cross_page(ok, loaded), out / CROSS))
     for page, path in written:
         _write(page, path)
@@ -308,19 +313,20 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def run_cell(text: str, run_path: Any, reports: dict[str, str]) -> tuple[Any, ...]:
-    """A run in a table: linked to its report's copy in the site, else its name and that it has none."""
-    href = reports.get(str(run_path)) if run_path else None
-    return (Link(text, href, relative=True),) if href else (f"{text} (no report)",)
-
-
 # ---- a machine's page ------------------------------------------------------------------------------
 
 
 def machine_page(
-    machine: str, df, steps: Sequence[Any], out: Path, reports: dict[str, str], loaded: RunRows | None = None
+    machine: str,
+    df,
+    steps: Sequence[Any],
+    out: Path,
+    reports: dict[str, str],
+    loaded: RunRows | None = None,
+    gate: Gate | None = None,
 ) -> Page:
-    """A machine's page; `loaded` reads its runs' own rows (the latest findings' busy machine)."""
+    """A machine's page; `loaded` reads its runs' own rows (the latest findings' busy machine); `gate` the
+    series `history check` fails on (site_gate.Gate: BROKEN and MISSING, found in `df` where not given)."""
     runs = df.drop_duplicates("run_key").sort_values(["created", "run_id"], kind="stable")
     number = {key: i + 1 for i, key in enumerate(runs["run_key"])}
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
@@ -328,9 +334,7 @@ def machine_page(
     said = f"{counted(len(runs), 'run')}, {ok['cell_id'].nunique()} series, {counted(len(steps), 'step')}."
     page.add(_back(), Para(said))
     page.add(Heading("Latest findings"), *findings(ok, reports, loaded))
-    broken = breaks.find(df)
-    if broken:
-        page.add(Heading("Broken in their latest run"), broken_table(broken, reports))
+    page.add(*(gate or Gate.of(df)).blocks(machine, reports))
     page.add(Heading("Every series over time"))
     page.add(
         Para(
@@ -354,23 +358,6 @@ def machine_page(
     page.add(Heading("Steps"), steps_table(steps, reports))
     page.add(Heading("Runs"), runs_table(runs, df, number, reports))
     return page
-
-
-def broken_table(broken: Sequence[Any], reports: dict[str, str]) -> Table:
-    """The series broken in their latest run after an ok one (results.breaks: `history check` fails on them),
-    each with that run and its last ok run linked."""
-    rows = [
-        (
-            b.cell_id,
-            b.status,
-            run_cell(str(b.latest.get("run_id")), b.latest.get("path"), reports),
-            run_cell(str(b.last_ok.get("run_id")), b.last_ok.get("path"), reports),
-            str(b.runs_broken),
-        )
-        for b in broken
-    ]
-    headers = ("cell", "status", "its latest run", "its last ok run", "runs since")
-    return Table(headers, tuple(rows), "ok in an earlier run, broken in the latest: `history check` fails")
 
 
 def _shape(cell_id: str, keep: int = 1) -> str:

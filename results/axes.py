@@ -14,6 +14,8 @@ reports all read it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -209,3 +211,24 @@ def filled(cell: Mapping[str, Any]) -> dict[str, Any]:
         if not a.core and values.get(a.name) is None:
             values[a.name] = values[a.follows] if a.follows else a.quiet
     return values
+
+
+def sweep_identity(meta: Mapping[str, Any]) -> str | None:
+    """Which sweep a run is, from its meta.json: 16 hex digits of the sha256 of the cells it plans, its
+    sweep's values per axis (an axis at none or its quiet value left out, so that a sweep recorded before the
+    axis existed is the same sweep) and a rerun's chosen `cells`, never its settings (a longer budget
+    measures the same cells). Two runs of one preset or sweep file are one sweep; a value added or dropped
+    makes another. None where meta.json records no sweep (results.breaks: MISSING compares a run only with
+    the run before it of its sweep)."""
+    sweep = meta.get("sweep")
+    if not isinstance(sweep, Mapping):
+        return None
+    quiet = {a.sweep_field: a.quiet for a in SWEEP_AXES if a.quiet is not CORE}
+    values = {
+        k: v for k, v in sweep.items()
+        if k != "settings" and v not in ([], None) and not (k in quiet and v == [quiet[k]])
+    }  # fmt: skip
+    if isinstance(meta.get("cells"), list):
+        values["cells"] = sorted(map(str, meta["cells"]))
+    text = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

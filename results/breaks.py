@@ -4,6 +4,10 @@ compare's rule for a cell ok in A and broken in B, over a series: `attnbench his
 gate (--fail-on-step) fails on them, since a gate on slowdowns that passed a kernel gone wrong would be no
 gate. A cell that was never ok, or is ok again in its latest run, is not broken; one out of memory or
 unsupported is not either, as in compare.
+
+And cells gone (`missing`): a series ok in the run before the latest of its sweep on its machine that the
+latest run of that sweep has no row of (MISSING). Each sweep is compared with itself (the store's `sweep`,
+results.axes.sweep_identity), so two sweeps kept in one store never make each other's cells MISSING.
 """
 
 from __future__ import annotations
@@ -67,21 +71,28 @@ def describe(broken: Broken) -> str:
 
 @dataclass(frozen=True)
 class Missing:
-    """A series ok in its machine's run before the latest that the latest run has no row of: a sweep that
-    shrank, or a kernel no longer run. `check` says each (MISSING); its gate fails on them, as on BROKEN."""
+    """A series ok in the run before the latest run of a sweep on its machine that the latest has no row of:
+    a run that stopped short, or a kernel no longer run. A run is compared only with the run before it of its
+    own sweep (the store's `sweep`, results.axes.sweep_identity), whatever other sweeps ran between them, so
+    a cell of another sweep is never MISSING because that sweep did not run last. `check` says each
+    (MISSING); its gate fails on them, as on BROKEN."""
 
     machine: str
     cell_id: str
     variant: str
-    latest: dict[str, Any]  # the machine's latest run (steps.run_fields)
-    before: dict[str, Any]  # the run before it, where the series was ok
+    latest: dict[str, Any]  # the latest run of its sweep on the machine (steps.run_fields)
+    before: dict[str, Any]  # the run of that sweep before it, where the series was ok
+    sweep: str  # the sweep's identity ('' for runs whose meta.json records none: one sweep together)
 
 
 def missing(df) -> list[Missing]:
-    """Every series of a history frame ok in its machine's second latest run and without a row in the latest,
-    in the order of machine and cell_id (a machine's runs in the order they were made)."""
-    out = []
-    for machine, rows in df.groupby("machine", sort=True):
+    """Every series of a history frame ok in the run before the latest of a sweep on its machine and without
+    a row in that latest run, in the order of machine and cell_id (a sweep's runs in the order they were
+    made). A frame without a `sweep` column (one made by hand) is one sweep per machine. A cell two sweeps
+    both lost is said once, for the sweep that ran last."""
+    sweeps = df["sweep"].astype("string").fillna("") if "sweep" in df.columns else [""] * len(df)
+    found: dict[tuple[str, str], Missing] = {}
+    for (machine, sweep), rows in df.assign(_sweep=sweeps).groupby(["machine", "_sweep"], sort=True):
         ordered = rows.sort_values(["created", "run_id", "cell_id"], kind="stable")
         runs = ordered.drop_duplicates("run_key", keep="first")
         if len(runs) < 2:
@@ -91,25 +102,25 @@ def missing(df) -> list[Missing]:
         was = ordered[(ordered["run_key"] == before) & (ordered["status"] == "ok").fillna(False).astype(bool)]
         was = was.sort_values("cell_id", kind="stable")
         for i, cell in enumerate(was["cell_id"]):
-            if cell not in now:
-                out.append(
-                    Missing(
-                        machine=str(machine),
-                        cell_id=str(cell),
-                        variant=str(was["variant"].iloc[i]),
-                        latest=run_fields(runs, -1),
-                        before=run_fields(was, i),
-                    )
-                )
-    return out
+            gone = Missing(str(machine), str(cell), str(was["variant"].iloc[i]), run_fields(runs, -1),
+                           run_fields(was, i), str(sweep))  # fmt: skip
+            known = found.get((gone.machine, gone.cell_id))
+            if cell not in now and (known is None or _later(gone.latest, known.latest)):
+                found[(gone.machine, gone.cell_id)] = gone
+    return [found[k] for k in sorted(found)]
+
+
+def _later(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether run a (run_fields) was made after run b."""
+    return (str(a.get("created")), str(a.get("run_id"))) > (str(b.get("created")), str(b.get("run_id")))
 
 
 def describe_missing(gone: Missing) -> str:
-    """One line: 'naive|cpu|...|fwd on AMD EPYC ...: ok in run Q (2026-12-05), no row in the latest run R
-    (2026-12-06)'."""
+    """One line: 'naive|cpu|...|fwd on AMD EPYC ...: ok in run Q (2026-12-05), no row in run R (2026-12-06),
+    the latest of its sweep'."""
     when = (gone.latest.get("created") or "?")[:10]
     was = (gone.before.get("created") or "?")[:10]
     return (
-        f"{gone.cell_id} on {gone.machine}: ok in run {gone.before.get('run_id')} ({was}), no row in the "
-        f"latest run {gone.latest.get('run_id')} ({when})"
+        f"{gone.cell_id} on {gone.machine}: ok in run {gone.before.get('run_id')} ({was}), no row in run "
+        f"{gone.latest.get('run_id')} ({when}), the latest of its sweep"
     )

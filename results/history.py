@@ -3,10 +3,10 @@
 The store is an index, not the data: each run's raw rows stay in its own directory (meta.json + rows.jsonl),
 and `rebuild` makes the store again from the paths it recorded. What it keeps per run: where the run is, when
 it was made, its origin (what tells two runs of one run_id apart), its fingerprint's versions (torch, CUDA,
-the GPU driver, Python, attnbench), the project's commit and the sha256 of its code; per cell: its identity
-(cell_id and the axes), the machine (the device's model and host, as `results.devices` names it; the where
-key and the device group beside it), its status and median time with quartiles, the variant's source, and
-the calibration of the device that measured it.
+the GPU driver, Python, attnbench), the project's commit, the sha256 of its code and which sweep it is; per
+cell: its identity (cell_id and the axes), the machine (the device's model and host, as `results.devices`
+names it; the where key and the device group beside it), its status and median time with quartiles, the
+variant's source, and the calibration of the device that measured it.
 
 Why SQLite (measured 2026-11-27 on the 2-core EPYC VM, 1,000 synthetic runs of 60 rows, SQLite 3.40 against
 DuckDB 2.0.1; `benchmarks/history_storage.py`):
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devices
-from .axes import AXES, FOLLOWS, QUIET
+from .axes import AXES, FOLLOWS, QUIET, sweep_identity
 from .formulas import counted
 from .schema import COLUMNS, UPGRADE
 from .store import (
@@ -63,13 +63,15 @@ FORMAT = "attnbench-history"
 # one; a store of a newer one was made by a newer attnbench, and is refused with what to upgrade.
 # (2: cells keep a declared approximation's bound, `approximate`; 3: runs keep their `origin`, so that two
 # runs with one run_id and created time are told apart; 4: runs keep the sha256 of attnbench's code,
-# `code_sha256`, which tells two installs apart where no commit is recorded)
-VERSION = 4
+# `code_sha256`, which tells two installs apart where no commit is recorded; 5: runs keep which sweep they
+# are, `sweep` (axes.sweep_identity), so that MISSING compares a run with the run before it of its sweep)
+VERSION = 5
 
 # a run's columns: what it is, where it is, and its set-up as its fingerprint recorded it
 RUN_COLUMNS = (
     "run_key", "run_id", "created", "path", "schema_version", "host", "git_commit", "code_sha256",
     "attnbench_version", "torch", "cuda", "driver", "python", "xformers", "digest", "origin", "added_at",
+    "sweep",
 )  # fmt: skip
 # a cell's columns: its identity, the machine that measured it, what was measured, that device's calibration
 AXIS_NAMES = tuple(a.name for a in AXES)
@@ -106,14 +108,10 @@ class Added:
 
 # how a summary names each state, in this order
 STATES = {
-    "added": "added",
-    "updated": "updated",
-    "unchanged": "unchanged",
-    "older": "older copy left out",
-    "empty": "with no cells left out",
-    "kept": "kept as the store held them, their directories gone",
+    "added": "added", "updated": "updated", "unchanged": "unchanged", "older": "older copy left out",
+    "empty": "with no cells left out", "kept": "kept as the store held them, their directories gone",
     "dropped": "dropped, their directories gone",
-}
+}  # fmt: skip
 
 
 def find_runs(path: str | Path) -> list[Path]:
@@ -253,6 +251,7 @@ def _run_record(meta: dict[str, Any], path: str, digest: str, key: str) -> tuple
         "digest": digest,
         "origin": origin(meta),
         "added_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sweep": sweep_identity(meta),
     }
     return tuple(_plain(record[c]) for c in RUN_COLUMNS)
 

@@ -338,3 +338,50 @@ def part_of(base: str | Path, out: str | Path, variants=("naive", "chunked"), ca
     assert keep, f"{base} has no rows of {variants} with causal={causal}"
     (Path(out) / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep))
     return Path(out)
+
+
+def other_sweep(run: str | Path, out: str | Path, *, hours: int = 12, heads: int = 2, variants=None) -> Path:
+    """A copy of the run `run` (meta.json and rows.jsonl) at `out` as a run of another sweep, made `hours`
+    after it: its sweep and its rows at `heads` heads (each cell_id made again), only the rows of `variants`
+    (all where None), its own run_id. Two sweeps kept in one history store, interleaved by time."""
+    import json
+    from datetime import datetime, timedelta
+
+    run, out = Path(run), Path(out)
+    meta = json.loads((run / "meta.json").read_text())
+    when = datetime.fromisoformat(meta["created"]) + timedelta(hours=hours)
+    run_id = when.strftime("%Y%m%d-%H%M%S") + "-other"
+    meta.update(run_id=run_id, created=when.isoformat())
+    meta["sweep"]["heads"] = [heads]
+    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        {**r, "heads": heads, "run_id": run_id} for r in rows if variants is None or r["variant"] in variants
+    ]
+    for r in rows:
+        r["cell_id"] = cell_id({a: v for a, v in r.items() if a in CELL_AXES})
+    out.mkdir(parents=True)
+    (out / "meta.json").write_text(json.dumps(meta))
+    (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+def two_sweeps(root: Path, lost: int, base: str | Path) -> tuple[str, list[str]]:
+    """A history store (root/h.sqlite) of two sweeps run nightly one after the other, as a team keeps its
+    serving and training sweeps: 4 nights of `base` (run_series, in root/runs) and each night 12 hours later
+    a run of another sweep (other_sweep: H=2, its naive and chunked cells, in root/other), that sweep's run
+    last. The first sweep's latest run stopped short of its last `lost` rows (an unfinished nightly). The
+    store's path, and the cells lost that were ok."""
+    import json
+
+    from attnbench.results import history
+
+    root = Path(root)
+    runs = run_series(base, root / "runs", [1.0] * 4)
+    for i, run in enumerate(runs):
+        other_sweep(run, root / "other" / f"run-{i:03d}", variants=("naive", "chunked"))
+    rows = [json.loads(line) for line in (runs[-1] / "rows.jsonl").read_text().splitlines() if line.strip()]
+    gone = [r["cell_id"] for r in rows[len(rows) - lost :] if r["status"] == "ok"]
+    (runs[-1] / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[: len(rows) - lost]))
+    store = root / "h.sqlite"
+    history.add(store, [root / "runs", root / "other"])
+    return str(store), gone

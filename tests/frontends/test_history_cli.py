@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, run_cli
-from synthetic import run_series
+from synthetic import run_series, two_sweeps
 
 import attnbench
 
@@ -454,10 +454,32 @@ def test_a_series_the_latest_run_lacks_is_missing_and_fails_the_gate(tmp_path, r
     p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
     lines = [line for line in p.stdout.splitlines() if line.startswith("MISSING")]
     assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"MISSING {gone} on "), p.stdout
-    assert ": ok in run 20261003-030000-synth (2026-10-03), no row in the latest run 20261004" in lines[0]
-    assert "; 1 series ok in the run before with no row in the latest run (MISSING)" in p.stderr
+    assert ": ok in run 20261003-030000-synth (2026-10-03), no row in run 20261004-030000-synth " in lines[0]
+    assert lines[0].split("; repro: ")[0].endswith("(2026-10-04), the latest of its sweep"), lines[0]
+    assert "; 1 series ok in the run before with no row in the latest run of its sweep (MISSING)" in p.stderr
     p = run_cli("history", "check", "--store", store)
     assert p.returncode == 0 and sum(line.startswith("MISSING") for line in p.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize("lost", [0, 12])
+def test_missing_compares_a_run_with_the_run_before_of_its_own_sweep(tmp_path, lost):
+    """Two sweeps in one store: MISSING compared the machine's last two runs whatever sweep each was, so every
+    cell of the sweep that did not run last was MISSING every night, and a run that stopped short after
+    another sweep's run lost nothing. Now: no MISSING where each sweep's runs are whole, and exactly the
+    cells an unfinished run lost, against the run before of its own sweep."""
+    store, gone = two_sweeps(tmp_path, lost, BASE)
+    assert len(gone) == (6 if lost else 0)  # the last 12 rows: 6 ok, the others never ok
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    lines = [line for line in p.stdout.splitlines() if line.startswith("MISSING")]
+    assert sorted(line.split(" on ")[0].removeprefix("MISSING ") for line in lines) == sorted(gone), p.stdout
+    assert p.returncode == (1 if gone else 0), p.stderr
+    for line in lines:  # the H=8 sweep's runs: ok in night 3's, lost in night 4's; not the H=2 runs between
+        assert ": ok in run 20261003-030000-synth (2026-10-03), no row in run 20261004-030000-synth " in line
+    if lost:
+        assert (
+            f"; {len(gone)} series ok in the run before with no row in the latest run of its sweep"
+            in p.stderr
+        )
 
 
 def test_thresholds_read_as_documented_with_a_note_where_a_bare_fraction_is_likely_a_mistake(tmp_path):

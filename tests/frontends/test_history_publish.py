@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 import pandas as pd
 import pytest
 from conftest import DATA, run_cli
-from synthetic import part_of, run_series
+from synthetic import part_of, run_series, two_sweeps
 
 from attnbench.reports import dashboard
 
@@ -584,6 +584,33 @@ def test_a_machine_page_lists_the_series_broken_in_their_latest_run(tmp_path, pa
     html = page.read_text(encoding="utf-8")
     assert "Broken in their latest run" in html and html.count(cell["cell_id"]) >= 1
     assert "crashed" in html.split("Broken in their latest run", 1)[1].split("Every series", 1)[0]
+
+
+@pytest.mark.parametrize("lost", [0, 3])
+def test_the_site_shows_the_missing_series_the_gate_fails_on(tmp_path, part, lost):
+    """The site said '0 steps found' and nothing else of a store whose gate failed on MISSING series: the
+    index counts the series `history check` fails on, and the machine page names each MISSING one with the
+    runs of its sweep linked; two whole sweeps interleaved in one store are green on both."""
+    store, gone = two_sweeps(tmp_path, lost, part)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    said = sorted(line.split(" on ")[0].removeprefix("MISSING ") for line in p.stdout.splitlines())
+    assert p.returncode == (1 if lost else 0) and [c for c in said if c in gone] == sorted(gone), p.stdout
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    (page,) = (tmp_path / "site").glob("machine-*.html")
+    html = page.read_text(encoding="utf-8")
+    cells = re.findall(r"<tr>(.*?)</tr>", index.split("Machines", 1)[1], re.S)
+    counts = [re.findall(r"<td>(\d+)</td>", row)[-2:] for row in cells if "machine-" in row]
+    assert counts == [["0", str(len(gone))]], cells  # broken, missing
+    if not lost:
+        assert "No series is broken in its latest run or missing from the latest run of its sweep" in index
+        assert "Missing from the latest run of their sweep" not in html
+        return
+    assert f"fails on {len(gone)} series: {len(gone)} missing from the latest run of their sweep" in index
+    section = html.split("Missing from the latest run of their sweep", 1)[1].split("Every series", 1)[0]
+    assert all(cell in section for cell in gone) and section.count("<tr>") == len(gone) + 1
+    assert "20261004-030000-synth" in section and "20261003-030000-synth" in section
+    assert "-other" not in section  # the other sweep's runs, between them, are not what it is compared with
 
 
 def test_the_run_axis_of_a_series_figure_has_whole_runs_only(tmp_path, monkeypatch):

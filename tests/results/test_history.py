@@ -63,6 +63,31 @@ def test_the_store_keeps_the_code_sha256_that_tells_installs_without_a_commit_ap
     assert steps.differ(sides[1], sides[2]) == {"code_sha256": (f"{0:016x}", f"{1:016x}")}
 
 
+def test_the_store_keeps_which_sweep_each_run_is(tmp_path, runs):
+    """MISSING compares a run with the run before it of its own sweep (results.breaks.missing), so the store
+    keeps each run's sweep: one for runs of one sweep whatever their settings, or an axis at its quiet value
+    that an older meta.json did not record; another for another value or a rerun's chosen cells; none for
+    a meta.json without a sweep."""
+    from attnbench.results.axes import sweep_identity
+
+    edits = [
+        lambda m: m["sweep"]["settings"].update(budget_ms=999),  # a longer budget: the same cells
+        lambda m: m["sweep"].update(window=[0]),  # an axis recorded at its quiet value: the same cells
+        lambda m: m["sweep"].update(heads=[2]),  # another sweep
+    ]
+    for run, edit in zip(runs, edits, strict=True):
+        meta = json.loads((run / "meta.json").read_text())
+        edit(meta)
+        (run / "meta.json").write_text(json.dumps(meta))
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    sweeps = history.frame(store).drop_duplicates("run_key").sort_values("created")["sweep"].tolist()
+    assert sweeps[0] == sweeps[1] != sweeps[2] and all(re.fullmatch("[0-9a-f]{16}", s) for s in sweeps)
+    meta = json.loads((runs[0] / "meta.json").read_text())
+    rerun = {**meta, "cells": [meta["sweep"]["variants"][0]]}
+    assert sweep_identity(rerun) != sweep_identity(meta) and sweep_identity({"run_id": "r"}) is None
+
+
 def test_adding_a_run_again_changes_nothing(tmp_path, runs):
     store = tmp_path / "h.sqlite"
     history.add(store, runs)

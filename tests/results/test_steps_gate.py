@@ -212,3 +212,24 @@ def test_a_broken_series_whose_run_fields_are_missing_is_said_not_raised():
     })  # fmt: skip
     (broken,) = breaks.find(df)
     assert broken.latest["path"] is None and broken.last_ok["run_id"] == "r0"
+
+
+def test_missing_compares_each_sweep_with_itself_and_a_frame_without_sweeps_as_one():
+    """Sweep a (runs r0, r2) and sweep b (r1, r3) interleaved: r2 lost c2, which a had ok in r0; b's runs
+    between and after change nothing. A frame without the `sweep` column (made by hand) is one sweep: r3
+    against r2, which had c1 ok."""
+    import pandas as pd
+
+    from attnbench.results import breaks
+
+    runs = [("r0", "a", ["c1", "c2"]), ("r1", "b", ["c3"]), ("r2", "a", ["c1"]), ("r3", "b", ["c3"])]
+    df = pd.DataFrame(
+        [{"machine": "vm", "cell_id": c, "variant": "v", "status": "ok", "run_id": r, "run_key": r,
+          "created": f"t{r}", "sweep": s, "path": None} for r, s, cells in runs for c in cells]
+    )  # fmt: skip
+    (gone,) = breaks.missing(df)
+    assert (gone.cell_id, gone.latest["run_id"], gone.before["run_id"], gone.sweep) == ("c2", "r2", "r0", "a")
+    assert breaks.describe_missing(gone).endswith("no row in run r2 (tr2), the latest of its sweep")
+    assert [(g.cell_id, g.latest["run_id"]) for g in breaks.missing(df.drop(columns="sweep"))] == [
+        ("c1", "r3")
+    ]
