@@ -100,6 +100,7 @@ PAGE_FILES = {
     "compare": ("README.md", "compare.html"),
     "profile": ("index.md", "index.html", "top_ops.md"),
 }
+REPORT_TITLE = "attnbench report: "  # a report's title, before the ids of its runs (reports.render)
 PAGE_TITLES = (
     "attnbench report",
     "attnbench compare",
