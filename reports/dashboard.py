@@ -20,7 +20,6 @@ link points at the copy, so the folder opens anywhere on its own. A run with no 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import posixpath
 import re
@@ -40,7 +39,7 @@ from attnbench.results.writable import why_no_page_folder, written_whole
 
 from . import site_calibration, site_files
 from .findings import exponent_said
-from .page import REPORT_TITLE, Figure, Heading, Link, Page, Para, Table, to_html, written_by_attnbench
+from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
 from .run_rows import RunRows
 from .site_gate import Gate, run_cell
 from .style import (
@@ -164,30 +163,6 @@ def report_of(run_path: str | Path, run_id: Any = None) -> Path | None:
             if (folder / name).is_file():
                 return folder / name
     return next((run / n for n in RUN_FILES if (run / n).is_file()), None)
-
-
-def named_reports(root: Path) -> dict[str, list[Path]]:
-    """run id -> the folders under `root` that hold a report of that run alone, read off each README.md's
-    title (`# attnbench report: RUN_ID`, reports.render), in name order; read once per folder state."""
-    try:
-        return _named_reports(str(root.resolve()), root.stat().st_mtime_ns)
-    except OSError:
-        return {}
-
-
-@functools.lru_cache(maxsize=4)
-def _named_reports(root: str, _mtime_ns: int) -> dict[str, list[Path]]:
-    found: dict[str, list[Path]] = {}
-    for readme in sorted(Path(root).glob("*/README.md")):
-        try:
-            with readme.open(encoding="utf-8", errors="replace") as lines:
-                title = re.sub(r"\\(.)", r"\1", lines.readline().strip())
-        except OSError:
-            continue
-        run_id = title.removeprefix(f"# {REPORT_TITLE}")
-        if run_id != title and ", " not in run_id:  # a report of several runs is no one run's
-            found.setdefault(run_id, []).append(readme.parent)
-    return found
 
 
 def site_name(run_id: Any, run_key: Any) -> str:

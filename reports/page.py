@@ -10,6 +10,7 @@ too: only a file name beside the page or an http(s) URL becomes a link.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import os
 import re
@@ -124,6 +125,32 @@ def written_by_attnbench(path: Path) -> bool:
         return first.startswith("# ") and first[2:].startswith(PAGE_TITLES)
     title = _HTML_TITLE.search(head)
     return bool(title) and html.unescape(title[1]).startswith(PAGE_TITLES)
+
+
+def named_reports(root: Path) -> dict[str, list[Path]]:
+    """run id -> the folders under `root` (as given: root / name) that hold a report of that run alone, read
+    off each README.md's title (`# attnbench report: RUN_ID`, reports.render), in name order; read once per
+    state of the folder."""
+    try:
+        found = _named_reports(str(root.resolve()), root.stat().st_mtime_ns)
+    except OSError:
+        return {}
+    return {run_id: [root / name for name in names] for run_id, names in found.items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _named_reports(root: str, _mtime_ns: int) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for readme in sorted(Path(root).glob("*/README.md")):
+        try:
+            with readme.open(encoding="utf-8", errors="replace") as lines:
+                title = re.sub(r"\\(.)", r"\1", lines.readline().strip())
+        except OSError:
+            continue
+        run_id = title.removeprefix(f"# {REPORT_TITLE}")
+        if run_id != title and ", " not in run_id:  # a report of several runs is no one run's
+            found.setdefault(run_id, []).append(readme.parent.name)
+    return found
 
 
 # ---- link targets -----------------------------------------------------------------------------------

@@ -232,25 +232,33 @@ def test_a_run_links_to_its_published_report(tmp_path):
     assert dashboard.run_cell("r2", str(tmp_path / "r2"), reports) == ("r2 (no report)",)
 
 
-def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path, part):
+def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path, part, monkeypatch):
     """A user's runs in runs/ (not the project's results/ layout): the report `attnbench report RUN` writes
     by default (reports/out/<run id>, from the same folder) and one written into the run's own report/
-    folder are linked; a run with neither is named, not linked. The runs are two variants of one group of
-    the base run (their report takes 3.5 CPU-s, the whole base run's 8; what is linked is the point here, and
-    the published fixture's report of the whole base run is checked link by link and figure by figure)."""
-    runs = run_series(part, tmp_path / "runs", [1.0, 1.0, 1.0])
+    folder are linked, and so is one of another name under reports/out (`--out reports/out/mine`, as the
+    README writes it: found by its title); a run with none, or only in a report of several runs, is named,
+    not linked. The runs are two variants of one group of the base run (their report takes 3.5 CPU-s, the
+    whole base run's 8; what is linked is the point here, and the published fixture's report of the whole
+    base run is checked link by link and figure by figure)."""
+    runs = run_series(part, tmp_path / "runs", [1.0, 1.0, 1.0, 1.0])
     run_cli("report", str(runs[0].relative_to(tmp_path)), cwd=tmp_path, check=True)
     default = tmp_path / dashboard.DEFAULT_REPORTS / _run_id(runs[0])
     assert (default / "report.html").is_file()  # where `attnbench report` put it, with no --out
     shutil.copytree(default, runs[1] / dashboard.OWN_REPORT)  # as `--out runs/run-001/report` writes it
+    for name, ids in (("mine", [runs[2]]), ("both", [runs[3], runs[0]])):  # their titles, as render writes
+        (tmp_path / dashboard.DEFAULT_REPORTS / name).mkdir()
+        title = "# attnbench report: " + ", ".join(_run_id(r).replace("_", "\\_") for r in ids)
+        (tmp_path / dashboard.DEFAULT_REPORTS / name / "README.md").write_text(title + "\n\n## Findings\n")
     run_cli("history", "add", "runs", cwd=tmp_path, check=True)
     run_cli("history", "publish", "--out", "site", cwd=tmp_path, check=True)
     machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
-    for run in runs[:2]:
+    for run in runs[:3]:
         assert f"{_run_id(run)} (no report)" not in machine, run
-    assert f"{_run_id(runs[2])} (no report)" in machine
+    assert f"{_run_id(runs[3])} (no report)" in machine
     copies = [c for c in (tmp_path / "site" / dashboard.RUNS).iterdir() if c.name != dashboard.SITE_MARK]
-    assert sorted((c / "report.html").is_file() for c in copies) == [True, True]
+    assert sorted((c / "report.html").is_file() for c in copies) == [False, True, True]
+    monkeypatch.chdir(tmp_path)  # reports/out is read from the folder publish runs in
+    assert dashboard.report_of(runs[2], _run_id(runs[2])) == dashboard.DEFAULT_REPORTS / "mine" / "README.md"
     assert dashboard.report_of(runs[1], _run_id(runs[1])) == runs[1] / "report" / "report.html"
 
 
