@@ -78,6 +78,17 @@ def ctrl_c_reaches_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt in this process for the test's length, as in a terminal (a test
+    process started as a background job has it ignored: see ctrl_c_reaches_it)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def cli_env() -> dict[str, str]:
     """This process's environment for a child, less pytest-xdist's worker variables: a child pytest is a
     session of its own (pytest-benchmark disables itself where PYTEST_XDIST_WORKER is set)."""

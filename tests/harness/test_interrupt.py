@@ -27,15 +27,6 @@ from attnbench.results import read_rows
 RUN = ("run", "--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "--min-ms", "1", "--calibrate-ms", "0")
 
 
-@pytest.fixture
-def ctrl_c_raises():
-    """SIGINT raises KeyboardInterrupt in this process for the test's length (a test process started as a
-    background job has it ignored)."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
-
 def _ctrl_c() -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
