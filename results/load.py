@@ -252,12 +252,25 @@ def tile_sentences(tiles: list[dict[str, Any]], probe: list[dict[str, Any]], run
             where += f" ({masks}; {', '.join(dict.fromkeys(str(r.get('dtype')) for r in records))})"
         why = str(records[0].get("message") or "").rstrip(".")
         out.append(
-            f"{name} {what} at N {n}{where}: {why}. At N {n} "
-            "the last tile of 64, 128 or 256 keys is partial: a kernel that drops or misreads it is right at "
-            "every N its tile divides (powers of two), so ok cells there do not clear it; "
-            f"`attnbench check --variants {name} --seq-len {n}` gates every mask at N {n}."
+            f"{name} {what} at N {n}{where}: {why}. {_tile_why(what == TILE_FAILED['wrong'], name, n)}"
         )
     return out
+
+
+def _tile_why(wrong: bool, name: str, n: Any) -> str:
+    """Why a failure at N = TILE_N matters: for a wrong answer, the partial tile and the command that gates
+    every mask there; for a raise, a crash or a hang, how a kernel that takes only some N says so."""
+    if wrong:
+        return (
+            f"At N {n} the last tile of 64, 128 or 256 keys is partial: a kernel that drops or misreads it "
+            "is right at every N its tile divides (powers of two), so ok cells there do not clear it; "
+            f"`attnbench check --variants {name} --seq-len {n}` gates every mask at N {n}."
+        )
+    return (
+        "A kernel that takes only some N says so by raising attnbench.UnsupportedError (its cells at other N "
+        "are then unsupported, not errors: docs/variants.md); one meant to take every N fails where its last "
+        f"tile of 64, 128 or 256 keys is partial, as at N {n}."
+    )
 
 
 EXPORT_FORMATS = ("csv", "json", "hud", "bencher")

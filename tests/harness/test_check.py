@@ -387,6 +387,27 @@ def test_a_run_gates_its_variants_where_their_last_tile_is_partial_and_says_who_
     assert repr(rep).count("(wrong at another N)") == 1
 
 
+def test_a_variant_that_raises_at_the_tile_n_is_told_how_to_say_its_limit_not_that_it_drops_a_tile():
+    """A kernel that raises for an N its tile does not divide is limited, not wrong: the run's sentence says
+    how to declare that (attnbench.UnsupportedError), and only a wrong answer is told of a dropped tile (a
+    trial's limited kernel read as broken as its wrong twin)."""
+    from attnbench.results import tile_sentences
+
+    right = {"dtype": "float32", "q_scale": 1.0, "status": "ok"}
+    at = {"dtype": "float32", "seq_len": 300, "causal": False}
+    tiles = [
+        {"variant": "strict", **at, "status": "error", "message": "ValueError: needs N divisible by 128"},
+        {"variant": "drop", **at, "status": "wrong", "message": "output rel_err 4.0e-01 > tolerance 1e-04"},
+    ]
+    strict, drop = tile_sentences(tiles, [{"variant": v, **right} for v in ("strict", "drop")])
+    assert strict.startswith(
+        "strict raises at N 300 (no mask; float32): ValueError: needs N divisible by 128."
+    )
+    assert "attnbench.UnsupportedError" in strict and "drops or misreads" not in strict
+    assert drop.startswith("drop answers wrong at N 300") and "drops or misreads" in drop
+    assert "UnsupportedError" not in drop
+
+
 def test_the_padded_problems_are_the_ones_a_run_makes():
     """check pads by the run's own rule (harness.sweep.spec.padded_lengths): every batch element keeps a
     key."""
