@@ -577,8 +577,8 @@ def _blind_text(j: Judgement) -> str:
     band = same_band(d.tolerance, d.floor)
     same = f"'same' only from {band_text(band)}" if band > 1 else "none 'same'"
     return (
-        f"{who} BLIND to the spread between runs: {_sides_text(j)}, with nothing paired, so no interval here "
-        f"holds how much a whole run moves. Identical code moved by up to ±{d.floor:.0%} between runs ("
+        f"{who} BLIND to the spread between runs: {_sides_text(j)}, with nothing paired, so no interval here"
+        f" holds how a whole run moves. Identical code moved by a factor of up to {1 + d.floor:.2f} ("
         + (RUN_SPREAD_SOURCE if d.run_spread is None else "stated with --run-spread")
         + "), so a cell is called slower (faster) only where, besides the verdict rule, its ratio lies above "
         f"{1 + d.floor:.2f} (below {1 / (1 + d.floor):.2f}), and {same}; a cell measured while the speed "
@@ -602,7 +602,7 @@ def _few_visits_text(j: Judgement) -> str:
     return (
         f"{who} BLIND to the spread between visits: judged by the samples of fewer than {MIN_REPLICATES} "
         "visits a side, nothing paired by round, so no interval here holds how much the next visit of the "
-        f"same code moves. Identical code's visits of one run moved by up to ±{v:.0%} "
+        f"same code moves. Identical code's visits of one run moved by a factor of up to {1 + v:.2f} "
         f"({VISIT_SPREAD_SOURCE if d.sample_spread is None else 'stated with --visit-spread'}), "
         f"so a cell is called slower (faster) only where, besides the verdict rule, its ratio lies above "
         f"{1 + v:.2f} (below {1 / (1 + v):.2f}){both}, and {same}. To see more: --rounds "
