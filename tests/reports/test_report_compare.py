@@ -104,7 +104,10 @@ def test_two_single_runs_of_identical_code_pass_both_ways_and_a_2x_slowdown_fail
         assert len(compare_runs(a, doubled, threshold=GATE).regressions) == 8
         assert len(compare_runs(b, doubled, threshold=GATE).regressions) == 8  # 2x of the shifted run
     report = text_report(compare_runs(a, b, threshold=GATE))
-    assert report.count("BLIND to the spread between runs") == 1 and f"up to {1 + RUN_SPREAD_FLOOR:.2f} (" in report
+    assert (
+        report.count("BLIND to the spread between runs") == 1
+        and f"up to {1 + RUN_SPREAD_FLOOR:.2f} (" in report
+    )
 
 
 def test_a_known_shift_is_significant_once_the_run_spread_is_stated(tmp_path):
