@@ -155,8 +155,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if records is not None:
         console.print()
         terminal.show(console, terminal.probe_table(records, console.width, notes))
-    say(check.verdict(rows))  # the last line of a log, as bench's: what failed and the exit status
-    return check.exit_status(rows)
+    say(
+        check.verdict(rows, plan.named)
+    )  # the last line of a log, as bench's: what failed and the exit status
+    return check.exit_status(rows, plan.named)
 
 
 def check_plan(args: argparse.Namespace):

@@ -235,29 +235,47 @@ def bench_gates(
     return tuple(r for r in gated if r.workload), tuple(r for r in gated if not r.workload)
 
 
-def exit_status(rows: Iterable[GateRow]) -> int:
+def exit_status(rows: Iterable[GateRow], named: Sequence[str] = ()) -> int:
     """1 when a counted row (GateRow.gating: a variant named, or one in default sweeps) FAILed, errored,
-    crashed or timed out on a problem a run makes, else 0 (unsupported and the no-key rows do not count)."""
-    return 1 if any(r.status in STATUSES_FAILED and r.gating for r in rows) else 0
+    crashed or timed out on a problem a run makes, or when a variant `named` was gated on nothing (ungated),
+    else 0 (unsupported and the no-key rows do not count)."""
+    rows = list(rows)
+    return 1 if any(r.status in STATUSES_FAILED and r.gating for r in rows) or ungated(rows, named) else 0
 
 
-def verdict(rows: Iterable[GateRow]) -> str:
+def ungated(rows: Iterable[GateRow], named: Sequence[str]) -> dict[str, str]:
+    """The variants `named` (--variants, a --variant-file's) that no problem gated, each with the reason its
+    first problem gave: every one of theirs unsupported (a kernel limited to N its tile divides, at check's
+    N of 100 and 300), so that a check of nothing is never 'passed'."""
+    rows = [r for r in rows if not r.no_key]
+    mine = {name: [r for r in rows if r.variant == name] for name in named}
+    return {
+        name: got[0].reason
+        for name, got in mine.items()
+        if got and all(r.status == "unsupported" for r in got)
+    }
+
+
+def verdict(rows: Iterable[GateRow], named: Sequence[str] = ()) -> str:
     """check's closing line, one line whatever its length (as bench's): the variants that failed, each with
-    its failed problems by status, or that every counted variant passed, and the exit status exit_status
-    gives (`check: mine FAILED (8 FAIL); exit status 1`)."""
+    its failed problems by status, and those `named` that nothing gated (ungated), or that every counted
+    variant passed, and the exit status exit_status gives (`check: mine FAILED (8 FAIL); exit status 1`)."""
     rows = list(rows)
     failed: dict[str, dict[str, int]] = {}
     for r in rows:
         if r.gating and r.status in STATUSES_FAILED:
             by_status = failed.setdefault(r.variant, {})
             by_status[r.status] = by_status.get(r.status, 0) + 1
-    code = exit_status(rows)
-    if failed:
-        said = ", ".join(
-            f"{name} FAILED ({', '.join(f'{n} {status}' for status, n in by_status.items())})"
-            for name, by_status in failed.items()
-        )
-        return f"check: {said}; exit status {code}"
+    code = exit_status(rows, named)
+    said = [
+        f"{name} FAILED ({', '.join(f'{n} {status}' for status, n in by_status.items())})"
+        for name, by_status in failed.items()
+    ] + [
+        f"nothing gated for {name} (unsupported in every problem: {why})"
+        for name, why in ungated(rows, named).items()
+    ]
+    if said:
+        return f"check: {', '.join(said)}; exit status {code}"
     gated = [r for r in rows if r.gating and not r.no_key and r.status != "unsupported"]
     names = list(dict.fromkeys(r.variant for r in gated))
     ignored = len({r.variant for r in rows if not r.gating and r.status in STATUSES_FAILED and not r.no_key})

@@ -408,6 +408,24 @@ def test_a_variant_that_raises_at_the_tile_n_is_told_how_to_say_its_limit_not_th
     assert "UnsupportedError" not in drop
 
 
+def test_a_named_variant_that_no_problem_gated_is_never_passed():
+    """A kernel limited to N its tile divides, declared the documented way (UnsupportedError), is unsupported
+    in every problem at check's N of 100 and 300: check said 'passed (0 variants, 0 problems)', exit 0, of a
+    kernel it never gated (trial). Named, it is 'nothing gated', exit 1; a variant not named (a default
+    sweep's, unsupported on this device) is not counted so."""
+    from attnbench.harness.measure.gate_rows import GateRow
+
+    limited = "needs N divisible by 128, got N_q=100 N_k=100"
+    rows = [GateRow("mine", "cpu", "float32", c, p, "unsupported", reason=limited, n=100)
+            for c in (False, True) for p in (False, True)]  # fmt: skip
+    rows += [GateRow("sdpa_cudnn", "cpu", "float32", False, False, "unsupported", reason="CUDA only", n=100)]
+    assert check.exit_status(rows, ["mine"]) == 1 and check.exit_status(rows) == 0
+    assert check.verdict(rows, ["mine"]) == (
+        f"check: nothing gated for mine (unsupported in every problem: {limited}); exit status 1"
+    )
+    assert check.verdict(rows).startswith("check: passed (0 variants, 0 problems)")
+
+
 def test_the_padded_problems_are_the_ones_a_run_makes():
     """check pads by the run's own rule (harness.sweep.spec.padded_lengths): every batch element keeps a
     key."""
