@@ -2,7 +2,6 @@
 mask, the worst error, and where it fails), what it does not support and what would add it, whether it is
 faster or slower than the baseline at which N and by how much (the judge's verdict on an A/B in one run,
 each visit of fn paired with the baseline's visit of the same round), and how its time and memory grow.
-
 Read off the run's rows and meta.json alone, as every report is; the full story is `run.report()`.
 """
 
@@ -253,8 +252,8 @@ def at_n(
     """The gate at N = n over every mask fn takes, forward and, where it has one, backward: one line for
     the masks right against float64 (`right`: what that is, right_word), or one for the first wrong (and
     how many more are) of those whose (dtype, mask) the sweep did not find wrong already (`wrong`: its
-    WRONG lines say so); then one for each device its cells ran on that this process lacks, where nothing
-    is gated; a reason's options in the caller's spelling (`spell`: a timeout's --cell-timeout)."""
+    WRONG lines say so), or that none was gated (every mask unsupported there); then one for each device its
+    cells ran on that this process lacks; a reason's options in the caller's spelling (`spell`)."""
     gated = [r for r in declared.masks if r.status == "pass" or r.status in GATE_VERDICTS]
     asked = declared.mask_ns or (declared.n,)
     n, lines = _ns_text({getattr(r, "n", 0) or declared.n for r in gated} or asked), []
@@ -274,11 +273,13 @@ def at_n(
         own = {getattr(r, "grad_against", "") for r in gated if r.grad_rel_err is not None} == {"own"}
         own_text = " against its own forward's derivative" if own else ""
         also = f", gradients {max(grads):.1e}{own_text}" if grads else ""
-        what = "forward and backward" if grads else "forward"
         lines.append(
-            f"{right} at N {n} too, {what} ({_dtype_list(gated)}; {masks}): worst relative error "
-            f"{worst:.1e}{also}"
+            f"{right} at N {n} too, {'forward and backward' if grads else 'forward'} ({_dtype_list(gated)}; "
+            f"{masks}): worst relative error {worst:.1e}{also}"
         )
+    refused = [r for r in declared.masks if r.status == "unsupported"]  # a kernel limited to some N
+    if refused and not gated:
+        lines.append(f"not gated at N {_ns_text(asked)}, unsupported in every mask: {refused[0].reason}")
     for device, why, workloads in declared.elsewhere:
         what = f"every mask at N {_ns_text(asked)}" + (" and each workload it declares" if workloads else "")
         lines.append(

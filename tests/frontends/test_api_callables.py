@@ -582,6 +582,13 @@ def test_the_gate_at_n_right_on_every_mask_is_one_line():
     assert at_n(Declared(n=100, masks=(*rows, failed))) == [
         "WRONG at N 100 (float32; causal): it ignored causal=True: its answer is attention over every key"
     ]
+    # a kernel that takes only N its tile divides refuses 100 and 300: the answer says nothing was gated there
+    # (it said only 'correct in 16 of 16 cells' of a sweep at powers of two)
+    limited = "needs N divisible by 128, got N_q=100 N_k=100"
+    refused = tuple(gated(**{**vars(r), "status": "unsupported", "reason": limited}) for r in at_both)
+    assert at_n(Declared(n=100, masks=refused, mask_ns=(100, 300))) == [
+        f"not gated at N 100 and 300, unsupported in every mask: {limited}"
+    ]
 
 
 def test_declared_workloads_answer_in_three_lines():
