@@ -59,11 +59,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     one with fewer than 3 runs before it in its whole series never will: UNJUDGED, said and counted, and it
     fails nothing."""
     from attnbench.harness.run import rerun
-    from attnbench.results import breaks, history, steps, steps_text
+    from attnbench.results import breaks, history, history_runs, steps, steps_text
 
     with bad_input():
         limit, note = parse_step(args.fail_on_step) if args.fail_on_step is not None else (None, None)
         df = history.frame(args.store, machine=args.machine)
+        runs = history_runs.runs(args.store, machine=args.machine)  # a run with no cells among them
     if note:
         print(printable(note), file=sys.stderr)
     try:
@@ -80,14 +81,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     for b in broken:
         repro = rerun.repro_text(b.latest.get("path"), b.cell_id)
         print(printable(f"BROKEN {breaks.describe(b)}; repro: {repro}"))
-    gone = breaks.missing(df) if len(df) else []
+    gone = breaks.missing(df, runs) if len(df) else []
     for g in gone:
         repro = rerun.repro_text(g.before.get("path"), g.cell_id)
         print(printable(f"MISSING {breaks.describe_missing(g)}; repro: {repro}"))
     ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
     series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
-    runs = df["run_key"].nunique()
-    said = f"history: {counted(len(found), 'step')} in {series} series of {counted(runs, 'run')}"
+    every = counted(runs["run_key"].nunique(), "run")  # a run with no cells too
+    said = f"history: {counted(len(found), 'step')} in {series} series of {every}"
     if broken:
         said += (
             f"; {len(broken)} series broken in {'its' if len(broken) == 1 else 'their'} latest run (BROKEN)"
@@ -145,7 +146,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from attnbench.reports import dashboard
-    from attnbench.results import history, steps
+    from attnbench.results import history, history_runs, steps
     from attnbench.results.writable import why_unwritable
 
     out = Path(args.out)
@@ -164,7 +165,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
-    pages = dashboard.publish(df, found, out)
+    pages = dashboard.publish(df, found, out, runs=history_runs.runs(args.store))
     print(
         f"published {len(pages)} pages into {printable(str(out))}: {printable(str(pages[0]))}",
         file=sys.stderr,

@@ -70,21 +70,23 @@ SITE_MARK = ".attnbench-site"
 PAGES = (".html", ".md")  # a copied file whose own references are copied too
 
 
-def publish(df, steps: Sequence[Any], out: Path) -> list[Path]:
-    """Write the site into `out` (made if missing) from a history frame (results.history.frame) and its
-    steps (results.steps.find); returns the pages written, the index first. Each run's report is copied into
-    out/runs/ (copy_reports), so the folder is the whole site. The site is written whole or not at all
+def publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[Path]:
+    """Write the site into `out` (made if missing) from a history frame (results.history.frame), its
+    steps (results.steps.find) and the store's runs (results.history_runs.runs: a run with no cells is the
+    latest of its sweep, MISSING what it lacks; None: the runs with cells in `df`); returns the pages
+    written, the index first. Each run's report is copied into out/runs/ (copy_reports), so the folder is
+    the whole site. The site is written whole or not at all
     (results.writable.written_whole): Ctrl-C or a failure leaves `out` as it was. Then the pages and figures
     an earlier publish wrote there that this one does not (a machine gone from the store) are removed
     (site_files), nothing else."""
     with written_whole(out, "the site") as partial:
-        written = _publish(df, steps, partial)
+        written = _publish(df, steps, partial, runs)
     names = site_files.page_files(written)
     site_files.replace(out, names)  # what the last publish wrote, and this one not
     return [out / path.relative_to(partial) for _, path in written]
 
 
-def _publish(df, steps: Sequence[Any], out: Path) -> list[tuple[Page, Path]]:
+def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[tuple[Page, Path]]:
     """publish, into the folder `out` (a temporary one, moved into place when complete): each page written
     and its path there."""
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +95,9 @@ def _publish(df, steps: Sequence[Any], out: Path) -> list[tuple[Page, Path]]:
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
     pages = machine_pages(machines)
-    gate = Gate.of(df)  # what `history check` fails on besides steps: the same series, the same functions
+    gate = Gate.of(
+        df, runs
+    )  # what `history check` fails on besides steps: the same series, the same functions
     index = Page("attnbench history")
     index.add(
         Para(

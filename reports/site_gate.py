@@ -22,11 +22,12 @@ class Gate:
     missing: tuple[Any, ...]  # results.breaks.Missing
 
     @classmethod
-    def of(cls, df) -> Gate:
-        """The gate's series of a history frame (results.history.frame), as `history check` finds them."""
+    def of(cls, df, runs=None) -> Gate:
+        """The gate's series of a history frame (results.history.frame) and the store's runs
+        (results.history_runs.runs: a run with no cells among them), as `history check` finds them."""
         if not len(df):
             return cls((), ())
-        return cls(tuple(breaks.find(df)), tuple(breaks.missing(df)))
+        return cls(tuple(breaks.find(df)), tuple(breaks.missing(df, runs)))
 
     def count(self, machine: str) -> tuple[int, int]:
         """A machine's (broken, missing) series."""

@@ -85,29 +85,37 @@ class Missing:
     sweep: str  # the sweep's identity ('' for runs whose meta.json records none: one sweep together)
 
 
-def missing(df) -> list[Missing]:
+def missing(df, runs=None) -> list[Missing]:
     """Every series of a history frame ok in the run before the latest of a sweep on its machine and without
     a row in that latest run, in the order of machine and cell_id (a sweep's runs in the order they were
-    made). A frame without a `sweep` column (one made by hand) is one sweep per machine. A cell two sweeps
-    both lost is said once, for the sweep that ran last."""
-    sweeps = df["sweep"].astype("string").fillna("") if "sweep" in df.columns else [""] * len(df)
+    made). `runs` (results.history_runs.runs: a row per run and machine) orders each sweep's runs, a run with
+    no cells among them (stopped before its first row: it lacks every cell); without it, the runs are those
+    with cells in `df`. A frame without a `sweep` column (one made by hand) is one sweep per machine. A cell
+    two sweeps both lost is said once, for the sweep that ran last."""
+    cells = df.assign(_sweep=_sweeps(df))
+    runs = cells if runs is None else runs.assign(_sweep=_sweeps(runs))
     found: dict[tuple[str, str], Missing] = {}
-    for (machine, sweep), rows in df.assign(_sweep=sweeps).groupby(["machine", "_sweep"], sort=True):
-        ordered = rows.sort_values(["created", "run_id", "cell_id"], kind="stable")
-        runs = ordered.drop_duplicates("run_key", keep="first")
-        if len(runs) < 2:
+    for (machine, sweep), mine in runs.groupby(["machine", "_sweep"], sort=True):
+        ordered = mine.sort_values(["created", "run_id"], kind="stable").drop_duplicates("run_key")
+        if len(ordered) < 2:
             continue
-        latest, before = runs["run_key"].iloc[-1], runs["run_key"].iloc[-2]
-        now = set(ordered.loc[ordered["run_key"] == latest, "cell_id"])
-        was = ordered[(ordered["run_key"] == before) & (ordered["status"] == "ok").fillna(False).astype(bool)]
+        latest, before = ordered["run_key"].iloc[-1], ordered["run_key"].iloc[-2]
+        here = cells[cells["machine"] == machine]
+        now = set(here.loc[here["run_key"] == latest, "cell_id"])
+        was = here[(here["run_key"] == before) & (here["status"] == "ok").fillna(False).astype(bool)]
         was = was.sort_values("cell_id", kind="stable")
         for i, cell in enumerate(was["cell_id"]):
-            gone = Missing(str(machine), str(cell), str(was["variant"].iloc[i]), run_fields(runs, -1),
+            gone = Missing(str(machine), str(cell), str(was["variant"].iloc[i]), run_fields(ordered, -1),
                            run_fields(was, i), str(sweep))  # fmt: skip
             known = found.get((gone.machine, gone.cell_id))
             if cell not in now and (known is None or _later(gone.latest, known.latest)):
                 found[(gone.machine, gone.cell_id)] = gone
     return [found[k] for k in sorted(found)]
+
+
+def _sweeps(df):
+    """Each row's sweep ('' where none is recorded, or the frame has no `sweep` column: one sweep)."""
+    return df["sweep"].astype("string").fillna("") if "sweep" in df.columns else [""] * len(df)
 
 
 def _later(a: dict[str, Any], b: dict[str, Any]) -> bool:

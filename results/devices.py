@@ -126,6 +126,17 @@ def machine_of(meta: dict[str, Any], where: str, row: dict[str, Any]) -> str:
     return f"{model} on {host}"
 
 
+def planned_machines(meta: dict[str, Any]) -> list[str]:
+    """The machines a run's meta.json says it measures on, named as machine_of names its rows': each device
+    it recorded (`devices`, written as the run starts), else each device kind of its sweep on the host that
+    wrote the fingerprint. What a run with no rows (stopped before its first) is on, for the history store."""
+    recorded = {w: r for w, r in (meta.get("devices") or {}).items() if isinstance(r, dict)}
+    kinds = (meta.get("sweep") or {}).get("devices") or []
+    planned = recorded or {where_key(None, str(d)): {"device": str(d)} for d in kinds}
+    rows = {w: {k: r.get(k) for k in ("device", "host", "gpu_name")} for w, r in planned.items()}
+    return sorted({machine_of(meta, w, row) for w, row in rows.items()})
+
+
 def _close(cal: dict[str, Any], ref: dict[str, Any]) -> tuple[bool, str]:
     """(whether cal is within SPLIT_CALIBRATION of ref on every dtype both calibrated, why not)."""
     for dtype in sorted(set(cal.get("matmul_tflops") or {}) & set(ref.get("matmul_tflops") or {})):

@@ -3,23 +3,15 @@
 The store is an index, not the data: each run's raw rows stay in its own directory (meta.json + rows.jsonl),
 and `rebuild` makes the store again from the paths it recorded. What it keeps per run: where the run is, when
 it was made, its origin (what tells two runs of one run_id apart), its fingerprint's versions (torch, CUDA,
-the GPU driver, Python, attnbench), the project's commit, the sha256 of its code and which sweep it is; per
+the GPU driver, Python, attnbench), the project's commit, the sha256 of its code, which sweep it is and the
+machines its meta.json plans (a run stopped before its first row is recorded with no cells on them); per
 cell: its identity (cell_id and the axes), the machine (the device's model and host, as `results.devices`
 names it; the where key and the device group beside it), its status and median time with quartiles, the
 variant's source, and the calibration of the device that measured it.
 
-Why SQLite (measured 2026-11-27 on the 2-core EPYC VM, 1,000 synthetic runs of 60 rows, SQLite 3.40 against
-DuckDB 2.0.1; `benchmarks/history_storage.py`):
-
-| storage | add, one transaction per run | add, one transaction | load all into pandas | file |
-| --- | --- | --- | --- | --- |
-| SQLite (stdlib) | 14.8 s (15 ms a commit, fsync'd) | 0.52 s | 0.49 s | 12.9 MB |
-| DuckDB file | 101.6 s (100 ms a commit) | 0.47 s | 0.22 s | 2.1 MB |
-| Parquet file per run, read by DuckDB | 7.4 s | - | 0.90 s | 5.7 MB |
-
-The store's queries are small (a nightly `add` of one run, a load of every series), where SQLite's commit is
-7x cheaper than DuckDB's and its load of 60,000 rows is half a second; it needs no dependency (DuckDB's wheel
-unpacks to 69 MB), and one file with transactions makes `add` all or nothing.
+Why SQLite: a nightly `add` of one run is one fsync'd commit (7x cheaper than DuckDB's) and a load of 60,000
+rows half a second, with no dependency, and one file with transactions makes `add` all or nothing (measured in
+docs/experiments/history.md, `benchmarks/history_storage.py`).
 """
 
 from __future__ import annotations
@@ -64,14 +56,15 @@ FORMAT = "attnbench-history"
 # (2: cells keep a declared approximation's bound, `approximate`; 3: runs keep their `origin`, so that two
 # runs with one run_id and created time are told apart; 4: runs keep the sha256 of attnbench's code,
 # `code_sha256`, which tells two installs apart where no commit is recorded; 5: runs keep which sweep they
-# are, `sweep` (axes.sweep_identity), so that MISSING compares a run with the run before it of its sweep)
-VERSION = 5
+# are, `sweep` (axes.sweep_identity), so that MISSING compares a run with the run before it of its sweep;
+# 6: runs keep the `machines` their meta.json plans, so that a run with no cells is on them: `runs`)
+VERSION = 6
 
 # a run's columns: what it is, where it is, and its set-up as its fingerprint recorded it
 RUN_COLUMNS = (
     "run_key", "run_id", "created", "path", "schema_version", "host", "git_commit", "code_sha256",
     "attnbench_version", "torch", "cuda", "driver", "python", "xformers", "digest", "origin", "added_at",
-    "sweep",
+    "sweep", "machines",
 )  # fmt: skip
 # a cell's columns: its identity, the machine that measured it, what was measured, that device's calibration
 AXIS_NAMES = tuple(a.name for a in AXES)
@@ -95,9 +88,11 @@ class StoreError(ValueError):
 @dataclass(frozen=True)
 class Added:
     """What `add` did with one run: 'added', 'updated' (its rows changed: a resume), 'unchanged', 'older' (a
-    copy of a run the store holds more of: not written) or 'empty' (no cells: not recorded); what `rebuild`
-    did with a run whose directory is gone: 'kept' (the cells the store held) or 'dropped'. `notes` are
-    sentences for the user: an unfinished run, another run of the same run_id, an older copy."""
+        copy of a run the store holds more of: not written), 'stopped' (a run with no rows, stopped before its
+    first: recorded with no cells, so that `history check` fails on what it lacks) or 'empty' (a directory
+    without meta.json: not recorded); what `rebuild`
+        did with a run whose directory is gone: 'kept' (the cells the store held) or 'dropped'. `notes` are
+        sentences for the user: an unfinished run, another run of the same run_id, an older copy."""
 
     path: Path
     run_id: str
@@ -109,6 +104,7 @@ class Added:
 # how a summary names each state, in this order
 STATES = {
     "added": "added", "updated": "updated", "unchanged": "unchanged", "older": "older copy left out",
+    "stopped": "recorded with no cells",
     "empty": "with no cells left out", "kept": "kept as the store held them, their directories gone",
     "dropped": "dropped, their directories gone",
 }  # fmt: skip
@@ -252,6 +248,7 @@ def _run_record(meta: dict[str, Any], path: str, digest: str, key: str) -> tuple
         "origin": origin(meta),
         "added_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "sweep": sweep_identity(meta),
+        "machines": devices.planned_machines(meta),
     }
     return tuple(_plain(record[c]) for c in RUN_COLUMNS)
 
@@ -428,9 +425,10 @@ def _plan(run: Path, known: _Known) -> _Work:
     w = _Work(run, meta, digest, rows, "added", run_key(meta))
     same = _same_run(w, pairs, cands, known)
     if same is None:
-        if not rows:
-            w.state, w.write, w.notes = "empty", False, [f"{no_cells_text(run, meta)}: not added"]
-            return w
+        if not rows:  # stopped before its first row: recorded, so that it is its sweep's latest run (MISSING)
+            w.state = "stopped"
+            resume = f"`attnbench run --resume --out {run}` measures them; add it again then"
+            w.notes.append(f"{no_cells_text(run, meta)}: recorded as a run with no cells ({resume})")
         if any(c.key == w.key for c in cands):
             w.key = f"{w.key}#{origin(meta)[:8]}"
         if cands:
@@ -484,7 +482,7 @@ def _relate(w: _Work, pairs: frozenset[tuple[str, str]], same: _Run, known: _Kno
     elif theirs <= pairs:  # every row it has, and more: a resume, or a fuller copy
         w.state = "updated"
         if same.work is not None:
-            w.state = "added" if same.work.state == "added" else "updated"
+            w.state = "added" if same.work.state in ("added", "stopped") else "updated"
             _older(same.work, w.run, len(w.rows))
     elif _last(pairs) <= _last(theirs):
         w.notes.append(

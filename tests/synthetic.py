@@ -385,3 +385,18 @@ def two_sweeps(root: Path, lost: int, base: str | Path) -> tuple[str, list[str]]
     store = root / "h.sqlite"
     history.add(store, [root / "runs", root / "other"])
     return str(store), gone
+
+
+def stop_before_first_row(run: str | Path) -> str:
+    """Make the run `run` (meta.json and rows.jsonl) one stopped before its first row, as a nightly in rounds
+    stopped by Ctrl-C half-way is (a cell's row is written once all its visits are done): its meta.json plans
+    its cells, its rows.jsonl is empty. Its rows' text, to write back as `attnbench run --resume` would."""
+    import json
+
+    run = Path(run)
+    rows = (run / "rows.jsonl").read_text()
+    meta = json.loads((run / "meta.json").read_text())
+    meta["planned_cells"] = len({json.loads(line)["cell_id"] for line in rows.splitlines() if line.strip()})
+    (run / "meta.json").write_text(json.dumps(meta))
+    (run / "rows.jsonl").write_text("")
+    return rows

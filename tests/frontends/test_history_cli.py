@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, run_cli
-from synthetic import run_series, two_sweeps
+from synthetic import run_series, stop_before_first_row, two_sweeps
 
 import attnbench
 
@@ -459,6 +459,45 @@ def test_a_series_the_latest_run_lacks_is_missing_and_fails_the_gate(tmp_path, r
     assert "; 1 series ok in the run before with no row in the latest run of its sweep (MISSING)" in p.stderr
     p = run_cli("history", "check", "--store", store)
     assert p.returncode == 0 and sum(line.startswith("MISSING") for line in p.stdout.splitlines()) == 1
+
+
+def test_a_night_stopped_before_its_first_row_fails_the_gate_until_its_resume_is_added(tmp_path, runs):
+    """A nightly in rounds stopped by Ctrl-C half-way has meta.json and no row (an outside trial): `add` left
+    it out and `check` judged the night before as the latest run of its sweep: green. It is recorded with no
+    cells and is the latest of its sweep: each cell ok the night before is MISSING and the gate fails, with
+    --machine too; once its resume's rows are added, green."""
+    import json
+
+    rows = stop_before_first_row(runs[-1])
+    planned = len(rows.splitlines())
+    store = str(tmp_path / "h.sqlite")
+    p = run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    assert p.stderr.splitlines() == [
+        f"history: 4 runs (3 added, 1 recorded with no cells; {3 * planned} cells read) in {store}",
+        f"{runs[-1]} has no measured cells (unfinished: 0 of {planned} planned): recorded as a run with no "
+        f"cells (`attnbench run --resume --out {runs[-1]}` measures them; add it again then)",
+    ]
+    before = [json.loads(line) for line in (runs[-2] / "rows.jsonl").read_text().splitlines() if line.strip()]
+    ok = sorted(r["cell_id"] for r in before if r["status"] == "ok")
+    for machine in ([], ["--machine", "EPYC"]):
+        p = run_cli("history", "check", "--store", store, *machine, "--fail-on-step", "5%")
+        lines = [line for line in p.stdout.splitlines() if line.startswith("MISSING")]
+        assert (
+            p.returncode == 1
+            and sorted(line.split(" on ")[0].removeprefix("MISSING ") for line in lines) == ok
+        )
+        said = (
+            ": ok in run 20261003-030000-synth (2026-10-03), no row in run 20261004-030000-synth (2026-10-04)"
+        )
+        assert all(f"{said}, the latest of its sweep; repro: " in line for line in lines), lines[0]
+        assert (
+            f"series of 4 runs; {len(ok)} series ok in the run before with no row in the latest" in p.stderr
+        )
+    (runs[-1] / "rows.jsonl").write_text(rows)  # `attnbench run --resume` measured them
+    p = run_cli("history", "add", str(runs[-1]), "--store", store, check=True)
+    assert p.stderr.splitlines() == [f"history: 1 run (1 updated; {planned} cells read) in {store}"]
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    assert p.returncode == 0 and "MISSING" not in p.stdout + p.stderr, p.stdout
 
 
 @pytest.mark.parametrize("lost", [0, 12])

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 import pandas as pd
 import pytest
 from conftest import DATA, run_cli
-from synthetic import part_of, run_series, two_sweeps
+from synthetic import part_of, run_series, stop_before_first_row, two_sweeps
 
 from attnbench.reports import dashboard
 
@@ -619,6 +619,27 @@ def test_the_site_shows_the_missing_series_the_gate_fails_on(tmp_path, part, los
     assert all(cell in section for cell in gone) and section.count("<tr>") == len(gone) + 1
     assert "20261004-030000-synth" in section and "20261003-030000-synth" in section
     assert "-other" not in section  # the other sweep's runs, between them, are not what it is compared with
+
+
+def test_the_site_shows_a_night_stopped_before_its_first_row_as_missing(tmp_path, part):
+    """A night stopped before its first row (no cells) was in no page, and the site was green where the
+    gate fails: the machine page names it as the latest run of its sweep, lacking each series ok the night
+    before."""
+    runs = run_series(part, tmp_path / "runs", [1.0] * 3)
+    stop_before_first_row(runs[-1])
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    gone = sorted(line.split(" on ")[0].removeprefix("MISSING ") for line in p.stdout.splitlines())
+    assert p.returncode == 1 and gone, p.stdout
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert f"fails on {len(gone)} series: {len(gone)} missing from the latest run of their sweep" in index
+    (page,) = (tmp_path / "site").glob("machine-*.html")
+    section = page.read_text(encoding="utf-8").split("Missing from the latest run of their sweep", 1)[1]
+    section = section.split("Every series", 1)[0]
+    assert all(cell in section for cell in gone) and section.count("<tr>") == len(gone) + 1
+    assert "20261003-030000-synth (no report)" in section and "20261002-030000-synth" in section
 
 
 def test_the_run_axis_of_a_series_figure_has_whole_runs_only(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA
 from synthetic import run_series
 
-from attnbench.results import history, steps, steps_text
+from attnbench.results import history, history_runs, steps, steps_text
 from attnbench.results.identity import short_hash
 from attnbench.results.store import RowWarning, RunDirError
 
@@ -434,17 +434,60 @@ def test_a_run_still_being_written_is_refused_and_an_unfinished_one_says_so(tmp_
         writer.close()
     _rewrite(runs[1], meta=lambda m: m.update(planned_cells=CELLS + 2), keep=CELLS - 1)  # killed mid-way
     _rewrite(runs[2], meta=lambda m: m.update(planned_cells=1), keep=0)  # killed before its first row
-    unfinished, empty = history.add(store, [runs[1], runs[2]])  # the lock a dead writer left holds nothing
-    assert (unfinished.state, unfinished.cells, empty.state, empty.cells) == ("added", CELLS - 1, "empty", 0)
+    unfinished, stopped = history.add(store, [runs[1], runs[2]])  # the lock a dead writer left holds nothing
+    assert (unfinished.state, unfinished.cells, stopped.state, stopped.cells) == (
+        "added",
+        CELLS - 1,
+        "stopped",
+        0,
+    )
     assert unfinished.notes == (
         f"{runs[1]} is unfinished: {CELLS - 1} of {CELLS + 2} planned cells (`attnbench run --resume --out "
         f"{runs[1]}` finishes it; add it again then)",
     )
-    assert empty.notes == (f"{runs[2]} has no measured cells (unfinished: 0 of 1 planned): not added",)
-    assert history.frame(store)["run_key"].nunique() == 2  # what check and publish count
-    # nothing added makes no store where there was none (an outside trial: an empty h.sqlite was left)
-    (added,) = history.add(tmp_path / "new.sqlite", [runs[2]])
-    assert added.state == "empty" and not (tmp_path / "new.sqlite").exists()
+    assert stopped.notes == (
+        f"{runs[2]} has no measured cells (unfinished: 0 of 1 planned): recorded as a run with no cells "
+        f"(`attnbench run --resume --out {runs[2]}` measures them; add it again then)",
+    )
+    assert history.frame(store)["run_key"].nunique() == 2  # cells: the stopped run has none
+    assert history_runs.runs(store)["run_key"].nunique() == 3  # runs: what check counts, and MISSING orders
+
+
+def test_a_run_stopped_before_its_first_row_is_recorded_on_its_machine_and_updated_by_its_resume(
+    tmp_path, runs
+):
+    """A nightly in rounds writes a cell's row only once all its visits are done: stopped half-way it has
+    meta.json and no row. `add` left it out, so `history check` judged the night before as the latest: green.
+    Now it is recorded with no cells, on the machine its meta.json plans (the machine its cells would have),
+    adding it again changes nothing, its resume updates it, and rebuild records it again."""
+    store = tmp_path / "h.sqlite"
+    rows = (runs[2] / "rows.jsonl").read_text()
+    _rewrite(runs[2], meta=lambda m: m.update(planned_cells=CELLS), keep=0)
+    assert [a.state for a in history.add(store, runs)] == ["added", "added", "stopped"]
+    on = history_runs.runs(store)
+    assert list(on["machine"]) == [MACHINE] * 3
+    assert on["run_id"].iloc[-1] == json.loads((runs[2] / "meta.json").read_text())["run_id"]
+    assert [a.state for a in history.add(store, [runs[2]])] == ["unchanged"]
+    assert [(a.state, a.cells) for a in history.rebuild(store)][-1] == ("stopped", 0)
+    (runs[2] / "rows.jsonl").write_text(rows)  # `attnbench run --resume` measured them
+    ((state, cells),) = [(a.state, a.cells) for a in history.add(store, [runs[2]])]
+    assert (state, cells) == ("updated", CELLS) and len(history.frame(store)) == 3 * CELLS
+    assert history_runs.runs(store)["run_key"].nunique() == 3
+
+
+def test_a_run_s_planned_machines_are_its_cells_machines():
+    """A run with no rows is on the machines of its meta.json's device records (a GPU by its name), else of
+    its sweep's device kinds on the fingerprint's host: named as its rows' would be (devices.machine_of)."""
+    from attnbench.results import devices, read_meta
+
+    meta = read_meta(BASE)
+    assert devices.planned_machines(meta) == [MACHINE]
+    where = "h1:cuda:GPU-1"
+    meta["devices"] = {
+        where: {"host": "h1", "device": "cuda", "gpu_name": "NVIDIA H200", "gpu_uuid": "GPU-1"}
+    }
+    row = {"host": "h1", "device": "cuda", "gpu_name": "NVIDIA H200", "gpu_uuid": "GPU-1"}
+    assert devices.planned_machines(meta) == [devices.machine_of(meta, where, row)] == ["NVIDIA H200 on h1"]
 
 
 def test_a_run_stopped_before_its_meta_json_is_named_as_one_without_cells(tmp_path, runs):

@@ -233,3 +233,32 @@ def test_missing_compares_each_sweep_with_itself_and_a_frame_without_sweeps_as_o
     assert [(g.cell_id, g.latest["run_id"]) for g in breaks.missing(df.drop(columns="sweep"))] == [
         ("c1", "r3")
     ]
+
+
+def test_missing_sees_the_latest_run_of_a_sweep_that_has_no_cells():
+    """A run with no cells (stopped before its first row) is in no history frame (cells joined to runs): the
+    runs frame (results.history_runs.runs) gives it, and it is the latest of its sweep on its machine, lacking
+    every cell the run before had ok; another machine's runs and a cell not ok before are not said."""
+    import pandas as pd
+
+    from attnbench.results import breaks
+
+    cells = [("r0", "vm", "c1", "ok"), ("r0", "vm", "c2", "wrong"), ("r0", "gpu", "c3", "ok"),
+             ("r1", "gpu", "c3", "ok")]  # fmt: skip
+    df = pd.DataFrame(
+        [{"machine": m, "cell_id": c, "variant": "v", "status": s, "run_id": r, "run_key": r,
+          "created": f"t{r}", "sweep": "a", "path": None} for r, m, c, s in cells]
+    )  # fmt: skip
+    runs = pd.DataFrame(
+        [{"machine": m, "run_id": r, "run_key": r, "created": f"t{r}", "sweep": "a", "path": None}
+         for r, m in (("r0", "vm"), ("r0", "gpu"), ("r1", "gpu"), ("r2", "vm"))]
+    )  # fmt: skip
+    assert breaks.missing(df) == []  # r2 is not in the frame: r0 is vm's latest run
+    (gone,) = breaks.missing(df, runs)
+    assert (gone.machine, gone.cell_id, gone.latest["run_id"], gone.before["run_id"]) == (
+        "vm",
+        "c1",
+        "r2",
+        "r0",
+    )
+    assert breaks.describe_missing(gone).endswith("no row in run r2 (tr2), the latest of its sweep")
