@@ -100,7 +100,8 @@ def warnings_for(cs: list[Ceiling], a: str = "A", b: str = "B", same_machine: bo
     which the cells need not have felt alike (a 1 s calibration on every core against cells on one thread),
     so it recommends no --normalize."""
     why = (
-        "the same machine calibrated at another speed: it was loaded during one run, or set up otherwise "
+        "one machine by its fingerprints (the same host name and model: VMs that share a host name cannot be "
+        "told apart) calibrated at another speed: it was loaded during one run, or set up otherwise "
         "(huge pages, clocks); raw ratios carry that, and --normalize would divide by a change the cells "
         "need not have felt alike; measure again on a quiet machine, or judge relative to a --control variant"
         if same_machine

@@ -567,7 +567,8 @@ def test_a_multi_run_reports_calibration_advice_follows_compares_same_machine_ru
     c = synthetic.write_run(tmp_path / "c", rows, run_id="other", peak_tflops=0.4, hostname="elsewhere")
     md = render(prepare([a, b, c]), tmp_path / "report").readme.read_text()
     one, two = (next(ln for ln in md.splitlines() if f"in {r} against" in ln) for r in ("loaded", "other"))
-    assert "the same machine calibrated at another speed" in one and "see --normalize calibration" not in one
+    assert "one machine by its fingerprints (the same host name and model" in one
+    assert "calibrated at another speed" in one and "see --normalize calibration" not in one
     assert "see --normalize calibration" in two  # two machines: normalising takes their speed out
 
 
