@@ -352,6 +352,11 @@ def test_a_partial_last_tile_of_128_fails_the_default_check(isolated_registry):
         n: {r.status for r in rows if r.n == n and not r.no_key and not r.padding} for n in check.SEQ_LENS
     }
     assert by_n == {100: {"pass"}, 300: {"FAIL"}} and check.exit_status(rows) == 1
+    # the verdict names the likely cause: right at N 100, wrong at 300 alone
+    assert check.verdict(rows) == (
+        "check: tail_128 FAILED (2 FAIL; at N 300 only, where its last tile of 64, 128 or 256 keys is "
+        "partial); exit status 1"
+    )
     assert len([r for r in rows if not r.no_key]) == 2 * 2 * len(check.SEQ_LENS)  # causal x padding at each N
     assert [r.n for r in rows if r.no_key] == [check.SEQ_LEN]
 
