@@ -537,7 +537,9 @@ def unmatched_lines(cmp: Comparison, named: int = 10) -> list[str]:
         )
 
     said = [f"{counted(len(x), 'cell')} only in {side} ({statuses(x)})" for side, x in sides]
-    lines = [f"not compared, the other run has no such cell: {' and '.join(said)}"]
+    gone = f"; the {len(cmp.missing)} ok only in A are MISSING from B, which --fail-above fails on"
+    gone = gone if len(cmp.missing) else ""
+    lines = [f"not compared, the other run has no such cell: {' and '.join(said)}{gone}"]
     broken = cmp.only_b[cmp.only_b["status"].isin(BROKEN)] if cmp.only_b is not None else []
     if len(broken):
         names = [f"{cid} ({st})" for cid, st in zip(broken["cell_id"], broken["status"], strict=True)]

@@ -306,7 +306,7 @@ def test_cells_only_one_run_has_are_counted_and_b_s_broken_ones_named(tmp_path):
     named = [f"{r['cell_id']} ({r['status']})" for r in rows_b[2:]]
     lines = [
         "not compared, the other run has no such cell: 5 cells only in A (5 ok) and 4 cells only in B (1 ok, "
-        "1 wrong, 1 error, 1 timeout)",
+        "1 wrong, 1 error, 1 timeout); the 5 ok only in A are MISSING from B, which --fail-above fails on",
         "broken only in B, not gated (no cell of A to regress from): " + ", ".join(named),
     ]
     text = text_report(cmp)
