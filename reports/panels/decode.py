@@ -76,14 +76,16 @@ def kv_rates(rows):
 
 def decode_table(rows, copy_gbps: float | None):
     """Per series (combination, N_q, variant): its largest N_k with the K/V GB/s reached there and the
-    percentage of the calibrated copy bandwidth (NaN when the device has none)."""
+    percentage of the calibrated copy bandwidth (NaN when the device has none); indexed by that cell's label
+    in `rows`."""
     import pandas as pd
 
     rated = kv_rates(rows)
-    records = []
+    records, labels = [], []
     for key, sub in grouped(rated, [*COMBO_AXES, "seq_len", "variant"]):
         top = sub.sort_values("seq_k").iloc[-1]
         rate = float(top["kv_gbps"])
+        labels.append(top.name)
         records.append(
             {
                 **key,
@@ -96,7 +98,7 @@ def decode_table(rows, copy_gbps: float | None):
             }
         )
     cols = [*COMBO_AXES, "seq_len", "variant", "seq_k", "kv_bytes", "time_ms_median", "kv_gbps"]
-    return pd.DataFrame(records, columns=[*cols, "copy_gbps", "pct_of_copy"])
+    return pd.DataFrame(records, columns=[*cols, "copy_gbps", "pct_of_copy"], index=labels)
 
 
 def kv_sentence(rows, copy_gbps: float | None) -> tuple[str | None, list[Any]]:
@@ -105,20 +107,17 @@ def kv_sentence(rows, copy_gbps: float | None) -> tuple[str | None, list[Any]]:
     device has one ('At N_k = 4,096 (N_q = 1), K/V is read at: paged_gather 12.3 GB/s, 45% of the calibrated
     copy bandwidth (27.4 GB/s); paged_flex 8.1 GB/s, 30%.'); and the index labels of the rows it reads (for
     the findings' busy-machine mark). None where the panel has no ok decode cell."""
-    rated = kv_rates(decode_rows(rows))
-    if rated.empty:
-        return None, []
-    labels, said = [], []
-    for n_q, sub in rated.groupby("seq_len", sort=True):
-        tops = sub.loc[sub.groupby("variant")["seq_k"].idxmax()].sort_values("kv_gbps", ascending=False)
-        labels += list(tops.index)
+    table = decode_table(decode_rows(rows), copy_gbps)
+    said = []
+    for n_q, tops in table.groupby("seq_len", sort=True):
+        tops = tops.sort_values("kv_gbps", ascending=False)
         same = tops["seq_k"].nunique() == 1
         parts = []
         for i, (_, r) in enumerate(tops.iterrows()):
             part = f"{r['variant']} {num_text(r['kv_gbps'], '.3g')} GB/s"
             part += "" if same else f" at N_k = {seq_count(r['seq_k'])}"
             if copy_gbps:
-                pct = f"{num_text(float(r['kv_gbps']) / copy_gbps * 100, '.2g')}%"
+                pct = f"{num_text(r['pct_of_copy'], '.2g')}%"
                 part += (
                     f", {pct} of the calibrated copy bandwidth ({num_text(copy_gbps, '.3g')} GB/s)"
                     if not i
@@ -127,7 +126,7 @@ def kv_sentence(rows, copy_gbps: float | None) -> tuple[str | None, list[Any]]:
             parts.append(part)
         where = f"N_k = {seq_count(tops['seq_k'].iloc[0])}" if same else "each variant's largest N_k"
         said.append(f"At {where} (N_q = {int(n_q)}), K/V is read at: {'; '.join(parts)}.")
-    return " ".join(said), labels
+    return (" ".join(said) or None), list(table.index)
 
 
 # ---- figures -------------------------------------------------------------------------------------------
