@@ -95,9 +95,8 @@ def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[tuple[Page,
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
     pages = machine_pages(machines)
-    gate = Gate.of(
-        df, runs
-    )  # what `history check` fails on besides steps: the same series, the same functions
+    # what `history check` fails on besides steps: the same series, by the same functions
+    gate = Gate.of(df, runs)
     index = Page("attnbench history")
     index.add(
         Para(

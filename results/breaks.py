@@ -105,10 +105,12 @@ def missing(df, runs=None) -> list[Missing]:
         was = here[(here["run_key"] == before) & (here["status"] == "ok").fillna(False).astype(bool)]
         was = was.sort_values("cell_id", kind="stable")
         for i, cell in enumerate(was["cell_id"]):
+            if cell in now:
+                continue
             gone = Missing(str(machine), str(cell), str(was["variant"].iloc[i]), run_fields(ordered, -1),
                            run_fields(was, i), str(sweep))  # fmt: skip
             known = found.get((gone.machine, gone.cell_id))
-            if cell not in now and (known is None or _later(gone.latest, known.latest)):
+            if known is None or _later(gone.latest, known.latest):
                 found[(gone.machine, gone.cell_id)] = gone
     return [found[k] for k in sorted(found)]
 
