@@ -402,10 +402,9 @@ def _refuse_none_measured(measured: Any, who: str, keywords: dict[str, Any]) -> 
 
 
 def _declared(name: str, run_dir: Path):
-    """What bench gates of variant `name` beyond its sweep's cells (reports.answer.Declared): the gate of
-    each workload it declares and of every mask, forward and backward, at check's N, on each device and
-    dtype its run measured, each in a worker process (harness.tools.check.bench_gates), and the workload
-    keywords its function takes undeclared."""
+    """What bench gates of variant `name` beyond its sweep's cells (reports.answer.Declared): each workload
+    it declares and every mask, forward and backward, at check's N, on each device and dtype its run
+    measured, in worker processes (check.bench_gates); the workload keywords its function takes undeclared."""
     from attnbench import variants
     from attnbench.harness.tools import check
     from attnbench.reports.answer import Declared
@@ -418,8 +417,9 @@ def _declared(name: str, run_dir: Path):
         return any(not check.implied(label) for label, _ in check.workload_cells(v, device, dtypes[0], n))
 
     # a device the run measured on elsewhere (ray, slurm) that this process cannot gate on
-    elsewhere = tuple((d, why, declares(d)) for d in devices if (why := check.unavailable(v, d)))
-    return Declared(gated, n, v.undeclared(), elsewhere, masks, v.mask_kind(), v.foreign(), check.SEQ_LENS)
+    away = tuple((d, why, declares(d)) for d in devices if (why := check.unavailable(v, d)))
+    tile = check.TILE_ONLY if check.tile_only(masks, name) else ""  # wrong only where a tile is partial
+    return Declared(gated, n, v.undeclared(), away, masks, v.mask_kind(), v.foreign(), check.SEQ_LENS, tile)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from .answer_text import ratio_text as _ratio_text
 from .answer_text import short as _short
 from .answer_text import shown as _shown
 from .busy import machine_busy, unsettled
-from .findings import n_text, names_text, range_text
 from .tables import axis_text, label, length_axis, length_name, present, varying
+from .words import n_text, names_text, range_text
 
 MAX_LINES = 12
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
@@ -46,10 +46,9 @@ _NUMBER = re.compile(r"[-+]?\d[\d.,]*(?:e[-+]?\d+)?")  # a message's numbers, le
 @dataclass(frozen=True)
 class Declared:
     """What bench gates of fn beyond its sweep's cells, at N = n with `attnbench check`'s own rows (GateRows
-    of harness.tools.check): every mask, forward and, where fn has one, backward (`masks`: a length no
-    power of two divides, where the sweep's N all are, and the backward its forward calls never run); each
-    workload it declares (`gated`); and the workload keywords it takes without declaring them ((keyword,
-    how to declare it): variants.handed.undeclared)."""
+    of harness.tools.check): every mask, forward and, where fn has one, backward (`masks`: a length no power
+    of two divides, and the backward its forward calls never run); each workload it declares (`gated`);
+    and the workload keywords it takes undeclared ((keyword, how): variants.handed.undeclared)."""
 
     gated: tuple = ()
     n: int = 0  # the workloads' N, and the masks' where `mask_ns` is not given
@@ -61,6 +60,7 @@ class Declared:
     mask: str = "flags"  # the mask fn is declared to take (variants.adapt.MASKS)
     foreign: tuple[str, ...] = ()  # workload keywords it takes in another library's spelling (handed.foreign)
     mask_ns: tuple[int, ...] = ()  # the N every mask is gated at (harness.tools.check.SEQ_LENS); () is (n,)
+    tile_only: str = ""  # said for the N of a WRONG line where fn failed there only (check.TILE_ONLY)
 
 
 def _ns_text(ns) -> str:
@@ -264,8 +264,8 @@ def at_n(
         word = GATE_VERDICTS[first.status]
         also = f" (and {more} more)" if more else ""
         where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
-        at = n_text(getattr(first, "n", 0) or declared.n)
-        lines.append(f"{word} at N {at} ({where}){also}: {_short(spell(first.reason), MESSAGE_CHARS)}")
+        at = declared.tile_only or f"at N {n_text(getattr(first, 'n', 0) or declared.n)}"
+        lines.append(f"{word} {at} ({where}){also}: {_short(spell(first.reason), MESSAGE_CHARS)}")
     elif gated and not failed:
         masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
         worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))

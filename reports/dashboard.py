@@ -38,7 +38,7 @@ from attnbench.results.store import is_run_dir
 from attnbench.results.writable import why_no_page_folder, written_whole
 
 from . import site_calibration, site_files
-from .findings import exponent_said
+from .growth import exponent_said
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
 from .run_rows import RunRows
 from .site_gate import Gate, run_cell

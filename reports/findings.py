@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnbench.results.drift import own_spread, steady, unprobed
-from attnbench.results.formulas import bytes_text, wrap_text
+from attnbench.results.formulas import wrap_text
 from attnbench.results.visits import blind_lead_text
 
 from . import page as pg
 from .busy import SHAKY, busy_sentences, machine_busy, runs_of, unsettled  # noqa: F401 (said here too)
-from .fit import EXTRAPOLATION_LIMIT, agrees, too_wide
+from .growth import growth_sentences, wall_sentence
 from .panels import accuracy, decode, energy, varlen
 from .style import variant_order
 from .tables import (
@@ -38,6 +38,7 @@ from .tables import (
     ranked_rows,
     tied_names,
 )
+from .words import n_text, names_text, range_text, ratio_range
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
 NOTHING_OK = "No cell ran ok: nothing is ranked or fitted"
@@ -66,64 +67,6 @@ class Findings:
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
-
-
-# ---- words for numbers ---------------------------------------------------------------------------------
-
-
-def n_text(n: Any) -> str:
-    return f"{int(n):,}"
-
-
-def names_text(names: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    names = list(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def range_text(ns: list[int], every: bool = False, name: str = "N") -> str:
-    """'at N = 4,096', 'from N = 256 to 2,048', 'at every N measured, 256 to 4,096' (`name`: what the
-    length is called, tables.length_name: 'N_k' for a decode series)."""
-    if len(ns) == 1:
-        return f"at {name} = {n_text(ns[0])}"
-    if every:
-        return f"at every {name} measured, {n_text(ns[0])} to {n_text(ns[-1])}"
-    return f"from {name} = {n_text(ns[0])} to {n_text(ns[-1])}"
-
-
-def ratio_range(ratios: list[float]) -> str:
-    """'1.29×' or '1.05–1.16×'."""
-    lo, hi = min(ratios), max(ratios)
-    return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
-
-
-GROWTH_WORDS = (("flat", 0.0), ("linear", 1.0), ("quadratic", 2.0), ("cubic", 3.0))  # a power's word
-
-
-def growth_word(exp: Any, lo: Any, hi: Any) -> str:
-    """An exponent in words: a power's ('quadratic') only where it agrees with it by the scaling table's rule
-    (fit.agrees), so that no word says more than the CI, else where it lies ('between linear and
-    quadratic'), or 'CI too wide to say' (the table's 'uncertain'). A CI holding two powers names neither."""
-    lo, hi = (float(lo), float(hi)) if present(lo) and present(hi) else (None, None)
-    if too_wide(lo, hi):
-        return "CI too wide to say"
-    e = float(exp)
-    named = [w for w, power in GROWTH_WORDS if agrees(e, lo, hi, power)]
-    if len(named) == 1:
-        return named[0]
-    if e < 1:
-        return "sub-linear"
-    return "between linear and quadratic" if e < 2 else "faster than quadratic"
-
-
-def exponent_text(exp: Any, lo: Any, hi: Any, name: str = "N") -> str:
-    """'N^1.98 [1.95, 2.01] (quadratic)'; without a CI (a fit through 2 points) 'N^1.98 (no CI)' and no
-    word for the growth: two noisy points name no class (an O(N²) kernel read 'N^0.16, flat' so). `name`:
-    the length's (tables.length_name), 'N_k^1.02' for a decode series."""
-    if present(lo) and present(hi):
-        word = growth_word(exp, lo, hi)
-        return f"{name}^{float(exp):.2f} [{float(lo):.2f}, {float(hi):.2f}] ({word})"
-    return f"{name}^{float(exp):.2f} (no CI)"
 
 
 # ---- (1) who is fastest where ------------------------------------------------------------------------
@@ -321,16 +264,18 @@ def _read_off(pts: list[_Point], shaky: set[tuple[str, int]], named: dict[str, s
     return False
 
 
-def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
+def ranking_sentences(panel_rows, busy: bool = False, marks: Mapping[str, str] | None = None) -> list[str]:
     """Who is fastest in which range of N (tables.best_variant and its tie rule), and where the lead
     changes hands. On a busy machine (`busy`: machine_busy said so), a sentence that compares a cell that
-    drifted or was noisy (unsettled) opens with SHAKY: its winner may be the machine's."""
+    drifted or was noisy (unsettled) opens with SHAKY: its winner may be the machine's. `marks`: what a
+    sentence says right after a variant's name (' (wrong at N 300)': build)."""
     length = length_axis(panel_rows)
     name = length_name(length)  # a decode panel ranks its N_k
     best = best_variant(panel_rows)
     if best.empty:
         return []
     named = approximate_names(panel_rows)
+    named.update({v: named.get(v, v) + m for v, m in (marks or {}).items()})
     points = _points(best, length, _ranked_at(panel_rows, length))
     # an N where the fastest is the only one ranked because the others there are suspect crowns nobody:
     # the sentence says they are suspect instead, and the N takes no part in a stretch or a crossover
@@ -369,171 +314,6 @@ def ranking_sentences(panel_rows, busy: bool = False) -> list[str]:
             f"{names_text(new)} {takes} the lead from {names_text(old)}."
         )
         out.append(said(text, [last, first]))
-    return out
-
-
-# ---- (2) growth and (3) the memory wall ----------------------------------------------------------------
-
-
-CONSTANT_SHOWN = 1 << 20  # a memory fit's N-independent part worth a word (chunked's block: about 5 MiB)
-
-
-def _says_nothing(exp: Any, lo: Any, hi: Any, name: str = "N") -> str | None:
-    """Why an exponent says nothing of how a variant grows: 'two N' (a fit through two points, no CI; `name`:
-    the length's) or 'CI too wide to say' (growth_word); None for one that says something."""
-    if not present(exp):
-        return None
-    if not (present(lo) and present(hi)):
-        return f"two {name}"
-    return "CI too wide to say" if growth_word(exp, lo, hi) == "CI too wide to say" else None
-
-
-def exponent_said(fit: Any, name: str = "N") -> str:
-    """A fitted exponent (fit.PowerFit) as a table shows it, '1.98 [1.90, 2.06]', with why it says nothing
-    of the growth where it does not, in the words the findings use (_says_nothing): '2.01 [1.32, 2.70]: CI
-    too wide to say', '-0.35 (no CI): two N'; 'n/a (...)' without a fit."""
-    why = _says_nothing(fit.exponent, fit.ci_low, fit.ci_high, name)
-    return f"{fit.text()}: {why}" if why else fit.text()
-
-
-def growth_sentences(fits, length: str = "seq_len") -> list[str]:
-    """Per variant whose time fit says something: its time and memory exponents with their CIs, in words
-    (a memory exponent that says nothing left out); the variants whose time fit says nothing (two N, no
-    CI; a CI too wide to say) in one sentence, their exponents in the scaling table; those with no fit in
-    another. `length`: the panel's (tables.length_axis), which names N (N_k for a decode panel)."""
-    name = length_name(length)
-    out: list[str] = []
-    unfit: dict[str, list[str]] = {}  # statuses -> the variants with no fit
-    unsaid: dict[str, list[str]] = {}  # why the time fit says nothing -> the variants
-    by_name = {str(r["variant"]): r for _, r in fits.iterrows()}
-    for v in variant_order(by_name):
-        r = by_name[v]
-        if not present(r["time_exp"]):
-            unfit.setdefault(str(r["statuses"]), []).append(v)
-            continue
-        why = _says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
-        parts = []
-        if why:  # its time in the one sentence below; a memory fit that says something is still said
-            unsaid.setdefault(why, []).append(v)
-        else:
-            time = exponent_text(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
-            parts.append(f"time grows as {time}")
-        if present(r["mem_exp"]) and not _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):
-            memory = f"memory {'as' if parts else 'grows as'} "
-            memory += exponent_text(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"], name)
-            const = r.get("mem_const_bytes")
-            if present(const) and float(const) >= CONSTANT_SHOWN:  # the fit's c + a·N^b
-                memory += f" above {bytes_text(int(const))} that does not grow with {name}"
-            parts.append(memory)
-        if parts:
-            out.append(f"{v}: {', '.join(parts)}.")
-    if unsaid:
-        each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unsaid.items()]
-        out.append(f"Time's growth not measured (see the scaling table) for: {'; '.join(each)}.")
-    if unfit:
-        each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unfit.items()]
-        out.append(f"No fit (ok at fewer than two {name}): {'; '.join(each)}.")
-    return out
-
-
-GUARD_PREFIX = "memory guard:"  # a row the memory guard skipped opens its message so (harness.measure.guard)
-
-
-def _refused(panel_rows, length: str):
-    """The rows refused for memory: out of memory, or skipped by the memory guard."""
-    guard = (
-        panel_rows["message"].astype(str).str.startswith(GUARD_PREFIX) if "message" in panel_rows else False
-    )
-    return panel_rows[(panel_rows["status"] == "oom") | ((panel_rows["status"] == "skipped") & guard)]
-
-
-def _measured_wall(rows, length: str, n_fit: int) -> int | None:
-    """A variant's largest ok N where its own rows contradict its memory fit's wall `n_fit`: refused for
-    memory (out of memory, the memory guard) at an N the fit says fits, or ok at an N beyond it; None where
-    the rows agree with the fit (or it ran ok nowhere below its refusal)."""
-    refused = _refused(rows, length)[length].dropna()
-    ok = ok_rows(rows)[length].dropna()
-    first_refused = int(refused.min()) if len(refused) else None
-    if first_refused is not None:
-        ok = ok[ok < first_refused]
-    largest = int(ok.max()) if len(ok) else None
-    contradicted = (first_refused is not None and n_fit >= first_refused) or (largest or 0) > n_fit
-    return largest if contradicted else None
-
-
-def wall_sentence(fits, panel_rows) -> str | None:
-    """The largest N that fits in the device's memory per variant (the memory fit read at the device's
-    memory, fit.scaling_table), grouped by that N, and the N where a variant was refused for memory (out of
-    memory, or skipped by the memory guard). Where a variant's own rows contradict its fit (refused at an N
-    the fit says fits, or ok beyond the fit's wall), the largest N it ran ok is said instead, as measured. A
-    variant whose memory exponent says nothing (_says_nothing: two N, or a CI too wide to say) has no wall
-    read off it. A decode panel's N is its N_k (tables.length_name)."""
-    length = length_axis(panel_rows)
-    name = length_name(length)
-    walls: dict[int, list[str]] = {}
-    beyond: dict[int, list[str]] = {}
-    measured: dict[int, list[str]] = {}
-    dev_mem = None
-    for v in variant_order(str(x) for x in fits["variant"]):
-        r = fits[fits["variant"] == v].iloc[0]
-        if not present(r["n_max_fit"]) or not present(r["device_mem_bytes"]):
-            continue
-        if _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):  # two N, or a CI too wide
-            continue
-        n, top = int(r["n_max_fit"]), r["n_max_measured"]
-        ran = _measured_wall(panel_rows[panel_rows["variant"] == v], length, n)
-        if ran is not None:
-            measured.setdefault(ran, []).append(v)
-            continue
-        dev_mem = int(r["device_mem_bytes"])
-        if present(top) and n > EXTRAPOLATION_LIMIT * int(top):
-            beyond.setdefault(EXTRAPOLATION_LIMIT * int(top), []).append(v)
-        else:
-            walls.setdefault(n, []).append(v)
-
-    def fit(vs: list[str]) -> str:
-        return f"{names_text(vs)} {'fits' if len(vs) == 1 else 'fit'}"
-
-    parts = [f"{fit(vs)} up to {name} = {n_text(n)}" for n, vs in sorted(walls.items())]
-    parts += [f"{fit(vs)} past {name} = {n_text(n)}" for n, vs in sorted(beyond.items())]
-    if beyond:  # the fit is not read further than that
-        each = "its" if len(beyond) > 1 else "the"
-        parts[-1] += f" ({EXTRAPOLATION_LIMIT}× {each} largest measured {name}, as far as the fit is read)"
-    said = []
-    if parts:
-        said.append(
-            f"Memory wall ({bytes_text(dev_mem)} of device memory, memory fit extrapolated): "
-            + "; ".join(parts)
-            + "."
-        )
-    if measured:
-        ran = [f"{names_text(vs)} ran ok up to {name} = {n_text(n)}" for n, vs in sorted(measured.items())]
-        said.append(f"Measured, where the cells contradict the memory fit: {'; '.join(ran)}.")
-    said += _refused_sentences(panel_rows, length, name, {v for vs in measured.values() for v in vs})
-    return " ".join(said) or None
-
-
-def _refused_sentences(panel_rows, length: str, name: str, guarded: set[str]) -> list[str]:
-    """'Skipped by the memory guard: naive at N = 16,384.' (for the variants of `guarded`: those whose wall
-    was read off their cells) and 'Measured out of memory: ...': each variant at the smallest N it was
-    refused."""
-    refused = _refused(panel_rows, length)
-    refused = refused[(refused["status"] == "oom") | refused["variant"].astype(str).isin(guarded)]
-    out = []
-    skipped = refused[refused["status"] == "skipped"]
-    first: dict[int, list[str]] = {}
-    for v in variant_order(str(x) for x in skipped["variant"].unique()):
-        first.setdefault(int(skipped[skipped["variant"] == v][length].min()), []).append(v)
-    if first:
-        at = [f"{names_text(vs)} at {name} = {n_text(n)}" for n, vs in sorted(first.items())]
-        out.append(f"Skipped by the memory guard: {'; '.join(at)}.")
-    oom = refused[refused["status"] == "oom"]
-    ran_out = [
-        f"{v} at {name} = {n_text(oom[oom['variant'] == v][length].min())}"
-        for v in variant_order(str(x) for x in oom["variant"].unique())
-    ]
-    if ran_out:
-        out.append(f"Measured out of memory: {names_text(ran_out)}.")
     return out
 
 
@@ -612,17 +392,22 @@ def build(
     imported: Collection[str] = (),
     wrong: tuple[str, ...] = (),
     copy_of: Callable[[dict[str, Any], Any], float | None] | None = None,
+    wrong_at: Mapping[tuple[str, str], int] | None = None,
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
     group's own section below), and the run-wide trust sentences (`run_dirs`: run id -> its folder as
     given, for the commands they name; `imported`: the ids from pytest-benchmark); `changed` (reports.trust's
     sentences on runs whose files something else changed) comes first, then `wrong` (a variant wrong at the
     N a run's gate adds), `unfinished` (runs stopped early) and a busy machine's sentence (busy_sentences).
-    copy_of(group key, rows): a group's calibrated copy bandwidth, for a decode panel's K/V read."""
+    copy_of(group key, rows): a group's calibrated copy bandwidth, for a decode panel's K/V read.
+    wrong_at: {(run id, variant): N} for a variant that answers wrong at the N its run's gate adds
+    (results.tile_wrong): every sentence that ranks or fits it names it '(wrong at N 300)'."""
     out = []
     said_busy = busy_sentences(df, run_dirs)
     busy = bool(said_busy)
     for gkey, group in groups(df):
+        ran = set(map(str, group["run_id"])) if "run_id" in group else set()
+        marks = {v: f" (wrong at N {n_text(n)})" for (rid, v), n in (wrong_at or {}).items() if rid in ran}
         # packed variable-length cells: per pattern, across its panels; on a busy machine a sentence that
         # compares an unsettled cell (judged per panel, as ranking_sentences judges) opens with SHAKY
         shaky = {
@@ -644,9 +429,12 @@ def build(
                 energy.sentence(rows),
                 accuracy.sentence(rows, shaky_said(rows, busy)),
             ]
-            sentences = ranking_sentences(rows, busy) + extra
+            sentences = ranking_sentences(rows, busy, marks) + extra
             if not fits.empty:  # growth last: the workload's own findings first
-                sentences += [*growth_sentences(fits, length_axis(rows)), wall_sentence(fits, rows)]
+                sentences += [
+                    *growth_sentences(fits, length_axis(rows), marks),
+                    wall_sentence(fits, rows, marks),
+                ]
             sentences = [s for s in sentences if s]
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))

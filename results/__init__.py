@@ -8,7 +8,16 @@ if __name__ != "attnbench.results":  # the folder imported by its own name, whic
         f"{__name__} is now attnbench.results: write `from attnbench import results`", name="results"
     )
 
-from .load import export, load, load_meta, load_numerics, machine_label, scalar_records, tile_sentences
+from .load import (
+    export,
+    load,
+    load_meta,
+    load_numerics,
+    machine_label,
+    scalar_records,
+    tile_sentences,
+    tile_wrong,
+)
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
 from .store import (
     RowWarning,
@@ -40,4 +49,5 @@ __all__ = [
     "read_rows",
     "scalar_records",
     "tile_sentences",
+    "tile_wrong",
 ]

@@ -256,15 +256,17 @@ def ungated(rows: Iterable[GateRow], named: Sequence[str]) -> dict[str, str]:
     }
 
 
-def _tile_only(rows: list[GateRow], name: str) -> str:
-    """'; at N 300 only, where its last tile ... is partial' where variant `name` failed at TILE_N alone and
-    passed the same masks at a smaller N: the likely cause of a kernel right at every N its tile divides."""
+TILE_ONLY = f"at N {TILE_N} only, where its last tile of 64, 128 or 256 keys is partial"
+
+
+def tile_only(rows: Iterable[GateRow], name: str) -> bool:
+    """Whether variant `name` failed at TILE_N alone and passed the same masks at a smaller N: the likely
+    cause of a kernel right at every N its tile divides (TILE_ONLY says it, in check's verdict and in
+    bench's answer)."""
     mine = [r for r in rows if r.variant == name and not r.no_key and not r.workload]
     bad = [r for r in mine if r.status in STATUSES_FAILED]
     passed = {(r.dtype, r.causal, r.padding) for r in mine if r.status == "pass" and r.n < TILE_N}
-    if bad and all(r.n == TILE_N and (r.dtype, r.causal, r.padding) in passed for r in bad):
-        return f"; at N {TILE_N} only, where its last tile of 64, 128 or 256 keys is partial"
-    return ""
+    return bool(bad) and all(r.n == TILE_N and (r.dtype, r.causal, r.padding) in passed for r in bad)
 
 
 def verdict(rows: Iterable[GateRow], named: Sequence[str] = ()) -> str:
@@ -278,8 +280,9 @@ def verdict(rows: Iterable[GateRow], named: Sequence[str] = ()) -> str:
             by_status = failed.setdefault(r.variant, {})
             by_status[r.status] = by_status.get(r.status, 0) + 1
     code = exit_status(rows, named)
+    why = {name: f"; {TILE_ONLY}" if tile_only(rows, name) else "" for name in failed}
     said = [
-        f"{name} FAILED ({', '.join(f'{n} {s}' for s, n in by_status.items())}{_tile_only(rows, name)})"
+        f"{name} FAILED ({', '.join(f'{n} {s}' for s, n in by_status.items())}{why[name]})"
         for name, by_status in failed.items()
     ] + [
         f"nothing gated for {name} (unsupported in every problem: {why})"

@@ -720,8 +720,8 @@ def test_the_latest_findings_give_each_exponent_as_the_runs_report_does():
     2.63] where the report says its 2.01 [1.32, 2.70] is too wide to say."""
     from conftest import ROOT
 
-    from attnbench.reports.findings import exponent_said
     from attnbench.reports.fit import combo_key, fit_index, scaling_table
+    from attnbench.reports.growth import exponent_said
     from attnbench.results import history, load, load_meta
 
     run = ROOT / "results" / "reference" / "cpu-epyc-2core"

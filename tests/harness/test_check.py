@@ -357,6 +357,15 @@ def test_a_partial_last_tile_of_128_fails_the_default_check(isolated_registry):
         "check: tail_128 FAILED (2 FAIL; at N 300 only, where its last tile of 64, 128 or 256 keys is "
         "partial); exit status 1"
     )
+    # and bench's WRONG line, from the same rows and the same rule (attnbench.api._declared builds it so)
+    from attnbench.reports.answer import Declared, at_n
+
+    masks = tuple(r for r in rows if not r.no_key)
+    said = at_n(Declared(masks=masks, n=check.SEQ_LEN, mask_ns=check.SEQ_LENS, tile_only=check.TILE_ONLY))
+    assert said[0].startswith("WRONG at N 300 only, where its last tile of 64, 128 or 256 keys is partial (")
+    assert check.tile_only(rows, "tail_128") and not check.tile_only(
+        [r for r in rows if r.n == 300], "tail_128"
+    )
     assert len([r for r in rows if not r.no_key]) == 2 * 2 * len(check.SEQ_LENS)  # causal x padding at each N
     assert [r.n for r in rows if r.no_key] == [check.SEQ_LEN]
 
@@ -390,13 +399,21 @@ def test_a_run_gates_its_variants_where_their_last_tile_is_partial_and_says_who_
     assert readme.index("tail_128 answers wrong at N") < readme.index("Trust:")
     assert f"| N {TILE_N}, causal | wrong |" in readme
     assert repr(rep).count("(wrong at another N)") == 1
+    # wherever the findings rank or fit it, tail_128 is named wrong at TILE_N; naive never is
+    said = [s for p in rep.findings.panels for s in p.sentences]
+    for sentence in said:
+        assert sentence.count("tail_128") == sentence.count(f"tail_128 (wrong at N {TILE_N})"), sentence
+        assert "naive (wrong" not in sentence
+    ranked = [p.sentences[0] for p in rep.findings.panels]  # with two variants it names both
+    fitted = [s for s in said if "grows as" in s or "Memory wall" in s or "growth not measured" in s]
+    assert all("tail_128 (wrong at N" in s for s in ranked) and any("tail_128 (wrong" in s for s in fitted)
 
 
 def test_a_variant_that_raises_at_the_tile_n_is_told_how_to_say_its_limit_not_that_it_drops_a_tile():
     """A kernel that raises for an N its tile does not divide is limited, not wrong: the run's sentence says
     how to declare that (attnbench.UnsupportedError), and only a wrong answer is told of a dropped tile (a
     trial's limited kernel read as broken as its wrong twin)."""
-    from attnbench.results import tile_sentences
+    from attnbench.results import tile_sentences, tile_wrong
 
     right = {"dtype": "float32", "q_scale": 1.0, "status": "ok"}
     at = {"dtype": "float32", "seq_len": 300, "causal": False}
@@ -411,6 +428,8 @@ def test_a_variant_that_raises_at_the_tile_n_is_told_how_to_say_its_limit_not_th
     assert "attnbench.UnsupportedError" in strict and "drops or misreads" not in strict
     assert drop.startswith("drop answers wrong at N 300") and "drops or misreads" in drop
     assert "UnsupportedError" not in drop
+    # only the wrong one is marked where the findings rank and fit it: the limited one is not wrong
+    assert tile_wrong(tiles, [{"variant": v, **right} for v in ("strict", "drop")]) == {"drop": 300}
 
 
 def test_a_named_variant_that_no_problem_gated_is_never_passed():

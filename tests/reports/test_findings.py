@@ -12,7 +12,7 @@ import pytest
 import synthetic
 from conftest import run_cli
 
-from attnbench.reports import findings, page, style
+from attnbench.reports import findings, growth, page, style, words
 from attnbench.reports.render import findings_of, prepare, render
 from attnbench.results.spreads import VISIT_SPREAD_FLOOR
 
@@ -479,19 +479,19 @@ def test_a_decode_panels_sentences_name_n_k_where_they_are_built(tmp_path):
     df = results.load(run)
     fits = fitmod.scaling_table(df, results.load_meta(run))
     ranking = findings.ranking_sentences(df)
-    growth = findings.growth_sentences(fits, "seq_k")
-    wall = findings.wall_sentence(fits, df)
+    grows = growth.growth_sentences(fits, "seq_k")
+    wall = growth.wall_sentence(fits, df)
     assert ranking[0].startswith("naive is fastest from N_k = 256 to 2,048 (")
     assert ranking[2] == "Crossover between N_k = 2,048 and 4,096: chunked takes the lead from naive."
-    assert growth[0].startswith("naive: time grows as N_k^2.00 [")
-    assert "No fit (ok at fewer than two N_k): flex (1 ok, 1 oom)." in growth
+    assert grows[0].startswith("naive: time grows as N_k^2.00 [")
+    assert "No fit (ok at fewer than two N_k): flex (1 ok, 1 oom)." in grows
     assert "naive fits up to N_k = 8,192" in wall and "(8× the largest measured N_k," in wall
     assert "Measured out of memory: flex at N_k = 512." in wall
-    for sentence in (*ranking, *growth, wall):
+    for sentence in (*ranking, *grows, wall):
         assert not re.search(r"\bN\b", sentence), sentence  # never a bare N in a decode panel
     # the same builders on a square panel say N
-    assert findings.growth_sentences(fits)[0].startswith("naive: time grows as N^2.00 [")
-    assert findings.range_text([256, 512], name="N_k") == "from N_k = 256 to 512"
+    assert growth.growth_sentences(fits)[0].startswith("naive: time grows as N^2.00 [")
+    assert words.range_text([256, 512], name="N_k") == "from N_k = 256 to 512"
 
 
 def test_a_variant_alone_among_suspects_is_never_called_fastest(tmp_path):

@@ -8,7 +8,7 @@ import re
 
 import synthetic
 
-from attnbench.reports import findings, tables
+from attnbench.reports import findings, tables, words
 from attnbench.reports.render import best_table, findings_of, prepare, render
 from attnbench.results import load
 
@@ -311,13 +311,13 @@ def test_a_growth_word_names_a_power_only_where_the_scaling_table_agrees_with_it
     power only where fit.agreement says `agrees` with it."""
     from attnbench.reports.fit import PowerFit, agreement
 
-    assert findings.growth_word(1.73, 1.58, 1.89) == "between linear and quadratic"
-    assert findings.growth_word(1.23, 1.01, 1.60) == "between linear and quadratic"
-    assert findings.growth_word(1.98, 1.95, 2.01) == "quadratic"
-    assert findings.growth_word(1.85, 1.84, 1.86) == "quadratic"  # within the table's 0.2
-    assert findings.growth_word(1.30, 0.95, 1.35) == "linear"  # its CI holds 1
+    assert words.growth_word(1.73, 1.58, 1.89) == "between linear and quadratic"
+    assert words.growth_word(1.23, 1.01, 1.60) == "between linear and quadratic"
+    assert words.growth_word(1.98, 1.95, 2.01) == "quadratic"
+    assert words.growth_word(1.85, 1.84, 1.86) == "quadratic"  # within the table's 0.2
+    assert words.growth_word(1.30, 0.95, 1.35) == "linear"  # its CI holds 1
     for exp, lo, hi in [(1.73, 1.58, 1.89), (1.23, 1.01, 1.60), (1.98, 1.95, 2.01), (0.9, 0.7, 1.05)]:
         fit = PowerFit(exponent=exp, ci_low=lo, ci_high=hi)
-        for word, power in findings.GROWTH_WORDS:
-            named = findings.growth_word(exp, lo, hi) == word
+        for word, power in words.GROWTH_WORDS:
+            named = words.growth_word(exp, lo, hi) == word
             assert named == (agreement(fit, power) == "agrees"), (exp, lo, hi, word)
