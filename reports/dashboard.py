@@ -32,15 +32,15 @@ from urllib.parse import unquote, urlsplit
 
 from attnbench.results.formulas import counted
 from attnbench.results.identity import short_hash
-from attnbench.results.judge import TOLERANCE, separated
+from attnbench.results.judge import TOLERANCE
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
 from attnbench.results.store import is_run_dir
 from attnbench.results.writable import why_no_page_folder, written_whole
 
 from . import site_calibration, site_files
-from .findings import exponent_said
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
 from .run_rows import RunRows
+from .site_findings import findings, named, shape_of, tied, unfinished_runs, unfinished_text
 from .site_gate import Gate, run_cell
 from .style import (
     empty_panel,
@@ -52,11 +52,9 @@ from .style import (
     slug,
     variant_order,
 )
-from .tables import approximate_text
 
 INDEX = "index.html"
 CROSS = "machines.html"
-_LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
 REPORT_FILES = ("report.html", "README.md")  # a run's report, the first found
 RUN_FILES = ("README.md",)  # else the run folder's own page
 OWN_REPORT = "report"  # a run's report in its own folder: `attnbench report RUN --out RUN/report`
@@ -122,9 +120,10 @@ def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[tuple[Page,
         Para((Link("Each variant's TFLOP/s and % of calibrated peak per machine, and who leads", CROSS),)),
     )
     written = [(index, out / INDEX)]
+    left = unfinished_runs(df, loaded)  # every machine's cells: a run's plan spans them all
     for m in machines:
         mine = [s for s in steps if s.machine == m]
-        page = machine_page(m, df[df["machine"] == m], mine, out, reports, loaded, gate)
+        page = machine_page(m, df[df["machine"] == m], mine, out, reports, loaded, gate, left)
         written.append((page, out / pages[m]))
     written.append((cross_page(ok, loaded), out / CROSS))
     for page, path in written:
@@ -329,16 +328,19 @@ def machine_page(
     reports: dict[str, str],
     loaded: RunRows | None = None,
     gate: Gate | None = None,
+    left: dict[str, tuple[int, int]] | None = None,
 ) -> Page:
     """A machine's page; `loaded` reads its runs' own rows (the latest findings' busy machine); `gate` the
-    series `history check` fails on (site_gate.Gate: BROKEN and MISSING, found in `df` where not given)."""
+    series `history check` fails on (site_gate.Gate: BROKEN and MISSING, found in `df` where not given);
+    `left` the unfinished runs (site_findings.unfinished_runs over every machine's cells), which the latest
+    findings pass over and the runs table marks."""
     runs = df.drop_duplicates("run_key").sort_values(["created", "run_id"], kind="stable")
     number = {key: i + 1 for i, key in enumerate(runs["run_key"])}
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     page = Page(f"attnbench history: {machine}")
     said = f"{counted(len(runs), 'run')}, {ok['cell_id'].nunique()} series, {counted(len(steps), 'step')}."
     page.add(_back(), Para(said))
-    page.add(Heading("Latest findings"), *findings(ok, reports, loaded))
+    page.add(Heading("Latest findings"), *findings(ok, reports, loaded, left))
     page.add(*(gate or Gate.of(df)).blocks(machine, reports))
     page.add(Heading("Every series over time"))
     page.add(
@@ -361,88 +363,8 @@ def machine_page(
             files = series_figure(machine, group, steps, number, out, f"{device} {dtype} {pass_}")
             page.add(Figure(files, embed=False))
     page.add(Heading("Steps"), steps_table(steps, reports))
-    page.add(Heading("Runs"), runs_table(runs, df, number, reports))
+    page.add(Heading("Runs"), runs_table(runs, df, number, reports, left))
     return page
-
-
-def _shape(cell_id: str, keep: int = 1) -> str:
-    """A cell_id without its variant (and without device and dtype for keep=3) and without its N."""
-    parts = str(cell_id).split("|")[keep:]
-    return "|".join(p for p in parts if not _LENGTH_PART.fullmatch(p))
-
-
-def _named(cell) -> str:
-    """A cell's variant as a page names it: one declared approximate (its bound, Capability.approximate)
-    says so, as its time is for another answer than the exact kernels' beside it."""
-    return approximate_text(cell["variant"], cell.get("approximate"))
-
-
-def _front(at, loaded: RunRows) -> tuple[str, ...]:
-    """The fastest variant of one run's cells at one N, and those the report's ranking cannot tell from it
-    (tied), in time order."""
-    at = at.sort_values(["time_ms_median", "variant"], kind="stable")
-    first = at.iloc[0]
-    return (
-        str(first["variant"]),
-        *(str(r["variant"]) for _, r in at.iloc[1:].iterrows() if tied(first, r, loaded)),
-    )
-
-
-def _ranges(winners: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, tuple[str, ...]]]:
-    """Consecutive lengths with the same front (fastest variant and its ties) as (first N, last N, front)."""
-    out: list[tuple[int, int, tuple[str, ...]]] = []
-    for n, v in winners:
-        if out and out[-1][2] == v:
-            out[-1] = (out[-1][0], n, v)
-        else:
-            out.append((n, n, v))
-    return out
-
-
-def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[Any]:
-    """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
-    the run linked (reports: copy_reports's links) and the variant's fitted exponent (time ~ N^b) over that
-    run's lengths; a run whose cells here drifted or were noisy enough to make a busy machine (`runs`:
-    reports.busy.machine_busy over its own rows) is marked, and its sentence follows the table."""
-    if not len(ok):
-        return [Para("No ok cells.")]
-    ok = ok.assign(shape=[_shape(c) for c in ok["cell_id"]])
-    rows, busy = [], {}
-    for shape, group in ok.groupby("shape", sort=True):
-        latest = group[group["created"] == group["created"].max()]
-        winners = [(int(n), _front(at, runs or RunRows())) for n, at in latest.groupby("seq_len", sort=True)]
-        named = {str(r["variant"]): _named(r) for _, r in latest.iterrows()}
-        run = latest.iloc[0]
-        said = runs.busy(run["path"], ok[ok["path"] == run["path"]]["cell_id"]) if runs else None
-        if said:
-            busy[str(run["run_id"])] = said
-        linked = run_cell(str(run["run_id"]), run["path"], reports) + ((" (machine busy)",) if said else ())
-        for lo, hi, front in _ranges(winners):
-            v = front[0]  # the fastest; the others tied with it at every N of the range
-            mine = latest[latest["variant"] == v].sort_values("seq_len")
-            fit = (runs or RunRows()).time_fit(run["path"], mine["cell_id"], mine)
-            best = mine[mine["seq_len"] == hi].iloc[0]
-            rows.append(
-                (
-                    shape,
-                    f"{lo}" if lo == hi else f"{lo}..{hi}",
-                    " ≈ ".join(named[t] for t in front),
-                    f"{float(best['time_ms_median']):.4g} ms",
-                    exponent_said(fit),
-                    linked,
-                )
-            )
-    headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
-    return [
-        Table(
-            headers,
-            tuple(rows),
-            "the fastest variant over each range of N, 'A ≈ B' where the report's ranking cannot tell B "
-            f"from A at every N of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
-            "test); the time and the exponent are A's",
-        ),
-        *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
-    ]
 
 
 def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, int], out: Path, title: str):
@@ -542,11 +464,14 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
     return Table(headers, tuple(rows))
 
 
-def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Table:
+def runs_table(runs, df, number: dict[str, int], reports: dict[str, str], left=None) -> Table:
+    """A row per run: its number on the page, its report, when, its code and torch, and its cells here,
+    with the cells it measured of those it planned where it is unfinished (`left`: unfinished_runs)."""
     rows = []
     cells_of = df["run_key"].value_counts()  # counted once: a comparison per run is runs x rows
     for _, r in runs.iterrows():
-        cells = int(cells_of.get(r["run_key"], 0))
+        cells = str(int(cells_of.get(r["run_key"], 0)))
+        stopped = (left or {}).get(str(r["path"]))
         rows.append(
             (
                 str(number[r["run_key"]]),
@@ -554,7 +479,7 @@ def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Tab
                 str(r["created"])[:19],
                 _code_text(r.get("git_commit"), r.get("code_sha256")),
                 str(r["torch"] or "?"),
-                str(cells),
+                cells + (f" ({unfinished_text(stopped)})" if stopped else ""),
             )
         )
     return Table(("#", "run (its report)", "made", "code", "torch", "cells"), tuple(rows))
@@ -589,7 +514,7 @@ def latest_cells(ok):
         ["machine", "cell_id"], keep="last"
     )
     return latest.assign(
-        shape=[_shape(c, keep=3) for c in latest["cell_id"]], seq=latest["seq_len"].astype(int)
+        shape=[shape_of(c, keep=3) for c in latest["cell_id"]], seq=latest["seq_len"].astype(int)
     )
 
 
@@ -633,17 +558,6 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     return page
 
 
-def tied(first, other, loaded: RunRows) -> bool:
-    """Whether the report's ranking could not tell `other` from the faster `first` (results.judge.separated,
-    as reports.tables.best_variant asks it: under judge.TOLERANCE slower by median, or not judged slower by
-    its test on the two cells' samples, read from their runs' folders); where a run's folder cannot be read,
-    the store's medians decide alone: under TOLERANCE is a tie."""
-    a, b = loaded.row(first["path"], first["cell_id"]), loaded.row(other["path"], other["cell_id"])
-    if a is not None and b is not None:
-        return not separated(a, b)
-    return not float(other["time_ms_median"]) >= (1 + TOLERANCE) * float(first["time_ms_median"])
-
-
 def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
     """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it."""
     rows = []
@@ -655,8 +569,8 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
                 row.append("-")
                 continue
             best = mine.iloc[0]
-            ties = [_named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
-            text = f"{_named(best)} {_peak_text(best)}"
+            ties = [named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
+            text = f"{named(best)} {_peak_text(best)}"
             row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
         rows.append(tuple(row))
     caption = (
@@ -670,7 +584,7 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
 def variant_table(common, machines: list[str]) -> Table:
     rows = []
     for (shape, n, _variant), at in common.groupby(["shape", "seq", "variant"], sort=True):
-        row: list[Any] = [shape, str(n), _named(at.iloc[0])]
+        row: list[Any] = [shape, str(n), named(at.iloc[0])]
         for m in machines:
             mine = at[at["machine"] == m]
             row.append(_peak_text(mine.iloc[0]) if len(mine) else "-")
