@@ -15,7 +15,8 @@ those the report's ranking could not tell from it (results.judge.separated). Wha
 Pages are reports.page Pages. The site is self-contained: a run's report (report_of: where the project
 publishes it, in the run's own report/ folder, where `attnbench report RUN` writes it by default, or the
 run folder's README.md) is copied into the site's `runs/<run>/` with the files it references, and every
-link points at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked.
+link points at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked,
+and so is one whose report was drawn from other rows than the run holds now (rendered_from.stale).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import shutil
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from attnbench.results.formulas import counted
@@ -37,8 +38,9 @@ from attnbench.results.steps_text import calibration_text, changes, nearby_text,
 from attnbench.results.store import is_run_dir
 from attnbench.results.writable import why_no_page_folder, written_whole
 
-from . import site_calibration, site_files
+from . import rendered_from, site_calibration, site_files
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
+from .rendered_from import Stale
 from .run_rows import RunRows
 from .site_findings import findings, named, shape_of, tied, unfinished_runs, unfinished_text
 from .site_gate import Gate, run_cell
@@ -68,27 +70,35 @@ SITE_MARK = ".attnbench-site"
 PAGES = (".html", ".md")  # a copied file whose own references are copied too
 
 
-def publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[Path]:
+class Published(NamedTuple):
+    """What publish wrote: its pages, the index first, and the runs whose report it found and did not link,
+    the report being drawn from other rows than the run holds now (rendered_from.stale)."""
+
+    pages: list[Path]
+    stale: list[Stale]
+
+
+def publish(df, steps: Sequence[Any], out: Path, runs=None) -> Published:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame), its
     steps (results.steps.find) and the store's runs (results.history_runs.runs: a run with no cells is the
     latest of its sweep, MISSING what it lacks; None: the runs with cells in `df`); returns the pages
-    written, the index first. Each run's report is copied into out/runs/ (copy_reports), so the folder is
-    the whole site. The site is written whole or not at all
+    written and the stale reports left unlinked. Each run's report is copied into out/runs/ (copy_reports),
+    so the folder is the whole site. The site is written whole or not at all
     (results.writable.written_whole): Ctrl-C or a failure leaves `out` as it was. Then the pages and figures
     an earlier publish wrote there that this one does not (a machine gone from the store) are removed
     (site_files), nothing else."""
     with written_whole(out, "the site") as partial:
-        written = _publish(df, steps, partial, runs)
+        written, stale = _publish(df, steps, partial, runs)
     names = site_files.page_files(written)
     site_files.replace(out, names)  # what the last publish wrote, and this one not
-    return [out / path.relative_to(partial) for _, path in written]
+    return Published([out / path.relative_to(partial) for _, path in written], stale)
 
 
-def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[tuple[Page, Path]]:
+def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> tuple[list[tuple[Page, Path]], list[Stale]]:
     """publish, into the folder `out` (a temporary one, moved into place when complete): each page written
-    and its path there."""
+    and its path there, and the stale reports."""
     out.mkdir(parents=True, exist_ok=True)
-    reports = copy_reports(df, out)
+    reports, stale = copy_reports(df, out)
     loaded = RunRows()
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
@@ -128,7 +138,7 @@ def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[tuple[Page,
     written.append((cross_page(ok, loaded), out / CROSS))
     for page, path in written:
         _write(page, path)
-    return written
+    return written, stale
 
 
 def _write(page: Page, path: Path) -> Path:
@@ -260,10 +270,12 @@ def site_problem(out: Path, store: Path | None = None, machines: Sequence[str] =
     return why_no_page_folder(out, "site")  # named as a page's file (`--out site.html`), or holding runs
 
 
-def copy_reports(runs, out: Path) -> dict[str, str]:
+def copy_reports(runs, out: Path) -> tuple[dict[str, str], list[Stale]]:
     """Copy each run's report (report_of, with report_files) into out/runs/<site_name>/, anew, and remove
     whatever else out/runs holds (the copies of runs no longer in the store): publish owns that folder and
-    never touches anything out of it. Returns {run path: the link from a page at the site's root}."""
+    never touches anything out of it. A report drawn from other rows than its run holds now
+    (rendered_from.stale: the run was resumed or measured again since) is not copied. Returns {run path: the
+    link from a page at the site's root} and the stale reports."""
     why = site_problem(out)
     if why:
         raise ValueError(f"--out {out} {why}")
@@ -271,9 +283,13 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
     root.mkdir(exist_ok=True)
     (root / SITE_MARK).write_text("attnbench history publish made this folder; it replaces what it holds\n")
     links: dict[str, str] = {}
+    stale: list[Stale] = []
     for _, r in runs.drop_duplicates("run_key").iterrows():
         page = report_of(str(r["path"]), r["run_id"])
         if page is None:
+            continue
+        if rendered_from.stale(page, r["path"], r["run_id"]):
+            stale.append(Stale(str(r["run_id"]), str(r["path"]), page))
             continue
         name = site_name(r["run_id"], r["run_key"])
         dest = root / name
@@ -290,7 +306,7 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
     for entry in root.iterdir():
         if entry.name not in kept:
             _remove(entry)
-    return links
+    return links, stale
 
 
 _OUT_HTML = re.compile(r'<a href="(\.\./[^"]*)">(.*?)</a>')  # a link up, maybe out of the report's folder

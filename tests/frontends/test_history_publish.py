@@ -262,6 +262,45 @@ def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path, part
     assert dashboard.report_of(runs[1], _run_id(runs[1])) == runs[1] / "report" / "report.html"
 
 
+def test_a_report_drawn_before_its_run_was_resumed_is_not_linked_and_publish_says_how_to_render_it(
+    tmp_path, part
+):
+    """A run stopped after 3 cells, its report rendered (`Unfinished: 3 of 8`), then resumed and added again:
+    publish found that report by its title and copied it as the run's, with nothing said. The report records
+    the rows it was drawn from (rendered_from.RECORD), so publish leaves it unlinked and says in one line
+    which run's report is stale with the command that renders it again; after that command it is linked."""
+    import shlex
+
+    from attnbench.reports import rendered_from
+
+    (run,) = run_series(part, tmp_path / "runs", [1.0])
+    full = (run / "rows.jsonl").read_text()
+    planned = _stop_early(run, 3)
+    rel = str(run.relative_to(tmp_path))
+    run_cli("report", rel, cwd=tmp_path, check=True)
+    folder = tmp_path / dashboard.DEFAULT_REPORTS / _run_id(run)
+    assert f"Unfinished: 3 of {planned} planned cells measured" in (folder / "README.md").read_text()
+    assert (folder / rendered_from.RECORD).is_file()
+    (run / "rows.jsonl").write_text(full)  # `attnbench run --resume` measured the rest
+    run_cli("history", "add", "runs", cwd=tmp_path, check=True)
+    p = run_cli("history", "publish", "--out", "site", cwd=tmp_path, check=True)
+    published, said = p.stderr.splitlines()
+    command = f"attnbench report {rel} --out {folder.relative_to(tmp_path)}"
+    assert published.startswith("published 3 pages"), published
+    assert said.startswith("not linked: a report was drawn from other rows than the run holds now"), said
+    assert said.endswith(f"render again and publish: {_run_id(run)} (`{command}`)"), said
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    assert f"{_run_id(run)} (no report)" in machine
+    assert [c.name for c in (tmp_path / "site" / dashboard.RUNS).iterdir()] == [dashboard.SITE_MARK]
+    run_cli(*shlex.split(command)[1:], cwd=tmp_path, check=True)
+    p = run_cli("history", "publish", "--out", "site", cwd=tmp_path, check=True)
+    assert len(p.stderr.splitlines()) == 1, p.stderr
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    assert f"{_run_id(run)} (no report)" not in machine
+    (copy,) = [c for c in (tmp_path / "site" / dashboard.RUNS).iterdir() if c.name != dashboard.SITE_MARK]
+    assert "Unfinished" not in (copy / "report.html").read_text()
+
+
 def test_a_copy_takes_only_the_files_inside_the_report_folder(tmp_path):
     """What a report names out of its folder, as a URL, hidden, or missing, is never copied; a page it links
     brings its own files."""
@@ -296,7 +335,7 @@ def test_a_copied_report_keeps_no_link_out_of_its_folder(tmp_path):
     )
     runs = pd.DataFrame([{"run_key": "k", "path": str(run), "run_id": "run"}])
     (tmp_path / "site").mkdir()
-    links = dashboard.copy_reports(runs, tmp_path / "site")
+    links, _ = dashboard.copy_reports(runs, tmp_path / "site")
     copy = tmp_path / "site" / links[str(run)]
     assert "In full: docs/method.md;" in copy.read_text() and '<a href="fits.csv">' in copy.read_text()
     assert (copy.parent / "sub" / "more.md").read_text() == "[up](../fits.csv) docs"
