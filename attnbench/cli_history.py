@@ -142,10 +142,11 @@ def percent(fraction: float) -> str:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     """The store as a static site in --out: an index, a page per machine, one across machines, and each run's
-    report copied into --out/runs/."""
+    report copied into --out/runs/; a report drawn from other rows than its run holds now is not, and one
+    line names it with the command that renders it again."""
     from pathlib import Path
 
-    from attnbench.reports import dashboard
+    from attnbench.reports import dashboard, rendered_from
     from attnbench.results import history, history_runs, steps
     from attnbench.results.writable import why_unwritable
 
@@ -165,11 +166,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
-    pages = dashboard.publish(df, found, out, runs=history_runs.runs(args.store))
+    pages, stale = dashboard.publish(df, found, out, runs=history_runs.runs(args.store))
     print(
         f"published {len(pages)} pages into {printable(str(out))}: {printable(str(pages[0]))}",
         file=sys.stderr,
     )
+    if stale:  # a report that says what its run no longer is (resumed since): named, with its command
+        print(printable(rendered_from.stale_line(stale)), file=sys.stderr)
     return 0
 
 

@@ -15,7 +15,8 @@ those the report's ranking could not tell from it (results.judge.separated). Wha
 Pages are reports.page Pages. The site is self-contained: a run's report (report_of: where the project
 publishes it, in the run's own report/ folder, where `attnbench report RUN` writes it by default, or the
 run folder's README.md) is copied into the site's `runs/<run>/` with the files it references, and every
-link points at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked.
+link points at the copy, so the folder opens anywhere on its own. A run with no report is named, not linked,
+and so is one whose report was drawn from other rows than the run holds now (rendered_from.stale).
 """
 
 from __future__ import annotations
@@ -27,20 +28,21 @@ import shutil
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from attnbench.results.formulas import counted
 from attnbench.results.identity import short_hash
-from attnbench.results.judge import TOLERANCE, separated
+from attnbench.results.judge import TOLERANCE
 from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
 from attnbench.results.store import is_run_dir
 from attnbench.results.writable import why_no_page_folder, written_whole
 
-from . import site_calibration, site_files
-from .growth import exponent_said
+from . import rendered_from, site_calibration, site_files
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
+from .rendered_from import Stale
 from .run_rows import RunRows
+from .site_findings import findings, named, shape_of, tied, unfinished_runs, unfinished_text
 from .site_gate import Gate, run_cell
 from .style import (
     empty_panel,
@@ -52,11 +54,9 @@ from .style import (
     slug,
     variant_order,
 )
-from .tables import approximate_text
 
 INDEX = "index.html"
 CROSS = "machines.html"
-_LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
 REPORT_FILES = ("report.html", "README.md")  # a run's report, the first found
 RUN_FILES = ("README.md",)  # else the run folder's own page
 OWN_REPORT = "report"  # a run's report in its own folder: `attnbench report RUN --out RUN/report`
@@ -70,27 +70,35 @@ SITE_MARK = ".attnbench-site"
 PAGES = (".html", ".md")  # a copied file whose own references are copied too
 
 
-def publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[Path]:
+class Published(NamedTuple):
+    """What publish wrote: its pages, the index first, and the runs whose report it found and did not link,
+    the report being drawn from other rows than the run holds now (rendered_from.stale)."""
+
+    pages: list[Path]
+    stale: list[Stale]
+
+
+def publish(df, steps: Sequence[Any], out: Path, runs=None) -> Published:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame), its
     steps (results.steps.find) and the store's runs (results.history_runs.runs: a run with no cells is the
     latest of its sweep, MISSING what it lacks; None: the runs with cells in `df`); returns the pages
-    written, the index first. Each run's report is copied into out/runs/ (copy_reports), so the folder is
-    the whole site. The site is written whole or not at all
+    written and the stale reports left unlinked. Each run's report is copied into out/runs/ (copy_reports),
+    so the folder is the whole site. The site is written whole or not at all
     (results.writable.written_whole): Ctrl-C or a failure leaves `out` as it was. Then the pages and figures
     an earlier publish wrote there that this one does not (a machine gone from the store) are removed
     (site_files), nothing else."""
     with written_whole(out, "the site") as partial:
-        written = _publish(df, steps, partial, runs)
+        written, stale = _publish(df, steps, partial, runs)
     names = site_files.page_files(written)
     site_files.replace(out, names)  # what the last publish wrote, and this one not
-    return [out / path.relative_to(partial) for _, path in written]
+    return Published([out / path.relative_to(partial) for _, path in written], stale)
 
 
-def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[tuple[Page, Path]]:
+def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> tuple[list[tuple[Page, Path]], list[Stale]]:
     """publish, into the folder `out` (a temporary one, moved into place when complete): each page written
-    and its path there."""
+    and its path there, and the stale reports."""
     out.mkdir(parents=True, exist_ok=True)
-    reports = copy_reports(df, out)
+    reports, stale = copy_reports(df, out)
     loaded = RunRows()
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
@@ -122,14 +130,15 @@ def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> list[tuple[Page,
         Para((Link("Each variant's TFLOP/s and % of calibrated peak per machine, and who leads", CROSS),)),
     )
     written = [(index, out / INDEX)]
+    left = unfinished_runs(df, loaded)  # every machine's cells: a run's plan spans them all
     for m in machines:
         mine = [s for s in steps if s.machine == m]
-        page = machine_page(m, df[df["machine"] == m], mine, out, reports, loaded, gate)
+        page = machine_page(m, df[df["machine"] == m], mine, out, reports, loaded, gate, left)
         written.append((page, out / pages[m]))
     written.append((cross_page(ok, loaded), out / CROSS))
     for page, path in written:
         _write(page, path)
-    return written
+    return written, stale
 
 
 def _write(page: Page, path: Path) -> Path:
@@ -261,10 +270,12 @@ def site_problem(out: Path, store: Path | None = None, machines: Sequence[str] =
     return why_no_page_folder(out, "site")  # named as a page's file (`--out site.html`), or holding runs
 
 
-def copy_reports(runs, out: Path) -> dict[str, str]:
+def copy_reports(runs, out: Path) -> tuple[dict[str, str], list[Stale]]:
     """Copy each run's report (report_of, with report_files) into out/runs/<site_name>/, anew, and remove
     whatever else out/runs holds (the copies of runs no longer in the store): publish owns that folder and
-    never touches anything out of it. Returns {run path: the link from a page at the site's root}."""
+    never touches anything out of it. A report drawn from other rows than its run holds now
+    (rendered_from.stale: the run was resumed or measured again since) is not copied. Returns {run path: the
+    link from a page at the site's root} and the stale reports."""
     why = site_problem(out)
     if why:
         raise ValueError(f"--out {out} {why}")
@@ -272,9 +283,13 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
     root.mkdir(exist_ok=True)
     (root / SITE_MARK).write_text("attnbench history publish made this folder; it replaces what it holds\n")
     links: dict[str, str] = {}
+    stale: list[Stale] = []
     for _, r in runs.drop_duplicates("run_key").iterrows():
         page = report_of(str(r["path"]), r["run_id"])
         if page is None:
+            continue
+        if rendered_from.stale(page, r["path"], r["run_id"]):
+            stale.append(Stale(str(r["run_id"]), str(r["path"]), page))
             continue
         name = site_name(r["run_id"], r["run_key"])
         dest = root / name
@@ -291,7 +306,7 @@ def copy_reports(runs, out: Path) -> dict[str, str]:
     for entry in root.iterdir():
         if entry.name not in kept:
             _remove(entry)
-    return links
+    return links, stale
 
 
 _OUT_HTML = re.compile(r'<a href="(\.\./[^"]*)">(.*?)</a>')  # a link up, maybe out of the report's folder
@@ -329,16 +344,19 @@ def machine_page(
     reports: dict[str, str],
     loaded: RunRows | None = None,
     gate: Gate | None = None,
+    left: dict[str, tuple[int, int]] | None = None,
 ) -> Page:
     """A machine's page; `loaded` reads its runs' own rows (the latest findings' busy machine); `gate` the
-    series `history check` fails on (site_gate.Gate: BROKEN and MISSING, found in `df` where not given)."""
+    series `history check` fails on (site_gate.Gate: BROKEN and MISSING, found in `df` where not given);
+    `left` the unfinished runs (site_findings.unfinished_runs over every machine's cells), which the latest
+    findings pass over and the runs table marks."""
     runs = df.drop_duplicates("run_key").sort_values(["created", "run_id"], kind="stable")
     number = {key: i + 1 for i, key in enumerate(runs["run_key"])}
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     page = Page(f"attnbench history: {machine}")
     said = f"{counted(len(runs), 'run')}, {ok['cell_id'].nunique()} series, {counted(len(steps), 'step')}."
     page.add(_back(), Para(said))
-    page.add(Heading("Latest findings"), *findings(ok, reports, loaded))
+    page.add(Heading("Latest findings"), *findings(ok, reports, loaded, left))
     page.add(*(gate or Gate.of(df)).blocks(machine, reports))
     page.add(Heading("Every series over time"))
     page.add(
@@ -361,88 +379,8 @@ def machine_page(
             files = series_figure(machine, group, steps, number, out, f"{device} {dtype} {pass_}")
             page.add(Figure(files, embed=False))
     page.add(Heading("Steps"), steps_table(steps, reports))
-    page.add(Heading("Runs"), runs_table(runs, df, number, reports))
+    page.add(Heading("Runs"), runs_table(runs, df, number, reports, left))
     return page
-
-
-def _shape(cell_id: str, keep: int = 1) -> str:
-    """A cell_id without its variant (and without device and dtype for keep=3) and without its N."""
-    parts = str(cell_id).split("|")[keep:]
-    return "|".join(p for p in parts if not _LENGTH_PART.fullmatch(p))
-
-
-def _named(cell) -> str:
-    """A cell's variant as a page names it: one declared approximate (its bound, Capability.approximate)
-    says so, as its time is for another answer than the exact kernels' beside it."""
-    return approximate_text(cell["variant"], cell.get("approximate"))
-
-
-def _front(at, loaded: RunRows) -> tuple[str, ...]:
-    """The fastest variant of one run's cells at one N, and those the report's ranking cannot tell from it
-    (tied), in time order."""
-    at = at.sort_values(["time_ms_median", "variant"], kind="stable")
-    first = at.iloc[0]
-    return (
-        str(first["variant"]),
-        *(str(r["variant"]) for _, r in at.iloc[1:].iterrows() if tied(first, r, loaded)),
-    )
-
-
-def _ranges(winners: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, tuple[str, ...]]]:
-    """Consecutive lengths with the same front (fastest variant and its ties) as (first N, last N, front)."""
-    out: list[tuple[int, int, tuple[str, ...]]] = []
-    for n, v in winners:
-        if out and out[-1][2] == v:
-            out[-1] = (out[-1][0], n, v)
-        else:
-            out.append((n, n, v))
-    return out
-
-
-def findings(ok, reports: dict[str, str], runs: RunRows | None = None) -> list[Any]:
-    """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
-    the run linked (reports: copy_reports's links) and the variant's fitted exponent (time ~ N^b) over that
-    run's lengths; a run whose cells here drifted or were noisy enough to make a busy machine (`runs`:
-    reports.busy.machine_busy over its own rows) is marked, and its sentence follows the table."""
-    if not len(ok):
-        return [Para("No ok cells.")]
-    ok = ok.assign(shape=[_shape(c) for c in ok["cell_id"]])
-    rows, busy = [], {}
-    for shape, group in ok.groupby("shape", sort=True):
-        latest = group[group["created"] == group["created"].max()]
-        winners = [(int(n), _front(at, runs or RunRows())) for n, at in latest.groupby("seq_len", sort=True)]
-        named = {str(r["variant"]): _named(r) for _, r in latest.iterrows()}
-        run = latest.iloc[0]
-        said = runs.busy(run["path"], ok[ok["path"] == run["path"]]["cell_id"]) if runs else None
-        if said:
-            busy[str(run["run_id"])] = said
-        linked = run_cell(str(run["run_id"]), run["path"], reports) + ((" (machine busy)",) if said else ())
-        for lo, hi, front in _ranges(winners):
-            v = front[0]  # the fastest; the others tied with it at every N of the range
-            mine = latest[latest["variant"] == v].sort_values("seq_len")
-            fit = (runs or RunRows()).time_fit(run["path"], mine["cell_id"], mine)
-            best = mine[mine["seq_len"] == hi].iloc[0]
-            rows.append(
-                (
-                    shape,
-                    f"{lo}" if lo == hi else f"{lo}..{hi}",
-                    " ≈ ".join(named[t] for t in front),
-                    f"{float(best['time_ms_median']):.4g} ms",
-                    exponent_said(fit),
-                    linked,
-                )
-            )
-    headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
-    return [
-        Table(
-            headers,
-            tuple(rows),
-            "the fastest variant over each range of N, 'A ≈ B' where the report's ranking cannot tell B "
-            f"from A at every N of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
-            "test); the time and the exponent are A's",
-        ),
-        *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
-    ]
 
 
 def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, int], out: Path, title: str):
@@ -542,11 +480,14 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
     return Table(headers, tuple(rows))
 
 
-def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Table:
+def runs_table(runs, df, number: dict[str, int], reports: dict[str, str], left=None) -> Table:
+    """A row per run: its number on the page, its report, when, its code and torch, and its cells here,
+    with the cells it measured of those it planned where it is unfinished (`left`: unfinished_runs)."""
     rows = []
     cells_of = df["run_key"].value_counts()  # counted once: a comparison per run is runs x rows
     for _, r in runs.iterrows():
-        cells = int(cells_of.get(r["run_key"], 0))
+        cells = str(int(cells_of.get(r["run_key"], 0)))
+        stopped = (left or {}).get(str(r["path"]))
         rows.append(
             (
                 str(number[r["run_key"]]),
@@ -554,7 +495,7 @@ def runs_table(runs, df, number: dict[str, int], reports: dict[str, str]) -> Tab
                 str(r["created"])[:19],
                 _code_text(r.get("git_commit"), r.get("code_sha256")),
                 str(r["torch"] or "?"),
-                str(cells),
+                cells + (f" ({unfinished_text(stopped)})" if stopped else ""),
             )
         )
     return Table(("#", "run (its report)", "made", "code", "torch", "cells"), tuple(rows))
@@ -589,7 +530,7 @@ def latest_cells(ok):
         ["machine", "cell_id"], keep="last"
     )
     return latest.assign(
-        shape=[_shape(c, keep=3) for c in latest["cell_id"]], seq=latest["seq_len"].astype(int)
+        shape=[shape_of(c, keep=3) for c in latest["cell_id"]], seq=latest["seq_len"].astype(int)
     )
 
 
@@ -633,17 +574,6 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     return page
 
 
-def tied(first, other, loaded: RunRows) -> bool:
-    """Whether the report's ranking could not tell `other` from the faster `first` (results.judge.separated,
-    as reports.tables.best_variant asks it: under judge.TOLERANCE slower by median, or not judged slower by
-    its test on the two cells' samples, read from their runs' folders); where a run's folder cannot be read,
-    the store's medians decide alone: under TOLERANCE is a tie."""
-    a, b = loaded.row(first["path"], first["cell_id"]), loaded.row(other["path"], other["cell_id"])
-    if a is not None and b is not None:
-        return not separated(a, b)
-    return not float(other["time_ms_median"]) >= (1 + TOLERANCE) * float(first["time_ms_median"])
-
-
 def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
     """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it."""
     rows = []
@@ -655,8 +585,8 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
                 row.append("-")
                 continue
             best = mine.iloc[0]
-            ties = [_named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
-            text = f"{_named(best)} {_peak_text(best)}"
+            ties = [named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
+            text = f"{named(best)} {_peak_text(best)}"
             row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
         rows.append(tuple(row))
     caption = (
@@ -670,7 +600,7 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
 def variant_table(common, machines: list[str]) -> Table:
     rows = []
     for (shape, n, _variant), at in common.groupby(["shape", "seq", "variant"], sort=True):
-        row: list[Any] = [shape, str(n), _named(at.iloc[0])]
+        row: list[Any] = [shape, str(n), named(at.iloc[0])]
         for m in machines:
             mine = at[at["machine"] == m]
             row.append(_peak_text(mine.iloc[0]) if len(mine) else "-")

@@ -14,7 +14,7 @@ from attnbench.results.pytest_benchmark import imported_runs
 from . import findings as findmod
 from . import fit as fitmod
 from . import page as pg
-from . import trust
+from . import rendered_from, trust
 from .panels import PANELS, decode
 from .section import Section, file_stem, group_head, ms_text, num_text, saved_figures, seq_count
 from .style import palette, slug, trim_title, variant_order
@@ -309,6 +309,7 @@ class Inputs:
     numerics: dict[str, dict[str, Any]]
     baseline: str | None
     run_dirs: tuple[str, ...] = ()  # as given: the findings name them in the command that reruns drift
+    rows_sha256: tuple[str, ...] = ()  # each run's rows when read (rendered_from: publish checks them)
 
     @property
     def dirs(self) -> dict[str, str]:
@@ -322,12 +323,13 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
 
     if not run_dirs:
         raise ValueError("no run directories given")
+    sums = rendered_from.digests(run_dirs)  # before the rows are read
     df = results.load(*run_dirs)
     metas = results.load_meta(*run_dirs)
     if len(metas) < len(run_dirs):
         raise ValueError("the same run is given twice (run ids must differ)")
     numerics = {rid: results.load_numerics(d) for rid, d in zip(metas, run_dirs, strict=True)}
-    return Inputs(df, metas, numerics, resolve_baseline(df, baseline), tuple(str(d) for d in run_dirs))
+    return Inputs(df, metas, numerics, resolve_baseline(df, baseline), tuple(str(d) for d in run_dirs), sums)
 
 
 def refuse_empty(inputs: Inputs) -> Inputs:
@@ -646,4 +648,5 @@ def render(inputs: Inputs, out_dir: str | Path, into: str | Path | None = None) 
 
     readme.write_text(pg.to_markdown(page), encoding="utf-8")
     html_page.write_text(pg.to_html(page, out), encoding="utf-8")
+    rendered_from.write(out, list(metas), inputs.run_dirs, inputs.rows_sha256)
     return report

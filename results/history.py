@@ -199,9 +199,10 @@ def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> st
     return None
 
 
-def _digest(run: Path) -> str:
-    """The sha256 of rows.jsonl and its shards less the lines a reader skips: an unchanged run is skipped."""
-    h = hashlib.sha256()
+def rows_digest(run: str | Path) -> str:
+    """The sha256 of a run's rows.jsonl and shards less the lines a reader skips: `add` skips an unchanged
+    run, and a report records the rows it was drawn from (reports.rendered_from), which publish checks."""
+    run, h = Path(run), hashlib.sha256()
     for f in filter(Path.is_file, [run / ROWS, *sorted((run / SHARDS).glob("*.jsonl"))]):
         h.update(f.name.encode() + b"\0" + readable_bytes(f))  # a corrupt line adds no row
     return h.hexdigest()
@@ -415,7 +416,7 @@ def _plan(run: Path, known: _Known) -> _Work:
     is to the same run the store holds or this add writes (_same_run): 'unchanged', 'updated' (it has every
     row that run has, and more), or 'older' (a copy with fewer rows: not written). RunDirError naming both
     paths when neither holds all the other's rows."""
-    meta, digest = read_meta(run), _digest(run)
+    meta, digest = read_meta(run), rows_digest(run)
     every = read_rows(run)
     extra = uncollected_rows(run)
     rows = list({r["cell_id"]: r for r in every}.values()) + extra  # a later row of a cell is its row

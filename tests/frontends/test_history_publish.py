@@ -17,7 +17,7 @@ import pytest
 from conftest import DATA, run_cli
 from synthetic import part_of, run_series, stop_before_first_row, two_sweeps
 
-from attnbench.reports import dashboard
+from attnbench.reports import dashboard, site_findings
 
 BASE = DATA / "runs" / "cpu-small"
 
@@ -262,6 +262,45 @@ def test_a_users_own_runs_link_the_reports_attnbench_report_wrote(tmp_path, part
     assert dashboard.report_of(runs[1], _run_id(runs[1])) == runs[1] / "report" / "report.html"
 
 
+def test_a_report_drawn_before_its_run_was_resumed_is_not_linked_and_publish_says_how_to_render_it(
+    tmp_path, part
+):
+    """A run stopped after 3 cells, its report rendered (`Unfinished: 3 of 8`), then resumed and added again:
+    publish found that report by its title and copied it as the run's, with nothing said. The report records
+    the rows it was drawn from (rendered_from.RECORD), so publish leaves it unlinked and says in one line
+    which run's report is stale with the command that renders it again; after that command it is linked."""
+    import shlex
+
+    from attnbench.reports import rendered_from
+
+    (run,) = run_series(part, tmp_path / "runs", [1.0])
+    full = (run / "rows.jsonl").read_text()
+    planned = _stop_early(run, 3)
+    rel = str(run.relative_to(tmp_path))
+    run_cli("report", rel, cwd=tmp_path, check=True)
+    folder = tmp_path / dashboard.DEFAULT_REPORTS / _run_id(run)
+    assert f"Unfinished: 3 of {planned} planned cells measured" in (folder / "README.md").read_text()
+    assert (folder / rendered_from.RECORD).is_file()
+    (run / "rows.jsonl").write_text(full)  # `attnbench run --resume` measured the rest
+    run_cli("history", "add", "runs", cwd=tmp_path, check=True)
+    p = run_cli("history", "publish", "--out", "site", cwd=tmp_path, check=True)
+    published, said = p.stderr.splitlines()
+    command = f"attnbench report {rel} --out {folder.relative_to(tmp_path)}"
+    assert published.startswith("published 3 pages"), published
+    assert said.startswith("not linked: a report was drawn from other rows than the run holds now"), said
+    assert said.endswith(f"render again and publish: {_run_id(run)} (`{command}`)"), said
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    assert f"{_run_id(run)} (no report)" in machine
+    assert [c.name for c in (tmp_path / "site" / dashboard.RUNS).iterdir()] == [dashboard.SITE_MARK]
+    run_cli(*shlex.split(command)[1:], cwd=tmp_path, check=True)
+    p = run_cli("history", "publish", "--out", "site", cwd=tmp_path, check=True)
+    assert len(p.stderr.splitlines()) == 1, p.stderr
+    machine = next((tmp_path / "site").glob("machine-*.html")).read_text()
+    assert f"{_run_id(run)} (no report)" not in machine
+    (copy,) = [c for c in (tmp_path / "site" / dashboard.RUNS).iterdir() if c.name != dashboard.SITE_MARK]
+    assert "Unfinished" not in (copy / "report.html").read_text()
+
+
 def test_a_copy_takes_only_the_files_inside_the_report_folder(tmp_path):
     """What a report names out of its folder, as a URL, hidden, or missing, is never copied; a page it links
     brings its own files."""
@@ -296,7 +335,7 @@ def test_a_copied_report_keeps_no_link_out_of_its_folder(tmp_path):
     )
     runs = pd.DataFrame([{"run_key": "k", "path": str(run), "run_id": "run"}])
     (tmp_path / "site").mkdir()
-    links = dashboard.copy_reports(runs, tmp_path / "site")
+    links, _ = dashboard.copy_reports(runs, tmp_path / "site")
     copy = tmp_path / "site" / links[str(run)]
     assert "In full: docs/method.md;" in copy.read_text() and '<a href="fits.csv">' in copy.read_text()
     assert (copy.parent / "sub" / "more.md").read_text() == "[up](../fits.csv) docs"
@@ -499,9 +538,9 @@ def test_an_approximation_is_named_where_a_page_says_who_is_fastest():
         for v, b, f in (("performer", 0.9, 0.5), ("sdpa", None, 1.0))
         for n, t in ((512, f * 1.0), (1024, f * 2.0))
     ]  # fmt: skip
-    (table,) = dashboard.findings(pd.DataFrame(rows), {})
+    (table,) = site_findings.findings(pd.DataFrame(rows), {})
     assert {r[2] for r in table.rows} == {"performer (approximate, rel_err <= 0.9)"}
-    assert dashboard._named(pd.Series(rows[-1])) == "sdpa"
+    assert site_findings.named(pd.Series(rows[-1])) == "sdpa"
 
 
 def test_the_latest_findings_name_the_variants_the_ranking_cannot_tell_apart():
@@ -514,7 +553,7 @@ def test_the_latest_findings_name_the_variants_the_ranking_cannot_tell_apart():
          "path": "runs/gone", "time_ms_median": t}
         for v, n, t in (("chunked", 512, 1.0), ("sdpa", 512, 1.01), ("chunked", 1024, 2), ("sdpa", 1024, 2.2))
     ]  # fmt: skip
-    table, *_ = dashboard.findings(pd.DataFrame(rows), {})
+    table, *_ = site_findings.findings(pd.DataFrame(rows), {})
     assert [(r[1], r[2]) for r in table.rows] == [("512", "chunked ≈ sdpa"), ("1024", "chunked")]
 
 
@@ -537,6 +576,48 @@ def test_the_latest_findings_of_a_busy_run_say_the_machine_was_busy(tmp_path):
     assert f"{_run_id(runs[1])} (no report) (machine busy)" in machine
     assert "The machine was busy while this ran" in machine
     assert f"{_run_id(runs[0])} (no report) (machine busy)" not in machine
+
+
+def _stop_early(run: Path, keep: int) -> int:
+    """Make `run` one stopped after its first `keep` rows, as Ctrl-C leaves it: its meta.json plans every
+    cell (planned_cells), its rows.jsonl holds the first `keep`. How many it planned."""
+    import json
+
+    lines = [line for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
+    meta = json.loads((run / "meta.json").read_text())
+    meta["planned_cells"] = len(lines)
+    (run / "meta.json").write_text(json.dumps(meta))
+    (run / "rows.jsonl").write_text("".join(line + "\n" for line in lines[:keep]))
+    return len(lines)
+
+
+def _section(page: str, heading: str) -> str:
+    """A page's text from `heading` to the next heading, its tags dropped."""
+    return re.sub(r"<[^>]+>", " ", page.split(f"<h2>{heading}</h2>", 1)[1].split("<h2>", 1)[0])
+
+
+def test_the_latest_findings_pass_over_an_unfinished_run_and_the_runs_table_marks_it(tmp_path, part):
+    """The latest run stopped after 3 of its cells (Ctrl-C): the machine page took its findings from it, as
+    if the variants it had not reached were not there, and no table said it was unfinished. Its findings come
+    from the latest run that finished, the unfinished run is named below them with how far it got, and the
+    runs table marks it; with no finished run of the shape, its findings are the unfinished run's, marked."""
+    runs = run_series(part, tmp_path / "runs", [1.0, 1.0])
+    planned = _stop_early(runs[1], 3)
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    page = next((tmp_path / "site").glob("machine-*.html")).read_text(encoding="utf-8")
+    said = f"unfinished: 3 of {planned} planned cells measured"
+    found = _section(page, "Latest findings")
+    assert f"{_run_id(runs[0])} (no report)" in found and f"{_run_id(runs[1])} (no report)" not in found
+    assert f"Run {_run_id(runs[1])} is later but unfinished (3 of {planned} planned cells measured)" in found
+    table = _section(page, "Runs")
+    assert table.count(said) == 1 and re.search(rf"{_run_id(runs[1])}.*?\b3 \({said}\)", table, re.S)
+    alone = str(tmp_path / "alone.sqlite")
+    run_cli("history", "add", str(runs[1]), "--store", alone, check=True)
+    run_cli("history", "publish", "--store", alone, "--out", str(tmp_path / "alone"), check=True)
+    page = next((tmp_path / "alone").glob("machine-*.html")).read_text(encoding="utf-8")
+    assert f"{_run_id(runs[1])} (no report) ({said})" in _section(page, "Latest findings")
 
 
 def test_who_leads_names_no_winner_the_ranking_would_call_a_tie():
@@ -727,10 +808,10 @@ def test_the_latest_findings_give_each_exponent_as_the_runs_report_does():
     run = ROOT / "results" / "reference" / "cpu-epyc-2core"
     df = history.frame_of([run])
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
-    table, *_ = dashboard.findings(ok, {}, dashboard.RunRows())
+    table, *_ = site_findings.findings(ok, {}, dashboard.RunRows())
     rows = load(run)
     fits = fit_index(scaling_table(rows, load_meta(run)))
-    shapes = rows["cell_id"].map(dashboard._shape)
+    shapes = rows["cell_id"].map(site_findings.shape_of)
     seen = set()
     for shape, _, fastest, _, exponent, _ in table.rows:
         variant = fastest.split(" ≈ ")[0]
@@ -752,9 +833,9 @@ def test_an_exponent_of_a_run_whose_folder_is_gone_says_when_it_says_nothing():
             for n, t in times.items()
         ]  # fmt: skip
 
-    (two,) = dashboard.findings(pd.DataFrame(rows({512: 1.0, 1024: 0.8})), {})
+    (two,) = site_findings.findings(pd.DataFrame(rows({512: 1.0, 1024: 0.8})), {})
     assert two.rows[0][4].endswith("(no CI): two N"), two.rows
-    (three,) = dashboard.findings(pd.DataFrame(rows({256: 1.0, 512: 0.5, 1024: 3.0})), {})
+    (three,) = site_findings.findings(pd.DataFrame(rows({256: 1.0, 512: 0.5, 1024: 3.0})), {})
     assert {r[4].split(": ")[-1] for r in three.rows} == {"CI too wide to say"}, three.rows
 
 

@@ -1,0 +1,67 @@
+"""What a report was drawn from: each run's rows as results.history.rows_digest sums them (the digest
+`history add` keeps), recorded in the report's folder (RECORD) when `attnbench report` writes it, so that
+`attnbench history publish` links a report only while its run still holds those rows: a run resumed or
+measured again since has a report that says what it no longer is ('Unfinished: 3 of 6 planned cells')."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnbench.results.history import rows_digest
+
+RECORD = "rendered-from.json"  # beside README.md and report.html; no page links it
+FORMAT = "attnbench-rendered-from"
+
+
+def digests(run_dirs: list[str | Path]) -> tuple[str, ...]:
+    """Each run's rows_digest, taken before its rows are read: rows added while the report loads make the
+    report read as older than it is, never as newer."""
+    return tuple(rows_digest(d) for d in run_dirs)
+
+
+def write(out: Path, run_ids: list[str], run_dirs: tuple[str, ...], sums: tuple[str, ...]) -> None:
+    """The record of a report written into `out`: {run_id: its folder as given, its rows' digest}."""
+    drawn = zip(run_ids, run_dirs, sums, strict=False)
+    runs = {str(rid): {"path": str(d), "rows_sha256": s} for rid, d, s in drawn}
+    text = json.dumps({"format": FORMAT, "runs": runs}, indent=1, sort_keys=True)
+    (out / RECORD).write_text(text + "\n", encoding="utf-8")
+
+
+def stale(page: Path, run: str | Path, run_id: Any) -> bool:
+    """Whether the report `page` was drawn from other rows than the run folder `run` holds now: its folder's
+    record names run_id with another digest. False where that cannot be told: no record (a report of an
+    attnbench before it, a page written by hand), one without this run, or a run folder that is gone."""
+    try:
+        record = json.loads((Path(page).parent / RECORD).read_text(encoding="utf-8"))
+        drawn = record["runs"][str(run_id)]["rows_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return Path(run).is_dir() and drawn != rows_digest(run)
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A run whose report publish found and did not link, the report being drawn from other rows."""
+
+    run_id: str
+    run: str  # the run's folder, as the store gives it
+    report: Path  # the report's page
+
+    @property
+    def command(self) -> str:
+        """The command that draws the report again, into the folder publish found it in."""
+        return f"attnbench report {shlex.quote(self.run)} --out {shlex.quote(str(self.report.parent))}"
+
+
+def stale_line(found: list[Stale]) -> str:
+    """publish's one line on the reports it left unlinked, with the command that renders each again."""
+    said = "; ".join(f"{s.run_id} (`{s.command}`)" for s in found)
+    were = "a report was" if len(found) == 1 else f"{len(found)} reports were"
+    return (
+        f"not linked: {were} drawn from other rows than the run holds now (resumed or measured again since); "
+        f"render again and publish: {said}"
+    )

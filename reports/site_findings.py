@@ -1,0 +1,156 @@
+"""A machine page's latest findings in the published site (reports.dashboard): per shape, the fastest variant
+over each range of N at the latest run that finished measuring it, and the rules the site's pages share with
+them (a cell's shape, a variant's name, a tie). A run stopped before every cell it planned (unfinished, by
+results.store.unfinished: its meta.json's planned_cells against the cells the store holds of it) is said so
+wherever the site names it, and gives a shape's findings only where no finished run measured that shape: its
+missing cells would crown the variants it happened to measure."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from attnbench.results.judge import TOLERANCE, separated
+from attnbench.results.store import unfinished
+
+from .growth import exponent_said
+from .page import Para, Table
+from .run_rows import RunRows
+from .site_gate import run_cell
+from .tables import approximate_text
+
+_LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
+
+
+def shape_of(cell_id: str, keep: int = 1) -> str:
+    """A cell_id without its variant (and without device and dtype for keep=3) and without its N."""
+    parts = str(cell_id).split("|")[keep:]
+    return "|".join(p for p in parts if not _LENGTH_PART.fullmatch(p))
+
+
+def named(cell) -> str:
+    """A cell's variant as a page names it: one declared approximate (its bound, Capability.approximate)
+    says so, as its time is for another answer than the exact kernels' beside it."""
+    return approximate_text(cell["variant"], cell.get("approximate"))
+
+
+def tied(first, other, loaded: RunRows) -> bool:
+    """Whether the report's ranking could not tell `other` from the faster `first` (results.judge.separated,
+    as reports.tables.best_variant asks it: under judge.TOLERANCE slower by median, or not judged slower by
+    its test on the two cells' samples, read from their runs' folders); where a run's folder cannot be read,
+    the store's medians decide alone: under TOLERANCE is a tie."""
+    a, b = loaded.row(first["path"], first["cell_id"]), loaded.row(other["path"], other["cell_id"])
+    if a is not None and b is not None:
+        return not separated(a, b)
+    return not float(other["time_ms_median"]) >= (1 + TOLERANCE) * float(first["time_ms_median"])
+
+
+def unfinished_runs(df, loaded: RunRows) -> dict[str, tuple[int, int]]:
+    """The runs of a history frame (results.history.frame, every machine's) that stopped before every cell
+    they planned, by path: (cells the store holds of it, cells its meta.json plans), by
+    results.store.unfinished, as `history add` and the run's report decide it. A run whose folder cannot be
+    read, or whose meta.json records no plan, is not known to be unfinished."""
+    out = {}
+    for path, cells in df.groupby("path", sort=True)["cell_id"]:
+        left = unfinished(loaded.meta(path), cells)
+        if left is not None:
+            out[str(path)] = left
+    return out
+
+
+def unfinished_text(left: tuple[int, int]) -> str:
+    """'unfinished: 3 of 6 planned cells measured'."""
+    return f"unfinished: {left[0]} of {left[1]} planned cells measured"
+
+
+def _front(at, loaded: RunRows) -> tuple[str, ...]:
+    """The fastest variant of one run's cells at one N, and those the report's ranking cannot tell from it
+    (tied), in time order."""
+    at = at.sort_values(["time_ms_median", "variant"], kind="stable")
+    first = at.iloc[0]
+    return (
+        str(first["variant"]),
+        *(str(r["variant"]) for _, r in at.iloc[1:].iterrows() if tied(first, r, loaded)),
+    )
+
+
+def _ranges(winners: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, tuple[str, ...]]]:
+    """Consecutive lengths with the same front (fastest variant and its ties) as (first N, last N, front)."""
+    out: list[tuple[int, int, tuple[str, ...]]] = []
+    for n, v in winners:
+        if out and out[-1][2] == v:
+            out[-1] = (out[-1][0], n, v)
+        else:
+            out.append((n, n, v))
+    return out
+
+
+def findings(
+    ok, reports: dict[str, str], runs: RunRows | None = None, left: dict[str, tuple[int, int]] | None = None
+) -> list[Any]:
+    """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
+    the run linked (reports: copy_reports's links) and the variant's fitted exponent (time ~ N^b) over that
+    run's lengths; a run whose cells here drifted or were noisy enough to make a busy machine (`runs`:
+    reports.busy.machine_busy over its own rows) is marked, and its sentence follows the table. `left`: the
+    unfinished runs (unfinished_runs, by path): a shape takes the latest run that finished, and each later
+    unfinished run it passed over is named below the table; a shape only unfinished runs measured takes the
+    latest of them, marked unfinished."""
+    if not len(ok):
+        return [Para("No ok cells.")]
+    left = left or {}
+    ok = ok.assign(shape=[shape_of(c) for c in ok["cell_id"]])
+    rows, busy, passed = [], {}, {}
+    for shape, group in ok.groupby("shape", sort=True):
+        done = group[~group["path"].astype(str).isin(set(left))] if left else group
+        latest = done if len(done) else group
+        latest = latest[latest["created"] == latest["created"].max()]
+        later = group[group["created"] > latest["created"].max()]
+        passed.update({str(r["run_id"]): str(r["path"]) for _, r in later.drop_duplicates("path").iterrows()})
+        winners = [(int(n), _front(at, runs or RunRows())) for n, at in latest.groupby("seq_len", sort=True)]
+        names = {str(r["variant"]): named(r) for _, r in latest.iterrows()}
+        run = latest.iloc[0]
+        said = runs.busy(run["path"], ok[ok["path"] == run["path"]]["cell_id"]) if runs else None
+        if said:
+            busy[str(run["run_id"])] = said
+        stopped = left.get(str(run["path"]))
+        linked = run_cell(str(run["run_id"]), run["path"], reports)
+        linked += (f" ({unfinished_text(stopped)})",) if stopped else ()
+        linked += (" (machine busy)",) if said else ()
+        for lo, hi, front in _ranges(winners):
+            v = front[0]  # the fastest; the others tied with it at every N of the range
+            mine = latest[latest["variant"] == v].sort_values("seq_len")
+            fit = (runs or RunRows()).time_fit(run["path"], mine["cell_id"], mine)
+            best = mine[mine["seq_len"] == hi].iloc[0]
+            rows.append(
+                (
+                    shape,
+                    f"{lo}" if lo == hi else f"{lo}..{hi}",
+                    " ≈ ".join(names[t] for t in front),
+                    f"{float(best['time_ms_median']):.4g} ms",
+                    exponent_said(fit),
+                    linked,
+                )
+            )
+    headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
+    return [
+        Table(
+            headers,
+            tuple(rows),
+            "the fastest variant over each range of N, 'A ≈ B' where the report's ranking cannot tell B "
+            f"from A at every N of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
+            "test); the time and the exponent are A's",
+        ),
+        *(_passed_over(r, path, left[path]) for r, path in sorted(passed.items())),
+        *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
+    ]
+
+
+def _passed_over(run_id: str, path: str, left: tuple[int, int]) -> Para:
+    """The sentence on a later run the findings leave out, being unfinished."""
+    resume = f"attnbench run --resume --out {shlex.quote(path)}"
+    return Para(
+        f"Run {run_id} is later but unfinished ({left[0]} of {left[1]} planned cells measured): the shapes "
+        f"it measured take their findings from the latest finished run that measured them (`{resume}` "
+        "finishes it; add it to the store again then)."
+    )
