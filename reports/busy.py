@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from attnbench.results import neighbours
 from attnbench.results.drift import is_busy, steady
 
 from .tables import flag_mask, ok_rows
@@ -52,16 +53,19 @@ def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, 
     """Per run where the machine was busy (machine_busy over that run's own rows: two runs may be two
     machines, and one's drift says nothing of the other), its sentence with the command that measures its
     drifted cells again (`run_dirs`: run id -> the folder as given); the findings open with them, since
-    every winner after them may be the machine's."""
+    every winner after them may be the machine's. Before a run's, where another attnbench run measured on
+    the machine beside it, the sentence that names that run (results.neighbours.sentence)."""
     dirs = dict(run_dirs or {})
     runs = runs_of(df)
     named = len(runs) > 1 or len(dirs) > 1  # 'while run X ran' where the report has several
-    out = []
+    out, said = [], 0
     for rid, rows in runs:
+        folder = dirs.get(rid) if rid is not None else None
+        beside = neighbours.sentence(folder, rid if named else None) if folder is not None else None
+        out += [beside] if beside else []
         busy_text = machine_busy(rows, rid if named else None)
         if busy_text is None:
             continue
-        folder = dirs.get(rid) if rid is not None else None
         if flag_mask(ok_rows(rows), "drift").any():
             target = shlex.quote(folder) if folder is not None else "RUN"
             busy_text += (
@@ -72,6 +76,7 @@ def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, 
         else:
             busy_text += " Rerun the sweep on a quiet machine."
         out.append(busy_text)
-    if out:
-        out[-1] += f" A winner below read off such cells opens with '{SHAKY.strip()}'."
+        said = len(out)
+    if said:
+        out[said - 1] += f" A winner below read off such cells opens with '{SHAKY.strip()}'."
     return tuple(out)

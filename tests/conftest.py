@@ -21,6 +21,14 @@ import pytest
 # tests' processes (and their children, which inherit it) trust cpuinfo; attnbench leaves torch's default.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
+# Each run tells the runs measuring beside it on this machine (harness.run.neighbours), and pytest-xdist's two
+# test processes measure at once by design: each announces its runs in a folder of its own (inherited by
+# the commands it starts); tests/harness/test_neighbours.py gives its runs one they share.
+if "ATTNBENCH_NEIGHBOURS_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["ATTNBENCH_NEIGHBOURS_DIR"] = tempfile.mkdtemp(prefix="attnbench-runs-tests-")
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 FAULTS = DATA / "fault_variants.py"

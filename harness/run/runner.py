@@ -26,7 +26,7 @@ from typing import Any
 from attnbench import variants
 from attnbench.harness.measure import fingerprint, timing
 from attnbench.harness.measure.outcomes import left_behind
-from attnbench.harness.run import estimate, executor_choice, executors, plan
+from attnbench.harness.run import estimate, executor_choice, executors, neighbours, plan
 from attnbench.harness.run.progress import Progress
 from attnbench.harness.run.request import RunRequest
 from attnbench.harness.sweep.affinity import check_cpu_affinity, warn_threads
@@ -295,6 +295,10 @@ def _write(
     progress = progress or Progress(enabled=False)
     summary = RunSummary(path=path, executor=chosen_executor.name)
     local: CellRunner | None = None
+    beside = neighbours.alongside()  # another run measuring on this machine now: said before this one starts
+    if beside:
+        progress.message(beside)
+    announced = neighbours.announce(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
@@ -312,7 +316,7 @@ def _write(
             summary.notes += _write_meta(writer, start, local, progress, request)
         else:
             summary.notes += _finish_probe(writer, start, local, progress)
-        _measure(start, writer, summary, progress, local, chosen_executor)
+        _measure(start, writer, summary, progress, local, chosen_executor, announced.touch)
     except KeyboardInterrupt:
         summary.interrupted = True
     except variants.VariantError:
@@ -331,6 +335,7 @@ def _write(
         summary.notes += [
             f"{what}: this run's numbers cannot be trusted" for what in integrity.changed_files(path)
         ]
+        summary.notes += announced.end(path)  # the runs that measured on this machine beside this one
     return summary
 
 
@@ -449,9 +454,11 @@ def _measure(
     progress: Progress,
     local: CellRunner,
     chosen: executors.Executor,
+    on_written: Callable[[], None] = lambda: None,
 ) -> None:
-    """The cells left, measured by the chosen executor; every row written here as it comes back. A resume
-    first takes in what earlier sessions left outside rows.jsonl."""
+    """The cells left, measured by the chosen executor; every row written here as it comes back (then
+    `on_written`: neighbours.Announced.touch). A resume first takes in what earlier sessions left outside
+    rows.jsonl."""
     path = writer.path
     run_id = read_meta(path)["run_id"]
     if start.resume:
@@ -466,6 +473,7 @@ def _measure(
         with interrupts.held():  # a finished cell's row is written whole, then Ctrl-C stops the run
             writer.append(row)
             summary.counts[row["status"]] = summary.counts.get(row["status"], 0) + 1
+        on_written()
         progress.cell_done(row)
 
     order = plan.for_run(path, todo, start.sweep.settings, set(writer.done), say=progress.message)

@@ -1,0 +1,56 @@
+"""The other attnbench runs a run measured beside on its machine, as the run recorded them when it ended
+(harness.run.neighbours: one line per such run in RECORD, its folder, pid, host and the overlap, from and
+to, in seconds since the epoch), and the sentence a report opens with on them."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RECORD = "neighbours.jsonl"
+
+
+def read(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The runs recorded in run_dir's RECORD (none where there is none; a torn line is skipped)."""
+    try:
+        lines = (Path(run_dir) / RECORD).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def _at(t: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(t), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError):
+        return "?"
+
+
+def sentence(run_dir: str | Path, run: str | None = None) -> str | None:
+    """'Another attnbench run measured on this machine during this run: runs/nightly (pid 4242, from ...
+    to ...); the cells measured then shared its cores.' (`run`: the run's id, where a report has several);
+    None where the run recorded none."""
+    seen = read(run_dir)
+    if not seen:
+        return None
+    each = "; ".join(
+        f"{e.get('out', '?')} (pid {e.get('pid', '?')}, {_at(e.get('from'))} to {_at(e.get('to'))})"
+        for e in seen
+    )
+    who = "Another attnbench run" if len(seen) == 1 else f"{len(seen)} other attnbench runs"
+    during = "this run" if run is None else f"run {run}"
+    them = "it" if len(seen) == 1 else "them"
+    return (
+        f"{who} measured on this machine during {during}: {each}. The cells measured meanwhile shared its "
+        f"cores and memory with {them}."
+    )

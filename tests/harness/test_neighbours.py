@@ -1,0 +1,100 @@
+"""Two runs measuring on one machine at once: the second is told when it starts, both are told when they
+end and record it (neighbours.jsonl); a session that died, or whose pid another process now has, is not
+taken for a live run; sessions that ended long ago are removed. Real runs, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import DATA, TEST_CALIBRATE_MS, cli_env
+
+from attnbench.harness.run import neighbours
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALEOUT = DATA / "scaleout_variants.py"
+TINY = ["--heads", "1", "--budget-ms", "5", "--warmup-ms", "1", "--calibrate-ms", TEST_CALIBRATE_MS]
+
+
+def _run(out: Path, shared: Path, *args: str) -> subprocess.Popen:
+    env = {**cli_env(), neighbours.ENV: str(shared), "ATTNBENCH_TEST_SLEEP_S": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnbench", "run", *args, *TINY, "--out", str(out)], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_a_run_started_beside_another_is_told_and_both_record_each_other(tmp_path):
+    shared, a, b = tmp_path / "announced", tmp_path / "a", tmp_path / "b"
+    # a waits 1 s at its first call of each shape (the probe's, the gate's, each cell's): once it has
+    # announced itself, b runs meanwhile
+    slow = _run(a, shared, "--variant-file", str(SCALEOUT), "--variants", "sleep_1s", "--seq-len", "32,64")
+    deadline = time.time() + 120
+    while not list(shared.glob("*.json")):
+        assert slow.poll() is None and time.time() < deadline, slow.communicate()
+        time.sleep(0.05)
+    fast = _run(b, shared, "--variants", "naive", "--seq-len", "32")
+    b_out, b_err = fast.communicate(timeout=120)
+    assert slow.poll() is None, "the slow run ended before the second one: nothing was measured beside it"
+    a_out, a_err = slow.communicate(timeout=120)
+    assert fast.returncode == slow.returncode == 0, (a_err, b_err)
+
+    assert f"another attnbench run is measuring on this machine: {a} (pid {slow.pid}, since " in b_err
+    assert "measure one at a time" in b_err
+    # each run's closing note names the other, and its folder records it
+    assert f"another attnbench run measured on this machine during this one: {a} (pid {slow.pid}" in b_err
+    assert f"another attnbench run measured on this machine during this one: {b} (pid {fast.pid}" in a_err
+    for run, other, pid in ((a, b, fast.pid), (b, a, slow.pid)):
+        (seen,) = [json.loads(line) for line in (run / neighbours.RECORD).read_text().splitlines()]
+        assert (seen["out"], seen["pid"]) == (str(other), pid) and seen["from"] <= seen["to"]
+    assert all(json.loads(f.read_text()).get("ended") for f in shared.glob("*.json"))  # both ended
+    # the report's findings open with it (before any winner: the machine was another run's too)
+    from attnbench.reports.render import findings_of, prepare
+
+    opened = findings_of(prepare([b])).busy
+    assert opened[0].startswith(f"Another attnbench run measured on this machine during this run: {a} (pid ")
+
+
+def test_a_dead_or_reused_pid_is_no_live_run_and_old_sessions_are_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv(neighbours.ENV, str(tmp_path))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    now = time.time()
+    sessions = {
+        "dead.json": {"pid": int(dead.stdout), "ticks": "1", "out": "runs/dead", "began": now - 60},
+        # this very process, but started at another time: its pid was another process's
+        "reused.json": {"pid": os.getpid(), "ticks": "1", "out": "runs/reused", "began": now - 60},
+        "old.json": {
+            "pid": 1,
+            "ticks": "1",
+            "out": "runs/old",
+            "began": now - 3 * 86400,
+            "ended": now - 2 * 86400,
+        },
+    }
+    for name, entry in sessions.items():
+        (tmp_path / name).write_text(json.dumps(entry))
+    me = neighbours.announce(tmp_path / "run")  # this process's own session is never its neighbour
+    assert neighbours.alongside() is None
+    assert not (tmp_path / "old.json").exists()  # ended over a day ago
+    assert {e["out"] for e in neighbours.others()} == {"runs/dead", "runs/reused"}
+    # a live session is told; ended, it is not
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        began = time.time()
+        ticks = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        live = {"pid": child.pid, "ticks": ticks, "out": "runs/live", "began": began}
+        (tmp_path / "live.json").write_text(json.dumps(live))
+        assert "runs/live (pid" in (neighbours.alongside() or "")
+        (tmp_path / "live.json").write_text(json.dumps({**live, "ended": time.time()}))
+        assert neighbours.alongside() is None
+        (tmp_path / "run").mkdir()
+        assert "runs/live" in me.end(tmp_path / "run")[0]  # it overlapped this session while it lasted
+    finally:
+        child.kill()
+        child.wait()
