@@ -594,8 +594,10 @@ def test_a_multi_run_reports_calibration_advice_follows_compares_same_machine_ru
     b = synthetic.write_run(tmp_path / "b", rows, run_id="2-loaded", peak_tflops=0.4)  # one host: loaded
     c = synthetic.write_run(tmp_path / "c", rows, run_id="3-other", peak_tflops=0.4, hostname="elsewhere")
     md = render(prepare([a, b, c]), tmp_path / "report").readme.read_text()
-    one, two = (next(ln for ln in md.splitlines() if f"in {r} against" in ln) for r in ("2-loaded", "3-other"))
-    assert "one machine by its fingerprints (the same host name and model" in one
+    one, two = (
+        next(ln for ln in md.splitlines() if f"in {r} against" in ln) for r in ("2-loaded", "3-other")
+    )
+    assert "same host name and device model in both (one machine, or VMs that share a name)" in one
     assert "calibrated at another speed" in one and "see --normalize calibration" not in one
     assert "see --normalize calibration" in two  # two machines: normalising takes their speed out
 
