@@ -95,15 +95,16 @@ def ceilings(meta_a: dict[str, Any], meta_b: dict[str, Any], pairs: list[tuple[s
 
 def warnings_for(cs: list[Ceiling], a: str = "A", b: str = "B", same_machine: bool = False) -> list[str]:
     """One line per ceiling that differs by more than CALIBRATION_WARN between the runs (named a and b).
-    Two machines: --normalize calibration takes the machines' speed out. One machine (`same_machine`): its
-    calibration moved because it was loaded during one of them, or set up otherwise (huge pages, clocks),
-    which the cells need not have felt alike (a 1 s calibration on every core against cells on one thread),
-    so it recommends no --normalize."""
+    Two machines: --normalize calibration takes the machines' speed out. The same host name and device model
+    (`same_machine`, all the fingerprints match: said as that, since VMs that share a host name such as vm
+    match too): its calibration moved because it was loaded during one of them, or set up otherwise (huge
+    pages, clocks), which the cells need not have felt alike (a 1 s calibration on every core against cells
+    on one thread), so it recommends no --normalize."""
     why = (
-        "one machine by its fingerprints (the same host name and model: VMs that share a host name cannot be "
-        "told apart) calibrated at another speed: it was loaded during one run, or set up otherwise "
-        "(huge pages, clocks); raw ratios carry that, and --normalize would divide by a change the cells "
-        "need not have felt alike; measure again on a quiet machine, or judge relative to a --control variant"
+        "same host name and device model in both (one machine, or VMs that share a name), calibrated at "
+        "another speed: loaded during one run, or set up otherwise (huge pages, clocks); raw ratios carry "
+        "that, and --normalize would divide by a change the cells need not have felt alike; measure again "
+        "on a quiet machine, or judge relative to a --control variant"
         if same_machine
         else "raw ratios mix the machine's speed with the code's; see --normalize calibration"
     )

@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlsplit
 from attnbench.results.formulas import counted
 from attnbench.results.identity import short_hash
 from attnbench.results.judge import TOLERANCE
-from attnbench.results.steps_text import calibration_text, changes, nearby_text, others_text
+from attnbench.results.steps_text import calibration_text, others_text, what_changed
 from attnbench.results.store import is_run_dir
 from attnbench.results.writable import why_no_page_folder, written_whole
 
@@ -451,7 +451,8 @@ def _length_bar(fig, axes, lengths: list[int], shade: dict[int, Any]) -> None:
 
 
 def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
-    """A row per step: the series, its size with interval, the first run after it (linked), what changed."""
+    """A row per step: the series, its size with interval, the first run after it (linked), what changed
+    (as `history check`'s line says it: steps_text.what_changed)."""
     if not steps:
         return Para("No step in any series of this machine.")
     rows = []
@@ -459,7 +460,6 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
         size = f"{s.change:+.1%}" + (f" [{s.low - 1:+.1%}, {s.high - 1:+.1%}]" if s.low == s.low else "")
         after = s.after.get("run_id") or "?"
         link = run_cell(after, s.after.get("path"), reports)
-        changed = "; ".join([*changes(s.changed()), *nearby_text(s)])
         place = f"{s.at + 1} of {s.runs}"
         if s.cells > 1:  # placed with the other cells of its variant that stepped there
             place += f", with {counted(s.cells - 1, 'other cell')} of {s.variant}"
@@ -467,7 +467,7 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
             place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
         cal = calibration_text(s).removeprefix("calibration ")
         others = "unknown" if s.others is None else f"x{s.others:.2f}; this one {others_text(s)} beyond them"
-        rows.append((s.cell_id, size, link, place, changed or "nothing recorded", others, cal))
+        rows.append((s.cell_id, size, link, place, what_changed(s), others, cal))
     headers = (
         "series",
         "step",

@@ -308,7 +308,7 @@ class Inputs:
     metas: dict[str, dict[str, Any]]
     numerics: dict[str, dict[str, Any]]
     baseline: str | None
-    run_dirs: tuple[str, ...] = ()  # as given: the findings name them in the command that reruns drift
+    run_dirs: tuple[str, ...] = ()  # as given, in metas' order: the findings' commands and the Runs table
     rows_sha256: tuple[str, ...] = ()  # each run's rows when read (rendered_from: publish checks them)
 
     @property
@@ -325,11 +325,16 @@ def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
         raise ValueError("no run directories given")
     sums = rendered_from.digests(run_dirs)  # before the rows are read
     df = results.load(*run_dirs)
-    metas = results.load_meta(*run_dirs)
-    if len(metas) < len(run_dirs):
+    given = results.load_meta(*run_dirs)
+    if len(given) < len(run_dirs):
         raise ValueError("the same run is given twice (run ids must differ)")
-    numerics = {rid: results.load_numerics(d) for rid, d in zip(metas, run_dirs, strict=True)}
-    return Inputs(df, metas, numerics, resolve_baseline(df, baseline), tuple(str(d) for d in run_dirs), sums)
+    # one order for every part of the page: its run ids' (they begin with the time each run started), the
+    # order groupby gives the findings and the sections, not the order of the command line
+    drawn = sorted(zip(given, (str(d) for d in run_dirs), sums, strict=True))
+    metas = {rid: given[rid] for rid, _, _ in drawn}
+    numerics = {rid: results.load_numerics(d) for rid, d, _ in drawn}
+    dirs, in_order = tuple(d for _, d, _ in drawn), tuple(s for _, _, s in drawn)
+    return Inputs(df, metas, numerics, resolve_baseline(df, baseline), dirs, in_order)
 
 
 def refuse_empty(inputs: Inputs) -> Inputs:

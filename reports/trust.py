@@ -77,7 +77,7 @@ def blocks(
     each run's calibration against the first's."""
     left = unfinished_sentences(df, metas, run_dirs)
     return [
-        *_runs_blocks(df, metas),
+        *_runs_blocks(df, metas, dict(zip(metas, run_dirs, strict=False))),
         *([pg.Bullets(left)] if left else []),
         *_where_blocks(devgroups),
         *_failures_blocks(df),
@@ -229,7 +229,9 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
     blocks: list = []
     if rows:
         blocks.append(
-            pg.Table(("run", "device", "ceiling", first, "this run", "this run / first"), tuple(rows))
+            pg.Table(
+                ("run", "device", "ceiling", f"first: {first}", "this run", "this run / first"), tuple(rows)
+            )
         )
     if apart:
         who = f"Run {apart[0]} shares" if len(apart) == 1 else f"Runs {', '.join(apart)} share"
@@ -259,16 +261,18 @@ def _failures_table(df) -> pg.Table:
     )
 
 
-def _runs_blocks(df, metas: dict[str, dict[str, Any]]) -> list:
-    """One row per run (machine, when, cells by status)."""
+def _runs_blocks(df, metas: dict[str, dict[str, Any]], dirs: dict[str, str]) -> list:
+    """One row per run, in the order of every section (metas'): its folder as given (a committed reference
+    run told from one's own), machine, when, cells by status."""
     from attnbench import results
 
     runs_rows = []
     for rid, meta in metas.items():
         sub = df[df["run_id"] == rid]
         counts = ", ".join(f"{c} {s}" for s, c in sub["status"].value_counts().items()) or "no cells"
-        runs_rows.append((rid, results.machine_label(meta), str(meta.get("created", "")), counts))
-    return [pg.Heading("Runs"), pg.Table(("run", "machine", "created", "cells"), tuple(runs_rows))]
+        when = str(meta.get("created", ""))
+        runs_rows.append((rid, dirs.get(rid, ""), results.machine_label(meta), when, counts))
+    return [pg.Heading("Runs"), pg.Table(("run", "folder", "machine", "created", "cells"), tuple(runs_rows))]
 
 
 def _where_blocks(devgroups: dict[str, list]) -> list:

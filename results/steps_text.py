@@ -1,6 +1,7 @@
 """Steps in words: the one line `attnbench history check` prints for each step (describe), what changed across
-it and near it, what the gate read of it (gate_text, verdict_text), the calibration, and the steps as a
-DataFrame (as_frame, `attnbench.steps()`); results.steps finds and judges them."""
+it and near it (what_changed: the site's Steps table says the same), what the gate read of it (gate_text,
+verdict_text), the calibration, and the steps as a DataFrame (as_frame, `attnbench.steps()`); results.steps
+finds and judges them."""
 
 from __future__ import annotations
 
@@ -92,12 +93,18 @@ def describe(step: Step) -> str:
         where += (
             f"; the other variants x{step.others:.2f} across it, this one {others_text(step)} beyond them"
         )
+    return f"{step.cell_id} on {step.machine}: {size} {where}; {what_changed(step)}; {calibration_text(step)}"
+
+
+def what_changed(step: Step) -> str:
+    """What the runs recorded across a step and near it, as `history check`'s line and the site's Steps table
+    both say it: the code's fields that changed, else what its two sides share (same_code: 'same commit'),
+    then any other field that changed, then each change near it (nearby_text)."""
     changed = step.changed()
     parts = (
         changes(changed) if CODE & set(changed) else [same_code(step.before, step.after), *changes(changed)]
     )
-    said = "; ".join([", ".join(parts), *nearby_text(step)])
-    return f"{step.cell_id} on {step.machine}: {size} {where}; {said}; {calibration_text(step)}"
+    return "; ".join([", ".join(parts), *nearby_text(step)])
 
 
 # the fields that say which attnbench code a run was measured with

@@ -386,6 +386,33 @@ def test_a_multi_run_report_puts_the_calibrations_side_by_side(tmp_path):
     assert "in twin-box against" not in md  # 4% apart: within the 10% a VM wanders
 
 
+def test_a_multi_run_report_keeps_one_order_of_its_runs_and_names_each_runs_folder(tmp_path):
+    """Runs given out of their run ids' order: the findings, the title, the Runs, Machine and calibration
+    tables all take the run ids' order (the findings' and sections'), the calibration's first is named, and
+    the Runs table names each run's folder as given, so that a committed reference run is told apart."""
+    from attnbench.reports import page as pg
+    from attnbench.reports import trust
+    from attnbench.reports.render import findings_of
+
+    rows = synthetic.power_law_rows({"naive": (2.0, 2.0)}, [256, 512, 1024])
+    mine = synthetic.write_run(
+        tmp_path / "runs" / "mine", rows, run_id="20260102-000000-box", peak_tflops=0.4
+    )
+    ref = synthetic.write_run(tmp_path / "reference", rows, run_id="20260101-000000-box", peak_tflops=0.5)
+    inputs = prepare([mine, ref])
+    order = ["20260101-000000-box", "20260102-000000-box"]
+    assert list(inputs.metas) == list(inputs.numerics) == order
+    assert [t.split(" · ")[0] for t in (p.title for p in findings_of(inputs).panels)] == order
+    blocks = trust.blocks(
+        inputs.df, inputs.metas, trust.device_groups(inputs.df, inputs.metas), inputs.run_dirs
+    )
+    runs, machine, calibration = (b for b in blocks if isinstance(b, pg.Table) and b.rows)
+    assert runs.headers[:2] == ("run", "folder")
+    assert [r[:2] for r in runs.rows] == [(order[0], str(ref)), (order[1], str(mine))]
+    assert machine.headers[1:] == tuple(order)
+    assert calibration.headers[3] == f"first: {order[0]}" and calibration.rows[0][0] == order[1]
+
+
 def test_the_report_shows_the_first_call_apart_from_the_steady_state(tmp_path):
     rows = [synthetic.cell("flexish", n, time_ms=1.0 * n / 256, first_call_ms=900.0, setup_ms=120.0)
             for n in (256, 512)]  # fmt: skip
@@ -562,12 +589,15 @@ def test_rows_no_device_measured_are_no_device_and_one_calibration_is_listed_onc
 
 def test_a_multi_run_reports_calibration_advice_follows_compares_same_machine_rule(tmp_path):
     rows = synthetic.power_law_rows({"naive": (2.0, 2.0)}, [256, 512])
-    a = synthetic.write_run(tmp_path / "a", rows, run_id="quiet", peak_tflops=0.5)
-    b = synthetic.write_run(tmp_path / "b", rows, run_id="loaded", peak_tflops=0.4)  # one host: loaded
-    c = synthetic.write_run(tmp_path / "c", rows, run_id="other", peak_tflops=0.4, hostname="elsewhere")
+    # run ids in the order the report keeps (its first is the calibration's first)
+    a = synthetic.write_run(tmp_path / "a", rows, run_id="1-quiet", peak_tflops=0.5)
+    b = synthetic.write_run(tmp_path / "b", rows, run_id="2-loaded", peak_tflops=0.4)  # one host: loaded
+    c = synthetic.write_run(tmp_path / "c", rows, run_id="3-other", peak_tflops=0.4, hostname="elsewhere")
     md = render(prepare([a, b, c]), tmp_path / "report").readme.read_text()
-    one, two = (next(ln for ln in md.splitlines() if f"in {r} against" in ln) for r in ("loaded", "other"))
-    assert "one machine by its fingerprints (the same host name and model" in one
+    one, two = (
+        next(ln for ln in md.splitlines() if f"in {r} against" in ln) for r in ("2-loaded", "3-other")
+    )
+    assert "same host name and device model in both (one machine, or VMs that share a name)" in one
     assert "calibrated at another speed" in one and "see --normalize calibration" not in one
     assert "see --normalize calibration" in two  # two machines: normalising takes their speed out
 

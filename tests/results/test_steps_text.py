@@ -22,7 +22,7 @@ def test_a_change_one_run_from_the_placed_step_is_named_in_the_line_the_frame_an
     said += " between runs 4 and 5, one run after the placed step"
     assert f"; same commit; {said}; calibration" in steps_text.describe(step)
     assert steps_text.as_frame([step])["nearby"].tolist() == [said]
-    assert steps_table([step], {}).rows[0][4] == said  # not "nothing recorded"
+    assert steps_table([step], {}).rows[0][4] == f"same commit; {said}"  # as the line says it
 
 
 def test_software_that_changed_a_run_from_the_step_makes_the_gate_judge_the_step_itself():
@@ -38,10 +38,22 @@ def test_one_spelling_of_a_value_not_recorded_and_one_other_cell_counted():
     (step,) = steps.find(_series(LEVELS, variant_source=sources, git_commit=COMMITS))
     assert "; same commit, variant_source ? -> builtin; " in steps_text.describe(step)
     assert steps_text.as_frame([step])["changed"].tolist() == ["variant_source ? -> builtin"]
-    assert steps_table([step], {}).rows[0][4] == "variant_source ? -> builtin"
+    assert steps_table([step], {}).rows[0][4] == "same commit, variant_source ? -> builtin"
     two = steps.Step(**{**step.__dict__, "cells": 2})
     assert ", with 1 other cell of v that stepped there too" in steps_text.describe(two)
     assert steps_table([two], {}).rows[0][3] == "4 of 9, with 1 other cell of v"
+
+
+def test_the_site_says_what_history_check_says_of_a_step_across_which_nothing_changed():
+    """Both sides recorded the one commit and nothing else changed: `history check` says 'same commit', and
+    the site's Steps table said 'nothing recorded', which the runs contradict. Both say what they hold; runs
+    that recorded neither commit nor code say 'commit ? -> ?' in both."""
+    (step,) = steps.find(_series(LEVELS, git_commit=COMMITS))
+    assert step.changed() == {} and step.nearby == ()
+    assert "; same commit; calibration" in steps_text.describe(step)
+    assert steps_table([step], {}).rows[0][4] == steps_text.what_changed(step) == "same commit"
+    (unknown,) = steps.find(_series(LEVELS))
+    assert steps_table([unknown], {}).rows[0][4] == "commit ? -> ?"
 
 
 def test_runs_that_recorded_no_commit_are_told_apart_by_their_code_never_called_the_same_commit():
