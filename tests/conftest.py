@@ -22,12 +22,10 @@ import pytest
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 # Each run tells the runs measuring beside it on this machine (harness.run.neighbours), and pytest-xdist's two
-# test processes measure at once by design: each announces its runs in a folder of its own (inherited by
-# the commands it starts); tests/harness/test_neighbours.py gives its runs one they share.
-if "ATTNBENCH_NEIGHBOURS_DIR" not in os.environ:
-    import tempfile
-
-    os.environ["ATTNBENCH_NEIGHBOURS_DIR"] = tempfile.mkdtemp(prefix="attnbench-runs-tests-")
+# test processes measure at once by design: each announces its runs in a folder of its own (made here in
+# each process, the workers' too, and inherited by the commands it starts); tests/harness/test_neighbours.py
+# gives its runs one they share.
+os.environ["ATTNBENCH_NEIGHBOURS_DIR"] = __import__("tempfile").mkdtemp(prefix="attnbench-runs-tests-")
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

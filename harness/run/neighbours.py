@@ -37,16 +37,23 @@ def folder() -> Path:
     return Path(os.environ.get(ENV) or Path(tempfile.gettempdir()) / "attnbench-runs")
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command's name (state first), [] where it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _started(pid: int) -> str:
     """The start time of process `pid` in clock ticks since boot (Linux), '' where it cannot be read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else ""
 
 
 def _alive(entry: dict[str, Any]) -> bool:
+    """Whether the session's process still runs: it exists, is no zombie (killed, not yet reaped by its
+    parent) and started when the session says (its pid not another process's since)."""
     pid = int(entry.get("pid", 0))
     try:
         os.kill(pid, 0)
@@ -54,6 +61,9 @@ def _alive(entry: dict[str, Any]) -> bool:
         return False
     except PermissionError:  # another user's process: alive
         pass
+    fields = _stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        return False
     return not entry.get("ticks") or _started(pid) == entry["ticks"]
 
 

@@ -332,10 +332,11 @@ def _write(
                     local.close(kill=summary.interrupted)
         except KeyboardInterrupt:  # the first Ctrl-C came while a finished run was closing
             summary.interrupted = True
+        finally:  # whatever stopped it: this run no longer measures, and says who measured beside it
+            summary.notes += announced.end(path)
         summary.notes += [
             f"{what}: this run's numbers cannot be trusted" for what in integrity.changed_files(path)
         ]
-        summary.notes += announced.end(path)  # the runs that measured on this machine beside this one
     return summary
 
 

@@ -95,6 +95,16 @@ def test_a_dead_or_reused_pid_is_no_live_run_and_old_sessions_are_removed(tmp_pa
         assert neighbours.alongside() is None
         (tmp_path / "run").mkdir()
         assert "runs/live" in me.end(tmp_path / "run")[0]  # it overlapped this session while it lasted
+        # killed and not yet reaped by its parent (a zombie, whose pid and start time are still there)
+        child.kill()
+        while _state(child.pid) != "Z":
+            time.sleep(0.01)
+        (tmp_path / "live.json").write_text(json.dumps(live))
+        assert neighbours.alongside() is None
     finally:
         child.kill()
         child.wait()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
