@@ -18,7 +18,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from attnbench.api_keywords import RUN_KINDS, executor_options, given_as, refuse_unknown, switches, typed
+from attnbench.api_keywords import (
+    RUN_KINDS,
+    SWITCHES,
+    executor_options,
+    given_as,
+    keyword,
+    refuse_unknown,
+    sweep_given,
+    switches,
+    typed,
+)
 from attnbench.bench_sweep import bench_plan, resumed_baseline
 from attnbench.interrupted import RunInterrupted, bench_interrupted
 
@@ -138,6 +148,7 @@ def run(
     switches(resume=resume, redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
              progress=progress)  # fmt: skip
     typed(executor=executor, preset=preset, status=status, cells=cells)
+    sweep_given(sweep)  # run(fn), run([fn, "sdpa"]), run("naive"): variants= said
     with in_keywords():
         sweep, config, out, rerun, variant_files = _run_paths_given(sweep, config, out, rerun, variant_files)
         spec = sweep if isinstance(sweep, SweepSpec) else None
@@ -155,20 +166,6 @@ def run(
         )  # fmt: skip
         summary = run_sweep(request, progress=progress_for(progress))
     return _finished(summary)
-
-
-# the keywords of attnbench.run that take no value: a message's --resume is `resume=True` here
-_SWITCHES = ("resume", "redo_drift", "force_resume", "dry_run", "slurm_local")
-_RENAMED = {"pass": "pass_", "variant_file": "variant_files", "quiet": "progress"}
-
-
-def keyword(key: str, value: str | None = None) -> str:
-    """This API's spelling of `attnbench run`'s flag for `key` (harness.sweep.sweeps.respell): `seq_len`,
-    `out=DIR`, `rounds=3`, `resume=True`."""
-    key = _RENAMED.get(key, key)
-    if value is not None:
-        return f"{key}={value}"
-    return f"{key}=True" if key in _SWITCHES else key
 
 
 # True while a command line calls this API (`attnbench bench`): its messages keep the flags' names
@@ -335,7 +332,7 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     """
     if "variants" in keywords or "variant" in keywords:
         raise ValueError("bench measures fn against baseline=: give no variants=")
-    switches(**{k: keywords[k] for k in _SWITCHES + ("progress",) if k in keywords})
+    switches(**{k: keywords[k] for k in SWITCHES + ("progress",) if k in keywords})
     typed(**{k: v for k, v in keywords.items() if k in RUN_KINDS})  # read by bench's plan before run
     for key in ("out", "config", "rerun"):  # read by bench's plan before run: `~` expanded first
         if keywords.get(key) is not None:

@@ -48,6 +48,20 @@ RUN_KINDS = (
 )
 
 
+# the keywords of attnbench.run that take no value: a message's --resume is `resume=True` here
+SWITCHES = ("resume", "redo_drift", "force_resume", "dry_run", "slurm_local")
+RENAMED = {"pass": "pass_", "variant_file": "variant_files", "quiet": "progress"}
+
+
+def keyword(key: str, value: str | None = None) -> str:
+    """This API's spelling of `attnbench run`'s flag for `key` (harness.sweep.sweeps.respell): `seq_len`,
+    `out=DIR`, `rounds=3`, `resume=True`."""
+    key = RENAMED.get(key, key)
+    if value is not None:
+        return f"{key}={value}"
+    return f"{key}=True" if key in SWITCHES else key
+
+
 def given_as(value: Any) -> str:
     """A value as a one-line message says what was given: its type and its repr cut at 60 characters (`str
     '2'`), or its type alone where its repr spans lines (a DataFrame, a tensor)."""
@@ -123,3 +137,27 @@ def refuse_unknown(
     for key in given:
         if key not in known and key not in also and key not in own:
             raise ValueError(unknown("keyword", key, [*known, *own], also=also))
+
+
+def sweep_given(sweep: Any) -> None:
+    """TypeError or ValueError where run()'s first argument, the sweep (a SweepSpec, a sweep file, a mapping
+    of axes), is what to measure instead: a function, a list of them, or a variant's or a preset's name
+    (`attnbench.bench(fn)` takes fn so, and run(fn) is the natural next thing to type); the message says
+    the keyword that takes it."""
+    import os
+    from pathlib import Path
+
+    from attnbench.harness.sweep.sweeps import presets
+    from attnbench.variants import all_variants
+
+    if callable(sweep) or isinstance(sweep, (list, tuple)):
+        raise TypeError(
+            f"run()'s first argument is the sweep (a sweep file or a mapping of axes), not "
+            f"{given_as(sweep)}: give what to measure as variants=, e.g. attnbench.run(variants=[my_attn, "
+            "'sdpa'], ...)"
+        )
+    if isinstance(sweep, str) and not Path(os.path.expanduser(sweep)).exists():
+        if sweep in all_variants():
+            raise ValueError(f"{sweep!r} is a variant, not a sweep file: give it as variants={sweep!r}")
+        if sweep in presets():
+            raise ValueError(f"{sweep!r} is a preset, not a sweep file: give it as preset={sweep!r}")

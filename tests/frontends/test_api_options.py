@@ -70,6 +70,29 @@ def test_errors_name_the_keyword(tmp_path, kwargs, words):
     assert not out.exists()
 
 
+def _mine(q, k, v, **kw):
+    return q
+
+
+@pytest.mark.parametrize(
+    "first, words",
+    [
+        (_mine, "run()'s first argument is the sweep (a sweep file or a mapping of axes), not function "),
+        ([_mine, "sdpa"], "give what to measure as variants=, e.g. attnbench.run(variants=[my_attn, 'sdpa']"),
+        ("naive", "'naive' is a variant, not a sweep file: give it as variants='naive'"),
+        ("quick", "'quick' is a preset, not a sweep file: give it as preset='quick'"),
+    ],
+    ids=["function", "list", "variant", "preset"],
+)
+def test_what_to_measure_given_as_the_sweep_is_told_its_keyword(tmp_path, first, words):
+    """bench(fn) takes fn first, so run(fn) is what a user types next: the error says variants= (or preset=),
+    not a TypeError from inside (a function is not iterable) nor 'config file naive does not exist'."""
+    out = tmp_path / "never"
+    with pytest.raises((TypeError, ValueError)) as caught:
+        attnbench.run(first, seq_len=64, out=out)
+    assert words in str(caught.value) and not out.exists()
+
+
 def test_a_run_directory_error_names_the_keyword(tmp_path):
     """results.store's messages know no front end: the API says `resume=True` where the CLI says --resume."""
     stopped = tmp_path / "stopped"
