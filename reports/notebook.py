@@ -199,4 +199,27 @@ def styled(df, columns: Sequence[str] | None = None):
         )
     shown = df[cols]
     formats = {c: f for c in cols if (f := column_format(c, shown[c].dtype)) is not None}
-    return shown.style.format(formats, na_rep="", escape="html")
+    table = _table_class()(shown).format(formats, na_rep="", escape="html")
+    table.text_formats = formats
+    return table
+
+
+def _table_class():
+    """table()'s Styler: HTML where a notebook shows it, and the same numbers as plain text where it is
+    printed (a script, a terminal), not pandas' '<Styler object at 0x...>'."""
+    import pandas as pd
+    from pandas.io.formats.style import Styler
+
+    def written(fmt: str | Callable[[Any], str]) -> Callable[[Any], str]:
+        return lambda v: "" if pd.isna(v) else (fmt.format(v) if isinstance(fmt, str) else fmt(v))
+
+    class Table(Styler):
+        text_formats: dict[str, Any] = {}
+
+        def __str__(self) -> str:
+            shown = {c: written(f) for c, f in self.text_formats.items()}
+            return self.data.to_string(index=False, formatters=shown, na_rep="")
+
+        __repr__ = __str__
+
+    return Table

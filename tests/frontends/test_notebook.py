@@ -219,6 +219,12 @@ def test_run_table_formats_numbers_for_reading_and_leaves_the_frame_as_loaded(tm
         str(styler.data["rel_err"].dtype) == "Float64" and str(styler.data["peak_mem_bytes"].dtype) == "Int64"
     )
     assert float(styler.data["rel_err"].iloc[0]) == pytest.approx(3e-7)
+    # printed (a script, a terminal): the same numbers as text, one line per row, not '<Styler object ...>'
+    text = str(styler)
+    lines = text.splitlines()
+    assert repr(styler) == text and "Styler object" not in text and len(lines) == len(styler.data) + 1
+    assert lines[0].split() == list(styler.data.columns) and " 3.0e-07" in lines[1]
+    assert re.search(r" \d+(\.\d+)? (KiB|MiB) ", lines[1])
     assert list(attnbench.table(run.load(), ["cell_id", "rel_err"]).data.columns) == ["cell_id", "rel_err"]
     with pytest.raises(ValueError, match="no column 'rel_er' in the table"):
         attnbench.table(run.load(), ["rel_er"])
