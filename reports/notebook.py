@@ -7,6 +7,8 @@ are the report's (findings, render, fit, plots); this module only picks which of
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,10 +54,48 @@ def run_blocks(path: str | Path, interrupted: bool = False, resumed: int = 0) ->
     scaling = fitmod.scaling_table(df, inputs.metas)
     head = lambda gkey, group: group_head(gkey, group, False)  # noqa: E731
     found = findmod.build(df, scaling, head, inputs.dirs, imported=imported_runs(inputs.metas))
-    blocks += findmod.blocks(found)
+    blocks += findmod.blocks(in_python(found))
     for gkey, group in groups(df):
         blocks += [pg.Heading(group_head(gkey, group, False), 3), best_table(group)]
     return blocks
+
+
+_RUN_COMMAND = re.compile(r"`attnbench run( [^`]*)`")
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+
+
+def run_call(args: str) -> str:
+    """`attnbench run`'s arguments as the Python call that does the same: '--resume --redo-drift --out
+    runs/x' -> 'attnbench.run(resume=True, redo_drift=True, out='runs/x')' (a flag with no value is a
+    switch, True; a number stays a number; `--pass` is `pass_=`)."""
+    words, given = shlex.split(args), []
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        key = word[2:].replace("-", "_")
+        key = "pass_" if key == "pass" else key
+        value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
+        if value is None:
+            given.append(f"{key}=True")
+        else:
+            given.append(f"{key}={value if _NUMBER.fullmatch(value) else repr(value)}")
+    return f"attnbench.run({', '.join(given)})"
+
+
+def in_python(found):
+    """The findings as a notebook shows them: each `attnbench run ...` they name as the Python call that
+    does the same (the user is in Python); other commands stay as a shell takes them."""
+    import dataclasses
+
+    def said(text: str) -> str:
+        return _RUN_COMMAND.sub(lambda m: f"`{run_call(m.group(1))}`", text)
+
+    def each(texts: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(said(t) for t in texts)
+
+    panels = tuple(dataclasses.replace(p, sentences=each(p.sentences)) for p in found.panels)
+    kept = {f.name: each(getattr(found, f.name)) for f in dataclasses.fields(found) if f.name != "panels"}
+    return dataclasses.replace(found, panels=panels, **kept)
 
 
 def run_html(path: str | Path, interrupted: bool = False, resumed: int = 0) -> str:

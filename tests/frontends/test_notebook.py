@@ -158,6 +158,22 @@ def _run(tmp_path, extra_rows=()):
     return synthetic.write_run(tmp_path / "run", [*rows, *extra_rows])
 
 
+def test_the_findings_in_a_notebook_name_the_python_call_not_the_shell_command(tmp_path):
+    """A notebook's user is in Python: the findings' `attnbench run ...` (the trust sentence's `--rounds 3`,
+    a busy run's `--resume --redo-drift --out RUN`) read as the call that does the same there."""
+    from attnbench.reports.notebook import run_call, run_html
+
+    page = run_html(_run(tmp_path))  # one visit per cell: its trust sentence names --rounds 3
+    assert "`attnbench.run(rounds=3)`" in page.replace("<code>", "`").replace("</code>", "`")
+    assert "attnbench run --" not in page
+    assert run_call(" --resume --redo-drift --out 'my runs/x'") == (
+        "attnbench.run(resume=True, redo_drift=True, out='my runs/x')"
+    )
+    assert run_call(" --pass fwdbwd --seq-len 256..1024 --rounds 3") == (
+        "attnbench.run(pass_='fwdbwd', seq_len='256..1024', rounds=3)"
+    )
+
+
 def test_a_run_shows_as_html_with_its_counts_findings_and_fastest_variant_per_n(tmp_path):
     from attnbench import Run
     from tests import synthetic
