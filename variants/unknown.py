@@ -14,9 +14,11 @@ def unknown_names(names: Sequence[str], known: Sequence[str], load_errors: Seque
     before the known names where entry points failed (load_errors: registry.load_errors' lines)."""
     import difflib
 
+    lower = {k.lower(): k for k in known}  # 'SDPA': the name in another case
+
     def one(n: str) -> str:
-        near = difflib.get_close_matches(n, list(known), n=1, cutoff=0.6)
-        return repr(n) + (f" (did you mean {near[0]!r}?)" if near else "")
+        near = difflib.get_close_matches(n.lower(), list(lower), n=1, cutoff=0.6)
+        return repr(n) + (f" (did you mean {lower[near[0]]!r}?)" if near else "")
 
     unknown = f"unknown variant{'s' * (len(names) > 1)} {', '.join(map(one, names))}"
     return f"{unknown}{failed_plugins(load_errors)}; known: {', '.join(known)}"

@@ -226,8 +226,9 @@ def unknown(what: str, value: Any, known: Iterable[str], also: Iterable[str] = (
     """'unknown dtype 'bf61' (did you mean 'bf16'?); known: ...': the message for a word that is not one
     (`also`: other spellings it may suggest, not listed)."""
     known = list(known)
-    near = difflib.get_close_matches(str(value), [*known, *also], n=1, cutoff=0.6)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    lower = {str(k).lower(): k for k in [*known, *also]}  # 'SDPA', 'CPU': the word in another case
+    near = difflib.get_close_matches(str(value).lower(), list(lower), n=1, cutoff=0.6)
+    hint = f" (did you mean {lower[near[0]]!r}?)" if near else ""
     return f"unknown {what} {value!r}{hint}; known: {', '.join(known)}"
 
 

@@ -48,6 +48,7 @@ def test_every_run_flag_is_a_keyword():
         (dict(processes=3), "processes was removed: a worker process is where a visit runs"),
         (dict(repeat=3), "repeat was removed: runs made one after another share the machine's drift"),
         (dict(casual="yes"), "unknown keyword 'casual' (did you mean 'causal'?); known: variants"),
+        (dict(device="CPU"), "unknown device 'CPU' (did you mean 'cpu'?)"),  # a word in another case
         (dict(rouns=3), "unknown keyword 'rouns' (did you mean 'rounds'?)"),
         # run's own keywords are known too, and suggested: where the cells are measured among them
         (

@@ -357,6 +357,10 @@ def test_an_unknown_name_names_the_plugins_that_failed_to_load(tmp_path, monkeyp
         assert proc.returncode == 2 and proc.stderr.startswith(f"attnbench: error: {said}"), proc.stderr
         assert len(proc.stderr.splitlines()) == 1
     assert "failed to load" not in registry.unknown_names(["x"], ["naive"], [])
+    # a name in another case is suggested as it is spelled (trial P: baseline="SDPA")
+    assert registry.unknown_names(["SDPA"], ["naive", "sdpa"], []).startswith(
+        "unknown variant 'SDPA' (did you mean 'sdpa'?); known: "
+    )
 
 
 @pytest.mark.parametrize(
