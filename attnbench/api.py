@@ -645,8 +645,7 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
     """Fits, figures, README.md and report.html of one or more runs; returns the written report.
 
     `out` defaults to reports/out/<run ids>; a run directory, a file, a page's name (x.html) or the folder of
-    the runs is refused as `out`. The report is written whole or not at all: KeyboardInterrupt or a failure
-    leaves `out` as it was."""
+    the runs is refused as `out`. Written whole or not at all: Ctrl-C or a failure leaves `out` as it was."""
     dirs = _run_paths(run_dirs, "report: each run")
     out = None if out is None else as_path(out, "out=")
     with in_keywords():
@@ -655,6 +654,7 @@ def report(*run_dirs: PathLike | Run, out: PathLike | None = None, baseline: str
 
 def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, baseline: str | None):
     """report(), for `attnbench report` too (its errors name --out)."""
+    from attnbench.reports import rendered_from
     from attnbench.reports.render import prepare, refuse_empty, render
     from attnbench.reports.style import slug
     from attnbench.results.writable import written_whole
@@ -662,8 +662,11 @@ def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, basel
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
     inputs = refuse_empty(prepare(dirs, baseline))
     target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
+    before = rendered_from.files(target)  # an earlier report's files there: those not written again go
     with written_whole(target, "the report") as partial:  # Ctrl-C or a failure leaves `target` as it was
-        return render(inputs, target, into=partial)
+        written = render(inputs, target, into=partial)
+    rendered_from.remove_left(target, before)
+    return written
 
 
 def report_dir(out: PathLike | None, default: str, kind: str = "report") -> Path:

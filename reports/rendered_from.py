@@ -24,11 +24,30 @@ def digests(run_dirs: list[str | Path]) -> tuple[str, ...]:
 
 
 def write(out: Path, run_ids: list[str], run_dirs: tuple[str, ...], sums: tuple[str, ...]) -> None:
-    """The record of a report written into `out`: {run_id: its folder as given, its rows' digest}."""
+    """The record of a report written into `out`: {run_id: its folder as given, its rows' digest}, and the
+    files it wrote there (the next report into the same folder removes those it does not write again)."""
     drawn = zip(run_ids, run_dirs, sums, strict=False)
     runs = {str(rid): {"path": str(d), "rows_sha256": s} for rid, d, s in drawn}
-    text = json.dumps({"format": FORMAT, "runs": runs}, indent=1, sort_keys=True)
+    files = sorted(p.name for p in out.iterdir() if p.is_file())
+    text = json.dumps({"format": FORMAT, "runs": runs, "files": files}, indent=1, sort_keys=True)
     (out / RECORD).write_text(text + "\n", encoding="utf-8")
+
+
+def files(folder: str | Path) -> set[str]:
+    """The files the report in `folder` wrote, as its record lists them (none where it has no record)."""
+    try:
+        listed = json.loads((Path(folder) / RECORD).read_text(encoding="utf-8")).get("files") or []
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {str(name) for name in listed if "/" not in str(name) and str(name) not in ("", ".", "..")}
+
+
+def remove_left(folder: str | Path, before: set[str]) -> None:
+    """Remove from `folder` the files an earlier report there wrote (`before`: files() read before this
+    one was written) that this one did not write again: a figure of a dtype the runs no longer have would
+    otherwise stay beside the new page. A file it never wrote (the user's) is kept."""
+    for name in before - files(folder):
+        (Path(folder) / name).unlink(missing_ok=True)
 
 
 def stale(page: Path, run: str | Path, run_id: Any) -> bool:

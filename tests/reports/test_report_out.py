@@ -85,6 +85,21 @@ def test_the_api_report_is_written_whole_too(tmp_path, monkeypatch):
     assert rep.out_dir == out and rep.readme == out / "README.md" and rep.html.is_file()
 
 
+def test_a_report_over_an_earlier_one_removes_the_files_only_that_one_wrote_and_keeps_the_users(tmp_path):
+    """Two runs' report, then one run's into the same folder: the two runs' figures (time-run-b-...) would
+    otherwise stay beside the new page, which shows none of them (trial P); a file the user put there is
+    kept, as written_whole keeps it."""
+    a, b = _two_runs(tmp_path)
+    out = tmp_path / "rep"
+    attnbench.report(a, b, out=out)
+    both = {p.name for p in out.iterdir()}
+    (out / "notes.txt").write_text("mine\n")
+    attnbench.report(a, out=out)
+    one = {p.name for p in attnbench.report(a, out=tmp_path / "fresh").out_dir.iterdir()}
+    assert {p.name for p in out.iterdir()} == one | {"notes.txt"}
+    assert any(name.startswith("time-run-b-") for name in both - one)  # there was something to remove
+
+
 def test_written_whole_keeps_the_users_own_files_and_replaces_a_folder_whole(tmp_path):
     out = tmp_path / "site"
     (out / "runs" / "old").mkdir(parents=True)
