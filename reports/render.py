@@ -164,10 +164,20 @@ def summary_table(scaling) -> pg.Table:
                 seq_count(r["n_max_measured"]),
                 str(r["n_fit_text"]),
                 str(r["n_time_text"]),
-                f"{float(frac) * 100:.0f}%" if present(frac) and math.isfinite(float(frac)) else "n/a",
+                _peak_text(frac),
             )
         )
     return pg.Table(headers, tuple(rows))
+
+
+def _peak_text(frac: Any) -> str:
+    """'% of peak' as the table shows it: '38%'; above 100%, marked so ('312% (over the calibrated matmul)':
+    the kernel beat it, or it was calibrated at a slower moment than the cell ran; the method paragraph
+    says so); 'n/a' without one."""
+    if not present(frac) or not math.isfinite(float(frac)):
+        return "n/a"
+    pct = float(frac) * 100
+    return f"{pct:.0f}%" + (" (over the calibrated matmul)" if pct > 100 else "")
 
 
 def _first_call_table(group) -> pg.Table:
@@ -364,7 +374,8 @@ METHOD = (
     "memory. 'largest N "
     "that fits' reads the memory fit to the device's memory, never beyond "
     f"{fitmod.EXTRAPOLATION_LIMIT}× the largest N measured; '% of peak' is the TFLOP/s at the largest ok N "
-    "over the run's calibrated matmul. In full: {docs} ('Fits', 'Reading a report'){where}."
+    "over the run's calibrated matmul (above it: the kernel beat that matmul, or the calibration ran at a "
+    "slower moment than the cell). In full: {docs} ('Fits', 'Reading a report'){where}."
 )
 METHOD_DOC = "docs/method.md"
 # the docs beside this code in a checkout (an editable install): reports/render.py -> the project's root

@@ -619,3 +619,12 @@ def test_a_report_of_several_runs_names_the_machine_of_each_section():
     assert {h for h in heads if any(t.startswith(h) for t in titles)} == set(heads)  # each run's sections
     alone = [p.title for p in findings_of(prepare(runs[:1])).panels]
     assert alone and not any(m in t for t in alone for ms in machine.values() for m in ms)
+
+
+def test_a_percent_of_peak_above_100_says_why():
+    """A calibration taken at a busy moment makes cells read 291-312% of 'peak' (trial P): the table says
+    it is over the calibrated matmul (the method paragraph says why that happens), never a bare 312%."""
+    from attnbench.reports.render import _peak_text
+
+    assert _peak_text(3.12) == "312% (over the calibrated matmul)" and _peak_text(0.38) == "38%"
+    assert _peak_text(float("nan")) == _peak_text(None) == "n/a"
