@@ -148,7 +148,6 @@ def run(
     switches(resume=resume, redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
              progress=progress)  # fmt: skip
     typed(executor=executor, preset=preset, status=status, cells=cells)
-    sweep_given(sweep)  # run(fn), run([fn, "sdpa"]), run("naive"): variants= said
     with in_keywords():
         sweep, config, out, rerun, variant_files = _run_paths_given(sweep, config, out, rerun, variant_files)
         spec = sweep if isinstance(sweep, SweepSpec) else None
@@ -217,7 +216,8 @@ def as_path(value: Any, keyword: str, *, run: bool = False) -> Path:
 
 def _run_paths_given(sweep: Any, config: Any, out: Any, rerun: Any, variant_files: Any) -> tuple:
     """run()'s paths, `~` expanded (as_path): the sweep file (given as `sweep` or `config`), out and rerun (a
-    Run for either), variant_files."""
+    Run for either), variant_files. What to measure given as the sweep (run(fn), run("naive")) is refused."""
+    sweep_given(sweep)
     if isinstance(sweep, (str, os.PathLike)):
         if config is not None:
             raise ValueError("give the sweep file as `sweep` or as `config`, not both")
