@@ -172,7 +172,7 @@ def summary_table(scaling) -> pg.Table:
 
 def _peak_text(frac: Any) -> str:
     """'% of peak' as the table shows it: '38%'; above 100%, marked so ('312% (over the calibrated matmul)':
-    the kernel beat it, or it was calibrated at a slower moment than the cell ran; the method paragraph
+    the kernel beat it, or it was calibrated at a slower moment than the cell ran: docs/reports-and-compare.md
     says so); 'n/a' without one."""
     if not present(frac) or not math.isfinite(float(frac)):
         return "n/a"
@@ -374,8 +374,7 @@ METHOD = (
     "memory. 'largest N "
     "that fits' reads the memory fit to the device's memory, never beyond "
     f"{fitmod.EXTRAPOLATION_LIMIT}× the largest N measured; '% of peak' is the TFLOP/s at the largest ok N "
-    "over the run's calibrated matmul (above it: the kernel beat that matmul, or the calibration ran at a "
-    "slower moment than the cell). In full: {docs} ('Fits', 'Reading a report'){where}."
+    "over the run's calibrated matmul. In full: {docs} ('Fits', 'Reading a report'){where}."
 )
 METHOD_DOC = "docs/method.md"
 # the docs beside this code in a checkout (an editable install): reports/render.py -> the project's root

@@ -623,7 +623,7 @@ def test_a_report_of_several_runs_names_the_machine_of_each_section():
 
 def test_a_percent_of_peak_above_100_says_why():
     """A calibration taken at a busy moment makes cells read 291-312% of 'peak' (trial P): the table says
-    it is over the calibrated matmul (the method paragraph says why that happens), never a bare 312%."""
+    it is over the calibrated matmul (docs/reports-and-compare.md says why), never a bare 312%."""
     from attnbench.reports.render import _peak_text
 
     assert _peak_text(3.12) == "312% (over the calibrated matmul)" and _peak_text(0.38) == "38%"
