@@ -19,16 +19,16 @@ OVER_QUERIES_LIMIT = 1 << 24  # scores the softmax-over-queries reading holds (1
 OVER_QUERIES = "it took the softmax over the queries (dim=-2), not over the keys (dim=-1)"
 INVERTED = (
     "its mask is inverted: each query saw only the keys it should not (a bool mask is True where a key is "
-    "seen, as SDPA's, not where it is hidden, as nn.MultiheadAttention's; a function that reads its mask as "
-    'bool declares mask="bool", not "additive")'
+    "seen, as SDPA's, not where it is hidden, as nn.MultiheadAttention's; an additive one, 0 where seen, is "
+    "added to the scores, neither subtracted nor read as bool)"
 )
 BOOL_ADDED = (
     'it adds the mask to the scores: declare mask="additive" (a bool mask added counts True as 1 and hides '
     "nothing)"
 )
 SUBTRACTED = (
-    "it subtracts the mask from the scores: an additive mask is added (0 where a key is seen, the lowest value "
-    "where it is hidden)"
+    "it subtracts the mask from the scores: an additive mask is added (0 where a key is seen, the lowest "
+    "value where it is hidden)"
 )
 REVERSED = (
     "its causal mask is reversed: each query saw its own key and those after it, not those before it (it "
@@ -39,8 +39,8 @@ REVERSED = (
 def readings(q, k, v, *, rows: torch.Tensor, seen: torch.Tensor, scale, **rules) -> Iterator[tuple]:
     """(sentence, float64 attention under the mistake on `rows`, (B, H, R, d_v), the rows it leaves without a
     key, (B or 1, 1, R, 1) or None) for each mistake here that can happen in this cell. rows: the query rows
-    read (1-D); seen: (B or 1, 1, R, N_k) the keys each of them sees by the cell's rules (correctness.visible);
-    rules: the cell's, as correctness.likely_cause has them."""
+    read (1-D); seen: (B or 1, 1, R, N_k) the keys each of them sees by the cell's rules
+    (correctness.visible); rules: the cell's, as correctness.likely_cause has them."""
     masks = rules["mod"] == NONE and rules["cu_seqlens"] is None and rules["block_table"] is None
     if masks and not bool(seen.all()):  # a mask, handed or made, hides a key of these rows
         yield INVERTED, _attend(q, k, v, rows, scale, seen=~seen), _empty(~seen)
@@ -53,9 +53,12 @@ def readings(q, k, v, *, rows: torch.Tensor, seen: torch.Tensor, scale, **rules)
         diagonal = rows.to(q.device) + (n_k - n_q if rules["causal_align"] == "lower-right" else 0)
         after = torch.arange(n_k, device=q.device)[None, :] >= diagonal[:, None]  # (R, N_k): j >= t_i
         if rules["key_lengths"] is not None:  # the padded keys hidden as the cell hides them
-            after = after & (torch.arange(n_k, device=q.device) < rules["key_lengths"].to(q.device)[:, None])[
-                :, None, None, :
-            ]
+            after = (
+                after
+                & (torch.arange(n_k, device=q.device) < rules["key_lengths"].to(q.device)[:, None])[
+                    :, None, None, :
+                ]
+            )
         after = after if after.dim() == 4 else after[None, None]
         yield REVERSED, _attend(q, k, v, rows, scale, seen=after), _empty(after)
     alt = over_queries(q, k, v, rows=rows, scale=scale, **rules)

@@ -205,7 +205,9 @@ def test_right_answers_and_unknown_mistakes_get_no_cause():
         assert not result.passed and result.hint == "", (rules, result.describe())
 
 
-@pytest.mark.parametrize("rules", [{"causal": True}, {"key_lengths": LENGTHS}, BOTH], ids=["causal", "padded", "both"])
+@pytest.mark.parametrize(
+    "rules", [{"causal": True}, {"key_lengths": LENGTHS}, BOTH], ids=["causal", "padded", "both"]
+)
 def test_a_right_answer_under_a_mask_is_never_read_as_a_mask_mistake(rules):
     """The mask readings (misread) are attention under another mask: a right answer, bool mask or additive,
     is explained by none of them, whatever the tolerance it is read to."""
