@@ -101,20 +101,47 @@ def keyword_refusal(
 # another library's name for a mask argument (SDPA's attn_mask= aside), most likely first: a bias is added to
 # the scores
 MASK_NAMES = ("mask", "attention_mask", "attn_bias", "bias")
+# torch's nn.MultiheadAttention's mask per key: (B, N_k), True where a key is padded (mask="keys": where seen)
+KEY_PADDING = "key_padding_mask"
+
+
+def declare_mask(spelled: str) -> str:
+    """How to declare the mask a function takes as `spelled`= (variants.adapt): its two kinds and how to tell
+    them apart, from Python and in a variant file. A name of a bias is additive."""
+    arg = "" if spelled == "attn_mask" else f', mask_arg="{spelled}"'
+    if spelled.endswith("bias"):
+        return f'declare mask="additive"{arg} to be handed the mask, added to the scores'
+    return (
+        f'declare attnbench.variant(fn, mask="bool"{arg}) if its mask is True where a key is seen (as '
+        f'SDPA\'s), mask="additive"{arg} if it adds the mask to the scores (0 where seen, -inf where '
+        f"hidden); @attnbench.register(name, mask=...{arg}) in a variant file"
+    )
+
+
+def key_padding_hint() -> str:
+    """How a function that takes torch's key_padding_mask= (True = padded) would be handed key padding."""
+    return (
+        f"(it takes {KEY_PADDING}=, True where a key is padded, as nn.MultiheadAttention's: "
+        'mask="keys" hands a (B, N_k) mask True where a key is seen, so a wrapper that takes mask= and hands '
+        f'{KEY_PADDING}=~mask, declared attnbench.variant(wrapper, mask="keys", mask_arg="mask"), gates and '
+        "measures it)"
+    )
 
 
 def other_spelling(taken: frozenset[str], unread: bool, flag: str) -> str:
     """How a function that takes the keywords `taken` and spells a mask another library's way would be handed
     it: a mask argument (attn_mask=, as SDPA) by declaring mask= (variants.adapt), a mask per key beside a
     causal= of its own by mask="keys", causal masking as is_causal= (flag; "" where key padding is wanted)
-    by renaming it; for a builtin (unread: no signature), both ways to declare it; "" when it spells
-    neither."""
+    by renaming it, torch's key_padding_mask= (True = padded) by a wrapper that inverts it for mask="keys";
+    for a builtin (unread: no signature), both ways to declare it; "" when it spells neither."""
     if unread:  # a builtin, such as torch's own SDPA
         said = "causal=True if it takes causal=" if flag else "padding=True if it takes key_lengths="
         return f'(its signature cannot be read: declare {said}, or mask="bool" if it takes attn_mask=)'
     spelled = mask_param(taken)
     if spelled == "attn_mask":
-        return '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
+        return f"(it takes attn_mask=: {declare_mask(spelled)})"
+    if not spelled and not flag and KEY_PADDING in taken:
+        return key_padding_hint()
     if spelled and not flag and "causal" in taken and not spelled.endswith("bias"):
         # key padding wanted from a function with a causal= of its own: its mask is most likely one per key
         return (
@@ -122,8 +149,7 @@ def other_spelling(taken: frozenset[str], unread: bool, flag: str) -> str:
             '(B, N_k); mask="bool" if it is (B, 1, N_q, N_k))'
         )
     if spelled:
-        kind = "additive" if spelled.endswith("bias") else "bool"
-        return f'(it takes {spelled}=: declare mask="{kind}", mask_arg="{spelled}" to be handed the mask)'
+        return f"(it takes {spelled}=: {declare_mask(spelled)})"
     if flag and flag in taken:
         return f"(it takes {flag}=: attnbench hands causal=)"
     return ""
@@ -147,15 +173,21 @@ def mask_arg_refusal(name: str, mask_arg: str, taken: set[str]) -> str | None:
 def required_unhanded(name: str, sig: inspect.Signature, handed: set[str]) -> str | None:
     """The refusal when fn has a parameter after q, k, v with no default that no cell ever hands it
     (`handed`: the calling convention's keywords, the workloads', a declared mask's): every call would
-    raise a missing-argument TypeError, found only after a sweep's worth of cells."""
+    raise a missing-argument TypeError, found only after a sweep's worth of cells. A mask's parameter is told
+    its declaration (declare_mask), which hands it in every cell; any other a default or
+    functools.partial."""
     params = list(sig.parameters.values())
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for param in positional[3:] + [p for p in params if p.kind is p.KEYWORD_ONLY]:
         if param.default is inspect.Parameter.empty and param.name not in handed:
+            said = f"variant {name!r} takes {param.name} with no default"
+            if mask_param({param.name}):  # its mask: declared, every cell hands it (None: nothing masked)
+                return f"{said}, which attnbench hands only as a declared mask: {declare_mask(param.name)}"
+            if param.name == KEY_PADDING:
+                return f"{said}, which attnbench never hands {key_padding_hint()}"
             return (
-                f"variant {name!r} takes {param.name} with no default, which attnbench never hands it (it "
-                f"calls fn(q, k, v, causal=..., ...)): give {param.name} a default, or bind it, "
-                f"functools.partial(fn, {param.name}=...)"
+                f"{said}, which attnbench never hands it (it calls fn(q, k, v, causal=..., ...)): give "
+                f"{param.name} a default, or bind it, functools.partial(fn, {param.name}=...)"
             )
     return None
 

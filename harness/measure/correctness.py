@@ -43,7 +43,7 @@ from functools import partial
 
 import torch
 
-from attnbench.harness.measure import located, lowered, own_gradient
+from attnbench.harness.measure import located, lowered, misread, own_gradient
 from attnbench.harness.measure.contract import changed_inputs, check_graph, check_output
 from attnbench.harness.measure.guard import REFERENCE_ROW_BLOCK  # the reference's block, which guard counts
 from attnbench.harness.measure.own_gradient import leaf_grads
@@ -71,6 +71,22 @@ def key_interval(
         seq = torch.searchsorted(cu[1:], rows, right=True)
         lo, hi = torch.maximum(lo, cu[seq]), torch.minimum(hi, cu[seq + 1] - 1)
     return lo, hi
+
+
+def visible(
+    ids: torch.Tensor, n_q: int, n_k: int, *, key_lengths=None, causal=False, causal_align: str = "top-left",
+    window: int = 0, cu_seqlens=None,
+) -> torch.Tensor:  # fmt: skip
+    """(B or 1, 1, len(ids), N_k) bool: the keys each query row of ids sees (key_interval, then key padding),
+    on ids' device."""
+    j = torch.arange(n_k, device=ids.device)[None, :]
+    lo, hi = key_interval(
+        ids, n_q, n_k, causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens
+    )
+    seen = ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
+    if key_lengths is not None:
+        seen = seen & (j < key_lengths.to(ids.device)[:, None])[:, None, None, :]
+    return seen
 
 
 def reference(
@@ -117,24 +133,18 @@ def _weighted(
         k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)  # (B, H, N_k, d)
     scale = d_k**-0.5 if scale is None else scale
     row_ids = torch.arange(n_q, device=q.device) if rows is None else rows.to(q.device)
-    keep = torch.ones(b, 1, 1, n_k, dtype=torch.bool, device=q.device)
-    if key_lengths is not None:
-        keep = (torch.arange(n_k, device=q.device)[None, :] < key_lengths.to(q.device)[:, None])[
-            :, None, None, :
-        ]
     vp = v64 if power == 1 else v64.pow(power)
     block = max(1, REFERENCE_ROW_BLOCK // max(1, b * h * n_k))
-    j = torch.arange(n_k, device=q.device)[None, :]
     outs = []
     for start in range(0, len(row_ids), block):
         ids = row_ids[start : start + block]
         s = torch.einsum("bhqd,bhkd->bhqk", q64[:, :, ids], k64) * scale
         s = apply_mod(s, mod, causal=causal, causal_align=causal_align, rows=ids, n_q=n_q)  # before masks
-        lo, hi = key_interval(
-            ids, n_q, n_k, causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens
-        )
-        visible = keep & ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
-        s = s.masked_fill(~visible, -math.inf)
+        seen = visible(
+            ids, n_q, n_k, key_lengths=key_lengths, causal=causal, causal_align=causal_align, window=window,
+            cu_seqlens=cu_seqlens,
+        )  # fmt: skip
+        s = s.masked_fill(~seen, -math.inf)
         m = s.amax(-1, keepdim=True)
         m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
         p = torch.exp(s - m)
@@ -371,9 +381,6 @@ def _cause(got, q, k, v, judged: tuple, whole, hidden, **rules) -> str:
 HINT_ROWS = 32  # the query rows (first and last among them) each reading of a failing answer is checked on
 
 
-OVER_QUERIES_LIMIT = 1 << 24  # scores the softmax-over-queries reading holds (128 MiB in float64)
-
-
 def likely_cause(
     got: torch.Tensor, q, k, v, *, tol: float, scale=None, rows=None, causal=False, key_lengths=None,
     causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None,
@@ -382,7 +389,8 @@ def likely_cause(
     (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
     packed batch's boundaries ignored, the causal diagonal hidden, the next key shown or the mask aligned the
     other way, the window or the key padding mask one key wider, a paged cache read past its lengths or
-    around its page table, the scale left out or ignored, the softmax taken over the queries.
+    around its page table, the scale left out or ignored; then misread's: the softmax taken over the queries,
+    a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask reversed.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
@@ -402,33 +410,13 @@ def likely_cause(
         empty = empty_rows(q.shape[2], alt_rules["key_lengths"], n_k=k2.shape[2], **masks)
         if _explains(got, alt, empty, rows, tol):
             return text
-    alt = _over_queries(q, k, v, rows=rows, **rules)
-    if alt is not None and _explains(got, alt, None, rows, tol):
-        return "it took the softmax over the queries (dim=-2), not over the keys (dim=-1)"
+    rows = ids if rows is None else rows  # every row, fewer than HINT_ROWS
+    masks = {a: rules[a] for a in ("causal", "causal_align", "window", "cu_seqlens")}
+    seen = visible(rows, q.shape[2], k.shape[2], key_lengths=key_lengths, **masks)
+    for text, alt, empty in misread.readings(q, k, v, rows=rows, seen=seen, **rules):
+        if _explains(got, alt, empty, None, tol):
+            return text
     return ""
-
-
-def _over_queries(
-    q, k, v, *, rows, scale, causal, causal_align, key_lengths, window, mod, cu_seqlens, block_table, **_
-):
-    """Attention with its softmax over the queries (each key's column) where the keys' is meant, float64, on
-    `rows`: in a cell without key padding, a window, a mod or a pack (causal or not), whose scores fit in
-    OVER_QUERIES_LIMIT; else None (every row's score is in each column's softmax, so it is computed whole)."""
-    plain = not window and key_lengths is None and cu_seqlens is None and block_table is None
-    b, h, n_q, d_k = q.shape
-    n_k = k.shape[2]
-    if not plain or mod != NONE or b * h * n_q * n_k > OVER_QUERIES_LIMIT:
-        return None
-    q64, k64, v64 = (t.detach().to(torch.float64) for t in (q, k, v))
-    group = _group(h, k64.shape[1])
-    k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)
-    scores = q64 @ k64.transpose(-2, -1) * (d_k**-0.5 if scale is None else scale)
-    if causal:  # key j is seen from query i + offset on (0 top-left, N_k - N_q lower-right)
-        offset = n_k - n_q if causal_align == "lower-right" else 0
-        i, j = torch.arange(n_q, device=q.device)[:, None], torch.arange(n_k, device=q.device)
-        scores = scores.masked_fill(j > i + offset, -torch.inf)
-    out = scores.softmax(dim=-2).nan_to_num(0.0) @ v64  # a key no query sees: its column is no weight
-    return out if rows is None else out[:, :, rows.to(out.device)]
 
 
 def _readings(q, k, v, **rules):
@@ -612,17 +600,11 @@ def _reference_autograd(
     scale = d_k**-0.5 if scale is None else scale
     s = (q64 @ k64.transpose(-2, -1)) * scale
     s = apply_mod(s, mod, causal=causal, causal_align=causal_align)  # before the masks
-    rows = torch.arange(n_q, device=q64.device)
-    lo, hi = key_interval(
-        rows, n_q, n_k, causal=causal, causal_align=causal_align, window=window, cu_seqlens=cu_seqlens
-    )
-    j = torch.arange(n_k, device=q64.device)[None, :]
-    visible = ((j >= lo[:, None]) & (j <= hi[:, None]))[None, None]
-    if key_lengths is not None:
-        visible = (
-            visible & (torch.arange(n_k, device=q64.device)[None, :] < key_lengths[:, None])[:, None, None, :]
-        )
-    s = s.masked_fill(~visible, -math.inf)
+    seen = visible(
+        torch.arange(n_q, device=q64.device), n_q, n_k, key_lengths=key_lengths, causal=causal,
+        causal_align=causal_align, window=window, cu_seqlens=cu_seqlens,
+    )  # fmt: skip
+    s = s.masked_fill(~seen, -math.inf)
     m = s.amax(-1, keepdim=True).detach()
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     p = torch.exp(s - m)

@@ -220,7 +220,10 @@ def test_a_fraction_for_a_whole_number_setting_is_refused_before_any_work(tmp_pa
 
 def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_hands_it_over():
     """A function with SDPA's keywords (attn_mask=, is_causal=) is handed neither, and its refusals say
-    how it would be: mask="bool" for attn_mask=, and that causal= is attnbench's name for is_causal=."""
+    how it would be: mask="bool" or mask="additive" for attn_mask=, with how to tell them apart (a function
+    that adds its mask, told mask="bool" alone, failed the gate with no cause), and that causal= is
+    attnbench's name for is_causal=. torch's key_padding_mask= (True = padded) is told the wrapper that
+    inverts it for mask="keys"."""
     from attnbench.variants.problem import Problem
 
     def sdpa_like(q, k, v, attn_mask=None, is_causal=False):
@@ -230,13 +233,18 @@ def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_
         return q
 
     causal, padded = Problem(device="cpu", causal=True), Problem(device="cpu", padding=0.25)
-    hint = '(it takes attn_mask=: declare mask="bool" to be handed the mask)'
+    hint = (
+        '(it takes attn_mask=: declare attnbench.variant(fn, mask="bool") if its mask is True where a key is '
+        'seen (as SDPA\'s), mask="additive" if it adds the mask to the scores (0 where seen, -inf where '
+        "hidden); @attnbench.register(name, mask=...) in a variant file)"
+    )
     assert attnbench.variant(sdpa_like).check(causal) == f"sdpa_like does not support causal masking {hint}"
     assert attnbench.variant(sdpa_like).check(padded) == f"sdpa_like does not support key padding {hint}"
     assert attnbench.variant(flag_only).check(causal) == (
         "flag_only does not support causal masking (it takes is_causal=: attnbench hands causal=)"
     )
-    assert attnbench.variant(sdpa_like, mask="bool").check(causal) is None  # what the hint says works
+    for kind in ("bool", "additive"):  # what the hint says works
+        assert attnbench.variant(sdpa_like, mask=kind).check(causal) is None
 
     def mask_and_bias(query, key, value, mask=None, bias=None):  # memory-efficient-attention's signature
         return query
@@ -245,10 +253,53 @@ def test_a_mask_spelled_another_librarys_way_is_named_with_the_declaration_that_
         return q
 
     said = attnbench.variant(mask_and_bias).check(causal)  # it hinted mask_arg="bias", the first by name
-    assert said.endswith('(it takes mask=: declare mask="bool", mask_arg="mask" to be handed the mask)'), said
+    assert said.endswith(
+        '(it takes mask=: declare attnbench.variant(fn, mask="bool", mask_arg="mask") if its mask is True '
+        'where a key is seen (as SDPA\'s), mask="additive", mask_arg="mask" if it adds the mask to the '
+        'scores (0 where seen, -inf where hidden); @attnbench.register(name, mask=..., mask_arg="mask") in a '
+        "variant file)"
+    ), said
     said = attnbench.variant(bias_only).check(causal)
     assert said.endswith('(it takes attn_bias=: declare mask="additive", mask_arg="attn_bias" to be handed '
-                         "the mask)"), said  # fmt: skip
+                         "the mask, added to the scores)"), said  # fmt: skip
+
+    def mha_padded(q, k, v, key_padding_mask=None, causal=False):  # nn.MultiheadAttention's: True = padded
+        return q
+
+    said = attnbench.variant(mha_padded).check(padded)
+    assert said.endswith(
+        '(it takes key_padding_mask=, True where a key is padded, as nn.MultiheadAttention\'s: mask="keys" '
+        "hands a (B, N_k) mask True where a key is seen, so a wrapper that takes mask= and hands "
+        'key_padding_mask=~mask, declared attnbench.variant(wrapper, mask="keys", mask_arg="mask"), gates '
+        "and measures it)"
+    ), said
+
+
+def test_torchs_key_padding_mask_is_gated_right_through_the_wrapper_its_hint_gives():
+    """key_padding_mask= is True where a key is padded (nn.MultiheadAttention's), mask="keys" hands True
+    where a key is seen: the wrapper the hint gives, which inverts it, is right on a padded causal cell."""
+    import torch
+
+    from attnbench.harness.measure import correctness
+
+    def mha_padded(q, k, v, key_padding_mask=None, causal=False):
+        s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -torch.inf)
+        if key_padding_mask is not None:
+            s = s.masked_fill(key_padding_mask[:, None, None, :], -torch.inf)
+        return s.softmax(-1) @ v
+
+    def wrapper(q, k, v, mask=None, causal=False):
+        return mha_padded(q, k, v, key_padding_mask=None if mask is None else ~mask, causal=causal)
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 8, generator=g) for _ in range(3))
+    lengths = torch.tensor([16, 9])
+    mine = attnbench.variant(wrapper, mask="keys", mask_arg="mask")
+    call = mine.bind(q, k, v, causal=True, key_lengths=lengths)
+    out = call(q, k, v, causal=True, key_lengths=lengths, dropout_p=0.0, scale=None)
+    assert correctness.gate(out, q, k, v, causal=True, key_lengths=lengths).passed
 
 
 def test_a_declared_shape_is_handed_only_the_keywords_its_function_takes():

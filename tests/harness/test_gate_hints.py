@@ -72,6 +72,41 @@ LENGTHS = torch.tensor([N, 25])
 OVER_QUERIES = "it took the softmax over the queries (dim=-2), not over the keys (dim=-1)"
 
 
+def handed(kind, q, k, causal=False, key_lengths=None):
+    """The mask a variant declared mask=kind is handed (variants.adapt)."""
+    from attnbench.variants.adapt import make_mask
+
+    return make_mask(q, k, kind=kind, causal=causal, key_lengths=key_lengths)
+
+
+def adds_bool(q, k, v, **rules):  # declared mask="bool", but it adds its mask to the scores
+    s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    return torch.softmax(s + handed("bool", q, k, **rules), dim=-1) @ v
+
+
+def subtracts(q, k, v, **rules):  # declared mask="additive", and subtracts it
+    s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    return torch.softmax(s - handed("additive", q, k, **rules), dim=-1) @ v
+
+
+def reads_as_bool(q, k, v, **rules):  # declared mask="additive", read as bool (True = attend)
+    return attention(q, k, v, mask=~handed("additive", q, k, **rules).bool())
+
+
+def reversed_causal(q, k, v, key_lengths=None):  # tril(-1) masked where triu(1) is: j < i hidden
+    mask = torch.ones(N, N, dtype=torch.bool).tril(-1)
+    if key_lengths is not None:
+        mask = mask | (torch.arange(N)[None, :] >= key_lengths[:, None])[:, None, None, :]
+    return attention(q, k, v, mask=mask)
+
+
+BOOL_ADDED = 'it adds the mask to the scores: declare mask="additive"'
+SUBTRACTED = "it subtracts the mask from the scores: an additive mask is added"
+INVERTED = "its mask is inverted: each query saw only the keys it should not"
+REVERSED = "its causal mask is reversed: each query saw its own key and those after it, not those before it"
+BOTH = {"causal": True, "key_lengths": LENGTHS}
+
+
 @pytest.mark.parametrize(
     "mistake, rules, said",
     [
@@ -85,6 +120,14 @@ OVER_QUERIES = "it took the softmax over the queries (dim=-2), not over the keys
         (lambda q, k, v: next_key_shown(q, k, v, LENGTHS), {"causal": True, "key_lengths": LENGTHS}, SHOWN),
         (over_queries, {}, OVER_QUERIES),
         (lambda q, k, v: over_queries(q, k, v, causal=True), {"causal": True}, OVER_QUERIES),
+        (lambda q, k, v: adds_bool(q, k, v, causal=True), {"causal": True}, BOOL_ADDED),
+        (lambda q, k, v: adds_bool(q, k, v, **BOTH), BOTH, BOOL_ADDED),
+        (lambda q, k, v: subtracts(q, k, v, key_lengths=LENGTHS), {"key_lengths": LENGTHS}, SUBTRACTED),
+        (lambda q, k, v: subtracts(q, k, v, **BOTH), BOTH, SUBTRACTED),
+        (lambda q, k, v: reads_as_bool(q, k, v, causal=True), {"causal": True}, INVERTED),
+        (lambda q, k, v: reads_as_bool(q, k, v, **BOTH), BOTH, INVERTED),
+        (reversed_causal, {"causal": True}, REVERSED),
+        (lambda q, k, v: reversed_causal(q, k, v, LENGTHS), BOTH, REVERSED),
     ],
     ids=[
         "no-scale",
@@ -97,6 +140,14 @@ OVER_QUERIES = "it took the softmax over the queries (dim=-2), not over the keys
         "next-key-shown-padded",
         "softmax-over-queries",
         "causal-softmax-over-queries",
+        "bool-mask-added",
+        "bool-mask-added-padded",
+        "additive-mask-subtracted",
+        "additive-mask-subtracted-causal",
+        "additive-mask-read-as-bool",
+        "additive-mask-read-as-bool-padded",
+        "causal-mask-reversed",
+        "causal-mask-reversed-padded",
     ],  # fmt: skip
 )
 @pytest.mark.parametrize("max_rows", [None, 8], ids=["every-row", "sampled-rows"])
@@ -152,6 +203,20 @@ def test_right_answers_and_unknown_mistakes_get_no_cause():
     for rules in ({}, {"causal": True}, {"key_lengths": LENGTHS}, {"scale": 0.5}, windowed, alibi):
         result = correctness.gate(wrong, q, k, v, **rules)
         assert not result.passed and result.hint == "", (rules, result.describe())
+
+
+@pytest.mark.parametrize(
+    "rules", [{"causal": True}, {"key_lengths": LENGTHS}, BOTH], ids=["causal", "padded", "both"]
+)
+def test_a_right_answer_under_a_mask_is_never_read_as_a_mask_mistake(rules):
+    """The mask readings (misread) are attention under another mask: a right answer, bool mask or additive,
+    is explained by none of them, whatever the tolerance it is read to."""
+    q, k, v = qkv()
+    for kind in ("bool", "additive"):
+        mask = handed(kind, q, k, **rules)
+        right = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        for tol in (1e-4, 1e-2):
+            assert correctness.likely_cause(right, q, k, v, tol=tol, **rules) == "", (kind, tol)
 
 
 def test_a_long_answer_is_read_on_a_few_of_its_rows(monkeypatch):

@@ -63,9 +63,32 @@ def test_a_wrong_mask_sign_is_caught(plugin):
         cell("declared_wrong_sign", causal=True), QUICK, InputCache(), timer=FakeTimer(median_ms=1.0)
     )
     assert row["status"] == "wrong", row
+    # its subtracted mask is clamped to -1e4: the hidden keys win by their scores, as an inverted mask's do
+    said = "failed the float64 gate: its mask is inverted: each query saw only the keys it should not"
+    assert row["message"].startswith(said) and "neither subtracted" in row["message"], row["message"]
     q, k, v = tensors.qkv(b=2, h=3, n_q=20, d_k=8)
     assert not correctness.check(variants.get("declared_wrong_sign"), q, k, v, causal=True).passed
     assert correctness.check(variants.get("declared_model"), q, k, v, causal=True).passed
+
+
+def test_a_function_that_adds_its_mask_declared_bool_is_told_to_declare_it_additive():
+    """A function that adds its mask to the scores, declared mask="bool", fails the gate: a bool mask added
+    counts True as 1 and hides nothing; the gate names the declaration that makes it right."""
+
+    def adds(q, k, v, attn_mask=None):
+        s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+        return (s if attn_mask is None else s + attn_mask).softmax(-1) @ v
+
+    q, k, v = tensors.qkv(b=2, h=3, n_q=20, d_k=8)
+    lengths = torch.tensor([20, 13])
+    for rules in ({"causal": True}, {"key_lengths": lengths}):
+        told = correctness.check(registry.made(adds, "adds", {"mask": "bool"}, "test"), q, k, v, **rules)
+        assert told.hint.startswith('it adds the mask to the scores: declare mask="additive"'), (
+            told.describe()
+        )
+        assert correctness.check(
+            registry.made(adds, "adds", {"mask": "additive"}, "test"), q, k, v, **rules
+        ).ok
 
 
 def test_a_tuple_not_returned_is_named(plugin):

@@ -535,6 +535,19 @@ def test_a_parameter_no_cell_hands_without_a_default_is_refused_at_declaration(t
         )
         assert f"functools.partial(fn, {param}=...)" in said and "\n" not in said
     made(functools.partial(blocked, block_size=64), "bound", {}, "test")
+
+    def qkvmask(q, k, v, mask):  # its mask, which a declaration hands (None where nothing is masked)
+        return q
+
+    with pytest.raises(VariantError) as err:
+        made(qkvmask, "qkvmask", {}, "test")
+    said = str(err.value)
+    assert said.startswith(
+        "variant 'qkvmask' takes mask with no default, which attnbench hands only as a declared mask: "
+        'declare attnbench.variant(fn, mask="bool", mask_arg="mask") if its mask is True where a key is seen'
+    ), said
+    assert 'mask="additive", mask_arg="mask" if it adds the mask' in said and "partial" not in said
+    made(qkvmask, "declared", {"mask": "bool", "mask_arg": "mask"}, "test")  # what it says works
     made(lambda q, k, v, block_size=64, **kw: q, "defaulted", {}, "test")
     made(lambda q, k, v, causal, key_lengths, dropout_p, scale: q, "handed", dict(dropout=True), "test")
     mine = tmp_path / "mine.py"
