@@ -105,9 +105,10 @@ def cell_line(row: dict[str, Any], width: int | None = None) -> str:
     """A finished cell for a person watching the sweep, in lines of at most `width` columns (None: one
     line with every number). What is kept is what they watch for: status, variant, shape, time and spread;
     then, while the line is too long, rel_err (of an ok cell: the gate passed), TFLOP/s and peak memory
-    are left out in that order (a quantising cell's error end to end last); a line whose shape is already longer than its column (a causal cell's, a
-    long name's: it is pushed along, out of line with the others) drops its columns' padding first. A
-    message that does not fit goes on the lines below, indented."""
+    are left out in that order (a quantising cell's error end to end, e2e_rel_err, after them); a line
+    whose shape is already longer than its column (a causal cell's, a long name's: it is pushed along, out
+    of line with the others) drops its columns' padding first. A message that does not fit goes on the
+    lines below, indented."""
     form = "compact" if width is not None and width < COMPACT_BELOW else "normal"
     pad_status, pad_variant, pad_shape = PADDING[form]
     shape = _shape(row)

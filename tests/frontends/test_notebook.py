@@ -228,11 +228,10 @@ def test_run_table_of_a_quantising_variant_shows_its_error_end_to_end_as_the_rep
     """fp8_emulated's rel_err (3e-07, against float64 of its rounded inputs) beside naive's read as if FP8
     cost nothing: where a row has a quantisation recipe the table shows e2e_rel_err after rel_err, the
     error the report's speed-accuracy panel draws it at (from its sqnr_db); a run without one does not."""
-    from tests import synthetic
-
     import attnbench
     from attnbench.reports.panels import accuracy
     from attnbench.reports.render import prepare
+    from tests import synthetic
 
     fp8 = [synthetic.cell("fp8_emulated", n, time_ms=n / 1000, rel_err=3e-7, quant_recipe="e4m3fn:tensor",
                           quant_rel_err=0.046, sqnr_db=26.4) for n in (512, 1024, 2048)]  # fmt: skip
