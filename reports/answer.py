@@ -16,29 +16,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import counted
+from attnbench.results.formulas import counted, end_to_end_rel_err
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
 from attnbench.results.verdicts import holm_verdict
 
-from .answer_text import MESSAGE_CHARS
+from .answer_growth import growth
+from .answer_text import MESSAGE_CHARS, PASSES, SHAPE_AXES
 from .answer_text import dtypes_first as _dtypes
 from .answer_text import ratio_text as _ratio_text
 from .answer_text import short as _short
 from .answer_text import shown as _shown
+from .answer_text import window_text as _window
 from .busy import machine_busy, unsettled
 from .tables import axis_text, label, length_axis, length_name, present, varying
 from .words import n_text, names_text, range_text
 
 MAX_LINES = 12
-PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
 BROKEN = ("error", "crashed", "timeout", "oom")  # the statuses of a cell whose call raised, died or hung
 BROKEN_WORDS = {"timeout": "timed out"}  # a status, as a line says what its cells did
 # a gate row's verdicts that are failures (harness.tools.check's GateRow), and each one's word in a line
 GATE_VERDICTS = {"FAIL": "WRONG", "error": "ERROR", "crashed": "CRASHED", "timeout": "TIMED OUT"}
-# the axes of a cell's shape besides its lengths and mask: a race line each where fn's cells take several
-SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "dropout", "mod", "lengths",
-              "page_size")  # fmt: skip
 MAX_CAUSES = 3  # the most WRONG lines of the sweep's cells: a line per cause, the last one for the rest
 _NUMBER = re.compile(r"[-+]?\d[\d.,]*(?:e[-+]?\d+)?")  # a message's numbers, left out of its cause
 
@@ -143,10 +141,12 @@ def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) ->
             for dtype, sub in right.groupby("dtype", sort=True)
             if sub["rel_err"].notna().any()
         ]
+        rounded = _end_to_end(right)
         lines.append(
-            f"{word} in {len(right)} of {counted(len(gated), 'cell')} gated against float64 "
-            f"(worst relative error: {', '.join(worst) or 'n/a'})"
-        )
+            f"{word} in {len(right)} of {counted(len(gated), 'cell')} gated against float64"
+            + (f" of its rounded inputs (worst kernel error: {', '.join(worst) or 'n/a'}){rounded}"
+               if rounded else f" (worst relative error: {', '.join(worst) or 'n/a'})")
+        )  # fmt: skip
     wrong = gated[gated["status"] == "wrong"]
     lines += _wrong_lines(wrong)
     lines += _by_design(wrong, word != "correct" or named or _masked_only(mine))
@@ -159,6 +159,32 @@ def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) ->
         message = spell(message) if first["status"] == "timeout" else message
         lines.append(f"{counted(len(broken), 'cell')} {said} ({where}): {_short(message, MESSAGE_CHARS)}")
     return lines
+
+
+def _end_to_end(right) -> str:
+    """For a variant that rounds its inputs (its rows' quant_recipe: FP8), whose gate judges its kernel
+    against float64 of the rounded inputs: '; end to end, against float64 of the inputs it was given (its
+    rounding, e4m3fn:tensor, and its kernel together): worst rel_err bfloat16 4.6e-02 (SQNR 26.7 dB), ...',
+    the error the report's speed-accuracy panel draws it at (formulas.end_to_end_rel_err, from sqnr_db);
+    '' for any other variant."""
+    if "quant_recipe" not in right or "sqnr_db" not in right:
+        return ""
+    quantised = right[right["quant_recipe"].fillna("").astype(str).str.len() > 0]
+    e2e = [end_to_end_rel_err(e, q) for e, q in zip(quantised["rel_err"], quantised["sqnr_db"], strict=True)]
+    quantised = quantised.assign(_e2e=[float("nan") if e is None else float(e) for e in e2e])
+    worst = []
+    for dtype in sorted(set(quantised["dtype"].astype(str))):  # in the order of the kernel's errors
+        sub = quantised[(quantised["dtype"] == dtype) & quantised["sqnr_db"].notna()]
+        if len(sub) and sub["_e2e"].notna().any():
+            top = sub.loc[sub["_e2e"].idxmax()]
+            worst.append(f"{dtype} {top['_e2e']:.1e} (SQNR {float(top['sqnr_db']):.1f} dB)")
+    if not worst:
+        return ""
+    recipes = ", ".join(sorted(set(quantised["quant_recipe"].astype(str))))
+    return (
+        f"; end to end, against float64 of the inputs it was given (its rounding, {recipes}, and its "
+        f"kernel together): worst rel_err {', '.join(worst)}"
+    )
 
 
 def _wrong_lines(wrong) -> list[str]:
@@ -523,11 +549,6 @@ def _extremes(judged: list[tuple[Any, Any]], ends: list[Any], length: str) -> st
     return said
 
 
-def _window(window: Any) -> str:
-    """', window 64' for a sliding window's cells (a shape line names a window only where it varies)."""
-    return f", window {int(window)}" if present(window) and int(window) else ""
-
-
 def _end(k: Any, j: Any, length: str) -> str:
     """'2.05x slower at N 512' (or 'at N_k 4,096' where the keys grow), with the judge's verdict beside a
     ratio it did not call: one disturbed visit of three moves a ratio of geometric means further than the
@@ -538,93 +559,6 @@ def _end(k: Any, j: Any, length: str) -> str:
     notes += ["drifted or noisy"] if bool(k.get("_unsettled", False)) else []
     said = f" ({', '.join(notes)})" if notes else ""
     return f"{_ratio_text(j.ratio)} at {length_name(length)} {n_text(k[length])}{said}"
-
-
-def growth(df, metas, variant: str, baseline: str) -> list[str]:
-    """How fn's time and peak memory grow with N (the report's fits, over the first dtype's unmasked
-    series, or its causal one where fn measured no unmasked cell: a sliding-window kernel's), with the
-    baseline's exponents beside."""
-    from .fit import scaling_table
-
-    unpadded = df[df["padding"].fillna(0) == 0]
-    mask = "no mask"
-    plain = unpadded[unpadded["causal"] == False]  # noqa: E712 (pandas)
-    if not ((plain["variant"] == variant) & (plain["status"] == "ok")).any():
-        mask, plain = "causal", unpadded[unpadded["causal"] == True]  # noqa: E712 (pandas)
-    if plain.empty:
-        return []
-    first = next(p for p in [*PASSES, *plain["pass"].astype(str)] if (plain["pass"] == p).any())
-    said = "" if plain["pass"].nunique() == 1 else f", {PASSES.get(first, first)}"
-    plain = plain[plain["pass"] == first]  # one pass's series: the forward where it was timed
-    shapes = varying(plain, SHAPE_AXES)  # and one shape's: the first of each axis that takes several
-    for axis in shapes:
-        plain = plain[plain[axis] == plain[axis].sort_values().iloc[0]]
-    if shapes:
-        said += ", " + label({a: plain[a].iloc[0] for a in shapes}, shapes)
-    if "window" not in shapes and "window" in plain.columns and len(plain):
-        mask += _window(plain["window"].iloc[0])
-    dtype = _dtypes(set(plain["dtype"].dropna().astype(str)))[0]
-    table = scaling_table(plain[plain["dtype"] == dtype], metas)
-    fits = {str(r["variant"]): r for _, r in table.iterrows()}
-    if variant not in fits:
-        return []
-    mine, base = fits[variant], fits.get(baseline)
-    if not present(mine["time_exp"]):  # one length (or none) ok: nothing grows
-        return []
-    n = length_name(length_axis(plain[(plain["dtype"] == dtype) & (plain["variant"] == variant)]))
-    memory = present(mine["mem_exp"])  # rows without a peak (a device that cannot measure it): time alone
-    beside = (  # the baseline's exponents as fn's are said: with their CIs, or "(no CI)" where none
-        f" ({baseline}: {n}^{base['time_fit']}" + (f" and {n}^{base['mem_fit']})" if memory else ")")
-        if base is not None and present(base["time_exp"]) and (present(base["mem_exp"]) or not memory)
-        else ""
-    )
-    over = mine["fit_seq_lens"].replace(" ", ", ")
-    series = plain[plain["dtype"] == dtype]
-    grows = _time_growth(mine, series[series["variant"] == variant], n)
-    # a fit through cells that drifted or were noisy is marked as the race's ends are (_end)
-    grows += (
-        " (drifted or noisy)" if unsettled(df).loc[series.index[series["variant"] == variant]].any() else ""
-    )
-    grows += f", peak memory as {n}^{mine['mem_fit']}" if memory else ""
-    peak = _peak(series, variant, baseline) if memory else ""
-    return [f"grows with {n} ({dtype}{said}, {mask}, fitted over {n} {over}): {grows}{beside}{peak}"]
-
-
-def _time_growth(fit: Any, rows: Any, n: str) -> str:
-    """'time as N^1.98 [1.95, 2.01]', or where a point lies far off the fit's line (fit.off_line: a kernel
-    20x slower at N 256 alone, which the race line names), that no power law fits: its exponent is noise."""
-    from .fit import off_line
-
-    ok = rows[rows["status"] == "ok"]
-    length = length_axis(rows)
-    off = off_line(fit["_time_fit"], ok[length].astype(float), ok["time_ms_median"].astype(float))
-    if off is None:
-        return f"time as {n}^{fit['time_fit']}"
-    return f"time fits no power law of {n} (a point {off:.3g}x off its line, R² {fit['time_r2']:.2f})"
-
-
-def _peak(rows: Any, variant: str, baseline: str) -> str:
-    """'; peak 130 MiB at N 512: 242x sdpa's, 64.9x the N×N scores (2 MiB)': fn's peak at the largest N of
-    its series (`rows`: one dtype, mask, pass and shape), beside the baseline's in the same cell and one
-    score matrix's analytic size (formulas.scores_bytes): two kernels of one exponent differ here."""
-    from attnbench.results.formulas import bytes_text, scores_bytes
-
-    length = length_axis(rows)
-    ok = rows[(rows["status"] == "ok") & rows["peak_mem_bytes"].notna()]
-    mine = ok[ok["variant"] == variant]
-    if mine.empty:
-        return ""
-    top = mine.loc[mine[length].astype(float).idxmax()]
-    peak = float(top["peak_mem_bytes"])
-    theirs = ok[(ok["variant"] == baseline) & (ok[length] == top[length])]["peak_mem_bytes"]
-    said = [f"{peak / float(theirs.iloc[0]):.3g}x {baseline}'s"] if len(theirs) and theirs.iloc[0] > 0 else []
-    n_k = top.get("seq_k") if present(top.get("seq_k")) else top["seq_len"]
-    dims = [top.get(a) for a in ("batch", "heads", "seq_len")] + [n_k]
-    scores = scores_bytes(*map(int, dims), str(top["dtype"])) if all(map(present, dims)) else 0
-    matrix = "N×N" if length == "seq_len" else "N_q×N_k"
-    said += [f"{peak / scores:.3g}x the {matrix} scores ({bytes_text(scores)})"] if scores > 0 else []
-    at = f"{length_name(length)} {n_text(top[length])}"
-    return f"; peak {bytes_text(peak)} at {at}" + (f": {', '.join(said)}" if said else "")
 
 
 def bandwidth(df, metas, variant: str, baseline: str) -> list[str]:

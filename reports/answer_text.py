@@ -1,11 +1,18 @@
 """How bench's answer (reports.answer) words its parts: a message shortened at a word's end with its full text
-kept, a ratio against the baseline, the dtypes in their order."""
+kept, a ratio against the baseline, the dtypes in their order, a cell's pass, its shape's axes, its window."""
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
+from .tables import present
+
+PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
+# the axes of a cell's shape besides its lengths and mask: a race line each where fn's cells take several
+SHAPE_AXES = ("device", "batch", "heads", "d_k", "d_v", "kv_heads", "window", "dropout", "mod", "lengths",
+              "page_size")  # fmt: skip
 # the most characters of a row's message a line quotes: its cause and the way out come first, and fit
 MESSAGE_CHARS = 200
 # where short cut a message, and where the part it cut ends: an Answer's lines say " ..." there, its full
@@ -44,3 +51,8 @@ def ratio_text(ratio: float) -> str:
     if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
         return "as fast (1.00x)"
     return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+
+
+def window_text(window: Any) -> str:
+    """', window 64' for a sliding window's cells (a shape line names a window only where it varies)."""
+    return f", window {int(window)}" if present(window) and int(window) else ""

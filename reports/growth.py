@@ -18,7 +18,7 @@ from .words import exponent_text, growth_word, n_text, names_text
 CONSTANT_SHOWN = 1 << 20  # a memory fit's N-independent part worth a word (chunked's block: about 5 MiB)
 
 
-def _says_nothing(exp: Any, lo: Any, hi: Any, name: str = "N") -> str | None:
+def says_nothing(exp: Any, lo: Any, hi: Any, name: str = "N") -> str | None:
     """Why an exponent says nothing of how a variant grows: 'two N' (a fit through two points, no CI; `name`:
     the length's) or 'CI too wide to say' (growth_word); None for one that says something."""
     if not present(exp):
@@ -30,9 +30,9 @@ def _says_nothing(exp: Any, lo: Any, hi: Any, name: str = "N") -> str | None:
 
 def exponent_said(fit: Any, name: str = "N") -> str:
     """A fitted exponent (fit.PowerFit) as a table shows it, '1.98 [1.90, 2.06]', with why it says nothing
-    of the growth where it does not, in the words the findings use (_says_nothing): '2.01 [1.32, 2.70]: CI
+    of the growth where it does not, in the words the findings use (says_nothing): '2.01 [1.32, 2.70]: CI
     too wide to say', '-0.35 (no CI): two N'; 'n/a (...)' without a fit."""
-    why = _says_nothing(fit.exponent, fit.ci_low, fit.ci_high, name)
+    why = says_nothing(fit.exponent, fit.ci_low, fit.ci_high, name)
     return f"{fit.text()}: {why}" if why else fit.text()
 
 
@@ -52,14 +52,14 @@ def growth_sentences(fits, length: str = "seq_len", marks: Mapping[str, str] | N
         if not present(r["time_exp"]):
             unfit.setdefault(str(r["statuses"]), []).append(v + marks.get(v, ""))
             continue
-        why = _says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
+        why = says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
         parts = []
         if why:  # its time in the one sentence below; a memory fit that says something is still said
             unsaid.setdefault(why, []).append(v + marks.get(v, ""))
         else:
             time = exponent_text(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
             parts.append(f"time grows as {time}")
-        if present(r["mem_exp"]) and not _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):
+        if present(r["mem_exp"]) and not says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):
             memory = f"memory {'as' if parts else 'grows as'} "
             memory += exponent_text(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"], name)
             const = r.get("mem_const_bytes")
@@ -107,7 +107,7 @@ def wall_sentence(fits, panel_rows, marks: Mapping[str, str] | None = None) -> s
     memory, fit.scaling_table), grouped by that N, and the N where a variant was refused for memory (out of
     memory, or skipped by the memory guard). Where a variant's own rows contradict its fit (refused at an N
     the fit says fits, or ok beyond the fit's wall), the largest N it ran ok is said instead, as measured. A
-    variant whose memory exponent says nothing (_says_nothing: two N, or a CI too wide to say) has no wall
+    variant whose memory exponent says nothing (says_nothing: two N, or a CI too wide to say) has no wall
     read off it. A decode panel's N is its N_k (tables.length_name). `marks`: as growth_sentences'."""
     marks = marks or {}
     length = length_axis(panel_rows)
@@ -120,7 +120,7 @@ def wall_sentence(fits, panel_rows, marks: Mapping[str, str] | None = None) -> s
         r = fits[fits["variant"] == v].iloc[0]
         if not present(r["n_max_fit"]) or not present(r["device_mem_bytes"]):
             continue
-        if _says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):  # two N, or a CI too wide
+        if says_nothing(r["mem_exp"], r["mem_ci_low"], r["mem_ci_high"]):  # two N, or a CI too wide
             continue
         n, top = int(r["n_max_fit"]), r["n_max_measured"]
         ran = _measured_wall(panel_rows[panel_rows["variant"] == v], length, n)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import bytes_text, printable
+from attnbench.results.formulas import bytes_text, end_to_end_rel_err, printable
 
 from . import page as pg
 from .render import FIGURE_KINDS
@@ -209,9 +209,30 @@ def column_format(column: str, dtype: Any) -> str | Callable[[Any], str] | None:
     return "{:.4g}"
 
 
+# a column table() derives from the row's own: the error against float64 of the inputs the variant was given
+# (results.formulas.end_to_end_rel_err: a quantising variant's rel_err is against its rounded inputs)
+E2E = "e2e_rel_err"
+
+
+def quantising(df) -> bool:
+    """Whether some row of df has a quantisation recipe (a variant that rounds its inputs: FP8)."""
+    return "quant_recipe" in df and bool(df["quant_recipe"].fillna("").astype(str).str.len().gt(0).any())
+
+
+def with_end_to_end(df):
+    """df with its rows' error end to end as E2E, the one the report's speed-accuracy panel draws: rel_err
+    where a row rounds nothing, else the error its sqnr_db says."""
+    import pandas as pd
+
+    sqnr = df["sqnr_db"] if "sqnr_db" in df else [None] * len(df)
+    e2e = [end_to_end_rel_err(e, s) for e, s in zip(df["rel_err"], sqnr, strict=True)]
+    return df.assign(**{E2E: pd.array([None if pd.isna(e) else float(e) for e in e2e], dtype="Float64")})
+
+
 def default_columns(df) -> list[str]:
     """run_id where there are several runs, the variant, the axes that vary (seq_len always), and SHOWN
-    (message only where some row has one)."""
+    (message only where some row has one; E2E after rel_err where some row has a quantisation recipe, whose
+    rel_err alone reads as if its rounding cost nothing)."""
     from attnbench.results.axes import FOLLOWS
 
     from .tables import COMBO_AXES, LENGTHS, varying
@@ -224,14 +245,19 @@ def default_columns(df) -> list[str]:
         axes.append("seq_len")
     messages = df["message"].fillna("").astype(str).str.len().gt(0).any() if "message" in df else False
     shown = [c for c in SHOWN if c != "message" or messages]
+    if quantising(df) and "rel_err" in shown:
+        shown.insert(shown.index("rel_err") + 1, E2E)
     runs = ["run_id"] if "run_id" in df and df["run_id"].nunique() > 1 else []
-    return [c for c in [*runs, "variant", *axes, *shown] if c in df.columns]
+    return [c for c in [*runs, "variant", *axes, *shown] if c in df.columns or c == E2E]
 
 
 def styled(df, columns: Sequence[str] | None = None):
     """df (results.load's frame) as a pandas Styler with readable numbers (column_format) and the chosen
-    columns (default_columns when None); the frame and its dtypes are left as they are."""
+    columns (default_columns when None; E2E, derived, where chosen); the frame and its dtypes are left as
+    they are."""
     cols = default_columns(df) if columns is None else list(columns)
+    if E2E in cols and E2E not in df.columns and "rel_err" in df.columns:
+        df = with_end_to_end(df)
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise ValueError(

@@ -11,6 +11,7 @@ from attnbench.results.formulas import (
     COMPACT_BELOW,
     NOISY_NOTE,
     bytes_text,
+    end_to_end_rel_err,
     printable,
     sentence_columns,
     short_dtype,
@@ -67,7 +68,10 @@ def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
     """A measured cell's numbers, each with when it is left out of a line too long (1 first; 0: kept): its
     median and spread (±N%: half its IQR over its median, the row's rel_iqr / 2, over every timed call of
     every visit; 'noisy' beside it where that IQR/median is over 10%, the row's `noisy` flag), its peak
-    memory, TFLOP/s and rel_err; `tight`: without the padding that lines the columns up."""
+    memory, TFLOP/s and rel_err, and a quantising variant's error end to end (e2e_rel_err: its rel_err is
+    against float64 of its rounded inputs, results.formulas.end_to_end_rel_err; kept longest, since its
+    rel_err alone reads as if the rounding cost nothing); `tight`: without the padding that lines the
+    columns up."""
     spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
     spread += " noisy" if row.get("noisy") is True else ""
     time_ms, peak = f"{row['time_ms_median']:.3f}", bytes_text(row.get("peak_mem_bytes"))
@@ -78,7 +82,17 @@ def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
         (f" {peak}", 3),
         (f" {row.get('tflops', float('nan')):{'' if tight else '6'}.3f} TFLOP/s", 2),
         (f" rel_err {row.get('rel_err', float('nan')):.1e}", 1 if row["status"] == "ok" else 4),
+        *_end_to_end(row),
     ]
+
+
+def _end_to_end(row: dict[str, Any]) -> list[tuple[str, int]]:
+    """' e2e_rel_err 4.8e-02' of a cell whose variant rounds its inputs (a quant_recipe, an sqnr_db), as the
+    report's speed-accuracy panel reads it; nothing for any other cell."""
+    if not row.get("quant_recipe") or row.get("sqnr_db") is None:
+        return []
+    e2e = end_to_end_rel_err(row.get("rel_err"), row["sqnr_db"])
+    return [(f" e2e_rel_err {e2e:.1e}", 4)] if e2e is not None else []
 
 
 def _without_noisy_note(message: str) -> str:
@@ -91,9 +105,10 @@ def cell_line(row: dict[str, Any], width: int | None = None) -> str:
     """A finished cell for a person watching the sweep, in lines of at most `width` columns (None: one
     line with every number). What is kept is what they watch for: status, variant, shape, time and spread;
     then, while the line is too long, rel_err (of an ok cell: the gate passed), TFLOP/s and peak memory
-    are left out in that order; a line whose shape is already longer than its column (a causal cell's, a
-    long name's: it is pushed along, out of line with the others) drops its columns' padding first. A
-    message that does not fit goes on the lines below, indented."""
+    are left out in that order (a quantising cell's error end to end, e2e_rel_err, after them); a line
+    whose shape is already longer than its column (a causal cell's, a long name's: it is pushed along, out
+    of line with the others) drops its columns' padding first. A message that does not fit goes on the
+    lines below, indented."""
     form = "compact" if width is not None and width < COMPACT_BELOW else "normal"
     pad_status, pad_variant, pad_shape = PADDING[form]
     shape = _shape(row)

@@ -65,7 +65,7 @@ class RunSummary:
     notes: list[str] = field(default_factory=list)  # what the command tells the user (duplicates, lost tasks)
     # the executor this session measured with (its finish command: slurm's is collect)
     executor: str = "local"
-    missing: int = 0  # the run's cells with no row when it ended (not interrupted): an array task cancelled
+    missing: int = 0  # the run's cells with no row when it ended: an array task cancelled, a Ctrl-C
     running: list[str] = field(default_factory=list)  # Slurm jobs still queued or running when stopped
     forecast: estimate.Forecast | None = (
         None  # the cells left and their estimated time (dry_run: nothing else)
@@ -317,8 +317,9 @@ def _write(
         else:
             summary.notes += _finish_probe(writer, start, local, progress)
         _measure(start, writer, summary, progress, local, chosen_executor, announced.touch)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # in the probe or the sweep: the cells it planned and left unmeasured counted
         summary.interrupted = True
+        summary.missing = _unmeasured(start.cells(), writer)
     except variants.VariantError:
         if fresh and local is None:  # the first worker could not load them: no row, no meta.json yet
             shutil.rmtree(path, ignore_errors=True)
@@ -498,8 +499,13 @@ def _measure(
         summary.running = list(chosen.running)
     # a cell can end without a row where its array task was cancelled (scancel, a time limit) or the
     # executor could measure no more (CellsLeft): the run is then incomplete, and says so (its finish
-    # command measures the rest)
-    summary.missing = sum(1 for c in cells if c.cell_id not in writer.done)
+    # command measures the rest); a Ctrl-C's are counted as the run stops (_write)
+    summary.missing = _unmeasured(cells, writer)
+
+
+def _unmeasured(cells: list[CellSpec], writer: RunWriter) -> int:
+    """How many of the run's planned cells have no row."""
+    return sum(1 for c in cells if c.cell_id not in writer.done)
 
 
 def _take_left_rows(path: Path, writer: RunWriter, run_id: str, summary: RunSummary, progress) -> list[str]:

@@ -159,23 +159,33 @@ def test_a_race_end_read_off_a_drifted_or_noisy_cell_is_marked(tmp_path):
     said = answer(write_run(tmp_path / "busy", busy_rows(3)), "fn", "sdpa").lines
     (race,) = [line for line in said if line.startswith("float32: ")]
     assert "at N 64 (drifted or noisy) to " in race and "at N 512 than sdpa" in race, race
-    # the growth line's fit runs through fn's drifted cell at N 64: its interval is marked the same way
+    # the growth line's fits run over N 128..512: sdpa's through its drifted cell at N 128, marked the same
+    # way (it was not: only fn's were), fn's not through its own at N 64, unmarked (it was: any cell counted)
     (grows,) = [line for line in said if line.startswith("grows with N")]
-    assert re.search(r"time as N\^[-0-9.]+ \[[^]]*\] \(drifted or noisy\)", grows), grows
+    assert "fitted over N 128, 256, 512" in grows, grows
+    assert re.search(r"\(sdpa: N\^[-0-9.]+ \[[^]]*\] \(drifted or noisy\)\)$", grows), grows
+    assert re.search(r"time as N\^[-0-9.]+ \[[^]]*\] \(sdpa", grows), grows
     calm = answer(write_run(tmp_path / "calm", busy_rows(0)), "fn", "sdpa").lines
     assert not any("drifted or noisy" in line for line in calm), calm
 
 
-def test_two_points_give_the_baselines_exponents_no_ci_either(tmp_path):
-    """'(plug_old: N^5.70 and N^0.29)' beside fn's 'N^1.01 (no CI)': the baseline's exponents from two N
-    have no CI either, and say so."""
+def test_two_points_give_no_exponent_for_fn_or_the_baseline_as_the_report_says_it(tmp_path):
+    """'time as N^8.15 (no CI) ... (sdpa: N^6.10 (no CI) ...)' from two N, printed as facts where the report
+    says 'Time's growth not measured (two N)': the answer says it in the report's words (growth.says_nothing)
+    for fn and the baseline alike, and an exponent that says something beside one that does not."""
     from synthetic import cell, write_run
 
     rows = [cell(v, n, time_ms=n / 100 * s, peak_mem_bytes=n * 1000)
             for n in (128, 256) for v, s in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
     (grows,) = [line for line in answer(write_run(tmp_path / "two", rows), "fn", "sdpa").lines
                 if line.startswith("grows with N")]  # fmt: skip
-    assert "(sdpa: N^1.00 (no CI) and N^1.00 (no CI)); peak " in grows, grows
+    assert ": time's and peak memory's growth not measured (two N), sdpa's likewise; peak " in grows, grows
+    assert "^" not in grows and "no CI" not in grows, grows
+    rows.append(cell("fn", 512, time_ms=5.12 * 2, peak_mem_bytes=512 * 1000))  # fn's third N, not sdpa's
+    (grows,) = [line for line in answer(write_run(tmp_path / "three", rows), "fn", "sdpa").lines
+                if line.startswith("grows with N")]  # fmt: skip
+    assert ": time as N^1.00 [" in grows and ", peak memory as N^1.00 [" in grows, grows
+    assert "(sdpa: time's and peak memory's growth not measured (two N)); peak " in grows, grows
 
 
 def test_wrong_cells_are_said_by_cause(tmp_path):
@@ -455,3 +465,28 @@ def test_the_race_counts_the_verdicts_holm_allows_over_the_family_it_names(tmp_p
     said = answer(write_run(tmp_path / "run", rows), "fn", "sdpa").lines
     (race,) = [line for line in said if line.startswith("float32: ")]
     assert race.endswith("of 4 cells ambiguous in 4 (visits paired by round, Holm over 4 cells)"), race
+
+
+def test_a_quantising_variant_is_said_correct_against_its_rounded_inputs_and_its_error_end_to_end(tmp_path):
+    """bench('fp8_emulated') said 'correct in 16 of 16 cells gated against float64 (worst relative error:
+    float32 3.4e-07)', as if FP8 cost nothing: its gate judges its kernel against float64 of its rounded
+    inputs. The line says so, and its worst error end to end per dtype with its SQNR, the error the report's
+    speed-accuracy panel draws it at (results.formulas.end_to_end_rel_err, from sqnr_db); a variant that
+    does not round is said as before."""
+    from synthetic import cell, write_run
+
+    quant = {"quant_recipe": "e4m3fn:tensor", "quant_rel_err": 0.045}
+    rows = [cell("sdpa", n, time_ms=n / 100, rel_err=3e-7) for n in (64, 128)]
+    rows += [cell("fp8", n, time_ms=n / 50, rel_err=3.4e-7, sqnr_db=sqnr, **quant)
+             for n, sqnr in ((64, 28.0), (128, 26.4))]  # fmt: skip
+    rows += [cell("fp8", 64, dtype="bfloat16", time_ms=0.6, rel_err=1.7e-3, sqnr_db=27.0, **quant)]
+    run = write_run(tmp_path / "fp8", rows)
+    said = answer(run, "fp8", "sdpa").lines
+    assert said[1] == (
+        "correct in 3 of 3 cells gated against float64 of its rounded inputs (worst kernel error: bfloat16 "
+        "1.7e-03, float32 3.4e-07); end to end, against float64 of the inputs it was given (its rounding, "
+        "e4m3fn:tensor, and its kernel together): worst rel_err bfloat16 4.5e-02 (SQNR 27.0 dB), float32 "
+        "4.8e-02 (SQNR 26.4 dB)"
+    ), said  # 10^(-27 / 20), 10^(-26.4 / 20)
+    plain = answer(run, "sdpa", "fp8").lines
+    assert plain[1] == "correct in 2 of 2 cells gated against float64 (worst relative error: float32 3.0e-07)"

@@ -246,6 +246,32 @@ def test_run_table_formats_numbers_for_reading_and_leaves_the_frame_as_loaded(tm
         attnbench.table(run.load(), ["rel_er"])
 
 
+def test_run_table_of_a_quantising_variant_shows_its_error_end_to_end_as_the_report_draws_it(tmp_path):
+    """fp8_emulated's rel_err (3e-07, against float64 of its rounded inputs) beside naive's read as if FP8
+    cost nothing: where a row has a quantisation recipe the table shows e2e_rel_err after rel_err, the
+    error the report's speed-accuracy panel draws it at (from its sqnr_db); a run without one does not."""
+    import attnbench
+    from attnbench.reports.panels import accuracy
+    from attnbench.reports.render import prepare
+    from tests import synthetic
+
+    fp8 = [synthetic.cell("fp8_emulated", n, time_ms=n / 1000, rel_err=3e-7, quant_recipe="e4m3fn:tensor",
+                          quant_rel_err=0.046, sqnr_db=26.4) for n in (512, 1024, 2048)]  # fmt: skip
+    run = _run(tmp_path, fp8)
+    styler = attnbench.table(run)
+    shown = styler.data
+    assert list(shown.columns)[-2:] == ["rel_err", "e2e_rel_err"], list(shown.columns)
+    mine = shown[shown["variant"] == "fp8_emulated"]
+    _fig, drawn = accuracy.accuracy_figure(prepare([run]).df, "t")
+    panel = float(drawn[drawn["variant"] == "fp8_emulated"]["e2e_rel_err"].iloc[0])
+    assert panel == pytest.approx(10 ** (-26.4 / 20)) and (mine["e2e_rel_err"] == panel).all()
+    naive = shown[shown["variant"] == "naive"]
+    assert (naive["e2e_rel_err"] == naive["rel_err"]).all()  # rounding nothing: its rel_err is end to end
+    assert ">4.8e-02</td>" in styler.to_html()
+    assert "e2e_rel_err" not in attnbench.load(run).columns  # the frame loaded is left as it is
+    assert "e2e_rel_err" not in attnbench.table(_run(tmp_path / "plain")).data.columns
+
+
 def test_run_plot_returns_the_reports_time_and_memory_figures_shown_as_images(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 

@@ -249,13 +249,15 @@ try:
                       calibrate_ms=0, out=out)
 except KeyboardInterrupt as exc:
     print(json.dumps({"type": type(exc).__name__, "said": str(exc), "path": str(exc.run.path),
-                      "counts": exc.run.counts, "interrupted": exc.run.interrupted, "started": started}))
+                      "counts": exc.run.counts, "interrupted": exc.run.interrupted, "started": started,
+                      "missing": exc.run.missing}))
 """
 
 
 def test_an_interrupted_api_run_raises_keyboard_interrupt_after_keeping_its_rows(tmp_path):
     """attnbench.run stopped by Ctrl-C raises (a script's loop of runs stops), once its finished rows are
-    written; the exception says how to finish the run and carries it."""
+    written; the exception says how to finish the run and carries it, with its `missing` the cells it
+    planned that have no row (it said 0: counted only where the executor returned)."""
     done = _script(API_LOOP, str(tmp_path))
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
@@ -263,6 +265,8 @@ def test_an_interrupted_api_run_raises_keyboard_interrupt_after_keeping_its_rows
     assert got["started"] == [first]  # the loop stopped
     assert got["type"] == "RunInterrupted" and got["interrupted"] and got["counts"] == {"ok": 1}
     assert got["path"] == first and len(read_rows(first)) == 1
+    planned = json.loads((Path(first) / "meta.json").read_text())["planned_cells"]
+    assert planned > 1 and got["missing"] == planned - 1, (got, planned)
     assert f"finish with: attnbench.run(out={first!r}, resume=True)" in got["said"]
 
 

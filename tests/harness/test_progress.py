@@ -127,3 +127,15 @@ def test_an_unsupported_line_is_printed_once_per_variant_and_reason_and_the_rest
     lines = out.getvalue().splitlines()
     assert [line.split()[0] for line in lines[:-1]] == ["ok", "unsupported", "ok", "ok", "unsupported"]
     assert lines[-1] == "and 2 more unsupported cells (2 of sdpa_cudnn), each for the reason said above"
+
+
+def test_a_quantising_cells_line_says_its_error_end_to_end_and_keeps_it():
+    """'ok fp8_emulated cpu f32 ... rel_err 3.9e-07' read as if FP8 cost nothing: its rel_err is against
+    float64 of its rounded inputs. The line says its error end to end too (from its sqnr_db, as the report's
+    speed-accuracy panel reads it), kept while the terminal narrows; a cell that does not round has none."""
+    fp8 = {**ROW, "variant": "fp8_emulated", "rel_err": 3.9e-7, "quant_recipe": "e4m3fn:tensor",
+           "quant_rel_err": 0.046, "sqnr_db": 26.4}  # fmt: skip
+    assert "rel_err 3.9e-07 e2e_rel_err 4.8e-02" in cell_line(fp8)  # 10^(-26.4 / 20)
+    narrow = cell_line(fp8, 100)
+    assert len(narrow) <= 100 and "e2e_rel_err 4.8e-02" in narrow and " rel_err 3.9e-07" not in narrow
+    assert "e2e" not in cell_line(ROW) and "e2e" not in cell_line({**ROW, "quant_recipe": None})
