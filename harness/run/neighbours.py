@@ -30,6 +30,9 @@ from attnbench.results.neighbours import RECORD  # in the run folder: the runs i
 
 ENV = "ATTNBENCH_NEIGHBOURS_DIR"
 KEPT_S = 24 * 3600  # an ended session is kept this long, for the runs that overlapped it to find it
+# a run looks at the others at most this often while it writes rows: each look reads every session the
+# folder holds (a nightly machine's day of runs), and a run writes a row every few milliseconds at small N
+LOOK_S = 2.0
 
 
 def folder() -> Path:
@@ -139,9 +142,14 @@ class Announced:
     path: Path | None
     began: float
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # file -> the other session, by file
+    looked: float = 0.0  # when touch last looked
 
-    def touch(self) -> None:
-        """Mark this session alive now, and note each other session that overlapped it so far."""
+    def touch(self, now: bool = False) -> None:
+        """Mark this session alive, and note each other session that overlapped it so far: at most every
+        LOOK_S seconds (a row's touch), or `now` (the run's end)."""
+        if not now and _now() - self.looked < LOOK_S:
+            return
+        self.looked = _now()
         if self.path is not None:
             try:
                 os.utime(self.path)
@@ -155,7 +163,7 @@ class Announced:
     def end(self, run_dir: Path) -> list[str]:
         """Give this session its end, record the sessions that overlapped it in run_dir's RECORD, and the
         closing note that names them (nothing where none did)."""
-        self.touch()
+        self.touch(now=True)
         if self.path is not None:
             try:
                 entry = json.loads(self.path.read_text(encoding="utf-8"))
