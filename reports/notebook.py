@@ -7,6 +7,7 @@ are the report's (findings, render, fit, plots); this module only picks which of
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -270,6 +271,7 @@ def styled(df, columns: Sequence[str] | None = None):
     return table
 
 
+@functools.cache
 def _table_class():
     """table()'s Styler: HTML where a notebook shows it, and the same numbers as plain text where it is
     printed (a script, a terminal), not pandas' '<Styler object at 0x...>'."""
