@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.load import tile_sentences, tile_wrong
+from attnbench.results.load import tile_failed, tile_sentences, tile_wrong
 from attnbench.results.pytest_benchmark import imported_runs
 
 from . import findings as findmod
@@ -602,16 +602,12 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     multi = len(inputs.metas) > 1
     left = trust.unfinished_sentences(inputs.df, inputs.metas, inputs.run_dirs)
     changed = trust.changed_sentences(inputs.run_dirs)
-    wrong = tuple(
-        said
+    failed = {
+        rid: tile_failed(num.get("tiles") or [], num.get("probe") or [])
         for rid, num in inputs.numerics.items()
-        for said in tile_sentences(num.get("tiles") or [], num.get("probe") or [], rid if multi else "")
-    )
-    wrong_at = {
-        (rid, name): n
-        for rid, num in inputs.numerics.items()
-        for name, n in tile_wrong(num.get("tiles") or [], num.get("probe") or []).items()
     }
+    wrong = tuple(said for rid, f in failed.items() for said in tile_sentences(f, rid if multi else ""))
+    wrong_at = {(rid, name): n for rid, f in failed.items() for name, n in tile_wrong(f).items()}
     return findmod.build(
         inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,
         imported_runs(inputs.metas), wrong, lambda gkey, rows: decode.copy_of(gkey, rows, inputs.metas),
