@@ -330,11 +330,13 @@ class Inputs:
 def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     """Load the runs (results.RunDirError for a bad run dir), resolve the baseline (ValueError if unknown)."""
     from attnbench import results
+    from attnbench.results.rowfile import read_once
 
     if not run_dirs:
         raise ValueError("no run directories given")
-    sums = rendered_from.digests(run_dirs)  # before the rows are read
-    df = results.load(*run_dirs)
+    with read_once():  # the digest is of the rows loaded: each file read and parsed once for both
+        sums = rendered_from.digests(run_dirs)
+        df = results.load(*run_dirs)
     given = results.load_meta(*run_dirs)
     if len(given) < len(run_dirs):
         raise ValueError("the same run is given twice (run ids must differ)")
