@@ -22,11 +22,10 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.neighbours import RECORD  # in the run folder: the runs it measured beside, a line each
+from attnbench.results.neighbours import RECORD, at  # RECORD: the runs it measured beside, a line each
 
 ENV = "ATTNBENCH_NEIGHBOURS_DIR"
 KEPT_S = 24 * 3600  # an ended session is kept this long, for the runs that overlapped it to find it
@@ -113,13 +112,9 @@ def others(me: str = "") -> list[dict[str, Any]]:
     return found
 
 
-def when(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S UTC")
-
-
 def described(entry: dict[str, Any]) -> str:
-    """'runs/quick1 (pid 4242, since 10:02:11 UTC)'."""
-    since = when(float(entry.get("began", 0)))
+    """'runs/quick1 (pid 4242, since 10:02:11 UTC)' (with its date where that is not today's)."""
+    since = at(entry.get("began", 0), _now())
     return f"{entry.get('out', '?')} (pid {entry.get('pid', '?')}, since {since})"
 
 
