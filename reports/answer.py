@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import counted, end_to_end_rel_err
+from attnbench.results.formulas import counted, end_to_end_rel_err, quantised
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
 from attnbench.results.verdicts import holm_verdict
@@ -169,18 +169,18 @@ def _end_to_end(right) -> str:
     '' for any other variant."""
     if "quant_recipe" not in right or "sqnr_db" not in right:
         return ""
-    quantised = right[right["quant_recipe"].fillna("").astype(str).str.len() > 0]
-    e2e = [end_to_end_rel_err(e, q) for e, q in zip(quantised["rel_err"], quantised["sqnr_db"], strict=True)]
-    quantised = quantised.assign(_e2e=[float("nan") if e is None else float(e) for e in e2e])
+    rounded = right[quantised(right["quant_recipe"])]
+    e2e = [end_to_end_rel_err(e, q) for e, q in zip(rounded["rel_err"], rounded["sqnr_db"], strict=True)]
+    rounded = rounded.assign(_e2e=[float("nan") if e is None else float(e) for e in e2e])
     worst = []
-    for dtype in sorted(set(quantised["dtype"].astype(str))):  # in the order of the kernel's errors
-        sub = quantised[(quantised["dtype"] == dtype) & quantised["sqnr_db"].notna()]
+    for dtype in sorted(set(rounded["dtype"].astype(str))):  # in the order of the kernel's errors
+        sub = rounded[(rounded["dtype"] == dtype) & rounded["sqnr_db"].notna()]
         if len(sub) and sub["_e2e"].notna().any():
             top = sub.loc[sub["_e2e"].idxmax()]
             worst.append(f"{dtype} {top['_e2e']:.1e} (SQNR {float(top['sqnr_db']):.1f} dB)")
     if not worst:
         return ""
-    recipes = ", ".join(sorted(set(quantised["quant_recipe"].astype(str))))
+    recipes = ", ".join(sorted(set(rounded["quant_recipe"].astype(str))))
     return (
         f"; end to end, against float64 of the inputs it was given (its rounding, {recipes}, and its "
         f"kernel together): worst rel_err {', '.join(worst)}"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import bytes_text, end_to_end_rel_err, printable
+from attnbench.results.formulas import bytes_text, end_to_end_rel_err, printable, quantised
 
 from . import page as pg
 from .render import FIGURE_KINDS
@@ -217,7 +217,7 @@ E2E = "e2e_rel_err"
 
 def quantising(df) -> bool:
     """Whether some row of df has a quantisation recipe (a variant that rounds its inputs: FP8)."""
-    return "quant_recipe" in df and bool(df["quant_recipe"].fillna("").astype(str).str.len().gt(0).any())
+    return "quant_recipe" in df and bool(quantised(df["quant_recipe"]).any())
 
 
 def with_end_to_end(df):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.load import tile_sentences, tile_wrong
+from attnbench.results.load import tile_failed, tile_sentences, tile_wrong
 from attnbench.results.pytest_benchmark import imported_runs
 
 from . import findings as findmod
@@ -330,11 +330,13 @@ class Inputs:
 def prepare(run_dirs: list[str | Path], baseline: str | None = None) -> Inputs:
     """Load the runs (results.RunDirError for a bad run dir), resolve the baseline (ValueError if unknown)."""
     from attnbench import results
+    from attnbench.results.rowfile import read_once
 
     if not run_dirs:
         raise ValueError("no run directories given")
-    sums = rendered_from.digests(run_dirs)  # before the rows are read
-    df = results.load(*run_dirs)
+    with read_once():  # the digest is of the rows loaded: each file read and parsed once for both
+        sums = rendered_from.digests(run_dirs)
+        df = results.load(*run_dirs)
     given = results.load_meta(*run_dirs)
     if len(given) < len(run_dirs):
         raise ValueError("the same run is given twice (run ids must differ)")
@@ -602,16 +604,12 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     multi = len(inputs.metas) > 1
     left = trust.unfinished_sentences(inputs.df, inputs.metas, inputs.run_dirs)
     changed = trust.changed_sentences(inputs.run_dirs)
-    wrong = tuple(
-        said
+    failed = {
+        rid: tile_failed(num.get("tiles") or [], num.get("probe") or [])
         for rid, num in inputs.numerics.items()
-        for said in tile_sentences(num.get("tiles") or [], num.get("probe") or [], rid if multi else "")
-    )
-    wrong_at = {
-        (rid, name): n
-        for rid, num in inputs.numerics.items()
-        for name, n in tile_wrong(num.get("tiles") or [], num.get("probe") or []).items()
     }
+    wrong = tuple(said for rid, f in failed.items() for said in tile_sentences(f, rid if multi else ""))
+    wrong_at = {(rid, name): n for rid, f in failed.items() for name, n in tile_wrong(f).items()}
     return findmod.build(
         inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,
         imported_runs(inputs.metas), wrong, lambda gkey, rows: decode.copy_of(gkey, rows, inputs.metas),

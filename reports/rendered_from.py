@@ -18,8 +18,8 @@ FORMAT = "attnbench-rendered-from"
 
 
 def digests(run_dirs: list[str | Path]) -> tuple[str, ...]:
-    """Each run's rows_digest, taken before its rows are read: rows added while the report loads make the
-    report read as older than it is, never as newer."""
+    """Each run's rows_digest; report's prepare takes it within results.rowfile.read_once, of the very
+    lines it loads, so that rows added while it loads are in neither."""
     return tuple(rows_digest(d) for d in run_dirs)
 
 

@@ -15,6 +15,7 @@ from .load import (
     load_numerics,
     machine_label,
     scalar_records,
+    tile_failed,
     tile_sentences,
     tile_wrong,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "read_meta",
     "read_rows",
     "scalar_records",
+    "tile_failed",
     "tile_sentences",
     "tile_wrong",
 ]

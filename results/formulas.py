@@ -311,6 +311,12 @@ def end_to_end_rel_err(rel_err: float | None, sqnr: float | None) -> float | Non
     return rel_err if math.isnan(db) else 10.0 ** (-db / 20.0)
 
 
+def quantised(recipes):
+    """Which rows of a quant_recipe column name a quantisation recipe (a variant that rounds its inputs:
+    FP8), a bool Series: a missing recipe or "" names none."""
+    return recipes.fillna("").astype(str).str.len() > 0
+
+
 # ---- bytes and bandwidth --------------------------------------------------------------------------
 # A decode step (few queries, many keys) is bound by reading K and V, not by FLOPs: it is judged by the
 # bandwidth at which it reads them against the calibrated copy bandwidth (harness.measure.calibrate).

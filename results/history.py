@@ -30,6 +30,7 @@ from typing import Any
 from . import devices
 from .axes import AXES, FOLLOWS, QUIET, sweep_identity
 from .formulas import counted
+from .rowfile import readable_bytes
 from .schema import COLUMNS, UPGRADE
 from .store import (
     META,
@@ -40,7 +41,6 @@ from .store import (
     not_there,
     read_meta,
     read_rows,
-    readable_bytes,
     runs_inside,
     uncollected_rows,
     unfinished,

@@ -226,9 +226,10 @@ TILE_FAILED = {
 }
 
 
-def _tile_failed(tiles: list[dict[str, Any]], probe: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """{variant: its records of `tiles` not ok} for each variant the gate at N = TILE_N failed in a dtype
-    where the numerics `probe` (at N = 128) found it right."""
+def tile_failed(tiles: list[dict[str, Any]], probe: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """{variant: its records of `tiles` not ok} for each variant a run's gate at an N past full tiles
+    (numerics.json `tiles`: harness.measure.numerics.tiles) failed in a dtype where the numerics `probe` (at
+    N = 128) found it right; tile_sentences and tile_wrong read it, computed once."""
     right = {
         (r.get("variant"), r.get("dtype")) for r in probe if r.get("q_scale") == 1 and r.get("status") == "ok"
     }
@@ -242,25 +243,24 @@ def _tile_failed(tiles: list[dict[str, Any]], probe: list[dict[str, Any]]) -> di
     return failed
 
 
-def tile_wrong(tiles: list[dict[str, Any]], probe: list[dict[str, Any]]) -> dict[str, int]:
-    """{variant: the N} for each variant that answers wrong at the gate's N = TILE_N where the probe found it
-    right (tile_sentences says why): the findings name it so wherever they rank or fit it. A kernel that
-    raises there is limited, not wrong, and is not among them."""
+def tile_wrong(failed: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
+    """{variant: the N} for each variant of `failed` (tile_failed) that answers wrong at the gate's N = TILE_N
+    (tile_sentences says why): the findings name it so wherever they rank or fit it. A kernel that raises
+    there is limited, not wrong, and is not among them."""
     return {
         name: int(records[0]["seq_len"])
-        for name, records in _tile_failed(tiles, probe).items()
+        for name, records in failed.items()
         if any(r.get("status") == "wrong" for r in records)
     }
 
 
-def tile_sentences(tiles: list[dict[str, Any]], probe: list[dict[str, Any]], run: str = "") -> list[str]:
-    """Per variant that a run's gate at an N past full tiles (numerics.json `tiles`: harness.measure.numerics
-    .tiles) found wrong or raising where the numerics `probe` (at N = 128) found it right: one sentence with
-    the masks and dtypes it failed in, the first one's why, and the command that gates every mask there (a
-    variant that fails at 128 too fails its cells as well: they say it); `run` names the run where a report
-    has several."""
+def tile_sentences(failed: dict[str, list[dict[str, Any]]], run: str = "") -> list[str]:
+    """Per variant of `failed` (tile_failed: wrong or raising at the gate's N past full tiles, right in the
+    probe): one sentence with the masks and dtypes it failed in, the first one's why, and the command that
+    gates every mask there (a variant that fails at 128 too fails its cells as well: they say it); `run` names
+    the run where a report has several."""
     out = []
-    for name, records in _tile_failed(tiles, probe).items():
+    for name, records in failed.items():
         n, status = records[0].get("seq_len"), records[0].get("status")
         what = TILE_FAILED["wrong" if any(r.get("status") == "wrong" for r in records) else status]
         where = f" (run {run})" if run else ""

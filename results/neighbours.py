@@ -29,11 +29,27 @@ def read(run_dir: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def _at(t: Any) -> str:
-    try:
-        return datetime.fromtimestamp(float(t), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (TypeError, ValueError, OverflowError):
+def at(t: Any, beside: Any = None) -> str:
+    """A moment t (seconds since the epoch) as every line on the neighbours says it: '2026-12-07 10:02:11
+    UTC', or '10:02:11 UTC' where `beside` (a moment the line gives already: now, or the overlap's start)
+    falls on the same UTC day; '?' for no time."""
+    moment, near = _moment(t), _moment(beside)
+    if moment is None:
         return "?"
+    same_day = near is not None and near.date() == moment.date()
+    return moment.strftime("%H:%M:%S UTC" if same_day else "%Y-%m-%d %H:%M:%S UTC")
+
+
+def _overlap(entry: dict[str, Any]) -> str:
+    """'2026-12-07 10:02:11 UTC to 10:05:40 UTC': the end's date said only where it is another day's."""
+    return f"{at(entry.get('from'))} to {at(entry.get('to'), beside=entry.get('from'))}"
+
+
+def _moment(t: Any) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(float(t), timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
 
 
 def sentence(run_dir: str | Path, run: str | None = None) -> str | None:
@@ -43,10 +59,7 @@ def sentence(run_dir: str | Path, run: str | None = None) -> str | None:
     seen = read(run_dir)
     if not seen:
         return None
-    each = "; ".join(
-        f"{e.get('out', '?')} (pid {e.get('pid', '?')}, {_at(e.get('from'))} to {_at(e.get('to'))})"
-        for e in seen
-    )
+    each = "; ".join(f"{e.get('out', '?')} (pid {e.get('pid', '?')}, {_overlap(e)})" for e in seen)
     who = "Another attnbench run" if len(seen) == 1 else f"{len(seen)} other attnbench runs"
     during = "this run" if run is None else f"run {run}"
     them = "it" if len(seen) == 1 else "them"

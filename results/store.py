@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import socket
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .integrity import WRITTEN, Tracked
+from .rowfile import RowWarning as RowWarning  # the loaders' warning, named here as it always was
+from .rowfile import read_lines, scan
 from .schema import READABLE_VERSIONS, SCHEMA_VERSION, UPGRADE
 
 try:
@@ -114,10 +115,6 @@ def _replace_atomically(target: Path, text: str) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise _write_error(target, exc) from None
-
-
-class RowWarning(UserWarning):
-    """A line of rows.jsonl (or of a shard) that is not a row (a torn write, or corrupt data) was skipped."""
 
 
 class UncollectedWarning(UserWarning):
@@ -308,66 +305,14 @@ def _meta_problem(meta: dict[str, Any]) -> str | None:
     return None
 
 
-def _read_lines(p: Path, *, rows: bool = True) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) of every complete line of a JSONL file; a torn or corrupt line is skipped
-    with a warning naming it (with rows=True, so is a record without a cell_id)."""
-    out, skipped = _scan(p, rows=rows)
-    for _lineno, said in skipped:
-        warnings.warn(said, RowWarning, 3)
-    return out
-
-
-def _scan(p: Path, *, rows: bool = True) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
-    """_read_lines' records, and (line number, what is wrong) of every line skipped: one that is
-    not JSON is a torn write only where it is the last line (a kill mid-write); before other rows, it is
-    corrupt."""
-    if not p.is_file():
-        return [], []
-    with p.open("rb") as fh:
-        return _scan_lines(p, fh.readlines(), rows=rows)
-
-
-def _scan_lines(
-    p: Path, lines: list[bytes], *, rows: bool = True
-) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
-    """_scan of the lines of `p` already read."""
-    last = max((i for i, raw in enumerate(lines, 1) if raw.strip()), default=0)
-    out, skipped = [], []
-    for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            why = "torn write?" if lineno == last else "corrupt: not the last line, so no torn write"
-            skipped.append((lineno, f"{p}:{lineno}: skipped an unreadable row ({why})"))
-            continue
-        if isinstance(rec, dict) and (not rows or "cell_id" in rec):
-            out.append((lineno, rec))
-        else:  # valid JSON but not a result row: corrupt, or not written by attnbench
-            skipped.append((lineno, f"{p}:{lineno}: skipped a line that is not a result row (no cell_id)"))
-    return out, skipped
-
-
 def skipped_rows(path: str | Path) -> list[str]:
     """What _read_lines says of each line of the run's rows.jsonl it skips, without warning."""
-    return [said for _lineno, said in _scan(Path(path) / ROWS)[1]]
-
-
-def readable_bytes(p: Path) -> bytes:
-    """A JSONL file's bytes less the lines a reader skips (_scan): what its rows are, whatever else a
-    line in it holds."""
-    if not p.is_file():
-        return b""
-    with p.open("rb") as fh:
-        lines = fh.readlines()  # read once: the lines _scan_lines numbers
-    drop = {lineno for lineno, _said in _scan_lines(p, lines)[1]}
-    return b"".join(raw for i, raw in enumerate(lines, 1) if i not in drop)
+    return [said for _lineno, said in scan(Path(path) / ROWS)[1]]
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Every complete row; a torn or corrupt line is skipped with a warning naming it."""
-    return [row for _, row in _read_lines(Path(path) / ROWS)]
+    return [row for _, row in read_lines(Path(path) / ROWS)]
 
 
 def unfinished(meta: dict[str, Any], cell_ids: Any) -> tuple[int, int] | None:
@@ -591,7 +536,7 @@ def writer_holder(path: str | Path) -> str | None:
 
 def read_resumes(path: str | Path) -> list[dict[str, Any]]:
     """The run's resumes.jsonl records, oldest first ([] for a run never resumed)."""
-    return [rec for _, rec in _read_lines(Path(path) / RESUMES, rows=False)]
+    return [rec for _, rec in read_lines(Path(path) / RESUMES, rows=False)]
 
 
 # ---- shards: rows written apart by executor tasks (one file each), merged into rows.jsonl ---------------
@@ -629,7 +574,7 @@ def _shard_choice(path: Path) -> tuple[dict[str, tuple[str, dict[str, Any]]], li
     order; a torn or corrupt line is skipped with a warning (a task may still be writing its shard)."""
     found: dict[str, list[tuple[tuple, str, dict[str, Any]]]] = {}
     for order, shard in enumerate(sorted((path / SHARDS).glob("*.jsonl"))):
-        for lineno, row in _read_lines(shard):
+        for lineno, row in read_lines(shard):
             t = _finished(row)
             key = (t is None, t or datetime.min.replace(tzinfo=timezone.utc), order, lineno)
             found.setdefault(row["cell_id"], []).append((key, f"{SHARDS}/{shard.name}:{lineno}", row))

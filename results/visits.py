@@ -20,9 +20,10 @@ from typing import Any
 
 from .formulas import NOISY_NOTE, counted, median_rates, noisy_note, summarize
 from .integrity import WRITTEN, Tracked
+from .rowfile import read_lines
 from .schema import PHASE_COLUMNS, float_list
 from .spreads import VISIT_SPREAD_FLOOR
-from .store import _append_all, _read_lines, _write_error, read_rows
+from .store import _append_all, _write_error, read_rows
 from .ttest import MIN_REPLICATES
 
 VISITS = "visits.jsonl"
@@ -202,7 +203,7 @@ def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     """cell_id -> its visits' rows from visits.jsonl, in visit order (1, 2, ... as long as they follow on
     from 1; a torn or corrupt line is skipped with a warning naming it)."""
     found: dict[str, dict[int, dict[str, Any]]] = {}
-    for _, rec in _read_lines(Path(path) / VISITS):
+    for _, rec in read_lines(Path(path) / VISITS):
         if isinstance(rec.get("visit"), int) and isinstance(rec.get("row"), dict):
             found.setdefault(rec["cell_id"], {})[rec["visit"]] = rec["row"]
     out: dict[str, list[dict[str, Any]]] = {}

@@ -3,7 +3,7 @@
 Training-mode dropout of the attention weights keeps each weight P_ij independently with probability 1 - p
 and scales the kept ones by 1/(1 - p) ("inverted" dropout, as torch.nn.functional.dropout and SDPA do):
 out_ic = sum_j P_ij M_ij V_jc / (1 - p), M_ij ~ Bernoulli(1 - p). It is unbiased, E[out] = P V (the float64
-reference without dropout), with Var[out_ic] = p/(1 - p) * sum_j P_ij^2 V_jc^2 (correctness.second_moment).
+reference without dropout), with Var[out_ic] = p/(1 - p) * sum_j P_ij^2 V_jc^2 (attention64.second_moment).
 Every rule below follows from that, and every call goes through the variant's public calling convention
 (`dropout_p=p`, `torch.manual_seed` before the call):
 
@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from attnbench.harness.measure import correctness
+from attnbench.harness.measure import attention64, correctness
 from attnbench.harness.measure.contract import check_output
 from attnbench.results.formulas import tolerance_text
 from attnbench.variants.mods import NONE
@@ -262,7 +262,7 @@ def _expectation(
     output was finite; the first that is not ends the rule)."""
     if ref is None:
         ref = correctness.reference(q, k, v, rows=rows, **opts)
-    var = correctness.second_moment(q, k, v, rows=rows, **opts) * (p / (1 - p))  # (B, H, rows, d_v)
+    var = attention64.second_moment(q, k, v, rows=rows, **opts) * (p / (1 - p))  # (B, H, rows, d_v)
     keep = torch.ones_like(ref, dtype=torch.bool)
     # rows that see no key: 0, the gate's business
     empty = correctness.empty_rows(

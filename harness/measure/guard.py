@@ -27,7 +27,7 @@ from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import DTYPE_BYTES, bytes_text
 
-# elements of (B, H, rows, N_k) float64 scores per block of the gate's reference (harness.measure.correctness
+# elements of (B, H, rows, N_k) float64 scores per block of the gate's reference (harness.measure.attention64
 # computes it in such blocks; the constant is here so that the parent's guard imports no torch)
 REFERENCE_ROW_BLOCK = 1 << 24
 BLOCK_BUFFER_ELEMS = 256 * 512 * 3  # per (batch, head): a linear variant's score blocks (fp32)

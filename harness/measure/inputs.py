@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from attnbench import variants
-from attnbench.harness.measure import correctness
+from attnbench.harness.measure import attention64, correctness
 from attnbench.harness.measure.contract import changed_inputs
 from attnbench.harness.measure.varied import ROW_BOUND, Varied
 from attnbench.harness.sweep.spec import CellSpec
@@ -200,7 +200,7 @@ def _varied(q, k, v, vary: bool, backward: bool, opts: dict[str, Any], judged: d
     if opts.get("block_table") is not None:  # a paged cell: every query sees its context's keys
         return Varied(q, None, list(range(n_q)), grads=backward, judge=judge)
     empty = correctness.empty_rows(n_q, kl, n_k=n_k, **rules)
-    lo, hi = correctness.key_interval(torch.arange(n_q), n_q, n_k, **rules)
+    lo, hi = attention64.key_interval(torch.arange(n_q), n_q, n_k, **rules)
     hi = hi[None, :] if kl is None else torch.minimum(hi[None, :], kl.cpu()[:, None] - 1)  # (B or 1, N_q)
     rows = torch.nonzero((hi - lo[None, :] >= 1).all(0)).flatten().tolist()
     return Varied(q, empty, rows, grads=backward, judge=judge)

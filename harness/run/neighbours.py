@@ -2,7 +2,8 @@
 
 Two runs on one machine share its cores, caches and memory bandwidth (and a GPU both use): each run's times
 then say as much about the other as about its own kernels, and nothing in either run's cells shows why.
-So every run that measures says so in a folder all runs on the host read (FOLDER: one small JSON file per
+So every run that measures (`attnbench run`, and a pytest-benchmark session that times the plugin's grid:
+harness.tools.pytest_plugin) says so in a folder all runs on the host read (FOLDER: one small JSON file per
 run session, `ATTNBENCH_NEIGHBOURS_DIR` to put it elsewhere). A run starting beside another is told at
 once (`alongside`), and a run another one measured beside, for part of it, is told when it ends
 (`Announced.seen`): in its closing note, and in its `neighbours.jsonl`, whose sentence
@@ -22,11 +23,10 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.neighbours import RECORD  # in the run folder: the runs it measured beside, a line each
+from attnbench.results.neighbours import RECORD, at  # RECORD: the runs it measured beside, a line each
 
 ENV = "ATTNBENCH_NEIGHBOURS_DIR"
 KEPT_S = 24 * 3600  # an ended session is kept this long, for the runs that overlapped it to find it
@@ -113,13 +113,9 @@ def others(me: str = "") -> list[dict[str, Any]]:
     return found
 
 
-def when(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S UTC")
-
-
 def described(entry: dict[str, Any]) -> str:
-    """'runs/quick1 (pid 4242, since 10:02:11 UTC)'."""
-    since = when(float(entry.get("began", 0)))
+    """'runs/quick1 (pid 4242, since 10:02:11 UTC)' (with its date where that is not today's)."""
+    since = at(entry.get("began", 0), _now())
     return f"{entry.get('out', '?')} (pid {entry.get('pid', '?')}, since {since})"
 
 
@@ -160,9 +156,9 @@ class Announced:
             if began <= _now() and ended >= self.began:
                 self.seen[entry["file"]] = entry
 
-    def end(self, run_dir: Path) -> list[str]:
-        """Give this session its end, record the sessions that overlapped it in run_dir's RECORD, and the
-        closing note that names them (nothing where none did)."""
+    def end(self, run_dir: Path | None) -> list[str]:
+        """Give this session its end, record the sessions that overlapped it in run_dir's RECORD (a run's;
+        a pytest session has none), and the closing note that names them (nothing where none did)."""
         self.touch(now=True)
         if self.path is not None:
             try:
@@ -172,6 +168,17 @@ class Announced:
                 pass
         if not self.seen:
             return []
+        if run_dir is not None:
+            self._record(run_dir)
+        runs = "; ".join(described(e) for e in self.seen.values())
+        again = " (`attnbench run --resume --redo-drift` remeasures those that drifted)" if run_dir else ""
+        return [
+            f"another attnbench run measured on this machine during this one: {runs}. The cells measured "
+            f"meanwhile shared its cores: measure them again alone{again}."
+        ]
+
+    def _record(self, run_dir: Path) -> None:
+        """The sessions that overlapped this one, a line each in run_dir's RECORD."""
         lines = []
         for entry in self.seen.values():
             began, ended = _span(entry)
@@ -182,17 +189,11 @@ class Announced:
                 f.write("".join(line + "\n" for line in lines))
         except OSError:
             pass
-        runs = "; ".join(described(e) for e in self.seen.values())
-        return [
-            f"another attnbench run measured on this machine during this one: {runs}. The cells measured "
-            "meanwhile shared its cores: measure them again alone (`attnbench run --resume --redo-drift` "
-            "remeasures those that drifted)."
-        ]
 
 
-def announce(out: Path) -> Announced:
-    """This run's session (into the run folder `out`), written to folder(); one that cannot be written
-    announces nothing."""
+def announce(out: str | Path) -> Announced:
+    """This run's session (into the run folder `out`, or what a pytest session says it is), written to
+    folder(); one that cannot be written announces nothing."""
     began = _now()
     pid = os.getpid()
     entry = {"pid": pid, "ticks": _started(pid), "out": str(out), "began": began}

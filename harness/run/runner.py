@@ -36,7 +36,7 @@ from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift, integrity
 from attnbench.results.formulas import where_key
-from attnbench.results.load import tile_sentences
+from attnbench.results.load import tile_failed, tile_sentences
 from attnbench.results.store import (
     SHIPPED,
     is_run_dir,
@@ -446,7 +446,7 @@ def _probe_notes(records: list[dict[str, Any]], tiles: list[dict[str, Any]] = ()
             notes.append(
                 f"numerics probe: {what}; the probe went on without it, and its cells are measured as usual"
             )
-    return notes + [f"numerics probe: {said}" for said in tile_sentences(tiles, records)]
+    return notes + [f"numerics probe: {said}" for said in tile_sentences(tile_failed(tiles, records))]
 
 
 def _measure(

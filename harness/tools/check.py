@@ -6,7 +6,9 @@ variant declares (GateRow.workload), each problem gated in a worker process as `
 cell (harness.workers.cellrunner.CellRunner): a variant that crashes its worker (os._exit, a segfault) or
 hangs past --cell-timeout is that problem's `crashed` or `timeout` row, the worker is replaced, and the
 other variants are still gated; after a timeout, that variant's later problems on that device are not run.
-`exit_status` is the verdict. Rendering is the front end's: this module prints nothing.
+`exit_status` is the verdict. Rendering is the front end's: this module prints nothing. It does not announce
+itself to the other attnbench runs on the machine (harness.run.neighbours), as a run and the pytest plugin
+do: it times nothing, and no gate's verdict depends on what else runs beside it.
 
 What each problem is and how it is gated (the no-key problem, the declared workloads) is
 harness.measure.gate_rows'; `gate_all` gates a plan's problems in this process, for tests.

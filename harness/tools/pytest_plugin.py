@@ -27,6 +27,10 @@ one test, `test_attention[<cell id>]`:
   the JSON file's top-level "attnbench" block, beside this machine's fingerprint, the capability record
   of each variant of the grid (what the report's theory reads) and this machine's calibration (matmul and
   copy ceilings for % of peak: --attn-calibrate-ms of sampling per dtype, after the timed tests).
+- A session that times the grid announces itself to the other attnbench runs on this machine as a run does
+  (harness.run.neighbours): it says after collection when another one is measuring, and in its summary
+  which ones measured during it; a run started meanwhile is told of it. One that times nothing
+  (--benchmark-disable, --benchmark-skip) does not.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class _Session:
     cache: object = None
     untimed: list | None = None
     error: str | None = None  # why the grid could not be built (an unknown variant), said after collection
+    announced: object = None  # this session's neighbours.Announced, while it times the grid
+    notes: tuple[str, ...] = ()  # its closing note on the runs that measured during it
 
 
 _KEY = pytest.StashKey[_Session]()
@@ -181,6 +187,37 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = session.config.stash.get(_KEY, None)
     if state is not None and state.error:
         raise pytest.UsageError(state.error)
+    if state is not None and state.cells and _times(session.config):
+        _announce(session.config, state)
+
+
+def _times(config: pytest.Config) -> bool:
+    """Whether pytest-benchmark times this session's benchmarks (not --benchmark-disable or -skip)."""
+    bs = getattr(config, "_benchmarksession", None)
+    return bs is not None and not bs.disabled and not bs.skip
+
+
+def _announce(config: pytest.Config, state: _Session) -> None:
+    """Say where another attnbench run is measuring on this machine, then announce this session, as a run
+    does before its worker starts (harness.run.runner)."""
+    from attnbench.harness.run import neighbours
+
+    beside = neighbours.alongside()
+    if beside:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"attnbench: warning: {beside}", yellow=True)
+    state.announced = neighbours.announce(f"pytest-benchmark in {config.rootpath}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """End this session's announcement after everything it measures (pytest-benchmark's calibration
+    included), keeping its note for the summary."""
+    state = session.config.stash.get(_KEY, None)
+    if state is not None and state.announced is not None:
+        state.notes = tuple(state.announced.end(None))
+        state.announced = None
 
 
 @pytest.fixture
@@ -236,6 +273,8 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     if benchmark.enabled:
         calls = _calls(config, setup, target, settings)
         benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
+        if state.announced is not None:
+            state.announced.touch()  # alive, and the runs measuring beside it noted
     else:  # --benchmark-disable: one plain call, no statistics
         benchmark.pedantic(target, setup=setup)
     stats = benchmark.stats.stats if benchmark.stats is not None else None
@@ -352,6 +391,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     bs = getattr(config, "_benchmarksession", None)
     if state is None or state.cells is None or bs is None:
         return
+    for note in state.notes:
+        terminalreporter.write_line(f"attnbench: warning: {note}", yellow=True)
     timed = [b for b in bs.benchmarks if b.extra_info.get("attnbench_format") and b.stats]
     if not timed:
         return

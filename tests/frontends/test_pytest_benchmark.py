@@ -386,3 +386,38 @@ def test_an_imported_runs_report_names_no_option_that_cannot_apply_to_it(tmp_pat
     rows = [synthetic.cell(v, n, time_ms=0.01 * n) for v in ("naive", "sdpa") for n in (64, 128, 256)]
     own = " ".join(findings_of(prepare([synthetic.write_run(tmp_path / "own", rows)])).trust)
     assert "`attnbench run --rounds 3` ranks across visits." in own and "pytest-benchmark" not in own
+
+
+def test_a_timing_session_announces_itself_and_is_told_of_a_run_measuring_beside_it(tmp_path, monkeypatch):
+    """A pytest-benchmark session that times the grid is one of the runs on this machine
+    (harness.run.neighbours): it is told after collection that another one is measuring, names it in its
+    summary, and leaves its own session for the runs beside it; one that times nothing announces nothing."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from attnbench.harness.run import neighbours
+
+    monkeypatch.setenv(neighbours.ENV, str(tmp_path))
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        ticks = Path(f"/proc/{live.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        entry = {"pid": live.pid, "ticks": ticks, "out": "runs/nightly", "began": time.time()}
+        (tmp_path / "nightly.json").write_text(json.dumps(entry))
+        grid = ["--attn-variants", "naive", "--attn-seq-len", "64", "--attn-heads", "1", "--attn-d-k", "16"]
+        quick = ["--benchmark-min-rounds", "1", "--benchmark-max-time", "0.001"]
+        disabled = run_pytest_benchmarks("--benchmark-disable", *grid)
+        assert disabled.returncode == 0, disabled.stdout[-3000:]
+        assert "measuring on this machine" not in disabled.stdout and len(list(tmp_path.iterdir())) == 1
+        proc = run_pytest_benchmarks("--benchmark-only", *grid, *quick)
+    finally:
+        live.kill()
+        live.wait()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    told = "attnbench: warning: another attnbench run is measuring on this machine: runs/nightly (pid"
+    named = "attnbench: warning: another attnbench run measured on this machine during this one: runs/nightly"
+    assert told in proc.stdout and named in proc.stdout
+    assert proc.stdout.index(told) < proc.stdout.index("test_attention") < proc.stdout.index(named)
+    (own,) = [json.loads(p.read_text()) for p in tmp_path.iterdir() if p.name != "nightly.json"]
+    assert own["out"].startswith("pytest-benchmark in ") and own["ended"] >= own["began"]

@@ -413,7 +413,7 @@ def test_a_variant_that_raises_at_the_tile_n_is_told_how_to_say_its_limit_not_th
     """A kernel that raises for an N its tile does not divide is limited, not wrong: the run's sentence says
     how to declare that (attnbench.UnsupportedError), and only a wrong answer is told of a dropped tile (a
     trial's limited kernel read as broken as its wrong twin)."""
-    from attnbench.results import tile_sentences, tile_wrong
+    from attnbench.results import tile_failed, tile_sentences, tile_wrong
 
     right = {"dtype": "float32", "q_scale": 1.0, "status": "ok"}
     at = {"dtype": "float32", "seq_len": 300, "causal": False}
@@ -421,7 +421,8 @@ def test_a_variant_that_raises_at_the_tile_n_is_told_how_to_say_its_limit_not_th
         {"variant": "strict", **at, "status": "error", "message": "ValueError: needs N divisible by 128"},
         {"variant": "drop", **at, "status": "wrong", "message": "output rel_err 4.0e-01 > tolerance 1e-04"},
     ]
-    strict, drop = tile_sentences(tiles, [{"variant": v, **right} for v in ("strict", "drop")])
+    failed = tile_failed(tiles, [{"variant": v, **right} for v in ("strict", "drop")])
+    strict, drop = tile_sentences(failed)
     assert strict.startswith(
         "strict raises at N 300 (no mask; float32): ValueError: needs N divisible by 128."
     )
@@ -429,7 +430,7 @@ def test_a_variant_that_raises_at_the_tile_n_is_told_how_to_say_its_limit_not_th
     assert drop.startswith("drop answers wrong at N 300") and "drops or misreads" in drop
     assert "UnsupportedError" not in drop
     # only the wrong one is marked where the findings rank and fit it: the limited one is not wrong
-    assert tile_wrong(tiles, [{"variant": v, **right} for v in ("strict", "drop")]) == {"drop": 300}
+    assert tile_wrong(failed) == {"drop": 300}
 
 
 def test_a_named_variant_that_no_problem_gated_is_never_passed():

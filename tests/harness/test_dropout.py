@@ -12,7 +12,7 @@ import torch
 from conftest import DATA, ROOT, run_cli
 
 from attnbench import variants
-from attnbench.harness.measure import correctness, dropout_check
+from attnbench.harness.measure import attention64, correctness, dropout_check
 from attnbench.harness.measure.cell import InputCache, make_inputs, prepare
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
@@ -118,7 +118,7 @@ def test_the_mean_rule_is_calibrated(p):
     visible = attention_mask(64, 64, causal=True, key_lengths=kl, device="cpu")
     weights = torch.softmax(((q @ k.transpose(-2, -1)) * 16**-0.5).masked_fill(~visible, -math.inf), -1)
     ref = weights @ v
-    var = correctness.second_moment(q, k, v, causal=True, key_lengths=kl) * p / (1 - p)
+    var = attention64.second_moment(q, k, v, causal=True, key_lengths=kl) * p / (1 - p)
     expected = math.sqrt(float(var.sum()) / dropout_check.RUNS)
     g = torch.Generator().manual_seed(0)
     keep = (torch.rand(500, dropout_check.RUNS, *weights.shape, generator=g, dtype=torch.float64) >= p) / (

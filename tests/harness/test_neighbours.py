@@ -108,3 +108,30 @@ def test_a_dead_or_reused_pid_is_no_live_run_and_old_sessions_are_removed(tmp_pa
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_moment_is_said_one_way_with_its_date_only_where_the_line_lacks_it(tmp_path, monkeypatch):
+    """results.neighbours.at says every moment of both lines: the run's (since when a neighbour measures,
+    its date where that is not today's) and the report's (the overlap, its end's date where it is not its
+    start's)."""
+    from datetime import datetime, timezone
+
+    from attnbench.results import neighbours as recorded
+
+    day = datetime(2026, 12, 7, 10, 2, 11, tzinfo=timezone.utc).timestamp()
+    assert recorded.at(day) == "2026-12-07 10:02:11 UTC" and recorded.at(None) == "?"
+    assert recorded.at(day, beside=day + 3600) == "10:02:11 UTC"
+    assert recorded.at(day, beside=day + 86400) == "2026-12-07 10:02:11 UTC"
+    spans = [(day, day + 209), (day + 50000, day + 50000 + 3600)]  # the second ends past midnight
+    lines = [
+        json.dumps({"out": f"runs/n{i}", "pid": i, "from": a, "to": b}) for i, (a, b) in enumerate(spans)
+    ]
+    (tmp_path / recorded.RECORD).write_text("\n".join(lines) + "\n")
+    said = recorded.sentence(tmp_path)
+    assert "runs/n0 (pid 0, 2026-12-07 10:02:11 UTC to 10:05:40 UTC)" in said
+    assert "runs/n1 (pid 1, 2026-12-07 23:55:31 UTC to 2026-12-08 00:55:31 UTC)" in said
+    entry = {"out": "runs/nightly", "pid": 4242, "began": day}
+    monkeypatch.setattr(neighbours, "_now", lambda: day + 60)
+    assert neighbours.described(entry) == "runs/nightly (pid 4242, since 10:02:11 UTC)"
+    monkeypatch.setattr(neighbours, "_now", lambda: day + 86400)  # it began yesterday
+    assert neighbours.described(entry) == "runs/nightly (pid 4242, since 2026-12-07 10:02:11 UTC)"

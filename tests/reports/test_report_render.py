@@ -628,3 +628,38 @@ def test_a_percent_of_peak_above_100_says_why():
 
     assert _peak_text(3.12) == "312% (over the calibrated matmul)" and _peak_text(0.38) == "38%"
     assert _peak_text(float("nan")) == _peak_text(None) == "n/a"
+
+
+def test_prepare_reads_each_row_file_once_and_digests_the_rows_it_loads(tmp_path, monkeypatch):
+    """A report's digest of a run's rows (rendered_from, which publish checks) and its load of them come from
+    one read of each file (results.rowfile.read_once): rows.jsonl and each shard parsed once, not once for
+    the digest and again for the rows, and a row appended after that read is in neither."""
+    import json
+    import shutil
+
+    from attnbench.results import rowfile
+    from attnbench.results.history import rows_digest
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    (run / "shards").mkdir()
+    (run / "shards" / "task-0.jsonl").write_text("")  # an array job's task that wrote nothing yet
+    parsed, real = [], rowfile._scan_lines
+
+    def scanned(p, lines, **kw):
+        parsed.append(p.name)
+        if p.name == "rows.jsonl" and parsed.count("rows.jsonl") == 1:  # a row appended after the first read
+            late = {**json.loads(lines[0]), "cell_id": "late"}
+            with p.open("a") as fh:
+                fh.write(json.dumps(late) + "\n")
+        return real(p, lines, **kw)
+
+    monkeypatch.setattr(rowfile, "_scan_lines", scanned)
+    inputs = prepare([run])
+    assert parsed.count("rows.jsonl") == 1 and parsed.count("task-0.jsonl") == 1, parsed
+    assert "late" not in set(inputs.df["cell_id"]) and "late" in (run / "rows.jsonl").read_text()
+    with (run / "rows.jsonl").open("rb") as fh:  # the digest of the lines loaded, without the late row
+        kept = fh.readlines()[:-1]
+    (run / "rows.jsonl").write_bytes(b"".join(kept))
+    monkeypatch.setattr(rowfile, "_scan_lines", real)
+    assert inputs.rows_sha256 == (rows_digest(run),)

@@ -15,7 +15,7 @@ import torch
 from conftest import ROOT, run_cli
 
 from attnbench import variants
-from attnbench.harness.measure import correctness
+from attnbench.harness.measure import attention64, correctness
 from attnbench.harness.measure.cell import measure_cell
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
@@ -41,7 +41,7 @@ def _reference(q, k, v, *, causal=False, key_lengths=None, causal_align="top-lef
     n_k, group = k64.shape[2], h // k64.shape[1]
     k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)
     s = apply_mod(q64 @ k64.transpose(-2, -1) * d_k**-0.5, mod, causal=causal, causal_align=causal_align)
-    lo, hi = correctness.key_interval(
+    lo, hi = attention64.key_interval(
         torch.arange(n_q), n_q, n_k, causal=causal, causal_align=causal_align, window=window
     )
     j = torch.arange(n_k)

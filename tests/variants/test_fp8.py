@@ -18,7 +18,7 @@ from attnbench import variants
 from attnbench.harness.measure import cell, correctness
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import TOLERANCE, end_to_end_rel_err, sqnr_db
+from attnbench.results.formulas import TOLERANCE, end_to_end_rel_err, quantised, sqnr_db
 from attnbench.variants import Problem, fp8, in_layout, quant
 from attnbench.variants.registry import Capability, VariantError
 
@@ -107,6 +107,13 @@ def test_sqnr_and_the_end_to_end_error_give_each_other():
     assert sqnr_db(1e-2) == pytest.approx(40.0) and sqnr_db(0.0) == math.inf and sqnr_db(math.inf) is None
     assert end_to_end_rel_err(1e-7, 40.0) == pytest.approx(1e-2)
     assert end_to_end_rel_err(1e-7, None) == 1e-7 and end_to_end_rel_err(1e-7, pd.NA) == 1e-7
+
+
+def test_a_row_quantises_where_it_names_a_recipe():
+    """results.formulas.quantised, which the notebook's table and bench's answer both ask: a missing recipe
+    (None, NaN, pd.NA, as the loader leaves a row written before the column) or "" names none."""
+    recipes = pd.Series(["e4m3fn:tensor", "", None, float("nan"), pd.NA, "e4m3fn:head"], dtype=object)
+    assert quantised(recipes).tolist() == [True, False, False, False, False, True]
 
 
 # ---- the emulated variants against float64 --------------------------------------------------------------
