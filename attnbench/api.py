@@ -583,7 +583,7 @@ def _check_apart(made: Any, names: list[str], key: str) -> None:
 
 
 def _function(v: Any) -> Any:
-    """The user's function of a variant (registry.Keywords wraps it to hand only the keywords it takes)."""
+    """The user's function of a variant (variants.convention.Keywords wraps it to hand only the keywords it takes)."""
     return getattr(v.fn, "fn", v.fn)
 
 
