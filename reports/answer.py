@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.causes import pointed, reads_bnhd
 from attnbench.results.formulas import counted, end_to_end_rel_err
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
@@ -127,11 +128,14 @@ def right_word(mine) -> str:
     return f"within its declared approximation (rel_err <= {float(bound.max()):.2g})"
 
 
-def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) -> list[str]:
+def correctness(
+    mine, spell: Callable[[str], str] = str, named: bool = False, point: Callable[[str], str] = str
+) -> list[str]:
     """One line for the cells right against float64 (worst error per dtype), one per cause of fn's wrong
     cells (_wrong_lines), and where no known mistake explains a finite error (`named`: a gate at N = n
     named one), how an approximation by design says so; one for cells that errored, crashed or timed out
-    (a timeout's message, the harness's, in the caller's spelling by `spell`)."""
+    (a timeout's message, the harness's, in the caller's spelling by `spell`). `point`: a message that
+    names no cause, pointed to the one cause found elsewhere (same_cause)."""
     lines, word = [], right_word(mine)
     gated = mine[mine["status"].isin(["ok", "wrong"])]
     right = gated[gated["status"] == "ok"]
@@ -148,7 +152,7 @@ def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) ->
                if rounded else f" (worst relative error: {', '.join(worst) or 'n/a'})")
         )  # fmt: skip
     wrong = gated[gated["status"] == "wrong"]
-    lines += _wrong_lines(wrong)
+    lines += _wrong_lines(wrong, point)
     lines += _by_design(wrong, word != "correct" or named or _masked_only(mine))
     broken = mine[mine["status"].isin(BROKEN)]
     if len(broken):
@@ -157,7 +161,8 @@ def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) ->
         said = "/".join(dict.fromkeys(BROKEN_WORDS.get(s, s) for s in broken["status"].astype(str)))
         message = str(first["message"])  # a timeout's is the harness's (--cell-timeout), an error's fn's own
         message = spell(message) if first["status"] == "timeout" else message
-        lines.append(f"{counted(len(broken), 'cell')} {said} ({where}): {_short(message, MESSAGE_CHARS)}")
+        message = point(_short(message, MESSAGE_CHARS))
+        lines.append(f"{counted(len(broken), 'cell')} {said} ({where}): {message}")
     return lines
 
 
@@ -187,11 +192,12 @@ def _end_to_end(right) -> str:
     )
 
 
-def _wrong_lines(wrong) -> list[str]:
+def _wrong_lines(wrong, point: Callable[[str], str] = str) -> list[str]:
     """One WRONG line per cause (a message with its numbers left out: the gate's errors differ by cell,
     its cause does not), with the dtypes, masks and N of its cells and its first cell's message: 'it
     ignored causal=True' said of the causal cells and 'it ignored key_lengths=' of the padded ones, not
-    one cell's cause for all. Past MAX_CAUSES causes, the last line counts the cells of the rest."""
+    one cell's cause for all. Past MAX_CAUSES causes, the last line counts the cells of the rest. `point`:
+    a message that names no cause, pointed to the one found elsewhere (same_cause)."""
     from pandas import concat
 
     if wrong.empty:
@@ -202,7 +208,8 @@ def _wrong_lines(wrong) -> list[str]:
     causes = ordered["message"].astype(str).map(lambda m: _NUMBER.sub("#", " ".join(m.split())))
     groups = [sub for _, sub in ordered.groupby(causes, sort=False)]
     shown = groups if len(groups) <= MAX_CAUSES else groups[: MAX_CAUSES - 1]
-    lines = [f"WRONG {_where(sub)}: {_short(str(sub.iloc[0]['message']), MESSAGE_CHARS)}" for sub in shown]
+    said = [point(_short(str(sub.iloc[0]["message"]), MESSAGE_CHARS)) for sub in shown]
+    lines = [f"WRONG {_where(sub)}: {message}" for sub, message in zip(shown, said, strict=True)]
     if len(groups) > len(shown):  # the rest in one line: how many causes, and the first's message
         rest = concat(groups[len(shown) :])
         more = counted(len(groups) - len(shown), "more cause")
@@ -253,6 +260,15 @@ def cause_named(declared: Declared) -> bool:
     return any(r.status == "FAIL" and not str(r.reason).startswith(NO_CAUSE) for r in rows)
 
 
+def same_cause(failed, declared: Declared) -> Callable[[str], str]:
+    """How fn's lines word a failure: where one of its failures (`failed`: its rows wrong or broken; the
+    gate's rows at N = n) says it reads (B, N, H, d), each other failure that names no cause of its own
+    points to it (results.causes.pointed: one layout bug said as one cause, not a wrong line, a bare error
+    and a shape's exception apart); else each as it is."""
+    reasons = [*failed["message"].astype(str), *(r.reason for r in [*declared.masks, *declared.gated])]
+    return pointed if reads_bnhd(reasons) else str
+
+
 def mask_shape(mine, kind: str) -> list[str]:
     """Where fn, declared to take one mask with every masked position in it (mask="bool" or "additive"),
     raised in masked cells only and ran its unmasked ones: the line that says which shape it was handed,
@@ -274,12 +290,14 @@ def at_n(
     wrong: set[tuple[str, str]] = frozenset(),
     right: str = "correct",
     spell: Callable[[str], str] = str,
+    point: Callable[[str], str] = str,
 ) -> list[str]:
     """The gate at N = n over every mask fn takes, forward and, where it has one, backward: one line for
     the masks right against float64 (`right`: what that is, right_word), or one for the first wrong (and
     how many more are) of those whose (dtype, mask) the sweep did not find wrong already (`wrong`: its
     WRONG lines say so), or that none was gated (every mask unsupported there); then one for each device its
-    cells ran on that this process lacks; a reason's options in the caller's spelling (`spell`)."""
+    cells ran on that this process lacks; a reason's options in the caller's spelling (`spell`), one that
+    names no cause pointed to the one found elsewhere (`point`: same_cause)."""
     gated = [r for r in declared.masks if r.status == "pass" or r.status in GATE_VERDICTS]
     asked = declared.mask_ns or (declared.n,)
     n, lines = _ns_text({getattr(r, "n", 0) or declared.n for r in gated} or asked), []
@@ -291,7 +309,7 @@ def at_n(
         also = f" (and {more} more)" if more else ""
         where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
         at = declared.tile_only or f"at N {n_text(getattr(first, 'n', 0) or declared.n)}"
-        lines.append(f"{word} {at} ({where}){also}: {_short(spell(first.reason), MESSAGE_CHARS)}")
+        lines.append(f"{word} {at} ({where}){also}: {point(_short(spell(first.reason), MESSAGE_CHARS))}")
     elif gated and not failed:
         masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
         worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))
@@ -373,11 +391,14 @@ def _first_scales(records: list[dict]) -> dict[str, dict]:
     return first
 
 
-def workloads(declared: Declared, spell: Callable[[str], str] = str) -> list[str]:
+def workloads(
+    declared: Declared, spell: Callable[[str], str] = str, point: Callable[[str], str] = str
+) -> list[str]:
     """The gate of the workloads fn declares: one line for those right against float64, one for the first
     that is wrong or raised (and how many more are; causal=True's top-left cell with N_q < N_k among them,
     said only there), one for the first refused; then one for the workload keywords it takes but does not
-    declare, which no cell hands it."""
+    declare, which no cell hands it. `point`: a reason that names no cause, pointed to the one found
+    elsewhere (same_cause)."""
     gated, n = declared.gated, declared.n
     lines = []
     right = [
@@ -398,7 +419,7 @@ def workloads(declared: Declared, spell: Callable[[str], str] = str) -> list[str
         word = GATE_VERDICTS[first.status] + ("" if _implied(first) else " declared")
         lines.append(
             f"{word} {first.workload} ({first.dtype}, N {n_text(n)}){also}: "
-            f"{_short(spell(first.reason), MESSAGE_CHARS)}"
+            f"{point(_short(spell(first.reason), MESSAGE_CHARS))}"
         )
     refused = [r for r in gated if r.status == "unsupported"]
     if refused:
@@ -617,9 +638,10 @@ def answer(
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     overflows, overflowed = large_logits(run_dir, variant, baseline)
-    lines = [head, *correctness(mine, spell, cause_named(declared)), *mask_shape(mine, declared.mask)]
-    lines += [*at_n(declared, said, right_word(mine), spell), *overflows]
-    lines += [*workloads(declared, spell), *unsupported(mine, spell)]
+    point = same_cause(wrong, declared)
+    lines = [head, *correctness(mine, spell, cause_named(declared), point), *mask_shape(mine, declared.mask)]
+    lines += [*at_n(declared, said, right_word(mine), spell, point), *overflows]
+    lines += [*workloads(declared, spell, point), *unsupported(mine, spell)]
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
         lines += [f"{busy} Bench again on a quiet machine."] if busy else []
