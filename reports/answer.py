@@ -11,7 +11,7 @@ import html
 import itertools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,20 +175,31 @@ def _end_to_end(right) -> str:
     if "quant_recipe" not in right or "sqnr_db" not in right:
         return ""
     quantised = right[right["quant_recipe"].fillna("").astype(str).str.len() > 0]
-    e2e = [end_to_end_rel_err(e, q) for e, q in zip(quantised["rel_err"], quantised["sqnr_db"], strict=True)]
-    quantised = quantised.assign(_e2e=[float("nan") if e is None else float(e) for e in e2e])
-    worst = []
-    for dtype in sorted(set(quantised["dtype"].astype(str))):  # in the order of the kernel's errors
-        sub = quantised[(quantised["dtype"] == dtype) & quantised["sqnr_db"].notna()]
-        if len(sub) and sub["_e2e"].notna().any():
-            top = sub.loc[sub["_e2e"].idxmax()]
-            worst.append(f"{dtype} {top['_e2e']:.1e} (SQNR {float(top['sqnr_db']):.1f} dB)")
+    return end_to_end_text(
+        zip(quantised["dtype"].astype(str), quantised["rel_err"], quantised["sqnr_db"], strict=True),
+        quantised["quant_recipe"].astype(str),
+    )
+
+
+def end_to_end_text(errors: Iterable[tuple[str, Any, Any]], recipes: Iterable[str]) -> str:
+    """'; end to end, against float64 of the inputs it was given (its rounding, e4m3fn:tensor, and its
+    kernel together): worst rel_err bfloat16 4.5e-02 (SQNR 27.0 dB), ...' of (dtype, rel_err, sqnr_db) for
+    each row of a rounding variant, its sweep's cells or its gate's problems alike; '' where none has an
+    SQNR."""
+    worst: dict[str, tuple[float, float]] = {}
+    for dtype, err, db in errors:
+        db = _number(db)
+        if math.isnan(db):  # no SQNR (not measured, or pandas' NA): nothing end to end to say
+            continue
+        e2e = float(end_to_end_rel_err(err, db))  # type: ignore[arg-type]
+        if dtype not in worst or e2e > worst[dtype][0]:
+            worst[dtype] = (e2e, db)
     if not worst:
         return ""
-    recipes = ", ".join(sorted(set(quantised["quant_recipe"].astype(str))))
+    said = ", ".join(f"{d} {e:.1e} (SQNR {db:.1f} dB)" for d, (e, db) in sorted(worst.items()))
     return (
-        f"; end to end, against float64 of the inputs it was given (its rounding, {recipes}, and its "
-        f"kernel together): worst rel_err {', '.join(worst)}"
+        f"; end to end, against float64 of the inputs it was given (its rounding, "
+        f"{', '.join(sorted(set(recipes)))}, and its kernel together): worst rel_err {said}"
     )
 
 
@@ -317,9 +328,10 @@ def at_n(
         own = {getattr(r, "grad_against", "") for r in gated if r.grad_rel_err is not None} == {"own"}
         own_text = " against its own forward's derivative" if own else ""
         also = f", gradients {max(grads):.1e}{own_text}" if grads else ""
+        rounded = _gate_end_to_end(gated)  # a rounding variant's, as its sweep's line says it
         lines.append(
             f"{right} at N {n} too, {'forward and backward' if grads else 'forward'} ({_dtype_list(gated)}; "
-            f"{masks}): worst relative error {worst:.1e}{also}"
+            f"{masks}): worst {'kernel' if rounded else 'relative'} error {worst:.1e}{also}{rounded}"
         )
     refused = [r for r in declared.masks if r.status == "unsupported"]  # a kernel limited to some N
     if refused and not gated:
@@ -331,6 +343,21 @@ def at_n(
             f"gates {what} where the cells ran"
         )
     return lines
+
+
+def _number(value: Any) -> float:
+    """value as a float, NaN where it is None or pandas' NA."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _gate_end_to_end(rows: Sequence[Any]) -> str:
+    """end_to_end_text of gate rows (harness.tools.check's GateRows: quant, sqnr_db) that passed; '' for a
+    variant that does not round its inputs (or a row of an older worker, which has neither)."""
+    rounded = [r for r in rows if getattr(r, "quant", "") and getattr(r, "sqnr_db", None) is not None]
+    return end_to_end_text(((r.dtype, r.rel_err, r.sqnr_db) for r in rounded), (r.quant for r in rounded))
 
 
 def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> tuple[list[str], bool]:
@@ -407,9 +434,10 @@ def workloads(
     if right:
         labels = "; ".join(dict.fromkeys(r.workload for r in right))
         worst = max((r.rel_err for r in right if r.rel_err is not None), default=float("nan"))
+        rounded = _gate_end_to_end(right)
         lines.append(
-            f"declared workloads correct against float64 at N {n_text(n)} "
-            f"({_dtype_list(right)}; worst relative error {worst:.1e}): {labels}"
+            f"declared workloads correct against float64 at N {n_text(n)} ({_dtype_list(right)}; worst "
+            f"{'kernel' if rounded else 'relative'} error {worst:.1e}{rounded}): {labels}"
         )
     bad = [r for r in gated if r.status in GATE_VERDICTS]
     if bad:

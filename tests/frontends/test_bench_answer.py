@@ -492,6 +492,34 @@ def test_a_quantising_variant_is_said_correct_against_its_rounded_inputs_and_its
     assert plain[1] == "correct in 2 of 2 cells gated against float64 (worst relative error: float32 3.0e-07)"
 
 
+def test_a_quantising_variants_gate_lines_say_its_error_end_to_end_as_its_cell_line_does():
+    """Trial: bench's N 100/300 gate line of an FP8 variant gave its kernel's error alone (its GateRow had no
+    sqnr_db), where its cell line gives the error end to end too. Both gate lines say it now, by one rule
+    (results.formulas.end_to_end_rel_err); a variant that does not round is said as before."""
+    from attnbench.harness.measure.gate_rows import GateRow
+    from attnbench.reports.answer import Declared, at_n, workloads
+
+    def row(dtype, n, sqnr, quant="e4m3fn:tensor", workload=""):
+        return GateRow("fp8", "cpu", dtype, False, False, "pass", rel_err=3.4e-7, n=n, quant=quant,
+                       sqnr_db=sqnr, workload=workload)  # fmt: skip
+
+    masks = (row("float32", 100, 28.0), row("float32", 300, 26.4), row("bfloat16", 100, 27.0))
+    e2e = (
+        "; end to end, against float64 of the inputs it was given (its rounding, e4m3fn:tensor, and its "
+        "kernel together): worst rel_err bfloat16 4.5e-02 (SQNR 27.0 dB), float32 4.8e-02 (SQNR 26.4 dB)"
+    )  # 10^(-27 / 20), 10^(-26.4 / 20): the cell line's words
+    (line,) = at_n(Declared(n=100, masks=masks, mask_ns=(100, 300)))
+    assert line == (
+        f"correct at N 100 and 300 too, forward (float32, bfloat16; no mask): worst kernel error 3.4e-07{e2e}"
+    ), line
+    gated = tuple(row(d, 100, db, workload="kv_heads=2") for d, db in (("float32", 26.4), ("bfloat16", 27.0)))
+    (line,) = workloads(Declared(gated=gated, n=100))
+    assert f"worst kernel error 3.4e-07{e2e}): kv_heads=2" in line, line
+    plain = tuple(row(r.dtype, r.n, None, quant="") for r in masks)
+    (line,) = at_n(Declared(n=100, masks=plain, mask_ns=(100, 300)))
+    assert line.endswith("(float32, bfloat16; no mask): worst relative error 3.4e-07"), line
+
+
 def test_a_layout_bug_is_said_once_and_its_other_failures_point_to_it(tmp_path):
     """Trial: a kernel written for (B, N, H, d) gave three lines for one bug: the no-mask line named it, the
     causal line was a bare rel_err and the N_q 25 / N_k 100 gate an ERROR of tensor sizes. The bare ones now

@@ -777,3 +777,13 @@ def test_a_layout_bug_is_one_cause_its_other_failures_point_to(tmp_path):
     ]  # fmt: skip
     pointed = [pointer in r.reason for r in check.same_cause(rows)]
     assert pointed == [False, True, False, False, False]
+
+
+def test_a_rounding_variants_gate_rows_carry_its_recipe_and_sqnr():
+    """bench's gate lines say a rounding variant's error end to end, as its cells' rows do: its GateRows carry
+    the recipe and the output's SQNR against float64 of the inputs it was given; a plain variant's none."""
+    plan = check.prepare(["fp8_emulated", "naive"], ["cpu"], ["float32"], 16)
+    rows = [r for r in check.gate_all(plan) if r.status == "pass" and not r.no_key and not r.workload]
+    fp8 = [r for r in rows if r.variant == "fp8_emulated"]
+    assert fp8 and all(r.quant == "e4m3fn:tensor" and 0 < r.sqnr_db < 60 for r in fp8), fp8
+    assert all(r.quant == "" and r.sqnr_db is None for r in rows if r.variant == "naive"), rows
