@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from attnbench import page_out
 from attnbench.api_keywords import (
     RUN_KINDS,
     SWITCHES,
@@ -479,7 +480,9 @@ def profile(
         who = fn if isinstance(fn, str) else _variant_names(variant(fn, name=name), "variants")[0]
         plan = prepare(who, given, threads=threads, seconds=seconds, rate=rate, iters=iters, native=native,
                        use_py_spy=py_spy)  # fmt: skip
-        target = report_dir(None if out is None else as_path(out, "out="), plan.default_dir_name(), "profile")
+        target = page_out.report_dir(
+            None if out is None else as_path(out, "out="), plan.default_dir_name(), "profile"
+        )
         if target.exists() and any(target.iterdir()):
             raise ValueError(f"--out {str(target)!r} already exists and is not empty; choose another --out")
     files = shipped.files_of([who], [])
@@ -583,7 +586,7 @@ def _check_apart(made: Any, names: list[str], key: str) -> None:
 
 
 def _function(v: Any) -> Any:
-    """The user's function of a variant (registry.Keywords wraps it to hand only the keywords it takes)."""
+    """The user's function of a variant (variants.convention.Keywords hands it only the keywords it takes)."""
     return getattr(v.fn, "fn", v.fn)
 
 
@@ -661,40 +664,9 @@ def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, basel
 
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
     inputs = refuse_empty(prepare(dirs, baseline))
-    target = report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
+    target = page_out.report_dir(out, slug(*inputs.metas) if inputs.metas else "report")
     before = rendered_from.files(target)  # an earlier report's files there: those not written again go
     with written_whole(target, "the report") as partial:  # Ctrl-C or a failure leaves `target` as it was
         written = render(inputs, target, into=partial)
     rendered_from.remove_left(target, before)
     return written
-
-
-def report_dir(out: PathLike | None, default: str, kind: str = "report") -> Path:
-    """Where a `kind` page (reports.page.PAGE_FILES: report, compare, profile) goes: `out`, or
-    reports/out/<default>; ValueError (naming --out) if that is a file, named as a page's file (x.html, x.md)
-    and no folder, a run, a folder holding runs (`--out runs`), or holds a page of that page's name that
-    attnbench did not write (`--out .` beside your README.md)."""
-    from attnbench.reports.page import PAGE_FILES, written_by_attnbench
-    from attnbench.results import is_run_dir
-    from attnbench.results.writable import why_no_page_folder, why_unwritable
-
-    path = Path(out) if out else Path("reports") / "out" / default
-    said = f"--out {str(path)!r}"
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{said} exists and is not a directory")
-    if is_run_dir(path):
-        where = f"--out {str(path / 'report')!r} (`attnbench history publish` finds it there)"
-        raise ValueError(
-            f"{said} is a run directory; write the {kind} somewhere else"
-            + (f", such as {where}" if kind == "report" else "")
-        )
-    for name in PAGE_FILES[kind]:
-        if (path / name).exists() and not written_by_attnbench(path / name):
-            raise ValueError(  # an index.md, a README.md
-                f"{said} holds {'an' if name[0] in 'aeiou' else 'a'} {name} that attnbench did not write, "
-                f"and the {kind} writes its own {name} there; write it elsewhere"
-            )
-    why = why_no_page_folder(path, kind) or why_unwritable(path)
-    if why:
-        raise ValueError(f"{said} {why}")
-    return path

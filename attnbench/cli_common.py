@@ -92,7 +92,7 @@ def bad_input() -> Iterator[None]:
 def out_dir(out: str | None, default: str, kind: str) -> Path:
     """--out DIR of a `kind` page (default reports/out/NAME, git-ignored); refused if it is a run, a file,
     or holds a page by that page's name that attnbench did not write."""
-    from attnbench.api import report_dir
+    from attnbench.page_out import report_dir
 
     with bad_input():
         return report_dir(out, default, kind)

@@ -11,11 +11,12 @@ import html
 import itertools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.causes import pointed, reads_bnhd
 from attnbench.results.formulas import counted, end_to_end_rel_err, quantised
 from attnbench.results.judge import Cell, Design, Side, judge
 from attnbench.results.schema import GATE_FAILED
@@ -127,11 +128,14 @@ def right_word(mine) -> str:
     return f"within its declared approximation (rel_err <= {float(bound.max()):.2g})"
 
 
-def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) -> list[str]:
+def correctness(
+    mine, spell: Callable[[str], str] = str, named: bool = False, point: Callable[[str], str] = str
+) -> list[str]:
     """One line for the cells right against float64 (worst error per dtype), one per cause of fn's wrong
     cells (_wrong_lines), and where no known mistake explains a finite error (`named`: a gate at N = n
     named one), how an approximation by design says so; one for cells that errored, crashed or timed out
-    (a timeout's message, the harness's, in the caller's spelling by `spell`)."""
+    (a timeout's message, the harness's, in the caller's spelling by `spell`). `point`: a message that
+    names no cause, pointed to the one cause found elsewhere (same_cause)."""
     lines, word = [], right_word(mine)
     gated = mine[mine["status"].isin(["ok", "wrong"])]
     right = gated[gated["status"] == "ok"]
@@ -148,7 +152,7 @@ def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) ->
                if rounded else f" (worst relative error: {', '.join(worst) or 'n/a'})")
         )  # fmt: skip
     wrong = gated[gated["status"] == "wrong"]
-    lines += _wrong_lines(wrong)
+    lines += _wrong_lines(wrong, point)
     lines += _by_design(wrong, word != "correct" or named or _masked_only(mine))
     broken = mine[mine["status"].isin(BROKEN)]
     if len(broken):
@@ -157,7 +161,8 @@ def correctness(mine, spell: Callable[[str], str] = str, named: bool = False) ->
         said = "/".join(dict.fromkeys(BROKEN_WORDS.get(s, s) for s in broken["status"].astype(str)))
         message = str(first["message"])  # a timeout's is the harness's (--cell-timeout), an error's fn's own
         message = spell(message) if first["status"] == "timeout" else message
-        lines.append(f"{counted(len(broken), 'cell')} {said} ({where}): {_short(message, MESSAGE_CHARS)}")
+        message = point(_short(message, MESSAGE_CHARS))
+        lines.append(f"{counted(len(broken), 'cell')} {said} ({where}): {message}")
     return lines
 
 
@@ -170,28 +175,40 @@ def _end_to_end(right) -> str:
     if "quant_recipe" not in right or "sqnr_db" not in right:
         return ""
     rounded = right[quantised(right["quant_recipe"])]
-    e2e = [end_to_end_rel_err(e, q) for e, q in zip(rounded["rel_err"], rounded["sqnr_db"], strict=True)]
-    rounded = rounded.assign(_e2e=[float("nan") if e is None else float(e) for e in e2e])
-    worst = []
-    for dtype in sorted(set(rounded["dtype"].astype(str))):  # in the order of the kernel's errors
-        sub = rounded[(rounded["dtype"] == dtype) & rounded["sqnr_db"].notna()]
-        if len(sub) and sub["_e2e"].notna().any():
-            top = sub.loc[sub["_e2e"].idxmax()]
-            worst.append(f"{dtype} {top['_e2e']:.1e} (SQNR {float(top['sqnr_db']):.1f} dB)")
-    if not worst:
-        return ""
-    recipes = ", ".join(sorted(set(rounded["quant_recipe"].astype(str))))
-    return (
-        f"; end to end, against float64 of the inputs it was given (its rounding, {recipes}, and its "
-        f"kernel together): worst rel_err {', '.join(worst)}"
+    return end_to_end_text(
+        zip(rounded["dtype"].astype(str), rounded["rel_err"], rounded["sqnr_db"], strict=True),
+        rounded["quant_recipe"].astype(str),
     )
 
 
-def _wrong_lines(wrong) -> list[str]:
+def end_to_end_text(errors: Iterable[tuple[str, Any, Any]], recipes: Iterable[str]) -> str:
+    """'; end to end, against float64 of the inputs it was given (its rounding, e4m3fn:tensor, and its
+    kernel together): worst rel_err bfloat16 4.5e-02 (SQNR 27.0 dB), ...' of (dtype, rel_err, sqnr_db) for
+    each row of a rounding variant, its sweep's cells or its gate's problems alike; '' where none has an
+    SQNR."""
+    worst: dict[str, tuple[float, float]] = {}
+    for dtype, err, db in errors:
+        db = _number(db)
+        if math.isnan(db):  # no SQNR (not measured, or pandas' NA): nothing end to end to say
+            continue
+        e2e = float(end_to_end_rel_err(err, db))  # type: ignore[arg-type]
+        if dtype not in worst or e2e > worst[dtype][0]:
+            worst[dtype] = (e2e, db)
+    if not worst:
+        return ""
+    said = ", ".join(f"{d} {e:.1e} (SQNR {db:.1f} dB)" for d, (e, db) in sorted(worst.items()))
+    return (
+        f"; end to end, against float64 of the inputs it was given (its rounding, "
+        f"{', '.join(sorted(set(recipes)))}, and its kernel together): worst rel_err {said}"
+    )
+
+
+def _wrong_lines(wrong, point: Callable[[str], str] = str) -> list[str]:
     """One WRONG line per cause (a message with its numbers left out: the gate's errors differ by cell,
     its cause does not), with the dtypes, masks and N of its cells and its first cell's message: 'it
     ignored causal=True' said of the causal cells and 'it ignored key_lengths=' of the padded ones, not
-    one cell's cause for all. Past MAX_CAUSES causes, the last line counts the cells of the rest."""
+    one cell's cause for all. Past MAX_CAUSES causes, the last line counts the cells of the rest. `point`:
+    a message that names no cause, pointed to the one found elsewhere (same_cause)."""
     from pandas import concat
 
     if wrong.empty:
@@ -202,7 +219,8 @@ def _wrong_lines(wrong) -> list[str]:
     causes = ordered["message"].astype(str).map(lambda m: _NUMBER.sub("#", " ".join(m.split())))
     groups = [sub for _, sub in ordered.groupby(causes, sort=False)]
     shown = groups if len(groups) <= MAX_CAUSES else groups[: MAX_CAUSES - 1]
-    lines = [f"WRONG {_where(sub)}: {_short(str(sub.iloc[0]['message']), MESSAGE_CHARS)}" for sub in shown]
+    said = [point(_short(str(sub.iloc[0]["message"]), MESSAGE_CHARS)) for sub in shown]
+    lines = [f"WRONG {_where(sub)}: {message}" for sub, message in zip(shown, said, strict=True)]
     if len(groups) > len(shown):  # the rest in one line: how many causes, and the first's message
         rest = concat(groups[len(shown) :])
         more = counted(len(groups) - len(shown), "more cause")
@@ -253,6 +271,15 @@ def cause_named(declared: Declared) -> bool:
     return any(r.status == "FAIL" and not str(r.reason).startswith(NO_CAUSE) for r in rows)
 
 
+def same_cause(failed, declared: Declared) -> Callable[[str], str]:
+    """How fn's lines word a failure: where one of its failures (`failed`: its rows wrong or broken; the
+    gate's rows at N = n) says it reads (B, N, H, d), each other failure that names no cause of its own
+    points to it (results.causes.pointed: one layout bug said as one cause, not a wrong line, a bare error
+    and a shape's exception apart); else each as it is."""
+    reasons = [*failed["message"].astype(str), *(r.reason for r in [*declared.masks, *declared.gated])]
+    return pointed if reads_bnhd(reasons) else str
+
+
 def mask_shape(mine, kind: str) -> list[str]:
     """Where fn, declared to take one mask with every masked position in it (mask="bool" or "additive"),
     raised in masked cells only and ran its unmasked ones: the line that says which shape it was handed,
@@ -274,12 +301,14 @@ def at_n(
     wrong: set[tuple[str, str]] = frozenset(),
     right: str = "correct",
     spell: Callable[[str], str] = str,
+    point: Callable[[str], str] = str,
 ) -> list[str]:
     """The gate at N = n over every mask fn takes, forward and, where it has one, backward: one line for
     the masks right against float64 (`right`: what that is, right_word), or one for the first wrong (and
     how many more are) of those whose (dtype, mask) the sweep did not find wrong already (`wrong`: its
     WRONG lines say so), or that none was gated (every mask unsupported there); then one for each device its
-    cells ran on that this process lacks; a reason's options in the caller's spelling (`spell`)."""
+    cells ran on that this process lacks; a reason's options in the caller's spelling (`spell`), one that
+    names no cause pointed to the one found elsewhere (`point`: same_cause)."""
     gated = [r for r in declared.masks if r.status == "pass" or r.status in GATE_VERDICTS]
     asked = declared.mask_ns or (declared.n,)
     n, lines = _ns_text({getattr(r, "n", 0) or declared.n for r in gated} or asked), []
@@ -291,7 +320,7 @@ def at_n(
         also = f" (and {more} more)" if more else ""
         where = f"{first.dtype}; {mask_text(first.causal, first.padding)}"
         at = declared.tile_only or f"at N {n_text(getattr(first, 'n', 0) or declared.n)}"
-        lines.append(f"{word} {at} ({where}){also}: {_short(spell(first.reason), MESSAGE_CHARS)}")
+        lines.append(f"{word} {at} ({where}){also}: {point(_short(spell(first.reason), MESSAGE_CHARS))}")
     elif gated and not failed:
         masks = "; ".join(dict.fromkeys(mask_text(r.causal, r.padding) for r in gated))
         worst = max((r.rel_err for r in gated if r.rel_err is not None), default=float("nan"))
@@ -299,9 +328,10 @@ def at_n(
         own = {getattr(r, "grad_against", "") for r in gated if r.grad_rel_err is not None} == {"own"}
         own_text = " against its own forward's derivative" if own else ""
         also = f", gradients {max(grads):.1e}{own_text}" if grads else ""
+        rounded = _gate_end_to_end(gated)  # a rounding variant's, as its sweep's line says it
         lines.append(
             f"{right} at N {n} too, {'forward and backward' if grads else 'forward'} ({_dtype_list(gated)}; "
-            f"{masks}): worst relative error {worst:.1e}{also}"
+            f"{masks}): worst {'kernel' if rounded else 'relative'} error {worst:.1e}{also}{rounded}"
         )
     refused = [r for r in declared.masks if r.status == "unsupported"]  # a kernel limited to some N
     if refused and not gated:
@@ -313,6 +343,21 @@ def at_n(
             f"gates {what} where the cells ran"
         )
     return lines
+
+
+def _number(value: Any) -> float:
+    """value as a float, NaN where it is None or pandas' NA."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _gate_end_to_end(rows: Sequence[Any]) -> str:
+    """end_to_end_text of gate rows (harness.tools.check's GateRows: quant, sqnr_db) that passed; '' for a
+    variant that does not round its inputs (or a row of an older worker, which has neither)."""
+    rounded = [r for r in rows if getattr(r, "quant", "") and getattr(r, "sqnr_db", None) is not None]
+    return end_to_end_text(((r.dtype, r.rel_err, r.sqnr_db) for r in rounded), (r.quant for r in rounded))
 
 
 def large_logits(run_dir: str | Path, variant: str, baseline: str = "") -> tuple[list[str], bool]:
@@ -373,11 +418,14 @@ def _first_scales(records: list[dict]) -> dict[str, dict]:
     return first
 
 
-def workloads(declared: Declared, spell: Callable[[str], str] = str) -> list[str]:
+def workloads(
+    declared: Declared, spell: Callable[[str], str] = str, point: Callable[[str], str] = str
+) -> list[str]:
     """The gate of the workloads fn declares: one line for those right against float64, one for the first
     that is wrong or raised (and how many more are; causal=True's top-left cell with N_q < N_k among them,
     said only there), one for the first refused; then one for the workload keywords it takes but does not
-    declare, which no cell hands it."""
+    declare, which no cell hands it. `point`: a reason that names no cause, pointed to the one found
+    elsewhere (same_cause)."""
     gated, n = declared.gated, declared.n
     lines = []
     right = [
@@ -386,9 +434,10 @@ def workloads(declared: Declared, spell: Callable[[str], str] = str) -> list[str
     if right:
         labels = "; ".join(dict.fromkeys(r.workload for r in right))
         worst = max((r.rel_err for r in right if r.rel_err is not None), default=float("nan"))
+        rounded = _gate_end_to_end(right)
         lines.append(
-            f"declared workloads correct against float64 at N {n_text(n)} "
-            f"({_dtype_list(right)}; worst relative error {worst:.1e}): {labels}"
+            f"declared workloads correct against float64 at N {n_text(n)} ({_dtype_list(right)}; worst "
+            f"{'kernel' if rounded else 'relative'} error {worst:.1e}{rounded}): {labels}"
         )
     bad = [r for r in gated if r.status in GATE_VERDICTS]
     if bad:
@@ -398,7 +447,7 @@ def workloads(declared: Declared, spell: Callable[[str], str] = str) -> list[str
         word = GATE_VERDICTS[first.status] + ("" if _implied(first) else " declared")
         lines.append(
             f"{word} {first.workload} ({first.dtype}, N {n_text(n)}){also}: "
-            f"{_short(spell(first.reason), MESSAGE_CHARS)}"
+            f"{point(_short(spell(first.reason), MESSAGE_CHARS))}"
         )
     refused = [r for r in gated if r.status == "unsupported"]
     if refused:
@@ -617,9 +666,10 @@ def answer(
     wrong = mine[mine["status"].isin(["wrong", *BROKEN])]  # (dtype, mask) pairs its lines name already
     said = {(str(r.dtype), mask_text(r.causal, r.padding)) for r in wrong.itertuples()}  # either alignment
     overflows, overflowed = large_logits(run_dir, variant, baseline)
-    lines = [head, *correctness(mine, spell, cause_named(declared)), *mask_shape(mine, declared.mask)]
-    lines += [*at_n(declared, said, right_word(mine), spell), *overflows]
-    lines += [*workloads(declared, spell), *unsupported(mine, spell)]
+    point = same_cause(wrong, declared)
+    lines = [head, *correctness(mine, spell, cause_named(declared), point), *mask_shape(mine, declared.mask)]
+    lines += [*at_n(declared, said, right_word(mine), spell, point), *overflows]
+    lines += [*workloads(declared, spell, point), *unsupported(mine, spell)]
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
         lines += [f"{busy} Bench again on a quiet machine."] if busy else []

@@ -42,6 +42,21 @@ def files(folder: str | Path) -> set[str]:
     return {str(name) for name in listed if "/" not in str(name) and str(name) not in ("", ".", "..")}
 
 
+def holds_other_files(folder: str | Path) -> list[str]:
+    """The names in `folder` (its hidden ones aside: a .gitkeep) where it holds files and no report attnbench
+    wrote there (its RECORD, or a README.md or report.html of an attnbench title: a report from before the
+    record), sorted; [] for a folder that is missing, empty, or an earlier report's (whose files beside it,
+    the user's, stay: a report is rendered again into its own folder)."""
+    from .page import PAGE_FILES, written_by_attnbench
+
+    path = Path(folder)
+    if not path.is_dir():
+        return []
+    if (path / RECORD).is_file() or any(written_by_attnbench(path / name) for name in PAGE_FILES["report"]):
+        return []
+    return sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
+
+
 def remove_left(folder: str | Path, before: set[str]) -> None:
     """Remove from `folder` the files an earlier report there wrote (`before`: files() read before this
     one was written) that this one did not write again: a figure of a dtype the runs no longer have would

@@ -15,13 +15,12 @@ if __name__ != "attnbench.variants":  # the folder imported by its own name, whi
         f"{__name__} is now attnbench.variants: write `from attnbench import register`", name="variants"
     )
 
+from .errors import UnsupportedError, VariantError
 from .problem import DTYPES, LAYOUTS, Problem, dtype_name, in_layout, torch_dtype, validate_tensors
 from .registry import (
     ENTRY_POINT_GROUP,
     Capability,
-    UnsupportedError,
     Variant,
-    VariantError,
     all_variants,
     get,
     load_errors,

@@ -58,10 +58,11 @@ from pathlib import Path
 from typing import Any
 
 from . import lazy
+from .errors import UnsupportedError
 from .masks import diagonal_offset
 from .mods import NONE, mod_kind, parse_mod, position_offset, softcap_value
 from .problem import Problem
-from .registry import UnsupportedError, register
+from .registry import register
 
 torch = lazy.module("torch", globals())
 

@@ -23,7 +23,8 @@ import contextlib
 import importlib.util
 
 from . import quant
-from .registry import UnsupportedError, register
+from .errors import UnsupportedError
+from .registry import register
 from .sdpa import _cuda_capability, sdpa_math
 
 TENSOR, HEAD = "e4m3fn:tensor", "e4m3fn:head"

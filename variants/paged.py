@@ -26,9 +26,10 @@ import functools
 import math
 
 from . import lazy
+from .errors import UnsupportedError
 from .lengths import PAGED_ONLY
 from .problem import Problem
-from .registry import UnsupportedError, register
+from .registry import register
 
 torch = lazy.module("torch", globals())
 F = lazy.module("torch.nn.functional", globals(), "F")

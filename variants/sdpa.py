@@ -21,9 +21,10 @@ import sys
 import warnings
 
 from . import lazy
+from .errors import UnsupportedError
 from .masks import attention_mask
 from .problem import Problem
-from .registry import UnsupportedError, register
+from .registry import register
 
 _ALL = ("float32", "float16", "bfloat16", "float64")
 

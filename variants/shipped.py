@@ -15,8 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .convention import Keywords
+from .errors import VariantError
 from .origin import HASHED, by_value, source_of
-from .registry import Keywords, Variant, VariantError, made, resolve
+from .registry import Variant, made, resolve
 
 FROM_FILE = "file "  # the source of a variant a variant file registered (registry.load_variant_file)
 

@@ -40,8 +40,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from .errors import UnsupportedError
 from .problem import Problem
-from .registry import UnsupportedError, register
+from .registry import register
 
 
 def _version() -> str | None:

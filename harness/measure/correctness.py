@@ -47,6 +47,7 @@ from attnbench.harness.measure import attention64, located, lowered, misread, ow
 from attnbench.harness.measure.attention64 import context, empty_rows, reference, visible
 from attnbench.harness.measure.contract import changed_inputs, check_graph, check_output
 from attnbench.harness.measure.own_gradient import leaf_grads
+from attnbench.results.causes import READS_BNHD
 from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, TOLERANCE, sqnr_db, tolerance_text  # shared
 from attnbench.variants.mods import NONE
 from attnbench.variants.problem import extra_options
@@ -294,7 +295,7 @@ def _layout_readings(q, k, v, *, causal, key_lengths, window, cu_seqlens, **_):
     plain = not (causal or window) and key_lengths is None and cu_seqlens is None
     if plain and q.shape[2] == k.shape[2] and q.shape[1] == k.shape[1]:
         bnhd = tuple(t.transpose(1, 2) for t in (q, k, v))
-        said = 'it computed attention over (B, N, H, d) inputs: declare takes="bnhd"'
+        said = f'{READS_BNHD}: declare takes="bnhd"'  # its other failures point here (results.causes)
         yield said, bnhd, {}, (lambda t: t.transpose(1, 2))
     yield from _tiled_heads(q, k, v, dim=1)
 

@@ -64,6 +64,10 @@ class GateRow:
     implied: bool = False  # a problem causal=True implies (TOP_LEFT), not a workload declared apart
     grad_against: str = ""  # a declared approximation's gradients: held to its own forward's ("own") or not
     n: int = 0  # the problem's N (a decode step's N_k); 0 where unknown (a row of an older worker)
+    # a quantising variant's recipe (Capability.quant) and its output's SQNR in dB against float64 of the
+    # inputs it was given (rel_err is against its rounded inputs'): its error end to end, as a run's row says
+    quant: str = ""
+    sqnr_db: float | None = None
 
 
 @dataclass(frozen=True)
@@ -321,6 +325,8 @@ def _gate(variant, prob, inputs, row: dict, axes: dict | None = None) -> GateRow
         grad_against=r.grad_against,
         masked_rows=r.masked_rows,
         reason=fail_reason(r) if not r.ok else _held(r),
+        quant=r.quant,
+        sqnr_db=r.sqnr_db,
     )
 
 

@@ -10,7 +10,6 @@ every error is a ValueError naming it and the bad value.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from attnbench.results.axes import Axis
 from attnbench.variants.lengths import parse_lengths
 from attnbench.variants.mods import parse_mod
 from attnbench.variants.problem import DTYPES
+from attnbench.variants.unknown import did_you_mean
 
 DEVICES = ("cpu", "cuda")
 PASSES = ("fwd", "fwdbwd")
@@ -226,10 +226,7 @@ def unknown(what: str, value: Any, known: Iterable[str], also: Iterable[str] = (
     """'unknown dtype 'bf61' (did you mean 'bf16'?); known: ...': the message for a word that is not one
     (`also`: other spellings it may suggest, not listed)."""
     known = list(known)
-    lower = {str(k).lower(): k for k in [*known, *also]}  # 'SDPA', 'CPU': the word in another case
-    near = difflib.get_close_matches(str(value).lower(), list(lower), n=1, cutoff=0.6)
-    hint = f" (did you mean {lower[near[0]]!r}?)" if near else ""
-    return f"unknown {what} {value!r}{hint}; known: {', '.join(known)}"
+    return f"unknown {what} {value!r}{did_you_mean(str(value), [*known, *also])}; known: {', '.join(known)}"
 
 
 def check_known(

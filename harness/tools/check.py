@@ -43,6 +43,7 @@ from attnbench.harness.measure.gate_rows import (  # noqa: F401  (check's names,
     unavailable,
     workload_cells,
 )
+from attnbench.results.causes import pointed, reads_bnhd
 
 DEVICES = ("cpu", "cuda")
 # the N the masks are gated at, the one source of check's and bench's default: no power of two, so that a
@@ -256,6 +257,20 @@ def ungated(rows: Iterable[GateRow], named: Sequence[str]) -> dict[str, str]:
         for name, got in mine.items()
         if got and all(r.status == "unsupported" for r in got)
     }
+
+
+def same_cause(rows: Iterable[GateRow]) -> list[GateRow]:
+    """The rows with each failure of a variant found to read (B, N, H, d) elsewhere pointing to that cause
+    (results.causes.pointed: a bare error or a shape mismatch, not a failure of its own), so that one layout
+    bug reads as one cause, not as a wrong line, a bare error and an exception of shapes apart."""
+    rows = list(rows)
+    bnhd = {r.variant for r in rows if reads_bnhd([r.reason])}
+    return [
+        dataclasses.replace(r, reason=pointed(r.reason))
+        if r.variant in bnhd and r.status in ("FAIL", "error") and not reads_bnhd([r.reason])
+        else r
+        for r in rows
+    ]
 
 
 TILE_ONLY = f"at N {TILE_N} only, where its last tile of 64, 128 or 256 keys is partial"

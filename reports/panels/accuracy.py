@@ -16,7 +16,7 @@ from typing import Any
 from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, end_to_end_rel_err, tolerance
 
 from .. import page as pg
-from ..plots import floats, keys_of
+from ..plots import floats, keys_of, ring_cells, ring_legend
 from ..section import Section, file_stem, group_head, num_text, panel_section, seq_count
 from ..style import (
     empty_panel,
@@ -309,9 +309,11 @@ def _legend(ax, variants: list[str], dtypes: list[str], quantising: bool = False
               frameon=False)  # fmt: skip
 
 
-def _draw_panel(ax, pts, top_n: int, length: str, speed: str = "tflops") -> None:
-    """One panel's points (up: their `speed` column), its dtypes' tolerance lines and, where some error is
-    not finite, a band for it."""
+def _draw_panel(ax, pts, top_n: int, length: str, speed: str = "tflops", seen: set[str] | None = None):
+    """One panel's points (up: their `speed` column), each flagged one ringed as the time figure rings it
+    (plots.ring_cells: suspect, measured while the machine drifted, or on a throttled GPU; their flags added
+    to `seen` for plots.ring_legend), its dtypes' tolerance lines and, where some error is not finite, a
+    band for it."""
     shown = floats(pts["e2e_rel_err"])
     errs = [e for e in shown + floats(pts["rel_err"]) if math.isfinite(e)]
     tols = sorted({float(t) for t in pts["tolerance"]})
@@ -337,6 +339,7 @@ def _draw_panel(ax, pts, top_n: int, length: str, speed: str = "tflops") -> None
         if int(p[length]) < top_n:
             ax.annotate(f"N={seq_count(p[length])}", (x, y), xytext=(5, 4),
                         textcoords="offset points", fontsize=7, color="#555555")  # fmt: skip
+    ring_cells(ax, pts.assign(_x=[at(e) for e in shown]), "_x", speed, set() if seen is None else seen)
     for dtype in sorted({str(d) for d in pts["dtype"]}):
         tol = tolerance(dtype)
         ax.axvline(tol, color="#333333", lw=1, ls=DTYPE_LINES.get(dtype, "--"), zorder=0)
@@ -383,7 +386,7 @@ def accuracy_figure(rows, title: str):
     that holds every dtype, on one y scale; (figure, its points)."""
     pans = panels(rows)
     speed, speed_label = speed_of(rows)
-    drawn, drawn_axes = [], []
+    drawn, drawn_axes, seen = [], [], set()
     with mpl_style():
         fig, axes = new_figure(len(pans), panel_h=5.2)
         for ax, (_key, ptitle, prow) in zip(axes, pans, strict=True):
@@ -392,7 +395,7 @@ def accuracy_figure(rows, title: str):
             if pts.empty:
                 empty_panel(ax, "no measured cell with an error")
             else:
-                _draw_panel(ax, pts, int(pts[length].max()), length, speed)
+                _draw_panel(ax, pts, int(pts[length].max()), length, speed, seen)
                 drawn.append(pts)
                 drawn_axes.append(ax)
             ax.set_ylabel(speed_label)
@@ -401,6 +404,7 @@ def accuracy_figure(rows, title: str):
             quantising = any(quantised(p) for _, p in pts.iterrows())
             _legend(ax, variant_order(pts["variant"].unique()), dtypes, quantising)
         _speed_axis(drawn_axes, [y for pts in drawn for y in floats(pts[speed]) if y > 0])
+        ring_legend(fig, seen)  # the time figure's rings, named apart from the variants'
         fig.suptitle(title)
     import pandas as pd
 

@@ -104,8 +104,10 @@ def test_callables_are_refused_before_any_work(tmp_path):
             attnbench.variant(notebook_function(), causal=True)
         with pytest.raises(ValueError, match="^name= 'naive' is the name of a built-in variant"):
             attnbench.variant(notebook_function(), name="naive")
-        with pytest.raises(ValueError, match="unknown capability 'casual'; known: description, devices"):
+        with pytest.raises(ValueError, match=r"capability 'casual' \(did you mean 'causal'\?\); known: desc"):
             attnbench.variant(notebook_function(), casual=True)
+        with pytest.raises(ValueError, match=r"unknown capability 'dtype' \(did you mean 'dtypes'\?\)"):
+            attnbench.variant(notebook_function(), dtype=("float32",))  # trial: dtypes= is the keyword
         with pytest.raises(ValueError, match=r"^bench: mask= says what fn takes, not what to sweep: give it"):
             attnbench.bench(notebook_function(), mask="bool", out=out)  # a variant's keyword, given to bench
         with pytest.raises(ValueError, match=r"^approximate= says what a variant takes, not what to sweep"):

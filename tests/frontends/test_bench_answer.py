@@ -490,3 +490,65 @@ def test_a_quantising_variant_is_said_correct_against_its_rounded_inputs_and_its
     ), said  # 10^(-27 / 20), 10^(-26.4 / 20)
     plain = answer(run, "sdpa", "fp8").lines
     assert plain[1] == "correct in 2 of 2 cells gated against float64 (worst relative error: float32 3.0e-07)"
+
+
+def test_a_quantising_variants_gate_lines_say_its_error_end_to_end_as_its_cell_line_does():
+    """Trial: bench's N 100/300 gate line of an FP8 variant gave its kernel's error alone (its GateRow had no
+    sqnr_db), where its cell line gives the error end to end too. Both gate lines say it now, by one rule
+    (results.formulas.end_to_end_rel_err); a variant that does not round is said as before."""
+    from attnbench.harness.measure.gate_rows import GateRow
+    from attnbench.reports.answer import Declared, at_n, workloads
+
+    def row(dtype, n, sqnr, quant="e4m3fn:tensor", workload=""):
+        return GateRow("fp8", "cpu", dtype, False, False, "pass", rel_err=3.4e-7, n=n, quant=quant,
+                       sqnr_db=sqnr, workload=workload)  # fmt: skip
+
+    masks = (row("float32", 100, 28.0), row("float32", 300, 26.4), row("bfloat16", 100, 27.0))
+    e2e = (
+        "; end to end, against float64 of the inputs it was given (its rounding, e4m3fn:tensor, and its "
+        "kernel together): worst rel_err bfloat16 4.5e-02 (SQNR 27.0 dB), float32 4.8e-02 (SQNR 26.4 dB)"
+    )  # 10^(-27 / 20), 10^(-26.4 / 20): the cell line's words
+    (line,) = at_n(Declared(n=100, masks=masks, mask_ns=(100, 300)))
+    assert line == (
+        f"correct at N 100 and 300 too, forward (float32, bfloat16; no mask): worst kernel error 3.4e-07{e2e}"
+    ), line
+    gated = tuple(row(d, 100, db, workload="kv_heads=2") for d, db in (("float32", 26.4), ("bfloat16", 27.0)))
+    (line,) = workloads(Declared(gated=gated, n=100))
+    assert f"worst kernel error 3.4e-07{e2e}): kv_heads=2" in line, line
+    plain = tuple(row(r.dtype, r.n, None, quant="") for r in masks)
+    (line,) = at_n(Declared(n=100, masks=plain, mask_ns=(100, 300)))
+    assert line.endswith("(float32, bfloat16; no mask): worst relative error 3.4e-07"), line
+
+
+def test_a_layout_bug_is_said_once_and_its_other_failures_point_to_it(tmp_path):
+    """Trial: a kernel written for (B, N, H, d) gave three lines for one bug: the no-mask line named it, the
+    causal line was a bare rel_err and the N_q 25 / N_k 100 gate an ERROR of tensor sizes. The bare ones now
+    point to it; a failure of its own (another cause, an exception about something else) is left as it is."""
+    from synthetic import cell, write_run
+
+    from attnbench.harness.measure.gate_rows import GateRow
+    from attnbench.reports.answer import Declared
+
+    bnhd = f'{GATE}: it computed attention over (B, N, H, d) inputs: declare takes="bnhd"; rel_err 3.99e+00'
+    rows = []
+    for n in (64, 128):
+        rows += [cell("sdpa", n, time_ms=n / 100), cell("sdpa", n, causal=True, time_ms=n / 100)]
+        rows.append(cell("kw", n, status="wrong", rel_err=4.0, message=bnhd))
+        rows.append(cell("kw", n, causal=True, status="wrong", rel_err=2.56, message=f"{GATE}: rel_err 2.56"))
+    sizes = "RuntimeError: The size of tensor a (25) must match the size of tensor b (100) at dimension 2"
+    other = "NotImplementedError: no kernel for this head dim"
+    rows.append(cell("kw", 64, padding=0.25, status="error", message=other))
+    gated = (GateRow("kw", "cpu", "float32", True, False, "error", reason=sizes, workload="causal top-left",
+                     implied=True),)  # fmt: skip
+    run = write_run(tmp_path / "w", rows)
+    lines = answer(run, "kw", "sdpa", declared=Declared(gated=gated, n=100)).full
+    said = [line for line in lines if line.startswith(("WRONG", "ERROR"))]
+    pointer = "(likely the same cause: it reads (B, N, H, d))"
+    assert said[0].startswith("WRONG float32 (no mask;") and pointer not in said[0], said
+    assert said[1].startswith("WRONG float32 (causal;") and said[1].endswith(f"rel_err 2.56 {pointer}"), said
+    assert said[2].startswith("ERROR causal top-left") and said[2].endswith(f"{sizes} {pointer}"), said
+    assert any(line.endswith(f": {other}") for line in lines), lines  # an exception of its own, as it is
+    # without the layout named, the same failures are said as they are
+    plain = [r for r in rows if r["message"] != bnhd]
+    lines = answer(write_run(tmp_path / "p", plain), "kw", "sdpa", declared=Declared(gated=gated, n=100)).full
+    assert not any(pointer in line for line in lines), lines

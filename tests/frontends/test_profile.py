@@ -11,9 +11,9 @@ import psutil
 import pytest
 from conftest import run_cli, stopped_by_ctrl_c
 
-from attnbench.api import report_dir
 from attnbench.harness.tools.profile import single_cell
 from attnbench.harness.tools.py_spy import PY_SPY_ENV, find_py_spy
+from attnbench.page_out import report_dir
 from attnbench.reports.page import PAGE_FILES, written_by_attnbench
 from attnbench.reports.profile_page import speedscope_summary, write_pages
 

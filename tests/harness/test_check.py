@@ -739,3 +739,52 @@ def test_a_worker_that_cannot_start_is_every_rows_crash_not_a_traceback(tmp_path
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     assert set(_statuses(proc.stdout, "parent_only")) == {"crashed"}, proc.stdout
     assert "the check's worker process did not start" in " ".join(proc.stdout.split())
+
+
+BNHD = """
+import torch
+from attnbench import register
+
+
+@register("bnhd_attn", backward=True)
+def bnhd_attn(q, k, v, *, causal=False, scale=None):  # written for (B, N, H, d) inputs
+    n, d = q.shape[1], q.shape[-1]
+    s = torch.einsum("bnhd,bmhd->bhnm", q, k) * (scale or d**-0.5)
+    if causal:
+        s = s.masked_fill(torch.ones(n, k.shape[1], dtype=torch.bool).triu(1), float("-inf"))
+    return torch.einsum("bhnm,bmhd->bnhd", s.softmax(-1), v)
+"""
+
+
+def test_a_layout_bug_is_one_cause_its_other_failures_point_to(tmp_path):
+    """Trial: a kernel written for (B, N, H, d) read as three bugs: the no-mask problem named the layout, the
+    causal one was a bare rel_err and the N_q < N_k workload an exception of tensor sizes. Each of those
+    points to the layout now; a failure of its own, or another variant's, is left as it is."""
+    path = tmp_path / "bnhd.py"
+    path.write_text(BNHD)
+    done = run_cli("check", "--variant-file", str(path), "--dtype", "float32", "--seq-len", "24")
+    assert done.returncode == 1, done.stderr
+    said = " ".join(done.stdout.split())
+    pointer = "(likely the same cause: it reads (B, N, H, d))"
+    assert 'inputs: declare takes="bnhd"' in said, done.stdout
+    assert f"dq, dk and dv {pointer}" in said and f"seen size 6 {pointer}" in said, done.stdout
+    bare, bnhd = "output rel_err 2.6e+00 > tolerance 1e-04", "it computed attention over (B, N, H, d) inputs"
+    rows = [
+        check.GateRow("a", "cpu", "float32", False, False, "FAIL", reason=f"{bnhd}; {bare}"),
+        check.GateRow("a", "cpu", "float32", True, False, "FAIL", reason=bare),
+        check.GateRow("a", "cpu", "float32", True, True, "FAIL", reason="it ignored key_lengths="),
+        check.GateRow("a", "cpu", "float32", True, True, "error", reason="ValueError: no head dim 7"),
+        check.GateRow("b", "cpu", "float32", True, False, "FAIL", reason=bare),
+    ]  # fmt: skip
+    pointed = [pointer in r.reason for r in check.same_cause(rows)]
+    assert pointed == [False, True, False, False, False]
+
+
+def test_a_rounding_variants_gate_rows_carry_its_recipe_and_sqnr():
+    """bench's gate lines say a rounding variant's error end to end, as its cells' rows do: its GateRows carry
+    the recipe and the output's SQNR against float64 of the inputs it was given; a plain variant's none."""
+    plan = check.prepare(["fp8_emulated", "naive"], ["cpu"], ["float32"], 16)
+    rows = [r for r in check.gate_all(plan) if r.status == "pass" and not r.no_key and not r.workload]
+    fp8 = [r for r in rows if r.variant == "fp8_emulated"]
+    assert fp8 and all(r.quant == "e4m3fn:tensor" and 0 < r.sqnr_db < 60 for r in fp8), fp8
+    assert all(r.quant == "" and r.sqnr_db is None for r in rows if r.variant == "naive"), rows

@@ -122,7 +122,7 @@ ROOT = Path(__file__).resolve().parents[2]
 )
 def test_its_own_pages_are_told_from_a_users(path, ours):
     """A report, compare or profile may write over a page by its name only when attnbench wrote it
-    (attnbench.api.report_dir; the profile pages: tests/frontends/test_profile.py)."""
+    (attnbench.page_out.report_dir; the profile pages: tests/frontends/test_profile.py)."""
     assert pg.written_by_attnbench(ROOT / path) is ours
 
 

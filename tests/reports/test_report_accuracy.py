@@ -276,3 +276,26 @@ def test_a_tie_with_a_label_of_one_kernel_names_its_variants_whole(tmp_path):
     (said,) = [s for p in found.panels for s in p.sentences if "Speed against accuracy" in s]
     assert said.startswith("Speed against accuracy: bf16_softmax, sdpa and sdpa_flash lead at N = "), said
     assert "the most accurate variant is among them: sdpa (rel_err 4e-07)" in said, said
+
+
+def test_a_drifted_point_is_ringed_as_the_time_figure_rings_it(tmp_path):
+    """Trial: the speed-accuracy figure drew a point measured while the machine drifted unmarked, where the
+    time figure rings it. It is ringed the same way now (plots.ring_cells: the one set of rings, named in
+    the figure's own legend), and only it."""
+    from matplotlib.collections import PathCollection
+
+    from attnbench import results
+    from attnbench.reports import plots
+
+    rows = _rows()
+    point = ("sdpa", "float32", 1024)  # half the run's usual speed probe there: measured during drift
+    for r in rows:
+        r["speed_tflops"] = 0.5 if (r["variant"], r["dtype"], r["seq_len"]) == point else 1.0
+    df = results.load(synthetic.write_run(tmp_path / "run", rows))
+    assert df["drift"].fillna(False).astype(bool).sum() == 1
+    fig, pts = accuracy.accuracy_figure(df, "t")
+    rings = [c for ax in fig.axes for c in ax.collections if isinstance(c, PathCollection)]
+    (ring,) = rings
+    drifted = pts[(pts["variant"] == "sdpa") & (pts["dtype"] == "float32")].iloc[0]
+    assert ring.get_offsets().tolist() == [[pytest.approx(6e-7), pytest.approx(float(drifted["tflops"]))]]
+    assert plots.DRIFT_LABEL in {t.get_text() for leg in fig.legends for t in leg.get_texts()}

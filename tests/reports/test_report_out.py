@@ -131,6 +131,35 @@ def test_an_out_that_is_no_report_folder_is_refused_before_anything_is_written(t
         attnbench.report(a, out=out)
 
 
+def test_an_out_that_holds_other_files_and_no_report_is_refused_as_runs_is(tmp_path):
+    """Trial: report(run, out="some/unrelated/folder") wrote its pages in among files not a report's, where
+    `run` refuses a non-empty --out. It is refused in one line (exit 2, nothing written); a folder of an
+    earlier report (one from before its rendered-from.json too) or only hidden files is written into."""
+    from attnbench.reports.rendered_from import RECORD
+
+    a, _b = _two_runs(tmp_path)
+    out = tmp_path / "papers"
+    (out / "drafts").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine\n")
+    before = files_of(tmp_path)
+    proc = run_cli("report", str(a), "--out", str(out))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    said = f"attnbench: error: --out {str(out)!r} is not empty (drafts, notes.txt) and holds no report"
+    assert proc.stderr.startswith(said), proc.stderr
+    with pytest.raises(ValueError, match=f"^out={str(out)!r} is not empty"):
+        attnbench.report(a, out=out)
+    assert files_of(tmp_path) == before
+    earlier = tmp_path / "earlier"
+    attnbench.report(a, out=earlier)
+    (earlier / RECORD).unlink()  # a report written before the record: its pages are attnbench's
+    (earlier / "notes.txt").write_text("mine\n")
+    assert (attnbench.report(a, out=earlier).out_dir / RECORD).is_file()
+    hidden = tmp_path / "kept"
+    hidden.mkdir()
+    (hidden / ".gitkeep").write_text("")
+    assert (attnbench.report(a, out=hidden).out_dir / "report.html").is_file()
+
+
 @pytest.mark.parametrize("rows", ["missing", "empty"])
 def test_a_run_with_no_measured_cell_is_refused_as_compare_refuses_it(tmp_path, rows):
     """An outside trial: a run whose rows.jsonl was missing was reported (exit 0, 'Trust: 0 of 0 cells ran

@@ -398,7 +398,8 @@ def test_bad_dtypes_and_lengths():
 
 def test_a_keyword_a_function_does_not_take_is_refused_with_its_value_in_a_few_words():
     """A tensor handed where fn takes no such keyword is named by dtype and shape, not printed."""
-    from attnbench.variants.registry import Keywords, UnsupportedError
+    from attnbench.variants.convention import Keywords
+    from attnbench.variants.errors import UnsupportedError
 
     plain = Keywords(lambda q, k, v: q, "plain", frozenset())
     q = torch.zeros(1, 1, 4, 8)
@@ -614,3 +615,18 @@ def test_a_multihead_attention_layer_is_refused_with_what_to_give_instead():
         (VariantError, ValueError), match="is a torch.nn.MultiheadAttention layer, whose input"
     ):
         attnbench.variant(layer, name="mha")
+
+
+@pytest.mark.parametrize(
+    "given, meant",
+    [("dtype", "dtypes"), ("casual", "causal"), ("take", "takes"), ("Backward", "backward"), ("zzz", None)],
+)
+def test_an_unknown_capability_says_the_keyword_it_most_likely_meant(given, meant):
+    """Trial: `dtype=("float32",)` said only "unknown capability 'dtype'; known: ...", where the rest of the
+    API says the keyword it most likely meant; a declared shape's keyword (takes=) may be the one meant."""
+    from attnbench.variants.registry import made
+
+    with pytest.raises(VariantError) as err:
+        made(lambda q, k, v: q, "f", {given: 1}, "test")
+    hint = f" (did you mean {meant!r}?)" if meant else ""
+    assert str(err.value).startswith(f"unknown capability {given!r}{hint}; known: description, devices")
