@@ -198,6 +198,7 @@ def test_a_compiled_function_past_its_recompile_limit_is_an_error_not_an_eager_t
     from attnbench.variants import registry
 
     step = torch.compile(lambda q, k, v: variants.get("naive").fn(q, k, v), backend="eager")
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     variants.register("one_version", padding=False, causal=False, dropout=False)(
         lambda q, k, v, **_: step(q, k, v)
@@ -230,6 +231,7 @@ def test_an_answer_over_the_inputs_read_as_bnhd_is_said_so_and_declaring_it_pass
             *(t.transpose(1, 2) for t in (q, k, v))
         ).transpose(1, 2)
 
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     variants.register("as_bnhd", padding=False, dropout=False)(bnhd)
     variants.register("declared_bnhd", takes="bnhd", padding=False, dropout=False)(bnhd)
@@ -255,6 +257,7 @@ def test_a_cell_that_raises_names_the_declaration_it_exercised(monkeypatch):
     def plain(q, k, v, *, causal=False, scale=None):  # repeats no k/v head: a broadcast error under GQA
         return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, -1) @ v
 
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     variants.register("says_gqa", gqa=True, padding=False, dropout=False)(plain)
     row = measure_cell(dataclasses.replace(spec("says_gqa", heads=4), kv_heads=2), QUICK)

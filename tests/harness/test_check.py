@@ -18,6 +18,7 @@ from attnbench.variants import registry
 def isolated_registry(monkeypatch):
     """Variants loaded by the test are gone afterwards (the registry and the loaded files are global)."""
     variants.all_variants()  # the builtins, before the copy
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     before = {m for m in sys.modules if m.startswith("attnbench_variant_file_")}
     yield

@@ -60,6 +60,7 @@ def test_a_run_cell_names_the_gradient_that_errs(monkeypatch):
     from attnbench.harness.sweep.spec import CellSpec
     from attnbench.variants import registry
 
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     variants.register("no_scale_in_dq", causal=False, padding=False, dropout=False)(no_scale_in_dq)
     spec = CellSpec("no_scale_in_dq", "cpu", "float32", 1, 2, 32, 16, 16, False, 0.0, "fwdbwd")

@@ -33,6 +33,7 @@ def test_a_capability_flag_that_is_no_bool_is_refused_in_one_line(flag, monkeypa
     import attnbench
     from attnbench.variants import registry
 
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
     def f(q, k, v, *, causal=False, window=None, block_table=None):
@@ -182,6 +183,7 @@ def test_one_file_registering_two_functions_under_one_name_is_refused(tmp_path, 
     and the file leaves nothing registered."""
     from attnbench.variants import registry
 
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     kernels = "def flash_v1(q, k, v):\n    return v\n\n\ndef flash_v2(q, k, v):\n    return q\n"
     (tmp_path / "kern80.py").write_text(kernels)
@@ -208,6 +210,7 @@ def test_one_process_refuses_two_functions_under_one_name_but_not_one_defined_ag
 
     from attnbench.variants import registry
 
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
     def cell(code: str):  # what a notebook cell defines: its module is __main__
@@ -321,6 +324,7 @@ def test_a_variant_files_function_without_a_docstring_is_described_by_its_file(t
     """Not by the module the file is imported as ("blocked_v1 from attnbench_variant_file_7756...")."""
     from attnbench.variants import registry
 
+    registry._load_builtins()  # a copy made before they load would be empty later
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     path = tmp_path / "blocked.py"
     path.write_text(
