@@ -73,6 +73,8 @@ class Comparison:
     machines: tuple[str, str] | None = None  # A's machine and B's, where they are two
     busy: list[str] = field(default_factory=list)  # a run on a busy machine (drift.is_busy), or unprobed
     setup: list[str] = field(default_factory=list)  # the runs' set-ups, where they differ (compare_load)
+    # what differs between the runs' settings, sweep and environment, in one line, said first
+    differences: str = ""
 
     @property
     def threshold(self) -> Threshold | None:
@@ -383,7 +385,7 @@ def compare_runs(
         calibration.group_ceilings(pairs), normalize, _pairing(pairs, groups_a, groups_b) if several else [],
         *(compare_load.unmatched(x, y, axes) for x, y in ((a, b), (b, a))),
         compare_load.sampling_warnings(meta_a, meta_b), compare_load.machines(meta_a, meta_b), busy,
-        compare_load.setup_lines(meta_a, meta_b),
+        compare_load.setup_lines(meta_a, meta_b), compare_load.differences_line(meta_a, meta_b),
     )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.results import devices, identity
+from attnbench.results.formulas import bytes_text
 from attnbench.results.store import no_cells_text
 
 from . import calibration
@@ -89,6 +90,85 @@ def machines(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> tuple[str, str] 
         host = (meta.get("fingerprint") or {}).get("hostname")
         named.append(results.machine_label(meta) + (f" on {host}" if host else ""))
     return (named[0], named[1]) if named[0] != named[1] else None
+
+
+# What `compare` names first where A and B differ, from meta.json: each run's settings (as their flags), its
+# sweep's axes, the environment its fingerprint records and how its workers ran, and each shared variant's
+# source. What differs between any two runs (run_id, created, the folder, the calibration, which has its own
+# table) is left out, and so are the fields said under another name: the threads (worker_threads, else the
+# fingerprint's torch_threads, else the --threads setting) and the environment the sweep set (--env).
+_SAID_ELSEWHERE = {"threads", "torch_threads", "sweep_env", "settings"}
+_HOW_RUN = ("executor", "executor_options", "gc_disabled")
+_FINGERPRINT_NAMES = {"git_commit": "attnbench commit", "code_sha256": "attnbench code", "hostname": "host"}
+
+
+def _shown(key: str, value: Any) -> str:
+    """A recorded value as a differences line says it: a whole number as it is (bytes in binary units),
+    other numbers as %g, a list (its first 4) joined by commas ('default' when empty, as a sweep's empty
+    axis is), a mapping as k=v, a commit or a sha256 short (results.identity.short_hash). Two values said
+    alike are not a difference."""
+    if value is None or isinstance(value, bool):
+        return "not set" if value is None else str(value).lower()
+    if isinstance(value, int):
+        return bytes_text(value) if key.endswith("_bytes") else str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_shown(k, v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        shown = [_shown(key, v) for v in value]
+        return ",".join(shown[:4]) + (",..." if len(shown) > 4 else "") if shown else "default"
+    return identity.short_hash(value)
+
+
+def _threads(meta: dict[str, Any]) -> Any:
+    """The threads a run's workers measured with: worker_threads, else the fingerprint's torch_threads, else
+    the --threads setting (0: torch's choice); None where it records none."""
+    settings = (meta.get("sweep") or {}).get("settings") or {}
+    for value in (meta.get("worker_threads"), (meta.get("fingerprint") or {}).get("torch_threads")):
+        if value is not None:
+            return value
+    return settings.get("threads")
+
+
+def _recorded(meta: dict[str, Any]) -> dict[str, Any]:
+    """{what: value} of one run's meta.json for setup_differences, in the order it says them."""
+    sweep = meta.get("sweep") if isinstance(meta.get("sweep"), dict) else {}
+    settings = sweep.get("settings") if isinstance(sweep.get("settings"), dict) else {}
+    fingerprint = meta.get("fingerprint") if isinstance(meta.get("fingerprint"), dict) else {}
+    out: dict[str, Any] = {"threads": _threads(meta)}
+    out.update({f"--{k.replace('_', '-')}": v for k, v in settings.items() if k not in _SAID_ELSEWHERE})
+    out.update({k: v for k, v in sweep.items() if k not in _SAID_ELSEWHERE})
+    out.update({_FINGERPRINT_NAMES.get(k, k): v for k, v in fingerprint.items() if k not in _SAID_ELSEWHERE})
+    gpu = fingerprint.get("gpu")
+    if isinstance(gpu, dict):  # the GPU and its driver, not its clocks and temperature at the fingerprint
+        out["gpu"] = f"{gpu.get('name')} x{gpu.get('count', 1)}, driver {gpu.get('driver')}"
+    out.update({k.replace("_", " "): meta[k] for k in _HOW_RUN if k in meta})
+    if isinstance(meta.get("cpu_affinity"), dict):
+        out["worker CPUs"] = meta["cpu_affinity"].get("worker")
+    for name, cap in (meta.get("variant_capabilities") or {}).items():
+        if isinstance(cap, dict) and "source" in cap:
+            out[f"{name}'s source"] = cap["source"]
+    return {k: v for k, v in out.items() if v is not None or k != "threads"}
+
+
+def setup_differences(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> dict[str, list[str]]:
+    """{what: [A's, B's]} for each setting, sweep axis, environment field, way of running and shared
+    variant's source that both runs record and that differs (threads first, then in meta.json's order),
+    each value as a line says it."""
+    a, b = _recorded(meta_a), _recorded(meta_b)
+    shown = {k: [_shown(k, a[k]), _shown(k, b[k])] for k in a if k in b}
+    return {k: pair for k, pair in shown.items() if pair[0] != pair[1]}
+
+
+def differences_line(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> str:
+    """What differs between the two runs' settings and environment, in one line ('A and B differ in:
+    threads 1 in A, 2 in B; --budget-ms 10 in A, 50 in B'), said first by the text and the page; or that
+    nothing they both record does."""
+    diff = setup_differences(meta_a, meta_b)
+    if not diff:
+        return "A and B differ in: nothing their meta.json both record (settings, sweep, environment)"
+    return "A and B differ in: " + "; ".join(f"{k} {a} in A, {b} in B" for k, (a, b) in diff.items())
 
 
 def setup_lines(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:

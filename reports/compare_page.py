@@ -32,6 +32,7 @@ def text_report(cmp: Comparison) -> str:
     out = [
         f"A: {cmp.label_a}  [{cmp.run_a}]",
         f"B: {cmp.label_b}  [{cmp.run_b}]",
+        *([cmp.differences] if cmp.differences else []),
         cmp.match,
         *cmp.pairing,
         *unmatched_lines(cmp),
@@ -82,6 +83,7 @@ def write_page(cmp: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
         *cmp.busy,
         f"A: {cmp.label_a} ({cmp.run_a})",
         f"B: {cmp.label_b} ({cmp.run_b})",
+        *([cmp.differences] if cmp.differences else []),
         cmp.match,
         *cmp.pairing,
         *unmatched_lines(cmp),

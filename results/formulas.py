@@ -167,7 +167,11 @@ def attention_flops(
 # A packed batch (harness: --lengths) holds sequences of lengths L_b one after another; query i sees only
 # keys of its own sequence. The useful pairs are those, per sequence (the `flops` column counts them, as
 # for every cell). What a kernel executes depends on how it handles the pack (its capability's `varlen`):
-#   padded    every sequence padded to the longest:  B * pairs(max L)
+#   padded    every sequence padded to the longest, every score of the B x max(L) x max(L) rectangle
+#             computed: B * max(L)^2, causal or not (the causal and window masks reach the kernel as an
+#             explicit mask beside the key-padding one, as sdpa_padded hands SDPA, and a kernel computes
+#             every block of an explicit mask: torch's CPU flash kernel adds it block by block, CUDA's
+#             memory-efficient kernel as a bias; only a causal flag lets a kernel skip blocks)
 #   masked    one dense T x T score matrix under a block-diagonal mask: T^2, causal or not (a dense kernel,
 #             naive's and stable_softmax's, computes every score before the mask hides it)
 #   exact     each sequence alone: the useful pairs
@@ -175,12 +179,13 @@ def attention_flops(
 #             kernel: FlexAttention's block mask)
 #   rows:N    blocks of N query rows, each computing every key from its first row's sequence start to its
 #             last row's sequence end (up to its last row with causal masking): a chunked loop over the pack
-# pairs(L) is L^2, or L(L+1)/2 with causal masking: padded and exact credit a causal cell with the half a
-# kernel that skips the masked blocks computes (FlashAttention's causal flag; torch's CPU SDPA skips the
-# blocks past the diagonal under is_causal, as sdpa_loop calls it, but computes every block of an explicit
-# mask, as sdpa_padded's, so there the padded count is a lower bound), and tiles and rows count the blocks
-# the kernel visits. executed / useful is the padding tax: B * max(L)^2 / sum L_i^2 for padded (its causal
-# equivalent, B * pairs(max L) / sum pairs(L_i), for causal cells).
+# exact credits a causal cell with pairs(L) = L(L+1)/2 per sequence, what a kernel that skips the masked
+# blocks under a causal flag computes (FlashAttention's causal flag, varlen_attn's window_size; torch's CPU
+# SDPA under is_causal, as sdpa_loop calls it, skips the key blocks past each query block's last row, so it
+# computes that half to within its blocks; its windowed cells hand SDPA an explicit window mask and compute
+# each sequence's whole L^2, more than exact counts), and tiles and rows count the blocks the kernel visits.
+# executed / useful is the padding tax: B * max(L)^2 / sum L_i^2 for padded, B * max(L)^2 / sum pairs(L_i)
+# for its causal cells (about twice the non-causal tax: the explicit mask hides half the rectangle it pays).
 
 
 def packed_pairs(lengths: Sequence[int], *, causal: bool, window: int = 0) -> int:
@@ -195,8 +200,8 @@ def executed_pairs(lengths: Sequence[int], *, causal: bool, work: str, window: i
     kind, _, size = work.partition(":")
     if kind == "exact":
         return packed_pairs(lengths, causal=causal, window=window)
-    if kind == "padded":
-        return len(lengths) * attended_pairs(max(lengths), max(lengths), causal=causal, window=window)
+    if kind == "padded":  # the whole rectangle: an explicit mask hides pairs, it never skips them
+        return len(lengths) * max(lengths) ** 2
     if kind == "masked":  # every score of the dense T x T matrix, whatever the mask then hides
         return sum(lengths) ** 2
     if kind == "tiles" and size.isdigit() and int(size) > 0:
@@ -204,6 +209,24 @@ def executed_pairs(lengths: Sequence[int], *, causal: bool, work: str, window: i
     if kind == "rows" and size.isdigit() and int(size) > 0:
         return _row_block_pairs(lengths, int(size), causal=causal, window=window)
     raise ValueError(f"unknown varlen work {work!r}; known: padded, masked, exact, tiles:N, rows:N")
+
+
+def executed_flops(
+    lengths: Sequence[int],
+    *,
+    work: str,
+    heads: int,
+    d_k: int,
+    d_v: int,
+    causal: bool,
+    window: int = 0,
+    pass_: str = "fwd",
+) -> int:
+    """The FLOPs a kernel whose `varlen` is `work` executes for a packed batch of `lengths`: 2 * (d_k + d_v)
+    per executed pair of each query head, times the pass factor. The harness stores it in a row and the
+    loader counts it again from the row's own lengths (results.load)."""
+    pairs = executed_pairs(lengths, causal=causal, work=work, window=window)
+    return int(2 * heads * pairs * (d_k + d_v) * PASS_FACTOR[pass_])
 
 
 def _row_block_pairs(lengths: list[int], block: int, *, causal: bool, window: int) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import devices, drift, integrity, interchange, suspect
 from .axes import FOLLOWS
-from .formulas import DTYPE_BYTES, median_rates
+from .formulas import DTYPE_BYTES, executed_flops, median_rates, tflops
 from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS, upgrade_lists
 from .store import (
     ROWS,
@@ -75,6 +75,7 @@ def load(*paths: str | Path | list[str | Path]):
                 UncollectedWarning,
                 2,
             )
+        _count_executed(rows + loose, meta)
         df = pd.DataFrame(rows + loose)
         df["run_id"] = meta.get("run_id", Path(path).name)
         _host_of_old_rows(df, meta)
@@ -100,6 +101,29 @@ def load(*paths: str | Path | list[str | Path]):
     df = upgrade_lists(df)
     extra = [c for c in df.columns if c not in COLUMNS and c not in LIST_COLUMNS]
     return df[list(COLUMNS) + list(LIST_COLUMNS) + extra]
+
+
+def _count_executed(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """Each packed row's executed_flops (and executed_tflops) counted from the row's own seq_lens and shape
+    by its variant's declared `varlen` work (meta.json's variant_capabilities), by today's formula
+    (results.formulas.executed_flops), in place of the number the row stored: the count is derived, and a
+    row stored under an older rule (a padded kernel's causal cells credited with half its rectangle) reads
+    as the kernel's work. A row whose variant's work meta.json does not name keeps its number."""
+    caps = meta.get("variant_capabilities") or {}
+    for r in rows:
+        work, lengths = (caps.get(r.get("variant")) or {}).get("varlen"), r.get("seq_lens")
+        if not work or r.get("executed_flops") is None or not isinstance(lengths, list) or not lengths:
+            continue
+        try:
+            d_k = int(r["d_k"])
+            r["executed_flops"] = executed_flops(
+                lengths, work=work, heads=int(r["heads"]), d_k=d_k, d_v=int(r.get("d_v") or d_k),
+                causal=bool(r.get("causal")), window=int(r.get("window") or 0), pass_=r.get("pass") or "fwd",
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError):  # a row or a work this version cannot read: as stored
+            continue
+        if r.get("time_ms_median") is not None:
+            r["executed_tflops"] = tflops(r["executed_flops"], r["time_ms_median"])
 
 
 def _typed(df):

@@ -3,10 +3,15 @@
 
 - `sdpa_padded` pads every sequence to the longest into a (B, H, max L, d) batch, masks the padded keys,
   calls SDPA once and gathers the valid rows back: it executes B * max(L)^2 pairs however few are useful
-  (varlen="padded"). The pad and the gather (O(T d) copies, next to the O(B max(L)^2 d) attention) are
-  inside its timed call, as in code that keeps packed activations and calls a padded kernel.
+  (varlen="padded"), causal or not: the causal (and window) mask goes to SDPA as an explicit mask beside
+  the key-padding one, and SDPA computes every block of an explicit mask (only is_causal, which cannot be
+  combined with attn_mask, lets it skip blocks). The pad and the gather (O(T d) copies, next to the
+  O(B max(L)^2 d) attention) are inside its timed call, as in code that keeps packed activations and calls a
+  padded kernel.
 - `sdpa_loop` calls SDPA once per sequence on its slice: exactly the useful pairs (varlen="exact"), one
-  kernel launch and one host read of the offsets per sequence.
+  kernel launch and one host read of the offsets per sequence. Causal, it passes is_causal, under which
+  SDPA skips the key blocks past each query block; a window goes as an explicit mask, whose every block
+  SDPA computes, so there it executes each sequence's whole L^2, more than "exact" counts.
 
 Both let SDPA pick its backend; the (1, H, T, d) packed convention is in variants/lengths.py.
 """

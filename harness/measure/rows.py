@@ -18,11 +18,11 @@ from attnbench.results.formulas import (
     PASS_FACTOR,
     attention_flops,
     decode_bytes,
-    executed_pairs,
     flops_formula,
     kv_bytes,
     packed_pairs,
 )
+from attnbench.results.formulas import executed_flops as packed_executed_flops
 
 
 def base_row(spec: CellSpec) -> dict[str, Any]:
@@ -85,7 +85,10 @@ def executed_flops(spec: CellSpec, work: str) -> int | None:
     seq_lens = None if spec.paged else spec.seq_lens()
     if seq_lens is None or not work:
         return None
-    return flop_count(spec, executed_pairs(seq_lens, causal=spec.causal, work=work, window=spec.window))
+    return packed_executed_flops(
+        seq_lens, work=work, heads=spec.heads, d_k=spec.d_k, d_v=spec.d_v, causal=spec.causal,
+        window=spec.window, pass_=spec.pass_,
+    )  # fmt: skip
 
 
 def finish(row: dict[str, Any], status: str, message: str = "", **fields: Any) -> dict[str, Any]:

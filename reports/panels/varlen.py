@@ -31,9 +31,9 @@ VARLEN_RULE = (
     "A packed cell holds B sequences of different lengths, T = B · mean N tokens in all; every length "
     "pattern at one (B, mean N) has the same T, so their times compare directly. Useful TFLOP/s counts only "
     "the pairs each sequence attends within itself (flops, from the real lengths) over the median time; "
-    "executed TFLOP/s counts what the kernel computes (executed_flops: a padded kernel B · max L² pairs, "
-    "B · max L(max L + 1)/2 causal; a block-diagonal mask over a dense kernel T², causal or not, since it "
-    "computes every score before the mask hides it; a loop over the sequences the useful pairs; a tiled or "
+    "executed TFLOP/s counts what the kernel computes (executed_flops: a padded kernel B · max L² pairs and "
+    "a block-diagonal mask over a dense kernel T², causal or not, since a kernel computes every score of an "
+    "explicit mask before the mask hides it; a loop over the sequences the useful pairs; a tiled or "
     "row-blocked kernel the whole blocks it visits). Executed / useful is the padding tax: the hatched bar "
     "above the solid one. Tokens/s is T over the median time."
 )

@@ -17,7 +17,7 @@ from attnbench.harness.measure.cell import measure_cell
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results import load
-from attnbench.results.formulas import attended_pairs, executed_pairs, packed_pairs
+from attnbench.results.formulas import executed_pairs, packed_pairs
 from attnbench.variants.lengths import PATTERNS, draw_lengths, offsets, pattern_cap
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
@@ -152,8 +152,9 @@ def test_a_last_row_left_unwritten_is_a_plain_gate_failure_in_a_run(plugin):
 @pytest.mark.parametrize("causal", [False, True])
 def test_rows_count_useful_work_from_the_real_lengths_and_the_work_each_kernel_executes(causal):
     """flops counts each sequence's pairs alone; executed_flops what the variant's declared work computes:
-    the padded kernel's B * pairs(max L) (B max(L)^2 / sum L_i^2 of the useful work, non-causal), the
-    loop's exactly the useful, naive's the whole pack's T x T (causal too: it computes every score)."""
+    the padded kernel's whole B * max(L)^2 rectangle, causal or not (sdpa_padded hands SDPA the causal mask
+    as an explicit one, whose every block it computes), the loop's exactly the useful, naive's the whole
+    pack's T x T (causal too: it computes every score)."""
     rows = {
         v: measure_cell(cell(v, "longtail", causal=causal), QUICK)
         for v in ("sdpa_padded", "sdpa_loop", "naive")
@@ -164,11 +165,10 @@ def test_rows_count_useful_work_from_the_real_lengths_and_the_work_each_kernel_e
     for name, row in rows.items():
         assert row["status"] == "ok", (name, row["message"])
         assert row["flops"] == useful and row["seq_lens"] == lengths
-    padded = len(lengths) * attended_pairs(max(lengths), max(lengths), causal=causal) * per_pair
-    assert rows["sdpa_padded"]["executed_flops"] == padded
-    if not causal:
-        tax = len(lengths) * max(lengths) ** 2 / sum(n * n for n in lengths)
-        assert rows["sdpa_padded"]["executed_flops"] / useful == pytest.approx(tax, rel=1e-12)
+    assert rows["sdpa_padded"]["executed_flops"] == len(lengths) * max(lengths) ** 2 * per_pair
+    # the padding tax, issue 39's formula: B max(L)^2 / sum L_i^2, over sum L_i(L_i + 1)/2 when causal
+    tax = len(lengths) * max(lengths) ** 2 / sum(n * (n + 1) // 2 if causal else n * n for n in lengths)
+    assert rows["sdpa_padded"]["executed_flops"] / useful == pytest.approx(tax, rel=1e-12)
     assert rows["sdpa_loop"]["executed_flops"] == useful
     # naive computes the whole T x T scores before its mask hides any: T^2 pairs, causal or not
     assert rows["naive"]["executed_flops"] == sum(lengths) ** 2 * per_pair
@@ -187,7 +187,8 @@ def test_tile_and_row_block_work_cover_the_useful_pairs_and_at_most_the_pack():
 
 def test_causal_work_counts_what_each_kind_of_kernel_computes():
     """A dense kernel under a block-diagonal mask (masked) computes all T^2 scores whatever the causal mask
-    hides; padded and exact are credited with the causal half; row blocks stop at their last row."""
+    hides, and a padded one its whole B x max(L)^2 rectangle under its explicit mask; exact is credited with
+    the causal half a causal flag lets a kernel skip to; row blocks stop at their last row."""
     lengths = draw_lengths("bimodal", 8, 100)
     t = sum(lengths)
     assert executed_pairs(lengths, causal=True, work="masked") == t * t
@@ -195,7 +196,8 @@ def test_causal_work_counts_what_each_kind_of_kernel_computes():
         lengths, causal=False, work="masked"
     )
     longest = max(lengths)
-    assert executed_pairs(lengths, causal=True, work="padded") == len(lengths) * longest * (longest + 1) // 2
+    for window in (0, 7):
+        assert executed_pairs(lengths, causal=True, work="padded", window=window) == len(lengths) * longest**2
     useful = packed_pairs(lengths, causal=True)
     assert executed_pairs(lengths, causal=True, work="exact") == useful
     for work in ("tiles:16", "rows:16"):
@@ -233,7 +235,9 @@ def test_a_packed_run_stores_its_lengths_and_its_report_shows_the_padding_tax(tm
     stored = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert all(r["seq_lens"] == draw_lengths(r["lengths"], 4, r["seq_len"]) for r in stored)
     constant = df[(df["lengths"] == "constant") & (df["variant"] == "sdpa_padded")]
-    assert (constant["executed_flops"] == constant["flops"]).all()  # equal lengths: no padding to pay for
+    # equal lengths: no padding to pay for, but the explicit causal mask's hidden half is computed
+    n = constant["seq_len"].astype(int)
+    assert (constant["executed_flops"] * (n + 1) == constant["flops"] * 2 * n).all()
     report = tmp_path / "report"
     assert run_cli("report", str(out), "--out", str(report)).returncode == 0
     page = (report / "README.md").read_text()
@@ -281,3 +285,30 @@ def test_a_padded_pack_is_predicted_as_its_padded_copies_and_key_mask_not_its_he
     assert predicted < predict_peak_bytes(spec, "quadratic", QUICK, cap.varlen) / 10
     exact = predict_peak_bytes(dataclasses.replace(spec, variant="sdpa_loop"), "linear", QUICK, "exact")
     assert exact < predicted  # the loop holds no padding
+
+
+def test_loading_counts_executed_work_from_the_rows_own_lengths(tmp_path):
+    """The reference run's rows stored sdpa_padded's causal count as B * pairs(max L); loading counts each
+    packed row again from its seq_lens and its variant's declared work in meta.json: the whole rectangle
+    (about 2x the useful work on constant lengths, 10x on the long-tail pack of mean 256), and
+    executed_tflops with it. A run whose meta.json does not name the variant's work keeps the stored
+    number."""
+    run = DATA.parents[1] / "results/reference/varlen-epyc-2core"
+    df = load(run)
+    padded = df[(df["variant"] == "sdpa_padded") & (df["status"] == "ok")]
+    assert len(padded) == 8
+    for _, r in padded.iterrows():
+        lengths, per_pair = list(r["seq_lens"]), 2 * int(r["heads"]) * (int(r["d_k"]) + int(r["d_v"]))
+        assert r["executed_flops"] == len(lengths) * max(lengths) ** 2 * per_pair
+        assert r["executed_tflops"] == pytest.approx(r["executed_flops"] / r["time_ms_median"] / 1e9)
+    by_cell = padded.set_index(["lengths", "seq_len"])
+    tax = by_cell["executed_flops"] / by_cell["flops"]
+    assert tax["constant", 256] == pytest.approx(2 * 256 / 257)
+    assert tax["longtail", 256] == pytest.approx(9.96, abs=0.01)
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["variant_capabilities"]
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "rows.jsonl").write_text((run / "rows.jsonl").read_text())
+    stored = {r["cell_id"]: r["executed_flops"] for r in map(json.loads, (run / "rows.jsonl").open())}
+    kept = load(tmp_path).set_index("cell_id")["executed_flops"]
+    assert all(kept[c] == e for c, e in stored.items() if e is not None)
