@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from attnbench.results import axes
@@ -307,12 +307,29 @@ def _narrow(df):
     return df[[c for c in df.columns if c in keep]]
 
 
+def front(ordered: Sequence[Any], tied: Callable[[Any, Any], bool] | None = None) -> list[Any]:
+    """The front of one N's ranking (`ordered`: its cells, fastest first): the fastest and each cell after it
+    that `tied` (by default: not results.judge.separated) cannot tell from it, up to the first it can. A
+    cell slower by median than one told apart from the fastest is behind the fastest too, even where its
+    own spread is too wide for the test to tell the two apart (flex › team_varlen 2.41× ≈ sdpa_loop 4.7×
+    has flex alone at the front): the front is `ranking`'s first group, and a tie never names a variant
+    that the ranking beside it puts behind another."""
+    tied = tied or (lambda first, other: not separated(first, other))
+    out = list(ordered[:1])
+    for other in ordered[1:]:
+        if not tied(out[0], other):
+            break
+        out.append(other)
+    return out
+
+
 def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
-    the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`,
-    see separated). Variants that ran the same kernel there are one (one_per_kernel). `suspect`: the
-    variants whose ok cells there are suspect (never ranked); `only_ranked`: the best is the only variant
-    ranked there because every other is suspect, so it is fastest of one (the findings say so too)."""
+    the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`:
+    `front`'s, so its first is the runner-up, whose lead and p a tie's text shows). Variants that ran the
+    same kernel there are one (one_per_kernel). `suspect`: the variants whose ok cells there are suspect
+    (never ranked); `only_ranked`: the best is the only variant ranked there because every other is
+    suspect, so it is fastest of one (the findings say so too)."""
     import pandas as pd
 
     ok = ok_rows(_narrow(df)).dropna(subset=["time_ms_median"])
@@ -340,10 +357,9 @@ def best_variant(df):
             rec["runner_up"] = second["variant"]
             rec["lead"] = float(second["time_ms_median"]) / float(first["time_ms_median"])
             rec["p_value"] = separation(first, second).p
-            # every variant the winner cannot be told apart from, fastest first
-            rec["tied"] = " ".join(
-                str(r["variant"]) for _, r in ranked.iloc[1:].iterrows() if not separated(first, r)
-            )
+            # the variants the winner cannot be told apart from, fastest first, up to the first it can
+            rows = [r for _, r in ranked.iterrows()]
+            rec["tied"] = " ".join(str(r["variant"]) for r in front(rows)[1:])
         records.append(rec)
     return pd.DataFrame(
         records,
