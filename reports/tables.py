@@ -237,23 +237,44 @@ def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> floa
     return max((p for p in found if p), default=None)
 
 
+# How far apart two cells that record one kernel may lie and still be one kernel under two names: the
+# reference runs' pairs (sdpa with sdpa_flash or sdpa_cudnn, 118 cells on an EPYC VM, an H100 and an H200)
+# lie within 1.25×. A pair further apart does more than that kernel in its timed call (its own work around
+# it), and its names are ranked apart, as an outside trial's FP8 emulations, 3× apart, had to be.
+SAME_KERNEL_RATIO = 1.5
+
+
+def _kernel_keys(cell_rows):
+    """Each row's kernel key: its `kernel`, with its quantisation recipe where it has one (two recipes
+    around one backend are two computations), '' for a row without a kernel."""
+    kernels = cell_rows["kernel"].astype("string").fillna("").str.strip()
+    if "quant_recipe" not in cell_rows.columns:
+        return kernels
+    recipes = cell_rows["quant_recipe"].astype("string").fillna("").str.strip()
+    return kernels.where((kernels == "") | (recipes == ""), kernels + " | " + recipes)
+
+
 def one_per_kernel(cell_rows):
     """The ranked rows of one combination and N (one cell per variant) with the variants that ran the same
     kernel there made one: where two or more rows record the same non-empty `kernel` (a variant's kernel
-    hook: SDPA's backend, xformers' operator), they become the fastest of them, named 'sdpa (= sdpa_cudnn:
-    CUDNN_ATTENTION)' (kernel_name). One kernel timed under two names is one contestant: a lead or a
-    crossover between its names would be noise named a winner. Rows without a kernel stay as they are."""
+    hook: SDPA's backend, xformers' operator) and the same quantisation recipe (`quant_recipe`, none for
+    most), and lie within SAME_KERNEL_RATIO of the fastest of them, they become that fastest, named 'sdpa
+    (= sdpa_cudnn: CUDNN_ATTENTION)' (kernel_name). One kernel timed under two names is one contestant: a
+    lead or a crossover between its names would be noise named a winner. Rows without a kernel, of another
+    recipe, or further from the fastest stay as they are."""
     if "kernel" not in cell_rows.columns or len(cell_rows) < 2:
         return cell_rows
-    kernels = cell_rows["kernel"].astype("string").fillna("").str.strip()
+    keys = _kernel_keys(cell_rows)
     drop, names = [], {}
-    for kernel, sub in cell_rows[kernels != ""].groupby(kernels[kernels != ""], sort=False):
+    for _, sub in cell_rows[keys != ""].groupby(keys[keys != ""], sort=False):
+        sub = sub.sort_values("time_ms_median", kind="stable")
+        fastest = float(sub["time_ms_median"].iloc[0])
+        sub = sub[sub["time_ms_median"].astype(float) <= SAME_KERNEL_RATIO * fastest]
         variants = variant_order(str(v) for v in sub["variant"])
         if len(variants) < 2:
             continue
-        fastest = sub.sort_values("time_ms_median", kind="stable").index[0]
-        names[fastest] = kernel_name(variants, str(kernel))
-        drop += [i for i in sub.index if i != fastest]
+        names[sub.index[0]] = kernel_name(variants, str(sub["kernel"].iloc[0]).strip())
+        drop += list(sub.index[1:])
     if not names:
         return cell_rows
     out = cell_rows.drop(index=drop).copy()
@@ -294,11 +315,11 @@ def tied_names(tied: Any) -> list[str]:
     return out
 
 
-# What a ranking reads of a row: its axes, name, kernel, median, suspect flag, and the sample lists that
+# What a ranking reads of a row: its axes, name, kernel and quantisation recipe, median, suspect flag, and the sample lists that
 # judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these columns alone: a run's
 # rows carry a hundred more, and every filter, group and sort of a wide frame copies them all (most of a
 # ranking's time).
-RANKED_COLUMNS = ("status", "variant", "kernel", "time_ms_median", "suspect", *LIST_COLUMNS)
+RANKED_COLUMNS = ("status", "variant", "kernel", "quant_recipe", "time_ms_median", "suspect", *LIST_COLUMNS)
 
 
 def _narrow(df):

@@ -366,3 +366,27 @@ def test_a_front_stops_at_the_first_variant_told_apart():
     assert tables.front(["a", "b", "c"], rule) == ["a"]
     assert tables.front(["a", "c", "b"], rule) == ["a", "c"]
     assert tables.front([], rule) == [] and tables.front(["a"], rule) == ["a"]
+
+
+def test_one_kernel_label_never_merges_two_recipes_or_two_times(tmp_path):
+    """An outside trial's FP8 run: fp8_emulated and fp8_emulated_head record one kernel string (SDPA MATH
+    on FP8-rounded inputs) but round by two recipes, and ran 3× apart; the rankings named them as one,
+    'fp8_emulated (= fp8_emulated_head: ...)', at the faster's time. Two recipes, or one kernel string on
+    cells further apart than SAME_KERNEL_RATIO, are ranked apart; one recipe close together stays one."""
+    emulated = "MATH (float32 on FP8-rounded inputs, emulated)"
+    rows = [
+        synthetic.cell("fp8_emulated", 256, time_ms=1.0, kernel=emulated, quant_recipe="e4m3fn:tensor"),
+        synthetic.cell("fp8_emulated_head", 256, time_ms=1.05, kernel=emulated, quant_recipe="e4m3fn:head"),
+        synthetic.cell("sdpa", 512, time_ms=1.0, kernel=CPU_FLASH),
+        synthetic.cell("sdpa_flash", 512, time_ms=3.0, kernel=CPU_FLASH),
+        synthetic.cell("fp8_emulated", 1024, time_ms=16.0, kernel=emulated, quant_recipe="e4m3fn:tensor"),
+        synthetic.cell(
+            "fp8_emulated_head", 1024, time_ms=16.3, kernel=emulated, quant_recipe="e4m3fn:tensor"
+        ),
+    ]
+    df = load(synthetic.write_run(tmp_path / "run", rows))
+    ranks = tables.ranking(df)
+    named = {n: sorted(map(str, ranks[ranks["seq_len"] == n]["variant"])) for n in (256, 512, 1024)}
+    assert named[256] == ["fp8_emulated", "fp8_emulated_head"], named
+    assert named[512] == ["sdpa", "sdpa_flash"], named
+    assert named[1024] == [f"fp8_emulated (= fp8_emulated_head: {emulated})"], named
