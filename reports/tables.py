@@ -315,10 +315,10 @@ def tied_names(tied: Any) -> list[str]:
     return out
 
 
-# What a ranking reads of a row: its axes, name, kernel and quantisation recipe, median, suspect flag, and the sample lists that
-# judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these columns alone: a run's
-# rows carry a hundred more, and every filter, group and sort of a wide frame copies them all (most of a
-# ranking's time).
+# What a ranking reads of a row: its axes, name, kernel and quantisation recipe, median, suspect flag, and
+# the sample lists that judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these
+# columns alone: a run's rows carry a hundred more, and every filter, group and sort of a wide frame copies
+# them all (most of a ranking's time).
 RANKED_COLUMNS = ("status", "variant", "kernel", "quant_recipe", "time_ms_median", "suspect", *LIST_COLUMNS)
 
 
