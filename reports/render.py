@@ -15,7 +15,7 @@ from . import findings as findmod
 from . import fit as fitmod
 from . import page as pg
 from . import rendered_from, trust
-from .panels import PANELS, decode
+from .panels import PANELS, accuracy, decode
 from .section import Section, file_stem, group_head, ms_text, num_text, saved_figures, seq_count
 from .style import palette, slug, trim_title, variant_order
 from .tables import (
@@ -613,7 +613,7 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     return findmod.build(
         inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,
         imported_runs(inputs.metas), wrong, lambda gkey, rows: decode.copy_of(gkey, rows, inputs.metas),
-        wrong_at,
+        wrong_at, accuracy.emulations(inputs.metas),
     )  # fmt: skip
 
 
