@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import record_e2e_rel_err
 from attnbench.results.load import tile_failed, tile_sentences, tile_wrong
 from attnbench.results.pytest_benchmark import imported_runs
 
@@ -289,12 +290,19 @@ def _probed_at(rec: dict[str, Any]) -> str:
     return ""
 
 
+def _err_t(err: Any) -> str:
+    return f"{err:.2e}" if isinstance(err, (int, float)) else ("n/a" if err is None else str(err))
+
+
 def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
-    """The numerics probe's results (variant, device, dtype, q scale or N) with their status and error."""
+    """The numerics probe's results (variant, device, dtype, q scale or N) with their status and error;
+    where a quantising variant's record is among them, its end-to-end error beside its kernel's
+    (results.formulas.record_e2e_rel_err)."""
+    rounded = any(record_e2e_rel_err(rec) is not None for rec in probe)
     rows = []
     for rec in probe:
-        err = rec.get("rel_err")
-        err_t = f"{err:.2e}" if isinstance(err, (int, float)) else ("n/a" if err is None else str(err))
+        e2e = record_e2e_rel_err(rec)
+        end = (_err_t(e2e) if e2e is not None else "",) if rounded else ()
         rows.append(
             (
                 str(rec.get("variant", "")),
@@ -302,11 +310,13 @@ def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
                 str(rec.get("dtype", "")),
                 _probed_at(rec),
                 str(rec.get("status", "")),
-                err_t,
+                _err_t(rec.get("rel_err")),
+                *end,
                 str(rec.get("message", ""))[:200],
             )
         )
-    headers = ("variant", "device", "dtype", "problem", "status", "rel_err", "message")
+    headers = ("variant", "device", "dtype", "problem", "status", "rel_err")
+    headers += ("e2e rel_err", "message") if rounded else ("message",)
     return pg.Table(headers, tuple(rows), caption)
 
 
