@@ -42,7 +42,7 @@ from . import rendered_from, site_calibration, site_files
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
 from .rendered_from import Stale
 from .run_rows import RunRows
-from .site_findings import findings, named, shape_of, tied, unfinished_runs, unfinished_text
+from .site_findings import findings, front_rows, named, shape_of, unfinished_runs, unfinished_text
 from .site_gate import Gate, run_cell
 from .style import (
     empty_panel,
@@ -585,14 +585,15 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
                 row.append("-")
                 continue
             best = mine.iloc[0]
-            ties = [named(r) for _, r in mine.iloc[1:].iterrows() if tied(best, r, loaded)]
+            ties = [named(r) for r in front_rows(mine, loaded)[1:]]
             text = f"{named(best)} {_peak_text(best)}"
             row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
         rows.append(tuple(row))
     caption = (
         f"the fastest variant, its TFLOP/s (% of peak; {site_calibration.MARK}: its calibration is not "
         "comparable, below), and the variants the report's ranking cannot tell "
-        f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test)"
+        f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test; none behind a variant it "
+        "can tell from it)"
     )
     return Table(("shape", "N", *machines), tuple(rows), caption)
 

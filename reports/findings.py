@@ -393,6 +393,7 @@ def build(
     wrong: tuple[str, ...] = (),
     copy_of: Callable[[dict[str, Any], Any], float | None] | None = None,
     wrong_at: Mapping[tuple[str, str], int] | None = None,
+    emulated: Collection[str] = (),
 ) -> Findings:
     """The findings of every panel with ok cells, titled by `head(group key, group rows)` (the title of the
     group's own section below), and the run-wide trust sentences (`run_dirs`: run id -> its folder as
@@ -401,7 +402,8 @@ def build(
     N a run's gate adds), `unfinished` (runs stopped early) and a busy machine's sentence (busy_sentences).
     copy_of(group key, rows): a group's calibrated copy bandwidth, for a decode panel's K/V read.
     wrong_at: {(run id, variant): N} for a variant that answers wrong at the N its run's gate adds
-    (results.tile_wrong): every sentence that ranks or fits it names it '(wrong at N 300)'."""
+    (results.tile_wrong): every sentence that ranks or fits it names it '(wrong at N 300)'. emulated: the
+    variants that emulate a number format (accuracy.emulations), said once in each panel that ranks one."""
     out = []
     said_busy = busy_sentences(df, run_dirs)
     busy = bool(said_busy)
@@ -427,7 +429,7 @@ def build(
             extra = [
                 mark(kv, read) if kv else "",
                 energy.sentence(rows),
-                accuracy.sentence(rows, shaky_said(rows, busy)),
+                accuracy.sentence(rows, shaky_said(rows, busy), emulated),
             ]
             sentences = ranking_sentences(rows, busy, marks) + extra
             if not fits.empty:  # growth last: the workload's own findings first

@@ -9,7 +9,7 @@ from typing import Any
 
 from attnbench.results import axes
 from attnbench.results.axes import AXES
-from attnbench.results.formulas import bytes_text
+from attnbench.results.formulas import bytes_text, record_e2e_rel_err
 
 from .fit import PowerFit, combo_key
 from .style import (
@@ -486,13 +486,18 @@ def status_figure(group, title: str):
 
 def numerics_figure(probe: list[dict[str, Any]], title: str):
     """rel_err against float64 per variant as q (and so every logit) is scaled by 1, 10, 100; one panel per
-    device and dtype. Non-finite outputs sit on a marked band above the finite ones."""
+    device and dtype. Non-finite outputs sit on a marked band above the finite ones. A quantising variant's
+    rel_err is its kernel's against its rounded inputs: its end-to-end error against the inputs as made
+    (results.formulas.record_e2e_rel_err, the data's e2e_rel_err column) is drawn beside it, dotted."""
     import pandas as pd
 
     df = pd.DataFrame(probe)
     for col in ("variant", "device", "dtype", "q_scale", "status", "rel_err", "tolerance", "message"):
         if col not in df.columns:
             df[col] = None
+    e2e = [record_e2e_rel_err(rec) for rec in probe]
+    if any(e is not None for e in e2e):  # only where a variant rounds: the CSV of any other run as it was
+        df.insert(df.columns.get_loc("rel_err") + 1, "e2e_rel_err", pd.array(e2e, dtype="Float64"))
     measured = df[df["status"].isin(["ok", "wrong"])].copy()
     measured["rel_err"] = pd.to_numeric(measured["rel_err"], errors="coerce").astype(float)
     keys = sorted({(str(d), str(t)) for d, t in zip(df["device"], df["dtype"], strict=True)})
@@ -516,6 +521,11 @@ def numerics_figure(probe: list[dict[str, Any]], title: str):
                 ax.plot(
                     x, y, marker=variant_marker(variant), ms=5, color=variant_color(variant), label=variant
                 )
+                rounded = v["e2e_rel_err"].dropna().astype(float) if "e2e_rel_err" in v else []
+                if len(rounded):  # end to end: the rounding's error with the kernel's
+                    at = [float(s) * jitter for s in v.loc[rounded.index, "q_scale"]]
+                    ax.plot(at, list(rounded), ls=":", marker=variant_marker(variant), ms=4, mfc="none",
+                            color=variant_color(variant), label=f"{variant}, end to end")  # fmt: skip
             if len(sub):
                 log_axis(ax)
                 log_axis(ax, "x")

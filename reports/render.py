@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.formulas import record_e2e_rel_err
 from attnbench.results.load import tile_failed, tile_sentences, tile_wrong
 from attnbench.results.pytest_benchmark import imported_runs
 
@@ -15,7 +16,7 @@ from . import findings as findmod
 from . import fit as fitmod
 from . import page as pg
 from . import rendered_from, trust
-from .panels import PANELS, decode
+from .panels import PANELS, accuracy, decode
 from .section import Section, file_stem, group_head, ms_text, num_text, saved_figures, seq_count
 from .style import palette, slug, trim_title, variant_order
 from .tables import (
@@ -289,12 +290,19 @@ def _probed_at(rec: dict[str, Any]) -> str:
     return ""
 
 
+def _err_t(err: Any) -> str:
+    return f"{err:.2e}" if isinstance(err, (int, float)) else ("n/a" if err is None else str(err))
+
+
 def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
-    """The numerics probe's results (variant, device, dtype, q scale or N) with their status and error."""
+    """The numerics probe's results (variant, device, dtype, q scale or N) with their status and error;
+    where a quantising variant's record is among them, its end-to-end error beside its kernel's
+    (results.formulas.record_e2e_rel_err)."""
+    rounded = any(record_e2e_rel_err(rec) is not None for rec in probe)
     rows = []
     for rec in probe:
-        err = rec.get("rel_err")
-        err_t = f"{err:.2e}" if isinstance(err, (int, float)) else ("n/a" if err is None else str(err))
+        e2e = record_e2e_rel_err(rec)
+        end = (_err_t(e2e) if e2e is not None else "",) if rounded else ()
         rows.append(
             (
                 str(rec.get("variant", "")),
@@ -302,11 +310,13 @@ def _probe_table(probe: list[dict[str, Any]], caption: str = "") -> pg.Table:
                 str(rec.get("dtype", "")),
                 _probed_at(rec),
                 str(rec.get("status", "")),
-                err_t,
+                _err_t(rec.get("rel_err")),
+                *end,
                 str(rec.get("message", ""))[:200],
             )
         )
-    headers = ("variant", "device", "dtype", "problem", "status", "rel_err", "message")
+    headers = ("variant", "device", "dtype", "problem", "status", "rel_err")
+    headers += ("e2e rel_err", "message") if rounded else ("message",)
     return pg.Table(headers, tuple(rows), caption)
 
 
@@ -613,7 +623,7 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
     return findmod.build(
         inputs.df, scaling, lambda gkey, group: group_head(gkey, group, multi), inputs.dirs, left, changed,
         imported_runs(inputs.metas), wrong, lambda gkey, rows: decode.copy_of(gkey, rows, inputs.metas),
-        wrong_at,
+        wrong_at, accuracy.emulations(inputs.metas),
     )  # fmt: skip
 
 

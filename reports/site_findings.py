@@ -14,6 +14,7 @@ from typing import Any
 from attnbench.results.judge import TOLERANCE, separated
 from attnbench.results.store import unfinished
 
+from . import tables
 from .growth import exponent_said
 from .page import Para, Table
 from .run_rows import RunRows
@@ -64,15 +65,18 @@ def unfinished_text(left: tuple[int, int]) -> str:
     return f"unfinished: {left[0]} of {left[1]} planned cells measured"
 
 
+def front_rows(ordered, loaded: RunRows) -> list[Any]:
+    """The front of one run's cells at one N (`ordered`: fastest first), as the report's ranking has it
+    (reports.tables.front, each pair judged by `tied`): the fastest cell and those after it tied with it, up
+    to the first that is not."""
+    return tables.front([r for _, r in ordered.iterrows()], lambda first, other: tied(first, other, loaded))
+
+
 def _front(at, loaded: RunRows) -> tuple[str, ...]:
     """The fastest variant of one run's cells at one N, and those the report's ranking cannot tell from it
-    (tied), in time order."""
+    (front_rows), in time order."""
     at = at.sort_values(["time_ms_median", "variant"], kind="stable")
-    first = at.iloc[0]
-    return (
-        str(first["variant"]),
-        *(str(r["variant"]) for _, r in at.iloc[1:].iterrows() if tied(first, r, loaded)),
-    )
+    return tuple(str(r["variant"]) for r in front_rows(at, loaded))
 
 
 def _ranges(winners: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, tuple[str, ...]]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from attnbench.results import axes
@@ -237,23 +237,44 @@ def calibrated_copy(meta: dict[str, Any], device: str, wheres: Any = ()) -> floa
     return max((p for p in found if p), default=None)
 
 
+# How far apart two cells that record one kernel may lie and still be one kernel under two names: the
+# reference runs' pairs (sdpa with sdpa_flash or sdpa_cudnn, 118 cells on an EPYC VM, an H100 and an H200)
+# lie within 1.25×. A pair further apart does more than that kernel in its timed call (its own work around
+# it), and its names are ranked apart, as an outside trial's FP8 emulations, 3× apart, had to be.
+SAME_KERNEL_RATIO = 1.5
+
+
+def _kernel_keys(cell_rows):
+    """Each row's kernel key: its `kernel`, with its quantisation recipe where it has one (two recipes
+    around one backend are two computations), '' for a row without a kernel."""
+    kernels = cell_rows["kernel"].astype("string").fillna("").str.strip()
+    if "quant_recipe" not in cell_rows.columns:
+        return kernels
+    recipes = cell_rows["quant_recipe"].astype("string").fillna("").str.strip()
+    return kernels.where((kernels == "") | (recipes == ""), kernels + " | " + recipes)
+
+
 def one_per_kernel(cell_rows):
     """The ranked rows of one combination and N (one cell per variant) with the variants that ran the same
     kernel there made one: where two or more rows record the same non-empty `kernel` (a variant's kernel
-    hook: SDPA's backend, xformers' operator), they become the fastest of them, named 'sdpa (= sdpa_cudnn:
-    CUDNN_ATTENTION)' (kernel_name). One kernel timed under two names is one contestant: a lead or a
-    crossover between its names would be noise named a winner. Rows without a kernel stay as they are."""
+    hook: SDPA's backend, xformers' operator) and the same quantisation recipe (`quant_recipe`, none for
+    most), and lie within SAME_KERNEL_RATIO of the fastest of them, they become that fastest, named 'sdpa
+    (= sdpa_cudnn: CUDNN_ATTENTION)' (kernel_name). One kernel timed under two names is one contestant: a
+    lead or a crossover between its names would be noise named a winner. Rows without a kernel, of another
+    recipe, or further from the fastest stay as they are."""
     if "kernel" not in cell_rows.columns or len(cell_rows) < 2:
         return cell_rows
-    kernels = cell_rows["kernel"].astype("string").fillna("").str.strip()
+    keys = _kernel_keys(cell_rows)
     drop, names = [], {}
-    for kernel, sub in cell_rows[kernels != ""].groupby(kernels[kernels != ""], sort=False):
+    for _, sub in cell_rows[keys != ""].groupby(keys[keys != ""], sort=False):
+        sub = sub.sort_values("time_ms_median", kind="stable")
+        fastest = float(sub["time_ms_median"].iloc[0])
+        sub = sub[sub["time_ms_median"].astype(float) <= SAME_KERNEL_RATIO * fastest]
         variants = variant_order(str(v) for v in sub["variant"])
         if len(variants) < 2:
             continue
-        fastest = sub.sort_values("time_ms_median", kind="stable").index[0]
-        names[fastest] = kernel_name(variants, str(kernel))
-        drop += [i for i in sub.index if i != fastest]
+        names[sub.index[0]] = kernel_name(variants, str(sub["kernel"].iloc[0]).strip())
+        drop += list(sub.index[1:])
     if not names:
         return cell_rows
     out = cell_rows.drop(index=drop).copy()
@@ -294,11 +315,11 @@ def tied_names(tied: Any) -> list[str]:
     return out
 
 
-# What a ranking reads of a row: its axes, name, kernel, median, suspect flag, and the sample lists that
-# judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these columns alone: a run's
-# rows carry a hundred more, and every filter, group and sort of a wide frame copies them all (most of a
-# ranking's time).
-RANKED_COLUMNS = ("status", "variant", "kernel", "time_ms_median", "suspect", *LIST_COLUMNS)
+# What a ranking reads of a row: its axes, name, kernel and quantisation recipe, median, suspect flag, and
+# the sample lists that judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these
+# columns alone: a run's rows carry a hundred more, and every filter, group and sort of a wide frame copies
+# them all (most of a ranking's time).
+RANKED_COLUMNS = ("status", "variant", "kernel", "quant_recipe", "time_ms_median", "suspect", *LIST_COLUMNS)
 
 
 def _narrow(df):
@@ -307,12 +328,29 @@ def _narrow(df):
     return df[[c for c in df.columns if c in keep]]
 
 
+def front(ordered: Sequence[Any], tied: Callable[[Any, Any], bool] | None = None) -> list[Any]:
+    """The front of one N's ranking (`ordered`: its cells, fastest first): the fastest and each cell after it
+    that `tied` (by default: not results.judge.separated) cannot tell from it, up to the first it can. A
+    cell slower by median than one told apart from the fastest is behind the fastest too, even where its
+    own spread is too wide for the test to tell the two apart (flex › team_varlen 2.41× ≈ sdpa_loop 4.7×
+    has flex alone at the front): the front is `ranking`'s first group, and a tie never names a variant
+    that the ranking beside it puts behind another."""
+    tied = tied or (lambda first, other: not separated(first, other))
+    out = list(ordered[:1])
+    for other in ordered[1:]:
+        if not tied(out[0], other):
+            break
+        out.append(other)
+    return out
+
+
 def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
-    the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`,
-    see separated). Variants that ran the same kernel there are one (one_per_kernel). `suspect`: the
-    variants whose ok cells there are suspect (never ranked); `only_ranked`: the best is the only variant
-    ranked there because every other is suspect, so it is fastest of one (the findings say so too)."""
+    the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`:
+    `front`'s, so its first is the runner-up, whose lead and p a tie's text shows). Variants that ran the
+    same kernel there are one (one_per_kernel). `suspect`: the variants whose ok cells there are suspect
+    (never ranked); `only_ranked`: the best is the only variant ranked there because every other is
+    suspect, so it is fastest of one (the findings say so too)."""
     import pandas as pd
 
     ok = ok_rows(_narrow(df)).dropna(subset=["time_ms_median"])
@@ -340,10 +378,9 @@ def best_variant(df):
             rec["runner_up"] = second["variant"]
             rec["lead"] = float(second["time_ms_median"]) / float(first["time_ms_median"])
             rec["p_value"] = separation(first, second).p
-            # every variant the winner cannot be told apart from, fastest first
-            rec["tied"] = " ".join(
-                str(r["variant"]) for _, r in ranked.iloc[1:].iterrows() if not separated(first, r)
-            )
+            # the variants the winner cannot be told apart from, fastest first, up to the first it can
+            rows = [r for _, r in ranked.iterrows()]
+            rec["tied"] = " ".join(str(r["variant"]) for r in front(rows)[1:])
         records.append(rec)
     return pd.DataFrame(
         records,

@@ -21,6 +21,7 @@ from attnbench.results.formulas import (
     COMPACT_BELOW,
     SHORT_DTYPE,
     printable,
+    record_e2e_rel_err,
     sentence_columns,
     terminal_columns,
     wrap_text,
@@ -384,7 +385,8 @@ def probe_table(
     records: Iterable[Mapping[str, Any]], width: int | None = None, notes: Mapping[str, int] | None = None
 ) -> Table:
     """The numerics probe, one line per record of harness.measure.numerics.probe (variant, device, dtype,
-    q_scale, status, and rel_err when it ran, else message). Unframed for a terminal `width` below WIDE, with
+    q_scale, status, and rel_err when it ran, with a rounding variant's end-to-end error beside as
+    '(e2e 4.6e-02)', else message). Unframed for a terminal `width` below WIDE, with
     dtypes short and a message among the gate's `notes` by its number."""
     fitted = width is not None and width < WIDE
     table = (_fitted_table if fitted else Table)(title=PROBE_TITLE)
@@ -395,6 +397,8 @@ def probe_table(
         err = (
             f"{rec['rel_err']:.1e}" if "rel_err" in rec else _noted(str(rec.get("message", "")), notes or {})
         )
+        e2e = record_e2e_rel_err(rec)  # a rounding variant's error against the inputs as made, beside
+        err += f" (e2e {e2e:.1e})" if e2e is not None else ""
         status = style.get(rec["status"], f"[red]{_esc(rec['status'])}[/]")
         dtype = str(rec.get("dtype", ""))  # a variant whose worker crashed or hung: one record, no dtype
         dtype = SHORT_DTYPE.get(dtype, dtype) if fitted else dtype

@@ -15,7 +15,7 @@ import statistics
 import sys
 import textwrap
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -332,6 +332,15 @@ def end_to_end_rel_err(rel_err: float | None, sqnr: float | None) -> float | Non
     except (TypeError, ValueError):  # None, or pandas' NA of a row without it
         return rel_err
     return rel_err if math.isnan(db) else 10.0 ** (-db / 20.0)
+
+
+def record_e2e_rel_err(record: Mapping[str, Any]) -> float | None:
+    """A numerics-probe record's end-to-end error (end_to_end_rel_err of its sqnr_db) where it is a
+    quantising variant's (it names its quant_recipe), whose rel_err is its kernel's against its rounded
+    inputs; None for any other record (its rel_err is end to end already) or one without the SQNR."""
+    if not record.get("quant_recipe") or record.get("sqnr_db") is None:
+        return None
+    return end_to_end_rel_err(record.get("rel_err"), record.get("sqnr_db"))
 
 
 def quantised(recipes):

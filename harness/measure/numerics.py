@@ -87,6 +87,10 @@ def _gated(name: str, rec: dict, problem, inputs: list, ref, **rules) -> dict[st
     except BaseException as exc:  # one line, as a cell's (SystemExit too); the probe goes on
         return {**rec, "status": "error", "message": failure(exc, problem.device)[1]}
     why = fail_reason(result) if not result.ok else ""
+    # a quantising variant's rel_err is its kernel's, against its rounded inputs: its recipe, the rounding's
+    # own error and the output's SQNR against the inputs as made come with it, as a cell's row has them, so
+    # that the reports show the end-to-end error beside it (results.formulas.end_to_end_rel_err)
+    rounded = {"quant_recipe": result.quant, "quant_rel_err": result.quant_rel_err, "sqnr_db": result.sqnr_db}
     return {
         **rec,
         "status": "ok" if result.ok else "wrong",
@@ -95,6 +99,7 @@ def _gated(name: str, rec: dict, problem, inputs: list, ref, **rules) -> dict[st
         "max_abs_err": result.max_abs_err,
         "finite": not math.isinf(result.rel_err),
         "tolerance": result.tolerance,
+        **(rounded if result.quant else {}),
     }
 
 

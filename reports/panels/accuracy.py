@@ -9,7 +9,8 @@ kernel's error: the length of that line is what the rounding costs."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,34 @@ def quantised(p) -> bool:
     return present(p.get("quant_recipe")) and bool(p.get("quant_recipe"))
 
 
+_EMULATED = re.compile(r"\bemulat", re.IGNORECASE)
+
+
+def emulations(metas: Mapping[str, Mapping[str, Any]]) -> frozenset[str]:
+    """The variants of these runs that emulate another number format (FP8's rounding on any device, then
+    float32 math): those whose capability record in meta.json declares a quantisation recipe (`quant`) and
+    whose description says it emulates ('FP8 emulated: q, k, v rounded to ...'). Their speed is the
+    emulation's, not a kernel's in that format."""
+    return frozenset(
+        str(name)
+        for meta in metas.values()
+        for name, record in ((meta or {}).get("variant_capabilities") or {}).items()
+        if isinstance(record, Mapping)
+        and record.get("quant")
+        and _EMULATED.search(str(record.get("description") or ""))
+    )
+
+
+def emulation_sentence(names: list[str]) -> str:
+    """The once-per-panel caution where an emulation is ranked: its speed says nothing of real kernels'."""
+    who = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    verb = "emulates" if len(names) == 1 else "emulate"
+    return (
+        f"{who} {verb} FP8 (the inputs rounded, then float32 math): an emulation's speed, and its place in "
+        "any ranking here, says nothing of real FP8 kernels; its accuracy is the recipe's."
+    )
+
+
 def bound(p) -> float:
     """A point's declared approximation (Capability.approximate: the rel_err its gate holds it to), 0 for
     an exact kernel."""
@@ -151,13 +180,16 @@ def err_text(err: Any) -> str:
     return "0 (exact)" if err == 0 else f"{err:.2g}" if math.isfinite(err) else str(err)
 
 
-def sentence(rows, said: Callable[[str, list[tuple[str, int]]], str] | None = None) -> str | None:
+def sentence(
+    rows, said: Callable[[str, list[tuple[str, int]]], str] | None = None, emulated: Collection[str] = ()
+) -> str | None:
     """The findings' sentences for one panel's rows (one dtype): the fastest ok variant's error against the
     most accurate's (end to end: what a user gets), where it is at least WORTH_SAYING times larger, the
     fastest as the ranking has it (_trade: variants it cannot tell apart are named together), opened by
     `said(text, cells)` (busy.SHAKY where a compared (variant, N) cell drifted or was noisy); what
-    each quantising variant gives up (fp8_sentence); and a wrong cell faster than every ok one. None when
-    there is nothing to say."""
+    each quantising variant gives up (fp8_sentence); a wrong cell faster than every ok one; and, once,
+    where a variant of `emulated` (emulations) has an ok cell, that its speed says nothing of real kernels.
+    None when there is nothing to say."""
     pts = points(rows)
     ok = pts[(pts["status"] == "ok") & pts["e2e_rel_err"].map(lambda e: math.isfinite(float(e)))]
     if ok.empty:
@@ -172,6 +204,9 @@ def sentence(rows, said: Callable[[str, list[tuple[str, int]]], str] | None = No
     wrong = pts[(pts["status"] != "ok") & (pts["tflops"].astype(float) > float(fastest["tflops"]))]
     for _, w in wrong.iterrows():
         out.append(f"{w['variant']} is faster than every ok variant ({where(w)}) but {failed_check(w)}.")
+    ranked = variant_order({str(v) for v in ok["variant"]} & set(emulated))
+    if ranked:
+        out.append(emulation_sentence(ranked))
     return " ".join(out) or None
 
 
@@ -277,7 +312,8 @@ def fp8_sentence(p, ok, where) -> str:
         speed = float(p["tflops"]) / float(fastest["tflops"])
         text += (
             f", {times} the most accurate variant that does not round, {best['variant']} (rel_err "
-            f"{err_text(best_err)}), at {speed:.3g}× the TFLOP/s of the fastest, {fastest['variant']}"
+            f"{err_text(best_err)}), at {speed:.3g}× the TFLOP/s of the fastest that does not round, "
+            f"{fastest['variant']}"
         )
     return (
         f"{text}; its kernel alone errs {err_text(p['rel_err'])} against its rounded inputs (tolerance "

@@ -638,6 +638,37 @@ def test_who_leads_names_no_winner_the_ranking_would_call_a_tie():
     assert a100.startswith("sdpa 420") and "tied" not in a100, a100
 
 
+def test_who_leads_ties_no_variant_the_ranking_puts_behind_one_told_apart(tmp_path):
+    """flex fastest, team_varlen 2.4× behind on each of 3 visits (told apart), sdpa_loop 4.7× behind by
+    median with one visit as fast as flex's: the report ranks flex › team_varlen ≈ sdpa_loop, so the page
+    names flex alone, never 'tied with sdpa_loop' (reports.tables.front, as the report's fastest cell)."""
+    import synthetic
+
+    from attnbench.results import load
+
+    def visited(variant, medians):
+        visits = [synthetic.samples(m, n=4, spread=0.01, seed=i) for i, m in enumerate(medians)]
+        flat = [s for v in visits for s in v]
+        return synthetic.cell(variant, 256, sample_ms=flat, visit_medians_ms=medians, visit_samples=[4] * 3)
+
+    times = {"flex": [1.0, 1.02, 0.98], "team_varlen": [2.4, 2.5, 2.3], "sdpa_loop": [1.0, 4.7, 6.0]}
+    run = synthetic.write_run(tmp_path / "run", [visited(v, m) for v, m in times.items()])
+    common = load(run)[["cell_id", "variant", "seq_len", "time_ms_median", "tflops"]].assign(
+        machine="cpu",
+        shape="b1|h8|dk64|fwd",
+        seq=256,
+        path=str(run),
+        cal_matmul_tflops=1.0,
+        created="t",
+        run_id="r",
+    )
+    table = dashboard.lead_table(common, ["cpu"], dashboard.RunRows())
+    ((_, _, cell),) = table.rows
+    assert cell.startswith("flex ") and "tied" not in cell, cell
+    table, *_ = site_findings.findings(common, {}, dashboard.RunRows())
+    assert [r[2] for r in table.rows] == ["flex"], table.rows
+
+
 def test_who_leads_ties_as_the_report_ranks_a_run(published):
     """With the runs' folders there, the page's front at each shape (the leader and those tied with it) is
     the report's (reports.tables.best_variant: results.judge.separated on the cells' own samples)."""

@@ -321,3 +321,72 @@ def test_a_growth_word_names_a_power_only_where_the_scaling_table_agrees_with_it
         for word, power in words.GROWTH_WORDS:
             named = words.growth_word(exp, lo, hi) == word
             assert named == (agreement(fit, power) == "agrees"), (exp, lo, hi, word)
+
+
+def _visited(variant: str, medians: list[float]) -> dict:
+    """A cell visited once per round at `medians`, each visit's samples tight around its median."""
+    visits = [synthetic.samples(m, n=4, spread=0.01, seed=i) for i, m in enumerate(medians)]
+    flat = [s for v in visits for s in v]
+    return synthetic.cell(
+        variant, 256, sample_ms=flat, visit_medians_ms=medians, visit_samples=[len(v) for v in visits]
+    )
+
+
+def test_a_tie_never_names_a_variant_the_ranking_puts_behind_one_told_apart(tmp_path):
+    """An outside trial's varlen run in 3 rounds: flex fastest, team_varlen 2.4× behind on every visit (told
+    apart), sdpa_loop 4.7× behind by median but one visit as fast as flex's (too wide for its paired test).
+    The table read 'tie: flex ≈ sdpa_loop 47.8 ms (2.41×, p = 0.011)', team_varlen's ratio and p beside
+    sdpa_loop's name, and the findings said flex and sdpa_loop cannot be told apart, where the ranking beside
+    them puts sdpa_loop behind team_varlen."""
+    rows = [
+        _visited("flex", [1.0, 1.02, 0.98]),
+        _visited("team_varlen", [2.4, 2.5, 2.3]),
+        _visited("sdpa_loop", [1.0, 4.7, 6.0]),
+    ]
+    run = synthetic.write_run(tmp_path / "run", rows)
+    df = load(run)
+    (best,) = [b for _, b in tables.best_variant(df).iterrows()]
+    assert (best["best"], best["runner_up"], best["tied"]) == ("flex", "team_varlen", "")
+    (cell,) = [row[1] for row in best_table(df).rows]
+    assert cell.startswith("flex ") and "× ahead of team_varlen" in cell and "tie:" not in cell, cell
+    assert "ranking: flex › team_varlen " in cell, cell
+    text = " ".join(findings.ranking_sentences(df))
+    assert "flex is fastest at N = 256 (" in text and "× ahead of team_varlen)" in text, text
+    assert "apart" not in text and "sdpa_loop" not in text, text
+    # a tie that holds names the runner-up, whose ratio and p the cell shows, right after the fastest
+    rows[1] = _visited("team_varlen", [1.0, 1.3, 0.9])
+    run = synthetic.write_run(tmp_path / "tied", rows)
+    (cell,) = [row[1] for row in best_table(load(run)).rows]
+    assert cell.startswith("tie: flex ≈ team_varlen ≈ sdpa_loop "), cell
+
+
+def test_a_front_stops_at_the_first_variant_told_apart():
+    told_apart = {("a", "b")}  # a is told apart from b alone: c, slower than b, is behind b, so behind a
+    rule = lambda first, other: (first, other) not in told_apart  # noqa: E731
+    assert tables.front(["a", "b", "c"], rule) == ["a"]
+    assert tables.front(["a", "c", "b"], rule) == ["a", "c"]
+    assert tables.front([], rule) == [] and tables.front(["a"], rule) == ["a"]
+
+
+def test_one_kernel_label_never_merges_two_recipes_or_two_times(tmp_path):
+    """An outside trial's FP8 run: fp8_emulated and fp8_emulated_head record one kernel string (SDPA MATH
+    on FP8-rounded inputs) but round by two recipes, and ran 3× apart; the rankings named them as one,
+    'fp8_emulated (= fp8_emulated_head: ...)', at the faster's time. Two recipes, or one kernel string on
+    cells further apart than SAME_KERNEL_RATIO, are ranked apart; one recipe close together stays one."""
+    emulated = "MATH (float32 on FP8-rounded inputs, emulated)"
+    rows = [
+        synthetic.cell("fp8_emulated", 256, time_ms=1.0, kernel=emulated, quant_recipe="e4m3fn:tensor"),
+        synthetic.cell("fp8_emulated_head", 256, time_ms=1.05, kernel=emulated, quant_recipe="e4m3fn:head"),
+        synthetic.cell("sdpa", 512, time_ms=1.0, kernel=CPU_FLASH),
+        synthetic.cell("sdpa_flash", 512, time_ms=3.0, kernel=CPU_FLASH),
+        synthetic.cell("fp8_emulated", 1024, time_ms=16.0, kernel=emulated, quant_recipe="e4m3fn:tensor"),
+        synthetic.cell(
+            "fp8_emulated_head", 1024, time_ms=16.3, kernel=emulated, quant_recipe="e4m3fn:tensor"
+        ),
+    ]
+    df = load(synthetic.write_run(tmp_path / "run", rows))
+    ranks = tables.ranking(df)
+    named = {n: sorted(map(str, ranks[ranks["seq_len"] == n]["variant"])) for n in (256, 512, 1024)}
+    assert named[256] == ["fp8_emulated", "fp8_emulated_head"], named
+    assert named[512] == ["sdpa", "sdpa_flash"], named
+    assert named[1024] == [f"fp8_emulated (= fp8_emulated_head: {emulated})"], named

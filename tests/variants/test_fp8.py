@@ -287,3 +287,41 @@ def test_a_real_run_writes_the_columns_and_its_report_draws_fp8(tmp_path):
     md = (rep / "README.md").read_text().replace("\\_", "_")  # Markdown escapes the underscores
     assert "fp8_emulated rounds its inputs (e4m3fn:tensor): rel_err" in md
     assert "the most accurate variant that does not round, sdpa" in md and "SQNR dB" in md
+
+
+def test_the_numerics_probe_shows_fps_end_to_end_error_beside_its_kernels():
+    """An outside trial: the probe's rows for FP8 read 'fp8_emulated,cpu,float32,100.0,ok,3.96e-06', its
+    kernel's error against its rounded inputs only, where large logits are what per-tensor scaling risks
+    and method.md says the end-to-end error is shown wherever a rounding variant's error is. The probe
+    records the recipe and the SQNR; its CSV, its figure, the report's table and the terminal's show the
+    end-to-end error (results.formulas.end_to_end_rel_err) beside the kernel's."""
+    from attnbench.harness.measure import numerics
+    from attnbench.reports import plots, terminal
+    from attnbench.reports.render import _probe_table
+    from attnbench.results.formulas import record_e2e_rel_err
+
+    probe = numerics.probe(["sdpa", "fp8_emulated"], ["cpu"], ["float32"])
+    fp8_at = {r["q_scale"]: r for r in probe if r["variant"] == "fp8_emulated"}
+    plain = [r for r in probe if r["variant"] == "sdpa"]
+    assert all("sqnr_db" not in r and record_e2e_rel_err(r) is None for r in plain)
+    for r in fp8_at.values():
+        assert r["quant_recipe"] == "e4m3fn:tensor" and r["status"] == "ok"
+        e2e = record_e2e_rel_err(r)
+        assert e2e == pytest.approx(end_to_end_rel_err(r["rel_err"], r["sqnr_db"]))
+        assert e2e > 1000 * r["rel_err"]  # the rounding's error dwarfs the kernel's
+    assert record_e2e_rel_err(fp8_at[100.0]) > record_e2e_rel_err(fp8_at[1.0])  # large logits cost more
+    fig, data = plots.numerics_figure(probe, "t")
+    shown = data.set_index(["variant", "q_scale"])["e2e_rel_err"]
+    assert shown[("fp8_emulated", 100.0)] == pytest.approx(record_e2e_rel_err(fp8_at[100.0]))
+    assert pd.isna(shown[("sdpa", 100.0)])
+    assert any(line.get_linestyle() == ":" for line in fig.axes[0].lines)
+    wrong = {**fp8_at[100.0], "status": "wrong"}
+    table = _probe_table([wrong])
+    assert table.headers[5:7] == ("rel_err", "e2e rel_err")
+    assert table.rows[0][6] == f"{record_e2e_rel_err(wrong):.2e}"
+    assert "e2e rel_err" not in _probe_table([{**plain[0], "status": "wrong"}]).headers
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(terminal.probe_table(probe, 200))
+    assert f"(e2e {record_e2e_rel_err(fp8_at[100.0]):.1e})" in console.export_text()
