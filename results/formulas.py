@@ -385,6 +385,22 @@ def median_rates(row: dict[str, Any], median_ms: float) -> dict[str, float]:
     }
 
 
+def is_decode(row: dict[str, Any]) -> bool:
+    """Whether a cell is a decode step: N_q queries against N_k != N_q keys (a paged cell's one query
+    against its context), the rows of the report's decode panel (reports.panels.decode.decode_rows)."""
+    n_k = row.get("seq_k")
+    return isinstance(n_k, int) and n_k != row.get("seq_len")
+
+
+def speed(row: dict[str, Any]) -> tuple[float, str]:
+    """(value, unit) of the rate a cell's median is read by: a decode step reads its K/V cache for a few
+    queries, so its K/V GB/s (kv_gbps: what the report's decode panel shows; its TFLOP/s rounds to 0);
+    any other cell's TFLOP/s. NaN where the row has no such rate."""
+    column, unit = ("kv_gbps", "K/V GB/s") if is_decode(row) else ("tflops", "TFLOP/s")
+    value = row.get(column)
+    return (float(value) if isinstance(value, (int, float)) else math.nan), unit
+
+
 # ---- text for people ------------------------------------------------------------------------------
 
 
