@@ -69,10 +69,10 @@ def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
     """A measured cell's numbers, each with when it is left out of a line too long (1 first; 0: kept): its
     median and spread (±N%: half its IQR over its median, the row's rel_iqr / 2, over every timed call of
     every visit; 'noisy' beside it where that IQR/median is over 10%, the row's `noisy` flag), its peak
-    memory, TFLOP/s (a decode step's K/V GB/s: results.formulas.speed) and rel_err, and a quantising variant's error end to end (e2e_rel_err: its rel_err is
-    against float64 of its rounded inputs, results.formulas.end_to_end_rel_err; kept longest, since its
-    rel_err alone reads as if the rounding cost nothing); `tight`: without the padding that lines the
-    columns up."""
+    memory, TFLOP/s (a decode step's K/V GB/s: results.formulas.speed) and rel_err, and a quantising
+    variant's error end to end (e2e_rel_err: its rel_err is against float64 of its rounded inputs,
+    results.formulas.end_to_end_rel_err; kept longest, since its rel_err alone reads as if the rounding cost
+    nothing); `tight`: without the padding that lines the columns up."""
     spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
     spread += " noisy" if row.get("noisy") is True else ""
     time_ms, peak = f"{row['time_ms_median']:.3f}", bytes_text(row.get("peak_mem_bytes"))
