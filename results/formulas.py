@@ -404,6 +404,29 @@ def speed(row: dict[str, Any]) -> tuple[float, str]:
 # ---- text for people ------------------------------------------------------------------------------
 
 
+def ratio_number(ratio: float, spread: float = 0.0) -> str:
+    """A ratio of two median times with the digits their spread supports: `spread` is the ratio's relative
+    spread, the two medians' half-IQRs over themselves added (rel_iqr / 2 each, the ±N% a cell's line shows).
+    Two decimals at most ('1.16'); fewer where the spread reaches them, to the place of the spread's first
+    digit, and never fewer than the ratio's first digit: 344.99 at ±1463% is '300', 13.16 at ±20% is '13',
+    1.16 at ±4% stays '1.16'. 'n/a' for no ratio; a spread not known (NaN) keeps two decimals."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return "n/a"
+    err = ratio * spread
+    decimals = 2 if not (math.isfinite(err) and err > 0) else min(2, -math.floor(math.log10(err)))
+    decimals = max(decimals, -math.floor(math.log10(ratio)))  # the ratio's first digit always stands
+    return f"{ratio:.{decimals}f}" if decimals >= 0 else f"{round(ratio, decimals):.0f}"
+
+
+def ratio_spread(*rel_iqrs: Any) -> float:
+    """The relative spread of a ratio of medians whose rows have these rel_iqr: their half-IQRs added (NaN
+    where one is not known)."""
+    values = [
+        float(r) if isinstance(r, (int, float)) and not isinstance(r, bool) else math.nan for r in rel_iqrs
+    ]
+    return sum(v / 2 for v in values)
+
+
 def bytes_text(b: float | None) -> str:
     """Binary units, three significant digits: 512 KiB, 1.5 GiB, -2 KiB; '-' for None."""
     if b is None:

@@ -284,26 +284,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
 
     benchmark.group = spec.cell_id.split("|", 1)[1].replace("|", " ")  # the shape: variants side by side
     benchmark.extra_info.update(row, attnbench_format=EXTRA_INFO_FORMAT)
-    setup, target = _device_calls(ready.call, spec.device, settings.flush_l2)
-    if benchmark.enabled:
-        from attnbench.harness.measure.calibrate import speed_probe
-
-        # the machine's speed just before the cell, as a run's worker takes it: the drift rule's probe
-        benchmark.extra_info["speed_tflops"] = round(speed_probe(spec.device), 6)
-        calls = _calls(config, setup, target, settings)
-        benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
-        if state.announced is not None:
-            state.announced.touch()  # alive, and the runs measuring beside it noted
-    else:  # --benchmark-disable: one plain call, no statistics
-        benchmark.pedantic(target, setup=setup)
-    stats = benchmark.stats.stats if benchmark.stats is not None else None
-    m = None
-    if stats:
-        from attnbench.harness.measure import timing
-        from attnbench.results.formulas import median_rates
-
-        m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
-        benchmark.extra_info.update(median_rates(row, m.median), rel_iqr=m.rel_iqr, noisy=m.noisy)
+    m = _timed(benchmark, ready.call, spec, row, config)
     try:  # after the timed rounds: inputs unchanged, and the answer follows fresh inputs
         after = check_after(ready, spec, settings, state.cache)
         status, message = ready.verdict(m, after)  # an ok cell's message says when it is noisy
@@ -320,6 +301,31 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     if status != "ok":
         pytest.fail(f"{status}: {spec.variant}: {message}", pytrace=False)
     return dict(benchmark.extra_info)
+
+
+def _timed(benchmark, call, spec, row: dict, config: pytest.Config):
+    """Time `call` with benchmark.pedantic, the speed probe just before (the drift rule's, as a run's worker
+    takes it); the timing.Measurement of its rounds with the median's rates and spread put in extra_info,
+    or None (--benchmark-disable: one plain call, no statistics)."""
+    state = config.stash[_KEY]
+    setup, target = _device_calls(call, spec.device, state.settings.flush_l2)
+    if not benchmark.enabled:
+        benchmark.pedantic(target, setup=setup)
+        return None
+    from attnbench.harness.measure import timing
+    from attnbench.harness.measure.calibrate import speed_probe
+
+    benchmark.extra_info["speed_tflops"] = round(speed_probe(spec.device), 6)
+    calls = _calls(config, setup, target, state.settings)
+    benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
+    if state.announced is not None:
+        state.announced.touch()  # alive, and the runs measuring beside it noted
+    stats = benchmark.stats.stats if benchmark.stats is not None else None
+    if not stats:
+        return None
+    m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
+    benchmark.extra_info.update(median_rates(row, m.median), rel_iqr=m.rel_iqr, noisy=m.noisy)
+    return m
 
 
 def _untimed(state: _Session, row: dict) -> NoReturn:
