@@ -83,6 +83,7 @@ class _Point:
     lead: float
     ranked: frozenset[str] | None = None  # every variant with a ranked (ok) cell at this N; None: not known
     only_ranked: bool = False  # the best is ranked alone, every other variant here suspect (best_variant's)
+    lead_spread: float = math.nan  # the lead's relative spread (best_variant's): the digits it is said in
 
     @property
     def front(self) -> tuple[str, ...]:
@@ -101,7 +102,8 @@ def _points(best, length: str, ranked: dict[int, frozenset[str]] | None = None) 
         n, lead = int(b[length]), float(b["lead"]) if present(b["lead"]) else math.nan
         at = ranked.get(n) if ranked is not None else None
         tied, alone = tuple(tied_names(b["tied"])), bool(b.get("only_ranked", False))  # a label kept whole
-        out.append(_Point(n, str(b["best"]), tied, str(b["runner_up"] or ""), lead, at, alone))
+        spread = float(b["lead_spread"]) if present(b.get("lead_spread")) else math.nan
+        out.append(_Point(n, str(b["best"]), tied, str(b["runner_up"] or ""), lead, at, alone, spread))
     return out
 
 
@@ -180,7 +182,8 @@ def run_sentence(leader: str, pts: list[_Point], every: bool, name: str = "N") -
     led = [p for p in clear if p.runner_up and math.isfinite(p.lead)]
     if led:
         behind = variant_order({p.runner_up for p in led})
-        detail = f"{ratio_range([p.lead for p in led])} ahead of {names_text(behind)}"
+        leads = ratio_range([p.lead for p in led], [p.lead_spread for p in led])  # in the digits they bear
+        detail = f"{leads} ahead of {names_text(behind)}"
     else:
         detail = "the only variant with a ranked cell"
     at = ", ".join(n_text(p.n) for p in ties)

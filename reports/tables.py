@@ -10,6 +10,7 @@ from typing import Any
 from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
+from attnbench.results.formulas import ratio_number, ratio_spread
 from attnbench.results.judge import separated, separation
 from attnbench.results.schema import LIST_COLUMNS
 
@@ -315,11 +316,13 @@ def tied_names(tied: Any) -> list[str]:
     return out
 
 
-# What a ranking reads of a row: its axes, name, kernel and quantisation recipe, median, suspect flag, and
-# the sample lists that judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on these
-# columns alone: a run's rows carry a hundred more, and every filter, group and sort of a wide frame copies
-# them all (most of a ranking's time).
-RANKED_COLUMNS = ("status", "variant", "kernel", "quant_recipe", "time_ms_median", "suspect", *LIST_COLUMNS)
+# What a ranking reads of a row: its axes, name, kernel and quantisation recipe, median, spread, suspect flag,
+# and the sample lists that judge.separation tests (schema.LIST_COLUMNS). best_variant and ranking work on
+# these columns alone: a run's rows carry a hundred more, and every filter, group and sort of a wide frame
+# copies them all (most of a ranking's time).
+RANKED_COLUMNS = (
+    "status", "variant", "kernel", "quant_recipe", "time_ms_median", "rel_iqr", "suspect", *LIST_COLUMNS
+)  # fmt: skip
 
 
 def _narrow(df):
@@ -368,6 +371,7 @@ def best_variant(df):
             "time_ms": float(first["time_ms_median"]),
             "runner_up": "",
             "lead": math.nan,
+            "lead_spread": math.nan,  # the lead's relative spread: the two cells' half-IQRs added
             "p_value": math.nan,
             "tied": "",
             "only_ranked": len(ranked) == 1 and bool(suspect),
@@ -377,6 +381,7 @@ def best_variant(df):
             second = ranked.iloc[1]
             rec["runner_up"] = second["variant"]
             rec["lead"] = float(second["time_ms_median"]) / float(first["time_ms_median"])
+            rec["lead_spread"] = ratio_spread(first.get("rel_iqr"), second.get("rel_iqr"))
             rec["p_value"] = separation(first, second).p
             # the variants the winner cannot be told apart from, fastest first, up to the first it can
             rows = [r for _, r in ranked.iterrows()]
@@ -384,7 +389,17 @@ def best_variant(df):
         records.append(rec)
     return pd.DataFrame(
         records,
-        columns=[*COMBO_AXES, *LENGTHS, "best", "time_ms", "runner_up", "lead", "p_value", "tied"]
+        columns=[
+            *COMBO_AXES,
+            *LENGTHS,
+            "best",
+            "time_ms",
+            "runner_up",
+            "lead",
+            "lead_spread",
+            "p_value",
+            "tied",
+        ]
         + ["only_ranked", "suspect"],
     )
 
@@ -404,7 +419,7 @@ def ranking(df):
     records = []
     for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
         ranked = one_per_kernel(sub).sort_values("time_ms_median", kind="stable")
-        fastest = float(ranked.iloc[0]["time_ms_median"])
+        fastest, first_spread = float(ranked.iloc[0]["time_ms_median"]), ranked.iloc[0].get("rel_iqr")
         leader, group = ranked.iloc[0], 0
         for i, (_, r) in enumerate(ranked.iterrows()):
             p = math.nan
@@ -419,23 +434,27 @@ def ranking(df):
                     "variant": r["variant"],
                     "time_ms": float(r["time_ms_median"]),
                     "ratio": float(r["time_ms_median"]) / fastest,
+                    "ratio_spread": ratio_spread(first_spread, r.get("rel_iqr")),
                     "group": group,
                     "p_value": p,
                 }
             )
     return pd.DataFrame(
-        records, columns=[*COMBO_AXES, *LENGTHS, "variant", "time_ms", "ratio", "group", "p_value"]
+        records,
+        columns=[*COMBO_AXES, *LENGTHS, "variant", "time_ms", "ratio", "ratio_spread", "group", "p_value"],
     )
 
 
 def ranking_text(ranks) -> str:
     """One N's ranking (rows of `ranking`, fastest first) as text: 'sdpa_flash ≈ sdpa › chunked 1.25× ›
-    flex 1.48×': ≈ within a group, › between groups, each group after the first with its fastest's ratio."""
+    flex 1.48×': ≈ within a group, › between groups, each group after the first with its fastest's ratio, in
+    the digits its spread supports (results.formulas.ratio_number)."""
     parts: list[str] = []
     current = None
     for _, r in ranks.iterrows():
         if current is None or r["group"] != current:
-            head = str(r["variant"]) if current is None else f"{r['variant']} {r['ratio']:.2f}×"
+            ratio = ratio_number(r["ratio"], r["ratio_spread"])
+            head = str(r["variant"]) if current is None else f"{r['variant']} {ratio}×"
             parts.append(head)
             current = r["group"]
         else:

@@ -14,7 +14,7 @@ from attnbench.results.store import skipped_rows, unfinished, writer_holder
 from . import page as pg
 from .calibration import group_notes
 from .section import num_text
-from .tables import flagged, present
+from .tables import common_length_name, flagged, length_name, present
 
 MAX_FAILURE_ROWS = 80
 
@@ -245,17 +245,24 @@ def _calibration_blocks(metas: dict[str, dict[str, Any]], devgroups: dict[str, l
 
 
 def _failures_table(df) -> pg.Table:
-    """Cells that are not ok, grouped by run, variant and status, with the first message."""
+    """Cells that are not ok, grouped by run, variant and status, with their lengths and the first message.
+    A group of decode cells (N_q queries against N_k != N_q keys: one query against each context of a
+    paged cache) gives its N_k, the length its series grows, where N_q alone would say 1 for every one."""
     bad = df[df["status"] != "ok"]
-    rows = []
+    rows, lengths = [], set()
     for (run_id, variant, status), sub in bad.groupby(["run_id", "variant", "status"], dropna=False):
-        seqs = sorted({int(n) for n in sub["seq_len"].dropna()})
+        decode = "seq_k" in sub.columns and bool((sub["seq_k"] != sub["seq_len"]).fillna(False).all())
+        axis = "seq_k" if decode else "seq_len"
+        lengths.add(axis)
+        seqs = " ".join(str(n) for n in sorted({int(n) for n in sub[axis].dropna()}))
         msg = next((str(m) for m in sub["message"] if present(m) and str(m)), "")
-        rows.append(
-            (str(run_id), str(variant), str(status), str(len(sub)), " ".join(map(str, seqs)), msg[:300])
-        )
+        rows.append((str(run_id), str(variant), str(status), str(len(sub)), axis, seqs, msg[:300]))
+    name = common_length_name(lengths)
+    rows = [
+        (*r[:4], f"{length_name(r[4])} {r[5]}" if name != length_name(r[4]) else r[5], r[6]) for r in rows
+    ]
     return pg.Table(
-        ("run", "variant", "status", "cells", "seq_lens", "message (first)"),
+        ("run", "variant", "status", "cells", name, "message (first)"),
         tuple(rows[:MAX_FAILURE_ROWS]),
         f"first {MAX_FAILURE_ROWS} of {len(rows)} groups" if len(rows) > MAX_FAILURE_ROWS else "",
     )

@@ -3,7 +3,10 @@ a list of names, a range of N or of ratios, and a fitted exponent with its growt
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from attnbench.results.formulas import ratio_number
 
 from .fit import agrees, too_wide
 from .tables import present
@@ -29,10 +32,14 @@ def range_text(ns: list[int], every: bool = False, name: str = "N") -> str:
     return f"from {name} = {n_text(ns[0])} to {n_text(ns[-1])}"
 
 
-def ratio_range(ratios: list[float]) -> str:
-    """'1.29×' or '1.05–1.16×'."""
+def ratio_range(ratios: list[float], spreads: list[float] | None = None) -> str:
+    """'1.29×' or '1.05–1.16×': each end in the digits its spread supports (`spreads`, one per ratio: the
+    relative spread results.formulas.ratio_number reads; none given: two decimals), so that a lead read off
+    cells spread ±1463% says '300×', not '344.99×'."""
+    spread_of = dict(zip(ratios, spreads or [math.nan] * len(ratios), strict=True))
     lo, hi = min(ratios), max(ratios)
-    return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
+    lo_text, hi_text = ratio_number(lo, spread_of[lo]), ratio_number(hi, spread_of[hi])
+    return f"{lo_text}×" if lo_text == hi_text else f"{lo_text}–{hi_text}×"
 
 
 GROWTH_WORDS = (("flat", 0.0), ("linear", 1.0), ("quadratic", 2.0), ("cubic", 3.0))  # a power's word

@@ -417,7 +417,46 @@ def median_rates(row: dict[str, Any], median_ms: float) -> dict[str, float]:
     }
 
 
+def is_decode(row: dict[str, Any]) -> bool:
+    """Whether a cell is a decode step: N_q queries against N_k != N_q keys (a paged cell's one query
+    against its context), the rows of the report's decode panel (reports.panels.decode.decode_rows)."""
+    n_k = row.get("seq_k")
+    return isinstance(n_k, int) and n_k != row.get("seq_len")
+
+
+def speed(row: dict[str, Any]) -> tuple[float, str]:
+    """(value, unit) of the rate a cell's median is read by: a decode step reads its K/V cache for a few
+    queries, so its K/V GB/s (kv_gbps: what the report's decode panel shows; its TFLOP/s rounds to 0);
+    any other cell's TFLOP/s. NaN where the row has no such rate."""
+    column, unit = ("kv_gbps", "K/V GB/s") if is_decode(row) else ("tflops", "TFLOP/s")
+    value = row.get(column)
+    return (float(value) if isinstance(value, (int, float)) else math.nan), unit
+
+
 # ---- text for people ------------------------------------------------------------------------------
+
+
+def ratio_number(ratio: float, spread: float = 0.0) -> str:
+    """A ratio of two median times with the digits their spread supports: `spread` is the ratio's relative
+    spread, the two medians' half-IQRs over themselves added (rel_iqr / 2 each, the ±N% a cell's line shows).
+    Two decimals at most ('1.16'); fewer where the spread reaches them, to the place of the spread's first
+    digit, and never fewer than the ratio's first digit: 344.99 at ±1463% is '300', 13.16 at ±20% is '13',
+    1.16 at ±4% stays '1.16'. 'n/a' for no ratio; a spread not known (NaN) keeps two decimals."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return "n/a"
+    err = ratio * spread
+    decimals = 2 if not (math.isfinite(err) and err > 0) else min(2, -math.floor(math.log10(err)))
+    decimals = max(decimals, -math.floor(math.log10(ratio)))  # the ratio's first digit always stands
+    return f"{ratio:.{decimals}f}" if decimals >= 0 else f"{round(ratio, decimals):.0f}"
+
+
+def ratio_spread(*rel_iqrs: Any) -> float:
+    """The relative spread of a ratio of medians whose rows have these rel_iqr: their half-IQRs added (NaN
+    where one is not known)."""
+    values = [
+        float(r) if isinstance(r, (int, float)) and not isinstance(r, bool) else math.nan for r in rel_iqrs
+    ]
+    return sum(v / 2 for v in values)
 
 
 def bytes_text(b: float | None) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 RECORD = "neighbours.jsonl"
+LISTED = 3  # the runs a sentence names; past them it counts the rest and points to RECORD, which has each
 
 
 def read(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -55,11 +56,14 @@ def _moment(t: Any) -> datetime | None:
 def sentence(run_dir: str | Path, run: str | None = None) -> str | None:
     """'Another attnbench run measured on this machine during this run: runs/nightly (pid 4242, from ...
     to ...); the cells measured then shared its cores.' (`run`: the run's id, where a report has several);
-    None where the run recorded none."""
+    None where the run recorded none. Past LISTED runs it names the first LISTED, counts the others and
+    points to the RECORD that has them all, so that the findings after it are not buried under the list."""
     seen = read(run_dir)
     if not seen:
         return None
-    each = "; ".join(f"{e.get('out', '?')} (pid {e.get('pid', '?')}, {_overlap(e)})" for e in seen)
+    each = "; ".join(f"{e.get('out', '?')} (pid {e.get('pid', '?')}, {_overlap(e)})" for e in seen[:LISTED])
+    if len(seen) > LISTED:
+        each += f"; and {len(seen) - LISTED} more, each with its pid and times in {Path(run_dir) / RECORD}"
     who = "Another attnbench run" if len(seen) == 1 else f"{len(seen)} other attnbench runs"
     during = "this run" if run is None else f"run {run}"
     them = "it" if len(seen) == 1 else "them"

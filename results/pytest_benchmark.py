@@ -8,7 +8,8 @@ What the file holds, and where it goes:
   --benchmark-json; in files saved to pytest-benchmark's storage only with --benchmark-save-data)
   -> samples_ms, and median / p25 / p75 computed from it by results.formulas, as for every run (linear
   interpolation); without `data`, pytest-benchmark's own median / q1 / q3 (q1 and q3 by its
-  quartile method, which may differ slightly). tflops is recomputed from the stored median;
+  quartile method, which may differ slightly). The rates (tflops, executed_tflops, tokens_per_s, kv_gbps,
+  io_gbps) are recomputed from the stored median, as a run's row has them (results.formulas.median_rates);
 - the top-level "attnbench" block: this machine's fingerprint and the cells the plugin did not time
   (unsupported here, memory guard, OOM, error) -> meta.json's fingerprint, and rows of their status;
 - the block's variant_capabilities and calibration (files from attnbench 0.2.1 on) -> meta.json's, so
@@ -30,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from .axes import IDENTITY, SWEEP_AXES
-from .formulas import gbps, quartiles, rel_iqr, tflops
+from .formulas import median_rates, quartiles, rel_iqr
 from .schema import AXIS_DEFAULTS, COLUMNS, NOISY_REL_IQR, STATUSES
 from .store import RunDirError, RunWriter, is_run_dir
 
 FORMAT = "pytest-benchmark"  # meta.json's imported_from.format
 READABLE_FORMATS = (1,)  # harness.tools.pytest_plugin.EXTRA_INFO_FORMAT values this code reads
+# the columns of the timing, computed here from the stats (the rates as a run's: median_rates)
 TIMING_COLUMNS = (
-    "time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", "tflops", "kv_gbps",
+    "time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", *median_rates({}, 1.0),
 )  # fmt: skip
 _PY_TYPES = {"string": str, "Int64": int, "Float64": (int, float), "boolean": bool}
 # the axes of the first calling convention (results.axes), which every cell's extra_info holds
@@ -50,6 +52,8 @@ AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
 LATER_AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
     a.name: _PY_TYPES[a.dtype] for a in IDENTITY if not a.core
 }
+
+AMOUNTS = ("flops", "executed_flops", "kv_bytes", "io_bytes")  # what the rates divide by the median
 
 
 class BenchmarkFileError(ValueError):
@@ -94,6 +98,10 @@ def _check_cell(info: Any, where: str) -> None:
             raise BenchmarkFileError(
                 f"{where}: extra_info {key} = {val!r} is not a {getattr(typ, '__name__', 'number')}"
             )
+    for key in AMOUNTS:
+        val = info.get(key)
+        if val is not None and (not isinstance(val, (int, float)) or isinstance(val, bool)):
+            raise BenchmarkFileError(f"{where}: extra_info {key} = {val!r} is not a number")
     if info["status"] not in STATUSES:
         raise BenchmarkFileError(f"{where}: unknown status {info['status']!r}; known: {', '.join(STATUSES)}")
 
@@ -122,10 +130,7 @@ def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
         p25, med, p75 = (float(stats[k]) * 1e3 for k in ("q1", "median", "q3"))
         row["samples_ms"] = []
     spread = rel_iqr(p25, med, p75)
-    flops = info.get("flops")
-    achieved = tflops(flops, med) if isinstance(flops, (int, float)) else math.nan
-    kv = info.get("kv_bytes")
-    kv_rate = gbps(kv, med) if isinstance(kv, (int, float)) else math.nan
+    rates = median_rates(row, med)  # useful and executed TFLOP/s, tokens/s, K/V and decode GB/s, as a run's
     row.update(
         time_ms_median=med,
         time_ms_p25=p25,
@@ -133,8 +138,7 @@ def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
         rel_iqr=spread,
         noisy=spread > NOISY_REL_IQR,
         n_samples=int(stats.get("rounds") or len(row["samples_ms"])),
-        tflops=None if math.isnan(achieved) else achieved,
-        kv_gbps=None if math.isnan(kv_rate) else kv_rate,
+        **{k: None if math.isnan(v) else v for k, v in rates.items()},
         stop_reason="pytest-benchmark",
     )
     return row

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.neighbours import RECORD, at  # RECORD: the runs it measured beside, a line each
+# RECORD: the runs it measured beside, a line each; LISTED: the runs a line names before it counts the rest
+from attnbench.results.neighbours import LISTED, RECORD, at
 
 ENV = "ATTNBENCH_NEIGHBOURS_DIR"
 KEPT_S = 24 * 3600  # an ended session is kept this long, for the runs that overlapped it to find it
@@ -124,7 +125,8 @@ def alongside() -> str | None:
     live = [e for e in others() if e.get("ended") is None and _alive(e)]
     if not live:
         return None
-    runs = "; ".join(described(e) for e in live)
+    runs = "; ".join(described(e) for e in live[:LISTED])
+    runs += f"; and {len(live) - LISTED} more" if len(live) > LISTED else ""
     return (
         f"another attnbench run is measuring on this machine: {runs}. Runs at once share its cores and "
         "memory (and a GPU both use): each one's times are the other's too; measure one at a time."
@@ -170,7 +172,10 @@ class Announced:
             return []
         if run_dir is not None:
             self._record(run_dir)
-        runs = "; ".join(described(e) for e in self.seen.values())
+        seen = list(self.seen.values())
+        runs = "; ".join(described(e) for e in seen[:LISTED])
+        if len(seen) > LISTED:  # the rest counted, and where each is recorded (a run's RECORD)
+            runs += f"; and {len(seen) - LISTED} more" + (f", each in {run_dir / RECORD}" if run_dir else "")
         again = " (`attnbench run --resume --redo-drift` remeasures those that drifted)" if run_dir else ""
         return [
             f"another attnbench run measured on this machine during this one: {runs}. The cells measured "

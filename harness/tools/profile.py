@@ -157,10 +157,20 @@ def removed_if_interrupted(out: Path) -> Iterator[None]:
 
 
 def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None) -> Outcome:
-    """Run the child (py-spy part when plan.py_spy, then torch.profiler) and write profile.json in `out`."""
+    """Run the child (py-spy part when plan.py_spy, then torch.profiler) and write profile.json in `out`.
+    A profile is one of the attnbench runs on this machine, as a run is (harness.run.neighbours): it says
+    first where another one is measuring, and last which ones measured during it (profile.json's
+    `neighbours`): its calls' times and their share of the flame graph are theirs too."""
+    from attnbench.harness.run import neighbours
+
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
     out.mkdir(parents=True, exist_ok=True)
     res = Outcome(out, plan)
+    beside = neighbours.alongside()
+    if beside:
+        res.messages.append(f"warning: {beside}")
+        say(res.messages[-1])
+    announced = neighbours.announce(f"attnbench profile {out}")
     if plan.py_spy is None and plan.py_spy_note.startswith(spy.NOT_FOUND):
         res.messages.append(f"{plan.py_spy_note}; writing the torch.profiler part only")
         say(res.messages[-1])
@@ -193,6 +203,10 @@ def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None
             res.error = _failure(child, plan, name, data, seen)
     finally:
         child.stop()
+        notes = announced.end(None)  # no longer profiling; the runs that measured beside it
+    for note in notes:
+        res.messages.append(f"warning: {note}")
+        say(res.messages[-1])
     res.meta = {
         "schema": SCHEMA,
         "kind": "attnbench profile",
@@ -206,6 +220,7 @@ def profile_cell(plan: Plan, out: Path, say: Callable[[str], None] | None = None
         **res.meta,
         "failed": seen.get("failed"),
         "error": res.error,
+        "neighbours": [beside, *notes] if beside else notes,
     }
     if res.error and (seen.get("failed") or {}).get("log"):  # the line printed says where the traceback is
         res.error += f" (traceback in {out / seen['failed']['log']})"

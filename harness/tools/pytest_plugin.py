@@ -18,12 +18,19 @@ one test, `test_attention[<cell id>]`:
   one call (plus launch latency), never the time to enqueue async kernels. On CPU the call is timed
   as it is. Warm-up as in the harness (Settings.warmup_ms, at least one call), then rounds that fill
   --benchmark-max-time, at least --benchmark-min-rounds, at most Settings.max_samples.
-- After the timed rounds, `check_after` as in `attnbench run`: the inputs are unchanged and the answer
-  still follows the inputs (fresh ones, another seed); a cell that fails either is `wrong` and fails.
-- extra_info holds the cell spec (every axis, cell_id), status, flops, tflops (from the median),
-  peak_mem_bytes, the gate's max_abs_err / rel_err / grad_rel_err / fresh_rel_err, first_call_ms and
-  setup_ms: what `attnbench import-benchmark` needs to rebuild result rows. Cells that are not timed
-  (unsupported here, memory guard, OOM, error) are skipped or failed with their reason and listed in
+- A cell that fails the float64 gate is `wrong` and fails before it is timed: a wrong kernel never stands
+  in pytest-benchmark's table (where it might read as the fastest) nor in its JSON or saved files, which
+  later sessions compare against. After the timed rounds, `check_after` as in `attnbench run`: the inputs
+  are unchanged and the answer still follows the inputs (fresh ones, another seed); a cell that fails
+  either is `wrong`, fails, and is kept out of the file (pytest-benchmark's has_error) as an untimed row.
+- Just before its timing, the speed probe a run's worker takes (speed_tflops), by which the summary and
+  the imported run flag the cells timed while the machine drifted.
+- extra_info holds the cell spec (every axis, cell_id), status, flops and executed_flops (a pack's
+  padding tax), the median's rates as a run's row has them (results.formulas.median_rates: tflops,
+  executed_tflops, tokens_per_s, kv_gbps, io_gbps), rel_iqr and noisy, peak_mem_bytes, the gate's
+  max_abs_err / rel_err / grad_rel_err / fresh_rel_err, first_call_ms and setup_ms: what `attnbench
+  import-benchmark` needs to rebuild result rows. Cells that are not timed (unsupported here, memory
+  guard, OOM, error, wrong) are skipped or failed with their reason and listed in
   the JSON file's top-level "attnbench" block, beside this machine's fingerprint, the capability record
   of each variant of the grid (what the report's theory reads) and this machine's calibration (matmul and
   copy ceilings for % of peak: --attn-calibrate-ms of sampling per dtype, after the timed tests).
@@ -43,10 +50,14 @@ from typing import NoReturn
 import pytest
 
 from attnbench.harness.sweep import options
+from attnbench.results.formulas import median_rates
 
 EXTRA_INFO_FORMAT = 1  # version of the extra_info / "attnbench" JSON block read by results.pytest_benchmark
 PREFIX = "attn_"  # --attn-seq-len is the sweep's seq_len: the same options as `attnbench run`, prefixed
 # the axes of `attnbench run` (the defaults of a sweep) and its --threads (harness.sweep.options)
+RATES = tuple(median_rates({}, 1.0))  # a row's rates of its median call: tflops, executed_tflops, kv_gbps...
+# what only a timed cell has: dropped from the row of a cell found wrong after its timing
+TIMED_ONLY = (*RATES, "rel_iqr", "noisy", "speed_tflops")
 GRID_OPTIONS = [
     *options.axis_options(), *(o for o in options.setting_options() if o.key in ("threads", "calibrate_ms")),
 ]  # fmt: skip
@@ -235,7 +246,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     from attnbench.harness.measure import guard
     from attnbench.harness.measure.cell import check_after, peak, prepare
     from attnbench.harness.measure.failures import failure
-    from attnbench.harness.measure.rows import base_row, finish, start_row
+    from attnbench.harness.measure.rows import base_row, executed_flops, finish, start_row
     from attnbench.harness.workers.worker import free_memory
     from attnbench.variants.handed import exercised
 
@@ -252,6 +263,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
 
     row = start_row(spec)
+    row["executed_flops"] = executed_flops(spec, variant.cap.varlen)  # a pack's padding tax, as a run's row
     ready = None
     try:
         ready = prepare(spec, settings, state.cache)
@@ -261,31 +273,18 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         raise
     except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
         _untimed(state, finish(row, *failure(exc, spec.device, ready, exercised(variant, spec.problem()))))
-    # tflops, kv_gbps and elapsed_s keep their place in the row (measure_cell's order) until timing fills them
+    status, message = ready.verdict()
+    if status == "wrong":  # failed the float64 gate: not timed, so not in pytest-benchmark's table or file
+        _untimed(state, finish(row, status, message, peak_mem_bytes=peak_bytes, mem_method=method))
+    # the rates and elapsed_s keep their place in the row (measure_cell's order) until timing fills them
     row = finish(
-        row, *ready.verdict(), peak_mem_bytes=peak_bytes, mem_method=method, tflops=None, kv_gbps=None,
+        row, status, message, peak_mem_bytes=peak_bytes, mem_method=method, **dict.fromkeys(RATES),
         elapsed_s=None,
     )  # fmt: skip
 
     benchmark.group = spec.cell_id.split("|", 1)[1].replace("|", " ")  # the shape: variants side by side
     benchmark.extra_info.update(row, attnbench_format=EXTRA_INFO_FORMAT)
-    setup, target = _device_calls(ready.call, spec.device, settings.flush_l2)
-    if benchmark.enabled:
-        calls = _calls(config, setup, target, settings)
-        benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
-        if state.announced is not None:
-            state.announced.touch()  # alive, and the runs measuring beside it noted
-    else:  # --benchmark-disable: one plain call, no statistics
-        benchmark.pedantic(target, setup=setup)
-    stats = benchmark.stats.stats if benchmark.stats is not None else None
-    m = None
-    if stats:
-        from attnbench.harness.measure import timing
-        from attnbench.results.formulas import gbps, tflops
-
-        m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
-        benchmark.extra_info["tflops"] = tflops(row["flops"], m.median)
-        benchmark.extra_info["kv_gbps"] = gbps(row["kv_bytes"], m.median)
+    m = _timed(benchmark, ready.call, spec, row, config)
     try:  # after the timed rounds: inputs unchanged, and the answer follows fresh inputs
         after = check_after(ready, spec, settings, state.cache)
         status, message = ready.verdict(m, after)  # an ok cell's message says when it is noisy
@@ -296,11 +295,37 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         status, message = failure(exc, spec.device, ready, exercised(variant, spec.problem()))
     benchmark.extra_info.update(status=status, message=message)
     benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)
-    if status == "wrong":
-        pytest.fail(f"{spec.variant}: {message}", pytrace=False)
+    if status == "wrong":  # wrong on fresh inputs after the timing: kept out of the file, a row untimed
+        benchmark.has_error = True  # pytest-benchmark writes no JSON or saved entry for it
+        _untimed(state, {k: v for k, v in benchmark.extra_info.items() if k not in TIMED_ONLY})
     if status != "ok":
         pytest.fail(f"{status}: {spec.variant}: {message}", pytrace=False)
     return dict(benchmark.extra_info)
+
+
+def _timed(benchmark, call, spec, row: dict, config: pytest.Config):
+    """Time `call` with benchmark.pedantic, the speed probe just before (the drift rule's, as a run's worker
+    takes it); the timing.Measurement of its rounds with the median's rates and spread put in extra_info,
+    or None (--benchmark-disable: one plain call, no statistics)."""
+    state = config.stash[_KEY]
+    setup, target = _device_calls(call, spec.device, state.settings.flush_l2)
+    if not benchmark.enabled:
+        benchmark.pedantic(target, setup=setup)
+        return None
+    from attnbench.harness.measure import timing
+    from attnbench.harness.measure.calibrate import speed_probe
+
+    benchmark.extra_info["speed_tflops"] = round(speed_probe(spec.device), 6)
+    calls = _calls(config, setup, target, state.settings)
+    benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
+    if state.announced is not None:
+        state.announced.touch()  # alive, and the runs measuring beside it noted
+    stats = benchmark.stats.stats if benchmark.stats is not None else None
+    if not stats:
+        return None
+    m = timing.Measurement(tuple(s * 1e3 for s in stats.data))
+    benchmark.extra_info.update(median_rates(row, m.median), rel_iqr=m.rel_iqr, noisy=m.noisy)
+    return m
 
 
 def _untimed(state: _Session, row: dict) -> NoReturn:
@@ -386,26 +411,47 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    """One line per timed cell: what pytest-benchmark's table does not show (TFLOP/s, memory, error)."""
+    """One line per timed cell: what pytest-benchmark's table does not show (its spread, TFLOP/s or a decode
+    step's K/V GB/s, memory, error), and its flags by the rules a run's cells are flagged by: noisy
+    (IQR/median over results.schema.NOISY_REL_IQR) and drift (its speed probe more than results.drift.DRIFT
+    off the session's median probe: the machine was slower or faster than usual while it was timed), and
+    the sentence that the machine was busy where enough of them are (results.drift.is_busy)."""
+    from attnbench.results.drift import busy_cells, drifted, is_busy, speed_factors
+    from attnbench.results.formulas import speed
+
     state = config.stash.get(_KEY, None)
     bs = getattr(config, "_benchmarksession", None)
     if state is None or state.cells is None or bs is None:
         return
     for note in state.notes:
         terminalreporter.write_line(f"attnbench: warning: {note}", yellow=True)
-    timed = [b for b in bs.benchmarks if b.extra_info.get("attnbench_format") and b.stats]
+    timed = [b for b in bs.benchmarks if b.extra_info.get("attnbench_format") and b.stats and not b.has_error]
     if not timed:
         return
     tr = terminalreporter
     tr.section("attnbench: throughput, peak memory and error vs float64 (median time)")
     width = max(len(b.param or b.name) for b in timed)
     tr.write_line(
-        f"{'cell':<{width}} {'median ms':>10} {'TFLOP/s':>9} {'peak MiB':>9} {'rel_err':>9} {'status':>7}"
+        f"{'cell':<{width}} {'median ms':>10} {'spread':>7} {'speed':>17} {'peak MiB':>9} {'rel_err':>9} "
+        f"{'status':>7}  flags"
     )
-    for b in timed:
+    factors = speed_factors([b.extra_info for b in timed])
+    for b, factor in zip(timed, factors, strict=True):
         e = b.extra_info
         mem = e.get("peak_mem_bytes")
+        value, unit = speed(e)
+        spread = e.get("rel_iqr")
+        flags = [f for f, on in (("noisy", e.get("noisy") is True), ("drift", drifted(factor))) if on]
         tr.write_line(
-            f"{b.param or b.name:<{width}} {b.stats.median * 1e3:>10.3f} {e.get('tflops', math.nan):>9.4f} "
-            f"{(mem or 0) / 2**20:>9.2f} {e.get('rel_err', math.nan):>9.1e} {e.get('status', ''):>7}"
+            f"{b.param or b.name:<{width}} {b.stats.median * 1e3:>10.3f} "
+            f"{'' if spread is None else f'±{spread / 2:.0%}':>7} {f'{value:.4g} {unit}':>17} "
+            f"{(mem or 0) / 2**20:>9.2f} {e.get('rel_err', math.nan):>9.1e} {e.get('status', ''):>7}  "
+            f"{' '.join(flags)}".rstrip()
+        )
+    flagged, ok = busy_cells([b.extra_info for b in timed])
+    if is_busy(flagged, ok):  # the one rule a run's closing sentence and the report's findings say it by
+        tr.write_line(
+            f"attnbench: warning: the machine was busy during this session ({flagged} of {ok} cells drifted "
+            "or were noisy); measure them again on a quiet machine before comparing against them",
+            yellow=True,
         )

@@ -395,3 +395,36 @@ def test_profile_help_shows_the_seq_len_a_profile_measures(monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")
     shown = re.search(r"--seq-len N .*\(default: (\d+)\)", run_cli("profile", "--help", check=True).stdout)
     assert shown and int(shown.group(1)) == single_cell("naive", {}).seq_len
+
+
+def test_a_profile_says_another_run_measures_beside_it(tmp_path, monkeypatch):
+    """A profile is one of the attnbench runs on the machine, as a run is (harness.run.neighbours): with
+    another run measuring it warns before it profiles and names it when it ends (its calls' times, and their
+    share of the flame graph, are the other run's too), keeps both lines in profile.json, and leaves its own
+    session for the runs beside it."""
+    import subprocess
+    import sys
+    import time
+
+    from attnbench.harness.run import neighbours
+
+    shared = tmp_path / "announced"
+    shared.mkdir()
+    monkeypatch.setenv(neighbours.ENV, str(shared))
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        ticks = Path(f"/proc/{live.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        entry = {"pid": live.pid, "ticks": ticks, "out": "runs/nightly", "began": time.time()}
+        (shared / "nightly.json").write_text(json.dumps(entry))
+        out = tmp_path / "prof"
+        p = run_cli("profile", "--variant", "naive", *SMALL, *TINY, "--out", str(out), check=True)
+    finally:
+        live.kill()
+        live.wait()
+    told = "warning: another attnbench run is measuring on this machine: runs/nightly (pid"
+    named = "warning: another attnbench run measured on this machine during this one: runs/nightly"
+    assert told in p.stderr and named in p.stderr and p.stderr.index(told) < p.stderr.index(named), p.stderr
+    said = json.loads((out / "profile.json").read_text())["neighbours"]
+    assert len(said) == 2 and "runs/nightly" in said[0] and "during this one" in said[1]
+    (own,) = [json.loads(f.read_text()) for f in shared.iterdir() if f.name != "nightly.json"]
+    assert own["out"] == f"attnbench profile {out}" and own["ended"] >= own["began"]

@@ -6,7 +6,7 @@ import json
 import statistics
 
 import pytest
-from conftest import FAULTS, run_cli, run_pytest_benchmarks
+from conftest import DATA, FAULTS, run_cli, run_pytest_benchmarks
 
 from attnbench.cli import main
 from attnbench.harness.measure import correctness, timing
@@ -17,6 +17,7 @@ from attnbench.results.formulas import attention_flops
 from attnbench.results.store import RunWriter
 
 TINY = ["--attn-seq-len", "64", "--attn-heads", "2", "--attn-d-k", "16", "--attn-pass", "both"]
+PACKED = DATA / "packed_variants.py"
 VARIANTS = ["naive", "chunked", "sdpa", "sdpa_cudnn"]  # sdpa_cudnn has no CPU kernel: skipped with its reason
 
 
@@ -115,7 +116,7 @@ def test_import_benchmark_gives_a_run_the_loader_export_and_report_read(bench_js
 
 @pytest.mark.slow
 def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
-    """Wrong answers are timed and fail; errors fail untimed; OOM and refusals skip: every one is a row."""
+    """Wrong answers and errors fail untimed; OOM and refusals skip: every one is a row."""
     out = tmp_path / "faults.json"
     proc = run_pytest_benchmarks(
         "--benchmark-only",
@@ -154,7 +155,12 @@ def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
         ("fault_unsupported", 512): "unsupported",
     }
     wrong = [r for r in read_rows(run) if r["status"] == "wrong"]
-    assert all(r["time_ms_median"] > 0 and "float64 gate" in r["message"] for r in wrong)
+    assert len(wrong) == 2 and all("float64 gate" in r["message"] for r in wrong)
+    # failed at the gate, so never timed: not in pytest-benchmark's file (nor its table, its "(1.0)" best)
+    assert all(r.get("time_ms_median") is None for r in wrong)
+    assert "fault_wrong" not in {
+        b["extra_info"]["variant"] for b in json.loads(out.read_text())["benchmarks"]
+    }
 
 
 @pytest.mark.slow
@@ -421,3 +427,111 @@ def test_a_timing_session_announces_itself_and_is_told_of_a_run_measuring_beside
     assert proc.stdout.index(told) < proc.stdout.index("test_attention") < proc.stdout.index(named)
     (own,) = [json.loads(p.read_text()) for p in tmp_path.iterdir() if p.name != "nightly.json"]
     assert own["out"].startswith("pytest-benchmark in ") and own["ended"] >= own["began"]
+
+
+@pytest.mark.slow
+def test_a_packed_grid_keeps_its_padding_tax_and_times_no_wrong_kernel(tmp_path):
+    """A pack's executed work is in each cell's extra_info as in a run's row, so the imported run's varlen
+    table has its executed TFLOP/s and padding tax; a kernel that attends across sequences fails the gate and
+    is neither timed nor in the file pytest-benchmark compares later sessions against."""
+    out = tmp_path / "packed.json"
+    proc = run_pytest_benchmarks(
+        "--benchmark-only", "--benchmark-json", str(out), "-q", "--attn-variant-file", str(PACKED),
+        "--attn-variants", "naive,sdpa_loop,attends_across_sequences", "--attn-lengths", "longtail",
+        "--attn-batch", "4", "--attn-seq-len", "32", "--attn-heads", "1", "--attn-d-k", "16",
+        "--attn-causal", "yes", "--benchmark-min-rounds", "3", "--benchmark-max-time", "0.01",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 failed, 2 passed" in proc.stdout
+    data = json.loads(out.read_text())
+    info = {b["extra_info"]["variant"]: b["extra_info"] for b in data["benchmarks"]}
+    assert set(info) == {"naive", "sdpa_loop"}  # the wrong kernel is not timed
+    (untimed,) = data["attnbench"]["untimed"]
+    assert untimed["variant"] == "attends_across_sequences" and untimed["status"] == "wrong"
+    assert "float64 gate" in untimed["message"]
+    lengths = info["naive"]["seq_lens"]
+    # naive scores the whole pack, T x T, before its mask hides pairs; sdpa_loop each sequence alone
+    total, useful = sum(lengths), sum(n * (n + 1) // 2 for n in lengths)
+    assert info["naive"]["executed_flops"] / info["naive"]["flops"] == pytest.approx(total**2 / useful)
+    assert info["sdpa_loop"]["executed_flops"] == info["sdpa_loop"]["flops"]
+    for e in info.values():
+        assert e["executed_tflops"] == pytest.approx(e["tflops"] * e["executed_flops"] / e["flops"])
+    run = tmp_path / "run"
+    assert main(["import-benchmark", str(out), "--out", str(run)]) == 0
+    rows = {r["variant"]: r for r in read_rows(run)}
+    assert rows["attends_across_sequences"]["status"] == "wrong"
+    assert rows["attends_across_sequences"].get("time_ms_median") is None
+    for name in ("naive", "sdpa_loop"):
+        r = rows[name]
+        assert r["executed_tflops"] == pytest.approx(
+            r["executed_flops"] / (r["time_ms_median"] * 1e-3) / 1e12
+        )
+        assert r["speed_tflops"] > 0  # the probe the drift rule reads
+
+
+class _Lines:
+    """A terminal reporter that keeps what the plugin's summary writes."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write_line(self, line: str, **_) -> None:
+        self.lines.append(line)
+
+    def section(self, title: str, **_) -> None:
+        self.lines.append(f"== {title}")
+
+
+def _summary(cells: list[dict]) -> list[str]:
+    """The plugin's terminal summary of timed cells given as (extra_info + median_s), through its hook."""
+    from types import SimpleNamespace
+
+    from attnbench.harness.tools import pytest_plugin as plugin
+
+    benches = [
+        SimpleNamespace(
+            extra_info={"attnbench_format": 1, "status": "ok", "rel_err": 1e-7, "peak_mem_bytes": 2**20, **c},
+            stats=SimpleNamespace(median=c["median_s"]),
+            has_error=False,
+            param=c["cell_id"],
+            name=c["cell_id"],
+        )
+        for c in cells
+    ]
+    stash = pytest.Stash()
+    stash[plugin._KEY] = plugin._Session(cells={c["cell_id"]: None for c in cells})
+    config = SimpleNamespace(stash=stash, _benchmarksession=SimpleNamespace(benchmarks=benches))
+    out = _Lines()
+    plugin.pytest_terminal_summary(out, config)
+    return out.lines
+
+
+def _line(lines: list[str], cell: str) -> str:
+    (line,) = [x for x in lines if x.startswith(cell + " ")]
+    return line
+
+
+def test_the_summary_gives_a_decode_cells_kv_bandwidth_and_flags_noise_and_drift():
+    """A paged decode cell (one query against 4,096 keys) is read by its K/V GB/s, not a TFLOP/s that rounds
+    to 0; a cell spread past NOISY_REL_IQR says noisy, one whose speed probe ran 2x off the session's median
+    says drift, by the rules a run's cells are flagged by; three such of four make a busy machine."""
+    kv = 33_554_432  # bytes of K and V read once
+    cells = [
+        {"cell_id": "decode", "seq_len": 1, "seq_k": 4096, "median_s": 11.6e-3, "tflops": 3e-6,
+         "kv_gbps": kv / 11.6e-3 / 1e9, "rel_iqr": 0.04, "noisy": False, "speed_tflops": 1.0},
+        {"cell_id": "calm", "seq_len": 64, "seq_k": 64, "median_s": 1e-3, "tflops": 0.5, "kv_gbps": 1.0,
+         "rel_iqr": 0.04, "noisy": False, "speed_tflops": 1.0},
+        {"cell_id": "spread", "seq_len": 64, "seq_k": 64, "median_s": 1e-3, "tflops": 0.5, "kv_gbps": 1.0,
+         "rel_iqr": 3.18, "noisy": True, "speed_tflops": 1.0},
+        {"cell_id": "slowed", "seq_len": 64, "seq_k": 64, "median_s": 2e-3, "tflops": 0.25, "kv_gbps": 0.5,
+         "rel_iqr": 0.05, "noisy": False, "speed_tflops": 0.5},
+    ]  # fmt: skip
+    lines = _summary(cells)
+    decode = _line(lines, "decode")
+    assert "2.893 K/V GB/s" in decode and "TFLOP/s" not in decode, decode
+    assert "0.5 TFLOP/s" in _line(lines, "calm") and not _line(lines, "calm").endswith(("noisy", "drift"))
+    assert _line(lines, "spread").endswith("  noisy") and "±159%" in _line(lines, "spread")
+    assert _line(lines, "slowed").endswith("  drift")
+    assert not any("machine was busy" in line for line in lines)  # 2 of 4: fewer than BUSY_MIN
+    more = [{**cells[2], "cell_id": f"spread{i}", "speed_tflops": 1.0 + 0.3 * (i % 2)} for i in range(3)]
+    assert any("the machine was busy during this session" in line for line in _summary(cells + more))

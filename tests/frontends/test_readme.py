@@ -97,3 +97,17 @@ def test_python_api_example_runs_and_writes_what_it_says(tmp_path):
     assert (tmp_path / "runs" / "nb" / "rows.jsonl").is_file()
     assert (tmp_path / "reports" / "out" / "nb" / "report.html").is_file()
     assert "chunked" in out.getvalue() and "naive" in out.getvalue()  # the pivot table's columns
+
+
+def test_a_presets_cell_count_in_the_docs_is_its_sweeps():
+    """A preset's cells as docs/presets-and-workloads.md counts them ('its 48 cells') are the cells its sweep
+    makes, as `attnbench run --preset NAME --dry-run` counts them: the varlen row said 57, the rows of its
+    reference run, 9 of whose 48 cells were measured twice."""
+    from attnbench.harness.sweep.sweeps import build_sweep
+
+    text = (ROOT / "docs" / "presets-and-workloads.md").read_text()
+    said = re.findall(r"^\| `(\w+)` \|.*?\bits (\d+) cells\b", text, re.M)
+    assert said, "no preset row counts its cells"
+    for name, count in said:
+        sweep = build_sweep(preset=name)
+        assert len(sweep.cells(list(sweep.variants))) == int(count), (name, count)

@@ -135,3 +135,40 @@ def test_a_moment_is_said_one_way_with_its_date_only_where_the_line_lacks_it(tmp
     assert neighbours.described(entry) == "runs/nightly (pid 4242, since 10:02:11 UTC)"
     monkeypatch.setattr(neighbours, "_now", lambda: day + 86400)  # it began yesterday
     assert neighbours.described(entry) == "runs/nightly (pid 4242, since 2026-12-07 10:02:11 UTC)"
+
+
+def test_a_report_names_a_few_neighbours_and_counts_the_rest(tmp_path):
+    """25 runs beside one: the report's sentence names the first three, counts the other 22 and points to
+    neighbours.jsonl, which has them all, instead of burying the findings under 25 pids; three are named
+    all."""
+    from attnbench.results import neighbours as recorded
+
+    lines = [
+        json.dumps({"out": f"runs/n{i}", "pid": 100 + i, "from": 1.8e9, "to": 1.8e9 + 60}) for i in range(25)
+    ]
+    (tmp_path / recorded.RECORD).write_text("\n".join(lines) + "\n")
+    said = recorded.sentence(tmp_path)
+    assert said.startswith(
+        "25 other attnbench runs measured on this machine during this run: runs/n0 (pid 100"
+    )
+    assert "runs/n2 (pid 102" in said and "runs/n3" not in said and "pid 124" not in said
+    assert f"and 22 more, each with its pid and times in {tmp_path / recorded.RECORD}" in said
+    (tmp_path / recorded.RECORD).write_text("\n".join(lines[:3]) + "\n")
+    said = recorded.sentence(tmp_path)
+    assert "runs/n2 (pid 102" in said and "more" not in said
+
+
+def test_a_runs_closing_note_names_a_few_neighbours_and_counts_the_rest(tmp_path, monkeypatch):
+    """The note a run ends with names three of the five runs beside it, counts the other two and points to
+    its neighbours.jsonl, which records all five."""
+    monkeypatch.setenv(neighbours.ENV, str(tmp_path / "announced"))
+    now = time.time()
+    seen = {
+        f"{i}.json": {"out": f"runs/n{i}", "pid": 100 + i, "began": now - 60, "ended": now} for i in range(5)
+    }
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (note,) = neighbours.Announced(None, time.time() - 30, seen=seen).end(run_dir)
+    assert "runs/n2 (pid 102" in note and "runs/n3" not in note, note
+    assert f"and 2 more, each in {run_dir / neighbours.RECORD}" in note
+    assert len((run_dir / neighbours.RECORD).read_text().splitlines()) == 5

@@ -139,3 +139,15 @@ def test_a_quantising_cells_line_says_its_error_end_to_end_and_keeps_it():
     narrow = cell_line(fp8, 100)
     assert len(narrow) <= 100 and "e2e_rel_err 4.8e-02" in narrow and " rel_err 3.9e-07" not in narrow
     assert "e2e" not in cell_line(ROW) and "e2e" not in cell_line({**ROW, "quant_recipe": None})
+
+
+def test_a_decode_cell_shows_its_kv_read_bandwidth_not_tflops():
+    """A decode step (one query against 4,096 keys) reads its K/V cache: 33.55 MB in 11.60 ms is 2.89 GB/s,
+    while its TFLOP/s rounds to 0.000; its line gives the GB/s the report's decode panel reads it by."""
+    kv_bytes = 4096 * 2 * 2 * 64 * 4 * 8  # 8 sequences' K and V, 2 heads, d 64, float32
+    decode = {**ROW, "seq_len": 1, "seq_k": 4096, "time_ms_median": 11.60, "kv_bytes": kv_bytes,
+              "kv_gbps": kv_bytes / 11.60e-3 / 1e9, "tflops": 2e-5}  # fmt: skip
+    line = cell_line(decode)
+    assert "2.89 K/V GB/s" in line and "TFLOP/s" not in line, line
+    assert "K/V GB/s" in cell_line(decode, 100) and len(cell_line(decode, 100)) <= 100
+    assert "0.008 TFLOP/s" in cell_line(ROW) and "GB/s" not in cell_line(ROW)  # N_q = N_k: TFLOP/s

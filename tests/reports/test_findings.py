@@ -518,3 +518,30 @@ def test_a_variant_alone_among_suspects_is_never_called_fastest(tmp_path):
     assert "chunked and sdpa are suspect there, never ranked" in alone[0]
     assert "faster than naive on the same cell" in alone[0]
     assert any(s.startswith("sdpa is fastest from N = 512 to 1,024") for s in said), said
+
+
+def test_a_lead_is_said_in_the_digits_its_spread_supports(tmp_path):
+    """A lead of 344.99x read off cells spread ±1463% is '300×' in the findings and the ranking, not a
+    two-decimal figure the spread cannot bear; a lead off quiet cells keeps its two decimals; a ratio of
+    two medians spreads by their half-IQRs added."""
+    from attnbench.reports.tables import ranking, ranking_text
+    from attnbench.reports.words import ratio_range
+    from attnbench.results import load
+    from attnbench.results.formulas import ratio_number, ratio_spread
+
+    assert ratio_spread(0.04, 0.08) == pytest.approx(0.06)
+    assert ratio_number(344.99, ratio_spread(29.2, 0.06)) == "300"
+    assert ratio_number(13.16, 0.2) == "13" and ratio_number(1.16, 0.04) == "1.16"
+    assert ratio_number(1.16, float("nan")) == "1.16"  # a spread not known: as before
+    assert ratio_range([344.99, 1.16], [14.63, 0.04]) == "1.16–300×"
+    assert ratio_range([1.05, 1.16]) == "1.05–1.16×"
+    # the slow cell's samples spread from a tenth of its median to 60x it: IQR/median 29.2 (±1463%)
+    slow = [34.5, 34.5, 34.5, 344.99, 344.99, 344.99, 10418.7, 10418.7, 10418.7]
+    rows = [
+        synthetic.cell("fast", 256, sample_ms=[0.98, 1.0, 1.0, 1.0, 1.02]),
+        synthetic.cell("slow", 256, sample_ms=slow),
+    ]
+    df = load(synthetic.write_run(tmp_path / "run", rows))
+    assert df.set_index("variant").loc["slow", "rel_iqr"] > 10
+    text = ranking_text(ranking(df))
+    assert "slow 300×" in text and "344.99" not in text, text

@@ -663,3 +663,25 @@ def test_prepare_reads_each_row_file_once_and_digests_the_rows_it_loads(tmp_path
     (run / "rows.jsonl").write_bytes(b"".join(kept))
     monkeypatch.setattr(rowfile, "_scan_lines", real)
     assert inputs.rows_sha256 == (rows_digest(run),)
+
+
+def test_the_not_ok_table_gives_a_decode_groups_context_lengths_not_its_one_query():
+    """Paged decode cells (one query against contexts of 1,024 and 4,096 keys) that are wrong: the table of
+    cells not ok gives their N_k, not an N_q of 1 under a `seq_lens` header that is neither; beside plain
+    cells it gives each its own length's name."""
+    import pandas as pd
+
+    from attnbench.reports.trust import _failures_table
+
+    def bad(variant, status, seq_len, seq_k):
+        return {"run_id": "r", "variant": variant, "status": status, "seq_len": seq_len, "seq_k": seq_k,
+                "message": f"{variant} failed"}  # fmt: skip
+
+    paged = [bad("paged_bug", "wrong", 1, n) for n in (1024, 4096)]
+    table = _failures_table(pd.DataFrame(paged))
+    assert table.headers[4] == "N_k" and table.rows[0][4] == "1024 4096", table
+    mixed = _failures_table(
+        pd.DataFrame([*paged, bad("raiser", "error", 64, 64), bad("raiser", "error", 128, 128)])
+    )
+    assert mixed.headers[4] == "N"
+    assert {r[1]: r[4] for r in mixed.rows} == {"paged_bug": "N_k 1024 4096", "raiser": "64 128"}
