@@ -248,7 +248,8 @@ def likely_cause(
     packed batch's boundaries ignored, the causal diagonal hidden, the next key shown or the mask aligned the
     other way, the window or the key padding mask one key wider, a paged cache read past its lengths or
     around its page table, the scale left out or ignored; then misread's: the softmax taken over the queries,
-    a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask reversed.
+    a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask reversed, a
+    paged cache's last, partial pages left out.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)

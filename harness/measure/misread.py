@@ -1,6 +1,7 @@
 """Known mistakes whose answer the reference's rules cannot say (correctness.likely_cause tries them after the
 ones they can): the softmax over the queries, a mask read inverted, a bool mask added to the scores, an
-additive mask subtracted from them, a causal mask of the wrong sense. Each is float64 attention under the
+additive mask subtracted from them, a causal mask of the wrong sense, a paged cache read up to its last full
+page only (its queries still at each context's end). Each is float64 attention under the
 mistake, on the rows a failing answer is read on, with the rows it leaves without a key: the reference's
 float64 attention and its visibility rule (attention64), handed the keys the mistake sees.
 
