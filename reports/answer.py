@@ -29,6 +29,7 @@ from .answer_text import ratio_text as _ratio_text
 from .answer_text import short as _short
 from .answer_text import shown as _shown
 from .answer_text import window_text as _window
+from .answer_workloads import contradicted
 from .busy import machine_busy, unsettled
 from .tables import axis_text, label, length_axis, length_name, present, varying
 from .words import n_text, names_text, range_text
@@ -419,18 +420,20 @@ def _first_scales(records: list[dict]) -> dict[str, dict]:
 
 
 def workloads(
-    declared: Declared, spell: Callable[[str], str] = str, point: Callable[[str], str] = str
+    declared: Declared, spell: Callable[[str], str] = str, point: Callable[[str], str] = str, wrong=None
 ) -> list[str]:
-    """The gate of the workloads fn declares: one line for those right against float64, one for the first
-    that is wrong or raised (and how many more are; causal=True's top-left cell with N_q < N_k among them,
-    said only there), one for the first refused; then one for the workload keywords it takes but does not
-    declare, which no cell hands it. `point`: a reason that names no cause, pointed to the one found
-    elsewhere (same_cause)."""
+    """The gate of the workloads fn declares: one line for those right against float64 (none of whose
+    lines is wrong: answer_workloads.contradicted), one for the first that is wrong or raised (and how many
+    more are; causal=True's top-left cell with N_q < N_k among them, said only there), one for the first
+    refused; then one for the workload keywords it takes but does not declare, which no cell hands it.
+    `point`: a reason that names no cause, pointed to the one found elsewhere (same_cause). wrong: fn's
+    sweep cells that were wrong (a DataFrame), None for none."""
     gated, n = declared.gated, declared.n
     lines = []
-    right = [
-        r for r in gated if r.status == "pass" and not _implied(r)
-    ]  # causal's own: said where wrong only
+    bad = [r for r in gated if r.status in GATE_VERDICTS]
+    # causal's own: said where wrong only
+    right = [r for r in gated if r.status == "pass" and not _implied(r)]
+    right = [r for r in right if not contradicted(r.workload, bad, wrong)]
     if right:
         labels = "; ".join(dict.fromkeys(r.workload for r in right))
         worst = max((r.rel_err for r in right if r.rel_err is not None), default=float("nan"))
@@ -439,7 +442,6 @@ def workloads(
             f"declared workloads correct against float64 at N {n_text(n)} ({_dtype_list(right)}; worst "
             f"{'kernel' if rounded else 'relative'} error {worst:.1e}{rounded}): {labels}"
         )
-    bad = [r for r in gated if r.status in GATE_VERDICTS]
     if bad:
         first = bad[0]
         more = len({(r.workload, r.dtype) for r in bad}) - 1
@@ -669,7 +671,8 @@ def answer(
     point = same_cause(wrong, declared)
     lines = [head, *correctness(mine, spell, cause_named(declared), point), *mask_shape(mine, declared.mask)]
     lines += [*at_n(declared, said, right_word(mine), spell, point), *overflows]
-    lines += [*workloads(declared, spell, point), *unsupported(mine, spell)]
+    contradicting = wrong[wrong["status"] == "wrong"]  # a workload's wrong cells: never said right
+    lines += [*workloads(declared, spell, point, contradicting), *unsupported(mine, spell)]
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
         lines += [f"{busy} Bench again on a quiet machine."] if busy else []

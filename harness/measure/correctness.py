@@ -66,8 +66,8 @@ class GateResult:
     rows_checked: int
     grad_rel_err: float | None = None  # max over dq, dk, dv; None when gradients were not checked
     grad_passed: bool | None = None
-    # where a failing answer errs: a packed batch's worst sequence ("worst: sequence 3 of 8 ..."), or the
-    # query rows of a non-finite answer ("at query row 0 only")
+    # where a failing answer errs: a pack's or a paged cache's worst sequence ("worst: sequence 3 of 8 ..."),
+    # or the query rows of a non-finite answer ("at query row 0 only")
     where: str = ""
     hint: str = ""  # a failing gate's likely cause, when one is recognised (likely_cause)
     # a quantising variant's recipe (Capability.quant; "" for the others): rel_err is then against the rounded
@@ -168,9 +168,10 @@ def gate(
     rounded, and the rounding's error is reported apart (see the module docstring). approximate: a
     declared approximation's bound (Capability.approximate), the tolerance where it is larger than the
     dtype's. In a packed batch
-    (cu_seqlens) a failing gate names the sequence that errs most (GateResult.where).
+    (cu_seqlens) or a paged cache (block_table) a failing gate names the sequence that errs most
+    (GateResult.where).
     """
-    dtype, packed = str(q.dtype).removeprefix("torch."), cu_seqlens is not None
+    dtype = str(q.dtype).removeprefix("torch.")
     tol = max(TOLERANCE.get(dtype, TOLERANCE["float32"]), approximate)
     rules = dict(causal=causal, causal_align=causal_align, window=window)
     rules.update(cu_seqlens=cu_seqlens, block_table=block_table)
@@ -189,8 +190,11 @@ def gate(
         keep = (~hidden).expand(got.shape[0], got.shape[1], -1, got.shape[3]).to(got.device)
         got, refs = got[keep], [r[keep.to(r.device)] for r in refs]
     max_abs, rel = _errors(got, refs[0])
-    # a pack's sequences each against their own reference: one sequence wrong among long right ones fails
-    worst = located.worst(located.sequences(sampled, whole, rows, cu_seqlens, hidden) if packed else [])
+    # a pack's or a paged cache's sequences each against their own reference: one sequence wrong among long
+    # right ones fails, and a failure names its worst
+    seqs = located.sequences(sampled, whole, rows, cu_seqlens, hidden) if cu_seqlens is not None else []
+    seqs = located.contexts(sampled, whole, key_lengths) if block_table is not None else seqs
+    worst = located.worst(seqs)
     rel = max(rel, worst.rel_err) if worst else rel
     # rows left unwritten fail however little they weigh (an approximation may leave a row without keys)
     bad = located.unwritten(sampled, whole, hidden) if not approximate else torch.zeros(0, dtype=torch.bool)
@@ -244,7 +248,8 @@ def likely_cause(
     packed batch's boundaries ignored, the causal diagonal hidden, the next key shown or the mask aligned the
     other way, the window or the key padding mask one key wider, a paged cache read past its lengths or
     around its page table, the scale left out or ignored; then misread's: the softmax taken over the queries,
-    a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask reversed.
+    a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask reversed, a
+    paged cache's last, partial pages left out.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
@@ -363,13 +368,8 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
     if bool((full != key_lengths).any()):
         said = "it read every slot of each sequence's last page: the context lengths (key_lengths=) ignored"
         yield said, same, {"key_lengths": full}, None
-    pages = (full // page).tolist()  # each sequence's pages, read one after another through the pool
-    in_order = torch.zeros_like(block_table)
-    for b, (start, n) in enumerate(zip(torch.tensor([0, *pages]).cumsum(0).tolist(), pages, strict=False)):
-        in_order[b, :n] = torch.arange(start, start + n)
-    if not torch.equal(in_order, block_table):
-        said = "it read each sequence's pages one after another in the pool, not through block_table"
-        yield said, same, {"block_table": in_order}, None
+    for said, table in _pool_orders(full // page, block_table, pool=k.shape[0]):
+        yield said, same, {"block_table": table}, None
     yield from _tiled_heads(q, k, v, dim=2)  # a pool's heads: (P, page, H_kv, d)
     if causal and q.shape[2] > 1:
         yield "it ignored causal=True among the query tokens", same, {"causal": False}, None
@@ -378,6 +378,31 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
         said = "its causal mask is aligned top-left where the cell asks lower-right"
         said += " (its queries end the context)"
         yield said, (q, *gathered), {"block_table": None, "causal_align": "top-left"}, None
+
+
+def _pool_orders(pages: torch.Tensor, block_table: torch.Tensor, *, pool: int):
+    """(sentence, page table) for each common way of reading a paged cache in pool order, block_table
+    ignored, where it differs from block_table and stays in the pool of `pool` pages: each sequence's pages
+    following the previous one's, each from pool page 0, or each from page b x the table's width (the pool
+    read as a (B, max_pages) grid). pages: (B,) each sequence's pages."""
+    n, width = pages.tolist(), block_table.shape[1]
+    after = torch.tensor([0, *n]).cumsum(0).tolist()
+    starts = {
+        "each sequence's pages one after another in the pool": after[:-1],
+        "every sequence's pages from pool page 0 (pages 0..n-1 for each)": [0] * len(n),
+        f"sequence b's pages from pool page b x {width} (the pool as {width} pages a sequence)": [
+            b * width for b in range(len(n))
+        ],
+    }
+    tried = [block_table]  # a layout that is the table, or an earlier layout (one sequence), is not tried
+    for order, first in starts.items():
+        table = torch.zeros_like(block_table)
+        for b, (start, count) in enumerate(zip(first, n, strict=True)):
+            table[b, :count] = torch.arange(start, start + count)
+        inside = max(s + c for s, c in zip(first, n, strict=True)) <= pool
+        if inside and not any(torch.equal(table, t) for t in tried):
+            tried.append(table)
+            yield f"it read {order}, not through block_table", table
 
 
 def _gathered(pool: torch.Tensor, key_lengths, block_table) -> torch.Tensor:

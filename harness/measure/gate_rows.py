@@ -174,6 +174,7 @@ def implied(label: str) -> bool:
 
 
 SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs
+DECODE_STEP = "paged decode step"  # the label's start of a paged cache's cells of one query (_decode_steps)
 
 
 def span(n: int) -> int:
@@ -217,8 +218,28 @@ def workload_cells(variant, device: str, dtype: str, n: int) -> list[tuple[str, 
     # the other way fails each of its cells, which must not read as the grouped heads' fault
     at = ", ".join(w for w in (where, _aligned(home)) if w)
     cells = [(f"{at}, {said}" if at else said, dataclasses.replace(home, **c)) for said, c in changes]
-    return cells + [
-        (", ".join(w for w in (word, _aligned(cell), said) if w), cell) for word, said, cell in homes
+    return (
+        cells
+        + [(", ".join(w for w in (word, _aligned(cell), said) if w), cell) for word, said, cell in homes]
+        + (_decode_steps(variant, paged) if cap.paged else [])
+    )
+
+
+def _decode_steps(variant, paged) -> list[tuple[str, object]]:
+    """The paged cache's decode step, N_q 1, as every paged run measures it (the paged preset's cells, and
+    bench's): causal lower-right and without a causal mask (bench's paged sweep has both), each where
+    variant takes it. A kernel's one-query fast path (no mask at all, so the last page's slots past the
+    context read) is wrong here and right at N_q 4, whose causal mask hides those slots."""
+    if paged.seq_len == 1:  # the home is a decode step already (a context of one or two keys)
+        return []
+    step = dataclasses.replace(paged, seq_len=1)
+    masked = dataclasses.replace(step, causal=True, causal_align="lower-right")
+    unmasked = dataclasses.replace(step, causal=False, causal_align="top-left")
+    said = f"{DECODE_STEP}, N_q 1 of N_k {paged.seq_k}"
+    return [
+        (", ".join(w for w in (said, _aligned(cell), f"pages of {cell.page_size}") if w), cell)
+        for cell in (masked, unmasked)
+        if _takes(variant, cell)
     ]
 
 

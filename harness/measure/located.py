@@ -1,7 +1,8 @@
 """Where a gated answer errs: by query row (a NaN's rows, the rows a finite answer gets wrong, the rows left
-unwritten) and, in a packed batch, by sequence (each judged against its own reference: the gate's rel_err is
-its worst sequence's). Sequences are numbered from 1, as a person counts them: 'sequence 1 of 8' is the
-first. harness.measure.correctness.gate calls these; they take tensors already on the rows checked.
+unwritten) and, in a packed batch or a paged cache, by sequence (each judged against its own reference: the
+gate's rel_err is its worst sequence's). Sequences are numbered from 1, as a person counts them: 'sequence 1
+of 8' is the first. harness.measure.correctness.gate calls these; they take tensors already on the rows
+checked.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ class Sequence:
     a: int
     b: int
     rel_err: float
+    context: int = 0  # a paged cache's sequence (a batch element): its context length; 0 in a pack
 
     def describe(self) -> str:
         """'sequence 3 of 8 (rows 517..1023, 507 tokens): rel_err 1.0e+00', or '...: non-finite (NaN or
-        inf)'."""
+        inf)'; a paged cache's 'sequence 3 of 8 (context of 45 tokens): rel_err 1.0e+00'."""
         what = "non-finite (NaN or inf)" if math.isinf(self.rel_err) else f"rel_err {self.rel_err:.1e}"
+        if self.context:
+            return f"sequence {self.number} of {self.of} (context of {self.context} tokens): {what}"
         return f"{self.name()}, {self.b - self.a} tokens): {what}"
 
     def name(self) -> str:
@@ -48,15 +52,28 @@ def sequences(got: torch.Tensor, ref: torch.Tensor, rows, cu_seqlens, hidden=Non
         mine = (ids >= a) & (ids < b)
         if not bool(mine.any()):
             continue
-        o, r = got[:, :, mine], ref[:, :, mine]
-        if not bool(torch.isfinite(o).all()):
-            err = math.inf
-        else:
-            denom = float(torch.linalg.vector_norm(r))
-            diff = torch.linalg.vector_norm(o - r)
-            err = float(diff) / denom if denom > 0 else float((o - r).abs().max())
-        out.append(Sequence(s + 1, len(cu) - 1, a, b, err))
+        out.append(Sequence(s + 1, len(cu) - 1, a, b, _rel_err(got[:, :, mine], ref[:, :, mine])))
     return out
+
+
+def contexts(got: torch.Tensor, ref: torch.Tensor, key_lengths) -> list[Sequence]:
+    """Each sequence of a paged cache (batch element b, its context key_lengths[b]) judged alone, as a
+    pack's are: got and ref (B, H, R, d) on the rows checked (a paged cell has no row without keys)."""
+    got, ref = got.detach().to(torch.float64).cpu(), ref.cpu()
+    lengths, n = key_lengths.cpu().tolist(), got.shape[2]
+    return [
+        Sequence(b + 1, len(lengths), 0, n, _rel_err(got[b], ref[b]), context=length)
+        for b, length in enumerate(lengths)
+    ]
+
+
+def _rel_err(o: torch.Tensor, r: torch.Tensor) -> float:
+    """||o - r|| / ||r|| (the largest |o - r| where r is 0), inf where o is not finite."""
+    if not bool(torch.isfinite(o).all()):
+        return math.inf
+    denom = float(torch.linalg.vector_norm(r))
+    diff = torch.linalg.vector_norm(o - r)
+    return float(diff) / denom if denom > 0 else float((o - r).abs().max())
 
 
 def worst(seqs: list[Sequence]) -> Sequence | None:

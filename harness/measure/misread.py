@@ -1,6 +1,7 @@
 """Known mistakes whose answer the reference's rules cannot say (correctness.likely_cause tries them after the
 ones they can): the softmax over the queries, a mask read inverted, a bool mask added to the scores, an
-additive mask subtracted from them, a causal mask of the wrong sense. Each is float64 attention under the
+additive mask subtracted from them, a causal mask of the wrong sense, a paged cache read up to its last full
+page only (its queries still at each context's end). Each is float64 attention under the
 mistake, on the rows a failing answer is read on, with the rows it leaves without a key: the reference's
 float64 attention and its visibility rule (attention64), handed the keys the mistake sees.
 
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 
 import torch
 
-from attnbench.harness.measure.attention64 import attend, heads_repeated, visible
+from attnbench.harness.measure.attention64 import attend, context, heads_repeated, visible
 from attnbench.variants.mods import NONE
 
 OVER_QUERIES_LIMIT = 1 << 24  # scores the softmax-over-queries reading holds (128 MiB in float64)
@@ -43,6 +44,9 @@ def readings(q, k, v, *, rows: torch.Tensor, seen: torch.Tensor, scale, **rules)
     key, (B or 1, 1, R, 1) or None) for each mistake here that can happen in this cell. rows: the query rows
     read (1-D); seen: (B or 1, 1, R, N_k) the keys each of them sees by the cell's rules
     (correctness.visible); rules: the cell's, as correctness.likely_cause has them."""
+    if rules["block_table"] is not None:  # a paged cache: k, v pools of pages, none of the masks below
+        yield from _full_pages_only(q, k, v, rows=rows, scale=scale, **rules)
+        return
     masks = rules["mod"] == NONE and rules["cu_seqlens"] is None and rules["block_table"] is None
     if masks and not bool(seen.all()):  # a mask, handed or made, hides a key of these rows
         yield INVERTED, attend(q, k, v, rows=rows, scale=scale, seen=~seen), _empty(~seen)
@@ -59,6 +63,32 @@ def readings(q, k, v, *, rows: torch.Tensor, seen: torch.Tensor, scale, **rules)
     alt = over_queries(q, k, v, rows=rows, scale=scale, **rules)
     if alt is not None:
         yield OVER_QUERIES, alt, None
+
+
+def _full_pages_only(q, k, v, *, rows, scale, key_lengths, block_table, causal, **_) -> Iterator[tuple]:
+    """A paged cache read up to its last full page: floor(L_b / page) pages where ceil is meant, the last,
+    partly filled page left out (a context shorter than a page reads none). Its queries stay at the
+    context's end (positions L_b - N_q + i), so it is no reading of other key lengths: float64 attention
+    over each context, gathered through block_table, with the keys it leaves out hidden."""
+    page, n_q = k.shape[1], q.shape[2]
+    lengths = key_lengths.to(torch.int64).cpu()
+    read = lengths // page * page
+    if torch.equal(read, lengths):  # every context fills its pages: nothing left out
+        return
+    longest = int(lengths.max())
+    gathered = []  # (B, H_kv, max L, d) each, zero past a context's length
+    for pool in (k, v):
+        out = pool.new_zeros(len(lengths), pool.shape[2], longest, pool.shape[3])
+        for b, length in enumerate(lengths.tolist()):
+            out[b, :, :length] = context(pool, block_table, b, length)
+        gathered.append(out)
+    j = torch.arange(longest)[None, None, None, :]  # (1, 1, 1, max L)
+    seen = (j < read[:, None, None, None]).expand(-1, -1, len(rows), -1)  # (B, 1, R, max L)
+    if causal:  # lower-right within each context: query i sees j <= L_b - N_q + i
+        seen = seen & (j <= (lengths - n_q)[:, None, None, None] + rows.cpu()[None, None, :, None])
+    said = "it read only the full pages of each sequence: the last, partial page left out (floor(L / "
+    alt = attend(q, *gathered, rows=rows, scale=scale, seen=seen)
+    yield said + "page_size) pages where ceil is meant)", alt, _empty(seen)
 
 
 def _empty(seen: torch.Tensor) -> torch.Tensor | None:

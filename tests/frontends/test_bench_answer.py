@@ -552,3 +552,38 @@ def test_a_layout_bug_is_said_once_and_its_other_failures_point_to_it(tmp_path):
     plain = [r for r in rows if r["message"] != bnhd]
     lines = answer(write_run(tmp_path / "p", plain), "kw", "sdpa", declared=Declared(gated=gated, n=100)).full
     assert not any(pointer in line for line in lines), lines
+
+
+def test_a_workload_wrong_in_any_line_is_never_said_correct(tmp_path):
+    """bench said `WRONG float32 (...): it read every slot of each sequence's last page` of its paged
+    sweep's cells (N_q 1) and, two lines on, 'declared workloads correct against float64 ...: paged, causal
+    lower-right, pages of 16' (the gate's N_q 4 cell, whose causal mask hides those slots). A workload is now
+    said correct only where no line of it is wrong: neither a sweep cell of it nor another of its gate
+    cells."""
+    from synthetic import cell, write_run
+
+    from attnbench.harness.measure.gate_rows import GateRow
+    from attnbench.reports.answer import Declared
+
+    said = "it read every slot of each sequence's last page: the context lengths (key_lengths=) ignored"
+    paged = dict(seq_k=256, batch=8, page_size=16, lengths="uniform", causal=True, causal_align="lower-right")
+    rows = [cell("paged_gather", 1, time_ms=1.0, **paged)]
+    rows += [cell("fn", 1, time_ms=1.0, status="wrong", rel_err=0.2, message=f"{GATE}: {said}", **paged)]
+    run = write_run(tmp_path / "r", rows)
+    label = "paged, causal lower-right, pages of 16"
+    gqa = "paged, causal lower-right, 2 k/v heads for 4"
+    right = [GateRow("fn", "cpu", "float32", True, False, "pass", rel_err=2e-7, workload=w)
+             for w in (label, gqa)]  # fmt: skip
+    lines = answer(run, "fn", "paged_gather", declared=Declared(gated=tuple(right), n=100)).lines
+    assert any(line.startswith("WRONG float32") and said in line for line in lines), lines
+    assert not any("workloads correct" in line for line in lines), lines
+    # the gate's own decode step wrong, the sweep right: its N_q 4 cells are not said correct either
+    run = write_run(tmp_path / "ok", [cell(v, 1, time_ms=1.0, **paged) for v in ("paged_gather", "fn")])
+    decode = "paged decode step, N_q 1 of N_k 100, causal lower-right, pages of 16"
+    step = GateRow("fn", "cpu", "float32", True, False, "FAIL", rel_err=0.2, reason=said, workload=decode)
+    window = GateRow("fn", "cpu", "float32", True, False, "pass", rel_err=2e-7, workload="window 16")
+    gated = (*right, step, window)
+    lines = answer(run, "fn", "paged_gather", declared=Declared(gated=gated, n=100)).lines
+    assert any(line.startswith("WRONG declared paged decode step") for line in lines), lines
+    (correct,) = [line for line in lines if "workloads correct" in line]
+    assert correct.endswith("): window 16"), lines  # a workload of its own, right in every line

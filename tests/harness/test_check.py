@@ -149,6 +149,8 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
     assert {w for v, w in by if v == "paged_gather"} == {
         "paged, causal lower-right, 2 k/v heads for 4",
         "paged, causal lower-right, pages of 4",
+        "paged decode step, N_q 1 of N_k 24, causal lower-right, pages of 4",  # what a paged run measures
+        "paged decode step, N_q 1 of N_k 24, pages of 4",  # and bench's non-causal cells
     }
     honest = [r for r in by.values() if r.variant in names[:3]]
     assert {r.status for r in honest} == {"pass"}, [r for r in honest if r.status != "pass"]
@@ -285,8 +287,46 @@ def test_a_paged_kernel_without_causal_masking_is_gated_on_its_pages_unmasked(is
     and no causal masking was 'declared paged, but refused it' for a mask it never claimed."""
     (tmp_path / "p.py").write_text(UNMASKED_PAGED)
     plan = check.prepare(["unmasked_paged"], ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "p.py")])
-    (row,) = [r for r in check.gate_all(plan) if r.workload]
-    assert (row.workload, row.causal, row.status) == ("paged, pages of 4", False, "pass"), row
+    rows = [(r.workload, r.causal, r.status) for r in check.gate_all(plan) if r.workload]
+    step = "paged decode step, N_q 1 of N_k 24, pages of 4"  # its decode step unmasked alone
+    assert rows == [("paged, pages of 4", False, "pass"), (step, False, "pass")], rows
+
+
+FAST_PATH_PAGED = """
+import torch
+from attnbench.variants import register
+from attnbench.variants.paged import gather_pages, visible_keys
+
+@register("fast_path_paged", paged=True, lower_right=True, backward=False)
+def fast_path_paged(q, k, v, *, causal=False, causal_align="top-left", key_lengths, block_table):
+    n_q, page = q.shape[2], k.shape[1]
+    if n_q == 1:  # a decode step's fast path: no mask, so every slot of each last page is read
+        out = q.new_empty(*q.shape[:3], v.shape[-1])
+        for b, n in enumerate(key_lengths.tolist()):
+            whole = -(-n // page) * page
+            kb, vb = (gather_pages(t, block_table[b : b + 1], whole)[0] for t in (k, v))
+            out[b] = torch.nn.functional.scaled_dot_product_attention(q[b], kb, vb)
+        return out
+    n = int(key_lengths.max())
+    kb, vb = (gather_pages(t, block_table, n) for t in (k, v))
+    mask = visible_keys(key_lengths, n_q, n, causal)
+    return torch.nn.functional.scaled_dot_product_attention(q, kb, vb, attn_mask=mask)
+"""
+
+
+def test_a_paged_kernel_wrong_on_its_decode_step_alone_fails_check(isolated_registry, tmp_path):
+    """check's one paged cell had N_q 4 under lower-right causal, whose mask hides the slots past each
+    context: a kernel whose one-query fast path reads them passed check and was wrong in every cell of a
+    paged run (N_q 1). The decode step is gated now, causal lower-right and unmasked, as runs measure it."""
+    (tmp_path / "f.py").write_text(FAST_PATH_PAGED)
+    plan = check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "f.py")])
+    rows = {r.workload: r for r in check.gate_all(plan) if r.workload}
+    assert rows["paged, causal lower-right, pages of 4"].status == "pass", rows
+    steps = [r for w, r in rows.items() if w.startswith("paged decode step, N_q 1 of N_k 24")]
+    assert {r.causal for r in steps} == {True, False}, rows
+    said = "it read every slot of each sequence's last page"
+    assert all(r.status == "FAIL" and r.reason.startswith(said) for r in steps), steps
+    assert check.exit_status(rows.values(), plan.named) == 1
 
 
 UNDECLARED = """
@@ -467,12 +507,17 @@ def test_a_paged_kernel_masking_top_left_is_named_and_its_label_says_the_alignme
     cell's causal alignment, so that its grouped heads' cell does not read as a GQA fault."""
     plan = check.prepare(["top_left_paged"], ["cpu"], ["float32"], 24, variant_files=[str(CHECK_VARIANTS)])
     rows = {r.workload: r for r in check.gate_all(plan) if r.workload}
+    step = "paged decode step, N_q 1 of N_k 24"
     assert set(rows) == {
         "paged, causal lower-right, 2 k/v heads for 4",
         "paged, causal lower-right, pages of 4",
+        f"{step}, causal lower-right, pages of 4",
+        f"{step}, pages of 4",  # no causal mask: nothing to align, right
     }
     said = "its causal mask is aligned top-left where the cell asks lower-right (its queries end the context)"
-    assert all(r.status == "FAIL" and r.reason.startswith(said) for r in rows.values()), rows
+    masked = [r for w, r in rows.items() if w != f"{step}, pages of 4"]
+    assert all(r.status == "FAIL" and r.reason.startswith(said) for r in masked), rows
+    assert rows[f"{step}, pages of 4"].status == "pass", rows
 
 
 def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_registry, tmp_path):

@@ -370,6 +370,97 @@ def test_a_paged_cache_whose_heads_were_tiled_is_named():
     assert result.describe().startswith("it tiled the k/v heads (repeat)"), result.describe()
 
 
+def scattered(pool_pages: int, seed=5):
+    """paged()'s cache in a pool of `pool_pages` pages (more than the contexts need), the table a random
+    choice of them."""
+    g = torch.Generator().manual_seed(seed)
+    table = table_of(torch.randperm(pool_pages, generator=g))
+    q = torch.randn(len(CONTEXTS), H, 2, D, generator=g)
+    k, v = (torch.randn(pool_pages, PAGE, H, D, generator=g) for _ in range(2))
+    return q, k, v, table
+
+
+def first_pages(firsts):
+    """The page table a kernel reads without block_table: sequence b's pages firsts[b], firsts[b] + 1, ..."""
+    counts = (-(-CONTEXTS // PAGE)).tolist()
+    table = torch.zeros(len(counts), max(counts), dtype=torch.long)
+    for b, (first, n) in enumerate(zip(firsts, counts, strict=True)):
+        table[b, :n] = torch.arange(first, first + n)
+    return table
+
+
+def full_pages_only(q, k, v, table):
+    """floor(L / page) pages where ceil is meant: each context's last, partial page left out, its queries
+    still at the context's end (a context shorter than a page would see no key)."""
+    outs, n_q = [], q.shape[2]
+    for b, length in enumerate(CONTEXTS.tolist()):
+        ids = table[b, : -(-length // PAGE)]
+        kb, vb = (t[ids].flatten(0, 1)[:length].transpose(0, 1)[None] for t in (k, v))
+        i, j = torch.arange(n_q)[:, None], torch.arange(length)[None, :]
+        hide = (j > length - n_q + i) | (j >= length // PAGE * PAGE)
+        outs.append(attention(q[b : b + 1], kb, vb, mask=hide))
+    return torch.cat(outs)
+
+
+PAGED_RULES = dict(causal=True, key_lengths=CONTEXTS, causal_align="lower-right")
+WIDTH = int((-(-CONTEXTS // PAGE)).max())  # the table's width: each sequence's most pages
+
+
+@pytest.mark.parametrize(
+    "firsts, said",
+    [
+        ([0, 0, 0], "it read every sequence's pages from pool page 0 (pages 0..n-1 for each), not through"),
+        ([0, WIDTH, 2 * WIDTH], f"it read sequence b's pages from pool page b x {WIDTH} (the pool as"),
+        ([0, 4, 6], "it read each sequence's pages one after another in the pool, not through block_table"),
+    ],
+    ids=["each-from-page-0", "a-row-of-the-pool-each", "one-after-another"],
+)  # fmt: skip
+def test_a_paged_cache_read_in_pool_order_is_named_whichever_order(firsts, said):
+    """The commonest way to forget the page table, pages 0..n-1 for every sequence (arange(n_pages)), was
+    a bare rel_err: only the pages of each sequence following the previous one's were named."""
+    q, k, v, table = scattered(3 * WIDTH)
+    got = decode(q, k, v, first_pages(firsts), CONTEXTS)
+    result = correctness.gate(got, q, k, v, block_table=table, **PAGED_RULES)
+    assert not result.passed and result.describe().startswith(said), result.describe()
+
+
+def test_a_paged_cache_without_its_last_partial_page_is_named_and_its_worst_sequence_too():
+    """floor(L / page) pages where ceil is meant was 'it left query rows unwritten' where a context was
+    shorter than a page, else a bare rel_err; and a paged failure named no sequence, as a pack's does."""
+    q, k, v, table = paged()
+    result = correctness.gate(full_pages_only(q, k, v, table), q, k, v, block_table=table, **PAGED_RULES)
+    text = result.describe()
+    assert not result.passed and text.startswith("it read only the full pages of each sequence: the last,")
+    # sequence 2's context of 12 loses 4 of its keys, sequence 1's of 29 loses 5, sequence 3's none
+    errs = [correctness.gate(o[None], q[b : b + 1], k, v, block_table=table[b : b + 1], causal=True,
+                             key_lengths=CONTEXTS[b : b + 1], causal_align="lower-right").rel_err
+            for b, o in enumerate(full_pages_only(q, k, v, table))]  # fmt: skip
+    worst = max(range(3), key=lambda b: errs[b])
+    named = f"worst: sequence {worst + 1} of 3 (context of {int(CONTEXTS[worst])} tokens): rel_err"
+    assert named in text, text
+    assert errs[2] < 1e-6 < errs[worst] and result.rel_err == pytest.approx(errs[worst]), errs
+
+
+def test_a_right_paged_answer_and_an_unrelated_mistake_are_not_named_a_misread_table():
+    """The pool orders and the full pages are tried only where they explain the answer: a right one passes
+    unnamed, a scale left out is named as that, and a table of other scattered pages (no pool order) is
+    named as none of them."""
+    q, k, v, table = scattered(3 * WIDTH)
+    right = correctness.gate(decode(q, k, v, table, CONTEXTS), q, k, v, block_table=table, **PAGED_RULES)
+    assert right.passed and not right.hint and not right.where, right.describe()
+    outs = []  # each context's queries at its end, the scale left out
+    for b, length in enumerate(CONTEXTS.tolist()):
+        ids = table[b, : -(-length // PAGE)]
+        kb, vb = (t[ids].flatten(0, 1)[:length].transpose(0, 1)[None] for t in (k, v))
+        hide = torch.ones(2, length, dtype=torch.bool).triu(length - 1)
+        outs.append(attention(q[b : b + 1], kb, vb, mask=hide, scale=1.0))
+    unscaled = correctness.gate(torch.cat(outs), q, k, v, block_table=table, **PAGED_RULES)
+    assert unscaled.hint.startswith("it left out the scale"), unscaled.describe()
+    other = scattered(3 * WIDTH, seed=6)[3]  # other pages than the table's, in no pool order
+    wrong = correctness.gate(decode(q, k, v, other, CONTEXTS), q, k, v, block_table=table, **PAGED_RULES)
+    assert not wrong.passed and not wrong.hint and "worst: sequence" in wrong.where, wrong.describe()
+
+
 def _tail_unwritten(q, k, v, block=32):
     """A kernel that assumes N is a multiple of its block: the rows past the last full one stay zero."""
     out = torch.zeros_like(q)
