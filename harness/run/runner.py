@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -85,6 +86,8 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
     check_cpu_affinity(sweep.settings.cpu_affinity)
     for path in variant_files:
         variants.load_variant_file(path)
+    for said in fingerprint.env_set_by_imports(variant_files, variants.registry.ENV_CHANGED):
+        print(f"attnbench: warning: {said}", file=sys.stderr, flush=True)
     names = list(sweep.variants) or default_variants()
     variants.resolve(names)  # names every unknown variant at once
     if "cuda" in sweep.devices:
