@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -38,6 +39,7 @@ from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift, integrity
 from attnbench.results.formulas import where_key
 from attnbench.results.load import tile_failed, tile_sentences
+from attnbench.results.rowfile import RowWarning
 from attnbench.results.store import (
     SHIPPED,
     is_run_dir,
@@ -47,6 +49,7 @@ from attnbench.results.store import (
     read_rows,
     shard_rows_to_add,
 )
+from attnbench.results.visits import skipped_lines as journal_skipped
 from attnbench.variants import shipped
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -229,6 +232,8 @@ def run(
         try:
             start, chosen_executor, packed = _checked(request)
             done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
+            for said in journal_skipped(path) if resume else ():  # as rows.jsonl's lines are warned of
+                warnings.warn(said, RowWarning, 2)
             if request.dry_run:
                 return RunSummary(path=path, forecast=forecast(start, done))
             cells = complete_cells(path, forecast(start, done)) if resume else None
