@@ -90,7 +90,7 @@ class Added:
 STATES = {
     "added": "added", "updated": "updated", "unchanged": "unchanged", "older": "older copy left out",
     "stopped": "recorded with no cells",
-    "empty": "with no cells left out", "other": "folders holding no run left out",
+    "empty": "with no cells left out", "other": "holding no run left out",
     "kept": "kept as the store held them, their directories gone",
     "dropped": "dropped, their directories gone",
 }  # fmt: skip
@@ -418,7 +418,9 @@ def _relate(w: _Work, pairs: frozenset[tuple[str, str]], same: _Run, known: _Kno
         )
     elif same.digest == w.digest:
         w.state, w.rows = "unchanged", []
-    elif damaged := next(((p, d[0]) for p in (w.run, Path(same.path)) if (d := _damage(p))), None):
+    elif same.work is not None and (
+        damaged := next(((p, d[0]) for p in (w.run, same.work.run) if (d := _damage(p))), None)
+    ):  # two copies given at once, with different rows: which is the run is not for attnbench to guess
         raise RunDirError(
             f"{w.run} and {same.path} are both run {rid} with different rows, and in {damaged[0]} "
             f"{damaged[1]}: add only the one to keep"

@@ -20,7 +20,7 @@ from typing import Any
 
 from .formulas import NOISY_NOTE, counted, median_rates, noisy_note, summarize
 from .integrity import WRITTEN, Tracked
-from .rowfile import scan
+from .rowfile import read_lines, scan
 from .schema import PHASE_COLUMNS, float_list
 from .spreads import VISIT_SPREAD_FLOOR
 from .store import _append_all, _write_error, read_rows
@@ -207,9 +207,9 @@ def skipped_lines(path: str | Path) -> list[str]:
 
 def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     """cell_id -> its visits' rows from visits.jsonl, in visit order (1, 2, ... as long as they follow on
-    from 1; a torn or corrupt line is skipped: the loader and a resume warn of it once, skipped_lines)."""
+    from 1; a torn or corrupt line is skipped with a warning naming it)."""
     found: dict[str, dict[int, dict[str, Any]]] = {}
-    for _, rec in scan(Path(path) / VISITS)[0]:
+    for _, rec in read_lines(Path(path) / VISITS):
         if isinstance(rec.get("visit"), int) and isinstance(rec.get("row"), dict):
             found.setdefault(rec["cell_id"], {})[rec["visit"]] = rec["row"]
     out: dict[str, list[dict[str, Any]]] = {}

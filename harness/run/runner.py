@@ -232,12 +232,12 @@ def run(
         try:
             start, chosen_executor, packed = _checked(request)
             done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
-            for said in journal_skipped(path) if resume else ():  # as rows.jsonl's lines are warned of
-                warnings.warn(said, RowWarning, 2)
             if request.dry_run:
+                _warn_journal(path, resume)
                 return RunSummary(path=path, forecast=forecast(start, done))
             cells = complete_cells(path, forecast(start, done)) if resume else None
             if cells is not None:  # no worker started, nothing written (the CLI says so before it gets here)
+                _warn_journal(path, resume)
                 return RunSummary(path=path, resumed=cells, notes=[f"nothing to resume: {path} is complete"])
             # what the executor needs that can still fail (a private Ray cluster), before anything is written
             held.enter_context(chosen_executor.session())
@@ -595,6 +595,13 @@ def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress:
     numerics = _numerics(start.sweep, start.names, local)
     writer.write_json(NUMERICS_FILE, numerics)
     return _probe_notes(numerics["probe"], numerics["tiles"])
+
+
+def _warn_journal(path: Path, resume: bool) -> None:
+    """A resume that plans no visit (a dry run, a complete run) warns of the lines of visits.jsonl it would
+    skip, as of rows.jsonl's; one that plans reads the journal and warns there (harness.run.plan)."""
+    for said in journal_skipped(path) if resume else ():
+        warnings.warn(said, RowWarning, 3)
 
 
 def complete_cells(path: Path, planned: estimate.Forecast) -> int | None:
