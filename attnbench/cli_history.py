@@ -41,7 +41,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     from attnbench.results import history
 
     with bad_input():
-        added = history.rebuild(args.store, gone=args.gone)
+        added = history.rebuild(args.store, gone=args.gone, runs=args.run_dirs)
     _summary("rebuilt", added, args.store)
     return 0
 
@@ -197,6 +197,13 @@ def add_history(sub) -> None:
     _store_option(a)
     a.set_defaults(func=cmd_add)
     r = hist.add_parser("rebuild", help="make the store again from the run directories it recorded")
+    r.add_argument(
+        "run_dirs",
+        nargs="*",
+        metavar="RUN",
+        help="runs to add as well (a run, or a folder of runs): what a damaged store, which cannot say what "
+        "it recorded, is made again from",
+    )
     _store_option(r)
     r.add_argument(
         "--gone",

@@ -17,48 +17,41 @@ docs/experiments/history.md, `benchmarks/history_storage.py`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import devices
+from . import devices, history_file
 from .axes import AXES, FOLLOWS, QUIET, sweep_identity
 from .formulas import counted
+from .history_file import VERSION, DamagedStore, StoreError, check_writable, is_new  # noqa: F401 (re-exported)
+from .history_find import find_runs, runs_and_others  # noqa: F401 (find_runs re-exported)
+from .integrity import changed_files
 from .rowfile import readable_bytes
-from .schema import COLUMNS, UPGRADE
+from .schema import COLUMNS
 from .store import (
     META,
     ROWS,
     SHARDS,
     RunDirError,
     no_cells_text,
-    not_there,
     read_meta,
     read_rows,
-    runs_inside,
+    skipped_rows,
     uncollected_rows,
     unfinished,
     unstarted_below,
     writer_holder,
 )
-from .writable import why_unwritable
 
 DEFAULT_STORE = "runs/history.sqlite"
-FORMAT = "attnbench-history"
-# the store's own layout. A store of an older one is refused in one line, and `rebuild` makes it again in this
-# one; a store of a newer one was made by a newer attnbench, and is refused with what to upgrade.
-# (2: cells keep a declared approximation's bound, `approximate`; 3: runs keep their `origin`, so that two
-# runs with one run_id and created time are told apart; 4: runs keep the sha256 of attnbench's code,
-# `code_sha256`, which tells two installs apart where no commit is recorded; 5: runs keep which sweep they
-# are, `sweep` (axes.sweep_identity), so that MISSING compares a run with the run before it of its sweep;
-# 6: runs keep the `machines` their meta.json plans, so that a run with no cells is on them: `runs`)
-VERSION = 6
 
 # a run's columns: what it is, where it is, and its set-up as its fingerprint recorded it
 RUN_COLUMNS = (
@@ -73,24 +66,16 @@ CELL_COLUMNS = (
     "time_ms_p25", "time_ms_p75", "tflops", "peak_mem_bytes", "variant_source", "cal_matmul_tflops",
     "cal_copy_gbps", "finished_at", "approximate",
 )  # fmt: skip
-_SCHEMA = (
-    "CREATE TABLE info (key TEXT PRIMARY KEY, value TEXT)",
-    f"CREATE TABLE runs ({', '.join(RUN_COLUMNS)}, PRIMARY KEY (run_key))",
-    f"CREATE TABLE cells ({', '.join(CELL_COLUMNS)}, PRIMARY KEY (run_key, cell_id))",
-    "CREATE INDEX cells_by_series ON cells (machine, cell_id)",
-)
-
-
-class StoreError(ValueError):
-    """The store is not one (a corrupt file, another tool's database, another version): one line."""
+_SCHEMA = history_file.schema(RUN_COLUMNS, CELL_COLUMNS)
 
 
 @dataclass(frozen=True)
 class Added:
     """What `add` did with one run: 'added', 'updated' (its rows changed: a resume), 'unchanged', 'older' (a
         copy of a run the store holds more of: not written), 'stopped' (a run with no rows, stopped before its
-    first: recorded with no cells, so that `history check` fails on what it lacks) or 'empty' (a directory
-    without meta.json: not recorded); what `rebuild`
+    first: recorded with no cells, so that `history check` fails on what it lacks), 'empty' (a directory a
+    run's start left, without meta.json: not recorded) or 'other' (a folder below those given that holds no
+    run: not recorded); what `rebuild`
         did with a run whose directory is gone: 'kept' (the cells the store held) or 'dropped'. `notes` are
         sentences for the user: an unfinished run, another run of the same run_id, an older copy."""
 
@@ -105,98 +90,15 @@ class Added:
 STATES = {
     "added": "added", "updated": "updated", "unchanged": "unchanged", "older": "older copy left out",
     "stopped": "recorded with no cells",
-    "empty": "with no cells left out", "kept": "kept as the store held them, their directories gone",
+    "empty": "with no cells left out", "other": "holding no run left out",
+    "kept": "kept as the store held them, their directories gone",
     "dropped": "dropped, their directories gone",
 }  # fmt: skip
 
 
-def find_runs(path: str | Path) -> list[Path]:
-    """The run `path` is, or every run below the folder `path` (a run set, a folder of runs, nested); a
-    RunDirError in one line when it is neither."""
-    p = Path(path)
-    if (p / META).is_file():
-        read_meta(p)  # a damaged meta.json or another schema version: one line, before anything is written
-        return [p]
-    if not p.is_dir():
-        raise not_there(path)
-    found = list(runs_inside(p))
-    for child in sorted(c for c in p.iterdir() if c.is_dir() and not (c / META).is_file()):
-        found += [r for r in _runs_below(child)]
-    if not found:
-        read_meta(p)  # says what the folder is (stopped while starting, or no run at all)
-    for run in found:
-        read_meta(run)
-    return found
-
-
-def _runs_below(p: Path) -> Iterable[Path]:
-    try:
-        children = sorted(c for c in p.iterdir() if c.is_dir())
-    except OSError:
-        return
-    for c in children:
-        if (c / META).is_file():
-            yield c
-        else:
-            yield from _runs_below(c)
-
-
 def _connect(store: Path, *, create: bool, any_version: bool = False) -> sqlite3.Connection:
-    """The store, checked: StoreError when the file is not an attnbench history store of this VERSION (of
-    this or an older version with `any_version`: what `rebuild` reads; the file is left as it was). A missing
-    store, or an empty file (nothing in it to lose: `touch`ed, or made by SQLite itself), is made a new store
-    only when `create`."""
-    empty = store.is_file() and store.stat().st_size == 0
-    if not store.exists() or empty:
-        if not create:
-            if empty:
-                raise StoreError(
-                    f"{store} is an empty file, not a history store yet (`attnbench history add RUN... "
-                    f"--store {store}` makes one there)"
-                )
-            raise StoreError(f"no history store at {store} (`attnbench history add RUN...` makes one)")
-        store.parent.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(store)
-        with con:
-            for statement in _SCHEMA:
-                con.execute(statement)
-            con.executemany("INSERT INTO info VALUES (?, ?)", [("format", FORMAT), ("version", str(VERSION))])
-        return con
-    if store.is_dir():
-        raise StoreError(f"{store} is a directory, not a history store (give the store's file)")
-    con = sqlite3.connect(f"file:{store}?mode=rw", uri=True)
-    try:
-        info = dict(con.execute("SELECT key, value FROM info").fetchall())
-    except sqlite3.DatabaseError as exc:  # not a database, or a database without our tables
-        con.close()
-        raise StoreError(f"{store} is not an attnbench history store ({exc})") from None
-    problem = _version_problem(store, info, any_version)
-    if problem:
-        con.close()
-        raise StoreError(problem)
-    return con
-
-
-def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> str | None:
-    """Why the store's info is not one this attnbench reads (another format, a newer version, an older one
-    unless `any_version`), or None."""
-    if info.get("format") != FORMAT:
-        return f"{store} is not an attnbench history store (its format is {info.get('format')!r})"
-    version = str(info.get("version"))
-    if not version.isdigit():
-        return f"{store} is not an attnbench history store (its version is {info.get('version')!r})"
-    if int(version) > VERSION:
-        return (
-            f"{store} was made by a newer attnbench (a history store of version {version}; this attnbench "
-            f"reads version {VERSION}): {UPGRADE}"
-        )
-    if int(version) < VERSION and not any_version:
-        return (
-            f"{store} is a history store of version {version}; this attnbench reads version {VERSION}: make "
-            f"it again with `attnbench history rebuild --store {store}`, which reads each recorded run again "
-            "(`--gone keep` keeps what the store holds of runs whose directories are gone)"
-        )
-    return None
+    """The store, checked (history_file.connect); made new only when `create`."""
+    return history_file.connect(store, _SCHEMA, create=create, any_version=any_version)
 
 
 def rows_digest(run: str | Path) -> str:
@@ -301,12 +203,21 @@ def cell_records(
 def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     """Record runs (a run, a run set, a folder of runs) into the store, creating it: all of them in one
     transaction, or none (every path is read and checked before the store is touched; a run a live process
-    is still writing is refused). A run already there with the same rows is 'unchanged'; one whose rows
-    grew since (a resume) is 'updated'; a copy of it with fewer rows is 'older' and not written. Another run
-    with the same run_id and created time is kept beside it; one that cannot be told from it is refused
-    naming both paths (_same_run)."""
+    is still writing is refused, and so is a run that cannot be read: a folder of runs is added whole or not
+    at all). A run already there with the same rows is 'unchanged'; one whose rows grew since (a resume) is
+    'updated'; a copy of it with fewer rows is 'older' and not written. Two copies of one run with the same
+    rows are recorded once, from the copy attnbench's files say is as it wrote it (results.integrity).
+    Another run with the same run_id and created time is kept beside it; one that cannot be told from it is
+    refused naming both paths (_same_run). A folder below that holds no run is said, not recorded. Two adds
+    into one store take turns (history_file.locked)."""
     store = Path(store)
-    runs = list(dict.fromkeys(r.resolve() for p in paths for r in find_runs(p)))
+    runs: list[Path] = []
+    other: list[Path] = []
+    for p in paths:
+        found, left = runs_and_others(p)
+        runs += [r.resolve() for r in found]
+        other += [o.resolve() for o in left]
+    runs = list(dict.fromkeys(runs))
     if not runs:
         raise RunDirError("no run given")
     for run in runs:
@@ -316,14 +227,38 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
                 f"{run} is still being written (by {holder}): add it once that run has finished"
             )
     unstarted = list(dict.fromkeys(d.resolve() for p in paths for d in unstarted_below(p)))
+    with history_file.locked(store):
+        work = _write(store, runs)
+    said = [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
+    return (
+        said
+        + [
+            Added(
+                d,
+                "",
+                0,
+                "empty",
+                (f"{d} has no cells (stopped before its meta.json was written): not added",),
+            )
+            for d in unstarted
+        ]
+        + [
+            Added(o, "", 0, "other", (f"{o} holds no run (no {META} in it or below it): left out",))
+            for o in dict.fromkeys(other)
+        ]  # fmt: skip
+    )
+
+
+def _write(store: Path, runs: list[Path]) -> list[_Work]:
+    """Plan each run against what the store holds, then write them in one transaction."""
     known = _Known.of(store)  # a bad store is refused before any run is read
     try:
-        _check_writable(store)
+        check_writable(store)
         work = [_plan(run, known) for run in runs]
     finally:
         known.close()
     existed = store.exists()
-    new = not existed or store.stat().st_size == 0
+    new = is_new(store)
     if existed or any(w.write for w in work):  # nothing to add makes no store where there was none
         con = _connect(store, create=True)
         try:
@@ -338,11 +273,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
             raise StoreError(f"--store {str(store)!r} cannot be written: {exc}") from None
         finally:
             con.close()
-    said = [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
-    return said + [
-        Added(d, "", 0, "empty", (f"{d} has no cells (stopped before its meta.json was written): not added",))
-        for d in unstarted
-    ]
+    return work
 
 
 def _pair(row: dict[str, Any]) -> tuple[str, str]:
@@ -474,12 +405,26 @@ def _relate(w: _Work, pairs: frozenset[tuple[str, str]], same: _Run, known: _Kno
     w.key = same.key
     theirs = known.pairs(same)
     rid = w.meta.get("run_id")
-    if same.digest == w.digest:
-        w.state, w.rows = "unchanged", []
-        if same.work is not None:  # the same files twice in one add: written once
-            w.write = False
+    if same.digest == w.digest and same.work is not None:  # the same rows twice in one add: written once
+        first, changed = same.work, _damage(same.work.run)
+        if not changed or _damage(w.run):  # the first copy, unless only it was changed
+            w.state, w.write, w.rows = "unchanged", False, []
             w.notes.append(f"{w.run} is the same run as {same.path}: recorded once")
             return
+        w.state, first.state, first.write, first.rows = first.state, "unchanged", False, []
+        w.rows = w.rows if w.state != "unchanged" else []
+        first.notes.append(
+            f"{first.run} is the same run as {w.run}, but its {changed[0]}: recorded once, from {w.run}"
+        )
+    elif same.digest == w.digest:
+        w.state, w.rows = "unchanged", []
+    elif same.work is not None and (
+        damaged := next(((p, d[0]) for p in (w.run, same.work.run) if (d := _damage(p))), None)
+    ):  # two copies given at once, with different rows: which is the run is not for attnbench to guess
+        raise RunDirError(
+            f"{w.run} and {same.path} are both run {rid} with different rows, and in {damaged[0]} "
+            f"{damaged[1]}: add only the one to keep"
+        )
     elif theirs <= pairs:  # every row it has, and more: a resume, or a fuller copy
         w.state = "updated"
         if same.work is not None:
@@ -498,6 +443,12 @@ def _relate(w: _Work, pairs: frozenset[tuple[str, str]], same: _Run, known: _Kno
             "one to keep"
         )
     same.digest, same.pairs, same.path, same.work = w.digest, pairs, str(w.run), w
+
+
+def _damage(run: str | Path) -> list[str]:
+    """What says a copy of a run is not as attnbench wrote it: the changes its written.json records or
+    finds (results.integrity), else the lines of its rows.jsonl a reader skips; [] for an intact copy."""
+    return changed_files(run) or [f"{ROWS} has a line that is no row ({s})" for s in skipped_rows(run)]
 
 
 def _older(w: _Work, newer: Path, cells: int) -> None:
@@ -522,34 +473,46 @@ def _record(con: sqlite3.Connection, store: Path, w: _Work) -> None:
     )
 
 
-def _check_writable(store: Path) -> None:
-    """StoreError naming --store when the store (or, where it is not yet, its folder) cannot be written:
-    SQLite writes its journal beside the file, so the folder is asked either way (results.writable)."""
-    folder = store.parent
-    why = why_unwritable(folder)
-    if why:
-        raise StoreError(f"--store {str(store)!r}: its folder {str(folder)!r} {why}")
-    if store.exists() and not os.access(store, os.W_OK):
-        raise StoreError(f"--store {str(store)!r} is read-only: the store cannot be written")
-
-
 GONE = ("keep", "drop")  # what `rebuild --gone` does with a recorded run whose directory is gone
 
 
-def rebuild(store: str | Path, *, gone: str | None = None) -> list[Added]:
+def rebuild(store: str | Path, *, gone: str | None = None, runs: Sequence[str | Path] = ()) -> list[Added]:
     """Make the store again from its runs' own directories, in this version (a store of an older version, or
-    one to trust again): written beside it and moved into place, so that a rebuild that fails leaves the old
-    store. A recorded run whose directory is gone (a retention policy removed it) is refused in one line
-    naming the first, unless `gone` says what to do: 'keep' keeps what the store holds of it (its run record
-    and cells, the columns an older store lacked left empty), 'drop' leaves it out."""
+    one to trust again), and from the runs `runs` names (a run, or a folder of runs): written beside it and
+    moved into place, so that a rebuild that fails leaves the old store. A recorded run whose directory is
+    gone (a retention policy removed it) is refused in one line naming the first, unless `gone` says what to
+    do: 'keep' keeps what the store holds of it (its run record and cells, the columns an older store lacked
+    left empty), 'drop' leaves it out. A damaged store (history_file.DamagedStore) is made again from the
+    runs it still names, if SQLite can read them, and `runs`; it is set aside under its name + '.damaged',
+    never removed, and the first run's notes say where."""
     store = Path(store)
     if gone not in (None, *GONE):
         raise ValueError(f"--gone takes {' or '.join(GONE)}, not {gone!r}")
-    con = _connect(store, create=False, any_version=True)
+    with history_file.locked(store):
+        return _rebuild(store, gone, runs)
+
+
+def _rebuild(store: Path, gone: str | None, runs: Sequence[str | Path]) -> list[Added]:
+    given = [r.resolve() for p in runs for r in find_runs(p)]  # a bad run: one line, before the store
+    damaged = None
     try:
-        recorded = con.execute("SELECT run_key, run_id, path FROM runs ORDER BY created, run_id").fetchall()
-    finally:
-        con.close()
+        con = _connect(store, create=False, any_version=True)
+    except DamagedStore as exc:
+        damaged = exc
+        recorded = history_file.recorded_in_damaged(store) or []
+        if not recorded and not given:
+            raise StoreError(
+                f"{store} is damaged ({exc.why}) and the runs it recorded cannot be read from it: name them, "
+                f"`attnbench history rebuild RUN... --store {store}` (a run, or a folder of runs)"
+            ) from None
+        gone = gone or "drop"  # what a damaged store held of a run cannot be copied
+    else:
+        try:
+            recorded = con.execute(
+                "SELECT run_key, run_id, path FROM runs ORDER BY created, run_id"
+            ).fetchall()
+        finally:
+            con.close()
     paths = {key: Path(os.path.normpath(store.parent / p)) for key, _, p in recorded}
     missing = [(key, rid) for key, rid, _ in recorded if not (paths[key] / META).is_file()]
     if missing and gone is None:
@@ -560,19 +523,25 @@ def rebuild(store: str | Path, *, gone: str | None = None) -> list[Added]:
             "(keep what the store holds of them) or --gone drop (leave them out)"
         )
     gone_keys = {key for key, _ in missing}
-    present = [paths[key] for key, _, _ in recorded if key not in gone_keys]
+    present = [paths[key] for key, _, _ in recorded if key not in gone_keys] + given
     fresh = store.with_name(store.name + ".rebuild")
     fresh.unlink(missing_ok=True)
     try:
         _connect(fresh, create=True).close()
         kept = _copy_runs(store, fresh, [key for key, _ in missing]) if gone == "keep" else {}
         added = add(fresh, list(dict.fromkeys(present))) if present else []
+        aside = history_file.set_aside(store) if damaged is not None else None
         os.replace(fresh, store)
     finally:
         fresh.unlink(missing_ok=True)
     left = [Added(paths[key], str(rid), kept.get(key, 0), "kept" if gone == "keep" else "dropped")
             for key, rid in missing]  # fmt: skip
-    return added + left
+    out = added + left
+    if aside is not None and out:
+        out[0] = dataclasses.replace(
+            out[0], notes=(f"the damaged store was set aside as {aside}", *out[0].notes)
+        )
+    return out
 
 
 def _copy_runs(old: Path, fresh: Path, keys: list[str]) -> dict[str, int]:

@@ -7,6 +7,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from attnbench.results.visits import skipped_lines as journal_skipped
+
 from . import devices, drift, integrity, interchange, suspect
 from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, executed_flops, median_rates, tflops
@@ -64,6 +66,8 @@ def load(*paths: str | Path | list[str | Path]):
         _refuse_twice(path, meta, seen)
         metas[meta.get("run_id", Path(path).name)] = meta
         every = read_rows(path)
+        for said in journal_skipped(path):  # as rows.jsonl's: a visit's line torn or corrupt
+            warnings.warn(said, RowWarning, 2)
         for said in integrity.sentences(path, every, read_resumes(path)):  # loud: its numbers may be forged
             warnings.warn(said, integrity.ChangedWarning, 2)
         rows = latest(every)

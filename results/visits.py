@@ -20,7 +20,7 @@ from typing import Any
 
 from .formulas import NOISY_NOTE, counted, median_rates, noisy_note, summarize
 from .integrity import WRITTEN, Tracked
-from .rowfile import read_lines
+from .rowfile import read_lines, scan
 from .schema import PHASE_COLUMNS, float_list
 from .spreads import VISIT_SPREAD_FLOOR
 from .store import _append_all, _write_error, read_rows
@@ -197,6 +197,12 @@ class VisitLog:
         self.fh.close()
         with contextlib.suppress(OSError):  # a full disk was said by the append that met it
             self.tracked.close()
+
+
+def skipped_lines(path: str | Path) -> list[str]:
+    """What a reader says of each line of the run's visits.jsonl it skips (a torn write, a corrupt line), as
+    results.store.skipped_rows says of rows.jsonl's; the loader warns with them."""
+    return [said for _lineno, said in scan(Path(path) / VISITS)[1]]
 
 
 def read_visits(path: str | Path) -> dict[str, list[dict[str, Any]]]:

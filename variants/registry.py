@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.util
+import os
 import pickle
 import sys
 from collections.abc import Callable
@@ -357,6 +358,9 @@ _REGISTRY: dict[str, Variant] = {}
 _LOAD_ERRORS: list[str] = []
 _LOADED = {"builtins": False, "entry_points": False}
 _current_source = ["builtin"]
+# what importing each variant file (by its resolved path) changed in os.environ: {name: (before, after)},
+# None where a variable was unset; the run warns where it is one that changes a measurement
+ENV_CHANGED: dict[str, dict[str, tuple[str | None, str | None]]] = {}
 
 
 def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -520,9 +524,15 @@ def load_variant_file(path: str | Path) -> list[str]:
     module = importlib.util.module_from_spec(spec)
     # the file's sha256 beside its path: an edited kernel is another source to history and its steps
     _current_source[0] = f"file {p}{HASHED}{hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
+    environ = dict(os.environ)
     try:
         sys.modules[mod_name] = module
         spec.loader.exec_module(module)
+        ENV_CHANGED[str(p.resolve())] = {
+            k: (environ.get(k), os.environ.get(k))
+            for k in {*environ, *os.environ}
+            if environ.get(k) != os.environ.get(k)
+        }
     except BaseException as exc:  # a broken file leaves nothing half-registered behind
         sys.modules.pop(mod_name, None)
         for name in set(_REGISTRY) - before:

@@ -229,6 +229,27 @@ def allocator_env(environ: Mapping[str, str] | None = None) -> str:
     return " ".join(found) or "none"
 
 
+def env_set_by_imports(files: Sequence[str | Path], changed: Mapping[str, Mapping[str, tuple]]) -> list[str]:
+    """One line for each variant file whose import changed a variable allocator_env names (threads,
+    allocation) or THP_MEM_ALLOC_ENABLE: every worker of the run starts with the changed environment, so
+    every variant is measured under it. `changed`: variants.registry.ENV_CHANGED."""
+    out = []
+    for f in files:
+        found = changed.get(str(Path(f).resolve())) or {}
+        said = [
+            (f"{k}={new}" if new is not None else f"{k} unset") + (f" (was {old})" if old is not None else "")
+            for k, (old, new) in sorted(found.items())
+            if k.startswith(ALLOCATOR_ENV_PREFIXES) or k == "THP_MEM_ALLOC_ENABLE"
+        ]
+        if said:
+            out.append(
+                f"importing variant file {f} set {', '.join(said)} in the environment every worker of this "
+                "run starts with: every variant is measured so (meta.json records it); give it with --env "
+                "where it is meant"
+            )
+    return out
+
+
 def resume_identity(
     env: Mapping[str, str] | None = None, hosts: Sequence[str] | None = None
 ) -> dict[str, Any]:

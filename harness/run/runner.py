@@ -17,6 +17,8 @@ import json
 import os
 import shutil
 import socket
+import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,6 +39,7 @@ from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
 from attnbench.results import RunWriter, drift, integrity
 from attnbench.results.formulas import where_key
 from attnbench.results.load import tile_failed, tile_sentences
+from attnbench.results.rowfile import RowWarning
 from attnbench.results.store import (
     SHIPPED,
     is_run_dir,
@@ -46,6 +49,7 @@ from attnbench.results.store import (
     read_rows,
     shard_rows_to_add,
 )
+from attnbench.results.visits import skipped_lines as journal_skipped
 from attnbench.variants import shipped
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -85,6 +89,8 @@ def prepare(sweep: SweepSpec, variant_files: list[str]) -> list[str]:
     check_cpu_affinity(sweep.settings.cpu_affinity)
     for path in variant_files:
         variants.load_variant_file(path)
+    for said in fingerprint.env_set_by_imports(variant_files, variants.registry.ENV_CHANGED):
+        print(f"attnbench: warning: {said}", file=sys.stderr, flush=True)
     names = list(sweep.variants) or default_variants()
     variants.resolve(names)  # names every unknown variant at once
     if "cuda" in sweep.devices:
@@ -227,9 +233,11 @@ def run(
             start, chosen_executor, packed = _checked(request)
             done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
             if request.dry_run:
+                _warn_journal(path, resume)
                 return RunSummary(path=path, forecast=forecast(start, done))
             cells = complete_cells(path, forecast(start, done)) if resume else None
             if cells is not None:  # no worker started, nothing written (the CLI says so before it gets here)
+                _warn_journal(path, resume)
                 return RunSummary(path=path, resumed=cells, notes=[f"nothing to resume: {path} is complete"])
             # what the executor needs that can still fail (a private Ray cluster), before anything is written
             held.enter_context(chosen_executor.session())
@@ -587,6 +595,13 @@ def _finish_probe(writer: RunWriter, start: _Start, local: CellRunner, progress:
     numerics = _numerics(start.sweep, start.names, local)
     writer.write_json(NUMERICS_FILE, numerics)
     return _probe_notes(numerics["probe"], numerics["tiles"])
+
+
+def _warn_journal(path: Path, resume: bool) -> None:
+    """A resume that plans no visit (a dry run, a complete run) warns of the lines of visits.jsonl it would
+    skip, as of rows.jsonl's; one that plans reads the journal and warns there (harness.run.plan)."""
+    for said in journal_skipped(path) if resume else ():
+        warnings.warn(said, RowWarning, 3)
 
 
 def complete_cells(path: Path, planned: estimate.Forecast) -> int | None:

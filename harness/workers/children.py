@@ -24,6 +24,11 @@ imports it through harness.workers.isolation); Linux only, a no-op elsewhere.
   that is no live worker; one left in the worker's process group dies with the group).
   A worker spawned instead (pinned to CPUs) has the run's own process as its parent, which is not made a
   subreaper (it is the user's): such a process escapes.
+- A run killed outright (kill -9, the OOM killer) runs no clean-up of its own; its forkserver then ends
+  (its alive pipe closed), and as it ends (`end_below`) it kills its workers with everything below them,
+  so that what a variant started and detached does not run on, re-parented to init. A worker spawned
+  instead (pinned to CPUs: --cpu-affinity) dies with the run (PR_SET_PDEATHSIG), but what its variant
+  detached from it runs on; so does everything, when the forkserver itself is killed outright.
 - In the parent, `kill_tree(pid)` (harness.workers.isolation.Worker.kill): the worker is stopped, its
   descendants are found and killed, then the worker, then its process group (the worker leads its own:
   `own_group`), so nothing outlives a worker killed for a timeout or a crash either; a Ctrl-C meanwhile
@@ -333,6 +338,34 @@ def kill_adopted(server: int, workers: set[int]) -> list[str]:
                 _signal(child, signal.SIGKILL)
         killed.append(f"pid {pid}: {line}")
     return killed
+
+
+def end_below(server: int) -> None:
+    """The forkserver's side as it ends (an atexit hook of harness.workers.preload): its run process is gone
+    (the server ends once the run's end of its alive pipe closes: a run killed outright, kill -9 or the OOM
+    killer, whose own clean-up never ran). Each child of the server in a process group of its own (a worker:
+    own_group; a process a variant detached, adopted here) is stopped with everything below it, then all
+    are killed: a worker would die with the server anyway (PR_SET_PDEATHSIG), but what a variant started and
+    detached from it, the worker's child, would be re-parented to init and run on for good. What the server
+    forked in its own group (a process of the user's own pool where the user's code shares the server) is
+    left alone. Only in the server itself (`server`: its pid), not in a process forked from it."""
+    if not LINUX or os.getpid() != server:
+        return
+    group = os.getpgid(0)
+    stopped: list[int] = []
+    try:
+        for pid in children(server):
+            try:
+                own = os.getpgid(pid) != group
+            except ProcessLookupError:
+                continue
+            if own and _state(pid) not in ("", "Z"):
+                stopped.append(pid)
+                _signal(pid, signal.SIGSTOP)
+                descendants(pid, stopped)
+    finally:
+        for pid in stopped:
+            _signal(pid, signal.SIGKILL)
 
 
 def descendants(pid: int, found: list[int] | None = None) -> list[int]:

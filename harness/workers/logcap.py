@@ -1,5 +1,9 @@
-"""A worker's output, kept within bounds: the first LOG_HEAD_BYTES and the last LOG_TAIL_BYTES of it, with a
-line between them saying how much was left out (a plug-in printing 20 MB a call filled a 168 MB worker.log).
+"""A run's worker log, kept within bounds: the first LOG_HEAD_BYTES and the last LOG_TAIL_BYTES (to twice
+that) of what its workers wrote, with a line between them saying how much was left out (a plug-in printing
+20 MB a call filled a 168 MB worker.log). The bound is the log's, not each worker's: a run that replaces its
+worker (after a crash, a timeout, a variant that changed its state) starts the next one's output where the
+last one's ends, within the same head and tail (a trial's noisy plug-ins wrote 11.6 MB, 4 MB for each of
+its workers).
 
 The worker's stdout and stderr are a pipe (`open_pipe`); a thread of the process that started it (`Drain`)
 copies the pipe into the worker's log as it comes, holding one read and, now and then, one tail in memory:
@@ -11,6 +15,7 @@ and the note. The file always ends with the latest output, which a crashed cell'
 from __future__ import annotations
 
 import os
+import re
 import threading
 from multiprocessing.connection import Connection
 
@@ -19,9 +24,12 @@ LOG_TAIL_BYTES = 2 << 20
 _READ = 1 << 16
 
 
+_NOTE = re.compile(rb"\n?\[attnbench: (\d+) bytes of the workers' output left out here\]\n")
+
+
 def note(dropped: int) -> bytes:
     """The line that stands where output was left out."""
-    return f"[attnbench: {dropped} bytes of this worker's output left out here]\n".encode()
+    return f"[attnbench: {dropped} bytes of the workers' output left out here]\n".encode()
 
 
 class CappedLog:
@@ -30,11 +38,17 @@ class CappedLog:
 
     def __init__(self, path: str, head: int = LOG_HEAD_BYTES, tail: int = LOG_TAIL_BYTES) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.end = os.fstat(self.fd).st_size  # an earlier worker's output stays as it is
-        self.head_left, self.tail = head, tail
+        self.end = os.fstat(self.fd).st_size  # an earlier worker's output: the log's head, or past it
+        self.head_left, self.tail = max(0, head - self.end), tail
         self.mark = -1  # where the note goes: the head's end, once it is full
         self.tail_from = -1  # where the kept tail begins, behind the note
         self.dropped = 0
+        if not self.head_left:  # the head is full already: this worker's output is the log's tail
+            self.mark = self.tail_from = head
+            found = _NOTE.match(os.pread(self.fd, 128, head))  # an earlier worker's note: its count goes on
+            if found:
+                self.dropped = int(found.group(1))
+                self.tail_from = head + found.end()
 
     def write(self, data: bytes) -> None:
         if self.head_left > 0:

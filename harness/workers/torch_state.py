@@ -184,11 +184,13 @@ HARNESS = tuple(f"attnbench.harness.measure.{short}" for short in (
 # the built-in variants' package: every module of it is compared as HARNESS's are (a plug-in that replaces
 # grouped.scores changes naive's answer and time)
 VARIANTS = "attnbench.variants"
-# module-level state, not tables: set while a cell runs, or a cache its variant fills
+# module-level state, not tables: set while a cell runs, a cache its variant fills, or what importing a
+# variant file did
 NOT_TABLES = frozenset({
     "attnbench.harness.measure.failures._ARMED", "attnbench.harness.measure.memory.HOLDINGS",
     "attnbench.variants.flex._PLANS", "attnbench.variants.registry._REGISTRY",
     "attnbench.variants.registry._LOAD_ERRORS", "attnbench.variants.registry._LOADED",
+    "attnbench.variants.registry.ENV_CHANGED",
 })  # fmt: skip
 # the aten operators attention code and the float64 gate run: a kernel registered over one of them (through
 # torch.library, for any dispatch key) runs in every later cell. Each is read as torch's dispatcher dumps it,

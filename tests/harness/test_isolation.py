@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -560,3 +561,36 @@ def test_a_callable_the_worker_cannot_import_is_one_error_naming_why(tmp_path, m
         "in a module reaches the workers by reference: they import its module afresh)"
     )
     assert not (tmp_path / "r").exists()
+
+
+def test_a_run_killed_outright_leaves_no_process_its_variant_detached(tmp_path):
+    """kill -9 of the run while a cell hangs after starting a sleeper in a session of its own: the worker died
+    with the forkserver, and the sleeper, the worker's child, was re-parented to init and ran on for good.
+    The forkserver now kills its workers' trees as it ends."""
+    from conftest import DATA
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    args = ["run", "--variant-file", str(DATA / "taint_variants.py"), "--variants", "taint_child_hang",
+            "--seq-len", "32", "--heads", "2", "--budget-ms", "5", "--warmup-ms", "1", "--calibrate-ms",
+            TEST_CALIBRATE_MS, "--cell-timeout", "300", "-q", "--env", f"ATTNBENCH_TEST_PIDS={pids}", "--out",
+            str(tmp_path / "r")]  # fmt: skip
+    env = {**cli_env(), "ATTNBENCH_TEST_PIDS": str(pids)}
+    proc = subprocess.Popen([sys.executable, "-m", "attnbench", *args], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not started and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            started = [int(p.stem) for p in pids.iterdir()]
+        assert started, proc.stderr.read() if proc.poll() is not None else "no sleeper started in 120 s"
+        proc.kill()  # SIGKILL: the run's own clean-up never runs
+        proc.wait()
+        for pid in started:
+            assert process_gone(pid, 10), f"pid {pid} ran on after its run was killed"
+    finally:
+        proc.kill()
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -212,3 +212,39 @@ def test_the_snapshot_names_each_change_and_restore_puts_it_back():
     expected_left = [] if got["root"] else ["nice 0 → 5 on 1 thread"]
     assert got["left"] == expected_left and got["after"] == expected_left
     assert got["gc"] is True and got["timer"] == 0.0 and got["cpus"] is True and got["nofile"] is True
+
+
+IMPORT_ENV = """
+import os
+
+from attnbench import variants
+
+os.environ["OMP_NUM_THREADS"] = "1"  # at import: every worker of the run starts with it
+
+
+@variants.register("import_env", description="naive; its file's import sets OMP_NUM_THREADS=1")
+def import_env(q, k, v, **kw):
+    return variants.get("naive").fn(q, k, v, **kw)
+"""
+
+
+def test_an_import_that_sets_a_variable_of_the_measurement_is_warned_about_as_the_run_starts(tmp_path):
+    """A variant file setting OMP_NUM_THREADS=1 at import made every variant of the run measure on one
+    thread: ok rows, and nothing said until compare read meta.json. A real process: the import changes
+    the environment of the process that runs it."""
+    plug = tmp_path / "envplug.py"
+    plug.write_text(IMPORT_ENV)
+    p = run_cli("run", "--variant-file", str(plug), "--variants", "import_env,naive", *SMALL, "--out",
+                str(tmp_path / "r"), process=True, check=True)  # fmt: skip
+    warned = [line for line in p.stderr.splitlines() if "OMP_NUM_THREADS" in line]
+    assert warned == [
+        f"attnbench: warning: importing variant file {plug} set OMP_NUM_THREADS=1 in the environment every "
+        "worker of this run starts with: every variant is measured so (meta.json records it); give it with "
+        "--env where it is meant"
+    ]
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert "OMP_NUM_THREADS=1" in meta["fingerprint"]["allocator_env"]  # what it warns of is so
+    plug.write_text(IMPORT_ENV.replace('os.environ["OMP_NUM_THREADS"] = "1"', "pass"))
+    p = run_cli("run", "--variant-file", str(plug), "--variants", "import_env", *SMALL, "--out",
+                str(tmp_path / "clean"), process=True, check=True)  # fmt: skip
+    assert "OMP_NUM_THREADS" not in p.stderr

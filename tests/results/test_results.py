@@ -409,3 +409,28 @@ def test_runs_before_the_visit_columns_names_are_read_into_them(tmp_path):
     assert df.loc[64, "visit_medians_ms"] == [] and df.loc[128, "visit_medians_ms"] == [4.0]
     assert df.loc[256, "visit_medians_ms"] == [] and df.loc[256, "visit_samples"] == []
     assert "visit_medians_ms" not in export(df.reset_index(), "csv").splitlines()[0]
+
+
+def test_a_torn_or_corrupt_line_of_visits_jsonl_is_warned_of_once_as_rows_jsonls_is(tmp_path):
+    """An outside trial cut 300 bytes off visits.jsonl: neither report nor resume said a word, while the same
+    cut in rows.jsonl is warned of. A run's reading (the loader: report, export, compare) and a resume now
+    name each line they skip, once."""
+    import json
+    import shutil
+
+    from conftest import DATA, run_cli
+
+    path = tmp_path / "run"
+    shutil.copytree(DATA / "runs" / "cpu-small", path)
+    rows = [json.loads(line) for line in (path / "rows.jsonl").read_text().splitlines()]
+    lines = [json.dumps({"cell_id": r["cell_id"], "visit": 1, "row": r}) for r in rows[:3]]
+    (path / "visits.jsonl").write_text("\n".join(["garbage{", *lines]) + "\n" + lines[0][:-40])
+    said = [
+        f"attnbench: warning: {path / 'visits.jsonl'}:1: skipped an unreadable row (corrupt: not the last "
+        "line, so no torn write)",
+        f"attnbench: warning: {path / 'visits.jsonl'}:5: skipped an unreadable row (torn write?)",
+    ]
+    p = run_cli("export", str(path), check=True)
+    assert p.stderr.splitlines() == said
+    p = run_cli("run", "--resume", "--force-resume", "--out", str(path), check=True)
+    assert [line for line in p.stderr.splitlines() if "visits.jsonl" in line] == said
