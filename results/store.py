@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .integrity import WRITTEN, Tracked
+from .neighbours import RECORD as NEIGHBOURS
 from .rowfile import RowWarning as RowWarning  # the loaders' warning, named here as it always was
 from .rowfile import read_lines, scan
 from .schema import READABLE_VERSIONS, SCHEMA_VERSION, UPGRADE
@@ -122,9 +123,10 @@ class UncollectedWarning(UserWarning):
 
 
 # What a run's start leaves before meta.json exists (its lock, its worker's log, a temp file a kill cut
-# short, the variants it ships by value): a directory holding only these was stopped while starting or
-# calibrating, measured nothing, and is reused by the next new run into it.
-START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp", SHIPPED)
+# short, the variants it ships by value, and, from a version that wrote it there too, the runs measuring
+# beside it on the machine): a directory holding only these was stopped while starting or calibrating,
+# measured nothing, and is reused by the next new run into it.
+START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp", SHIPPED, NEIGHBOURS)
 
 
 def is_run_dir(path: str | Path) -> bool:

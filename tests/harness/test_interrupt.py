@@ -228,6 +228,60 @@ def test_a_ctrl_c_as_a_run_starts_or_closes_says_how_to_finish_it(tmp_path):
     assert len((out / "resumes.jsonl").read_text().splitlines()) == 1
 
 
+# Ctrl-C at the last moment before a new run's meta.json, once every file a start may write was made: its
+# variants shipped by value (variants.pkl), its worker's log, its lock, and another run measuring beside it;
+# then the same call again, into the folder it left
+STOPPED_BEFORE_META = """
+import json, os, signal, sys
+import attnbench
+from attnbench.results import store
+
+def attn(q, k, v, *, scale=None):
+    return ((q @ k.transpose(-2, -1)) * (scale or q.shape[-1] ** -0.5)).softmax(-1) @ v
+
+write = store.RunWriter.write_meta
+
+def ctrl_c_instead(self, meta):
+    os.kill(os.getpid(), signal.SIGINT)
+
+out = sys.argv[1]
+kw = dict(variants=[attn], seq_len="32", heads=2, budget_ms=5, warmup_ms=1, min_ms=1, calibrate_ms=0,
+          out=out, progress=False)
+store.RunWriter.write_meta = ctrl_c_instead
+try:
+    attnbench.run(**kw)
+except KeyboardInterrupt as exc:
+    said = str(exc)
+left = sorted(os.listdir(out))
+store.RunWriter.write_meta = write
+again = attnbench.run(**kw)
+print(json.dumps({"said": said, "left": left, "again": again.counts}))
+"""
+
+
+def test_a_start_stopped_before_meta_json_leaves_only_what_the_same_command_reuses(tmp_path, monkeypatch):
+    """Every file a run's start writes before its meta.json is one of store.START_LEFTOVERS, which the same
+    command reuses: another run measuring on the machine made the start leave its neighbours.jsonl, which
+    the list lacked, so the folder was refused as 'not empty', and as 'no meta.json' by --resume."""
+    from attnbench.harness.run import neighbours
+    from attnbench.results import store
+
+    monkeypatch.setenv(neighbours.ENV, str(tmp_path / "announced"))
+    beside = neighbours.announce(tmp_path / "other")  # this test's process: a live run beside it
+    try:
+        done = _script(STOPPED_BEFORE_META, str(tmp_path / "run"), timeout=180)
+    finally:
+        beside.end(None)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["said"].startswith("interrupted while starting, before the run's meta.json was written")
+    # the start got as far as it goes before meta.json: every writer before it wrote its file
+    assert {store.LOCK, store.SHIPPED, "worker.log"} <= set(got["left"]), got["left"]
+    left_over = [n for n in got["left"] if not any(Path(n).match(p) for p in store.START_LEFTOVERS)]
+    assert left_over == [], got["left"]
+    assert got["again"] == {"ok": 1}
+
+
 API_LOOP = """
 import json, os, signal, sys
 import attnbench
