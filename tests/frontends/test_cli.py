@@ -278,6 +278,34 @@ def test_variant_file_that_raises_on_import(tmp_path):
     assert p.returncode == 2 and "failed to import" in p.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "check", "bench"])
+def test_a_variant_file_that_ends_the_process_at_import_fails_the_command(tmp_path, command):
+    """os._exit(0) at import ended attnbench there with status 0 and no word: `check` and `bench`, CI's
+    gates, passed having checked nothing. It is the file's failure to import, in one line, exit 2."""
+    gone = tmp_path / "gone.py"
+    gone.write_text("import os\nos._exit(0)\n")
+    argv = {
+        "run": ("run", "--variants", "naive", "--seq-len", "32", "--out", str(tmp_path / "r")),
+        "check": ("check", "--seq-len", "32"),
+        "bench": ("bench", "gone", "--out", str(tmp_path / "r")),
+    }[command]
+    p = run_cli(*argv, "--variant-file", str(gone), process=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines() == [
+        f"attnbench: error: variant file {str(gone)!r} failed to import: it called os._exit(0), which would "
+        "have ended attnbench there"
+    ]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_keyboard_interrupt_a_variant_file_raises_itself_is_its_failure(tmp_path):
+    """Only a Ctrl-C the user sends stops the command (exit 130); one the file's code raises is the file's."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise KeyboardInterrupt\n")
+    p = run_cli("check", "--variant-file", str(bad), "--seq-len", "32")
+    assert p.returncode == 2 and "failed to import: KeyboardInterrupt" in p.stderr, p.stderr
+
+
 def test_existing_output_is_never_overwritten(tmp_path):
     out = tmp_path / "r"
     out.mkdir()

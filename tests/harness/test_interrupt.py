@@ -535,3 +535,43 @@ def test_a_run_stopped_by_a_signal_while_a_kernel_hangs_leaves_no_process_behind
             if not _dead(pid):
                 children._signal(pid, signal.SIGKILL)
         proc.communicate()
+
+
+@pytest.mark.parametrize(
+    "command, signame",
+    [("bench", "SIGINT"), ("bench", "SIGTERM"), ("run", "SIGINT"), ("run", "SIGTERM"), ("check", "SIGINT")],
+)
+def test_a_command_stopped_while_a_variant_file_imports_says_so_with_the_signals_status(
+    tmp_path, command, signame
+):
+    """A plug-in that hangs at import: Ctrl-C and SIGTERM stop the command as at any other moment (130,
+    143) with one line. `bench` took them for the file's failure and went on (only SIGKILL ended it);
+    `run` said 'failed to import: KeyboardInterrupt' and exited 2, as if the file were broken."""
+    marker = tmp_path / "importing"
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(600)\n")
+    argv = {
+        "run": ("run", "--variants", "naive", "--seq-len", "32", "--out", str(tmp_path / "r")),
+        "check": ("check", "--seq-len", "32"),
+        "bench": ("bench", "hangs", "--out", str(tmp_path / "r")),
+    }[command]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *argv, "--variant-file", str(hangs)], cwd=ROOT, env=cli_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, signame))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + getattr(signal, signame), err
+    assert err.strip().splitlines() == [
+        f"interrupted while importing the variant file {str(hangs)!r}: nothing was measured"
+    ]
+    assert not (tmp_path / "r").exists()
