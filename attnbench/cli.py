@@ -13,6 +13,7 @@ cli_tools (list, env, check, profile), cli_history (history); cli_common holds w
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from contextlib import contextmanager
@@ -188,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `attnbench export ... | head`
         return 0
     except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
+        if exc.errno == errno.ENAMETOOLONG and exc.filename:  # a path given that the OS cannot take
+            from attnbench.results.writable import too_long
+
+            why = too_long(exc.filename) or "is too long a path for this system"
+            return fail(f"{str(exc.filename)!r} {why}")
         if exc.errno not in NO_ROOM:
             return _internal_error()
         where = exc.filename or getattr(args, "out", None) or "the output"

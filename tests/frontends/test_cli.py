@@ -228,13 +228,33 @@ def test_an_out_that_cannot_be_written_is_one_line_exit_2_before_any_work(tmp_pa
     cases = [(a_file / "out", "which is a file, not a directory")]
     if Path("/sys/kernel").is_dir():  # Linux
         cases.append((Path("/sys/kernel/attnbench-out"), "cannot be written"))
+    # a path the OS cannot take (a traceback and exit 70 once, or the folders above it made first)
+    long_name = "is too long a path for this system: a name in it has 300 bytes, over 255"
+    cases += [(tmp_path / ("x" * 300), long_name), (tmp_path / "new" / ("x" * 300), long_name)]
+    cases.append((tmp_path.joinpath(*["y" * 200] * 25), "is too long a path for this system: it has "))
     for out, why in cases:
         p = run_cli(*OUT_COMMANDS[command], "--out", str(out), cwd=tmp_path)
         assert p.returncode == 2, (command, p.stderr)
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and f"--out {str(out)!r}" in lines[0] and why in lines[0], p.stderr
-        assert p.stdout == "" and not out.exists()
+        assert p.stdout == "" and (out.is_relative_to(tmp_path) or not out.exists())
     assert sorted(x.name for x in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_path_too_long_for_the_os_is_one_line_exit_2_wherever_it_is_given(tmp_path):
+    """A run, a store or a variant file named by a path the OS refuses as too long: one line naming it,
+    exit 2, nothing written (each was an OSError's traceback and exit 70)."""
+    long = str(tmp_path / ("x" * 300))
+    for argv in (["report", long], ["export", long], ["compare", REFERENCE_RUN, long],
+                 ["history", "add", REFERENCE_RUN, "--store", long + ".sqlite"],
+                 ["check", "--variant-file", long + ".py"]):  # fmt: skip
+        p = run_cli(*argv, cwd=tmp_path)
+        assert p.returncode == 2 and p.stdout == "", (argv, p.stderr)
+        (line,) = p.stderr.strip().splitlines()  # the file the OS refused, in the path given
+        assert line.startswith(f"attnbench: error: '{argv[-1]}"), (argv, line)
+        name = len(Path(argv[-1]).name)
+        assert line.endswith(f"' is too long a path for this system: a name in it has {name} bytes, over 255")
+    assert list(tmp_path.iterdir()) == []
 
 
 PAGE_COMMANDS = {"report": ("report", "README.md"), "compare": ("compare", "compare.html"),
