@@ -219,6 +219,8 @@ def _start(config: dict[str, Any]) -> None:
     children.own_group()  # the parent kills the group with the worker (harness.workers.children.kill_tree)
     children.become_subreaper()  # what a variant starts and detaches stays the worker's child
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # spawned blocked (interrupts.blocked_for_children)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _redirect_output(config.get("log_path"), config.get("log_pipe"))
     faulthandler.enable(all_threads=True)
     print(f"attnbench worker {os.getpid()} starting", flush=True)

@@ -362,6 +362,48 @@ def test_a_ctrl_c_while_the_forkserver_imports_torch_neither_kills_it_nor_prints
     assert "KeyboardInterrupt" not in p.stderr, p.stderr
 
 
+SERVER_STARTED = """
+import json, multiprocessing.forkserver as fs, os, signal, time
+from attnbench.harness.workers import isolation
+
+SIGINT = 1 << (signal.SIGINT - 1)
+
+def bits(pid, field):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+
+isolation.prestart()
+pid, start, handled = fs._forkserver._forkserver_pid, time.monotonic(), 0
+os.kill(pid, signal.SIGINT)  # at once: the server is starting Python, or importing attnbench
+while "libtorch" not in open(f"/proc/{pid}/maps").read():  # until it imports torch
+    handled += bool(bits(pid, "SigCgt") & SIGINT and not bits(pid, "SigBlk") & SIGINT)
+    assert time.monotonic() - start < 60
+blocked = {"parent": bool(bits(os.getpid(), "SigBlk") & SIGINT)}
+for name, config in (("forked", {}), ("spawned", {"cpu_affinity": [min(os.sched_getaffinity(0))]})):
+    worker = isolation.Worker({"log_path": os.devnull, **config})
+    blocked[name] = bool(bits(worker.pid, "SigBlk") & SIGINT)
+    worker.kill()
+print(json.dumps({"handled": handled, "server": fs._forkserver._forkserver_pid == pid, "blocked": blocked}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's /proc/PID/status")
+def test_the_forkserver_never_handles_a_ctrl_c_from_its_start(tmp_path):
+    """The server's first preload ignores Ctrl-C; before it (Python starting, attnbench imported for that
+    preload) a Ctrl-C in a run's first second printed the server's KeyboardInterrupt traceback under the
+    run's 'interrupted' line. It starts with SIGINT blocked, so that one sent at once waits and is dropped;
+    the parent and every worker, forked or spawned, have it unblocked after."""
+    p = subprocess.run(
+        [sys.executable, "-c", SERVER_STARTED], capture_output=True, text=True, timeout=180, env=cli_env()
+    )
+    assert p.returncode == 0, p.stderr
+    assert "KeyboardInterrupt" not in p.stderr, p.stderr
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["handled"] == 0 and got["server"], got  # never Python's to handle, and the server lived
+    assert got["blocked"] == {"parent": False, "forked": False, "spawned": False}
+
+
 BENCH_STOPPED = """
 import json, os, signal, sys
 import attnbench
