@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .formulas import command
 from .integrity import WRITTEN, Tracked
 from .neighbours import RECORD as NEIGHBOURS
 from .rowfile import RowWarning as RowWarning  # the loaders' warning, named here as it always was
@@ -60,7 +61,8 @@ def _write_error(target: Path, exc: OSError, run: Path | None = None) -> RunWrit
             "moved away): the rows measured so far went with it; run the same command again for a new run"
         )
     if (run / META).is_file():
-        then = f"every row written before is kept: make room, then `attnbench run --resume --out {run}`"
+        resume = command("attnbench", "run", "--resume", "--out", run)
+        then = f"every row written before is kept: make room, then `{resume}`"
     else:  # nothing measured yet: the directory is what a stopped start leaves (START_LEFTOVERS)
         then = "nothing was measured yet: make room, then run the same command again"
     return RunWriteError(f"cannot write {target}: {cause}; {then}")

@@ -531,3 +531,28 @@ def test_bench_help_shows_the_bench_presets_defaults(monkeypatch):
     for flag, value in re.findall(r"(--[a-z-]+) (\d+)[,;]", text.split("preset sets", 1)[1]):
         assert float(value) == getattr(bench.settings, flag[2:].replace("-", "_")), flag
     assert "--rounds 3" in " ".join(text.split())
+
+
+def test_a_command_printed_to_paste_quotes_a_path_as_a_shell_reads_it(tmp_path, capsys):
+    """`finish with:`, bench's resume and `measure them again with:` name the run as one word of the shell:
+    pasted as shown, a path with a space (or a $) was two words, or another one."""
+    import shlex
+
+    from attnbench import cli_run
+    from attnbench.harness.run.runner import RunSummary
+    from attnbench.interrupted import RunInterrupted, bench_interrupted
+
+    run = tmp_path / "my runs" / "a b$x"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text("{}")
+    stopped = RunSummary(path=run, counts={"ok": 1}, interrupted=True)
+    said = [
+        str(RunInterrupted(stopped, flags=True)).split("finish with: ")[1],
+        str(bench_interrupted(stopped, "mine", None, flags=True)).split("finish with: ")[1],
+        cli_run._finish(stopped),
+    ]
+    cli_run._again([{"status": "timeout"}], run)
+    said.append(capsys.readouterr().err.split("again with: ")[1].replace("\n  ", " ").strip())
+    for line in said:
+        words = shlex.split(line)
+        assert words[:2] == ["attnbench", words[1]] and str(run) in words, line
