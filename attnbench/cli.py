@@ -175,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, run_args = argv[:cut], argv[cut + 1 :]
     escape_unencodable()
-    args = expand_paths(build_parser().parse_args(argv))
+    try:  # building the parser imports each command's modules: a Ctrl-C meanwhile is the command's too
+        args = expand_paths(build_parser().parse_args(argv))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if run_args is not None:
         args.run_args = run_args
     try:  # SIGTERM and SIGHUP end a command as Ctrl-C does: its clean-up runs, its line is said

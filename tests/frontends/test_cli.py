@@ -556,3 +556,16 @@ def test_a_command_printed_to_paste_quotes_a_path_as_a_shell_reads_it(tmp_path, 
     for line in said:
         words = shlex.split(line)
         assert words[:2] == ["attnbench", words[1]] and str(run) in words, line
+
+
+def test_a_ctrl_c_while_the_command_line_is_read_is_said_in_one_line(monkeypatch, capsys):
+    """Building the parser imports each command's modules (a few tenths of a second): a Ctrl-C then printed
+    Python's traceback and ended the process by SIGINT, not the command's 'interrupted' and status 130."""
+    from attnbench import cli
+
+    def stopped():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", stopped)
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
