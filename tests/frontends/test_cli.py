@@ -569,3 +569,23 @@ def test_a_ctrl_c_while_the_command_line_is_read_is_said_in_one_line(monkeypatch
     monkeypatch.setattr(cli, "build_parser", stopped)
     assert cli.main(["list"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_ctrl_c_while_the_commands_modules_import_is_said_in_one_line(monkeypatch, capsys):
+    """The console script's first code imports the command line's modules (a few tenths of a second): a
+    Ctrl-C then printed Python's traceback and ended the process by SIGINT."""
+    import sys
+
+    from attnbench import entry
+
+    class Stopped:  # the import system asks it first: a Ctrl-C as attnbench.cli imports
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "attnbench.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "attnbench.cli")
+    monkeypatch.setattr(sys, "meta_path", [Stopped, *sys.meta_path])
+    assert entry.main() == 130
+    assert capsys.readouterr().err == "interrupted\n"
