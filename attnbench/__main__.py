@@ -1,5 +1,5 @@
 import sys
 
-from attnbench.cli import main
+from attnbench.entry import main
 
 sys.exit(main())

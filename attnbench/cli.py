@@ -13,6 +13,7 @@ cli_tools (list, env, check, profile), cli_history (history); cli_common holds w
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from contextlib import contextmanager
@@ -174,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, run_args = argv[:cut], argv[cut + 1 :]
     escape_unencodable()
-    args = expand_paths(build_parser().parse_args(argv))
+    try:  # building the parser imports each command's modules: a Ctrl-C meanwhile is the command's too
+        args = expand_paths(build_parser().parse_args(argv))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if run_args is not None:
         args.run_args = run_args
     try:  # SIGTERM and SIGHUP end a command as Ctrl-C does: its clean-up runs, its line is said
@@ -188,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `attnbench export ... | head`
         return 0
     except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
+        if exc.errno == errno.ENAMETOOLONG and exc.filename:  # a path given that the OS cannot take
+            from attnbench.results.writable import too_long
+
+            why = too_long(exc.filename) or "is too long a path for this system"
+            return fail(f"{str(exc.filename)!r} {why}")
         if exc.errno not in NO_ROOM:
             return _internal_error()
         where = exc.filename or getattr(args, "out", None) or "the output"

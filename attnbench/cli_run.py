@@ -18,7 +18,7 @@ from attnbench.harness.run.executors import EXECUTORS
 from attnbench.harness.sweep import options
 from attnbench.harness.sweep.settings import REMOVED_OPTIONS
 from attnbench.harness.sweep.sweeps import flag_name
-from attnbench.results.formulas import counted
+from attnbench.results.formulas import command, counted
 
 
 def _add_sweep_flags(
@@ -221,7 +221,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for line in str(ran).splitlines():
             say(line)
         return 0
-    more = f"the full report: attnbench report {ran.path} · every cell: attnbench export {ran.path}"
+    more = (
+        f"the full report: {command('attnbench', 'report', ran.path)} · every cell: "
+        f"{command('attnbench', 'export', ran.path)}"
+    )
     said = answer(ran.path, ran.variant, ran.baseline, ran.seconds, ran.declared, more)
     for line in said.lines:
         say(line)
@@ -276,8 +279,8 @@ def _finish(summary) -> str:
     """The command that finishes a run: a Slurm run's collect (it waits for the array tasks still running and
     submits the cells missing, with the run's --slurm-* options), else a resume."""
     if summary.executor == "slurm":
-        return f"attnbench collect {summary.path}"
-    return f"attnbench run --resume --out {summary.path}"
+        return command("attnbench", "collect", summary.path)
+    return command("attnbench", "run", "--resume", "--out", summary.path)
 
 
 def _left_running(summary) -> str:
@@ -300,11 +303,11 @@ def _after_rerun(rerun: str, rows, path) -> str:
 
     before = {r.get("cell_id"): str(r.get("status")) for r in latest_rows(rerun)}
     if any(before.get(r.get("cell_id")) == "ok" for r in rows):
-        return f"compare with: attnbench compare {rerun} {path}"
+        return f"compare with: {command('attnbench', 'compare', rerun, path)}"
     were = sorted({before[r.get("cell_id")] for r in rows if r.get("cell_id") in before})
     return (
         f"no cell measured again was ok in {rerun} ({', '.join(were) or 'none found'} there): compare would "
-        f"judge none; read the new rows with: attnbench report {path}"
+        f"judge none; read the new rows with: {command('attnbench', 'report', path)}"
     )
 
 
@@ -316,7 +319,7 @@ def _again(rows, path) -> None:
         if n:
             tell(
                 f"{counted(n, 'cell')} {word}; measure {'it' if n == 1 else 'them'} again with: "
-                f"attnbench run --rerun {path} --status {status} --out NEW_DIR"
+                + command("attnbench", "run", "--rerun", path, "--status", status, "--out", "NEW_DIR")
             )
 
 
@@ -508,13 +511,13 @@ def cmd_interleave(args: argparse.Namespace) -> int:
             interleave.dry_runs(plan)
     code = interleave.make(plan, tell, resume=args.resume)
     if code == EXIT_INTERRUPTED:
-        tell(f"interrupted: finish with: attnbench interleave {out} --resume")
+        tell(f"interrupted: finish with: {command('attnbench', 'interleave', out, '--resume')}")
     if code:
         return code
     names = [name for name, _ in plan.sides]
     tell(
         f"interleaved runs complete: {out} ({plan.runs} runs of each of {', '.join(names)}); compare with: "
-        f"attnbench compare {out / names[0]} {out / names[1]} --fail-above median:5%"
+        + command("attnbench", "compare", out / names[0], out / names[1], "--fail-above", "median:5%")
     )
     print(out)
     return 0

@@ -16,6 +16,7 @@ class RunInterrupted(KeyboardInterrupt):
     (bench's gate at N = 100 and 300, after every cell's row was written)."""
 
     def __init__(self, run: Any, *, flags: bool = False, finish: str | None = None, stage: str = "") -> None:
+        from attnbench.results.formulas import command
         from attnbench.results.store import is_run_dir
 
         self.run = run
@@ -27,7 +28,7 @@ class RunInterrupted(KeyboardInterrupt):
                 f"{again} (it reuses {where})"
             )
         else:
-            finish = finish or (f"attnbench run --resume --out {where}" if flags else (
+            finish = finish or (command("attnbench", "run", "--resume", "--out", where) if flags else (
                 f"attnbench.run(out={str(where)!r}, resume=True)"
             ))  # fmt: skip
             kept = kept_text(where, run.counts)
@@ -54,9 +55,11 @@ def bench_interrupted(run: Any, fn: Any, name: str | None, flags: bool, stage: s
     answer."""
     from dataclasses import replace
 
+    from attnbench.results.formulas import command
+
     where = run.path
     if flags:
-        again = f"attnbench bench {fn} --resume --out {where}"
+        again = command("attnbench", "bench", fn, "--resume", "--out", where)
     else:
         called = fn if isinstance(fn, str) else getattr(fn, "__name__", "fn")
         spelled = repr(called) if isinstance(fn, str) else called if called.isidentifier() else "fn"

@@ -16,10 +16,13 @@ def report_dir(out: str | os.PathLike | None, default: str, kind: str = "report"
     from attnbench.reports import rendered_from
     from attnbench.reports.page import PAGE_FILES, written_by_attnbench
     from attnbench.results import is_run_dir
-    from attnbench.results.writable import why_no_page_folder, why_unwritable
+    from attnbench.results.writable import too_long, why_no_page_folder, why_unwritable
 
     path = Path(out) if out else Path("reports") / "out" / default
     said = f"--out {str(path)!r}"
+    long = too_long(path.absolute())  # before any question the OS would refuse to answer for it
+    if long:
+        raise ValueError(f"{said} {long}")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{said} exists and is not a directory")
     if is_run_dir(path):

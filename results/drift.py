@@ -14,6 +14,7 @@ import statistics
 from typing import Any
 
 from .devices import where_of
+from .formulas import command
 
 DRIFT = 0.10
 
@@ -102,7 +103,7 @@ def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
     if is_busy(n, total):
         return (
             f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "
-            f"quiet machine or `attnbench run --resume --redo-drift --out {run_dir}`"
+            f"quiet machine or `{command('attnbench', 'run', '--resume', '--redo-drift', '--out', run_dir)}`"
         )
     own = sum(1 for r in rows if r.get("status") == "ok" and r.get("noisy") is True)
     return own_spread(own, total)

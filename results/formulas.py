@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import shlex
 import statistics
 import sys
 import textwrap
@@ -543,3 +544,9 @@ def _escape(c: str) -> str:
 def counted(n: int, noun: str) -> str:
     """'1 step', '2 steps'."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def command(*words: Any) -> str:
+    """A command line to paste, each word quoted as a POSIX shell reads it (a path with a space, a $ or a
+    quote in it): every command attnbench prints for its user to run is said through it."""
+    return shlex.join(str(word) for word in words)

@@ -20,7 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .formulas import command
 from .integrity import WRITTEN, Tracked
+from .neighbours import RECORD as NEIGHBOURS
 from .rowfile import RowWarning as RowWarning  # the loaders' warning, named here as it always was
 from .rowfile import read_lines, scan
 from .schema import READABLE_VERSIONS, SCHEMA_VERSION, UPGRADE
@@ -59,7 +61,8 @@ def _write_error(target: Path, exc: OSError, run: Path | None = None) -> RunWrit
             "moved away): the rows measured so far went with it; run the same command again for a new run"
         )
     if (run / META).is_file():
-        then = f"every row written before is kept: make room, then `attnbench run --resume --out {run}`"
+        resume = command("attnbench", "run", "--resume", "--out", run)
+        then = f"every row written before is kept: make room, then `{resume}`"
     else:  # nothing measured yet: the directory is what a stopped start leaves (START_LEFTOVERS)
         then = "nothing was measured yet: make room, then run the same command again"
     return RunWriteError(f"cannot write {target}: {cause}; {then}")
@@ -122,9 +125,10 @@ class UncollectedWarning(UserWarning):
 
 
 # What a run's start leaves before meta.json exists (its lock, its worker's log, a temp file a kill cut
-# short, the variants it ships by value): a directory holding only these was stopped while starting or
-# calibrating, measured nothing, and is reused by the next new run into it.
-START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp", SHIPPED)
+# short, the variants it ships by value, and, from a version that wrote it there too, the runs measuring
+# beside it on the machine): a directory holding only these was stopped while starting or calibrating,
+# measured nothing, and is reused by the next new run into it.
+START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp", SHIPPED, NEIGHBOURS)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -363,11 +367,11 @@ class RunWriter:
             read_meta(self.path)  # must exist and be readable
         else:
             self._refuse_taken()  # before the lock file is written into someone's directory
-        self._lock = _acquire(self.path)
+        self._lock = _acquire(self.path, resume)
         if resume:  # read after locking: the previous writer's last rows are all in
             self.done = {r["cell_id"]: r for r in read_rows(self.path)}
         else:
-            self._refuse_taken()  # again under the lock: another writer may have started in between
+            self._refuse_taken(locked=True)  # again under the lock: another writer may have started since
             self._clear_leftovers()
             self.done = {}
         try:  # every byte this writer appends, to see what else changed the file
@@ -376,8 +380,11 @@ class RunWriter:
             self.close()
             raise _write_error(self.path / WRITTEN, exc) from None
 
-    def _refuse_taken(self) -> None:
+    def _refuse_taken(self, locked: bool = False) -> None:
         if self.path.exists() and not is_unstarted(self.path):
+            holder = None if locked else writer_holder(self.path)  # under this writer's lock: itself
+            if holder:  # another run writes it now: resuming it would finish that one's sweep, not this
+                raise RunDirError(being_written(self.path, holder, resume=False))
             raise RunDirError(
                 f"{str(self.path)!r} already exists and is not empty; pass --resume to finish that run "
                 "or choose another --out"
@@ -485,8 +492,18 @@ class RunWriter:
             self._lock = None
 
 
-def _acquire(path: Path):
-    """An open writer.lock holding an exclusive flock, or RunDirError naming who holds it."""
+def being_written(path: str | Path, holder: str, resume: bool) -> str:
+    """Why `path` cannot be written now: `holder` (its writer.lock's line) writes it. A resume waits for it,
+    then finishes what is left; a new run goes elsewhere: resuming would finish the other run's sweep."""
+    said = f"{str(path)!r} is being written by {holder}; a run has one writer at a time: "
+    if resume:
+        return said + "wait for it to finish (or stop it), then resume it"
+    return said + "another run is writing it, so choose another --out for this one"
+
+
+def _acquire(path: Path, resume: bool = True):
+    """An open writer.lock holding an exclusive flock, or RunDirError naming who holds it (and, for a new
+    run, `resume` False, that it should go elsewhere)."""
     path.mkdir(parents=True, exist_ok=True)
     fh = (path / LOCK).open("a+")
     if fcntl is not None:
@@ -496,10 +513,7 @@ def _acquire(path: Path):
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise RunDirError(
-                f"{str(path)!r} is being written by {holder}; a run has one writer at a time: wait for it "
-                "to finish (or stop it), then resume it"
-            ) from None
+            raise RunDirError(being_written(path, holder, resume)) from None
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:
         fh.seek(0)

@@ -8,6 +8,7 @@ special file systems all answer the same way, root or not.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import shutil
@@ -27,10 +28,19 @@ def why_unwritable(path: str | os.PathLike) -> str | None:
     """None if `path` is, or can be made, a directory this process writes in; else why not, in words."""
     target = Path(path).absolute()
     existing = target
-    while not existing.exists():
-        if existing.parent == existing:  # pragma: no cover (the root always exists)
-            break
-        existing = existing.parent
+    try:
+        while not existing.exists():
+            if existing.parent == existing:  # pragma: no cover (the root always exists)
+                break
+            existing = existing.parent
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        return too_long(target) or "is too long a path for this system"
+    # the OS says a path is too long only once a folder of it exists: asked before any is made for it
+    long = too_long(target, existing)
+    if long:
+        return long
     if not existing.is_dir():
         what = "is" if existing == target else f"is under {str(existing)!r}, which is"
         return f"{what} a file, not a directory"
@@ -42,6 +52,27 @@ def why_unwritable(path: str | os.PathLike) -> str | None:
     os.close(fd)
     os.unlink(probe)
     return None
+
+
+def too_long(path: str | os.PathLike, within: str | os.PathLike = "/") -> str | None:
+    """Why the OS refuses (or would refuse) `path` as too long (ENAMETOOLONG), in words, else None: a name in
+    it over the limit for one name of the file system of `within` (255 bytes on most), or the whole path
+    over the system's limit for a path (4096 bytes on Linux, its terminating NUL among them)."""
+    name_max, path_max = _limit(within, "PC_NAME_MAX", 255), _limit(within, "PC_PATH_MAX", 4096)
+    longest = max((len(os.fsencode(part)) for part in Path(path).parts), default=0)
+    if longest > name_max:
+        return f"is too long a path for this system: a name in it has {longest} bytes, over {name_max}"
+    whole = len(os.fsencode(str(path)))
+    if whole >= path_max:
+        return f"is too long a path for this system: it has {whole} bytes, over {path_max - 1}"
+    return None
+
+
+def _limit(within: str | os.PathLike, name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(within, name))
+    except (OSError, ValueError, AttributeError):  # pragma: no cover (no pathconf: not a POSIX system)
+        return default
 
 
 PAGE_SUFFIXES = (".html", ".htm", ".md")  # an --out so named is a page's file name, not its folder
@@ -77,8 +108,12 @@ def written_whole(target: str | os.PathLike, what: str) -> Iterator[Path]:
     said, final = str(target), Path(os.path.realpath(target))  # '.' has a name and a parent so
     made = [p for p in (final, *final.parents) if not p.exists()]  # the folders this call would make
     final.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(final)
-    tmp = _partial_dir(final)
+    try:
+        _remove_abandoned(final)
+        tmp = _partial_dir(final)
+    except BaseException:  # the folders made for it go too
+        _discard(None, made)
+        raise
     try:
         yield tmp
     except BaseException as exc:
@@ -166,9 +201,10 @@ def _move_into(tmp: Path, final: Path) -> None:
         os.replace(entry, dest)
 
 
-def _discard(tmp: Path, made: list[Path]) -> None:
+def _discard(tmp: Path | None, made: list[Path]) -> None:
     """The temporary folder, and the folders a failed write made for it (innermost first), if empty."""
-    shutil.rmtree(tmp, ignore_errors=True)
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
     for folder in made:
         try:
             folder.rmdir()

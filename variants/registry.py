@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from . import adapt
+from . import adapt, importing
 from .convention import (
     CONVENTION,
     KEYWORD_FLAGS,
@@ -525,9 +525,11 @@ def load_variant_file(path: str | Path) -> list[str]:
     # the file's sha256 beside its path: an edited kernel is another source to history and its steps
     _current_source[0] = f"file {p}{HASHED}{hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
     environ = dict(os.environ)
+    stopped: list[int] = []
     try:
         sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
+        with importing.guarded() as stopped:  # os._exit raises; the stop signals that come are noted
+            spec.loader.exec_module(module)
         ENV_CHANGED[str(p.resolve())] = {
             k: (environ.get(k), os.environ.get(k))
             for k in {*environ, *os.environ}
@@ -539,6 +541,12 @@ def load_variant_file(path: str | Path) -> list[str]:
             del _REGISTRY[name]
         if isinstance(exc, VariantError):
             raise
+        if isinstance(exc, KeyboardInterrupt) and stopped:  # the user's Ctrl-C (or SIGTERM), not the file's
+            raise KeyboardInterrupt(
+                f"interrupted while importing the variant file {str(path)!r}: nothing was measured"
+            ) from None
+        if isinstance(exc, importing.EndedAtImport):
+            raise VariantError(f"variant file {str(path)!r} failed to import: {exc}") from None
         if isinstance(exc, ImportError) and exc.name in OLD_IMPORT_NAMES:
             raise VariantError(
                 f"variant file {str(path)!r} imports {exc.name!r}, the plug-in API before attnbench 0.2; "

@@ -43,7 +43,12 @@ from attnbench.harness.measure import (
     telemetry,
     timing,
 )
-from attnbench.harness.measure.failures import arm_recompile_limit, disarm_recompile_limit, failure
+from attnbench.harness.measure.failures import (
+    arm_recompile_limit,
+    disarm_recompile_limit,
+    failure,
+    stops_the_process,
+)
 from attnbench.harness.measure.inputs import (
     InputCache,
     call_options,
@@ -533,9 +538,9 @@ def measure_cell(
             elapsed_s=round(time.perf_counter() - t_start, 3),
         )
         return finish(row, status, message)
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # the cell boundary: whatever the variant raised becomes this cell's row
+        if stops_the_process(exc):
+            raise
         declared = exercised(variant, spec.problem())  # a wrong declaration may be why
         return finish(row, *failure(exc, spec.device, held_ready[0] if held_ready else None, declared))
     finally:

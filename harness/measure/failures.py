@@ -8,6 +8,7 @@ harness.measure.outcomes.
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from typing import Protocol
 
@@ -62,6 +63,15 @@ def is_poisoned(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in _POISONED)
 
 
+def stops_the_process(exc: BaseException) -> bool:
+    """Whether what a cell raised stops the process instead of being its row: a KeyboardInterrupt where this
+    process takes Ctrl-C (a person stopping what is measured in it: the pytest plugin's cells, a test's). A
+    worker ignores Ctrl-C (harness.workers.worker), so a KeyboardInterrupt there is the variant's own raise:
+    its cell's `error`, as a SystemExit is; it used to end the worker, `crashed`, and the worker was
+    replaced for nothing."""
+    return isinstance(exc, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
 def failure(
     exc: BaseException, device: str, ready: Ready | None = None, declared: str = ""
 ) -> tuple[str, str]:
@@ -72,7 +82,8 @@ def failure(
     poisoned the context (is_poisoned: the worker that sends such a row exits, and the next cell gets a new
     one). declared: the user's declarations the cell exercised (variants.handed.exercised), said after an
     error or a crash, which a wrong declaration (gqa=True on a kernel that repeats no k/v head) may be.
-    The caller re-raises KeyboardInterrupt first: a person stopping the run is not a cell's fault."""
+    The caller re-raises what stops the process first (stops_the_process): a person stopping the run is not
+    a cell's fault."""
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
     if type(exc).__name__ == "FailOnRecompileLimitHit":

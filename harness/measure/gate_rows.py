@@ -313,10 +313,11 @@ def _recorded(row: dict, gated, declared: str = "") -> GateRow:
     cell boundary takes it (harness.measure.cell)."""
     try:
         return gated()
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # a plug-in's fault of any kind is its row, never the end of the check
-        from attnbench.harness.measure.failures import failure
+        from attnbench.harness.measure.failures import failure, stops_the_process
+
+        if stops_the_process(exc):
+            raise
 
         # UnsupportedError (refused at call time): unsupported
         status, message = failure(exc, row["device"], declared=declared)

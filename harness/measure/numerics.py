@@ -22,7 +22,7 @@ import torch
 
 from attnbench import variants
 from attnbench.harness.measure import correctness
-from attnbench.harness.measure.failures import failure
+from attnbench.harness.measure.failures import failure, stops_the_process
 from attnbench.harness.measure.gate_rows import TILE_N, fail_reason
 from attnbench.variants import UnsupportedError, torch_dtype
 
@@ -82,9 +82,9 @@ def _gated(name: str, rec: dict, problem, inputs: list, ref, **rules) -> dict[st
         result = correctness.check(variant, q, k, v, ref=ref, **rules)
     except UnsupportedError as exc:
         return {**rec, "status": "unsupported", "message": str(exc)}
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # one line, as a cell's (SystemExit too); the probe goes on
+        if stops_the_process(exc):
+            raise
         return {**rec, "status": "error", "message": failure(exc, problem.device)[1]}
     why = fail_reason(result) if not result.ok else ""
     # a quantising variant's rel_err is its kernel's, against its rounded inputs: its recipe, the rounding's

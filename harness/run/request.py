@@ -21,7 +21,7 @@ from attnbench.harness.sweep.grammar import split
 from attnbench.harness.sweep.settings import BY_NAME, REMOVED_OPTIONS
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.sweep.sweeps import build_sweep, flag_name
-from attnbench.results.store import is_unstarted
+from attnbench.results.store import being_written, is_unstarted, writer_holder
 from attnbench.results.writable import why_unwritable
 from attnbench.variants.registry import not_a_file
 
@@ -120,6 +120,9 @@ class RunRequest:
         if not self.resume and self.out is not None:
             target = Path(self.out)
             if target.is_dir() and not is_unstarted(target):  # what a stopped start left is reused
+                holder = writer_holder(target)
+                if holder:  # a live run's: resuming it would finish that run's sweep, not this one's
+                    raise ValueError(being_written(self.out, holder, resume=False))
                 raise ValueError(
                     f"{str(self.out)!r} already exists and is not empty; pass --resume or choose another "
                     "--out"

@@ -14,6 +14,7 @@ from typing import Any
 
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.results import STATUSES, read_meta
+from attnbench.results.formulas import command
 from attnbench.results.store import SHIPPED, latest_rows
 from attnbench.variants import shipped
 
@@ -86,7 +87,8 @@ def find_cell(run_dir: str | Path, cell_id: str) -> tuple[dict[str, Any], CellSp
     """(meta, cell) for one cell_id of a run; ValueError naming the id when the run has no such cell."""
     meta, _sweep, cells = cells_of(run_dir)
     if cell_id not in cells:
-        raise ValueError(f"no cell {cell_id!r} in {str(run_dir)!r} (see `attnbench export {run_dir}`)")
+        export = command("attnbench", "export", run_dir)
+        raise ValueError(f"no cell {cell_id!r} in {str(run_dir)!r} (see `{export}`)")
     return meta, cells[cell_id]
 
 

@@ -342,7 +342,11 @@ def _write(
         except KeyboardInterrupt:  # the first Ctrl-C came while a finished run was closing
             summary.interrupted = True
         finally:  # whatever stopped it: this run no longer measures, and says who measured beside it
-            summary.notes += announced.end(path)
+            # a start stopped before meta.json measured nothing beside them: its folder, reused by the
+            # same command, is left without their record, and its user without a note on its cells
+            started = is_run_dir(path)
+            beside_notes = announced.end(path if started else None)
+            summary.notes += beside_notes if started else []
         summary.notes += [
             f"{what}: this run's numbers cannot be trusted" for what in integrity.changed_files(path)
         ]

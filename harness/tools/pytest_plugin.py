@@ -245,7 +245,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     from attnbench import variants
     from attnbench.harness.measure import guard
     from attnbench.harness.measure.cell import check_after, peak, prepare
-    from attnbench.harness.measure.failures import failure
+    from attnbench.harness.measure.failures import failure, stops_the_process
     from attnbench.harness.measure.rows import base_row, executed_flops, finish, start_row
     from attnbench.harness.workers.worker import free_memory
     from attnbench.variants.handed import exercised
@@ -269,9 +269,9 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         ready = prepare(spec, settings, state.cache)
         row.update(ready.fields(), **ready.setup_fields())
         peak_bytes, method = peak(ready.call, spec.device)  # before timing: an OOM here is an untimed row
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
+        if stops_the_process(exc):
+            raise
         _untimed(state, finish(row, *failure(exc, spec.device, ready, exercised(variant, spec.problem()))))
     status, message = ready.verdict()
     if status == "wrong":  # failed the float64 gate: not timed, so not in pytest-benchmark's table or file
@@ -289,9 +289,9 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         after = check_after(ready, spec, settings, state.cache)
         status, message = ready.verdict(m, after)  # an ok cell's message says when it is noisy
         benchmark.extra_info.update(after.fields())
-    except KeyboardInterrupt:
-        raise
     except BaseException as exc:  # the variant failed on fresh inputs: this cell's row, as in measure_cell
+        if stops_the_process(exc):
+            raise
         status, message = failure(exc, spec.device, ready, exercised(variant, spec.problem()))
     benchmark.extra_info.update(status=status, message=message)
     benchmark.extra_info["elapsed_s"] = round(time.perf_counter() - t_start, 3)

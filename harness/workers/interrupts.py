@@ -139,3 +139,25 @@ def first_only() -> Iterator[list[int]]:
     handler.stops_as_ctrl_c = True  # type: ignore[attr-defined]
     with _handler(handler, defaults=True):
         yield came
+
+
+@contextmanager
+def blocked_for_children() -> Iterator[None]:
+    """Ctrl-C blocked in this thread for the block, in which it starts a process (the forkserver, a spawned
+    worker) that must not handle it before it ignores it. A terminal's Ctrl-C reaches the whole process
+    group; one in a run's first second reached the forkserver while Python still handled it there
+    (starting up, and importing attnbench before its first preload, sigint_ignored, could ignore it), and
+    printed the server's KeyboardInterrupt traceback under the run's own 'interrupted' line. A new process
+    inherits the blocked signal (multiprocessing's resource tracker starts the same way): it stays pending
+    there until the process ignores it and unblocks it (sigint_ignored, harness.workers.worker). Here it is
+    only held up, not lost: another thread, or this one after the block, takes it to this process's
+    handler. Keep the block to the start itself (a fork and an exec): the main thread waits that long."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if signal.SIGINT not in before:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

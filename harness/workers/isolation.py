@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import multiprocessing.spawn
 import os
 import signal
@@ -126,7 +127,16 @@ def prestart(env: dict[str, str] | None = None) -> None:
     with _SPAWN_LOCK, _environment(worker_env(env)), _without_main():
         ctx = _context({})
         if ctx.get_start_method() == "forkserver":
-            multiprocessing.forkserver.ensure_running()
+            _server_running()
+
+
+def _server_running() -> None:
+    """This process's forkserver started where it is not running, Ctrl-C blocked in it until its first
+    preload ignores it (interrupts.blocked_for_children). multiprocessing's resource tracker is started
+    first: it unblocks SIGINT as it ends, which would let a Ctrl-C reach the server starting after it."""
+    multiprocessing.resource_tracker.ensure_running()
+    with interrupts.blocked_for_children():
+        multiprocessing.forkserver.ensure_running()
 
 
 def prestart_for(executor: str, env: dict[str, str] | None, *, pinned: bool, dry_run: bool) -> None:
@@ -209,7 +219,13 @@ class Worker:
                 daemon=True, name="attnbench-worker",
             )  # fmt: skip
             try:
-                self.proc.start()
+                if ctx.get_start_method() == "forkserver":
+                    _server_running()  # a fork of it then inherits Ctrl-C ignored
+                    self.proc.start()
+                else:
+                    multiprocessing.resource_tracker.ensure_running()  # as it ends, it unblocks SIGINT
+                    with interrupts.blocked_for_children():  # until the worker ignores it (worker._start)
+                        self.proc.start()
             finally:
                 if log_pipe is not None:  # the worker has its own end now; the pipe ends when it does
                     log_pipe.close()

@@ -109,9 +109,13 @@ def free_memory(device: str) -> int:
 
         free, _total = torch.cuda.mem_get_info()
         return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
-    for line in open("/proc/meminfo"):
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
+    try:
+        with open("/proc/meminfo") as meminfo:  # closed, not left to the collector (-X dev's ResourceWarning)
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover  (non-Linux)
+        pass
     import psutil  # pragma: no cover  (non-Linux)
 
     return int(psutil.virtual_memory().available)
@@ -219,6 +223,8 @@ def _start(config: dict[str, Any]) -> None:
     children.own_group()  # the parent kills the group with the worker (harness.workers.children.kill_tree)
     children.become_subreaper()  # what a variant starts and detaches stays the worker's child
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # spawned blocked (interrupts.blocked_for_children)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _redirect_output(config.get("log_path"), config.get("log_pipe"))
     faulthandler.enable(all_threads=True)
     print(f"attnbench worker {os.getpid()} starting", flush=True)

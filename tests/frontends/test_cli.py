@@ -228,13 +228,33 @@ def test_an_out_that_cannot_be_written_is_one_line_exit_2_before_any_work(tmp_pa
     cases = [(a_file / "out", "which is a file, not a directory")]
     if Path("/sys/kernel").is_dir():  # Linux
         cases.append((Path("/sys/kernel/attnbench-out"), "cannot be written"))
+    # a path the OS cannot take (a traceback and exit 70 once, or the folders above it made first)
+    long_name = "is too long a path for this system: a name in it has 300 bytes, over 255"
+    cases += [(tmp_path / ("x" * 300), long_name), (tmp_path / "new" / ("x" * 300), long_name)]
+    cases.append((tmp_path.joinpath(*["y" * 200] * 25), "is too long a path for this system: it has "))
     for out, why in cases:
         p = run_cli(*OUT_COMMANDS[command], "--out", str(out), cwd=tmp_path)
         assert p.returncode == 2, (command, p.stderr)
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and f"--out {str(out)!r}" in lines[0] and why in lines[0], p.stderr
-        assert p.stdout == "" and not out.exists()
+        assert p.stdout == "" and (out.is_relative_to(tmp_path) or not out.exists())
     assert sorted(x.name for x in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_path_too_long_for_the_os_is_one_line_exit_2_wherever_it_is_given(tmp_path):
+    """A run, a store or a variant file named by a path the OS refuses as too long: one line naming it,
+    exit 2, nothing written (each was an OSError's traceback and exit 70)."""
+    long = str(tmp_path / ("x" * 300))
+    for argv in (["report", long], ["export", long], ["compare", REFERENCE_RUN, long],
+                 ["history", "add", REFERENCE_RUN, "--store", long + ".sqlite"],
+                 ["check", "--variant-file", long + ".py"]):  # fmt: skip
+        p = run_cli(*argv, cwd=tmp_path)
+        assert p.returncode == 2 and p.stdout == "", (argv, p.stderr)
+        (line,) = p.stderr.strip().splitlines()  # the file the OS refused, in the path given
+        assert line.startswith(f"attnbench: error: '{argv[-1]}"), (argv, line)
+        name = len(Path(argv[-1]).name)
+        assert line.endswith(f"' is too long a path for this system: a name in it has {name} bytes, over 255")
+    assert list(tmp_path.iterdir()) == []
 
 
 PAGE_COMMANDS = {"report": ("report", "README.md"), "compare": ("compare", "compare.html"),
@@ -276,6 +296,34 @@ def test_variant_file_that_raises_on_import(tmp_path):
     assert not (tmp_path / "r").exists()
     p = run_cli("list", "--variant-file", str(bad))
     assert p.returncode == 2 and "failed to import" in p.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "check", "bench"])
+def test_a_variant_file_that_ends_the_process_at_import_fails_the_command(tmp_path, command):
+    """os._exit(0) at import ended attnbench there with status 0 and no word: `check` and `bench`, CI's
+    gates, passed having checked nothing. It is the file's failure to import, in one line, exit 2."""
+    gone = tmp_path / "gone.py"
+    gone.write_text("import os\nos._exit(0)\n")
+    argv = {
+        "run": ("run", "--variants", "naive", "--seq-len", "32", "--out", str(tmp_path / "r")),
+        "check": ("check", "--seq-len", "32"),
+        "bench": ("bench", "gone", "--out", str(tmp_path / "r")),
+    }[command]
+    p = run_cli(*argv, "--variant-file", str(gone), process=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines() == [
+        f"attnbench: error: variant file {str(gone)!r} failed to import: it called os._exit(0), which would "
+        "have ended attnbench there"
+    ]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_keyboard_interrupt_a_variant_file_raises_itself_is_its_failure(tmp_path):
+    """Only a Ctrl-C the user sends stops the command (exit 130); one the file's code raises is the file's."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise KeyboardInterrupt\n")
+    p = run_cli("check", "--variant-file", str(bad), "--seq-len", "32")
+    assert p.returncode == 2 and "failed to import: KeyboardInterrupt" in p.stderr, p.stderr
 
 
 def test_existing_output_is_never_overwritten(tmp_path):
@@ -483,3 +531,61 @@ def test_bench_help_shows_the_bench_presets_defaults(monkeypatch):
     for flag, value in re.findall(r"(--[a-z-]+) (\d+)[,;]", text.split("preset sets", 1)[1]):
         assert float(value) == getattr(bench.settings, flag[2:].replace("-", "_")), flag
     assert "--rounds 3" in " ".join(text.split())
+
+
+def test_a_command_printed_to_paste_quotes_a_path_as_a_shell_reads_it(tmp_path, capsys):
+    """`finish with:`, bench's resume and `measure them again with:` name the run as one word of the shell:
+    pasted as shown, a path with a space (or a $) was two words, or another one."""
+    import shlex
+
+    from attnbench import cli_run
+    from attnbench.harness.run.runner import RunSummary
+    from attnbench.interrupted import RunInterrupted, bench_interrupted
+
+    run = tmp_path / "my runs" / "a b$x"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text("{}")
+    stopped = RunSummary(path=run, counts={"ok": 1}, interrupted=True)
+    said = [
+        str(RunInterrupted(stopped, flags=True)).split("finish with: ")[1],
+        str(bench_interrupted(stopped, "mine", None, flags=True)).split("finish with: ")[1],
+        cli_run._finish(stopped),
+    ]
+    cli_run._again([{"status": "timeout"}], run)
+    said.append(capsys.readouterr().err.split("again with: ")[1].replace("\n  ", " ").strip())
+    for line in said:
+        words = shlex.split(line)
+        assert words[:2] == ["attnbench", words[1]] and str(run) in words, line
+
+
+def test_a_ctrl_c_while_the_command_line_is_read_is_said_in_one_line(monkeypatch, capsys):
+    """Building the parser imports each command's modules (a few tenths of a second): a Ctrl-C then printed
+    Python's traceback and ended the process by SIGINT, not the command's 'interrupted' and status 130."""
+    from attnbench import cli
+
+    def stopped():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", stopped)
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_ctrl_c_while_the_commands_modules_import_is_said_in_one_line(monkeypatch, capsys):
+    """The console script's first code imports the command line's modules (a few tenths of a second): a
+    Ctrl-C then printed Python's traceback and ended the process by SIGINT."""
+    import sys
+
+    from attnbench import entry
+
+    class Stopped:  # the import system asks it first: a Ctrl-C as attnbench.cli imports
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "attnbench.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "attnbench.cli")
+    monkeypatch.setattr(sys, "meta_path", [Stopped, *sys.meta_path])
+    assert entry.main() == 130
+    assert capsys.readouterr().err == "interrupted\n"

@@ -228,6 +228,60 @@ def test_a_ctrl_c_as_a_run_starts_or_closes_says_how_to_finish_it(tmp_path):
     assert len((out / "resumes.jsonl").read_text().splitlines()) == 1
 
 
+# Ctrl-C at the last moment before a new run's meta.json, once every file a start may write was made: its
+# variants shipped by value (variants.pkl), its worker's log, its lock, and another run measuring beside it;
+# then the same call again, into the folder it left
+STOPPED_BEFORE_META = """
+import json, os, signal, sys
+import attnbench
+from attnbench.results import store
+
+def attn(q, k, v, *, scale=None):
+    return ((q @ k.transpose(-2, -1)) * (scale or q.shape[-1] ** -0.5)).softmax(-1) @ v
+
+write = store.RunWriter.write_meta
+
+def ctrl_c_instead(self, meta):
+    os.kill(os.getpid(), signal.SIGINT)
+
+out = sys.argv[1]
+kw = dict(variants=[attn], seq_len="32", heads=2, budget_ms=5, warmup_ms=1, min_ms=1, calibrate_ms=0,
+          out=out, progress=False)
+store.RunWriter.write_meta = ctrl_c_instead
+try:
+    attnbench.run(**kw)
+except KeyboardInterrupt as exc:
+    said = str(exc)
+left = sorted(os.listdir(out))
+store.RunWriter.write_meta = write
+again = attnbench.run(**kw)
+print(json.dumps({"said": said, "left": left, "again": again.counts}))
+"""
+
+
+def test_a_start_stopped_before_meta_json_leaves_only_what_the_same_command_reuses(tmp_path, monkeypatch):
+    """Every file a run's start writes before its meta.json is one of store.START_LEFTOVERS, which the same
+    command reuses: another run measuring on the machine made the start leave its neighbours.jsonl, which
+    the list lacked, so the folder was refused as 'not empty', and as 'no meta.json' by --resume."""
+    from attnbench.harness.run import neighbours
+    from attnbench.results import store
+
+    monkeypatch.setenv(neighbours.ENV, str(tmp_path / "announced"))
+    beside = neighbours.announce(tmp_path / "other")  # this test's process: a live run beside it
+    try:
+        done = _script(STOPPED_BEFORE_META, str(tmp_path / "run"), timeout=180)
+    finally:
+        beside.end(None)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["said"].startswith("interrupted while starting, before the run's meta.json was written")
+    # the start got as far as it goes before meta.json: every writer before it wrote its file
+    assert {store.LOCK, store.SHIPPED, "worker.log"} <= set(got["left"]), got["left"]
+    left_over = [n for n in got["left"] if not any(Path(n).match(p) for p in store.START_LEFTOVERS)]
+    assert left_over == [], got["left"]
+    assert got["again"] == {"ok": 1}
+
+
 API_LOOP = """
 import json, os, signal, sys
 import attnbench
@@ -306,6 +360,48 @@ def test_a_ctrl_c_while_the_forkserver_imports_torch_neither_kills_it_nor_prints
     )
     assert p.returncode == 0 and p.stdout.strip() == "ignored", p.stdout + p.stderr
     assert "KeyboardInterrupt" not in p.stderr, p.stderr
+
+
+SERVER_STARTED = """
+import json, multiprocessing.forkserver as fs, os, signal, time
+from attnbench.harness.workers import isolation
+
+SIGINT = 1 << (signal.SIGINT - 1)
+
+def bits(pid, field):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+
+isolation.prestart()
+pid, start, handled = fs._forkserver._forkserver_pid, time.monotonic(), 0
+os.kill(pid, signal.SIGINT)  # at once: the server is starting Python, or importing attnbench
+while "libtorch" not in open(f"/proc/{pid}/maps").read():  # until it imports torch
+    handled += bool(bits(pid, "SigCgt") & SIGINT and not bits(pid, "SigBlk") & SIGINT)
+    assert time.monotonic() - start < 60
+blocked = {"parent": bool(bits(os.getpid(), "SigBlk") & SIGINT)}
+for name, config in (("forked", {}), ("spawned", {"cpu_affinity": [min(os.sched_getaffinity(0))]})):
+    worker = isolation.Worker({"log_path": os.devnull, **config})
+    blocked[name] = bool(bits(worker.pid, "SigBlk") & SIGINT)
+    worker.kill()
+print(json.dumps({"handled": handled, "server": fs._forkserver._forkserver_pid == pid, "blocked": blocked}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's /proc/PID/status")
+def test_the_forkserver_never_handles_a_ctrl_c_from_its_start(tmp_path):
+    """The server's first preload ignores Ctrl-C; before it (Python starting, attnbench imported for that
+    preload) a Ctrl-C in a run's first second printed the server's KeyboardInterrupt traceback under the
+    run's 'interrupted' line. It starts with SIGINT blocked, so that one sent at once waits and is dropped;
+    the parent and every worker, forked or spawned, have it unblocked after."""
+    p = subprocess.run(
+        [sys.executable, "-c", SERVER_STARTED], capture_output=True, text=True, timeout=180, env=cli_env()
+    )
+    assert p.returncode == 0, p.stderr
+    assert "KeyboardInterrupt" not in p.stderr, p.stderr
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["handled"] == 0 and got["server"], got  # never Python's to handle, and the server lived
+    assert got["blocked"] == {"parent": False, "forked": False, "spawned": False}
 
 
 BENCH_STOPPED = """
@@ -481,3 +577,43 @@ def test_a_run_stopped_by_a_signal_while_a_kernel_hangs_leaves_no_process_behind
             if not _dead(pid):
                 children._signal(pid, signal.SIGKILL)
         proc.communicate()
+
+
+@pytest.mark.parametrize(
+    "command, signame",
+    [("bench", "SIGINT"), ("bench", "SIGTERM"), ("run", "SIGINT"), ("run", "SIGTERM"), ("check", "SIGINT")],
+)
+def test_a_command_stopped_while_a_variant_file_imports_says_so_with_the_signals_status(
+    tmp_path, command, signame
+):
+    """A plug-in that hangs at import: Ctrl-C and SIGTERM stop the command as at any other moment (130,
+    143) with one line. `bench` took them for the file's failure and went on (only SIGKILL ended it);
+    `run` said 'failed to import: KeyboardInterrupt' and exited 2, as if the file were broken."""
+    marker = tmp_path / "importing"
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(600)\n")
+    argv = {
+        "run": ("run", "--variants", "naive", "--seq-len", "32", "--out", str(tmp_path / "r")),
+        "check": ("check", "--seq-len", "32"),
+        "bench": ("bench", "hangs", "--out", str(tmp_path / "r")),
+    }[command]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnbench", *argv, "--variant-file", str(hangs)], cwd=ROOT, env=cli_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, signame))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + getattr(signal, signame), err
+    assert err.strip().splitlines() == [
+        f"interrupted while importing the variant file {str(hangs)!r}: nothing was measured"
+    ]
+    assert not (tmp_path / "r").exists()

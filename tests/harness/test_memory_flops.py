@@ -94,3 +94,18 @@ def test_the_cpu_peak_keeps_the_calls_stderr_and_drops_the_profilers_own_lines(c
     assert peak_cpu(call) >= 4096
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "the call's own line\nafter\n"
+
+
+def test_the_free_memory_a_cpu_cell_is_guarded_by_closes_what_it_reads():
+    """/proc/meminfo was left open for the collector: under `python -X dev` every guarded cell printed a
+    ResourceWarning on the run's stderr and in its worker.log."""
+    import gc
+    import warnings
+
+    from attnbench.harness.workers.worker import free_memory
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert free_memory("cpu") > 0
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

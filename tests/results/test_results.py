@@ -202,6 +202,30 @@ def test_one_writer_per_run_directory(tmp_path):
     second.close()
 
 
+def test_a_new_run_into_a_folder_another_run_writes_is_told_to_go_elsewhere(tmp_path):
+    """A second sweep into the --out of a live run was told to 'resume it', which would have finished the
+    first person's sweep and never measured its own: it is told to choose another --out, whether the first
+    run is still starting (no meta.json) or measuring; a second resume still waits and resumes."""
+    from attnbench.harness.run.request import RunRequest
+
+    first = RunWriter(tmp_path / "run")  # starting: its lock, no meta.json yet
+    for stage in ("starting", "measuring"):
+        with pytest.raises(RunDirError) as refused:
+            RunWriter(tmp_path / "run")
+        said = str(refused.value)
+        assert f"being written by pid {os.getpid()} on host" in said, stage
+        assert said.endswith("another run is writing it, so choose another --out for this one"), stage
+        assert "resume" not in said, stage
+        if stage == "measuring":
+            with pytest.raises(ValueError, match="another run is writing it, so choose another --out"):
+                RunRequest(out=str(tmp_path / "run")).check()
+        else:
+            first.write_meta({"run_id": "x", "sweep": {}})
+    with pytest.raises(RunDirError, match="wait for it to finish \\(or stop it\\), then resume it$"):
+        RunWriter(tmp_path / "run", resume=True)
+    first.close()
+
+
 def test_published_reference_run_loads():
     """The run committed in results/reference (linked from the README) stays loadable."""
     from conftest import ROOT

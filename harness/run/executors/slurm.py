@@ -40,6 +40,7 @@ from typing import Any
 from attnbench.harness.run.executors.base import OnDevice, OnRow, Plan, Say, quiet_loggers
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
+from attnbench.results.formulas import command
 from attnbench.results.store import SHARDS, append_record, shard_rows_to_add
 
 POLL_S = 1.0  # how often the driver reads the shards: rows appear in rows.jsonl this late at most
@@ -308,7 +309,7 @@ class SlurmExecutor:
                     self.notes.append(
                         f"array task {job.job_id} (shard {name}) ended before its cells were done "
                         f"({_job_error(job)}); its {left} unfinished cells are left for "
-                        f"`attnbench collect {plan.run_dir}`"
+                        f"`{command('attnbench', 'collect', plan.run_dir)}`"
                     )
 
     def _hand(self, kind: str, item: dict[str, Any], seen: set[str], on_row: OnRow, on_device: OnDevice):
