@@ -30,7 +30,7 @@ from typing import Any
 
 from . import devices, history_file
 from .axes import AXES, FOLLOWS, QUIET, sweep_identity
-from .formulas import counted
+from .formulas import command, counted
 from .history_file import VERSION, DamagedStore, StoreError, check_writable, is_new  # noqa: F401 (re-exported)
 from .history_find import find_runs, runs_and_others  # noqa: F401 (find_runs re-exported)
 from .integrity import changed_files
@@ -359,7 +359,9 @@ def _plan(run: Path, known: _Known) -> _Work:
     if same is None:
         if not rows:  # stopped before its first row: recorded, so that it is its sweep's latest run (MISSING)
             w.state = "stopped"
-            resume = f"`attnbench run --resume --out {run}` measures them; add it again then"
+            resume = (
+                f"`{command('attnbench', 'run', '--resume', '--out', run)}` measures them; add it again then"
+            )
             w.notes.append(f"{no_cells_text(run, meta)}: recorded as a run with no cells ({resume})")
         if any(c.key == w.key for c in cands):
             w.key = f"{w.key}#{origin(meta)[:8]}"
@@ -374,8 +376,8 @@ def _plan(run: Path, known: _Known) -> _Work:
     left = unfinished(meta, [r["cell_id"] for r in rows]) if w.state in ("added", "updated") else None
     if left:
         w.notes.append(
-            f"{run} is unfinished: {left[0]} of {left[1]} planned cells (`attnbench run --resume --out "
-            f"{run}` finishes it; add it again then)"
+            f"{run} is unfinished: {left[0]} of {left[1]} planned cells "
+            f"(`{command('attnbench', 'run', '--resume', '--out', run)}` finishes it; add it again then)"
         )
     return w
 

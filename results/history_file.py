@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .schema import UPGRADE
-from .writable import why_unwritable
+from .writable import too_long, why_unwritable
 
 FORMAT = "attnbench-history"
 # the store's own layout. A store of an older one is refused in one line, and `rebuild` makes it again in this
@@ -159,6 +159,9 @@ def set_aside(store: Path) -> Path:
 def check_writable(store: Path) -> None:
     """StoreError naming --store when the store (or, where it is not yet, its folder) cannot be written:
     SQLite writes its journal beside the file, so the folder is asked either way (results.writable)."""
+    long = too_long(store)  # before the OS is asked: it names a long name only once the folder above it is
+    if long:
+        raise StoreError(f"--store {str(store)!r} {long}")
     folder = store.parent
     why = why_unwritable(folder)
     if why:

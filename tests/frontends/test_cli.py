@@ -247,11 +247,14 @@ def test_a_path_too_long_for_the_os_is_one_line_exit_2_wherever_it_is_given(tmp_
     long = str(tmp_path / ("x" * 300))
     for argv in (["report", long], ["export", long], ["compare", REFERENCE_RUN, long],
                  ["history", "add", REFERENCE_RUN, "--store", long + ".sqlite"],
+                 ["history", "add", REFERENCE_RUN, "--store", str(tmp_path / "new" / ("x" * 300))],
                  ["check", "--variant-file", long + ".py"]):  # fmt: skip
         p = run_cli(*argv, cwd=tmp_path)
         assert p.returncode == 2 and p.stdout == "", (argv, p.stderr)
         (line,) = p.stderr.strip().splitlines()  # the file the OS refused, in the path given
-        assert line.startswith(f"attnbench: error: '{argv[-1]}"), (argv, line)
+        assert line.startswith(
+            (f"attnbench: error: '{argv[-1]}", f"attnbench: error: --store '{argv[-1]}")
+        ), line
         name = len(Path(argv[-1]).name)
         assert line.endswith(f"' is too long a path for this system: a name in it has {name} bytes, over 255")
     assert list(tmp_path.iterdir()) == []
