@@ -446,6 +446,9 @@ def test_a_torn_or_corrupt_line_of_visits_jsonl_is_warned_of_once_as_rows_jsonls
 
     path = tmp_path / "run"
     shutil.copytree(DATA / "runs" / "cpu-small", path)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["variant_files"] = [str(DATA / "fault_variants.py")]  # where they live in this checkout, loaded once
+    (path / "meta.json").write_text(json.dumps(meta, indent=2))
     rows = [json.loads(line) for line in (path / "rows.jsonl").read_text().splitlines()]
     lines = [json.dumps({"cell_id": r["cell_id"], "visit": 1, "row": r}) for r in rows[:3]]
     (path / "visits.jsonl").write_text("\n".join(["garbage{", *lines]) + "\n" + lines[0][:-40])
