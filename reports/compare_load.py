@@ -171,19 +171,24 @@ def differences_line(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> str:
     return "A and B differ in: " + "; ".join(f"{k} {a} in A, {b} in B" for k, (a, b) in diff.items())
 
 
+# Where a warning below points for the differences it is about: they are named once on compare's first
+# screen, by differences_line, and a warning says only what they mean for the ratios.
+SAID_IN = "said in 'A and B differ in'"
+
+
 def setup_lines(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
     """One line where the runs' set-ups differ by what a resume refuses to mix (results.identity: torch,
     the attnbench commit, the allocator and huge-page environment; the hosts are `machines`'): B/A then
-    measures the whole change, not the code alone. A key either run does not record (older runs) is not
-    said."""
+    measures the whole change, not the code alone. It names none of them: differences_line names each, on
+    both sides, and a difference said twice on one screen reads as two. A key either run does not record
+    (older runs) is not said."""
     a, b = (identity.recorded_identity(m) for m in (meta_a, meta_b))
     both = (set(a) & set(b)) - {"hosts"}
-    diff = identity.identity_diff(*({k: x[k] for k in both} for x in (a, b)))
-    if not diff:
+    if not identity.identity_diff(*({k: x[k] for k in both} for x in (a, b))):
         return []
     return [
-        f"set-up differs: {identity.diff_text(diff)}: each ratio measures the whole change, torch, "
-        "environment and code together, not the code alone; to time one change, keep the others the same"
+        f"set-up differs in what a resume refuses to mix ({SAID_IN}): each ratio measures the whole change, "
+        "not the code alone; to time one change, keep the others the same"
     ]
 
 
@@ -301,9 +306,10 @@ SAMPLING = ("warmup_ms", "budget_ms", "min_ms", "min_samples", "max_samples", "t
 
 
 def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[str]:
-    """One line where the two runs sampled their cells differently ('--warmup-ms 50 in A, 20 in B; ...'): a
-    longer budget or warm-up reaches more of a cell's slow tail or warms it further, so such ratios are
-    partly the settings'. A setting a run does not record (older runs, a run set's first run) is not said."""
+    """One line where the two runs sampled their cells differently (--warmup-ms, --budget-ms, ...: SAMPLING;
+    which, and how, differences_line says, and this line does not repeat): a longer budget or warm-up
+    reaches more of a cell's slow tail or warms it further, so such ratios are partly the settings'. A
+    setting a run does not record (older runs, a run set's first run) is not said."""
 
     def settings(meta: dict[str, Any]) -> dict[str, Any]:
         sweep = meta.get("sweep") if isinstance(meta, dict) else None
@@ -311,19 +317,13 @@ def sampling_warnings(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> list[st
         return found if isinstance(found, dict) else {}
 
     a, b = settings(meta_a), settings(meta_b)
-    differ = [
-        f"--{name.replace('_', '-')} {a[name]:g} in A, {b[name]:g} in B"
-        for name in SAMPLING
-        if isinstance(a.get(name), (int, float))
-        and isinstance(b.get(name), (int, float))
-        and a[name] != b[name]
-    ]
-    if not differ:
+    recorded = [k for k in SAMPLING if all(isinstance(x.get(k), (int, float)) for x in (a, b))]
+    if all(a[k] == b[k] for k in recorded):
         return []
     return [
-        f"sampling settings differ: {'; '.join(differ)}: a cell's time depends on how it is sampled (its "
-        "warm-up, how much of its slow tail a budget reaches), so the ratios are partly the settings'; run "
-        "both with the same ones"
+        f"sampling settings differ ({SAID_IN}): a cell's time depends on how it is sampled (its warm-up, how "
+        "much of its slow tail a budget reaches), so the ratios are partly the settings'; run both with the "
+        "same ones"
     ]
 
 

@@ -67,9 +67,9 @@ def unfinished_text(left: tuple[int, int]) -> str:
 
 def front_rows(ordered, loaded: RunRows) -> list[Any]:
     """The front of one run's cells at one N (`ordered`: fastest first), as the report's ranking has it
-    (reports.tables.front, each pair judged by `tied`): the fastest cell and those after it tied with it, up
-    to the first that is not."""
-    return tables.front([r for _, r in ordered.iterrows()], lambda first, other: tied(first, other, loaded))
+    (reports.tables.front: group 0 of results.ranks.rank_groups, each pair judged by `tied`): the fastest
+    cell and those after it tied with it, up to the first that is not. The cells after it are never read."""
+    return tables.front((r for _, r in ordered.iterrows()), lambda first, other: tied(first, other, loaded))
 
 
 def _front(at, loaded: RunRows) -> tuple[str, ...]:

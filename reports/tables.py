@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
+from itertools import takewhile
 from typing import Any
 
 from attnbench.results import axes
@@ -12,6 +13,7 @@ from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
 from attnbench.results.formulas import ratio_number, ratio_spread
 from attnbench.results.judge import separated, separation
+from attnbench.results.ranks import rank_groups
 from attnbench.results.schema import LIST_COLUMNS
 
 from .style import variant_order
@@ -331,20 +333,17 @@ def _narrow(df):
     return df[[c for c in df.columns if c in keep]]
 
 
-def front(ordered: Sequence[Any], tied: Callable[[Any, Any], bool] | None = None) -> list[Any]:
-    """The front of one N's ranking (`ordered`: its cells, fastest first): the fastest and each cell after it
-    that `tied` (by default: not results.judge.separated) cannot tell from it, up to the first it can. A
-    cell slower by median than one told apart from the fastest is behind the fastest too, even where its
-    own spread is too wide for the test to tell the two apart (flex › team_varlen 2.41× ≈ sdpa_loop 4.7×
-    has flex alone at the front): the front is `ranking`'s first group, and a tie never names a variant
-    that the ranking beside it puts behind another."""
-    tied = tied or (lambda first, other: not separated(first, other))
-    out = list(ordered[:1])
-    for other in ordered[1:]:
-        if not tied(out[0], other):
-            break
-        out.append(other)
-    return out
+def front(ordered: Iterable[Any], tied: Callable[[Any, Any], bool] | None = None) -> list[Any]:
+    """The front of one N's ranking (`ordered`: its cells, fastest first): group 0 of
+    results.ranks.rank_groups, the fastest and each cell after it that `tied` (by default: not
+    results.judge.separated) cannot tell from it, up to the first it can. A cell slower by median than one
+    told apart from the fastest is behind the fastest too, even where its own spread is too wide for the
+    test to tell the two apart (flex › team_varlen 2.41× ≈ sdpa_loop 4.7× has flex alone at the front): the
+    front is `ranking`'s first group, and a tie never names a variant that the ranking beside it puts behind
+    another."""
+    tied = tied or (lambda first, other: not separated(first, other))  # a front needs no p: no test under 2%
+    groups = rank_groups(ordered, lambda first, other: (not tied(first, other), math.nan))
+    return [r.row for r in takewhile(lambda r: r.group == 0, groups)]
 
 
 def best_variant(df):
@@ -405,14 +404,14 @@ def best_variant(df):
 
 
 def ranking(df):
-    """Per combination, seq_len and seq_k: every ok variant, fastest first, with its rank group: a variant
-    joins the group of the faster variants while it cannot be told apart from that group's fastest
-    (`separated`: 2% slower and judged slower at 0.05), and opens the next group once it can. Columns:
-    the axes, `variant`, `time_ms`, `ratio` (its median over the fastest's), `group` (0 for the front) and
-    `p_value` (separation's p against its group's fastest, or the previous group's for a group's first).
-    The best-variant table says only who leads; this says where every other variant stands, so that a
-    variant 1.5× behind is ranked behind even where the two at the front are tied. Variants that ran the
-    same kernel there are one (one_per_kernel)."""
+    """Per combination, seq_len and seq_k: every ok variant, fastest first, with its rank group
+    (results.ranks.rank_groups): a variant joins the group of the faster variants while it cannot be told
+    apart from that group's fastest (`separated`: 2% slower and judged slower at 0.05), and opens the next
+    group once it can. Columns: the axes, `variant`, `time_ms`, `ratio` (its median over the fastest's),
+    `group` (0 for the front) and `p_value` (separation's p against its group's fastest, or the previous
+    group's for a group's first). The best-variant table says only who leads; this says where every other
+    variant stands, so that a variant 1.5× behind is ranked behind even where the two at the front are tied.
+    Variants that ran the same kernel there are one (one_per_kernel)."""
     import pandas as pd
 
     ok = ranked_rows(_narrow(df)).dropna(subset=["time_ms_median"])
@@ -420,14 +419,8 @@ def ranking(df):
     for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
         ranked = one_per_kernel(sub).sort_values("time_ms_median", kind="stable")
         fastest, first_spread = float(ranked.iloc[0]["time_ms_median"]), ranked.iloc[0].get("rel_iqr")
-        leader, group = ranked.iloc[0], 0
-        for i, (_, r) in enumerate(ranked.iterrows()):
-            p = math.nan
-            if i > 0:
-                test = separation(leader, r)
-                p = test.p
-                if separated(leader, r, test=test):
-                    leader, group = r, group + 1
+        for placed in rank_groups(r for _, r in ranked.iterrows()):
+            r = placed.row
             records.append(
                 {
                     **key,
@@ -435,8 +428,8 @@ def ranking(df):
                     "time_ms": float(r["time_ms_median"]),
                     "ratio": float(r["time_ms_median"]) / fastest,
                     "ratio_spread": ratio_spread(first_spread, r.get("rel_iqr")),
-                    "group": group,
-                    "p_value": p,
+                    "group": placed.group,
+                    "p_value": placed.p,
                 }
             )
     return pd.DataFrame(

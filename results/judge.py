@@ -48,8 +48,8 @@ visits do not show what moves between runs.
 `Judgement.rule` is this, filled in for one comparison: the one text a compare page and terminal print.
 `history check`'s gate judges a step by the same test and Holm (results.steps: the runs after it against
 those before, unpaired, the other variants' move as the control).
-`separated` is the same test for the report's ranking and the harness's settle rounds (two variants of one
-shape in one run). Pure Python (math only): the harness asks it in the run's own process, without scipy.
+`separated` is the same test for the report's ranking (results.ranks) and the harness's settle rounds (two
+variants of one shape in one run). Pure Python (math only): the harness asks it in the run's own process.
 """
 
 from __future__ import annotations

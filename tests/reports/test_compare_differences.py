@@ -89,3 +89,33 @@ def test_what_differs_is_named_in_order_and_what_always_differs_is_not():
     assert said.startswith("A and B differ in: threads 2 in A, 1 in B; --rounds 1 in A, 3 in B; dtypes ")
     old = {k: v for k, v in b.items() if k != "fingerprint"}  # a run that recorded no fingerprint
     assert "torch" not in setup_differences(a, old)
+
+
+def test_compare_s_first_screen_names_each_difference_once(tmp_path):
+    """B on a new torch and another commit, sampled with another budget: the differences line named torch and
+    the commit, and the warnings under it named them again ('set-up differs: torch 2.13.0 -> 2.14.0, ...',
+    'sampling settings differ: --budget-ms ...'), so the page said "torch" three times. Each difference is
+    named once on the first screen (the terminal's warnings and its first lines, the page above its figure),
+    in the differences line; the warnings say what they mean."""
+    import re
+
+    runs = [synthetic.write_run(tmp_path / side, _rows(), run_id=side) for side in ("a", "b")]
+    sides = zip(runs, ("2.13.0", "2.14.0"), ("a" * 40, "b" * 40), (10.0, 50.0), strict=True)
+    for run, torch, commit, budget in sides:
+        meta = json.loads((run / "meta.json").read_text())
+        meta["sweep"]["settings"] = {"warmup_ms": 2.0, "budget_ms": budget}
+        meta["fingerprint"].update(torch=torch, git_commit=commit)
+        (run / "meta.json").write_text(json.dumps(meta))
+    said = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "page"))
+    assert said.returncode == 0, said.stderr
+    terminal = said.stderr + said.stdout.split("\n\n", 1)[0]
+    page = (tmp_path / "page" / "README.md").read_text().split("![", 1)[0].replace("\\_", "_")
+    metas = [json.loads((run / "meta.json").read_text()) for run in runs]
+    differ = setup_differences(*metas)
+    assert set(differ) == {"--budget-ms", "torch", "attnbench commit"}, differ
+    for screen in (terminal, page):
+        assert "set-up differs" in screen and "sampling settings differ" in screen, screen
+        for name, values in differ.items():
+            for said_as in (name, *values, "git_commit"):
+                times = len(re.findall(rf"(?<![\w.-]){re.escape(said_as)}(?![\w.-])", screen))
+                assert times == (said_as != "git_commit"), (said_as, times, screen)

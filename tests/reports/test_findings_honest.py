@@ -368,6 +368,38 @@ def test_a_front_stops_at_the_first_variant_told_apart():
     assert tables.front([], rule) == [] and tables.front(["a"], rule) == ["a"]
 
 
+def test_a_variant_tied_to_the_leader_but_behind_one_told_apart_is_never_at_the_front(tmp_path):
+    """flex fastest; sdpa as fast (a tie); team_varlen 2.4× behind on every visit (told apart); sdpa_loop 4.7×
+    behind by median with one visit as fast as flex's, too wide for its paired test to tell it from flex. The
+    front is flex ≈ sdpa, and sdpa_loop, behind team_varlen, joins it nowhere: not in the best-variant
+    table's tie, not in the ranking's group 0, not in the history site's front (results.ranks.rank_groups,
+    the one walk of all three)."""
+    from attnbench.reports import site_findings
+    from attnbench.reports.run_rows import RunRows
+    from attnbench.results.judge import separated
+
+    times = {
+        "flex": [1.0, 1.02, 0.98],
+        "sdpa": [1.01, 1.02, 1.0],
+        "team_varlen": [2.4, 2.5, 2.3],
+        "sdpa_loop": [1.0, 4.7, 6.0],
+    }
+    run = synthetic.write_run(tmp_path / "run", [_visited(v, m) for v, m in times.items()])
+    df = load(run)
+    rows = {str(r["variant"]): r for _, r in df.iterrows()}
+    assert not separated(rows["flex"], rows["sdpa"]) and separated(rows["flex"], rows["team_varlen"])
+    assert not separated(rows["flex"], rows["sdpa_loop"])  # tied to the leader by the test alone
+    (best,) = [b for _, b in tables.best_variant(df).iterrows()]
+    assert (best["best"], best["tied"]) == ("flex", "sdpa"), best
+    ranks = tables.ranking(df)
+    assert dict(zip(ranks["variant"], ranks["group"], strict=True)) == {
+        "flex": 0, "sdpa": 0, "team_varlen": 1, "sdpa_loop": 1
+    }  # fmt: skip
+    assert tables.ranking_text(ranks).startswith("flex ≈ sdpa › team_varlen "), tables.ranking_text(ranks)
+    at = df.assign(path=str(run)).sort_values(["time_ms_median", "variant"], kind="stable")
+    assert [r["variant"] for r in site_findings.front_rows(at, RunRows())] == ["flex", "sdpa"]
+
+
 def test_one_kernel_label_never_merges_two_recipes_or_two_times(tmp_path):
     """An outside trial's FP8 run: fp8_emulated and fp8_emulated_head record one kernel string (SDPA MATH
     on FP8-rounded inputs) but round by two recipes, and ran 3× apart; the rankings named them as one,

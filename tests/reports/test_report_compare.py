@@ -340,7 +340,8 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
 
 def test_runs_sampled_with_different_settings_are_warned_about(tmp_path):
     """One run with warm-up 50 / budget 1000 / min_ms 100 ms, the other 20 / 300 / 50: compare said nothing,
-    as it says when the calibrations differ. One warning line names each setting on both sides."""
+    as it says when the calibrations differ. The differences line names each setting on both sides, and
+    one warning line says what that means for the ratios, without naming them again."""
     a, b = _pair(tmp_path, _rows(), _rows())
 
     def settings(run, **values):
@@ -355,9 +356,11 @@ def test_runs_sampled_with_different_settings_are_warned_about(tmp_path):
     assert said.returncode == 0, said.stderr
     (line,) = [x for x in said.stderr.splitlines() if "sampling settings differ" in x]
     assert line.startswith(
-        "attnbench: warning: sampling settings differ: --warmup-ms 50 in A, 20 in B; --budget-ms 1000 in A, "
-        "300 in B; --min-ms 100 in A, 50 in B: "
+        "attnbench: warning: sampling settings differ (said in 'A and B differ in'): a cell's time depends "
     ), line
+    assert "--" not in line  # each setting is the differences line's to name
+    named = "--warmup-ms 50 in A, 20 in B; --budget-ms 1000 in A, 300 in B; --min-ms 100 in A, 50 in B"
+    assert f"A and B differ in: {named}; --seed 0 in A, 1 in B\n" in said.stdout, said.stdout[:600]
     assert "settings differ" not in said.stdout and "WARNING" not in said.stdout
     settings(a)
     assert not any("sampling settings differ" in w for w in compare_runs(a, b).warnings)
@@ -365,8 +368,9 @@ def test_runs_sampled_with_different_settings_are_warned_about(tmp_path):
 
 def test_runs_on_another_set_up_say_so_as_a_resume_would_refuse_them(tmp_path):
     """A new torch, another commit, huge pages and an allocator tunable on B's side: --resume refuses to mix
-    them (results.identity), yet compare said nothing. One warning line names each, on stderr and on the
-    page, with what it means for the ratios; the same set-up (or a key one run did not record) says none."""
+    them (results.identity), yet compare said nothing. The differences line names each on both sides, and
+    one warning line, on stderr and on the page, says what it means for the ratios without naming them
+    again; the same set-up (or a key one run did not record) says none."""
     a, b = _pair(tmp_path, _rows(), _rows())
 
     def setup(run, **fp):
@@ -381,10 +385,14 @@ def test_runs_on_another_set_up_say_so_as_a_resume_would_refuse_them(tmp_path):
     assert said.returncode == 0, said.stderr
     (line,) = [x for x in said.stderr.splitlines() if "set-up differs" in x]
     assert line.startswith(
-        "attnbench: warning: set-up differs: torch 0.0 -> 2.14.0+cpu, git_commit ffcbb917-dirty -> deadbeef, "
-        "allocator_env none -> MALLOC_MMAP_MAX_=0, THP_MEM_ALLOC_ENABLE None -> 1: "
+        "attnbench: warning: set-up differs in what a resume refuses to mix (said in 'A and B differ in'): "
     ), line
-    assert "not the code alone" in line
+    assert "not the code alone" in line and not re.search(r"torch|commit|allocator|THP|->", line), line
+    named = (
+        "torch 0.0 in A, 2.14.0+cpu in B; attnbench commit ffcbb917-dirty in A, deadbeef in B; "
+        "allocator_env none in A, MALLOC_MMAP_MAX_=0 in B; THP_MEM_ALLOC_ENABLE not set in A, 1 in B"
+    )
+    assert f"A and B differ in: {named}\n" in said.stdout, said.stdout[:600]
     assert "set-up differs" in (tmp_path / "page" / "README.md").read_text()
     setup(b, torch="0.0", git_commit="ffcbb917-dirty", allocator_env="none", THP_MEM_ALLOC_ENABLE=None)
     assert not any("set-up differs" in w for w in compare_runs(a, b).warnings)

@@ -437,6 +437,34 @@ def test_settle_visits_are_compared_over_the_visits_both_have():
     assert judge.separation(a, b).p == judge.paired_test([1.005] * 3, [m * 1.005 for m in (1.3, 0.95, 1.3)]).p
 
 
+def test_a_rank_group_is_judged_against_its_own_leader_and_the_front_ends_at_the_first_told_apart():
+    """a leads; b is tied to a; c is told apart from a; d is tied to a but slower than c: d is behind c, so
+    behind a, and never at the front (group 0), which ends at c; d is judged against c, its group's leader,
+    with c's p against a and d's against c. The walk is lazy: the front alone judges no pair after c."""
+    from itertools import takewhile
+
+    from attnbench.results.ranks import rank_groups
+
+    rule = {  # (leader, other): (told apart, p); d tied to a as well as to c
+        ("a", "b"): (False, 0.4), ("a", "c"): (True, 0.001),
+        ("c", "d"): (False, 0.3), ("a", "d"): (False, 0.6),
+    }  # fmt: skip
+    judged = []
+
+    def apart(leader, other):
+        judged.append((leader, other))
+        return rule[leader, other]
+
+    placed = list(rank_groups("abcd", apart))
+    assert [(r.row, r.group) for r in placed] == [("a", 0), ("b", 0), ("c", 1), ("d", 1)]
+    assert math.isnan(placed[0].p) and [r.p for r in placed[1:]] == [0.4, 0.001, 0.3]
+    assert judged == [("a", "b"), ("a", "c"), ("c", "d")]  # d against its group's leader, never against a
+    judged.clear()
+    assert [r.row for r in takewhile(lambda r: r.group == 0, rank_groups("abcd", apart))] == ["a", "b"]
+    assert judged == [("a", "b"), ("a", "c")]
+    assert list(rank_groups([], apart)) == [] and [r.group for r in rank_groups("a", apart)] == [0]
+
+
 def test_the_judge_needs_neither_numpy_nor_scipy():
     code = (
         "import sys; import attnbench.results.judge as j; "
