@@ -433,7 +433,7 @@ def workloads(
     bad = [r for r in gated if r.status in GATE_VERDICTS]
     # causal's own: said where wrong only
     right = [r for r in gated if r.status == "pass" and not _implied(r)]
-    right = [r for r in right if not contradicted(r.workload, bad, wrong)]
+    right = [r for r in right if not contradicted(r, bad, wrong)]
     if right:
         labels = "; ".join(dict.fromkeys(r.workload for r in right))
         worst = max((r.rel_err for r in right if r.rel_err is not None), default=float("nan"))

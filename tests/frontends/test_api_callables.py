@@ -651,7 +651,8 @@ def test_declared_workloads_answer_in_three_lines():
     from attnbench.reports.answer import Declared, workloads
 
     def row(label, status, dtype="float32", rel_err=None, reason=""):
-        return gated(workload=label, status=status, dtype=dtype, rel_err=rel_err, reason=reason)
+        kind = "packed" if label == "uniform lengths" else "window" if label.startswith("window") else "dense"
+        return gated(workload=label, kind=kind, status=status, dtype=dtype, rel_err=rel_err, reason=reason)
 
     rows = [row("window 16", "pass", rel_err=2e-7), row("window 16", "pass", "bfloat16", 3e-3),
             row("alibi", "FAIL", reason="it ignored the score mod"), row("alibi", "FAIL", "bfloat16"),
