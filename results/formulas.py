@@ -472,6 +472,33 @@ def ratio_spread(*rel_iqrs: Any) -> float:
     return sum(v / 2 for v in values)
 
 
+def ci_spread(ratio: float, low: float, high: float) -> float:
+    """The relative spread of a judged ratio (results.judge.Judged: B/A of geometric means) from its
+    confidence interval [low, high]: the interval's half-width over the ratio, what ratio_number reads of
+    compare's and bench's ratios, whose cells' spread the CI already holds (NaN where there is none)."""
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (ratio, low, high)) or ratio <= 0:
+        return math.nan
+    return (high - low) / 2 / ratio
+
+
+def ratio_change(ratio: float, spread: float = math.nan) -> tuple[str, str]:
+    """A B/A ratio of times as pyperf says it, (number, word): ('2.05', 'slower'), ('1.52', 'faster') (its
+    A/B), ('1.00', '') where it reads 1.00 either way; ('n/a', '') for no ratio. The number in the digits
+    `spread` supports (ratio_number; NaN: two decimals), but never so few that it reads 1 beside a word
+    that gives it a direction: 1.46 at ±120% is '1.5' (one digit would say '1x slower')."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return "n/a", ""
+    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
+        return "1.00", ""
+    r = ratio if ratio > 1 else 1 / ratio
+    shown = ratio_number(r, spread)
+    for decimals in (1, 2):
+        if float(shown) != 1:
+            break
+        shown = f"{r:.{decimals}f}"
+    return shown, "slower" if ratio > 1 else "faster"
+
+
 def bytes_text(b: float | None) -> str:
     """Binary units, three significant digits: 512 KiB, 1.5 GiB, -2 KiB; '-' for None."""
     if b is None:

@@ -843,9 +843,8 @@ def test_a_decode_answer_speaks_of_the_keys_it_grows(tmp_path):
 
 def test_a_ratio_the_judge_did_not_call_carries_its_verdict():
     """A race's ends are the judge's ratios; one it calls neither faster nor slower says so beside it."""
-    from types import SimpleNamespace as judged
-
     from attnbench.reports.answer import _race
+    from attnbench.results.judge import Judged as judged  # no CI: two decimals
 
     def key(n):
         return {"seq_len": n, "causal": False, "padding": 0.0}

@@ -243,7 +243,7 @@ def test_a_race_over_several_masks_says_where_each_verdict_is():
     """A decode kernel slower than its baseline unmasked and faster causal: the line's ends are the unmasked
     cells', its largest speed-up is named with its mask, and its tally, over every mask, says which masks
     were faster ('of 4 cells faster in 2', where unsaid, before)."""
-    from types import SimpleNamespace as judged
+    from attnbench.results.judge import Judged as judged  # no CI: two decimals
 
     def key(n, causal):
         return {"seq_len": 1, "seq_k": n, "causal": causal, "padding": 0.0,
@@ -256,6 +256,26 @@ def test_a_race_over_several_masks_says_where_each_verdict_is():
         "2.47x slower at N_k 256 to 2.23x slower at N_k 2,048 than sdpa (no mask); the largest speed-up, "
         "causal lower-right: 2.00x faster at N_k 256; of 4 cells faster in 2 (causal lower-right), slower in "
         "2 (no mask)"
+    )
+
+
+def test_a_race_says_each_ratio_in_the_digits_its_ci_supports():
+    """'344.99x slower' off a judged CI [100, 800] read as measured to the hundredth: the race's ends and its
+    largest slowdown say the digits the judged cell's CI supports, as compare's change does
+    (results.formulas.ratio_change)."""
+    from attnbench.results.judge import Judged
+
+    def key(n):
+        return {"seq_len": n, "causal": False, "padding": 0.0}
+
+    cells = [
+        (key(64), Judged(ratio=2.47, ci_low=2.0, ci_high=3.0, verdict="slower")),  # ±0.5: its tenths
+        (key(256), Judged(ratio=344.99, ci_low=100.0, ci_high=800.0, verdict="slower")),  # ±350: its hundreds
+        (key(512), Judged(ratio=1.16, ci_low=1.14, ci_high=1.18, verdict="slower")),  # ±0.02: two decimals
+    ]
+    assert _race(cells, "sdpa") == (
+        "2.5x slower at N 64 to 1.16x slower at N 512 than sdpa (no mask); the largest slowdown: 300x slower "
+        "at N 256; of 3 cells slower in 3"
     )
 
 
@@ -299,7 +319,7 @@ def test_rows_without_peak_memory_say_time_alone_and_an_even_race_is_as_fast(tmp
     """'peak memory as N^n/a (ok at 0 seq_lens)' where no row had a peak; '1.00x slower' at a ratio of 1."""
     from synthetic import cell, write_run
 
-    from attnbench.reports.answer import _ratio_text
+    from attnbench.reports.answer_text import ratio_text as _ratio_text
 
     rows = [cell(v, n, time_ms=n * n / 1e4 * s, peak_mem_bytes=None)
             for n in (128, 256, 512) for v, s in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
