@@ -23,9 +23,8 @@ from attnbench.results.schema import GATE_FAILED
 from attnbench.results.verdicts import holm_verdict
 
 from .answer_growth import growth
-from .answer_text import MESSAGE_CHARS, PASSES, SHAPE_AXES
+from .answer_text import MESSAGE_CHARS, PASSES, SHAPE_AXES, judged_text
 from .answer_text import dtypes_first as _dtypes
-from .answer_text import ratio_text as _ratio_text
 from .answer_text import short as _short
 from .answer_text import shown as _shown
 from .answer_text import window_text as _window
@@ -433,7 +432,7 @@ def workloads(
     bad = [r for r in gated if r.status in GATE_VERDICTS]
     # causal's own: said where wrong only
     right = [r for r in gated if r.status == "pass" and not _implied(r)]
-    right = [r for r in right if not contradicted(r.workload, bad, wrong)]
+    right = [r for r in right if not contradicted(r, bad, wrong)]
     if right:
         labels = "; ".join(dict.fromkeys(r.workload for r in right))
         worst = max((r.rel_err for r in right if r.rel_err is not None), default=float("nan"))
@@ -591,7 +590,7 @@ def _extremes(judged: list[tuple[Any, Any]], ends: list[Any], length: str) -> st
         return said
     for word, (k, j) in (("slowdown", max(ratios, key=lambda kj: kj[1].ratio)),
                          ("speed-up", min(ratios, key=lambda kj: kj[1].ratio))):  # fmt: skip
-        shown = _ratio_text(j.ratio)
+        shown = judged_text(j)
         if any(k is e for e in ends) or not shown.endswith("slower" if word == "slowdown" else "faster"):
             continue
         where = mask_text(k["causal"], k["padding"], k.get("causal_align"))
@@ -609,7 +608,7 @@ def _end(k: Any, j: Any, length: str) -> str:
     notes = [] if j.verdict in ("faster", "slower") else [j.verdict]
     notes += ["drifted or noisy"] if bool(k.get("_unsettled", False)) else []
     said = f" ({', '.join(notes)})" if notes else ""
-    return f"{_ratio_text(j.ratio)} at {length_name(length)} {n_text(k[length])}{said}"
+    return f"{judged_text(j)} at {length_name(length)} {n_text(k[length])}{said}"
 
 
 def bandwidth(df, metas, variant: str, baseline: str) -> list[str]:

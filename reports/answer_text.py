@@ -7,6 +7,8 @@ import math
 import re
 from typing import Any
 
+from attnbench.results.formulas import ci_spread, ratio_change
+
 from .tables import present
 
 PASSES = {"fwd": "forward", "fwdbwd": "forward+backward"}  # a cell's pass, as a line names it
@@ -43,14 +45,20 @@ def dtypes_first(names: set[str]) -> list[str]:
     return sorted(names, key=lambda d: (d != "float32", d))
 
 
-def ratio_text(ratio: float) -> str:
+def ratio_text(ratio: float, spread: float = math.nan) -> str:
     """'2.05x slower', '1.52x faster', 'as fast (1.00x)' (as compare says it: never faster or slower at
-    1.00x either way), 'n/a'."""
-    if not math.isfinite(ratio) or ratio <= 0:
-        return "n/a"
-    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
-        return "as fast (1.00x)"
-    return f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    1.00x either way), 'n/a'; the number in the digits `spread` supports (results.formulas.ratio_change;
+    none known: two decimals)."""
+    number, direction = ratio_change(ratio, spread)
+    if number == "n/a":
+        return number
+    return f"{number}x {direction}" if direction else f"as fast ({number}x)"
+
+
+def judged_text(j: Any) -> str:
+    """ratio_text of a judged cell (results.judge.Judged): its B/A in the digits its CI supports, as
+    compare's change says it."""
+    return ratio_text(j.ratio, ci_spread(j.ratio, j.ci_low, j.ci_high))
 
 
 def window_text(window: Any) -> str:

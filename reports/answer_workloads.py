@@ -6,21 +6,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-# the sweep axis (and its quiet value) whose cells are a workload's: bench's sweeps of a workload kernel
+# the sweep axis (and its quiet value) whose cells are a workload kind's (GateRow.kind): bench's sweeps of a
+# workload kernel
 _WORKLOAD_AXES = {"paged": ("page_size", "0"), "packed": ("lengths", "none"), "window": ("window", "0")}
+# the kinds whose gate cells share one pack or one paged cache: a wrong one makes each of them suspect
+_SHARED = ("paged", "packed")
 
 
-def contradicted(label: str, bad: Sequence[Any], wrong) -> bool:
-    """Whether a passing workload is wrong in another line: a gate row of it wrong (in another dtype, or
-    another cell of its pack or paged cache: a decode step's one query where N_q 4 passed), or a sweep
-    cell of it wrong (`wrong`, fn's rows; a paged cell by its page_size, a pack's by its lengths, a
-    window's by its window)."""
-    kind = label.split(",")[0].split()[0]  # 'paged' / 'packed' of a pack's or a paged cache's cells
-    kind = kind if kind in ("paged", "packed") else label
-    if any(r.workload == label or r.workload.split(",")[0].split()[0] == kind for r in bad):
+def contradicted(row: Any, bad: Sequence[Any], wrong) -> bool:
+    """Whether a passing workload's gate row is wrong in another line: a gate row of it wrong (in another
+    dtype, or another cell of its pack or paged cache, told by GateRow.kind: a decode step's one query
+    where N_q 4 passed), or a sweep cell of its kind wrong (`wrong`, fn's rows; a paged cell by its
+    page_size, a pack's by its lengths, a window's by its window)."""
+    kind = row.kind
+    if any(r.workload == row.workload or (kind in _SHARED and r.kind == kind) for r in bad):
         return True
-    word = next((w for w in _WORKLOAD_AXES if kind.startswith(w)), "")
-    if not word or wrong is None or _WORKLOAD_AXES[word][0] not in wrong:
+    if kind not in _WORKLOAD_AXES or wrong is None or _WORKLOAD_AXES[kind][0] not in wrong:
         return False
-    column, quiet = _WORKLOAD_AXES[word]
+    column, quiet = _WORKLOAD_AXES[kind]
     return bool((wrong[column].fillna(quiet).astype(str) != quiet).any())

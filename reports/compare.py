@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.results import devices, judge, spreads
-from attnbench.results.formulas import counted
+from attnbench.results.formulas import ci_spread, counted, ratio_change
 from attnbench.results.judge import BROKEN, VERDICTS
 from attnbench.results.schema import CELL_AXES, STATUSES
 from attnbench.results.thresholds import Threshold
@@ -23,19 +23,19 @@ DEFAULT_ALPHA = judge.ALPHA  # --alpha changes it
 
 def change_text(ratio: float, significant: bool | None, judged: judge.Judged | None = None) -> str:
     """pyperf's wording: '1.23x slower', '1.10x faster', with 'not significant' when it is not; a ratio
-    that shows as 1.00x either way reads 'no change (1.00x)'. A significant change the judge calls
-    'ambiguous' (CI excluding 1, not past the run-to-run or visit-to-visit floor) or 'same' says so. Where
+    that shows as 1.00x either way reads 'no change (1.00x)'. The number in the digits the judged cell's CI
+    supports (results.formulas.ratio_change: '1.7x slower' at CI [1.51, 1.89]); without `judged` (a
+    variant's geometric mean over cells) no spread is known, and it keeps two decimals. A significant
+    change the judge calls 'ambiguous' (CI excluding 1, not past the run-to-run or visit-to-visit floor) or
+    'same' says so. Where
     the cell's medians point the other way (judge.disagreement), it says that instead of a direction, so
     that the change never reads one way beside the gate's medians reading the other."""
     if not math.isfinite(ratio) or ratio <= 0:
         return "n/a"
     apart = judge.disagreement(judged) if judged is not None else ""
-    if apart:
-        word = apart
-    elif f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
-        word = "no change (1.00x)"
-    else:
-        word = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    spread = ci_spread(ratio, judged.ci_low, judged.ci_high) if judged is not None else math.nan
+    number, direction = ratio_change(ratio, spread)
+    word = apart or (f"{number}x {direction}" if direction else f"no change ({number}x)")
     if significant is None:
         return f"{word} (no test)"
     if not significant:
@@ -561,6 +561,7 @@ def variant_table(cmp: Comparison) -> pg.Table:
     rows = []
     for _, r in cmp.per_variant.iterrows():
         g = r["geomean_ratio"]
+        # a geometric mean over cells: no one spread is known for it, so two decimals (change_text)
         overall = change_text(g, None).replace(" (no samples to test)", "") if math.isfinite(g) else "n/a"
         rows.append(
             (

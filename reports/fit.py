@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnbench.results.formulas import is_decode
+
 from .tables import COMBO_AXES, device_memory, grouped, length_axis, ok_rows
 
 MIN_FIT_POINTS = 3  # the fewest seq_lens a fit uses when the run has them (2 points give no CI)
@@ -396,7 +398,7 @@ def pair_exponent(rows, length: str) -> float:
         return 1.0
     if "seq_k" not in rows.columns:
         return 2.0
-    held = rows["seq_k"].nunique() == 1 and (rows["seq_k"] != rows["seq_len"]).fillna(False).any()
+    held = rows["seq_k"].nunique() == 1 and is_decode(rows["seq_len"], rows["seq_k"]).any()
     return 1.0 if held and rows["seq_len"].nunique() > 1 else 2.0
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from attnbench.results import axes
 from attnbench.results.axes import AXES
-from attnbench.results.formulas import bytes_text, record_e2e_rel_err
+from attnbench.results.formulas import bytes_text, is_decode, record_e2e_rel_err
 
 from .fit import PowerFit, combo_key
 from .style import (
@@ -416,7 +416,7 @@ def speedup_figure(group, title: str, baseline: str):
         fig.suptitle(title)
     data = pd.DataFrame(sp)
     data = data.drop(columns=quiet_columns(data))  # device_group, model: named only where not '' (tables)
-    if "seq_k" in data.columns and bool((data["seq_k"] == data["seq_len"]).fillna(True).all()):
+    if "seq_k" in data.columns and not is_decode(data["seq_len"], data["seq_k"]).any():
         data = data.drop(columns=["seq_k"])  # named only where some cell's keys are not its queries
     return fig, data
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import record_e2e_rel_err
+from attnbench.results.formulas import ratio_number, record_e2e_rel_err
 from attnbench.results.load import tile_failed, tile_sentences, tile_wrong
 from attnbench.results.pytest_benchmark import imported_runs
 
@@ -236,17 +236,18 @@ def best_table(group) -> pg.Table:
                 cells.append("no ok cell")
                 continue
             b = sel.iloc[0]
+            lead = ratio_number(b["lead"], b["lead_spread"])  # in the digits its spread supports
             if b["tied"]:  # the data cannot rank them: say so instead of "1.00× ahead"
                 tied = [named.get(v, v) for v in [str(b["best"]), *tied_names(b["tied"])]]
                 text = f"tie: {' ≈ '.join(tied)} {ms_text(b['time_ms'])}"
-                text += f" ({num_text(b['lead'])}×{_p_text(b['p_value'])})"
+                text += f" ({lead}×{_p_text(b['p_value'])})"
             else:
                 text = f"{named.get(str(b['best']), b['best'])} {ms_text(b['time_ms'])}"
                 if b["only_ranked"]:  # the others there are suspect: fastest of one crowns nobody
                     text += f" (only one ranked; {', '.join(str(b['suspect']).split())} suspect)"
                 if b["runner_up"]:
                     behind = named.get(str(b["runner_up"]), b["runner_up"])
-                    text += f" ({num_text(b['lead'])}× ahead of {behind}{_p_text(b['p_value'])})"
+                    text += f" ({lead}× ahead of {behind}{_p_text(b['p_value'])})"
             compared = [str(b["best"]), *tied_names(b["tied"]), str(b["runner_up"] or "")]
             shaky = findmod.shaky_cells(_rows, length)  # this panel's: a drifted cell of another pattern
             if any((m, n) in shaky for name in compared if name for m in kernel_members(name)):

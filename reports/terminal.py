@@ -229,6 +229,7 @@ def workloads_taken(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[s
 _GATE_DEFAULTS = {
     "rel_err": None, "grad_rel_err": None, "masked_rows": "", "reason": "", "gating": True, "no_key": False,
     "workload": "", "implied": False, "grad_against": "", "n": 0, "quant": "", "sqnr_db": None,
+    "kind": "dense",
 }  # fmt: skip
 _GATE_STYLE = {
     "pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "error": "[bold red]error[/]",
@@ -271,7 +272,7 @@ def gate_table(
     if workloads:
         columns[columns.index("causal") : columns.index("pad") + 1] = ["workload"]
         title = f"the workloads each variant declares, each a cell as a run makes it (N={ns[0]}"
-        packs = any(str(_field(r, "workload")).startswith(("packed", "paged")) for r in rows)
+        packs = any(_field(r, "kind") in ("packed", "paged") for r in rows)
         title += f"; a pack or a paged cache of {sequences} sequences)" if sequences and packs else ")"
     if fitted and len(devices) == 1:
         columns.remove("device")

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from attnbench.results import devices, identity
-from attnbench.results.formulas import bytes_text
+from attnbench.results.formulas import bytes_text, is_decode
 from attnbench.results.load import changes
 from attnbench.results.store import skipped_rows, unfinished, writer_holder
 
@@ -251,7 +251,7 @@ def _failures_table(df) -> pg.Table:
     bad = df[df["status"] != "ok"]
     rows, lengths = [], set()
     for (run_id, variant, status), sub in bad.groupby(["run_id", "variant", "status"], dropna=False):
-        decode = "seq_k" in sub.columns and bool((sub["seq_k"] != sub["seq_len"]).fillna(False).all())
+        decode = "seq_k" in sub.columns and bool(is_decode(sub["seq_len"], sub["seq_k"]).all())
         axis = "seq_k" if decode else "seq_len"
         lengths.add(axis)
         seqs = " ".join(str(n) for n in sorted({int(n) for n in sub[axis].dropna()}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 import os
 import shlex
 import statistics
@@ -418,18 +419,29 @@ def median_rates(row: dict[str, Any], median_ms: float) -> dict[str, float]:
     }
 
 
-def is_decode(row: dict[str, Any]) -> bool:
-    """Whether a cell is a decode step: N_q queries against N_k != N_q keys (a paged cell's one query
-    against its context), the rows of the report's decode panel (reports.panels.decode.decode_rows)."""
-    n_k = row.get("seq_k")
-    return isinstance(n_k, int) and n_k != row.get("seq_len")
+def is_decode(n_q: Any, n_k: Any) -> Any:
+    """Whether a cell is a decode step: N_q queries (seq_len) against N_k != N_q keys (seq_k; a paged cell's
+    one query against its context). The one rule for every place that asks it: a cell's two lengths give a
+    bool; a table's columns (n_k a pandas Series, n_q a Series on its index or a number) give a bool Series,
+    the rows of the report's decode panel (reports.panels.decode.decode_rows). A length not known (None,
+    NaN, pandas' NA: a row from before seq_k) is no decode step."""
+    if hasattr(n_k, "ne"):  # pandas, element-wise: NA != x is NA, NaN != x is True; neither is a decode step
+        known = n_k.notna() & (n_q.notna() if hasattr(n_q, "notna") else _length_known(n_q))
+        return n_k.ne(n_q).fillna(False).astype(bool) & known
+    return _length_known(n_q) and _length_known(n_k) and bool(n_k != n_q)
+
+
+def _length_known(n: Any) -> bool:
+    """Whether `n` is a length (a number, not None, NaN or pandas' NA)."""
+    return isinstance(n, numbers.Real) and not isinstance(n, bool) and math.isfinite(n)
 
 
 def speed(row: dict[str, Any]) -> tuple[float, str]:
     """(value, unit) of the rate a cell's median is read by: a decode step reads its K/V cache for a few
     queries, so its K/V GB/s (kv_gbps: what the report's decode panel shows; its TFLOP/s rounds to 0);
     any other cell's TFLOP/s. NaN where the row has no such rate."""
-    column, unit = ("kv_gbps", "K/V GB/s") if is_decode(row) else ("tflops", "TFLOP/s")
+    decode = is_decode(row.get("seq_len"), row.get("seq_k"))
+    column, unit = ("kv_gbps", "K/V GB/s") if decode else ("tflops", "TFLOP/s")
     value = row.get(column)
     return (float(value) if isinstance(value, (int, float)) else math.nan), unit
 
@@ -458,6 +470,33 @@ def ratio_spread(*rel_iqrs: Any) -> float:
         float(r) if isinstance(r, (int, float)) and not isinstance(r, bool) else math.nan for r in rel_iqrs
     ]
     return sum(v / 2 for v in values)
+
+
+def ci_spread(ratio: float, low: float, high: float) -> float:
+    """The relative spread of a judged ratio (results.judge.Judged: B/A of geometric means) from its
+    confidence interval [low, high]: the interval's half-width over the ratio, what ratio_number reads of
+    compare's and bench's ratios, whose cells' spread the CI already holds (NaN where there is none)."""
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (ratio, low, high)) or ratio <= 0:
+        return math.nan
+    return (high - low) / 2 / ratio
+
+
+def ratio_change(ratio: float, spread: float = math.nan) -> tuple[str, str]:
+    """A B/A ratio of times as pyperf says it, (number, word): ('2.05', 'slower'), ('1.52', 'faster') (its
+    A/B), ('1.00', '') where it reads 1.00 either way; ('n/a', '') for no ratio. The number in the digits
+    `spread` supports (ratio_number; NaN: two decimals), but never so few that it reads 1 beside a word
+    that gives it a direction: 1.46 at ±120% is '1.5' (one digit would say '1x slower')."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return "n/a", ""
+    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
+        return "1.00", ""
+    r = ratio if ratio > 1 else 1 / ratio
+    shown = ratio_number(r, spread)
+    for decimals in (1, 2):
+        if float(shown) != 1:
+            break
+        shown = f"{r:.{decimals}f}"
+    return shown, "slower" if ratio > 1 else "faster"
 
 
 def bytes_text(b: float | None) -> str:

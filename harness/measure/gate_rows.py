@@ -68,6 +68,9 @@ class GateRow:
     # inputs it was given (rel_err is against its rounded inputs'): its error end to end, as a run's row says
     quant: str = ""
     sqnr_db: float | None = None
+    # which of a run's workloads its cell is one of (workload_kind: "dense", "window", "packed", "paged"),
+    # read from the cell, never from its label's words; "dense" for causal x padding and the no-key problem
+    kind: str = "dense"
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class GateProblem:
     padding: bool = False
     no_key: bool = False
     workload: str = ""
+    kind: str = "dense"  # the workload's cell's (workload_kind), as its GateRow says
     counted: bool = True
 
     def row(self, status: str, reason: str) -> GateRow:
@@ -92,7 +96,7 @@ class GateProblem:
         padding = self.padding or self.no_key  # the no-key problem's rows are padded, as gate_one makes them
         return GateRow(self.variant, self.device, self.dtype, self.causal, padding, status, reason=reason,
                        gating=self.counted and not self.no_key, no_key=self.no_key, workload=self.workload,
-                       implied=implied(self.workload), n=self.n)  # fmt: skip
+                       kind=self.kind, implied=implied(self.workload), n=self.n)  # fmt: skip
 
 
 def problems(
@@ -122,8 +126,11 @@ def problems(
             continue
         runs_here = [name for name in names if unavailable(variants.get(name), device) is None]
         for dtype, name in itertools.product(dtypes, runs_here):
-            for label, _ in workload_cells(variants.get(name), device, dtype, n):
-                yield GateProblem(name, device, dtypes, dtype, n, workload=label, counted=counted(name))
+            for label, cell in workload_cells(variants.get(name), device, dtype, n):
+                kind = workload_kind(cell)
+                yield GateProblem(
+                    name, device, dtypes, dtype, n, workload=label, kind=kind, counted=counted(name)
+                )
 
 
 def gate_request(problem: GateProblem) -> GateRow:
@@ -175,6 +182,19 @@ def implied(label: str) -> bool:
 
 SOFTCAP, DECODE_QUERIES = "softcap:5", 4  # a cap that bends the scores of N(0, 1) inputs
 DECODE_STEP = "paged decode step"  # the label's start of a paged cache's cells of one query (_decode_steps)
+
+
+def workload_kind(spec) -> str:
+    """Which of a run's workloads a problem's cell (a CellSpec) is one of, as a sweep tells its cells apart:
+    'paged' (a paged cache: page_size), 'packed' (a pack: lengths), 'window' (a dense cell with a window),
+    else 'dense' (its other workloads: grouped heads, lower-right, a mod, causal top-left; and the causal x
+    padding problems). A pack's or a paged cache's cells are its whatever else they change (grouped heads
+    in a pack, a decode step of a paged cache): one wrong cell of a pack or a cache makes each suspect."""
+    if spec.page_size:
+        return "paged"
+    if spec.lengths != "none":
+        return "packed"
+    return "window" if spec.window else "dense"
 
 
 def span(n: int) -> int:
@@ -281,7 +301,7 @@ def gate_workload(variant, spec, label: str, *, counted: bool = True) -> GateRow
     from attnbench.variants.handed import exercised
 
     row = dict(variant=variant.name, device=spec.device, dtype=spec.dtype, causal=spec.causal, padding=False,
-               gating=counted, workload=label, implied=implied(label))  # fmt: skip
+               gating=counted, workload=label, kind=workload_kind(spec), implied=implied(label))  # fmt: skip
     declared = exercised(variant, spec.problem())  # said where it raises: a wrong declaration may be why
     return _recorded(
         row, lambda: _gate(variant, spec.problem(), make_inputs(spec, 0), row, gate_axes(spec)), declared

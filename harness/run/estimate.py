@@ -52,7 +52,7 @@ from attnbench.harness.measure.allocator import worker_environ
 from attnbench.harness.measure.rows import executed_flops
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
-from attnbench.results.formulas import DTYPE_BYTES, attention_flops, counted
+from attnbench.results.formulas import DTYPE_BYTES, attention_flops, counted, is_decode
 from attnbench.variants import Problem
 
 ASSUMED_TFLOPS = {"cpu": 0.035, "cuda": 50.0}  # cpu: per core (fp32); cuda: per GPU (bf16/fp16)
@@ -271,7 +271,7 @@ def skips_start(skipped: Sequence[CellSpec], cells: Sequence[CellSpec]) -> dict[
     out: dict[str, str] = {}
     for variant in dict.fromkeys(c.variant for c in skipped):
         mine = [c for c in skipped if c.variant == variant]
-        decode = any(c.seq_k != c.seq_len for c in cells if c.variant == variant)
+        decode = any(is_decode(c.seq_len, c.seq_k) for c in cells if c.variant == variant)
         name, length = ("N_k", "seq_k") if decode else ("N", "seq_len")
         batches = sorted({c.batch for c in mine})
         every = {c.batch for c in cells if c.variant == variant} == set(batches)

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import bytes_text, gbps
+from attnbench.results.formulas import bytes_text, gbps, is_decode
 
 from .. import fit as fitmod
 from .. import page as pg
@@ -53,11 +53,11 @@ DECODE_PANEL_AXES = (*PANEL_AXES, "seq_len")  # a decode series holds N_q fixed:
 
 
 def decode_rows(df):
-    """Rows whose keys are not their queries (seq_len != seq_k): a decode step reads a K/V cache of N_k keys
-    for a few queries."""
+    """Rows whose keys are not their queries (results.formulas.is_decode): a decode step reads a K/V cache
+    of N_k keys for a few queries."""
     if "seq_k" not in df.columns:
         return df.iloc[:0]
-    return df[(df["seq_k"] != df["seq_len"]).fillna(False)]
+    return df[is_decode(df["seq_len"], df["seq_k"])]
 
 
 def kv_rates(rows):

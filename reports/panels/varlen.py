@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import tflops
+from attnbench.results.formulas import ratio_number, ratio_spread, tflops
 
 from .. import page as pg
 from ..plots import ring_cells, ring_legend
@@ -129,9 +129,10 @@ def shape_text(key: dict[str, Any], max_len: Any = None) -> str:
 def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> tuple[str, list[Any]]:
     """'On longtail lengths (B=8, mean N=512, max L=1,900) sdpa_loop is fastest at 0.81 useful TFLOP/s,
     1.52× ahead of flex; padded executes 3.4× the useful work and runs at 0.41× the useful TFLOP/s of
-    sdpa_loop.', and the index labels of the rows it compares (the fastest, the one it is ahead of or tied
-    with, the most taxed it names). Every variant of one pattern does the same useful work, so the most
-    useful TFLOP/s is the shortest time."""
+    sdpa_loop.' (each ratio of times in the digits its two cells' spread supports, results.formulas.
+    ratio_number, as the findings' leads), and the index labels of the rows it compares (the fastest, the
+    one it is ahead of or tied with, the most taxed it names). Every variant of one pattern does the same
+    useful work, so the most useful TFLOP/s is the shortest time."""
     from attnbench.results.judge import separated
 
     ranked = rows.sort_values("time_ms_median", kind="stable")
@@ -146,7 +147,8 @@ def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> tuple[str, list
         compared.append(ranked.index[1])
         if separated(best, second):
             lead = float(second["time_ms_median"]) / float(best["time_ms_median"])
-            text += f", {lead:.2f}× ahead of {second['variant']}"
+            spread = ratio_spread(best.get("rel_iqr"), second.get("rel_iqr"))  # as the findings' leads
+            text += f", {ratio_number(lead, spread)}× ahead of {second['variant']}"
         else:
             text += f", tied with {second['variant']} (within the spread)"
     taxed = rows.dropna(subset=["tax"])
@@ -154,12 +156,15 @@ def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> tuple[str, list
         worst_at = taxed["tax"].astype(float).idxmax()
         worst = taxed.loc[worst_at]
         tax = float(worst["tax"])
+        # the tax is executed over useful FLOPs, counted, not timed: no spread, one decimal
         if tax >= TAX_SHOWN and str(worst["variant"]) == name:
             text += f"; it executes {tax:.1f}× the useful work"
         elif tax >= TAX_SHOWN:
+            # one pattern's useful work is one: the TFLOP/s ratio is best's median time over worst's
             ratio = float(worst["useful_tflops"]) / float(best["useful_tflops"])
+            shown = ratio_number(ratio, ratio_spread(best.get("rel_iqr"), worst.get("rel_iqr")))
             text += (
-                f"; {worst['variant']} executes {tax:.1f}× the useful work and runs at {ratio:.2f}× the "
+                f"; {worst['variant']} executes {tax:.1f}× the useful work and runs at {shown}× the "
                 f"useful TFLOP/s of {name}"
             )
             compared.append(worst_at)

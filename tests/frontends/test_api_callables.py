@@ -651,7 +651,8 @@ def test_declared_workloads_answer_in_three_lines():
     from attnbench.reports.answer import Declared, workloads
 
     def row(label, status, dtype="float32", rel_err=None, reason=""):
-        return gated(workload=label, status=status, dtype=dtype, rel_err=rel_err, reason=reason)
+        kind = "packed" if label == "uniform lengths" else "window" if label.startswith("window") else "dense"
+        return gated(workload=label, kind=kind, status=status, dtype=dtype, rel_err=rel_err, reason=reason)
 
     rows = [row("window 16", "pass", rel_err=2e-7), row("window 16", "pass", "bfloat16", 3e-3),
             row("alibi", "FAIL", reason="it ignored the score mod"), row("alibi", "FAIL", "bfloat16"),
@@ -842,9 +843,8 @@ def test_a_decode_answer_speaks_of_the_keys_it_grows(tmp_path):
 
 def test_a_ratio_the_judge_did_not_call_carries_its_verdict():
     """A race's ends are the judge's ratios; one it calls neither faster nor slower says so beside it."""
-    from types import SimpleNamespace as judged
-
     from attnbench.reports.answer import _race
+    from attnbench.results.judge import Judged as judged  # no CI: two decimals
 
     def key(n):
         return {"seq_len": n, "causal": False, "padding": 0.0}

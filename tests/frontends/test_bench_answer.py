@@ -243,7 +243,7 @@ def test_a_race_over_several_masks_says_where_each_verdict_is():
     """A decode kernel slower than its baseline unmasked and faster causal: the line's ends are the unmasked
     cells', its largest speed-up is named with its mask, and its tally, over every mask, says which masks
     were faster ('of 4 cells faster in 2', where unsaid, before)."""
-    from types import SimpleNamespace as judged
+    from attnbench.results.judge import Judged as judged  # no CI: two decimals
 
     def key(n, causal):
         return {"seq_len": 1, "seq_k": n, "causal": causal, "padding": 0.0,
@@ -256,6 +256,26 @@ def test_a_race_over_several_masks_says_where_each_verdict_is():
         "2.47x slower at N_k 256 to 2.23x slower at N_k 2,048 than sdpa (no mask); the largest speed-up, "
         "causal lower-right: 2.00x faster at N_k 256; of 4 cells faster in 2 (causal lower-right), slower in "
         "2 (no mask)"
+    )
+
+
+def test_a_race_says_each_ratio_in_the_digits_its_ci_supports():
+    """'344.99x slower' off a judged CI [100, 800] read as measured to the hundredth: the race's ends and its
+    largest slowdown say the digits the judged cell's CI supports, as compare's change does
+    (results.formulas.ratio_change)."""
+    from attnbench.results.judge import Judged
+
+    def key(n):
+        return {"seq_len": n, "causal": False, "padding": 0.0}
+
+    cells = [
+        (key(64), Judged(ratio=2.47, ci_low=2.0, ci_high=3.0, verdict="slower")),  # ±0.5: its tenths
+        (key(256), Judged(ratio=344.99, ci_low=100.0, ci_high=800.0, verdict="slower")),  # ±350: its hundreds
+        (key(512), Judged(ratio=1.16, ci_low=1.14, ci_high=1.18, verdict="slower")),  # ±0.02: two decimals
+    ]
+    assert _race(cells, "sdpa") == (
+        "2.5x slower at N 64 to 1.16x slower at N 512 than sdpa (no mask); the largest slowdown: 300x slower "
+        "at N 256; of 3 cells slower in 3"
     )
 
 
@@ -299,7 +319,7 @@ def test_rows_without_peak_memory_say_time_alone_and_an_even_race_is_as_fast(tmp
     """'peak memory as N^n/a (ok at 0 seq_lens)' where no row had a peak; '1.00x slower' at a ratio of 1."""
     from synthetic import cell, write_run
 
-    from attnbench.reports.answer import _ratio_text
+    from attnbench.reports.answer_text import ratio_text as _ratio_text
 
     rows = [cell(v, n, time_ms=n * n / 1e4 * s, peak_mem_bytes=None)
             for n in (128, 256, 512) for v, s in (("sdpa", 1.0), ("fn", 2.0))]  # fmt: skip
@@ -572,7 +592,7 @@ def test_a_workload_wrong_in_any_line_is_never_said_correct(tmp_path):
     run = write_run(tmp_path / "r", rows)
     label = "paged, causal lower-right, pages of 16"
     gqa = "paged, causal lower-right, 2 k/v heads for 4"
-    right = [GateRow("fn", "cpu", "float32", True, False, "pass", rel_err=2e-7, workload=w)
+    right = [GateRow("fn", "cpu", "float32", True, False, "pass", rel_err=2e-7, workload=w, kind="paged")
              for w in (label, gqa)]  # fmt: skip
     lines = answer(run, "fn", "paged_gather", declared=Declared(gated=tuple(right), n=100)).lines
     assert any(line.startswith("WRONG float32") and said in line for line in lines), lines
@@ -580,10 +600,43 @@ def test_a_workload_wrong_in_any_line_is_never_said_correct(tmp_path):
     # the gate's own decode step wrong, the sweep right: its N_q 4 cells are not said correct either
     run = write_run(tmp_path / "ok", [cell(v, 1, time_ms=1.0, **paged) for v in ("paged_gather", "fn")])
     decode = "paged decode step, N_q 1 of N_k 100, causal lower-right, pages of 16"
-    step = GateRow("fn", "cpu", "float32", True, False, "FAIL", rel_err=0.2, reason=said, workload=decode)
-    window = GateRow("fn", "cpu", "float32", True, False, "pass", rel_err=2e-7, workload="window 16")
+    step = GateRow("fn", "cpu", "float32", True, False, "FAIL", rel_err=0.2, reason=said, workload=decode,
+                   kind="paged")  # fmt: skip
+    window = GateRow("fn", "cpu", "float32", True, False, "pass", rel_err=2e-7, workload="window 16",
+                     kind="window")  # fmt: skip
     gated = (*right, step, window)
     lines = answer(run, "fn", "paged_gather", declared=Declared(gated=gated, n=100)).lines
     assert any(line.startswith("WRONG declared paged decode step") for line in lines), lines
     (correct,) = [line for line in lines if "workloads correct" in line]
     assert correct.endswith("): window 16"), lines  # a workload of its own, right in every line
+
+
+def test_a_gate_rows_workload_is_told_by_its_kind_not_its_labels_words(tmp_path):
+    """Which gate cells share a paged cache (or a pack), and which sweep cells are a workload's, is the gate
+    row's `kind` (harness.measure.gate_rows.workload_kind, from its cell), not the first word of its label:
+    a cache's cells labelled without 'paged' are still one cache, and a dense cell labelled 'paged ...' is
+    none of it."""
+    from synthetic import cell, write_run
+
+    from attnbench.harness.measure.gate_rows import GateRow
+    from attnbench.reports.answer import Declared
+
+    def row(label, kind, status="pass"):
+        failed = status == "FAIL"
+        return GateRow("fn", "cpu", "float32", True, False, status, rel_err=0.2 if failed else 2e-7,
+                       reason="it read every slot" if failed else "", workload=label, kind=kind)  # fmt: skip
+
+    run = write_run(tmp_path / "ok", [cell(v, 64, time_ms=1.0) for v in ("sdpa", "fn")])
+    gated = (row("cache, pages of 16", "paged"), row("one query of the cache", "paged", "FAIL"),
+             row("paged-looking dense cell", "dense"))  # fmt: skip
+    lines = answer(run, "fn", "sdpa", declared=Declared(gated=gated, n=100)).lines
+    (correct,) = [line for line in lines if "workloads correct" in line]
+    assert correct.endswith("): paged-looking dense cell"), lines  # the cache's other cell is not said right
+    # a sweep's wrong paged cell makes the paged kind's gate rows suspect, whatever their labels say
+    paged = dict(seq_k=256, batch=8, page_size=16, lengths="uniform", causal=True, causal_align="lower-right")
+    rows = [cell("sdpa", 64, time_ms=1.0), cell("fn", 64, time_ms=1.0)]
+    rows += [cell("fn", 1, time_ms=1.0, status="wrong", rel_err=0.2, message=f"{GATE}: wrong", **paged)]
+    gated = (row("cache, pages of 16", "paged"), row("paged-looking dense cell", "dense"))
+    lines = answer(write_run(tmp_path / "w", rows), "fn", "sdpa", declared=Declared(gated=gated, n=100)).lines
+    (correct,) = [line for line in lines if "workloads correct" in line]
+    assert correct.endswith("): paged-looking dense cell"), lines

@@ -152,6 +152,13 @@ def test_each_declared_workload_is_one_cell_as_a_run_makes_it(isolated_registry,
         "paged decode step, N_q 1 of N_k 24, causal lower-right, pages of 4",  # what a paged run measures
         "paged decode step, N_q 1 of N_k 24, pages of 4",  # and bench's non-causal cells
     }
+    # each row's kind is its cell's (workload_kind), as a crashed or hung problem's row says it too
+    words = {"paged": "paged", "packed": "packed", "window": "window"}
+    for (v, w), r in by.items():
+        assert r.kind == words.get(w.split(",")[0].split()[0], "dense"), (v, w, r.kind)
+    assert {(p.variant, p.workload): p.row("crashed", "").kind for p in plan.problems() if p.workload} == {
+        key: r.kind for key, r in by.items()
+    }
     honest = [r for r in by.values() if r.variant in names[:3]]
     assert {r.status for r in honest} == {"pass"}, [r for r in honest if r.status != "pass"]
     assert all(r.grad_rel_err is None for r in honest if r.variant == "paged_gather")  # a decode step

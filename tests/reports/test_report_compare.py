@@ -5,6 +5,7 @@ reference run, and the real `attnbench compare` command with its exit statuses a
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import statistics
@@ -544,11 +545,32 @@ def test_a_change_that_shows_as_1_00x_is_no_change(ratio, significant, said):
 
 
 @pytest.mark.parametrize(
+    "ratio, ci, said",
+    [
+        (344.99, (100.0, 800.0), "300x slower"),  # ±350: its hundreds alone
+        (1 / 13.16, (1 / 16.0, 1 / 11.0), "13x faster"),  # A/B 13.16, ±19%: its units
+        (1.16, (1.14, 1.18), "1.16x slower"),  # ±0.02: two decimals, the most it says
+        (1.464, (0.5, 4.0), "1.5x slower"),  # ±1.75 reaches its units, but '1x slower' would say nothing
+        (1.04, (0.5, 2.0), "1.04x slower"),  # nor would '1.0x slower'
+        (1.003, (0.5, 2.0), "no change (1.00x)"),
+        (2.0, (math.nan, math.nan), "2.00x slower"),  # no CI: no spread known, two decimals
+    ],
+)
+def test_a_change_is_said_in_the_digits_its_ci_supports(ratio, ci, said):
+    """compare's change, as the findings' leads: '344.99x slower' off a CI [100, 800] read as a measured
+    figure; it says the digits the judged cell's CI supports (results.formulas.ratio_change)."""
+    judged = judge.Judged(
+        ratio=ratio, ci_low=ci[0], ci_high=ci[1], verdict="slower" if ratio > 1 else "faster"
+    )
+    assert change_text(ratio, True, judged) == said
+
+
+@pytest.mark.parametrize(
     "verdict, blind, ci, said",
     [
-        ("slower", False, (1.5, 1.9), "1.69x slower"),
-        ("ambiguous", True, (1.509, 1.889), "1.69x slower, ambiguous (within the run-to-run spread)"),
-        ("ambiguous", False, (0.99, 2.9), "1.69x slower, ambiguous"),
+        ("slower", False, (1.5, 1.9), "1.7x slower"),  # a CI ±0.2 wide: its tenths, not its hundredths
+        ("ambiguous", True, (1.509, 1.889), "1.7x slower, ambiguous (within the run-to-run spread)"),
+        ("ambiguous", False, (0.99, 2.9), "1.7x slower, ambiguous"),
         ("same", False, (1.001, 1.012), "1.01x slower, significant but within the tolerance: same"),
         ("same", False, (0.99, 1.012), "1.01x slower, same (within the tolerance)"),
     ],
@@ -576,7 +598,7 @@ def test_a_change_whose_medians_point_the_other_way_names_no_direction(verdict, 
         ratio=1.464, ci_low=0.5, ci_high=4.0, verdict=verdict, level="visit", median_ratio=0.6861 / 1.174
     )
     assert change_text(1.464, significant, judged) == said
-    assert change_text(1.464, significant, replace(judged, median_ratio=1.1)).startswith("1.46x slower")
+    assert change_text(1.464, significant, replace(judged, median_ratio=1.1)).startswith("1.5x slower")
 
 
 def test_runs_on_two_gpu_models_say_so_in_how_cells_were_matched(tmp_path):

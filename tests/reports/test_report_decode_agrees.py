@@ -132,3 +132,27 @@ def test_a_decode_panels_findings_say_its_kv_read_as_its_table_has_it():
             assert float(gb) == float(f"{r['kv_gbps']:.3g}") and float(pct) == float(
                 f"{r['pct_of_copy']:.2g}"
             )
+
+
+def test_one_decode_rule_for_a_cell_and_for_a_table(tmp_path):
+    """results.formulas.is_decode is the one rule: a cell's two lengths give a bool, a loaded run's columns
+    the decode panel's rows, and the two agree row by row; a length not known (pandas' NA, NaN, None: a
+    row from before seq_k) is no decode step, in a column of either dtype."""
+    import pandas as pd
+
+    from attnbench.results.formulas import is_decode, speed
+
+    rows = _decode_rows() + [synthetic.cell("naive", 256, time_ms=1.0)]  # one square cell beside them
+    df = results.load(synthetic.write_run(tmp_path / "run", rows))
+    panel = decode.decode_rows(df)
+    assert len(panel) == len(rows) - 1 and (panel["seq_len"] == 1).all()
+    for _, r in df.iterrows():
+        row = r.to_dict()
+        assert is_decode(row["seq_len"], row["seq_k"]) == (r.name in panel.index)
+        assert speed(row)[1] == ("K/V GB/s" if r.name in panel.index else "TFLOP/s")
+    assert is_decode(1, 4096) and not is_decode(64, 64)
+    assert not is_decode(64, None) and not is_decode(64, float("nan")) and not is_decode(64, pd.NA)
+    for n_k in (pd.array([4096, None, 64], dtype="Int64"), [4096.0, float("nan"), 64.0]):
+        table = pd.DataFrame({"seq_len": [1, 1, 64], "seq_k": n_k})
+        assert is_decode(table["seq_len"], table["seq_k"]).tolist() == [True, False, False]
+        assert decode.decode_rows(table).index.tolist() == [0]

@@ -313,6 +313,20 @@ def test_best_table_says_tie_when_it_cannot_tell(tmp_path):
     assert best.loc[2048, "p_value"] >= 0.05 and best.loc[2048, "lead"] > 1.02
 
 
+def test_best_table_says_a_lead_in_the_digits_its_spread_supports(tmp_path):
+    """The fastest-per-N table's lead, as the findings' and the ranking's: '2.02× ahead' off cells spread
+    ±40% read as measured to the hundredth; it says the digits the two cells' spread supports
+    (results.formulas.ratio_number of best.csv's lead_spread)."""
+    from attnbench.results.formulas import ratio_number
+
+    best, text = _best_cells(tmp_path, {256: (1.30, 0.02, 30), 512: (2.0, 0.40, 200)})
+    for n in (256, 512):
+        said = ratio_number(best.loc[n, "lead"], best.loc[n, "lead_spread"])
+        assert best.loc[n, "tied"] == "" and f"({said}× ahead of sdpa" in text[n], (n, text[n])
+    assert re.fullmatch(r"\d\.\d\d", ratio_number(best.loc[256, "lead"], best.loc[256, "lead_spread"]))
+    assert re.search(r"\(\d(\.\d)?× ahead of sdpa", text[512]), text[512]  # ±40%: its tenths at most
+
+
 def test_the_ranking_ranks_a_variant_far_behind_a_tie_at_the_front(tmp_path):
     # issue 25: sdpa and sdpa_flash are one CPU kernel and tie at every N; a variant 1.5× behind them must
     # still be ranked behind, not hidden in "tie"

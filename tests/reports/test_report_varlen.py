@@ -155,6 +155,25 @@ def test_findings_name_the_fastest_per_pattern_and_the_padding_tax(report):
     assert "packed variable-length batches" in rep.readme.read_text()
 
 
+def test_a_lead_is_said_in_the_digits_its_cells_spread_supports(tmp_path):
+    """'1.52× ahead' off two cells spread ±20% read as measured to the hundredth: the panel's lead says the
+    digits its cells' spread supports, as the findings' leads do (results.formulas.ratio_number)."""
+    from attnbench import results
+
+    lens = LENGTHS["uniform"]
+    useful = sum(_flops(1, n) for n in lens)
+    rows = []
+    for variant, t in (("sdpa_loop", 100.0), ("flex", 152.0)):  # slow enough to be believed
+        wide = [t * (0.8 + 0.4 * i / 99) for i in range(100)]  # rel_iqr 0.2: the lead's spread ±20%
+        row = synthetic.cell(variant, N, batch=B, heads=H, d_k=D, sample_ms=wide)
+        row.update(cell_id=f"{row['cell_id']}-uniform", lengths="uniform", flops=useful,
+                   executed_flops=useful, seq_lens=lens)  # fmt: skip
+        rows.append(row)
+    df = results.load(synthetic.write_run(tmp_path / "run", rows))
+    [sentence] = varlen.sentences(df)
+    assert "sdpa_loop is fastest at " in sentence and ", 1.5× ahead of flex." in sentence, sentence
+
+
 def test_seq_lens_as_json_text_give_the_same_numbers():
     import pandas as pd
 

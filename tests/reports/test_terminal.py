@@ -187,7 +187,7 @@ def test_workload_rows_have_their_own_table_and_the_notes_number_both(tmp_path):
     rows = [
         _gate(variant="w", workload="window 4", status="FAIL", rel_err=0.2, reason=why_window),
         _gate(variant="w", status="unsupported", rel_err=None, grad_rel_err=None, reason=why_gate),
-        _gate(variant="naive", workload="packed, uniform lengths"),
+        _gate(variant="naive", workload="packed, uniform lengths", kind="packed"),
     ]
     plain = _text(terminal.gate_table(rows, 24, batch=2, heads=4, head_dim=64))
     assert "window 4" not in plain and "packed" not in plain and why_gate in plain
