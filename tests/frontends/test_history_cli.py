@@ -3,11 +3,14 @@ copies of a real run whose times are edited: the store, bad input in one line, s
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
+from conftest import DATA, cli_env, run_cli
 from synthetic import run_series, stop_before_first_row, two_sweeps
 
 import attnbench
@@ -535,3 +538,40 @@ def test_thresholds_read_as_documented_with_a_note_where_a_bare_fraction_is_like
     p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%", "--fail-on-step", "500%")
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1
     assert "--fail-on-step given twice (5% and 500%): give it once" in p.stderr
+
+
+def _into_a_closed_pipe(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`attnbench ARGS | head -1` where head has gone before the first line (`| grep -q`, a closed log):
+    stdout a pipe whose reader is closed before the command starts, so that its every write fails as the
+    first write after `head` ends does; the command's own exit status, as `set -o pipefail` reads it."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        command = [sys.executable, "-m", "attnbench", *args]
+        proc = subprocess.run(
+            command, stdout=write, stderr=subprocess.PIPE, cwd=cwd, env=cli_env(), text=True, timeout=300
+        )
+    finally:
+        os.close(write)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr)
+
+
+def test_a_gates_status_is_its_verdict_when_its_reader_goes_away(tmp_path, runs):
+    """`history check --fail-on-step 5% | head -1` exited 0 on a failing gate (a BrokenPipeError was taken
+    for `export | head`'s, status 0), and the summary on stderr was never said; compare exited 120 (Python's
+    status for a flush that failed at exit). Each gate's status is its verdict and its lines on stderr are
+    said; export into a closed pipe still ends 0, with nothing on stderr."""
+    _set_status(runs[-1], "wrong", lambda row: row["variant"] != "naive")
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = _into_a_closed_pipe("history", "check", "--store", store, "--fail-on-step", "5%", cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("history: ") and "series broken in their latest run (BROKEN)" in p.stderr
+    assert len(p.stderr.splitlines()) == 1, p.stderr  # no "Exception ignored", no traceback
+    out = str(tmp_path / "cmp")
+    p = _into_a_closed_pipe("compare", str(runs[0]), str(runs[-1]), "--fail-above", "median:5%", "--out", out,
+                            cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 1 and p.stderr.splitlines()[-1].startswith("compare: "), p.stderr
+    assert (tmp_path / "cmp" / "README.md").is_file() and "Exception" not in p.stderr
+    p = _into_a_closed_pipe("export", str(runs[0]), cwd=tmp_path)
+    assert p.returncode == 0 and p.stderr == ""
