@@ -101,7 +101,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         said += "; nothing ok to judge (--fail-on-step fails)"
     if limit is not None:
         said += _gate_summary(found, verdicts, limit)
-    print(said, file=sys.stderr)
+    print(said + _too_short(steps.lengths(df), limit is not None), file=sys.stderr)
     failing = "fails" in verdicts.values()
     return 1 if limit is not None and (failing or broken or gone or not series) else 0
 
@@ -133,6 +133,19 @@ def _gate_summary(found, verdicts: dict[int, str | None], limit: float) -> str:
     if count["fell"]:
         said += f", {count['fell']} more slower only beyond the other variants while their own time fell"
     return said + " (--fail-on-step)"
+
+
+def _too_short(lengths: list[int], gated: bool) -> str:
+    """The summary's last words where series are too short to judge a step in (a CI job's first nights), so
+    that a green gate is not read as a judged one: how many, and what --fail-on-step can fail meanwhile."""
+    from attnbench.results import steps, steps_text
+
+    short = steps_text.too_short_text(lengths)
+    if not short or not gated:
+        return f"; {short}" if short else ""
+    if all(n < steps.RUNS_TO_JUDGE for n in lengths):
+        return f"; {short}: --fail-on-step fails no slowdown until then, only a broken or missing series"
+    return f"; {short}: --fail-on-step fails none of their slowdowns yet"
 
 
 def percent(fraction: float) -> str:

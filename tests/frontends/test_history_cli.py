@@ -575,3 +575,36 @@ def test_a_gates_status_is_its_verdict_when_its_reader_goes_away(tmp_path, runs)
     assert (tmp_path / "cmp" / "README.md").is_file() and "Exception" not in p.stderr
     p = _into_a_closed_pipe("export", str(runs[0]), cwd=tmp_path)
     assert p.returncode == 0 and p.stderr == ""
+
+
+def test_a_store_too_short_to_judge_a_step_says_so(tmp_path):
+    """On a CI job's first nights, `history check --fail-on-step 5%` said `0 steps in 49 series of 1 run; 0
+    series' latest step slower by more than 5% ...` and passed, with no word that no slowdown could fail it
+    before a series has 3 runs each side of a step. The summary says so, and how many series are that short
+    where some are; the status is unchanged (it still fails on a BROKEN or MISSING series)."""
+    import json
+
+    store = _store_of(tmp_path / "one", [1.0])
+    said = "no series has the 6 runs a step needs to be judged (3 before it, 3 after; the longest has 1)"
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    gate = "--fail-on-step fails no slowdown until then, only a broken or missing series"
+    assert p.returncode == 0 and p.stderr.startswith("history: 0 steps in 49 series of 1 run; 0 series'")
+    assert p.stderr.endswith(f" (--fail-on-step); {said}: {gate}\n"), p.stderr
+    p = run_cli("history", "check", "--store", store)
+    assert p.returncode == 0 and p.stderr.strip() == f"history: 0 steps in 49 series of 1 run; {said}"
+    runs = run_series(BASE, tmp_path / "six" / "runs", [1.0] * 6)
+    for run in runs[:3]:  # naive joined the nightly on its fourth night
+        rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
+        (run / "rows.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows if r["variant"] != "naive")
+        )
+        short = sum(r["variant"] == "naive" and r["status"] == "ok" for r in rows)
+    store = str(tmp_path / "six" / "h.sqlite")
+    run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    said = (
+        f"; {short} of 49 series have fewer than the 6 runs a step needs to be judged (3 before it, 3 after)"
+    )
+    assert p.returncode == 0 and p.stderr.endswith(
+        f"{said}: --fail-on-step fails none of their slowdowns yet\n"
+    )
