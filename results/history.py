@@ -213,7 +213,9 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     store = Path(store)
     runs: list[Path] = []
     other: list[Path] = []
-    for p in paths:
+    for p in paths:  # a run still starting (no meta.json yet), given or below a folder given, as one written
+        for live in [Path(p), *unstarted_below(p, live=True)]:
+            _not_being_written(live)
         found, left = runs_and_others(p)
         runs += [r.resolve() for r in found]
         other += [o.resolve() for o in left]
@@ -221,11 +223,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     if not runs:
         raise RunDirError("no run given")
     for run in runs:
-        holder = writer_holder(run)
-        if holder:
-            raise RunDirError(
-                f"{run} is still being written (by {holder}): add it once that run has finished"
-            )
+        _not_being_written(run)
     unstarted = list(dict.fromkeys(d.resolve() for p in paths for d in unstarted_below(p)))
     with history_file.locked(store):
         work = _write(store, runs)
@@ -247,6 +245,13 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
             for o in dict.fromkeys(other)
         ]  # fmt: skip
     )
+
+
+def _not_being_written(run: Path) -> None:
+    """RunDirError where a live process writes `run` (its writer.lock held): its cells are not all there."""
+    holder = writer_holder(run)
+    if holder:
+        raise RunDirError(f"{run} is still being written (by {holder}): add it once that run has finished")
 
 
 def _write(store: Path, runs: list[Path]) -> list[_Work]:

@@ -608,3 +608,32 @@ def test_a_store_too_short_to_judge_a_step_says_so(tmp_path):
     assert p.returncode == 0 and p.stderr.endswith(
         f"{said}: --fail-on-step fails none of their slowdowns yet\n"
     )
+
+
+def test_a_run_still_starting_is_said_being_written_not_stopped(tmp_path, runs):
+    """A live run calibrating (its writer.lock held, no meta.json yet): `history add` of it said 'holds no
+    run: it was stopped while starting ...; run the same command again', and an add of its folder left it
+    out without a word; both say it is being written, by whom, as once its meta.json exists. Once its writer
+    has gone, it is the stopped start it then is."""
+    import os
+
+    from attnbench.results.store import RunWriter
+
+    store = tmp_path / "h.sqlite"
+    live = tmp_path / "runs" / "n09"
+    writer = RunWriter(live)  # what `attnbench run --out runs/n09` holds while it starts and calibrates
+    try:
+        direct = run_cli("history", "add", str(live), "--store", str(store))
+        folder = run_cli("history", "add", str(tmp_path / "runs"), "--store", str(store))
+        report = run_cli("report", str(live), "--out", str(tmp_path / "rep"))
+    finally:
+        writer.close()
+    for p in (direct, folder):
+        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and "stopped" not in p.stderr, p.stderr
+        said = f"attnbench: error: {live} is still being written (by pid {os.getpid()} on host "
+        assert p.stderr.startswith(said) and p.stderr.rstrip().endswith(": add it once that run has finished")
+    assert not store.exists()
+    assert report.returncode == 2 and "stopped" not in report.stderr, report.stderr
+    assert f"{str(live)!r} is still being written (by pid {os.getpid()} on host " in report.stderr
+    p = run_cli("history", "add", str(live), "--store", str(store))
+    assert p.returncode == 2 and "holds no run: it was stopped while starting" in p.stderr
