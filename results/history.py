@@ -606,6 +606,11 @@ def pick_machine(store: str | Path, machine: str, among: tuple[str, str] = IN_ST
     machine's name only); a ValueError in one line naming the known ones when none or several match, in
     the words of `among` (IN_STORE, or IN_RUNS where the store holds the runs given and no more)."""
     known = machines(store)
+    if not machine.strip():  # a part found in every name: an unset variable ("$MACHINE") read as all machines
+        raise ValueError(
+            f"--machine {machine!r} is empty: give a machine's name or a part of one; {among[1]}: "
+            f"{', '.join(known) or 'none'}"
+        )
     if machine in known:
         return machine
     found = [m for m in known if machine.lower() in m.lower()]

@@ -187,6 +187,14 @@ def test_a_slowdown_that_recovered_passes_the_gate(tmp_path):
     [
         (["--machine", "H100"], "--machine 'H100' is no machine of the store; the store has: AMD EPYC"),
         (
+            ["--machine", ""],
+            "--machine '' is empty: give a machine's name or a part of one; the store has: AMD",
+        ),
+        (
+            ["--machine", " "],
+            "--machine ' ' is empty: give a machine's name or a part of one; the store has: AM",
+        ),
+        (
             ["--fail-on-step", "five"],
             "bad --fail-on-step 'five': expected a percentage of 0 or more, such as 5%",
         ),
@@ -410,6 +418,7 @@ def test_the_apis_mistakes_are_one_line_naming_what_was_wanted(tmp_path, runs):
         (lambda: attnbench.history(store=store, machine=5), TypeError, f"history: {named}"),
         (lambda: attnbench.history(runs[0], machine=5), TypeError, f"history: {named}"),
         (lambda: attnbench.steps(store=store, machine=5), TypeError, f"steps: {named}"),
+        (lambda: attnbench.steps(store=store, machine=""), ValueError, "machine='' is empty: give a machine"),
     ]  # fmt: skip
     for call, kind, said in cases:
         with pytest.raises(kind) as caught:
