@@ -23,15 +23,19 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def _summary(verb: str, added, store: str) -> None:
-    """One line of counts (runs by what was done with them, cells written), then a line for each note: an
-    unfinished run, another run of the same run_id, an older copy, a run without cells."""
+    """One line of counts (runs by what was done with them, cells written, and apart from the runs the
+    folders below those given that hold no run: a folder of notes is no run), then a line for each note: an
+    unfinished run, another run of the same run_id, an older copy, a run without cells, a folder left out."""
     from attnbench.results.history import STATES
 
-    counts = Counter(a.state for a in added)
-    parts = ", ".join(f"{counts[s]} {said}" for s, said in STATES.items() if counts[s])
-    read = sum(a.cells for a in added if a.state not in ("kept", "dropped"))  # from the runs' own files
+    runs = [a for a in added if a.state != "other"]
+    counts = Counter(a.state for a in runs)
+    parts = ", ".join(f"{counts[s]} {said}" for s, said in STATES.items() if counts[s]) or "none"
+    read = sum(a.cells for a in runs if a.state not in ("kept", "dropped"))  # from the runs' own files
     cells = counted(read, "cell")
-    said = f"{verb}: {counted(len(added), 'run')} ({parts}; {cells} read) in {printable(store)}"
+    said = f"{verb}: {counted(len(runs), 'run')} ({parts}; {cells} read) in {printable(store)}"
+    if len(runs) < len(added):
+        said += f"; {counted(len(added) - len(runs), 'folder')} holding no run left out"
     print(said, file=sys.stderr)
     for note in (n for a in added for n in a.notes):
         print(printable(note), file=sys.stderr)

@@ -86,11 +86,12 @@ class Added:
     notes: tuple[str, ...] = ()
 
 
-# how a summary names each state, in this order
+# how a summary names each state of a run, in this order ("other", a folder below those given that holds no
+# run, is no run: the summary counts it apart)
 STATES = {
     "added": "added", "updated": "updated", "unchanged": "unchanged", "older": "older copy left out",
     "stopped": "recorded with no cells",
-    "empty": "with no cells left out", "other": "holding no run left out",
+    "empty": "with no cells left out",
     "kept": "kept as the store held them, their directories gone",
     "dropped": "dropped, their directories gone",
 }  # fmt: skip
