@@ -27,6 +27,7 @@ from attnbench.cli_common import (
     escape_unencodable,
     expand_paths,
     fail,
+    readers_may_go,
 )
 from attnbench.harness.workers import interrupts
 from attnbench.results.formulas import printable
@@ -182,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     if run_args is not None:
         args.run_args = run_args
+    with readers_may_go():  # `| head -1`: the status is still the command's (a gate's is its verdict)
+        return _command(args)
+
+
+def _command(args: argparse.Namespace) -> int:
+    """The command's status: its own, or how it failed."""
     try:  # SIGTERM and SIGHUP end a command as Ctrl-C does: its clean-up runs, its line is said
         with interrupts.stops_as_ctrl_c(), _one_line_warnings():
             return _stopped_by(args.func(args))
@@ -190,8 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # a run's own says how to finish it (attnbench.api.RunInterrupted)
         print(printable(str(exc)) or "interrupted", file=sys.stderr)
         return _stopped_by(EXIT_INTERRUPTED)
-    except BrokenPipeError:  # `attnbench export ... | head`
-        return 0
     except OSError as exc:  # a full disk (or a quota, a read-only mount) while writing a page or a file
         if exc.errno == errno.ENAMETOOLONG and exc.filename:  # a path given that the OS cannot take
             from attnbench.results.writable import too_long

@@ -19,6 +19,64 @@ EXIT_INTERNAL = 70  # attnbench's own bug (sysexits' EX_SOFTWARE): never 1, whic
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # what the machine, not the command, got wrong
 
 
+class Kept:
+    """A command's stdout or stderr, whose reader may go away before the command ends (`| head -1`,
+    `| grep -q FAIL`): what is written after goes nowhere, and the command goes on to its end and its own
+    exit status. A gate's status is its verdict whatever its reader did: a BrokenPipeError let out of a write
+    ended `history check --fail-on-step 5% | head -1` with status 0 on a failing gate, its summary unsaid."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._went()
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._went()
+
+    def _went(self) -> None:
+        """The stream's descriptor pointed at /dev/null: what its buffer still holds, and the interpreter's
+        flush at exit, go nowhere (a flush that fails at exit makes the status 120)."""
+        self.gone = True
+        try:
+            fd = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):  # a stream with no descriptor (io.StringIO)
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding, ...: the stream's own
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def readers_may_go() -> Iterator[None]:
+    """sys.stdout and sys.stderr Kept for a command's length; what stdout holds is written (or dropped) before
+    the command's status is returned."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Kept(out), Kept(err)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = out, err
+
+
 class BadInput(ValueError):
     """A user error found before any work started."""
 

@@ -23,15 +23,19 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def _summary(verb: str, added, store: str) -> None:
-    """One line of counts (runs by what was done with them, cells written), then a line for each note: an
-    unfinished run, another run of the same run_id, an older copy, a run without cells."""
+    """One line of counts (runs by what was done with them, cells written, and apart from the runs the
+    folders below those given that hold no run: a folder of notes is no run), then a line for each note: an
+    unfinished run, another run of the same run_id, an older copy, a run without cells, a folder left out."""
     from attnbench.results.history import STATES
 
-    counts = Counter(a.state for a in added)
-    parts = ", ".join(f"{counts[s]} {said}" for s, said in STATES.items() if counts[s])
-    read = sum(a.cells for a in added if a.state not in ("kept", "dropped"))  # from the runs' own files
+    runs = [a for a in added if a.state != "other"]
+    counts = Counter(a.state for a in runs)
+    parts = ", ".join(f"{counts[s]} {said}" for s, said in STATES.items() if counts[s]) or "none"
+    read = sum(a.cells for a in runs if a.state not in ("kept", "dropped"))  # from the runs' own files
     cells = counted(read, "cell")
-    said = f"{verb}: {counted(len(added), 'run')} ({parts}; {cells} read) in {printable(store)}"
+    said = f"{verb}: {counted(len(runs), 'run')} ({parts}; {cells} read) in {printable(store)}"
+    if len(runs) < len(added):
+        said += f"; {counted(len(added) - len(runs), 'folder')} holding no run left out"
     print(said, file=sys.stderr)
     for note in (n for a in added for n in a.notes):
         print(printable(note), file=sys.stderr)
@@ -101,7 +105,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         said += "; nothing ok to judge (--fail-on-step fails)"
     if limit is not None:
         said += _gate_summary(found, verdicts, limit)
-    print(said, file=sys.stderr)
+    print(said + _too_short(steps.lengths(df), limit is not None), file=sys.stderr)
     failing = "fails" in verdicts.values()
     return 1 if limit is not None and (failing or broken or gone or not series) else 0
 
@@ -133,6 +137,19 @@ def _gate_summary(found, verdicts: dict[int, str | None], limit: float) -> str:
     if count["fell"]:
         said += f", {count['fell']} more slower only beyond the other variants while their own time fell"
     return said + " (--fail-on-step)"
+
+
+def _too_short(lengths: list[int], gated: bool) -> str:
+    """The summary's last words where series are too short to judge a step in (a CI job's first nights), so
+    that a green gate is not read as a judged one: how many, and what --fail-on-step can fail meanwhile."""
+    from attnbench.results import steps, steps_text
+
+    short = steps_text.too_short_text(lengths)
+    if not short or not gated:
+        return f"; {short}" if short else ""
+    if all(n < steps.RUNS_TO_JUDGE for n in lengths):
+        return f"; {short}: --fail-on-step fails no slowdown until then, only a broken or missing series"
+    return f"; {short}: --fail-on-step fails none of their slowdowns yet"
 
 
 def percent(fraction: float) -> str:

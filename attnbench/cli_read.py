@@ -13,12 +13,18 @@ from attnbench.results.formulas import printable, terminal_columns
 
 def cmd_export(args: argparse.Namespace) -> int:
     from attnbench.results import RunDirError, export, load, load_meta
+    from attnbench.results.writable import why_no_file
 
+    why = why_no_file(args.out) if args.out is not None else None
+    if why:  # before the runs are read
+        raise BadInput(f"--out {str(args.out)!r} {why}")
     try:
         df = load(*args.run_dirs)
         text = export(df, args.format, load_meta(*args.run_dirs) if args.format == "hud" else None)
     except (RunDirError, ValueError) as exc:
         raise BadInput(str(exc)) from None
+    if args.out is not None:
+        return _export_into(args.out, text)
     if sys.stdout.isatty():  # a terminal would obey a variant's control characters; a pipe or file keeps them
         text = printable(text)
     try:
@@ -34,6 +40,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_into(out: str, text: str) -> int:
+    """The export written into the file `out`, whole or not at all (results.writable.write_whole)."""
+    from attnbench.results.writable import write_whole
+
+    kept = "is as it was" if os.path.exists(out) else "was not made"
+    try:
+        write_whole(out, text)
+    except OSError as exc:  # a full disk, a quota, a file size limit: the file is as it was
+        why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise BadInput(f"cannot write --out {out!r}: {why}; nothing was written ({out!r} {kept})") from None
+    print(f"export: {printable(out)}", file=sys.stderr)
+    return 0
+
+
 def add_export(sub) -> None:
     p = sub.add_parser(
         "export",
@@ -43,6 +63,11 @@ def add_export(sub) -> None:
     p.add_argument(
         "--format", choices=["csv", "json", "hud", "bencher"], default="csv",
         help="csv, json (with raw samples), hud (PyTorch HUD records), bencher (Bencher Metric Format)",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", metavar="FILE",
+        help="write the export into FILE (written whole or not at all; a file there is replaced) instead of "
+        "printing it on stdout",
     )  # fmt: skip
     p.set_defaults(func=cmd_export)
 

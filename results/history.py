@@ -86,11 +86,12 @@ class Added:
     notes: tuple[str, ...] = ()
 
 
-# how a summary names each state, in this order
+# how a summary names each state of a run, in this order ("other", a folder below those given that holds no
+# run, is no run: the summary counts it apart)
 STATES = {
     "added": "added", "updated": "updated", "unchanged": "unchanged", "older": "older copy left out",
     "stopped": "recorded with no cells",
-    "empty": "with no cells left out", "other": "holding no run left out",
+    "empty": "with no cells left out",
     "kept": "kept as the store held them, their directories gone",
     "dropped": "dropped, their directories gone",
 }  # fmt: skip
@@ -213,7 +214,9 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     store = Path(store)
     runs: list[Path] = []
     other: list[Path] = []
-    for p in paths:
+    for p in paths:  # a run still starting (no meta.json yet), given or below a folder given, as one written
+        for live in [Path(p), *unstarted_below(p, live=True)]:
+            _not_being_written(live)
         found, left = runs_and_others(p)
         runs += [r.resolve() for r in found]
         other += [o.resolve() for o in left]
@@ -221,11 +224,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     if not runs:
         raise RunDirError("no run given")
     for run in runs:
-        holder = writer_holder(run)
-        if holder:
-            raise RunDirError(
-                f"{run} is still being written (by {holder}): add it once that run has finished"
-            )
+        _not_being_written(run)
     unstarted = list(dict.fromkeys(d.resolve() for p in paths for d in unstarted_below(p)))
     with history_file.locked(store):
         work = _write(store, runs)
@@ -247,6 +246,13 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
             for o in dict.fromkeys(other)
         ]  # fmt: skip
     )
+
+
+def _not_being_written(run: Path) -> None:
+    """RunDirError where a live process writes `run` (its writer.lock held): its cells are not all there."""
+    holder = writer_holder(run)
+    if holder:
+        raise RunDirError(f"{run} is still being written (by {holder}): add it once that run has finished")
 
 
 def _write(store: Path, runs: list[Path]) -> list[_Work]:
@@ -601,6 +607,11 @@ def pick_machine(store: str | Path, machine: str, among: tuple[str, str] = IN_ST
     machine's name only); a ValueError in one line naming the known ones when none or several match, in
     the words of `among` (IN_STORE, or IN_RUNS where the store holds the runs given and no more)."""
     known = machines(store)
+    if not machine.strip():  # a part found in every name: an unset variable ("$MACHINE") read as all machines
+        raise ValueError(
+            f"--machine {machine!r} is empty: give a machine's name or a part of one; {among[1]}: "
+            f"{', '.join(known) or 'none'}"
+        )
     if machine in known:
         return machine
     found = [m for m in known if machine.lower() in m.lower()]

@@ -62,6 +62,9 @@ from .ttest import MIN_REPLICATES, NO_TEST, Test, student_test, welch_test
 
 PENALTY = 3.0  # x noise x log(n): benchmarks/history_check.py's planted steps and flat series chose it
 MIN_RUNS = 2  # the fewest runs a segment holds (ruptures' min_size)
+RUNS_TO_JUDGE = (
+    2 * MIN_REPLICATES
+)  # the fewest runs of a series that can judge a step: MIN_REPLICATES each side
 COARSE_POINTS = 100  # longer series are searched over every (n // COARSE_POINTS)-th run, then refined
 NOISE_FLOOR = 1e-3  # the least noise assumed (0.1% in log): a series of identical times still has a scale
 CALIBRATION_MOVED = SPLIT_CALIBRATION  # a calibration more than 10% apart: another machine, as for groups
@@ -576,12 +579,22 @@ def series_steps(series, *, penalty: float = PENALTY) -> list[Step]:
     return _steps(_found(series, penalty))
 
 
+def _timed(df):
+    """The rows of a history frame a series is made of: ok, with a positive median time."""
+    return df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
+
+
+def lengths(df) -> list[int]:
+    """The runs of each series of a history frame (find's): fewer than RUNS_TO_JUDGE hold no test yet."""
+    ok = _timed(df)
+    return [int(n) for n in ok.groupby(["machine", "cell_id"]).size()] if len(ok) else []
+
+
 def find(df, *, penalty: float = PENALTY) -> list[Step]:
     """Every step of every series of a history frame (results.history.frame): per machine and cell_id, the ok
     rows with a positive median time, in the order their runs were made; steps that series of one machine
     and variant share placed together (place_shared)."""
-    ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
-    ok = ok.sort_values(["machine", "cell_id", "created", "run_id"], kind="stable")
+    ok = _timed(df).sort_values(["machine", "cell_id", "created", "run_id"], kind="stable")
     found = [
         _found(series.reset_index(drop=True), penalty) for _, series in ok.groupby(["machine", "cell_id"])
     ]
@@ -598,7 +611,7 @@ def judgeable(found: Sequence[_Series]) -> dict[str, int]:
     sides of a place a step could be (2 x MIN_REPLICATES runs): a shorter series can hold no test."""
     out: dict[str, int] = defaultdict(int)
     for s in found:
-        out[s.key[0]] += len(s.times) >= 2 * MIN_REPLICATES
+        out[s.key[0]] += len(s.times) >= RUNS_TO_JUDGE
     return dict(out)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .formulas import counted
 from .identity import short_hash
-from .steps import CALIBRATION_MOVED, Step
+from .steps import CALIBRATION_MOVED, RUNS_TO_JUDGE, Step
 from .ttest import MIN_REPLICATES
 
 
@@ -200,3 +200,16 @@ def calibration_text(step: Step) -> str:
     if step.calibration_moved:
         return f"calibration moved too ({ratio}: the machine changed)"
     return f"calibration steady within its own noise ({ratio})" if beyond else f"calibration steady ({ratio})"
+
+
+def too_short_text(lengths: Sequence[int]) -> str | None:
+    """The series too short to judge any step in (fewer than RUNS_TO_JUDGE runs; results.steps.lengths),
+    where there are: every series ('no series has the 6 runs ...; the longest has 2') or how many of them."""
+    short = sum(n < RUNS_TO_JUDGE for n in lengths)
+    if not short:
+        return None
+    each = MIN_REPLICATES
+    need = f"the {RUNS_TO_JUDGE} runs a step needs to be judged ({each} before it, {each} after"
+    if short == len(lengths):
+        return f"no series has {need}; the longest has {max(lengths)})"
+    return f"{short} of {len(lengths)} series {'has' if short == 1 else 'have'} fewer than {need})"

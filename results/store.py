@@ -173,10 +173,11 @@ def is_unstarted(path: str | Path) -> bool:
     return _leftovers(Path(path)) is not None
 
 
-def unstarted_below(path: str | Path) -> list[Path]:
+def unstarted_below(path: str | Path, *, live: bool = False) -> list[Path]:
     """The directories below the folder `path` that a run stopped before its meta.json was written left
     (its start's files alone: is_unstarted, not empty): no run and no cells, which `history add` names
-    as it names a run without cells."""
+    as it names a run without cells. With `live`, those a live run holds instead: still starting (importing
+    its variants, calibrating), which `history add` refuses as it refuses a run being written."""
     p = Path(path)
     if (p / META).is_file() or not p.is_dir():
         return []
@@ -186,10 +187,10 @@ def unstarted_below(path: str | Path) -> list[Path]:
         return []
     found = []
     for c in children:
-        if is_unstarted(c) and any(c.iterdir()) and not writer_holder(c):  # a live one is still starting
-            found.append(c)
+        if is_unstarted(c) and any(c.iterdir()):
+            found += [c] if bool(writer_holder(c)) == live else []  # a live one is still starting
         else:
-            found += unstarted_below(c)
+            found += unstarted_below(c, live=live)
     return found
 
 
@@ -213,6 +214,12 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     if not p.is_dir():
         raise not_there(path)
     if not (p / META).is_file():
+        holder = writer_holder(p) if is_unstarted(p) else None
+        if holder:  # a run calibrating, or importing its variants: it writes meta.json then
+            raise RunDirError(
+                f"{str(path)!r} is still being written (by {holder}) and has no {META} yet: it is starting; "
+                "wait for that run to finish"
+            )
         if is_unstarted(p) and any(p.iterdir()):
             raise RunDirError(
                 f"{str(path)!r} holds no run: it was stopped while starting (before {META} was written), "

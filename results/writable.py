@@ -8,6 +8,7 @@ special file systems all answer the same way, root or not.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import os
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .store import runs_held
+from .store import is_run_dir, runs_held
 
 
 def why_unwritable(path: str | os.PathLike) -> str | None:
@@ -73,6 +74,63 @@ def _limit(within: str | os.PathLike, name: str, default: int) -> int:
         return int(os.pathconf(within, name))
     except (OSError, ValueError, AttributeError):  # pragma: no cover (no pathconf: not a POSIX system)
         return default
+
+
+def why_no_file(path: str | os.PathLike) -> str | None:
+    """Why `path` cannot be a file written whole (write_whole), in words, else None: too long a path, a
+    directory or something other than a file (a device, a pipe), in a folder that does not exist (made for it
+    by no command: a mistyped path is said, not made), under a file, inside a run directory (what its run
+    wrote), or in a folder this process cannot write in. A file there is replaced, as a shell's `>` would."""
+    target = Path(path)
+    long = too_long(target.absolute())
+    if long:
+        return long
+    if target.is_dir():
+        return "is a directory, not a file: give a file's path, such as --out " + repr(str(target / "export"))
+    if target.exists() and not target.is_file():
+        return "is not a regular file (without --out the export goes to stdout)"
+    folder = Path(os.path.realpath(target)).parent
+    if not folder.exists():
+        return f"is in a folder that does not exist ({str(target.absolute().parent)!r})"
+    if not folder.is_dir():
+        return f"is under {str(folder)!r}, which is a file, not a directory"
+    if is_run_dir(folder):
+        return (
+            f"is inside the run directory {str(folder)!r}, which holds what its run wrote; write it elsewhere"
+        )
+    try:  # the one true test, as why_unwritable's
+        fd, probe = tempfile.mkstemp(prefix=".attnbench-probe-", dir=folder)
+    except OSError as exc:
+        return f"cannot be written (in {str(folder)!r}): {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def write_whole(path: str | os.PathLike, text: str) -> None:
+    """Write `text` (UTF-8, its line ends as they are) to the file `path` whole or not at all: into a
+    temporary file beside it, flushed to the disk, then renamed over it; any failure (a full disk, Ctrl-C)
+    removes the temporary file and leaves `path` as it was. The file gets the mode of the one it replaces,
+    or a new file's (0o666 less the umask); a symbolic link is written through, to the file it names."""
+    final = Path(os.path.realpath(path))
+    if final.is_file():
+        mode = final.stat().st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.partial-", dir=final.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 PAGE_SUFFIXES = (".html", ".htm", ".md")  # an --out so named is a page's file name, not its folder

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FAULTS, run_cli
+from conftest import DATA, FAULTS, run_cli
 
 from attnbench.results.formulas import where_key
 
@@ -393,6 +393,51 @@ def test_cpu_affinity_pins_the_worker_and_meta_records_timing_hygiene(carried_ru
 def test_export_of_a_missing_run(tmp_path):
     p = run_cli("export", str(tmp_path / "nope"))
     assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+CPU_SMALL = DATA / "runs" / "cpu-small"
+
+
+def test_export_into_a_file_is_written_whole_or_not_at_all(tmp_path):
+    """`export --out x.json` was an unknown option, and an export into a missing folder the shell's error:
+    --out FILE holds what stdout would, written through a temporary file beside it renamed into place, so
+    that a failed write (here the file size limit, as a full disk) leaves the file as it was and no temporary
+    file; a place it cannot be written is one line and exit 2 before the run is read, nothing made."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    out = tmp_path / "hud.json"
+    p = run_cli("export", str(CPU_SMALL), "--format", "hud", "--out", str(out), check=True)
+    whole = run_cli("export", str(CPU_SMALL), "--format", "hud", check=True).stdout
+    assert p.stdout == "" and out.read_text(encoding="utf-8") == whole
+    assert p.stderr.strip() == f"export: {out}"
+    out.write_text("last night's\n")
+    args = [sys.executable, "-m", "attnbench", "export", str(CPU_SMALL), "--format", "hud", "--out", str(out)]
+
+    def small_files():  # a file may grow to 4 KiB only: the export's write fails as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    p = subprocess.run(
+        args, env=cli_env(), capture_output=True, text=True, timeout=300, preexec_fn=small_files
+    )
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"attnbench: error: cannot write --out {str(out)!r}: file too large; ")
+    assert out.read_text() == "last night's\n" and sorted(tmp_path.iterdir()) == [out]
+    (tmp_path / "afile").write_text("mine")
+    for where, said in [
+        (tmp_path / "nope" / "x.csv", f"is in a folder that does not exist ({str(tmp_path / 'nope')!r})"),
+        (tmp_path, "is a directory, not a file: give a file's path, such as --out "),
+        (tmp_path / "afile" / "x.csv", f"is under {str(tmp_path / 'afile')!r}, which is a file"),
+        (CPU_SMALL / "x.csv", "is inside the run directory"),
+        (Path("/proc/x.csv"), "cannot be written"),
+    ]:
+        p = run_cli("export", str(tmp_path / "no-such-run"), "--out", str(where))
+        assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1, p.stderr
+        assert p.stderr.startswith(f"attnbench: error: --out {str(where)!r} {said}"), p.stderr
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "afile", out] and not (CPU_SMALL / "x.csv").exists()
 
 
 @pytest.mark.slow

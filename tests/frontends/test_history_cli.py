@@ -3,11 +3,14 @@ copies of a real run whose times are edited: the store, bad input in one line, s
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA, run_cli
+from conftest import DATA, cli_env, run_cli
 from synthetic import run_series, stop_before_first_row, two_sweeps
 
 import attnbench
@@ -183,6 +186,14 @@ def test_a_slowdown_that_recovered_passes_the_gate(tmp_path):
     ("args", "said"),
     [
         (["--machine", "H100"], "--machine 'H100' is no machine of the store; the store has: AMD EPYC"),
+        (
+            ["--machine", ""],
+            "--machine '' is empty: give a machine's name or a part of one; the store has: AMD",
+        ),
+        (
+            ["--machine", " "],
+            "--machine ' ' is empty: give a machine's name or a part of one; the store has: AM",
+        ),
         (
             ["--fail-on-step", "five"],
             "bad --fail-on-step 'five': expected a percentage of 0 or more, such as 5%",
@@ -407,6 +418,7 @@ def test_the_apis_mistakes_are_one_line_naming_what_was_wanted(tmp_path, runs):
         (lambda: attnbench.history(store=store, machine=5), TypeError, f"history: {named}"),
         (lambda: attnbench.history(runs[0], machine=5), TypeError, f"history: {named}"),
         (lambda: attnbench.steps(store=store, machine=5), TypeError, f"steps: {named}"),
+        (lambda: attnbench.steps(store=store, machine=""), ValueError, "machine='' is empty: give a machine"),
     ]  # fmt: skip
     for call, kind, said in cases:
         with pytest.raises(kind) as caught:
@@ -535,3 +547,102 @@ def test_thresholds_read_as_documented_with_a_note_where_a_bare_fraction_is_like
     p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%", "--fail-on-step", "500%")
     assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1
     assert "--fail-on-step given twice (5% and 500%): give it once" in p.stderr
+
+
+def _into_a_closed_pipe(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`attnbench ARGS | head -1` where head has gone before the first line (`| grep -q`, a closed log):
+    stdout a pipe whose reader is closed before the command starts, so that its every write fails as the
+    first write after `head` ends does; the command's own exit status, as `set -o pipefail` reads it."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        command = [sys.executable, "-m", "attnbench", *args]
+        proc = subprocess.run(
+            command, stdout=write, stderr=subprocess.PIPE, cwd=cwd, env=cli_env(), text=True, timeout=300
+        )
+    finally:
+        os.close(write)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr)
+
+
+def test_a_gates_status_is_its_verdict_when_its_reader_goes_away(tmp_path, runs):
+    """`history check --fail-on-step 5% | head -1` exited 0 on a failing gate (a BrokenPipeError was taken
+    for `export | head`'s, status 0), and the summary on stderr was never said; compare exited 120 (Python's
+    status for a flush that failed at exit). Each gate's status is its verdict and its lines on stderr are
+    said; export into a closed pipe still ends 0, with nothing on stderr."""
+    _set_status(runs[-1], "wrong", lambda row: row["variant"] != "naive")
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = _into_a_closed_pipe("history", "check", "--store", store, "--fail-on-step", "5%", cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("history: ") and "series broken in their latest run (BROKEN)" in p.stderr
+    assert len(p.stderr.splitlines()) == 1, p.stderr  # no "Exception ignored", no traceback
+    out = str(tmp_path / "cmp")
+    p = _into_a_closed_pipe("compare", str(runs[0]), str(runs[-1]), "--fail-above", "median:5%", "--out", out,
+                            cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 1 and p.stderr.splitlines()[-1].startswith("compare: "), p.stderr
+    assert (tmp_path / "cmp" / "README.md").is_file() and "Exception" not in p.stderr
+    p = _into_a_closed_pipe("export", str(runs[0]), cwd=tmp_path)
+    assert p.returncode == 0 and p.stderr == ""
+
+
+def test_a_store_too_short_to_judge_a_step_says_so(tmp_path):
+    """On a CI job's first nights, `history check --fail-on-step 5%` said `0 steps in 49 series of 1 run; 0
+    series' latest step slower by more than 5% ...` and passed, with no word that no slowdown could fail it
+    before a series has 3 runs each side of a step. The summary says so, and how many series are that short
+    where some are; the status is unchanged (it still fails on a BROKEN or MISSING series)."""
+    import json
+
+    store = _store_of(tmp_path / "one", [1.0])
+    said = "no series has the 6 runs a step needs to be judged (3 before it, 3 after; the longest has 1)"
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    gate = "--fail-on-step fails no slowdown until then, only a broken or missing series"
+    assert p.returncode == 0 and p.stderr.startswith("history: 0 steps in 49 series of 1 run; 0 series'")
+    assert p.stderr.endswith(f" (--fail-on-step); {said}: {gate}\n"), p.stderr
+    p = run_cli("history", "check", "--store", store)
+    assert p.returncode == 0 and p.stderr.strip() == f"history: 0 steps in 49 series of 1 run; {said}"
+    runs = run_series(BASE, tmp_path / "six" / "runs", [1.0] * 6)
+    for run in runs[:3]:  # naive joined the nightly on its fourth night
+        rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line.strip()]
+        (run / "rows.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows if r["variant"] != "naive")
+        )
+        short = sum(r["variant"] == "naive" and r["status"] == "ok" for r in rows)
+    store = str(tmp_path / "six" / "h.sqlite")
+    run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    said = (
+        f"; {short} of 49 series have fewer than the 6 runs a step needs to be judged (3 before it, 3 after)"
+    )
+    assert p.returncode == 0 and p.stderr.endswith(
+        f"{said}: --fail-on-step fails none of their slowdowns yet\n"
+    )
+
+
+def test_a_run_still_starting_is_said_being_written_not_stopped(tmp_path, runs):
+    """A live run calibrating (its writer.lock held, no meta.json yet): `history add` of it said 'holds no
+    run: it was stopped while starting ...; run the same command again', and an add of its folder left it
+    out without a word; both say it is being written, by whom, as once its meta.json exists. Once its writer
+    has gone, it is the stopped start it then is."""
+    import os
+
+    from attnbench.results.store import RunWriter
+
+    store = tmp_path / "h.sqlite"
+    live = tmp_path / "runs" / "n09"
+    writer = RunWriter(live)  # what `attnbench run --out runs/n09` holds while it starts and calibrates
+    try:
+        direct = run_cli("history", "add", str(live), "--store", str(store))
+        folder = run_cli("history", "add", str(tmp_path / "runs"), "--store", str(store))
+        report = run_cli("report", str(live), "--out", str(tmp_path / "rep"))
+    finally:
+        writer.close()
+    for p in (direct, folder):
+        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and "stopped" not in p.stderr, p.stderr
+        said = f"attnbench: error: {live} is still being written (by pid {os.getpid()} on host "
+        assert p.stderr.startswith(said) and p.stderr.rstrip().endswith(": add it once that run has finished")
+    assert not store.exists()
+    assert report.returncode == 2 and "stopped" not in report.stderr, report.stderr
+    assert f"{str(live)!r} is still being written (by pid {os.getpid()} on host " in report.stderr
+    p = run_cli("history", "add", str(live), "--store", str(store))
+    assert p.returncode == 2 and "holds no run: it was stopped while starting" in p.stderr
