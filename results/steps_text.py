@@ -16,7 +16,8 @@ from .ttest import MIN_REPLICATES
 
 def as_frame(found: Sequence[Step]):
     """Steps as a pandas DataFrame, a row each: the series, the size with its interval, the first run after
-    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, what
+    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together and
+    those the gate judged as one with it, what
     the gate judges with its interval, the judge's p and (a latest step's) Holm-adjusted p, the commits on
     both sides, what else changed across it and near it (nearby_text), the calibration, whether it is its
     series' latest, its line."""
@@ -37,6 +38,7 @@ def as_frame(found: Sequence[Step]):
             "may_be_from": s.first[0] + 1,
             "may_be_to": s.first[1] + 1,
             "cells": s.cells,
+            "cells_as_one": s.pooled_cells if s.as_one else 1,
             "others": s.others,
             "beyond_others": None if s.beyond is None else s.beyond - 1.0,
             "gated": s.gated_change,
@@ -60,8 +62,8 @@ def as_frame(found: Sequence[Step]):
 
 _FRAME_COLUMNS = (
     "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
-    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "gated_low",
-    "gated_high", "p", "p_holm", "commit_before",
+    "runs", "may_be_from", "may_be_to", "cells", "cells_as_one", "others", "beyond_others", "gated",
+    "gated_low", "gated_high", "p", "p_holm", "commit_before",
     "commit_after", "changed", "nearby", "calibration", "calibration_moved", "latest", "line",
 )  # fmt: skip
 
@@ -88,12 +90,24 @@ def describe(step: Step) -> str:
         )  # one commit: nothing to bisect
         where += f", or any run from {step.first[0] + 1} to {step.first[1] + 1}{bisect}"
     if step.cells > 1:
-        where += f", with {counted(step.cells - 1, 'other cell')} of {step.variant} that stepped there too"
+        where += f", with {cells_text(step)}"
     if step.others is not None:
         where += (
             f"; the other variants x{step.others:.2f} across it, this one {others_text(step)} beyond them"
         )
     return f"{step.cell_id} on {step.machine}: {size} {where}; {what_changed(step)}; {calibration_text(step)}"
+
+
+def cells_text(step: Step) -> str:
+    """The other cells of its variant placed at its run (Step.cells), those that went its way and those that
+    went the other: '2 other cells of mine that stepped there too', '1 other cell of mine that stepped there
+    the other way'."""
+    same, other = step.cells - 1 - step.other_way, step.other_way
+    said = [f"{counted(same, 'other cell')} of {step.variant} that stepped there too"] if same else []
+    if other:
+        cells = f"{other} that" if same else f"{counted(other, 'other cell')} of {step.variant} that"
+        said.append(f"{cells} stepped there the other way")
+    return ", and ".join(said)
 
 
 def what_changed(step: Step) -> str:
@@ -160,7 +174,10 @@ def gate_text(step: Step) -> str:
     if step.pooled is not None:
         ratio, low, high = step.pooled
         size = f"{ratio - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
-        head += f" of its {step.cells} cells as one, {size}"
+        if step.as_one:
+            head += f" of its {step.pooled_cells} cells as one, {size}"
+        else:  # its own step is surer than the cells' as one: pooling never hides a slowdown
+            head += f" of its own step (its {step.pooled_cells} cells as one, {size}, p {step.pooled_p:.2g})"
     family = f"{step.family} series of this machine"
     return f"{head}: p {step.p:.2g}, Holm-adjusted {step.p_holm:.2g} over {family}"
 
