@@ -73,10 +73,12 @@ CALIBRATION_MOVED = SPLIT_CALIBRATION  # a calibration more than 10% apart: anot
 # noise (benchmarks/history_check.py: 40 runs, each the median of 3 visits, a 10% step) the range held the
 # planted run in 92% of 200 seeds, 3.7 runs wide on average; the least-cost run alone was it in 69%
 LOCATION_SLACK = 3.0
-# what is compared on both sides of a step: the run's fingerprint (the code's commit and sha256, versions)
-# and the variant's source
+# what is compared on both sides of a step: the run's fingerprint (the code's commit and sha256, versions,
+# the settings that move its times: the sweep's --env, the allocator and thread variables, torch's threads,
+# transparent huge pages) and the variant's source
 SIDES = (
     "git_commit", "code_sha256", "torch", "cuda", "driver", "python", "xformers", "attnbench_version",
+    "sweep_env", "allocator_env", "torch_threads", "transparent_hugepages", "thp_mem_alloc_enable",
     "variant_source",
 )  # fmt: skip
 # a series takes a step its variant's series share where a cut there saves this x its noise x log(n) of its

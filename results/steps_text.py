@@ -5,6 +5,7 @@ finds and judges them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,11 +139,23 @@ def same_code(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 def changes(changed: dict[str, tuple[Any, Any]]) -> list[str]:
     """What changed (Step.changed), in words: 'commit 1a2b3c4d5e -> 9f8e7d6c5b', 'torch 2.13.0 -> 2.14.0',
-    '?' for a value not recorded."""
-    return [
-        f"{'commit' if k == 'git_commit' else k} {short_hash(a)} -> {short_hash(b)}"
-        for k, (a, b) in changed.items()
-    ]
+    'env MINE_EXTRA=0 -> MINE_EXTRA=3', 'THP madvise -> always', '?' for a value not recorded."""
+    return [f"{NAMES.get(k, k)} {_value(k, a)} -> {_value(k, b)}" for k, (a, b) in changed.items()]
+
+
+# a run field as the words name it, where not by its own name
+NAMES = {
+    "git_commit": "commit", "sweep_env": "env", "allocator_env": "allocator env",
+    "torch_threads": "torch threads", "transparent_hugepages": "THP",
+    "thp_mem_alloc_enable": "THP_MEM_ALLOC_ENABLE",
+}  # fmt: skip
+
+
+def _value(field: str, value: Any) -> str:
+    """A run field's value in words: a commit or sha256 short (short_hash), the kernel's huge-page setting
+    as the mode it selects ('always [madvise] never' is madvise), '?' where not recorded."""
+    chosen = re.search(r"\[(\w+)\]", str(value)) if field == "transparent_hugepages" else None
+    return chosen.group(1) if chosen else short_hash(value)
 
 
 def nearby_text(step: Step) -> list[str]:
