@@ -69,8 +69,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         limit, note = parse_step(args.fail_on_step) if args.fail_on_step is not None else (None, None)
         df = history.frame(args.store, machine=args.machine)
         runs = history_runs.runs(args.store, machine=args.machine)  # a run with no cells among them
-    if note:
-        print(printable(note), file=sys.stderr)
+        older = history.older_note(args.store)  # a store of an older version, read as it is
+    for said in (note, older):
+        if said:
+            print(printable(said), file=sys.stderr)
     try:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
@@ -190,6 +192,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
     )
     if stale:  # a report that says what its run no longer is (resumed since): named, with its command
         print(printable(rendered_from.stale_line(stale)), file=sys.stderr)
+    older = history.older_note(args.store)  # a store of an older version, read as it is
+    if older:
+        print(printable(older), file=sys.stderr)
     return 0
 
 

@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlsplit
 from attnbench.results.formulas import counted
 from attnbench.results.identity import short_hash
 from attnbench.results.judge import TOLERANCE
-from attnbench.results.steps_text import calibration_text, others_text, what_changed
+from attnbench.results.steps_text import calibration_text, cells_text, others_text, what_changed
 from attnbench.results.store import is_run_dir
 from attnbench.results.writable import why_no_page_folder, written_whole
 
@@ -461,8 +461,8 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
         after = s.after.get("run_id") or "?"
         link = run_cell(after, s.after.get("path"), reports)
         place = f"{s.at + 1} of {s.runs}"
-        if s.cells > 1:  # placed with the other cells of its variant that stepped there
-            place += f", with {counted(s.cells - 1, 'other cell')} of {s.variant}"
+        if s.cells > 1:  # placed with the other cells of its variant that stepped there, its way or not
+            place += f", with {cells_text(s)}"
         if s.first[0] != s.first[1]:  # the runs it may be at: the range to bisect
             place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
         cal = calibration_text(s).removeprefix("calibration ")

@@ -3,11 +3,12 @@
 The store is an index, not the data: each run's raw rows stay in its own directory (meta.json + rows.jsonl),
 and `rebuild` makes the store again from the paths it recorded. What it keeps per run: where the run is, when
 it was made, its origin (what tells two runs of one run_id apart), its fingerprint's versions (torch, CUDA,
-the GPU driver, Python, attnbench), the project's commit, the sha256 of its code, which sweep it is and the
-machines its meta.json plans (a run stopped before its first row is recorded with no cells on them); per
-cell: its identity (cell_id and the axes), the machine (the device's model and host, as `results.devices`
-names it; the where key and the device group beside it), its status and median time with quartiles, the
-variant's source, and the calibration of the device that measured it.
+the GPU driver, Python, attnbench), the project's commit, the sha256 of its code, the settings that move its
+times (the sweep's --env, the allocator and thread variables, torch's threads, transparent huge pages), which
+sweep it is and the machines its meta.json plans (a run stopped before its first row is recorded with no
+cells on them); per cell: its identity (cell_id and the axes), the machine (the device's model and host, as
+`results.devices` names it; the where key and the device group beside it), its status and median time with
+quartiles, the variant's source, and the calibration of the device that measured it.
 
 Why SQLite: a nightly `add` of one run is one fsync'd commit (7x cheaper than DuckDB's) and a load of 60,000
 rows half a second, with no dependency, and one file with transactions makes `add` all or nothing (measured in
@@ -57,7 +58,8 @@ DEFAULT_STORE = "runs/history.sqlite"
 RUN_COLUMNS = (
     "run_key", "run_id", "created", "path", "schema_version", "host", "git_commit", "code_sha256",
     "attnbench_version", "torch", "cuda", "driver", "python", "xformers", "digest", "origin", "added_at",
-    "sweep", "machines",
+    "sweep", "machines", "sweep_env", "allocator_env", "torch_threads", "transparent_hugepages",
+    "thp_mem_alloc_enable",
 )  # fmt: skip
 # a cell's columns: its identity, the machine that measured it, what was measured, that device's calibration
 AXIS_NAMES = tuple(a.name for a in AXES)
@@ -97,9 +99,29 @@ STATES = {
 }  # fmt: skip
 
 
-def _connect(store: Path, *, create: bool, any_version: bool = False) -> sqlite3.Connection:
-    """The store, checked (history_file.connect); made new only when `create`."""
-    return history_file.connect(store, _SCHEMA, create=create, any_version=any_version)
+def _connect(
+    store: Path, *, create: bool, any_version: bool = False, reading: bool = False
+) -> sqlite3.Connection:
+    """The store, checked (history_file.connect); made new only when `create`; one of an older version it
+    reads as it is (history_file.READABLE) where only `reading`."""
+    return history_file.connect(store, _SCHEMA, create=create, any_version=any_version, reading=reading)
+
+
+def run_columns(con: sqlite3.Connection, columns: Sequence[str]) -> str:
+    """`columns` of the runs table as a SELECT names them, each a later version added that the store lacks
+    as NULL (a store of an older version read as it is: history_file.READABLE)."""
+    have = {r[1] for r in con.execute("PRAGMA table_info(runs)").fetchall()}
+    return ", ".join(f"runs.{c}" if c in have else f"NULL AS {c}" for c in columns)
+
+
+def older_note(store: str | Path) -> str | None:
+    """A line for a store of an older version read as it is: what it does not record (history_file)."""
+    con = _connect(Path(store), create=False, reading=True)
+    try:
+        info = dict(con.execute("SELECT key, value FROM info").fetchall())
+    finally:
+        con.close()
+    return history_file.older_note(Path(store), info)
 
 
 def rows_digest(run: str | Path) -> str:
@@ -153,6 +175,11 @@ def _run_record(meta: dict[str, Any], path: str, digest: str, key: str) -> tuple
         "added_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "sweep": sweep_identity(meta),
         "machines": devices.planned_machines(meta),
+        "sweep_env": fp.get("sweep_env"),
+        "allocator_env": fp.get("allocator_env"),
+        "torch_threads": fp.get("torch_threads"),
+        "transparent_hugepages": fp.get("transparent_hugepages"),
+        "thp_mem_alloc_enable": fp.get("THP_MEM_ALLOC_ENABLE"),
     }
     return tuple(_plain(record[c]) for c in RUN_COLUMNS)
 
@@ -589,7 +616,7 @@ def _filled(record: dict[str, Any], have: set[str], columns: Sequence[str]) -> t
 
 def machines(store: str | Path) -> list[str]:
     """The machines the store holds cells of, by name."""
-    con = _connect(Path(store), create=False)
+    con = _connect(Path(store), create=False, reading=True)
     try:
         return [m for (m,) in con.execute("SELECT DISTINCT machine FROM cells ORDER BY machine").fetchall()]
     finally:
@@ -631,13 +658,13 @@ def frame(store: str | Path, *, machine: str | None = None, among: tuple[str, st
     store = Path(store)
     chosen = pick_machine(store, machine, among) if machine is not None else None
     run_cols = [c for c in RUN_COLUMNS if c not in ("run_key", "digest")]
-    query = (
-        f"SELECT cells.*, {', '.join('runs.' + c for c in run_cols)} FROM cells JOIN runs USING (run_key)"
-        + (" WHERE cells.machine = ?" if chosen else "")
-        + " ORDER BY cells.machine, cells.cell_id, runs.created, runs.run_id"
-    )
-    con = _connect(store, create=False)
+    con = _connect(store, create=False, reading=True)
     try:
+        query = (
+            f"SELECT cells.*, {run_columns(con, run_cols)} FROM cells JOIN runs USING (run_key)"
+            + (" WHERE cells.machine = ?" if chosen else "")
+            + " ORDER BY cells.machine, cells.cell_id, runs.created, runs.run_id"
+        )
         df = pd.read_sql_query(query, con, params=(chosen,) if chosen else None)
     finally:
         con.close()
@@ -677,4 +704,5 @@ _TYPES = {
     "cal_matmul_tflops": "Float64",
     "cal_copy_gbps": "Float64",
     "schema_version": "Int64",
+    "torch_threads": "Int64",
 }

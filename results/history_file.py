@@ -28,8 +28,15 @@ FORMAT = "attnbench-history"
 # runs with one run_id and created time are told apart; 4: runs keep the sha256 of attnbench's code,
 # `code_sha256`, which tells two installs apart where no commit is recorded; 5: runs keep which sweep they
 # are, `sweep` (axes.sweep_identity), so that MISSING compares a run with the run before it of its sweep;
-# 6: runs keep the `machines` their meta.json plans, so that a run with no cells is on them: `runs`)
-VERSION = 6
+# 6: runs keep the `machines` their meta.json plans, so that a run with no cells is on them: `runs`;
+# 7: runs keep the settings that move their times, `sweep_env`, `allocator_env`, `torch_threads`,
+# `transparent_hugepages` and `thp_mem_alloc_enable`, which a step's sides compare)
+VERSION = 7
+# the oldest version read as it is (a frame, `check`, `publish`): the versions after it only added run
+# columns, which read empty there (ADDED says what each holds) until `rebuild` fills them from each run's
+# meta.json; `add` writes a store of VERSION only
+READABLE = 6
+ADDED = {7: "the runs' settings (--env, the allocator and thread variables, torch threads, huge pages)"}
 DAMAGED = ".damaged"  # the suffix a damaged store is set aside under by `rebuild`
 WAIT_S = 600.0  # how long SQLite waits for another process's transaction on the store
 
@@ -62,11 +69,13 @@ def is_new(store: Path) -> bool:
     return not store.exists() or (store.is_file() and store.stat().st_size == 0)
 
 
-def connect(store: Path, statements: Sequence[str], *, create: bool, any_version: bool = False):
+def connect(
+    store: Path, statements: Sequence[str], *, create: bool, any_version: bool = False, reading: bool = False
+):
     """The store, checked: StoreError when the file is not an attnbench history store of this VERSION (of
-    this or an older version with `any_version`: what `rebuild` reads; the file is left as it was), a
-    DamagedStore when SQLite cannot read it. A new store (is_new) is made, by `statements` in one
-    transaction, only when `create`."""
+    READABLE or later when only `reading`; of any older version with `any_version`: what `rebuild` reads;
+    the file is left as it was), a DamagedStore when SQLite cannot read it. A new store (is_new) is made, by
+    `statements` in one transaction, only when `create`."""
     if is_new(store):
         if not create:
             if store.exists():
@@ -102,16 +111,16 @@ def connect(store: Path, statements: Sequence[str], *, create: bool, any_version
             f"the file set aside as {store.name}{DAMAGED}",
             str(exc),
         ) from None
-    problem = _version_problem(store, info, any_version)
+    problem = _version_problem(store, info, any_version, reading)
     if problem:
         con.close()
         raise StoreError(problem)
     return con
 
 
-def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> str | None:
+def _version_problem(store: Path, info: dict[str, Any], any_version: bool, reading: bool) -> str | None:
     """Why the store's info is not one this attnbench reads (another format, a newer version, an older one
-    unless `any_version`), or None."""
+    unless `any_version`, or READABLE or later where `reading`), or None."""
     if info.get("format") != FORMAT:
         return f"{store} is not an attnbench history store (its format is {info.get('format')!r})"
     version = str(info.get("version"))
@@ -122,13 +131,37 @@ def _version_problem(store: Path, info: dict[str, Any], any_version: bool) -> st
             f"{store} was made by a newer attnbench (a history store of version {version}; this attnbench "
             f"reads version {VERSION}): {UPGRADE}"
         )
-    if int(version) < VERSION and not any_version:
+    if int(version) < VERSION and not any_version and not (reading and int(version) >= READABLE):
+        if int(version) >= READABLE:
+            return (
+                f"{store} is a history store of version {version}, which this attnbench reads but adds no "
+                f"run to (version {VERSION} records {_added(int(version))} too): make it again with "
+                f"`attnbench history rebuild --store {store}`, which reads each recorded run again"
+            )
         return (
             f"{store} is a history store of version {version}; this attnbench reads version {VERSION}: make "
             f"it again with `attnbench history rebuild --store {store}`, which reads each recorded run again "
             "(`--gone keep` keeps what the store holds of runs whose directories are gone)"
         )
     return None
+
+
+def _added(version: int) -> str:
+    """What the versions after `version` record that it does not (ADDED), in words."""
+    return " and ".join(ADDED[v] for v in range(version + 1, VERSION + 1))
+
+
+def older_note(store: Path, info: dict[str, Any]) -> str | None:
+    """A line for a store of an older version read as it is (READABLE): what it does not record, and the
+    command that records it; None for a store of this VERSION."""
+    version = int(info.get("version") or VERSION)
+    if version >= VERSION:
+        return None
+    return (
+        f"note: {store} is a history store of version {version}, which does not record {_added(version)}: "
+        f"what changed across a step cannot name them; `attnbench history rebuild --store {store}` records "
+        "them from each run's meta.json"
+    )
 
 
 def recorded_in_damaged(store: Path) -> list[tuple[Any, ...]] | None:

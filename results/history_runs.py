@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from .history import IN_STORE, RUN_COLUMNS, _connect, as_times, pick_machine
+from .history import IN_STORE, RUN_COLUMNS, _connect, as_times, pick_machine, run_columns
 
 
 def runs(store: str | Path, *, machine: str | None = None, among: tuple[str, str] = IN_STORE):
@@ -20,9 +20,9 @@ def runs(store: str | Path, *, machine: str | None = None, among: tuple[str, str
 
     store = Path(store)
     chosen = pick_machine(store, machine, among) if machine is not None else None
-    con = _connect(store, create=False)
+    con = _connect(store, create=False, reading=True)
     try:
-        recorded = pd.read_sql_query("SELECT * FROM runs", con)
+        recorded = pd.read_sql_query(f"SELECT {run_columns(con, RUN_COLUMNS)} FROM runs", con)
         measured = pd.read_sql_query("SELECT DISTINCT run_key, machine FROM cells", con)
     finally:
         con.close()

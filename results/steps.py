@@ -27,7 +27,10 @@ SHARED_SAVING x its noise x log(runs). Then steps of one machine and variant who
 step: placed where the sum of their l1 costs, each over its series' noise, is least, its range every run
 within LOCATION_SLACK of that (place_shared). A variant's cells are noisy nearly independently (in one visit
 they correlate 0.03 on the 2-core VM), so the more cells step together, the smaller the step that is found
-and the surer its run (benchmarks/history_check.py).
+and the surer its run (benchmarks/history_check.py). The gate judges such cells as one (pool_shared) only
+where their steps go one way and may be one step: a cell that stepped the other way, or a cell of no step by
+its own test whose interval leaves out theirs, would cancel or dilute a real step, and is judged alone; and a
+cell whose own test is surer than theirs is judged by its own (Step.as_one): pooling never hides a slowdown.
 
 A shared machine drifts: a slow spell moves every variant at once. Each step therefore also says how the
 machine's other variants moved across it (per run, the median over a variant's series of its time over the
@@ -58,7 +61,8 @@ from typing import Any
 
 from .devices import SPLIT_CALIBRATION
 from .judge import ALPHA, holm
-from .ttest import MIN_REPLICATES, NO_TEST, Test, student_test, welch_test
+from .steps_pool import pool_shared
+from .ttest import MIN_REPLICATES, NO_TEST, ratio_interval, welch_test
 
 PENALTY = 3.0  # x noise x log(n): benchmarks/history_check.py's planted steps and flat series chose it
 MIN_RUNS = 2  # the fewest runs a segment holds (ruptures' min_size)
@@ -72,10 +76,12 @@ CALIBRATION_MOVED = SPLIT_CALIBRATION  # a calibration more than 10% apart: anot
 # noise (benchmarks/history_check.py: 40 runs, each the median of 3 visits, a 10% step) the range held the
 # planted run in 92% of 200 seeds, 3.7 runs wide on average; the least-cost run alone was it in 69%
 LOCATION_SLACK = 3.0
-# what is compared on both sides of a step: the run's fingerprint (the code's commit and sha256, versions)
-# and the variant's source
+# what is compared on both sides of a step: the run's fingerprint (the code's commit and sha256, versions,
+# the settings that move its times: the sweep's --env, the allocator and thread variables, torch's threads,
+# transparent huge pages) and the variant's source
 SIDES = (
     "git_commit", "code_sha256", "torch", "cuda", "driver", "python", "xformers", "attnbench_version",
+    "sweep_env", "allocator_env", "torch_threads", "transparent_hugepages", "thp_mem_alloc_enable",
     "variant_source",
 )  # fmt: skip
 # a series takes a step its variant's series share where a cut there saves this x its noise x log(n) of its
@@ -116,14 +122,19 @@ class Step:
     variant: str = ""
     calibration_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
     cells: int = 1  # the series of this machine and variant placed with it, itself included (1: alone)
+    other_way: int = 0  # those of them whose step went the other way (faster where it is slower, or slower)
     others: float | None = None  # the machine's other variants' move across it (after / before), None unknown
     beyond: float | None = None  # the step of its times over that move (after / before)
     beyond_interval: tuple[float, float] = (math.nan, math.nan)  # its 95% interval, as the step's
-    # a step its variant's cells took together (cells > 1): the cells' step as one, per run the median of
-    # their times over their medians before it (and over the other variants' move, where the gate judges
-    # beyond them): (ratio, low, high), Student's t (pool_shared); None alone or with fewer than 3 runs a side
+    # a step its variant's cells took together (cells > 1) the same way and of one size (pool_shared): the
+    # cells' step as one, per run the median of their times over their medians before it (and over the other
+    # variants' move, where the gate judges beyond them): (ratio, low, high), Student's t; None alone or
+    # with fewer than 3 runs a side
     pooled: tuple[float, float, float] | None = None
+    pooled_p: float = math.nan  # that step's p
+    pooled_cells: int = 1  # the cells judged as one, itself included (1: judged alone)
     p: float = math.nan  # the judge's p of what the gate judges (gated), NaN with fewer than 3 runs a side
+    own_p: float = math.nan  # the judge's p of its own step (own), as the gate would judge it alone
     p_holm: float = math.nan  # that p Holm-adjusted over its machine's family (holm_adjusted)
     family: int = 0
     against: tuple[int, int] = (0, 0)  # the runs it is judged against (0-based, the end left out)
@@ -147,14 +158,25 @@ class Step:
         return self.beyond is not None and not any(k in (*self.changed(), *near) for k in ENVIRONMENT)
 
     @property
-    def gated(self) -> tuple[float, float, float]:
-        """(ratio, low, high) that the gate judges: the step of the cells that took it together (pooled),
-        else its own; beyond the other variants (against_others), else as it is."""
-        if self.pooled is not None:
-            return self.pooled
+    def own(self) -> tuple[float, float, float]:
+        """(ratio, low, high) of its own step as the gate judges it alone: beyond the other variants
+        (against_others), else as it is."""
         if self.against_others:
             return (self.beyond, *self.beyond_interval)
         return self.ratio, self.low, self.high
+
+    @property
+    def as_one(self) -> bool:
+        """The gate judges it as one with the cells that took it together (pooled), which it does unless its
+        own test is surer (or has a test where theirs has none): pooling makes a step surer sooner, and never
+        hides a cell's own slowdown."""
+        return self.pooled is not None and (self.own_p != self.own_p or self.pooled_p <= self.own_p)
+
+    @property
+    def gated(self) -> tuple[float, float, float]:
+        """(ratio, low, high) that the gate judges: the step of the cells that took it together (as_one),
+        else its own (own)."""
+        return self.pooled if self.as_one else self.own
 
     @property
     def gated_change(self) -> float:
@@ -294,11 +316,6 @@ def ruptures():
     return rpt
 
 
-def _interval(test: Test) -> tuple[float, float]:
-    """A test's 95% interval as a ratio (NaN, NaN without one)."""
-    return (math.exp(test.low), math.exp(test.high)) if test.p == test.p else (math.nan, math.nan)
-
-
 def _median(values: Sequence[float]) -> float | None:
     good = sorted(v for v in values if v is not None and v == v and v > 0)
     if not good:
@@ -317,7 +334,7 @@ def _calibration(series, before_runs: tuple[int, int], after_runs: tuple[int, in
             [v for v in values[a:b] if v is not None and v > 0] for a, b in (before_runs, after_runs)
         )
         if before and after:
-            return _median(after) / _median(before), _interval(welch_test(before, after))
+            return _median(after) / _median(before), ratio_interval(welch_test(before, after))
     return None, (math.nan, math.nan)
 
 
@@ -471,7 +488,7 @@ def _steps(found: _Series) -> list[Step]:
         before, after = times[judged[0] : judged[1]], times[at:hi]
         short = at - lo if judged != (lo, at) else 0
         own = welch_test(before, after)
-        low, high = _interval(own)
+        low, high = ratio_interval(own)
         first = found.firsts[i]
         calibration, calibration_interval = _calibration(series, judged, (at, hi))
         others, beyond, against = _beyond_others(found.others, times, judged, (at, hi))
@@ -498,7 +515,7 @@ def _steps(found: _Series) -> list[Step]:
                 cells=found.cells[i],
                 others=others,
                 beyond=beyond,
-                beyond_interval=_interval(against),
+                beyond_interval=ratio_interval(against),
                 against=judged,
                 short_before=short,
                 short_ratio=_median(after) / _median(times[at - short : at]) if short else None,
@@ -506,7 +523,7 @@ def _steps(found: _Series) -> list[Step]:
             )
         )
         gated = against if steps[-1].against_others else own
-        steps[-1] = replace(steps[-1], p=gated.p)
+        steps[-1] = replace(steps[-1], p=gated.p, own_p=gated.p)
     return steps
 
 
@@ -613,50 +630,6 @@ def judgeable(found: Sequence[_Series]) -> dict[str, int]:
     for s in found:
         out[s.key[0]] += len(s.times) >= RUNS_TO_JUDGE
     return dict(out)
-
-
-def pool_shared(found: Sequence[tuple[_Series, list[Step]]]) -> list[Step]:
-    """Every step, those that cells of one variant took together (placed at one run, cells > 1) each given
-    the cells' step as one (Step.pooled) and its p: per run the median over the cells of its time over the
-    cell's median before the step (over the other variants' move too, where against_others), in the runs
-    every cell's segments hold; Student's t on those medians, the run-to-run spread pooled over both sides
-    (student_test). A run is the unit, so cells that move together in a run count as one; the median of
-    several cells is steadier than one cell, and its spread is read over every run around the step."""
-    groups = defaultdict(list)
-    for s, its in found:
-        for step in its:
-            if step.cells > 1:
-                groups[(s.key, step.at)].append((s, step))
-    pooled = {}
-    for members in groups.values():
-        if len(members) > 1:
-            ratio, test = _pooled_test(members)
-            if test.p != test.p and ratio != ratio:
-                continue  # the cells are judged against runs none of them shares: each alone
-            for _, step in members:
-                pooled[id(step)] = replace(step, pooled=(ratio, *_interval(test)), p=test.p)
-    return [pooled.get(id(step), step) for _, its in found for step in its]
-
-
-def _pooled_test(members: Sequence[tuple[_Series, Step]]) -> tuple[float, Test]:
-    """The cells' step as one: the ratio of the medians of the runs' values after and before, and its test."""
-    at = members[0][1].at
-    lo = max(step.against[0] for _, step in members)  # the runs every cell is judged against
-    end = min(step.against[1] for _, step in members)
-    hi = min(step.at + step.runs_after for _, step in members)
-    against = members[0][1].against_others
-    cells = []
-    for s, _ in members:
-        logs = [math.log(t) - (s.others[r] if against else 0.0) for r, t in enumerate(s.times)]
-        centre = statistics.median(logs[lo:end]) if end > lo else 0.0
-        cells.append([x - centre for x in logs])
-    before, after = (
-        [math.exp(statistics.median(cell[r] for cell in cells)) for r in side]
-        for side in (range(lo, end), range(at, hi))
-    )
-    if not before:
-        return math.nan, NO_TEST
-    return _median(after) / _median(before), student_test(before, after)
 
 
 def holm_adjusted(found: Sequence[Step], series: Mapping[str, int] | None = None) -> list[Step]:

@@ -5,6 +5,7 @@ finds and judges them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,8 @@ from .ttest import MIN_REPLICATES
 
 def as_frame(found: Sequence[Step]):
     """Steps as a pandas DataFrame, a row each: the series, the size with its interval, the first run after
-    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together, what
+    (its id, time and 1-based place), the runs it may be at (1-based), the cells that took it together and
+    those the gate judged as one with it, what
     the gate judges with its interval, the judge's p and (a latest step's) Holm-adjusted p, the commits on
     both sides, what else changed across it and near it (nearby_text), the calibration, whether it is its
     series' latest, its line."""
@@ -37,6 +39,7 @@ def as_frame(found: Sequence[Step]):
             "may_be_from": s.first[0] + 1,
             "may_be_to": s.first[1] + 1,
             "cells": s.cells,
+            "cells_as_one": s.pooled_cells if s.as_one else 1,
             "others": s.others,
             "beyond_others": None if s.beyond is None else s.beyond - 1.0,
             "gated": s.gated_change,
@@ -60,8 +63,8 @@ def as_frame(found: Sequence[Step]):
 
 _FRAME_COLUMNS = (
     "machine", "variant", "cell_id", "change", "change_low", "change_high", "run_id", "created", "run",
-    "runs", "may_be_from", "may_be_to", "cells", "others", "beyond_others", "gated", "gated_low",
-    "gated_high", "p", "p_holm", "commit_before",
+    "runs", "may_be_from", "may_be_to", "cells", "cells_as_one", "others", "beyond_others", "gated",
+    "gated_low", "gated_high", "p", "p_holm", "commit_before",
     "commit_after", "changed", "nearby", "calibration", "calibration_moved", "latest", "line",
 )  # fmt: skip
 
@@ -88,12 +91,24 @@ def describe(step: Step) -> str:
         )  # one commit: nothing to bisect
         where += f", or any run from {step.first[0] + 1} to {step.first[1] + 1}{bisect}"
     if step.cells > 1:
-        where += f", with {counted(step.cells - 1, 'other cell')} of {step.variant} that stepped there too"
+        where += f", with {cells_text(step)}"
     if step.others is not None:
         where += (
             f"; the other variants x{step.others:.2f} across it, this one {others_text(step)} beyond them"
         )
     return f"{step.cell_id} on {step.machine}: {size} {where}; {what_changed(step)}; {calibration_text(step)}"
+
+
+def cells_text(step: Step) -> str:
+    """The other cells of its variant placed at its run (Step.cells), those that went its way and those that
+    went the other: '2 other cells of mine that stepped there too', '1 other cell of mine that stepped there
+    the other way'."""
+    same, other = step.cells - 1 - step.other_way, step.other_way
+    said = [f"{counted(same, 'other cell')} of {step.variant} that stepped there too"] if same else []
+    if other:
+        cells = f"{other} that" if same else f"{counted(other, 'other cell')} of {step.variant} that"
+        said.append(f"{cells} stepped there the other way")
+    return ", and ".join(said)
 
 
 def what_changed(step: Step) -> str:
@@ -124,11 +139,23 @@ def same_code(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 def changes(changed: dict[str, tuple[Any, Any]]) -> list[str]:
     """What changed (Step.changed), in words: 'commit 1a2b3c4d5e -> 9f8e7d6c5b', 'torch 2.13.0 -> 2.14.0',
-    '?' for a value not recorded."""
-    return [
-        f"{'commit' if k == 'git_commit' else k} {short_hash(a)} -> {short_hash(b)}"
-        for k, (a, b) in changed.items()
-    ]
+    'env MINE_EXTRA=0 -> MINE_EXTRA=3', 'THP madvise -> always', '?' for a value not recorded."""
+    return [f"{NAMES.get(k, k)} {_value(k, a)} -> {_value(k, b)}" for k, (a, b) in changed.items()]
+
+
+# a run field as the words name it, where not by its own name
+NAMES = {
+    "git_commit": "commit", "sweep_env": "env", "allocator_env": "allocator env",
+    "torch_threads": "torch threads", "transparent_hugepages": "THP",
+    "thp_mem_alloc_enable": "THP_MEM_ALLOC_ENABLE",
+}  # fmt: skip
+
+
+def _value(field: str, value: Any) -> str:
+    """A run field's value in words: a commit or sha256 short (short_hash), the kernel's huge-page setting
+    as the mode it selects ('always [madvise] never' is madvise), '?' where not recorded."""
+    chosen = re.search(r"\[(\w+)\]", str(value)) if field == "transparent_hugepages" else None
+    return chosen.group(1) if chosen else short_hash(value)
 
 
 def nearby_text(step: Step) -> list[str]:
@@ -160,7 +187,10 @@ def gate_text(step: Step) -> str:
     if step.pooled is not None:
         ratio, low, high = step.pooled
         size = f"{ratio - 1:+.1%}" + (f" [{low - 1:+.1%}, {high - 1:+.1%}]" if low == low else "")
-        head += f" of its {step.cells} cells as one, {size}"
+        if step.as_one:
+            head += f" of its {step.pooled_cells} cells as one, {size}"
+        else:  # its own step is surer than the cells' as one: pooling never hides a slowdown
+            head += f" of its own step (its {step.pooled_cells} cells as one, {size}, p {step.pooled_p:.2g})"
     family = f"{step.family} series of this machine"
     return f"{head}: p {step.p:.2g}, Holm-adjusted {step.p_holm:.2g} over {family}"
 

@@ -109,6 +109,11 @@ class Test:
 NO_TEST = Test(math.nan, math.nan, math.nan, math.nan)
 
 
+def ratio_interval(test: Test) -> tuple[float, float]:
+    """A test's 95% interval as a ratio (NaN, NaN without one)."""
+    return (math.exp(test.low), math.exp(test.high)) if test.p == test.p else (math.nan, math.nan)
+
+
 def logs(values: Sequence[float]) -> list[float] | None:
     return [math.log(v) for v in values] if values and min(values) > 0 else None
 

@@ -646,3 +646,28 @@ def test_a_run_still_starting_is_said_being_written_not_stopped(tmp_path, runs):
     assert f"{str(live)!r} is still being written (by pid {os.getpid()} on host " in report.stderr
     p = run_cli("history", "add", str(live), "--store", str(store))
     assert p.returncode == 2 and "holds no run: it was stopped while starting" in p.stderr
+
+
+def test_check_and_publish_read_a_store_of_the_version_before_and_say_what_it_does_not_record(tmp_path, runs):
+    """A store of version 6 (before runs kept their settings: --env, threads, huge pages) is read as it is: a
+    step across an --env change there would say 'same commit' alone, so a note says what it does not record
+    and the command that records it. Rebuilt, it says nothing."""
+    import sqlite3
+
+    store = tmp_path / "h.sqlite"
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", str(store), check=True)
+    with sqlite3.connect(store) as con:
+        for column in ("sweep_env", "allocator_env", "torch_threads", "transparent_hugepages",
+                       "thp_mem_alloc_enable"):  # fmt: skip
+            con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        con.execute("UPDATE info SET value = '6' WHERE key = 'version'")
+    con.close()
+    said = f"note: {store} is a history store of version 6, which does not record the runs' settings"
+    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's meta.json"
+    p = run_cli("history", "check", "--store", str(store), "--fail-on-step", "5%")
+    assert p.returncode == 0 and p.stderr.startswith(said) and rebuild in p.stderr.splitlines()[0]
+    p = run_cli("history", "publish", "--store", str(store), "--out", str(tmp_path / "site"), check=True)
+    assert p.stderr.splitlines()[-1].startswith(said)
+    run_cli("history", "rebuild", "--store", str(store), check=True)
+    p = run_cli("history", "check", "--store", str(store), "--fail-on-step", "5%", check=True)
+    assert "note:" not in p.stderr

@@ -14,6 +14,7 @@ import pytest
 from conftest import DATA
 from synthetic import run_series
 
+from attnbench.reports.dashboard import steps_table
 from attnbench.results import history, history_runs, steps, steps_text
 from attnbench.results.identity import short_hash
 from attnbench.results.store import RowWarning, RunDirError
@@ -214,6 +215,84 @@ def _torch_after(at: int, version: str = "2.14.0+cpu"):
             meta["fingerprint"]["torch"] = version
 
     return edit
+
+
+# what a run's fingerprint records of the settings that move its times, as the store keeps them
+SETTINGS = ("sweep_env", "allocator_env", "torch_threads", "transparent_hugepages", "thp_mem_alloc_enable")
+
+
+def _settings_after(at: int, before: dict, after: dict):
+    """Run i's fingerprint with `before`'s settings before run `at` and `after`'s from it, on one commit."""
+
+    def edit(i, meta):
+        meta["fingerprint"].update(git_commit="1a2b3c4d5e" * 4, **(after if i >= at else before))
+
+    return edit
+
+
+def test_a_step_across_a_change_of_the_runs_settings_says_it(tmp_path):
+    """An outside trial's nightly ran `--env MINE_EXTRA=0`, then `=3` from its 4th night, on one commit: the
+    step was found, and its line said `same commit` and nothing else, so that its reader went bisecting code
+    that never changed. The store keeps the settings the fingerprint records, and a step's sides compare
+    them: the sweep's --env, the allocator and thread variables, torch's threads, transparent huge pages."""
+    env = _settings_after(8, {"sweep_env": "MINE_EXTRA=0"}, {"sweep_env": "MINE_EXTRA=3"})
+    paths = run_series(BASE, tmp_path / "runs", [1.0] * 8 + [1.1] * 6, edit=env)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths)
+    df = history.frame(store)
+    assert set(df["sweep_env"]) == {"MINE_EXTRA=0", "MINE_EXTRA=3"} and set(df["torch_threads"]) == {2}
+    step = steps.find(df)[0]
+    assert step.at == 8 and step.changed() == {"sweep_env": ("MINE_EXTRA=0", "MINE_EXTRA=3")}
+    said = "same commit, env MINE_EXTRA=0 -> MINE_EXTRA=3"
+    assert f"; {said}; calibration" in steps_text.describe(step)
+    assert steps_table([step], {}).rows[0][4] == said  # the site's Steps table says what the line says
+    assert steps_text.as_frame([step])["changed"].tolist() == ["env MINE_EXTRA=0 -> MINE_EXTRA=3"]
+
+    before = {"allocator_env": "none", "torch_threads": 2, "THP_MEM_ALLOC_ENABLE": None}
+    after = {"allocator_env": "OMP_NUM_THREADS=1", "torch_threads": 1, "THP_MEM_ALLOC_ENABLE": "1",
+             "transparent_hugepages": "[always] madvise never"}  # fmt: skip
+    edit = _settings_after(8, before, after)
+    paths = run_series(BASE, tmp_path / "runs2", [1.0] * 8 + [1.1] * 6, edit=edit)
+    history.add(tmp_path / "h2.sqlite", paths)
+    step = steps.find(history.frame(tmp_path / "h2.sqlite"))[0]
+    assert set(step.changed()) == set(SETTINGS) - {"sweep_env"}
+    said = (
+        "same commit, allocator env none -> OMP_NUM_THREADS=1, torch threads 2 -> 1, THP madvise -> always, "
+        "THP_MEM_ALLOC_ENABLE ? -> 1; calibration"
+    )
+    assert said in steps_text.describe(step)
+
+
+def test_a_store_of_the_version_before_is_read_and_rebuilt_with_the_runs_settings(tmp_path):
+    """Version 7 added the runs' settings (SETTINGS). A store of version 6 still loads, those columns empty
+    (no change across any step), with a note saying what it does not record; `add` writes only this version
+    (one line saying to rebuild), and `rebuild` reads each run's settings from its meta.json."""
+    env = _settings_after(2, {"sweep_env": "MINE_EXTRA=0"}, {"sweep_env": "MINE_EXTRA=3"})
+    paths = run_series(BASE, tmp_path / "runs", [1.0, 1.0, 1.1], edit=env)
+    store = tmp_path / "h.sqlite"
+    history.add(store, paths[:2])
+    assert history.older_note(store) is None
+    with sqlite3.connect(store) as con:
+        for column in SETTINGS:
+            con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        con.execute("UPDATE info SET value = '6' WHERE key = 'version'")
+    con.close()
+    df = history.frame(store)
+    assert len(df) == 2 * CELLS and all(df[c].isna().all() for c in SETTINGS)
+    assert len(history_runs.runs(store)) == 2 and history.machines(store) == [MACHINE]
+    note = history.older_note(store)
+    assert note.startswith(f"note: {store} is a history store of version 6, which does not record the runs'")
+    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's meta.json"
+    assert note.endswith(rebuild)
+    data = store.read_bytes()
+    with pytest.raises(history.StoreError, match="version 6, which this attnbench reads but adds no run to"):
+        history.add(store, paths[2:])
+    assert store.read_bytes() == data
+    assert [a.state for a in history.rebuild(store, runs=paths[2:])] == ["added"] * 3
+    df = history.frame(store)
+    assert history.older_note(store) is None
+    assert sorted(set(df["sweep_env"])) == ["MINE_EXTRA=0", "MINE_EXTRA=3"]
+    assert set(df["transparent_hugepages"]) == {"always [madvise] never"}
 
 
 def test_a_planted_step_is_found_at_its_run_with_what_changed(tmp_path):

@@ -99,3 +99,69 @@ def test_a_step_one_cell_took_is_not_given_to_its_variants_other_cells():
     flat = [1.0, 1.02, 0.99, 1.01, 0.98, 1.0, 1.01, 0.99, 1.02, 1.0, 0.98, 1.01]
     found = steps.find(frame({"late": late, "a": flat, "b": flat[::-1], "c": flat[1:] + flat[:1]}))
     assert placed(found) == {"v|late": (6, (6, 6), 1)}
+
+
+# an outside trial's store (6 runs of a 2-core VM, 1 round each): mine's variant file made N 256 3x slower
+# from run 4 (0-based 3), while mine at N 512 drifted down in the same runs; sdpa unchanged beside it
+OPPOSITE = {
+    "n256": [0.6812, 0.5755, 0.5714, 1.7282, 1.7152, 1.45],
+    "n512": [18.168, 16.2537, 10.3668, 10.9885, 9.1434, 12.9483],
+    "n1024": [46.6522, 60.222, 25.7234, 45.8133, 46.0076, 48.6829],
+}
+OPPOSITE_SDPA = {
+    "sdpa-n256": [0.5247, 0.4516, 0.4512, 0.4418, 0.4411, 0.4418],
+    "sdpa-n512": [2.0407, 1.9285, 8.8443, 3.0208, 1.8428, 1.7802],
+    "sdpa-n1024": [25.5292, 43.057, 23.3832, 14.593, 14.7117, 14.8045],
+}
+
+
+def _mine_and_sdpa(mine: dict[str, list[float]]):
+    variants = {**{c: "mine" for c in mine}, **{c: "sdpa" for c in OPPOSITE_SDPA}}
+    found = steps.find(frame({**mine, **OPPOSITE_SDPA}, variants=variants))
+    return {s.cell_id: s for s in found}
+
+
+def test_a_cell_that_stepped_the_other_way_never_hides_a_slowdown():
+    """The trial's gate passed a 3x slowdown: pooled with N 512 (-32%, its own interval holding no change),
+    the 2 cells as one were +47% and not significant after Holm. Cells are judged as one only where their
+    steps go the same way."""
+    found = _mine_and_sdpa(OPPOSITE)
+    slow, other = found["mine|n256"], found["mine|n512"]
+    assert slow.at == other.at == 3 and slow.cells == other.cells == 2  # placed together, as before
+    assert slow.pooled is None and other.pooled is None  # but never judged as one
+    assert slow.p == slow.own_p < 0.01 and slow.fails(0.05) and slow.gated == slow.own
+    assert steps_text.verdict_text(slow, 0.05).startswith("the judge: p ")
+    line = steps_text.describe(slow)
+    assert "run 4 of 6), with 1 other cell of mine that stepped there the other way;" in line
+    assert not other.fails(0.05) and other.verdict(0.05) is None  # faster: nothing for the gate to say
+
+
+def test_a_cell_of_no_step_of_its_own_does_not_dilute_a_slowdown_it_went_the_way_of():
+    """N 512 up 2% in the same runs after a slow first run, its own interval holding no change and leaving out
+    the step of the 2 cells as one: that is not its step, and each is judged alone. A cell that is a step by
+    its own test joins, however it compares with the others'."""
+    quiet = {**OPPOSITE, "n512": [11.6, 10.0, 9.98, 10.22, 10.2, 10.22]}
+    slow, other = (_mine_and_sdpa(quiet)[f"mine|{n}"] for n in ("n256", "n512"))
+    assert slow.pooled is None and other.pooled is None and slow.fails(0.05) and not other.fails(0.05)
+    assert other.own[0] > 1.0 and other.own[1] < 1.0 < other.own[2]  # up, but no step by its own test
+    assert slow.cells == 2 and other.other_way == slow.other_way == 0
+    assert "with 1 other cell of mine that stepped there too;" in steps_text.describe(slow)
+    stepped = {**OPPOSITE, "n512": [10.4, 9.1, 10.5, 10.9, 11.3, 11.2]}  # +37.5% [+18.8%, +55.6%]
+    slow, other = (_mine_and_sdpa(stepped)[f"mine|{n}"] for n in ("n256", "n512"))
+    assert other.own[1] > 1.0 and other.as_one and other.pooled_cells == 2 and other.fails(0.05)
+    assert slow.fails(0.05) and slow.p <= slow.own_p  # as one, no less sure than alone
+
+
+def test_a_cell_whose_own_step_is_surer_than_its_cells_as_one_is_judged_by_its_own():
+    """Two cells of one step, one quiet and one noisy: as one, the noisy cell makes the quiet cell's step less
+    sure (p 7e-08 alone, 4e-05 as one). Pooling makes a step visible sooner, and never hides one: the quiet
+    cell is judged by its own test, the noisy one with the quiet one."""
+    quiet = [1.0, 1.05, 0.95, 1.0, 1.02, 0.98, 1.3, 1.25, 1.35, 1.3, 1.28, 1.32]
+    noisy = [1.0, 1.15, 0.9, 1.05, 0.95, 1.1, 1.2, 1.4, 1.2, 1.35, 1.25, 1.45]
+    a, b = steps.find(frame({"a": quiet, "b": noisy}))
+    (alone,) = steps.find(frame({"a": quiet}))
+    assert a.p == alone.p and a.cells == b.cells == 2 and a.pooled == b.pooled and a.pooled_cells == 2
+    assert a.p < a.pooled_p < b.own_p and not a.as_one and a.gated == a.own
+    assert b.as_one and b.p == b.pooled_p and b.gated == b.pooled
+    assert "the judge of its own step (its 2 cells as one, +" in steps_text.gate_text(a)
+    assert "the judge of its 2 cells as one, +" in steps_text.gate_text(b)

@@ -41,7 +41,10 @@ def test_one_spelling_of_a_value_not_recorded_and_one_other_cell_counted():
     assert steps_table([step], {}).rows[0][4] == "same commit, variant_source ? -> builtin"
     two = steps.Step(**{**step.__dict__, "cells": 2})
     assert ", with 1 other cell of v that stepped there too" in steps_text.describe(two)
-    assert steps_table([two], {}).rows[0][3] == "4 of 9, with 1 other cell of v"
+    assert steps_table([two], {}).rows[0][3] == "4 of 9, with 1 other cell of v that stepped there too"
+    other = steps.Step(**{**step.__dict__, "cells": 3, "other_way": 1})
+    said = ", with 1 other cell of v that stepped there too, and 1 that stepped there the other way"
+    assert said in steps_text.describe(other) and said in f", {steps_table([other], {}).rows[0][3]}"
 
 
 def test_the_site_says_what_history_check_says_of_a_step_across_which_nothing_changed():
