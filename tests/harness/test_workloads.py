@@ -393,7 +393,7 @@ def test_max_call_ms_skips_a_series_predicted_past_it_by_its_score_count():
     reason = skip.reason(cell(32768))  # from the longest ok cell: 113 x 4
     assert reason == (
         "skipped: chunked would take about 452 ms a call here (113.0 ms at seq_len 16384: its median, scaled "
-        "by the score count N_q x N_k), over --max-call-ms 200"
+        "x4.00 by the FLOPs counted), over --max-call-ms 200"
     )
     assert skip.reason(cell(32768, variant="sdpa")) is None  # another series: nothing known yet
     assert skip.reason(cell(2048)) is None  # shorter than every ok cell
@@ -426,7 +426,7 @@ def test_max_call_ms_predicts_from_a_cells_fastest_call_not_one_slow_moment():
     tight.note(cell(256), row([447.789279, 2.553821], 0.022343))
     assert tight.reason(cell(512)) == (
         "skipped: flash_v1 would take about 10 ms a call here (2.6 ms at seq_len 256: the fastest of its 2 "
-        "calls, scaled by the score count N_q x N_k), over --max-call-ms 5"
+        "calls, scaled x4.00 by the FLOPs counted), over --max-call-ms 5"
     )
     sleepy = SkipAhead([{**cell(64).to_dict(), **row([15.5, 27.6], 0.177828)}], max_call_ms=150)
     sleepy.note(cell(128), row([46.305381, 55.8], 0.011187))  # its probe at 0.06 of the run's fastest
@@ -435,6 +435,47 @@ def test_max_call_ms_predicts_from_a_cells_fastest_call_not_one_slow_moment():
     )
     median_only = SkipAhead([{**cell(128).to_dict(), "status": "ok", "time_ms_median": 60.0}], max_call_ms=9)
     assert "(60.0 ms at seq_len 128: its median, scaled" in median_only.reason(cell(256))
+
+
+def test_max_call_ms_scales_a_window_series_by_its_counted_work_not_the_score_count():
+    """Trial T (M1): with window 64 a causal call attends 6,176 pairs at N 128 and 14,368 at N 256 (x2.33,
+    not the score count's x4), so 327.7 ms at N 128 predicts about 762 ms at N 256: under 1,000 ms, the cell
+    runs. Where the prediction is over, the line says what it scaled by, and that the time it scaled was
+    read off a noisy, drifted cell of a busy machine."""
+    from attnbench.harness.workers.cellrunner import SkipAhead
+    from attnbench.results.formulas import attended_pairs
+
+    def cell(n, window=64, pass_="fwdbwd", variant="chunked"):
+        return CellSpec(variant, "cpu", "float32", 1, 2, n, 64, 64, True, 0.0, pass_, window=window)
+
+    def row(samples, probe=0.2, noisy=False):
+        return {"status": "ok", "time_ms_median": statistics.median(samples), "samples_ms": samples,
+                "speed_tflops": probe, "noisy": noisy, "host": "vm", "device": "cpu"}  # fmt: skip
+
+    pairs = [attended_pairs(n, n, causal=True, window=64) for n in (128, 256)]
+    assert pairs == [6176, 14368]
+    skip = SkipAhead(max_call_ms=1000)
+    skip.note(cell(128), row([327.7, 400.0]))
+    assert skip.reason(cell(256)) is None  # 327.7 x 2.33 = 762 ms, not 327.7 x 4 = 1,311 ms
+    assert skip.reason(cell(256, pass_="fwd")) is None  # another series
+    tight = SkipAhead(max_call_ms=700)
+    for n in (16, 32, 64):  # the machine's usual speed: three quiet cells of another series
+        tight.note(cell(n, variant="sdpa"), row([1.0, 1.1]))
+    tight.note(cell(128), row([327.7, 400.0], probe=0.1, noisy=True))  # half the usual speed, and noisy
+    assert tight.reason(cell(256)) == (
+        "skipped: chunked would take about 762 ms a call here (327.7 ms at seq_len 128: the fastest of its "
+        "2 calls, scaled x2.33 by the FLOPs counted), over --max-call-ms 700; read off a drifted and noisy "
+        "cell"
+    )
+    for n in (16, 32):  # two more noisy cells: 3 of 6 ok cells drifted or noisy, a busy machine
+        tight.note(cell(n, variant="flex"), row([1.0, 9.0], noisy=True))
+    assert tight.reason(cell(256)).endswith("700; read off a drifted and noisy cell, on a busy machine")
+    plain = SkipAhead(max_call_ms=300)  # no window: causal pairs grow as the score count does, about x4
+    plain.note(cell(128, window=0), row([100.0, 120.0]))
+    assert plain.reason(cell(256, window=0)) == (
+        "skipped: chunked would take about 398 ms a call here (100.0 ms at seq_len 128: the fastest of its 2 "
+        "calls, scaled x3.98 by the FLOPs counted), over --max-call-ms 300"
+    )
 
 
 def test_a_decode_cell_is_bound_by_memory_on_the_roofline():
