@@ -232,9 +232,12 @@ def run(
         try:
             start, chosen_executor, packed = _checked(request)
             done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
-            if request.dry_run:
+            if request.dry_run:  # it measures nothing, so it announces nothing; it says who measures now
                 _warn_journal(path, resume)
-                return RunSummary(path=path, forecast=forecast(start, done))
+                beside = tuple(int(e.get("pid", 0)) for e in neighbours.measuring())
+                return RunSummary(
+                    path=path, forecast=dataclasses.replace(forecast(start, done), beside=beside)
+                )
             cells = complete_cells(path, forecast(start, done)) if resume else None
             if cells is not None:  # no worker started, nothing written (the CLI says so before it gets here)
                 _warn_journal(path, resume)
