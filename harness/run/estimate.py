@@ -188,14 +188,16 @@ class Forecast:
     # the pids of the other attnbench runs measuring on this machine as the dry run looked
     # (harness.run.neighbours.measuring): the estimate is a quiet machine's, and they make it one no longer
     beside: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()  # said before the counts: a window as wide as its cells' keys (wide_windows)
 
     def lines(self) -> list[str]:
         """What `attnbench run --dry-run` prints: counts, reasons, the estimate and its assumption."""
         n_unsup, n_guard = sum(self.unsupported.values()), sum(self.guarded.values())
         done = f", {self.done} measured already" if self.done else ""
         out = [
+            *self.notes,
             f"{counted(self.cells, 'cell')}{done}: {len(self.measured)} to measure, {n_guard} the memory "
-            f"guard would skip, {n_unsup} unsupported here"
+            f"guard would skip, {n_unsup} unsupported here",
         ]
         where = ", ".join(f"{v} from {n}" for v, n in self.guarded_from.items())
         out += [f"  skipped by the memory guard ({n}): {where}; {r}" for r, n in self.guarded.most_common()]

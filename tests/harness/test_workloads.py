@@ -555,6 +555,42 @@ def test_bad_axis_flags_are_one_line_exit_2_nothing_written(tmp_path, args, mess
     assert not out.exists() and not (tmp_path / "runs").exists()
 
 
+def test_a_window_as_wide_as_the_keys_is_said_to_be_causal_without_one():
+    """Trial T (L2): `--seq-len 128,256 --causal yes --window 512` ran cells labelled w512 that are the plain
+    causal cells. One line per such window names the N it covers (N_k where the keys grow apart from the
+    queries); a narrower window, and the cells' ids, are as they were."""
+    from attnbench.harness.sweep.spec import wide_windows
+
+    def cell(n, window, seq_k=None):
+        return CellSpec("naive", "cpu", "float32", 1, 2, n, 16, 16, True, 0.0, "fwd", seq_k=seq_k or n,
+                        window=window)  # fmt: skip
+
+    cells = [cell(n, w) for n in (128, 256, 1024) for w in (0, 64, 512)]
+    assert wide_windows(cells) == [
+        "note: window 512 ≥ N at N = 128, 256: those cells are the same as causal without a window"
+    ]
+    assert cell(128, 512).cell_id.endswith("|w512")
+    assert wide_windows([cell(n, 64) for n in (128, 256)]) == []
+    decode = [cell(1, 4096, seq_k=n) for n in (1024, 4096, 8192)]
+    assert wide_windows(decode) == [
+        "note: window 4,096 ≥ N_k at N_k = 1,024, 4,096: those cells are the same as causal without a window"
+    ]
+
+
+def test_a_dry_run_and_a_run_say_a_window_as_wide_as_the_keys_at_the_start(tmp_path):
+    args = ["--variants", "naive", "--seq-len", "16,32", "--causal", "yes", "--window", "24", "--heads", "1",
+            "--budget-ms", "2", "--warmup-ms", "1"]  # fmt: skip
+    line = "window 24 ≥ N at N = 16: those cells are the same as causal without a window"
+    dry = run_cli("run", *args, "--dry-run", "--out", str(tmp_path / "dry"))
+    assert dry.returncode == 0 and line in dry.stdout + dry.stderr, dry.stdout + dry.stderr
+    ran = run_cli("run", *args, "--out", str(tmp_path / "r"))
+    assert ran.returncode == 0, ran.stderr
+    said = ran.stdout + ran.stderr
+    assert line in said and said.index(line) < said.index("starting a worker process"), said
+    ids = {json.loads(r)["cell_id"] for r in (tmp_path / "r" / "rows.jsonl").read_text().splitlines()}
+    assert any("|n16|" in i and i.endswith("|w24") for i in ids), ids  # its id as it was
+
+
 OLD_STYLE_VARIANT = """
 import torch
 import attnbench
