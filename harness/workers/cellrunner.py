@@ -43,10 +43,12 @@ class SkipAhead:
     counts it (harness.measure.rows.counted_work: causal, window, padded keys, a pack's sequences; the pass
     is the series'). Not the score count N_q x N_k: a window's work grows with N, not N^2 (trial T: N 128 to
     256 under window 64 is x2.33, not x4). A call whose time grows slower than its work (launch-bound) is
-    predicted long, so the guard errs towards skipping only where the series is already slow. One slow
-    moment of a busy machine must not cost a sweep its largest N (a 225 ms median of two calls, one of them
-    2.6 ms, would have skipped the next N); the line says where the time it scaled was read off a drifted
-    or noisy cell, or a busy machine (results.drift, over the ok rows noted so far)."""
+    predicted long, so the guard errs towards skipping only where the series is already slow; one that
+    computes more than is counted (a dense kernel that masks a window after computing every score) is
+    predicted short, so the guard then measures a cell it might have skipped, never skips one it should
+    run. One slow moment of a busy machine must not cost a sweep its largest N (a 225 ms median of two
+    calls, one of them 2.6 ms, would have skipped the next N); the line says where the time it scaled was
+    read off a drifted or noisy cell, or a busy machine (results.drift, over the ok rows noted so far)."""
 
     def __init__(self, rows: list[dict[str, Any]] = (), max_call_ms: int = 0) -> None:
         self.max_call_ms = max_call_ms
