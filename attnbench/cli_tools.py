@@ -121,6 +121,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from attnbench.harness.tools import check
 
     plan, timeout = check_plan(args)
+    if plan.left_out:  # before the gate starts: a variant the file's imports registered is not gated
+        say(plan.left_out)
     from attnbench.harness.workers.isolation import prestart
 
     prestart()  # the worker's torch import beside this process's own

@@ -485,7 +485,9 @@ def unsupported(mine, spell: Callable[[str], str] = str) -> list[str]:
         out.append(f"unsupported in {counted(len(sub), 'cell')} ({_masks(sub)}): {said}")
     skipped = mine[mine["status"] == "skipped"]
     if len(skipped):
-        where = f"{', '.join(_dtypes(set(skipped['dtype'].astype(str))))}; {_masks(skipped)}; {_ns(skipped)}"
+        dtypes = ", ".join(_dtypes(set(skipped["dtype"].astype(str))))
+        passes = ", ".join(PASSES[p] for p in PASSES if (skipped["pass"] == p).any())
+        where = f"{dtypes}; {_masks(skipped)}; {passes}; {_ns(skipped)}"
         first = _short(spell(str(skipped.iloc[0]["message"]).removeprefix("skipped: ")), MESSAGE_CHARS)
         out = out[:2] + [f"skipped in {counted(len(skipped), 'cell')} ({where}): {first}"]
     return out[:3]

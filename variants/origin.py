@@ -38,6 +38,18 @@ def source_of(fn: Callable[..., Any]) -> str:
     return DEFINED_IN + where + (HASHED + digest if digest else "")
 
 
+def calling_file(frame: Any) -> str | None:
+    """The resolved path of the file whose code runs in `frame` (the caller of register(): where a
+    variant was registered, which need not be where the variant file named on the command line is, when
+    that file imports another that registers its own); None where it has none (a notebook cell, `-c`)."""
+    name = getattr(getattr(frame, "f_code", None), "co_filename", "") or ""
+    if not name or name.startswith("<"):
+        return None
+    with contextlib.suppress(OSError):
+        return str(Path(name).resolve())
+    return None
+
+
 def described(fn: Callable[..., Any]) -> str:
     """What `attnbench list` says a callable registered without a description= is: its docstring's first
     line, else what it is and where it comes from ('Attend object from x_transformers.attend', 'mea from

@@ -37,7 +37,15 @@ from .handed import (
     undeclared,
 )
 from .mods import MOD_KINDS, NONE, mod_kind
-from .origin import HASHED, VARIANT_FILE_MODULE, clash, described, entry_point_sources, source_of
+from .origin import (
+    HASHED,
+    VARIANT_FILE_MODULE,
+    calling_file,
+    clash,
+    described,
+    entry_point_sources,
+    source_of,
+)
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
 from .unknown import unknown_names, unknown_word
@@ -358,6 +366,9 @@ _REGISTRY: dict[str, Variant] = {}
 _LOAD_ERRORS: list[str] = []
 _LOADED = {"builtins": False, "entry_points": False}
 _current_source = ["builtin"]
+# the file whose code called register() for each name (origin.calling_file): a variant file's own variants,
+# told apart from those a module it imports registers while it loads (imported_by)
+_REGISTERED_IN: dict[str, str] = {}
 # what importing each variant file (by its resolved path) changed in os.environ: {name: (before, after)},
 # None where a variable was unset; the run warns where it is one that changes a measurement
 ENV_CHANGED: dict[str, dict[str, tuple[str | None, str | None]]] = {}
@@ -368,12 +379,16 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
     the shapes of a function written for other code (takes=, returns=, mask=: variants.adapt). fn is handed
     only the keywords it takes, and what it does not take it does not support (made). Returns fn unchanged."""
 
+    called_in = calling_file(sys._getframe(1))
+
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = _current_source[0]
         if source == "builtin" and not str(getattr(fn, "__module__", "")).startswith(__package__ + "."):
             source = source_of(fn)  # a notebook's or a script's: it travels to the workers by value
             _load_builtins()  # a clash with a built-in name is found here, not when they load later
         add(made(fn, name, capability, source))
+        if called_in:
+            _REGISTERED_IN[name] = called_in
         return fn
 
     return decorate
@@ -539,6 +554,7 @@ def load_variant_file(path: str | Path) -> list[str]:
         sys.modules.pop(mod_name, None)
         for name in set(_REGISTRY) - before:
             del _REGISTRY[name]
+            _REGISTERED_IN.pop(name, None)
         if isinstance(exc, VariantError):
             raise
         if isinstance(exc, KeyboardInterrupt) and stopped:  # the user's Ctrl-C (or SIGTERM), not the file's
@@ -561,6 +577,15 @@ def load_variant_file(path: str | Path) -> list[str]:
     if not added:
         raise VariantError(f"variant file {str(path)!r} registered no variant (use @attnbench.register)")
     return added
+
+
+def imported_by(path: str | Path, names: list[str]) -> dict[str, str]:
+    """Of the `names` the variant file `path` registered (load_variant_file's), those that another file its
+    imports ran registered (`from tiled import tiled_core` runs tiled.py's @register): name -> that file.
+    The rest are the file's own: their register() was called in its code (a library's function registered
+    there among them)."""
+    own = str(Path(path).resolve())
+    return {n: _REGISTERED_IN[n] for n in names if _REGISTERED_IN.get(n, own) != own}
 
 
 def _load_pickled(path: Path) -> list[str]:

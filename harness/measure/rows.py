@@ -1,7 +1,8 @@
 """A cell's result row (see results.schema), built in steps: base_row -> start_row -> finish.
 
 - base_row(spec): the cell's identity (its spec and cell_id): all a row of a cell that never ran has;
-- start_row(spec): what is known before the cell runs: torch's thread count, FLOPs and K/V bytes;
+- start_row(spec): what is known before the cell runs: torch's thread count, and counted_work(spec): FLOPs
+  and K/V bytes, counted from the spec alone;
 - finish(row, status, message, **fields): the verdict and when it was reached.
 
 The parent (harness.workers.cellrunner, the executors) builds rows of cells it decides without a worker, so
@@ -37,6 +38,17 @@ def start_row(spec: CellSpec) -> dict[str, Any]:
 
     row = base_row(spec)
     row["threads"] = torch.get_num_threads()
+    row.update(counted_work(spec))
+    return row
+
+
+def counted_work(spec: CellSpec) -> dict[str, Any]:
+    """What one call of the cell does, counted from its spec alone (no torch): `flops` (the pairs it
+    attends: causal, window, padded keys, a pack's sequences, a paged cache's contexts, times the pass),
+    `flops_formula`, `kv_bytes`, and a pack's or a paged cell's `seq_lens` (and the paged cell's
+    `io_bytes`). The row's columns, and what --max-call-ms scales a series' time by
+    (harness.workers.cellrunner.SkipAhead)."""
+    row: dict[str, Any] = {}
     lengths = spec.key_lengths()
     axes = {"causal_align": spec.causal_align, "window": spec.window}
     row["flops"] = attention_flops(

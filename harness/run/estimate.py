@@ -169,6 +169,9 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+PIDS_NAMED = 5  # a dry run's line names this many of the runs measuring beside it, and counts the rest
+
+
 @dataclass(frozen=True)
 class Forecast:
     """A sweep before it runs: every cell, and what becomes of each (reasons as the rows would say them)."""
@@ -182,14 +185,19 @@ class Forecast:
     seconds: float = 0.0
     done: int = 0  # cells a resumed run measured already (counted in `cells`)
     settle: int = 0  # Settings.settle_rounds: visits the model leaves out, said beside the estimate
+    # the pids of the other attnbench runs measuring on this machine as the dry run looked
+    # (harness.run.neighbours.measuring): the estimate is a quiet machine's, and they make it one no longer
+    beside: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()  # said before the counts: a window as wide as its cells' keys (wide_windows)
 
     def lines(self) -> list[str]:
         """What `attnbench run --dry-run` prints: counts, reasons, the estimate and its assumption."""
         n_unsup, n_guard = sum(self.unsupported.values()), sum(self.guarded.values())
         done = f", {self.done} measured already" if self.done else ""
         out = [
+            *self.notes,
             f"{counted(self.cells, 'cell')}{done}: {len(self.measured)} to measure, {n_guard} the memory "
-            f"guard would skip, {n_unsup} unsupported here"
+            f"guard would skip, {n_unsup} unsupported here",
         ]
         where = ", ".join(f"{v} from {n}" for v, n in self.guarded_from.items())
         out += [f"  skipped by the memory guard ({n}): {where}; {r}" for r, n in self.guarded.most_common()]
@@ -201,7 +209,19 @@ class Forecast:
                 "rank visited again (on the 2-core reference VM, up to an eighth more for the quick "
                 "preset, a quarter for the cpu preset: docs/method.md)"
             )
-        return out
+        return out + self._beside()
+
+    def _beside(self) -> list[str]:
+        """The line that names the runs measuring beside this one now (PIDS_NAMED pids at most), if any."""
+        n, pids = len(self.beside), [str(p) for p in sorted(self.beside)]
+        if not n:
+            return []
+        named = ", ".join(pids[:PIDS_NAMED]) + (f" and {n - PIDS_NAMED} more" if n > PIDS_NAMED else "")
+        runs = "1 other attnbench run is" if n == 1 else f"{n} other attnbench runs are"
+        return [
+            f"{runs} measuring on this machine now (pid{'s' if n > 1 else ''} {named}): the estimate "
+            "assumes a quiet machine, and each run's times would be the others' too"
+        ]
 
 
 def assumption() -> str:

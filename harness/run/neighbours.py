@@ -120,9 +120,15 @@ def described(entry: dict[str, Any]) -> str:
     return f"{entry.get('out', '?')} (pid {entry.get('pid', '?')}, since {since})"
 
 
+def measuring() -> list[dict[str, Any]]:
+    """The other sessions measuring on this machine now: announced, not ended, their process alive. Only
+    reads the folder (a dry run, which measures nothing, asks this and announces nothing)."""
+    return [e for e in others() if e.get("ended") is None and _alive(e)]
+
+
 def alongside() -> str | None:
     """The line a run starting now prints where other runs measure on this machine; None where none does."""
-    live = [e for e in others() if e.get("ended") is None and _alive(e)]
+    live = measuring()
     if not live:
         return None
     runs = "; ".join(described(e) for e in live[:LISTED])

@@ -32,7 +32,7 @@ from attnbench.harness.run import estimate, executor_choice, executors, neighbou
 from attnbench.harness.run.progress import Progress
 from attnbench.harness.run.request import RunRequest
 from attnbench.harness.sweep.affinity import check_cpu_affinity, warn_threads
-from attnbench.harness.sweep.spec import CellSpec, SweepSpec
+from attnbench.harness.sweep.spec import CellSpec, SweepSpec, wide_windows
 from attnbench.harness.workers import interrupts, isolation
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
@@ -232,9 +232,11 @@ def run(
         try:
             start, chosen_executor, packed = _checked(request)
             done = {r["cell_id"]: r for r in read_rows(path)} if resume else {}
-            if request.dry_run:
+            if request.dry_run:  # it measures nothing, so it announces nothing; it says who measures now
                 _warn_journal(path, resume)
-                return RunSummary(path=path, forecast=forecast(start, done))
+                beside = tuple(int(e.get("pid", 0)) for e in neighbours.measuring())
+                told = dataclasses.replace(forecast(start, done), beside=beside, notes=_notes(start))
+                return RunSummary(path=path, forecast=told)
             cells = complete_cells(path, forecast(start, done)) if resume else None
             if cells is not None:  # no worker started, nothing written (the CLI says so before it gets here)
                 _warn_journal(path, resume)
@@ -304,8 +306,8 @@ def _write(
     summary = RunSummary(path=path, executor=chosen_executor.name)
     local: CellRunner | None = None
     beside = neighbours.alongside()  # another run measuring on this machine now: said before this one starts
-    if beside:
-        progress.message(beside)
+    for line in ([beside] if beside else []) + list(_notes(start)):  # and a window as wide as its cells' keys
+        progress.message(line)
     announced = neighbours.announce(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -373,6 +375,11 @@ def _start_worker(start: _Start, path: Path) -> CellRunner:
                 " afresh)"
             )
         raise variants.VariantError(f"the worker process cannot load the variants: {why}") from None
+
+
+def _notes(start: _Start) -> tuple[str, ...]:
+    """What a run and its dry run say of its cells before they start: a window as wide as their keys."""
+    return tuple(wide_windows(start.cells()))
 
 
 def forecast(start: _Start, done: dict[str, dict[str, Any]]) -> estimate.Forecast:

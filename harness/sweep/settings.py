@@ -186,12 +186,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # 0: off. A slow reference at its largest lengths can hold a sweep for minutes (chunked's Python block
     # loop on a GPU took 56 s for one N = 32,768 cell) while its exponent is settled lengths before
-    # (harness.workers.cellrunner.SkipAhead predicts from the series' longest ok cell so far, its fastest
-    # evidence: results.visits.fastest_ms)
+    # (harness.workers.cellrunner.SkipAhead predicts from the series' ok cell so far with the most work, its
+    # fastest evidence: results.visits.fastest_ms, scaled by the FLOPs counted, which under a window grow
+    # with N, not N^2)
     Setting(
         "max_call_ms", 0, "int",
-        "skip a cell whose call is predicted to take longer than this (ms), from its series' longest ok "
-        "cell's fastest call scaled by the score count N_q x N_k (default 0: never)", "MS", rule=not_negative,
+        "skip a cell whose call is predicted to take longer than this (ms), from its series' largest ok "
+        "cell's fastest call scaled by the FLOPs each counts (default 0: never)", "MS", rule=not_negative,
     ),
     # environment variables set in the worker processes before they start (allocator and threading knobs
     # read once at start-up): sorted (name, value) pairs, recorded in meta.json

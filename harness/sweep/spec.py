@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterable
 from dataclasses import asdict, fields, replace
 from typing import Any
 
@@ -360,3 +361,22 @@ SweepSpec = _made_here(
     "The axes of a sweep (one field of values per axis of results.axes, named by Axis.sweep_field) and its "
     "settings; `cells()` is their product. Empty `variants` means every default variant.",
 )
+
+
+def wide_windows(cells: Iterable[CellSpec]) -> list[str]:
+    """A note per window at least as wide as some cells' keys, naming those N (N_k where the keys grow apart
+    from the queries): each query of such a cell sees every key causal masking lets it, so the cell is the
+    causal one without a window under another id (trial T: `--window 512` at N 128 and 256 ran as `w512`
+    cells, read as a window's speed-up). The ids stay: a run and its dry run say it at the start."""
+    wide: dict[int, set[int]] = {}
+    apart = False
+    for c in cells:
+        if c.window and c.window >= c.seq_k:
+            wide.setdefault(c.window, set()).add(c.seq_k)
+            apart = apart or c.seq_len != c.seq_k
+    n = "N_k" if apart else "N"
+    return [
+        f"note: window {w:,} ≥ {n} at {n} = {', '.join(f'{k:,}' for k in sorted(ks))}: those cells are the "
+        "same as causal without a window"
+        for w, ks in sorted(wide.items())
+    ]

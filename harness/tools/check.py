@@ -68,6 +68,7 @@ class CheckPlan:
     seq_lens: tuple[int, ...] = SEQ_LENS
     named: tuple[str, ...] = ()
     variant_files: tuple[str, ...] = ()
+    left_out: str = ""  # the variants the files' imports registered, not gated (`left_out`), in one line
 
     def counted(self, name: str) -> bool:
         """Whether a failure of variant `name` fails the check: one named, or one in default sweeps."""
@@ -99,10 +100,12 @@ def prepare(
     from attnbench import variants
     from attnbench.variants import torch_dtype
 
-    added = [name for path in variant_files for name in variants.load_variant_file(path)]
+    added, imported = _files_variants(variant_files)
     named = [*(names or []), *added]  # what the user named or wrote: its failures count
+    left = ""
     if names is None:  # the files' own variants where files are given: the kernel being written
         names = added or list(variants.all_variants())
+        left = left_out(imported, added)
     names = list(names)
     variants.resolve(names)
     for d in dtypes:
@@ -117,8 +120,41 @@ def prepare(
                 raise ValueError("device cuda was asked for, but torch sees no CUDA device on this machine")
     files = tuple(str(Path(path).resolve()) for path in variant_files)
     return CheckPlan(
-        tuple(names), tuple(devices), tuple(dtypes), seq_lens, tuple(dict.fromkeys(named)), files
+        tuple(names), tuple(devices), tuple(dtypes), seq_lens, tuple(dict.fromkeys(named)), files, left
     )
+
+
+def _files_variants(paths: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """(the variants the files register in their own code, {name: (the file that registered it, the named
+    file whose imports ran it)} for the others): trial T's bug file, importing its kernel from tiled.py,
+    re-registered tiled, and check gated both. A file that registers nothing in its own code (it only
+    imports a module of kernels) has all it registers as its own."""
+    from attnbench import variants
+    from attnbench.variants import registry
+
+    own: list[str] = []
+    imported: dict[str, tuple[str, str]] = {}
+    for path in paths:
+        added = variants.load_variant_file(path)
+        others = registry.imported_by(path, added)
+        if len(others) == len(added):
+            others = {}
+        own += [n for n in added if n not in others]
+        imported.update({n: (where, str(path)) for n, where in others.items()})
+    return own, {n: where for n, where in imported.items() if n not in own}
+
+
+def left_out(imported: dict[str, tuple[str, str]], own: Sequence[str]) -> str:
+    """'left out: tiled (registered by tiled.py, which bug_window.py imports): name it with --variants
+    bug_window,tiled to gate it too'; '' where the files' imports registered nothing else."""
+    if not imported:
+        return ""
+    said = ", ".join(
+        f"{n} (registered by {Path(by).name}, which {Path(path).name} imports)"
+        for n, (by, path) in imported.items()
+    )
+    it = "it" if len(imported) == 1 else "them"
+    return f"left out: {said}: name {it} with --variants {','.join([*own, *imported])} to gate {it} too"
 
 
 def gate_all(plan: CheckPlan) -> Iterator[GateRow]:

@@ -8,6 +8,8 @@ task one: the same code decides every cell's fate everywhere.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -21,10 +23,11 @@ from attnbench.harness.measure.outcomes import (
     names_a_change,
     threads_mismatch,
 )
-from attnbench.harness.measure.rows import base_row, blame, finish, noted
+from attnbench.harness.measure.rows import base_row, blame, counted_work, finish, noted
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.harness.workers.isolation import Worker, WorkerDied, WorkerTimeout
+from attnbench.results.drift import drifted, is_busy, speed_factors
 from attnbench.results.visits import fastest_ms
 
 
@@ -34,18 +37,24 @@ class SkipAhead:
     together, a decode sweep grows N_k at a fixed N_q, a prefill sweep N_q at a fixed N_k.
 
     With max_call_ms (settings.max_call_ms > 0), a cell is skipped too when its call would surely take
-    longer: the series' longest ok cell so far that it is at least as long as, the least its call can be
-    taken to cost (results.visits.fastest_ms: its fastest sample, over every row of it noted: a cell
-    visited in rounds is noted once a visit) scaled by the score count (N_q x N_k over that cell's).
-    Attention's work grows with the score count; a call whose time grows slower (launch-bound) is predicted
-    long, so the guard errs towards skipping only where the series is already slow. One slow moment of a
-    busy machine must not cost a sweep its largest N (a 225 ms median of two calls, one of them 2.6 ms,
-    would have skipped the next N)."""
+    longer: the series' ok cell so far with the most work that it is at least as long as, the least its
+    call can be taken to cost (results.visits.fastest_ms: its fastest sample, over every row of it noted: a
+    cell visited in rounds is noted once a visit) scaled by the work each call does, as the row's `flops`
+    counts it (harness.measure.rows.counted_work: causal, window, padded keys, a pack's sequences; the pass
+    is the series'). Not the score count N_q x N_k: a window's work grows with N, not N^2 (trial T: N 128 to
+    256 under window 64 is x2.33, not x4). A call whose time grows slower than its work (launch-bound) is
+    predicted long, so the guard errs towards skipping only where the series is already slow; one that
+    computes more than is counted (a dense kernel that masks a window after computing every score) is
+    predicted short, so the guard then measures a cell it might have skipped, never skips one it should
+    run. One slow moment of a busy machine must not cost a sweep its largest N (a 225 ms median of two
+    calls, one of them 2.6 ms, would have skipped the next N); the line says where the time it scaled was
+    read off a drifted or noisy cell, or a busy machine (results.drift, over the ok rows noted so far)."""
 
     def __init__(self, rows: list[dict[str, Any]] = (), max_call_ms: int = 0) -> None:
         self.max_call_ms = max_call_ms
         self.limits: dict[tuple, list[tuple[int, int, str]]] = {}
         self.timed: dict[tuple, dict[tuple[int, int], list[dict[str, Any]]]] = {}  # series -> ok rows by N
+        self.ok: list[dict[str, Any]] = []  # every ok row noted: the machine's usual speed, and how busy
         for row in rows:
             self.note(CellSpec.from_dict(row), row)
 
@@ -54,6 +63,8 @@ class SkipAhead:
         if status in ("oom", "timeout"):
             what = "ran out of memory" if status == "oom" else "timed out"
             self.limits.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, what))
+        if status == "ok":
+            self.ok.append(row)
         if status == "ok" and fastest_ms(row) is not None:
             self.timed.setdefault(spec.group_key, {}).setdefault((spec.seq_len, spec.seq_k), []).append(row)
 
@@ -66,21 +77,44 @@ class SkipAhead:
 
     def _too_slow(self, spec: CellSpec) -> str | None:
         here = (spec.seq_len, spec.seq_k)
-        shorter = [(n_q, n_k) for n_q, n_k in self.timed.get(spec.group_key, {})
-                   if here[0] >= n_q and here[1] >= n_k and here != (n_q, n_k)]  # fmt: skip
+        series = self.timed.get(spec.group_key, {})
+        shorter = [n for n in series if here[0] >= n[0] and here[1] >= n[1] and here != n]
         if not shorter:
             return None
-        n_q, n_k = max(shorter, key=lambda n: n[0] * n[1])
-        rows = self.timed[spec.group_key][(n_q, n_k)]  # every row of it noted: each has a median (note)
-        ms, how = min(e for r in rows if (e := fastest_ms(r)) is not None)
-        predicted = ms * (spec.seq_len * spec.seq_k) / (n_q * n_k)
+        work = counted_work(spec)
+        done = {n: _flops(spec, *n) for n in shorter}
+        (n_q, n_k), flops = max(done.items(), key=lambda item: (item[1], item[0]))
+        if flops <= 0:  # nothing counted to scale by (no key visible at all)
+            return None
+        # every row of it noted has a median (note); the row whose fastest call is the least
+        (ms, how), row = min(((e, r) for r in series[(n_q, n_k)] if (e := fastest_ms(r))), key=lambda p: p[0])
+        predicted = ms * work["flops"] / flops
         if predicted <= self.max_call_ms:
             return None
         at = f"seq_len {n_q}" if n_k == n_q else f"seq_len {n_q}, seq_k {n_k}"
         return (
             f"skipped: {spec.variant} would take about {predicted:,.0f} ms a call here ({ms:,.1f} ms at "
-            f"{at}: {how}, scaled by the score count N_q x N_k), over --max-call-ms {self.max_call_ms:g}"
+            f"{at}: {how}, scaled x{work['flops'] / flops:.2f} by the FLOPs counted), over --max-call-ms "
+            f"{self.max_call_ms:g}{self._read_off(row)}"
         )
+
+    def _read_off(self, row: dict[str, Any]) -> str:
+        """'; read off a drifted and noisy cell, on a busy machine': what the time scaled was read off, by
+        the rules a run's end and its report say a cell and a machine by (results.drift); '' for a quiet
+        cell of a quiet machine. Last, so that an answer that shortens the line keeps the prediction."""
+        factors = speed_factors(self.ok)
+        flags = [drifted(f) or r.get("noisy") is True for r, f in zip(self.ok, factors, strict=True)]
+        mine = next((f for r, f in zip(self.ok, factors, strict=True) if r is row), math.nan)
+        said = [w for w, on in (("drifted", drifted(mine)), ("noisy", row.get("noisy") is True)) if on]
+        busy = is_busy(sum(flags), len(self.ok))
+        if not said:
+            return "; read off a cell of a busy machine" if busy else ""
+        return f"; read off a {' and '.join(said)} cell" + (", on a busy machine" if busy else "")
+
+
+def _flops(spec: CellSpec, n_q: int, n_k: int) -> int:
+    """The FLOPs one call of `spec`'s series counts at (N_q, N_k)."""
+    return counted_work(dataclasses.replace(spec, seq_len=n_q, seq_k=n_k))["flops"]
 
 
 def precheck(spec: CellSpec, skip: SkipAhead) -> dict[str, Any] | None:

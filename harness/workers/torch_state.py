@@ -190,7 +190,7 @@ NOT_TABLES = frozenset({
     "attnbench.harness.measure.failures._ARMED", "attnbench.harness.measure.memory.HOLDINGS",
     "attnbench.variants.flex._PLANS", "attnbench.variants.registry._REGISTRY",
     "attnbench.variants.registry._LOAD_ERRORS", "attnbench.variants.registry._LOADED",
-    "attnbench.variants.registry.ENV_CHANGED",
+    "attnbench.variants.registry.ENV_CHANGED", "attnbench.variants.registry._REGISTERED_IN",
 })  # fmt: skip
 # the aten operators attention code and the float64 gate run: a kernel registered over one of them (through
 # torch.library, for any dispatch key) runs in every later cell. Each is read as torch's dispatcher dumps it,

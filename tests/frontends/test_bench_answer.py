@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import attnbench
 from attnbench.reports.answer import _masks, _race, answer
+from attnbench.reports.answer_text import PASSES
 from tests.conftest import as_a_fresh_process
 
 GATE = "failed the float64 gate"
@@ -296,20 +297,22 @@ def test_masks_that_share_a_part_say_it_once():
 
 def test_skipped_cells_are_counted_and_their_option_said_in_the_callers_spelling(tmp_path):
     """A row's message names max_call_ms as the CLI's flag: the Python API's answer says `max_call_ms=`, the
-    command's keeps the flag; one cell is '1 cell'."""
+    command's keeps the flag; one cell is '1 cell'. The line names the skipped cells' pass (trial T: only
+    the forward+backward cell was skipped, and the line did not say which)."""
     from synthetic import cell, write_run
 
     from attnbench.api import Bench
 
     skip = "skipped: fn would take about 1,600 ms a call here (400.0 ms at N 128), over --max-call-ms 1000"
-    rows = [cell(v, n, time_ms=n / 100) for v in ("sdpa", "fn") for n in (64, 128)]
-    rows += [cell("sdpa", 256, time_ms=2.56), cell("fn", 256, status="skipped", message=skip)]
+    rows = [cell(v, n, time_ms=n / 100, pass_=p) for v in ("sdpa", "fn") for n in (64, 128) for p in PASSES]
+    rows += [cell("sdpa", 256, time_ms=2.56, pass_=p) for p in PASSES]
+    rows += [cell("fn", 256, time_ms=2.56), cell("fn", 256, status="skipped", message=skip, pass_="fwdbwd")]
     run = write_run(tmp_path / "s", rows)
     bench = Bench(run, {}, variant="fn", baseline="sdpa")
     api = [line for line in str(bench).splitlines() if line.startswith("skipped")]
     assert api == [
-        "skipped in 1 cell (float32; no mask; at N = 256): fn would take about 1,600 ms a call here "
-        "(400.0 ms at N 128), over max_call_ms=1000"
+        "skipped in 1 cell (float32; no mask; forward+backward; at N = 256): fn would take about 1,600 ms a "
+        "call here (400.0 ms at N 128), over max_call_ms=1000"
     ], api
     cli = [line for line in answer(run, "fn", "sdpa").lines if line.startswith("skipped")]
     assert cli and cli[0].endswith("over --max-call-ms 1000"), cli

@@ -359,6 +359,60 @@ def test_a_workload_keyword_taken_undeclared_is_named_with_its_declaration(tmp_p
     ) in " ".join(proc.stdout.split())
 
 
+TILED_HELPER = """
+import torch
+from attnbench.variants import register
+
+def tiled_core(q, k, v, causal=False):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+@register("l1_tiled")
+def l1_tiled(q, k, v, *, causal=False):
+    return tiled_core(q, k, v, causal)
+"""
+
+BUG_FILE = """
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
+from attnbench.variants import register
+from l1_tiled_helper import tiled_core
+
+@register("l1_bug")
+def l1_bug(q, k, v, *, causal=False):
+    return tiled_core(q, k, v, causal)
+
+register("l1_library")(torch.nn.functional.scaled_dot_product_attention)  # defined elsewhere, registered here
+"""
+
+
+def test_a_variant_file_gates_its_own_variants_not_those_its_imports_register(tmp_path):
+    """Trial T (L1): a bug file that imports its kernel from tiled.py re-registers tiled there, and check
+    gated both, doubling the time. It gates the variants the named file registers (a library's function
+    registered in it among them), and says in one line which its imports registered and how to gate them
+    too; named with --variants, they are gated."""
+    (tmp_path / "l1_tiled_helper.py").write_text(TILED_HELPER)
+    (tmp_path / "l1_bug.py").write_text(BUG_FILE)
+    try:
+        proc = run_cli("check", "--variant-file", str(tmp_path / "l1_bug.py"), "--seq-len", "16",
+                       "--dtype", "float32")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        said = " ".join((proc.stdout + proc.stderr).split())
+        assert (
+            "left out: l1_tiled (registered by l1_tiled_helper.py, which l1_bug.py imports): name it with "
+            "--variants l1_bug,l1_library,l1_tiled to gate it too"
+        ) in said, said
+        assert "check: passed (2 variants," in said and "l1_tiled f32" not in said and "l1_bug f32" in said
+        sys.modules.pop("l1_tiled_helper", None)  # in this process, its import registers it again
+        named = run_cli("check", "--variant-file", str(tmp_path / "l1_bug.py"), "--seq-len", "16",
+                        "--dtype", "float32", "--variants", "l1_bug,l1_tiled")  # fmt: skip
+        assert named.returncode == 0 and "left out" not in named.stdout + named.stderr
+        assert "check: passed (2 variants," in " ".join(named.stdout.split() + named.stderr.split())
+    finally:
+        sys.modules.pop("l1_tiled_helper", None)
+        sys.path[:] = [p for p in sys.path if p != str(tmp_path)]
+
+
 def test_a_demo_only_failure_does_not_fail_the_check():
     row = check.GateRow("unstable_softmax", "cpu", "float32", False, True, "FAIL", 1e-7, float("inf"),
                         "nan", gating=False)  # fmt: skip

@@ -66,6 +66,22 @@ def test_settle_rounds_are_said_beside_the_estimate_and_left_out_of_it():
     assert settled.lines()[-1].startswith("  and up to 2 settle rounds, not in the estimate")
 
 
+def test_the_runs_measuring_beside_a_dry_run_are_said_after_its_estimate():
+    """One run is named by its pid; seven by the first five pids, the other two counted."""
+    kw = dict(unsupported=lambda c: None, free_memory=lambda d: None, memory_class=lambda name: "linear")
+    alone = estimate.forecast([_cell(1024)], Settings(), **kw)
+    assert not any("other attnbench" in line for line in alone.lines())
+    one = dataclasses.replace(alone, beside=(4242,))
+    assert one.lines()[-1] == (
+        "1 other attnbench run is measuring on this machine now (pid 4242): the estimate assumes a quiet "
+        "machine, and each run's times would be the others' too"
+    )
+    many = dataclasses.replace(alone, beside=tuple(range(106, 99, -1)))
+    assert many.lines()[-1].startswith(
+        "7 other attnbench runs are measuring on this machine now (pids 100, 101, 102, 103, 104 and 2 more): "
+    )
+
+
 def test_duration_text():
     assert [estimate.duration_text(s) for s in (40, 720, 3.5 * 3600)] == ["40 s", "12 min", "3.5 h"]
 

@@ -172,3 +172,39 @@ def test_a_runs_closing_note_names_a_few_neighbours_and_counts_the_rest(tmp_path
     assert "runs/n2 (pid 102" in note and "runs/n3" not in note, note
     assert f"and 2 more, each in {run_dir / neighbours.RECORD}" in note
     assert len((run_dir / neighbours.RECORD).read_text().splitlines()) == 5
+
+
+def test_a_dry_run_says_the_runs_measuring_beside_it_and_announces_nothing(tmp_path):
+    """Trial T (M4): a dry run estimated 2 min for a run that took 18, with 25 other runs measuring on the
+    machine and nothing said. The dry run names the live ones (an ended one is not), says the estimate
+    assumes a quiet machine, and does not announce itself: it measures nothing."""
+    shared = tmp_path / "announced"
+    shared.mkdir()
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        now = time.time()
+        for child in children:
+            ticks = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+            entry = {"pid": child.pid, "ticks": ticks, "out": f"runs/{child.pid}", "began": now}
+            (shared / f"{child.pid}.json").write_text(json.dumps(entry))
+        ended = {"pid": 1, "ticks": "1", "out": "runs/ended", "began": now - 60, "ended": now - 30}
+        (shared / "ended.json").write_text(json.dumps(ended))
+        before = sorted(p.name for p in shared.iterdir())
+        env = {**cli_env(), neighbours.ENV: str(shared)}
+        argv = [sys.executable, "-m", "attnbench", "run", "--variants", "naive", "--seq-len", "32",
+                "--dry-run", *TINY, "--out", str(tmp_path / "dry")]  # fmt: skip
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        said = done.stdout + done.stderr
+        pids = ", ".join(str(pid) for pid in sorted(c.pid for c in children))
+        assert (
+            f"2 other attnbench runs are measuring on this machine now (pids {pids}): the estimate "
+            "assumes a quiet machine" in said
+        ), said
+        assert "runs/ended" not in said and "pid 1," not in said
+        assert sorted(p.name for p in shared.iterdir()) == before  # the dry run announced nothing
+        assert not (tmp_path / "dry").exists()
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()

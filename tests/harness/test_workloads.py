@@ -393,7 +393,7 @@ def test_max_call_ms_skips_a_series_predicted_past_it_by_its_score_count():
     reason = skip.reason(cell(32768))  # from the longest ok cell: 113 x 4
     assert reason == (
         "skipped: chunked would take about 452 ms a call here (113.0 ms at seq_len 16384: its median, scaled "
-        "by the score count N_q x N_k), over --max-call-ms 200"
+        "x4.00 by the FLOPs counted), over --max-call-ms 200"
     )
     assert skip.reason(cell(32768, variant="sdpa")) is None  # another series: nothing known yet
     assert skip.reason(cell(2048)) is None  # shorter than every ok cell
@@ -426,7 +426,7 @@ def test_max_call_ms_predicts_from_a_cells_fastest_call_not_one_slow_moment():
     tight.note(cell(256), row([447.789279, 2.553821], 0.022343))
     assert tight.reason(cell(512)) == (
         "skipped: flash_v1 would take about 10 ms a call here (2.6 ms at seq_len 256: the fastest of its 2 "
-        "calls, scaled by the score count N_q x N_k), over --max-call-ms 5"
+        "calls, scaled x4.00 by the FLOPs counted), over --max-call-ms 5"
     )
     sleepy = SkipAhead([{**cell(64).to_dict(), **row([15.5, 27.6], 0.177828)}], max_call_ms=150)
     sleepy.note(cell(128), row([46.305381, 55.8], 0.011187))  # its probe at 0.06 of the run's fastest
@@ -435,6 +435,47 @@ def test_max_call_ms_predicts_from_a_cells_fastest_call_not_one_slow_moment():
     )
     median_only = SkipAhead([{**cell(128).to_dict(), "status": "ok", "time_ms_median": 60.0}], max_call_ms=9)
     assert "(60.0 ms at seq_len 128: its median, scaled" in median_only.reason(cell(256))
+
+
+def test_max_call_ms_scales_a_window_series_by_its_counted_work_not_the_score_count():
+    """Trial T (M1): with window 64 a causal call attends 6,176 pairs at N 128 and 14,368 at N 256 (x2.33,
+    not the score count's x4), so 327.7 ms at N 128 predicts about 762 ms at N 256: under 1,000 ms, the cell
+    runs. Where the prediction is over, the line says what it scaled by, and that the time it scaled was
+    read off a noisy, drifted cell of a busy machine."""
+    from attnbench.harness.workers.cellrunner import SkipAhead
+    from attnbench.results.formulas import attended_pairs
+
+    def cell(n, window=64, pass_="fwdbwd", variant="chunked"):
+        return CellSpec(variant, "cpu", "float32", 1, 2, n, 64, 64, True, 0.0, pass_, window=window)
+
+    def row(samples, probe=0.2, noisy=False):
+        return {"status": "ok", "time_ms_median": statistics.median(samples), "samples_ms": samples,
+                "speed_tflops": probe, "noisy": noisy, "host": "vm", "device": "cpu"}  # fmt: skip
+
+    pairs = [attended_pairs(n, n, causal=True, window=64) for n in (128, 256)]
+    assert pairs == [6176, 14368]
+    skip = SkipAhead(max_call_ms=1000)
+    skip.note(cell(128), row([327.7, 400.0]))
+    assert skip.reason(cell(256)) is None  # 327.7 x 2.33 = 762 ms, not 327.7 x 4 = 1,311 ms
+    assert skip.reason(cell(256, pass_="fwd")) is None  # another series
+    tight = SkipAhead(max_call_ms=700)
+    for n in (16, 32, 64):  # the machine's usual speed: three quiet cells of another series
+        tight.note(cell(n, variant="sdpa"), row([1.0, 1.1]))
+    tight.note(cell(128), row([327.7, 400.0], probe=0.1, noisy=True))  # half the usual speed, and noisy
+    assert tight.reason(cell(256)) == (
+        "skipped: chunked would take about 762 ms a call here (327.7 ms at seq_len 128: the fastest of its "
+        "2 calls, scaled x2.33 by the FLOPs counted), over --max-call-ms 700; read off a drifted and noisy "
+        "cell"
+    )
+    for n in (16, 32):  # two more noisy cells: 3 of 6 ok cells drifted or noisy, a busy machine
+        tight.note(cell(n, variant="flex"), row([1.0, 9.0], noisy=True))
+    assert tight.reason(cell(256)).endswith("700; read off a drifted and noisy cell, on a busy machine")
+    plain = SkipAhead(max_call_ms=300)  # no window: causal pairs grow as the score count does, about x4
+    plain.note(cell(128, window=0), row([100.0, 120.0]))
+    assert plain.reason(cell(256, window=0)) == (
+        "skipped: chunked would take about 398 ms a call here (100.0 ms at seq_len 128: the fastest of its 2 "
+        "calls, scaled x3.98 by the FLOPs counted), over --max-call-ms 300"
+    )
 
 
 def test_a_decode_cell_is_bound_by_memory_on_the_roofline():
@@ -512,6 +553,42 @@ def test_bad_axis_flags_are_one_line_exit_2_nothing_written(tmp_path, args, mess
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("attnbench: error:"), p.stderr
     assert message in lines[0]
     assert not out.exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_window_as_wide_as_the_keys_is_said_to_be_causal_without_one():
+    """Trial T (L2): `--seq-len 128,256 --causal yes --window 512` ran cells labelled w512 that are the plain
+    causal cells. One line per such window names the N it covers (N_k where the keys grow apart from the
+    queries); a narrower window, and the cells' ids, are as they were."""
+    from attnbench.harness.sweep.spec import wide_windows
+
+    def cell(n, window, seq_k=None):
+        return CellSpec("naive", "cpu", "float32", 1, 2, n, 16, 16, True, 0.0, "fwd", seq_k=seq_k or n,
+                        window=window)  # fmt: skip
+
+    cells = [cell(n, w) for n in (128, 256, 1024) for w in (0, 64, 512)]
+    assert wide_windows(cells) == [
+        "note: window 512 ≥ N at N = 128, 256: those cells are the same as causal without a window"
+    ]
+    assert cell(128, 512).cell_id.endswith("|w512")
+    assert wide_windows([cell(n, 64) for n in (128, 256)]) == []
+    decode = [cell(1, 4096, seq_k=n) for n in (1024, 4096, 8192)]
+    assert wide_windows(decode) == [
+        "note: window 4,096 ≥ N_k at N_k = 1,024, 4,096: those cells are the same as causal without a window"
+    ]
+
+
+def test_a_dry_run_and_a_run_say_a_window_as_wide_as_the_keys_at_the_start(tmp_path):
+    args = ["--variants", "naive", "--seq-len", "16,32", "--causal", "yes", "--window", "24", "--heads", "1",
+            "--budget-ms", "2", "--warmup-ms", "1"]  # fmt: skip
+    line = "window 24 ≥ N at N = 16: those cells are the same as causal without a window"
+    dry = run_cli("run", *args, "--dry-run", "--out", str(tmp_path / "dry"))
+    assert dry.returncode == 0 and line in dry.stdout + dry.stderr, dry.stdout + dry.stderr
+    ran = run_cli("run", *args, "--out", str(tmp_path / "r"))
+    assert ran.returncode == 0, ran.stderr
+    said = ran.stdout + ran.stderr
+    assert line in said and said.index(line) < said.index("starting a worker process"), said
+    ids = {json.loads(r)["cell_id"] for r in (tmp_path / "r" / "rows.jsonl").read_text().splitlines()}
+    assert any("|n16|" in i and i.endswith("|w24") for i in ids), ids  # its id as it was
 
 
 OLD_STYLE_VARIANT = """
