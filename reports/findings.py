@@ -437,7 +437,9 @@ def build(
             sentences = ranking_sentences(rows, busy, marks) + extra
             if not fits.empty:  # growth last: the workload's own findings first
                 sentences += [
-                    *growth_sentences(fits, length_axis(rows), marks),
+                    *growth_sentences(
+                        fits, length_axis(rows), marks, shaky_cells(rows, length_axis(rows)) if busy else ()
+                    ),
                     wall_sentence(fits, rows, marks),
                 ]
             sentences = [s for s in sentences if s]

@@ -422,3 +422,37 @@ def test_one_kernel_label_never_merges_two_recipes_or_two_times(tmp_path):
     assert named[256] == ["fp8_emulated", "fp8_emulated_head"], named
     assert named[512] == ["sdpa", "sdpa_flash"], named
     assert named[1024] == [f"fp8_emulated (= fp8_emulated_head: {emulated})"], named
+
+
+def test_a_growth_sentence_read_off_a_busy_machines_cells_says_so(tmp_path):
+    """The trial's 'sdpa: time grows as N^3.30 [3.01, 3.60]' stood unmarked beside rankings that opened
+    'Read off drifted or noisy cells:' on the same cells. On a busy machine (N = 1,024 drifted at half
+    speed), naive's and chunked's cells at N = 4,096, inside their time fits, are noisy while the probes did
+    not hold: their growth sentences open with SHAKY; sdpa's cells inside its fit are settled, and its
+    sentence is said plainly."""
+    rows = []
+    for n in (1024, 2048, 4096, 8192):
+        x = n / 1024
+        for v, t in (("naive", 1.0), ("chunked", 2.0), ("sdpa", 0.5)):
+            noisy = n == 4096 and v != "sdpa"  # IQR 20% of the median, the median on the line
+            spread = (0.8, 0.9, 1.0, 1.1, 1.2) if noisy else (0.995, 1.0, 1.005)
+            rows.append(
+                synthetic.cell(
+                    v,
+                    n,
+                    sample_ms=[t * x**2 * f for f in spread * 6],
+                    peak_mem_bytes=2**20 * n,
+                    speed_tflops=0.5 if n == 1024 else 1.0,
+                )
+            )
+    found = findings_of(prepare([synthetic.write_run(tmp_path / "run", rows)]))
+    assert found.busy, found
+    growth = [s for p in found.panels for s in p.sentences if "grows as" in s]
+    by = {
+        v: [s for s in growth if s.removeprefix(findings.SHAKY).startswith(v + ":")]
+        for v in ("naive", "chunked", "sdpa")
+    }
+    assert all(len(said) == 1 for said in by.values()), growth
+    assert by["naive"][0].startswith(findings.SHAKY + "naive: time grows as N^2.0"), growth
+    assert by["chunked"][0].startswith(findings.SHAKY + "chunked: time grows as N^2.0"), growth
+    assert by["sdpa"][0].startswith("sdpa: time grows as N^2.0"), growth
