@@ -23,7 +23,7 @@ from attnbench.results.schema import GATE_FAILED
 from attnbench.results.verdicts import holm_verdict
 
 from .answer_growth import growth
-from .answer_text import MESSAGE_CHARS, PASSES, SHAPE_AXES, judged_text
+from .answer_text import MESSAGE_CHARS, PASSES, SHAPE_AXES, cut, judged_text
 from .answer_text import dtypes_first as _dtypes
 from .answer_text import short as _short
 from .answer_text import shown as _shown
@@ -33,7 +33,6 @@ from .busy import machine_busy, unsettled
 from .tables import axis_text, label, length_axis, length_name, present, varying
 from .words import n_text, names_text, range_text
 
-MAX_LINES = 12
 BROKEN = ("error", "crashed", "timeout", "oom")  # the statuses of a cell whose call raised, died or hung
 BROKEN_WORDS = {"timeout": "timed out"}  # a status, as a line says what its cells did
 # a gate row's verdicts that are failures (harness.tools.check's GateRow), and each one's word in a line
@@ -69,10 +68,10 @@ def _ns_text(ns) -> str:
 
 @dataclass(frozen=True)
 class Answer:
-    """The answer's lines (at most MAX_LINES), as text or as a notebook's HTML; `wrong`: whether fn was wrong
-    or raised anywhere it was gated (a cell, N = n, a declared workload, large logits). A message longer
-    than MESSAGE_CHARS ends ' ...' in `lines`, at a word's end; `full`: the same lines with every message
-    whole, which the notebook's HTML shows (it wraps them)."""
+    """The answer's lines (at most MAX_LINES: answer_text.cut), as text or as a notebook's HTML; `wrong`:
+    whether fn was wrong or raised anywhere it was gated (a cell, N = n, a declared workload, large logits).
+    A message longer than MESSAGE_CHARS ends ' ...' in `lines`, at a word's end; `full`: every line, none
+    left out by the cut, with every message whole, which the notebook's HTML shows (it wraps them)."""
 
     lines: tuple[str, ...]
     wrong: bool = False
@@ -674,15 +673,16 @@ def answer(
     lines += [*at_n(declared, said, right_word(mine), spell, point), *overflows]
     contradicting = wrong[wrong["status"] == "wrong"]  # a workload's wrong cells: never said right
     lines += [*workloads(declared, spell, point, contradicting), *unsupported(mine, spell)]
+    race: list[str] = []
+    grows: list[str] = []
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
         lines += [f"{busy} Bench again on a quiet machine."] if busy else []
-        lines += speed(df, variant, baseline) + bandwidth(df, metas, variant, baseline)
-        lines += growth(df, metas, variant, baseline)
-    lines.append(f"run: {run_dir} · {more}")
+        race = speed(df, variant, baseline)
+        grows = bandwidth(df, metas, variant, baseline) + growth(df, metas, variant, baseline)
     gated = [*declared.masks, *declared.gated]
 
     wrong_anywhere = bool(len(wrong) or overflowed or any(r.status in GATE_VERDICTS for r in gated))
-    kept = lines[: MAX_LINES - 1] + lines[-1:] if len(lines) > MAX_LINES else lines
-    full = tuple(_shown(line, full=True) for line in kept)
+    full = tuple(_shown(line, full=True) for line in [*lines, *race, *grows, f"run: {run_dir} · {more}"])
+    kept = cut(lines, race, grows, f"run: {run_dir}", more)
     return Answer(tuple(_shown(line) for line in kept), wrong=wrong_anywhere, full=full)

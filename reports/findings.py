@@ -203,6 +203,43 @@ def run_sentence(leader: str, pts: list[_Point], every: bool, name: str = "N") -
     return f"{leader} is fastest {range_text(ns, every, name)} ({detail}), except {where}."
 
 
+def _split_at(points: list[_Point], even: list[_Point]) -> list[list[_Point]]:
+    """`points` (in N order) in runs of consecutive N that no N of `even` lies between."""
+    out: list[list[_Point]] = []
+    last = None
+    for p in points:
+        below = sum(e.n < p.n for e in even)  # the N of `even` below it: one more starts a new run
+        if below != last:
+            out.append([])
+            last = below
+        out[-1].append(p)
+    return out
+
+
+def _nobody_apart(p: _Point) -> bool:
+    """Whether no variant ranked at p's N is told apart from its fastest: two or more ranked, every one of
+    them at the front (tables.front's rule, which the tie is read off)."""
+    return p.ranked is not None and len(p.ranked) >= 2 and len(p.front) >= len(p.ranked)
+
+
+def _even_sentence(even: list[_Point], every: bool, name: str = "N") -> str | None:
+    """'No variant can be told apart at N = 512 (chunked, sdpa, flex and tiled).', or where that holds at
+    every N of the panel (`every`) 'No variant can be told apart at every N measured, 128 to 256 (y and x;
+    with them: z at N = 128)': the N where every ranked variant is at the front (_nobody_apart), a variant
+    there at only some of them named with its N. None without such an N."""
+    if not even:
+        return None
+    ns = [p.n for p in even]
+    names = list(dict.fromkeys(v for p in even for v in p.front))
+    throughout = [v for v in names if all(v in p.front for p in even)]
+    some = [v for v in names if v not in throughout]
+    where = range_text(ns, True, name) if every else f"at {name} = {names_text([n_text(n) for n in ns])}"
+    if not throughout:  # no variant at the front at each of those N: each with its own
+        return f"No variant can be told apart {where} ({_by_n(some, even, name)})."
+    also = f"; with them: {_by_n(some, even, name)}" if some else ""
+    return f"No variant can be told apart {where} ({names_text(throughout)}{also})."
+
+
 def _relabel(p: _Point, named: dict[str, str]) -> _Point:
     tied = tuple(named.get(v, v) for v in p.tied)
     ranked = frozenset(named.get(v, v) for v in p.ranked) if p.ranked is not None else None
@@ -284,17 +321,28 @@ def ranking_sentences(panel_rows, busy: bool = False, marks: Mapping[str, str] |
     # the sentence says they are suspect instead, and the N takes no part in a stretch or a crossover
     suspects = _suspect_at(panel_rows, length)  # their reasons; which N crown nobody is best_variant's rule
     alone = [p for p in points if p.only_ranked]
-    points = [p for p in points if p not in alone]
-    runs = [(named.get(v, v), [_relabel(p, named) for p in pts]) for v, pts in leader_runs(points)]
-    every = len(runs) == 1 and not alone
+    # an N where no variant is told apart from the fastest crowns nobody either: 'chunked, sdpa, flex and
+    # tiled lead' for cells 4x apart on a busy machine read as four winners; it is said as no verdict
+    even = [p for p in points if p not in alone and _nobody_apart(p)]
+    points = [p for p in points if p not in alone and p not in even]
+    # a stretch never reaches across such an N: the points on either side of it are ranked apart
+    runs = [(named.get(v, v), [_relabel(p, named) for p in pts])
+            for part in _split_at(points, even) for v, pts in leader_runs(part)]  # fmt: skip
+    every = len(runs) == 1 and not alone and not even
     shaky = shaky_cells(panel_rows, length) if busy else set()
 
     def said(text: str, pts: list[_Point]) -> str:
         return SHAKY + text if _read_off(pts, shaky, named) else text
 
     out = [said(run_sentence(leader, pts, every, name), pts) for leader, pts in runs]
+    nobody = _even_sentence([_relabel(p, named) for p in even], not points and not alone, name)
+    if nobody:  # in its place by N among the stretches
+        at = sum(pts[0].n < even[0].n for _, pts in runs)
+        out.insert(at, said(nobody, even).replace(SHAKY + "No variant", SHAKY + "no variant"))
     out += _only_ranked_sentences(alone, suspects, named, name)
     for (a, before), (b, after) in zip(runs, runs[1:], strict=False):
+        if a == b:  # one leader on both sides of an N where nobody is told apart: no lead changed hands
+            continue
         last, first = before[-1], after[0]
         # who is overtaken between the two N: at the front at the last N before and ranked at the first N
         # after (a variant that did not run there stopped, it was not overtaken), and who overtakes: at the
@@ -437,7 +485,9 @@ def build(
             sentences = ranking_sentences(rows, busy, marks) + extra
             if not fits.empty:  # growth last: the workload's own findings first
                 sentences += [
-                    *growth_sentences(fits, length_axis(rows), marks),
+                    *growth_sentences(
+                        fits, length_axis(rows), marks, shaky_cells(rows, length_axis(rows)) if busy else ()
+                    ),
                     wall_sentence(fits, rows, marks),
                 ]
             sentences = [s for s in sentences if s]

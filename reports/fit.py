@@ -28,6 +28,10 @@ ROUNDS_FOR_FIT = 2
 MEM_SE = 0.001
 # the standard error of a median of n normal samples is sqrt(pi/2) sigma / sqrt(n), and sigma = IQR / 1.349
 MEDIAN_SE_PER_IQR = math.sqrt(math.pi / 2) / 1.349
+# a weighted fit's N whose weight is under this share of its heaviest N's (its error 10x or more) weighs
+# nothing: a fit through three N, one of them measured while the speed probe saw the machine at 5% of its
+# speed, rests on the other two, and the two cannot show by their scatter that their own errors are too small
+WEIGHTLESS_SHARE = 0.01
 
 FIT_RULE = (
     "Time exponents: a weighted least-squares fit of log(median time) against log(seq_len) over the "
@@ -48,7 +52,10 @@ FIT_RULE = (
     "the Theil-Sen slope (the median of the pairwise slopes between points of different seq_lens) with "
     "Sen's rank-based 95% interval, so that one visit that met a busy moment moves neither the exponent nor "
     "its interval much, and the visits' own scatter, which holds the machine's drift over the run, sets the "
-    "width. Memory exponents: peak bytes are "
+    f"width. Where all but two of a weighted fit's N weigh under {WEIGHTLESS_SHARE:.0%} of its heaviest N "
+    "(an error 10x theirs: a cell the speed probe saw at a fraction of the machine's speed), the fit rests "
+    "on those two and gives no CI, as a fit through two N gives none. "
+    "Memory exponents: peak bytes are "
     "one deterministic measurement per cell, and a linear-memory variant's peak holds an N-independent "
     "workspace (a block of scores, a kernel's buffers) besides its O(N) part, which bends a plain power law "
     "below 1; so peak = c + a·N^b is fitted (c >= 0, in log space) over the top "
@@ -82,6 +89,7 @@ class PowerFit:
     reason: str = ""  # why there is no fit (or no CI)
     offset: float = 0.0  # a memory fit's N-independent part c (value ≈ c + exp(intercept) · N^exponent)
     scale: float | None = None  # the Birge ratio sqrt(chi²/dof) the CI was scaled by (>= 1); None: OLS
+    weightless: tuple[int, ...] = field(default=())  # the N a weighted fit went through that weighed nothing
 
     @property
     def available(self) -> bool:
@@ -103,10 +111,15 @@ class PowerFit:
         return math.exp(min((math.log(value) - self.intercept) / self.exponent, 700.0))
 
     def text(self, digits: int = 2) -> str:
-        """'1.98 [1.91, 2.05]', '1.98 (no CI: 2 points)' or 'n/a (reason)'."""
+        """'1.98 [1.91, 2.05]', '1.98 (no CI)' (two N), '3.30 (no CI: N 512 weighs under 1%)' (a fit that
+        rests on two N: WEIGHTLESS_SHARE) or 'n/a (reason)'."""
         if self.exponent is None:
             return f"n/a ({self.reason})" if self.reason else "n/a"
         if self.ci_low is None or self.ci_high is None:
+            if self.weightless:
+                which = ", ".join(f"{n:,}" for n in self.weightless)
+                weighs = "weighs" if len(self.weightless) == 1 else "weigh"
+                return f"{self.exponent:.{digits}f} (no CI: N {which} {weighs} under {WEIGHTLESS_SHARE:.0%})"
             return f"{self.exponent:.{digits}f} (no CI)"
         return f"{self.exponent:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
 
@@ -271,6 +284,10 @@ def fit_power_law(
         if len(used) < 3:
             reason = f"{len(used)} points, no CI"
             return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=reason)
+        light = weightless(n[keep], se[keep])
+        if len(used) - len(light) == 2:  # it rests on two N: no scatter left to check their errors by
+            reason = f"2 of {len(used)} points weigh in, no CI"
+            return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=reason, weightless=light)
         half = _quantile(birge, len(x) - 2) * stderr
         return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used), scale=birge)
     res = stats.linregress(x, ly)
@@ -281,6 +298,16 @@ def fit_power_law(
         return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=f"{len(x)} points, no CI")
     half = float(stats.t.ppf(0.5 + CI_LEVEL / 2, dof)) * float(res.stderr)
     return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used))
+
+
+def weightless(seq_lens, log_se) -> tuple[int, ...]:
+    """The N of a weighted fit's points (their standard errors `log_se`, one per point; an N repeated over
+    several runs weighs their sum) whose weight is under WEIGHTLESS_SHARE of the heaviest N's."""
+    weight: dict[int, float] = {}
+    for n, se in zip(seq_lens, log_se, strict=True):
+        weight[int(n)] = weight.get(int(n), 0.0) + 1.0 / float(se) ** 2
+    heaviest = max(weight.values(), default=0.0)
+    return tuple(sorted(n for n, w in weight.items() if w < WEIGHTLESS_SHARE * heaviest))
 
 
 def fit_visits(

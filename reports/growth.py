@@ -5,11 +5,12 @@ variant's name (' (wrong at N 300)': findings.build), nothing where absent."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from attnbench.results.formulas import bytes_text
 
+from .busy import SHAKY
 from .fit import EXTRAPOLATION_LIMIT
 from .style import variant_order
 from .tables import length_axis, length_name, ok_rows, present
@@ -36,11 +37,18 @@ def exponent_said(fit: Any, name: str = "N") -> str:
     return f"{fit.text()}: {why}" if why else fit.text()
 
 
-def growth_sentences(fits, length: str = "seq_len", marks: Mapping[str, str] | None = None) -> list[str]:
+def growth_sentences(
+    fits,
+    length: str = "seq_len",
+    marks: Mapping[str, str] | None = None,
+    shaky: Collection[tuple[str, int]] = (),
+) -> list[str]:
     """Per variant whose time fit says something: its time and memory exponents with their CIs, in words
     (a memory exponent that says nothing left out); the variants whose time fit says nothing (two N, no
     CI; a CI too wide to say) in one sentence, their exponents in the scaling table; those with no fit in
-    another. `length`: the panel's (tables.length_axis), which names N (N_k for a decode panel)."""
+    another. `length`: the panel's (tables.length_axis), which names N (N_k for a decode panel). `shaky`:
+    the (variant, N) cells of a busy machine that drifted or were noisy (findings.shaky_cells): a sentence
+    that gives a time exponent fitted through one of them opens with SHAKY, as a ranking read off one does."""
     name = length_name(length)
     marks = marks or {}
     out: list[str] = []
@@ -67,7 +75,9 @@ def growth_sentences(fits, length: str = "seq_len", marks: Mapping[str, str] | N
                 memory += f" above {bytes_text(int(const))} that does not grow with {name}"
             parts.append(memory)
         if parts:
-            out.append(f"{v + marks.get(v, '')}: {', '.join(parts)}.")
+            said = f"{v + marks.get(v, '')}: {', '.join(parts)}."
+            fitted = {(v, int(n)) for n in str(r.get("fit_seq_lens") or "").split()}
+            out.append(SHAKY + said if not why and fitted & set(shaky) else said)
     if unsaid:
         each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unsaid.items()]
         out.append(f"Time's growth not measured (see the scaling table) for: {'; '.join(each)}.")

@@ -12,6 +12,7 @@ from attnbench.results.axes import AXES
 from attnbench.results.formulas import bytes_text, is_decode, record_e2e_rel_err
 
 from .fit import PowerFit, combo_key
+from .growth import says_nothing
 from .style import (
     STATUS_COLORS,
     bytes_axis,
@@ -76,11 +77,14 @@ def floats(series) -> list[float]:
 
 
 def exponent_label(variant: str, fit: PowerFit | None, name: str = "N") -> str:
-    """A legend entry with the fitted exponent: 'chunked  N^1.98' ('N_k^1.02' for a decode series: `name`,
-    tables.length_name), or '(fit n/a)'."""
+    """A legend entry with the fitted exponent as the findings give it, with its 95% CI: 'chunked  N^1.98
+    [1.95, 2.01]' ('N_k^1.02 [...]' for a decode series: `name`, tables.length_name); where the findings
+    say the growth not measured (growth.says_nothing: two N, a CI too wide to say), no exponent either:
+    'chunked  growth not measured (CI too wide to say)'; or '(fit n/a)'."""
     if fit is None or not fit.available:
         return f"{variant} (fit n/a)"
-    return f"{variant}  {name}^{fit.exponent:.2f}"
+    why = says_nothing(fit.exponent, fit.ci_low, fit.ci_high, name)
+    return f"{variant}  growth not measured ({why})" if why else f"{variant}  {name}^{fit.text()}"
 
 
 SUSPECT, SUSPECT_LABEL = "suspect", "suspect (never ranked)"
@@ -261,7 +265,7 @@ def time_figure(group, fits: Fits, title: str):
             length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("time per call (ms, median; band p25–p75)")
             ax.set_title(ptitle)
-            legend_below(ax)
+            legend_below(ax, ncol=1)  # an exponent's CI, or why its growth was not measured: one column
         ring_legend(fig, seen)
         fig.suptitle(title)
     data = ok_rows(group)[
@@ -290,7 +294,7 @@ def memory_figure(group, fits: Fits, title: str, device_mem: int | None):
             length_xaxis(ax, seq_lens, length)
             ax.set_ylabel("peak memory (bytes, log₂ axis)")
             ax.set_title(ptitle)
-            legend_below(ax)
+            legend_below(ax, ncol=1)  # an exponent's CI, or why its growth was not measured: one column
         fig.suptitle(title)
     data = ok_rows(group)[keys_of(group) + ["peak_mem_bytes", "mem_method"]].assign(
         device_mem_bytes=device_mem

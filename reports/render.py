@@ -477,13 +477,21 @@ def group_figures(
 
     device, dtype = str(gkey["device"]), str(gkey["dtype"])
     figs = []
+    legend = "with its 95% CI, or why its growth was not measured, as the findings say"
     if "time" in kinds:
+        windowed = "window" in group.columns and (group["window"] > 0).fillna(False).any()
+        window = (
+            "; a window panel's guides: a window of W keys does N² work while N ≤ W and N·W (∝N) once N ≫ W"
+            if windowed
+            else ""
+        )
         figs.append(
             (
                 "time",
                 "Time vs seq_len",
                 plots.time_figure(group, fits, f"Time per call · {head}"),
-                "Median time with its p25–p75 band; legend: fitted exponent over the asymptotic points.",
+                f"Median time with its p25–p75 band; legend: the exponent fitted over the asymptotic points "
+                f"{legend}{window}.",
             )
         )
     if "memory" in kinds:
@@ -493,7 +501,7 @@ def group_figures(
                 "memory",
                 "Peak memory vs seq_len",
                 plots.memory_figure(group, fits, f"Peak memory · {head}", dev_mem),
-                "Peak memory of one call; legend: fitted exponent; line: the device's memory.",
+                f"Peak memory of one call; legend: the fitted exponent {legend}; line: the device's memory.",
             )
         )
     if "throughput" in kinds:

@@ -170,7 +170,7 @@ def decode_time_figure(rows, title: str, fits: Fits | None = None):
             length_xaxis(ax, n_ks, "seq_k")
             ax.set_ylabel("time per call (ms, median; band p25–p75)")
             ax.set_title(ptitle or "decode")
-            legend_below(ax)
+            legend_below(ax, ncol=1)  # an exponent's CI, or why its growth was not measured: one column
         ring_legend(fig, seen)
         fig.suptitle(title)
     data = ok[keys_of(rows) + ["time_ms_median", "time_ms_p25", "time_ms_p75", "n_samples"]]

@@ -156,9 +156,7 @@ def _window_lines(ax_t, ax_s, key: dict[str, Any], sub, plain) -> tuple[list[int
     v = sub.sort_values("seq_len")
     n, t = floats(v["seq_len"]), floats(v["time_ms_median"])
     fit = window_fit(v, w)
-    lab = f"{variant}, W={w}  " + (
-        f"N^{fit.exponent:.2f} (N ≥ {FAR_FACTOR}W)" if fit.available else "fit n/a"
-    )
+    lab = exponent_label(f"{variant}, W={w}", fit) + (f" (N ≥ {FAR_FACTOR}W)" if fit.available else "")
     band_line(ax_t, n, t, floats(v["time_ms_p25"]), floats(v["time_ms_p75"]), variant, lab)
     ns = [int(x) for x in n]
     ys = [y for y in t if math.isfinite(y) and y > 0]

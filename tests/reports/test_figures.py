@@ -4,6 +4,8 @@ axes and guides that fit the theory of their panel, titles that fit."""
 from __future__ import annotations
 
 import itertools
+import warnings
+from pathlib import Path
 
 import synthetic
 from matplotlib.collections import PathCollection
@@ -13,6 +15,7 @@ from attnbench import results
 from attnbench.reports import plots, style
 
 SEQ = [256, 512, 1024, 2048]
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-small"
 
 
 def _group(tmp_path, rows):
@@ -261,3 +264,70 @@ def test_the_speed_up_map_is_over_sdpa_where_it_ran_ok_else_naive():
     assert resolve_baseline(df, None) == "sdpa" and resolve_baseline(df, "flex") == "flex"
     df.loc[df["variant"] == "sdpa", "status"] = "unsupported"
     assert resolve_baseline(df, None) == "naive"
+
+
+def test_a_legend_gives_an_exponent_only_where_the_findings_do_and_with_its_ci(tmp_path):
+    """The trial's time figure said 'chunked N^4.78' and 'flex N^0.17' for series whose findings said
+    their growth was not measured (CI too wide to say): a reader of the figure took N^4.78 away. The legend
+    follows the text: naive's N² with its CI, chunked's scattered times and sdpa's two N with no exponent,
+    and why, in the findings' words; the memory legend likewise."""
+    from attnbench.reports import fit
+    from attnbench.reports.render import findings_of, prepare
+
+    rows = []
+    for i, n in enumerate(SEQ):
+        x = n / 256
+        rows.append(synthetic.cell("naive", n, time_ms=x**2, peak_mem_bytes=2**20 * n))
+        rows.append(synthetic.cell("chunked", n, time_ms=x**2 * (1, 3, 0.4, 2)[i], peak_mem_bytes=2**20 * n))
+        if n >= 1024:
+            rows.append(synthetic.cell("sdpa", n, time_ms=0.5 * x**2, peak_mem_bytes=2**20 * n))
+    run = synthetic.write_run(tmp_path / "run", rows)
+    df = results.load(run)
+    scaling = fit.scaling_table(df, results.load_meta(run))
+    fits = fit.fit_index(scaling)
+    legend = [t.get_text() for t in plots.time_figure(df, fits, "t")[0].axes[0].get_legend().get_texts()]
+    by = {t.split()[0]: t for t in legend}
+    naive = scaling.set_index("variant").loc["naive"]
+    assert (
+        by["naive"]
+        == f"naive  N^{naive['time_exp']:.2f} [{naive['time_ci_low']:.2f}, {naive['time_ci_high']:.2f}]"
+    )
+    assert by["chunked"] == "chunked  growth not measured (CI too wide to say)", legend
+    assert by["sdpa"] == "sdpa  growth not measured (two N)", legend
+    said = " ".join(s for p in findings_of(prepare([run])).panels for s in p.sentences)
+    assert "naive: time grows as N^" in said and "chunked (CI too wide to say)" in said, said
+    assert "sdpa (two N)" in said, said
+    memory = [
+        t.get_text() for t in plots.memory_figure(df, fits, "m", None)[0].axes[0].get_legend().get_texts()
+    ]
+    assert next(t for t in memory if t.startswith("sdpa")) == "sdpa  growth not measured (two N)", memory
+    assert next(t for t in memory if t.startswith("naive")).startswith("naive  N^1.00 ["), memory
+    # the test run's ten variants: their labels this long in two columns collapsed the axes, and the figure
+    # was saved with no layout at all (no legend to be seen)
+    fixture = results.load(FIXTURE)
+    fits = fit.fit_index(fit.scaling_table(fixture, results.load_meta(FIXTURE)))
+    for figure in (plots.time_figure, lambda *a: plots.memory_figure(*a, None)):
+        fig, data = figure(fixture, fits, "t")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            style.save(fig, data, tmp_path / "fixture", "figure", "t")
+
+
+def test_a_window_panels_caption_says_how_a_window_kernels_work_grows(tmp_path):
+    """The time figure's window panels draw the ∝N and ∝N² guides; the caption says which a window's work
+    follows (N² while N ≤ W, N·W once N ≫ W), and only where a window's cells are drawn."""
+    from attnbench.reports import fit
+    from attnbench.reports.render import group_figures
+
+    rows = [
+        synthetic.cell("chunked", n, time_ms=n / 256, causal=True, window=w) for n in SEQ for w in (0, 64)
+    ]
+    run = synthetic.write_run(tmp_path / "run", rows)
+    df, meta = results.load(run), results.load_meta(run)
+    fits = fit.fit_index(fit.scaling_table(df, meta))
+    key = {"device": "cpu", "dtype": "float32"}
+    ((_, _, _, caption),) = group_figures(key, df, meta["synthetic"], fits, None, "h", kinds=("time",))
+    assert "N·W (∝N) once N ≫ W" in caption and "95% CI" in caption, caption
+    plain = df[df["window"] == 0]
+    ((_, _, _, caption),) = group_figures(key, plain, meta["synthetic"], fits, None, "h", kinds=("time",))
+    assert "N·W" not in caption, caption

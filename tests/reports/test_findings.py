@@ -139,8 +139,8 @@ def test_a_tie_names_a_variant_only_at_the_n_where_it_ran_ok(tmp_path):
     those N."""
     rows = _ran_until("z", 128, {n: {"x": n / 100, "y": n / 100, "z": n / 100} for n in (128, 256)})
     (first, *_) = _sentences(findings_of(prepare([synthetic.write_run(tmp_path / "r", rows)])))
-    assert (
-        first == "y and x cannot be told apart at every N measured, 128 to 256 (with them: z at N = 128)."
+    assert first == (
+        "No variant can be told apart at every N measured, 128 to 256 (y and x; with them: z at N = 128)."
     ), first
 
 
