@@ -43,7 +43,18 @@ from . import rendered_from, site_calibration, site_files, site_gate
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
 from .rendered_from import Stale
 from .run_rows import RunRows
-from .site_findings import findings, front_rows, named, shape_of, unfinished_runs, unfinished_text
+from .site_findings import (
+    findings,
+    front_rows,
+    left_out_text,
+    named,
+    ranked_and_suspect,
+    ranked_text,
+    shape_of,
+    unfinished_runs,
+    unfinished_text,
+    unknown_flags,
+)
 from .site_gate import run_cell
 from .style import (
     empty_panel,
@@ -55,6 +66,7 @@ from .style import (
     slug,
     variant_order,
 )
+from .tables import present
 
 INDEX = "index.html"
 CROSS = "machines.html"
@@ -523,13 +535,15 @@ def _code_text(commit: Any, sha: Any) -> str:
 
 def _peak_text(cell: Any) -> str:
     """A cell's '633 (81.5%)': its TFLOP/s and % of its calibrated peak, marked where that calibration is not
-    comparable with the others' on the page (its `cal_note`: site_calibration's)."""
+    comparable with the others' on the page (its `cal_note`: site_calibration's), and where the cell is
+    suspect (results.suspect: too fast to believe, never ranked)."""
     tflops, peak, note = cell["tflops"], cell["cal_matmul_tflops"], cell.get("cal_note")
     if tflops is None or tflops != tflops or not tflops > 0:
         return "-"
     mark = site_calibration.MARK if isinstance(note, str) and note else ""
     pct = f" ({100 * float(tflops) / float(peak):.1f}%{mark})" if peak == peak and peak and peak > 0 else ""
-    return f"{float(tflops):.3g}{pct}"
+    suspect = cell.get("suspect")
+    return f"{float(tflops):.3g}{pct}" + (", suspect" if present(suspect) and bool(suspect) else "")
 
 
 def latest_cells(ok):
@@ -576,32 +590,38 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     cals, notes = site_calibration.calibrations(common, loaded.meta)
     keys = zip(*(common[c].astype(str) for c in ("path", "where_key", "dtype")), strict=True)
     common = common.assign(cal_note=[notes[k] for k in keys])
-    page.add(Heading("Who leads where"), lead_table(common, machines, loaded))
+    page.add(Heading("Who leads where"), lead_table(common, machines, loaded), *unknown_flags(common))
     page.add(Heading("Every variant at the shared shapes"), variant_table(common, machines))
     page.add(Heading("The calibrations"), cals)
     return page
 
 
 def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
-    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it."""
+    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it; a
+    suspect cell is never ranked, and is named (site_findings.ranked_text, the report's words)."""
     rows = []
     for (shape, n), at in common.groupby(["shape", "seq"], sort=True):
         row: list[Any] = [shape, str(n)]
         for m in machines:
-            mine = at[at["machine"] == m].sort_values("time_ms_median", kind="stable")
+            mine = at[at["machine"] == m]
             if not len(mine):
                 row.append("-")
                 continue
-            best = mine.iloc[0]
-            ties = [named(r) for r in front_rows(mine, loaded)[1:]]
-            text = f"{named(best)} {_peak_text(best)}"
-            row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
+            ranked, suspects = ranked_and_suspect(mine)
+            ranked = ranked.sort_values("time_ms_median", kind="stable")
+            if not len(ranked):
+                row.append(ranked_text((), suspects, False))
+                continue
+            best = ranked.iloc[0]
+            ties = [named(r) for r in front_rows(ranked, loaded)[1:]]
+            text = f"{named(best)} {_peak_text(best)}" + (f", tied with {', '.join(ties)}" if ties else "")
+            row.append(text + left_out_text(suspects, ranked["variant"].nunique() == 1))
         rows.append(tuple(row))
     caption = (
         f"the fastest variant, its TFLOP/s (% of peak; {site_calibration.MARK}: its calibration is not "
         "comparable, below), and the variants the report's ranking cannot tell "
         f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test; none behind a variant it "
-        "can tell from it)"
+        "can tell from it); a suspect cell (too fast to believe) is never ranked, as in the run's report"
     )
     return Table(("shape", "N", *machines), tuple(rows), caption)
 

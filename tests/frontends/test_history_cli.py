@@ -663,7 +663,7 @@ def test_check_and_publish_read_a_store_of_the_version_before_and_say_what_it_do
         con.execute("UPDATE info SET value = '6' WHERE key = 'version'")
     con.close()
     said = f"note: {store} is a history store of version 6, which does not record the runs' settings"
-    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's meta.json"
+    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's files"
     p = run_cli("history", "check", "--store", str(store), "--fail-on-step", "5%")
     assert p.returncode == 0 and p.stderr.startswith(said) and rebuild in p.stderr.splitlines()[0]
     p = run_cli("history", "publish", "--store", str(store), "--out", str(tmp_path / "site"), check=True)

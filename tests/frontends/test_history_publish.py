@@ -646,6 +646,62 @@ def test_who_leads_names_no_winner_the_ranking_would_call_a_tie():
     assert a100.startswith("sdpa 420") and "tied" not in a100, a100
 
 
+def test_the_site_never_ranks_a_cell_its_runs_report_calls_suspect(tmp_path, part):
+    """The latest run's fastest cell at its longest N is too fast to believe (100 TFLOP/s, above 1.25x the
+    calibrated ceiling): the run's report ranks the other variant alone there and says why; the machine page
+    called the suspect one fastest (trial S, M2). It says what the report says, in its words."""
+    import json
+
+    runs = run_series(part, tmp_path / "runs", [1.0, 1.0])
+    rows_file = runs[-1] / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    ok = [r for r in rows if r["status"] == "ok"]
+    longest = max(r["seq_len"] for r in ok)
+    fast = min((r for r in ok if r["seq_len"] == longest), key=lambda r: r["time_ms_median"])
+    fast["tflops"] = 100.0
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = tmp_path / "report"
+    run_cli("report", str(runs[-1]), "--out", str(report), check=True)
+    said = re.search(r"is the only variant ranked: (.+?\)\))\.", (report / "README.md").read_text())
+    assert said and said[1].startswith(f"{fast['variant']} is suspect there, never ranked"), said
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    (page,) = (tmp_path / "site").glob("machine-*.html")
+    found = _text(page.read_text(encoding="utf-8").split("<h2>Latest findings</h2>", 1)[1].split("<h2>")[0])
+    other = next(v for v in ("naive", "chunked") if v != fast["variant"])
+    assert f"{longest} {other} is the only variant ranked: {said[1]}" in found, found
+
+
+def test_who_leads_ranks_no_suspect_cell_and_says_so_in_the_reports_words():
+    """machines.html gave N 256 to 'sdpa 0.0987 (312.6%†)', a cell its run's report left out as suspect:
+    the suspect cell is not ranked, the table says so as the report does, and its TFLOP/s is marked."""
+    import pandas as pd
+
+    why = "0.0987 TFLOP/s is above 1.25x the calibrated matmul ceiling (0.0316)"
+    rows = [
+        {"machine": m, "shape": "b1|h2|dk64|fwd", "seq": 256, "cell_id": f"{v}|cpu|float32|n256|{m}",
+         "variant": v, "path": f"/gone/{m}", "time_ms_median": t, "tflops": 0.0098 / t,
+         "cal_matmul_tflops": 0.0316, "suspect": s, "suspect_reason": why if s else None}
+        for m, cells in (("box2", {"sdpa": (0.1, True), "mine": (1.0, False)}),
+                         ("vm", {"sdpa": (0.1, False), "mine": (1.0, False)}),
+                         ("old", {"sdpa": (0.1, None), "mine": (1.0, None)}))
+        for v, (t, s) in cells.items()
+    ]  # fmt: skip
+    df = pd.DataFrame(rows).astype({"suspect": "boolean"})
+    table = dashboard.lead_table(df, ["box2", "old", "vm"], dashboard.RunRows())
+    ((_, _, box2, old, vm),) = table.rows
+    assert box2.startswith("mine 0.0098 (31.0%) is the only variant ranked: sdpa is suspect there, never ")
+    assert box2.endswith(f"ranked (sdpa: {why})"), box2
+    assert vm.startswith("sdpa ") and "suspect" not in vm and old.startswith("sdpa "), (vm, old)
+    shown = dashboard.variant_table(df.assign(cal_note=""), ["box2", "old", "vm"])
+    sdpa = next(r for r in shown.rows if r[2] == "sdpa")
+    assert sdpa[3].endswith(", suspect") and "suspect" not in sdpa[5], sdpa
+    both = df.assign(suspect=True)  # every variant suspect: nobody leads
+    ((_, _, box2, *_),) = dashboard.lead_table(both, ["box2", "old", "vm"], dashboard.RunRows()).rows
+    assert box2 == f"none ranked: sdpa and mine are suspect there, never ranked (sdpa: {why})", box2
+
+
 def test_who_leads_ties_no_variant_the_ranking_puts_behind_one_told_apart(tmp_path):
     """flex fastest, team_varlen 2.4× behind on each of 3 visits (told apart), sdpa_loop 4.7× behind by
     median with one visit as fast as flex's: the report ranks flex › team_varlen ≈ sdpa_loop, so the page
