@@ -35,7 +35,7 @@ from .axes import FOLLOWS, QUIET, sweep_identity
 from .formulas import command, counted
 from .history_cells import AXIS_NAMES, CELL_COLUMNS, cell_records, plain  # noqa: F401 (re-exported)
 from .history_file import VERSION, DamagedStore, StoreError, check_writable, is_new  # noqa: F401 (re-exported)
-from .history_find import find_runs, runs_and_others  # noqa: F401 (find_runs re-exported)
+from .history_find import find_runs, repro_note, runs_and_others  # noqa: F401 (find_runs re-exported)
 from .integrity import changed_files
 from .load import trust_flags
 from .rowfile import readable_bytes
@@ -91,7 +91,7 @@ STATES = {
     "stopped": "recorded with no cells",
     "empty": "with no cells left out",
     "kept": "kept as the store held them, their directories gone",
-    "dropped": "dropped, their directories gone",
+    "dropped": "dropped, their directories gone", "repro": "repro left out",
 }  # fmt: skip
 
 
@@ -193,20 +193,23 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     store = Path(store)
     runs: list[Path] = []
     other: list[Path] = []
+    repros: dict[Path, str] = {}  # below a folder given: left out (history_find)
     for p in paths:  # a run still starting (no meta.json yet), given or below a folder given, as one written
         for live in [Path(p), *unstarted_below(p, live=True)]:
             _not_being_written(live)
-        found, left = runs_and_others(p)
+        found, left, repro = runs_and_others(p)
         runs += [r.resolve() for r in found]
         other += [o.resolve() for o in left]
+        repros.update((r.resolve(), of) for r, of in repro)
     runs = list(dict.fromkeys(runs))
-    if not runs:
+    repros = {r: of for r, of in repros.items() if r not in runs}  # one given by its name too is added
+    if not runs and not repros:
         raise RunDirError("no run given")
     for run in runs:
         _not_being_written(run)
     unstarted = list(dict.fromkeys(d.resolve() for p in paths for d in unstarted_below(p)))
     with history_file.locked(store):
-        work = _write(store, runs)
+        work = _write(store, runs) if runs else []
     said = [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
     return (
         said
@@ -224,6 +227,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
             Added(o, "", 0, "other", (f"{o} holds no run (no {META} in it or below it): left out",))
             for o in dict.fromkeys(other)
         ]  # fmt: skip
+        + [Added(r, "", 0, "repro", (repro_note(r, of),)) for r, of in repros.items()]
     )
 
 
