@@ -101,6 +101,7 @@ def run(
     rerun: PathLike | None = None,
     cells: str | Sequence[str] | None = None,
     status: str | None = None,
+    repro_of: str | None = None,
     executor: str = "local",
     devices: str | None = None,
     ray_address: str | None = None,
@@ -148,21 +149,19 @@ def run(
     ))  # fmt: skip
     switches(resume=resume, redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
              progress=progress)  # fmt: skip
-    typed(executor=executor, preset=preset, status=status, cells=cells)
+    typed(executor=executor, preset=preset, status=status, cells=cells, repro_of=repro_of)
     with in_keywords():
         sweep, config, out, rerun, variant_files = _run_paths_given(sweep, config, out, rerun, variant_files)
         spec = sweep if isinstance(sweep, SweepSpec) else None
         given = {**(dict(sweep or {}) if spec is None else {}), **axes}
         _refuse_capabilities(given, GIVE_WITH_FN)  # approximate=, gqa=, takes=: what a function is
         refuse_unknown(given, run)  # slurm_partion=: did you mean slurm_partition?
-        for key in ("variants", "variant"):
-            if key in given:
-                given[key] = _variant_names(given[key], key)
+        given.update({k: _variant_names(given[k], k) for k in ("variants", "variant") if k in given})
         request = RunRequest(
             options=given, preset=preset, config=config, sweep=spec, out=out, resume=resume,
             redo_drift=redo_drift, force_resume=force_resume, dry_run=dry_run,
             variant_files=tuple(str(p) for p in variant_files), rerun=rerun, cells=cells, status=status,
-            executor=executor, executor_options=scale_out, race=_race,
+            repro_of=repro_of, executor=executor, executor_options=scale_out, race=_race,
         )  # fmt: skip
         summary = run_sweep(request, progress=progress_for(progress))
     return _finished(summary)

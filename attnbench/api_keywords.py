@@ -30,6 +30,7 @@ KINDS: dict[str, Kind] = {
     "preset": _TEXT,
     "status": _TEXT,
     "cells": ((str, list, tuple), "cell_ids as a comma list (str) or a list of them"),
+    "repro_of": ((str,), "a run_id (str)"),
     # profile's
     "name": _TEXT,
     "seconds": ((int, float), "a number of seconds (int or float)"),
@@ -44,6 +45,7 @@ RUN_KINDS = (
     "preset",
     "status",
     "cells",
+    "repro_of",
     *(k for k in KINDS if "slurm" in k),
 )
 

@@ -9,6 +9,7 @@ from collections import Counter
 
 from attnbench.cli_common import BadInput, Once, bad_input
 from attnbench.results.formulas import counted, printable
+from attnbench.results.gate import percent
 from attnbench.results.history import DEFAULT_STORE
 from attnbench.results.thresholds import parse_step
 
@@ -50,9 +51,6 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-MARKS = {"fails": "FAIL ", "pending": "PENDING ", "untestable": "UNJUDGED "}  # a line's start, by its verdict
-
-
 def cmd_check(args: argparse.Namespace) -> int:
     """One line per step of every series (a cell on one machine over time), one per series broken in its
     latest run (results.breaks), then the gate: exit 1 when the latest step of a series is a slowdown of more
@@ -61,9 +59,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     on its machine has no row in that latest run (MISSING: results.breaks.missing), or when the store holds
     nothing ok to judge. A step with fewer than 3 runs after it has no test yet: PENDING, it fails nothing;
     one with fewer than 3 runs before it in its whole series never will: UNJUDGED, said and counted, and it
-    fails nothing."""
+    fails nothing. The decision is results.gate's, which the published site reads too."""
     from attnbench.harness.run import rerun
     from attnbench.results import breaks, history, history_runs, steps, steps_text
+    from attnbench.results.gate import MARKS, Gate
 
     with bad_input():
         limit, note = parse_step(args.fail_on_step) if args.fail_on_step is not None else (None, None)
@@ -77,22 +76,21 @@ def cmd_check(args: argparse.Namespace) -> int:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
-    verdicts = {id(s): s.verdict(limit) for s in found} if limit is not None else {}
+    gate = Gate.of(df, found, runs, limit)
+    verdicts = {id(s): gate.verdict(s) for s in found} if limit is not None else {}
     for step in found:
         verdict = verdicts.get(id(step))
         judged = f"; {steps_text.verdict_text(step, limit)}" if verdict else ""
         repro = rerun.repro_text(step.after.get("path"), step.cell_id)
-        print(printable(f"{MARKS.get(verdict, '')}{steps_text.describe(step)}{judged}; repro: {repro}"))
-    broken = breaks.find(df) if len(df) else []
+        mark = f"{MARKS[verdict]} " if verdict in MARKS else ""
+        print(printable(f"{mark}{steps_text.describe(step)}{judged}; repro: {repro}"))
+    broken, gone, series = gate.broken, gate.missing, gate.series
     for b in broken:
         repro = rerun.repro_text(b.latest.get("path"), b.cell_id)
         print(printable(f"BROKEN {breaks.describe(b)}; repro: {repro}"))
-    gone = breaks.missing(df, runs) if len(df) else []
     for g in gone:
         repro = rerun.repro_text(g.before.get("path"), g.cell_id)
         print(printable(f"MISSING {breaks.describe_missing(g)}; repro: {repro}"))
-    ok = df[(df["status"] == "ok").fillna(False).astype(bool)]
-    series = ok.groupby(["machine", "cell_id"]).ngroups if len(ok) else 0
     every = counted(runs["run_key"].nunique(), "run")  # a run with no cells too
     said = f"history: {counted(len(found), 'step')} in {series} series of {every}"
     if broken:
@@ -108,8 +106,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if limit is not None:
         said += _gate_summary(found, verdicts, limit)
     print(said + _too_short(steps.lengths(df), limit is not None), file=sys.stderr)
-    failing = "fails" in verdicts.values()
-    return 1 if limit is not None and (failing or broken or gone or not series) else 0
+    return 1 if gate.fails else 0
 
 
 def _gate_summary(found, verdicts: dict[int, str | None], limit: float) -> str:
@@ -154,15 +151,11 @@ def _too_short(lengths: list[int], gated: bool) -> str:
     return f"; {short}: --fail-on-step fails none of their slowdowns yet"
 
 
-def percent(fraction: float) -> str:
-    """A --fail-on-step limit as the user gave it: 0.005 -> '0.5%', 0.055 -> '5.5%', 0.05 -> '5%'."""
-    return f"{fraction * 100:.4g}%"
-
-
 def cmd_publish(args: argparse.Namespace) -> int:
     """The store as a static site in --out: an index, a page per machine, one across machines, and each run's
     report copied into --out/runs/; a report drawn from other rows than its run holds now is not, and one
-    line names it with the command that renders it again."""
+    line names it with the command that renders it again. --fail-on-step N% (as `check` takes it): the pages
+    say what `check` at that threshold fails on, and mark each step it fails on."""
     from pathlib import Path
 
     from attnbench.reports import dashboard, rendered_from
@@ -171,6 +164,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     with bad_input():
+        limit, note = parse_step(args.fail_on_step) if args.fail_on_step is not None else (None, None)
         why = why_unwritable(out)
         if why:
             raise ValueError(f"--out {printable(str(out))} {why}")
@@ -181,11 +175,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
         why = dashboard.site_problem(out, Path(args.store), machines)
         if why:
             raise ValueError(f"--out {printable(str(out))} {why}")
+    if note:
+        print(printable(note), file=sys.stderr)
     try:
         found = steps.find(df)
     except ImportError as exc:  # ruptures missing: the one line says what to install
         raise BadInput(str(exc)) from None
-    pages, stale = dashboard.publish(df, found, out, runs=history_runs.runs(args.store))
+    pages, stale = dashboard.publish(df, found, out, runs=history_runs.runs(args.store), limit=limit)
     print(
         f"published {len(pages)} pages into {printable(str(out))}: {printable(str(pages[0]))}",
         file=sys.stderr,
@@ -254,4 +250,12 @@ def add_history(sub) -> None:
     )
     _store_option(pub)
     pub.add_argument("--out", metavar="DIR", required=True, help="the site's folder (index.html in it)")
+    pub.add_argument(
+        "--fail-on-step",
+        metavar="N%",
+        action=Once,
+        help="the threshold of the nightly gate (`history check --fail-on-step N%%`, read alike): the pages "
+        "say what the gate fails on at it and mark each step it fails on; without it, they say what it "
+        "fails on at any threshold and mark the significant slowdowns; given once",
+    )
     pub.set_defaults(func=cmd_publish)

@@ -138,6 +138,7 @@ def request_of(args: argparse.Namespace):
         rerun=args.rerun,
         cells=args.cells,
         status=args.status,
+        repro_of=getattr(args, "repro_of", None),
         executor=args.executor,
         executor_options={key: getattr(args, key, None) for key in OPTIONS},
     )
@@ -402,6 +403,13 @@ def add_run(sub) -> None:
     )
     r.add_argument("--cells", metavar="ID,...", help="only these cell_ids of --rerun RUN_DIR (default: all)")
     r.add_argument("--status", metavar="STATUS", help="only the cells of --rerun RUN_DIR with this status")
+    r.add_argument(
+        "--repro-of",
+        metavar="RUN_ID",
+        help="this run measures a cell of run RUN_ID again (`attnbench repro` writes it): recorded in "
+        "meta.json, so that `history add FOLDER` leaves the run out of the series (add it by name to keep "
+        "it)",
+    )
     p.set_defaults(func=cmd_run)
 
 
@@ -417,7 +425,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     args.devices = args.ray_address = args.preset = args.config = None
     for dest in (*SWEEP_FLAGS, *SETTING_FLAGS, *REMOVED_OPTIONS, *SLURM_FLAGS):
         setattr(args, dest, None)
-    args.variant_file = args.cells = args.status = None
+    args.variant_file = args.cells = args.status = args.repro_of = None
     if args.executor is None:
         args.executor = meta.get("executor", "local")
         if args.executor == "slurm":

@@ -32,18 +32,30 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from attnbench.results.formulas import counted
+from attnbench.results.gate import Gate
 from attnbench.results.identity import short_hash
 from attnbench.results.judge import TOLERANCE
 from attnbench.results.steps_text import calibration_text, cells_text, others_text, what_changed
 from attnbench.results.store import is_run_dir
 from attnbench.results.writable import why_no_page_folder, written_whole
 
-from . import rendered_from, site_calibration, site_files
+from . import rendered_from, site_calibration, site_files, site_gate
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
 from .rendered_from import Stale
 from .run_rows import RunRows
-from .site_findings import findings, front_rows, named, shape_of, unfinished_runs, unfinished_text
-from .site_gate import Gate, run_cell
+from .site_findings import (
+    findings,
+    front_rows,
+    left_out_text,
+    named,
+    ranked_and_suspect,
+    ranked_text,
+    shape_of,
+    unfinished_runs,
+    unfinished_text,
+    unknown_flags,
+)
+from .site_gate import run_cell
 from .style import (
     empty_panel,
     mpl_style,
@@ -54,6 +66,7 @@ from .style import (
     slug,
     variant_order,
 )
+from .tables import present
 
 INDEX = "index.html"
 CROSS = "machines.html"
@@ -78,23 +91,24 @@ class Published(NamedTuple):
     stale: list[Stale]
 
 
-def publish(df, steps: Sequence[Any], out: Path, runs=None) -> Published:
+def publish(df, steps: Sequence[Any], out: Path, runs=None, limit: float | None = None) -> Published:
     """Write the site into `out` (made if missing) from a history frame (results.history.frame), its
     steps (results.steps.find) and the store's runs (results.history_runs.runs: a run with no cells is the
-    latest of its sweep, MISSING what it lacks; None: the runs with cells in `df`); returns the pages
+    latest of its sweep, MISSING what it lacks; None: the runs with cells in `df`), the pages saying what
+    `history check --fail-on-step` at `limit` (a fraction; None: none given) fails on; returns the pages
     written and the stale reports left unlinked. Each run's report is copied into out/runs/ (copy_reports),
     so the folder is the whole site. The site is written whole or not at all
     (results.writable.written_whole): Ctrl-C or a failure leaves `out` as it was. Then the pages and figures
     an earlier publish wrote there that this one does not (a machine gone from the store) are removed
     (site_files), nothing else."""
     with written_whole(out, "the site") as partial:
-        written, stale = _publish(df, steps, partial, runs)
+        written, stale = _publish(df, steps, partial, runs, limit)
     names = site_files.page_files(written)
     site_files.replace(out, names)  # what the last publish wrote, and this one not
     return Published([out / path.relative_to(partial) for _, path in written], stale)
 
 
-def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> tuple[list[tuple[Page, Path]], list[Stale]]:
+def _publish(df, steps: Sequence[Any], out: Path, runs=None, limit: float | None = None):
     """publish, into the folder `out` (a temporary one, moved into place when complete): each page written
     and its path there, and the stale reports."""
     out.mkdir(parents=True, exist_ok=True)
@@ -103,25 +117,25 @@ def _publish(df, steps: Sequence[Any], out: Path, runs=None) -> tuple[list[tuple
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     machines = sorted(str(m) for m in df["machine"].unique())
     pages = machine_pages(machines)
-    # what `history check` fails on besides steps: the same series, by the same functions
-    gate = Gate.of(df, runs)
+    # what `history check` fails on: its own decision (results.gate), at the threshold given
+    gate = Gate.of(df, steps, runs, limit)
     index = Page("attnbench history")
     index.add(
         Para(
             f"{counted(df['run_id'].nunique(), 'run')} on {counted(len(machines), 'machine')}, "
             f"{counted(len(steps), 'step')} found."
         ),
-        Para(gate.sentence()),
+        *map(Para, site_gate.sentences(gate)),
         Heading("Machines"),
         Table(
-            ("machine", "runs", "series", "steps", "broken", "missing"),
+            ("machine", "runs", "series", "steps", site_gate.slower_header(gate), "broken", "missing"),
             tuple(
                 (
                     (Link(m, pages[m]),),
                     str(df[df["machine"] == m]["run_id"].nunique()),
                     str(ok[ok["machine"] == m]["cell_id"].nunique()),
                     str(sum(s.machine == m for s in steps)),
-                    *map(str, gate.count(m)),
+                    *map(str, site_gate.count(gate, m)),
                 )
                 for m in machines
             ),
@@ -346,8 +360,9 @@ def machine_page(
     gate: Gate | None = None,
     left: dict[str, tuple[int, int]] | None = None,
 ) -> Page:
-    """A machine's page; `loaded` reads its runs' own rows (the latest findings' busy machine); `gate` the
-    series `history check` fails on (site_gate.Gate: BROKEN and MISSING, found in `df` where not given);
+    """A machine's page; `loaded` reads its runs' own rows (the latest findings' busy machine); `gate` what
+    `history check` fails on (results.gate.Gate, found in `df` and `steps` without a threshold where not
+    given): said at the top, its BROKEN and MISSING series in tables, its steps marked;
     `left` the unfinished runs (site_findings.unfinished_runs over every machine's cells), which the latest
     findings pass over and the runs table marks."""
     runs = df.drop_duplicates("run_key").sort_values(["created", "run_id"], kind="stable")
@@ -355,9 +370,10 @@ def machine_page(
     ok = df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
     page = Page(f"attnbench history: {machine}")
     said = f"{counted(len(runs), 'run')}, {ok['cell_id'].nunique()} series, {counted(len(steps), 'step')}."
-    page.add(_back(), Para(said))
+    gate = gate or Gate.of(df, steps)
+    page.add(_back(), Para(said), *map(Para, site_gate.sentences(gate, machine)))
     page.add(Heading("Latest findings"), *findings(ok, reports, loaded, left))
-    page.add(*(gate or Gate.of(df)).blocks(machine, reports))
+    page.add(*site_gate.blocks(gate, machine, reports))
     page.add(Heading("Every series over time"))
     page.add(
         Para(
@@ -378,7 +394,7 @@ def machine_page(
             group = group[~group["variant"].isin(once)]
             files = series_figure(machine, group, steps, number, out, f"{device} {dtype} {pass_}")
             page.add(Figure(files, embed=False))
-    page.add(Heading("Steps"), steps_table(steps, reports))
+    page.add(Heading("Steps"), steps_table(steps, reports, gate))
     page.add(Heading("Runs"), runs_table(runs, df, number, reports, left))
     return page
 
@@ -450,11 +466,13 @@ def _length_bar(fig, axes, lengths: list[int], shade: dict[int, Any]) -> None:
     bar.set_label("sequence length N of the line")
 
 
-def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
-    """A row per step: the series, its size with interval, the first run after it (linked), what changed
-    (as `history check`'s line says it: steps_text.what_changed)."""
+def steps_table(steps: Sequence[Any], reports: dict[str, str], gate: Gate | None = None) -> Any:
+    """A row per step: the series, marked as `history check`'s line is (site_gate.step_badge: FAIL where
+    `gate` fails on it), its size with interval, the first run after it (linked), what changed (as `history
+    check`'s line says it: steps_text.what_changed), and the gate's word on it (site_gate.step_mark)."""
     if not steps:
         return Para("No step in any series of this machine.")
+    gate = gate or Gate(None, tuple(steps), (), (), 0)  # without one: no threshold, steps only
     rows = []
     for s in steps:
         size = f"{s.change:+.1%}" + (f" [{s.low - 1:+.1%}, {s.high - 1:+.1%}]" if s.low == s.low else "")
@@ -467,7 +485,8 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
             place += f" (any of {s.first[0] + 1}-{s.first[1] + 1})"
         cal = calibration_text(s).removeprefix("calibration ")
         others = "unknown" if s.others is None else f"x{s.others:.2f}; this one {others_text(s)} beyond them"
-        rows.append((s.cell_id, size, link, place, what_changed(s), others, cal))
+        series = f"{site_gate.step_badge(gate, s)} {s.cell_id}".lstrip()  # as check's line starts
+        rows.append((series, size, link, place, what_changed(s), others, cal, site_gate.step_mark(gate, s)))
     headers = (
         "series",
         "step",
@@ -476,8 +495,9 @@ def steps_table(steps: Sequence[Any], reports: dict[str, str]) -> Any:
         "what changed",
         "the other variants",
         "calibration",
+        "the gate",
     )
-    return Table(headers, tuple(rows))
+    return Table(headers, tuple(rows), site_gate.steps_caption(gate))
 
 
 def runs_table(runs, df, number: dict[str, int], reports: dict[str, str], left=None) -> Table:
@@ -515,13 +535,15 @@ def _code_text(commit: Any, sha: Any) -> str:
 
 def _peak_text(cell: Any) -> str:
     """A cell's '633 (81.5%)': its TFLOP/s and % of its calibrated peak, marked where that calibration is not
-    comparable with the others' on the page (its `cal_note`: site_calibration's)."""
+    comparable with the others' on the page (its `cal_note`: site_calibration's), and where the cell is
+    suspect (results.suspect: too fast to believe, never ranked)."""
     tflops, peak, note = cell["tflops"], cell["cal_matmul_tflops"], cell.get("cal_note")
     if tflops is None or tflops != tflops or not tflops > 0:
         return "-"
     mark = site_calibration.MARK if isinstance(note, str) and note else ""
     pct = f" ({100 * float(tflops) / float(peak):.1f}%{mark})" if peak == peak and peak and peak > 0 else ""
-    return f"{float(tflops):.3g}{pct}"
+    suspect = cell.get("suspect")
+    return f"{float(tflops):.3g}{pct}" + (", suspect" if present(suspect) and bool(suspect) else "")
 
 
 def latest_cells(ok):
@@ -568,32 +590,38 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     cals, notes = site_calibration.calibrations(common, loaded.meta)
     keys = zip(*(common[c].astype(str) for c in ("path", "where_key", "dtype")), strict=True)
     common = common.assign(cal_note=[notes[k] for k in keys])
-    page.add(Heading("Who leads where"), lead_table(common, machines, loaded))
+    page.add(Heading("Who leads where"), lead_table(common, machines, loaded), *unknown_flags(common))
     page.add(Heading("Every variant at the shared shapes"), variant_table(common, machines))
     page.add(Heading("The calibrations"), cals)
     return page
 
 
 def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
-    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it."""
+    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it; a
+    suspect cell is never ranked, and is named (site_findings.ranked_text, the report's words)."""
     rows = []
     for (shape, n), at in common.groupby(["shape", "seq"], sort=True):
         row: list[Any] = [shape, str(n)]
         for m in machines:
-            mine = at[at["machine"] == m].sort_values("time_ms_median", kind="stable")
+            mine = at[at["machine"] == m]
             if not len(mine):
                 row.append("-")
                 continue
-            best = mine.iloc[0]
-            ties = [named(r) for r in front_rows(mine, loaded)[1:]]
-            text = f"{named(best)} {_peak_text(best)}"
-            row.append(text + (f", tied with {', '.join(ties)}" if ties else ""))
+            ranked, suspects = ranked_and_suspect(mine)
+            ranked = ranked.sort_values("time_ms_median", kind="stable")
+            if not len(ranked):
+                row.append(ranked_text((), suspects, False))
+                continue
+            best = ranked.iloc[0]
+            ties = [named(r) for r in front_rows(ranked, loaded)[1:]]
+            text = f"{named(best)} {_peak_text(best)}" + (f", tied with {', '.join(ties)}" if ties else "")
+            row.append(text + left_out_text(suspects, ranked["variant"].nunique() == 1))
         rows.append(tuple(row))
     caption = (
         f"the fastest variant, its TFLOP/s (% of peak; {site_calibration.MARK}: its calibration is not "
         "comparable, below), and the variants the report's ranking cannot tell "
         f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test; none behind a variant it "
-        "can tell from it)"
+        "can tell from it); a suspect cell (too fast to believe) is never ranked, as in the run's report"
     )
     return Table(("shape", "N", *machines), tuple(rows), caption)
 

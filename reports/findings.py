@@ -38,7 +38,7 @@ from .tables import (
     ranked_rows,
     tied_names,
 )
-from .words import n_text, names_text, range_text, ratio_range
+from .words import n_text, names_text, range_text, ratio_range, suspect_text
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
 NOTHING_OK = "No cell ran ok: nothing is ranked or fitted"
@@ -268,16 +268,13 @@ def _only_ranked_sentences(
     by: dict[tuple[str, tuple[str, ...]], list[int]] = {}
     for p in alone:
         by.setdefault((p.best, tuple(variant_order(suspects[p.n]))), []).append(p.n)
-    out = []
-    for (best, others), ns in by.items():
-        why = "; ".join(f"{v}: {suspects[ns[0]][v]}" for v in others if suspects[ns[0]][v])
-        are = "is" if len(others) == 1 else "are"
-        out.append(
-            f"At {name} = {names_text([n_text(n) for n in ns])} {named.get(best, best)} is the only variant "
-            f"ranked: {names_text(list(others))} {are} suspect there, never ranked"
-            + (f" ({why})." if why else ".")
-        )
-    return out
+    return [
+        f"At {name} = {names_text([n_text(n) for n in ns])} {named.get(best, best)} is the only variant "
+        + "ranked: "
+        + suspect_text({v: suspects[ns[0]][v] for v in others})
+        + "."
+        for (best, others), ns in by.items()
+    ]
 
 
 def shaky_cells(panel_rows, length: str) -> set[tuple[str, int]]:

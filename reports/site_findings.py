@@ -3,12 +3,15 @@ over each range of N at the latest run that finished measuring it, and the rules
 them (a cell's shape, a variant's name, a tie). A run stopped before every cell it planned (unfinished, by
 results.store.unfinished: its meta.json's planned_cells against the cells the store holds of it) is said so
 wherever the site names it, and gives a shape's findings only where no finished run measured that shape: its
-missing cells would crown the variants it happened to measure."""
+missing cells would crown the variants it happened to measure. A suspect cell (results.suspect: too fast to
+believe, a flag the store keeps) is never ranked, as in the run's report, and the page says so in the
+report's words (reports.words.suspect_text)."""
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from attnbench.results.judge import TOLERANCE, separated
@@ -19,7 +22,9 @@ from .growth import exponent_said
 from .page import Para, Table
 from .run_rows import RunRows
 from .site_gate import run_cell
-from .tables import approximate_text
+from .style import variant_order
+from .tables import approximate_text, flag_mask, present
+from .words import suspect_text
 
 _LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
 
@@ -72,16 +77,65 @@ def front_rows(ordered, loaded: RunRows) -> list[Any]:
     return tables.front((r for _, r in ordered.iterrows()), lambda first, other: tied(first, other, loaded))
 
 
-def _front(at, loaded: RunRows) -> tuple[str, ...]:
-    """The fastest variant of one run's cells at one N, and those the report's ranking cannot tell from it
-    (front_rows), in time order."""
-    at = at.sort_values(["time_ms_median", "variant"], kind="stable")
-    return tuple(str(r["variant"]) for r in front_rows(at, loaded))
+def ranked_and_suspect(at) -> tuple[Any, dict[str, str]]:
+    """One run's ok cells at one N: those a ranking may use (not suspect: reports.tables.ranked_rows' rule),
+    and the variants left out as suspect there (each with its reason), as the report's best_variant leaves
+    them out: a variant with no cell there but suspect ones. A flag the store does not know (NA: a store
+    made before it kept them) is not set, as in a report of a run without it."""
+    sus = flag_mask(at, "suspect")
+    kept = set(at[~sus]["variant"].astype(str))
+    left = {
+        str(r["variant"]): (named(r), str(r["suspect_reason"]) if present(r.get("suspect_reason")) else "")
+        for _, r in at[sus].iterrows()
+        if str(r["variant"]) not in kept
+    }
+    return at[~sus], dict(left[v] for v in variant_order(left))  # in the report's order
 
 
-def _ranges(winners: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, int, tuple[str, ...]]]:
-    """Consecutive lengths with the same front (fastest variant and its ties) as (first N, last N, front)."""
-    out: list[tuple[int, int, tuple[str, ...]]] = []
+def ranked_text(front: Sequence[str], suspects: dict[str, str], alone: bool) -> str:
+    """The fastest and those tied with it ('A ≈ B'), then the suspect variants the ranking left out
+    (left_out_text); 'none ranked: ...' where every variant was suspect."""
+    if not front:
+        return f"none ranked: {suspect_text(suspects)}"
+    return " ≈ ".join(front) + left_out_text(suspects, alone)
+
+
+def left_out_text(suspects: dict[str, str], alone: bool) -> str:
+    """What follows the fastest where suspect variants were left out, in the report's words: ' is the only
+    variant ranked: B is suspect there, never ranked (B: ...)' where it alone was ranked, else '; B is
+    suspect there, never ranked (...)'; '' where none was."""
+    if not suspects:
+        return ""
+    return (
+        f" is the only variant ranked: {suspect_text(suspects)}" if alone else f"; {suspect_text(suspects)}"
+    )
+
+
+UNKNOWN_FLAGS = (
+    "Some cells' trust flags are unknown (a store made before it kept them): a suspect one among them may be "
+    "ranked here; `attnbench history rebuild` reads them from the runs."
+)
+
+
+def unknown_flags(ok) -> list[Para]:
+    """UNKNOWN_FLAGS, where an ok cell's suspect flag is not known."""
+    return [Para(UNKNOWN_FLAGS)] if "suspect" in ok.columns and ok["suspect"].isna().any() else []
+
+
+def _front(at, loaded: RunRows) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], bool]:
+    """The fastest variant of one run's ok cells at one N, and those the report's ranking cannot tell from it
+    (front_rows), in time order, with the suspect cells left out; the suspect variants with their reasons;
+    whether one variant alone was ranked."""
+    ranked, suspects = ranked_and_suspect(at)
+    ranked = ranked.sort_values(["time_ms_median", "variant"], kind="stable")
+    front = tuple(named(r) for r in front_rows(ranked, loaded)) if len(ranked) else ()
+    return front, tuple(suspects.items()), ranked["variant"].nunique() == 1
+
+
+def _ranges(winners: list[tuple[int, Any]]) -> list[tuple[int, int, Any]]:
+    """Consecutive lengths with the same front (fastest variant, its ties, the suspect ones left out) as
+    (first N, last N, front)."""
+    out: list[tuple[int, int, Any]] = []
     for n, v in winners:
         if out and out[-1][2] == v:
             out[-1] = (out[-1][0], n, v)
@@ -112,7 +166,7 @@ def findings(
         later = group[group["created"] > latest["created"].max()]
         passed.update({str(r["run_id"]): str(r["path"]) for _, r in later.drop_duplicates("path").iterrows()})
         winners = [(int(n), _front(at, runs or RunRows())) for n, at in latest.groupby("seq_len", sort=True)]
-        names = {str(r["variant"]): named(r) for _, r in latest.iterrows()}
+        variant_of = {named(r): str(r["variant"]) for _, r in latest.iterrows()}
         run = latest.iloc[0]
         said = runs.busy(run["path"], ok[ok["path"] == run["path"]]["cell_id"]) if runs else None
         if said:
@@ -121,8 +175,12 @@ def findings(
         linked = run_cell(str(run["run_id"]), run["path"], reports)
         linked += (f" ({unfinished_text(stopped)})",) if stopped else ()
         linked += (" (machine busy)",) if said else ()
-        for lo, hi, front in _ranges(winners):
-            v = front[0]  # the fastest; the others tied with it at every N of the range
+        for lo, hi, (front, suspects, alone) in _ranges(winners):
+            said = ranked_text(front, dict(suspects), alone)
+            if not front:  # every variant suspect there: nobody ranked, no time or exponent to give
+                rows.append((shape, f"{lo}" if lo == hi else f"{lo}..{hi}", said, "-", "-", linked))
+                continue
+            v = variant_of[front[0]]  # the fastest; the others tied with it at every N of the range
             mine = latest[latest["variant"] == v].sort_values("seq_len")
             fit = (runs or RunRows()).time_fit(run["path"], mine["cell_id"], mine)
             best = mine[mine["seq_len"] == hi].iloc[0]
@@ -130,7 +188,7 @@ def findings(
                 (
                     shape,
                     f"{lo}" if lo == hi else f"{lo}..{hi}",
-                    " ≈ ".join(names[t] for t in front),
+                    said,
                     f"{float(best['time_ms_median']):.4g} ms",
                     exponent_said(fit),
                     linked,
@@ -143,8 +201,10 @@ def findings(
             tuple(rows),
             "the fastest variant over each range of N, 'A ≈ B' where the report's ranking cannot tell B "
             f"from A at every N of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
-            "test); the time and the exponent are A's",
+            "test); the time and the exponent are A's; a suspect cell (too fast to believe) is never ranked, "
+            "as in the run's report, and is named",
         ),
+        *unknown_flags(ok),
         *(_passed_over(r, path, left[path]) for r, path in sorted(passed.items())),
         *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
     ]

@@ -1,65 +1,144 @@
-"""What `attnbench history check`'s gate fails on besides steps, as the published site shows it
-(reports.dashboard): the series broken in their latest run (results.breaks.find: BROKEN) and those the
-latest run of their sweep lacks (results.breaks.missing: MISSING), each machine's in tables on its page and
-counted on the index, by the same functions the gate calls, so that a red gate is never a green site."""
+"""What `attnbench history check`'s gate decides, as the published site shows it (reports.dashboard): the
+decision is results.gate's, the one the CLI's exit status reads, so that a red gate is never a green site.
+With a threshold (`history publish --fail-on-step N%`, as `check` takes it) the index and each machine page
+say what `check` at that threshold fails on (FAIL, BROKEN, MISSING) and the machine page's steps table marks
+each step with the gate's word on it; without one they say the series the gate fails on at any threshold
+(BROKEN, MISSING) and the latest steps the judge finds significant slowdowns after Holm's adjustment, which
+it fails at any threshold below their size. A machine page has tables of its BROKEN and MISSING series."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from attnbench.results import breaks
+from attnbench.results.gate import MARKS, Gate, percent
+from attnbench.results.steps_text import gate_text, verdict_text
 
 from .page import Heading, Link, Table
 
+SHOWN = 3  # the slowdowns a sentence names by cell before it counts the rest
 
-@dataclass(frozen=True)
-class Gate:
-    """The series `history check` fails on without a threshold: BROKEN and MISSING, every machine's."""
 
-    broken: tuple[Any, ...]  # results.breaks.Broken
-    missing: tuple[Any, ...]  # results.breaks.Missing
+def _its(n: int) -> str:
+    return "its" if n == 1 else "their"
 
-    @classmethod
-    def of(cls, df, runs=None) -> Gate:
-        """The gate's series of a history frame (results.history.frame) and the store's runs
-        (results.history_runs.runs: a run with no cells among them), as `history check` finds them."""
-        if not len(df):
-            return cls((), ())
-        return cls(tuple(breaks.find(df)), tuple(breaks.missing(df, runs)))
 
-    def count(self, machine: str) -> tuple[int, int]:
-        """A machine's (broken, missing) series."""
-        return (
-            sum(b.machine == machine for b in self.broken),
-            sum(g.machine == machine for g in self.missing),
+def _of(gate: Gate, machine: str | None) -> tuple[list[Any], list[Any], list[Any]]:
+    """The gate's (failing or significant steps, broken, missing) on `machine` (every machine's: None)."""
+    mine = (lambda x: True) if machine is None else (lambda x: x.machine == machine)
+    slower = gate.failing if gate.limit is not None else gate.significant
+    return (
+        [s for s in slower if mine(s)],
+        [b for b in gate.broken if mine(b)],
+        [g for g in gate.missing if mine(g)],
+    )
+
+
+def count(gate: Gate, machine: str) -> tuple[int, int, int]:
+    """A machine's (failing or significant steps, broken, missing) series: the index's table's counts."""
+    return tuple(len(x) for x in _of(gate, machine))  # type: ignore[return-value]
+
+
+def slower_header(gate: Gate) -> str:
+    """The index table's column of the steps `count` counts first."""
+    return f"FAIL (over {percent(gate.limit)})" if gate.limit is not None else "significant slowdowns"
+
+
+def sentences(gate: Gate, machine: str | None = None) -> list[str]:
+    """What the gate fails on, the store's (machine None: the index) or one machine's: at its threshold, in
+    `check`'s words, or without one, at any threshold (BROKEN, MISSING) and at thresholds below a slowdown's
+    size. Counts by kind, never one total: a series both BROKEN and with a failing step is two of them."""
+    slower, broken, missing = _of(gate, machine)
+    here = "" if machine is None else " on this machine"
+    kinds = []
+    if broken:
+        kinds.append(f"{len(broken)} series broken in {_its(len(broken))} latest run (BROKEN)")
+    if missing:
+        kinds.append(
+            f"{len(missing)} series missing from the latest run of {_its(len(missing))} sweep (MISSING)"
         )
-
-    def sentence(self) -> str:
-        """The index's line on the gate: what it fails on, or that nothing is broken or missing."""
-        if not self.broken and not self.missing:
-            return "No series is broken in its latest run or missing from the latest run of its sweep."
-        said = []
-        if self.broken:
-            their = "its" if len(self.broken) == 1 else "their"
-            said.append(f"{len(self.broken)} broken in {their} latest run (BROKEN)")
-        if self.missing:
-            their = "its" if len(self.missing) == 1 else "their"
-            said.append(f"{len(self.missing)} missing from the latest run of {their} sweep (MISSING)")
-        total = len(self.broken) + len(self.missing)
-        return f"`attnbench history check` fails on {total} series: {' and '.join(said)}."
-
-    def blocks(self, machine: str, reports: dict[str, str]) -> list[Any]:
-        """A machine page's headings and tables of its BROKEN and MISSING series (none where it has none)."""
-        out: list[Any] = []
-        broken = [b for b in self.broken if b.machine == machine]
-        if broken:
-            out += [Heading("Broken in their latest run"), broken_table(broken, reports)]
-        gone = [g for g in self.missing if g.machine == machine]
-        if gone:
-            out += [Heading("Missing from the latest run of their sweep"), missing_table(gone, reports)]
+    if machine is None and not gate.series:
+        kinds.append("nothing ok to judge")
+    if gate.limit is not None:
+        command = f"`attnbench history check --fail-on-step {percent(gate.limit)}`"
+        if slower:
+            kinds.insert(0, f"{len(slower)} series' latest step slower by more than {percent(gate.limit)} "
+                            "beyond its noise (FAIL)")  # fmt: skip
+        if kinds:
+            return [f"{command} fails{here}: {_and(kinds)}."]
+        return [
+            f"{command} passes{here}: no series' latest step is slower by more than "
+            f"{percent(gate.limit)} beyond its noise, none is broken in its latest run, none is missing from "
+            "the latest run of its sweep."
+        ]
+    out = [
+        f"`attnbench history check --fail-on-step` fails{here} at any threshold: {_and(kinds)}."
+        if kinds
+        else f"No series{here} is broken in its latest run or missing from the latest run of its sweep."
+    ]
+    if not slower:
+        out.append(
+            f"No series' latest step{here} is a slowdown the judge finds significant after Holm's adjustment."
+        )
         return out
+    named = [f"{s.cell_id}{'' if machine else f' on {s.machine}'} ({s.gated_change:+.1%})" for s in slower]
+    more = len(named) - SHOWN
+    listed = ", ".join(named[:SHOWN]) + (f" and {more} more" if more > 0 else "")
+    said = "is a slowdown" if len(slower) == 1 else "are slowdowns"
+    out.append(
+        f"{len(slower)} series' latest step{here} {said} the judge finds significant after Holm's "
+        f"adjustment, which `--fail-on-step N%` fails where N is below {_its(len(slower))} size: {listed}."
+    )
+    return out
+
+
+def _and(parts: Sequence[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def step_mark(gate: Gate, step: Any) -> str:
+    """The gate's word on a step in the steps table: at a threshold, `check`'s mark (FAIL, PENDING,
+    UNJUDGED, else 'passes') and what the judge read (steps_text.verdict_text); without one, 'slower' and the
+    judge's numbers for a significant slowdown; '' for a step the gate does not judge."""
+    if gate.limit is None:
+        return f"slower: {gate_text(step)}" if step.fails(0.0) else ""
+    verdict = gate.verdict(step)
+    if verdict is None:
+        return f"passes: not over {percent(gate.limit)} slower" if step.latest else ""
+    return f"{MARKS.get(verdict, 'passes')}: {verdict_text(step, gate.limit)}"
+
+
+def step_badge(gate: Gate, step: Any) -> str:
+    """What a step's series starts with in the steps table, as `check`'s line starts with it: FAIL, PENDING
+    or UNJUDGED at a threshold, 'slower' for a significant slowdown without one; '' otherwise."""
+    word = step_mark(gate, step).split(":", 1)[0]
+    return word if word in (*MARKS.values(), "slower") else ""
+
+
+def steps_caption(gate: Gate) -> str:
+    """What the steps table's gate column says."""
+    if gate.limit is not None:
+        return (
+            f"the gate: what `attnbench history check --fail-on-step {percent(gate.limit)}` says of the "
+            "latest step of each series, its mark (FAIL: it fails on it) before the series as `check` "
+            "prints it"
+        )
+    return (
+        "the gate: 'slower', before the series too, marks a latest step the judge finds a significant "
+        "slowdown after Holm's adjustment, which `history check --fail-on-step N%` fails where N is below "
+        "its size (publish with --fail-on-step to mark what a gate at that threshold fails)"
+    )
+
+
+def blocks(gate: Gate, machine: str, reports: dict[str, str]) -> list[Any]:
+    """A machine page's headings and tables of its BROKEN and MISSING series (none where it has none)."""
+    out: list[Any] = []
+    _, broken, gone = _of(gate, machine)
+    if broken:
+        out += [Heading("Broken in their latest run"), broken_table(broken, reports)]
+    if gone:
+        out += [Heading("Missing from the latest run of their sweep"), missing_table(gone, reports)]
+    return out
 
 
 def run_cell(text: str, run_path: Any, reports: dict[str, str]) -> tuple[Any, ...]:

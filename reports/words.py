@@ -1,5 +1,6 @@
 """Words for numbers, as every sentence of a report, bench's answer and the history site says them: an N,
-a list of names, a range of N or of ratios, and a fitted exponent with its growth's word."""
+a list of names, a range of N or of ratios, a fitted exponent with its growth's word, and the suspect
+variants a ranking left out."""
 
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ def names_text(names: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     names = list(names)
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def suspect_text(suspects: dict[str, str]) -> str:
+    """The variants a ranking left out at an N as suspect (results.suspect), in the report's words, each
+    with its reason where it has one: 'chunked and sdpa are suspect there, never ranked (chunked: 42.8x
+    faster than naive ...; sdpa: ...)'."""
+    why = "; ".join(f"{v}: {r}" for v, r in suspects.items() if r)
+    are = "is" if len(suspects) == 1 else "are"
+    return f"{names_text(list(suspects))} {are} suspect there, never ranked" + (f" ({why})" if why else "")
 
 
 def range_text(ns: list[int], every: bool = False, name: str = "N") -> str:

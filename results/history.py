@@ -8,7 +8,8 @@ times (the sweep's --env, the allocator and thread variables, torch's threads, t
 sweep it is and the machines its meta.json plans (a run stopped before its first row is recorded with no
 cells on them); per cell: its identity (cell_id and the axes), the machine (the device's model and host, as
 `results.devices` names it; the where key and the device group beside it), its status and median time with
-quartiles, the variant's source, and the calibration of the device that measured it.
+quartiles, the variant's source, the calibration of the device that measured it, and its trust flags as the
+loader derives them (results.history_cells), so that no page ranks a cell its run's report did not.
 
 Why SQLite: a nightly `add` of one run is one fsync'd commit (7x cheaper than DuckDB's) and a load of 60,000
 rows half a second, with no dependency, and one file with transactions makes `add` all or nothing (measured in
@@ -30,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from . import devices, history_file
-from .axes import AXES, FOLLOWS, QUIET, sweep_identity
+from .axes import FOLLOWS, QUIET, sweep_identity
 from .formulas import command, counted
+from .history_cells import AXIS_NAMES, CELL_COLUMNS, cell_records, plain  # noqa: F401 (re-exported)
 from .history_file import VERSION, DamagedStore, StoreError, check_writable, is_new  # noqa: F401 (re-exported)
-from .history_find import find_runs, runs_and_others  # noqa: F401 (find_runs re-exported)
+from .history_find import find_runs, repro_note, runs_and_others  # noqa: F401 (find_runs re-exported)
 from .integrity import changed_files
+from .load import trust_flags
 from .rowfile import readable_bytes
 from .schema import COLUMNS
 from .store import (
@@ -60,13 +63,6 @@ RUN_COLUMNS = (
     "attnbench_version", "torch", "cuda", "driver", "python", "xformers", "digest", "origin", "added_at",
     "sweep", "machines", "sweep_env", "allocator_env", "torch_threads", "transparent_hugepages",
     "thp_mem_alloc_enable",
-)  # fmt: skip
-# a cell's columns: its identity, the machine that measured it, what was measured, that device's calibration
-AXIS_NAMES = tuple(a.name for a in AXES)
-CELL_COLUMNS = (
-    "run_key", "cell_id", "machine", "where_key", "device_group", *AXIS_NAMES, "status", "time_ms_median",
-    "time_ms_p25", "time_ms_p75", "tflops", "peak_mem_bytes", "variant_source", "cal_matmul_tflops",
-    "cal_copy_gbps", "finished_at", "approximate",
 )  # fmt: skip
 _SCHEMA = history_file.schema(RUN_COLUMNS, CELL_COLUMNS)
 
@@ -95,7 +91,7 @@ STATES = {
     "stopped": "recorded with no cells",
     "empty": "with no cells left out",
     "kept": "kept as the store held them, their directories gone",
-    "dropped": "dropped, their directories gone",
+    "dropped": "dropped, their directories gone", "repro": "repro left out",
 }  # fmt: skip
 
 
@@ -181,51 +177,7 @@ def _run_record(meta: dict[str, Any], path: str, digest: str, key: str) -> tuple
         "transparent_hugepages": fp.get("transparent_hugepages"),
         "thp_mem_alloc_enable": fp.get("THP_MEM_ALLOC_ENABLE"),
     }
-    return tuple(_plain(record[c]) for c in RUN_COLUMNS)
-
-
-def _plain(value: Any) -> Any:
-    """A value SQLite stores as it is (text, number, NULL); anything else as its JSON text."""
-    if value is None or isinstance(value, (str, int, float)):
-        return value
-    return json.dumps(value, sort_keys=True)
-
-
-def cell_records(
-    meta: dict[str, Any], rows: Sequence[dict[str, Any]], key: str | None = None
-) -> list[tuple[Any, ...]]:
-    """The store's cell records of one run's rows (CELL_COLUMNS' order), under its key in the store."""
-    key = run_key(meta) if key is None else key
-    group = {w: g.label for g in devices.groups(meta, rows) for w in g.wheres}
-    sources = {v: c.get("source") for v, c in (meta.get("variant_capabilities") or {}).items()}
-    out = []
-    for row in rows:
-        where = devices.where_of(row)
-        cal = devices.calibration_for(meta, str(row.get("device")), where)
-        record = {
-            **{a: row.get(a, QUIET.get(a)) for a in AXIS_NAMES},
-            "run_key": key,
-            "cell_id": row["cell_id"],
-            "machine": devices.machine_of(meta, where, row),
-            "where_key": where,
-            "device_group": group.get(where, ""),
-            "status": row.get("status"),
-            "time_ms_median": row.get("time_ms_median"),
-            "time_ms_p25": row.get("time_ms_p25"),
-            "time_ms_p75": row.get("time_ms_p75"),
-            "tflops": row.get("tflops"),
-            "peak_mem_bytes": row.get("peak_mem_bytes"),
-            "variant_source": sources.get(row.get("variant")),
-            "cal_matmul_tflops": devices.matmul_tflops(cal, str(row.get("dtype"))),
-            "cal_copy_gbps": devices.positive(cal.get("copy_gbps")),
-            "finished_at": row.get("finished_at"),
-            "approximate": row.get("approximate"),  # its bound, so that pages name it as approximate
-        }
-        for axis, followed in FOLLOWS.items():  # rows written before the axis existed (results.load does so)
-            if record[axis] is None:
-                record[axis] = record[followed]
-        out.append(tuple(_plain(record[c]) for c in CELL_COLUMNS))
-    return out
+    return tuple(plain(record[c]) for c in RUN_COLUMNS)
 
 
 def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
@@ -241,20 +193,23 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
     store = Path(store)
     runs: list[Path] = []
     other: list[Path] = []
+    repros: dict[Path, str] = {}  # below a folder given: left out (history_find)
     for p in paths:  # a run still starting (no meta.json yet), given or below a folder given, as one written
         for live in [Path(p), *unstarted_below(p, live=True)]:
             _not_being_written(live)
-        found, left = runs_and_others(p)
+        found, left, repro = runs_and_others(p)
         runs += [r.resolve() for r in found]
         other += [o.resolve() for o in left]
+        repros.update((r.resolve(), of) for r, of in repro)
     runs = list(dict.fromkeys(runs))
-    if not runs:
+    repros = {r: of for r, of in repros.items() if r not in runs}  # one given by its name too is added
+    if not runs and not repros:
         raise RunDirError("no run given")
     for run in runs:
         _not_being_written(run)
     unstarted = list(dict.fromkeys(d.resolve() for p in paths for d in unstarted_below(p)))
     with history_file.locked(store):
-        work = _write(store, runs)
+        work = _write(store, runs) if runs else []
     said = [Added(w.run, str(w.meta.get("run_id")), len(w.rows), w.state, tuple(w.notes)) for w in work]
     return (
         said
@@ -272,6 +227,7 @@ def add(store: str | Path, paths: Sequence[str | Path]) -> list[Added]:
             Added(o, "", 0, "other", (f"{o} holds no run (no {META} in it or below it): left out",))
             for o in dict.fromkeys(other)
         ]  # fmt: skip
+        + [Added(r, "", 0, "repro", (repro_note(r, of),)) for r, of in repros.items()]
     )
 
 
@@ -290,6 +246,9 @@ def _write(store: Path, runs: list[Path]) -> list[_Work]:
         work = [_plan(run, known) for run in runs]
     finally:
         known.close()
+    cells = [w for w in work if w.write and w.state != "unchanged"]
+    for w, flags in zip(cells, trust_flags([(w.meta, w.rows) for w in cells]), strict=True):  # typed at once
+        w.flags = flags
     existed = store.exists()
     new = is_new(store)
     if existed or any(w.write for w in work):  # nothing to add makes no store where there was none
@@ -330,6 +289,7 @@ class _Work:
     key: str
     write: bool = True
     notes: list[str] = field(default_factory=list)
+    flags: list[dict[str, Any]] | None = None  # its rows' trust flags (load.trust_flags)
 
 
 @dataclass
@@ -504,7 +464,7 @@ def _record(con: sqlite3.Connection, store: Path, w: _Work) -> None:
     con.execute("DELETE FROM cells WHERE run_key = ?", (w.key,))
     con.executemany(
         f"INSERT INTO cells VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
-        cell_records(w.meta, w.rows, w.key),
+        cell_records(w.meta, w.rows, w.key, w.flags),
     )
 
 
@@ -669,6 +629,8 @@ def frame(store: str | Path, *, machine: str | None = None, among: tuple[str, st
     finally:
         con.close()
     df["path"] = [os.path.normpath(store.parent / p) for p in df["path"]]
+    for col in (c for c in CELL_COLUMNS if c not in df.columns):  # a READABLE older version's: unknown
+        df[col] = None
     for col, dtype in _TYPES.items():
         df[col] = df[col].astype(dtype)
     for col in TIMES:

@@ -30,13 +30,22 @@ FORMAT = "attnbench-history"
 # are, `sweep` (axes.sweep_identity), so that MISSING compares a run with the run before it of its sweep;
 # 6: runs keep the `machines` their meta.json plans, so that a run with no cells is on them: `runs`;
 # 7: runs keep the settings that move their times, `sweep_env`, `allocator_env`, `torch_threads`,
-# `transparent_hugepages` and `thp_mem_alloc_enable`, which a step's sides compare)
-VERSION = 7
-# the oldest version read as it is (a frame, `check`, `publish`): the versions after it only added run
-# columns, which read empty there (ADDED says what each holds) until `rebuild` fills them from each run's
-# meta.json; `add` writes a store of VERSION only
+# `transparent_hugepages` and `thp_mem_alloc_enable`, which a step's sides compare; 8: cells keep the
+# loader's trust flags, results.load.TRUST_COLUMNS, so that the site ranks no cell its run's report did not)
+VERSION = 8
+# the oldest version read as it is (a frame, `check`, `publish`): the versions after it only added columns,
+# which read empty there (ADDED says what each holds: a flag empty is unknown) until `rebuild` fills them
+# from each run's files; `add` writes a store of VERSION only
 READABLE = 6
-ADDED = {7: "the runs' settings (--env, the allocator and thread variables, torch threads, huge pages)"}
+ADDED = {
+    7: "the runs' settings (--env, the allocator and thread variables, torch threads, huge pages)",
+    8: "the cells' trust flags (suspect, drift, noisy, throttled)",
+}
+# what a store without them cannot do, by the version that added them
+WITHOUT = {
+    7: "what changed across a step cannot name them",
+    8: "the site cannot leave a suspect cell out of who leads",
+}
 DAMAGED = ".damaged"  # the suffix a damaged store is set aside under by `rebuild`
 WAIT_S = 600.0  # how long SQLite waits for another process's transaction on the store
 
@@ -159,8 +168,8 @@ def older_note(store: Path, info: dict[str, Any]) -> str | None:
         return None
     return (
         f"note: {store} is a history store of version {version}, which does not record {_added(version)}: "
-        f"what changed across a step cannot name them; `attnbench history rebuild --store {store}` records "
-        "them from each run's meta.json"
+        + "; ".join(WITHOUT[v] for v in range(version + 1, VERSION + 1))
+        + f"; `attnbench history rebuild --store {store}` records them from each run's files"
     )
 
 

@@ -5,9 +5,11 @@
   forward cell and training for forward+backward, dtype, the cell's axes in extra_info, with a declared
   approximation's bound as `approximate` and the cell's trust flags, TRUST: `drift` with its
   `speed_factor`, `noisy`, `suspect` with its `suspect_reason`, `throttled`, as results.load derives them),
-  `model` (the variant, type "attention"), `metric` (name and benchmark_values: the cell's replicate
-  medians) and `runners` (where it ran: host, device, GPU name, torch version, commit and code sha256 from
-  meta.json).
+  `model` (the variant, type "attention"), `metric` (name, benchmark_values: the cell's replicate medians,
+  and in its extra_info the cell's `input_shape`, its cell_id without the variant, where tritonbench's
+  converter to the HUD's table puts an operator's input: so that each cell of a variant is its own series,
+  not every N of it under one key) and `runners` (where it ran: host, device, GPU name, torch version,
+  commit and code sha256 from meta.json).
   The table's schema (pytorch/test-infra's oss_ci_benchmark_v3 schema.sql) declares every extra_info a
   Map(String, String) and a runner's gpu_info a String: their values are written as text ('64', '0.9',
   'true', and '' for a runner without a GPU).
@@ -132,6 +134,7 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
             if not _num(value):
                 continue
             values = medians_of(r) if name == "time_ms_median" else [_plain(value)]
+            shape = str(r.get("cell_id")).split("|", 1)[-1]  # the cell_id's first part is its variant
             records.append({
                 "benchmark": {
                     "name": "attnbench",
@@ -141,7 +144,7 @@ def hud(df, metas: dict[str, dict[str, Any]]) -> str:
                                           **held, **flags}),
                 },
                 "model": {"name": r.get("variant"), "type": "attention", "origins": ["attnbench"]},
-                "metric": {"name": name, "benchmark_values": values},
+                "metric": {"name": name, "benchmark_values": values, "extra_info": {"input_shape": shape}},
                 "runners": [runner],
             })  # fmt: skip
     return json.dumps(records, indent=1)

@@ -79,14 +79,59 @@ def load(*paths: str | Path | list[str | Path]):
                 UncollectedWarning,
                 2,
             )
-        _count_executed(rows + loose, meta)
-        df = pd.DataFrame(rows + loose)
-        df["run_id"] = meta.get("run_id", Path(path).name)
-        _host_of_old_rows(df, meta)
-        # the device's model on its host, per row (devices.machine_of), as the history store names it
-        df["machine"] = [devices.machine_of(meta, devices.where_of(r), r) for r in rows + loose]
-        frames.append(df)
-    df = _typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+        frames.append(_run_frame(meta, rows + loose, meta.get("run_id", Path(path).name)))
+    return _derived(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), metas)
+
+
+# the trust flags the loader derives or reads for a row (results.drift, results.suspect, the worker's noisy
+# and throttled), which the history store keeps (results.history) and the exports carry (results.interchange)
+TRUST_COLUMNS = ("suspect", "suspect_reason", "drift", "speed_factor", "noisy", "throttled")
+
+
+def trust_flags(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list[list[dict[str, Any]]]:
+    """Per run of `runs` (its meta.json and its rows as read from its files), per row: its TRUST_COLUMNS as
+    `load` gives them (a flag not known, NA, as None), by load's own rules, all runs typed at once as load
+    types them: what the history store keeps. Each run is judged as its own (two runs of one run_id too)."""
+    import pandas as pd
+
+    # each run under its place in `runs` as its run_id: two runs of one run_id are judged apart
+    frames = [
+        _run_frame(meta, [dict(r) for r in rows], str(i)) for i, (meta, rows) in enumerate(runs) if rows
+    ]
+    if not frames:
+        return [[] for _ in runs]
+    df = _derived(pd.concat(frames, ignore_index=True), {str(i): meta for i, (meta, _) in enumerate(runs)})
+    plain = [
+        [None if pd.isna(v) else v.item() if hasattr(v, "item") else v for v in df[c]] for c in TRUST_COLUMNS
+    ]
+    flags = [dict(zip(TRUST_COLUMNS, values, strict=True)) for values in zip(*plain, strict=True)]
+    out, at = [], 0
+    for _, rows in runs:
+        out.append(flags[at : at + len(rows)])
+        at += len(rows)
+    return out
+
+
+def _run_frame(meta: dict[str, Any], rows: list[dict[str, Any]], run_id: Any):
+    """One run's rows as a frame, before typing: its packed rows' executed work counted, its run_id, the
+    host of rows written before rows carried one, and each row's machine."""
+    import pandas as pd
+
+    _count_executed(rows, meta)
+    df = pd.DataFrame(rows)
+    df["run_id"] = run_id
+    _host_of_old_rows(df, meta)
+    # the device's model on its host, per row (devices.machine_of), as the history store names it
+    df["machine"] = [devices.machine_of(meta, devices.where_of(r), r) for r in rows]
+    return df
+
+
+def _derived(df, metas: dict[str, dict[str, Any]]):
+    """The runs' frame typed per the schema, with the columns the loader derives: where, device_group,
+    speed_factor, drift, suspect_reason and suspect."""
+    import pandas as pd
+
+    df = _typed(df)
     if len(df):
         _fill_axis_defaults(df)
     # the rules below read a row's scalar columns only: boxing every sample into records cost more than them

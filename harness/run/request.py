@@ -48,6 +48,9 @@ class RunRequest:
     rerun: str | Path | None = None  # measure this run's cells again, into `out`
     cells: str | Sequence[str] | None = None  # of the rerun: these cell_ids ('a,b' or a list)
     status: str | None = None  # of the rerun: the cells whose row has this status
+    # the run whose cell this new run measures again, as `attnbench repro`'s line says it (its run_id):
+    # meta.json `repro_of`, by which `history add FOLDER` leaves the run out of the nightly's series
+    repro_of: str | None = None
     executor: str = "local"
     executor_options: Mapping[str, Any] = field(default_factory=dict)  # devices, ray_address, slurm_*
     # attnbench.bench's (fn, baseline): the baseline measured only in the cells fn runs (runner.raced)
@@ -73,6 +76,11 @@ class RunRequest:
             raise ValueError("--cells and --status choose cells of --rerun RUN_DIR; give --rerun too")
         if self.rerun is not None:
             self._check_rerun(given)
+        if self.repro_of is not None and (self.resume or not str(self.repro_of).strip()):
+            raise ValueError(
+                "--repro-of names the run a new run measures a cell of again: give it a run_id, and not with "
+                "--resume (a resume keeps what its run records)"
+            )
         self._check_modes(given)
         for path in self.variant_files:
             why = not_a_file(path)

@@ -95,14 +95,17 @@ def find_cell(run_dir: str | Path, cell_id: str) -> tuple[dict[str, Any], CellSp
 def repro_argv(run_dir: str, cell_id: str, out: str | None = None, *, note=None) -> list[str]:
     """`attnbench repro`'s command line for one cell of a run (`attnbench history check` and
     `attnbench.steps` give it for each step); `note(text)` hears what the line cannot carry. ValueError when
-    the run has no such cell."""
+    the run has no such cell. The line says what the new run is, `--repro-of RUN_ID` (meta.json `repro_of`):
+    its --out lands in runs/, which `history add runs/` reads, and it leaves such a run out of the series."""
     from attnbench.harness.sweep.sweeps import cell_given, flag_name
 
     note = note or (lambda text: None)
     meta, cell = find_cell(run_dir, cell_id)
     settings = SweepSpec.from_meta(meta["sweep"]).settings
     slug = cell.cell_id.replace("|", "-")
-    out = out or f"runs/repro-{meta.get('run_id', Path(run_dir).name)}-{slug}"
+    run_id = str(meta.get("run_id") or Path(run_dir).name)
+    out = out or f"runs/repro-{run_id}-{slug}"
+    marked = ["--repro-of", run_id, "--out", out]
     texts, left = cell_given(cell, settings)
     if left:
         # a setting no flag can say: only the old run's meta.json says it, so measure again from there
@@ -110,7 +113,7 @@ def repro_argv(run_dir: str, cell_id: str, out: str | None = None, *, note=None)
             f"attnbench: note: {', '.join(left)} differ from the defaults and have no flag; "
             "the command re-measures through --rerun, which needs the run directory"
         )
-        return ["attnbench", "run", "--rerun", str(run_dir), "--cells", cell.cell_id, "--out", out]
+        return ["attnbench", "run", "--rerun", str(run_dir), "--cells", cell.cell_id, *marked]
     argv = ["attnbench", "run"]
     for key, text in texts.items():
         for value in text if isinstance(text, list) else [text]:
@@ -121,7 +124,7 @@ def repro_argv(run_dir: str, cell_id: str, out: str | None = None, *, note=None)
         if not Path(path).is_file():
             note(f"attnbench: warning: variant file {path} is not there any more")
         argv += ["--variant-file", path]
-    return [*argv, "--out", out]
+    return [*argv, *marked]
 
 
 def repro_text(run_dir: str | None, cell_id: str) -> str:

@@ -116,6 +116,7 @@ class _Start:
     identity: dict[str, Any] = field(default_factory=dict)  # a resume: fingerprint.resume_identity here
     differs: dict[str, list[Any]] = field(default_factory=dict)  # ... and how it differs from the run's
     rerun_of: dict[str, Any] | None = None  # a rerun: the run its cells were chosen from
+    repro_of: str | None = None  # a repro: the run_id whose cell it measures again (RunRequest.repro_of)
     executor: str | None = None  # a resume: the executor the run was started with (meta.json `executor`)
     executor_options: dict[str, Any] = field(default_factory=dict)  # ... and its options, as given then
     cell_timeout: float | None = None  # a resume's --cell-timeout, given again: the sweep's settings hold it
@@ -270,7 +271,7 @@ def _checked(request: RunRequest) -> tuple[_Start, executors.Executor, Any]:
             start.cell_timeout = got.cell_timeout
     else:
         start = _fresh(got.sweep, got.variant_files, got.only, request.race)
-        start.rerun_of = got.rerun_of
+        start.rerun_of, start.repro_of = got.rerun_of, request.repro_of
     options = got.executor_options
     if request.resume and start.executor == request.executor:
         # the options the run was started with, those given again replacing theirs (docs/scale-out.md)
@@ -440,6 +441,8 @@ def _write_meta(
         meta["cells"] = start.chosen
     if start.rerun_of is not None:
         meta["rerun_of"] = start.rerun_of
+    if start.repro_of is not None:  # `history add FOLDER` leaves it out of the series (results.history)
+        meta["repro_of"] = str(start.repro_of).strip()
     writer.write_meta(meta)
     progress.message("numerics probe: every variant against float64 with q scaled by 1, 10, 100")
     numerics = _numerics(start.sweep, start.names, local)

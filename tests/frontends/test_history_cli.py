@@ -345,6 +345,32 @@ def test_a_value_starting_with_a_dash_is_said_how_to_give(tmp_path):
     assert p.returncode == 2 and "('-5%' reads as an option: write --fail-on-step=-5%)" in p.stderr
 
 
+def test_a_repro_below_a_folder_is_left_out_and_added_by_its_name(tmp_path, runs):
+    """A run `attnbench repro`'s line made (meta.json `repro_of`) lands in runs/, and the next `history add
+    runs/` put it into the nightly's series, drawn as a night (trial S, L2): a repro below a folder given is
+    left out with one line, a repro given by its own name is added."""
+    import json
+
+    meta = json.loads((runs[-1] / "meta.json").read_text())
+    meta["repro_of"] = "20261001-030000-synth"
+    (runs[-1] / "meta.json").write_text(json.dumps(meta))
+    store = str(tmp_path / "h.sqlite")
+    p = run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    said = p.stderr.splitlines()
+    assert said[0].startswith("history: 4 runs (3 added, 1 repro left out;"), p.stderr
+    assert said[1] == (
+        f"left out: {runs[-1]} is a repro of run 20261001-030000-synth (its meta.json's repro_of), not a run "
+        f"of the series; add it by name to keep it (`attnbench history add {runs[-1]}`)"
+    )
+    assert attnbench.history(store=store)["run_id"].nunique() == 3
+    p = run_cli("history", "add", str(runs[-1]), "--store", store, check=True)
+    assert p.stderr.startswith("history: 1 run (1 added;") and "left out" not in p.stderr, p.stderr
+    assert attnbench.history(store=store)["run_id"].nunique() == 4
+    p = run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)  # held: unchanged
+    assert "3 unchanged, 1 repro left out" in p.stderr
+    assert attnbench.history(store=store)["run_id"].nunique() == 4
+
+
 def test_add_says_one_run_and_each_note_and_refuses_a_run_being_written(tmp_path, runs):
     """'1 runs' read wrong; an unfinished run went in without a word; a run still being written was added."""
     import json
@@ -663,7 +689,7 @@ def test_check_and_publish_read_a_store_of_the_version_before_and_say_what_it_do
         con.execute("UPDATE info SET value = '6' WHERE key = 'version'")
     con.close()
     said = f"note: {store} is a history store of version 6, which does not record the runs' settings"
-    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's meta.json"
+    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's files"
     p = run_cli("history", "check", "--store", str(store), "--fail-on-step", "5%")
     assert p.returncode == 0 and p.stderr.startswith(said) and rebuild in p.stderr.splitlines()[0]
     p = run_cli("history", "publish", "--store", str(store), "--out", str(tmp_path / "site"), check=True)

@@ -365,10 +365,15 @@ def _one_run(tmp_path, store) -> None:
     "case",
     ["empty store", "corrupt store", "out is a file", "no store", "runs is a link", "runs is a file",
      "the user's runs/", "out is a run", "out holds the runs and store", "out holds a run set",
-     "the user's index.html", "the user's machines.html", "the user's machine page", "out named as a page"],
+     "the user's index.html", "the user's machines.html", "the user's machine page", "out named as a page",
+     "a bad threshold", "a threshold twice"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
     store, out = tmp_path / "h.sqlite", tmp_path / "site"
+    twice = ["--fail-on-step", "5%", "--fail-on-step", "10%"]
+    extra = {"a bad threshold": ["--fail-on-step", "five"], "a threshold twice": twice}.get(case, [])
+    if extra:
+        _one_run(tmp_path, store)
     if case == "empty store":
         _one_run(tmp_path, store)
         import sqlite3
@@ -420,9 +425,10 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
         name = name or next(iter(dashboard.machine_pages(_machines(store)).values()))
         (out / name).write_text("<html><head><title>team portal</title></head><h1>team portal</h1></html>")
         held = files_of(out)
-    p = run_cli("history", "publish", "--store", str(store), "--out", str(out))
+    p = run_cli("history", "publish", "--store", str(store), "--out", str(out), *extra)
     assert p.returncode == 2 and p.stdout == "", p.stderr
-    assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith("attnbench: error: "), p.stderr
+    said = "attnbench history publish: error: " if case == "a threshold twice" else "attnbench: error: "
+    assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith(said), p.stderr
     if case.startswith("the user's") or case.startswith("out holds") or case == "out is a run":
         assert files_of(out) == held  # every byte of every run, and the store, as they were
         said = {
@@ -440,6 +446,8 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, case):
         assert (tmp_path / "elsewhere" / "keep.txt").is_file()
     else:
         assert out.is_file() if case == "out is a file" else not out.exists()
+    if case == "a bad threshold":  # check's grammar and words (results.thresholds.parse_step)
+        assert "bad --fail-on-step 'five': expected a percentage of 0 or more, such as 5%" in p.stderr
     if case == "out named as a page":
         assert f"--out {out} names a file, but --out is the folder the site's pages go into" in p.stderr
         assert f"such as --out '{tmp_path / 'site'}'" in p.stderr, p.stderr
@@ -638,6 +646,62 @@ def test_who_leads_names_no_winner_the_ranking_would_call_a_tie():
     assert a100.startswith("sdpa 420") and "tied" not in a100, a100
 
 
+def test_the_site_never_ranks_a_cell_its_runs_report_calls_suspect(tmp_path, part):
+    """The latest run's fastest cell at its longest N is too fast to believe (100 TFLOP/s, above 1.25x the
+    calibrated ceiling): the run's report ranks the other variant alone there and says why; the machine page
+    called the suspect one fastest (trial S, M2). It says what the report says, in its words."""
+    import json
+
+    runs = run_series(part, tmp_path / "runs", [1.0, 1.0])
+    rows_file = runs[-1] / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    ok = [r for r in rows if r["status"] == "ok"]
+    longest = max(r["seq_len"] for r in ok)
+    fast = min((r for r in ok if r["seq_len"] == longest), key=lambda r: r["time_ms_median"])
+    fast["tflops"] = 100.0
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = tmp_path / "report"
+    run_cli("report", str(runs[-1]), "--out", str(report), check=True)
+    said = re.search(r"is the only variant ranked: (.+?\)\))\.", (report / "README.md").read_text())
+    assert said and said[1].startswith(f"{fast['variant']} is suspect there, never ranked"), said
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", *map(str, runs), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    (page,) = (tmp_path / "site").glob("machine-*.html")
+    found = _text(page.read_text(encoding="utf-8").split("<h2>Latest findings</h2>", 1)[1].split("<h2>")[0])
+    other = next(v for v in ("naive", "chunked") if v != fast["variant"])
+    assert f"{longest} {other} is the only variant ranked: {said[1]}" in found, found
+
+
+def test_who_leads_ranks_no_suspect_cell_and_says_so_in_the_reports_words():
+    """machines.html gave N 256 to 'sdpa 0.0987 (312.6%†)', a cell its run's report left out as suspect:
+    the suspect cell is not ranked, the table says so as the report does, and its TFLOP/s is marked."""
+    import pandas as pd
+
+    why = "0.0987 TFLOP/s is above 1.25x the calibrated matmul ceiling (0.0316)"
+    rows = [
+        {"machine": m, "shape": "b1|h2|dk64|fwd", "seq": 256, "cell_id": f"{v}|cpu|float32|n256|{m}",
+         "variant": v, "path": f"/gone/{m}", "time_ms_median": t, "tflops": 0.0098 / t,
+         "cal_matmul_tflops": 0.0316, "suspect": s, "suspect_reason": why if s else None}
+        for m, cells in (("box2", {"sdpa": (0.1, True), "mine": (1.0, False)}),
+                         ("vm", {"sdpa": (0.1, False), "mine": (1.0, False)}),
+                         ("old", {"sdpa": (0.1, None), "mine": (1.0, None)}))
+        for v, (t, s) in cells.items()
+    ]  # fmt: skip
+    df = pd.DataFrame(rows).astype({"suspect": "boolean"})
+    table = dashboard.lead_table(df, ["box2", "old", "vm"], dashboard.RunRows())
+    ((_, _, box2, old, vm),) = table.rows
+    assert box2.startswith("mine 0.0098 (31.0%) is the only variant ranked: sdpa is suspect there, never ")
+    assert box2.endswith(f"ranked (sdpa: {why})"), box2
+    assert vm.startswith("sdpa ") and "suspect" not in vm and old.startswith("sdpa "), (vm, old)
+    shown = dashboard.variant_table(df.assign(cal_note=""), ["box2", "old", "vm"])
+    sdpa = next(r for r in shown.rows if r[2] == "sdpa")
+    assert sdpa[3].endswith(", suspect") and "suspect" not in sdpa[5], sdpa
+    both = df.assign(suspect=True)  # every variant suspect: nobody leads
+    ((_, _, box2, *_),) = dashboard.lead_table(both, ["box2", "old", "vm"], dashboard.RunRows()).rows
+    assert box2 == f"none ranked: sdpa and mine are suspect there, never ranked (sdpa: {why})", box2
+
+
 def test_who_leads_ties_no_variant_the_ranking_puts_behind_one_told_apart(tmp_path):
     """flex fastest, team_varlen 2.4× behind on each of 3 visits (told apart), sdpa_loop 4.7× behind by
     median with one visit as fast as flex's: the report ranks flex › team_varlen ≈ sdpa_loop, so the page
@@ -706,6 +770,85 @@ def test_a_machine_page_lists_the_series_broken_in_their_latest_run(tmp_path, pa
     assert "crashed" in html.split("Broken in their latest run", 1)[1].split("Every series", 1)[0]
 
 
+def _text(html: str) -> str:
+    """A page's text, its tags dropped, its spaces and entities as read."""
+    import html as html_
+
+    return html_.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)))
+
+
+def _gate_column(page: str) -> dict[str, str]:
+    """The machine page's steps table: each series' mark (before it, as `check`'s line has it) and the gate's
+    word on its latest step (the last column), as 'MARK: word'."""
+    table = page.split("<h2>Steps</h2>", 1)[1].split("<h2>", 1)[0]
+    out = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]:
+        cells = [_text(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        *mark, cell = cells[0].split(" ")
+        assert not cells[-1] or cells[-1].split(":")[0] == (mark or ["passes"])[0], cells
+        out[cell] = out.get(cell) or cells[-1]
+    return out
+
+
+def test_the_site_says_what_the_gate_fails_on_at_its_threshold(tmp_path, part):
+    """naive 10% slower from the 6th of 9 runs, and one chunked cell wrong in the latest: `check
+    --fail-on-step 5%` fails on naive's 4 steps (FAIL) and the broken cell (BROKEN). The index said only
+    'No series is broken...' before the cell broke, then 'fails on 1 series' after: green, or a wrong count.
+    Published with the gate's threshold, the index and the machine page say what `check` says, each kind
+    counted as `check` counts it, and the steps table marks each FAIL; without one, they name the steps the
+    judge finds significant slowdowns after Holm, and the series failed at any threshold (BROKEN)."""
+    import json
+
+    runs = run_series(part, tmp_path / "runs", [1.0] * 5 + [1.1] * 4, only={"naive"})
+    rows = [json.loads(line) for line in (runs[-1] / "rows.jsonl").read_text().splitlines() if line.strip()]
+    broke = next(r for r in rows if r["status"] == "ok" and r["variant"] == "chunked")
+    broke["status"] = "wrong"
+    (runs[-1] / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(tmp_path / "h.sqlite")
+    run_cli("history", "add", str(tmp_path / "runs"), "--store", store, check=True)
+    p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
+    failed = sorted(line.split(" on ")[0].removeprefix("FAIL ") for line in p.stdout.splitlines()
+                    if line.startswith("FAIL "))  # fmt: skip
+    assert p.returncode == 1 and len(failed) == 4 and f"BROKEN {broke['cell_id']} on " in p.stdout, p.stdout
+    site = tmp_path / "gated"
+    q = run_cli(
+        "history", "publish", "--store", store, "--out", str(site), "--fail-on-step", "5%", check=True
+    )
+    assert q.stderr.startswith("published "), q.stderr
+    index = _text((site / "index.html").read_text(encoding="utf-8"))
+    said = (
+        "attnbench history check --fail-on-step 5% fails: 4 series' latest step slower by more than 5% "
+        "beyond its noise (FAIL) and 1 series broken in its latest run (BROKEN)."
+    )
+    assert said in index and "fails on " not in index, index
+    assert re.search(r"FAIL \(over 5%\) broken missing AMD EPYC \(2 cores\) on vm 9 \d+ 4 4 1 0", index), (
+        index
+    )
+    (page,) = site.glob("machine-*.html")
+    html = page.read_text(encoding="utf-8")
+    assert "fails on this machine: 4 series' latest step slower by more than 5%" in _text(html)
+    marks = _gate_column(html)
+    assert sorted(c for c, m in marks.items() if m.startswith("FAIL: the judge")) == failed, marks
+    # the same store published without a threshold: the slowdowns the judge finds significant, by name
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "plain"), check=True)
+    index = _text((tmp_path / "plain" / "index.html").read_text(encoding="utf-8"))
+    assert "attnbench history check --fail-on-step fails at any threshold: 1 series broken in its " in index
+    assert "4 series' latest step are slowdowns the judge finds significant after Holm's adjustment" in index
+    assert "fails on " not in index and failed[0] in index, index
+    (page,) = (tmp_path / "plain").glob("machine-*.html")
+    marks = _gate_column(page.read_text(encoding="utf-8"))
+    assert sorted(c for c, m in marks.items() if m.startswith("slower: the judge")) == failed, marks
+    # a threshold above the step: the gate fails on the broken cell alone, and the pages say so
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "high"), "--fail-on-step", "15",
+            check=True)  # fmt: skip
+    index = _text((tmp_path / "high" / "index.html").read_text(encoding="utf-8"))
+    said = "attnbench history check --fail-on-step 15% fails: 1 series broken in its latest run (BROKEN)."
+    assert said in index, index
+    (page,) = (tmp_path / "high").glob("machine-*.html")
+    marks = _gate_column(page.read_text(encoding="utf-8"))
+    assert all(marks[c] == "passes: not over 15% slower" for c in failed), marks
+
+
 @pytest.mark.parametrize("lost", [0, 3])
 def test_the_site_shows_the_missing_series_the_gate_fails_on(tmp_path, part, lost):
     """The site said '0 steps found' and nothing else of a store whose gate failed on MISSING series: the
@@ -726,7 +869,7 @@ def test_the_site_shows_the_missing_series_the_gate_fails_on(tmp_path, part, los
         assert "No series is broken in its latest run or missing from the latest run of its sweep" in index
         assert "Missing from the latest run of their sweep" not in html
         return
-    assert f"fails on {len(gone)} series: {len(gone)} missing from the latest run of their sweep" in index
+    assert f"fails at any threshold: {len(gone)} series missing from the latest run of their sweep" in index
     section = html.split("Missing from the latest run of their sweep", 1)[1].split("Every series", 1)[0]
     assert all(cell in section for cell in gone) and section.count("<tr>") == len(gone) + 1
     assert "20261004-030000-synth" in section and "20261003-030000-synth" in section
@@ -746,7 +889,7 @@ def test_the_site_shows_a_night_stopped_before_its_first_row_as_missing(tmp_path
     assert p.returncode == 1 and gone, p.stdout
     run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
-    assert f"fails on {len(gone)} series: {len(gone)} missing from the latest run of their sweep" in index
+    assert f"fails at any threshold: {len(gone)} series missing from the latest run of their sweep" in index
     (page,) = (tmp_path / "site").glob("machine-*.html")
     section = page.read_text(encoding="utf-8").split("Missing from the latest run of their sweep", 1)[1]
     section = section.split("Every series", 1)[0]

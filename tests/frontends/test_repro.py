@@ -46,6 +46,20 @@ def test_repro_line_measures_exactly_that_cell_again(old_run):
     assert after["sweep"]["settings"] == before["sweep"]["settings"]  # seed, budgets, env, CPUs
     assert after["variant_files"] == before["variant_files"]
     assert after["cpu_affinity"] == before["cpu_affinity"]
+    # the new run says it is a repro: `history add` of the folder the nightly's runs are in leaves it out
+    # of the series (it landed in runs/ and was drawn as a night: trial S, L2), and adds it by its name
+    assert after["repro_of"] == before["run_id"] and argv[argv.index("--repro-of") + 1] == before["run_id"]
+    store = str(old_run / "history.sqlite")
+    p = run_cli("history", "add", str(old_run), "--store", store, check=True)
+    assert f"left out: {new.resolve()} is a repro of run {before['run_id']} " in p.stderr, p.stderr
+    assert "add it by name to keep it" in p.stderr and "1 repro left out" in p.stderr.splitlines()[0]
+    from attnbench.results import history
+
+    assert before["run_id"] in set(history.frame(store)["run_id"])
+    assert after["run_id"] not in set(history.frame(store)["run_id"])
+    p = run_cli("history", "add", str(new), "--store", store, check=True)
+    assert p.stderr.startswith("history: 1 run (1 added;"), p.stderr
+    assert after["run_id"] in set(history.frame(store)["run_id"])
 
 
 @pytest.mark.slow
@@ -85,6 +99,8 @@ BAD = [
     (["run", "--rerun", str(FIXTURE), "--seq-len", "64"], "drop --seq-len"),
     (["run", "--rerun", str(FIXTURE), "--resume"], "--rerun writes a new run"),
     (["run", "--cells", CELL], "give --rerun too"),
+    (["run", "--resume", "--repro-of", "20261001-030000-vm"], "--repro-of names the run a new run measures"),
+    (["run", "--variants", "naive", "--repro-of", " "], "give it a run_id"),
     (["repro", "NOPE", CELL], "does not exist"),
     (["repro", str(FIXTURE), "naive|nope"], "no cell 'naive|nope' in"),
 ]

@@ -171,6 +171,76 @@ def test_a_store_that_is_not_one_is_refused_and_left_as_it_was(tmp_path, runs):
         history.frame(tmp_path / "missing.sqlite")
 
 
+def _flag(runs) -> tuple[str, str]:
+    """The latest run made to hold one cell of each flag: a probe at half the machine's speed (drift), a
+    chunked cell at 100 TFLOP/s (suspect: above 1.25x its calibrated ceiling). Their cell_ids."""
+    rows_file = runs[-1] / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["speed_tflops"] = 0.2
+    rows[0]["speed_tflops"] = 0.1
+    fast = next(r for r in rows if r["variant"] == "chunked" and r["status"] == "ok")
+    fast["tflops"] = 100.0
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows[0]["cell_id"], fast["cell_id"]
+
+
+def test_the_store_keeps_each_cells_trust_flags_as_the_loader_derives_them(tmp_path, runs):
+    """The store kept no trust flags: the site ranked a cell the run's report refused to rank as suspect
+    (trial S, M2). Each cell's suspect, drift, noisy and throttled flags, the speed factor and the reason are
+    the loader's (results.load), kept per cell."""
+    from attnbench.results import load
+    from attnbench.results.load import TRUST_COLUMNS
+
+    drifted, suspect = _flag(runs)
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs)
+    df = history.frame(store)
+    assert df["suspect"].sum() == 1 and df["drift"].sum() == 1 and df["noisy"].sum() >= 3
+    row = df[df["suspect"].fillna(False)].iloc[0]
+    assert (
+        row["cell_id"] == suspect and "is above 1.25x the calibrated matmul ceiling" in row["suspect_reason"]
+    )
+    assert df[df["drift"].fillna(False)].iloc[0]["cell_id"] == drifted
+    assert str(df["speed_factor"].dtype) == "Float64" and str(df["suspect"].dtype) == "boolean"
+    for run in runs:
+        loaded = load(run).set_index("cell_id")[list(TRUST_COLUMNS)]
+        mine = df[df["path"] == str(run)].set_index("cell_id")[list(TRUST_COLUMNS)].loc[loaded.index]
+        same = loaded.astype("object").fillna("NA") == mine.astype("object").fillna("NA")  # NA: unknown
+        assert same.all().all(), (run, mine[~same.all(axis=1)])
+
+
+def test_a_store_made_before_it_kept_trust_flags_is_read_and_rebuild_fills_them(tmp_path, runs):
+    """A store of version 7 (no trust flags) is read as it is, its flags unknown, with a note saying what that
+    costs; `add` writes only this version (one line saying to rebuild), and `rebuild` reads the flags from
+    the runs."""
+    from attnbench.results import load
+    from attnbench.results.load import TRUST_COLUMNS
+
+    _flag(runs)
+    store = tmp_path / "h.sqlite"
+    history.add(store, runs[:2])
+    with sqlite3.connect(store) as con:
+        for column in TRUST_COLUMNS:
+            con.execute(f"ALTER TABLE cells DROP COLUMN {column}")
+        con.execute("UPDATE info SET value = '7' WHERE key = 'version'")
+    con.close()
+    df = history.frame(store)
+    assert len(df) == 2 * CELLS and all(df[c].isna().all() for c in TRUST_COLUMNS)
+    note = history.older_note(store)
+    said = "version 7, which does not record the cells' trust flags (suspect, drift, noisy, throttled): the "
+    assert said + "site cannot leave a suspect cell out of who leads; `attnbench history rebuild" in note, (
+        note
+    )
+    with pytest.raises(history.StoreError, match="version 7, which this attnbench reads but adds no run to"):
+        history.add(store, runs[2:])
+    history.rebuild(store, runs=runs[2:])
+    df = history.frame(store)
+    known = sum(int(load(run)["noisy"].notna().sum()) for run in runs)
+    assert df["suspect"].notna().all() and df["noisy"].notna().sum() == known and df["suspect"].sum() == 1
+    assert history.older_note(store) is None
+
+
 def test_a_store_of_an_older_version_is_rebuilt_as_its_refusal_says(tmp_path, runs):
     """The refusal says `attnbench history rebuild`; rebuild read the recorded runs through the same check,
     and so refused too: a store of an older version could not be made again but by hand."""
@@ -282,7 +352,7 @@ def test_a_store_of_the_version_before_is_read_and_rebuilt_with_the_runs_setting
     assert len(history_runs.runs(store)) == 2 and history.machines(store) == [MACHINE]
     note = history.older_note(store)
     assert note.startswith(f"note: {store} is a history store of version 6, which does not record the runs'")
-    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's meta.json"
+    rebuild = f"`attnbench history rebuild --store {store}` records them from each run's files"
     assert note.endswith(rebuild)
     data = store.read_bytes()
     with pytest.raises(history.StoreError, match="version 6, which this attnbench reads but adds no run to"):

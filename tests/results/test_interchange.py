@@ -52,6 +52,27 @@ def test_hud_records_carry_the_benchmark_model_metric_and_runner(rows):
     assert {r["metric"]["name"] for r in records} >= {"time_ms_median", "tflops", "peak_mem_bytes", "kv_gbps"}
 
 
+def test_each_cell_is_its_own_hud_series(rows):
+    """benchmark.name was always "attnbench" and model.name the variant, so a variant's cells at every N and
+    shape shared one (benchmark, model, metric, mode, dtype) key, the shape only in benchmark.extra_info
+    (trial S, L3): a HUD view that does not split on it averages N = 256 with N = 1024. The cell's input shape
+    is in metric.extra_info.input_shape, where tritonbench's converter to the HUD's table puts it, so that
+    each record of a run has a key of its own."""
+    records = json.loads(run_cli("export", str(RUN), "--format", "hud", check=True).stdout)
+    ok = rows[rows["status"] == "ok"]
+    keys = [
+        (r["benchmark"]["name"], r["model"]["name"], r["metric"]["name"], r["benchmark"]["mode"],
+         r["benchmark"]["dtype"], r["metric"]["extra_info"]["input_shape"])
+        for r in records
+    ]  # fmt: skip
+    assert len(set(keys)) == len(records) and sum(k[2] == "time_ms_median" for k in keys) == len(ok)
+    for rec in records:
+        cell = rec["benchmark"]["extra_info"]["cell_id"]
+        variant, shape = cell.split("|", 1)
+        assert rec["model"]["name"] == variant and rec["metric"]["extra_info"] == {"input_shape": shape}
+    assert len({r["model"]["name"] for r in records}) < len(ok)  # the variant alone keys no cell
+
+
 def test_a_version_the_run_did_not_record_is_left_out_of_the_hud_runner(tmp_path):
     """A meta.json without fingerprint.torch (an old or edited run) exported "torch": "", a known-empty
     version to the HUD; a value not recorded is left out of the runner's extra_info."""
