@@ -78,5 +78,5 @@ def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, 
         out.append(busy_text)
         said = len(out)
     if said:
-        out[said - 1] += f" A winner below read off such cells opens with '{SHAKY.strip()}'."
+        out[said - 1] += f" A winner or a growth below read off such cells opens with '{SHAKY.strip()}'."
     return tuple(out)
