@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -834,3 +835,57 @@ def test_a_rounding_variants_gate_rows_carry_its_recipe_and_sqnr():
     fp8 = [r for r in rows if r.variant == "fp8_emulated"]
     assert fp8 and all(r.quant == "e4m3fn:tensor" and 0 < r.sqnr_db < 60 for r in fp8), fp8
     assert all(r.quant == "" and r.sqnr_db is None for r in rows if r.variant == "naive"), rows
+
+
+ACCUMULATORS = """
+import torch
+from attnbench import register
+
+def _summed(q, k, v, causal, acc):
+    s = (q.float() @ k.float().transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    p = s.softmax(-1)  # float32 weights either way
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=acc)
+    for j in range(k.shape[2]):  # P @ V summed key by key in `acc`
+        out = out + (p[..., j : j + 1] * v[:, :, j : j + 1].float()).to(acc)
+    return out.to(q.dtype)
+
+@register("sums_in_dtype")
+def sums_in_dtype(q, k, v, *, causal=False):
+    return _summed(q, k, v, causal, q.dtype)
+
+@register("sums_in_float32")
+def sums_in_float32(q, k, v, *, causal=False):
+    return _summed(q, k, v, causal, torch.float32)
+"""
+
+
+def test_a_low_precision_pass_is_read_beside_sdpas_error_and_one_well_above_it_noted(
+    isolated_registry, tmp_path
+):
+    """Trial: a kernel accumulating in bfloat16 passed with 3-4x the error of the same kernel accumulating in
+    float32, and nothing showed a baseline's error. Each bfloat16 problem now measures sdpa's forward on the
+    same inputs beside it; check shows sdpa's error and notes the variant whose worst error is
+    ABOVE_BASELINE times sdpa's or more, its verdict unchanged; float32 has no baseline."""
+    (tmp_path / "acc.py").write_text(ACCUMULATORS)
+    plan = check.prepare(
+        None, ["cpu"], ["float32", "bfloat16"], 100, variant_files=[str(tmp_path / "acc.py")]
+    )
+    rows = list(check.gate_all(plan))
+    gated = [r for r in rows if r.status == "pass" and not r.no_key]
+    assert {(r.dtype, r.baseline) for r in gated} == {("float32", ""), ("bfloat16", "sdpa")}
+    assert all(0 < r.baseline_rel_err < 1e-2 for r in gated if r.dtype == "bfloat16")
+    assert check.exit_status(rows) == 0 and check.verdict(rows).startswith("check: passed (2 variants")
+    said = check.notes(rows)
+    assert len(said) == 2 and said[0].startswith("sdpa's forward error on the same problems"), said
+    assert said[0].endswith(f"bfloat16 {min(r.baseline_rel_err for r in gated if r.baseline):.1e}.."
+                            f"{max(r.baseline_rel_err for r in gated if r.baseline):.1e}")  # fmt: skip
+    note = re.fullmatch(
+        r"sums_in_dtype passes, but its bfloat16 error is ([\d.]+)× sdpa's on the same problems "
+        r"\(\S+ against \S+: does it accumulate in bfloat16\?\)",
+        said[1],
+    )
+    assert note and float(note[1]) >= check.ABOVE_BASELINE, said
+    assert not any("sums_in_float32" in line for line in said)
+    assert check.notes([r for r in rows if r.dtype == "float32"]) == []
