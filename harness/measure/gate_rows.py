@@ -25,6 +25,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 # small enough for every variant on CPU; two batch rows, padded unequally
 BATCH, HEADS, HEAD_DIM = 2, 4, 64
@@ -72,6 +73,11 @@ class GateRow:
     # same float64 reference: what the dtype itself costs, beside which rel_err is read (check.notes)
     baseline: str = ""
     baseline_rel_err: float | None = None  # None where no baseline was asked, or it does not take the problem
+    # what check notes, never a failure (correctness.GateResult's): the output's strides where it is not
+    # contiguous in the variant's layout; how far two calls on the same inputs differ (problem.repeat; None:
+    # not compared, 0.0: alike)
+    strides: str = ""
+    calls_differ: float | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class GateProblem:
     workload: str = ""
     counted: bool = True
     baseline: str = ""  # the variant whose forward error is measured beside this one's (baseline_for)
+    repeat: bool = False  # whether two calls on the same inputs are compared here (repeated_at)
 
     def row(self, status: str, reason: str) -> GateRow:
         """This problem's row with `status` and `reason` and nothing measured (its worker died or hung)."""
@@ -124,7 +131,10 @@ def problems(
             masks = itertools.product(ns, (False, True), (False, True)) if MASKS in parts else []
             for (each, causal, padding), name in itertools.product(masks, names):
                 at = dict(device=device, dtypes=dtypes, dtype=dtype, n=each, **also(name, device, dtype))
-                yield GateProblem(name, **at, causal=causal, padding=padding, counted=counted(name))
+                repeat = notes and repeated_at(variants.get(name), each == n, padding)
+                yield GateProblem(
+                    name, **at, causal=causal, padding=padding, counted=counted(name), repeat=repeat
+                )
             at = dict(device=device, dtypes=dtypes, dtype=dtype, n=n)
             for name in names if NO_KEY in parts else []:
                 yield GateProblem(name, **at, no_key=True, counted=counted(name))
@@ -135,6 +145,15 @@ def problems(
             for label, _ in workload_cells(variants.get(name), device, dtype, n):
                 yield GateProblem(name, device, dtypes, dtype, n, workload=label, counted=counted(name),
                                   **also(name, device, dtype))  # fmt: skip
+
+
+def repeated_at(variant, first_n: bool, padding: bool) -> bool:
+    """Whether check compares two calls on the same inputs at a mask problem: at the first N without
+    padding, causal and not (a kernel's masked and unmasked paths), for every variant but one that declares
+    its dropout's randomness its own (dropout_deterministic=False). The gradient check's forward is the
+    second call where the problem has one (correctness.again)."""
+    cap = variant.cap
+    return first_n and not padding and not (cap.dropout and not cap.dropout_deterministic)
 
 
 def baseline_for(variant, device: str, dtype: str) -> str:
@@ -178,7 +197,7 @@ def gate_request(problem: GateProblem) -> GateRow:
         key_lengths = torch.tensor(padded_lengths(p.n, BATCH, PADDING), device=p.device)
     return gate_one(
         variant, qkv, causal=p.causal, key_lengths=key_lengths, no_key=p.no_key, counted=p.counted,
-        baseline=p.baseline,
+        baseline=p.baseline, repeat=p.repeat,
     )  # fmt: skip
 
 
@@ -322,11 +341,12 @@ def gate_workload(variant, spec, label: str, *, counted: bool = True, baseline: 
 
 
 def gate_one(
-    variant, qkv, *, causal: bool, key_lengths, no_key: bool = False, counted: bool = True, baseline: str = ""
-) -> GateRow:
+    variant, qkv, *, causal: bool, key_lengths, no_key: bool = False, counted: bool = True,
+    baseline: str = "", repeat: bool = False,
+) -> GateRow:  # fmt: skip
     """One variant on q, k, v (B, H, N, d) against float64: unsupported (with the reason), pass, FAIL (with
     the reason) or error (what it raised, in one line). no_key: the extra problem, forward only, not gated;
-    baseline: the variant measured beside it (baseline_for), "" for none."""
+    baseline: the variant measured beside it (baseline_for), "" for none; repeat: two calls compared."""
     from attnbench import variants
     from attnbench.variants import dtype_name
 
@@ -338,7 +358,8 @@ def gate_one(
     prob = variants.Problem(device=row["device"], dtype=row["dtype"], batch=b, heads=h, seq_len=n, seq_k=n,
                             d_k=d, d_v=d, causal=causal, padding=0.25 if padded else 0.0,
                             pass_="fwd" if no_key else "fwdbwd")  # fmt: skip
-    return _recorded(row, lambda: _gate(variant, prob, (*qkv, key_lengths), row, baseline=baseline))
+    gated = partial(_gate, variant, prob, (*qkv, key_lengths), row, baseline=baseline, repeat=repeat)
+    return _recorded(row, gated)
 
 
 def _recorded(row: dict, gated, declared: str = "") -> GateRow:
@@ -358,10 +379,13 @@ def _recorded(row: dict, gated, declared: str = "") -> GateRow:
         return GateRow(**row, status="unsupported" if status == "unsupported" else "error", reason=message)
 
 
-def _gate(variant, prob, inputs, row: dict, axes: dict | None = None, baseline: str = "") -> GateRow:
+def _gate(
+    variant, prob, inputs, row: dict, axes: dict | None = None, baseline: str = "", repeat: bool = False
+) -> GateRow:
     """The gate of one problem: inputs (q, k, v, key_lengths), axes the gate's keywords of the added axes
     (harness.measure.inputs.gate_axes); baseline: the variant whose forward error is measured beside (its
-    float64 reference computed once, for both). What a variant raises here is _recorded's."""
+    float64 reference computed once, for both); repeat: two calls on the same inputs compared. What a
+    variant raises here is _recorded's."""
     from attnbench.harness.measure import correctness
     from attnbench.harness.measure.attention64 import reference
 
@@ -374,7 +398,7 @@ def _gate(variant, prob, inputs, row: dict, axes: dict | None = None, baseline: 
     q, k, v, key_lengths = inputs
     rules = {"causal": prob.causal, "key_lengths": key_lengths, **(axes or {})}
     ref = reference(q, k, v, **rules) if baseline else None  # before the variant: it may write its inputs
-    r = correctness.check(variant, q, k, v, backward=backward, ref=ref, **rules)
+    r = correctness.check(variant, q, k, v, backward=backward, ref=ref, repeat=repeat, **rules)
     beside = _baseline_error(baseline, prob, (q, k, v), rules, ref) if baseline and not r.changed else None
     return GateRow(
         **row,
@@ -388,6 +412,8 @@ def _gate(variant, prob, inputs, row: dict, axes: dict | None = None, baseline: 
         sqnr_db=r.sqnr_db,
         baseline=baseline if beside is not None else "",
         baseline_rel_err=beside,
+        strides=r.strides,
+        calls_differ=r.calls_differ,
     )
 
 

@@ -369,8 +369,48 @@ def above_baseline(rows: Iterable[GateRow]) -> list[str]:
     return out
 
 
+def not_deterministic(rows: Iterable[GateRow]) -> list[str]:
+    """A note for each variant whose two calls on the same inputs differed where check compared them
+    (gate_rows.repeated_at): 'mine is not deterministic: two calls on the same inputs differ by up to 1.2e-07
+    (rel), in 3 of 4 problems compared'."""
+    rows = [r for r in rows if r.calls_differ is not None]
+    out = []
+    for name in dict.fromkeys(r.variant for r in rows):
+        compared = [r.calls_differ for r in rows if r.variant == name]
+        differ = [d for d in compared if d > 0]
+        if differ:
+            out.append(
+                f"{name} is not deterministic: two calls on the same inputs differ by up to "
+                f"{max(differ):.1e} (rel), in {len(differ)} of {len(compared)} problems compared"
+            )
+    return out
+
+
+def noncontiguous(rows: Iterable[GateRow]) -> list[str]:
+    """A note for each variant whose output was not contiguous in its layout (contract.strided): 'mine
+    returns a non-contiguous output (strides (25600, 64, 256, 1) for (2, 4, 100, 64), (B, N, H, d) memory;
+    in 14 of 14 problems): the next op may copy it', the first such problem's strides."""
+    rows = [r for r in rows if r.rel_err is not None]  # the problems whose output was read
+    out = []
+    for name in dict.fromkeys(r.variant for r in rows):
+        mine = [r for r in rows if r.variant == name]
+        strided = [r.strides for r in mine if r.strides]
+        if strided:
+            out.append(
+                f"{name} returns a non-contiguous output ({strided[0]}; in {len(strided)} of {len(mine)} "
+                "problems): the next op may copy it"
+            )
+    return out
+
+
 def notes(rows: Iterable[GateRow]) -> list[str]:
     """What check notes below its tables, never a failure: the baseline's own error at each low-precision
-    dtype (baseline_lines), and each variant that passes well above it (above_baseline)."""
+    dtype (baseline_lines), each variant that passes well above it (above_baseline), and each whose calls
+    differ on the same inputs (not_deterministic) or whose output is not contiguous (noncontiguous); of the
+    variants whose failures count (GateRow.gating: named, or in default sweeps), as the verdict counts them,
+    so that a check of every variant says nothing of transformers' wrappers, which return (B, N, H, d)
+    memory by design."""
     rows = list(rows)
-    return [*baseline_lines(rows), *above_baseline(rows)]
+    counted = {r.variant for r in rows if r.gating}
+    mine = [r for r in rows if r.variant in counted]
+    return [*baseline_lines(rows), *above_baseline(mine), *not_deterministic(mine), *noncontiguous(mine)]

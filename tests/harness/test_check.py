@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -889,3 +890,78 @@ def test_a_low_precision_pass_is_read_beside_sdpas_error_and_one_well_above_it_n
     assert note and float(note[1]) >= check.ABOVE_BASELINE, said
     assert not any("sums_in_float32" in line for line in said)
     assert check.notes([r for r in rows if r.dtype == "float32"]) == []
+
+
+REPEATS = """
+import torch
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from attnbench import register
+
+@register("varies")
+def varies(q, k, v, *, causal=False):  # right to 1e-7, never the same twice
+    out = sdpa(q, k, v, is_causal=causal)
+    return out + torch.randn_like(out) * 1e-7 * out.abs().mean()
+
+@register("grad_path")
+def grad_path(q, k, v, *, causal=False):  # another path where its inputs need grad: other bits, every time
+    out = sdpa(q, k, v, is_causal=causal)
+    return out + 1e-6 * out if q.requires_grad else out
+
+@register("own_rng", dropout_deterministic=False)
+def own_rng(q, k, v, *, causal=False, dropout_p=0.0):  # its randomness declared its own: not compared
+    out = sdpa(q, k, v, is_causal=causal)
+    return out + torch.randn_like(out) * 1e-7 * out.abs().mean()
+
+@register("strided_out")
+def strided_out(q, k, v, *, causal=False):  # (B, H, N, d) in (B, N, H, d) memory
+    return sdpa(q, k, v, is_causal=causal).transpose(1, 2).contiguous().transpose(1, 2)
+
+@register("in_bnhd", takes="bnhd")
+def in_bnhd(q, k, v, *, causal=False):  # its own layout, (B, N, H, d), contiguous: nothing to say
+    return sdpa(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=causal).transpose(1, 2).contiguous()
+"""
+
+
+def test_calls_that_differ_and_a_strided_output_are_noted_never_failed(isolated_registry, tmp_path):
+    """Trial: a kernel adding noise to each call and one returning (B, H, N, d) in (B, N, H, d) memory passed
+    every problem without a word. check compares two calls on the same inputs at N without padding, causal
+    and not (the gradient check's forward is the second call where there is one; a kernel that takes another
+    path under grad is called once more, not called non-deterministic), and notes an output not contiguous
+    in the variant's own layout (its four mask problems and causal top-left's); neither fails."""
+    (tmp_path / "r.py").write_text(REPEATS)
+    plan = check.prepare(None, ["cpu"], ["float32"], (16, 24), variant_files=[str(tmp_path / "r.py")])
+    rows = list(check.gate_all(plan))
+    assert check.exit_status(rows) == 0, [r for r in rows if r.status != "pass"]
+    compared = {(r.variant, r.causal, r.n) for r in rows if r.calls_differ is not None}
+    mine = {"varies", "grad_path", "strided_out", "in_bnhd"}
+    assert compared == {(name, causal, 16) for name in mine for causal in (False, True)}
+    assert all(r.calls_differ > 0 for r in rows if r.variant == "varies" and r.calls_differ is not None)
+    assert all(r.calls_differ == 0 for r in rows if r.variant == "grad_path" and r.calls_differ is not None)
+    said = check.notes(rows)
+    assert len(said) == 2, said
+    assert re.fullmatch(
+        r"varies is not deterministic: two calls on the same inputs differ by up to \S+ \(rel\), in 2 of 2 "
+        r"problems compared",
+        said[0],
+    ), said
+    assert said[1] == (
+        "strided_out returns a non-contiguous output (strides (4096, 64, 256, 1) for (2, 4, 16, 64), "
+        "(B, N, H, d) memory; in 5 of 5 problems): the next op may copy it"
+    ), said
+    # a variant not in default sweeps, checked unnamed (hf_sdpa returns (B, N, H, d) memory by design): its
+    # notes are not said, as its failures are not counted
+    unnamed = [dataclasses.replace(r, gating=False) if r.variant == "strided_out" else r for r in rows]
+    assert check.notes(unnamed) == said[:1]
+
+
+def test_check_prints_its_notes_below_its_tables_and_its_verdict_last(tmp_path):
+    """`attnbench check` prints each note as a line of its own, `note: ...`, after its tables and before its
+    verdict, which they leave as it was."""
+    (tmp_path / "r.py").write_text(REPEATS)
+    done = run_cli("check", "--variant-file", str(tmp_path / "r.py"), "--variants", "varies,strided_out",
+                   "--dtype", "float32,bfloat16", "--seq-len", "16")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    noted = [line for line in lines if line.startswith("note: ")]
+    assert [line.split(" ")[1] for line in noted] == ["sdpa's", "varies", "strided_out"], noted
+    assert lines[-len(noted) - 1 :] == [*noted, "check: passed (2 variants, 12 problems); exit status 0"]
