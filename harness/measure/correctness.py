@@ -250,11 +250,11 @@ def likely_cause(
 ) -> str:  # fmt: skip
     """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
     (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
-    packed batch's boundaries ignored, the causal diagonal hidden, the next key shown or the mask aligned the
-    other way, the window or the key padding mask one key wider, a paged cache read past its lengths or
-    around its page table, the scale left out or ignored; then misread's: the softmax taken over the queries,
-    a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask reversed, a
-    paged cache's last, partial pages left out.
+    packed batch's boundaries ignored, the causal mask aligned the other way, the window or the key padding
+    mask one key wider, a paged cache read past its lengths or around its page table, the scale left out or
+    ignored; then misread's: the causal diagonal hidden or the next key shown, the softmax taken over the
+    queries, a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask
+    reversed, a paged cache's last, partial pages left out.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
@@ -322,7 +322,8 @@ def _tiled_heads(q, k, v, *, dim: int):
 
 
 def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seqlens, **_):
-    """A mask, window or packed batch's boundaries ignored, or a causal mask, window or padding one off."""
+    """A mask, window or packed batch's boundaries ignored, a causal mask aligned the other way, or a window
+    or padding one key wider (a causal diagonal one off: misread's)."""
     same, n_q, n_k = (q, k, v), q.shape[2], k.shape[2]
     if cu_seqlens is not None:
         said = "it ignored the packed batch's boundaries (cu_seqlens): queries saw other sequences' keys"
@@ -340,28 +341,11 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
             if other == "lower-right":  # FlashAttention's causal: its declaration (variants.adapt)
                 said += ' (if its causal=True is always lower-right, declare causal="lower-right")'
             yield said, same, {"causal_align": other}, None
-        elif causal_align == "top-left" and not window and cu_seqlens is None:
-            yield from _diagonal_off_by_one(q, k, v, key_lengths)
     if key_lengths is not None:
         yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, None
         if not torch.equal(wider := torch.clamp(key_lengths + 1, max=n_k), key_lengths):  # `j > key_lengths`
             said = "its key padding mask shows one key past each length: key j is seen where j <= "
             yield said + "key_lengths[b], not j < key_lengths[b]", same, {"key_lengths": wider}, None
-
-
-def _diagonal_off_by_one(q, k, v, key_lengths):
-    """A square causal cell's mask one key off: each query's own key hidden, or the next one shown. The mask
-    is what hides key j from query i (scores.masked_fill(ones.triu(d), -inf)): triu(1) is the cell's."""
-    hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys
-    said = "its causal mask hides each query's own key: query i saw keys 0..i-1 where it sees 0..i"
-    yield said + " (it masked triu(0), where triu(1) is meant)", hidden, {"causal_align": "lower-right"}, None
-    # query i sees keys 0..i+1: lower-right over N + 1 keys, the one added (zeros) hidden by its length
-    b, n = q.shape[0], k.shape[2]
-    shown = (q, *(torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[3])], dim=2) for t in (k, v)))
-    lengths = torch.full((b,), n, device=k.device) if key_lengths is None else key_lengths
-    said = "its causal mask shows each query the next key too: query i saw keys 0..i+1 where it sees 0..i"
-    changed = {"causal_align": "lower-right", "key_lengths": lengths}
-    yield said + " (it masked triu(2), where triu(1) is meant)", shown, changed, None
 
 
 def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):

@@ -965,3 +965,41 @@ def test_check_prints_its_notes_below_its_tables_and_its_verdict_last(tmp_path):
     noted = [line for line in lines if line.startswith("note: ")]
     assert [line.split(" ")[1] for line in noted] == ["sdpa's", "varies", "strided_out"], noted
     assert lines[-len(noted) - 1 :] == [*noted, "check: passed (2 variants, 12 problems); exit status 0"]
+
+
+DIAGONAL = """
+import torch
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from attnbench import register
+
+@register("diag_hidden", gqa=True, window=True)
+def diag_hidden(q, k, v, *, causal=False, window=0):  # masks j >= i where j > i is meant
+    i, j = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
+    hidden = (j >= i) if causal else torch.zeros(1, 1, dtype=torch.bool)
+    hidden = hidden | (j <= i - window) if window else hidden
+    return sdpa(q, k, v, attn_mask=~hidden, enable_gqa=True).nan_to_num(0.0)
+"""
+
+
+def test_a_causal_diagonal_hidden_is_named_in_every_row_it_fails(isolated_registry, tmp_path):
+    """Trial: a kernel masking j >= i was named in the square causal rows, and its `causal top-left, N_q 25
+    of N_k 100` and `window 16` rows said only 'it left query rows unwritten'; each names the cause now."""
+    (tmp_path / "d.py").write_text(DIAGONAL)
+    rows = list(
+        check.gate_all(check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "d.py")]))
+    )
+    failed = {r.workload or f"causal, N {r.n}": r.reason for r in rows if r.status == "FAIL"}
+    assert set(failed) == {
+        "causal, N 24",
+        "2 k/v heads for 4",
+        "causal top-left, N_q 6 of N_k 24",
+        "window 4",
+    }
+    said = "its causal mask hides each query's own key: query i saw keys "
+    assert failed["causal top-left, N_q 6 of N_k 24"].startswith(
+        f"{said}0..i-1 where it sees 0..i (it masked"
+    ), failed
+    assert failed["window 4"].startswith(f"{said}i-3..i-1 where it sees i-3..i (it masked triu(0), where"), (
+        failed
+    )
+    assert all(reason.startswith(said) for reason in failed.values()), failed
