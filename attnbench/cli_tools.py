@@ -151,6 +151,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         console.print()
         terminal.show(console, no_key)
     _say_undeclared(plan.names)
+    for line in check.notes(rows):  # never a failure: what a pass does not say
+        print(f"note: {line}")
     if interrupted:
         made = f"{len(rows)} check{'' if len(rows) == 1 else 's'}"
         print(f"interrupted: the table holds the {made} made before it", file=sys.stderr)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import ratio_number, record_e2e_rel_err
+from attnbench.results.formulas import DEFAULT_BASELINES, ratio_number, record_e2e_rel_err
 from attnbench.results.load import tile_failed, tile_sentences, tile_wrong
 from attnbench.results.pytest_benchmark import imported_runs
 
@@ -42,11 +42,6 @@ from .tables import (
     tied_names,
     varying,
 )
-
-# the speed-up map's baseline when none is asked for: the first of these with an ok cell. sdpa is what most
-# code calls, so its row reads "faster or slower than the default"; naive's own odd cells (a page-faulting
-# N) made every other row dip over it
-DEFAULT_BASELINES = ("sdpa", "naive")
 
 
 @dataclass

@@ -300,6 +300,12 @@ def flops_formula(*, causal: bool, padded: bool, causal_align: str = "top-left",
 TOLERANCE = MappingProxyType({"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2})
 GRAD_TOLERANCE_FACTOR = 4.0  # gradients go through two more matmuls and the softmax Jacobian
 
+# The variant others are read against where none is named: the first of these that ran (the report's speed-up
+# map) or that runs on the device (`check`'s low-precision error beside each pass). sdpa is what most code
+# calls, so a row reads "faster, slower or less accurate than the default"; naive's own odd cells (a
+# page-faulting N) made every other row dip over it
+DEFAULT_BASELINES = ("sdpa", "naive")
+
 
 def tolerance(dtype: str) -> float:
     """The gate's rel_err tolerance for a dtype's name ('float16'); float32's for a dtype it does not know."""

@@ -79,13 +79,16 @@ def second_moment(
     )  # fmt: skip
 
 
-def attend(q, k, v, *, rows: torch.Tensor, scale, seen=None, bias=None) -> torch.Tensor:
-    """float64 softmax(q kᵀ scale + bias) v on `rows` (B, H, R, d_v), the keys `seen` hides left out in
+def attend(
+    q, k, v, *, rows: torch.Tensor, scale, seen=None, bias=None, mod: str = NONE, causal_align="top-left"
+) -> torch.Tensor:
+    """float64 softmax(mod(q kᵀ scale) + bias) v on `rows` (B, H, R, d_v), the keys `seen` hides left out in
     place of the rules' (every key when None): a mistake's reading (misread). seen and bias: (B or 1, 1, R,
-    N_k); a row that sees no key is 0."""
+    N_k); a row that sees no key is 0. mod: the cell's score mod, at a causal cell's positions by
+    causal_align (ALiBi's t_i)."""
     return _weighted(
-        q, k, v, causal=False, key_lengths=None, scale=scale, rows=rows, power=1, causal_align="top-left",
-        window=0, seen=seen, bias=bias,
+        q, k, v, causal=mod != NONE, key_lengths=None, scale=scale, rows=rows, power=1,
+        causal_align=causal_align, window=0, mod=mod, seen=seen, bias=bias,
     )  # fmt: skip
 
 

@@ -12,10 +12,15 @@ turned into an `error` row with its message as it is (harness.measure.failures).
 checked, the output must also be in its inputs' graph (`check_graph`): one detached, or an answer kept from an
 earlier call, is named as such instead of by autograd's words. Nor may a variant write into its inputs
 (`changed_inputs`).
+
+Two things a variant may do are said, never refused (`attnbench check` notes them): return an output that is
+not contiguous in its declared layout (`strided`: the next op may copy it), and answer two calls on the same
+inputs differently (`calls_differ`: a kernel that is not deterministic).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -75,6 +80,35 @@ def changed_inputs(given, pristine) -> tuple[str, ...]:
         name for name, t, p in zip(INPUT_NAMES, given, pristine, strict=False)
         if p is not None and not (t.shape == p.shape and t.dtype == p.dtype and torch.equal(t.detach(), p))
     )  # fmt: skip
+
+
+def strided(out: torch.Tensor, layout: str = "bhnd") -> str:
+    """Empty where out (B, H, N_q, d_v) is contiguous, or contiguous in the memory layout its variant declares
+    (Capability.layout "bnhd": (B, N, H, d) memory, its adapter's free transpose); else its strides, with the
+    memory order they make where it is a dense permutation: 'strides (25600, 64, 256, 1) for (2, 4, 100, 64),
+    (B, N, H, d) memory'."""
+    if out.is_contiguous() or (layout == "bnhd" and out.dim() == 4 and out.transpose(1, 2).is_contiguous()):
+        return ""
+    said = f"strides {tuple(out.stride())} for {_shape(out.shape)}"
+    order = sorted(range(out.dim()), key=lambda i: -out.stride(i))  # outermost first
+    if out.dim() == 4 and out.permute(order).is_contiguous():
+        said += f", ({', '.join('BHNd'[i] for i in order)}) memory"
+    return said
+
+
+def calls_differ(first: torch.Tensor, again: torch.Tensor) -> float:
+    """How far apart two outputs of one variant on the same inputs are: 0.0 where they are equal value for
+    value (NaN where the other is NaN), else ||again - first|| / ||first|| over float64 (inf where the two
+    differ in shape or dtype, or one is NaN or inf where the other is not)."""
+    if first.shape != again.shape or first.dtype != again.dtype:
+        return math.inf
+    a, b = first.detach().to(torch.float64), again.detach().to(torch.float64).to(first.device)
+    if torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)):
+        return 0.0
+    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
+        return math.inf
+    diff, norm = float(torch.linalg.vector_norm(b - a)), float(torch.linalg.vector_norm(a))
+    return diff / norm if norm > 0 else diff
 
 
 NO_GRAPH = (

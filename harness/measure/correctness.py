@@ -43,7 +43,7 @@ from functools import partial
 
 import torch
 
-from attnbench.harness.measure import attention64, located, lowered, misread, own_gradient
+from attnbench.harness.measure import attention64, contract, located, lowered, misread, own_gradient
 from attnbench.harness.measure.attention64 import context, empty_rows, reference, visible
 from attnbench.harness.measure.contract import changed_inputs, check_graph, check_output
 from attnbench.harness.measure.own_gradient import leaf_grads
@@ -80,6 +80,11 @@ class GateResult:
     grad_against: str = ""  # an approximation's: own_gradient.OWN or EXACT ("": float64 attention's)
     # the inputs (outcomes.INPUT_NAMES) the variant modified in place (check): wrong whatever its answer
     changed: tuple[str, ...] = ()
+    # what a pass does not say, noted by `attnbench check` (contract.strided, contract.calls_differ): the
+    # output's strides where it is not contiguous in the variant's layout; how far two calls on the same
+    # inputs differ (0.0: alike; None: not compared)
+    strides: str = ""
+    calls_differ: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -245,11 +250,11 @@ def likely_cause(
 ) -> str:  # fmt: skip
     """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
     (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
-    packed batch's boundaries ignored, the causal diagonal hidden, the next key shown or the mask aligned the
-    other way, the window or the key padding mask one key wider, a paged cache read past its lengths or
-    around its page table, the scale left out or ignored; then misread's: the softmax taken over the queries,
-    a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask reversed, a
-    paged cache's last, partial pages left out.
+    packed batch's boundaries ignored, the causal mask aligned the other way, the window or the key padding
+    mask one key wider, a paged cache read past its lengths or around its page table, the scale left out or
+    ignored; then misread's: the causal diagonal hidden or the next key shown, the softmax taken over the
+    queries, a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask
+    reversed, a paged cache's last, partial pages left out.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
@@ -317,7 +322,8 @@ def _tiled_heads(q, k, v, *, dim: int):
 
 
 def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seqlens, **_):
-    """A mask, window or packed batch's boundaries ignored, or a causal mask, window or padding one off."""
+    """A mask, window or packed batch's boundaries ignored, a causal mask aligned the other way, or a window
+    or padding one key wider (a causal diagonal one off: misread's)."""
     same, n_q, n_k = (q, k, v), q.shape[2], k.shape[2]
     if cu_seqlens is not None:
         said = "it ignored the packed batch's boundaries (cu_seqlens): queries saw other sequences' keys"
@@ -335,28 +341,11 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
             if other == "lower-right":  # FlashAttention's causal: its declaration (variants.adapt)
                 said += ' (if its causal=True is always lower-right, declare causal="lower-right")'
             yield said, same, {"causal_align": other}, None
-        elif causal_align == "top-left" and not window and cu_seqlens is None:
-            yield from _diagonal_off_by_one(q, k, v, key_lengths)
     if key_lengths is not None:
         yield "it ignored key_lengths=: the padded keys took part", same, {"key_lengths": None}, None
         if not torch.equal(wider := torch.clamp(key_lengths + 1, max=n_k), key_lengths):  # `j > key_lengths`
             said = "its key padding mask shows one key past each length: key j is seen where j <= "
             yield said + "key_lengths[b], not j < key_lengths[b]", same, {"key_lengths": wider}, None
-
-
-def _diagonal_off_by_one(q, k, v, key_lengths):
-    """A square causal cell's mask one key off: each query's own key hidden, or the next one shown. The mask
-    is what hides key j from query i (scores.masked_fill(ones.triu(d), -inf)): triu(1) is the cell's."""
-    hidden = (q, k[:, :, :-1], v[:, :, :-1])  # query i sees keys 0..i-1: lower-right over N - 1 keys
-    said = "its causal mask hides each query's own key: query i saw keys 0..i-1 where it sees 0..i"
-    yield said + " (it masked triu(0), where triu(1) is meant)", hidden, {"causal_align": "lower-right"}, None
-    # query i sees keys 0..i+1: lower-right over N + 1 keys, the one added (zeros) hidden by its length
-    b, n = q.shape[0], k.shape[2]
-    shown = (q, *(torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[3])], dim=2) for t in (k, v)))
-    lengths = torch.full((b,), n, device=k.device) if key_lengths is None else key_lengths
-    said = "its causal mask shows each query the next key too: query i saw keys 0..i+1 where it sees 0..i"
-    changed = {"causal_align": "lower-right", "key_lengths": lengths}
-    yield said + " (it masked triu(2), where triu(1) is meant)", shown, changed, None
 
 
 def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
@@ -441,9 +430,11 @@ def _rounding(got: torch.Tensor, rounded_ref: torch.Tensor, ref: torch.Tensor, q
 def grad_errors(
     variant, q, k, v, *, causal=False, key_lengths=None, scale=None, seed: int = 0,
     causal_align: str = "top-left", window: int = 0, mod: str = NONE, cu_seqlens=None, block_table=None,
+    outputs: list | None = None,
 ) -> float:  # fmt: skip
     """Max over (dq, dk, dv) of rel_err against float64 autograd of the reference, for a random dO, with
-    each one's (own_gradient.Gradients).
+    each one's (own_gradient.Gradients). outputs: a list the forward's output is added to (a copy), where the
+    caller compares it with another call's (check's repeat).
 
     Both sides get their gradients as a training loop does, out.backward(dO) into fresh leaves' .grad
     (`_backward`), not torch.autograd.grad: reentrant activation checkpointing
@@ -456,6 +447,8 @@ def grad_errors(
     extra = extra_options(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
     out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
     check_graph(out)
+    if outputs is not None:
+        outputs.append(out.detach().clone())
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
     grads = leaf_grads(out, leaves, d_out.to(out.dtype))
     ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
@@ -492,43 +485,67 @@ def check(
     cu_seqlens=None,
     block_table=None,
     ref=None,
+    repeat: bool = False,
 ) -> GateResult:
     """Run `variant` on (q, k, v) and gate it; with backward=True also gate dq, dk, dv. causal_align,
     window, mod, cu_seqlens and block_table reach the variant only when not at their default
     (variants.extra_options); a registered Variant that quantises is gated by its recipe (gate's quant), one
     declared approximate at its bound. ref: the float64 reference of these inputs on every query row
-    (`reference`), where the caller gates several variants on the same inputs."""
+    (`reference`), where the caller gates several variants on the same inputs. repeat: also compare two
+    calls on the same inputs (GateResult.calls_differ, `again`)."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale)
     axes = dict(
         causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table
     )
+    cap = getattr(variant, "cap", None)
     pristine = [t.clone() for t in (q, k, v)]  # the gate reads these, not what the variant left in q, k, v
+    call = partial(variant, q, k, v, **rules, **extra_options(**axes))
     with torch.no_grad():
-        out = check_output(variant(q, k, v, **rules, **extra_options(**axes)), q, v)
+        out = check_output(call(), q, v)
+    first = out.detach().clone() if repeat else None  # before a later call can write over a buffer it reuses
     rows = sample_rows(q.shape[2], max_rows, cu_seqlens=cu_seqlens)
     if ref is not None and rows is not None:
         ref = ref[:, :, rows.to(ref.device)]
-    judged = judged_by(getattr(variant, "cap", None))
-    result = gate(out, *pristine, rows=rows, ref=ref, **judged, **rules, **axes)
+    result = gate(out, *pristine, rows=rows, ref=ref, **judged_by(cap), **rules, **axes)
+    strides = contract.strided(out, getattr(cap, "layout", "bhnd"))  # said, never refused
+    result = GateResult(**{**result.__dict__, "strides": strides})
     changed = changed_inputs((q, k, v), pristine)
     if changed:  # wrong already, as a run's cell is (outcomes.mutation); autograd would refuse its write
         return GateResult(**{**result.__dict__, "changed": changed})
-    if not backward:
-        return result
-    dtypes = getattr(getattr(variant, "cap", None), "dtypes", ())
-    judged = judged_gradients(variant, q, k, v, gate=result, dtypes=dtypes, **rules, **axes)
-    grad = {"grad_rel_err": judged.rel_err, "grad_passed": judged.passed, "grad_tolerance": judged.tolerance}
-    return GateResult(**{**result.__dict__, **grad, "grad_against": judged.against})
+    seen = [] if repeat else None  # the gradient check's forward: a second call already made
+    if backward:
+        judged = judged_gradients(
+            variant, q, k, v, gate=result, dtypes=getattr(cap, "dtypes", ()), outputs=seen, **rules, **axes
+        )
+        grad = {"grad_rel_err": judged.rel_err, "grad_passed": judged.passed, "grad_against": judged.against}
+        result = GateResult(**{**result.__dict__, **grad, "grad_tolerance": judged.tolerance})
+    if repeat:
+        result = GateResult(**{**result.__dict__, "calls_differ": again(first, seen, call, q, v)})
+    return result
+
+
+def again(first: torch.Tensor, seen: list, call, q, v) -> float | None:
+    """How far a second call on the same inputs lands from `first` (contract.calls_differ). The gradient
+    check's forward (`seen`, where it ran) is that call, and costs nothing more where it agrees; where it
+    disagrees, or there was none, one more call under no_grad decides, so that a kernel whose forward takes
+    another path when its inputs need grad is not taken for one that varies. None where that call raises."""
+    if seen and contract.calls_differ(first, seen[0]) == 0.0:
+        return 0.0
+    try:
+        with torch.no_grad():
+            return contract.calls_differ(first, check_output(call(), q, v))
+    except Exception:  # the first call's answer is gated; a second that fails decides nothing here
+        return None
 
 
 def judged_gradients(
-    variant, q, k, v, *, gate: GateResult, dtypes: tuple[str, ...], **opts
+    variant, q, k, v, *, gate: GateResult, dtypes: tuple[str, ...], outputs: list | None = None, **opts
 ) -> own_gradient.Judged:
     """The gradient check of the variant `gate` judged: against float64 attention's gradients, by
     GRAD_TOLERANCE_FACTOR x the gate's tolerance; for a kernel declared approximate, against its own
     forward's derivative where that resolves (own_gradient.judge). opts: the calling convention's keywords
-    and the added axes, as grad_errors takes them."""
-    exact = lambda: grad_errors(variant, q, k, v, **opts)  # noqa: E731
+    and the added axes, as grad_errors takes them; outputs: grad_errors'."""
+    exact = lambda: grad_errors(variant, q, k, v, outputs=outputs, **opts)  # noqa: E731
     if not gate.approximate:
         return own_gradient.Judged(exact(), gate.tolerance * GRAD_TOLERANCE_FACTOR, "")
     return own_gradient.judge(variant, q, k, v, tolerance=gate.tolerance, dtypes=dtypes, exact=exact, **opts)

@@ -25,6 +25,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 # small enough for every variant on CPU; two batch rows, padded unequally
 BATCH, HEADS, HEAD_DIM = 2, 4, 64
@@ -71,6 +72,15 @@ class GateRow:
     # which of a run's workloads its cell is one of (workload_kind: "dense", "window", "packed", "paged"),
     # read from the cell, never from its label's words; "dense" for causal x padding and the no-key problem
     kind: str = "dense"
+    # at a low-precision dtype, the baseline variant (baseline_for) on the same inputs, forward, against the
+    # same float64 reference: what the dtype itself costs, beside which rel_err is read (check.notes)
+    baseline: str = ""
+    baseline_rel_err: float | None = None  # None where no baseline was asked, or it does not take the problem
+    # what check notes, never a failure (correctness.GateResult's): the output's strides where it is not
+    # contiguous in the variant's layout; how far two calls on the same inputs differ (problem.repeat; None:
+    # not compared, 0.0: alike)
+    strides: str = ""
+    calls_differ: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,8 @@ class GateProblem:
     workload: str = ""
     kind: str = "dense"  # the workload's cell's (workload_kind), as its GateRow says
     counted: bool = True
+    baseline: str = ""  # the variant whose forward error is measured beside this one's (baseline_for)
+    repeat: bool = False  # whether two calls on the same inputs are compared here (repeated_at)
 
     def row(self, status: str, reason: str) -> GateRow:
         """This problem's row with `status` and `reason` and nothing measured (its worker died or hung)."""
@@ -101,24 +113,32 @@ class GateProblem:
 
 def problems(
     names: Sequence[str], devices: Sequence[str], dtypes: Sequence[str], ns: int | Sequence[int], *,
-    counted: Callable[[str], bool], parts: Sequence[str] = (MASKS, NO_KEY, WORKLOADS),
+    counted: Callable[[str], bool], parts: Sequence[str] = (MASKS, NO_KEY, WORKLOADS), notes: bool = True,
 ) -> Iterator[GateProblem]:  # fmt: skip
     """A check's problems in its order: per device, per dtype, each variant with and without causal masking
     and key padding at each N of `ns` (one N, or several: a kernel's partial last block shows at an N its
     tile does not divide), then each variant on the no-key problem; then each device's workloads, per dtype
     and variant (a check cut short has the gate of every dtype first). The no-key problem and the workloads
     are gated at the first N only. A variant that cannot run on a device has no workload there (its causal x
-    padding rows say why). counted(name): whether its failures count."""
+    padding rows say why). counted(name): whether its failures count. notes: whether each problem also
+    measures what check's notes read (the baseline's error beside it: baseline_for)."""
     from attnbench import variants
 
     dtypes, ns = tuple(dtypes), (ns,) if isinstance(ns, int) else tuple(ns)
     n = ns[0]
+
+    def also(name: str, device: str, dtype: str) -> dict:
+        return {"baseline": baseline_for(variants.get(name), device, dtype)} if notes else {}
+
     for device in devices:
         for dtype in dtypes:
             masks = itertools.product(ns, (False, True), (False, True)) if MASKS in parts else []
             for (each, causal, padding), name in itertools.product(masks, names):
-                at = dict(device=device, dtypes=dtypes, dtype=dtype, n=each)
-                yield GateProblem(name, **at, causal=causal, padding=padding, counted=counted(name))
+                at = dict(device=device, dtypes=dtypes, dtype=dtype, n=each, **also(name, device, dtype))
+                repeat = notes and repeated_at(variants.get(name), each == n, padding)
+                yield GateProblem(
+                    name, **at, causal=causal, padding=padding, counted=counted(name), repeat=repeat
+                )
             at = dict(device=device, dtypes=dtypes, dtype=dtype, n=n)
             for name in names if NO_KEY in parts else []:
                 yield GateProblem(name, **at, no_key=True, counted=counted(name))
@@ -128,9 +148,38 @@ def problems(
         for dtype, name in itertools.product(dtypes, runs_here):
             for label, cell in workload_cells(variants.get(name), device, dtype, n):
                 kind = workload_kind(cell)
-                yield GateProblem(
-                    name, device, dtypes, dtype, n, workload=label, kind=kind, counted=counted(name)
-                )
+                yield GateProblem(name, device, dtypes, dtype, n, workload=label, kind=kind,
+                                  counted=counted(name), **also(name, device, dtype))  # fmt: skip
+
+
+def repeated_at(variant, first_n: bool, padding: bool) -> bool:
+    """Whether check compares two calls on the same inputs at a mask problem: at the first N without
+    padding, causal and not (a kernel's masked and unmasked paths), for every variant but one that declares
+    its dropout's randomness its own (dropout_deterministic=False). The gradient check's forward is the
+    second call where the problem has one (correctness.again)."""
+    cap = variant.cap
+    return first_n and not padding and not (cap.dropout and not cap.dropout_deterministic)
+
+
+def baseline_for(variant, device: str, dtype: str) -> str:
+    """The variant whose forward error check measures beside `variant`'s on each problem of a low-precision
+    `dtype` (a tolerance wider than float32's: float16, bfloat16), on the same inputs: the first of
+    DEFAULT_BASELINES that runs on `device` (sdpa, the baseline bench races against and the report's
+    speed-ups divide by). "" at float32 and float64 (an error near 1e-7 says nothing of accumulation), for
+    the baseline itself, and for a variant that rounds its inputs first or is declared approximate (its error
+    is its recipe's or its bound's by design)."""
+    from attnbench import variants
+    from attnbench.results.formulas import DEFAULT_BASELINES, TOLERANCE
+
+    cap = variant.cap
+    if not TOLERANCE.get(dtype, 0.0) > TOLERANCE["float32"] or cap.quant or cap.approximate:
+        return ""
+    for name in DEFAULT_BASELINES:
+        if name == variant.name:  # its own rows are the baseline's
+            return ""
+        if name in variants.all_variants() and unavailable(variants.get(name), device) is None:
+            return name
+    return ""
 
 
 def gate_request(problem: GateProblem) -> GateRow:
@@ -143,7 +192,7 @@ def gate_request(problem: GateProblem) -> GateRow:
     variant, p = variants.get(problem.variant), problem
     if p.workload:
         cells = dict(workload_cells(variant, p.device, p.dtype, p.n))
-        gated = gate_workload(variant, cells[p.workload], p.workload, counted=p.counted)
+        gated = gate_workload(variant, cells[p.workload], p.workload, counted=p.counted, baseline=p.baseline)
         return dataclasses.replace(gated, n=p.n)
     qkv = _inputs(p.device, p.dtypes, p.dtype, p.n)
     key_lengths = None
@@ -152,8 +201,9 @@ def gate_request(problem: GateProblem) -> GateRow:
     elif p.padding:  # (B,): [n // 2, 1] or so
         key_lengths = torch.tensor(padded_lengths(p.n, BATCH, PADDING), device=p.device)
     return gate_one(
-        variant, qkv, causal=p.causal, key_lengths=key_lengths, no_key=p.no_key, counted=p.counted
-    )
+        variant, qkv, causal=p.causal, key_lengths=key_lengths, no_key=p.no_key, counted=p.counted,
+        baseline=p.baseline, repeat=p.repeat,
+    )  # fmt: skip
 
 
 def _inputs(device: str, dtypes: Sequence[str], dtype: str, n: int) -> list:
@@ -295,24 +345,26 @@ def _takes(variant, spec) -> bool:
         return False
 
 
-def gate_workload(variant, spec, label: str, *, counted: bool = True) -> GateRow:
-    """One declared workload's problem (workload_cells), made as a run makes it, against float64."""
+def gate_workload(variant, spec, label: str, *, counted: bool = True, baseline: str = "") -> GateRow:
+    """One declared workload's problem (workload_cells), made as a run makes it, against float64; baseline:
+    the variant measured beside it (baseline_for), "" for none."""
     from attnbench.harness.measure.inputs import gate_axes, make_inputs
     from attnbench.variants.handed import exercised
 
     row = dict(variant=variant.name, device=spec.device, dtype=spec.dtype, causal=spec.causal, padding=False,
                gating=counted, workload=label, kind=workload_kind(spec), implied=implied(label))  # fmt: skip
     declared = exercised(variant, spec.problem())  # said where it raises: a wrong declaration may be why
-    return _recorded(
-        row, lambda: _gate(variant, spec.problem(), make_inputs(spec, 0), row, gate_axes(spec)), declared
-    )
+    inputs, axes = make_inputs(spec, 0), gate_axes(spec)
+    return _recorded(row, lambda: _gate(variant, spec.problem(), inputs, row, axes, baseline), declared)
 
 
 def gate_one(
-    variant, qkv, *, causal: bool, key_lengths, no_key: bool = False, counted: bool = True
-) -> GateRow:
+    variant, qkv, *, causal: bool, key_lengths, no_key: bool = False, counted: bool = True,
+    baseline: str = "", repeat: bool = False,
+) -> GateRow:  # fmt: skip
     """One variant on q, k, v (B, H, N, d) against float64: unsupported (with the reason), pass, FAIL (with
-    the reason) or error (what it raised, in one line). no_key: the extra problem, forward only, not gated."""
+    the reason) or error (what it raised, in one line). no_key: the extra problem, forward only, not gated;
+    baseline: the variant measured beside it (baseline_for), "" for none; repeat: two calls compared."""
     from attnbench import variants
     from attnbench.variants import dtype_name
 
@@ -324,7 +376,8 @@ def gate_one(
     prob = variants.Problem(device=row["device"], dtype=row["dtype"], batch=b, heads=h, seq_len=n, seq_k=n,
                             d_k=d, d_v=d, causal=causal, padding=0.25 if padded else 0.0,
                             pass_="fwd" if no_key else "fwdbwd")  # fmt: skip
-    return _recorded(row, lambda: _gate(variant, prob, (*qkv, key_lengths), row))
+    gated = partial(_gate, variant, prob, (*qkv, key_lengths), row, baseline=baseline, repeat=repeat)
+    return _recorded(row, gated)
 
 
 def _recorded(row: dict, gated, declared: str = "") -> GateRow:
@@ -344,10 +397,15 @@ def _recorded(row: dict, gated, declared: str = "") -> GateRow:
         return GateRow(**row, status="unsupported" if status == "unsupported" else "error", reason=message)
 
 
-def _gate(variant, prob, inputs, row: dict, axes: dict | None = None) -> GateRow:
+def _gate(
+    variant, prob, inputs, row: dict, axes: dict | None = None, baseline: str = "", repeat: bool = False
+) -> GateRow:
     """The gate of one problem: inputs (q, k, v, key_lengths), axes the gate's keywords of the added axes
-    (harness.measure.inputs.gate_axes). What a variant raises here is _recorded's."""
+    (harness.measure.inputs.gate_axes); baseline: the variant whose forward error is measured beside (its
+    float64 reference computed once, for both); repeat: two calls on the same inputs compared. What a
+    variant raises here is _recorded's."""
     from attnbench.harness.measure import correctness
+    from attnbench.harness.measure.attention64 import reference
 
     reason = variant.check(prob)
     backward = prob.backward
@@ -356,9 +414,10 @@ def _gate(variant, prob, inputs, row: dict, axes: dict | None = None) -> GateRow
     if reason:
         return GateRow(**row, status="unsupported", reason=str(reason))
     q, k, v, key_lengths = inputs
-    r = correctness.check(
-        variant, q, k, v, causal=prob.causal, key_lengths=key_lengths, backward=backward, **(axes or {})
-    )
+    rules = {"causal": prob.causal, "key_lengths": key_lengths, **(axes or {})}
+    ref = reference(q, k, v, **rules) if baseline else None  # before the variant: it may write its inputs
+    r = correctness.check(variant, q, k, v, backward=backward, ref=ref, repeat=repeat, **rules)
+    beside = _baseline_error(baseline, prob, (q, k, v), rules, ref) if baseline and not r.changed else None
     return GateRow(
         **row,
         status="pass" if r.ok else "FAIL",
@@ -369,7 +428,27 @@ def _gate(variant, prob, inputs, row: dict, axes: dict | None = None) -> GateRow
         reason=fail_reason(r) if not r.ok else _held(r),
         quant=r.quant,
         sqnr_db=r.sqnr_db,
+        baseline=baseline if beside is not None else "",
+        baseline_rel_err=beside,
+        strides=r.strides,
+        calls_differ=r.calls_differ,
     )
+
+
+def _baseline_error(name: str, prob, qkv, rules: dict, ref) -> float | None:
+    """The forward rel_err of variant `name` on the problem's inputs, against its float64 reference `ref`;
+    None where it does not take the problem (sdpa takes no pack or paged cache) or fails to answer: the
+    baseline's fault is never the gated variant's row."""
+    from attnbench import variants
+    from attnbench.harness.measure import correctness
+
+    base = variants.get(name)
+    try:
+        if base.check(dataclasses.replace(prob, pass_="fwd")) is not None:
+            return None
+        return correctness.check(base, *qkv, ref=ref, **rules).rel_err
+    except Exception:  # a baseline that raises here has no error to show beside
+        return None
 
 
 def _held(r) -> str:

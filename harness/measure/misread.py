@@ -1,9 +1,11 @@
 """Known mistakes whose answer the reference's rules cannot say (correctness.likely_cause tries them after the
-ones they can): the softmax over the queries, a mask read inverted, a bool mask added to the scores, an
-additive mask subtracted from them, a causal mask of the wrong sense, a paged cache read up to its last full
-page only (its queries still at each context's end). Each is float64 attention under the
-mistake, on the rows a failing answer is read on, with the rows it leaves without a key: the reference's
-float64 attention and its visibility rule (attention64), handed the keys the mistake sees.
+ones they can): a causal mask one key off its diagonal (each query's own key hidden, or the next key shown,
+in any causal cell: square, N_q < N_k, lower-right, a window), the softmax over the queries, a mask read
+inverted, a bool mask added to the scores, an additive mask subtracted from them, a causal mask of the wrong
+sense, a paged cache read up to its last full page only (its queries still at each context's end). Each is
+float64 attention under the mistake, on the rows a failing answer is read on, with the rows it leaves without
+a key: the reference's float64 attention and its visibility rule (attention64), handed the keys the mistake
+sees.
 
 The masks are those a declared mask (variants.adapt) is made from: a bool mask True where a key is seen (as
 SDPA's), an additive one 0 there and the lowest value of q's dtype where a key is hidden."""
@@ -47,6 +49,8 @@ def readings(q, k, v, *, rows: torch.Tensor, seen: torch.Tensor, scale, **rules)
     if rules["block_table"] is not None:  # a paged cache: k, v pools of pages, none of the masks below
         yield from _full_pages_only(q, k, v, rows=rows, scale=scale, **rules)
         return
+    if rules["causal"] and rules["cu_seqlens"] is None:
+        yield from _diagonal_off_by_one(q, k, v, rows=rows, seen=seen, scale=scale, **rules)
     masks = rules["mod"] == NONE and rules["cu_seqlens"] is None and rules["block_table"] is None
     if masks and not bool(seen.all()):  # a mask, handed or made, hides a key of these rows
         yield INVERTED, attend(q, k, v, rows=rows, scale=scale, seen=~seen), _empty(~seen)
@@ -63,6 +67,30 @@ def readings(q, k, v, *, rows: torch.Tensor, seen: torch.Tensor, scale, **rules)
     alt = over_queries(q, k, v, rows=rows, scale=scale, **rules)
     if alt is not None:
         yield OVER_QUERIES, alt, None
+
+
+def _diagonal_off_by_one(
+    q, k, v, *, rows, seen, scale, causal_align, window, key_lengths, mod, **_
+) -> Iterator[tuple]:  # fmt: skip
+    """A causal mask one key off: each query's own key t_i hidden (it masked triu(0) where triu(1) is meant:
+    scores.masked_fill(ones.triu(d), -inf) hides key j from query i where j - i >= d), or the next key t_i + 1
+    shown too (triu(2)), where the padding lets it; a window's far edge kept. Said in the cell's own terms:
+    t_i is i top-left, i + N_k - N_q lower-right, and a window's first key t_i - W + 1."""
+    n_q, n_k, ids = q.shape[2], k.shape[2], rows.to(q.device)
+    shift = n_k - n_q if causal_align == "lower-right" else 0  # t_i - i
+    j = torch.arange(n_k, device=q.device)[None, :]
+    t = (ids + shift)[:, None]  # (R, 1): each row's diagonal key
+    padded = visible(ids, n_q, n_k, key_lengths=key_lengths)  # the keys its padding lets a row see
+    at = lambda d: f"i{d:+d}" if d else "i"  # noqa: E731  (i, i-1, i+30)
+    first = f"{at(shift - window + 1)}.." if window else "0.."  # the first key a row sees by the rules
+    mods = dict(rows=rows, scale=scale, mod=mod, causal_align=causal_align)
+    own_hidden = seen & (j != t)[None, None]
+    next_shown = seen | ((j == t + 1)[None, None] & padded)
+    for by, sees, what in ((-1, own_hidden, "hides each query's own key"),
+                           (1, next_shown, "shows each query the next key too")):  # fmt: skip
+        said = f"its causal mask {what}: query i saw keys {first}{at(shift + by)} where it sees "
+        said += f"{first}{at(shift)} (it masked triu({shift + 1 + by}), where triu({shift + 1}) is meant)"
+        yield said, attend(q, k, v, seen=sees, **mods), _empty(sees)
 
 
 def _full_pages_only(q, k, v, *, rows, scale, key_lengths, block_table, causal, **_) -> Iterator[tuple]:

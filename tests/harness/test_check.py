@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import sys
 
 import pytest
@@ -895,3 +897,170 @@ def test_a_rounding_variants_gate_rows_carry_its_recipe_and_sqnr():
     fp8 = [r for r in rows if r.variant == "fp8_emulated"]
     assert fp8 and all(r.quant == "e4m3fn:tensor" and 0 < r.sqnr_db < 60 for r in fp8), fp8
     assert all(r.quant == "" and r.sqnr_db is None for r in rows if r.variant == "naive"), rows
+
+
+ACCUMULATORS = """
+import torch
+from attnbench import register
+
+def _summed(q, k, v, causal, acc):
+    s = (q.float() @ k.float().transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    p = s.softmax(-1)  # float32 weights either way
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=acc)
+    for j in range(k.shape[2]):  # P @ V summed key by key in `acc`
+        out = out + (p[..., j : j + 1] * v[:, :, j : j + 1].float()).to(acc)
+    return out.to(q.dtype)
+
+@register("sums_in_dtype")
+def sums_in_dtype(q, k, v, *, causal=False):
+    return _summed(q, k, v, causal, q.dtype)
+
+@register("sums_in_float32")
+def sums_in_float32(q, k, v, *, causal=False):
+    return _summed(q, k, v, causal, torch.float32)
+"""
+
+
+def test_a_low_precision_pass_is_read_beside_sdpas_error_and_one_well_above_it_noted(
+    isolated_registry, tmp_path
+):
+    """Trial: a kernel accumulating in bfloat16 passed with 3-4x the error of the same kernel accumulating in
+    float32, and nothing showed a baseline's error. Each bfloat16 problem now measures sdpa's forward on the
+    same inputs beside it; check shows sdpa's error and notes the variant whose worst error is
+    ABOVE_BASELINE times sdpa's or more, its verdict unchanged; float32 has no baseline."""
+    (tmp_path / "acc.py").write_text(ACCUMULATORS)
+    plan = check.prepare(
+        None, ["cpu"], ["float32", "bfloat16"], 100, variant_files=[str(tmp_path / "acc.py")]
+    )
+    rows = list(check.gate_all(plan))
+    gated = [r for r in rows if r.status == "pass" and not r.no_key]
+    assert {(r.dtype, r.baseline) for r in gated} == {("float32", ""), ("bfloat16", "sdpa")}
+    assert all(0 < r.baseline_rel_err < 1e-2 for r in gated if r.dtype == "bfloat16")
+    assert check.exit_status(rows) == 0 and check.verdict(rows).startswith("check: passed (2 variants")
+    said = check.notes(rows)
+    assert len(said) == 2 and said[0].startswith("sdpa's forward error on the same problems"), said
+    assert said[0].endswith(f"bfloat16 {min(r.baseline_rel_err for r in gated if r.baseline):.1e}.."
+                            f"{max(r.baseline_rel_err for r in gated if r.baseline):.1e}")  # fmt: skip
+    note = re.fullmatch(
+        r"sums_in_dtype passes, but its bfloat16 error is ([\d.]+)× sdpa's on the same problems "
+        r"\(\S+ against \S+: does it accumulate in bfloat16\?\)",
+        said[1],
+    )
+    assert note and float(note[1]) >= check.ABOVE_BASELINE, said
+    assert not any("sums_in_float32" in line for line in said)
+    assert check.notes([r for r in rows if r.dtype == "float32"]) == []
+
+
+REPEATS = """
+import torch
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from attnbench import register
+
+@register("varies")
+def varies(q, k, v, *, causal=False):  # right to 1e-7, never the same twice
+    out = sdpa(q, k, v, is_causal=causal)
+    return out + torch.randn_like(out) * 1e-7 * out.abs().mean()
+
+@register("grad_path")
+def grad_path(q, k, v, *, causal=False):  # another path where its inputs need grad: other bits, every time
+    out = sdpa(q, k, v, is_causal=causal)
+    return out + 1e-6 * out if q.requires_grad else out
+
+@register("own_rng", dropout_deterministic=False)
+def own_rng(q, k, v, *, causal=False, dropout_p=0.0):  # its randomness declared its own: not compared
+    out = sdpa(q, k, v, is_causal=causal)
+    return out + torch.randn_like(out) * 1e-7 * out.abs().mean()
+
+@register("strided_out")
+def strided_out(q, k, v, *, causal=False):  # (B, H, N, d) in (B, N, H, d) memory
+    return sdpa(q, k, v, is_causal=causal).transpose(1, 2).contiguous().transpose(1, 2)
+
+@register("in_bnhd", takes="bnhd")
+def in_bnhd(q, k, v, *, causal=False):  # its own layout, (B, N, H, d), contiguous: nothing to say
+    return sdpa(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=causal).transpose(1, 2).contiguous()
+"""
+
+
+def test_calls_that_differ_and_a_strided_output_are_noted_never_failed(isolated_registry, tmp_path):
+    """Trial: a kernel adding noise to each call and one returning (B, H, N, d) in (B, N, H, d) memory passed
+    every problem without a word. check compares two calls on the same inputs at N without padding, causal
+    and not (the gradient check's forward is the second call where there is one; a kernel that takes another
+    path under grad is called once more, not called non-deterministic), and notes an output not contiguous
+    in the variant's own layout (its four mask problems and causal top-left's); neither fails."""
+    (tmp_path / "r.py").write_text(REPEATS)
+    plan = check.prepare(None, ["cpu"], ["float32"], (16, 24), variant_files=[str(tmp_path / "r.py")])
+    rows = list(check.gate_all(plan))
+    assert check.exit_status(rows) == 0, [r for r in rows if r.status != "pass"]
+    compared = {(r.variant, r.causal, r.n) for r in rows if r.calls_differ is not None}
+    mine = {"varies", "grad_path", "strided_out", "in_bnhd"}
+    assert compared == {(name, causal, 16) for name in mine for causal in (False, True)}
+    assert all(r.calls_differ > 0 for r in rows if r.variant == "varies" and r.calls_differ is not None)
+    assert all(r.calls_differ == 0 for r in rows if r.variant == "grad_path" and r.calls_differ is not None)
+    said = check.notes(rows)
+    assert len(said) == 2, said
+    assert re.fullmatch(
+        r"varies is not deterministic: two calls on the same inputs differ by up to \S+ \(rel\), in 2 of 2 "
+        r"problems compared",
+        said[0],
+    ), said
+    assert said[1] == (
+        "strided_out returns a non-contiguous output (strides (4096, 64, 256, 1) for (2, 4, 16, 64), "
+        "(B, N, H, d) memory; in 5 of 5 problems): the next op may copy it"
+    ), said
+    # a variant not in default sweeps, checked unnamed (hf_sdpa returns (B, N, H, d) memory by design): its
+    # notes are not said, as its failures are not counted
+    unnamed = [dataclasses.replace(r, gating=False) if r.variant == "strided_out" else r for r in rows]
+    assert check.notes(unnamed) == said[:1]
+
+
+def test_check_prints_its_notes_below_its_tables_and_its_verdict_last(tmp_path):
+    """`attnbench check` prints each note as a line of its own, `note: ...`, after its tables and before its
+    verdict, which they leave as it was."""
+    (tmp_path / "r.py").write_text(REPEATS)
+    done = run_cli("check", "--variant-file", str(tmp_path / "r.py"), "--variants", "varies,strided_out",
+                   "--dtype", "float32,bfloat16", "--seq-len", "16")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    noted = [line for line in lines if line.startswith("note: ")]
+    assert [line.split(" ")[1] for line in noted] == ["sdpa's", "varies", "strided_out"], noted
+    assert lines[-len(noted) - 1 :] == [*noted, "check: passed (2 variants, 12 problems); exit status 0"]
+
+
+DIAGONAL = """
+import torch
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from attnbench import register
+
+@register("diag_hidden", gqa=True, window=True)
+def diag_hidden(q, k, v, *, causal=False, window=0):  # masks j >= i where j > i is meant
+    i, j = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
+    hidden = (j >= i) if causal else torch.zeros(1, 1, dtype=torch.bool)
+    hidden = hidden | (j <= i - window) if window else hidden
+    return sdpa(q, k, v, attn_mask=~hidden, enable_gqa=True).nan_to_num(0.0)
+"""
+
+
+def test_a_causal_diagonal_hidden_is_named_in_every_row_it_fails(isolated_registry, tmp_path):
+    """Trial: a kernel masking j >= i was named in the square causal rows, and its `causal top-left, N_q 25
+    of N_k 100` and `window 16` rows said only 'it left query rows unwritten'; each names the cause now."""
+    (tmp_path / "d.py").write_text(DIAGONAL)
+    rows = list(
+        check.gate_all(check.prepare(None, ["cpu"], ["float32"], 24, variant_files=[str(tmp_path / "d.py")]))
+    )
+    failed = {r.workload or f"causal, N {r.n}": r.reason for r in rows if r.status == "FAIL"}
+    assert set(failed) == {
+        "causal, N 24",
+        "2 k/v heads for 4",
+        "causal top-left, N_q 6 of N_k 24",
+        "window 4",
+    }
+    said = "its causal mask hides each query's own key: query i saw keys "
+    assert failed["causal top-left, N_q 6 of N_k 24"].startswith(
+        f"{said}0..i-1 where it sees 0..i (it masked"
+    ), failed
+    assert failed["window 4"].startswith(f"{said}i-3..i-1 where it sees i-3..i (it masked triu(0), where"), (
+        failed
+    )
+    assert all(reason.startswith(said) for reason in failed.values()), failed

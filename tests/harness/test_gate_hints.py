@@ -491,3 +491,52 @@ def test_a_wrong_answer_says_which_query_rows_err(answer, rows, said):
         assert result.where == "" and result.hint.startswith("it left out the scale"), result.describe()
     else:
         assert result.where == said and result.describe().endswith(said), result.describe()
+
+
+def diagonal_off(q, k, v, *, by, window=0, lower_right=False, key_lengths=None, mod=None):
+    """Causal attention with the mask one key off its diagonal t_i (i, or i + N_k - N_q lower-right): by -1
+    hides each query's own key (triu(0) where triu(1) is meant), by +1 shows it the next key too (triu(2));
+    a window's far edge where the cell's is (j <= t_i - W hidden)."""
+    n_q, n_k = q.shape[2], k.shape[2]
+    t = torch.arange(n_q)[:, None] + (n_k - n_q if lower_right else 0)
+    j = torch.arange(n_k)[None, :]
+    hidden = (j > t + by) | ((j <= t - window) if window else torch.zeros_like(j, dtype=torch.bool))
+    if key_lengths is not None:
+        hidden = hidden | (j >= key_lengths[:, None, None, None])
+    s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if mod == "alibi":
+        from attnbench.variants.mods import apply_mod
+
+        s = apply_mod(s, mod, causal=True, causal_align="lower-right" if lower_right else "top-left")
+    return torch.softmax(s.masked_fill(hidden, -math.inf), dim=-1).nan_to_num(0.0) @ v
+
+
+@pytest.mark.parametrize(
+    "n_q, rules, said",
+    [
+        (N // 4, {}, "keys 0..i-1 where it sees 0..i (it masked triu(0), where triu(1) is meant)"),
+        (N, {"window": 6}, "keys i-5..i-1 where it sees i-5..i (it masked triu(0), where triu(1) is meant)"),
+        (N // 4, {"causal_align": "lower-right"}, "keys 0..i+29 where it sees 0..i+30 (it masked triu(30), "
+                                                  "where triu(31) is meant)"),
+        (N, {"key_lengths": LENGTHS}, "keys 0..i-1 where it sees 0..i"),
+        (N, {"mod": "alibi"}, "keys 0..i-1 where it sees 0..i"),
+    ],
+    ids=["top-left-fewer-queries", "window", "lower-right", "padded", "alibi"],
+)  # fmt: skip
+def test_a_causal_diagonal_one_key_off_is_named_in_every_causal_cell(n_q, rules, said):
+    """Trial: a kernel masking j >= i was named in the square causal cells, and only 'it left query rows
+    unwritten' in the top-left N_q < N_k and window cells (its row 0 sees no key there): the readings of the
+    diagonal one key off are tried wherever the cell is causal, in the cell's own words."""
+    q, k, v = qkv(n_q=n_q)
+    lower = rules.get("causal_align") == "lower-right"
+    kw = dict(window=rules.get("window", 0), lower_right=lower, key_lengths=rules.get("key_lengths"))
+    hidden = diagonal_off(q, k, v, by=-1, mod=rules.get("mod"), **kw)
+    result = correctness.gate(hidden, q, k, v, causal=True, rows=correctness.sample_rows(n_q, 12), **rules)
+    assert result.hint.startswith(f"its causal mask hides each query's own key: query i saw {said}"), (
+        result.describe()
+    )
+    shown = diagonal_off(q, k, v, by=1, mod=rules.get("mod"), **kw)
+    result = correctness.gate(shown, q, k, v, causal=True, **rules)
+    assert result.hint.startswith("its causal mask shows each query the next key too: "), result.describe()
+    right = diagonal_off(q, k, v, by=0, mod=rules.get("mod"), **kw)
+    assert correctness.gate(right, q, k, v, causal=True, **rules).passed
