@@ -229,7 +229,7 @@ def workloads_taken(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[s
 _GATE_DEFAULTS = {
     "rel_err": None, "grad_rel_err": None, "masked_rows": "", "reason": "", "gating": True, "no_key": False,
     "workload": "", "implied": False, "grad_against": "", "n": 0, "quant": "", "sqnr_db": None,
-    "kind": "dense",
+    "kind": "dense", "baseline": "", "baseline_rel_err": None, "strides": "", "calls_differ": None,
 }  # fmt: skip
 _GATE_STYLE = {
     "pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]", "error": "[bold red]error[/]",

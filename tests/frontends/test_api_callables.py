@@ -928,7 +928,9 @@ def test_a_slow_kernel_skips_its_longer_cells_in_rounds_and_the_answer_says_so(t
     assert [rows[n]["status"] for n in (64, 128, 256)] == ["ok", "ok", "skipped"], rows
     lines = str(bench).splitlines()
     skipped = [
-        line for line in lines if line.startswith("skipped in 1 cell (float32; no mask; at N = 256): ")
+        line
+        for line in lines
+        if line.startswith("skipped in 1 cell (float32; no mask; forward; at N = 256): ")
     ]
     assert skipped and "over max_call_ms=150" in skipped[0], lines  # the API's keyword, not the CLI's flag
 
