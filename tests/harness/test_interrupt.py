@@ -368,16 +368,17 @@ from attnbench.harness.workers import isolation
 
 SIGINT = 1 << (signal.SIGINT - 1)
 
-def bits(pid, field):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1], 16)
+def bits(pid, *fields):  # read in one go: two reads could straddle the server's ignore-then-unblock
+    status = {k: v for k, _, v in (line.partition(":") for line in open(f"/proc/{pid}/status"))}
+    got = tuple(int(status[f].split()[0], 16) for f in fields)
+    return got if len(got) > 1 else got[0]
 
 isolation.prestart()
 pid, start, handled = fs._forkserver._forkserver_pid, time.monotonic(), 0
 os.kill(pid, signal.SIGINT)  # at once: the server is starting Python, or importing attnbench
 while "libtorch" not in open(f"/proc/{pid}/maps").read():  # until it imports torch
-    handled += bool(bits(pid, "SigCgt") & SIGINT and not bits(pid, "SigBlk") & SIGINT)
+    caught, blocked_now = bits(pid, "SigCgt", "SigBlk")  # one moment's state, both fields
+    handled += bool(caught & SIGINT and not blocked_now & SIGINT)
     assert time.monotonic() - start < 60
 blocked = {"parent": bool(bits(os.getpid(), "SigBlk") & SIGINT)}
 for name, config in (("forked", {}), ("spawned", {"cpu_affinity": [min(os.sched_getaffinity(0))]})):
