@@ -312,3 +312,39 @@ def test_loading_counts_executed_work_from_the_rows_own_lengths(tmp_path):
     stored = {r["cell_id"]: r["executed_flops"] for r in map(json.loads, (run / "rows.jsonl").open())}
     kept = load(tmp_path).set_index("cell_id")["executed_flops"]
     assert all(kept[c] == e for c, e in stored.items() if e is not None)
+
+
+def _tiles_one_by_one(lengths, tile, *, causal, window):
+    """The tile count by its definition: every tile of the T x T matrix, visible where one sequence holds a
+    row i and a key j of it with j <= i under causal masking and j > i - window with a window."""
+    bounds = [0]
+    for n in lengths:
+        bounds.append(bounds[-1] + n)
+    total, pairs = bounds[-1], 0
+    for a in range(0, total, tile):
+        for c in range(0, total, tile):
+            a2, c2 = min(a + tile, total), min(c + tile, total)
+            seen = any(
+                s <= i < e and s <= j < e and (not causal or j <= i) and (not window or j > i - window)
+                for s, e in zip(bounds, bounds[1:], strict=False)
+                for i in range(a, a2)
+                for j in range(c, c2)
+            )
+            pairs += (a2 - a) * (c2 - c) if seen else 0
+    return pairs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tile_work_is_the_tiles_that_hold_a_visible_pair(seed):
+    """tiles:N counts, row of tiles by row, the key tiles each sequence's interval of keys touches: the same
+    as looking in every tile for a visible pair (zero-length sequences, windows and causal masking too)."""
+    import random
+
+    rng = random.Random(seed)
+    lengths = [rng.choice([0, 1, 3, 5, 9, 17, 30]) for _ in range(rng.randint(1, 6))] + [rng.randint(1, 40)]
+    for tile in (1, 4, 7, 16):
+        for causal in (False, True):
+            for window in (0, 1, 3, 10):
+                want = _tiles_one_by_one(lengths, tile, causal=causal, window=window)
+                got = executed_pairs(lengths, causal=causal, work=f"tiles:{tile}", window=window)
+                assert got == want, (lengths, tile, causal, window)
