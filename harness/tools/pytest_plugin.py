@@ -94,6 +94,7 @@ class _Session:
     settings: object = None
     cache: object = None
     untimed: list | None = None
+    peaks: object = None  # guard.MeasuredPeaks: the grid's ok cells' peaks, the guard's evidence
     error: str | None = None  # why the grid could not be built (an unknown variant), said after collection
     announced: object = None  # this session's neighbours.Announced, while it times the grid
     notes: tuple[str, ...] = ()  # its closing note on the runs that measured during it
@@ -170,7 +171,9 @@ def _grid(config: pytest.Config) -> _Session:
 
             torch.set_num_threads(settings.threads)  # as the harness's worker does; recorded in each row
         state.cells = {c.cell_id: c for c in cells}
-        state.settings, state.cache, state.untimed = settings, InputCache(), []
+        from attnbench.harness.measure.guard import MeasuredPeaks
+
+        state.settings, state.cache, state.untimed, state.peaks = settings, InputCache(), [], MeasuredPeaks()
     return state
 
 
@@ -257,10 +260,11 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     reason = variant.check(spec.problem())
     if reason:
         _untimed(state, finish(base_row(spec), "unsupported", reason))
-    predicted = guard.predict_peak_bytes(spec, variant.cap.memory, settings, variant.cap.varlen)
+    measured = state.peaks.of(spec)  # the shorter cells of its series measured in this session
+    predicted = guard.predict(spec, variant.cap.memory, settings, variant.cap.varlen, measured)
     reason = guard.fits(predicted, free_memory(spec.device), settings.memory_guard)
     if reason:
-        _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
+        _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted.bytes))
 
     row = start_row(spec)
     row["executed_flops"] = executed_flops(spec, variant.cap.varlen)  # a pack's padding tax, as a run's row
@@ -300,6 +304,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         _untimed(state, {k: v for k, v in benchmark.extra_info.items() if k not in TIMED_ONLY})
     if status != "ok":
         pytest.fail(f"{status}: {spec.variant}: {message}", pytrace=False)
+    state.peaks.note(spec, benchmark.extra_info)
     return dict(benchmark.extra_info)
 
 
