@@ -422,7 +422,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     off the session's median probe: the machine was slower or faster than usual while it was timed), and
     the sentence that the machine was busy where enough of them are (results.drift.is_busy)."""
     from attnbench.results.drift import busy_cells, drifted, is_busy, speed_factors
-    from attnbench.results.formulas import speed
+    from attnbench.results.formulas import iqr_percent, speed
 
     state = config.stash.get(_KEY, None)
     bs = getattr(config, "_benchmarksession", None)
@@ -437,7 +437,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     tr.section("attnbench: throughput, peak memory and error vs float64 (median time)")
     width = max(len(b.param or b.name) for b in timed)
     tr.write_line(
-        f"{'cell':<{width}} {'median ms':>10} {'spread':>7} {'speed':>17} {'peak MiB':>9} {'rel_err':>9} "
+        f"{'cell':<{width}} {'median ms':>10} {'IQR':>7} {'speed':>17} {'peak MiB':>9} {'rel_err':>9} "
         f"{'status':>7}  flags"
     )
     factors = speed_factors([b.extra_info for b in timed])
@@ -449,7 +449,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         flags = [f for f, on in (("noisy", e.get("noisy") is True), ("drift", drifted(factor))) if on]
         tr.write_line(
             f"{b.param or b.name:<{width}} {b.stats.median * 1e3:>10.3f} "
-            f"{'' if spread is None else f'±{spread / 2:.0%}':>7} {f'{value:.4g} {unit}':>17} "
+            f"{'' if spread is None else iqr_percent(spread):>7} {f'{value:.4g} {unit}':>17} "
             f"{(mem or 0) / 2**20:>9.2f} {e.get('rel_err', math.nan):>9.1e} {e.get('status', ''):>7}  "
             f"{' '.join(flags)}".rstrip()
         )
