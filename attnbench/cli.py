@@ -39,6 +39,8 @@ class OneLineParser(argparse.ArgumentParser):
     subcommand's parser is of this class (add_subparsers makes its parent's)."""
 
     given: tuple[str, ...] = ()  # the words parse_args was given: what an error can point at
+    # a command's hint for words it takes no place for (check given a run directory): extras -> "" or " (...)"
+    extras_hint = None
 
     def error(self, message: str):
         self.exit(
@@ -57,6 +59,8 @@ class OneLineParser(argparse.ArgumentParser):
             meant = [_meant(x, extras[i + 1 : i + 2], known) for i, x in enumerate(extras)]
             meant = [m for m in meant if m]
             hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
+            if not hint and parser.extras_hint is not None:
+                hint = parser.extras_hint(extras)
             parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed
 

@@ -244,7 +244,30 @@ def add_check(sub) -> None:
         "--cell-timeout", default=str(timeout.default), metavar=timeout.metavar,
         help=f"kill a problem's worker after this long, as `run` a cell's (default {timeout.default:g})",
     )  # fmt: skip
+    p.extras_hint = _check_extras_hint
     p.set_defaults(func=cmd_check)
+
+
+def _check_extras_hint(extras: list[str]) -> str:
+    """What `attnbench check WORD` meant, for a word check has no place for: a run directory (or a folder
+    of runs) is read by `report`, and a Python file is a --variant-file; "" for anything else."""
+    from pathlib import Path
+
+    from attnbench.results.store import is_run_dir, runs_inside
+
+    for word in extras:
+        path = Path(word)
+        if path.is_dir() and (is_run_dir(path) or runs_inside(path)):
+            run = is_run_dir(path)
+            read = f"attnbench report {word}" if run else f"attnbench report {word.rstrip('/')}/RUN"
+            return (
+                f" ({word} is {'a run directory' if run else 'a folder of runs'}: check gates variants, a "
+                f"--variant-file's or a plug-in module's, against float64 and reads no run; a run's cells, "
+                f"wrong ones too, are read by `{read}`)"
+            )
+        if path.suffix == ".py":
+            return f" (a file of variants is given as --variant-file {word})"
+    return ""
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -191,7 +191,7 @@ def _throttled_table(df) -> pg.Table:
             str(r["cell_id"]),
             f"{int(r['sm_clock_min_mhz'])}–{int(r['sm_clock_max_mhz'])} MHz",
             f"{float(r['sm_clock_drop']):.0%}",
-            "" if pd.isna(r["power_w_max"]) else f"{float(r['power_w_max']):.0f} W",
+            "" if pd.isna(r["timed_power_w_max"]) else f"{float(r['timed_power_w_max']):.0f} W",
             "" if pd.isna(r["clock_event_reasons"]) else str(r["clock_event_reasons"]),
         )
         for _, r in t.iterrows()

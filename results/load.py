@@ -12,7 +12,7 @@ from attnbench.results.visits import skipped_lines as journal_skipped
 from . import devices, drift, integrity, interchange, suspect
 from .axes import FOLLOWS
 from .formulas import DTYPE_BYTES, executed_flops, median_rates, tflops
-from .schema import AXIS_DEFAULTS, COLUMNS, LIST_COLUMNS, upgrade_lists
+from .schema import AXIS_DEFAULTS, COLUMNS, LEGACY_COLUMNS, LIST_COLUMNS, upgrade_lists
 from .store import (
     ROWS,
     SHARDS,
@@ -114,11 +114,12 @@ def trust_flags(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list
 
 def _run_frame(meta: dict[str, Any], rows: list[dict[str, Any]], run_id: Any):
     """One run's rows as a frame, before typing: its packed rows' executed work counted, its run_id, the
-    host of rows written before rows carried one, and each row's machine."""
+    host of rows written before rows carried one, each row's machine, and columns written under an older
+    name under today's (results.schema.LEGACY_COLUMNS)."""
     import pandas as pd
 
     _count_executed(rows, meta)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).rename(columns=LEGACY_COLUMNS)  # an older run's names read as today's
     df["run_id"] = run_id
     _host_of_old_rows(df, meta)
     # the device's model on its host, per row (devices.machine_of), as the history store names it

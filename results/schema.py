@@ -89,8 +89,10 @@ COLUMNS: dict[str, str] = {
     "sm_clock_min_mhz": "Int64",
     "sm_clock_max_mhz": "Int64",
     "sm_clock_drop": "Float64",  # the SM clock's largest fall below its earlier high, as a fraction
-    "power_w_mean": "Float64",
-    "power_w_max": "Float64",
+    # NVML's power readings (each the board's power over the second before it, on Ampere but GA100 and later)
+    # during the timed calls; not --energy's window after them (energy_power_w, its mean)
+    "timed_power_w_mean": "Float64",
+    "timed_power_w_max": "Float64",
     "temp_c_max": "Int64",
     "clock_event_reasons": "string",  # NVML clock-event reasons seen (bitwise or), hex
     "telemetry_samples": "Int64",
@@ -98,7 +100,7 @@ COLUMNS: dict[str, str] = {
     # CUDA cells with --energy: NVML's energy counter over a window of >= 1 s of the timed callable repeated,
     # edge to edge, the board's idle draw subtracted (harness.measure.energy); NA otherwise, energy_note why
     "energy_j_per_call": "Float64",  # joules per call above the idle draw
-    "energy_power_w": "Float64",  # the board's mean power over the window (idle included)
+    "energy_power_w": "Float64",  # the board's mean power over the energy window (idle included)
     "idle_power_w": "Float64",  # the board's draw with no work, measured once per worker and GPU
     "energy_calls": "Int64",  # calls in the window
     "energy_window_s": "Float64",  # the window, edge to edge
@@ -170,6 +172,10 @@ PHASE_COLUMNS = (
 LIST_COLUMNS = ("samples_ms", "visit_medians_ms", "visit_samples")
 # what runs written before today's names called a list column: the loader reads them under today's
 LEGACY_LIST_COLUMNS = {"round_medians_ms": "visit_medians_ms", "round_samples": "visit_samples"}
+# what runs written before today's names called a scalar column: the loader reads them under today's (the
+# power readings of the timed calls were power_w_mean and power_w_max, read beside energy_power_w as one
+# window's mean above its max: trial U)
+LEGACY_COLUMNS = {"power_w_mean": "timed_power_w_mean", "power_w_max": "timed_power_w_max"}
 # each worker process's median of --processes K (removed; no run of results/reference/ has more than one):
 # the loader reads 2 or more as the visit medians of a row that has none, without sample counts, so that
 # they are replicates that never pair (results.judge)

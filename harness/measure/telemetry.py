@@ -4,13 +4,20 @@ A GPU that heats up, hits its power limit or is capped by another tenant lowers 
 time taken then says as much about the clock as about the kernel. While a CUDA cell is timed, a thread in
 the worker reads NVML (nvidia-ml-py; never nvidia-smi subprocesses) every INTERVAL_S: the SM clock, the
 board's power draw, the temperature and the clock-event reasons (power cap, thermal, ...). The row keeps
-the clock's min and max, the power's mean and max, the hottest reading, the reasons seen, and `throttled`:
+the clock's min and max, the power readings' mean and max (`timed_power_w_mean`, `timed_power_w_max`: the
+timed calls' window, not --energy's window after it, whose mean is `energy_power_w`), the hottest reading,
+the reasons seen, and `throttled`:
 the SM clock fell more than THROTTLE_DROP below the highest clock read before it (a rise, the clock
 ramping up from idle, is not a drop). Reports list throttled cells and ring them on the plots.
 
 The GPU is found by the UUID torch gives the device it uses, so that the readings are those of that GPU
 whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say (NVML numbers GPUs by PCI bus, CUDA by speed, and
 neither knows about the other's renumbering).
+
+A power reading is nvmlDeviceGetPowerUsage's: on Ampere (but GA100) and later GPUs NVML gives the board's
+power averaged over the second before the reading, so a timing loop shorter than a second reads partly the
+draw before it (the gate, the warm-up), and its max can sit below the mean of --energy's window of >= 1 s
+of calls back to back (trial U: sdpa_cudnn at N = 16384 on an H200, 583 W over 10 readings, 686 W).
 
 The sampling thread holds the GIL only between NVML calls (ctypes releases it inside them): at INTERVAL_S =
 20 ms that is about 50 short wake-ups a second beside the timed loop. Without NVML (no driver, not an
@@ -32,8 +39,8 @@ COLUMNS = (
     "sm_clock_min_mhz",
     "sm_clock_max_mhz",
     "sm_clock_drop",
-    "power_w_mean",
-    "power_w_max",
+    "timed_power_w_mean",
+    "timed_power_w_max",
     "temp_c_max",
     "clock_event_reasons",
     "telemetry_samples",
@@ -87,7 +94,9 @@ def summarise(samples: list[Sample]) -> dict[str, Any]:
             throttled=drop > THROTTLE_DROP,
         )
     if power:
-        out.update(power_w_mean=round(sum(power) / len(power), 2), power_w_max=round(max(power), 2))
+        out.update(
+            timed_power_w_mean=round(sum(power) / len(power), 2), timed_power_w_max=round(max(power), 2)
+        )
     if temps:
         out["temp_c_max"] = max(temps)
     if reasons:

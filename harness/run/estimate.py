@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from attnbench.harness.measure.allocator import worker_environ
@@ -245,14 +245,17 @@ def forecast(
     varlen_work: Callable[[str], str] = lambda name: "masked",
     compile_key: Callable[[CellSpec], Hashable | None] = lambda spec: None,
     done: int = 0,
+    peaks: Callable[[CellSpec], Mapping[tuple[int, int], int]] = lambda spec: {},
 ) -> Forecast:
     """What becomes of each cell: `unsupported(spec)` is the parent's capability check (a reason or None),
     `free_memory(device)` the bytes the guard compares with (None: unknown here, the worker decides), and
     `memory_class(variant)` the variant's, `varlen_work(variant)` the work it executes on a packed batch
     (its capability's varlen; "masked", the most, where it declares none), `compile_key(spec)` the kernel a
     cell compiles (None: none; cells of one key share a compile); the guard's rule is
-    harness.measure.guard's, applied as a worker would. `done`: the cells of a resumed run measured already,
-    beside these."""
+    harness.measure.guard's, applied as a worker would, from the peaks `peaks(spec)` its series' rows
+    measured already ((N_q, N_k) -> bytes: a resumed run's), else its formula (a run measures the shorter
+    cells first and predicts from them: the dry run's skips are the formula's, an upper count). `done`: the
+    cells of a resumed run measured already, beside these."""
     from attnbench.harness.measure import guard
 
     measured: list[CellSpec] = []
@@ -268,8 +271,8 @@ def forecast(
         if spec.device not in free:
             free[spec.device] = free_memory(spec.device)
         if free[spec.device] is not None:
-            predicted = guard.predict_peak_bytes(
-                spec, memory_class(spec.variant), settings, varlen_work(spec.variant)
+            predicted = guard.predict(
+                spec, memory_class(spec.variant), settings, varlen_work(spec.variant), peaks(spec)
             )
             reason = guard.fits(predicted, free[spec.device], settings.memory_guard)
             if reason:

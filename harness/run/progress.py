@@ -12,6 +12,7 @@ from attnbench.results.formulas import (
     NOISY_NOTE,
     bytes_text,
     end_to_end_rel_err,
+    iqr_percent,
     printable,
     sentence_columns,
     short_dtype,
@@ -67,19 +68,21 @@ def _shape(row: dict[str, Any]) -> str:
 
 def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
     """A measured cell's numbers, each with when it is left out of a line too long (1 first; 0: kept): its
-    median and spread (±N%: half its IQR over its median, the row's rel_iqr / 2, over every timed call of
-    every visit; 'noisy' beside it where that IQR/median is over 10%, the row's `noisy` flag), its peak
+    median and spread ('IQR 7%': its IQR over its median, the row's rel_iqr, over every timed call of every
+    visit, results.formulas.iqr_percent; 'noisy' beside it where that is over 10%, the row's `noisy` flag:
+    the number and the word read by one rule), its peak
     memory, TFLOP/s (a decode step's K/V GB/s: results.formulas.speed) and rel_err, and a quantising
     variant's error end to end (e2e_rel_err: its rel_err is against float64 of its rounded inputs,
     results.formulas.end_to_end_rel_err; kept longest, since its rel_err alone reads as if the rounding cost
     nothing); `tight`: without the padding that lines the columns up."""
-    spread = f"±{row['rel_iqr'] / 2:.0%}" if row.get("rel_iqr") is not None else ""
+    spread = f"IQR {iqr_percent(row['rel_iqr'])}" if row.get("rel_iqr") is not None else ""
     spread += " noisy" if row.get("noisy") is True else ""
     time_ms, peak = f"{row['time_ms_median']:.3f}", bytes_text(row.get("peak_mem_bytes"))
     rate, unit = speed(row)  # a decode step's K/V GB/s (its TFLOP/s reads 0.000), else TFLOP/s
     rate_text = f"{rate:.3f}" if unit == "TFLOP/s" else f"{rate:.3g}" if rate < 1000 else f"{rate:.0f}"
     if not tight:
-        time_ms, spread, peak = f"{time_ms:>8}", f"{spread:>5}", f"{peak:>9}"
+        # 'IQR 9%' lines up: an IQR of 10% or more is a noisy cell's, pushed along by its word anyway
+        time_ms, spread, peak = f"{time_ms:>8}", f"{spread:>6}", f"{peak:>9}"
     return [
         (f"{time_ms} ms {spread}".rstrip(), 0),
         (f" {peak}", 3),

@@ -27,6 +27,7 @@ from typing import Any
 
 from attnbench import variants
 from attnbench.harness.measure import fingerprint, timing
+from attnbench.harness.measure.guard import MeasuredPeaks
 from attnbench.harness.measure.outcomes import left_behind
 from attnbench.harness.run import estimate, executor_choice, executors, neighbours, plan
 from attnbench.harness.run.progress import Progress
@@ -406,6 +407,7 @@ def forecast(start: _Start, done: dict[str, dict[str, Any]]) -> estimate.Forecas
         varlen_work=lambda name: variants.get(name).cap.varlen or "masked",
         compile_key=lambda spec: estimate.compile_key(variants.get(spec.variant).cap.compiles, spec),
         done=len(cells) - len(todo),
+        peaks=MeasuredPeaks(list(done.values())).of,
     )
 
 

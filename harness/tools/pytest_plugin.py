@@ -94,6 +94,7 @@ class _Session:
     settings: object = None
     cache: object = None
     untimed: list | None = None
+    peaks: object = None  # guard.MeasuredPeaks: the grid's ok cells' peaks, the guard's evidence
     error: str | None = None  # why the grid could not be built (an unknown variant), said after collection
     announced: object = None  # this session's neighbours.Announced, while it times the grid
     notes: tuple[str, ...] = ()  # its closing note on the runs that measured during it
@@ -170,7 +171,9 @@ def _grid(config: pytest.Config) -> _Session:
 
             torch.set_num_threads(settings.threads)  # as the harness's worker does; recorded in each row
         state.cells = {c.cell_id: c for c in cells}
-        state.settings, state.cache, state.untimed = settings, InputCache(), []
+        from attnbench.harness.measure.guard import MeasuredPeaks
+
+        state.settings, state.cache, state.untimed, state.peaks = settings, InputCache(), [], MeasuredPeaks()
     return state
 
 
@@ -257,10 +260,11 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     reason = variant.check(spec.problem())
     if reason:
         _untimed(state, finish(base_row(spec), "unsupported", reason))
-    predicted = guard.predict_peak_bytes(spec, variant.cap.memory, settings, variant.cap.varlen)
+    measured = state.peaks.of(spec)  # the shorter cells of its series measured in this session
+    predicted = guard.predict(spec, variant.cap.memory, settings, variant.cap.varlen, measured)
     reason = guard.fits(predicted, free_memory(spec.device), settings.memory_guard)
     if reason:
-        _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted))
+        _untimed(state, finish(base_row(spec), "skipped", reason, predicted_peak_bytes=predicted.bytes))
 
     row = start_row(spec)
     row["executed_flops"] = executed_flops(spec, variant.cap.varlen)  # a pack's padding tax, as a run's row
@@ -300,6 +304,7 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         _untimed(state, {k: v for k, v in benchmark.extra_info.items() if k not in TIMED_ONLY})
     if status != "ok":
         pytest.fail(f"{status}: {spec.variant}: {message}", pytrace=False)
+    state.peaks.note(spec, benchmark.extra_info)
     return dict(benchmark.extra_info)
 
 
@@ -417,7 +422,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     off the session's median probe: the machine was slower or faster than usual while it was timed), and
     the sentence that the machine was busy where enough of them are (results.drift.is_busy)."""
     from attnbench.results.drift import busy_cells, drifted, is_busy, speed_factors
-    from attnbench.results.formulas import speed
+    from attnbench.results.formulas import iqr_percent, speed
 
     state = config.stash.get(_KEY, None)
     bs = getattr(config, "_benchmarksession", None)
@@ -432,7 +437,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     tr.section("attnbench: throughput, peak memory and error vs float64 (median time)")
     width = max(len(b.param or b.name) for b in timed)
     tr.write_line(
-        f"{'cell':<{width}} {'median ms':>10} {'spread':>7} {'speed':>17} {'peak MiB':>9} {'rel_err':>9} "
+        f"{'cell':<{width}} {'median ms':>10} {'IQR':>7} {'speed':>17} {'peak MiB':>9} {'rel_err':>9} "
         f"{'status':>7}  flags"
     )
     factors = speed_factors([b.extra_info for b in timed])
@@ -444,7 +449,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         flags = [f for f, on in (("noisy", e.get("noisy") is True), ("drift", drifted(factor))) if on]
         tr.write_line(
             f"{b.param or b.name:<{width}} {b.stats.median * 1e3:>10.3f} "
-            f"{'' if spread is None else f'±{spread / 2:.0%}':>7} {f'{value:.4g} {unit}':>17} "
+            f"{'' if spread is None else iqr_percent(spread):>7} {f'{value:.4g} {unit}':>17} "
             f"{(mem or 0) / 2**20:>9.2f} {e.get('rel_err', math.nan):>9.1e} {e.get('status', ''):>7}  "
             f"{' '.join(flags)}".rstrip()
         )

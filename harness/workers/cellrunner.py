@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from attnbench import variants
+from attnbench.harness.measure import guard
 from attnbench.harness.measure.gate_rows import TILE_N
 from attnbench.harness.measure.outcomes import (
     clock_fields,
@@ -48,18 +49,23 @@ class SkipAhead:
     predicted short, so the guard then measures a cell it might have skipped, never skips one it should
     run. One slow moment of a busy machine must not cost a sweep its largest N (a 225 ms median of two
     calls, one of them 2.6 ms, would have skipped the next N); the line says where the time it scaled was
-    read off a drifted or noisy cell, or a busy machine (results.drift, over the ok rows noted so far)."""
+    read off a drifted or noisy cell, or a busy machine (results.drift, over the ok rows noted so far).
+
+    It keeps the series' measured peaks too (`peaks`, harness.measure.guard.MeasuredPeaks), which the memory
+    guard grows to a longer cell's prediction: every executor hands `peaks.of(spec)` to CellRunner.run."""
 
     def __init__(self, rows: list[dict[str, Any]] = (), max_call_ms: int = 0) -> None:
         self.max_call_ms = max_call_ms
         self.limits: dict[tuple, list[tuple[int, int, str]]] = {}
         self.timed: dict[tuple, dict[tuple[int, int], list[dict[str, Any]]]] = {}  # series -> ok rows by N
         self.ok: list[dict[str, Any]] = []  # every ok row noted: the machine's usual speed, and how busy
+        self.peaks = guard.MeasuredPeaks()
         for row in rows:
             self.note(CellSpec.from_dict(row), row)
 
     def note(self, spec: CellSpec, row: dict[str, Any]) -> None:
         status = row.get("status", "")
+        self.peaks.note(spec, row)
         if status in ("oom", "timeout"):
             what = "ran out of memory" if status == "oom" else "timed out"
             self.limits.setdefault(spec.group_key, []).append((spec.seq_len, spec.seq_k, what))
@@ -200,24 +206,26 @@ class CellRunner:
 
     # ---- cells --------------------------------------------------------------------------------------
 
-    def run(self, spec: CellSpec, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        spec: CellSpec,
+        options: dict[str, Any] | None = None,
+        measured: Mapping[tuple[int, int], int] | None = None,
+    ) -> dict[str, Any]:
         """The row of one cell (its status says what happened); the memory guard runs here, next to the
         device the cell will use. options: the keywords the worker hands harness.measure.cell.measure_cell
-        (harness.run.plan.Visit.options), passed through as they are."""
-        from attnbench.harness.measure import (
-            guard,  # imports torch: not at import time, so that the CLI starts fast
-        )
-
+        (harness.run.plan.Visit.options), passed through as they are. measured: the peaks its series
+        measured so far, (N_q, N_k) -> bytes (SkipAhead.peaks.of), which the guard predicts from."""
         settings = self.settings
         row = base_row(spec)
         try:
             worker = self._worker()
             available = worker.request({"op": "free_memory", "device": spec.device}, timeout=60)["value"]
             cap = variants.get(spec.variant).cap
-            predicted = guard.predict_peak_bytes(spec, cap.memory, settings, cap.varlen)
+            predicted = guard.predict(spec, cap.memory, settings, cap.varlen, measured)
             reason = guard.fits(predicted, available, settings.memory_guard)
             if reason:
-                return finish(row, "skipped", reason, predicted_peak_bytes=predicted)
+                return finish(row, "skipped", reason, predicted_peak_bytes=predicted.bytes)
             reply = worker.request(
                 {"op": "cell", "cell": spec.to_dict(), "options": dict(options or {})},
                 timeout=settings.cell_timeout,

@@ -211,6 +211,43 @@ def test_argparses_own_errors_are_one_line_too(capsys, argv, says):
 
 
 REFERENCE_RUN = str(Path(__file__).resolve().parents[2] / "results" / "reference" / "quick-epyc-2core")
+
+
+def test_check_given_a_run_says_check_gates_variants_and_report_reads_runs(capsys, tmp_path):
+    """Trial U: `attnbench check results/reference/cpu-epyc-2core` said only "unrecognized arguments". A run
+    directory, a folder of runs or a file of variants given to check: one line, exit 2, that says what check
+    takes and which command reads the run."""
+    from attnbench import cli
+
+    runs = tmp_path / "runs"
+    (runs / "a").mkdir(parents=True)
+    (runs / "a" / "meta.json").write_text(Path(REFERENCE_RUN, "meta.json").read_text())
+    said = {}
+    for word in (REFERENCE_RUN, str(runs), "mine.py"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["check", word])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1, err
+        said[word] = err
+    assert (
+        f"{REFERENCE_RUN} is a run directory: check gates variants, a --variant-file's or a plug-in "
+        in said[REFERENCE_RUN]
+    )
+    assert (
+        f"are read by `attnbench report {REFERENCE_RUN}`) (`attnbench check -h` for usage)"
+        in said[REFERENCE_RUN]
+    )
+    assert (
+        f"{runs} is a folder of runs" in said[str(runs)]
+        and f"`attnbench report {runs}/RUN`" in said[str(runs)]
+    )
+    assert (
+        "unrecognized arguments: mine.py (a file of variants is given as --variant-file mine.py)"
+        in said["mine.py"]
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "meta.json", "runs"]  # nothing written
+
+
 OUT_COMMANDS = {
     "run": ["run", "--variants", "naive", "--seq-len", "64"],
     "report": ["report", REFERENCE_RUN],

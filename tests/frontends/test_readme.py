@@ -111,3 +111,21 @@ def test_a_presets_cell_count_in_the_docs_is_its_sweeps():
     for name, count in said:
         sweep = build_sweep(preset=name)
         assert len(sweep.cells(list(sweep.variants))) == int(count), (name, count)
+
+
+def test_the_readmes_sample_cell_lines_are_what_the_tool_prints_for_their_rows():
+    """The README's sample lines and its transcript's are harness.run.progress.cell_line of the sample run's
+    rows (a pipe gets every number), so that a change of the line's format shows here first; and 'noisy'
+    stands beside an IQR over 10% only (trial U: '0.363 ms ±5% noisy' showed half an IQR of 10.7%)."""
+    from attnbench.harness.run.progress import cell_line
+
+    sample = ROOT / "results" / "reference" / "readme-sample-epyc-2core"
+    rows = [json.loads(line) for line in (sample / "rows.jsonl").read_text().splitlines()]
+    printed = {cell_line(row) for row in rows}
+    transcript = (sample / "transcript.txt").read_text()
+    for text, least in ((README, 2), (transcript, len(rows))):
+        lines = [line for line in text.splitlines() if re.match(r"ok +\S+ +cpu f32 ", line)]
+        assert len(lines) >= least and set(lines) <= printed, set(lines) - printed
+        for line in lines:
+            iqr = float(re.search(r" ms IQR (\d+(?:\.\d+)?)%", line).group(1))
+            assert (iqr > 10) == (" noisy " in line), line

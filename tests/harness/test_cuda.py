@@ -166,7 +166,7 @@ def test_cuda_rows_carry_the_gpus_telemetry():
     spec = CellSpec("sdpa", "cuda", "bfloat16", 1, 16, 4096, 128, 128, False, 0.0, "fwd")
     row = measure_cell(spec, Settings(budget_ms=200, warmup_ms=20, min_ms=100))
     assert row["status"] == "ok", row["message"]
-    assert row["telemetry_samples"] >= 2 and row["sm_clock_max_mhz"] > 0 and row["power_w_max"] > 0
+    assert row["telemetry_samples"] >= 2 and row["sm_clock_max_mhz"] > 0 and row["timed_power_w_max"] > 0
     assert row["throttled"] in (True, False) and row["sm_clock_min_mhz"] <= row["sm_clock_max_mhz"]
 
 

@@ -37,7 +37,7 @@ def test_a_cell_whose_clock_fell_more_than_10_percent_is_throttled():
     fell = summarise(_samples([1980, 1980, 1590, 1600], power=[690.0, 700.0, 700.0, 650.0]))
     assert fell["throttled"] is True and fell["sm_clock_drop"] == pytest.approx(0.197, abs=1e-3)
     assert (fell["sm_clock_min_mhz"], fell["sm_clock_max_mhz"]) == (1590, 1980)
-    assert (fell["power_w_mean"], fell["power_w_max"], fell["temp_c_max"]) == (685.0, 700.0, 53)
+    assert (fell["timed_power_w_mean"], fell["timed_power_w_max"], fell["temp_c_max"]) == (685.0, 700.0, 53)
     assert fell["telemetry_samples"] == 4 and set(fell) == set(telemetry.COLUMNS)
 
 

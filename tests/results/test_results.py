@@ -461,3 +461,21 @@ def test_a_torn_or_corrupt_line_of_visits_jsonl_is_warned_of_once_as_rows_jsonls
     assert p.stderr.splitlines() == said
     p = run_cli("run", "--resume", "--force-resume", "--out", str(path), check=True)
     assert [line for line in p.stderr.splitlines() if "visits.jsonl" in line] == said
+
+
+def test_the_timed_calls_power_is_named_apart_from_the_energy_windows_mean():
+    """Trial U: h200-energy-2026-11-27's sdpa_cudnn at N = 16384 read power_w_max 583 W beside energy_power_w
+    686 W, a mean above its max, though the two are of different windows (the timing loop's NVML readings,
+    the energy window after it). The timing loop's columns are timed_power_w_*, and a run written under the
+    old names loads under today's."""
+    from pathlib import Path
+
+    from attnbench.harness.measure.telemetry import COLUMNS as TELEMETRY
+
+    assert {"timed_power_w_mean", "timed_power_w_max"} <= set(TELEMETRY) & set(COLUMNS)
+    assert not {"power_w_mean", "power_w_max"} & (set(TELEMETRY) | set(COLUMNS))
+    run = Path(__file__).resolve().parents[2] / "results" / "reference" / "h200-energy-2026-11-27"
+    df = load(run)
+    assert not {"power_w_mean", "power_w_max"} & set(df.columns)
+    cudnn = df[(df.variant == "sdpa_cudnn") & (df.seq_len == 16384)].iloc[0]
+    assert (cudnn["timed_power_w_max"], cudnn["energy_power_w"]) == (582.65, 686.39)

@@ -117,7 +117,7 @@ class LocalExecutor:
         def measure(spec: CellSpec, options: dict[str, Any], worker: int) -> dict[str, Any]:
             while len(runners) <= worker:  # Settings.workers: started when first asked for
                 runners.append(CellRunner(worker_config(plan.config, len(runners)), plan.sweep.settings))
-            row = runners[worker].run(spec, options)
+            row = runners[worker].run(spec, options, skip.peaks.of(spec))
             # each visit feeds the skip-ahead: a cell's row comes in its last round, and the longer cells'
             # first visits, which it decides, are all made in the first
             skip.note(spec, row)
@@ -171,7 +171,8 @@ class _SlotThread(threading.Thread):
     def __init__(self, slot: Slot, plan: Plan, outbox: queue.Queue) -> None:
         super().__init__(name=f"attnbench-{slot.name}", daemon=True)
         self.slot, self.plan, self.outbox = slot, plan, outbox
-        self.inbox: queue.Queue[CellSpec | None] = queue.Queue()
+        # a cell and the peaks its series measured so far (the guard's evidence), or None to stop
+        self.inbox: queue.Queue[tuple[CellSpec, dict] | None] = queue.Queue()
         self.runner: CellRunner | None = None
 
     def run(self) -> None:
@@ -189,8 +190,9 @@ class _SlotThread(threading.Thread):
             except (WorkerDied, WorkerTimeout):
                 pass  # a worker that cannot describe its device will fail its cells, each with a row
             self.outbox.put(("ready", self, None))
-            while (spec := self.inbox.get()) is not None:
-                self.outbox.put(("row", self, (spec, self.runner.run(spec))))
+            while (given := self.inbox.get()) is not None:
+                spec, measured = given
+                self.outbox.put(("row", self, (spec, self.runner.run(spec, measured=measured))))
         except BaseException as exc:  # the main thread decides; a thread must never die silently
             self.outbox.put(("failed", self, exc))
         finally:
@@ -223,7 +225,7 @@ def run_pool(plan: Plan, slots: list[Slot], on_row: OnRow, on_device: OnDevice) 
                 if spec is not None:
                     idle.remove(t)
                     busy[t] = spec
-                    t.inbox.put(spec)
+                    t.inbox.put((spec, dispatcher.skip.peaks.of(spec)))
             if dispatcher.finished:
                 break
             if not busy and not {t.slot.device for t in alive} & dispatcher.devices_left():

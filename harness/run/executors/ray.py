@@ -189,8 +189,8 @@ class CellActor:
             raise ValueError(self.problem)
         return self.runner.describe(device, dtypes, known)
 
-    def run(self, spec: CellSpec) -> dict[str, Any]:
-        return self.runner.run(spec)
+    def run(self, spec: CellSpec, measured: dict | None = None) -> dict[str, Any]:
+        return self.runner.run(spec, measured=measured)
 
     def pid(self) -> int:
         return os.getpid()
@@ -352,7 +352,8 @@ class _Driver:
                     spec = self.dispatcher.take(self.slot_of[actor].device, self.on_row)
                     if spec is not None:
                         self.idle.remove(actor)
-                        self.waiting[actor.run.remote(spec)] = ("cell", actor, spec)
+                        measured = self.dispatcher.skip.peaks.of(spec)  # the guard's evidence
+                        self.waiting[actor.run.remote(spec, measured)] = ("cell", actor, spec)
                 if self.dispatcher.finished:
                     break
                 if not self.waiting:

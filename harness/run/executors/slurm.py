@@ -429,7 +429,7 @@ def run_task(task: dict[str, Any]) -> int:
         _describe(runner, sorted({s.device for s in specs}), list(sweep.dtypes), meta, shards / name)
         with (shards / f"{name}.jsonl").open("ab") as fh:
             for spec in specs:
-                row = precheck(spec, skip) or runner.run(spec)
+                row = precheck(spec, skip) or runner.run(spec, measured=skip.peaks.of(spec))
                 if stopped:  # the signal landed after the worker died, before the handler ran
                     raise KeyboardInterrupt
                 skip.note(spec, row)
