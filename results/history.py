@@ -45,6 +45,7 @@ from .store import (
     ROWS,
     SHARDS,
     RunDirError,
+    latest,
     no_cells_text,
     read_meta,
     read_rows,
@@ -247,7 +248,8 @@ def _write(store: Path, runs: list[Path]) -> list[_Work]:
     finally:
         known.close()
     cells = [w for w in work if w.write and w.state != "unchanged"]
-    for w, flags in zip(cells, trust_flags([(w.meta, w.rows) for w in cells]), strict=True):  # typed at once
+    # typed at once; each run's every row, so that a cell measured again is judged on all its measurements
+    for w, flags in zip(cells, trust_flags([(w.meta, w.every) for w in cells]), strict=True):
         w.flags = flags
     existed = store.exists()
     new = is_new(store)
@@ -290,6 +292,7 @@ class _Work:
     write: bool = True
     notes: list[str] = field(default_factory=list)
     flags: list[dict[str, Any]] | None = None  # its rows' trust flags (load.trust_flags)
+    every: list[dict[str, Any]] = field(default_factory=list)  # its rows as its files hold them, repeats too
 
 
 @dataclass
@@ -343,11 +346,11 @@ def _plan(run: Path, known: _Known) -> _Work:
     meta, digest = read_meta(run), rows_digest(run)
     every = read_rows(run)
     extra = uncollected_rows(run)
-    rows = list({r["cell_id"]: r for r in every}.values()) + extra  # a later row of a cell is its row
+    rows = latest(every + extra)  # a later row of a cell is its row (extra: cells not in rows.jsonl)
     pairs = frozenset(_pair(r) for r in every + extra)
     rid, created = str(meta.get("run_id")), str(meta.get("created"))
     cands = known.runs.setdefault((rid, created), [])
-    w = _Work(run, meta, digest, rows, "added", run_key(meta))
+    w = _Work(run, meta, digest, rows, "added", run_key(meta), every=every + extra)
     same = _same_run(w, pairs, cands, known)
     if same is None:
         if not rows:  # stopped before its first row: recorded, so that it is its sweep's latest run (MISSING)

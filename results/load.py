@@ -50,7 +50,10 @@ def _host_of_old_rows(df, meta: dict[str, Any]) -> None:
 
 
 def load(*paths: str | Path | list[str | Path]):
-    """DataFrame of every row of the given runs, with run_id and machine columns, typed per the schema.
+    """DataFrame of the given runs, a row per cell of each, with run_id and machine columns, typed per the
+    schema. A cell measured more than once (`--resume --redo-drift` appends a row) is its last row, with how
+    often it was measured and how far its medians lie apart, and `drift` where its answer moved
+    (results.drift.measured, _run_frame).
 
     load("runs/a", "runs/b") and load(["runs/a", "runs/b"]) are the same. Cells still only in a run's
     shards/*.jsonl (an array job not yet collected by store.merge_shards) are read too, with an
@@ -79,7 +82,7 @@ def load(*paths: str | Path | list[str | Path]):
                 UncollectedWarning,
                 2,
             )
-        frames.append(_run_frame(meta, rows + loose, meta.get("run_id", Path(path).name)))
+        frames.append(_run_frame(meta, rows + loose, meta.get("run_id", Path(path).name), every))
     return _derived(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), metas)
 
 
@@ -89,38 +92,49 @@ TRUST_COLUMNS = ("suspect", "suspect_reason", "drift", "speed_factor", "noisy", 
 
 
 def trust_flags(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list[list[dict[str, Any]]]:
-    """Per run of `runs` (its meta.json and its rows as read from its files), per row: its TRUST_COLUMNS as
-    `load` gives them (a flag not known, NA, as None), by load's own rules, all runs typed at once as load
-    types them: what the history store keeps. Each run is judged as its own (two runs of one run_id too)."""
+    """Per run of `runs` (its meta.json and its rows as read from its files, a cell measured again among
+    them), per cell in store.latest's order (its last row): its TRUST_COLUMNS as `load` gives them (a flag
+    not known, NA, as None), by load's own rules, all runs typed at once as load types them: what the
+    history store keeps. Each run is judged as its own (two runs of one run_id too)."""
     import pandas as pd
 
+    runs = [(meta, [dict(r) for r in rows], latest(rows)) for meta, rows in runs]
     # each run under its place in `runs` as its run_id: two runs of one run_id are judged apart
     frames = [
-        _run_frame(meta, [dict(r) for r in rows], str(i)) for i, (meta, rows) in enumerate(runs) if rows
+        _run_frame(meta, [dict(r) for r in last], str(i), every)
+        for i, (meta, every, last) in enumerate(runs)
+        if last
     ]
     if not frames:
         return [[] for _ in runs]
-    df = _derived(pd.concat(frames, ignore_index=True), {str(i): meta for i, (meta, _) in enumerate(runs)})
+    df = _derived(pd.concat(frames, ignore_index=True), {str(i): meta for i, (meta, *_) in enumerate(runs)})
     plain = [
         [None if pd.isna(v) else v.item() if hasattr(v, "item") else v for v in df[c]] for c in TRUST_COLUMNS
     ]
     flags = [dict(zip(TRUST_COLUMNS, values, strict=True)) for values in zip(*plain, strict=True)]
     out, at = [], 0
-    for _, rows in runs:
-        out.append(flags[at : at + len(rows)])
-        at += len(rows)
+    for _, _, last in runs:
+        out.append(flags[at : at + len(last)])
+        at += len(last)
     return out
 
 
-def _run_frame(meta: dict[str, Any], rows: list[dict[str, Any]], run_id: Any):
-    """One run's rows as a frame, before typing: its packed rows' executed work counted, its run_id, the
-    host of rows written before rows carried one, each row's machine, and columns written under an older
-    name under today's (results.schema.LEGACY_COLUMNS)."""
+def _run_frame(meta: dict[str, Any], rows: list[dict[str, Any]], run_id: Any, every: list[dict[str, Any]]):
+    """One run's rows (one per cell) as a frame, before typing: its packed rows' executed work counted, its
+    run_id, the host of rows written before rows carried one, each row's machine, columns written under an
+    older name under today's (results.schema.LEGACY_COLUMNS), and how often its cell was measured (`every`:
+    the run's rows as its files hold them, results.drift.measured: measured_times, medians_spread, and the
+    reason an answer that moved is drift, which _derived joins to the probe's)."""
     import pandas as pd
 
     _count_executed(rows, meta)
     df = pd.DataFrame(rows).rename(columns=LEGACY_COLUMNS)  # an older run's names read as today's
     df["run_id"] = run_id
+    times = drift.measured(every)
+    cells = [times.get(str(r.get("cell_id"))) for r in rows]  # a cell only in shards/: measured once
+    df["measured_times"] = [m.times if m else 1 for m in cells]
+    df["medians_spread"] = [m.spread if m else math.nan for m in cells]
+    df["drift_reason"] = [m.reason if m else None for m in cells]
     _host_of_old_rows(df, meta)
     # the device's model on its host, per row (devices.machine_of), as the history store names it
     df["machine"] = [devices.machine_of(meta, devices.where_of(r), r) for r in rows]
@@ -141,10 +155,19 @@ def _derived(df, metas: dict[str, dict[str, Any]]):
     df["device_group"] = pd.array(_group_labels(records, metas), dtype="string")
     factors = drift.speed_factors(records)
     df["speed_factor"] = pd.array(factors, dtype="Float64")
-    # a row without a speed probe (an old run's) was not judged for drift: NA, never "not drifted"
-    df["drift"] = pd.array(
-        [drift.drifted(f) if math.isfinite(f) else pd.NA for f in factors], dtype="boolean"
-    )
+    # a row without a speed probe (an old run's) was not judged for drift: NA, never "not drifted"; a cell
+    # whose measurements moved apart (its reason, from _run_frame) drifted whatever its last probe read
+    moved = [r.get("drift_reason") for r in records]
+    reasons = [
+        "; ".join(w for w in (drift.probe_reason(f), m if isinstance(m, str) else None) if w) or None
+        for f, m in zip(factors, moved, strict=True)
+    ]
+    # drifted where a reason says so; else not, where a probe judged it
+    flags = [bool(w) or (False if math.isfinite(f) else pd.NA) for f, w in zip(factors, reasons, strict=True)]
+    df["drift_reason"] = pd.array(reasons, dtype="string")
+    df["drift"] = pd.array(flags, dtype="boolean")
+    for r, flag in zip(records, flags, strict=True):  # a drifted naive judges no neighbour (results.suspect)
+        r["drift"] = flag
     why = suspect.reasons(records, metas, factors)
     df["suspect_reason"] = pd.array(why, dtype="string")
     df["suspect"] = pd.array([w is not None for w in why], dtype="boolean")

@@ -84,7 +84,15 @@ COLUMNS: dict[str, str] = {
     "kv_gbps": "Float64",  # kv_bytes / median time, GB/s: a decode cell against the calibrated copy bandwidth
     "speed_tflops": "Float64",  # the speed probe just before the cell (harness.measure.calibrate.speed_probe)
     "speed_factor": "Float64",  # derived when loading: speed_tflops / the run's median probe on that device
-    "drift": "boolean",  # derived when loading: speed_factor more than 10% off 1 (results.drift); NA unprobed
+    # derived when loading (results.drift): speed_factor more than 10% off 1, or a cell measured more than
+    # once whose earlier answers moved beyond its own spread (drift_reason says which); NA unprobed
+    "drift": "boolean",
+    "drift_reason": "string",  # why: the probe's factor, or the cell's medians one measurement after another
+    # derived when loading: the rows the run holds for the cell (one per measurement: `--resume --redo-drift`
+    # appends one; the last is the row read), and the largest of their ok medians over the smallest (NA for
+    # fewer than two)
+    "measured_times": "Int64",
+    "medians_spread": "Float64",
     # CUDA cells: NVML readings during the timed calls (harness.measure.telemetry); NA on CPU or without NVML
     "sm_clock_min_mhz": "Int64",
     "sm_clock_max_mhz": "Int64",

@@ -93,7 +93,9 @@ def reasons(
     speeds = speed_factors(records) if speeds is None else speeds
     base_ms: dict[tuple, float] = {}
     for r, speed in zip(records, speeds, strict=True):
-        usual = not drifted(speed) and r.get("noisy") is not True  # see the docstring
+        # see the docstring; `drift` where the loader has judged it: a cell whose answer moved between its
+        # measurements (results.drift.measured) is no more the machine's usual than one the probe caught
+        usual = not drifted(speed) and r.get("noisy") is not True and r.get("drift") is not True
         if (
             r.get("variant") == BASELINE
             and r.get("status") == "ok"
