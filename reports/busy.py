@@ -11,9 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from attnbench.results import neighbours
-from attnbench.results.drift import is_busy, steady
+from attnbench.results.axes import CELL_AXES, FOLLOWS
+from attnbench.results.drift import BEYOND, drifted, is_busy, moved_part, steady
+from attnbench.results.formulas import counted
 
-from .tables import flag_mask, ok_rows
+from .tables import axis_text, flag_mask, ok_rows, varying
+from .words import n_text
 
 SHAKY = "Read off drifted or noisy cells: "  # a ranking sentence of a busy machine whose cells were unsettled
 
@@ -42,6 +45,14 @@ def machine_busy(df, run: str | None = None) -> str | None:
     )
 
 
+def probe_drifted(df) -> bool:
+    """Whether a row of df drifted by its speed probe (results.drift.drifted), the cells `--redo-drift`
+    measures again; not one flagged drift only because its measurements moved apart."""
+    if "speed_factor" not in df.columns:
+        return False
+    return any(drifted(float(f)) for f in df["speed_factor"].dropna())
+
+
 def runs_of(df) -> list[tuple[str | None, Any]]:
     """(run id, its rows) per run of `df`, in its order; (None, df) where its rows name no run."""
     if "run_id" not in df.columns or df["run_id"].isna().all():
@@ -66,7 +77,7 @@ def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, 
         busy_text = machine_busy(rows, rid if named else None)
         if busy_text is None:
             continue
-        if flag_mask(ok_rows(rows), "drift").any():
+        if probe_drifted(ok_rows(rows)):  # a cell whose measurements moved apart it would only move again
             target = shlex.quote(folder) if folder is not None else "RUN"
             busy_text += (
                 " Measure the drifted cells again with "
@@ -80,3 +91,58 @@ def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, 
     if said:
         out[said - 1] += f" A winner or a growth below read off such cells opens with '{SHAKY.strip()}'."
     return tuple(out)
+
+
+MOVED_SHOWN = 5  # the cells whose answer moved a report names one by one; past them, a count
+
+
+def remeasured_sentences(df) -> tuple[str, ...]:
+    """Per run with a cell measured more than once (results.load's `measured_times`: `--resume --redo-drift`
+    appends a row, and the last row of a cell is the one read), one sentence: how many, and those whose
+    answer moved beyond their own spread other than as the speed probe saw the machine move (results.drift:
+    flagged drift, so that a finding read off one is marked as one read off a drifted cell), each by its
+    variant, its shape and its medians in the order measured."""
+    if "measured_times" not in df.columns:
+        return ()
+    runs = runs_of(df)
+    out = []
+    for rid, rows in runs:
+        again = rows[(rows["measured_times"].fillna(1) > 1).to_numpy(dtype=bool)]
+        if again.empty:
+            continue
+        where = f" in run {rid}" if len(runs) > 1 else ""
+        were = "was" if len(again) == 1 else "were"
+        text = (
+            f"{counted(len(again), 'cell')} {were} measured more than once{where} (`--resume --redo-drift` "
+            "measures a drifted cell again), and the last measurement of each is the one shown"
+        )
+        moved = [(r, moved_part(r["drift_reason"])) for _, r in ok_rows(again).iterrows()]
+        moved = [(r, part) for r, part in moved if part]
+        if not moved:
+            out.append(text + "; none moved beyond its own spread other than as the speed probe saw the "
+                       "machine move.")  # fmt: skip
+            continue
+        shape = _shape_axes(rows)
+        named = [f"{r['variant']}{_shape_text(r, shape)}, {part.removesuffix(BEYOND)}" for r, part in moved]
+        more = len(named) - MOVED_SHOWN
+        named = named[:MOVED_SHOWN] + ([f"{more} more (the drift table lists them)"] if more > 0 else [])
+        out.append(
+            f"{text}. The answer of {len(moved)} moved beyond its own spread, other than as the speed probe "
+            f"saw the machine move, so {'it is' if len(moved) == 1 else 'they are'} flagged drifted: "
+            f"{'; '.join(named)}."
+        )
+    return tuple(out)
+
+
+def _shape_axes(rows) -> list[str]:
+    """The identity axes but the variant that vary among a run's rows, those that follow another (N_k = N
+    in every row) left out: what tells its cells apart."""
+    axes = varying(rows, [a for a in CELL_AXES if a != "variant"])
+    return [a for a in axes if not (a in FOLLOWS and bool((rows[a] == rows[FOLLOWS[a]]).fillna(True).all()))]
+
+
+def _shape_text(row, axes: list[str]) -> str:
+    """' at N = 256 (constant lengths)': a cell's values on `axes` (_shape_axes), its N first."""
+    length = f" at N = {n_text(row['seq_len'])}" if "seq_len" in axes and "seq_k" not in axes else ""
+    others = [axis_text(a, row[a]) for a in axes if not (length and a == "seq_len")]
+    return length + (f" ({' · '.join(others)})" if others else "")

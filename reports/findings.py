@@ -18,7 +18,14 @@ from attnbench.results.formulas import wrap_text
 from attnbench.results.visits import blind_lead_text
 
 from . import page as pg
-from .busy import SHAKY, busy_sentences, machine_busy, runs_of, unsettled  # noqa: F401 (said here too)
+from .busy import (  # noqa: F401 (said here too)
+    SHAKY,
+    busy_sentences,
+    machine_busy,
+    remeasured_sentences,
+    runs_of,
+    unsettled,
+)
 from .growth import growth_sentences, wall_sentence
 from .panels import accuracy, decode, energy, varlen
 from .style import variant_order
@@ -64,6 +71,8 @@ class Findings:
     # before all of them: a run's files changed by something other than attnbench (results.integrity)
     changed: tuple[str, ...] = ()
     wrong: tuple[str, ...] = ()  # then a variant wrong at the N a run's gate adds (results.tile_sentences)
+    # after the busy machine: the cells measured more than once, and those whose answer moved (drifted)
+    remeasured: tuple[str, ...] = ()
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
@@ -447,7 +456,8 @@ def build(
     group's own section below), and the run-wide trust sentences (`run_dirs`: run id -> its folder as
     given, for the commands they name; `imported`: the ids from pytest-benchmark); `changed` (reports.trust's
     sentences on runs whose files something else changed) comes first, then `wrong` (a variant wrong at the
-    N a run's gate adds), `unfinished` (runs stopped early) and a busy machine's sentence (busy_sentences).
+    N a run's gate adds), `unfinished` (runs stopped early), a busy machine's sentence (busy_sentences) and
+    the cells measured more than once (remeasured_sentences).
     copy_of(group key, rows): a group's calibrated copy bandwidth, for a decode panel's K/V read.
     wrong_at: {(run id, variant): N} for a variant that answers wrong at the N its run's gate adds
     (results.tile_wrong): every sentence that ranks or fits it names it '(wrong at N 300)'. emulated: the
@@ -490,12 +500,13 @@ def build(
             sentences = [s for s in sentences if s]
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
-    return Findings(tuple(out), trust_sentences(df, imported), unfinished, said_busy, changed, wrong)
+    trust = trust_sentences(df, imported)
+    return Findings(tuple(out), trust, unfinished, said_busy, changed, wrong, remeasured_sentences(df))
 
 
 def blocks(f: Findings) -> list[pg.Block]:
     """The page's first section: a heading, per panel its title and its sentences, then the trust."""
-    first = (*f.changed, *f.wrong, *f.unfinished, *f.busy)
+    first = (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured)
     out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in first)]
     if not f.panels:
         out.append(pg.Para(f"{NOTHING_OK} (see 'Cells that are not ok' below)."))
@@ -525,7 +536,7 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
         return wrap_text(s, width, rest, first)
 
     lines = ["Findings"]
-    for t in (*f.changed, *f.wrong, *f.unfinished, *f.busy):
+    for t in (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured):
         lines += wrap(t)
     if not f.panels:
         lines.append(f"  {NOTHING_OK}.")

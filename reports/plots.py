@@ -88,10 +88,11 @@ def exponent_label(variant: str, fit: PowerFit | None, name: str = "N") -> str:
 
 
 SUSPECT, SUSPECT_LABEL = "suspect", "suspect (never ranked)"
-DRIFT_LABEL = "machine drifted > 10%"
+DRIFT_LABEL = "drifted > 10% (machine or re-measured)"
 THROTTLED_LABEL = "GPU clock fell > 10%"
 # (row flag, legend label, edge colour, line style, ring size) of the cells a time plot rings: suspect
-# (results.suspect), measured while the machine drifted (results.drift), or while the GPU's SM clock fell
+# (results.suspect), measured while the machine drifted or re-measured apart (results.drift), or while the
+# GPU's SM clock fell
 # (harness.measure.telemetry). Black and dark grey, solid, dashed and dotted: no variant's colour, and named
 # in a legend of their own (ring_legend), apart from the variants'.
 RINGS = (

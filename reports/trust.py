@@ -158,17 +158,27 @@ DRIFT_RULE = (
     "median probe was measured on a machine running faster or slower than usual (another tenant, a "
     "throttled clock): its time is shown (ringed with a dashed circle on the time and decode figures) but "
     "says as much about that moment as about the variant. `attnbench run --resume --redo-drift --out RUN` "
-    "measures them again."
+    "measures them again. A cell measured more than once (such a resume appends a row; the last is the one "
+    "shown) whose earlier medians lie more than 10% from its last, beyond either measurement's own p25–p75 "
+    "and not the way the speed probes saw the machine's speed change between them, drifted too: its answer "
+    "depends on when it was measured, which measuring it again does not settle (`--rounds 3` ranks across "
+    "visits)."
 )
 
 
 def _drift_table(df) -> pg.Table:
-    """Rows flagged drift (results.drift), with the machine's speed factor at that moment."""
+    """Rows flagged drift (results.drift), with the machine's speed factor at that moment and why."""
     d = flagged(df, "drift")
     rows = tuple(
-        (str(r["run_id"]), str(r["cell_id"]), f"{float(r['speed_factor']):.2f}×") for _, r in d.iterrows()
+        (
+            str(r["run_id"]),
+            str(r["cell_id"]),
+            f"{float(r['speed_factor']):.2f}×" if present(r["speed_factor"]) else "",
+            str(r["drift_reason"]) if present(r.get("drift_reason")) else "",
+        )
+        for _, r in d.iterrows()
     )
-    return pg.Table(("run", "cell", "machine speed vs run median"), rows[:MAX_FAILURE_ROWS])
+    return pg.Table(("run", "cell", "machine speed vs run median", "why"), rows[:MAX_FAILURE_ROWS])
 
 
 THROTTLE_RULE = (
