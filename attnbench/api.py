@@ -602,8 +602,11 @@ def _check_free(name: str, keyword: str) -> None:
 
 
 def load(*run_dirs: PathLike | Run | Sequence[PathLike | Run]):
-    """Every row of the given runs (run directories or Runs, or lists of them) as one typed pandas DataFrame
-    (see the README's results schema)."""
+    """The given runs (run directories or Runs, or lists of them) as one typed pandas DataFrame, a row per
+    cell of each run (docs/results-schema.md). A cell measured more than once (`--resume --redo-drift`
+    appends a row) is its last row, with `measured_times` and `medians_spread` (its ok medians' largest over
+    smallest); where an earlier answer moved beyond the cell's own spread other than as the speed probe saw
+    the machine move, it is flagged `drift`, and `drift_reason` names its medians in order."""
     from attnbench.results import load as load_runs
 
     if not run_dirs:  # an empty frame would read as runs that measured nothing
