@@ -15,6 +15,7 @@ from typing import Any
 
 from attnbench.results.drift import own_spread, steady, unprobed
 from attnbench.results.formulas import wrap_text
+from attnbench.results.judge import TOLERANCE
 from attnbench.results.visits import blind_lead_text
 
 from . import page as pg
@@ -30,20 +31,25 @@ from .growth import growth_sentences, wall_sentence
 from .panels import accuracy, decode, energy, varlen
 from .style import variant_order
 from .tables import (
+    COMBO_AXES,
     GROUP_AXES,
+    LENGTHS,
     approximate_names,
     best_variant,
+    contestants,
     flag_mask,
+    grouped,
     groups,
     kernel_members,
     length_axis,
     length_name,
     ok_rows,
-    one_per_kernel,
+    one_kernel_gaps,
     panels,
     present,
     ranked_rows,
     tied_names,
+    unrecorded_picks,
 )
 from .words import n_text, names_text, range_text, ratio_range, suspect_text
 
@@ -73,6 +79,9 @@ class Findings:
     wrong: tuple[str, ...] = ()  # then a variant wrong at the N a run's gate adds (results.tile_sentences)
     # after the busy machine: the cells measured more than once, and those whose answer moved (drifted)
     remeasured: tuple[str, ...] = ()
+    # then, last before the panels: a variant left out of rankings where its run did not record which of the
+    # kernels beside it it ran (unrecorded_sentences)
+    kernels: tuple[str, ...] = ()
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
@@ -122,9 +131,7 @@ def _ranked_at(panel_rows, length: str) -> dict[int, frozenset[str]] | None:
     if not {"status", "variant", "time_ms_median", length} <= set(panel_rows.columns):
         return None
     ok = ranked_rows(panel_rows).dropna(subset=["time_ms_median", length])
-    return {
-        int(n): frozenset(str(v) for v in one_per_kernel(sub)["variant"]) for n, sub in ok.groupby(length)
-    }
+    return {int(n): frozenset(str(v) for v in contestants(sub)["variant"]) for n, sub in ok.groupby(length)}
 
 
 def _by_n(names: list[str], pts: list[_Point], name: str = "N") -> str:
@@ -383,6 +390,61 @@ def _panel_fits(scaling, gkey: dict[str, Any], pkey: dict[str, Any]):
     return sel
 
 
+# ---- (2) one kernel under two names ---------------------------------------------------------------------
+
+
+def one_kernel_sentence(panel_rows) -> str | None:
+    """Where variants of the panel ran one kernel at some N (tables.one_kernel_gaps: one contestant in the
+    ranking), how far apart its names measured: one kernel in two visits, so a lead under that gap is
+    within what the run's own visits of one cell differ by, and the ranking does not tell it apart
+    (tables.tolerance_of). None where no two variants ran one kernel."""
+    gaps = one_kernel_gaps(ranked_rows(panel_rows).dropna(subset=["time_ms_median"]))
+    if not gaps:
+        return None
+    n, names, kernel, gap = max(gaps, key=lambda g: g[3])
+    sets = list(dict.fromkeys((names, kernel) for _, names, kernel, _ in gaps))
+    name = length_name(length_axis(panel_rows))
+    if len(sets) == 1:
+        head = f"{names_text(list(names))} ran one kernel ({kernel})"
+    else:
+        each = [f"{names_text(list(vs))} ({k})" for vs, k in sets]
+        head = f"{'; '.join(each)} each ran one kernel"
+    where = f"{name} = {n_text(n)}"
+    where = f"{names_text(list(names))} at {where}" if len(sets) > 1 else where
+    if gap - 1 <= TOLERANCE:
+        floor = f"under the {TOLERANCE:.0%} every lead clears"
+        return f"{head} and measured at most {gap:.2f}× apart ({where}), {floor}."
+    return (
+        f"{head} and measured up to {gap:.2f}× apart ({where}): two visits of one kernel differ by that "
+        f"much here, so a lead under {gap:.2f}× is a tie."
+    )
+
+
+def unrecorded_sentences(df) -> tuple[str, ...]:
+    """Once per report, per variant that picks its kernel among others' (sdpa) and was left out of a
+    ranking because its run did not record which of them it ran (tables.unrecorded_picks): what it may be,
+    and that its gap to them is not ranked."""
+    ok = ranked_rows(df).dropna(subset=["time_ms_median"])
+    found: dict[str, dict[str, set[str]]] = {}  # picker -> run -> the variants it may have run beside it
+    for key, cell in grouped(ok, [*COMBO_AXES, *LENGTHS]):
+        for picker, others in unrecorded_picks(cell).items():
+            found.setdefault(picker, {}).setdefault(str(key.get("run_id", "")), set()).update(others)
+    out = []
+    for picker in variant_order(found):
+        runs = sorted(found[picker])
+        others = variant_order({v for vs in found[picker].values() for v in vs})
+        who = "This run" if ok["run_id"].nunique() == 1 else f"Run{'s' * (len(runs) > 1)} {names_text(runs)}"
+        either = ", ".join(others[:-1]) + " or " + others[-1] if len(others) > 1 else others[0]
+        may = ", ".join(f"{v}'s" for v in others[:-1]) + f" or {others[-1]}'s" if len(others) > 1 else ""
+        out.append(
+            f"{who} did not record which kernel {picker} chose (its own dispatch picks it), and it may be "
+            f"{may or others[0] + chr(39) + 's'}: where {either if len(others) == 1 else 'one of them'} ran "
+            f"too, their gap may be one kernel measured twice, so {picker} is not ranked there (its times "
+            "are in the tables and figures)."
+        )
+    return tuple(out)
+
+
 # ---- (4) trust -----------------------------------------------------------------------------------------
 
 
@@ -489,7 +551,7 @@ def build(
                 energy.sentence(rows),
                 accuracy.sentence(rows, shaky_said(rows, busy), emulated),
             ]
-            sentences = ranking_sentences(rows, busy, marks) + extra
+            sentences = ranking_sentences(rows, busy, marks) + [one_kernel_sentence(rows) or ""] + extra
             if not fits.empty:  # growth last: the workload's own findings first
                 sentences += [
                     *growth_sentences(
@@ -501,12 +563,13 @@ def build(
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
     trust = trust_sentences(df, imported)
-    return Findings(tuple(out), trust, unfinished, said_busy, changed, wrong, remeasured_sentences(df))
+    remeasured, kernels = remeasured_sentences(df), unrecorded_sentences(df)
+    return Findings(tuple(out), trust, unfinished, said_busy, changed, wrong, remeasured, kernels)
 
 
 def blocks(f: Findings) -> list[pg.Block]:
     """The page's first section: a heading, per panel its title and its sentences, then the trust."""
-    first = (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured)
+    first = (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured, *f.kernels)
     out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in first)]
     if not f.panels:
         out.append(pg.Para(f"{NOTHING_OK} (see 'Cells that are not ok' below)."))
@@ -536,7 +599,7 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
         return wrap_text(s, width, rest, first)
 
     lines = ["Findings"]
-    for t in (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured):
+    for t in (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured, *f.kernels):
         lines += wrap(t)
     if not f.panels:
         lines.append(f"  {NOTHING_OK}.")

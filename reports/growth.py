@@ -30,11 +30,12 @@ def says_nothing(exp: Any, lo: Any, hi: Any, name: str = "N") -> str | None:
 
 
 def exponent_said(fit: Any, name: str = "N") -> str:
-    """A fitted exponent (fit.PowerFit) as a table shows it, '1.98 [1.90, 2.06]', with why it says nothing
-    of the growth where it does not, in the words the findings use (says_nothing): '2.01 [1.32, 2.70]: CI
-    too wide to say', '-0.35 (no CI): two N'; 'n/a (...)' without a fit."""
+    """A fitted exponent (fit.PowerFit) as the findings say it, '1.98 [1.90, 2.06]', and where they say its
+    growth not measured (says_nothing: two N, a CI too wide to say), no exponent either, as the figures'
+    legends: 'growth not measured (two N)', 'growth not measured (CI too wide to say)'; 'n/a (...)' without
+    a fit. The history site's findings give a run's exponent so (reports.site_findings)."""
     why = says_nothing(fit.exponent, fit.ci_low, fit.ci_high, name)
-    return f"{fit.text()}: {why}" if why else fit.text()
+    return f"growth not measured ({why})" if why else fit.text()
 
 
 def growth_sentences(

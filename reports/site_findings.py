@@ -201,7 +201,9 @@ def findings(
             tuple(rows),
             "the fastest variant over each range of N, 'A ≈ B' where the report's ranking cannot tell B "
             f"from A at every N of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
-            "test); the time and the exponent are A's; a suspect cell (too fast to believe) is never ranked, "
+            "test); the time and the exponent are A's, the exponent given only where the run's report "
+            "gives it ('growth not measured (two N)' where its findings say so); a suspect cell (too fast to "
+            "believe) is never ranked, "
             "as in the run's report, and is named",
         ),
         *unknown_flags(ok),

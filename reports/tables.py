@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from itertools import takewhile
 from typing import Any
 
@@ -12,8 +13,8 @@ from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
 from attnbench.results.formulas import ratio_number, ratio_spread
-from attnbench.results.judge import separated, separation
-from attnbench.results.ranks import rank_groups
+from attnbench.results.judge import TOLERANCE, separated, separation
+from attnbench.results.ranks import rank_groups, told_apart
 from attnbench.results.schema import LIST_COLUMNS
 
 from .style import variant_order
@@ -257,6 +258,20 @@ def _kernel_keys(cell_rows):
     return kernels.where((kernels == "") | (recipes == ""), kernels + " | " + recipes)
 
 
+def _one_kernel_sets(cell_rows) -> Iterator[Any]:
+    """The rows of one combination and N that ran one kernel there, fastest first, each set of two or more:
+    the same non-empty `kernel` and quantisation recipe, within SAME_KERNEL_RATIO of the fastest of them."""
+    if "kernel" not in cell_rows.columns or len(cell_rows) < 2:
+        return
+    keys = _kernel_keys(cell_rows)
+    for _, sub in cell_rows[keys != ""].groupby(keys[keys != ""], sort=False):
+        sub = sub.sort_values("time_ms_median", kind="stable")
+        fastest = float(sub["time_ms_median"].iloc[0])
+        sub = sub[sub["time_ms_median"].astype(float) <= SAME_KERNEL_RATIO * fastest]
+        if sub["variant"].nunique() >= 2:
+            yield sub
+
+
 def one_per_kernel(cell_rows):
     """The ranked rows of one combination and N (one cell per variant) with the variants that ran the same
     kernel there made one: where two or more rows record the same non-empty `kernel` (a variant's kernel
@@ -265,17 +280,9 @@ def one_per_kernel(cell_rows):
     (= sdpa_cudnn: CUDNN_ATTENTION)' (kernel_name). One kernel timed under two names is one contestant: a
     lead or a crossover between its names would be noise named a winner. Rows without a kernel, of another
     recipe, or further from the fastest stay as they are."""
-    if "kernel" not in cell_rows.columns or len(cell_rows) < 2:
-        return cell_rows
-    keys = _kernel_keys(cell_rows)
     drop, names = [], {}
-    for _, sub in cell_rows[keys != ""].groupby(keys[keys != ""], sort=False):
-        sub = sub.sort_values("time_ms_median", kind="stable")
-        fastest = float(sub["time_ms_median"].iloc[0])
-        sub = sub[sub["time_ms_median"].astype(float) <= SAME_KERNEL_RATIO * fastest]
+    for sub in _one_kernel_sets(cell_rows):
         variants = variant_order(str(v) for v in sub["variant"])
-        if len(variants) < 2:
-            continue
         names[sub.index[0]] = kernel_name(variants, str(sub["kernel"].iloc[0]).strip())
         drop += list(sub.index[1:])
     if not names:
@@ -284,6 +291,64 @@ def one_per_kernel(cell_rows):
     for i, name in names.items():
         out.loc[i, "variant"] = name
     return out
+
+
+def _recorded(kernel: Any) -> bool:
+    return present(kernel) and bool(str(kernel).strip())
+
+
+def unrecorded_picks(cell_rows) -> dict[str, tuple[str, ...]]:
+    """{variant: the variants ranked beside it here whose kernel it may have run} for each row of one
+    combination and N whose variant picks its kernel among others' (the loader's `picks_among`:
+    Capability.picks_among, sdpa's backends) where it or the other does not record its `kernel`: their two
+    times may be one kernel measured twice, and nothing tells them apart."""
+    if "picks_among" not in cell_rows.columns or len(cell_rows) < 2:
+        return {}
+    kernels = {str(r["variant"]): r.get("kernel") for _, r in cell_rows.iterrows()}
+    out = {}
+    for _, r in cell_rows[cell_rows["picks_among"].notna()].iterrows():
+        mine = str(r["variant"])
+        unsure = [
+            v for v in str(r["picks_among"]).split()
+            if v in kernels and not (_recorded(kernels[mine]) and _recorded(kernels[v]))
+        ]  # fmt: skip
+        if unsure:
+            out[mine] = tuple(unsure)
+    return out
+
+
+def contestants(cell_rows):
+    """The rows of one combination and N a ranking ranks: one per kernel (one_per_kernel), without a variant
+    that picks its kernel among others' where it may have run one of theirs beside it (unrecorded_picks): a
+    lead or crossover between the two would be one kernel ranked against itself, and the one it may be
+    stands for that kernel there (the findings say so once, findings.unrecorded_sentences)."""
+    unsure = unrecorded_picks(cell_rows)
+    if unsure:
+        cell_rows = cell_rows[~cell_rows["variant"].astype(str).isin(set(unsure))]
+    return one_per_kernel(cell_rows)
+
+
+def one_kernel_gaps(combo_rows) -> list[tuple[int, tuple[str, ...], str, float]]:
+    """Per N of one combination's ranked rows (a panel's), each set of variants that ran one kernel there
+    (one_per_kernel's) with its kernel and how far apart its names measured (slowest over fastest): one
+    kernel in two visits, what the run's own visits of one cell differ by. (N, variants, kernel, ratio)."""
+    length = length_axis(combo_rows)
+    out = []
+    for n, cell in combo_rows.groupby(length, sort=True):
+        for sub in _one_kernel_sets(cell):
+            times = sub["time_ms_median"].astype(float)
+            names = tuple(variant_order(str(v) for v in sub["variant"]))
+            out.append((int(n), names, str(sub["kernel"].iloc[0]).strip(), float(times.max() / times.min())))
+    return out
+
+
+def tolerance_of(combo_rows) -> float:
+    """How much slower by median a variant must be to be told apart from a faster one in one combination
+    (the ranking's tolerance, results.judge.separated's): judge.TOLERANCE, or where the combination's rows
+    measured one kernel under two names further apart than that (one_kernel_gaps), that gap: a lead under
+    what two visits of one kernel differ by here is not told apart from them."""
+    gaps = [g for *_, g in one_kernel_gaps(combo_rows)]
+    return max([TOLERANCE, *(g - 1 for g in gaps)])
 
 
 def kernel_name(variants: list[str], kernel: str) -> str:
@@ -323,7 +388,8 @@ def tied_names(tied: Any) -> list[str]:
 # these columns alone: a run's rows carry a hundred more, and every filter, group and sort of a wide frame
 # copies them all (most of a ranking's time).
 RANKED_COLUMNS = (
-    "status", "variant", "kernel", "quant_recipe", "time_ms_median", "rel_iqr", "suspect", *LIST_COLUMNS
+    "status", "variant", "kernel", "picks_among", "quant_recipe", "time_ms_median", "rel_iqr", "suspect",
+    *LIST_COLUMNS,
 )  # fmt: skip
 
 
@@ -346,6 +412,19 @@ def front(ordered: Iterable[Any], tied: Callable[[Any, Any], bool] | None = None
     return [r.row for r in takewhile(lambda r: r.group == 0, groups)]
 
 
+def _not_separated(first: Any, other: Any, tolerance: float) -> bool:
+    return not separated(first, other, tolerance=tolerance)
+
+
+def _cells(ok) -> Iterator[tuple[dict[str, Any], Any, float]]:
+    """(key, rows, tolerance) per combination and N of the ok rows `ok`, in the axes' order, with the
+    ranking's tolerance of its combination (tolerance_of, read off its rows that are not suspect)."""
+    for combo_key, combo in grouped(ok, list(COMBO_AXES)):
+        tolerance = tolerance_of(combo[~flag_mask(combo, "suspect")])
+        for length_key, cell in grouped(combo, list(LENGTHS)):
+            yield {**combo_key, **length_key}, cell, tolerance
+
+
 def best_variant(df):
     """Per combination, seq_len and seq_k: the fastest ok variant, its median time, how far ahead of the next,
     the p of the two (results.judge.separation), and the variants it cannot be told apart from (`tied`:
@@ -357,11 +436,11 @@ def best_variant(df):
 
     ok = ok_rows(_narrow(df)).dropna(subset=["time_ms_median"])
     records = []
-    for key, every in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
+    for key, every, tolerance in _cells(ok):
         sus = flag_mask(every, "suspect")
         if sus.all():
             continue
-        ranked = one_per_kernel(every[~sus]).sort_values("time_ms_median", kind="stable")
+        ranked = contestants(every[~sus]).sort_values("time_ms_median", kind="stable")
         first = ranked.iloc[0]
         suspect = variant_order(set(map(str, every[sus]["variant"])) - set(map(str, every[~sus]["variant"])))
         rec = {
@@ -384,7 +463,8 @@ def best_variant(df):
             rec["p_value"] = separation(first, second).p
             # the variants the winner cannot be told apart from, fastest first, up to the first it can
             rows = [r for _, r in ranked.iterrows()]
-            rec["tied"] = " ".join(str(r["variant"]) for r in front(rows)[1:])
+            tied = partial(_not_separated, tolerance=tolerance)
+            rec["tied"] = " ".join(str(r["variant"]) for r in front(rows, tied)[1:])
         records.append(rec)
     return pd.DataFrame(
         records,
@@ -416,10 +496,11 @@ def ranking(df):
 
     ok = ranked_rows(_narrow(df)).dropna(subset=["time_ms_median"])
     records = []
-    for key, sub in grouped(ok, list(COMBO_AXES) + list(LENGTHS)):
-        ranked = one_per_kernel(sub).sort_values("time_ms_median", kind="stable")
+    for key, sub, tolerance in _cells(ok):
+        ranked = contestants(sub).sort_values("time_ms_median", kind="stable")
         fastest, first_spread = float(ranked.iloc[0]["time_ms_median"]), ranked.iloc[0].get("rel_iqr")
-        for placed in rank_groups(r for _, r in ranked.iterrows()):
+        apart = partial(told_apart, tolerance=tolerance)  # the combination's (tolerance_of)
+        for placed in rank_groups((r for _, r in ranked.iterrows()), apart):
             r = placed.row
             records.append(
                 {

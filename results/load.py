@@ -135,10 +135,33 @@ def _run_frame(meta: dict[str, Any], rows: list[dict[str, Any]], run_id: Any, ev
     df["measured_times"] = [m.times if m else 1 for m in cells]
     df["medians_spread"] = [m.spread if m else math.nan for m in cells]
     df["drift_reason"] = [m.reason if m else None for m in cells]
+    picks = {v: " ".join(picks_among(meta, v)) or None for v in {str(r.get("variant")) for r in rows}}
+    df["picks_among"] = [picks[str(r.get("variant"))] for r in rows]
     _host_of_old_rows(df, meta)
     # the device's model on its host, per row (devices.machine_of), as the history store names it
     df["machine"] = [devices.machine_of(meta, devices.where_of(r), r) for r in rows]
     return df
+
+
+# What the built-in variants' capability records say of the kernels each picks among (Capability.picks_among),
+# for the runs whose meta.json records none (made before the field): sdpa, torch's own choice of backend,
+# has picked among those of the pinned SDPA variants since attnbench had them.
+# tests/reports/test_same_kernel.py checks it against the registry.
+BUILTIN_PICKS = {"sdpa": ("sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn")}
+
+
+def picks_among(meta: dict[str, Any], variant: str) -> tuple[str, ...]:
+    """The variants whose kernels `variant`'s own dispatch picks among, as its run's meta.json records its
+    capability (variant_capabilities[variant]["picks_among"]); for a record without the field (a run made
+    before it, or none at all) and a built-in variant, BUILTIN_PICKS' by its name; () for any other."""
+    caps = meta.get("variant_capabilities")
+    record = caps.get(variant) if isinstance(caps, dict) else None
+    if isinstance(record, dict) and "picks_among" in record:
+        found = record["picks_among"]
+        return tuple(str(v) for v in found) if isinstance(found, list) else ()
+    if isinstance(record, dict) and record.get("source", "builtin") != "builtin":
+        return ()
+    return BUILTIN_PICKS.get(variant, ())
 
 
 def _derived(df, metas: dict[str, dict[str, Any]]):

@@ -10,14 +10,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .judge import separated, separation
+from .judge import TOLERANCE, separated, separation
 
 
-def told_apart(leader: Any, other: Any) -> tuple[bool, float]:
-    """The ranking's rule for two rows (the faster `leader` first): whether `other` is `separated` from it,
-    and the p of their `separation`."""
+def told_apart(leader: Any, other: Any, tolerance: float = TOLERANCE) -> tuple[bool, float]:
+    """The ranking's rule for two rows (the faster `leader` first): whether `other` is `separated` from it
+    (at least `tolerance` slower by median: judge.TOLERANCE, or more where the run measured one kernel
+    under two names further apart, reports.tables.tolerance_of), and the p of their `separation`."""
     test = separation(leader, other)
-    return separated(leader, other, test=test), test.p
+    return separated(leader, other, tolerance=tolerance, test=test), test.p
 
 
 @dataclass(frozen=True)

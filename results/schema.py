@@ -61,6 +61,11 @@ COLUMNS: dict[str, str] = {
     # which kernel the variant's calls ran, where its kernel hook says (variants.registry.Capability.kernel):
     # SDPA's backend and FlashAttention implementation, xformers' operator; NA where it has none
     "kernel": "string",
+    # derived when loading (results.load.picks_among), never stored: the variants whose kernels the row's
+    # variant's own dispatch picks among (Capability.picks_among in meta.json; sdpa's, by its name, in runs
+    # recorded before it), space-separated; where `kernel` does not say which one ran, the report ranks none
+    # of them against it. NA for a variant that runs one kernel
+    "picks_among": "string",
     # measured on one call above what was live before it; plus retained_mem_bytes when that is large
     # (over max(1 MiB, 10% of the peak), harness.measure.outcomes.retains; mem_method then ends
     # "+ retained_mem_bytes")

@@ -123,6 +123,11 @@ class Capability:
     # A kernel compiled in setup or at the first call (torch.compile): True, every cell shape its own; or
     # compiles(problem) -> a key, a worker's cells of one key sharing a compile. Only the dry run reads it.
     compiles: bool | Callable[[Problem], Any] = field(default=False, compare=False)
+    # The variants whose kernels this one's own dispatch picks among at call time (sdpa: torch picks one of
+    # the backends that sdpa_math, sdpa_flash, sdpa_efficient and sdpa_cudnn are pinned to). Where a run's
+    # rows do not record which kernel a cell ran (the `kernel` column), its time and theirs there may be one
+    # kernel's measured twice, and the report ranks none of them against it (reports.tables.contestants).
+    picks_among: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -161,6 +166,14 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: varlen must be padded, masked, exact, tiles:N or rows:N, not "
                 f"{self.varlen!r}"
+            )
+        picks = self.picks_among  # a str is refused: picks_among="sdpa_flash" would read as 's', 'd', ...
+        if not isinstance(picks, tuple | list) or not all(
+            isinstance(p, str) and p and p != self.name for p in picks
+        ):
+            raise VariantError(
+                f"variant {self.name}: picks_among must be a tuple of other variants' names, such as "
+                f"('sdpa_flash',), not {picks!r}"
             )
         for hook in ("setup", "kernel"):
             value = getattr(self, hook)

@@ -254,9 +254,15 @@ def _cudnn_supports(p: Problem) -> str | None:
     return None
 
 
+# the pinned variants whose backends torch's own choice for sdpa picks among: where a run does not record
+# which one a cell ran, the report does not rank sdpa against them there (Capability.picks_among)
+PINNED = ("sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn")
+
+
 @register(
     "sdpa",
     kernel=_kernel(None),
+    picks_among=PINNED,
     description="F.scaled_dot_product_attention, torch picks the backend",
     dtypes=_ALL,
     memory="linear",

@@ -970,9 +970,9 @@ def test_the_manifest_removes_only_publishs_own_files(tmp_path):
 
 def test_the_latest_findings_give_each_exponent_as_the_runs_report_does():
     """The machine page's exponent of a run is the report's (reports.fit.time_fit: the same weighted points
-    from the run's time_fit_from), and one that says nothing says so in the findings' words: a plain fit of
-    the store's medians gave 2.00 [1.83, 2.16] where the report gives 1.98 [1.90, 2.06], and 1.98 [1.32,
-    2.63] where the report says its 2.01 [1.32, 2.70] is too wide to say."""
+    from the run's time_fit_from), and one that says nothing is not given, as the report's findings do not
+    give it: a plain fit of the store's medians gave 2.00 [1.83, 2.16] where the report gives 1.98 [1.90,
+    2.06], and 1.98 [1.32, 2.63] where the report says time's growth not measured (CI too wide to say)."""
     from conftest import ROOT
 
     from attnbench.reports.fit import combo_key, fit_index, scaling_table
@@ -991,13 +991,14 @@ def test_the_latest_findings_give_each_exponent_as_the_runs_report_does():
         variant = fastest.split(" ≈ ")[0]
         cell = rows[(shapes == shape) & (rows["variant"] == variant)].iloc[0]
         assert exponent == exponent_said(fits[combo_key(cell, variant)][0]), (shape, variant)
-        seen.add(exponent.endswith(": CI too wide to say"))
+        seen.add(exponent == "growth not measured (CI too wide to say)")
     assert seen == {True, False}  # both kinds checked
 
 
 def test_an_exponent_of_a_run_whose_folder_is_gone_says_when_it_says_nothing():
     """From the store's medians alone (the run's folder gone): two N is a line with no CI, and three N that
-    scatter give a CI too wide to say, in the findings' words."""
+    scatter give a CI too wide to say: neither gives an exponent, as a report's findings give none ('Time's
+    growth not measured ... (two N)'); an outside trial found '-0.04 (no CI): two N' on the machine page."""
     import pandas as pd
 
     def rows(times):
@@ -1008,9 +1009,9 @@ def test_an_exponent_of_a_run_whose_folder_is_gone_says_when_it_says_nothing():
         ]  # fmt: skip
 
     (two,) = site_findings.findings(pd.DataFrame(rows({512: 1.0, 1024: 0.8})), {})
-    assert two.rows[0][4].endswith("(no CI): two N"), two.rows
+    assert two.rows[0][4] == "growth not measured (two N)", two.rows
     (three,) = site_findings.findings(pd.DataFrame(rows({256: 1.0, 512: 0.5, 1024: 3.0})), {})
-    assert {r[4].split(": ")[-1] for r in three.rows} == {"CI too wide to say"}, three.rows
+    assert {r[4] for r in three.rows} == {"growth not measured (CI too wide to say)"}, three.rows
 
 
 def test_a_percent_of_peak_against_a_smaller_calibration_is_marked_and_each_calibration_shown(tmp_path, part):
