@@ -44,16 +44,18 @@ from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_ht
 from .rendered_from import Stale
 from .run_rows import RunRows
 from .site_findings import (
+    combination_tolerance,
+    contestants,
     findings,
     front_rows,
     left_out_text,
     named,
-    ranked_and_suspect,
     ranked_text,
     shape_of,
     unfinished_runs,
     unfinished_text,
     unknown_flags,
+    unrecorded_text,
 )
 from .site_gate import run_cell
 from .style import (
@@ -590,16 +592,28 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     cals, notes = site_calibration.calibrations(common, loaded.meta)
     keys = zip(*(common[c].astype(str) for c in ("path", "where_key", "dtype")), strict=True)
     common = common.assign(cal_note=[notes[k] for k in keys])
-    page.add(Heading("Who leads where"), lead_table(common, machines, loaded), *unknown_flags(common))
+    table, unrecorded = lead_blocks(common, machines, loaded)
+    page.add(Heading("Who leads where"), table, *unrecorded, *unknown_flags(common))
     page.add(Heading("Every variant at the shared shapes"), variant_table(common, machines))
     page.add(Heading("The calibrations"), cals)
     return page
 
 
 def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
-    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it; a
-    suspect cell is never ranked, and is named (site_findings.ranked_text, the report's words)."""
-    rows = []
+    """The table of lead_blocks."""
+    return lead_blocks(common, machines, loaded)[0]
+
+
+def lead_blocks(common, machines: list[str], loaded: RunRows) -> tuple[Table, list[Para]]:
+    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it, as
+    the run's report ranks them (site_findings.contestants: one row per kernel, no variant that may have run
+    one of theirs unrecorded, at the tolerance of the machine's cells of that shape here,
+    site_findings.combination_tolerance); a suspect cell is never ranked, and is named
+    (site_findings.ranked_text, the report's words); then a sentence per variant so left out
+    (site_findings.unrecorded_text)."""
+    rows, unsure = [], {}
+    by_machine = common.groupby(["shape", "machine"], sort=True)
+    tolerances = {key: combination_tolerance(sub, loaded) for key, sub in by_machine}
     for (shape, n), at in common.groupby(["shape", "seq"], sort=True):
         row: list[Any] = [shape, str(n)]
         for m in machines:
@@ -607,23 +621,27 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
             if not len(mine):
                 row.append("-")
                 continue
-            ranked, suspects = ranked_and_suspect(mine)
+            ranked, suspects, left = contestants(mine, loaded)
+            for picker, others in left.items():
+                unsure.setdefault(picker, set()).update(others)
             ranked = ranked.sort_values("time_ms_median", kind="stable")
             if not len(ranked):
                 row.append(ranked_text((), suspects, False))
                 continue
             best = ranked.iloc[0]
-            ties = [named(r) for r in front_rows(ranked, loaded)[1:]]
+            ties = [named(r) for r in front_rows(ranked, loaded, tolerances[(shape, m)])[1:]]
             text = f"{named(best)} {_peak_text(best)}" + (f", tied with {', '.join(ties)}" if ties else "")
             row.append(text + left_out_text(suspects, ranked["variant"].nunique() == 1))
         rows.append(tuple(row))
     caption = (
         f"the fastest variant, its TFLOP/s (% of peak; {site_calibration.MARK}: its calibration is not "
         "comparable, below), and the variants the report's ranking cannot tell "
-        f"from it (under {TOLERANCE:.0%} slower, or not judged slower by its test; none behind a variant it "
-        "can tell from it); a suspect cell (too fast to believe) is never ranked, as in the run's report"
+        f"from it (under {TOLERANCE:.0%} slower, or more where two names of one kernel measured further "
+        "apart, or not judged slower by its test; none behind a variant it can tell from it); a suspect cell "
+        "(too fast to believe) is never ranked, as in the run's report, nor a variant that may have run "
+        "the kernel of one beside it unrecorded"
     )
-    return Table(("shape", "N", *machines), tuple(rows), caption)
+    return Table(("shape", "N", *machines), tuple(rows), caption), unrecorded_text(unsure)
 
 
 def variant_table(common, machines: list[str]) -> Table:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attnbench.results.judge import TOLERANCE, separated
+from attnbench.results.load import picks_among
 from attnbench.results.store import unfinished
 
 from . import tables
@@ -41,15 +42,34 @@ def named(cell) -> str:
     return approximate_text(cell["variant"], cell.get("approximate"))
 
 
-def tied(first, other, loaded: RunRows) -> bool:
+def tied(first, other, loaded: RunRows, tolerance: float = TOLERANCE) -> bool:
     """Whether the report's ranking could not tell `other` from the faster `first` (results.judge.separated,
-    as reports.tables.best_variant asks it: under judge.TOLERANCE slower by median, or not judged slower by
-    its test on the two cells' samples, read from their runs' folders); where a run's folder cannot be read,
-    the store's medians decide alone: under TOLERANCE is a tie."""
+    as reports.tables.best_variant asks it: under `tolerance` slower by median, judge.TOLERANCE or the
+    combination's reports.tables.tolerance_of, or not judged slower by its test on the two cells' samples,
+    read from their runs' folders); where a run's folder cannot be read, the store's medians decide alone:
+    under `tolerance` is a tie."""
     a, b = loaded.row(first["path"], first["cell_id"]), loaded.row(other["path"], other["cell_id"])
     if a is not None and b is not None:
-        return not separated(a, b)
-    return not float(other["time_ms_median"]) >= (1 + TOLERANCE) * float(first["time_ms_median"])
+        return not separated(a, b, tolerance=tolerance)
+    return not float(other["time_ms_median"]) >= (1 + tolerance) * float(first["time_ms_median"])
+
+
+def with_kernels(cells, loaded: RunRows):
+    """The store's cells `cells` with the two columns the report's contestants rule reads and the store does
+    not keep: `kernel` (which kernel the cell ran, where its variant's hook says) and `picks_among` (the
+    variants whose kernels its own dispatch picks among: results.load's), from each run's own rows; where a
+    run's folder cannot be read, no kernel (not recorded) and picks_among by its meta.json or, without one,
+    by the variant's name (results.load.picks_among: the built-in sdpa's)."""
+    kernels, picks = [], []
+    for _, r in cells.iterrows():
+        own = loaded.row(r["path"], r["cell_id"])
+        if own is not None:
+            kernels.append(own.get("kernel"))
+            picks.append(own.get("picks_among"))
+        else:
+            kernels.append(None)
+            picks.append(" ".join(picks_among(loaded.meta(r["path"]), str(r["variant"]))) or None)
+    return cells.assign(kernel=kernels, picks_among=picks)
 
 
 def unfinished_runs(df, loaded: RunRows) -> dict[str, tuple[int, int]]:
@@ -70,11 +90,43 @@ def unfinished_text(left: tuple[int, int]) -> str:
     return f"unfinished: {left[0]} of {left[1]} planned cells measured"
 
 
-def front_rows(ordered, loaded: RunRows) -> list[Any]:
+def front_rows(ordered, loaded: RunRows, tolerance: float = TOLERANCE) -> list[Any]:
     """The front of one run's cells at one N (`ordered`: fastest first), as the report's ranking has it
-    (reports.tables.front: group 0 of results.ranks.rank_groups, each pair judged by `tied`): the fastest
-    cell and those after it tied with it, up to the first that is not. The cells after it are never read."""
-    return tables.front((r for _, r in ordered.iterrows()), lambda first, other: tied(first, other, loaded))
+    (reports.tables.front: group 0 of results.ranks.rank_groups, each pair judged by `tied` at `tolerance`):
+    the fastest cell and those after it tied with it, up to the first that is not. The cells after it are
+    never read."""
+    return tables.front(
+        (r for _, r in ordered.iterrows()), lambda first, other: tied(first, other, loaded, tolerance)
+    )
+
+
+def contestants(at, loaded: RunRows) -> tuple[Any, dict[str, str], dict[str, tuple[str, ...]]]:
+    """One run's ok cells at one N as the report's ranking takes them: the suspect ones left out
+    (ranked_and_suspect), then reports.tables.contestants on their kernels (with_kernels): one row per
+    kernel where two names recorded one ('sdpa (= sdpa_cudnn: CUDNN_ATTENTION)'), and no variant that picks
+    its kernel among others' (sdpa) where it may have run one of theirs beside it unrecorded. The rows, the
+    suspect variants with their reasons, and the variants so left out with those they may have run
+    (reports.tables.unrecorded_picks)."""
+    ranked, suspects = ranked_and_suspect(at)
+    ranked = with_kernels(ranked, loaded)
+    return tables.contestants(ranked), suspects, tables.unrecorded_picks(ranked)
+
+
+def unrecorded_text(unsure: dict[str, set[str]]) -> list[Para]:
+    """Below a table that left out a variant picking its kernel among others' (contestants), the report's
+    reason in a sentence per such variant; [] where none was."""
+    out = []
+    for picker in variant_order(unsure):
+        others = variant_order(unsure[picker])
+        either = f"{', '.join(others[:-1])} or {others[-1]}" if len(others) > 1 else others[0]
+        out.append(
+            Para(
+                f"{picker} is not ranked where its run did not record which kernel it chose (its own "
+                f"dispatch picks it) and {either} ran beside it: their gap may be one kernel measured twice, "
+                "as the run's report says (its times are in the tables below)."
+            )
+        )
+    return out
 
 
 def ranked_and_suspect(at) -> tuple[Any, dict[str, str]]:
@@ -122,14 +174,30 @@ def unknown_flags(ok) -> list[Para]:
     return [Para(UNKNOWN_FLAGS)] if "suspect" in ok.columns and ok["suspect"].isna().any() else []
 
 
-def _front(at, loaded: RunRows) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], bool]:
+def _front(
+    at, loaded: RunRows, tolerance: float, unsure: dict[str, set[str]]
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], bool]:
     """The fastest variant of one run's ok cells at one N, and those the report's ranking cannot tell from it
-    (front_rows), in time order, with the suspect cells left out; the suspect variants with their reasons;
-    whether one variant alone was ranked."""
-    ranked, suspects = ranked_and_suspect(at)
+    (front_rows at the combination's `tolerance`), in time order, as the report's ranking takes them
+    (contestants: no suspect cell, one row per kernel, no variant that may have run one of theirs
+    unrecorded, which it adds to `unsure`); the suspect variants with their reasons; whether one variant
+    alone was ranked."""
+    ranked, suspects, left = contestants(at, loaded)
+    for picker, others in left.items():
+        unsure.setdefault(picker, set()).update(others)
     ranked = ranked.sort_values(["time_ms_median", "variant"], kind="stable")
-    front = tuple(named(r) for r in front_rows(ranked, loaded)) if len(ranked) else ()
+    front = tuple(named(r) for r in front_rows(ranked, loaded, tolerance)) if len(ranked) else ()
     return front, tuple(suspects.items()), ranked["variant"].nunique() == 1
+
+
+def combination_tolerance(rows, loaded: RunRows) -> float:
+    """The ranking's tolerance for one run's cells of one shape (a combination, every N): the report's
+    (reports.tables.tolerance_of: judge.TOLERANCE, or more where two names of one recorded kernel measured
+    further apart), read off its cells that are not suspect, with their kernels (with_kernels)."""
+    rows = with_kernels(rows[~flag_mask(rows, "suspect")], loaded)
+    if not rows["kernel"].map(present).any():  # no kernel recorded: no two names of one
+        return TOLERANCE
+    return tables.tolerance_of(rows if "seq_len" in rows.columns else rows.assign(seq_len=rows["seq"]))
 
 
 def _ranges(winners: list[tuple[int, Any]]) -> list[tuple[int, int, Any]]:
@@ -158,14 +226,18 @@ def findings(
         return [Para("No ok cells.")]
     left = left or {}
     ok = ok.assign(shape=[shape_of(c) for c in ok["cell_id"]])
-    rows, busy, passed = [], {}, {}
+    rows, busy, passed, unsure = [], {}, {}, {}
+    loaded = runs or RunRows()
     for shape, group in ok.groupby("shape", sort=True):
         done = group[~group["path"].astype(str).isin(set(left))] if left else group
         latest = done if len(done) else group
         latest = latest[latest["created"] == latest["created"].max()]
         later = group[group["created"] > latest["created"].max()]
         passed.update({str(r["run_id"]): str(r["path"]) for _, r in later.drop_duplicates("path").iterrows()})
-        winners = [(int(n), _front(at, runs or RunRows())) for n, at in latest.groupby("seq_len", sort=True)]
+        tolerance = combination_tolerance(latest, loaded)
+        winners = [
+            (int(n), _front(at, loaded, tolerance, unsure)) for n, at in latest.groupby("seq_len", sort=True)
+        ]
         variant_of = {named(r): str(r["variant"]) for _, r in latest.iterrows()}
         run = latest.iloc[0]
         said = runs.busy(run["path"], ok[ok["path"] == run["path"]]["cell_id"]) if runs else None
@@ -180,9 +252,11 @@ def findings(
             if not front:  # every variant suspect there: nobody ranked, no time or exponent to give
                 rows.append((shape, f"{lo}" if lo == hi else f"{lo}..{hi}", said, "-", "-", linked))
                 continue
-            v = variant_of[front[0]]  # the fastest; the others tied with it at every N of the range
+            # the fastest (the first of the variants one kernel ran under: tables.kernel_name); the others
+            # tied with it at every N of the range
+            v = variant_of.get(front[0]) or tables.kernel_members(front[0])[0]
             mine = latest[latest["variant"] == v].sort_values("seq_len")
-            fit = (runs or RunRows()).time_fit(run["path"], mine["cell_id"], mine)
+            fit = loaded.time_fit(run["path"], mine["cell_id"], mine)
             best = mine[mine["seq_len"] == hi].iloc[0]
             rows.append(
                 (
@@ -207,6 +281,7 @@ def findings(
             "as in the run's report, and is named",
         ),
         *unknown_flags(ok),
+        *unrecorded_text(unsure),
         *(_passed_over(r, path, left[path]) for r, path in sorted(passed.items())),
         *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
     ]
