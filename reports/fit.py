@@ -8,7 +8,7 @@ from typing import Any
 
 from attnbench.results.formulas import is_decode
 
-from .tables import COMBO_AXES, device_memory, grouped, length_axis, ok_rows
+from .tables import COMBO_AXES, device_memory, grouped, held_q, length_axis, ok_rows
 
 MIN_FIT_POINTS = 3  # the fewest seq_lens a fit uses when the run has them (2 points give no CI)
 CI_LEVEL = 0.95
@@ -540,6 +540,25 @@ def time_fit(ok, length: str, meta: dict[str, Any]) -> PowerFit:
     return fit_visits(n, visits, fit_from=start) or fit_power_law(n, t, log_se=se, fit_from=start)
 
 
+def _series(df):
+    """(key, rows, N_q) per series a fit is drawn through: each combination and variant, its decode cells
+    apart from its others and one series per N_q they hold (tables.held_q: a decode series holds N_q and
+    grows N_k, as the decode panel draws it), N_q None for the others."""
+    for key, sub in grouped(df, list(COMBO_AXES) + ["variant"]):
+        held = [
+            held_q(r) for r in sub[[c for c in ("seq_len", "seq_k") if c in sub.columns]].to_dict("records")
+        ]
+        qs = sorted({int(q) for q in held if q is not None})
+        if not qs:
+            yield key, sub, None
+            continue
+        held = [-1 if q is None else int(q) for q in held]
+        if -1 in held:
+            yield key, sub[[q == -1 for q in held]], None
+        for q in qs:
+            yield key, sub[[h == q for h in held]], q
+
+
 def scaling_table(df, metas: dict[str, dict[str, Any]]):
     """One row per variant and combination of the other axes: time and memory exponents against theory.
 
@@ -555,7 +574,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
     records = []
     df = with_probe_after(df)
     # every (combination, variant) that appears gets a row, so a variant that never ran ok shows "n/a"
-    for key, sub in grouped(df, list(COMBO_AXES) + ["variant"]):
+    for key, sub, n_q in _series(df):
         ok = ok_rows(sub)
         length = length_axis(sub)  # a decode series (one seq_len, growing seq_k) is fitted against N_k
         n = ok[length].to_numpy(dtype=float, na_value=math.nan)
@@ -575,6 +594,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
             {
                 **key,
                 "length": length,  # what N counts here: seq_len, or seq_k (N_k) for a decode series
+                "seq_len": n_q,  # the N_q a decode series holds (held_q), NA for any other
                 "ok_seq_lens": len(set(n[~pd.isna(n)].astype(int).tolist())),
                 "statuses": ", ".join(f"{c} {s}" for s, c in statuses.items()),
                 "time_exp": tfit.exponent,
@@ -628,6 +648,8 @@ def peak_fraction(ok, length: str, meta: dict[str, Any], key: dict[str, Any], wh
 def combo_key(values: Any, variant: str | None = None) -> str:
     """A lookup key for one combination of the other axes (+ variant): str() keeps NA and NaN comparable."""
     parts = [str(values[a]) for a in COMBO_AXES]
+    n_q = held_q(values)  # a decode series: one per N_q (scaling_table's _series)
+    parts += [f"N_q={n_q}"] if n_q is not None else []
     return "|".join(parts + ([str(variant)] if variant is not None else []))
 
 

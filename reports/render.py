@@ -114,11 +114,11 @@ def summary_table(scaling) -> pg.Table:
     """Fitted exponents vs theory per variant and combination (the table `attnbench report` prints)."""
     if scaling is None or scaling.empty:
         return pg.Table(("variant",), (), "no cells")
-    shown = varying(scaling, COMBO_AXES)
+    shown = varying(scaling, [*COMBO_AXES, "seq_len"])  # seq_len: the N_q a decode series holds
     n = _length_names(scaling)[0]
     headers = (
         "variant",
-        *shown,
+        *("N_q" if a == "seq_len" else a for a in shown),
         "time exponent [95% CI]",
         "R²",
         "theory",
@@ -149,7 +149,7 @@ def summary_table(scaling) -> pg.Table:
         rows.append(
             (
                 str(r["variant"]),
-                *[axis_value(a, r[a]) for a in shown],
+                *[_held_text(r[a]) if a == "seq_len" else axis_value(a, r[a]) for a in shown],
                 time_fit,
                 num_text(r["time_r2"], ".3f"),
                 "none (approximate)" if r.get("approximate") else _theory_text(r["time_theory"], rn),
@@ -164,6 +164,11 @@ def summary_table(scaling) -> pg.Table:
             )
         )
     return pg.Table(headers, tuple(rows))
+
+
+def _held_text(n_q: Any) -> str:
+    """A scaling row's N_q: the one its decode series holds, '–' for a series that holds none."""
+    return seq_count(n_q) if present(n_q) else "–"
 
 
 def _peak_text(frac: Any) -> str:
@@ -425,9 +430,9 @@ def _write_csvs(df, scaling, out: Path) -> None:
     if decode.decode_rows(df).empty:
         unsplit.append("seq_k")
     if not scaling.empty:
-        scaling.drop(columns=["_time_fit", "_mem_fit", *[c for c in unsplit if c in scaling.columns]]).to_csv(
-            out / "fits.csv", index=False
-        )
+        held = ["seq_len"] if scaling["seq_len"].isna().all() else []  # the N_q of decode series only
+        drop = ["_time_fit", "_mem_fit", *held, *[c for c in unsplit if c in scaling.columns]]
+        scaling.drop(columns=drop).to_csv(out / "fits.csv", index=False)
     best_variant(df).drop(columns=unsplit).to_csv(out / "best.csv", index=False)
     ranking(df).drop(columns=unsplit).to_csv(out / "ranking.csv", index=False)
 

@@ -12,7 +12,7 @@ from typing import Any
 from attnbench.results import axes
 from attnbench.results.axes import AXES
 from attnbench.results.devices import calibration_for, matmul_tflops, positive
-from attnbench.results.formulas import ratio_number, ratio_spread
+from attnbench.results.formulas import is_decode, ratio_number, ratio_spread
 from attnbench.results.judge import TOLERANCE, separated, separation
 from attnbench.results.ranks import rank_groups, told_apart
 from attnbench.results.schema import LIST_COLUMNS
@@ -153,10 +153,21 @@ def pattern_key(pattern: str) -> tuple:
     return rank, base, int(cap) if cap.isdigit() else -1, str(pattern)
 
 
-def panels(group_df, axes: tuple[str, ...] = PANEL_AXES) -> list[tuple[dict[str, Any], str, Any]]:
-    """(key, title, rows) per panel of one group: each combination of the axes that vary inside it, in
-    their sorted order but the length patterns in theirs (pattern_key: constant, uniform, bimodal,
-    longtail, as the docs and the packed figure's bars)."""
+def all_decode(rows) -> bool:
+    """Whether every row is a decode cell (results.formulas.is_decode: N_q queries against N_k != N_q
+    keys): such rows' series each hold one N_q and grow N_k, as the decode panel draws them."""
+    return (
+        "seq_k" in rows.columns and not rows.empty and bool(is_decode(rows["seq_len"], rows["seq_k"]).all())
+    )
+
+
+def panels(group_df, axes: tuple[str, ...] | None = None) -> list[tuple[dict[str, Any], str, Any]]:
+    """(key, title, rows) per panel of one group: each combination of the axes that vary inside it
+    (PANEL_AXES unless given; and N_q for a group of decode cells, all_decode: a decode series holds its N_q,
+    so each N_q is a panel whose length is N_k), in their sorted order but the length patterns in theirs
+    (pattern_key: constant, uniform, bimodal, longtail, as the docs and the packed figure's bars)."""
+    if axes is None:
+        axes = (*PANEL_AXES, "seq_len") if all_decode(group_df) else PANEL_AXES
     axes = varying(group_df, axes)
     if not axes:
         return [({}, "", group_df)]
@@ -172,12 +183,22 @@ def panels(group_df, axes: tuple[str, ...] = PANEL_AXES) -> list[tuple[dict[str,
 
 
 def length_axis(rows) -> str:
-    """The length a series grows, its plots' x and its fit's N: 'seq_k' for a decode series (one seq_len,
-    several seq_k), else 'seq_len' (seq_k = seq_len in every plain run, so nothing changes there)."""
-    if "seq_k" not in rows.columns or rows.empty:
+    """The length a series grows, its plots' x and its fit's N: 'seq_k' for decode series (one seq_len,
+    several seq_k; or several N_q, every row a decode cell: all_decode, each N_q its own series, its own
+    panel and fit), else 'seq_len' (seq_k = seq_len in every plain run, so nothing changes there)."""
+    if "seq_k" not in rows.columns or rows.empty or rows["seq_k"].nunique() < 2:
         return "seq_len"
-    one_q = rows["seq_len"].nunique() == 1
-    return "seq_k" if one_q and rows["seq_k"].nunique() > 1 else "seq_len"
+    return "seq_k" if rows["seq_len"].nunique() == 1 or all_decode(rows) else "seq_len"
+
+
+def held_q(values: Any) -> Any:
+    """The N_q a decode series holds (one series per N_q, growing N_k): a decode cell's seq_len
+    (results.formulas.is_decode), or a scaling-table record's own `seq_len` (its `length` says what its N
+    counts; NA for any other series); None for a cell that is no decode step. fit.combo_key adds it."""
+    if "length" in values:
+        return values.get("seq_len") if present(values.get("seq_len")) else None
+    n_q = values.get("seq_len")
+    return n_q if is_decode(n_q, values.get("seq_k")) else None
 
 
 def length_name(length: str) -> str:
