@@ -345,8 +345,7 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
         from attnbench.harness.workers.isolation import prestart_for
 
         # the workers' forkserver imports torch beside variant()'s own import of it
-        prestart_for(keywords.get("executor", "local"), None, pinned=bool(keywords.get("cpu_affinity")),
-                     dry_run=bool(keywords.get("dry_run")))  # fmt: skip
+        prestart_for(None, pinned=bool(keywords.get("cpu_affinity")), dry_run=bool(keywords.get("dry_run")))
     measured = fn if isinstance(fn, str) else variant(fn, name=name)
     resume = keywords.get("resume", False)  # the run's own sweep and variants, from its meta.json
     if resume:

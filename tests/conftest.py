@@ -21,6 +21,15 @@ import pytest
 # tests' processes (and their children, which inherit it) trust cpuinfo; attnbench leaves torch's default.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
+# pytest-xdist's test processes (`nox -s tests`: two on the 2-core VM) share the machine's cores: each torch
+# (this process's, its workers', its commands') sizes its pool to its share of them. With a pool of every
+# core in each, OpenMP threads spun at every op's barrier while the other process's waited for a core:
+# tests/harness with -n 2 took 474 s, and 327 s with a share. A test that is about the threads names
+# --threads; a test process that is no xdist worker keeps torch's default.
+_SHARING = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+if _SHARING.isdigit():
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // int(_SHARING))))
+
 # Each run tells the runs measuring beside it on this machine (harness.run.neighbours), and pytest-xdist's two
 # test processes measure at once by design: each announces its runs in a folder of its own (made here in
 # each process, the workers' too, and inherited by the commands it starts); tests/harness/test_neighbours.py

@@ -261,9 +261,7 @@ def _checked(request: RunRequest) -> tuple[_Start, executors.Executor, Any]:
     got = request.resolve()
     if got.sweep is not None:  # the forkserver's torch import beside this process's own
         s = got.sweep.settings
-        isolation.prestart_for(
-            request.executor, dict(s.env), pinned=bool(s.cpu_affinity), dry_run=request.dry_run
-        )
+        isolation.prestart_for(dict(s.env), pinned=bool(s.cpu_affinity), dry_run=request.dry_run)
     if request.resume:
         start = _resumed(request.out, request.force_resume, request.redo_drift)
         if got.cell_timeout is not None:  # when a cell is given up on, never what a row measures

@@ -139,10 +139,13 @@ def _server_running() -> None:
         multiprocessing.forkserver.ensure_running()
 
 
-def prestart_for(executor: str, env: dict[str, str] | None, *, pinned: bool, dry_run: bool) -> None:
-    """prestart where a run's workers fork from this process's forkserver: local ones, not pinned to CPUs
-    (those are spawned), and only for a run that starts any (not a dry run)."""
-    if executor == "local" and not pinned and not dry_run:
+def prestart_for(env: dict[str, str] | None, *, pinned: bool, dry_run: bool) -> None:
+    """prestart where a run's workers fork from this process's forkserver: those not pinned to CPUs (spawned),
+    and only for a run that starts any (not a dry run). Whatever the executor: the run's own worker, which
+    fingerprints the machine and probes the numerics before a Ray or Slurm executor measures a cell, forks
+    from it too, and its torch import then overlaps the executor's check and session (a Ray driver's join
+    of the cluster in a child, its ray.init)."""
+    if not pinned and not dry_run:
         prestart(env)
 
 

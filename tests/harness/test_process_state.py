@@ -228,10 +228,14 @@ def import_env(q, k, v, **kw):
 """
 
 
-def test_an_import_that_sets_a_variable_of_the_measurement_is_warned_about_as_the_run_starts(tmp_path):
+def test_an_import_that_sets_a_variable_of_the_measurement_is_warned_about_as_the_run_starts(
+    tmp_path, monkeypatch
+):
     """A variant file setting OMP_NUM_THREADS=1 at import made every variant of the run measure on one
     thread: ok rows, and nothing said until compare read meta.json. A real process: the import changes
-    the environment of the process that runs it."""
+    the environment of the process that runs it, started without the variable (conftest gives an xdist
+    test process's commands OMP_NUM_THREADS)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     plug = tmp_path / "envplug.py"
     plug.write_text(IMPORT_ENV)
     p = run_cli("run", "--variant-file", str(plug), "--variants", "import_env,naive", *SMALL, "--out",

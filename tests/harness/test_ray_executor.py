@@ -150,6 +150,38 @@ def test_a_ray_refusal_comes_before_anything_is_written(tmp_path, monkeypatch):
     assert not out.exists()
 
 
+# `attnbench ARGS` in a fresh process whose `ray` says, as ray.init is called, whether its forkserver
+# is running by then, and refuses
+SAYS_IF_THE_FORKSERVER_RUNS = """
+import importlib.machinery, multiprocessing.forkserver, sys, types
+
+ray = types.ModuleType("ray")
+ray.__spec__ = importlib.machinery.ModuleSpec("ray", None)
+ray.is_initialized = lambda: False
+
+def init(**kw):
+    print("forkserver running:", multiprocessing.forkserver._forkserver._forkserver_pid is not None)
+    raise ValueError("refused here")
+
+ray.init = init
+sys.modules["ray"] = ray
+from attnbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_ray_run_starts_its_workers_forkserver_before_it_joins_the_cluster(tmp_path):
+    """The run's own worker (the machine's fingerprint, the numerics probe) forks from the forkserver whatever
+    the executor: a Ray driver starts it as it begins, as a local run does, so that its torch import overlaps
+    the cluster's start or join instead of following it."""
+    out = tmp_path / "r"
+    argv = ["run", "--executor", "ray", "--variants", "naive", "--seq-len", "16", "--out", str(out)]
+    p = subprocess.run([sys.executable, "-c", SAYS_IF_THE_FORKSERVER_RUNS, *argv], cwd=ROOT, env=cli_env(),
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 2 and "Ray refused: refused here" in p.stderr, p.stderr
+    assert p.stdout.strip() == "forkserver running: True" and not out.exists()
+
+
 def test_a_port_that_is_not_ray_is_one_line_within_the_bound_with_nothing_written(tmp_path, monkeypatch):
     """Something listens but is no Ray cluster: Ray would retry for minutes; the join is tried in a child that
     is killed at the bound (shortened here; 20 s by default)."""
