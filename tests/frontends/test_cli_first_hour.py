@@ -49,6 +49,22 @@ def test_quick_commands_import_only_what_they_need(args, allowed):
     assert set(_imported(*args)) <= allowed
 
 
+def test_check_plans_its_gates_without_torch():
+    """`attnbench check`'s parent only plans and reads replies: its gates run in workers. It imported torch
+    (1-3 s) to check its dtypes' names; a wrong name is still one line naming the known ones."""
+    plan = (
+        "import sys; from attnbench.harness.tools import check\n"
+        "check.prepare(['naive'], ['cpu'], ['float32', 'bfloat16'], 16); print('torch' in sys.modules)\n"
+        "try:\n    check.prepare(['naive'], ['cpu'], ['float99'], 16)\nexcept ValueError as e:\n    print(e)"
+    )
+    proc = subprocess.run([sys.executable, "-c", plan], cwd=ROOT, env=cli_env(), capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "False", "unknown dtype 'float99'; known: float32, float16, bfloat16, float64"
+    ]  # fmt: skip
+
+
 def test_a_gate_rows_gradient_errors_reach_a_parent_without_torch():
     """bench's parent reads its gate's rows from a worker (check.bench_gates): a row's gradient error, which
     names dq, dk and dv apart, is unpickled there without importing torch (it took 1-3 s of a bench)."""
