@@ -50,13 +50,18 @@ def in_layout(t, layout: str):
     raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
 
 
+def known_dtype(name: str) -> str:
+    """name, where it is one of DTYPES, else a ValueError naming them; without importing torch."""
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}")
+    return name
+
+
 def torch_dtype(name: str):
     """torch.dtype for a dtype name from DTYPES."""
     import torch
 
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}")
-    return getattr(torch, name)
+    return getattr(torch, known_dtype(name))
 
 
 def dtype_name(dtype) -> str:

@@ -5,11 +5,44 @@ rules cannot say (misread), which all compute attention in float64."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
 from attnbench.harness.measure.guard import REFERENCE_ROW_BLOCK  # the reference's block, which guard counts
 from attnbench.variants.mods import NONE, apply_mod
+
+# The gate's own work on the CPU (the float64 reference, its copies and comparisons; never a variant's call)
+# of fewer scores than this runs on one thread. None of it is timed, and each of its operations on more than
+# torch's grain of 32k elements is a parallel region: on an idle machine a second thread saves at most a few
+# ms at this size (one thread: 8 ms for the reference at B 1, H 2, N 256); on a busy one every region waits
+# for the other thread to be scheduled (the reference at N 128: 70 ms on two threads against 0.7 ms on one;
+# a gate of a given answer at N 300: 100 ms against 0.5 ms, on the 2-core VM with other work running).
+ONE_THREAD_SCORES = 1 << 18
+
+
+def scores(q: torch.Tensor, k: torch.Tensor, block_table=None) -> int:
+    """B*H*N_q*N_k of a (B, H, N, d) q and k; of a paged cache (block_table given, k a pool of pages (P,
+    page, H_kv, d)), N_k counts the whole pool."""
+    n_k = k.shape[2] if block_table is None else k.shape[0] * k.shape[1]
+    return q.shape[0] * q.shape[1] * q.shape[2] * n_k
+
+
+@contextmanager
+def one_thread_below(device: torch.device, scores: int) -> Iterator[None]:
+    """Torch's CPU work inside on one thread where `scores` is below ONE_THREAD_SCORES (the thread count
+    put back after); elsewhere (a larger problem, another device) as it was. Never around a variant's call:
+    it runs on the threads the run asked for."""
+    threads = torch.get_num_threads()
+    if torch.device(device).type != "cpu" or scores >= ONE_THREAD_SCORES or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def key_interval(
@@ -106,8 +139,8 @@ def _weighted(
     row_ids = torch.arange(n_q, device=q.device) if rows is None else rows.to(q.device)
     vp = v64 if power == 1 else v64.pow(power)
     block = max(1, REFERENCE_ROW_BLOCK // max(1, b * h * n_k))
-    outs = []
-    for start in range(0, len(row_ids), block):
+
+    def rows_from(start: int) -> torch.Tensor:  # (B, H, block, d_v): the rows of one block
         ids = row_ids[start : start + block]
         s = torch.einsum("bhqd,bhkd->bhqk", q64[:, :, ids], k64) * scale
         s = apply_mod(s, mod, causal=causal, causal_align=causal_align, rows=ids, n_q=n_q)  # before masks
@@ -117,8 +150,10 @@ def _weighted(
             cu_seqlens=cu_seqlens,
         ) if seen is None else seen[:, :, start : start + block].to(s.device)  # fmt: skip
         p = weights(s, sees)
-        outs.append(p @ vp if power == 1 else p.pow_(power) @ vp)
-    return torch.cat(outs, dim=2)
+        return p @ vp if power == 1 else p.pow_(power) @ vp
+
+    with one_thread_below(q64.device, b * h * len(row_ids) * n_k):
+        return torch.cat([rows_from(start) for start in range(0, len(row_ids), block)], dim=2)
 
 
 def differentiable(

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, wraps
 
 import torch
 
@@ -147,6 +147,20 @@ def sample_rows(n_q: int, max_rows: int | None, *, seed: int = 0, cu_seqlens=Non
     return torch.cat([torch.tensor(ends), middle]).sort().values
 
 
+def _small_on_one_thread(fn):
+    """gate(out, q, k, v, ...) on one thread where its problem is small (attention64.one_thread_below): it
+    reads an answer already computed and calls no variant."""
+
+    @wraps(fn)
+    def on_threads(out, q, k, v, *args, **kwargs):
+        small = attention64.scores(q, k, kwargs.get("block_table"))
+        with attention64.one_thread_below(q.device, small):
+            return fn(out, q, k, v, *args, **kwargs)
+
+    return on_threads
+
+
+@_small_on_one_thread
 def gate(
     out: torch.Tensor,
     q,
@@ -443,7 +457,9 @@ def grad_errors(
     if block_table is not None:
         raise ValueError("a paged decode step has no backward to check (forward only)")
     g = torch.Generator(device="cpu").manual_seed(seed)
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # clone keeps the layout
+    small = attention64.scores(q, k)
+    with attention64.one_thread_below(q.device, small):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # clone keeps the layout
     extra = extra_options(causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens)
     out = check_output(variant(*leaves, causal=causal, key_lengths=key_lengths, scale=scale, **extra), q, v)
     check_graph(out)
@@ -451,13 +467,14 @@ def grad_errors(
         outputs.append(out.detach().clone())
     d_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
     grads = leaf_grads(out, leaves, d_out.to(out.dtype))
-    ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
-    ref = attention64.differentiable(
-        *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
-        window=window, mod=mod, cu_seqlens=cu_seqlens,
-    )  # fmt: skip
-    ref_grads = leaf_grads(ref, ref_leaves, d_out)
-    errs = (_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True))
+    with attention64.one_thread_below(q.device, small):  # the reference's forward and backward
+        ref_leaves = [t.detach().to(torch.float64).requires_grad_(True) for t in (q, k, v)]
+        ref = attention64.differentiable(
+            *ref_leaves, causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align,
+            window=window, mod=mod, cu_seqlens=cu_seqlens,
+        )  # fmt: skip
+        ref_grads = leaf_grads(ref, ref_leaves, d_out)
+        errs = [_errors(gv, gr)[1] for gv, gr in zip(grads, ref_grads, strict=True)]
     return own_gradient.Gradients(dict(zip(("dq", "dk", "dv"), errs, strict=True)))  # a float: the worst
 
 
@@ -498,7 +515,9 @@ def check(
         causal_align=causal_align, window=window, mod=mod, cu_seqlens=cu_seqlens, block_table=block_table
     )
     cap = getattr(variant, "cap", None)
-    pristine = [t.clone() for t in (q, k, v)]  # the gate reads these, not what the variant left in q, k, v
+    small = attention64.scores(q, k, block_table)
+    with attention64.one_thread_below(q.device, small):  # the harness's copies, not the variant's call
+        pristine = [t.clone() for t in (q, k, v)]  # the gate reads these, not what the variant left in them
     call = partial(variant, q, k, v, **rules, **extra_options(**axes))
     with torch.no_grad():
         out = check_output(call(), q, v)
@@ -509,7 +528,8 @@ def check(
     result = gate(out, *pristine, rows=rows, ref=ref, **judged_by(cap), **rules, **axes)
     strides = contract.strided(out, getattr(cap, "layout", "bhnd"))  # said, never refused
     result = GateResult(**{**result.__dict__, "strides": strides})
-    changed = changed_inputs((q, k, v), pristine)
+    with attention64.one_thread_below(q.device, small):
+        changed = changed_inputs((q, k, v), pristine)
     if changed:  # wrong already, as a run's cell is (outcomes.mutation); autograd would refuse its write
         return GateResult(**{**result.__dict__, "changed": changed})
     seen = [] if repeat else None  # the gradient check's forward: a second call already made

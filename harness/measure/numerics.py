@@ -22,6 +22,7 @@ import torch
 
 from attnbench import variants
 from attnbench.harness.measure import correctness
+from attnbench.harness.measure.attention64 import one_thread_below, scores
 from attnbench.harness.measure.failures import failure, stops_the_process
 from attnbench.harness.measure.gate_rows import TILE_N, fail_reason
 from attnbench.variants import UnsupportedError, torch_dtype
@@ -73,7 +74,8 @@ def tiles(
 def _gated(name: str, rec: dict, problem, inputs: list, ref, **rules) -> dict[str, Any]:
     """`rec` with the gate of variant `name` on its own copy of `inputs` (a write into them harms no later
     variant) against `ref`: ok, wrong (with why, where the gate says), unsupported or error."""
-    q, k, v = (t.clone() for t in inputs)
+    with one_thread_below(inputs[0].device, scores(*inputs[:2])):  # the copies: the variant's call is check's
+        q, k, v = (t.clone() for t in inputs)
     variant = variants.get(name)
     try:  # a plug-in's capability check may raise too: recorded like its call
         reason = variant.check(problem)

@@ -29,6 +29,7 @@ from types import MappingProxyType
 import torch
 
 from attnbench.harness.measure.contract import check_output
+from attnbench.harness.measure.outcomes import Gradients, erring  # noqa: F401  (torch-free: a reply's)
 from attnbench.results.formulas import GRAD_TOLERANCE_FACTOR, tolerance_text
 from attnbench.variants.problem import extra_options
 
@@ -52,34 +53,6 @@ def bound_text(tolerance: float, against: str) -> str:
     """What a failing gradient check was held to, as its message says it: '4e-04' for float64 attention's
     gradients; '0.01 against central differences of its own forward (...)' for an approximation's."""
     return f"{tolerance:.2g} {AGAINST[against]}" if against else tolerance_text(tolerance)
-
-
-class Gradients(float):
-    """The exact gradient check's rel_err (correctness.grad_errors): the worst of dq, dk and dv's, a float
-    wherever the check's number goes, with each one's (`each`: name -> rel_err), which `erring` words."""
-
-    each: dict[str, float]
-
-    def __new__(cls, each: dict[str, float]) -> Gradients:
-        worst = super().__new__(cls, max(each.values()))
-        worst.each = dict(each)
-        return worst
-
-    def __reduce__(self):  # a worker's row crosses to the parent with each gradient's error
-        return Gradients, (self.each,)
-
-
-def erring(rel_err: float, tolerance: float) -> str:
-    """Which of dq, dk and dv a failing gradient check errs in, said after its rel_err: ", in dq (dk 2.1e-07
-    and dv 3.3e-07 within it)", ", in dq, dk and dv"; "" where rel_err is not a Gradients (an approximation
-    held to its own forward's derivative) or none errs."""
-    each = getattr(rel_err, "each", {})
-    bad = [name for name, e in each.items() if not e <= tolerance]
-    fine = [f"{name} {e:.1e}" for name, e in each.items() if e <= tolerance]
-    if not bad:
-        return ""
-    within = f" ({' and '.join(fine)} within it)" if fine else ""
-    return f", in {', '.join(bad[:-1])} and {bad[-1]}{within}" if len(bad) > 1 else f", in {bad[0]}{within}"
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def prepare(
         if n < 1:
             raise ValueError(f"--seq-len must be a positive integer, got {n}")
     from attnbench import variants
-    from attnbench.variants import torch_dtype
+    from attnbench.variants.problem import known_dtype
 
     added, imported = _files_variants(variant_files)
     named = [*(names or []), *added]  # what the user named or wrote: its failures count
@@ -109,7 +109,7 @@ def prepare(
     names = list(names)
     variants.resolve(names)
     for d in dtypes:
-        torch_dtype(d)
+        known_dtype(d)  # its parent needs no torch: the gates run in workers
     for d in devices:
         if d not in DEVICES:
             raise ValueError(f"unknown device {d!r}; known: {', '.join(DEVICES)}")

@@ -49,6 +49,44 @@ def test_quick_commands_import_only_what_they_need(args, allowed):
     assert set(_imported(*args)) <= allowed
 
 
+def test_check_plans_its_gates_without_torch():
+    """`attnbench check`'s parent only plans and reads replies: its gates run in workers. It imported torch
+    (1-3 s) to check its dtypes' names; a wrong name is still one line naming the known ones."""
+    plan = (
+        "import sys; from attnbench.harness.tools import check\n"
+        "check.prepare(['naive'], ['cpu'], ['float32', 'bfloat16'], 16); print('torch' in sys.modules)\n"
+        "try:\n    check.prepare(['naive'], ['cpu'], ['float99'], 16)\nexcept ValueError as e:\n    print(e)"
+    )
+    proc = subprocess.run([sys.executable, "-c", plan], cwd=ROOT, env=cli_env(), capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "False", "unknown dtype 'float99'; known: float32, float16, bfloat16, float64"
+    ]  # fmt: skip
+
+
+def test_a_gate_rows_gradient_errors_reach_a_parent_without_torch():
+    """bench's parent reads its gate's rows from a worker (check.bench_gates): a row's gradient error, which
+    names dq, dk and dv apart, is unpickled there without importing torch (it took 1-3 s of a bench)."""
+    import pickle
+
+    import torch
+
+    from attnbench import variants
+    from attnbench.harness.measure import correctness
+    from attnbench.harness.measure.outcomes import erring
+
+    q, k, v = (torch.randn(1, 1, 16, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    err = correctness.check(variants.get("naive"), q, k, v, backward=True).grad_rel_err
+    read = "import json, pickle, sys; row = pickle.loads(sys.stdin.buffer.read())\n"
+    read += "print(json.dumps([row['grad_rel_err'].each, 'torch' in sys.modules]))"
+    proc = subprocess.run([sys.executable, "-c", read], input=pickle.dumps({"grad_rel_err": err}), cwd=ROOT,
+                          env=cli_env(), capture_output=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [err.each, False]
+    assert erring(err, 0.0) == ", in dq, dk and dv"  # each one's error came with it
+
+
 # ---- output that fits the terminal -----------------------------------------------------------------------
 
 TINY = ("--variants", "naive,xformers", "--seq-len", "16,32", "--d-k", "8", "--heads", "1", "--batch", "1")
