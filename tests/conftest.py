@@ -36,6 +36,15 @@ if _SHARING.isdigit():
 # gives its runs one they share.
 os.environ["ATTNBENCH_NEIGHBOURS_DIR"] = __import__("tempfile").mkdtemp(prefix="attnbench-runs-tests-")
 
+# Where the environment asks Python to write no bytecode (PYTHONDONTWRITEBYTECODE), every interpreter the
+# tests start (a command, its forkserver, a spawned worker, a notebook's kernel: hundreds in a suite) compiled
+# the attnbench modules it imports from source again, 0.2-0.3 CPU-s each. The tests' children keep their
+# bytecode in a cache of their own outside the checkout instead (PYTHONPYCACHEPREFIX): the checkout, and the
+# folders of the variant files tests write, stay as clean. Its first suite fills it (about 5 CPU-s).
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    _pycache = Path(__import__("tempfile").gettempdir()) / f"attnbench-tests-pycache-{os.getuid()}"
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(_pycache))
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 FAULTS = DATA / "fault_variants.py"
