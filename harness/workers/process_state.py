@@ -176,12 +176,14 @@ class State:
     def restore(self, before: Snapshot) -> list[str]:
         """Put back what changed since `before`; what could not be put back, as `changes` words it."""
         now = self.take()
-        for sig, a, b in zip(self.signals, before.handlers, now.handlers, strict=True):
-            if a is not b and a is not None:
-                _quietly(signal.signal, sig, a)
+        # the timers first: a variant's timer that fired after its signal's default action was back (SIGALRM's
+        # terminates) would end the worker before its row is sent
         for (_, which), a, b in zip(TIMERS, before.timers, now.timers, strict=True):
             if a != b and not a[0]:
                 signal.setitimer(which, 0)  # disarmed, as it was (an armed clean timer is not re-armed)
+        for sig, a, b in zip(self.signals, before.handlers, now.handlers, strict=True):
+            if a is not b and a is not None:
+                _quietly(signal.signal, sig, a)
         if LINUX and now.blocked != before.blocked:
             signal.pthread_sigmask(signal.SIG_SETMASK, before.blocked)
         if not _same(now.gc_callbacks, before.gc_callbacks):

@@ -214,6 +214,39 @@ def test_the_snapshot_names_each_change_and_restore_puts_it_back():
     assert got["gc"] is True and got["timer"] == 0.0 and got["cpus"] is True and got["nofile"] is True
 
 
+# a variant's 10 ms interval timer, its handler SIGALRM's: the clean state's SIG_DFL is put back with the
+# process stopped 50 ms right after it (a loaded machine's preemption), before anything else restore does
+TIMER_PUT_BACK = """
+import signal, time
+from attnbench.harness.workers.process_state import State
+
+state = State()
+clean = state.take()
+signal.signal(signal.SIGALRM, lambda *a: None)
+signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+put = signal.signal
+
+def preempted(sig, handler):
+    old = put(sig, handler)
+    time.sleep(0.05)
+    return old
+
+signal.signal = preempted
+left = state.restore(clean)
+signal.signal = put
+print(left, signal.getitimer(signal.ITIMER_REAL), signal.getsignal(signal.SIGALRM) is signal.SIG_DFL)
+"""
+
+
+def test_an_interval_timer_is_disarmed_before_its_signals_default_action_is_put_back():
+    """ptaint_itimer's row read `crashed` on a machine loaded six times over: restore put SIGALRM's default
+    action back (terminate) and then disarmed the variant's 10 ms timer, which fired between the two and
+    ended the worker before its row was sent. The timer is disarmed first."""
+    out = subprocess.run([sys.executable, "-c", TIMER_PUT_BACK], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.split("\n")[0] == "[] (0.0, 0.0) True"
+
+
 IMPORT_ENV = """
 import os
 
