@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnbench.results.drift import own_spread, steady, unprobed
@@ -259,7 +259,8 @@ def _even_sentence(even: list[_Point], every: bool, name: str = "N") -> str | No
 def _relabel(p: _Point, named: dict[str, str]) -> _Point:
     tied = tuple(named.get(v, v) for v in p.tied)
     ranked = frozenset(named.get(v, v) for v in p.ranked) if p.ranked is not None else None
-    return _Point(p.n, named.get(p.best, p.best), tied, named.get(p.runner_up, p.runner_up), p.lead, ranked)
+    runner_up = named.get(p.runner_up, p.runner_up)
+    return replace(p, best=named.get(p.best, p.best), tied=tied, runner_up=runner_up, ranked=ranked)
 
 
 def _suspect_at(panel_rows, length: str) -> dict[int, dict[str, str]]:

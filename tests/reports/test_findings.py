@@ -541,7 +541,10 @@ def test_a_lead_is_said_in_the_digits_its_spread_supports(tmp_path):
         synthetic.cell("fast", 256, sample_ms=[0.98, 1.0, 1.0, 1.0, 1.02]),
         synthetic.cell("slow", 256, sample_ms=slow),
     ]
-    df = load(synthetic.write_run(tmp_path / "run", rows))
+    run = synthetic.write_run(tmp_path / "run", rows)
+    df = load(run)
     assert df.set_index("variant").loc["slow", "rel_iqr"] > 10
     text = ranking_text(ranking(df))
     assert "slow 300×" in text and "344.99" not in text, text
+    said = " ".join(_sentences(findings_of(prepare([run]))))
+    assert "(300× ahead of slow)" in said and "344.99" not in said, said
