@@ -458,13 +458,14 @@ def no_theory_text(metas: dict[str, dict[str, Any]]) -> str | None:
 
 
 def agreement(fit: PowerFit, expected: float | None) -> str:
-    """'agrees', 'above' or 'below' theory; 'uncertain' when the CI is too wide to say; '' when unknown.
+    """'agrees', 'above' or 'below' theory; 'uncertain' when the CI is too wide to say, or when there is
+    none (a fit through two N: the findings say its growth is not measured); '' when unknown.
 
     A CI from 3 noisy points can span ±10 and so contain any theory: containment alone is no agreement.
     """
     if expected is None or fit.exponent is None:
         return ""
-    if too_wide(fit.ci_low, fit.ci_high):
+    if fit.ci_low is None or fit.ci_high is None or too_wide(fit.ci_low, fit.ci_high):
         return "uncertain"
     if agrees(fit.exponent, fit.ci_low, fit.ci_high, expected):
         return "agrees"

@@ -179,6 +179,8 @@ def test_agreement_wording():
     assert fit.agreement(fit.PowerFit(0.5, 0.0, 0.45, 0.55, 0.99), 1.0) == "below"
     assert fit.agreement(fit.PowerFit(1.9, 0.0, -3.0, 6.8, 0.9), 2.0) == "uncertain"
     assert fit.agreement(fit.PowerFit(), 2.0) == ""
+    # through two N: no CI, so neither above nor below (the findings: growth not measured)
+    assert fit.agreement(fit.PowerFit(2.6, 0.0, None, None, 1.0, seq_lens=(512, 1024)), 2.0) == "uncertain"
     assert fit.agreement(tight, None) == ""
 
 
