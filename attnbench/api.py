@@ -468,6 +468,7 @@ def profile(
 
     from attnbench.harness.tools.profile import CELL_OPTIONS, prepare, profile_cell, removed_if_interrupted
     from attnbench.reports.profile_page import write_pages
+    from attnbench.results.whole import write_whole
     from attnbench.variants import shipped
 
     switches(native=native, py_spy=py_spy)
@@ -488,7 +489,8 @@ def profile(
     with removed_if_interrupted(target):  # KeyboardInterrupt: what it wrote removed, and said
         if packed is not None:
             target.mkdir(parents=True, exist_ok=True)
-            files = shipped.write(target / "variants.pkl", packed, files)
+            write_whole(target / "variants.pkl", packed)
+            files = shipped.files_with(target / "variants.pkl", files)
         result = profile_cell(replace(plan, variant_files=tuple(files)), target)
         write_pages(target)
     return Profile(target, result.error)
@@ -661,7 +663,7 @@ def write_report(run_dirs: Sequence[PathLike | Run], out: PathLike | None, basel
     from attnbench.reports import rendered_from
     from attnbench.reports.render import prepare, refuse_empty, render
     from attnbench.reports.style import slug
-    from attnbench.results.writable import written_whole
+    from attnbench.results.whole import written_whole
 
     dirs = [str(d.path if isinstance(d, Run) else d) for d in run_dirs]
     inputs = refuse_empty(prepare(dirs, baseline))

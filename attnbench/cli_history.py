@@ -9,7 +9,7 @@ from collections import Counter
 
 from attnbench.cli_common import BadInput, Once, bad_input
 from attnbench.results.formulas import counted, printable
-from attnbench.results.gate import percent
+from attnbench.results.gate import kind_text
 from attnbench.results.history import DEFAULT_STORE
 from attnbench.results.thresholds import parse_step
 
@@ -93,16 +93,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(printable(f"MISSING {breaks.describe_missing(g)}; repro: {repro}"))
     every = counted(runs["run_key"].nunique(), "run")  # a run with no cells too
     said = f"history: {counted(len(found), 'step')} in {series} series of {every}"
-    if broken:
-        said += (
-            f"; {len(broken)} series broken in {'its' if len(broken) == 1 else 'their'} latest run (BROKEN)"
-        )
-    if gone:
-        said += (
-            f"; {len(gone)} series ok in the run before with no row in the latest run of its sweep (MISSING)"
-        )
+    said += "".join(f"; {kind_text(k, len(of))}" for k, of in (("broken", broken), ("missing", gone)) if of)
     if limit is not None and not series:
-        said += "; nothing ok to judge (--fail-on-step fails)"
+        said += f"; {kind_text('empty', 0)} (--fail-on-step fails)"
     if limit is not None:
         said += _gate_summary(found, verdicts, limit)
     print(said + _too_short(steps.lengths(df), limit is not None), file=sys.stderr)
@@ -113,7 +106,7 @@ def _gate_summary(found, verdicts: dict[int, str | None], limit: float) -> str:
     """The gate's counts: the series failed, pending, that no test can judge, not significant after Holm's
     adjustment (over how many series of their machine), within their noise."""
     count = Counter(verdicts.values())
-    said = f"; {count['fails']} series' latest step slower by more than {percent(limit)} beyond its noise"
+    said = f"; {kind_text('fails', count['fails'], limit)}"
     if count["pending"]:
         said += f", {count['pending']} more not judged yet (PENDING: fewer than 3 runs after it)"
     if count["untestable"]:

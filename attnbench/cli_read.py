@@ -41,8 +41,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export_into(out: str, text: str) -> int:
-    """The export written into the file `out`, whole or not at all (results.writable.write_whole)."""
-    from attnbench.results.writable import write_whole
+    """The export written into the file `out`, whole or not at all (results.whole.write_whole)."""
+    from attnbench.results.whole import write_whole
 
     kept = "is as it was" if os.path.exists(out) else "was not made"
     try:

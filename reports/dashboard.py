@@ -37,7 +37,8 @@ from attnbench.results.identity import short_hash
 from attnbench.results.judge import TOLERANCE
 from attnbench.results.steps_text import calibration_text, cells_text, others_text, what_changed
 from attnbench.results.store import is_run_dir
-from attnbench.results.writable import why_no_page_folder, written_whole
+from attnbench.results.whole import written_whole
+from attnbench.results.writable import why_no_page_folder
 
 from . import rendered_from, site_calibration, site_files, site_gate
 from .page import Figure, Heading, Link, Page, Para, Table, named_reports, to_html, written_by_attnbench
@@ -100,7 +101,7 @@ def publish(df, steps: Sequence[Any], out: Path, runs=None, limit: float | None 
     `history check --fail-on-step` at `limit` (a fraction; None: none given) fails on; returns the pages
     written and the stale reports left unlinked. Each run's report is copied into out/runs/ (copy_reports),
     so the folder is the whole site. The site is written whole or not at all
-    (results.writable.written_whole): Ctrl-C or a failure leaves `out` as it was. Then the pages and figures
+    (results.whole.written_whole): Ctrl-C or a failure leaves `out` as it was. Then the pages and figures
     an earlier publish wrote there that this one does not (a machine gone from the store) are removed
     (site_files), nothing else."""
     with written_whole(out, "the site") as partial:

@@ -641,7 +641,7 @@ def findings_of(inputs: Inputs, scaling=None) -> findmod.Findings:
 
 def render(inputs: Inputs, out_dir: str | Path, into: str | Path | None = None) -> Report:
     """Fit, draw every figure and write README.md + report.html (and the CSVs) into out_dir, or into `into`
-    where the caller moves them to out_dir once complete (results.writable.written_whole): the Report and
+    where the caller moves them to out_dir once complete (results.whole.written_whole): the Report and
     its links name out_dir."""
     df, metas, numerics, base = inputs.df, inputs.metas, inputs.numerics, inputs.baseline
     multi = len(metas) > 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from attnbench.results.gate import MARKS, Gate, percent
+from attnbench.results.gate import MARKS, Gate, kind_text, percent
 from attnbench.results.steps_text import gate_text, verdict_text
 
 from .page import Heading, Link, Table
@@ -50,20 +50,13 @@ def sentences(gate: Gate, machine: str | None = None) -> list[str]:
     size. Counts by kind, never one total: a series both BROKEN and with a failing step is two of them."""
     slower, broken, missing = _of(gate, machine)
     here = "" if machine is None else " on this machine"
-    kinds = []
-    if broken:
-        kinds.append(f"{len(broken)} series broken in {_its(len(broken))} latest run (BROKEN)")
-    if missing:
-        kinds.append(
-            f"{len(missing)} series missing from the latest run of {_its(len(missing))} sweep (MISSING)"
-        )
+    kinds = [kind_text(kind, len(of)) for kind, of in (("broken", broken), ("missing", missing)) if of]
     if machine is None and not gate.series:
-        kinds.append("nothing ok to judge")
+        kinds.append(kind_text("empty", 0))
     if gate.limit is not None:
         command = f"`attnbench history check --fail-on-step {percent(gate.limit)}`"
         if slower:
-            kinds.insert(0, f"{len(slower)} series' latest step slower by more than {percent(gate.limit)} "
-                            "beyond its noise (FAIL)")  # fmt: skip
+            kinds.insert(0, kind_text("fails", len(slower), gate.limit))
         if kinds:
             return [f"{command} fails{here}: {_and(kinds)}."]
         return [

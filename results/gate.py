@@ -63,6 +63,22 @@ class Gate:
         return self.limit is not None and bool(self.failing or self.broken or self.missing or not self.series)
 
 
+def kind_text(kind: str, n: int, limit: float | None = None) -> str:
+    """A count of one kind of series the gate fails on, as `history check`'s summary and the published site
+    (reports.site_gate) both say it: 'fails' (its latest step failing at `limit`: FAIL), 'broken' (BROKEN),
+    'missing' (MISSING), or 'empty' (the store holds nothing ok to judge; `n` unused)."""
+    its = "its" if n == 1 else "their"
+    if kind == "fails":
+        return f"{n} series' latest step slower by more than {percent(limit)} beyond its noise (FAIL)"
+    if kind == "broken":
+        return f"{n} series broken in {its} latest run (BROKEN)"
+    if kind == "missing":
+        return f"{n} series missing from the latest run of {its} sweep (MISSING)"
+    if kind == "empty":
+        return "nothing ok to judge"
+    raise ValueError(f"no kind of series the gate fails on is called {kind!r}")
+
+
 def percent(fraction: float) -> str:
     """A --fail-on-step limit as the user gave it: 0.005 -> '0.5%', 0.055 -> '5.5%', 0.05 -> '5%'."""
     return f"{fraction * 100:.4g}%"

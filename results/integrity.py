@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .formulas import counted
+from .whole import write_whole
 
 WRITTEN = "written.json"  # {"files": {name: state}, "changed": [{"file", "at", "what"}]}
 
@@ -39,15 +40,9 @@ def _read(run: Path) -> dict[str, Any]:
 
 
 def _save(run: Path, record: dict[str, Any]) -> None:
-    """written.json replaced whole (a temp file renamed into place); OSError when it cannot be written, the
-    old one left as it was and no temp file behind."""
-    tmp = run / (WRITTEN + ".tmp")
-    try:
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        os.replace(tmp, run / WRITTEN)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    """written.json replaced whole (results.whole.write_whole); OSError when it cannot be written, the old
+    one left as it was."""
+    write_whole(run / WRITTEN, json.dumps(record, indent=1) + "\n")
 
 
 def _state(size: int, digest: Any) -> dict[str, Any]:

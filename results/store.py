@@ -26,6 +26,7 @@ from .neighbours import RECORD as NEIGHBOURS
 from .rowfile import RowWarning as RowWarning  # the loaders' warning, named here as it always was
 from .rowfile import read_lines, scan
 from .schema import READABLE_VERSIONS, SCHEMA_VERSION, UPGRADE
+from .whole import write_whole
 
 try:
     import fcntl
@@ -108,15 +109,12 @@ def _append_all(fd: int, data: bytes, target: Path, run: Path | None = None) -> 
         raise _write_error(target, exc, run) from None
 
 
-def _replace_atomically(target: Path, text: str) -> None:
-    """Write `text` to target through a temp file renamed into place: target is the old or the new file,
-    never part of one; the temp file is removed when the write fails."""
-    tmp = target.with_name(target.name + ".tmp")
+def _write_whole(target: Path, text: str) -> None:
+    """A file of the run replaced whole (results.whole.write_whole: the old file or the new one, never part
+    of one, and no temporary file behind), a failure said as the run's one line (RunWriteError)."""
     try:
-        tmp.write_text(text)
-        os.replace(tmp, target)
+        write_whole(target, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise _write_error(target, exc) from None
 
 
@@ -125,9 +123,9 @@ class UncollectedWarning(UserWarning):
 
 
 # What a run's start leaves before meta.json exists (its lock, its worker's log, a temp file a kill cut
-# short, the variants it ships by value, and, from a version that wrote it there too, the runs measuring
-# beside it on the machine): a directory holding only these was stopped while starting or calibrating,
-# measured nothing, and is reused by the next new run into it.
+# short (results.whole names each *.tmp), the variants it ships by value, and, from a version that wrote it
+# there too, the runs measuring beside it on the machine): a directory holding only these was stopped while
+# starting or calibrating, measured nothing, and is reused by the next new run into it.
 START_LEFTOVERS = (LOCK, "worker*.log", "*.tmp", SHIPPED, NEIGHBOURS)
 
 
@@ -410,7 +408,7 @@ class RunWriter:
         target = self.path / META
         if target.exists():
             raise RunDirError(f"{target} exists already; run metadata is written once")
-        _replace_atomically(
+        _write_whole(
             target, json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, sort_keys=False) + "\n"
         )
 
@@ -428,14 +426,14 @@ class RunWriter:
         if key in devices:
             return
         devices[key] = record
-        _replace_atomically(target, json.dumps(meta, indent=2, sort_keys=False) + "\n")
+        _write_whole(target, json.dumps(meta, indent=2, sort_keys=False) + "\n")
 
     def write_json(self, name: str, data: Any) -> None:
         """Write a side file of the run once (atomically), e.g. the numerics probe."""
         target = self.path / name
         if target.exists():
             raise RunDirError(f"{target} exists already")
-        _replace_atomically(target, json.dumps(data, indent=1) + "\n")
+        _write_whole(target, json.dumps(data, indent=1) + "\n")
 
     def append(self, row: dict[str, Any]) -> None:
         """Append one row as one line, fsync'd before returning; RunWriteError (the file as it was before,

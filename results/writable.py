@@ -3,23 +3,15 @@
 A run or a report refuses an --out it could not create or write in with one line (exit 2 in the CLI), not a
 traceback half-way through: the nearest existing ancestor must be a directory this process may write in,
 where a file can be made (and is at once removed): the test that permissions, read-only mounts and
-special file systems all answer the same way, root or not.
+special file systems all answer the same way, root or not. Writing itself, a file or a folder whole, is
+results.whole's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import glob
 import os
-import shutil
-import signal
-import socket
 import tempfile
-import threading
-import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from .store import is_run_dir, runs_held
@@ -77,10 +69,11 @@ def _limit(within: str | os.PathLike, name: str, default: int) -> int:
 
 
 def why_no_file(path: str | os.PathLike) -> str | None:
-    """Why `path` cannot be a file written whole (write_whole), in words, else None: too long a path, a
-    directory or something other than a file (a device, a pipe), in a folder that does not exist (made for it
-    by no command: a mistyped path is said, not made), under a file, inside a run directory (what its run
-    wrote), or in a folder this process cannot write in. A file there is replaced, as a shell's `>` would."""
+    """Why `path` cannot be a file written whole (results.whole.write_whole), in words, else None: too long
+    a path, a directory or something other than a file (a device, a pipe), in a folder that does not exist
+    (made for it by no command: a mistyped path is said, not made), under a file, inside a run directory
+    (what its run wrote), or in a folder this process cannot write in. A file there is replaced, as a
+    shell's `>` would."""
     target = Path(path)
     long = too_long(target.absolute())
     if long:
@@ -107,32 +100,6 @@ def why_no_file(path: str | os.PathLike) -> str | None:
     return None
 
 
-def write_whole(path: str | os.PathLike, text: str) -> None:
-    """Write `text` (UTF-8, its line ends as they are) to the file `path` whole or not at all: into a
-    temporary file beside it, flushed to the disk, then renamed over it; any failure (a full disk, Ctrl-C)
-    removes the temporary file and leaves `path` as it was. The file gets the mode of the one it replaces,
-    or a new file's (0o666 less the umask); a symbolic link is written through, to the file it names."""
-    final = Path(os.path.realpath(path))
-    if final.is_file():
-        mode = final.stat().st_mode & 0o7777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.partial-", dir=final.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 PAGE_SUFFIXES = (".html", ".htm", ".md")  # an --out so named is a page's file name, not its folder
 
 
@@ -151,135 +118,3 @@ def why_no_page_folder(path: str | os.PathLike, kind: str = "report") -> str | N
         shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
         return f"holds run directories ({shown}); write the {kind} into a folder of its own"
     return None
-
-
-@contextmanager
-def written_whole(target: str | os.PathLike, what: str) -> Iterator[Path]:
-    """Write the folder `target` whole or not at all: yields a temporary sibling folder to write into, whose
-    entries are moved into `target` (made where missing) only once the block ends without an exception.
-    Ctrl-C or any failure before then removes the temporary folder and leaves `target` as it was (a new
-    one is not made); the moves themselves run with SIGINT held, so no Ctrl-C cuts them in two. An entry of
-    `target` that the new folder does not hold is kept (a user's file beside a report). A KeyboardInterrupt
-    is raised again with a line saying that nothing was changed (`what`: 'the report', 'the site'). The
-    temporary folders of `target` left by a writer killed outright (kill -9) are removed first
-    (_remove_abandoned)."""
-    said, final = str(target), Path(os.path.realpath(target))  # '.' has a name and a parent so
-    made = [p for p in (final, *final.parents) if not p.exists()]  # the folders this call would make
-    final.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        _remove_abandoned(final)
-        tmp = _partial_dir(final)
-    except BaseException:  # the folders made for it go too
-        _discard(None, made)
-        raise
-    try:
-        yield tmp
-    except BaseException as exc:
-        _discard(tmp, made)
-        if isinstance(exc, KeyboardInterrupt):
-            kept = "was not made" if final in made else "is as it was"
-            raise KeyboardInterrupt(f"interrupted: {what} was not written; {said!r} {kept}") from None
-        raise
-    try:  # a Ctrl-C while the entries move is delivered after they all moved: the folder is then whole
-        with _sigint_held():
-            _move_into(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _partial_dir(final: Path) -> Path:
-    """The temporary folder: beside `final`, in its file system (so that moving in is renames only); inside
-    it (moved out of before it is removed) where `final` is a mount point of its own or its parent cannot
-    be written in. Its name says which process writes it (_writer_tag)."""
-    tag = _writer_tag(os.getpid())
-    if not (final.is_dir() and final.stat().st_dev != final.parent.stat().st_dev):
-        try:
-            return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-{tag}-", dir=final.parent))
-        except OSError:
-            if not final.is_dir():  # no target to write inside either
-                raise
-    return Path(tempfile.mkdtemp(prefix=f".partial-{tag}-", dir=final))
-
-
-def _writer_tag(pid: int) -> str:
-    """'HOST-PID-START': the machine (a hash of its name: a shared file system), the process and when it
-    started (the kernel's clock ticks since boot, from /proc; 0 elsewhere), so that a pid used again by
-    another process is not taken for the writer."""
-    try:
-        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        start = "0"
-    return f"{_host_tag()}-{pid}-{start}"
-
-
-def _host_tag() -> str:
-    """This machine in a temporary folder's name: a hash of its host name (a shared file system)."""
-    return f"{zlib.crc32(socket.gethostname().encode()) & 0xFFFFFF:06x}"
-
-
-def _remove_abandoned(final: Path) -> None:
-    """Remove the temporary folders of `final` whose writer is gone: a report or site stopped by kill -9
-    (or the OOM killer) before it could remove its own. Only those this machine's processes made, each
-    checked by pid and start time (_writer_tag); one of another machine, or of a live writer, is kept."""
-    host = _host_tag()
-    found = [*final.parent.glob(f".{glob.escape(final.name)}.partial-{host}-*")]
-    if final.is_dir():
-        found += final.glob(f".partial-{host}-*")
-    for tmp in found:
-        parts = tmp.name.rsplit(".partial-", 1)[1].split("-")
-        if len(parts) < 4 or not parts[1].isdigit() or not tmp.is_dir() or tmp.is_symlink():
-            continue
-        pid = int(parts[1])
-        if _writer_tag(pid) != "-".join(parts[:3]) or not _alive(pid):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: there
-        return True
-    return True
-
-
-def _move_into(tmp: Path, final: Path) -> None:
-    """Every entry of `tmp` into `final`, replacing one of its name (a folder whole: renamed aside, then
-    removed), renames in one file system."""
-    final.mkdir(exist_ok=True)
-    aside = tmp / ".replaced"
-    for entry in sorted(tmp.iterdir()):
-        if entry.name == aside.name:
-            continue
-        dest = final / entry.name
-        if dest.is_dir() and not dest.is_symlink():
-            aside.mkdir(exist_ok=True)
-            dest.rename(aside / entry.name)
-        os.replace(entry, dest)
-
-
-def _discard(tmp: Path | None, made: list[Path]) -> None:
-    """The temporary folder, and the folders a failed write made for it (innermost first), if empty."""
-    if tmp is not None:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for folder in made:
-        try:
-            folder.rmdir()
-        except OSError:
-            pass
-
-
-@contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP blocked for the block (in the main thread, where Python takes them: the
-    command line takes the last two as Ctrl-C), delivered after it."""
-    held = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    stops = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
-    if held:
-        signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    try:
-        yield
-    finally:
-        if held:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)

@@ -602,7 +602,7 @@ def imported_by(path: str | Path, names: list[str]) -> dict[str, str]:
 
 
 def _load_pickled(path: Path) -> list[str]:
-    """Register the variants of a run's variants.pkl (variants.shipped.write); their names."""
+    """Register the variants of a run's variants.pkl (variants.shipped.pack's bytes); their names."""
     _load_builtins()
     try:
         with open(path, "rb") as fh:

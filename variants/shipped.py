@@ -8,7 +8,6 @@ a variant file does: resume only runs whose variants you trust.
 
 from __future__ import annotations
 
-import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -103,14 +102,8 @@ def relocated(variant_files: Sequence[str], own: Path) -> list[str]:
             for f in variant_files]  # fmt: skip
 
 
-def write(path: Path, packed: bytes, variant_files: Sequence[str]) -> list[str]:
-    """Write `packed` to `path` (the run's variants.pkl), whole or not at all (a .tmp renamed once synced:
-    a resume must find every variant the run measured); the run's variant files with it, in place of any
-    other run's variants.pkl (a rerun's: its variants are in this one now)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(packed)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def files_with(path: Path, variant_files: Sequence[str]) -> list[str]:
+    """The run's variant files with its variants.pkl at `path`, in place of any other run's variants.pkl (a
+    rerun's: its variants are in this one now). The caller writes `pack`'s bytes there whole first
+    (results.whole.write_whole: a resume must find every variant the run measured)."""
     return [f for f in variant_files if not f.endswith(".pkl")] + [str(path.resolve())]

@@ -51,6 +51,7 @@ from attnbench.results.store import (
     shard_rows_to_add,
 )
 from attnbench.results.visits import skipped_lines as journal_skipped
+from attnbench.results.whole import write_whole
 from attnbench.variants import shipped
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -312,7 +313,8 @@ def _write(
     try:
         path.mkdir(parents=True, exist_ok=True)
         if packed is not None:  # loaded as a variant file by the workers, a resume and a rerun
-            start.variant_files = shipped.write(path / SHIPPED, packed, start.variant_files)
+            write_whole(path / SHIPPED, packed)
+            start.variant_files = shipped.files_with(path / SHIPPED, start.variant_files)
         if request.resume:  # under the lock: the session that adds rows says when, where and how it differed
             writer.log_resume(start.resume_record())
         if on_forecast is not None:  # before a worker starts: a warning the user can act on at once

@@ -115,7 +115,7 @@ def test_check_gates_on_the_latest_step_and_prints_each_with_its_repro(tmp_path)
     )
     assert "; the other variants x1.00 across it, this one +" in line
     said = "history: 8 steps in 49 series of 9 runs; 8 series' latest step slower by more than 5%"
-    said += " beyond its noise"
+    said += " beyond its noise (FAIL)"
     assert p.stderr.strip() == said + " (--fail-on-step)"
     p = run_cli("history", "check", "--store", store, "--fail-on-step", "15")
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 8 and "FAIL" not in p.stdout
@@ -128,7 +128,8 @@ def test_a_step_every_variant_took_is_the_machines_unless_the_software_changed(t
     p = run_cli("history", "check", "--store", store, "--fail-on-step", "5%")
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 49 and "FAIL" not in p.stdout, p.stderr
     assert all("; the other variants x1.10 across it, this one " in line for line in p.stdout.splitlines())
-    assert "; 0 series' latest step slower by more than 5% beyond its noise (--fail-on-step)" in p.stderr
+    said = "; 0 series' latest step slower by more than 5% beyond its noise (FAIL) (--fail-on-step)"
+    assert said in p.stderr
 
     def upgrade(i, meta):
         meta["fingerprint"]["torch"] = "2.14.0+cpu" if i >= 5 else meta["fingerprint"]["torch"]
@@ -494,7 +495,7 @@ def test_a_series_the_latest_run_lacks_is_missing_and_fails_the_gate(tmp_path, r
     assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"MISSING {gone} on "), p.stdout
     assert ": ok in run 20261003-030000-synth (2026-10-03), no row in run 20261004-030000-synth " in lines[0]
     assert lines[0].split("; repro: ")[0].endswith("(2026-10-04), the latest of its sweep"), lines[0]
-    assert "; 1 series ok in the run before with no row in the latest run of its sweep (MISSING)" in p.stderr
+    assert "; 1 series missing from the latest run of its sweep (MISSING)" in p.stderr
     p = run_cli("history", "check", "--store", store)
     assert p.returncode == 0 and sum(line.startswith("MISSING") for line in p.stdout.splitlines()) == 1
 
@@ -528,9 +529,7 @@ def test_a_night_stopped_before_its_first_row_fails_the_gate_until_its_resume_is
             ": ok in run 20261003-030000-synth (2026-10-03), no row in run 20261004-030000-synth (2026-10-04)"
         )
         assert all(f"{said}, the latest of its sweep; repro: " in line for line in lines), lines[0]
-        assert (
-            f"series of 4 runs; {len(ok)} series ok in the run before with no row in the latest" in p.stderr
-        )
+        assert f"series of 4 runs; {len(ok)} series missing from the latest run of their sweep" in p.stderr
     (runs[-1] / "rows.jsonl").write_text(rows)  # `attnbench run --resume` measured them
     p = run_cli("history", "add", str(runs[-1]), "--store", store, check=True)
     assert p.stderr.splitlines() == [f"history: 1 run (1 updated; {planned} cells read) in {store}"]
@@ -553,10 +552,7 @@ def test_missing_compares_a_run_with_the_run_before_of_its_own_sweep(tmp_path, l
     for line in lines:  # the H=8 sweep's runs: ok in night 3's, lost in night 4's; not the H=2 runs between
         assert ": ok in run 20261003-030000-synth (2026-10-03), no row in run 20261004-030000-synth " in line
     if lost:
-        assert (
-            f"; {len(gone)} series ok in the run before with no row in the latest run of its sweep"
-            in p.stderr
-        )
+        assert f"; {len(gone)} series missing from the latest run of their sweep (MISSING)" in p.stderr
 
 
 def test_thresholds_read_as_documented_with_a_note_where_a_bare_fraction_is_likely_a_mistake(tmp_path):

@@ -14,8 +14,8 @@ from conftest import ROOT, cli_env, run_cli
 
 import attnbench
 from attnbench.reports import render as render_mod
-from attnbench.results import writable
-from attnbench.results.writable import written_whole
+from attnbench.results import whole
+from attnbench.results.whole import written_whole
 
 
 def files_of(root: Path) -> dict[str, bytes]:
@@ -231,9 +231,9 @@ def test_written_whole_keeps_the_temporary_folder_of_a_live_writer_or_another_ma
     removed, and so is one whose pid now belongs to another process (its start time differs)."""
     out = tmp_path / "site"
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    tag = writable._writer_tag(ended.pid)
+    tag = whole._writer_tag(ended.pid)
     ended.wait()
-    host, pid, start = writable._writer_tag(os.getpid()).split("-")
+    host, pid, start = whole._writer_tag(os.getpid()).split("-")
     folders = {
         "alive": f".site.partial-{host}-{pid}-{start}-abc",
         "other machine": f".site.partial-{int(host, 16) ^ 1:06x}-{pid}-{start}-abc",

@@ -42,6 +42,7 @@ from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.results.formulas import command
 from attnbench.results.store import SHARDS, append_record, shard_rows_to_add
+from attnbench.results.whole import write_whole
 
 POLL_S = 1.0  # how often the driver reads the shards: rows appear in rows.jsonl this late at most
 DEFAULT_MAX_TASKS = 32
@@ -662,9 +663,8 @@ def _job_error(job) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    """A task's or a submission's record replaced whole (results.whole.write_whole)."""
+    write_whole(path, json.dumps(data, indent=1) + "\n")
 
 
 def _valid_time(text: str) -> bool:
