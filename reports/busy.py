@@ -13,9 +13,9 @@ from typing import Any
 from attnbench.results import neighbours
 from attnbench.results.axes import CELL_AXES, FOLLOWS
 from attnbench.results.drift import BEYOND, drifted, is_busy, moved_part, steady
-from attnbench.results.formulas import counted
+from attnbench.results.formulas import counted, is_decode
 
-from .tables import axis_text, flag_mask, ok_rows, varying
+from .tables import axis_text, flag_mask, length_name, ok_rows, varying
 from .words import n_text
 
 SHAKY = "Read off drifted or noisy cells: "  # a ranking sentence of a busy machine whose cells were unsettled
@@ -142,7 +142,13 @@ def _shape_axes(rows) -> list[str]:
 
 
 def _shape_text(row, axes: list[str]) -> str:
-    """' at N = 256 (constant lengths)': a cell's values on `axes` (_shape_axes), its N first."""
-    length = f" at N = {n_text(row['seq_len'])}" if "seq_len" in axes and "seq_k" not in axes else ""
-    others = [axis_text(a, row[a]) for a in axes if not (length and a == "seq_len")]
+    """' at N = 256 (constant lengths)': a cell's values on `axes` (_shape_axes), the length its series grows
+    first (tables.length_axis's): its N, or a decode cell's N_k, its N_q after it, ' at N_k = 4,096 (N_q=1)',
+    even where one N_k was measured: never its N_q as its N."""
+    decode = is_decode(row["seq_len"], row.get("seq_k"))
+    grows = "seq_k" if decode else "seq_len"
+    said = grows in axes or (decode and "seq_len" in axes)
+    length = f" at {length_name(grows)} = {n_text(row[grows])}" if said else ""
+    # a plain cell's N_k is its N; a decode cell's N_q stays among the others
+    others = [axis_text(a, row[a]) for a in axes if not (said and a in (grows, "seq_k"))]
     return length + (f" ({' · '.join(others)})" if others else "")

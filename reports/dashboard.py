@@ -50,13 +50,15 @@ from .site_findings import (
     findings,
     front_rows,
     left_out_text,
+    length_names,
     named,
+    range_text,
     ranked_text,
-    shape_of,
     unfinished_runs,
     unfinished_text,
     unknown_flags,
     unrecorded_text,
+    with_series,
 )
 from .site_gate import run_cell
 from .style import (
@@ -380,10 +382,11 @@ def machine_page(
     page.add(Heading("Every series over time"))
     page.add(
         Para(
-            "A panel per variant, a line per cell (its shape; colour: N, dark short, light long, named by "
-            "the colour bar): each run's median time over the series' median, against the run's number on "
-            "this machine (the runs table below), on one y range in every panel of a figure. A red triangle "
-            "marks the first run after a step. Cells measured in one run only are counted, not drawn."
+            f"A panel per variant, a line per cell (its shape; colour: {_colour_name(ok)}, dark short, light "
+            "long, named by the colour bar): each run's median time over the series' median, against the "
+            "run's number on this machine (the runs table below), on one y range in every panel of a figure. "
+            "A red triangle marks the first run after a step. Cells measured in one run only are counted, "
+            "not drawn."
         )
     )
     for (device, dtype, pass_), group in ok.groupby(["device", "dtype", "pass"], sort=True):
@@ -411,7 +414,8 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
 
     variants = variant_order(group["variant"].unique())
     cmap = mpl.colormaps["viridis"]
-    lengths = sorted({int(n) for n in group["seq_len"]})
+    group = with_series(group)  # its colour: the length the cell's series grows, a decode cell's N_k
+    lengths = sorted({int(n) for n in group["seq"]})
     shade = {n: cmap(0.85 * i / max(1, len(lengths) - 1)) for i, n in enumerate(lengths)}
     marked = {(s.cell_id, s.after.get("run_id")) for s in steps}
     data, shown = [], []
@@ -431,7 +435,7 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
                 if len(series) < 2:
                     continue
                 shown += y
-                ax.plot(x, y, color=shade[int(series["seq_len"].iloc[0])], lw=1, marker=".", ms=3)
+                ax.plot(x, y, color=shade[int(series["seq"].iloc[0])], lw=1, marker=".", ms=3)
                 hits = [
                     (xi, yi) for xi, yi, r in zip(x, y, series["run_id"], strict=True) if (cell, r) in marked
                 ]
@@ -448,15 +452,25 @@ def series_figure(machine: str, group, steps: Sequence[Any], number: dict[str, i
                     ax.set_ylabel("time / series median", fontsize=8)
             else:
                 empty_panel(ax, "every cell measured once")
-        _length_bar(fig, axes, lengths, shade)
+        _length_bar(fig, axes, lengths, shade, _colour_name(group))
         fig.suptitle(f"{machine}: {title}", fontsize=10)
     frame = pd.DataFrame(data, columns=["cell_id", "run_id", "run", "time_ms_median", "over_series_median"])
     stem = slug("series", machine, title)
     return save(fig, frame, out, stem, f"{machine}: {title}", "Time over the series' median, per run.")
 
 
-def _length_bar(fig, axes, lengths: list[int], shade: dict[int, Any]) -> None:
-    """A colour bar naming the N of each line's colour (dark: short, light: long)."""
+def _colour_name(cells) -> str:
+    """What a series figure's colour counts (site_findings.with_series's length): N, a decode cell's N_k
+    (its N_q is in its shape), 'N (N_k for a decode cell)' where both are drawn."""
+    lengths = set(with_series(cells)["length"]) if len(cells) else set()
+    if lengths == {"seq_k"}:
+        return "N_k"
+    return "N (N_k for a decode cell)" if "seq_k" in lengths else "N"
+
+
+def _length_bar(fig, axes, lengths: list[int], shade: dict[int, Any], name: str) -> None:
+    """A colour bar naming the N of each line's colour (dark: short, light: long); `name`: what it counts,
+    _colour_name's."""
     if not lengths:
         return
     from matplotlib.cm import ScalarMappable
@@ -466,7 +480,8 @@ def _length_bar(fig, axes, lengths: list[int], shade: dict[int, Any]) -> None:
     norm = BoundaryNorm(range(len(lengths) + 1), cmap.N)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8, aspect=30)
     bar.set_ticks([i + 0.5 for i in range(len(lengths))], labels=[seq_text(n) for n in lengths])
-    bar.set_label("sequence length N of the line")
+    said = {"N": "sequence length N of the line", "N_k": "keys N_k of the line"}
+    bar.set_label(said.get(name, "N of the line (N_k for a decode cell)"))
 
 
 def steps_table(steps: Sequence[Any], reports: dict[str, str], gate: Gate | None = None) -> Any:
@@ -550,13 +565,12 @@ def _peak_text(cell: Any) -> str:
 
 
 def latest_cells(ok):
-    """Each machine's latest ok measurement of each cell, with its shape across devices and dtypes."""
+    """Each machine's latest ok measurement of each cell, with its series across devices and dtypes
+    (site_findings.with_series: its shape, and its N, a decode cell's N_k, its N_q in its shape)."""
     latest = ok.sort_values(["created", "run_id"], kind="stable").drop_duplicates(
         ["machine", "cell_id"], keep="last"
     )
-    return latest.assign(
-        shape=[shape_of(c, keep=3) for c in latest["cell_id"]], seq=latest["seq_len"].astype(int)
-    )
+    return with_series(latest, keep=3)
 
 
 def cross_page(ok, loaded: RunRows | None = None) -> Page:
@@ -574,7 +588,8 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
     common = cells[[(s, n) in keys for s, n in zip(cells["shape"], cells["seq"], strict=True)]]
     page.add(
         Para(
-            f"{len(keys)} shapes (every axis but device and dtype, with N) measured on two or more of "
+            f"{len(keys)} shapes (every axis but device and dtype, with N; a decode shape's N_k, its N_q in "
+            "the shape) measured on two or more of "
             f"{len(machines)} machines, each machine's latest run of each. TFLOP/s, and in brackets the % "
             "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration). The "
             "calibrations table below gives each peak and the N of the matmul that measured it; "
@@ -612,11 +627,12 @@ def lead_blocks(common, machines: list[str], loaded: RunRows) -> tuple[Table, li
     site_findings.combination_tolerance); a suspect cell is never ranked, and is named
     (site_findings.ranked_text, the report's words); then a sentence per variant so left out
     (site_findings.unrecorded_text)."""
-    rows, unsure = [], {}
+    common = _with_length(common)
+    rows, unsure, column = [], {}, length_names(common)
     by_machine = common.groupby(["shape", "machine"], sort=True)
     tolerances = {key: combination_tolerance(sub, loaded) for key, sub in by_machine}
     for (shape, n), at in common.groupby(["shape", "seq"], sort=True):
-        row: list[Any] = [shape, str(n)]
+        row: list[Any] = [shape, range_text(n, n, at["length"].iloc[0], column)]
         for m in machines:
             mine = at[at["machine"] == m]
             if not len(mine):
@@ -642,13 +658,19 @@ def lead_blocks(common, machines: list[str], loaded: RunRows) -> tuple[Table, li
         "(too fast to believe) is never ranked, as in the run's report, nor a variant that may have run "
         "the kernel of one beside it unrecorded"
     )
-    return Table(("shape", "N", *machines), tuple(rows), caption), unrecorded_text(unsure)
+    return Table(("shape", column, *machines), tuple(rows), caption), unrecorded_text(unsure)
+
+
+def _with_length(common):
+    """latest_cells' rows, a frame made without their `length` (a plain N: seq_len) given it."""
+    return common if "length" in common.columns else common.assign(length="seq_len")
 
 
 def variant_table(common, machines: list[str]) -> Table:
-    rows = []
+    common = _with_length(common)
+    rows, column = [], length_names(common)
     for (shape, n, _variant), at in common.groupby(["shape", "seq", "variant"], sort=True):
-        row: list[Any] = [shape, str(n), named(at.iloc[0])]
+        row: list[Any] = [shape, range_text(n, n, at["length"].iloc[0], column), named(at.iloc[0])]
         for m in machines:
             mine = at[at["machine"] == m]
             row.append(_peak_text(mine.iloc[0]) if len(mine) else "-")
@@ -656,4 +678,4 @@ def variant_table(common, machines: list[str]) -> Table:
     caption = (
         f"TFLOP/s (% of calibrated peak; {site_calibration.MARK}: its calibration is not comparable, below)"
     )
-    return Table(("shape", "N", "variant", *machines), tuple(rows), caption)
+    return Table(("shape", column, "variant", *machines), tuple(rows), caption)

@@ -1,6 +1,7 @@
 """A machine page's latest findings in the published site (reports.dashboard): per shape, the fastest variant
-over each range of N at the latest run that finished measuring it, and the rules the site's pages share with
-them (a cell's shape, a variant's name, a tie). A run stopped before every cell it planned (unfinished, by
+over each range of N (a decode shape's N_k: one N_q, as the run's report ranks it) at the latest run that
+finished measuring it, and the rules the site's pages share with them (a cell's shape and the length its
+series grows, a variant's name, a tie). A run stopped before every cell it planned (unfinished, by
 results.store.unfinished: its meta.json's planned_cells against the cells the store holds of it) is said so
 wherever the site names it, and gives a shape's findings only where no finished run measured that shape: its
 missing cells would crown the variants it happened to measure. A suspect cell (results.suspect: too fast to
@@ -28,12 +29,50 @@ from .tables import approximate_text, flag_mask, present
 from .words import suspect_text
 
 _LENGTH_PART = re.compile(r"n\d+")  # the seq_len part of a cell_id ('n1024')
+_KEYS_PART = re.compile(r"nk\d+")  # the seq_k part ('nk4096'), there only where N_k != N_q
+
+
+def grows(cell_id: str) -> str:
+    """The length a cell's series grows (reports.tables.length_axis's word): 'seq_k' for a decode cell, whose
+    series holds its N_q and grows N_k as the run's report ranks and fits it, else 'seq_len'. A cell_id
+    names seq_k only where it differs from seq_len (results.axes: an axis that follows another says nothing
+    where equal to it), which is results.formulas.is_decode's rule."""
+    return "seq_k" if any(_KEYS_PART.fullmatch(p) for p in str(cell_id).split("|")) else "seq_len"
 
 
 def shape_of(cell_id: str, keep: int = 1) -> str:
-    """A cell_id without its variant (and without device and dtype for keep=3) and without its N."""
+    """A cell_id without its variant (and without device and dtype for keep=3) and without the length its
+    series grows (grows): its N, or a decode cell's N_k, its N_q kept ('...|n1|...', one series per N_q)."""
     parts = str(cell_id).split("|")[keep:]
-    return "|".join(p for p in parts if not _LENGTH_PART.fullmatch(p))
+    length = _KEYS_PART if grows(cell_id) == "seq_k" else _LENGTH_PART
+    return "|".join(p for p in parts if not length.fullmatch(p))
+
+
+def with_series(cells, keep: int = 1):
+    """The store's cells `cells` with their series: `shape` (shape_of), `length` (the axis it grows, grows)
+    and `seq` (the cell's value of it: a decode cell's N_k, else its N), which the site's pages rank and
+    fit over, as the run's report does."""
+    length = [grows(c) for c in cells["cell_id"]]
+    keys = [a == "seq_k" for a in length]
+    seq = cells["seq_len"].mask(keys, cells["seq_k"]) if any(keys) else cells["seq_len"]
+    return cells.assign(
+        shape=[shape_of(c, keep) for c in cells["cell_id"]], length=length, seq=seq.astype(int)
+    )
+
+
+def length_names(cells) -> str:
+    """What a table of the series of `cells` (with_series) calls its N column: 'N_k' where every series is a
+    decode series, else 'N' (reports.tables.common_length_name, as the report's tables name it)."""
+    return tables.common_length_name(set(cells["length"]))
+
+
+def range_text(lo: int, hi: int, length: str, column: str) -> str:
+    """A range of one series' lengths as a table's N column gives it, '512' or '512..2048', its name before
+    it where the column's (`column`: length_names) is not its own: 'N_k 1024..4096' in a table of plain
+    and decode series."""
+    said = f"{lo}" if lo == hi else f"{lo}..{hi}"
+    name = tables.length_name(length)
+    return said if name == column else f"{name} {said}"
 
 
 def named(cell) -> str:
@@ -217,7 +256,8 @@ def findings(
 ) -> list[Any]:
     """Per shape, the fastest variant over each range of N at the latest run that measured the shape, with
     the run linked (reports: copy_reports's links) and the variant's fitted exponent (time ~ N^b) over that
-    run's lengths; a run whose cells here drifted or were noisy enough to make a busy machine (`runs`:
+    run's lengths, as its report ranks and fits them: a decode shape holds its N_q, and its N is N_k
+    (with_series); a run whose cells here drifted or were noisy enough to make a busy machine (`runs`:
     reports.busy.machine_busy over its own rows) is marked, and its sentence follows the table. `left`: the
     unfinished runs (unfinished_runs, by path): a shape takes the latest run that finished, and each later
     unfinished run it passed over is named below the table; a shape only unfinished runs measured takes the
@@ -225,7 +265,8 @@ def findings(
     if not len(ok):
         return [Para("No ok cells.")]
     left = left or {}
-    ok = ok.assign(shape=[shape_of(c) for c in ok["cell_id"]])
+    ok = with_series(ok)  # a decode cell's series: its N_q, over N_k
+    column = length_names(ok)
     rows, busy, passed, unsure = [], {}, {}, {}
     loaded = runs or RunRows()
     for shape, group in ok.groupby("shape", sort=True):
@@ -235,8 +276,9 @@ def findings(
         later = group[group["created"] > latest["created"].max()]
         passed.update({str(r["run_id"]): str(r["path"]) for _, r in later.drop_duplicates("path").iterrows()})
         tolerance = combination_tolerance(latest, loaded)
+        length = str(group["length"].iloc[0])  # one per shape: a decode shape holds its N_q (shape_of)
         winners = [
-            (int(n), _front(at, loaded, tolerance, unsure)) for n, at in latest.groupby("seq_len", sort=True)
+            (int(n), _front(at, loaded, tolerance, unsure)) for n, at in latest.groupby("seq", sort=True)
         ]
         variant_of = {named(r): str(r["variant"]) for _, r in latest.iterrows()}
         run = latest.iloc[0]
@@ -248,43 +290,53 @@ def findings(
         linked += (f" ({unfinished_text(stopped)})",) if stopped else ()
         linked += (" (machine busy)",) if said else ()
         for lo, hi, (front, suspects, alone) in _ranges(winners):
-            said = ranked_text(front, dict(suspects), alone)
+            said, span = ranked_text(front, dict(suspects), alone), range_text(lo, hi, length, column)
             if not front:  # every variant suspect there: nobody ranked, no time or exponent to give
-                rows.append((shape, f"{lo}" if lo == hi else f"{lo}..{hi}", said, "-", "-", linked))
+                rows.append((shape, span, said, "-", "-", linked))
                 continue
             # the fastest (the first of the variants one kernel ran under: tables.kernel_name); the others
             # tied with it at every N of the range
             v = variant_of.get(front[0]) or tables.kernel_members(front[0])[0]
-            mine = latest[latest["variant"] == v].sort_values("seq_len")
-            fit = loaded.time_fit(run["path"], mine["cell_id"], mine)
-            best = mine[mine["seq_len"] == hi].iloc[0]
-            rows.append(
-                (
-                    shape,
-                    f"{lo}" if lo == hi else f"{lo}..{hi}",
-                    said,
-                    f"{float(best['time_ms_median']):.4g} ms",
-                    exponent_said(fit),
-                    linked,
-                )
-            )
-    headers = ("shape", "N", "fastest", "its time at the last N", "its exponent b (time ~ N^b)", "run")
+            mine = latest[latest["variant"] == v].sort_values("seq")
+            fit = loaded.time_fit(run["path"], mine["cell_id"], mine)  # over N_k for a decode series
+            best = mine[mine["seq"] == hi].iloc[0]
+            said_fit = exponent_said(fit, tables.length_name(length))
+            rows.append((shape, span, said, f"{float(best['time_ms_median']):.4g} ms", said_fit, linked))
     return [
-        Table(
-            headers,
-            tuple(rows),
-            "the fastest variant over each range of N, 'A ≈ B' where the report's ranking cannot tell B "
-            f"from A at every N of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
-            "test); the time and the exponent are A's, the exponent given only where the run's report "
-            "gives it ('growth not measured (two N)' where its findings say so); a suspect cell (too fast to "
-            "believe) is never ranked, "
-            "as in the run's report, and is named",
-        ),
+        _table(tuple(rows), column, set(ok["length"])),
         *unknown_flags(ok),
         *unrecorded_text(unsure),
         *(_passed_over(r, path, left[path]) for r, path in sorted(passed.items())),
         *(Para(f"Run {r} (machine busy): {said}") for r, said in busy.items()),
     ]
+
+
+def _table(rows: tuple[tuple[Any, ...], ...], column: str, lengths: set[str]) -> Table:
+    """The findings' table, its N named `column` (length_names); where decode series are among its rows
+    (`lengths`: the series' length axes), its caption says what their shape holds and what their N counts."""
+    decode = ""
+    if "seq_k" in lengths:
+        where = "" if column == tables.length_name("seq_k") else ", its range named N_k"
+        decode = (
+            "; a decode shape (N_q queries against a K/V cache of N_k keys) holds its N_q ('n1') and is "
+            f"ranked and fitted over N_k, as the run's report does{where}"
+        )
+    headers = (
+        "shape",
+        column,
+        "fastest",
+        f"its time at the last {column}",
+        f"its exponent b (time ~ {column}^b)",
+    )
+    return Table(
+        (*headers, "run"),
+        rows,
+        f"the fastest variant over each range of {column}, 'A ≈ B' where the report's ranking cannot tell B "
+        f"from A at every {column} of the range (under {TOLERANCE:.0%} slower, or not judged slower by its "
+        "test); the time and the exponent are A's, the exponent given only where the run's report gives it "
+        f"('growth not measured (two {column})' where its findings say so); a suspect cell (too fast to "
+        f"believe) is never ranked, as in the run's report, and is named{decode}",
+    )
 
 
 def _passed_over(run_id: str, path: str, left: tuple[int, int]) -> Para:

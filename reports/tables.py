@@ -183,12 +183,15 @@ def panels(group_df, axes: tuple[str, ...] | None = None) -> list[tuple[dict[str
 
 
 def length_axis(rows) -> str:
-    """The length a series grows, its plots' x and its fit's N: 'seq_k' for decode series (one seq_len,
-    several seq_k; or several N_q, every row a decode cell: all_decode, each N_q its own series, its own
-    panel and fit), else 'seq_len' (seq_k = seq_len in every plain run, so nothing changes there)."""
+    """The length a series grows, its plots' x and its fit's N: 'seq_k' for decode series (every row a
+    decode cell: all_decode, each N_q its own series, its own panel and fit, even where one N_k was
+    measured, whose rows a sentence places at that N_k, never at their N_q; or one seq_len against several
+    seq_k), else 'seq_len' (seq_k = seq_len in every plain run, so nothing changes there)."""
+    if all_decode(rows):
+        return "seq_k"
     if "seq_k" not in rows.columns or rows.empty or rows["seq_k"].nunique() < 2:
         return "seq_len"
-    return "seq_k" if rows["seq_len"].nunique() == 1 or all_decode(rows) else "seq_len"
+    return "seq_k" if rows["seq_len"].nunique() == 1 else "seq_len"
 
 
 def held_q(values: Any) -> Any:

@@ -460,10 +460,11 @@ KV_SPEED = "; K/V GB/s: kv_bytes / median time, the figure's y (a decode step is
 def accuracy_table(pts, speed: str = "tflops") -> pg.Table:
     """One row per variant, dtype and panel: the point drawn, fastest first within a panel, at its length
     (N, or N_k for a decode series: the figure's) and its speed (`speed`: the figure's y, speed_of)."""
-    shown = varying(pts, list(PANEL_AXES))
+    lengths = set(pts["length"]) if "length" in pts.columns and len(pts) else {length_axis(pts)}
+    # decode points hold their N_q (a panel each, tables.panels): a column tells them apart
+    shown = varying(pts, [*PANEL_AXES, *(["seq_len"] if lengths == {"seq_k"} else [])])
     grads = "grad_rel_err" in pts.columns and pts["grad_rel_err"].notna().any()
     quant = any(quantised(p) for _, p in pts.iterrows())
-    lengths = set(pts["length"]) if "length" in pts.columns and len(pts) else {length_axis(pts)}
     rows = []
     for _, p in pts.iterrows():
         verdict = "wrong" if p["status"] != "ok" else "beyond tolerance" if p["failing"] else "ok"
@@ -491,7 +492,8 @@ def accuracy_table(pts, speed: str = "tflops") -> pg.Table:
             )
         )
     speed_head = "K/V GB/s" if speed == "kv_gbps" else "TFLOP/s"
-    headers = ("variant", "dtype", *shown, common_length_name(lengths), speed_head, "rel_err",
+    named = ("N_q" if a == "seq_len" else a for a in shown)
+    headers = ("variant", "dtype", *named, common_length_name(lengths), speed_head, "rel_err",
                *(["kernel rel_err", "recipe", "SQNR dB"] if quant else []), "tolerance",
                *(["grad rel_err"] if grads else []), "status")  # fmt: skip
     rounding = (

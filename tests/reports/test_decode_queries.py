@@ -61,3 +61,27 @@ def test_the_scaling_table_gives_one_fit_per_n_q_named_by_it(tmp_path):
     assert "| N_q |" in head, head
     lines = [line for line in scaling.splitlines() if line.startswith("| chunked")]
     assert len(lines) == 2 and all("1.00 [" in line for line in lines), lines
+
+
+def test_a_decode_sweep_of_one_n_k_places_each_n_q_at_that_n_k(tmp_path):
+    """N_q 1 and 4 against N_k = 512 alone (a real `--seq-len 1,4 --seq-k 512` sweep): each N_q's panel said
+    'no variant can be told apart at N = 1', its N_q as its N, and the accuracy table gave N_q as N. Every
+    sentence and table places a cell at its N_k, and the accuracy table tells the N_q apart."""
+    rows = [
+        synthetic.cell(v, n_q, seq_k=512, kv_heads=2, causal=True, causal_align="lower-right",
+                       time_ms=n_q * (1.0 if v == "chunked" else 1.5), rel_err=1e-6)
+        for v in ("naive", "chunked")
+        for n_q in (1, 4)
+    ]  # fmt: skip
+    run = synthetic.write_run(tmp_path / "run", rows)
+    rep = render(prepare([run]), tmp_path / "report")
+    panels = {p.title.rsplit(" · ", 1)[-1]: " ".join(p.sentences) for p in rep.findings.panels}
+    assert set(panels) == {"N_q=1", "N_q=4"}, list(panels)
+    for said in panels.values():
+        assert "chunked is fastest at N_k = 512" in said and "fewer than two N_k" in said, said
+    text = findings.text(rep.findings)
+    assert "N = 1" not in text and "N = 4" not in text, text
+    table = best_table(load(run))
+    assert table.headers == ("N_k", "N_q=1", "N_q=4") and [r[0] for r in table.rows] == ["512"], table
+    md = rep.readme.read_text().replace("\\", "")
+    assert "| variant | dtype | N_q | N_k | K/V GB/s |" in md, md

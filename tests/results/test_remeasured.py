@@ -19,8 +19,9 @@ from attnbench.reports.render import findings_of, prepare, render
 from attnbench.results import RunWriter, history
 
 
-def _cell(variant: str, n: int, median: float, speed: float = 0.2, spread: float = 0.01) -> dict:
-    """An ok row whose median is `median` exactly, its p25-p75 about ±spread/2 around it, and its probe."""
+def _cell(variant: str, n: int, median: float, speed: float = 0.2, spread: float = 0.01, **axes) -> dict:
+    """An ok row whose median is `median` exactly, its p25-p75 about ±spread/2 around it, and its probe;
+    `axes`: its other axes (synthetic.cell's)."""
     ms = [
         median * (1 - spread),
         median * (1 - spread / 2),
@@ -28,7 +29,7 @@ def _cell(variant: str, n: int, median: float, speed: float = 0.2, spread: float
         median * (1 + spread / 2),
         median * (1 + spread),
     ]
-    return synthetic.cell(variant, n, sample_ms=ms, speed_tflops=speed)
+    return synthetic.cell(variant, n, sample_ms=ms, speed_tflops=speed, **axes)
 
 
 def _run(path, first: list[dict], *again: list[dict], run_id: str = "synthetic"):
@@ -141,6 +142,18 @@ def test_the_report_names_the_moved_cell_and_marks_the_finding_read_off_it(tmp_p
     assert md.index("The machine was busy") < md.index("1 cell was measured more than once") < md.index(lead)
     assert "measured 2 times: 9 then 4.6 ms" in md.split("## Cells measured while the machine drifted")[1]
     assert "Trust: 6 of 6 cells ran ok; flagged: 3 drifted" in md
+
+
+def test_a_moved_decode_cell_is_named_at_its_n_k_with_its_n_q(tmp_path):
+    """A decode run of N_q 1 and 4 against one N_k (a real `--seq-len 1,4 --seq-k 256` run, resumed with
+    `--redo-drift`, said 'sdpa at N = 1, measured 2 times'): the cell is named at its N_k, its N_q after
+    it."""
+    decode = {"seq_k": 256, "causal": True, "causal_align": "lower-right"}
+    first = [_cell(v, n_q, t * n_q, **decode) for v, t in (("sdpa", 1.3), ("naive", 2.0)) for n_q in (1, 4)]
+    run = _run(tmp_path / "run", first, [_cell("sdpa", 1, 1.0, **decode)])
+    (again,) = findings_of(prepare([run])).remeasured
+    assert "sdpa at N_k = 256 (N_q=1), measured 2 times: 1.3 then 1 ms" in again, again
+    assert "N = 1" not in again
 
 
 def test_a_busy_machine_of_moved_and_noisy_cells_is_not_told_to_redo_drift(tmp_path):
