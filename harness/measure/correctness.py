@@ -363,14 +363,19 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
 
 
 def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
-    """A paged cache (k, v: pools of pages, (P, page, H_kv, d)) read past each context's length, in pool
-    order instead of through its page table, with its k/v heads tiled, or without the causal mask among its
-    query tokens."""
+    """A paged cache (k, v: pools of pages, (P, page, H_kv, d)) read past each context's length (to its last
+    page's end, or one slot past it), in pool order or in its pages' own order instead of through its page
+    table, with its k/v heads tiled, or without the causal mask among its query tokens."""
     same, page = (q, k, v), k.shape[1]
     full = -(-key_lengths // page) * page
     if bool((full != key_lengths).any()):
         said = "it read every slot of each sequence's last page: the context lengths (key_lengths=) ignored"
         yield said, same, {"key_lengths": full}, None
+    past = torch.minimum(key_lengths + 1, full)  # `j <= L`: one slot more, where the last page has it
+    if not torch.equal(past, full):  # its queries at the end of L + 1 (misread's: at the end of L)
+        said = "it read one slot past each context in its last, partial page: L + 1 keys where L is meant (j "
+        said += "<= L, not j < L), as if each context were one key longer"
+        yield said, same, {"key_lengths": past}, None
     for said, table in _pool_orders(full // page, block_table, pool=k.shape[0]):
         yield said, same, {"block_table": table}, None
     yield from _tiled_heads(q, k, v, dim=2)  # a pool's heads: (P, page, H_kv, d)
@@ -384,10 +389,13 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
 
 
 def _pool_orders(pages: torch.Tensor, block_table: torch.Tensor, *, pool: int):
-    """(sentence, page table) for each common way of reading a paged cache in pool order, block_table
-    ignored, where it differs from block_table and stays in the pool of `pool` pages: each sequence's pages
-    following the previous one's, each from pool page 0, or each from page b x the table's width (the pool
-    read as a (B, max_pages) grid). pages: (B,) each sequence's pages."""
+    """(sentence, page table) for each common way of reading a paged cache around its page table, where it
+    differs from block_table: in pool order, block_table ignored and staying in the pool of `pool` pages
+    (each sequence's pages following the previous one's, each from pool page 0, or each from page b x the
+    table's width: the pool read as a (B, max_pages) grid); or block_table's order ignored, each sequence's
+    own pages read in ascending pool order (its row sorted), or its pages taken as contiguous from its first
+    (block_table[b, 0] + 0..n-1, a page past the pool's end read as its last, as a clamped index reads it).
+    pages: (B,) each sequence's pages."""
     n, width = pages.tolist(), block_table.shape[1]
     after = torch.tensor([0, *n]).cumsum(0).tolist()
     starts = {
@@ -406,6 +414,18 @@ def _pool_orders(pages: torch.Tensor, block_table: torch.Tensor, *, pool: int):
         if inside and not any(torch.equal(table, t) for t in tried):
             tried.append(table)
             yield f"it read {order}, not through block_table", table
+    ordered, onward = block_table.clone(), block_table.clone()
+    for b, count in enumerate(n):
+        ordered[b, :count] = block_table[b, :count].sort().values
+        onward[b, :count] = block_table[b, 0] + torch.arange(count, device=onward.device)
+    onward.clamp_(max=pool - 1)  # a page past the pool read as its last, as a clamped index reads it
+    for table, said in (
+        (ordered, "each sequence's own pages in ascending pool order (its row of block_table sorted)"),
+        (onward, "each sequence's pages as contiguous from its first (block_table[b, 0] + 0..n-1)"),
+    ):  # fmt: skip
+        if not any(torch.equal(table, t) for t in tried):
+            tried.append(table)
+            yield f"it read {said}, not in block_table's order", table
 
 
 def _gathered(pool: torch.Tensor, key_lengths, block_table) -> torch.Tensor:

@@ -2,10 +2,10 @@
 ones they can): a causal mask one key off its diagonal (each query's own key hidden, or the next key shown,
 in any causal cell: square, N_q < N_k, lower-right, a window), the softmax over the queries, a mask read
 inverted, a bool mask added to the scores, an additive mask subtracted from them, a causal mask of the wrong
-sense, a paged cache read up to its last full page only (its queries still at each context's end). Each is
-float64 attention under the mistake, on the rows a failing answer is read on, with the rows it leaves without
-a key: the reference's float64 attention and its visibility rule (attention64), handed the keys the mistake
-sees.
+sense, a paged cache read up to its last full page only or one slot past each context (its queries still
+at each context's end). Each is float64 attention under the mistake, on the rows a failing answer is read
+on, with the rows it leaves without a key: the reference's float64 attention and its visibility rule
+(attention64), handed the keys the mistake sees.
 
 The masks are those a declared mask (variants.adapt) is made from: a bool mask True where a key is seen (as
 SDPA's), an additive one 0 there and the lowest value of q's dtype where a key is hidden."""
@@ -47,7 +47,7 @@ def readings(q, k, v, *, rows: torch.Tensor, seen: torch.Tensor, scale, **rules)
     read (1-D); seen: (B or 1, 1, R, N_k) the keys each of them sees by the cell's rules
     (correctness.visible); rules: the cell's, as correctness.likely_cause has them."""
     if rules["block_table"] is not None:  # a paged cache: k, v pools of pages, none of the masks below
-        yield from _full_pages_only(q, k, v, rows=rows, scale=scale, **rules)
+        yield from _last_page_misread(q, k, v, rows=rows, scale=scale, **rules)
         return
     if rules["causal"] and rules["cu_seqlens"] is None:
         yield from _diagonal_off_by_one(q, k, v, rows=rows, seen=seen, scale=scale, **rules)
@@ -93,30 +93,38 @@ def _diagonal_off_by_one(
         yield said, attend(q, k, v, seen=sees, **mods), _empty(sees)
 
 
-def _full_pages_only(q, k, v, *, rows, scale, key_lengths, block_table, causal, **_) -> Iterator[tuple]:
-    """A paged cache read up to its last full page: floor(L_b / page) pages where ceil is meant, the last,
-    partly filled page left out (a context shorter than a page reads none). Its queries stay at the
-    context's end (positions L_b - N_q + i), so it is no reading of other key lengths: float64 attention
-    over each context, gathered through block_table, with the keys it leaves out hidden."""
+def _last_page_misread(q, k, v, *, rows, scale, key_lengths, block_table, causal, **_) -> Iterator[tuple]:
+    """A paged cache's last, partly filled page misread, its queries still at each context's end (positions
+    L_b - N_q + i), so neither is a reading of other key lengths: read up to its last full page only
+    (floor(L_b / page) pages where ceil is meant: a context shorter than a page reads none), or one slot past
+    the context (L_b + 1 keys, j <= L_b where j < L_b is meant; a full last page has no slot past it), that
+    slot, whatever the pool holds there, seen by every query. Float64 attention over each context, gathered
+    through block_table, with the keys the mistake leaves out hidden or the one it adds shown."""
     page, n_q = k.shape[1], q.shape[2]
     lengths = key_lengths.to(torch.int64).cpu()
-    read = lengths // page * page
-    if torch.equal(read, lengths):  # every context fills its pages: nothing left out
+    floor, past = lengths // page * page, torch.minimum(lengths + 1, -(-lengths // page) * page)
+    if torch.equal(floor, lengths):  # every context fills its pages: nothing left out, no slot past it
         return
-    longest = int(lengths.max())
-    gathered = []  # (B, H_kv, max L, d) each, zero past a context's length
+    longest = int(past.max())
+    gathered = []  # (B, H_kv, max L + 1, d) each, zero past what a context's pages hold
     for pool in (k, v):
         out = pool.new_zeros(len(lengths), pool.shape[2], longest, pool.shape[3])
-        for b, length in enumerate(lengths.tolist()):
+        for b, length in enumerate(past.tolist()):
             out[b, :, :length] = context(pool, block_table, b, length)
         gathered.append(out)
-    j = torch.arange(longest)[None, None, None, :]  # (1, 1, 1, max L)
-    seen = (j < read[:, None, None, None]).expand(-1, -1, len(rows), -1)  # (B, 1, R, max L)
+    j = torch.arange(longest)[None, None, None, :]  # (1, 1, 1, max L + 1)
+    own = j < lengths[:, None, None, None]  # (B, 1, 1, max L + 1): the context's keys
     if causal:  # lower-right within each context: query i sees j <= L_b - N_q + i
-        seen = seen & (j <= (lengths - n_q)[:, None, None, None] + rows.cpu()[None, None, :, None])
+        own = own & (j <= (lengths - n_q)[:, None, None, None] + rows.cpu()[None, None, :, None])
+    own = own.expand(-1, -1, len(rows), -1)  # (B, 1, R, max L + 1)
+    full_only = own & (j < floor[:, None, None, None])
     said = "it read only the full pages of each sequence: the last, partial page left out (floor(L / "
-    alt = attend(q, *gathered, rows=rows, scale=scale, seen=seen)
-    yield said + "page_size) pages where ceil is meant)", alt, _empty(seen)
+    alt = attend(q, *gathered, rows=rows, scale=scale, seen=full_only)
+    yield said + "page_size) pages where ceil is meant)", alt, _empty(full_only)
+    one_past = own | ((j == lengths[:, None, None, None]) & (j < past[:, None, None, None]))
+    said = "it read one slot past each context in its last, partial page: L + 1 keys where L is meant (j <= "
+    said += "L, not j < L), the slot past the context seen by every query"
+    yield said, attend(q, *gathered, rows=rows, scale=scale, seen=one_past), _empty(one_past)
 
 
 def _empty(seen: torch.Tensor) -> torch.Tensor | None:

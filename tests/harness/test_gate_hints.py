@@ -441,6 +441,85 @@ def test_a_paged_cache_without_its_last_partial_page_is_named_and_its_worst_sequ
     assert errs[2] < 1e-6 < errs[worst] and result.rel_err == pytest.approx(errs[worst]), errs
 
 
+def table_reordered(table, pool: int, *, how: str):
+    """The page table a kernel reads that ignores block_table's order: each sequence's own pages sorted
+    (read in physical order), or its pages taken as contiguous from its first (a page past the pool's end
+    read as its last, as a clamped index reads it)."""
+    out = table.clone()
+    for b, n in enumerate((-(-CONTEXTS // PAGE)).tolist()):
+        first = int(table[b, 0])
+        onward = torch.arange(first, first + n).clamp(max=pool - 1)
+        out[b, :n] = table[b, :n].sort().values if how == "sorted" else onward
+    return out
+
+
+def one_slot_past(q, k, v, table, *, causal=True):
+    """`j <= L` where `j < L` is meant: L + 1 keys of a context whose last page has a slot past it, that
+    slot (whatever the pool holds there) seen by every query, the queries still at the end of L."""
+    outs, n_q = [], q.shape[2]
+    for b, length in enumerate(CONTEXTS.tolist()):
+        n = length + 1 if length % PAGE else length
+        ids = table[b, : -(-n // PAGE)]
+        kb, vb = (t[ids].flatten(0, 1)[:n].transpose(0, 1)[None] for t in (k, v))
+        i, j = torch.arange(n_q)[:, None], torch.arange(n)[None, :]
+        hide = (j > length - n_q + i) & (j != length) if causal else None
+        outs.append(attention(q[b : b + 1], kb, vb, mask=hide))
+    return torch.cat(outs)
+
+
+ONE_PAST = "it read one slot past each context in its last, partial page: L + 1 keys where L is meant (j <="
+
+
+@pytest.mark.parametrize(
+    "mistake, said",
+    [
+        (lambda q, k, v, t: decode(q, k, v, table_reordered(t, len(k), how="sorted"), CONTEXTS),
+         "it read each sequence's own pages in ascending pool order (its row of block_table sorted), not in"),
+        (lambda q, k, v, t: decode(q, k, v, table_reordered(t, len(k), how="contiguous"), CONTEXTS),
+         "it read each sequence's pages as contiguous from its first (block_table[b, 0] + 0..n-1), not in"),
+        (one_slot_past, ONE_PAST + " L, not j < L), the slot past the context seen by every query"),
+        (lambda q, k, v, t: decode(q, k, v, t, torch.minimum(CONTEXTS + 1, -(-CONTEXTS // PAGE) * PAGE)),
+         ONE_PAST + " L, not j < L), as if each context were one key longer"),
+    ],
+    ids=["pages-sorted", "pages-contiguous-from-the-first", "one-slot-past", "one-slot-past-queries-later"],
+)  # fmt: skip
+def test_a_paged_cache_read_around_its_table_order_or_one_slot_past_is_named_with_its_sequence(mistake, said):
+    """Pages read in physical order (each sequence's sorted) or as contiguous from each sequence's first,
+    and a partly filled last page read one slot past its context (`<=` for `<`), were a bare rel_err with
+    the worst sequence: caught, their cause unsaid."""
+    q, k, v, table = paged()
+    assert not torch.equal(table_reordered(table, len(k), how="sorted"), table)  # a shuffled table to sort
+    result = correctness.gate(mistake(q, k, v, table), q, k, v, block_table=table, **PAGED_RULES)
+    text = result.describe()
+    assert not result.passed and text.startswith(said) and "worst: sequence" in text, text
+
+
+def test_a_one_slot_past_read_is_named_in_a_decode_step_of_one_query():
+    """A decode step's one query sees every key: L + 1 keys is one reading whichever way its queries are
+    placed, named once (the reading by the reference's rules, tried first)."""
+    q, k, v, table = paged(n_q=1)
+    result = correctness.gate(one_slot_past(q, k, v, table), q, k, v, block_table=table, **PAGED_RULES)
+    assert not result.passed and result.describe().startswith(ONE_PAST), result.describe()
+
+
+def test_a_paged_table_order_and_the_slot_past_are_not_named_where_they_do_not_explain_the_answer():
+    """A right paged answer passes unnamed; each sequence's pages shuffled among themselves (neither sorted
+    nor contiguous) is named as no table order; and a context that fills its last page has no slot past it
+    (one slot past is then the right answer)."""
+    q, k, v, table = paged()
+    right = correctness.gate(decode(q, k, v, table, CONTEXTS), q, k, v, block_table=table, **PAGED_RULES)
+    assert right.passed and not right.hint, right.describe()
+    shuffled = table.clone()
+    for b, n in enumerate((-(-CONTEXTS // PAGE)).tolist()):
+        shuffled[b, :n] = table[b, :n].roll(1)  # its own pages, in another order than sorted or the table's
+    assert all(not torch.equal(shuffled, table_reordered(table, len(k), how=h)) for h in ("sorted", "contiguous"))
+    wrong = correctness.gate(decode(q, k, v, shuffled, CONTEXTS), q, k, v, block_table=table, **PAGED_RULES)
+    assert not wrong.passed and not wrong.hint and "worst: sequence" in wrong.where, wrong.describe()
+    full = torch.tensor([32, 16, 40])  # every last page full
+    rules = {**PAGED_RULES, "key_lengths": full}
+    assert correctness.gate(decode(q, k, v, table, full), q, k, v, block_table=table, **rules).passed
+
+
 def test_a_right_paged_answer_and_an_unrelated_mistake_are_not_named_a_misread_table():
     """The pool orders and the full pages are tried only where they explain the answer: a right one passes
     unnamed, a scale left out is named as that, and a table of other scattered pages (no pool order) is
