@@ -372,7 +372,7 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
         said = "it read every slot of each sequence's last page: the context lengths (key_lengths=) ignored"
         yield said, same, {"key_lengths": full}, None
     past = torch.minimum(key_lengths + 1, full)  # `j <= L`: one slot more, where the last page has it
-    if not torch.equal(past, full):  # its queries at the end of L + 1 (misread's: at the end of L)
+    if causal and q.shape[2] > 1 and not torch.equal(past, full):  # its queries one on: misread's stay
         said = "it read one slot past each context in its last, partial page: L + 1 keys where L is meant (j "
         said += "<= L, not j < L), as if each context were one key longer"
         yield said, same, {"key_lengths": past}, None

@@ -91,3 +91,37 @@ def top_left_paged(q, k, v, *, causal=False, key_lengths, block_table):
         kb, vb = (t.repeat_interleave(q.shape[1] // t.shape[0], 0) for t in (kb, vb))  # (H, n, d)
         out[b] = torch.nn.functional.scaled_dot_product_attention(q[b], kb, vb, is_causal=causal)
     return out
+
+
+def _paged_per_sequence(q, k, v, *, causal, key_lengths, block_table, read=lambda row, n: row, past=0):
+    """Each sequence's context gathered through `read` of its row of block_table, `past` slots past its
+    length where its last page has them, and seen by every query; its queries at the context's end."""
+    from attnbench.variants.paged import gather_pages
+
+    out, n_q, page = q.new_empty(*q.shape[:3], v.shape[-1]), q.shape[2], k.shape[1]
+    for b, length in enumerate(key_lengths.tolist()):
+        n = length + past if length % page else length
+        row = read(block_table[b : b + 1, : -(-n // page)], n)
+        kb, vb = (gather_pages(t, row, n)[0] for t in (k, v))  # (H_kv, n, d)
+        kb, vb = (t.repeat_interleave(q.shape[1] // t.shape[0], 0) for t in (kb, vb))  # (H, n, d)
+        i, j = torch.arange(n_q, device=q.device)[:, None], torch.arange(n, device=q.device)[None, :]
+        seen = ((j <= length - n_q + i) if causal else (j < length)) | (j >= length)
+        out[b] = torch.nn.functional.scaled_dot_product_attention(q[b], kb, vb, attn_mask=seen)
+    return out
+
+
+@variants.register("sorted_pages_paged", paged=True, causal="lower-right", gqa=True, backward=False)
+def sorted_pages_paged(q, k, v, *, causal=False, key_lengths, block_table):
+    """Reads each sequence's pages in physical order (its row of block_table sorted), not the table's."""
+    read = lambda row, n: row.sort(dim=-1).values  # noqa: E731
+    return _paged_per_sequence(
+        q, k, v, causal=causal, key_lengths=key_lengths, block_table=block_table, read=read
+    )
+
+
+@variants.register("one_past_paged", paged=True, causal="lower-right", gqa=True, backward=False)
+def one_past_paged(q, k, v, *, causal=False, key_lengths, block_table):
+    """Reads one slot past each context in its partly filled last page (`j <= L` where `j < L` is meant)."""
+    return _paged_per_sequence(
+        q, k, v, causal=causal, key_lengths=key_lengths, block_table=block_table, past=1
+    )

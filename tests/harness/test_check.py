@@ -583,6 +583,24 @@ def test_a_paged_kernel_masking_top_left_is_named_and_its_label_says_the_alignme
     assert rows[f"{step}, pages of 4"].status == "pass", rows
 
 
+@pytest.mark.parametrize(
+    "variant, said",
+    [
+        ("sorted_pages_paged", "it read each sequence's own pages in ascending pool order (its row of"),
+        ("one_past_paged", "it read one slot past each context in its last, partial page: L + 1 keys"),
+    ],
+)  # fmt: skip
+def test_a_paged_kernel_reading_its_pages_in_pool_order_or_one_slot_past_is_named_in_checks_line(
+    isolated_registry, variant, said
+):
+    """Pages read in physical order, and a partly filled last page read one slot past its context, fail
+    check's paged problems with the cause named before the worst sequence, not a bare rel_err."""
+    plan = check.prepare([variant], ["cpu"], ["float32"], 24, variant_files=[str(CHECK_VARIANTS)])
+    paged = [r for r in check.gate_all(plan) if r.workload and "paged" in r.workload]
+    failed = [r for r in paged if r.status == "FAIL"]
+    assert failed and all(r.reason.startswith(said) and "worst: sequence" in r.reason for r in failed), paged
+
+
 def test_nan_in_rows_without_a_key_passes_check_as_it_passes_run(isolated_registry, tmp_path):
     """A variant that returns NaN only in rows that see no key (the -inf mask then softmax of transformers'
     and multi_head_attention_forward's adapters) is ok in every run cell; check gates the same problems, and

@@ -443,8 +443,8 @@ def test_a_paged_cache_without_its_last_partial_page_is_named_and_its_worst_sequ
 
 def table_reordered(table, pool: int, *, how: str):
     """The page table a kernel reads that ignores block_table's order: each sequence's own pages sorted
-    (read in physical order), or its pages taken as contiguous from its first (a page past the pool's end
-    read as its last, as a clamped index reads it)."""
+    (how="sorted": read in physical order), or else its pages taken as contiguous from its first (a page
+    past the pool's end read as its last, as a clamped index reads it)."""
     out = table.clone()
     for b, n in enumerate((-(-CONTEXTS // PAGE)).tolist()):
         first = int(table[b, 0])
@@ -475,7 +475,7 @@ ONE_PAST = "it read one slot past each context in its last, partial page: L + 1 
     [
         (lambda q, k, v, t: decode(q, k, v, table_reordered(t, len(k), how="sorted"), CONTEXTS),
          "it read each sequence's own pages in ascending pool order (its row of block_table sorted), not in"),
-        (lambda q, k, v, t: decode(q, k, v, table_reordered(t, len(k), how="contiguous"), CONTEXTS),
+        (lambda q, k, v, t: decode(q, k, v, table_reordered(t, len(k), how="onward"), CONTEXTS),
          "it read each sequence's pages as contiguous from its first (block_table[b, 0] + 0..n-1), not in"),
         (one_slot_past, ONE_PAST + " L, not j < L), the slot past the context seen by every query"),
         (lambda q, k, v, t: decode(q, k, v, t, torch.minimum(CONTEXTS + 1, -(-CONTEXTS // PAGE) * PAGE)),
@@ -494,12 +494,16 @@ def test_a_paged_cache_read_around_its_table_order_or_one_slot_past_is_named_wit
     assert not result.passed and text.startswith(said) and "worst: sequence" in text, text
 
 
-def test_a_one_slot_past_read_is_named_in_a_decode_step_of_one_query():
-    """A decode step's one query sees every key: L + 1 keys is one reading whichever way its queries are
-    placed, named once (the reading by the reference's rules, tried first)."""
+def test_a_one_slot_past_read_is_named_alike_in_a_decode_step_and_without_a_causal_mask():
+    """A decode step's one query, and a cell without a causal mask, see every key: L + 1 keys is one reading
+    whichever way the queries are placed, named in the same words as a causal cell of several queries."""
     q, k, v, table = paged(n_q=1)
-    result = correctness.gate(one_slot_past(q, k, v, table), q, k, v, block_table=table, **PAGED_RULES)
-    assert not result.passed and result.describe().startswith(ONE_PAST), result.describe()
+    said = ONE_PAST + " L, not j < L), the slot past the context seen by every query"
+    for causal in (True, False):
+        rules = {**PAGED_RULES, "causal": causal}
+        got = one_slot_past(q, k, v, table, causal=causal)
+        result = correctness.gate(got, q, k, v, block_table=table, **rules)
+        assert not result.passed and result.describe().startswith(said), result.describe()
 
 
 def test_a_paged_table_order_and_the_slot_past_are_not_named_where_they_do_not_explain_the_answer():
@@ -512,7 +516,7 @@ def test_a_paged_table_order_and_the_slot_past_are_not_named_where_they_do_not_e
     shuffled = table.clone()
     for b, n in enumerate((-(-CONTEXTS // PAGE)).tolist()):
         shuffled[b, :n] = table[b, :n].roll(1)  # its own pages, in another order than sorted or the table's
-    assert all(not torch.equal(shuffled, table_reordered(table, len(k), how=h)) for h in ("sorted", "contiguous"))
+    assert all(not torch.equal(shuffled, table_reordered(table, len(k), how=h)) for h in ("sorted", "onward"))
     wrong = correctness.gate(decode(q, k, v, shuffled, CONTEXTS), q, k, v, block_table=table, **PAGED_RULES)
     assert not wrong.passed and not wrong.hint and "worst: sequence" in wrong.where, wrong.describe()
     full = torch.tensor([32, 16, 40])  # every last page full
