@@ -364,8 +364,9 @@ def _mask_readings(q, k, v, *, causal, key_lengths, causal_align, window, cu_seq
 
 def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
     """A paged cache (k, v: pools of pages, (P, page, H_kv, d)) read past each context's length (to its last
-    page's end, or one slot past it), in pool order or in its pages' own order instead of through its page
-    table, with its k/v heads tiled, or without the causal mask among its query tokens."""
+    page's end, or one slot past it) or short of it (to its last full page, a context shorter than its
+    queries read whole), in pool order or in its pages' own order instead of through its page table, with
+    its k/v heads tiled, or without the causal mask among its query tokens."""
     same, page = (q, k, v), k.shape[1]
     full = -(-key_lengths // page) * page
     if bool((full != key_lengths).any()):
@@ -376,6 +377,13 @@ def _paged_readings(q, k, v, *, key_lengths, block_table, causal, **_):
         said = "it read one slot past each context in its last, partial page: L + 1 keys where L is meant (j "
         said += "<= L, not j < L), as if each context were one key longer"
         yield said, same, {"key_lengths": past}, None
+    if causal and q.shape[2] > 1:  # misread's left-out last page with its queries moved to the last full one
+        floor = key_lengths // page * page
+        ended = torch.where(floor >= q.shape[2], floor, key_lengths)  # one shorter than its queries: whole
+        if not torch.equal(ended, key_lengths):
+            said = "it read only the full pages of each sequence: the last, partial page left out (floor(L / "
+            said += "page_size) pages where ceil is meant), as if each context ended at its last full page"
+            yield said, same, {"key_lengths": ended}, None
     for said, table in _pool_orders(full // page, block_table, pool=k.shape[0]):
         yield said, same, {"block_table": table}, None
     yield from _tiled_heads(q, k, v, dim=2)  # a pool's heads: (P, page, H_kv, d)

@@ -480,13 +480,18 @@ ONE_PAST = "it read one slot past each context in its last, partial page: L + 1 
         (one_slot_past, ONE_PAST + " L, not j < L), the slot past the context seen by every query"),
         (lambda q, k, v, t: decode(q, k, v, t, torch.minimum(CONTEXTS + 1, -(-CONTEXTS // PAGE) * PAGE)),
          ONE_PAST + " L, not j < L), as if each context were one key longer"),
+        (lambda q, k, v, t: decode(q, k, v, t, CONTEXTS // PAGE * PAGE),
+         "it read only the full pages of each sequence: the last, partial page left out (floor(L / "
+         "page_size) pages where ceil is meant), as if each context ended at its last full page"),
     ],
-    ids=["pages-sorted", "pages-contiguous-from-the-first", "one-slot-past", "one-slot-past-queries-later"],
+    ids=["pages-sorted", "pages-contiguous-from-the-first", "one-slot-past", "one-slot-past-queries-later",
+         "full-pages-only-queries-there"],
 )  # fmt: skip
 def test_a_paged_cache_read_around_its_table_order_or_one_slot_past_is_named_with_its_sequence(mistake, said):
     """Pages read in physical order (each sequence's sorted) or as contiguous from each sequence's first,
     and a partly filled last page read one slot past its context (`<=` for `<`), were a bare rel_err with
-    the worst sequence: caught, their cause unsaid."""
+    the worst sequence: caught, their cause unsaid; so was the last partial page left out by a kernel whose
+    queries move to the last full page with it (floor(L / page) taken as the context's length)."""
     q, k, v, table = paged()
     assert not torch.equal(table_reordered(table, len(k), how="sorted"), table)  # a shuffled table to sort
     result = correctness.gate(mistake(q, k, v, table), q, k, v, block_table=table, **PAGED_RULES)
