@@ -265,10 +265,12 @@ def likely_cause(
     """Why a failing answer failed, when it is exactly attention under a common mistake: the inputs read as
     (B, N, H, d) (flash-attn's and xformers' layout), the k/v heads tiled, a mask, window, score mod or
     packed batch's boundaries ignored, the causal mask aligned the other way, the window or the key padding
-    mask one key wider, a paged cache read past its lengths or around its page table, the scale left out or
-    ignored; then misread's: the causal diagonal hidden or the next key shown, the softmax taken over the
-    queries, a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask
-    reversed, a paged cache's last, partial pages left out.
+    mask one key wider, a paged cache read past its lengths (to each last page's end, or one slot past each
+    context, its queries one on) or short of them (to each last full page, its queries there), or around its
+    page table (in pool order, or each sequence's pages sorted or contiguous from its first), the scale left
+    out or ignored; then misread's: the causal diagonal hidden or the next key shown, the softmax taken over
+    the queries, a mask inverted, a bool mask added to the scores, an additive one subtracted, a causal mask
+    reversed, a paged cache's last, partial pages left out or read one slot past each context.
     got: the variant's output on `rows` (every row when None), before any row is left out. The first reading
     that explains it gives the sentence, else "". The rules are the cell's, as the gate has them."""
     rules = dict(causal=causal, key_lengths=key_lengths, scale=scale, causal_align=causal_align, mod=mod)
