@@ -14,7 +14,7 @@ from attnbench.results.formulas import padding_split, ratio_number, ratio_spread
 
 from .. import page as pg
 from ..plots import ring_cells, ring_legend
-from ..section import Section, file_stem, group_head, ms_text, num_text, panel_section, seq_count
+from ..section import Section, file_stem, group_head, ms_text, num_text, panel_section, rate_text, seq_count
 from ..style import empty_panel, legend_below, mpl_style, new_figure, trim_title, variant_color, variant_order
 from ..tables import (
     GROUP_AXES,
@@ -346,17 +346,6 @@ def varlen_figure(rows, title: str):
 
 
 # ---- the page's blocks ---------------------------------------------------------------------------------
-
-
-def rate_text(v: Any) -> str:
-    """Tokens per second in three digits: 812, 52.3k, 4.1M."""
-    if not present(v) or not math.isfinite(float(v)):
-        return "n/a"
-    v = float(v)
-    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if v >= scale:
-            return f"{v / scale:.3g}{unit}"
-    return f"{v:.3g}"
 
 
 def varlen_table(rated) -> pg.Table:
