@@ -43,6 +43,10 @@ VARLEN_RULE = (
     "its padded or packed shape's pairs: a padded kernel's explicit causal mask (about 2×), a block-diagonal "
     "mask's whole pack, a tiled kernel's whole tiles. Tokens/s is T over the median time."
 )
+PACKED_N = (  # the scaling table's line on packed series
+    "A pack's N is its mean length; each N draws its own lengths, so its exponent describes the pattern, "
+    "not one batch growing."
+)
 TAX_SHOWN = 1.05  # executed / useful worth a word in the findings and a label on the bar
 SMALL_BAR = 0.05  # a bar under this fraction of its panel's tallest has its value written above it
 NONE_VALUES = ("", "none", "nan", "<NA>")  # the `lengths` of a cell that is not packed
