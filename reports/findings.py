@@ -563,6 +563,9 @@ def build(
             sentences = [s for s in sentences if s]
             title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
+        pages = [mark(text, read) for text, read in decode.page_sentences(group)]
+        if pages:  # a paged cache's page sizes, each its own panel above: compared across them
+            out.append(PanelFindings(f"{head(gkey, group)} · page sizes", tuple(pages)))
     trust = trust_sentences(df, imported)
     remeasured, kernels = remeasured_sentences(df), unrecorded_sentences(df)
     return Findings(tuple(out), trust, unfinished, said_busy, changed, wrong, remeasured, kernels)

@@ -123,6 +123,13 @@ class PowerFit:
             return f"{self.exponent:.{digits}f} (no CI)"
         return f"{self.exponent:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"
 
+    def r2_text(self) -> str:
+        """R² in three decimals, '–' for a fit with no CI: a line through two N (or resting on two) has an R²
+        of 1 that says nothing, and 'n/a' without a fit."""
+        if self.exponent is None or self.r2 is None:
+            return "n/a"
+        return "–" if self.ci_low is None else f"{self.r2:.3f}"
+
 
 def asymptotic_points(seq_lens, octaves: int = ASYMPTOTIC_OCTAVES, fit_from: int = 0) -> list[int]:
     """The seq_lens a fit uses: the distinct ones within `octaves` octaves of the largest (N >= largest /

@@ -17,7 +17,8 @@ from . import fit as fitmod
 from . import page as pg
 from . import rendered_from, trust
 from .panels import PANELS, accuracy, decode
-from .section import Section, file_stem, group_head, ms_text, num_text, saved_figures, seq_count
+from .panels.varlen import PACKED_N, packed_rows
+from .section import Section, file_stem, group_head, ms_text, saved_figures, seq_count
 from .style import palette, slug, trim_title, variant_order
 from .tables import (
     COMBO_AXES,
@@ -151,10 +152,10 @@ def summary_table(scaling) -> pg.Table:
                 str(r["variant"]),
                 *[_held_text(r[a]) if a == "seq_len" else axis_value(a, r[a]) for a in shown],
                 time_fit,
-                num_text(r["time_r2"], ".3f"),
+                r["_time_fit"].r2_text(),
                 "none (approximate)" if r.get("approximate") else _theory_text(r["time_theory"], rn),
                 mem_fit,
-                num_text(r["mem_r2"], ".3f"),
+                r["_mem_fit"].r2_text(),
                 mem_th,
                 "; ".join(verdict) or "–",
                 seq_count(r["n_max_measured"]),
@@ -458,6 +459,8 @@ def _scaling_blocks(
         if n
     ]
     unknown = fitmod.no_theory_text(metas)
+    if not packed_rows(df).empty:  # said once, for every packed series of the table
+        blocks.append(pg.Para(PACKED_N))
     return [*blocks, *(pg.Para(s) for s in [*said, *([unknown] if unknown else [])]), summary]
 
 

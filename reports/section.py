@@ -35,6 +35,17 @@ def num_text(v: Any, fmt: str = ".2f") -> str:
     return format(float(v), fmt) if present(v) and math.isfinite(float(v)) else "n/a"
 
 
+def rate_text(v: Any) -> str:
+    """A rate (tokens per second) in three digits: 812, 52.3k, 4.1M; 'n/a' where it is missing."""
+    if not present(v) or not math.isfinite(float(v)):
+        return "n/a"
+    v = float(v)
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.3g}"
+
+
 def seq_count(n: Any) -> str:
     """A length with thousands separators: 4,096; beyond 2^24, as a power of two."""
     if not present(n):

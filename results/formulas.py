@@ -198,13 +198,30 @@ def attention_flops(
 # SDPA under is_causal, as sdpa_loop calls it, skips the key blocks past each query block's last row, so it
 # computes that half to within its blocks; its windowed cells hand SDPA an explicit window mask and compute
 # each sequence's whole L^2, more than exact counts), and tiles and rows count the blocks the kernel visits.
-# executed / useful is the padding tax: B * max(L)^2 / sum L_i^2 for padded, B * max(L)^2 / sum pairs(L_i)
-# for its causal cells (about twice the non-causal tax: the explicit mask hides half the rectangle it pays).
+# executed / useful is the padding tax times what a kernel computes beyond it (padding_split): the padding tax
+# (issue 39) is the padded shape's pairs over the real ones, of the same causality: B * max(L)^2 / sum L_i^2,
+# B * pairs(max L) / sum pairs(L_i) for causal cells; padded's causal cells pay it and their explicit mask's
+# hidden half besides (max(L)^2 / pairs(max L), about 2); masked, tiles, rows and exact pad nothing.
 
 
 def packed_pairs(lengths: Sequence[int], *, causal: bool, window: int = 0) -> int:
     """The (query, key) pairs one head attends in a packed batch of `lengths`: each sequence alone."""
     return sum(attended_pairs(n, n, causal=causal, window=window) for n in lengths)
+
+
+def padding_split(lengths: Sequence[int], *, work: str, causal: bool, window: int = 0) -> tuple[float, float]:
+    """(the padding tax, the rest) of a kernel whose `varlen` is `work` on a packed batch of `lengths`, whose
+    product is executed / useful pairs: a padded kernel's tax is B copies of the longest sequence's pairs over
+    the real sequences' pairs, of the same causality and window, its rest what its explicit mask hides of the
+    rectangle it computes (about 2 for causal cells, 1 without a mask); every other kernel pads nothing (tax
+    1), its rest the whole pack's, tiles' or row blocks' pairs beyond the useful ones."""
+    lengths = list(lengths)
+    useful = packed_pairs(lengths, causal=causal, window=window)
+    executed = executed_pairs(lengths, causal=causal, work=work, window=window)
+    tax = 1.0
+    if work.partition(":")[0] == "padded":
+        tax = packed_pairs([max(lengths)] * len(lengths), causal=causal, window=window) / useful
+    return tax, executed / useful / tax
 
 
 def executed_pairs(lengths: Sequence[int], *, causal: bool, work: str, window: int = 0) -> int:

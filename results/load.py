@@ -205,11 +205,15 @@ def _count_executed(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     by its variant's declared `varlen` work (meta.json's variant_capabilities), by today's formula
     (results.formulas.executed_flops), in place of the number the row stored: the count is derived, and a
     row stored under an older rule (a padded kernel's causal cells credited with half its rectangle) reads
-    as the kernel's work. A row whose variant's work meta.json does not name keeps its number."""
+    as the kernel's work. A row whose variant's work meta.json does not name keeps its number; one whose
+    work it names carries it as `varlen_work`, which the varlen panel splits the padding tax out by."""
     caps = meta.get("variant_capabilities") or {}
     for r in rows:
         work, lengths = (caps.get(r.get("variant")) or {}).get("varlen"), r.get("seq_lens")
-        if not work or r.get("executed_flops") is None or not isinstance(lengths, list) or not lengths:
+        if not work or not isinstance(lengths, list) or not lengths:
+            continue
+        r["varlen_work"] = str(work)  # what the panel splits executed / useful by (padding_split)
+        if r.get("executed_flops") is None:
             continue
         try:
             d_k = int(r["d_k"])

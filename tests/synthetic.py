@@ -26,6 +26,10 @@ MEMORY_CLASS = {
     "sdpa_efficient": "linear",
 }
 
+# The `varlen` work a synthetic run records for the packed variants of the varlen panel's tests, as a real run
+# records each variant's declared capability (results.formulas.executed_pairs).
+VARLEN_WORK = {"sdpa_padded": "padded", "sdpa_masked": "masked", "sdpa_loop": "exact"}
+
 
 def samples(median_ms: float, n: int = 30, spread: float = 0.02, seed: int = 0) -> list[float]:
     """n timing samples around median_ms with a relative spread (uniform ±spread, seeded)."""
@@ -200,9 +204,13 @@ def write_run(
             },
             "variants": sorted({r["variant"] for r in rows}),
             "variant_capabilities": {
-                v: {"memory": MEMORY_CLASS[v], "source": "builtin"}
+                v: {
+                    **({"memory": MEMORY_CLASS[v]} if v in MEMORY_CLASS else {}),
+                    **({"varlen": VARLEN_WORK[v]} if v in VARLEN_WORK else {}),
+                    "source": "builtin",
+                }
                 for v in sorted({r["variant"] for r in rows})
-                if v in MEMORY_CLASS
+                if v in MEMORY_CLASS or v in VARLEN_WORK
             },
             "fingerprint": {
                 "hostname": hostname,

@@ -1,6 +1,6 @@
 """A report's workload panels (issue 11), one module each: decode, grouped-query attention, sliding window,
-packed variable-length batches (useful against executed TFLOP/s per length pattern: the padding tax),
-energy per call (a run made with --energy), and speed against accuracy (TFLOP/s against rel_err to
+packed variable-length batches (useful against executed TFLOP/s per length pattern: the padding tax and
+the rest), energy per call (a run made with --energy), and speed against accuracy (TFLOP/s against rel_err to
 float64, one point per variant and dtype; every run with an ok cell whose error is finite).
 
 A panel owns its rows, its numbers, its figures and the blocks it adds to the page, and shows only where a

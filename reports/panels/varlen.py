@@ -1,4 +1,6 @@
-"""The packed variable-length panel: useful TFLOP/s per length pattern and variant, and the padding tax."""
+"""The packed variable-length panel: useful TFLOP/s per length pattern and variant, the work each executes
+beyond it (the padding tax, and the rest), and padded SDPA against the kernels that execute only the useful
+pairs."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attnbench.results.formulas import ratio_number, ratio_spread, tflops
+from attnbench.results.formulas import padding_split, ratio_number, ratio_spread, tflops
 
 from .. import page as pg
 from ..plots import ring_cells, ring_legend
-from ..section import Section, file_stem, group_head, ms_text, num_text, panel_section, seq_count
+from ..section import Section, file_stem, group_head, ms_text, num_text, panel_section, rate_text, seq_count
 from ..style import empty_panel, legend_below, mpl_style, new_figure, trim_title, variant_color, variant_order
 from ..tables import (
     GROUP_AXES,
@@ -34,8 +36,16 @@ VARLEN_RULE = (
     "executed TFLOP/s counts what the kernel computes (executed_flops: a padded kernel B · max L² pairs and "
     "a block-diagonal mask over a dense kernel T², causal or not, since a kernel computes every score of an "
     "explicit mask before the mask hides it; a loop over the sequences the useful pairs; a tiled or "
-    "row-blocked kernel the whole blocks it visits). Executed / useful is the padding tax: the hatched bar "
-    "above the solid one. Tokens/s is T over the median time."
+    "row-blocked kernel the whole blocks it visits). Executed / useful (the hatched bar above the solid one) "
+    "is the padding tax times the rest: the padding tax is a padded kernel's B · max L pairs over the real "
+    "lengths' pairs, of the same causality (B · max L² / Σ L² without a causal mask, B · max L(max L + 1) / "
+    "Σ L(L + 1) with one), and 1 for a kernel that pads nothing; the rest is what the kernel computes beyond "
+    "its padded or packed shape's pairs: a padded kernel's explicit causal mask (about 2×), a block-diagonal "
+    "mask's whole pack, a tiled kernel's whole tiles. Tokens/s is T over the median time."
+)
+PACKED_N = (  # the scaling table's line on packed series
+    "A pack's N is its mean length; each N draws its own lengths, so its exponent describes the pattern, "
+    "not one batch growing."
 )
 TAX_SHOWN = 1.05  # executed / useful worth a word in the findings and a label on the bar
 SMALL_BAR = 0.05  # a bar under this fraction of its panel's tallest has its value written above it
@@ -45,7 +55,14 @@ NONE_VALUES = ("", "none", "nan", "<NA>")  # the `lengths` of a cell that is not
 VARLEN_GROUP_AXES = [a for a in GROUP_AXES if a != "lengths"]
 VARLEN_PANEL_AXES = [a for a in PANEL_AXES if a not in ("lengths", "batch")]
 RATE_COLUMNS = ["pattern", "max_len", "tokens", "flops", "executed_flops", "time_ms_median", "useful_tflops",
-                "executed_tflops", "tax", "tokens_per_s"]  # fmt: skip
+                "executed_tflops", "tax", "padding_tax", "rest", "tokens_per_s"]  # fmt: skip
+# what a kernel of each `varlen` work computes beyond the useful pairs, besides padding (the findings' words)
+REST_WORDS = {
+    "padded": "{rest}× for the pairs its explicit {mask} mask hides",
+    "masked": "none of it padding: the whole pack's T² scores under a block-diagonal mask",
+    "tiles": "none of it padding: the whole tiles its block mask visits",
+    "rows": "none of it padding: the whole blocks of query rows it visits",
+}
 
 
 # ---- rows and numbers ----------------------------------------------------------------------------------
@@ -85,7 +102,9 @@ def seq_lens_of(value: Any) -> list[int] | None:
 def varlen_rates(rows):
     """ok packed rows with a median time, and their numbers: `pattern`, `max_len` (the longest sequence),
     `tokens` (T = sum of the lengths, else B · mean N), `useful_tflops` (flops / time), `executed_tflops`
-    (executed_flops / time), `tax` (executed_flops / flops: the padding tax) and `tokens_per_s`."""
+    (executed_flops / time), `tax` (executed_flops / flops), its split `padding_tax` x `rest` (padding_split,
+    by the variant's `varlen` work the loader gives as `varlen_work`: NaN where no work is recorded) and
+    `tokens_per_s`."""
     ok = ok_rows(packed_rows(rows)).dropna(subset=["time_ms_median"]).copy()
     if ok.empty:
         return ok.reindex(columns=[*ok.columns, *(c for c in RATE_COLUMNS if c not in ok.columns)])
@@ -103,9 +122,31 @@ def varlen_rates(rows):
     ok["useful_tflops"] = [tflops(f, t) for f, t in zip(useful, times, strict=True)]
     ok["executed_tflops"] = [tflops(f, t) for f, t in zip(executed, times, strict=True)]
     ok["tax"] = [e / u if e and u else math.nan for e, u in zip(executed, useful, strict=True)]
+    works = ok["varlen_work"] if "varlen_work" in ok.columns else [None] * len(ok)
+    split = [_split(w, ls, r) for w, ls, (_, r) in zip(works, lens, ok.iterrows(), strict=True)]
+    ok["padding_tax"] = [p for p, _ in split]
+    ok["rest"] = [r for _, r in split]
     tokens = list(ok["tokens"])
     ok["tokens_per_s"] = [n / (t * 1e-3) if t > 0 else math.nan for n, t in zip(tokens, times, strict=True)]
     return ok
+
+
+def _split(work: Any, lens: list[int] | None, row) -> tuple[float, float]:
+    """(padding tax, rest) of one packed row by its variant's work; NaN, NaN where either is not known."""
+    if not isinstance(work, str) or not work or not lens:
+        return math.nan, math.nan
+    try:
+        return padding_split(
+            lens, work=work, causal=bool(row.get("causal")), window=int(row.get("window") or 0)
+        )
+    except (TypeError, ValueError):  # a work this version cannot read
+        return math.nan, math.nan
+
+
+def work_kind(row) -> str:
+    """A rated row's `varlen` work's kind ('padded', 'exact', ...), '' where none is recorded."""
+    work = row.get("varlen_work")
+    return str(work).partition(":")[0] if isinstance(work, str) else ""
 
 
 def shape_panels(rated) -> list[tuple[dict[str, Any], Any]]:
@@ -126,54 +167,105 @@ def shape_text(key: dict[str, Any], max_len: Any = None) -> str:
 # ---- the findings' sentences ---------------------------------------------------------------------------
 
 
+def time_ratio(slow, fast) -> str:
+    """slow's median time over fast's, in the digits their spread supports (as the findings' leads)."""
+    ratio = float(slow["time_ms_median"]) / float(fast["time_ms_median"])
+    return ratio_number(ratio, ratio_spread(slow.get("rel_iqr"), fast.get("rel_iqr")))
+
+
+def waste_words(row) -> str:
+    """What a rated row executes beyond the useful pairs, split: 'a padding tax of 4.99×, times 2.0× for
+    the pairs its explicit causal mask hides' for a padded kernel, 'none of it padding: ...' for the others;
+    '' where its work is not recorded or it executes only the useful pairs."""
+    kind, tax, rest = work_kind(row), row.get("padding_tax"), row.get("rest")
+    if not present(tax) or not present(rest) or kind not in (*REST_WORDS, "exact"):
+        return ""
+    mask = " and ".join(w for w, on in (("causal", row.get("causal")), ("window", row.get("window"))) if on)
+    more = REST_WORDS[kind].format(mask=mask, rest=f"{float(rest):.1f}") if float(rest) >= TAX_SHOWN else ""
+    if kind != "padded":
+        return more
+    if float(tax) < TAX_SHOWN:
+        words = "no padding tax, no sequence being shorter than max L"
+        return f"{words}, but {more}" if more else words
+    words = f"a padding tax of {float(tax):.2f}×"
+    return f"{words}, times {more}" if more else words
+
+
+def padded_clause(ranked) -> tuple[str, list[Any]]:
+    """'sdpa_padded takes 7.3× the time of sdpa_loop, the fastest variant that executes only the useful pairs
+    (a padding tax of 4.99×, ...)': the fastest padded kernel against the fastest exact one (padded SDPA
+    against one call per sequence, the question a pack's user asks), and the labels it compares; ('', [])
+    without a padded kernel among the rows."""
+    kinds = [work_kind(r) for _, r in ranked.iterrows()]
+    padded = [i for i, k in zip(ranked.index, kinds, strict=True) if k == "padded"]
+    exact = [i for i, k in zip(ranked.index, kinds, strict=True) if k == "exact"]
+    if not padded:
+        return "", []
+    p = ranked.loc[padded[0]]
+    words = waste_words(p)
+    if not exact:
+        return f"{p['variant']} pays {words}", [padded[0]]
+    e = ranked.loc[exact[0]]
+    text = (
+        f"{p['variant']} takes {time_ratio(p, e)}× the time of {e['variant']}, the fastest variant that "
+        f"executes only the useful pairs ({words})"
+    )
+    return text, [padded[0], exact[0]]
+
+
 def pattern_sentence(pattern: str, key: dict[str, Any], rows) -> tuple[str, list[Any]]:
-    """'On longtail lengths (B=8, mean N=512, max L=1,900) sdpa_loop is fastest at 0.81 useful TFLOP/s,
-    1.52× ahead of flex; padded executes 3.4× the useful work and runs at 0.41× the useful TFLOP/s of
+    """'On longtail lengths (B=8, mean N=256, max L=1,024) sdpa_loop is fastest at 0.075 useful TFLOP/s,
+    1.47× ahead of flex; sdpa_padded takes 7.3× the time of sdpa_loop, the fastest variant that executes only
+    the useful pairs (a padding tax of 4.99×, times 2.0× for the pairs its explicit causal mask hides);
+    naive executes 15.9× the useful work (none of it padding: ...) and runs at 0.10× the useful TFLOP/s of
     sdpa_loop.' (each ratio of times in the digits its two cells' spread supports, results.formulas.
-    ratio_number, as the findings' leads), and the index labels of the rows it compares (the fastest, the
-    one it is ahead of or tied with, the most taxed it names). Every variant of one pattern does the same
-    useful work, so the most useful TFLOP/s is the shortest time."""
+    ratio_number, as the findings' leads), and the index labels of the rows it compares. The padded kernel
+    against the exact ones (padded_clause), then the variant that executes the most beyond the useful work
+    where it is another. Every variant of one pattern does the same useful work, so the most useful TFLOP/s
+    is the shortest time."""
     from attnbench.results.judge import separated
 
     ranked = rows.sort_values("time_ms_median", kind="stable")
     best = ranked.iloc[0]
     compared = [ranked.index[0]]
     name = str(best["variant"])
-    max_len = rows["max_len"].max()
-    text = f"On {pattern} lengths ({shape_text(key, max_len)}) {name} is fastest at "
+    text = f"On {pattern} lengths ({shape_text(key, rows['max_len'].max())}) {name} is fastest at "
     text += f"{num_text(best['useful_tflops'], '.3g')} useful TFLOP/s"
     if len(ranked) > 1:
         second = ranked.iloc[1]
         compared.append(ranked.index[1])
         if separated(best, second):
-            lead = float(second["time_ms_median"]) / float(best["time_ms_median"])
-            spread = ratio_spread(best.get("rel_iqr"), second.get("rel_iqr"))  # as the findings' leads
-            text += f", {ratio_number(lead, spread)}× ahead of {second['variant']}"
+            text += f", {time_ratio(second, best)}× ahead of {second['variant']}"
         else:
             text += f", tied with {second['variant']} (within the spread)"
-    taxed = rows.dropna(subset=["tax"])
-    if not taxed.empty:
+    padded, labels = padded_clause(ranked)
+    if padded:
+        text += f"; {padded}"
+        compared += [i for i in labels if i not in compared]
+    taxed = ranked.dropna(subset=["tax"])
+    taxed = taxed[[i not in labels for i in taxed.index]]  # the padded kernel is said already
+    if not taxed.empty and float(taxed["tax"].max()) >= TAX_SHOWN:
         worst_at = taxed["tax"].astype(float).idxmax()
         worst = taxed.loc[worst_at]
-        tax = float(worst["tax"])
-        # the tax is executed over useful FLOPs, counted, not timed: no spread, one decimal
-        if tax >= TAX_SHOWN and str(worst["variant"]) == name:
-            text += f"; it executes {tax:.1f}× the useful work"
-        elif tax >= TAX_SHOWN:
+        # executed over useful FLOPs, counted, not timed: no spread, one decimal
+        did = f"executes {float(worst['tax']):.1f}× the useful work"
+        words = waste_words(worst)
+        did += f" ({words})" if words else ""
+        if worst_at == ranked.index[0]:  # named, not 'it': the padded clause may stand between
+            text += f"; {name} {did}"
+        else:
             # one pattern's useful work is one: the TFLOP/s ratio is best's median time over worst's
             ratio = float(worst["useful_tflops"]) / float(best["useful_tflops"])
             shown = ratio_number(ratio, ratio_spread(best.get("rel_iqr"), worst.get("rel_iqr")))
-            text += (
-                f"; {worst['variant']} executes {tax:.1f}× the useful work and runs at {shown}× the "
-                f"useful TFLOP/s of {name}"
-            )
+            text += f"; {worst['variant']} {did} and runs at {shown}× the useful TFLOP/s of {name}"
             compared.append(worst_at)
     return text + ".", compared
 
 
 def sentences(df, mark: Callable[[str, list[Any]], str] | None = None) -> list[str]:
-    """The findings' sentences for packed cells: per B, mean N and pattern, the fastest variant, and the
-    variant with the largest padding tax (executed / useful) against it; [] without packed cells. Cells
+    """The findings' sentences for packed cells: per B, mean N and pattern, the fastest variant, padded SDPA
+    against the fastest variant that executes only the useful pairs, with its padding tax, and the variant
+    that executes the most beyond the useful work against the fastest; [] without packed cells. Cells
     flagged suspect (too fast to believe) are left out, as from every ranking. `mark(text, labels)`, where
     given, rewords a sentence by the index labels (of df) of the rows it compares: the findings' busy-machine
     rule (busy.SHAKY) for a sentence read off drifted or noisy cells."""
@@ -191,7 +283,7 @@ def sentences(df, mark: Callable[[str, list[Any]], str] | None = None) -> list[s
 
 def _bars(ax, rows, seen: set[str]) -> None:
     """One panel: per pattern (x) a bar per variant, solid to its useful TFLOP/s, hatched on to its executed
-    TFLOP/s, with the padding tax written above where it is worth a word; a flagged cell (drifted, suspect,
+    TFLOP/s, with executed / useful written above where it is worth a word; a flagged cell (drifted, suspect,
     throttled) ringed at its bar's top as the time figure rings it, its flag added to `seen`."""
     from matplotlib.patches import Rectangle
 
@@ -260,20 +352,9 @@ def varlen_figure(rows, title: str):
 # ---- the page's blocks ---------------------------------------------------------------------------------
 
 
-def rate_text(v: Any) -> str:
-    """Tokens per second in three digits: 812, 52.3k, 4.1M."""
-    if not present(v) or not math.isfinite(float(v)):
-        return "n/a"
-    v = float(v)
-    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if v >= scale:
-            return f"{v / scale:.3g}{unit}"
-    return f"{v:.3g}"
-
-
 def varlen_table(rated) -> pg.Table:
-    """One row per packed cell: its pattern and shape, useful and executed TFLOP/s, the padding tax,
-    tokens/s and the median time, in the figure's order."""
+    """One row per packed cell: its pattern and shape, useful and executed TFLOP/s, executed / useful and
+    its split (the padding tax, the rest), tokens/s and the median time, in the figure's order."""
     shown = varying(rated, VARLEN_PANEL_AXES)
     order = rated.assign(
         _p=[pattern_key(p) for p in rated["pattern"]],
@@ -289,15 +370,25 @@ def varlen_table(rated) -> pg.Table:
             seq_count(r["max_len"]),
             num_text(r["useful_tflops"], ".3g"),
             num_text(r["executed_tflops"], ".3g"),
-            f"{num_text(r['tax'], '.2f')}×" if present(r["tax"]) else "n/a",
+            *(
+                f"{num_text(r[c], '.2f')}×" if present(r[c]) else "n/a"
+                for c in ("tax", "padding_tax", "rest")
+            ),
             rate_text(r["tokens_per_s"]),
             ms_text(r["time_ms_median"]),
         )
         for _, r in order.iterrows()
     )
     headers = ("variant", *shown, "pattern", "B", "mean N", "max L", "useful TFLOP/s", "executed TFLOP/s",
-               "executed / useful", "tokens/s", "median time")  # fmt: skip
-    return pg.Table(headers, rows, "useful: flops (the real lengths) / time; executed: executed_flops / time")
+               "executed / useful", "padding tax", "rest", "tokens/s", "median time")  # fmt: skip
+    note = (
+        "useful: flops (the real lengths) / time; executed: executed_flops / time; executed / useful = "
+        "padding tax × rest: the padding tax, a padded kernel's B · max L pairs over the real ones (1× for a "
+        "kernel that pads nothing), the rest what it computes beyond them (a padded kernel's explicit causal "
+        "mask, a block-diagonal mask's whole pack, a tiled kernel's whole tiles); n/a where the run does not "
+        "record the variant's varlen work"
+    )
+    return pg.Table(headers, rows, note)
 
 
 def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tuple[dict, Any, str, list]]:
@@ -307,11 +398,13 @@ def drawn(df, metas: dict[str, dict[str, Any]], multi: bool = False) -> list[tup
     out = []
     for gkey, group in grouped(packed, VARLEN_GROUP_AXES) if not packed.empty else ():
         head = group_head(gkey, group, multi)
-        # a packed cell pads nothing: its padding tax is the figure's, the 'no padding' axis not
+        # a packed cell's padding is the figure's business (its padding tax), the 'no padding' axis not
         title = trim_title(f"Packed variable-length batches · {head}", drop=("no padding",))
         caption = (
             "One panel per B and mean N. Solid: useful TFLOP/s (the real lengths); hatched: executed "
-            "TFLOP/s; ×: executed / useful, the padding tax; rings: drifted, suspect or throttled cells."
+            "TFLOP/s; ×: executed / useful, the padding tax (a padded kernel's) times the rest (a padded "
+            "kernel's explicit causal mask, a block-diagonal mask's whole pack, a tiled kernel's whole "
+            "tiles), split in the table below; rings: drifted, suspect or throttled cells."
         )
         figure = varlen_figure(group, title)
         out.append((gkey, group, head, [("varlen", "Useful TFLOP/s per length pattern", figure, caption)]))
@@ -331,7 +424,7 @@ def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
             pg.Heading("Packed variable-length batches: useful TFLOP/s per length pattern"),
             pg.Para(VARLEN_RULE),
         ],
-        [pg.Heading("Packed variable-length batches: the padding tax")],
+        [pg.Heading("Packed variable-length batches: the work executed, the padding tax and the rest")],
         groups_drawn,
         out,
         lambda gkey, group: _padding_tax_table(group),

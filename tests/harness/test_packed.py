@@ -17,7 +17,7 @@ from attnbench.harness.measure.cell import measure_cell
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results import load
-from attnbench.results.formulas import executed_pairs, packed_pairs
+from attnbench.results.formulas import executed_pairs, packed_pairs, padding_split
 from attnbench.variants.lengths import PATTERNS, draw_lengths, offsets, pattern_cap
 
 QUICK = Settings(warmup_ms=5, budget_ms=20, min_ms=5)
@@ -166,7 +166,8 @@ def test_rows_count_useful_work_from_the_real_lengths_and_the_work_each_kernel_e
         assert row["status"] == "ok", (name, row["message"])
         assert row["flops"] == useful and row["seq_lens"] == lengths
     assert rows["sdpa_padded"]["executed_flops"] == len(lengths) * max(lengths) ** 2 * per_pair
-    # the padding tax, issue 39's formula: B max(L)^2 / sum L_i^2, over sum L_i(L_i + 1)/2 when causal
+    # executed / useful: B max(L)^2 / sum L_i^2, over sum L_i(L_i + 1)/2 when causal (the padding tax of issue
+    # 39, B pairs(max L) / sum pairs(L_i), times the pairs the explicit causal mask hides: padding_split)
     tax = len(lengths) * max(lengths) ** 2 / sum(n * (n + 1) // 2 if causal else n * n for n in lengths)
     assert rows["sdpa_padded"]["executed_flops"] / useful == pytest.approx(tax, rel=1e-12)
     assert rows["sdpa_loop"]["executed_flops"] == useful
@@ -175,6 +176,24 @@ def test_rows_count_useful_work_from_the_real_lengths_and_the_work_each_kernel_e
     assert rows["naive"]["tokens_per_s"] == pytest.approx(
         sum(lengths) / (rows["naive"]["time_ms_median"] / 1e3)
     )
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_padding_tax_is_the_padded_shapes_pairs_of_the_same_causality_and_the_rest_is_apart(causal):
+    """Issue 39's padding tax: B pairs(max L) / sum pairs(L_i), causal for causal cells. A padded kernel's
+    executed / useful is that times what its explicit mask hides (2 max L / (max L + 1) causal); a kernel
+    that pads nothing has no padding tax, its executed / useful all 'the rest'."""
+    lengths = draw_lengths("longtail", 8, 100)
+    pairs = (lambda n: n * (n + 1) // 2) if causal else (lambda n: n * n)
+    tax, rest = padding_split(lengths, work="padded", causal=causal)
+    assert tax == pytest.approx(len(lengths) * pairs(max(lengths)) / sum(map(pairs, lengths)))
+    assert rest == pytest.approx(max(lengths) ** 2 / pairs(max(lengths)))
+    assert padding_split([64] * 4, work="padded", causal=causal)[0] == 1  # nothing padded
+    useful = packed_pairs(lengths, causal=causal)
+    for work in ("masked", "exact", "tiles:16", "rows:16"):
+        assert padding_split(lengths, work=work, causal=causal) == pytest.approx(
+            (1, executed_pairs(lengths, causal=causal, work=work) / useful)
+        ), work
 
 
 def test_tile_and_row_block_work_cover_the_useful_pairs_and_at_most_the_pack():

@@ -504,3 +504,42 @@ def test_an_n_where_no_variant_is_told_apart_crowns_nobody(tmp_path):
         "No variant can be told apart at every N measured, 256 to 512 ("
     ), text
     assert text[0].endswith("; with them: c at N = 256).") and " lead" not in text[0], text
+
+
+def test_a_fit_through_two_n_prints_no_r2_and_a_packed_table_says_what_its_n_is(tmp_path):
+    """Trial V (M5): the scaling table printed 'sdpa_padded | -1.68 (no CI) | R² 1.000' for a line through
+    two N, which any two points give, beside findings that said the growth was not measured; and a pack's
+    exponent in mean N read as one batch growing, where each N draws its own lengths. A fit with no CI shows
+    '–' for R², one with a CI its R²; a table of packed series says once what their N is."""
+    from attnbench.reports import fit as fitmod
+    from attnbench.reports import page as pg
+    from attnbench.reports.render import _scaling_blocks, summary_table
+
+    two = [
+        synthetic.cell(v, n, time_ms=t * n / 128, peak_mem_bytes=2**20 * n, lengths="uniform")
+        for n in (128, 256)
+        for v, t in (("sdpa_loop", 1.0), ("chunked", 2.0))
+    ]
+    inputs = prepare([synthetic.write_run(tmp_path / "two", two)])
+    table = summary_table(fitmod.scaling_table(inputs.df, inputs.metas))
+    r2 = [i for i, h in enumerate(table.headers) if h == "R²"]
+    assert len(r2) == 2 and len(table.rows) == 2
+    for row in table.rows:
+        assert "(no CI)" in row[r2[0] - 1] and [row[i] for i in r2] == ["–", "–"], row
+    from attnbench.reports.panels.varlen import PACKED_N  # after: a name the code before had not
+
+    blocks = _scaling_blocks(inputs.df, table, inputs.metas)
+    assert [b for b in blocks if isinstance(b, pg.Para) and b.text == PACKED_N], blocks
+    # dense cells over four N: a fit with a CI keeps its R², and nothing is said of packs
+    dense = [
+        synthetic.cell("chunked", n, time_ms=n * n / 1e4, peak_mem_bytes=2**20 * n)
+        for n in (256, 512, 1024, 2048)
+    ]
+    inputs = prepare([synthetic.write_run(tmp_path / "dense", dense)])
+    table = summary_table(fitmod.scaling_table(inputs.df, inputs.metas))
+    [row] = table.rows
+    assert "[" in row[table.headers.index("R²") - 1] and re.fullmatch(
+        r"-?\d\.\d{3}", row[table.headers.index("R²")]
+    )
+    blocks = _scaling_blocks(inputs.df, table, inputs.metas)
+    assert not [b for b in blocks if isinstance(b, pg.Para) and b.text == PACKED_N]

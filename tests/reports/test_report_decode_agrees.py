@@ -156,3 +156,46 @@ def test_one_decode_rule_for_a_cell_and_for_a_table(tmp_path):
         table = pd.DataFrame({"seq_len": [1, 1, 64], "seq_k": n_k})
         assert is_decode(table["seq_len"], table["seq_k"]).tolist() == [True, False, False]
         assert decode.decode_rows(table).index.tolist() == [0]
+
+
+def test_a_paged_runs_findings_compare_page_sizes_and_its_table_gives_decode_tokens_per_s(tmp_path):
+    """Trial V (L2): page size is a section of its own ('pages of 32', 'pages of 256'), yet no finding
+    compared them, and the rows' tokens_per_s (what a server reports) was in no table. Now one sentence per
+    N_q gives each variant's K/V GB/s in its fastest page size over its slowest at the largest N_k, in the
+    digits the cells' spread supports and under the busy-machine prefix, and the decode table has tokens/s."""
+    from conftest import ROOT
+
+    from attnbench.reports import findings as findmod
+    from attnbench.reports import page as pg
+    from attnbench.reports.render import findings_of
+    from attnbench.results.formulas import ratio_number, ratio_spread
+
+    inputs = prepare([ROOT / "results" / "reference" / "paged-epyc-2core"])
+    [pages] = [p for p in findings_of(inputs).panels if p.title.endswith(" · page sizes")]
+    [text] = pages.sentences
+    assert text.startswith(findmod.SHAKY + "at N_k = 4,096 (N_q = 1), by page size: "), text  # a busy run
+    top = inputs.df[(inputs.df["seq_k"] == 4096) & (inputs.df["status"] == "ok")].set_index(
+        ["variant", "page_size"]
+    )
+    for variant in ("paged_chunked", "paged_flex", "paged_gather"):
+        a, b = top.loc[(variant, 256)], top.loc[(variant, 32)]
+        fast, slow = (a, b) if a["time_ms_median"] < b["time_ms_median"] else (b, a)
+        ratio = ratio_number(
+            slow["time_ms_median"] / fast["time_ms_median"], ratio_spread(fast["rel_iqr"], slow["rel_iqr"])
+        )
+        sizes = f"pages of {fast.name[1]:,} than of {slow.name[1]:,}"
+        assert f"{variant} reads K/V {ratio}× faster in {sizes}" in text, (variant, text)
+    assert "paged_flex reads K/V 2.48× faster in pages of 256 than of 32" in text
+    # one page size: nothing to compare
+    one = inputs.df[inputs.df["page_size"] == 32]
+    assert decode.page_sentences(one) == []
+    section = decode.section(inputs.df, inputs.metas, tmp_path)
+    [table] = [b for b in section.tables if isinstance(b, pg.Table)]
+    assert table.headers[-1] == "tokens/s" and "tokens/s" in table.caption
+    from attnbench.reports.section import rate_text  # after the findings: a name the code before had not
+
+    # every series' largest N_k is 4,096: its tokens/s (B · N_q over the median time) in the table
+    assert sorted((r[0], r[-1]) for r in table.rows) == sorted(
+        (variant, rate_text(r["tokens_per_s"])) for (variant, _size), r in top.iterrows()
+    )
+    assert {r[-1] for r in table.rows} >= {"460", "550"}  # paged_gather in pages of 32, paged_flex of 256

@@ -1,10 +1,10 @@
-"""The packed variable-length panel (issue 39): useful and executed TFLOP/s per length pattern, the padding
-tax in its table and its findings, and nothing at all in a run without packed cells."""
+"""The packed variable-length panel (issue 39): useful and executed TFLOP/s per length pattern, executed /
+useful split into the padding tax and the rest in its table and its findings, padded SDPA against the
+kernels that execute only the useful pairs, and nothing at all in a run without packed cells."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import synthetic
@@ -86,11 +86,11 @@ def report(tmp_path_factory):
 
 def _table(md: str) -> dict[tuple[str, str], list[str]]:
     """The padding-tax table's rows by (variant, pattern)."""
-    part = md.split("## Packed variable-length batches: the padding tax")[1]
+    part = md.split("## Packed variable-length batches: the work executed, the padding tax and the rest")[1]
     out = {}
     for line in part.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| sdpa\\_") and len(cells) == 10:
+        if line.startswith("| sdpa\\_") and len(cells) == 12:
             out[(cells[0].replace("\\_", "_"), cells[1])] = cells
     return out
 
@@ -129,7 +129,16 @@ def test_the_table_has_every_cell_and_its_padding_tax(report):
             assert float(cells[5]) == pytest.approx(useful / t / 1e9, rel=5e-3)
             assert float(cells[6]) == pytest.approx(_executed(variant, lens) / t / 1e9, rel=5e-3)
             assert cells[7] == f"{_executed(variant, lens) / useful:.2f}×"  # executed / useful
-    assert table[("sdpa_padded", "longtail")][7] == "7.95×" and table[("sdpa_loop", "uniform")][7] == "1.00×"
+            # split: the padding tax (a padded kernel's alone) times the rest
+            padding = len(lens) * max(lens) ** 2 / sum(n * n for n in lens) if variant == "sdpa_padded" else 1
+            assert cells[8:10] == [f"{padding:.2f}×", f"{_executed(variant, lens) / useful / padding:.2f}×"]
+    assert table[("sdpa_padded", "longtail")][7:10] == ["7.95×", "7.95×", "1.00×"]
+    assert table[("sdpa_masked", "constant")][7:10] == [
+        "8.00×",
+        "1.00×",
+        "8.00×",
+    ]  # no padding: the pack's T²
+    assert table[("sdpa_loop", "uniform")][7:10] == ["1.00×"] * 3
     # patterns in their order, whatever the rows' order
     order = [k[1] for k in table]
     assert order == sorted(order, key=list(LENGTHS).index)
@@ -144,14 +153,24 @@ def test_findings_name_the_fastest_per_pattern_and_the_padding_tax(report):
         assert sentence.startswith(
             f"On {pattern} lengths (B=8, mean N=512, max L={maxes[pattern]}) {best} is fastest at "
         ), sentence
-    assert re.search(
-        r"sdpa_padded executes 8\.0× the useful work and runs at 0\.1\d× the useful TFLOP/s of "
-        r"sdpa_masked\.$",
-        found.sentences[2],
+    # per pattern, padded SDPA against the one call per sequence, with its padding tax, then the variant
+    # that executes the most beyond the useful work, what it is named
+    assert found.sentences[2].endswith(
+        "; sdpa_padded takes 4.00× the time of sdpa_loop, the fastest variant that executes only the useful "
+        "pairs (a padding tax of 7.95×); sdpa_masked executes 1.4× the useful work (none of it padding: the "
+        "whole pack's T² scores under a block-diagonal mask)."
     ), found.sentences[2]
+    assert "sdpa_padded takes 1.26× the time of sdpa_loop" in found.sentences[1], found.sentences[1]
     # constant lengths: no padding, but a block-diagonal mask over the whole batch still computes T² pairs
-    tail = "sdpa_masked executes 8.0× the useful work and runs at 0.13× the useful TFLOP/s of sdpa_padded."
-    assert found.sentences[0].endswith(tail)
+    said = (
+        "; sdpa_padded takes 0.50× the time of sdpa_loop, the fastest variant that executes only the useful "
+    )
+    assert said + "pairs (no padding tax, no sequence being shorter than max L);" in found.sentences[0]
+    tail = (
+        "sdpa_masked executes 8.0× the useful work (none of it padding: the whole pack's T² scores under a "
+        "block-diagonal mask) and runs at 0.13× the useful TFLOP/s of sdpa_padded."
+    )
+    assert found.sentences[0].endswith(tail), found.sentences[0]
     assert "packed variable-length batches" in rep.readme.read_text()
 
 
@@ -258,3 +277,44 @@ def test_a_drifted_packed_cell_is_ringed_at_its_bar_as_the_time_figure_rings_it(
     assert not clean.legends and not [
         c for ax in clean.axes for c in ax.collections if isinstance(c, PathCollection)
     ]
+
+
+def test_a_causal_pack_splits_the_padding_tax_from_the_mask_and_says_padded_against_exact_per_pattern():
+    """The committed CPU varlen run (causal): executed / useful of sdpa_padded on constant lengths was
+    called 'the padding tax' at 1.98× where nothing is padded (its explicit causal mask hides half the
+    rectangle it computes), and the findings named 'the most wasteful', naive's whole-pack T², in 6 of 8
+    patterns, never padded SDPA against the loop. Now the padding tax is issue 39's B · pairs(max L) /
+    Σ pairs(L_i), of the same causality, the mask's share apart, and every pattern says padded against
+    exact."""
+    from attnbench.reports.render import findings_of, prepare
+    from attnbench.results.formulas import packed_pairs
+
+    inputs = prepare(["results/reference/varlen-epyc-2core"])
+    rated = varlen.varlen_rates(inputs.df)
+    padded = rated[rated["variant"] == "sdpa_padded"]
+    assert len(padded) == 8 and padded["causal"].all()
+    for _, r in padded.iterrows():
+        lens = varlen.seq_lens_of(r["seq_lens"])
+        tax = len(lens) * packed_pairs([max(lens)], causal=True) / packed_pairs(lens, causal=True)
+        assert r["padding_tax"] == pytest.approx(tax) and r["rest"] == pytest.approx(r["tax"] / tax)
+        assert 1.98 < r["rest"] < 2  # the causal mask's hidden half: 2 L / (L + 1)
+    constant = padded[padded["pattern"] == "constant"]
+    assert constant["padding_tax"].tolist() == [1.0, 1.0] and (constant["tax"] > 1.98).all()
+    others = rated[rated["variant"] != "sdpa_padded"]
+    assert (others["padding_tax"] == 1).all() and others["rest"].to_numpy() == pytest.approx(others["tax"])
+    [packed] = [p for p in findings_of(inputs).panels if p.title.endswith("packed variable-length batches")]
+    assert len(packed.sentences) == 8
+    for s in packed.sentences:
+        assert (
+            "; sdpa_padded takes " in s and "× the time of sdpa_loop, the fastest variant that executes " in s
+        )
+        if "naive executes" in s:  # not padding, and said so
+            assert "× the useful work (none of it padding: the whole pack's T² scores" in s, s
+    assert (
+        "(no padding tax, no sequence being shorter than max L, but 2.0× for the pairs its explicit causal "
+        "mask hides)" in packed.sentences[0]
+    ), packed.sentences[0]
+    assert (
+        "(a padding tax of 4.98×, times 2.0× for the pairs its explicit causal mask hides)"
+        in (packed.sentences[7])
+    ), packed.sentences[7]
