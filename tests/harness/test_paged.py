@@ -62,6 +62,17 @@ def test_bad_paged_cells_are_one_line_and_exit_2_with_nothing_written(tmp_path, 
     assert not out.exists()
 
 
+def test_without_seq_k_each_paged_cell_is_its_own_context_so_no_pair_is_refused():
+    """--seq-len 256,512 --page-size 16 was refused ('more query tokens than the context (--seq-k 256)'):
+    the check crossed each seq_len with every seq_len, while the cells pair each with itself."""
+    from attnbench.harness.sweep.sweeps import build_sweep
+
+    spec = build_sweep({"variants": "paged_gather", "page_size": "16", "seq_len": "256,512"})
+    assert {(c.seq_len, c.seq_k or c.seq_len) for c in spec.cells(["paged_gather"])} == {(256, 256), (512, 512)}
+    with pytest.raises(ValueError, match="--seq-len 512 is more query tokens than the context .--seq-k 256."):
+        build_sweep({"variants": "paged_gather", "page_size": "16", "seq_len": "1,512", "seq_k": "256"})
+
+
 @pytest.mark.parametrize("page_size", [0, [0], "0", 16.0, True, [16, 0]])
 def test_the_api_refuses_a_page_size_as_the_cli_does_in_its_words(tmp_path, page_size):
     """page_size=0 ran (one unsupported row written) where --page-size 0 is refused; page_size=16.0 was
