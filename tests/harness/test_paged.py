@@ -68,7 +68,8 @@ def test_without_seq_k_each_paged_cell_is_its_own_context_so_no_pair_is_refused(
     from attnbench.harness.sweep.sweeps import build_sweep
 
     spec = build_sweep({"variants": "paged_gather", "page_size": "16", "seq_len": "256,512"})
-    assert {(c.seq_len, c.seq_k or c.seq_len) for c in spec.cells(["paged_gather"])} == {(256, 256), (512, 512)}
+    pairs = {(c.seq_len, c.seq_k or c.seq_len) for c in spec.cells(["paged_gather"])}
+    assert pairs == {(256, 256), (512, 512)}
     with pytest.raises(ValueError, match="--seq-len 512 is more query tokens than the context .--seq-k 256."):
         build_sweep({"variants": "paged_gather", "page_size": "16", "seq_len": "1,512", "seq_k": "256"})
 
