@@ -1,5 +1,5 @@
 """Whether bench's answer (reports.answer) may say a declared workload right: not where any line of it is
-wrong, a gate cell of the same workload or a sweep cell of it; and why a decode step's bench raced one mask."""
+wrong, a gate cell of the same workload or a sweep cell of it; and why a decode bench raced one mask."""
 
 from __future__ import annotations
 
