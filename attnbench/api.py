@@ -325,7 +325,8 @@ def bench(fn: Any, *, baseline: Any = None, name: str | None = None, **keywords:
     on causal windows against `sdpa` (attnbench.bench_sweep). Every keyword of `run`
     goes through (`out=`, `seq_len=`, `dtype=`, `device=`, `budget_ms=`, `executor=`, ...) over the preset;
     with `seq_k=` (keys apart from the queries: a decode step) causal masking is aligned lower-right, as
-    decoding aligns it, unless `causal=` says otherwise; with an executor that measures cells in parallel
+    decoding aligns it, beside no mask, unless `causal=` says otherwise (with one query, `seq_len=1`, the two
+    are one problem: no mask alone); with an executor that measures cells in parallel
     (`executor="ray"` or `"slurm"`, `devices=`) each cell is visited once (`rounds=1`), and the race is
     judged on its timed calls. `bench(fn, out=..., resume=True)` finishes a bench Ctrl-C stopped
     (RunInterrupted says so) with the run's own sweep and baseline, and answers.
@@ -390,7 +391,7 @@ def _refuse_none_measured(measured: Any, who: str, keywords: dict[str, Any]) -> 
     (a kernel of packs only given page_size= or window=): the reasons of a dry run of fn alone."""
     alone = {**keywords, "dry_run": True, "progress": False}
     plan = run(variants=[measured], **{"preset": "bench", **alone}).forecast
-    if plan is not None and plan.cells and sum(plan.unsupported.values()) == plan.cells:
+    if plan is not None and plan.nothing_to_measure():  # the rule a run refuses a sweep by, for fn alone
         why = "; ".join(r for r, _ in plan.unsupported.most_common())  # the capability's, commonest first
         raise ValueError(
             f"bench: {who} would measure none of its {plan.cells} cells, every one unsupported: {why}"

@@ -1,12 +1,15 @@
 """What attnbench.bench(fn) measures a kernel on: the bench preset, and where fn runs one workload only (a
 pack, a paged cache, a sliding window) or the caller asks for one, that workload's axes and torch's own way
 to run it as the baseline; fn's own dtypes where it supports none of the preset's; causal masking aligned
-lower-right for a decode step; one visit a cell on an executor that measures cells in parallel."""
+lower-right for a decode step (no mask alone where its one query sees every key either way); one visit a
+cell on an executor that measures cells in parallel."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+DECODE_MASKS = "no,lower-right"  # a decode step's masks: its queries at the end of their context
 
 # bench's sweep for a pack, a paged cache or a sliding window: the axes it fills where the caller gave none,
 # and the baseline it races unless told another (torch's own way to run that workload on every device)
@@ -22,7 +25,7 @@ WORKLOAD_BENCH = {
             "page_size": "16,128",
             "batch": 8,
             "padding": 0.0,
-            "causal": "no,lower-right",
+            "causal": "no,lower-right",  # N_q = 1 (seq_len 1) makes them one: bench_plan races no mask alone
         },
     ),
 }
@@ -37,7 +40,24 @@ def bench_plan(measured: Any, baseline: Any, keywords: dict[str, Any]) -> tuple[
     workload = _workload(measured, {**_sweep_axes(named), **keywords})
     against, axes = WORKLOAD_BENCH.get(workload, ("sdpa", {}))
     axes = {} if named else axes
-    return (against if baseline is None else baseline), _bench_keywords(measured, {**axes, **keywords})
+    planned = _bench_keywords(measured, {**axes, **keywords})
+    if "causal" not in keywords and planned.get("causal") == DECODE_MASKS and _one_query(planned):
+        planned["causal"] = "no"  # one query sees every key either way: one problem, raced once
+    return (against if baseline is None else baseline), planned
+
+
+def _one_query(keywords: dict[str, Any]) -> bool:
+    """Whether every cell of bench's sweep has one query (N_q = 1: `seq_len=1`), where causal lower-right
+    and no mask are the same problem. False where seq_len is the preset's or cannot be read (run says why)."""
+    from attnbench.harness.sweep.grammar import read_axis
+    from attnbench.results.axes import BY_NAME
+
+    if keywords.get("seq_len") is None:
+        return False
+    try:
+        return read_axis(BY_NAME["seq_len"], keywords["seq_len"]) == (1,)
+    except ValueError:
+        return False
 
 
 def _sweep_axes(named: Any) -> dict[str, Any]:
@@ -95,7 +115,7 @@ def _bench_keywords(measured: Any, keywords: dict[str, Any]) -> dict[str, Any]:
     if "dtype" not in keywords:
         keywords.update(_own_dtypes(measured))
     if "seq_k" in keywords and "causal" not in keywords:
-        keywords["causal"] = "no,lower-right"
+        keywords["causal"] = DECODE_MASKS
     return plan.once_in_parallel(keywords)
 
 

@@ -28,7 +28,7 @@ from .answer_text import dtypes_first as _dtypes
 from .answer_text import short as _short
 from .answer_text import shown as _shown
 from .answer_text import window_text as _window
-from .answer_workloads import contradicted
+from .answer_workloads import contradicted, one_query
 from .busy import machine_busy, unsettled
 from .tables import axis_text, label, length_axis, length_name, present, varying
 from .words import n_text, names_text, range_text
@@ -678,7 +678,7 @@ def answer(
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
         lines += [f"{busy} Bench again on a quiet machine."] if busy else []
-        race = speed(df, variant, baseline)
+        race = speed(df, variant, baseline) + one_query(mine)
         grows = bandwidth(df, metas, variant, baseline) + growth(df, metas, variant, baseline)
     gated = [*declared.masks, *declared.gated]
 

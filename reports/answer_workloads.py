@@ -1,5 +1,5 @@
 """Whether bench's answer (reports.answer) may say a declared workload right: not where any line of it is
-wrong, a gate cell of the same workload or a sweep cell of it."""
+wrong, a gate cell of the same workload or a sweep cell of it; and why a decode bench raced one mask."""
 
 from __future__ import annotations
 
@@ -25,3 +25,14 @@ def contradicted(row: Any, bad: Sequence[Any], wrong) -> bool:
         return False
     column, quiet = _WORKLOAD_AXES[kind]
     return bool((wrong[column].fillna(quiet).astype(str) != quiet).any())
+
+
+def one_query(mine: Any) -> list[str]:
+    """The line that says why a decode step's bench raced no mask alone (attnbench.bench_sweep): every cell
+    of fn (`mine`, its rows) holds one query, where causal lower-right is the same problem."""
+    if len(mine) and (mine["seq_len"] == 1).all() and not mine["causal"].astype(bool).any():
+        return [
+            "N_q = 1 in every cell: causal lower-right is the same problem as no mask there (the one query "
+            "sees every key), so it was raced once, without a mask"
+        ]
+    return []

@@ -165,7 +165,7 @@ AXES: tuple[Axis, ...] = (
     Axis("page_size", "Int64", "page sizes",
          "paged-KV decode: K and V in pages of this many tokens, scattered through a page table; each of "
          "the --batch sequences has --seq-len query tokens and a context of --seq-k tokens on average (its "
-         "length from --lengths); without it: contiguous K/V", "P,...", default=(0,), quiet=0, id="page{}",
+         "length from --lengths)", "P,...", default=(0,), quiet=0, id="page{}",
          order=13,
          text=lambda v: "contiguous K/V" if int(v) == 0 else f"pages of {int(v)}"),
     # not an axis of identity but a label: the published model(s) whose shape a cell is (harness.sweep.models)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .adapt import LowerRightOnly
+from .convention import signature_of
 from .lengths import PACKED_ONLY, PAGED_ONLY
 from .mods import NONE
 from .problem import Problem
@@ -259,4 +260,29 @@ def exercised(variant: Any, problem: Problem) -> str:
         (problem.mod != NONE and cap.mods, f"mods={cap.mods!r}", f"mod {problem.mod}"),
     ]
     parts = [f"{declared} ({asked})" for given, declared, asked in said if given]
-    return f"in a cell of its declared {' and '.join(parts)}" if parts else ""
+    told = [f"in a cell of its declared {' and '.join(parts)}"] if parts else []
+    return "; ".join(told + _run_outside(variant, problem))
+
+
+def _run_outside(variant: Any, problem: Problem) -> list[str]:
+    """Why a variant declared for packed batches (paged caches) ran a cell that is not one: its cu_seqlens=
+    (block_table=) has a default, so it is not that workload's only (only_where_handed), and such a
+    kernel often reads the keyword without looking whether it was handed (None[...]: a TypeError)."""
+    cap = variant.cap
+    sig = signature_of(variant._layers()[-1])  # the function itself, not the wrapper handing it keywords
+    if sig is None:  # nothing to say of its defaults
+        return []
+    params, out = sig.parameters, []
+    for workload, given, keyword, flag, declared in (
+        ("packed", problem.packed or problem.page_size, "cu_seqlens", "varlen", f"varlen={cap.varlen!r}"),
+        ("paged", problem.page_size, "block_table", "paged", "paged=True"),
+    ):
+        param = params.get(keyword)
+        if given or not getattr(cap, flag) or param is None or param.default is inspect.Parameter.empty:
+            continue
+        out.append(
+            f"it declares {declared} but its {keyword}= has a default, so it was run on "
+            f"{'contiguous' if workload == 'paged' else 'unpacked'} cells too: drop the default to make it "
+            f"{workload}-only"
+        )
+    return out

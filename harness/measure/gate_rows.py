@@ -367,6 +367,7 @@ def gate_one(
     baseline: the variant measured beside it (baseline_for), "" for none; repeat: two calls compared."""
     from attnbench import variants
     from attnbench.variants import dtype_name
+    from attnbench.variants.handed import exercised
 
     q = qkv[0]
     b, h, n, d = q.shape
@@ -377,7 +378,7 @@ def gate_one(
                             d_k=d, d_v=d, causal=causal, padding=0.25 if padded else 0.0,
                             pass_="fwd" if no_key else "fwdbwd")  # fmt: skip
     gated = partial(_gate, variant, prob, (*qkv, key_lengths), row, baseline=baseline, repeat=repeat)
-    return _recorded(row, gated)
+    return _recorded(row, gated, exercised(variant, prob))  # where it raises: a paged=True kernel run here
 
 
 def _recorded(row: dict, gated, declared: str = "") -> GateRow:

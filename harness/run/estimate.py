@@ -169,6 +169,7 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+REASONS_NAMED = 4  # a refused sweep's line names this many reasons its cells are unsupported, counts the rest
 PIDS_NAMED = 5  # a dry run's line names this many of the runs measuring beside it, and counts the rest
 
 
@@ -210,6 +211,21 @@ class Forecast:
                 "preset, a quarter for the cpu preset: docs/method.md)"
             )
         return out + self._beside()
+
+    def nothing_to_measure(self) -> str | None:
+        """Why a run of these cells would measure none (every cell left is unsupported here, as its row
+        would say), or None. The memory guard's skips are not counted: a run predicts them again from the
+        peaks it measures, and may measure those cells after all."""
+        n_unsup = sum(self.unsupported.values())
+        if not n_unsup or n_unsup < self.cells - self.done:
+            return None
+        reasons = [r for r, _ in self.unsupported.most_common()]  # commonest first, as the rows say them
+        said = "; ".join(reasons[:REASONS_NAMED])
+        more = f"; and {len(reasons) - REASONS_NAMED} more reasons" if len(reasons) > REASONS_NAMED else ""
+        return (
+            f"nothing to measure: every cell is unsupported ({said}{more}); "
+            "--dry-run lists them, with what each variant would need"
+        )
 
     def _beside(self) -> list[str]:
         """The line that names the runs measuring beside this one now (PIDS_NAMED pids at most), if any."""

@@ -241,6 +241,9 @@ def run(
                 told = dataclasses.replace(forecast(start, done), beside=beside, notes=_notes(start))
                 return RunSummary(path=path, forecast=told)
             cells = complete_cells(path, forecast(start, done)) if resume else None
+            empty = None if resume else forecast(start, done).nothing_to_measure()
+            if empty:  # a new run whose every cell the plan knows is unsupported: refused, nothing started
+                raise ValueError(empty)
             if cells is not None:  # no worker started, nothing written (the CLI says so before it gets here)
                 _warn_journal(path, resume)
                 return RunSummary(path=path, resumed=cells, notes=[f"nothing to resume: {path} is complete"])

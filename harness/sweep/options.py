@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from attnbench.harness.sweep.grammar import grammar, write_axis
+from attnbench.harness.sweep.grammar import grammar, read_axis, write_axis
 from attnbench.harness.sweep.settings import SETTINGS
 from attnbench.harness.sweep.spec import CellSpec, SweepSpec
 from attnbench.harness.sweep.sweeps import AXIS_KEYS, build_sweep, flag_name, presets, read_sweep_file
@@ -90,10 +90,18 @@ def setting_options() -> list[Option]:
 
 def _default_text(axis) -> str | None:
     """An axis's default as an option's text ('256,512,1024,2048', '= d_k' where it follows another axis),
-    None where it is empty (every default variant, no model)."""
+    None where it is empty (every default variant, no model). A default its flag refuses (page size 0: a
+    sweep holds it, a flag never gives it) is said in words, what no flag means ('contiguous K/V')."""
     if axis.follows:
         return f"= {axis.follows}"
-    return ",".join(write_axis(axis, v) for v in axis.default) if axis.default else None
+    if not axis.default:
+        return None
+    text = ",".join(write_axis(axis, v) for v in axis.default)
+    try:
+        read_axis(axis, text, flag_name(axis.option))
+    except ValueError:
+        return ", ".join(axis.text(v) for v in axis.default)
+    return text
 
 
 def preset_defaults(options: Sequence[Option], preset: str) -> tuple[list[Option], str]:

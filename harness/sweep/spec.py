@@ -241,10 +241,12 @@ class _Sweep:
                 f"--page-size reads a paged K/V cache in a decode step (forward, its queries at the end of "
                 f"their context: --causal lower-right or no); it does not go with {clash[0]}"
             )
-        for n_q, n_k in itertools.product(self.seq_len, self.seq_k or self.seq_len):
+        # without --seq-k each cell's context is its own seq_len (seq_k follows seq_len), so no pair can clash
+        for n_q, n_k in itertools.product(self.seq_len, self.seq_k):
             if n_q > n_k:
                 raise ValueError(
-                    f"--seq-len {n_q} is more query tokens than the context (--seq-k {n_k}) of a paged cell"
+                    f"--seq-len {n_q} is more query tokens than the context (--seq-k {n_k}) of a paged cell: "
+                    f"every --seq-len meets every --seq-k, so give only lengths that fit or run them apart"
                 )
         _check_holds(patterns, self.batch, self.seq_k or self.seq_len)
 

@@ -618,6 +618,21 @@ def test_a_workload_wrong_in_any_line_is_never_said_correct(tmp_path):
     assert correct.endswith("): window 16"), lines  # a workload of its own, right in every line
 
 
+def test_a_one_query_bench_says_once_why_it_raced_no_mask_alone(tmp_path):
+    """Trial V (L4): bench on a paged decode kernel raced causal lower-right and no mask at N_q = 1, one
+    problem twice; its plan now races no mask alone (bench_sweep.bench_plan), and the answer says why once."""
+    from synthetic import cell, write_run
+
+    paged = dict(seq_k=256, batch=8, page_size=16, lengths="uniform")
+    rows = [cell(v, 1, time_ms=t, **paged) for v, t in (("paged_gather", 2.0), ("fn", 1.0))]
+    full = answer(write_run(tmp_path / "one", rows), "fn", "paged_gather").full
+    said = [line for line in full if "causal lower-right is the same problem as no mask" in line]
+    assert len(said) == 1 and said[0].startswith("N_q = 1 in every cell: "), full
+    rows = [cell(v, 4, time_ms=t, **paged) for v, t in (("paged_gather", 2.0), ("fn", 1.0))]
+    full = answer(write_run(tmp_path / "four", rows), "fn", "paged_gather").full
+    assert not any("same problem as no mask" in line for line in full), full
+
+
 def test_a_gate_rows_workload_is_told_by_its_kind_not_its_labels_words(tmp_path):
     """Which gate cells share a paged cache (or a pack), and which sweep cells are a workload's, is the gate
     row's `kind` (harness.measure.gate_rows.workload_kind, from its cell), not the first word of its label:

@@ -64,6 +64,13 @@ def test_the_plan_follows_the_workload_and_the_caller_wins():
     assert against == "sdpa_loop" and axes["lengths"] == "uniform,longtail" and axes["padding"] == 0.0
     against, axes = bench_plan("paged_chunked", "paged_flex", {"seq_k": "512"})
     assert (against, axes["seq_k"], axes["page_size"], axes["seq_len"]) == ("paged_flex", "512", "16,128", 1)
+    # Trial V (L4): at N_q = 1 causal lower-right and no mask are one problem, raced once; not at N_q 4, and
+    # never where the caller names the masks
+    assert axes["causal"] == "no"
+    assert bench_plan("naive", None, {"seq_len": 1, "seq_k": 64})[1]["causal"] == "no"
+    assert bench_plan("paged_flex", None, {"seq_len": "1,4"})[1]["causal"] == "no,lower-right"
+    assert bench_plan("naive", None, {"seq_len": 4, "seq_k": 64})[1]["causal"] == "no,lower-right"
+    assert bench_plan("paged_flex", None, {"causal": "no,lower-right"})[1]["causal"] == "no,lower-right"
     assert bench_plan("naive", None, {"lengths": "longtail", "batch": 4})[1]["batch"] == 4
     assert bench_plan("naive", None, {"page_size": [32]})[0] == "paged_gather"
     assert bench_plan("naive", None, {"lengths": "none"}) == ("sdpa", {"lengths": "none"})

@@ -618,6 +618,27 @@ def test_bench_help_shows_the_bench_presets_defaults(monkeypatch):
     assert "--rounds 3" in " ".join(text.split())
 
 
+def test_a_flags_default_in_help_is_a_value_it_takes_or_says_what_no_flag_means(monkeypatch):
+    """`--help` showed `--page-size ... (default: 0)` while `--page-size 0` is refused: a default its flag
+    refuses is said in the axis's words (what no flag means), for every axis, and for the pytest plugin."""
+    from attnbench.harness.sweep.grammar import read_axis
+    from attnbench.harness.sweep.options import axis_options
+    from attnbench.harness.sweep.sweeps import AXIS_KEYS
+
+    for option in axis_options():
+        axis = AXIS_KEYS[option.key]
+        if option.default is None or option.default.startswith("= "):
+            continue
+        try:
+            assert read_axis(axis, option.default, option.flag()) == axis.default, option.key
+        except ValueError:
+            assert option.default == ", ".join(axis.text(v) for v in axis.default), option.key
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per flag
+    text = run_cli("run", "--help", check=True).stdout
+    page = next(line for line in text.splitlines() if line.lstrip().startswith("--page-size"))
+    assert page.endswith("(its length from --lengths) (default: contiguous K/V)"), page
+
+
 def test_a_command_printed_to_paste_quotes_a_path_as_a_shell_reads_it(tmp_path, capsys):
     """`finish with:`, bench's resume and `measure them again with:` name the run as one word of the shell:
     pasted as shown, a path with a space (or a $) was two words, or another one."""

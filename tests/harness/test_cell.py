@@ -266,3 +266,38 @@ def test_a_cell_that_raises_names_the_declaration_it_exercised(monkeypatch):
     assert row["message"].endswith("; in a cell of its declared gqa=True (2 k/v heads for 4)"), row["message"]
     broken = measure_cell(spec("fault_raise"), QUICK)  # a cell of no workload: the kernel's words alone
     assert broken["status"] == "error" and "declared" not in broken["message"], broken["message"]
+
+
+def test_a_paged_or_packed_kernel_whose_keyword_has_a_default_is_told_why_it_ran_a_plain_cell(monkeypatch):
+    """Trial V (L3): paged=True with block_table=None ran contiguous cells too and failed there with a bare
+    "TypeError: 'NoneType' object is not subscriptable"; the row, and check's, now say why it ran them
+    (the default) and how to make it paged-only. The same for varlen= and cu_seqlens=."""
+    import torch
+
+    from attnbench.harness.measure.gate_rows import gate_one
+    from attnbench.variants import registry
+
+    def paged(q, k, v, *, causal=False, scale=None, key_lengths=None, block_table=None):
+        return q * block_table[0]  # None on a contiguous cell
+
+    def packed(q, k, v, *, causal=False, scale=None, cu_seqlens=None):
+        return q * cu_seqlens[1]
+
+    registry._load_builtins()
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    variants.register("says_paged", paged=True, padding=False, dropout=False, backward=False)(paged)
+    variants.register("says_packed", varlen="exact", padding=False, dropout=False, backward=False)(packed)
+    hint = {
+        "says_paged": "; it declares paged=True but its block_table= has a default, so it was run on "
+        "contiguous cells too: drop the default to make it paged-only",
+        "says_packed": "; it declares varlen='exact' but its cu_seqlens= has a default, so it was run on "
+        "unpacked cells too: drop the default to make it packed-only",
+    }
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    for name, said in hint.items():
+        row = measure_cell(spec(name), QUICK)
+        assert row["status"] == "error", row
+        assert row["message"].startswith("TypeError: 'NoneType' object is not subscriptable"), row["message"]
+        assert row["message"].endswith(said), row["message"]
+        gated = gate_one(variants.get(name), [q, k, v], causal=False, key_lengths=None)
+        assert gated.status == "error" and gated.reason.endswith(said), gated.reason

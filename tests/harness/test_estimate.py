@@ -206,3 +206,27 @@ def test_the_guards_line_names_the_axes_that_grew_in_a_decode_sweep():
     assert "sdpa from N_k = 4096 at batch 16, chunked from N_k = 4096 at batch 16;" in f.lines()[1]
     every = estimate.forecast([c for c in cells if c.batch == 16], s, free_memory=lambda d: int(room), **kw)
     assert every.guarded_from["sdpa"] == "N_k = 4096"  # every batch skips: no batch to name
+
+
+def test_a_sweep_is_empty_only_where_every_cell_left_is_unsupported():
+    """A run refuses a sweep with nothing to measure (harness.run.runner.run); the guard's predicted skips
+    are not 'unsupported': a run predicts them again from the peaks it measures."""
+    cells = [_cell(64), _cell(4096), _cell(64, variant="flash")]
+    kw = dict(free_memory=lambda device: 2**30, memory_class=lambda name: "quadratic")
+    every = estimate.forecast(cells, Settings(), unsupported=lambda c: f"{c.variant}: CUDA only", **kw)
+    said = every.nothing_to_measure()
+    assert said and said.startswith("nothing to measure: every cell is unsupported (naive: CUDA only; flash")
+    some = estimate.forecast(
+        cells, Settings(), unsupported=lambda c: "no" if c.variant == "flash" else None, **kw
+    )
+    assert some.nothing_to_measure() is None  # one cell measured, one guarded: it runs
+    guarded = estimate.forecast(
+        cells,
+        Settings(),
+        unsupported=lambda c: "no" if c.variant == "flash" or c.seq_len == 64 else None,
+        **kw,
+    )
+    assert not guarded.measured and sum(guarded.guarded.values()) == 1
+    assert guarded.nothing_to_measure() is None  # the guard's skip is decided in the run
+    nothing = estimate.forecast([], Settings(), unsupported=lambda c: None, **kw)
+    assert nothing.nothing_to_measure() is None

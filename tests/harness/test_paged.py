@@ -62,6 +62,45 @@ def test_bad_paged_cells_are_one_line_and_exit_2_with_nothing_written(tmp_path, 
     assert not out.exists()
 
 
+def test_without_seq_k_each_paged_cell_is_its_own_context_so_no_pair_is_refused():
+    """--seq-len 256,512 --page-size 16 was refused ('more query tokens than the context (--seq-k 256)'):
+    the check crossed each seq_len with every seq_len, while the cells pair each with itself."""
+    from attnbench.harness.sweep.sweeps import build_sweep
+
+    spec = build_sweep({"variants": "paged_gather", "page_size": "16", "seq_len": "256,512"})
+    pairs = {(c.seq_len, c.seq_k or c.seq_len) for c in spec.cells(["paged_gather"])}
+    assert pairs == {(256, 256), (512, 512)}
+    with pytest.raises(ValueError, match="--seq-len 512 is more query tokens than the context .--seq-k 256."):
+        build_sweep({"variants": "paged_gather", "page_size": "16", "seq_len": "1,512", "seq_k": "256"})
+
+
+def test_a_sweep_with_nothing_to_measure_is_refused_before_a_worker_starts(tmp_path):
+    """A paged variant on a packed sweep, and a packed-only one on a paged sweep, were run: a worker
+    started, calibrated and wrote a run of one unsupported row, exit 0. Now one line, exit 2, nothing
+    written, from `attnbench run` and attnbench.run alike; a sweep with some cells to measure still runs."""
+    import attnbench
+
+    out = tmp_path / "run"
+    proc = run_cli(
+        "run", "--variants", "paged_gather", "--lengths", "uniform", "--seq-len", "16", "--batch", "2",
+        "--heads", "1", "--d-k", "8", "--out", str(out),
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(
+        "attnbench: error: nothing to measure: every cell is unsupported (paged_gather "
+    )
+    assert not out.exists() and "starting a worker" not in proc.stderr
+    with pytest.raises(ValueError, match=r"^nothing to measure: .*sdpa_loop does not read a paged K/V cache"):
+        attnbench.run(
+            variants="sdpa_loop", page_size=16, seq_len=1, seq_k=32, batch=2, heads=1, d_k=8, out=out
+        )
+    assert not out.exists()
+    dry = run_cli("run", "--variants", "sdpa_loop", "--page-size", "16", "--seq-len", "1", "--seq-k", "32",
+                  "--out", str(out), "--dry-run", check=True)  # fmt: skip
+    assert "0 to measure" in dry.stdout and not out.exists()  # the dry run says so, as before
+
+
 @pytest.mark.parametrize("page_size", [0, [0], "0", 16.0, True, [16, 0]])
 def test_the_api_refuses_a_page_size_as_the_cli_does_in_its_words(tmp_path, page_size):
     """page_size=0 ran (one unsupported row written) where --page-size 0 is refused; page_size=16.0 was
