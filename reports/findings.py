@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from attnbench.results.causes import gate_said
 from attnbench.results.drift import own_spread, steady, unprobed
 from attnbench.results.formulas import wrap_text
 from attnbench.results.judge import TOLERANCE
@@ -55,6 +56,7 @@ from .words import n_text, names_text, range_text, ratio_range, suspect_text
 
 TERMINAL_WIDTH = 100  # the most columns `attnbench report` prints its findings in
 NOTHING_OK = "No cell ran ok: nothing is ranked or fitted"
+WRONG_HEAD = "Wrong answers (failed the float64 check, never ranked): "  # a panel's first sentence, where any
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class PanelFindings:
 
     title: str
     sentences: tuple[str, ...]
+    ranked: bool = True  # False: a panel with no ok cell, its wrong answers its only sentence
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,37 @@ class Findings:
 
     def __str__(self) -> str:  # print(report.findings): the sentences as the terminal shows them
         return text(self)
+
+
+# ---- (0) who answers wrong ---------------------------------------------------------------------------
+
+
+def wrong_sentence(panel_rows, marks: Mapping[str, str] | None = None) -> str | None:
+    """'Wrong answers (failed the float64 check, never ranked): bug_a at every N_k measured (non-finite output
+    (NaN or inf); worst: sequence 8 of 8 ...); bug_b at N_k = 256 (rel_err ...)': per variant with wrong
+    cells in the panel, the N they are at and its worst cell's message in the gate's own words
+    (results.causes.gate_said: its named mistake, its located worst sequence), in the words a variant wrong at
+    the N its run's gate adds is said (`marks`, results.tile_sentences). None where no cell is wrong."""
+    if "status" not in panel_rows.columns:
+        return None
+    wrong = panel_rows[panel_rows["status"] == "wrong"]
+    if wrong.empty:
+        return None
+    length = length_axis(panel_rows)
+    name, every_n = length_name(length), sorted({int(n) for n in panel_rows[length].dropna()})
+    each = []
+    for v in variant_order({str(v) for v in wrong["variant"]}):
+        rows = wrong[wrong["variant"].astype(str) == v]
+        ns = sorted({int(n) for n in rows[length].dropna()})
+        err = rows["rel_err"].astype(float).fillna(math.inf) if "rel_err" in rows else None
+        worst = rows.loc[err.idxmax()] if err is not None else rows.iloc[0]  # a NaN answer errs most
+        if len(ns) > 1 and ns == every_n:
+            where = f"at every {name} measured"
+        else:
+            where = f"at {name} = {names_text([n_text(n) for n in ns])}" if ns else ""
+        why = gate_said(str(worst.get("message") or "")) if present(worst.get("message")) else ""
+        each.append(f"{v}{(marks or {}).get(v, '')} {where}".strip() + (f" ({why})" if why else ""))
+    return WRONG_HEAD + "; ".join(each) + "."
 
 
 # ---- (1) who is fastest where ------------------------------------------------------------------------
@@ -543,7 +577,12 @@ def build(
         packed = varlen.sentences(group, mark)
         if packed:  # the padding tax before each pattern's ranking and growth
             out.append(PanelFindings(f"{head(gkey, group)} · packed variable-length batches", tuple(packed)))
-        for pkey, ptitle, rows in (p for p in panels(group) if not ok_rows(p[2]).empty):
+        for pkey, ptitle, rows in panels(group):
+            title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
+            wrongs = wrong_sentence(rows, marks)
+            if ok_rows(rows).empty:  # nothing ranked or fitted: its wrong answers, where it has them, said
+                out += [PanelFindings(title, (wrongs,), ranked=False)] if wrongs else []
+                continue
             fits = _panel_fits(scaling, gkey, pkey) if not scaling.empty else scaling
             kv, read = decode.kv_sentence(rows, copy_of(gkey, rows) if copy_of else None)
             # a decode panel's K/V read, joules (--energy), and the fastest against the most accurate
@@ -552,16 +591,17 @@ def build(
                 energy.sentence(rows),
                 accuracy.sentence(rows, shaky_said(rows, busy), emulated),
             ]
-            sentences = ranking_sentences(rows, busy, marks) + [one_kernel_sentence(rows) or ""] + extra
+            # its wrong answers first: a team gating a kernel on the report reads them before any ranking
+            sentences = [wrongs or "", *ranking_sentences(rows, busy, marks), one_kernel_sentence(rows) or ""]
+            sentences += extra
             if not fits.empty:  # growth last: the workload's own findings first
+                shaky = shaky_cells(rows, length_axis(rows)) if busy else ()
+                said = set(rows.loc[rows["status"] == "wrong", "variant"].astype(str))  # said first
                 sentences += [
-                    *growth_sentences(
-                        fits, length_axis(rows), marks, shaky_cells(rows, length_axis(rows)) if busy else ()
-                    ),
+                    *growth_sentences(fits, length_axis(rows), marks, shaky, said),
                     wall_sentence(fits, rows, marks),
                 ]
             sentences = [s for s in sentences if s]
-            title = head(gkey, group) + (f" · {ptitle}" if ptitle else "")
             out.append(PanelFindings(title, tuple(sentences)))
         pages = [mark(text, read) for text, read in decode.page_sentences(group)]
         if pages:  # a paged cache's page sizes, each its own panel above: compared across them
@@ -575,7 +615,7 @@ def blocks(f: Findings) -> list[pg.Block]:
     """The page's first section: a heading, per panel its title and its sentences, then the trust."""
     first = (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured, *f.kernels)
     out: list[pg.Block] = [pg.Heading("Findings"), *(pg.Para(t) for t in first)]
-    if not f.panels:
+    if not any(p.ranked for p in f.panels):
         out.append(pg.Para(f"{NOTHING_OK} (see 'Cells that are not ok' below)."))
     for p in f.panels:
         out += [pg.Heading(p.title, 3), pg.Bullets(p.sentences)]
@@ -585,13 +625,18 @@ def blocks(f: Findings) -> list[pg.Block]:
 def headline(f: Findings) -> str:
     """The first finding, for a one-line summary (a Report's repr): who is fastest where, first panel; after
     '(changed)' where something other than attnbench changed a run's files, '(wrong at another N)' where a
-    variant failed the run's gate at N = TILE_N, '(unfinished)' where a run stopped before every cell it
+    variant failed the run's gate at N = TILE_N, '(wrong answers)' where a panel's cells failed it (its
+    sentence is the panel's first, wrong_sentence), '(unfinished)' where a run stopped before every cell it
     planned, '(busy machine)' where it was busy."""
     lead = ("(changed) " if f.changed else "") + ("(wrong at another N) " if f.wrong else "")
     lead += ("(unfinished) " if f.unfinished else "") + ("(busy machine) " if f.busy else "")
-    if not f.panels:
+    if any(s.startswith(WRONG_HEAD) for p in f.panels for s in p.sentences):
+        lead += "(wrong answers) "
+    first = next((p for p in f.panels if p.ranked), None)
+    if first is None:
         return lead + NOTHING_OK + "."
-    return lead + (f.panels[0].sentences[0] if f.panels[0].sentences else f.panels[0].title)
+    said = [s for s in first.sentences if not s.startswith(WRONG_HEAD)]
+    return lead + (said[0] if said else first.title)
 
 
 def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
@@ -605,7 +650,7 @@ def text(f: Findings, width: int = TERMINAL_WIDTH) -> str:
     lines = ["Findings"]
     for t in (*f.changed, *f.wrong, *f.unfinished, *f.busy, *f.remeasured, *f.kernels):
         lines += wrap(t)
-    if not f.panels:
+    if not any(p.ranked for p in f.panels):
         lines.append(f"  {NOTHING_OK}.")
     for p in f.panels:
         lines += wrap(p.title, "", "  ")

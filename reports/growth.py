@@ -38,18 +38,25 @@ def exponent_said(fit: Any, name: str = "N") -> str:
     return f"growth not measured ({why})" if why else fit.text()
 
 
+# a variant with no fit whose wrong cells its panel's first sentence names (findings.wrong_sentence)
+SAID_WRONG = "wrong answers, said above"
+
+
 def growth_sentences(
     fits,
     length: str = "seq_len",
     marks: Mapping[str, str] | None = None,
     shaky: Collection[tuple[str, int]] = (),
+    said_wrong: Collection[str] = (),
 ) -> list[str]:
     """Per variant whose time fit says something: its time and memory exponents with their CIs, in words
     (a memory exponent that says nothing left out); the variants whose time fit says nothing (two N, no
     CI; a CI too wide to say) in one sentence, their exponents in the scaling table; those with no fit in
     another. `length`: the panel's (tables.length_axis), which names N (N_k for a decode panel). `shaky`:
     the (variant, N) cells of a busy machine that drifted or were noisy (findings.shaky_cells): a sentence
-    that gives a time exponent fitted through one of them opens with SHAKY, as a ranking read off one does."""
+    that gives a time exponent fitted through one of them opens with SHAKY, as a ranking read off one does.
+    `said_wrong`: the variants whose wrong cells the panel's first sentence names (findings.wrong_sentence):
+    their count of wrong cells is not said again where they have no fit."""
     name = length_name(length)
     marks = marks or {}
     out: list[str] = []
@@ -59,7 +66,11 @@ def growth_sentences(
     for v in variant_order(by_name):
         r = by_name[v]
         if not present(r["time_exp"]):
-            unfit.setdefault(str(r["statuses"]), []).append(v + marks.get(v, ""))
+            statuses = str(r["statuses"])
+            if v in said_wrong:  # its wrong cells said above: the other statuses, if any, said here
+                rest = [s for s in statuses.split(", ") if not s.endswith(" wrong")]
+                statuses = ", ".join(rest) if rest else SAID_WRONG
+            unfit.setdefault(statuses, []).append(v + marks.get(v, ""))
             continue
         why = says_nothing(r["time_exp"], r["time_ci_low"], r["time_ci_high"], name)
         parts = []
@@ -83,7 +94,10 @@ def growth_sentences(
         each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unsaid.items()]
         out.append(f"Time's growth not measured (see the scaling table) for: {'; '.join(each)}.")
     if unfit:
-        each = [f"{names_text(vs)} ({why}{' each' if len(vs) > 1 else ''})" for why, vs in unfit.items()]
+        each = [
+            f"{names_text(vs)} ({why}{' each' if len(vs) > 1 and why != SAID_WRONG else ''})"
+            for why, vs in unfit.items()
+        ]
         out.append(f"No fit (ok at fewer than two {name}): {'; '.join(each)}.")
     return out
 

@@ -599,9 +599,10 @@ def _numerics_section(numerics: dict[str, dict[str, Any]], multi: bool, out: Pat
             figures.append(pg.Figure(files[-1]))
         else:
             figures.append(pg.Para(f"{rid}: no numerics probe in this run."))
-        bad = [r for r in (*probe, *(num.get("tiles") or [])) if r.get("status") != "ok"]
+        bad, left_out = trust.probe_left_out([*probe, *(num.get("tiles") or [])])
         if bad:
             tables.append(_probe_table(bad, rid if multi else ""))
+        tables += [pg.Para(said) for said in left_out]  # a packs-only variant: once, not a row per problem
         example = num.get("example_weights")
         if example and example.get("weights"):
             fig, data = plots.weights_figure(example, f"Attention weights (naive, one head) · {rid}")

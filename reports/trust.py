@@ -329,3 +329,29 @@ def _calibration_section(metas: dict[str, dict[str, Any]], devgroups: dict[str, 
     if len(metas) < 2:
         return []
     return [pg.Heading("Calibration of each run, against the first"), *_calibration_blocks(metas, devgroups)]
+
+
+def probe_left_out(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The numerics probe's records that are not ok (its large-logit probe and its gate at N = 300, both on
+    dense (B, H, N, d) problems) as its table lists them, less every record of a variant unsupported on each
+    of them for one reason (one that runs packed batches or paged caches only: variants.handed.only_workload's
+    refusal), which one sentence per reason says instead of a row per problem."""
+    from .style import variant_order
+    from .words import names_text
+
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(str(r.get("variant", "")), []).append(r)
+    never: dict[str, list[str]] = {}  # the one reason -> the variants it refused every problem
+    for v, rs in by.items():
+        reasons = {str(r.get("message") or "") for r in rs}
+        if all(r.get("status") == "unsupported" for r in rs) and len(reasons) == 1:
+            never.setdefault(reasons.pop(), []).append(v)
+    left = {v for vs in never.values() for v in vs}
+    kept = [r for r in records if r.get("status") != "ok" and str(r.get("variant", "")) not in left]
+    said = [
+        f"{names_text(variant_order(vs))} {'is' if len(vs) == 1 else 'are'} left out of the probe's table: "
+        f"unsupported on every dense problem it asks" + (f" ({why})." if why else ".")
+        for why, vs in never.items()
+    ]
+    return kept, said

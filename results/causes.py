@@ -40,3 +40,20 @@ def pointed(message: str) -> str:
     """The message with SAME_CAUSE after it where it names no cause of its own, else the message as it is
     (the caller knows the variant reads (B, N, H, d): reads_bnhd)."""
     return f"{message} {SAME_CAUSE}" if names_no_cause(message) else message
+
+
+WRONG_SAID = 240  # the most characters of a gate's message a report's sentence on a wrong variant quotes
+_MAX_ABS = re.compile(r", max_abs_err [^\s;,)]+")
+# the worst sequence's own error after it: the gate's rel_err is the worst one's (harness.measure.located)
+_WORST_AGAIN = re.compile(r"(worst: [^;]*?\)): (?:rel_err \S+|non-finite \(NaN or inf\))$")
+
+
+def gate_said(message: str, width: int = WRONG_SAID) -> str:
+    """A wrong cell's message as a report's sentence quotes it: the gate's own words without their
+    GATE_FAILED opening, the max_abs_err beside the rel_err and the worst sequence's error said twice left
+    out, cut at a word to `width` characters ('…' where cut): its named mistake and worst sequence kept."""
+    said = _MAX_ABS.sub("", str(message).removeprefix(f"{GATE_FAILED}: ").strip().rstrip("."))
+    said = _WORST_AGAIN.sub(r"\1", said)
+    if len(said) <= width:
+        return said
+    return said[:width].rsplit(" ", 1)[0].rstrip(",;:") + "…"

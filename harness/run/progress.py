@@ -71,7 +71,8 @@ def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
     median and spread ('IQR 7%': its IQR over its median, the row's rel_iqr, over every timed call of every
     visit, results.formulas.iqr_percent; 'noisy' beside it where that is over 10%, the row's `noisy` flag:
     the number and the word read by one rule), its peak
-    memory, TFLOP/s (a decode step's K/V GB/s: results.formulas.speed) and rel_err, and a quantising
+    memory, TFLOP/s (a decode step's K/V GB/s: results.formulas.speed; 'useful TFLOP/s' of a cell whose
+    kernel executes more, _padded; three significant figures below 0.01) and rel_err, and a quantising
     variant's error end to end (e2e_rel_err: its rel_err is against float64 of its rounded inputs,
     results.formulas.end_to_end_rel_err; kept longest, since its rel_err alone reads as if the rounding cost
     nothing); `tight`: without the padding that lines the columns up."""
@@ -79,7 +80,10 @@ def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
     spread += " noisy" if row.get("noisy") is True else ""
     time_ms, peak = f"{row['time_ms_median']:.3f}", bytes_text(row.get("peak_mem_bytes"))
     rate, unit = speed(row)  # a decode step's K/V GB/s (its TFLOP/s reads 0.000), else TFLOP/s
-    rate_text = f"{rate:.3f}" if unit == "TFLOP/s" else f"{rate:.3g}" if rate < 1000 else f"{rate:.0f}"
+    rate_text = f"{rate:.3g}" if rate < 1000 else f"{rate:.0f}"
+    if unit == "TFLOP/s":  # three decimals, or three significant figures where they would show one or none
+        rate_text = f"{rate:.3f}" if not 0 < rate < 0.01 else rate_text
+        unit = "useful TFLOP/s" if _padded(row) else unit
     if not tight:
         # 'IQR 9%' lines up: an IQR of 10% or more is a noisy cell's, pushed along by its word anyway
         time_ms, spread, peak = f"{time_ms:>8}", f"{spread:>6}", f"{peak:>9}"
@@ -90,6 +94,16 @@ def _numbers(row: dict[str, Any], tight: bool) -> list[tuple[str, int]]:
         (f" rel_err {row.get('rel_err', float('nan')):.1e}", 1 if row["status"] == "ok" else 4),
         *_end_to_end(row),
     ]
+
+
+def _padded(row: dict[str, Any]) -> bool:
+    """Whether the cell's kernel executes other FLOPs than the useful ones its TFLOP/s counts (a packed
+    batch padded or run whole: executed_flops, results.formulas.executed_pairs), as the report says
+    'useful TFLOP/s' of it."""
+    try:
+        return int(row["executed_flops"]) != int(row["flops"])
+    except (KeyError, TypeError, ValueError):  # not a packed cell (no column, None, NA or NaN)
+        return False
 
 
 def _end_to_end(row: dict[str, Any]) -> list[tuple[str, int]]:

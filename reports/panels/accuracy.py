@@ -198,12 +198,22 @@ def sentence(
     accurate = ok.loc[ok["e2e_rel_err"].astype(float).idxmin()]
     where = _where(length_axis(rows))
 
+    length = length_axis(rows)
+
+    def cell(p) -> tuple[str, int]:
+        return str(p["variant"]), int(p[length])
+
+    def opened(text: str, cells: list[tuple[str, int]]) -> str:  # a speed read off an unsettled cell
+        return said(text, cells) if said else text
+
     traded = _trade(rows, ok, fastest, accurate, where)
-    out = [] if traded is None else [said(*traded) if said else traded[0]]
-    out += [fp8_sentence(p, ok, where) for _, p in ok.iterrows() if quantised(p)]
+    out = [] if traded is None else [opened(*traded)]
+    # a quantising variant's speed against the fastest exact one's: read off their two cells
+    out += [opened(*fp8_sentence(p, ok, where, cell)) for _, p in ok.iterrows() if quantised(p)]
     wrong = pts[(pts["status"] != "ok") & (pts["tflops"].astype(float) > float(fastest["tflops"]))]
     for _, w in wrong.iterrows():
-        out.append(f"{w['variant']} is faster than every ok variant ({where(w)}) but {failed_check(w)}.")
+        text = f"{w['variant']} is faster than every ok variant ({where(w)}) but {failed_check(w)}."
+        out.append(opened(text, [cell(w), cell(fastest)]))
     ranked = variant_order({str(v) for v in ok["variant"]} & set(emulated))
     if ranked:
         out.append(emulation_sentence(ranked))
@@ -294,10 +304,12 @@ def _where(length: str):
     return lambda p: f"{num_text(p['tflops'], '.3g')} TFLOP/s at {name} = {seq_count(p[length])}"
 
 
-def fp8_sentence(p, ok, where) -> str:
+def fp8_sentence(p, ok, where, cell: Callable[[Any], tuple[str, int]]) -> tuple[str, list[tuple[str, int]]]:
     """What a quantising variant's point gives up: its error against float64 of its original inputs and
     SQNR, against the most accurate ok variant that does not quantise, and its speed against the fastest
-    of those; its kernel's own error against its rounded inputs apart."""
+    of those; its kernel's own error against its rounded inputs apart. With the (variant, N) cells whose
+    speeds it compares (`cell` of a point), which sentence()'s `said` opens it by."""
+    cells = [cell(p)]
     e2e = float(p["e2e_rel_err"])
     text = (
         f"{p['variant']} rounds its inputs ({p['quant_recipe']}): rel_err {err_text(e2e)} against float64 of "
@@ -310,6 +322,7 @@ def fp8_sentence(p, ok, where) -> str:
         best_err = float(best["e2e_rel_err"])
         times = f"{e2e / best_err:.3g}× the error of" if best_err > 0 else "against an exact answer from"
         speed = float(p["tflops"]) / float(fastest["tflops"])
+        cells.append(cell(fastest))
         text += (
             f", {times} the most accurate variant that does not round, {best['variant']} (rel_err "
             f"{err_text(best_err)}), at {speed:.3g}× the TFLOP/s of the fastest that does not round, "
@@ -318,7 +331,7 @@ def fp8_sentence(p, ok, where) -> str:
     return (
         f"{text}; its kernel alone errs {err_text(p['rel_err'])} against its rounded inputs (tolerance "
         f"{p['tolerance']:g}), and the rounding alone {err_text(p['quant_rel_err'])}."
-    )
+    ), cells
 
 
 # ---- the figure ----------------------------------------------------------------------------------------

@@ -118,8 +118,21 @@ def section(df, metas: dict[str, dict[str, Any]], out: Path) -> Section:
         return Section(tables=[*tables, pg.Para("No grouped-query cell ran ok.")])
     drop = [] if pairs["device_group"].fillna("").astype(str).ne("").any() else ["device_group"]
     pairs.drop(columns=drop).to_csv(out / "gqa.csv", index=False)
-    tables.append(_pairs_table(pairs, drop))
     missing = int((~pairs["has_mha"].astype(bool)).sum())
+    if missing == len(pairs):  # nothing to set beside: one sentence, not a row per shape saying so
+        kv: dict[int, set[int]] = {}
+        for h, k in zip(pairs["heads"], pairs["kv_heads"], strict=True):
+            kv.setdefault(int(h), set()).add(int(k))
+        heads = "; ".join(
+            f"H = {h}, H_kv = {' or '.join(map(str, sorted(k)))}" for h, k in sorted(kv.items())
+        )
+        said = (
+            f"None of the {len(pairs)} grouped-query cells ({heads}) has an ok MHA cell (H_kv = H) of its "
+            "shape in these runs, so none is set beside one (add the heads count to --kv-heads to measure "
+            "it; their times are in the tables above and gqa.csv)."
+        )
+        return Section(tables=[tables[0], pg.Para(said)])
+    tables.append(_pairs_table(pairs, drop))
     if missing:
         tables.append(
             pg.Para(

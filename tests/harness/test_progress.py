@@ -17,7 +17,7 @@ ROW = {
 def test_without_a_width_every_number_is_on_one_line():
     line = cell_line(ROW)
     assert "\n" not in line
-    for part in ("ok", "naive", "cpu f32 b1 h2 n64 d16 fwd", "0.062 ms", "IQR 6%", "72 KiB", "0.008 TFLOP/s",
+    for part in ("ok", "naive", "cpu f32 b1 h2 n64 d16 fwd", "0.062 ms", "IQR 6%", "72 KiB", "0.0081 TFLOP/s",
                  "rel_err 1.9e-07"):  # fmt: skip
         assert part in line
 
@@ -51,7 +51,7 @@ def test_a_wrong_cells_error_outlasts_its_memory_and_a_long_message_goes_below()
 CAUSAL = {**ROW, "variant": "plug_new", "dtype": "bfloat16", "heads": 8, "seq_len": 4096, "d_k": 64,
           "d_v": 64,
           "causal": True, "time_ms_median": 6.786, "rel_iqr": 2.74, "noisy": True,
-          "message": "noisy: IQR/median 34%"}  # fmt: skip
+          "tflops": 0.012, "message": "noisy: IQR/median 34%"}  # fmt: skip
 
 
 def test_a_causal_line_keeps_its_tflops_in_100_columns():
@@ -165,4 +165,18 @@ def test_a_decode_cell_shows_its_kv_read_bandwidth_not_tflops():
     line = cell_line(decode)
     assert "2.89 K/V GB/s" in line and "TFLOP/s" not in line, line
     assert "K/V GB/s" in cell_line(decode, 100) and len(cell_line(decode, 100)) <= 100
-    assert "0.008 TFLOP/s" in cell_line(ROW) and "GB/s" not in cell_line(ROW)  # N_q = N_k: TFLOP/s
+    assert "0.0081 TFLOP/s" in cell_line(ROW) and "GB/s" not in cell_line(ROW)  # N_q = N_k: TFLOP/s
+
+
+def test_a_small_or_packed_cells_tflops_keeps_its_digits_and_says_useful_where_its_kernel_does_more():
+    """Trial V: a packed cell's line printed '0.000 TFLOP/s' where a paged one's says '0.0839 K/V GB/s'.
+    Below 0.01 TFLOP/s the line keeps three significant figures (three decimals above, as the README's
+    sample lines are); a cell whose kernel executes more than the useful FLOPs its TFLOP/s counts (a pack
+    padded: executed_flops) says "useful TFLOP/s", as the report does; one that executes just them, not."""
+    packed = {**ROW, "tflops": 0.000142, "flops": 134217728, "executed_flops": 4 * 134217728}
+    assert "0.000142 useful TFLOP/s" in cell_line(packed), cell_line(packed)
+    exact = {**packed, "executed_flops": 134217728}
+    assert "0.000142 TFLOP/s" in cell_line(exact) and "useful" not in cell_line(exact)
+    assert "0.160 TFLOP/s" in cell_line({**ROW, "tflops": 0.16})  # three decimals where they show three
+    assert " TFLOP/s" in cell_line({**ROW, "executed_flops": None}) and "useful" not in cell_line(ROW)
+    assert len(cell_line(packed, 100)) <= 100

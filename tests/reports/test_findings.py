@@ -377,12 +377,17 @@ def test_a_run_stopped_early_is_reported_unfinished_until_resumed(tmp_path):
 
 
 def test_the_fixture_has_findings_per_panel():
-    """tests/data/runs/cpu-small: causal and non-causal panels, a wrong variant; every panel is found."""
+    """tests/data/runs/cpu-small: causal and non-causal panels, a wrong variant; every panel is found, its
+    wrong variant said first (findings.wrong_sentence), then who is fastest."""
     found = findings_of(prepare([FIXTURE]))
     titles = [p.title for p in found.panels]
     assert len(titles) == 2 and {t.split(" · ")[-1] for t in titles} == {"causal", "non-causal"}
     for p in found.panels:
-        assert "is fastest" in p.sentences[0] or "cannot be told apart" in p.sentences[0]
+        assert (
+            p.sentences[0].startswith(findings.WRONG_HEAD)
+            and "fault_wrong at every N measured (rel_err " in p.sentences[0]
+        )
+        assert "is fastest" in p.sentences[1] or "cannot be told apart" in p.sentences[1]
         assert any("time grows as N^" in s or s.startswith("Time's growth not measured") for s in p.sentences)
     assert "wrong (failed the float64 check)" in found.trust[0]
 

@@ -341,3 +341,30 @@ def test_an_emulations_speed_is_said_once_to_say_nothing_of_real_kernels(tmp_pat
     assert "emulat" not in said["float16"], said["float16"]
     # the page says it too, as render's findings are built from the same records
     assert caution.replace("_", "\\_") in render(inputs, tmp_path / "report").readme.read_text()
+
+
+def test_an_fp8_speed_read_off_drifted_cells_opens_as_a_ranking_does(tmp_path):
+    """Trial V: 'fp8_emulated_head rounds its inputs ... at 0.262× the TFLOP/s of ... sdpa' quoted a speed
+    ratio read off drifted cells without the 'Read off drifted or noisy cells:' every ranking sentence
+    opens with there. The FP8 sentence compares its cell with the fastest exact one's: the same rule."""
+    import pandas as pd
+
+    def fp8_said(run: str, drifted: bool) -> str:
+        rows = []
+        for v, t, extra in (
+            ("naive", 1.0, {}),
+            ("sdpa", 0.2, {}),
+            ("fp8_emulated", 0.5, dict(quant_recipe="e4m3fn:tensor", quant_rel_err=0.031, sqnr_db=30.0)),
+        ):
+            rows += [synthetic.cell(
+                v, n, time_ms=t * (n / 256) ** 2, rel_err=1e-7,
+                speed_tflops=0.5 if drifted and n == 1024 else 1.0, **extra,  # the N its point is at
+            ) for n in (256, 512, 1024)]  # fmt: skip
+        df = prepare([synthetic.write_run(tmp_path / run, rows)]).df
+        found = findings.build(df, pd.DataFrame(), lambda gkey, group: str(gkey["dtype"]))
+        (said,) = [s for p in found.panels for s in p.sentences if "rounds its inputs" in s]
+        assert "× the TFLOP/s of the fastest that does not round, sdpa" in said, said
+        return said
+
+    assert findings.SHAKY + "fp8_emulated rounds" not in fp8_said("calm", False)
+    assert findings.SHAKY + "fp8_emulated rounds its inputs" in fp8_said("busy", True)

@@ -701,3 +701,29 @@ def test_the_not_ok_table_gives_a_decode_groups_context_lengths_not_its_one_quer
     )
     assert mixed.headers[4] == "N"
     assert {r[1]: r[4] for r in mixed.rows} == {"paged_bug": "N_k 1024 4096", "raiser": "64 128"}
+
+
+def test_a_packs_only_variant_is_said_once_not_listed_unsupported_on_every_dense_probe(tmp_path):
+    """Trial V: the varlen run's numerics table listed sdpa_padded and sdpa_loop 'unsupported' on each
+    large-logit probe and the gate at N 300 (8 rows): the probe's problems are dense, and they run packs
+    only. A variant unsupported on every problem for one reason is said once, in a sentence; a variant that
+    failed a probe keeps its row, and one unsupported on only some problems keeps its rows too."""
+    from attnbench.reports import page
+    from attnbench.reports.render import _numerics_section
+    from attnbench.variants.lengths import PACKED_ONLY
+
+    def rec(v, status, scale=None, message=""):
+        at = {"q_scale": scale} if scale else {"seq_len": 300, "causal": True}
+        return {"variant": v, "device": "cpu", "dtype": "float32", "status": status, "message": message, **at}
+
+    packs = ("sdpa_padded", "sdpa_loop")
+    probe = [rec(v, "unsupported", s, PACKED_ONLY) for v in packs for s in (1, 10, 100)]
+    probe += [rec("naive", "ok", s) for s in (1, 10)] + [rec("naive", "wrong", 100, "overflow")]
+    probe += [rec("flexish", "unsupported", 1, "needs CUDA"), rec("flexish", "ok", 10)]
+    tiles = [rec(v, "unsupported", message=PACKED_ONLY) for v in packs]
+    sec = _numerics_section({"run": {"probe": probe, "tiles": tiles}}, False, tmp_path)
+    md = page.to_markdown(page.Page("report", sec.tables))
+    assert "| sdpa\\_padded |" not in md and "| sdpa\\_loop |" not in md, md
+    said = "sdpa\\_loop and sdpa\\_padded are left out of the probe's table: unsupported on every dense"
+    assert md.count(said) == 1 and md.count("batches only") == 1, md
+    assert "| naive | cpu | float32 |" in md and "| flexish | cpu | float32 |" in md
