@@ -136,10 +136,10 @@ def page_sentences(rows) -> list[tuple[str, list[Any]]]:
     """Page size in words, for one group's rows: per N_q (and any other panel axis that varies), at the
     largest N_k every page size measured, each variant's K/V GB/s in its fastest page size against its
     slowest ('At N_k = 4,096 (N_q = 1), by page size: paged_flex reads K/V 2.5× faster in pages of 256 than
-    of 32; paged_gather 1.33× faster in pages of 32 than of 256.'; 'as fast (within the spread)' where the
-    two cells are not told apart), the ratio in the digits the two cells' spread supports (results.formulas.
-    ratio_number); with the index labels of the rows each sentence compares, for the findings' busy-machine
-    mark. [] where fewer than two page sizes ran ok."""
+    of 32; paged_gather 1.33× faster in pages of 32 than of 256.'; 'as fast in pages of 32 as of 256 (within
+    the spread)' where the two cells are not told apart), the ratio in the digits the two cells' spread
+    supports (results.formulas.ratio_number); with the index labels of the rows each sentence compares, for
+    the findings' busy-machine mark. [] where fewer than two page sizes ran ok."""
     from attnbench.results.judge import separated
 
     if "page_size" not in rows.columns:
@@ -169,7 +169,10 @@ def page_sentences(rows) -> list[tuple[str, list[Any]]]:
                 shown = ratio_number(ratio, ratio_spread(fast.get("rel_iqr"), slow.get("rel_iqr")))
                 parts.append(f"{variant} reads K/V {shown}× faster in {pages}")
             else:
-                parts.append(f"{variant} reads K/V as fast in {pages} (within the spread)")
+                small, large = sorted((int(fast["page_size"]), int(slow["page_size"])))
+                parts.append(
+                    f"{variant} reads K/V as fast in pages of {small:,} as of {large:,} (within the spread)"
+                )
         if parts:
             where = f"N_k = {seq_count(max(n_ks))} (N_q = {int(key['seq_len'])})"
             shape = {a: key[a] for a in others}

@@ -186,6 +186,14 @@ def test_a_paged_runs_findings_compare_page_sizes_and_its_table_gives_decode_tok
         sizes = f"pages of {fast.name[1]:,} than of {slow.name[1]:,}"
         assert f"{variant} reads K/V {ratio}× faster in {sizes}" in text, (variant, text)
     assert "paged_flex reads K/V 2.48× faster in pages of 256 than of 32" in text
+    # two cells not told apart: 'as fast in pages of 32 as of 256', the smaller first
+    df = inputs.df.copy()
+    at = (df["variant"] == "paged_gather") & (df["seq_k"] == 4096)
+    same = df[at & (df["page_size"] == 32)].iloc[0].copy()
+    same["page_size"] = 256
+    df.loc[df.index[at & (df["page_size"] == 256)][0]] = same
+    [(tied, _)] = decode.page_sentences(df)
+    assert "paged_gather reads K/V as fast in pages of 32 as of 256 (within the spread)" in tied, tied
     # one page size: nothing to compare
     one = inputs.df[inputs.df["page_size"] == 32]
     assert decode.page_sentences(one) == []
