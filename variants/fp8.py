@@ -12,6 +12,12 @@
   are per batch element and k/v head, (B, H_kv): the `e4m3fn:head` recipe; it returns bfloat16. The kernel
   also rounds the softmax weights to FP8 before P @ V, which the gate counts as kernel error.
 
+- `fp8_paged_emulated` (one scale per tensor) and `fp8_paged_emulated_head` (per head): an FP8 KV cache in
+  paged decode (variants/paged.py's calling convention), emulated: q rounded by the recipe, the K/V pools
+  rounded as pools (one scale over a pool, or one per K/V head over it), then paged_chunked's online softmax
+  over the pages in float32. A serving engine writes its cache in FP8 once, token by token; here the whole
+  pool is rounded inside every call, as the dense pair rounds its inputs: the speed is an emulation's.
+
 Every variant here declares its recipe (Capability.quant): the float64 gate holds the kernel to the
 reference of the rounded inputs and records the rounding's own error apart (quant_rel_err, sqnr_db).
 The timed call includes the quantisation, as a caller holding float32 or bfloat16 activations pays it.
@@ -22,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 
-from . import quant
+from . import paged, quant
 from .errors import UnsupportedError
 from .registry import register
 from .sdpa import _cuda_capability, sdpa_math
@@ -81,6 +87,58 @@ register(
     quant=HEAD,
     **_EMULATED,
 )(_emulated(HEAD))
+
+
+# ---- an FP8 K/V cache in paged decode --------------------------------------------------------------------
+
+
+def _emulated_paged(recipe: str):
+    """The paged decode function of an emulated FP8 KV cache: q rounded by the recipe as a tensor, the K/V
+    pools as pools (one scale over a pool, or per K/V head over it: variants.quant), then paged_chunked's
+    online softmax over the pages in float32."""
+
+    def fn(
+        q, k, v, *, causal=False, key_lengths=None, dropout_p=0.0, scale=None, causal_align="top-left",
+        block_table=None,
+    ):  # fmt: skip
+        q32 = quant.dequantise(q, recipe)  # (B, H, N_q, d_k) float32
+        k32, v32 = (quant.dequantise(t, recipe, pool=True) for t in (k, v))  # (P, page, H_kv, d) float32
+        out = paged.paged_chunked(
+            q32, k32, v32, causal=causal, key_lengths=key_lengths, scale=scale, block_table=block_table
+        )
+        return out.to(q.dtype)
+
+    fn.__name__ = fn.__qualname__ = f"fp8_paged_emulated_{recipe.partition(':')[2]}"
+    return fn
+
+
+def _emulated_paged_kernel(q, k, v, **_) -> str:
+    return "online softmax over the pages (float32 on an FP8-rounded K/V cache, emulated)"
+
+
+# paged decode cells only (variants/paged.py's capabilities), the dense pair's dtypes and availability
+_EMULATED_PAGED = dict(
+    paged._PAGED,
+    kernel=_emulated_paged_kernel,
+    dtypes=_EMULATED["dtypes"],
+    memory="linear",  # one page-table column of scores at a time
+    available=_emulated_available,
+    supports=paged._paged_only,
+)
+register(
+    "fp8_paged_emulated",
+    description=f"FP8 KV cache emulated: q and the K/V pools rounded to {quant.describe(TENSOR)} over the "
+    "pool, online softmax over the pages in float32",
+    quant=TENSOR,
+    **_EMULATED_PAGED,
+)(_emulated_paged(TENSOR))
+register(
+    "fp8_paged_emulated_head",
+    description="FP8 KV cache emulated: q rounded per batch element and head, the K/V pools per K/V head "
+    "(float8_e4m3fn, amax / 448), online softmax over the pages in float32",
+    quant=HEAD,
+    **_EMULATED_PAGED,
+)(_emulated_paged(HEAD))
 
 
 # ---- torch's FP8 SDPA on FlashAttention-3 --------------------------------------------------------------

@@ -13,6 +13,11 @@ A recipe's canonical text is FORMAT:SCALING:
                  FlashAttention-3's descale tensors, (B, H), and of torch's quantized SDPA
                  (DescaleType.PER_HEAD)
 
+A paged K/V cache (variants/paged.py: k and v pools of pages, (P, page, H_kv, d)) is rounded as an FP8 KV
+cache is (pool=True): per tensor, one scale over the whole pool; per head, one scale per K/V head over the
+pool, shaped (1, 1, H_kv, 1) (a pool has no batch axis: its pages are shared out by the page table). Every
+slot counts, a context's unused tail too, as a cache's scale sees whatever its pages hold.
+
 The scale is amax / 448 in float32, so that the largest magnitude lands on the format's largest value and
 nothing saturates; an all-zero slice gets scale 1. x is stored as round(x / scale) in the format (torch's
 cast: round to nearest, ties to even) and read back as that value times the scale, in float32.
@@ -55,34 +60,38 @@ def available() -> str | None:
     return f"this torch ({torch.__version__}) has no {', '.join(missing)}" if missing else None
 
 
-def scales(x, recipe: str):
+def scales(x, recipe: str, pool: bool = False):
     """The float32 scale(s) of x (B, H, N, d) under `recipe`: shaped (1, 1, 1, 1) or (B, H, 1, 1), amax / top
-    (1 where the amax is 0). Computed from the magnitudes alone: the same whatever x's memory layout."""
+    (1 where the amax is 0); of a pool of pages x (P, page, H_kv, d) (pool=True), (1, 1, 1, 1) or
+    (1, 1, H_kv, 1). Computed from the magnitudes alone: the same whatever x's memory layout."""
     import torch
 
     fmt, scaling = parse(recipe)
     top = FORMATS[fmt][1]
     mag = x.detach().abs().to(torch.float32)
-    amax = mag.amax() if scaling == "tensor" else mag.amax(dim=(2, 3), keepdim=True)
+    per_head = (0, 1, 3) if pool else (2, 3)  # every axis but the head's (and a dense tensor's batch)
+    amax = mag.amax() if scaling == "tensor" else mag.amax(dim=per_head, keepdim=True)
     amax = amax.reshape(1, 1, 1, 1) if scaling == "tensor" else amax
     return torch.where(amax > 0, amax / top, torch.ones_like(amax))
 
 
-def quantise(x, recipe: str):
-    """(x in the recipe's format, its float32 scales): x ~ stored.float() * scales, stored shaped as x."""
+def quantise(x, recipe: str, pool: bool = False):
+    """(x in the recipe's format, its float32 scales): x ~ stored.float() * scales, stored shaped as x.
+    pool: x is a paged cache's pool of pages (P, page, H_kv, d), scaled per K/V head over the pool."""
     import torch
 
     fmt, _ = parse(recipe)
     name, top = FORMATS[fmt]
-    scale = scales(x, recipe)
+    scale = scales(x, recipe, pool)
     # clamped: amax / (amax / top) may round a hair above top, and a cast past it is NaN on some devices
     stored = (x.detach().to(torch.float32) / scale).clamp(-top, top).to(getattr(torch, name))
     return stored, scale
 
 
-def dequantise(x, recipe: str):
-    """x rounded by `recipe` and read back, in float32: the values a quantising kernel computes on."""
+def dequantise(x, recipe: str, pool: bool = False):
+    """x rounded by `recipe` and read back, in float32: the values a quantising kernel computes on (pool: x a
+    pool of pages, as `quantise`)."""
     import torch
 
-    stored, scale = quantise(x, recipe)
+    stored, scale = quantise(x, recipe, pool)
     return stored.to(torch.float32) * scale

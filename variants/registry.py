@@ -113,7 +113,8 @@ class Capability:
     # The quantisation recipe the variant applies to q, k, v before its kernel (variants.quant.RECIPES:
     # "e4m3fn:tensor", "e4m3fn:head"), or "" for none. The float64 gate then judges the kernel against the
     # reference of the inputs rounded by that recipe, and reports the rounding's own error apart
-    # (quant_rel_err, sqnr_db; harness/measure/correctness.py).
+    # (quant_rel_err, sqnr_db; harness/measure/correctness.py). With paged=True the recipe rounds q and the
+    # K/V pools as pools (one scale over a pool, or per K/V head over it): an FP8 KV cache.
     quant: str = ""
     # An approximation by design (random features, low rank, sparsity, a KV cache it compresses): the rel_err
     # against float64 it is held to instead of its dtype's tolerance, when larger (0 < approximate < 1: an
@@ -154,8 +155,6 @@ class Capability:
             raise VariantError(
                 f"variant {self.name}: quant must be one of {list(QUANT_RECIPES)} or '', not {self.quant!r}"
             )
-        if self.quant and self.paged:  # a recipe's scales read (B, H, N, d) inputs, not pools of pages
-            raise VariantError(f"variant {self.name}: a quantisation recipe cannot read a paged K/V cache")
         bound = self.approximate
         if isinstance(bound, bool) or not isinstance(bound, int | float) or not 0 <= bound < 1:
             raise VariantError(

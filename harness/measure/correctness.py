@@ -21,6 +21,8 @@ float64 reference of the inputs rounded by its recipe (the kernel's error), whil
 reported apart and never gated: quant_rel_err, the reference of the rounded inputs against the reference of
 the original ones, and sqnr_db, the output against the original inputs' reference as a signal-to-noise
 ratio, 10 log10(||ref||^2 / ||out - ref||^2) = -20 log10 of that end-to-end rel_err (results.formulas).
+In a paged cell (block_table) the recipe rounds q as a tensor and the K/V pools as pools (variants.quant's
+pool=True: one scale over a pool, or one per K/V head over it), as an FP8 KV cache holds them.
 
 Error metric: rel_err = ||out - ref||_F / ||ref||_F over the compared rows (robust to the scale of the
 output, unlike an elementwise relative error near zero), plus max_abs_err. A variant passes when
@@ -198,7 +200,7 @@ def gate(
         ref = reference(q, k, v, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules)
     refs = [ref]  # the kernel's reference first: the original inputs', or the rounded inputs' then theirs
     if quant:
-        rounded = (dequantise(t, quant) for t in (q, k, v))  # what the variant computed on, in float32
+        rounded = rounded_inputs(q, k, v, quant, paged=block_table is not None)
         refs.insert(0, reference(*rounded, key_lengths=key_lengths, scale=scale, rows=rows, mod=mod, **rules))
     sampled = got = out if rows is None else out[:, :, rows.to(out.device)]  # sampled: before rows leave
     whole = refs[0]  # the kernel's reference on the rows checked, (B, H, R, d), before rows leave
@@ -241,6 +243,13 @@ def gate(
         approximate=approximate,
         **(_rounding(got, *refs, quant) if quant else {}),
     )
+
+
+def rounded_inputs(q, k, v, quant: str, paged: bool = False) -> tuple[torch.Tensor, ...]:
+    """q, k, v rounded by a variant's recipe and read back in float32: what it computed on. A paged cache's k
+    and v pools (paged) rounded as pools (one scale over a pool, or one per K/V head over it:
+    variants.quant), as an FP8 KV cache holds them."""
+    return dequantise(q, quant), *(dequantise(t, quant, pool=paged) for t in (k, v))
 
 
 def _cause(got, q, k, v, judged: tuple, whole, hidden, **rules) -> str:

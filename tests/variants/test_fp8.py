@@ -4,6 +4,7 @@ report draws the FP8 points."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,10 +17,14 @@ from conftest import run_cli
 
 from attnbench import variants
 from attnbench.harness.measure import cell, correctness
+from attnbench.harness.measure.inputs import block_table, make_inputs
 from attnbench.harness.sweep.settings import Settings
 from attnbench.harness.sweep.spec import CellSpec
 from attnbench.results.formulas import TOLERANCE, end_to_end_rel_err, quantised, sqnr_db
 from attnbench.variants import Problem, fp8, in_layout, quant
+from attnbench.variants.fp8 import HEAD, TENSOR
+from attnbench.variants.lengths import PAGED_ONLY
+from attnbench.variants.paged import paged_chunked
 from attnbench.variants.registry import Capability, VariantError
 
 QUICK = Settings(warmup_ms=1, budget_ms=5, min_ms=1)
@@ -62,8 +67,7 @@ def test_recipes_parse_and_unknown_ones_are_refused():
             quant.parse(bad)
     with pytest.raises(VariantError, match="quant must be one of"):
         Capability(name="x", quant="int8:tensor")
-    with pytest.raises(VariantError, match="cannot read a paged K/V cache"):
-        Capability(name="x", quant="e4m3fn:head", paged=True)
+    assert Capability(name="x", quant="e4m3fn:head", paged=True).quant == "e4m3fn:head"  # an FP8 KV cache
     assert variants.get("fp8_emulated").record()["quant"] == "e4m3fn:tensor"  # meta.json's record
     assert variants.get("sdpa").record()["quant"] == ""
 
@@ -188,6 +192,11 @@ def test_capabilities_say_what_fp8_does_not_do():
     assert "backward" in emulated.check(problem(pass_="fwdbwd"))
     assert "float64" in emulated.check(problem(dtype="float64"))
     assert "dropout" in emulated.check(problem(dropout=0.1))
+    assert "paged K/V cache" in emulated.check(problem(seq_len=1, page_size=16, causal_align="lower-right"))
+    for name in PAGED_EMULATED:  # an FP8 KV cache: paged cells only, forward only
+        paged = variants.get(name)
+        assert paged.check(problem()) == PAGED_ONLY and "backward" in paged.check(problem(pass_="fwdbwd"))
+        assert paged.cap.quant == PAGED_EMULATED[name] and paged.cap.paged and not paged.cap.default
     sdpa8 = variants.get("fp8_sdpa")
     assert (
         sdpa8.availability("cpu")
@@ -238,6 +247,99 @@ def test_fp8_sdpa_activates_fa3_for_its_call_only(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "['FA3', None, 'FA3']"
+
+
+# ---- an FP8 K/V cache in paged decode ------------------------------------------------------------------
+
+PAGED_EMULATED = {"fp8_paged_emulated": "e4m3fn:tensor", "fp8_paged_emulated_head": "e4m3fn:head"}
+
+
+def _paged_cell(variant: str, n_q: int = 2, page: int = 16) -> CellSpec:
+    """3 sequences of contexts near 96 in pages of `page`, 4 query heads on 2 K/V heads, causal."""
+    base = CellSpec(variant, "cpu", "float32", 3, 4, n_q, 16, 16, True, 0.0, "fwd")
+    return dataclasses.replace(
+        base, seq_k=96, kv_heads=2, lengths="uniform", page_size=page, causal_align="lower-right"
+    )
+
+
+def _paged_inputs(spec: CellSpec, kv_scales=(1.0, 1.0)):
+    """The cell's q, pools, contexts and page table, each K/V head's pool slots times its scale."""
+    q, k, v, contexts = make_inputs(spec, 0)
+    s = torch.tensor(kv_scales).view(1, 1, 2, 1)  # (1, 1, H_kv, 1) over the pool (P, page, H_kv, d)
+    return q, k * s, v * s, contexts, block_table(spec)
+
+
+def _pool_rounded(pool: torch.Tensor, per_head: bool) -> torch.Tensor:
+    """A pool (P, page, H_kv, d) rounded as an FP8 KV cache: one scale over the pool, or one per K/V head over
+    every page and slot, amax / 448; written here from the format's definition, as _rounded."""
+    x32 = pool.detach().to(torch.float32)
+    amax = x32.abs().amax(dim=(0, 1, 3), keepdim=True) if per_head else x32.abs().amax()
+    scale = amax / E4M3_MAX
+    return ((x32 / scale).to(torch.float8_e4m3fn).to(torch.float32) * scale).to(torch.float64)
+
+
+@pytest.mark.parametrize("recipe", quant.RECIPES)
+def test_a_pool_of_pages_is_rounded_over_the_pool_or_per_kv_head(recipe):
+    q, k, _, _, _ = _paged_inputs(_paged_cell("paged_chunked"), kv_scales=(1.0, 40.0))
+    per_head = recipe.endswith(":head")
+    assert quant.scales(k, recipe, pool=True).shape == ((1, 1, 2, 1) if per_head else (1, 1, 1, 1))
+    assert torch.equal(quant.dequantise(k, recipe, pool=True).to(torch.float64), _pool_rounded(k, per_head))
+    assert torch.equal(quant.dequantise(q, recipe), quant.dequantise(q, recipe, pool=False))  # q: as dense
+
+
+@pytest.mark.parametrize("name", PAGED_EMULATED)
+def test_fp8_paged_emulated_passes_the_gate_and_reports_the_kv_caches_rounding_apart(name):
+    """The gate rounds q by the recipe and the pools as pools, and holds the kernel to the float64 reference
+    of those: its kernel errs as float32 does, the rounding's error (~1e-2) and the SQNR stand apart."""
+    spec = _paged_cell(name)
+    q, k, v, contexts, table = _paged_inputs(spec)
+    paged = dict(causal=True, causal_align="lower-right", key_lengths=contexts, block_table=table)
+    r = correctness.check(variants.get(name), q, k, v, **paged)
+    assert r.passed and r.rel_err <= TOLERANCE["float32"] and r.quant == PAGED_EMULATED[name], r.describe()
+    per_head = PAGED_EMULATED[name].endswith(":head")
+    rounded = (_rounded(q, per_head), *(_pool_rounded(t, per_head) for t in (k, v)))
+    ref = correctness.reference(*(t.to(torch.float64) for t in (q, k, v)), **paged)
+    rounded_ref = correctness.reference(*rounded, **paged)
+    assert r.quant_rel_err == pytest.approx(_rel(rounded_ref, ref), rel=1e-6)
+    assert 1e-3 < r.quant_rel_err < 1e-1
+    out = variants.get(name)(q, k, v, **paged)
+    assert r.sqnr_db == pytest.approx(-20 * math.log10(_rel(out, ref)), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "rounds", ["per tensor", "per slot"], ids=["pool-per-tensor", "pool-as-dense-per-head"]
+)
+def test_a_paged_fp8_kernel_that_scales_its_pool_otherwise_than_it_declares_is_wrong(rounds):
+    """Declared per head: a kernel that rounds the pool with one scale over it, or with the dense recipe's
+    per-(B, H) scales read off a pool's (P, page) axes (a scale per slot), errs by the difference."""
+
+    def liar(q, k, v, *, causal=False, key_lengths=None, block_table=None, scale=None, **_):
+        pool = (lambda t: quant.dequantise(t, TENSOR, pool=True)) if rounds == "per tensor" else (
+            lambda t: quant.dequantise(t, HEAD)
+        )  # fmt: skip
+        return paged_chunked(
+            quant.dequantise(q, HEAD), pool(k), pool(v), causal=causal, key_lengths=key_lengths,
+            block_table=block_table, scale=scale,
+        ).to(q.dtype)  # fmt: skip
+
+    cap = dataclasses.replace(variants.get("fp8_paged_emulated_head").cap, name="liar")
+    spec = _paged_cell("fp8_paged_emulated_head")
+    q, k, v, contexts, table = _paged_inputs(spec, kv_scales=(1.0, 40.0))
+    paged = dict(causal=True, causal_align="lower-right", key_lengths=contexts, block_table=table)
+    r = correctness.check(variants.Variant(fn=liar, cap=cap), q, k, v, **paged)
+    assert not r.passed and "e4m3fn:head-rounded inputs" in r.describe()
+    honest = correctness.check(variants.get("fp8_paged_emulated_head"), q, k, v, **paged)
+    assert honest.passed, honest.describe()
+
+
+def test_a_measured_paged_fp8_cell_records_its_recipe_and_the_rounding_apart():
+    row = cell.measure_cell(_paged_cell("fp8_paged_emulated_head", n_q=1), QUICK)
+    assert row["status"] == "ok", row["message"]
+    assert row["quant_recipe"] == "e4m3fn:head" and row["rel_err"] <= TOLERANCE["float32"]
+    assert 1e-3 < row["quant_rel_err"] < 1e-1
+    assert row["sqnr_db"] == pytest.approx(-20 * math.log10(row["quant_rel_err"]), abs=0.01)
+    assert row["fresh_rel_err"] <= TOLERANCE["float32"] and row["refill_rel_err"] <= TOLERANCE["float32"]
+    assert row["kernel"] == "online softmax over the pages (float32 on an FP8-rounded K/V cache, emulated)"
 
 
 # ---- rows -----------------------------------------------------------------------------------------------
