@@ -168,19 +168,25 @@ def test_a_kernel_that_reads_past_a_context_is_wrong():
 
 
 def test_a_paged_run_counts_its_bytes_and_its_report_draws_the_decode_panel(tmp_path):
+    """... and an FP8 K/V cache's rows (fp8_paged_emulated_head) carry its recipe, the rounding's error apart
+    from the kernel's and the SQNR, which the report's findings say."""
     out = tmp_path / "run"
     proc = run_cli(
-        "run", "--variants", "paged_gather,paged_chunked,naive", "--batch", "3", "--heads", "4",
-        "--kv-heads", "2", "--d-k", "16", "--seq-len", "1", "--seq-k", "64,128", "--lengths", "uniform",
-        "--page-size", "16,32", "--causal", "lower-right", "--warmup-ms", "2", "--budget-ms", "10",
-        "--min-ms", "2", "--out", str(out), "-q",
+        "run", "--variants", "paged_gather,paged_chunked,fp8_paged_emulated_head,naive", "--batch", "3",
+        "--heads", "4", "--kv-heads", "2", "--d-k", "16", "--seq-len", "1", "--seq-k", "64,128",
+        "--lengths", "uniform", "--page-size", "16,32", "--causal", "lower-right", "--warmup-ms", "2",
+        "--budget-ms", "10", "--min-ms", "2", "--out", str(out), "-q",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     df = load(out)
     naive = df[df["variant"] == "naive"]
     assert set(naive["status"]) == {"unsupported"} and "paged K/V cache" in naive["message"].iloc[0]
     ok = df[df["status"] == "ok"]
-    assert len(ok) == 8
+    assert len(ok) == 12
+    fp8 = ok[ok["variant"] == "fp8_paged_emulated_head"]
+    assert set(fp8["quant_recipe"]) == {"e4m3fn:head"} and (fp8["rel_err"] <= 1e-4).all()
+    assert fp8["quant_rel_err"].between(1e-3, 1e-1).all()  # the cache's rounding, far past the kernel's error
+    assert ok[ok["variant"] != "fp8_paged_emulated_head"]["sqnr_db"].isna().all()
     for _, r in ok.iterrows():
         contexts = draw_lengths("uniform", 3, int(r["seq_k"]), least=1)
         assert list(r["seq_lens"]) == contexts
@@ -191,3 +197,6 @@ def test_a_paged_run_counts_its_bytes_and_its_report_draws_the_decode_panel(tmp_
     report = tmp_path / "report"
     assert run_cli("report", str(out), "--out", str(report)).returncode == 0
     assert list(report.glob("kv-bandwidth*.png")) or list(report.glob("decode*.png"))
+    said = " ".join((report / "README.md").read_text().replace("\\_", "_").split())
+    assert "fp8_paged_emulated_head rounds its inputs (e4m3fn:head): rel_err" in said
+    assert "its kernel alone errs" in said and "SQNR" in said
