@@ -154,3 +154,19 @@ def test_a_series_figure_colours_a_decode_line_by_its_n_k(tmp_path, monkeypatch)
     (bar,) = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
     assert [t.get_text() for t in bar.get_yticklabels()] == ["1k", "2k", "4k"]
     assert bar.get_ylabel() == "keys N_k of the line"
+
+
+def test_the_latest_findings_of_one_n_k_say_the_fit_has_one_n_k(tmp_path):
+    """N_q 1 and 4 against N_k = 512 alone: each row's exponent says its fit's one length as the report's
+    scaling table does, 'n/a (ok at 1 N_k)'; it said 'n/a (ok at 1 seq_len)'."""
+    import synthetic
+
+    rows = [
+        synthetic.cell(v, n_q, seq_k=512, kv_heads=2, causal=True, causal_align="lower-right",
+                       time_ms=n_q * (1.0 if v == "chunked" else 1.5))
+        for v in ("naive", "chunked")
+        for n_q in (1, 4)
+    ]  # fmt: skip
+    run = synthetic.write_run(tmp_path / "run", rows)
+    (table,) = site_findings.findings(_ok(history.frame_of([run])), {}, dashboard.RunRows())
+    assert [(r[1], r[2], r[4]) for r in table.rows] == [("512", "chunked", "n/a (ok at 1 N_k)")] * 2, table.rows
