@@ -169,4 +169,5 @@ def test_the_latest_findings_of_one_n_k_say_the_fit_has_one_n_k(tmp_path):
     ]  # fmt: skip
     run = synthetic.write_run(tmp_path / "run", rows)
     (table,) = site_findings.findings(_ok(history.frame_of([run])), {}, dashboard.RunRows())
-    assert [(r[1], r[2], r[4]) for r in table.rows] == [("512", "chunked", "n/a (ok at 1 N_k)")] * 2, table.rows
+    said = [(r[1], r[2], r[4]) for r in table.rows]
+    assert said == [("512", "chunked", "n/a (ok at 1 N_k)")] * 2, table.rows
