@@ -81,7 +81,8 @@ def calibrations(common, meta_of: Any) -> tuple[Table, dict[tuple[str, str, str]
         kind = (str(r["device"]), str(r["dtype"]))
         largest[kind] = max(largest.get(kind, 0), n or 0)
     notes, rows = {}, []
-    copy = bool(is_decode(common["seq_len"], common["seq_k"]).any()) if len(common) else False
+    lengths = {"seq_len", "seq_k"} <= set(common.columns)  # a frame of calibrations alone has none
+    copy = lengths and bool(is_decode(common["seq_len"], common["seq_k"]).any())
     for key, (r, n, usual) in sorted(found.items(), key=lambda kv: (str(kv[1][0]["machine"]), kv[0])):
         notes[key] = _note(n, usual, largest[(str(r["device"]), key[2])])
         rows.append(
