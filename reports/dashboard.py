@@ -7,7 +7,8 @@ run that measured the shape, with its fitted exponent), the series `history chec
 figure per device, dtype and pass: a panel per variant, a line per cell, its time over the series' median,
 each step results.steps found marked), the steps, and the runs, each linked to its report; a latest run
 measured on a busy machine says so (reports.busy.machine_busy). The cross-machine page: each variant's
-TFLOP/s and % of its device's calibrated matmul peak per machine, at the shapes (every axis but the device
+TFLOP/s and % of its device's calibrated matmul peak per machine (a decode cell's K/V GB/s and % of the
+calibrated copy bandwidth, as the run's report's decode panel), at the shapes (every axis but the device
 and dtype) that two or more machines measured, and which variant leads each shape on each machine, with
 those the report's ranking could not tell from it (results.judge.separated). What the store does not keep
 (speed probes, samples) is read from the runs' folders (RunRows).
@@ -71,7 +72,6 @@ from .style import (
     slug,
     variant_order,
 )
-from .tables import present
 
 INDEX = "index.html"
 CROSS = "machines.html"
@@ -147,6 +147,7 @@ def _publish(df, steps: Sequence[Any], out: Path, runs=None, limit: float | None
         ),
         Heading("Across machines"),
         Para((Link("Each variant's TFLOP/s and % of calibrated peak per machine, and who leads", CROSS),)),
+        Para("(A decode step's K/V GB/s and % of the calibrated copy bandwidth there, as its report says.)"),
     )
     written = [(index, out / INDEX)]
     left = unfinished_runs(df, loaded)  # every machine's cells: a run's plan spans them all
@@ -551,19 +552,6 @@ def _code_text(commit: Any, sha: Any) -> str:
 # ---- across machines -------------------------------------------------------------------------------
 
 
-def _peak_text(cell: Any) -> str:
-    """A cell's '633 (81.5%)': its TFLOP/s and % of its calibrated peak, marked where that calibration is not
-    comparable with the others' on the page (its `cal_note`: site_calibration's), and where the cell is
-    suspect (results.suspect: too fast to believe, never ranked)."""
-    tflops, peak, note = cell["tflops"], cell["cal_matmul_tflops"], cell.get("cal_note")
-    if tflops is None or tflops != tflops or not tflops > 0:
-        return "-"
-    mark = site_calibration.MARK if isinstance(note, str) and note else ""
-    pct = f" ({100 * float(tflops) / float(peak):.1f}%{mark})" if peak == peak and peak and peak > 0 else ""
-    suspect = cell.get("suspect")
-    return f"{float(tflops):.3g}{pct}" + (", suspect" if present(suspect) and bool(suspect) else "")
-
-
 def latest_cells(ok):
     """Each machine's latest ok measurement of each cell, with its series across devices and dtypes
     (site_findings.with_series: its shape, and its N, a decode cell's N_k, its N_q in its shape)."""
@@ -574,8 +562,9 @@ def latest_cells(ok):
 
 
 def cross_page(ok, loaded: RunRows | None = None) -> Page:
-    """Each variant's TFLOP/s and % of calibrated peak per machine at the shapes two or more machines
-    measured, and which variant leads each shape where (`loaded`: the runs' own rows, for the tie rule)."""
+    """Each variant's TFLOP/s and % of calibrated peak per machine (a decode cell's K/V GB/s and % of the
+    calibrated copy bandwidth: site_calibration.rate_text) at the shapes two or more machines measured, and
+    which variant leads each shape where (`loaded`: the runs' own rows, for the tie rule)."""
     page = Page("attnbench history: across machines")
     page.add(_back())
     if not len(ok):
@@ -591,7 +580,9 @@ def cross_page(ok, loaded: RunRows | None = None) -> Page:
             f"{len(keys)} shapes (every axis but device and dtype, with N; a decode shape's N_k, its N_q in "
             "the shape) measured on two or more of "
             f"{len(machines)} machines, each machine's latest run of each. TFLOP/s, and in brackets the % "
-            "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration). The "
+            "of the device's calibrated matmul peak for the cell's dtype (meta.json's calibration); a "
+            "decode shape's K/V GB/s and the % of the device's calibrated copy bandwidth, as its run's "
+            "report gives them, a decode step being bound by reading its cache, not by FLOPs. The "
             "calibrations table below gives each peak and the N of the matmul that measured it; "
             f"{site_calibration.MARK} marks a % against a smaller matmul than its device's usual one or "
             "another machine's here, which reads high beside theirs."
@@ -621,10 +612,10 @@ def lead_table(common, machines: list[str], loaded: RunRows) -> Table:
 
 
 def lead_blocks(common, machines: list[str], loaded: RunRows) -> tuple[Table, list[Para]]:
-    """Per shared shape and machine: the fastest variant with its TFLOP/s, and the variants tied with it, as
-    the run's report ranks them (site_findings.contestants: one row per kernel, no variant that may have run
-    one of theirs unrecorded, at the tolerance of the machine's cells of that shape here,
-    site_findings.combination_tolerance); a suspect cell is never ranked, and is named
+    """Per shared shape and machine: the fastest variant with its TFLOP/s (a decode cell's K/V GB/s), and the
+    variants tied with it, as the run's report ranks them (site_findings.contestants: one row per kernel, no
+    variant that may have run one of theirs unrecorded, at the tolerance of the machine's cells of that shape
+    here, site_findings.combination_tolerance); a suspect cell is never ranked, and is named
     (site_findings.ranked_text, the report's words); then a sentence per variant so left out
     (site_findings.unrecorded_text)."""
     common = _with_length(common)
@@ -647,16 +638,17 @@ def lead_blocks(common, machines: list[str], loaded: RunRows) -> tuple[Table, li
                 continue
             best = ranked.iloc[0]
             ties = [named(r) for r in front_rows(ranked, loaded, tolerances[(shape, m)])[1:]]
-            text = f"{named(best)} {_peak_text(best)}" + (f", tied with {', '.join(ties)}" if ties else "")
+            text = f"{named(best)} {site_calibration.rate_text(best)}" + (
+                f", tied with {', '.join(ties)}" if ties else ""
+            )
             row.append(text + left_out_text(suspects, ranked["variant"].nunique() == 1))
         rows.append(tuple(row))
     caption = (
-        f"the fastest variant, its TFLOP/s (% of peak; {site_calibration.MARK}: its calibration is not "
-        "comparable, below), and the variants the report's ranking cannot tell "
-        f"from it (under {TOLERANCE:.0%} slower, or more where two names of one kernel measured further "
-        "apart, or not judged slower by its test; none behind a variant it can tell from it); a suspect cell "
-        "(too fast to believe) is never ranked, as in the run's report, nor a variant that may have run "
-        "the kernel of one beside it unrecorded"
+        f"the fastest variant, its {site_calibration.RATE_WORDS}, and the variants the report's ranking "
+        f"cannot tell from it (under {TOLERANCE:.0%} slower, or more where two names of one kernel measured "
+        "further apart, or not judged slower by its test; none behind a variant it can tell from it); a "
+        "suspect cell (too fast to believe) is never ranked, as in the run's report, nor a variant that may "
+        "have run the kernel of one beside it unrecorded"
     )
     return Table(("shape", column, *machines), tuple(rows), caption), unrecorded_text(unsure)
 
@@ -673,9 +665,6 @@ def variant_table(common, machines: list[str]) -> Table:
         row: list[Any] = [shape, range_text(n, n, at["length"].iloc[0], column), named(at.iloc[0])]
         for m in machines:
             mine = at[at["machine"] == m]
-            row.append(_peak_text(mine.iloc[0]) if len(mine) else "-")
+            row.append(site_calibration.rate_text(mine.iloc[0]) if len(mine) else "-")
         rows.append(tuple(row))
-    caption = (
-        f"TFLOP/s (% of calibrated peak; {site_calibration.MARK}: its calibration is not comparable, below)"
-    )
-    return Table(("shape", column, "variant", *machines), tuple(rows), caption)
+    return Table(("shape", column, "variant", *machines), tuple(rows), site_calibration.RATE_WORDS)

@@ -8,7 +8,7 @@ from typing import Any
 
 from attnbench.results.formulas import is_decode
 
-from .tables import COMBO_AXES, device_memory, grouped, held_q, length_axis, ok_rows
+from .tables import COMBO_AXES, device_memory, grouped, held_q, length_axis, length_name, ok_rows
 
 MIN_FIT_POINTS = 3  # the fewest seq_lens a fit uses when the run has them (2 points give no CI)
 CI_LEVEL = 0.95
@@ -257,8 +257,12 @@ def fit_power_law(
     log_se=None,
     octaves: int = ASYMPTOTIC_OCTAVES,
     fit_from: int = 0,
+    length: str = "seq_len",
 ) -> PowerFit:
     """Least-squares exponent of values ~ seq_len^b over the asymptotic points (or all, asymptotic=False).
+
+    length: what seq_lens count (tables.length_axis: seq_len, or seq_k for a decode series), which a fit
+    with too few points names in its reason as the report's words do ('ok at 1 N_k': tables.length_name).
 
     log_se: each value's standard error in log units (cell_log_se), one per value: a weighted fit whose
     CI is 1.96 standard errors, or t's where the Birge ratio scales them (FIT_RULE). Without it,
@@ -279,8 +283,8 @@ def fit_power_law(
         se = np.where(np.isfinite(se[good]) & (se[good] > 0), se[good], SE_FLOOR)
     distinct = sorted(set(n.astype(int).tolist()))
     if len(distinct) < 2:
-        plural = "s" * (len(distinct) != 1)
-        return PowerFit(seq_lens=tuple(distinct), reason=f"ok at {len(distinct)} seq_len{plural}")
+        count = "no" if not distinct else "1"
+        return PowerFit(seq_lens=tuple(distinct), reason=f"ok at {count} {length_name(length)}")
     used = asymptotic_points(distinct, octaves, fit_from) if asymptotic else distinct
     keep = np.isin(n.astype(int), used)
     x, ly = np.log(n[keep]), np.log(y[keep])
@@ -352,13 +356,13 @@ def fit_visits(
     return PowerFit(slope, intercept, low, high, r2, tuple(used))
 
 
-def fit_memory(seq_lens, values) -> PowerFit:
+def fit_memory(seq_lens, values, length: str = "seq_len") -> PowerFit:
     """peak ≈ c + a·N^b (c >= 0: an N-independent workspace) over the ok seq_lens within MEMORY_OCTAVES
     octaves of the largest (the time fit's asymptotic points), fitted in log space (relative errors,
     MEM_SE each); the CI of b is 1.96 standard errors from the fit's Jacobian, or t's where the Birge
     ratio scales them.
     With fewer than 4 points (3 parameters need a degree of freedom for the CI), or where the fit fails,
-    fit_power_law's weighted fit."""
+    fit_power_law's weighted fit (`length`: what seq_lens count, as there)."""
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -366,7 +370,7 @@ def fit_memory(seq_lens, values) -> PowerFit:
     y = np.asarray(list(values), dtype=float)
     good = np.isfinite(n) & np.isfinite(y) & (n > 0) & (y > 0)
     n, y = n[good], y[good]
-    plain = fit_power_law(n, y, log_se=[MEM_SE] * len(n), octaves=MEMORY_OCTAVES)
+    plain = fit_power_law(n, y, log_se=[MEM_SE] * len(n), octaves=MEMORY_OCTAVES, length=length)
     used = asymptotic_points(n, MEMORY_OCTAVES)
     if len(used) < 4 or plain.exponent is None or plain.intercept is None:
         return plain
@@ -545,7 +549,9 @@ def time_fit(ok, length: str, meta: dict[str, Any]) -> PowerFit:
         )
     ]
     start = time_fit_from(meta)
-    return fit_visits(n, visits, fit_from=start) or fit_power_law(n, t, log_se=se, fit_from=start)
+    return fit_visits(n, visits, fit_from=start) or fit_power_law(
+        n, t, log_se=se, fit_from=start, length=length
+    )
 
 
 def _series(df):
@@ -589,7 +595,7 @@ def scaling_table(df, metas: dict[str, dict[str, Any]]):
         m = ok["peak_mem_bytes"].astype("Float64").to_numpy(dtype=float, na_value=math.nan)
         meta = metas.get(str(key["run_id"]), {})
         tfit = time_fit(ok, length, meta)
-        mfit = fit_memory(n, m)
+        mfit = fit_memory(n, m, length)
         t_theory, m_theory, m_class = theory(str(key["variant"]), meta, pair_exponent(sub, length))
         dev_mem = device_memory(meta, str(key["device"]), sub["gpu_name"].dropna().unique())
         n_max_raw = mfit.solve(dev_mem) if dev_mem else None

@@ -143,7 +143,7 @@ def summary_table(scaling) -> pg.Table:
         if present(r["mem_theory"]):
             mem_th += f" ({_class_text(str(r['mem_class']), r['mem_theory'])})"
         frac = r["peak_fraction_at_max"]
-        # a variant that never ran ok says why (e.g. "n/a: 5 unsupported") instead of "ok at 0 seq_lens"
+        # a variant that never ran ok says why (e.g. "n/a: 5 unsupported") instead of "ok at no N"
         time_fit, mem_fit = str(r["time_fit"]), str(r["mem_fit"])
         if not r["ok_seq_lens"]:
             time_fit = mem_fit = f"n/a: {r['statuses']}"

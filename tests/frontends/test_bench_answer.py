@@ -323,7 +323,7 @@ def test_skipped_cells_are_counted_and_their_option_said_in_the_callers_spelling
 
 
 def test_rows_without_peak_memory_say_time_alone_and_an_even_race_is_as_fast(tmp_path):
-    """'peak memory as N^n/a (ok at 0 seq_lens)' where no row had a peak; '1.00x slower' at a ratio of 1."""
+    """'peak memory as N^n/a (ok at no N)' where no row had a peak; '1.00x slower' at a ratio of 1."""
     from synthetic import cell, write_run
 
     from attnbench.reports.answer_text import ratio_text as _ratio_text

@@ -7,12 +7,15 @@ N_q in real run folders (synthetic.write_run)."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
-from conftest import ROOT
+from conftest import ROOT, run_cli
 
 from attnbench.reports import dashboard, site_findings
 from attnbench.reports.fit import combo_key, fit_index, scaling_table
 from attnbench.reports.growth import exponent_said
+from attnbench.reports.panels.decode import decode_rows, kv_rates
 from attnbench.reports.tables import best_variant, length_name, tied_names
 from attnbench.results import history, load, load_meta
 from attnbench.results.axes import CELL_AXES
@@ -25,7 +28,7 @@ def _ok(df):
     return df[((df["status"] == "ok") & (df["time_ms_median"] > 0)).fillna(False).astype(bool)]
 
 
-def _decode_run(path):
+def _decode_run(path, **meta):
     """naive leads chunked up to N_k = 512 and chunked leads above at N_q = 1; chunked leads at every N_k at
     N_q = 4 (tests/reports/test_decode_queries.py's sweep); each time linear in N_k."""
     import synthetic
@@ -40,7 +43,7 @@ def _decode_run(path):
         for n_q in (1, 4)
         for n_k in N_KS
     ]  # fmt: skip
-    return synthetic.write_run(path, rows)
+    return synthetic.write_run(path, rows, **meta)
 
 
 def _report_front(best, cell) -> list[str]:
@@ -154,3 +157,59 @@ def test_a_series_figure_colours_a_decode_line_by_its_n_k(tmp_path, monkeypatch)
     (bar,) = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
     assert [t.get_text() for t in bar.get_yticklabels()] == ["1k", "2k", "4k"]
     assert bar.get_ylabel() == "keys N_k of the line"
+
+
+def test_the_latest_findings_of_one_n_k_say_the_fit_has_one_n_k(tmp_path):
+    """N_q 1 and 4 against N_k = 512 alone: each row's exponent says its fit's one length as the report's
+    scaling table does, 'n/a (ok at 1 N_k)'; it said 'n/a (ok at 1 seq_len)'."""
+    import synthetic
+
+    rows = [
+        synthetic.cell(v, n_q, seq_k=512, kv_heads=2, causal=True, causal_align="lower-right",
+                       time_ms=n_q * (1.0 if v == "chunked" else 1.5))
+        for v in ("naive", "chunked")
+        for n_q in (1, 4)
+    ]  # fmt: skip
+    run = synthetic.write_run(tmp_path / "run", rows)
+    (table,) = site_findings.findings(_ok(history.frame_of([run])), {}, dashboard.RunRows())
+    said = [(r[1], r[2], r[4]) for r in table.rows]
+    assert said == [("512", "chunked", "n/a (ok at 1 N_k)")] * 2, table.rows
+
+
+def _cells(html: str, heading: str) -> list[list[str]]:
+    """The rows of the table under `heading` on a published page, each a list of its cells' text."""
+    table = html.split(f">{heading}</h2>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r, re.S)]
+            for r in rows]  # fmt: skip
+
+
+def test_the_cross_machine_page_gives_a_decode_cells_kv_bandwidth_and_its_share_of_copy(tmp_path):
+    """The decode run on two machines of copy bandwidths 10 and 40 GB/s, added and published: each decode
+    cell reads its K/V GB/s and % of its machine's calibrated copy bandwidth, as the run's report's decode
+    panel computes them (kv_rates), and the calibrations give each copy bandwidth. The page gave TFLOP/s and
+    % of the matmul peak, which a decode step, bound by reading its cache, never nears."""
+    copy = {"a": 10.0, "b": 40.0}
+    runs = {
+        h: _decode_run(tmp_path / h, run_id=f"decode-{h}", hostname=h, copy_gbps=g) for h, g in copy.items()
+    }
+    store = str(tmp_path / "store.sqlite")
+    run_cli("history", "add", *map(str, runs.values()), "--store", store, check=True)
+    run_cli("history", "publish", "--store", store, "--out", str(tmp_path / "site"), check=True)
+    html = (tmp_path / "site" / dashboard.CROSS).read_text()
+    head, *rows = _cells(html, "Every variant at the shared shapes")
+    machines = head[3:]
+    assert head[1] == "N_k" and len(machines) == 2 and len(rows) == 2 * 2 * len(N_KS), (head, rows)
+    for host, run in runs.items():
+        (col,) = [i for i, m in enumerate(head) if m.endswith(f"on {host}")]
+        rated = kv_rates(decode_rows(load(run)))
+        for _, r in rated.iterrows():
+            (row,) = [x for x in rows if x[1] == str(r["seq_k"]) and x[2] == r["variant"]
+                      and f"|n{r['seq_len']}|" in x[0]]  # fmt: skip
+            pct = 100 * r["kv_gbps"] / copy[host]
+            assert row[col] == f"{r['kv_gbps']:.3g} GB/s ({pct:.1f}% of copy)", (host, row)
+    lead = _cells(html, "Who leads where")
+    assert all("GB/s" in c and "TFLOP" not in c for r in lead[1:] for c in r[2:]), lead
+    head, *cals = _cells(html, "The calibrations")
+    at = head.index("copy GB/s")
+    assert sorted(r[at] for r in cals) == ["10", "40"], (head, cals)

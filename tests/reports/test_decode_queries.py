@@ -5,6 +5,8 @@ fitting over the query length."""
 
 from __future__ import annotations
 
+import re
+
 import synthetic
 
 from attnbench.reports import findings
@@ -85,3 +87,8 @@ def test_a_decode_sweep_of_one_n_k_places_each_n_q_at_that_n_k(tmp_path):
     assert table.headers == ("N_k", "N_q=1", "N_q=4") and [r[0] for r in table.rows] == ["512"], table
     md = rep.readme.read_text().replace("\\", "")
     assert "| variant | dtype | N_q | N_k | K/V GB/s |" in md, md
+    # the scaling table's fits, each over one N_k, say so: they said 'n/a (ok at 1 seq_len)'
+    scaling = md.split("## Scaling", 1)[1].split("\n## ", 1)[0]
+    fits = [line for line in scaling.splitlines() if line.startswith(("| naive", "| chunked"))]
+    assert len(fits) == 4 and all("| n/a (ok at 1 N_k) |" in line for line in fits), fits
+    assert set(re.findall(r"ok at \w+ ([^)]*)\)", scaling)) == {"N_k"}, scaling  # memory too: 'no N_k'

@@ -154,11 +154,13 @@ def test_memory_fit_separates_a_constant_workspace_from_the_part_that_grows():
 
 def test_too_few_points():
     one = fit.fit_power_law([1024, 1024], [5.0, 5.2])
-    assert not one.available and "1 seq_len" in one.reason and one.text().startswith("n/a")
+    assert not one.available and one.text() == "n/a (ok at 1 N)"
+    keys = fit.fit_power_law([512], [5.0], length="seq_k")  # a decode series' keys: the report's N_k
+    assert keys.text() == "n/a (ok at 1 N_k)"
     two = fit.fit_power_law([1024, 2048], [1.0, 4.0])
     assert two.exponent == pytest.approx(2.0) and two.ci_low is None and "no CI" in two.text()
     none = fit.fit_power_law([], [])
-    assert not none.available
+    assert not none.available and none.text() == "n/a (ok at no N)"
 
 
 def test_non_positive_and_non_finite_values_are_dropped():
