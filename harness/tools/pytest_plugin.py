@@ -34,6 +34,9 @@ one test, `test_attention[<cell id>]`:
   the JSON file's top-level "attnbench" block, beside this machine's fingerprint, the capability record
   of each variant of the grid (what the report's theory reads) and this machine's calibration (matmul and
   copy ceilings for % of peak: --attn-calibrate-ms of sampling per dtype, after the timed tests).
+- A cell a Ctrl-C cuts short while it is timed or checked after is marked has_error, so that
+  pytest-benchmark saves it nowhere (its partial rounds would read as a finished `ok` cell): a run's
+  interrupted cell has no row either.
 - A session that times the grid announces itself to the other attnbench runs on this machine as a run does
   (harness.run.neighbours): it says after collection when another one is measuring, and in its summary
   which ones measured during it; a run started meanwhile is told of it. One that times nothing
@@ -98,6 +101,7 @@ class _Session:
     error: str | None = None  # why the grid could not be built (an unknown variant), said after collection
     announced: object = None  # this session's neighbours.Announced, while it times the grid
     notes: tuple[str, ...] = ()  # its closing note on the runs that measured during it
+    calibration: dict | None = None  # measured once: the JSON file and the saved file hold the same
 
 
 _KEY = pytest.StashKey[_Session]()
@@ -295,6 +299,9 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
         benchmark.extra_info.update(after.fields())
     except BaseException as exc:  # the variant failed on fresh inputs: this cell's row, as in measure_cell
         if stops_the_process(exc):
+            benchmark.has_error = (
+                True  # cut short (Ctrl-C) before its verdict: never saved as a finished cell
+            )
             raise
         status, message = failure(exc, spec.device, ready, exercised(variant, spec.problem()))
     benchmark.extra_info.update(status=status, message=message)
@@ -322,7 +329,14 @@ def _timed(benchmark, call, spec, row: dict, config: pytest.Config):
 
     benchmark.extra_info["speed_tflops"] = round(speed_probe(spec.device), 6)
     calls = _calls(config, setup, target, state.settings)
-    benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
+    try:
+        benchmark.pedantic(target, setup=setup, rounds=calls, warmup_rounds=0, iterations=1)
+    except BaseException:
+        # pytest-benchmark marks an Exception only: a Ctrl-C (KeyboardInterrupt) mid-rounds would leave the
+        # cell's partial rounds in the session's JSON and saved files, its extra_info's status `ok` already.
+        # As a run does with the cell its Ctrl-C cuts, no row: has_error keeps it out of every file
+        benchmark.has_error = True
+        raise
     if state.announced is not None:
         state.announced.touch()  # alive, and the runs measuring beside it noted
     stats = benchmark.stats.stats if benchmark.stats is not None else None
@@ -401,16 +415,17 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     cells = list(state.cells.values())
     names = list(dict.fromkeys(c.variant for c in cells))
     timed = [c for c in cells if any(b.get("extra_info", {}).get("cell_id") == c.cell_id for b in benchmarks)]
-    calibration = {}
-    for device in dict.fromkeys(c.device for c in timed):
-        dtypes = list(dict.fromkeys(c.dtype for c in timed if c.device == device))
-        calibration[device] = calibrate(device, dtypes, state.settings.calibrate_ms)
+    if state.calibration is None:  # --benchmark-json and --benchmark-autosave: two files, one calibration
+        state.calibration = {}
+        for device in dict.fromkeys(c.device for c in timed):
+            dtypes = list(dict.fromkeys(c.dtype for c in timed if c.device == device))
+            state.calibration[device] = calibrate(device, dtypes, state.settings.calibrate_ms)
     output_json["attnbench"] = {
         "format": EXTRA_INFO_FORMAT,
         "fingerprint": collect(),
         "untimed": list(state.untimed),
         "variant_capabilities": {name: variants.get(name).record() for name in names},
-        "calibration": calibration,
+        "calibration": state.calibration,
     }
 
 

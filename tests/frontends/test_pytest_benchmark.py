@@ -116,7 +116,10 @@ def test_import_benchmark_gives_a_run_the_loader_export_and_report_read(bench_js
 
 @pytest.mark.slow
 def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
-    """Wrong answers and errors fail untimed; OOM and refusals skip: every one is a row."""
+    """Wrong answers and errors fail untimed; OOM and refusals skip: every one is a row. The session's last
+    cell is cut by a Ctrl-C in its timed rounds (the plugin had written its status `ok` before timing):
+    pytest-benchmark still writes the file, without that cell, and the import has no row of it, as a run
+    has none of the cell its Ctrl-C cuts."""
     out = tmp_path / "faults.json"
     proc = run_pytest_benchmarks(
         "--benchmark-only",
@@ -125,8 +128,10 @@ def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
         "-q",
         "--attn-variant-file",
         str(FAULTS),
+        "--attn-variant-file",
+        str(DATA / "interrupt_variants.py"),
         "--attn-variants",
-        "fault_wrong,fault_raise,fault_oom,fault_unsupported",
+        "fault_wrong,fault_raise,fault_oom,fault_unsupported,ctrl_c_while_timed",
         "--attn-seq-len",
         "64,512",
         "--attn-heads",
@@ -138,13 +143,19 @@ def test_failures_stay_per_cell_and_import_with_their_status(tmp_path):
         "--benchmark-max-time",
         "0.01",
     )
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "4 failed, 1 passed, 3 skipped" in proc.stdout
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]  # pytest's status for a Ctrl-C
+    assert "KeyboardInterrupt" in proc.stdout and "4 failed, 2 passed, 3 skipped" in proc.stdout
     assert "oom: fault_oom: deliberate out-of-memory" in proc.stdout
+    timed = {
+        (b["extra_info"]["variant"], b["extra_info"]["seq_len"])
+        for b in json.loads(out.read_text())["benchmarks"]
+    }
+    assert timed == {("fault_oom", 64), ("ctrl_c_while_timed", 64)}  # the cut cell is in no file
     run = tmp_path / "run"
     assert main(["import-benchmark", str(out), "--out", str(run)]) == 0
     got = {(r["variant"], r["seq_len"]): r["status"] for r in read_rows(run)}
     assert got == {
+        ("ctrl_c_while_timed", 64): "ok",
         ("fault_wrong", 64): "wrong",
         ("fault_wrong", 512): "wrong",
         ("fault_oom", 64): "ok",
