@@ -241,8 +241,13 @@ def cmd_import_benchmark(args: argparse.Namespace) -> int:
         print(f"skipped benchmark {printable(name)}: not an attnbench grid cell (no attnbench extra_info)",
               file=sys.stderr)  # fmt: skip
 
+    def warned(line: str) -> None:
+        print(f"attnbench: warning: {printable(line)}", file=sys.stderr)
+
     try:
-        path, counts = import_file(args.json_file, args.out, capabilities=known, on_skip=skipped)
+        path, counts = import_file(
+            args.json_file, args.out, capabilities=known, on_skip=skipped, on_warning=warned
+        )
     except (RunDirError, ValueError) as exc:  # BenchmarkFileError is a ValueError
         raise BadInput(str(exc)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))

@@ -75,6 +75,7 @@ class Comparison:
     setup: list[str] = field(default_factory=list)  # the runs' set-ups, where they differ (compare_load)
     # what differs between the runs' settings, sweep and environment, in one line, said first
     differences: str = ""
+    unjudged: list[str] = field(default_factory=list)  # cells ok in both with too few timings to judge
 
     @property
     def threshold(self) -> Threshold | None:
@@ -136,6 +137,7 @@ class Comparison:
     def warnings(self) -> list[str]:
         return (
             self.busy
+            + self.unjudged
             + self.setup
             + self.calibration_warnings
             + self.sampling_warnings
@@ -371,7 +373,13 @@ def compare_runs(
         raise ValueError(f"--run-spread must be from 0 to below 100%, got {run_spread:.0%}")
     design = judge.Design(alpha, threshold, control_variant, same, interleaved, run_spread, sample_spread)
     scales = _scales(m, axes, normalize, meta_a, meta_b)
-    judgement = judge.judge(_cells(m, axes, control_variant, [s for s, _ in scales]), design)
+    judge_cells = _cells(m, axes, control_variant, [s for s, _ in scales])
+    judgement = judge.judge(judge_cells, design)
+    lacking = compare_load.unjudged(
+        a, b, list(zip(judge_cells, judgement.cells, strict=True)), meta_a, meta_b
+    )
+    if lacking.startswith("compare can judge none"):  # a gate of nothing would pass: refused, as no_common
+        raise ValueError(lacking)
     cells = _table(m, axes, judgement, scales, normalize)
     # which device groups met, in the order of the pairs (before the cells are sorted for the tables)
     of_a, of_b = devices.group_of(groups_a), devices.group_of(groups_b)
@@ -386,6 +394,7 @@ def compare_runs(
         *(compare_load.unmatched(x, y, axes) for x, y in ((a, b), (b, a))),
         compare_load.sampling_warnings(meta_a, meta_b), compare_load.machines(meta_a, meta_b), busy,
         compare_load.setup_lines(meta_a, meta_b), compare_load.differences_line(meta_a, meta_b),
+        [lacking] if lacking else [],
     )  # fmt: skip
 
 

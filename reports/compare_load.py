@@ -227,6 +227,9 @@ def _identity(meta: dict[str, Any]) -> tuple | None:
     record = meta.get("runset")
     if record:
         return tuple(zip(record.get("run_ids", []), record.get("created", []), strict=False)) or None
+    session = (meta.get("imported_from") or {}).get("session_sha256")
+    if session:  # one pytest-benchmark session, whichever of its files (JSON, saved) was imported
+        return ("pytest-benchmark session", session)
     run_id, created = meta.get("run_id"), meta.get("created")
     return (run_id, created) if run_id and created else None
 
@@ -238,6 +241,12 @@ def _same_run(run_a, run_b, meta_a: dict[str, Any], meta_b: dict[str, Any]) -> t
         return True, f"the same run is given twice ({run_a})"
     ident = _identity(meta_a)
     if ident is not None and ident == _identity(meta_b):
+        if ident[0] == "pytest-benchmark session":
+            files = [(m.get("imported_from") or {}).get("file") for m in (meta_a, meta_b)]
+            return True, (
+                f"{run_b} and {run_a} were imported from one pytest-benchmark session ({files[0]} and "
+                f"{files[1]} hold the same timings: meta.json's imported_from.session_sha256 {ident[1][:12]})"
+            )
         what = "run set" if meta_a.get("runset") else "run"
         said = f"the run_id {meta_a.get('run_id')} and created {meta_a.get('created')}"
         return True, f"{run_b} is a copy of the {what} {run_a} ({said} in meta.json)"
@@ -332,3 +341,31 @@ def unmatched(x, y, axes: list[str]):
     x = x.drop_duplicates(subset=axes, keep="last")
     m = x[[*axes, "cell_id", "status"]].merge(y[axes].drop_duplicates(), on=axes, how="left", indicator=True)
     return m.loc[m["_merge"] == "left_only", ["cell_id", "status"]].reset_index(drop=True)
+
+
+def unjudged(a, b, judged: list[tuple[Any, Any]], meta_a: dict[str, Any], meta_b: dict[str, Any]) -> str:
+    """Why cells ok in both runs were not judged (fewer than 2 replicates a side at the level judged), for
+    compare's refusal where it is all of them and its warning where it is some; "" where all were judged.
+    `judged` pairs each cell (results.judge.Cell) with its Judged. A side without raw timings (a
+    pytest-benchmark file saved without --benchmark-save-data) is named with the way out."""
+    lacking = [j for c, j in judged if c.ok and min(j.n_a, j.n_b) < 2]
+    if not lacking:
+        return ""
+    ok = sum(c.ok for c, _ in judged)
+    said = (
+        f"{len(lacking)} of the {ok} cells ok in both runs"
+        if len(lacking) < ok
+        else f"none of the {ok} cells ok in both runs"
+    )
+    bare = [
+        side for side, rows, meta in (("A", a, meta_a), ("B", b, meta_b))
+        if (meta.get("imported_from") or {}).get("raw_timings") is False
+    ]  # fmt: skip
+    if bare:
+        which = " and ".join(bare)
+        return (
+            f"compare can judge {said}: {which} {'has' if len(bare) == 1 else 'have'} no raw timings (a "
+            "pytest-benchmark file saved without --benchmark-save-data keeps only its statistics); save the "
+            "sessions with --benchmark-save-data (or write them with --benchmark-json) and import them again"
+        )
+    return f"compare can judge {said}: fewer than 2 timed calls a side"

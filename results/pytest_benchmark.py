@@ -23,6 +23,7 @@ Everything is read and checked before anything is written; results never imports
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -144,6 +145,14 @@ def _timed_row(bench: dict[str, Any], where: str) -> dict[str, Any]:
     return row
 
 
+def cut_short(bench: Any) -> bool:
+    """Whether a cell's timing was cut short (a Ctrl-C in a session written by a plugin before it kept such a
+    cell out of the file): its extra_info has `elapsed_s`, which the plugin fills last, still None. Its
+    partial rounds are no measurement; as a run's interrupted cell, it has no row."""
+    info = bench.get("extra_info") if isinstance(bench, dict) else None
+    return isinstance(info, dict) and "elapsed_s" in info and info["elapsed_s"] is None
+
+
 def is_cell(bench: Any) -> bool:
     """Whether a benchmark is an attnbench grid cell (the plugin's extra_info carries its format), not an
     ordinary pytest-benchmark test of the same session."""
@@ -168,7 +177,7 @@ def rows_from(data: dict[str, Any]) -> list[dict[str, Any]]:
         name = bench.get("name", f"#{i}") if isinstance(bench, dict) else f"#{i}"
         if not isinstance(bench, dict):
             raise BenchmarkFileError(f"benchmark {name}: expected an object")
-        if is_cell(bench):
+        if is_cell(bench) and not cut_short(bench):
             rows.append(_timed_row(bench, f"benchmark {name!r}"))
     block = data.get("attnbench")
     untimed = block.get("untimed") if isinstance(block, dict) else None
@@ -195,6 +204,38 @@ def rows_from(data: dict[str, Any]) -> list[dict[str, Any]]:
             raise BenchmarkFileError(f"cell {row['cell_id']!r} appears twice in the file")
         seen.add(row["cell_id"])
     return rows
+
+
+def without_raw_timings(data: dict[str, Any]) -> int:
+    """How many of the file's timed cells have no raw timings (`stats.data`): pytest-benchmark writes them to
+    --benchmark-json always, to its storage (--benchmark-autosave, --benchmark-save) only with
+    --benchmark-save-data. compare judges a cell by its timings, so it can judge none of such a cell."""
+    return sum(
+        1
+        for b in data["benchmarks"]
+        if is_cell(b)
+        and not cut_short(b)
+        and not (isinstance(b.get("stats"), dict) and b["stats"].get("data"))
+    )
+
+
+def session_digest(data: dict[str, Any]) -> str:
+    """The sha256 of what a session measured: each benchmark's name, extra_info and statistics (its raw
+    timings left out), the machine and the cells not timed. The --benchmark-json file and the saved file of
+    one session share it, though each has its own `datetime` and only one may have the raw timings: compare
+    refuses two imports of one session as it refuses a run with its copy."""
+    benches = [
+        {
+            "name": b.get("fullname") or b.get("name"),
+            "extra_info": b.get("extra_info"),
+            "stats": {k: v for k, v in (b.get("stats") or {}).items() if k != "data"},
+        }
+        for b in data["benchmarks"]
+        if isinstance(b, dict)
+    ]
+    block = data.get("attnbench") if isinstance(data.get("attnbench"), dict) else {}
+    what = {"benchmarks": benches, "machine_info": data["machine_info"], "untimed": block.get("untimed")}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _run_id(data: dict[str, Any]) -> str:
@@ -255,6 +296,8 @@ def meta_from(
             "file": str(Path(source).resolve()),
             "pytest_benchmark_version": data.get("version"),
             "timing_options": options or {},
+            "session_sha256": session_digest(data),
+            "raw_timings": without_raw_timings(data) == 0,
             "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         },
         "sweep": sweep,
@@ -271,6 +314,21 @@ def meta_from(
     }
 
 
+def not_resumable(meta: dict[str, Any], out: str | Path) -> str | None:
+    """The one line that refuses `run --resume` and `collect` of an imported run, else None: pytest timed its
+    cells in its own process, without a run's workers and their allocator and huge-page settings, so rows a
+    run added would not be comparable with them, and its variants may be known only to the test files."""
+    source = meta.get("imported_from") if isinstance(meta.get("imported_from"), dict) else None
+    if source is None or source.get("format") != FORMAT:
+        return None
+    return (
+        f"{str(out)!r} was imported from a pytest-benchmark file ({source.get('file')}): an imported run "
+        "cannot be resumed or collected (pytest timed its cells, without attnbench run's workers and their "
+        "allocator and huge-page settings); run the pytest session again and import its file into a new "
+        "directory"
+    )
+
+
 def imported_runs(metas: dict[str, dict[str, Any]]) -> set[str]:
     """The ids of the runs among `metas` (run id -> meta.json) imported from a pytest-benchmark file."""
     return {rid for rid, meta in metas.items() if (meta.get("imported_from") or {}).get("format") == FORMAT}
@@ -282,10 +340,12 @@ def import_file(
     *,
     capabilities: Callable[[str], dict[str, Any] | None] | None = None,
     on_skip: Callable[[str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> tuple[Path, dict[str, int]]:
     """Write the run directory `out` from a pytest-benchmark JSON file; (out, status counts). Each ordinary
     benchmark is left out and named to `on_skip`; `capabilities(name)` gives the capability record of a
-    variant the file has none for (meta_from).
+    variant the file has none for (meta_from). `on_warning` is told, in one line each, of a cell cut short
+    while timed (left out: cut_short) and of timed cells without raw timings (without_raw_timings).
 
     Refuses (BenchmarkFileError or RunDirError, nothing written) a bad file or an `out` that is a file,
     a run or a non-empty directory.
@@ -303,6 +363,9 @@ def import_file(
     for name in ordinary(data):
         if on_skip is not None:
             on_skip(name)
+    for line in _warnings(path, data):
+        if on_warning is not None:
+            on_warning(line)
     writer = RunWriter(target)
     try:
         writer.write_meta(meta)
@@ -314,3 +377,21 @@ def import_file(
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     return target, counts
+
+
+def _warnings(path: str | Path, data: dict[str, Any]) -> list[str]:
+    """import_file's lines for on_warning: each cell cut short, and the timed cells without raw timings."""
+    out = [
+        f"left out {b['extra_info'].get('cell_id')}: its timing was cut short (the session was interrupted); "
+        "as a run's interrupted cell, it has no row"
+        for b in data["benchmarks"]
+        if cut_short(b)
+    ]
+    n = without_raw_timings(data)
+    if n:
+        out.append(
+            f"{path} has no raw timings for {n} of its timed cells, so compare can judge none of them: "
+            "pytest-benchmark saves them to its storage only with --benchmark-save-data (--benchmark-json "
+            "writes them always); save the session with --benchmark-save-data"
+        )
+    return out

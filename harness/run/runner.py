@@ -37,7 +37,7 @@ from attnbench.harness.sweep.spec import CellSpec, SweepSpec, wide_windows
 from attnbench.harness.workers import interrupts, isolation
 from attnbench.harness.workers.cellrunner import CellRunner, SkipAhead, precheck
 from attnbench.harness.workers.isolation import WorkerDied, WorkerTimeout
-from attnbench.results import RunWriter, drift, integrity
+from attnbench.results import RunWriter, drift, integrity, pytest_benchmark
 from attnbench.results.formulas import where_key
 from attnbench.results.load import tile_failed, tile_sentences
 from attnbench.results.rowfile import RowWarning
@@ -181,6 +181,9 @@ def raced(cells: Sequence[CellSpec], fn: str, baseline: str) -> list[str]:
 
 def _resumed(out: str | Path, force_resume: bool, redo_drift: bool) -> _Start:
     meta = read_meta(out)
+    imported = pytest_benchmark.not_resumable(meta, out)
+    if imported:  # before its set-up and its variants, which a pytest session's are not a run's
+        raise ValueError(imported)
     sweep = SweepSpec.from_meta(meta["sweep"], Path(out) / "meta.json")
     current = fingerprint.resume_identity(dict(sweep.settings.env))
     differs = fingerprint.identity_diff(fingerprint.recorded_identity(meta), current)

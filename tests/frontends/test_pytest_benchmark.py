@@ -23,12 +23,17 @@ VARIANTS = ["naive", "chunked", "sdpa", "sdpa_cudnn"]  # sdpa_cudnn has no CPU k
 
 @pytest.fixture(scope="module")
 def bench_json(tmp_path_factory):
-    """(completed process, path, parsed JSON) of one tiny benchmark run."""
+    """(completed process, path, parsed JSON) of one tiny benchmark run; the session is also saved, as
+    --benchmark-autosave saves it (no --benchmark-save-data), under `storage/` beside the JSON file."""
     out = tmp_path_factory.mktemp("pytest-benchmark") / "out.json"
     proc = run_pytest_benchmarks(
         "--benchmark-only",
         "--benchmark-json",
         str(out),
+        "--benchmark-save",
+        "saved",
+        "--benchmark-storage",
+        f"file://{out.parent / 'storage'}",
         "-q",
         "--attn-variants",
         ",".join(VARIANTS),
@@ -108,10 +113,43 @@ def test_import_benchmark_gives_a_run_the_loader_export_and_report_read(bench_js
     assert list(skipped["variant"]) == ["sdpa_cudnn"] * 2
     assert skipped["time_ms_median"].isna().all()
 
+    assert "raw timings" not in proc.stderr  # --benchmark-json keeps every timed call
+    # pytest timed the cells in its own process, with its own set-up: no run goes on from them
+    for command in (["collect", str(run)], ["run", "--resume", "--redo-drift", "--out", str(run)]):
+        capsys.readouterr()
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "unknown variant" not in err, err
+        assert "imported from a pytest-benchmark file" in err and "cannot be resumed or collected" in err
+        assert "run the pytest session again" in err
+    assert len(read_rows(run)) == 8
+
     exported = run_cli("export", str(run), check=True).stdout
     assert exported.splitlines()[0].startswith("run_id,machine,cell_id") and len(exported.splitlines()) == 9
     assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_sessions_saved_file_says_it_has_no_raw_timings_and_is_the_same_session(bench_json, tmp_path):
+    """The file --benchmark-autosave writes has pytest-benchmark's statistics only: its import says so in one
+    line, with the option that keeps them; compared with the session's own --benchmark-json file (two
+    imports, each file's own datetime, the same timings) it is refused as one session, as a run with its copy is."""
+    _, json_path, _ = bench_json
+    (saved,) = (json_path.parent / "storage").rglob("*.json")
+    assert not any("data" in b["stats"] for b in json.loads(saved.read_text())["benchmarks"])
+    proc = run_cli("import-benchmark", str(saved), "--out", str(tmp_path / "saved"), check=True)
+    (line,) = [x for x in proc.stderr.splitlines() if "raw timings" in x]
+    assert line.startswith(f"attnbench: warning: {saved} has no raw timings for 6 of its timed cells")
+    assert "save the session with --benchmark-save-data" in line
+    assert main(["import-benchmark", str(json_path), "--out", str(tmp_path / "json")]) == 0
+    # each file has its own datetime: two runs by run_id and created, one session by what it measured
+    assert read_meta(tmp_path / "json")["created"] != read_meta(tmp_path / "saved")["created"]
+    args = ["compare", str(tmp_path / "json"), str(tmp_path / "saved"), "--out", str(tmp_path / "cmp")]
+    proc = run_cli(*args, "--fail-above", "median:5%")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "were imported from one pytest-benchmark session" in proc.stderr
+    assert not (tmp_path / "cmp").exists()
 
 
 @pytest.mark.slow
@@ -261,6 +299,54 @@ def test_import_of_a_saved_file_without_raw_data_uses_pytest_benchmarks_quartile
     assert (row["time_ms_p25"], row["time_ms_median"], row["time_ms_p75"]) == pytest.approx((1.0, 1.2, 1.4))
     assert row["samples_ms"] == [] and row["n_samples"] == 5
     assert row["tflops"] == pytest.approx(row["flops"] / 1.2e-3 / 1e12)
+
+
+def _saved(tmp_path, name: str, median_s: float) -> str:
+    """A session's file as --benchmark-autosave writes it: pytest-benchmark's statistics, no raw timings."""
+    bench = _benchmark()
+    del bench["stats"]["data"]
+    bench["stats"].update(q1=median_s * 0.9, median=median_s, q3=median_s * 1.1)
+    return _file(tmp_path, [bench], name)
+
+
+def test_a_gate_on_imports_without_raw_timings_is_refused_not_passed(tmp_path, capsys):
+    """Two saved sessions, B 3x slower: with no raw timings compare can judge no cell, so `--fail-above`
+    is refused in one line naming the option that keeps the timings, exit 2, as a comparison of no common
+    cell is, never a silent `no regression` and exit 0."""
+    for side, median_s in (("a", 1.2e-3), ("b", 3.6e-3)):
+        assert (
+            main(
+                [
+                    "import-benchmark",
+                    _saved(tmp_path, f"{side}.json", median_s),
+                    "--out",
+                    str(tmp_path / side),
+                ]
+            )
+            == 0
+        )
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if "raw timings" in x]
+        assert "--benchmark-save-data" in line
+    args = ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]
+    assert main([*args, "--fail-above", "median:5%"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnbench: error: compare can judge none of the 1 cells ok in both runs: A and B ")
+    assert "no raw timings" in err and "--benchmark-save-data" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_a_cell_cut_short_in_an_older_file_is_left_out_and_named(tmp_path):
+    """A file from a plugin that saved a cell a Ctrl-C cut (its status ok, its elapsed_s never filled): the
+    import leaves it out with one line, as a run keeps no row of its interrupted cell."""
+    cut = _benchmark("sdpa")
+    cut["extra_info"].update(elapsed_s=None, rel_iqr=None, tflops=None)
+    whole = _benchmark("naive")
+    whole["extra_info"]["elapsed_s"] = 0.5
+    said: list[str] = []
+    out, counts = pb.import_file(_file(tmp_path, [whole, cut]), tmp_path / "run", on_warning=said.append)
+    assert counts == {"ok": 1} and [r["variant"] for r in read_rows(out)] == ["naive"]
+    (line,) = said
+    assert line.startswith("left out sdpa|cpu|") and "cut short" in line
 
 
 def _no_extra_info(tmp_path):
