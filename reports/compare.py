@@ -375,9 +375,7 @@ def compare_runs(
     scales = _scales(m, axes, normalize, meta_a, meta_b)
     judge_cells = _cells(m, axes, control_variant, [s for s, _ in scales])
     judgement = judge.judge(judge_cells, design)
-    lacking = compare_load.unjudged(
-        a, b, list(zip(judge_cells, judgement.cells, strict=True)), meta_a, meta_b
-    )
+    lacking = compare_load.unjudged(list(zip(judge_cells, judgement.cells, strict=True)), meta_a, meta_b)
     if lacking.startswith("compare can judge none"):  # a gate of nothing would pass: refused, as no_common
         raise ValueError(lacking)
     cells = _table(m, axes, judgement, scales, normalize)

@@ -343,7 +343,7 @@ def unmatched(x, y, axes: list[str]):
     return m.loc[m["_merge"] == "left_only", ["cell_id", "status"]].reset_index(drop=True)
 
 
-def unjudged(a, b, judged: list[tuple[Any, Any]], meta_a: dict[str, Any], meta_b: dict[str, Any]) -> str:
+def unjudged(judged: list[tuple[Any, Any]], meta_a: dict[str, Any], meta_b: dict[str, Any]) -> str:
     """Why cells ok in both runs were not judged (fewer than 2 replicates a side at the level judged), for
     compare's refusal where it is all of them and its warning where it is some; "" where all were judged.
     `judged` pairs each cell (results.judge.Cell) with its Judged. A side without raw timings (a
@@ -353,19 +353,19 @@ def unjudged(a, b, judged: list[tuple[Any, Any]], meta_a: dict[str, Any], meta_b
         return ""
     ok = sum(c.ok for c, _ in judged)
     said = (
-        f"{len(lacking)} of the {ok} cells ok in both runs"
+        f"compare cannot judge {len(lacking)} of the {ok} cells ok in both runs"
         if len(lacking) < ok
-        else f"none of the {ok} cells ok in both runs"
+        else f"compare can judge none of the {ok} cells ok in both runs"
     )
     bare = [
-        side for side, rows, meta in (("A", a, meta_a), ("B", b, meta_b))
+        side for side, meta in (("A", meta_a), ("B", meta_b))
         if (meta.get("imported_from") or {}).get("raw_timings") is False
     ]  # fmt: skip
     if bare:
         which = " and ".join(bare)
         return (
-            f"compare can judge {said}: {which} {'has' if len(bare) == 1 else 'have'} no raw timings (a "
+            f"{said}: {which} {'has' if len(bare) == 1 else 'have'} no raw timings (a "
             "pytest-benchmark file saved without --benchmark-save-data keeps only its statistics); save the "
             "sessions with --benchmark-save-data (or write them with --benchmark-json) and import them again"
         )
-    return f"compare can judge {said}: fewer than 2 timed calls a side"
+    return f"{said}: fewer than 2 timed calls a side"

@@ -17,7 +17,11 @@ What the file holds, and where it goes:
   for an older file the caller may hand the capabilities of the variants it knows (the CLI: the registry's);
 - machine_info, commit_info, the pytest-benchmark version and its timing options -> meta.json.
 Benchmarks of other tests in the same file (an ordinary `benchmark(fn)`: no attnbench extra_info) are not
-cells: each is skipped, named to `on_skip`; a file with no cell at all is refused.
+cells: each is skipped, named to `on_skip`; a file with no cell at all is refused. A cell an older plugin
+saved after a Ctrl-C cut its timing is left out (cut_short), and timed cells without raw timings are said
+(without_raw_timings), each in one line to `on_warning`. meta.json's imported_from keeps the session's digest
+(session_sha256: its JSON file and its saved file are one session to compare) and whether the raw timings
+came (raw_timings); an imported run is never resumed (not_resumable).
 Everything is read and checked before anything is written; results never imports harness.
 """
 

@@ -134,7 +134,8 @@ def test_import_benchmark_gives_a_run_the_loader_export_and_report_read(bench_js
 def test_the_sessions_saved_file_says_it_has_no_raw_timings_and_is_the_same_session(bench_json, tmp_path):
     """The file --benchmark-autosave writes has pytest-benchmark's statistics only: its import says so in one
     line, with the option that keeps them; compared with the session's own --benchmark-json file (two
-    imports, each file's own datetime, the same timings) it is refused as one session, as a run with its copy is."""
+    imports, each file's own datetime, the same timings) it is refused as one session, as a run with its
+    copy is."""
     _, json_path, _ = bench_json
     (saved,) = (json_path.parent / "storage").rglob("*.json")
     assert not any("data" in b["stats"] for b in json.loads(saved.read_text())["benchmarks"])
@@ -301,30 +302,21 @@ def test_import_of_a_saved_file_without_raw_data_uses_pytest_benchmarks_quartile
     assert row["tflops"] == pytest.approx(row["flops"] / 1.2e-3 / 1e12)
 
 
-def _saved(tmp_path, name: str, median_s: float) -> str:
+def _saved(tmp_path, name: str, median_s: float, when: str) -> str:
     """A session's file as --benchmark-autosave writes it: pytest-benchmark's statistics, no raw timings."""
     bench = _benchmark()
     del bench["stats"]["data"]
     bench["stats"].update(q1=median_s * 0.9, median=median_s, q3=median_s * 1.1)
-    return _file(tmp_path, [bench], name)
+    return _file(tmp_path, [bench], name, datetime=when)
 
 
 def test_a_gate_on_imports_without_raw_timings_is_refused_not_passed(tmp_path, capsys):
     """Two saved sessions, B 3x slower: with no raw timings compare can judge no cell, so `--fail-above`
     is refused in one line naming the option that keeps the timings, exit 2, as a comparison of no common
     cell is, never a silent `no regression` and exit 0."""
-    for side, median_s in (("a", 1.2e-3), ("b", 3.6e-3)):
-        assert (
-            main(
-                [
-                    "import-benchmark",
-                    _saved(tmp_path, f"{side}.json", median_s),
-                    "--out",
-                    str(tmp_path / side),
-                ]
-            )
-            == 0
-        )
+    for side, median_s, when in (("a", 1.2e-3, "2026-11-23T10:00:00"), ("b", 3.6e-3, "2026-11-24T10:00:00")):
+        path = _saved(tmp_path, f"{side}.json", median_s, when)
+        assert main(["import-benchmark", path, "--out", str(tmp_path / side)]) == 0
         (line,) = [x for x in capsys.readouterr().err.splitlines() if "raw timings" in x]
         assert "--benchmark-save-data" in line
     args = ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]
@@ -333,6 +325,24 @@ def test_a_gate_on_imports_without_raw_timings_is_refused_not_passed(tmp_path, c
     assert err.startswith("attnbench: error: compare can judge none of the 1 cells ok in both runs: A and B ")
     assert "no raw timings" in err and "--benchmark-save-data" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "cmp").exists()
+
+
+def test_cells_without_raw_timings_beside_judged_ones_are_counted_in_a_warning(tmp_path, capsys):
+    """Where some cells ok in both can be judged and some cannot, compare judges those it can and says how
+    many it could not, on stderr before the report."""
+    for side, scale, when in (("a", 1.0, "2026-11-23T10:00:00"), ("b", 1.5, "2026-11-24T10:00:00")):
+        bare = _benchmark("sdpa")
+        del bare["stats"]["data"]
+        data = tuple(x * scale for x in (1.0e-3, 1.1e-3, 1.2e-3, 1.3e-3, 2.0e-3))
+        path = _file(tmp_path, [_benchmark("naive", data=data), bare], f"{side}.json", datetime=when)
+        assert main(["import-benchmark", path, "--out", str(tmp_path / side)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "attnbench: warning: compare cannot judge 1 of the 2 cells ok in both runs: A and B have no raw"
+        in err
+    )
 
 
 def test_a_cell_cut_short_in_an_older_file_is_left_out_and_named(tmp_path):
