@@ -131,6 +131,9 @@ def _threads(meta: dict[str, Any]) -> Any:
     return settings.get("threads")
 
 
+_SOURCE = "'s source"  # a variant's source as a differences line names it
+
+
 def _recorded(meta: dict[str, Any]) -> dict[str, Any]:
     """{what: value} of one run's meta.json for setup_differences, in the order it says them."""
     sweep = meta.get("sweep") if isinstance(meta.get("sweep"), dict) else {}
@@ -148,7 +151,7 @@ def _recorded(meta: dict[str, Any]) -> dict[str, Any]:
         out["worker CPUs"] = meta["cpu_affinity"].get("worker")
     for name, cap in (meta.get("variant_capabilities") or {}).items():
         if isinstance(cap, dict) and "source" in cap:
-            out[f"{name}'s source"] = cap["source"]
+            out[f"{name}{_SOURCE}"] = cap["source"]
     return {k: v for k, v in out.items() if v is not None or k != "threads"}
 
 
@@ -158,6 +161,13 @@ def setup_differences(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> dict[st
     each value as a line says it."""
     a, b = _recorded(meta_a), _recorded(meta_b)
     shown = {k: [_shown(k, a[k]), _shown(k, b[k])] for k in a if k in b}
+    for key in [k for k in shown if k.endswith(_SOURCE)]:  # a variant's code, by its hash alone
+        differs = identity.code_differs(a[key], b[key])
+        if differs is None:  # hashed by two rules: say so, never that the code changed
+            older = 0 if (identity.code_of(a[key]) or ("",))[0] == identity.OLD_TEXT else 1
+            shown[key][older] += f" ({identity.NOT_COMPARABLE})"
+        elif not differs:  # one file, imported by pytest in one run, loaded with --variant-file in the other
+            del shown[key]
     return {k: pair for k, pair in shown.items() if pair[0] != pair[1]}
 
 

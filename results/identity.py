@@ -55,3 +55,46 @@ def diff_text(diff: dict[str, list[Any]]) -> str:
         return "None" if v is None else short_hash(v)  # None is a value here (a variable not set)
 
     return ", ".join(f"{k} {text(old)} -> {text(new)}" for k, (old, new) in diff.items())
+
+
+# how a variant's source in meta.json records its code (variants.origin.code_suffix writes it; results imports
+# nothing of variants, so the markers are spelled again here, and tests/results/test_code_identity.py holds
+# them equal): the sha256 of the file(s) that define and register it, or of its text where no file holds it
+FILE_HASHED, TEXT_HASHED = ", file sha256 ", ", text sha256 "
+# an older attnbench's marker: a variant file's or an entry point's module file whole (the file rule), but an
+# imported function's own text alone (OLD_TEXT: another rule, which no hash of today's can be held against)
+OLD_HASHED = ", source sha256 "
+OLD_TEXT = "function text (older attnbench)"
+NOT_COMPARABLE = "not comparable: recorded by an older attnbench"
+
+
+def code_of(source: Any) -> tuple[str, str] | None:
+    """(rule, digest) of a variant's recorded source: ('file', digest), ('text', digest), (OLD_TEXT, digest)
+    for an older attnbench's hash of an imported function alone, ('builtin', ''); None where it records
+    none."""
+    if source == "builtin":
+        return ("builtin", "")
+    if not isinstance(source, str):
+        return None
+    for marker, rule in ((FILE_HASHED, "file"), (TEXT_HASHED, "text")):
+        if marker in source:
+            return (rule, source.rsplit(marker, 1)[1])
+    if OLD_HASHED in source:
+        where, digest = source.rsplit(OLD_HASHED, 1)
+        return ("file" if where.startswith(("file ", "entry point ")) else OLD_TEXT, digest)
+    return None
+
+
+def code_differs(a: Any, b: Any) -> bool | None:
+    """Whether two recorded sources of one variant name another code: False where their hashes agree however
+    the file came in (imported by pytest or a script, or a --variant-file), True where they differ by one
+    rule (or either records none), None where they were hashed by different rules (an older attnbench's
+    hash of the function alone against today's of its file): NOT_COMPARABLE, not a change."""
+    if a == b:
+        return False
+    code_a, code_b = code_of(a), code_of(b)
+    if code_a is None or code_b is None or "builtin" in (code_a[0], code_b[0]):
+        return True
+    if code_a[0] != code_b[0] and OLD_TEXT in (code_a[0], code_b[0]):
+        return None
+    return code_a != code_b

@@ -60,6 +60,7 @@ from functools import cached_property
 from typing import Any
 
 from .devices import SPLIT_CALIBRATION
+from .identity import code_differs
 from .judge import ALPHA, holm
 from .steps_pool import pool_shared
 from .ttest import MIN_REPLICATES, NO_TEST, ratio_interval, welch_test
@@ -528,8 +529,13 @@ def _steps(found: _Series) -> list[Step]:
 
 
 def differ(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """The run fields (SIDES: commits, versions, sources, device) that differ from run a to run b."""
-    return {k: (a.get(k), b.get(k)) for k in SIDES if a.get(k) != b.get(k)}
+    """The run fields (SIDES: commits, versions, sources, device) that differ from run a to run b; a variant's
+    source by its code alone (identity.code_differs): the same file loaded another way, or hashed by an older
+    attnbench's rule, is no change."""
+    out = {k: (a.get(k), b.get(k)) for k in SIDES if a.get(k) != b.get(k)}
+    if "variant_source" in out and not code_differs(a.get("variant_source"), b.get("variant_source")):
+        del out["variant_source"]
+    return out
 
 
 def _nearby(series, at: int, first: tuple[int, int]) -> tuple[tuple[int, dict[str, tuple[Any, Any]]], ...]:

@@ -1,6 +1,10 @@
 """Where a variant registered at run time was defined, as its `source`: `defined in __main__ (script
-bench.py), source sha256 1a2b3c4d5e6f` (a notebook cell, a script, a module the user imported), so that
+bench.py), file sha256 1a2b3c4d5e6f` (a notebook cell, a script, a module the user imported), so that
 meta.json names it honestly and the runner knows it must travel to the workers by value (variants.shipped).
+
+A variant's code is the file that defines its function, with the file that registers it where that is another
+(code_suffix): the kernel's helpers live beside it, and a file imported by pytest or loaded with
+--variant-file hashes alike. results.identity.code_differs reads these suffixes (and an older attnbench's).
 """
 
 from __future__ import annotations
@@ -16,14 +20,22 @@ from pathlib import Path
 from typing import Any
 
 DEFINED_IN = "defined in "
+FROM_FILE = "file "  # the source of a variant a variant file registered (registry.load_variant_file)
 # the prefix of the module name registry.load_variant_file imports a variant file as (its path's hash after)
 VARIANT_FILE_MODULE = "attnbench_variant_file_"
-HASHED = ", source sha256 "
+# a variant's code (code_suffix): the sha256 of the file(s) that define and register it; where there is no
+# file (a notebook cell, an interactive session), of the function's own text. An older attnbench wrote
+# ", source sha256 " (OLD_HASHED): a variant file's and an entry point's module file whole, but an imported
+# function's own text alone, which missed an edit to its helpers (results.identity reads both)
+HASHED = ", file sha256 "
+TEXT_HASHED = ", text sha256 "
+OLD_HASHED = ", source sha256 "
 
 
-def source_of(fn: Callable[..., Any]) -> str:
+def source_of(fn: Callable[..., Any], registered_in: str | None = None) -> str:
     """Where `fn` was defined, as a variant's source: 'defined in __main__ (script x.py)', 'defined in
-    __main__ (a notebook or IPython)', 'defined in mypkg.kernels', with its code's sha256 when readable."""
+    __main__ (a notebook or IPython)', 'defined in mypkg.kernels', with its code's sha256 (code_suffix) when
+    readable; `registered_in`: the file that called register() for it."""
     module = getattr(fn, "__module__", None) or type(fn).__module__
     where = module
     if module in ("__main__", "__mp_main__"):
@@ -34,8 +46,7 @@ def source_of(fn: Callable[..., Any]) -> str:
             where = f"__main__ (script {Path(main.__file__).name})"
         else:
             where = "__main__ (an interactive session)"
-    digest = _code_hash(fn)
-    return DEFINED_IN + where + (HASHED + digest if digest else "")
+    return DEFINED_IN + where + code_suffix(fn, registered_in)
 
 
 def calling_file(frame: Any) -> str | None:
@@ -69,15 +80,47 @@ def described(fn: Callable[..., Any]) -> str:
     return name if module in ("", "__main__", "__mp_main__") else f"{name} from {module}"
 
 
-def _code_hash(fn: Callable[..., Any]) -> str | None:
-    """The first 12 hex digits of the sha256 of fn's source text, None where there is none to read."""
-    for target in (fn, getattr(fn, "func", None), type(fn)):  # a function, a functools.partial, an object
+def code_suffix(fn: Callable[..., Any], registered_in: str | None = None) -> str:
+    """What a variant's source says of its code, the one rule for every way a variant comes in (a module
+    imported by a script or pytest, a --variant-file, an entry point): ', file sha256 1a2b3c4d5e6f', the
+    first 12 hex digits of the sha256 of the file that defines fn (a function, what a functools.partial
+    calls, an object's class), and of `registered_in`'s too where that is another file (one file: its
+    bytes' sha256, as `sha256sum` says); ', text sha256 ...' of fn's own text where no file holds it (a
+    notebook cell); '' where neither can be read."""
+    targets = [t for t in (fn, getattr(fn, "func", None), type(fn)) if t is not None]
+    files: list[Path] = []
+    for target in targets:
+        with contextlib.suppress(OSError, TypeError):
+            name = inspect.getsourcefile(target)
+            if name and Path(name).is_file():
+                files.append(Path(name).resolve())
+                break
+    also = Path(registered_in).resolve() if registered_in else None
+    if files and also is not None and also.is_file() and also != files[0]:
+        files.append(also)
+    try:
+        data = [f.read_bytes() for f in files]
+    except OSError:
+        data = []
+    if len(data) == 1:
+        return HASHED + hashlib.sha256(data[0]).hexdigest()[:12]
+    if data:  # each file's digest, in order (the defining file first): two files are one code
+        return HASHED + hashlib.sha256(b"".join(hashlib.sha256(d).digest() for d in data)).hexdigest()[:12]
+    for target in targets:
         try:
             text = inspect.getsource(target)
         except (OSError, TypeError):
             continue
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-    return None
+        return TEXT_HASHED + hashlib.sha256(text.encode()).hexdigest()[:12]
+    return ""
+
+
+def where_of(source: str) -> str:
+    """A variant's source without its code's sha256: where it was defined ('file /x/k.py',
+    'defined in mykern'), of this attnbench's sources and an older one's."""
+    for marker in (HASHED, TEXT_HASHED, OLD_HASHED):
+        source = source.split(marker)[0]
+    return source
 
 
 def by_value(source: str) -> bool:
@@ -89,7 +132,7 @@ def by_value(source: str) -> bool:
 def redefines(old: str, new: str) -> bool:
     """Whether a variant of source `new` is one of source `old` defined again in the same place (a notebook
     cell run again after an edit): it replaces the old one instead of clashing with it."""
-    return by_value(old) and by_value(new) and old.split(HASHED)[0] == new.split(HASHED)[0]
+    return by_value(old) and by_value(new) and where_of(old) == where_of(new)
 
 
 def function_name(fn: Callable[..., Any]) -> str:
@@ -123,14 +166,14 @@ def clash(old: Any, new: Any, replaces: bool = False) -> str | None:
     first, then = function_name(old._layers()[-1]), function_name(new._layers()[-1])
     if first == then or replaces:
         return None
-    where = "in one process" if by_value(old.source) else f"in {old.source.split(HASHED)[0]}"
+    where = "in one process" if by_value(old.source) else f"in {where_of(old.source)}"
     return (f"variant name {new.name!r} is registered twice {where}: to {first}, then to {then}; register "
             "each under its own name")  # fmt: skip
 
 
 def entry_point_sources(registered: MutableMapping[str, Any], before: set[str], ep: Any) -> None:
     """Give each variant the entry point `ep` registered (those of `registered` not in `before`) its source:
-    'entry point mykern (mykern) of mykern 0.2.0, source sha256 1a2b3c4d5e6f': its distribution's version and
+    'entry point mykern (mykern) of mykern 0.2.0, file sha256 1a2b3c4d5e6f': its distribution's version and
     the sha256 of the module that defines it, as a variant file's, so that an edited or upgraded plug-in is
     another source to history and its steps."""
     dist = getattr(ep, "dist", None)

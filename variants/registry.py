@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import importlib.util
 import os
@@ -38,13 +37,15 @@ from .handed import (
 )
 from .mods import MOD_KINDS, NONE, mod_kind
 from .origin import (
-    HASHED,
+    FROM_FILE,
     VARIANT_FILE_MODULE,
     calling_file,
     clash,
+    code_suffix,
     described,
     entry_point_sources,
     source_of,
+    where_of,
 )
 from .problem import DTYPES, LAYOUTS, Problem, extra_options, validate_tensors
 from .quant import RECIPES as QUANT_RECIPES
@@ -395,8 +396,10 @@ def register(name: str, **capability: Any) -> Callable[[Callable[..., Any]], Cal
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = _current_source[0]
-        if source == "builtin" and not str(getattr(fn, "__module__", "")).startswith(__package__ + "."):
-            source = source_of(fn)  # a notebook's or a script's: it travels to the workers by value
+        if source.startswith(FROM_FILE):  # a variant file's: its code as an imported one's (code_suffix)
+            source += code_suffix(fn, called_in)
+        elif source == "builtin" and not str(getattr(fn, "__module__", "")).startswith(__package__ + "."):
+            source = source_of(fn, called_in)  # a notebook's or a script's: it goes to the workers by value
             _load_builtins()  # a clash with a built-in name is found here, not when they load later
         add(made(fn, name, capability, source))
         if called_in:
@@ -544,13 +547,13 @@ def load_variant_file(path: str | Path) -> list[str]:
     before = set(_REGISTRY)
     mod_name = f"{VARIANT_FILE_MODULE}{abs(hash(str(p.resolve())))}"
     if mod_name in sys.modules:  # loaded already (the worker and the parent both load it once)
-        return [n for n, v in _REGISTRY.items() if v.source.split(HASHED)[0] == f"file {p}"]
+        return [n for n, v in _REGISTRY.items() if where_of(v.source) == f"{FROM_FILE}{p}"]
     spec = importlib.util.spec_from_file_location(mod_name, p)
     if spec is None or spec.loader is None:
         raise VariantError(f"variant file {str(path)!r} cannot be imported")
     module = importlib.util.module_from_spec(spec)
-    # the file's sha256 beside its path: an edited kernel is another source to history and its steps
-    _current_source[0] = f"file {p}{HASHED}{hashlib.sha256(p.read_bytes()).hexdigest()[:12]}"
+    # its path; each variant's code (code_suffix) beside it: an edited kernel is another source to history
+    _current_source[0] = f"{FROM_FILE}{p}"
     environ = dict(os.environ)
     stopped: list[int] = []
     try:

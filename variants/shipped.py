@@ -16,10 +16,8 @@ from typing import Any
 
 from .convention import Keywords
 from .errors import VariantError
-from .origin import HASHED, by_value, source_of
+from .origin import FROM_FILE, by_value, source_of, where_of
 from .registry import Variant, made, resolve
-
-FROM_FILE = "file "  # the source of a variant a variant file registered (registry.load_variant_file)
 
 
 def inline(fn: Callable[..., Any] | Variant, name: str | None = None, **capability: Any) -> Variant:
@@ -89,7 +87,7 @@ def files_of(names: Sequence[str], variant_files: Sequence[str]) -> list[str]:
     files = list(variant_files)
     for variant in resolve(list(names)):
         if variant.source.startswith(FROM_FILE):
-            path = str(Path(variant.source[len(FROM_FILE) :].split(HASHED)[0]).resolve())
+            path = str(Path(where_of(variant.source)[len(FROM_FILE) :]).resolve())
             if path not in files:
                 files.append(path)
     return files

@@ -59,7 +59,7 @@ def test_a_notebook_callable_runs_resumes_and_reruns(tmp_path):
         assert message == "mine does not support causal masking (a variant that does takes causal=)"
         meta = json.loads((out / "meta.json").read_text())
         source = meta["variant_capabilities"]["mine"]["source"]
-        assert source.startswith("defined in __main__") and "source sha256 " in source, source
+        assert source.startswith("defined in __main__") and "text sha256 " in source, source
         assert meta["variant_files"] == [str((out / "variants.pkl").resolve())]
     out = out.rename(tmp_path / "moved")  # copied to another folder (or machine): its callables go with it
     rows = (out / "rows.jsonl").read_text().splitlines(keepends=True)
@@ -369,7 +369,7 @@ def test_a_script_runs_once(tmp_path, guarded):
     assert statuses(out) == {("scripted", False): "ok", ("naive", False): "ok"}, proc.stdout
     meta = json.loads((out / "meta.json").read_text())
     source = meta["variant_capabilities"]["scripted"]["source"]
-    assert source.startswith("defined in __main__ (script bench.py), source sha256 "), source
+    assert source.startswith("defined in __main__ (script bench.py), file sha256 "), source
 
 
 def test_bench_answers_in_a_few_lines_what_a_kernel_author_asks(tmp_path):

@@ -149,7 +149,7 @@ def test_variant_file_registers_and_runs(tmp_path):
     assert variants.load_variant_file(f) == ["mine_scaled"]  # loading twice is harmless
     v = variants.get("mine_scaled")
     digest = hashlib.sha256(f.read_bytes()).hexdigest()[:12]  # an edited file is another source (history)
-    assert v.source == f"file {f}, source sha256 {digest}"
+    assert v.source == f"file {f}, file sha256 {digest}"
     q = torch.randn(1, 1, 4, 8)
     assert v(q, q, q).shape == (1, 1, 4, 8)
 
@@ -314,9 +314,9 @@ def test_an_entry_point_variant_records_its_version_and_its_modules_sha256(tmp_p
     new = _plugin_site(tmp_path / "new", "0.2.0", "return v * 1.0")
     digest = hashlib.sha256((old / "mykern69" / "kernels.py").read_bytes()).hexdigest()[:12]
     before = source(old)
-    assert before == f"entry point mykern69 (mykern69) of mykern69 0.1.0, source sha256 {digest}"
+    assert before == f"entry point mykern69 (mykern69) of mykern69 0.1.0, file sha256 {digest}"
     after = source(new)
-    assert after.startswith("entry point mykern69 (mykern69) of mykern69 0.2.0, source sha256 ")
+    assert after.startswith("entry point mykern69 (mykern69) of mykern69 0.2.0, file sha256 ")
     assert after.split("sha256 ")[1] != digest  # the kernel edited: its module's sha256 moved
 
 
