@@ -29,7 +29,7 @@ from .answer_text import short as _short
 from .answer_text import shown as _shown
 from .answer_text import window_text as _window
 from .answer_workloads import contradicted, one_query
-from .busy import machine_busy, unsettled
+from .busy import fewer_threads, machine_busy, unsettled
 from .tables import axis_text, label, length_axis, length_name, present, varying
 from .words import n_text, names_text, range_text
 
@@ -677,7 +677,7 @@ def answer(
     grows: list[str] = []
     if (mine["status"] == "ok").any():
         busy = machine_busy(df)  # before the race and the growth it puts in doubt
-        lines += [f"{busy} Bench again on a quiet machine."] if busy else []
+        lines += [f"{busy} Bench again on a quiet machine{spell(fewer_threads(df))}."] if busy else []
         race = speed(df, variant, baseline) + one_query(mine)
         grows = bandwidth(df, metas, variant, baseline) + growth(df, metas, variant, baseline)
     gated = [*declared.masks, *declared.gated]

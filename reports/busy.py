@@ -13,6 +13,7 @@ from typing import Any
 from attnbench.results import neighbours
 from attnbench.results.axes import CELL_AXES, FOLLOWS
 from attnbench.results.drift import BEYOND, drifted, is_busy, moved_part, steady
+from attnbench.results.drift import fewer_threads as drift_fewer_threads
 from attnbench.results.formulas import counted, is_decode
 
 from .tables import axis_text, flag_mask, length_name, ok_rows, varying
@@ -60,6 +61,13 @@ def runs_of(df) -> list[tuple[str | None, Any]]:
     return [(str(rid), df[df["run_id"] == rid]) for rid in dict.fromkeys(df["run_id"].dropna())]
 
 
+def fewer_threads(rows) -> str:
+    """results.drift.fewer_threads' clause for the most torch threads a run's rows (their `threads`) say
+    its worker used: ' or with `--threads 1`, ...', '' for one thread or none said."""
+    threads = rows["threads"].dropna() if "threads" in rows.columns else ()
+    return drift_fewer_threads(int(max(threads)) if len(threads) else None)
+
+
 def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Per run where the machine was busy (machine_busy over that run's own rows: two runs may be two
     machines, and one's drift says nothing of the other), its sentence with the command that measures its
@@ -77,15 +85,15 @@ def busy_sentences(df, run_dirs: Mapping[str, str] | None = None) -> tuple[str, 
         busy_text = machine_busy(rows, rid if named else None)
         if busy_text is None:
             continue
+        quiet = "a quiet machine" + fewer_threads(rows)
         if probe_drifted(ok_rows(rows)):  # a cell whose measurements moved apart it would only move again
             target = shlex.quote(folder) if folder is not None else "RUN"
             busy_text += (
                 " Measure the drifted cells again with "
-                f"`attnbench run --resume --redo-drift --out {target}`, or rerun the sweep on a quiet "
-                "machine."
+                f"`attnbench run --resume --redo-drift --out {target}`, or rerun the sweep on {quiet}."
             )
         else:
-            busy_text += " Rerun the sweep on a quiet machine."
+            busy_text += f" Rerun the sweep on {quiet}."
         out.append(busy_text)
         said = len(out)
     if said:

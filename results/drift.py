@@ -199,6 +199,27 @@ def busy_cells(rows: list[dict[str, Any]]) -> tuple[int, int]:
     return sum(1 for r in ok if r["cell_id"] in moved or (noisy and r.get("noisy") is True)), len(ok)
 
 
+def fewer_threads(threads: Any) -> str:
+    """' or with `--threads 1`, ...' where a run's worker used more than one torch thread (`threads`: its
+    rows' most): each op of such a cell waits at its barrier for its slowest thread, so other load on the
+    cores slows it many times over yet evenly (a tight, far too slow time: trial W saw 190 ms at IQR 4%
+    against 0.9 ms at one thread); '' where it used one, or its rows do not say. The clause every busy
+    machine's advice ends with: a run's closing line, the report's findings, bench's answer, pytest's."""
+    try:
+        most = int(threads)
+    except (TypeError, ValueError):
+        return ""
+    if most <= 1:
+        return ""
+    return f" or with `--threads 1`, which other load slows far less than the worker's {most} threads"
+
+
+def most_threads(rows: list[dict[str, Any]]) -> int | None:
+    """The most torch threads a row of `rows` says its worker used (its `threads`), None where none says."""
+    said = [int(t) for r in rows if isinstance(t := r.get("threads"), (int, float)) and t == t]
+    return max(said) if said else None
+
+
 def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
     """One plain sentence when the ok cells that drifted or were noisy make a busy machine (is_busy), as
     reports.findings says it; or, where the speed probes held steady and as many cells were noisy, that
@@ -207,7 +228,8 @@ def busy_sentence(rows: list[dict[str, Any]], run_dir: str) -> str | None:
     if is_busy(n, total):
         return (
             f"the machine was busy during this run ({n} of {total} cells drifted or were noisy); rerun on a "
-            f"quiet machine or `{command('attnbench', 'run', '--resume', '--redo-drift', '--out', run_dir)}`"
+            f"quiet machine{fewer_threads(most_threads(rows))} or "
+            f"`{command('attnbench', 'run', '--resume', '--redo-drift', '--out', run_dir)}`"
         )
     own = sum(1 for r in rows if r.get("status") == "ok" and r.get("noisy") is True)
     return own_spread(own, total)

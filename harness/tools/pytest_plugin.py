@@ -436,7 +436,14 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     (IQR/median over results.schema.NOISY_REL_IQR) and drift (its speed probe more than results.drift.DRIFT
     off the session's median probe: the machine was slower or faster than usual while it was timed), and
     the sentence that the machine was busy where enough of them are (results.drift.is_busy)."""
-    from attnbench.results.drift import busy_cells, drifted, is_busy, speed_factors
+    from attnbench.results.drift import (
+        busy_cells,
+        drifted,
+        fewer_threads,
+        is_busy,
+        most_threads,
+        speed_factors,
+    )
     from attnbench.results.formulas import iqr_percent, speed
 
     state = config.stash.get(_KEY, None)
@@ -470,8 +477,12 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         )
     flagged, ok = busy_cells([b.extra_info for b in timed])
     if is_busy(flagged, ok):  # the one rule a run's closing sentence and the report's findings say it by
+        fewer = fewer_threads(most_threads([b.extra_info for b in timed])).replace(
+            "--threads", "--attn-threads"
+        )
+        # the clause in this plugin's spelling: --attn-threads 1
         tr.write_line(
             f"attnbench: warning: the machine was busy during this session ({flagged} of {ok} cells drifted "
-            "or were noisy); measure them again on a quiet machine before comparing against them",
+            f"or were noisy); measure them again on a quiet machine{fewer} before comparing against them",
             yellow=True,
         )

@@ -148,6 +148,15 @@ def test_a_busy_machine_is_said_before_the_race(tmp_path):
     )
     steady = answer(write_run(tmp_path / "steady", busy_rows(0)), "fn", "sdpa").lines
     assert not any("machine was busy" in line for line in steady), steady
+    threaded = [{**r, "threads": 2} for r in busy_rows(3)]  # trial W M1: torch's default threads, 2 cores
+    said = answer(write_run(tmp_path / "threaded", threaded), "fn", "sdpa").lines
+    assert any(
+        line.endswith(
+            "Bench again on a quiet machine or with `--threads 1`, which other load slows "
+            "far less than the worker's 2 threads."
+        )
+        for line in said
+    ), said
 
 
 def test_a_race_end_read_off_a_drifted_or_noisy_cell_is_marked(tmp_path):

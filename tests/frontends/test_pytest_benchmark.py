@@ -642,3 +642,6 @@ def test_the_summary_gives_a_decode_cells_kv_bandwidth_and_flags_noise_and_drift
     assert not any("machine was busy" in line for line in lines)  # 2 of 4: fewer than BUSY_MIN
     more = [{**cells[2], "cell_id": f"spread{i}", "speed_tflops": 1.0 + 0.3 * (i % 2)} for i in range(3)]
     assert any("the machine was busy during this session" in line for line in _summary(cells + more))
+    threaded = [{**c, "threads": 2} for c in cells + more]  # trial W M1: torch's default threads
+    said = [line for line in _summary(threaded) if "machine was busy" in line]
+    assert said and "on a quiet machine or with `--attn-threads 1`, which other load" in said[0], said

@@ -110,6 +110,12 @@ def test_a_busy_run_is_said_in_one_sentence_from_a_tenth_of_its_ok_cells():
     assert drift.busy_sentence([_row(0, status="error")], "runs/x") is None
     in_rounds = [{**r, "visit_medians_ms": [1.0, 1.2, 1.0]} for r in busy]  # one sentence, rounds or not
     assert drift.busy_sentence(in_rounds, "runs/x") == drift.busy_sentence(busy, "runs/x")
+    threaded = [{**r, "threads": 2} for r in busy]  # trial W M1: torch's default threads on a loaded machine
+    assert drift.busy_sentence(threaded, "runs/x") == (
+        "the machine was busy during this run (3 of 20 cells drifted or were noisy); rerun on a quiet "
+        "machine or with `--threads 1`, which other load slows far less than the worker's 2 threads or "
+        "`attnbench run --resume --redo-drift --out runs/x`"
+    )
 
 
 def test_noisy_cells_on_a_machine_whose_speed_held_are_their_own_spread_not_a_busy_machine():

@@ -258,6 +258,25 @@ def test_a_busy_run_counts_its_flags_and_says_what_to_do(tmp_path):
     assert md.index("The machine was busy") < md.index("## Runs")
 
 
+def test_a_busy_run_whose_worker_used_several_threads_is_told_of_threads_1(tmp_path):
+    """Trial W M1: with torch's default threads on a loaded 2-core machine a cell came out 20-230x too slow
+    yet tight; the advice named a quiet machine and --redo-drift, never `--threads 1`. A worker of one thread
+    is not told it."""
+    said = {}
+    for threads in (2, 1):
+        rows = _crossover_rows()
+        for i, r in enumerate(rows):
+            r["speed_tflops"] = 0.5 if i % 3 == 0 else 1.0  # 4 of 12 cells measured at half the usual speed
+            r["threads"] = threads
+        run = synthetic.write_run(tmp_path / f"t{threads}", rows)
+        (said[threads],) = findings_of(prepare([run])).busy
+    assert (
+        "or rerun the sweep on a quiet machine or with `--threads 1`, which other load slows far less "
+        "than the worker's 2 threads." in said[2]
+    )
+    assert "--threads" not in said[1] and "on a quiet machine." in said[1]
+
+
 def test_two_runs_on_two_machines_get_a_busy_verdict_each(tmp_path):
     """A quiet GPU run beside a busy CPU run: the busy sentence names the CPU run alone, with its own folder
     in the command (not a literal RUN), counts its cells alone, and the calibration section says the two

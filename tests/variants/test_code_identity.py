@@ -56,7 +56,7 @@ def test_one_file_imported_or_loaded_is_one_code_and_an_edited_helper_is_another
 
 
 def test_an_older_attnbenchs_hash_of_the_function_alone_is_not_comparable(tmp_path, monkeypatch):
-    """A run recorded with the old rule (an imported function's own text) is no code change against today's."""
+    """A run recorded by the old rule (an imported function's own text) is no code change against today's."""
     imported, _ = _sources(tmp_path, monkeypatch, "d", KERNEL)
     old = "defined in mykernels_d, source sha256 c1757c89423f"
     assert identity.code_differs(old, imported) is None
