@@ -288,6 +288,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             native=args.native,
             use_py_spy=not args.no_py_spy,
             variant_files=args.variant_file or [],
+            need_py_spy=args.py_spy,
         )
     except ValueError as exc:  # VariantError is one
         raise BadInput(str(exc)) from None
@@ -302,6 +303,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"profile: {html_path} and {md}", file=sys.stderr)
     if result.error:
         print(f"attnbench: {result.error}", file=sys.stderr)
+        return 1
+    if args.py_spy and result.py_spy_failed:  # asked for, and not there: the profile lacks what was asked
+        print(
+            f"attnbench: --py-spy: {result.py_spy_failed}; the page has torch.profiler's part only",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -331,7 +338,13 @@ def add_profile(sub) -> None:
     )
     t.add_argument("--rate", type=int, default=100, help="py-spy samples per second (default 100)")
     t.add_argument("--native", action="store_true", help="py-spy --native: C/C++ frames too")
-    t.add_argument("--no-py-spy", action="store_true", help="torch.profiler only")
+    spy = t.add_mutually_exclusive_group()
+    spy.add_argument(
+        "--py-spy", action="store_true",
+        help="py-spy is required: refused where it is not found, exit status 1 where it fails (default: "
+        "used where found, a failure said and the profile written without it)",
+    )  # fmt: skip
+    spy.add_argument("--no-py-spy", action="store_true", help="torch.profiler only")
     t.add_argument("--iters", type=int, default=5, help="calls recorded by torch.profiler (default 5)")
     p.add_argument(
         "--out", metavar="DIR", help="where to write (default: reports/out/profile-<variant>-<shape>-<time>)"

@@ -313,7 +313,12 @@ def _calls_blocks(meta: dict[str, Any]) -> list:
                 f"{warm.get('calls')} calls, {warm.get('ms_per_call')} ms per call (median of the last half)",
             )
         )
-    if loop:
+    failed = (meta.get("py_spy") or {}).get("error")
+    if loop and failed:  # the child looped, but py-spy sampled none of it: no flame graph to read
+        timing.append(
+            ("looped for py-spy, which failed", f"{loop.get('calls')} calls, none sampled: {failed}")
+        )
+    elif loop:
         ratio = ""
         if warm.get("ms_per_call") and loop.get("ms_per_call"):
             ratio = f", {float(loop['ms_per_call']) / float(warm['ms_per_call']):.1f}x the un-profiled call"

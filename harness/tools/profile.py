@@ -85,8 +85,10 @@ def prepare(
     native: bool = False,
     use_py_spy: bool = True,
     variant_files: Sequence[str] = (),
+    need_py_spy: bool = False,
 ) -> Plan:
-    """Validate everything before any work: cell flags first (cheap), then the variant (imports torch)."""
+    """Validate everything before any work: cell flags first (cheap), then the variant (imports torch);
+    `need_py_spy` (--py-spy): a py-spy not found is refused here, not profiled without."""
     cell = single_cell(variant, given, threads or 0)
     if not seconds > 0 or seconds > 3600:
         raise ValueError(f"--seconds must be a number of seconds in (0, 3600], got {seconds!r}")
@@ -108,6 +110,8 @@ def prepare(
     if reason:
         raise ValueError(f"{variant} cannot run this cell here: {reason}")
     exe, note = spy.find_py_spy() if use_py_spy else (None, "skipped (--no-py-spy)")
+    if need_py_spy and exe is None:
+        raise ValueError(f"--py-spy: {note}")
     warn_threads(threads or 0)
     files = tuple(os.path.abspath(path) for path in variant_files)  # its command runs from any folder
     return Plan(cell, threads or 0, seconds, rate, iters, native, exe, note, files)
@@ -125,6 +129,11 @@ class Outcome:
     meta: dict[str, Any] = field(default_factory=dict)  # what profile.json holds
     messages: list[str] = field(default_factory=list)  # one line each, also printed on stderr
     error: str = ""  # the profiled cell failed, in the phase it names (exit status 1)
+
+    @property
+    def py_spy_failed(self) -> str:
+        """py-spy's one-line reason where it ran and failed (it sampled nothing), else ''."""
+        return str((self.meta.get("py_spy") or {}).get("error") or "")
 
     @property
     def profiled_nothing(self) -> bool:

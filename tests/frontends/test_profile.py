@@ -83,6 +83,31 @@ def test_missing_py_spy_says_how_to_install_and_still_profiles(tmp_path, monkeyp
     assert "py-spy not found" in (out / "index.md").read_text()
 
 
+def test_a_failing_py_spy_is_said_on_the_page_and_fails_a_profile_that_asked_for_it(tmp_path, monkeypatch):
+    """Trial W L4: a py-spy that cannot attach left the page's Calls table saying the cell `looped under
+    py-spy` (with a ratio to the un-profiled call) and exit status 0. The page says py-spy failed, with its
+    reason; --py-spy (py-spy required) exits 1, and is refused up front where py-spy is not found."""
+    fake = tmp_path / "py-spy"
+    fake.write_text('#!/bin/sh\necho "Reason: Operation not permitted (os error 1)" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv(PY_SPY_ENV, str(fake))
+    quick = ("--variant", "naive", *SMALL, "--seconds", "0.2", "--iters", "1")
+    p = run_cli("profile", *quick, "--out", str(tmp_path / "auto"))
+    assert p.returncode == 0, p.stderr
+    calls = (tmp_path / "auto" / "index.md").read_text()
+    assert "looped under py-spy" not in calls and "looped for py-spy, which failed" in calls
+    assert "Operation not permitted" in calls
+    p = run_cli("profile", *quick, "--py-spy", "--out", str(tmp_path / "asked"))
+    assert (
+        p.returncode == 1
+        and "attnbench: --py-spy: py-spy failed (Reason: Operation not permitted" in p.stderr
+    )
+    monkeypatch.setenv(PY_SPY_ENV, str(tmp_path / "no-such-py-spy"))
+    p = run_cli("profile", *quick, "--py-spy", "--out", str(tmp_path / "missing"))
+    assert p.returncode == 2 and "--py-spy: py-spy not found" in p.stderr
+    assert not (tmp_path / "missing").exists()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
