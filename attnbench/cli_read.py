@@ -228,7 +228,8 @@ def add_compare(sub) -> None:
 
 
 def cmd_import_benchmark(args: argparse.Namespace) -> int:
-    """A pytest-benchmark JSON file from `pytest benchmarks/` as a run directory (report, export, compare)."""
+    """A pytest-benchmark JSON file of the plugin's grid (`attn_cell`) as a run directory (report, export,
+    compare)."""
     from attnbench import variants
     from attnbench.results import RunDirError
     from attnbench.results.pytest_benchmark import import_file
@@ -258,8 +259,13 @@ def cmd_import_benchmark(args: argparse.Namespace) -> int:
 
 def add_import_benchmark(sub) -> None:
     p = sub.add_parser(
-        "import-benchmark", help="a pytest-benchmark JSON file (pytest benchmarks/) as a run directory"
+        "import-benchmark",
+        help="a pytest-benchmark JSON file (a test using the attn_cell fixture) as a run directory",
     )
-    p.add_argument("json_file", metavar="JSON_FILE", help="from pytest benchmarks/ --benchmark-json FILE")
+    p.add_argument(
+        "json_file",
+        metavar="JSON_FILE",
+        help="from pytest --benchmark-json FILE, of a test using the attn_cell fixture",
+    )
     p.add_argument("--out", metavar="RUN_DIR", required=True, help="the run directory to create")
     p.set_defaults(func=cmd_import_benchmark)

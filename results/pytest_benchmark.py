@@ -47,6 +47,14 @@ TIMING_COLUMNS = (
     "time_ms_median", "time_ms_p25", "time_ms_p75", "rel_iqr", "noisy", "n_samples", *median_rates({}, 1.0),
 )  # fmt: skip
 _PY_TYPES = {"string": str, "Int64": int, "Float64": (int, float), "boolean": bool}
+# what a value of each type is, in a message: 'is not an integer'
+_KINDS = {str: "a string", int: "an integer", bool: "true or false"}
+# how a user writes a file this reads: a test of their own that uses the plugin's fixture (docs/cli.md,
+# "In your own project"); attnbench's own benchmarks/ folder is not theirs
+WRITE_IT = (
+    "a test that uses attnbench's `attn_cell` fixture, run with `pytest --benchmark-only --benchmark-json "
+    "FILE` (docs/cli.md#in-your-own-project)"
+)
 # the axes of the first calling convention (results.axes), which every cell's extra_info holds
 AXIS_TYPES: dict[str, type | tuple[type, ...]] = {
     **{a.name: _PY_TYPES[a.dtype] for a in IDENTITY if a.core},
@@ -93,7 +101,7 @@ def _check_cell(info: Any, where: str) -> None:
     if missing:
         raise BenchmarkFileError(
             f"{where} has no attnbench extra_info (missing {', '.join(missing)}); write the file with "
-            "`pytest benchmarks/ --benchmark-only --benchmark-json FILE`"
+            + WRITE_IT
         )
     for key, typ in {**AXIS_TYPES, **LATER_AXIS_TYPES}.items():
         if key not in info:
@@ -101,7 +109,7 @@ def _check_cell(info: Any, where: str) -> None:
         val = info[key]
         if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
             raise BenchmarkFileError(
-                f"{where}: extra_info {key} = {val!r} is not a {getattr(typ, '__name__', 'number')}"
+                f"{where}: extra_info {key} = {val!r} is not {_KINDS.get(typ, 'a number')}"
             )
     for key in AMOUNTS:
         val = info.get(key)
@@ -198,8 +206,7 @@ def rows_from(data: dict[str, Any]) -> list[dict[str, Any]]:
         if others:
             raise BenchmarkFileError(
                 f"the file holds no attnbench cells, only {others} other benchmark{'s' * (others > 1)} (no "
-                "attnbench extra_info); write the grid with `pytest benchmarks/ --benchmark-only "
-                "--benchmark-json FILE`"
+                f"attnbench extra_info); write the grid with {WRITE_IT}"
             )
         raise BenchmarkFileError("the file holds no benchmarks (did every test fail or get skipped?)")
     seen: set[str] = set()

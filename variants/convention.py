@@ -33,10 +33,10 @@ def check_takes_qkv(name: str, fn: Callable[..., Any], sig: inspect.Signature | 
     few positional parameters, or a torch.nn.MultiheadAttention layer (projections and all, on (N, L, E)
     inputs). A signature that cannot be read, or *args, passes. TypeError for an async def or a generator
     function (or an object whose __call__ is one): its call returns no tensor."""
-    for kind in ("coroutine", "asyncgen", "generator"):
+    said = (("coroutine", "a coroutine"), ("asyncgen", "an async generator"), ("generator", "a generator"))
+    for kind, word in said:
         if any(getattr(inspect, f"is{kind}function")(f) for f in (fn, vars(type(fn)).get("__call__"))):
-            word = kind.replace("asyncgen", "async generator")
-            raise TypeError(f"variant {name!r} returns a {word} when called, not the output tensor: give a "
+            raise TypeError(f"variant {name!r} returns {word} when called, not the output tensor: give a "
                             "plain def that returns it")  # fmt: skip
     nn = sys.modules.get("torch.nn")  # loaded wherever fn is one of its modules
     if nn is not None and isinstance(fn, nn.MultiheadAttention):

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -280,10 +280,14 @@ def measure(benchmark, spec, config: pytest.Config) -> dict:
     except BaseException as exc:  # the cell boundary, as in measure_cell: the variant's failure is this row
         if stops_the_process(exc):
             raise
-        _untimed(state, finish(row, *failure(exc, spec.device, ready, exercised(variant, spec.problem()))))
+        _untimed(
+            state,
+            finish(row, *failure(exc, spec.device, ready, exercised(variant, spec.problem()))),
+            benchmark,
+        )
     status, message = ready.verdict()
     if status == "wrong":  # failed the float64 gate: not timed, so not in pytest-benchmark's table or file
-        _untimed(state, finish(row, status, message, peak_mem_bytes=peak_bytes, mem_method=method))
+        _untimed(state, finish(row, status, message, peak_mem_bytes=peak_bytes, mem_method=method), benchmark)
     # the rates and elapsed_s keep their place in the row (measure_cell's order) until timing fills them
     row = finish(
         row, status, message, peak_mem_bytes=peak_bytes, mem_method=method, **dict.fromkeys(RATES),
@@ -347,13 +351,16 @@ def _timed(benchmark, call, spec, row: dict, config: pytest.Config):
     return m
 
 
-def _untimed(state: _Session, row: dict) -> NoReturn:
-    """Record a cell that is not timed, then skip it (cannot run here) or fail it (an error; pytest-benchmark
-    then also warns that the fixture was not used)."""
+def _untimed(state: _Session, row: dict, benchmark: Any = None) -> NoReturn:
+    """Record a cell that is not timed, then skip it (cannot run here) or fail it (an error, a wrong answer).
+    A failed cell's fixture is marked used (`benchmark`): leaving it untimed is the plugin's choice, and
+    pytest-benchmark's `Benchmark fixture was not used at all in this test!` would blame the user's test."""
     state.untimed.append(row)
     text = f"{row['variant']}: {row['message']}"
     if row["status"] in ("unsupported", "skipped", "oom"):
         pytest.skip(f"{row['status']}: {text}" if row["status"] != "unsupported" else text)
+    if benchmark is not None and hasattr(benchmark, "_mode") and not benchmark._mode:
+        benchmark._mode = "attnbench: failed untimed"  # the one thing its warning reads (fixture._cleanup)
     pytest.fail(f"{row['status']}: {text}", pytrace=False)
 
 

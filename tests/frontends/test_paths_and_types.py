@@ -238,6 +238,10 @@ def _generator_attn(q, k, v):
     yield q
 
 
+async def _async_generator_attn(q, k, v):
+    yield q
+
+
 @pytest.mark.parametrize(
     "fn, said",
     [
@@ -245,8 +249,9 @@ def _generator_attn(q, k, v):
         ([lambda q, k, v: q], "a variant is a callable or a registered name, not list"),
         (_async_attn, "variant '_async_attn' returns a coroutine when called, not the output tensor"),
         (_generator_attn, "variant '_generator_attn' returns a generator when called, not the output tensor"),
+        (_async_generator_attn, "variant '_async_generator_attn' returns an async generator when called"),
     ],
-    ids=["int", "list", "async def", "generator"],
+    ids=["int", "list", "async def", "generator", "async generator"],
 )
 def test_a_bench_of_no_function_is_a_type_error_before_any_work(tmp_path, fn, said):
     """bench(42), bench([fn]) are mistakes of type; an async def or a generator function returns no tensor,
@@ -257,7 +262,7 @@ def test_a_bench_of_no_function_is_a_type_error_before_any_work(tmp_path, fn, sa
     assert str(caught.value).startswith(said) and "\n" not in str(caught.value), caught.value
     assert not out.exists()
     if callable(fn):  # declared, the same: attnbench.variant and @register
-        with pytest.raises(TypeError, match="^variant 'x' returns a"):
+        with pytest.raises(TypeError, match="^variant 'x' returns an? "):
             attnbench.variant(fn, name="x")
         with pytest.raises(TypeError, match="returns a"):
             attnbench.register("x37")(fn)
