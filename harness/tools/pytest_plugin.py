@@ -67,7 +67,7 @@ GRID_OPTIONS = [
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("attnbench", "attnbench grid (benchmarks/test_attention.py)")
+    group = parser.getgroup("attnbench", "attnbench grid (the attn_cell fixture)")
     for option in GRID_OPTIONS:
         default = f" (default: {option.default})" if option.default is not None else ""
         group.addoption(
