@@ -121,8 +121,8 @@ def _given(args: argparse.Namespace) -> dict:
     return {**given, **{key: getattr(args, key, None) for key in REMOVED_OPTIONS}}
 
 
-def request_of(args: argparse.Namespace):
-    """The RunRequest of `attnbench run`'s flags."""
+def request_of(args: argparse.Namespace, check_executor: bool = True):
+    """The RunRequest of `attnbench run`'s flags (check_executor: RunRequest's)."""
     from attnbench.harness.run.request import RunRequest
 
     return RunRequest(
@@ -141,6 +141,7 @@ def request_of(args: argparse.Namespace):
         repro_of=getattr(args, "repro_of", None),
         executor=args.executor,
         executor_options={key: getattr(args, key, None) for key in OPTIONS},
+        check_executor=check_executor,
     )
 
 
@@ -444,8 +445,8 @@ def _complete(args: argparse.Namespace, forced: bool) -> int | None:
     from attnbench.harness.run.runner import complete_cells, run
 
     dry = argparse.Namespace(**{**vars(args), "dry_run": True, "force_resume": forced or args.force_resume})
-    with bad_input():
-        planned = run(request_of(dry)).forecast
+    with bad_input():  # the executor's cluster is asked by the resume that follows, not twice
+        planned = run(request_of(dry, check_executor=False)).forecast
     return complete_cells(Path(args.out), planned)
 
 

@@ -270,7 +270,7 @@ def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
     from attnbench import results
     from attnbench.results import runset
 
-    (a, meta_a, name_a), (b, meta_b, name_b) = runset.load(run_a), runset.load(run_b)
+    (a, meta_a, name_a, each_a), (b, meta_b, name_b, each_b) = map(runset.load_each, (run_a, run_b))
     for run, rows, meta in ((run_a, a, meta_a), (run_b, b, meta_b)):
         if rows.empty:  # said as `history add` says it, not as a cell that no axis matched
             raise ValueError(no_cells_text(run, meta))
@@ -286,23 +286,25 @@ def load(run_a, run_b, normalize, control_variant, variant_a, variant_b):
     _check_normalize(normalize, meta_a, meta_b)
     _check_control(control_variant, normalize, a, b)
     labels = (f"{name_a} ({results.machine_label(meta_a)})", f"{name_b} ({results.machine_label(meta_b)})")
-    busy = busy_lines(("A", run_a, a, meta_a), ("B", run_b, b, meta_b))
+    busy = busy_lines(("A", run_a, a, meta_a, each_a), ("B", run_b, b, meta_b, each_b))
     return a, b, meta_a, meta_b, labels, (groups_a, groups_b), same, busy
 
 
-def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any]]) -> list[str]:
+def busy_lines(*sides: tuple[str, Any, Any, dict[str, Any], Any]) -> list[str]:
     """A line per run of a side (a run set's every run) measured on a busy machine, by the one rule that
     run, report and bench say it by (results.drift.is_busy, busy_sentence): a regression on its cells may
     be the machine's, so the line comes before the gate's result; and one per run with no speed probe (made
-    before them), whose drift no one measured."""
+    before them), whose drift no one measured. A side is (name, path, rows, meta, a set's runs' rows as
+    runset.load_each gives them, None for a run)."""
     from attnbench import results
     from attnbench.results import drift
 
     out = []
-    for side, path, rows, meta in sides:
-        runs = (meta.get("runset") or {}).get("runs")
-        for run in runs or [path]:
-            records = results.scalar_records(results.load(run) if runs else rows)
+    for side, path, rows, meta, each in sides:
+        runset = meta.get("runset") or {}
+        runs, ids = runset.get("runs"), runset.get("run_ids")
+        for run, run_id in zip(runs, ids, strict=True) if runs else [(path, None)]:
+            records = results.scalar_records(each[each["run_id"] == run_id] if runs else rows)
             missed, ok = drift.unprobed(records)
             if ok and missed == ok:
                 out.append(

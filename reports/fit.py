@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,20 +215,42 @@ def cell_log_se(rel_iqr, n_samples, speed_factor=None, speed_factor_after=None, 
     return math.hypot(se, drift)
 
 
-def _z() -> float:
-    from scipy import stats
+# The normal's and Student's t quantiles and the plain least-squares line are computed here, not with
+# scipy.stats, whose import (about 0.6 s) a report or bench's answer paid for these three formulas alone;
+# tests/reports/test_report_fit.py checks them against scipy's. fit_visits (Theil-Sen) and fit_memory
+# (bounded least squares) still import scipy, where a run's rounds or a memory series ask for them.
 
-    return float(stats.norm.ppf(0.5 + CI_LEVEL / 2))
+
+def _z() -> float:
+    return statistics.NormalDist().inv_cdf(0.5 + CI_LEVEL / 2)
+
+
+def _t(dof: int) -> float:
+    """Student's t quantile of the CI on `dof` degrees of freedom (results.ttest: pure Python)."""
+    from attnbench.results.ttest import t_ppf
+
+    return t_ppf(0.5 + CI_LEVEL / 2, dof)
 
 
 def _quantile(birge: float, dof: int) -> float:
     """The CI's multiplier: the normal's where the points agree with their own errors (birge 1), else
     Student's t on the fit's degrees of freedom (the errors are then estimated from the residuals)."""
-    from scipy import stats
-
     if birge <= 1.0 or dof < 1:
         return _z()
-    return float(stats.t.ppf(0.5 + CI_LEVEL / 2, dof))
+    return _t(dof)
+
+
+def _line(x, ly) -> tuple[float, float, float, float]:
+    """(slope, intercept, r, slope's standard error) of the ordinary least-squares line through (x, ly), as
+    scipy.stats.linregress gives them (numpy arrays, x not all equal; the error NaN under 3 points)."""
+    import numpy as np
+
+    ssxm, ssxym, _, ssym = (float(v) for v in np.cov(x, ly, bias=True).flat)  # linregress's own sums
+    r = min(1.0, max(-1.0, ssxym / math.sqrt(ssxm * ssym))) if ssxm and ssym else 0.0
+    slope = ssxym / ssxm
+    dof = len(x) - 2
+    stderr = math.sqrt((1 - r**2) * ssym / ssxm / dof) if dof > 0 else math.nan
+    return slope, float(np.mean(ly)) - slope * float(np.mean(x)), r, stderr
 
 
 def _weighted_line(x, ly, se) -> tuple[float, float, float, float, float]:
@@ -272,7 +295,6 @@ def fit_power_law(
     (several runs) all enter the fit.
     """
     import numpy as np
-    from scipy import stats
 
     n = np.asarray(list(seq_lens), dtype=float)
     y = np.asarray(list(values), dtype=float)
@@ -301,13 +323,12 @@ def fit_power_law(
             return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=reason, weightless=light)
         half = _quantile(birge, len(x) - 2) * stderr
         return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used), scale=birge)
-    res = stats.linregress(x, ly)
-    slope, intercept = float(res.slope), float(res.intercept)
-    r2 = float(res.rvalue) ** 2
+    slope, intercept, r, stderr = _line(x, ly)
+    r2 = r**2
     dof = len(x) - 2
     if dof < 1:
         return PowerFit(slope, intercept, None, None, r2, tuple(used), reason=f"{len(x)} points, no CI")
-    half = float(stats.t.ppf(0.5 + CI_LEVEL / 2, dof)) * float(res.stderr)
+    half = _t(dof) * stderr
     return PowerFit(slope, intercept, slope - half, slope + half, r2, tuple(used))
 
 
@@ -329,7 +350,6 @@ def fit_visits(
     cell of those points has fewer visits (fit_power_law's weighted fit then). visit_medians: one sequence
     of visit medians per seq_len (NaN-free, positive)."""
     import numpy as np
-    from scipy import stats
 
     points: list[tuple[float, float]] = []
     distinct = sorted({int(n) for n in seq_lens if math.isfinite(float(n)) and n > 0})
@@ -348,6 +368,8 @@ def fit_visits(
         points += [(math.log(n), math.log(m)) for m in values]
     if len({x for x, _ in points}) < 3:
         return None
+    from scipy import stats  # imported only for a fit through visits: the report of a run of one visit a cell
+
     x, ly = np.array([p[0] for p in points]), np.array([p[1] for p in points])
     slope, intercept, low, high = (float(v) for v in stats.theilslopes(ly, x, alpha=CI_LEVEL)[:4])
     resid = ly - (intercept + slope * x)
@@ -364,7 +386,6 @@ def fit_memory(seq_lens, values, length: str = "seq_len") -> PowerFit:
     With fewer than 4 points (3 parameters need a degree of freedom for the CI), or where the fit fails,
     fit_power_law's weighted fit (`length`: what seq_lens count, as there)."""
     import numpy as np
-    from scipy.optimize import least_squares
 
     n = np.asarray(list(seq_lens), dtype=float)
     y = np.asarray(list(values), dtype=float)
@@ -374,6 +395,8 @@ def fit_memory(seq_lens, values, length: str = "seq_len") -> PowerFit:
     used = asymptotic_points(n, MEMORY_OCTAVES)
     if len(used) < 4 or plain.exponent is None or plain.intercept is None:
         return plain
+    from scipy.optimize import least_squares  # imported only where the model is fitted (0.2-0.3 s)
+
     keep = np.isin(n.astype(int), used)
     n, y = n[keep], y[keep]
     x, ly = np.log(n), np.log(y)

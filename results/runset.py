@@ -41,8 +41,15 @@ def members(path: str | Path) -> list[Path] | None:
 
 
 def load(path: str | Path) -> tuple[Any, dict[str, Any], str]:
-    """(rows, meta, label) of a run or a run set. A set's rows: one per cell_id, its columns those of the
-    first run that has the cell, but
+    """(rows, meta, label) of a run or a run set: load_each's first three."""
+    return load_each(path)[:3]
+
+
+def load_each(path: str | Path) -> tuple[Any, dict[str, Any], str, Any]:
+    """(rows, meta, label, runs) of a run or a run set, `runs` a set's runs' rows as results.load gives them
+    (one row per cell of each run, its run_id; None for a run), which what is said of each run alone reads
+    (compare's busy lines) instead of loading each run again. A set's rows: one per cell_id, its columns
+    those of the first run that has the cell, but
     - status 'ok' only where every run that has the cell measured it ok (else the first other status and
       its message: a cell broken in one run of the code is broken);
     - time_ms_median the median of the runs' medians, samples_ms every run's samples;
@@ -54,7 +61,7 @@ def load(path: str | Path) -> tuple[Any, dict[str, Any], str]:
     if runs is None:
         rows = load_runs(path)
         meta = next(iter(load_meta(path).values()))
-        return rows, meta, str(meta.get("run_id"))
+        return rows, meta, str(meta.get("run_id")), None
     metas = load_meta(*runs)
     if len(metas) != len(runs):
         raise RunDirError(f"{path}: two of its runs have the same run_id; a run set's runs are separate runs")
@@ -68,7 +75,7 @@ def load(path: str | Path) -> tuple[Any, dict[str, Any], str]:
     meta = {**first, "runset": record}
     ids = sorted(metas)
     label = f"{len(ids)} runs ({ids[0]} .. {ids[-1]})"
-    return _collapse(rows, list(metas)), meta, label
+    return _collapse(rows, list(metas)), meta, label, rows
 
 
 def _collapse(rows, run_order: list[str]):

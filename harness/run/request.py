@@ -55,6 +55,9 @@ class RunRequest:
     executor_options: Mapping[str, Any] = field(default_factory=dict)  # devices, ray_address, slurm_*
     # attnbench.bench's (fn, baseline): the baseline measured only in the cells fn runs (runner.raced)
     race: tuple[str, str] | None = None
+    # False for a look at what a resume has left (the CLI's, before it resumes): the executor is not asked to
+    # check its cluster (a Ray address joined in a child, `sbatch --test-only`); the run that follows asks
+    check_executor: bool = True
 
     def given(self) -> list[str]:
         """The option keys of the sweep given beside the modes (preset, config, the axes and settings with

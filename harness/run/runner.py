@@ -283,7 +283,8 @@ def _checked(request: RunRequest) -> tuple[_Start, executors.Executor, Any]:
         # the options the run was started with, those given again replacing theirs (docs/scale-out.md)
         given = {k: v for k, v in request.executor_options.items() if v is not None and v is not False}
         options = executor_choice.options(request.executor, {**start.executor_options, **given})
-    chosen_executor = executor_choice.chosen_executor(request.executor, options, start.sweep)
+    checked = start.sweep if request.check_executor else None  # None: built, its cluster not asked
+    chosen_executor = executor_choice.chosen_executor(request.executor, options, checked)
     plan.check(start.sweep.settings, request.executor, chosen_executor.ordered)
     # every variant measured must reach the workers: the files of those a file registered, and those
     # defined in a notebook or a script by value, pickled now, so that one that cannot be is refused before

@@ -412,13 +412,13 @@ def _calls(config: pytest.Config, setup, target, settings) -> int:
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
     """Add the attnbench block: format version, this machine's fingerprint, the cells not timed, each grid
     variant's capability record and the calibration of the devices that timed cells."""
+    state = config.stash.get(_KEY, None)
+    if state is None or state.cells is None:
+        return  # no test used the grid: nothing imported (calibrate's torch cost a plain session ~3 s)
     from attnbench import variants
     from attnbench.harness.measure.calibrate import calibrate
     from attnbench.harness.measure.fingerprint import collect
 
-    state = config.stash.get(_KEY, None)
-    if state is None or state.cells is None:
-        return  # no test used the grid
     cells = list(state.cells.values())
     names = list(dict.fromkeys(c.variant for c in cells))
     timed = [c for c in cells if any(b.get("extra_info", {}).get("cell_id") == c.cell_id for b in benchmarks)]

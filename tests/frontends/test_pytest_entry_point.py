@@ -144,18 +144,33 @@ def plugin_loads(stdout: str) -> tuple[int, list[str]]:
     return registered, dists
 
 
+# the project's conftest.py: whether the session imported torch, written as pytest ends (after the JSON)
+TELLS_IF_TORCH_WAS_IMPORTED = """
+import sys
+from pathlib import Path
+
+
+def pytest_unconfigure(config):
+    (Path(__file__).parent / "torch_imported").write_text(str("torch" in sys.modules))
+"""
+
+
 @pytest.mark.slow
 def test_a_session_without_the_grid_is_untouched_and_benchmarks_conftest_adds_no_second_copy(site, tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
     (project / "test_plain.py").write_text("def test_sum(benchmark):\n    benchmark(sum, range(10))\n")
+    (project / "conftest.py").write_text(TELLS_IF_TORCH_WAS_IMPORTED)
     out = tmp_path / "plain.json"
-    proc = pytest_in(site, project, str(project), "--benchmark-json", str(out), "--trace-config")
+    quick = ("--benchmark-max-time", "0.005", "--benchmark-min-rounds", "3")  # the benchmark is not looked at
+    proc = pytest_in(site, project, str(project), "--benchmark-json", str(out), "--trace-config", *quick)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     registered, dists = plugin_loads(proc.stdout)  # loaded once, through an entry point
     assert registered == 1 and len(dists) == 1 and ENTRY_DISTS.fullmatch(dists[0]), proc.stdout[-3000:]
     assert "attnbench grid" not in proc.stdout and "attnbench:" not in proc.stdout  # no header, no summary
     assert "attnbench" not in json.loads(out.read_text())  # no block
+    # nor a torch import (the JSON's hook imported the calibration's, about 3 s, before it saw no grid)
+    assert (project / "torch_imported").read_text() == "False"
     args = ("--collect-only", "-q", "--attn-seq-len", "32", "--trace-config")
     listed = pytest_in(site, ROOT, str(ROOT / "benchmarks"), *args)
     assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]

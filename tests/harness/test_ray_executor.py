@@ -150,6 +150,27 @@ def test_a_ray_refusal_comes_before_anything_is_written(tmp_path, monkeypatch):
     assert not out.exists()
 
 
+def test_a_resume_asks_the_cluster_once_and_a_complete_run_not_at_all(tmp_path, monkeypatch):
+    """`run --resume` looks at what its run has left (a dry run) before it resumes: the executor's cluster is
+    asked by the resume alone (a Ray address was joined in a child twice, 2-3 s each), and a run with nothing
+    left says so without asking it (here nothing answers at the address)."""
+    from attnbench.harness.run.executors import ray as ray_executor
+
+    out = tmp_path / "r"
+    run_cli("run", "--variants", "naive", "--seq-len", "16,32", "--out", str(out), check=True)
+    ray_args = ["--executor", "ray", "--ray-address", "127.0.0.1:1"]
+    p = run_cli("run", "--resume", "--out", str(out), *ray_args)
+    assert p.returncode == 0 and f"nothing to resume: {out} is complete" in p.stderr, p.stderr
+    rows = (out / "rows.jsonl").read_text().splitlines(keepends=True)
+    (out / "rows.jsonl").write_text(rows[0])  # a cell left
+    asked = []
+    monkeypatch.setattr(ray_executor, "reach", lambda address, timeout: asked.append(address))
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(refusal="refused here"))
+    p = run_cli("run", "--resume", "--out", str(out), *ray_args)
+    assert p.returncode == 2 and "Ray refused: refused here" in p.stderr, p.stderr
+    assert asked == ["127.0.0.1:1"]
+
+
 # `attnbench ARGS` in a fresh process whose `ray` says, as ray.init is called, whether its forkserver
 # is running by then, and refuses
 SAYS_IF_THE_FORKSERVER_RUNS = """
@@ -263,8 +284,9 @@ def test_ray_matches_local_cells_and_statuses(tmp_path, cluster):
     ]
     local, ray = tmp_path / "local", tmp_path / "ray"
     run_cli("run", *sweep, *TINY, "--out", str(local), check=True)
-    # a Ray driver of its own: this process is the cluster fixture's driver, and a run here would end it
-    run_cli("run", *sweep, *TINY, *cluster, "--out", str(ray), check=True, timeout=300, process=True)
+    # in this process, the cluster fixture's driver: the run keeps the cluster it finds joined (as the API's
+    # after a user's ray.init); the killed-actor test's driver and resume are real processes
+    run_cli("run", *sweep, *TINY, *cluster, "--out", str(ray), check=True)
     assert _statuses(ray) == _statuses(local) and len(_statuses(ray)) == 6
     assert set(_statuses(ray).values()) == {"ok", "error", "unsupported"}
     meta = json.loads((ray / "meta.json").read_text())

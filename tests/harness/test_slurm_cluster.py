@@ -124,8 +124,8 @@ def test_a_cancelled_array_task_then_collect_loses_nothing_and_doubles_nothing(t
     ), stderr
     assert "came back twice" not in stderr, stderr  # the rows the driver collected are not duplicates
 
-    # gathered by collect (from a real CLI process, as the rest of this file's commands)
-    p = run_cli("collect", str(out), check=True, timeout=600, process=True)
+    # gathered by collect (in this process: tests/harness/test_slurm.py's collect is the real process)
+    p = run_cli("collect", str(out), check=True)
     rows = read_rows(out)
     ids = [r["cell_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 2 * 3, p.stderr  # 0 lost, 0 duplicates

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,37 @@ def test_exact_power_laws_are_recovered():
         assert f.r2 == pytest.approx(1.0)
         assert f.ci_low == pytest.approx(exp, abs=1e-6) and f.ci_high == pytest.approx(exp, abs=1e-6)
         assert f.predict(1000) == pytest.approx(3e-4 * 1000**exp, rel=1e-6)
+
+
+def test_the_line_and_the_quantiles_are_scipys():
+    """fit_power_law's ordinary line, the normal's and Student's t quantiles (computed here: importing
+    scipy.stats cost a report 0.6 s) are scipy's, noisy, flat-ish and exact lines alike."""
+    import numpy as np
+    from scipy import stats
+
+    rng = random.Random(3)
+    for k in (3, 4, 7):
+        x = np.log(np.array(SEQ[:k], dtype=float))
+        for noise in (0.0, 0.01, 0.5):
+            ly = np.array([1.7 * v + rng.gauss(0, noise) for v in x])
+            got, want = fit._line(x, ly), stats.linregress(x, ly)
+            assert got == pytest.approx((want.slope, want.intercept, want.rvalue, want.stderr), rel=1e-12)
+    assert fit._z() == pytest.approx(float(stats.norm.ppf(0.975)), rel=1e-14)
+    for dof in (1, 2, 3, 5, 10, 30, 100):
+        assert fit._quantile(2.0, dof) == pytest.approx(float(stats.t.ppf(0.975, dof)), rel=1e-12)
+
+
+def test_a_one_visit_fit_imports_no_scipy():
+    """The fits a run of one visit a cell with three N asks for (time, memory, no rounds) import no scipy:
+    only a fit through visits (Theil-Sen) or a memory model over four N or more does."""
+    code = (
+        "import sys; from attnbench.reports import fit; n = [256, 512, 1024]\n"
+        "fit.fit_power_law(n, [v**2 for v in n]); fit.fit_power_law(n, [v**2 for v in n], log_se=[.1] * 3)\n"
+        "fit.fit_memory(n, [v * 4.0 for v in n]); fit.fit_visits(n, [[1.0], [2.0], [4.0]])\n"
+        "print([m for m in ('scipy.stats', 'scipy.optimize') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
 
 
 def test_noisy_exponent_within_ci():

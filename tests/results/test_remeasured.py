@@ -176,7 +176,7 @@ def test_a_busy_machine_of_moved_and_noisy_cells_is_not_told_to_redo_drift(tmp_p
 def test_compare_counts_the_moved_cell_toward_a_busy_machine(tmp_path):
     run = _busy_only_with_the_moved_cell(tmp_path)
     df = results.load(run)
-    (line,) = compare_load.busy_lines(("A", run, df, results.load_meta(run)["synthetic"]))
+    (line,) = compare_load.busy_lines(("A", run, df, results.load_meta(run)["synthetic"], None))
     assert "3 of 6 cells drifted or were noisy" in line
 
 
