@@ -79,9 +79,13 @@ def test_quickstart_notebook_runs_on_cpu_and_shows_the_run_its_rows_figures_and_
     run_cell.source = run_cell.source.replace(
         "budget_ms=20,", f"budget_ms=20, calibrate_ms={TEST_CALIBRATE_MS},"
     )
+    # the kernel is stopped at once after its last cell: a graceful shutdown took 2.6 s there whenever the
+    # kernel had started a multiprocessing forkserver (attnbench's or a bare one alike), and nothing below
+    # reads what a kernel does as it ends
     nbclient.NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}},
+        shutdown_kernel="immediate",
+    ).execute()  # fmt: skip
 
     everything = [o for c in nb.cells if c.cell_type == "code" for o in _outputs(c)]
     errors = [o for o in everything if o["output_type"] == "error"]
